@@ -1,0 +1,326 @@
+"""`boxmq`: the command line. Human tables by default, `--json` for scripts.
+
+Exit status: 0 done, 1 an error (the message says what to fix), 2 a usage error,
+3 nothing to get (`get` on a queue with no ready message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import boxmq
+from boxmq.cli_args import parse_duration, parse_property
+from boxmq.client import Box, Message, Peeked
+from boxmq.errors import BoxMQError, InvalidArgument
+from boxmq.store.layout import State
+
+__all__ = ["main"]
+
+EMPTY = 3
+_Command = Callable[[argparse.Namespace, Box], int]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    command: _Command = args.command
+    try:
+        with boxmq.open(args.data, fsync=args.fsync) as box:
+            return command(args, box)
+    except BoxMQError as error:
+        print(f"boxmq {args.name}: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="boxmq", description="A message broker whose state is a directory of plain files."
+    )
+    parser.add_argument(
+        "--data",
+        default=os.environ.get("BOXMQ_DATA", "./data"),
+        help="the root folder (default: $BOXMQ_DATA or ./data)",
+    )
+    parser.add_argument("--fsync", default="always", choices=["always", "interval", "never"])
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    def command(name: str, run: _Command, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(command=run, name=name)
+        return p
+
+    p = command("serve", _serve, "run the broker: recovery, lock timeouts, expiry, retention")
+    p.add_argument("--sweep-interval", type=_duration, default=1.0, metavar="DURATION")
+
+    p = command("put", _put, "send a message")
+    p.add_argument("queue")
+    p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
+    p.add_argument("--file", help="read the body from this file")
+    p.add_argument("--priority", type=int, default=4)
+    p.add_argument("--property", "-p", action="append", default=[], metavar="NAME[:TYPE]=VALUE")
+    p.add_argument("--expires-in", type=_duration, metavar="DURATION")
+    p.add_argument("--correlation-id")
+    p.add_argument("--reply-to")
+    p.add_argument("--type")
+
+    p = command("get", _get, "lock the next ready message and print it")
+    p.add_argument("queue")
+    p.add_argument(
+        "--lock",
+        type=_duration,
+        default=30.0,
+        metavar="DURATION",
+        help="lock timeout (default 30s)",
+    )
+    p.add_argument("--consumer", default="cli")
+
+    for name, run, help in (
+        ("ack", _ack, "done with a locked message: it moves to processed/"),
+        ("unlock", _unlock, "give a locked message back, to the next consumer"),
+        ("reject", _reject, "send a locked message to error/, no redelivery"),
+        ("extend", _extend, "push a lock's deadline"),
+    ):
+        p = command(name, run, help)
+        p.add_argument("queue")
+        p.add_argument("id", help="the message id `get` printed")
+        p.add_argument("--consumer", default="cli")
+        if name == "unlock":
+            p.add_argument("--delay", type=_duration, default=0.0, metavar="DURATION")
+        if name == "extend":
+            p.add_argument("--by", type=_duration, default=30.0, metavar="DURATION")
+
+    command("ls", _ls, "queues and their counts")
+
+    p = command("peek", _peek, "show messages without locking them")
+    p.add_argument("queue")
+    p.add_argument("--state", default="target", choices=[s.value for s in State])
+    p.add_argument("--limit", type=int, default=20)
+
+    p = command("requeue", _requeue, "send dead (or expired/processed) messages back")
+    p.add_argument("queue")
+    p.add_argument(
+        "--from", dest="source", default="error", choices=["error", "expired", "processed"]
+    )
+
+    p = command("purge", _purge, "delete every message of one state folder")
+    p.add_argument("queue")
+    p.add_argument("--state", default="target", choices=["target", "processed", "error", "expired"])
+    return parser
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except InvalidArgument as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+# -- commands -------------------------------------------------------------------------------------
+
+
+def _serve(args: argparse.Namespace, box: Box) -> int:
+    from boxmq.runtime import serve
+
+    asyncio.run(serve(box, sweep_interval=args.sweep_interval))
+    return 0
+
+
+def _put(args: argparse.Namespace, box: Box) -> int:
+    body = _body(args)
+    properties = dict(parse_property(text) for text in args.property)
+    message_id = box.queue(args.queue).put(
+        body,
+        priority=args.priority,
+        properties=properties,
+        expires_in=args.expires_in,
+        correlation_id=args.correlation_id,
+        reply_to=args.reply_to,
+        type=args.type,
+    )
+    _emit(args, {"queue": args.queue, "id": message_id}, message_id)
+    return 0
+
+
+def _body(args: argparse.Namespace) -> bytes:
+    if args.file is not None:
+        if args.body is not None:
+            raise InvalidArgument("give the body either as an argument or with --file, not both")
+        try:
+            with open(args.file, "rb") as source:
+                return source.read()
+        except OSError as error:
+            raise InvalidArgument(f"cannot read {args.file}: {error.strerror}") from None
+    if args.body is None or args.body == "-":
+        return sys.stdin.buffer.read()
+    return str(args.body).encode()
+
+
+def _get(args: argparse.Namespace, box: Box) -> int:
+    message = box.queue(args.queue, create=False).get(args.consumer, lock_timeout=args.lock)
+    if message is None:
+        print(f"boxmq get: no message is ready in {args.queue!r}", file=sys.stderr)
+        return EMPTY
+    record = _message_record(message)
+    if args.json:
+        print(json.dumps(record))
+        return 0
+    width = max(len(k) for k in record)
+    for key, value in record.items():
+        if key != "body":
+            print(f"{key:<{width}}  {value}")
+    print()
+    sys.stdout.flush()
+    sys.stdout.buffer.write(message.body + (b"" if message.body.endswith(b"\n") else b"\n"))
+    return 0
+
+
+def _message_record(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "queue": message.queue,
+        "priority": message.priority,
+        "delivery": message.delivery_count,
+        "locked-by": message.consumer,
+        "lock-until": _time(message.lock_deadline),
+        "properties": message.properties,
+        "correlation-id": message.correlation_id,
+        "reply-to": message.reply_to,
+        "type": message.type,
+        "expires": _time(message.expiration) if message.expiration else None,
+        "body": message.body.decode("utf-8", "backslashreplace"),
+    }
+
+
+def _settle(verb: str) -> _Command:
+    def run(args: argparse.Namespace, box: Box) -> int:
+        queue = box.queue(args.queue, create=False)
+        if verb == "ack":
+            queue.ack(args.id, args.consumer)
+        elif verb == "unlock":
+            queue.unlock(args.id, args.consumer, delay=args.delay)
+        elif verb == "reject":
+            queue.reject(args.id, args.consumer)
+        else:
+            queue.extend(args.id, args.consumer, seconds=args.by)
+        _emit(args, {"queue": args.queue, "id": args.id, "done": verb}, f"{verb}: {args.id}")
+        return 0
+
+    return run
+
+
+_ack, _unlock, _reject, _extend = (_settle(v) for v in ("ack", "unlock", "reject", "extend"))
+
+
+def _ls(args: argparse.Namespace, box: Box) -> int:
+    rows = []
+    for name in box.queues():
+        counts = box.queue(name, create=False).counts()
+        rows.append(
+            {
+                "queue": name,
+                "ready": counts.ready,
+                "locked": counts.locked,
+                "done": counts.done,
+                "dead": counts.dead,
+                "expired": counts.expired,
+            }
+        )
+    if args.json:
+        print(json.dumps(rows))
+    elif not rows:
+        print(f"no queues under {box.root}")
+    else:
+        _table(rows)
+    return 0
+
+
+def _peek(args: argparse.Namespace, box: Box) -> int:
+    peeked = box.queue(args.queue, create=False).peek(state=State(args.state), limit=args.limit)
+    rows = [_peek_row(p) for p in peeked]
+    if args.json:
+        print(json.dumps(rows))
+    elif not rows:
+        print(f"{args.queue}: no messages in {args.state}/")
+    else:
+        _table(rows)
+    return 0
+
+
+def _peek_row(peeked: Peeked) -> dict[str, Any]:
+    envelope = peeked.envelope
+    row: dict[str, Any] = {
+        "id": envelope.message_id,
+        "priority": envelope.priority,
+        "bytes": peeked.size,
+        "deliveries": envelope.delivery_count,
+        "properties": ",".join(f"{k}={v}" for k, v in envelope.user_properties().items()),
+    }
+    if peeked.holder is not None:
+        row["locked-by"] = peeked.holder
+    return row
+
+
+def _requeue(args: argparse.Namespace, box: Box) -> int:
+    moved = box.queue(args.queue, create=False).requeue(source=State(args.source))
+    _emit(
+        args,
+        {"queue": args.queue, "requeued": moved},
+        f"{args.queue}: {moved} message(s) from {args.source}/ back to target/",
+    )
+    return 0
+
+
+def _purge(args: argparse.Namespace, box: Box) -> int:
+    removed = box.queue(args.queue, create=False).purge(state=State(args.state))
+    _emit(
+        args,
+        {"queue": args.queue, "purged": removed},
+        f"{args.queue}: {removed} message(s) deleted from {args.state}/",
+    )
+    return 0
+
+
+# -- output ---------------------------------------------------------------------------------------
+
+
+def _emit(args: argparse.Namespace, record: dict[str, Any], text: str) -> None:
+    print(json.dumps(record) if args.json else text)
+
+
+def _table(rows: list[dict[str, Any]]) -> None:
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    print("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip())
+    for row in rows:
+        cells = (str(row.get(c, "")) for c in columns)
+        print(
+            "  ".join(
+                cell.ljust(widths[c]) for c, cell in zip(columns, cells, strict=True)
+            ).rstrip()
+        )
+
+
+def _time(epoch: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat(timespec="seconds")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""Parsing what people type: durations and properties, with errors that say what to fix."""
+
+from __future__ import annotations
+
+import re
+
+from boxmq.errors import InvalidArgument
+from boxmq.model import Property, PropertyType
+
+__all__ = ["parse_duration", "parse_property"]
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
+_TYPES = {
+    "string": PropertyType.STRING,
+    "int": PropertyType.INT,
+    "long": PropertyType.LONG,
+    "short": PropertyType.SHORT,
+    "byte": PropertyType.BYTE,
+    "double": PropertyType.DOUBLE,
+    "float": PropertyType.FLOAT,
+    "bool": PropertyType.BOOLEAN,
+}
+_RANGES = {
+    PropertyType.BYTE: 8,
+    PropertyType.SHORT: 16,
+    PropertyType.INT: 32,
+    PropertyType.LONG: 64,
+}
+
+
+def parse_duration(text: str) -> float:
+    """'30s', '500ms', '10m', '2h', '1d' or a plain number of seconds."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        raise InvalidArgument(
+            f"bad duration {text!r}: use a number of seconds, or one with a unit: "
+            "500ms, 30s, 10m, 2h, 1d"
+        )
+    return float(match[1]) * _UNITS[match[2] or "s"]
+
+
+def parse_property(text: str) -> tuple[str, Property]:
+    """NAME=VALUE (a string) or NAME:TYPE=VALUE, TYPE one of string int long short byte
+    double float bool."""
+    head, equals, value = text.partition("=")
+    name, colon, kind = head.partition(":")
+    if not equals or not name:
+        raise InvalidArgument(
+            f"bad property {text!r}: use NAME=VALUE or NAME:TYPE=VALUE (TYPE: {', '.join(_TYPES)})"
+        )
+    if not colon:
+        return name, Property(name, PropertyType.STRING, value)
+    ptype = _TYPES.get(kind)
+    if ptype is None:
+        raise InvalidArgument(
+            f"bad property type {kind!r} in {text!r}: use one of {', '.join(_TYPES)}"
+        )
+    return name, Property(name, ptype, _typed_value(ptype, value, text))
+
+
+def _typed_value(ptype: PropertyType, value: str, text: str) -> bool | int | float | str:
+    try:
+        if ptype is PropertyType.STRING:
+            return value
+        if ptype is PropertyType.BOOLEAN:
+            if value.lower() not in ("true", "false"):
+                raise ValueError(value)
+            return value.lower() == "true"
+        if ptype in (PropertyType.DOUBLE, PropertyType.FLOAT):
+            return float(value)
+        number = int(value)
+    except ValueError:
+        raise InvalidArgument(f"bad {ptype.name.lower()} value in property {text!r}") from None
+    bits = _RANGES[ptype]
+    if not -(2 ** (bits - 1)) <= number < 2 ** (bits - 1):
+        raise InvalidArgument(f"{number} does not fit a {ptype.name.lower()} in property {text!r}")
+    return number

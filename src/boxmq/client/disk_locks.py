@@ -1,0 +1,125 @@
+"""Settling a lock from the files alone, for a process that did not take it (the CLI).
+
+`boxmq get` claims in one process and `boxmq ack` answers in another, so the answer is decided
+from what the folder shows: the lock suffix names the holder, the `bx_last` property names the
+previous one. The decision itself is the core's (`check_holder`), the same as in the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from boxmq.client.lifecycle import dead_name, envelope_of, released_name
+from boxmq.core import QueuePolicy, check_holder
+from boxmq.errors import InvalidArgument, UnexpectedRequest
+from boxmq.model import ConsumerId, MessageId
+from boxmq.store.dropbox import Dropbox
+from boxmq.store.layout import State
+from boxmq.store.names import Lock, locked_name, split_lock
+
+__all__ = ["DiskSettler"]
+
+_Now = Callable[[], float]
+
+
+class DiskSettler:
+    """Ack, unlock, reject and extend by message id, against the files of one queue."""
+
+    def __init__(self, box: Dropbox, policy: QueuePolicy, now: _Now, keep_processed: bool) -> None:
+        self._box = box
+        self._policy = policy
+        self._now = now
+        self._keep_processed = keep_processed
+
+    def ack(self, message_id: MessageId, consumer: ConsumerId) -> None:
+        name, processing, _ = self._held(message_id, consumer)
+        done = (
+            self._box.move(State.PROCESSING, processing, State.PROCESSED, name)
+            if self._keep_processed
+            else self._box.remove(State.PROCESSING, processing)
+        )
+        if not done:
+            raise UnexpectedRequest(message_id, "the lock was taken away")
+
+    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> None:
+        if delay < 0:
+            raise InvalidArgument("an unlock delay cannot be negative")
+        name, processing, _ = self._held(message_id, consumer)
+        count = envelope_of(name).delivery_count + 1
+        limit = self._policy.max_deliveries
+        new = (
+            None
+            if limit is not None and count >= limit
+            else released_name(
+                name,
+                delivery_count=count,
+                holder=consumer,
+                not_before=self._now() + delay if delay else 0.0,
+            )
+        )
+        if new is None:
+            self._to_error(processing, name, "max-deliveries")
+        elif not self._box.move(State.PROCESSING, processing, State.TARGET, new):
+            raise UnexpectedRequest(message_id, "the lock was taken away")
+
+    def reject(self, message_id: MessageId, consumer: ConsumerId) -> None:
+        name, processing, _ = self._held(message_id, consumer)
+        self._to_error(processing, name, "rejected")
+
+    def extend(self, message_id: MessageId, consumer: ConsumerId, seconds: float | None) -> None:
+        name, processing, lock = self._held(message_id, consumer)
+        if seconds is None:
+            raise InvalidArgument("say for how long to extend the lock")
+        if seconds <= 0:
+            raise InvalidArgument("a lock can only be extended by a positive time")
+        new = locked_name(name, Lock(lock.owner, int((self._now() + seconds) * 1000), lock.token))
+        if not self._box.move(State.PROCESSING, processing, State.PROCESSING, new):
+            raise UnexpectedRequest(message_id, "the lock was taken away")
+
+    def _to_error(self, processing: str, name: str, why: str) -> None:
+        if not self._box.move(State.PROCESSING, processing, State.ERROR, dead_name(name, why)):
+            raise UnexpectedRequest(envelope_of(name).message_id, "the lock was taken away")
+
+    def _held(self, message_id: MessageId, consumer: ConsumerId) -> tuple[str, str, Lock]:
+        """(name, processing name, lock) of a message `consumer` holds, or the XEP-0254 error."""
+        for processing, name, lock in self._locked():
+            envelope = envelope_of(name)
+            if envelope.message_id != message_id:
+                continue
+            holder = lock.owner if lock is not None else None
+            if lock is not None and lock.deadline_ms <= self._now() * 1000:
+                holder = None  # timed out: a sweep will move it; it is nobody's any more
+            check_holder(
+                message_id,
+                consumer,
+                holder=holder,
+                known=True,
+                past_holders=_past(envelope.last_holder, lock, holder),
+            )
+            assert lock is not None  # check_holder passed, so `consumer` holds the lock
+            return name, processing, lock
+        for entry in self._box.scan(State.TARGET):
+            envelope = envelope_of(entry.name)
+            if envelope.message_id == message_id:
+                check_holder(
+                    message_id,
+                    consumer,
+                    holder=None,
+                    known=True,
+                    past_holders=_past(envelope.last_holder, None, None),
+                )
+        check_holder(message_id, consumer, holder=None, known=False, past_holders=())
+        raise AssertionError("check_holder accepts no unknown message")  # pragma: no cover
+
+    def _locked(self) -> Iterator[tuple[str, str, Lock | None]]:
+        for entry in self._box.scan(State.PROCESSING):
+            name, lock = split_lock(entry.name)
+            yield entry.name, name, lock
+
+
+def _past(last: ConsumerId | None, lock: Lock | None, holder: ConsumerId | None) -> set[ConsumerId]:
+    """Who held it before: the previous holder, and the holder of a lock that timed out."""
+    past = {last} if last is not None else set()
+    if lock is not None and holder is None:
+        past.add(lock.owner)
+    return past

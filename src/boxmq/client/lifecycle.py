@@ -1,0 +1,95 @@
+"""The names a message takes as it moves between state folders.
+
+A file keeps its DropboxMQ name from target/ to processed/; only three things rename it:
+a lock (the `@owner@deadline@token` suffix in processing/), a release (delivery count, last
+holder and not-before time go into reserved properties) and a dead letter (the reason goes in).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from boxmq.core import Ready
+from boxmq.errors import MetadataTooLong
+from boxmq.model import (
+    DEAD_REASON,
+    DELIVERY_COUNT,
+    LAST_HOLDER,
+    NOT_BEFORE,
+    ConsumerId,
+    Envelope,
+    PropertyType,
+)
+from boxmq.store.names import decode_lenient, encode
+
+__all__ = ["PUT_HEADROOM", "dead_name", "envelope_of", "ready_of", "redrive_name", "released_name"]
+
+log = logging.getLogger("boxmq")
+
+# A producer's name must leave room for what a release adds (`&bx_dcI=NN&bx_nbL=<13 digits>`),
+# so that a message can always go back to target/ with its delivery count.
+PUT_HEADROOM = 32
+
+
+def envelope_of(name: str) -> Envelope:
+    envelope, _ = decode_lenient(name)
+    return envelope
+
+
+def ready_of(name: str, envelope: Envelope, mtime: float) -> Ready:
+    """What the engine needs to know of a file in target/."""
+    stamp = envelope.timestamp
+    return Ready(
+        key=name,
+        message_id=envelope.message_id,
+        priority=envelope.priority,
+        sequence=stamp / 1000 if stamp is not None else mtime,
+        expiration=envelope.expiration / 1000,
+        not_before=envelope.not_before,
+        delivery_count=envelope.delivery_count,
+        last_holder=envelope.last_holder,
+    )
+
+
+def released_name(
+    name: str, *, delivery_count: int, holder: ConsumerId | None, not_before: float
+) -> str | None:
+    """The target/ name after a release, or None if the metadata cannot grow (see PUT_HEADROOM)."""
+    envelope = envelope_of(name).with_property(DELIVERY_COUNT, PropertyType.INT, delivery_count)
+    envelope = envelope.without_property(NOT_BEFORE)
+    if not_before > 0:
+        envelope = envelope.with_property(NOT_BEFORE, PropertyType.LONG, int(not_before * 1000))
+    with_holder = (
+        envelope
+        if holder is None
+        else envelope.with_property(LAST_HOLDER, PropertyType.STRING, holder)
+    )
+    # The last holder is a hint (the *next* consumer gets it first); drop it before failing.
+    for candidate in (with_holder, envelope.without_property(LAST_HOLDER)):
+        try:
+            return encode(candidate)
+        except MetadataTooLong:
+            continue
+    return None
+
+
+def dead_name(name: str, reason: str) -> str:
+    """The error/ name: the reason is recorded if it fits, the original name kept if not."""
+    envelope = envelope_of(name).with_property(DEAD_REASON, PropertyType.STRING, reason)
+    try:
+        return encode(envelope)
+    except MetadataTooLong:
+        return name
+
+
+def redrive_name(name: str) -> str:
+    """The target/ name of a dead letter sent back: a fresh start, no count, no reason."""
+    envelope, reason = decode_lenient(name)
+    if reason is not None:
+        return name  # a foreign name: keep it exactly as its producer wrote it
+    for reserved in (DELIVERY_COUNT, DEAD_REASON, NOT_BEFORE, LAST_HOLDER):
+        envelope = envelope.without_property(reserved)
+    try:
+        return encode(envelope)
+    except MetadataTooLong:
+        return name

@@ -1,0 +1,336 @@
+"""One queue's engine in this process, kept in step with its folder.
+
+The core engine decides (who gets what, when locks end); this class does what it decides to
+the files and tells it what the files say: new names in target/ (from the watcher or a rescan),
+claims lost to other processes, locks other processes swept away. All consumers of one queue
+in one `Box` share one LiveQueue, one lock and one watcher; whichever consumer thread is
+waiting watches the folder for the others, and claims made for a consumer land in its inbox.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from boxmq.client.lifecycle import dead_name, envelope_of, ready_of, released_name
+from boxmq.client.sweeps import SweepLimits, release_stale_locks
+from boxmq.clock import Clock
+from boxmq.core import (
+    Claim,
+    DeadLetter,
+    Effect,
+    Expire,
+    Extend,
+    Finish,
+    QueueEngine,
+    QueuePolicy,
+    Release,
+    ReleaseReason,
+)
+from boxmq.errors import Closed, InvalidArgument, UnexpectedRequest
+from boxmq.model import ConsumerId, Envelope, MessageId
+from boxmq.store.dropbox import Dropbox
+from boxmq.store.layout import State
+from boxmq.store.names import MAX_NAME, Lock, decode_lenient, locked_name
+from boxmq.store.watch import Changes, watch
+
+__all__ = ["Delivery", "LiveOptions", "LiveQueue"]
+
+log = logging.getLogger("boxmq.queue")
+
+_Decision = Callable[[float], Effect]  # given `now`, what the engine says to do
+
+
+@dataclass(frozen=True, slots=True)
+class LiveOptions:
+    policy: QueuePolicy = field(default_factory=QueuePolicy)
+    limits: SweepLimits = field(default_factory=SweepLimits)
+    rescan_interval: float = 5.0  # a full look at target/, even when inotify reports every file
+    sweep_interval: float = 1.0  # a look in processing/ for other processes' dead locks
+    poll_interval: float = 0.25  # the polling watcher's nap, where inotify is missing
+    polling: bool = False  # force polling (file systems shared over the network)
+    keep_processed: bool = True  # ack moves to processed/ (else: deletes)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    envelope: Envelope
+    body: bytes
+    deadline: float
+
+
+class LiveQueue:
+    def __init__(
+        self, name: str, box: Dropbox, *, options: LiveOptions, clock: Clock, token: str
+    ) -> None:
+        self.name = name
+        self._box = box
+        self._options = options
+        self._clock = clock
+        self._token = token
+        self._engine = QueueEngine(policy=options.policy)
+        self._cond = threading.Condition()
+        self._watcher = watch(
+            box.dir(State.TARGET), poll_interval=options.poll_interval, polling=options.polling
+        )
+        self._watching = False
+        self._known: dict[str, MessageId] = {}  # target/ names offered to the engine
+        self._locks: dict[MessageId, str] = {}  # our leases: their processing/ names
+        self._inbox: dict[ConsumerId, deque[MessageId]] = {}
+        self._next_scan = 0.0
+        self._next_sweep = 0.0
+        self._closed = False
+
+    # -- consumers ---------------------------------------------------------------------------
+
+    def attach(self, consumer: ConsumerId, *, max_in_flight: int, lock_timeout: float) -> None:
+        with self._cond:
+            if consumer in self._inbox:
+                raise InvalidArgument(f"consumer {consumer!r} is already open on {self.name!r}")
+            self._engine.add_consumer(
+                consumer, max_in_flight=max_in_flight, lock_timeout=lock_timeout
+            )
+            self._inbox[consumer] = deque()
+
+    def detach(self, consumer: ConsumerId) -> None:
+        """Owner gone: every lock it holds is released at once, to the other consumers."""
+        with self._cond:
+            if self._inbox.pop(consumer, None) is None:
+                return
+            self._apply_all(self._engine.remove_consumer(consumer, now=self._clock.now()))
+            self._wake_others()
+
+    def receive(self, consumer: ConsumerId, timeout: float | None) -> Delivery | None:
+        end = None if timeout is None else self._clock.now() + timeout
+        with self._cond:
+            while True:
+                if consumer not in self._inbox or self._closed:
+                    raise Closed(f"consumer {consumer!r} of {self.name!r} is closed")
+                if (delivery := self._take(consumer)) is not None:
+                    return delivery
+                self._pump()
+                if (delivery := self._take(consumer)) is not None:
+                    return delivery
+                now = self._clock.now()
+                if end is not None and now >= end:
+                    return None
+                self._wait(self._nap(now, end))
+
+    # -- settling (XEP-0254 §2.3, §2.4) ----------------------------------------------------------
+
+    def ack(self, message_id: MessageId, consumer: ConsumerId) -> None:
+        self._settle(lambda now: self._engine.ack(message_id, consumer, now=now))
+
+    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> None:
+        self._settle(lambda now: self._engine.unlock(message_id, consumer, now=now, delay=delay))
+
+    def reject(self, message_id: MessageId, consumer: ConsumerId) -> None:
+        self._settle(lambda now: self._engine.reject(message_id, consumer, now=now))
+
+    def extend(self, message_id: MessageId, consumer: ConsumerId, seconds: float | None) -> None:
+        self._settle(
+            lambda now: self._engine.extend(message_id, consumer, now=now, seconds=seconds)
+        )
+
+    def _settle(self, decide: _Decision) -> None:
+        with self._cond:
+            now = self._clock.now()
+            self._apply_all(self._engine.expire(now=now))  # a late answer finds its lock gone
+            self._apply(decide(now))
+            self._wake_others()
+
+    def close(self) -> None:
+        with self._cond:
+            for consumer in list(self._inbox):
+                self.detach(consumer)
+            self._closed = True
+            self._watcher.wakeup()
+        self._watcher.close()
+
+    # -- keeping the engine in step with the folder ------------------------------------------------
+
+    def _take(self, consumer: ConsumerId) -> Delivery | None:
+        inbox = self._inbox[consumer]
+        while inbox:
+            message_id = inbox.popleft()
+            lease = self._engine.lease(message_id)
+            processing = self._locks.get(message_id)
+            body = None if processing is None else self._box.read(State.PROCESSING, processing)
+            if lease is None or processing is None or body is None:
+                self._forget(message_id)  # swept away by another process before we read it
+                continue
+            return Delivery(envelope_of(lease.message.key), body, lease.deadline)
+        return None
+
+    def _pump(self) -> None:
+        if not self._watching:  # news the watcher holds, without waiting for more
+            self._absorb(self._watcher.wait(0))
+        now = self._clock.now()
+        if now >= self._next_scan:
+            self._scan(now)
+        if now >= self._next_sweep:
+            self._next_sweep = now + self._options.sweep_interval
+            release_stale_locks(
+                self._box,
+                now=now,
+                policy=self._options.policy,
+                limits=self._options.limits,
+                own_token=self._token,
+                own_ids=self._locks,
+            )
+        self._apply_all(self._engine.expire(now=now))
+        while self._apply_all(self._engine.dispatch(now=now)):
+            pass  # a claim was lost to another process: its slot is free again
+        self._wake_others()
+
+    def _scan(self, now: float) -> None:
+        self._next_scan = now + self._options.rescan_interval
+        present = {entry.name for entry in self._box.scan(State.TARGET)}
+        for name in self._known.keys() - present:
+            self._engine.withdraw(self._known.pop(name))
+        for name in present - self._known.keys():
+            self._offer(name, now)
+
+    def _offer(self, name: str, now: float) -> None:
+        if name in self._known:
+            return
+        envelope, reason = decode_lenient(name)
+        if len(name.encode()) > MAX_NAME:
+            # No room for a lock suffix: it can never be claimed, so it goes where people look.
+            if self._box.move(State.TARGET, name, State.ERROR):
+                log.error(
+                    "%s: %r is too long to lock (%s): moved to error/",
+                    self.name,
+                    name,
+                    reason or f"more than {MAX_NAME} bytes",
+                )
+            return
+        mtime = 0.0
+        if envelope.timestamp is None:
+            try:
+                mtime = os.stat(self._box.file(State.TARGET, name)).st_mtime
+            except FileNotFoundError:
+                return
+        self._known[name] = envelope.message_id
+        self._engine.offer(ready_of(name, envelope, mtime), now=now)
+
+    def _absorb(self, changes: Changes) -> None:
+        if changes.everything:
+            self._next_scan = 0.0
+            return
+        now = self._clock.now()
+        for name in changes.names:
+            self._offer(name, now)
+
+    def _apply_all(self, effects: list[Effect]) -> bool:
+        """Apply effects in order; True if a claim was lost (dispatch again)."""
+        lost = False
+        for effect in effects:
+            lost = self._apply(effect) or lost
+        return lost
+
+    def _apply(self, effect: Effect) -> bool:
+        message = effect.message
+        match effect:
+            case Claim(holder=holder, deadline=deadline):
+                self._known.pop(message.key, None)
+                processing = locked_name(
+                    message.key, Lock(holder, int(deadline * 1000), self._token)
+                )
+                if not self._box.move(State.TARGET, message.key, State.PROCESSING, processing):
+                    self._engine.claim_lost(message.message_id)
+                    return True
+                self._locks[message.message_id] = processing
+                self._inbox[holder].append(message.message_id)
+            case Finish():
+                processing = self._locks.pop(message.message_id)
+                done = (
+                    self._box.move(State.PROCESSING, processing, State.PROCESSED, message.key)
+                    if self._options.keep_processed
+                    else self._box.remove(State.PROCESSING, processing)
+                )
+                if not done:
+                    raise UnexpectedRequest(message.message_id, "the lock was taken away")
+            case Release(delivery_count=count, holder=holder, not_before=not_before):
+                self._release(
+                    effect,
+                    released_name(
+                        message.key, delivery_count=count, holder=holder, not_before=not_before
+                    ),
+                )
+            case DeadLetter(reason=reason):
+                held = self._locks.pop(message.message_id, None)
+                if held is not None:
+                    why = reason.name.lower().replace("_", "-")
+                    self._box.move(
+                        State.PROCESSING, held, State.ERROR, dead_name(message.key, why)
+                    )
+                    log.warning("%s: %s to error/ (%s)", self.name, message.message_id, why)
+            case Expire():
+                self._known.pop(message.key, None)
+                self._box.move(State.TARGET, message.key, State.EXPIRED)
+            case Extend(holder=holder, deadline=deadline):
+                old = self._locks[message.message_id]
+                new = locked_name(message.key, Lock(holder, int(deadline * 1000), self._token))
+                if not self._box.move(State.PROCESSING, old, State.PROCESSING, new):
+                    self._forget(message.message_id)
+                    raise UnexpectedRequest(message.message_id, "the lock was taken away")
+                self._locks[message.message_id] = new
+        return False
+
+    def _release(self, effect: Release, new: str | None) -> None:
+        message = effect.message
+        processing = self._locks.pop(message.message_id)
+        if new is None:  # the name cannot carry a delivery count: never loop forever on it
+            self._box.move(
+                State.PROCESSING, processing, State.ERROR, dead_name(message.key, "metadata-full")
+            )
+            return
+        if self._box.move(State.PROCESSING, processing, State.TARGET, new):
+            if effect.reason is not ReleaseReason.UNLOCKED:
+                log.info(
+                    "%s: %s %s by %s: redelivering",
+                    self.name,
+                    message.message_id,
+                    effect.reason.name.lower().replace("_", " "),
+                    effect.holder,
+                )
+            self._offer(new, self._clock.now())
+
+    def _forget(self, message_id: MessageId) -> None:
+        self._locks.pop(message_id, None)
+        self._engine.claim_lost(message_id)
+
+    # -- waiting ---------------------------------------------------------------------------------
+
+    def _nap(self, now: float, end: float | None) -> float:
+        limits = [self._next_scan - now, self._next_sweep - now]
+        if end is not None:
+            limits.append(end - now)
+        if (deadline := self._engine.next_deadline()) is not None:
+            limits.append(deadline - now)
+        return max(0.0, min(limits))
+
+    def _wait(self, seconds: float) -> None:
+        """Wait for news with the lock released; one thread watches the folder for all."""
+        if self._watching:
+            self._cond.wait(seconds)
+            return
+        self._watching = True
+        self._cond.release()
+        try:
+            changes = self._watcher.wait(seconds)
+        finally:
+            self._cond.acquire()
+            self._watching = False
+        self._absorb(changes)
+        self._cond.notify_all()
+
+    def _wake_others(self) -> None:
+        self._cond.notify_all()
+        if self._watching:
+            self._watcher.wakeup()

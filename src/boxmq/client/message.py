@@ -1,0 +1,94 @@
+"""A received message, and what its consumer can say about it (the small ack vocabulary)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from boxmq.model import ConsumerId, Envelope, MessageClass, MessageId, PropertyValue
+
+__all__ = ["Message", "Settler"]
+
+
+class Settler(Protocol):
+    """Whoever can end or change a lock: a consumer in this process, or the queue's files."""
+
+    def ack(self, message_id: MessageId, consumer: ConsumerId) -> None: ...
+    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> None: ...
+    def reject(self, message_id: MessageId, consumer: ConsumerId) -> None: ...
+    def extend(
+        self, message_id: MessageId, consumer: ConsumerId, seconds: float | None
+    ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Message:
+    """One delivery of a message to one consumer, locked until acked, unlocked or rejected."""
+
+    queue: str
+    envelope: Envelope
+    body: bytes
+    consumer: ConsumerId
+    lock_deadline: float  # epoch seconds; after it the lock times out and the message moves on
+    _settler: Settler
+
+    @property
+    def id(self) -> MessageId:
+        return self.envelope.message_id
+
+    @property
+    def priority(self) -> int:
+        return self.envelope.priority
+
+    @property
+    def properties(self) -> dict[str, PropertyValue]:
+        return self.envelope.user_properties()
+
+    @property
+    def delivery_count(self) -> int:
+        """How many times it was delivered, this delivery included (1 the first time)."""
+        return self.envelope.delivery_count + 1
+
+    @property
+    def expiration(self) -> float | None:
+        return self.envelope.expiration / 1000 if self.envelope.expiration else None
+
+    @property
+    def timestamp(self) -> float | None:
+        stamp = self.envelope.timestamp
+        return stamp / 1000 if stamp is not None else None
+
+    @property
+    def correlation_id(self) -> str | None:
+        return self.envelope.correlation_id
+
+    @property
+    def reply_to(self) -> str | None:
+        return self.envelope.reply_to
+
+    @property
+    def type(self) -> str | None:
+        return self.envelope.type
+
+    @property
+    def message_class(self) -> MessageClass:
+        return self.envelope.message_class
+
+    def text(self, encoding: str = "utf-8") -> str:
+        return self.body.decode(encoding)
+
+    def ack(self) -> None:
+        """Done: the message moves to processed/ (XEP-0254 §2.3, delete)."""
+        self._settler.ack(self.id, self.consumer)
+
+    def unlock(self, delay: float = 0.0) -> None:
+        """Cannot handle it: give it to the next consumer, after `delay` seconds (§2.4)."""
+        self._settler.unlock(self.id, self.consumer, delay)
+
+    def reject(self) -> None:
+        """It can never be handled: straight to error/, no redelivery."""
+        self._settler.reject(self.id, self.consumer)
+
+    def extend(self, seconds: float | None = None) -> None:
+        """Still working on it: push the lock deadline to now + seconds (or the lock timeout)."""
+        self._settler.extend(self.id, self.consumer, seconds)

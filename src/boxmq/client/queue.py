@@ -1,0 +1,274 @@
+"""A queue of the embedded API: put, consume, inspect and repair, straight on the files."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from boxmq.client.consumer import Consumer
+from boxmq.client.disk_locks import DiskSettler
+from boxmq.client.lifecycle import PUT_HEADROOM, envelope_of, ready_of, redrive_name
+from boxmq.client.live_queue import LiveQueue
+from boxmq.client.message import Message
+from boxmq.core import QueuePolicy
+from boxmq.errors import InvalidArgument, InvalidName, MetadataTooLong
+from boxmq.ids import IdFactory
+from boxmq.model import (
+    RESERVED_PREFIX,
+    ConsumerId,
+    Envelope,
+    MessageClass,
+    MessageId,
+    Property,
+    PropertyValue,
+    properties_from,
+)
+from boxmq.store.dropbox import Dropbox
+from boxmq.store.layout import State
+from boxmq.store.names import MAX_NAME, Lock, check_consumer_name, encode, locked_name
+
+__all__ = ["Outgoing", "Peeked", "Queue", "QueueCounts"]
+
+_INT32 = 2**31
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A message to put, for `put_many`."""
+
+    body: bytes | str
+    priority: int = 4
+    properties: Mapping[str, PropertyValue | Property] | None = None
+    expires_in: float | None = None
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Peeked:
+    envelope: Envelope
+    size: int
+    state: State
+    holder: ConsumerId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """How many files each state folder holds; `ready` includes delayed messages."""
+
+    ready: int
+    locked: int
+    done: int
+    dead: int
+    expired: int
+    uncommitted: int
+
+
+class Queue:
+    def __init__(
+        self,
+        name: str,
+        box: Dropbox,
+        *,
+        ids: IdFactory,
+        now: Callable[[], float],
+        policy: QueuePolicy,
+        keep_processed: bool,
+        live: Callable[[], LiveQueue],
+    ) -> None:
+        self.name = name
+        self._box = box
+        self._ids = ids
+        self._now = now
+        self._live = live
+        self._disk = DiskSettler(box, policy, now, keep_processed)
+
+    # -- producing ---------------------------------------------------------------------------
+
+    def put(
+        self,
+        body: bytes | str,
+        *,
+        priority: int = 4,
+        properties: Mapping[str, PropertyValue | Property] | None = None,
+        expires_in: float | None = None,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+        type: str | None = None,
+    ) -> MessageId:
+        """Send one message; returns its id once it is as durable as the fsync policy says."""
+        outgoing = Outgoing(body, priority, properties, expires_in, correlation_id, reply_to, type)
+        return self.put_many([outgoing])[0]
+
+    def put_many(self, messages: Iterable[Outgoing | bytes | str]) -> list[MessageId]:
+        """Send many messages with one commit (one flush for all under fsync=always)."""
+        moves, ids = [], []
+        for item in messages:
+            outgoing = item if isinstance(item, Outgoing) else Outgoing(item)
+            envelope, body = self._envelope(outgoing)
+            while True:
+                try:
+                    moves.append(self._box.write(encode(envelope), body))
+                    break
+                except FileExistsError:  # an id taken in working/: draw again
+                    envelope = replace(envelope, message_id=self._ids.new())
+            ids.append(envelope.message_id)
+        self._box.send(moves)
+        return ids
+
+    def _envelope(self, outgoing: Outgoing) -> tuple[Envelope, bytes]:
+        if not -_INT32 <= outgoing.priority < _INT32:
+            raise InvalidArgument(f"priority {outgoing.priority} is outside -2^31..2^31-1")
+        if outgoing.expires_in is not None and outgoing.expires_in <= 0:
+            raise InvalidArgument("expires_in must be a positive number of seconds")
+        properties = dict(outgoing.properties or {})
+        for key in properties:
+            if not key or key.startswith(RESERVED_PREFIX):
+                raise InvalidName(f"property name {key!r}: empty, or in boxmq's {RESERVED_PREFIX}*")
+        text = isinstance(outgoing.body, str)
+        envelope = Envelope(
+            message_id=self._ids.new(),
+            priority=outgoing.priority,
+            message_class=MessageClass.TEXT if text else MessageClass.BYTES,
+            expiration=(
+                int((self._now() + outgoing.expires_in) * 1000) if outgoing.expires_in else 0
+            ),
+            correlation_id=outgoing.correlation_id,
+            reply_to=outgoing.reply_to,
+            type=outgoing.type,
+            properties=properties_from(properties),
+        )
+        length = len(encode(envelope).encode())
+        if length > MAX_NAME - PUT_HEADROOM:
+            raise MetadataTooLong(
+                f"the metadata needs {length} bytes of file name, the limit for a put is "
+                f"{MAX_NAME - PUT_HEADROOM}: shorten the properties, correlation id, reply-to "
+                "or type, or move them into the body"
+            )
+        body = outgoing.body.encode() if isinstance(outgoing.body, str) else bytes(outgoing.body)
+        return envelope, body
+
+    # -- consuming ---------------------------------------------------------------------------
+
+    def consumer(
+        self, name: str, *, max_in_flight: int = 1, lock_timeout: float = 30.0
+    ) -> Consumer:
+        """A consumer in this process; iterate it, or call `receive`. Close it when done."""
+        consumer = check_consumer_name(name)
+        live = self._live()
+        live.attach(consumer, max_in_flight=max_in_flight, lock_timeout=lock_timeout)
+        return Consumer(live, consumer)
+
+    def get(self, consumer: str = "cli", *, lock_timeout: float = 30.0) -> Message | None:
+        """Lock the next ready message for `consumer`, with no process bound to the lock.
+
+        The lock lives until its deadline or until `ack`/`unlock`/`reject` by id, from any
+        process: this is what the CLI uses. Returns None if nothing is ready.
+        """
+        holder = check_consumer_name(consumer)
+        if lock_timeout <= 0:
+            raise InvalidArgument("the lock timeout must be a positive number of seconds")
+        now = self._now()
+        for name, envelope in self._ready_in_order(now):
+            deadline = now + lock_timeout
+            processing = locked_name(name, Lock(holder, int(deadline * 1000), ""))
+            if not self._box.move(State.TARGET, name, State.PROCESSING, processing):
+                continue  # another consumer was faster
+            body = self._box.read(State.PROCESSING, processing)
+            if body is None:
+                continue
+            return Message(self.name, envelope, body, holder, deadline, self._disk)
+        return None
+
+    def _ready_in_order(self, now: float) -> Iterable[tuple[str, Envelope]]:
+        ready = []
+        for entry in self._box.scan(State.TARGET):
+            envelope = envelope_of(entry.name)
+            if envelope.expired(now):
+                self._box.move(State.TARGET, entry.name, State.EXPIRED)
+            elif envelope.not_before <= now and len(entry.name.encode()) <= MAX_NAME:
+                item = ready_of(entry.name, envelope, _mtime(entry.path, envelope))
+                ready.append((-item.priority, item.sequence, entry.name, envelope))
+        heapq.heapify(ready)
+        while ready:
+            _, _, name, envelope = heapq.heappop(ready)
+            yield name, envelope
+
+    def ack(self, message_id: str, consumer: str = "cli") -> None:
+        self._disk.ack(MessageId(message_id), check_consumer_name(consumer))
+
+    def unlock(self, message_id: str, consumer: str = "cli", *, delay: float = 0.0) -> None:
+        self._disk.unlock(MessageId(message_id), check_consumer_name(consumer), delay)
+
+    def reject(self, message_id: str, consumer: str = "cli") -> None:
+        self._disk.reject(MessageId(message_id), check_consumer_name(consumer))
+
+    def extend(self, message_id: str, consumer: str = "cli", *, seconds: float) -> None:
+        self._disk.extend(MessageId(message_id), check_consumer_name(consumer), seconds)
+
+    # -- inspecting and repairing ----------------------------------------------------------------
+
+    def counts(self) -> QueueCounts:
+        return QueueCounts(
+            ready=self._box.count(State.TARGET),
+            locked=self._box.count(State.PROCESSING),
+            done=self._box.count(State.PROCESSED),
+            dead=self._box.count(State.ERROR),
+            expired=self._box.count(State.EXPIRED),
+            uncommitted=self._box.count(State.WORKING),
+        )
+
+    def peek(self, *, state: State = State.TARGET, limit: int | None = None) -> list[Peeked]:
+        """Messages in one state folder without locking them, in delivery order for target/."""
+        from boxmq.store.names import split_lock
+
+        seen = []
+        for entry in self._box.scan(state):
+            name, lock = split_lock(entry.name) if state is State.PROCESSING else (entry.name, None)
+            envelope = envelope_of(name)
+            size = _size(entry.path)
+            if size is not None:
+                seen.append(Peeked(envelope, size, state, lock.owner if lock else None))
+        seen.sort(
+            key=lambda p: (-p.envelope.priority, p.envelope.timestamp or 0, p.envelope.message_id)
+        )
+        return seen[:limit] if limit is not None else seen
+
+    def purge(self, *, state: State = State.TARGET) -> int:
+        """Delete every message in one state folder; how many were deleted."""
+        if state in (State.PROCESSING, State.WORKING):
+            raise InvalidArgument(f"{state.value}/ holds messages in use; purge another state")
+        return sum(self._box.remove(state, entry.name) for entry in list(self._box.scan(state)))
+
+    def requeue(self, *, source: State = State.ERROR) -> int:
+        """Send dead (or expired, or processed) messages back to target/: a redrive."""
+        if source in (State.TARGET, State.PROCESSING, State.WORKING):
+            raise InvalidArgument(
+                f"requeue takes messages from error, expired or processed, not {source.value}"
+            )
+        moved = 0
+        for entry in list(self._box.scan(source)):
+            moved += self._box.move(source, entry.name, State.TARGET, redrive_name(entry.name))
+        return moved
+
+
+def _mtime(path: str, envelope: Envelope) -> float:
+    import os
+
+    if envelope.timestamp is not None:
+        return 0.0
+    try:
+        return os.stat(path).st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def _size(path: str) -> int | None:
+    import os
+
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,136 @@
+"""Housekeeping of one dropbox: what no consumer in this process would otherwise notice.
+
+- locks in processing/ whose deadline passed, or whose process died (DESIGN.md §4): back to
+  target/ with the delivery count raised, or to error/ once max deliveries is reached;
+- messages in target/ whose expiration passed: to expired/;
+- files left in working/ by a producer that never committed them: deleted by age, never sent;
+- processed/ files older than the retention: deleted.
+
+Every move is one rename of the file as it was seen; if another process moved it first the
+rename finds nothing and the sweep goes on. Any number of processes may sweep one root at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Container
+from dataclasses import dataclass
+
+from boxmq.client.lifecycle import dead_name, envelope_of, released_name
+from boxmq.core import QueuePolicy
+from boxmq.model import MessageId
+from boxmq.store.dropbox import Dropbox
+from boxmq.store.layout import State
+from boxmq.store.names import split_lock
+from boxmq.store.process import process_alive
+
+__all__ = ["SweepLimits", "SweepReport", "release_stale_locks", "sweep"]
+
+log = logging.getLogger("boxmq.sweep")
+
+
+@dataclass(frozen=True, slots=True)
+class SweepLimits:
+    foreign_lock_timeout: float = (
+        300.0  # a processing/ file with no boxmq lock (a DropboxMQ consumer)
+    )
+    working_ttl: float = 3600.0  # an uncommitted file older than this is abandoned
+    processed_retention: float | None = 86400.0  # None = keep acknowledged messages forever
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    released: int = 0
+    dead: int = 0
+    expired: int = 0
+    abandoned: int = 0
+    purged: int = 0
+
+    def __bool__(self) -> bool:
+        return any((self.released, self.dead, self.expired, self.abandoned, self.purged))
+
+
+def release_stale_locks(
+    box: Dropbox,
+    *,
+    now: float,
+    policy: QueuePolicy,
+    limits: SweepLimits,
+    own_token: str = "",
+    own_ids: Container[MessageId] = (),
+) -> tuple[int, int]:
+    """Release timed-out and orphaned locks; (released, dead-lettered). Skips our live leases."""
+    released = dead = 0
+    for entry in box.scan(State.PROCESSING):
+        name, lock = split_lock(entry.name)
+        envelope = envelope_of(name)
+        if lock is not None and lock.token == own_token and envelope.message_id in own_ids:
+            continue  # ours, and our engine's timer watches it
+        if lock is None:
+            age = box.age(State.PROCESSING, entry.name, now)
+            if age is None or age < limits.foreign_lock_timeout:
+                continue
+            why, holder = "lock without owner timed out", None
+        elif lock.deadline_ms <= now * 1000:
+            why, holder = f"lock of {lock.owner!r} timed out", lock.owner
+        elif lock.token and process_alive(lock.token) is False:
+            why, holder = f"process of {lock.owner!r} is gone", lock.owner
+        else:
+            continue
+        count = envelope.delivery_count + 1
+        limit = policy.max_deliveries
+        new = (
+            None
+            if limit is not None and count >= limit
+            else released_name(name, delivery_count=count, holder=holder, not_before=0.0)
+        )
+        if new is None:
+            if box.move(
+                State.PROCESSING, entry.name, State.ERROR, dead_name(name, "max-deliveries")
+            ):
+                dead += 1
+                log.warning(
+                    "%s: %s; delivered %d times: to error/", envelope.message_id, why, count
+                )
+        elif box.move(State.PROCESSING, entry.name, State.TARGET, new):
+            released += 1
+            log.info("%s: %s; redelivering (delivery %d)", envelope.message_id, why, count + 1)
+    return released, dead
+
+
+def expire_ready(box: Dropbox, *, now: float) -> int:
+    expired = 0
+    for entry in box.scan(State.TARGET):
+        if envelope_of(entry.name).expired(now) and box.move(
+            State.TARGET, entry.name, State.EXPIRED
+        ):
+            expired += 1
+    return expired
+
+
+def _remove_older(box: Dropbox, state: State, *, now: float, age: float) -> int:
+    removed = 0
+    for entry in box.scan(state):
+        seen = box.age(state, entry.name, now)
+        if seen is not None and seen > age and box.remove(state, entry.name):
+            removed += 1
+    return removed
+
+
+def sweep(
+    box: Dropbox, *, now: float, policy: QueuePolicy, limits: SweepLimits, name: str
+) -> SweepReport:
+    released, dead = release_stale_locks(box, now=now, policy=policy, limits=limits)
+    expired = expire_ready(box, now=now)
+    abandoned = _remove_older(box, State.WORKING, now=now, age=limits.working_ttl)
+    if abandoned:
+        log.warning(
+            "%s: deleted %d uncommitted file(s) older than %gs in working/",
+            name,
+            abandoned,
+            limits.working_ttl,
+        )
+    purged = 0
+    if limits.processed_retention is not None:
+        purged = _remove_older(box, State.PROCESSED, now=now, age=limits.processed_retention)
+    return SweepReport(released, dead, expired, abandoned, purged)

@@ -1,0 +1,102 @@
+"""What the queue engine asks the runtime to do: one effect, one rename.
+
+Invariants:
+- Effects are values; the engine has already updated its own state when it returns one.
+- Each effect names exactly one state change of one file (DESIGN.md §1): `Claim` target →
+  processing, `Finish` processing → processed, `Release` processing → target, `DeadLetter`
+  processing → error, `Expire` target → expired, `Extend` processing → processing.
+- After `Finish`, `Release`, `DeadLetter` and `Expire` the engine no longer holds the message as
+  ready; a released one comes back through `QueueEngine.offer` with its new key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import TypeAlias
+
+from boxmq.core.ready import Ready
+from boxmq.model import ConsumerId
+
+__all__ = [
+    "Claim",
+    "DeadLetter",
+    "DeadReason",
+    "Effect",
+    "Expire",
+    "Extend",
+    "Finish",
+    "Release",
+    "ReleaseReason",
+]
+
+
+class ReleaseReason(Enum):
+    UNLOCKED = "unlocked"  # XEP-0254 §2.4: the holder unlocked it
+    TIMED_OUT = "timed-out"  # XEP-0254 §4: no delete or unlock in time
+    OWNER_GONE = "owner-gone"  # XEP-0254 §4: unavailable presence, disconnect, process died
+
+
+class DeadReason(Enum):
+    REJECTED = "rejected"  # the holder said it can never be processed
+    MAX_DELIVERIES = "max-deliveries"  # released too many times: a poison message
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Lock `message` for `holder` until `deadline` (target → processing). XEP-0254 §2.2."""
+
+    message: Ready
+    holder: ConsumerId
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The holder acked it (XEP-0254 §2.3 delete): processing → processed."""
+
+    message: Ready
+    holder: ConsumerId
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Unlock it for redelivery: processing → target.
+
+    `delivery_count` is already incremented; `not_before` is now + delay, or 0 for no delay.
+    The holder becomes the file's last holder, so that it goes to the *next* consumer.
+    """
+
+    message: Ready
+    holder: ConsumerId
+    reason: ReleaseReason
+    not_before: float
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Processing → error. `holder` is None when no consumer held it."""
+
+    message: Ready
+    holder: ConsumerId | None
+    reason: DeadReason
+
+
+@dataclass(frozen=True, slots=True)
+class Expire:
+    """Its expiration passed before it was delivered: target → expired."""
+
+    message: Ready
+
+
+@dataclass(frozen=True, slots=True)
+class Extend:
+    """The holder is still working on it: the lock now lasts until `deadline`."""
+
+    message: Ready
+    holder: ConsumerId
+    deadline: float
+
+
+Effect: TypeAlias = Claim | Finish | Release | DeadLetter | Expire | Extend

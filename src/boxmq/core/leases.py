@@ -1,0 +1,97 @@
+"""Locks with deadlines: which consumer holds which message, and until when.
+
+Invariants:
+- A message id has at most one lease; a consumer's leases are indexed for counting.
+- Deadlines sit in a min-heap pruned lazily: an item whose deadline no longer matches the lease
+  (extended, dropped) is skipped, so `due` and `next_deadline` never scan every lease.
+- Nothing here reads a clock; callers pass `now` (STYLE.md snippet 3). Whether a dropped lease was
+  an ack, a release or a rejection is the caller's business.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, replace
+
+from boxmq.core.ready import Ready
+from boxmq.errors import InvalidArgument
+from boxmq.model import ConsumerId, MessageId
+
+__all__ = ["Lease", "LeaseTable"]
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """`holder` has locked `message` until `deadline` (epoch seconds). XEP-0254 §2.2."""
+
+    message: Ready
+    holder: ConsumerId
+    deadline: float
+
+
+class LeaseTable:
+    def __init__(self) -> None:
+        self._leases: dict[MessageId, Lease] = {}
+        self._by_holder: dict[ConsumerId, dict[MessageId, Lease]] = {}
+        self._deadlines: list[tuple[float, MessageId]] = []  # min-heap, pruned lazily
+
+    def __len__(self) -> int:
+        return len(self._leases)
+
+    def __contains__(self, message_id: object) -> bool:
+        return message_id in self._leases
+
+    def get(self, message_id: MessageId) -> Lease | None:
+        return self._leases.get(message_id)
+
+    def of(self, holder: ConsumerId) -> list[Lease]:
+        """The holder's leases, oldest claim first."""
+        return list(self._by_holder.get(holder, {}).values())
+
+    def count(self, holder: ConsumerId) -> int:
+        return len(self._by_holder.get(holder, ()))
+
+    def claim(self, message: Ready, holder: ConsumerId, *, deadline: float) -> Lease:
+        if message.message_id in self._leases:
+            raise InvalidArgument(f"{message.message_id} is already leased")
+        return self._store(Lease(message, holder, deadline))
+
+    def extend(self, message_id: MessageId, *, deadline: float) -> Lease:
+        """Move the deadline of an existing lease (KeyError if there is none)."""
+        return self._store(replace(self._leases[message_id], deadline=deadline))
+
+    def drop(self, message_id: MessageId) -> Lease | None:
+        lease = self._leases.pop(message_id, None)
+        if lease is not None:
+            held = self._by_holder[lease.holder]
+            del held[message_id]
+            if not held:
+                del self._by_holder[lease.holder]
+        return lease
+
+    def due(self, *, now: float) -> list[Lease]:
+        """Drop and return the leases whose deadline is <= now, earliest first."""
+        expired: list[Lease] = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            deadline, message_id = heapq.heappop(self._deadlines)
+            lease = self._leases.get(message_id)
+            if lease is not None and lease.deadline == deadline:
+                self.drop(message_id)
+                expired.append(lease)
+        return expired
+
+    def next_deadline(self) -> float | None:
+        while self._deadlines:
+            deadline, message_id = self._deadlines[0]
+            lease = self._leases.get(message_id)
+            if lease is not None and lease.deadline == deadline:
+                return deadline
+            heapq.heappop(self._deadlines)
+        return None
+
+    def _store(self, lease: Lease) -> Lease:
+        message_id = lease.message.message_id
+        self._leases[message_id] = lease
+        self._by_holder.setdefault(lease.holder, {})[message_id] = lease
+        heapq.heappush(self._deadlines, (lease.deadline, message_id))
+        return lease

@@ -1,0 +1,302 @@
+"""The queue engine: the in-memory brain of ONE queue in ONE process (XEP-0254 semantics).
+
+The directory is the truth (DESIGN.md §1). The runtime tells the engine what it sees in target/
+(`offer`, `withdraw`), what consumers ask (`ack`, `unlock`, `reject`, `extend`) and what time it
+is; the engine answers with effects, which the runtime applies as renames. Another process may
+win a claim, and then the runtime calls `claim_lost`.
+
+Invariants:
+- A message id is in at most one place: ready (maybe delayed), leased, or released and awaiting
+  its next offer. Finished, dead, expired, withdrawn and lost messages are forgotten.
+- A claim never takes a consumer beyond its `max_in_flight` (XEP-0254 §2.1 queue_requests);
+  delayed and released messages count against nobody.
+- A release adds one to the delivery count; reaching `max_deliveries` turns it into a dead
+  letter instead.
+- Lock errors are decided by `check_holder` alone (XEP-0254 §2.3/§2.4).
+- A lease stays valid until `expire(now)` reports it; `next_deadline()` says when to call
+  `expire` and then `dispatch` again, and nothing here reads a clock or scans the backlog for it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from boxmq.core.dispatch import Dispatch, Picker
+from boxmq.core.effects import (
+    Claim,
+    DeadLetter,
+    DeadReason,
+    Effect,
+    Expire,
+    Extend,
+    Finish,
+    Release,
+    ReleaseReason,
+)
+from boxmq.core.leases import Lease, LeaseTable
+from boxmq.core.ownership import PastHolders, check_holder
+from boxmq.core.ready import Lane, Ready, ReadySet
+from boxmq.errors import InvalidArgument
+from boxmq.model import ConsumerId, MessageId
+
+__all__ = ["QueueEngine", "QueuePolicy", "QueueStats"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    max_deliveries: int | None = 5  # a release reaching this count dead-letters; None: unlimited
+    dispatch: Dispatch = Dispatch.ROUND_ROBIN
+    handoff: float = 1.0  # seconds a released message waits for *another* consumer
+
+    def __post_init__(self) -> None:
+        if self.max_deliveries is not None and self.max_deliveries < 1:
+            raise InvalidArgument(f"max_deliveries must be >= 1 or None, not {self.max_deliveries}")
+        if not (math.isfinite(self.handoff) and self.handoff >= 0):
+            raise InvalidArgument(f"handoff must be a finite number >= 0, not {self.handoff}")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    ready: int
+    delayed: int
+    in_flight: int
+    consumers: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    max_in_flight: int
+    lock_timeout: float
+
+
+_DEFAULT_POLICY = QueuePolicy()
+
+
+class QueueEngine:
+    """One queue: ready messages, consumers and their leases. Callers pass `now`."""
+
+    def __init__(
+        self, *, policy: QueuePolicy = _DEFAULT_POLICY, rng: random.Random | None = None
+    ) -> None:
+        self._policy = policy
+        self._consumers: dict[ConsumerId, _Limits] = {}
+        self._leases = LeaseTable()
+        self._ready = ReadySet(handoff=policy.handoff)
+        self._past = PastHolders()
+        # A fixed seed by default keeps the core deterministic; pass an rng to vary it.
+        self._picker = Picker(policy.dispatch, rng if rng is not None else random.Random(0))
+        self._consumers_changed()
+
+    # -- consumers ------------------------------------------------------------------------
+
+    def add_consumer(
+        self, consumer: ConsumerId, *, max_in_flight: int, lock_timeout: float
+    ) -> None:
+        """Add a consumer, or update its limits. `max_in_flight` is XEP-0254 queue_requests."""
+        if isinstance(max_in_flight, bool) or max_in_flight < 1:
+            raise InvalidArgument(f"max_in_flight must be >= 1, not {max_in_flight}")
+        if not (math.isfinite(lock_timeout) and lock_timeout > 0):
+            raise InvalidArgument(f"lock_timeout must be a finite number > 0, not {lock_timeout}")
+        added = consumer not in self._consumers
+        self._consumers[consumer] = _Limits(max_in_flight, lock_timeout)
+        if added:
+            self._consumers_changed()
+
+    def remove_consumer(self, consumer: ConsumerId, *, now: float) -> list[Effect]:
+        """The owner is gone: release all its leases at once (XEP-0254 §4)."""
+        if consumer not in self._consumers:
+            return []
+        effects: list[Effect] = []
+        for lease in self._leases.of(consumer):
+            self._leases.drop(lease.message.message_id)
+            effects.append(self._release(lease, ReleaseReason.OWNER_GONE, not_before=0.0))
+        del self._consumers[consumer]
+        self._consumers_changed()
+        return effects
+
+    # -- what the runtime sees in target/ -------------------------------------------------
+
+    def offer(self, message: Ready, *, now: float) -> None:
+        """The message is in target/. Replaces an unleased one with the same id."""
+        if message.message_id in self._leases:
+            return
+        self._past.offered(message.message_id, message.last_holder)
+        self._ready.put(message, now=now)
+
+    def withdraw(self, message_id: MessageId) -> None:
+        """It vanished from target/ (another process took it)."""
+        if message_id in self._leases:
+            return  # our own claim moved it
+        self._ready.remove(message_id)
+        self._past.forget(message_id)
+
+    def claim_lost(self, message_id: MessageId) -> None:
+        """Another process won the rename: free the slot and forget the message."""
+        self._leases.drop(message_id)
+        self._ready.remove(message_id)
+        self._past.forget(message_id)
+
+    # -- time -----------------------------------------------------------------------------
+
+    def dispatch(self, *, now: float) -> list[Effect]:
+        """Hand out ready messages to consumers with free slots (XEP-0254 §2.2)."""
+        effects: list[Effect] = self._tick(now)
+        free = {
+            consumer: None
+            for consumer, limits in self._consumers.items()
+            if self._leases.count(consumer) < limits.max_in_flight
+        }
+        if not free:
+            return effects
+
+        def visit(message: Ready, offered_at: float) -> bool:
+            handoff_over = now >= offered_at + self._policy.handoff
+            consumer = self._picker.pick(
+                message, free, load=self._leases.count, handoff_over=handoff_over
+            )
+            if consumer is None:
+                return False
+            effects.append(self._claim(message, consumer, now=now))
+            if self._leases.count(consumer) >= self._consumers[consumer].max_in_flight:
+                del free[consumer]
+            return True
+
+        lanes: list[Lane] = list(free) if self._picker.partitioned else [None]
+        for lane in lanes:
+            self._ready.drain(lane, visit, until=_stop_when_full(free, lane))
+        return effects
+
+    def expire(self, *, now: float) -> list[Effect]:
+        """Time out leases (XEP-0254 §4) and expire ready messages whose time passed."""
+        effects: list[Effect] = [
+            self._release(lease, ReleaseReason.TIMED_OUT, not_before=0.0)
+            for lease in self._leases.due(now=now)
+        ]
+        effects.extend(self._tick(now))
+        return effects
+
+    def next_deadline(self) -> float | None:
+        """When `expire(now)` and then `dispatch(now)` may have something new to do."""
+        times = [
+            t for t in (self._leases.next_deadline(), self._ready.next_deadline()) if t is not None
+        ]
+        return min(times, default=None)
+
+    # -- what the holder asks ---------------------------------------------------------------
+
+    def ack(self, message_id: MessageId, consumer: ConsumerId, *, now: float) -> Finish:
+        """XEP-0254 §2.3: the holder deletes the item; it is done."""
+        lease = self._held(message_id, consumer)
+        self._forget(message_id)
+        return Finish(lease.message, lease.holder)
+
+    def unlock(
+        self, message_id: MessageId, consumer: ConsumerId, *, now: float, delay: float = 0.0
+    ) -> Release | DeadLetter:
+        """XEP-0254 §2.4: the holder gives it back, for the next consumer (after `delay`)."""
+        if not (math.isfinite(delay) and delay >= 0):
+            raise InvalidArgument(f"delay must be a finite number >= 0, not {delay}")
+        lease = self._held(message_id, consumer)
+        self._leases.drop(message_id)
+        not_before = now + delay if delay > 0 else 0.0
+        return self._release(lease, ReleaseReason.UNLOCKED, not_before=not_before)
+
+    def reject(self, message_id: MessageId, consumer: ConsumerId, *, now: float) -> DeadLetter:
+        """The holder says it can never be processed: straight to error/, no redelivery."""
+        lease = self._held(message_id, consumer)
+        self._forget(message_id)
+        return DeadLetter(lease.message, lease.holder, DeadReason.REJECTED)
+
+    def extend(
+        self,
+        message_id: MessageId,
+        consumer: ConsumerId,
+        *,
+        now: float,
+        seconds: float | None = None,
+    ) -> Extend:
+        """Work in progress: the lock lasts `seconds` (default: its lock_timeout) from now."""
+        if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+            raise InvalidArgument(f"seconds must be a finite number > 0, not {seconds}")
+        self._held(message_id, consumer)
+        if seconds is None:
+            seconds = self._consumers[consumer].lock_timeout
+        lease = self._leases.extend(message_id, deadline=now + seconds)
+        return Extend(lease.message, lease.holder, lease.deadline)
+
+    # -- queries --------------------------------------------------------------------------
+
+    def leases_of(self, consumer: ConsumerId) -> list[Lease]:
+        return self._leases.of(consumer)
+
+    def lease(self, message_id: MessageId) -> Lease | None:
+        return self._leases.get(message_id)
+
+    def statistics(self) -> QueueStats:
+        delayed = self._ready.delayed
+        return QueueStats(
+            ready=len(self._ready) - delayed,
+            delayed=delayed,
+            in_flight=len(self._leases),
+            consumers=len(self._consumers),
+        )
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _consumers_changed(self) -> None:
+        self._picker.set_consumers(list(self._consumers))
+        if self._picker.partitioned:
+            self._ready.relane(self._picker.lane_of)
+
+    def _tick(self, now: float) -> list[Effect]:
+        self._ready.tick(now=now)
+        expired: list[Effect] = []
+        for message in self._ready.pop_expired(now=now):
+            self._past.forget(message.message_id)
+            expired.append(Expire(message))
+        return expired
+
+    def _claim(self, message: Ready, consumer: ConsumerId, *, now: float) -> Claim:
+        deadline = now + self._consumers[consumer].lock_timeout
+        self._leases.claim(message, consumer, deadline=deadline)
+        return Claim(message, consumer, deadline)
+
+    def _held(self, message_id: MessageId, consumer: ConsumerId) -> Lease:
+        """The consumer's lease on the message, or the XEP-0254 error that says why not."""
+        lease = self._leases.get(message_id)
+        check_holder(
+            message_id,
+            consumer,
+            holder=lease.holder if lease is not None else None,
+            known=message_id in self._ready or self._past.is_parked(message_id),
+            past_holders=self._past.of(message_id),
+        )
+        assert lease is not None  # check_holder returned: the requester holds it
+        return lease
+
+    def _release(
+        self, lease: Lease, reason: ReleaseReason, *, not_before: float
+    ) -> Release | DeadLetter:
+        """Turn a dropped lease into a redelivery, or a dead letter at max deliveries."""
+        message, holder = lease.message, lease.holder
+        count = message.delivery_count + 1
+        limit = self._policy.max_deliveries
+        if limit is not None and count >= limit:
+            self._past.forget(message.message_id)
+            return DeadLetter(message, holder, DeadReason.MAX_DELIVERIES)
+        self._past.released(message.message_id, holder)
+        return Release(message, holder, reason, not_before, count)
+
+    def _forget(self, message_id: MessageId) -> None:
+        self._leases.drop(message_id)
+        self._past.forget(message_id)
+
+
+def _stop_when_full(free: dict[ConsumerId, None], lane: Lane) -> Callable[[], bool]:
+    """Stop draining a lane when nobody (or, for a consumer's own lane, it) has room left."""
+    if lane is None:
+        return lambda: not free
+    return lambda: lane not in free

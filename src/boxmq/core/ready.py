@@ -1,0 +1,201 @@
+"""Messages the engine may hand out, and the order it hands them out in.
+
+A `Ready` is what the runtime saw in target/: one file, described by its metadata. `ReadySet`
+keeps the ones this process has not claimed yet.
+
+Invariants:
+- Each message id is in the set at most once. Offering it again replaces it but keeps the time
+  it was first offered, so a re-scan of target/ does not restart its handoff.
+- Every entry is either *delayed* (its not_before was in the future at the last tick) or waits
+  in exactly one *lane*. A lane is a heap ordered by priority (higher first), then sequence
+  (FIFO), then key. There is one lane unless the dispatcher partitions by consumer.
+- Heaps are pruned lazily: an item whose generation no longer matches its entry is ignored.
+- Everything timed (not_before, expiration, handoff ends) sits in a heap, so `tick`,
+  `pop_expired` and `next_deadline` never scan the whole backlog.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from boxmq.model import DEFAULT_PRIORITY, ConsumerId, MessageId
+
+__all__ = ["Lane", "Ready", "ReadySet"]
+
+Lane: TypeAlias = ConsumerId | None  # the consumer a partitioned lane feeds; None: the one lane
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """A message the engine may hand out. `key` is opaque to the core (the runtime's file name)."""
+
+    key: str
+    message_id: MessageId
+    priority: int = DEFAULT_PRIORITY  # higher first
+    sequence: float = 0.0  # FIFO order within a priority (e.g. the enqueue time); ties by key
+    expiration: float = 0.0  # epoch seconds, 0 = never
+    not_before: float = 0.0  # epoch seconds; delayed until then
+    delivery_count: int = 0  # deliveries so far that ended without an ack
+    last_holder: ConsumerId | None = None
+    group_key: str | None = None  # for hash-by-key dispatch (falls back to message_id)
+
+    def expired(self, now: float) -> bool:
+        return 0 < self.expiration <= now
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    ready: Ready
+    offered_at: float
+    generation: int
+
+
+_Timed = tuple[float, int, MessageId]  # (when, generation, message id)
+_Queued = tuple[int, float, str, MessageId, int]  # (-priority, sequence, key, id, generation)
+
+
+def _one_lane(ready: Ready) -> Lane:
+    return None
+
+
+class ReadySet:
+    """The unclaimed messages of one queue, ordered for dispatch. Callers pass `now`."""
+
+    def __init__(self, *, handoff: float) -> None:
+        self._handoff = handoff
+        self._entries: dict[MessageId, _Entry] = {}
+        self._delayed: set[MessageId] = set()
+        self._lanes: dict[Lane, list[_Queued]] = {}
+        self._lane_of: Callable[[Ready], Lane] = _one_lane
+        self._not_before: list[_Timed] = []
+        self._expirations: list[_Timed] = []
+        self._handoff_ends: list[_Timed] = []
+        self._generations = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, message_id: object) -> bool:
+        return message_id in self._entries
+
+    @property
+    def delayed(self) -> int:
+        """How many wait for their not_before (as of the last tick or put)."""
+        return len(self._delayed)
+
+    def get(self, message_id: MessageId) -> Ready | None:
+        entry = self._entries.get(message_id)
+        return entry.ready if entry is not None else None
+
+    def put(self, ready: Ready, *, now: float) -> None:
+        """Add `ready`, or replace the entry with the same message id."""
+        message_id = ready.message_id
+        old = self._entries.get(message_id)
+        offered_at = old.offered_at if old is not None else now
+        entry = _Entry(ready, offered_at, next(self._generations))
+        self._entries[message_id] = entry
+        self._delayed.discard(message_id)
+        timed = (ready.not_before, entry.generation, message_id)
+        if ready.not_before > now:
+            self._delayed.add(message_id)
+            heapq.heappush(self._not_before, timed)
+        else:
+            self._enqueue(entry)
+        if ready.expiration > 0:
+            heapq.heappush(self._expirations, (ready.expiration, entry.generation, message_id))
+        handoff_end = offered_at + self._handoff
+        if ready.last_holder is not None and handoff_end > max(now, ready.not_before):
+            heapq.heappush(self._handoff_ends, (handoff_end, entry.generation, message_id))
+
+    def remove(self, message_id: MessageId) -> Ready | None:
+        entry = self._entries.pop(message_id, None)
+        self._delayed.discard(message_id)
+        return entry.ready if entry is not None else None
+
+    def tick(self, *, now: float) -> None:
+        """Move delayed messages whose time has come into their lane; forget past handoffs."""
+        while self._not_before and self._not_before[0][0] <= now:
+            _, generation, message_id = heapq.heappop(self._not_before)
+            entry = self._live(message_id, generation)
+            if entry is not None and message_id in self._delayed:
+                self._delayed.discard(message_id)
+                self._enqueue(entry)
+        while self._handoff_ends and self._handoff_ends[0][0] <= now:
+            heapq.heappop(self._handoff_ends)
+
+    def pop_expired(self, *, now: float) -> list[Ready]:
+        """Remove and return the messages (delayed or not) whose expiration is <= now."""
+        expired: list[Ready] = []
+        while self._expirations and self._expirations[0][0] <= now:
+            _, generation, message_id = heapq.heappop(self._expirations)
+            if self._live(message_id, generation) is not None:
+                ready = self.remove(message_id)
+                assert ready is not None
+                expired.append(ready)
+        return expired
+
+    def next_deadline(self) -> float | None:
+        """The earliest not_before, expiration or handoff end still pending."""
+        times = [
+            heap[0][0]
+            for heap in (self._not_before, self._expirations, self._handoff_ends)
+            if self._prune(heap)
+        ]
+        return min(times, default=None)
+
+    def relane(self, lane_of: Callable[[Ready], Lane]) -> None:
+        """Sort every waiting message into lanes again (the set of consumers changed)."""
+        self._lane_of = lane_of
+        self._lanes.clear()
+        for message_id, entry in self._entries.items():
+            if message_id not in self._delayed:
+                self._enqueue(entry)
+
+    def drain(
+        self,
+        lane: Lane,
+        visit: Callable[[Ready, float], bool],
+        *,
+        until: Callable[[], bool],
+    ) -> None:
+        """Offer the lane's messages in order to `visit(ready, offered_at)` until `until()`.
+
+        A message for which `visit` returns True is taken out of the set; the others keep their
+        place. `visit` must not change this set.
+        """
+        heap = self._lanes.get(lane)
+        if not heap:
+            return
+        skipped: list[_Queued] = []
+        try:
+            while heap and not until():
+                item = heapq.heappop(heap)
+                entry = self._live(item[3], item[4])
+                if entry is None:
+                    continue
+                if visit(entry.ready, entry.offered_at):
+                    self.remove(item[3])
+                else:
+                    skipped.append(item)
+        finally:
+            for item in skipped:
+                heapq.heappush(heap, item)
+
+    def _enqueue(self, entry: _Entry) -> None:
+        ready = entry.ready
+        item = (-ready.priority, ready.sequence, ready.key, ready.message_id, entry.generation)
+        heapq.heappush(self._lanes.setdefault(self._lane_of(ready), []), item)
+
+    def _live(self, message_id: MessageId, generation: int) -> _Entry | None:
+        entry = self._entries.get(message_id)
+        return entry if entry is not None and entry.generation == generation else None
+
+    def _prune(self, heap: list[_Timed]) -> bool:
+        """Drop stale items from the top of `heap`; True if a live one is left."""
+        while heap and self._live(heap[0][2], heap[0][1]) is None:
+            heapq.heappop(heap)
+        return bool(heap)

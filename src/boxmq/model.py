@@ -1,0 +1,158 @@
+"""Values shared by every layer: message metadata, property types, ids.
+
+The metadata of a message is its DropboxMQ *envelope*: the eight fields that the file name
+encodes (see docs/file-format.md). The body is the file's content and is never part of it.
+boxmq's own bookkeeping (delivery count, last holder, not-before time) travels as ordinary
+properties whose names start with RESERVED_PREFIX, so DropboxMQ still reads the files.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import NewType
+
+__all__ = [
+    "DEFAULT_PRIORITY",
+    "RESERVED_PREFIX",
+    "ConsumerId",
+    "Envelope",
+    "MessageClass",
+    "MessageId",
+    "Property",
+    "PropertyType",
+    "PropertyValue",
+    "timestamp_of",
+]
+
+MessageId = NewType("MessageId", str)
+ConsumerId = NewType("ConsumerId", str)
+PropertyValue = bool | int | float | str
+
+DEFAULT_PRIORITY = 4  # JMS Message.DEFAULT_PRIORITY, DropboxMQ's default
+RESERVED_PREFIX = (
+    "bx_"  # properties boxmq writes for itself; '.' would clash with the field separator
+)
+
+# Reserved property names (without their type letter).
+DELIVERY_COUNT = RESERVED_PREFIX + "dc"  # deliveries that ended without an ack
+LAST_HOLDER = RESERVED_PREFIX + "last"  # the consumer that held it last (unlock goes to the *next*)
+NOT_BEFORE = RESERVED_PREFIX + "nb"  # epoch ms before which it is not delivered (delayed unlock)
+DEAD_REASON = RESERVED_PREFIX + "why"  # why it went to error/
+
+
+class MessageClass(Enum):
+    """DropboxMQ field 3: the JMS message class."""
+
+    MESSAGE = "M"
+    BYTES = "B"
+    STREAM = "S"
+    MAP = "P"
+    OBJECT = "O"
+    TEXT = "T"
+
+
+class PropertyType(Enum):
+    """The type letter that ends a DropboxMQ property name."""
+
+    BOOLEAN = "B"
+    BYTE = "Y"
+    SHORT = "H"
+    INT = "I"
+    LONG = "L"
+    FLOAT = "F"
+    DOUBLE = "D"
+    STRING = "S"
+
+
+@dataclass(frozen=True, slots=True)
+class Property:
+    name: str
+    type: PropertyType
+    value: PropertyValue
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """Everything about a message except its body: the eight DropboxMQ file-name fields."""
+
+    message_id: MessageId
+    priority: int = DEFAULT_PRIORITY
+    message_class: MessageClass = MessageClass.BYTES
+    expiration: int = 0  # epoch milliseconds; 0 = never
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    type: str | None = None
+    properties: tuple[Property, ...] = field(default=())
+
+    def property_value(self, name: str) -> PropertyValue | None:
+        for prop in self.properties:
+            if prop.name == name:
+                return prop.value
+        return None
+
+    def user_properties(self) -> dict[str, PropertyValue]:
+        """The properties a producer set, without boxmq's reserved ones."""
+        return {p.name: p.value for p in self.properties if not p.name.startswith(RESERVED_PREFIX)}
+
+    def with_property(self, name: str, kind: PropertyType, value: PropertyValue) -> Envelope:
+        kept = tuple(p for p in self.properties if p.name != name)
+        return replace(self, properties=(*kept, Property(name, kind, value)))
+
+    def without_property(self, name: str) -> Envelope:
+        return replace(self, properties=tuple(p for p in self.properties if p.name != name))
+
+    @property
+    def delivery_count(self) -> int:
+        value = self.property_value(DELIVERY_COUNT)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    @property
+    def last_holder(self) -> ConsumerId | None:
+        value = self.property_value(LAST_HOLDER)
+        return ConsumerId(value) if isinstance(value, str) else None
+
+    @property
+    def not_before(self) -> float:
+        """Epoch seconds before which the message is not handed out (0 = now)."""
+        value = self.property_value(NOT_BEFORE)
+        return value / 1000 if isinstance(value, int) and not isinstance(value, bool) else 0.0
+
+    @property
+    def timestamp(self) -> int | None:
+        return timestamp_of(self.message_id)
+
+    def expired(self, now: float) -> bool:
+        return self.expiration > 0 and self.expiration <= now * 1000
+
+
+_DROPBOXMQ_ID = re.compile(r"(\d{16})-\d+")
+
+
+def timestamp_of(message_id: str) -> int | None:
+    """Epoch ms a DropboxMQ-made id carries (it encodes the JMS timestamp, times 1000)."""
+    match = _DROPBOXMQ_ID.fullmatch(message_id)
+    return int(match[1]) // 1000 if match else None
+
+
+def typed(value: PropertyValue) -> PropertyType:
+    """The property type a Python value is stored as when the caller does not say."""
+    if isinstance(value, bool):
+        return PropertyType.BOOLEAN
+    if isinstance(value, int):
+        return PropertyType.LONG if not -(2**31) <= value < 2**31 else PropertyType.INT
+    if isinstance(value, float):
+        return PropertyType.DOUBLE
+    return PropertyType.STRING
+
+
+def properties_from(values: Mapping[str, PropertyValue | Property]) -> tuple[Property, ...]:
+    """Properties from plain values (typed by `typed`) or from `Property` (kept as typed)."""
+    return tuple(
+        Property(name, value.type, value.value)
+        if isinstance(value, Property)
+        else Property(name, typed(value), value)
+        for name, value in values.items()
+    )

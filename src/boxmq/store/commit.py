@@ -1,0 +1,178 @@
+"""Making a put durable: the fsync policies and the group committer.
+
+A put writes its file in working/ and asks the committer to move it into target/. What
+"acknowledged" means depends on the policy (DESIGN.md §5):
+
+- ALWAYS: the file's data and its rename are on disk before `commit` returns. Concurrent
+  callers are grouped: one thread takes every pending move, flushes the file system once
+  (syncfs), renames them all, flushes once more for the renames, then wakes every caller.
+  Measured here: one flush per message caps a writer near 2 000 msg/s; a group of 100 costs
+  about the same as one (docs/benchmarks.md).
+- INTERVAL: the rename happens at once; a background thread flushes every `interval` seconds.
+- NEVER: the rename happens at once; the kernel flushes when it likes.
+
+A file is renamed into target/ only after its data was flushed (ALWAYS), so a crash can never
+leave a half-written file where consumers look.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+__all__ = ["Committer", "FsyncPolicy", "Move", "flush_filesystem"]
+
+
+class FsyncPolicy(Enum):
+    ALWAYS = "always"
+    INTERVAL = "interval"
+    NEVER = "never"
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    source: str
+    target: str
+
+
+def _load_syncfs() -> ctypes._NamedFuncPointer | None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name, use_errno=True)
+        return libc.syncfs
+    except (OSError, AttributeError):
+        return None
+
+
+_SYNCFS = _load_syncfs()
+
+
+def flush_filesystem(directory: str) -> None:
+    """Flush every dirty page of the file system holding `directory` (syncfs(2), else sync)."""
+    if _SYNCFS is None:
+        os.sync()
+        return
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _SYNCFS(fd) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, os.strerror(errno), directory)
+    finally:
+        os.close(fd)
+
+
+class _Batch:
+    """Moves that will be made durable together, and the event their callers wait on."""
+
+    def __init__(self) -> None:
+        self.moves: list[Move] = []
+        self.errors: dict[int, OSError] = {}
+        self.done = threading.Event()
+
+
+class Committer:
+    """Moves files from working/ to target/ under one fsync policy, for one root."""
+
+    def __init__(self, root: str, policy: FsyncPolicy, *, interval: float = 1.0) -> None:
+        self._root = root
+        self.policy = policy
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._pending = _Batch()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.flushes = 0  # how many file-system flushes were made (group commit statistics)
+
+    def commit(self, moves: Sequence[Move]) -> None:
+        """Return once `moves` are done as durably as the policy promises.
+
+        Raises the OSError of the first move that failed; the others are done.
+        """
+        if self.policy is not FsyncPolicy.ALWAYS:
+            self._ensure_thread()
+            _rename_all(moves)
+            return
+        with self._lock:
+            self._ensure_thread_locked()
+            batch = self._pending
+            first = len(batch.moves)
+            batch.moves.extend(moves)
+            self._wake.notify()
+        batch.done.wait()
+        for index in range(first, first + len(moves)):
+            if index in batch.errors:
+                raise batch.errors[index]
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._wake.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def _ensure_thread(self) -> None:
+        if self.policy is FsyncPolicy.INTERVAL and self._thread is None:
+            with self._lock:
+                self._ensure_thread_locked()
+
+    def _ensure_thread_locked(self) -> None:
+        if self._thread is None and self.policy is not FsyncPolicy.NEVER:
+            target = self._run_groups if self.policy is FsyncPolicy.ALWAYS else self._run_interval
+            self._thread = threading.Thread(target=target, name="boxmq-commit", daemon=True)
+            self._thread.start()
+
+    def _run_groups(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending.moves and not self._closed:
+                    self._wake.wait()
+                if not self._pending.moves:
+                    return
+                batch, self._pending = self._pending, _Batch()
+            try:
+                self._commit_group(batch)
+            finally:
+                batch.done.set()
+
+    def _commit_group(self, batch: _Batch) -> None:
+        try:
+            flush_filesystem(self._root)  # the data of every file in the group
+        except OSError as error:
+            batch.errors = dict.fromkeys(range(len(batch.moves)), error)
+            return
+        batch.errors = _rename_each(batch.moves)
+        flush_filesystem(self._root)  # the renames: now the puts are durable
+        self.flushes += 2
+
+    def _run_interval(self) -> None:
+        while True:
+            with self._lock:
+                self._wake.wait(self._interval)
+                closed = self._closed
+            flush_filesystem(self._root)
+            self.flushes += 1
+            if closed:
+                return
+
+
+def _rename_all(moves: Sequence[Move]) -> None:
+    errors = _rename_each(moves)
+    if errors:
+        raise errors[min(errors)]
+
+
+def _rename_each(moves: Sequence[Move]) -> dict[int, OSError]:
+    errors: dict[int, OSError] = {}
+    for index, move in enumerate(moves):
+        try:
+            os.rename(move.source, move.target)
+        except OSError as error:
+            errors[index] = error
+    return errors

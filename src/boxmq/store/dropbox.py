@@ -1,0 +1,123 @@
+"""One dropbox: one file per message, and every change of state one atomic rename.
+
+A producer writes the body in working/ and renames it into target/ (through the committer, so
+the fsync policy holds). A consumer claims by renaming target/ → processing/, adding its lock
+to the name; two claims of one file can never both succeed, because only one rename of a path
+can. Every other transition is a rename of the file the caller holds; a rename that finds no
+file means somebody else moved it first, and is reported as False, never raised.
+The body on disk is exactly the payload: metadata lives in the name (store/names.py).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from boxmq.errors import QueueNotFound
+from boxmq.store.commit import Committer, Move
+from boxmq.store.layout import State, is_dropbox
+
+__all__ = ["Dropbox", "Entry"]
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A file as a directory scan saw it."""
+
+    name: str
+    path: str
+
+
+class Dropbox:
+    """The folders of one queue (or subscription) under a root."""
+
+    def __init__(self, path: str, committer: Committer, *, create: bool = True) -> None:
+        self.path = path
+        self._committer = committer
+        self._dirs = {state: os.path.join(path, state.value) for state in State}
+        if create:
+            for directory in self._dirs.values():
+                os.makedirs(directory, exist_ok=True)
+        elif not is_dropbox(path):
+            raise QueueNotFound(f"no queue at {path}")
+
+    def dir(self, state: State) -> str:
+        return self._dirs[state]
+
+    def file(self, state: State, name: str) -> str:
+        return os.path.join(self._dirs[state], name)
+
+    # -- producing ---------------------------------------------------------------------------
+
+    def write(self, name: str, body: bytes) -> Move:
+        """Write `body` as working/<name>; the returned move into target/ sends it.
+
+        Raises FileExistsError if working/<name> exists (the caller picks another id).
+        """
+        path = self.file(State.WORKING, name)
+        fd = os.open(path, _CREATE, 0o644)
+        try:
+            view = memoryview(body)
+            while view:
+                view = view[os.write(fd, view) :]
+        except BaseException:
+            os.close(fd)
+            os.unlink(path)
+            raise
+        os.close(fd)
+        return Move(path, self.file(State.TARGET, name))
+
+    def send(self, moves: Sequence[Move]) -> None:
+        """Commit written files (working/ → target/) as the committer's fsync policy says."""
+        self._committer.commit(moves)
+
+    # -- consuming ---------------------------------------------------------------------------
+
+    def scan(self, state: State) -> Iterator[Entry]:
+        """The files in one state folder, in no particular order."""
+        with os.scandir(self._dirs[state]) as entries:
+            for entry in entries:
+                if entry.is_file(follow_symlinks=False):
+                    yield Entry(entry.name, entry.path)
+
+    def count(self, state: State) -> int:
+        return sum(1 for _ in self.scan(state))
+
+    def move(self, source: State, name: str, target: State, new_name: str | None = None) -> bool:
+        """Rename source/<name> to target/<new_name or name>; False if the file was gone."""
+        try:
+            os.rename(self.file(source, name), self.file(target, new_name or name))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def remove(self, state: State, name: str) -> bool:
+        try:
+            os.unlink(self.file(state, name))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def read(self, state: State, name: str) -> bytes | None:
+        """The body of state/<name>, or None if it is gone."""
+        try:
+            fd = os.open(self.file(state, name), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            return None
+        try:
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def age(self, state: State, name: str, now: float) -> float | None:
+        """Seconds since the file last changed state (its ctime: a rename sets it)."""
+        try:
+            return now - os.stat(self.file(state, name)).st_ctime
+        except FileNotFoundError:
+            return None

@@ -1,0 +1,60 @@
+"""Where things are on disk: the root, its dropboxes and their state folders (DESIGN.md §1).
+
+    <root>/<queue>/{working,target,processing,processed,routing,expired,error}/
+    <root>/topic-root/...          (topics; DropboxMQ's layout, see the topics issue)
+
+A queue's directory name is the queue name escaped by `names.escape_segment`, so no name can
+leave the root. Names starting with '.' never come from a queue (the escape encodes a leading
+dot), which leaves them to boxmq's own bookkeeping.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import Enum
+
+from boxmq.errors import InvalidName
+from boxmq.store.names import escape_segment, unescape_segment
+
+__all__ = ["TOPIC_ROOT", "State", "is_dropbox", "list_dropboxes", "queue_path"]
+
+TOPIC_ROOT = "topic-root"
+
+
+class State(Enum):
+    """The folders of a dropbox, one per state of a message."""
+
+    WORKING = "working"  # being written, not yet sent
+    TARGET = "target"  # ready
+    PROCESSING = "processing"  # locked by one consumer
+    PROCESSED = "processed"  # acknowledged
+    ROUTING = "routing"  # content-based routes (DropboxMQ); kept for compatibility
+    EXPIRED = "expired"  # expiration passed before delivery
+    ERROR = "error"  # dead letters
+
+
+def queue_path(root: str, queue: str) -> str:
+    if queue == TOPIC_ROOT:
+        raise InvalidName(f"{TOPIC_ROOT!r} is where topics live; pick another queue name")
+    return os.path.join(root, escape_segment(queue))
+
+
+def is_dropbox(path: str) -> bool:
+    return os.path.isdir(os.path.join(path, State.TARGET.value))
+
+
+def list_dropboxes(root: str) -> list[str]:
+    """The queue names under `root`, sorted."""
+    try:
+        entries = list(os.scandir(root))
+    except FileNotFoundError:
+        return []
+    names = [
+        unescape_segment(entry.name)
+        for entry in entries
+        if entry.is_dir()
+        and not entry.name.startswith(".")
+        and entry.name != TOPIC_ROOT
+        and is_dropbox(entry.path)
+    ]
+    return sorted(names)

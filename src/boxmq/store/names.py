@@ -1,0 +1,383 @@
+"""The file-name codec: a message's Envelope <-> its DropboxMQ file name, plus lock suffixes.
+
+A message file is named `priority.messageId.class.expiration.correlationId.replyTo.type.properties`
+(DropboxMQ "Message Filenames"); `properties` is `name<T>=value` pairs joined by '&', T being
+the PropertyType letter. Invariants:
+
+- Every piece of text (field, property name, property value) is `quote(text, safe="")` with
+  '.' and '~' also percent-encoded, so an encoded piece holds only [A-Za-z0-9_-] and %XX: never
+  '.', '&', '=', '@', '/', ':', '#', '~' or NUL. The separators '.', '&', '=' and the lock mark
+  '@' are therefore unambiguous, and every name encode() makes is plain ASCII.
+- encode() writes priority, id and class always, drops trailing empty fields, and never returns
+  more than MAX_NAME bytes, so a lock suffix (at most LOCK_RESERVE bytes) still fits NAME_LIMIT.
+- decode(encode(e)) == e, except that an empty correlation id, reply-to or type is written like
+  None and so reads back as None (NaN properties read back as NaN, which is != NaN).
+- decode() is strict (MalformedName, nothing else); decode_lenient() never raises and, like
+  DropboxMQ, takes a name it cannot read as the id of a message with default metadata.
+- A lock suffix is `@owner@deadline_ms@token`; split_lock() reads it from the right, so the name
+  before it may contain '@' (a file dropped in by a shell script).
+- escape_segment() turns any destination name into exactly one directory name that is never
+  '.', '..' or hidden, and unescape_segment() reverses it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+from boxmq.errors import InvalidArgument, InvalidName, MalformedName, MetadataTooLong
+from boxmq.model import (
+    DEFAULT_PRIORITY,
+    ConsumerId,
+    Envelope,
+    MessageClass,
+    MessageId,
+    Property,
+    PropertyType,
+    PropertyValue,
+)
+
+__all__ = [
+    "LOCK_RESERVE",
+    "MAX_NAME",
+    "MAX_OWNER",
+    "NAME_LIMIT",
+    "Lock",
+    "check_consumer_name",
+    "decode",
+    "decode_lenient",
+    "encode",
+    "escape_segment",
+    "locked_name",
+    "split_lock",
+    "unescape_segment",
+]
+
+NAME_LIMIT = 255  # bytes, the usual file-system limit (ext4, xfs, btrfs, NTFS in UTF-16 units)
+LOCK_RESERVE = 88  # '@' + MAX_OWNER + '@' + 15-digit deadline + '@' + 30-char token
+MAX_NAME = NAME_LIMIT - LOCK_RESERVE  # the longest name encode() may produce
+MAX_OWNER = 40  # longest encoded consumer name in a lock suffix
+
+_FIELDS = (
+    *("priority", "message id", "class", "expiration"),
+    *("correlation id", "reply-to", "type", "properties"),
+)
+_REQUIRED = 3  # DropboxMQ needs priority, id and class to read a name at all
+_MAX_DEADLINE = 10**15 - 1  # 15 digits: epoch ms until the year 33658, and it fits LOCK_RESERVE
+_TOKEN = re.compile(r"[A-Za-z0-9-]{0,30}")
+_ENCODED = re.compile(r"(?:[A-Za-z0-9_-]|%[0-9A-F]{2})+")  # what _quote() can produce
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+# Digit counts are capped so int() never meets Python's 4300-digit limit on hostile names.
+_INTEGER = re.compile(r"-?[0-9]{1,20}")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,5})?")
+_SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_SPECIAL_FLOATS |= {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # Python's spelling
+_BITS = {PropertyType.BYTE: 8, PropertyType.SHORT: 16, PropertyType.INT: 32, PropertyType.LONG: 64}
+_FLOAT32_MAX = 3.4028234663852886e38  # Java Float.MAX_VALUE
+_INT32 = (-(2**31), 2**31 - 1)
+_LONG = (-(2**63), 2**63 - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Lock:
+    """Who holds a message in processing/, until when, and for which process."""
+
+    owner: ConsumerId  # the consumer holding it
+    deadline_ms: int  # epoch ms when the lock times out
+    token: str  # process token [A-Za-z0-9-]{0,30}: "" = no process bound, lives until deadline
+
+
+# --- text pieces ---------------------------------------------------------------------------
+
+
+def _quote(text: str) -> str:
+    # quote() leaves '.' and '~' alone; '.' is our field separator and '~' marks backup files.
+    try:
+        encoded = quote(text, safe="")
+    except UnicodeEncodeError:
+        raise InvalidName(f"{text!r} is not valid Unicode (it has a lone surrogate)") from None
+    return encoded.replace(".", "%2E").replace("~", "%7E")
+
+
+def _unquote(text: str, what: str) -> str:
+    # unquote() would keep a stray '%' as it is; reading it would make a name no encoder wrote.
+    if _BAD_ESCAPE.search(text):
+        raise MalformedName(f"{what} has a '%' that is not a %XX escape")
+    try:
+        return unquote(text, errors="strict")
+    except UnicodeDecodeError:
+        raise MalformedName(f"{what} has percent escapes that are not UTF-8") from None
+
+
+def _parse_int(text: str, bounds: tuple[int, int], what: str) -> int:
+    if not _INTEGER.fullmatch(text) or not bounds[0] <= int(text) <= bounds[1]:
+        raise MalformedName(f"{what} {text!r} is not an integer in [{bounds[0]}, {bounds[1]}]")
+    return int(text)
+
+
+# --- property values -----------------------------------------------------------------------
+
+
+def _int_bounds(kind: PropertyType) -> tuple[int, int]:
+    half = 2 ** (_BITS[kind] - 1)
+    return -half, half - 1
+
+
+def _float_text(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"  # Java's spelling, for DropboxMQ
+    return repr(value)  # the shortest text that reads back as the same double
+
+
+def _value_text(prop: Property) -> str:
+    value, kind = prop.value, prop.type
+    bad = f"property {prop.name!r} of type {kind.name}: {value!r}"
+    if kind is PropertyType.BOOLEAN:
+        if not isinstance(value, bool):
+            raise InvalidArgument(f"{bad} is not a bool")
+        return "true" if value else "false"
+    if kind is PropertyType.STRING:
+        if not isinstance(value, str):
+            raise InvalidArgument(f"{bad} is not a str")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgument(f"{bad} is not a number")
+    if kind in _BITS:
+        low, high = _int_bounds(kind)
+        if not isinstance(value, int) or not low <= value <= high:
+            raise InvalidArgument(f"{bad} is not an int in [{low}, {high}]")
+        return str(value)
+    return _float_text(_as_float(value, kind, bad))
+
+
+def _as_float(value: int | float, kind: PropertyType, bad: str) -> float:
+    # An int is accepted where a float is expected, as Java widens it; a huge one cannot be.
+    try:
+        number = float(value)
+    except OverflowError:
+        raise InvalidArgument(f"{bad} does not fit a double") from None
+    if kind is PropertyType.FLOAT and math.isfinite(number) and abs(number) > _FLOAT32_MAX:
+        raise InvalidArgument(f"{bad} does not fit a Java float")
+    return number
+
+
+def _parse_value(text: str, kind: PropertyType, what: str) -> PropertyValue:
+    if kind is PropertyType.STRING:
+        return text
+    if kind is PropertyType.BOOLEAN:
+        if text.lower() not in ("true", "false"):
+            raise MalformedName(f"{what} {text!r} is not true or false")
+        return text.lower() == "true"
+    if kind in _BITS:
+        return _parse_int(text, _int_bounds(kind), what)
+    if text in _SPECIAL_FLOATS:
+        return _SPECIAL_FLOATS[text]
+    if not _DECIMAL.fullmatch(text):
+        raise MalformedName(f"{what} {text!r} is not a number")
+    return float(text)
+
+
+# --- properties field ----------------------------------------------------------------------
+
+
+def _encode_property(prop: Property) -> str:
+    if not prop.name:
+        raise InvalidName("a property name is empty")
+    return f"{_quote(prop.name)}{prop.type.value}={_quote(_value_text(prop))}"
+
+
+def _decode_property(pair: str) -> Property:
+    raw_name, equals, raw_value = pair.partition("=")
+    if not equals or len(raw_name) < 2:
+        raise MalformedName(f"property {pair!r} is not name<type>=value")
+    try:
+        kind = PropertyType(raw_name[-1])
+    except ValueError:
+        raise MalformedName(f"property {pair!r} has no type letter") from None
+    name = _unquote(raw_name[:-1], "a property name")
+    what = f"property {name!r}"
+    return Property(name, kind, _parse_value(_unquote(raw_value, what), kind, what))
+
+
+def _decode_properties(field: str) -> tuple[Property, ...]:
+    return tuple(_decode_property(pair) for pair in field.split("&")) if field else ()
+
+
+# --- names ---------------------------------------------------------------------------------
+
+
+def _optional(text: str | None) -> str:
+    return _quote(text) if text else ""
+
+
+def _fields(envelope: Envelope) -> list[str]:
+    if not envelope.message_id:
+        raise InvalidArgument("the message id is empty")
+    if not _INT32[0] <= envelope.priority <= _INT32[1]:
+        raise InvalidArgument(f"priority {envelope.priority} is not in {list(_INT32)}")
+    if not 0 <= envelope.expiration <= _LONG[1]:
+        raise InvalidArgument(f"expiration {envelope.expiration} is not in [0, {_LONG[1]}]")
+    return [
+        str(envelope.priority),
+        _quote(envelope.message_id),
+        envelope.message_class.value,
+        str(envelope.expiration) if envelope.expiration else "",  # 0 = never = empty
+        _optional(envelope.correlation_id),
+        _optional(envelope.reply_to),
+        _optional(envelope.type),
+        "&".join(_encode_property(prop) for prop in envelope.properties),
+    ]
+
+
+def _too_long(fields: list[str], size: int) -> MetadataTooLong:
+    longest = max(range(len(fields)), key=lambda i: len(fields[i]))
+    return MetadataTooLong(
+        f"the metadata encodes to a {size}-byte file name, over the {MAX_NAME}-byte limit "
+        f"({NAME_LIMIT} less {LOCK_RESERVE} kept for a lock suffix); shorten the "
+        f"{_FIELDS[longest]} ({len(fields[longest])} bytes encoded) or the other text fields "
+        "(a non-ASCII character takes 6 to 12 bytes once percent-encoded)"
+    )
+
+
+def encode(envelope: Envelope) -> str:
+    """The file name for `envelope`; InvalidArgument or MetadataTooLong if it has none."""
+    fields = _fields(envelope)
+    while len(fields) > _REQUIRED and not fields[-1]:
+        fields.pop()
+    name = ".".join(fields)
+    if len(name) > MAX_NAME:  # the name is ASCII: characters are bytes
+        raise _too_long(fields, len(name))
+    return name
+
+
+def _decode(name: str) -> Envelope:
+    if "/" in name or "\0" in name:
+        raise MalformedName("a file name cannot contain '/' or NUL")
+    if not name.isascii() and not _is_utf8(name):
+        raise MalformedName("the name is not valid UTF-8")
+    fields = name.split(".")
+    if not _REQUIRED <= len(fields) <= len(_FIELDS):
+        raise MalformedName(f"{len(fields)} '.'-separated fields, not 3 to 8")
+    fields += [""] * (len(_FIELDS) - len(fields))
+    text = [_unquote(raw, what) for raw, what in zip(fields[:7], _FIELDS[:7], strict=True)]
+    if not text[1]:
+        raise MalformedName("the message id is empty")
+    return Envelope(
+        message_id=MessageId(text[1]),
+        priority=_parse_int(text[0], _INT32, "priority") if text[0] else DEFAULT_PRIORITY,
+        message_class=_message_class(text[2]),
+        expiration=_parse_int(text[3], (0, _LONG[1]), "expiration") if text[3] else 0,
+        correlation_id=text[4] or None,
+        reply_to=text[5] or None,
+        type=text[6] or None,
+        properties=_decode_properties(fields[7]),
+    )
+
+
+def _is_utf8(name: str) -> bool:
+    # os.listdir() hands undecodable bytes over as lone surrogates (PEP 383).
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _message_class(text: str) -> MessageClass:
+    try:
+        return MessageClass(text) if text else MessageClass.BYTES
+    except ValueError:
+        raise MalformedName(f"class {text!r} is not one of M, B, S, P, O, T") from None
+
+
+def decode(name: str) -> Envelope:
+    """The envelope a file name encodes; MalformedName (with the reason) if it encodes none."""
+    try:
+        return _decode(name)
+    except MalformedName as error:
+        raise MalformedName(f"{name!r}: {error}") from None
+
+
+def decode_lenient(name: str) -> tuple[Envelope, str | None]:
+    """Never raises. A name that is not in the encoding becomes a message with default metadata
+    whose id is the whole name (what DropboxMQ does); the second item is the reason it was not
+    decodable, or None."""
+    try:
+        return _decode(name), None
+    except MalformedName as error:
+        return Envelope(MessageId(name)), str(error)
+
+
+# --- locks ---------------------------------------------------------------------------------
+
+
+def check_consumer_name(name: str) -> ConsumerId:
+    """`name` as a ConsumerId, or InvalidName if it cannot be written in a lock suffix."""
+    if not name or "\0" in name or "/" in name:
+        raise InvalidName(f"consumer name {name!r} is empty or contains NUL or '/'")
+    size = len(_quote(name))
+    if size > MAX_OWNER:
+        raise InvalidName(
+            f"consumer name {name!r} encodes to {size} bytes, over the {MAX_OWNER}-byte limit"
+        )
+    return ConsumerId(name)
+
+
+def locked_name(name: str, lock: Lock) -> str:
+    """`name` with `lock` appended; the suffix is at most LOCK_RESERVE bytes."""
+    owner = _quote(check_consumer_name(lock.owner))
+    if not _TOKEN.fullmatch(lock.token):
+        raise InvalidName(f"lock token {lock.token!r} is not [A-Za-z0-9-]{{0,30}}")
+    if not 0 <= lock.deadline_ms <= _MAX_DEADLINE:
+        raise InvalidArgument(f"lock deadline {lock.deadline_ms} is not in [0, {_MAX_DEADLINE}]")
+    return f"{name}@{owner}@{lock.deadline_ms}@{lock.token}"
+
+
+def split_lock(name: str) -> tuple[str, Lock | None]:
+    """The name before the lock suffix, and the lock; (name, None) if there is no valid suffix."""
+    parts = name.rsplit("@", 3)
+    if len(parts) != 4:
+        return name, None
+    base, owner, deadline, token = parts
+    if not (base and _ENCODED.fullmatch(owner) and deadline.isascii() and deadline.isdigit()):
+        return name, None
+    if len(deadline) > len(str(_MAX_DEADLINE)) or not _TOKEN.fullmatch(token):
+        return name, None
+    try:
+        consumer = check_consumer_name(_unquote(owner, "owner"))
+    except (MalformedName, InvalidName):
+        return name, None  # not our suffix: e.g. a DropboxMQ consumer's file, or a shell script's
+    return base, Lock(consumer, int(deadline), token)
+
+
+# --- destination directories ---------------------------------------------------------------
+
+
+def escape_segment(text: str) -> str:
+    """`text` (a destination name) as one directory name: never '.', '..', hidden, or with '/'."""
+    if not text or "\0" in text:
+        raise InvalidName(f"destination name {text!r} is empty or contains NUL")
+    try:
+        segment = quote(text, safe="")  # keeps [A-Za-z0-9_.~-]; ':' goes too, Hadoop rejects it
+    except UnicodeEncodeError:
+        raise InvalidName(f"destination name {text!r} is not valid Unicode") from None
+    if segment.startswith("."):
+        segment = "%2E" + segment[1:]  # so '.', '..' and hidden directories cannot be made
+    if len(segment) > NAME_LIMIT:
+        raise InvalidName(
+            f"destination name {text[:40]!r}... encodes to {len(segment)} bytes, "
+            f"over the {NAME_LIMIT}-byte file-name limit"
+        )
+    return segment
+
+
+def unescape_segment(segment: str) -> str:
+    """The destination name a directory holds; InvalidName if it is not percent-encoded UTF-8."""
+    try:
+        return _unquote(segment, "directory name")
+    except MalformedName as error:
+        raise InvalidName(f"{segment!r}: {error}") from None

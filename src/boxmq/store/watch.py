@@ -1,0 +1,153 @@
+"""Waking up when a file lands in a directory, without busy polling.
+
+On Linux the kernel tells us (inotify, through ctypes: no dependency). Elsewhere, or on file
+systems whose changes come from other machines (NFS), `PollingWatcher` rescans on a timer and
+reports that everything may have changed. Both give the same answer to `wait(timeout)`:
+`Changes`, a list of new names, or `everything=True` when the caller must rescan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import select
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+__all__ = ["Changes", "InotifyWatcher", "PollingWatcher", "Watcher", "watch"]
+
+_IN_CLOSE_WRITE = 0x00000008
+_IN_MOVED_TO = 0x00000080
+_IN_Q_OVERFLOW = 0x00004000
+_IN_NONBLOCK = 0o4000
+_IN_CLOEXEC = 0o2000000
+_EVENT = struct.Struct("iIII")  # wd, mask, cookie, len
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    names: list[str] = field(default_factory=list)
+    everything: bool = False  # the caller must rescan: overflow, or a poll
+
+
+class Watcher(Protocol):
+    def wait(self, timeout: float | None) -> Changes:
+        """Block until something lands, `wakeup` is called, or `timeout` seconds pass."""
+        ...
+
+    def wakeup(self) -> None:
+        """Make a `wait` in another thread return now (e.g. a slot was freed by an ack)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class InotifyWatcher:
+    """New files in one directory: renamed in (the producer protocol) or closed after writing."""
+
+    def __init__(self, directory: str, libc: ctypes.CDLL) -> None:
+        self._fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        if self._fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
+        mask = _IN_MOVED_TO | _IN_CLOSE_WRITE
+        if libc.inotify_add_watch(self._fd, os.fsencode(directory), mask) < 0:
+            errno = ctypes.get_errno()
+            os.close(self._fd)
+            raise OSError(errno, os.strerror(errno), directory)
+        self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._poll = select.poll()
+        self._poll.register(self._fd, select.POLLIN)
+        self._poll.register(self._wake_read, select.POLLIN)
+
+    def wait(self, timeout: float | None) -> Changes:
+        millis = None if timeout is None else max(0, int(timeout * 1000 + 0.999))
+        ready = {fd for fd, _ in self._poll.poll(millis)}
+        if self._wake_read in ready:
+            while True:
+                try:
+                    os.read(self._wake_read, 4096)
+                except BlockingIOError:
+                    break
+        return self._read() if self._fd in ready else Changes()
+
+    def wakeup(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # the pipe is full of wake-ups already
+            os.write(self._wake_write, b"!")
+
+    def _read(self) -> Changes:
+        names: list[str] = []
+        everything = False
+        while True:
+            try:
+                data = os.read(self._fd, 65536)
+            except BlockingIOError:
+                break
+            offset = 0
+            while offset < len(data):
+                _, mask, _, length = _EVENT.unpack_from(data, offset)
+                offset += _EVENT.size
+                raw = data[offset : offset + length].rstrip(b"\0")
+                offset += length
+                if mask & _IN_Q_OVERFLOW:
+                    everything = True
+                elif raw:
+                    names.append(os.fsdecode(raw))
+        return Changes(names, everything)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            for fd in (self._fd, self._wake_read, self._wake_write):
+                os.close(fd)
+            self._fd = -1
+
+
+class PollingWatcher:
+    """Naps, then says "rescan" at most once per interval (a rescan costs a directory scan)."""
+
+    def __init__(self, interval: float) -> None:
+        self._interval = interval
+        self._woken = threading.Event()
+        self._last = time.monotonic()
+
+    def wait(self, timeout: float | None) -> Changes:
+        due = self._last + self._interval - time.monotonic()
+        nap = due if timeout is None else min(timeout, due)
+        if nap > 0:
+            self._woken.wait(nap)
+            self._woken.clear()
+        if time.monotonic() < self._last + self._interval:
+            return Changes()
+        self._last = time.monotonic()
+        return Changes(everything=True)
+
+    def wakeup(self) -> None:
+        self._woken.set()
+
+    def close(self) -> None:
+        self._woken.set()
+
+
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name, use_errno=True)
+        libc.inotify_init1  # noqa: B018  (probe: AttributeError where the kernel has none)
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def watch(directory: str, *, poll_interval: float, polling: bool = False) -> Watcher:
+    """The best watcher for `directory`: inotify if we can, polling if asked or if we cannot."""
+    libc = None if polling else _libc()
+    if libc is not None:
+        try:
+            return InotifyWatcher(directory, libc)
+        except OSError:
+            pass  # e.g. the inotify instance limit: fall back to polling
+    return PollingWatcher(poll_interval)

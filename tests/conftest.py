@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import boxmq
+from boxmq.clock import ManualClock
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def box(root: Path) -> Iterator[boxmq.Box]:
+    with boxmq.open(root, fsync="never") as opened:
+        yield opened
+
+
+@pytest.fixture
+def manual_box(root: Path, clock: ManualClock) -> Iterator[boxmq.Box]:
+    """A box on a clock that only moves when the test says so."""
+    with boxmq.open(root, fsync="never", clock=clock) as opened:
+        yield opened

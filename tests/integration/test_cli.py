@@ -1,0 +1,103 @@
+"""The `boxmq` command, run as a user runs it: a separate process, text in and out."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from boxmq.store.names import decode
+
+
+def boxmq_cli(root: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=60,
+        env=os.environ.copy(),
+    )
+
+
+def ok(root: Path, *args: str, stdin: str | None = None) -> str:
+    done = boxmq_cli(root, *args, stdin=stdin)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_put_get_ack_round_trip(root: Path) -> None:
+    message_id = ok(
+        root, "put", "jobs", "hello", "--priority", "7", "--property", "tenant=acme"
+    ).strip()
+    [name] = os.listdir(root / "jobs" / "target")
+    assert decode(name).message_id == message_id
+    assert decode(name).priority == 7
+    got = json.loads(ok(root, "--json", "get", "jobs", "--lock", "30s"))
+    assert (got["id"], got["body"], got["properties"]) == (message_id, "hello", {"tenant": "acme"})
+    ok(root, "ack", "jobs", message_id)
+    rows = json.loads(ok(root, "--json", "ls"))
+    assert rows == [{"queue": "jobs", "ready": 0, "locked": 0, "done": 1, "dead": 0, "expired": 0}]
+
+
+def test_human_output_of_get_and_ls(root: Path) -> None:
+    ok(root, "put", "jobs", "-", stdin="from stdin")
+    text = ok(root, "get", "jobs")
+    assert "locked-by" in text
+    assert text.rstrip().endswith("from stdin")
+    table = ok(root, "ls").splitlines()
+    assert table[0].split() == ["QUEUE", "READY", "LOCKED", "DONE", "DEAD", "EXPIRED"]
+    assert table[1].split() == ["jobs", "0", "1", "0", "0", "0"]
+
+
+def test_unlock_reject_requeue_peek_purge(root: Path) -> None:
+    message_id = ok(root, "put", "jobs", "work").strip()
+    assert json.loads(ok(root, "--json", "get", "jobs"))["id"] == message_id
+    ok(root, "unlock", "jobs", message_id)
+    again = json.loads(ok(root, "--json", "get", "jobs", "--consumer", "other"))
+    assert again["delivery"] == 2
+    ok(root, "reject", "jobs", message_id, "--consumer", "other")
+    assert "1 message(s) from error/" in ok(root, "requeue", "jobs", "--from", "error")
+    assert json.loads(ok(root, "--json", "peek", "jobs"))[0]["id"] == message_id
+    assert json.loads(ok(root, "--json", "purge", "jobs")) == {"queue": "jobs", "purged": 1}
+
+
+def test_get_on_an_empty_queue_says_so_with_status_3(root: Path) -> None:
+    ok(root, "put", "jobs", "x")
+    ok(root, "get", "jobs")
+    done = boxmq_cli(root, "get", "jobs")
+    assert done.returncode == 3
+    assert "no message is ready" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "says"),
+    [
+        (("get", "nope"), 1, "no queue 'nope'"),
+        (("get", "jobs", "--lock", "3x"), 2, "bad duration '3x'"),
+        (("put", "jobs", "x", "--property", "novalue"), 1, "use NAME=VALUE"),
+        (("put", "jobs", "x", "--property", "n:int=abc"), 1, "bad int value"),
+        (("ack", "jobs", "no-such-id"), 1, "no-such-id"),
+        (("unlock", "jobs", "x", "--delay", "-1"), 2, "bad duration"),
+    ],
+)
+def test_errors_are_one_clear_line_and_no_traceback(
+    root: Path, args: tuple[str, ...], status: int, says: str
+) -> None:
+    ok(root, "put", "jobs", "seed")
+    done = boxmq_cli(root, *args)
+    assert done.returncode == status
+    assert says in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_ack_of_someone_else_s_lock_is_a_conflict(root: Path) -> None:
+    ok(root, "put", "jobs", "x")
+    message_id = json.loads(ok(root, "--json", "get", "jobs", "--consumer", "alice"))["id"]
+    done = boxmq_cli(root, "ack", "jobs", message_id, "--consumer", "bob")
+    assert done.returncode == 1
+    assert "locked by" in done.stderr

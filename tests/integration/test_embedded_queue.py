@@ -1,0 +1,222 @@
+"""The embedded API on real files: put, consume, settle, inspect; with a manual clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import boxmq
+from boxmq import State
+from boxmq.clock import ManualClock
+from boxmq.store.names import decode, split_lock
+
+
+def drain(consumer: boxmq.Consumer) -> list[boxmq.Message]:
+    got = []
+    while (message := consumer.receive_nowait()) is not None:
+        got.append(message)
+    return got
+
+
+def files(root: Path, queue: str, state: str) -> list[str]:
+    return sorted(p.name for p in (root / queue / state).iterdir())
+
+
+def test_put_then_consume_and_ack_moves_the_file_to_processed(box: boxmq.Box, root: Path) -> None:
+    jobs = box.queue("jobs")
+    message_id = jobs.put(b"payload", priority=7, properties={"tenant": "acme"})
+    [name] = files(root, "jobs", "target")
+    assert (root / "jobs" / "target" / name).read_bytes() == b"payload"  # the body is the payload
+    with jobs.consumer("worker-1") as consumer:
+        message = consumer.receive(timeout=1)
+        assert message is not None
+        assert (message.id, message.body, message.priority) == (message_id, b"payload", 7)
+        assert message.properties == {"tenant": "acme"}
+        assert message.delivery_count == 1
+        [locked] = files(root, "jobs", "processing")
+        assert split_lock(locked)[1] is not None
+        message.ack()
+    assert files(root, "jobs", "processed") == [name]
+    assert decode(name).message_id == message_id
+
+
+def test_priority_order_then_fifo(box: boxmq.Box) -> None:
+    jobs = box.queue("jobs")
+    for index, priority in enumerate([4, 9, 4, 0, 9]):
+        jobs.put(f"{index}", priority=priority)
+    with jobs.consumer("w", max_in_flight=10) as consumer:
+        assert [m.text() for m in drain(consumer)] == ["1", "4", "0", "2", "3"]
+
+
+def test_max_in_flight_caps_what_one_consumer_holds(box: boxmq.Box) -> None:
+    jobs = box.queue("jobs")
+    jobs.put_many([b"x"] * 10)
+    with jobs.consumer("w", max_in_flight=3) as consumer:
+        held = drain(consumer)
+        assert len(held) == 3
+        held[0].ack()
+        assert len(drain(consumer)) == 1
+
+
+def test_lock_timeout_redelivers_and_the_late_ack_is_refused(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"x")
+    with jobs.consumer("a", lock_timeout=10) as a, jobs.consumer("b", lock_timeout=10) as b:
+        first = a.receive_nowait() or b.receive_nowait()
+        assert first is not None
+        clock.advance(10)
+        other = b if first.consumer == "a" else a
+        again = other.receive_nowait()
+        assert again is not None
+        assert again.id == first.id
+        assert again.delivery_count == 2
+        with pytest.raises(boxmq.UnexpectedRequest):
+            first.ack()
+        with pytest.raises(boxmq.Conflict):
+            manual_box.queue("jobs").ack(first.id, "nobody-else")
+        again.ack()
+
+
+def test_unlock_goes_to_the_next_consumer(manual_box: boxmq.Box) -> None:
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"x")
+    with jobs.consumer("a") as a, jobs.consumer("b") as b:
+        first = a.receive_nowait()
+        assert first is not None
+        first.unlock()
+        assert a.receive_nowait() is None  # not straight back to who gave it up
+        second = b.receive_nowait()
+        assert second is not None
+        assert second.id == first.id
+        assert second.delivery_count == 2
+
+
+def test_delayed_unlock_waits_and_holds_no_slot(manual_box: boxmq.Box, clock: ManualClock) -> None:
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"slow")
+    with jobs.consumer("a", max_in_flight=1) as a:
+        message = a.receive_nowait()
+        assert message is not None
+        message.unlock(delay=30)
+        jobs.put(b"fast")
+        assert [m.text() for m in drain(a)] == ["fast"]  # the delayed one holds no slot
+        clock.advance(31)
+    with jobs.consumer("a") as a:
+        late = a.receive_nowait()
+        assert late is not None
+        assert late.text() == "slow"
+
+
+def test_reject_sends_to_error_and_requeue_redrives(box: boxmq.Box, root: Path) -> None:
+    jobs = box.queue("jobs")
+    jobs.put(b"poison")
+    with jobs.consumer("w") as consumer:
+        message = consumer.receive_nowait()
+        assert message is not None
+        message.reject()
+        assert consumer.receive_nowait() is None
+    [dead] = files(root, "jobs", "error")
+    assert decode(dead).property_value("bx_why") == "rejected"
+    assert jobs.counts().dead == 1
+    assert jobs.requeue() == 1
+    with jobs.consumer("w") as consumer:
+        again = consumer.receive_nowait()
+        assert again is not None
+        assert again.body == b"poison"
+        assert again.delivery_count == 1
+
+
+def test_max_deliveries_sends_a_poison_message_to_error(manual_box: boxmq.Box, root: Path) -> None:
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"poison")
+    with jobs.consumer("a") as a, jobs.consumer("b") as b:
+        for attempt in range(5):
+            message = a.receive_nowait() or b.receive_nowait()
+            assert message is not None, attempt
+            assert message.delivery_count == attempt + 1
+            message.unlock()
+        assert a.receive_nowait() is None
+        assert b.receive_nowait() is None
+    assert decode(files(root, "jobs", "error")[0]).property_value("bx_why") == "max-deliveries"
+
+
+def test_expired_messages_go_to_expired(manual_box: boxmq.Box, clock: ManualClock) -> None:
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"stale", expires_in=60)
+    jobs.put(b"fresh")
+    clock.advance(61)
+    with jobs.consumer("w", max_in_flight=5) as consumer:
+        assert [m.text() for m in drain(consumer)] == ["fresh"]
+    assert jobs.counts().expired == 1
+
+
+def test_closing_a_consumer_releases_its_locks_to_the_others(box: boxmq.Box) -> None:
+    jobs = box.queue("jobs")
+    jobs.put_many([b"1", b"2", b"3"])
+    a = jobs.consumer("a", max_in_flight=5)
+    held = drain(a)
+    assert len(held) == 3
+    with jobs.consumer("b", max_in_flight=5) as b:
+        a.close()
+        again = drain(b)
+        assert sorted(m.text() for m in again) == ["1", "2", "3"]
+        assert all(m.delivery_count == 2 for m in again)
+        with pytest.raises(boxmq.UnexpectedRequest):
+            held[0].ack()
+
+
+def test_extend_keeps_the_lock(manual_box: boxmq.Box, clock: ManualClock) -> None:
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"long job")
+    with jobs.consumer("a", lock_timeout=10) as a, jobs.consumer("b") as b:
+        message = a.receive_nowait()
+        assert message is not None
+        clock.advance(8)
+        message.extend(30)
+        clock.advance(8)
+        assert b.receive_nowait() is None
+        message.ack()
+
+
+def test_same_consumer_name_twice_in_one_box_is_refused(box: boxmq.Box) -> None:
+    jobs = box.queue("jobs")
+    with jobs.consumer("w"), pytest.raises(boxmq.InvalidArgument, match="already open"):
+        jobs.consumer("w")
+
+
+def test_metadata_that_does_not_fit_a_file_name_is_refused(box: boxmq.Box, root: Path) -> None:
+    with pytest.raises(boxmq.MetadataTooLong, match="shorten"):
+        box.queue("jobs").put(b"x", properties={"note": "y" * 300})
+    assert box.queue("jobs").counts() == boxmq.QueueCounts(0, 0, 0, 0, 0, 0)
+
+
+def test_reserved_property_names_are_refused(box: boxmq.Box) -> None:
+    with pytest.raises(boxmq.InvalidName):
+        box.queue("jobs").put(b"x", properties={"bx_dc": 3})
+
+
+def test_queue_names_cannot_escape_the_root(box: boxmq.Box, root: Path) -> None:
+    for name in ("..", "../evil", "a/b", "c:d", ".hidden"):
+        box.queue(name).put(b"x")
+    assert sorted(box.queues()) == sorted(["..", "../evil", "a/b", "c:d", ".hidden"])
+    assert {p.parent for p in root.iterdir()} == {root}
+    assert not any(":" in p.name or p.name.startswith(".") for p in root.iterdir())
+
+
+def test_peek_purge_and_counts(box: boxmq.Box) -> None:
+    jobs = box.queue("jobs")
+    jobs.put_many([b"a", b"bb"])
+    assert [p.size for p in jobs.peek()] == [1, 2]
+    assert jobs.counts().ready == 2
+    assert jobs.purge() == 2
+    assert jobs.counts().ready == 0
+    with pytest.raises(boxmq.InvalidArgument):
+        jobs.purge(state=State.PROCESSING)
+
+
+def test_unknown_queue_is_an_error_when_not_creating(box: boxmq.Box) -> None:
+    with pytest.raises(boxmq.QueueNotFound):
+        box.queue("nope", create=False)

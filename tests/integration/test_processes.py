@@ -1,0 +1,131 @@
+"""Several OS processes on one root, and processes killed with SIGKILL."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import boxmq
+from boxmq.store.names import decode
+
+WORKER = str(Path(__file__).with_name("worker.py"))
+pytestmark = pytest.mark.slow
+
+
+def _load_worker() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("boxmq_test_worker", WORKER)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+body_for: Callable[[int], bytes] = _load_worker().body_for
+
+
+@pytest.fixture
+def start() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+
+    def run(*args: str) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [sys.executable, WORKER, *args],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=os.environ.copy(),
+        )
+        started.append(process)
+        return process
+
+    yield run
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def wait_for_line(process: subprocess.Popen[str], expected: str) -> None:
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line.strip() == expected, f"worker said {line!r}"
+
+
+def test_two_processes_share_ten_thousand_messages_each_exactly_once(
+    root: Path, tmp_path: Path, start: Callable[..., subprocess.Popen[str]]
+) -> None:
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("jobs").put_many([str(i).encode() for i in range(10_000)])
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    workers = [start("consume", str(root), "jobs", f"w{i}", str(log)) for i, log in enumerate(logs)]
+    for worker in workers:
+        assert worker.wait(timeout=180) == 0
+    seen = [line.split()[1] for log in logs for line in log.read_text().splitlines()]
+    assert sorted(seen, key=int) == [str(i) for i in range(10_000)]  # all, and none twice
+    counts = [len(log.read_text().splitlines()) for log in logs]
+    assert min(counts) > 1_000, f"one process did almost nothing: {counts}"
+    with boxmq.open(root) as box:
+        assert box.queue("jobs").counts().done == 10_000
+
+
+def test_a_killed_consumer_s_locks_go_to_another_consumer(
+    root: Path, tmp_path: Path, start: Callable[..., subprocess.Popen[str]]
+) -> None:
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("jobs").put_many([str(i).encode() for i in range(20)])
+    held_log = tmp_path / "held.log"
+    victim = start("consume", str(root), "jobs", "victim", str(held_log), "--hold", "5")
+    wait_for_line(victim, "holding")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    held = set(held_log.read_text().split())
+    assert len(held) == 5
+    with boxmq.open(root, fsync="never") as box, box.queue("jobs").consumer("rescuer") as consumer:
+        got: dict[str, int] = {}
+        end = time.monotonic() + 30
+        while len(got) < 20 and time.monotonic() < end:
+            message = consumer.receive(timeout=5)
+            if message is not None:
+                got[message.id] = message.delivery_count
+                message.ack()
+    assert len(got) == 20  # none lost
+    assert {i for i, count in got.items() if count == 2} == held  # the victim's, delivered again
+
+
+def test_a_producer_killed_during_group_commit_loses_nothing_it_acknowledged(
+    root: Path, tmp_path: Path, start: Callable[..., subprocess.Popen[str]]
+) -> None:
+    log = tmp_path / "put.log"
+    producer = start("produce", str(root), "jobs", str(log), "8")
+    wait_for_line(producer, "producing")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (not log.exists() or len(log.read_text()) < 20_000):
+        time.sleep(0.05)
+    producer.send_signal(signal.SIGKILL)
+    producer.wait(timeout=10)
+
+    acknowledged = dict(line.split() for line in log.read_text().splitlines() if " " in line)
+    assert len(acknowledged) > 100
+    target = root / "jobs" / "target"
+    on_disk = {decode(p.name).message_id: p for p in target.iterdir()}
+    for message_id, index in acknowledged.items():
+        assert message_id in on_disk, f"put {message_id} (#{index}) returned, is not in target/"
+    for message_id, path in on_disk.items():  # nothing half-written is ever where consumers look
+        body = path.read_bytes()
+        assert body == body_for(int(body.split(b":")[0])), message_id
+    leftovers = list((root / "jobs" / "working").iterdir())
+    with boxmq.open(root, fsync="never", abandon_after=0.0) as box:
+        report = box.sweep()["jobs"]
+    assert report.abandoned == len(leftovers)
+    assert not list((root / "jobs" / "working").iterdir())

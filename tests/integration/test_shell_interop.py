@@ -1,0 +1,87 @@
+"""A dropbox is a public interface: shell scripts publish with `mv`, and read what we write."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import boxmq
+from boxmq import MessageClass
+from boxmq.store.names import decode
+
+
+def sh(script: str, cwd: Path) -> None:
+    subprocess.run(["sh", "-ec", script], cwd=cwd, check=True)
+
+
+def test_a_shell_script_publishes_with_mv_and_boxmq_delivers_it(box: boxmq.Box, root: Path) -> None:
+    jobs = box.queue("jobs")
+    with jobs.consumer("w") as consumer:
+        assert consumer.receive_nowait() is None
+        sh("echo hi > jobs/working/x && mv jobs/working/x jobs/target/4.x.T", root)
+        message = consumer.receive(timeout=5)  # woken by the rename, not by a poll
+        assert message is not None
+        assert (message.id, message.body, message.message_class) == (
+            "x",
+            b"hi\n",
+            MessageClass.TEXT,
+        )
+        message.ack()
+    assert (root / "jobs" / "processed" / "4.x.T").read_bytes() == b"hi\n"
+
+
+def test_the_full_dropboxmq_example_name_is_understood(box: boxmq.Box, root: Path) -> None:
+    name = "4.1140429201295000-9262574723.T.1140429211295.corr1283.TestQueue1.XYZType.prop1S=hello"
+    box.queue("jobs").put(b"warm-up")  # creates the folders
+    sh(f"printf body > jobs/working/m && mv jobs/working/m 'jobs/target/{name}'", root)
+    peeked = [p.envelope for p in box.queue("jobs").peek()]
+    example = next(e for e in peeked if e.message_id == "1140429201295000-9262574723")
+    assert example.correlation_id == "corr1283"
+    assert example.reply_to == "TestQueue1"
+    assert example.type == "XYZType"
+    assert example.user_properties() == {"prop1": "hello"}
+    assert example.timestamp == 1140429201295
+
+
+def test_a_file_with_any_name_is_delivered_with_defaults(box: boxmq.Box, root: Path) -> None:
+    jobs = box.queue("jobs")
+    sh("echo data > jobs/working/r && mv jobs/working/r 'jobs/target/report 2024.csv'", root)
+    with jobs.consumer("w") as consumer:
+        message = consumer.receive(timeout=5)
+        assert message is not None
+        assert message.id == "report 2024.csv"
+        assert message.priority == 4
+        message.unlock()  # a redelivery re-encodes the name; the id survives
+    with jobs.consumer("w2") as consumer:
+        again = consumer.receive(timeout=5)
+        assert again is not None
+        assert again.id == "report 2024.csv"
+        assert again.delivery_count == 2
+        again.ack()
+
+
+def test_a_name_too_long_to_lock_goes_to_error_not_away(box: boxmq.Box, root: Path) -> None:
+    jobs = box.queue("jobs")
+    long_name = "y" * 240
+    sh(f"echo data > jobs/working/r && mv jobs/working/r jobs/target/{long_name}", root)
+    with jobs.consumer("w") as consumer:
+        assert consumer.receive(timeout=0.5) is None
+    assert (root / "jobs" / "error" / long_name).read_text() == "data\n"
+
+
+def test_files_boxmq_writes_are_dropboxmq_names_a_script_can_read(
+    box: boxmq.Box, root: Path
+) -> None:
+    box.queue("jobs").put(b"for the script", priority=6, properties={"k": "v w"})
+    out = subprocess.run(
+        ["sh", "-ec", 'for f in jobs/target/*; do basename "$f"; cat "$f"; done'],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    name, body = out
+    assert body == "for the script"
+    assert name.startswith("6.")
+    assert name.split(".")[2] == "B"
+    assert decode(name).user_properties() == {"k": "v w"}

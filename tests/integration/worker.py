@@ -1,0 +1,78 @@
+"""A separate OS process that consumes or produces on a root, for the multi-process tests.
+
+python worker.py consume ROOT QUEUE NAME OUT            # ack all, log ids to OUT
+python worker.py consume ROOT QUEUE NAME OUT --hold N   # lock N, log them, hang
+python worker.py produce ROOT QUEUE OUT THREADS         # put until killed; log what returned
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+import boxmq
+
+IDLE_EXIT = 3.0  # a consumer stops after this long without a message
+MAX_RUN = 120.0  # and no worker ever outlives this
+
+
+def consume(root: str, queue: str, name: str, out: str, hold: int) -> None:
+    with boxmq.open(root, fsync="never") as box, open(out, "a") as log:
+        jobs = box.queue(queue)
+        with jobs.consumer(name, max_in_flight=hold or 8, lock_timeout=60) as consumer:
+            if hold:
+                for _ in range(hold):
+                    message = consumer.receive(timeout=10)
+                    assert message is not None
+                    log.write(message.id + "\n")
+                log.flush()
+                print("holding", flush=True)
+                time.sleep(MAX_RUN)  # killed long before this
+                return
+            end = time.monotonic() + MAX_RUN
+            while time.monotonic() < end:
+                message = consumer.receive(timeout=IDLE_EXIT)
+                if message is None:
+                    break
+                log.write(f"{message.id} {message.body.decode()}\n")
+                message.ack()
+
+
+def body_for(index: int) -> bytes:
+    return (f"{index}:" + "x" * 4000).encode()  # several pages: a torn write would show
+
+
+def produce(root: str, queue: str, out: str, threads: int) -> None:
+    box = boxmq.open(root, fsync="always")
+    jobs = box.queue(queue)
+    log_lock = threading.Lock()
+    log = open(out, "a")  # noqa: SIM115  (open until the process is killed)
+    counter = iter(range(10**9))
+
+    def run() -> None:
+        end = time.monotonic() + MAX_RUN
+        while time.monotonic() < end:
+            index = next(counter)
+            message_id = jobs.put(body_for(index))
+            with log_lock:  # only what `put` returned is logged: that is what was promised
+                log.write(f"{message_id} {index}\n")
+                log.flush()
+                os.fsync(log.fileno())
+
+    workers = [threading.Thread(target=run, daemon=True) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    print("producing", flush=True)
+    for worker in workers:
+        worker.join()
+
+
+if __name__ == "__main__":
+    command, *rest = sys.argv[1:]
+    if command == "consume":
+        hold = int(rest[5]) if len(rest) > 5 and rest[4] == "--hold" else 0
+        consume(rest[0], rest[1], rest[2], rest[3], hold)
+    else:
+        produce(rest[0], rest[1], rest[2], int(rest[3]))

@@ -1,0 +1,209 @@
+"""Dispatch strategies, through the engine and through the pure helpers."""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections import Counter
+
+import pytest
+
+from boxmq.core import Claim, Dispatch, Effect, QueueEngine, QueuePolicy, Ready
+from boxmq.core.dispatch import Picker, eligible, route
+from boxmq.core.ready import Lane
+from boxmq.model import ConsumerId, MessageId
+
+T0 = 1_700_000_000.0
+A, B, C = ConsumerId("a"), ConsumerId("b"), ConsumerId("c")
+
+
+def ready(name: str, *, sequence: float = 0.0, group_key: str | None = None) -> Ready:
+    return Ready(
+        key=f"4.{name}.B", message_id=MessageId(name), sequence=sequence, group_key=group_key
+    )
+
+
+def holders(effects: list[Effect]) -> list[str]:
+    return [e.holder for e in effects if isinstance(e, Claim)]
+
+
+def engine_with(
+    kind: Dispatch,
+    *consumers: ConsumerId,
+    slots: int = 100,
+    rng: random.Random | None = None,
+) -> QueueEngine:
+    engine = QueueEngine(policy=QueuePolicy(dispatch=kind), rng=rng)
+    for consumer in consumers:
+        engine.add_consumer(consumer, max_in_flight=slots, lock_timeout=30.0)
+    return engine
+
+
+def offer_many(engine: QueueEngine, count: int, *, keys: int = 0) -> None:
+    for i in range(count):
+        group_key = f"g{i % keys}" if keys else None
+        engine.offer(ready(f"m{i:03}", sequence=i, group_key=group_key), now=T0)
+
+
+def test_round_robin_splits_evenly_in_turn() -> None:
+    engine = engine_with(Dispatch.ROUND_ROBIN, A, B, C)
+    offer_many(engine, 30)
+    got = holders(engine.dispatch(now=T0))
+    assert got[:6] == ["a", "b", "c", "a", "b", "c"]
+    assert Counter(got) == {"a": 10, "b": 10, "c": 10}
+
+
+def test_round_robin_passes_over_a_full_consumer() -> None:
+    engine = engine_with(Dispatch.ROUND_ROBIN, A, B, C, slots=2)
+    offer_many(engine, 9)
+    assert holders(engine.dispatch(now=T0)) == ["a", "b", "c", "a", "b", "c"]
+    engine.ack(MessageId("m001"), B, now=T0)
+    assert holders(engine.dispatch(now=T0)) == ["b"]
+
+
+def test_least_in_flight_fills_the_idle_first() -> None:
+    engine = engine_with(Dispatch.LEAST_IN_FLIGHT, A)
+    offer_many(engine, 3)
+    engine.dispatch(now=T0)
+    engine.add_consumer(B, max_in_flight=100, lock_timeout=30.0)
+    engine.add_consumer(C, max_in_flight=100, lock_timeout=30.0)
+    for i in range(3, 12):
+        engine.offer(ready(f"m{i:03}", sequence=i), now=T0)
+    got = holders(engine.dispatch(now=T0))
+    assert got[:6] == ["b", "c", "b", "c", "b", "c"]  # ties by rotation
+    assert got[6:] == ["a", "b", "c"]
+
+
+def test_sticky_stays_while_there_is_room() -> None:
+    engine = engine_with(Dispatch.STICKY, A, B, slots=3)
+    offer_many(engine, 5)
+    assert holders(engine.dispatch(now=T0)) == ["a", "a", "a", "b", "b"]
+    engine.ack(MessageId("m000"), A, now=T0)
+    offer_many_more = [ready(f"n{i}", sequence=10 + i) for i in range(2)]
+    for message in offer_many_more:
+        engine.offer(message, now=T0)
+    assert holders(engine.dispatch(now=T0)) == ["b", "a"]  # b until full, then the next
+
+
+def test_hash_by_key_keeps_a_key_on_one_consumer() -> None:
+    engine = engine_with(Dispatch.HASH_BY_KEY, C, A, B)
+    ring = [A, B, C]
+    offer_many(engine, 60, keys=6)
+    effects = engine.dispatch(now=T0)
+    assert len(effects) == 60
+    for effect in effects:
+        assert isinstance(effect, Claim)
+        key = effect.message.group_key
+        assert key is not None
+        assert effect.holder == ring[zlib.crc32(key.encode()) % 3]
+    by_key = {e.message.group_key: e.holder for e in effects if isinstance(e, Claim)}
+    assert len(set(by_key.values())) > 1  # the keys spread out
+
+
+def test_hash_by_key_falls_back_to_the_message_id() -> None:
+    engine = engine_with(Dispatch.HASH_BY_KEY, A, B, C)
+    offer_many(engine, 12)
+    for effect in engine.dispatch(now=T0):
+        assert isinstance(effect, Claim)
+        assert effect.holder == route(effect.message, [A, B, C])
+
+
+def test_hash_by_key_waits_for_a_full_consumer_and_does_not_scan_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    engine = engine_with(Dispatch.HASH_BY_KEY, A, B, slots=1)
+    key_for = {route(ready("x", group_key=f"k{i}"), [A, B]): f"k{i}" for i in range(20)}
+    key_a, key_b = key_for[A], key_for[B]
+    for i in range(3):
+        engine.offer(ready(f"a{i}", sequence=i, group_key=key_a), now=T0)
+    engine.offer(ready("b0", sequence=5, group_key=key_b), now=T0)
+    assert sorted(holders(engine.dispatch(now=T0))) == ["a", "b"]
+    engine.ack(MessageId("b0"), B, now=T0)
+    engine.offer(ready("b1", sequence=6, group_key=key_b), now=T0)
+    scanned: list[Lane] = []
+    drain = engine._ready.drain
+
+    def spy(lane: Lane, *args: object, **kwargs: object) -> None:
+        scanned.append(lane)
+        drain(lane, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine._ready, "drain", spy)
+    assert [e.message.message_id for e in engine.dispatch(now=T0) if isinstance(e, Claim)] == ["b1"]
+    assert scanned == [B]  # a is full: its two waiting messages were not looked at
+
+
+def test_hash_by_key_re_routes_when_the_consumers_change() -> None:
+    engine = engine_with(Dispatch.HASH_BY_KEY, A)
+    offer_many(engine, 10, keys=5)
+    assert set(holders(engine.dispatch(now=T0))) == {"a"}
+    engine.remove_consumer(A, now=T0)  # all ten released
+    engine.add_consumer(B, max_in_flight=100, lock_timeout=30.0)
+    engine.add_consumer(C, max_in_flight=100, lock_timeout=30.0)
+    offer_many(engine, 10, keys=5)
+    for effect in engine.dispatch(now=T0):
+        assert isinstance(effect, Claim)
+        assert effect.holder == route(effect.message, [B, C])
+
+
+def test_hash_by_key_last_holder_gets_it_back_after_the_handoff() -> None:
+    engine = QueueEngine(policy=QueuePolicy(dispatch=Dispatch.HASH_BY_KEY, handoff=2.0))
+    for consumer in (A, B):
+        engine.add_consumer(consumer, max_in_flight=5, lock_timeout=30.0)
+    engine.offer(ready("m1", group_key="k"), now=T0)
+    [claim] = engine.dispatch(now=T0)
+    assert isinstance(claim, Claim)
+    release = engine.unlock(MessageId("m1"), claim.holder, now=T0)
+    back = Ready(
+        key="again",
+        message_id=MessageId("m1"),
+        group_key="k",
+        last_holder=claim.holder,
+        delivery_count=1,
+    )
+    engine.offer(back, now=T0)
+    assert release.holder == claim.holder
+    assert engine.dispatch(now=T0 + 1) == []
+    assert holders(engine.dispatch(now=T0 + 2)) == [claim.holder]
+
+
+def test_random_uses_the_given_rng() -> None:
+    engine = engine_with(Dispatch.RANDOM, A, B, C, rng=random.Random(42))
+    offer_many(engine, 30)
+    expected_rng = random.Random(42)
+    assert holders(engine.dispatch(now=T0)) == [expected_rng.choice([A, B, C]) for _ in range(30)]
+
+
+def test_random_is_reproducible_and_spreads() -> None:
+    runs = []
+    for _ in range(2):
+        engine = engine_with(Dispatch.RANDOM, A, B, C, rng=random.Random(7))
+        offer_many(engine, 60)
+        runs.append(holders(engine.dispatch(now=T0)))
+    assert runs[0] == runs[1]
+    assert set(runs[0]) == {"a", "b", "c"}
+
+
+# -- the pure helpers ------------------------------------------------------------------------
+
+
+def test_eligible_passes_over_the_last_holder() -> None:
+    message = Ready(key="k", message_id=MessageId("m"), last_holder=A)
+    assert eligible(message, [A, B, C], handoff_over=False) == [B, C]
+    assert eligible(message, [A, B, C], handoff_over=True) == [B, C]
+    assert eligible(message, [A], handoff_over=False) == []
+    assert eligible(message, [A], handoff_over=True) == [A]
+    assert eligible(message, [B], handoff_over=False) == [B]
+    assert eligible(ready("m"), [A, B], handoff_over=False) == [A, B]
+
+
+def test_route_is_stable_and_uses_crc32() -> None:
+    message = ready("m", group_key="orders-17")
+    assert route(message, []) is None
+    assert route(message, [A, B, C]) == [A, B, C][zlib.crc32(b"orders-17") % 3]
+
+
+def test_picker_needs_known_consumers() -> None:
+    picker = Picker(Dispatch.ROUND_ROBIN, random.Random(0))
+    picker.set_consumers([A])
+    with pytest.raises(ValueError, match="consumers of this queue"):
+        picker.pick(ready("m"), [B], load=lambda _: 0, handoff_over=True)

@@ -1,0 +1,72 @@
+"""LeaseTable: claims, extensions and deadlines, with `now` passed in."""
+
+from __future__ import annotations
+
+import pytest
+
+from boxmq.core.leases import Lease, LeaseTable
+from boxmq.core.ready import Ready
+from boxmq.errors import InvalidArgument
+from boxmq.model import ConsumerId, MessageId
+
+A, B = ConsumerId("a"), ConsumerId("b")
+
+
+def ready(name: str) -> Ready:
+    return Ready(key=f"4.{name}.B", message_id=MessageId(name))
+
+
+def test_lease_expires_exactly_once_at_its_deadline() -> None:
+    table = LeaseTable()
+    table.claim(ready("m1"), A, deadline=130.0)
+    assert table.next_deadline() == 130.0
+    assert table.due(now=129.9) == []
+    [lease] = table.due(now=130.0)
+    assert lease == Lease(ready("m1"), A, 130.0)
+    assert table.due(now=1e9) == []
+    assert table.next_deadline() is None
+    assert len(table) == 0
+    assert table.count(A) == 0
+
+
+def test_extend_moves_the_deadline_both_ways() -> None:
+    table = LeaseTable()
+    table.claim(ready("m1"), A, deadline=100.0)
+    table.extend(MessageId("m1"), deadline=150.0)
+    assert table.next_deadline() == 150.0
+    assert table.due(now=140.0) == []
+    table.extend(MessageId("m1"), deadline=120.0)
+    assert table.next_deadline() == 120.0
+    assert [lease.deadline for lease in table.due(now=120.0)] == [120.0]
+    assert table.next_deadline() is None
+
+
+def test_leases_are_indexed_by_holder_in_claim_order() -> None:
+    table = LeaseTable()
+    for name, holder in [("m1", A), ("m2", B), ("m3", A)]:
+        table.claim(ready(name), holder, deadline=100.0)
+    assert [lease.message.message_id for lease in table.of(A)] == ["m1", "m3"]
+    assert table.count(A) == 2
+    assert table.count(B) == 1
+    assert table.drop(MessageId("m1")) is not None
+    assert table.drop(MessageId("m1")) is None
+    assert [lease.message.message_id for lease in table.of(A)] == ["m3"]
+    assert MessageId("m1") not in table
+    assert table.get(MessageId("m3")) == Lease(ready("m3"), A, 100.0)
+
+
+def test_due_returns_earliest_first_and_skips_dropped() -> None:
+    table = LeaseTable()
+    table.claim(ready("late"), A, deadline=30.0)
+    table.claim(ready("early"), B, deadline=10.0)
+    table.claim(ready("gone"), B, deadline=5.0)
+    table.drop(MessageId("gone"))
+    assert table.next_deadline() == 10.0
+    assert [lease.message.message_id for lease in table.due(now=100.0)] == ["early", "late"]
+
+
+def test_a_message_cannot_be_leased_twice() -> None:
+    table = LeaseTable()
+    table.claim(ready("m1"), A, deadline=10.0)
+    with pytest.raises(InvalidArgument):
+        table.claim(ready("m1"), B, deadline=10.0)

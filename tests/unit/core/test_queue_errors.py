@@ -1,0 +1,226 @@
+"""Every error flow of XEP-0254 §2.3 (delete = ack) and §2.4 (unlock), plus reject and extend.
+
+item-not-found: no such message; forbidden: the requester never received it; conflict: another
+consumer holds it; unexpected-request: the requester held it but its lock is gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
+from boxmq.core import (
+    Claim,
+    DeadLetter,
+    DeadReason,
+    Effect,
+    Extend,
+    Finish,
+    QueueEngine,
+    QueuePolicy,
+    Ready,
+    Release,
+    ReleaseReason,
+)
+from boxmq.errors import (
+    Conflict,
+    Forbidden,
+    InvalidArgument,
+    ItemNotFound,
+    LockError,
+    UnexpectedRequest,
+)
+from boxmq.model import ConsumerId, MessageId
+
+T0 = 1_700_000_000.0
+A, B = ConsumerId("a"), ConsumerId("b")
+M1, M2 = MessageId("m1"), MessageId("m2")
+
+Operation = Callable[[QueueEngine, MessageId, ConsumerId, float], Effect]
+
+
+def ack(engine: QueueEngine, message_id: MessageId, consumer: ConsumerId, now: float) -> Effect:
+    return engine.ack(message_id, consumer, now=now)
+
+
+def unlock(engine: QueueEngine, message_id: MessageId, consumer: ConsumerId, now: float) -> Effect:
+    return engine.unlock(message_id, consumer, now=now)
+
+
+def reject(engine: QueueEngine, message_id: MessageId, consumer: ConsumerId, now: float) -> Effect:
+    return engine.reject(message_id, consumer, now=now)
+
+
+def extend(engine: QueueEngine, message_id: MessageId, consumer: ConsumerId, now: float) -> Effect:
+    return engine.extend(message_id, consumer, now=now)
+
+
+OPERATIONS = pytest.mark.parametrize("operation", [ack, unlock, reject, extend])
+
+
+def ready(name: str) -> Ready:
+    return Ready(key=f"4.{name}.B", message_id=MessageId(name))
+
+
+def reoffered(release: Release) -> Ready:
+    """What the runtime offers after applying a Release: new key, new count, last holder."""
+    return replace(
+        release.message,
+        key=f"{release.message.key}+{release.delivery_count}",
+        delivery_count=release.delivery_count,
+        not_before=release.not_before,
+        last_holder=release.holder,
+    )
+
+
+@pytest.fixture
+def engine() -> QueueEngine:
+    """a holds m1 (its only slot); m2 waits; b is a consumer that holds nothing."""
+    engine = QueueEngine(policy=QueuePolicy(handoff=0.0))
+    engine.add_consumer(A, max_in_flight=1, lock_timeout=30.0)
+    engine.offer(ready("m1"), now=T0)
+    engine.offer(ready("m2"), now=T0)
+    assert engine.dispatch(now=T0) == [Claim(ready("m1"), A, T0 + 30)]
+    engine.add_consumer(B, max_in_flight=1, lock_timeout=30.0)
+    return engine
+
+
+def timed_out(engine: QueueEngine) -> Release:
+    [release] = engine.expire(now=T0 + 30)
+    assert isinstance(release, Release)
+    assert release.reason is ReleaseReason.TIMED_OUT
+    return release
+
+
+def expect(error: type[LockError], call: Callable[[], object]) -> None:
+    with pytest.raises(error) as info:
+        call()
+    assert type(info.value) is error
+
+
+@OPERATIONS
+def test_item_not_found_for_an_unknown_message(engine: QueueEngine, operation: Operation) -> None:
+    expect(ItemNotFound, lambda: operation(engine, MessageId("nope"), A, T0))
+
+
+@OPERATIONS
+def test_item_not_found_after_the_message_is_done(
+    engine: QueueEngine, operation: Operation
+) -> None:
+    engine.ack(M1, A, now=T0)
+    expect(ItemNotFound, lambda: operation(engine, M1, A, T0))
+    expect(ItemNotFound, lambda: operation(engine, M1, B, T0))
+
+
+@OPERATIONS
+def test_forbidden_when_the_requester_never_received_it(
+    engine: QueueEngine, operation: Operation
+) -> None:
+    expect(Forbidden, lambda: operation(engine, M2, A, T0))  # ready, never received by a
+    expect(Forbidden, lambda: operation(engine, M2, ConsumerId("stranger"), T0))
+
+
+@OPERATIONS
+def test_forbidden_for_a_released_message_awaiting_its_next_offer(
+    engine: QueueEngine, operation: Operation
+) -> None:
+    timed_out(engine)
+    expect(Forbidden, lambda: operation(engine, M1, B, T0 + 30))
+
+
+@OPERATIONS
+def test_conflict_when_another_consumer_holds_it(engine: QueueEngine, operation: Operation) -> None:
+    expect(Conflict, lambda: operation(engine, M1, B, T0))
+    lease = engine.lease(M1)
+    assert lease is not None
+    assert lease.holder == A  # nothing changed
+
+
+@OPERATIONS
+def test_unexpected_request_after_a_lock_timeout(engine: QueueEngine, operation: Operation) -> None:
+    release = timed_out(engine)
+    expect(UnexpectedRequest, lambda: operation(engine, M1, A, T0 + 30))  # awaiting re-offer
+    engine.offer(reoffered(release), now=T0 + 31)
+    expect(UnexpectedRequest, lambda: operation(engine, M1, A, T0 + 31))  # ready again
+    claims = engine.dispatch(now=T0 + 31)
+    assert {(c.message.message_id, c.holder) for c in claims if isinstance(c, Claim)} == {
+        (M1, B),
+        (M2, A),
+    }
+    expect(UnexpectedRequest, lambda: operation(engine, M1, A, T0 + 31))  # b holds it now
+
+
+@OPERATIONS
+def test_unexpected_request_after_an_unlock(engine: QueueEngine, operation: Operation) -> None:
+    engine.unlock(M1, A, now=T0)
+    expect(UnexpectedRequest, lambda: operation(engine, M1, A, T0))
+
+
+@OPERATIONS
+def test_unexpected_request_after_the_owner_left(engine: QueueEngine, operation: Operation) -> None:
+    [release] = engine.remove_consumer(A, now=T0 + 1)
+    assert isinstance(release, Release)
+    assert release.reason is ReleaseReason.OWNER_GONE
+    engine.add_consumer(A, max_in_flight=1, lock_timeout=30.0)  # reconnects
+    expect(UnexpectedRequest, lambda: operation(engine, M1, A, T0 + 1))
+
+
+@OPERATIONS
+def test_unexpected_request_when_the_file_names_the_requester(operation: Operation) -> None:
+    engine = QueueEngine()
+    engine.offer(replace(ready("m1"), last_holder=A, delivery_count=1), now=T0)
+    expect(UnexpectedRequest, lambda: operation(engine, M1, A, T0))
+
+
+@OPERATIONS
+def test_unexpected_request_after_the_claim_was_lost(
+    engine: QueueEngine, operation: Operation
+) -> None:
+    engine.claim_lost(M1)
+    expect(ItemNotFound, lambda: operation(engine, M1, A, T0))  # it was never ours
+
+
+def test_ack_finishes(engine: QueueEngine) -> None:
+    assert engine.ack(M1, A, now=T0 + 1) == Finish(ready("m1"), A)
+    assert engine.lease(M1) is None
+    assert engine.leases_of(A) == []
+
+
+def test_unlock_releases_with_one_more_delivery(engine: QueueEngine) -> None:
+    assert engine.unlock(M1, A, now=T0 + 1) == Release(
+        ready("m1"), A, ReleaseReason.UNLOCKED, not_before=0.0, delivery_count=1
+    )
+    assert engine.lease(M1) is None
+
+
+def test_unlock_with_a_delay(engine: QueueEngine) -> None:
+    release = engine.unlock(M1, A, now=T0 + 1, delay=9.0)
+    assert isinstance(release, Release)
+    assert release.not_before == T0 + 10
+
+
+def test_unlock_refuses_a_negative_delay(engine: QueueEngine) -> None:
+    with pytest.raises(InvalidArgument):
+        engine.unlock(M1, A, now=T0, delay=-1.0)
+    assert engine.lease(M1) is not None
+
+
+def test_reject_goes_to_the_dead_letters(engine: QueueEngine) -> None:
+    assert engine.reject(M1, A, now=T0) == DeadLetter(ready("m1"), A, DeadReason.REJECTED)
+    expect(ItemNotFound, lambda: engine.ack(M1, A, now=T0))
+
+
+def test_extend_pushes_the_deadline(engine: QueueEngine) -> None:
+    assert engine.extend(M1, A, now=T0 + 10) == Extend(ready("m1"), A, T0 + 40)
+    assert engine.extend(M1, A, now=T0 + 10, seconds=5.0) == Extend(ready("m1"), A, T0 + 15)
+    lease = engine.lease(M1)
+    assert lease is not None
+    assert lease.deadline == T0 + 15
+
+
+@pytest.mark.parametrize("seconds", [0.0, -1.0, float("nan"), float("inf")])
+def test_extend_refuses_bad_seconds(engine: QueueEngine, seconds: float) -> None:
+    with pytest.raises(InvalidArgument):
+        engine.extend(M1, A, now=T0, seconds=seconds)

@@ -1,0 +1,133 @@
+"""ReadySet: dispatch order, delays, expirations, handoff ends and lanes."""
+
+from __future__ import annotations
+
+from boxmq.core.ready import Lane, Ready, ReadySet
+from boxmq.model import ConsumerId, MessageId
+
+T0 = 1_700_000_000.0
+
+
+def ready(
+    name: str,
+    *,
+    priority: int = 4,
+    sequence: float = 0.0,
+    expiration: float = 0.0,
+    not_before: float = 0.0,
+    last_holder: str | None = None,
+) -> Ready:
+    return Ready(
+        key=f"{priority}.{name}.B",
+        message_id=MessageId(name),
+        priority=priority,
+        sequence=sequence,
+        expiration=expiration,
+        not_before=not_before,
+        last_holder=ConsumerId(last_holder) if last_holder is not None else None,
+    )
+
+
+def take_all(ready_set: ReadySet, lane: Lane = None) -> list[str]:
+    taken: list[str] = []
+
+    def visit(message: Ready, offered_at: float) -> bool:
+        taken.append(message.message_id)
+        return True
+
+    ready_set.drain(lane, visit, until=lambda: False)
+    return taken
+
+
+def test_priority_then_sequence_then_key() -> None:
+    ready_set = ReadySet(handoff=1.0)
+    for message in [
+        ready("c", priority=4, sequence=3.0),
+        ready("b", priority=9, sequence=5.0),
+        ready("e", priority=4, sequence=1.0),
+        ready("d", priority=4, sequence=1.0),
+        ready("a", priority=0, sequence=0.0),
+        ready("f", priority=9, sequence=2.0),
+    ]:
+        ready_set.put(message, now=T0)
+    assert take_all(ready_set) == ["f", "b", "d", "e", "c", "a"]
+    assert len(ready_set) == 0
+
+
+def test_skipped_messages_keep_their_place() -> None:
+    ready_set = ReadySet(handoff=1.0)
+    for i in range(4):
+        ready_set.put(ready(f"m{i}", sequence=float(i)), now=T0)
+    ready_set.drain(None, lambda message, _: message.message_id == "m2", until=lambda: False)
+    assert take_all(ready_set) == ["m0", "m1", "m3"]
+
+
+def test_replacing_keeps_the_first_offer_time() -> None:
+    ready_set = ReadySet(handoff=1.0)
+    ready_set.put(ready("m1", priority=1), now=T0)
+    ready_set.put(ready("m1", priority=7), now=T0 + 5)
+    seen: list[tuple[int, float]] = []
+
+    def visit(message: Ready, offered_at: float) -> bool:
+        seen.append((message.priority, offered_at))
+        return True
+
+    ready_set.drain(None, visit, until=lambda: False)
+    assert seen == [(7, T0)]
+
+
+def test_delayed_messages_wait_in_their_own_heap() -> None:
+    ready_set = ReadySet(handoff=1.0)
+    ready_set.put(ready("m1", not_before=T0 + 10), now=T0)
+    assert ready_set.delayed == 1
+    assert take_all(ready_set) == []
+    assert ready_set.next_deadline() == T0 + 10
+    ready_set.tick(now=T0 + 9.9)
+    assert ready_set.delayed == 1
+    ready_set.tick(now=T0 + 10)
+    assert ready_set.delayed == 0
+    assert ready_set.next_deadline() is None
+    assert take_all(ready_set) == ["m1"]
+
+
+def test_expiration_pops_delayed_and_waiting_alike() -> None:
+    ready_set = ReadySet(handoff=1.0)
+    ready_set.put(ready("m1", expiration=T0 + 5), now=T0)
+    ready_set.put(ready("m2", expiration=T0 + 6, not_before=T0 + 100), now=T0)
+    ready_set.put(ready("m3", expiration=T0 + 1), now=T0)
+    ready_set.remove(MessageId("m3"))
+    assert ready_set.next_deadline() == T0 + 5
+    assert ready_set.pop_expired(now=T0 + 4.9) == []
+    assert [m.message_id for m in ready_set.pop_expired(now=T0 + 6)] == ["m1", "m2"]
+    assert len(ready_set) == 0
+    assert ready_set.delayed == 0
+
+
+def test_handoff_end_is_a_deadline_until_it_passes() -> None:
+    ready_set = ReadySet(handoff=2.0)
+    ready_set.put(ready("m1", last_holder="a"), now=T0)
+    assert ready_set.next_deadline() == T0 + 2
+    ready_set.tick(now=T0 + 2)
+    assert ready_set.next_deadline() is None
+    # A delay longer than the handoff hides the handoff end.
+    ready_set.put(ready("m2", last_holder="a", not_before=T0 + 10), now=T0 + 2)
+    assert ready_set.next_deadline() == T0 + 10
+
+
+def test_relane_partitions_waiting_messages() -> None:
+    ready_set = ReadySet(handoff=1.0)
+    for i in range(6):
+        ready_set.put(ready(f"m{i}", sequence=float(i)), now=T0)
+    ready_set.put(ready("later", not_before=T0 + 1), now=T0)
+
+    def lane_of(message: Ready) -> Lane:
+        if message.message_id == "later":
+            return ConsumerId("x")
+        return ConsumerId("odd" if int(message.message_id[1:]) % 2 else "even")
+
+    ready_set.relane(lane_of)
+    assert take_all(ready_set, None) == []
+    assert take_all(ready_set, ConsumerId("odd")) == ["m1", "m3", "m5"]
+    ready_set.tick(now=T0 + 1)
+    assert take_all(ready_set, ConsumerId("x")) == ["later"]
+    assert take_all(ready_set, ConsumerId("even")) == ["m0", "m2", "m4"]

@@ -1,0 +1,478 @@
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, reject
+from hypothesis import strategies as st
+
+from boxmq.errors import InvalidArgument, InvalidName, MalformedName, MetadataTooLong
+from boxmq.model import (
+    ConsumerId,
+    Envelope,
+    MessageClass,
+    MessageId,
+    Property,
+    PropertyType,
+    PropertyValue,
+)
+from boxmq.store.names import (
+    LOCK_RESERVE,
+    MAX_NAME,
+    MAX_OWNER,
+    NAME_LIMIT,
+    Lock,
+    check_consumer_name,
+    decode,
+    decode_lenient,
+    encode,
+    escape_segment,
+    locked_name,
+    split_lock,
+    unescape_segment,
+)
+
+SPEC_ID = MessageId("1140429201295000-9262574723")
+NASTY = "a.b@c/d:e%f&g=h~i#j k"  # every separator and reserved character at once
+T = PropertyType
+
+
+def envelope(**fields: object) -> Envelope:
+    return Envelope(MessageId("id"), **fields)  # type: ignore[arg-type]
+
+
+# --- the spec's examples and the defaults --------------------------------------------------
+
+
+def test_spec_example_1_all_fields() -> None:
+    name = "4.1140429201295000-9262574723.T.1140429211295.corr1283.TestQueue1.XYZType.prop1S=hello"
+    expected = Envelope(
+        message_id=SPEC_ID,
+        priority=4,
+        message_class=MessageClass.TEXT,
+        expiration=1140429211295,
+        correlation_id="corr1283",
+        reply_to="TestQueue1",
+        type="XYZType",
+        properties=(Property("prop1", T.STRING, "hello"),),
+    )
+    assert decode(name) == expected
+    assert encode(expected) == name
+
+
+def test_spec_example_2_minimum_fields() -> None:
+    name = "4.1140429201295000-9262574723.T"
+    expected = Envelope(SPEC_ID, message_class=MessageClass.TEXT)
+    assert decode(name) == expected
+    assert encode(expected) == name
+
+
+def test_defaults_are_written_as_the_three_required_fields() -> None:
+    assert encode(envelope()) == "4.id.B"
+    assert decode("4.id.B") == envelope()
+
+
+def test_empty_fields_take_their_defaults() -> None:
+    assert decode(".id.") == envelope()
+    assert decode(".id..0") == envelope()
+
+
+@pytest.mark.parametrize("name", ["4.x.T.", "4.x.T....", "4.x.T....."])
+def test_trailing_dots_are_allowed(name: str) -> None:
+    assert decode(name) == Envelope(MessageId("x"), message_class=MessageClass.TEXT)
+
+
+def test_a_middle_empty_field_stays() -> None:
+    value = Envelope(MessageId("id"), message_class=MessageClass.TEXT, correlation_id="corr")
+    assert encode(value) == "4.id.T..corr"
+    assert decode("4.id.T.0.corr") == value
+
+
+def test_an_empty_string_is_written_like_none() -> None:
+    name = encode(envelope(correlation_id="", reply_to="", type=""))
+    assert name == "4.id.B"
+    assert decode(name) == envelope()
+
+
+def test_properties_keep_their_order_and_duplicates() -> None:
+    props = (Property("b", T.INT, 1), Property("a", T.INT, 2), Property("b", T.INT, 3))
+    name = encode(envelope(properties=props))
+    assert name.endswith(".....bI=1&aI=2&bI=3")
+    assert decode(name).properties == props
+
+
+# --- property types ------------------------------------------------------------------------
+
+RANGES = [(T.BYTE, 8), (T.SHORT, 16), (T.INT, 32), (T.LONG, 64)]
+
+
+@pytest.mark.parametrize(("kind", "bits"), RANGES)
+def test_integer_types_round_trip_at_their_java_limits(kind: PropertyType, bits: int) -> None:
+    for value in (-(2 ** (bits - 1)), -1, 0, 2 ** (bits - 1) - 1):
+        prop = Property("n", kind, value)
+        assert decode(encode(envelope(properties=(prop,)))).properties == (prop,)
+
+
+@pytest.mark.parametrize(("kind", "bits"), RANGES)
+def test_integer_types_refuse_values_outside_their_range(kind: PropertyType, bits: int) -> None:
+    for value in (-(2 ** (bits - 1)) - 1, 2 ** (bits - 1)):
+        with pytest.raises(InvalidArgument, match="not an int in"):
+            encode(envelope(properties=(Property("n", kind, value),)))
+        with pytest.raises(MalformedName, match="not an integer"):
+            decode(f"4.id.B.....n{kind.value}={value}")
+
+
+@pytest.mark.parametrize(
+    ("kind", "value"),
+    [
+        (T.BOOLEAN, 1),
+        (T.BOOLEAN, "true"),
+        (T.INT, True),
+        (T.INT, 1.0),
+        (T.LONG, "1"),
+        (T.DOUBLE, "1.5"),
+        (T.DOUBLE, False),
+        (T.DOUBLE, 10**400),
+        (T.FLOAT, 1e39),
+        (T.STRING, 1),
+    ],
+)
+def test_a_value_of_the_wrong_python_type_is_refused(kind: PropertyType, value: object) -> None:
+    prop = Property("p", kind, value)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="'p'"):
+        encode(envelope(properties=(prop,)))
+
+
+def test_booleans_are_java_words() -> None:
+    props = (Property("t", T.BOOLEAN, True), Property("f", T.BOOLEAN, False))
+    assert encode(envelope(properties=props)).endswith("tB=true&fB=false")
+    assert decode("4.id.B.....xB=TRUE").properties == (Property("x", T.BOOLEAN, True),)
+    with pytest.raises(MalformedName, match="not true or false"):
+        decode("4.id.B.....xB=yes")
+
+
+def test_floats_and_doubles_keep_their_exact_value() -> None:
+    props = (Property("f", T.FLOAT, 1.5), Property("d", T.DOUBLE, 0.1), Property("i", T.DOUBLE, 3))
+    name = encode(envelope(properties=props))
+    assert "." not in name.split(".", 7)[-1]  # a float's point is escaped, not a separator
+    assert decode(name).properties == props
+
+
+@pytest.mark.parametrize(
+    ("value", "text"), [(math.inf, "Infinity"), (-math.inf, "-Infinity"), (math.nan, "NaN")]
+)
+def test_special_floats_use_java_spelling(value: float, text: str) -> None:
+    name = encode(envelope(properties=(Property("d", T.DOUBLE, value),)))
+    assert name.endswith(f"dD={text}")
+    [prop] = decode(name).properties
+    assert _same_value(prop.value, value)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("nan", math.nan), ("inf", math.inf), ("-inf", -math.inf)]
+)
+def test_python_float_spelling_is_accepted(text: str, value: float) -> None:
+    [prop] = decode(f"4.id.B.....dD={text}").properties
+    assert _same_value(prop.value, value)
+
+
+@pytest.mark.parametrize("pair", ["dD=abc", "dD=1.0f", "xQ=1", "S=x", "noequals", "aS=1&"])
+def test_malformed_properties_are_refused(pair: str) -> None:
+    with pytest.raises(MalformedName):
+        decode(f"4.id.B.....{pair}")
+
+
+# --- escaping ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["message_id", "correlation_id", "reply_to", "type"])
+def test_reserved_characters_round_trip_in_every_text_field(field: str) -> None:
+    value = Envelope(**{"message_id": MessageId("id"), field: NASTY})  # type: ignore[arg-type]
+    name = encode(value)
+    assert decode(name) == value
+    assert not set(name) & set("/:@~#")
+
+
+def test_reserved_characters_round_trip_in_property_names_and_values() -> None:
+    value = envelope(properties=(Property(NASTY, T.STRING, NASTY), Property(NASTY, T.LONG, -5)))
+    name = encode(value)
+    assert decode(name) == value
+    assert not set(name) & set("/:@~#")
+
+
+@pytest.mark.parametrize("name", ["4.a%zz.B", "4.a%.B", "4.%FF.B", "4.id.B.....p%S=x"])
+def test_bad_percent_escapes_are_malformed(name: str) -> None:
+    with pytest.raises(MalformedName, match="escape"):
+        decode(name)
+
+
+# --- invalid envelopes and length ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        Envelope(MessageId("")),
+        envelope(priority=2**31),
+        envelope(priority=-(2**31) - 1),
+        envelope(expiration=-1),
+        envelope(properties=(Property("", T.STRING, "x"),)),
+        Envelope(MessageId("\udcff")),
+    ],
+)
+def test_invalid_envelopes_are_refused(value: Envelope) -> None:
+    with pytest.raises(InvalidArgument):
+        encode(value)
+
+
+def test_priority_limits_round_trip() -> None:
+    for priority in (-(2**31), 0, 9, 2**31 - 1):
+        assert decode(encode(envelope(priority=priority))) == envelope(priority=priority)
+
+
+def test_too_long_metadata_says_how_long_the_limit_and_what_to_shorten() -> None:
+    with pytest.raises(MetadataTooLong) as caught:
+        encode(envelope(correlation_id="ü" * 40))
+    message = str(caught.value)
+    assert f"{MAX_NAME}-byte limit" in message
+    assert "a 248-byte file name" in message
+    assert "shorten the correlation id (240 bytes encoded)" in message
+
+
+def test_the_longest_allowed_name_is_accepted() -> None:
+    name = encode(Envelope(MessageId("x" * (MAX_NAME - 4))))
+    assert len(name) == MAX_NAME
+    with pytest.raises(MetadataTooLong):
+        encode(Envelope(MessageId("x" * (MAX_NAME - 3))))
+
+
+# --- names that are not in the encoding ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["report.csv", "hello", "a.b.c.d.e.f.g.h.i", "4..T", "x.id.T", "4.id.Q", "4.id.T.soon"],
+)
+def test_foreign_names_decode_leniently_to_their_whole_name(name: str) -> None:
+    value, reason = decode_lenient(name)
+    assert value == Envelope(MessageId(name))
+    assert reason
+    with pytest.raises(MalformedName, match=re.escape(reason)):
+        decode(name)
+
+
+def test_lenient_decoding_of_a_good_name_has_no_reason() -> None:
+    assert decode_lenient("4.id.T") == (envelope(message_class=MessageClass.TEXT), None)
+
+
+def test_an_undecodable_file_system_name_is_malformed() -> None:
+    value, reason = decode_lenient("4.\udcff.T")  # how os.listdir() shows a non-UTF-8 byte
+    assert value.message_id == "4.\udcff.T"
+    assert reason == "the name is not valid UTF-8"
+
+
+# --- properties (hypothesis) ---------------------------------------------------------------
+
+TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
+OPTIONAL = st.none() | TEXT.filter(bool)
+
+
+def _same_value(a: PropertyValue, b: PropertyValue) -> bool:
+    both_nan = isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
+    return both_nan or (a == b and type(a) is type(b))
+
+
+def _values(kind: PropertyType) -> st.SearchStrategy[PropertyValue]:
+    bits = dict(RANGES).get(kind)
+    if bits is not None:
+        return st.integers(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    strategies: dict[PropertyType, st.SearchStrategy[PropertyValue]] = {
+        T.BOOLEAN: st.booleans(),
+        T.FLOAT: st.floats(width=32),
+        T.DOUBLE: st.floats(),
+        T.STRING: TEXT,
+    }
+    return strategies[kind]
+
+
+PROPERTIES = st.sampled_from(PropertyType).flatmap(
+    lambda kind: st.builds(Property, TEXT.filter(bool), st.just(kind), _values(kind))
+)
+ENVELOPES = st.builds(
+    Envelope,
+    message_id=TEXT.filter(bool).map(MessageId),
+    priority=st.integers(-(2**31), 2**31 - 1),
+    message_class=st.sampled_from(MessageClass),
+    expiration=st.integers(0, 2**63 - 1) | st.just(0),
+    correlation_id=OPTIONAL,
+    reply_to=OPTIONAL,
+    type=OPTIONAL,
+    properties=st.lists(PROPERTIES, max_size=3).map(tuple),
+)
+
+
+@given(ENVELOPES)
+def test_decode_inverts_encode(value: Envelope) -> None:
+    try:
+        name = encode(value)
+    except MetadataTooLong:
+        reject()
+    assert len(name.encode()) <= MAX_NAME
+    assert not set(name) & {"/", "\0", ":", "@"}
+    assert _without_nan(decode(name)) == _without_nan(value)
+
+
+def _without_nan(value: Envelope) -> Envelope:
+    """NaN != NaN, so equal envelopes with a NaN property would not compare equal."""
+    nan_free = tuple(
+        replace(p, value="<NaN>") if isinstance(p.value, float) and math.isnan(p.value) else p
+        for p in value.properties
+    )
+    return replace(value, properties=nan_free)
+
+
+NAMEISH = st.text(st.sampled_from("0123456789-.%&=@~+eE TBSDFLIYHnaINf\u00e9"), max_size=40)
+
+
+@given(st.text().filter(lambda s: "/" not in s and "\0" not in s) | NAMEISH)
+def test_lenient_decoding_never_raises(name: str) -> None:
+    value, reason = decode_lenient(name)
+    if reason is None:
+        assert _without_nan(decode(name)) == _without_nan(value)
+    else:
+        assert value == Envelope(MessageId(name))
+
+
+# --- locks ---------------------------------------------------------------------------------
+
+OWNERS = st.text(st.characters(codec="utf-8", exclude_characters="/\0"), max_size=20)
+TOKENS = st.text(st.sampled_from("abcXYZ019-"), max_size=30)
+
+
+@given(
+    name=st.text(min_size=1),
+    owner=OWNERS,
+    deadline=st.integers(0, 10**15 - 1),
+    token=TOKENS,
+)
+def test_a_lock_suffix_splits_off_again(name: str, owner: str, deadline: int, token: str) -> None:
+    try:
+        lock = Lock(check_consumer_name(owner), deadline, token)
+    except InvalidName:
+        reject()
+    locked = locked_name(name, lock)
+    assert split_lock(locked) == (name, lock)
+    assert len(locked.encode()) - len(name.encode()) <= LOCK_RESERVE
+
+
+def test_the_largest_lock_suffix_fits_the_reserve() -> None:
+    lock = Lock(ConsumerId("c" * MAX_OWNER), 10**15 - 1, "t" * 30)
+    assert len(locked_name("", lock)) == LOCK_RESERVE
+    assert MAX_NAME + LOCK_RESERVE == NAME_LIMIT
+
+
+def test_a_name_with_at_signs_survives_locking() -> None:
+    lock = Lock(ConsumerId("user@host"), 1700000000000, "p-1")
+    name = "job@2024@x.csv"
+    locked = locked_name(name, lock)
+    assert locked == "job@2024@x.csv@user%40host@1700000000000@p-1"
+    assert split_lock(locked) == (name, lock)
+
+
+def test_a_lock_without_process_token() -> None:
+    lock = Lock(ConsumerId("c1"), 5, "")
+    assert split_lock(locked_name("4.id.T", lock)) == ("4.id.T", lock)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "4.id.T",
+        "a@b",
+        "a@b@c",
+        "a@c1@soon@tok",
+        "a@c1@12@tok!",
+        "a@c1@12@" + "t" * 31,
+        "a@c1@1234567890123456@t",
+        "a@@12@t",
+        "@c1@12@t",
+        "a@c%zz@12@t",
+        "a@c.1@12@t",
+        "a@%2F@12@t",
+        "a@c1@١٢@t",
+    ],
+)
+def test_a_malformed_suffix_is_no_lock(name: str) -> None:
+    assert split_lock(name) == (name, None)
+
+
+@pytest.mark.parametrize(
+    ("owner", "token", "deadline"),
+    [
+        ("c" * (MAX_OWNER + 1), "", 0),
+        ("é" * 7, "", 0),
+        ("", "", 0),
+        ("a/b", "", 0),
+        ("c", "a_b", 0),
+        ("c", "t" * 31, 0),
+    ],
+)
+def test_bad_locks_are_refused(owner: str, token: str, deadline: int) -> None:
+    with pytest.raises(InvalidName):
+        locked_name("4.id.T", Lock(ConsumerId(owner), deadline, token))
+
+
+@pytest.mark.parametrize("deadline", [-1, 10**15])
+def test_a_deadline_must_fit_fifteen_digits(deadline: int) -> None:
+    with pytest.raises(InvalidArgument, match="deadline"):
+        locked_name("4.id.T", Lock(ConsumerId("c"), deadline, ""))
+
+
+def test_consumer_names() -> None:
+    assert check_consumer_name("alice@example.org") == "alice@example.org"
+    assert check_consumer_name("c" * MAX_OWNER) == "c" * MAX_OWNER
+    for bad in ("", "a\0b", "a/b", "c" * (MAX_OWNER + 1), "\u00e9" * 7):
+        with pytest.raises(InvalidName):
+            check_consumer_name(bad)
+
+
+# --- directory segments --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["..", ".", ".hidden", "a/b", "a:b", "%2E", "...", "a b~c.d"])
+def test_any_destination_becomes_one_safe_directory_name(text: str) -> None:
+    segment = escape_segment(text)
+    assert segment not in (".", "..")
+    assert not segment.startswith(".")
+    assert not set(segment) & {"/", ":", "\0"}
+    assert unescape_segment(segment) == text
+
+
+def test_plain_destination_names_are_kept_as_they_are() -> None:
+    assert escape_segment("orders.eu-west_1~") == "orders.eu-west_1~"
+
+
+@pytest.mark.parametrize("text", ["", "a\0b", "x" * (NAME_LIMIT + 1), "é" * 43, "\udcff"])
+def test_unstorable_destination_names_are_refused(text: str) -> None:
+    with pytest.raises(InvalidName):
+        escape_segment(text)
+
+
+@pytest.mark.parametrize("segment", ["50%off", "%FF"])
+def test_a_directory_that_is_not_percent_encoded_utf8_is_refused(segment: str) -> None:
+    with pytest.raises(InvalidName):
+        unescape_segment(segment)
+
+
+@given(st.text(st.characters(codec="utf-8", exclude_characters="\0"), min_size=1))
+def test_segments_round_trip(text: str) -> None:
+    try:
+        segment = escape_segment(text)
+    except InvalidName:
+        reject()
+    assert unescape_segment(segment) == text
+    assert "/" not in segment
+    assert not segment.startswith(".")
+    assert len(segment.encode()) <= NAME_LIMIT

@@ -1,0 +1,70 @@
+"""The layering of DESIGN.md §6, enforced: the core is pure, the store knows no core."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import boxmq
+
+SRC = Path(boxmq.__file__).parent
+
+
+def _imports(package: str) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in sorted((SRC / package).rglob("*.py")):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+        found[str(path.relative_to(SRC))] = names
+    return found
+
+
+def _offenders(package: str, forbidden: tuple[str, ...]) -> list[str]:
+    return [
+        f"{module} imports {name}"
+        for module, names in _imports(package).items()
+        for name in sorted(names)
+        if any(name == f or name.startswith(f + ".") for f in forbidden)
+    ]
+
+
+def test_the_core_imports_no_io_no_store_no_front_end() -> None:
+    forbidden = (
+        "asyncio",
+        "threading",
+        "os",
+        "time",
+        "socket",
+        "select",
+        "boxmq.store",
+        "boxmq.client",
+        "boxmq.runtime",
+        "boxmq.cli",
+        "boxmq.mqtt",
+        "boxmq.xmpp",
+        "boxmq.spark",
+        "boxmq.http",
+    )
+    assert _offenders("core", forbidden) == []
+
+
+def test_the_store_never_imports_the_core_or_the_client() -> None:
+    assert _offenders("store", ("boxmq.core", "boxmq.client", "boxmq.runtime")) == []
+
+
+@pytest.mark.parametrize("package", ["core", "store"])
+def test_the_check_sees_every_module(package: str) -> None:
+    # Guard against a test that passes because it looked at nothing.
+    assert len(_imports(package)) >= 4
+
+
+def test_public_names_are_sorted_and_exported() -> None:
+    assert boxmq.__all__ == sorted(boxmq.__all__)
+    for name in boxmq.__all__:
+        assert hasattr(boxmq, name), name
