@@ -15,9 +15,14 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-# The package plus the dev and bench groups: what `make test` and `make bench` need.
+# The package plus the dev group: what `make test` needs.
 $(VENV)/.dev-installed: pyproject.toml $(VENV)/.installed
-	$(BIN)/python -m pip install --quiet --group dev --group bench
+	$(BIN)/python -m pip install --quiet --group dev
+	touch $@
+
+# The references the benchmarks compare with.
+$(VENV)/.bench-installed: pyproject.toml $(VENV)/.dev-installed
+	$(BIN)/python -m pip install --quiet --group bench
 	touch $@
 
 install: $(VENV)/.installed
@@ -38,7 +43,7 @@ unit: $(VENV)/.dev-installed
 
 test: lint typecheck unit
 
-bench: $(VENV)/.dev-installed
+bench: $(VENV)/.bench-installed
 	$(BIN)/python bench/store.py
 
 clean:

@@ -8,6 +8,7 @@ box.queue("jobs").put(b"payload")
 from __future__ import annotations
 
 from boxmq.client import Box, Consumer, Message, Outgoing, Peeked, Queue, QueueCounts, open
+from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock, ManualClock, SystemClock
 from boxmq.errors import (
     BoxMQError,
@@ -16,11 +17,15 @@ from boxmq.errors import (
     Forbidden,
     InvalidArgument,
     InvalidName,
+    InvalidTopic,
     ItemNotFound,
     LockError,
     MalformedName,
+    MessageTooLarge,
     MetadataTooLong,
+    NotAllowed,
     QueueNotFound,
+    ResourceConstraint,
     UnexpectedRequest,
 )
 from boxmq.model import Envelope, MessageClass, Property, PropertyType
@@ -39,13 +44,16 @@ __all__ = [
     "Forbidden",
     "InvalidArgument",
     "InvalidName",
+    "InvalidTopic",
     "ItemNotFound",
     "LockError",
     "MalformedName",
     "ManualClock",
     "Message",
     "MessageClass",
+    "MessageTooLarge",
     "MetadataTooLong",
+    "NotAllowed",
     "Outgoing",
     "Peeked",
     "Property",
@@ -53,7 +61,9 @@ __all__ = [
     "Queue",
     "QueueCounts",
     "QueueNotFound",
+    "ResourceConstraint",
     "State",
+    "Subscriber",
     "SystemClock",
     "UnexpectedRequest",
     "open",

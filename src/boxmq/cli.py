@@ -79,6 +79,29 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reply-to")
     p.add_argument("--type")
 
+    p = command("publish", _publish, "publish to a topic: a copy to every matching subscription")
+    p.add_argument("topic")
+    p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
+    p.add_argument("--file", help="read the body from this file")
+    p.add_argument("--qos", type=int, default=1, choices=[0, 1, 2])
+    p.add_argument("--retain", action="store_true", help="keep it as the topic's last value")
+    p.add_argument("--property", "-p", action="append", default=[], metavar="NAME[:TYPE]=VALUE")
+    p.add_argument("--expires-in", type=_duration, metavar="DURATION")
+
+    p = command("subscribe", _subscribe, "print messages of a topic filter as they come")
+    p.add_argument("filter", help="a topic filter (+ and # wildcards), or $share/GROUP/FILTER")
+    p.add_argument("--name", default=f"cli-{os.getpid()}", help="subscriber (or member) name")
+    p.add_argument("--qos", type=int, default=1, choices=[0, 1, 2])
+    p.add_argument("--count", type=int, help="stop after this many messages")
+    p.add_argument(
+        "--idle", type=_duration, metavar="DURATION", help="stop after this long without a message"
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep a plain subscription (and what it collects) after exiting",
+    )
+
     p = command("get", _get, "lock the next ready message and print it")
     p.add_argument("queue")
     p.add_argument(
@@ -169,6 +192,54 @@ def _body(args: argparse.Namespace) -> bytes:
     if args.body is None or args.body == "-":
         return sys.stdin.buffer.read()
     return str(args.body).encode()
+
+
+def _publish(args: argparse.Namespace, box: Box) -> int:
+    properties = dict(parse_property(text) for text in args.property)
+    message_id = box.publish(
+        args.topic,
+        _body(args),
+        qos=args.qos,
+        retain=args.retain,
+        properties=properties,
+        expires_in=args.expires_in,
+    )
+    _emit(args, {"topic": args.topic, "id": message_id}, message_id)
+    return 0
+
+
+def _subscribe(args: argparse.Namespace, box: Box) -> int:
+    if args.count is not None and args.count < 1:
+        raise InvalidArgument("--count must be at least 1")
+    received = 0
+    with box.subscribe(args.filter, args.name, qos=args.qos) as subscriber:
+        try:
+            while args.count is None or received < args.count:
+                message = subscriber.receive(timeout=args.idle)
+                if message is None:
+                    break
+                _print_message(args, message)
+                message.ack()
+                received += 1
+        finally:
+            if not subscriber.filter.shared and not args.keep:
+                box.unsubscribe(args.filter, args.name)
+    return 0
+
+
+def _print_message(args: argparse.Namespace, message: Message) -> None:
+    if args.json:
+        record = {
+            "topic": message.topic,
+            "id": message.id,
+            "qos": message.qos,
+            "retained": message.retained,
+            "properties": message.properties,
+            "body": message.body.decode("utf-8", "backslashreplace"),
+        }
+        print(json.dumps(record), flush=True)
+    else:
+        print(f"{message.topic} {message.body.decode('utf-8', 'backslashreplace')}", flush=True)
 
 
 def _get(args: argparse.Namespace, box: Box) -> int:

@@ -13,11 +13,16 @@ __all__ = [
     "Forbidden",
     "InvalidArgument",
     "InvalidName",
+    "InvalidTopic",
     "ItemNotFound",
     "LockError",
     "MalformedName",
+    "MessageTooLarge",
     "MetadataTooLong",
+    "NotAllowed",
+    "ProtocolViolation",
     "QueueNotFound",
+    "ResourceConstraint",
     "UnexpectedRequest",
 ]
 
@@ -36,6 +41,26 @@ class InvalidName(InvalidArgument):
 
 class MetadataTooLong(InvalidArgument):
     """The message's metadata does not fit in a file name (see docs/file-format.md)."""
+
+
+class InvalidTopic(InvalidArgument):
+    """A topic name or topic filter that MQTT 5.0 §4.7 does not allow."""
+
+
+class MessageTooLarge(InvalidArgument):
+    """A body over the configured size limit."""
+
+
+class ResourceConstraint(BoxMQError):
+    """A limit on pending state was reached (QoS document, memory attacks); try again later."""
+
+
+class NotAllowed(BoxMQError):
+    """The source may not do this (e.g. an untrusted source asking for exactly-once)."""
+
+
+class ProtocolViolation(BoxMQError):
+    """A peer did something its state does not allow (an acknowledgement out of turn)."""
 
 
 class MalformedName(BoxMQError):

@@ -41,6 +41,11 @@ DELIVERY_COUNT = RESERVED_PREFIX + "dc"  # deliveries that ended without an ack
 LAST_HOLDER = RESERVED_PREFIX + "last"  # the consumer that held it last (unlock goes to the *next*)
 NOT_BEFORE = RESERVED_PREFIX + "nb"  # epoch ms before which it is not delivered (delayed unlock)
 DEAD_REASON = RESERVED_PREFIX + "why"  # why it went to error/
+TOPIC = RESERVED_PREFIX + "topic"  # the topic it was published to (subscriptions only)
+QOS = RESERVED_PREFIX + "qos"  # the QoS it is delivered at (min of published and granted)
+RETAINED = RESERVED_PREFIX + "retain"  # sent because it was retained, on a new subscription
+SOURCE = RESERVED_PREFIX + "src"  # exactly-once: who sent it
+SOURCE_MESSAGE_ID = RESERVED_PREFIX + "mid"  # exactly-once: the sender's id for it
 
 
 class MessageClass(Enum):
@@ -119,6 +124,11 @@ class Envelope:
         """Epoch seconds before which the message is not handed out (0 = now)."""
         value = self.property_value(NOT_BEFORE)
         return value / 1000 if isinstance(value, int) and not isinstance(value, bool) else 0.0
+
+    @property
+    def topic(self) -> str | None:
+        value = self.property_value(TOPIC)
+        return value if isinstance(value, str) else None
 
     @property
     def timestamp(self) -> int | None:

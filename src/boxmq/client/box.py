@@ -10,19 +10,24 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from types import TracebackType
 
+from boxmq.client.assured import AssuredIntake
 from boxmq.client.live_queue import LiveOptions, LiveQueue
 from boxmq.client.queue import Queue
 from boxmq.client.sweeps import SweepLimits, SweepReport, sweep
+from boxmq.client.topics import Subscriber, Topics
 from boxmq.clock import Clock, SystemClock
-from boxmq.core import Dispatch, QueuePolicy
+from boxmq.core import Dispatch, ExactlyOnceLimits, QueuePolicy
 from boxmq.errors import InvalidArgument, QueueNotFound
 from boxmq.ids import IdFactory
+from boxmq.model import MessageId, Property, PropertyValue
 from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import is_dropbox, list_dropboxes, queue_path
 from boxmq.store.process import process_token
+from boxmq.store.topics import read_records
 
 __all__ = ["Box", "open"]
 
@@ -38,6 +43,7 @@ class Box:
         fsync_interval: float,
         options: LiveOptions,
         clock: Clock,
+        exactly_once: ExactlyOnceLimits,
     ) -> None:
         self.root = os.path.abspath(root)
         os.makedirs(self.root, exist_ok=True)
@@ -47,7 +53,10 @@ class Box:
         self._ids = IdFactory(clock)
         self._token = process_token()
         self._lock = threading.Lock()
-        self._live: dict[str, LiveQueue] = {}
+        self._live: dict[str, LiveQueue] = {}  # by dropbox path
+        self._topics: Topics | None = None
+        self._intake: AssuredIntake | None = None
+        self._exactly_once = exactly_once
         self._closed = False
 
     @property
@@ -70,30 +79,147 @@ class Box:
             live=lambda: self._live_queue(name, dropbox),
         )
 
+    # -- publish / subscribe (docs/pubsub.md) ------------------------------------------------------
+
+    @property
+    def topics(self) -> Topics:
+        with self._lock:
+            if self._topics is None:
+                self._topics = Topics(
+                    self.root,
+                    self._committer,
+                    ids=self._ids,
+                    clock=self._clock,
+                    token=self._token,
+                    live_for=lambda dropbox: self._live_queue(dropbox.path, dropbox),
+                )
+            return self._topics
+
+    def publish(
+        self,
+        topic: str,
+        body: bytes | str,
+        *,
+        qos: int = 1,
+        retain: bool = False,
+        properties: Mapping[str, PropertyValue | Property] | None = None,
+        expires_in: float | None = None,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+        source: str | None = None,
+    ) -> MessageId:
+        """Send to every subscription whose filter matches `topic` (one copy per share group)."""
+        return self.topics.publish(
+            topic,
+            body,
+            qos=qos,
+            retain=retain,
+            properties=properties,
+            expires_in=expires_in,
+            correlation_id=correlation_id,
+            reply_to=reply_to,
+            source=source,
+        )
+
+    def subscribe(
+        self,
+        filter: str,
+        subscriber: str,
+        *,
+        qos: int = 1,
+        durable: bool = True,
+        max_in_flight: int = 1,
+        lock_timeout: float = 30.0,
+        no_local: bool = False,
+    ) -> Subscriber:
+        """Subscribe to a topic filter; "$share/<group>/<filter>" joins a share group."""
+        return self.topics.subscribe(
+            filter,
+            subscriber,
+            qos=qos,
+            durable=durable,
+            max_in_flight=max_in_flight,
+            lock_timeout=lock_timeout,
+            no_local=no_local,
+        )
+
+    def unsubscribe(self, filter: str, subscriber: str) -> bool:
+        return self.topics.unsubscribe(filter, subscriber)
+
+    # -- exactly once (urn:xmpp:qos assured, MQTT QoS 2) ------------------------------------------
+
+    @property
+    def intake(self) -> AssuredIntake:
+        with self._lock:
+            if self._intake is None:
+                self._intake = AssuredIntake(
+                    self.root,
+                    self._committer,
+                    ids=self._ids,
+                    clock=self._clock,
+                    limits=self._exactly_once,
+                    fan_out=lambda envelope, path, source: self.topics.send_file(
+                        envelope, path, source
+                    ),
+                )
+            return self._intake
+
+    def assured(
+        self,
+        source: str,
+        msg_id: str,
+        body: bytes,
+        *,
+        queue: str | None = None,
+        topic: str | None = None,
+        priority: int = 4,
+        properties: Mapping[str, PropertyValue | Property] | None = None,
+    ) -> bool:
+        """Exactly once, step 1: store it (flushed) for `source`'s `msg_id`. True if new; False
+        for a repeat, which stores nothing and must be answered again all the same."""
+        return self.intake.assured(
+            source, msg_id, body, queue=queue, topic=topic, priority=priority, properties=properties
+        )
+
+    def deliver(self, source: str, msg_id: str) -> bool:
+        """Exactly once, step 2: deliver what step 1 stored. True once; False for a repeat."""
+        return self.intake.deliver(source, msg_id)
+
     def queues(self) -> list[str]:
         return list_dropboxes(self.root)
 
     def sweep(self) -> dict[str, SweepReport]:
-        """One round of housekeeping over every queue (what `boxmq serve` runs on a timer)."""
+        """One round of housekeeping over every queue and subscription (what `boxmq serve`
+        runs on a timer); share groups whose members all died are ended."""
         now = self._clock.now()
+        boxes = [(name, queue_path(self.root, name)) for name in self.queues()]
+        self.topics.sweep_groups()
+        boxes += [
+            (f"{record.filter} ({os.path.basename(path)})", path)
+            for record, path in read_records(self.root)
+        ]
         reports = {}
-        for name in self.queues():
-            dropbox = Dropbox(queue_path(self.root, name), self._committer, create=False)
+        for name, path in boxes:
+            try:
+                dropbox = Dropbox(path, self._committer, create=False)
+            except QueueNotFound:
+                continue  # a subscription being created or deleted right now
             reports[name] = sweep(
                 dropbox, now=now, policy=self.options.policy, limits=self.options.limits, name=name
             )
+        self.intake.expire()
         return reports
 
     def _live_queue(self, name: str, dropbox: Dropbox) -> LiveQueue:
         with self._lock:
             if self._closed:
                 raise InvalidArgument("this box is closed")
-            live = self._live.get(name)
+            live = self._live.get(dropbox.path)
             if live is None:
                 live = LiveQueue(
                     name, dropbox, options=self.options, clock=self._clock, token=self._token
                 )
-                self._live[name] = live
+                self._live[dropbox.path] = live
             return live
 
     def close(self) -> None:
@@ -128,6 +254,7 @@ def open(
     processed_retention: float | None = 86400.0,
     abandon_after: float = 3600.0,
     polling: bool = False,
+    exactly_once: ExactlyOnceLimits | None = None,
     clock: Clock | None = None,
 ) -> Box:
     """Open (and create) a boxmq root.
@@ -163,4 +290,5 @@ def open(
         fsync_interval=fsync_interval,
         options=options,
         clock=clock or SystemClock(),
+        exactly_once=exactly_once or ExactlyOnceLimits(),
     )

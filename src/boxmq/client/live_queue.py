@@ -266,9 +266,7 @@ class LiveQueue:
                 held = self._locks.pop(message.message_id, None)
                 if held is not None:
                     why = reason.name.lower().replace("_", "-")
-                    self._box.move(
-                        State.PROCESSING, held, State.ERROR, dead_name(message.key, why)
-                    )
+                    self._box.move(State.PROCESSING, held, State.ERROR, dead_name(message.key, why))
                     log.warning("%s: %s to error/ (%s)", self.name, message.message_id, why)
             case Expire():
                 self._known.pop(message.key, None)

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from boxmq.model import ConsumerId, Envelope, MessageClass, MessageId, PropertyValue
+from boxmq.model import (
+    QOS,
+    RETAINED,
+    ConsumerId,
+    Envelope,
+    MessageClass,
+    MessageId,
+    PropertyValue,
+)
 
 __all__ = ["Message", "Settler"]
 
@@ -57,6 +65,22 @@ class Message:
     def timestamp(self) -> float | None:
         stamp = self.envelope.timestamp
         return stamp / 1000 if stamp is not None else None
+
+    @property
+    def topic(self) -> str | None:
+        """The topic it was published to; None for a message put on a queue."""
+        return self.envelope.topic
+
+    @property
+    def qos(self) -> int:
+        """The QoS it is delivered at: 0 at most once, 1 at least once, 2 exactly once."""
+        value = self.envelope.property_value(QOS)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+    @property
+    def retained(self) -> bool:
+        """Sent from the retained store because a subscription was made."""
+        return self.envelope.property_value(RETAINED) is True
 
     @property
     def correlation_id(self) -> str | None:

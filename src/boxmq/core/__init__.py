@@ -17,26 +17,58 @@ from boxmq.core.effects import (
     Release,
     ReleaseReason,
 )
+from boxmq.core.exactly_once import (
+    ExactlyOnce,
+    ExactlyOnceLimits,
+    ExactlyOnceStats,
+    SourceUsage,
+)
 from boxmq.core.leases import Lease
 from boxmq.core.ownership import check_holder
+from boxmq.core.qos import Ack, Action, Incoming, Outgoing, QoS, Request, delivery_qos
 from boxmq.core.queue import QueueEngine, QueuePolicy, QueueStats
 from boxmq.core.ready import Ready
+from boxmq.core.router import Destination, Router, Subscription, Unsubscribed, destination_name
+from boxmq.core.subscriptions import SubscriptionTree
+from boxmq.core.topics import TopicFilter, matches, parse_filter, validate_filter, validate_topic
 
 __all__ = [
+    "Ack",
+    "Action",
     "Claim",
     "DeadLetter",
     "DeadReason",
+    "Destination",
     "Dispatch",
     "Effect",
+    "ExactlyOnce",
+    "ExactlyOnceLimits",
+    "ExactlyOnceStats",
     "Expire",
     "Extend",
     "Finish",
+    "Incoming",
     "Lease",
+    "Outgoing",
+    "QoS",
     "QueueEngine",
     "QueuePolicy",
     "QueueStats",
     "Ready",
     "Release",
     "ReleaseReason",
+    "Request",
+    "Router",
+    "SourceUsage",
+    "Subscription",
+    "SubscriptionTree",
+    "TopicFilter",
+    "Unsubscribed",
     "check_holder",
+    "delivery_qos",
+    "destination_name",
+    "matches",
+    "parse_filter",
+    "validate_filter",
+    "validate_topic",
 ]

@@ -17,6 +17,7 @@ leave a half-written file where consumers look.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -36,8 +37,25 @@ class FsyncPolicy(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Move:
+    """Send a written file: rename `source` to `target`; or, for a fan-out (`target` None),
+    hard-link it into every path of `also` and remove `source`. A link is as atomic as a
+    rename: the name appears with the whole body behind it, and the body is written (and
+    flushed) once however many subscriptions get it."""
+
     source: str
-    target: str
+    target: str | None
+    also: tuple[str, ...] = ()
+
+    def apply(self) -> None:
+        for copy in self.also:
+            # FileExists: a retry after a crash, already there. FileNotFound: the subscription
+            # was deleted while we published; nobody is left to receive this copy.
+            with contextlib.suppress(FileExistsError, FileNotFoundError):
+                os.link(self.source, copy)
+        if self.target is None:
+            os.unlink(self.source)
+        else:
+            os.rename(self.source, self.target)
 
 
 def _load_syncfs() -> ctypes._NamedFuncPointer | None:
@@ -172,7 +190,7 @@ def _rename_each(moves: Sequence[Move]) -> dict[int, OSError]:
     errors: dict[int, OSError] = {}
     for index, move in enumerate(moves):
         try:
-            os.rename(move.source, move.target)
+            move.apply()
         except OSError as error:
             errors[index] = error
     return errors

@@ -49,12 +49,12 @@ def list_dropboxes(root: str) -> list[str]:
         entries = list(os.scandir(root))
     except FileNotFoundError:
         return []
-    names = [
-        unescape_segment(entry.name)
-        for entry in entries
-        if entry.is_dir()
-        and not entry.name.startswith(".")
-        and entry.name != TOPIC_ROOT
-        and is_dropbox(entry.path)
-    ]
+    names = []
+    for entry in entries:
+        if entry.name.startswith(".") or entry.name == TOPIC_ROOT or not is_dropbox(entry.path):
+            continue
+        try:
+            names.append(unescape_segment(entry.name))
+        except InvalidName:
+            names.append(entry.name)  # made by hand (e.g. "50%off"): shown as it is on disk
     return sorted(names)

@@ -69,6 +69,7 @@ _MAX_DEADLINE = 10**15 - 1  # 15 digits: epoch ms until the year 33658, and it f
 _TOKEN = re.compile(r"[A-Za-z0-9-]{0,30}")
 _ENCODED = re.compile(r"(?:[A-Za-z0-9_-]|%[0-9A-F]{2})+")  # what _quote() can produce
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # PEP 383
 # Digit counts are capped so int() never meets Python's 4300-digit limit on hostile names.
 _INTEGER = re.compile(r"-?[0-9]{1,20}")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,5})?")
@@ -77,7 +78,7 @@ _SPECIAL_FLOATS |= {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # Pyth
 _BITS = {PropertyType.BYTE: 8, PropertyType.SHORT: 16, PropertyType.INT: 32, PropertyType.LONG: 64}
 _FLOAT32_MAX = 3.4028234663852886e38  # Java Float.MAX_VALUE
 _INT32 = (-(2**31), 2**31 - 1)
-_LONG = (-(2**63), 2**63 - 1)
+_LONG_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,8 +220,8 @@ def _fields(envelope: Envelope) -> list[str]:
         raise InvalidArgument("the message id is empty")
     if not _INT32[0] <= envelope.priority <= _INT32[1]:
         raise InvalidArgument(f"priority {envelope.priority} is not in {list(_INT32)}")
-    if not 0 <= envelope.expiration <= _LONG[1]:
-        raise InvalidArgument(f"expiration {envelope.expiration} is not in [0, {_LONG[1]}]")
+    if not 0 <= envelope.expiration <= _LONG_MAX:
+        raise InvalidArgument(f"expiration {envelope.expiration} is not in [0, {_LONG_MAX}]")
     return [
         str(envelope.priority),
         _quote(envelope.message_id),
@@ -257,7 +258,7 @@ def encode(envelope: Envelope) -> str:
 def _decode(name: str) -> Envelope:
     if "/" in name or "\0" in name:
         raise MalformedName("a file name cannot contain '/' or NUL")
-    if not name.isascii() and not _is_utf8(name):
+    if _SURROGATE.search(name):  # how os.listdir() hands over bytes that are not UTF-8
         raise MalformedName("the name is not valid UTF-8")
     fields = name.split(".")
     if not _REQUIRED <= len(fields) <= len(_FIELDS):
@@ -270,21 +271,12 @@ def _decode(name: str) -> Envelope:
         message_id=MessageId(text[1]),
         priority=_parse_int(text[0], _INT32, "priority") if text[0] else DEFAULT_PRIORITY,
         message_class=_message_class(text[2]),
-        expiration=_parse_int(text[3], (0, _LONG[1]), "expiration") if text[3] else 0,
+        expiration=_parse_int(text[3], (0, _LONG_MAX), "expiration") if text[3] else 0,
         correlation_id=text[4] or None,
         reply_to=text[5] or None,
         type=text[6] or None,
         properties=_decode_properties(fields[7]),
     )
-
-
-def _is_utf8(name: str) -> bool:
-    # os.listdir() hands undecodable bytes over as lone surrogates (PEP 383).
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _message_class(text: str) -> MessageClass:

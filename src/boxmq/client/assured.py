@@ -1,0 +1,244 @@
+"""Exactly-once receive: store on `assured`, deliver once on `deliver` (DESIGN.md §5).
+
+The two steps of the QoS document's assured service (MQTT's PUBLISH QoS 2 then PUBREL):
+
+1. `assured(source, msg_id, ...)`: the message is written in its destination's working/
+   (a queue's own; `topic-root/.incoming/working/` for a topic) and flushed before the call
+   returns, so the answer `received` / PUBREC promises it is on disk. A repeat is answered again
+   and stored nothing. The core's ExactlyOnce keeps the books and the limits.
+2. `deliver(source, msg_id)`: a marker that (source, msg_id) was delivered is flushed first,
+   then the file moves to target/ (or is fanned out to the topic's subscriptions). A repeat
+   delivers nothing. A late repeat of step 1 while the marker lives is answered, not stored.
+
+Everything is on disk, so a restart rebuilds the books: pending files from working/, markers
+from `<root>/.exactly-once/`. A crash between marker and move is finished at restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from boxmq.clock import Clock
+from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits
+from boxmq.errors import InvalidArgument
+from boxmq.ids import IdFactory
+from boxmq.model import (
+    SOURCE,
+    SOURCE_MESSAGE_ID,
+    TOPIC,
+    Envelope,
+    MessageClass,
+    Property,
+    PropertyType,
+    PropertyValue,
+    properties_from,
+)
+from boxmq.store.commit import Committer, Move
+from boxmq.store.dropbox import Dropbox
+from boxmq.store.layout import State, list_dropboxes, queue_path
+from boxmq.store.names import decode_lenient, encode
+from boxmq.store.topics import incoming_path
+
+__all__ = ["AssuredIntake"]
+
+_FanOut = Callable[[Envelope, str, str], None]  # (envelope, pending file, source): publish it
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    path: str  # the file in working/
+    queue: str | None  # the destination: a queue, or (None) the topic in the envelope
+    envelope: Envelope
+
+
+class AssuredIntake:
+    def __init__(
+        self,
+        root: str,
+        committer: Committer,
+        *,
+        ids: IdFactory,
+        clock: Clock,
+        limits: ExactlyOnceLimits,
+        fan_out: _FanOut,
+    ) -> None:
+        self._root = root
+        self._committer = committer
+        self._ids = ids
+        self._clock = clock
+        self._fan_out = fan_out
+        self._books = ExactlyOnce(limits)
+        self._pending: dict[tuple[str, str], _Pending] = {}
+        self._markers = os.path.join(root, ".exactly-once")
+        self._lock = threading.Lock()
+        self._restored = False
+
+    def assured(
+        self,
+        source: str,
+        msg_id: str,
+        body: bytes,
+        *,
+        queue: str | None = None,
+        topic: str | None = None,
+        priority: int = 4,
+        properties: Mapping[str, PropertyValue | Property] | None = None,
+    ) -> bool:
+        """Step 1. True if stored now, False if it was a repeat (answer it again all the same).
+
+        Raises NotAllowed, MessageTooLarge or ResourceConstraint, storing nothing.
+        """
+        if (queue is None) == (topic is None):
+            raise InvalidArgument("an assured message goes to a queue or to a topic: give one")
+        with self._lock:
+            self._restore()
+            now = self._clock.now()
+            if self._books.assured(source, msg_id, size=len(body), now=now) is not Action.STORE:
+                return False
+            try:
+                pending = self._store(source, msg_id, body, queue, topic, priority, properties)
+            except BaseException:
+                self._books.forget(source, msg_id)
+                raise
+            self._books.stored(source, msg_id)
+            self._pending[source, msg_id] = pending
+            return True
+
+    def _store(
+        self,
+        source: str,
+        msg_id: str,
+        body: bytes,
+        queue: str | None,
+        topic: str | None,
+        priority: int,
+        properties: Mapping[str, PropertyValue | Property] | None,
+    ) -> _Pending:
+        extra = {SOURCE: source, SOURCE_MESSAGE_ID: msg_id} | ({TOPIC: topic} if topic else {})
+        envelope = Envelope(
+            message_id=self._ids.new(),
+            priority=priority,
+            message_class=MessageClass.BYTES,
+            properties=(
+                *properties_from(dict(properties or {})),
+                *(Property(k, PropertyType.STRING, v) for k, v in extra.items()),
+            ),
+        )
+        working = self._working_dir(queue)
+        os.makedirs(working, exist_ok=True)
+        temporary = os.path.join(working, f".tmp-{uuid.uuid4().hex}")
+        with open(temporary, "wb") as out:
+            out.write(body)
+        path = os.path.join(working, encode(envelope))
+        self._committer.commit([Move(temporary, path)])  # flushed: now `received` is true
+        return _Pending(path, queue, envelope)
+
+    def _working_dir(self, queue: str | None) -> str:
+        if queue is None:
+            return os.path.join(incoming_path(self._root), State.WORKING.value)
+        return Dropbox(queue_path(self._root, queue), self._committer).dir(State.WORKING)
+
+    def deliver(self, source: str, msg_id: str) -> bool:
+        """Step 2. True if delivered now; False for a repeat or an unknown id (deliver nothing)."""
+        with self._lock:
+            self._restore()
+            action = self._books.deliver(source, msg_id, now=self._clock.now())
+            pending = self._pending.pop((source, msg_id), None)
+            if action is not Action.DELIVER or pending is None:
+                return False
+            self._mark(source, msg_id)
+            try:
+                self._send(pending)
+            except FileNotFoundError:
+                return False  # abandoned in working/ by the sweeper before `deliver` came
+            return True
+
+    def _mark(self, source: str, msg_id: str) -> None:
+        os.makedirs(self._markers, exist_ok=True)
+        temporary = os.path.join(self._markers, f".tmp-{uuid.uuid4().hex}")
+        with open(temporary, "w") as out:
+            json.dump({"source": source, "msg_id": msg_id}, out)
+        self._committer.commit([Move(temporary, self._marker(source, msg_id))])
+
+    def _marker(self, source: str, msg_id: str) -> str:
+        digest = hashlib.sha256(f"{source}\0{msg_id}".encode()).hexdigest()
+        return os.path.join(self._markers, digest)
+
+    def _send(self, pending: _Pending) -> None:
+        if pending.queue is None:
+            source = pending.envelope.property_value(SOURCE)
+            self._fan_out(pending.envelope, pending.path, str(source))
+            return
+        box = Dropbox(queue_path(self._root, pending.queue), self._committer)
+        name = os.path.basename(pending.path)
+        self._committer.commit([Move(pending.path, box.file(State.TARGET, name))])
+
+    def expire(self) -> int:
+        """Drop pending messages whose `deliver` never came, and forget old markers."""
+        with self._lock:
+            self._restore()
+            dropped = self._books.expire(now=self._clock.now())
+            for key in dropped:
+                pending = self._pending.pop(key, None)
+                if pending is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(pending.path)
+            self._forget_markers()
+            return len(dropped)
+
+    def _forget_markers(self) -> None:
+        limit = self._clock.now() - self._books.limits.done_ttl
+        with contextlib.suppress(FileNotFoundError), os.scandir(self._markers) as entries:
+            for entry in entries:
+                with contextlib.suppress(FileNotFoundError):
+                    if entry.stat().st_mtime < limit:
+                        os.unlink(entry.path)
+
+    # -- restart ---------------------------------------------------------------------------------
+
+    def _restore(self) -> None:
+        """Rebuild the books from disk, once, before the first use."""
+        if self._restored:
+            return
+        self._restored = True
+        delivered = self._read_markers()
+        for key, since in delivered.items():
+            self._books.restore(key[0], key[1], size=0, since=since, delivered=True)
+        for queue in [None, *list_dropboxes(self._root)]:
+            working = self._working_dir(queue)
+            with contextlib.suppress(FileNotFoundError), os.scandir(working) as entries:
+                for entry in entries:
+                    self._restore_pending(entry, queue, delivered)
+
+    def _restore_pending(
+        self, entry: os.DirEntry[str], queue: str | None, delivered: Mapping[tuple[str, str], float]
+    ) -> None:
+        envelope, reason = decode_lenient(entry.name)
+        source, msg_id = envelope.property_value(SOURCE), envelope.property_value(SOURCE_MESSAGE_ID)
+        if reason is not None or not isinstance(source, str) or not isinstance(msg_id, str):
+            return  # an ordinary producer's file, not an assured one
+        pending = _Pending(entry.path, queue, envelope)
+        if (source, msg_id) in delivered:
+            self._send(pending)  # marked but not moved: the crash came in between
+            return
+        stat = entry.stat()
+        self._books.restore(source, msg_id, size=stat.st_size, since=stat.st_ctime, delivered=False)
+        self._pending[source, msg_id] = pending
+
+    def _read_markers(self) -> dict[tuple[str, str], float]:
+        found = {}
+        with contextlib.suppress(FileNotFoundError), os.scandir(self._markers) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                with contextlib.suppress(FileNotFoundError, ValueError), open(entry.path) as src:
+                    data = json.load(src)
+                    found[str(data["source"]), str(data["msg_id"])] = entry.stat().st_mtime
+        return found

@@ -1,0 +1,437 @@
+"""Publish/subscribe on a root: topics routed to subscriptions, each subscription a dropbox.
+
+A publish routes the topic through the core's Router and puts one copy into every matching
+subscription: a share group's dropbox (its members compete, the queue engine's locks apply), a
+durable subscriber's dropbox, or the memory inbox of a non-durable subscriber in this process.
+The body is written once and hard-linked into every dropbox (DESIGN.md §2). The Router is
+rebuilt from the folders whenever another process changed the set of subscriptions.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from types import TracebackType
+
+from boxmq.client.consumer import Consumer
+from boxmq.client.lifecycle import PUT_HEADROOM
+from boxmq.client.live_queue import LiveQueue
+from boxmq.client.memory import MemoryDelivery, MemoryInbox
+from boxmq.client.message import Message
+from boxmq.clock import Clock
+from boxmq.core import (
+    Destination,
+    QoS,
+    Router,
+    Subscription,
+    TopicFilter,
+    matches,
+    parse_filter,
+    validate_topic,
+)
+from boxmq.errors import Closed, InvalidArgument, MetadataTooLong
+from boxmq.ids import IdFactory
+from boxmq.model import (
+    QOS,
+    RETAINED,
+    TOPIC,
+    ConsumerId,
+    Envelope,
+    MessageClass,
+    MessageId,
+    Property,
+    PropertyType,
+    PropertyValue,
+    properties_from,
+)
+from boxmq.store import topics as layout
+from boxmq.store.commit import Committer, Move
+from boxmq.store.dropbox import Dropbox
+from boxmq.store.layout import State
+from boxmq.store.names import MAX_NAME, check_consumer_name, decode_lenient, encode
+from boxmq.store.process import process_alive
+from boxmq.store.retained import Retained, RetainedStore
+
+__all__ = ["Subscriber", "Topics"]
+
+_LiveFor = Callable[[Dropbox], LiveQueue]
+_Key = tuple[str | None, str | None, str]  # (share group, plain subscriber, filter)
+
+
+def _key_of(destination: Destination) -> _Key:
+    group = destination.filter.share_group
+    return group, None if group else destination.subscriber, destination.filter.filter
+
+
+class Topics:
+    """The topics of one root, as one Box in one process sees and changes them."""
+
+    def __init__(
+        self,
+        root: str,
+        committer: Committer,
+        *,
+        ids: IdFactory,
+        clock: Clock,
+        token: str,
+        live_for: _LiveFor,
+    ) -> None:
+        self._root = root
+        self._committer = committer
+        self._ids = ids
+        self._clock = clock
+        self._token = token
+        self._live_for = live_for
+        self._retained = RetainedStore(root, committer)
+        self._lock = threading.Lock()
+        self._router = Router()
+        self._seen: tuple[int, int] | None = None
+        self._paths: dict[_Key, str] = {}  # durable subscription -> its dropbox
+        self._memory: dict[tuple[str, str], tuple[Subscription, MemoryInbox]] = {}
+        self._incoming = os.path.join(layout.incoming_path(root), State.WORKING.value)
+
+    # -- publishing ------------------------------------------------------------------------------
+
+    def publish(
+        self,
+        topic: str,
+        body: bytes | str,
+        *,
+        qos: int = 1,
+        retain: bool = False,
+        properties: Mapping[str, PropertyValue | Property] | None = None,
+        expires_in: float | None = None,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+        source: str | None = None,
+    ) -> MessageId:
+        """Send to every subscription matching `topic`; returns the message id."""
+        validate_topic(topic)
+        level = _qos(qos)
+        data = body.encode() if isinstance(body, str) else bytes(body)
+        envelope = self._envelope(
+            topic, properties, expires_in, correlation_id, reply_to, isinstance(body, str)
+        )
+        if retain:  # MQTT 5.0 §3.3.1.3: kept even with no subscriber; empty body deletes
+            self._retained.put(topic, encode(_at(envelope, level)), data)
+        self._route(envelope, data, None, level, source)
+        return envelope.message_id
+
+    def send_file(self, envelope: Envelope, path: str, source: str | None) -> None:
+        """Publish a file already written and flushed (an exactly-once message on `deliver`)."""
+        with open(path, "rb") as source_file:
+            data = source_file.read()
+        self._route(envelope, data, path, QoS.EXACTLY_ONCE, source)
+
+    def _route(
+        self, envelope: Envelope, data: bytes, path: str | None, level: QoS, source: str | None
+    ) -> None:
+        topic = envelope.topic
+        assert topic is not None
+        with self._lock:
+            self._refresh()
+            destinations = self._router.route(topic, qos=level, source=source)
+            durable = [(d, self._paths[_key_of(d)]) for d in destinations if d.durable]
+            memory = [
+                (self._memory.get((d.subscriber or "", str(d.filter))), d)
+                for d in destinations
+                if not d.durable
+            ]
+        self._fan_out(envelope, data, path, durable)
+        for entry, destination in memory:
+            if entry is not None:
+                entry[1].push(MemoryDelivery(_at(envelope, destination.qos), data))
+
+    def _envelope(
+        self,
+        topic: str,
+        properties: Mapping[str, PropertyValue | Property] | None,
+        expires_in: float | None,
+        correlation_id: str | None,
+        reply_to: str | None,
+        text: bool,
+    ) -> Envelope:
+        if expires_in is not None and expires_in <= 0:
+            raise InvalidArgument("expires_in must be a positive number of seconds")
+        expiration = int((self._clock.now() + expires_in) * 1000) if expires_in else 0
+        user = properties_from(dict(properties or {}))
+        envelope = Envelope(
+            message_id=self._ids.new(),
+            message_class=MessageClass.TEXT if text else MessageClass.BYTES,
+            expiration=expiration,
+            correlation_id=correlation_id,
+            reply_to=reply_to,
+            properties=(Property(TOPIC, PropertyType.STRING, topic), *user),
+        )
+        length = len(encode(_at(envelope, QoS.EXACTLY_ONCE)))
+        if length > MAX_NAME - PUT_HEADROOM:
+            raise MetadataTooLong(
+                f"the topic and metadata need {length} bytes of file name, the limit is "
+                f"{MAX_NAME - PUT_HEADROOM}: use a shorter topic or fewer properties"
+            )
+        return envelope
+
+    def _fan_out(
+        self,
+        envelope: Envelope,
+        body: bytes,
+        staging: str | None,
+        destinations: list[tuple[Destination, str]],
+    ) -> None:
+        """Write the body once (unless `staging` holds it) and link it into every dropbox."""
+        if staging is None:
+            if not destinations:
+                return
+            os.makedirs(self._incoming, exist_ok=True)
+            staging = os.path.join(self._incoming, f".fanout-{uuid.uuid4().hex}")
+            with open(staging, "wb") as out:
+                out.write(body)
+        copies = tuple(
+            os.path.join(path, State.TARGET.value, encode(_at(envelope, d.qos)))
+            for d, path in destinations
+        )
+        self._committer.commit([Move(staging, None, copies)])
+
+    # -- subscribing -----------------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        filter: str,
+        subscriber: str,
+        *,
+        qos: int = 1,
+        durable: bool = True,
+        max_in_flight: int = 1,
+        lock_timeout: float = 30.0,
+        no_local: bool = False,
+    ) -> Subscriber:
+        """Subscribe `subscriber` to `filter` ("$share/<group>/<filter>" joins a share group)."""
+        parsed = parse_filter(filter)
+        name = check_consumer_name(subscriber)
+        subscription = Subscription(name, parsed, _qos(qos), parsed.shared or durable, no_local)
+        if not subscription.durable:
+            return self._subscribe_in_memory(subscription)
+        path = self._register(subscription)
+        dropbox = Dropbox(path, self._committer)
+        if not parsed.shared:
+            self._send_retained(parsed, dropbox, subscription.qos)
+        live = self._live_for(dropbox)
+        live.attach(name, max_in_flight=max_in_flight, lock_timeout=lock_timeout)
+        consumer = Consumer(live, name)
+        return Subscriber(
+            parsed, name, consumer=consumer, on_close=lambda: self._left(parsed, name, path)
+        )
+
+    def unsubscribe(self, filter: str, subscriber: str) -> bool:
+        """End a durable subscription: its dropbox and undelivered messages are deleted."""
+        parsed = parse_filter(filter)
+        path = layout.subscription_path(
+            self._root, parsed.filter, layout.subscription_key(parsed.share_group, subscriber)
+        )
+        if parsed.shared:
+            self._left(parsed, ConsumerId(subscriber), path)
+            return True
+        if not os.path.isdir(path):
+            return False
+        layout.remove_subscription(path)
+        layout.bump_generation(self._root)
+        return True
+
+    def _register(self, subscription: Subscription) -> str:
+        parsed = subscription.filter
+        group = parsed.share_group
+        key = layout.subscription_key(group, None if group else subscription.subscriber)
+        path = layout.subscription_path(self._root, parsed.filter, key)
+        record = layout.SubscriptionRecord(
+            filter=parsed.filter,
+            group=group,
+            subscriber=None if group else subscription.subscriber,
+            qos=int(subscription.qos),
+            no_local=subscription.no_local,
+        )
+        layout.write_record(path, record)
+        if group is not None:
+            layout.add_member(path, subscription.subscriber, self._token)
+        layout.bump_generation(self._root)
+        return path
+
+    def _left(self, parsed: TopicFilter, member: ConsumerId, path: str) -> None:
+        """A share group member leaves; the last one out deletes the group (MQTT-234)."""
+        if not parsed.shared:
+            return  # a durable subscription outlives its consumer; unsubscribe ends it
+        layout.remove_member(path, member)
+        if not layout.members(path):
+            layout.remove_subscription(path)
+        layout.bump_generation(self._root)
+
+    def _subscribe_in_memory(self, subscription: Subscription) -> Subscriber:
+        inbox = MemoryInbox()
+        key = (subscription.subscriber, str(subscription.filter))
+        with self._lock:
+            self._router.subscribe(subscription)
+            self._memory[key] = (subscription, inbox)
+        for retained in self._matching_retained(subscription.filter):
+            envelope, _ = decode_lenient(retained.name)
+            flagged = envelope.with_property(RETAINED, PropertyType.BOOLEAN, True)
+            inbox.push(MemoryDelivery(_at(flagged, subscription.qos), retained.body))
+
+        def close() -> None:
+            inbox.close()
+            with self._lock:
+                self._memory.pop(key, None)
+                self._router.unsubscribe(subscription.subscriber, subscription.filter)
+
+        return Subscriber(subscription.filter, subscription.subscriber, inbox=inbox, on_close=close)
+
+    def _send_retained(self, parsed: TopicFilter, dropbox: Dropbox, granted: QoS) -> None:
+        """A new plain subscription gets the retained messages it matches (§3.3.1.3)."""
+        moves = []
+        for retained in self._matching_retained(parsed):
+            envelope, _ = decode_lenient(retained.name)
+            envelope = envelope.with_property(RETAINED, PropertyType.BOOLEAN, True)
+            qos = min(_qos(envelope.property_value(QOS)), granted)
+            envelope = _at(envelope.without_property(QOS), QoS(qos))
+            moves.append(dropbox.write(encode(envelope), retained.body))
+        if moves:
+            dropbox.send(moves)
+
+    def _matching_retained(self, parsed: TopicFilter) -> Iterator[Retained]:
+        if parsed.shared:
+            return  # MQTT-234 B: never to shared subscriptions
+        for retained in self._retained:
+            if matches(parsed.filter, retained.topic):
+                yield retained
+
+    def retained(self, topic: str) -> tuple[Envelope, bytes] | None:
+        found = self._retained.get(topic)
+        return None if found is None else (decode_lenient(found.name)[0], found.body)
+
+    # -- keeping the router in step with the folders ---------------------------------------------
+
+    def _refresh(self) -> None:
+        seen = layout.generation(self._root)
+        if seen == self._seen:
+            return
+        self._seen = seen
+        router, paths = Router(), {}
+        for record, path in layout.read_records(self._root):
+            parsed = TopicFilter(record.filter, record.group)
+            members = list(layout.members(path)) if record.group else [record.subscriber or ""]
+            # A group whose members all left without a sweep yet still collects its messages.
+            for member in members or ["(no member)"]:
+                router.subscribe(
+                    Subscription(ConsumerId(member), parsed, QoS(record.qos), True, record.no_local)
+                )
+            paths[record.group, record.subscriber, record.filter] = path
+        for subscription, _ in self._memory.values():
+            router.subscribe(subscription)
+        self._router, self._paths = router, paths
+
+    def sweep_groups(self) -> int:
+        """Remove share-group members whose process died; delete groups left empty."""
+        ended = 0
+        for record, path in list(layout.read_records(self._root)):
+            if record.group is None:
+                continue
+            for member, token in layout.members(path).items():
+                if token and process_alive(token) is False:
+                    layout.remove_member(path, member)
+            if not layout.members(path):
+                layout.remove_subscription(path)
+                ended += 1
+        if ended:
+            layout.bump_generation(self._root)
+        return ended
+
+
+class Subscriber:
+    """The messages of one subscription, for one subscriber: iterate it, or `receive`."""
+
+    def __init__(
+        self,
+        filter: TopicFilter,
+        name: ConsumerId,
+        *,
+        consumer: Consumer | None = None,
+        inbox: MemoryInbox | None = None,
+        on_close: Callable[[], None],
+    ) -> None:
+        self.filter = filter
+        self.name = name
+        self._consumer = consumer
+        self._inbox = inbox
+        self._on_close = on_close
+        self._closed = False
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        if self._consumer is not None:
+            return self._consumer.receive(timeout)
+        assert self._inbox is not None
+        delivery = self._inbox.pop(timeout)
+        if delivery is None:
+            return None
+        return Message(
+            str(self.filter), delivery.envelope, delivery.body, self.name, 0.0, _AT_MOST_ONCE
+        )
+
+    def receive_nowait(self) -> Message | None:
+        return self.receive(timeout=0)
+
+    def __iter__(self) -> Iterator[Message]:
+        while True:
+            try:
+                message = self.receive()
+            except Closed:
+                return
+            if message is not None:
+                yield message
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._consumer is not None:
+            self._consumer.close()  # its locks go to the other members at once
+        self._on_close()
+
+    def __enter__(self) -> Subscriber:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class _AtMostOnce:
+    """Settling a QoS 0 message in memory: there is nothing to settle."""
+
+    def ack(self, message_id: MessageId, consumer: ConsumerId) -> None:
+        pass
+
+    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> None:
+        pass
+
+    def reject(self, message_id: MessageId, consumer: ConsumerId) -> None:
+        pass
+
+    def extend(self, message_id: MessageId, consumer: ConsumerId, seconds: float | None) -> None:
+        pass
+
+
+_AT_MOST_ONCE = _AtMostOnce()
+
+
+def _qos(value: object) -> QoS:
+    if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1, 2):
+        raise InvalidArgument(f"qos {value!r}: use 0 (at most once), 1 (at least once) or 2")
+    return QoS(value)
+
+
+def _at(envelope: Envelope, qos: QoS) -> Envelope:
+    return envelope.with_property(QOS, PropertyType.BYTE, int(qos))

@@ -1,0 +1,280 @@
+"""The receiving side of exactly-once delivery: what is pending, what was delivered, and limits.
+
+A message sent exactly once is known by (source, msg_id). The first ASSURED reserves room
+for it (Action.STORE); the caller writes it in working/ and then calls `stored` (answer
+`received` / PUBREC) or `forget` (the write failed). DELIVER moves it on (Action.DELIVER:
+working/ -> target/), after which the id is remembered for `done_ttl` seconds so that late
+repeats are answered and not stored again. The transitions are `qos.receive`'s table.
+
+The limits are the urn:xmpp:qos "Memory attacks" counter-measures: assured service only from
+trusted sources (NotAllowed), and caps on the number and bytes of pending messages per source
+and in total (ResourceConstraint); plus a cap on one message (MessageTooLarge).
+
+Invariants:
+- The per-source and total counts and bytes always equal a recount of the pending messages
+  (reserved or stored) and never go negative; sources with nothing pending are not listed.
+- A refused call (any exception) changes nothing.
+- A pending message older than `pending_ttl` is handed back once by `expire` (its deliver
+  never came: DESIGN.md §1, cleaned up by age, never delivered).
+- With `done_ttl == 0` nothing is remembered after delivery. MQTT needs that: after PUBCOMP a
+  PUBLISH with the same packet id is a new message (MQTT 5.0 §4.3.3).
+- Deadlines sit in min-heaps pruned lazily, so `expire` and `next_deadline` never scan all.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, replace
+
+from boxmq.core.qos import Action, Incoming, Request, receive
+from boxmq.errors import (
+    InvalidArgument,
+    MessageTooLarge,
+    NotAllowed,
+    ProtocolViolation,
+    ResourceConstraint,
+)
+
+__all__ = ["ExactlyOnce", "ExactlyOnceLimits", "ExactlyOnceStats", "SourceUsage"]
+
+_Key = tuple[str, str]  # (source, msg_id)
+_LIMIT_FIELDS = (
+    "max_pending_per_source",
+    "max_pending_total",
+    "max_bytes_per_source",
+    "max_bytes_total",
+    "max_message_size",
+    "pending_ttl",
+    "done_ttl",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ExactlyOnceLimits:
+    max_pending_per_source: int = 1000
+    max_pending_total: int = 100_000
+    max_bytes_per_source: int = 64 * 2**20
+    max_bytes_total: int = 1 * 2**30
+    max_message_size: int = 16 * 2**20
+    trusted_sources: frozenset[str] | None = None  # None: everyone; others get NotAllowed
+    pending_ttl: float = 3600.0  # a stored message whose deliver never comes is dropped then
+    done_ttl: float = 3600.0  # how long a delivered id is remembered to answer late repeats
+
+    def __post_init__(self) -> None:
+        for name in _LIMIT_FIELDS:
+            value = getattr(self, name)
+            if value < 0:
+                raise InvalidArgument(f"{name} must not be negative, got {value}")
+
+
+_DEFAULTS = ExactlyOnceLimits()
+
+
+@dataclass(frozen=True, slots=True)
+class SourceUsage:
+    source: str
+    pending: int
+    pending_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExactlyOnceStats:
+    pending: int  # reserved or stored, awaiting deliver
+    pending_bytes: int
+    remembered: int  # delivered ids still remembered (until the next `expire` drops them)
+    sources: tuple[SourceUsage, ...]  # sources with something pending, sorted by name
+
+    def source(self, name: str) -> SourceUsage:
+        for usage in self.sources:
+            if usage.source == name:
+                return usage
+        return SourceUsage(name, 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    size: int
+    since: float
+    stored: bool  # False while the caller is still writing it (reserved)
+
+
+class ExactlyOnce:
+    """Pending and recently delivered exactly-once messages of every source. Callers pass
+    `now` (epoch seconds)."""
+
+    def __init__(self, limits: ExactlyOnceLimits = _DEFAULTS) -> None:
+        self._limits = limits
+        self._pending: dict[_Key, _Pending] = {}
+        self._done: dict[_Key, float] = {}  # -> remembered until
+        self._count: dict[str, int] = {}
+        self._bytes: dict[str, int] = {}
+        self._total_count = 0
+        self._total_bytes = 0
+        self._pending_deadlines: list[tuple[float, str, str]] = []  # min-heaps, pruned lazily
+        self._done_deadlines: list[tuple[float, str, str]] = []
+
+    @property
+    def limits(self) -> ExactlyOnceLimits:
+        return self._limits
+
+    def assured(self, source: str, msg_id: str, *, size: int, now: float) -> Action:
+        """Phase 1. STORE: new, room reserved (call `stored` or `forget` next). ANSWER: a
+        repeat of a pending or remembered message; answer `received` again, store nothing."""
+        self._check_trusted(source)
+        key = (source, msg_id)
+        _, action = receive(self._state(key, now), Request.ASSURED)
+        if action is Action.STORE:
+            self._check_size(size)
+            self._check_room(source, size)
+            self._done.pop(key, None)  # a remembered id past done_ttl: a new message
+            self._add(key, _Pending(size, now, stored=False))
+        return action
+
+    def stored(self, source: str, msg_id: str) -> bool:
+        """The caller wrote the reserved message; True if it is still pending (answer
+        `received`), False if it was forgotten or expired meanwhile (delete the file)."""
+        key = (source, msg_id)
+        pending = self._pending.get(key)
+        if pending is None:
+            return False
+        self._pending[key] = replace(pending, stored=True)
+        return True
+
+    def forget(self, source: str, msg_id: str) -> None:
+        """The store failed (or the caller gives up): undo the reservation; no-op if unknown."""
+        self._remove((source, msg_id))
+
+    def deliver(self, source: str, msg_id: str, *, now: float) -> Action:
+        """Phase 2. DELIVER: move it working/ -> target/ (it is no longer pending and is
+        remembered). ANSWER: already delivered. ANSWER_UNKNOWN: no such message."""
+        key = (source, msg_id)
+        pending = self._pending.get(key)
+        if pending is not None and not pending.stored:
+            # `received` cannot have been answered yet, so the peer is ahead of itself.
+            raise ProtocolViolation(f"deliver of {msg_id!r} from {source!r} before it was stored")
+        _, action = receive(self._state(key, now), Request.DELIVER)
+        if action is Action.DELIVER:
+            self._remove(key)
+            self._remember(key, until=now + self._limits.done_ttl)
+        return action
+
+    def expire(self, *, now: float) -> list[tuple[str, str]]:
+        """Drop and return the pending messages older than pending_ttl, earliest first (the
+        caller deletes their files); drop remembered ids older than done_ttl silently."""
+        expired: list[tuple[str, str]] = []
+        while self._pending_deadlines and self._pending_deadlines[0][0] <= now:
+            deadline, source, msg_id = heapq.heappop(self._pending_deadlines)
+            if self._live_pending(deadline, (source, msg_id)):
+                self._remove((source, msg_id))
+                expired.append((source, msg_id))
+        while self._done_deadlines and self._done_deadlines[0][0] <= now:
+            until, source, msg_id = heapq.heappop(self._done_deadlines)
+            if self._done.get((source, msg_id)) == until:
+                del self._done[source, msg_id]
+        return expired
+
+    def restore(
+        self, source: str, msg_id: str, *, size: int, since: float, delivered: bool
+    ) -> None:
+        """Rebuild from disk after a restart, without limit checks. `since` is when it was
+        stored (pending) or delivered (remembered)."""
+        key = (source, msg_id)
+        self._remove(key)
+        self._done.pop(key, None)
+        if delivered:
+            self._remember(key, until=since + self._limits.done_ttl)
+        else:
+            self._add(key, _Pending(max(size, 0), since, stored=True))
+
+    def next_deadline(self) -> float | None:
+        """When `expire` next has something to do."""
+        while self._pending_deadlines:
+            deadline, source, msg_id = self._pending_deadlines[0]
+            if self._live_pending(deadline, (source, msg_id)):
+                break
+            heapq.heappop(self._pending_deadlines)
+        while self._done_deadlines:
+            until, source, msg_id = self._done_deadlines[0]
+            if self._done.get((source, msg_id)) == until:
+                break
+            heapq.heappop(self._done_deadlines)
+        times = [heap[0][0] for heap in (self._pending_deadlines, self._done_deadlines) if heap]
+        return min(times, default=None)
+
+    def statistics(self) -> ExactlyOnceStats:
+        sources = tuple(
+            SourceUsage(source, count, self._bytes[source])
+            for source, count in sorted(self._count.items())
+        )
+        return ExactlyOnceStats(self._total_count, self._total_bytes, len(self._done), sources)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _state(self, key: _Key, now: float) -> Incoming:
+        if key in self._pending:
+            return Incoming.STORED  # reserved counts too: a repeat is answered, not stored
+        until = self._done.get(key)
+        return Incoming.DELIVERED if until is not None and until > now else Incoming.NEW
+
+    def _check_trusted(self, source: str) -> None:
+        trusted = self._limits.trusted_sources
+        if trusted is not None and source not in trusted:
+            # urn:xmpp:qos, Memory attacks 1: not-allowed for untrusted sources
+            raise NotAllowed(f"{source!r} may not send messages exactly once")
+
+    def _check_size(self, size: int) -> None:
+        if size < 0:
+            raise InvalidArgument(f"a message size cannot be negative, got {size}")
+        if size > self._limits.max_message_size:
+            raise MessageTooLarge(
+                f"{size} bytes is over max_message_size ({self._limits.max_message_size})"
+            )
+
+    def _check_room(self, source: str, size: int) -> None:
+        """urn:xmpp:qos, Memory attacks 2 and 3: resource-constraint per source and in total."""
+        limits = self._limits
+        count, used = self._count.get(source, 0), self._bytes.get(source, 0)
+        checks = (
+            ("max_pending_per_source", count + 1, limits.max_pending_per_source),
+            ("max_bytes_per_source", used + size, limits.max_bytes_per_source),
+            ("max_pending_total", self._total_count + 1, limits.max_pending_total),
+            ("max_bytes_total", self._total_bytes + size, limits.max_bytes_total),
+        )
+        for name, wanted, limit in checks:
+            if wanted > limit:
+                raise ResourceConstraint(
+                    f"{source!r}: this message would pass {name} ({limit}); try again later"
+                )
+
+    def _add(self, key: _Key, pending: _Pending) -> None:
+        source = key[0]
+        self._pending[key] = pending
+        self._count[source] = self._count.get(source, 0) + 1
+        self._bytes[source] = self._bytes.get(source, 0) + pending.size
+        self._total_count += 1
+        self._total_bytes += pending.size
+        deadline = pending.since + self._limits.pending_ttl
+        heapq.heappush(self._pending_deadlines, (deadline, *key))
+
+    def _remove(self, key: _Key) -> None:
+        pending = self._pending.pop(key, None)
+        if pending is None:
+            return
+        source = key[0]
+        self._count[source] -= 1
+        self._bytes[source] -= pending.size
+        if not self._count[source]:
+            del self._count[source], self._bytes[source]
+        self._total_count -= 1
+        self._total_bytes -= pending.size
+
+    def _remember(self, key: _Key, *, until: float) -> None:
+        if self._limits.done_ttl <= 0:
+            return  # nothing to remember (MQTT: a packet id is free again after PUBCOMP)
+        self._done[key] = until
+        heapq.heappush(self._done_deadlines, (until, *key))
+
+    def _live_pending(self, deadline: float, key: _Key) -> bool:
+        """Whether a heap item still stands for a pending message (not one since removed)."""
+        pending = self._pending.get(key)
+        return pending is not None and pending.since + self._limits.pending_ttl == deadline

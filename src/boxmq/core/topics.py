@@ -1,0 +1,135 @@
+"""Topic names and topic filters: validation, `$share/` parsing and the reference matcher.
+
+Invariants:
+- A valid topic name or filter is non-empty, has no NUL, encodes as UTF-8 (no lone surrogates)
+  and is at most 65,535 bytes long (MQTT 5.0 §1.5.4, §4.7.3). A topic name has no wildcard.
+- In a valid filter, '+' and '#' fill a whole level, and '#' is the last level (§4.7.1).
+- A `TopicFilter` is valid on construction: a shared one has a non-empty share name without
+  '/', '+' or '#', and its filter proper is valid (§4.8.2); a plain one does not start with
+  "$share/". So `parse_filter(str(f)) == f`: `str()` gives back the original text.
+- `matches` is the naive, obviously-right matcher; the subscription trie is tested against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from boxmq.errors import InvalidTopic
+
+__all__ = ["TopicFilter", "matches", "parse_filter", "validate_filter", "validate_topic"]
+
+_MAX_BYTES = 65_535  # MQTT 5.0 §1.5.4: a UTF-8 string is prefixed by a two-byte length
+_SHARE = "$share"  # MQTT 5.0 §4.8.2
+_SEPARATOR = "/"
+_ONE_LEVEL = "+"
+_ALL_BELOW = "#"
+
+
+def _check_string(text: str, what: str) -> None:
+    """The rules every topic name and filter share (MQTT 5.0 §1.5.4, §4.7.3)."""
+    if not text:
+        raise InvalidTopic(f"a {what} must be at least one character long")  # §4.7.3
+    if "\x00" in text:
+        raise InvalidTopic(f"a {what} must not contain NUL (U+0000)")  # §1.5.4
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidTopic(f"a {what} must be well-formed UTF-8 (no lone surrogates)") from None
+    if size > _MAX_BYTES:
+        raise InvalidTopic(f"a {what} is {size} bytes in UTF-8, the limit is {_MAX_BYTES}")
+
+
+def validate_topic(name: str) -> str:
+    """Return `name` if it is a valid topic name, else raise InvalidTopic saying why."""
+    _check_string(name, "topic name")
+    if _ONE_LEVEL in name or _ALL_BELOW in name:
+        # MQTT 5.0 §4.7.1: wildcards are for filters, never in a topic name.
+        raise InvalidTopic(f"topic name {name!r} must not contain the wildcards '+' or '#'")
+    return name
+
+
+def validate_filter(filter: str) -> str:
+    """Return `filter` if it is a valid topic filter, else raise InvalidTopic saying why."""
+    _check_string(filter, "topic filter")
+    levels = filter.split(_SEPARATOR)
+    for index, level in enumerate(levels):
+        if _ALL_BELOW in level and (level != _ALL_BELOW or index != len(levels) - 1):
+            # MQTT 5.0 §4.7.1.2
+            raise InvalidTopic(f"topic filter {filter!r}: '#' must be alone in the last level")
+        if _ONE_LEVEL in level and level != _ONE_LEVEL:
+            # MQTT 5.0 §4.7.1.3
+            raise InvalidTopic(f"topic filter {filter!r}: '+' must fill a whole level")
+    return filter
+
+
+def _check_share_name(group: str, text: str) -> None:
+    """MQTT 5.0 §4.8.2: at least one character, and none of '/', '+', '#'."""
+    if not group:
+        raise InvalidTopic(f"{text!r}: the share name after '$share/' must not be empty")
+    if any(c in group for c in (_SEPARATOR, _ONE_LEVEL, _ALL_BELOW)):
+        raise InvalidTopic(f"{text!r}: the share name {group!r} must not contain '/', '+' or '#'")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicFilter:
+    """A subscription's filter: `filter` is matched against topics; `share_group` names the
+    shared subscription it belongs to ("$share/<share_group>/<filter>"), or is None."""
+
+    filter: str  # the filter proper, without "$share/<group>/"
+    share_group: str | None = None  # None for a plain (non-shared) subscription
+
+    def __post_init__(self) -> None:
+        validate_filter(self.filter)
+        if self.share_group is None and self.filter.startswith(_SHARE + _SEPARATOR):
+            # MQTT 5.0 §4.8.2: that prefix marks a shared subscription; str() must round-trip.
+            raise InvalidTopic(f"{self.filter!r} is a shared subscription: use parse_filter")
+        if self.share_group is not None:
+            text = str(self)
+            _check_share_name(self.share_group, text)
+            _check_string(text, "shared subscription filter")  # the 65,535 bytes cover it all
+
+    @property
+    def shared(self) -> bool:
+        return self.share_group is not None
+
+    def __str__(self) -> str:
+        if self.share_group is None:
+            return self.filter
+        return f"{_SHARE}/{self.share_group}/{self.filter}"
+
+
+def parse_filter(text: str) -> TopicFilter:
+    """Parse "a/+" or "$share/{ShareName}/{filter}" (MQTT 5.0 §4.8.2); InvalidTopic says why.
+
+    Only text starting with "$share/" is shared; "$share" alone is a plain filter.
+    """
+    if not text.startswith(_SHARE + _SEPARATOR):
+        return TopicFilter(validate_filter(text))
+    _check_string(text, "shared subscription filter")
+    rest = text[len(_SHARE) + 1 :]
+    group, separator, filter = rest.partition(_SEPARATOR)
+    _check_share_name(group, text)
+    if not separator:
+        raise InvalidTopic(f"{text!r}: the share name must be followed by '/' and a topic filter")
+    if not filter:
+        raise InvalidTopic(f"{text!r}: a shared subscription needs a topic filter after the name")
+    return TopicFilter(filter, group)
+
+
+def matches(filter: str, topic: str) -> bool:
+    """Whether the (valid) filter matches the (valid) topic name: the reference matcher.
+
+    '+' matches exactly one level (possibly empty), '#' this level and every level below,
+    including none at all ("a/#" matches "a"). A topic starting with '$' is never matched by
+    a filter whose first level is a wildcard (MQTT 5.0 §4.7.2).
+    """
+    wanted = filter.split(_SEPARATOR)
+    levels = topic.split(_SEPARATOR)
+    if topic.startswith("$") and wanted[0] in (_ONE_LEVEL, _ALL_BELOW):
+        return False  # MQTT 5.0 §4.7.2
+    for index, level in enumerate(wanted):
+        if level == _ALL_BELOW:
+            return True  # MQTT 5.0 §4.7.1.2: also the parent level
+        if index >= len(levels) or level not in (_ONE_LEVEL, levels[index]):
+            return False
+    return len(wanted) == len(levels)

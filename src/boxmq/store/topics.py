@@ -1,0 +1,156 @@
+"""Where topics live on disk: subscriptions as dropboxes, and the registry of them.
+
+    <root>/topic-root/
+        .generation                          replaced on every subscribe/unsubscribe
+        .incoming/working/                   exactly-once messages to topics, awaiting `deliver`
+        .retained/                           the last retained message of each topic
+        <filter>/.subscriptions/<key>/       one dropbox per subscription (DropboxMQ's layout)
+            .subscription                    what it is: filter, group or subscriber, QoS (JSON)
+            .members/<member>                a share group's members, each naming its process
+            working/ target/ processing/ ...
+
+`<filter>` is the topic filter escaped as one folder name; `<key>` is `share.<group>` for a
+share group and `client.<subscriber>` for a plain durable subscription, escaped the same way.
+Publishers in any process find every subscription by scanning this tree again whenever
+`.generation` changes (a rename gives it a new inode, which one stat sees).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+
+from boxmq.store.layout import TOPIC_ROOT
+from boxmq.store.names import escape_segment, unescape_segment
+
+__all__ = [
+    "SubscriptionRecord",
+    "bump_generation",
+    "generation",
+    "incoming_path",
+    "read_records",
+    "remove_subscription",
+    "subscription_key",
+    "subscription_path",
+    "write_record",
+]
+
+_RECORD = ".subscription"
+_SUBSCRIPTIONS = ".subscriptions"
+_GENERATION = ".generation"
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionRecord:
+    """A durable subscription as written on disk (plain values: the store knows no core)."""
+
+    filter: str  # the filter proper, without $share/<group>/
+    group: str | None  # the share group, or None
+    subscriber: str | None  # the plain subscriber, or None for a share group
+    qos: int
+    no_local: bool = False
+
+
+def topic_root(root: str) -> str:
+    return os.path.join(root, TOPIC_ROOT)
+
+
+def incoming_path(root: str) -> str:
+    return os.path.join(topic_root(root), ".incoming")
+
+
+def subscription_key(group: str | None, subscriber: str | None) -> str:
+    return f"share.{group}" if group is not None else f"client.{subscriber}"
+
+
+def subscription_path(root: str, filter: str, key: str) -> str:
+    return os.path.join(
+        topic_root(root), escape_segment(filter), _SUBSCRIPTIONS, escape_segment(key)
+    )
+
+
+def write_record(path: str, record: SubscriptionRecord) -> None:
+    os.makedirs(path, exist_ok=True)
+    temporary = os.path.join(path, f".tmp-{uuid.uuid4().hex}")
+    with open(temporary, "w") as out:
+        json.dump(asdict(record), out)
+    os.rename(temporary, os.path.join(path, _RECORD))
+
+
+def read_records(root: str) -> Iterator[tuple[SubscriptionRecord, str]]:
+    """Every durable subscription under the root, with its dropbox path."""
+    base = topic_root(root)
+    with contextlib.suppress(FileNotFoundError), os.scandir(base) as filters:
+        for entry in filters:
+            if entry.name.startswith(".") or not entry.is_dir():
+                continue
+            holder = os.path.join(entry.path, _SUBSCRIPTIONS)
+            with contextlib.suppress(FileNotFoundError), os.scandir(holder) as keys:
+                for key in keys:
+                    record = _read(os.path.join(key.path, _RECORD))
+                    if record is not None:
+                        yield record, key.path
+
+
+def _read(path: str) -> SubscriptionRecord | None:
+    try:
+        with open(path) as source:
+            data = json.load(source)
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return None  # being created or removed right now: the next generation shows it
+    return SubscriptionRecord(**data)
+
+
+def remove_subscription(path: str) -> None:
+    """Delete a subscription and every message it holds (its last member left)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(path, _RECORD))  # publishers stop seeing it first
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def generation(root: str) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(os.path.join(topic_root(root), _GENERATION))
+    except FileNotFoundError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
+
+
+def bump_generation(root: str) -> None:
+    base = topic_root(root)
+    os.makedirs(base, exist_ok=True)
+    temporary = os.path.join(base, f".tmp-{uuid.uuid4().hex}")
+    with open(temporary, "w"):
+        pass
+    os.rename(temporary, os.path.join(base, _GENERATION))
+
+
+def members_path(path: str) -> str:
+    return os.path.join(path, ".members")
+
+
+def add_member(path: str, member: str, token: str) -> None:
+    folder = members_path(path)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, escape_segment(member)), "w") as out:
+        out.write(token)
+
+
+def remove_member(path: str, member: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(members_path(path), escape_segment(member)))
+
+
+def members(path: str) -> dict[str, str]:
+    """member -> process token."""
+    found = {}
+    with contextlib.suppress(FileNotFoundError), os.scandir(members_path(path)) as entries:
+        for entry in entries:
+            with contextlib.suppress(FileNotFoundError), open(entry.path) as source:
+                found[unescape_segment(entry.name)] = source.read()
+    return found

@@ -1,0 +1,176 @@
+"""Publish/subscribe on real files: routing, share groups, retained messages, fan-out."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import boxmq
+from boxmq.client.topics import Subscriber
+
+
+def drain(subscriber: Subscriber) -> list[boxmq.Message]:
+    got = []
+    while (message := subscriber.receive_nowait()) is not None:
+        got.append(message)
+        message.ack()
+    return got
+
+
+def bodies(subscriber: Subscriber) -> list[str]:
+    return sorted(m.text() for m in drain(subscriber))
+
+
+def test_mqtt_234_distinct_groups_each_get_one_copy_plain_subscribers_theirs(
+    box: boxmq.Box,
+) -> None:
+    c1a = box.subscribe("$share/consumer1/sport/tennis/+", "a", max_in_flight=10)
+    c1b = box.subscribe("$share/consumer1/sport/tennis/+", "b", max_in_flight=10)
+    c2 = box.subscribe("$share/consumer2/sport/tennis/+", "c", max_in_flight=10)
+    plain = box.subscribe("sport/#", "d", max_in_flight=10)
+    for index in range(10):
+        box.publish("sport/tennis/player1", f"{index}")
+    group1 = drain(c1a) + drain(c1b)
+    assert sorted(m.text() for m in group1) == [str(i) for i in range(10)]
+    assert bodies(c2) == [str(i) for i in range(10)]
+    assert bodies(plain) == [str(i) for i in range(10)]
+    assert group1[0].topic == "sport/tennis/player1"
+    for subscriber in (c1a, c1b, c2, plain):
+        subscriber.close()
+
+
+def test_mqtt_234_share_of_an_empty_first_level(box: boxmq.Box) -> None:
+    with box.subscribe("$share/consumer1//finance", "a") as member:
+        box.publish("/finance", "ibm 180")
+        box.publish("finance", "not for this filter")
+        assert bodies(member) == ["ibm 180"]
+
+
+def test_a_client_with_shared_and_plain_subscriptions_gets_a_copy_through_each(
+    box: boxmq.Box,
+) -> None:
+    with (
+        box.subscribe("$share/g/a/b", "client-1") as shared,
+        box.subscribe("a/+", "client-1") as plain,
+    ):
+        box.publish("a/b", "x")
+        assert bodies(shared) == ["x"]
+        assert bodies(plain) == ["x"]
+
+
+def test_fan_out_writes_the_body_once(box: boxmq.Box, root: Path) -> None:
+    subscribers = [box.subscribe("t/#", f"s{i}") for i in range(5)]
+    box.publish("t/x", b"y" * 10_000)
+    links = {
+        os.stat(path).st_nlink for path in (root / "topic-root").rglob("target/*") if path.is_file()
+    }
+    assert links == {5}  # one inode, five names
+    assert all(bodies(s) == ["y" * 10_000] for s in subscribers)
+    for subscriber in subscribers:
+        subscriber.close()
+
+
+def test_three_members_share_30000_messages_each_exactly_once_and_fairly(box: boxmq.Box) -> None:
+    members = [box.subscribe("$share/etl/sensors/+", f"w{i}", max_in_flight=10) for i in range(3)]
+    for index in range(30_000):
+        box.publish("sensors/k", f"{index}")
+    seen: dict[str, list[str]] = {m.name: [] for m in members}
+    idle = 0
+    while idle < 3:
+        idle = 0
+        for member in members:
+            message = member.receive_nowait()
+            if message is None:
+                idle += 1
+                continue
+            seen[member.name].append(message.text())
+            message.ack()
+    everything = [body for got in seen.values() for body in got]
+    assert sorted(everything, key=int) == [str(i) for i in range(30_000)]
+    shares = sorted(len(got) for got in seen.values())
+    assert shares[-1] - shares[0] <= 30, shares  # round-robin: within one window of each other
+    for member in members:
+        member.close()
+
+
+def test_a_member_leaving_hands_its_locks_to_the_others_and_the_last_ends_the_group(
+    box: boxmq.Box, root: Path
+) -> None:
+    a = box.subscribe("$share/g/jobs", "a", max_in_flight=5)
+    b = box.subscribe("$share/g/jobs", "b", max_in_flight=5)
+    for index in range(4):
+        box.publish("jobs", f"{index}")
+    held = [a.receive_nowait() for _ in range(2)]
+    assert all(m is not None for m in held)
+    a.close()
+    again = drain(b)
+    assert len(again) == 4
+    box.publish("jobs", "undelivered")
+    b.close()  # the last member: the group and its undelivered message are deleted
+    assert not any((root / "topic-root").rglob("share.g"))
+    with box.subscribe("$share/g/jobs", "c") as c:
+        assert drain(c) == []
+
+
+def test_retained_last_per_topic_deleted_by_empty_never_to_shared(
+    root: Path, box: boxmq.Box
+) -> None:
+    box.publish("sensors/kitchen/temp", "20", retain=True)
+    box.publish("sensors/kitchen/temp", "21.5", retain=True)
+    box.publish("sensors/hall/temp", "19", retain=True)
+    box.publish("sensors/hall/temp", "", retain=True)  # deletes it
+    with boxmq.open(root, fsync="never") as restarted:  # survives a restart
+        with restarted.subscribe("sensors/+/temp", "dash") as plain:
+            got = drain(plain)
+            assert [(m.topic, m.text(), m.retained) for m in got] == [
+                ("sensors/kitchen/temp", "21.5", True)
+            ]
+        with restarted.subscribe("$share/g/sensors/+/temp", "w") as shared:
+            assert drain(shared) == []
+
+
+def test_non_durable_subscriptions_live_in_memory(box: boxmq.Box, root: Path) -> None:
+    with box.subscribe("news/#", "reader", qos=0, durable=False) as reader:
+        box.publish("news/today", "hello", qos=1)
+        [message] = drain(reader)
+        assert (message.text(), message.qos) == ("hello", 0)  # granted QoS caps delivery
+    assert not any((root / "topic-root").rglob("client.reader"))
+
+
+def test_granted_qos_caps_delivery_and_is_stored(box: boxmq.Box) -> None:
+    with box.subscribe("q/#", "s", qos=1) as subscriber:
+        box.publish("q/x", "a", qos=2)
+        box.publish("q/x", "b", qos=0)
+        assert sorted((m.text(), m.qos) for m in drain(subscriber)) == [("a", 1), ("b", 0)]
+
+
+def test_durable_subscription_collects_while_away(root: Path) -> None:
+    with boxmq.open(root, fsync="never") as box:
+        box.subscribe("alerts/#", "pager").close()
+        box.publish("alerts/fire", "!")
+    with boxmq.open(root, fsync="never") as box, box.subscribe("alerts/#", "pager") as pager:
+        assert bodies(pager) == ["!"]
+        assert box.unsubscribe("alerts/#", "pager")
+
+
+def test_no_local_skips_the_publisher(box: boxmq.Box) -> None:
+    with box.subscribe("chat/#", "me", no_local=True) as me, box.subscribe("chat/#", "you") as you:
+        box.publish("chat/room", "hi", source="me")
+        assert bodies(me) == []
+        assert bodies(you) == ["hi"]
+
+
+@pytest.mark.parametrize(
+    "bad", ["$share/g", "$share//x", "$share/g/", "$share/a+b/x", "a/#/b", "a+", ""]
+)
+def test_bad_filters_are_refused(box: boxmq.Box, bad: str) -> None:
+    with pytest.raises(boxmq.InvalidTopic):
+        box.subscribe(bad, "s")
+
+
+@pytest.mark.parametrize("bad", ["a/+", "a/#", "", "nul\0"])
+def test_bad_topic_names_are_refused(box: boxmq.Box, bad: str) -> None:
+    with pytest.raises(boxmq.InvalidTopic):
+        box.publish(bad, "x")

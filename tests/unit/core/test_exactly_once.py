@@ -1,0 +1,299 @@
+"""ExactlyOnce: two-phase receive with deduplication and the urn:xmpp:qos memory-attack limits."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from boxmq.core.exactly_once import ExactlyOnce, ExactlyOnceLimits, ExactlyOnceStats, SourceUsage
+from boxmq.core.qos import Action
+from boxmq.errors import (
+    BoxMQError,
+    InvalidArgument,
+    MessageTooLarge,
+    NotAllowed,
+    ProtocolViolation,
+    ResourceConstraint,
+)
+
+SMALL = ExactlyOnceLimits(
+    max_pending_per_source=3,
+    max_pending_total=5,
+    max_bytes_per_source=100,
+    max_bytes_total=150,
+    max_message_size=60,
+    trusted_sources=frozenset({"a", "b", "c"}),
+    pending_ttl=100.0,
+    done_ttl=50.0,
+)
+
+
+def store(box: ExactlyOnce, source: str, msg_id: str, size: int = 10, now: float = 0.0) -> None:
+    assert box.assured(source, msg_id, size=size, now=now) is Action.STORE
+    assert box.stored(source, msg_id)
+
+
+def test_the_two_phases_store_once_and_deliver_once() -> None:
+    box = ExactlyOnce()
+    assert box.assured("s", "m1", size=10, now=0.0) is Action.STORE
+    assert box.stored("s", "m1")
+    assert box.assured("s", "m1", size=10, now=1.0) is Action.ANSWER  # repeat: answer again
+    assert box.statistics() == ExactlyOnceStats(1, 10, 0, (SourceUsage("s", 1, 10),))
+    assert box.deliver("s", "m1", now=2.0) is Action.DELIVER
+    assert box.deliver("s", "m1", now=3.0) is Action.ANSWER  # repeat: deliver nothing
+    assert box.assured("s", "m1", size=10, now=4.0) is Action.ANSWER  # late repeat of phase 1
+    assert box.statistics() == ExactlyOnceStats(0, 0, 1, ())
+
+
+def test_deliver_of_an_unknown_id_is_answered_as_unknown() -> None:
+    box = ExactlyOnce()
+    assert box.deliver("s", "nope", now=0.0) is Action.ANSWER_UNKNOWN
+    assert box.statistics() == ExactlyOnceStats(0, 0, 0, ())
+
+
+def test_the_same_id_from_two_sources_is_two_messages() -> None:
+    box = ExactlyOnce()
+    store(box, "s1", "m")
+    store(box, "s2", "m")
+    assert box.deliver("s1", "m", now=1.0) is Action.DELIVER
+    assert box.deliver("s2", "m", now=1.0) is Action.DELIVER
+
+
+def test_deliver_before_the_store_finished_is_a_protocol_violation() -> None:
+    box = ExactlyOnce()
+    assert box.assured("s", "m", size=5, now=0.0) is Action.STORE
+    assert box.assured("s", "m", size=5, now=0.0) is Action.ANSWER
+    before = box.statistics()
+    with pytest.raises(ProtocolViolation):
+        box.deliver("s", "m", now=1.0)
+    assert box.statistics() == before
+    assert box.stored("s", "m")
+    assert box.deliver("s", "m", now=1.0) is Action.DELIVER
+
+
+def test_forget_undoes_the_reservation() -> None:
+    box = ExactlyOnce()
+    assert box.assured("s", "m", size=5, now=0.0) is Action.STORE
+    box.forget("s", "m")
+    box.forget("s", "m")  # no-op
+    assert box.statistics() == ExactlyOnceStats(0, 0, 0, ())
+    assert not box.stored("s", "m")  # gone: the caller deletes what it wrote
+    assert box.deliver("s", "m", now=1.0) is Action.ANSWER_UNKNOWN
+    assert box.assured("s", "m", size=5, now=2.0) is Action.STORE  # the retry stores it
+
+
+def test_an_untrusted_source_is_not_allowed() -> None:
+    box = ExactlyOnce(SMALL)
+    with pytest.raises(NotAllowed, match="'x'"):
+        box.assured("x", "m", size=1, now=0.0)
+    assert box.statistics() == ExactlyOnceStats(0, 0, 0, ())
+
+
+def test_a_message_over_the_size_limit_is_too_large() -> None:
+    box = ExactlyOnce(SMALL)
+    with pytest.raises(MessageTooLarge, match="max_message_size"):
+        box.assured("a", "m", size=61, now=0.0)
+    with pytest.raises(InvalidArgument):
+        box.assured("a", "m", size=-1, now=0.0)
+    store(box, "a", "m", size=60)
+
+
+@pytest.mark.parametrize(
+    ("setup", "source", "size", "limit"),
+    [
+        ([("a", 10)] * 3, "a", 10, "max_pending_per_source"),
+        ([("a", 50), ("a", 40)], "a", 11, "max_bytes_per_source"),
+        ([("a", 1), ("a", 1), ("b", 1), ("b", 1), ("c", 1)], "c", 1, "max_pending_total"),
+        ([("a", 60), ("b", 60)], "c", 31, "max_bytes_total"),
+    ],
+)
+def test_limits_answer_resource_constraint_and_change_nothing(
+    setup: list[tuple[str, int]], source: str, size: int, limit: str
+) -> None:
+    box = ExactlyOnce(SMALL)
+    for i, (who, bytes_) in enumerate(setup):
+        store(box, who, f"m{i}", size=bytes_)
+    before = box.statistics()
+    with pytest.raises(ResourceConstraint, match=limit):
+        box.assured(source, "new", size=size, now=1.0)
+    assert box.statistics() == before
+    assert box.assured("a", "m0", size=size, now=1.0) is Action.ANSWER  # repeats still answered
+
+
+def test_a_repeat_is_answered_even_when_full() -> None:
+    box = ExactlyOnce(SMALL)
+    for i in range(3):
+        store(box, "a", f"m{i}")
+    assert box.assured("a", "m1", size=10, now=1.0) is Action.ANSWER
+
+
+def test_a_stored_message_whose_deliver_never_comes_expires() -> None:
+    box = ExactlyOnce(SMALL)
+    store(box, "a", "m1", now=0.0)
+    store(box, "a", "m2", now=10.0)
+    assert box.next_deadline() == 100.0
+    assert box.expire(now=99.9) == []
+    assert box.expire(now=110.0) == [("a", "m1"), ("a", "m2")]
+    assert box.statistics() == ExactlyOnceStats(0, 0, 0, ())
+    assert box.next_deadline() is None
+    assert box.deliver("a", "m1", now=111.0) is Action.ANSWER_UNKNOWN
+
+
+def test_a_re_sent_message_is_not_expired_by_its_old_deadline() -> None:
+    box = ExactlyOnce(SMALL)
+    store(box, "a", "m", now=0.0)
+    box.forget("a", "m")
+    store(box, "a", "m", now=30.0)
+    assert box.next_deadline() == 130.0
+    assert box.expire(now=100.0) == []
+    assert box.expire(now=130.0) == [("a", "m")]
+
+
+def test_delivered_ids_are_remembered_for_done_ttl() -> None:
+    box = ExactlyOnce(SMALL)
+    store(box, "a", "m", now=0.0)
+    assert box.deliver("a", "m", now=10.0) is Action.DELIVER
+    assert box.next_deadline() == 60.0
+    assert box.assured("a", "m", size=10, now=59.0) is Action.ANSWER
+    assert box.assured("a", "m", size=10, now=60.0) is Action.STORE  # forgotten: a new message
+    assert box.stored("a", "m")
+    assert box.statistics().remembered == 0
+
+
+def test_expire_drops_remembered_ids_silently() -> None:
+    box = ExactlyOnce(SMALL)
+    store(box, "a", "m", now=0.0)
+    box.deliver("a", "m", now=10.0)
+    assert box.expire(now=60.0) == []
+    assert box.statistics().remembered == 0
+    assert box.next_deadline() is None
+    assert box.deliver("a", "m", now=61.0) is Action.ANSWER_UNKNOWN
+
+
+def test_done_ttl_zero_frees_the_id_at_once() -> None:
+    # MQTT 5.0 §4.3.3: after PUBCOMP, a PUBLISH with the same packet id is a new message.
+    box = ExactlyOnce(ExactlyOnceLimits(done_ttl=0.0))
+    store(box, "c", "7")
+    assert box.deliver("c", "7", now=1.0) is Action.DELIVER
+    assert box.deliver("c", "7", now=1.0) is Action.ANSWER_UNKNOWN
+    assert box.assured("c", "7", size=1, now=1.0) is Action.STORE
+    assert box.statistics().remembered == 0
+
+
+def test_restore_rebuilds_without_limit_checks() -> None:
+    box = ExactlyOnce(SMALL)
+    for i in range(5):
+        box.restore("x", f"p{i}", size=100, since=float(i), delivered=False)  # untrusted, big
+    box.restore("a", "d", size=10, since=20.0, delivered=True)
+    box.restore("x", "p0", size=100, since=0.0, delivered=False)  # twice: no double count
+    stats = box.statistics()
+    assert stats == ExactlyOnceStats(5, 500, 1, (SourceUsage("x", 5, 500),))
+    assert stats.source("x").pending == 5
+    assert stats.source("nobody") == SourceUsage("nobody", 0, 0)
+    assert box.assured("a", "d", size=10, now=21.0) is Action.ANSWER
+    assert box.deliver("x", "p3", now=21.0) is Action.DELIVER
+    box.restore("x", "p4", size=100, since=22.0, delivered=True)  # found in processed/
+    assert box.statistics().pending == 3
+    assert box.next_deadline() == 70.0  # the remembered "d": 20 + done_ttl
+
+
+def test_limits_must_not_be_negative() -> None:
+    with pytest.raises(InvalidArgument, match="pending_ttl"):
+        ExactlyOnceLimits(pending_ttl=-1.0)
+    with pytest.raises(InvalidArgument, match="max_pending_total"):
+        ExactlyOnceLimits(max_pending_total=-1)
+
+
+# -- property: counts always equal a recount of what the caller holds --------------------------
+
+SOURCES = st.sampled_from(["a", "b", "c", "x"])
+IDS = st.sampled_from(["1", "2", "3", "4"])
+OPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("assured"),
+            SOURCES,
+            IDS,
+            st.integers(0, 70),
+            st.sampled_from(["stored", "forget", "later"]),
+        ),
+        st.tuples(st.just("stored"), SOURCES, IDS),
+        st.tuples(st.just("deliver"), SOURCES, IDS),
+        st.tuples(st.just("forget"), SOURCES, IDS),
+        st.tuples(st.just("expire")),
+        st.tuples(st.just("tick"), st.floats(0, 60)),
+    ),
+    max_size=60,
+)
+
+
+def _recount(files: dict[tuple[str, str], int]) -> ExactlyOnceStats:
+    usage: dict[str, list[int]] = {}
+    for (source, _), size in files.items():
+        entry = usage.setdefault(source, [0, 0])
+        entry[0] += 1
+        entry[1] += size
+    sources = tuple(SourceUsage(s, n, b) for s, (n, b) in sorted(usage.items()))
+    return ExactlyOnceStats(len(files), sum(files.values()), 0, sources)
+
+
+@given(OPS)
+def test_counts_equal_a_naive_recount_after_any_sequence(ops: list[tuple[object, ...]]) -> None:
+    box = ExactlyOnce(SMALL)
+    files: dict[tuple[str, str], int] = {}  # what the caller has in working/
+    delivered: list[tuple[str, str]] = []
+    now = 0.0
+    for op in ops:
+        before = box.statistics()
+        try:
+            now = _apply(box, op, files, delivered, now)
+        except BoxMQError:
+            assert box.statistics() == before  # a refusal changes nothing
+        stats = box.statistics()
+        assert stats.pending >= 0
+        assert stats.pending_bytes >= 0
+        assert all(u.pending > 0 and u.pending_bytes >= 0 for u in stats.sources)
+        assert stats.pending <= SMALL.max_pending_total
+        assert stats.pending_bytes <= SMALL.max_bytes_total
+        assert stats.sources == _recount(files).sources
+        assert (stats.pending, stats.pending_bytes) == (len(files), sum(files.values()))
+    assert "x" not in {source for source, _ in delivered}
+
+
+def _apply(
+    box: ExactlyOnce,
+    op: tuple[object, ...],
+    files: dict[tuple[str, str], int],
+    delivered: list[tuple[str, str]],
+    now: float,
+) -> float:
+    kind = op[0]
+    if kind == "tick":
+        assert isinstance(op[1], float)
+        return now + op[1]
+    if kind == "expire":
+        for key in box.expire(now=now):
+            del files[key]
+        return now
+    source, msg_id = str(op[1]), str(op[2])
+    key = (source, msg_id)
+    if kind == "assured":
+        assert isinstance(op[3], int)
+        if box.assured(source, msg_id, size=op[3], now=now) is Action.STORE:
+            assert key not in files  # never stored twice
+            files[key] = op[3]
+            if op[4] == "stored":
+                assert box.stored(source, msg_id)
+            elif op[4] == "forget":
+                box.forget(source, msg_id)
+                del files[key]
+    elif kind == "stored":
+        assert box.stored(source, msg_id) is (key in files)
+    elif kind == "forget":
+        box.forget(source, msg_id)
+        files.pop(key, None)
+    elif box.deliver(source, msg_id, now=now) is Action.DELIVER:
+        del files[key]  # moved working/ -> target/: only what was stored, once
+        delivered.append(key)
+    return now
