@@ -101,3 +101,46 @@ def test_ack_of_someone_else_s_lock_is_a_conflict(root: Path) -> None:
     done = boxmq_cli(root, "ack", "jobs", message_id, "--consumer", "bob")
     assert done.returncode == 1
     assert "locked by" in done.stderr
+
+
+def test_publish_and_subscribe_from_the_command_line(root: Path) -> None:
+    ok(root, "publish", "sensors/kitchen/temp", "20.5", "--retain")
+    command = [
+        sys.executable,
+        "-m",
+        "boxmq.cli",
+        "--data",
+        str(root),
+        "--fsync",
+        "never",
+        "--json",
+        "subscribe",
+        "sensors/#",
+        "--name",
+        "dash",
+        "--count",
+        "2",
+    ]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as sub:
+        assert sub.stdout is not None
+        first = json.loads(sub.stdout.readline())  # the retained one: the subscription exists
+        assert (first["topic"], first["body"], first["retained"]) == (
+            "sensors/kitchen/temp",
+            "20.5",
+            True,
+        )
+        ok(root, "publish", "sensors/hall/temp", "19", "--qos", "0")
+        second = json.loads(sub.stdout.readline())
+        assert (second["topic"], second["body"], second["qos"]) == ("sensors/hall/temp", "19", 0)
+        assert sub.wait(timeout=30) == 0
+    # a plain CLI subscription ends with the command unless --keep
+    assert not list((root / "topic-root").rglob("client.dash"))
+
+
+def test_a_bad_filter_on_the_command_line_is_a_clear_error(root: Path) -> None:
+    done = boxmq_cli(root, "subscribe", "$share/g")
+    assert done.returncode == 1
+    assert "share" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -129,3 +129,32 @@ def test_a_producer_killed_during_group_commit_loses_nothing_it_acknowledged(
         report = box.sweep()["jobs"]
     assert report.abandoned == len(leftovers)
     assert not list((root / "jobs" / "working").iterdir())
+
+
+def test_a_killed_share_group_member_s_messages_go_to_the_other_members(
+    root: Path, tmp_path: Path, start: Callable[..., subprocess.Popen[str]]
+) -> None:
+    with boxmq.open(root, fsync="never") as box:
+        rescuer = box.subscribe("$share/etl/sensors/#", "rescuer", max_in_flight=1)
+        held_log = tmp_path / "held.log"
+        victim = start("member", str(root), "$share/etl/sensors/#", "victim", str(held_log), "5")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(box.topics.members_of("etl", "sensors/#")) < 2:
+            time.sleep(0.05)
+        for index in range(20):
+            box.publish(f"sensors/{index % 3}", f"{index}")
+        wait_for_line(victim, "holding")
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=10)
+        held = set(held_log.read_text().split())
+        assert len(held) == 5
+        got: dict[str, int] = {}
+        end = time.monotonic() + 30
+        while len(got) < 20 and time.monotonic() < end:
+            message = rescuer.receive(timeout=5)
+            if message is not None:
+                got[message.id] = message.delivery_count
+                message.ack()
+        rescuer.close()
+    assert len(got) == 20  # none lost, each once
+    assert {i for i, count in got.items() if count == 2} == held

@@ -3,6 +3,7 @@
 python worker.py consume ROOT QUEUE NAME OUT            # ack all, log ids to OUT
 python worker.py consume ROOT QUEUE NAME OUT --hold N   # lock N, log them, hang
 python worker.py produce ROOT QUEUE OUT THREADS         # put until killed; log what returned
+python worker.py member ROOT FILTER NAME OUT N          # join a share group, lock N, hang
 """
 
 from __future__ import annotations
@@ -40,6 +41,21 @@ def consume(root: str, queue: str, name: str, out: str, hold: int) -> None:
                 message.ack()
 
 
+def member(root: str, filter: str, name: str, out: str, hold: int) -> None:
+    with (
+        boxmq.open(root, fsync="never") as box,
+        open(out, "a") as log,
+        box.subscribe(filter, name, max_in_flight=hold, lock_timeout=60) as subscriber,
+    ):
+        for _ in range(hold):
+            message = subscriber.receive(timeout=10)
+            assert message is not None
+            log.write(message.id + "\n")
+        log.flush()
+        print("holding", flush=True)
+        time.sleep(MAX_RUN)  # killed long before this
+
+
 def body_for(index: int) -> bytes:
     return (f"{index}:" + "x" * 4000).encode()  # several pages: a torn write would show
 
@@ -74,5 +90,7 @@ if __name__ == "__main__":
     if command == "consume":
         hold = int(rest[5]) if len(rest) > 5 and rest[4] == "--hold" else 0
         consume(rest[0], rest[1], rest[2], rest[3], hold)
+    elif command == "member":
+        member(rest[0], rest[1], rest[2], rest[3], int(rest[4]))
     else:
         produce(rest[0], rest[1], rest[2], int(rest[3]))

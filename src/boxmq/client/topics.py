@@ -188,9 +188,9 @@ class Topics:
             staging = os.path.join(self._incoming, f".fanout-{uuid.uuid4().hex}")
             with open(staging, "wb") as out:
                 out.write(body)
+        names = {qos: encode(_at(envelope, qos)) for qos in {d.qos for d, _ in destinations}}
         copies = tuple(
-            os.path.join(path, State.TARGET.value, encode(_at(envelope, d.qos)))
-            for d, path in destinations
+            os.path.join(path, State.TARGET.value, names[d.qos]) for d, path in destinations
         )
         self._committer.commit([Move(staging, None, copies)])
 
@@ -224,6 +224,23 @@ class Topics:
             parsed, name, consumer=consumer, on_close=lambda: self._left(parsed, name, path)
         )
 
+    def attach_dropbox(self, filter: str, subscriber: str, *, qos: int = 1) -> str:
+        """Register a durable subscription (or share-group member) that something other than
+        a Consumer will read, such as a Spark stream, and return its dropbox's path.
+
+        The member is bound to no process, so it stays until `unsubscribe`.
+        """
+        parsed = parse_filter(filter)
+        subscription = Subscription(check_consumer_name(subscriber), parsed, _qos(qos), True)
+        path = self._register(subscription, token="")
+        Dropbox(path, self._committer)
+        return path
+
+    def members_of(self, group: str, filter: str) -> list[str]:
+        """The members of a share group, as registered on disk (any process)."""
+        path = layout.subscription_path(self._root, filter, layout.subscription_key(group, None))
+        return sorted(layout.members(path))
+
     def unsubscribe(self, filter: str, subscriber: str) -> bool:
         """End a durable subscription: its dropbox and undelivered messages are deleted."""
         parsed = parse_filter(filter)
@@ -239,7 +256,7 @@ class Topics:
         layout.bump_generation(self._root)
         return True
 
-    def _register(self, subscription: Subscription) -> str:
+    def _register(self, subscription: Subscription, token: str | None = None) -> str:
         parsed = subscription.filter
         group = parsed.share_group
         key = layout.subscription_key(group, None if group else subscription.subscriber)
@@ -253,7 +270,9 @@ class Topics:
         )
         layout.write_record(path, record)
         if group is not None:
-            layout.add_member(path, subscription.subscriber, self._token)
+            layout.add_member(
+                path, subscription.subscriber, self._token if token is None else token
+            )
         layout.bump_generation(self._root)
         return path
 

@@ -68,6 +68,7 @@ _REQUIRED = 3  # DropboxMQ needs priority, id and class to read a name at all
 _MAX_DEADLINE = 10**15 - 1  # 15 digits: epoch ms until the year 33658, and it fits LOCK_RESERVE
 _TOKEN = re.compile(r"[A-Za-z0-9-]{0,30}")
 _ENCODED = re.compile(r"(?:[A-Za-z0-9_-]|%[0-9A-F]{2})+")  # what _quote() can produce
+_PLAIN = re.compile(r"[A-Za-z0-9_-]*")  # what quote() keeps as it is, less '.' and '~'
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _SURROGATE = re.compile("[\ud800-\udfff]")  # PEP 383
 # Digit counts are capped so int() never meets Python's 4300-digit limit on hostile names.
@@ -94,6 +95,8 @@ class Lock:
 
 
 def _quote(text: str) -> str:
+    if _PLAIN.fullmatch(text):  # the common case (ids, numbers, plain words): nothing to escape
+        return text
     # quote() leaves '.' and '~' alone; '.' is our field separator and '~' marks backup files.
     try:
         encoded = quote(text, safe="")

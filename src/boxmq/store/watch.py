@@ -22,6 +22,7 @@ from typing import Protocol
 __all__ = ["Changes", "InotifyWatcher", "PollingWatcher", "Watcher", "watch"]
 
 _IN_CLOSE_WRITE = 0x00000008
+_IN_CREATE = 0x00000100
 _IN_MOVED_TO = 0x00000080
 _IN_Q_OVERFLOW = 0x00004000
 _IN_NONBLOCK = 0o4000
@@ -48,13 +49,15 @@ class Watcher(Protocol):
 
 
 class InotifyWatcher:
-    """New files in one directory: renamed in (the producer protocol) or closed after writing."""
+    """New files in one directory, by name, as the kernel reports them."""
 
     def __init__(self, directory: str, libc: ctypes.CDLL) -> None:
         self._fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
         if self._fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
-        mask = _IN_MOVED_TO | _IN_CLOSE_WRITE
+        # Renamed in (the producer protocol), linked in (a fan-out: IN_CREATE), or written in
+        # place by a producer that ignores the protocol (IN_CLOSE_WRITE, once complete).
+        mask = _IN_MOVED_TO | _IN_CREATE | _IN_CLOSE_WRITE
         if libc.inotify_add_watch(self._fd, os.fsencode(directory), mask) < 0:
             errno = ctypes.get_errno()
             os.close(self._fd)

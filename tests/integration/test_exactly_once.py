@@ -1,0 +1,99 @@
+"""Exactly-once receive on real files: duplicates of both steps in every order, restarts,
+limits."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+import boxmq
+from boxmq.core import ExactlyOnceLimits
+
+ORDERS = sorted(set(itertools.permutations("AADD")))  # A: assured, D: deliver (each twice)
+
+
+def delivered(box: boxmq.Box) -> list[bytes]:
+    with box.queue("counts").consumer("reader", max_in_flight=10) as consumer:
+        got = []
+        while (message := consumer.receive_nowait()) is not None:
+            got.append(message.body)
+            message.ack()
+        return got
+
+
+@pytest.mark.parametrize("order", ORDERS, ids="".join)
+@pytest.mark.parametrize("restart_at", range(5))
+def test_duplicates_in_every_order_with_a_restart_deliver_at_most_once(
+    root: Path, order: tuple[str, ...], restart_at: int
+) -> None:
+    box = boxmq.open(root, fsync="never")
+    try:
+        for step, event in enumerate(order):
+            if step == restart_at:
+                box.close()
+                box = boxmq.open(root, fsync="never")
+            if event == "A":
+                box.assured("meter-7", "42", b"+1", queue="counts")
+            else:
+                box.deliver("meter-7", "42")
+        first_assured = order.index("A")
+        expected = [b"+1"] if "D" in order[first_assured:] else []
+        assert delivered(box) == expected
+    finally:
+        box.close()
+
+
+def test_assured_to_a_topic_reaches_its_subscribers_once(box: boxmq.Box) -> None:
+    with box.subscribe("counts/#", "dash") as dash:
+        assert box.assured("door", "1", b"+1", topic="counts/door") is True
+        assert dash.receive_nowait() is None  # stored, not delivered yet
+        assert box.assured("door", "1", b"+1", topic="counts/door") is False
+        assert box.deliver("door", "1") is True
+        assert box.deliver("door", "1") is False
+        message = dash.receive_nowait()
+        assert message is not None
+        assert (message.topic, message.body) == ("counts/door", b"+1")
+        message.ack()
+        assert dash.receive_nowait() is None
+
+
+def test_a_source_past_its_limit_is_refused_and_nothing_accepted_is_lost(root: Path) -> None:
+    limits = ExactlyOnceLimits(max_pending_per_source=3, max_bytes_total=100)
+    with boxmq.open(root, fsync="never", exactly_once=limits) as box:
+        for index in range(3):
+            assert box.assured("greedy", str(index), b"x", queue="counts")
+        with pytest.raises(boxmq.ResourceConstraint):
+            box.assured("greedy", "3", b"x", queue="counts")
+        assert box.assured("modest", "0", b"y", queue="counts")  # other sources go on
+        with pytest.raises(boxmq.ResourceConstraint):
+            box.assured("modest", "1", b"z" * 200, queue="counts")  # total bytes
+        for index in range(3):
+            assert box.deliver("greedy", str(index))
+        assert box.assured("greedy", "3", b"x", queue="counts")  # room again
+        assert box.deliver("greedy", "3")
+        assert box.deliver("modest", "0")
+        assert sorted(delivered(box)) == [b"x"] * 4 + [b"y"]
+
+
+def test_untrusted_sources_and_oversized_messages_are_refused(root: Path) -> None:
+    limits = ExactlyOnceLimits(trusted_sources=frozenset({"friend"}), max_message_size=10)
+    with boxmq.open(root, fsync="never", exactly_once=limits) as box:
+        with pytest.raises(boxmq.NotAllowed):
+            box.assured("stranger", "1", b"x", queue="counts")
+        with pytest.raises(boxmq.MessageTooLarge):
+            box.assured("friend", "1", b"x" * 11, queue="counts")
+        assert box.assured("friend", "2", b"ok", queue="counts")
+
+
+def test_pending_messages_expire_and_are_never_delivered(root: Path) -> None:
+    clock = boxmq.ManualClock()
+    limits = ExactlyOnceLimits(pending_ttl=60)
+    with boxmq.open(root, fsync="never", exactly_once=limits, clock=clock) as box:
+        box.assured("s", "1", b"late", queue="counts")
+        clock.advance(61)
+        box.sweep()
+        assert box.deliver("s", "1") is False
+        assert delivered(box) == []
+        assert box.queue("counts").counts().uncommitted == 0
