@@ -17,9 +17,11 @@ __all__ = [
     "ItemNotFound",
     "LockError",
     "MalformedName",
+    "MalformedPacket",
     "MessageTooLarge",
     "MetadataTooLong",
     "NotAllowed",
+    "PacketTooLarge",
     "ProtocolViolation",
     "QueueNotFound",
     "ResourceConstraint",
@@ -61,6 +63,14 @@ class NotAllowed(BoxMQError):
 
 class ProtocolViolation(BoxMQError):
     """A peer did something its state does not allow (an acknowledgement out of turn)."""
+
+
+class MalformedPacket(ProtocolViolation):
+    """Bytes from a peer that do not decode (a bad length, bad UTF-8, a reserved bit set)."""
+
+
+class PacketTooLarge(ProtocolViolation):
+    """A packet over the agreed maximum size."""
 
 
 class MalformedName(BoxMQError):
