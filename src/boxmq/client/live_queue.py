@@ -78,7 +78,8 @@ class LiveQueue:
             box.dir(State.TARGET), poll_interval=options.poll_interval, polling=options.polling
         )
         self._watching = False
-        self._known: dict[str, MessageId] = {}  # target/ names offered to the engine
+        self._known: dict[str, Envelope] = {}  # target/ names offered to the engine, decoded
+        self._claimed: dict[MessageId, Envelope] = {}  # claimed, not yet taken by a receive
         self._locks: dict[MessageId, str] = {}  # our leases: their processing/ names
         self._inbox: dict[ConsumerId, deque[MessageId]] = {}
         self._next_scan = 0.0
@@ -163,7 +164,8 @@ class LiveQueue:
             if lease is None or processing is None or body is None:
                 self._forget(message_id)  # swept away by another process before we read it
                 continue
-            return Delivery(envelope_of(lease.message.key), body, lease.deadline)
+            envelope = self._claimed.pop(message_id, None) or envelope_of(lease.message.key)
+            return Delivery(envelope, body, lease.deadline)
         return None
 
     def _pump(self) -> None:
@@ -191,7 +193,7 @@ class LiveQueue:
         self._next_scan = now + self._options.rescan_interval
         present = {entry.name for entry in self._box.scan(State.TARGET)}
         for name in self._known.keys() - present:
-            self._engine.withdraw(self._known.pop(name))
+            self._engine.withdraw(self._known.pop(name).message_id)
         for name in present - self._known.keys():
             self._offer(name, now)
 
@@ -215,7 +217,7 @@ class LiveQueue:
                 mtime = os.stat(self._box.file(State.TARGET, name)).st_mtime
             except FileNotFoundError:
                 return
-        self._known[name] = envelope.message_id
+        self._known[name] = envelope
         self._engine.offer(ready_of(name, envelope, mtime), now=now)
 
     def _absorb(self, changes: Changes) -> None:
@@ -235,9 +237,11 @@ class LiveQueue:
 
     def _apply(self, effect: Effect) -> bool:
         message = effect.message
+        if not isinstance(effect, (Claim, Extend)):
+            self._claimed.pop(message.message_id, None)  # a lock that ends before any receive
         match effect:
             case Claim(holder=holder, deadline=deadline):
-                self._known.pop(message.key, None)
+                envelope = self._known.pop(message.key, None)
                 processing = locked_name(
                     message.key, Lock(holder, int(deadline * 1000), self._token)
                 )
@@ -245,6 +249,8 @@ class LiveQueue:
                     self._engine.claim_lost(message.message_id)
                     return True
                 self._locks[message.message_id] = processing
+                if envelope is not None:
+                    self._claimed[message.message_id] = envelope
                 self._inbox[holder].append(message.message_id)
             case Finish():
                 processing = self._locks.pop(message.message_id)
@@ -301,6 +307,7 @@ class LiveQueue:
 
     def _forget(self, message_id: MessageId) -> None:
         self._locks.pop(message_id, None)
+        self._claimed.pop(message_id, None)
         self._engine.claim_lost(message_id)
 
     # -- waiting ---------------------------------------------------------------------------------
