@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from types import TracebackType
-
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.message import Message
-from boxmq.errors import Closed
+from boxmq.client.receiver import Receiver
 from boxmq.model import ConsumerId
 
 __all__ = ["Consumer"]
 
 
-class Consumer:
+class Consumer(Receiver):
     """Holds at most `max_in_flight` locked messages (XEP-0254 `queue_requests`).
 
     Closing it is "owner gone": whatever it still holds goes back to the other consumers at
@@ -40,31 +37,7 @@ class Consumer:
             _settler=self._live,
         )
 
-    def receive_nowait(self) -> Message | None:
-        return self.receive(timeout=0)
-
-    def __iter__(self) -> Iterator[Message]:
-        """Messages as they come, blocking while there are none, until the consumer closes."""
-        while True:
-            try:
-                message = self.receive()
-            except Closed:
-                return
-            if message is not None:
-                yield message
-
     def close(self) -> None:
         if not self._closed:
             self._closed = True
             self._live.detach(self.name)
-
-    def __enter__(self) -> Consumer:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -13,13 +13,13 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from types import TracebackType
 
 from boxmq.client.consumer import Consumer
 from boxmq.client.lifecycle import PUT_HEADROOM
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.memory import MemoryDelivery, MemoryInbox
 from boxmq.client.message import Message
+from boxmq.client.receiver import Receiver
 from boxmq.clock import Clock
 from boxmq.core import (
     Destination,
@@ -31,7 +31,7 @@ from boxmq.core import (
     parse_filter,
     validate_topic,
 )
-from boxmq.errors import Closed, InvalidArgument, MetadataTooLong
+from boxmq.errors import InvalidArgument, MetadataTooLong
 from boxmq.ids import IdFactory
 from boxmq.model import (
     QOS,
@@ -365,7 +365,7 @@ class Topics:
         return ended
 
 
-class Subscriber:
+class Subscriber(Receiver):
     """The messages of one subscription, for one subscriber: iterate it, or `receive`."""
 
     def __init__(
@@ -395,18 +395,6 @@ class Subscriber:
             str(self.filter), delivery.envelope, delivery.body, self.name, 0.0, _AT_MOST_ONCE
         )
 
-    def receive_nowait(self) -> Message | None:
-        return self.receive(timeout=0)
-
-    def __iter__(self) -> Iterator[Message]:
-        while True:
-            try:
-                message = self.receive()
-            except Closed:
-                return
-            if message is not None:
-                yield message
-
     def close(self) -> None:
         if self._closed:
             return
@@ -414,17 +402,6 @@ class Subscriber:
         if self._consumer is not None:
             self._consumer.close()  # its locks go to the other members at once
         self._on_close()
-
-    def __enter__(self) -> Subscriber:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class _AtMostOnce:

@@ -1,0 +1,46 @@
+"""What every source of messages offers: receive with a timeout, iterate, close."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Self
+
+from boxmq.client.message import Message
+from boxmq.errors import Closed
+
+__all__ = ["Receiver"]
+
+
+class Receiver(ABC):
+    @abstractmethod
+    def receive(self, timeout: float | None = None) -> Message | None:
+        """The next message; None if none came within `timeout` seconds (None: wait on)."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def receive_nowait(self) -> Message | None:
+        return self.receive(timeout=0)
+
+    def __iter__(self) -> Iterator[Message]:
+        """Messages as they come, blocking while there are none, until closed."""
+        while True:
+            try:
+                message = self.receive()
+            except Closed:
+                return
+            if message is not None:
+                yield message
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
