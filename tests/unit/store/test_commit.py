@@ -1,0 +1,75 @@
+"""The committer: fsync policies and group commit, on real files."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from boxmq.store.commit import Committer, FsyncPolicy, Move
+
+
+def written(tmp_path: Path, count: int, prefix: str = "m") -> list[Move]:
+    (tmp_path / "working").mkdir(exist_ok=True)
+    (tmp_path / "target").mkdir(exist_ok=True)
+    moves = []
+    for index in range(count):
+        source = tmp_path / "working" / f"{prefix}{index}"
+        source.write_bytes(b"body")
+        moves.append(Move(str(source), str(tmp_path / "target" / f"{prefix}{index}")))
+    return moves
+
+
+@pytest.mark.parametrize("policy", list(FsyncPolicy))
+def test_every_policy_moves_the_files(tmp_path: Path, policy: FsyncPolicy) -> None:
+    committer = Committer(str(tmp_path), policy, interval=0.05)
+    committer.commit(written(tmp_path, 3))
+    committer.close()
+    assert sorted(os.listdir(tmp_path / "target")) == ["m0", "m1", "m2"]
+    assert os.listdir(tmp_path / "working") == []
+
+
+def test_concurrent_commits_share_flushes(tmp_path: Path) -> None:
+    committer = Committer(str(tmp_path), FsyncPolicy.ALWAYS)
+    threads = 16
+    per_thread = 20
+    batches = [written(tmp_path, per_thread, prefix=f"t{t}-") for t in range(threads)]
+
+    def run(moves: list[Move]) -> None:
+        for move in moves:
+            committer.commit([move])  # one message per call: only grouping can help
+
+    workers = [threading.Thread(target=run, args=(batch,)) for batch in batches]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    committer.close()
+    assert len(os.listdir(tmp_path / "target")) == threads * per_thread
+    # Two flushes per group; with 16 writers waiting at once, groups hold several messages.
+    assert committer.flushes < threads * per_thread * 2
+
+
+def test_a_failed_move_raises_for_its_caller_only(tmp_path: Path) -> None:
+    committer = Committer(str(tmp_path), FsyncPolicy.ALWAYS)
+    good, bad = written(tmp_path, 2)
+    os.unlink(bad.source)
+    with pytest.raises(FileNotFoundError):
+        committer.commit([good, bad])
+    committer.close()
+    assert os.listdir(tmp_path / "target") == ["m0"]
+
+
+def test_a_fan_out_links_every_copy_and_removes_the_staged_file(tmp_path: Path) -> None:
+    for name in ("a", "b", "gone"):
+        (tmp_path / name).mkdir()
+    staged = tmp_path / "staged"
+    staged.write_bytes(b"once")
+    os.rmdir(tmp_path / "gone")  # a subscription deleted while publishing: skipped
+    copies = tuple(str(tmp_path / d / "m") for d in ("a", "b", "gone"))
+    Committer(str(tmp_path), FsyncPolicy.NEVER).commit([Move(str(staged), None, copies)])
+    assert not staged.exists()
+    assert (tmp_path / "a" / "m").read_bytes() == b"once"
+    assert os.stat(tmp_path / "a" / "m").st_ino == os.stat(tmp_path / "b" / "m").st_ino

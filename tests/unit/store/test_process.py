@@ -1,0 +1,29 @@
+"""Process tokens: this process lives, a finished one does not, a recycled pid is told apart."""
+
+from __future__ import annotations
+
+import subprocess
+
+from boxmq.store.process import process_alive, process_token
+
+
+def test_this_process_is_alive() -> None:
+    assert process_alive(process_token()) is True
+
+
+def test_a_finished_process_is_dead() -> None:
+    child = subprocess.Popen(["true"])
+    token = process_token(child.pid)
+    child.wait()
+    assert process_alive(token) is False
+
+
+def test_a_recycled_pid_is_not_the_old_process() -> None:
+    host, pid, start = process_token().split("-")
+    assert process_alive(f"{host}-{pid}-{int(start) + 1}") is False
+
+
+def test_another_host_cannot_be_judged() -> None:
+    _, pid, start = process_token().split("-")
+    assert process_alive(f"ffffffff-{pid}-{start}") is None
+    assert process_alive("garbage") is None
