@@ -17,7 +17,7 @@ from typing import Any
 
 import boxmq
 from boxmq.cli_args import parse_duration, parse_property
-from boxmq.client import Box, Message, Peeked
+from boxmq.client import Box, Message, Peeked, QueueCounts
 from boxmq.errors import BoxMQError, InvalidArgument
 from boxmq.store.layout import State
 
@@ -299,26 +299,38 @@ _ack, _unlock, _reject, _extend = (_settle(v) for v in ("ack", "unlock", "reject
 
 
 def _ls(args: argparse.Namespace, box: Box) -> int:
-    rows = []
-    for name in box.queues():
-        counts = box.queue(name, create=False).counts()
-        rows.append(
-            {
-                "queue": name,
-                "ready": counts.ready,
-                "locked": counts.locked,
-                "done": counts.done,
-                "dead": counts.dead,
-                "expired": counts.expired,
-            }
-        )
+    queues = [
+        {"queue": name, **_counts(box.queue(name, create=False).counts())} for name in box.queues()
+    ]
+    subscriptions = [
+        {
+            "subscription": info.filter,
+            "subscriber": info.subscriber or ",".join(info.members) or "-",
+            **_counts(info.counts),
+        }
+        for info in box.topics.subscriptions()
+    ]
     if args.json:
-        print(json.dumps(rows))
-    elif not rows:
-        print(f"no queues under {box.root}")
-    else:
-        _table(rows)
+        print(json.dumps({"queues": queues, "subscriptions": subscriptions}))
+        return 0
+    if not queues and not subscriptions:
+        print(f"no queues or subscriptions under {box.root}")
+    for rows in (queues, subscriptions):
+        if rows:
+            _table(rows)
+            if rows is queues and subscriptions:
+                print()
     return 0
+
+
+def _counts(counts: QueueCounts) -> dict[str, int]:
+    return {
+        "ready": counts.ready,
+        "locked": counts.locked,
+        "done": counts.done,
+        "dead": counts.dead,
+        "expired": counts.expired,
+    }
 
 
 def _peek(args: argparse.Namespace, box: Box) -> int:

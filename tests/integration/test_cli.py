@@ -40,8 +40,11 @@ def test_put_get_ack_round_trip(root: Path) -> None:
     got = json.loads(ok(root, "--json", "get", "jobs", "--lock", "30s"))
     assert (got["id"], got["body"], got["properties"]) == (message_id, "hello", {"tenant": "acme"})
     ok(root, "ack", "jobs", message_id)
-    rows = json.loads(ok(root, "--json", "ls"))
-    assert rows == [{"queue": "jobs", "ready": 0, "locked": 0, "done": 1, "dead": 0, "expired": 0}]
+    listing = json.loads(ok(root, "--json", "ls"))
+    assert listing == {
+        "queues": [{"queue": "jobs", "ready": 0, "locked": 0, "done": 1, "dead": 0, "expired": 0}],
+        "subscriptions": [],
+    }
 
 
 def test_human_output_of_get_and_ls(root: Path) -> None:
@@ -144,3 +147,17 @@ def test_a_bad_filter_on_the_command_line_is_a_clear_error(root: Path) -> None:
     assert done.returncode == 1
     assert "share" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_ls_shows_subscriptions_and_share_groups(root: Path) -> None:
+    import boxmq
+
+    with boxmq.open(root, fsync="never") as box:
+        box.subscribe("$share/etl/sensors/#", "w1").close()  # last member: the group ends
+        box.topics.attach_dropbox("$share/etl/sensors/#", "spark")
+        box.subscribe("alerts/#", "pager").close()  # durable: it stays
+        box.publish("alerts/fire", "!")
+    table = ok(root, "ls").splitlines()
+    assert table[0].split()[:3] == ["SUBSCRIPTION", "SUBSCRIBER", "READY"]
+    assert table[1].split()[:3] == ["$share/etl/sensors/#", "spark", "0"]
+    assert table[2].split()[:3] == ["alerts/#", "pager", "1"]

@@ -28,7 +28,7 @@ from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
 from boxmq.store.names import MAX_NAME, Lock, check_consumer_name, encode, locked_name
 
-__all__ = ["Outgoing", "Peeked", "Queue", "QueueCounts"]
+__all__ = ["Outgoing", "Peeked", "Queue", "QueueCounts", "counts_of"]
 
 _INT32 = 2**31
 
@@ -211,14 +211,7 @@ class Queue:
     # -- inspecting and repairing ----------------------------------------------------------------
 
     def counts(self) -> QueueCounts:
-        return QueueCounts(
-            ready=self._box.count(State.TARGET),
-            locked=self._box.count(State.PROCESSING),
-            done=self._box.count(State.PROCESSED),
-            dead=self._box.count(State.ERROR),
-            expired=self._box.count(State.EXPIRED),
-            uncommitted=self._box.count(State.WORKING),
-        )
+        return counts_of(self._box)
 
     def peek(self, *, state: State = State.TARGET, limit: int | None = None) -> list[Peeked]:
         """Messages in one state folder without locking them, in delivery order for target/."""
@@ -252,6 +245,18 @@ class Queue:
         for entry in list(self._box.scan(source)):
             moved += self._box.move(source, entry.name, State.TARGET, redrive_name(entry.name))
         return moved
+
+
+def counts_of(box: Dropbox) -> QueueCounts:
+    """How many files each state folder of a queue or subscription holds."""
+    return QueueCounts(
+        ready=box.count(State.TARGET),
+        locked=box.count(State.PROCESSING),
+        done=box.count(State.PROCESSED),
+        dead=box.count(State.ERROR),
+        expired=box.count(State.EXPIRED),
+        uncommitted=box.count(State.WORKING),
+    )
 
 
 def _mtime(path: str, envelope: Envelope) -> float:

@@ -13,12 +13,14 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 
 from boxmq.client.consumer import Consumer
 from boxmq.client.lifecycle import PUT_HEADROOM
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.memory import MemoryDelivery, MemoryInbox
 from boxmq.client.message import Message
+from boxmq.client.queue import QueueCounts, counts_of
 from boxmq.client.receiver import Receiver
 from boxmq.clock import Clock
 from boxmq.core import (
@@ -54,7 +56,7 @@ from boxmq.store.names import MAX_NAME, check_consumer_name, decode_lenient, enc
 from boxmq.store.process import process_alive
 from boxmq.store.retained import Retained, RetainedStore
 
-__all__ = ["Subscriber", "Topics"]
+__all__ = ["Subscriber", "SubscriptionInfo", "Topics"]
 
 _LiveFor = Callable[[Dropbox], LiveQueue]
 _Key = tuple[str | None, str | None, str]  # (share group, plain subscriber, filter)
@@ -63,6 +65,16 @@ _Key = tuple[str | None, str | None, str]  # (share group, plain subscriber, fil
 def _key_of(destination: Destination) -> _Key:
     group = destination.filter.share_group
     return group, None if group else destination.subscriber, destination.filter.filter
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionInfo:
+    """A durable subscription or share group as `boxmq ls` shows it."""
+
+    filter: str  # as subscribed: "$share/<group>/<filter>" or "<filter>"
+    subscriber: str | None  # the plain subscriber; None for a share group
+    members: tuple[str, ...]  # a share group's members
+    counts: QueueCounts
 
 
 class Topics:
@@ -235,6 +247,16 @@ class Topics:
         path = self._register(subscription, token="")
         Dropbox(path, self._committer)
         return path
+
+    def subscriptions(self) -> list[SubscriptionInfo]:
+        """Every durable subscription and share group under the root, with its counts."""
+        found = []
+        for record, path in layout.read_records(self._root):
+            parsed = TopicFilter(record.filter, record.group)
+            members = tuple(sorted(layout.members(path))) if record.group else ()
+            counts = counts_of(Dropbox(path, self._committer))
+            found.append(SubscriptionInfo(str(parsed), record.subscriber, members, counts))
+        return sorted(found, key=lambda info: (info.filter, info.subscriber or ""))
 
     def members_of(self, group: str, filter: str) -> list[str]:
         """The members of a share group, as registered on disk (any process)."""
