@@ -158,3 +158,31 @@ def test_a_killed_share_group_member_s_messages_go_to_the_other_members(
         rescuer.close()
     assert len(got) == 20  # none lost, each once
     assert {i for i, count in got.items() if count == 2} == held
+
+
+def test_exactly_once_survives_a_sigkill_between_and_within_its_steps(
+    root: Path, tmp_path: Path, start: Callable[..., subprocess.Popen[str]]
+) -> None:
+    log = tmp_path / "steps.log"
+    sender = start("assure", str(root), "counts", str(log))
+    wait_for_line(sender, "assuring")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (not log.exists() or log.read_text().count("D") < 50):
+        time.sleep(0.02)
+    sender.send_signal(signal.SIGKILL)
+    sender.wait(timeout=10)
+    steps = log.read_text().split("\n")
+    assured = {int(line[2:]) for line in steps if line.startswith("A ")}
+    assert len(assured) >= 50
+    last = max(assured) + 1  # may have been stored without its log line: retried as well
+    with boxmq.open(root, fsync="never") as box:
+        for index in range(last + 1):  # the sender retries both steps after its restart
+            box.assured("meter", str(index), str(index).encode(), queue="counts")
+            box.deliver("meter", str(index))
+            box.deliver("meter", str(index))  # and a duplicate of step 2 for good measure
+        got = []
+        with box.queue("counts").consumer("reader", max_in_flight=100) as reader:
+            while (message := reader.receive(timeout=1)) is not None:
+                got.append(int(message.body))
+                message.ack()
+    assert sorted(got) == list(range(last + 1))  # every message exactly once

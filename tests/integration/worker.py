@@ -4,6 +4,7 @@ python worker.py consume ROOT QUEUE NAME OUT            # ack all, log ids to OU
 python worker.py consume ROOT QUEUE NAME OUT --hold N   # lock N, log them, hang
 python worker.py produce ROOT QUEUE OUT THREADS         # put until killed; log what returned
 python worker.py member ROOT FILTER NAME OUT N          # join a share group, lock N, hang
+python worker.py assure ROOT QUEUE OUT                  # assured+deliver 0, 1, ... until killed
 """
 
 from __future__ import annotations
@@ -56,6 +57,19 @@ def member(root: str, filter: str, name: str, out: str, hold: int) -> None:
         time.sleep(MAX_RUN)  # killed long before this
 
 
+def assure(root: str, queue: str, out: str) -> None:
+    """Exactly-once steps in a loop, logging each one only after it returned."""
+    with boxmq.open(root, fsync="always") as box, open(out, "a") as log:
+        print("assuring", flush=True)
+        for index in range(10**6):
+            box.assured("meter", str(index), str(index).encode(), queue=queue)
+            log.write(f"A {index}\n")
+            log.flush()
+            box.deliver("meter", str(index))
+            log.write(f"D {index}\n")
+            log.flush()
+
+
 def body_for(index: int) -> bytes:
     return (f"{index}:" + "x" * 4000).encode()  # several pages: a torn write would show
 
@@ -90,6 +104,8 @@ if __name__ == "__main__":
     if command == "consume":
         hold = int(rest[5]) if len(rest) > 5 and rest[4] == "--hold" else 0
         consume(rest[0], rest[1], rest[2], rest[3], hold)
+    elif command == "assure":
+        assure(rest[0], rest[1], rest[2])
     elif command == "member":
         member(rest[0], rest[1], rest[2], rest[3], int(rest[4]))
     else:
