@@ -1,0 +1,51 @@
+"""The codec's refinements of `boxmq.errors.MalformedPacket`, one per answer a server must give.
+
+Invariants:
+- Everything the codec raises is a `MalformedPacket` or a `PacketTooLarge`, so a caller catches
+  `ProtocolViolation` once. The subclasses only say *which* answer MQTT 5.0 wants
+  (`reasons.reason_for` is the one table from class to reason code); none adds behaviour.
+- `MalformedPacket` itself means the bytes cannot be parsed (MQTT 5.0 §4.13.1, reason 0x81).
+  `ProtocolError` means they parse but break a rule (§4.13.1, reason 0x82).
+"""
+
+from __future__ import annotations
+
+from boxmq.errors import MalformedPacket
+
+__all__ = [
+    "ClientIdNotValid",
+    "ProtocolError",
+    "TopicAliasInvalid",
+    "TopicNameInvalid",
+    "UnsupportedProtocolVersion",
+]
+
+
+class ProtocolError(MalformedPacket):
+    """A packet that parses but breaks a rule, e.g. a duplicate property (MQTT 5.0 §2.2.2.2)."""
+
+
+class TopicNameInvalid(ProtocolError):
+    """A PUBLISH topic name with '+' or '#' in it (MQTT 5.0 §3.3.2.1, reason 0x90)."""
+
+
+class TopicAliasInvalid(ProtocolError):
+    """A Topic Alias of 0 (MQTT 5.0 §3.3.2.3.4, reason 0x94)."""
+
+
+class UnsupportedProtocolVersion(MalformedPacket):
+    """A CONNECT for a protocol level other than 4 (3.1.1) or 5 (MQTT 5.0 §3.1.2.2).
+
+    The server answers with CONNACK 0x84 (v5) or return code 0x01 (3.1.1 §3.1.2.2).
+    """
+
+    def __init__(self, level: int) -> None:
+        self.level = level
+        super().__init__(f"CONNECT: protocol level {level} is not supported (only 4 and 5)")
+
+
+class ClientIdNotValid(MalformedPacket):
+    """A 3.1.1 CONNECT with an empty client id and CleanSession 0 (3.1.1 §3.1.3.1).
+
+    The server answers with return code 0x02 (Identifier rejected), v5 reason 0x85.
+    """
