@@ -68,3 +68,11 @@ def test_public_names_are_sorted_and_exported() -> None:
     assert boxmq.__all__ == sorted(boxmq.__all__)
     for name in boxmq.__all__:
         assert hasattr(boxmq, name), name
+
+
+def test_spark_is_an_edge_nothing_below_imports_and_it_never_imports_the_core() -> None:
+    # DESIGN.md §6: spark uses the client and the store; the core and the store never know it.
+    for package in ("core", "store", "client"):
+        assert _offenders(package, ("boxmq.spark", "pyspark", "pyarrow", "pandas")) == []
+    assert _offenders("spark", ("boxmq.core",)) == []
+    assert len(_imports("spark")) >= 4

@@ -1,0 +1,222 @@
+"""Rows as messages: the columns a sink understands, and the envelope and body of one row.
+
+Only `body` is required (binary, or string for a text message); the metadata columns the
+source produces are optional and mean the same thing on the way out. Columns the source adds
+that a producer cannot set (destination, timestamp, delivery_count) are ignored, so a stream
+read from boxmq can be written back as it is; any other column is an error (a typo would
+otherwise drop data silently). Nothing here imports pyspark: the sink describes its schema as
+(name, kind) pairs.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from boxmq.client.lifecycle import PUT_HEADROOM
+from boxmq.errors import InvalidArgument, InvalidName, MetadataTooLong
+from boxmq.ids import IdFactory
+from boxmq.model import (
+    RESERVED_PREFIX,
+    TOPIC,
+    Envelope,
+    MessageClass,
+    MessageId,
+    Property,
+    PropertyType,
+)
+from boxmq.store.names import MAX_NAME, encode
+
+__all__ = ["Layout", "check_topic", "layout_of", "message_of"]
+
+# The kinds the sink tells apart; anything else is "other".
+BINARY, STRING, INTEGER, TIMESTAMP, STRING_MAP, OTHER = (
+    "binary",
+    "string",
+    "integer",
+    "timestamp",
+    "map",
+    "other",
+)
+_WANTED = {
+    "body": (BINARY, STRING),
+    "message_id": (STRING,),
+    "priority": (INTEGER,),
+    "class": (STRING,),
+    "expiration": (TIMESTAMP, INTEGER),
+    "correlation_id": (STRING,),
+    "reply_to": (STRING,),
+    "type": (STRING,),
+    "properties": (STRING_MAP,),
+    "topic": (STRING,),
+}
+_IGNORED = frozenset({"destination", "timestamp", "delivery_count"})
+_QOS_ROOM = len("&bx_qosY=2")  # what a topic's fan-out adds to each copy's name
+_INT32 = 2**31
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where each column a sink uses sits in a row; None when the row has no such column."""
+
+    body: int
+    text_body: bool
+    message_id: int | None = None
+    priority: int | None = None
+    message_class: int | None = None
+    expiration: int | None = None
+    correlation_id: int | None = None
+    reply_to: int | None = None
+    type: int | None = None
+    properties: int | None = None
+    topic: int | None = None
+
+
+def layout_of(columns: Sequence[tuple[str, str]]) -> Layout:
+    """Check a sink's input columns ((name, kind) pairs) and say where each one is."""
+    kinds = dict(columns)
+    unknown = sorted(set(kinds) - set(_WANTED) - _IGNORED)
+    if unknown:
+        raise InvalidArgument(
+            f"boxmq sink: unknown column(s) {', '.join(unknown)}; a message is made of "
+            f"{', '.join(_WANTED)} (only body is required): select or rename the columns"
+        )
+    if "body" not in kinds:
+        raise InvalidArgument(
+            "boxmq sink: the rows need a 'body' column (binary, or string for text); e.g. "
+            "df.selectExpr('to_json(struct(*)) AS body')"
+        )
+    for name, kind in kinds.items():
+        wanted = _WANTED.get(name)
+        if wanted is not None and kind not in wanted:
+            raise InvalidArgument(
+                f"boxmq sink: column {name!r} is {kind}; it must be {' or '.join(wanted)} "
+                f"(cast it, e.g. col({name!r}).cast({wanted[0]!r}))"
+            )
+    index = {name: position for position, (name, _) in enumerate(columns)}
+    return Layout(
+        body=index["body"],
+        text_body=kinds["body"] == STRING,
+        message_id=index.get("message_id"),
+        priority=index.get("priority"),
+        message_class=index.get("class"),
+        expiration=index.get("expiration"),
+        correlation_id=index.get("correlation_id"),
+        reply_to=index.get("reply_to"),
+        type=index.get("type"),
+        properties=index.get("properties"),
+        topic=index.get("topic"),
+    )
+
+
+def check_topic(topic: str) -> str:
+    """A topic a message may be published to (MQTT 5.0 §4.7: no wildcards, not empty)."""
+    if not topic or "\0" in topic or "+" in topic or "#" in topic:
+        raise InvalidArgument(
+            f"boxmq sink: topic {topic!r} is not a topic name: it must be non-empty, "
+            "without NUL and without the wildcards '+' and '#'"
+        )
+    if len(topic.encode()) > 65535:
+        raise InvalidArgument("boxmq sink: a topic name is at most 65535 bytes of UTF-8")
+    return topic
+
+
+def message_of(
+    row: Sequence[object], layout: Layout, ids: IdFactory, topic: str | None
+) -> tuple[Envelope, bytes]:
+    """The envelope and body of one row; `topic` (the sink's option) wins over the column.
+
+    InvalidArgument (naming the column) for a value that cannot be a message."""
+    body = _body(row[layout.body])
+    message_class = MessageClass.TEXT if layout.text_body else MessageClass.BYTES
+    if (text := _text(row, layout.message_class, "class")) is not None:
+        try:
+            message_class = MessageClass(text)
+        except ValueError:
+            raise InvalidArgument(
+                f"boxmq sink: class {text!r}; use one of M, B, S, P, O, T"
+            ) from None
+    properties = _properties(row, layout.properties)
+    if topic is None and layout.topic is not None:
+        topic = _text(row, layout.topic, "topic")
+    if topic is not None:
+        properties = (Property(TOPIC, PropertyType.STRING, check_topic(topic)), *properties)
+    message_id = _text(row, layout.message_id, "message_id")
+    envelope = Envelope(
+        message_id=MessageId(message_id) if message_id else ids.new(),
+        priority=_priority(row, layout.priority),
+        message_class=message_class,
+        expiration=_expiration(row, layout.expiration),
+        correlation_id=_text(row, layout.correlation_id, "correlation_id"),
+        reply_to=_text(row, layout.reply_to, "reply_to"),
+        type=_text(row, layout.type, "type"),
+        properties=properties,
+    )
+    _check_length(envelope, topic is not None)
+    return envelope, body
+
+
+def _body(value: object) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise InvalidArgument("boxmq sink: a row has a null body; filter it out or give it b''")
+
+
+def _text(row: Sequence[object], index: int | None, column: str) -> str | None:
+    if index is None or row[index] is None:
+        return None
+    value = row[index]
+    if not isinstance(value, str):
+        raise InvalidArgument(f"boxmq sink: column {column!r} holds {value!r}, not a string")
+    return value or None
+
+
+def _priority(row: Sequence[object], index: int | None) -> int:
+    value = 4 if index is None or row[index] is None else row[index]
+    if isinstance(value, bool) or not isinstance(value, int) or not -_INT32 <= value < _INT32:
+        raise InvalidArgument(f"boxmq sink: priority {value!r} is not an int in -2^31..2^31-1")
+    return value
+
+
+def _expiration(row: Sequence[object], index: int | None) -> int:
+    """Epoch ms, 0 for never: from a timestamp, or from a number of epoch milliseconds."""
+    value = None if index is None else row[index]
+    if value is None:
+        return 0
+    if isinstance(value, datetime.datetime):
+        # PySpark hands timestamps over as naive local time; .timestamp() reads them so.
+        return max(0, int(value.timestamp() * 1000))
+    if isinstance(value, int) and not isinstance(value, bool):
+        return max(0, value)
+    raise InvalidArgument(f"boxmq sink: expiration {value!r} is not a timestamp or epoch ms")
+
+
+def _properties(row: Sequence[object], index: int | None) -> tuple[Property, ...]:
+    value = None if index is None else row[index]
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(f"boxmq sink: properties {value!r} is not a map")
+    found = []
+    for key, item in value.items():
+        if not isinstance(key, str) or not key or key.startswith(RESERVED_PREFIX):
+            raise InvalidName(
+                f"boxmq sink: property name {key!r} is empty or in boxmq's {RESERVED_PREFIX}*"
+            )
+        if item is not None:
+            found.append(Property(key, PropertyType.STRING, str(item)))
+    return tuple(found)
+
+
+def _check_length(envelope: Envelope, fan_out: bool) -> None:
+    limit = MAX_NAME - PUT_HEADROOM - (_QOS_ROOM if fan_out else 0)
+    length = len(encode(envelope))
+    if length > limit:
+        raise MetadataTooLong(
+            f"boxmq sink: message {envelope.message_id}: its metadata needs {length} bytes of "
+            f"file name, the limit is {limit}: shorten the properties, ids, type or topic, or "
+            "move them into the body (docs/file-format.md)"
+        )

@@ -1,0 +1,326 @@
+"""The options of the "boxmq" data source, read and checked once, with errors that say what to fix.
+
+Spark hands options over as a case-insensitive mapping whose keys are lower-cased (research note
+§7.3), so every lookup here goes through `_Options`, never a plain dict copy. Every problem is an
+`InvalidArgument` (or `QueueNotFound`) whose message names the option and the fix; nothing here
+imports pyspark, so the checks are tested without a JVM.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from boxmq.errors import InvalidArgument, InvalidName, QueueNotFound
+from boxmq.store.commit import FsyncPolicy
+from boxmq.store.layout import State, is_dropbox, queue_path
+from boxmq.store.names import check_consumer_name
+from boxmq.store.topics import subscription_key, subscription_path
+
+__all__ = [
+    "DEFAULT_CONSUMER",
+    "DEFAULT_LOCK_TIMEOUT",
+    "BatchReadOptions",
+    "SinkOptions",
+    "StreamReadOptions",
+    "batch_read_options",
+    "check_read",
+    "sink_options",
+    "stream_read_options",
+    "subscription_dropbox",
+]
+
+DEFAULT_CONSUMER = "spark"
+DEFAULT_LOCK_TIMEOUT = 86_400.0  # a day: a stopped query may come back within it (docs/spark.md)
+_SHARE = "$share/"
+
+# Options Spark itself puts in the map; accepted and ignored (the sink reads no path).
+_FROM_SPARK = frozenset({"path", "checkpointlocation", "queryname"})
+_COMMON = ("root", "fsync")
+_READ = ("queue", "subscription", "consumer", "subscriber", "numPartitions")
+_STREAM = ("maxRecordsPerTrigger", "maxBytesPerTrigger", "lockTimeout")
+_KNOWN = {
+    "batch read": (*_COMMON, *_READ, "state"),
+    "stream read": (*_COMMON, *_READ, *_STREAM),
+    "read": (*_COMMON, *_READ, "state", *_STREAM),  # load(), before Spark says which
+    "write": (*_COMMON, "queue", "topic"),
+}
+_WHY = {"state": " (a stream reads what is ready: target/)"}
+_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*(ms|s|m|h|d)?\s*")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReadOptions:
+    """`spark.read.format("boxmq")`: one state folder of one queue or subscription."""
+
+    root: str  # absolute
+    dropbox: str  # the dropbox read
+    destination: str  # what the `destination` column says: the queue or the subscription
+    state: State
+    num_partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamReadOptions:
+    """`spark.readStream.format("boxmq")`: claims from target/ of a queue or subscription."""
+
+    root: str
+    queue: str | None
+    subscription: str | None  # "$share/<group>/<filter>" or a plain filter
+    consumer: str  # whose claims these are; a subscription's subscriber or group member
+    num_partitions: int
+    max_records: int | None  # maxRecordsPerTrigger
+    max_bytes: int | None  # maxBytesPerTrigger
+    lock_timeout: float  # seconds a claim is held before boxmq sweepers may take it back
+    fsync: FsyncPolicy
+
+    @property
+    def destination(self) -> str:
+        return self.queue if self.queue is not None else str(self.subscription)
+
+    def queue_dropbox(self) -> str:
+        """The queue's dropbox (which must exist); subscriptions are attached by the source."""
+        assert self.queue is not None
+        return _existing_queue(self.root, self.queue)
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    """`writeStream.format("boxmq")` / `write.format("boxmq")`: rows become messages."""
+
+    root: str
+    queue: str | None  # exactly one of queue, topic; or neither and a `topic` column
+    topic: str | None
+    fsync: FsyncPolicy
+
+
+class _Options:
+    """Lookups in Spark's option map, by the camelCase names users write."""
+
+    def __init__(self, options: Mapping[str, str], role: str) -> None:
+        known = {name.lower(): name for name in _KNOWN[role]}
+        given = {str(key).lower(): value for key, value in options.items()}
+        unknown = sorted(
+            key
+            for key in given
+            if key not in known and key not in _FROM_SPARK and not key.startswith("spark.")
+        )
+        for key in unknown:
+            for other, names in _KNOWN.items():
+                if other != "read" and key in {name.lower() for name in names}:
+                    raise InvalidArgument(
+                        f"boxmq data source: option {key!r} is for a {other}, not a {role}"
+                        + _WHY.get(key, "")
+                    )
+        if unknown:
+            raise InvalidArgument(
+                f"boxmq data source: unknown option(s) {', '.join(unknown)} for a {role}; "
+                f"the options are: {', '.join(_KNOWN[role])}"
+            )
+        self._given = given
+
+    def text(self, name: str) -> str | None:
+        value = self._given.get(name.lower())
+        if value is None:
+            return None
+        if not str(value).strip():
+            raise InvalidArgument(f"boxmq data source: option {name!r} is empty")
+        return str(value)
+
+    def positive_int(self, name: str) -> int | None:
+        value = self.text(name)
+        if value is None:
+            return None
+        try:
+            number = int(value.strip())
+        except ValueError:
+            number = 0
+        if number <= 0:
+            raise InvalidArgument(
+                f"boxmq data source: option {name!r} is {value!r}; give a positive whole number"
+            )
+        return number
+
+    def seconds(self, name: str, default: float) -> float:
+        value = self.text(name)
+        if value is None:
+            return default
+        match = _DURATION.fullmatch(value)
+        seconds = float(match[1]) * _UNITS[match[2]] if match else 0.0
+        if seconds <= 0:
+            raise InvalidArgument(
+                f"boxmq data source: option {name!r} is {value!r}; give a positive duration "
+                "in seconds, or with a unit: 90s, 30m, 12h, 1d"
+            )
+        return seconds
+
+    def root(self) -> str:
+        root, path = self.text("root"), self.text("path")
+        if root is None and path is None:
+            raise InvalidArgument(
+                'boxmq data source: option "root" is missing; give the boxmq root folder, '
+                'e.g. .option("root", "./data")'
+            )
+        if root is not None and path is not None and root != path:
+            raise InvalidArgument(
+                f"boxmq data source: root {root!r} and load()/save() path {path!r} differ; "
+                "give the root once"
+            )
+        chosen = os.path.abspath(root or str(path))
+        if not os.path.isdir(chosen):
+            raise InvalidArgument(
+                f"boxmq data source: root {chosen!r} is not a folder; check the path, or "
+                "create the root first (boxmq.open(root) or any `boxmq` command does)"
+            )
+        return chosen
+
+    def fsync(self) -> FsyncPolicy:
+        value = self.text("fsync") or FsyncPolicy.ALWAYS.value
+        try:
+            return FsyncPolicy(value.lower())
+        except ValueError:
+            choices = ", ".join(p.value for p in FsyncPolicy)
+            raise InvalidArgument(
+                f"boxmq data source: option 'fsync' is {value!r}; choose one of {choices}"
+            ) from None
+
+    def consumer(self) -> str:
+        consumer, subscriber = self.text("consumer"), self.text("subscriber")
+        if consumer is not None and subscriber is not None and consumer != subscriber:
+            raise InvalidArgument(
+                "boxmq data source: options 'consumer' and 'subscriber' are two names for the "
+                "same thing; give one"
+            )
+        name = consumer or subscriber or DEFAULT_CONSUMER
+        try:
+            return check_consumer_name(name)
+        except InvalidName as error:
+            raise InvalidArgument(f"boxmq data source: option 'consumer': {error}") from None
+
+    def destination(self) -> tuple[str | None, str | None]:
+        """(queue, subscription): exactly one of them."""
+        queue, subscription = self.text("queue"), self.text("subscription")
+        if (queue is None) == (subscription is None):
+            raise InvalidArgument(
+                "boxmq data source: give exactly one of the options 'queue' (a queue name) "
+                "and 'subscription' (a topic filter, e.g. '$share/etl/sensors/#')"
+            )
+        return queue, subscription
+
+
+def _num_partitions(options: _Options) -> int:
+    return options.positive_int("numPartitions") or max(1, os.cpu_count() or 1)
+
+
+def _existing_queue(root: str, queue: str) -> str:
+    try:
+        path = queue_path(root, queue)
+    except InvalidName as error:
+        raise InvalidArgument(f"boxmq data source: option 'queue': {error}") from None
+    if not is_dropbox(path):
+        raise QueueNotFound(
+            f"boxmq data source: no queue {queue!r} under {root} (`boxmq ls {root}` lists "
+            "them; a queue exists once something was put in it or `boxmq.open(root)."
+            "queue(name)` made it)"
+        )
+    return path
+
+
+def subscription_dropbox(root: str, subscription: str, consumer: str) -> str:
+    """The dropbox of an existing subscription, found without registering anything."""
+    group: str | None = None
+    filter = subscription
+    if subscription.startswith(_SHARE):
+        group, separator, filter = subscription[len(_SHARE) :].partition("/")
+        if not group or not separator or not filter:
+            raise InvalidArgument(
+                f"boxmq data source: subscription {subscription!r} is not '$share/<group>/<filter>'"
+            )
+    try:
+        path = subscription_path(root, filter, subscription_key(group, None if group else consumer))
+    except InvalidName as error:
+        raise InvalidArgument(f"boxmq data source: option 'subscription': {error}") from None
+    if not is_dropbox(path):
+        whose = f"share group {group!r}" if group else f"subscriber {consumer!r}"
+        raise QueueNotFound(
+            f"boxmq data source: no subscription {subscription!r} for {whose} under {root} "
+            "(a stream on it, or boxmq.open(root).subscribe(...), creates it)"
+        )
+    return path
+
+
+def check_read(given: Mapping[str, str]) -> None:
+    """What load() can check before Spark says whether it reads a stream or a batch."""
+    options = _Options(given, "read")
+    root = options.root()
+    queue, _ = options.destination()
+    options.consumer()
+    options.fsync()
+    if queue is not None:
+        _existing_queue(root, queue)
+
+
+def batch_read_options(given: Mapping[str, str]) -> BatchReadOptions:
+    options = _Options(given, "batch read")
+    root = options.root()
+    queue, subscription = options.destination()
+    state_text = options.text("state") or State.TARGET.value
+    try:
+        state = State(state_text.lower())
+    except ValueError:
+        choices = ", ".join(s.value for s in State)
+        raise InvalidArgument(
+            f"boxmq data source: option 'state' is {state_text!r}; choose one of {choices}"
+        ) from None
+    if queue is not None:
+        dropbox, destination = _existing_queue(root, queue), queue
+    else:
+        assert subscription is not None
+        dropbox = subscription_dropbox(root, subscription, options.consumer())
+        destination = subscription
+    options.fsync()  # checked for typos even though a read never flushes
+    return BatchReadOptions(root, dropbox, destination, state, _num_partitions(options))
+
+
+def stream_read_options(given: Mapping[str, str]) -> StreamReadOptions:
+    options = _Options(given, "stream read")
+    root = options.root()
+    queue, subscription = options.destination()
+    chosen = StreamReadOptions(
+        root=root,
+        queue=queue,
+        subscription=subscription,
+        consumer=options.consumer(),
+        num_partitions=_num_partitions(options),
+        max_records=options.positive_int("maxRecordsPerTrigger"),
+        max_bytes=options.positive_int("maxBytesPerTrigger"),
+        lock_timeout=options.seconds("lockTimeout", DEFAULT_LOCK_TIMEOUT),
+        fsync=options.fsync(),
+    )
+    if queue is not None:
+        chosen.queue_dropbox()
+    return chosen
+
+
+def sink_options(given: Mapping[str, str], columns: frozenset[str]) -> SinkOptions:
+    options = _Options(given, "write")
+    root = options.root()
+    queue, topic = options.text("queue"), options.text("topic")
+    if queue is not None and topic is not None:
+        raise InvalidArgument(
+            "boxmq data source: give the option 'queue' or the option 'topic', not both"
+        )
+    if queue is None and topic is None and "topic" not in columns:
+        raise InvalidArgument(
+            "boxmq data source: say where the messages go: option 'queue', option 'topic', "
+            "or a 'topic' column naming each row's topic"
+        )
+    if queue is not None:
+        try:
+            queue_path(root, queue)
+        except InvalidName as error:
+            raise InvalidArgument(f"boxmq data source: option 'queue': {error}") from None
+    return SinkOptions(root, queue, topic, options.fsync())

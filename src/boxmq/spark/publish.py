@@ -1,0 +1,225 @@
+"""The sink on disk: messages staged by tasks, published at commit, at most once per batch.
+
+Tasks write each row as a file in a staging folder of their own (one per task attempt):
+
+    queue:  <root>/<queue>/working/.spark/<job>/<batch>/<task>/<message name>
+    topic:  <root>/.spark/staging/<job>/<batch>/<task>/<message name>
+
+No consumer looks there, so a half-written batch is never seen. The driver's commit then
+publishes the folders of the attempts Spark chose: a queue's files are linked into target/, a
+topic's go through boxmq's fan-out (one link per matching subscription). Idempotence per batch,
+with two small files per job in `<root>/.spark/sinks/`:
+
+- `<job>.json` holds the last batch published. A batch at or below it is a replay (Spark
+  crashed after our commit but before its own commit log): nothing is published again.
+- `<job>.intent` names the folders of a commit in progress, written (and flushed) before the
+  first message is published. A commit that crashed half-way is finished from those folders
+  by the replay, which ignores its own new attempt: each message is published exactly once.
+
+A link that finds its name already there is a message published before the crash; publishing
+is "link, then unlink the staged file", so every step can be repeated safely.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import boxmq
+from boxmq.model import Envelope
+from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_filesystem
+from boxmq.store.dropbox import Dropbox
+from boxmq.store.layout import State, queue_path
+from boxmq.store.names import decode_lenient
+
+__all__ = ["Destination", "Publisher", "ensure_queue", "stage_dir", "write_staged"]
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """Where a sink's messages go: a queue, or topics (from the option or a column)."""
+
+    root: str
+    queue: str | None
+
+    def staging(self, job: str) -> str:
+        if self.queue is not None:
+            working = os.path.join(queue_path(self.root, self.queue), State.WORKING.value)
+            return os.path.join(working, ".spark", job)
+        return os.path.join(self.root, ".spark", "staging", job)
+
+
+def stage_dir(destination: Destination, job: str, batch: int | None, task: str) -> str:
+    """A task attempt's own staging folder (made); `batch` None for a one-off batch write."""
+    path = os.path.join(destination.staging(job), "once" if batch is None else str(batch), task)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def write_staged(directory: str, name: str, body: bytes) -> bool:
+    """Write one message file; False if the name is taken in this folder (draw another id)."""
+    path = os.path.join(directory, name)
+    try:
+        fd = os.open(path, _CREATE, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        view = memoryview(body)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+    return True
+
+
+class Publisher:
+    """The driver side of a sink: publish a batch's staged folders, once."""
+
+    def __init__(self, destination: Destination, fsync: FsyncPolicy) -> None:
+        self._destination = destination
+        self._flush = fsync is not FsyncPolicy.NEVER
+        self._books = os.path.join(destination.root, ".spark", "sinks")
+
+    def commit(self, job: str, batch: int | None, folders: Sequence[str]) -> int:
+        """Publish the messages in `folders` for `batch` of `job`; how many were published.
+
+        `batch` None is a one-off batch write: no replay to guard against, no books kept.
+        """
+        if batch is None:
+            published = self._publish(folders)
+            self._cleanup(job, None)
+            return published
+        last, intent = self._last(job), self._intent(job)
+        if intent is not None and intent[0] <= last:
+            self._drop_intent(job)  # its batch was published; only the unlink was lost
+            intent = None
+        if intent is not None and intent[0] != batch:
+            # Not the batch Spark replays: only a moved or rewound checkpoint gets here.
+            # Finish what was started (its messages are half out already), then go on.
+            self._finish(job, *intent)
+            last, intent = self._last(job), None
+        if batch <= last:
+            self._cleanup(job, batch)  # a replay of a batch already published: nothing to do
+            return 0
+        if intent is None:
+            self._write(f"{job}.intent", {"batch": batch, "folders": list(folders)})
+        else:
+            folders = intent[1]  # finish the crashed commit; this attempt's files are dropped
+        return self._finish(job, batch, folders)
+
+    def abort(self, job: str, batch: int | None, folders: Sequence[str]) -> None:
+        """Drop the staged folders of a failed batch, unless a commit already started on them."""
+        intent = self._intent(job) if batch is not None else None
+        keep = set(intent[1]) if intent is not None and intent[0] == batch else set()
+        for folder in folders:
+            if folder not in keep:
+                shutil.rmtree(folder, ignore_errors=True)
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def _finish(self, job: str, batch: int, folders: Sequence[str]) -> int:
+        published = self._publish(folders)
+        self._write(f"{job}.json", {"batch": batch})
+        self._drop_intent(job)
+        self._cleanup(job, batch)
+        return published
+
+    def _drop_intent(self, job: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self._books, f"{job}.intent"))
+
+    def _publish(self, folders: Sequence[str]) -> int:
+        staged = sorted(
+            (os.path.join(folder, name), name)
+            for folder in folders
+            if os.path.isdir(folder)
+            for name in os.listdir(folder)
+        )
+        if not staged:
+            return 0
+        if self._flush:
+            flush_filesystem(self._destination.root)  # the bodies, before any name appears
+        if self._destination.queue is not None:
+            self._to_queue(self._destination.queue, staged)
+        else:
+            self._to_topics(staged)
+        if self._flush:
+            flush_filesystem(self._destination.root)  # the links: now the batch is durable
+        return len(staged)
+
+    def _to_queue(self, queue: str, staged: list[tuple[str, str]]) -> None:
+        target = os.path.join(queue_path(self._destination.root, queue), State.TARGET.value)
+        for path, name in staged:
+            with contextlib.suppress(FileNotFoundError):  # published before a crash
+                Move(path, None, (os.path.join(target, name),)).apply()
+
+    def _to_topics(self, staged: list[tuple[str, str]]) -> None:
+        # fsync "never" here: this publisher flushes once per batch, not once per message.
+        with boxmq.open(self._destination.root, fsync="never") as box:
+            for path, name in staged:
+                envelope: Envelope = decode_lenient(name)[0]
+                with contextlib.suppress(FileNotFoundError):  # published before a crash
+                    box.topics.send_file(envelope, path, None)
+
+    def _cleanup(self, job: str, batch: int | None) -> None:
+        """Remove the staging of `batch` and of older batches (attempts Spark gave up)."""
+        base = self._destination.staging(job)
+        with contextlib.suppress(FileNotFoundError), os.scandir(base) as entries:
+            for entry in entries:
+                if batch is None or not entry.name.isdigit() or int(entry.name) <= batch:
+                    shutil.rmtree(entry.path, ignore_errors=True)
+        for folder in (base, os.path.dirname(base)):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)  # only once empty: no other batch or job is staged there
+
+    # -- books ---------------------------------------------------------------------------------
+
+    def _last(self, job: str) -> int:
+        data = self._read(f"{job}.json")
+        value = data.get("batch") if data else None
+        return value if isinstance(value, int) else -1
+
+    def _intent(self, job: str) -> tuple[int, list[str]] | None:
+        data = self._read(f"{job}.intent")
+        batch, folders = (data or {}).get("batch"), (data or {}).get("folders")
+        if not isinstance(batch, int) or not isinstance(folders, list):
+            return None
+        return batch, [str(folder) for folder in folders]
+
+    def _read(self, name: str) -> dict[str, object] | None:
+        try:
+            with open(os.path.join(self._books, name)) as source:
+                data = json.load(source)
+        except FileNotFoundError:
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _write(self, name: str, data: dict[str, object]) -> None:
+        os.makedirs(self._books, exist_ok=True)
+        path = os.path.join(self._books, name)
+        temporary = f"{path}.tmp"
+        with open(temporary, "w") as out:
+            json.dump(data, out)
+            if self._flush:
+                out.flush()
+                os.fsync(out.fileno())
+        os.replace(temporary, path)
+        if self._flush:
+            directory = os.open(self._books, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+
+
+def ensure_queue(destination: Destination) -> None:
+    """Make the queue's folders, as a put would, so the sink can publish into it."""
+    if destination.queue is not None:
+        path = queue_path(destination.root, destination.queue)
+        Dropbox(path, Committer(destination.root, FsyncPolicy.NEVER))

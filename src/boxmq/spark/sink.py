@@ -1,0 +1,147 @@
+"""The "boxmq" sink: tasks stage rows as message files, the driver publishes them per batch.
+
+`write` runs in executor workers: it learns its batch and query from the task's local
+properties (Spark passes no batch id to it) and stages one file per row (publish.py). `commit`
+runs on the driver, in a writer Spark makes afresh for every commit, so everything it needs
+travels in the commit messages: the job (the query id, stable across restarts) and the folders.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import (
+    BinaryType,
+    ByteType,
+    CharType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+    VarcharType,
+)
+
+from boxmq.clock import SystemClock
+from boxmq.errors import InvalidArgument
+from boxmq.ids import IdFactory
+from boxmq.model import TOPIC
+from boxmq.spark import messages
+from boxmq.spark.messages import Layout, check_topic, layout_of, message_of
+from boxmq.spark.options import SinkOptions
+from boxmq.spark.publish import Destination, Publisher, ensure_queue, stage_dir, write_staged
+from boxmq.store.names import encode
+
+__all__ = ["BoxMQBatchWriter", "BoxMQStreamWriter", "Staged", "columns_of"]
+
+
+@dataclass(frozen=True)
+class Staged(WriterCommitMessage):
+    """What one task staged: the folder, for the driver's commit."""
+
+    job: str
+    folder: str
+    count: int
+
+
+def _kind(data_type: DataType) -> str:
+    if isinstance(data_type, BinaryType):
+        return messages.BINARY
+    if isinstance(data_type, StringType | VarcharType | CharType):
+        return messages.STRING
+    if isinstance(data_type, ByteType | ShortType | IntegerType | LongType):
+        return messages.INTEGER
+    if isinstance(data_type, TimestampType | TimestampNTZType):
+        return messages.TIMESTAMP
+    if isinstance(data_type, MapType) and isinstance(data_type.keyType, StringType):
+        return messages.STRING_MAP
+    return data_type.simpleString()
+
+
+def columns_of(schema: StructType) -> list[tuple[str, str]]:
+    return [(field.name, _kind(field.dataType)) for field in schema.fields]
+
+
+class _Writer:
+    """What the stream and the batch writer share: checks on the driver, staging in tasks."""
+
+    def __init__(self, options: SinkOptions, columns: Sequence[tuple[str, str]]) -> None:
+        self._layout: Layout = layout_of(columns)
+        self._topic = check_topic(options.topic) if options.topic is not None else None
+        self._destination = Destination(options.root, options.queue)
+        self._fsync = options.fsync
+        ensure_queue(self._destination)
+
+    def _stage(self, rows: Iterator[Sequence[object]], job: str, batch: int | None) -> Staged:
+        context = TaskContext.get()
+        task = "0-0" if context is None else f"{context.partitionId()}-{context.attemptNumber()}"
+        folder = stage_dir(self._destination, job, batch, task)
+        ids = IdFactory(SystemClock())
+        count = 0
+        for row in rows:
+            envelope, body = message_of(row, self._layout, ids, self._topic)
+            if self._destination.queue is None and envelope.property_value(TOPIC) is None:
+                raise InvalidArgument("boxmq sink: a row has a null topic; it cannot be sent")
+            # A generated id taken in this folder: draw another. A given id taken: it is the
+            # same message twice in this task, and a message name is published once.
+            while not write_staged(folder, encode(envelope), body):
+                if self._layout.message_id is not None and row[self._layout.message_id]:
+                    break
+                envelope = replace(envelope, message_id=ids.new())
+            count += 1
+        return Staged(job, folder, count)
+
+    def _publisher(self) -> Publisher:
+        return Publisher(self._destination, self._fsync)
+
+
+def _staged(messages: Sequence[WriterCommitMessage | None]) -> list[Staged]:
+    return [message for message in messages if isinstance(message, Staged)]
+
+
+class BoxMQStreamWriter(_Writer, DataSourceStreamWriter):
+    """Exactly once per batch id: a replayed batch publishes nothing twice (publish.py)."""
+
+    def write(self, iterator: Iterator[Sequence[object]]) -> WriterCommitMessage:
+        context = TaskContext.get()
+        assert context is not None, "write() runs in a Spark task"
+        job = context.getLocalProperty("sql.streaming.queryId")
+        batch = context.getLocalProperty("streaming.sql.batchId")
+        if not job or batch is None:
+            raise RuntimeError("boxmq sink: Spark gave this task no query id or batch id")
+        return self._stage(iterator, job, int(batch))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        staged = _staged(messages)
+        if staged:
+            self._publisher().commit(staged[0].job, batchId, [m.folder for m in staged])
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        staged = _staged(messages)
+        if staged:
+            self._publisher().abort(staged[0].job, batchId, [m.folder for m in staged])
+
+
+class BoxMQBatchWriter(_Writer, DataSourceWriter):
+    """`df.write.format("boxmq")`: one job, published at its commit."""
+
+    def __init__(self, options: SinkOptions, columns: Sequence[tuple[str, str]]) -> None:
+        super().__init__(options, columns)
+        self._job = f"batch-{uuid.uuid4().hex}"  # made on the driver, pickled to the tasks
+
+    def write(self, iterator: Iterator[Sequence[object]]) -> WriterCommitMessage:
+        return self._stage(iterator, self._job, None)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._publisher().commit(self._job, None, [m.folder for m in _staged(messages)])
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._publisher().abort(self._job, None, [m.folder for m in _staged(messages)])

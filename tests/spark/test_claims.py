@@ -1,0 +1,218 @@
+"""The stream's claims on disk (boxmq.spark.claims), without a JVM: numbering, replay, acks."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import boxmq
+from boxmq.clock import ManualClock
+from boxmq.spark.claims import Budget, Claims, StreamBusy
+from boxmq.store.layout import queue_path
+from boxmq.store.names import decode_lenient, split_lock
+
+DAY = 86_400.0
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(1_800_000_000.0)
+
+
+@pytest.fixture
+def box(tmp_path: Path, clock: ManualClock) -> Iterator[boxmq.Box]:
+    with boxmq.open(tmp_path / "data", fsync="never", clock=clock) as opened:
+        yield opened
+
+
+def _claims(box: boxmq.Box, clock: ManualClock, consumer: str = "spark") -> Claims:
+    return Claims(
+        box.root,
+        queue_path(box.root, "q"),
+        consumer,
+        lock_timeout=DAY,
+        flush=False,
+        now=clock.now,
+        wait=0.3,
+    )
+
+
+def _folder(box: boxmq.Box, state: str) -> list[str]:
+    return sorted(os.listdir(os.path.join(queue_path(box.root, "q"), state)))
+
+
+def _bodies(box: boxmq.Box, claims: list[str]) -> list[bytes]:
+    folder = os.path.join(queue_path(box.root, "q"), "processing")
+    return [Path(folder, name).read_bytes() for name in claims]
+
+
+def test_a_batch_claims_in_priority_order_within_the_row_budget(
+    box: boxmq.Box, clock: ManualClock
+) -> None:
+    queue = box.queue("q")
+    for index in range(20):
+        queue.put(f"low{index:02}", priority=1)
+    queue.put("high", priority=9)
+    claims = _claims(box, clock)
+
+    end = claims.next_end(0, Budget(rows=3))  # a small batch of a big backlog
+    assert end == 3
+    batch = [claim.locked for claim in claims.between(0, end)]
+    assert _bodies(box, batch) == [b"high", b"low00", b"low01"]
+    assert len(_folder(box, "target")) == 18  # the rest stays ready for other consumers
+
+    end = claims.next_end(end, Budget(rows=100))  # all of the rest, fully sorted
+    batch = [claim.locked for claim in claims.between(3, end)]
+    assert _bodies(box, batch) == [f"low{index:02}".encode() for index in range(2, 20)]
+
+
+def test_a_claim_is_an_ordinary_boxmq_lock_naming_the_stream_and_the_number(
+    box: boxmq.Box, clock: ManualClock
+) -> None:
+    box.queue("q").put("x")
+    claims = _claims(box, clock)
+    claims.next_end(0, Budget())
+
+    [locked] = _folder(box, "processing")
+    name, lock = split_lock(locked)
+    assert lock is not None
+    assert lock.owner == f"spark~{claims.stream}~1"
+    assert lock.token == ""  # no process: only the deadline ends it
+    assert lock.deadline_ms == int((clock.now() + DAY) * 1000)
+    assert box.queue("q").peek(state=boxmq.State.PROCESSING)[0].holder == lock.owner
+    assert name == claims.between(0, 1)[0].name
+
+
+def test_a_restarted_stream_replays_exactly_the_same_messages(
+    box: boxmq.Box, clock: ManualClock
+) -> None:
+    box.queue("q").put_many([f"m{i}".encode() for i in range(10)])
+    first = _claims(box, clock)
+    end = first.next_end(0, Budget(rows=4))
+    planned = first.between(0, end)
+    first.close()  # the driver died after Spark logged (0, end]
+
+    box.queue("q").put("late")  # arrives before the restart: not part of the replay
+    replayed = _claims(box, clock).between(0, end)
+
+    assert replayed == planned
+
+
+def test_numbers_only_grow_across_restarts_and_new_checkpoints(
+    box: boxmq.Box, clock: ManualClock
+) -> None:
+    queue = box.queue("q")
+    queue.put_many([b"a", b"b", b"c"])
+    first = _claims(box, clock)
+    end = first.next_end(0, Budget())
+    first.ack(end)  # Spark committed the batch
+    first.close()
+
+    queue.put("d")
+    again = _claims(box, clock)
+    # A new checkpoint starts at 0; numbering must not restart, or "ack <= start" could
+    # swallow messages a later batch has not read yet.
+    end_again = again.next_end(0, Budget())
+    assert [claim.seq for claim in again.between(0, end_again)] == [4]
+
+
+def test_claims_not_yet_planned_come_first_with_their_numbers(
+    box: boxmq.Box, clock: ManualClock
+) -> None:
+    box.queue("q").put_many([b"a", b"b", b"c"])
+    first = _claims(box, clock)
+    first.next_end(0, Budget())  # claimed 1..3, then the driver died before Spark's WAL
+    first.close()
+
+    box.queue("q").put("d")
+    again = _claims(box, clock)
+    end = again.next_end(0, Budget(rows=2))
+    assert end == 2
+    end = again.next_end(end, Budget(rows=5))
+    assert [claim.seq for claim in again.between(2, end)] == [3, 4]
+
+
+def test_start_acknowledges_everything_up_to_it_under_the_original_names(
+    box: boxmq.Box, clock: ManualClock
+) -> None:
+    box.queue("q").put_many([b"a", b"b", b"c"])
+    claims = _claims(box, clock)
+    end = claims.next_end(0, Budget(rows=2))
+    names = [claim.name for claim in claims.between(0, end)]
+
+    claims.next_end(end, Budget(rows=2))  # Spark asks for the next batch: (0, 2] is done
+
+    assert _folder(box, "processed") == sorted(names)
+    assert len(_folder(box, "processing")) == 1
+
+
+def test_a_byte_budget_always_takes_at_least_one_message(
+    box: boxmq.Box, clock: ManualClock
+) -> None:
+    box.queue("q").put_many([b"x" * 100, b"y" * 100, b"z" * 10])
+    claims = _claims(box, clock)
+
+    assert claims.next_end(0, Budget(bytes=50)) == 1  # bigger than the budget, taken alone
+    assert claims.next_end(1, Budget(bytes=250)) == 3
+
+
+def test_available_now_reads_only_what_was_ready_at_its_start(
+    box: boxmq.Box, clock: ManualClock
+) -> None:
+    box.queue("q").put_many([b"a", b"b"])
+    claims = _claims(box, clock)
+    ready = claims.snapshot()
+    box.queue("q").put("later")
+
+    end = claims.next_end(0, Budget(), ready)
+
+    assert end == 2
+    assert len(_folder(box, "target")) == 1
+
+
+def test_expired_messages_go_to_expired_and_delayed_ones_wait(
+    box: boxmq.Box, clock: ManualClock
+) -> None:
+    queue = box.queue("q")
+    queue.put("delayed")
+    queue.put("old", expires_in=5)
+    message = queue.get("someone")
+    assert message is not None
+    queue.unlock(message.envelope.message_id, "someone", delay=60)
+    clock.advance(10)
+    claims = _claims(box, clock)
+
+    assert claims.next_end(0, Budget()) == 0
+    assert len(_folder(box, "expired")) == 1
+    clock.advance(60)
+    assert claims.next_end(0, Budget()) == 1
+
+
+def test_a_second_reader_of_the_same_stream_is_refused(box: boxmq.Box, clock: ManualClock) -> None:
+    box.queue("q")
+    first = _claims(box, clock)
+    with pytest.raises(StreamBusy, match="another running query"):
+        _claims(box, clock)
+    other = _claims(box, clock, consumer="other")  # another consumer name is another stream
+    assert other.stream != first.stream
+    first.close()
+    _claims(box, clock).close()
+
+
+def test_boxmq_sweepers_take_claims_back_only_after_the_lock_timeout(
+    box: boxmq.Box, clock: ManualClock
+) -> None:
+    box.queue("q").put("x")
+    claims = _claims(box, clock)
+    claims.next_end(0, Budget())
+
+    box.sweep()
+    assert len(_folder(box, "processing")) == 1  # no process token: not "owner gone"
+    clock.advance(DAY + 1)
+    box.sweep()
+    [back] = _folder(box, "target")
+    assert decode_lenient(back)[0].delivery_count == 1  # one delivery ended without an ack
+    assert claims.ack(1) == 0  # the stream's ack finds nothing: someone else delivers it now

@@ -1,0 +1,209 @@
+"""Option checks (boxmq.spark.options) and row-to-message rules (boxmq.spark.messages), no JVM."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import boxmq
+from boxmq.errors import InvalidArgument, MetadataTooLong, QueueNotFound
+from boxmq.ids import IdFactory
+from boxmq.model import MessageClass
+from boxmq.spark import messages
+from boxmq.spark.options import (
+    DEFAULT_LOCK_TIMEOUT,
+    batch_read_options,
+    check_read,
+    sink_options,
+    stream_read_options,
+    subscription_dropbox,
+)
+from boxmq.store.layout import State
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[str]:
+    with boxmq.open(tmp_path / "data", fsync="never") as box:
+        box.queue("sensors")
+        yield box.root
+
+
+R = "<the test's root>"
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "says"),
+    [
+        ({}, InvalidArgument, 'option "root" is missing'),
+        ({"queue": "sensors"}, InvalidArgument, 'option "root" is missing'),
+        ({"root": "/no/such/folder", "queue": "sensors"}, InvalidArgument, "is not a folder"),
+        ({"root": R, "queue": "nope"}, QueueNotFound, "no queue 'nope'"),
+        ({"root": R}, InvalidArgument, "exactly one of the options 'queue'"),
+        ({"root": R, "queue": "sensors", "subscription": "a/#"}, InvalidArgument, "exactly one"),
+        ({"root": R, "queue": "sensors", "maxRecordsPerTrigger": "0"}, InvalidArgument, "whole"),
+        ({"root": R, "queue": "sensors", "maxBytesPerTrigger": "1e3"}, InvalidArgument, "whole"),
+        ({"root": R, "queue": "sensors", "numPartitions": "-2"}, InvalidArgument, "numPartitions"),
+        ({"root": R, "queue": "sensors", "lockTimeout": "soon"}, InvalidArgument, "1d"),
+        ({"root": R, "queue": "sensors", "fsync": "sometimes"}, InvalidArgument, "interval"),
+        ({"root": R, "queue": "sensors", "state": "done"}, InvalidArgument, "for a batch read"),
+        ({"root": R, "queue": "sensors", "maxRecords": "5"}, InvalidArgument, "unknown option"),
+        ({"root": R, "queue": "sensors", "consumer": "x" * 41}, InvalidArgument, "40-byte"),
+        ({"root": R, "queue": "s", "consumer": "a", "subscriber": "b"}, InvalidArgument, "one"),
+    ],
+)
+def test_a_bad_stream_option_says_what_to_fix(
+    root: str, options: dict[str, str], error: type[Exception], says: str
+) -> None:
+    given = {key: root if value == R else value for key, value in options.items()}
+    with pytest.raises(error, match=says):
+        stream_read_options(given)
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"queue": "sensors", "state": "finished"}, "processed"),
+        ({"queue": "sensors", "lockTimeout": "1d"}, "is for a stream read"),
+        ({"subscription": "$share/etl"}, "'\\$share/<group>/<filter>'"),
+        ({"subscription": "$share/etl/sensors/#"}, "no subscription"),
+    ],
+)
+def test_a_bad_batch_option_says_what_to_fix(root: str, options: dict[str, str], says: str) -> None:
+    with pytest.raises((InvalidArgument, QueueNotFound), match=says):
+        batch_read_options({"root": root, **options})
+
+
+def test_options_are_read_by_their_camel_case_names_in_any_case(root: str) -> None:
+    # Spark lower-cases the keys; users write camelCase.
+    chosen = stream_read_options(
+        {
+            "ROOT": root,
+            "queue": "sensors",
+            "maxrecordspertrigger": "50",
+            "lockTimeout": "2h",
+            "checkpointLocation": "/ignored",
+        }
+    )
+    assert chosen.max_records == 50
+    assert chosen.lock_timeout == 7200.0
+    assert chosen.consumer == "spark"
+    assert stream_read_options({"path": root, "queue": "sensors"}).root == root
+    assert stream_read_options({"root": root, "queue": "sensors"}).lock_timeout == (
+        DEFAULT_LOCK_TIMEOUT
+    )
+    batch = batch_read_options({"root": root, "queue": "sensors", "state": "Processed"})
+    assert batch.state is State.PROCESSED
+    check_read({"root": root, "subscription": "a/#", "state": "error"})  # not created yet: fine
+
+
+def test_a_subscription_is_found_without_subscribing(root: str) -> None:
+    with boxmq.open(root) as box:
+        path = box.topics.attach_dropbox("$share/etl/sensors/#", "spark")
+        box.topics.attach_dropbox("alerts/#", "auditor")
+    assert subscription_dropbox(root, "$share/etl/sensors/#", "anyone") == path
+    assert subscription_dropbox(root, "alerts/#", "auditor").endswith("client.auditor")
+    with pytest.raises(QueueNotFound, match="subscriber 'spark'"):
+        subscription_dropbox(root, "alerts/#", "spark")
+
+
+@pytest.mark.parametrize(
+    ("options", "columns", "says"),
+    [
+        ({"queue": "a", "topic": "b"}, {"body"}, "not both"),
+        ({}, {"body"}, "say where the messages go"),
+        ({"queue": " "}, {"body"}, "empty"),
+        ({"queue": "q", "state": "target"}, {"body"}, "is for a batch read"),
+    ],
+)
+def test_a_bad_sink_option_says_what_to_fix(
+    root: str, options: dict[str, str], columns: set[str], says: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=says):
+        sink_options({"root": root, **options}, frozenset(columns))
+
+
+def test_a_topic_column_can_say_where_each_row_goes(root: str) -> None:
+    chosen = sink_options({"root": root}, frozenset({"body", "topic"}))
+    assert (chosen.queue, chosen.topic) == (None, None)
+
+
+# -- rows as messages ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("columns", "says"),
+    [
+        ([("value", "binary")], "unknown column"),
+        ([("priority", "integer")], "need a 'body' column"),
+        ([("body", "integer")], "column 'body' is integer"),
+        ([("body", "binary"), ("properties", "array<string>")], "must be map"),
+    ],
+)
+def test_a_sink_schema_without_a_usable_body_is_refused(
+    columns: list[tuple[str, str]], says: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=says):
+        messages.layout_of(columns)
+
+
+def _message(row: dict[str, object], topic: str | None = None) -> tuple[boxmq.Envelope, bytes]:
+    kinds = {str: "string", bytes: "binary", int: "integer", dict: "map"}
+    kinds |= {datetime.datetime: "timestamp"}
+    columns = [(name, kinds[type(value)]) for name, value in row.items()]
+    layout = messages.layout_of(columns)
+    return messages.message_of(list(row.values()), layout, IdFactory(boxmq.SystemClock()), topic)
+
+
+def test_a_row_carries_its_metadata_into_the_message() -> None:
+    expires = datetime.datetime(2031, 1, 2, 3, 4, 5)
+    envelope, body = _message(
+        {
+            "body": "21.5",
+            "priority": 7,
+            "correlation_id": "c1",
+            "reply_to": "replies",
+            "type": "reading",
+            "expiration": expires,
+            "properties": {"sensor": "s1", "unit": "C"},
+            "destination": "ignored",
+        }
+    )
+    assert body == b"21.5"
+    assert envelope.message_class is MessageClass.TEXT
+    assert envelope.priority == 7
+    assert (envelope.correlation_id, envelope.reply_to, envelope.type) == (
+        "c1",
+        "replies",
+        "reading",
+    )
+    assert envelope.expiration == int(expires.timestamp() * 1000)
+    assert envelope.user_properties() == {"sensor": "s1", "unit": "C"}
+    assert envelope.topic is None
+
+
+def test_the_topic_option_wins_over_the_topic_column() -> None:
+    envelope, _ = _message({"body": b"x", "topic": "from/column"}, topic="from/option")
+    assert envelope.topic == "from/option"
+    envelope, _ = _message({"body": b"x", "topic": "from/column"})
+    assert envelope.topic == "from/column"
+    assert envelope.message_class is MessageClass.BYTES
+
+
+@pytest.mark.parametrize(
+    ("row", "error", "says"),
+    [
+        ({"body": b"x", "properties": {"bx_dc": "1"}}, InvalidArgument, "bx_"),
+        ({"body": b"x", "priority": 2**40}, InvalidArgument, "priority"),
+        ({"body": b"x", "class": "Q"}, InvalidArgument, "M, B, S, P, O, T"),
+        ({"body": b"x", "topic": "a/+/b"}, InvalidArgument, "wildcards"),
+        ({"body": b"x", "correlation_id": "c" * 200}, MetadataTooLong, "correlation"),
+    ],
+)
+def test_a_row_that_cannot_be_a_message_is_refused(
+    row: dict[str, object], error: type[Exception], says: str
+) -> None:
+    with pytest.raises(error, match=says):
+        _message(row)

@@ -1,0 +1,248 @@
+"""The "boxmq" source in a real SparkSession: the batch reader of each state, and the stream."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+import boxmq
+import boxmq.spark
+from boxmq.clock import ManualClock
+from boxmq.spark import COLUMNS
+from boxmq.spark.source import FilesPartition, _split
+from boxmq.store.layout import queue_path
+
+Finish = Callable[[StreamingQuery], StreamingQuery]
+NOW = 1_800_000_000.0
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[str]:
+    with boxmq.open(tmp_path / "data", fsync="never") as box:
+        yield box.root
+
+
+def _read(spark: SparkSession, root: str, **options: str) -> DataFrame:
+    return spark.read.format("boxmq").option("root", root).options(**options).load()
+
+
+def _stream(spark: SparkSession, root: str, **options: str) -> DataFrame:
+    return spark.readStream.format("boxmq").option("root", root).options(**options).load()
+
+
+def _to_memory(frame: DataFrame, checkpoint: Path) -> tuple[StreamingQuery, str]:
+    table = f"t_{uuid.uuid4().hex}"
+    query = (
+        frame.writeStream.format("memory")
+        .queryName(table)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    return query, table
+
+
+def _count(root: str, queue: str, state: str) -> int:
+    return len(os.listdir(os.path.join(queue_path(root, queue), state)))
+
+
+# -- the batch reader ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def states(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One queue with messages in every state a message can rest in."""
+    clock = ManualClock(NOW)
+    with boxmq.open(tmp_path_factory.mktemp("states"), fsync="never", clock=clock) as box:
+        jobs = box.queue("jobs")
+        jobs.put("old", expires_in=1)
+        for body in ("locked", "done", "dead"):
+            jobs.put(body)
+        clock.advance(2)
+        box.sweep()  # "old" expires
+        for verb in ("locked", "done", "dead"):
+            message = jobs.get("worker")
+            assert message is not None
+            assert message.body.decode() == verb
+            if verb == "done":
+                jobs.ack(message.envelope.message_id, "worker")
+            elif verb == "dead":
+                jobs.reject(message.envelope.message_id, "worker")
+        jobs.put_many([b"ready-1", b"ready-2"])
+        yield box.root
+
+
+@pytest.mark.parametrize(
+    ("state", "bodies", "deliveries"),
+    [
+        ("target", [b"ready-1", b"ready-2"], 0),
+        ("processing", [b"locked"], 1),
+        ("processed", [b"done"], 1),
+        ("error", [b"dead"], 1),
+        ("expired", [b"old"], 0),
+        ("routing", [], 0),  # empty
+    ],
+)
+def test_the_batch_reader_reads_any_state_folder(
+    spark: SparkSession, states: str, state: str, bodies: list[bytes], deliveries: int
+) -> None:
+    rows = _read(spark, states, queue="jobs", state=state).collect()
+
+    assert sorted(bytes(row.body) for row in rows) == bodies
+    assert {row.destination for row in rows} <= {"jobs"}
+    assert {row.delivery_count for row in rows} <= {deliveries}
+
+
+def test_a_row_is_the_whole_message(spark: SparkSession, root: str) -> None:
+    with boxmq.open(root) as box:
+        message_id = box.queue("q").put(
+            "21.5",
+            priority=7,
+            properties={"sensor": "s1", "count": 3, "ok": True, "ratio": 0.5},
+            expires_in=3600,
+            correlation_id="c-1",
+            reply_to="replies",
+            type="reading",
+        )
+    frame = _read(spark, root, queue="q")
+    [row] = frame.collect()
+
+    assert frame.columns == list(COLUMNS)
+    assert row.message_id == message_id
+    assert (row.priority, row["class"], row.topic) == (7, "T", None)
+    assert (row.correlation_id, row.reply_to, row.type) == ("c-1", "replies", "reading")
+    assert row.properties == {"sensor": "s1", "count": "3", "ok": "true", "ratio": "0.5"}
+    assert bytes(row.body) == b"21.5"
+    stamp = int(message_id[:16]) // 1000
+    assert row.timestamp == datetime.datetime.fromtimestamp(stamp / 1000)
+    assert 3599 < (row.expiration - row.timestamp).total_seconds() < 3601
+
+
+def test_a_file_dropped_by_a_script_is_a_message_with_default_metadata(
+    spark: SparkSession, root: str
+) -> None:
+    with boxmq.open(root) as box:
+        box.queue("q")
+    Path(queue_path(root, "q"), "target", "not-a-boxmq-name").write_bytes(b"hi")
+
+    [row] = _read(spark, root, queue="q").collect()
+
+    assert (row.message_id, row.priority, row["class"], bytes(row.body)) == (
+        "not-a-boxmq-name",
+        4,
+        "B",
+        b"hi",
+    )
+    assert row.timestamp is not None  # the file's mtime
+
+
+def test_tasks_share_a_batch_in_contiguous_chunks() -> None:
+    names = [f"n{i}" for i in range(7)]
+    assert [list(chunk) for chunk in _split(names, 3)] == [names[:3], names[3:5], names[5:]]
+    assert _split(names[:1], 4) == [names[:1]]
+    assert repr(FilesPartition("/d", names, "q", "target")) == "FilesPartition('/d', 7 files)"
+
+
+# -- the stream ----------------------------------------------------------------------------------
+
+
+def test_the_stream_reads_by_priority_in_batches_and_acknowledges_everything(
+    spark: SparkSession, root: str, tmp_path: Path, finish: Finish
+) -> None:
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("q").put_many(
+            [boxmq.Outgoing(f"m{i}", priority=9 if i % 5 == 0 else 4) for i in range(25)]
+        )
+    frame = _stream(spark, root, queue="q", maxRecordsPerTrigger="10", numPartitions="2")
+    query, table = _to_memory(frame, tmp_path / "chk")
+    finish(query)
+
+    assert [p.numInputRows for p in query.recentProgress if p.numInputRows] == [10, 10, 5]
+    rows = spark.table(table).collect()
+    assert sorted(bytes(r.body) for r in rows) == sorted(f"m{i}".encode() for i in range(25))
+    first_batch = {bytes(r.body) for r in rows[:10]}
+    assert {f"m{i}".encode() for i in range(0, 25, 5)} <= first_batch  # priority 9 first
+    assert {r.delivery_count for r in rows} == {1}
+    # Spark never commits the last batch; the source acknowledges it when asked for more.
+    assert (_count(root, "q", "target"), _count(root, "q", "processing")) == (0, 0)
+    assert _count(root, "q", "processed") == 25
+
+
+def test_a_byte_budget_bounds_each_batch(
+    spark: SparkSession, root: str, tmp_path: Path, finish: Finish
+) -> None:
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("q").put_many([b"x" * 100] * 6)
+    frame = _stream(spark, root, queue="q", maxBytesPerTrigger="250")
+    query, _ = _to_memory(frame, tmp_path / "chk")
+    finish(query)
+    assert [p.numInputRows for p in query.recentProgress if p.numInputRows] == [2, 2, 2]
+
+
+def test_a_stream_on_a_share_group_registers_its_member_and_reads_the_topics(
+    spark: SparkSession, root: str, tmp_path: Path, finish: Finish
+) -> None:
+    subscription = "$share/etl/sensors/#"
+    frame = _stream(spark, root, subscription=subscription, consumer="spark-1")
+    first, _ = _to_memory(frame, tmp_path / "chk")
+    finish(first)  # nothing yet; but now the group exists and publishers route to it
+
+    with boxmq.open(root, fsync="never") as box:
+        for topic in ("sensors/a", "sensors/b", "other/c"):
+            box.publish(topic, f"from {topic}")
+    again, table = _to_memory(frame, tmp_path / "chk2")  # the memory sink cannot resume
+    finish(again)
+
+    rows = spark.table(table).collect()
+    assert sorted((r.topic, bytes(r.body)) for r in rows) == [
+        ("sensors/a", b"from sensors/a"),
+        ("sensors/b", b"from sensors/b"),
+    ]
+    assert {r.destination for r in rows} == {subscription}
+    batch = _read(spark, root, subscription=subscription, state="processed").collect()
+    assert len(batch) == 2
+
+
+# -- errors the user sees ------------------------------------------------------------------------
+
+
+def test_a_missing_root_or_queue_fails_at_load_with_what_to_fix(
+    spark: SparkSession, root: str
+) -> None:
+    with pytest.raises(Exception, match="is not a folder; check the path"):
+        _read(spark, root + "-typo", queue="q")
+    with pytest.raises(Exception, match="no queue 'nope' under"):
+        _stream(spark, root, queue="nope")
+    with pytest.raises(Exception, match="unknown option"):
+        _read(spark, root, queue="nope", maxRecordPerTrigger="5")
+
+
+def test_a_bad_stream_option_fails_the_query_with_what_to_fix(
+    spark: SparkSession, root: str, tmp_path: Path, finish: Finish
+) -> None:
+    with boxmq.open(root) as box:
+        box.queue("q")
+    frame = _stream(spark, root, queue="q", state="processed")
+    with pytest.raises(Exception, match="'state' is for a batch read"):
+        finish(_to_memory(frame, tmp_path / "chk")[0])
+
+
+def test_a_schema_cannot_be_imposed(spark: SparkSession, root: str) -> None:
+    with boxmq.open(root) as box:
+        box.queue("q")
+    reader = spark.read.format("boxmq").schema("body binary").option("root", root)
+    with pytest.raises(Exception, match="the schema is fixed"):
+        reader.option("queue", "q").load().collect()
+
+
+def test_register_finds_the_active_session(spark: SparkSession) -> None:
+    # What `import boxmq.spark` does when a session is already running.
+    assert boxmq.spark.register() is spark
+    assert spark.read.format("BoxMQ") is not None  # the short name, in any case
