@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DATA   ?= ./data
 
-.PHONY: run test lint typecheck unit bench install dev clean
+.PHONY: run test lint typecheck unit bench install dev system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,25 @@ $(VENV)/.bench-installed: pyproject.toml $(VENV)/.dev-installed
 	$(BIN)/python -m pip install --quiet --group bench
 	touch $@
 
+# The real peers the tests talk to: mosquitto_pub/sub and the mosquitto broker (MQTT tests and
+# bench), Prosody (the XMPP component's server). Installed from Debian when missing; as root
+# only, so a developer without root gets a clear message and the tests that need them skip
+# locally (under CI=true they fail instead).
+SYSTEM_TOOLS := mosquitto_pub:mosquitto-clients mosquitto:mosquitto prosody:prosody
+system-deps:
+	@missing=""; for pair in $(SYSTEM_TOOLS); do \
+	  tool=$${pair%%:*}; pkg=$${pair##*:}; \
+	  command -v $$tool >/dev/null 2>&1 || [ -x /usr/sbin/$$tool ] || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing$$missing from Debian"; \
+	    (DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null 2>&1 || \
+	     (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null)) \
+	      || { echo "apt-get could not install$$missing"; exit 1; }; \
+	  else echo "not root: install$$missing yourself (apt-get install$$missing); their tests will skip"; fi; \
+	fi
+
 install: $(VENV)/.installed
 dev: $(VENV)/.dev-installed
 
@@ -39,7 +58,7 @@ lint: $(VENV)/.dev-installed
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy
 
-unit: $(VENV)/.dev-installed
+unit: $(VENV)/.dev-installed system-deps
 	$(BIN)/pytest -q
 
 test: lint typecheck unit

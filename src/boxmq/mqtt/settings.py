@@ -1,0 +1,61 @@
+"""What the MQTT door is told at start: where to listen, who may do what, and its limits.
+
+These are plain values built by `boxmq serve` from the config file and the flags; the server
+reads them and never parses anything itself. Authentication and authorization are protocols
+so that the password file and the ACL file (or a test's stand-in) plug in the same way.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+from typing import Protocol
+
+__all__ = ["Authenticator", "Authorizer", "Limits", "Listener", "MqttSettings"]
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One socket: plain TCP, or TLS when `ssl` is set."""
+
+    host: str = "127.0.0.1"
+    port: int = 1883
+    ssl: ssl.SSLContext | None = None
+
+    def __str__(self) -> str:
+        scheme = "mqtts" if self.ssl else "mqtt"
+        return f"{scheme}://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps that keep one client from holding the broker's memory or slots."""
+
+    max_connections: int = 10_000
+    max_packet_size: int = 1 << 20  # bytes, both ways; v5 clients are told in CONNACK
+    receive_maximum: int = 100  # QoS 1/2 PUBLISHes a client may have unacknowledged to us
+    max_inflight: int = 100  # QoS 1/2 deliveries unacknowledged by a client (≤ its own maximum)
+    max_queued: int = 10_000  # messages waiting for an offline persistent session
+    connect_timeout: float = 10.0  # seconds a socket may stay open without a CONNECT
+    max_keepalive: int = 65_535  # seconds; a v5 client asking for more is told ours
+    max_session_expiry: int = 7 * 24 * 3600  # seconds
+
+
+class Authenticator(Protocol):
+    def authenticate(self, username: str | None, password: bytes | None, client_id: str) -> bool:
+        """True when this CONNECT may go on."""
+        ...
+
+
+class Authorizer(Protocol):
+    def can_publish(self, username: str | None, client_id: str, topic: str) -> bool: ...
+
+    def can_subscribe(self, username: str | None, client_id: str, topic_filter: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class MqttSettings:
+    listeners: tuple[Listener, ...] = (Listener(),)
+    limits: Limits = field(default_factory=Limits)
+    authenticator: Authenticator | None = None  # None: anyone may connect
+    authorizer: Authorizer | None = None  # None: everyone may publish and subscribe to anything
