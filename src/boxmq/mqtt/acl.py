@@ -1,0 +1,180 @@
+"""The ACL file: which client may publish to, and subscribe to, which topics (mosquitto-like).
+
+    # comment
+    topic read public/#              # before any `user` line: clients without a user name
+    user alice
+    topic readwrite alice/#          # alice's rules (ACCESS is read, write, readwrite or deny;
+    topic deny alice/secret/#        #   readwrite when left out)
+    pattern write devices/%c/up      # everyone, with %u = user name, %c = client id
+
+Decision, for a client with (user name, client id): its rules are its `user` section (or the
+anonymous section when it has no user name) plus every `pattern`, substituted.
+- publish to a topic: no `deny` rule matches it, and some `write`/`readwrite` rule does;
+- subscribe to a filter (a `$share/<group>/` prefix stripped first): no `deny` rule overlaps
+  it, and one `read`/`readwrite` rule covers it whole (`read a/+` does not allow `a/#`).
+Anything else is refused: with an ACL file, the default is no.
+
+Invariants: a pattern whose %u or %c value holds '+', '#' or '/' is skipped for that client
+(it would widen the rule or reach into another client's levels), and so is a %u pattern for
+a client without a user name. Rules are checked when the file is read; an error names the
+file and the line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Final
+
+from boxmq.core.filter_relations import covers, overlaps
+from boxmq.core.topics import matches, parse_filter, validate_filter
+from boxmq.errors import InvalidArgument, InvalidTopic
+
+__all__ = ["Access", "Acl", "Rule"]
+
+_PLACEHOLDERS: Final = ("%u", "%c")
+_UNSAFE_IN_VALUE: Final = ("+", "#", "/")
+_PLACEHOLDER: Final = re.compile("|".join(_PLACEHOLDERS))
+
+
+class Access(Enum):
+    READ = "read"
+    WRITE = "write"
+    READWRITE = "readwrite"
+    DENY = "deny"
+
+    @property
+    def reads(self) -> bool:
+        return self in (Access.READ, Access.READWRITE)
+
+    @property
+    def writes(self) -> bool:
+        return self in (Access.WRITE, Access.READWRITE)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    access: Access
+    filter: str  # a topic filter; in a pattern, it may hold %u and %c
+    line: int  # where it was written, for messages
+
+
+@dataclass(frozen=True)
+class Acl:
+    """The `Authorizer` of `boxmq.mqtt.settings`, read from an ACL file."""
+
+    path: Path
+    anonymous: tuple[Rule, ...]
+    users: Mapping[str, tuple[Rule, ...]]
+    patterns: tuple[Rule, ...]
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Acl:
+        source = Path(path)
+        try:
+            text = source.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise InvalidArgument(f"ACL file {source} does not exist") from None
+        except UnicodeDecodeError:
+            raise InvalidArgument(f"ACL file {source} is not UTF-8 text") from None
+        except OSError as error:
+            raise InvalidArgument(f"cannot read ACL file {source}: {error.strerror}") from None
+        return cls.parse(text, source)
+
+    @classmethod
+    def parse(cls, text: str, path: Path) -> Acl:
+        anonymous: list[Rule] = []
+        users: dict[str, list[Rule]] = {}
+        patterns: list[Rule] = []
+        section = anonymous
+        for number, raw in enumerate(text.splitlines(), start=1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            keyword, _, rest = line.partition(" ")
+            rest = rest.strip()
+            try:
+                if keyword == "user":
+                    if not rest:
+                        raise InvalidArgument("`user` needs a user name")
+                    section = users.setdefault(rest, [])
+                elif keyword == "topic":
+                    section.append(_rule(rest, number))
+                elif keyword == "pattern":
+                    patterns.append(_rule(rest, number))
+                else:
+                    raise InvalidArgument(
+                        f"unknown keyword {keyword!r}: expected user, topic or pattern"
+                    )
+            except InvalidArgument as error:
+                raise InvalidArgument(f"{path}:{number}: {error}") from None
+        return cls(
+            path,
+            tuple(anonymous),
+            {name: tuple(rules) for name, rules in users.items()},
+            tuple(patterns),
+        )
+
+    # -- Authorizer ---------------------------------------------------------------------------
+
+    def can_publish(self, username: str | None, client_id: str, topic: str) -> bool:
+        rules = list(self._rules_for(username, client_id))
+        if any(r.access is Access.DENY and matches(r.filter, topic) for r in rules):
+            return False
+        return any(r.access.writes and matches(r.filter, topic) for r in rules)
+
+    def can_subscribe(self, username: str | None, client_id: str, topic_filter: str) -> bool:
+        try:
+            wanted = parse_filter(topic_filter).filter  # "$share/g/a/#" is checked as "a/#"
+        except InvalidTopic:
+            return False
+        rules = list(self._rules_for(username, client_id))
+        if any(r.access is Access.DENY and overlaps(r.filter, wanted) for r in rules):
+            return False
+        return any(r.access.reads and covers(r.filter, wanted) for r in rules)
+
+    def _rules_for(self, username: str | None, client_id: str) -> Iterable[Rule]:
+        yield from self.anonymous if username is None else self.users.get(username, ())
+        for rule in self.patterns:
+            concrete = _substitute(rule, username, client_id)
+            if concrete is not None:
+                yield concrete
+
+
+def _rule(text: str, number: int) -> Rule:
+    """`[ACCESS] FILTER`; the filter is the rest of the line and may hold spaces."""
+    first, _, after = text.partition(" ")
+    access = Access.READWRITE
+    if after.strip() and first in {a.value for a in Access}:
+        access, text = Access(first), after.strip()
+    if not text:
+        raise InvalidArgument("expected [read|write|readwrite|deny] FILTER")
+    if text.startswith("$share/"):
+        raise InvalidArgument(
+            f"{text!r}: name the topic filter without '$share/<group>/' "
+            "(a shared subscription is checked by its filter)"
+        )
+    try:
+        validate_filter(text)  # %u and %c are plain characters to the filter syntax
+    except InvalidTopic as error:
+        raise InvalidArgument(str(error)) from None
+    return Rule(access, text, number)
+
+
+def _substitute(rule: Rule, username: str | None, client_id: str) -> Rule | None:
+    """The pattern for one client, or None when it does not apply to that client."""
+    values = {"%u": username, "%c": client_id}
+    needed = [values[p] for p in _PLACEHOLDERS if p in rule.filter]
+    if any(not value or any(c in value for c in _UNSAFE_IN_VALUE) for value in needed):
+        return None
+    # One pass, so that a user name holding "%c" is not substituted again.
+    text = _PLACEHOLDER.sub(lambda m: values[m[0]] or "", rule.filter)
+    try:
+        validate_filter(text)
+    except InvalidTopic:
+        return None  # e.g. a client id that makes the filter too long
+    return Rule(rule.access, text, rule.line)

@@ -1,0 +1,194 @@
+"""The ACL file: parsing, errors that name file and line, and decisions checked against a
+brute-force reading of the rules over every topic of a small universe."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from boxmq.core.topics import matches
+from boxmq.errors import InvalidArgument
+from boxmq.mqtt.acl import Access, Acl, Rule
+
+EXAMPLE = """\
+# anonymous clients may read public/
+topic read public/#
+
+user alice
+topic readwrite alice/#
+topic deny alice/secret/#
+topic write shared/in
+
+user bob
+topic bob/#
+
+pattern readwrite devices/%c/#
+pattern read users/%u/inbox
+"""
+
+
+@pytest.fixture
+def acl(tmp_path: Path) -> Acl:
+    path = tmp_path / "acl"
+    path.write_text(EXAMPLE)
+    return Acl.load(path)
+
+
+def test_sections_and_default_access(acl: Acl) -> None:
+    assert acl.anonymous == (Rule(Access.READ, "public/#", 2),)
+    assert acl.users["bob"] == (Rule(Access.READWRITE, "bob/#", 10),)
+    assert [r.filter for r in acl.patterns] == ["devices/%c/#", "users/%u/inbox"]
+
+
+def test_publish_needs_write_and_no_deny(acl: Acl) -> None:
+    assert acl.can_publish("alice", "c1", "alice/notes")
+    assert not acl.can_publish("alice", "c1", "alice/secret/plans")
+    assert acl.can_publish("alice", "c1", "shared/in")
+    assert not acl.can_publish("alice", "c1", "public/news")  # not in alice's section
+    assert not acl.can_publish(None, "c1", "public/news")  # anonymous may only read
+    assert not acl.can_publish("mallory", "c1", "alice/notes")  # unknown user: nothing
+
+
+def test_subscribe_needs_a_read_rule_that_covers_the_whole_filter(acl: Acl) -> None:
+    assert acl.can_subscribe(None, "c1", "public/#")
+    assert acl.can_subscribe(None, "c1", "public/+/weather")
+    assert not acl.can_subscribe(None, "c1", "#")
+    assert not acl.can_subscribe("alice", "c1", "shared/in")  # write only
+    assert acl.can_subscribe("bob", "c1", "bob/+")
+
+
+def test_a_deny_rule_refuses_every_filter_that_could_receive_its_topics(acl: Acl) -> None:
+    assert acl.can_subscribe("alice", "c1", "alice/public/#")
+    assert not acl.can_subscribe("alice", "c1", "alice/#")  # would receive alice/secret/...
+    assert not acl.can_subscribe("alice", "c1", "alice/+/plans")
+
+
+def test_shared_subscriptions_are_checked_by_their_filter(acl: Acl) -> None:
+    assert acl.can_subscribe("bob", "c1", "$share/workers/bob/jobs")
+    assert not acl.can_subscribe("bob", "c1", "$share/workers/alice/jobs")
+    assert not acl.can_subscribe("bob", "c1", "$share/bad+name/bob/jobs")  # invalid: refused
+
+
+def test_patterns_substitute_client_id_and_user_name(acl: Acl) -> None:
+    assert acl.can_publish(None, "sensor-7", "devices/sensor-7/temp")
+    assert not acl.can_publish(None, "sensor-7", "devices/sensor-8/temp")
+    assert acl.can_subscribe("bob", "x", "users/bob/inbox")
+    assert not acl.can_subscribe("bob", "x", "users/alice/inbox")
+    assert not acl.can_subscribe(None, "x", "users//inbox")  # no user name: %u never applies
+
+
+@pytest.mark.parametrize("client_id", ["+", "#", "a/b", "x+"])
+def test_a_client_id_with_wildcards_or_levels_gets_no_pattern_rule(
+    acl: Acl, client_id: str
+) -> None:
+    # "+" would make devices/+/# (everyone's devices); "a/b" would reach into client "a/b"'s
+    # levels from the name "a" and the other way round.
+    assert not acl.can_subscribe(None, client_id, f"devices/{client_id}/#")
+    assert not acl.can_publish(None, client_id, "devices/a/b/x")
+
+
+def test_a_user_name_holding_a_placeholder_is_not_substituted_twice(tmp_path: Path) -> None:
+    acl = Acl.parse("pattern read u/%u/c/%c\n", tmp_path / "acl")
+    assert acl.can_subscribe("%c", "id", "u/%c/c/id")
+    assert not acl.can_subscribe("%c", "id", "u/id/c/id")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("topic read a/#/b\n", "acl:1: topic filter 'a/#/b'"),
+        ("\n# c\nuser\n", "acl:3: `user` needs a user name"),
+        ("user a\nsubscribe a/b\n", "acl:2: unknown keyword 'subscribe'"),
+        ("topic\n", "acl:1: expected [read|write|readwrite|deny] FILTER"),
+        ("topic $share/g/a\n", "acl:1: '$share/g/a': name the topic filter without"),
+        ("pattern read a/%u+/b\n", "acl:1: topic filter 'a/%u+/b'"),
+    ],
+)
+def test_parse_errors_name_the_file_and_the_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "acl"
+    path.write_text(text)
+    with pytest.raises(InvalidArgument) as caught:
+        Acl.load(path)
+    assert str(caught.value).startswith(f"{tmp_path}/{message}")
+
+
+def test_a_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match=r"ACL file .*nope does not exist"):
+        Acl.load(tmp_path / "nope")
+
+
+def test_a_topic_named_like_an_access_word_is_a_topic() -> None:
+    acl = Acl.parse("topic write\ntopic deny read\n", Path("acl"))
+    assert acl.anonymous == (Rule(Access.READWRITE, "write", 1), Rule(Access.DENY, "read", 2))
+
+
+# -- decisions against brute force -----------------------------------------------------------
+
+WORDS = ("a", "b", "$s")
+TOPICS = [
+    "/".join(levels)
+    for depth in range(1, 5)
+    for levels in itertools.product((*WORDS, ""), repeat=depth)
+]
+
+
+@st.composite
+def filters(draw: st.DrawFn) -> str:
+    levels = draw(st.lists(st.sampled_from((*WORDS, "+")), min_size=1, max_size=3))
+    if draw(st.booleans()):
+        levels.append("#")
+    return "/".join(levels)
+
+
+rules = st.lists(
+    st.builds(lambda a, f: f"topic {a.value} {f}", st.sampled_from(Access), filters()),
+    max_size=4,
+)
+
+
+def _readable(lines: list[str], topic: str) -> bool:
+    """The meaning of the rules for one topic, read naively off the text."""
+    parsed = [line.split(" ", 2)[1:] for line in lines]
+    if any(a == "deny" and matches(f, topic) for a, f in parsed):
+        return False
+    return any(a in ("read", "readwrite") and matches(f, topic) for a, f in parsed)
+
+
+@given(rules, filters(), st.booleans())
+def test_an_allowed_subscription_never_receives_an_unreadable_topic(
+    lines: list[str], wanted: str, shared: bool
+) -> None:
+    acl = Acl.parse("user u\n" + "\n".join(lines), Path("acl"))
+    allowed = acl.can_subscribe("u", "c", f"$share/g/{wanted}" if shared else wanted)
+    received = [t for t in TOPICS if matches(wanted, t)]
+    if allowed:
+        assert all(_readable(lines, t) for t in received)
+
+
+@given(rules, filters())
+def test_a_filter_within_one_read_rule_and_clear_of_denies_is_allowed(
+    lines: list[str], wanted: str
+) -> None:
+    acl = Acl.parse("user u\n" + "\n".join(lines), Path("acl"))
+    parsed = [line.split(" ", 2)[1:] for line in lines]
+    received = [t for t in TOPICS if matches(wanted, t)]
+    inside_one = any(
+        a in ("read", "readwrite") and all(matches(f, t) for t in received) for a, f in parsed
+    )
+    clear = not any(a == "deny" and matches(f, t) for a, f in parsed for t in received)
+    assert acl.can_subscribe("u", "c", wanted) == (inside_one and clear)
+
+
+@given(rules, st.lists(st.sampled_from((*WORDS, "")), min_size=1, max_size=4))
+def test_publish_agrees_with_the_naive_reading(lines: list[str], levels: list[str]) -> None:
+    topic = "/".join(levels)
+    acl = Acl.parse("user u\n" + "\n".join(lines), Path("acl"))
+    parsed = [line.split(" ", 2)[1:] for line in lines]
+    naive = not any(a == "deny" and matches(f, topic) for a, f in parsed) and any(
+        a in ("write", "readwrite") and matches(f, topic) for a, f in parsed
+    )
+    assert acl.can_publish("u", "c", topic) == naive
