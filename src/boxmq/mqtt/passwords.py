@@ -1,0 +1,308 @@
+"""The password file: who may connect, checked against salted, slow hashes.
+
+One line per user, `NAME:HASH`; blank lines and lines starting with '#' are kept as they are.
+HASH is self-describing so that the algorithm can change without breaking old entries:
+
+    scrypt$n=16384,r=8,p=1$<salt, base64>$<digest, base64>
+    pbkdf2-sha256$i=600000$<salt, base64>$<digest, base64>
+
+Invariants:
+- Every entry has its own random salt; the cost parameters are stored with it, so verifying
+  an entry uses the cost it was made with (raising the default never breaks old entries).
+- Digests are compared in constant time, and an unknown user costs as much as a wrong
+  password, so neither timing nor the answer tells whether a user exists.
+- The file is replaced atomically (temporary file in the same folder, fsync, rename, fsync of
+  the folder) with mode 0600: a reader sees the old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import secrets
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from boxmq.errors import InvalidArgument
+
+__all__ = [
+    "PasswordEntry",
+    "PasswordFile",
+    "delete_user",
+    "hash_password",
+    "set_password",
+    "validate_username",
+    "verify_password",
+]
+
+SCRYPT: Final = "scrypt"
+PBKDF2_SHA256: Final = "pbkdf2-sha256"
+# scrypt with N=2^14, r=8 (16 MiB, tens of ms) is the floor the scrypt paper and OWASP give
+# for interactive logins; the MQTT CONNECT is one.
+_SCRYPT_COST: Final = {"n": 1 << 14, "r": 8, "p": 1}
+_PBKDF2_COST: Final = {"i": 600_000}  # OWASP 2023 figure for PBKDF2-HMAC-SHA256
+_SALT_BYTES: Final = 16
+_DIGEST_BYTES: Final = 32
+_COMMENT: Final = "#"
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"), validate=True)
+
+
+def _derive(algorithm: str, cost: dict[str, int], password: bytes, salt: bytes) -> bytes:
+    if algorithm == SCRYPT:
+        n, r, p = cost["n"], cost["r"], cost["p"]
+        # maxmem: hashlib's default (32 MiB) refuses N=2^15 and up; allow what the cost needs.
+        return hashlib.scrypt(
+            password, salt=salt, n=n, r=r, p=p, maxmem=256 * n * r + (1 << 20), dklen=_DIGEST_BYTES
+        )
+    if algorithm == PBKDF2_SHA256:
+        return hashlib.pbkdf2_hmac("sha256", password, salt, cost["i"], dklen=_DIGEST_BYTES)
+    raise InvalidArgument(f"unknown password hash algorithm {algorithm!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class PasswordEntry:
+    """One user's salted hash, with the algorithm and cost it was made with."""
+
+    username: str
+    algorithm: str
+    cost: tuple[tuple[str, int], ...]  # e.g. (("n", 16384), ("r", 8), ("p", 1))
+    salt: bytes
+    digest: bytes
+
+    def matches(self, password: bytes) -> bool:
+        actual = _derive(self.algorithm, dict(self.cost), password, self.salt)
+        return hmac.compare_digest(actual, self.digest)
+
+    def __str__(self) -> str:
+        cost = ",".join(f"{k}={v}" for k, v in self.cost)
+        return f"{self.username}:{self.algorithm}${cost}${_b64(self.salt)}${_b64(self.digest)}"
+
+    @classmethod
+    def parse(cls, line: str) -> PasswordEntry:
+        """Parse `NAME:HASH`; InvalidArgument says what is wrong (the caller adds where)."""
+        username, colon, hashed = line.rpartition(":")
+        if not colon:
+            raise InvalidArgument("expected NAME:HASH")
+        validate_username(username)
+        parts = hashed.split("$")
+        if len(parts) != 4:
+            raise InvalidArgument("expected the hash as ALGORITHM$COST$SALT$DIGEST")
+        algorithm, cost_text, salt, digest = parts
+        expected = {SCRYPT: _SCRYPT_COST, PBKDF2_SHA256: _PBKDF2_COST}.get(algorithm)
+        if expected is None:
+            raise InvalidArgument(
+                f"unknown hash algorithm {algorithm!r} (known: {SCRYPT}, {PBKDF2_SHA256})"
+            )
+        cost = _parse_cost(cost_text)
+        if {k for k, _ in cost} != set(expected):
+            raise InvalidArgument(f"{algorithm} needs the cost fields {', '.join(expected)}")
+        try:
+            return cls(username, algorithm, cost, _unb64(salt), _unb64(digest))
+        except ValueError:
+            raise InvalidArgument("the salt or the digest is not valid base64") from None
+
+
+def _parse_cost(text: str) -> tuple[tuple[str, int], ...]:
+    cost = []
+    for item in text.split(","):
+        key, equals, value = item.partition("=")
+        if not equals or not value.isdigit() or int(value) < 1:
+            raise InvalidArgument(f"bad cost field {item!r}: expected NAME=POSITIVE_INTEGER")
+        cost.append((key, int(value)))
+    return tuple(cost)
+
+
+def validate_username(username: str) -> str:
+    """A name the file can hold: not empty, no ':' (the separator), no control characters,
+    and not starting with '#' (a comment)."""
+    if not username:
+        raise InvalidArgument("a user name must not be empty")
+    if username.startswith(_COMMENT):
+        raise InvalidArgument(f"user name {username!r} must not start with '#'")
+    if ":" in username or any(ord(c) < 0x20 or ord(c) == 0x7F for c in username):
+        raise InvalidArgument(f"user name {username!r} must not contain ':' or control characters")
+    return username
+
+
+def hash_password(
+    username: str,
+    password: bytes,
+    *,
+    algorithm: str = SCRYPT,
+    cost: dict[str, int] | None = None,
+) -> PasswordEntry:
+    """A new entry with a fresh random salt. `cost` overrides the default work factor."""
+    default = {SCRYPT: _SCRYPT_COST, PBKDF2_SHA256: _PBKDF2_COST}.get(algorithm)
+    if default is None:
+        raise InvalidArgument(f"unknown password hash algorithm {algorithm!r}")
+    validate_username(username)
+    chosen = dict(default if cost is None else cost)
+    salt = secrets.token_bytes(_SALT_BYTES)
+    digest = _derive(algorithm, chosen, password, salt)
+    return PasswordEntry(username, algorithm, tuple(chosen.items()), salt, digest)
+
+
+def verify_password(entry: PasswordEntry, password: bytes) -> bool:
+    return entry.matches(password)
+
+
+@dataclass(frozen=True)
+class PasswordFile:
+    """The `Authenticator` of `boxmq.mqtt.settings`, backed by a password file.
+
+    A client without a user name connects only when `allow_anonymous` is set; a client with
+    one connects only with the right password (a user name is never "anonymous").
+    """
+
+    path: Path
+    entries: tuple[PasswordEntry, ...]
+    allow_anonymous: bool = False
+    # Checked for unknown users, so that they cost what a known one costs (same algorithm and
+    # cost as the first entry); its salt and digest are random, so no password matches it.
+    _decoy: PasswordEntry = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        model = self.entries[0] if self.entries else None
+        decoy = PasswordEntry(
+            "decoy",
+            model.algorithm if model else SCRYPT,
+            model.cost if model else tuple(_SCRYPT_COST.items()),
+            secrets.token_bytes(_SALT_BYTES),
+            secrets.token_bytes(_DIGEST_BYTES),
+        )
+        object.__setattr__(self, "_decoy", decoy)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, allow_anonymous: bool = False) -> PasswordFile:
+        source = Path(path)
+        return cls(source, tuple(_read_entries(source)), allow_anonymous)
+
+    def users(self) -> tuple[str, ...]:
+        return tuple(e.username for e in self.entries)
+
+    def authenticate(self, username: str | None, password: bytes | None, client_id: str) -> bool:
+        if username is None:
+            return self.allow_anonymous
+        entry = next((e for e in self.entries if e.username == username), None)
+        if entry is None:
+            self._decoy.matches(password or b"")  # timing must not reveal which names exist
+            return False
+        if password is None:
+            return False
+        return entry.matches(password)
+
+
+# -- the file -------------------------------------------------------------------------------------
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise InvalidArgument(f"password file {path} does not exist") from None
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"password file {path} is not UTF-8 text") from None
+    except OSError as error:
+        raise InvalidArgument(f"cannot read password file {path}: {error.strerror}") from None
+
+
+def _is_entry(line: str) -> bool:
+    stripped = line.strip()
+    return bool(stripped) and not stripped.startswith(_COMMENT)
+
+
+def _read_entries(path: Path) -> Iterable[PasswordEntry]:
+    seen: set[str] = set()
+    for number, line in enumerate(_read_lines(path), start=1):
+        if not _is_entry(line):
+            continue
+        try:
+            entry = PasswordEntry.parse(line.strip())
+        except InvalidArgument as error:
+            raise InvalidArgument(f"{path}:{number}: {error}") from None
+        if entry.username in seen:
+            raise InvalidArgument(f"{path}:{number}: user {entry.username!r} appears twice")
+        seen.add(entry.username)
+        yield entry
+
+
+def set_password(path: str | os.PathLike[str], username: str, password: bytes) -> bool:
+    """Add the user or change their password; create the file if needed. True if added."""
+    target = Path(path)
+    entry = hash_password(username, password)
+    lines = _read_lines(target) if target.exists() else []
+    _read_entries_or_fail(target, lines)
+    index = _find(lines, username)
+    if index is None:
+        lines.append(str(entry))
+    else:
+        lines[index] = str(entry)
+    _write_atomically(target, lines)
+    return index is None
+
+
+def delete_user(path: str | os.PathLike[str], username: str) -> None:
+    """Remove the user; InvalidArgument if the file or the user does not exist."""
+    target = Path(path)
+    lines = _read_lines(target)
+    _read_entries_or_fail(target, lines)
+    index = _find(lines, username)
+    if index is None:
+        raise InvalidArgument(f"user {username!r} is not in {target}")
+    del lines[index]
+    _write_atomically(target, lines)
+
+
+def _read_entries_or_fail(path: Path, lines: list[str]) -> None:
+    """Refuse to rewrite a file we could not read back: the damage would spread."""
+    if lines:
+        list(_read_entries(path))
+
+
+def _find(lines: list[str], username: str) -> int | None:
+    for index, line in enumerate(lines):
+        if _is_entry(line) and line.strip().rpartition(":")[0] == username:
+            return index
+    return None
+
+
+def _write_atomically(path: Path, lines: list[str]) -> None:
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise InvalidArgument(f"cannot write {path}: the folder {folder} does not exist")
+    text = "".join(line + "\n" for line in lines)
+    try:
+        _replace(path, folder, text)
+    except OSError as error:
+        raise InvalidArgument(f"cannot write {path}: {error.strerror}") from None
+
+
+def _replace(path: Path, folder: Path, text: str) -> None:
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        os.fchmod(fd, 0o600)  # before any secret is written
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    directory = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(directory)  # the rename itself must survive a crash
+    finally:
+        os.close(directory)

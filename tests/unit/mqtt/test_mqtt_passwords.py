@@ -1,0 +1,148 @@
+"""The password file: hashes, the Authenticator, and atomic rewrites."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from boxmq.errors import InvalidArgument
+from boxmq.mqtt.passwords import (
+    PasswordEntry,
+    PasswordFile,
+    delete_user,
+    hash_password,
+    set_password,
+    validate_username,
+)
+
+# Cheap costs keep the property tests fast; the stored cost is what verification uses.
+CHEAP = {"scrypt": {"n": 16, "r": 1, "p": 1}, "pbkdf2-sha256": {"i": 10}}
+
+usernames = st.text(min_size=1, max_size=20).filter(
+    lambda s: (
+        not s.startswith("#")
+        and ":" not in s
+        and all(ord(c) >= 0x20 for c in s)
+        and "\x7f" not in s
+    )
+)
+
+
+@settings(max_examples=50)
+@given(usernames, st.binary(max_size=40), st.binary(max_size=40), st.sampled_from(sorted(CHEAP)))
+def test_round_trip_through_text_accepts_only_the_password(
+    username: str, password: bytes, other: bytes, algorithm: str
+) -> None:
+    entry = hash_password(username, password, algorithm=algorithm, cost=CHEAP[algorithm])
+    again = PasswordEntry.parse(str(entry))
+    assert again == entry
+    assert again.matches(password)
+    assert again.matches(other) == (other == password)
+
+
+def test_every_entry_gets_its_own_salt() -> None:
+    first = hash_password("u", b"same", cost=CHEAP["scrypt"])
+    second = hash_password("u", b"same", cost=CHEAP["scrypt"])
+    assert first.salt != second.salt
+    assert first.digest != second.digest
+
+
+def test_the_default_cost_is_stored_in_the_entry() -> None:
+    entry = hash_password("u", b"pw")
+    assert str(entry).startswith("u:scrypt$n=16384,r=8,p=1$")
+
+
+@pytest.mark.parametrize("name", ["", "#root", "a:b", "tab\there", "nul\x00"])
+def test_names_the_file_cannot_hold_are_refused(name: str) -> None:
+    with pytest.raises(InvalidArgument, match="user name"):
+        validate_username(name)
+
+
+def _file(tmp_path: Path, *users: tuple[str, bytes]) -> Path:
+    path = tmp_path / "passwd"
+    lines = ["# boxmq users", ""]
+    lines += [str(hash_password(u, p, cost=CHEAP["scrypt"])) for u, p in users]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_authenticate(tmp_path: Path) -> None:
+    path = _file(tmp_path, ("alice", b"wonder"), ("bob", b"builder"))
+    closed = PasswordFile.load(path)
+    assert closed.users() == ("alice", "bob")
+    assert closed.authenticate("alice", b"wonder", "c1")
+    assert not closed.authenticate("alice", b"builder", "c1")
+    assert not closed.authenticate("alice", None, "c1")
+    assert not closed.authenticate("carol", b"wonder", "c1")
+    assert not closed.authenticate(None, None, "c1")
+    opened = PasswordFile.load(path, allow_anonymous=True)
+    assert opened.authenticate(None, None, "c1")
+    assert not opened.authenticate("alice", b"wrong", "c1")  # a name is never anonymous
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("alice", "expected NAME:HASH"),
+        ("alice:scrypt$n=16$AAAA", "ALGORITHM$COST$SALT$DIGEST"),
+        ("alice:md5$i=1$AAAA$AAAA", "unknown hash algorithm 'md5'"),
+        ("alice:scrypt$n=16,r=1$AAAA$AAAA", "scrypt needs the cost fields n, r, p"),
+        ("alice:scrypt$n=x,r=1,p=1$AAAA$AAAA", "bad cost field 'n=x'"),
+        ("alice:pbkdf2-sha256$i=10$A!$AAAA", "not valid base64"),
+    ],
+)
+def test_errors_name_the_file_and_the_line(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "passwd"
+    path.write_text(f"# users\n{line}\n")
+    with pytest.raises(InvalidArgument) as caught:
+        PasswordFile.load(path)
+    assert str(caught.value).startswith(f"{path}:2: ")
+    assert message in str(caught.value)
+
+
+def test_a_user_twice_is_an_error(tmp_path: Path) -> None:
+    path = _file(tmp_path, ("alice", b"a"), ("alice", b"b"))
+    with pytest.raises(InvalidArgument, match=r"passwd:4: user 'alice' appears twice"):
+        PasswordFile.load(path)
+
+
+def test_set_password_creates_changes_and_keeps_comments(tmp_path: Path) -> None:
+    path = tmp_path / "passwd"
+    assert set_password(path, "alice", b"one") is True
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    path.write_text("# kept\n" + path.read_text())
+    assert set_password(path, "bob", b"two") is True
+    assert set_password(path, "alice", b"three") is False
+    text = path.read_text().splitlines()
+    assert text[0] == "# kept"
+    assert [line.split(":")[0] for line in text[1:]] == ["alice", "bob"]
+    users = PasswordFile.load(path)
+    assert users.authenticate("alice", b"three", "c")
+    assert not users.authenticate("alice", b"one", "c")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["passwd"]  # no temporary file left
+
+
+def test_delete_user(tmp_path: Path) -> None:
+    path = _file(tmp_path, ("alice", b"a"), ("bob", b"b"))
+    delete_user(path, "alice")
+    assert PasswordFile.load(path).users() == ("bob",)
+    with pytest.raises(InvalidArgument, match="user 'alice' is not in"):
+        delete_user(path, "alice")
+
+
+def test_a_damaged_file_is_not_rewritten(tmp_path: Path) -> None:
+    path = tmp_path / "passwd"
+    path.write_text("garbage\n")
+    with pytest.raises(InvalidArgument, match="passwd:1: expected NAME:HASH"):
+        set_password(path, "alice", b"a")
+    assert path.read_text() == "garbage\n"
+
+
+def test_a_missing_folder_is_named(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match=r"the folder .*nowhere does not exist"):
+        set_password(tmp_path / "nowhere" / "passwd", "alice", b"a")
