@@ -1,0 +1,92 @@
+"""The TLS side of a listener: an `ssl.SSLContext` from PEM files, or an error saying what to fix.
+
+TLS 1.2 is the floor (MQTT 5.0 §5.4.9 leaves the version to the deployment; 1.0/1.1 are
+deprecated by RFC 8996). With a CA file, clients must show a certificate signed by it;
+`require_client_cert=False` with a CA asks for one but lets a client without one in.
+Every problem is checked here, at start, so a broker never listens with a half-made context.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from pathlib import Path
+
+from boxmq.errors import InvalidArgument
+
+__all__ = ["server_context"]
+
+
+def _readable(path: Path, what: str, setting: str) -> Path:
+    if not path.is_file():
+        raise InvalidArgument(f"TLS {what} file {path} does not exist: fix `{setting}`")
+    if not os.access(path, os.R_OK):
+        raise InvalidArgument(f"TLS {what} file {path} is not readable by this user")
+    return path
+
+
+def _refuse_encrypted_key() -> str:
+    # Never prompt on a terminal: the broker may run under a service manager.
+    raise InvalidArgument("the TLS key is encrypted with a passphrase: give an unencrypted key")
+
+
+def _check_certificate(path: Path) -> None:
+    """OpenSSL's own errors do not say which file is wrong; a scratch context does."""
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_verify_locations(cafile=path)
+    except ssl.SSLError:
+        raise InvalidArgument(
+            f"TLS certificate file {path} holds no PEM certificate "
+            "(expected a -----BEGIN CERTIFICATE----- block)"
+        ) from None
+
+
+def _check_key(path: Path) -> None:
+    text = path.read_text(encoding="ascii", errors="replace")
+    if "ENCRYPTED" in text:
+        raise InvalidArgument(
+            f"TLS key {path} is encrypted with a passphrase: the broker starts unattended, "
+            "so give it an unencrypted key (openssl pkey -in KEY -out NEW_KEY)"
+        )
+    if "PRIVATE KEY-----" not in text:
+        raise InvalidArgument(
+            f"TLS key file {path} holds no PEM private key "
+            "(expected a -----BEGIN PRIVATE KEY----- block)"
+        )
+
+
+def server_context(
+    cert: str | os.PathLike[str],
+    key: str | os.PathLike[str] | None = None,
+    *,
+    ca: str | os.PathLike[str] | None = None,
+    require_client_cert: bool = True,
+) -> ssl.SSLContext:
+    """A server context for `cert` (PEM, the leaf first, then its chain) and its private `key`
+    (PEM, unencrypted; None when it is in the cert file). `ca`: PEM CA certificates that sign
+    client certificates."""
+    cert_path = _readable(Path(cert), "certificate", "cert")
+    key_path = _readable(Path(key), "key", "key") if key is not None else cert_path
+    _check_certificate(cert_path)
+    _check_key(key_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert_path, key_path, password=_refuse_encrypted_key)
+    except ssl.SSLError as error:
+        # KEY_VALUES_MISMATCH (same key type) or NO_CERTIFICATE_ASSIGNED (another type).
+        raise InvalidArgument(
+            f"TLS key {key_path} does not belong to the certificate {cert_path} "
+            f"(OpenSSL: {error.reason or error})"
+        ) from None
+    if ca is not None:
+        ca_path = _readable(Path(ca), "CA", "ca")
+        try:
+            context.load_verify_locations(cafile=ca_path)
+        except ssl.SSLError:
+            raise InvalidArgument(
+                f"TLS CA file {ca_path} holds no PEM certificate "
+                "(expected a -----BEGIN CERTIFICATE----- block)"
+            ) from None
+        context.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
+    return context

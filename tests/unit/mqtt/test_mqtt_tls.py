@@ -1,0 +1,146 @@
+"""TLS contexts from files made by the `openssl` CLI, with a real handshake over asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import ssl
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from boxmq.errors import InvalidArgument
+from boxmq.mqtt.tls import server_context
+
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+
+
+def _openssl(*args: str | Path) -> None:
+    subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True, timeout=60)
+
+
+def _self_signed(folder: Path, name: str, *, key_type: str = "ec") -> tuple[Path, Path]:
+    cert, key = folder / f"{name}.crt", folder / f"{name}.key"
+    algorithm = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
+    if key_type == "rsa":
+        algorithm = ["-newkey", "rsa:2048"]
+    _openssl(
+        "req", "-x509", *algorithm, "-nodes", "-days", "1", "-subj", f"/CN={name}",
+        "-addext", f"subjectAltName=DNS:{name}", "-keyout", key, "-out", cert,
+    )  # fmt: skip
+    return cert, key
+
+
+def _signed_by(folder: Path, name: str, ca: tuple[Path, Path]) -> tuple[Path, Path]:
+    cert, key, request = folder / f"{name}.crt", folder / f"{name}.key", folder / f"{name}.csr"
+    _openssl(
+        "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-subj", f"/CN={name}", "-keyout", key, "-out", request,
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", request, "-CA", ca[0], "-CAkey", ca[1], "-CAcreateserial",
+        "-days", "1", "-out", cert,
+    )  # fmt: skip
+    return cert, key
+
+
+async def _echo_once(server_ssl: ssl.SSLContext, client_ssl: ssl.SSLContext) -> bytes:
+    """Start a TLS echo server on port 0, send one line through it, return the answer."""
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            writer.write(await reader.readline())
+            await writer.drain()
+        except (ssl.SSLError, ConnectionError):
+            pass  # a refused client: the client side reports it
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=server_ssl)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_ssl, server_hostname="localhost"
+        )
+        writer.write(b"hello over tls\n")
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.readline(), timeout=10)
+        writer.close()
+        return answer
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def _client(trust: Path, cert: tuple[Path, Path] | None = None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=trust)
+    if cert is not None:
+        context.load_cert_chain(*cert)
+    return context
+
+
+def test_a_client_that_trusts_the_certificate_completes_a_handshake(tmp_path: Path) -> None:
+    cert, key = _self_signed(tmp_path, "localhost")
+    context = server_context(cert, key)
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert asyncio.run(_echo_once(context, _client(cert))) == b"hello over tls\n"
+
+
+def test_a_key_in_the_certificate_file_is_enough(tmp_path: Path) -> None:
+    cert, key = _self_signed(tmp_path, "localhost")
+    both = tmp_path / "both.pem"
+    both.write_text(cert.read_text() + key.read_text())
+    assert asyncio.run(_echo_once(server_context(both), _client(cert))) == b"hello over tls\n"
+
+
+def test_with_a_ca_only_clients_with_a_signed_certificate_get_in(tmp_path: Path) -> None:
+    cert, key = _self_signed(tmp_path, "localhost")
+    ca = _self_signed(tmp_path, "clients-ca")
+    device = _signed_by(tmp_path, "device-1", ca)
+    context = server_context(cert, key, ca=ca[0])
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    answer = asyncio.run(_echo_once(context, _client(cert, device)))
+    assert answer == b"hello over tls\n"
+    assert _refused(context, _client(cert))
+
+
+def _refused(server_ssl: ssl.SSLContext, client_ssl: ssl.SSLContext) -> bool:
+    """TLS 1.3 reports the refusal after the client's side of the handshake: as an error on
+    the client's next read, or as an end of stream without the echo."""
+    try:
+        return asyncio.run(_echo_once(server_ssl, client_ssl)) == b""
+    except (ssl.SSLError, ConnectionError):
+        return True
+
+
+def test_an_optional_client_certificate(tmp_path: Path) -> None:
+    cert, key = _self_signed(tmp_path, "localhost")
+    ca = _self_signed(tmp_path, "clients-ca")
+    context = server_context(cert, key, ca=ca[0], require_client_cert=False)
+    assert context.verify_mode == ssl.CERT_OPTIONAL
+    assert asyncio.run(_echo_once(context, _client(cert))) == b"hello over tls\n"
+
+
+def test_errors_say_which_file_to_fix(tmp_path: Path) -> None:
+    cert, key = _self_signed(tmp_path, "localhost")
+    _, other_key = _self_signed(tmp_path, "other")
+    _, rsa_key = _self_signed(tmp_path, "rsa", key_type="rsa")
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not pem\n")
+    encrypted = tmp_path / "encrypted.key"
+    _openssl("pkey", "-in", key, "-aes256", "-passout", "pass:secret", "-out", encrypted)
+    cases = [
+        ((tmp_path / "missing.crt", key, None), r"certificate file .*missing.crt does not exist"),
+        ((cert, tmp_path / "missing.key", None), r"key file .*missing.key does not exist"),
+        ((junk, key, None), r"certificate file .*junk.pem holds no PEM certificate"),
+        ((cert, junk, None), r"key file .*junk.pem holds no PEM private key"),
+        ((cert, other_key, None), r"key .*other.key does not belong to the certificate"),
+        ((cert, rsa_key, None), r"key .*rsa.key does not belong to the certificate"),
+        ((cert, encrypted, None), r"encrypted.key is encrypted with a passphrase"),
+        ((cert, key, junk), r"CA file .*junk.pem holds no PEM certificate"),
+        ((cert, key, tmp_path / "missing-ca.pem"), r"CA file .*missing-ca.pem does not exist"),
+    ]
+    for (c, k, ca), message in cases:
+        with pytest.raises(InvalidArgument, match=message):
+            server_context(c, k, ca=ca)
