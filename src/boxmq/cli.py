@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import boxmq
+from boxmq import cli_passwd
 from boxmq.cli_args import parse_duration, parse_property
 from boxmq.client import Box, Message, Peeked, QueueCounts
 from boxmq.errors import BoxMQError, InvalidArgument
@@ -35,8 +36,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    command: _Command = args.command
+    standalone: Callable[[argparse.Namespace], int] | None = getattr(args, "standalone", None)
     try:
+        if standalone is not None:  # e.g. passwd: it has no root folder to open
+            return standalone(args)
+        command: _Command = args.command
         with boxmq.open(args.data, fsync=args.fsync) as box:
             return command(args, box)
     except BoxMQError as error:
@@ -129,6 +133,7 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--by", type=_duration, default=30.0, metavar="DURATION")
 
     command("ls", _ls, "queues and their counts")
+    cli_passwd.add_parser(sub)
 
     p = command("peek", _peek, "show messages without locking them")
     p.add_argument("queue")

@@ -1,0 +1,62 @@
+"""`boxmq passwd`, run as a user runs it: a separate process."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from boxmq.mqtt.passwords import PasswordFile
+
+
+def passwd(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", "passwd", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=60,
+        env=os.environ.copy(),
+    )
+
+
+def test_add_change_and_delete_users(tmp_path: Path) -> None:
+    path = tmp_path / "passwd"
+    added = passwd(str(path), "alice", "--password", "wonder")
+    assert added.returncode == 0, added.stderr
+    assert added.stdout == f"added user alice in {path}\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    piped = passwd(str(path), "bob", "--stdin", stdin="builder\n")
+    assert piped.returncode == 0, piped.stderr
+    changed = passwd(str(path), "alice", "--password", "land")
+    assert changed.stdout == f"changed the password of alice in {path}\n"
+    users = PasswordFile.load(path)
+    assert users.authenticate("alice", b"land", "c")
+    assert users.authenticate("bob", b"builder", "c")  # the newline is not part of it
+    deleted = passwd(str(path), "bob", "--delete")
+    assert deleted.stdout == f"deleted user bob from {path}\n"
+    assert PasswordFile.load(path).users() == ("alice",)
+    assert not (tmp_path / "data").exists()  # passwd opens no root folder
+
+
+def test_errors_are_one_clear_line(tmp_path: Path) -> None:
+    path = tmp_path / "passwd"
+    cases = [
+        (("alice",), None, "no terminal to ask on: give --password, or --stdin and pipe it in"),
+        (("alice", "--stdin"), "\n", "the password must not be empty"),
+        (("al:ice", "--password", "x"), None, "user name 'al:ice' must not contain ':'"),
+        (("alice", "--delete"), None, f"password file {path} does not exist"),
+    ]
+    for args, stdin, message in cases:
+        done = passwd(str(path), *args, stdin=stdin if stdin is not None else "")
+        assert done.returncode == 1, (args, done.stdout)
+        assert done.stderr == f"boxmq passwd: {message}\n", args
+    assert not path.exists()
+
+
+def test_password_and_delete_together_is_a_usage_error(tmp_path: Path) -> None:
+    done = passwd(str(tmp_path / "p"), "alice", "--password", "x", "--delete")
+    assert done.returncode == 2
+    assert "not allowed with argument" in done.stderr
