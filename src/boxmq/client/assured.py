@@ -145,11 +145,14 @@ class AssuredIntake:
             return os.path.join(incoming_path(self._root), State.WORKING.value)
         return Dropbox(queue_path(self._root, queue), self._committer).dir(State.WORKING)
 
-    def deliver(self, source: str, msg_id: str) -> bool:
-        """Step 2. True if delivered now; False for a repeat or an unknown id (deliver nothing)."""
+    def deliver(self, source: str, msg_id: str, *, remember: bool = True) -> bool:
+        """Step 2. True if delivered now; False for a repeat or an unknown id (deliver nothing).
+
+        remember=False: forget the id once delivered (its marker too), so it can name a new
+        message at once."""
         with self._lock:
             self._restore()
-            action = self._books.deliver(source, msg_id, now=self._clock.now())
+            action = self._books.deliver(source, msg_id, now=self._clock.now(), remember=remember)
             pending = self._pending.pop((source, msg_id), None)
             if action is not Action.DELIVER or pending is None:
                 return False
@@ -158,6 +161,9 @@ class AssuredIntake:
                 self._send(pending)
             except FileNotFoundError:
                 return False  # abandoned in working/ by the sweeper before `deliver` came
+            if not remember:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._marker(source, msg_id))
             return True
 
     def _mark(self, source: str, msg_id: str) -> None:

@@ -131,6 +131,7 @@ class Box:
         max_in_flight: int = 1,
         lock_timeout: float = 30.0,
         no_local: bool = False,
+        send_retained: bool = True,
     ) -> Subscriber:
         """Subscribe to a topic filter; "$share/<group>/<filter>" joins a share group."""
         return self.topics.subscribe(
@@ -141,6 +142,7 @@ class Box:
             max_in_flight=max_in_flight,
             lock_timeout=lock_timeout,
             no_local=no_local,
+            send_retained=send_retained,
         )
 
     def unsubscribe(self, filter: str, subscriber: str) -> bool:
@@ -181,9 +183,12 @@ class Box:
             source, msg_id, body, queue=queue, topic=topic, priority=priority, properties=properties
         )
 
-    def deliver(self, source: str, msg_id: str) -> bool:
-        """Exactly once, step 2: deliver what step 1 stored. True once; False for a repeat."""
-        return self.intake.deliver(source, msg_id)
+    def deliver(self, source: str, msg_id: str, *, remember: bool = True) -> bool:
+        """Exactly once, step 2: deliver what step 1 stored. True once; False for a repeat.
+
+        remember=False: the id may be used again at once for a new message (an MQTT packet id
+        after PUBCOMP, MQTT 5.0 §4.3.3), so nothing answers late repeats."""
+        return self.intake.deliver(source, msg_id, remember=remember)
 
     def queues(self) -> list[str]:
         return list_dropboxes(self.root)

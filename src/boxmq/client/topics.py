@@ -218,8 +218,12 @@ class Topics:
         max_in_flight: int = 1,
         lock_timeout: float = 30.0,
         no_local: bool = False,
+        send_retained: bool = True,
     ) -> Subscriber:
-        """Subscribe `subscriber` to `filter` ("$share/<group>/<filter>" joins a share group)."""
+        """Subscribe `subscriber` to `filter` ("$share/<group>/<filter>" joins a share group).
+
+        send_retained=False: the caller sends the retained messages itself, or none (an MQTT
+        session that is resumed, or whose Retain Handling says not to)."""
         parsed = parse_filter(filter)
         name = check_consumer_name(subscriber)
         subscription = Subscription(name, parsed, _qos(qos), parsed.shared or durable, no_local)
@@ -227,7 +231,7 @@ class Topics:
             return self._subscribe_in_memory(subscription)
         path = self._register(subscription)
         dropbox = Dropbox(path, self._committer)
-        if not parsed.shared:
+        if not parsed.shared and send_retained:
             self._send_retained(parsed, dropbox, subscription.qos)
         live = self._live_for(dropbox)
         live.attach(name, max_in_flight=max_in_flight, lock_timeout=lock_timeout)
@@ -345,6 +349,21 @@ class Topics:
             if matches(parsed.filter, retained.topic):
                 yield retained
 
+    def retained_matching(self, filter: str) -> list[tuple[Envelope, bytes]]:
+        """The retained messages a new subscription to `filter` would get (none if shared)."""
+        return [
+            (decode_lenient(found.name)[0], found.body)
+            for found in self._matching_retained(parse_filter(filter))
+        ]
+
+    def has_durable(self, topic: str, source: str | None = None) -> bool:
+        """Whether a publish to `topic` by `source` would be written into any dropbox (a
+        durable subscription or a share group), so a caller can keep the others in memory."""
+        with self._lock:
+            self._refresh()
+            routed = self._router.route(topic, qos=QoS.EXACTLY_ONCE, source=source)
+        return any(destination.durable for destination in routed)
+
     def retained(self, topic: str) -> tuple[Envelope, bytes] | None:
         found = self._retained.get(topic)
         return None if found is None else (decode_lenient(found.name)[0], found.body)
@@ -424,6 +443,16 @@ class Subscriber(Receiver):
         if self._consumer is not None:
             self._consumer.close()  # its locks go to the other members at once
         self._on_close()
+
+    def detach(self) -> None:
+        """Stop receiving here but stay subscribed (an MQTT session that lives on elsewhere):
+        the locks held are released, and a share group keeps this member."""
+        if not self._closed:
+            self._closed = True
+            if self._consumer is not None:
+                self._consumer.close()
+            elif self._inbox is not None:
+                self._on_close()  # a memory subscription cannot outlive its inbox
 
 
 class _AtMostOnce:

@@ -144,9 +144,10 @@ class ExactlyOnce:
         """The store failed (or the caller gives up): undo the reservation; no-op if unknown."""
         self._remove((source, msg_id))
 
-    def deliver(self, source: str, msg_id: str, *, now: float) -> Action:
+    def deliver(self, source: str, msg_id: str, *, now: float, remember: bool = True) -> Action:
         """Phase 2. DELIVER: move it working/ -> target/ (it is no longer pending and is
-        remembered). ANSWER: already delivered. ANSWER_UNKNOWN: no such message."""
+        remembered, unless `remember` is False). ANSWER: already delivered. ANSWER_UNKNOWN: no
+        such message."""
         key = (source, msg_id)
         pending = self._pending.get(key)
         if pending is not None and not pending.stored:
@@ -155,7 +156,8 @@ class ExactlyOnce:
         _, action = receive(self._state(key, now), Request.DELIVER)
         if action is Action.DELIVER:
             self._remove(key)
-            self._remember(key, until=now + self._limits.done_ttl)
+            if remember:
+                self._remember(key, until=now + self._limits.done_ttl)
         return action
 
     def expire(self, *, now: float) -> list[tuple[str, str]]:
