@@ -46,7 +46,11 @@ def test_errors_are_one_clear_line(tmp_path: Path) -> None:
     cases = [
         (("alice",), None, "no terminal to ask on: give --password, or --stdin and pipe it in"),
         (("alice", "--stdin"), "\n", "the password must not be empty"),
-        (("al:ice", "--password", "x"), None, "user name 'al:ice' must not contain ':'"),
+        (
+            ("al:ice", "--password", "x"),
+            None,
+            "user name 'al:ice' must not contain ':' or control characters",
+        ),
         (("alice", "--delete"), None, f"password file {path} does not exist"),
     ]
     for args, stdin, message in cases:
