@@ -107,18 +107,19 @@ class Queue:
         moves, ids = [], []
         for item in messages:
             outgoing = item if isinstance(item, Outgoing) else Outgoing(item)
-            envelope, body = self._envelope(outgoing)
+            envelope, name, body = self._envelope(outgoing)
             while True:
                 try:
-                    moves.append(self._box.write(encode(envelope), body))
+                    moves.append(self._box.write(name, body))
                     break
                 except FileExistsError:  # an id taken in working/: draw again
                     envelope = replace(envelope, message_id=self._ids.new())
+                    name = encode(envelope)
             ids.append(envelope.message_id)
         self._box.send(moves)
         return ids
 
-    def _envelope(self, outgoing: Outgoing) -> tuple[Envelope, bytes]:
+    def _envelope(self, outgoing: Outgoing) -> tuple[Envelope, str, bytes]:
         if not -_INT32 <= outgoing.priority < _INT32:
             raise InvalidArgument(f"priority {outgoing.priority} is outside -2^31..2^31-1")
         if outgoing.expires_in is not None and outgoing.expires_in <= 0:
@@ -140,7 +141,8 @@ class Queue:
             type=outgoing.type,
             properties=properties_from(properties),
         )
-        length = len(encode(envelope).encode())
+        name = encode(envelope)
+        length = len(name)  # encoded names are ASCII: characters are bytes
         if length > MAX_NAME - PUT_HEADROOM:
             raise MetadataTooLong(
                 f"the metadata needs {length} bytes of file name, the limit for a put is "
@@ -148,7 +150,7 @@ class Queue:
                 "or type, or move them into the body"
             )
         body = outgoing.body.encode() if isinstance(outgoing.body, str) else bytes(outgoing.body)
-        return envelope, body
+        return envelope, name, body
 
     # -- consuming ---------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from boxmq.store.layout import State, is_dropbox
 
 __all__ = ["Dropbox", "Entry"]
 
+_READ = 1 << 16  # below malloc's mmap threshold: a small body costs no mmap/munmap
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -38,6 +39,8 @@ class Dropbox:
         self.path = path
         self._committer = committer
         self._dirs = {state: os.path.join(path, state.value) for state in State}
+        # state -> "<dir>/": names never hold a '/', so a concatenation is the join, for less.
+        self._prefixes = {state: directory + os.sep for state, directory in self._dirs.items()}
         if create:
             for directory in self._dirs.values():
                 os.makedirs(directory, exist_ok=True)
@@ -48,7 +51,7 @@ class Dropbox:
         return self._dirs[state]
 
     def file(self, state: State, name: str) -> str:
-        return os.path.join(self._dirs[state], name)
+        return self._prefixes[state] + name
 
     # -- producing ---------------------------------------------------------------------------
 
@@ -108,10 +111,14 @@ class Dropbox:
         except FileNotFoundError:
             return None
         try:
+            # A file past working/ never grows, so a short read is the end: one read for a
+            # small body instead of a second one that only finds EOF.
             chunks = []
-            while chunk := os.read(fd, 1 << 20):
+            while True:
+                chunk = os.read(fd, _READ)
                 chunks.append(chunk)
-            return b"".join(chunks)
+                if len(chunk) < _READ:
+                    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
         finally:
             os.close(fd)
 

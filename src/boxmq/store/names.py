@@ -106,6 +106,8 @@ def _quote(text: str) -> str:
 
 
 def _unquote(text: str, what: str) -> str:
+    if "%" not in text:  # the common case: nothing escaped
+        return text
     # unquote() would keep a stray '%' as it is; reading it would make a name no encoder wrote.
     if _BAD_ESCAPE.search(text):
         raise MalformedName(f"{what} has a '%' that is not a %XX escape")

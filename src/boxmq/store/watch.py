@@ -28,6 +28,8 @@ _IN_Q_OVERFLOW = 0x00004000
 _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len
+_BUFFER = 65536
+_LARGEST_EVENT = _EVENT.size + 255 + 1  # a header and NAME_MAX bytes of name with its NUL
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +89,10 @@ class InotifyWatcher:
         everything = False
         while True:
             try:
-                data = os.read(self._fd, 65536)
+                data = os.read(self._fd, _BUFFER)
             except BlockingIOError:
                 break
+            drained = len(data) <= _BUFFER - _LARGEST_EVENT  # else more may wait: read again
             offset = 0
             while offset < len(data):
                 _, mask, _, length = _EVENT.unpack_from(data, offset)
@@ -100,6 +103,8 @@ class InotifyWatcher:
                     everything = True
                 elif raw:
                     names.append(os.fsdecode(raw))
+            if drained:  # poll() is level-triggered: anything that comes later wakes it again
+                break
         return Changes(names, everything)
 
     def close(self) -> None:

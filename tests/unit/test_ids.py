@@ -1,0 +1,40 @@
+"""Message ids: ordered within a process, apart across processes, forked ones included."""
+
+from __future__ import annotations
+
+import os
+
+from boxmq.clock import Clock
+from boxmq.ids import IdFactory
+
+
+class _Frozen(Clock):
+    def now(self) -> float:
+        return 1_700_000_000.0
+
+
+def test_ids_never_go_backwards_even_when_the_clock_stands_still() -> None:
+    ids = IdFactory(_Frozen())
+    made = [ids.new() for _ in range(1000)]
+    assert made == sorted(made)
+    assert len(set(made)) == 1000
+
+
+def test_a_forked_child_draws_other_random_parts_than_its_parent() -> None:
+    # The timestamp part can be equal in both (same clock, same counter): the random part is
+    # all that keeps a parent's and a child's puts from taking one file name.
+    ids = IdFactory(_Frozen())
+    ids.new()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next ids and leave at once
+        os.close(read)
+        os.write(write, " ".join(ids.new() for _ in range(5)).encode())
+        os._exit(0)
+    os.close(write)
+    parent = [ids.new() for _ in range(5)]
+    with os.fdopen(read, "rb") as pipe:
+        child = pipe.read().decode().split()
+    os.waitpid(pid, 0)
+    assert len(child) == 5
+    assert {i.split("-")[1] for i in parent}.isdisjoint(i.split("-")[1] for i in child)
