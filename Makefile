@@ -15,10 +15,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-# The package with its spark extra, plus the dev group: what `make test` needs (the Spark
+# The package with its spark and xmpp extras, plus the dev group: what `make test` needs (the Spark
 # tests run in CI too; they also need java, which the machine has).
 $(VENV)/.dev-installed: pyproject.toml $(VENV)/.installed
-	$(BIN)/python -m pip install --quiet -e '.[spark]' --group dev
+	$(BIN)/python -m pip install --quiet -e '.[spark,xmpp]' --group dev
 	touch $@
 
 # The references the benchmarks compare with.

@@ -1,0 +1,64 @@
+"""The ONE map from boxmq errors to stanza error conditions (RFC 6120 §8.3, XEP-0254 §2.3-2.4).
+
+The XEP-0254 rows follow the document's text; where its listings disagree with it (Listing 8
+shows <forbidden/> for "locked by another subscriber", which the text says is <conflict/>),
+the text wins. docs/xmpp.md lists every such choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from boxmq.errors import (
+    BoxMQError,
+    Conflict,
+    Forbidden,
+    InvalidArgument,
+    ItemNotFound,
+    MessageTooLarge,
+    NotAllowed,
+    QueueNotFound,
+    ResourceConstraint,
+    UnexpectedRequest,
+)
+
+__all__ = ["Condition", "condition_for"]
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """An error's type attribute and its RFC 6120 condition, plus an optional pubsub#errors one."""
+
+    type: str
+    name: str
+    pubsub: str | None = None
+
+
+_CONDITIONS: Final[Mapping[type[BoxMQError], Condition]] = {
+    ItemNotFound: Condition("cancel", "item-not-found"),
+    QueueNotFound: Condition("cancel", "item-not-found"),
+    Forbidden: Condition("auth", "forbidden"),
+    Conflict: Condition("cancel", "conflict"),
+    UnexpectedRequest: Condition("wait", "unexpected-request"),
+    ResourceConstraint: Condition("wait", "resource-constraint"),
+    NotAllowed: Condition("cancel", "not-allowed"),
+    MessageTooLarge: Condition("modify", "not-acceptable", "payload-too-big"),
+    InvalidArgument: Condition("modify", "bad-request"),
+}
+
+_INTERNAL: Final = Condition("wait", "internal-server-error")
+
+
+def condition_for(error: BoxMQError) -> Condition:
+    """The most specific mapping wins: walk the exception's MRO. A StanzaError (the door's
+    own refusals) carries its condition already."""
+    own = getattr(error, "condition", None)
+    if isinstance(own, Condition):
+        return own
+    for cls in type(error).__mro__:
+        found = _CONDITIONS.get(cls)
+        if found is not None:
+            return found
+    return _INTERNAL

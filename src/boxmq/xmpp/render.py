@@ -1,0 +1,112 @@
+"""Outgoing stanzas as XML text, written straight from values.
+
+No stanza objects: a notification is one f-string, which is most of why the door spends a
+fraction of what slixmpp's ElementBase layer would (docs/xmpp.md, Performance). Attribute
+values and text always go through `quoteattr`/`escape`; payloads are XML that was parsed
+(and so is well formed) before it was stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from xml.etree.ElementTree import Element
+from xml.sax.saxutils import escape, quoteattr
+
+from slixmpp.xmlstream import tostring
+
+from boxmq.xmpp import ns
+from boxmq.xmpp.conditions import Condition
+from boxmq.xmpp.requests import Iq
+
+__all__ = [
+    "disco_info",
+    "disco_items",
+    "error",
+    "event",
+    "form",
+    "iq_set",
+    "result",
+    "xml_of",
+]
+
+
+def xml_of(element: Element) -> str:
+    """An element as XML text, its namespaces declared where they start (slixmpp's writer)."""
+    return tostring(element, top_level=True)
+
+
+def result(iq: Iq, inner: str = "") -> str:
+    """The iq-result for `iq`, from whichever address it was sent to (XEP-0114 keeps it)."""
+    return (
+        f"<iq type='result' id={quoteattr(iq.id)} to={quoteattr(iq.sender)} "
+        f"from={quoteattr(iq.to)}>{inner}</iq>"
+    )
+
+
+def error(iq: Iq, condition: Condition, *, text: str = "", inner: str | None = None) -> str:
+    """The iq-error for `iq`: the request echoed (or `inner`), then the error (RFC 6120 §8.3)."""
+    echoed = inner if inner is not None else (xml_of(iq.child) if iq.child is not None else "")
+    extra = (
+        f"<{condition.pubsub} xmlns='{ns.PUBSUB_ERRORS}'/>" if condition.pubsub is not None else ""
+    )
+    said = f"<text xmlns='{ns.STANZAS}'>{escape(text)}</text>" if text else ""
+    return (
+        f"<iq type='error' id={quoteattr(iq.id)} to={quoteattr(iq.sender)} "
+        f"from={quoteattr(iq.to)}>{echoed}<error type='{condition.type}'>"
+        f"<{condition.name} xmlns='{ns.STANZAS}'/>{extra}{said}</error></iq>"
+    )
+
+
+def iq_set(iq_id: str, sender: str, to: str, inner: str) -> str:
+    return (
+        f"<iq type='set' id={quoteattr(iq_id)} to={quoteattr(to)} "
+        f"from={quoteattr(sender)}>{inner}</iq>"
+    )
+
+
+def event(message_id: str, sender: str, to: str, node: str, inner: str) -> str:
+    """A pubsub#event message: `inner` is the <item/>, <retract/> or <unlock/> in <items/>."""
+    return (
+        f"<message id={quoteattr(message_id)} to={quoteattr(to)} from={quoteattr(sender)}>"
+        f"<event xmlns='{ns.PUBSUB_EVENT}'><items node={quoteattr(node)}>{inner}</items>"
+        "</event></message>"
+    )
+
+
+def form(form_type: str, fields: Iterable[tuple[str, str | None, str]], *, type: str) -> str:
+    """A jabber:x:data form; fields are (var, value or None, field type, "" for none)."""
+    parts = [
+        f"<x xmlns='{ns.DATA}' type='{type}'><field var='FORM_TYPE' type='hidden'>"
+        f"<value>{escape(form_type)}</value></field>"
+    ]
+    for var, value, field_type in fields:
+        typed = f" type='{field_type}'" if field_type else ""
+        inside = f"<value>{escape(value)}</value>" if value is not None else "<required/>"
+        parts.append(f"<field var={quoteattr(var)}{typed}>{inside}</field>")
+    parts.append("</x>")
+    return "".join(parts)
+
+
+def disco_info(node: str | None, identity: tuple[str, str, str], features: Iterable[str]) -> str:
+    category, kind, name = identity
+    at = f" node={quoteattr(node)}" if node is not None else ""
+    found = "".join(f"<feature var={quoteattr(f)}/>" for f in features)
+    return (
+        f"<query xmlns='{ns.DISCO_INFO}'{at}><identity category={quoteattr(category)} "
+        f"type={quoteattr(kind)} name={quoteattr(name)}/>{found}</query>"
+    )
+
+
+def disco_items(node: str | None, items: Iterable[tuple[str, str | None, str | None]]) -> str:
+    """items: (jid, node or None, name or None)."""
+    at = f" node={quoteattr(node)}" if node is not None else ""
+    parts = [f"<query xmlns='{ns.DISCO_ITEMS}'{at}>"]
+    for jid, item_node, name in items:
+        parts.append(f"<item jid={quoteattr(jid)}")
+        if item_node is not None:
+            parts.append(f" node={quoteattr(item_node)}")
+        if name is not None:
+            parts.append(f" name={quoteattr(name)}")
+        parts.append("/>")
+    parts.append("</query>")
+    return "".join(parts)

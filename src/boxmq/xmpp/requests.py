@@ -1,0 +1,273 @@
+"""Incoming iq stanzas as values: `parse_iq(element)` -> one request dataclass.
+
+Works on ElementTree elements (what slixmpp hands over as `stanza.xml`), never on slixmpp's
+stanza objects: reading a handful of attributes straight off the tree is what keeps the door
+under its CPU budget (docs/xmpp.md, Performance). Lenient where XEP-0254's own examples are
+(retract and unlock arrive as type='get' there, XEP-0060 says 'set': both are accepted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+from xml.etree.ElementTree import Element
+
+from boxmq.xmpp import ns
+from boxmq.xmpp.conditions import Condition
+from boxmq.xmpp.errors import StanzaError
+
+__all__ = [
+    "Configure",
+    "Create",
+    "Delete",
+    "DiscoInfo",
+    "DiscoItems",
+    "Iq",
+    "Publish",
+    "QosAcknowledged",
+    "QosAssured",
+    "QosDeliver",
+    "Request",
+    "Retract",
+    "Subscribe",
+    "Unlock",
+    "Unsubscribe",
+    "bare",
+    "parse_iq",
+    "parse_request",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Iq:
+    """The envelope every request shares: who asked, whom, under which id."""
+
+    id: str
+    type: str
+    sender: str  # the full JID, as the server stamped it
+    to: str
+    child: Element | None  # the request element, echoed in error replies
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoInfo:
+    node: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoItems:
+    node: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class Configure:
+    node: str
+    submit: bool  # False: the owner asks for the form
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    node: str
+    jid: str
+    options: dict[str, str] | None  # the submitted subscribe_options form; None if absent
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe:
+    node: str
+    jid: str
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    node: str
+    item_id: str | None
+    payload: Element | None
+
+
+@dataclass(frozen=True, slots=True)
+class Retract:
+    node: str
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unlock:
+    node: str
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class QosAcknowledged:
+    message: Element
+
+
+@dataclass(frozen=True, slots=True)
+class QosAssured:
+    msg_id: str
+    message: Element
+
+
+@dataclass(frozen=True, slots=True)
+class QosDeliver:
+    msg_id: str
+
+
+Request = (
+    DiscoInfo
+    | DiscoItems
+    | Create
+    | Delete
+    | Configure
+    | Subscribe
+    | Unsubscribe
+    | Publish
+    | Retract
+    | Unlock
+    | QosAcknowledged
+    | QosAssured
+    | QosDeliver
+)
+
+BAD_REQUEST: Final = Condition("modify", "bad-request")
+NOT_IMPLEMENTED: Final = Condition("cancel", "feature-not-implemented")
+
+_PUBSUB = ns.tag(ns.PUBSUB, "pubsub")
+_OWNER = ns.tag(ns.PUBSUB_OWNER, "pubsub")
+_QUEUE_UNLOCK = ns.tag(ns.QUEUEING, "unlock")
+_QUEUE_UNLOCK_TYPO = ns.tag(ns.QUEUEING_TYPO, "unlock")
+
+
+def bare(jid: str) -> str:
+    """`user@host/resource` -> `user@host`."""
+    return jid.split("/", 1)[0]
+
+
+def parse_iq(element: Element) -> Iq:
+    """The envelope of an iq; never fails, so every request can be answered."""
+    return Iq(
+        id=element.get("id", ""),
+        type=element.get("type", ""),
+        sender=element.get("from", ""),
+        to=element.get("to", ""),
+        child=element[0] if len(element) else None,
+    )
+
+
+def parse_request(iq: Iq) -> Request:
+    """The request an iq get/set carries; StanzaError says why there is none."""
+    if iq.child is None:
+        raise StanzaError(BAD_REQUEST, "an iq get/set needs one child element")
+    return _request(iq, iq.child)
+
+
+def _request(iq: Iq, child: Element) -> Request:
+    tag = child.tag
+    if tag == _PUBSUB:
+        return _pubsub(iq, child)
+    if tag == _OWNER:
+        return _owner(iq, child)
+    if tag == ns.tag(ns.DISCO_INFO, "query") and iq.type == "get":
+        return DiscoInfo(child.get("node"))
+    if tag == ns.tag(ns.DISCO_ITEMS, "query") and iq.type == "get":
+        return DiscoItems(child.get("node"))
+    if tag.startswith("{" + ns.QOS + "}") and iq.type == "set":
+        return _qos(child)
+    raise StanzaError(NOT_IMPLEMENTED, f"{tag} is not served here")
+
+
+def _pubsub(iq: Iq, pubsub: Element) -> Request:
+    verb = pubsub[0] if len(pubsub) else None
+    if verb is None:
+        raise StanzaError(BAD_REQUEST, "an empty <pubsub/>")
+    name = verb.tag.rsplit("}", 1)[-1]
+    node = verb.get("node")
+    setter = iq.type == "set"
+    if verb.tag in (_QUEUE_UNLOCK, _QUEUE_UNLOCK_TYPO):
+        return Unlock(_node(node), _item_id(verb))  # get or set: XEP-0254 Listing 10 uses get
+    if verb.tag != ns.tag(ns.PUBSUB, name):
+        raise StanzaError(NOT_IMPLEMENTED, f"{verb.tag} is not served here")
+    if name == "retract":
+        return Retract(_node(node), _item_id(verb))  # get or set: XEP-0254 Listing 6 uses get
+    if name == "subscribe" and setter:
+        return Subscribe(_node(node), verb.get("jid") or bare(iq.sender), _options(pubsub))
+    if name == "unsubscribe" and setter:
+        return Unsubscribe(_node(node), verb.get("jid") or bare(iq.sender))
+    if name == "publish" and setter:
+        item = verb.find(ns.tag(ns.PUBSUB, "item"))
+        payload = item[0] if item is not None and len(item) else None
+        return Publish(_node(node), item.get("id") if item is not None else None, payload)
+    if name == "create" and setter:
+        return Create(_node(node))
+    raise StanzaError(NOT_IMPLEMENTED, f"pubsub {name} ({iq.type}) is not served here")
+
+
+def _owner(iq: Iq, pubsub: Element) -> Request:
+    verb = pubsub[0] if len(pubsub) else None
+    if verb is None:
+        raise StanzaError(BAD_REQUEST, "an empty <pubsub/>")
+    name = verb.tag.rsplit("}", 1)[-1]
+    if name == "delete" and iq.type == "set":
+        return Delete(_node(verb.get("node")))
+    if name == "configure":
+        return Configure(_node(verb.get("node")), submit=iq.type == "set")
+    raise StanzaError(NOT_IMPLEMENTED, f"pubsub#owner {name} ({iq.type}) is not served here")
+
+
+def _qos(child: Element) -> Request:
+    name = child.tag.rsplit("}", 1)[-1]
+    msg_id = child.get("msgId")
+    if name == "deliver":
+        return QosDeliver(_required(msg_id, "msgId"))
+    message = next((c for c in child if c.tag.rsplit("}", 1)[-1] == "message"), None)
+    if message is None:
+        raise StanzaError(BAD_REQUEST, f"<{name}/> carries no <message/>")
+    if name == "acknowledged":
+        return QosAcknowledged(message)
+    if name == "assured":
+        return QosAssured(_required(msg_id, "msgId"), message)
+    raise StanzaError(NOT_IMPLEMENTED, f"urn:xmpp:qos {name} is not served here")
+
+
+def _options(pubsub: Element) -> dict[str, str] | None:
+    """The submitted subscribe_options form, field by field (first value of each)."""
+    options = pubsub.find(ns.tag(ns.PUBSUB, "options"))
+    form = options.find(ns.tag(ns.DATA, "x")) if options is not None else None
+    if form is None:
+        return None
+    values = {}
+    for field in form.iter(ns.tag(ns.DATA, "field")):
+        var = field.get("var")
+        value = field.find(ns.tag(ns.DATA, "value"))
+        if var and value is not None:
+            values[var] = (value.text or "").strip()
+    return values
+
+
+def _node(node: str | None) -> str:
+    if not node:
+        raise StanzaError(Condition("modify", "bad-request", "nodeid-required"), "no node")
+    return node
+
+
+def _item_id(verb: Element) -> str:
+    for item in verb:
+        if item.tag.rsplit("}", 1)[-1] == "item" and item.get("id"):
+            return item.get("id", "")
+    raise StanzaError(Condition("modify", "bad-request", "item-required"), "no item id")
+
+
+def _required(value: str | None, what: str) -> str:
+    if not value:
+        raise StanzaError(BAD_REQUEST, f"{what} is required")
+    return value

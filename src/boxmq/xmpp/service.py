@@ -1,0 +1,391 @@
+"""The pubsub service: parsed requests in, stanzas out, boxmq queues underneath.
+
+Node mapping (docs/xmpp.md): a node id IS a boxmq queue name; create makes the queue's
+folders, delete removes them, publish is a put, and a subscription is a consumer whose
+`max_in_flight` is `pubsub#queue_requests`. Item ids are boxmq message ids.
+
+Synchronous and free of sockets and asyncio: the component (component.py) feeds it elements
+and sends what it returns through `send`; tests do the same with a list. Deliveries come in
+through `delivered()` from whoever pulls the consumers (pull.py threads, or `poll()`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import shutil
+from collections.abc import Callable, Iterable
+from typing import Final
+from xml.etree.ElementTree import Element
+from xml.sax.saxutils import quoteattr
+
+from boxmq.client.box import Box
+from boxmq.client.message import Message
+from boxmq.client.queue import Queue
+from boxmq.errors import BoxMQError, InvalidArgument, QueueNotFound
+from boxmq.store.layout import is_dropbox, queue_path
+from boxmq.store.names import check_consumer_name
+from boxmq.xmpp import ns, render
+from boxmq.xmpp.conditions import Condition, condition_for
+from boxmq.xmpp.errors import StanzaError
+from boxmq.xmpp.payloads import payload_of
+from boxmq.xmpp.requests import (
+    Configure,
+    Create,
+    Delete,
+    DiscoInfo,
+    DiscoItems,
+    Iq,
+    Publish,
+    QosAcknowledged,
+    QosAssured,
+    QosDeliver,
+    Request,
+    Retract,
+    Subscribe,
+    Unlock,
+    Unsubscribe,
+    bare,
+    parse_iq,
+    parse_request,
+)
+from boxmq.xmpp.subscriptions import Subscription, Subscriptions, consumer_name
+
+__all__ = ["FEATURES", "QueueService"]
+
+log = logging.getLogger("boxmq.xmpp")
+
+FEATURES: Final = (
+    ns.DISCO_INFO,
+    ns.DISCO_ITEMS,
+    ns.PUBSUB,
+    ns.PUBSUB + "#create-nodes",
+    ns.PUBSUB + "#delete-nodes",
+    ns.PUBSUB + "#config-node",
+    ns.PUBSUB + "#publish",
+    ns.PUBSUB + "#retract-items",
+    ns.PUBSUB + "#subscribe",
+    ns.PUBSUB + "#subscription-options",
+    ns.QUEUEING,
+    ns.QOS,
+)
+QUEUE_REQUESTS: Final = "pubsub#queue_requests"
+NODE_CONFIG: Final = ns.PUBSUB + "#node_config"
+_CONFIGURATION_REQUIRED: Final = Condition("modify", "not-acceptable", "configuration-required")
+_INVALID_OPTIONS: Final = Condition("modify", "bad-request", "invalid-options")
+_INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")
+_NOT_SUBSCRIBED: Final = Condition("cancel", "unexpected-request", "not-subscribed")
+_NODE_EXISTS: Final = Condition("cancel", "conflict")
+_PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required")
+
+Send = Callable[[str], None]
+
+
+class QueueService:
+    def __init__(
+        self,
+        box: Box,
+        *,
+        domain: str,
+        send: Send,
+        lock_timeout: float = 30.0,
+        watch: Callable[[Subscription], None] = lambda subscription: None,
+    ) -> None:
+        if lock_timeout <= 0:
+            raise InvalidArgument("the lock timeout must be a positive number of seconds")
+        self.domain = domain
+        self._box = box
+        self._send = send
+        self._lock_timeout = lock_timeout
+        self._watch = watch
+        self._subscriptions = Subscriptions()
+        self._queues: dict[str, Queue] = {}
+        self._ids = (f"bx{n}" for n in itertools.count(1))
+
+    # -- what the component feeds in -------------------------------------------------------------
+
+    def iq(self, element: Element) -> None:
+        """Answer one iq get/set (every one gets exactly one reply)."""
+        iq = parse_iq(element)
+        try:
+            self._send(self._answer(iq, parse_request(iq)))
+        except StanzaError as error:
+            self._send(render.error(iq, error.condition, text=str(error), inner=error.payload))
+        except BoxMQError as error:
+            self._send(render.error(iq, condition_for(error), text=str(error)))
+
+    def gone(self, jid: str) -> None:
+        """XEP-0254 §4: unavailable presence (or a bounce): unlock all it held, unsubscribe."""
+        for subscription in self._subscriptions.of_jid(jid):
+            self._end(subscription)
+
+    def delivered(self, subscription: Subscription, message: Message) -> None:
+        """A message the subscription's consumer locked for it: notify (XEP-0254 §2.2)."""
+        if subscription.closed:
+            _quietly(message.unlock)  # it left meanwhile: the lock went back already
+            return
+        self._subscriptions.hold(subscription, message)
+        item = f"<item id='{message.id}'>{payload_of(message)}</item>"
+        self._send(
+            render.event(next(self._ids), self.domain, subscription.jid, subscription.node, item)
+        )
+
+    def expire(self, now: float) -> None:
+        """XEP-0254 §4: a lock that timed out: unlock notification, then the next subscriber."""
+        for subscription, message in self._subscriptions.timed_out(now):
+            _quietly(message.unlock)  # the engine may have released it already
+            self._notify_unlock(subscription, message.id)
+
+    def next_deadline(self) -> float | None:
+        return self._subscriptions.next_deadline()
+
+    def poll(self) -> int:
+        """Take every delivery ready now for every subscription (tests; pull.py in a server)."""
+        taken = 0
+        for subscription in self._subscriptions.all():
+            while not subscription.closed:
+                message = subscription.consumer.receive_nowait()
+                if message is None:
+                    break
+                self.delivered(subscription, message)
+                taken += 1
+        return taken
+
+    def close(self) -> None:
+        for subscription in self._subscriptions.all():
+            self._end(subscription)
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def _answer(self, iq: Iq, request: Request) -> str:
+        match request:
+            case Publish():
+                return self._publish(iq, request)
+            case Retract():
+                return self._retract(iq, request)
+            case Unlock():
+                return self._unlock(iq, request)
+            case Subscribe():
+                return self._subscribe(iq, request)
+            case Unsubscribe():
+                return self._unsubscribe(iq, request)
+            case QosAcknowledged() | QosAssured() | QosDeliver():
+                return self._qos(iq, request)
+            case DiscoInfo():
+                return self._disco_info(iq, request)
+            case DiscoItems():
+                return self._disco_items(iq, request)
+            case Create():
+                return self._create(iq, request)
+            case Delete():
+                return self._delete(iq, request)
+            case Configure():
+                return self._configure(iq, request)
+
+    def _publish(self, iq: Iq, request: Publish) -> str:
+        if request.payload is None:
+            raise StanzaError(_PAYLOAD_REQUIRED, "publish one <item/> with a payload")
+        # The service assigns the item id: it is the boxmq message id (docs/xmpp.md).
+        item_id = self._queue(request.node).put(render.xml_of(request.payload).encode())
+        return render.result(
+            iq,
+            f"<pubsub xmlns='{ns.PUBSUB}'><publish node={_attr(request.node)}>"
+            f"<item id='{item_id}'/></publish></pubsub>",
+        )
+
+    def _retract(self, iq: Iq, request: Retract) -> str:
+        """XEP-0254 §2.3: the receiver deletes the item; only it hears of the deletion."""
+        subscription = self._subscriptions.get(iq.sender, request.node)
+        held = subscription.held.pop(request.item_id, None) if subscription else None
+        if held is not None:
+            held.ack()
+        else:
+            self._queue(request.node).ack(request.item_id, self._consumer_of(iq.sender))
+        notice = f"<retract id={_attr(request.item_id)}/>"
+        self._send(render.event(next(self._ids), self.domain, iq.sender, request.node, notice))
+        return render.result(iq)
+
+    def _unlock(self, iq: Iq, request: Unlock) -> str:
+        """XEP-0254 §2.4: the receiver gives the item back; the next subscriber gets it."""
+        subscription = self._subscriptions.get(iq.sender, request.node)
+        held = subscription.held.pop(request.item_id, None) if subscription else None
+        if held is not None:
+            held.unlock()
+        else:
+            self._queue(request.node).unlock(request.item_id, self._consumer_of(iq.sender))
+        if subscription is not None:
+            self._notify_unlock(subscription, request.item_id)
+        return render.result(iq)
+
+    def _subscribe(self, iq: Iq, request: Subscribe) -> str:
+        if bare(request.jid) != bare(iq.sender):
+            raise StanzaError(_INVALID_JID, "subscribe your own JID")
+        queue = self._queue(request.node)
+        existing = self._subscriptions.get(iq.sender, request.node)
+        if existing is None:
+            count = _queue_requests(iq, request)
+            consumer = queue.consumer(
+                consumer_name(iq.sender), max_in_flight=count, lock_timeout=self._lock_timeout
+            )
+            existing = Subscription(iq.sender, request.node, count, consumer)
+            self._subscriptions.add(existing)
+            self._watch(existing)
+        return render.result(iq, self._subscription_xml(existing, "subscribed"))
+
+    def _subscription_xml(self, subscription: Subscription, state: str) -> str:
+        options = render.form(
+            ns.SUBSCRIBE_OPTIONS,
+            [(QUEUE_REQUESTS, str(subscription.queue_requests), "")],
+            type="result",
+        )
+        return (
+            f"<pubsub xmlns='{ns.PUBSUB}'><subscription jid={_attr(bare(subscription.jid))} "
+            f"node={_attr(subscription.node)} subid={_attr(consumer_name(subscription.jid))} "
+            f"subscription='{state}'/><options>{options}</options></pubsub>"
+        )
+
+    def _unsubscribe(self, iq: Iq, request: Unsubscribe) -> str:
+        """XEP-0254 §4: unsubscribing releases the subscriber's locks to the others."""
+        subscription = self._subscriptions.get(iq.sender, request.node)
+        if subscription is None or bare(request.jid) != bare(iq.sender):
+            raise StanzaError(_NOT_SUBSCRIBED, f"{iq.sender} is not subscribed to {request.node}")
+        self._end(subscription)
+        return render.result(iq)
+
+    def _qos(self, iq: Iq, request: QosAcknowledged | QosAssured | QosDeliver) -> str:
+        """urn:xmpp:qos, received: at least once and exactly once (docs/xmpp.md, QoS)."""
+        if isinstance(request, QosDeliver):
+            self._box.deliver(iq.sender, request.msg_id)  # a repeat is answered all the same
+            return render.result(iq)
+        node = _node_of(iq.to)
+        body = _stamped(request.message, sender=iq.sender, to=iq.to)
+        if isinstance(request, QosAcknowledged):
+            self._queue(node).put(body)
+            return render.result(iq)
+        self._queue(node)  # the node must exist: item-not-found otherwise
+        self._box.assured(iq.sender, request.msg_id, body, queue=node)
+        return render.result(iq, f"<received xmlns='{ns.QOS}' msgId={_attr(request.msg_id)}/>")
+
+    def _disco_info(self, iq: Iq, request: DiscoInfo) -> str:
+        if request.node is None:
+            identity = ("pubsub", "service", "boxmq queues")
+        else:
+            self._queue(request.node)
+            identity = ("pubsub", "leaf", request.node)
+        return render.result(iq, render.disco_info(request.node, identity, FEATURES))
+
+    def _disco_items(self, iq: Iq, request: DiscoItems) -> str:
+        if request.node is None:
+            items: Iterable[tuple[str, str | None, str | None]] = (
+                (self.domain, name, name) for name in self._box.queues()
+            )
+        else:
+            ready = self._queue(request.node).peek(limit=100)
+            items = ((self.domain, p.envelope.message_id, None) for p in ready)
+        return render.result(iq, render.disco_items(request.node, items))
+
+    def _create(self, iq: Iq, request: Create) -> str:
+        path = queue_path(self._box.root, request.node)  # InvalidName: bad-request
+        if is_dropbox(path):
+            raise StanzaError(_NODE_EXISTS, f"node {request.node!r} exists")
+        self._queues[request.node] = self._box.queue(request.node)
+        return render.result(iq)
+
+    def _delete(self, iq: Iq, request: Delete) -> str:
+        """The queue and every message in it go; its subscribers here are unsubscribed."""
+        self._queue(request.node)
+        for subscription in self._subscriptions.of_node(request.node):
+            self._end(subscription)
+        self._queues.pop(request.node, None)
+        shutil.rmtree(queue_path(self._box.root, request.node), ignore_errors=True)
+        return render.result(iq)
+
+    def _configure(self, iq: Iq, request: Configure) -> str:
+        """Queue nodes have one fixed configuration; a submitted form is accepted as is."""
+        self._queue(request.node)
+        if request.submit:
+            return render.result(iq)
+        fields = [
+            ("pubsub#node_type", "leaf", "list-single"),
+            ("boxmq#destination", "queue", "text-single"),
+            ("boxmq#lock_timeout", f"{self._lock_timeout:g}", "text-single"),
+        ]
+        config = render.form(NODE_CONFIG, fields, type="form")
+        return render.result(
+            iq,
+            f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><configure node={_attr(request.node)}>"
+            f"{config}</configure></pubsub>",
+        )
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _queue(self, node: str) -> Queue:
+        queue = self._queues.get(node)
+        if queue is None:
+            queue = self._box.queue(node, create=False)  # QueueNotFound: item-not-found
+            self._queues[node] = queue
+        return queue
+
+    def _consumer_of(self, jid: str) -> str:
+        return check_consumer_name(consumer_name(jid))
+
+    def _notify_unlock(self, subscription: Subscription, item_id: str) -> None:
+        # Written in the namespace the feature names, not Listing 11's urn:xmpp:queueing:0.
+        notice = f"<unlock xmlns='{ns.QUEUEING}' id={_attr(item_id)}/>"
+        self._send(
+            render.event(next(self._ids), self.domain, subscription.jid, subscription.node, notice)
+        )
+
+    def _end(self, subscription: Subscription) -> None:
+        self._subscriptions.remove(subscription)
+        subscription.held.clear()
+        subscription.consumer.close()  # owner gone: its locks go to the other subscribers
+
+
+def _queue_requests(iq: Iq, request: Subscribe) -> int:
+    """XEP-0254 §2.1: no options -> configuration-required, with the form to fill in."""
+    value = (request.options or {}).get(QUEUE_REQUESTS)
+    if value is None:
+        form = render.form(
+            ns.SUBSCRIBE_OPTIONS, [(QUEUE_REQUESTS, None, "text-single")], type="form"
+        )
+        at = f"jid={_attr(request.jid)} node={_attr(request.node)}"
+        raise StanzaError(
+            _CONFIGURATION_REQUIRED,
+            f"{QUEUE_REQUESTS} is required",
+            payload=f"<pubsub xmlns='{ns.PUBSUB}'><subscribe {at}/><options {at}>{form}</options>"
+            "</pubsub>",
+        )
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= 10_000:
+        raise StanzaError(_INVALID_OPTIONS, f"{QUEUE_REQUESTS} must be 1..10000, not {value!r}")
+    return count
+
+
+def _node_of(to: str) -> str:
+    """A QoS-wrapped message goes to the queue named by the local part of its address."""
+    local, at, _ = to.partition("@")
+    if not at or not local:
+        raise QueueNotFound(f"send to <node>@{to.split('/')[0]}: which node is {to!r}?")
+    return local
+
+
+def _stamped(message: Element, *, sender: str, to: str) -> bytes:
+    """The wrapped message with from/to taken from the iq (Prosody stamps only the iq)."""
+    message.set("from", sender)
+    message.set("to", to)
+    return render.xml_of(message).encode()
+
+
+def _attr(value: str) -> str:
+    return quoteattr(value)
+
+
+def _quietly(action: Callable[[], None]) -> None:
+    try:
+        action()
+    except BoxMQError as error:
+        log.debug("ignored: %s", error)

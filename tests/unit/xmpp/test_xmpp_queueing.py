@@ -1,0 +1,254 @@
+"""Every XEP-0254 flow, stanzas fed to the service with no server (seed 001, §2-§4)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from xml.etree import ElementTree as ET
+
+import pytest
+from tests.unit.xmpp.wire import ALICE, BOB, CAROL, PS, Wire, condition
+
+import boxmq
+from boxmq.clock import ManualClock
+from boxmq.xmpp import ns
+
+EV = ns.PUBSUB_EVENT
+
+
+@pytest.fixture
+def wire(box: boxmq.Box) -> Iterator[Wire]:
+    wire = Wire(box)
+    assert wire.create().get("type") == "result"
+    yield wire
+    wire.service.close()
+
+
+def test_subscribe_without_options_is_configuration_required_with_the_form(wire: Wire) -> None:
+    reply = wire.subscribe(ALICE, None)
+    assert condition(reply) == ("modify", "not-acceptable")
+    error = reply.find(ns.tag(ns.COMPONENT, "error"))
+    assert error is not None
+    assert error.find(ns.tag(ns.PUBSUB_ERRORS, "configuration-required")) is not None
+    # Listing 1: the options form, with FORM_TYPE and a required queue_requests field.
+    form = reply.find(f"{{{PS}}}pubsub/{{{PS}}}options/{{{ns.DATA}}}x")
+    assert form is not None
+    assert form.get("type") == "form"
+    fields = {f.get("var"): f for f in form.iter(ns.tag(ns.DATA, "field"))}
+    assert fields["FORM_TYPE"].findtext(ns.tag(ns.DATA, "value")) == ns.SUBSCRIBE_OPTIONS
+    assert fields["pubsub#queue_requests"].find(ns.tag(ns.DATA, "required")) is not None
+
+
+def test_subscribe_with_queue_requests_answers_the_options_in_force(wire: Wire) -> None:
+    reply = wire.subscribe(ALICE, 5)
+    assert reply.get("type") == "result"
+    subscription = reply.find(f"{{{PS}}}pubsub/{{{PS}}}subscription")
+    assert subscription is not None
+    assert subscription.get("subscription") == "subscribed"
+    assert subscription.get("jid") == "alice@localhost"
+    assert subscription.get("subid")
+    values = [v.text for v in reply.iter(ns.tag(ns.DATA, "value"))]
+    assert values == [ns.SUBSCRIBE_OPTIONS, "5"]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many"])
+def test_a_bad_queue_requests_is_refused(wire: Wire, value: str) -> None:
+    reply = wire.iq(
+        ALICE,
+        f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='alice@localhost'/><options>"
+        f"<x xmlns='jabber:x:data' type='submit'><field var='pubsub#queue_requests'>"
+        f"<value>{value}</value></field></x></options></pubsub>",
+    )
+    assert condition(reply) == ("modify", "bad-request")
+
+
+def test_subscribing_someone_else_is_invalid_jid(wire: Wire) -> None:
+    reply = wire.iq(
+        ALICE, f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='bob@localhost'/></pubsub>"
+    )
+    assert condition(reply) == ("modify", "bad-request")
+
+
+def test_publish_notifies_exactly_one_subscriber_with_the_payload(wire: Wire) -> None:
+    wire.subscribe(ALICE, 1)
+    wire.subscribe(BOB, 1)
+    item = wire.publish("<job xmlns='urn:example'>payload</job>")
+    wire.service.poll()
+    events = [s for s in wire.take() if s.find(ns.tag(EV, "event")) is not None]
+    assert len(events) == 1
+    [delivered] = events[0].iter(ns.tag(EV, "item"))
+    assert delivered.get("id") == item
+    assert delivered[0].tag == "{urn:example}job"
+    assert delivered[0].text == "payload"
+    assert events[0].get("from") == "queue.localhost"
+    assert events[0].get("to") in (ALICE, BOB)
+
+
+def test_queue_requests_bounds_what_each_subscriber_holds(wire: Wire) -> None:
+    wire.subscribe(ALICE, 2)
+    wire.subscribe(BOB, 3)
+    for _ in range(10):
+        wire.publish()
+    events = wire.events()
+    assert sorted(to for to, _, _ in events) == [ALICE] * 2 + [BOB] * 3
+
+
+def test_retract_by_the_receiver_deletes_and_notifies_only_it(wire: Wire, box: boxmq.Box) -> None:
+    wire.subscribe(ALICE, 1)
+    wire.subscribe(BOB, 1)
+    item = wire.publish()
+    [(to, _, _)] = wire.events()
+    # Listing 6 sends the retract as type='get'; it is accepted like a set.
+    reply = wire.retract(to, item, type="get")
+    assert reply.get("type") == "result"
+    assert wire.events() == [(to, "retract", item)]
+    assert box.queue("jobs").counts().done == 1
+    assert condition(wire.retract(to, item)) == ("cancel", "item-not-found")
+
+
+def test_unlock_notifies_the_holder_and_hands_the_item_to_the_next(wire: Wire) -> None:
+    wire.subscribe(ALICE, 1)
+    wire.subscribe(BOB, 1)
+    item = wire.publish()
+    [(first, _, _)] = wire.events()
+    other = BOB if first == ALICE else ALICE
+    assert wire.unlock(first, item).get("type") == "result"  # type='get', as Listing 10
+    events = wire.events()
+    assert (first, "unlock", item) in events
+    assert (other, "item", item) in events
+    assert len(events) == 2
+
+
+def test_the_unlock_notification_is_written_in_the_feature_namespace(wire: Wire) -> None:
+    wire.subscribe(ALICE, 1)
+    item = wire.publish()
+    wire.events()
+    wire.unlock(ALICE, item)
+    [notice] = [s for s in wire.take() if s.find(ns.tag(EV, "event")) is not None]
+    assert notice.find(f".//{{{ns.QUEUEING}}}unlock") is not None  # not Listing 11's typo
+    assert notice.find(f".//{{{ns.QUEUEING_TYPO}}}unlock") is None
+
+
+def test_an_unlock_in_the_typo_namespace_is_accepted(wire: Wire) -> None:
+    wire.subscribe(ALICE, 1)
+    item = wire.publish()
+    wire.events()
+    assert wire.unlock(ALICE, item, namespace=ns.QUEUEING_TYPO).get("type") == "result"
+
+
+def test_the_errors_of_listings_8_to_15(wire: Wire) -> None:
+    wire.subscribe(ALICE, 1)
+    wire.subscribe(BOB, 1)
+    held = wire.publish()
+    [(holder, _, _)] = wire.events()
+    other = BOB if holder == ALICE else ALICE
+    wire.publish()
+    assert [to for to, _, _ in wire.events()] == [other]
+    waiting = wire.publish()  # nobody has room: never delivered to anyone
+    assert wire.events() == []
+    for act in (wire.retract, wire.unlock):
+        # locked by another subscriber: conflict (the text of §2.3; Listing 8 shows forbidden)
+        assert condition(act(other, held)) == ("cancel", "conflict")
+        # not delivered to the requester: forbidden (Listing 13)
+        assert condition(act(other, waiting)) == ("auth", "forbidden")
+        # no such item: item-not-found (Listing 12)
+        assert condition(act(holder, "no-such-id")) == ("cancel", "item-not-found")
+    # held once, lock gone: unexpected-request (Listings 9 and 15)
+    wire.unlock(holder, held)
+    wire.events()
+    for act in (wire.retract, wire.unlock):
+        assert condition(act(holder, held)) == ("wait", "unexpected-request")
+
+
+def test_an_error_reply_echoes_the_request(wire: Wire) -> None:
+    reply = wire.retract(ALICE, "nope")
+    retract = reply.find(f"{{{PS}}}pubsub/{{{PS}}}retract")
+    assert retract is not None
+    assert retract.get("node") == "jobs"
+
+
+def test_unavailable_presence_unlocks_and_unsubscribes(wire: Wire) -> None:
+    wire.subscribe(ALICE, 2)
+    wire.subscribe(BOB, 1)
+    items = {wire.publish() for _ in range(3)}
+    before = wire.events()
+    alice_items = {item for to, _, item in before if to == ALICE}
+    assert len(alice_items) == 2
+    wire.service.gone(ALICE)
+    after = wire.events()
+    for item in (wire.publish() for _ in range(2)):
+        items.add(item)
+    later = wire.events()
+    assert after == []  # bob's one slot is still taken
+    assert all(to == BOB for to, _, _ in later)
+    # Bob settles; alice's released items (and the rest) all reach him, none reach alice
+    seen: set[str] = {item for to, _, item in before if to == BOB}
+    for _ in range(10):
+        for item in list(seen):
+            wire.retract(BOB, item)
+        seen = {item for to, what, item in wire.events() if what == "item"}
+        if not seen:
+            break
+    assert wire.service.poll() == 0
+
+
+def test_unsubscribe_releases_the_locks_to_the_others(wire: Wire) -> None:
+    wire.subscribe(ALICE, 1)
+    item = wire.publish()
+    assert wire.events() == [(ALICE, "item", item)]
+    wire.subscribe(BOB, 1)
+    reply = wire.iq(
+        ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
+    )
+    assert reply.get("type") == "result"
+    assert wire.events() == [(BOB, "item", item)]
+    again = wire.iq(
+        ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
+    )
+    assert condition(again) == ("cancel", "unexpected-request")
+
+
+def test_a_lock_that_times_out_notifies_and_goes_to_the_next(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    wire = Wire(manual_box, lock_timeout=10)
+    wire.create()
+    wire.subscribe(ALICE, 1)
+    item = wire.publish()
+    assert wire.events() == [(ALICE, "item", item)]
+    wire.subscribe(BOB, 1)
+    clock.advance(9)
+    wire.service.expire(clock.now())
+    assert wire.events() == []
+    assert wire.service.next_deadline() == pytest.approx(clock.now() + 1)
+    clock.advance(1)
+    wire.service.expire(clock.now())
+    events = wire.events()
+    assert (ALICE, "unlock", item) in events
+    assert (BOB, "item", item) in events
+    # alice answers late: her lock is gone
+    assert condition(wire.retract(ALICE, item)) == ("wait", "unexpected-request")
+    wire.service.close()
+
+
+def test_publish_to_a_missing_node_is_item_not_found(wire: Wire) -> None:
+    reply = wire.iq(
+        CAROL,
+        f"<pubsub xmlns='{PS}'><publish node='nope'><item><x xmlns='y'/></item></publish></pubsub>",
+    )
+    assert condition(reply) == ("cancel", "item-not-found")
+
+
+def test_a_body_put_by_the_embedded_api_arrives_wrapped(wire: Wire, box: boxmq.Box) -> None:
+    wire.subscribe(ALICE, 3)
+    box.queue("jobs").put("plain <text> & more")
+    box.queue("jobs").put(b"\xff\x00")
+    wire.service.poll()
+    payloads = [s.find(f".//{{{EV}}}item") for s in wire.take()]
+    texts = sorted((p[0].tag, p[0].text) for p in payloads if p is not None)
+    assert texts == [("{urn:boxmq:0}data", "/wA="), ("{urn:boxmq:0}text", "plain <text> & more")]
+
+
+def test_an_unknown_request_is_feature_not_implemented(wire: Wire) -> None:
+    reply = wire.iq(ALICE, "<query xmlns='urn:example:nothing'/>", type="get")
+    assert condition(reply) == ("cancel", "feature-not-implemented")
+    assert ET.tostring(reply)  # and it is still one well-formed reply

@@ -1,0 +1,129 @@
+"""A QueueService with no server: stanzas in as text, stanzas out as parsed elements."""
+
+from __future__ import annotations
+
+from xml.etree import ElementTree as ET
+
+import boxmq
+from boxmq.xmpp import ns
+from boxmq.xmpp.service import QueueService
+
+SERVICE = "queue.localhost"
+ALICE = "alice@localhost/a"
+BOB = "bob@localhost/b"
+CAROL = "carol@localhost/c"
+
+PS = ns.PUBSUB
+EVENT = ns.tag(ns.PUBSUB_EVENT, "event")
+STANZA_NS = ns.STANZAS
+
+
+def _in_stream(xml: str) -> ET.Element:
+    return ET.fromstring(f"<stream xmlns='{ns.COMPONENT}'>{xml}</stream>")[0]
+
+
+class Wire:
+    def __init__(self, box: boxmq.Box, *, lock_timeout: float = 30.0) -> None:
+        self.sent: list[str] = []
+        self.service = QueueService(
+            box, domain=SERVICE, send=self.sent.append, lock_timeout=lock_timeout
+        )
+        self._n = 0
+        self._backlog: list[ET.Element] = []
+
+    def iq(self, sender: str, inner: str, *, type: str = "set", to: str = SERVICE) -> ET.Element:
+        """Send one iq; return its reply (and keep any other stanzas for `take`)."""
+        self._n += 1
+        iq_id = f"t{self._n}"
+        self.service.iq(
+            _in_stream(f"<iq type='{type}' id='{iq_id}' from='{sender}' to='{to}'>{inner}</iq>")
+        )
+        stanzas = self.take()
+        replies = [e for e in stanzas if e.tag.endswith("}iq") and e.get("id") == iq_id]
+        self._backlog = [e for e in stanzas if e not in replies]
+        assert len(replies) == 1, [ET.tostring(e) for e in stanzas]
+        return replies[0]
+
+    def take(self) -> list[ET.Element]:
+        """Stanzas sent since the last look (replies already taken by `iq` excluded)."""
+        out = self._backlog + [_in_stream(x) for x in self.sent]
+        self.sent.clear()
+        self._backlog = []
+        return out
+
+    def events(self) -> list[tuple[str, str, str]]:
+        """(to, what, item id) for each pubsub#event sent: what is item, retract or unlock."""
+        self.service.poll()
+        found = []
+        for stanza in self.take():
+            event = stanza.find(EVENT)
+            if event is None:
+                continue
+            for child in event.find(ns.tag(ns.PUBSUB_EVENT, "items")) or []:
+                found.append(
+                    (stanza.get("to", ""), child.tag.rsplit("}", 1)[-1], child.get("id", ""))
+                )
+        return found
+
+    # -- requests by name ----------------------------------------------------------------------
+
+    def create(self, node: str = "jobs") -> ET.Element:
+        return self.iq(ALICE, f"<pubsub xmlns='{PS}'><create node='{node}'/></pubsub>")
+
+    def subscribe(self, jid: str, queue_requests: int | None, node: str = "jobs") -> ET.Element:
+        options = ""
+        if queue_requests is not None:
+            options = (
+                f"<options><x xmlns='jabber:x:data' type='submit'>"
+                "<field var='FORM_TYPE' type='hidden'>"
+                f"<value>{ns.SUBSCRIBE_OPTIONS}</value></field>"
+                f"<field var='pubsub#queue_requests'><value>{queue_requests}</value></field>"
+                "</x></options>"
+            )
+        bare = jid.split("/")[0]
+        return self.iq(
+            jid, f"<pubsub xmlns='{PS}'><subscribe node='{node}' jid='{bare}'/>{options}</pubsub>"
+        )
+
+    def publish(self, payload: str = "<job xmlns='urn:example'>1</job>", node: str = "jobs") -> str:
+        reply = self.iq(
+            CAROL,
+            f"<pubsub xmlns='{PS}'><publish node='{node}'>"
+            f"<item>{payload}</item></publish></pubsub>",
+        )
+        assert reply.get("type") == "result", ET.tostring(reply)
+        item = reply.find(f"{{{PS}}}pubsub/{{{PS}}}publish/{{{PS}}}item")
+        assert item is not None
+        return item.get("id", "")
+
+    def retract(self, jid: str, item: str, *, type: str = "set", node: str = "jobs") -> ET.Element:
+        return self.iq(
+            jid,
+            f"<pubsub xmlns='{PS}'><retract node='{node}'><item id='{item}'/></retract></pubsub>",
+            type=type,
+        )
+
+    def unlock(
+        self,
+        jid: str,
+        item: str,
+        *,
+        type: str = "get",
+        namespace: str = ns.QUEUEING,
+        node: str = "jobs",
+    ) -> ET.Element:
+        return self.iq(
+            jid,
+            f"<pubsub xmlns='{PS}'><unlock xmlns='{namespace}' node='{node}'>"
+            f"<item id='{item}'/></unlock></pubsub>",
+            type=type,
+        )
+
+
+def condition(reply: ET.Element) -> tuple[str, str]:
+    """(error type, RFC 6120 condition) of an iq-error."""
+    assert reply.get("type") == "error", ET.tostring(reply)
+    error = reply.find(ns.tag(ns.COMPONENT, "error"))
+    assert error is not None
+    names = [c.tag.rsplit("}", 1)[-1] for c in error if c.tag.startswith("{" + STANZA_NS)]
+    return error.get("type", ""), names[0]
