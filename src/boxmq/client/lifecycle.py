@@ -39,11 +39,16 @@ def envelope_of(name: str) -> Envelope:
 def ready_of(name: str, envelope: Envelope, mtime: float) -> Ready:
     """What the engine needs to know of a file in target/."""
     stamp = envelope.timestamp
+    sequence = stamp / 1000 if stamp is not None else mtime
+    if not envelope.properties:  # a first delivery: none of the reserved properties to look up
+        return Ready(
+            name, envelope.message_id, envelope.priority, sequence, envelope.expiration / 1000
+        )
     return Ready(
         key=name,
         message_id=envelope.message_id,
         priority=envelope.priority,
-        sequence=stamp / 1000 if stamp is not None else mtime,
+        sequence=sequence,
         expiration=envelope.expiration / 1000,
         not_before=envelope.not_before,
         delivery_count=envelope.delivery_count,

@@ -260,7 +260,19 @@ def encode(envelope: Envelope) -> str:
     return name
 
 
+# What a plain put writes: priority, an id with nothing escaped, the class. Most names are
+# this; they skip the general path's split, seven unquotes and property parsing.
+_SIMPLE = re.compile(r"(-?[0-9]{1,10})\.([A-Za-z0-9_-]+)\.([MBSPOT])")
+
+
 def _decode(name: str) -> Envelope:
+    simple = _SIMPLE.fullmatch(name)
+    if simple is not None and _INT32[0] <= (priority := int(simple[1])) <= _INT32[1]:
+        return Envelope(
+            message_id=MessageId(simple[2]),
+            priority=priority,
+            message_class=MessageClass(simple[3]),
+        )
     if "/" in name or "\0" in name:
         raise MalformedName("a file name cannot contain '/' or NUL")
     if _SURROGATE.search(name):  # how os.listdir() hands over bytes that are not UTF-8
