@@ -1,0 +1,221 @@
+"""The `boxmq serve` configuration file (TOML), read into one frozen `ServeConfig`.
+
+    data = "./data"                  # the root folder
+    fsync = "always"                 # always | interval | never
+    fsync_interval = "1s"            # for fsync = "interval"
+    sweep_interval = "1s"            # lock timeouts, expiry, retention
+    log_level = "info"               # debug | info | warning | error
+
+    [[mqtt.listener]]                # one table per socket
+    host = "0.0.0.0"
+    port = 8883
+    tls = { cert = "server.crt", key = "server.key", ca = "clients-ca.crt" }
+
+    [mqtt.limits]                    # any field of boxmq.mqtt.settings.Limits
+    max_connections = 1000
+
+    [security]
+    password_file = "passwd"         # written by `boxmq passwd`
+    acl_file = "acl"
+    allow_anonymous = false
+
+Rules: every key is checked (unknown keys and wrong types are errors naming the key and the
+file); relative file names are taken from the config file's folder; keys the file leaves
+out keep the values of `defaults` (the command line's defaults), and `override` applies the
+flags a user typed, so flags win over the file. The password file, the ACL file and the TLS
+files are read here, at start: a broker that starts has usable ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import ssl
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from boxmq.config_table import Table
+from boxmq.errors import InvalidArgument
+from boxmq.mqtt.acl import Acl
+from boxmq.mqtt.passwords import PasswordFile
+from boxmq.mqtt.settings import Authenticator, Authorizer, Limits, Listener, MqttSettings
+from boxmq.mqtt.tls import server_context
+
+__all__ = ["Security", "ServeConfig", "load_config", "mqtt_settings"]
+
+FSYNC_POLICIES: Final = ("always", "interval", "never")
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+_MAY_BE_ZERO: Final = frozenset({"topic_alias_maximum"})  # 0: no aliases (MQTT 5.0 §3.2.2.3.8)
+
+
+@dataclass(frozen=True)
+class Security:
+    """Who may connect and what they may do, as the file names them (None: not configured)."""
+
+    password_file: Path | None = None
+    acl_file: Path | None = None
+    # None: anonymous clients are let in exactly when there is no password file.
+    allow_anonymous: bool | None = None
+
+    def authenticator(self) -> Authenticator | None:
+        anonymous = self.allow_anonymous
+        if self.password_file is None:
+            if anonymous is False:
+                raise InvalidArgument(
+                    "allow_anonymous = false needs a password_file in [security] "
+                    "(otherwise nobody could connect)"
+                )
+            return None  # no password file: anyone may connect
+        return PasswordFile.load(self.password_file, allow_anonymous=bool(anonymous))
+
+    def authorizer(self) -> Authorizer | None:
+        return Acl.load(self.acl_file) if self.acl_file is not None else None
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    data: Path = Path("./data")
+    fsync: str = "always"
+    fsync_interval: float = 1.0
+    sweep_interval: float = 1.0
+    log_level: str = "info"
+    security: Security = field(default_factory=Security)
+    mqtt: MqttSettings = field(default_factory=MqttSettings)
+    source: Path | None = None  # the file it was read from
+
+    @property
+    def logging_level(self) -> int:
+        return logging.getLevelNamesMapping()[self.log_level.upper()]
+
+    def override(
+        self,
+        *,
+        data: str | os.PathLike[str] | None = None,
+        fsync: str | None = None,
+        sweep_interval: float | None = None,
+        listeners: tuple[Listener, ...] | None = None,
+    ) -> ServeConfig:
+        """This configuration with what the user typed on the command line (None: not typed).
+        Listeners from a flag replace the file's listeners."""
+        changed = self
+        if data is not None:
+            changed = dataclasses.replace(changed, data=Path(data))
+        if fsync is not None:
+            if fsync not in FSYNC_POLICIES:
+                raise InvalidArgument(f"fsync {fsync!r}: choose one of {', '.join(FSYNC_POLICIES)}")
+            changed = dataclasses.replace(changed, fsync=fsync)
+        if sweep_interval is not None:
+            changed = dataclasses.replace(changed, sweep_interval=sweep_interval)
+        if listeners is not None:
+            mqtt = dataclasses.replace(changed.mqtt, listeners=listeners)
+            changed = dataclasses.replace(changed, mqtt=mqtt)
+        return changed
+
+
+def load_config(
+    path: str | os.PathLike[str], *, defaults: ServeConfig | None = None
+) -> ServeConfig:
+    """Read and check the file, and the password, ACL and TLS files it names."""
+    source = Path(path)
+    base = defaults or ServeConfig()
+    try:
+        with source.open("rb") as file:
+            document = tomllib.load(file)
+    except FileNotFoundError:
+        raise InvalidArgument(f"config file {source} does not exist") from None
+    except OSError as error:
+        raise InvalidArgument(f"cannot read config file {source}: {error.strerror}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise InvalidArgument(f"{source}: not valid TOML: {error}") from None
+    top = Table(document, source=source)
+    data = top.path("data")
+    fsync = top.choice("fsync", FSYNC_POLICIES)
+    fsync_interval = top.seconds("fsync_interval")
+    sweep_interval = top.seconds("sweep_interval")
+    log_level = top.choice("log_level", LOG_LEVELS)
+    security = _security(top.table("security"), base.security)
+    mqtt = _mqtt(top.table("mqtt"), base.mqtt)
+    top.finish()
+    try:
+        mqtt = mqtt_settings(mqtt, security)
+    except InvalidArgument as error:
+        raise InvalidArgument(f"{source}: [security]: {error}") from None
+    return ServeConfig(
+        data=data if data is not None else base.data,
+        fsync=fsync or base.fsync,
+        fsync_interval=fsync_interval or base.fsync_interval,
+        sweep_interval=sweep_interval or base.sweep_interval,
+        log_level=log_level or base.log_level,
+        security=security,
+        mqtt=mqtt,
+        source=source,
+    )
+
+
+def mqtt_settings(base: MqttSettings, security: Security) -> MqttSettings:
+    """`base` with the authenticator and authorizer that `security` names, files read now."""
+    return dataclasses.replace(
+        base, authenticator=security.authenticator(), authorizer=security.authorizer()
+    )
+
+
+def _security(table: Table, base: Security) -> Security:
+    password_file = table.path("password_file")
+    acl_file = table.path("acl_file")
+    allow_anonymous = table.boolean("allow_anonymous")
+    table.finish()
+    return Security(
+        password_file=password_file or base.password_file,
+        acl_file=acl_file or base.acl_file,
+        allow_anonymous=allow_anonymous if allow_anonymous is not None else base.allow_anonymous,
+    )
+
+
+def _mqtt(table: Table, base: MqttSettings) -> MqttSettings:
+    listeners = tuple(_listener(t) for t in table.tables("listener"))
+    limits = _limits(table.table("limits"), base.limits)
+    table.finish()
+    return dataclasses.replace(base, listeners=listeners or base.listeners, limits=limits)
+
+
+def _listener(table: Table) -> Listener:
+    host = table.string("host") or Listener.host
+    port = table.integer("port", low=0, high=65_535)
+    tls = _tls(table.table("tls")) if table.has("tls") else None
+    table.finish()
+    if port is None:
+        port = 8883 if tls is not None else Listener.port  # the IANA ports for MQTT
+    return Listener(host=host, port=port, ssl=tls)
+
+
+def _tls(table: Table) -> ssl.SSLContext:
+    cert = table.path("cert")
+    key = table.path("key")
+    ca = table.path("ca")
+    require = table.boolean("require_client_cert")
+    table.finish()
+    if cert is None:
+        raise table.error("cert", "a TLS listener needs a certificate file")
+    try:
+        return server_context(cert, key, ca=ca, require_client_cert=require is not False)
+    except InvalidArgument as error:
+        raise table.error("cert", str(error)) from None
+
+
+def _limits(table: Table, base: Limits) -> Limits:
+    """Every field of `Limits`, typed after its default: int fields take integers, float
+    fields seconds."""
+    values: dict[str, Any] = {}  # each typed after its field's default just below
+    for limit in dataclasses.fields(Limits):
+        current = getattr(base, limit.name)
+        if isinstance(current, float):
+            value: int | float | None = table.seconds(limit.name)
+        else:
+            value = table.integer(limit.name, low=0 if limit.name in _MAY_BE_ZERO else 1)
+        if value is not None:
+            values[limit.name] = value
+    table.finish()
+    return dataclasses.replace(base, **values)

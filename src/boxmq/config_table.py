@@ -1,0 +1,121 @@
+"""Reading one TOML table with types checked and every error naming the file and the key.
+
+A `Table` hands out values by key and remembers which keys it handed out; `finish()` then
+refuses whatever is left, so a misspelt key is an error rather than a silently ignored line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from boxmq.cli_args import parse_duration
+from boxmq.errors import InvalidArgument
+
+__all__ = ["Table"]
+
+
+class Table:
+    def __init__(self, values: dict[str, Any], *, source: Path, path: str = "") -> None:
+        self._values = values
+        self._source = source
+        self._path = path  # "mqtt.listener[2]": where this table sits, for messages
+        self._used: set[str] = set()
+
+    def error(self, key: str, problem: str) -> InvalidArgument:
+        return InvalidArgument(f"{self._source}: {self._key(key)}: {problem}")
+
+    def _key(self, key: str) -> str:
+        return f"{self._path}.{key}" if self._path else key
+
+    def has(self, key: str) -> bool:
+        return key in self._values
+
+    def _take(self, key: str) -> Any:
+        self._used.add(key)
+        return self._values.get(key)
+
+    def string(self, key: str) -> str | None:
+        value = self._take(key)
+        if value is not None and not isinstance(value, str):
+            raise self.error(key, f"expected a string, got {_kind(value)}")
+        return value
+
+    def choice(self, key: str, choices: tuple[str, ...]) -> str | None:
+        value = self.string(key)
+        if value is not None and value not in choices:
+            raise self.error(key, f"{value!r} is not one of {', '.join(choices)}")
+        return value
+
+    def boolean(self, key: str) -> bool | None:
+        value = self._take(key)
+        if value is not None and not isinstance(value, bool):
+            raise self.error(key, f"expected true or false, got {_kind(value)}")
+        return value
+
+    def integer(self, key: str, *, low: int, high: int | None = None) -> int | None:
+        value = self._take(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):  # bool is an int subclass
+            raise self.error(key, f"expected an integer, got {_kind(value)}")
+        if value < low or (high is not None and value > high):
+            bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
+            raise self.error(key, f"{value} is out of range: use {bounds}")
+        return value
+
+    def seconds(self, key: str) -> float | None:
+        """A positive number of seconds, or a duration string ("500ms", "30s", "10m")."""
+        value = self._take(key)
+        if value is None:
+            return None
+        if isinstance(value, str):
+            try:
+                value = parse_duration(value)
+            except InvalidArgument as error:
+                raise self.error(key, str(error)) from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.error(key, f"expected seconds (a number or '30s'), got {_kind(value)}")
+        if not math.isfinite(value) or value <= 0:
+            raise self.error(key, f"{value} is not a positive number of seconds")
+        return float(value)
+
+    def path(self, key: str) -> Path | None:
+        """A file name; a relative one is taken from the config file's folder."""
+        value = self.string(key)
+        if value is None:
+            return None
+        if not value:
+            raise self.error(key, "expected a file name, got an empty string")
+        return self._source.parent / Path(value).expanduser()
+
+    def table(self, key: str) -> Table:
+        value = self._take(key)
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            raise self.error(key, f"expected a table ([{self._key(key)}]), got {_kind(value)}")
+        return Table(value, source=self._source, path=self._key(key))
+
+    def tables(self, key: str) -> Iterator[Table]:
+        """An array of tables ([[key]]), numbered from 1 in messages."""
+        value = self._take(key)
+        if value is None:
+            return
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            raise self.error(key, f"expected tables ([[{self._key(key)}]]), got {_kind(value)}")
+        for index, item in enumerate(value, start=1):
+            yield Table(item, source=self._source, path=f"{self._key(key)}[{index}]")
+
+    def finish(self) -> None:
+        unknown = sorted(set(self._values) - self._used)
+        if unknown:
+            raise self.error(unknown[0], "unknown key (check its spelling and its table)")
+
+
+def _kind(value: object) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+    names |= {list: "an array", dict: "a table"}
+    return names.get(type(value), type(value).__name__)

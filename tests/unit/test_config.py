@@ -1,0 +1,184 @@
+"""The serve config file: what it sets, what it refuses (naming key and file), flags over it."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from boxmq.config import Security, ServeConfig, load_config
+from boxmq.errors import InvalidArgument
+from boxmq.mqtt.acl import Acl
+from boxmq.mqtt.passwords import PasswordFile, set_password
+from boxmq.mqtt.settings import Limits, Listener
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _write(folder: Path, text: str) -> Path:
+    path = folder / "boxmq.toml"
+    path.write_text(text)
+    return path
+
+
+def test_an_empty_file_keeps_the_defaults(tmp_path: Path) -> None:
+    defaults = ServeConfig(data=Path("/srv/boxmq"), fsync="never", sweep_interval=5.0)
+    config = load_config(_write(tmp_path, ""), defaults=defaults)
+    assert dataclasses.replace(config, source=None) == defaults
+    assert config.source == tmp_path / "boxmq.toml"
+
+
+def test_every_setting(tmp_path: Path) -> None:
+    set_password(tmp_path / "passwd", "alice", b"wonder")
+    (tmp_path / "acl").write_text("user alice\ntopic alice/#\n")
+    path = _write(
+        tmp_path,
+        """
+        data = "state"
+        fsync = "interval"
+        fsync_interval = "250ms"
+        sweep_interval = 2
+        log_level = "debug"
+
+        [[mqtt.listener]]
+        host = "0.0.0.0"
+        port = 1884
+
+        [[mqtt.listener]]
+        port = 0
+
+        [mqtt.limits]
+        max_connections = 7
+        connect_timeout = "3s"
+
+        [security]
+        password_file = "passwd"
+        acl_file = "acl"
+        """,
+    )
+    config = load_config(path)
+    assert config.data == tmp_path / "state"  # relative to the config file's folder
+    assert (config.fsync, config.fsync_interval, config.sweep_interval) == ("interval", 0.25, 2.0)
+    assert config.log_level == "debug"
+    assert config.logging_level == 10
+    assert config.mqtt.listeners == (Listener("0.0.0.0", 1884), Listener("127.0.0.1", 0))
+    assert config.mqtt.limits == Limits(max_connections=7, connect_timeout=3.0)
+    assert config.security == Security(tmp_path / "passwd", tmp_path / "acl", None)
+    assert isinstance(config.mqtt.authenticator, PasswordFile)
+    assert isinstance(config.mqtt.authorizer, Acl)
+    # No allow_anonymous with a password file: only users get in.
+    assert not config.mqtt.authenticator.authenticate(None, None, "c")
+    assert config.mqtt.authenticator.authenticate("alice", b"wonder", "c")
+    assert config.mqtt.authorizer.can_publish("alice", "c", "alice/x")
+
+
+def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None:
+    config = load_config(_write(tmp_path, "[[mqtt.listener]]\nport = 1\n"))
+    assert config.mqtt.authenticator is None
+    assert config.mqtt.authorizer is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("dta = 'x'", "dta: unknown key"),
+        ("fsync = 'sometimes'", "fsync: 'sometimes' is not one of always, interval, never"),
+        ("fsync = 1", "fsync: expected a string, got an integer"),
+        ("sweep_interval = 'soon'", "sweep_interval: bad duration 'soon'"),
+        ("sweep_interval = 0", "sweep_interval: 0 is not a positive number of seconds"),
+        ("log_level = 'loud'", "log_level: 'loud' is not one of debug, info, warning, error"),
+        ("mqtt = 3", "mqtt: expected a table ([mqtt]), got an integer"),
+        ("[mqtt]\nlistener = { port = 1 }", "mqtt.listener: expected tables ([[mqtt.listener]])"),
+        ("[[mqtt.listener]]\n[[mqtt.listener]]\nprot = 1", "mqtt.listener[2].prot: unknown key"),
+        ("[[mqtt.listener]]\nport = '1883'", "mqtt.listener[1].port: expected an integer"),
+        ("[[mqtt.listener]]\nport = 70000", "port: 70000 is out of range: use from 0 to 65535"),
+        ("[[mqtt.listener]]\ntls = {}", "mqtt.listener[1].tls.cert: a TLS listener needs a cert"),
+        ("[mqtt.limits]\nmax_connection = 1", "mqtt.limits.max_connection: unknown key"),
+        ("[mqtt.limits]\nmax_connections = true", "max_connections: expected an integer, got a b"),
+        ("[mqtt.limits]\nmax_inflight = 0", "mqtt.limits.max_inflight: 0 is out of range"),
+        ("[security]\nallow_anonymous = 'yes'", "allow_anonymous: expected true or false"),
+        ("[security]\npassword_file = ''", "password_file: expected a file name, got an empty"),
+        ("[security]\nallow_anonymous = false", "allow_anonymous = false needs a password_file"),
+        ("[security]\nacl_file = 'nope'", "ACL file"),
+        ("data = ", "not valid TOML: Invalid value (at line 1, column 8)"),
+    ],
+)
+def test_errors_name_the_file_and_the_key(tmp_path: Path, text: str, message: str) -> None:
+    path = _write(tmp_path, text + "\n")
+    with pytest.raises(InvalidArgument) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert message in str(caught.value)
+
+
+def test_a_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match=r"config file .*none.toml does not exist"):
+        load_config(tmp_path / "none.toml")
+
+
+def test_flags_win_over_the_file(tmp_path: Path) -> None:
+    config = load_config(_write(tmp_path, "fsync = 'never'\n[[mqtt.listener]]\nport = 1\n"))
+    flagged = config.override(
+        data="/elsewhere", fsync="always", sweep_interval=9.0, listeners=(Listener(port=2),)
+    )
+    assert (flagged.data, flagged.fsync, flagged.sweep_interval) == (
+        Path("/elsewhere"),
+        "always",
+        9.0,
+    )
+    assert flagged.mqtt.listeners == (Listener(port=2),)
+    assert config.override() == config  # nothing typed, nothing changed
+    with pytest.raises(InvalidArgument, match="fsync 'maybe'"):
+        config.override(fsync="maybe")
+
+
+LIMIT_FIELDS = dataclasses.fields(Limits)
+
+
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            f.name: (
+                st.floats(min_value=0.001, max_value=1e6)
+                if isinstance(f.default, float)
+                else st.integers(min_value=1, max_value=2**31)
+            )
+            for f in LIMIT_FIELDS
+        },
+    )
+)
+def test_any_limits_table_reads_back_as_those_limits(limits: dict[str, Any]) -> None:
+    text = "[mqtt.limits]\n" + "".join(f"{k} = {v!r}\n" for k, v in limits.items())
+    with tempfile.TemporaryDirectory() as folder:  # Hypothesis examples cannot share tmp_path
+        parsed = load_config(_write(Path(folder), text))
+    assert parsed.mqtt.limits == dataclasses.replace(Limits(), **limits)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_a_tls_listener_gets_a_context_and_port_8883(tmp_path: Path) -> None:
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "1", "-subj", "/CN=localhost", "-keyout", str(tmp_path / "k.pem"),
+         "-out", str(tmp_path / "c.pem")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    path = _write(tmp_path, "[[mqtt.listener]]\ntls = { cert = 'c.pem', key = 'k.pem' }\n")
+    [listener] = load_config(path).mqtt.listeners
+    assert listener.port == 8883
+    assert listener.ssl is not None
+    bad = _write(tmp_path, "[[mqtt.listener]]\ntls = { cert = 'k.pem', key = 'k.pem' }\n")
+    with pytest.raises(InvalidArgument, match=r"mqtt.listener\[1\].tls.cert: TLS certificate"):
+        load_config(bad)
+
+
+def test_the_example_in_the_repository_loads() -> None:
+    config = load_config(REPO / "boxmq.example.toml")
+    assert config.mqtt.listeners
