@@ -39,6 +39,7 @@ class Limits:
     connect_timeout: float = 10.0  # seconds a socket may stay open without a CONNECT
     max_keepalive: int = 65_535  # seconds; a v5 client asking for more is told ours
     max_session_expiry: int = 7 * 24 * 3600  # seconds
+    topic_alias_maximum: int = 100  # aliases a v5 client may set for the topics it publishes
 
 
 class Authenticator(Protocol):

@@ -1,0 +1,1017 @@
+"""The MQTT broker: sessions, routing, and the bridge to the dropboxes. Runs on the asyncio loop.
+
+Where messages live (DESIGN.md §2, "persistence follows the subscriber"):
+- A non-persistent session's plain subscriptions are in memory (the core Router here): what
+  only such sessions want never touches the disk, and their QoS 1/2 state is in memory too.
+- A persistent session's subscriptions and every share group are dropboxes of the Box: a
+  publish that any of them matches is written (and flushed, per the fsync policy) before the
+  publisher gets its PUBACK / PUBREC; the loop takes messages out of them with
+  `receive_nowait` whenever a publish went in, a client acknowledged, or the timer ticks.
+- QoS 2 from a client goes through the Box's exactly-once intake (working/ -> PUBREC;
+  PUBREL -> target/ -> PUBCOMP) when the message must be on disk (a persistent publisher or a
+  durable subscriber); otherwise the packet id is remembered in the session until PUBREL.
+
+Invariants:
+- Blocking file work for a client's PUBLISHes runs in a worker thread, one batch per read, and
+  a client's batches run in order: its acknowledgements and its messages keep their order.
+- Only this module maps sessions to connections; `Link` is all it knows of a socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from boxmq.client.box import Box
+from boxmq.client.message import Message
+from boxmq.client.topics import Subscriber
+from boxmq.clock import Clock
+from boxmq.core import QoS, Router, Subscription, parse_filter
+from boxmq.errors import BoxMQError, Closed, InvalidArgument, MetadataTooLong
+from boxmq.model import RESERVED_PREFIX, ConsumerId, Envelope
+from boxmq.mqtt.connection import Connection
+from boxmq.mqtt.errors import ProtocolError
+from boxmq.mqtt.outbox import Stage
+from boxmq.mqtt.packets import (
+    Auth,
+    Connack,
+    Connect,
+    Disconnect,
+    Packet,
+    Pingreq,
+    Pingresp,
+    ProtocolVersion,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    RetainHandling,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+    Will,
+    new_publish,
+)
+from boxmq.mqtt.properties import EMPTY, Properties, PropertyId, subscription_identifier
+from boxmq.mqtt.reasons import ReasonCode
+from boxmq.mqtt.session import NEVER, Session, SubscriptionOptions, Token
+from boxmq.mqtt.settings import MqttSettings
+
+__all__ = ["V5_PROPERTIES", "Broker", "Link"]
+
+log = logging.getLogger("boxmq.mqtt")
+
+# The v5 properties of a message kept on disk: their wire bytes, base64, in one reserved
+# property of the file name (dropped, with a warning, when the name would pass 255 bytes).
+V5_PROPERTIES: Final = RESERVED_PREFIX + "v5"
+_NOT_FORWARDED: Final = (PropertyId.TOPIC_ALIAS, PropertyId.SUBSCRIPTION_IDENTIFIER)
+_LOCK_TIMEOUT: Final = 7 * 24 * 3600.0  # MQTT has no ack timeout: a session holds its locks
+_BACKLOG_HIGH: Final = 64  # disk batches queued for one client before we stop reading it
+_R = ReasonCode
+
+
+class Link(Protocol):
+    """What the broker knows of a client's socket (server.py implements it)."""
+
+    connection: Connection
+    peer: str
+    congested: bool  # its write buffer is over the high-water mark
+
+    def flush(self) -> None:
+        """Write what the connection has to send."""
+
+    def close(self) -> None: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+@dataclass(eq=False)
+class _Client:
+    """One connection's side of the broker."""
+
+    link: Link
+    session: Session | None = None
+    clean_exit: bool = False  # DISCONNECT 0x00 came: no Will (MQTT 5.0 §3.1.2.5)
+    jobs: list[_Job] = field(default_factory=list)  # this read's disk work, run as one batch
+    tail: asyncio.Future[None] | None = None  # the last batch, which the next one waits for
+    backlog: int = 0
+    paused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """Disk work for one packet (in a worker thread), then its answer (on the loop)."""
+
+    work: Callable[[], object]
+    then: Callable[[object], None]
+
+
+class Broker:
+    def __init__(self, box: Box, settings: MqttSettings, clock: Clock) -> None:
+        self.box = box
+        self.settings = settings
+        self.limits = settings.limits
+        self._clock = clock
+        self._clients: dict[Link, _Client] = {}
+        self._sessions: dict[str, Session] = {}
+        self._links: dict[str, _Client] = {}  # client id -> its connected client
+        self._memory = Router()  # non-persistent sessions' plain subscriptions
+        self._durable: dict[str, dict[str, Subscriber]] = {}  # client id -> filter -> dropbox
+        self._wills: dict[str, asyncio.TimerHandle] = {}
+        self._expiries: dict[str, asyncio.TimerHandle] = {}
+        self._dirty: set[_Client] = set()
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    # -- connections -------------------------------------------------------------------------------
+
+    def opened(self, link: Link) -> bool:
+        """A socket was accepted; False if over max_connections (close it)."""
+        if len(self._clients) >= self.limits.max_connections:
+            log.warning("%s refused: %d connections already", link.peer, len(self._clients))
+            return False
+        self._clients[link] = _Client(link)
+        return True
+
+    def received(self, link: Link, packets: Iterable[Packet]) -> None:
+        """Act on what a read brought. ProtocolViolation goes back to the caller (close)."""
+        client = self._clients[link]
+        try:
+            for packet in packets:
+                self._handle(client, packet)
+        finally:
+            if client.jobs:
+                self._start_batch(client)
+            self.flush()
+
+    def closed(self, link: Link, reason: str) -> None:
+        """The socket is gone (or about to be): the session lives on or ends."""
+        client = self._clients.pop(link, None)
+        if client is None:
+            return
+        session = client.session
+        if session is None or self._links.get(session.client_id) is not client:
+            return  # never connected, or taken over by a newer connection
+        del self._links[session.client_id]
+        session.connected = False
+        log.info("client %s disconnected (%s)", session.client_id, reason)
+        if not client.clean_exit and session.will is not None:
+            self._schedule_will(session)
+        session.will = None
+        if session.persistent:
+            self._schedule_expiry(session)
+        else:
+            self._end_session(session)
+        self.flush()
+
+    def flush(self) -> None:
+        dirty, self._dirty = self._dirty, set()
+        for client in dirty:
+            client.link.flush()
+
+    def tick(self, now: float) -> None:
+        """The timer: keep-alives, CONNECT timeouts, and messages others dropped in dropboxes."""
+        for client in list(self._clients.values()):
+            connection = client.link.connection
+            if client.session is None:
+                if now - connection.last_heard > self.limits.connect_timeout:
+                    log.info(
+                        "%s closed: no CONNECT within %gs",
+                        client.link.peer,
+                        self.limits.connect_timeout,
+                    )
+                    client.link.close()
+                continue
+            deadline = connection.deadline()
+            if deadline is not None and now > deadline:
+                self._kick(client, _R.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
+        self.pump_all()
+        self.flush()
+
+    def pump_all(self) -> None:
+        for client_id in list(self._durable):
+            session = self._sessions.get(client_id)
+            if session is not None and session.connected:
+                self._pump(session)
+
+    async def close(self) -> None:
+        """Shutting down: every client is told (v5) and its connection closed; then the disk
+        work in flight finishes, so everything acknowledged is on disk."""
+        for client in list(self._clients.values()):
+            self._kick(client, _R.SERVER_SHUTTING_DOWN, "server shutting down")
+        tails = [c.tail for c in self._clients.values() if c.tail is not None]
+        if tails:
+            await asyncio.gather(*tails, return_exceptions=True)
+        for session in list(self._sessions.values()):
+            for subscriber in self._durable.pop(session.client_id, {}).values():
+                subscriber.detach()  # locks released; the dropboxes and groups stay
+        self._pool.shutdown(wait=True)
+
+    # -- dispatch ----------------------------------------------------------------------------------
+
+    def _handle(self, client: _Client, packet: Packet) -> None:
+        session = client.session
+        if session is None:
+            assert isinstance(packet, Connect)  # Connection lets nothing else through first
+            self._connect(client, packet)
+            return
+        kind = type(packet)
+        if kind is Publish:
+            assert isinstance(packet, Publish)
+            self._publish(client, session, packet)
+        elif kind is Puback:
+            assert isinstance(packet, Puback)
+            self._acked(session, packet.packet_id, Stage.AWAIT_PUBACK, packet.reason)
+        elif kind is Pubrec:
+            assert isinstance(packet, Pubrec)
+            self._acked(session, packet.packet_id, Stage.AWAIT_PUBREC, packet.reason)
+        elif kind is Pubcomp:
+            assert isinstance(packet, Pubcomp)
+            self._acked(session, packet.packet_id, Stage.AWAIT_PUBCOMP, packet.reason)
+        elif kind is Pubrel:
+            assert isinstance(packet, Pubrel)
+            self._released(client, session, packet.packet_id)
+        elif kind is Subscribe:
+            assert isinstance(packet, Subscribe)
+            self._subscribe(client, session, packet)
+        elif kind is Unsubscribe:
+            assert isinstance(packet, Unsubscribe)
+            self._unsubscribe(client, session, packet)
+        elif kind is Pingreq:
+            self._send(client, Pingresp())
+        elif kind is Disconnect:
+            assert isinstance(packet, Disconnect)
+            self._disconnected(client, session, packet)
+        elif kind is Auth:
+            raise ProtocolError("AUTH without an Authentication Method in CONNECT (§4.12)")
+        else:
+            raise ProtocolError(f"a client may not send {kind.__name__.upper()}")
+
+    def _send(self, client: _Client, packet: Packet) -> None:
+        client.link.connection.send(packet)
+        self._dirty.add(client)
+
+    # -- CONNECT -----------------------------------------------------------------------------------
+
+    def _connect(self, client: _Client, packet: Connect) -> None:
+        connection = client.link.connection
+        v5 = packet.version is ProtocolVersion.V5
+        props = packet.properties
+        refusal = self._refusal(packet)
+        if refusal is not None:
+            log.info("client %r refused: %s", packet.client_id, refusal.name.lower())
+            self._send(client, Connack(reason=refusal))
+            self.flush()
+            client.link.close()
+            return
+        client_id = packet.client_id
+        assigned = None
+        if not client_id:
+            client_id = assigned = f"auto-{uuid.uuid4().hex}"
+        expiry = self._expiry_of(packet)
+        keep_alive = packet.keep_alive
+        if v5 and keep_alive > self.limits.max_keepalive:
+            keep_alive = self.limits.max_keepalive
+        present, session = self._take_session(client_id, packet.clean_start, expiry)
+        session.expiry = expiry
+        session.will = packet.will
+        session.username = packet.username
+        session.connected = True
+        window = min(props.receive_maximum or 65_535, self.limits.max_inflight)
+        session.outbox.window = window
+        client.session = session
+        self._links[client_id] = client
+        connection.keep_alive = keep_alive
+        connection.accepted = True
+        requested = props.session_expiry_interval or 0
+        self._send(
+            client,
+            Connack(
+                session_present=present,
+                properties=Properties.build(
+                    assigned_client_identifier=assigned,
+                    session_expiry_interval=expiry if v5 and expiry != requested else None,
+                    server_keep_alive=keep_alive
+                    if v5 and keep_alive != packet.keep_alive
+                    else None,
+                    receive_maximum=self.limits.receive_maximum,
+                    maximum_packet_size=self.limits.max_packet_size,
+                    topic_alias_maximum=self.limits.topic_alias_maximum,
+                    retain_available=1,
+                    wildcard_subscription_available=1,
+                    subscription_identifier_available=1,
+                    shared_subscription_available=1,
+                )
+                if v5
+                else EMPTY,
+            ),
+        )
+        log.info(
+            "client %s connected from %s (MQTT %s, %s session%s)",
+            client_id,
+            client.link.peer,
+            "5.0" if v5 else "3.1.1",
+            "persistent" if session.persistent else "clean",
+            ", resumed" if present else "",
+        )
+        for again in session.outbox.resend():
+            self._send(client, again)
+        self._pump(session)
+
+    def _refusal(self, packet: Connect) -> ReasonCode | None:
+        if packet.properties.authentication_method is not None:
+            return _R.BAD_AUTHENTICATION_METHOD  # no enhanced authentication (§4.12)
+        authenticator = self.settings.authenticator
+        if authenticator is not None and not authenticator.authenticate(
+            packet.username, packet.password, packet.client_id
+        ):
+            return _R.NOT_AUTHORIZED if packet.username is None else _R.BAD_USER_NAME_OR_PASSWORD
+        if packet.client_id and not _storable(packet.client_id):
+            return _R.CLIENT_IDENTIFIER_NOT_VALID
+        return None
+
+    def _expiry_of(self, packet: Connect) -> int:
+        if packet.version is ProtocolVersion.V5:
+            asked = packet.properties.session_expiry_interval or 0
+        else:
+            asked = 0 if packet.clean_start else NEVER  # 3.1.1: CleanSession 0 never expires
+        return min(asked, self.limits.max_session_expiry) if asked != NEVER else NEVER
+
+    def _take_session(self, client_id: str, clean: bool, expiry: int) -> tuple[bool, Session]:
+        """Session takeover and resumption (MQTT 5.0 §3.1.4): (session present, session)."""
+        old_client = self._links.get(client_id)
+        if old_client is not None:
+            log.info("client %s: taken over by a new connection", client_id)
+            old_session = old_client.session
+            if old_session is not None and old_session.will is not None and clean:
+                self._publish_will(old_session.client_id, old_session.username, old_session.will)
+            if old_session is not None:
+                old_session.will = None
+            self._kick(old_client, _R.SESSION_TAKEN_OVER, "session taken over")
+        self._cancel(self._wills, client_id)
+        self._cancel(self._expiries, client_id)
+        session = self._sessions.get(client_id)
+        if clean:
+            if session is not None:
+                self._end_session(session)
+            self._forget_on_disk(client_id)
+            session = None
+        elif session is None and expiry:
+            session = self._session_from_disk(client_id)
+        if session is not None:
+            return True, session
+        session = Session(
+            client_id, window=self.limits.max_inflight, queue_limit=self.limits.max_queued
+        )
+        self._sessions[client_id] = session
+        return False, session
+
+    def _session_from_disk(self, client_id: str) -> Session | None:
+        """A persistent session this process does not know (boxmq was restarted): its
+        durable subscriptions are on disk; its options are read back from there."""
+        name = consumer_name(client_id)
+        found = []
+        for info in self.box.topics.subscriptions():
+            if info.subscriber == name or name in info.members:
+                found.append(info.filter)
+        if not found:
+            return None
+        session = Session(
+            client_id, window=self.limits.max_inflight, queue_limit=self.limits.max_queued
+        )
+        self._sessions[client_id] = session
+        for text in found:
+            qos = self._record_qos(text, name)
+            options = SubscriptionOptions(qos=qos, durable=True)
+            session.subscriptions[text] = options
+            self._attach(session, text, options)
+        log.info("client %s: session found on disk (%d subscription(s))", client_id, len(found))
+        return session
+
+    def _record_qos(self, text: str, name: str) -> int:
+        from boxmq.store.topics import read_records
+
+        parsed = parse_filter(text)
+        for record, _ in read_records(self.box.root):
+            same = record.filter == parsed.filter and record.group == parsed.share_group
+            if same and (record.group is not None or record.subscriber == name):
+                return record.qos
+        return 1
+
+    def _forget_on_disk(self, client_id: str) -> None:
+        """Clean start: whatever a former session of this client left on disk is deleted."""
+        name = consumer_name(client_id)
+        for info in self.box.topics.subscriptions():
+            if info.subscriber == name or name in info.members:
+                self.box.unsubscribe(info.filter, name)
+
+    def _kick(self, client: _Client, reason: ReasonCode, why: str) -> None:
+        connection = client.link.connection
+        if connection.version is ProtocolVersion.V5 and connection.accepted:
+            self._send(client, Disconnect(reason))
+        self.flush()
+        self.closed(client.link, why)
+        client.link.close()
+
+    # -- sessions ending ---------------------------------------------------------------------------
+
+    def _end_session(self, session: Session) -> None:
+        """The session is over: memory subscriptions dropped, durable ones deleted, share
+        groups left (their messages in flight go to the other members, MQTT-234)."""
+        client_id = session.client_id
+        self._sessions.pop(client_id, None)
+        self._cancel(self._expiries, client_id)
+        self._memory.remove_subscriber(client_id)
+        session.outbox.clear()
+        name = consumer_name(client_id)
+        for text, subscriber in self._durable.pop(client_id, {}).items():
+            subscriber.close()
+            if not parse_filter(text).shared:
+                self.box.unsubscribe(text, name)
+
+    def _schedule_expiry(self, session: Session) -> None:
+        if session.expiry == NEVER:
+            return
+        client_id = session.client_id
+
+        def expire() -> None:
+            self._expiries.pop(client_id, None)
+            current = self._sessions.get(client_id)
+            if current is session and not session.connected:
+                log.info("client %s: session expired", client_id)
+                self._end_session(session)
+
+        self._expiries[client_id] = self.loop.call_later(session.expiry, expire)
+
+    def _schedule_will(self, session: Session) -> None:
+        will = session.will
+        assert will is not None
+        delay = will.properties.will_delay_interval or 0
+        if session.persistent and session.expiry != NEVER:
+            delay = min(delay, session.expiry)  # MQTT 5.0 §3.1.3.2.2: at the latest at the end
+        elif not session.persistent:
+            delay = 0
+        client_id, username = session.client_id, session.username
+        if not delay:
+            self._publish_will(client_id, username, will)
+            return
+
+        def send() -> None:
+            self._wills.pop(client_id, None)
+            self._publish_will(client_id, username, will)
+            self.flush()
+
+        self._wills[client_id] = self.loop.call_later(delay, send)
+
+    def _publish_will(self, client_id: str, username: str | None, will: Will) -> None:
+        log.info("client %s: sending its will to %s", client_id, will.topic)
+        publish = Publish(
+            will.topic,
+            will.payload,
+            will.qos,
+            will.retain,
+            False,
+            None,
+            will.properties.without(PropertyId.WILL_DELAY_INTERVAL),
+        )
+        if not self._may_publish(username, client_id, will.topic):
+            return
+        if self._needs_disk(client_id, publish, persistent=False):
+            self._pool.submit(self._write, client_id, publish)
+        self._route_memory(client_id, publish)
+
+    @staticmethod
+    def _cancel(handles: dict[str, asyncio.TimerHandle], client_id: str) -> None:
+        handle = handles.pop(client_id, None)
+        if handle is not None:
+            handle.cancel()
+
+    def _disconnected(self, client: _Client, session: Session, packet: Disconnect) -> None:
+        client.clean_exit = packet.reason != _R.DISCONNECT_WITH_WILL_MESSAGE
+        asked = packet.properties.session_expiry_interval
+        if asked is not None:
+            if session.expiry == 0 and asked:
+                raise ProtocolError(
+                    "DISCONNECT sets a Session Expiry Interval after 0 (§3.14.2.2.2)"
+                )
+            session.expiry = min(asked, self.limits.max_session_expiry) if asked != NEVER else NEVER
+        self.closed(client.link, f"DISCONNECT, reason {packet.reason:#04x}")
+        client.link.close()
+
+    # -- PUBLISH from a client -------------------------------------------------------------------
+
+    def _publish(self, client: _Client, session: Session, packet: Publish) -> None:
+        if not packet.topic:
+            raise ProtocolError("PUBLISH without a topic name (MQTT 5.0 §3.3.2.1)")
+        qos, packet_id = packet.qos, packet.packet_id
+        if qos == 2 and packet_id in session.awaiting_release:
+            self._send(client, Pubrec(packet_id))  # a repeat: answered again, never routed twice
+            return
+        if not self._may_publish(session.username, session.client_id, packet.topic):
+            self._refuse_publish(client, session, packet)
+            return
+        disk = self._needs_disk(session.client_id, packet, persistent=session.persistent)
+        if client.tail is not None or client.jobs or disk:
+            self._publish_later(client, session, packet, disk)
+        else:
+            self._publish_now(client, session, packet)
+
+    def _publish_now(self, client: _Client, session: Session, packet: Publish) -> None:
+        qos = packet.qos
+        if qos == 2:
+            assert packet.packet_id is not None
+            session.hold_for_release(packet.packet_id, packet)
+            self._send(client, Pubrec(packet.packet_id))
+            return
+        self._route_memory(session.client_id, packet)
+        if qos == 1:
+            assert packet.packet_id is not None
+            self._send(client, Puback(packet.packet_id))
+
+    def _publish_later(
+        self, client: _Client, session: Session, packet: Publish, disk: bool
+    ) -> None:
+        client_id = session.client_id
+        packet_id = packet.packet_id
+        if not disk:
+            client.jobs.append(
+                _Job(lambda: None, lambda _: self._publish_now(client, session, packet))
+            )
+            return
+        if packet.qos == 2 and not packet.retain:
+            assert packet_id is not None
+
+            def stored(result: object) -> None:
+                if isinstance(result, BoxMQError):
+                    self._send_error(client, Pubrec(packet_id), result)
+                    return
+                session.hold_for_release(packet_id, packet, stored=True)
+                self._send(client, Pubrec(packet_id))
+
+            client.jobs.append(_Job(lambda: self._assure(client_id, packet), stored))
+            return
+        if packet.qos == 2:
+            # Retained QoS 2 is written at PUBREL: the retained store has no working/ step.
+            client.jobs.append(
+                _Job(lambda: None, lambda _: self._publish_now(client, session, packet))
+            )
+            return
+
+        def written(result: object) -> None:
+            if isinstance(result, BoxMQError):
+                if packet_id is not None:
+                    self._send_error(client, Puback(packet_id), result)
+                return
+            self._route_memory(client_id, packet)
+            if packet_id is not None:
+                self._send(client, Puback(packet_id))
+
+        client.jobs.append(_Job(lambda: self._write(client_id, packet), written))
+
+    def _send_error(self, client: _Client, ack: Puback | Pubrec, error: BoxMQError) -> None:
+        from boxmq.mqtt.reasons import reason_for
+
+        log.warning("PUBLISH refused: %s", error)
+        connection = client.link.connection
+        if connection.version is ProtocolVersion.V5:
+            self._send(client, type(ack)(ack.packet_id, reason_for(error)))
+        else:
+            self._kick(client, _R.UNSPECIFIED_ERROR, f"a PUBLISH failed: {error}")
+
+    def _refuse_publish(self, client: _Client, session: Session, packet: Publish) -> None:
+        """MQTT 5.0 §3.3.4: PUBACK/PUBREC 0x87; 3.1.1 has no way to say no, so it is
+        acknowledged and dropped (as mosquitto does)."""
+        log.info("client %s may not publish to %s", session.client_id, packet.topic)
+        packet_id = packet.packet_id
+        if packet_id is None:
+            return
+        v5 = client.link.connection.version is ProtocolVersion.V5
+        reason = _R.NOT_AUTHORIZED if v5 else _R.SUCCESS
+        if packet.qos == 1:
+            self._send(client, Puback(packet_id, reason))
+        else:
+            if not v5:
+                session.hold_for_release(packet_id, None, refused=True)
+            self._send(client, Pubrec(packet_id, reason))
+
+    def _released(self, client: _Client, session: Session, packet_id: int) -> None:
+        """PUBREL: the QoS 2 message goes on to its subscribers, then PUBCOMP."""
+        held = session.release(packet_id)
+        client_id = session.client_id
+        if held is not None and held.refused:
+            self._send(client, Pubcomp(packet_id))
+            return
+        if held is None and not session.persistent:
+            v5 = client.link.connection.version is ProtocolVersion.V5
+            reason = _R.PACKET_IDENTIFIER_NOT_FOUND if v5 else _R.SUCCESS
+            self._send(client, Pubcomp(packet_id, reason))
+            return
+        publish = None if held is None else held.publish
+        on_disk = held is None or held.stored
+        if (
+            not on_disk
+            and publish is not None
+            and not publish.retain
+            and client.tail is None
+            and not client.jobs
+        ):
+            self._route_memory(client_id, publish)
+            self._send(client, Pubcomp(packet_id))
+            return
+
+        def work() -> object:
+            if on_disk:
+                return self.box.deliver(_source(client_id), str(packet_id), remember=False)
+            assert publish is not None
+            if publish.retain or self._needs_disk(client_id, publish, persistent=False):
+                self._write(client_id, publish)
+            return True
+
+        def done(result: object) -> None:
+            if isinstance(result, BoxMQError):
+                log.warning("client %s: PUBREL %d failed: %s", client_id, packet_id, result)
+            if publish is not None:
+                self._route_memory(client_id, publish)
+            self._send(client, Pubcomp(packet_id))
+
+        client.jobs.append(_Job(work, done))
+
+    def _may_publish(self, username: str | None, client_id: str, topic: str) -> bool:
+        authorizer = self.settings.authorizer
+        return authorizer is None or authorizer.can_publish(username, client_id, topic)
+
+    def _needs_disk(self, client_id: str, packet: Publish, *, persistent: bool) -> bool:
+        if packet.retain or (packet.qos == 2 and persistent):
+            return True
+        return self.box.topics.has_durable(packet.topic, consumer_name(client_id))
+
+    # -- disk work (worker threads) ----------------------------------------------------------------
+
+    def _write(self, client_id: str, packet: Publish) -> None:
+        """Publish into the Box: retained store and every durable subscription it matches."""
+        props = packet.properties.without(*_NOT_FORWARDED)
+        expiry = props.message_expiry_interval
+        kept = {V5_PROPERTIES: base64.urlsafe_b64encode(props.raw).decode()} if props else {}
+        for properties in (kept, {}) if kept else ({},):
+            try:
+                self.box.publish(
+                    packet.topic,
+                    packet.payload,
+                    qos=packet.qos,
+                    retain=packet.retain,
+                    properties=properties,
+                    expires_in=expiry or None,
+                    source=consumer_name(client_id),
+                )
+                return
+            except MetadataTooLong:
+                if not properties:
+                    raise
+                log.warning(
+                    "%s: its v5 properties do not fit in a file name: dropped", packet.topic
+                )
+
+    def _assure(self, client_id: str, packet: Publish) -> object:
+        props = packet.properties.without(*_NOT_FORWARDED)
+        kept = {V5_PROPERTIES: base64.urlsafe_b64encode(props.raw).decode()} if props else {}
+        try:
+            return self.box.assured(
+                _source(client_id),
+                str(packet.packet_id),
+                packet.payload,
+                topic=packet.topic,
+                properties=kept,
+            )
+        except MetadataTooLong:
+            return self.box.assured(
+                _source(client_id), str(packet.packet_id), packet.payload, topic=packet.topic
+            )
+
+    def _start_batch(self, client: _Client) -> None:
+        jobs, client.jobs = client.jobs, []
+        previous = client.tail
+        loop = self.loop
+
+        async def run() -> None:
+            if previous is not None:
+                await asyncio.wait([previous])
+            results = await loop.run_in_executor(self._pool, _run_all, jobs)
+            for job, result in zip(jobs, results, strict=True):
+                job.then(result)  # even for a client gone: its message still goes on
+            self.flush()
+
+        task = loop.create_task(run())
+        client.tail = task
+        client.backlog += 1
+        if client.backlog >= _BACKLOG_HIGH and not client.paused:
+            client.paused = True
+            client.link.pause_reading()
+
+        def finished(done: asyncio.Future[None]) -> None:
+            client.backlog -= 1
+            if client.tail is done:
+                client.tail = None
+            if client.paused and client.backlog < _BACKLOG_HIGH // 2:
+                client.paused = False
+                client.link.resume_reading()
+            if not done.cancelled() and (error := done.exception()) is not None:
+                log.error("disk work for %s failed: %r", client.link.peer, error)
+            self.pump_all()
+            self.flush()
+
+        task.add_done_callback(finished)
+
+    # -- routing to subscribers --------------------------------------------------------------------
+
+    def _route_memory(self, source: str, packet: Publish) -> None:
+        """Copies for the in-memory subscriptions of connected non-persistent sessions."""
+        destinations = self._memory.route(packet.topic, qos=QoS(packet.qos), source=source)
+        if not destinations:
+            return
+        props = packet.properties.without(*_NOT_FORWARDED)
+        for destination in destinations:
+            subscriber = destination.subscriber
+            assert subscriber is not None
+            session = self._sessions.get(subscriber)
+            if session is None:
+                continue
+            options = session.subscriptions.get(str(destination.filter))
+            if options is None:
+                continue
+            retain = packet.retain and options.retain_as_published
+            extra = subscription_identifier(options.identifier) if options.identifier else EMPTY
+            out = new_publish(
+                packet.topic,
+                packet.payload,
+                int(destination.qos),
+                retain,
+                False,
+                None,
+                props + extra if extra else props,
+            )
+            self._deliver(session, out, None)
+
+    def _deliver(self, session: Session, publish: Publish, token: Token) -> None:
+        try:
+            sent = session.outbox.push(publish, token)
+        except OverflowError:
+            log.warning(
+                "client %s: queue full, a QoS %d message dropped", session.client_id, publish.qos
+            )
+            if token is not None:
+                token.unlock()
+            return
+        if sent is not None:
+            client = self._links.get(session.client_id)
+            if client is not None and sent.qos == 0 and client.link.congested:
+                session.outbox.dropped += 1  # at most once: a slow reader loses QoS 0, not memory
+            elif client is not None:
+                client.link.connection.send(sent)
+                self._dirty.add(client)
+
+    def _acked(self, session: Session, packet_id: int, stage: Stage, reason: ReasonCode) -> None:
+        acked = session.outbox.acked(packet_id, stage, reason >= _R.UNSPECIFIED_ERROR)
+        client = self._links.get(session.client_id)
+        if acked.reply is not None and client is not None:
+            self._send(client, acked.reply)
+        message = acked.token
+        if message is not None and acked.reply is None:
+            try:
+                if acked.refused:
+                    message.reject()  # MQTT-234: to error/, never to another member
+                else:
+                    message.ack()
+            except BoxMQError as error:
+                log.warning("client %s: settling %s: %s", session.client_id, message.id, error)
+        for publish, token in session.outbox.ready():
+            if client is not None:
+                client.link.connection.send(publish)
+                self._dirty.add(client)
+            elif token is not None:
+                token.unlock()
+        self._pump(session)
+
+    def _pump(self, session: Session) -> None:
+        """Take messages out of the session's dropboxes while it has room in flight."""
+        subscribers = self._durable.get(session.client_id)
+        if not subscribers or not session.connected:
+            return
+        outbox = session.outbox
+        for text, subscriber in list(subscribers.items()):
+            options = session.subscriptions.get(text)
+            if options is None:
+                continue
+            while outbox.free > 0:
+                try:
+                    message = subscriber.receive_nowait()
+                except Closed:
+                    break
+                if message is None:
+                    break
+                publish = _publish_of(message, options)
+                if publish.qos == 0:
+                    message.ack()
+                    self._deliver(session, publish, None)
+                else:
+                    self._deliver(session, publish, message)
+
+    # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------------------
+
+    def _subscribe(self, client: _Client, session: Session, packet: Subscribe) -> None:
+        v5 = client.link.connection.version is ProtocolVersion.V5
+        identifiers = packet.properties.subscription_identifiers
+        identifier = identifiers[0] if identifiers else None
+        reasons: list[ReasonCode] = []
+        retained: list[tuple[Envelope, bytes, SubscriptionOptions]] = []
+        for wanted in packet.subscriptions:
+            text = wanted.topic_filter
+            try:
+                parsed = parse_filter(text)
+            except InvalidArgument:
+                reasons.append(_R.TOPIC_FILTER_INVALID)
+                continue
+            if parsed.shared and wanted.no_local:
+                raise ProtocolError(f"{text}: No Local on a shared subscription (§3.8.3.1)")
+            authorizer = self.settings.authorizer
+            if authorizer is not None and not authorizer.can_subscribe(
+                session.username, session.client_id, text
+            ):
+                log.info("client %s may not subscribe to %s", session.client_id, text)
+                reasons.append(_R.NOT_AUTHORIZED)
+                continue
+            existed = text in session.subscriptions
+            options = SubscriptionOptions(
+                qos=wanted.qos,
+                durable=parsed.shared or session.persistent,
+                no_local=wanted.no_local,
+                retain_as_published=wanted.retain_as_published,
+                retain_handling=wanted.retain_handling,
+                identifier=identifier,
+            )
+            try:
+                self._add_subscription(session, text, options)
+            except BoxMQError as error:
+                log.warning("client %s: subscribing to %s: %s", session.client_id, text, error)
+                reasons.append(
+                    _R.UNSPECIFIED_ERROR
+                    if not isinstance(error, InvalidArgument)
+                    else _R.TOPIC_FILTER_INVALID
+                )
+                continue
+            reasons.append(ReasonCode(wanted.qos))
+            handling = wanted.retain_handling
+            if not parsed.shared and (
+                handling is RetainHandling.SEND_ON_SUBSCRIBE
+                or (handling is RetainHandling.SEND_IF_NEW_SUBSCRIPTION and not existed)
+            ):
+                retained += [
+                    (env, body, options) for env, body in self.box.topics.retained_matching(text)
+                ]
+        if not v5:
+            reasons = [r if r < _R.UNSPECIFIED_ERROR else _R.UNSPECIFIED_ERROR for r in reasons]
+        self._send(client, Suback(packet.packet_id, tuple(reasons)))
+        for envelope, body, options in retained:
+            self._deliver(session, _retained_publish(envelope, body, options), None)
+        self._pump(session)
+
+    def _add_subscription(self, session: Session, text: str, options: SubscriptionOptions) -> None:
+        client_id = session.client_id
+        old = session.subscriptions.get(text)
+        if old is not None and old.durable != options.durable:
+            self._remove_subscription(session, text)
+        session.subscriptions[text] = options
+        if options.durable:
+            current = self._durable.get(client_id, {}).pop(text, None)
+            if current is not None:
+                current.detach()
+            self._attach(session, text, options)
+        else:
+            parsed = parse_filter(text)
+            self._memory.subscribe(
+                Subscription(
+                    ConsumerId(client_id), parsed, QoS(options.qos), False, options.no_local
+                )
+            )
+
+    def _attach(self, session: Session, text: str, options: SubscriptionOptions) -> None:
+        subscriber = self.box.subscribe(
+            text,
+            consumer_name(session.client_id),
+            qos=options.qos,
+            durable=True,
+            max_in_flight=max(1, session.outbox.window),
+            lock_timeout=_LOCK_TIMEOUT,
+            no_local=options.no_local,
+            send_retained=False,
+        )
+        self._durable.setdefault(session.client_id, {})[text] = subscriber
+
+    def _remove_subscription(self, session: Session, text: str) -> bool:
+        options = session.subscriptions.pop(text, None)
+        if options is None:
+            return False
+        client_id = session.client_id
+        if options.durable:
+            subscriber = self._durable.get(client_id, {}).pop(text, None)
+            if subscriber is not None:
+                subscriber.close()
+            if not parse_filter(text).shared:
+                self.box.unsubscribe(text, consumer_name(client_id))
+        else:
+            self._memory.unsubscribe(client_id, parse_filter(text))
+        return True
+
+    def _unsubscribe(self, client: _Client, session: Session, packet: Unsubscribe) -> None:
+        reasons = []
+        for text in packet.topic_filters:
+            try:
+                removed = self._remove_subscription(session, text)
+            except InvalidArgument:
+                removed = False
+            reasons.append(_R.SUCCESS if removed else _R.NO_SUBSCRIPTION_EXISTED)
+        v5 = client.link.connection.version is ProtocolVersion.V5
+        self._send(client, Unsuback(packet.packet_id, tuple(reasons) if v5 else ()))
+
+
+def _run_all(jobs: list[_Job]) -> list[object]:
+    """In a worker thread: each job's work, in order; an error is the job's result."""
+    results: list[object] = []
+    for job in jobs:
+        try:
+            results.append(job.work())
+        except BoxMQError as error:
+            results.append(error)
+    return results
+
+
+def _source(client_id: str) -> str:
+    """Who sends a QoS 2 message to the exactly-once intake: the MQTT client."""
+    return f"mqtt:{client_id}"
+
+
+def consumer_name(client_id: str) -> str:
+    """A client id as a subscriber name on disk ('/' cannot be in one; '%' escapes)."""
+    return client_id.replace("%", "%25").replace("/", "%2F")
+
+
+def _storable(client_id: str) -> bool:
+    from boxmq.store.names import check_consumer_name
+
+    try:
+        check_consumer_name(consumer_name(client_id))
+    except InvalidArgument:
+        return False
+    return True
+
+
+def _properties_of(envelope: Envelope) -> Properties:
+    raw = envelope.property_value(V5_PROPERTIES)
+    if not isinstance(raw, str):
+        return EMPTY
+    try:
+        return Properties(base64.urlsafe_b64decode(raw))
+    except ValueError:
+        return EMPTY
+
+
+def _publish_of(message: Message, options: SubscriptionOptions) -> Publish:
+    props = _properties_of(message.envelope)
+    if options.identifier:
+        props = props + subscription_identifier(options.identifier)
+    topic = message.topic or ""
+    return new_publish(
+        topic,
+        message.body,
+        min(message.qos, options.qos),
+        message.retained,
+        message.delivery_count > 1,
+        None,
+        props,
+    )
+
+
+def _retained_publish(envelope: Envelope, body: bytes, options: SubscriptionOptions) -> Publish:
+    from boxmq.model import QOS
+
+    stored = envelope.property_value(QOS)
+    qos = stored if isinstance(stored, int) and not isinstance(stored, bool) else 1
+    props = _properties_of(envelope)
+    if options.identifier:
+        props = props + subscription_identifier(options.identifier)
+    return new_publish(envelope.topic or "", body, min(qos, options.qos), True, False, None, props)

@@ -1,0 +1,213 @@
+"""One client connection, sans-IO: bytes in, checked packets out; packets in, bytes out.
+
+`receive(data, now)` frames and decodes what came and returns the packets the broker must act
+on; `send(packet)` encodes one for the client and `data_to_send()` takes everything encoded
+so far, so the edge writes once per read (one `writelines`). Nothing here awaits or reads a
+clock: `now` is passed in, and `deadline()` says when the connection has been silent too long.
+
+Invariants (the rules a single connection can check alone):
+- The first packet is CONNECT and there is no second one (MQTT 5.0 §3.1); it fixes the version.
+- A PUBLISH handed to the broker always has its topic: a v5 Topic Alias is resolved here and
+  removed from its properties (§3.3.2.3.4); the alias map is per connection.
+- The client's own limits are kept: a PUBLISH larger than its Maximum Packet Size is not sent
+  (§3.1.2.25), and it may not send us more QoS 1/2 PUBLISHes unanswered than our Receive
+  Maximum (§3.3.4).
+- Every error raised is a ProtocolViolation; `closing(error)` says what to send before closing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Final
+
+from boxmq.errors import ProtocolViolation
+from boxmq.mqtt.codec import connect_version, decode, encode
+from boxmq.mqtt.errors import (
+    ClientIdNotValid,
+    ProtocolError,
+    TopicAliasInvalid,
+    UnsupportedProtocolVersion,
+)
+from boxmq.mqtt.framing import Frame, FrameReader, PacketType
+from boxmq.mqtt.packets import (
+    Connack,
+    Connect,
+    Disconnect,
+    Packet,
+    ProtocolVersion,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    Suback,
+    Unsuback,
+    new_publish,
+)
+from boxmq.mqtt.properties import EMPTY, PropertyId
+from boxmq.mqtt.reasons import ReasonCode, reason_for
+
+__all__ = ["Connection", "ReceiveMaximumExceeded"]
+
+_PUBLISH: Final = int(PacketType.PUBLISH)
+_CONNECT: Final = int(PacketType.CONNECT)
+
+
+class ReceiveMaximumExceeded(ProtocolError):
+    """More QoS 1/2 PUBLISHes unanswered than our Receive Maximum (MQTT 5.0 §3.3.4, 0x93)."""
+
+
+class Connection:
+    def __init__(
+        self, *, max_packet_size: int, receive_maximum: int, topic_alias_maximum: int, now: float
+    ) -> None:
+        self._reader = FrameReader(max_packet_size=max_packet_size)
+        self.version: ProtocolVersion | None = None  # known once CONNECT came
+        self.receive_maximum = receive_maximum  # ours: what the client may have unanswered
+        self.topic_alias_maximum = topic_alias_maximum  # ours, for the client's aliases
+        self.client_max_packet_size = 0  # 0: no limit (the client did not say)
+        self.keep_alive = 0  # seconds, as granted; 0: off
+        self.last_heard = now
+        self._aliases: dict[int, str] = {}
+        self._unanswered = 0  # QoS 1/2 PUBLISHes from the client we have not finished
+        self._out: list[bytes] = []
+        self.accepted = False  # a positive CONNACK was sent
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def receive(self, data: bytes, now: float) -> list[Packet]:
+        """The packets in `data` (and what was left from before), checked."""
+        self.last_heard = now
+        self._reader.receive(data)
+        packets: list[Packet] = []
+        for frame in self._reader.frames():
+            packets.append(self._packet(frame))
+        return packets
+
+    def _packet(self, frame: Frame) -> Packet:
+        version = self.version
+        if version is None:
+            return self._connect(frame)
+        if frame.kind == _CONNECT:
+            raise ProtocolError("a second CONNECT (MQTT 5.0 §3.1)")
+        packet = decode(frame, version)
+        if frame.kind == _PUBLISH:
+            assert isinstance(packet, Publish)
+            if packet.qos:
+                self._count_unanswered()
+            if (
+                version is ProtocolVersion.V5
+                and packet.properties.mask >> PropertyId.TOPIC_ALIAS & 1
+            ):
+                return self._resolve_alias(packet)
+        return packet
+
+    def _connect(self, frame: Frame) -> Connect:
+        if frame.kind != _CONNECT:
+            raise ProtocolError(f"{PacketType(frame.kind).name} before CONNECT (MQTT 5.0 §3.1)")
+        self.version = connect_version(frame)  # so that a bad CONNECT is answered in its version
+        packet = decode(frame, self.version or ProtocolVersion.V5)
+        assert isinstance(packet, Connect)
+        self.version = packet.version
+        props = packet.properties
+        self.client_max_packet_size = props.maximum_packet_size or 0
+        return packet
+
+    def _count_unanswered(self) -> None:
+        self._unanswered += 1
+        if self._unanswered > self.receive_maximum:
+            raise ReceiveMaximumExceeded(
+                f"more than {self.receive_maximum} QoS 1/2 PUBLISHes unanswered"
+            )
+
+    def _resolve_alias(self, packet: Publish) -> Publish:
+        alias = packet.properties.topic_alias
+        assert alias is not None
+        if not 0 < alias <= self.topic_alias_maximum:
+            raise TopicAliasInvalid(f"Topic Alias {alias} is over {self.topic_alias_maximum}")
+        topic = packet.topic
+        if topic:
+            self._aliases[alias] = topic
+        else:
+            known = self._aliases.get(alias)
+            if known is None:
+                raise ProtocolError(f"Topic Alias {alias} was never set (MQTT 5.0 §3.3.2.3.4)")
+            topic = known
+        properties = packet.properties.without(PropertyId.TOPIC_ALIAS)
+        return new_publish(
+            topic,
+            packet.payload,
+            packet.qos,
+            packet.retain,
+            packet.dup,
+            packet.packet_id,
+            properties,
+        )
+
+    # -- keep-alive --------------------------------------------------------------------------------
+
+    def deadline(self) -> float | None:
+        """When the client has been silent too long: 1.5 keep-alive periods (§3.1.2.10)."""
+        return self.last_heard + 1.5 * self.keep_alive if self.keep_alive else None
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def send(self, packet: Packet) -> None:
+        version = self.version
+        assert version is not None, "nothing is sent before CONNECT"
+        if type(packet) in (Puback, Pubcomp) or (
+            type(packet) is Pubrec and packet.reason >= ReasonCode.UNSPECIFIED_ERROR
+        ):
+            self._unanswered = max(0, self._unanswered - 1)
+        data = encode(packet, version)
+        limit = self.client_max_packet_size
+        if limit and len(data) > limit:
+            if type(packet) is Publish:
+                return  # MQTT 5.0 §3.1.2.25: discarded, as if it had been sent
+            data = encode(_shortened(packet), version)
+        self._out.append(data)
+
+    def send_all(self, packets: Iterable[Packet]) -> None:
+        for packet in packets:
+            self.send(packet)
+
+    def send_bytes(self, data: bytes) -> None:
+        """An already encoded PUBLISH (one encoding shared by every subscriber of a message)."""
+        limit = self.client_max_packet_size
+        if not limit or len(data) <= limit:
+            self._out.append(data)
+
+    def data_to_send(self) -> list[bytes]:
+        out, self._out = self._out, []
+        return out
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._out)
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    def closing(self, error: ProtocolViolation) -> bytes:
+        """What to send before closing for `error`. Before a CONNACK: a CONNACK with the reason
+        when the version allows one (v5 always; 3.1.1 for a bad protocol level or client id,
+        3.1.1 §3.2.2.3). After it: a v5 DISCONNECT with the reason; in 3.1.1 nothing, the
+        connection is just closed (3.1.1 §4.8)."""
+        reason = reason_for(error)
+        if not self.accepted:
+            if self.version is ProtocolVersion.V5:
+                return encode(Connack(reason=reason), ProtocolVersion.V5)
+            if isinstance(error, (UnsupportedProtocolVersion, ClientIdNotValid)):
+                return encode(Connack(reason=reason), ProtocolVersion.V311)
+            return b""
+        if self.version is ProtocolVersion.V5:
+            return encode(Disconnect(reason), ProtocolVersion.V5)
+        return b""
+
+
+def _shortened(packet: Packet) -> Packet:
+    """An ack or DISCONNECT without its properties (Reason String, User Properties), which the
+    client's Maximum Packet Size lets us drop (MQTT 5.0 §3.1.2.25)."""
+    if isinstance(packet, (Puback, Pubrec, Pubrel, Pubcomp, Suback, Unsuback, Disconnect)):
+        return replace(packet, properties=EMPTY)
+    return packet

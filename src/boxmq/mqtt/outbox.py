@@ -1,0 +1,147 @@
+"""Messages on their way to one client: packet ids, the in-flight window, and the queue behind it.
+
+Invariants:
+- At most `window` QoS 1/2 PUBLISHes are unacknowledged at once (the client's Receive Maximum,
+  MQTT 5.0 §4.9); the rest wait in order in `queued`, which holds at most `limit` messages
+  (the oldest QoS 0 ones go first, then a new message is refused: it is the caller's to drop).
+- QoS 0 never takes a packet id or a slot: it is sent at once unless QoS 1/2 messages wait,
+  so the order of one subscription's messages is kept (MQTT 5.0 §4.6).
+- Each in-flight entry carries the caller's `token` (e.g. a locked message on disk) and gives
+  it back exactly once: when the client acknowledges it, or from `clear()` when the session ends.
+- A packet id is in use from `push` until its final acknowledgement (PUBACK or PUBCOMP), and
+  `resend()` gives what a resumed session must send again, with DUP set (MQTT 5.0 §4.4).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, replace
+from enum import Enum, auto
+from typing import Generic, TypeVar
+
+from boxmq.mqtt.errors import ProtocolError
+from boxmq.mqtt.packets import Publish, Pubrel
+
+__all__ = ["Acked", "Outbox", "Stage"]
+
+T = TypeVar("T")
+
+_MAX_PACKET_ID = 65_535
+
+
+class Stage(Enum):
+    """Where an outgoing QoS 1/2 message stands (MQTT 5.0 §4.3.2, §4.3.3, sender side)."""
+
+    AWAIT_PUBACK = auto()
+    AWAIT_PUBREC = auto()
+    AWAIT_PUBCOMP = auto()  # PUBREL sent: the message itself is never sent again
+
+
+@dataclass(slots=True)
+class _Entry(Generic[T]):
+    publish: Publish
+    token: T
+    stage: Stage
+
+
+@dataclass(frozen=True, slots=True)
+class Acked(Generic[T]):
+    """An acknowledgement matched: whose it was, and whether the client refused the message."""
+
+    token: T
+    refused: bool  # a reason code >= 0x80 on PUBACK or PUBREC (MQTT 5.0 §4.3)
+    reply: Pubrel | None = None  # what to answer: PUBREL after a positive PUBREC
+
+
+class Outbox(Generic[T]):
+    def __init__(self, *, window: int, limit: int) -> None:
+        self.window = window
+        self.limit = limit
+        self._in_flight: dict[int, _Entry[T]] = {}
+        self._queued: deque[tuple[Publish, T]] = deque()
+        self._next_id = 1
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self._in_flight) + len(self._queued)
+
+    @property
+    def free(self) -> int:
+        """How many QoS 1/2 messages could be sent now."""
+        return 0 if self._queued else self.window - len(self._in_flight)
+
+    def push(self, publish: Publish, token: T) -> Publish | None:
+        """Give a message (its packet id is ignored); the PUBLISH to send now, if any.
+
+        Returns None when it had to wait; raises OverflowError when the queue is full.
+        """
+        if not publish.qos and not self._queued:
+            return publish
+        if publish.qos and not self._queued and len(self._in_flight) < self.window:
+            return self._start(publish, token)
+        if len(self._queued) >= self.limit and not self._drop_oldest_qos0():
+            raise OverflowError("the session's queue is full")
+        self._queued.append((publish, token))
+        return None
+
+    def acked(self, packet_id: int, stage: Stage, refused: bool) -> Acked[T]:
+        """Match a PUBACK (AWAIT_PUBACK), PUBREC (AWAIT_PUBREC) or PUBCOMP (AWAIT_PUBCOMP)."""
+        entry = self._in_flight.get(packet_id)
+        if entry is None or entry.stage is not stage:
+            raise ProtocolError(f"an acknowledgement for packet id {packet_id}, which is not sent")
+        if stage is Stage.AWAIT_PUBREC and not refused:
+            entry.stage = Stage.AWAIT_PUBCOMP
+            return Acked(entry.token, refused=False, reply=Pubrel(packet_id))
+        del self._in_flight[packet_id]
+        return Acked(entry.token, refused=refused)
+
+    def ready(self) -> list[tuple[Publish, T]]:
+        """Queued messages that may go now (slots freed); QoS 1/2 ones get their packet ids."""
+        out: list[tuple[Publish, T]] = []
+        while self._queued:
+            publish, token = self._queued[0]
+            if publish.qos and len(self._in_flight) >= self.window:
+                break
+            self._queued.popleft()
+            out.append((self._start(publish, token) if publish.qos else publish, token))
+        return out
+
+    def resend(self) -> list[Publish | Pubrel]:
+        """What a resumed session sends first, in order (MQTT 5.0 §4.4)."""
+        return [
+            Pubrel(packet_id)
+            if entry.stage is Stage.AWAIT_PUBCOMP
+            else replace(entry.publish, dup=True)
+            for packet_id, entry in self._in_flight.items()
+        ]
+
+    def clear(self) -> list[T]:
+        """The session ends: every token still held, in flight first, then queued."""
+        tokens = [entry.token for entry in self._in_flight.values()]
+        tokens += [token for _, token in self._queued]
+        self._in_flight.clear()
+        self._queued.clear()
+        return tokens
+
+    def _start(self, publish: Publish, token: T) -> Publish:
+        packet_id = self._take_id()
+        stage = Stage.AWAIT_PUBACK if publish.qos == 1 else Stage.AWAIT_PUBREC
+        sent = replace(publish, packet_id=packet_id, dup=False)
+        self._in_flight[packet_id] = _Entry(sent, token, stage)
+        return sent
+
+    def _take_id(self) -> int:
+        # The window is at most 65 535, so a free id is always found within one turn.
+        while self._next_id in self._in_flight:
+            self._next_id = self._next_id % _MAX_PACKET_ID + 1
+        packet_id = self._next_id
+        self._next_id = packet_id % _MAX_PACKET_ID + 1
+        return packet_id
+
+    def _drop_oldest_qos0(self) -> bool:
+        for index, (publish, _) in enumerate(self._queued):
+            if not publish.qos:
+                del self._queued[index]
+                self.dropped += 1
+                return True
+        return False

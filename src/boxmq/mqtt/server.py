@@ -1,0 +1,163 @@
+"""The MQTT listeners: the one place MQTT meets sockets (`asyncio.Protocol`, no streams).
+
+Each read is handed to the connection (sans-IO) and the broker in one go, and everything the
+read caused is written with one `writelines` per connection (broker.flush). A client that
+cannot keep up is not buffered without end: QoS 1/2 wait behind its Receive Maximum, and QoS 0
+messages are dropped while its socket's write buffer is over the high-water mark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Final
+
+from boxmq.client.box import Box
+from boxmq.clock import Clock, SystemClock
+from boxmq.errors import ProtocolViolation
+from boxmq.mqtt.broker import Broker
+from boxmq.mqtt.connection import Connection
+from boxmq.mqtt.packets import Packet
+from boxmq.mqtt.reasons import reason_for
+from boxmq.mqtt.settings import MqttSettings
+
+__all__ = ["MqttServer"]
+
+log = logging.getLogger("boxmq.mqtt")
+
+_TICK: Final = 0.25  # seconds: keep-alives, CONNECT timeouts, files others dropped
+_WRITE_HIGH: Final = 4 << 20  # bytes buffered for a client before it counts as congested
+
+
+class _Protocol(asyncio.Protocol):
+    """One client socket; implements the broker's `Link`."""
+
+    def __init__(self, broker: Broker, clock: Clock) -> None:
+        self._broker = broker
+        self._clock = clock
+        limits = broker.limits
+        self.connection = Connection(
+            max_packet_size=limits.max_packet_size,
+            receive_maximum=limits.receive_maximum,
+            topic_alias_maximum=limits.topic_alias_maximum,
+            now=clock.now(),
+        )
+        self.peer = "?"
+        self.congested = False
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        transport.set_write_buffer_limits(high=_WRITE_HIGH)
+        if not self._broker.opened(self):
+            transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._broker.received(self, self._packets(data))
+        except ProtocolViolation as error:
+            self._fail(error)
+
+    def _packets(self, data: bytes) -> Iterator[Packet]:
+        # One at a time: the packets before a bad one are acted on, as they would be alone.
+        yield from self.connection.receive(data, self._clock.now())
+
+    def _fail(self, error: ProtocolViolation) -> None:
+        reason = reason_for(error)
+        log.info("%s: closing: %s (reason %#04x)", self.peer, error, reason)
+        self.flush()
+        goodbye = self.connection.closing(error)
+        transport = self._transport
+        if transport is not None and goodbye and not transport.is_closing():
+            transport.write(goodbye)
+        self._broker.closed(self, f"protocol error: {error}")
+        self.close()
+
+    def flush(self) -> None:
+        out = self.connection.data_to_send()
+        transport = self._transport
+        if out and transport is not None and not transport.is_closing():
+            transport.writelines(out)
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def pause_reading(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    def pause_writing(self) -> None:
+        self.congested = True
+
+    def resume_writing(self) -> None:
+        self.congested = False
+        self._broker.pump_all()
+        self._broker.flush()
+
+    def eof_received(self) -> bool | None:
+        return None  # close: MQTT has no half-closed connections
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._broker.closed(self, "connection lost" if exc is None else f"connection lost: {exc}")
+
+
+class MqttServer:
+    """The listeners of `settings`, one broker behind them, and its timer."""
+
+    def __init__(self, box: Box, settings: MqttSettings, *, clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()
+        self.broker = Broker(box, settings, self._clock)
+        self.settings = settings
+        self._servers: list[asyncio.Server] = []
+
+    async def start(self) -> list[tuple[str, int]]:
+        """Listen on every listener; the addresses bound (a port of 0 gets a free one)."""
+        loop = asyncio.get_running_loop()
+        bound: list[tuple[str, int]] = []
+        for listener in self.settings.listeners:
+            server = await loop.create_server(
+                lambda: _Protocol(self.broker, self._clock),
+                listener.host,
+                listener.port,
+                ssl=listener.ssl,
+                reuse_address=True,
+            )
+            self._servers.append(server)
+            for sock in server.sockets:
+                host, port = sock.getsockname()[:2]
+                bound.append((host, port))
+                scheme = "mqtts" if listener.ssl else "mqtt"
+                log.info("MQTT listening on %s://%s:%d", scheme, host, port)
+        return bound
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Tick until `stop` is set, then close (see `close`)."""
+        try:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=_TICK)
+                self.broker.tick(self._clock.now())
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Stop accepting, tell the clients, and finish the disk work under way: whatever a
+        client was told is stored stays stored."""
+        for server in self._servers:
+            server.close()
+        await self.broker.close()
+        for server in self._servers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), timeout=5)
+        self._servers = []
+        log.info("MQTT listeners closed")

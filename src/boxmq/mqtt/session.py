@@ -1,0 +1,84 @@
+"""The state of one MQTT session, which can outlive its network connection (MQTT 5.0 §4.1).
+
+Pure values and bookkeeping; the broker (broker.py) does the I/O around it.
+
+Invariants:
+- A session is persistent when its Session Expiry Interval is over 0 (a 3.1.1 CleanSession 0
+  session never expires: `NEVER`). A non-persistent session ends with its connection.
+- `subscriptions` maps the filter exactly as subscribed ("$share/g/a/#" included) to its
+  options; subscribing again to the same filter replaces the options (MQTT 5.0 §3.8.4).
+- `awaiting_release` holds the packet ids of QoS 2 PUBLISHes answered with PUBREC and not yet
+  released (MQTT 5.0 §4.3.3); a repeat of one is answered again and never routed twice.
+- The outbox holds what is on its way to the client (outbox.py); its tokens are locked
+  messages on disk (to settle when the client answers) or None (memory only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from boxmq.client.message import Message
+from boxmq.mqtt.outbox import Outbox
+from boxmq.mqtt.packets import Publish, RetainHandling, Will
+
+__all__ = ["NEVER", "Session", "SubscriptionOptions", "Token"]
+
+NEVER: Final = 0xFFFF_FFFF  # MQTT 5.0 §3.1.2.11.2: this Session Expiry Interval never expires
+
+Token = Message | None  # what an outbox entry settles: a locked message on disk, or nothing
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionOptions:
+    """What a SUBSCRIBE asked for one filter (MQTT 5.0 §3.8.3.1), as granted."""
+
+    qos: int
+    durable: bool  # served from a dropbox (persistent session, share group), not from memory
+    no_local: bool = False
+    retain_as_published: bool = False
+    retain_handling: RetainHandling = RetainHandling.SEND_ON_SUBSCRIBE
+    identifier: int | None = None  # Subscription Identifier (§3.8.2.1.2), sent back with each
+
+
+@dataclass(frozen=True, slots=True)
+class _Release:
+    """A QoS 2 PUBLISH answered with PUBREC: on PUBREL, deliver what the exactly-once intake
+    stored (`stored`) and route `publish` to the memory subscriptions, or nothing (`refused`)."""
+
+    publish: Publish | None
+    stored: bool = False
+    refused: bool = False
+
+
+class Session:
+    def __init__(self, client_id: str, *, window: int, queue_limit: int) -> None:
+        self.client_id = client_id
+        self.expiry = 0  # seconds after disconnect; NEVER; 0: ends with the connection
+        self.subscriptions: dict[str, SubscriptionOptions] = {}
+        self.outbox: Outbox[Token] = Outbox(window=window, limit=queue_limit)
+        self.awaiting_release: dict[int, _Release] = {}
+        self.will: Will | None = None
+        self.username: str | None = None
+        self.connected = False
+
+    @property
+    def persistent(self) -> bool:
+        return self.expiry > 0
+
+    def hold_for_release(
+        self,
+        packet_id: int,
+        publish: Publish | None,
+        *,
+        stored: bool = False,
+        refused: bool = False,
+    ) -> None:
+        self.awaiting_release[packet_id] = _Release(publish, stored, refused)
+
+    def release(self, packet_id: int) -> _Release | None:
+        """The PUBREL for `packet_id`: what to deliver (None: not known in this process)."""
+        return self.awaiting_release.pop(packet_id, None)
+
+    def durable_filters(self) -> list[str]:
+        return [text for text, options in self.subscriptions.items() if options.durable]
