@@ -18,6 +18,7 @@ from typing import Any
 import boxmq
 from boxmq import cli_passwd
 from boxmq.cli_args import parse_duration, parse_property
+from boxmq.cli_serve import Default, serve_config
 from boxmq.client import Box, Message, Peeked, QueueCounts
 from boxmq.errors import BoxMQError, InvalidArgument
 from boxmq.store.layout import State
@@ -56,10 +57,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--data",
-        default=os.environ.get("BOXMQ_DATA", "./data"),
+        default=Default(os.environ.get("BOXMQ_DATA", "./data")),
         help="the root folder (default: $BOXMQ_DATA or ./data)",
     )
-    parser.add_argument("--fsync", default="always", choices=["always", "interval", "never"])
+    parser.add_argument(
+        "--fsync", default=Default("always"), choices=["always", "interval", "never"]
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
@@ -69,8 +72,11 @@ def _parser() -> argparse.ArgumentParser:
         p.set_defaults(command=run, name=name)
         return p
 
-    p = command("serve", _serve, "run the broker: recovery, lock timeouts, expiry, retention")
-    p.add_argument("--sweep-interval", type=_duration, default=1.0, metavar="DURATION")
+    help = "run the broker: recovery, lock timeouts, expiry, retention"
+    p = sub.add_parser("serve", help=help, description=help)
+    p.set_defaults(standalone=_serve, name="serve")  # it opens the root the config names
+    p.add_argument("--config", metavar="FILE", help="a TOML file (see boxmq.example.toml)")
+    p.add_argument("--sweep-interval", type=_duration, metavar="DURATION", help="default 1s")
 
     p = command("put", _put, "send a message")
     p.add_argument("queue")
@@ -162,10 +168,14 @@ def _duration(text: str) -> float:
 # -- commands -------------------------------------------------------------------------------------
 
 
-def _serve(args: argparse.Namespace, box: Box) -> int:
+def _serve(args: argparse.Namespace) -> int:
     from boxmq.runtime import serve
 
-    asyncio.run(serve(box, sweep_interval=args.sweep_interval))
+    config = serve_config(args)
+    if not args.verbose:
+        logging.getLogger().setLevel(config.logging_level)
+    with boxmq.open(config.data, fsync=config.fsync, fsync_interval=config.fsync_interval) as box:
+        asyncio.run(serve(box, sweep_interval=config.sweep_interval))
     return 0
 
 

@@ -1,0 +1,69 @@
+"""`boxmq serve --config FILE`: the file chooses the root, flags typed by the user win."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _serve_until_ready(*args: str, cwd: Path) -> str:
+    """Start `boxmq serve`, wait for its "ready" log line, stop it; return its log."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "boxmq.cli", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+    )
+    assert server.stderr is not None
+    lines = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            line = server.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "ready" in line:
+                break
+    finally:
+        server.send_signal(signal.SIGTERM)
+        rest = server.communicate(timeout=30)[1]
+    return "".join(lines) + rest
+
+
+def test_the_config_file_chooses_the_root_and_a_typed_flag_wins(tmp_path: Path) -> None:
+    config = tmp_path / "etc" / "boxmq.toml"
+    config.parent.mkdir()
+    config.write_text('data = "../state"\nfsync = "never"\nsweep_interval = "50ms"\n')
+    log = _serve_until_ready("serve", "--config", str(config), cwd=tmp_path)
+    assert (tmp_path / "state").is_dir()  # relative to the config file's folder
+    assert "fsync=never" in log
+    assert "sweeping every 0.05s" in log
+    assert not (tmp_path / "data").exists()  # the default root was not used
+
+    flags = ("--data", str(tmp_path / "flag"), "--fsync", "interval", "serve", "--config")
+    log = _serve_until_ready(*flags, str(config), "--sweep-interval", "2s", cwd=tmp_path)
+    assert (tmp_path / "flag").is_dir()
+    assert "fsync=interval" in log
+    assert "sweeping every 2s" in log
+
+
+def test_a_bad_config_file_is_one_line_naming_file_and_key(tmp_path: Path) -> None:
+    config = tmp_path / "boxmq.toml"
+    config.write_text("[mqtt.limits]\nmax_conections = 5\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"boxmq serve: {config}: mqtt.limits.max_conections: unknown key "
+        "(check its spelling and its table)\n"
+    )
+    assert not (tmp_path / "data").exists()
