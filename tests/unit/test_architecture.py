@@ -76,3 +76,16 @@ def test_spark_is_an_edge_nothing_below_imports_and_it_never_imports_the_core() 
         assert _offenders(package, ("boxmq.spark", "pyspark", "pyarrow", "pandas")) == []
     assert _offenders("spark", ("boxmq.core",)) == []
     assert len(_imports("spark")) >= 4
+
+
+def test_xmpp_is_a_door_nothing_below_imports_it() -> None:
+    # DESIGN.md §6: the core, the store and the client never know the XMPP door or slixmpp;
+    # only the component (the edge) may await, and the service never opens a socket.
+    for package in ("core", "store", "client"):
+        assert _offenders(package, ("boxmq.xmpp", "slixmpp")) == []
+    pure = {
+        m: n for m, n in _imports("xmpp").items() if not m.endswith(("component.py", "pull.py"))
+    }
+    for module, names in pure.items():
+        assert not {"asyncio", "socket", "threading"} & names, module
+    assert len(_imports("xmpp")) >= 8

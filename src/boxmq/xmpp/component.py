@@ -1,0 +1,176 @@
+"""The XEP-0114 component: the only XMPP code that awaits (docs/xmpp.md).
+
+A thin `slixmpp.ComponentXMPP`: three cheap matchers hand raw elements to the service (iq
+get/set, unavailable presence, bounced messages), the service answers with XML text written
+straight to the transport, one timer task runs lock timeouts, and a lost connection is
+retried with back-off. A refusal by the server (a second instance with this name: conflict,
+or a wrong secret: not-authorized) is final: `run_component` raises ComponentRefused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from slixmpp import ComponentXMPP
+from slixmpp.xmlstream import StanzaBase
+from slixmpp.xmlstream.handler import Callback
+from slixmpp.xmlstream.matcher.base import MatcherBase
+
+from boxmq.client.box import Box
+from boxmq.errors import BoxMQError
+from boxmq.xmpp import ns
+from boxmq.xmpp.pull import Pullers
+from boxmq.xmpp.service import QueueService
+from boxmq.xmpp.settings import XmppSettings
+
+__all__ = ["ComponentRefused", "QueueComponent", "run_component"]
+
+log = logging.getLogger("boxmq.xmpp")
+
+_IQ = ns.tag(ns.COMPONENT, "iq")
+_PRESENCE = ns.tag(ns.COMPONENT, "presence")
+_MESSAGE = ns.tag(ns.COMPONENT, "message")
+_FINAL_STREAM_ERRORS = {"conflict", "not-authorized", "host-unknown", "invalid-namespace"}
+
+
+class ComponentRefused(BoxMQError):
+    """The XMPP server will not take this component (name taken, wrong secret)."""
+
+
+class _Tagged(MatcherBase):
+    """Matches a stanza by its tag and `type` attribute only: no stanza-object lookups."""
+
+    def __init__(self, tag: str, types: frozenset[str]) -> None:
+        super().__init__(tag)
+        self._tag = tag
+        self._types = types
+
+    def match(self, xml: StanzaBase) -> bool:
+        element = xml.xml
+        return element.tag == self._tag and element.get("type", "") in self._types
+
+
+class QueueComponent(ComponentXMPP):
+    def __init__(self, box: Box, settings: XmppSettings) -> None:
+        super().__init__(  # type: ignore[no-untyped-call]  # ComponentXMPP.__init__ is untyped
+            settings.component, settings.secret, settings.host, settings.port
+        )
+        self.settings = settings
+        self.refused: str | None = None
+        self.connected = asyncio.Event()
+        self._stopping = False
+        self._delay = 0.5
+        self._pullers = Pullers(asyncio.get_running_loop(), self._delivered)
+        self.service = QueueService(
+            box,
+            domain=settings.component,
+            send=self._send,
+            lock_timeout=settings.lock_timeout,
+            watch=self._pullers.start,
+        )
+        self.register_handler(
+            Callback("boxmq iq", _Tagged(_IQ, frozenset({"get", "set"})), self._iq)
+        )
+        self.register_handler(
+            Callback("boxmq gone", _Tagged(_PRESENCE, frozenset({"unavailable"})), self._gone)
+        )
+        # An event bounced by the server (offline resource): treat its addressee as gone.
+        self.register_handler(
+            Callback("boxmq bounce", _Tagged(_MESSAGE, frozenset({"error"})), self._gone)
+        )
+        self.add_event_handler("session_start", self._started)
+        self.add_event_handler("disconnected", self._disconnected)
+        self.add_event_handler("stream_error", self._stream_error)
+        self._timer = asyncio.get_running_loop().create_task(self._expire_locks())
+
+    # -- stanzas in --------------------------------------------------------------------------
+
+    def _iq(self, stanza: StanzaBase) -> None:
+        self.service.iq(stanza.xml)
+
+    def _gone(self, stanza: StanzaBase) -> None:
+        jid = stanza.xml.get("from", "")
+        if "/" in jid:
+            self.service.gone(jid)
+
+    def _delivered(self, subscription: Any, message: Any) -> None:
+        self.service.delivered(subscription, message)
+
+    # -- stanzas out -------------------------------------------------------------------------
+
+    def _send(self, xml: str) -> None:
+        """Write to the server; while disconnected a stanza is dropped, and what it carried
+        comes back through the lock timeout (nothing is lost, it is only late)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            log.debug("not connected; dropped %.80s", xml)
+            return
+        transport.write(xml.encode())
+
+    # -- connection --------------------------------------------------------------------------
+
+    def _started(self, _: object) -> None:
+        self._delay = 0.5
+        self.connected.set()
+        log.info(
+            "XMPP component %s connected to %s:%d",
+            self.settings.component,
+            self.settings.host,
+            self.settings.port,
+        )
+
+    def _stream_error(self, error: StanzaBase) -> None:
+        condition = error["condition"]
+        if condition in _FINAL_STREAM_ERRORS:
+            text = error["text"] or condition
+            self.refused = f"the XMPP server refused component {self.settings.component}: {text}"
+            if condition == "conflict":
+                self.refused += " (another instance with this name is connected)"
+            log.error("%s", self.refused)
+
+    def _disconnected(self, _: object) -> None:
+        self.connected.clear()
+        if self._stopping or self.refused:
+            return
+        log.warning("XMPP server connection lost; reconnecting in %.1fs", self._delay)
+        delay, self._delay = self._delay, min(self._delay * 2, self.settings.reconnect_max)
+        asyncio.get_running_loop().call_later(delay, self._reconnect)
+
+    def _reconnect(self) -> None:
+        if not (self._stopping or self.refused):
+            self.connect()
+
+    async def _expire_locks(self) -> None:
+        while True:
+            deadline = self.service.next_deadline()
+            pause = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.time()))
+            await asyncio.sleep(pause)
+            self.service.expire(time.time())
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._timer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._timer
+        self.service.close()  # every subscriber's locks go back to target/
+        await asyncio.to_thread(self._pullers.join, 2.0)
+        if self.transport is not None:
+            await self.disconnect(wait=1.0)
+
+
+async def run_component(box: Box, settings: XmppSettings, stop: asyncio.Event) -> None:
+    """Serve the component until `stop` is set; ComponentRefused if the server says no."""
+    component = QueueComponent(box, settings)
+    component.connect()
+    try:
+        while not stop.is_set() and component.refused is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=0.2)
+    finally:
+        await component.stop()
+    if component.refused is not None:
+        raise ComponentRefused(component.refused)

@@ -1,0 +1,149 @@
+"""Real slixmpp clients for the Prosody tests: workers that subscribe, receive and settle."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from xml.etree import ElementTree as ET
+
+from slixmpp import ClientXMPP
+from slixmpp.exceptions import IqError
+from slixmpp.xmlstream import StanzaBase
+from slixmpp.xmlstream.handler import Callback
+from slixmpp.xmlstream.matcher.base import MatcherBase
+from tests.xmpp.server import SECRET, SERVICE, Prosody
+
+import boxmq
+from boxmq.xmpp import ns
+from boxmq.xmpp.component import QueueComponent
+from boxmq.xmpp.settings import XmppSettings
+
+PS = ns.PUBSUB
+_EVENT = ns.tag(ns.PUBSUB_EVENT, "event")
+_ITEMS = ns.tag(ns.PUBSUB_EVENT, "items")
+TIMEOUT = 20.0  # any one wait in these tests
+
+
+@dataclass(frozen=True)
+class Event:
+    what: str  # item, retract or unlock
+    item: str
+    payload: ET.Element | None
+
+
+class _PubsubEvents(MatcherBase):
+    def __init__(self) -> None:
+        super().__init__("pubsub events")
+
+    def match(self, xml: StanzaBase) -> bool:
+        return xml.xml.find(_EVENT) is not None
+
+
+class Client(ClientXMPP):
+    def __init__(self, server: Prosody, user: str, resource: str = "r") -> None:
+        super().__init__(
+            f"{user}@localhost/{resource}",
+            server.password(user),
+            plugin_config={"feature_mechanisms": {"unencrypted_scram": True}},
+        )
+        self.enable_direct_tls = False
+        self.port = server.c2s_port
+        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self.auto_retract = False
+        self.received: list[str] = []
+        self._settling: set[asyncio.Future[ET.Element]] = set()
+        self._started = asyncio.Event()
+        self.add_event_handler("session_start", lambda _: self._started.set())
+        self.register_handler(Callback("events", _PubsubEvents(), self._on_event))
+
+    async def start(self) -> None:
+        self.connect("127.0.0.1", self.port)
+        await asyncio.wait_for(self._started.wait(), TIMEOUT)
+        # Directed presence: how the service learns that we left (docs/xmpp.md).
+        self.send_presence(pto=SERVICE)
+
+    def _on_event(self, stanza: StanzaBase) -> None:
+        items = stanza.xml.find(_EVENT).find(_ITEMS)  # type: ignore[union-attr]
+        for child in list(items) if items is not None else []:
+            what = child.tag.rsplit("}", 1)[-1]
+            event = Event(what, child.get("id", ""), child[0] if len(child) else None)
+            if what == "item":
+                self.received.append(event.item)
+                if self.auto_retract:
+                    task = asyncio.ensure_future(self.retract(event.item))
+                    self._settling.add(task)
+                    task.add_done_callback(self._settling.discard)
+            self.events.put_nowait(event)
+
+    async def request(self, xml: str, *, type: str = "set") -> ET.Element:
+        """Send an iq to the service; its reply (result or error) as an element."""
+        iq = self.Iq()
+        iq["type"] = type
+        iq["to"] = SERVICE
+        iq.append(ET.fromstring(xml))
+        try:
+            reply = await iq.send(timeout=TIMEOUT)  # type: ignore[no-untyped-call]
+        except IqError as error:
+            return error.iq.xml  # type: ignore[no-any-return]
+        return reply.xml  # type: ignore[no-any-return]
+
+    async def subscribe(self, queue_requests: int, node: str = "jobs") -> ET.Element:
+        return await self.request(
+            f"<pubsub xmlns='{PS}'><subscribe node='{node}' jid='{self.boundjid.bare}'/>"
+            f"<options><x xmlns='jabber:x:data' type='submit'>"
+            f"<field var='FORM_TYPE' type='hidden'><value>{ns.SUBSCRIBE_OPTIONS}</value></field>"
+            f"<field var='pubsub#queue_requests'><value>{queue_requests}</value></field>"
+            "</x></options></pubsub>"
+        )
+
+    async def publish(self, payload: str, node: str = "jobs") -> str:
+        reply = await self.request(
+            f"<pubsub xmlns='{PS}'><publish node='{node}'><item>{payload}</item></publish></pubsub>"
+        )
+        assert reply.get("type") == "result", ET.tostring(reply)
+        return reply.find(f".//{{{PS}}}item").get("id", "")  # type: ignore[union-attr]
+
+    async def retract(self, item: str, node: str = "jobs") -> ET.Element:
+        return await self.request(
+            f"<pubsub xmlns='{PS}'><retract node='{node}'><item id='{item}'/></retract></pubsub>"
+        )
+
+    async def unlock(self, item: str, node: str = "jobs") -> ET.Element:
+        return await self.request(
+            f"<pubsub xmlns='{PS}'><unlock xmlns='{ns.QUEUEING}' node='{node}'>"
+            f"<item id='{item}'/></unlock></pubsub>",
+            type="get",  # as XEP-0254 Listing 10 writes it
+        )
+
+    async def next_event(self) -> Event:
+        return await asyncio.wait_for(self.events.get(), TIMEOUT)
+
+
+@contextlib.asynccontextmanager
+async def clients(server: Prosody, *users: str) -> AsyncIterator[list[Client]]:
+    started = [Client(server, user) for user in users]
+    try:
+        await asyncio.gather(*(c.start() for c in started))
+        yield started
+    finally:
+        for client in started:
+            client.disconnect(wait=0.5)
+        await asyncio.sleep(0.1)
+
+
+@contextlib.asynccontextmanager
+async def component(
+    server: Prosody, box: boxmq.Box, *, lock_timeout: float = 30.0
+) -> AsyncIterator[QueueComponent]:
+    settings = XmppSettings(
+        SERVICE, "127.0.0.1", server.component_port, SECRET, lock_timeout=lock_timeout
+    )
+    running = QueueComponent(box, settings)
+    running.connect()
+    try:
+        await asyncio.wait_for(running.connected.wait(), TIMEOUT)
+        yield running
+    finally:
+        await running.stop()

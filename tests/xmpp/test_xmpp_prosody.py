@@ -1,0 +1,158 @@
+"""XEP-0254 through a real Prosody, with real slixmpp clients (docs/xmpp.md)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.xmpp.clients import PS, clients, component
+from tests.xmpp.server import Prosody
+
+import boxmq
+
+SCENARIO_SECONDS = 60
+UNEXPECTED = "{urn:ietf:params:xml:ns:xmpp-stanzas}unexpected-request"
+
+
+def run(scenario: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(asyncio.wait_for(scenario, SCENARIO_SECONDS))
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> boxmq.Box:
+    opened = boxmq.open(tmp_path / "data", fsync="never")
+    opened.queue("jobs")
+    return opened
+
+
+def test_disco_shows_the_queueing_and_qos_features(prosody: Prosody, box: boxmq.Box) -> None:
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice") as [alice]:
+            reply = await alice.request(
+                "<query xmlns='http://jabber.org/protocol/disco#info'/>", type="get"
+            )
+            features = {
+                f.get("var") for f in reply.iter("{http://jabber.org/protocol/disco#info}feature")
+            }
+            assert {PS, "urn:xmpp:pubsub:queueing:0", "urn:xmpp:qos"} <= features
+
+    run(scenario())
+    box.close()
+
+
+def test_two_subscribers_share_a_thousand_items_each_exactly_once(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    count = 1000
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "bob", "carol") as users:
+            alice, bob, carol = users
+            for subscriber, queue_requests in ((alice, 2), (bob, 3)):
+                subscriber.auto_retract = True
+                assert (await subscriber.subscribe(queue_requests)).get("type") == "result"
+            window = asyncio.Semaphore(50)
+
+            async def publish(n: int) -> str:
+                async with window:
+                    return await carol.publish(f"<job xmlns='urn:example'>{n}</job>")
+
+            published = await asyncio.gather(*(publish(n) for n in range(count)))
+            for _ in range(SCENARIO_SECONDS * 10):
+                if box.queue("jobs").counts().done == count:
+                    break
+                await asyncio.sleep(0.1)
+            received = alice.received + bob.received
+            assert sorted(received) == sorted(published)  # each one, once
+            assert alice.received
+            assert bob.received
+
+    run(scenario())
+    assert box.queue("jobs").counts().done == count
+    box.close()
+
+
+def test_unlock_hands_the_item_to_the_other_subscriber(prosody: Prosody, box: boxmq.Box) -> None:
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "bob", "carol") as users:
+            alice, bob, carol = users
+            await alice.subscribe(1)
+            await bob.subscribe(1)
+            item = await carol.publish("<job xmlns='urn:example'>x</job>")
+            first = await asyncio.wait_for(_first_of(alice, bob), 20)
+            other = bob if first is alice else alice
+            assert (await first.next_event()).item == item
+            assert (await first.unlock(item)).get("type") == "result"
+            notice = await first.next_event()
+            assert (notice.what, notice.item) == ("unlock", item)
+            again = await other.next_event()
+            assert (again.what, again.item) == ("item", item)
+            assert again.payload is not None
+            assert again.payload.text == "x"
+            # the first one may no longer touch it: it had it, its lock is gone
+            error = await first.retract(item)
+            assert error.get("type") == "error"
+            assert error.find(f".//{UNEXPECTED}") is not None
+            assert (await other.retract(item)).get("type") == "result"
+            assert (await other.next_event()).what == "retract"
+
+    run(scenario())
+    box.close()
+
+
+async def _first_of(*users: Any) -> Any:
+    while True:
+        for user in users:
+            if not user.events.empty():
+                return user
+        await asyncio.sleep(0.01)
+
+
+def test_a_subscriber_whose_connection_drops_loses_its_items_to_the_other(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "bob", "carol") as users:
+            alice, bob, carol = users
+            await alice.subscribe(3)
+            items = {await carol.publish(f"<job xmlns='urn:example'>{n}</job>") for n in range(3)}
+            held = {(await alice.next_event()).item for _ in range(3)}
+            assert held == items
+            bob.auto_retract = True
+            await bob.subscribe(3)
+            assert alice.transport is not None
+            alice.transport.abort()  # TCP gone, no </stream>: Prosody tells the service
+            for _ in range(200):
+                if set(bob.received) == items:
+                    break
+                await asyncio.sleep(0.05)
+            assert set(bob.received) == items
+
+    run(scenario())
+    box.close()
+
+
+def test_a_lock_that_times_out_goes_to_the_next_subscriber(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    async def scenario() -> None:
+        async with (
+            component(prosody, box, lock_timeout=0.5),
+            clients(prosody, "alice", "bob", "carol") as users,
+        ):
+            alice, bob, carol = users
+            await alice.subscribe(1)
+            item = await carol.publish("<job xmlns='urn:example'>slow</job>")
+            assert (await alice.next_event()).item == item
+            await bob.subscribe(1)
+            notice = await alice.next_event()
+            assert (notice.what, notice.item) == ("unlock", item)
+            assert (await bob.next_event()).item == item
+            late = await alice.retract(item)
+            assert late.find(f".//{UNEXPECTED}") is not None
+
+    run(scenario())
+    box.close()
