@@ -7,7 +7,7 @@ Exit status: 0 done, 1 an error (the message says what to fix), 2 a usage error,
 from __future__ import annotations
 
 import argparse
-import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -21,6 +21,7 @@ from boxmq.cli_args import parse_duration, parse_property
 from boxmq.cli_serve import Default, serve_config
 from boxmq.client import Box, Message, Peeked, QueueCounts
 from boxmq.errors import BoxMQError, InvalidArgument
+from boxmq.mqtt.settings import Listener, MqttSettings
 from boxmq.store.layout import State
 
 __all__ = ["main"]
@@ -77,6 +78,14 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(standalone=_serve, name="serve")  # it opens the root the config names
     p.add_argument("--config", metavar="FILE", help="a TOML file (see boxmq.example.toml)")
     p.add_argument("--sweep-interval", type=_duration, metavar="DURATION", help="default 1s")
+    p.add_argument(
+        "--mqtt",
+        action="append",
+        type=_address,
+        metavar="HOST:PORT",
+        help="an MQTT listener, repeatable (default 127.0.0.1:1883)",
+    )
+    p.add_argument("--no-mqtt", action="store_true", help="serve no MQTT")
 
     p = command("put", _put, "send a message")
     p.add_argument("queue")
@@ -165,17 +174,35 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _address(text: str) -> tuple[str, int]:
+    host, colon, port = text.rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: use HOST:PORT, e.g. 127.0.0.1:1883")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _mqtt_settings(args: argparse.Namespace, settings: MqttSettings) -> MqttSettings | None:
+    """`--no-mqtt`: none; `--mqtt HOST:PORT`...: these listeners instead of the configured."""
+    if args.no_mqtt:
+        return None
+    if args.mqtt:
+        listeners = tuple(Listener(host, port) for host, port in args.mqtt)
+        return dataclasses.replace(settings, listeners=listeners)
+    return settings
+
+
 # -- commands -------------------------------------------------------------------------------------
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from boxmq.runtime import serve
+    from boxmq.runtime import run, serve
 
     config = serve_config(args)
     if not args.verbose:
         logging.getLogger().setLevel(config.logging_level)
     with boxmq.open(config.data, fsync=config.fsync, fsync_interval=config.fsync_interval) as box:
-        asyncio.run(serve(box, sweep_interval=config.sweep_interval))
+        mqtt = _mqtt_settings(args, config.mqtt)
+        run(serve(box, sweep_interval=config.sweep_interval, mqtt=mqtt))
     return 0
 
 

@@ -42,6 +42,8 @@ def test_serve_recovers_dead_locks_sweeps_and_stops_on_sigterm(root: Path) -> No
             "serve",
             "--sweep-interval",
             "0.2",
+            "--mqtt",
+            "127.0.0.1:0",  # a free port: tests run side by side
         ],
         stderr=subprocess.PIPE,
         text=True,
