@@ -1,0 +1,162 @@
+"""Discovery, node create/configure/delete, and urn:xmpp:qos received (seed 003), no server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+from tests.unit.xmpp.wire import ALICE, BOB, CAROL, PS, SERVICE, Wire, condition
+
+import boxmq
+from boxmq.core import ExactlyOnceLimits
+from boxmq.xmpp import ns
+
+OWNER = ns.PUBSUB_OWNER
+NODE_AT = f"jobs@{SERVICE}"
+
+
+@pytest.fixture
+def wire(box: boxmq.Box) -> Iterator[Wire]:
+    wire = Wire(box)
+    yield wire
+    wire.service.close()
+
+
+def _features(reply: ET.Element) -> set[str]:
+    return {f.get("var", "") for f in reply.iter(ns.tag(ns.DISCO_INFO, "feature"))}
+
+
+def test_disco_info_of_the_service_names_the_features(wire: Wire) -> None:
+    reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}'/>", type="get")
+    identity = reply.find(f".//{{{ns.DISCO_INFO}}}identity")
+    assert identity is not None
+    assert (identity.get("category"), identity.get("type")) == ("pubsub", "service")
+    assert {ns.PUBSUB, ns.QUEUEING, ns.QOS} <= _features(reply)
+
+
+def test_disco_info_of_a_node_and_of_a_missing_one(wire: Wire) -> None:
+    wire.create()
+    reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}' node='jobs'/>", type="get")
+    identity = reply.find(f".//{{{ns.DISCO_INFO}}}identity")
+    assert identity is not None
+    assert identity.get("type") == "leaf"
+    assert ns.QUEUEING in _features(reply)
+    missing = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}' node='nope'/>", type="get")
+    assert condition(missing) == ("cancel", "item-not-found")
+
+
+def test_disco_items_lists_nodes_and_a_nodes_waiting_items(wire: Wire) -> None:
+    wire.create("jobs")
+    wire.create("mail")
+    reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_ITEMS}'/>", type="get")
+    nodes = [i.get("node") for i in reply.iter(ns.tag(ns.DISCO_ITEMS, "item"))]
+    assert nodes == ["jobs", "mail"]
+    item = wire.publish()
+    reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_ITEMS}' node='jobs'/>", type="get")
+    assert [i.get("name") or i.get("node") for i in reply.iter(ns.tag(ns.DISCO_ITEMS, "item"))] == [
+        item
+    ]
+
+
+def test_create_twice_is_conflict_and_a_bad_name_is_bad_request(wire: Wire) -> None:
+    assert wire.create().get("type") == "result"
+    assert condition(wire.create()) == ("cancel", "conflict")
+    assert condition(wire.create("topic-root")) == ("modify", "bad-request")
+
+
+def test_configure_returns_the_form_and_accepts_a_submission(wire: Wire) -> None:
+    wire.create()
+    reply = wire.iq(ALICE, f"<pubsub xmlns='{OWNER}'><configure node='jobs'/></pubsub>", type="get")
+    values = {
+        f.get("var"): f.findtext(ns.tag(ns.DATA, "value"))
+        for f in reply.iter(ns.tag(ns.DATA, "field"))
+    }
+    assert values["boxmq#destination"] == "queue"
+    submit = wire.iq(
+        ALICE,
+        f"<pubsub xmlns='{OWNER}'><configure node='jobs'>"
+        "<x xmlns='jabber:x:data' type='submit'/></configure></pubsub>",
+    )
+    assert submit.get("type") == "result"
+
+
+def test_delete_removes_the_queue_and_its_subscribers(wire: Wire, box: boxmq.Box) -> None:
+    wire.create()
+    wire.subscribe(ALICE, 1)
+    wire.publish()
+    wire.events()
+    reply = wire.iq(ALICE, f"<pubsub xmlns='{OWNER}'><delete node='jobs'/></pubsub>")
+    assert reply.get("type") == "result"
+    assert "jobs" not in box.queues()
+    assert condition(wire.subscribe(ALICE, 1)) == ("cancel", "item-not-found")
+
+
+def _wrapped(kind: str, msg_id: str | None, body: str) -> str:
+    at = f" msgId='{msg_id}'" if msg_id else ""
+    return (
+        f"<{kind} xmlns='{ns.QOS}'{at}><message xmlns='jabber:client' to='somewhere@else' "
+        f"from='mallory@evil'><body>{body}</body></message></{kind}>"
+    )
+
+
+def test_acknowledged_stores_the_message_with_the_iqs_addresses(wire: Wire) -> None:
+    wire.create()
+    wire.subscribe(BOB, 5)
+    reply = wire.iq(CAROL, _wrapped("acknowledged", None, "hello"), to=NODE_AT)
+    assert reply.get("type") == "result"
+    assert len(reply) == 0  # an empty result (seed 003, Acknowledged service)
+    wire.service.poll()
+    [event] = [s for s in wire.take() if s.find(f".//{{{ns.PUBSUB_EVENT}}}item") is not None]
+    message = event.find(f".//{{{ns.PUBSUB_EVENT}}}item/{{jabber:client}}message")
+    assert message is not None
+    # the embedded addresses are overwritten from the iq: never trust what is inside
+    assert (message.get("from"), message.get("to")) == (CAROL, NODE_AT)
+    assert message.findtext("{jabber:client}body") == "hello"
+
+
+def test_assured_then_deliver_delivers_once_however_often_repeated(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    wire.create()
+    for _ in range(3):
+        reply = wire.iq(CAROL, _wrapped("assured", "m1", "once"), to=NODE_AT)
+        received = reply.find(ns.tag(ns.QOS, "received"))
+        assert received is not None
+        assert received.get("msgId") == "m1"
+    assert box.queue("jobs").counts().ready == 0  # stored, not yet delivered
+    for _ in range(3):
+        deliver = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='m1'/>", to=NODE_AT)
+        assert deliver.get("type") == "result"
+    assert box.queue("jobs").counts().ready == 1
+    # the same msgId from another resource is another message (dedup by full JID + msgId)
+    wire.iq(ALICE, _wrapped("assured", "m1", "other"), to=NODE_AT)
+    wire.iq(ALICE, f"<deliver xmlns='{ns.QOS}' msgId='m1'/>", to=NODE_AT)
+    assert box.queue("jobs").counts().ready == 2
+
+
+def test_qos_to_the_service_without_a_node_is_item_not_found(wire: Wire) -> None:
+    reply = wire.iq(CAROL, _wrapped("acknowledged", None, "x"))
+    assert condition(reply) == ("cancel", "item-not-found")
+
+
+def test_limits_answer_resource_constraint_and_untrusted_not_allowed(tmp_path: Path) -> None:
+    limits = ExactlyOnceLimits(max_pending_per_source=1, trusted_sources=frozenset({CAROL}))
+    with boxmq.open(tmp_path / "d", fsync="never", exactly_once=limits) as box:
+        wire = Wire(box)
+        wire.create()
+        assert wire.iq(CAROL, _wrapped("assured", "a", "1"), to=NODE_AT).get("type") == "result"
+        full = wire.iq(CAROL, _wrapped("assured", "b", "2"), to=NODE_AT)
+        assert condition(full) == ("wait", "resource-constraint")
+        untrusted = wire.iq(ALICE, _wrapped("assured", "c", "3"), to=NODE_AT)
+        assert condition(untrusted) == ("cancel", "not-allowed")
+        wire.service.close()
+
+
+def test_a_pubsub_request_without_a_node_is_nodeid_required(wire: Wire) -> None:
+    reply = wire.iq(ALICE, f"<pubsub xmlns='{PS}'><retract><item id='x'/></retract></pubsub>")
+    assert condition(reply) == ("modify", "bad-request")
+    error = reply.find(ns.tag(ns.COMPONENT, "error"))
+    assert error is not None
+    assert error.find(ns.tag(ns.PUBSUB_ERRORS, "nodeid-required")) is not None
