@@ -23,6 +23,7 @@ from boxmq.client import Box, Message, Peeked, QueueCounts
 from boxmq.errors import BoxMQError, InvalidArgument
 from boxmq.mqtt.settings import Listener, MqttSettings
 from boxmq.store.layout import State
+from boxmq.xmpp.settings import settings_from
 
 __all__ = ["main"]
 
@@ -86,6 +87,19 @@ def _parser() -> argparse.ArgumentParser:
         help="an MQTT listener, repeatable (default 127.0.0.1:1883)",
     )
     p.add_argument("--no-mqtt", action="store_true", help="serve no MQTT")
+    p.add_argument(
+        "--xmpp-component",
+        metavar="NAME",
+        help="serve XMPP pubsub as this component (docs/xmpp.md)",
+    )
+    p.add_argument(
+        "--xmpp-server",
+        type=_address,
+        metavar="HOST:PORT",
+        help="its XEP-0114 port (default 127.0.0.1:5347)",
+    )
+    p.add_argument("--xmpp-secret", metavar="SECRET", help="prefer $BOXMQ_XMPP_SECRET or a file")
+    p.add_argument("--xmpp-secret-file", metavar="FILE", help="read the component secret here")
 
     p = command("put", _put, "send a message")
     p.add_argument("queue")
@@ -202,7 +216,14 @@ def _serve(args: argparse.Namespace) -> int:
         logging.getLogger().setLevel(config.logging_level)
     with boxmq.open(config.data, fsync=config.fsync, fsync_interval=config.fsync_interval) as box:
         mqtt = _mqtt_settings(args, config.mqtt)
-        run(serve(box, sweep_interval=config.sweep_interval, mqtt=mqtt))
+        xmpp = settings_from(
+            args.xmpp_component,
+            args.xmpp_server,
+            secret=args.xmpp_secret,
+            secret_file=args.xmpp_secret_file,
+            environ=os.environ,
+        )
+        run(serve(box, sweep_interval=config.sweep_interval, mqtt=mqtt, xmpp=xmpp))
     return 0
 
 

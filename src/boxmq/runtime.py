@@ -18,6 +18,7 @@ from typing import Any
 from boxmq.client.box import Box
 from boxmq.client.sweeps import SweepReport
 from boxmq.mqtt.settings import MqttSettings
+from boxmq.xmpp.settings import XmppSettings
 
 __all__ = ["run", "serve"]
 
@@ -65,8 +66,10 @@ async def serve(
     sweep_interval: float,
     stop: asyncio.Event | None = None,
     mqtt: MqttSettings | None = None,
+    xmpp: XmppSettings | None = None,
 ) -> None:
-    """Run housekeeping, and the MQTT listeners of `mqtt`, until SIGTERM/SIGINT (or `stop`)."""
+    """Run housekeeping, the MQTT listeners of `mqtt` and the XMPP component of `xmpp`, until
+    SIGTERM/SIGINT (or `stop`); a door that fails (a refused component) ends it with its error."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -83,6 +86,12 @@ async def serve(
         server = MqttServer(box, mqtt)
         await server.start()
         doors.append(asyncio.create_task(server.run(stop), name="mqtt"))
+    if xmpp is not None:
+        from boxmq.xmpp.component import run_component
+
+        component = asyncio.create_task(run_component(box, xmpp, stop), name="xmpp")
+        component.add_done_callback(lambda _: stop.set())  # a refused component ends serve
+        doors.append(component)
     log.info("ready; sweeping every %gs", sweep_interval)
     try:
         while not stop.is_set():

@@ -77,11 +77,11 @@ class Client(ClientXMPP):
                     task.add_done_callback(self._settling.discard)
             self.events.put_nowait(event)
 
-    async def request(self, xml: str, *, type: str = "set") -> ET.Element:
+    async def request(self, xml: str, *, type: str = "set", to: str = SERVICE) -> ET.Element:
         """Send an iq to the service; its reply (result or error) as an element."""
         iq = self.Iq()
         iq["type"] = type
-        iq["to"] = SERVICE
+        iq["to"] = to
         iq.append(ET.fromstring(xml))
         try:
             reply = await iq.send(timeout=TIMEOUT)  # type: ignore[no-untyped-call]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from boxmq.errors import InvalidArgument
 
-__all__ = ["XmppSettings", "parse_server"]
+__all__ = ["SECRET_ENV", "XmppSettings", "settings_from"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,9 +30,41 @@ class XmppSettings:
             raise InvalidArgument("the lock timeout must be a positive number of seconds")
 
 
-def parse_server(value: str) -> tuple[str, int]:
-    """`HOST:PORT` (or `[v6]:PORT`) -> (host, port)."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise InvalidArgument(f"--xmpp-server {value!r}: write HOST:PORT, e.g. 127.0.0.1:5347")
-    return host.strip("[]"), int(port)
+SECRET_ENV = "BOXMQ_XMPP_SECRET"
+
+
+def settings_from(
+    component: str | None,
+    server: tuple[str, int] | None,
+    *,
+    secret: str | None,
+    secret_file: str | None,
+    environ: Mapping[str, str],
+    lock_timeout: float | None = None,
+) -> XmppSettings | None:
+    """`boxmq serve`'s --xmpp-* flags as settings; None when no component is asked for.
+
+    The secret comes from --xmpp-secret-file, then $BOXMQ_XMPP_SECRET, then --xmpp-secret
+    (the last one shows on the process list: the others are for production).
+    """
+    if component is None:
+        if server is not None or secret is not None or secret_file is not None:
+            raise InvalidArgument("--xmpp-server and --xmpp-secret need --xmpp-component NAME")
+        return None
+    if secret_file is not None:
+        try:
+            with open(secret_file, encoding="utf-8") as source:
+                secret = source.read().strip()
+        except OSError as error:
+            raise InvalidArgument(f"--xmpp-secret-file {secret_file}: {error.strerror}") from None
+    elif SECRET_ENV in environ:
+        secret = environ[SECRET_ENV]
+    if not secret:
+        raise InvalidArgument(
+            f"the component needs its secret: --xmpp-secret-file FILE, ${SECRET_ENV}, "
+            "or --xmpp-secret SECRET"
+        )
+    host, port = server if server is not None else ("127.0.0.1", 5347)
+    return XmppSettings(
+        component, host, port, secret, lock_timeout=lock_timeout if lock_timeout else 30.0
+    )

@@ -1,0 +1,160 @@
+"""`boxmq serve --xmpp-component` through Prosody: the CLI wiring, one instance per name,
+reconnecting, and urn:xmpp:qos assured delivery with duplicates."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.xmpp.clients import TIMEOUT, clients, component
+from tests.xmpp.server import SECRET, SERVICE, Prosody
+
+import boxmq
+from boxmq.xmpp import ns
+
+SCENARIO_SECONDS = 60
+
+
+def run(scenario: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(asyncio.wait_for(scenario, SCENARIO_SECONDS))
+
+
+def _serve(prosody: Prosody, data: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "boxmq.cli",
+            "--data",
+            str(data),
+            "--fsync",
+            "never",
+            "serve",
+            "--no-mqtt",
+            "--xmpp-component",
+            SERVICE,
+            "--xmpp-server",
+            f"127.0.0.1:{prosody.component_port}",
+        ],
+        env={**os.environ, "BOXMQ_XMPP_SECRET": SECRET},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+@pytest.fixture
+def served(prosody: Prosody, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    data = tmp_path / "data"
+    boxmq.open(data, fsync="never").queue("jobs")
+    process = _serve(prosody, data)
+    try:
+        yield process, data
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+        assert process.stdout is not None
+        process.stdout.close()
+
+
+async def _wait_for_service(user: Any) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        reply = await user.request(f"<query xmlns='{ns.DISCO_INFO}'/>", type="get")
+        if reply.get("type") == "result":
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the component never answered")
+
+
+def test_serve_runs_the_component_and_a_second_instance_is_refused(
+    prosody: Prosody, served: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    first, _ = served
+
+    async def scenario() -> None:
+        async with clients(prosody, "alice", "carol") as [alice, carol]:
+            await _wait_for_service(alice)
+            await alice.subscribe(1)
+            item = await carol.publish("<job xmlns='urn:example'>via serve</job>")
+            event = await alice.next_event()
+            assert event.item == item
+            assert (await alice.retract(item)).get("type") == "result"
+
+    run(scenario())
+    second = _serve(prosody, tmp_path / "other")
+    try:
+        output, _ = second.communicate(timeout=30)
+    finally:
+        second.kill()
+    assert second.returncode != 0
+    assert "another instance with this name is connected" in output
+    assert "Traceback" not in output, output
+    assert first.poll() is None  # the first one serves on
+
+
+def test_the_component_reconnects_and_keeps_its_subscribers(
+    prosody: Prosody, tmp_path: Path
+) -> None:
+    box = boxmq.open(tmp_path / "data", fsync="never")
+    box.queue("jobs")
+
+    async def scenario() -> None:
+        async with (
+            component(prosody, box) as running,
+            clients(prosody, "alice", "carol") as [alice, carol],
+        ):
+            await alice.subscribe(1)
+            assert running.transport is not None
+            running.transport.abort()  # the server "goes away"
+            await asyncio.sleep(0.1)
+            await asyncio.wait_for(running.connected.wait(), TIMEOUT)
+            item = await carol.publish("<job xmlns='urn:example'>after</job>")
+            assert (await alice.next_event()).item == item
+
+    run(scenario())
+    box.close()
+
+
+def _assured(kind: str, msg_id: str, body: str = "") -> str:
+    inner = f"<message xmlns='jabber:client'><body>{body}</body></message>" if body else ""
+    return f"<{kind} xmlns='{ns.QOS}' msgId='{msg_id}'>{inner}</{kind}>"
+
+
+def test_assured_delivery_with_duplicates_arrives_once(prosody: Prosody, tmp_path: Path) -> None:
+    box = boxmq.open(tmp_path / "data", fsync="never")
+    box.queue("jobs")
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "bob", "carol") as [bob, carol]:
+            bob.auto_retract = True
+            await bob.subscribe(5)
+            node = f"jobs@{SERVICE}"
+            for msg_id in ("m1", "m2"):
+                for _ in range(3):  # the sender retries: each step is idempotent
+                    reply = await carol.request(_assured("assured", msg_id, msg_id), to=node)
+                    assert reply.find(f"{{{ns.QOS}}}received") is not None
+                for _ in range(2):
+                    reply = await carol.request(_assured("deliver", msg_id), to=node)
+                    assert reply.get("type") == "result"
+            for _ in range(100):
+                if len(bob.received) >= 2 and box.queue("jobs").counts().done == 2:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.2)  # room for a duplicate to show up, if there were one
+            assert len(bob.received) == 2
+            assert box.queue("jobs").counts().done == 2
+
+    run(scenario())
+    box.close()
