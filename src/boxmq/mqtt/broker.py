@@ -667,7 +667,7 @@ class Broker:
         """Publish into the Box: retained store and every durable subscription it matches."""
         props = packet.properties.without(*_NOT_FORWARDED)
         expiry = props.message_expiry_interval
-        kept = {V5_PROPERTIES: base64.urlsafe_b64encode(props.raw).decode()} if props else {}
+        kept = {V5_PROPERTIES: _pack(props)} if props else {}
         for properties in (kept, {}) if kept else ({},):
             try:
                 self.box.publish(
@@ -689,7 +689,7 @@ class Broker:
 
     def _assure(self, client_id: str, packet: Publish) -> object:
         props = packet.properties.without(*_NOT_FORWARDED)
-        kept = {V5_PROPERTIES: base64.urlsafe_b64encode(props.raw).decode()} if props else {}
+        kept = {V5_PROPERTIES: _pack(props)} if props else {}
         try:
             return self.box.assured(
                 _source(client_id),
@@ -985,9 +985,14 @@ def _properties_of(envelope: Envelope) -> Properties:
     if not isinstance(raw, str):
         return EMPTY
     try:
-        return Properties(base64.urlsafe_b64decode(raw))
+        return Properties(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
     except ValueError:
         return EMPTY
+
+
+def _pack(props: Properties) -> str:
+    """The property bytes as file-name text: URL-safe base64 without its padding."""
+    return base64.urlsafe_b64encode(props.raw).decode().rstrip("=")
 
 
 def _publish_of(message: Message, options: SubscriptionOptions) -> Publish:

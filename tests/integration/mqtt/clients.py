@@ -1,0 +1,227 @@
+"""A real boxmq MQTT server on 127.0.0.1 (a free port), run in a thread, over a tmp root."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion
+
+import boxmq
+from boxmq.client.box import Box
+from boxmq.mqtt.server import MqttServer
+from boxmq.mqtt.settings import Listener, MqttSettings
+
+WAIT = 10.0  # seconds any single expected event may take
+
+
+@dataclass
+class RunningServer:
+    root: Path
+    box: Box
+    host: str
+    port: int
+    server: MqttServer
+    loop: asyncio.AbstractEventLoop
+    stop: asyncio.Event
+    thread: threading.Thread
+
+    def shutdown(self) -> None:
+        self.loop.call_soon_threadsafe(self.stop.set)
+        self.thread.join(timeout=20)
+        self.box.close()
+
+
+def start_server(root: Path, settings: MqttSettings | None = None) -> RunningServer:
+    settings = settings or MqttSettings()
+    settings = MqttSettings(
+        listeners=(Listener("127.0.0.1", 0),),
+        limits=settings.limits,
+        authenticator=settings.authenticator,
+        authorizer=settings.authorizer,
+    )
+    box = boxmq.open(root, fsync="never")
+    server = MqttServer(box, settings)
+    ready: queue.Queue[Any] = queue.Queue()
+
+    def run() -> None:
+        async def main() -> None:
+            stop = asyncio.Event()
+            try:
+                [(host, port)] = await server.start()
+            except BaseException as error:
+                ready.put(error)
+                raise
+            ready.put((asyncio.get_running_loop(), stop, host, port))
+            await server.run(stop)
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=run, name="mqtt-server", daemon=True)
+    thread.start()
+    got = ready.get(timeout=WAIT)
+    if isinstance(got, BaseException):
+        raise got
+    loop, stop, host, port = got
+    return RunningServer(root, box, host, port, server, loop, stop, thread)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RunningServer]:
+    running = start_server(tmp_path / "root")
+    try:
+        yield running
+    finally:
+        running.shutdown()
+
+
+# -- a paho client that hands what it gets to the test thread -------------------------------------
+
+
+@dataclass
+class Received:
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    properties: Any = None
+
+
+@dataclass
+class Paho:
+    client: mqtt.Client
+    messages: queue.Queue[Received] = field(default_factory=queue.Queue)
+    connacks: queue.Queue[Any] = field(default_factory=queue.Queue)
+    subacks: queue.Queue[Any] = field(default_factory=queue.Queue)
+    disconnects: queue.Queue[Any] = field(default_factory=queue.Queue)
+
+    def next(self, timeout: float = WAIT) -> Received:
+        return self.messages.get(timeout=timeout)
+
+    def nothing(self, within: float = 0.5) -> bool:
+        try:
+            self.messages.get(timeout=within)
+        except queue.Empty:
+            return True
+        return False
+
+    def subscribe(self, topic: str, qos: int = 0, **options: Any) -> Any:
+        if self.client.protocol == mqtt.MQTTv5:
+            from paho.mqtt.subscribeoptions import SubscribeOptions
+
+            props = options.pop("properties", None)
+            self.client.subscribe(
+                topic, options=SubscribeOptions(qos=qos, **options), properties=props
+            )
+        else:
+            self.client.subscribe(topic, qos)
+        return self.subacks.get(timeout=WAIT)
+
+    def publish(self, topic: str, payload: bytes | str, qos: int = 0, **kw: Any) -> None:
+        info = self.client.publish(topic, payload, qos, **kw)
+        info.wait_for_publish(timeout=WAIT)
+        assert info.is_published(), f"{topic}: not acknowledged"
+
+    def stop(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def paho(
+    running: RunningServer,
+    client_id: str = "",
+    *,
+    v5: bool = True,
+    clean: bool = True,
+    expiry: int | None = None,
+    will: tuple[str, bytes, int] | None = None,
+    will_delay: int | None = None,
+    username: str | None = None,
+    password: str | None = None,
+    expect: int = 0,
+    configure: Callable[[mqtt.Client], None] | None = None,
+) -> Paho:
+    """A connected paho client (v5 or 3.1.1); `expect` is the CONNACK reason it should get."""
+    from paho.mqtt.packettypes import PacketTypes
+
+    protocol = mqtt.MQTTv5 if v5 else mqtt.MQTTv311
+    kwargs: dict[str, Any] = {"client_id": client_id, "protocol": protocol}
+    if not v5:
+        kwargs["clean_session"] = clean
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, **kwargs)
+    box = Paho(client)
+
+    def on_message(_c: Any, _u: Any, message: Any) -> None:
+        props = getattr(message, "properties", None)
+        box.messages.put(
+            Received(message.topic, message.payload, message.qos, message.retain, props)
+        )
+
+    client.on_message = on_message
+    client.on_connect = lambda _c, _u, flags, reason, props: box.connacks.put(
+        (flags, reason, props)
+    )
+    client.on_subscribe = lambda _c, _u, mid, reasons, props: box.subacks.put(reasons)
+    client.on_disconnect = lambda _c, _u, flags, reason, props: box.disconnects.put(reason)
+    if username is not None:
+        client.username_pw_set(username, password)
+    if will is not None:
+        will_props = None
+        if will_delay is not None:
+            will_props = paho_properties(PacketTypes.WILLMESSAGE, WillDelayInterval=will_delay)
+        client.will_set(will[0], will[1], will[2], properties=will_props)
+    if configure is not None:
+        configure(client)
+    connect_props = None
+    if v5:
+        connect_props = paho_properties(PacketTypes.CONNECT)
+        if expiry is not None:
+            connect_props.SessionExpiryInterval = expiry
+    client.connect(
+        running.host,
+        running.port,
+        keepalive=30,
+        clean_start=clean if v5 else 3,
+        properties=connect_props,
+    )
+    client.loop_start()
+    _flags, reason, _ = box.connacks.get(timeout=WAIT)
+    assert int(reason.value if hasattr(reason, "value") else reason) == expect, reason
+    return box
+
+
+def paho_properties(kind: int, **values: object) -> Any:
+    """paho's Properties for a packet type (PacketTypes.*), with `values` set."""
+    from paho.mqtt.properties import Properties
+
+    props = Properties(kind)  # type: ignore[no-untyped-call]
+    for name, value in values.items():
+        setattr(props, name, value)
+    return props
+
+
+def drop(client: Paho) -> None:
+    """End the connection without DISCONNECT, as a crash or a broken network would."""
+    client.client.loop_stop()
+    sock = client.client.socket()
+    assert sock is not None
+    sock.close()
+
+
+def mosquitto_tools() -> None:
+    """Skip without mosquitto_pub/sub, unless CI=true, where their absence is a failure."""
+    if shutil.which("mosquitto_pub") and shutil.which("mosquitto_sub"):
+        return
+    message = "mosquitto_pub/mosquitto_sub are not installed (make test installs them)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)

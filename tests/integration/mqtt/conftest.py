@@ -1,0 +1,7 @@
+"""Fixtures for the MQTT integration tests (helpers live in clients.py)."""
+
+from __future__ import annotations
+
+from tests.integration.mqtt.clients import server
+
+__all__ = ["server"]

@@ -1,0 +1,261 @@
+"""paho-mqtt 3.1.1 and 5.0 against the boxmq server: what a device SDK meets."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from paho.mqtt.packettypes import PacketTypes
+from tests.integration.mqtt.clients import RunningServer, drop, paho, paho_properties, start_server
+
+VERSIONS = [pytest.param(True, id="v5"), pytest.param(False, id="v311")]
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+@pytest.mark.parametrize("qos", [0, 1, 2])
+def test_publish_subscribe_at_each_qos(server: RunningServer, v5: bool, qos: int) -> None:
+    sub = paho(server, "sub", v5=v5)
+    pub = paho(server, "pub", v5=v5)
+    sub.subscribe("sensors/+/temp", qos)
+    for i in range(20):
+        pub.publish(f"sensors/k{i % 3}/temp", f"{i}".encode(), qos)
+    got = [sub.next() for _ in range(20)]
+    assert [m.payload for m in got] == [f"{i}".encode() for i in range(20)]  # in order (§4.6)
+    assert {m.qos for m in got} == {qos}
+    assert sub.nothing(0.3)
+    sub.stop()
+    pub.stop()
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_the_granted_qos_caps_delivery(server: RunningServer, v5: bool) -> None:
+    sub = paho(server, "sub", v5=v5)
+    sub.subscribe("a/#", 1)
+    paho(server, "pub", v5=v5).publish("a/b", b"x", 2)
+    assert sub.next().qos == 1
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_retained_message_goes_to_new_subscribers_and_empty_clears_it(
+    server: RunningServer, v5: bool
+) -> None:
+    pub = paho(server, "pub", v5=v5)
+    pub.publish("home/door", b"open", 1, retain=True)
+    late = paho(server, "late", v5=v5)
+    late.subscribe("home/#", 1)
+    message = late.next()
+    assert (message.topic, message.payload, message.retain) == ("home/door", b"open", True)
+    pub.publish("home/door", b"", 1, retain=True)
+    later = paho(server, "later", v5=v5)
+    later.subscribe("home/#", 1)
+    assert later.nothing()
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_will_is_sent_when_the_connection_breaks(server: RunningServer, v5: bool) -> None:
+    watcher = paho(server, "watcher", v5=v5)
+    watcher.subscribe("status/#", 1)
+    dying = paho(server, "dying", v5=v5, will=("status/dying", b"gone", 1))
+    drop(dying)  # no DISCONNECT: an abnormal end (§3.1.2.5)
+    message = watcher.next()
+    assert (message.topic, message.payload) == ("status/dying", b"gone")
+
+
+def test_no_will_after_a_normal_disconnect(server: RunningServer) -> None:
+    watcher = paho(server, "watcher")
+    watcher.subscribe("status/#", 1)
+    paho(server, "polite", will=("status/polite", b"gone", 1)).stop()
+    assert watcher.nothing(0.7)
+
+
+def test_will_delay_lets_a_quick_reconnect_cancel_the_will(server: RunningServer) -> None:
+    watcher = paho(server, "watcher")
+    watcher.subscribe("status/#", 1)
+    flaky = paho(
+        server, "flaky", clean=False, expiry=60, will=("status/flaky", b"gone", 1), will_delay=2
+    )
+    drop(flaky)
+    paho(server, "flaky", clean=False, expiry=60)
+    assert watcher.nothing(2.5)
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_persistent_session_gets_what_came_while_it_was_away(
+    server: RunningServer, v5: bool
+) -> None:
+    away = paho(server, "away", v5=v5, clean=False, expiry=300)
+    away.subscribe("jobs/#", 1)
+    away.stop()
+    pub = paho(server, "pub", v5=v5)
+    for i in range(5):
+        pub.publish(f"jobs/{i}", f"job {i}".encode(), 1)
+    back = paho(server, "away", v5=v5, clean=False, expiry=300)
+    assert [back.next().payload for _ in range(5)] == [f"job {i}".encode() for i in range(5)]
+    assert back.nothing(0.3)
+
+
+def test_clean_start_discards_the_old_session(server: RunningServer) -> None:
+    away = paho(server, "gone", clean=False, expiry=300)
+    away.subscribe("jobs/#", 1)
+    away.stop()
+    paho(server, "pub").publish("jobs/1", b"lost", 1)
+    fresh = paho(server, "gone", clean=True)
+    assert fresh.nothing(0.5)
+
+
+def test_session_takeover_moves_the_session_to_the_new_connection(server: RunningServer) -> None:
+    first = paho(server, "same", clean=False, expiry=300)
+    first.subscribe("t/#", 1)
+    second = paho(server, "same", clean=False, expiry=300)
+    assert int(first.disconnects.get(timeout=5).value) == 0x8E  # Session taken over
+    paho(server, "pub").publish("t/1", b"x", 1)
+    assert second.next().payload == b"x"
+
+
+def test_share_group_load_balances_and_never_duplicates(server: RunningServer) -> None:
+    workers = [paho(server, f"w{i}") for i in range(3)]
+    for worker in workers:
+        worker.subscribe("$share/etl/jobs/#", 1)
+    pub = paho(server, "pub", v5=False)
+    for i in range(30):
+        pub.publish(f"jobs/{i}", f"{i}".encode(), 1)
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 10
+    while len(seen) < 30 and time.monotonic() < deadline:
+        for worker in workers:
+            while not worker.messages.empty():
+                seen.append(worker.messages.get().payload)
+        time.sleep(0.05)
+    assert sorted(seen) == sorted(f"{i}".encode() for i in range(30))
+    assert all(not w.messages.qsize() for w in workers)
+
+
+def test_v311_client_may_join_a_share_group(server: RunningServer) -> None:
+    worker = paho(server, "old", v5=False)
+    assert worker.subscribe("$share/g/x", 1)
+    paho(server, "pub", v5=False).publish("x", b"1", 1)
+    assert worker.next().payload == b"1"
+
+
+def test_no_retained_messages_on_a_shared_subscription(server: RunningServer) -> None:
+    paho(server, "pub").publish("cfg", b"retained", 1, retain=True)
+    worker = paho(server, "w")
+    worker.subscribe("$share/g/cfg", 1)
+    assert worker.nothing()
+
+
+def _props(**values: object) -> Any:
+    return paho_properties(PacketTypes.PUBLISH, **values)
+
+
+def test_v5_properties_travel_with_the_message(server: RunningServer) -> None:
+    sub = paho(server, "sub")
+    sub.subscribe("rpc/#", 1)
+    pub = paho(server, "pub")
+    props = _props(
+        UserProperty=[("k", "v"), ("k", "w")],
+        ContentType="text/plain",
+        ResponseTopic="rpc/reply",
+        CorrelationData=b"\x01\x02",
+        PayloadFormatIndicator=1,
+    )
+    pub.publish("rpc/call", b"hi", 1, properties=props)
+    got = sub.next().properties
+    assert got.UserProperty == [("k", "v"), ("k", "w")]
+    assert got.ContentType == "text/plain"
+    assert got.ResponseTopic == "rpc/reply"
+    assert got.CorrelationData == b"\x01\x02"
+    assert got.PayloadFormatIndicator == 1
+
+
+def test_v5_properties_that_fit_in_a_file_name_travel_through_a_dropbox(
+    server: RunningServer,
+) -> None:
+    sub = paho(server, "sub", clean=False, expiry=300)  # persistent: its messages are files
+    sub.subscribe("rpc/#", 1)
+    pub = paho(server, "pub")
+    pub.publish("rpc/a", b"1", 1, properties=_props(ContentType="json", CorrelationData=b"7"))
+    got = sub.next().properties
+    assert (got.ContentType, got.CorrelationData) == ("json", b"7")
+    pub.publish("rpc/b", b"2", 1, properties=_props(UserProperty=[("k", "v" * 200)]))
+    message = sub.next()  # the message goes on; properties past 255 bytes of name do not
+    assert message.payload == b"2"
+    assert not hasattr(message.properties, "UserProperty")
+
+
+def test_subscription_identifier_comes_back(server: RunningServer) -> None:
+    sub = paho(server, "sub")
+    props = paho_properties(PacketTypes.SUBSCRIBE, SubscriptionIdentifier=42)
+    sub.subscribe("a/#", 1, properties=props)
+    paho(server, "pub").publish("a/b", b"x", 1)
+    assert sub.next().properties.SubscriptionIdentifier == [42]
+
+
+def test_no_local_keeps_a_client_from_its_own_messages(server: RunningServer) -> None:
+    chat = paho(server, "chat")
+    chat.subscribe("room", 1, noLocal=True)
+    chat.publish("room", b"mine", 1)
+    paho(server, "other").publish("room", b"theirs", 1)
+    assert chat.next().payload == b"theirs"
+
+
+def test_retain_as_published_and_retain_handling(server: RunningServer) -> None:
+    pub = paho(server, "pub")
+    pub.publish("r", b"old", 1, retain=True)
+    keep = paho(server, "keep")
+    keep.subscribe("r", 1, retainAsPublished=True, retainHandling=2)  # no retained on subscribe
+    plain = paho(server, "plain")
+    plain.subscribe("r", 1)
+    assert plain.next().retain is True  # sent because retained
+    pub.publish("r", b"new", 1, retain=True)
+    assert keep.next().retain is True  # as published
+    assert plain.next().retain is False  # a live message: flag cleared (§3.3.1.3)
+
+
+def test_topic_alias_from_the_client(server: RunningServer) -> None:
+    sub = paho(server, "sub")
+    sub.subscribe("long/topic/name", 1)
+    pub = paho(server, "pub")
+    pub.publish("long/topic/name", b"1", 1, properties=_props(TopicAlias=3))
+    pub.publish("", b"2", 1, properties=_props(TopicAlias=3))
+    assert [sub.next().payload, sub.next().payload] == [b"1", b"2"]
+
+
+def test_assigned_client_identifier_in_connack(server: RunningServer) -> None:
+    body = b"\x00\x04MQTT\x05\x02\x00\x1e\x00" + b"\x00\x00"  # v5, clean, empty id
+    with socket.create_connection((server.host, server.port), timeout=5) as raw:
+        raw.sendall(bytes([0x10, len(body)]) + body)
+        data = raw.recv(1024)
+    assert data[0] == 0x20
+    assert data[3] == 0x00
+    assert b"\x12\x00\x25auto-" in data  # Assigned Client Identifier (§3.2.2.3.7)
+
+
+def test_unsubscribe_stops_delivery(server: RunningServer) -> None:
+    sub = paho(server, "sub")
+    sub.subscribe("u/#", 1)
+    sub.client.unsubscribe("u/#")
+    time.sleep(0.3)
+    paho(server, "pub").publish("u/1", b"x", 1)
+    assert sub.nothing()
+
+
+def test_server_restart_keeps_a_persistent_session(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    first = start_server(root)
+    try:
+        away = paho(first, "keeper", clean=False, expiry=3600)
+        away.subscribe("k/#", 1)
+        away.stop()
+        paho(first, "pub").publish("k/1", b"kept", 1)
+    finally:
+        first.shutdown()
+    second = start_server(root)
+    try:
+        back = paho(second, "keeper", clean=False, expiry=3600)
+        assert back.next().payload == b"kept"
+    finally:
+        second.shutdown()
