@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DATA   ?= ./data
 
-.PHONY: run test lint typecheck unit bench install dev system-deps clean
+.PHONY: run test lint typecheck unit bench bench-mqtt install dev system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,10 @@ test: lint typecheck unit
 
 bench: $(VENV)/.bench-installed
 	$(BIN)/python bench/store.py
+
+# boxmq, mosquitto and amqtt under the same mosquitto_pub/sub clients (docs/benchmarks.md).
+bench-mqtt: $(VENV)/.bench-installed system-deps
+	$(BIN)/python bench/mqtt.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

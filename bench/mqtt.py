@@ -1,0 +1,393 @@
+"""MQTT throughput: the same mosquitto_pub / mosquitto_sub clients against boxmq, mosquitto and
+amqtt, in one run, for QoS 0, 1, 2 and a shared QoS 1 subscription with two members.
+
+    .venv/bin/python bench/mqtt.py            # 200k / 100k messages per case
+    .venv/bin/python bench/mqtt.py --quick    # 20k / 10k: a smoke run of a minute or two
+    .venv/bin/python bench/mqtt.py --brokers boxmq,mosquitto --fsync always
+
+Every broker runs as a subprocess on a free port (boxmq on a fresh data folder, mosquitto with
+a generated config, amqtt from the `bench` dependency group). For each case the subscribers
+connect first; a retained `<topic>/ready` message proves their subscription is live. Then the
+clock starts, the publisher sends N lines of 32 bytes (`mosquitto_pub -l`, in runs of at most
+50 000 lines: its 16-bit packet ids wrap otherwise), and the clock stops when the subscribers
+have printed all N. Broker CPU comes from /proc/<pid>/stat (utime + stime) before and after.
+Known client quirks (docs/benchmarks.md, research/perf-baselines.md): mosquitto's default
+`max_queued_messages 1000` drops QoS 1/2 messages (we set 0); v5 subscribers need
+`-D connect receive-maximum 65535` at QoS 2; amqtt speaks MQTT 3.1.1 only, so it has no
+shared subscriptions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"  # brokers' folders and logs while they run; removed afterwards
+VENV_BIN = Path(sys.executable).parent
+CHUNK = 50_000  # lines per mosquitto_pub run at QoS 1/2 (16-bit packet ids)
+STALL = 15.0  # seconds without a new message: the case is INCOMPLETE
+TICK = os.sysconf("SC_CLK_TCK")
+V5_SUB = ["-V", "mqttv5", "-D", "connect", "receive-maximum", "65535"]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    qos: int
+    members: int  # 0: one plain subscriber; n: n members of one share group
+    messages: int
+
+
+@dataclass(frozen=True)
+class Result:
+    case: Case
+    broker: str
+    delivered: int
+    seconds: float
+    broker_cpu: float  # seconds of broker CPU during the case
+    machine_busy: float  # cores busy on the whole machine during the case (all processes)
+    note: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return self.delivered == self.case.messages and not self.note
+
+    @property
+    def rate(self) -> float:
+        return self.delivered / self.seconds if self.seconds > 0 else 0.0
+
+
+# -- brokers --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Broker:
+    name: str
+    start: Callable[[int, Path], subprocess.Popen[bytes]]
+    mqtt5: bool  # shared subscriptions need MQTT 5 subscribers ($share on 3.1.1 is an extension)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _start_boxmq(fsync: str) -> Callable[[int, Path], subprocess.Popen[bytes]]:
+    def start(port: int, folder: Path) -> subprocess.Popen[bytes]:
+        command = [sys.executable, "-m", "boxmq.cli", "--data", str(folder / "data")]
+        command += ["--fsync", fsync, "serve", "--mqtt", f"127.0.0.1:{port}"]
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=_log(folder, "boxmq"))
+
+    return start
+
+
+def _start_mosquitto(port: int, folder: Path) -> subprocess.Popen[bytes]:
+    config = folder / "mosquitto.conf"
+    config.write_text(
+        f"listener {port} 127.0.0.1\n"
+        "allow_anonymous true\n"
+        "persistence false\n"
+        "max_queued_messages 0\n"  # the default, 1000, silently drops QoS 1/2 under this load
+        "log_dest stderr\nlog_type error\nlog_type warning\n"
+    )
+    return subprocess.Popen(
+        ["/usr/sbin/mosquitto", "-c", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=_log(folder, "mosquitto"),
+    )
+
+
+def _start_amqtt(port: int, folder: Path) -> subprocess.Popen[bytes]:
+    config = folder / "amqtt.yaml"
+    config.write_text(
+        "listeners:\n  default:\n    type: tcp\n"
+        f"    bind: 127.0.0.1:{port}\n"
+        "plugins:\n  amqtt.plugins.authentication.AnonymousAuthPlugin:\n"
+        "    allow_anonymous: true\n"
+    )
+    return subprocess.Popen(
+        [str(VENV_BIN / "amqtt"), "-c", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=_log(folder, "amqtt"),
+    )
+
+
+def _log(folder: Path, name: str) -> int:
+    return os.open(folder / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+
+def _unavailable(name: str, fsync: str) -> str | None:
+    """Why this broker cannot run here, or None."""
+    if name == "boxmq":
+        done = subprocess.run(
+            [sys.executable, "-m", "boxmq.cli", "serve", "--help"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if "--mqtt" not in done.stdout:
+            return "`boxmq serve --mqtt` does not exist yet"
+    if name == "mosquitto" and not Path("/usr/sbin/mosquitto").exists():
+        return "/usr/sbin/mosquitto is missing (apt-get install mosquitto)"
+    if name == "amqtt" and not (VENV_BIN / "amqtt").exists():
+        return "amqtt is not installed (pip install --group bench; it needs Python >= 3.10)"
+    return None
+
+
+def _brokers(fsync: str) -> dict[str, Broker]:
+    return {
+        "boxmq": Broker("boxmq", _start_boxmq(fsync), mqtt5=True),
+        "mosquitto": Broker("mosquitto", _start_mosquitto, mqtt5=True),
+        "amqtt": Broker("amqtt", _start_amqtt, mqtt5=False),
+    }
+
+
+@contextlib.contextmanager
+def _running(broker: Broker, folder: Path) -> Iterator[tuple[int, int]]:
+    """The broker on a free port: yields (port, pid) once it accepts connections."""
+    port = _free_port()
+    process = broker.start(port, folder)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{broker.name} exited at start; see {folder}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{broker.name} did not listen within 30 s; see {folder}")
+            time.sleep(0.1)
+        yield port, process.pid
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# -- measuring ------------------------------------------------------------------------------------
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (proc(5) fields 14, 15)
+
+
+def _machine_busy_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies over all CPUs since boot, from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
+class _Counter:
+    """Counts the lines every subscriber prints; notes when the Nth came."""
+
+    def __init__(self, wanted: int) -> None:
+        self.wanted = wanted
+        self.count = 0
+        self.ready = 0
+        self.last = time.monotonic()
+        self.done_at: float | None = None
+        self._lock = threading.Lock()
+        self.finished = threading.Event()
+
+    def follow(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            with self._lock:
+                if line.startswith(b"ready"):
+                    self.ready += 1
+                    continue
+                self.count += 1
+                self.last = time.monotonic()
+                if self.count >= self.wanted and self.done_at is None:
+                    self.done_at = self.last
+                    self.finished.set()
+
+
+def _client(*args: str) -> list[str]:
+    return ["timeout", "-k", "5", "600", *args]
+
+
+def _publish_lines(port: int, topic: str, qos: int, first: int, count: int, *more: str) -> None:
+    lines = b"".join(b"%032d\n" % n for n in range(first, first + count))
+    command = ["mosquitto_pub", "-h", "127.0.0.1", "-p", str(port), "-t", topic, "-q", str(qos)]
+    subprocess.run(
+        _client(*command, "-l", *more),
+        input=lines,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def run_case(broker: Broker, port: int, pid: int, case: Case) -> Result:
+    topic = f"bench/{case.name}"
+    ready_topic = f"{topic}/ready"
+    base = ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(port), "-q", str(case.qos)]
+    if case.members:
+        filters = ["-t", f"$share/bench/{topic}", "-t", ready_topic]
+        commands = [_client(*base, *V5_SUB, *filters) for _ in range(case.members)]
+    else:
+        commands = [_client(*base, "-t", topic, "-t", ready_topic)]
+    _publish_retained(port, ready_topic, b"ready")
+    counter = _Counter(case.messages)
+    subscribers = [subprocess.Popen(c, stdout=subprocess.PIPE) for c in commands]
+    readers = [threading.Thread(target=counter.follow, args=(s,), daemon=True) for s in subscribers]
+    for reader in readers:
+        reader.start()
+    try:
+        deadline = time.monotonic() + 20
+        while counter.ready < len(subscribers) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        _publish_retained(port, ready_topic, None)  # clear it: an empty retained message deletes
+        if counter.ready < len(subscribers):
+            return Result(case, broker.name, 0, 0.0, 0.0, 0.0, "SKIPPED: subscribers not ready")
+        cpu_before, (busy_before, total_before) = _cpu_seconds(pid), _machine_busy_ticks()
+        start = time.monotonic()
+        chunk = CHUNK if case.qos else case.messages
+        for first in range(0, case.messages, chunk):
+            _publish_lines(port, topic, case.qos, first, min(chunk, case.messages - first))
+        while not counter.finished.wait(0.2):
+            if time.monotonic() - counter.last > STALL:
+                break
+        end = counter.done_at or counter.last
+        cpu = _cpu_seconds(pid) - cpu_before
+        busy_after, total_after = _machine_busy_ticks()
+        cores = os.cpu_count() or 1
+        busy = cores * (busy_after - busy_before) / max(1, total_after - total_before)
+        note = "" if counter.count >= case.messages else "INCOMPLETE"
+        return Result(case, broker.name, counter.count, end - start, cpu, busy, note)
+    finally:
+        for subscriber in subscribers:
+            subscriber.terminate()
+        for subscriber in subscribers:
+            try:
+                subscriber.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                subscriber.kill()  # mosquitto_sub can hang in its signal handler (pitfall 3)
+                subscriber.wait()
+
+
+def _publish_retained(port: int, topic: str, payload: bytes | None) -> None:
+    command = ["mosquitto_pub", "-h", "127.0.0.1", "-p", str(port), "-t", topic, "-r", "-q", "1"]
+    body = ["-s"] if payload is not None else ["-n"]  # -n: a zero-length message
+    subprocess.run(
+        _client(*command, *body), input=payload, check=True, stdout=subprocess.DEVNULL, timeout=30
+    )
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+def _cases(quick: bool) -> list[Case]:
+    scale = 10 if quick else 1
+    return [
+        Case("qos0", 0, 0, 200_000 // scale),
+        Case("qos1", 1, 0, 100_000 // scale),
+        Case("qos2", 2, 0, 100_000 // scale),
+        Case("shared-qos1", 1, 2, 100_000 // scale),
+    ]
+
+
+def _print_results(results: list[Result]) -> None:
+    print(
+        f"{'case':<12} {'broker':<10} {'msg/s':>9} {'seconds':>8} {'delivered':>15} "
+        f"{'broker CPU µs/msg':>18} {'machine busy':>13}"
+    )
+    for r in results:
+        per_message = 1e6 * r.broker_cpu / r.delivered if r.delivered else 0.0
+        delivered = f"{r.delivered}/{r.case.messages}"
+        print(
+            f"{r.case.name:<12} {r.broker:<10} {r.rate:>9,.0f} {r.seconds:>8.2f} "
+            f"{delivered:>15} {per_message:>18.1f} {r.machine_busy:>10.2f} cores  {r.note}"
+        )
+
+
+def _goals(results: list[Result], unavailable: dict[str, str]) -> list[str]:
+    rates = {(r.broker, r.case.name): r.rate for r in results if r.complete}
+    lines = []
+
+    def goal(label: str, case: str, peer: str, peer_case: str, ratio: float) -> None:
+        ours, theirs = rates.get(("boxmq", case)), rates.get((peer, peer_case))
+        if ours is None or theirs is None:
+            missing = "boxmq" if ours is None else peer
+            why = unavailable.get(missing, f"no complete {missing} run")
+            lines.append(f"  n/a   {label}: {why}")
+            return
+        verdict = "PASS" if ours >= ratio * theirs else "FAIL"
+        lines.append(f"  {verdict}  {label}: {ours / theirs:.2f}x (goal {ratio:g}x)")
+
+    for case in ("qos0", "qos1", "qos2", "shared-qos1"):
+        goal(f"{case} boxmq vs amqtt", case, "amqtt", case, 10.0)
+    goal("qos0 boxmq vs mosquitto", "qos0", "mosquitto", "qos0", 0.5)
+    goal("qos1 boxmq vs mosquitto", "qos1", "mosquitto", "qos1", 0.5)
+    goal("shared-qos1 boxmq vs mosquitto qos1", "shared-qos1", "mosquitto", "qos1", 0.25)
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a tenth of the messages")
+    parser.add_argument("--brokers", default="boxmq,mosquitto,amqtt")
+    parser.add_argument("--fsync", default="always", choices=["always", "interval", "never"])
+    parser.add_argument("--cases", default="qos0,qos1,qos2,shared-qos1")
+    args = parser.parse_args()
+    for tool in ("mosquitto_pub", "mosquitto_sub", "timeout"):
+        if shutil.which(tool) is None:
+            print(f"bench/mqtt: {tool} is missing (apt-get install mosquitto-clients)")
+            return 1
+    wanted = {c.strip() for c in args.cases.split(",")}
+    cases = [c for c in _cases(args.quick) if c.name in wanted]
+    brokers = _brokers(args.fsync)
+    names = [n.strip() for n in args.brokers.split(",")]
+    unavailable = {n: why for n in names if (why := _unavailable(n, args.fsync))}
+    print(f"load average at start: {Path('/proc/loadavg').read_text().split()[:3]}")
+    print(f"boxmq fsync={args.fsync}; {os.cpu_count()} CPUs")
+    for name, why in unavailable.items():
+        print(f"{name}: not available: {why}")
+    results: list[Result] = []
+    RESULTS.mkdir(exist_ok=True)
+    for name in names:
+        if name in unavailable:
+            continue
+        broker = brokers[name]
+        with (
+            tempfile.TemporaryDirectory(prefix=f"mqtt-{name}-", dir=RESULTS) as folder,
+            _running(broker, Path(folder)) as (port, pid),
+        ):
+            for case in cases:
+                if case.members and not broker.mqtt5:
+                    unavailable.setdefault(name, "MQTT 3.1.1 only: no shared subscriptions")
+                    continue
+                result = run_case(broker, port, pid, case)
+                results.append(result)
+                print(f"  {name} {case.name}: {result.rate:,.0f} msg/s {result.note}", flush=True)
+    print()
+    _print_results(results)
+    print()
+    print("goals (boxmq/peer msg/s):")
+    print("\n".join(_goals(results, unavailable)))
+    print(f"load average at end: {Path('/proc/loadavg').read_text().split()[:3]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
