@@ -82,6 +82,13 @@ class QueueComponent(ComponentXMPP):
         self.register_handler(
             Callback("boxmq bounce", _Tagged(_MESSAGE, frozenset({"error"})), self._gone)
         )
+        self.register_handler(
+            Callback(
+                "boxmq answers",
+                _Tagged(_IQ, frozenset({"result", "error"})),
+                lambda stanza: self.service.answer(stanza.xml),
+            )
+        )
         self.add_event_handler("session_start", self._started)
         self.add_event_handler("disconnected", self._disconnected)
         self.add_event_handler("stream_error", self._stream_error)

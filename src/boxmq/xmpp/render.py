@@ -64,10 +64,14 @@ def iq_set(iq_id: str, sender: str, to: str, inner: str) -> str:
     )
 
 
-def event(message_id: str, sender: str, to: str, node: str, inner: str) -> str:
-    """A pubsub#event message: `inner` is the <item/>, <retract/> or <unlock/> in <items/>."""
+def event(
+    message_id: str, sender: str, to: str, node: str, inner: str, *, wrapped: bool = False
+) -> str:
+    """A pubsub#event message: `inner` is the <item/>, <retract/> or <unlock/> in <items/>.
+    `wrapped`: it goes inside a urn:xmpp:qos element, so it names its own namespace."""
+    xmlns = " xmlns='jabber:client'" if wrapped else ""
     return (
-        f"<message id={quoteattr(message_id)} to={quoteattr(to)} from={quoteattr(sender)}>"
+        f"<message{xmlns} id={quoteattr(message_id)} to={quoteattr(to)} from={quoteattr(sender)}>"
         f"<event xmlns='{ns.PUBSUB_EVENT}'><items node={quoteattr(node)}>{inner}</items>"
         "</event></message>"
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import logging
 import shutil
+import time
 from collections.abc import Callable, Iterable
 from typing import Final
 from xml.etree.ElementTree import Element
@@ -29,6 +30,7 @@ from boxmq.xmpp import ns, render
 from boxmq.xmpp.conditions import Condition, condition_for
 from boxmq.xmpp.errors import StanzaError
 from boxmq.xmpp.payloads import payload_of
+from boxmq.xmpp.qos_out import Level, ReliableSender
 from boxmq.xmpp.requests import (
     Configure,
     Create,
@@ -70,6 +72,7 @@ FEATURES: Final = (
     ns.QOS,
 )
 QUEUE_REQUESTS: Final = "pubsub#queue_requests"
+QOS_LEVEL: Final = "boxmq#qos"  # how notifications are sent: docs/xmpp.md, QoS
 NODE_CONFIG: Final = ns.PUBSUB + "#node_config"
 _CONFIGURATION_REQUIRED: Final = Condition("modify", "not-acceptable", "configuration-required")
 _INVALID_OPTIONS: Final = Condition("modify", "bad-request", "invalid-options")
@@ -90,6 +93,7 @@ class QueueService:
         send: Send,
         lock_timeout: float = 30.0,
         watch: Callable[[Subscription], None] = lambda subscription: None,
+        now: Callable[[], float] = time.time,
     ) -> None:
         if lock_timeout <= 0:
             raise InvalidArgument("the lock timeout must be a positive number of seconds")
@@ -101,6 +105,8 @@ class QueueService:
         self._subscriptions = Subscriptions()
         self._queues: dict[str, Queue] = {}
         self._ids = (f"bx{n}" for n in itertools.count(1))
+        self._now = now
+        self._reliable = ReliableSender(sender=domain, send=send)
 
     # -- what the component feeds in -------------------------------------------------------------
 
@@ -126,18 +132,38 @@ class QueueService:
             return
         self._subscriptions.hold(subscription, message)
         item = f"<item id='{message.id}'>{payload_of(message)}</item>"
-        self._send(
-            render.event(next(self._ids), self.domain, subscription.jid, subscription.node, item)
+        level = subscription.qos
+        event = render.event(
+            next(self._ids),
+            self.domain,
+            subscription.jid,
+            subscription.node,
+            item,
+            wrapped=level is not Level.UNACKNOWLEDGED,
         )
+        self._reliable.send(
+            subscription.jid,
+            event,
+            level,
+            msg_id=message.id,
+            now=self._now(),
+            on_failed=lambda: self._undeliverable(subscription, message),
+        )
+
+    def answer(self, element: Element) -> None:
+        """An iq result or error: the answer to a notification sent with QoS, or nothing."""
+        self._reliable.answer(element, self._now())
 
     def expire(self, now: float) -> None:
         """XEP-0254 §4: a lock that timed out: unlock notification, then the next subscriber."""
         for subscription, message in self._subscriptions.timed_out(now):
             _quietly(message.unlock)  # the engine may have released it already
             self._notify_unlock(subscription, message.id)
+        self._reliable.retry(now)
 
     def next_deadline(self) -> float | None:
-        return self._subscriptions.next_deadline()
+        deadlines = (self._subscriptions.next_deadline(), self._reliable.next_deadline())
+        return min((d for d in deadlines if d is not None), default=None)
 
     def poll(self) -> int:
         """Take every delivery ready now for every subscription (tests; pull.py in a server)."""
@@ -224,10 +250,11 @@ class QueueService:
         existing = self._subscriptions.get(iq.sender, request.node)
         if existing is None:
             count = _queue_requests(iq, request)
+            level = Level.parse((request.options or {}).get(QOS_LEVEL, "unacknowledged"))
             consumer = queue.consumer(
                 consumer_name(iq.sender), max_in_flight=count, lock_timeout=self._lock_timeout
             )
-            existing = Subscription(iq.sender, request.node, count, consumer)
+            existing = Subscription(iq.sender, request.node, count, consumer, qos=level)
             self._subscriptions.add(existing)
             self._watch(existing)
         return render.result(iq, self._subscription_xml(existing, "subscribed"))
@@ -235,7 +262,10 @@ class QueueService:
     def _subscription_xml(self, subscription: Subscription, state: str) -> str:
         options = render.form(
             ns.SUBSCRIBE_OPTIONS,
-            [(QUEUE_REQUESTS, str(subscription.queue_requests), "")],
+            [
+                (QUEUE_REQUESTS, str(subscription.queue_requests), ""),
+                (QOS_LEVEL, subscription.qos.value, ""),
+            ],
             type="result",
         )
         return (
@@ -335,6 +365,14 @@ class QueueService:
         self._send(
             render.event(next(self._ids), self.domain, subscription.jid, subscription.node, notice)
         )
+
+    def _undeliverable(self, subscription: Subscription, message: Message) -> None:
+        """The subscriber never acknowledged (or refused) the item: the next one gets it."""
+        if subscription.held.pop(message.id, None) is not None:
+            _quietly(message.unlock)
+            log.info(
+                "%s: %s not acknowledged by %s", subscription.node, message.id, subscription.jid
+            )
 
     def _end(self, subscription: Subscription) -> None:
         self._subscriptions.remove(subscription)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from boxmq.client.consumer import Consumer
 from boxmq.client.message import Message
+from boxmq.xmpp.qos_out import Level
 
 __all__ = ["Subscription", "Subscriptions", "consumer_name"]
 
@@ -29,6 +30,7 @@ class Subscription:
     node: str
     queue_requests: int
     consumer: Consumer
+    qos: Level = Level.UNACKNOWLEDGED  # how its items are sent (urn:xmpp:qos)
     held: dict[str, Message] = field(default_factory=dict)  # item id -> its locked delivery
     closed: bool = False
 

@@ -47,7 +47,7 @@ def test_subscribe_with_queue_requests_answers_the_options_in_force(wire: Wire) 
     assert subscription.get("jid") == "alice@localhost"
     assert subscription.get("subid")
     values = [v.text for v in reply.iter(ns.tag(ns.DATA, "value"))]
-    assert values == [ns.SUBSCRIBE_OPTIONS, "5"]
+    assert values == [ns.SUBSCRIBE_OPTIONS, "5", "unacknowledged"]
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "many"])

@@ -1,0 +1,135 @@
+"""Notifications sent at a subscriber's chosen urn:xmpp:qos level, with retries (seed 003).
+
+Sans-IO: `send` writes the first iq, `answer` takes the subscriber's replies, `retry(now)`
+re-sends what went unanswered with a doubling back-off, and gives up after `max_attempts`
+(then `on_failed` runs: the service unlocks the item for the next subscriber).
+
+- acknowledged: <iq set><acknowledged><message/></acknowledged></iq> -> an empty result.
+- assured: <assured msgId=..><message/></assured> -> a result with <received msgId=../>,
+  then <deliver msgId=../> -> a result. Each step is idempotent at the receiver, so a retry is
+  always safe; the msgId is the item id, so a redelivery of one item is recognised as such.
+An error reply ends the transfer at once: the receiver said no.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from xml.etree.ElementTree import Element
+from xml.sax.saxutils import quoteattr
+
+from boxmq.errors import InvalidArgument
+from boxmq.xmpp import ns, render
+
+__all__ = ["Level", "ReliableSender"]
+
+
+class Level(Enum):
+    UNACKNOWLEDGED = "unacknowledged"  # a plain message: at most once
+    ACKNOWLEDGED = "acknowledged"  # at least once
+    ASSURED = "assured"  # exactly once
+
+    @classmethod
+    def parse(cls, text: str) -> Level:
+        try:
+            return cls(text.strip().lower())
+        except ValueError:
+            names = ", ".join(level.value for level in cls)
+            raise InvalidArgument(f"QoS level {text!r}: choose one of {names}") from None
+
+
+@dataclass(eq=False)
+class _Transfer:
+    to: str
+    message: str  # the <message/> to carry, as XML text
+    level: Level
+    msg_id: str
+    on_failed: Callable[[], None]
+    step: str  # acknowledged, assured or deliver
+    iq_id: str = ""
+    attempts: int = 0
+    next_try: float = 0.0
+
+
+class ReliableSender:
+    def __init__(
+        self,
+        *,
+        sender: str,
+        send: Callable[[str], None],
+        first_retry: float = 2.0,
+        max_attempts: int = 5,
+    ) -> None:
+        self._sender = sender
+        self._send = send
+        self._first_retry = first_retry
+        self._max_attempts = max_attempts
+        self._pending: dict[str, _Transfer] = {}  # by the id of the iq in flight
+        self._retries: list[tuple[float, int, str]] = []  # (when, tie, iq id), pruned lazily
+        self._ids = (f"bq{n}" for n in itertools.count(1))
+        self._tie = itertools.count()
+
+    def send(
+        self,
+        to: str,
+        message: str,
+        level: Level,
+        *,
+        msg_id: str,
+        now: float,
+        on_failed: Callable[[], None],
+    ) -> None:
+        if level is Level.UNACKNOWLEDGED:
+            self._send(message)
+            return
+        step = "acknowledged" if level is Level.ACKNOWLEDGED else "assured"
+        self._start(_Transfer(to, message, level, msg_id, on_failed, step), now)
+
+    def answer(self, iq: Element, now: float) -> bool:
+        """Take a result or error the subscriber sent; False if it was not ours."""
+        transfer = self._pending.pop(iq.get("id", ""), None)
+        if transfer is None:
+            return False
+        if iq.get("type") != "result":
+            transfer.on_failed()
+        elif transfer.step == "assured":
+            transfer.step = "deliver"
+            self._start(transfer, now)
+        return True
+
+    def retry(self, now: float) -> None:
+        while self._retries and self._retries[0][0] <= now:
+            _, _, iq_id = heapq.heappop(self._retries)
+            transfer = self._pending.pop(iq_id, None)
+            if transfer is None:
+                continue  # answered meanwhile
+            if transfer.attempts >= self._max_attempts:
+                transfer.on_failed()
+            else:
+                self._start(transfer, now, again=True)
+
+    def next_deadline(self) -> float | None:
+        while self._retries and self._retries[0][2] not in self._pending:
+            heapq.heappop(self._retries)
+        return self._retries[0][0] if self._retries else None
+
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def _start(self, transfer: _Transfer, now: float, *, again: bool = False) -> None:
+        transfer.attempts = transfer.attempts + 1 if again else 1
+        transfer.iq_id = next(self._ids)
+        transfer.next_try = now + self._first_retry * 2 ** (transfer.attempts - 1)
+        self._pending[transfer.iq_id] = transfer
+        heapq.heappush(self._retries, (transfer.next_try, next(self._tie), transfer.iq_id))
+        msg_id = quoteattr(transfer.msg_id)
+        if transfer.step == "deliver":
+            inner = f"<deliver xmlns='{ns.QOS}' msgId={msg_id}/>"
+        elif transfer.step == "assured":
+            inner = f"<assured xmlns='{ns.QOS}' msgId={msg_id}>{transfer.message}</assured>"
+        else:
+            inner = f"<acknowledged xmlns='{ns.QOS}'>{transfer.message}</acknowledged>"
+        self._send(render.iq_set(transfer.iq_id, self._sender, transfer.to, inner))

@@ -1,0 +1,129 @@
+"""Notifications at the subscriber's urn:xmpp:qos level: retries, back-off, give-up (seed 003)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from xml.etree import ElementTree as ET
+
+import pytest
+from tests.unit.xmpp.wire import ALICE, BOB, PS, SERVICE, Wire, condition
+
+import boxmq
+from boxmq.clock import ManualClock
+from boxmq.xmpp import ns
+from boxmq.xmpp.qos_out import Level, ReliableSender
+
+QOS = ns.QOS
+
+
+def _subscribe(wire: Wire, jid: str, level: str, queue_requests: int = 1) -> ET.Element:
+    return wire.iq(
+        jid,
+        f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='{jid.split('/')[0]}'/><options>"
+        "<x xmlns='jabber:x:data' type='submit'>"
+        f"<field var='pubsub#queue_requests'><value>{queue_requests}</value></field>"
+        f"<field var='boxmq#qos'><value>{level}</value></field></x></options></pubsub>",
+    )
+
+
+def _qos_iqs(wire: Wire) -> list[ET.Element]:
+    wire.service.poll()
+    return [s for s in wire.take() if s.get("type") == "set"]
+
+
+def _answer(wire: Wire, iq: ET.Element, inner: str = "", type: str = "result") -> None:
+    wire.service.answer(
+        ET.fromstring(
+            f"<iq xmlns='{ns.COMPONENT}' type='{type}' id='{iq.get('id')}' "
+            f"from='{iq.get('to')}' to='{SERVICE}'>{inner}</iq>"
+        )
+    )
+
+
+@pytest.fixture
+def wire(manual_box: boxmq.Box, clock: ManualClock) -> Iterator[Wire]:
+    wire = Wire(manual_box, lock_timeout=300)
+    wire.service = type(wire.service)(
+        manual_box, domain=SERVICE, send=wire.sent.append, lock_timeout=300, now=clock.now
+    )
+    wire.create()
+    yield wire
+    wire.service.close()
+
+
+def test_acknowledged_wraps_the_event_and_retries_with_back_off(
+    wire: Wire, clock: ManualClock
+) -> None:
+    assert _subscribe(wire, ALICE, "acknowledged").get("type") == "result"
+    item = wire.publish()
+    [first] = _qos_iqs(wire)
+    assert first.get("to") == ALICE
+    event = first.find(f"{{{QOS}}}acknowledged/{{jabber:client}}message/{{{ns.PUBSUB_EVENT}}}event")
+    assert event is not None
+    assert event.find(f".//{{{ns.PUBSUB_EVENT}}}item").get("id") == item  # type: ignore[union-attr]
+    times = []
+    for _ in range(4):  # unanswered: sent again after 2, 4, 8, 16 s
+        assert wire.service.next_deadline() is not None
+        step = wire.service.next_deadline() - clock.now()  # type: ignore[operator]
+        times.append(round(step))
+        clock.advance(step)
+        wire.service.expire(clock.now())
+        [again] = _qos_iqs(wire)
+        assert again.find(f"{{{QOS}}}acknowledged") is not None
+    assert times == [2, 4, 8, 16]
+    _answer(wire, again)
+    remaining = wire.service.next_deadline()  # only the 300 s lock is left to watch
+    assert remaining is not None
+    assert remaining > clock.now() + 200
+    assert wire.retract(ALICE, item).get("type") == "result"
+
+
+def test_assured_is_two_steps_and_a_give_up_goes_to_the_next(
+    wire: Wire, clock: ManualClock
+) -> None:
+    _subscribe(wire, ALICE, "assured")
+    item = wire.publish()
+    [assured] = _qos_iqs(wire)
+    element = assured.find(f"{{{QOS}}}assured")
+    assert element is not None
+    assert element.get("msgId") == item
+    _answer(wire, assured, f"<received xmlns='{QOS}' msgId='{item}'/>")
+    [deliver] = _qos_iqs(wire)
+    assert deliver.find(f"{{{QOS}}}deliver").get("msgId") == item  # type: ignore[union-attr]
+    _answer(wire, deliver)
+    assert wire.retract(ALICE, item).get("type") == "result"
+    # the next item is never answered: after the last retry it goes to bob
+    second = wire.publish()
+    _qos_iqs(wire)
+    _subscribe(wire, BOB, "unacknowledged")
+    for _ in range(5):  # four retries, then the give-up
+        deadline = wire.service.next_deadline()
+        assert deadline is not None
+        clock.advance(deadline - clock.now())
+        wire.service.expire(clock.now())
+    assert (BOB, "item", second) in wire.events()
+    assert condition(wire.retract(ALICE, second)) == ("wait", "unexpected-request")
+
+
+def test_an_error_answer_gives_the_item_to_the_next_at_once(wire: Wire) -> None:
+    _subscribe(wire, ALICE, "acknowledged")
+    item = wire.publish()
+    [sent] = _qos_iqs(wire)
+    assert sent.get("to") == ALICE
+    _subscribe(wire, BOB, "unacknowledged")
+    assert wire.events() == []  # alice holds it until she answers
+    _answer(wire, sent, type="error")
+    assert wire.events() == [(BOB, "item", item)]
+
+
+def test_an_unknown_level_is_bad_request(wire: Wire) -> None:
+    assert condition(_subscribe(wire, ALICE, "twice")) == ("modify", "bad-request")
+
+
+def test_unacknowledged_sends_the_message_itself() -> None:
+    sent: list[str] = []
+    sender = ReliableSender(sender=SERVICE, send=sent.append)
+    sender.send(ALICE, "<message/>", Level.UNACKNOWLEDGED, msg_id="m", now=0, on_failed=print)
+    assert sent == ["<message/>"]
+    assert sender.in_flight() == 0
+    assert sender.next_deadline() is None
