@@ -1,0 +1,174 @@
+"""mosquitto_pub / mosquitto_sub (the C clients from Debian) against the boxmq server."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+from tests.integration.mqtt.clients import RunningServer, mosquitto_tools
+
+N = 300  # messages per stream: enough to interleave, bounded for a shared 2-core machine
+
+
+@pytest.fixture(autouse=True)
+def _tools() -> None:
+    mosquitto_tools()
+
+
+def _sub(server: RunningServer, *args: str, bounded: bool = True) -> subprocess.Popen[str]:
+    """mosquitto_sub; under `timeout` unless it is to be killed (the kill must reach it)."""
+    guard = ["timeout", "-k", "5", "60"] if bounded else []
+    command = [*guard, "mosquitto_sub", "-p", str(server.port), "-h", server.host, *args]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+
+
+def _pub_lines(server: RunningServer, topic: str, qos: int, lines: list[str], *extra: str) -> None:
+    subprocess.run(
+        [
+            "timeout",
+            "-k",
+            "5",
+            "60",
+            "mosquitto_pub",
+            "-p",
+            str(server.port),
+            "-h",
+            server.host,
+            "-t",
+            topic,
+            "-q",
+            str(qos),
+            "-l",
+            *extra,
+        ],
+        input="\n".join(lines) + "\n",
+        text=True,
+        check=True,
+    )
+
+
+def _ready_line(sub: subprocess.Popen[str]) -> None:
+    """The first line is the retained `.../ready` message: the subscription is in place."""
+    assert sub.stdout is not None
+    assert sub.stdout.readline().endswith("ready\n")
+
+
+@pytest.mark.parametrize("version", ["mqttv311", "mqttv5"])
+@pytest.mark.parametrize("qos", [0, 1, 2])
+def test_a_stream_arrives_whole_and_in_order(server: RunningServer, qos: int, version: str) -> None:
+    _pub_lines(server, "s/ready", 1, ["ready"], "-r")
+    sub = _sub(server, "-V", version, "-t", "s/#", "-q", str(qos), "-C", str(N + 1), "-F", "%p")
+    _ready_line(sub)
+    lines = [f"{i:08d}" for i in range(N)]
+    _pub_lines(server, "s/data", qos, lines, "-V", version)
+    out, _ = sub.communicate(timeout=60)
+    assert out.split() == lines
+
+
+def _members(server: RunningServer, group: str, filter: str) -> int:
+    return len(server.box.topics.members_of(group, filter))
+
+
+def _share_workers(
+    server: RunningServer, count: int, *, bounded: bool = True
+) -> list[subprocess.Popen[str]]:
+    workers = [
+        _sub(
+            server,
+            "-V",
+            "mqttv5",
+            "-t",
+            "$share/etl/jobs/#",
+            "-q",
+            "1",
+            "-F",
+            "%p",
+            bounded=bounded,
+        )
+        for _ in range(count)
+    ]
+    deadline = time.monotonic() + 10
+    while _members(server, "etl", "jobs/#") < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _members(server, "etl", "jobs/#") == count
+    return workers
+
+
+def _stop(workers: list[subprocess.Popen[str]]) -> list[list[str]]:
+    outputs = []
+    for worker in workers:
+        worker.send_signal(signal.SIGTERM)
+        out, _ = worker.communicate(timeout=20)
+        outputs.append(out.split())
+    return outputs
+
+
+def _settled(server: RunningServer) -> None:
+    """Wait until every share-group message was delivered and acknowledged."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(
+        info.counts.ready or info.counts.locked for info in server.box.topics.subscriptions()
+    ):
+        time.sleep(0.1)
+    time.sleep(0.3)  # the last lines on their way to the workers' stdout
+
+
+def test_share_group_of_three_gets_each_message_exactly_once(server: RunningServer) -> None:
+    workers = _share_workers(server, 3)
+    lines = [f"{i:08d}" for i in range(N)]
+    _pub_lines(server, "jobs/x", 1, lines)
+    _settled(server)
+    outputs = _stop(workers)
+    counts = Counter(line for out in outputs for line in out)
+    assert set(counts) == set(lines)
+    assert set(counts.values()) == {1}  # no message twice
+    assert all(len(out) > N // 10 for out in outputs)  # the load is shared
+
+
+def test_a_worker_killed_mid_stream_leaves_its_messages_to_the_others(
+    server: RunningServer,
+) -> None:
+    workers = _share_workers(server, 3, bounded=False)
+    lines = [f"{i:08d}" for i in range(N * 4)]
+    publisher = subprocess.Popen(
+        [
+            "timeout",
+            "-k",
+            "5",
+            "60",
+            "mosquitto_pub",
+            "-p",
+            str(server.port),
+            "-t",
+            "jobs/y",
+            "-q",
+            "1",
+            "-l",
+        ],
+        stdin=subprocess.PIPE,
+        text=True,
+    )
+    assert publisher.stdin is not None
+    publisher.stdin.write("\n".join(lines[: N * 2]) + "\n")
+    publisher.stdin.flush()
+    time.sleep(0.3)
+    workers[0].kill()  # SIGKILL: its session ends without a word; its locks go to the others
+    victim, _ = workers[0].communicate(timeout=10)
+    publisher.stdin.write("\n".join(lines[N * 2 :]) + "\n")
+    publisher.stdin.close()
+    assert publisher.wait(timeout=60) == 0
+    _settled(server)
+    try:
+        survivors = _stop(workers[1:])
+    finally:
+        for worker in workers:
+            worker.kill()
+    delivered = set(victim.split()) | {line for out in survivors for line in out}
+    assert delivered == set(lines)  # at least once: nothing lost with the worker
+    deadline = time.monotonic() + 10
+    while _members(server, "etl", "jobs/#") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _members(server, "etl", "jobs/#") == 0  # the group ended with its last member
