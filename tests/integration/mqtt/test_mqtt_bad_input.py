@@ -1,0 +1,145 @@
+"""Malformed and forbidden input over a raw socket: each answered the way its version demands.
+
+v5: a DISCONNECT with the reason code (MQTT 5.0 §4.13), or a CONNACK when CONNECT itself is bad.
+3.1.1: the connection is closed, with nothing sent (3.1.1 §4.8), except the CONNACK return codes
+3.1.1 has for a bad protocol level (0x01) or client id (0x02).
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from tests.integration.mqtt.clients import RunningServer
+
+V5_CONNECT = bytes.fromhex("1011 00044d515454 05 02 001e 00 0004 63616661".replace(" ", ""))
+V311_CONNECT = bytes.fromhex("1010 00044d515454 04 02 001e 0004 63616661".replace(" ", ""))
+
+
+def _exchange(server: RunningServer, first: bytes, then: bytes = b"") -> bytes:
+    """Send `first` (read its answer), then `then`; everything that came back until close."""
+    with socket.create_connection((server.host, server.port), timeout=5) as sock:
+        sock.sendall(first)
+        answer = sock.recv(4096) if then else b""
+        if then:
+            sock.sendall(then)
+        while chunk := sock.recv(4096):
+            answer += chunk
+    return answer
+
+
+def _after_connack(data: bytes) -> bytes:
+    assert data[0] == 0x20, data.hex()
+    return data[2 + data[1] :]
+
+
+PUBLISH_QOS3 = bytes.fromhex("3605 0001 61 0001".replace(" ", ""))
+PUBLISH_WILDCARD = bytes.fromhex("3004 0002 612b".replace(" ", ""))
+PUBLISH_PACKET_ID_0 = bytes.fromhex("3205 0001 61 0000".replace(" ", ""))
+PUBLISH_BAD_UTF8 = bytes.fromhex("3004 0002 ff61".replace(" ", ""))
+SUBSCRIBE_BAD_FLAGS = bytes.fromhex("8006 0001 0001 61 00".replace(" ", ""))
+LENGTH_TOO_LONG = bytes.fromhex("30ffffffff7f")
+RESERVED_TYPE = bytes.fromhex("0000")
+TOO_LARGE = bytes.fromhex("30ffff7f")  # 2 MB announced; the limit is 1 MB
+
+
+def _v5_publish(props: bytes, topic: bytes = b"a") -> bytes:
+    body = len(topic).to_bytes(2, "big") + topic + bytes([len(props)]) + props
+    return bytes([0x30, len(body)]) + body
+
+
+V5_CASES = [
+    ("QoS 3", PUBLISH_QOS3, 0x81),
+    ("wildcard in a topic name", PUBLISH_WILDCARD, 0x90),
+    ("packet id 0", PUBLISH_PACKET_ID_0, 0x82),
+    ("bad UTF-8", PUBLISH_BAD_UTF8, 0x81),
+    ("SUBSCRIBE reserved flags", SUBSCRIBE_BAD_FLAGS, 0x81),
+    ("remaining length over 4 bytes", LENGTH_TOO_LONG, 0x81),
+    ("reserved packet type 0", RESERVED_TYPE, 0x81),
+    ("over the maximum packet size", TOO_LARGE, 0x95),
+    ("a second CONNECT", V5_CONNECT, 0x82),
+    ("Topic Alias 0", _v5_publish(bytes.fromhex("230000")), 0x94),
+    ("an alias never set", _v5_publish(bytes.fromhex("230005"), topic=b""), 0x82),
+    ("an alias over the maximum", _v5_publish(bytes.fromhex("23ffff")), 0x94),
+    (
+        "No Local on a shared filter",
+        bytes.fromhex("8210 0001 00 000a 2473686172652f672f61 04".replace(" ", "")),
+        0x82,
+    ),
+    ("AUTH without a method", bytes.fromhex("f000"), 0x82),
+]
+
+
+@pytest.mark.parametrize(("bad", "reason"), [c[1:] for c in V5_CASES], ids=[c[0] for c in V5_CASES])
+def test_v5_is_told_why_with_a_disconnect(server: RunningServer, bad: bytes, reason: int) -> None:
+    answer = _after_connack(_exchange(server, V5_CONNECT, bad))
+    assert answer[0] == 0xE0, answer.hex()  # DISCONNECT
+    assert answer[2] == reason
+
+
+V311_CASES = [
+    *V5_CASES[:8],
+    ("a second CONNECT", V311_CONNECT, 0),
+    ("AUTH, which 3.1.1 does not have", bytes.fromhex("f000"), 0),
+    ("a SUBSCRIBE shaped for v5", V5_CASES[12][1], 0),
+]
+
+
+@pytest.mark.parametrize("bad", [c[1] for c in V311_CASES], ids=[c[0] for c in V311_CASES])
+def test_v311_is_closed_without_a_word(server: RunningServer, bad: bytes) -> None:
+    assert _after_connack(_exchange(server, V311_CONNECT, bad)) == b""
+
+
+@pytest.mark.parametrize(
+    ("connect", "answer"),
+    [
+        # MQTT 3.1 ("MQIsdp", level 3) and an unknown level: return code 0x01 (3.1.1 §3.1.2.2)
+        (
+            bytes.fromhex("1012 00064d514973647003 02001e 0004 63616661".replace(" ", "")),
+            "20020001",
+        ),
+        (bytes.fromhex("1010 00044d515454 07 02 001e 0004 63616661".replace(" ", "")), "20020001"),
+        # 3.1.1: an empty client id needs CleanSession 1 (§3.1.3.1): 0x02
+        (bytes.fromhex("100c 00044d515454 04 00 001e 0000".replace(" ", "")), "20020002"),
+        # a packet before CONNECT: closed, nothing said
+        (PUBLISH_QOS3, ""),
+        # v5 CONNECT with bad UTF-8 in the client id: CONNACK 0x81
+        (
+            bytes.fromhex("1011 00044d515454 05 02 001e 00 0004 ff616661".replace(" ", "")),
+            "2003008100",
+        ),
+    ],
+    ids=["mqtt-3.1", "level-7", "empty-id-persistent", "publish-first", "v5-bad-utf8-id"],
+)
+def test_a_bad_connect_is_answered_then_closed(
+    server: RunningServer, connect: bytes, answer: str
+) -> None:
+    assert _exchange(server, connect).hex() == answer
+
+
+def test_a_silent_socket_is_closed_after_the_connect_timeout(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from tests.integration.mqtt.clients import start_server
+
+    from boxmq.mqtt.settings import Limits, MqttSettings
+
+    running = start_server(
+        Path(str(tmp_path)) / "root", MqttSettings(limits=Limits(connect_timeout=0.5))
+    )
+    try:
+        with socket.create_connection((running.host, running.port), timeout=5) as sock:
+            assert sock.recv(10) == b""  # closed by the server, well within the 5 s
+    finally:
+        running.shutdown()
+
+
+def test_keep_alive_timeout_closes_a_quiet_client(server: RunningServer) -> None:
+    connect = bytes.fromhex("1011 00044d515454 05 02 0001 00 0004 63616661".replace(" ", ""))
+    with socket.create_connection((server.host, server.port), timeout=5) as sock:
+        sock.sendall(connect)
+        data = b""
+        while chunk := sock.recv(4096):  # CONNACK, then DISCONNECT 0x8D after 1.5 s of silence
+            data += chunk
+    rest = _after_connack(data)
+    assert rest[:3] == bytes([0xE0, 1, 0x8D]) or rest[:3] == bytes([0xE0, 2, 0x8D])
