@@ -1,203 +1,110 @@
-"""`boxmq serve --config` with a password file, an ACL file and a TLS listener, driven by paho
-over real sockets: who may connect, what they may publish and subscribe to, and TLS."""
+"""Authentication and authorization through the settings' protocols, with stand-in classes
+(the password file and ACL classes plug in the same way)."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
-import shutil
-import signal
 import socket
-import ssl
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import paho.mqtt.client as mqtt
 import pytest
-from paho.mqtt.enums import CallbackAPIVersion
+from tests.integration.mqtt.clients import WAIT, RunningServer, paho, start_server
 
-from boxmq.mqtt.passwords import set_password
+from boxmq.mqtt.settings import Limits, MqttSettings
 
-WAIT = 10.0
-SUBACK_REFUSED = 0x80  # MQTT 3.1.1 §3.9.3 and 5.0 §3.9.3: Failure / Unspecified error
-CONNACK_REFUSED = (4, 5, 0x86, 0x87)  # bad user name or password / not authorized, 3.1.1 and 5.0
-
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
-
-ACL = """\
-user alice
-topic readwrite alice/#
-topic deny alice/secret/#
-topic read news/#
-
-user bob
-topic write news/#
-"""
+VERSIONS = [pytest.param(True, id="v5"), pytest.param(False, id="v311")]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+class OnlyAlice:
+    def authenticate(self, username: str | None, password: bytes | None, client_id: str) -> bool:
+        return username == "alice" and password == b"secret"
 
 
-@dataclass(frozen=True)
-class Served:
-    plain: int
-    tls: int
-    ca: Path  # the self-signed server certificate clients trust
+class ReadOnlyPublic:
+    """Everyone may read public/#; only alice may write, and only to public/#."""
+
+    def can_publish(self, username: str | None, client_id: str, topic: str) -> bool:
+        return username == "alice" and topic.startswith("public/")
+
+    def can_subscribe(self, username: str | None, client_id: str, topic_filter: str) -> bool:
+        return topic_filter.startswith("public/")
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    folder = tmp_path_factory.mktemp("secured")
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost",
-         "-keyout", str(folder / "server.key"), "-out", str(folder / "server.crt")],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-    set_password(folder / "passwd", "alice", b"wonderland")
-    set_password(folder / "passwd", "bob", b"builder")
-    (folder / "acl").write_text(ACL)
-    plain, tls = _free_port(), _free_port()
-    (folder / "boxmq.toml").write_text(
-        f"""
-        data = "data"
-        fsync = "never"
-        [[mqtt.listener]]
-        port = {plain}
-        [[mqtt.listener]]
-        port = {tls}
-        tls = {{ cert = "server.crt", key = "server.key" }}
-        [security]
-        password_file = "passwd"
-        acl_file = "acl"
-        """
-    )
-    command = [sys.executable, "-m", "boxmq.cli", "serve", "--config", str(folder / "boxmq.toml")]
-    with open(folder / "serve.log", "w") as log:
-        server = subprocess.Popen(command, stderr=log)
-        try:
-            _wait_for_ports(server, folder, plain, tls)
-            yield Served(plain, tls, folder / "server.crt")
-        finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=30)
-
-
-def _wait_for_ports(server: subprocess.Popen[bytes], folder: Path, *ports: int) -> None:
-    deadline = time.monotonic() + 30
-    for port in ports:
-        while True:
-            assert server.poll() is None, (folder / "serve.log").read_text()
-            try:
-                socket.create_connection(("127.0.0.1", port), 1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, (folder / "serve.log").read_text()
-                time.sleep(0.1)
-
-
-@dataclass
-class Client:
-    client: mqtt.Client
-    connack: int
-    messages: queue.Queue[tuple[str, bytes]]
-    subacks: queue.Queue[list[int]]
-
-    def subscribe(self, topic_filter: str) -> int:
-        self.client.subscribe(topic_filter, 1)
-        [reason] = self.subacks.get(timeout=WAIT)
-        return reason
-
-    def publish(self, topic: str, payload: bytes) -> None:
-        self.client.publish(topic, payload, 1).wait_for_publish(timeout=WAIT)
-
-    def close(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
-
-
-def _connect(
-    served: Served, user: str | None, password: str | None, *, tls: bool, v5: bool = False
-) -> Client:
-    protocol = mqtt.MQTTv5 if v5 else mqtt.MQTTv311
-    client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=protocol)
-    connacks: queue.Queue[int] = queue.Queue()
-    messages: queue.Queue[tuple[str, bytes]] = queue.Queue()
-    subacks: queue.Queue[list[int]] = queue.Queue()
-
-    def on_connect(_c: Any, _u: Any, _flags: Any, reason: Any, _props: Any) -> None:
-        connacks.put(int(reason.value))
-
-    def on_subscribe(_c: Any, _u: Any, _mid: Any, reasons: Any, _props: Any) -> None:
-        subacks.put([int(r.value) for r in reasons])
-
-    client.on_connect = on_connect
-    client.on_subscribe = on_subscribe
-    client.on_message = lambda _c, _u, m: messages.put((m.topic, bytes(m.payload)))
-    if user is not None:
-        client.username_pw_set(user, password)
-    if tls:
-        client.tls_set_context(ssl.create_default_context(cafile=served.ca))
-    client.connect("localhost" if tls else "127.0.0.1", served.tls if tls else served.plain, 30)
-    client.loop_start()
-    return Client(client, connacks.get(timeout=WAIT), messages, subacks)
-
-
-def test_users_connect_over_tls_and_the_acl_decides(served: Served) -> None:
-    alice = _connect(served, "alice", "wonderland", tls=True)
-    bob = _connect(served, "bob", "builder", tls=True, v5=True)
+@pytest.fixture
+def guarded(tmp_path: Path) -> Iterator[RunningServer]:
+    settings = MqttSettings(authenticator=OnlyAlice(), authorizer=ReadOnlyPublic())
+    running = start_server(tmp_path / "root", settings)
     try:
-        assert (alice.connack, bob.connack) == (0, 0)
-        assert alice.subscribe("alice/inbox/#") == 1  # granted QoS 1
-        assert alice.subscribe("news/+") == 1
-        assert alice.subscribe("alice/#") == SUBACK_REFUSED  # would receive alice/secret/...
-        assert alice.subscribe("$share/team/bob/#") == SUBACK_REFUSED
-        assert bob.subscribe("news/#") >= SUBACK_REFUSED  # write-only: v5 says Not authorized
-        bob.publish("news/today", b"allowed")
-        bob.publish("alice/inbox/x", b"refused")  # not bob's to write: dropped or refused
-        alice.publish("alice/inbox/note", b"to self")
-        got = {alice.messages.get(timeout=WAIT), alice.messages.get(timeout=WAIT)}
-        assert got == {("news/today", b"allowed"), ("alice/inbox/note", b"to self")}
-        with pytest.raises(queue.Empty):
-            alice.messages.get(timeout=0.5)
+        yield running
     finally:
-        alice.close()
-        bob.close()
+        running.shutdown()
+
+
+def test_v5_connect_refused_with_0x86_or_0x87(guarded: RunningServer) -> None:
+    paho(guarded, "c1", username="alice", password="wrong", expect=0x86)
+    paho(guarded, "c2", expect=0x87)  # no user name at all: not authorized
+    paho(guarded, "c3", username="alice", password="secret")
+
+
+def _v311_connect(username: bytes | None, password: bytes | None) -> bytes:
+    flags = 0x02 | (0x80 if username is not None else 0) | (0x40 if password is not None else 0)
+    body = b"\x00\x04MQTT\x04" + bytes([flags]) + b"\x00\x1e" + b"\x00\x02id"
+    for field in (username, password):
+        if field is not None:
+            body += len(field).to_bytes(2, "big") + field
+    return bytes([0x10, len(body)]) + body
 
 
 @pytest.mark.parametrize(
-    ("user", "password"),
-    [("alice", "wrong"), ("mallory", "wonderland"), (None, None)],
+    ("username", "password", "code"),
+    [(b"alice", b"wrong", 4), (None, None, 5), (b"alice", b"secret", 0)],
+    ids=["bad-password", "anonymous", "accepted"],
 )
-def test_wrong_passwords_unknown_users_and_anonymous_clients_are_refused(
-    served: Served, user: str | None, password: str | None
+def test_v311_connack_return_codes(
+    guarded: RunningServer, username: bytes | None, password: bytes | None, code: int
 ) -> None:
-    client = _connect(served, user, password, tls=False)
+    with socket.create_connection((guarded.host, guarded.port), timeout=5) as sock:
+        sock.sendall(_v311_connect(username, password))
+        assert sock.recv(4) == bytes([0x20, 2, 0, code])
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_subscribe_refused_in_suback(guarded: RunningServer, v5: bool) -> None:
+    client = paho(guarded, "s", v5=v5, username="alice", password="secret")
+    [reason] = client.subscribe("private/#", 1)
+    assert int(reason.value if hasattr(reason, "value") else reason) == (0x87 if v5 else 0x80)
+    [granted] = client.subscribe("public/#", 1)
+    assert int(granted.value if hasattr(granted, "value") else granted) == 1
+
+
+def test_publish_refused_with_puback_0x87_and_not_delivered(guarded: RunningServer) -> None:
+    reader = paho(guarded, "reader", username="alice", password="secret")
+    reader.subscribe("public/#", 1)
+    acks: queue.Queue[Any] = queue.Queue()
+
+    def configure(client: Any) -> None:
+        client.on_publish = lambda _c, _u, mid, reason, props: acks.put(int(reason.value))
+
+    writer = paho(guarded, "w", username="alice", password="secret", configure=configure)
+    writer.client.publish("private/x", b"no", 1)
+    assert acks.get(timeout=WAIT) == 0x87
+    writer.client.publish("public/x", b"yes", 1)
+    assert acks.get(timeout=WAIT) == 0
+    assert reader.next().payload == b"yes"
+    assert reader.nothing(0.3)
+
+
+def test_max_connections(tmp_path: Path) -> None:
+    running = start_server(tmp_path / "root", MqttSettings(limits=Limits(max_connections=1)))
     try:
-        assert client.connack in CONNACK_REFUSED
+        first = paho(running, "one")
+        second = socket.create_connection((running.host, running.port), timeout=5)
+        with second, contextlib.suppress(ConnectionResetError):  # aborted: reset, or closed
+            assert second.recv(10) == b""
+        first.publish("still/works", b"x", 1)
+        first.stop()
     finally:
-        client.close()
-
-
-def test_the_tls_port_shows_the_configured_certificate(served: Served) -> None:
-    trusting = ssl.create_default_context(cafile=served.ca)
-    with (
-        socket.create_connection(("127.0.0.1", served.tls), WAIT) as raw,
-        trusting.wrap_socket(raw, server_hostname="localhost") as tls,
-    ):
-        assert tls.version() in ("TLSv1.2", "TLSv1.3")
-    untrusting = ssl.create_default_context()  # the system CAs only
-    with (
-        socket.create_connection(("127.0.0.1", served.tls), WAIT) as raw,
-        pytest.raises(ssl.SSLCertVerificationError),
-    ):
-        untrusting.wrap_socket(raw, server_hostname="localhost")
+        running.shutdown()
