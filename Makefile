@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DATA   ?= ./data
 
-.PHONY: run test lint typecheck unit bench bench-mqtt install dev system-deps clean
+.PHONY: demo run test lint typecheck unit bench bench-mqtt install dev system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 # The package with its spark and xmpp extras, plus the dev group: what `make test` needs (the Spark
 # tests run in CI too; they also need java, which the machine has).
 $(VENV)/.dev-installed: pyproject.toml $(VENV)/.installed
-	$(BIN)/python -m pip install --quiet -e '.[spark,xmpp]' --group dev
+	$(BIN)/python -m pip install --quiet -e '.[spark,xmpp,demo]' --group dev
 	touch $@
 
 # The references the benchmarks compare with.
@@ -51,9 +51,19 @@ dev: $(VENV)/.dev-installed
 run: $(VENV)/.installed
 	$(BIN)/boxmq serve --data $(DATA)
 
+# The whole pipeline on this machine: sensors over MQTT -> boxmq serve -> Spark -> Parquet,
+# alerts back over MQTT, a plot (examples/demo.py; DEMO_DIR must not hold an earlier run).
+DEMO_DIR ?= ./demo-$(shell date +%Y%m%d-%H%M%S)
+$(VENV)/.demo-installed: pyproject.toml $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[demo]'
+	touch $@
+
+demo: $(VENV)/.demo-installed
+	$(BIN)/python examples/demo.py --dir $(DEMO_DIR)
+
 lint: $(VENV)/.dev-installed
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
 
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy

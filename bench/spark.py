@@ -22,19 +22,29 @@ the batch is printed too (latestOffset: boxmq claims there; addBatch: the tasks 
 issue's goals: boxmq >= 3x binaryFile streaming and batch, and >= 50,000 rows/s streaming on
 2 cores.
 
-The end-to-end latency of the demo pipeline (publish over MQTT → row in the sink) is not
-measured: boxmq's MQTT server does not exist yet.
+Then the end-to-end latency of the demo's path: a paho client publishes at QoS 1 over MQTT to
+`boxmq serve` (a child process, fsync always), a share group takes the messages, and a stream
+(default trigger: the next micro-batch as soon as the last ends) hands them to a `foreachBatch`
+sink; latency = the sink's clock when it has the row - the publisher's clock before publish
+(one machine, one clock). `--rate` messages/s for `--seconds`; p50, p99 and max are printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import shutil
+import signal
+import socket
+import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
@@ -204,9 +214,115 @@ def _report(results: list[Result], messages: int, size: int) -> None:
     ]
     for goal, met in goals:
         print(f"goal {goal}: {'met' if met else 'NOT met'}")
+
+
+# -- latency: publish over MQTT -> row in the sink ----------------------------------------------
+
+LATENCY_GROUP = "$share/latency/bench/#"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def _serve(root: str, port: int) -> Iterator[None]:
+    command = [sys.executable, "-m", "boxmq", "--data", root, "serve"]
+    child = subprocess.Popen(
+        [*command, "--mqtt", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            if child.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("boxmq serve did not start")
+            time.sleep(0.1)
+        yield
+    finally:
+        child.send_signal(signal.SIGTERM)
+        child.wait(timeout=30)
+
+
+def _publish(port: int, rate: float, seconds: float) -> int:
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="latency-publisher")
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    sent, start = 0, time.monotonic()
+    infos = []
+    while (elapsed := time.monotonic() - start) < seconds:
+        ahead = sent / rate - elapsed
+        if ahead > 0:
+            time.sleep(ahead)
+        body = json.dumps({"n": sent, "sent": time.time()})
+        infos.append(client.publish("bench/latency", body, qos=1))
+        sent += 1
+    for info in infos:
+        info.wait_for_publish(timeout=30)
+    client.disconnect()
+    client.loop_stop()
+    return sent
+
+
+def _latency(spark: SparkSession, base: str, rate: float, seconds: float) -> list[float]:
+    root = os.path.join(base, "latency")
+    with boxmq.open(root) as box:
+        box.topics.attach_dropbox(LATENCY_GROUP, "spark")
+    seen: list[float] = []
+    lock = threading.Lock()
+
+    def sink(batch: DataFrame, _batch_id: int) -> None:
+        bodies = [row["body"] for row in batch.select("body").collect()]
+        now = time.time()
+        with lock:
+            seen.extend(now - json.loads(body)["sent"] for body in bodies)
+
+    port = _free_port()
+    with _serve(root, port):
+        query = (
+            spark.readStream.format("boxmq")
+            .option("root", root)
+            .option("subscription", LATENCY_GROUP)
+            .option("consumer", "spark")
+            .option("fsync", "never")
+            .load()
+            .selectExpr("CAST(body AS STRING) AS body")
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", os.path.join(base, "latency-chk"))
+            .start()
+        )
+        try:
+            time.sleep(5)  # the first micro-batches start the workers: not part of the path
+            sent = _publish(port, rate, seconds)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                with lock:
+                    if len(seen) >= sent:
+                        break
+                time.sleep(0.2)
+        finally:
+            query.stop()
+    if len(seen) != sent:
+        raise RuntimeError(f"the sink got {len(seen)} of {sent} messages")
+    return seen
+
+
+def _report_latency(latencies: list[float], rate: float) -> None:
+    ms = sorted(1000 * value for value in latencies)
+    p50 = statistics.median(ms)
+    p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
     print(
-        "\nend-to-end latency (publish over MQTT -> row in the sink): not measured; "
-        "boxmq's MQTT server does not exist yet"
+        f"\nend-to-end latency, MQTT QoS 1 publish -> foreachBatch sink, {len(ms)} messages "
+        f"at {rate:g}/s: p50 {p50:,.0f} ms, p99 {p99:,.0f} ms, max {ms[-1]:,.0f} ms"
     )
 
 
@@ -217,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=2, help="boxmq numPartitions")
     parser.add_argument("--dir", help="where the root goes (default: a temporary folder)")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_MESSAGES} messages")
+    parser.add_argument("--rate", type=float, default=200.0, help="latency: messages/s")
+    parser.add_argument("--seconds", type=float, default=20.0, help="latency: how long")
     options = parser.parse_args(argv)
     messages = QUICK_MESSAGES if options.quick else options.messages
     base = tempfile.mkdtemp(prefix="boxmq-bench-spark-", dir=options.dir)
@@ -229,8 +347,11 @@ def main(argv: list[str] | None = None) -> int:
         _round(spark, root, min(WARM_MESSAGES, messages), options.partitions, "warm")
         print("measuring ...", flush=True)
         results = _round(spark, root, messages, options.partitions, "timed")
-        spark.stop()
         _report(results, messages, options.size)
+        print("measuring the latency ...", flush=True)
+        seconds = min(options.seconds, 5.0) if options.quick else options.seconds
+        _report_latency(_latency(spark, base, options.rate, seconds), options.rate)
+        spark.stop()
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return 0

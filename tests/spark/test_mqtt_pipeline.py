@@ -1,0 +1,89 @@
+"""The demo's path end to end: MQTT publishers → a share group → Spark → a topic → MQTT.
+
+A real boxmq MQTT server (in a thread, on a free port) and real paho clients; the Spark stream
+reads the share group's dropbox from the same root, as `make demo` does.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+from tests.integration.mqtt.clients import Received, RunningServer, paho, start_server
+
+import boxmq
+
+GROUP = "$share/etl/sensors/#"
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[RunningServer]:
+    server = start_server(tmp_path / "root")
+    try:
+        yield server
+    finally:
+        server.shutdown()
+
+
+def test_mqtt_publishes_reach_spark_once_and_spark_alerts_reach_mqtt(
+    spark: SparkSession,
+    running: RunningServer,
+    tmp_path: Path,
+    finish: Callable[[StreamingQuery], StreamingQuery],
+) -> None:
+    root = str(running.root)
+    with boxmq.open(root) as box:  # another process's view of the root, as Spark's
+        box.topics.attach_dropbox(GROUP, "spark")
+    operator = paho(running, "operator", clean=False, expiry=600)
+    operator.subscribe("alerts/#", qos=1)
+    sensors = paho(running, "sensors")
+    sent = Counter[str]()
+    for n in range(120):
+        qos = 2 if n % 3 == 0 else 1
+        body = json.dumps({"n": n, "room": f"r{n % 4}"})
+        sensors.publish(f"sensors/r{n % 4}/{'door' if qos == 2 else 'temp'}", body, qos=qos)
+        sent[body] += 1
+    sensors.stop()
+
+    out = tmp_path / "events"
+    stream = (
+        spark.readStream.format("boxmq")
+        .option("root", root)
+        .option("subscription", GROUP)
+        .option("consumer", "spark")
+        .load()
+    )
+    finish(
+        stream.selectExpr("CAST(body AS STRING) AS body", "topic")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    rows = spark.read.parquet(str(out)).collect()
+    assert Counter(row["body"] for row in rows) == sent  # each exactly once
+    assert {row["topic"].split("/")[2] for row in rows} == {"door", "temp"}
+
+    alerts = (
+        spark.read.parquet(str(out))
+        .where("topic LIKE '%/door'")
+        .selectExpr("body", "concat('alerts/', split(topic, '/')[1]) AS topic")
+    )
+    alerts.write.format("boxmq").option("root", root).mode("append").save()
+    expected = sum(1 for body in sent if json.loads(body)["n"] % 3 == 0)
+    got: list[Received] = []
+    try:
+        while len(got) < expected:
+            got.append(operator.next(timeout=20))
+    except queue.Empty:
+        pytest.fail(f"the operator got {len(got)} of {expected} alerts over MQTT")
+    assert {message.topic for message in got} == {f"alerts/r{room}" for room in range(4)}
+    assert operator.nothing(within=1.0)  # and nothing twice
+    operator.stop()
