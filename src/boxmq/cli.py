@@ -53,29 +53,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _add_common(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--data",
+        default=default(Default(os.environ.get("BOXMQ_DATA", "./data"))),
+        help="the root folder (default: $BOXMQ_DATA or ./data)",
+    )
+    parser.add_argument(
+        "--fsync",
+        default=default(Default("always")),
+        choices=["always", "interval", "never"],
+        help="when a put is on disk: always (default; group commit), interval, never",
+    )
+    parser.add_argument(
+        "--json", action="store_true", default=default(False), help="machine-readable output"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", default=default(False))
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="boxmq", description="A message broker whose state is a directory of plain files."
     )
-    parser.add_argument(
-        "--data",
-        default=Default(os.environ.get("BOXMQ_DATA", "./data")),
-        help="the root folder (default: $BOXMQ_DATA or ./data)",
-    )
-    parser.add_argument(
-        "--fsync", default=Default("always"), choices=["always", "interval", "never"]
-    )
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("-v", "--verbose", action="store_true")
+    _add_common(parser, defaults=True)
+    # The same options after the command too (`boxmq serve --data DIR`): there they have no
+    # default, so one given before the command stays unless it is given again after.
+    common = argparse.ArgumentParser(add_help=False)
+    _add_common(common, defaults=False)
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     def command(name: str, run: _Command, help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help, description=help)
+        p = sub.add_parser(name, help=help, description=help, parents=[common])
         p.set_defaults(command=run, name=name)
         return p
 
     help = "run the broker: recovery, lock timeouts, expiry, retention"
-    p = sub.add_parser("serve", help=help, description=help)
+    p = sub.add_parser("serve", help=help, description=help, parents=[common])
     p.set_defaults(standalone=_serve, name="serve")  # it opens the root the config names
     p.add_argument("--config", metavar="FILE", help="a TOML file (see boxmq.example.toml)")
     p.add_argument("--sweep-interval", type=_duration, metavar="DURATION", help="default 1s")

@@ -161,3 +161,30 @@ def test_ls_shows_subscriptions_and_share_groups(root: Path) -> None:
     assert table[0].split()[:3] == ["SUBSCRIPTION", "SUBSCRIBER", "READY"]
     assert table[1].split()[:3] == ["$share/etl/sensors/#", "spark", "0"]
     assert table[2].split()[:3] == ["alerts/#", "pager", "1"]
+
+
+def test_the_global_options_may_also_follow_the_command(tmp_path: Path) -> None:
+    # `make run` says `boxmq serve --data ./data`; every command takes them in either place.
+    where = tmp_path / "after"
+    command = [sys.executable, "-m", "boxmq", "put", "jobs", "hi", "--data", str(where)]
+    done = subprocess.run([*command, "--fsync", "never"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    listed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "boxmq",
+            "--data",
+            str(tmp_path),
+            "ls",
+            "--data",
+            str(where),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert listed.returncode == 0, listed.stderr
+    [queue] = json.loads(listed.stdout)["queues"]
+    assert (queue["queue"], queue["ready"]) == ("jobs", 1)
+    assert not (tmp_path / "jobs").exists()  # the one after the command won
