@@ -37,7 +37,6 @@ __all__ = [
     "hash_password",
     "set_password",
     "validate_username",
-    "verify_password",
 ]
 
 SCRYPT: Final = "scrypt"
@@ -46,6 +45,9 @@ PBKDF2_SHA256: Final = "pbkdf2-sha256"
 # for interactive logins; the MQTT CONNECT is one.
 _SCRYPT_COST: Final = {"n": 1 << 14, "r": 8, "p": 1}
 _PBKDF2_COST: Final = {"i": 600_000}  # OWASP 2023 figure for PBKDF2-HMAC-SHA256
+_DEFAULT_COSTS: Final = {SCRYPT: _SCRYPT_COST, PBKDF2_SHA256: _PBKDF2_COST}
+_MAX_SCRYPT_MEMORY: Final = 1 << 30  # bytes (128·n·r); 64x the default
+_MAX_PBKDF2_ITERATIONS: Final = 10_000_000
 _SALT_BYTES: Final = 16
 _DIGEST_BYTES: Final = 32
 _COMMENT: Final = "#"
@@ -100,7 +102,7 @@ class PasswordEntry:
         if len(parts) != 4:
             raise InvalidArgument("expected the hash as ALGORITHM$COST$SALT$DIGEST")
         algorithm, cost_text, salt, digest = parts
-        expected = {SCRYPT: _SCRYPT_COST, PBKDF2_SHA256: _PBKDF2_COST}.get(algorithm)
+        expected = _DEFAULT_COSTS.get(algorithm)
         if expected is None:
             raise InvalidArgument(
                 f"unknown hash algorithm {algorithm!r} (known: {SCRYPT}, {PBKDF2_SHA256})"
@@ -108,6 +110,7 @@ class PasswordEntry:
         cost = _parse_cost(cost_text)
         if {k for k, _ in cost} != set(expected):
             raise InvalidArgument(f"{algorithm} needs the cost fields {', '.join(expected)}")
+        _check_cost(algorithm, dict(cost))
         try:
             return cls(username, algorithm, cost, _unb64(salt), _unb64(digest))
         except ValueError:
@@ -118,10 +121,22 @@ def _parse_cost(text: str) -> tuple[tuple[str, int], ...]:
     cost = []
     for item in text.split(","):
         key, equals, value = item.partition("=")
-        if not equals or not value.isdigit() or int(value) < 1:
+        if not equals or not (value.isascii() and value.isdigit()) or int(value) < 1:
             raise InvalidArgument(f"bad cost field {item!r}: expected NAME=POSITIVE_INTEGER")
         cost.append((key, int(value)))
     return tuple(cost)
+
+
+def _check_cost(algorithm: str, cost: dict[str, int]) -> None:
+    """Refuse, when the file is read, a cost that would fail or stall every CONNECT later."""
+    if algorithm == SCRYPT:
+        n, r, p = cost["n"], cost["r"], cost["p"]
+        if n < 2 or n & (n - 1):
+            raise InvalidArgument(f"scrypt n={n} must be a power of two, at least 2")
+        if 128 * n * r > _MAX_SCRYPT_MEMORY or p > 16:
+            raise InvalidArgument(f"scrypt cost n={n},r={r},p={p} is beyond what a login can use")
+    elif cost["i"] > _MAX_PBKDF2_ITERATIONS:
+        raise InvalidArgument(f"pbkdf2 i={cost['i']} is beyond what a login can use")
 
 
 def validate_username(username: str) -> str:
@@ -144,7 +159,7 @@ def hash_password(
     cost: dict[str, int] | None = None,
 ) -> PasswordEntry:
     """A new entry with a fresh random salt. `cost` overrides the default work factor."""
-    default = {SCRYPT: _SCRYPT_COST, PBKDF2_SHA256: _PBKDF2_COST}.get(algorithm)
+    default = _DEFAULT_COSTS.get(algorithm)
     if default is None:
         raise InvalidArgument(f"unknown password hash algorithm {algorithm!r}")
     validate_username(username)
@@ -152,10 +167,6 @@ def hash_password(
     salt = secrets.token_bytes(_SALT_BYTES)
     digest = _derive(algorithm, chosen, password, salt)
     return PasswordEntry(username, algorithm, tuple(chosen.items()), salt, digest)
-
-
-def verify_password(entry: PasswordEntry, password: bytes) -> bool:
-    return entry.matches(password)
 
 
 @dataclass(frozen=True)
@@ -187,7 +198,7 @@ class PasswordFile:
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, allow_anonymous: bool = False) -> PasswordFile:
         source = Path(path)
-        return cls(source, tuple(_read_entries(source)), allow_anonymous)
+        return cls(source, tuple(_parse_entries(source, _read_lines(source))), allow_anonymous)
 
     def users(self) -> tuple[str, ...]:
         return tuple(e.username for e in self.entries)
@@ -223,9 +234,9 @@ def _is_entry(line: str) -> bool:
     return bool(stripped) and not stripped.startswith(_COMMENT)
 
 
-def _read_entries(path: Path) -> Iterable[PasswordEntry]:
+def _parse_entries(path: Path, lines: list[str]) -> Iterable[PasswordEntry]:
     seen: set[str] = set()
-    for number, line in enumerate(_read_lines(path), start=1):
+    for number, line in enumerate(lines, start=1):
         if not _is_entry(line):
             continue
         try:
@@ -243,7 +254,7 @@ def set_password(path: str | os.PathLike[str], username: str, password: bytes) -
     target = Path(path)
     entry = hash_password(username, password)
     lines = _read_lines(target) if target.exists() else []
-    _read_entries_or_fail(target, lines)
+    list(_parse_entries(target, lines))  # never rewrite a file we cannot read back
     index = _find(lines, username)
     if index is None:
         lines.append(str(entry))
@@ -257,18 +268,12 @@ def delete_user(path: str | os.PathLike[str], username: str) -> None:
     """Remove the user; InvalidArgument if the file or the user does not exist."""
     target = Path(path)
     lines = _read_lines(target)
-    _read_entries_or_fail(target, lines)
+    list(_parse_entries(target, lines))  # never rewrite a file we cannot read back
     index = _find(lines, username)
     if index is None:
         raise InvalidArgument(f"user {username!r} is not in {target}")
     del lines[index]
     _write_atomically(target, lines)
-
-
-def _read_entries_or_fail(path: Path, lines: list[str]) -> None:
-    """Refuse to rewrite a file we could not read back: the damage would spread."""
-    if lines:
-        list(_read_entries(path))
 
 
 def _find(lines: list[str], username: str) -> int | None:

@@ -93,6 +93,9 @@ def test_authenticate(tmp_path: Path) -> None:
         ("alice:scrypt$n=16,r=1$AAAA$AAAA", "scrypt needs the cost fields n, r, p"),
         ("alice:scrypt$n=x,r=1,p=1$AAAA$AAAA", "bad cost field 'n=x'"),
         ("alice:pbkdf2-sha256$i=10$A!$AAAA", "not valid base64"),
+        ("alice:scrypt$n=3,r=1,p=1$AAAA$AAAA", "scrypt n=3 must be a power of two"),
+        ("alice:scrypt$n=1048576,r=1024,p=1$AAAA$AAAA", "beyond what a login can use"),
+        ("alice:pbkdf2-sha256$i=²$AAAA$AAAA", "bad cost field 'i=²'"),
     ],
 )
 def test_errors_name_the_file_and_the_line(tmp_path: Path, line: str, message: str) -> None:
