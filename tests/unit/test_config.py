@@ -181,4 +181,7 @@ def test_a_tls_listener_gets_a_context_and_port_8883(tmp_path: Path) -> None:
 
 def test_the_example_in_the_repository_loads() -> None:
     config = load_config(REPO / "boxmq.example.toml")
-    assert config.mqtt.listeners
+    assert config.mqtt.listeners == (Listener("127.0.0.1", 1883),)
+    assert config.mqtt.limits == Limits()  # it says "the values shown are the defaults"
+    defaults = ServeConfig(data=REPO / "data")  # "./data", from the file's folder
+    assert dataclasses.replace(config, mqtt=ServeConfig().mqtt, source=None) == defaults
