@@ -121,6 +121,14 @@ def test_a_missing_file_is_named(tmp_path: Path) -> None:
         Acl.load(tmp_path / "nope")
 
 
+def test_words_may_be_separated_by_tabs_and_a_filter_may_hold_spaces() -> None:
+    acl = Acl.parse("user\talice\ntopic\tread  a b/#\n", Path("acl"))
+    assert acl.users["alice"] == (Rule(Access.READ, "a b/#", 2),)
+    assert acl.can_subscribe("alice", "c", "a b/c")
+    assert acl.can_subscribe("alice", "c", "a b/c")  # the remembered answer is the same
+    assert not acl.can_subscribe("alice", "c", "a/c")
+
+
 def test_a_topic_named_like_an_access_word_is_a_topic() -> None:
     acl = Acl.parse("topic write\ntopic deny read\n", Path("acl"))
     assert acl.anonymous == (Rule(Access.READWRITE, "write", 1), Rule(Access.DENY, "read", 2))
