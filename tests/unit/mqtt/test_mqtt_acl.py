@@ -200,3 +200,29 @@ def test_publish_agrees_with_the_naive_reading(lines: list[str], levels: list[st
         a in ("write", "readwrite") and matches(f, topic) for a, f in parsed
     )
     assert acl.can_publish("u", "c", topic) == naive
+
+
+@given(
+    st.sampled_from(Access),
+    st.sampled_from(("d/%c/#", "u/%u/+", "%u/%c", "x/%c")),
+    st.text(alphabet="ab+#/%cu", min_size=1, max_size=4),
+    st.text(alphabet="ab+#/%cu", min_size=1, max_size=4) | st.none(),
+    filters(),
+)
+def test_a_pattern_acts_as_its_literal_substitution_or_not_at_all(
+    access: Access, pattern: str, client_id: str, username: str | None, wanted: str
+) -> None:
+    acl = Acl.parse(f"pattern {access.value} {pattern}\n", Path("acl"))
+    values = {"%u": username, "%c": client_id}
+    used = [values[p] for p in ("%u", "%c") if p in pattern]
+    safe = all(v and not any(c in v for c in "+#/") for v in used)
+    literal = pattern.replace("%u", "\0u").replace("%c", "\0c")
+    literal = literal.replace("\0u", username or "").replace("\0c", client_id)
+    reference = Acl.parse(f"topic {access.value} {literal}\n" if safe else "", Path("acl"))
+    topic = wanted.replace("+", "a").replace("#", "b")
+    assert acl.can_subscribe(username, client_id, wanted) == reference.can_subscribe(
+        None, "other", wanted
+    )
+    assert acl.can_publish(username, client_id, topic) == reference.can_publish(
+        None, "other", topic
+    )
