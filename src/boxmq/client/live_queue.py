@@ -184,10 +184,18 @@ class LiveQueue:
                 own_token=self._token,
                 own_ids=self._locks,
             )
-        self._apply_all(self._engine.expire(now=now))
-        while self._apply_all(self._engine.dispatch(now=now)):
-            pass  # a claim was lost to another process: its slot is free again
-        self._wake_others()
+        expired = self._engine.expire(now=now)
+        self._apply_all(expired)
+        moved = bool(expired)
+        while True:
+            claims = self._engine.dispatch(now=now)
+            moved = moved or bool(claims)
+            if not self._apply_all(claims):
+                break  # else a claim was lost to another process: its slot is free again
+        if moved:
+            # Only news wakes the other consumers: waking them for nothing made two idle
+            # consumer threads wake each other in turn, forever (a core's worth of CPU).
+            self._wake_others()
 
     def _scan(self, now: float) -> None:
         self._next_scan = now + self._options.rescan_interval
