@@ -53,6 +53,7 @@ class Client(ClientXMPP):
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.auto_retract = False
         self.received: list[str] = []
+        self.retracted = 0  # retract notifications seen
         self._settling: set[asyncio.Future[ET.Element]] = set()
         self._started = asyncio.Event()
         self.add_event_handler("session_start", lambda _: self._started.set())
@@ -69,6 +70,8 @@ class Client(ClientXMPP):
         for child in list(items) if items is not None else []:
             what = child.tag.rsplit("}", 1)[-1]
             event = Event(what, child.get("id", ""), child[0] if len(child) else None)
+            if what == "retract":
+                self.retracted += 1
             if what == "item":
                 self.received.append(event.item)
                 if self.auto_retract:

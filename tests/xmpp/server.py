@@ -22,11 +22,12 @@ SECRET = "boxmq-test-secret"
 USERS = ("alice", "bob", "carol", "dave")
 
 
-@dataclass(frozen=True)
+@dataclass
 class Prosody:
     c2s_port: int
     component_port: int
     folder: Path
+    pid: int = 0  # of the running server (bench/xmpp.py reads its CPU time)
 
     def password(self, user: str) -> str:
         return f"{user}-pw"
@@ -90,6 +91,7 @@ def run_prosody(folder: Path) -> Iterator[Prosody]:
     process = subprocess.Popen(
         ["prosody", "-F", "--config", str(config)], env=env, stdout=console, stderr=console
     )
+    server.pid = process.pid
     try:
         deadline = time.monotonic() + 15
         while not (_accepts(server.c2s_port) and _accepts(server.component_port)):

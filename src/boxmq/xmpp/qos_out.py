@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from xml.etree.ElementTree import Element
-from xml.sax.saxutils import quoteattr
 
 from boxmq.errors import InvalidArgument
 from boxmq.xmpp import ns, render
@@ -125,7 +124,7 @@ class ReliableSender:
         transfer.next_try = now + self._first_retry * 2 ** (transfer.attempts - 1)
         self._pending[transfer.iq_id] = transfer
         heapq.heappush(self._retries, (transfer.next_try, next(self._tie), transfer.iq_id))
-        msg_id = quoteattr(transfer.msg_id)
+        msg_id = render.attr(transfer.msg_id)
         if transfer.step == "deliver":
             inner = f"<deliver xmlns='{ns.QOS}' msgId={msg_id}/>"
         elif transfer.step == "assured":

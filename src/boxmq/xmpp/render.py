@@ -8,6 +8,7 @@ values and text always go through `quoteattr`/`escape`; payloads are XML that wa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from xml.etree.ElementTree import Element
 from xml.sax.saxutils import escape, quoteattr
@@ -19,6 +20,7 @@ from boxmq.xmpp.conditions import Condition
 from boxmq.xmpp.requests import Iq
 
 __all__ = [
+    "attr",
     "disco_info",
     "disco_items",
     "error",
@@ -30,6 +32,15 @@ __all__ = [
 ]
 
 
+_PLAIN = re.compile(r"[^&<>'\"\r\n\t]*")
+
+
+def attr(value: str) -> str:
+    """An attribute value, quoted: ids and JIDs are plain almost always, and checking that
+    with one regular expression costs a fifth of `quoteattr` (which handles the rest)."""
+    return f"'{value}'" if _PLAIN.fullmatch(value) else quoteattr(value)
+
+
 def xml_of(element: Element) -> str:
     """An element as XML text, its namespaces declared where they start (slixmpp's writer)."""
     return tostring(element, top_level=True)
@@ -38,8 +49,7 @@ def xml_of(element: Element) -> str:
 def result(iq: Iq, inner: str = "") -> str:
     """The iq-result for `iq`, from whichever address it was sent to (XEP-0114 keeps it)."""
     return (
-        f"<iq type='result' id={quoteattr(iq.id)} to={quoteattr(iq.sender)} "
-        f"from={quoteattr(iq.to)}>{inner}</iq>"
+        f"<iq type='result' id={attr(iq.id)} to={attr(iq.sender)} from={attr(iq.to)}>{inner}</iq>"
     )
 
 
@@ -51,17 +61,14 @@ def error(iq: Iq, condition: Condition, *, text: str = "", inner: str | None = N
     )
     said = f"<text xmlns='{ns.STANZAS}'>{escape(text)}</text>" if text else ""
     return (
-        f"<iq type='error' id={quoteattr(iq.id)} to={quoteattr(iq.sender)} "
-        f"from={quoteattr(iq.to)}>{echoed}<error type='{condition.type}'>"
+        f"<iq type='error' id={attr(iq.id)} to={attr(iq.sender)} "
+        f"from={attr(iq.to)}>{echoed}<error type='{condition.type}'>"
         f"<{condition.name} xmlns='{ns.STANZAS}'/>{extra}{said}</error></iq>"
     )
 
 
 def iq_set(iq_id: str, sender: str, to: str, inner: str) -> str:
-    return (
-        f"<iq type='set' id={quoteattr(iq_id)} to={quoteattr(to)} "
-        f"from={quoteattr(sender)}>{inner}</iq>"
-    )
+    return f"<iq type='set' id={attr(iq_id)} to={attr(to)} from={attr(sender)}>{inner}</iq>"
 
 
 def event(
@@ -71,8 +78,8 @@ def event(
     `wrapped`: it goes inside a urn:xmpp:qos element, so it names its own namespace."""
     xmlns = " xmlns='jabber:client'" if wrapped else ""
     return (
-        f"<message{xmlns} id={quoteattr(message_id)} to={quoteattr(to)} from={quoteattr(sender)}>"
-        f"<event xmlns='{ns.PUBSUB_EVENT}'><items node={quoteattr(node)}>{inner}</items>"
+        f"<message{xmlns} id={attr(message_id)} to={attr(to)} from={attr(sender)}>"
+        f"<event xmlns='{ns.PUBSUB_EVENT}'><items node={attr(node)}>{inner}</items>"
         "</event></message>"
     )
 
@@ -86,31 +93,31 @@ def form(form_type: str, fields: Iterable[tuple[str, str | None, str]], *, type:
     for var, value, field_type in fields:
         typed = f" type='{field_type}'" if field_type else ""
         inside = f"<value>{escape(value)}</value>" if value is not None else "<required/>"
-        parts.append(f"<field var={quoteattr(var)}{typed}>{inside}</field>")
+        parts.append(f"<field var={attr(var)}{typed}>{inside}</field>")
     parts.append("</x>")
     return "".join(parts)
 
 
 def disco_info(node: str | None, identity: tuple[str, str, str], features: Iterable[str]) -> str:
     category, kind, name = identity
-    at = f" node={quoteattr(node)}" if node is not None else ""
-    found = "".join(f"<feature var={quoteattr(f)}/>" for f in features)
+    at = f" node={attr(node)}" if node is not None else ""
+    found = "".join(f"<feature var={attr(f)}/>" for f in features)
     return (
-        f"<query xmlns='{ns.DISCO_INFO}'{at}><identity category={quoteattr(category)} "
-        f"type={quoteattr(kind)} name={quoteattr(name)}/>{found}</query>"
+        f"<query xmlns='{ns.DISCO_INFO}'{at}><identity category={attr(category)} "
+        f"type={attr(kind)} name={attr(name)}/>{found}</query>"
     )
 
 
 def disco_items(node: str | None, items: Iterable[tuple[str, str | None, str | None]]) -> str:
     """items: (jid, node or None, name or None)."""
-    at = f" node={quoteattr(node)}" if node is not None else ""
+    at = f" node={attr(node)}" if node is not None else ""
     parts = [f"<query xmlns='{ns.DISCO_ITEMS}'{at}>"]
     for jid, item_node, name in items:
-        parts.append(f"<item jid={quoteattr(jid)}")
+        parts.append(f"<item jid={attr(jid)}")
         if item_node is not None:
-            parts.append(f" node={quoteattr(item_node)}")
+            parts.append(f" node={attr(item_node)}")
         if name is not None:
-            parts.append(f" name={quoteattr(name)}")
+            parts.append(f" name={attr(name)}")
         parts.append("/>")
     parts.append("</query>")
     return "".join(parts)

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Final
 from xml.etree.ElementTree import Element
-from xml.sax.saxutils import quoteattr
 
 from boxmq.client.box import Box
 from boxmq.client.message import Message
@@ -419,7 +418,7 @@ def _stamped(message: Element, *, sender: str, to: str) -> bytes:
 
 
 def _attr(value: str) -> str:
-    return quoteattr(value)
+    return render.attr(value)
 
 
 def _quietly(action: Callable[[], None]) -> None:

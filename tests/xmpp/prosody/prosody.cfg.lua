@@ -38,6 +38,7 @@ VirtualHost "localhost"
 
 -- Prosody's own pubsub, for bench/xmpp.py's comparison.
 Component "pubsub.localhost" "pubsub"
+    admins = { "carol@localhost" }   -- mod_pubsub lets only admins create nodes
 
 Component "queue.localhost"
     component_secret = ENV_BOXMQ_COMPONENT_SECRET

@@ -1,0 +1,27 @@
+"""What render writes parses back to what it was given, whatever the text."""
+
+from __future__ import annotations
+
+from xml.etree import ElementTree as ET
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from boxmq.xmpp import render
+
+# XML 1.0 characters only: no other control characters can appear in a JID or an item id.
+_XML_TEXT = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\ufffe\uffff").filter(
+        lambda c: c in "\t\n\r" or ord(c) >= 0x20
+    )
+)
+
+
+@given(_XML_TEXT)
+def test_an_attribute_round_trips(value: str) -> None:
+    assert ET.fromstring(f"<x a={render.attr(value)}/>").get("a") == value
+
+
+def test_plain_values_take_the_fast_path() -> None:
+    assert render.attr("alice@localhost/r 1") == "'alice@localhost/r 1'"
+    assert render.attr("it's") == '"it\'s"'
