@@ -1,7 +1,7 @@
 """The XEP-0114 component: the only XMPP code that awaits (docs/xmpp.md).
 
-A thin `slixmpp.ComponentXMPP`: three cheap matchers hand raw elements to the service (iq
-get/set, unavailable presence, bounced messages), the service answers with XML text written
+A thin `slixmpp.ComponentXMPP`: the stanzas the door serves go to the service as raw
+elements (iq, unavailable presence, bounced messages), the service answers with XML text written
 straight to the transport, one timer task runs lock timeouts, and a lost connection is
 retried with back-off. A refusal by the server (a second instance with this name: conflict,
 or a wrong secret: not-authorized) is final: `run_component` raises ComponentRefused.
@@ -14,11 +14,10 @@ import contextlib
 import logging
 import time
 from typing import Any
+from xml.etree.ElementTree import Element
 
 from slixmpp import ComponentXMPP
 from slixmpp.xmlstream import StanzaBase
-from slixmpp.xmlstream.handler import Callback
-from slixmpp.xmlstream.matcher.base import MatcherBase
 
 from boxmq.client.box import Box
 from boxmq.errors import BoxMQError
@@ -41,19 +40,6 @@ class ComponentRefused(BoxMQError):
     """The XMPP server will not take this component (name taken, wrong secret)."""
 
 
-class _Tagged(MatcherBase):
-    """Matches a stanza by its tag and `type` attribute only: no stanza-object lookups."""
-
-    def __init__(self, tag: str, types: frozenset[str]) -> None:
-        super().__init__(tag)
-        self._tag = tag
-        self._types = types
-
-    def match(self, xml: StanzaBase) -> bool:
-        element = xml.xml
-        return element.tag == self._tag and element.get("type", "") in self._types
-
-
 class QueueComponent(ComponentXMPP):
     def __init__(self, box: Box, settings: XmppSettings) -> None:
         super().__init__(  # type: ignore[no-untyped-call]  # ComponentXMPP.__init__ is untyped
@@ -72,23 +58,6 @@ class QueueComponent(ComponentXMPP):
             lock_timeout=settings.lock_timeout,
             watch=self._pullers.start,
         )
-        self.register_handler(
-            Callback("boxmq iq", _Tagged(_IQ, frozenset({"get", "set"})), self._iq)
-        )
-        self.register_handler(
-            Callback("boxmq gone", _Tagged(_PRESENCE, frozenset({"unavailable"})), self._gone)
-        )
-        # An event bounced by the server (offline resource): treat its addressee as gone.
-        self.register_handler(
-            Callback("boxmq bounce", _Tagged(_MESSAGE, frozenset({"error"})), self._gone)
-        )
-        self.register_handler(
-            Callback(
-                "boxmq answers",
-                _Tagged(_IQ, frozenset({"result", "error"})),
-                lambda stanza: self.service.answer(stanza.xml),
-            )
-        )
         self.add_event_handler("session_start", self._started)
         self.add_event_handler("disconnected", self._disconnected)
         self.add_event_handler("stream_error", self._stream_error)
@@ -96,13 +65,25 @@ class QueueComponent(ComponentXMPP):
 
     # -- stanzas in --------------------------------------------------------------------------
 
-    def _iq(self, stanza: StanzaBase) -> None:
-        self.service.iq(stanza.xml)
-
-    def _gone(self, stanza: StanzaBase) -> None:
-        jid = stanza.xml.get("from", "")
-        if "/" in jid:
-            self.service.gone(jid)
+    def _spawn_event(self, xml: Element) -> None:
+        """Hand the stanzas the door serves to the service as plain elements, before slixmpp
+        builds stanza objects and matches them against every handler: that layer cost more
+        than all the rest of an item (docs/xmpp.md, Performance). Anything else (the
+        handshake, stream errors) takes slixmpp's usual way."""
+        xml = self.incoming_filter(xml)  # type: ignore[no-untyped-call]  # jabber:client -> ours
+        tag, kind = xml.tag, xml.get("type", "")
+        if tag == _IQ:
+            if kind in ("get", "set"):
+                self.service.iq(xml)
+            else:
+                self.service.answer(xml)  # a result or error for a notification sent with QoS
+        elif (tag == _PRESENCE and kind == "unavailable") or (tag == _MESSAGE and kind == "error"):
+            # Unavailable presence (XEP-0254 §4), or an event the server bounced: gone.
+            jid = xml.get("from", "")
+            if "/" in jid:
+                self.service.gone(jid)
+        elif tag not in (_PRESENCE, _MESSAGE):
+            super()._spawn_event(xml)
 
     def _delivered(self, subscription: Any, message: Any) -> None:
         self.service.delivered(subscription, message)

@@ -24,7 +24,7 @@ from boxmq.errors import (
     UnexpectedRequest,
 )
 
-__all__ = ["Condition", "condition_for"]
+__all__ = ["INTERNAL", "Condition", "condition_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ _CONDITIONS: Final[Mapping[type[BoxMQError], Condition]] = {
     InvalidArgument: Condition("modify", "bad-request"),
 }
 
-_INTERNAL: Final = Condition("wait", "internal-server-error")
+INTERNAL: Final = Condition("wait", "internal-server-error")
 
 
 def condition_for(error: BoxMQError) -> Condition:
@@ -61,4 +61,4 @@ def condition_for(error: BoxMQError) -> Condition:
         found = _CONDITIONS.get(cls)
         if found is not None:
             return found
-    return _INTERNAL
+    return INTERNAL

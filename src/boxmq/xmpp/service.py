@@ -26,7 +26,7 @@ from boxmq.errors import BoxMQError, InvalidArgument, QueueNotFound
 from boxmq.store.layout import is_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
-from boxmq.xmpp.conditions import Condition, condition_for
+from boxmq.xmpp.conditions import INTERNAL, Condition, condition_for
 from boxmq.xmpp.errors import StanzaError
 from boxmq.xmpp.payloads import payload_of
 from boxmq.xmpp.qos_out import Level, ReliableSender
@@ -118,6 +118,9 @@ class QueueService:
             self._send(render.error(iq, error.condition, text=str(error), inner=error.payload))
         except BoxMQError as error:
             self._send(render.error(iq, condition_for(error), text=str(error)))
+        except Exception:  # a bug must cost one request, never the component's stream
+            log.exception("answering %s from %s", iq.id, iq.sender)
+            self._send(render.error(iq, INTERNAL))
 
     def gone(self, jid: str) -> None:
         """XEP-0254 §4: unavailable presence (or a bounce): unlock all it held, unsubscribe."""

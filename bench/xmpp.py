@@ -1,0 +1,206 @@
+"""bench/xmpp: XEP-0254 queueing through Prosody and the boxmq component, against Prosody's own
+mod_pubsub doing plain publish -> notify, with the same slixmpp clients in the same run.
+
+    python bench/xmpp.py [--items 2000] [--window 100] [--queue-requests 50] [--fsync never]
+
+Queueing, per item: publish + result, one event to one of 2 subscribers, its retract +
+result, the retract notification (6 stanzas). mod_pubsub, per item: publish + result and one
+event to each of the 2 subscribers (4 stanzas). The component runs as `boxmq serve` in its own
+process, so its CPU time (from /proc) is its own; Prosody's is read the same way.
+Issue 6's goals: queueing items/s >= mod_pubsub's, and <= 0.25 ms component CPU per item.
+Needs prosody (make test installs it) and the xmpp extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.xmpp.*
+
+from tests.xmpp.clients import PS, Client, clients
+from tests.xmpp.server import PUBSUB, SECRET, SERVICE, Prosody, run_prosody
+
+import boxmq
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU time of a process (and its reaped children), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(v) for v in fields[11:15]) / _TICKS
+
+
+@dataclass(frozen=True)
+class Run:
+    case: str
+    items: int
+    seconds: float
+    component_cpu: float | None
+    prosody_cpu: float
+
+    @property
+    def rate(self) -> float:
+        return self.items / self.seconds
+
+
+async def _publish_all(publisher: Client, service: str, node: str, items: int, window: int) -> None:
+    gate = asyncio.Semaphore(window)
+
+    async def one(n: int) -> None:
+        async with gate:
+            reply = await publisher.request(
+                f"<pubsub xmlns='{PS}'><publish node='{node}'><item>"
+                f"<job xmlns='urn:example'>{n:08d}</job></item></publish></pubsub>",
+                to=service,
+            )
+            assert reply.get("type") == "result", reply
+
+    await asyncio.gather(*(one(n) for n in range(items)))
+
+
+async def _wait(condition: Callable[[], bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the run did not finish in time")
+        await asyncio.sleep(0.01)
+
+
+async def queueing(server: Prosody, component_pid: int, args: argparse.Namespace) -> Run:
+    async with clients(server, "alice", "bob", "carol") as [alice, bob, carol]:
+        for subscriber in (alice, bob):
+            subscriber.auto_retract = True
+            reply = await subscriber.subscribe(args.queue_requests)
+            assert reply.get("type") == "result", reply
+
+        def done() -> bool:
+            return bool(alice.retracted + bob.retracted >= args.items)
+
+        cpu0, prosody0, t0 = (
+            cpu_seconds(component_pid),
+            cpu_seconds(server.pid),
+            time.perf_counter(),
+        )
+        await _publish_all(carol, SERVICE, "jobs", args.items, args.window)
+        await _wait(done, 60)
+        seconds = time.perf_counter() - t0
+        return Run(
+            "XEP-0254 queueing via boxmq (6 stanzas/item)",
+            args.items,
+            seconds,
+            cpu_seconds(component_pid) - cpu0,
+            cpu_seconds(server.pid) - prosody0,
+        )
+
+
+async def mod_pubsub(server: Prosody, args: argparse.Namespace) -> Run:
+    async with clients(server, "alice", "bob", "carol") as [alice, bob, carol]:
+        created = await carol.request(
+            f"<pubsub xmlns='{PS}'><create node='plain'/></pubsub>", to=PUBSUB
+        )
+        assert created.get("type") == "result", ET.tostring(created)
+        for subscriber in (alice, bob):
+            reply = await subscriber.request(
+                f"<pubsub xmlns='{PS}'><subscribe node='plain' jid='{subscriber.boundjid.full}'/>"
+                "</pubsub>",
+                to=PUBSUB,
+            )
+            assert reply.get("type") == "result", reply
+        prosody0, t0 = cpu_seconds(server.pid), time.perf_counter()
+        await _publish_all(carol, PUBSUB, "plain", args.items, args.window)
+        await _wait(lambda: min(len(alice.received), len(bob.received)) >= args.items, 60)
+        seconds = time.perf_counter() - t0
+        return Run(
+            "Prosody mod_pubsub publish -> notify (2 subscribers, 4 stanzas/item)",
+            args.items,
+            seconds,
+            None,
+            cpu_seconds(server.pid) - prosody0,
+        )
+
+
+def serve(server: Prosody, data: Path, fsync: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "boxmq.cli",
+            "--data",
+            str(data),
+            "--fsync",
+            fsync,
+            "serve",
+            "--no-mqtt",
+            "--xmpp-component",
+            SERVICE,
+            "--xmpp-server",
+            f"127.0.0.1:{server.component_port}",
+        ],
+        env={**os.environ, "BOXMQ_XMPP_SECRET": SECRET},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def wait_for_component(server: Prosody) -> None:
+    async with clients(server, "dave") as [dave]:
+        for _ in range(200):
+            reply = await dave.request(
+                "<query xmlns='http://jabber.org/protocol/disco#info'/>", type="get"
+            )
+            if reply.get("type") == "result":
+                return
+            await asyncio.sleep(0.05)
+    raise TimeoutError("the component did not come up")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--items", type=int, default=2000)
+    parser.add_argument("--window", type=int, default=100, help="publishes in flight")
+    parser.add_argument("--queue-requests", type=int, default=50)
+    parser.add_argument("--fsync", default="never", choices=["always", "interval", "never"])
+    parser.add_argument("--dir", default=None, help="where the root goes (e.g. /dev/shm)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-xmpp-", dir=args.dir) as folder:
+        root = Path(folder)
+        with run_prosody(root / "prosody") as server:
+            data = root / "data"
+            with boxmq.open(data, fsync="never") as box:
+                box.queue("jobs")
+            component = serve(server, data, args.fsync)
+            try:
+                asyncio.run(wait_for_component(server))
+                runs = [asyncio.run(queueing(server, component.pid, args))]
+                runs.append(asyncio.run(mod_pubsub(server, args)))
+            finally:
+                component.terminate()
+                component.wait(10)
+    print(
+        f"{args.items} items, window {args.window}, queue_requests {args.queue_requests}, "
+        f"fsync={args.fsync}, root in {args.dir or tempfile.gettempdir()}"
+    )
+    print(f"{'case':<70} {'items/s':>8} {'component ms/item':>18} {'prosody ms/item':>16}")
+    for run in runs:
+        component_ms = (
+            "-" if run.component_cpu is None else f"{1000 * run.component_cpu / run.items:.3f}"
+        )
+        print(
+            f"{run.case:<70} {run.rate:>8.0f} {component_ms:>18} "
+            f"{1000 * run.prosody_cpu / run.items:>16.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
