@@ -175,10 +175,20 @@ def _security(table: Table, base: Security) -> Security:
 
 
 def _mqtt(table: Table, base: MqttSettings) -> MqttSettings:
-    listeners = tuple(_listener(t) for t in table.tables("listener"))
+    listeners: list[Listener] = []
+    for index, item in enumerate(table.tables("listener"), start=1):
+        listener = _listener(item)
+        if listener.port and any(
+            (o.host, o.port) == (listener.host, listener.port) for o in listeners
+        ):
+            # Caught here, with its place in the file, rather than as a bind error at start.
+            raise table.error(
+                f"listener[{index}]", f"{listener.host}:{listener.port} is listed twice"
+            )
+        listeners.append(listener)
     limits = _limits(table.table("limits"), base.limits)
     table.finish()
-    return dataclasses.replace(base, listeners=listeners or base.listeners, limits=limits)
+    return dataclasses.replace(base, listeners=tuple(listeners) or base.listeners, limits=limits)
 
 
 def _listener(table: Table) -> Listener:
