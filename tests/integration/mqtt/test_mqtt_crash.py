@@ -1,0 +1,142 @@
+"""SIGKILL `boxmq serve` during QoS 1 and QoS 2 streams: what was acknowledged survives.
+
+A persistent subscriber is away (its messages wait in its dropbox); two persistent publishers
+stream at QoS 1 and QoS 2 and note every PUBACK / PUBCOMP; the server is killed mid-stream and
+restarted on the same root. Every acknowledged message must reach the subscriber, and every
+QoS 2 one exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from tests.integration.mqtt.clients import WAIT, RunningServer, paho, paho_properties
+
+pytestmark = pytest.mark.slow
+
+LIMIT = 2000  # messages per stream at most; the kill comes well before
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _serve(root: Path, port: int) -> subprocess.Popen[bytes]:
+    with open(root.parent / "serve.log", "ab") as log:  # the child keeps its own copy
+        command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "serve"]
+        command += ["--mqtt", f"127.0.0.1:{port}", "--sweep-interval", "0.5"]
+        process = subprocess.Popen(command, stderr=log)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process
+        except OSError:
+            time.sleep(0.1)
+    process.kill()
+    raise AssertionError("boxmq serve did not listen")
+
+
+class _Stream(threading.Thread):
+    """A persistent paho publisher that records which messages the server acknowledged."""
+
+    def __init__(self, port: int, qos: int) -> None:
+        super().__init__(daemon=True)
+        self.qos = qos
+        self.acked: set[str] = set()
+        self.stop = threading.Event()
+        self._mids: dict[int, str] = {}
+        self._early: set[int] = set()
+        self._lock = threading.Lock()
+        self.client = mqtt.Client(
+            CallbackAPIVersion.VERSION2, client_id=f"pub{qos}", protocol=mqtt.MQTTv5
+        )
+        self.client.on_publish = self._on_publish
+        props = paho_properties(PacketTypes.CONNECT, SessionExpiryInterval=3600)
+        self.client.connect("127.0.0.1", port, clean_start=False, properties=props)
+        self.client.loop_start()
+        deadline = time.monotonic() + WAIT
+        while not self.client.is_connected() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def _on_publish(self, _c: Any, _u: Any, mid: int, reason: Any, _p: Any) -> None:
+        if not reason.is_failure:
+            with self._lock:
+                if mid in self._mids:
+                    self.acked.add(self._mids[mid])
+                else:
+                    self._early.add(mid)  # acknowledged before publish() returned its mid
+
+    def run(self) -> None:
+        for i in range(LIMIT):
+            if self.stop.is_set() or not self.client.is_connected():
+                break
+            payload = f"q{self.qos}-{i:05d}"
+            info = self.client.publish("crash/stream", payload, self.qos)
+            with self._lock:
+                self._mids[info.mid] = payload
+                if info.mid in self._early:
+                    self.acked.add(payload)
+            time.sleep(0.002)
+
+    def end(self) -> None:
+        self.stop.set()
+        self.join(timeout=10)
+        self.client.loop_stop()
+
+
+def test_acknowledged_messages_survive_a_sigkill(tmp_path: Path) -> None:
+    root, port = tmp_path / "root", _free_port()
+    server = _serve(root, port)
+    try:
+        target = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
+        away = paho(target, "keeper", clean=False, expiry=3600)
+        away.subscribe("crash/#", 2)
+        away.stop()
+        streams = [_Stream(port, 1), _Stream(port, 2)]
+        for stream in streams:
+            stream.start()
+        time.sleep(1.0)
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
+        for stream in streams:
+            stream.end()
+        acked = {qos: set(s.acked) for qos, s in zip((1, 2), streams, strict=True)}
+        assert len(acked[1]) >= 5  # enough acknowledged before the kill to mean something
+        assert len(acked[2]) >= 5
+        assert max(len(s._mids) for s in streams) < LIMIT  # the kill came mid-stream
+        server = _serve(root, port)
+        back = paho(target, "keeper", clean=False, expiry=3600)
+        got: Counter[str] = Counter()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                got[back.next(timeout=3).payload.decode()] += 1
+            except Exception:  # queue.Empty: quiet for 3 s, all is in
+                break
+        back.stop()
+        assert acked[1] <= set(got)  # QoS 1: at least once
+        assert acked[2] <= set(got)
+        assert all(got[p] == 1 for p in got if p.startswith("q2-"))  # QoS 2: exactly once
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
