@@ -106,8 +106,15 @@ async def queueing(server: Prosody, component_pid: int, args: argparse.Namespace
 
 async def mod_pubsub(server: Prosody, args: argparse.Namespace) -> Run:
     async with clients(server, "alice", "bob", "carol") as [alice, bob, carol]:
+        # Items kept in memory only (the lighter case for Prosody): with persist_items, its
+        # default, mod_pubsub writes each item to its archive store (--persist).
         created = await carol.request(
-            f"<pubsub xmlns='{PS}'><create node='plain'/></pubsub>", to=PUBSUB
+            f"<pubsub xmlns='{PS}'><create node='plain'/><configure>"
+            "<x xmlns='jabber:x:data' type='submit'><field var='FORM_TYPE' type='hidden'>"
+            f"<value>{PS}#node_config</value></field>"
+            f"<field var='pubsub#persist_items'><value>{int(args.persist)}</value></field>"
+            "</x></configure></pubsub>",
+            to=PUBSUB,
         )
         assert created.get("type") == "result", ET.tostring(created)
         for subscriber in (alice, bob):
@@ -122,7 +129,8 @@ async def mod_pubsub(server: Prosody, args: argparse.Namespace) -> Run:
         await _wait(lambda: min(len(alice.received), len(bob.received)) >= args.items, 60)
         seconds = time.perf_counter() - t0
         return Run(
-            "Prosody mod_pubsub publish -> notify (2 subscribers, 4 stanzas/item)",
+            f"Prosody mod_pubsub publish -> notify (2 subs, 4 stanzas/item, "
+            f"persist_items={int(args.persist)})",
             args.items,
             seconds,
             None,
@@ -171,6 +179,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=100, help="publishes in flight")
     parser.add_argument("--queue-requests", type=int, default=50)
     parser.add_argument("--fsync", default="never", choices=["always", "interval", "never"])
+    parser.add_argument(
+        "--persist", action="store_true", help="mod_pubsub stores items (its default)"
+    )
     parser.add_argument("--dir", default=None, help="where the root goes (e.g. /dev/shm)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-xmpp-", dir=args.dir) as folder:
