@@ -18,7 +18,7 @@ from typing import Any
 import boxmq
 from boxmq import cli_passwd
 from boxmq.cli_args import parse_duration, parse_property
-from boxmq.cli_serve import Default, serve_config
+from boxmq.cli_serve import Default, describe_security, serve_config
 from boxmq.client import Box, Message, Peeked, QueueCounts
 from boxmq.errors import BoxMQError, InvalidArgument
 from boxmq.mqtt.settings import Listener, MqttSettings
@@ -230,6 +230,8 @@ def _serve(args: argparse.Namespace) -> int:
     config = serve_config(args)
     if not args.verbose:
         logging.getLogger().setLevel(config.logging_level)
+    for line in describe_security(config):
+        logging.getLogger("boxmq.serve").info("%s", line)
     with boxmq.open(config.data, fsync=config.fsync, fsync_interval=config.fsync_interval) as box:
         mqtt = _mqtt_settings(args, config.mqtt)
         xmpp = settings_from(

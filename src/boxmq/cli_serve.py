@@ -10,8 +10,10 @@ import argparse
 from pathlib import Path
 
 from boxmq.config import ServeConfig, load_config
+from boxmq.mqtt.acl import Acl
+from boxmq.mqtt.passwords import PasswordFile
 
-__all__ = ["Default", "serve_config"]
+__all__ = ["Default", "describe_security", "serve_config"]
 
 
 class Default(str):
@@ -30,3 +32,29 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
     return config.override(
         data=_typed(args.data), fsync=_typed(args.fsync), sweep_interval=args.sweep_interval
     )
+
+
+def describe_security(config: ServeConfig) -> list[str]:
+    """What a client meets at the MQTT door, in words, for the start-up log."""
+    authenticator, authorizer = config.mqtt.authenticator, config.mqtt.authorizer
+    if isinstance(authenticator, PasswordFile):
+        anonymous = "accepted" if authenticator.allow_anonymous else "refused"
+        who = (
+            f"authentication: {authenticator.path} ({len(authenticator.entries)} user(s)), "
+            f"clients without a user name {anonymous}"
+        )
+    elif authenticator is None:
+        who = "authentication: none (no password_file): any client may connect"
+    else:
+        who = f"authentication: {type(authenticator).__name__}"
+    if isinstance(authorizer, Acl):
+        what = (
+            f"authorization: {authorizer.path} ({len(authorizer.users)} user section(s), "
+            f"{len(authorizer.patterns)} pattern(s)); anything not allowed is refused"
+        )
+    elif authorizer is None:
+        what = "authorization: none (no acl_file): every client may publish and subscribe to all"
+    else:
+        what = f"authorization: {type(authorizer).__name__}"
+    source = f"config: {config.source}" if config.source else "config: none (defaults and flags)"
+    return [source, who, what]

@@ -1,0 +1,215 @@
+"""`boxmq serve --config` with a real password file, ACL file and TLS listener, driven by paho
+over real sockets: who may connect, what they may publish and subscribe to, and TLS.
+(test_mqtt_security.py covers the server's side of the same protocols with stand-ins.)"""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion
+
+from boxmq.mqtt.passwords import set_password
+
+WAIT = 10.0
+SUBACK_REFUSED = 0x80  # MQTT 3.1.1 §3.9.3 and 5.0 §3.9.3: Failure / Unspecified error
+CONNACK_REFUSED = (4, 5, 0x86, 0x87)  # bad user name or password / not authorized, 3.1.1 and 5.0
+
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+
+ACL = """\
+user alice
+topic readwrite alice/#
+topic deny alice/secret/#
+topic read news/#
+
+user bob
+topic write news/#
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class Served:
+    plain: int
+    tls: int
+    ca: Path  # the self-signed server certificate clients trust
+    log: Path  # what boxmq serve wrote on stderr
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    folder = tmp_path_factory.mktemp("secured")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost",
+         "-keyout", str(folder / "server.key"), "-out", str(folder / "server.crt")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    set_password(folder / "passwd", "alice", b"wonderland")
+    set_password(folder / "passwd", "bob", b"builder")
+    (folder / "acl").write_text(ACL)
+    plain, tls = _free_port(), _free_port()
+    (folder / "boxmq.toml").write_text(
+        f"""
+        data = "data"
+        fsync = "never"
+        [[mqtt.listener]]
+        port = {plain}
+        [[mqtt.listener]]
+        port = {tls}
+        tls = {{ cert = "server.crt", key = "server.key" }}
+        [security]
+        password_file = "passwd"
+        acl_file = "acl"
+        """
+    )
+    command = [sys.executable, "-m", "boxmq.cli", "serve", "--config", str(folder / "boxmq.toml")]
+    with open(folder / "serve.log", "w") as log:
+        server = subprocess.Popen(command, stderr=log)
+        try:
+            _wait_for_ports(server, folder, plain, tls)
+            yield Served(plain, tls, folder / "server.crt", folder / "serve.log")
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=30)
+
+
+def _wait_for_ports(server: subprocess.Popen[bytes], folder: Path, *ports: int) -> None:
+    deadline = time.monotonic() + 30
+    for port in ports:
+        while True:
+            assert server.poll() is None, (folder / "serve.log").read_text()
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, (folder / "serve.log").read_text()
+                time.sleep(0.1)
+
+
+@dataclass
+class Client:
+    client: mqtt.Client
+    connack: int
+    messages: queue.Queue[tuple[str, bytes]]
+    subacks: queue.Queue[list[int]]
+
+    def subscribe(self, topic_filter: str) -> int:
+        self.client.subscribe(topic_filter, 1)
+        [reason] = self.subacks.get(timeout=WAIT)
+        return reason
+
+    def publish(self, topic: str, payload: bytes) -> None:
+        self.client.publish(topic, payload, 1).wait_for_publish(timeout=WAIT)
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def _connect(
+    served: Served, user: str | None, password: str | None, *, tls: bool, v5: bool = False
+) -> Client:
+    protocol = mqtt.MQTTv5 if v5 else mqtt.MQTTv311
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=protocol)
+    connacks: queue.Queue[int] = queue.Queue()
+    messages: queue.Queue[tuple[str, bytes]] = queue.Queue()
+    subacks: queue.Queue[list[int]] = queue.Queue()
+
+    def on_connect(_c: Any, _u: Any, _flags: Any, reason: Any, _props: Any) -> None:
+        connacks.put(int(reason.value))
+
+    def on_subscribe(_c: Any, _u: Any, _mid: Any, reasons: Any, _props: Any) -> None:
+        subacks.put([int(r.value) for r in reasons])
+
+    client.on_connect = on_connect
+    client.on_subscribe = on_subscribe
+    client.on_message = lambda _c, _u, m: messages.put((m.topic, bytes(m.payload)))
+    if user is not None:
+        client.username_pw_set(user, password)
+    if tls:
+        client.tls_set_context(ssl.create_default_context(cafile=served.ca))
+    client.connect("localhost" if tls else "127.0.0.1", served.tls if tls else served.plain, 30)
+    client.loop_start()
+    return Client(client, connacks.get(timeout=WAIT), messages, subacks)
+
+
+def test_users_connect_over_tls_and_the_acl_decides(served: Served) -> None:
+    alice = _connect(served, "alice", "wonderland", tls=True)
+    bob = _connect(served, "bob", "builder", tls=True, v5=True)
+    try:
+        assert (alice.connack, bob.connack) == (0, 0)
+        assert alice.subscribe("alice/inbox/#") == 1  # granted QoS 1
+        assert alice.subscribe("news/+") == 1
+        assert alice.subscribe("alice/#") == SUBACK_REFUSED  # would receive alice/secret/...
+        assert alice.subscribe("$share/team/bob/#") == SUBACK_REFUSED
+        assert bob.subscribe("news/#") >= SUBACK_REFUSED  # write-only: v5 says Not authorized
+        bob.publish("news/today", b"allowed")
+        bob.publish("alice/inbox/x", b"refused")  # not bob's to write: dropped or refused
+        alice.publish("alice/inbox/note", b"to self")
+        got = {alice.messages.get(timeout=WAIT), alice.messages.get(timeout=WAIT)}
+        assert got == {("news/today", b"allowed"), ("alice/inbox/note", b"to self")}
+        with pytest.raises(queue.Empty):
+            alice.messages.get(timeout=0.5)
+    finally:
+        alice.close()
+        bob.close()
+
+
+@pytest.mark.parametrize(
+    ("user", "password"),
+    [("alice", "wrong"), ("mallory", "wonderland"), (None, None)],
+)
+def test_wrong_passwords_unknown_users_and_anonymous_clients_are_refused(
+    served: Served, user: str | None, password: str | None
+) -> None:
+    client = _connect(served, user, password, tls=False)
+    try:
+        assert client.connack in CONNACK_REFUSED
+    finally:
+        client.close()
+
+
+def test_the_tls_port_shows_the_configured_certificate(served: Served) -> None:
+    trusting = ssl.create_default_context(cafile=served.ca)
+    with (
+        socket.create_connection(("127.0.0.1", served.tls), WAIT) as raw,
+        trusting.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        assert tls.version() in ("TLSv1.2", "TLSv1.3")
+    untrusting = ssl.create_default_context()  # the system CAs only
+    with (
+        socket.create_connection(("127.0.0.1", served.tls), WAIT) as raw,
+        pytest.raises(ssl.SSLCertVerificationError),
+    ):
+        untrusting.wrap_socket(raw, server_hostname="localhost")
+
+
+def test_the_log_says_who_may_connect_and_what_they_may_do(served: Served) -> None:
+    log = served.log.read_text()
+    folder = served.log.parent
+    assert f"config: {folder / 'boxmq.toml'}" in log
+    assert (
+        f"authentication: {folder / 'passwd'} (2 user(s)), clients without a user name refused"
+    ) in log
+    assert f"authorization: {folder / 'acl'} (2 user section(s), 0 pattern(s))" in log
