@@ -18,12 +18,14 @@ Invariants:
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import hashlib
 import hmac
 import os
 import secrets
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -252,28 +254,30 @@ def _parse_entries(path: Path, lines: list[str]) -> Iterable[PasswordEntry]:
 def set_password(path: str | os.PathLike[str], username: str, password: bytes) -> bool:
     """Add the user or change their password; create the file if needed. True if added."""
     target = Path(path)
-    entry = hash_password(username, password)
-    lines = _read_lines(target) if target.exists() else []
-    list(_parse_entries(target, lines))  # never rewrite a file we cannot read back
-    index = _find(lines, username)
-    if index is None:
-        lines.append(str(entry))
-    else:
-        lines[index] = str(entry)
-    _write_atomically(target, lines)
+    entry = hash_password(username, password)  # the slow part, outside the lock
+    with _editing(target):
+        lines = _read_lines(target) if target.exists() else []
+        list(_parse_entries(target, lines))  # never rewrite a file we cannot read back
+        index = _find(lines, username)
+        if index is None:
+            lines.append(str(entry))
+        else:
+            lines[index] = str(entry)
+        _write_atomically(target, lines)
     return index is None
 
 
 def delete_user(path: str | os.PathLike[str], username: str) -> None:
     """Remove the user; InvalidArgument if the file or the user does not exist."""
     target = Path(path)
-    lines = _read_lines(target)
-    list(_parse_entries(target, lines))  # never rewrite a file we cannot read back
-    index = _find(lines, username)
-    if index is None:
-        raise InvalidArgument(f"user {username!r} is not in {target}")
-    del lines[index]
-    _write_atomically(target, lines)
+    with _editing(target):
+        lines = _read_lines(target)
+        list(_parse_entries(target, lines))  # never rewrite a file we cannot read back
+        index = _find(lines, username)
+        if index is None:
+            raise InvalidArgument(f"user {username!r} is not in {target}")
+        del lines[index]
+        _write_atomically(target, lines)
 
 
 def _find(lines: list[str], username: str) -> int | None:
@@ -283,10 +287,24 @@ def _find(lines: list[str], username: str) -> int | None:
     return None
 
 
-def _write_atomically(path: Path, lines: list[str]) -> None:
-    folder = path.parent if str(path.parent) else Path(".")
+@contextlib.contextmanager
+def _editing(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on the file's folder while reading, changing and replacing the
+    file, so that two `boxmq passwd` at once cannot lose one's change. The folder, because the
+    file itself is replaced (a lock on it would stay with the old inode)."""
+    folder = path.parent
     if not folder.is_dir():
         raise InvalidArgument(f"cannot write {path}: the folder {folder} does not exist")
+    directory = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(directory, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(directory)  # closing releases the lock
+
+
+def _write_atomically(path: Path, lines: list[str]) -> None:
+    folder = path.parent
     text = "".join(line + "\n" for line in lines)
     try:
         _replace(path, folder, text)

@@ -149,3 +149,26 @@ def test_a_damaged_file_is_not_rewritten(tmp_path: Path) -> None:
 def test_a_missing_folder_is_named(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match=r"the folder .*nowhere does not exist"):
         set_password(tmp_path / "nowhere" / "passwd", "alice", b"a")
+
+
+def test_concurrent_changes_are_all_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    import boxmq.mqtt.passwords as passwords
+
+    slow = passwords._replace
+
+    def slowly(path: Path, folder: Path, text: str) -> None:
+        time.sleep(0.05)  # widen the read-modify-write window that the lock must close
+        slow(path, folder, text)
+
+    monkeypatch.setattr(passwords, "_replace", slowly)
+    path = tmp_path / "passwd"
+    users = [f"user{i}" for i in range(6)]
+    threads = [threading.Thread(target=set_password, args=(path, u, b"pw")) for u in users]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(PasswordFile.load(path).users()) == users
