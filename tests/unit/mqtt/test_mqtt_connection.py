@@ -1,0 +1,110 @@
+"""The sans-IO connection: the rules one connection checks alone, with no socket and no clock."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from boxmq.errors import ProtocolViolation
+from boxmq.mqtt.codec import encode
+from boxmq.mqtt.connection import Connection, ReceiveMaximumExceeded
+from boxmq.mqtt.errors import ProtocolError, TopicAliasInvalid
+from boxmq.mqtt.packets import Connect, ProtocolVersion, Puback, Publish
+from boxmq.mqtt.properties import Properties
+
+V5, V311 = ProtocolVersion.V5, ProtocolVersion.V311
+
+
+def _connected(version: ProtocolVersion = V5, **props: int) -> Connection:
+    connection = Connection(max_packet_size=1024, receive_maximum=2, topic_alias_maximum=4, now=0)
+    connect = Connect("c", version, properties=Properties.build(**props))  # type: ignore[arg-type]
+    [packet] = connection.receive(encode(connect, version), now=0)
+    assert packet == connect
+    connection.accepted = True
+    return connection
+
+
+def _publish(
+    topic: str, alias: int | None = None, qos: int = 0, packet_id: int | None = None
+) -> bytes:
+    return encode(
+        Publish(
+            topic, b"x", qos, packet_id=packet_id, properties=Properties.build(topic_alias=alias)
+        ),
+        V5,
+    )
+
+
+def test_the_first_packet_must_be_connect() -> None:
+    connection = Connection(max_packet_size=1024, receive_maximum=2, topic_alias_maximum=4, now=0)
+    with pytest.raises(ProtocolError):
+        connection.receive(_publish("a"), now=0)
+    assert connection.closing(ProtocolError("x")) == b""  # nobody to tell: no version yet
+
+
+def test_a_second_connect_is_a_protocol_error() -> None:
+    connection = _connected()
+    with pytest.raises(ProtocolError) as caught:
+        connection.receive(encode(Connect("c", V5), V5), now=1)
+    goodbye = connection.closing(caught.value)
+    assert (goodbye[0], goodbye[2]) == (0xE0, 0x82)  # DISCONNECT, Protocol Error
+
+
+def test_topic_aliases_are_resolved_and_removed() -> None:
+    connection = _connected()
+    [first] = connection.receive(_publish("long/name", alias=2), now=1)
+    [second] = connection.receive(_publish("", alias=2), now=1)
+    assert isinstance(first, Publish)
+    assert isinstance(second, Publish)
+    assert (first.topic, second.topic) == ("long/name", "long/name")
+    assert not second.properties  # the alias is ours, not forwarded
+
+
+@pytest.mark.parametrize(
+    ("topic", "alias", "error"), [("a", 5, TopicAliasInvalid), ("", 3, ProtocolError)]
+)
+def test_bad_aliases(topic: str, alias: int, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        _connected().receive(_publish(topic, alias=alias), now=1)
+
+
+def test_receive_maximum_counts_unanswered_publishes() -> None:
+    connection = _connected()
+    connection.receive(_publish("a", qos=1, packet_id=1) + _publish("a", qos=1, packet_id=2), now=1)
+    connection.send(Puback(1))
+    connection.receive(_publish("a", qos=1, packet_id=3), now=1)
+    with pytest.raises(ReceiveMaximumExceeded):
+        connection.receive(_publish("a", qos=1, packet_id=4), now=1)
+
+
+def test_keep_alive_deadline_is_one_and_a_half_periods() -> None:
+    connection = _connected()
+    assert connection.deadline() is None
+    connection.keep_alive = 10
+    connection.receive(b"\xc0\x00", now=100)  # PINGREQ
+    assert connection.deadline() == 115
+
+
+def test_publishes_over_the_clients_maximum_packet_size_are_not_sent() -> None:
+    connection = _connected(maximum_packet_size=20)
+    connection.send(Publish("t", b"small"))
+    connection.send(Publish("t", b"x" * 100))
+    assert len(connection.data_to_send()) == 1
+
+
+def test_v311_is_closed_without_a_word() -> None:
+    connection = _connected(V311)
+    assert connection.closing(ProtocolError("x")) == b""
+
+
+@given(st.binary(max_size=200), st.integers(1, 9))
+def test_any_bytes_after_connect_give_packets_or_one_protocol_violation(
+    data: bytes, step: int
+) -> None:
+    connection = _connected()
+    with contextlib.suppress(ProtocolViolation):
+        for at in range(0, len(data), step):
+            connection.receive(data[at : at + step], now=1)

@@ -1,0 +1,126 @@
+"""The outbox: packet ids, the in-flight window and the queue, as a client's acks drive them."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from boxmq.mqtt.errors import ProtocolError
+from boxmq.mqtt.outbox import Outbox, Stage
+from boxmq.mqtt.packets import Publish, Pubrel
+
+
+def _msg(n: int, qos: int = 1) -> Publish:
+    return Publish("t", str(n).encode(), qos)
+
+
+def test_qos0_goes_at_once_without_an_id() -> None:
+    outbox: Outbox[int] = Outbox(window=1, limit=10)
+    sent = outbox.push(_msg(0, qos=0), 0)
+    assert sent is not None
+    assert sent.packet_id is None
+    assert len(outbox) == 0
+
+
+def test_the_window_holds_back_and_acks_release_in_order() -> None:
+    outbox: Outbox[int] = Outbox(window=2, limit=10)
+    first, second = outbox.push(_msg(1), 1), outbox.push(_msg(2), 2)
+    assert first is not None
+    assert second is not None
+    assert outbox.push(_msg(3), 3) is None
+    assert outbox.push(_msg(4, qos=0), 4) is None  # behind a waiting QoS 1: order kept
+    acked = outbox.acked(first.packet_id or 0, Stage.AWAIT_PUBACK, refused=False)
+    assert acked.token == 1
+    assert [p.payload for p, _ in outbox.ready()] == [b"3", b"4"]
+
+
+def test_qos2_goes_pubrec_pubrel_pubcomp() -> None:
+    outbox: Outbox[str] = Outbox(window=5, limit=5)
+    sent = outbox.push(_msg(1, qos=2), "m")
+    assert sent is not None
+    packet_id = sent.packet_id or 0
+    with pytest.raises(ProtocolError):
+        outbox.acked(packet_id, Stage.AWAIT_PUBCOMP, refused=False)  # too early
+    step = outbox.acked(packet_id, Stage.AWAIT_PUBREC, refused=False)
+    assert step.reply == Pubrel(packet_id)
+    assert outbox.resend() == [Pubrel(packet_id)]  # never the message again (§4.4)
+    done = outbox.acked(packet_id, Stage.AWAIT_PUBCOMP, refused=False)
+    assert (done.token, done.refused) == ("m", False)
+    assert len(outbox) == 0
+
+
+def test_a_refused_pubrec_ends_the_exchange() -> None:
+    outbox: Outbox[str] = Outbox(window=5, limit=5)
+    sent = outbox.push(_msg(1, qos=2), "m")
+    assert sent is not None
+    refused = outbox.acked(sent.packet_id or 0, Stage.AWAIT_PUBREC, refused=True)
+    assert (refused.token, refused.refused, refused.reply) == ("m", True, None)
+
+
+def test_resend_sets_dup_and_clear_gives_every_token_back() -> None:
+    outbox: Outbox[int] = Outbox(window=1, limit=5)
+    outbox.push(_msg(1), 1)
+    outbox.push(_msg(2), 2)
+    [again] = outbox.resend()
+    assert isinstance(again, Publish)
+    assert again.dup
+    assert outbox.clear() == [1, 2]
+
+
+def test_a_full_queue_drops_qos0_first_then_refuses() -> None:
+    outbox: Outbox[int] = Outbox(window=1, limit=2)
+    outbox.push(_msg(0), 0)  # in flight
+    outbox.push(_msg(1), 1)  # queued
+    outbox.push(_msg(2, qos=0), 2)  # queued behind it
+    outbox.push(_msg(3), 3)  # the QoS 0 one made room
+    assert outbox.dropped == 1
+    with pytest.raises(OverflowError):
+        outbox.push(_msg(4), 4)
+    assert outbox.clear() == [0, 1, 3]
+
+
+@given(
+    window=st.integers(1, 5),
+    steps=st.lists(st.tuples(st.sampled_from(["push", "ack"]), st.integers(0, 2)), max_size=60),
+)
+def test_ids_are_unique_in_flight_and_every_token_comes_back_once(
+    window: int, steps: list[tuple[str, int]]
+) -> None:
+    outbox: Outbox[int] = Outbox(window=window, limit=1000)
+    in_flight: dict[int, tuple[int, Stage]] = {}
+    returned: list[int] = []
+    pushed = 0
+
+    def track(sent: Publish, token: int) -> None:
+        packet_id = sent.packet_id
+        assert packet_id is not None
+        assert packet_id not in in_flight
+        stage = Stage.AWAIT_PUBACK if sent.qos == 1 else Stage.AWAIT_PUBREC
+        in_flight[packet_id] = (token, stage)
+
+    for action, qos in steps:
+        if action == "push":
+            sent = outbox.push(_msg(pushed, qos), pushed)
+            if sent is not None and qos:
+                track(sent, pushed)
+            elif sent is not None:
+                returned.append(pushed)  # QoS 0: done once sent
+            pushed += 1
+        elif in_flight:
+            packet_id, (token, stage) = next(iter(in_flight.items()))
+            acked = outbox.acked(packet_id, stage, refused=False)
+            assert acked.token == token
+            if acked.reply is not None:
+                in_flight[packet_id] = (token, Stage.AWAIT_PUBCOMP)
+            else:
+                del in_flight[packet_id]
+                returned.append(token)
+            for sent, ready_token in outbox.ready():
+                if sent.qos:
+                    track(sent, ready_token)
+                else:
+                    returned.append(ready_token)
+        assert len(in_flight) <= window
+    returned += outbox.clear()
+    assert sorted(returned) == list(range(pushed))
