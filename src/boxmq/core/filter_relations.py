@@ -35,7 +35,10 @@ def covers(outer: str, inner: str) -> bool:
         if wide[index] == _ALL_BELOW:
             return True
         if level == _ALL_BELOW:
-            return False  # `inner` goes on below (and stops above) where `outer` cannot
+            # `inner` takes every depth from here on, and (below the first level) its parent
+            # too. Only '#' does the same, except at the first level: there is no level above
+            # it, so "+/#" (one level or more) takes all that "#" does.
+            return index == 0 and wide == [_ONE_LEVEL, _ALL_BELOW]
         if wide[index] == _ONE_LEVEL:
             continue
         if level == _ONE_LEVEL or level != wide[index]:

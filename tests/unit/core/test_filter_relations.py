@@ -70,6 +70,7 @@ def test_a_filter_covers_and_overlaps_itself(text: str) -> None:
         ("#", "$SYS/#", False),  # §4.7.2
         ("$SYS/#", "$SYS/broker/+", True),
         ("a/b", "a/+", False),
+        ("+/#", "#", True),  # every topic has a first level; '#' also takes its parent
     ],
 )
 def test_covers_examples(outer: str, inner: str, expected: bool) -> None:
