@@ -22,7 +22,16 @@ from xml.etree.ElementTree import Element
 from boxmq.client.box import Box
 from boxmq.client.message import Message
 from boxmq.client.queue import Queue
-from boxmq.errors import BoxMQError, InvalidArgument, QueueNotFound
+from boxmq.client.receiver import Receiver
+from boxmq.errors import (
+    BoxMQError,
+    Conflict,
+    InvalidArgument,
+    InvalidName,
+    ItemNotFound,
+    LockError,
+    QueueNotFound,
+)
 from boxmq.store.layout import is_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
@@ -71,6 +80,7 @@ FEATURES: Final = (
     ns.QOS,
 )
 QUEUE_REQUESTS: Final = "pubsub#queue_requests"
+SHARE_GROUP: Final = "xmpp"  # the XMPP subscribers of a topic node: $share/xmpp/<node>
 QOS_LEVEL: Final = "boxmq#qos"  # how notifications are sent: docs/xmpp.md, QoS
 NODE_CONFIG: Final = ns.PUBSUB + "#node_config"
 _CONFIGURATION_REQUIRED: Final = Condition("modify", "not-acceptable", "configuration-required")
@@ -214,7 +224,11 @@ class QueueService:
         if request.payload is None:
             raise StanzaError(_PAYLOAD_REQUIRED, "publish one <item/> with a payload")
         # The service assigns the item id: it is the boxmq message id (docs/xmpp.md).
-        item_id = self._queue(request.node).put(render.xml_of(request.payload).encode())
+        body = render.xml_of(request.payload).encode()
+        if self._is_queue(request.node):
+            item_id = self._queue(request.node).put(body)
+        else:  # a topic: a copy for every matching subscription, MQTT's included
+            item_id = self._box.publish(request.node, body, qos=1, source=iq.sender)
         return render.result(
             iq,
             f"<pubsub xmlns='{ns.PUBSUB}'><publish node={_attr(request.node)}>"
@@ -227,8 +241,10 @@ class QueueService:
         held = subscription.held.pop(request.item_id, None) if subscription else None
         if held is not None:
             held.ack()
-        else:
+        elif self._is_queue(request.node):
             self._queue(request.node).ack(request.item_id, self._consumer_of(iq.sender))
+        else:
+            raise self._not_held_on_topic(request.node, request.item_id)
         notice = f"<retract id={_attr(request.item_id)}/>"
         self._send(render.event(next(self._ids), self.domain, iq.sender, request.node, notice))
         return render.result(iq)
@@ -239,8 +255,10 @@ class QueueService:
         held = subscription.held.pop(request.item_id, None) if subscription else None
         if held is not None:
             held.unlock()
-        else:
+        elif self._is_queue(request.node):
             self._queue(request.node).unlock(request.item_id, self._consumer_of(iq.sender))
+        else:
+            raise self._not_held_on_topic(request.node, request.item_id)
         if subscription is not None:
             self._notify_unlock(subscription, request.item_id)
         return render.result(iq)
@@ -248,14 +266,11 @@ class QueueService:
     def _subscribe(self, iq: Iq, request: Subscribe) -> str:
         if bare(request.jid) != bare(iq.sender):
             raise StanzaError(_INVALID_JID, "subscribe your own JID")
-        queue = self._queue(request.node)
         existing = self._subscriptions.get(iq.sender, request.node)
         if existing is None:
             count = _queue_requests(iq, request)
             level = Level.parse((request.options or {}).get(QOS_LEVEL, "unacknowledged"))
-            consumer = queue.consumer(
-                consumer_name(iq.sender), max_in_flight=count, lock_timeout=self._lock_timeout
-            )
+            consumer = self._receiver(request.node, consumer_name(iq.sender), count)
             existing = Subscription(iq.sender, request.node, count, consumer, qos=level)
             self._subscriptions.add(existing)
             self._watch(existing)
@@ -291,18 +306,23 @@ class QueueService:
             return render.result(iq)
         node = _node_of(iq.to)
         body = _stamped(request.message, sender=iq.sender, to=iq.to)
+        queue = self._is_queue(node)
         if isinstance(request, QosAcknowledged):
-            self._queue(node).put(body)
+            if queue:
+                self._queue(node).put(body)
+            else:
+                self._box.publish(node, body, qos=1, source=iq.sender)
             return render.result(iq)
-        self._queue(node)  # the node must exist: item-not-found otherwise
-        self._box.assured(iq.sender, request.msg_id, body, queue=node)
+        if queue:
+            self._box.assured(iq.sender, request.msg_id, body, queue=node)
+        else:
+            self._box.assured(iq.sender, request.msg_id, body, topic=node)
         return render.result(iq, f"<received xmlns='{ns.QOS}' msgId={_attr(request.msg_id)}/>")
 
     def _disco_info(self, iq: Iq, request: DiscoInfo) -> str:
         if request.node is None:
             identity = ("pubsub", "service", "boxmq queues")
         else:
-            self._queue(request.node)
             identity = ("pubsub", "leaf", request.node)
         return render.result(iq, render.disco_info(request.node, identity, FEATURES))
 
@@ -311,9 +331,11 @@ class QueueService:
             items: Iterable[tuple[str, str | None, str | None]] = (
                 (self.domain, name, name) for name in self._box.queues()
             )
-        else:
+        elif self._is_queue(request.node):
             ready = self._queue(request.node).peek(limit=100)
             items = ((self.domain, p.envelope.message_id, None) for p in ready)
+        else:
+            items = ()  # a topic keeps nothing of its own
         return render.result(iq, render.disco_items(request.node, items))
 
     def _create(self, iq: Iq, request: Create) -> str:
@@ -333,13 +355,13 @@ class QueueService:
         return render.result(iq)
 
     def _configure(self, iq: Iq, request: Configure) -> str:
-        """Queue nodes have one fixed configuration; a submitted form is accepted as is."""
-        self._queue(request.node)
+        """Nodes have one fixed configuration; a submitted form is accepted as is."""
         if request.submit:
             return render.result(iq)
+        destination = "queue" if self._is_queue(request.node) else "topic"
         fields = [
             ("pubsub#node_type", "leaf", "list-single"),
-            ("boxmq#destination", "queue", "text-single"),
+            ("boxmq#destination", destination, "text-single"),
             ("boxmq#lock_timeout", f"{self._lock_timeout:g}", "text-single"),
         ]
         config = render.form(NODE_CONFIG, fields, type="form")
@@ -350,6 +372,37 @@ class QueueService:
         )
 
     # -- helpers ----------------------------------------------------------------------------------
+
+    def _is_queue(self, node: str) -> bool:
+        """A node is a queue if one of that name exists; any other node is a topic."""
+        if node in self._queues:
+            return True
+        try:
+            self._queue(node)
+        except (QueueNotFound, InvalidName):
+            return False
+        return True
+
+    def _receiver(self, node: str, name: str, queue_requests: int) -> Receiver:
+        """A queue's consumer, or a member of the topic's XMPP share group: the XMPP
+        subscribers of a topic node compete for its messages as a queue's do (XEP-0254),
+        while every other subscription of the topic (MQTT's) gets its own copy."""
+        if self._is_queue(node):
+            return self._queue(node).consumer(
+                name, max_in_flight=queue_requests, lock_timeout=self._lock_timeout
+            )
+        return self._box.subscribe(
+            f"$share/{SHARE_GROUP}/{node}",
+            name,
+            max_in_flight=queue_requests,
+            lock_timeout=self._lock_timeout,
+        )
+
+    def _not_held_on_topic(self, node: str, item_id: str) -> LockError:
+        """A topic's share group has no queue of its own to ask: what the door knows."""
+        if any(item_id in s.held for s in self._subscriptions.of_node(node)):
+            return Conflict(item_id, "locked by another subscriber")
+        return ItemNotFound(item_id, "not held by you, nor by anyone here")
 
     def _queue(self, node: str) -> Queue:
         queue = self._queues.get(node)

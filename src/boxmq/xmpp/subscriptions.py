@@ -1,7 +1,8 @@
 """Who is subscribed to which queue node, and what each one holds right now.
 
-A subscription is one full JID on one node, backed by one boxmq consumer whose
-`max_in_flight` is the subscriber's `pubsub#queue_requests` (XEP-0254 §2.1). `held` is what the
+A subscription is one full JID on one node, backed by one boxmq receiver (a queue's consumer,
+or a member of the topic's `$share/xmpp/` group) whose `max_in_flight` is the subscriber's
+`pubsub#queue_requests` (XEP-0254 §2.1). `held` is what the
 door has notified and not seen settled; the lock itself lives in the consumer (and on disk).
 """
 
@@ -11,8 +12,8 @@ import hashlib
 import heapq
 from dataclasses import dataclass, field
 
-from boxmq.client.consumer import Consumer
 from boxmq.client.message import Message
+from boxmq.client.receiver import Receiver
 from boxmq.xmpp.qos_out import Level
 
 __all__ = ["Subscription", "Subscriptions", "consumer_name"]
@@ -29,7 +30,7 @@ class Subscription:
     jid: str  # the subscribing full JID: events go there
     node: str
     queue_requests: int
-    consumer: Consumer
+    consumer: Receiver  # a queue consumer, or a topic share-group member
     qos: Level = Level.UNACKNOWLEDGED  # how its items are sent (urn:xmpp:qos)
     held: dict[str, Message] = field(default_factory=dict)  # item id -> its locked delivery
     closed: bool = False

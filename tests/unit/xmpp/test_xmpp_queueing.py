@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from xml.etree import ElementTree as ET
 
 import pytest
-from tests.unit.xmpp.wire import ALICE, BOB, CAROL, PS, Wire, condition
+from tests.unit.xmpp.wire import ALICE, BOB, PS, Wire, condition
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -230,12 +230,27 @@ def test_a_lock_that_times_out_notifies_and_goes_to_the_next(
     wire.service.close()
 
 
-def test_publish_to_a_missing_node_is_item_not_found(wire: Wire) -> None:
-    reply = wire.iq(
-        CAROL,
-        f"<pubsub xmlns='{PS}'><publish node='nope'><item><x xmlns='y'/></item></publish></pubsub>",
-    )
-    assert condition(reply) == ("cancel", "item-not-found")
+def test_a_topic_node_shares_among_xmpp_and_copies_to_other_subscribers(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    # "sensors/1" is no queue: it is the topic of that name (docs/xmpp.md, node mapping)
+    embedded = box.subscribe("sensors/+", "dashboard")
+    wire.subscribe(ALICE, 5, node="sensors/1")
+    wire.subscribe(BOB, 5, node="sensors/1")
+    items = {wire.publish(f"<r xmlns='urn:example'>{n}</r>", node="sensors/1") for n in range(4)}
+    events = wire.events()
+    assert sorted(item for _, what, item in events if what == "item") == sorted(items)
+    assert len(events) == 4  # each to one XMPP subscriber: they compete, as on a queue
+    for _ in range(4):  # the other subscription got its own copies
+        copy = embedded.receive(timeout=5)
+        assert copy is not None
+        copy.ack()
+    to, _, item = events[0]
+    other = BOB if to == ALICE else ALICE
+    assert condition(wire.retract(other, item, node="sensors/1")) == ("cancel", "conflict")
+    assert condition(wire.retract(to, "nope", node="sensors/1")) == ("cancel", "item-not-found")
+    assert wire.retract(to, item, node="sensors/1").get("type") == "result"
+    embedded.close()
 
 
 def test_a_body_put_by_the_embedded_api_arrives_wrapped(wire: Wire, box: boxmq.Box) -> None:
