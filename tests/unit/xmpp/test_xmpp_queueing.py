@@ -166,7 +166,7 @@ def test_an_error_reply_echoes_the_request(wire: Wire) -> None:
     assert retract.get("node") == "jobs"
 
 
-def test_unavailable_presence_unlocks_and_unsubscribes(wire: Wire) -> None:
+def test_unavailable_presence_unlocks_and_unsubscribes(wire: Wire, box: boxmq.Box) -> None:
     wire.subscribe(ALICE, 2)
     wire.subscribe(BOB, 1)
     items = {wire.publish() for _ in range(3)}
@@ -174,21 +174,25 @@ def test_unavailable_presence_unlocks_and_unsubscribes(wire: Wire) -> None:
     alice_items = {item for to, _, item in before if to == ALICE}
     assert len(alice_items) == 2
     wire.service.gone(ALICE)
-    after = wire.events()
-    for item in (wire.publish() for _ in range(2)):
-        items.add(item)
-    later = wire.events()
-    assert after == []  # bob's one slot is still taken
-    assert all(to == BOB for to, _, _ in later)
-    # Bob settles; alice's released items (and the rest) all reach him, none reach alice
-    seen: set[str] = {item for to, _, item in before if to == BOB}
+    assert box.queue("jobs").counts().locked == 1  # only bob's: alice's went back at once
+    items |= {wire.publish() for _ in range(2)}
+    # bob works through everything, alice's two included; nothing more reaches alice
+    delivered: list[str] = [item for to, _, item in before if to == BOB]
     for _ in range(10):
-        for item in list(seen):
-            wire.retract(BOB, item)
-        seen = {item for to, what, item in wire.events() if what == "item"}
-        if not seen:
+        for item in delivered[-1:]:
+            assert wire.retract(BOB, item).get("type") == "result"
+        new = [(to, item) for to, what, item in wire.events() if what == "item"]
+        assert all(to == BOB for to, _ in new)
+        delivered += [item for _, item in new]
+        if not new:
             break
-    assert wire.service.poll() == 0
+    assert sorted(delivered) == sorted(items)
+    assert box.queue("jobs").counts().done == 5
+    # and alice is no longer subscribed
+    reply = wire.iq(
+        ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
+    )
+    assert condition(reply) == ("cancel", "unexpected-request")
 
 
 def test_unsubscribe_releases_the_locks_to_the_others(wire: Wire) -> None:
