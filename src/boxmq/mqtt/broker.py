@@ -32,7 +32,7 @@ from boxmq.client.box import Box
 from boxmq.client.message import Message
 from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
-from boxmq.core import QoS, Router, Subscription, parse_filter
+from boxmq.core import QoS, Subscription, parse_filter
 from boxmq.errors import BoxMQError, Closed, InvalidArgument, MetadataTooLong
 from boxmq.model import RESERVED_PREFIX, ConsumerId, Envelope
 from boxmq.mqtt.connection import Connection
@@ -62,6 +62,7 @@ from boxmq.mqtt.packets import (
 )
 from boxmq.mqtt.properties import EMPTY, Properties, PropertyId, subscription_identifier
 from boxmq.mqtt.reasons import ReasonCode
+from boxmq.mqtt.routes import DurableRoutes, MemoryRoutes
 from boxmq.mqtt.session import NEVER, Session, SubscriptionOptions, Token
 from boxmq.mqtt.settings import MqttSettings
 
@@ -125,7 +126,8 @@ class Broker:
         self._clients: dict[Link, _Client] = {}
         self._sessions: dict[str, Session] = {}
         self._links: dict[str, _Client] = {}  # client id -> its connected client
-        self._memory = Router()  # non-persistent sessions' plain subscriptions
+        self._memory = MemoryRoutes()  # non-persistent sessions' plain subscriptions
+        self._durable_routes = DurableRoutes(box)
         self._durable: dict[str, dict[str, Subscriber]] = {}  # client id -> filter -> dropbox
         self._wills: dict[str, asyncio.TimerHandle] = {}
         self._expiries: dict[str, asyncio.TimerHandle] = {}
@@ -152,6 +154,7 @@ class Broker:
     def received(self, link: Link, packets: Iterable[Packet]) -> None:
         """Act on what a read brought. ProtocolViolation goes back to the caller (close)."""
         client = self._clients[link]
+        self._durable_routes.refresh()
         try:
             for packet in packets:
                 self._handle(client, packet)
@@ -659,7 +662,7 @@ class Broker:
     def _needs_disk(self, client_id: str, packet: Publish, *, persistent: bool) -> bool:
         if packet.retain or (packet.qos == 2 and persistent):
             return True
-        return self.box.topics.has_durable(packet.topic, consumer_name(client_id))
+        return self._durable_routes.wanted(packet.topic)
 
     # -- disk work (worker threads) ----------------------------------------------------------------
 
@@ -741,29 +744,24 @@ class Broker:
 
     def _route_memory(self, source: str, packet: Publish) -> None:
         """Copies for the in-memory subscriptions of connected non-persistent sessions."""
-        destinations = self._memory.route(packet.topic, qos=QoS(packet.qos), source=source)
-        if not destinations:
+        routes = self._memory.route(packet.topic)
+        if not routes:
             return
         props = packet.properties.without(*_NOT_FORWARDED)
-        for destination in destinations:
-            subscriber = destination.subscriber
-            assert subscriber is not None
-            session = self._sessions.get(subscriber)
+        topic, payload, published = packet.topic, packet.payload, packet.qos
+        sessions = self._sessions
+        for subscriber, text, granted in routes:
+            session = sessions.get(subscriber)
             if session is None:
                 continue
-            options = session.subscriptions.get(str(destination.filter))
-            if options is None:
+            options = session.subscriptions.get(text)
+            if options is None or (options.no_local and subscriber == source):
                 continue
             retain = packet.retain and options.retain_as_published
-            extra = subscription_identifier(options.identifier) if options.identifier else EMPTY
+            extra = subscription_identifier(options.identifier) if options.identifier else None
+            qos = granted if granted < published else published
             out = new_publish(
-                packet.topic,
-                packet.payload,
-                int(destination.qos),
-                retain,
-                False,
-                None,
-                props + extra if extra else props,
+                topic, payload, qos, retain, False, None, props + extra if extra else props
             )
             self._deliver(session, out, None)
 

@@ -1,0 +1,79 @@
+"""Where a topic goes, remembered: the broker asks once per topic, not once per message.
+
+Invariants:
+- `MemoryRoutes` answers exactly what its Router would (for the granted QoS; No Local is the
+  caller's, per session), and forgets every answer when any subscription changes.
+- `DurableRoutes.wanted(topic)` is True when a publish to `topic` may have to go into a
+  dropbox. Answers are kept until the root's subscription generation changes, which is read
+  at most once per `refresh()` (the broker calls it once per socket read), so a subscription
+  made by another process is seen by the next read.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from boxmq.client.box import Box
+from boxmq.core import QoS, Router, Subscription, TopicFilter
+from boxmq.store.topics import generation
+
+__all__ = ["DurableRoutes", "MemoryRoutes", "Route"]
+
+_MAX_CACHED: Final = 65_536  # topics remembered before the cache starts over
+
+Route = tuple[str, str, int]  # (subscriber, filter as subscribed, granted QoS)
+
+
+class MemoryRoutes:
+    def __init__(self) -> None:
+        self._router = Router()
+        self._cache: dict[str, list[Route]] = {}
+
+    def __len__(self) -> int:
+        return len(self._router)
+
+    def subscribe(self, subscription: Subscription) -> None:
+        self._router.subscribe(subscription)
+        self._cache.clear()
+
+    def unsubscribe(self, subscriber: str, filter: TopicFilter) -> None:
+        self._router.unsubscribe(subscriber, filter)
+        self._cache.clear()
+
+    def remove_subscriber(self, subscriber: str) -> None:
+        if self._router.remove_subscriber(subscriber):
+            self._cache.clear()
+
+    def route(self, topic: str) -> list[Route]:
+        routes = self._cache.get(topic)
+        if routes is None:
+            if len(self._cache) >= _MAX_CACHED:
+                self._cache.clear()
+            routes = [
+                (d.subscriber or "", str(d.filter), int(d.qos))
+                for d in self._router.route(topic, qos=QoS.EXACTLY_ONCE)
+            ]
+            self._cache[topic] = routes
+        return routes
+
+
+class DurableRoutes:
+    def __init__(self, box: Box) -> None:
+        self._box = box
+        self._seen: tuple[int, int] | None = None
+        self._cache: dict[str, bool] = {}
+
+    def refresh(self) -> None:
+        seen = generation(self._box.root)
+        if seen != self._seen:
+            self._seen = seen
+            self._cache.clear()
+
+    def wanted(self, topic: str) -> bool:
+        wanted = self._cache.get(topic)
+        if wanted is None:
+            if len(self._cache) >= _MAX_CACHED:
+                self._cache.clear()
+            # No Local is left to the fan-out itself: a copy it skips is simply not written.
+            wanted = self._cache[topic] = self._box.topics.has_durable(topic)
+        return wanted
