@@ -41,6 +41,21 @@ class _PubsubEvents(MatcherBase):
         return xml.xml.find(_EVENT) is not None
 
 
+class _QosRequests(MatcherBase):
+    """An iq set carrying a urn:xmpp:qos element: a notification the service sends with QoS."""
+
+    def __init__(self) -> None:
+        super().__init__("qos requests")
+
+    def match(self, xml: StanzaBase) -> bool:
+        element = xml.xml
+        return (
+            element.get("type") == "set"
+            and len(element) > 0
+            and element[0].tag.startswith("{" + ns.QOS + "}")
+        )
+
+
 class Client(ClientXMPP):
     def __init__(self, server: Prosody, user: str, resource: str = "r") -> None:
         super().__init__(
@@ -58,6 +73,9 @@ class Client(ClientXMPP):
         self._started = asyncio.Event()
         self.add_event_handler("session_start", lambda _: self._started.set())
         self.register_handler(Callback("events", _PubsubEvents(), self._on_event))
+        self.register_handler(Callback("qos", _QosRequests(), self._on_qos))
+        self._assured: dict[str, ET.Element] = {}  # msgId -> message, until its deliver
+        self.qos_requests = 0
 
     async def start(self) -> None:
         self.connect("127.0.0.1", self.port)
@@ -66,7 +84,29 @@ class Client(ClientXMPP):
         self.send_presence(pto=SERVICE)
 
     def _on_event(self, stanza: StanzaBase) -> None:
-        items = stanza.xml.find(_EVENT).find(_ITEMS)  # type: ignore[union-attr]
+        self._take_events(stanza.xml)
+
+    def _on_qos(self, stanza: StanzaBase) -> None:
+        """The receiving side of urn:xmpp:qos: answer, and process each message once."""
+        self.qos_requests += 1
+        request = stanza.xml[0]
+        kind, msg_id = request.tag.rsplit("}", 1)[-1], request.get("msgId", "")
+        message = request.find("{jabber:client}message")
+        reply = self.Iq()
+        reply["type"] = "result"
+        reply["id"] = stanza.xml.get("id")
+        reply["to"] = stanza.xml.get("from")
+        if kind == "acknowledged" and message is not None:
+            self._take_events(message)
+        elif kind == "assured" and message is not None:
+            self._assured.setdefault(msg_id, message)
+            reply.append(ET.fromstring(f"<received xmlns='{ns.QOS}' msgId='{msg_id}'/>"))
+        elif kind == "deliver" and msg_id in self._assured:
+            self._take_events(self._assured.pop(msg_id))
+        reply.send()  # type: ignore[no-untyped-call]
+
+    def _take_events(self, message: ET.Element) -> None:
+        items = message.find(_EVENT).find(_ITEMS)  # type: ignore[union-attr]
         for child in list(items) if items is not None else []:
             what = child.tag.rsplit("}", 1)[-1]
             event = Event(what, child.get("id", ""), child[0] if len(child) else None)
@@ -92,13 +132,16 @@ class Client(ClientXMPP):
             return error.iq.xml  # type: ignore[no-any-return]
         return reply.xml  # type: ignore[no-any-return]
 
-    async def subscribe(self, queue_requests: int, node: str = "jobs") -> ET.Element:
+    async def subscribe(
+        self, queue_requests: int, node: str = "jobs", *, qos: str | None = None
+    ) -> ET.Element:
+        level = f"<field var='boxmq#qos'><value>{qos}</value></field>" if qos else ""
         return await self.request(
             f"<pubsub xmlns='{PS}'><subscribe node='{node}' jid='{self.boundjid.bare}'/>"
             f"<options><x xmlns='jabber:x:data' type='submit'>"
             f"<field var='FORM_TYPE' type='hidden'><value>{ns.SUBSCRIBE_OPTIONS}</value></field>"
             f"<field var='pubsub#queue_requests'><value>{queue_requests}</value></field>"
-            "</x></options></pubsub>"
+            f"{level}</x></options></pubsub>"
         )
 
     async def publish(self, payload: str, node: str = "jobs") -> str:

@@ -158,3 +158,31 @@ def test_assured_delivery_with_duplicates_arrives_once(prosody: Prosody, tmp_pat
 
     run(scenario())
     box.close()
+
+
+@pytest.mark.parametrize("level", ["acknowledged", "assured"])
+def test_notifications_at_the_subscribers_qos_level(
+    prosody: Prosody, tmp_path: Path, level: str
+) -> None:
+    box = boxmq.open(tmp_path / "data", fsync="never")
+    box.queue("jobs")
+    count = 20
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "carol") as [alice, carol]:
+            alice.auto_retract = True
+            assert (await alice.subscribe(3, qos=level)).get("type") == "result"
+            items = [
+                await carol.publish(f"<job xmlns='urn:example'>{n}</job>") for n in range(count)
+            ]
+            for _ in range(200):
+                if box.queue("jobs").counts().done == count:
+                    break
+                await asyncio.sleep(0.05)
+            assert sorted(alice.received) == sorted(items)  # each once, through the QoS iqs
+            steps = 2 if level == "assured" else 1
+            assert alice.qos_requests == count * steps
+
+    run(scenario())
+    assert box.queue("jobs").counts().done == count
+    box.close()
