@@ -65,7 +65,11 @@ def served(prosody: Prosody, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[
             process.kill()
             process.wait(5)
         assert process.stdout is not None
+        output = process.stdout.read()
         process.stdout.close()
+    # SIGTERM: the component leaves cleanly (its subscribers' locks back on disk), exit 0
+    assert process.returncode == 0, output
+    assert "Traceback" not in output, output
 
 
 async def _wait_for_service(user: Any) -> None:

@@ -1,0 +1,48 @@
+"""`boxmq serve --xmpp-*`: where the secret comes from, and what is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from boxmq.errors import InvalidArgument
+from boxmq.xmpp.settings import SECRET_ENV, settings_from
+
+
+def test_no_component_no_xmpp() -> None:
+    assert settings_from(None, None, secret=None, secret_file=None, environ={}) is None
+
+
+def test_the_secret_file_wins_over_the_environment_and_the_flag(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("from-file\n")
+    settings = settings_from(
+        "queue.example.org",
+        ("10.0.0.1", 5347),
+        secret="from-flag",
+        secret_file=str(secret),
+        environ={SECRET_ENV: "from-env"},
+    )
+    assert settings is not None
+    assert (settings.secret, settings.host, settings.port) == ("from-file", "10.0.0.1", 5347)
+    from_env = settings_from(
+        "q.example.org", None, secret="from-flag", secret_file=None, environ={SECRET_ENV: "e"}
+    )
+    assert from_env is not None
+    assert (from_env.secret, from_env.host, from_env.port) == ("e", "127.0.0.1", 5347)
+
+
+@pytest.mark.parametrize(
+    ("component", "server", "secret", "says"),
+    [
+        ("q.example.org", None, None, "needs its secret"),
+        (None, ("h", 1), "s", "need --xmpp-component"),
+        ("user@q.example.org", None, "s", "bare domain"),
+    ],
+)
+def test_refusals_say_what_to_fix(
+    component: str | None, server: tuple[str, int] | None, secret: str | None, says: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=says):
+        settings_from(component, server, secret=secret, secret_file=None, environ={})
