@@ -66,7 +66,7 @@ from boxmq.mqtt.routes import DurableRoutes, MemoryRoutes
 from boxmq.mqtt.session import NEVER, Session, SubscriptionOptions, Token
 from boxmq.mqtt.settings import MqttSettings
 
-__all__ = ["V5_PROPERTIES", "Broker", "Link"]
+__all__ = ["V5_PROPERTIES", "Broker", "Link", "consumer_name"]
 
 log = logging.getLogger("boxmq.mqtt")
 

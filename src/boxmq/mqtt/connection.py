@@ -26,6 +26,7 @@ from boxmq.mqtt.codec import connect_version, decode, encode
 from boxmq.mqtt.errors import (
     ClientIdNotValid,
     ProtocolError,
+    ReceiveMaximumExceeded,
     TopicAliasInvalid,
     UnsupportedProtocolVersion,
 )
@@ -52,10 +53,6 @@ __all__ = ["Connection", "ReceiveMaximumExceeded"]
 
 _PUBLISH: Final = int(PacketType.PUBLISH)
 _CONNECT: Final = int(PacketType.CONNECT)
-
-
-class ReceiveMaximumExceeded(ProtocolError):
-    """More QoS 1/2 PUBLISHes unanswered than our Receive Maximum (MQTT 5.0 §3.3.4, 0x93)."""
 
 
 class Connection:

@@ -15,6 +15,7 @@ from boxmq.errors import MalformedPacket
 __all__ = [
     "ClientIdNotValid",
     "ProtocolError",
+    "ReceiveMaximumExceeded",
     "TopicAliasInvalid",
     "TopicNameInvalid",
     "UnsupportedProtocolVersion",
@@ -23,6 +24,10 @@ __all__ = [
 
 class ProtocolError(MalformedPacket):
     """A packet that parses but breaks a rule, e.g. a duplicate property (MQTT 5.0 §2.2.2.2)."""
+
+
+class ReceiveMaximumExceeded(ProtocolError):
+    """More QoS 1/2 PUBLISHes unanswered than our Receive Maximum (MQTT 5.0 §3.3.4, 0x93)."""
 
 
 class TopicNameInvalid(ProtocolError):

@@ -27,6 +27,7 @@ from boxmq.errors import (
 from boxmq.mqtt.errors import (
     ClientIdNotValid,
     ProtocolError,
+    ReceiveMaximumExceeded,
     TopicAliasInvalid,
     TopicNameInvalid,
     UnsupportedProtocolVersion,
@@ -255,6 +256,7 @@ _REASONS: Final[Mapping[type[BaseException], ReasonCode]] = {
     ProtocolError: _R.PROTOCOL_ERROR,
     TopicNameInvalid: _R.TOPIC_NAME_INVALID,
     TopicAliasInvalid: _R.TOPIC_ALIAS_INVALID,
+    ReceiveMaximumExceeded: _R.RECEIVE_MAXIMUM_EXCEEDED,
     UnsupportedProtocolVersion: _R.UNSUPPORTED_PROTOCOL_VERSION,
     ClientIdNotValid: _R.CLIENT_IDENTIFIER_NOT_VALID,
     PacketTooLarge: _R.PACKET_TOO_LARGE,

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from boxmq.errors import ProtocolViolation
 from boxmq.mqtt.codec import encode
-from boxmq.mqtt.connection import Connection, ReceiveMaximumExceeded
-from boxmq.mqtt.errors import ProtocolError, TopicAliasInvalid
+from boxmq.mqtt.connection import Connection
+from boxmq.mqtt.errors import ProtocolError, ReceiveMaximumExceeded, TopicAliasInvalid
 from boxmq.mqtt.packets import Connect, ProtocolVersion, Puback, Publish
 from boxmq.mqtt.properties import Properties
 
@@ -76,8 +76,9 @@ def test_receive_maximum_counts_unanswered_publishes() -> None:
     connection.receive(_publish("a", qos=1, packet_id=1) + _publish("a", qos=1, packet_id=2), now=1)
     connection.send(Puback(1))
     connection.receive(_publish("a", qos=1, packet_id=3), now=1)
-    with pytest.raises(ReceiveMaximumExceeded):
+    with pytest.raises(ReceiveMaximumExceeded) as caught:
         connection.receive(_publish("a", qos=1, packet_id=4), now=1)
+    assert connection.closing(caught.value)[2] == 0x93
 
 
 def test_keep_alive_deadline_is_one_and_a_half_periods() -> None:
