@@ -87,8 +87,9 @@ async def serve(
         await server.start()
         doors.append(asyncio.create_task(server.run(stop), name="mqtt"))
     if xmpp is not None:
-        from boxmq.xmpp.component import run_component
+        from boxmq.xmpp import component_runner
 
+        run_component = component_runner()  # InvalidArgument without the xmpp extra
         component = asyncio.create_task(run_component(box, xmpp, stop), name="xmpp")
         component.add_done_callback(lambda _: stop.set())  # a refused component ends serve
         doors.append(component)
