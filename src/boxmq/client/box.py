@@ -132,6 +132,7 @@ class Box:
         lock_timeout: float = 30.0,
         no_local: bool = False,
         send_retained: bool = True,
+        process_bound: bool = True,
     ) -> Subscriber:
         """Subscribe to a topic filter; "$share/<group>/<filter>" joins a share group."""
         return self.topics.subscribe(
@@ -143,6 +144,7 @@ class Box:
             lock_timeout=lock_timeout,
             no_local=no_local,
             send_retained=send_retained,
+            process_bound=process_bound,
         )
 
     def unsubscribe(self, filter: str, subscriber: str) -> bool:

@@ -219,17 +219,20 @@ class Topics:
         lock_timeout: float = 30.0,
         no_local: bool = False,
         send_retained: bool = True,
+        process_bound: bool = True,
     ) -> Subscriber:
         """Subscribe `subscriber` to `filter` ("$share/<group>/<filter>" joins a share group).
 
         send_retained=False: the caller sends the retained messages itself, or none (an MQTT
-        session that is resumed, or whose Retain Handling says not to)."""
+        session that is resumed, or whose Retain Handling says not to). process_bound=False:
+        a share-group membership that outlives this process (an MQTT persistent session): no
+        sweep removes it; `close` or `unsubscribe` does."""
         parsed = parse_filter(filter)
         name = check_consumer_name(subscriber)
         subscription = Subscription(name, parsed, _qos(qos), parsed.shared or durable, no_local)
         if not subscription.durable:
             return self._subscribe_in_memory(subscription)
-        path = self._register(subscription)
+        path = self._register(subscription, token=None if process_bound else "")
         dropbox = Dropbox(path, self._committer)
         if not parsed.shared and send_retained:
             self._send_retained(parsed, dropbox, subscription.qos)

@@ -917,6 +917,7 @@ class Broker:
             lock_timeout=_LOCK_TIMEOUT,
             no_local=options.no_local,
             send_retained=False,
+            process_bound=not session.persistent,  # a persistent member outlives a restart
         )
         self._durable.setdefault(session.client_id, {})[text] = subscriber
 

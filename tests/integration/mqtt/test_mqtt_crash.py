@@ -140,3 +140,31 @@ def test_acknowledged_messages_survive_a_sigkill(tmp_path: Path) -> None:
             server.wait(timeout=20)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+def test_a_persistent_share_member_keeps_the_group_across_a_restart(tmp_path: Path) -> None:
+    # Share-group members are bound to their process, and `boxmq serve` removes the members of
+    # dead processes at start; a persistent MQTT session's membership must not go with them.
+    root, port = tmp_path / "root", _free_port()
+    target = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
+    server = _serve(root, port)
+    try:
+        worker = paho(target, "worker", clean=False, expiry=3600)
+        worker.subscribe("$share/g/jobs/#", 1)
+        worker.stop()  # away: the group keeps collecting for it
+        publisher = paho(target, "pub")
+        for i in range(3):
+            publisher.publish(f"jobs/{i}", f"{i}".encode(), 1)
+        publisher.stop()
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
+        server = _serve(root, port)
+        back = paho(target, "worker", clean=False, expiry=3600)
+        assert sorted(back.next().payload for _ in range(3)) == [b"0", b"1", b"2"]
+        back.stop()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
