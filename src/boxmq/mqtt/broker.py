@@ -376,7 +376,7 @@ class Broker:
             self._forget_on_disk(client_id)
             session = None
         elif session is None and expiry:
-            session = self._session_from_disk(client_id)
+            session = self._session_from_disk(client_id, expiry)
         if session is not None:
             return True, session
         session = Session(
@@ -385,7 +385,7 @@ class Broker:
         self._sessions[client_id] = session
         return False, session
 
-    def _session_from_disk(self, client_id: str) -> Session | None:
+    def _session_from_disk(self, client_id: str, expiry: int) -> Session | None:
         """A persistent session this process does not know (boxmq was restarted): its
         durable subscriptions are on disk; its options are read back from there."""
         name = consumer_name(client_id)
@@ -398,6 +398,7 @@ class Broker:
         session = Session(
             client_id, window=self.limits.max_inflight, queue_limit=self.limits.max_queued
         )
+        session.expiry = expiry  # before attaching: persistent memberships are not process-bound
         self._sessions[client_id] = session
         for text in found:
             qos = self._record_qos(text, name)

@@ -162,6 +162,13 @@ def test_a_persistent_share_member_keeps_the_group_across_a_restart(tmp_path: Pa
         back = paho(target, "worker", clean=False, expiry=3600)
         assert sorted(back.next().payload for _ in range(3)) == [b"0", b"1", b"2"]
         back.stop()
+        paho(target, "pub").publish("jobs/again", b"3", 1)  # and again, after a second restart
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
+        server = _serve(root, port)
+        again = paho(target, "worker", clean=False, expiry=3600)
+        assert again.next().payload == b"3"
+        again.stop()
     finally:
         server.send_signal(signal.SIGTERM)
         try:
