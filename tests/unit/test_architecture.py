@@ -83,9 +83,7 @@ def test_xmpp_is_a_door_nothing_below_imports_it() -> None:
     # only the component (the edge) may await, and the service never opens a socket.
     for package in ("core", "store", "client"):
         assert _offenders(package, ("boxmq.xmpp", "slixmpp")) == []
-    pure = {
-        m: n for m, n in _imports("xmpp").items() if not m.endswith(("component.py", "pull.py"))
-    }
+    pure = {m: n for m, n in _imports("xmpp").items() if not m.endswith("component.py")}
     for module, names in pure.items():
         assert not {"asyncio", "socket", "threading"} & names, module
     assert len(_imports("xmpp")) >= 8

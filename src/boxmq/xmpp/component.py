@@ -2,9 +2,11 @@
 
 A thin `slixmpp.ComponentXMPP`: the stanzas the door serves go to the service as raw
 elements (iq, unavailable presence, bounced messages), the service answers with XML text written
-straight to the transport, one timer task runs lock timeouts, and a lost connection is
-retried with back-off. A refusal by the server (a second instance with this name: conflict,
-or a wrong secret: not-authorized) is final: `run_component` raises ComponentRefused.
+straight to the transport. Deliveries are taken on the loop (no thread per subscriber): once
+after each batch of stanzas, and on the one timer task, which also runs lock timeouts and QoS
+retries. A lost connection is retried with back-off. A refusal by the server (a second
+instance with this name: conflict, or a wrong secret: not-authorized) is final:
+`run_component` raises ComponentRefused.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
 from xml.etree.ElementTree import Element
 
 from slixmpp import ComponentXMPP
@@ -22,7 +23,6 @@ from slixmpp.xmlstream import StanzaBase
 from boxmq.client.box import Box
 from boxmq.errors import BoxMQError
 from boxmq.xmpp import ns
-from boxmq.xmpp.pull import Pullers
 from boxmq.xmpp.service import QueueService
 from boxmq.xmpp.settings import XmppSettings
 
@@ -33,6 +33,7 @@ log = logging.getLogger("boxmq.xmpp")
 _IQ = ns.tag(ns.COMPONENT, "iq")
 _PRESENCE = ns.tag(ns.COMPONENT, "presence")
 _MESSAGE = ns.tag(ns.COMPONENT, "message")
+POLL = 0.05  # seconds: how soon messages that others put reach the subscribers
 _FINAL_STREAM_ERRORS = {"conflict", "not-authorized", "host-unknown", "invalid-namespace"}
 
 
@@ -50,13 +51,12 @@ class QueueComponent(ComponentXMPP):
         self.connected = asyncio.Event()
         self._stopping = False
         self._delay = 0.5
-        self._pullers = Pullers(asyncio.get_running_loop(), self._delivered)
+        self._poll_pending = False
         self.service = QueueService(
             box,
             domain=settings.component,
             send=self._send,
             lock_timeout=settings.lock_timeout,
-            watch=self._pullers.start,
         )
         self.add_event_handler("session_start", self._started)
         self.add_event_handler("disconnected", self._disconnected)
@@ -75,6 +75,7 @@ class QueueComponent(ComponentXMPP):
         if tag == _IQ:
             if kind in ("get", "set"):
                 self.service.iq(xml)
+                self._poll_soon()
             else:
                 self.service.answer(xml)  # a result or error for a notification sent with QoS
         elif (tag == _PRESENCE and kind == "unavailable") or (tag == _MESSAGE and kind == "error"):
@@ -82,11 +83,19 @@ class QueueComponent(ComponentXMPP):
             jid = xml.get("from", "")
             if "/" in jid:
                 self.service.gone(jid)
+                self._poll_soon()
         elif tag not in (_PRESENCE, _MESSAGE):
             super()._spawn_event(xml)
 
-    def _delivered(self, subscription: Any, message: Any) -> None:
-        self.service.delivered(subscription, message)
+    def _poll_soon(self) -> None:
+        """Take new deliveries once the stanzas that arrived together are all handled."""
+        if not self._poll_pending:
+            self._poll_pending = True
+            asyncio.get_running_loop().call_soon(self._poll)
+
+    def _poll(self) -> None:
+        self._poll_pending = False
+        self.service.poll()
 
     # -- stanzas out -------------------------------------------------------------------------
 
@@ -135,9 +144,10 @@ class QueueComponent(ComponentXMPP):
     async def _expire_locks(self) -> None:
         while True:
             deadline = self.service.next_deadline()
-            pause = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.time()))
+            pause = POLL if deadline is None else min(POLL, max(0.0, deadline - time.time()))
             await asyncio.sleep(pause)
             self.service.expire(time.time())
+            self.service.poll()
 
     async def stop(self) -> None:
         self._stopping = True
@@ -145,7 +155,6 @@ class QueueComponent(ComponentXMPP):
         with contextlib.suppress(asyncio.CancelledError):
             await self._timer
         self.service.close()  # every subscriber's locks go back to target/
-        await asyncio.to_thread(self._pullers.join, 2.0)
         if self.transport is not None:
             await self.disconnect(wait=1.0)
 

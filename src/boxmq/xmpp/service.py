@@ -6,7 +6,7 @@ folders, delete removes them, publish is a put, and a subscription is a consumer
 
 Synchronous and free of sockets and asyncio: the component (component.py) feeds it elements
 and sends what it returns through `send`; tests do the same with a list. Deliveries come in
-through `delivered()` from whoever pulls the consumers (pull.py threads, or `poll()`).
+through `poll()` (the component calls it after each batch of stanzas and on its timer).
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ class QueueService:
         return min((d for d in deadlines if d is not None), default=None)
 
     def poll(self) -> int:
-        """Take every delivery ready now for every subscription (tests; pull.py in a server)."""
+        """Take every delivery ready now for every subscription, without waiting."""
         taken = 0
         for subscription in self._subscriptions.all():
             while not subscription.closed:
