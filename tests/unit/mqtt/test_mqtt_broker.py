@@ -1,0 +1,188 @@
+"""The broker without sockets: in-memory links, a real Box on tmp_path, one asyncio loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import boxmq
+from boxmq.clock import SystemClock
+from boxmq.mqtt.broker import Broker
+from boxmq.mqtt.codec import decode, encode
+from boxmq.mqtt.connection import Connection
+from boxmq.mqtt.framing import FrameReader
+from boxmq.mqtt.packets import (
+    Connack,
+    Connect,
+    Disconnect,
+    Packet,
+    ProtocolVersion,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    Suback,
+    Subscribe,
+    Subscription,
+)
+from boxmq.mqtt.properties import Properties
+from boxmq.mqtt.reasons import ReasonCode
+from boxmq.mqtt.settings import MqttSettings
+
+V5 = ProtocolVersion.V5
+
+
+class Peer:
+    """A client's end of an in-memory link: what it sends goes through the real Connection."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.connection = Connection(
+            max_packet_size=1 << 20, receive_maximum=100, topic_alias_maximum=10, now=0
+        )
+        self.peer = "memory"
+        self.congested = False
+        self.closed = False
+        self._broker = broker
+        self._reader = FrameReader(max_packet_size=1 << 20)
+        self.inbox: list[Packet] = []
+        assert broker.opened(self)
+
+    def flush(self) -> None:
+        for data in self.connection.data_to_send():
+            self._reader.receive(data)
+        self.inbox += [decode(frame, V5) for frame in self._reader.frames()]
+
+    def close(self) -> None:
+        self.closed = True
+        self._broker.closed(self, "closed")
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def send(self, *packets: Packet) -> None:
+        data = b"".join(encode(packet, V5) for packet in packets)
+        self._broker.received(self, self.connection.receive(data, now=0))
+
+    def take(self) -> list[Packet]:
+        taken, self.inbox = self.inbox, []
+        return taken
+
+
+def _run(tmp_path: Path, test: Callable[[Broker], Awaitable[None]]) -> None:
+    async def main() -> None:
+        with boxmq.open(tmp_path / "root", fsync="never") as box:
+            broker = Broker(box, MqttSettings(), SystemClock())
+            try:
+                await test(broker)
+            finally:
+                await broker.close()
+
+    asyncio.run(main())
+
+
+def _connect(broker: Broker, client_id: str, *, expiry: int = 0, clean: bool = True) -> Peer:
+    peer = Peer(broker)
+    props = Properties.build(session_expiry_interval=expiry or None)
+    peer.send(Connect(client_id, V5, clean_start=clean, properties=props))
+    connack = peer.inbox.pop(0)  # a resumed session's messages may follow at once
+    assert isinstance(connack, Connack)
+    assert connack.reason is ReasonCode.SUCCESS
+    return peer
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    for _ in range(200):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out")
+
+
+def _files(root: Path) -> list[str]:
+    return [name for _, _, names in os.walk(root / "topic-root") for name in names]
+
+
+def test_clean_sessions_exchange_qos1_in_memory_only(tmp_path: Path) -> None:
+    async def test(broker: Broker) -> None:
+        sub, pub = _connect(broker, "sub"), _connect(broker, "pub")
+        sub.send(Subscribe(1, (Subscription("a/+", 1),)))
+        assert sub.take() == [Suback(1, (ReasonCode.GRANTED_QOS_1,))]
+        pub.send(Publish("a/b", b"x", 1, packet_id=7))
+        assert pub.take() == [Puback(7)]
+        [delivered] = sub.take()
+        assert isinstance(delivered, Publish)
+        assert (delivered.topic, delivered.payload, delivered.qos) == ("a/b", b"x", 1)
+        assert _files(tmp_path / "root") == []  # nothing touched the disk
+
+    _run(tmp_path, test)
+
+
+def test_qos2_in_memory_is_routed_once_at_pubrel(tmp_path: Path) -> None:
+    async def test(broker: Broker) -> None:
+        sub, pub = _connect(broker, "sub"), _connect(broker, "pub")
+        sub.send(Subscribe(1, (Subscription("t", 2),)))
+        sub.take()
+        pub.send(Publish("t", b"once", 2, packet_id=5))
+        pub.send(Publish("t", b"once", 2, dup=True, packet_id=5))  # a repeat: PUBREC again
+        assert pub.take() == [Pubrec(5), Pubrec(5)]
+        assert sub.take() == []  # nothing before PUBREL
+        pub.send(Pubrel(5))
+        assert pub.take() == [Pubcomp(5)]
+        [delivered] = sub.take()
+        assert isinstance(delivered, Publish)
+        assert delivered.payload == b"once"
+
+    _run(tmp_path, test)
+
+
+def test_persistent_session_messages_wait_in_its_dropbox(tmp_path: Path) -> None:
+    async def test(broker: Broker) -> None:
+        away = _connect(broker, "away", expiry=600)
+        away.send(Subscribe(1, (Subscription("jobs/#", 1),)))
+        away.take()
+        away.send(Disconnect())
+        pub = _connect(broker, "pub")
+        pub.send(Publish("jobs/1", b"work", 1, packet_id=1))
+        await _until(lambda: pub.inbox == [Puback(1)])  # once the file is in the dropbox
+        assert len(_files(tmp_path / "root")) >= 1
+        back = _connect(broker, "away", expiry=600, clean=False)
+        await _until(lambda: bool(back.inbox))
+        [delivered] = back.take()
+        assert isinstance(delivered, Publish)
+        assert delivered.payload == b"work"
+
+    _run(tmp_path, test)
+
+
+def test_takeover_disconnects_the_old_connection_with_0x8e(tmp_path: Path) -> None:
+    async def test(broker: Broker) -> None:
+        first = _connect(broker, "same")
+        _connect(broker, "same")
+        assert first.take() == [Disconnect(ReasonCode.SESSION_TAKEN_OVER)]
+        assert first.closed
+
+    _run(tmp_path, test)
+
+
+def test_a_share_members_negative_puback_sends_the_message_to_error(tmp_path: Path) -> None:
+    async def test(broker: Broker) -> None:
+        member = _connect(broker, "member")
+        member.send(Subscribe(1, (Subscription("$share/g/t", 1),)))
+        member.take()
+        pub = _connect(broker, "pub")
+        pub.send(Publish("t", b"poison", 1, packet_id=1))
+        await _until(lambda: any(isinstance(p, Publish) for p in member.inbox))
+        [delivered] = member.take()
+        assert isinstance(delivered, Publish)
+        assert delivered.packet_id is not None
+        member.send(Puback(delivered.packet_id, ReasonCode.UNSPECIFIED_ERROR))
+        [info] = broker.box.topics.subscriptions()
+        assert (info.counts.dead, info.counts.ready, info.counts.locked) == (1, 0, 0)
+
+    _run(tmp_path, test)
