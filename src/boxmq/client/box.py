@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 from collections.abc import Mapping
 from types import TracebackType
@@ -194,6 +195,23 @@ class Box:
 
     def queues(self) -> list[str]:
         return list_dropboxes(self.root)
+
+    def delete_queue(self, name: str) -> bool:
+        """Remove the queue `name` and every message in it; False if there was none.
+
+        Its consumers in this process are closed first, and its engine here is forgotten, so a
+        queue created again under the same name starts afresh (and is watched afresh).
+        Consumers in other processes find their folder gone.
+        """
+        path = queue_path(self.root, name)
+        with self._lock:
+            live = self._live.pop(path, None)
+        if live is not None:
+            live.close()
+        if not is_dropbox(path):
+            return False
+        shutil.rmtree(path, ignore_errors=True)
+        return True
 
     def sweep(self) -> dict[str, SweepReport]:
         """One round of housekeeping over every queue and subscription (what `boxmq serve`

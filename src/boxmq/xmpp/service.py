@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import shutil
 import time
 from collections.abc import Callable, Iterable
 from typing import Final
@@ -351,7 +350,7 @@ class QueueService:
         for subscription in self._subscriptions.of_node(request.node):
             self._end(subscription)
         self._queues.pop(request.node, None)
-        shutil.rmtree(queue_path(self._box.root, request.node), ignore_errors=True)
+        self._box.delete_queue(request.node)
         return render.result(iq)
 
     def _configure(self, iq: Iq, request: Configure) -> str:

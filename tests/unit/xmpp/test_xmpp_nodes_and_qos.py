@@ -92,6 +92,11 @@ def test_delete_removes_the_queue_and_its_subscribers(wire: Wire, box: boxmq.Box
     assert "jobs" not in box.queues()
     again = wire.iq(ALICE, f"<pubsub xmlns='{OWNER}'><delete node='jobs'/></pubsub>")
     assert condition(again) == ("cancel", "item-not-found")
+    # created again, it starts afresh: a new item reaches a new subscriber at once
+    wire.create()
+    wire.subscribe(ALICE, 1)
+    item = wire.publish()
+    assert wire.events() == [(ALICE, "item", item)]
 
 
 def _wrapped(kind: str, msg_id: str | None, body: str) -> str:
