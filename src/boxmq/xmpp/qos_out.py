@@ -110,6 +110,12 @@ class ReliableSender:
             else:
                 self._start(transfer, now, again=True)
 
+    def cancel(self, to: str, msg_id: str) -> None:
+        """Stop sending an item that was settled or taken back meanwhile (no late resends)."""
+        for iq_id, transfer in list(self._pending.items()):
+            if transfer.to == to and transfer.msg_id == msg_id:
+                del self._pending[iq_id]
+
     def next_deadline(self) -> float | None:
         while self._retries and self._retries[0][2] not in self._pending:
             heapq.heappop(self._retries)

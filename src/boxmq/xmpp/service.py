@@ -168,6 +168,7 @@ class QueueService:
     def expire(self, now: float) -> None:
         """XEP-0254 §4: a lock that timed out: unlock notification, then the next subscriber."""
         for subscription, message in self._subscriptions.timed_out(now):
+            self._reliable.cancel(subscription.jid, message.id)
             _quietly(message.unlock)  # the engine may have released it already
             self._notify_unlock(subscription, message.id)
         self._reliable.retry(now)
@@ -238,6 +239,7 @@ class QueueService:
         """XEP-0254 §2.3: the receiver deletes the item; only it hears of the deletion."""
         subscription = self._subscriptions.get(iq.sender, request.node)
         held = subscription.held.pop(request.item_id, None) if subscription else None
+        self._reliable.cancel(iq.sender, request.item_id)
         if held is not None:
             held.ack()
         elif self._is_queue(request.node):
@@ -252,6 +254,7 @@ class QueueService:
         """XEP-0254 §2.4: the receiver gives the item back; the next subscriber gets it."""
         subscription = self._subscriptions.get(iq.sender, request.node)
         held = subscription.held.pop(request.item_id, None) if subscription else None
+        self._reliable.cancel(iq.sender, request.item_id)
         if held is not None:
             held.unlock()
         elif self._is_queue(request.node):
@@ -429,6 +432,8 @@ class QueueService:
             )
 
     def _end(self, subscription: Subscription) -> None:
+        for item in subscription.held:
+            self._reliable.cancel(subscription.jid, item)
         self._subscriptions.remove(subscription)
         subscription.held.clear()
         subscription.consumer.close()  # owner gone: its locks go to the other subscribers

@@ -127,3 +127,14 @@ def test_unacknowledged_sends_the_message_itself() -> None:
     assert sent == ["<message/>"]
     assert sender.in_flight() == 0
     assert sender.next_deadline() is None
+
+
+def test_a_settled_item_is_not_sent_again(wire: Wire, clock: ManualClock) -> None:
+    _subscribe(wire, ALICE, "acknowledged")
+    item = wire.publish()
+    [sent] = _qos_iqs(wire)
+    assert wire.retract(ALICE, item).get("type") == "result"  # settled before it answered
+    clock.advance(60)
+    wire.service.expire(clock.now())
+    assert _qos_iqs(wire) == []
+    _answer(wire, sent)  # a late answer is simply not ours any more
