@@ -30,7 +30,7 @@ from typing import Final, Protocol
 
 from boxmq.client.box import Box
 from boxmq.client.message import Message
-from boxmq.client.topics import Subscriber
+from boxmq.client.topics import Publication, Subscriber, Topics
 from boxmq.clock import Clock
 from boxmq.core import QoS, Subscription, parse_filter
 from boxmq.errors import BoxMQError, Closed, InvalidArgument, MetadataTooLong
@@ -111,10 +111,14 @@ class _Client:
 
 @dataclass(frozen=True, slots=True)
 class _Job:
-    """Disk work for one packet (in a worker thread), then its answer (on the loop)."""
+    """Disk work for one packet (in a worker thread), then its answer (on the loop).
+
+    A job with a `publication` may be done together with its neighbours (one commit for a
+    run of them); `work` does it alone, when the run fails as a whole."""
 
     work: Callable[[], object]
     then: Callable[[object], None]
+    publication: Publication | None = None
 
 
 class Broker:
@@ -586,7 +590,10 @@ class Broker:
             if packet_id is not None:
                 self._send(client, Puback(packet_id))
 
-        client.jobs.append(_Job(lambda: self._write(client_id, packet), written))
+        job = _Job(
+            lambda: self._write(client_id, packet), written, self._publication(client_id, packet)
+        )
+        client.jobs.append(job)
 
     def _send_error(self, client: _Client, ack: Puback | Pubrec, error: BoxMQError) -> None:
         from boxmq.mqtt.reasons import reason_for
@@ -691,6 +698,17 @@ class Broker:
                     "%s: its v5 properties do not fit in a file name: dropped", packet.topic
                 )
 
+    def _publication(self, client_id: str, packet: Publish) -> Publication:
+        props = packet.properties.without(*_NOT_FORWARDED)
+        return Publication(
+            packet.topic,
+            packet.payload,
+            packet.qos,
+            properties={V5_PROPERTIES: _pack(props)} if props else None,
+            expires_in=props.message_expiry_interval or None,
+            source=consumer_name(client_id),
+        )
+
     def _assure(self, client_id: str, packet: Publish) -> object:
         props = packet.properties.without(*_NOT_FORWARDED)
         kept = {V5_PROPERTIES: _pack(props)} if props else {}
@@ -715,7 +733,7 @@ class Broker:
         async def run() -> None:
             if previous is not None:
                 await asyncio.wait([previous])
-            results = await loop.run_in_executor(self._pool, _run_all, jobs)
+            results = await loop.run_in_executor(self._pool, _run_all, self.box.topics, jobs)
             for job, result in zip(jobs, results, strict=True):
                 job.then(result)  # even for a client gone: its message still goes on
             self.flush()
@@ -949,15 +967,34 @@ class Broker:
         self._send(client, Unsuback(packet.packet_id, tuple(reasons) if v5 else ()))
 
 
-def _run_all(jobs: list[_Job]) -> list[object]:
-    """In a worker thread: each job's work, in order; an error is the job's result."""
-    results: list[object] = []
-    for job in jobs:
-        try:
-            results.append(job.work())
-        except BoxMQError as error:
-            results.append(error)
+def _run_all(topics: Topics, jobs: list[_Job]) -> list[object]:
+    """In a worker thread: the jobs' work, in order, runs of publications with one commit; an
+    error is the job's result."""
+    results: list[object] = [None] * len(jobs)
+    start = 0
+    while start < len(jobs):
+        end = start
+        while end < len(jobs) and jobs[end].publication is not None:
+            end += 1
+        if end - start > 1:
+            run = [job.publication for job in jobs[start:end] if job.publication is not None]
+            try:
+                topics.publish_many(run)
+            except BoxMQError:  # nothing was committed: each alone, each with its own answer
+                for index in range(start, end):
+                    results[index] = _attempt(jobs[index])
+            start = end
+        else:
+            results[start] = _attempt(jobs[start])
+            start += 1
     return results
+
+
+def _attempt(job: _Job) -> object:
+    try:
+        return job.work()
+    except BoxMQError as error:
+        return error
 
 
 def _source(client_id: str) -> str:
