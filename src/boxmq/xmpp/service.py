@@ -1,8 +1,10 @@
 """The pubsub service: parsed requests in, stanzas out, boxmq queues underneath.
 
-Node mapping (docs/xmpp.md): a node id IS a boxmq queue name; create makes the queue's
-folders, delete removes them, publish is a put, and a subscription is a consumer whose
-`max_in_flight` is `pubsub#queue_requests`. Item ids are boxmq message ids.
+Node mapping (docs/xmpp.md): a node id is a boxmq queue's name if such a queue exists, and
+otherwise the topic of that name. On a queue node create makes the queue's folders, delete
+removes them, publish is a put, and a subscription is a consumer whose `max_in_flight` is
+`pubsub#queue_requests`; on a topic node publish is a publish, and the XMPP subscribers are the
+members of one share group. Item ids are boxmq message ids.
 
 Synchronous and free of sockets and asyncio: the component (component.py) feeds it elements
 and sends what it returns through `send`; tests do the same with a list. Deliveries come in
@@ -24,6 +26,7 @@ from boxmq.client.queue import Queue
 from boxmq.client.receiver import Receiver
 from boxmq.errors import (
     BoxMQError,
+    Closed,
     Conflict,
     InvalidArgument,
     InvalidName,
@@ -100,7 +103,6 @@ class QueueService:
         domain: str,
         send: Send,
         lock_timeout: float = 30.0,
-        watch: Callable[[Subscription], None] = lambda subscription: None,
         now: Callable[[], float] = time.time,
     ) -> None:
         if lock_timeout <= 0:
@@ -109,7 +111,6 @@ class QueueService:
         self._box = box
         self._send = send
         self._lock_timeout = lock_timeout
-        self._watch = watch
         self._subscriptions = Subscriptions()
         self._queues: dict[str, Queue] = {}
         self._ids = (f"bx{n}" for n in itertools.count(1))
@@ -136,7 +137,7 @@ class QueueService:
         for subscription in self._subscriptions.of_jid(jid):
             self._end(subscription)
 
-    def delivered(self, subscription: Subscription, message: Message) -> None:
+    def _delivered(self, subscription: Subscription, message: Message) -> None:
         """A message the subscription's consumer locked for it: notify (XEP-0254 §2.2)."""
         if subscription.closed:
             _quietly(message.unlock)  # it left meanwhile: the lock went back already
@@ -182,10 +183,17 @@ class QueueService:
         taken = 0
         for subscription in self._subscriptions.all():
             while not subscription.closed:
-                message = subscription.consumer.receive_nowait()
+                try:
+                    message = subscription.consumer.receive_nowait()
+                except Closed:  # its queue was deleted under it: the subscription ends
+                    self._end(subscription)
+                    break
+                except BoxMQError as error:  # a file swept away under us: try again later
+                    log.warning("%s for %s: %s", subscription.node, subscription.jid, error)
+                    break
                 if message is None:
                     break
-                self.delivered(subscription, message)
+                self._delivered(subscription, message)
                 taken += 1
         return taken
 
@@ -275,7 +283,6 @@ class QueueService:
             consumer = self._receiver(request.node, consumer_name(iq.sender), count)
             existing = Subscription(iq.sender, request.node, count, consumer, qos=level)
             self._subscriptions.add(existing)
-            self._watch(existing)
         return render.result(iq, self._subscription_xml(existing, "subscribed"))
 
     def _subscription_xml(self, subscription: Subscription, state: str) -> str:

@@ -271,3 +271,15 @@ def test_an_unknown_request_is_feature_not_implemented(wire: Wire) -> None:
     reply = wire.iq(ALICE, "<query xmlns='urn:example:nothing'/>", type="get")
     assert condition(reply) == ("cancel", "feature-not-implemented")
     assert ET.tostring(reply)  # and it is still one well-formed reply
+
+
+def test_a_queue_deleted_behind_the_doors_back_ends_its_subscriptions(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    wire.subscribe(ALICE, 1)
+    assert box.delete_queue("jobs")
+    assert wire.service.poll() == 0  # no error: the subscription just ends
+    reply = wire.iq(
+        ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
+    )
+    assert condition(reply) == ("cancel", "unexpected-request")
