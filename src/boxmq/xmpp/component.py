@@ -52,6 +52,7 @@ class QueueComponent(ComponentXMPP):
         self._stopping = False
         self._delay = 0.5
         self._poll_pending = False
+        self._outgoing: list[str] = []  # stanzas of this loop iteration, written in one go
         self.service = QueueService(
             box,
             domain=settings.component,
@@ -100,13 +101,21 @@ class QueueComponent(ComponentXMPP):
     # -- stanzas out -------------------------------------------------------------------------
 
     def _send(self, xml: str) -> None:
-        """Write to the server; while disconnected a stanza is dropped, and what it carried
-        comes back through the lock timeout (nothing is lost, it is only late)."""
+        """Queue a stanza; all of one loop iteration go out in one write (one system call for
+        a batch of answers and notifications, not one each)."""
+        if not self._outgoing:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outgoing.append(xml)
+
+    def _flush(self) -> None:
+        """Write to the server; while disconnected the stanzas are dropped, and what they
+        carried comes back through the lock timeout (nothing is lost, it is only late)."""
+        data, self._outgoing = "".join(self._outgoing), []
         transport = self.transport
         if transport is None or transport.is_closing():
-            log.debug("not connected; dropped %.80s", xml)
+            log.debug("not connected; dropped %.80s", data)
             return
-        transport.write(xml.encode())
+        transport.write(data.encode())
 
     # -- connection --------------------------------------------------------------------------
 
