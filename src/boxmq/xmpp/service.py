@@ -83,6 +83,7 @@ FEATURES: Final = (
 )
 QUEUE_REQUESTS: Final = "pubsub#queue_requests"
 SHARE_GROUP: Final = "xmpp"  # the XMPP subscribers of a topic node: $share/xmpp/<node>
+SILENT_TIMEOUTS: Final = 3  # lock timeouts in a row, nothing answered: the subscriber is gone
 QOS_LEVEL: Final = "boxmq#qos"  # how notifications are sent: docs/xmpp.md, QoS
 NODE_CONFIG: Final = ns.PUBSUB + "#node_config"
 _CONFIGURATION_REQUIRED: Final = Condition("modify", "not-acceptable", "configuration-required")
@@ -172,6 +173,15 @@ class QueueService:
             self._reliable.cancel(subscription.jid, message.id)
             _quietly(message.unlock)  # the engine may have released it already
             self._notify_unlock(subscription, message.id)
+            subscription.timeouts += 1
+            if subscription.timeouts >= SILENT_TIMEOUTS and not subscription.closed:
+                # Its unavailable presence was lost (the component was away when it left, or
+                # it never sent directed presence): stop feeding it items that only time out,
+                # each one a delivery closer to error/.
+                log.info(
+                    "%s: %s answered nothing: unsubscribed", subscription.node, subscription.jid
+                )
+                self._end(subscription)
         self._reliable.retry(now)
 
     def next_deadline(self) -> float | None:
@@ -248,6 +258,8 @@ class QueueService:
         subscription = self._subscriptions.get(iq.sender, request.node)
         held = subscription.held.pop(request.item_id, None) if subscription else None
         self._reliable.cancel(iq.sender, request.item_id)
+        if subscription is not None:
+            subscription.timeouts = 0
         if held is not None:
             held.ack()
         elif self._is_queue(request.node):
@@ -263,6 +275,8 @@ class QueueService:
         subscription = self._subscriptions.get(iq.sender, request.node)
         held = subscription.held.pop(request.item_id, None) if subscription else None
         self._reliable.cancel(iq.sender, request.item_id)
+        if subscription is not None:
+            subscription.timeouts = 0
         if held is not None:
             held.unlock()
         elif self._is_queue(request.node):

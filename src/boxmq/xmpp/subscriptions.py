@@ -34,6 +34,7 @@ class Subscription:
     qos: Level = Level.UNACKNOWLEDGED  # how its items are sent (urn:xmpp:qos)
     held: dict[str, Message] = field(default_factory=dict)  # item id -> its locked delivery
     closed: bool = False
+    timeouts: int = 0  # deliveries in a row that timed out unanswered
 
 
 class Subscriptions:

@@ -283,3 +283,34 @@ def test_a_queue_deleted_behind_the_doors_back_ends_its_subscriptions(
         ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
     )
     assert condition(reply) == ("cancel", "unexpected-request")
+
+
+def test_a_subscriber_that_lets_three_locks_time_out_in_a_row_is_unsubscribed(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    wire = Wire(manual_box, lock_timeout=10)
+    wire.create()
+    wire.subscribe(ALICE, 1)
+    for _ in range(4):
+        wire.publish()
+
+    def held_now() -> list[str]:
+        return [item for to, what, item in wire.events() if what == "item" and to == ALICE]
+
+    def time_out() -> None:
+        clock.advance(10)
+        wire.service.expire(clock.now())
+
+    assert len(held_now()) == 1
+    time_out()  # one silent timeout...
+    [second] = held_now()
+    assert wire.retract(ALICE, second).get("type") == "result"  # ...then an answer: count reset
+    assert len(held_now()) == 1
+    time_out()
+    assert len(held_now()) == 1  # two silent timeouts in a row: still subscribed
+    time_out()
+    assert len(held_now()) == 1
+    time_out()  # the third in a row: treated as gone
+    assert held_now() == []
+    assert manual_box.queue("jobs").counts().ready == 3  # everything back, one done
+    wire.service.close()
