@@ -155,8 +155,11 @@ class QueueComponent(ComponentXMPP):
             deadline = self.service.next_deadline()
             pause = POLL if deadline is None else min(POLL, max(0.0, deadline - time.time()))
             await asyncio.sleep(pause)
-            self.service.expire(time.time())
-            self.service.poll()
+            try:
+                self.service.expire(time.time())
+                self.service.poll()
+            except Exception:  # a bug must not stop the one timer: timeouts depend on it
+                log.exception("lock timeouts and deliveries")
 
     async def stop(self) -> None:
         self._stopping = True
