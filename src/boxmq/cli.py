@@ -116,6 +116,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--xmpp-secret", metavar="SECRET", help="prefer $BOXMQ_XMPP_SECRET or a file")
     p.add_argument("--xmpp-secret-file", metavar="FILE", help="read the component secret here")
+    p.add_argument(
+        "--xmpp-lock-timeout",
+        type=_duration,
+        metavar="DURATION",
+        help="unanswered XMPP deliveries go to the next subscriber after this (default 30s)",
+    )
 
     p = command("put", _put, "send a message")
     p.add_argument("queue")
@@ -239,6 +245,7 @@ def _serve(args: argparse.Namespace) -> int:
             args.xmpp_server,
             secret=args.xmpp_secret,
             secret_file=args.xmpp_secret_file,
+            lock_timeout=args.xmpp_lock_timeout,
             environ=os.environ,
         )
         run(serve(box, sweep_interval=config.sweep_interval, mqtt=mqtt, xmpp=xmpp))

@@ -46,3 +46,11 @@ def test_refusals_say_what_to_fix(
 ) -> None:
     with pytest.raises(InvalidArgument, match=says):
         settings_from(component, server, secret=secret, secret_file=None, environ={})
+
+
+def test_the_lock_timeout_is_passed_on() -> None:
+    settings = settings_from(
+        "q.example.org", None, secret="s", secret_file=None, environ={}, lock_timeout=2.5
+    )
+    assert settings is not None
+    assert settings.lock_timeout == 2.5
