@@ -136,6 +136,7 @@ class Broker:
         self._wills: dict[str, asyncio.TimerHandle] = {}
         self._expiries: dict[str, asyncio.TimerHandle] = {}
         self._dirty: set[_Client] = set()
+        self._flush_due = False
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -165,7 +166,7 @@ class Broker:
         finally:
             if client.jobs:
                 self._start_batch(client)
-            self.flush()
+            self._flush_soon()
 
     def closed(self, link: Link, reason: str) -> None:
         """The socket is gone (or about to be): the session lives on or ends."""
@@ -188,9 +189,17 @@ class Broker:
         self.flush()
 
     def flush(self) -> None:
+        self._flush_due = False
         dirty, self._dirty = self._dirty, set()
         for client in dirty:
             client.link.flush()
+
+    def _flush_soon(self) -> None:
+        """Write at the end of this loop iteration: the reads that came together (a
+        publisher's PUBLISHes, its subscribers' acks) leave with one write per connection."""
+        if self._dirty and not self._flush_due:
+            self._flush_due = True
+            self.loop.call_soon(self.flush)
 
     def tick(self, now: float) -> None:
         """The timer: keep-alives, CONNECT timeouts, and messages others dropped in dropboxes."""

@@ -20,7 +20,7 @@ from enum import Enum, auto
 from typing import Generic, TypeVar
 
 from boxmq.mqtt.errors import ProtocolError
-from boxmq.mqtt.packets import Publish, Pubrel
+from boxmq.mqtt.packets import Publish, Pubrel, new_publish
 
 __all__ = ["Acked", "Outbox", "Stage"]
 
@@ -126,7 +126,15 @@ class Outbox(Generic[T]):
     def _start(self, publish: Publish, token: T) -> Publish:
         packet_id = self._take_id()
         stage = Stage.AWAIT_PUBACK if publish.qos == 1 else Stage.AWAIT_PUBREC
-        sent = replace(publish, packet_id=packet_id, dup=False)
+        sent = new_publish(
+            publish.topic,
+            publish.payload,
+            publish.qos,
+            publish.retain,
+            False,
+            packet_id,
+            publish.properties,
+        )
         self._in_flight[packet_id] = _Entry(sent, token, stage)
         return sent
 

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Final
+from typing import Final, cast
 
 from boxmq.client.box import Box
 from boxmq.clock import Clock, SystemClock
@@ -49,7 +49,8 @@ class _Protocol(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # A stream transport; uvloop's does not subclass asyncio.Transport, so no isinstance.
+        transport = cast(asyncio.Transport, transport)
         self._transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
