@@ -96,7 +96,7 @@ class QueueComponent(ComponentXMPP):
 
     def _poll(self) -> None:
         self._poll_pending = False
-        self.service.poll()
+        self.service.poll_touched()
 
     # -- stanzas out -------------------------------------------------------------------------
 

@@ -117,6 +117,7 @@ class QueueService:
         self._ids = (f"bx{n}" for n in itertools.count(1))
         self._now = now
         self._reliable = ReliableSender(sender=domain, send=send)
+        self._touched: set[str] = set()  # nodes whose deliveries may have changed
 
     # -- what the component feeds in -------------------------------------------------------------
 
@@ -124,7 +125,10 @@ class QueueService:
         """Answer one iq get/set (every one gets exactly one reply)."""
         iq = parse_iq(element)
         try:
-            self._send(self._answer(iq, parse_request(iq)))
+            request = parse_request(iq)
+            if isinstance(request, (Publish, Retract, Unlock, Subscribe, Unsubscribe)):
+                self._touched.add(request.node)
+            self._send(self._answer(iq, request))
         except StanzaError as error:
             self._send(render.error(iq, error.condition, text=str(error), inner=error.payload))
         except BoxMQError as error:
@@ -136,6 +140,7 @@ class QueueService:
     def gone(self, jid: str) -> None:
         """XEP-0254 §4: unavailable presence (or a bounce): unlock all it held, unsubscribe."""
         for subscription in self._subscriptions.of_jid(jid):
+            self._touched.add(subscription.node)
             self._end(subscription)
 
     def _delivered(self, subscription: Subscription, message: Message) -> None:
@@ -188,10 +193,17 @@ class QueueService:
         deadlines = (self._subscriptions.next_deadline(), self._reliable.next_deadline())
         return min((d for d in deadlines if d is not None), default=None)
 
-    def poll(self) -> int:
-        """Take every delivery ready now for every subscription, without waiting."""
+    def poll_touched(self) -> int:
+        """Take the deliveries of the nodes that requests touched since the last call: what
+        the component does after each batch of stanzas (not every subscription each time)."""
+        nodes, self._touched = self._touched, set()
+        return self.poll([s for node in nodes for s in self._subscriptions.of_node(node)])
+
+    def poll(self, subscriptions: list[Subscription] | None = None) -> int:
+        """Take every delivery ready now, for these subscriptions (default: all), without
+        waiting."""
         taken = 0
-        for subscription in self._subscriptions.all():
+        for subscription in self._subscriptions.all() if subscriptions is None else subscriptions:
             while not subscription.closed:
                 try:
                     message = subscription.consumer.receive_nowait()
@@ -326,8 +338,12 @@ class QueueService:
         """urn:xmpp:qos, received: at least once and exactly once (docs/xmpp.md, QoS)."""
         if isinstance(request, QosDeliver):
             self._box.deliver(iq.sender, request.msg_id)  # a repeat is answered all the same
+            local, at, _ = iq.to.partition("@")
+            if at and local:
+                self._touched.add(local)
             return render.result(iq)
         node = _node_of(iq.to)
+        self._touched.add(node)
         body = _stamped(request.message, sender=iq.sender, to=iq.to)
         queue = self._is_queue(node)
         if isinstance(request, QosAcknowledged):

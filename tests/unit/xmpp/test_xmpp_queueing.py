@@ -314,3 +314,15 @@ def test_a_subscriber_that_lets_three_locks_time_out_in_a_row_is_unsubscribed(
     assert held_now() == []
     assert manual_box.queue("jobs").counts().ready == 3  # everything back, one done
     wire.service.close()
+
+
+def test_after_a_request_only_the_nodes_it_touched_are_polled(wire: Wire, box: boxmq.Box) -> None:
+    wire.create("mail")
+    wire.subscribe(ALICE, 5)
+    wire.subscribe(BOB, 5, node="mail")
+    wire.service.poll_touched()
+    box.queue("mail").put(b"from elsewhere")  # not through the door: the timer's business
+    wire.publish()
+    assert wire.service.poll_touched() == 1  # jobs only
+    assert wire.service.poll_touched() == 0  # and only once
+    assert wire.service.poll() == 1  # the timer's full round finds mail's
