@@ -68,6 +68,7 @@ class Peer:
     def send(self, *packets: Packet) -> None:
         data = b"".join(encode(packet, V5) for packet in packets)
         self._broker.received(self, self.connection.receive(data, now=0))
+        self._broker.flush()  # what the end of the loop iteration does
 
     def take(self) -> list[Packet]:
         taken, self.inbox = self.inbox, []
