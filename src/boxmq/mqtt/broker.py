@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import math
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -850,7 +851,7 @@ class Broker:
                     break
                 if message is None:
                     break
-                publish = _publish_of(message, options)
+                publish = _publish_of(message, options, self._clock.now())
                 if publish.qos == 0:
                     message.ack()
                     self._deliver(session, publish, None)
@@ -912,8 +913,10 @@ class Broker:
         if not v5:
             reasons = [r if r < _R.UNSPECIFIED_ERROR else _R.UNSPECIFIED_ERROR for r in reasons]
         self._send(client, Suback(packet.packet_id, tuple(reasons)))
+        now = self._clock.now()
         for envelope, body, options in retained:
-            self._deliver(session, _retained_publish(envelope, body, options), None)
+            if not envelope.expired(now):  # an expired retained message is not sent (§3.3.2.3.3)
+                self._deliver(session, _retained_publish(envelope, body, options, now), None)
         self._pump(session)
 
     def _add_subscription(self, session: Session, text: str, options: SubscriptionOptions) -> None:
@@ -1041,8 +1044,8 @@ def _pack(props: Properties) -> str:
     return base64.urlsafe_b64encode(props.raw).decode().rstrip("=")
 
 
-def _publish_of(message: Message, options: SubscriptionOptions) -> Publish:
-    props = _properties_of(message.envelope)
+def _publish_of(message: Message, options: SubscriptionOptions, now: float) -> Publish:
+    props = _remaining_expiry(_properties_of(message.envelope), message.envelope, now)
     if options.identifier:
         props = props + subscription_identifier(options.identifier)
     topic = message.topic or ""
@@ -1057,12 +1060,23 @@ def _publish_of(message: Message, options: SubscriptionOptions) -> Publish:
     )
 
 
-def _retained_publish(envelope: Envelope, body: bytes, options: SubscriptionOptions) -> Publish:
+def _remaining_expiry(props: Properties, envelope: Envelope, now: float) -> Properties:
+    """MQTT 5.0 §3.3.2.3.3: the Message Expiry Interval sent on is what is left of it."""
+    if not envelope.expiration:
+        return props
+    left = max(1, math.ceil(envelope.expiration / 1000 - now))
+    kept = props.without(PropertyId.MESSAGE_EXPIRY_INTERVAL)
+    return kept + Properties.build(message_expiry_interval=left)
+
+
+def _retained_publish(
+    envelope: Envelope, body: bytes, options: SubscriptionOptions, now: float
+) -> Publish:
     from boxmq.model import QOS
 
     stored = envelope.property_value(QOS)
     qos = stored if isinstance(stored, int) and not isinstance(stored, bool) else 1
-    props = _properties_of(envelope)
+    props = _remaining_expiry(_properties_of(envelope), envelope, now)
     if options.identifier:
         props = props + subscription_identifier(options.identifier)
     return new_publish(envelope.topic or "", body, min(qos, options.qos), True, False, None, props)

@@ -259,3 +259,22 @@ def test_server_restart_keeps_a_persistent_session(tmp_path: Path) -> None:
         assert back.next().payload == b"kept"
     finally:
         second.shutdown()
+
+
+def test_message_expiry_counts_the_time_spent_waiting(server: RunningServer) -> None:
+    away = paho(server, "away", clean=False, expiry=300)
+    away.subscribe("exp/#", 1)
+    away.stop()
+    pub = paho(server, "pub")
+    pub.publish("exp/short", b"gone", 1, properties=_props(MessageExpiryInterval=1))
+    pub.publish("exp/long", b"kept", 1, properties=_props(MessageExpiryInterval=60))
+    pub.publish("exp/retained", b"old", 1, retain=True, properties=_props(MessageExpiryInterval=1))
+    time.sleep(2.2)
+    back = paho(server, "away", clean=False, expiry=300)
+    message = back.next()
+    assert message.payload == b"kept"
+    assert 55 <= message.properties.MessageExpiryInterval < 60  # what is left of it
+    assert back.nothing()
+    late = paho(server, "late")
+    late.subscribe("exp/#", 1)
+    assert late.nothing()  # the retained one expired too
