@@ -46,7 +46,7 @@ from boxmq.mqtt.packets import (
     Unsuback,
     new_publish,
 )
-from boxmq.mqtt.properties import EMPTY, PropertyId
+from boxmq.mqtt.properties import EMPTY, Properties, PropertyId
 from boxmq.mqtt.reasons import ReasonCode, reason_for
 
 __all__ = ["Connection", "ReceiveMaximumExceeded"]
@@ -66,7 +66,9 @@ class Connection:
         self.client_max_packet_size = 0  # 0: no limit (the client did not say)
         self.keep_alive = 0  # seconds, as granted; 0: off
         self.last_heard = now
-        self._aliases: dict[int, str] = {}
+        self._aliases: dict[int, str] = {}  # the client's, for what it publishes
+        self.client_alias_maximum = 0  # how many aliases the client takes from us (v5)
+        self._out_aliases: dict[str, int] = {}  # ours, for what we send it
         self._unanswered = 0  # QoS 1/2 PUBLISHes from the client we have not finished
         self._out: list[bytes] = []
         self.accepted = False  # a positive CONNACK was sent
@@ -109,6 +111,8 @@ class Connection:
         self.version = packet.version
         props = packet.properties
         self.client_max_packet_size = props.maximum_packet_size or 0
+        if packet.version is ProtocolVersion.V5:
+            self.client_alias_maximum = props.topic_alias_maximum or 0
         return packet
 
     def _count_unanswered(self) -> None:
@@ -157,6 +161,8 @@ class Connection:
             type(packet) is Pubrec and packet.reason >= ReasonCode.UNSPECIFIED_ERROR
         ):
             self._unanswered = max(0, self._unanswered - 1)
+        if self.client_alias_maximum and type(packet) is Publish:
+            packet = self._aliased(packet)
         data = encode(packet, version)
         limit = self.client_max_packet_size
         if limit and len(data) > limit:
@@ -164,6 +170,28 @@ class Connection:
                 return  # MQTT 5.0 §3.1.2.25: discarded, as if it had been sent
             data = encode(_shortened(packet), version)
         self._out.append(data)
+
+    def _aliased(self, packet: Publish) -> Publish:
+        """Topic aliases to the client (MQTT 5.0 §3.3.2.3.4): the first PUBLISH of a topic
+        sets one while there is room; later ones send the alias and an empty topic."""
+        topic = packet.topic
+        alias = self._out_aliases.get(topic)
+        if alias is None:
+            if len(self._out_aliases) >= self.client_alias_maximum:
+                return packet
+            alias = self._out_aliases[topic] = len(self._out_aliases) + 1
+        else:
+            topic = ""
+        properties = packet.properties + Properties.build(topic_alias=alias)
+        return new_publish(
+            topic,
+            packet.payload,
+            packet.qos,
+            packet.retain,
+            packet.dup,
+            packet.packet_id,
+            properties,
+        )
 
     def send_all(self, packets: Iterable[Packet]) -> None:
         for packet in packets:
