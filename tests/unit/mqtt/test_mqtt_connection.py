@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import contextlib
 
+import mqtt5
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from boxmq.errors import ProtocolViolation
-from boxmq.mqtt.codec import decode, encode
+from boxmq.mqtt.codec import encode
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.errors import ProtocolError, ReceiveMaximumExceeded, TopicAliasInvalid
-from boxmq.mqtt.framing import FrameReader
 from boxmq.mqtt.packets import Connect, ProtocolVersion, Puback, Publish
 from boxmq.mqtt.properties import Properties
 
@@ -101,13 +101,12 @@ def test_topic_aliases_to_the_client_while_there_is_room() -> None:
     connection = _connected(topic_alias_maximum=1)
     for topic in ("a/long/topic", "a/long/topic", "other"):
         connection.send(Publish(topic, b"x"))
-    reader = FrameReader(max_packet_size=1024)
+    sent = []
     for data in connection.data_to_send():
-        reader.receive(data)
-    sent = [decode(frame, V5) for frame in reader.frames()]
-    assert all(isinstance(p, Publish) for p in sent)
-    topics = [(p.topic, p.properties.topic_alias) for p in sent if isinstance(p, Publish)]
-    assert topics == [("a/long/topic", 1), ("", 1), ("other", None)]
+        packet, _ = mqtt5.read(memoryview(data))  # an independent codec
+        assert isinstance(packet, mqtt5.PublishPacket)
+        sent.append((packet.topic, packet.topic_alias))
+    assert sent == [("a/long/topic", 1), ("", 1), ("other", None)]
 
 
 def test_v311_is_closed_without_a_word() -> None:
