@@ -96,6 +96,7 @@ class QueueComponent(ComponentXMPP):
 
     def _poll(self) -> None:
         self._poll_pending = False
+        self.service.flush()  # the batch's publishes, one commit per queue
         self.service.poll_touched()
 
     # -- stanzas out -------------------------------------------------------------------------
@@ -156,6 +157,7 @@ class QueueComponent(ComponentXMPP):
             pause = POLL if deadline is None else min(POLL, max(0.0, deadline - time.time()))
             await asyncio.sleep(pause)
             try:
+                self.service.flush()
                 self.service.expire(time.time())
                 self.service.poll()
             except Exception:  # a bug must not stop the one timer: timeouts depend on it
@@ -166,6 +168,7 @@ class QueueComponent(ComponentXMPP):
         self._timer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._timer
+        self.service.flush()  # publishes of the last batch are stored and answered
         self.service.close()  # every subscriber's locks go back to target/
         if self.transport is not None:
             await self.disconnect(wait=1.0)

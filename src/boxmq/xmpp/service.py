@@ -118,6 +118,7 @@ class QueueService:
         self._now = now
         self._reliable = ReliableSender(sender=domain, send=send)
         self._touched: set[str] = set()  # nodes whose deliveries may have changed
+        self._puts: dict[str, list[tuple[Iq, bytes]]] = {}  # publishes awaiting one commit
 
     # -- what the component feeds in -------------------------------------------------------------
 
@@ -128,7 +129,9 @@ class QueueService:
             request = parse_request(iq)
             if isinstance(request, (Publish, Retract, Unlock, Subscribe, Unsubscribe)):
                 self._touched.add(request.node)
-            self._send(self._answer(iq, request))
+            answer = self._answer(iq, request)
+            if answer is not None:
+                self._send(answer)
         except StanzaError as error:
             self._send(render.error(iq, error.condition, text=str(error), inner=error.payload))
         except BoxMQError as error:
@@ -225,7 +228,7 @@ class QueueService:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def _answer(self, iq: Iq, request: Request) -> str:
+    def _answer(self, iq: Iq, request: Request) -> str | None:
         match request:
             case Publish():
                 return self._publish(iq, request)
@@ -250,20 +253,36 @@ class QueueService:
             case Configure():
                 return self._configure(iq, request)
 
-    def _publish(self, iq: Iq, request: Publish) -> str:
+    def _publish(self, iq: Iq, request: Publish) -> str | None:
         if request.payload is None:
             raise StanzaError(_PAYLOAD_REQUIRED, "publish one <item/> with a payload")
         # The service assigns the item id: it is the boxmq message id (docs/xmpp.md).
         body = render.xml_of(request.payload).encode()
         if self._is_queue(request.node):
-            item_id = self._queue(request.node).put(body)
-        else:  # a topic: a copy for every matching subscription, MQTT's included
-            item_id = self._box.publish(request.node, body, qos=1, source=iq.sender)
-        return render.result(
-            iq,
-            f"<pubsub xmlns='{ns.PUBSUB}'><publish node={_attr(request.node)}>"
-            f"<item id='{item_id}'/></publish></pubsub>",
-        )
+            self._puts.setdefault(request.node, []).append((iq, body))
+            return None  # answered by flush(), once the batch is on disk
+        # a topic: a copy for every matching subscription, MQTT's included
+        item_id = self._box.publish(request.node, body, qos=1, source=iq.sender)
+        return _published(iq, request.node, item_id)
+
+    def flush(self) -> None:
+        """Put the publishes of this batch of stanzas, one commit per queue (one flush for all
+        under fsync=always), then answer them: the result promises the item is stored."""
+        puts, self._puts = self._puts, {}
+        for node, pending in puts.items():
+            try:
+                ids = self._queue(node).put_many([body for _, body in pending])
+            except BoxMQError as error:
+                for iq, _ in pending:
+                    self._send(render.error(iq, condition_for(error), text=str(error)))
+                continue
+            except Exception:  # a bug must cost these requests, never the stream
+                log.exception("publishing %d item(s) to %s", len(pending), node)
+                for iq, _ in pending:
+                    self._send(render.error(iq, INTERNAL))
+                continue
+            for (iq, _), item_id in zip(pending, ids, strict=True):
+                self._send(_published(iq, node, item_id))
 
     def _retract(self, iq: Iq, request: Retract) -> str:
         """XEP-0254 §2.3: the receiver deletes the item; only it hears of the deletion."""
@@ -474,6 +493,14 @@ class QueueService:
         self._subscriptions.remove(subscription)
         subscription.held.clear()
         subscription.consumer.close()  # owner gone: its locks go to the other subscribers
+
+
+def _published(iq: Iq, node: str, item_id: str) -> str:
+    return render.result(
+        iq,
+        f"<pubsub xmlns='{ns.PUBSUB}'><publish node={_attr(node)}>"
+        f"<item id='{item_id}'/></publish></pubsub>",
+    )
 
 
 def _queue_requests(iq: Iq, request: Subscribe) -> int:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from xml.etree import ElementTree as ET
 
 import pytest
-from tests.unit.xmpp.wire import ALICE, BOB, PS, Wire, condition
+from tests.unit.xmpp.wire import ALICE, BOB, PS, Wire, condition, in_stream
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -326,3 +326,23 @@ def test_after_a_request_only_the_nodes_it_touched_are_polled(wire: Wire, box: b
     assert wire.service.poll_touched() == 1  # jobs only
     assert wire.service.poll_touched() == 0  # and only once
     assert wire.service.poll() == 1  # the timer's full round finds mail's
+
+
+def test_the_publishes_of_one_batch_are_answered_once_stored_together(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    for n in (1, 2):
+        wire.service.iq(
+            in_stream(
+                f"<iq type='set' id='p{n}' from='{ALICE}' to='queue.localhost'>"
+                f"<pubsub xmlns='{PS}'><publish node='jobs'><item><x xmlns='urn:e'>{n}</x>"
+                "</item></publish></pubsub></iq>"
+            )
+        )
+    assert wire.sent == []  # no answer before the batch is stored
+    assert box.queue("jobs").counts().ready == 0
+    wire.service.flush()
+    replies = wire.take()
+    assert [r.get("id") for r in replies] == ["p1", "p2"]
+    assert all(r.get("type") == "result" for r in replies)
+    assert box.queue("jobs").counts().ready == 2

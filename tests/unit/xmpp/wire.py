@@ -18,7 +18,7 @@ EVENT = ns.tag(ns.PUBSUB_EVENT, "event")
 STANZA_NS = ns.STANZAS
 
 
-def _in_stream(xml: str) -> ET.Element:
+def in_stream(xml: str) -> ET.Element:
     return ET.fromstring(f"<stream xmlns='{ns.COMPONENT}'>{xml}</stream>")[0]
 
 
@@ -36,8 +36,9 @@ class Wire:
         self._n += 1
         iq_id = f"t{self._n}"
         self.service.iq(
-            _in_stream(f"<iq type='{type}' id='{iq_id}' from='{sender}' to='{to}'>{inner}</iq>")
+            in_stream(f"<iq type='{type}' id='{iq_id}' from='{sender}' to='{to}'>{inner}</iq>")
         )
+        self.service.flush()  # as the component does after each batch of stanzas
         stanzas = self.take()
         replies = [e for e in stanzas if e.tag.endswith("}iq") and e.get("id") == iq_id]
         self._backlog = [e for e in stanzas if e not in replies]
@@ -46,7 +47,7 @@ class Wire:
 
     def take(self) -> list[ET.Element]:
         """Stanzas sent since the last look (replies already taken by `iq` excluded)."""
-        out = self._backlog + [_in_stream(x) for x in self.sent]
+        out = self._backlog + [in_stream(x) for x in self.sent]
         self.sent.clear()
         self._backlog = []
         return out
