@@ -20,23 +20,21 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
-import math
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from boxmq.client.box import Box
-from boxmq.client.message import Message
-from boxmq.client.topics import Publication, Subscriber, Topics
+from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
 from boxmq.core import QoS, Subscription, parse_filter
 from boxmq.errors import BoxMQError, Closed, InvalidArgument, MetadataTooLong
-from boxmq.model import RESERVED_PREFIX, ConsumerId, Envelope
+from boxmq.model import ConsumerId, Envelope
 from boxmq.mqtt.connection import Connection
+from boxmq.mqtt.disk import Job, run_all
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.outbox import Stage
 from boxmq.mqtt.packets import (
@@ -66,15 +64,21 @@ from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.routes import DurableRoutes, MemoryRoutes
 from boxmq.mqtt.session import NEVER, Session, SubscriptionOptions, Token
 from boxmq.mqtt.settings import MqttSettings
+from boxmq.mqtt.stored import (
+    NOT_FORWARDED,
+    consumer_name,
+    exactly_once_source,
+    kept_properties,
+    publication_of,
+    publish_of,
+    retained_publish,
+    storable,
+)
 
-__all__ = ["V5_PROPERTIES", "Broker", "Link", "consumer_name"]
+__all__ = ["Broker", "Link"]
 
 log = logging.getLogger("boxmq.mqtt")
 
-# The v5 properties of a message kept on disk: their wire bytes, base64, in one reserved
-# property of the file name (dropped, with a warning, when the name would pass 255 bytes).
-V5_PROPERTIES: Final = RESERVED_PREFIX + "v5"
-_NOT_FORWARDED: Final = (PropertyId.TOPIC_ALIAS, PropertyId.SUBSCRIPTION_IDENTIFIER)
 _LOCK_TIMEOUT: Final = 7 * 24 * 3600.0  # MQTT has no ack timeout: a session holds its locks
 _BACKLOG_HIGH: Final = 64  # disk batches queued for one client before we stop reading it
 _R = ReasonCode
@@ -104,22 +108,10 @@ class _Client:
     link: Link
     session: Session | None = None
     clean_exit: bool = False  # DISCONNECT 0x00 came: no Will (MQTT 5.0 §3.1.2.5)
-    jobs: list[_Job] = field(default_factory=list)  # this read's disk work, run as one batch
+    jobs: list[Job] = field(default_factory=list)  # this read's disk work, run as one batch
     tail: asyncio.Future[None] | None = None  # the last batch, which the next one waits for
     backlog: int = 0
     paused: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class _Job:
-    """Disk work for one packet (in a worker thread), then its answer (on the loop).
-
-    A job with a `publication` may be done together with its neighbours (one commit for a
-    run of them); `work` does it alone, when the run fails as a whole."""
-
-    work: Callable[[], object]
-    then: Callable[[object], None]
-    publication: Publication | None = None
 
 
 class Broker:
@@ -359,7 +351,7 @@ class Broker:
             packet.username, packet.password, packet.client_id
         ):
             return _R.NOT_AUTHORIZED if packet.username is None else _R.BAD_USER_NAME_OR_PASSWORD
-        if packet.client_id and not _storable(packet.client_id):
+        if packet.client_id and not storable(packet.client_id):
             return _R.CLIENT_IDENTIFIER_NOT_VALID
         return None
 
@@ -569,7 +561,7 @@ class Broker:
         packet_id = packet.packet_id
         if not disk:
             client.jobs.append(
-                _Job(lambda: None, lambda _: self._publish_now(client, session, packet))
+                Job(lambda: None, lambda _: self._publish_now(client, session, packet))
             )
             return
         if packet.qos == 2 and not packet.retain:
@@ -582,12 +574,12 @@ class Broker:
                 session.hold_for_release(packet_id, packet, stored=True)
                 self._send(client, Pubrec(packet_id))
 
-            client.jobs.append(_Job(lambda: self._assure(client_id, packet), stored))
+            client.jobs.append(Job(lambda: self._assure(client_id, packet), stored))
             return
         if packet.qos == 2:
             # Retained QoS 2 is written at PUBREL: the retained store has no working/ step.
             client.jobs.append(
-                _Job(lambda: None, lambda _: self._publish_now(client, session, packet))
+                Job(lambda: None, lambda _: self._publish_now(client, session, packet))
             )
             return
 
@@ -600,8 +592,8 @@ class Broker:
             if packet_id is not None:
                 self._send(client, Puback(packet_id))
 
-        job = _Job(
-            lambda: self._write(client_id, packet), written, self._publication(client_id, packet)
+        job = Job(
+            lambda: self._write(client_id, packet), written, publication_of(client_id, packet)
         )
         client.jobs.append(job)
 
@@ -658,7 +650,9 @@ class Broker:
 
         def work() -> object:
             if on_disk:
-                return self.box.deliver(_source(client_id), str(packet_id), remember=False)
+                return self.box.deliver(
+                    exactly_once_source(client_id), str(packet_id), remember=False
+                )
             assert publish is not None
             if publish.retain or self._needs_disk(client_id, publish, persistent=False):
                 self._write(client_id, publish)
@@ -671,7 +665,7 @@ class Broker:
                 self._route_memory(client_id, publish)
             self._send(client, Pubcomp(packet_id))
 
-        client.jobs.append(_Job(work, done))
+        client.jobs.append(Job(work, done))
 
     def _may_publish(self, username: str | None, client_id: str, topic: str) -> bool:
         authorizer = self.settings.authorizer
@@ -686,9 +680,8 @@ class Broker:
 
     def _write(self, client_id: str, packet: Publish) -> None:
         """Publish into the Box: retained store and every durable subscription it matches."""
-        props = packet.properties.without(*_NOT_FORWARDED)
-        expiry = props.message_expiry_interval
-        kept = {V5_PROPERTIES: _pack(props)} if props else {}
+        expiry = packet.properties.message_expiry_interval
+        kept = kept_properties(packet)
         for properties in (kept, {}) if kept else ({},):
             try:
                 self.box.publish(
@@ -708,23 +701,11 @@ class Broker:
                     "%s: its v5 properties do not fit in a file name: dropped", packet.topic
                 )
 
-    def _publication(self, client_id: str, packet: Publish) -> Publication:
-        props = packet.properties.without(*_NOT_FORWARDED)
-        return Publication(
-            packet.topic,
-            packet.payload,
-            packet.qos,
-            properties={V5_PROPERTIES: _pack(props)} if props else None,
-            expires_in=props.message_expiry_interval or None,
-            source=consumer_name(client_id),
-        )
-
     def _assure(self, client_id: str, packet: Publish) -> object:
-        props = packet.properties.without(*_NOT_FORWARDED)
-        kept = {V5_PROPERTIES: _pack(props)} if props else {}
+        kept = kept_properties(packet)
         try:
             return self.box.assured(
-                _source(client_id),
+                exactly_once_source(client_id),
                 str(packet.packet_id),
                 packet.payload,
                 topic=packet.topic,
@@ -732,7 +713,10 @@ class Broker:
             )
         except MetadataTooLong:
             return self.box.assured(
-                _source(client_id), str(packet.packet_id), packet.payload, topic=packet.topic
+                exactly_once_source(client_id),
+                str(packet.packet_id),
+                packet.payload,
+                topic=packet.topic,
             )
 
     def _start_batch(self, client: _Client) -> None:
@@ -743,7 +727,7 @@ class Broker:
         async def run() -> None:
             if previous is not None:
                 await asyncio.wait([previous])
-            results = await loop.run_in_executor(self._pool, _run_all, self.box.topics, jobs)
+            results = await loop.run_in_executor(self._pool, run_all, self.box.topics, jobs)
             for job, result in zip(jobs, results, strict=True):
                 job.then(result)  # even for a client gone: its message still goes on
             self.flush()
@@ -776,7 +760,7 @@ class Broker:
         routes = self._memory.route(packet.topic)
         if not routes:
             return
-        props = packet.properties.without(*_NOT_FORWARDED)
+        props = packet.properties.without(*NOT_FORWARDED)
         topic, payload, published = packet.topic, packet.payload, packet.qos
         sessions = self._sessions
         for subscriber, text, granted in routes:
@@ -851,7 +835,7 @@ class Broker:
                     break
                 if message is None:
                     break
-                publish = _publish_of(message, options, self._clock.now())
+                publish = publish_of(message, options, self._clock.now())
                 if publish.qos == 0:
                     message.ack()
                     self._deliver(session, publish, None)
@@ -916,7 +900,7 @@ class Broker:
         now = self._clock.now()
         for envelope, body, options in retained:
             if not envelope.expired(now):  # an expired retained message is not sent (§3.3.2.3.3)
-                self._deliver(session, _retained_publish(envelope, body, options, now), None)
+                self._deliver(session, retained_publish(envelope, body, options, now), None)
         self._pump(session)
 
     def _add_subscription(self, session: Session, text: str, options: SubscriptionOptions) -> None:
@@ -977,106 +961,3 @@ class Broker:
             reasons.append(_R.SUCCESS if removed else _R.NO_SUBSCRIPTION_EXISTED)
         v5 = client.link.connection.version is ProtocolVersion.V5
         self._send(client, Unsuback(packet.packet_id, tuple(reasons) if v5 else ()))
-
-
-def _run_all(topics: Topics, jobs: list[_Job]) -> list[object]:
-    """In a worker thread: the jobs' work, in order, runs of publications with one commit; an
-    error is the job's result."""
-    results: list[object] = [None] * len(jobs)
-    start = 0
-    while start < len(jobs):
-        end = start
-        while end < len(jobs) and jobs[end].publication is not None:
-            end += 1
-        if end - start > 1:
-            run = [job.publication for job in jobs[start:end] if job.publication is not None]
-            try:
-                topics.publish_many(run)
-            except BoxMQError:  # nothing was committed: each alone, each with its own answer
-                for index in range(start, end):
-                    results[index] = _attempt(jobs[index])
-            start = end
-        else:
-            results[start] = _attempt(jobs[start])
-            start += 1
-    return results
-
-
-def _attempt(job: _Job) -> object:
-    try:
-        return job.work()
-    except BoxMQError as error:
-        return error
-
-
-def _source(client_id: str) -> str:
-    """Who sends a QoS 2 message to the exactly-once intake: the MQTT client."""
-    return f"mqtt:{client_id}"
-
-
-def consumer_name(client_id: str) -> str:
-    """A client id as a subscriber name on disk ('/' cannot be in one; '%' escapes)."""
-    return client_id.replace("%", "%25").replace("/", "%2F")
-
-
-def _storable(client_id: str) -> bool:
-    from boxmq.store.names import check_consumer_name
-
-    try:
-        check_consumer_name(consumer_name(client_id))
-    except InvalidArgument:
-        return False
-    return True
-
-
-def _properties_of(envelope: Envelope) -> Properties:
-    raw = envelope.property_value(V5_PROPERTIES)
-    if not isinstance(raw, str):
-        return EMPTY
-    try:
-        return Properties(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
-    except ValueError:
-        return EMPTY
-
-
-def _pack(props: Properties) -> str:
-    """The property bytes as file-name text: URL-safe base64 without its padding."""
-    return base64.urlsafe_b64encode(props.raw).decode().rstrip("=")
-
-
-def _publish_of(message: Message, options: SubscriptionOptions, now: float) -> Publish:
-    props = _remaining_expiry(_properties_of(message.envelope), message.envelope, now)
-    if options.identifier:
-        props = props + subscription_identifier(options.identifier)
-    topic = message.topic or ""
-    return new_publish(
-        topic,
-        message.body,
-        min(message.qos, options.qos),
-        message.retained,
-        message.delivery_count > 1,
-        None,
-        props,
-    )
-
-
-def _remaining_expiry(props: Properties, envelope: Envelope, now: float) -> Properties:
-    """MQTT 5.0 §3.3.2.3.3: the Message Expiry Interval sent on is what is left of it."""
-    if not envelope.expiration:
-        return props
-    left = max(1, math.ceil(envelope.expiration / 1000 - now))
-    kept = props.without(PropertyId.MESSAGE_EXPIRY_INTERVAL)
-    return kept + Properties.build(message_expiry_interval=left)
-
-
-def _retained_publish(
-    envelope: Envelope, body: bytes, options: SubscriptionOptions, now: float
-) -> Publish:
-    from boxmq.model import QOS
-
-    stored = envelope.property_value(QOS)
-    qos = stored if isinstance(stored, int) and not isinstance(stored, bool) else 1
-    props = _remaining_expiry(_properties_of(envelope), envelope, now)
-    if options.identifier:
-        props = props + subscription_identifier(options.identifier)
-    return new_publish(envelope.topic or "", body, min(qos, options.qos), True, False, None, props)
