@@ -91,14 +91,16 @@ class Connection:
         if frame.kind == _CONNECT:
             raise ProtocolError("a second CONNECT (MQTT 5.0 §3.1)")
         packet = decode(frame, version)
-        if frame.kind == _PUBLISH:
+        if frame.kind == _PUBLISH and version is ProtocolVersion.V5:
+            # 3.1.1 has no Receive Maximum and no aliases: its clients are slowed by reading
+            # them less (broker.py), never disconnected for having many PUBLISHes in flight.
             assert isinstance(packet, Publish)
             if packet.qos:
                 self._count_unanswered()
-            if (
-                version is ProtocolVersion.V5
-                and packet.properties.mask >> PropertyId.TOPIC_ALIAS & 1
-            ):
+            mask = packet.properties.mask
+            if mask >> PropertyId.SUBSCRIPTION_IDENTIFIER & 1:
+                raise ProtocolError("a PUBLISH from a client with a Subscription Identifier")
+            if mask >> PropertyId.TOPIC_ALIAS & 1:
                 return self._resolve_alias(packet)
         return packet
 

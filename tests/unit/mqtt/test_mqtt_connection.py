@@ -82,6 +82,18 @@ def test_receive_maximum_counts_unanswered_publishes() -> None:
     assert connection.closing(caught.value)[2] == 0x93
 
 
+def test_v311_has_no_receive_maximum() -> None:
+    connection = _connected(V311)
+    data = b"".join(encode(Publish("a", b"x", 1, packet_id=i), V311) for i in range(1, 200))
+    assert len(connection.receive(data, now=1)) == 199
+
+
+def test_a_client_may_not_send_a_subscription_identifier() -> None:
+    bad = encode(Publish("a", b"x", properties=Properties.build(subscription_identifiers=[1])), V5)
+    with pytest.raises(ProtocolError):
+        _connected().receive(bad, now=1)
+
+
 def test_keep_alive_deadline_is_one_and_a_half_periods() -> None:
     connection = _connected()
     assert connection.deadline() is None
