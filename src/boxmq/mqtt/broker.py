@@ -60,7 +60,7 @@ from boxmq.mqtt.packets import (
     new_publish,
 )
 from boxmq.mqtt.properties import EMPTY, Properties, PropertyId, subscription_identifier
-from boxmq.mqtt.reasons import ReasonCode
+from boxmq.mqtt.reasons import ReasonCode, reason_for
 from boxmq.mqtt.routes import DurableRoutes, MemoryRoutes
 from boxmq.mqtt.session import NEVER, Session, SubscriptionOptions, Token
 from boxmq.mqtt.settings import MqttSettings
@@ -74,6 +74,7 @@ from boxmq.mqtt.stored import (
     retained_publish,
     storable,
 )
+from boxmq.store.topics import read_records
 
 __all__ = ["Broker", "Link"]
 
@@ -415,8 +416,6 @@ class Broker:
         return session
 
     def _record_qos(self, text: str, name: str) -> int:
-        from boxmq.store.topics import read_records
-
         parsed = parse_filter(text)
         for record, _ in read_records(self.box.root):
             same = record.filter == parsed.filter and record.group == parsed.share_group
@@ -598,8 +597,6 @@ class Broker:
         client.jobs.append(job)
 
     def _send_error(self, client: _Client, ack: Puback | Pubrec, error: BoxMQError) -> None:
-        from boxmq.mqtt.reasons import reason_for
-
         log.warning("PUBLISH refused: %s", error)
         connection = client.link.connection
         if connection.version is ProtocolVersion.V5:
