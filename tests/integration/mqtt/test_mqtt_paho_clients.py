@@ -278,3 +278,16 @@ def test_message_expiry_counts_the_time_spent_waiting(server: RunningServer) -> 
     late = paho(server, "late")
     late.subscribe("exp/#", 1)
     assert late.nothing()  # the retained one expired too
+
+
+def test_a_message_published_with_the_python_api_reaches_a_persistent_session(
+    server: RunningServer,
+) -> None:
+    import boxmq
+
+    sub = paho(server, "durable", clean=False, expiry=300)
+    sub.subscribe("api/#", 1)
+    with boxmq.open(server.root, fsync="never") as other:  # another Box: as another process would
+        other.publish("api/x", b"from python", qos=1)
+    message = sub.next(timeout=5)
+    assert (message.topic, message.payload) == ("api/x", b"from python")
