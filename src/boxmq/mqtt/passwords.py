@@ -86,6 +86,8 @@ class PasswordEntry:
     digest: bytes
 
     def matches(self, password: bytes) -> bool:
+        if b"\0" in password:
+            return False  # never stored (see hash_password): "" and "\0" would derive alike
         actual = _derive(self.algorithm, dict(self.cost), password, self.salt)
         return hmac.compare_digest(actual, self.digest)
 
@@ -165,6 +167,10 @@ def hash_password(
     if default is None:
         raise InvalidArgument(f"unknown password hash algorithm {algorithm!r}")
     validate_username(username)
+    if b"\0" in password:
+        # Both algorithms key HMAC with the password, which pads it with NUL bytes: "pw" and
+        # "pw\0" would be the same password. So a NUL never belongs to one.
+        raise InvalidArgument("a password cannot contain a NUL byte")
     chosen = dict(default if cost is None else cost)
     salt = secrets.token_bytes(_SALT_BYTES)
     digest = _derive(algorithm, chosen, password, salt)

@@ -32,8 +32,11 @@ usernames = st.text(min_size=1, max_size=20).filter(
 )
 
 
+passwords = st.binary(max_size=40).filter(lambda b: b"\0" not in b)
+
+
 @settings(max_examples=50)
-@given(usernames, st.binary(max_size=40), st.binary(max_size=40), st.sampled_from(sorted(CHEAP)))
+@given(usernames, passwords, st.binary(max_size=40), st.sampled_from(sorted(CHEAP)))
 def test_round_trip_through_text_accepts_only_the_password(
     username: str, password: bytes, other: bytes, algorithm: str
 ) -> None:
@@ -172,3 +175,14 @@ def test_concurrent_changes_are_all_kept(tmp_path: Path, monkeypatch: pytest.Mon
     for thread in threads:
         thread.join()
     assert sorted(PasswordFile.load(path).users()) == users
+
+
+@pytest.mark.parametrize("algorithm", sorted(CHEAP))
+def test_a_nul_byte_is_never_part_of_a_password(algorithm: str) -> None:
+    # HMAC pads its key with NUL bytes, so b"" and b"\0" would derive the same digest.
+    entry = hash_password("u", b"", algorithm=algorithm, cost=CHEAP[algorithm])
+    assert entry.matches(b"")
+    assert not entry.matches(b"\0")
+    assert not entry.matches(b"\0\0")
+    with pytest.raises(InvalidArgument, match="NUL"):
+        hash_password("u", b"pw\0", algorithm=algorithm, cost=CHEAP[algorithm])
