@@ -24,13 +24,22 @@ from boxmq.model import (
     PropertyValue,
     properties_from,
 )
+from boxmq.store.commit import Move
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
-from boxmq.store.names import MAX_NAME, Lock, check_consumer_name, encode, locked_name
+from boxmq.store.names import (
+    MAX_NAME,
+    Lock,
+    check_consumer_name,
+    encode,
+    locked_name,
+    plain_name,
+)
 
 __all__ = ["Outgoing", "Peeked", "Queue", "QueueCounts", "counts_of"]
 
 _INT32 = 2**31
+_FAR = 2**62 / 1000  # seconds: an expiration in epoch ms stays below 2^63
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,40 +116,32 @@ class Queue:
         moves, ids = [], []
         for item in messages:
             outgoing = item if isinstance(item, Outgoing) else Outgoing(item)
-            envelope, name, body = self._envelope(outgoing)
-            while True:
-                try:
-                    moves.append(self._box.write(name, body))
-                    break
-                except FileExistsError:  # an id taken in working/: draw again
-                    envelope = replace(envelope, message_id=self._ids.new())
-                    name = encode(envelope)
-            ids.append(envelope.message_id)
+            message_id, move = self._write(outgoing)
+            moves.append(move)
+            ids.append(message_id)
         self._box.send(moves)
         return ids
 
-    def _envelope(self, outgoing: Outgoing) -> tuple[Envelope, str, bytes]:
-        if not -_INT32 <= outgoing.priority < _INT32:
-            raise InvalidArgument(f"priority {outgoing.priority} is outside -2^31..2^31-1")
-        if outgoing.expires_in is not None and outgoing.expires_in <= 0:
-            raise InvalidArgument("expires_in must be a positive number of seconds")
-        properties = dict(outgoing.properties or {})
-        for key in properties:
-            if not key or key.startswith(RESERVED_PREFIX):
-                raise InvalidName(f"property name {key!r}: empty, or in boxmq's {RESERVED_PREFIX}*")
-        text = isinstance(outgoing.body, str)
-        envelope = Envelope(
-            message_id=self._ids.new(),
-            priority=outgoing.priority,
-            message_class=MessageClass.TEXT if text else MessageClass.BYTES,
-            expiration=(
-                int((self._now() + outgoing.expires_in) * 1000) if outgoing.expires_in else 0
-            ),
-            correlation_id=outgoing.correlation_id,
-            reply_to=outgoing.reply_to,
-            type=outgoing.type,
-            properties=properties_from(properties),
+    def _write(self, outgoing: Outgoing) -> tuple[MessageId, Move]:
+        """Write one message in working/ under a fresh id; the move that sends it."""
+        plain = not (
+            outgoing.properties or outgoing.correlation_id or outgoing.reply_to or outgoing.type
         )
+        envelope, body = self._envelope(outgoing, plain)
+        name = self._name(envelope, plain)
+        while True:
+            try:
+                return envelope.message_id, self._box.write(name, body)
+            except FileExistsError:  # an id taken in working/: draw again
+                envelope = replace(envelope, message_id=self._ids.new())
+                name = self._name(envelope, plain)
+
+    @staticmethod
+    def _name(envelope: Envelope, plain: bool) -> str:
+        if plain:  # the common put (a body, maybe a priority or expiry): no general encoder
+            return plain_name(
+                envelope.priority, envelope.message_id, envelope.message_class, envelope.expiration
+            )
         name = encode(envelope)
         length = len(name)  # encoded names are ASCII: characters are bytes
         if length > MAX_NAME - PUT_HEADROOM:
@@ -149,8 +150,37 @@ class Queue:
                 f"{MAX_NAME - PUT_HEADROOM}: shorten the properties, correlation id, reply-to "
                 "or type, or move them into the body"
             )
+        return name
+
+    def _envelope(self, outgoing: Outgoing, plain: bool) -> tuple[Envelope, bytes]:
+        if not -_INT32 <= outgoing.priority < _INT32:
+            raise InvalidArgument(f"priority {outgoing.priority} is outside -2^31..2^31-1")
+        expiration = 0
+        if outgoing.expires_in is not None:
+            if not 0 < outgoing.expires_in < _FAR:
+                raise InvalidArgument("expires_in must be a positive number of seconds")
+            expiration = int((self._now() + outgoing.expires_in) * 1000)
+        text = isinstance(outgoing.body, str)
         body = outgoing.body.encode() if isinstance(outgoing.body, str) else bytes(outgoing.body)
-        return envelope, name, body
+        message_id = self._ids.new()
+        message_class = MessageClass.TEXT if text else MessageClass.BYTES
+        if plain:
+            return Envelope(message_id, outgoing.priority, message_class, expiration), body
+        properties = dict(outgoing.properties or {})
+        for key in properties:
+            if not key or key.startswith(RESERVED_PREFIX):
+                raise InvalidName(f"property name {key!r}: empty, or in boxmq's {RESERVED_PREFIX}*")
+        envelope = Envelope(
+            message_id=message_id,
+            priority=outgoing.priority,
+            message_class=message_class,
+            expiration=expiration,
+            correlation_id=outgoing.correlation_id,
+            reply_to=outgoing.reply_to,
+            type=outgoing.type,
+            properties=properties_from(properties),
+        )
+        return envelope, body
 
     # -- consuming ---------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from boxmq.store.layout import State, is_dropbox
 __all__ = ["Dropbox", "Entry"]
 
 _READ = 1 << 16  # below malloc's mmap threshold: a small body costs no mmap/munmap
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -63,9 +64,11 @@ class Dropbox:
         path = self.file(State.WORKING, name)
         fd = os.open(path, _CREATE, 0o644)
         try:
-            view = memoryview(body)
-            while view:
-                view = view[os.write(fd, view) :]
+            written = os.write(fd, body)
+            if written < len(body):  # a short write: rare, but the body must be whole
+                view = memoryview(body)[written:]
+                while view:
+                    view = view[os.write(fd, view) :]
         except BaseException:
             os.close(fd)
             os.unlink(path)
@@ -92,14 +95,15 @@ class Dropbox:
     def move(self, source: State, name: str, target: State, new_name: str | None = None) -> bool:
         """Rename source/<name> to target/<new_name or name>; False if the file was gone."""
         try:
-            os.rename(self.file(source, name), self.file(target, new_name or name))
+            prefixes = self._prefixes
+            os.rename(prefixes[source] + name, prefixes[target] + (new_name or name))
         except FileNotFoundError:
             return False
         return True
 
     def remove(self, state: State, name: str) -> bool:
         try:
-            os.unlink(self.file(state, name))
+            os.unlink(self._prefixes[state] + name)
         except FileNotFoundError:
             return False
         return True
@@ -107,7 +111,7 @@ class Dropbox:
     def read(self, state: State, name: str) -> bytes | None:
         """The body of state/<name>, or None if it is gone."""
         try:
-            fd = os.open(self.file(state, name), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(self._prefixes[state] + name, _READ_FLAGS)
         except FileNotFoundError:
             return None
         try:

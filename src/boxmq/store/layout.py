@@ -32,6 +32,10 @@ class State(Enum):
     EXPIRED = "expired"  # expiration passed before delivery
     ERROR = "error"  # dead letters
 
+    # Members are singletons, so identity is their equality. Enum's own __hash__ is Python code,
+    # and a state is a dict key on every file operation of the hot path.
+    __hash__ = object.__hash__
+
 
 def queue_path(root: str, queue: str) -> str:
     if queue == TOPIC_ROOT:

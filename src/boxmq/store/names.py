@@ -22,6 +22,7 @@ the PropertyType letter. Invariants:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ __all__ = [
     "MAX_NAME",
     "MAX_OWNER",
     "NAME_LIMIT",
+    "PLAIN_ID",
     "Lock",
     "check_consumer_name",
     "decode",
@@ -51,6 +53,7 @@ __all__ = [
     "encode",
     "escape_segment",
     "locked_name",
+    "plain_name",
     "split_lock",
     "unescape_segment",
 ]
@@ -260,8 +263,24 @@ def encode(envelope: Envelope) -> str:
     return name
 
 
+# An id that needs no escaping: what IdFactory makes, and most ids of other producers.
+PLAIN_ID = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def plain_name(priority: int, message_id: str, message_class: MessageClass, expiration: int) -> str:
+    """encode() of an envelope with only these fields, without building one (the put path).
+
+    The caller guarantees what encode() would check: `message_id` matches PLAIN_ID, priority is
+    an int32 and 0 <= expiration <= 2^63-1. Such a name is far below MAX_NAME.
+    """
+    if expiration:
+        return f"{priority}.{message_id}.{message_class.value}.{expiration}"
+    return f"{priority}.{message_id}.{message_class.value}"
+
+
 # What a plain put writes: priority, an id with nothing escaped, the class. Most names are
 # this; they skip the general path's split, seven unquotes and property parsing.
+_CLASSES = {member.value: member for member in MessageClass}  # a dict: no Enum call per name
 _SIMPLE = re.compile(r"(-?[0-9]{1,10})\.([A-Za-z0-9_-]+)\.([MBSPOT])")
 
 
@@ -271,7 +290,7 @@ def _decode(name: str) -> Envelope:
         return Envelope(
             message_id=MessageId(simple[2]),
             priority=priority,
-            message_class=MessageClass(simple[3]),
+            message_class=_CLASSES[simple[3]],
         )
     if "/" in name or "\0" in name:
         raise MalformedName("a file name cannot contain '/' or NUL")
@@ -338,12 +357,17 @@ def check_consumer_name(name: str) -> ConsumerId:
 
 def locked_name(name: str, lock: Lock) -> str:
     """`name` with `lock` appended; the suffix is at most LOCK_RESERVE bytes."""
-    owner = _quote(check_consumer_name(lock.owner))
-    if not _TOKEN.fullmatch(lock.token):
-        raise InvalidName(f"lock token {lock.token!r} is not [A-Za-z0-9-]{{0,30}}")
     if not 0 <= lock.deadline_ms <= _MAX_DEADLINE:
         raise InvalidArgument(f"lock deadline {lock.deadline_ms} is not in [0, {_MAX_DEADLINE}]")
-    return f"{name}@{owner}@{lock.deadline_ms}@{lock.token}"
+    return f"{name}{_owner_part(lock.owner, lock.token)}{lock.deadline_ms}@{lock.token}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _owner_part(owner: str, token: str) -> str:
+    # A process locks for few consumers and one token: check and quote them once, not per claim.
+    if not _TOKEN.fullmatch(token):
+        raise InvalidName(f"lock token {token!r} is not [A-Za-z0-9-]{{0,30}}")
+    return f"@{_quote(check_consumer_name(owner))}@"
 
 
 def split_lock(name: str) -> tuple[str, Lock | None]:

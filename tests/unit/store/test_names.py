@@ -23,6 +23,7 @@ from boxmq.store.names import (
     MAX_NAME,
     MAX_OWNER,
     NAME_LIMIT,
+    PLAIN_ID,
     Lock,
     check_consumer_name,
     decode,
@@ -30,6 +31,7 @@ from boxmq.store.names import (
     encode,
     escape_segment,
     locked_name,
+    plain_name,
     split_lock,
     unescape_segment,
 )
@@ -476,3 +478,28 @@ def test_segments_round_trip(text: str) -> None:
     assert "/" not in segment
     assert not segment.startswith(".")
     assert len(segment.encode()) <= NAME_LIMIT
+
+
+@given(
+    st.integers(-(2**31), 2**31 - 1),
+    st.from_regex(PLAIN_ID, fullmatch=True),
+    st.sampled_from(MessageClass),
+    st.integers(0, 2**63 - 1),
+)
+def test_plain_name_is_what_encode_writes(
+    priority: int, message_id: str, message_class: MessageClass, expiration: int
+) -> None:
+    envelope = Envelope(MessageId(message_id), priority, message_class, expiration)
+    name = plain_name(priority, message_id, message_class, expiration)
+    assert name == encode(envelope)
+    assert decode(name) == envelope
+
+
+def test_a_lock_suffix_is_checked_for_each_owner_and_token_even_when_cached() -> None:
+    assert locked_name("4.a.B", Lock(ConsumerId("w"), 5, "t")).endswith("@w@5@t")
+    with pytest.raises(InvalidName):
+        locked_name("4.a.B", Lock(ConsumerId("w"), 5, "bad token"))
+    with pytest.raises(InvalidName):
+        locked_name("4.a.B", Lock(ConsumerId("w/x"), 5, "t"))
+    with pytest.raises(InvalidArgument):
+        locked_name("4.a.B", Lock(ConsumerId("w"), -1, "t"))
