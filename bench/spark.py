@@ -90,6 +90,7 @@ class Result:
     rows: int
     seconds: float
     phases: tuple[tuple[str, float], ...] = ()  # a stream's time per phase (Spark's durationMs)
+    cpu: float = 0.0  # CPU seconds of this process and all its descendants (JVM, workers)
 
     @property
     def rate(self) -> float:
@@ -125,10 +126,39 @@ def _binary_file(frame: DataFrame) -> DataFrame:
     return named.selectExpr("split(name, '[.]') AS f", "content").selectExpr(*PARSED)
 
 
+def _tree_cpu() -> float:
+    """CPU seconds (user + system) used so far by this process and its descendants: Spark's
+    JVM, its Python workers, and (through the parents that waited for them) the ones that ended,
+    such as a stream's source runner. Other tenants of the machine are not counted."""
+    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, seconds)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as source:
+                fields = source.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended while we looked
+        ticks = sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+        stats[int(entry)] = (int(fields[1]), ticks / os.sysconf("SC_CLK_TCK"))
+    tree, total, grew = {os.getpid()}, 0.0, True
+    while grew:
+        grew = False
+        for pid, (parent, _) in stats.items():
+            if parent in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    for pid in tree:
+        total += stats.get(pid, (0, 0.0))[1]
+    return total
+
+
 def _timed(case: str, rows: int, run: Callable[[], Phases]) -> Result:
+    cpu = _tree_cpu()
     started = time.perf_counter()
     phases = run()
-    return Result(case, rows, time.perf_counter() - started, phases)
+    seconds = time.perf_counter() - started
+    return Result(case, rows, seconds, phases, _tree_cpu() - cpu)
 
 
 Phases = tuple[tuple[str, float], ...]
@@ -200,10 +230,13 @@ def _round(
 def _report(results: list[Result], messages: int, size: int) -> None:
     rates = {result.case: result.rate for result in results}
     print(f"\n{messages} messages of {size} bytes, local[2], one run (warm workers)\n")
-    print(f"{'case':<20} {'seconds':>8} {'rows/s':>10}")
+    print(f"{'case':<20} {'seconds':>8} {'rows/s':>10} {'CPU s':>7}")
     for result in results:
         phases = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in result.phases)
-        print(f"{result.case:<20} {result.seconds:>8.2f} {result.rate:>10,.0f}  {phases}")
+        print(
+            f"{result.case:<20} {result.seconds:>8.2f} {result.rate:>10,.0f} "
+            f"{result.cpu:>7.2f}  {phases}"
+        )
     stream = rates["boxmq stream"] / rates["binaryFile stream"]
     batch = rates["boxmq batch"] / rates["binaryFile batch"]
     print(f"\nratio boxmq / binaryFile: streaming {stream:.1f}x, batch {batch:.1f}x")
@@ -345,9 +378,10 @@ def main(argv: list[str] | None = None) -> int:
         spark = boxmq.spark.local_session("bench-spark", config=TUNED)
         print("warming the workers ...", flush=True)
         _round(spark, root, min(WARM_MESSAGES, messages), options.partitions, "warm")
-        print("measuring ...", flush=True)
+        print(f"measuring ... (load average {os.getloadavg()[0]:.2f})", flush=True)
         results = _round(spark, root, messages, options.partitions, "timed")
         _report(results, messages, options.size)
+        print(f"load average after: {os.getloadavg()[0]:.2f}")
         print("measuring the latency ...", flush=True)
         seconds = min(options.seconds, 5.0) if options.quick else options.seconds
         _report_latency(_latency(spark, base, options.rate, seconds), options.rate)

@@ -1,4 +1,5 @@
-"""The stream's claims on disk (boxmq.spark.claims), without a JVM: numbering, replay, acks."""
+"""The stream's claims on disk (boxmq.spark.claims), without a JVM: numbering, plans, the tasks'
+claims, replay, acks."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 
 import boxmq
 from boxmq.clock import ManualClock
-from boxmq.spark.claims import Budget, Claims, StreamBusy
-from boxmq.store.layout import queue_path
+from boxmq.spark.claims import Budget, Claims, StreamBusy, state_dir
+from boxmq.spark.records import FileRef, read_files
+from boxmq.store.layout import State, queue_path
 from boxmq.store.names import decode_lenient, split_lock
 
 DAY = 86_400.0
@@ -49,6 +51,18 @@ def _bodies(box: boxmq.Box, claims: list[str]) -> list[bytes]:
     return [Path(folder, name).read_bytes() for name in claims]
 
 
+def _task(box: boxmq.Box, claims: Claims, start: int, end: int) -> list[bytes]:
+    """What the batch's Spark tasks do (source.py): claim what the plan numbered, then read it;
+    the bodies read, in order."""
+    dropbox = queue_path(box.root, "q")
+    target, processing = (os.path.join(dropbox, state) for state in ("target", "processing"))
+    files = [FileRef(processing, c.locked, c.name, target) for c in claims.between(start, end)]
+    batches = read_files(files, "q", State.PROCESSING, chunk=1000)
+    bodies = [body for columns in batches for body in columns.values[11]]
+    assert all(isinstance(body, bytes) for body in bodies)
+    return bodies  # type: ignore[return-value]
+
+
 def test_a_batch_claims_in_priority_order_within_the_row_budget(
     box: boxmq.Box, clock: ManualClock
 ) -> None:
@@ -60,13 +74,12 @@ def test_a_batch_claims_in_priority_order_within_the_row_budget(
 
     end = claims.next_end(0, Budget(rows=3))  # a small batch of a big backlog
     assert end == 3
-    batch = [claim.locked for claim in claims.between(0, end)]
-    assert _bodies(box, batch) == [b"high", b"low00", b"low01"]
+    assert len(_folder(box, "target")) == 21  # planned: the tasks claim
+    assert _task(box, claims, 0, end) == [b"high", b"low00", b"low01"]
     assert len(_folder(box, "target")) == 18  # the rest stays ready for other consumers
 
     end = claims.next_end(end, Budget(rows=100))  # all of the rest, fully sorted
-    batch = [claim.locked for claim in claims.between(3, end)]
-    assert _bodies(box, batch) == [f"low{index:02}".encode() for index in range(2, 20)]
+    assert _task(box, claims, 3, end) == [f"low{index:02}".encode() for index in range(2, 20)]
 
 
 def test_a_claim_is_an_ordinary_boxmq_lock_naming_the_stream_and_the_number(
@@ -75,6 +88,7 @@ def test_a_claim_is_an_ordinary_boxmq_lock_naming_the_stream_and_the_number(
     box.queue("q").put("x")
     claims = _claims(box, clock)
     claims.next_end(0, Budget())
+    _task(box, claims, 0, 1)
 
     [locked] = _folder(box, "processing")
     name, lock = split_lock(locked)
@@ -96,9 +110,69 @@ def test_a_restarted_stream_replays_exactly_the_same_messages(
     first.close()  # the driver died after Spark logged (0, end]
 
     box.queue("q").put("late")  # arrives before the restart: not part of the replay
-    replayed = _claims(box, clock).between(0, end)
+    again = _claims(box, clock)
+    replayed = again.between(0, end)
 
     assert replayed == planned
+    assert _task(box, again, 0, end) == [b"m0", b"m1", b"m2", b"m3"]
+
+
+def test_a_retried_task_or_a_replayed_batch_reads_what_the_first_attempt_claimed(
+    box: boxmq.Box, clock: ManualClock
+) -> None:
+    box.queue("q").put_many([f"m{i}".encode() for i in range(6)])
+    first = _claims(box, clock)
+    end = first.next_end(0, Budget())
+    planned = first.between(0, end)
+    # The first attempt claimed and read half of the batch, then its driver died.
+    dropbox = queue_path(box.root, "q")
+    target, processing = (os.path.join(dropbox, state) for state in ("target", "processing"))
+    half = [FileRef(processing, c.locked, c.name, target) for c in planned[:3]]
+    assert sum(len(columns) for columns in read_files(half, "q", State.PROCESSING, chunk=9)) == 3
+    first.close()
+    assert (len(_folder(box, "target")), len(_folder(box, "processing"))) == (3, 3)
+
+    again = _claims(box, clock)  # the restarted driver replays (0, end] from the plan
+    bodies = [f"m{i}".encode() for i in range(6)]
+    assert _task(box, again, 0, end) == bodies
+    assert _task(box, again, 0, end) == bodies  # a task retried: the same, no claim lost
+    assert (len(_folder(box, "target")), len(_folder(box, "processing"))) == (0, 6)
+    assert again.ack(end) == 6
+    assert len(_folder(box, "processed")) == 6
+
+
+def test_a_message_another_consumer_claimed_first_is_skipped_by_every_attempt(
+    box: boxmq.Box, clock: ManualClock
+) -> None:
+    queue = box.queue("q")
+    queue.put_many([b"a", b"b", b"c"])
+    claims = _claims(box, clock)
+    end = claims.next_end(0, Budget())
+    taken = queue.get("other")  # between the plan and the task
+    assert taken is not None
+
+    read = _task(box, claims, 0, end)
+    assert sorted([*read, taken.body]) == [b"a", b"b", b"c"]
+    assert _task(box, claims, 0, end) == read
+    assert claims.ack(end) == 2  # the third is the other consumer's to acknowledge
+    assert len(_folder(box, "processing")) == 1
+
+
+def test_plans_are_removed_once_acknowledged(box: boxmq.Box, clock: ManualClock) -> None:
+    box.queue("q").put_many([b"a", b"b", b"c"])
+    claims = _claims(box, clock)
+    plans = os.path.join(state_dir(box.root, claims.stream), "plans")
+    end = claims.next_end(0, Budget(rows=2))
+    _task(box, claims, 0, end)
+    assert len(os.listdir(plans)) == 1
+
+    end = claims.next_end(end, Budget(rows=2))  # acknowledges (0, 2], plans 3
+    assert len(os.listdir(plans)) == 1
+    _task(box, claims, 2, end)
+    claims.ack(end)
+    assert os.listdir(plans) == []
+    claims.close()
+    assert _claims(box, clock).between(0, end) == []  # nothing left to read again
 
 
 def test_numbers_only_grow_across_restarts_and_new_checkpoints(
@@ -108,6 +182,7 @@ def test_numbers_only_grow_across_restarts_and_new_checkpoints(
     queue.put_many([b"a", b"b", b"c"])
     first = _claims(box, clock)
     end = first.next_end(0, Budget())
+    _task(box, first, 0, end)
     first.ack(end)  # Spark committed the batch
     first.close()
 
@@ -124,15 +199,17 @@ def test_claims_not_yet_planned_come_first_with_their_numbers(
 ) -> None:
     box.queue("q").put_many([b"a", b"b", b"c"])
     first = _claims(box, clock)
-    first.next_end(0, Budget())  # claimed 1..3, then the driver died before Spark's WAL
+    first.next_end(0, Budget())  # planned 1..3, then the driver died before Spark's WAL
     first.close()
 
     box.queue("q").put("d")
     again = _claims(box, clock)
     end = again.next_end(0, Budget(rows=2))
     assert end == 2
+    assert _task(box, again, 0, end) == [b"a", b"b"]
     end = again.next_end(end, Budget(rows=5))
-    assert [claim.seq for claim in again.between(2, end)] == [3, 4]
+    assert [claim.seq for claim in again.between(2, end)] == [3, 4]  # not numbered twice
+    assert _task(box, again, 2, end) == [b"c", b"d"]
 
 
 def test_start_acknowledges_everything_up_to_it_under_the_original_names(
@@ -142,8 +219,10 @@ def test_start_acknowledges_everything_up_to_it_under_the_original_names(
     claims = _claims(box, clock)
     end = claims.next_end(0, Budget(rows=2))
     names = [claim.name for claim in claims.between(0, end)]
+    _task(box, claims, 0, end)
 
-    claims.next_end(end, Budget(rows=2))  # Spark asks for the next batch: (0, 2] is done
+    later = claims.next_end(end, Budget(rows=2))  # Spark asks for the next batch: (0, 2] is done
+    _task(box, claims, end, later)
 
     assert _folder(box, "processed") == sorted(names)
     assert len(_folder(box, "processing")) == 1
@@ -156,6 +235,7 @@ def test_a_byte_budget_always_takes_at_least_one_message(
     claims = _claims(box, clock)
 
     assert claims.next_end(0, Budget(bytes=50)) == 1  # bigger than the budget, taken alone
+    assert _task(box, claims, 0, 1) == [b"x" * 100]
     assert claims.next_end(1, Budget(bytes=250)) == 3
 
 
@@ -170,6 +250,7 @@ def test_available_now_reads_only_what_was_ready_at_its_start(
     end = claims.next_end(0, Budget(), ready)
 
     assert end == 2
+    assert _task(box, claims, 0, end) == [b"a", b"b"]
     assert len(_folder(box, "target")) == 1
 
 
@@ -208,6 +289,7 @@ def test_boxmq_sweepers_take_claims_back_only_after_the_lock_timeout(
     box.queue("q").put("x")
     claims = _claims(box, clock)
     claims.next_end(0, Budget())
+    _task(box, claims, 0, 1)
 
     box.sweep()
     assert len(_folder(box, "processing")) == 1  # no process token: not "owner gone"

@@ -1,20 +1,24 @@
 """A stream's claims on one dropbox: which message belongs to which micro-batch, on disk.
 
-A micro-batch is a range of sequence numbers (start, end]. `next_end` moves ready messages
-target/ → processing/ and gives each the next number, which it writes into the lock's owner
-(`spark~<stream>~<seq>`, boxmq's ordinary lock suffix), so the folder itself says which batch
-holds which message: a batch replayed after a crash reads exactly the files whose numbers fall
-in its range, however the process that claimed them ended. Invariants:
+A micro-batch is a range of sequence numbers (start, end]. `next_end` picks ready messages in
+delivery order, gives each the next number and writes that plan down (plans.py) before Spark
+logs the batch; the batch's tasks then claim them (rename target/ → processing/ under a locked
+name whose owner carries the number: `spark~<stream>~<seq>`, boxmq's ordinary lock suffix) and
+read them. A batch replayed after a crash reads exactly the messages its plan numbered, however
+the process that planned or claimed them ended. Invariants:
 
 - numbers only grow, across restarts and new checkpoints: the next one is above the persisted
   high-water mark, above every number still in processing/ and above the batch's start (research
   note §4: numbering again from 1 after a restart made "ack <= start" swallow new messages);
+- a number is given once: a planned message keeps its number until it is acknowledged, and is
+  never planned again under another while its plan lives;
 - a claim leaves processing/ only by `ack` (to processed/ under its original name, once Spark
   has committed its batch) or by a boxmq sweeper once the lock's deadline has passed;
 - the lock carries no process token, so no liveness check releases it; only its deadline does;
 - one `Claims` per stream at a time: it holds an exclusive lock on the stream's state file.
 
-State: `<root>/.spark/streams/<stream>/state.json` (high-water mark, queue, consumer) and `lock`.
+State: `<root>/.spark/streams/<stream>/state.json` (high-water mark, the number acknowledged up
+to, queue, consumer), `plans/` and `lock`.
 """
 
 from __future__ import annotations
@@ -30,11 +34,12 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from boxmq.errors import BoxMQError, InvalidArgument
 from boxmq.model import ConsumerId
-from boxmq.store.commit import flush_filesystem
+from boxmq.spark.plans import Plan, load_plans, remove_plans, write_plan
 from boxmq.store.layout import State
 from boxmq.store.names import MAX_NAME, Lock, decode_lenient, locked_name, split_lock
 
@@ -65,12 +70,11 @@ def state_dir(root: str, stream: str) -> str:
     return os.path.join(root, ".spark", "streams", stream)
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
+class Claim(NamedTuple):  # a tuple: a batch makes 100,000 of them, 4x faster than a dataclass
     seq: int
     name: str  # in target/ before, in processed/ after
     locked: str  # in processing/
-    size: int = field(compare=False)  # bytes, for maxBytesPerTrigger (0: not looked at)
+    size: int  # bytes, for maxBytesPerTrigger (0: not looked at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,14 +109,16 @@ class Claims:
         self.stream = stream_id(dropbox, consumer)
         self._dirs = {state: os.path.join(dropbox, state.value) for state in State}
         self._state = state_dir(root, self.stream)
+        self._plans_dir = os.path.join(self._state, "plans")
+        self._plans: dict[int, Plan] = {}  # by first number: the plans not acknowledged yet
         self._lock_timeout = lock_timeout
         self._flush = flush
         self._now = now
         self._pending: dict[int, Claim] = {}
         self._meta = {"dropbox": os.path.realpath(dropbox), "consumer": consumer}
-        os.makedirs(self._state, exist_ok=True)
+        os.makedirs(self._plans_dir, exist_ok=True)
         self._lock_fd = _lock(os.path.join(self._state, "lock"), self._meta, wait)
-        self._hwm = self._read_hwm()
+        self._hwm, self._acked = self._read_state()
         self._load()
 
     # -- what Spark asks -----------------------------------------------------------------------
@@ -138,18 +144,39 @@ class Claims:
 
     def ack(self, upto: int) -> int:
         """processing/ → processed/ (original name) for every claim numbered <= `upto`."""
-        done = 0
-        for seq in sorted(s for s in self._pending if s <= upto):
-            claim = self._pending.pop(seq)
-            try:
-                os.rename(
-                    os.path.join(self._dirs[State.PROCESSING], claim.locked),
-                    os.path.join(self._dirs[State.PROCESSED], claim.name),
-                )
-                done += 1
-            except FileNotFoundError:
-                # Its lock timed out and a sweeper took it back: someone else delivers it now.
-                log.warning("stream %s: %s was no longer in processing/", self.stream, claim.name)
+        done = missing = 0
+        acked = sorted(s for s in self._pending if s <= upto)
+        if not acked:
+            return 0
+        processing = os.open(self._dirs[State.PROCESSING], _DIRECTORY)
+        processed = os.open(self._dirs[State.PROCESSED], _DIRECTORY)
+        try:
+            for seq in acked:
+                claim = self._pending.pop(seq)
+                try:
+                    # Names relative to open folders: the kernel walks one component, not ten.
+                    os.rename(claim.locked, claim.name, src_dir_fd=processing, dst_dir_fd=processed)
+                    done += 1
+                except FileNotFoundError:
+                    missing += 1
+        finally:
+            os.close(processing)
+            os.close(processed)
+        if missing:
+            # Another consumer claimed it before the task could, or its lock timed out and a
+            # sweeper took it back: either way someone else delivers it.
+            log.info(
+                "stream %s: %d claim(s) up to %d were not in processing/",
+                self.stream,
+                missing,
+                upto,
+            )
+        self._acked = max(self._acked, upto)
+        self._write_state()
+        finished = [plan for plan in self._plans.values() if plan.last <= upto]
+        remove_plans(self._plans_dir, finished)  # after the state: no plan is read twice
+        for plan in finished:
+            del self._plans[plan.first]
         return done
 
     def snapshot(self) -> frozenset[str]:
@@ -170,45 +197,48 @@ class Claims:
     def _claim(
         self, after: int, budget: Budget, rows: int, size: int, only: frozenset[str] | None
     ) -> list[Claim]:
+        """Number ready messages after `after`, within the budget, and write the plan down;
+        the batch's tasks make the claims (claim_and_read in records.py)."""
         if not budget.allows(rows, size, 0):
             return []
         now = self._now()
-        suffix = self._suffix(int((now + self._lock_timeout) * 1000))
-        target, processing = self._dirs[State.TARGET], self._dirs[State.PROCESSING]
-        claimed: list[Claim] = []
-        seq = after
+        head, tail = self._suffix(int((now + self._lock_timeout) * 1000))
         wanted = None if budget.rows is None else budget.rows - rows
-        candidates = self._candidates(now, only, limit=wanted, sized=budget.bytes is not None)
-        for _, _, name, bytes_ in candidates:
-            if not budget.allows(rows, size, bytes_):
-                break
-            locked = name + suffix(seq + 1)
-            try:
-                os.rename(os.path.join(target, name), os.path.join(processing, locked))
-            except FileNotFoundError:
-                continue  # another consumer was faster: no number is used up
-            seq += 1
-            claim = Claim(seq, name, locked, bytes_)
-            self._pending[seq] = claim
-            claimed.append(claim)
-            rows, size = rows + 1, size + bytes_
-        if claimed:
-            if self._flush:
-                flush_filesystem(processing)  # the claims survive a power cut before Spark's WAL
-            self._write_hwm(seq)
-        return claimed
+        sized = budget.bytes is not None
+        candidates = self._candidates(now, only, limit=wanted, sized=sized)
+        if sized:
+            chosen = []
+            for candidate in candidates:
+                if not budget.allows(rows, size, candidate[3]):
+                    break
+                chosen.append(candidate)
+                rows, size = rows + 1, size + candidate[3]
+        else:
+            chosen = candidates[:wanted]  # no per-message test for a count (or no) limit
+        if not chosen:
+            return []
+        first = after + 1
+        planned = [
+            Claim(seq, name, f"{name}{head}{seq}@{tail}", bytes_)
+            for seq, (_, _, name, bytes_) in enumerate(chosen, first)
+        ]
+        names = tuple(claim.name for claim in planned)
+        sizes = tuple(claim.size for claim in planned) if sized else ()
+        plan = Plan(first, names, head, tail, sizes)
+        # The plan first, then the high-water mark: a plan found at start-up raises it too.
+        write_plan(self._plans_dir, plan, flush=self._flush)
+        self._plans[first] = plan
+        self._pending.update((claim.seq, claim) for claim in planned)
+        self._write_state(plan.last)
+        return planned
 
-    def _suffix(self, deadline: int) -> Callable[[int], str]:
-        """The lock suffix for a number, as names.locked_name writes it, without encoding
-        the owner again for each of a hundred thousand claims (only the digits change)."""
+    def _suffix(self, deadline: int) -> tuple[str, str]:
+        """The lock suffix as names.locked_name writes it, in two halves around the number
+        (only the digits differ between a plan's claims): name + head + seq + "@" + tail."""
         probe = locked_name("x", Lock(ConsumerId(f"spark~{self.stream}~0"), deadline, ""))
         head, tail = probe[1:].split("0@", 1)  # "@spark%7E<stream>%7E", "<deadline>@"
-
-        def suffix(seq: int) -> str:
-            return f"{head}{seq}@{tail}"
-
-        assert suffix(7) == locked_name("x", Lock(self._owner(7), deadline, ""))[1:]
-        return suffix
+        assert f"x{head}7@{tail}" == locked_name("x", Lock(self._owner(7), deadline, ""))
+        return head, tail
 
     def _owner(self, seq: int) -> ConsumerId:
         return ConsumerId(f"spark~{self.stream}~{seq}")
@@ -220,10 +250,15 @@ class Claims:
         sort fastest, and names are unique. Expired ones are moved to expired/ on the way."""
         found = []
         now_ms = now * 1000
+        # Planned earlier and not claimed yet (a plan Spark never logged): they keep their
+        # numbers and come first (next_end), so they are not numbered again here.
+        planned = {claim.name for claim in self._pending.values()}
         with os.scandir(self._dirs[State.TARGET]) as entries:
             for entry in entries:
                 name = entry.name
                 if only is not None and name not in only:
+                    continue
+                if name in planned:
                     continue
                 if len(name) > MAX_NAME and len(name.encode()) > MAX_NAME:
                     continue  # too long to carry a lock: boxmq's sweeper sends it to error/
@@ -267,7 +302,14 @@ class Claims:
     # -- state on disk -------------------------------------------------------------------------
 
     def _load(self) -> None:
-        """Rebuild the claims still in processing/ (a new runner after a restart)."""
+        """Rebuild the claims not acknowledged yet (a new runner after a restart): the plans,
+        and claims in processing/ that no plan lists (made by a version without plans)."""
+        for plan in load_plans(self._plans_dir):
+            self._plans[plan.first] = plan
+            for index, name in enumerate(plan.names):
+                seq = plan.first + index
+                if seq > self._acked:
+                    self._pending[seq] = Claim(seq, name, plan.locked(index), plan.size(index))
         processing = self._dirs[State.PROCESSING]
         with os.scandir(processing) as entries:
             for entry in entries:
@@ -277,32 +319,45 @@ class Claims:
                 match = _OWNER.fullmatch(lock.owner)
                 if match is None or match[1] != self.stream:
                     continue
+                seq = int(match[2])
+                if seq in self._pending:
+                    continue
                 with contextlib.suppress(FileNotFoundError):
                     size = entry.stat(follow_symlinks=False).st_size
-                    seq = int(match[2])
                     self._pending[seq] = Claim(seq, name, entry.name, size)
 
-    def _read_hwm(self) -> int:
+    def _read_state(self) -> tuple[int, int]:
+        """(high-water mark, acknowledged up to) from state.json; (0, 0) for a new stream."""
         try:
             with open(os.path.join(self._state, "state.json")) as source:
-                value = json.load(source).get("seq", 0)
+                data = json.load(source)
         except FileNotFoundError:
-            return 0
+            return 0, 0
         except ValueError:
             raise InvalidArgument(
                 f"{self._state}/state.json is damaged; it only holds the highest claim number: "
                 "remove it if no query reads this stream (numbers then restart above what "
-                "processing/ and the checkpoint hold)"
+                "processing/, plans/ and the checkpoint hold)"
             ) from None
-        return int(value) if isinstance(value, int) else 0
+        values = [data.get(key, 0) for key in ("seq", "acked")]
+        hwm, acked = (value if isinstance(value, int) else 0 for value in values)
+        return hwm, acked
 
-    def _write_hwm(self, seq: int) -> None:
+    def _write_state(self, seq: int = 0) -> None:
         self._hwm = max(self._hwm, seq)
         path = os.path.join(self._state, "state.json")
         temporary = f"{path}.tmp"
         with open(temporary, "w") as out:
-            json.dump({"seq": self._hwm, **self._meta}, out)
+            json.dump({"seq": self._hwm, "acked": self._acked, **self._meta}, out)
+            if self._flush:
+                # Numbers must only grow, also after a power cut: the plans that also say how
+                # far they went are removed once acknowledged.
+                out.flush()
+                os.fsync(out.fileno())
         os.replace(temporary, path)
+
+
+_DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def _lock(path: str, meta: dict[str, str], wait: float) -> int | None:

@@ -8,13 +8,15 @@ default metadata) and its content (the body, byte for byte). Nothing here import
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from boxmq.model import PropertyValue
+from boxmq.model import Envelope, PropertyValue, timestamp_of
 from boxmq.store.layout import State
 from boxmq.store.names import decode_lenient, split_lock
 
@@ -67,12 +69,68 @@ def property_text(value: PropertyValue) -> str:
     return str(value)
 
 
+# The columns every message with the same name apart from its id has in common, in SCHEMA's
+# positions; message_id, destination, timestamp, body and delivery_count are the row's own.
+_SHARED_COLUMNS = (2, 3, 4, 6, 7, 8, 9, 10)
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_-]+")  # an id the encoding leaves as it is
+_ID_STANDIN = "x"  # any plain id: what a name decodes to does not depend on which
+
+
+_Decoded = tuple[str, tuple[object, ...], int]
+
+
+def _decoded(name: str) -> _Decoded:
+    """(message id, the shared columns, delivery count) of a message name, as decode_lenient
+    reads it.
+
+    Decoding a name costs ~10 µs of Python, as much as opening and reading the file; but the
+    messages of one producer differ in their ids only. So the name is decoded once per
+    remainder (priority, class, expiration, ..., properties) with a stand-in id and cached;
+    the row's own id is the text between the first two dots when nothing in it is escaped,
+    which leaves its meaning to the remainder. Any other name takes the full decode."""
+    priority, dot, rest = name.partition(".")
+    message_id, dot2, tail = rest.partition(".")
+    if dot and _PLAIN_ID.fullmatch(message_id):
+        shared = _shared(f"{priority}.{_ID_STANDIN}{dot2}{tail}")
+        if shared is not None:
+            return message_id, *shared
+    return _full(decode_lenient(name)[0])
+
+
+@functools.lru_cache(maxsize=4096)
+def _shared(template: str) -> tuple[tuple[object, ...], int] | None:
+    """The shared columns and delivery count of a stand-in name; None when it does not
+    decode (the whole name is then the id, and the row takes the full decode)."""
+    envelope, error = decode_lenient(template)
+    return None if error is not None else _full(envelope)[1:]
+
+
+def _full(envelope: Envelope) -> _Decoded:
+    shared = (
+        envelope.topic,
+        envelope.priority,
+        envelope.message_class.value,
+        envelope.expiration * 1000 if envelope.expiration else None,
+        envelope.correlation_id,
+        envelope.reply_to,
+        envelope.type,
+        [(key, property_text(value)) for key, value in envelope.user_properties().items()],
+    )
+    return envelope.message_id, shared, envelope.delivery_count
+
+
 @dataclass(frozen=True, slots=True)
 class FileRef:
-    """A message file to read: its name in `directory`, possibly with a lock suffix."""
+    """A message file to read: its name in `directory`, possibly with a lock suffix.
+
+    With `claim_from`, the message is claimed first: renamed from `claim_from`/`message` to
+    `directory`/`name`, unless an earlier attempt already did (plans.py says why that is
+    the same claim, and why losing the rename to another consumer means skipping it)."""
 
     directory: str
     name: str
+    message: str | None = None  # its name without the lock suffix, when known
+    claim_from: str | None = None
 
 
 @dataclass(slots=True)
@@ -89,26 +147,17 @@ class Columns:
     def add(self, name: str, body: bytes, mtime: Callable[[], float]) -> None:
         """One message: `name` is its name without a lock suffix; `mtime` gives its file's
         modification time in s, asked for only when the id carries no timestamp."""
-        envelope, _ = decode_lenient(name)
-        stamp = envelope.timestamp
+        message_id, shared, deliveries = _decoded(name)
+        stamp = timestamp_of(message_id)
         micros = stamp * 1000 if stamp is not None else int(mtime() * 1_000_000)
-        row: tuple[object, ...] = (
-            envelope.message_id,
-            self.destination,
-            envelope.topic,
-            envelope.priority,
-            envelope.message_class.value,
-            micros,
-            envelope.expiration * 1000 if envelope.expiration else None,
-            envelope.correlation_id,
-            envelope.reply_to,
-            envelope.type,
-            [(key, property_text(value)) for key, value in envelope.user_properties().items()],
-            body,
-            envelope.delivery_count + (self.state in _DELIVERED),
-        )
-        for column, value in zip(self.values, row, strict=True):
-            column.append(value)
+        values = self.values
+        values[0].append(message_id)
+        values[1].append(self.destination)
+        values[5].append(micros)
+        values[11].append(body)
+        values[12].append(deliveries + (self.state in _DELIVERED))
+        for index, value in zip(_SHARED_COLUMNS, shared, strict=True):
+            values[index].append(value)
 
     def clear(self) -> None:
         for column in self.values:
@@ -131,10 +180,18 @@ def read_files(
             folder = folders.get(ref.directory)
             if folder is None:
                 folder = folders[ref.directory] = os.open(ref.directory, _DIRECTORY)
+            if ref.claim_from is not None and ref.message is not None:
+                source = folders.get(ref.claim_from)
+                if source is None:
+                    source = folders[ref.claim_from] = os.open(ref.claim_from, _DIRECTORY)
+                _claim(ref.message, source, ref.name, folder)
             body = _read(ref.name, folder)
             if body is None:
                 continue
-            name = split_lock(ref.name)[0] if locked else ref.name
+            if ref.message is not None:
+                name = ref.message
+            else:
+                name = _unlocked(ref.name) if locked else ref.name
             columns.add(name, body, functools.partial(_mtime, ref.name, folder))
             if len(columns) >= chunk:
                 yield columns
@@ -146,9 +203,35 @@ def read_files(
             os.close(folder)
 
 
+def _unlocked(name: str) -> str:
+    """split_lock(name)[0], with the suffix checked once per kind of suffix: checking it costs
+    more than reading the file, and the claims of a batch differ only in the number that ends
+    their owner (spark~<stream>~<seq>), which digits of the same count stand in for."""
+    parts = name.rsplit("@", 3)
+    if len(parts) != 4 or not parts[0]:
+        return name
+    owner, deadline, token = parts[1:]
+    stem = owner.rstrip(_DIGITS)
+    valid = _is_lock_suffix(stem, len(owner) - len(stem), deadline, token)
+    return parts[0] if valid else name
+
+
+_DIGITS = "0123456789"
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_lock_suffix(stem: str, digits: int, deadline: str, token: str) -> bool:
+    return split_lock(f"x@{stem}{'0' * digits}@{deadline}@{token}")[1] is not None
+
+
 _FIRST_READ = 1 << 16
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC
+
+
+def _claim(name: str, source: int, locked: str, folder: int) -> None:
+    with contextlib.suppress(FileNotFoundError):  # claimed before, or by someone else
+        os.rename(name, locked, src_dir_fd=source, dst_dir_fd=folder)
 
 
 def _read(name: str, folder: int) -> bytes | None:

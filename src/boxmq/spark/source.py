@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -60,24 +60,37 @@ from boxmq.store.layout import State
 
 __all__ = ["STRUCT", "BoxMQDataSource", "FilesPartition"]
 
+_T = TypeVar("_T")
 _CHUNK = 10_000  # rows per Arrow batch: Spark's own spark.sql.execution.arrow.maxRecordsPerBatch
 
 
 class FilesPartition(InputPartition):
     """One Spark task's share of a batch: message files in one folder (pickled to the task)."""
 
-    def __init__(self, directory: str, names: Sequence[str], destination: str, state: str):
+    def __init__(
+        self,
+        directory: str,
+        names: Sequence[str],
+        destination: str,
+        state: str,
+        claims: Sequence[str] | None = None,
+        claim_from: str | None = None,
+    ):
         super().__init__(len(names))
         self.directory = directory
         self.names = tuple(names)
         self.destination = destination
         self.state = state
+        # A stream's batch: names[i] is the locked name of claims[i], claimed by the task from
+        # claim_from (target/) before it reads (plans.py).
+        self.claims = None if claims is None else tuple(claims)
+        self.claim_from = claim_from
 
     def __repr__(self) -> str:  # the base repr would print every name
         return f"FilesPartition({self.directory!r}, {len(self.names)} files)"
 
 
-def _split(names: Sequence[str], parts: int) -> list[Sequence[str]]:
+def _split(names: Sequence[_T], parts: int) -> list[Sequence[_T]]:
     """Contiguous, nearly equal chunks, none empty: one per task."""
     parts = max(1, min(parts, len(names)))
     size, extra = divmod(len(names), parts)
@@ -94,7 +107,13 @@ def _read(partition: InputPartition, schema: StructType) -> Iterator[pa.RecordBa
     if not isinstance(partition, FilesPartition):
         raise TypeError(f"boxmq source: unexpected partition {partition!r}")
     arrow = to_arrow_schema(schema, timezone="UTC")
-    files = [FileRef(partition.directory, name) for name in partition.names]
+    directory = partition.directory
+    if partition.claims is None:
+        files = [FileRef(directory, name) for name in partition.names]
+    else:
+        source = partition.claim_from
+        pairs = zip(partition.names, partition.claims, strict=True)
+        files = [FileRef(directory, locked, name, source) for locked, name in pairs]
     for columns in read_files(files, partition.destination, State(partition.state), chunk=_CHUNK):
         arrays = [
             pa.array(values, type=field.type)
@@ -198,13 +217,22 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return Budget(rows, size)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        # The tasks claim what the batch's plan numbered, then read it (plans.py).
         claims = self._book().between(_seq(start), _seq(end))
         directory = os.path.join(self._dropbox, State.PROCESSING.value)
-        names = [claim.locked for claim in claims]
+        target = os.path.join(self._dropbox, State.TARGET.value)
         destination = self._options.destination
+        processing = State.PROCESSING.value
         return [
-            FilesPartition(directory, chunk, destination, State.PROCESSING.value)
-            for chunk in _split(names, self._options.num_partitions)
+            FilesPartition(
+                directory,
+                [claim.locked for claim in chunk],
+                destination,
+                processing,
+                [claim.name for claim in chunk],
+                target,
+            )
+            for chunk in _split(claims, self._options.num_partitions)
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -1,0 +1,99 @@
+"""Rows of message files (boxmq.spark.records): the cached decode reads every name as the full
+decode does, without a JVM."""
+
+from __future__ import annotations
+
+import pytest
+
+from boxmq.model import ConsumerId, Envelope, MessageId, Property, PropertyType, timestamp_of
+from boxmq.spark.records import COLUMNS, Columns, _unlocked, property_text
+from boxmq.store.layout import State
+from boxmq.store.names import Lock, decode_lenient, encode, locked_name, split_lock
+
+_ID = "1795335668836000-2435950913"
+NAMES = [
+    encode(Envelope(MessageId(_ID))),
+    encode(Envelope(MessageId(_ID), properties=(Property("sensor", PropertyType.STRING, "s1"),))),
+    encode(Envelope(MessageId("1795335668836001-7"), priority=9, expiration=1_900_000_000_000)),
+    encode(
+        Envelope(
+            MessageId("id with spaces.and:dots"),  # escaped: the full decode
+            correlation_id="c-1",
+            reply_to="replies",
+            type="reading",
+            properties=(
+                Property("bx_topic", PropertyType.STRING, "sensors/a"),
+                Property("bx_dc", PropertyType.INT, 2),
+                Property("count", PropertyType.INT, 3),
+                Property("ok", PropertyType.BOOLEAN, True),
+            ),
+        )
+    ),
+    "not-a-boxmq-name",  # dropped by a script
+    "4..T",  # an empty id: not decodable, the whole name is the id
+    "4.plain.Q",  # a class that does not exist
+    "4.plain.T.notanumber",
+    "4.plain%ZZ.T",
+    "4.a.T.0.......",  # too many fields
+]
+
+
+def _reference(name: str, state: State) -> tuple[object, ...]:
+    """The row as the full decode reads it (the columns the file's name decides)."""
+    envelope, _ = decode_lenient(name)
+    stamp = envelope.timestamp
+    return (
+        envelope.message_id,
+        "q",
+        envelope.topic,
+        envelope.priority,
+        envelope.message_class.value,
+        stamp * 1000 if stamp is not None else 7_000_000,
+        envelope.expiration * 1000 if envelope.expiration else None,
+        envelope.correlation_id,
+        envelope.reply_to,
+        envelope.type,
+        [(key, property_text(value)) for key, value in envelope.user_properties().items()],
+        b"body",
+        envelope.delivery_count + (state is State.PROCESSING),
+    )
+
+
+@pytest.mark.parametrize("state", [State.TARGET, State.PROCESSING])
+def test_the_cached_decode_reads_every_name_as_the_full_decode(state: State) -> None:
+    columns = Columns("q", state)
+    for _ in range(2):  # the second time from the cache
+        for name in NAMES:
+            columns.add(name, b"body", lambda: 7.0)
+    rows = list(zip(*columns.values, strict=True))
+    assert rows == [_reference(name, state) for name in NAMES * 2]
+    assert len(rows[0]) == len(COLUMNS)
+    assert timestamp_of(str(rows[0][0])) is not None
+
+
+@pytest.mark.parametrize("base", [n for n in NAMES if "@" not in n])
+@pytest.mark.parametrize(
+    "suffix",
+    [
+        "",
+        "@spark%7E0f975228cd%7E7@1795422068836@",
+        "@spark%7E0f975228cd%7E1207@1795422068836@",  # the same kind, another number
+        "@worker@1795422068836@a-token",
+        "@not an owner@1@",  # '@' in a name that is no lock
+        "@user@host",
+        "@x@123456789012345678@",  # a deadline too long
+        "@%ZZ@1@",
+    ],
+)
+def test_a_lock_suffix_comes_off_exactly_when_split_lock_takes_it_off(
+    base: str, suffix: str
+) -> None:
+    name = base + suffix
+    assert _unlocked(name) == split_lock(name)[0]
+    assert _unlocked(name) == _unlocked(name)  # cached
+
+
+def test_a_boxmq_lock_comes_off() -> None:
+    name = NAMES[1]
+    locked = locked_name(name, Lock(ConsumerId("spark~0f975228cd~42"), 1_795_422_068_836, ""))
+    assert _unlocked(locked) == name
