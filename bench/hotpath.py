@@ -1,0 +1,96 @@
+"""bench/hotpath: the CPU one message costs boxmq, put -> receive -> ack, one at a time.
+
+    python bench/hotpath.py [--messages 20000] [--dir /dev/shm]
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        python bench/hotpath.py --boxmq-only --messages N
+
+Prints user and system CPU per message for boxmq (fsync=never, ack deletes) and for the bare
+file-system sequence of bench/store.py's floor, in one run. On tmpfs the figures are the Python
+cost without the disk's. Under callgrind, the difference of two runs with different --messages
+divided by the difference of the counts is the instructions per message: a figure that does
+not move with the load of a shared machine (docs/benchmarks.md uses it to compare commits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import tempfile
+import time
+
+import boxmq
+
+BODY = b"x" * 200
+
+
+def _cpu() -> tuple[float, float]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime, usage.ru_stime
+
+
+def _report(label: str, messages: int, started: float, cpu: tuple[float, float]) -> None:
+    elapsed = time.perf_counter() - started
+    user, system = (after - before for after, before in zip(_cpu(), cpu, strict=True))
+    print(
+        f"{label:<6} {messages / elapsed:>8.0f} msg/s  wall {elapsed / messages * 1e6:6.1f} µs  "
+        f"user {user / messages * 1e6:6.1f} µs  sys {system / messages * 1e6:6.1f} µs"
+    )
+
+
+def boxmq_loop(root: str, messages: int) -> None:
+    with boxmq.open(root, fsync="never", keep_processed=False) as box:
+        queue = box.queue("jobs")
+        with queue.consumer("w", max_in_flight=100, lock_timeout=30) as consumer:
+            for _ in range(500):  # warm up: imports, caches, the watcher
+                queue.put(BODY)
+                message = consumer.receive(timeout=5)
+                assert message is not None
+                message.ack()
+            cpu, started = _cpu(), time.perf_counter()
+            for _ in range(messages):
+                queue.put(BODY)
+                message = consumer.receive(timeout=5)
+                if message is None:
+                    raise RuntimeError("no message within 5 s: stuck")
+                message.ack()
+            _report("boxmq", messages, started, cpu)
+
+
+def floor_loop(root: str, messages: int) -> None:
+    working, target, processing = (
+        os.path.join(root, "floor", state) for state in ("working", "target", "processing")
+    )
+    for folder in (working, target, processing):
+        os.makedirs(folder)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    cpu, started = _cpu(), time.perf_counter()
+    for index in range(messages):
+        name = f"/4.{index:016d}-0000000000.B"
+        fd = os.open(working + name, flags, 0o644)
+        os.write(fd, BODY)
+        os.close(fd)
+        os.rename(working + name, target + name)
+        os.rename(target + name, processing + name)
+        os.unlink(processing + name)
+    _report("floor", messages, started, cpu)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--dir", default="/dev/shm", help="default /dev/shm: the CPU alone")
+    parser.add_argument("--boxmq-only", action="store_true", help="no floor (for callgrind)")
+    args = parser.parse_args()
+    root = tempfile.mkdtemp(prefix="hotpath-", dir=args.dir)
+    try:
+        boxmq_loop(os.path.join(root, "boxmq"), args.messages)
+        if not args.boxmq_only:
+            floor_loop(root, args.messages)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
