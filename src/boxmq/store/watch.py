@@ -14,6 +14,7 @@ import ctypes.util
 import os
 import select
 import struct
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len
 _BUFFER = 65536
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 _LARGEST_EVENT = _EVENT.size + 255 + 1  # a header and NAME_MAX bytes of name with its NUL
 
 
@@ -102,7 +104,7 @@ class InotifyWatcher:
                 if mask & _IN_Q_OVERFLOW:
                     everything = True
                 elif raw:
-                    names.append(os.fsdecode(raw))
+                    names.append(raw.decode(_FS_ENCODING, _FS_ERRORS))  # os.fsdecode, inlined
             if drained:  # poll() is level-triggered: anything that comes later wakes it again
                 break
         return Changes(names, everything)
