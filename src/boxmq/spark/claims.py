@@ -39,6 +39,7 @@ from typing import NamedTuple
 
 from boxmq.errors import BoxMQError, InvalidArgument
 from boxmq.model import ConsumerId
+from boxmq.spark.durable import write_json
 from boxmq.spark.plans import Plan, load_plans, remove_plans, write_plan
 from boxmq.store.layout import State
 from boxmq.store.names import MAX_NAME, Lock, decode_lenient, locked_name, split_lock
@@ -345,16 +346,10 @@ class Claims:
 
     def _write_state(self, seq: int = 0) -> None:
         self._hwm = max(self._hwm, seq)
-        path = os.path.join(self._state, "state.json")
-        temporary = f"{path}.tmp"
-        with open(temporary, "w") as out:
-            json.dump({"seq": self._hwm, "acked": self._acked, **self._meta}, out)
-            if self._flush:
-                # Numbers must only grow, also after a power cut: the plans that also say how
-                # far they went are removed once acknowledged.
-                out.flush()
-                os.fsync(out.fileno())
-        os.replace(temporary, path)
+        # Numbers must only grow, also after a power cut: the plans that also say how far they
+        # went are removed once acknowledged.
+        data = {"seq": self._hwm, "acked": self._acked, **self._meta}
+        write_json(os.path.join(self._state, "state.json"), data, flush=self._flush)
 
 
 _DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)

@@ -23,6 +23,8 @@ import json
 import os
 from dataclasses import dataclass
 
+from boxmq.spark.durable import write_json
+
 __all__ = ["Plan", "load_plans", "remove_plans", "write_plan"]
 
 _SUFFIX = ".json"
@@ -48,25 +50,14 @@ class Plan:
 
 
 def write_plan(folder: str, plan: Plan, *, flush: bool) -> None:
-    path = os.path.join(folder, f"{plan.first:020d}{_SUFFIX}")
-    temporary = f"{path}.tmp"
-    text = json.dumps(
-        {
-            "first": plan.first,
-            "head": plan.head,
-            "tail": plan.tail,
-            "names": plan.names,
-            "sizes": plan.sizes,
-        }
-    )
-    with open(temporary, "w", encoding="utf-8", errors="surrogateescape") as out:
-        out.write(text)
-        if flush:
-            out.flush()
-            os.fsync(out.fileno())
-    os.replace(temporary, path)
-    if flush:
-        _fsync_folder(folder)
+    data = {
+        "first": plan.first,
+        "head": plan.head,
+        "tail": plan.tail,
+        "names": plan.names,
+        "sizes": plan.sizes,
+    }
+    write_json(_path(folder, plan.first), data, flush=flush)
 
 
 def load_plans(folder: str) -> list[Plan]:
@@ -92,12 +83,8 @@ def load_plans(folder: str) -> list[Plan]:
 def remove_plans(folder: str, plans: list[Plan]) -> None:
     for plan in plans:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(folder, f"{plan.first:020d}{_SUFFIX}"))
+            os.unlink(_path(folder, plan.first))
 
 
-def _fsync_folder(folder: str) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _path(folder: str, first: int) -> str:
+    return os.path.join(folder, f"{first:020d}{_SUFFIX}")

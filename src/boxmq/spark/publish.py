@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import boxmq
 from boxmq.model import Envelope
+from boxmq.spark.durable import write_json
 from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_filesystem
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State, queue_path
@@ -202,20 +203,7 @@ class Publisher:
 
     def _write(self, name: str, data: dict[str, object]) -> None:
         os.makedirs(self._books, exist_ok=True)
-        path = os.path.join(self._books, name)
-        temporary = f"{path}.tmp"
-        with open(temporary, "w") as out:
-            json.dump(data, out)
-            if self._flush:
-                out.flush()
-                os.fsync(out.fileno())
-        os.replace(temporary, path)
-        if self._flush:
-            directory = os.open(self._books, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+        write_json(os.path.join(self._books, name), data, flush=self._flush)
 
 
 def ensure_queue(destination: Destination) -> None:
