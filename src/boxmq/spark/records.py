@@ -12,13 +12,12 @@ import contextlib
 import functools
 import math
 import os
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from boxmq.model import Envelope, PropertyValue, timestamp_of
 from boxmq.store.layout import State
-from boxmq.store.names import decode_lenient, split_lock
+from boxmq.store.names import PLAIN_ID, decode_lenient, split_lock
 
 __all__ = [
     "COLUMNS",
@@ -72,7 +71,6 @@ def property_text(value: PropertyValue) -> str:
 # The columns every message with the same name apart from its id has in common, in SCHEMA's
 # positions; message_id, destination, timestamp, body and delivery_count are the row's own.
 _SHARED_COLUMNS = (2, 3, 4, 6, 7, 8, 9, 10)
-_PLAIN_ID = re.compile(r"[A-Za-z0-9_-]+")  # an id the encoding leaves as it is
 _ID_STANDIN = "x"  # any plain id: what a name decodes to does not depend on which
 
 
@@ -90,7 +88,7 @@ def _decoded(name: str) -> _Decoded:
     which leaves its meaning to the remainder. Any other name takes the full decode."""
     priority, dot, rest = name.partition(".")
     message_id, dot2, tail = rest.partition(".")
-    if dot and _PLAIN_ID.fullmatch(message_id):
+    if dot and PLAIN_ID.fullmatch(message_id):
         shared = _shared(f"{priority}.{_ID_STANDIN}{dot2}{tail}")
         if shared is not None:
             return message_id, *shared

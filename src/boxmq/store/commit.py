@@ -134,8 +134,7 @@ class Committer:
         Raises the OSError of the first move that failed; the others are done.
         """
         if self.policy is not FsyncPolicy.ALWAYS:
-            if self._thread is None:
-                self._ensure_thread()
+            self._ensure_thread()
             _rename_all(moves)
             return
         with self._lock:
@@ -207,8 +206,8 @@ class Committer:
 
 
 def _rename_all(moves: Sequence[Move]) -> None:
-    if len(moves) == 1 and (target := moves[0].target) is not None and not moves[0].also:
-        os.rename(moves[0].source, target)  # one put, one rename: its error raised as it is
+    if len(moves) == 1:  # one put: its error is raised as it is, no bookkeeping
+        moves[0].apply()
         return
     errors = _rename_each(moves)
     if errors:

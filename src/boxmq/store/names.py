@@ -281,7 +281,7 @@ def plain_name(priority: int, message_id: str, message_class: MessageClass, expi
 # What a plain put writes: priority, an id with nothing escaped, the class. Most names are
 # this; they skip the general path's split, seven unquotes and property parsing.
 _CLASSES = {member.value: member for member in MessageClass}  # a dict: no Enum call per name
-_SIMPLE = re.compile(r"(-?[0-9]{1,10})\.([A-Za-z0-9_-]+)\.([MBSPOT])")
+_SIMPLE = re.compile(rf"(-?[0-9]{{1,10}})\.({PLAIN_ID.pattern})\.([MBSPOT])")
 
 
 def _decode(name: str) -> Envelope:
