@@ -131,6 +131,7 @@ def _tree_cpu() -> float:
     JVM, its Python workers, and (through the parents that waited for them) the ones that ended,
     such as a stream's source runner. Other tenants of the machine are not counted."""
     stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, seconds)
+    tick = os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -140,7 +141,7 @@ def _tree_cpu() -> float:
         except OSError:
             continue  # ended while we looked
         ticks = sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
-        stats[int(entry)] = (int(fields[1]), ticks / os.sysconf("SC_CLK_TCK"))
+        stats[int(entry)] = (int(fields[1]), ticks / tick)
     tree, total, grew = {os.getpid()}, 0.0, True
     while grew:
         grew = False
