@@ -117,6 +117,7 @@ class Work:
     policy: Policy
     keep_processed: bool
     producer: Producer
+    spares: int  # boxmq.open(spares=...): files of acked messages kept for later puts
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +182,7 @@ class Run:
     base: str
     size: int
     plan: Plan
+    spares: int = 256
     count: int = 0
     floors: dict[_FloorKey, Outcome] = field(default_factory=dict)
     references: dict[_ReferenceKey, Outcome] = field(default_factory=dict)
@@ -202,7 +204,12 @@ def _bodies(work: Work) -> list[bytes]:
 def _boxmq(work: Work, start: Callable[[], None]) -> Timing:
     import boxmq
 
-    box = boxmq.open(work.root, fsync=work.policy.value, keep_processed=work.keep_processed)
+    box = boxmq.open(
+        work.root,
+        fsync=work.policy.value,
+        keep_processed=work.keep_processed,
+        spares=work.spares,
+    )
     try:
         queue = box.queue(QUEUE)
         bodies = _bodies(work)
@@ -421,7 +428,7 @@ def _measure(run: Run, kind: Kind, case: Case) -> Outcome:
     shares = [case.messages // case.procs] * case.procs
     shares[0] += case.messages - sum(shares)
     works = [
-        Work(root, i, share, run.size, case.policy, case.keep_processed, case.producer)
+        Work(root, i, share, run.size, case.policy, case.keep_processed, case.producer, run.spares)
         for i, share in enumerate(shares)
     ]
     context = get_context("spawn")
@@ -726,6 +733,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help=f"{QUICK_MESSAGES:,} messages: a smoke run"
     )
+    parser.add_argument(
+        "--spares",
+        type=int,
+        default=256,
+        help="boxmq.open(spares=N), default 256; 0 deletes acked files at once, as "
+        "boxmq did before spare files",
+    )
     args = parser.parse_args(argv)
     messages: int = QUICK_MESSAGES if args.quick else args.messages
     if messages < 2 * ROUND:
@@ -739,7 +753,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = _machine(base)
     if " on tmpfs " in machine[0]:
         _say("warning: --dir is on tmpfs: these numbers are CPU costs, not disk costs")
-    run = Run(base, args.size, Plan.of(messages))
+    run = Run(base, args.size, Plan.of(messages), args.spares)
     started = time.monotonic()
     rows = []
     try:
@@ -749,7 +763,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(base, ignore_errors=True)
     print("\n".join(machine))
     print(
-        f"--messages {messages:,}, --size {args.size}; "
+        f"--messages {messages:,}, --size {args.size}, --spares {args.spares}; "
         f"the run took {time.monotonic() - started:.0f} s\n"
     )
     print("\n".join(_table(rows) + _legend(rows)))

@@ -28,6 +28,7 @@ from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import is_dropbox, list_dropboxes, queue_path
 from boxmq.store.process import process_token
+from boxmq.store.spares import Spares
 from boxmq.store.topics import read_records
 
 __all__ = ["Box", "open"]
@@ -45,6 +46,7 @@ class Box:
         options: LiveOptions,
         clock: Clock,
         exactly_once: ExactlyOnceLimits,
+        spares: int = 256,
     ) -> None:
         self.root = os.path.abspath(root)
         os.makedirs(self.root, exist_ok=True)
@@ -53,6 +55,7 @@ class Box:
         self._committer = Committer(self.root, fsync, interval=fsync_interval)
         self._ids = IdFactory(clock)
         self._token = process_token()
+        self._spares = Spares(self.root, self._token, limit=spares) if spares > 0 else None
         self._lock = threading.Lock()
         self._live: dict[str, LiveQueue] = {}  # by dropbox path
         self._topics: Topics | None = None
@@ -69,7 +72,7 @@ class Box:
         path = queue_path(self.root, name)
         if not create and not is_dropbox(path):
             raise QueueNotFound(f"no queue {name!r} under {self.root} (see `boxmq ls`)")
-        dropbox = Dropbox(path, self._committer, create=create)
+        dropbox = Dropbox(path, self._committer, create=create, spares=self._spares)
         return Queue(
             name,
             dropbox,
@@ -93,6 +96,7 @@ class Box:
                     clock=self._clock,
                     token=self._token,
                     live_for=lambda dropbox: self._live_queue(dropbox.path, dropbox),
+                    spares=self._spares,
                 )
             return self._topics
 
@@ -226,7 +230,7 @@ class Box:
         reports = {}
         for name, path in boxes:
             try:
-                dropbox = Dropbox(path, self._committer, create=False)
+                dropbox = Dropbox(path, self._committer, create=False, spares=self._spares)
             except QueueNotFound:
                 continue  # a subscription being created or deleted right now
             reports[name] = sweep(
@@ -281,6 +285,7 @@ def open(
     polling: bool = False,
     exactly_once: ExactlyOnceLimits | None = None,
     clock: Clock | None = None,
+    spares: int = 256,
 ) -> Box:
     """Open (and create) a boxmq root.
 
@@ -290,7 +295,9 @@ def open(
     a message goes to error/ (None: no limit). keep_processed: ack moves to processed/ (kept
     `processed_retention` seconds, None: forever) rather than deleting. abandon_after: seconds
     after which a file a producer left in working/ is deleted. polling: never use inotify
-    (for roots shared over NFS).
+    (for roots shared over NFS). spares: how many files of deleted messages this process
+    keeps for later puts to overwrite (cheaper than creating files; 0: delete at once, when
+    an acknowledged body must not stay on disk; docs/operations.md).
     """
     try:
         policy = FsyncPolicy(fsync)
@@ -316,4 +323,5 @@ def open(
         options=options,
         clock=clock or SystemClock(),
         exactly_once=exactly_once or ExactlyOnceLimits(),
+        spares=spares,
     )

@@ -36,7 +36,7 @@ class DiskSettler:
         done = (
             self._box.move(State.PROCESSING, processing, State.PROCESSED, name)
             if self._keep_processed
-            else self._box.remove(State.PROCESSING, processing)
+            else self._box.discard(State.PROCESSING, processing)
         )
         if not done:
             raise UnexpectedRequest(message_id, "the lock was taken away")

@@ -257,7 +257,7 @@ class LiveQueue:
                 done = (
                     self._box.move(State.PROCESSING, processing, State.PROCESSED, message.key)
                     if self._options.keep_processed
-                    else self._box.remove(State.PROCESSING, processing)
+                    else self._box.discard(State.PROCESSING, processing)
                 )
                 if not done:
                     raise UnexpectedRequest(message.message_id, "the lock was taken away")

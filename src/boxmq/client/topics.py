@@ -55,6 +55,7 @@ from boxmq.store.layout import State
 from boxmq.store.names import MAX_NAME, check_consumer_name, decode_lenient, encode
 from boxmq.store.process import process_alive
 from boxmq.store.retained import Retained, RetainedStore
+from boxmq.store.spares import Spares, write_new
 
 __all__ = ["Publication", "Subscriber", "SubscriptionInfo", "Topics"]
 
@@ -101,6 +102,7 @@ class Topics:
         clock: Clock,
         token: str,
         live_for: _LiveFor,
+        spares: Spares | None = None,
     ) -> None:
         self._root = root
         self._committer = committer
@@ -108,6 +110,7 @@ class Topics:
         self._clock = clock
         self._token = token
         self._live_for = live_for
+        self._spares = spares
         self._retained = RetainedStore(root, committer)
         self._lock = threading.Lock()
         self._router = Router()
@@ -255,8 +258,7 @@ class Topics:
                 return None
             os.makedirs(self._incoming, exist_ok=True)
             staging = os.path.join(self._incoming, f".fanout-{uuid.uuid4().hex}")
-            with open(staging, "wb") as out:
-                out.write(body)
+            write_new(staging, body, self._spares)
         names = {qos: encode(_at(envelope, qos)) for qos in {d.qos for d, _ in destinations}}
         copies = tuple(
             os.path.join(path, State.TARGET.value, names[d.qos]) for d, path in destinations
@@ -290,7 +292,7 @@ class Topics:
         if not subscription.durable:
             return self._subscribe_in_memory(subscription)
         path = self._register(subscription, token=None if process_bound else "")
-        dropbox = Dropbox(path, self._committer)
+        dropbox = Dropbox(path, self._committer, spares=self._spares)
         if not parsed.shared and send_retained:
             self._send_retained(parsed, dropbox, subscription.qos)
         live = self._live_for(dropbox)
@@ -309,7 +311,7 @@ class Topics:
         parsed = parse_filter(filter)
         subscription = Subscription(check_consumer_name(subscriber), parsed, _qos(qos), True)
         path = self._register(subscription, token="")
-        Dropbox(path, self._committer)
+        Dropbox(path, self._committer, spares=self._spares)
         return path
 
     def subscriptions(self) -> list[SubscriptionInfo]:
@@ -318,7 +320,7 @@ class Topics:
         for record, path in layout.read_records(self._root):
             parsed = TopicFilter(record.filter, record.group)
             members = tuple(sorted(layout.members(path))) if record.group else ()
-            counts = counts_of(Dropbox(path, self._committer))
+            counts = counts_of(Dropbox(path, self._committer, spares=self._spares))
             found.append(SubscriptionInfo(str(parsed), record.subscriber, members, counts))
         return sorted(found, key=lambda info: (info.filter, info.subscriber or ""))
 

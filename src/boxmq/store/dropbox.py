@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from boxmq.errors import QueueNotFound
 from boxmq.store.commit import Committer, Move
 from boxmq.store.layout import State, is_dropbox
+from boxmq.store.spares import Spares, write_new
 
 __all__ = ["Dropbox", "Entry"]
 
 _READ = 1 << 16  # below malloc's mmap threshold: a small body costs no mmap/munmap
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +36,17 @@ class Entry:
 class Dropbox:
     """The folders of one queue (or subscription) under a root."""
 
-    def __init__(self, path: str, committer: Committer, *, create: bool = True) -> None:
+    def __init__(
+        self,
+        path: str,
+        committer: Committer,
+        *,
+        create: bool = True,
+        spares: Spares | None = None,
+    ) -> None:
         self.path = path
         self._committer = committer
+        self._spares = spares
         self._dirs = {state: os.path.join(path, state.value) for state in State}
         # state -> "<dir>/": names never hold a '/', so a concatenation is the join, for less.
         self._prefixes = {state: directory + os.sep for state, directory in self._dirs.items()}
@@ -62,18 +70,7 @@ class Dropbox:
         Raises FileExistsError if working/<name> exists (the caller picks another id).
         """
         path = self.file(State.WORKING, name)
-        fd = os.open(path, _CREATE, 0o644)
-        try:
-            written = os.write(fd, body)
-            if written < len(body):  # a short write: rare, but the body must be whole
-                view = memoryview(body)[written:]
-                while view:
-                    view = view[os.write(fd, view) :]
-        except BaseException:
-            os.close(fd)
-            os.unlink(path)
-            raise
-        os.close(fd)
+        write_new(path, body, self._spares)
         return Move(path, self.file(State.TARGET, name))
 
     def send(self, moves: Sequence[Move]) -> None:
@@ -100,6 +97,13 @@ class Dropbox:
         except FileNotFoundError:
             return False
         return True
+
+    def discard(self, state: State, name: str) -> bool:
+        """Delete a finished message (an ack that keeps nothing): its file becomes a spare
+        for a later put when the root keeps spares (store/spares.py). False if it was gone."""
+        if self._spares is None:
+            return self.remove(state, name)
+        return self._spares.give(self._prefixes[state] + name)
 
     def remove(self, state: State, name: str) -> bool:
         try:

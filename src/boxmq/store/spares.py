@@ -1,0 +1,163 @@
+"""Spare files: the inodes of deleted messages, kept for the next put to write into.
+
+A put that creates its file makes the file system allocate an inode, and an ack that deletes
+one makes it free one. Renaming a spare into working/ and overwriting it costs two renames'
+worth instead, and on ext4 without a journal far less than that: there the inode allocator
+passes over every inode freed in the last one to five minutes (it reads each one's deletion
+time), so a root that deletes thousands of files a second paid 1.1 to 1.4 ms of CPU per
+`open(O_CREAT)` here, against 20 to 50 µs (docs/benchmarks.md, "Spare files").
+
+The pool is the folder `.spare/` of the root (one file system, so a rename reaches every
+queue). Each process names its spares `<process token>.<n>` and keeps their names in memory;
+a process adopts the spares it finds there once, so spares of processes that ended are reused,
+and the folder never holds many more than `limit` files. A spare is taken by one rename, which
+two processes cannot both win. Only a file that no other name links to becomes a spare (a
+fan-out links one body into several dropboxes), and only a small one.
+
+Until it is reused, a spare still holds the body of the message it was, as a database's free
+pages hold deleted rows; `spares=0` (boxmq.open) deletes acknowledged files instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import itertools
+import os
+import threading
+
+__all__ = ["SPARE_DIR", "Spares", "rename_noreplace", "write_new"]
+
+SPARE_DIR = ".spare"
+_LARGEST = 1 << 16  # bytes: a bigger file is deleted, not kept (its blocks are worth freeing)
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_REWRITE = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
+_AT_FDCWD = -100
+_NOREPLACE = 1  # RENAME_NOREPLACE
+
+
+def _load_renameat2() -> ctypes._NamedFuncPointer | None:
+    try:
+        function = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
+    function.argtypes += [ctypes.c_uint]
+    return function
+
+
+_RENAMEAT2 = _load_renameat2()
+
+
+def rename_noreplace(source: str, target: str) -> None:
+    """Rename, failing with FileExistsError if `target` exists (renameat2 RENAME_NOREPLACE;
+    where the kernel or libc lacks it, a hard link and an unlink, which fail the same way)."""
+    if _RENAMEAT2 is not None:
+        old, new = os.fsencode(source), os.fsencode(target)
+        if _RENAMEAT2(_AT_FDCWD, old, _AT_FDCWD, new, _NOREPLACE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.ENOSYS, errno.EINVAL):  # EINVAL: the file system cannot
+            raise OSError(code, os.strerror(code), source, None, target)
+    os.link(source, target)
+    os.unlink(source)
+
+
+class Spares:
+    """The spare files of one root, as one process sees them."""
+
+    def __init__(self, root: str, token: str, *, limit: int = 256) -> None:
+        self.path = os.path.join(root, SPARE_DIR)
+        self.limit = limit
+        self._prefix = os.path.join(self.path, f"{token}.")
+        self._numbers = itertools.count()
+        self._names: list[tuple[str, int]] = []  # spares this process may take, and sizes
+        self._adopted = False
+        self._lock = threading.Lock()
+
+    def take(self, path: str) -> int | None:
+        """Move a spare to `path` (which must not exist) and return its size; None when there
+        is no spare."""
+        if not self._adopted:
+            self._adopt()
+        names = self._names
+        while names:
+            try:
+                spare, size = names.pop()
+            except IndexError:  # another thread took the last one
+                return None
+            try:
+                rename_noreplace(spare, path)
+            except FileNotFoundError:
+                continue  # another process adopted it and took it first
+            except BaseException:
+                names.append((spare, size))
+                raise
+            return size
+        return None
+
+    def give(self, path: str) -> bool:
+        """Retire the finished file at `path`: kept as a spare, or deleted. False if it was
+        gone already (somebody else moved it)."""
+        if not self._adopted:
+            self._adopt()
+        if len(self._names) >= self.limit:
+            return _unlink(path)
+        spare = self._prefix + str(next(self._numbers))
+        try:
+            os.rename(path, spare)
+        except FileNotFoundError:
+            if os.path.isdir(self.path):
+                return False
+            os.makedirs(self.path, exist_ok=True)
+            return self.give(path)
+        status = os.stat(spare)
+        if status.st_nlink > 1 or status.st_size > _LARGEST:
+            os.unlink(spare)  # another dropbox still links this body: never write into it
+        else:
+            self._names.append((spare, status.st_size))
+        return True
+
+    def _adopt(self) -> None:
+        with self._lock:
+            if self._adopted:
+                return
+            self._adopted = True
+            try:
+                with os.scandir(self.path) as entries:
+                    found = [entry for entry in entries if entry.is_file()]
+            except FileNotFoundError:
+                return
+            for extra in found[self.limit :]:
+                _unlink(extra.path)
+            # The size is a bound, not a promise: the spare is truncated if it was larger.
+            self._names.extend((entry.path, _LARGEST) for entry in found[: self.limit])
+
+
+def write_new(path: str, body: bytes, spares: Spares | None) -> None:
+    """Write `body` as the new file `path`, into a spare when there is one. Raises
+    FileExistsError if `path` exists; on any error nothing is left at `path`."""
+    old_size = None if spares is None else spares.take(path)
+    fd = os.open(path, _CREATE, 0o644) if old_size is None else os.open(path, _REWRITE)
+    try:
+        written = os.write(fd, body)
+        if written < len(body):  # a short write: rare, but the body must be whole
+            view = memoryview(body)[written:]
+            while view:
+                view = view[os.write(fd, view) :]
+        if old_size is not None and old_size > len(body):
+            os.ftruncate(fd, len(body))  # the rest of the spare's old body
+    except BaseException:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    os.close(fd)
+
+
+def _unlink(path: str) -> bool:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True

@@ -1,0 +1,73 @@
+"""Spare files through the embedded API: an ack that deletes leaves its inode for the next put,
+and no body is ever mixed up with another."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import boxmq
+from boxmq.store.spares import SPARE_DIR
+
+
+def test_an_acked_file_is_the_next_put_s_file(root: Path) -> None:
+    with boxmq.open(root, fsync="never", keep_processed=False) as box:
+        jobs = box.queue("jobs")
+        with jobs.consumer("w", max_in_flight=1) as consumer:
+            jobs.put(b"a first body, longer than the second")
+            first = consumer.receive(timeout=5)
+            assert first is not None
+            first.ack()
+            spares = os.listdir(root / SPARE_DIR)
+            assert len(spares) == 1
+            inode = os.stat(root / SPARE_DIR / spares[0]).st_ino
+
+            jobs.put(b"second")
+            second = consumer.receive(timeout=5)
+            assert second is not None
+            assert second.body == b"second"
+            (held,) = os.listdir(root / "jobs" / "processing")
+            assert os.stat(root / "jobs" / "processing" / held).st_ino == inode
+            second.ack()
+
+
+def test_acking_one_copy_of_a_fan_out_leaves_the_others_intact(root: Path) -> None:
+    with boxmq.open(root, fsync="never", keep_processed=False) as box:
+        fast = box.subscribe("news/#", "fast", max_in_flight=5)
+        slow = box.subscribe("news/#", "slow", max_in_flight=5)
+        box.publish("news/today", b"one body, two subscriptions")
+        copy = fast.receive_nowait()
+        assert copy is not None
+        copy.ack()  # the body is still linked from slow's dropbox: not a spare
+        for index in range(5):
+            box.publish("news/today", f"later {index}".encode())
+        held = slow.receive_nowait()
+        assert held is not None
+        assert held.body == b"one body, two subscriptions"
+        held.ack()
+        rest = [m.body for m in iter(fast.receive_nowait, None)]
+        assert rest == [f"later {index}".encode() for index in range(5)]
+
+
+def test_spares_zero_deletes_at_once(root: Path) -> None:
+    with boxmq.open(root, fsync="never", keep_processed=False, spares=0) as box:
+        jobs = box.queue("jobs")
+        jobs.put(b"body")
+        with jobs.consumer("w") as consumer:
+            message = consumer.receive(timeout=5)
+            assert message is not None
+            message.ack()
+    assert not (root / SPARE_DIR).exists()
+    assert os.listdir(root / "jobs" / "processing") == []
+
+
+def test_the_spare_folder_is_not_a_queue(root: Path) -> None:
+    with boxmq.open(root, fsync="never", keep_processed=False) as box:
+        jobs = box.queue("jobs")
+        jobs.put(b"body")
+        with jobs.consumer("w") as consumer:
+            message = consumer.receive(timeout=5)
+            assert message is not None
+            message.ack()
+        assert (root / SPARE_DIR).is_dir()
+        assert box.queues() == ["jobs"]

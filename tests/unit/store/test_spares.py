@@ -1,0 +1,160 @@
+"""Spare files: a deleted message's inode written again by the next put, on real files."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from boxmq.store.spares import SPARE_DIR, Spares, rename_noreplace, write_new
+
+
+def finished(tmp_path: Path, name: str, body: bytes) -> str:
+    """A message file as an ack finds it."""
+    (tmp_path / "processing").mkdir(exist_ok=True)
+    path = tmp_path / "processing" / name
+    path.write_bytes(body)
+    return str(path)
+
+
+def test_a_retired_file_is_written_again_by_the_next_put(tmp_path: Path) -> None:
+    spares = Spares(str(tmp_path), "t")
+    old = finished(tmp_path, "m1", b"the old and longer body")
+    inode = os.stat(old).st_ino
+    assert spares.give(old)
+    assert not os.path.exists(old)
+
+    new = str(tmp_path / "fresh")
+    write_new(new, b"short", spares)
+    assert Path(new).read_bytes() == b"short"  # truncated: nothing of the old body is left
+    assert os.stat(new).st_ino == inode
+    assert os.listdir(tmp_path / SPARE_DIR) == []
+
+
+def test_a_longer_body_overwrites_a_shorter_spare(tmp_path: Path) -> None:
+    spares = Spares(str(tmp_path), "t")
+    spares.give(finished(tmp_path, "m1", b"ab"))
+    write_new(str(tmp_path / "fresh"), b"0123456789", spares)
+    assert (tmp_path / "fresh").read_bytes() == b"0123456789"
+
+
+def test_without_a_spare_a_put_creates_its_file(tmp_path: Path) -> None:
+    write_new(str(tmp_path / "fresh"), b"body", Spares(str(tmp_path), "t"))
+    write_new(str(tmp_path / "plain"), b"body", None)
+    assert (tmp_path / "fresh").read_bytes() == (tmp_path / "plain").read_bytes() == b"body"
+
+
+def test_a_put_never_replaces_an_existing_file(tmp_path: Path) -> None:
+    spares = Spares(str(tmp_path), "t")
+    spares.give(finished(tmp_path, "m1", b"spare"))
+    (tmp_path / "taken").write_bytes(b"somebody's message")
+    with pytest.raises(FileExistsError):
+        write_new(str(tmp_path / "taken"), b"mine", spares)
+    assert (tmp_path / "taken").read_bytes() == b"somebody's message"
+    write_new(str(tmp_path / "other"), b"mine", spares)  # the spare was kept for the next put
+    assert os.listdir(tmp_path / SPARE_DIR) == []
+
+
+def test_rename_noreplace_refuses_an_existing_target(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"a")
+    (tmp_path / "b").write_bytes(b"b")
+    with pytest.raises(FileExistsError):
+        rename_noreplace(str(tmp_path / "a"), str(tmp_path / "b"))
+    rename_noreplace(str(tmp_path / "a"), str(tmp_path / "c"))
+    assert sorted(os.listdir(tmp_path)) == ["b", "c"]
+    with pytest.raises(FileNotFoundError):
+        rename_noreplace(str(tmp_path / "a"), str(tmp_path / "d"))
+
+
+def test_a_body_another_dropbox_links_is_never_written_into(tmp_path: Path) -> None:
+    """A fan-out links one body into several subscriptions: acking one copy must leave the
+    others' bytes alone."""
+    spares = Spares(str(tmp_path), "t")
+    mine = finished(tmp_path, "m1", b"shared body")
+    theirs = str(tmp_path / "their-copy")
+    os.link(mine, theirs)
+    assert spares.give(mine)
+    write_new(str(tmp_path / "fresh"), b"XXXXXXXXXXXXXXXXX", spares)
+    assert Path(theirs).read_bytes() == b"shared body"
+    assert os.stat(theirs).st_nlink == 1
+
+
+def test_a_large_file_is_deleted_not_kept(tmp_path: Path) -> None:
+    spares = Spares(str(tmp_path), "t")
+    assert spares.give(finished(tmp_path, "big", b"x" * (1 << 17)))
+    assert os.listdir(tmp_path / SPARE_DIR) == []
+
+
+def test_a_file_gone_already_is_reported(tmp_path: Path) -> None:
+    spares = Spares(str(tmp_path), "t")
+    assert not spares.give(str(tmp_path / "processing-nothing"))  # the pool folder made first
+    assert not spares.give(str(tmp_path / "processing-nothing"))  # the pool folder there
+
+
+def test_the_pool_keeps_at_most_its_limit(tmp_path: Path) -> None:
+    spares = Spares(str(tmp_path), "t", limit=3)
+    for index in range(5):
+        assert spares.give(finished(tmp_path, f"m{index}", b"body"))
+    assert len(os.listdir(tmp_path / SPARE_DIR)) == 3
+    assert os.listdir(tmp_path / "processing") == []
+
+
+def test_a_new_process_adopts_the_spares_it_finds_up_to_its_limit(tmp_path: Path) -> None:
+    before = Spares(str(tmp_path), "dead")
+    for index in range(6):
+        before.give(finished(tmp_path, f"m{index}", b"old"))
+    after = Spares(str(tmp_path), "alive", limit=4)
+    for index in range(4):
+        write_new(str(tmp_path / f"new{index}"), b"new", after)
+    assert os.listdir(tmp_path / SPARE_DIR) == []  # 4 reused, 2 over the limit deleted
+
+
+def test_two_processes_racing_for_one_spare_never_share_it(tmp_path: Path) -> None:
+    Spares(str(tmp_path), "dead").give(finished(tmp_path, "m", b"old"))
+    racers = [Spares(str(tmp_path), f"p{index}") for index in range(8)]
+    barrier = threading.Barrier(len(racers))
+    won: list[int | None] = [None] * len(racers)
+
+    def race(index: int) -> None:
+        barrier.wait()
+        won[index] = racers[index].take(str(tmp_path / f"taken-{index}"))
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(len(racers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(result is not None for result in won) == 1
+    assert len([n for n in os.listdir(tmp_path) if n.startswith("taken-")]) == 1
+
+
+def test_a_limit_of_zero_deletes_at_once(tmp_path: Path) -> None:
+    spares = Spares(str(tmp_path), "t", limit=0)
+    assert spares.give(finished(tmp_path, "m", b"body"))
+    assert not (tmp_path / SPARE_DIR).exists() or os.listdir(tmp_path / SPARE_DIR) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=300), st.booleans()), min_size=1, max_size=40))
+def test_every_body_reads_back_exactly_whatever_was_recycled(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[bytes, bool]]
+) -> None:
+    """Puts of any sizes, each retired or kept at random: a live file always holds exactly
+    its own body."""
+    root = tmp_path_factory.mktemp("spares")
+    spares = Spares(str(root), "t", limit=5)
+    live: dict[str, bytes] = {}
+    for index, (body, retire) in enumerate(steps):
+        path = str(root / f"m{index}")
+        write_new(path, body, spares)
+        live[path] = body
+        if retire:
+            victim = sorted(live)[len(live) // 2]
+            assert spares.give(victim)
+            del live[victim]
+        for kept, expected in live.items():
+            assert Path(kept).read_bytes() == expected
