@@ -81,7 +81,7 @@ __all__ = ["Broker", "Link"]
 log = logging.getLogger("boxmq.mqtt")
 
 _LOCK_TIMEOUT: Final = 7 * 24 * 3600.0  # MQTT has no ack timeout: a session holds its locks
-_BACKLOG_HIGH: Final = 64  # disk batches queued for one client before we stop reading it
+_BACKLOG_HIGH: Final = 4096  # disk jobs waiting for one client before we stop reading it
 _R = ReasonCode
 
 
@@ -109,9 +109,8 @@ class _Client:
     link: Link
     session: Session | None = None
     clean_exit: bool = False  # DISCONNECT 0x00 came: no Will (MQTT 5.0 §3.1.2.5)
-    jobs: list[Job] = field(default_factory=list)  # this read's disk work, run as one batch
-    tail: asyncio.Future[None] | None = None  # the last batch, which the next one waits for
-    backlog: int = 0
+    jobs: list[Job] = field(default_factory=list)  # disk work waiting for the next batch
+    tail: asyncio.Future[None] | None = None  # the batch running now (one at a time, in order)
     paused: bool = False
 
 
@@ -122,6 +121,7 @@ class Broker:
         self.limits = settings.limits
         self._clock = clock
         self._clients: dict[Link, _Client] = {}
+        self._working: set[_Client] = set()  # clients with a disk batch running, gone or not
         self._sessions: dict[str, Session] = {}
         self._links: dict[str, _Client] = {}  # client id -> its connected client
         self._memory = MemoryRoutes()  # non-persistent sessions' plain subscriptions
@@ -225,8 +225,7 @@ class Broker:
         work in flight finishes, so everything acknowledged is on disk."""
         for client in list(self._clients.values()):
             self._kick(client, _R.SERVER_SHUTTING_DOWN, "server shutting down")
-        tails = [c.tail for c in self._clients.values() if c.tail is not None]
-        if tails:
+        while tails := [c.tail for c in self._working if c.tail is not None]:
             await asyncio.gather(*tails, return_exceptions=True)
         for session in list(self._sessions.values()):
             for subscriber in self._durable.pop(session.client_id, {}).values():
@@ -717,34 +716,37 @@ class Broker:
             )
 
     def _start_batch(self, client: _Client) -> None:
+        """Run the client's waiting disk work as one batch in a worker thread. One batch runs
+        at a time per client, so its messages keep their order; what arrives meanwhile waits
+        and goes in the next one. A batch is thus as large as the disk is slow: under
+        `always` one group commit answers a whole publisher window, not one message."""
+        if client.tail is not None:
+            if len(client.jobs) >= _BACKLOG_HIGH and not client.paused:
+                client.paused = True
+                client.link.pause_reading()
+            return
         jobs, client.jobs = client.jobs, []
-        previous = client.tail
         loop = self.loop
 
         async def run() -> None:
-            if previous is not None:
-                await asyncio.wait([previous])
             results = await loop.run_in_executor(self._pool, run_all, self.box.topics, jobs)
             for job, result in zip(jobs, results, strict=True):
                 job.then(result)  # even for a client gone: its message still goes on
-            self.flush()
 
         task = loop.create_task(run())
         client.tail = task
-        client.backlog += 1
-        if client.backlog >= _BACKLOG_HIGH and not client.paused:
-            client.paused = True
-            client.link.pause_reading()
+        self._working.add(client)
 
         def finished(done: asyncio.Future[None]) -> None:
-            client.backlog -= 1
-            if client.tail is done:
-                client.tail = None
-            if client.paused and client.backlog < _BACKLOG_HIGH // 2:
-                client.paused = False
-                client.link.resume_reading()
+            client.tail = None
+            self._working.discard(client)
             if not done.cancelled() and (error := done.exception()) is not None:
                 log.error("disk work for %s failed: %r", client.link.peer, error)
+            if client.jobs:
+                self._start_batch(client)
+            if client.paused and len(client.jobs) < _BACKLOG_HIGH // 2:
+                client.paused = False
+                client.link.resume_reading()
             self.pump_all()
             self.flush()
 
