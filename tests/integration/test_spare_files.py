@@ -49,25 +49,24 @@ def test_acking_one_copy_of_a_fan_out_leaves_the_others_intact(root: Path) -> No
         assert rest == [f"later {index}".encode() for index in range(5)]
 
 
+def put_and_ack_one(box: boxmq.Box) -> None:
+    jobs = box.queue("jobs")
+    jobs.put(b"body")
+    with jobs.consumer("w") as consumer:
+        message = consumer.receive(timeout=5)
+        assert message is not None
+        message.ack()
+
+
 def test_spares_zero_deletes_at_once(root: Path) -> None:
     with boxmq.open(root, fsync="never", keep_processed=False, spares=0) as box:
-        jobs = box.queue("jobs")
-        jobs.put(b"body")
-        with jobs.consumer("w") as consumer:
-            message = consumer.receive(timeout=5)
-            assert message is not None
-            message.ack()
+        put_and_ack_one(box)
     assert not (root / SPARE_DIR).exists()
     assert os.listdir(root / "jobs" / "processing") == []
 
 
 def test_the_spare_folder_is_not_a_queue(root: Path) -> None:
     with boxmq.open(root, fsync="never", keep_processed=False) as box:
-        jobs = box.queue("jobs")
-        jobs.put(b"body")
-        with jobs.consumer("w") as consumer:
-            message = consumer.receive(timeout=5)
-            assert message is not None
-            message.ack()
+        put_and_ack_one(box)
         assert (root / SPARE_DIR).is_dir()
         assert box.queues() == ["jobs"]

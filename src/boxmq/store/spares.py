@@ -91,8 +91,10 @@ class Spares:
                 rename_noreplace(spare, path)
             except FileNotFoundError:
                 continue  # another process adopted it and took it first
-            except BaseException:
+            except OSError as error:
                 names.append((spare, size))
+                if error.errno == errno.EXDEV:  # this dropbox is mounted elsewhere: create
+                    return None
                 raise
             return size
         return None
@@ -112,6 +114,10 @@ class Spares:
                 return False
             os.makedirs(self.path, exist_ok=True)
             return self.give(path)
+        except OSError as error:
+            if error.errno == errno.EXDEV:  # a dropbox mounted on another file system
+                return _unlink(path)
+            raise
         status = os.stat(spare)
         if status.st_nlink > 1 or status.st_size > _LARGEST:
             os.unlink(spare)  # another dropbox still links this body: never write into it

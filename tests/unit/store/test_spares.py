@@ -158,3 +158,27 @@ def test_every_body_reads_back_exactly_whatever_was_recycled(
             del live[victim]
         for kept, expected in live.items():
             assert Path(kept).read_bytes() == expected
+
+
+def test_a_dropbox_on_another_file_system_deletes_and_creates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rename across file systems fails with EXDEV: the ack deletes, the put creates, and
+    neither fails (the kernel's answer is simulated: one file system is all a test has)."""
+    import errno
+
+    from boxmq.store import spares as module
+
+    spares = Spares(str(tmp_path), "t")
+    spares.give(finished(tmp_path, "kept", b"spare"))
+
+    def cross_device(source: str, target: str) -> None:
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), source, None, target)
+
+    monkeypatch.setattr(module, "rename_noreplace", cross_device)
+    monkeypatch.setattr(os, "rename", cross_device)
+    assert spares.give(finished(tmp_path, "elsewhere", b"body"))
+    assert os.listdir(tmp_path / "processing") == []
+    write_new(str(tmp_path / "fresh"), b"new", spares)
+    assert (tmp_path / "fresh").read_bytes() == b"new"
+    assert len(os.listdir(tmp_path / SPARE_DIR)) == 1  # the spare stays for another dropbox
