@@ -291,3 +291,22 @@ def test_a_message_published_with_the_python_api_reaches_a_persistent_session(
         other.publish("api/x", b"from python", qos=1)
     message = sub.next(timeout=5)
     assert (message.topic, message.payload) == ("api/x", b"from python")
+
+
+def test_a_subscription_made_by_another_process_gets_the_next_mqtt_publish(
+    server: RunningServer,
+) -> None:
+    """The broker learns of durable subscriptions made outside it (the root's generation
+    file) before it handles the next PUBLISH, even when its last reads carried only acks."""
+    import boxmq
+
+    pub = paho(server, "pub")
+    pub.publish("proc/x", b"before: nobody wants proc/x", 1)  # PUBACKed: "nobody" is cached
+    with boxmq.open(server.root, fsync="never") as other:  # another Box: as another process would
+        worker = other.subscribe("proc/#", "worker", max_in_flight=5)
+        pub.publish("proc/x", b"for the worker", 1)
+        message = worker.receive(timeout=5)
+        assert message is not None
+        assert message.body == b"for the worker"
+        message.ack()
+        worker.close()
