@@ -277,6 +277,13 @@ class Broker:
         client.link.connection.send(packet)
         self._dirty.add(client)
 
+    def _acknowledge(
+        self, client: _Client, kind: type[Puback | Pubrec | Pubcomp], packet_id: int
+    ) -> None:
+        """`_send(client, kind(packet_id))` for a positive acknowledgement, without the object."""
+        client.link.connection.acknowledge(kind, packet_id)
+        self._dirty.add(client)
+
     # -- CONNECT -----------------------------------------------------------------------------------
 
     def _connect(self, client: _Client, packet: Connect) -> None:
@@ -547,12 +554,12 @@ class Broker:
         if qos == 2:
             assert packet.packet_id is not None
             session.hold_for_release(packet.packet_id, packet)
-            self._send(client, Pubrec(packet.packet_id))
+            self._acknowledge(client, Pubrec, packet.packet_id)
             return
         self._route_memory(session.client_id, packet)
         if qos == 1:
             assert packet.packet_id is not None
-            self._send(client, Puback(packet.packet_id))
+            self._acknowledge(client, Puback, packet.packet_id)
 
     def _publish_later(
         self, client: _Client, session: Session, packet: Publish, disk: bool
@@ -572,7 +579,7 @@ class Broker:
                     self._send_error(client, Pubrec(packet_id), result)
                     return
                 session.hold_for_release(packet_id, packet, stored=True)
-                self._send(client, Pubrec(packet_id))
+                self._acknowledge(client, Pubrec, packet_id)
 
             client.jobs.append(Job(lambda: self._assure(client_id, packet), stored))
             return
@@ -643,7 +650,7 @@ class Broker:
             and not client.jobs
         ):
             self._route_memory(client_id, publish)
-            self._send(client, Pubcomp(packet_id))
+            self._acknowledge(client, Pubcomp, packet_id)
             return
 
         write = (

@@ -53,6 +53,13 @@ __all__ = ["Connection", "ReceiveMaximumExceeded"]
 
 _PUBLISH: Final = int(PacketType.PUBLISH)
 _CONNECT: Final = int(PacketType.CONNECT)
+# A positive PUBACK, PUBREC or PUBCOMP is its id alone, in either version (MQTT 5.0 §3.4.2.1):
+# its first two bytes, and whether it finishes a PUBLISH the client sent (Receive Maximum).
+_SHORT_ACKS: Final = {
+    Puback: (bytes((int(PacketType.PUBACK) << 4, 2)), True),
+    Pubrec: (bytes((int(PacketType.PUBREC) << 4, 2)), False),
+    Pubcomp: (bytes((int(PacketType.PUBCOMP) << 4, 2)), True),
+}
 
 
 class Connection:
@@ -172,6 +179,17 @@ class Connection:
                 return  # MQTT 5.0 §3.1.2.25: discarded, as if it had been sent
             data = encode(_shortened(packet), version)
         self._out.append(data)
+
+    def acknowledge(self, kind: type[Puback | Pubrec | Pubcomp], packet_id: int) -> None:
+        """`send(kind(packet_id))`, a success, for the path every QoS 1 and 2 message takes:
+        the same bytes without the packet object."""
+        head, finishes = _SHORT_ACKS[kind]
+        if 0 < self.client_max_packet_size < 4:
+            self.send(kind(packet_id))  # a client too small for any acknowledgement
+            return
+        if finishes:
+            self._unanswered = max(0, self._unanswered - 1)
+        self._out.append(head + packet_id.to_bytes(2, "big"))
 
     def _aliased(self, packet: Publish) -> Publish:
         """Topic aliases to the client (MQTT 5.0 §3.3.2.3.4): the first PUBLISH of a topic

@@ -13,7 +13,7 @@ from boxmq.errors import ProtocolViolation
 from boxmq.mqtt.codec import encode
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.errors import ProtocolError, ReceiveMaximumExceeded, TopicAliasInvalid
-from boxmq.mqtt.packets import Connect, ProtocolVersion, Puback, Publish
+from boxmq.mqtt.packets import Connect, ProtocolVersion, Puback, Pubcomp, Publish, Pubrec
 from boxmq.mqtt.properties import Properties
 
 V5, V311 = ProtocolVersion.V5, ProtocolVersion.V311
@@ -134,3 +134,30 @@ def test_any_bytes_after_connect_give_packets_or_one_protocol_violation(
     with contextlib.suppress(ProtocolViolation):
         for at in range(0, len(data), step):
             connection.receive(data[at : at + step], now=1)
+
+
+_ACKS = {Puback: mqtt5.PubAckPacket, Pubrec: mqtt5.PubRecPacket, Pubcomp: mqtt5.PubCompPacket}
+
+
+@given(st.integers(1, 0xFFFF), st.sampled_from([V5, V311]), st.sampled_from(list(_ACKS)))
+def test_acknowledge_sends_the_bytes_of_the_packet(
+    packet_id: int, version: ProtocolVersion, kind: type[Puback | Pubrec | Pubcomp]
+) -> None:
+    fast, slow = _connected(version), _connected(version)
+    fast.acknowledge(kind, packet_id)
+    slow.send(kind(packet_id))
+    [data] = fast.data_to_send()
+    assert [data] == slow.data_to_send()
+    packet, _ = mqtt5.read(memoryview(data))  # an independent codec
+    assert isinstance(packet, (mqtt5.PubAckPacket, mqtt5.PubRecPacket, mqtt5.PubCompPacket))
+    assert type(packet) is _ACKS[kind]
+    assert packet.packet_id == packet_id
+
+
+def test_acknowledge_frees_a_place_under_receive_maximum() -> None:
+    connection = _connected()
+    connection.receive(_publish("a", qos=1, packet_id=1) + _publish("a", qos=1, packet_id=2), now=1)
+    connection.acknowledge(Puback, 1)
+    connection.receive(_publish("a", qos=1, packet_id=3), now=1)
+    with pytest.raises(ReceiveMaximumExceeded):
+        connection.receive(_publish("a", qos=1, packet_id=4), now=1)
