@@ -62,6 +62,7 @@ class Box:
         self._intake: AssuredIntake | None = None
         self._exactly_once = exactly_once
         self._closed = False
+        self._next_purge = 0.0  # when sweep() next looks through processed/ folders
 
     @property
     def fsync(self) -> FsyncPolicy:
@@ -227,6 +228,12 @@ class Box:
             (f"{record.filter} ({os.path.basename(path)})", path)
             for record, path in read_records(self.root)
         ]
+        limits = self.options.limits
+        purge = limits.processed_retention is not None and now >= self._next_purge
+        if purge and limits.processed_retention is not None:
+            # processed/ is the big folder (a day of traffic, by default): looked through at
+            # most every hundredth of the retention (a minute at most), not every sweep.
+            self._next_purge = now + min(60.0, limits.processed_retention / 100)
         reports = {}
         for name, path in boxes:
             try:
@@ -234,7 +241,12 @@ class Box:
             except QueueNotFound:
                 continue  # a subscription being created or deleted right now
             reports[name] = sweep(
-                dropbox, now=now, policy=self.options.policy, limits=self.options.limits, name=name
+                dropbox,
+                now=now,
+                policy=self.options.policy,
+                limits=limits,
+                name=name,
+                purge=purge,
             )
         self.intake.expire()
         return reports

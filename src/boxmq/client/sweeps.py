@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from boxmq.client.lifecycle import dead_name, envelope_of, released_name
 from boxmq.core import QueuePolicy
-from boxmq.model import MessageId
+from boxmq.model import MessageId, timestamp_of
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
 from boxmq.store.names import split_lock
@@ -61,6 +61,7 @@ def release_stale_locks(
 ) -> tuple[int, int]:
     """Release timed-out and orphaned locks; (released, dead-lettered). Skips our live leases."""
     released = dead = 0
+    alive: dict[str, bool | None] = {}  # token -> its process lives: /proc read once per token
     for entry in box.scan(State.PROCESSING):
         name, lock = split_lock(entry.name)
         envelope = envelope_of(name)
@@ -73,7 +74,7 @@ def release_stale_locks(
             why, holder = "lock without owner timed out", None
         elif lock.deadline_ms <= now * 1000:
             why, holder = f"lock of {lock.owner!r} timed out", lock.owner
-        elif lock.token and process_alive(lock.token) is False:
+        elif lock.token and _alive(alive, lock.token) is False:
             why, holder = f"process of {lock.owner!r} is gone", lock.owner
         else:
             continue
@@ -98,6 +99,12 @@ def release_stale_locks(
     return released, dead
 
 
+def _alive(known: dict[str, bool | None], token: str) -> bool | None:
+    if token not in known:
+        known[token] = process_alive(token)
+    return known[token]
+
+
 def expire_ready(box: Dropbox, *, now: float) -> int:
     expired = 0
     for entry in box.scan(State.TARGET):
@@ -110,15 +117,34 @@ def expire_ready(box: Dropbox, *, now: float) -> int:
 
 def _remove_older(box: Dropbox, state: State, *, now: float, age: float) -> int:
     removed = 0
+    horizon_ms = (now - age) * 1000
     for entry in box.scan(state):
+        made = _made_ms(entry.name)
+        if made is not None and made > horizon_ms:
+            # Made within `age`, so it cannot have changed state before (a producer whose
+            # clock runs ahead only delays its purge): no stat.
+            continue
         seen = box.age(state, entry.name, now)
         if seen is not None and seen > age and box.remove(state, entry.name):
             removed += 1
     return removed
 
 
+def _made_ms(name: str) -> int | None:
+    """When the message was made (epoch ms), read off the id of a name in the DropboxMQ form
+    `<priority>.<id>....`, without decoding the rest; None if the id carries no time."""
+    fields = name.split(".", 2)
+    return timestamp_of(fields[1]) if len(fields) > 1 else None
+
+
 def sweep(
-    box: Dropbox, *, now: float, policy: QueuePolicy, limits: SweepLimits, name: str
+    box: Dropbox,
+    *,
+    now: float,
+    policy: QueuePolicy,
+    limits: SweepLimits,
+    name: str,
+    purge: bool = True,
 ) -> SweepReport:
     released, dead = release_stale_locks(box, now=now, policy=policy, limits=limits)
     expired = expire_ready(box, now=now)
@@ -131,6 +157,6 @@ def sweep(
             limits.working_ttl,
         )
     purged = 0
-    if limits.processed_retention is not None:
+    if purge and limits.processed_retention is not None:
         purged = _remove_older(box, State.PROCESSED, now=now, age=limits.processed_retention)
     return SweepReport(released, dead, expired, abandoned, purged)

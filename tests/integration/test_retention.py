@@ -1,0 +1,64 @@
+"""processed/ retention: acknowledged messages are deleted once older than the retention, by a
+sweep that looks through processed/ at most every hundredth of the retention."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import boxmq
+
+
+def ack_all(box: boxmq.Box, count: int) -> None:
+    jobs = box.queue("jobs")
+    for index in range(count):
+        jobs.put(f"m{index}".encode())
+    with jobs.consumer("w", max_in_flight=count) as consumer:
+        for _ in range(count):
+            message = consumer.receive(timeout=5)
+            assert message is not None
+            message.ack()
+
+
+def processed(root: Path) -> list[str]:
+    return sorted(os.listdir(root / "jobs" / "processed"))
+
+
+def test_acknowledged_messages_go_once_older_than_the_retention(root: Path) -> None:
+    clock = boxmq.ManualClock(time.time())  # ages are measured against the files' ctime
+    with boxmq.open(root, fsync="never", processed_retention=100.0, clock=clock) as box:
+        ack_all(box, 3)
+        # A file a DropboxMQ producer named: its id carries no time, so its ctime decides.
+        (root / "jobs" / "processed" / "4.outside-id").write_bytes(b"x")
+        assert box.sweep()["jobs"].purged == 0
+        clock.advance(50)
+        assert box.sweep()["jobs"].purged == 0
+        assert len(processed(root)) == 4
+        clock.advance(51)
+        assert box.sweep()["jobs"].purged == 4
+    assert processed(root) == []
+
+
+def test_processed_is_looked_through_at_most_every_hundredth_of_the_retention(
+    root: Path,
+) -> None:
+    clock = boxmq.ManualClock(time.time())
+    with boxmq.open(root, fsync="never", processed_retention=1000.0, clock=clock) as box:
+        ack_all(box, 2)
+        clock.advance(998)
+        assert box.sweep()["jobs"].purged == 0  # looked, nothing due; next look in 10 s
+        clock.advance(5)
+        assert box.sweep()["jobs"].purged == 0  # due, but not looked at yet
+        assert len(processed(root)) == 2
+        clock.advance(6)
+        assert box.sweep()["jobs"].purged == 2
+
+
+def test_no_retention_keeps_everything(root: Path) -> None:
+    clock = boxmq.ManualClock(time.time())
+    with boxmq.open(root, fsync="never", processed_retention=None, clock=clock) as box:
+        ack_all(box, 2)
+        clock.advance(10**7)
+        assert box.sweep()["jobs"].purged == 0
+    assert len(processed(root)) == 2
