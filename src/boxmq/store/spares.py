@@ -26,10 +26,12 @@ import errno
 import itertools
 import os
 import threading
+import time
 
 __all__ = ["SPARE_DIR", "Spares", "rename_noreplace", "write_new"]
 
 SPARE_DIR = ".spare"
+_LOOK_INTERVAL = 1.0  # seconds between looks in the folder by a process that has no spare
 _LARGEST = 1 << 16  # bytes: a bigger file is deleted, not kept (its blocks are worth freeing)
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _REWRITE = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
@@ -74,6 +76,7 @@ class Spares:
         self._numbers = itertools.count()
         self._names: list[tuple[str, int]] = []  # spares this process may take, and sizes
         self._adopted = False
+        self._next_look = 0.0  # time.monotonic() when an empty pool may look in the folder
         self._lock = threading.Lock()
 
     def take(self, path: str) -> int | None:
@@ -82,6 +85,8 @@ class Spares:
         if not self._adopted:
             self._adopt()
         names = self._names
+        if not names and time.monotonic() >= self._next_look:
+            self._look()  # a process that only puts reuses what the ones that ack leave
         while names:
             try:
                 spare, size = names.pop()
@@ -106,6 +111,14 @@ class Spares:
             self._adopt()
         if len(self._names) >= self.limit:
             return _unlink(path)
+        # Checked before the file enters the pool, where another process may take it at once.
+        # Its links cannot grow meanwhile: a fan-out links a body only before it is ready.
+        try:
+            status = os.stat(path)
+        except FileNotFoundError:
+            return False
+        if status.st_nlink > 1 or status.st_size > _LARGEST:
+            return _unlink(path)  # another dropbox still links this body: never write into it
         spare = self._prefix + str(next(self._numbers))
         try:
             os.rename(path, spare)
@@ -118,27 +131,31 @@ class Spares:
             if error.errno == errno.EXDEV:  # a dropbox mounted on another file system
                 return _unlink(path)
             raise
-        status = os.stat(spare)
-        if status.st_nlink > 1 or status.st_size > _LARGEST:
-            os.unlink(spare)  # another dropbox still links this body: never write into it
-        else:
-            self._names.append((spare, status.st_size))
+        self._names.append((spare, status.st_size))
         return True
 
     def _adopt(self) -> None:
+        """Once: take on the spares in the folder, and delete those over the limit (left by
+        processes that ended)."""
         with self._lock:
             if self._adopted:
                 return
             self._adopted = True
-            try:
-                with os.scandir(self.path) as entries:
-                    found = [entry for entry in entries if entry.is_file()]
-            except FileNotFoundError:
-                return
-            for extra in found[self.limit :]:
-                _unlink(extra.path)
-            # The size is a bound, not a promise: the spare is truncated if it was larger.
-            self._names.extend((entry.path, _LARGEST) for entry in found[: self.limit])
+            for extra in self._look()[self.limit :]:
+                _unlink(extra)
+
+    def _look(self) -> list[str]:
+        """Take on up to `limit` spares found in the folder (other processes' too: a take is a
+        rename, so two takers never get one file); every path found."""
+        self._next_look = time.monotonic() + _LOOK_INTERVAL
+        try:
+            with os.scandir(self.path) as entries:
+                found = [entry.path for entry in entries if entry.is_file()]
+        except FileNotFoundError:
+            return []
+        # The size is a bound, not a promise: the spare is truncated if it was larger.
+        self._names.extend((path, _LARGEST) for path in found[: self.limit])
+        return found
 
 
 def write_new(path: str, body: bytes, spares: Spares | None) -> None:

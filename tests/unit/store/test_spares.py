@@ -21,6 +21,10 @@ def finished(tmp_path: Path, name: str, body: bytes) -> str:
     return str(path)
 
 
+def pool(root: Path) -> list[str]:
+    return os.listdir(root / SPARE_DIR) if (root / SPARE_DIR).exists() else []
+
+
 def test_a_retired_file_is_written_again_by_the_next_put(tmp_path: Path) -> None:
     spares = Spares(str(tmp_path), "t")
     old = finished(tmp_path, "m1", b"the old and longer body")
@@ -78,6 +82,7 @@ def test_a_body_another_dropbox_links_is_never_written_into(tmp_path: Path) -> N
     theirs = str(tmp_path / "their-copy")
     os.link(mine, theirs)
     assert spares.give(mine)
+    assert pool(tmp_path) == []  # not even for a moment: another process could take it there
     write_new(str(tmp_path / "fresh"), b"XXXXXXXXXXXXXXXXX", spares)
     assert Path(theirs).read_bytes() == b"shared body"
     assert os.stat(theirs).st_nlink == 1
@@ -86,7 +91,7 @@ def test_a_body_another_dropbox_links_is_never_written_into(tmp_path: Path) -> N
 def test_a_large_file_is_deleted_not_kept(tmp_path: Path) -> None:
     spares = Spares(str(tmp_path), "t")
     assert spares.give(finished(tmp_path, "big", b"x" * (1 << 17)))
-    assert os.listdir(tmp_path / SPARE_DIR) == []
+    assert pool(tmp_path) == []
 
 
 def test_a_file_gone_already_is_reported(tmp_path: Path) -> None:
@@ -135,7 +140,7 @@ def test_two_processes_racing_for_one_spare_never_share_it(tmp_path: Path) -> No
 def test_a_limit_of_zero_deletes_at_once(tmp_path: Path) -> None:
     spares = Spares(str(tmp_path), "t", limit=0)
     assert spares.give(finished(tmp_path, "m", b"body"))
-    assert not (tmp_path / SPARE_DIR).exists() or os.listdir(tmp_path / SPARE_DIR) == []
+    assert pool(tmp_path) == []
 
 
 @settings(max_examples=60, deadline=None)
@@ -182,3 +187,19 @@ def test_a_dropbox_on_another_file_system_deletes_and_creates(
     write_new(str(tmp_path / "fresh"), b"new", spares)
     assert (tmp_path / "fresh").read_bytes() == b"new"
     assert len(os.listdir(tmp_path / SPARE_DIR)) == 1  # the spare stays for another dropbox
+
+
+def test_a_process_that_only_puts_reuses_what_an_acking_process_leaves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from boxmq.store import spares as module
+
+    monkeypatch.setattr(module, "_LOOK_INTERVAL", 0.0)  # no second to wait between looks
+    producer, consumer = Spares(str(tmp_path), "producer"), Spares(str(tmp_path), "consumer")
+    write_new(str(tmp_path / "first"), b"made", producer)  # nothing to reuse yet
+    inode = os.stat(tmp_path / "first").st_ino
+    assert consumer.give(str(tmp_path / "first"))  # the consumer acks it
+    write_new(str(tmp_path / "second"), b"reused", producer)
+    assert os.stat(tmp_path / "second").st_ino == inode
+    assert (tmp_path / "second").read_bytes() == b"reused"
+    assert consumer.take(str(tmp_path / "third")) is None  # the consumer's spare was taken
