@@ -8,11 +8,12 @@ time), so a root that deletes thousands of files a second paid 1.1 to 1.4 ms of 
 `open(O_CREAT)` here, against 20 to 50 µs (docs/benchmarks.md, "Spare files").
 
 The pool is the folder `.spare/` of the root (one file system, so a rename reaches every
-queue). Each process names its spares `<process token>.<n>` and keeps their names in memory;
-a process adopts the spares it finds there once, so spares of processes that ended are reused,
-and the folder never holds many more than `limit` files. A spare is taken by one rename, which
-two processes cannot both win. Only a file that no other name links to becomes a spare (a
-fan-out links one body into several dropboxes), and only a small one.
+queue). Each process names its spares `<process token>.<n>` and keeps their names in memory.
+It adopts the spares it finds there when it starts (deleting those over `limit`, so the folder
+stays near that size), and looks again, at most once a second, whenever it has none left: a
+process that only puts reuses the files of the processes that ack. A spare is taken by one
+rename, which two processes cannot both win. Only a file that no other name links to becomes
+a spare (a fan-out links one body into several dropboxes), and only a small one.
 
 Until it is reused, a spare still holds the body of the message it was, as a database's free
 pages hold deleted rows; `spares=0` (boxmq.open) deletes acknowledged files instead.
