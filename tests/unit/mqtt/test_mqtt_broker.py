@@ -7,8 +7,11 @@ import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import pytest
+
 import boxmq
 from boxmq.clock import SystemClock
+from boxmq.mqtt import broker as broker_module
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.codec import decode, encode
 from boxmq.mqtt.connection import Connection
@@ -48,6 +51,7 @@ class Peer:
         self._broker = broker
         self._reader = FrameReader(max_packet_size=1 << 20)
         self.inbox: list[Packet] = []
+        self.reading = True  # False between pause_reading and resume_reading
         assert broker.opened(self)
 
     def flush(self) -> None:
@@ -60,10 +64,10 @@ class Peer:
         self._broker.closed(self, "closed")
 
     def pause_reading(self) -> None:
-        pass
+        self.reading = False
 
     def resume_reading(self) -> None:
-        pass
+        self.reading = True
 
     def send(self, *packets: Packet) -> None:
         data = b"".join(encode(packet, V5) for packet in packets)
@@ -185,5 +189,29 @@ def test_a_share_members_negative_puback_sends_the_message_to_error(tmp_path: Pa
         member.send(Puback(delivered.packet_id, ReasonCode.UNSPECIFIED_ERROR))
         [info] = broker.box.topics.subscriptions()
         assert (info.counts.dead, info.counts.ready, info.counts.locked) == (1, 0, 0)
+
+    _run(tmp_path, test)
+
+
+def test_publishes_that_need_the_disk_are_answered_in_order_with_backpressure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One disk batch per client at a time: what arrives meanwhile waits for the next one,
+    and past the high-water mark the client is not read until the waiting jobs halve."""
+    monkeypatch.setattr(broker_module, "_BACKLOG_HIGH", 4)
+
+    async def test(broker: Broker) -> None:
+        member = _connect(broker, "member")
+        member.send(Subscribe(1, (Subscription("$share/g/t", 1),)))
+        member.take()
+        pub = _connect(broker, "pub")
+        for packet_id in range(1, 11):  # ten reads before the first batch gets a thread
+            pub.send(Publish("t", f"m{packet_id}".encode(), 1, packet_id=packet_id))
+        assert not pub.reading
+        await _until(lambda: len(pub.inbox) == 10)
+        assert pub.inbox == [Puback(packet_id) for packet_id in range(1, 11)]
+        assert pub.reading
+        [info] = broker.box.topics.subscriptions()
+        assert info.counts.ready + info.counts.locked == 10
 
     _run(tmp_path, test)
