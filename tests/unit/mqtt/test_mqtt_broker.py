@@ -51,7 +51,7 @@ class Peer:
         self._broker = broker
         self._reader = FrameReader(max_packet_size=1 << 20)
         self.inbox: list[Packet] = []
-        self.reading = True  # False between pause_reading and resume_reading
+        self.pauses = self.resumes = 0  # calls of pause_reading and resume_reading
         assert broker.opened(self)
 
     def flush(self) -> None:
@@ -64,10 +64,10 @@ class Peer:
         self._broker.closed(self, "closed")
 
     def pause_reading(self) -> None:
-        self.reading = False
+        self.pauses += 1
 
     def resume_reading(self) -> None:
-        self.reading = True
+        self.resumes += 1
 
     def send(self, *packets: Packet) -> None:
         data = b"".join(encode(packet, V5) for packet in packets)
@@ -207,10 +207,10 @@ def test_publishes_that_need_the_disk_are_answered_in_order_with_backpressure(
         pub = _connect(broker, "pub")
         for packet_id in range(1, 11):  # ten reads before the first batch gets a thread
             pub.send(Publish("t", f"m{packet_id}".encode(), 1, packet_id=packet_id))
-        assert not pub.reading
+        assert (pub.pauses, pub.resumes) == (1, 0)
         await _until(lambda: len(pub.inbox) == 10)
         assert pub.inbox == [Puback(packet_id) for packet_id in range(1, 11)]
-        assert pub.reading
+        assert (pub.pauses, pub.resumes) == (1, 1)
         [info] = broker.box.topics.subscriptions()
         assert info.counts.ready + info.counts.locked == 10
 
