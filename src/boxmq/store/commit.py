@@ -22,13 +22,13 @@ leave a half-written file where consumers look.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+
+from boxmq.store import libc
 
 __all__ = ["GATHER", "Committer", "FsyncPolicy", "Move", "flush_directories", "flush_filesystem"]
 
@@ -69,16 +69,7 @@ class Move:
             os.rename(self.source, self.target)
 
 
-def _load_syncfs() -> ctypes._NamedFuncPointer | None:
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name, use_errno=True)
-        return libc.syncfs
-    except (OSError, AttributeError):
-        return None
-
-
-_SYNCFS = _load_syncfs()
+_SYNCFS = libc.function("syncfs")
 
 
 def flush_filesystem(directory: str) -> None:
@@ -89,8 +80,7 @@ def flush_filesystem(directory: str) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         if _SYNCFS(fd) != 0:
-            errno = ctypes.get_errno()
-            raise OSError(errno, os.strerror(errno), directory)
+            raise libc.last_error(directory)
     finally:
         os.close(fd)
 

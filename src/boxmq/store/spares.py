@@ -22,12 +22,13 @@ pages hold deleted rows; `spares=0` (boxmq.open) deletes acknowledged files inst
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import itertools
 import os
 import threading
 import time
+
+from boxmq.store import libc
 
 __all__ = ["SPARE_DIR", "Spares", "rename_noreplace", "write_new"]
 
@@ -40,17 +41,10 @@ _AT_FDCWD = -100
 _NOREPLACE = 1  # RENAME_NOREPLACE
 
 
-def _load_renameat2() -> ctypes._NamedFuncPointer | None:
-    try:
-        function = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
-    function.argtypes += [ctypes.c_uint]
-    return function
-
-
-_RENAMEAT2 = _load_renameat2()
+_RENAMEAT2 = libc.function("renameat2")
+if _RENAMEAT2 is not None:
+    _RENAMEAT2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
+    _RENAMEAT2.argtypes += [ctypes.c_uint]
 
 
 def rename_noreplace(source: str, target: str) -> None:
@@ -60,9 +54,9 @@ def rename_noreplace(source: str, target: str) -> None:
         old, new = os.fsencode(source), os.fsencode(target)
         if _RENAMEAT2(_AT_FDCWD, old, _AT_FDCWD, new, _NOREPLACE) == 0:
             return
-        code = ctypes.get_errno()
-        if code not in (errno.ENOSYS, errno.EINVAL):  # EINVAL: the file system cannot
-            raise OSError(code, os.strerror(code), source, None, target)
+        error = libc.last_error(source, target)
+        if error.errno not in (errno.ENOSYS, errno.EINVAL):  # EINVAL: the file system cannot
+            raise error
     os.link(source, target)
     os.unlink(source)
 

@@ -9,8 +9,7 @@ reports that everything may have changed. Both give the same answer to `wait(tim
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
+import errno
 import os
 import select
 import struct
@@ -19,6 +18,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from boxmq.store import libc
 
 __all__ = ["Changes", "InotifyWatcher", "PollingWatcher", "Watcher", "watch"]
 
@@ -32,6 +33,7 @@ _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len
 _BUFFER = 65536
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 _LARGEST_EVENT = _EVENT.size + 255 + 1  # a header and NAME_MAX bytes of name with its NUL
+_INOTIFY_INIT, _INOTIFY_ADD = libc.function("inotify_init1"), libc.function("inotify_add_watch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,17 +57,19 @@ class Watcher(Protocol):
 class InotifyWatcher:
     """New files in one directory, by name, as the kernel reports them."""
 
-    def __init__(self, directory: str, libc: ctypes.CDLL) -> None:
-        self._fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+    def __init__(self, directory: str) -> None:
+        if _INOTIFY_INIT is None or _INOTIFY_ADD is None:
+            raise OSError(errno.ENOSYS, "this system has no inotify")
+        self._fd = _INOTIFY_INIT(_IN_NONBLOCK | _IN_CLOEXEC)
         if self._fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
+            raise libc.last_error(directory)
         # Renamed in (the producer protocol), linked in (a fan-out: IN_CREATE), or written in
         # place by a producer that ignores the protocol (IN_CLOSE_WRITE, once complete).
         mask = _IN_MOVED_TO | _IN_CREATE | _IN_CLOSE_WRITE
-        if libc.inotify_add_watch(self._fd, os.fsencode(directory), mask) < 0:
-            errno = ctypes.get_errno()
+        if _INOTIFY_ADD(self._fd, os.fsencode(directory), mask) < 0:
+            error = libc.last_error(directory)
             os.close(self._fd)
-            raise OSError(errno, os.strerror(errno), directory)
+            raise error
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._poll = select.poll()
         self._poll.register(self._fd, select.POLLIN)
@@ -142,22 +146,11 @@ class PollingWatcher:
         self._woken.set()
 
 
-def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name, use_errno=True)
-        libc.inotify_init1  # noqa: B018  (probe: AttributeError where the kernel has none)
-    except (OSError, AttributeError):
-        return None
-    return libc
-
-
 def watch(directory: str, *, poll_interval: float, polling: bool = False) -> Watcher:
     """The best watcher for `directory`: inotify if we can, polling if asked or if we cannot."""
-    libc = None if polling else _libc()
-    if libc is not None:
+    if not polling:
         try:
-            return InotifyWatcher(directory, libc)
+            return InotifyWatcher(directory)
         except OSError:
             pass  # e.g. the inotify instance limit: fall back to polling
     return PollingWatcher(poll_interval)
