@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Final
 
 from boxmq.errors import InvalidArgument
+from boxmq.store.commit import flush_directories
+from boxmq.store.layout import open_folder
 
 __all__ = [
     "PasswordEntry",
@@ -301,7 +303,7 @@ def _editing(path: Path) -> Iterator[None]:
     folder = path.parent
     if not folder.is_dir():
         raise InvalidArgument(f"cannot write {path}: the folder {folder} does not exist")
-    directory = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    directory = open_folder(str(folder))
     try:
         fcntl.flock(directory, fcntl.LOCK_EX)
         yield
@@ -330,8 +332,4 @@ def _replace(path: Path, folder: Path, text: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    directory = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(directory)  # the rename itself must survive a crash
-    finally:
-        os.close(directory)
+    flush_directories([str(folder)])  # the rename itself must survive a crash

@@ -41,7 +41,7 @@ from boxmq.errors import BoxMQError, InvalidArgument
 from boxmq.model import ConsumerId
 from boxmq.spark.durable import write_json
 from boxmq.spark.plans import Plan, load_plans, remove_plans, write_plan
-from boxmq.store.layout import State
+from boxmq.store.layout import State, open_folder
 from boxmq.store.names import MAX_NAME, Lock, decode_lenient, locked_name, split_lock
 
 __all__ = ["Budget", "Claim", "Claims", "StreamBusy", "state_dir", "stream_id"]
@@ -149,8 +149,8 @@ class Claims:
         acked = sorted(s for s in self._pending if s <= upto)
         if not acked:
             return 0
-        processing = os.open(self._dirs[State.PROCESSING], _DIRECTORY)
-        processed = os.open(self._dirs[State.PROCESSED], _DIRECTORY)
+        processing = open_folder(self._dirs[State.PROCESSING])
+        processed = open_folder(self._dirs[State.PROCESSED])
         try:
             for seq in acked:
                 claim = self._pending.pop(seq)
@@ -350,9 +350,6 @@ class Claims:
         # went are removed once acknowledged.
         data = {"seq": self._hwm, "acked": self._acked, **self._meta}
         write_json(os.path.join(self._state, "state.json"), data, flush=self._flush)
-
-
-_DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def _lock(path: str, meta: dict[str, str], wait: float) -> int | None:

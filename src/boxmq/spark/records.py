@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from boxmq.model import Envelope, PropertyValue, timestamp_of
-from boxmq.store.layout import State
+from boxmq.store.layout import State, open_folder
 from boxmq.store.names import PLAIN_ID, decode_lenient, split_lock
 
 __all__ = [
@@ -173,16 +173,18 @@ def read_files(
     columns = Columns(destination, state)
     locked = state is State.PROCESSING
     folders: dict[str, int] = {}  # opened once: a name is looked up in it, not a whole path
+
+    def opened(path: str) -> int:
+        fd = folders.get(path)
+        if fd is None:
+            fd = folders[path] = open_folder(path)
+        return fd
+
     try:
         for ref in files:
-            folder = folders.get(ref.directory)
-            if folder is None:
-                folder = folders[ref.directory] = os.open(ref.directory, _DIRECTORY)
+            folder = opened(ref.directory)
             if ref.claim_from is not None and ref.message is not None:
-                source = folders.get(ref.claim_from)
-                if source is None:
-                    source = folders[ref.claim_from] = os.open(ref.claim_from, _DIRECTORY)
-                _claim(ref.message, source, ref.name, folder)
+                _claim(ref.message, opened(ref.claim_from), ref.name, folder)
             body = _read(ref.name, folder)
             if body is None:
                 continue
@@ -224,7 +226,6 @@ def _is_lock_suffix(stem: str, digits: int, deadline: str, token: str) -> bool:
 
 _FIRST_READ = 1 << 16
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC
 
 
 def _claim(name: str, source: int, locked: str, folder: int) -> None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from boxmq.store import libc
+from boxmq.store.layout import open_folder
 
 __all__ = ["GATHER", "Committer", "FsyncPolicy", "Move", "flush_directories", "flush_filesystem"]
 
@@ -77,7 +78,7 @@ def flush_filesystem(directory: str) -> None:
     if _SYNCFS is None:
         os.sync()
         return
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    fd = open_folder(directory)
     try:
         if _SYNCFS(fd) != 0:
             raise libc.last_error(directory)
@@ -88,7 +89,7 @@ def flush_filesystem(directory: str) -> None:
 def flush_directories(directories: Iterable[str]) -> None:
     """fsync each directory: its entries (renames and links into it) are on disk after."""
     for directory in directories:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        fd = open_folder(directory)
         try:
             os.fsync(fd)
         finally:

@@ -16,7 +16,7 @@ from enum import Enum
 from boxmq.errors import InvalidName
 from boxmq.store.names import escape_segment, unescape_segment
 
-__all__ = ["TOPIC_ROOT", "State", "is_dropbox", "list_dropboxes", "queue_path"]
+__all__ = ["TOPIC_ROOT", "State", "is_dropbox", "list_dropboxes", "open_folder", "queue_path"]
 
 TOPIC_ROOT = "topic-root"
 
@@ -62,3 +62,12 @@ def list_dropboxes(root: str) -> list[str]:
         except InvalidName:
             names.append(entry.name)  # made by hand (e.g. "50%off"): shown as it is on disk
     return sorted(names)
+
+
+_FOLDER_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_folder(path: str) -> int:
+    """A file descriptor of the folder `path`: for calls relative to it (`dir_fd=`, which walk
+    one name instead of a whole path) and for fsync. The caller closes it."""
+    return os.open(path, _FOLDER_FLAGS)
