@@ -229,11 +229,11 @@ class Box:
             for record, path in read_records(self.root)
         ]
         limits = self.options.limits
-        purge = limits.processed_retention is not None and now >= self._next_purge
-        if purge and limits.processed_retention is not None:
+        retention, purge = limits.processed_retention, False
+        if retention is not None and now >= self._next_purge:
             # processed/ is the big folder (a day of traffic, by default): looked through at
             # most every hundredth of the retention (a minute at most), not every sweep.
-            self._next_purge = now + min(60.0, limits.processed_retention / 100)
+            purge, self._next_purge = True, now + min(60.0, retention / 100)
         reports = {}
         for name, path in boxes:
             try:
