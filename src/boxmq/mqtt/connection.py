@@ -55,6 +55,7 @@ _PUBLISH: Final = int(PacketType.PUBLISH)
 _CONNECT: Final = int(PacketType.CONNECT)
 # A positive PUBACK, PUBREC or PUBCOMP is its id alone, in either version (MQTT 5.0 §3.4.2.1):
 # its first two bytes, and whether it finishes a PUBLISH the client sent (Receive Maximum).
+_SHORT_ACK_SIZE: Final = 4  # those two bytes and the packet id
 _SHORT_ACKS: Final = {
     Puback: (bytes((int(PacketType.PUBACK) << 4, 2)), True),
     Pubrec: (bytes((int(PacketType.PUBREC) << 4, 2)), False),
@@ -184,7 +185,7 @@ class Connection:
         """`send(kind(packet_id))`, a success, for the path every QoS 1 and 2 message takes:
         the same bytes without the packet object."""
         head, finishes = _SHORT_ACKS[kind]
-        if 0 < self.client_max_packet_size < 4:
+        if 0 < self.client_max_packet_size < _SHORT_ACK_SIZE:
             self.send(kind(packet_id))  # a client too small for any acknowledgement
             return
         if finishes:
