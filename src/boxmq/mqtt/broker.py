@@ -126,7 +126,6 @@ class Broker:
         self._links: dict[str, _Client] = {}  # client id -> its connected client
         self._memory = MemoryRoutes()  # non-persistent sessions' plain subscriptions
         self._durable_routes = DurableRoutes(box)
-        self._routes_fresh = False  # checked against the disk since this read (or timer) began
         self._durable: dict[str, dict[str, Subscriber]] = {}  # client id -> filter -> dropbox
         self._wills: dict[str, asyncio.TimerHandle] = {}
         self._expiries: dict[str, asyncio.TimerHandle] = {}
@@ -154,7 +153,7 @@ class Broker:
     def received(self, link: Link, packets: Iterable[Packet]) -> None:
         """Act on what a read brought. ProtocolViolation goes back to the caller (close)."""
         client = self._clients[link]
-        self._routes_fresh = False  # checked when a PUBLISH needs them, not for a read of acks
+        self._durable_routes.recheck()
         try:
             for packet in packets:
                 self._handle(client, packet)
@@ -508,7 +507,7 @@ class Broker:
         )
         if not self._may_publish(username, client_id, will.topic):
             return
-        self._routes_fresh = False  # a timer, not a read: look at the disk again
+        self._durable_routes.recheck()  # a timer, not a read: look at the disk again
         if self._needs_disk(client_id, publish, persistent=False):
             self._pool.submit(self._write, client_id, publish)
         self._route_memory(client_id, publish)
@@ -686,11 +685,6 @@ class Broker:
         """On the loop thread only: whether `packet` must be written before it is answered."""
         if packet.retain or (packet.qos == 2 and persistent):
             return True
-        if not self._routes_fresh:
-            # Subscriptions made by other processes show in the root's generation file: one
-            # stat per read that carries a PUBLISH (a subscriber's read of acks needs none).
-            self._durable_routes.refresh()
-            self._routes_fresh = True
         return self._durable_routes.wanted(packet.topic)
 
     # -- disk work (worker threads) ----------------------------------------------------------------

@@ -5,8 +5,8 @@ Invariants:
   caller's, per session), and forgets every answer when any subscription changes.
 - `DurableRoutes.wanted(topic)` is True when a publish to `topic` may have to go into a
   dropbox. Answers are kept until the root's subscription generation changes, which is read
-  at most once per `refresh()` (the broker calls it once per socket read), so a subscription
-  made by another process is seen by the next read.
+  by the first `wanted` after a `recheck()` (the broker rechecks once per socket read), so a
+  subscription made by another process is seen by the next read that publishes.
 """
 
 from __future__ import annotations
@@ -58,18 +58,27 @@ class MemoryRoutes:
 
 
 class DurableRoutes:
+    """Which topics durable subscriptions want. Subscriptions made by other processes show in
+    the root's generation file, looked at again (one stat) by the first `wanted` after
+    `recheck`: the broker rechecks per read and per timer, and a read that carries no PUBLISH
+    (a subscriber's acks) costs nothing."""
+
     def __init__(self, box: Box) -> None:
         self._box = box
         self._seen: tuple[int, int] | None = None
         self._cache: dict[str, bool] = {}
+        self._fresh = False
 
-    def refresh(self) -> None:
-        seen = generation(self._box.root)
-        if seen != self._seen:
-            self._seen = seen
-            self._cache.clear()
+    def recheck(self) -> None:
+        self._fresh = False
 
     def wanted(self, topic: str) -> bool:
+        if not self._fresh:
+            seen = generation(self._box.root)
+            if seen != self._seen:
+                self._seen = seen
+                self._cache.clear()
+            self._fresh = True
         wanted = self._cache.get(topic)
         if wanted is None:
             if len(self._cache) >= _MAX_CACHED:
