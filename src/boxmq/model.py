@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import NewType
 
@@ -104,10 +104,24 @@ class Envelope:
 
     def with_property(self, name: str, kind: PropertyType, value: PropertyValue) -> Envelope:
         kept = tuple(p for p in self.properties if p.name != name)
-        return replace(self, properties=(*kept, Property(name, kind, value)))
+        return self._with_properties((*kept, Property(name, kind, value)))
 
     def without_property(self, name: str) -> Envelope:
-        return replace(self, properties=tuple(p for p in self.properties if p.name != name))
+        return self._with_properties(tuple(p for p in self.properties if p.name != name))
+
+    def _with_properties(self, properties: tuple[Property, ...]) -> Envelope:
+        # Not dataclasses.replace, which looks up the fields on every call: this is done for
+        # each copy of each message published.
+        return Envelope(
+            self.message_id,
+            self.priority,
+            self.message_class,
+            self.expiration,
+            self.correlation_id,
+            self.reply_to,
+            self.type,
+            properties,
+        )
 
     @property
     def delivery_count(self) -> int:

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from boxmq.client.consumer import Consumer
@@ -80,6 +79,24 @@ class Publication:
     source: str | None = None
 
 
+class _Route:
+    """Where a message on one topic, at one QoS, from one source goes."""
+
+    __slots__ = ("durable", "levels", "memory")
+
+    def __init__(
+        self,
+        durable: list[tuple[Destination, str]],
+        memory: list[tuple[MemoryInbox, Destination]],
+        level: QoS,
+    ) -> None:
+        self.durable = durable  # a dropbox each, with its path
+        self.memory = memory  # in-memory subscribers of this process
+        # The QoS of each copy's file name; the published one when there is no copy, so the
+        # name's length is still checked.
+        self.levels = {d.qos for d, _ in durable} or {level}
+
+
 @dataclass(frozen=True, slots=True)
 class SubscriptionInfo:
     """A durable subscription or share group as `boxmq ls` shows it."""
@@ -141,8 +158,9 @@ class Topics:
         envelope = self._envelope(
             topic, properties, expires_in, correlation_id, reply_to, isinstance(body, str)
         )
+        name = _names(envelope, (level,))[level]  # MetadataTooLong before anything is written
         if retain:  # MQTT 5.0 §3.3.1.3: kept even with no subscriber; empty body deletes
-            self._retained.put(topic, encode(_at(envelope, level)), data)
+            self._retained.put(topic, name, data)
         self._route(envelope, data, None, level, source)
         return envelope.message_id
 
@@ -155,9 +173,12 @@ class Topics:
     def _route(
         self, envelope: Envelope, data: bytes, path: str | None, level: QoS, source: str | None
     ) -> None:
-        durable, memory = self._destinations(envelope, level, source)
-        self._fan_out(envelope, data, path, durable)
-        for inbox, destination in memory:
+        assert envelope.topic is not None
+        route = self._destinations(envelope.topic, level, source)
+        move = self._staged(envelope, data, path, route.durable, _names(envelope, route.levels))
+        if move is not None:
+            self._committer.commit([move])
+        for inbox, destination in route.memory:
             inbox.push(MemoryDelivery(_at(envelope, destination.qos), data))
 
     def _envelope(
@@ -173,7 +194,7 @@ class Topics:
             raise InvalidArgument("expires_in must be a positive number of seconds")
         expiration = int((self._clock.now() + expires_in) * 1000) if expires_in else 0
         user = properties_from(dict(properties or {}))
-        envelope = Envelope(
+        return Envelope(
             message_id=self._ids.new(),
             message_class=MessageClass.TEXT if text else MessageClass.BYTES,
             expiration=expiration,
@@ -181,45 +202,39 @@ class Topics:
             reply_to=reply_to,
             properties=(Property(TOPIC, PropertyType.STRING, topic), *user),
         )
-        length = len(encode(_at(envelope, QoS.EXACTLY_ONCE)))
-        if length > MAX_NAME - PUT_HEADROOM:
-            raise MetadataTooLong(
-                f"the topic and metadata need {length} bytes of file name, the limit is "
-                f"{MAX_NAME - PUT_HEADROOM}: use a shorter topic or fewer properties"
-            )
-        return envelope
 
     def publish_many(self, messages: Sequence[Publication]) -> list[MessageId]:
         """Publish several messages, in order, with one commit: under fsync=always they share
-        one flush instead of one each (a broker takes many PUBLISHes per socket read)."""
-        moves: list[Move] = []
-        memory: list[tuple[MemoryInbox, MemoryDelivery]] = []
-        ids = []
+        one flush instead of one each (a broker takes many PUBLISHes per socket read).
+
+        Every message is checked before anything is written, so a bad one fails the batch
+        and leaves nothing behind."""
+        routes: dict[tuple[str, QoS, str | None], _Route] = {}  # a batch is mostly one topic
+        planned = []
         for message in messages:
-            validate_topic(message.topic)
             level = _qos(message.qos)
+            key = (message.topic, level, message.source)
+            route = routes.get(key)
+            if route is None:
+                validate_topic(message.topic)
+                route = routes[key] = self._destinations(*key)
             envelope = self._envelope(
                 message.topic, message.properties, message.expires_in, None, None, False
             )
-            durable, inboxes = self._destinations(envelope, level, message.source)
-            move = self._staged(envelope, message.body, None, durable)
+            planned.append((envelope, message.body, route, _names(envelope, route.levels)))
+        moves = []
+        for envelope, body, route, names in planned:
+            move = self._staged(envelope, body, None, route.durable, names)
             if move is not None:
                 moves.append(move)
-            memory += [
-                (inbox, MemoryDelivery(_at(envelope, d.qos), message.body)) for inbox, d in inboxes
-            ]
-            ids.append(envelope.message_id)
         if moves:
             self._committer.commit(moves)
-        for inbox, delivery in memory:
-            inbox.push(delivery)
-        return ids
+        for envelope, body, route, _ in planned:
+            for inbox, destination in route.memory:
+                inbox.push(MemoryDelivery(_at(envelope, destination.qos), body))
+        return [envelope.message_id for envelope, *_ in planned]
 
-    def _destinations(
-        self, envelope: Envelope, level: QoS, source: str | None
-    ) -> tuple[list[tuple[Destination, str]], list[tuple[MemoryInbox, Destination]]]:
-        topic = envelope.topic
-        assert topic is not None
+    def _destinations(self, topic: str, level: QoS, source: str | None) -> _Route:
         with self._lock:
             self._refresh()
             destinations = self._router.route(topic, qos=level, source=source)
@@ -230,19 +245,7 @@ class Topics:
                 if not d.durable
                 and (entry := self._memory.get((d.subscriber or "", str(d.filter)))) is not None
             ]
-        return durable, memory
-
-    def _fan_out(
-        self,
-        envelope: Envelope,
-        body: bytes,
-        staging: str | None,
-        destinations: list[tuple[Destination, str]],
-    ) -> None:
-        """Write the body once (unless `staging` holds it) and link it into every dropbox."""
-        move = self._staged(envelope, body, staging, destinations)
-        if move is not None:
-            self._committer.commit([move])
+        return _Route(durable, memory, level)
 
     def _staged(
         self,
@@ -250,16 +253,21 @@ class Topics:
         body: bytes,
         staging: str | None,
         destinations: list[tuple[Destination, str]],
+        names: dict[QoS, str],
     ) -> Move | None:
         """The body written once (unless `staging` holds it), and the move that links it into
-        every dropbox; None when there is nothing to write."""
+        every dropbox under its name at that dropbox's QoS; None when there is nothing to
+        write."""
         if staging is None:
             if not destinations:
                 return None
-            os.makedirs(self._incoming, exist_ok=True)
-            staging = os.path.join(self._incoming, f".fanout-{uuid.uuid4().hex}")
-            write_new(staging, body, self._spares)
-        names = {qos: encode(_at(envelope, qos)) for qos in {d.qos for d, _ in destinations}}
+            # The id is unique within this process and the token among processes on the root.
+            staging = os.path.join(self._incoming, f".fanout-{envelope.message_id}-{self._token}")
+            try:
+                write_new(staging, body, self._spares)
+            except FileNotFoundError:  # the first publish on this root, or after a cleanup
+                os.makedirs(self._incoming, exist_ok=True)
+                write_new(staging, body, self._spares)
         copies = tuple(
             os.path.join(path, State.TARGET.value, names[d.qos]) for d, path in destinations
         )
@@ -544,3 +552,16 @@ def _qos(value: object) -> QoS:
 
 def _at(envelope: Envelope, qos: QoS) -> Envelope:
     return envelope.with_property(QOS, PropertyType.BYTE, int(qos))
+
+
+def _names(envelope: Envelope, levels: Iterable[QoS]) -> dict[QoS, str]:
+    """The file name of `envelope` at each of `levels`; MetadataTooLong if it leaves no room
+    for what a dropbox appends (every level has the same length: a QoS is one digit)."""
+    names = {level: encode(_at(envelope, level)) for level in levels}
+    length = len(next(iter(names.values())))
+    if length > MAX_NAME - PUT_HEADROOM:
+        raise MetadataTooLong(
+            f"the topic and metadata need {length} bytes of file name, the limit is "
+            f"{MAX_NAME - PUT_HEADROOM}: use a shorter topic or fewer properties"
+        )
+    return names

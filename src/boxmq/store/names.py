@@ -194,6 +194,24 @@ def _parse_value(text: str, kind: PropertyType, what: str) -> PropertyValue:
 
 
 def _encode_property(prop: Property) -> str:
+    value = prop.value
+    if type(value) in _ONE_TEXT:  # most properties repeat (a topic, a QoS): encoded once
+        return _encoded_property(prop.name, prop.type, value, type(value) is bool)
+    return _property_text(prop)
+
+
+# Types whose equal values have one text. Not float: 0.0 == -0.0, and their texts differ.
+_ONE_TEXT = frozenset({str, int, bool})
+
+
+@functools.lru_cache(maxsize=4096)
+def _encoded_property(name: str, kind: PropertyType, value: PropertyValue, is_bool: bool) -> str:
+    # is_bool is in the key so that True and 1, which are equal, stay apart: an INT property
+    # given True and a BOOLEAN one given 1 must still be refused.
+    return _property_text(Property(name, kind, value))
+
+
+def _property_text(prop: Property) -> str:
     if not prop.name:
         raise InvalidName("a property name is empty")
     return f"{_quote(prop.name)}{prop.type.value}={_quote(_value_text(prop))}"
@@ -212,6 +230,7 @@ def _decode_property(pair: str) -> Property:
     return Property(name, kind, _parse_value(_unquote(raw_value, what), kind, what))
 
 
+@functools.lru_cache(maxsize=4096)  # most names repeat their properties (a topic, a QoS)
 def _decode_properties(field: str) -> tuple[Property, ...]:
     return tuple(_decode_property(pair) for pair in field.split("&")) if field else ()
 

@@ -147,6 +147,26 @@ def test_a_value_of_the_wrong_python_type_is_refused(kind: PropertyType, value: 
         encode(envelope(properties=(prop,)))
 
 
+@pytest.mark.parametrize(
+    ("kind", "accepted", "refused"), [(T.BOOLEAN, True, 1), (T.INT, 1, True), (T.STRING, "1", 1)]
+)
+def test_an_encoded_value_does_not_vouch_for_an_equal_one_of_another_type(
+    kind: PropertyType, accepted: object, refused: object
+) -> None:
+    # Encoded properties are remembered; True == 1, so the memory must tell them apart.
+    encode(envelope(properties=(Property("p", kind, accepted),)))  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="'p'"):
+        encode(envelope(properties=(Property("p", kind, refused),)))  # type: ignore[arg-type]
+
+
+def test_zero_and_negative_zero_keep_their_own_text() -> None:
+    # 0.0 == -0.0 (one hash): a remembered text for one must not serve the other.
+    for value, text in [(0.0, "0%2E0"), (-0.0, "-0%2E0"), (0.0, "0%2E0")]:
+        name = encode(envelope(properties=(Property("z", T.DOUBLE, value),)))
+        assert name.endswith(f"zD={text}")
+        assert math.copysign(1, decode(name).properties[0].value) == math.copysign(1, value)  # type: ignore[arg-type]
+
+
 def test_booleans_are_java_words() -> None:
     props = (Property("t", T.BOOLEAN, True), Property("f", T.BOOLEAN, False))
     assert encode(envelope(properties=props)).endswith("tB=true&fB=false")
@@ -503,3 +523,14 @@ def test_a_lock_suffix_is_checked_for_each_owner_and_token_even_when_cached() ->
         locked_name("4.a.B", Lock(ConsumerId("w/x"), 5, "t"))
     with pytest.raises(InvalidArgument):
         locked_name("4.a.B", Lock(ConsumerId("w"), -1, "t"))
+
+
+@given(ENVELOPES, PROPERTIES)
+def test_setting_a_property_keeps_every_other_field(value: Envelope, prop: Property) -> None:
+    # with_property builds the Envelope field by field; a field it forgot would fall back to
+    # its default here.
+    kept = tuple(p for p in value.properties if p.name != prop.name)
+    assert value.with_property(prop.name, prop.type, prop.value) == replace(
+        value, properties=(*kept, prop)
+    )
+    assert value.without_property(prop.name) == replace(value, properties=kept)
