@@ -301,6 +301,11 @@ def plain_name(priority: int, message_id: str, message_class: MessageClass, expi
 # this; they skip the general path's split, seven unquotes and property parsing.
 _CLASSES = {member.value: member for member in MessageClass}  # a dict: no Enum call per name
 _SIMPLE = re.compile(rf"(-?[0-9]{{1,10}})\.({PLAIN_ID.pattern})\.([MBSPOT])")
+# What a publish to a topic writes: the same, an optional expiration, three empty fields and
+# properties in the alphabet the encoder writes them in (no '/', NUL, '.' or non-ASCII).
+_WITH_PROPERTIES = re.compile(
+    rf"{_SIMPLE.pattern}\.([1-9][0-9]{{0,18}})?\.\.\.\.([A-Za-z0-9_%&=-]+)"
+)
 
 
 def _decode(name: str) -> Envelope:
@@ -311,6 +316,24 @@ def _decode(name: str) -> Envelope:
             priority=priority,
             message_class=_CLASSES[simple[3]],
         )
+    published = _WITH_PROPERTIES.fullmatch(name)
+    if (
+        published is not None
+        and _INT32[0] <= (priority := int(published[1])) <= _INT32[1]
+        and (expiration := int(published[4] or 0)) <= _LONG_MAX
+    ):
+        return Envelope(
+            message_id=MessageId(published[2]),
+            priority=priority,
+            message_class=_CLASSES[published[3]],
+            expiration=expiration,
+            properties=_decode_properties(published[5]),
+        )
+    return _decode_fields(name)
+
+
+def _decode_fields(name: str) -> Envelope:
+    """The general decoding of a name: every field split off, unquoted and checked."""
     if "/" in name or "\0" in name:
         raise MalformedName("a file name cannot contain '/' or NUL")
     if _SURROGATE.search(name):  # how os.listdir() hands over bytes that are not UTF-8

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -25,6 +26,8 @@ from boxmq.store.names import (
     NAME_LIMIT,
     PLAIN_ID,
     Lock,
+    _decode,
+    _decode_fields,
     check_consumer_name,
     decode,
     decode_lenient,
@@ -365,6 +368,44 @@ def test_lenient_decoding_never_raises(name: str) -> None:
         assert _without_nan(decode(name)) == _without_nan(value)
     else:
         assert value == Envelope(MessageId(name))
+
+
+def _encoded(value: Envelope) -> str:
+    try:
+        return encode(value)
+    except MetadataTooLong:
+        return ""
+
+
+def _decoded_or_error(decoder: Callable[[str], Envelope], name: str) -> Envelope | str:
+    try:
+        return _without_nan(decoder(name))
+    except MalformedName:
+        return "malformed"
+
+
+def _properties_field(props: list[Property]) -> str:
+    try:
+        name = encode(Envelope(MessageId("x"), properties=tuple(props)))
+    except MetadataTooLong:
+        return ""
+    return name.split(".", 7)[7] if props else ""
+
+
+# Names in the shape a topic publish writes, with edge cases in the fields around them.
+PUBLISHED = st.builds(
+    lambda priority, stamp, expiration, props: f"{priority}.{stamp}-1.B.{expiration}....{props}",
+    st.sampled_from(["4", "-1", "0", "2147483648", "007"]),
+    st.integers(0, 10**16),
+    st.sampled_from(["", "0", "1", "9223372036854775807", "9223372036854775808", "01"]),
+    st.lists(PROPERTIES, max_size=3).map(_properties_field)
+    | st.text(st.sampled_from("abxBYISDF=&%2E0-_1"), max_size=24),
+)
+
+
+@given(st.one_of(ENVELOPES.map(_encoded), PUBLISHED, NAMEISH).filter(bool))
+def test_the_fast_paths_decode_as_the_general_one_does(name: str) -> None:
+    assert _decoded_or_error(_decode, name) == _decoded_or_error(_decode_fields, name)
 
 
 # --- locks ---------------------------------------------------------------------------------
