@@ -130,6 +130,8 @@ class Broker:
         self._wills: dict[str, asyncio.TimerHandle] = {}
         self._expiries: dict[str, asyncio.TimerHandle] = {}
         self._dirty: set[_Client] = set()
+        # Sessions that settled messages in this read: refilled once at its end, not per ack.
+        self._settled: dict[str, Session] = {}
         self._flush_due = False
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -158,6 +160,10 @@ class Broker:
             for packet in packets:
                 self._handle(client, packet)
         finally:
+            if self._settled:
+                settled, self._settled = self._settled, {}
+                for session in settled.values():
+                    self._pump(session)
             if client.jobs:
                 self._start_batch(client)
             self._flush_soon()
@@ -830,7 +836,7 @@ class Broker:
                 self._dirty.add(client)
             elif token is not None:
                 token.unlock()
-        self._pump(session)
+        self._settled[session.client_id] = session  # its freed slots are filled after the read
 
     def _pump(self, session: Session) -> None:
         """Take messages out of the session's dropboxes while it has room in flight."""
