@@ -267,6 +267,41 @@ def test_a_body_put_by_the_embedded_api_arrives_wrapped(wire: Wire, box: boxmq.B
     assert texts == [("{urn:boxmq:0}data", "/wA="), ("{urn:boxmq:0}text", "plain <text> & more")]
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<?xml version='1.0'?><a/>",  # an XML declaration
+        b"<!DOCTYPE a [<!ENTITY e 'x'>]><a>&e;</a>",  # a DTD and an entity of its own
+        b"<a><!-- note --></a>",
+        b"<a><?pi data?></a>",
+        b"<x:a/>",  # an unbound prefix
+        b"<a/><b/>",
+        b"<a>",
+    ],
+)
+def test_a_body_that_a_stream_may_not_carry_arrives_as_text(
+    wire: Wire, box: boxmq.Box, body: bytes
+) -> None:
+    # RFC 6120 §11.1: passed through, any of these would make the server close the stream.
+    wire.subscribe(ALICE, 1)
+    box.queue("jobs").put(body)
+    wire.service.poll()
+    payloads = [s.find(f".//{{{EV}}}item") for s in wire.take()]
+    assert [(p[0].tag, p[0].text) for p in payloads if p is not None] == [
+        ("{urn:boxmq:0}text", body.decode())
+    ]
+
+
+def test_an_element_with_namespaces_passes_through_as_it_is(wire: Wire, box: boxmq.Box) -> None:
+    wire.subscribe(ALICE, 1)
+    box.queue("jobs").put(b"<e xmlns='urn:x' xmlns:y='urn:y'><y:f>1 &amp; 2</y:f></e>")
+    wire.service.poll()
+    payloads = [s.find(f".//{{{EV}}}item") for s in wire.take()]
+    assert [ET.tostring(p[0]) for p in payloads if p is not None] == [
+        b'<ns0:e xmlns:ns0="urn:x" xmlns:ns1="urn:y"><ns1:f>1 &amp; 2</ns1:f></ns0:e>'
+    ]
+
+
 def test_an_unknown_request_is_feature_not_implemented(wire: Wire) -> None:
     reply = wire.iq(ALICE, "<query xmlns='urn:example:nothing'/>", type="get")
     assert condition(reply) == ("cancel", "feature-not-implemented")
