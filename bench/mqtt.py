@@ -347,8 +347,11 @@ def _goals(results: list[Result], unavailable: dict[str, str]) -> list[str]:
         if ours is None or theirs is None:
             missing = "boxmq" if ours is None else peer
             why = unavailable.get(missing, f"no usable {missing} run (lost or stuck messages)")
+            missing_case = case if missing == "boxmq" else peer_case
             if not any(r.broker == missing for r in results) and missing not in unavailable:
                 why = f"{missing} was not in this run (--brokers)"
+            elif not any(r.case.name == missing_case for r in results):
+                why = f"{missing_case} was not in this run (--cases)"
             lines.append(f"  n/a   {label}: {why}")
             return
         verdict = "PASS" if ours >= ratio * theirs else "FAIL"

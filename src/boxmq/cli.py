@@ -96,6 +96,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="a TOML file (see boxmq.example.toml)")
     p.add_argument("--sweep-interval", type=_duration, metavar="DURATION", help="default 1s")
     p.add_argument(
+        "--keep-processed",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep what MQTT and XMPP clients acknowledge in processed/ (default: delete it)",
+    )
+    p.add_argument(
         "--mqtt",
         action="append",
         type=_address,
@@ -238,7 +244,12 @@ def _serve(args: argparse.Namespace) -> int:
         logging.getLogger().setLevel(config.logging_level)
     for line in describe_security(config):
         logging.getLogger("boxmq.serve").info("%s", line)
-    with boxmq.open(config.data, fsync=config.fsync, fsync_interval=config.fsync_interval) as box:
+    with boxmq.open(
+        config.data,
+        fsync=config.fsync,
+        fsync_interval=config.fsync_interval,
+        keep_processed=config.keep_processed,
+    ) as box:
         mqtt = _mqtt_settings(args, config.mqtt)
         xmpp = settings_from(
             args.xmpp_component,

@@ -30,7 +30,10 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
     defaults = ServeConfig(data=Path(args.data), fsync=str(args.fsync))
     config = defaults if args.config is None else load_config(args.config, defaults=defaults)
     return config.override(
-        data=_typed(args.data), fsync=_typed(args.fsync), sweep_interval=args.sweep_interval
+        data=_typed(args.data),
+        fsync=_typed(args.fsync),
+        sweep_interval=args.sweep_interval,
+        keep_processed=args.keep_processed,
     )
 
 

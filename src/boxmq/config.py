@@ -4,6 +4,7 @@
     fsync = "always"                 # always | interval | never
     fsync_interval = "1s"            # for fsync = "interval"
     sweep_interval = "1s"            # lock timeouts, expiry, retention
+    keep_processed = false           # true: what clients acknowledge stays in processed/
     log_level = "info"               # debug | info | warning | error
 
     [[mqtt.listener]]                # one table per socket
@@ -81,6 +82,9 @@ class ServeConfig:
     fsync: str = "always"
     fsync_interval: float = 1.0
     sweep_interval: float = 1.0
+    # A broker forgets what its clients acknowledged (as MQTT brokers do): a processed/ copy of
+    # every message for a day would be tens of millions of files at a broker's rates.
+    keep_processed: bool = False
     log_level: str = "info"
     security: Security = field(default_factory=Security)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
@@ -96,6 +100,7 @@ class ServeConfig:
         data: str | os.PathLike[str] | None = None,
         fsync: str | None = None,
         sweep_interval: float | None = None,
+        keep_processed: bool | None = None,
         listeners: tuple[Listener, ...] | None = None,
     ) -> ServeConfig:
         """This configuration with what the user typed on the command line (None: not typed).
@@ -109,6 +114,8 @@ class ServeConfig:
             changed = dataclasses.replace(changed, fsync=fsync)
         if sweep_interval is not None:
             changed = dataclasses.replace(changed, sweep_interval=sweep_interval)
+        if keep_processed is not None:
+            changed = dataclasses.replace(changed, keep_processed=keep_processed)
         if listeners is not None:
             mqtt = dataclasses.replace(changed.mqtt, listeners=listeners)
             changed = dataclasses.replace(changed, mqtt=mqtt)
@@ -135,6 +142,7 @@ def load_config(
     fsync = top.choice("fsync", FSYNC_POLICIES)
     fsync_interval = top.seconds("fsync_interval")
     sweep_interval = top.seconds("sweep_interval")
+    keep_processed = top.boolean("keep_processed")
     log_level = top.choice("log_level", LOG_LEVELS)
     security = _security(top.table("security"), base.security)
     mqtt = _mqtt(top.table("mqtt"), base.mqtt)
@@ -148,6 +156,7 @@ def load_config(
         fsync=fsync or base.fsync,
         fsync_interval=fsync_interval or base.fsync_interval,
         sweep_interval=sweep_interval or base.sweep_interval,
+        keep_processed=base.keep_processed if keep_processed is None else keep_processed,
         log_level=log_level or base.log_level,
         security=security,
         mqtt=mqtt,

@@ -45,6 +45,7 @@ def test_every_setting(tmp_path: Path) -> None:
         fsync = "interval"
         fsync_interval = "250ms"
         sweep_interval = 2
+        keep_processed = true
         log_level = "debug"
 
         [[mqtt.listener]]
@@ -66,6 +67,7 @@ def test_every_setting(tmp_path: Path) -> None:
     config = load_config(path)
     assert config.data == tmp_path / "state"  # relative to the config file's folder
     assert (config.fsync, config.fsync_interval, config.sweep_interval) == ("interval", 0.25, 2.0)
+    assert config.keep_processed is True
     assert config.log_level == "debug"
     assert config.logging_level == 10
     assert config.mqtt.listeners == (Listener("0.0.0.0", 1884), Listener("127.0.0.1", 0))
@@ -93,6 +95,7 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("fsync = 1", "fsync: expected a string, got an integer"),
         ("sweep_interval = 'soon'", "sweep_interval: bad duration 'soon'"),
         ("sweep_interval = 0", "sweep_interval: 0 is not a positive number of seconds"),
+        ("keep_processed = 'yes'", "keep_processed: expected true or false, got a string"),
         ("log_level = 'loud'", "log_level: 'loud' is not one of debug, info, warning, error"),
         ("mqtt = 3", "mqtt: expected a table ([mqtt]), got an integer"),
         ("[mqtt]\nlistener = { port = 1 }", "mqtt.listener: expected tables ([[mqtt.listener]])"),
@@ -135,6 +138,8 @@ def test_flags_win_over_the_file(tmp_path: Path) -> None:
         9.0,
     )
     assert flagged.mqtt.listeners == (Listener(port=2),)
+    assert config.keep_processed is False  # a broker's default: acknowledged means gone
+    assert config.override(keep_processed=True).keep_processed is True
     assert config.override() == config  # nothing typed, nothing changed
     with pytest.raises(InvalidArgument, match="fsync 'maybe'"):
         config.override(fsync="maybe")

@@ -1,4 +1,5 @@
-"""A real boxmq MQTT server on 127.0.0.1 (a free port), run in a thread, over a tmp root."""
+"""A real boxmq MQTT server on 127.0.0.1 (a free port): in a thread over a tmp root, or as a
+`boxmq serve` process; and the clients the tests drive it with."""
 
 from __future__ import annotations
 
@@ -6,7 +7,12 @@ import asyncio
 import os
 import queue
 import shutil
+import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +79,38 @@ def start_server(root: Path, settings: MqttSettings | None = None) -> RunningSer
         raise got
     loop, stop, host, port = got
     return RunningServer(root, box, host, port, server, loop, stop, thread)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def serve_process(root: Path, port: int, *flags: str) -> subprocess.Popen[bytes]:
+    """`boxmq serve` on `root`, its MQTT door on `port`, once it listens (log: ../serve.log)."""
+    with open(root.parent / "serve.log", "ab") as log:  # the child keeps its own copy
+        command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "serve"]
+        command += ["--mqtt", f"127.0.0.1:{port}", "--sweep-interval", "0.5", *flags]
+        process = subprocess.Popen(command, stderr=log)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process
+        except OSError:
+            time.sleep(0.1)
+    process.kill()
+    raise AssertionError("boxmq serve did not listen")
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
 
 
 @pytest.fixture

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -23,34 +20,19 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
-from tests.integration.mqtt.clients import WAIT, RunningServer, paho, paho_properties
+from tests.integration.mqtt.clients import (
+    WAIT,
+    RunningServer,
+    free_port,
+    paho,
+    paho_properties,
+    serve_process,
+    stop_process,
+)
 
 pytestmark = pytest.mark.slow
 
 LIMIT = 2000  # messages per stream at most; the kill comes well before
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _serve(root: Path, port: int) -> subprocess.Popen[bytes]:
-    with open(root.parent / "serve.log", "ab") as log:  # the child keeps its own copy
-        command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "serve"]
-        command += ["--mqtt", f"127.0.0.1:{port}", "--sweep-interval", "0.5"]
-        process = subprocess.Popen(command, stderr=log)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return process
-        except OSError:
-            time.sleep(0.1)
-    process.kill()
-    raise AssertionError("boxmq serve did not listen")
 
 
 class _Stream(threading.Thread):
@@ -102,8 +84,8 @@ class _Stream(threading.Thread):
 
 
 def test_acknowledged_messages_survive_a_sigkill(tmp_path: Path) -> None:
-    root, port = tmp_path / "root", _free_port()
-    server = _serve(root, port)
+    root, port = tmp_path / "root", free_port()
+    server = serve_process(root, port)
     try:
         target = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
         away = paho(target, "keeper", clean=False, expiry=3600)
@@ -121,7 +103,7 @@ def test_acknowledged_messages_survive_a_sigkill(tmp_path: Path) -> None:
         assert len(acked[1]) >= 5  # enough acknowledged before the kill to mean something
         assert len(acked[2]) >= 5
         assert max(len(s._mids) for s in streams) < LIMIT  # the kill came mid-stream
-        server = _serve(root, port)
+        server = serve_process(root, port)
         back = paho(target, "keeper", clean=False, expiry=3600)
         got: Counter[str] = Counter()
         deadline = time.monotonic() + 60
@@ -135,19 +117,15 @@ def test_acknowledged_messages_survive_a_sigkill(tmp_path: Path) -> None:
         assert acked[2] <= set(got)
         assert all(got[p] == 1 for p in got if p.startswith("q2-"))  # QoS 2: exactly once
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_process(server)
 
 
 def test_a_persistent_share_member_keeps_the_group_across_a_restart(tmp_path: Path) -> None:
     # Share-group members are bound to their process, and `boxmq serve` removes the members of
     # dead processes at start; a persistent MQTT session's membership must not go with them.
-    root, port = tmp_path / "root", _free_port()
+    root, port = tmp_path / "root", free_port()
     target = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
-    server = _serve(root, port)
+    server = serve_process(root, port)
     try:
         worker = paho(target, "worker", clean=False, expiry=3600)
         worker.subscribe("$share/g/jobs/#", 1)
@@ -158,20 +136,16 @@ def test_a_persistent_share_member_keeps_the_group_across_a_restart(tmp_path: Pa
         publisher.stop()
         os.kill(server.pid, signal.SIGKILL)
         server.wait(timeout=10)
-        server = _serve(root, port)
+        server = serve_process(root, port)
         back = paho(target, "worker", clean=False, expiry=3600)
         assert sorted(back.next().payload for _ in range(3)) == [b"0", b"1", b"2"]
         back.stop()
         paho(target, "pub").publish("jobs/again", b"3", 1)  # and again, after a second restart
         os.kill(server.pid, signal.SIGKILL)
         server.wait(timeout=10)
-        server = _serve(root, port)
+        server = serve_process(root, port)
         again = paho(target, "worker", clean=False, expiry=3600)
         assert again.next().payload == b"3"
         again.stop()
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_process(server)

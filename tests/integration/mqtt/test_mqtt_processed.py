@@ -1,0 +1,50 @@
+"""What `boxmq serve` does with messages its MQTT clients acknowledged: deleted by default (as
+a broker does), kept in processed/ with --keep-processed. Real `boxmq serve`, real paho."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from tests.integration.mqtt.clients import (
+    WAIT,
+    RunningServer,
+    free_port,
+    paho,
+    serve_process,
+    stop_process,
+)
+
+import boxmq
+from boxmq.client.queue import QueueCounts
+
+
+def _group_counts(root: Path) -> QueueCounts:
+    with boxmq.open(root, fsync="never") as box:
+        [group] = [s for s in box.topics.subscriptions() if s.filter == "$share/g/jobs/#"]
+        return group.counts
+
+
+@pytest.mark.parametrize(("flags", "kept"), [((), 0), (("--keep-processed",), 3)])
+def test_acknowledged_share_group_messages_are_deleted_unless_kept(
+    tmp_path: Path, flags: tuple[str, ...], kept: int
+) -> None:
+    root, port = tmp_path / "root", free_port()
+    target = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
+    server = serve_process(root, port, *flags)
+    try:
+        worker = paho(target, "worker")
+        worker.subscribe("$share/g/jobs/#", 1)
+        publisher = paho(target, "pub")
+        for i in range(3):
+            publisher.publish(f"jobs/{i}", f"{i}".encode(), 1)
+        assert sorted(worker.next().payload for _ in range(3)) == [b"0", b"1", b"2"]
+        deadline = time.monotonic() + WAIT  # paho acknowledges after the callback returns
+        while (counts := _group_counts(root)).locked and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (counts.ready, counts.locked, counts.done, counts.dead) == (0, 0, kept, 0)
+        publisher.stop()
+        worker.stop()
+    finally:
+        stop_process(server)
