@@ -1,14 +1,17 @@
 """bench/hotpath: the CPU one message costs boxmq, put -> receive -> ack, one at a time.
 
-    python bench/hotpath.py [--messages 20000] [--dir /dev/shm]
+    python bench/hotpath.py [--messages 20000] [--dir /dev/shm] [--path queue|share]
     valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-        python bench/hotpath.py --boxmq-only --messages N
+        python bench/hotpath.py --boxmq-only --messages N [--path share]
 
 Prints user and system CPU per message for boxmq (fsync=never, ack deletes) and for the bare
-file-system sequence of bench/store.py's floor, in one run. On tmpfs the figures are the Python
-cost without the disk's. Under callgrind, the difference of two runs with different --messages
-divided by the difference of the counts is the instructions per message: a figure that does
-not move with the load of a shared machine (docs/benchmarks.md uses it to compare commits).
+file-system sequence of bench/store.py's floor, in one run. `--path share` measures an MQTT
+share group's path instead of a queue's: publications to a topic, ten per `publish_many` (a
+broker's read), taken and acknowledged by a member of `$share/g/sensors/+`. On tmpfs the
+figures are the Python cost without the disk's. Under callgrind, the difference of two runs
+with different --messages divided by the difference of the counts is the instructions per
+message: a figure that does not move with the load of a shared machine (docs/benchmarks.md
+uses it to compare commits).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import tempfile
 import time
 
 import boxmq
+from boxmq.client.topics import Publication
 
 BODY = b"x" * 200
 
@@ -58,6 +62,30 @@ def boxmq_loop(root: str, messages: int) -> None:
             _report("boxmq", messages, started, cpu)
 
 
+def share_loop(root: str, messages: int) -> None:
+    batch = [Publication("sensors/1", BODY) for _ in range(10)]
+    with boxmq.open(root, fsync="never", keep_processed=False) as box:
+        topics = box.topics
+        member = topics.subscribe("$share/g/sensors/+", "w", max_in_flight=100)
+
+        def publish_and_take(count: int) -> None:
+            taken = 0
+            while taken < count:
+                topics.publish_many(batch)
+                for _ in batch:
+                    message = member.receive(timeout=5)
+                    if message is None:
+                        raise RuntimeError("no message within 5 s: stuck")
+                    message.ack()
+                taken += len(batch)
+
+        publish_and_take(500)  # warm up: imports, caches, the watcher
+        cpu, started = _cpu(), time.perf_counter()
+        publish_and_take(messages)
+        _report("share", messages, started, cpu)
+        member.close()
+
+
 def floor_loop(root: str, messages: int) -> None:
     working, target, processing = (
         os.path.join(root, "floor", state) for state in ("working", "target", "processing")
@@ -82,10 +110,14 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--dir", default="/dev/shm", help="default /dev/shm: the CPU alone")
     parser.add_argument("--boxmq-only", action="store_true", help="no floor (for callgrind)")
+    parser.add_argument("--path", choices=["queue", "share"], default="queue")
     args = parser.parse_args()
+    if args.messages % 10:
+        parser.error("--messages must be a multiple of 10 (share publishes ten at a time)")
     root = tempfile.mkdtemp(prefix="hotpath-", dir=args.dir)
     try:
-        boxmq_loop(os.path.join(root, "boxmq"), args.messages)
+        loop = share_loop if args.path == "share" else boxmq_loop
+        loop(os.path.join(root, "boxmq"), args.messages)
         if not args.boxmq_only:
             floor_loop(root, args.messages)
     finally:
