@@ -10,15 +10,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# The package with uvloop for the server's loop: what `make run` needs.
+# The package alone: what `make run` needs.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[server]'
+	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
 # The package with its spark and xmpp extras, plus the dev group: what `make test` needs (the Spark
 # tests run in CI too; they also need java, which the machine has).
 $(VENV)/.dev-installed: pyproject.toml $(VENV)/.installed
-	$(BIN)/python -m pip install --quiet -e '.[server,spark,xmpp,demo]' --group dev
+	$(BIN)/python -m pip install --quiet -e '.[spark,xmpp,demo]' --group dev
 	touch $@
 
 # The references the benchmarks compare with.
