@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import boxmq
-from boxmq.client.topics import Subscriber
+from boxmq.client.topics import Publication, Subscriber
 
 
 def drain(subscriber: Subscriber) -> list[boxmq.Message]:
@@ -174,3 +174,58 @@ def test_bad_filters_are_refused(box: boxmq.Box, bad: str) -> None:
 def test_bad_topic_names_are_refused(box: boxmq.Box, bad: str) -> None:
     with pytest.raises(boxmq.InvalidTopic):
         box.publish(bad, "x")
+
+
+def _message_files(root: Path) -> list[Path]:
+    """Every file a publication can leave: copies in the dropboxes, staging files."""
+    return [
+        path
+        for path in root.rglob("*")
+        if path.is_file() and path.parent.name in ("target", "working")
+    ]
+
+
+def test_a_batch_reaches_each_subscription_in_order_with_its_qos(box: boxmq.Box) -> None:
+    with (
+        box.subscribe("$share/g/sensors/+", "w", qos=2, max_in_flight=10) as group,
+        box.subscribe("sensors/1", "one", qos=1, max_in_flight=10) as durable,
+        box.subscribe("sensors/#", "all", qos=0, durable=False) as memory,
+    ):
+        box.topics.publish_many(
+            [
+                Publication("sensors/1", b"a", qos=2),
+                Publication("sensors/2", b"b", qos=1),
+                Publication("sensors/1", b"c", qos=0),
+                Publication("other", b"d", qos=1),
+            ]
+        )
+        assert [(m.body, m.qos) for m in drain(group)] == [(b"a", 2), (b"b", 1), (b"c", 0)]
+        assert [(m.body, m.qos) for m in drain(durable)] == [(b"a", 1), (b"c", 0)]
+        assert [(m.body, m.qos) for m in drain(memory)] == [(b"a", 0), (b"b", 0), (b"c", 0)]
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        (Publication("sensors/+", b"x"), boxmq.InvalidTopic),
+        (Publication("sensors/" + "t" * 250, b"x"), boxmq.MetadataTooLong),
+        (Publication("sensors/1", b"x", qos=3), boxmq.InvalidArgument),
+    ],
+)
+def test_a_bad_publication_fails_its_batch_before_anything_is_written(
+    box: boxmq.Box, root: Path, bad: Publication, error: type[Exception]
+) -> None:
+    with box.subscribe("$share/g/#", "w", max_in_flight=10) as group:
+        batch = [Publication("sensors/1", b"before"), bad, Publication("sensors/1", b"after")]
+        with pytest.raises(error):
+            box.topics.publish_many(batch)
+        assert _message_files(root) == []
+        assert drain(group) == []
+
+
+@pytest.mark.parametrize("length", [100, 250])  # over a put's limit; over a name's own
+def test_a_topic_too_long_is_refused_with_no_subscriber_too(box: boxmq.Box, length: int) -> None:
+    with pytest.raises(boxmq.MetadataTooLong, match="use a shorter topic"):
+        box.publish("t" * length, "x")
+    with pytest.raises(boxmq.MetadataTooLong, match="use a shorter topic"):
+        box.topics.publish_many([Publication("t" * length, b"x")])

@@ -557,11 +557,17 @@ def _at(envelope: Envelope, qos: QoS) -> Envelope:
 def _names(envelope: Envelope, levels: Iterable[QoS]) -> dict[QoS, str]:
     """The file name of `envelope` at each of `levels`; MetadataTooLong if it leaves no room
     for what a dropbox appends (every level has the same length: a QoS is one digit)."""
-    names = {level: encode(_at(envelope, level)) for level in levels}
+    try:
+        names = {level: encode(_at(envelope, level)) for level in levels}
+    except MetadataTooLong as error:  # past even a name's own limit
+        raise MetadataTooLong(f"{_TOO_LONG}: {error}") from None
     length = len(next(iter(names.values())))
     if length > MAX_NAME - PUT_HEADROOM:
-        raise MetadataTooLong(
-            f"the topic and metadata need {length} bytes of file name, the limit is "
-            f"{MAX_NAME - PUT_HEADROOM}: use a shorter topic or fewer properties"
-        )
+        raise MetadataTooLong(f"{_TOO_LONG} ({length} bytes)")
     return names
+
+
+_TOO_LONG = (
+    f"the topic and metadata need more than {MAX_NAME - PUT_HEADROOM} bytes of file name: "
+    "use a shorter topic or fewer properties"
+)
