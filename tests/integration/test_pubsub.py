@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,19 @@ def test_a_topic_too_long_is_refused_with_no_subscriber_too(box: boxmq.Box, leng
         box.publish("t" * length, "x")
     with pytest.raises(boxmq.MetadataTooLong, match="use a shorter topic"):
         box.topics.publish_many([Publication("t" * length, b"x")])
+
+
+def test_the_sweep_deletes_staging_files_a_dead_publisher_left(box: boxmq.Box, root: Path) -> None:
+    # A publisher killed between writing a publication's staging file and linking it leaves
+    # the file in topic-root/.incoming/working/; the sweep deletes it once it is older than
+    # abandon_after (an hour), and leaves the exactly-once messages there alone.
+    working = root / "topic-root" / ".incoming" / "working"
+    working.mkdir(parents=True, exist_ok=True)
+    old, fresh, assured = (working / n for n in (".fanout-1-a", ".fanout-2-a", "4.1.B"))
+    for path in (old, fresh, assured):
+        path.write_bytes(b"body")
+    two_hours_ago = time.time() - 7200
+    for path in (old, assured):
+        os.utime(path, (two_hours_ago, two_hours_ago))
+    box.sweep()
+    assert sorted(p.name for p in working.iterdir()) == sorted([fresh.name, assured.name])

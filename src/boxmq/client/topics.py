@@ -261,8 +261,9 @@ class Topics:
         if staging is None:
             if not destinations:
                 return None
-            # The id is unique within this process and the token among processes on the root.
-            staging = os.path.join(self._incoming, f".fanout-{envelope.message_id}-{self._token}")
+            staging = os.path.join(
+                self._incoming, layout.staging_name(envelope.message_id, self._token)
+            )
             try:
                 write_new(staging, body, self._spares)
             except FileNotFoundError:  # the first publish on this root, or after a cleanup

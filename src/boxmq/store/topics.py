@@ -29,12 +29,14 @@ from boxmq.store.layout import TOPIC_ROOT
 from boxmq.store.names import escape_segment, unescape_segment
 
 __all__ = [
+    "STAGING_PREFIX",
     "SubscriptionRecord",
     "bump_generation",
     "generation",
     "incoming_path",
     "read_records",
     "remove_subscription",
+    "staging_name",
     "subscription_key",
     "subscription_path",
     "write_record",
@@ -62,6 +64,16 @@ def topic_root(root: str) -> str:
 
 def incoming_path(root: str) -> str:
     return os.path.join(topic_root(root), ".incoming")
+
+
+# A publication's body, written once in the incoming working/ folder before it is linked into
+# every subscription it goes to (then unlinked here). The id is unique within its process and
+# the token among the processes of a root.
+STAGING_PREFIX = ".fanout-"
+
+
+def staging_name(message_id: str, token: str) -> str:
+    return f"{STAGING_PREFIX}{message_id}-{token}"
 
 
 def subscription_key(group: str | None, subscriber: str | None) -> str:
