@@ -105,6 +105,14 @@ def serve_process(root: Path, port: int, *flags: str) -> subprocess.Popen[bytes]
     raise AssertionError("boxmq serve did not listen")
 
 
+def serve_fresh(folder: Path, *flags: str) -> tuple[RunningServer, subprocess.Popen[bytes]]:
+    """`boxmq serve` on a new root in `folder`, on a free port; and its address as `paho()`
+    takes it (`.root`, `.port`; none of the in-thread server's parts)."""
+    root, port = folder / "root", free_port()
+    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
+    return address, serve_process(root, port, *flags)
+
+
 def stop_process(process: subprocess.Popen[bytes]) -> None:
     process.send_signal(signal.SIGTERM)
     try:

@@ -22,10 +22,9 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from tests.integration.mqtt.clients import (
     WAIT,
-    RunningServer,
-    free_port,
     paho,
     paho_properties,
+    serve_fresh,
     serve_process,
     stop_process,
 )
@@ -85,10 +84,9 @@ class _Stream(threading.Thread):
 
 
 def test_acknowledged_messages_survive_a_sigkill(tmp_path: Path) -> None:
-    root, port = tmp_path / "root", free_port()
-    server = serve_process(root, port)
+    target, server = serve_fresh(tmp_path)
+    root, port = target.root, target.port
     try:
-        target = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
         away = paho(target, "keeper", clean=False, expiry=3600)
         away.subscribe("crash/#", 2)
         away.stop()
@@ -124,9 +122,8 @@ def test_acknowledged_messages_survive_a_sigkill(tmp_path: Path) -> None:
 def test_a_persistent_share_member_keeps_the_group_across_a_restart(tmp_path: Path) -> None:
     # Share-group members are bound to their process, and `boxmq serve` removes the members of
     # dead processes at start; a persistent MQTT session's membership must not go with them.
-    root, port = tmp_path / "root", free_port()
-    target = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
-    server = serve_process(root, port)
+    target, server = serve_fresh(tmp_path)
+    root, port = target.root, target.port
     try:
         worker = paho(target, "worker", clean=False, expiry=3600)
         worker.subscribe("$share/g/jobs/#", 1)
@@ -158,9 +155,8 @@ def test_a_share_group_deleting_what_it_acks_loses_and_mixes_nothing_across_a_si
     # boxmq serve deletes what a member acknowledges, and the next publication writes over the
     # deleted file (a spare). Killed mid-stream, it must have lost nothing it acknowledged to
     # the publisher, and no message may come out with another one's body.
-    root, port = tmp_path / "root", free_port()
-    target = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
-    server = serve_process(root, port)
+    target, server = serve_fresh(tmp_path)
+    root, port = target.root, target.port
     try:
         worker = paho(target, "worker", clean=False, expiry=3600)
         worker.subscribe("$share/g/crash/#", 1)

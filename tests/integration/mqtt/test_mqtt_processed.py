@@ -9,10 +9,8 @@ from pathlib import Path
 import pytest
 from tests.integration.mqtt.clients import (
     WAIT,
-    RunningServer,
-    free_port,
     paho,
-    serve_process,
+    serve_fresh,
     stop_process,
 )
 
@@ -30,9 +28,7 @@ def _group_counts(root: Path) -> QueueCounts:
 def test_acknowledged_share_group_messages_are_deleted_unless_kept(
     tmp_path: Path, flags: tuple[str, ...], kept: int
 ) -> None:
-    root, port = tmp_path / "root", free_port()
-    target = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
-    server = serve_process(root, port, *flags)
+    target, server = serve_fresh(tmp_path, *flags)
     try:
         worker = paho(target, "worker")
         worker.subscribe("$share/g/jobs/#", 1)
@@ -41,7 +37,7 @@ def test_acknowledged_share_group_messages_are_deleted_unless_kept(
             publisher.publish(f"jobs/{i}", f"{i}".encode(), 1)
         assert sorted(worker.next().payload for _ in range(3)) == [b"0", b"1", b"2"]
         deadline = time.monotonic() + WAIT  # paho acknowledges after the callback returns
-        while (counts := _group_counts(root)).locked and time.monotonic() < deadline:
+        while (counts := _group_counts(target.root)).locked and time.monotonic() < deadline:
             time.sleep(0.05)
         assert (counts.ready, counts.locked, counts.done, counts.dead) == (0, 0, kept, 0)
         publisher.stop()
