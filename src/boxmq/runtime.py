@@ -76,7 +76,13 @@ async def serve(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     queues = box.queues()
-    log.info("boxmq serving %s (%d queue(s), fsync=%s)", box.root, len(queues), box.fsync.value)
+    log.info(
+        "boxmq serving %s (%d queue(s), fsync=%s; acknowledged messages are %s)",
+        box.root,
+        len(queues),
+        box.fsync.value,
+        "kept in processed/" if box.options.keep_processed else "deleted (keep_processed = false)",
+    )
     log.info("recovering: releasing locks of dead processes, cleaning abandoned files")
     await _sweep_once(box)
     doors = []

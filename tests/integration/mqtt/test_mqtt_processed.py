@@ -24,9 +24,12 @@ def _group_counts(root: Path) -> QueueCounts:
         return group.counts
 
 
-@pytest.mark.parametrize(("flags", "kept"), [((), 0), (("--keep-processed",), 3)])
+@pytest.mark.parametrize(
+    ("flags", "kept", "said"),
+    [((), 0, "are deleted (keep_processed = false)"), (("--keep-processed",), 3, "are kept")],
+)
 def test_acknowledged_share_group_messages_are_deleted_unless_kept(
-    tmp_path: Path, flags: tuple[str, ...], kept: int
+    tmp_path: Path, flags: tuple[str, ...], kept: int, said: str
 ) -> None:
     target, server = serve_fresh(tmp_path, *flags)
     try:
@@ -40,6 +43,7 @@ def test_acknowledged_share_group_messages_are_deleted_unless_kept(
         while (counts := _group_counts(target.root)).locked and time.monotonic() < deadline:
             time.sleep(0.05)
         assert (counts.ready, counts.locked, counts.done, counts.dead) == (0, 0, kept, 0)
+        assert f"acknowledged messages {said}" in (tmp_path / "serve.log").read_text()
         publisher.stop()
         worker.stop()
     finally:
