@@ -44,7 +44,7 @@ from boxmq.store.commit import Committer, Move
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State, list_dropboxes, queue_path
 from boxmq.store.names import decode_lenient, encode
-from boxmq.store.topics import incoming_path
+from boxmq.store.topics import incoming_working
 
 __all__ = ["AssuredIntake"]
 
@@ -142,7 +142,7 @@ class AssuredIntake:
 
     def _working_dir(self, queue: str | None) -> str:
         if queue is None:
-            return os.path.join(incoming_path(self._root), State.WORKING.value)
+            return incoming_working(self._root)
         return Dropbox(queue_path(self._root, queue), self._committer).dir(State.WORKING)
 
     def deliver(self, source: str, msg_id: str, *, remember: bool = True) -> bool:

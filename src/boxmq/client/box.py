@@ -17,7 +17,7 @@ from types import TracebackType
 from boxmq.client.assured import AssuredIntake
 from boxmq.client.live_queue import LiveOptions, LiveQueue
 from boxmq.client.queue import Queue
-from boxmq.client.sweeps import SweepLimits, SweepReport, remove_abandoned_staging, sweep
+from boxmq.client.sweeps import SweepLimits, SweepReport, sweep
 from boxmq.client.topics import Subscriber, Topics
 from boxmq.clock import Clock, SystemClock
 from boxmq.core import Dispatch, ExactlyOnceLimits, QueuePolicy
@@ -26,10 +26,10 @@ from boxmq.ids import IdFactory
 from boxmq.model import MessageId, Property, PropertyValue
 from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.dropbox import Dropbox
-from boxmq.store.layout import State, is_dropbox, list_dropboxes, queue_path
+from boxmq.store.layout import is_dropbox, list_dropboxes, queue_path
 from boxmq.store.process import process_token
 from boxmq.store.spares import Spares
-from boxmq.store.topics import incoming_path, read_records
+from boxmq.store.topics import read_records, remove_stale_staging
 
 __all__ = ["Box", "open"]
 
@@ -248,8 +248,7 @@ class Box:
                 name=name,
                 purge=purge,
             )
-        staging = os.path.join(incoming_path(self.root), State.WORKING.value)
-        if abandoned := remove_abandoned_staging(staging, now=now, age=limits.working_ttl):
+        if abandoned := remove_stale_staging(self.root, now=now, age=limits.working_ttl):
             log.warning(
                 "deleted %d publication staging file(s) older than %gs (a process died "
                 "while publishing)",

@@ -3,9 +3,7 @@
 - locks in processing/ whose deadline passed, or whose process died (DESIGN.md §4): back to
   target/ with the delivery count raised, or to error/ once max deliveries is reached;
 - messages in target/ whose expiration passed: to expired/;
-- files left in working/ by a producer that never committed them: deleted by age, never sent
-  (and so are a topic publication's staging files, left by a process that died between
-  writing and linking one: `remove_abandoned_staging`);
+- files left in working/ by a producer that never committed them: deleted by age, never sent;
 - processed/ files older than the retention: deleted.
 
 Every move is one rename of the file as it was seen; if another process moved it first the
@@ -14,9 +12,7 @@ rename finds nothing and the sweep goes on. Any number of processes may sweep on
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 from collections.abc import Container
 from dataclasses import dataclass
 
@@ -27,15 +23,8 @@ from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
 from boxmq.store.names import split_lock
 from boxmq.store.process import process_alive
-from boxmq.store.topics import STAGING_PREFIX
 
-__all__ = [
-    "SweepLimits",
-    "SweepReport",
-    "release_stale_locks",
-    "remove_abandoned_staging",
-    "sweep",
-]
+__all__ = ["SweepLimits", "SweepReport", "release_stale_locks", "sweep"]
 
 log = logging.getLogger("boxmq.sweep")
 
@@ -138,22 +127,6 @@ def _remove_older(box: Dropbox, state: State, *, now: float, age: float) -> int:
         seen = box.age(state, entry.name, now)
         if seen is not None and seen > age and box.remove(state, entry.name):
             removed += 1
-    return removed
-
-
-def remove_abandoned_staging(folder: str, *, now: float, age: float) -> int:
-    """Delete the publications' staging files in `folder` written more than `age` seconds
-    ago: a publish links its staging file and unlinks it within one commit, so one that old
-    was left by a process that died in between (its copies were never linked, or all were)."""
-    removed = 0
-    with contextlib.suppress(FileNotFoundError), os.scandir(folder) as entries:
-        for entry in entries:
-            if not entry.name.startswith(STAGING_PREFIX):
-                continue  # an exactly-once message awaiting `deliver`: not ours to judge
-            with contextlib.suppress(FileNotFoundError):
-                if now - entry.stat().st_mtime > age:
-                    os.unlink(entry.path)
-                    removed += 1
     return removed
 
 

@@ -134,7 +134,7 @@ class Topics:
         self._seen: tuple[int, int] | None = None
         self._paths: dict[_Key, str] = {}  # durable subscription -> its dropbox
         self._memory: dict[tuple[str, str], tuple[Subscription, MemoryInbox]] = {}
-        self._incoming = os.path.join(layout.incoming_path(root), State.WORKING.value)
+        self._incoming = layout.incoming_working(root)
 
     # -- publishing ------------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
     <root>/topic-root/
         .generation                          replaced on every subscribe/unsubscribe
-        .incoming/working/                   exactly-once messages to topics, awaiting `deliver`
+        .incoming/working/                   exactly-once messages to topics, awaiting `deliver`,
+                                             and publications' staging files (.fanout-*)
         .retained/                           the last retained message of each topic
         <filter>/.subscriptions/<key>/       one dropbox per subscription (DropboxMQ's layout)
             .subscription                    what it is: filter, group or subscriber, QoS (JSON)
@@ -25,16 +26,16 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
-from boxmq.store.layout import TOPIC_ROOT
+from boxmq.store.layout import TOPIC_ROOT, State
 from boxmq.store.names import escape_segment, unescape_segment
 
 __all__ = [
-    "STAGING_PREFIX",
     "SubscriptionRecord",
     "bump_generation",
     "generation",
-    "incoming_path",
+    "incoming_working",
     "read_records",
+    "remove_stale_staging",
     "remove_subscription",
     "staging_name",
     "subscription_key",
@@ -62,18 +63,35 @@ def topic_root(root: str) -> str:
     return os.path.join(root, TOPIC_ROOT)
 
 
-def incoming_path(root: str) -> str:
-    return os.path.join(topic_root(root), ".incoming")
+def incoming_working(root: str) -> str:
+    """The folder of exactly-once messages to topics before `deliver`, and of staging files."""
+    return os.path.join(topic_root(root), ".incoming", State.WORKING.value)
 
 
 # A publication's body, written once in the incoming working/ folder before it is linked into
 # every subscription it goes to (then unlinked here). The id is unique within its process and
 # the token among the processes of a root.
-STAGING_PREFIX = ".fanout-"
+_STAGING_PREFIX = ".fanout-"
 
 
 def staging_name(message_id: str, token: str) -> str:
-    return f"{STAGING_PREFIX}{message_id}-{token}"
+    return f"{_STAGING_PREFIX}{message_id}-{token}"
+
+
+def remove_stale_staging(root: str, *, now: float, age: float) -> int:
+    """Delete the staging files written more than `age` seconds ago: a publish links its
+    staging file and unlinks it within one commit, so one that old was left by a process that
+    died in between (its copies were never linked, or all were). How many went."""
+    removed = 0
+    with contextlib.suppress(FileNotFoundError), os.scandir(incoming_working(root)) as entries:
+        for entry in entries:
+            if not entry.name.startswith(_STAGING_PREFIX):
+                continue  # an exactly-once message awaiting `deliver`: not ours to judge
+            with contextlib.suppress(FileNotFoundError):
+                if now - entry.stat().st_mtime > age:
+                    os.unlink(entry.path)
+                    removed += 1
+    return removed
 
 
 def subscription_key(group: str | None, subscriber: str | None) -> str:
