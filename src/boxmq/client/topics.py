@@ -158,9 +158,9 @@ class Topics:
         envelope = self._envelope(
             topic, properties, expires_in, correlation_id, reply_to, isinstance(body, str)
         )
-        name = _names(envelope, (level,))[level]  # MetadataTooLong before anything is written
         if retain:  # MQTT 5.0 §3.3.1.3: kept even with no subscriber; empty body deletes
-            self._retained.put(topic, name, data)
+            # _names checks the length here first, as _route does before it writes anything.
+            self._retained.put(topic, _names(envelope, (level,))[level], data)
         self._route(envelope, data, None, level, source)
         return envelope.message_id
 
