@@ -33,12 +33,7 @@ class DiskSettler:
 
     def ack(self, message_id: MessageId, consumer: ConsumerId) -> None:
         name, processing, _ = self._held(message_id, consumer)
-        done = (
-            self._box.move(State.PROCESSING, processing, State.PROCESSED, name)
-            if self._keep_processed
-            else self._box.discard(State.PROCESSING, processing)
-        )
-        if not done:
+        if not self._box.finish(processing, name, keep=self._keep_processed):
             raise UnexpectedRequest(message_id, "the lock was taken away")
 
     def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> None:

@@ -254,12 +254,7 @@ class LiveQueue:
         match effect:
             case Finish():
                 processing = self._locks.pop(message.message_id)
-                done = (
-                    self._box.move(State.PROCESSING, processing, State.PROCESSED, message.key)
-                    if self._options.keep_processed
-                    else self._box.discard(State.PROCESSING, processing)
-                )
-                if not done:
+                if not self._box.finish(processing, message.key, keep=self._options.keep_processed):
                     raise UnexpectedRequest(message.message_id, "the lock was taken away")
             case Release(delivery_count=count, holder=holder, not_before=not_before):
                 self._release(

@@ -98,12 +98,15 @@ class Dropbox:
             return False
         return True
 
-    def discard(self, state: State, name: str) -> bool:
-        """Delete a finished message (an ack that keeps nothing): its file becomes a spare
-        for a later put when the root keeps spares (store/spares.py). False if it was gone."""
+    def finish(self, processing: str, name: str, *, keep: bool) -> bool:
+        """An acknowledged message leaves processing/<processing>: to processed/<name> (its
+        name without the lock) when `keep`, else deleted, its file a spare for a later put
+        when the root keeps spares (store/spares.py). False if it was gone."""
+        if keep:
+            return self.move(State.PROCESSING, processing, State.PROCESSED, name)
         if self._spares is None:
-            return self.remove(state, name)
-        return self._spares.give(self._prefixes[state] + name)
+            return self.remove(State.PROCESSING, processing)
+        return self._spares.give(self._prefixes[State.PROCESSING] + processing)
 
     def remove(self, state: State, name: str) -> bool:
         try:
