@@ -604,10 +604,9 @@ class Broker:
             if packet_id is not None:
                 self._send(client, Puback(packet_id))
 
-        job = Job(
-            lambda: self._write(client_id, packet), written, publication_of(client_id, packet)
-        )
-        client.jobs.append(job)
+        # A retained message is written alone: publish_many has no retained store to keep it.
+        batched = None if packet.retain else publication_of(client_id, packet)
+        client.jobs.append(Job(lambda: self._write(client_id, packet), written, batched))
 
     def _send_error(self, client: _Client, ack: Puback | Pubrec, error: BoxMQError) -> None:
         log.warning("PUBLISH refused: %s", error)

@@ -310,3 +310,38 @@ def test_a_subscription_made_by_another_process_gets_the_next_mqtt_publish(
         assert message.body == b"for the worker"
         message.ack()
         worker.close()
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    return len(data).to_bytes(2, "big") + data
+
+
+def _packet(first: int, body: bytes) -> bytes:
+    assert len(body) < 128  # one byte of remaining length is enough here
+    return bytes([first, len(body)]) + body
+
+
+def test_retained_messages_that_arrive_in_one_read_are_all_kept(server: RunningServer) -> None:
+    """Several retained PUBLISHes in one TCP segment go to the disk as one batch; each must be
+    retained as if it had come alone."""
+    topics = [f"burst/{i}" for i in range(4)]
+    connect = _packet(0x10, _string("MQTT") + bytes([4, 2, 0, 60]) + _string("raw"))
+    publishes = b"".join(
+        _packet(0x33, _string(topic) + (i + 1).to_bytes(2, "big") + f"v{i}".encode())
+        for i, topic in enumerate(topics)
+    )
+    with socket.create_connection((server.host, server.port), timeout=5) as raw:
+        raw.sendall(connect)
+        assert raw.recv(4) == b"\x20\x02\x00\x00"  # CONNACK, accepted
+        raw.sendall(publishes)  # one write: one read on the server's side
+        acks = b""
+        while len(acks) < 4 * len(topics):
+            chunk = raw.recv(64)
+            assert chunk, "connection closed before every PUBACK"
+            acks += chunk
+        assert acks == b"".join(b"\x40\x02" + (i + 1).to_bytes(2, "big") for i in range(4))
+    late = paho(server, "late")
+    late.subscribe("burst/#", 1)
+    got = sorted((m.topic, m.payload, m.retain) for m in (late.next() for _ in topics))
+    assert got == [(topic, f"v{i}".encode(), True) for i, topic in enumerate(topics)]
