@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import time
 from pathlib import Path
 
@@ -205,6 +206,21 @@ def test_a_batch_reaches_each_subscription_in_order_with_its_qos(box: boxmq.Box)
         assert [(m.body, m.qos) for m in drain(memory)] == [(b"a", 0), (b"b", 0), (b"c", 0)]
 
 
+@pytest.mark.parametrize("fsync", ["always", "never"])
+def test_publish_many_then_tells_once_the_batch_is_committed(tmp_path: Path, fsync: str) -> None:
+    with (
+        boxmq.open(tmp_path / "root", fsync=fsync) as box,
+        box.subscribe("$share/g/s/#", "w", max_in_flight=10) as group,
+        box.subscribe("s/#", "mem", durable=False) as memory,
+    ):
+        told: queue.Queue[OSError | None] = queue.Queue()
+        batch = [Publication("s/1", b"a"), Publication("s/2", b"b")]
+        ids = box.topics.publish_many_then(batch, told.put)
+        assert told.get(timeout=5) is None
+        assert [(m.id, m.body) for m in drain(group)] == list(zip(ids, [b"a", b"b"], strict=True))
+        assert [m.body for m in drain(memory)] == [b"a", b"b"]
+
+
 @pytest.mark.parametrize(
     ("bad", "error"),
     [
@@ -220,6 +236,8 @@ def test_a_bad_publication_fails_its_batch_before_anything_is_written(
         batch = [Publication("sensors/1", b"before"), bad, Publication("sensors/1", b"after")]
         with pytest.raises(error):
             box.topics.publish_many(batch)
+        with pytest.raises(error):
+            box.topics.publish_many_then(batch, lambda _: pytest.fail("nothing to commit"))
         assert _message_files(root) == []
         assert drain(group) == []
 

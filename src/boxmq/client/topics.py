@@ -48,7 +48,7 @@ from boxmq.model import (
     properties_from,
 )
 from boxmq.store import topics as layout
-from boxmq.store.commit import Committer, Move
+from boxmq.store.commit import Committed, Committer, Move
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
 from boxmq.store.names import MAX_NAME, check_consumer_name, decode_lenient, encode
@@ -95,6 +95,15 @@ class _Route:
         # The QoS of each copy's file name; the published one when there is no copy, so the
         # name's length is still checked.
         self.levels = {d.qos for d, _ in durable} or {level}
+
+
+_Planned = tuple[Envelope, bytes, _Route, dict[QoS, str]]  # a message, its route, its names
+
+
+def _push_to_memory(planned: list[_Planned]) -> None:
+    for envelope, body, route, _ in planned:
+        for inbox, destination in route.memory:
+            inbox.push(MemoryDelivery(_at(envelope, destination.qos), body))
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +218,34 @@ class Topics:
 
         Every message is checked before anything is written, so a bad one fails the batch
         and leaves nothing behind."""
+        planned, moves = self._stage_many(messages)
+        if moves:
+            self._committer.commit(moves)
+        _push_to_memory(planned)
+        return [envelope.message_id for envelope, *_ in planned]
+
+    def publish_many_then(
+        self, messages: Sequence[Publication], committed: Committed
+    ) -> list[MessageId]:
+        """As `publish_many`, but return once the files are written, and call `committed`
+        once they are as durable as the fsync policy promises (from the committing thread
+        under `always`, before returning otherwise). A bad message raises here, with nothing
+        written; a failed commit is passed to `committed`, and its copies are not sent."""
+        planned, moves = self._stage_many(messages)
+
+        def done(error: OSError | None) -> None:
+            if error is None:
+                _push_to_memory(planned)
+            committed(error)
+
+        if moves:
+            self._committer.commit_then(moves, done)
+        else:
+            done(None)
+        return [envelope.message_id for envelope, *_ in planned]
+
+    def _stage_many(self, messages: Sequence[Publication]) -> tuple[list[_Planned], list[Move]]:
+        """Check every message, then write each body once; the moves that will send them."""
         routes: dict[tuple[str, QoS, str | None], _Route] = {}  # a batch is mostly one topic
         planned = []
         for message in messages:
@@ -227,12 +264,7 @@ class Topics:
             move = self._staged(envelope, body, None, route.durable, names)
             if move is not None:
                 moves.append(move)
-        if moves:
-            self._committer.commit(moves)
-        for envelope, body, route, _ in planned:
-            for inbox, destination in route.memory:
-                inbox.push(MemoryDelivery(_at(envelope, destination.qos), body))
-        return [envelope.message_id for envelope, *_ in planned]
+        return planned, moves
 
     def _destinations(self, topic: str, level: QoS, source: str | None) -> _Route:
         with self._lock:

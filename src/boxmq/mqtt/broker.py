@@ -12,8 +12,9 @@ Where messages live (DESIGN.md §2, "persistence follows the subscriber"):
   durable subscriber); otherwise the packet id is remembered in the session until PUBREL.
 
 Invariants:
-- Blocking file work for a client's PUBLISHes runs in a worker thread, one batch per read, and
-  a client's batches run in order: its acknowledgements and its messages keep their order.
+- File work for a client's PUBLISHes runs as one batch per read (`disk.run_all`: a flush never
+  blocks the loop), and a client's batches run in order: its acknowledgements and its messages
+  keep their order.
 - Only this module maps sessions to connections; `Link` is all it knows of a socket.
 """
 
@@ -572,9 +573,7 @@ class Broker:
         client_id = session.client_id
         packet_id = packet.packet_id
         if not disk:
-            client.jobs.append(
-                Job(lambda: None, lambda _: self._publish_now(client, session, packet))
-            )
+            client.jobs.append(Job(None, lambda _: self._publish_now(client, session, packet)))
             return
         if packet.qos == 2 and not packet.retain:
             assert packet_id is not None
@@ -590,9 +589,7 @@ class Broker:
             return
         if packet.qos == 2:
             # Retained QoS 2 is written at PUBREL: the retained store has no working/ step.
-            client.jobs.append(
-                Job(lambda: None, lambda _: self._publish_now(client, session, packet))
-            )
+            client.jobs.append(Job(None, lambda _: self._publish_now(client, session, packet)))
             return
 
         def written(result: object) -> None:
@@ -692,7 +689,7 @@ class Broker:
             return True
         return self._durable_routes.wanted(packet.topic)
 
-    # -- disk work (worker threads) ----------------------------------------------------------------
+    # -- disk work (run by disk.run_all) ---------------------------------------------------------
 
     def _write(self, client_id: str, packet: Publish) -> None:
         """Publish into the Box: retained store and every durable subscription it matches."""
@@ -736,7 +733,7 @@ class Broker:
             )
 
     def _start_batch(self, client: _Client) -> None:
-        """Run the client's waiting disk work as one batch in a worker thread. One batch runs
+        """Run the client's waiting disk work as one batch (`disk.run_all`). One batch runs
         at a time per client, so its messages keep their order; what arrives meanwhile waits
         and goes in the next one. A batch is thus as large as the disk is slow: under
         `always` one group commit answers a whole publisher window, not one message."""
@@ -749,7 +746,7 @@ class Broker:
         loop = self.loop
 
         async def run() -> None:
-            results = await loop.run_in_executor(self._pool, run_all, self.box.topics, jobs)
+            results = await run_all(self.box.topics, jobs, self._pool)
             for job, result in zip(jobs, results, strict=True):
                 job.then(result)  # even for a client gone: its message still goes on
 

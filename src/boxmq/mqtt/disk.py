@@ -1,16 +1,26 @@
-"""Disk work off the loop: a client's PUBLISHes that must be on disk before they are answered.
+"""Disk work for a client's packets, done in order without blocking the loop on a flush.
 
 Invariants:
-- A job's `work` runs in a worker thread and its `then` on the loop, with the work's result
-  (or the BoxMQError it raised): the answer to the client is only sent once the work is done.
-- `run_all` keeps the jobs' order; a run of neighbouring publications is written with one
-  commit (one flush under fsync=always). If that run fails, nothing of it was committed and
-  each job is tried alone, so each gets its own answer.
+- `run_all` returns each job's result (or the BoxMQError it raised) in the jobs' order, once
+  all of them are done; the caller answers the client only then.
+- A run of neighbouring publications is written by the loop's own thread, with one commit
+  (one flush under fsync=always, made by the committer's thread while the loop goes on). If
+  the run holds a bad message, nothing of it was written, and each job is tried alone.
+- Any other disk work (the exactly-once intake, a retained message, a PUBREL) runs in a
+  worker thread, since it waits for its own commit.
+
+Why the loop writes: when a worker thread wrote the publications, it and the loop (which claims,
+reads and settles the same messages for their subscribers) traded the interpreter lock at every
+system call, and a share group spent more time waiting for the lock than writing
+(docs/benchmarks.md, "The loop writes").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from boxmq.client.topics import Publication, Topics
@@ -21,37 +31,61 @@ __all__ = ["Job", "run_all"]
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """Disk work for one packet (in a worker thread), then its answer (on the loop)."""
+    """Disk work for one packet, then its answer (on the loop). `work` None: nothing to write,
+    the job only keeps its answer in order behind the others."""
 
-    work: Callable[[], object]
+    work: Callable[[], object] | None
     then: Callable[[object], None]
     publication: Publication | None = None  # may be done with its neighbours, in one commit
 
 
-def run_all(topics: Topics, jobs: list[Job]) -> list[object]:
-    """In a worker thread: each job's result, in order."""
+async def run_all(topics: Topics, jobs: Sequence[Job], pool: Executor) -> list[object]:
+    """On the loop: each job's result, in order."""
+    loop = asyncio.get_running_loop()
     results: list[object] = [None] * len(jobs)
     start = 0
     while start < len(jobs):
-        end = start
-        while end < len(jobs) and jobs[end].publication is not None:
+        batched = jobs[start].publication is not None
+        end = start + 1
+        while end < len(jobs) and (jobs[end].publication is not None) is batched:
             end += 1
-        if end - start > 1:
-            run = [job.publication for job in jobs[start:end] if job.publication is not None]
+        chunk = jobs[start:end]
+        if batched:
+            run = [job.publication for job in chunk if job.publication is not None]
             try:
-                topics.publish_many(run)
-            except BoxMQError:  # nothing was committed: each alone, each with its own answer
-                for index in range(start, end):
-                    results[index] = _attempt(jobs[index])
-            start = end
-        else:
-            results[start] = _attempt(jobs[start])
-            start += 1
+                await _publish(loop, topics, run)
+            except BoxMQError:  # nothing was written: each alone, each with its own answer
+                results[start:end] = await loop.run_in_executor(pool, _attempt_each, chunk)
+        elif any(job.work is not None for job in chunk):
+            results[start:end] = await loop.run_in_executor(pool, _attempt_each, chunk)
+        start = end
     return results
 
 
-def _attempt(job: Job) -> object:
-    try:
-        return job.work()
-    except BoxMQError as error:
-        return error
+async def _publish(loop: asyncio.AbstractEventLoop, topics: Topics, run: list[Publication]) -> None:
+    """Write `run` here; return once the committer says it is durable (OSError if not)."""
+    committed: asyncio.Future[OSError | None] = loop.create_future()
+
+    def settle(error: OSError | None) -> None:
+        if not committed.done():
+            committed.set_result(error)
+
+    def tell(error: OSError | None) -> None:  # from the committer's thread, or from here
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody left to answer
+            loop.call_soon_threadsafe(settle, error)
+
+    topics.publish_many_then(run, tell)
+    error = await committed
+    if error is not None:
+        raise error
+
+
+def _attempt_each(jobs: Sequence[Job]) -> list[object]:
+    """In a worker thread."""
+    results: list[object] = []
+    for job in jobs:
+        try:
+            results.append(None if job.work is None else job.work())
+        except BoxMQError as error:
+            results.append(error)
+    return results

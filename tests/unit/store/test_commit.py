@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,44 @@ def test_a_fan_out_links_every_copy_and_removes_the_staged_file(tmp_path: Path) 
     assert not staged.exists()
     assert (tmp_path / "a" / "m").read_bytes() == b"once"
     assert os.stat(tmp_path / "a" / "m").st_ino == os.stat(tmp_path / "b" / "m").st_ino
+
+
+@pytest.mark.parametrize("policy", list(FsyncPolicy))
+def test_commit_then_calls_back_once_the_moves_are_done(
+    tmp_path: Path, policy: FsyncPolicy
+) -> None:
+    committer = Committer(str(tmp_path), policy, interval=0.05)
+    told: list[tuple[OSError | None, list[str]]] = []
+    done = threading.Event()
+
+    def committed(error: OSError | None) -> None:
+        told.append((error, sorted(os.listdir(tmp_path / "target"))))  # already moved
+        done.set()
+
+    committer.commit_then(written(tmp_path, 3), committed)
+    assert done.wait(5)
+    committer.close()
+    assert told == [(None, ["m0", "m1", "m2"])]
+
+
+def test_commit_then_tells_each_caller_its_own_error(tmp_path: Path) -> None:
+    committer = Committer(str(tmp_path), FsyncPolicy.ALWAYS)
+    ok, bad = written(tmp_path, 1, "ok"), written(tmp_path, 1, "bad")
+    os.unlink(bad[0].source)
+    told: dict[str, OSError | None] = {}
+    events = {"ok": threading.Event(), "bad": threading.Event()}
+
+    def tell(name: str) -> Callable[[OSError | None], None]:
+        def committed(error: OSError | None) -> None:
+            told[name] = error
+            events[name].set()
+
+        return committed
+
+    committer.commit_then(bad, tell("bad"))
+    committer.commit_then(ok, tell("ok"))
+    assert all(event.wait(5) for event in events.values())
+    committer.close()
+    assert told["ok"] is None
+    assert isinstance(told["bad"], FileNotFoundError)
+    assert os.listdir(tmp_path / "target") == ["ok0"]
