@@ -343,6 +343,23 @@ class Topics:
             parsed, name, consumer=consumer, on_close=lambda: self._left(parsed, name, path)
         )
 
+    def resubscribe(
+        self,
+        filter: str,
+        subscriber: str,
+        *,
+        qos: int = 1,
+        no_local: bool = False,
+        process_bound: bool = True,
+    ) -> None:
+        """Change the QoS or No Local of a durable subscription (or share-group membership)
+        this process has open, in place: the messages it holds stay locked to it, so the flow
+        is not interrupted (MQTT 5.0 §3.8.4). Messages already waiting keep their QoS."""
+        parsed = parse_filter(filter)
+        name = check_consumer_name(subscriber)
+        subscription = Subscription(name, parsed, _qos(qos), True, no_local)
+        self._register(subscription, token=None if process_bound else "")
+
     def attach_dropbox(self, filter: str, subscriber: str, *, qos: int = 1) -> str:
         """Register a durable subscription (or share-group member) that something other than
         a Consumer will read, such as a Spark stream, and return its dropbox's path.

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -353,8 +354,7 @@ class Broker:
             "persistent" if session.persistent else "clean",
             ", resumed" if present else "",
         )
-        for again in session.outbox.resend():
-            self._send(client, again)
+        self._transmit(client, session, session.outbox.resend())
         self._pump(session)
 
     def _refusal(self, packet: Connect) -> ReasonCode | None:
@@ -809,29 +809,53 @@ class Broker:
             if client is not None and sent.qos == 0 and client.link.congested:
                 session.outbox.dropped += 1  # at most once: a slow reader loses QoS 0, not memory
             elif client is not None:
-                client.link.connection.send(sent)
-                self._dirty.add(client)
+                self._transmit(client, session, [sent])
+
+    def _transmit(self, client: _Client, session: Session, packets: list[Publish | Pubrel]) -> None:
+        """Send to the client. A PUBLISH over its Maximum Packet Size is discarded and done with
+        as if the client had acknowledged it (MQTT 5.0 §3.1.2.25): its message is settled, and
+        its slot goes to the next one."""
+        connection = client.link.connection
+        pending = deque(packets)
+        while pending:
+            packet = pending.popleft()
+            if connection.send(packet) or type(packet) is not Publish:
+                continue
+            log.warning(
+                "client %s: a message on %s is larger than its Maximum Packet Size: not sent",
+                session.client_id,
+                packet.topic,
+            )
+            if packet.packet_id is not None:
+                self._settle(session, session.outbox.discard(packet.packet_id), refused=False)
+                pending += (publish for publish, _ in session.outbox.ready())
+        self._dirty.add(client)
+
+    def _settle(self, session: Session, message: Token, *, refused: bool) -> None:
+        if message is None:
+            return
+        try:
+            if refused:
+                message.reject()  # MQTT-234: to error/, never to another member
+            else:
+                message.ack()
+        except BoxMQError as error:
+            log.warning("client %s: settling %s: %s", session.client_id, message.id, error)
 
     def _acked(self, session: Session, packet_id: int, stage: Stage, reason: ReasonCode) -> None:
         acked = session.outbox.acked(packet_id, stage, reason >= _R.UNSPECIFIED_ERROR)
         client = self._links.get(session.client_id)
         if acked.reply is not None and client is not None:
             self._send(client, acked.reply)
-        message = acked.token
-        if message is not None and acked.reply is None:
-            try:
-                if acked.refused:
-                    message.reject()  # MQTT-234: to error/, never to another member
-                else:
-                    message.ack()
-            except BoxMQError as error:
-                log.warning("client %s: settling %s: %s", session.client_id, message.id, error)
-        for publish, token in session.outbox.ready():
-            if client is not None:
-                client.link.connection.send(publish)
-                self._dirty.add(client)
-            elif token is not None:
-                token.unlock()
+        if acked.reply is None:
+            self._settle(session, acked.token, refused=acked.refused)
+        ready = session.outbox.ready()
+        if client is not None:
+            self._transmit(client, session, [publish for publish, _ in ready])
+        else:
+            for _, token in ready:
+                if token is not None:
+                    token.unlock()
         self._settled[session.client_id] = session  # its freed slots are filled after the read
 
     def _pump(self, session: Session) -> None:
@@ -926,10 +950,17 @@ class Broker:
             self._remove_subscription(session, text)
         session.subscriptions[text] = options
         if options.durable:
-            current = self._durable.get(client_id, {}).pop(text, None)
-            if current is not None:
-                current.detach()
-            self._attach(session, text, options)
+            if text not in self._durable.get(client_id, {}):
+                self._attach(session, text, options)
+            elif old is None or (old.qos, old.no_local) != (options.qos, options.no_local):
+                # Replaced in place: what it holds in flight stays its own (MQTT-3.8.4-3).
+                self.box.topics.resubscribe(
+                    text,
+                    consumer_name(client_id),
+                    qos=options.qos,
+                    no_local=options.no_local,
+                    process_bound=not session.persistent,
+                )
         else:
             parsed = parse_filter(text)
             self._memory.subscribe(

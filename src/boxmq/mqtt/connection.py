@@ -164,22 +164,29 @@ class Connection:
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def send(self, packet: Packet) -> None:
+    def send(self, packet: Packet) -> bool:
+        """Queue `packet` for the client; False if it was a PUBLISH larger than the client's
+        Maximum Packet Size, which is discarded (MQTT 5.0 §3.1.2.25: the caller then behaves
+        as if it had been sent)."""
         version = self.version
         assert version is not None, "nothing is sent before CONNECT"
         if type(packet) in (Puback, Pubcomp) or (
             type(packet) is Pubrec and packet.reason >= ReasonCode.UNSPECIFIED_ERROR
         ):
             self._unanswered = max(0, self._unanswered - 1)
+        aliases = len(self._out_aliases)
         if self.client_alias_maximum and type(packet) is Publish:
             packet = self._aliased(packet)
         data = encode(packet, version)
         limit = self.client_max_packet_size
         if limit and len(data) > limit:
             if type(packet) is Publish:
-                return  # MQTT 5.0 §3.1.2.25: discarded, as if it had been sent
+                if len(self._out_aliases) > aliases:  # the client never learns this alias
+                    self._out_aliases.popitem()
+                return False
             data = encode(_shortened(packet), version)
         self._out.append(data)
+        return True
 
     def acknowledge(self, kind: type[Puback | Pubrec | Pubcomp], packet_id: int) -> None:
         """`send(kind(packet_id))`, a success, for the path every QoS 1 and 2 message takes:

@@ -95,6 +95,11 @@ class Outbox(Generic[T]):
         del self._in_flight[packet_id]
         return Acked(entry.token, refused=refused)
 
+    def discard(self, packet_id: int) -> T:
+        """A PUBLISH the client cannot take (over its Maximum Packet Size): done as if it had
+        been sent and acknowledged (MQTT 5.0 §3.1.2.25); its slot and packet id are free."""
+        return self._in_flight.pop(packet_id).token
+
     def ready(self) -> list[tuple[Publish, T]]:
         """Queued messages that may go now (slots freed); QoS 1/2 ones get their packet ids."""
         out: list[tuple[Publish, T]] = []

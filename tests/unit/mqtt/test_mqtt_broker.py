@@ -215,3 +215,80 @@ def test_publishes_that_need_the_disk_are_answered_in_order_with_backpressure(
         assert info.counts.ready + info.counts.locked == 10
 
     _run(tmp_path, test)
+
+
+async def _publish(broker: Broker, topic: str, body: bytes, qos: int) -> None:
+    pub = _connect(broker, "pub")
+    pub.send(Publish(topic, body, qos, packet_id=1))
+    await _until(lambda: bool(pub.inbox))
+    if qos == 2:
+        assert pub.take() == [Pubrec(1)]
+        pub.send(Pubrel(1))
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_subscribing_again_does_not_interrupt_a_message_in_flight(tmp_path: Path, qos: int) -> None:
+    """MQTT 5.0 §3.8.4: a SUBSCRIBE for a filter the session has replaces the subscription,
+    but the flow of publications must not be interrupted: the message in flight stays held
+    by its packet id, and the client's acknowledgement settles it (no second copy)."""
+
+    async def test(broker: Broker) -> None:
+        sub = _connect(broker, "sub", expiry=600)
+        sub.send(Subscribe(1, (Subscription("rs/#", qos),)))
+        sub.take()
+        await _publish(broker, "rs/a", b"once", qos)
+        await _until(lambda: any(isinstance(p, Publish) for p in sub.inbox))
+        [first] = sub.take()
+        assert isinstance(first, Publish)
+        assert first.packet_id is not None
+        sub.send(Subscribe(2, (Subscription("rs/#", qos),)))
+        assert sub.take() == [Suback(2, (ReasonCode(qos),))]
+        if qos == 1:
+            sub.send(Puback(first.packet_id))
+        else:
+            sub.send(Pubrec(first.packet_id))
+            assert sub.take() == [Pubrel(first.packet_id)]
+            sub.send(Pubcomp(first.packet_id))
+        await asyncio.sleep(0.3)  # a second copy would come within a pump or two
+        assert [p for p in sub.take() if isinstance(p, Publish)] == []
+        [info] = broker.box.topics.subscriptions()
+        assert (info.counts.ready, info.counts.locked, info.counts.dead) == (0, 0, 0)
+
+    _run(tmp_path, test)
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["memory", "dropbox"])
+def test_a_publish_over_the_clients_maximum_packet_size_is_done_with_as_if_sent(
+    tmp_path: Path, persistent: bool
+) -> None:
+    """MQTT 5.0 §3.1.2.25: discarded, and the server behaves as if it had completed sending
+    it: the slot of a Receive Maximum of 1 frees for the next message, the stored copy is
+    settled, and no topic alias is spent on it (the next PUBLISH still carries its topic)."""
+
+    async def test(broker: Broker) -> None:
+        sub = Peer(broker)
+        props = Properties.build(
+            maximum_packet_size=200,
+            receive_maximum=1,
+            topic_alias_maximum=10,
+            session_expiry_interval=600 if persistent else None,
+        )
+        sub.send(Connect("small", V5, clean_start=True, properties=props))
+        sub.send(Subscribe(1, (Subscription("u/#", 1),)))
+        assert [type(p) for p in sub.take()] == [Connack, Suback]
+        pub = _connect(broker, "pub")
+        pub.send(Publish("u/x", b"X" * 500, 1, packet_id=1))
+        pub.send(Publish("u/x", b"small", 1, packet_id=2))
+        await _until(lambda: any(isinstance(p, Publish) for p in sub.inbox))
+        [delivered] = sub.take()
+        assert isinstance(delivered, Publish)
+        assert (delivered.topic, delivered.payload) == ("u/x", b"small")
+        assert delivered.properties.topic_alias == 1  # set here, with the topic: usable later
+        assert delivered.packet_id is not None
+        sub.send(Puback(delivered.packet_id))
+        if persistent:
+            await _until(lambda: broker.box.topics.subscriptions()[0].counts.locked == 0)
+            [info] = broker.box.topics.subscriptions()
+            assert (info.counts.ready, info.counts.dead) == (0, 0)
+
+    _run(tmp_path, test)
