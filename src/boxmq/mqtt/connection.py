@@ -17,7 +17,7 @@ Invariants (the rules a single connection can check alone):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Final
 
@@ -85,12 +85,14 @@ class Connection:
 
     def receive(self, data: bytes, now: float) -> list[Packet]:
         """The packets in `data` (and what was left from before), checked."""
+        return list(self.packets(data, now))
+
+    def packets(self, data: bytes, now: float) -> Iterator[Packet]:
+        """As `receive`, one at a time: a bad packet raises only once those before it were
+        taken, so a server acts on them as it would have had they come alone."""
         self.last_heard = now
         self._reader.receive(data)
-        packets: list[Packet] = []
-        for frame in self._reader.frames():
-            packets.append(self._packet(frame))
-        return packets
+        return map(self._packet, self._reader.frames())
 
     def _packet(self, frame: Frame) -> Packet:
         version = self.version

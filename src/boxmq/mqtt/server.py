@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
 from typing import Final, cast
 
 from boxmq.client.box import Box
@@ -19,7 +18,6 @@ from boxmq.clock import Clock, SystemClock
 from boxmq.errors import ProtocolViolation
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.connection import Connection
-from boxmq.mqtt.packets import Packet
 from boxmq.mqtt.reasons import reason_for
 from boxmq.mqtt.settings import MqttSettings
 
@@ -60,13 +58,10 @@ class _Protocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            self._broker.received(self, self._packets(data))
+            # One at a time: the packets before a bad one are acted on, as they would be alone.
+            self._broker.received(self, self.connection.packets(data, self._clock.now()))
         except ProtocolViolation as error:
             self._fail(error)
-
-    def _packets(self, data: bytes) -> Iterator[Packet]:
-        # One at a time: the packets before a bad one are acted on, as they would be alone.
-        yield from self.connection.receive(data, self._clock.now())
 
     def _fail(self, error: ProtocolViolation) -> None:
         reason = reason_for(error)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 
 import pytest
-from tests.integration.mqtt.clients import RunningServer
+from tests.integration.mqtt.clients import RunningServer, paho
 
 V5_CONNECT = bytes.fromhex("1011 00044d515454 05 02 001e 00 0004 63616661".replace(" ", ""))
 V311_CONNECT = bytes.fromhex("1010 00044d515454 04 02 001e 0004 63616661".replace(" ", ""))
@@ -143,3 +143,20 @@ def test_keep_alive_timeout_closes_a_quiet_client(server: RunningServer) -> None
             data += chunk
     rest = _after_connack(data)
     assert rest[:3] == bytes([0xE0, 1, 0x8D]) or rest[:3] == bytes([0xE0, 2, 0x8D])
+
+
+def test_the_packets_before_a_bad_one_in_the_same_read_are_acted_on(
+    server: RunningServer,
+) -> None:
+    """Three good QoS 1 PUBLISHes and a bad one in one segment: the good ones are answered
+    and delivered as if they had come alone, then the DISCONNECT for the bad one."""
+    subscriber = paho(server, "watcher")
+    subscriber.subscribe("a", 1)
+    good = b"".join(
+        bytes([0x32, 8]) + b"\x00\x01a" + i.to_bytes(2, "big") + b"\x00" + b"m%d" % i
+        for i in (1, 2, 3)
+    )
+    answer = _after_connack(_exchange(server, V5_CONNECT, good + PUBLISH_WILDCARD))
+    pubacks = b"".join(b"\x40\x02" + i.to_bytes(2, "big") for i in (1, 2, 3))
+    assert answer == pubacks + b"\xe0\x01\x90", answer.hex()  # then DISCONNECT 0x90
+    assert [subscriber.next().payload for _ in range(3)] == [b"m1", b"m2", b"m3"]
