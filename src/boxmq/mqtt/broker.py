@@ -109,6 +109,7 @@ class _Client:
     """One connection's side of the broker."""
 
     link: Link
+    opened: float  # when the socket was accepted: the CONNECT timeout counts from here
     session: Session | None = None
     clean_exit: bool = False  # DISCONNECT 0x00 came: no Will (MQTT 5.0 §3.1.2.5)
     jobs: list[Job] = field(default_factory=list)  # disk work waiting for the next batch
@@ -151,7 +152,7 @@ class Broker:
         if len(self._clients) >= self.limits.max_connections:
             log.warning("%s refused: %d connections already", link.peer, len(self._clients))
             return False
-        self._clients[link] = _Client(link)
+        self._clients[link] = _Client(link, self._clock.now())
         return True
 
     def received(self, link: Link, packets: Iterable[Packet]) -> None:
@@ -208,7 +209,9 @@ class Broker:
         for client in list(self._clients.values()):
             connection = client.link.connection
             if client.session is None:
-                if now - connection.last_heard > self.limits.connect_timeout:
+                # From the opening, not the last byte: a socket that trickles a byte at a
+                # time must not hold its slot forever.
+                if now - client.opened > self.limits.connect_timeout:
                     log.info(
                         "%s closed: no CONNECT within %gs",
                         client.link.peer,
@@ -371,10 +374,11 @@ class Broker:
 
     def _expiry_of(self, packet: Connect) -> int:
         if packet.version is ProtocolVersion.V5:
-            asked = packet.properties.session_expiry_interval or 0
-        else:
-            asked = 0 if packet.clean_start else NEVER  # 3.1.1: CleanSession 0 never expires
-        return min(asked, self.limits.max_session_expiry) if asked != NEVER else NEVER
+            # Capped, "never" too (told in CONNACK): an operator's limit is a limit.
+            return min(
+                packet.properties.session_expiry_interval or 0, self.limits.max_session_expiry
+            )
+        return 0 if packet.clean_start else NEVER  # 3.1.1: CleanSession 0 is kept until clean
 
     def _take_session(self, client_id: str, clean: bool, expiry: int) -> tuple[bool, Session]:
         """Session takeover and resumption (MQTT 5.0 §3.1.4): (session present, session)."""
@@ -382,8 +386,12 @@ class Broker:
         if old_client is not None:
             log.info("client %s: taken over by a new connection", client_id)
             old_session = old_client.session
-            if old_session is not None and old_session.will is not None and clean:
-                self._publish_will(old_session.client_id, old_session.username, old_session.will)
+            will = None if old_session is None else old_session.will
+            # §3.1.2.5: the old connection closes without DISCONNECT, so its Will goes out,
+            # unless it has a delay that the new connection now cancels (its session lives on).
+            if will is not None and (clean or not will.properties.will_delay_interval):
+                assert old_session is not None
+                self._publish_will(old_session.client_id, old_session.username, will)
             if old_session is not None:
                 old_session.will = None
             self._kick(old_client, _R.SESSION_TAKEN_OVER, "session taken over")
@@ -533,7 +541,7 @@ class Broker:
                 raise ProtocolError(
                     "DISCONNECT sets a Session Expiry Interval after 0 (§3.14.2.2.2)"
                 )
-            session.expiry = min(asked, self.limits.max_session_expiry) if asked != NEVER else NEVER
+            session.expiry = min(asked, self.limits.max_session_expiry)
         self.closed(client.link, f"DISCONNECT, reason {packet.reason:#04x}")
         client.link.close()
 

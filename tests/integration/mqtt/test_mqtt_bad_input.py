@@ -8,6 +8,7 @@ v5: a DISCONNECT with the reason code (MQTT 5.0 §4.13), or a CONNACK when CONNE
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 from tests.integration.mqtt.clients import RunningServer, paho
@@ -117,7 +118,10 @@ def test_a_bad_connect_is_answered_then_closed(
     assert _exchange(server, connect).hex() == answer
 
 
-def test_a_silent_socket_is_closed_after_the_connect_timeout(tmp_path: object) -> None:
+@pytest.mark.parametrize("trickle", [False, True], ids=["silent", "a-byte-at-a-time"])
+def test_a_socket_without_connect_is_closed_after_the_connect_timeout(
+    tmp_path: object, trickle: bool
+) -> None:
     from pathlib import Path
 
     from tests.integration.mqtt.clients import start_server
@@ -129,7 +133,22 @@ def test_a_silent_socket_is_closed_after_the_connect_timeout(tmp_path: object) -
     )
     try:
         with socket.create_connection((running.host, running.port), timeout=5) as sock:
-            assert sock.recv(10) == b""  # closed by the server, well within the 5 s
+            started = time.monotonic()
+            if trickle:  # a CONNECT that never completes, one byte every 0.2 s
+                sock.settimeout(0.2)
+                for byte in V5_CONNECT[:-1]:
+                    try:
+                        sock.sendall(bytes([byte]))
+                        if sock.recv(10) == b"":
+                            break
+                    except TimeoutError:
+                        continue
+                    except OSError:  # reset: closed by the server
+                        break
+                sock.settimeout(5)
+            else:
+                assert sock.recv(10) == b""  # closed by the server, well within the 5 s
+            assert time.monotonic() - started < 3
     finally:
         running.shutdown()
 

@@ -30,6 +30,7 @@ from boxmq.mqtt.packets import (
     Suback,
     Subscribe,
     Subscription,
+    Will,
 )
 from boxmq.mqtt.properties import Properties
 from boxmq.mqtt.reasons import ReasonCode
@@ -290,5 +291,53 @@ def test_a_publish_over_the_clients_maximum_packet_size_is_done_with_as_if_sent(
             await _until(lambda: broker.box.topics.subscriptions()[0].counts.locked == 0)
             [info] = broker.box.topics.subscriptions()
             assert (info.counts.ready, info.counts.dead) == (0, 0)
+
+    _run(tmp_path, test)
+
+
+@pytest.mark.parametrize(
+    ("delay", "clean", "sent"),
+    [(None, False, True), (None, True, True), (30, False, False), (30, True, True)],
+)
+def test_a_session_taken_over_sends_its_will_unless_a_delay_is_cancelled(
+    tmp_path: Path, delay: int | None, clean: bool, sent: bool
+) -> None:
+    """MQTT 5.0 §3.1.4 and §3.1.2.5: the old connection is closed without DISCONNECT, so its
+    Will is published, unless it has a Will Delay and the new connection resumes the session
+    before the delay is over."""
+
+    async def test(broker: Broker) -> None:
+        watcher = _connect(broker, "watcher")
+        watcher.send(Subscribe(1, (Subscription("will/#", 0),)))
+        watcher.take()
+        will = Will("will/w", b"gone", properties=Properties.build(will_delay_interval=delay))
+        old = Peer(broker)
+        old.send(
+            Connect(
+                "w",
+                V5,
+                clean_start=True,
+                will=will,
+                properties=Properties.build(session_expiry_interval=600),
+            )
+        )
+        _connect(broker, "w", expiry=600, clean=clean)
+        assert old.take()[-1] == Disconnect(ReasonCode.SESSION_TAKEN_OVER)
+        await asyncio.sleep(0.1)
+        got = [p.payload for p in watcher.take() if isinstance(p, Publish)]
+        assert got == ([b"gone"] if sent else [])
+
+    _run(tmp_path, test)
+
+
+def test_a_session_expiry_of_never_is_capped_and_told_in_connack(tmp_path: Path) -> None:
+    async def test(broker: Broker) -> None:
+        peer = Peer(broker)
+        props = Properties.build(session_expiry_interval=0xFFFF_FFFF)
+        peer.send(Connect("forever", V5, clean_start=True, properties=props))
+        [connack] = peer.take()
+        assert isinstance(connack, Connack)
+        limit = broker.limits.max_session_expiry
+        assert connack.properties.session_expiry_interval == limit
 
     _run(tmp_path, test)
