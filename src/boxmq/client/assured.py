@@ -186,6 +186,12 @@ class AssuredIntake:
         name = os.path.basename(pending.path)
         self._committer.commit([Move(pending.path, box.file(State.TARGET, name))])
 
+    def pending(self, source: str) -> list[str]:
+        """The msg ids `source` stored (step 1) that wait for their `deliver`."""
+        with self._lock:
+            self._restore()
+            return [msg_id for (owner, msg_id) in self._pending if owner == source]
+
     def expire(self) -> int:
         """Drop pending messages whose `deliver` never came, and forget old markers."""
         with self._lock:

@@ -191,6 +191,10 @@ class Box:
             source, msg_id, body, queue=queue, topic=topic, priority=priority, properties=properties
         )
 
+    def pending(self, source: str) -> list[str]:
+        """Exactly once: the msg ids `source` stored (step 1) that wait for step 2."""
+        return self.intake.pending(source)
+
     def deliver(self, source: str, msg_id: str, *, remember: bool = True) -> bool:
         """Exactly once, step 2: deliver what step 1 stored. True once; False for a repeat.
 

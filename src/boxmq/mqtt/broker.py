@@ -415,13 +415,15 @@ class Broker:
 
     def _session_from_disk(self, client_id: str, expiry: int) -> Session | None:
         """A persistent session this process does not know (boxmq was restarted): its
-        durable subscriptions are on disk; its options are read back from there."""
+        durable subscriptions are on disk, their options read back from their records, and
+        so are the QoS 2 messages it got PUBREC for and has not released yet."""
         name = consumer_name(client_id)
         found = []
         for info in self.box.topics.subscriptions():
             if info.subscriber == name or name in info.members:
                 found.append(info.filter)
-        if not found:
+        unreleased = self.box.pending(exactly_once_source(client_id))
+        if not found and not unreleased:
             return None
         session = Session(
             client_id, window=self.limits.max_inflight, queue_limit=self.limits.max_queued
@@ -429,20 +431,24 @@ class Broker:
         session.expiry = expiry  # before attaching: persistent memberships are not process-bound
         self._sessions[client_id] = session
         for text in found:
-            qos = self._record_qos(text, name)
-            options = SubscriptionOptions(qos=qos, durable=True)
+            options = self._recorded_options(text, name)
             session.subscriptions[text] = options
             self._attach(session, text, options)
-        log.info("client %s: session found on disk (%d subscription(s))", client_id, len(found))
+        log.info(
+            "client %s: session found on disk (%d subscription(s), %d QoS 2 awaiting PUBREL)",
+            client_id,
+            len(found),
+            len(unreleased),
+        )
         return session
 
-    def _record_qos(self, text: str, name: str) -> int:
+    def _recorded_options(self, text: str, name: str) -> SubscriptionOptions:
         parsed = parse_filter(text)
         for record, _ in read_records(self.box.root):
             same = record.filter == parsed.filter and record.group == parsed.share_group
             if same and (record.group is not None or record.subscriber == name):
-                return record.qos
-        return 1
+                return SubscriptionOptions(qos=record.qos, durable=True, no_local=record.no_local)
+        return SubscriptionOptions(qos=1, durable=True)
 
     def _forget_on_disk(self, client_id: str) -> None:
         """Clean start: whatever a former session of this client left on disk is deleted."""

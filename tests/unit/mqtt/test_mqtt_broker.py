@@ -341,3 +341,60 @@ def test_a_session_expiry_of_never_is_capped_and_told_in_connack(tmp_path: Path)
         assert connack.properties.session_expiry_interval == limit
 
     _run(tmp_path, test)
+
+
+def _in_two_lives(
+    tmp_path: Path,
+    first: Callable[[Broker], Awaitable[None]],
+    then: Callable[[Broker], Awaitable[None]],
+) -> None:
+    """Run `first` on a broker, shut it down, then `then` on a new one over the same root (a
+    restart: nothing but the disk carries over)."""
+    _run(tmp_path, first)
+    _run(tmp_path, then)
+
+
+def test_a_restart_keeps_a_publishers_qos2_awaiting_pubrel(tmp_path: Path) -> None:
+    """A persistent publisher got PUBREC for a QoS 2 message; after a restart its session is
+    present (so it keeps its PUBREL, MQTT 5.0 §4.4) and PUBREL delivers the message."""
+
+    async def first(broker: Broker) -> None:
+        keeper = _connect(broker, "keeper", expiry=600)
+        keeper.send(Subscribe(1, (Subscription("nr/#", 2),)))
+        keeper.send(Disconnect())
+        pub = _connect(broker, "pubp", expiry=600)
+        pub.send(Publish("nr/q2", b"stored", 2, packet_id=10))
+        await _until(lambda: pub.inbox == [Pubrec(10)])
+
+    async def then(broker: Broker) -> None:
+        pub = Peer(broker)
+        props = Properties.build(session_expiry_interval=600)
+        pub.send(Connect("pubp", V5, clean_start=False, properties=props))
+        [connack] = pub.take()
+        assert isinstance(connack, Connack)
+        assert connack.session_present
+        pub.send(Pubrel(10))
+        await _until(lambda: bool(pub.inbox))
+        assert pub.take() == [Pubcomp(10)]
+        keeper = _connect(broker, "keeper", expiry=600, clean=False)
+        await _until(lambda: any(isinstance(p, Publish) for p in keeper.inbox))
+        assert [p.payload for p in keeper.take() if isinstance(p, Publish)] == [b"stored"]
+
+    _in_two_lives(tmp_path, first, then)
+
+
+def test_a_restart_keeps_no_local_on_a_persistent_subscription(tmp_path: Path) -> None:
+    async def first(broker: Broker) -> None:
+        own = _connect(broker, "own", expiry=600)
+        own.send(Subscribe(1, (Subscription("s/#", 1, no_local=True),)))
+        assert own.take() == [Suback(1, (ReasonCode.GRANTED_QOS_1,))]
+
+    async def then(broker: Broker) -> None:
+        own = _connect(broker, "own", expiry=600, clean=False)
+        own.send(Publish("s/mine", b"mine", 1, packet_id=1))
+        await _publish(broker, "s/theirs", b"theirs", 1)
+        await _until(lambda: any(isinstance(p, Publish) for p in own.inbox))
+        await asyncio.sleep(0.2)
+        assert [p.payload for p in own.take() if isinstance(p, Publish)] == [b"theirs"]
+
+    _in_two_lives(tmp_path, first, then)
