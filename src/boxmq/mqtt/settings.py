@@ -35,7 +35,7 @@ class Limits:
     max_packet_size: int = 1 << 20  # bytes, both ways; v5 clients are told in CONNACK
     receive_maximum: int = 100  # QoS 1/2 PUBLISHes a client may have unacknowledged to us
     max_inflight: int = 100  # QoS 1/2 deliveries unacknowledged by a client (≤ its own maximum)
-    max_queued: int = 10_000  # messages waiting for an offline persistent session
+    max_queued: int = 10_000  # messages queued in memory per session, behind its in-flight window
     connect_timeout: float = 10.0  # seconds a socket may stay open without a CONNECT
     max_keepalive: int = 65_535  # seconds; a v5 client asking for more is told ours
     max_session_expiry: int = 7 * 24 * 3600  # seconds
