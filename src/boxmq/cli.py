@@ -249,6 +249,8 @@ def _serve(args: argparse.Namespace) -> int:
         fsync=config.fsync,
         fsync_interval=config.fsync_interval,
         keep_processed=config.keep_processed,
+        dispatch=config.dispatch,
+        group_dispatch=dict(config.group_dispatch),
     ) as box:
         mqtt = _mqtt_settings(args, config.mqtt)
         xmpp = settings_from(

@@ -5,7 +5,11 @@
     fsync_interval = "1s"            # for fsync = "interval"
     sweep_interval = "1s"            # lock timeouts, expiry, retention
     keep_processed = false           # true: what clients acknowledge stays in processed/
+    dispatch = "round-robin"         # how the consumers of a queue or share group take turns
     log_level = "info"               # debug | info | warning | error
+
+    [share_groups.etl]               # one table per share group that dispatches its own way
+    dispatch = "least-in-flight"
 
     [[mqtt.listener]]                # one table per socket
     host = "0.0.0.0"
@@ -39,6 +43,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from boxmq.config_table import Table
+from boxmq.core import Dispatch
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
@@ -48,6 +53,7 @@ from boxmq.mqtt.tls import server_context
 __all__ = ["Security", "ServeConfig", "load_config", "mqtt_settings"]
 
 FSYNC_POLICIES: Final = ("always", "interval", "never")
+DISPATCH_STRATEGIES: Final = tuple(d.value for d in Dispatch)
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 _MAY_BE_ZERO: Final = frozenset({"topic_alias_maximum"})  # 0: no aliases (MQTT 5.0 §3.2.2.3.8)
 
@@ -85,6 +91,8 @@ class ServeConfig:
     # A broker forgets what its clients acknowledged (as MQTT brokers do): a processed/ copy of
     # every message for a day would be tens of millions of files at a broker's rates.
     keep_processed: bool = False
+    dispatch: str = "round-robin"
+    group_dispatch: tuple[tuple[str, str], ...] = ()  # (share group, strategy)
     log_level: str = "info"
     security: Security = field(default_factory=Security)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
@@ -143,6 +151,8 @@ def load_config(
     fsync_interval = top.seconds("fsync_interval")
     sweep_interval = top.seconds("sweep_interval")
     keep_processed = top.boolean("keep_processed")
+    dispatch = top.choice("dispatch", DISPATCH_STRATEGIES)
+    group_dispatch = _share_groups(top.table("share_groups"))
     log_level = top.choice("log_level", LOG_LEVELS)
     security = _security(top.table("security"), base.security)
     mqtt = _mqtt(top.table("mqtt"), base.mqtt)
@@ -157,6 +167,8 @@ def load_config(
         fsync_interval=fsync_interval or base.fsync_interval,
         sweep_interval=sweep_interval or base.sweep_interval,
         keep_processed=base.keep_processed if keep_processed is None else keep_processed,
+        dispatch=dispatch or base.dispatch,
+        group_dispatch=group_dispatch or base.group_dispatch,
         log_level=log_level or base.log_level,
         security=security,
         mqtt=mqtt,
@@ -169,6 +181,19 @@ def mqtt_settings(base: MqttSettings, security: Security) -> MqttSettings:
     return dataclasses.replace(
         base, authenticator=security.authenticator(), authorizer=security.authorizer()
     )
+
+
+def _share_groups(table: Table) -> tuple[tuple[str, str], ...]:
+    """[share_groups.<name>] tables: each group's own dispatch strategy."""
+    found = []
+    for group in table.names():
+        settings = table.table(group)
+        strategy = settings.choice("dispatch", DISPATCH_STRATEGIES)
+        settings.finish()
+        if strategy is not None:
+            found.append((group, strategy))
+    table.finish()
+    return tuple(found)
 
 
 def _security(table: Table, base: Security) -> Security:

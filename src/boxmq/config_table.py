@@ -33,6 +33,10 @@ class Table:
     def has(self, key: str) -> bool:
         return key in self._values
 
+    def names(self) -> list[str]:
+        """The keys of a table whose keys are names (such as [share_groups.<group>])."""
+        return list(self._values)
+
     def _take(self, key: str) -> Any:
         self._used.add(key)
         return self._values.get(key)

@@ -264,3 +264,26 @@ def test_the_sweep_deletes_staging_files_a_dead_publisher_left(box: boxmq.Box, r
         os.utime(path, (two_hours_ago, two_hours_ago))
     box.sweep()
     assert sorted(p.name for p in working.iterdir()) == sorted([fresh.name, assured.name])
+
+
+def test_a_share_group_can_dispatch_its_own_way(tmp_path: Path) -> None:
+    """group_dispatch: "sticky" keeps a member fed while it has room; the other group keeps
+    the box's round-robin, which alternates."""
+    with boxmq.open(tmp_path / "root", fsync="never", group_dispatch={"sticky": "sticky"}) as box:
+        members = {
+            group: [box.subscribe(f"$share/{group}/jobs", name, max_in_flight=10) for name in "ab"]
+            for group in ("sticky", "plain")
+        }
+        box.topics.publish_many([Publication("jobs", b"%d" % i) for i in range(4)])
+        counts = {}
+        for group, (first, second) in members.items():
+            # The first receive takes the whole dispatch; the second sees what came its way.
+            counts[group] = sorted([len(drain(first)), len(drain(second))])
+            first.close()
+            second.close()
+        assert counts == {"sticky": [0, 4], "plain": [2, 2]}
+
+
+def test_an_unknown_dispatch_strategy_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(boxmq.InvalidArgument, match="'fair': choose one of round-robin"):
+        boxmq.open(tmp_path / "root", group_dispatch={"g": "fair"})

@@ -46,7 +46,11 @@ def test_every_setting(tmp_path: Path) -> None:
         fsync_interval = "250ms"
         sweep_interval = 2
         keep_processed = true
+        dispatch = "sticky"
         log_level = "debug"
+
+        [share_groups.etl]
+        dispatch = "least-in-flight"
 
         [[mqtt.listener]]
         host = "0.0.0.0"
@@ -68,6 +72,7 @@ def test_every_setting(tmp_path: Path) -> None:
     assert config.data == tmp_path / "state"  # relative to the config file's folder
     assert (config.fsync, config.fsync_interval, config.sweep_interval) == ("interval", 0.25, 2.0)
     assert config.keep_processed is True
+    assert (config.dispatch, config.group_dispatch) == ("sticky", (("etl", "least-in-flight"),))
     assert config.log_level == "debug"
     assert config.logging_level == 10
     assert config.mqtt.listeners == (Listener("0.0.0.0", 1884), Listener("127.0.0.1", 0))
@@ -97,6 +102,10 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("sweep_interval = 0", "sweep_interval: 0 is not a positive number of seconds"),
         ("keep_processed = 'yes'", "keep_processed: expected true or false, got a string"),
         ("log_level = 'loud'", "log_level: 'loud' is not one of debug, info, warning, error"),
+        ("dispatch = 'fair'", "dispatch: 'fair' is not one of round-robin, least-in-flight"),
+        ("[share_groups.etl]\ndispatch = 'x'", "share_groups.etl.dispatch: 'x' is not one of"),
+        ("[share_groups.etl]\ndispath = 'sticky'", "share_groups.etl.dispath: unknown key"),
+        ("[share_groups]\netl = 'sticky'", "share_groups.etl: expected a table"),
         ("mqtt = 3", "mqtt: expected a table ([mqtt]), got an integer"),
         ("[mqtt]\nlistener = { port = 1 }", "mqtt.listener: expected tables ([[mqtt.listener]])"),
         ("[[mqtt.listener]]\n[[mqtt.listener]]\nprot = 1", "mqtt.listener[2].prot: unknown key"),

@@ -12,6 +12,7 @@ import os
 import shutil
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from types import TracebackType
 
 from boxmq.client.assured import AssuredIntake
@@ -47,10 +48,12 @@ class Box:
         clock: Clock,
         exactly_once: ExactlyOnceLimits,
         spares: int = 256,
+        group_dispatch: Mapping[str, Dispatch] | None = None,
     ) -> None:
         self.root = os.path.abspath(root)
         os.makedirs(self.root, exist_ok=True)
         self.options = options
+        self._group_dispatch = dict(group_dispatch or {})  # share group -> its strategy
         self._clock = clock
         self._committer = Committer(self.root, fsync, interval=fsync_interval)
         self._ids = IdFactory(clock)
@@ -96,7 +99,7 @@ class Box:
                     ids=self._ids,
                     clock=self._clock,
                     token=self._token,
-                    live_for=lambda dropbox: self._live_queue(dropbox.path, dropbox),
+                    live_for=lambda dropbox, group: self._live_queue(dropbox.path, dropbox, group),
                     spares=self._spares,
                 )
             return self._topics
@@ -262,14 +265,18 @@ class Box:
         self.intake.expire()
         return reports
 
-    def _live_queue(self, name: str, dropbox: Dropbox) -> LiveQueue:
+    def _live_queue(self, name: str, dropbox: Dropbox, group: str | None = None) -> LiveQueue:
         with self._lock:
             if self._closed:
                 raise InvalidArgument("this box is closed")
             live = self._live.get(dropbox.path)
             if live is None:
+                options = self.options
+                if group is not None and group in self._group_dispatch:
+                    policy = replace(options.policy, dispatch=self._group_dispatch[group])
+                    options = replace(options, policy=policy)
                 live = LiveQueue(
-                    name, dropbox, options=self.options, clock=self._clock, token=self._token
+                    name, dropbox, options=options, clock=self._clock, token=self._token
                 )
                 self._live[dropbox.path] = live
             return live
@@ -302,6 +309,7 @@ def open(
     fsync_interval: float = 1.0,
     max_deliveries: int | None = 5,
     dispatch: str = "round-robin",
+    group_dispatch: Mapping[str, str] | None = None,
     keep_processed: bool = True,
     processed_retention: float | None = 86400.0,
     abandon_after: float = 3600.0,
@@ -314,13 +322,15 @@ def open(
 
     fsync: "always" (a put returns once on disk; concurrent puts share one flush), "interval"
     (flushed every `fsync_interval` seconds) or "never". dispatch: "round-robin",
-    "least-in-flight", "sticky", "hash-by-key" or "random". max_deliveries: deliveries before
-    a message goes to error/ (None: no limit). keep_processed: ack moves to processed/ (kept
-    `processed_retention` seconds, None: forever) rather than deleting. abandon_after: seconds
-    after which a file a producer left in working/ is deleted. polling: never use inotify
-    (for roots shared over NFS). spares: how many files of deleted messages this process
-    keeps for later puts to overwrite (cheaper than creating files; 0: delete at once, when
-    an acknowledged body must not stay on disk; docs/operations.md).
+    "least-in-flight", "sticky", "hash-by-key" or "random", for every queue and share group;
+    group_dispatch: a strategy for some share groups, by group name. max_deliveries:
+    deliveries before a message goes to error/ (None: no limit). keep_processed: ack moves
+    to processed/ (kept `processed_retention` seconds, None: forever) rather than deleting.
+    abandon_after: seconds after which a file a producer left in working/ is deleted.
+    polling: never use inotify (for roots shared over NFS). spares: how many files of
+    deleted messages this process keeps for later puts to overwrite (cheaper than creating
+    files; 0: delete at once, when an acknowledged body must not stay on disk;
+    docs/operations.md).
     """
     try:
         policy = FsyncPolicy(fsync)
@@ -328,11 +338,8 @@ def open(
         raise InvalidArgument(
             f"fsync {fsync!r}: choose one of {', '.join(p.value for p in FsyncPolicy)}"
         ) from None
-    try:
-        strategy = Dispatch[dispatch.upper().replace("-", "_")]
-    except KeyError:
-        names = ", ".join(d.name.lower().replace("_", "-") for d in Dispatch)
-        raise InvalidArgument(f"dispatch {dispatch!r}: choose one of {names}") from None
+    strategy = dispatch_named(dispatch)
+    by_group = {group: dispatch_named(name) for group, name in (group_dispatch or {}).items()}
     options = LiveOptions(
         policy=QueuePolicy(max_deliveries=max_deliveries, dispatch=strategy),
         limits=SweepLimits(working_ttl=abandon_after, processed_retention=processed_retention),
@@ -347,4 +354,14 @@ def open(
         clock=clock or SystemClock(),
         exactly_once=exactly_once or ExactlyOnceLimits(),
         spares=spares,
+        group_dispatch=by_group,
     )
+
+
+def dispatch_named(name: str) -> Dispatch:
+    """The strategy called `name` ("round-robin", ...); InvalidArgument lists them."""
+    try:
+        return Dispatch(name.lower().replace("_", "-"))
+    except (ValueError, AttributeError):
+        names = ", ".join(d.value for d in Dispatch)
+        raise InvalidArgument(f"dispatch {name!r}: choose one of {names}") from None

@@ -58,7 +58,7 @@ from boxmq.store.spares import Spares, write_new
 
 __all__ = ["Publication", "Subscriber", "SubscriptionInfo", "Topics"]
 
-_LiveFor = Callable[[Dropbox], LiveQueue]
+_LiveFor = Callable[[Dropbox, str | None], LiveQueue]  # a dropbox, its share group
 _Key = tuple[str | None, str | None, str]  # (share group, plain subscriber, filter)
 
 
@@ -336,7 +336,7 @@ class Topics:
         dropbox = Dropbox(path, self._committer, spares=self._spares)
         if not parsed.shared and send_retained:
             self._send_retained(parsed, dropbox, subscription.qos)
-        live = self._live_for(dropbox)
+        live = self._live_for(dropbox, parsed.share_group)
         live.attach(name, max_in_flight=max_in_flight, lock_timeout=lock_timeout)
         consumer = Consumer(live, name)
         return Subscriber(
