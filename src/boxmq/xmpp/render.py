@@ -25,6 +25,7 @@ __all__ = [
     "disco_items",
     "error",
     "event",
+    "event_delete",
     "form",
     "iq_set",
     "result",
@@ -81,6 +82,14 @@ def event(
         f"<message{xmlns} id={attr(message_id)} to={attr(to)} from={attr(sender)}>"
         f"<event xmlns='{ns.PUBSUB_EVENT}'><items node={attr(node)}>{inner}</items>"
         "</event></message>"
+    )
+
+
+def event_delete(message_id: str, sender: str, to: str, node: str) -> str:
+    """The pubsub#event that tells a subscriber its node was deleted (XEP-0060 §8.4.2)."""
+    return (
+        f"<message id={attr(message_id)} to={attr(to)} from={attr(sender)}>"
+        f"<event xmlns='{ns.PUBSUB_EVENT}'><delete node={attr(node)}/></event></message>"
     )
 
 

@@ -91,6 +91,7 @@ _INVALID_OPTIONS: Final = Condition("modify", "bad-request", "invalid-options")
 _INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")
 _NOT_SUBSCRIBED: Final = Condition("cancel", "unexpected-request", "not-subscribed")
 _NODE_EXISTS: Final = Condition("cancel", "conflict")
+_NOT_OWNER: Final = Condition("auth", "forbidden")
 _PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required")
 
 Send = Callable[[str], None]
@@ -400,13 +401,18 @@ class QueueService:
         path = queue_path(self._box.root, request.node)  # InvalidName: bad-request
         if is_dropbox(path):
             raise StanzaError(_NODE_EXISTS, f"node {request.node!r} exists")
-        self._queues[request.node] = self._box.queue(request.node)
+        queue = self._queues[request.node] = self._box.queue(request.node)
+        queue.set_owner(bare(iq.sender))  # XEP-0060 §8.1: the creator owns the node
         return render.result(iq)
 
     def _delete(self, iq: Iq, request: Delete) -> str:
-        """The queue and every message in it go; its subscribers here are unsubscribed."""
-        self._queue(request.node)
+        """The queue and every message in it go; its subscribers here are told (XEP-0060
+        §8.4.2), then unsubscribed."""
+        self._check_owner(iq, self._queue(request.node), "delete")
         for subscription in self._subscriptions.of_node(request.node):
+            self._send(
+                render.event_delete(next(self._ids), self.domain, subscription.jid, request.node)
+            )
             self._end(subscription)
         self._queues.pop(request.node, None)
         self._box.delete_queue(request.node)
@@ -414,6 +420,8 @@ class QueueService:
 
     def _configure(self, iq: Iq, request: Configure) -> str:
         """Nodes have one fixed configuration; a submitted form is accepted as is."""
+        if self._is_queue(request.node):
+            self._check_owner(iq, self._queue(request.node), "configure")
         if request.submit:
             return render.result(iq)
         destination = "queue" if self._is_queue(request.node) else "topic"
@@ -430,6 +438,13 @@ class QueueService:
         )
 
     # -- helpers ----------------------------------------------------------------------------------
+
+    def _check_owner(self, iq: Iq, queue: Queue, what: str) -> None:
+        """XEP-0060 §8: only the owner deletes or configures a node. A queue with no recorded
+        owner (made by the API, the CLI or a script) is open to anyone, as it always was."""
+        owner = queue.owner
+        if owner is not None and owner != bare(iq.sender):
+            raise StanzaError(_NOT_OWNER, f"only the owner of {queue.name!r} may {what} it")
 
     def _is_queue(self, node: str) -> bool:
         """A node is a queue if one of that name exists; any other node is a topic."""

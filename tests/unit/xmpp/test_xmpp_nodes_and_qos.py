@@ -99,6 +99,49 @@ def test_delete_removes_the_queue_and_its_subscribers(wire: Wire, box: boxmq.Box
     assert wire.events() == [(ALICE, "item", item)]
 
 
+def _delete(wire: Wire, jid: str) -> ET.Element:
+    return wire.iq(jid, f"<pubsub xmlns='{OWNER}'><delete node='jobs'/></pubsub>")
+
+
+def test_only_the_owner_deletes_or_configures_a_node_and_it_survives_a_restart(
+    box: boxmq.Box,
+) -> None:
+    wire = Wire(box)
+    wire.create()  # by alice@localhost/a: alice@localhost owns it
+    wire.service.close()
+    wire = Wire(box)  # a new component: the owner is on disk
+    form = f"<pubsub xmlns='{OWNER}'><configure node='jobs'/></pubsub>"
+    submit = (
+        f"<pubsub xmlns='{OWNER}'><configure node='jobs'>"
+        "<x xmlns='jabber:x:data' type='submit'/></configure></pubsub>"
+    )
+    assert condition(_delete(wire, BOB)) == ("auth", "forbidden")
+    assert condition(wire.iq(BOB, form, type="get")) == ("auth", "forbidden")
+    assert condition(wire.iq(BOB, submit)) == ("auth", "forbidden")
+    assert "jobs" in box.queues()
+    assert wire.iq("alice@localhost/phone", form, type="get").get("type") == "result"
+    assert _delete(wire, "alice@localhost/phone").get("type") == "result"  # any resource
+    wire.service.close()
+
+
+def test_a_queue_made_elsewhere_has_no_owner_and_anyone_may_delete_it(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    box.queue("jobs")
+    assert _delete(wire, BOB).get("type") == "result"
+
+
+def test_delete_tells_the_subscribers_before_their_subscriptions_end(wire: Wire) -> None:
+    wire.create()
+    wire.subscribe(BOB, 1)
+    assert _delete(wire, ALICE).get("type") == "result"
+    [notice] = [s for s in wire.take() if s.find(f"{{{ns.PUBSUB_EVENT}}}event") is not None]
+    assert notice.get("to") == BOB
+    deleted = notice.find(f"{{{ns.PUBSUB_EVENT}}}event/{{{ns.PUBSUB_EVENT}}}delete")
+    assert deleted is not None
+    assert deleted.get("node") == "jobs"
+
+
 def _wrapped(kind: str, msg_id: str | None, body: str) -> str:
     at = f" msgId='{msg_id}'" if msg_id else ""
     return (
