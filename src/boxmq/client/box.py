@@ -191,12 +191,17 @@ class Box:
             source, msg_id, body, queue=queue, topic=topic, priority=priority, properties=properties
         )
 
-    def deliver(self, source: str, msg_id: str, *, remember: bool = True) -> bool:
-        """Exactly once, step 2: deliver what step 1 stored. True once; False for a repeat.
+    def deliver(
+        self, source: str, msg_id: str, *, remember: bool = True, must_exist: bool = False
+    ) -> bool:
+        """Exactly once, step 2: deliver what step 1 stored. True once; False for a repeat
+        (and for an unknown id, unless `must_exist`).
 
         remember=False: the id may be used again at once for a new message (an MQTT packet id
-        after PUBCOMP, MQTT 5.0 §4.3.3), so nothing answers late repeats."""
-        return self.intake.deliver(source, msg_id, remember=remember)
+        after PUBCOMP, MQTT 5.0 §4.3.3), so nothing answers late repeats.
+        must_exist=True: an id that names nothing stored (never sent, expired) raises
+        ItemNotFound, so the sender can learn that its message was lost (urn:xmpp:qos)."""
+        return self.intake.deliver(source, msg_id, remember=remember, must_exist=must_exist)
 
     def queues(self) -> list[str]:
         return list_dropboxes(self.root)

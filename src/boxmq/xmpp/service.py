@@ -357,7 +357,9 @@ class QueueService:
     def _qos(self, iq: Iq, request: QosAcknowledged | QosAssured | QosDeliver) -> str:
         """urn:xmpp:qos, received: at least once and exactly once (docs/xmpp.md, QoS)."""
         if isinstance(request, QosDeliver):
-            self._box.deliver(iq.sender, request.msg_id)  # a repeat is answered all the same
+            # a repeat is answered all the same; an unknown id is item-not-found: the sender
+            # must learn that the message cannot be delivered (urn:xmpp:qos, exactly once)
+            self._box.deliver(iq.sender, request.msg_id, must_exist=True)
             local, at, _ = iq.to.partition("@")
             if at and local:
                 self._touched.add(local)

@@ -185,6 +185,25 @@ def test_assured_then_deliver_delivers_once_however_often_repeated(
     assert box.queue("jobs").counts().ready == 2
 
 
+def test_deliver_of_an_unknown_or_expired_msgid_is_item_not_found(
+    manual_box: boxmq.Box, clock: boxmq.ManualClock
+) -> None:
+    wire = Wire(manual_box)
+    wire.create()
+    never = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='never-sent'/>", to=NODE_AT)
+    assert condition(never) == ("cancel", "item-not-found")
+    wire.iq(CAROL, _wrapped("assured", "late", "x"), to=NODE_AT)
+    clock.advance(ExactlyOnceLimits().pending_ttl + 1)
+    manual_box.sweep()  # its deliver never came in time: dropped
+    late = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='late'/>", to=NODE_AT)
+    assert condition(late) == ("cancel", "item-not-found")
+    wire.iq(CAROL, _wrapped("assured", "ok", "x"), to=NODE_AT)
+    for _ in range(2):  # delivered, then a repeat: both results
+        done = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='ok'/>", to=NODE_AT)
+        assert done.get("type") == "result"
+    wire.service.close()
+
+
 def test_qos_to_the_service_without_a_node_is_item_not_found(wire: Wire) -> None:
     reply = wire.iq(CAROL, _wrapped("acknowledged", None, "x"))
     assert condition(reply) == ("cancel", "item-not-found")
