@@ -106,3 +106,15 @@ def test_must_exist_tells_an_unknown_id_from_a_repeat(box: boxmq.Box) -> None:
     box.assured("s", "1", b"x", queue="counts")
     assert box.deliver("s", "1", must_exist=True) is True
     assert box.deliver("s", "1", must_exist=True) is False  # a repeat is no error
+
+
+def test_a_reclaimed_id_is_a_new_message_also_across_a_restart(root: Path) -> None:
+    with boxmq.open(root, fsync="never") as box:
+        assert box.assured("s", "1", b"first", queue="counts", reclaim=True)
+        assert box.deliver("s", "1")
+        assert box.assured("s", "1", b"late", queue="counts") is False  # default: a late repeat
+        assert box.assured("s", "1", b"second", queue="counts", reclaim=True)
+    with boxmq.open(root, fsync="never") as box:  # restarted before its deliver came
+        assert delivered(box) == [b"first"]
+        assert box.deliver("s", "1")
+        assert delivered(box) == [b"second"]

@@ -90,19 +90,28 @@ class AssuredIntake:
         topic: str | None = None,
         priority: int = 4,
         properties: Mapping[str, PropertyValue | Property] | None = None,
+        reclaim: bool = False,
     ) -> bool:
         """Step 1. True if stored now, False if it was a repeat (answer it again all the same).
 
-        Raises NotAllowed, MessageTooLarge or ResourceConstraint, storing nothing.
+        reclaim=True: an id already delivered names a new message (its marker goes, so a
+        restart cannot take the new message for delivered). Raises NotAllowed,
+        MessageTooLarge or ResourceConstraint, storing nothing.
         """
         if (queue is None) == (topic is None):
             raise InvalidArgument("an assured message goes to a queue or to a topic: give one")
         with self._lock:
             self._restore()
             now = self._clock.now()
-            if self._books.assured(source, msg_id, size=len(body), now=now) is not Action.STORE:
+            books = self._books
+            if books.assured(source, msg_id, size=len(body), now=now, reclaim=reclaim) is not (
+                Action.STORE
+            ):
                 return False
             try:
+                if reclaim:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self._marker(source, msg_id))
                 pending = self._store(source, msg_id, body, queue, topic, priority, properties)
             except BaseException:
                 self._books.forget(source, msg_id)

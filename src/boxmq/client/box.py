@@ -184,11 +184,24 @@ class Box:
         topic: str | None = None,
         priority: int = 4,
         properties: Mapping[str, PropertyValue | Property] | None = None,
+        reclaim: bool = False,
     ) -> bool:
         """Exactly once, step 1: store it (flushed) for `source`'s `msg_id`. True if new; False
-        for a repeat, which stores nothing and must be answered again all the same."""
+        for a repeat, which stores nothing and must be answered again all the same.
+
+        reclaim=True: an id whose message was delivered already names a new one (urn:xmpp:qos
+        lets a sender reuse an id once `deliver` succeeded); repeats of `deliver` are still
+        recognised. By default a delivered id is remembered for `done_ttl` and a new `assured`
+        under it is taken for a late repeat."""
         return self.intake.assured(
-            source, msg_id, body, queue=queue, topic=topic, priority=priority, properties=properties
+            source,
+            msg_id,
+            body,
+            queue=queue,
+            topic=topic,
+            priority=priority,
+            properties=properties,
+            reclaim=reclaim,
         )
 
     def deliver(

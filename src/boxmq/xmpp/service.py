@@ -374,10 +374,13 @@ class QueueService:
             else:
                 self._box.publish(node, body, qos=1, source=iq.sender)
             return render.result(iq)
+        # reclaim: once `deliver` succeeded the sender may reuse the msgId (urn:xmpp:qos,
+        # Message IDs), so an `assured` under a delivered id is a new message. A repeat of the
+        # first `assured` cannot come after its `deliver`: the stream keeps their order.
         if queue:
-            self._box.assured(iq.sender, request.msg_id, body, queue=node)
+            self._box.assured(iq.sender, request.msg_id, body, queue=node, reclaim=True)
         else:
-            self._box.assured(iq.sender, request.msg_id, body, topic=node)
+            self._box.assured(iq.sender, request.msg_id, body, topic=node, reclaim=True)
         return render.result(iq, f"<received xmlns='{ns.QOS}' msgId={_attr(request.msg_id)}/>")
 
     def _disco_info(self, iq: Iq, request: DiscoInfo) -> str:

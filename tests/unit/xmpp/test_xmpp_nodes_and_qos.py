@@ -204,6 +204,29 @@ def test_deliver_of_an_unknown_or_expired_msgid_is_item_not_found(
     wire.service.close()
 
 
+def test_a_msgid_reused_after_a_completed_delivery_is_a_new_message(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    wire.create()
+    for body in ("first", "second"):
+        received = wire.iq(CAROL, _wrapped("assured", "seq1", body), to=NODE_AT)
+        assert received.find(ns.tag(ns.QOS, "received")) is not None
+        for _ in range(2):  # a repeat of deliver is still answered, delivering nothing
+            deliver = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='seq1'/>", to=NODE_AT)
+            assert deliver.get("type") == "result"
+    bodies = sorted(b"second" in p.body for p in _ready_bodies(box))
+    assert bodies == [False, True]
+
+
+def _ready_bodies(box: boxmq.Box) -> list[boxmq.Message]:
+    consumer = box.queue("jobs").consumer("check", max_in_flight=10)
+    out = []
+    while (message := consumer.receive_nowait()) is not None:
+        out.append(message)
+    consumer.close()
+    return out
+
+
 def test_qos_to_the_service_without_a_node_is_item_not_found(wire: Wire) -> None:
     reply = wire.iq(CAROL, _wrapped("acknowledged", None, "x"))
     assert condition(reply) == ("cancel", "item-not-found")
