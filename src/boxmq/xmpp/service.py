@@ -397,7 +397,7 @@ class QueueService:
             )
         elif self._is_queue(request.node):
             ready = self._queue(request.node).peek(limit=100)
-            items = ((self.domain, p.envelope.message_id, None) for p in ready)
+            items = ((self.domain, None, p.envelope.message_id) for p in ready)  # §5.5: name=
         else:
             items = ()  # a topic keeps nothing of its own
         return render.result(iq, render.disco_items(request.node, items))

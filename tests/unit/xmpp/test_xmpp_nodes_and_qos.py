@@ -55,9 +55,9 @@ def test_disco_items_lists_nodes_and_a_nodes_waiting_items(wire: Wire) -> None:
     assert nodes == ["jobs", "mail"]
     item = wire.publish()
     reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_ITEMS}' node='jobs'/>", type="get")
-    assert [i.get("name") or i.get("node") for i in reply.iter(ns.tag(ns.DISCO_ITEMS, "item"))] == [
-        item
-    ]
+    [listed] = reply.iter(ns.tag(ns.DISCO_ITEMS, "item"))
+    # XEP-0060 §5.5: an item's id is its name=; node= would make it a node
+    assert (listed.get("jid"), listed.get("name"), listed.get("node")) == (SERVICE, item, None)
 
 
 def test_create_twice_is_conflict_and_a_bad_name_is_bad_request(wire: Wire) -> None:
