@@ -57,8 +57,11 @@ def result(iq: Iq, inner: str = "") -> str:
 def error(iq: Iq, condition: Condition, *, text: str = "", inner: str | None = None) -> str:
     """The iq-error for `iq`: the request echoed (or `inner`), then the error (RFC 6120 §8.3)."""
     echoed = inner if inner is not None else (xml_of(iq.child) if iq.child is not None else "")
+    feature = f" feature={attr(condition.feature)}" if condition.feature is not None else ""
     extra = (
-        f"<{condition.pubsub} xmlns='{ns.PUBSUB_ERRORS}'/>" if condition.pubsub is not None else ""
+        f"<{condition.pubsub} xmlns='{ns.PUBSUB_ERRORS}'{feature}/>"
+        if condition.pubsub is not None
+        else ""
     )
     said = f"<text xmlns='{ns.STANZAS}'>{escape(text)}</text>" if text else ""
     return (

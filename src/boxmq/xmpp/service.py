@@ -77,7 +77,6 @@ FEATURES: Final = (
     ns.PUBSUB + "#publish",
     ns.PUBSUB + "#retract-items",
     ns.PUBSUB + "#subscribe",
-    ns.PUBSUB + "#subscription-options",
     ns.QUEUEING,
     ns.QOS,
 )
@@ -329,6 +328,13 @@ class QueueService:
             consumer = self._receiver(request.node, consumer_name(iq.sender), count)
             existing = Subscription(iq.sender, request.node, count, consumer, qos=level)
             self._subscriptions.add(existing)
+        elif request.options is not None:
+            # Subscribing again with options changes them (XEP-0254 §2.1: queue_requests is
+            # what the subscriber can take at once); without, the subscription is answered.
+            count = _queue_requests(iq, request)
+            level = Level.parse(request.options.get(QOS_LEVEL, existing.qos.value))
+            existing.consumer.set_limits(max_in_flight=count, lock_timeout=self._lock_timeout)
+            existing.queue_requests, existing.qos = count, level
         return render.result(iq, self._subscription_xml(existing, "subscribed"))
 
     def _subscription_xml(self, subscription: Subscription, state: str) -> str:
