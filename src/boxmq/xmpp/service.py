@@ -506,9 +506,11 @@ class QueueService:
         )
 
     def _undeliverable(self, subscription: Subscription, message: Message) -> None:
-        """The subscriber never acknowledged (or refused) the item: the next one gets it."""
+        """The subscriber never acknowledged (or refused) the item: it is told, as for a lock
+        timeout (XEP-0254 §4), and the next one gets it."""
         if subscription.held.pop(message.id, None) is not None:
             _quietly(message.unlock)
+            self._notify_unlock(subscription, message.id)
             log.info(
                 "%s: %s not acknowledged by %s", subscription.node, message.id, subscription.jid
             )

@@ -113,7 +113,7 @@ def test_an_error_answer_gives_the_item_to_the_next_at_once(wire: Wire) -> None:
     _subscribe(wire, BOB, "unacknowledged")
     assert wire.events() == []  # alice holds it until she answers
     _answer(wire, sent, type="error")
-    assert wire.events() == [(BOB, "item", item)]
+    assert sorted(wire.events()) == [(ALICE, "unlock", item), (BOB, "item", item)]
 
 
 def test_an_unknown_level_is_bad_request(wire: Wire) -> None:
@@ -168,3 +168,19 @@ def test_notification_ids_cannot_be_guessed_from_another_run() -> None:
     assert len(set(ids)) == 4
     assert min(len(i) for i in ids) >= 16  # a random part, not bq1, bq2, ...
     assert ids[0].rsplit("-", 1)[0] != ids[2].rsplit("-", 1)[0]
+
+
+def test_a_give_up_tells_the_holder_its_item_was_unlocked(wire: Wire, clock: ManualClock) -> None:
+    _subscribe(wire, ALICE, "acknowledged")
+    item = wire.publish()
+    _qos_iqs(wire)
+    _subscribe(wire, BOB, "unacknowledged")
+    seen = []
+    for _ in range(5):  # never answered: four retries, then the give-up
+        deadline = wire.service.next_deadline()
+        assert deadline is not None
+        clock.advance(deadline - clock.now())
+        wire.service.expire(clock.now())
+        seen += wire.events()
+    # XEP-0254 §4, as for a lock timeout: the holder hears that the item went back
+    assert seen == [(ALICE, "unlock", item), (BOB, "item", item)]
