@@ -141,6 +141,7 @@ Request = (
 
 BAD_REQUEST: Final = Condition("modify", "bad-request")
 SERVICE_UNAVAILABLE: Final = Condition("cancel", "service-unavailable")
+_INVALID_PAYLOAD: Final = Condition("modify", "bad-request", "invalid-payload")
 
 # XEP-0060's name for the feature each request not served here belongs to (§4.6's list).
 _FEATURES: Final = {
@@ -236,6 +237,8 @@ def _pubsub(iq: Iq, pubsub: Element) -> Request:
         return Unsubscribe(_node(node), verb.get("jid") or bare(iq.sender))
     if name == "publish" and setter:
         item = verb.find(ns.tag(ns.PUBSUB, "item"))
+        if item is not None and len(item) > 1:  # XEP-0060 §7.1.3.5
+            raise StanzaError(_INVALID_PAYLOAD, "an item carries one payload element")
         payload = item[0] if item is not None and len(item) else None
         return Publish(_node(node), item.get("id") if item is not None else None, payload)
     if name == "create" and setter:

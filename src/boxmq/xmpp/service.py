@@ -32,7 +32,9 @@ from boxmq.errors import (
     InvalidName,
     ItemNotFound,
     LockError,
+    MessageTooLarge,
     QueueNotFound,
+    ResourceConstraint,
 )
 from boxmq.store.layout import is_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
@@ -90,7 +92,7 @@ _INVALID_OPTIONS: Final = Condition("modify", "bad-request", "invalid-options")
 _INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")
 _NOT_SUBSCRIBED: Final = Condition("cancel", "unexpected-request", "not-subscribed")
 _NODE_EXISTS: Final = Condition("cancel", "conflict")
-_NOT_OWNER: Final = Condition("auth", "forbidden")
+_FORBIDDEN: Final = Condition("auth", "forbidden")
 _PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required")
 
 Send = Callable[[str], None]
@@ -354,8 +356,14 @@ class QueueService:
 
     def _unsubscribe(self, iq: Iq, request: Unsubscribe) -> str:
         """XEP-0254 §4: unsubscribing releases the subscriber's locks to the others."""
+        if bare(request.jid) != bare(iq.sender):  # XEP-0060 §6.2.3.3
+            raise StanzaError(_FORBIDDEN, f"{iq.sender} may not unsubscribe {request.jid}")
         subscription = self._subscriptions.get(iq.sender, request.node)
-        if subscription is None or bare(request.jid) != bare(iq.sender):
+        if subscription is None:
+            # XEP-0060 §6.2.3.4: a queue node exists while its queue does, a topic node while
+            # it has subscribers here
+            if not self._is_queue(request.node) and not self._subscriptions.of_node(request.node):
+                raise QueueNotFound(f"no node {request.node!r}")
             raise StanzaError(_NOT_SUBSCRIBED, f"{iq.sender} is not subscribed to {request.node}")
         self._end(subscription)
         return render.result(iq)
@@ -383,10 +391,14 @@ class QueueService:
         # reclaim: once `deliver` succeeded the sender may reuse the msgId (urn:xmpp:qos,
         # Message IDs), so an `assured` under a delivered id is a new message. A repeat of the
         # first `assured` cannot come after its `deliver`: the stream keeps their order.
-        if queue:
-            self._box.assured(iq.sender, request.msg_id, body, queue=node, reclaim=True)
-        else:
-            self._box.assured(iq.sender, request.msg_id, body, topic=node, reclaim=True)
+        try:
+            if queue:
+                self._box.assured(iq.sender, request.msg_id, body, queue=node, reclaim=True)
+            else:
+                self._box.assured(iq.sender, request.msg_id, body, topic=node, reclaim=True)
+        except MessageTooLarge as error:
+            # urn:xmpp:qos, Memory attacks: what the receiver cannot hold is resource-constraint
+            raise ResourceConstraint(str(error)) from error
         return render.result(iq, f"<received xmlns='{ns.QOS}' msgId={_attr(request.msg_id)}/>")
 
     def _disco_info(self, iq: Iq, request: DiscoInfo) -> str:
@@ -455,7 +467,7 @@ class QueueService:
         owner (made by the API, the CLI or a script) is open to anyone, as it always was."""
         owner = queue.owner
         if owner is not None and owner != bare(iq.sender):
-            raise StanzaError(_NOT_OWNER, f"only the owner of {queue.name!r} may {what} it")
+            raise StanzaError(_FORBIDDEN, f"only the owner of {queue.name!r} may {what} it")
 
     def _is_queue(self, node: str) -> bool:
         """A node is a queue if one of that name exists; any other node is a topic."""

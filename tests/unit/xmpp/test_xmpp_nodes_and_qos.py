@@ -245,6 +245,16 @@ def test_limits_answer_resource_constraint_and_untrusted_not_allowed(tmp_path: P
         wire.service.close()
 
 
+def test_an_oversized_assured_message_is_resource_constraint(tmp_path: Path) -> None:
+    limits = ExactlyOnceLimits(max_message_size=50)
+    with boxmq.open(tmp_path / "d", fsync="never", exactly_once=limits) as box:
+        wire = Wire(box)
+        wire.create()
+        reply = wire.iq(CAROL, _wrapped("assured", "a", "x" * 200), to=NODE_AT)
+        assert condition(reply) == ("wait", "resource-constraint")  # urn:xmpp:qos, memory
+        wire.service.close()
+
+
 def test_a_pubsub_request_without_a_node_is_nodeid_required(wire: Wire) -> None:
     reply = wire.iq(ALICE, f"<pubsub xmlns='{PS}'><retract><item id='x'/></retract></pubsub>")
     assert condition(reply) == ("modify", "bad-request")

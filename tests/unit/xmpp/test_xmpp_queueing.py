@@ -211,6 +211,39 @@ def test_unsubscribe_releases_the_locks_to_the_others(wire: Wire) -> None:
     assert condition(again) == ("cancel", "unexpected-request")
 
 
+def _pubsub_error(reply: ET.Element) -> str | None:
+    error = reply.find(f"{{{ns.COMPONENT}}}error")
+    assert error is not None
+    found = [c.tag.rsplit("}", 1)[-1] for c in error if c.tag.startswith("{" + ns.PUBSUB_ERRORS)]
+    return found[0] if found else None
+
+
+def test_unsubscribing_another_jid_is_forbidden(wire: Wire) -> None:
+    wire.subscribe(BOB, 1)
+    reply = wire.iq(
+        ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='bob@localhost'/></pubsub>"
+    )
+    assert condition(reply) == ("auth", "forbidden")  # XEP-0060 §6.2.3.3
+
+
+def test_unsubscribing_from_a_node_that_does_not_exist_is_item_not_found(wire: Wire) -> None:
+    reply = wire.iq(
+        ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='nope' jid='alice@localhost'/></pubsub>"
+    )
+    assert condition(reply) == ("cancel", "item-not-found")  # XEP-0060 §6.2.3.4
+
+
+def test_an_item_with_two_payloads_is_invalid_payload(wire: Wire, box: boxmq.Box) -> None:
+    reply = wire.iq(
+        ALICE,
+        f"<pubsub xmlns='{PS}'><publish node='jobs'><item><a xmlns='urn:a'/>"
+        "<b xmlns='urn:b'/></item></publish></pubsub>",
+    )
+    assert condition(reply) == ("modify", "bad-request")  # XEP-0060 §7.1.3.5
+    assert _pubsub_error(reply) == "invalid-payload"
+    assert box.queue("jobs").counts().ready == 0
+
+
 def test_a_lock_that_times_out_notifies_and_goes_to_the_next(
     manual_box: boxmq.Box, clock: ManualClock
 ) -> None:
