@@ -97,3 +97,24 @@ def test_pending_messages_expire_and_are_never_delivered(root: Path) -> None:
         assert box.deliver("s", "1") is False
         assert delivered(box) == []
         assert box.queue("counts").counts().uncommitted == 0
+
+
+def test_must_exist_tells_an_unknown_id_from_a_repeat(box: boxmq.Box) -> None:
+    with pytest.raises(boxmq.ItemNotFound):
+        box.deliver("s", "never", must_exist=True)
+    assert box.deliver("s", "never") is False  # the default stays quiet (MQTT's PUBREL)
+    box.assured("s", "1", b"x", queue="counts")
+    assert box.deliver("s", "1", must_exist=True) is True
+    assert box.deliver("s", "1", must_exist=True) is False  # a repeat is no error
+
+
+def test_a_reclaimed_id_is_a_new_message_also_across_a_restart(root: Path) -> None:
+    with boxmq.open(root, fsync="never") as box:
+        assert box.assured("s", "1", b"first", queue="counts", reclaim=True)
+        assert box.deliver("s", "1")
+        assert box.assured("s", "1", b"late", queue="counts") is False  # default: a late repeat
+        assert box.assured("s", "1", b"second", queue="counts", reclaim=True)
+    with boxmq.open(root, fsync="never") as box:  # restarted before its deliver came
+        assert delivered(box) == [b"first"]
+        assert box.deliver("s", "1")
+        assert delivered(box) == [b"second"]

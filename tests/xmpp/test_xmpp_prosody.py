@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.xmpp.clients import PS, clients, component
-from tests.xmpp.server import Prosody
+from slixmpp.xmlstream.handler import Callback
+from tests.xmpp.clients import PS, _QosRequests, clients, component
+from tests.xmpp.server import SERVICE, Prosody
 
 import boxmq
+from boxmq.xmpp import ns
 
 SCENARIO_SECONDS = 60
 UNEXPECTED = "{urn:ietf:params:xml:ns:xmpp-stanzas}unexpected-request"
@@ -98,6 +100,37 @@ def test_unlock_hands_the_item_to_the_other_subscriber(prosody: Prosody, box: bo
             assert error.find(f".//{UNEXPECTED}") is not None
             assert (await other.retract(item)).get("type") == "result"
             assert (await other.next_event()).what == "retract"
+
+    run(scenario())
+    box.close()
+
+
+def test_another_user_cannot_answer_a_subscribers_qos_notification(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "bob", "carol") as users:
+            alice, bob, carol = users
+            ids: list[str] = []
+            alice.remove_handler("qos")  # alice is slow: she never answers the notification
+            alice.register_handler(
+                Callback("slow", _QosRequests(), lambda s: ids.append(s.xml.get("id")))
+            )
+            await alice.subscribe(1, qos="acknowledged")
+            item = await carol.publish("<job xmlns='urn:example'>x</job>")
+            for _ in range(200):
+                if ids:
+                    break
+                await asyncio.sleep(0.05)
+            await bob.subscribe(1)
+            # bob answers alice's notification with an error, under her iq id
+            bob.send_raw(
+                f"<iq type='error' id='{ids[0]}' to='{SERVICE}'><error type='cancel'>"
+                "<not-acceptable xmlns='urn:ietf:params:xml:ns:xmpp-stanzas'/></error></iq>"
+            )
+            await bob.request(f"<query xmlns='{ns.DISCO_INFO}'/>", type="get")  # after it
+            assert (await alice.retract(item)).get("type") == "result"  # still hers
+            assert bob.events.empty()
 
     run(scenario())
     box.close()

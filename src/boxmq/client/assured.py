@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from boxmq.clock import Clock
 from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits
-from boxmq.errors import InvalidArgument
+from boxmq.errors import InvalidArgument, ItemNotFound
 from boxmq.ids import IdFactory
 from boxmq.model import (
     SOURCE,
@@ -90,19 +90,28 @@ class AssuredIntake:
         topic: str | None = None,
         priority: int = 4,
         properties: Mapping[str, PropertyValue | Property] | None = None,
+        reclaim: bool = False,
     ) -> bool:
         """Step 1. True if stored now, False if it was a repeat (answer it again all the same).
 
-        Raises NotAllowed, MessageTooLarge or ResourceConstraint, storing nothing.
+        reclaim=True: an id already delivered names a new message (its marker goes, so a
+        restart cannot take the new message for delivered). Raises NotAllowed,
+        MessageTooLarge or ResourceConstraint, storing nothing.
         """
         if (queue is None) == (topic is None):
             raise InvalidArgument("an assured message goes to a queue or to a topic: give one")
         with self._lock:
             self._restore()
             now = self._clock.now()
-            if self._books.assured(source, msg_id, size=len(body), now=now) is not Action.STORE:
+            books = self._books
+            if books.assured(source, msg_id, size=len(body), now=now, reclaim=reclaim) is not (
+                Action.STORE
+            ):
                 return False
             try:
+                if reclaim:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self._marker(source, msg_id))
                 pending = self._store(source, msg_id, body, queue, topic, priority, properties)
             except BaseException:
                 self._books.forget(source, msg_id)
@@ -145,26 +154,38 @@ class AssuredIntake:
             return incoming_working(self._root)
         return Dropbox(queue_path(self._root, queue), self._committer).dir(State.WORKING)
 
-    def deliver(self, source: str, msg_id: str, *, remember: bool = True) -> bool:
+    def deliver(
+        self, source: str, msg_id: str, *, remember: bool = True, must_exist: bool = False
+    ) -> bool:
         """Step 2. True if delivered now; False for a repeat or an unknown id (deliver nothing).
 
         remember=False: forget the id once delivered (its marker too), so it can name a new
-        message at once."""
+        message at once. must_exist=True: an unknown id (never stored, expired, or swept away)
+        raises ItemNotFound instead of returning False, so the sender can be told that the
+        message is lost; a repeat of a delivered id still returns False."""
         with self._lock:
             self._restore()
             action = self._books.deliver(source, msg_id, now=self._clock.now(), remember=remember)
             pending = self._pending.pop((source, msg_id), None)
-            if action is not Action.DELIVER or pending is None:
+            if action is Action.ANSWER:
                 return False
+            if action is not Action.DELIVER or pending is None:
+                return self._unknown(msg_id, must_exist)
             self._mark(source, msg_id)
             try:
                 self._send(pending)
-            except FileNotFoundError:
-                return False  # abandoned in working/ by the sweeper before `deliver` came
+            except FileNotFoundError:  # abandoned in working/ by the sweeper before `deliver`
+                return self._unknown(msg_id, must_exist)
             if not remember:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._marker(source, msg_id))
             return True
+
+    @staticmethod
+    def _unknown(msg_id: str, must_exist: bool) -> bool:
+        if must_exist:
+            raise ItemNotFound(msg_id, "no message is stored under this msgId (or it expired)")
+        return False
 
     def _mark(self, source: str, msg_id: str) -> None:
         os.makedirs(self._markers, exist_ok=True)

@@ -187,23 +187,41 @@ class Box:
         topic: str | None = None,
         priority: int = 4,
         properties: Mapping[str, PropertyValue | Property] | None = None,
+        reclaim: bool = False,
     ) -> bool:
         """Exactly once, step 1: store it (flushed) for `source`'s `msg_id`. True if new; False
-        for a repeat, which stores nothing and must be answered again all the same."""
+        for a repeat, which stores nothing and must be answered again all the same.
+
+        reclaim=True: an id whose message was delivered already names a new one (urn:xmpp:qos
+        lets a sender reuse an id once `deliver` succeeded); repeats of `deliver` are still
+        recognised. By default a delivered id is remembered for `done_ttl` and a new `assured`
+        under it is taken for a late repeat."""
         return self.intake.assured(
-            source, msg_id, body, queue=queue, topic=topic, priority=priority, properties=properties
+            source,
+            msg_id,
+            body,
+            queue=queue,
+            topic=topic,
+            priority=priority,
+            properties=properties,
+            reclaim=reclaim,
         )
 
     def pending(self, source: str) -> list[str]:
         """Exactly once: the msg ids `source` stored (step 1) that wait for step 2."""
         return self.intake.pending(source)
 
-    def deliver(self, source: str, msg_id: str, *, remember: bool = True) -> bool:
-        """Exactly once, step 2: deliver what step 1 stored. True once; False for a repeat.
+    def deliver(
+        self, source: str, msg_id: str, *, remember: bool = True, must_exist: bool = False
+    ) -> bool:
+        """Exactly once, step 2: deliver what step 1 stored. True once; False for a repeat
+        (and for an unknown id, unless `must_exist`).
 
         remember=False: the id may be used again at once for a new message (an MQTT packet id
-        after PUBCOMP, MQTT 5.0 §4.3.3), so nothing answers late repeats."""
-        return self.intake.deliver(source, msg_id, remember=remember)
+        after PUBCOMP, MQTT 5.0 §4.3.3), so nothing answers late repeats.
+        must_exist=True: an id that names nothing stored (never sent, expired) raises
+        ItemNotFound, so the sender can learn that its message was lost (urn:xmpp:qos)."""
+        return self.intake.deliver(source, msg_id, remember=remember, must_exist=must_exist)
 
     def queues(self) -> list[str]:
         return list_dropboxes(self.root)

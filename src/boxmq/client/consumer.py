@@ -37,6 +37,9 @@ class Consumer(Receiver):
             _settler=self._live,
         )
 
+    def set_limits(self, *, max_in_flight: int, lock_timeout: float) -> None:
+        self._live.set_limits(self.name, max_in_flight=max_in_flight, lock_timeout=lock_timeout)
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True

@@ -97,6 +97,16 @@ class LiveQueue:
             )
             self._inbox[consumer] = deque()
 
+    def set_limits(self, consumer: ConsumerId, *, max_in_flight: int, lock_timeout: float) -> None:
+        """New limits for an attached consumer: more room is used at its next receive."""
+        with self._cond:
+            if consumer not in self._inbox:
+                raise Closed(f"consumer {consumer!r} of {self.name!r} is closed")
+            self._engine.add_consumer(
+                consumer, max_in_flight=max_in_flight, lock_timeout=lock_timeout
+            )
+            self._cond.notify_all()
+
     def detach(self, consumer: ConsumerId) -> None:
         """Owner gone: every lock it holds is released at once, to the other consumers."""
         with self._cond:

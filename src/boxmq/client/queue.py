@@ -242,6 +242,18 @@ class Queue:
 
     # -- inspecting and repairing ----------------------------------------------------------------
 
+    @property
+    def owner(self) -> str | None:
+        """Who owns the queue, if a door recorded it (XMPP: the bare JID that created the
+        node); None for a queue made by the API, the CLI or a script."""
+        return self._box.setting("owner")
+
+    def set_owner(self, owner: str) -> None:
+        """Record the queue's owner on disk (`<queue>/.owner`): it survives restarts."""
+        if not owner:
+            raise InvalidArgument("an owner is a non-empty name")
+        self._box.set_setting("owner", owner)
+
     def counts(self) -> QueueCounts:
         return counts_of(self._box)
 

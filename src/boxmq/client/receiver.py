@@ -8,7 +8,7 @@ from types import TracebackType
 from typing import Self
 
 from boxmq.client.message import Message
-from boxmq.errors import Closed
+from boxmq.errors import Closed, InvalidArgument
 
 __all__ = ["Receiver"]
 
@@ -20,6 +20,11 @@ class Receiver(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    def set_limits(self, *, max_in_flight: int, lock_timeout: float) -> None:
+        """Change how many locked messages it may hold, and for how long each (the ones it
+        holds keep their deadlines). Only receivers that lock messages have limits."""
+        raise InvalidArgument(f"{type(self).__name__} holds no locks: it has no limits to set")
 
     def receive_nowait(self) -> Message | None:
         return self.receive(timeout=0)

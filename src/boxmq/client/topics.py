@@ -556,6 +556,12 @@ class Subscriber(Receiver):
             str(self.filter), delivery.envelope, delivery.body, self.name, 0.0, _AT_MOST_ONCE
         )
 
+    def set_limits(self, *, max_in_flight: int, lock_timeout: float) -> None:
+        if self._consumer is None:
+            super().set_limits(max_in_flight=max_in_flight, lock_timeout=lock_timeout)
+            return
+        self._consumer.set_limits(max_in_flight=max_in_flight, lock_timeout=lock_timeout)
+
     def close(self) -> None:
         if self._closed:
             return

@@ -117,12 +117,21 @@ class ExactlyOnce:
     def limits(self) -> ExactlyOnceLimits:
         return self._limits
 
-    def assured(self, source: str, msg_id: str, *, size: int, now: float) -> Action:
+    def assured(
+        self, source: str, msg_id: str, *, size: int, now: float, reclaim: bool = False
+    ) -> Action:
         """Phase 1. STORE: new, room reserved (call `stored` or `forget` next). ANSWER: a
-        repeat of a pending or remembered message; answer `received` again, store nothing."""
+        repeat of a pending or remembered message; answer `received` again, store nothing.
+
+        reclaim=True: a remembered (delivered) id names a new message, as urn:xmpp:qos allows
+        ("Message IDs ... can be reclaimed after ... a successful delivery"); it stays
+        remembered only to answer repeats of `deliver`."""
         self._check_trusted(source)
         key = (source, msg_id)
-        _, action = receive(self._state(key, now), Request.ASSURED)
+        state = self._state(key, now)
+        if reclaim and state is Incoming.DELIVERED:
+            state = Incoming.NEW
+        _, action = receive(state, Request.ASSURED)
         if action is Action.STORE:
             self._check_size(size)
             self._check_room(source, size)

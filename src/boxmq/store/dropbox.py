@@ -11,6 +11,7 @@ The body on disk is exactly the payload: metadata lives in the name (store/names
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -58,6 +59,24 @@ class Dropbox:
 
     def dir(self, state: State) -> str:
         return self._dirs[state]
+
+    # -- settings kept beside the state folders ----------------------------------------------
+
+    def setting(self, name: str) -> str | None:
+        """The text of `<dropbox>/.<name>` (e.g. `owner`), or None if it was never set. Names
+        starting with '.' are no state folder, so DropboxMQ and the scans pass them by."""
+        try:
+            with open(os.path.join(self.path, "." + name), encoding="utf-8") as src:
+                return src.read()
+        except FileNotFoundError:
+            return None
+
+    def set_setting(self, name: str, value: str) -> None:
+        """Write `<dropbox>/.<name>` whole (a rename, through the committer's fsync policy)."""
+        temporary = os.path.join(self.path, f".tmp-{uuid.uuid4().hex}")
+        with open(temporary, "w", encoding="utf-8") as out:
+            out.write(value)
+        self._committer.commit([Move(temporary, os.path.join(self.path, "." + name))])
 
     def file(self, state: State, name: str) -> str:
         return self._prefixes[state] + name

@@ -34,6 +34,7 @@ class Condition:
     type: str
     name: str
     pubsub: str | None = None
+    feature: str | None = None  # <unsupported feature=.../>: the XEP-0060 feature not served
 
 
 _CONDITIONS: Final[Mapping[type[BoxMQError], Condition]] = {

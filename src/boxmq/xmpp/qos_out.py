@@ -9,12 +9,17 @@ re-sends what went unanswered with a doubling back-off, and gives up after `max_
   then <deliver msgId=../> -> a result. Each step is idempotent at the receiver, so a retry is
   always safe; the msgId is the item id, so a redelivery of one item is recognised as such.
 An error reply ends the transfer at once: the receiver said no.
+
+Only the JID a notification went to may answer it: an answer whose `from` is anyone else is
+ignored (the server stamps `from`, so it cannot be forged), and iq ids carry a random part
+drawn per sender, so they cannot be guessed either.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -68,7 +73,8 @@ class ReliableSender:
         self._max_attempts = max_attempts
         self._pending: dict[str, _Transfer] = {}  # by the id of the iq in flight
         self._retries: list[tuple[float, int, str]] = []  # (when, tie, iq id), pruned lazily
-        self._ids = (f"bq{n}" for n in itertools.count(1))
+        run = secrets.token_hex(8)  # per component run: ids are not guessable across runs
+        self._ids = (f"bq-{run}-{n}" for n in itertools.count(1))
         self._tie = itertools.count()
 
     def send(
@@ -88,10 +94,13 @@ class ReliableSender:
         self._start(_Transfer(to, message, level, msg_id, on_failed, step), now)
 
     def answer(self, iq: Element, now: float) -> bool:
-        """Take a result or error the subscriber sent; False if it was not ours."""
-        transfer = self._pending.pop(iq.get("id", ""), None)
-        if transfer is None:
+        """Take a result or error the subscriber sent; False if it was not ours (an unknown
+        id, or an answer from someone else than the JID the notification went to)."""
+        iq_id = iq.get("id", "")
+        transfer = self._pending.get(iq_id)
+        if transfer is None or not _answered_by(transfer.to, iq.get("from", "")):
             return False
+        del self._pending[iq_id]
         if iq.get("type") != "result":
             transfer.on_failed()
         elif transfer.step == "assured":
@@ -138,3 +147,9 @@ class ReliableSender:
         else:
             inner = f"<acknowledged xmlns='{ns.QOS}'>{transfer.message}</acknowledged>"
         self._send(render.iq_set(transfer.iq_id, self._sender, transfer.to, inner))
+
+
+def _answered_by(to: str, sender: str) -> bool:
+    """Whether `sender` is the JID a notification was sent `to`: the same full JID, or any
+    resource of it if it went to a bare JID."""
+    return sender == to or ("/" not in to and sender.split("/", 1)[0] == to)

@@ -25,6 +25,7 @@ __all__ = [
     "disco_items",
     "error",
     "event",
+    "event_delete",
     "form",
     "iq_set",
     "result",
@@ -56,8 +57,11 @@ def result(iq: Iq, inner: str = "") -> str:
 def error(iq: Iq, condition: Condition, *, text: str = "", inner: str | None = None) -> str:
     """The iq-error for `iq`: the request echoed (or `inner`), then the error (RFC 6120 §8.3)."""
     echoed = inner if inner is not None else (xml_of(iq.child) if iq.child is not None else "")
+    feature = f" feature={attr(condition.feature)}" if condition.feature is not None else ""
     extra = (
-        f"<{condition.pubsub} xmlns='{ns.PUBSUB_ERRORS}'/>" if condition.pubsub is not None else ""
+        f"<{condition.pubsub} xmlns='{ns.PUBSUB_ERRORS}'{feature}/>"
+        if condition.pubsub is not None
+        else ""
     )
     said = f"<text xmlns='{ns.STANZAS}'>{escape(text)}</text>" if text else ""
     return (
@@ -81,6 +85,14 @@ def event(
         f"<message{xmlns} id={attr(message_id)} to={attr(to)} from={attr(sender)}>"
         f"<event xmlns='{ns.PUBSUB_EVENT}'><items node={attr(node)}>{inner}</items>"
         "</event></message>"
+    )
+
+
+def event_delete(message_id: str, sender: str, to: str, node: str) -> str:
+    """The pubsub#event that tells a subscriber its node was deleted (XEP-0060 §8.4.2)."""
+    return (
+        f"<message id={attr(message_id)} to={attr(to)} from={attr(sender)}>"
+        f"<event xmlns='{ns.PUBSUB_EVENT}'><delete node={attr(node)}/></event></message>"
     )
 
 

@@ -140,7 +140,36 @@ Request = (
 )
 
 BAD_REQUEST: Final = Condition("modify", "bad-request")
-NOT_IMPLEMENTED: Final = Condition("cancel", "feature-not-implemented")
+SERVICE_UNAVAILABLE: Final = Condition("cancel", "service-unavailable")
+_INVALID_PAYLOAD: Final = Condition("modify", "bad-request", "invalid-payload")
+
+# XEP-0060's name for the feature each request not served here belongs to (§4.6's list).
+_FEATURES: Final = {
+    "affiliations": "retrieve-affiliations",
+    "create": "create-nodes",
+    "default": "retrieve-default",
+    "items": "retrieve-items",
+    "options": "subscription-options",
+    "publish": "publish",
+    "retract": "retract-items",
+    "subscribe": "subscribe",
+    "subscriptions": "retrieve-subscriptions",
+    "unsubscribe": "subscribe",
+}
+_OWNER_FEATURES: Final = {
+    "affiliations": "modify-affiliations",
+    "configure": "config-node",
+    "default": "retrieve-default",
+    "delete": "delete-nodes",
+    "purge": "purge-nodes",
+    "subscriptions": "manage-subscriptions",
+}
+
+
+def not_implemented(feature: str) -> Condition:
+    """feature-not-implemented, naming the XEP-0060 feature (§7-§8: <unsupported/>)."""
+    return Condition("cancel", "feature-not-implemented", "unsupported", feature)
+
 
 _PUBSUB = ns.tag(ns.PUBSUB, "pubsub")
 _OWNER = ns.tag(ns.PUBSUB_OWNER, "pubsub")
@@ -183,7 +212,10 @@ def _request(iq: Iq, child: Element) -> Request:
         return DiscoItems(child.get("node"))
     if tag.startswith("{" + ns.QOS + "}") and iq.type == "set":
         return _qos(child)
-    raise StanzaError(NOT_IMPLEMENTED, f"{tag} is not served here")
+    if tag.startswith(("{" + ns.DISCO_INFO + "}", "{" + ns.DISCO_ITEMS + "}", "{" + ns.QOS + "}")):
+        raise StanzaError(BAD_REQUEST, f"{tag} in an iq of type {iq.type!r}")
+    # RFC 6120 §8.4: a namespace the service does not understand
+    raise StanzaError(SERVICE_UNAVAILABLE, f"{tag} is not served here")
 
 
 def _pubsub(iq: Iq, pubsub: Element) -> Request:
@@ -196,7 +228,7 @@ def _pubsub(iq: Iq, pubsub: Element) -> Request:
     if verb.tag in (_QUEUE_UNLOCK, _QUEUE_UNLOCK_TYPO):
         return Unlock(_node(node), _item_id(verb))  # get or set: XEP-0254 Listing 10 uses get
     if verb.tag != ns.tag(ns.PUBSUB, name):
-        raise StanzaError(NOT_IMPLEMENTED, f"{verb.tag} is not served here")
+        raise StanzaError(BAD_REQUEST, f"{verb.tag} is no pubsub request")
     if name == "retract":
         return Retract(_node(node), _item_id(verb))  # get or set: XEP-0254 Listing 6 uses get
     if name == "subscribe" and setter:
@@ -205,11 +237,17 @@ def _pubsub(iq: Iq, pubsub: Element) -> Request:
         return Unsubscribe(_node(node), verb.get("jid") or bare(iq.sender))
     if name == "publish" and setter:
         item = verb.find(ns.tag(ns.PUBSUB, "item"))
+        if item is not None and len(item) > 1:  # XEP-0060 §7.1.3.5
+            raise StanzaError(_INVALID_PAYLOAD, "an item carries one payload element")
         payload = item[0] if item is not None and len(item) else None
         return Publish(_node(node), item.get("id") if item is not None else None, payload)
     if name == "create" and setter:
         return Create(_node(node))
-    raise StanzaError(NOT_IMPLEMENTED, f"pubsub {name} ({iq.type}) is not served here")
+    if name in _FEATURES:
+        raise StanzaError(
+            not_implemented(_FEATURES[name]), f"pubsub {name} ({iq.type}) is not served here"
+        )
+    raise StanzaError(BAD_REQUEST, f"pubsub {name} ({iq.type}) is no pubsub request")
 
 
 def _owner(iq: Iq, pubsub: Element) -> Request:
@@ -221,7 +259,12 @@ def _owner(iq: Iq, pubsub: Element) -> Request:
         return Delete(_node(verb.get("node")))
     if name == "configure":
         return Configure(_node(verb.get("node")), submit=iq.type == "set")
-    raise StanzaError(NOT_IMPLEMENTED, f"pubsub#owner {name} ({iq.type}) is not served here")
+    if name in _OWNER_FEATURES:
+        raise StanzaError(
+            not_implemented(_OWNER_FEATURES[name]),
+            f"pubsub#owner {name} ({iq.type}) is not served here",
+        )
+    raise StanzaError(BAD_REQUEST, f"pubsub#owner {name} ({iq.type}) is no pubsub request")
 
 
 def _qos(child: Element) -> Request:
@@ -236,7 +279,7 @@ def _qos(child: Element) -> Request:
         return QosAcknowledged(message)
     if name == "assured":
         return QosAssured(_required(msg_id, "msgId"), message)
-    raise StanzaError(NOT_IMPLEMENTED, f"urn:xmpp:qos {name} is not served here")
+    raise StanzaError(BAD_REQUEST, f"urn:xmpp:qos {name} is no request")
 
 
 def _options(pubsub: Element) -> dict[str, str] | None:

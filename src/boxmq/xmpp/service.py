@@ -32,7 +32,9 @@ from boxmq.errors import (
     InvalidName,
     ItemNotFound,
     LockError,
+    MessageTooLarge,
     QueueNotFound,
+    ResourceConstraint,
 )
 from boxmq.store.layout import is_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
@@ -77,7 +79,6 @@ FEATURES: Final = (
     ns.PUBSUB + "#publish",
     ns.PUBSUB + "#retract-items",
     ns.PUBSUB + "#subscribe",
-    ns.PUBSUB + "#subscription-options",
     ns.QUEUEING,
     ns.QOS,
 )
@@ -91,6 +92,7 @@ _INVALID_OPTIONS: Final = Condition("modify", "bad-request", "invalid-options")
 _INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")
 _NOT_SUBSCRIBED: Final = Condition("cancel", "unexpected-request", "not-subscribed")
 _NODE_EXISTS: Final = Condition("cancel", "conflict")
+_FORBIDDEN: Final = Condition("auth", "forbidden")
 _PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required")
 
 Send = Callable[[str], None]
@@ -328,6 +330,13 @@ class QueueService:
             consumer = self._receiver(request.node, consumer_name(iq.sender), count)
             existing = Subscription(iq.sender, request.node, count, consumer, qos=level)
             self._subscriptions.add(existing)
+        elif request.options is not None:
+            # Subscribing again with options changes them (XEP-0254 §2.1: queue_requests is
+            # what the subscriber can take at once); without, the subscription is answered.
+            count = _queue_requests(iq, request)
+            level = Level.parse(request.options.get(QOS_LEVEL, existing.qos.value))
+            existing.consumer.set_limits(max_in_flight=count, lock_timeout=self._lock_timeout)
+            existing.queue_requests, existing.qos = count, level
         return render.result(iq, self._subscription_xml(existing, "subscribed"))
 
     def _subscription_xml(self, subscription: Subscription, state: str) -> str:
@@ -347,8 +356,14 @@ class QueueService:
 
     def _unsubscribe(self, iq: Iq, request: Unsubscribe) -> str:
         """XEP-0254 §4: unsubscribing releases the subscriber's locks to the others."""
+        if bare(request.jid) != bare(iq.sender):  # XEP-0060 §6.2.3.3
+            raise StanzaError(_FORBIDDEN, f"{iq.sender} may not unsubscribe {request.jid}")
         subscription = self._subscriptions.get(iq.sender, request.node)
-        if subscription is None or bare(request.jid) != bare(iq.sender):
+        if subscription is None:
+            # XEP-0060 §6.2.3.4: a queue node exists while its queue does, a topic node while
+            # it has subscribers here
+            if not self._is_queue(request.node) and not self._subscriptions.of_node(request.node):
+                raise QueueNotFound(f"no node {request.node!r}")
             raise StanzaError(_NOT_SUBSCRIBED, f"{iq.sender} is not subscribed to {request.node}")
         self._end(subscription)
         return render.result(iq)
@@ -356,7 +371,9 @@ class QueueService:
     def _qos(self, iq: Iq, request: QosAcknowledged | QosAssured | QosDeliver) -> str:
         """urn:xmpp:qos, received: at least once and exactly once (docs/xmpp.md, QoS)."""
         if isinstance(request, QosDeliver):
-            self._box.deliver(iq.sender, request.msg_id)  # a repeat is answered all the same
+            # a repeat is answered all the same; an unknown id is item-not-found: the sender
+            # must learn that the message cannot be delivered (urn:xmpp:qos, exactly once)
+            self._box.deliver(iq.sender, request.msg_id, must_exist=True)
             local, at, _ = iq.to.partition("@")
             if at and local:
                 self._touched.add(local)
@@ -371,10 +388,17 @@ class QueueService:
             else:
                 self._box.publish(node, body, qos=1, source=iq.sender)
             return render.result(iq)
-        if queue:
-            self._box.assured(iq.sender, request.msg_id, body, queue=node)
-        else:
-            self._box.assured(iq.sender, request.msg_id, body, topic=node)
+        # reclaim: once `deliver` succeeded the sender may reuse the msgId (urn:xmpp:qos,
+        # Message IDs), so an `assured` under a delivered id is a new message. A repeat of the
+        # first `assured` cannot come after its `deliver`: the stream keeps their order.
+        try:
+            if queue:
+                self._box.assured(iq.sender, request.msg_id, body, queue=node, reclaim=True)
+            else:
+                self._box.assured(iq.sender, request.msg_id, body, topic=node, reclaim=True)
+        except MessageTooLarge as error:
+            # urn:xmpp:qos, Memory attacks: what the receiver cannot hold is resource-constraint
+            raise ResourceConstraint(str(error)) from error
         return render.result(iq, f"<received xmlns='{ns.QOS}' msgId={_attr(request.msg_id)}/>")
 
     def _disco_info(self, iq: Iq, request: DiscoInfo) -> str:
@@ -391,7 +415,7 @@ class QueueService:
             )
         elif self._is_queue(request.node):
             ready = self._queue(request.node).peek(limit=100)
-            items = ((self.domain, p.envelope.message_id, None) for p in ready)
+            items = ((self.domain, None, p.envelope.message_id) for p in ready)  # §5.5: name=
         else:
             items = ()  # a topic keeps nothing of its own
         return render.result(iq, render.disco_items(request.node, items))
@@ -400,13 +424,18 @@ class QueueService:
         path = queue_path(self._box.root, request.node)  # InvalidName: bad-request
         if is_dropbox(path):
             raise StanzaError(_NODE_EXISTS, f"node {request.node!r} exists")
-        self._queues[request.node] = self._box.queue(request.node)
+        queue = self._queues[request.node] = self._box.queue(request.node)
+        queue.set_owner(bare(iq.sender))  # XEP-0060 §8.1: the creator owns the node
         return render.result(iq)
 
     def _delete(self, iq: Iq, request: Delete) -> str:
-        """The queue and every message in it go; its subscribers here are unsubscribed."""
-        self._queue(request.node)
+        """The queue and every message in it go; its subscribers here are told (XEP-0060
+        §8.4.2), then unsubscribed."""
+        self._check_owner(iq, self._queue(request.node), "delete")
         for subscription in self._subscriptions.of_node(request.node):
+            self._send(
+                render.event_delete(next(self._ids), self.domain, subscription.jid, request.node)
+            )
             self._end(subscription)
         self._queues.pop(request.node, None)
         self._box.delete_queue(request.node)
@@ -414,6 +443,8 @@ class QueueService:
 
     def _configure(self, iq: Iq, request: Configure) -> str:
         """Nodes have one fixed configuration; a submitted form is accepted as is."""
+        if self._is_queue(request.node):
+            self._check_owner(iq, self._queue(request.node), "configure")
         if request.submit:
             return render.result(iq)
         destination = "queue" if self._is_queue(request.node) else "topic"
@@ -430,6 +461,13 @@ class QueueService:
         )
 
     # -- helpers ----------------------------------------------------------------------------------
+
+    def _check_owner(self, iq: Iq, queue: Queue, what: str) -> None:
+        """XEP-0060 §8: only the owner deletes or configures a node. A queue with no recorded
+        owner (made by the API, the CLI or a script) is open to anyone, as it always was."""
+        owner = queue.owner
+        if owner is not None and owner != bare(iq.sender):
+            raise StanzaError(_FORBIDDEN, f"only the owner of {queue.name!r} may {what} it")
 
     def _is_queue(self, node: str) -> bool:
         """A node is a queue if one of that name exists; any other node is a topic."""
@@ -480,9 +518,11 @@ class QueueService:
         )
 
     def _undeliverable(self, subscription: Subscription, message: Message) -> None:
-        """The subscriber never acknowledged (or refused) the item: the next one gets it."""
+        """The subscriber never acknowledged (or refused) the item: it is told, as for a lock
+        timeout (XEP-0254 §4), and the next one gets it."""
         if subscription.held.pop(message.id, None) is not None:
             _quietly(message.unlock)
+            self._notify_unlock(subscription, message.id)
             log.info(
                 "%s: %s not acknowledged by %s", subscription.node, message.id, subscription.jid
             )

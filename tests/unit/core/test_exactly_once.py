@@ -297,3 +297,16 @@ def _apply(
         del files[key]  # moved working/ -> target/: only what was stored, once
         delivered.append(key)
     return now
+
+
+def test_reclaim_takes_a_delivered_id_for_a_new_message() -> None:
+    box = ExactlyOnce()
+    assert box.assured("s", "m", size=1, now=0.0) is Action.STORE
+    box.stored("s", "m")
+    assert box.deliver("s", "m", now=1.0) is Action.DELIVER
+    assert box.assured("s", "m", size=1, now=2.0) is Action.ANSWER  # a late repeat
+    assert box.assured("s", "m", size=1, now=2.0, reclaim=True) is Action.STORE
+    assert box.assured("s", "m", size=1, now=2.0, reclaim=True) is Action.ANSWER  # pending
+    box.stored("s", "m")
+    assert box.deliver("s", "m", now=3.0) is Action.DELIVER
+    assert box.deliver("s", "m", now=4.0) is Action.ANSWER

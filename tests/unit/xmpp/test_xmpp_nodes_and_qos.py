@@ -55,9 +55,9 @@ def test_disco_items_lists_nodes_and_a_nodes_waiting_items(wire: Wire) -> None:
     assert nodes == ["jobs", "mail"]
     item = wire.publish()
     reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_ITEMS}' node='jobs'/>", type="get")
-    assert [i.get("name") or i.get("node") for i in reply.iter(ns.tag(ns.DISCO_ITEMS, "item"))] == [
-        item
-    ]
+    [listed] = reply.iter(ns.tag(ns.DISCO_ITEMS, "item"))
+    # XEP-0060 §5.5: an item's id is its name=; node= would make it a node
+    assert (listed.get("jid"), listed.get("name"), listed.get("node")) == (SERVICE, item, None)
 
 
 def test_create_twice_is_conflict_and_a_bad_name_is_bad_request(wire: Wire) -> None:
@@ -97,6 +97,49 @@ def test_delete_removes_the_queue_and_its_subscribers(wire: Wire, box: boxmq.Box
     wire.subscribe(ALICE, 1)
     item = wire.publish()
     assert wire.events() == [(ALICE, "item", item)]
+
+
+def _delete(wire: Wire, jid: str) -> ET.Element:
+    return wire.iq(jid, f"<pubsub xmlns='{OWNER}'><delete node='jobs'/></pubsub>")
+
+
+def test_only_the_owner_deletes_or_configures_a_node_and_it_survives_a_restart(
+    box: boxmq.Box,
+) -> None:
+    wire = Wire(box)
+    wire.create()  # by alice@localhost/a: alice@localhost owns it
+    wire.service.close()
+    wire = Wire(box)  # a new component: the owner is on disk
+    form = f"<pubsub xmlns='{OWNER}'><configure node='jobs'/></pubsub>"
+    submit = (
+        f"<pubsub xmlns='{OWNER}'><configure node='jobs'>"
+        "<x xmlns='jabber:x:data' type='submit'/></configure></pubsub>"
+    )
+    assert condition(_delete(wire, BOB)) == ("auth", "forbidden")
+    assert condition(wire.iq(BOB, form, type="get")) == ("auth", "forbidden")
+    assert condition(wire.iq(BOB, submit)) == ("auth", "forbidden")
+    assert "jobs" in box.queues()
+    assert wire.iq("alice@localhost/phone", form, type="get").get("type") == "result"
+    assert _delete(wire, "alice@localhost/phone").get("type") == "result"  # any resource
+    wire.service.close()
+
+
+def test_a_queue_made_elsewhere_has_no_owner_and_anyone_may_delete_it(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    box.queue("jobs")
+    assert _delete(wire, BOB).get("type") == "result"
+
+
+def test_delete_tells_the_subscribers_before_their_subscriptions_end(wire: Wire) -> None:
+    wire.create()
+    wire.subscribe(BOB, 1)
+    assert _delete(wire, ALICE).get("type") == "result"
+    [notice] = [s for s in wire.take() if s.find(f"{{{ns.PUBSUB_EVENT}}}event") is not None]
+    assert notice.get("to") == BOB
+    deleted = notice.find(f"{{{ns.PUBSUB_EVENT}}}event/{{{ns.PUBSUB_EVENT}}}delete")
+    assert deleted is not None
+    assert deleted.get("node") == "jobs"
 
 
 def _wrapped(kind: str, msg_id: str | None, body: str) -> str:
@@ -142,6 +185,48 @@ def test_assured_then_deliver_delivers_once_however_often_repeated(
     assert box.queue("jobs").counts().ready == 2
 
 
+def test_deliver_of_an_unknown_or_expired_msgid_is_item_not_found(
+    manual_box: boxmq.Box, clock: boxmq.ManualClock
+) -> None:
+    wire = Wire(manual_box)
+    wire.create()
+    never = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='never-sent'/>", to=NODE_AT)
+    assert condition(never) == ("cancel", "item-not-found")
+    wire.iq(CAROL, _wrapped("assured", "late", "x"), to=NODE_AT)
+    clock.advance(ExactlyOnceLimits().pending_ttl + 1)
+    manual_box.sweep()  # its deliver never came in time: dropped
+    late = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='late'/>", to=NODE_AT)
+    assert condition(late) == ("cancel", "item-not-found")
+    wire.iq(CAROL, _wrapped("assured", "ok", "x"), to=NODE_AT)
+    for _ in range(2):  # delivered, then a repeat: both results
+        done = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='ok'/>", to=NODE_AT)
+        assert done.get("type") == "result"
+    wire.service.close()
+
+
+def test_a_msgid_reused_after_a_completed_delivery_is_a_new_message(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    wire.create()
+    for body in ("first", "second"):
+        received = wire.iq(CAROL, _wrapped("assured", "seq1", body), to=NODE_AT)
+        assert received.find(ns.tag(ns.QOS, "received")) is not None
+        for _ in range(2):  # a repeat of deliver is still answered, delivering nothing
+            deliver = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='seq1'/>", to=NODE_AT)
+            assert deliver.get("type") == "result"
+    bodies = sorted(b"second" in p.body for p in _ready_bodies(box))
+    assert bodies == [False, True]
+
+
+def _ready_bodies(box: boxmq.Box) -> list[boxmq.Message]:
+    consumer = box.queue("jobs").consumer("check", max_in_flight=10)
+    out = []
+    while (message := consumer.receive_nowait()) is not None:
+        out.append(message)
+    consumer.close()
+    return out
+
+
 def test_qos_to_the_service_without_a_node_is_item_not_found(wire: Wire) -> None:
     reply = wire.iq(CAROL, _wrapped("acknowledged", None, "x"))
     assert condition(reply) == ("cancel", "item-not-found")
@@ -157,6 +242,16 @@ def test_limits_answer_resource_constraint_and_untrusted_not_allowed(tmp_path: P
         assert condition(full) == ("wait", "resource-constraint")
         untrusted = wire.iq(ALICE, _wrapped("assured", "c", "3"), to=NODE_AT)
         assert condition(untrusted) == ("cancel", "not-allowed")
+        wire.service.close()
+
+
+def test_an_oversized_assured_message_is_resource_constraint(tmp_path: Path) -> None:
+    limits = ExactlyOnceLimits(max_message_size=50)
+    with boxmq.open(tmp_path / "d", fsync="never", exactly_once=limits) as box:
+        wire = Wire(box)
+        wire.create()
+        reply = wire.iq(CAROL, _wrapped("assured", "a", "x" * 200), to=NODE_AT)
+        assert condition(reply) == ("wait", "resource-constraint")  # urn:xmpp:qos, memory
         wire.service.close()
 
 

@@ -113,7 +113,7 @@ def test_an_error_answer_gives_the_item_to_the_next_at_once(wire: Wire) -> None:
     _subscribe(wire, BOB, "unacknowledged")
     assert wire.events() == []  # alice holds it until she answers
     _answer(wire, sent, type="error")
-    assert wire.events() == [(BOB, "item", item)]
+    assert sorted(wire.events()) == [(ALICE, "unlock", item), (BOB, "item", item)]
 
 
 def test_an_unknown_level_is_bad_request(wire: Wire) -> None:
@@ -138,3 +138,49 @@ def test_a_settled_item_is_not_sent_again(wire: Wire, clock: ManualClock) -> Non
     wire.service.expire(clock.now())
     assert _qos_iqs(wire) == []
     _answer(wire, sent)  # a late answer is simply not ours any more
+
+
+def test_only_the_subscriber_a_notification_went_to_can_answer_it(wire: Wire) -> None:
+    _subscribe(wire, ALICE, "acknowledged")
+    item = wire.publish()
+    [sent] = _qos_iqs(wire)
+    _subscribe(wire, BOB, "unacknowledged")
+    for spoofer in (BOB, "alice@localhost/other", "alice@localhost"):
+        wire.service.answer(
+            ET.fromstring(
+                f"<iq xmlns='{ns.COMPONENT}' type='error' id='{sent.get('id')}' "
+                f"from='{spoofer}' to='{SERVICE}'/>"
+            )
+        )
+        assert wire.events() == []  # ignored: alice still holds it
+    _answer(wire, sent)  # alice's own answer is taken
+    assert wire.retract(ALICE, item).get("type") == "result"
+
+
+def test_notification_ids_cannot_be_guessed_from_another_run() -> None:
+    first: list[str] = []
+    second: list[str] = []
+    for sent in (first, second):
+        sender = ReliableSender(sender=SERVICE, send=sent.append)
+        for n in range(2):
+            sender.send(ALICE, "<m/>", Level.ACKNOWLEDGED, msg_id=str(n), now=0, on_failed=print)
+    ids = [ET.fromstring(x).get("id", "") for x in first + second]
+    assert len(set(ids)) == 4
+    assert min(len(i) for i in ids) >= 16  # a random part, not bq1, bq2, ...
+    assert ids[0].rsplit("-", 1)[0] != ids[2].rsplit("-", 1)[0]
+
+
+def test_a_give_up_tells_the_holder_its_item_was_unlocked(wire: Wire, clock: ManualClock) -> None:
+    _subscribe(wire, ALICE, "acknowledged")
+    item = wire.publish()
+    _qos_iqs(wire)
+    _subscribe(wire, BOB, "unacknowledged")
+    seen = []
+    for _ in range(5):  # never answered: four retries, then the give-up
+        deadline = wire.service.next_deadline()
+        assert deadline is not None
+        clock.advance(deadline - clock.now())
+        wire.service.expire(clock.now())
+        seen += wire.events()
+    # XEP-0254 §4, as for a lock timeout: the holder hears that the item went back
+    assert seen == [(ALICE, "unlock", item), (BOB, "item", item)]

@@ -211,6 +211,39 @@ def test_unsubscribe_releases_the_locks_to_the_others(wire: Wire) -> None:
     assert condition(again) == ("cancel", "unexpected-request")
 
 
+def _pubsub_error(reply: ET.Element) -> str | None:
+    error = reply.find(f"{{{ns.COMPONENT}}}error")
+    assert error is not None
+    found = [c.tag.rsplit("}", 1)[-1] for c in error if c.tag.startswith("{" + ns.PUBSUB_ERRORS)]
+    return found[0] if found else None
+
+
+def test_unsubscribing_another_jid_is_forbidden(wire: Wire) -> None:
+    wire.subscribe(BOB, 1)
+    reply = wire.iq(
+        ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='bob@localhost'/></pubsub>"
+    )
+    assert condition(reply) == ("auth", "forbidden")  # XEP-0060 §6.2.3.3
+
+
+def test_unsubscribing_from_a_node_that_does_not_exist_is_item_not_found(wire: Wire) -> None:
+    reply = wire.iq(
+        ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='nope' jid='alice@localhost'/></pubsub>"
+    )
+    assert condition(reply) == ("cancel", "item-not-found")  # XEP-0060 §6.2.3.4
+
+
+def test_an_item_with_two_payloads_is_invalid_payload(wire: Wire, box: boxmq.Box) -> None:
+    reply = wire.iq(
+        ALICE,
+        f"<pubsub xmlns='{PS}'><publish node='jobs'><item><a xmlns='urn:a'/>"
+        "<b xmlns='urn:b'/></item></publish></pubsub>",
+    )
+    assert condition(reply) == ("modify", "bad-request")  # XEP-0060 §7.1.3.5
+    assert _pubsub_error(reply) == "invalid-payload"
+    assert box.queue("jobs").counts().ready == 0
+
+
 def test_a_lock_that_times_out_notifies_and_goes_to_the_next(
     manual_box: boxmq.Box, clock: ManualClock
 ) -> None:
@@ -302,10 +335,61 @@ def test_an_element_with_namespaces_passes_through_as_it_is(wire: Wire, box: box
     ]
 
 
-def test_an_unknown_request_is_feature_not_implemented(wire: Wire) -> None:
+def test_a_request_in_an_unknown_namespace_is_service_unavailable(wire: Wire) -> None:
     reply = wire.iq(ALICE, "<query xmlns='urn:example:nothing'/>", type="get")
-    assert condition(reply) == ("cancel", "feature-not-implemented")
+    assert condition(reply) == ("cancel", "service-unavailable")  # RFC 6120 §8.4
     assert ET.tostring(reply)  # and it is still one well-formed reply
+
+
+def _unsupported(reply: ET.Element) -> str | None:
+    found = reply.find(f"{{{ns.COMPONENT}}}error/{{{ns.PUBSUB_ERRORS}}}unsupported")
+    return None if found is None else found.get("feature")
+
+
+@pytest.mark.parametrize(
+    ("inner", "type", "feature"),
+    [
+        (
+            f"<pubsub xmlns='{PS}'><options node='jobs' jid='alice@localhost'/></pubsub>",
+            "get",
+            "subscription-options",
+        ),
+        (f"<pubsub xmlns='{PS}'><items node='jobs'/></pubsub>", "get", "retrieve-items"),
+        (f"<pubsub xmlns='{PS}'><subscriptions/></pubsub>", "get", "retrieve-subscriptions"),
+        (f"<pubsub xmlns='{PS}'><affiliations/></pubsub>", "get", "retrieve-affiliations"),
+        (f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><purge node='jobs'/></pubsub>", "set", "purge-nodes"),
+        (
+            f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><subscriptions node='jobs'/></pubsub>",
+            "get",
+            "manage-subscriptions",
+        ),
+    ],
+)
+def test_feature_not_implemented_names_the_feature(
+    wire: Wire, inner: str, type: str, feature: str
+) -> None:
+    reply = wire.iq(ALICE, inner, type=type)
+    assert condition(reply) == ("cancel", "feature-not-implemented")
+    assert _unsupported(reply) == feature  # XEP-0060: <unsupported feature=.../>
+
+
+def test_subscription_options_are_not_advertised(wire: Wire) -> None:
+    reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}'/>", type="get")
+    features = {f.get("var") for f in reply.iter(ns.tag(ns.DISCO_INFO, "feature"))}
+    assert ns.PUBSUB + "#subscription-options" not in features
+
+
+def test_subscribing_again_with_other_options_takes_them(wire: Wire) -> None:
+    wire.subscribe(ALICE, 1)
+    first, second, third = wire.publish(), wire.publish(), wire.publish()
+    assert [e[2] for e in wire.events()] == [first]  # one slot
+    reply = wire.subscribe(ALICE, 3)
+    values = {
+        f.get("var"): f.findtext(ns.tag(ns.DATA, "value"))
+        for f in reply.iter(ns.tag(ns.DATA, "field"))
+    }
+    assert values["pubsub#queue_requests"] == "3"  # the options in force now
+    assert [e[2] for e in wire.events()] == [second, third]  # and it holds up to three
 
 
 def test_a_queue_deleted_behind_the_doors_back_ends_its_subscriptions(
@@ -381,3 +465,11 @@ def test_the_publishes_of_one_batch_are_answered_once_stored_together(
     assert [r.get("id") for r in replies] == ["p1", "p2"]
     assert all(r.get("type") == "result" for r in replies)
     assert box.queue("jobs").counts().ready == 2
+
+
+def test_subscribing_again_to_a_topic_node_takes_the_new_queue_requests(wire: Wire) -> None:
+    wire.subscribe(ALICE, 1, node="t/1")
+    items = [wire.publish(node="t/1") for _ in range(2)]
+    assert [e[2] for e in wire.events()] == items[:1]
+    wire.subscribe(ALICE, 2, node="t/1")
+    assert [e[2] for e in wire.events()] == items[1:]
