@@ -33,7 +33,7 @@ from boxmq.client.box import Box
 from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
 from boxmq.core import QoS, Subscription, parse_filter
-from boxmq.errors import BoxMQError, Closed, InvalidArgument, MetadataTooLong
+from boxmq.errors import BoxMQError, Closed, InvalidArgument, ItemNotFound, MetadataTooLong
 from boxmq.model import ConsumerId, Envelope
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.disk import Job, run_all
@@ -677,7 +677,7 @@ class Broker:
         def work() -> object:
             if on_disk:
                 return self.box.deliver(
-                    exactly_once_source(client_id), str(packet_id), remember=False
+                    exactly_once_source(client_id), str(packet_id), remember=False, must_exist=True
                 )
             if write:
                 assert publish is not None
@@ -685,11 +685,16 @@ class Broker:
             return True
 
         def done(result: object) -> None:
-            if isinstance(result, BoxMQError):
+            reason = _R.SUCCESS
+            if isinstance(result, ItemNotFound):  # never stored, expired, or released before
+                log.info("client %s: PUBREL %d names no stored message", client_id, packet_id)
+                v5 = client.link.connection.version is ProtocolVersion.V5
+                reason = _R.PACKET_IDENTIFIER_NOT_FOUND if v5 else _R.SUCCESS
+            elif isinstance(result, BoxMQError):
                 log.warning("client %s: PUBREL %d failed: %s", client_id, packet_id, result)
             if publish is not None:
                 self._route_memory(client_id, publish)
-            self._send(client, Pubcomp(packet_id))
+            self._send(client, Pubcomp(packet_id, reason))
 
         client.jobs.append(Job(work, done))
 

@@ -398,3 +398,16 @@ def test_a_restart_keeps_no_local_on_a_persistent_subscription(tmp_path: Path) -
         assert [p.payload for p in own.take() if isinstance(p, Publish)] == [b"theirs"]
 
     _in_two_lives(tmp_path, first, then)
+
+
+def test_a_pubrel_for_nothing_stored_gets_pubcomp_0x92(tmp_path: Path) -> None:
+    """A persistent session's PUBREL for an id with no stored message (one released before,
+    or lost) is told so: PUBCOMP "Packet Identifier not found" (MQTT 5.0 §3.7.2.1)."""
+
+    async def test(broker: Broker) -> None:
+        pub = _connect(broker, "pubp", expiry=600)
+        pub.send(Pubrel(77))
+        await _until(lambda: bool(pub.inbox))
+        assert pub.take() == [Pubcomp(77, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND)]
+
+    _run(tmp_path, test)
