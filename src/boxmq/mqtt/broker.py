@@ -601,9 +601,25 @@ class Broker:
 
             client.jobs.append(Job(lambda: self._assure(client_id, packet), stored))
             return
-        if packet.qos == 2:
+        if packet.qos == 2 and not session.persistent:
             # Retained QoS 2 is written at PUBREL: the retained store has no working/ step.
             client.jobs.append(Job(None, lambda _: self._publish_now(client, session, packet)))
+            return
+        if packet.qos == 2:
+            # A persistent publisher expects what got PUBREC to survive a restart, and the
+            # retained store has no working/ step: so it is published now, before PUBREC (the
+            # "deliver on PUBLISH" way MQTT allows), and PUBREL only completes the exchange.
+            assert packet_id is not None
+
+            def published(result: object) -> None:
+                if isinstance(result, BoxMQError):
+                    self._send_error(client, Pubrec(packet_id), result)
+                    return
+                self._route_memory(client_id, packet)
+                session.hold_for_release(packet_id, None)  # a repeat is answered, not routed
+                self._acknowledge(client, Pubrec, packet_id)
+
+            client.jobs.append(Job(lambda: self._write(client_id, packet), published))
             return
 
         def written(result: object) -> None:

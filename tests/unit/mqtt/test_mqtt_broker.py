@@ -411,3 +411,22 @@ def test_a_pubrel_for_nothing_stored_gets_pubcomp_0x92(tmp_path: Path) -> None:
         assert pub.take() == [Pubcomp(77, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND)]
 
     _run(tmp_path, test)
+
+
+def test_a_retained_qos2_message_that_got_pubrec_survives_a_restart(tmp_path: Path) -> None:
+    async def first(broker: Broker) -> None:
+        pub = _connect(broker, "pubp", expiry=600)
+        pub.send(Publish("ret/q2", b"kept", 2, retain=True, packet_id=11))
+        await _until(lambda: bool(pub.inbox))
+        assert pub.take() == [Pubrec(11)]
+        pub.send(Publish("ret/q2", b"kept", 2, retain=True, dup=True, packet_id=11))
+        assert pub.take() == [Pubrec(11)]  # a repeat: answered again
+
+    async def then(broker: Broker) -> None:
+        late = _connect(broker, "late")
+        late.send(Subscribe(1, (Subscription("ret/#", 2),)))
+        await _until(lambda: any(isinstance(p, Publish) for p in late.inbox))
+        [retained] = [p for p in late.take() if isinstance(p, Publish)]
+        assert (retained.topic, retained.payload, retained.retain) == ("ret/q2", b"kept", True)
+
+    _in_two_lives(tmp_path, first, then)
