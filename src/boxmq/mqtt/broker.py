@@ -831,7 +831,7 @@ class Broker:
 
     def _deliver(self, session: Session, publish: Publish, token: Token) -> None:
         try:
-            sent = session.outbox.push(publish, token)
+            sent = session.outbox.push(publish, token, self._clock.now())
         except OverflowError:
             log.warning(
                 "client %s: queue full, a QoS %d message dropped", session.client_id, publish.qos
@@ -863,8 +863,22 @@ class Broker:
             )
             if packet.packet_id is not None:
                 self._settle(session, session.outbox.discard(packet.packet_id), refused=False)
-                pending += (publish for publish, _ in session.outbox.ready())
+                pending += (publish for publish, _ in self._ready(session))
         self._dirty.add(client)
+
+    def _ready(self, session: Session) -> list[tuple[Publish, Token]]:
+        """What may leave the session's queue now; those whose Message Expiry Interval ran
+        out while they waited are dropped (MQTT 5.0 §3.3.2.3.3), a stored one unlocked, so
+        its dropbox moves it to expired/."""
+        outbox = session.outbox
+        ready = outbox.ready(self._clock.now())
+        if outbox.lapsed:
+            lapsed, outbox.lapsed = outbox.lapsed, []
+            log.info("client %s: %d queued message(s) expired", session.client_id, len(lapsed))
+            for token in lapsed:
+                if token is not None:
+                    token.unlock()
+        return ready
 
     def _settle(self, session: Session, message: Token, *, refused: bool) -> None:
         if message is None:
@@ -884,7 +898,7 @@ class Broker:
             self._send(client, acked.reply)
         if acked.reply is None:
             self._settle(session, acked.token, refused=acked.refused)
-        ready = session.outbox.ready()
+        ready = self._ready(session)
         if client is not None:
             self._transmit(client, session, [publish for publish, _ in ready])
         else:

@@ -10,10 +10,13 @@ Invariants:
   it back exactly once: when the client acknowledges it, or from `clear()` when the session ends.
 - A packet id is in use from `push` until its final acknowledgement (PUBACK or PUBCOMP), and
   `resend()` gives what a resumed session must send again, with DUP set (MQTT 5.0 §4.4).
+- A queued message with a Message Expiry Interval leaves `ready` with what is left of it, or
+  not at all once it is over (MQTT 5.0 §3.3.2.3.3); the tokens of those go to `lapsed`.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, replace
 from enum import Enum, auto
@@ -21,6 +24,7 @@ from typing import Generic, TypeVar
 
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.packets import Publish, Pubrel, new_publish
+from boxmq.mqtt.properties import Properties, PropertyId
 
 __all__ = ["Acked", "Outbox", "Stage"]
 
@@ -58,9 +62,10 @@ class Outbox(Generic[T]):
         self.window = window
         self.limit = limit
         self._in_flight: dict[int, _Entry[T]] = {}
-        self._queued: deque[tuple[Publish, T]] = deque()
+        self._queued: deque[tuple[Publish, T, float]] = deque()  # with when it was queued
         self._next_id = 1
         self.dropped = 0
+        self.lapsed: list[T] = []  # tokens of queued messages that expired before they left
 
     def __len__(self) -> int:
         return len(self._in_flight) + len(self._queued)
@@ -70,7 +75,7 @@ class Outbox(Generic[T]):
         """How many QoS 1/2 messages could be sent now."""
         return 0 if self._queued else self.window - len(self._in_flight)
 
-    def push(self, publish: Publish, token: T) -> Publish | None:
+    def push(self, publish: Publish, token: T, now: float = 0.0) -> Publish | None:
         """Give a message (its packet id is ignored); the PUBLISH to send now, if any.
 
         Returns None when it had to wait; raises OverflowError when the queue is full.
@@ -81,7 +86,7 @@ class Outbox(Generic[T]):
             return self._start(publish, token)
         if len(self._queued) >= self.limit and not self._drop_oldest_qos0():
             raise OverflowError("the session's queue is full")
-        self._queued.append((publish, token))
+        self._queued.append((publish, token, now))
         return None
 
     def acked(self, packet_id: int, stage: Stage, refused: bool) -> Acked[T]:
@@ -100,14 +105,22 @@ class Outbox(Generic[T]):
         been sent and acknowledged (MQTT 5.0 §3.1.2.25); its slot and packet id are free."""
         return self._in_flight.pop(packet_id).token
 
-    def ready(self) -> list[tuple[Publish, T]]:
+    def ready(self, now: float = 0.0) -> list[tuple[Publish, T]]:
         """Queued messages that may go now (slots freed); QoS 1/2 ones get their packet ids."""
         out: list[tuple[Publish, T]] = []
         while self._queued:
-            publish, token = self._queued[0]
+            publish, token, queued = self._queued[0]
             if publish.qos and len(self._in_flight) >= self.window:
                 break
             self._queued.popleft()
+            interval = publish.properties.message_expiry_interval
+            if interval:
+                left = math.ceil(interval - (now - queued))
+                if left <= 0:
+                    self.lapsed.append(token)
+                    continue
+                if left < interval:
+                    publish = _with_expiry(publish, left)
             out.append((self._start(publish, token) if publish.qos else publish, token))
         return out
 
@@ -123,7 +136,7 @@ class Outbox(Generic[T]):
     def clear(self) -> list[T]:
         """The session ends: every token still held, in flight first, then queued."""
         tokens = [entry.token for entry in self._in_flight.values()]
-        tokens += [token for _, token in self._queued]
+        tokens += [token for _, token, _ in self._queued]
         self._in_flight.clear()
         self._queued.clear()
         return tokens
@@ -152,9 +165,22 @@ class Outbox(Generic[T]):
         return packet_id
 
     def _drop_oldest_qos0(self) -> bool:
-        for index, (publish, _) in enumerate(self._queued):
+        for index, (publish, _, _) in enumerate(self._queued):
             if not publish.qos:
                 del self._queued[index]
                 self.dropped += 1
                 return True
         return False
+
+
+def _with_expiry(publish: Publish, left: int) -> Publish:
+    properties = publish.properties.without(PropertyId.MESSAGE_EXPIRY_INTERVAL)
+    return new_publish(
+        publish.topic,
+        publish.payload,
+        publish.qos,
+        publish.retain,
+        publish.dup,
+        publish.packet_id,
+        properties + Properties.build(message_expiry_interval=left),
+    )

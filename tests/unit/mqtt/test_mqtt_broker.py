@@ -430,3 +430,26 @@ def test_a_retained_qos2_message_that_got_pubrec_survives_a_restart(tmp_path: Pa
         assert (retained.topic, retained.payload, retained.retain) == ("ret/q2", b"kept", True)
 
     _in_two_lives(tmp_path, first, then)
+
+
+def test_a_message_that_expires_while_queued_behind_a_slow_client_is_not_sent(
+    tmp_path: Path,
+) -> None:
+    async def test(broker: Broker) -> None:
+        slow = Peer(broker)
+        props = Properties.build(receive_maximum=1)
+        slow.send(Connect("slow", V5, clean_start=True, properties=props))
+        slow.send(Subscribe(1, (Subscription("x", 1),)))
+        slow.take()
+        pub = _connect(broker, "pub")
+        pub.send(Publish("x", b"first", 1, packet_id=1))
+        soon = Properties.build(message_expiry_interval=1)
+        pub.send(Publish("x", b"expires", 1, packet_id=2, properties=soon))
+        [first] = [p for p in slow.take() if isinstance(p, Publish)]
+        assert first.payload == b"first"
+        await asyncio.sleep(1.2)  # the second waits behind the first, past its interval
+        assert first.packet_id is not None
+        slow.send(Puback(first.packet_id))
+        assert [p for p in slow.take() if isinstance(p, Publish)] == []
+
+    _run(tmp_path, test)

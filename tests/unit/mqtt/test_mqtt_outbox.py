@@ -124,3 +124,28 @@ def test_ids_are_unique_in_flight_and_every_token_comes_back_once(
         assert len(in_flight) <= window
     returned += outbox.clear()
     assert sorted(returned) == list(range(pushed))
+
+
+def _expiring(n: int, seconds: int, qos: int = 1) -> Publish:
+    from boxmq.mqtt.properties import Properties
+
+    props = Properties.build(message_expiry_interval=seconds)
+    return Publish("t", str(n).encode(), qos, properties=props)
+
+
+def test_a_queued_message_leaves_with_what_is_left_of_its_expiry_or_not_at_all() -> None:
+    """MQTT 5.0 §3.3.2.3.3: the interval sent is what is left of it; an expired message is
+    not sent, and its token is given back in `lapsed`."""
+    outbox: Outbox[int] = Outbox(window=1, limit=10)
+    first = outbox.push(_msg(0), 0, now=100.0)  # in flight: the others wait
+    assert first is not None
+    assert outbox.push(_expiring(1, 10), 1, now=100.0) is None
+    assert outbox.push(_expiring(2, 3, qos=0), 2, now=100.0) is None
+    assert outbox.push(_expiring(3, 60, qos=0), 3, now=101.0) is None
+    outbox.acked(first.packet_id or 0, Stage.AWAIT_PUBACK, refused=False)
+    ready = outbox.ready(now=104.5)
+    assert [(p.payload, p.properties.message_expiry_interval) for p, _ in ready] == [
+        (b"1", 6),  # 10 - 4.5, rounded up
+        (b"3", 57),
+    ]
+    assert outbox.lapsed == [2]
