@@ -102,6 +102,18 @@ def _connect(broker: Broker, client_id: str, *, expiry: int = 0, clean: bool = T
     return peer
 
 
+def _connack(
+    broker: Broker, client_id: str, *, clean: bool = True, **properties: int
+) -> tuple[Peer, Connack]:
+    """A client that connects with CONNECT `properties`, and the CONNACK it got."""
+    peer = Peer(broker)
+    props = Properties.build(**properties)  # type: ignore[arg-type]
+    peer.send(Connect(client_id, V5, clean_start=clean, properties=props))
+    connack = peer.inbox.pop(0)
+    assert isinstance(connack, Connack)
+    return peer, connack
+
+
 async def _until(condition: Callable[[], bool]) -> None:
     for _ in range(200):
         if condition():
@@ -332,11 +344,7 @@ def test_a_session_taken_over_sends_its_will_unless_a_delay_is_cancelled(
 
 def test_a_session_expiry_of_never_is_capped_and_told_in_connack(tmp_path: Path) -> None:
     async def test(broker: Broker) -> None:
-        peer = Peer(broker)
-        props = Properties.build(session_expiry_interval=0xFFFF_FFFF)
-        peer.send(Connect("forever", V5, clean_start=True, properties=props))
-        [connack] = peer.take()
-        assert isinstance(connack, Connack)
+        _, connack = _connack(broker, "forever", session_expiry_interval=0xFFFF_FFFF)
         limit = broker.limits.max_session_expiry
         assert connack.properties.session_expiry_interval == limit
 
@@ -367,11 +375,7 @@ def test_a_restart_keeps_a_publishers_qos2_awaiting_pubrel(tmp_path: Path) -> No
         await _until(lambda: pub.inbox == [Pubrec(10)])
 
     async def then(broker: Broker) -> None:
-        pub = Peer(broker)
-        props = Properties.build(session_expiry_interval=600)
-        pub.send(Connect("pubp", V5, clean_start=False, properties=props))
-        [connack] = pub.take()
-        assert isinstance(connack, Connack)
+        pub, connack = _connack(broker, "pubp", clean=False, session_expiry_interval=600)
         assert connack.session_present
         pub.send(Pubrel(10))
         await _until(lambda: bool(pub.inbox))
