@@ -20,6 +20,7 @@ from boxmq import cli_passwd
 from boxmq.cli_args import parse_duration, parse_property
 from boxmq.cli_serve import Default, describe_security, serve_config
 from boxmq.client import Box, Message, Peeked, QueueCounts
+from boxmq.client.lifecycle import shown
 from boxmq.errors import BoxMQError, InvalidArgument
 from boxmq.mqtt.settings import Listener, MqttSettings
 from boxmq.store.layout import State
@@ -447,7 +448,7 @@ def _peek(args: argparse.Namespace, box: Box) -> int:
 def _peek_row(peeked: Peeked) -> dict[str, Any]:
     envelope = peeked.envelope
     row: dict[str, Any] = {
-        "id": envelope.message_id,
+        "id": shown(envelope.message_id),  # a name that is not UTF-8: its bytes as \xNN
         "priority": envelope.priority,
         "bytes": peeked.size,
         "deliveries": envelope.delivery_count,

@@ -188,3 +188,13 @@ def test_the_global_options_may_also_follow_the_command(tmp_path: Path) -> None:
     [queue] = json.loads(listed.stdout)["queues"]
     assert (queue["queue"], queue["ready"]) == ("jobs", 1)
     assert not (tmp_path / "jobs").exists()  # the one after the command won
+
+
+def test_a_name_that_is_not_utf8_is_set_aside_and_shown_sanely(root: Path) -> None:
+    ok(root, "put", "m", "valid")
+    (root / "m" / "target").joinpath(b"\xff\xfe".decode(errors="surrogateescape")).write_text("x")
+    assert ok(root, "get", "m").rstrip().endswith("valid")
+    assert "\\xff\\xfe" in ok(root, "peek", "m", "--state", "error")
+    [row] = json.loads(ok(root, "--json", "peek", "m", "--state", "error"))
+    assert row["id"] == "\\xff\\xfe"
+    assert json.loads(ok(root, "--json", "ls"))["queues"][0]["dead"] == 1

@@ -8,7 +8,14 @@ from dataclasses import dataclass, replace
 
 from boxmq.client.consumer import Consumer
 from boxmq.client.disk_locks import DiskSettler
-from boxmq.client.lifecycle import PUT_HEADROOM, envelope_of, ready_of, redrive_name
+from boxmq.client.lifecycle import (
+    PUT_HEADROOM,
+    envelope_of,
+    ready_of,
+    redrive_name,
+    set_aside,
+    unusable,
+)
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.message import Message
 from boxmq.core import QueuePolicy
@@ -217,10 +224,13 @@ class Queue:
     def _ready_in_order(self, now: float) -> Iterable[tuple[str, Envelope]]:
         ready = []
         for entry in self._box.scan(State.TARGET):
+            if (why := unusable(entry.name)) is not None:
+                set_aside(self._box, self.name, entry.name, why)  # never lost, blocks nobody
+                continue
             envelope = envelope_of(entry.name)
             if envelope.expired(now):
                 self._box.move(State.TARGET, entry.name, State.EXPIRED)
-            elif envelope.not_before <= now and len(entry.name.encode()) <= MAX_NAME:
+            elif envelope.not_before <= now:
                 item = ready_of(entry.name, envelope, _mtime(entry.path, envelope))
                 ready.append((-item.priority, item.sequence, entry.name, envelope))
         heapq.heapify(ready)
