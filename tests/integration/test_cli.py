@@ -198,3 +198,10 @@ def test_a_name_that_is_not_utf8_is_set_aside_and_shown_sanely(root: Path) -> No
     [row] = json.loads(ok(root, "--json", "peek", "m", "--state", "error"))
     assert row["id"] == "\\xff\\xfe"
     assert json.loads(ok(root, "--json", "ls"))["queues"][0]["dead"] == 1
+
+
+def test_a_queue_missing_some_state_folders_works(root: Path) -> None:
+    (root / "half" / "target").mkdir(parents=True)
+    (root / "half" / "target" / "x").write_text("m")
+    assert ok(root, "ls").split("\n")[1].split() == ["half", "1", "0", "0", "0", "0"]
+    assert ok(root, "get", "half").endswith("m\n")

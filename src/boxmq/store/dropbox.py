@@ -10,6 +10,7 @@ The body on disk is exactly the payload: metadata lives in the name (store/names
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -55,6 +56,17 @@ class Dropbox:
                 os.makedirs(directory, exist_ok=True)
         elif not is_dropbox(path):
             raise QueueNotFound(f"no queue at {path}")
+        else:
+            self._complete()
+
+    def _complete(self) -> None:
+        """Make the state folders a dropbox made by hand (or by DropboxMQ) may lack: target/
+        alone makes a queue. Where none can be made (a read-only root), scan() reads a missing
+        folder as empty."""
+        for directory in self._dirs.values():
+            if not os.path.isdir(directory):
+                with contextlib.suppress(OSError):
+                    os.makedirs(directory, exist_ok=True)
 
     def dir(self, state: State) -> str:
         return self._dirs[state]
@@ -80,8 +92,12 @@ class Dropbox:
     # -- consuming ---------------------------------------------------------------------------
 
     def scan(self, state: State) -> Iterator[Entry]:
-        """The files in one state folder, in no particular order."""
-        with os.scandir(self._dirs[state]) as entries:
+        """The files in one state folder, in no particular order; none if it is missing."""
+        try:
+            entries = os.scandir(self._dirs[state])
+        except FileNotFoundError:
+            return  # a state folder nobody made yet holds nothing
+        with entries:
             for entry in entries:
                 if entry.is_file(follow_symlinks=False):
                     yield Entry(entry.name, entry.path)
