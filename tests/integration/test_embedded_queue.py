@@ -260,3 +260,17 @@ def test_get_moves_a_name_too_long_to_lock_to_error(box: boxmq.Box, root: Path) 
     assert message.body == b"behind it"
     assert files(root, "jobs", "error") == [long_name]
     assert jobs.get("one-shot") is None
+
+
+def test_get_releases_timed_out_locks_without_a_server(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    jobs = manual_box.queue("jobs")
+    message_id = jobs.put(b"work")
+    first = jobs.get("cli", lock_timeout=1)
+    assert first is not None
+    assert jobs.get("cli") is None  # still locked
+    clock.advance(2)
+    again = jobs.get("cli")
+    assert again is not None
+    assert (again.id, again.delivery_count) == (message_id, 2)

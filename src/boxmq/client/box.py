@@ -82,6 +82,7 @@ class Box:
             policy=self.options.policy,
             keep_processed=self.options.keep_processed,
             live=lambda: self._live_queue(name, dropbox),
+            limits=self.options.limits,
         )
 
     # -- publish / subscribe (docs/pubsub.md) ------------------------------------------------------

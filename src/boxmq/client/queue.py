@@ -18,6 +18,7 @@ from boxmq.client.lifecycle import (
 )
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.message import Message
+from boxmq.client.sweeps import SweepLimits, release_stale_locks
 from boxmq.core import QueuePolicy
 from boxmq.errors import InvalidArgument, InvalidName, MetadataTooLong
 from boxmq.ids import IdFactory
@@ -93,12 +94,15 @@ class Queue:
         policy: QueuePolicy,
         keep_processed: bool,
         live: Callable[[], LiveQueue],
+        limits: SweepLimits | None = None,
     ) -> None:
         self.name = name
         self._box = box
         self._ids = ids
         self._now = now
         self._live = live
+        self._policy = policy
+        self._limits = limits or SweepLimits()
         self._disk = DiskSettler(box, policy, now, keep_processed)
 
     # -- producing ---------------------------------------------------------------------------
@@ -204,12 +208,15 @@ class Queue:
         """Lock the next ready message for `consumer`, with no process bound to the lock.
 
         The lock lives until its deadline or until `ack`/`unlock`/`reject` by id, from any
-        process: this is what the CLI uses. Returns None if nothing is ready.
+        process: this is what the CLI uses. Returns None if nothing is ready. Locks whose
+        deadline passed (or whose process died) go back to target/ first, as a server's sweep
+        would, so that queues work without `boxmq serve`.
         """
         holder = check_consumer_name(consumer)
         if lock_timeout <= 0:
             raise InvalidArgument("the lock timeout must be a positive number of seconds")
         now = self._now()
+        release_stale_locks(self._box, now=now, policy=self._policy, limits=self._limits)
         for name, envelope in self._ready_in_order(now):
             deadline = now + lock_timeout
             processing = locked_name(name, Lock(holder, int(deadline * 1000), ""))
