@@ -1,13 +1,14 @@
 """`boxmq`: the command line. Human tables by default, `--json` for scripts.
 
 Exit status: 0 done, 1 an error (the message says what to fix), 2 a usage error,
-3 nothing to get (`get` on a queue with no ready message).
+3 nothing to get (`get` on a queue with no ready message), 141 the reader of stdout left.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ from boxmq.xmpp.settings import settings_from
 __all__ = ["main"]
 
 EMPTY = 3
+SIGPIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for a tool whose reader left
 _Command = Callable[[argparse.Namespace, Box], int]
 
 
@@ -40,18 +42,61 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    standalone: Callable[[argparse.Namespace], int] | None = getattr(args, "standalone", None)
     try:
-        if standalone is not None:  # e.g. passwd: it has no root folder to open
-            return standalone(args)
-        command: _Command = args.command
-        with boxmq.open(args.data, fsync=args.fsync) as box:
-            return command(args, box)
+        status = _run(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return status
     except BoxMQError as error:
         print(f"boxmq {args.name}: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader left (`boxmq get q | head -1`): quiet, as a Unix tool killed by SIGPIPE.
+        # A message `get` locked stays locked until its deadline, then is delivered again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # nothing more to flush at exit
+        return SIGPIPE_STATUS
+    except OSError as error:
+        print(f"boxmq {args.name}: {_os_error(error)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    standalone: Callable[[argparse.Namespace], int] | None = getattr(args, "standalone", None)
+    if standalone is not None:  # e.g. passwd: it has no root folder to open
+        return standalone(args)
+    command: _Command = args.command
+    with boxmq.open(args.data, fsync=args.fsync) as box:
+        return command(args, box)
+
+
+def _os_error(error: OSError) -> str:
+    """One line for an error of the system: what failed, where, and what to change."""
+    path = error.filename
+    what = error.strerror or str(error)
+    if path is None:  # e.g. a listener: asyncio names the address in strerror
+        hint = _HINTS_BY_ERRNO.get(error.errno or 0, "")
+        return f"{what}{hint}"
+    where = os.fsdecode(path)
+    if error.filename2 is not None:
+        where += f" -> {os.fsdecode(error.filename2)}"
+    hint = _HINTS_BY_ERRNO.get(error.errno or 0, "")
+    return f"{where}: {what}{hint}"
+
+
+_HINTS_BY_ERRNO = {
+    errno.EACCES: ": give this user access to it, or choose another --data folder",
+    errno.EPERM: ": give this user access to it, or choose another --data folder",
+    errno.EROFS: ": the file system is read-only; choose a writable --data folder",
+    errno.EEXIST: ": it is a file, not a folder; --data must name a folder",
+    errno.ENOTDIR: ": it is a file, not a folder; --data must name a folder",
+    errno.ENOENT: ": it does not exist (or its parent folder does not); check --data",
+    errno.ENOSPC: ": the disk is full; free some space",
+    errno.EADDRINUSE: " (another program listens there: stop it, or choose another --mqtt "
+    "HOST:PORT)",
+    errno.EADDRNOTAVAIL: " (this machine has no such address: choose another --mqtt HOST:PORT)",
+}
 
 
 def _add_common(parser: argparse.ArgumentParser, *, defaults: bool) -> None:

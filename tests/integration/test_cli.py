@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -205,3 +207,65 @@ def test_a_queue_missing_some_state_folders_works(root: Path) -> None:
     (root / "half" / "target" / "x").write_text("m")
     assert ok(root, "ls").split("\n")[1].split() == ["half", "1", "0", "0", "0", "0"]
     assert ok(root, "get", "half").endswith("m\n")
+
+
+@pytest.mark.parametrize("command", [("put", "q", "x"), ("ls",)])
+def test_a_data_path_that_is_a_file_is_one_clear_line(tmp_path: Path, command: tuple[str]) -> None:
+    (tmp_path / "afile").write_text("")
+    done = boxmq_cli(tmp_path / "afile", *command)
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"boxmq {command[0]}: {tmp_path / 'afile'}")
+    assert "not a folder" in line
+    assert "Traceback" not in done.stderr
+
+
+def test_a_data_path_that_cannot_be_made_is_one_clear_line(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    done = boxmq_cli(tmp_path / "afile" / "sub", "put", "q", "x")
+    assert done.returncode == 1
+    assert str(tmp_path / "afile" / "sub") in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly(root: Path) -> None:
+    ok(root, "put", "q", "x")
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--json", "ls"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        process.stdout.close()  # before it writes: its write finds no reader
+        stderr = process.stderr.read()
+        assert process.wait(timeout=60) == 141
+    assert stderr == b""
+
+
+def test_a_port_in_use_is_one_clear_line(root: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = boxmq_cli(root, "serve", "--mqtt", f"127.0.0.1:{port}")
+    assert done.returncode == 1
+    assert f"('127.0.0.1', {port})" in done.stderr
+    assert "choose another --mqtt" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_permission_error_is_one_line_and_the_message_stays(
+    root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from boxmq import cli
+    from boxmq.store import dropbox
+
+    ok(root, "put", "q", "x")
+
+    def refused(source: str, target: str) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", source)
+
+    monkeypatch.setattr(dropbox.os, "rename", refused)
+    assert cli.main(["--data", str(root), "--fsync", "never", "get", "q"]) == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"boxmq get: {root / 'q' / 'target'}")
+    assert "give this user access to it" in line
+    assert len(os.listdir(root / "q" / "target")) == 1
