@@ -336,7 +336,7 @@ def _body(args: argparse.Namespace) -> bytes:
             raise InvalidArgument(f"cannot read {args.file}: {error.strerror}") from None
     if args.body is None or args.body == "-":
         return sys.stdin.buffer.read()
-    return str(args.body).encode()
+    return os.fsencode(args.body)  # the bytes given, UTF-8 or not (surrogate escapes)
 
 
 def _publish(args: argparse.Namespace, box: Box) -> int:

@@ -269,3 +269,14 @@ def test_a_permission_error_is_one_line_and_the_message_stays(
     assert line.startswith(f"boxmq get: {root / 'q' / 'target'}")
     assert "give this user access to it" in line
     assert len(os.listdir(root / "q" / "target")) == 1
+
+
+def test_a_body_argument_that_is_not_utf8_is_stored_as_its_bytes(root: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", "--data", str(root), "put", "n", b"\xff\xfe"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    [name] = os.listdir(root / "n" / "target")
+    assert (root / "n" / "target" / name).read_bytes() == b"\xff\xfe"
