@@ -392,21 +392,28 @@ def _get(args: argparse.Namespace, box: Box) -> int:
     if message is None:
         print(f"boxmq get: no message is ready in {args.queue!r}", file=sys.stderr)
         return EMPTY
-    record = _message_record(message)
     if args.json:
+        record = _message_record(message)
+        record["body"] = message.body.decode("utf-8", "backslashreplace")
         print(json.dumps(record))
         return 0
+    record = _message_record(message)
     width = max(len(k) for k in record)
     for key, value in record.items():
-        if key != "body":
-            print(f"{key:<{width}}  {value}")
+        print(f"{key:<{width}}  {value}")
     print()
     sys.stdout.flush()
-    sys.stdout.buffer.write(message.body + (b"" if message.body.endswith(b"\n") else b"\n"))
+    # The body byte for byte: everything after the first blank line is exactly the payload, and
+    # it is never decoded (a big body costs its size once, not a text copy of it). Only on a
+    # terminal does a newline end a body that lacks one, for the prompt.
+    sys.stdout.buffer.write(message.body)
+    if not message.body.endswith(b"\n") and sys.stdout.isatty():
+        sys.stdout.buffer.write(b"\n")
     return 0
 
 
 def _message_record(message: Message) -> dict[str, Any]:
+    """What `get` prints before the body."""
     return {
         "id": message.id,
         "queue": message.queue,
@@ -419,7 +426,6 @@ def _message_record(message: Message) -> dict[str, Any]:
         "reply-to": message.reply_to,
         "type": message.type,
         "expires": _time(message.expiration) if message.expiration else None,
-        "body": message.body.decode("utf-8", "backslashreplace"),
     }
 
 

@@ -206,7 +206,7 @@ def test_a_queue_missing_some_state_folders_works(root: Path) -> None:
     (root / "half" / "target").mkdir(parents=True)
     (root / "half" / "target" / "x").write_text("m")
     assert ok(root, "ls").split("\n")[1].split() == ["half", "1", "0", "0", "0", "0"]
-    assert ok(root, "get", "half").endswith("m\n")
+    assert ok(root, "get", "half").endswith("\n\nm")
 
 
 @pytest.mark.parametrize("command", [("put", "q", "x"), ("ls",)])
@@ -280,3 +280,19 @@ def test_a_body_argument_that_is_not_utf8_is_stored_as_its_bytes(root: Path) -> 
     assert done.returncode == 0, done.stderr
     [name] = os.listdir(root / "n" / "target")
     assert (root / "n" / "target" / name).read_bytes() == b"\xff\xfe"
+
+
+def test_get_writes_the_body_byte_for_byte_after_the_blank_line(root: Path) -> None:
+    body = b"\x00\xff binary, no newline at the end"
+    (root.parent / "body").write_bytes(body)
+    ok(root, "put", "q", "--file", str(root.parent / "body"))
+    done = subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", "--data", str(root), "get", "q"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    head, blank, rest = done.stdout.partition(b"\n\n")
+    assert blank
+    assert b"locked-by" in head
+    assert rest == body
