@@ -12,6 +12,7 @@ import errno
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -357,6 +358,9 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
     if args.count is not None and args.count < 1:
         raise InvalidArgument("--count must be at least 1")
     received = 0
+    # SIGTERM (kill, systemd, docker stop) ends it like Ctrl-C does: through the `finally`
+    # below, so that a plain subscription does not outlive the command.
+    signal.signal(signal.SIGTERM, _terminated)
     with box.subscribe(args.filter, args.name, qos=args.qos) as subscriber:
         try:
             while args.count is None or received < args.count:
@@ -370,6 +374,10 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
             if not subscriber.filter.shared and not args.keep:
                 box.unsubscribe(args.filter, args.name)
     return 0
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _print_message(args: argparse.Namespace, message: Message) -> None:

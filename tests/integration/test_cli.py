@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -296,3 +297,18 @@ def test_get_writes_the_body_byte_for_byte_after_the_blank_line(root: Path) -> N
     assert blank
     assert b"locked-by" in head
     assert rest == body
+
+
+def test_subscribe_stopped_by_sigterm_removes_its_subscription(root: Path) -> None:
+    ok(root, "publish", "news/today", "first", "--retain")
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never"]
+    command += ["subscribe", "news/#", "--name", "reader"]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as sub:
+        assert sub.stdout is not None
+        assert sub.stdout.readline() == "news/today first\n"  # the subscription exists
+        assert list((root / "topic-root").rglob("client.reader"))
+        sub.send_signal(signal.SIGTERM)
+        assert sub.wait(timeout=30) == 128 + signal.SIGTERM
+    assert not list((root / "topic-root").rglob("client.reader"))
