@@ -198,7 +198,12 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("subscribe", _subscribe, "print messages of a topic filter as they come")
     p.add_argument("filter", help="a topic filter (+ and # wildcards), or $share/GROUP/FILTER")
-    p.add_argument("--name", default=f"cli-{os.getpid()}", help="subscriber (or member) name")
+    p.add_argument(
+        "--name",
+        dest="subscriber",  # not `name`: that one names the command in error messages
+        default=f"cli-{os.getpid()}",
+        help="subscriber (or member) name",
+    )
     p.add_argument("--qos", type=int, default=1, choices=[0, 1, 2])
     p.add_argument("--count", type=int, help="stop after this many messages")
     p.add_argument(
@@ -361,7 +366,7 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
     # SIGTERM (kill, systemd, docker stop) ends it like Ctrl-C does: through the `finally`
     # below, so that a plain subscription does not outlive the command.
     signal.signal(signal.SIGTERM, _terminated)
-    with box.subscribe(args.filter, args.name, qos=args.qos) as subscriber:
+    with box.subscribe(args.filter, args.subscriber, qos=args.qos) as subscriber:
         try:
             while args.count is None or received < args.count:
                 message = subscriber.receive(timeout=args.idle)
@@ -372,7 +377,7 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
                 received += 1
         finally:
             if not subscriber.filter.shared and not args.keep:
-                box.unsubscribe(args.filter, args.name)
+                box.unsubscribe(args.filter, args.subscriber)
     return 0
 
 

@@ -312,3 +312,9 @@ def test_subscribe_stopped_by_sigterm_removes_its_subscription(root: Path) -> No
         sub.send_signal(signal.SIGTERM)
         assert sub.wait(timeout=30) == 128 + signal.SIGTERM
     assert not list((root / "topic-root").rglob("client.reader"))
+
+
+def test_subscribe_errors_name_the_command_not_the_subscriber(root: Path) -> None:
+    done = boxmq_cli(root, "subscribe", "a/#", "--name", "dash", "--count", "0")
+    assert done.returncode == 1
+    assert done.stderr.startswith("boxmq subscribe: ")
