@@ -23,7 +23,7 @@ from boxmq.cli_args import parse_duration, parse_property
 from boxmq.cli_serve import Default, describe_security, serve_config
 from boxmq.client import Box, Message, Peeked, QueueCounts
 from boxmq.client.lifecycle import shown
-from boxmq.errors import BoxMQError, InvalidArgument
+from boxmq.errors import BoxMQError, InvalidArgument, QueueNotFound
 from boxmq.mqtt.settings import Listener, MqttSettings
 from boxmq.store.layout import State
 from boxmq.xmpp.settings import settings_from
@@ -68,8 +68,21 @@ def _run(args: argparse.Namespace) -> int:
     if standalone is not None:  # e.g. passwd: it has no root folder to open
         return standalone(args)
     command: _Command = args.command
+    if not getattr(args, "creates_root", False):
+        _check_root(str(args.data))
     with boxmq.open(args.data, fsync=args.fsync) as box:
         return command(args, box)
+
+
+def _check_root(path: str) -> None:
+    """A command that writes no message must not make the root: `boxmq --data typo ls` says so
+    instead of leaving an empty folder behind."""
+    if not os.path.isdir(path):
+        what = "it is a file, not a folder" if os.path.exists(path) else "it does not exist"
+        raise QueueNotFound(
+            f"no folder {path} ({what}): check --data or $BOXMQ_DATA (put, publish, subscribe "
+            "and serve make it)"
+        )
 
 
 def _os_error(error: OSError) -> str:
@@ -177,6 +190,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     p = command("put", _put, "send a message")
+    p.set_defaults(creates_root=True)
     p.add_argument("queue")
     p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
     p.add_argument("--file", help="read the body from this file")
@@ -188,6 +202,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--type")
 
     p = command("publish", _publish, "publish to a topic: a copy to every matching subscription")
+    p.set_defaults(creates_root=True)
     p.add_argument("topic")
     p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
     p.add_argument("--file", help="read the body from this file")
@@ -197,6 +212,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--expires-in", type=_duration, metavar="DURATION")
 
     p = command("subscribe", _subscribe, "print messages of a topic filter as they come")
+    p.set_defaults(creates_root=True)
     p.add_argument("filter", help="a topic filter (+ and # wildcards), or $share/GROUP/FILTER")
     p.add_argument(
         "--name",
