@@ -154,7 +154,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help=help, description=help, parents=[common])
     p.set_defaults(standalone=_serve, name="serve")  # it opens the root the config names
     p.add_argument("--config", metavar="FILE", help="a TOML file (see boxmq.example.toml)")
-    p.add_argument("--sweep-interval", type=_duration, metavar="DURATION", help="default 1s")
+    p.add_argument(
+        "--sweep-interval", type=_positive_duration, metavar="DURATION", help="default 1s"
+    )
     p.add_argument(
         "--keep-processed",
         action=argparse.BooleanOptionalAction,
@@ -184,7 +186,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--xmpp-secret-file", metavar="FILE", help="read the component secret here")
     p.add_argument(
         "--xmpp-lock-timeout",
-        type=_duration,
+        type=_positive_duration,
         metavar="DURATION",
         help="unanswered XMPP deliveries go to the next subscriber after this (default 30s)",
     )
@@ -196,7 +198,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--file", help="read the body from this file")
     p.add_argument("--priority", type=int, default=4)
     p.add_argument("--property", "-p", action="append", default=[], metavar="NAME[:TYPE]=VALUE")
-    p.add_argument("--expires-in", type=_duration, metavar="DURATION")
+    p.add_argument("--expires-in", type=_positive_duration, metavar="DURATION")
     p.add_argument("--correlation-id")
     p.add_argument("--reply-to")
     p.add_argument("--type")
@@ -209,7 +211,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--qos", type=int, default=1, choices=[0, 1, 2])
     p.add_argument("--retain", action="store_true", help="keep it as the topic's last value")
     p.add_argument("--property", "-p", action="append", default=[], metavar="NAME[:TYPE]=VALUE")
-    p.add_argument("--expires-in", type=_duration, metavar="DURATION")
+    p.add_argument("--expires-in", type=_positive_duration, metavar="DURATION")
 
     p = command("subscribe", _subscribe, "print messages of a topic filter as they come")
     p.set_defaults(creates_root=True)
@@ -235,7 +237,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("queue")
     p.add_argument(
         "--lock",
-        type=_duration,
+        type=_positive_duration,
         default=30.0,
         metavar="DURATION",
         help="lock timeout (default 30s)",
@@ -255,7 +257,7 @@ def _parser() -> argparse.ArgumentParser:
         if name == "unlock":
             p.add_argument("--delay", type=_duration, default=0.0, metavar="DURATION")
         if name == "extend":
-            p.add_argument("--by", type=_duration, default=30.0, metavar="DURATION")
+            p.add_argument("--by", type=_positive_duration, default=30.0, metavar="DURATION")
 
     command("ls", _ls, "queues and their counts")
     cli_passwd.add_parser(sub)
@@ -263,7 +265,7 @@ def _parser() -> argparse.ArgumentParser:
     p = command("peek", _peek, "show messages without locking them")
     p.add_argument("queue")
     p.add_argument("--state", default="target", choices=[s.value for s in State])
-    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--limit", type=_positive_int, default=20)
 
     p = command("requeue", _requeue, "send dead (or expired/processed) messages back")
     p.add_argument("queue")
@@ -282,6 +284,23 @@ def _duration(text: str) -> float:
         return parse_duration(text)
     except InvalidArgument as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _positive_duration(text: str) -> float:
+    seconds = _duration(text)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"bad duration {text!r}: it must be more than zero")
+    return seconds
+
+
+def _positive_int(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad number {text!r}: use a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"bad number {text!r}: it must be at least 1")
+    return number
 
 
 def _address(text: str) -> tuple[str, int]:

@@ -338,3 +338,22 @@ def test_commands_that_only_read_do_not_create_a_missing_root(
 def test_put_creates_a_missing_root(tmp_path: Path) -> None:
     ok(tmp_path / "new", "put", "q", "x")
     assert (tmp_path / "new" / "q" / "target").is_dir()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("get", "jobs", "--lock", "0"), "bad duration '0': it must be more than zero"),
+        (("put", "jobs", "x", "--expires-in", "0"), "bad duration '0': it must be more than zero"),
+        (("extend", "jobs", "x", "--by", "0ms"), "bad duration '0ms': it must be more than zero"),
+        (("peek", "jobs", "--limit", "0"), "bad number '0': it must be at least 1"),
+        (("peek", "jobs", "--limit", "-1"), "bad number '-1': it must be at least 1"),
+    ],
+)
+def test_zero_durations_and_limits_are_usage_errors(
+    root: Path, args: tuple[str, ...], says: str
+) -> None:
+    ok(root, "put", "jobs", "seed")
+    done = boxmq_cli(root, *args)
+    assert done.returncode == 2
+    assert says in done.stderr
