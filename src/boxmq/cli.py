@@ -11,6 +11,7 @@ import dataclasses
 import errno
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -430,7 +431,7 @@ def _print_message(args: argparse.Namespace, message: Message) -> None:
             "properties": message.properties,
             "body": message.body.decode("utf-8", "backslashreplace"),
         }
-        print(json.dumps(record), flush=True)
+        print(_json(record), flush=True)
     else:
         print(f"{message.topic} {message.body.decode('utf-8', 'backslashreplace')}", flush=True)
 
@@ -443,7 +444,7 @@ def _get(args: argparse.Namespace, box: Box) -> int:
     if args.json:
         record = _message_record(message)
         record["body"] = message.body.decode("utf-8", "backslashreplace")
-        print(json.dumps(record))
+        print(_json(record))
         return 0
     record = _message_record(message)
     width = max(len(k) for k in record)
@@ -510,7 +511,7 @@ def _ls(args: argparse.Namespace, box: Box) -> int:
         for info in box.topics.subscriptions()
     ]
     if args.json:
-        print(json.dumps({"queues": queues, "subscriptions": subscriptions}))
+        print(_json({"queues": queues, "subscriptions": subscriptions}))
         return 0
     if not queues and not subscriptions:
         print(f"no queues or subscriptions under {box.root}")
@@ -536,7 +537,7 @@ def _peek(args: argparse.Namespace, box: Box) -> int:
     peeked = box.queue(args.queue, create=False).peek(state=State(args.state), limit=args.limit)
     rows = [_peek_row(p) for p in peeked]
     if args.json:
-        print(json.dumps(rows))
+        print(_json(rows))
     elif not rows:
         print(f"{args.queue}: no messages in {args.state}/")
     else:
@@ -582,7 +583,23 @@ def _purge(args: argparse.Namespace, box: Box) -> int:
 
 
 def _emit(args: argparse.Namespace, record: dict[str, Any], text: str) -> None:
-    print(json.dumps(record) if args.json else text)
+    print(_json(record) if args.json else text)
+
+
+def _json(value: object) -> str:
+    """One JSON document; NaN and infinite float properties as the strings "NaN", "Infinity"
+    and "-Infinity" (the file name's spelling), which JSON has no numbers for."""
+    return json.dumps(_finite(value), allow_nan=False)
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _table(rows: list[dict[str, Any]]) -> None:

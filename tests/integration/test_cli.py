@@ -357,3 +357,10 @@ def test_zero_durations_and_limits_are_usage_errors(
     done = boxmq_cli(root, *args)
     assert done.returncode == 2
     assert says in done.stderr
+
+
+def test_json_output_stays_json_with_nan_and_infinite_properties(root: Path) -> None:
+    ok(root, "put", "q", "x", "-p", "a:double=nan", "-p", "b:double=inf", "-p", "c:float=-inf")
+    expected = {"a": "NaN", "b": "Infinity", "c": "-Infinity"}
+    got = json.loads(ok(root, "--json", "get", "q"), parse_constant=pytest.fail)
+    assert got["properties"] == expected
