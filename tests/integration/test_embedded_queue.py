@@ -274,3 +274,17 @@ def test_get_releases_timed_out_locks_without_a_server(
     again = jobs.get("cli")
     assert again is not None
     assert (again.id, again.delivery_count) == (message_id, 2)
+
+
+def test_a_timed_out_lock_on_a_name_that_is_not_utf8_goes_to_error(
+    box: boxmq.Box, root: Path
+) -> None:
+    jobs = box.queue("jobs")
+    jobs.put(b"behind it")
+    locked = BAD_NAME.decode(errors="surrogateescape") + "@cli@1@"  # its deadline long past
+    (root / "jobs" / "processing" / locked).write_bytes(b"x")
+    message = jobs.get("one-shot")
+    assert message is not None
+    assert message.body == b"behind it"
+    assert [os.fsencode(n) for n in os.listdir(root / "jobs" / "error")] == [BAD_NAME]
+    assert box.sweep()  # and a sweep does not trip on it either
