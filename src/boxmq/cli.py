@@ -499,9 +499,7 @@ _ack, _unlock, _reject, _extend = (_settle(v) for v in ("ack", "unlock", "reject
 
 
 def _ls(args: argparse.Namespace, box: Box) -> int:
-    queues = [
-        {"queue": name, **_counts(box.queue(name, create=False).counts())} for name in box.queues()
-    ]
+    queues = [{"queue": name, **_counts(counts)} for name, counts in box.counts().items()]
     subscriptions = [
         {
             "subscription": info.filter,

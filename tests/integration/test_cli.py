@@ -364,3 +364,17 @@ def test_json_output_stays_json_with_nan_and_infinite_properties(root: Path) -> 
     expected = {"a": "NaN", "b": "Infinity", "c": "-Infinity"}
     got = json.loads(ok(root, "--json", "get", "q"), parse_constant=pytest.fail)
     assert got["properties"] == expected
+
+
+def test_ls_shows_queue_folders_made_by_hand_under_any_name(root: Path) -> None:
+    ok(root, "put", "jobs", "x")
+    (root / "50%off" / "target").mkdir(parents=True)
+    (root / "50%off" / "target" / "m").write_text("m")
+    (root / b"\xff".decode(errors="surrogateescape") / "target").mkdir(parents=True)
+    listing = json.loads(ok(root, "--json", "ls"))
+    assert [(q["queue"], q["ready"]) for q in listing["queues"]] == [
+        ("50%off", 1),
+        ("\\xff", 0),
+        ("jobs", 1),
+    ]
+    assert "50%off" in ok(root, "ls")

@@ -288,3 +288,12 @@ def test_a_timed_out_lock_on_a_name_that_is_not_utf8_goes_to_error(
     assert message.body == b"behind it"
     assert [os.fsencode(n) for n in os.listdir(root / "jobs" / "error")] == [BAD_NAME]
     assert box.sweep()  # and a sweep does not trip on it either
+
+
+def test_a_sweep_goes_through_queue_folders_made_by_hand(box: boxmq.Box, root: Path) -> None:
+    (root / b"\xff".decode(errors="surrogateescape") / "target").mkdir(parents=True)
+    (root / "50%off" / "target").mkdir(parents=True)
+    (root / "50%off" / "target" / "4.old.T.1").write_text("expired in 1970")
+    reports = box.sweep()
+    assert reports["50%off"].expired == 1
+    assert "\\xff" in reports
