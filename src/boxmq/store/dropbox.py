@@ -11,6 +11,7 @@ The body on disk is exactly the payload: metadata lives in the name (store/names
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -140,12 +141,14 @@ class Dropbox:
         try:
             # A file past working/ never grows, so a short read is the end: one read for a
             # small body instead of a second one that only finds EOF.
-            chunks = []
-            while True:
-                chunk = os.read(fd, _READ)
-                chunks.append(chunk)
-                if len(chunk) < _READ:
-                    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            chunk = os.read(fd, _READ)
+            if len(chunk) < _READ:
+                return chunk
+            # A big body: read whole from the start into one buffer sized by fstat (FileIO's
+            # readall), not in chunks joined at the end, which held it twice in memory.
+            os.lseek(fd, 0, os.SEEK_SET)
+            with io.FileIO(fd, "rb", closefd=False) as file:
+                return file.readall()
         finally:
             os.close(fd)
 

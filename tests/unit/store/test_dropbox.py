@@ -44,3 +44,16 @@ def test_a_folder_without_target_is_no_queue(tmp_path: Path) -> None:
             Dropbox(str(tmp_path), committer, create=False)
     finally:
         committer.close()
+
+
+@pytest.mark.parametrize("size", [0, 1, 65535, 65536, 65537, 3 * 65536 + 7])
+def test_read_returns_the_whole_body_at_any_size(tmp_path: Path, size: int) -> None:
+    committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
+    try:
+        box = Dropbox(str(tmp_path / "q"), committer)
+        body = os.urandom(size)
+        box.send([box.write("4.x.B", body)])
+        assert box.read(State.TARGET, "4.x.B") == body
+        assert box.read(State.TARGET, "gone") is None
+    finally:
+        committer.close()
