@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # nothing more to flush at exit
         return SIGPIPE_STATUS
     except OSError as error:
-        print(f"boxmq {args.name}: {_os_error(error)}", file=sys.stderr)
+        print(f"boxmq {args.name}: {_os_error(error, str(args.data))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -86,28 +86,34 @@ def _check_root(path: str) -> None:
         )
 
 
-def _os_error(error: OSError) -> str:
+def _os_error(error: OSError, data: str) -> str:
     """One line for an error of the system: what failed, where, and what to change."""
-    path = error.filename
     what = error.strerror or str(error)
-    if path is None:  # e.g. a listener: asyncio names the address in strerror
-        hint = _HINTS_BY_ERRNO.get(error.errno or 0, "")
+    hint = _HINTS_BY_ERRNO.get(error.errno or 0, "")
+    if error.filename is None:  # e.g. a listener: asyncio names the address in strerror
         return f"{what}{hint}"
-    where = os.fsdecode(path)
+    where = os.fsdecode(error.filename)
+    if hint and _within(where, data):
+        hint += " (or choose another --data folder)"
     if error.filename2 is not None:
         where += f" -> {os.fsdecode(error.filename2)}"
-    hint = _HINTS_BY_ERRNO.get(error.errno or 0, "")
     return f"{where}: {what}{hint}"
 
 
+def _within(path: str, folder: str) -> bool:
+    path, folder = os.path.abspath(path), os.path.abspath(folder)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 _HINTS_BY_ERRNO = {
-    errno.EACCES: ": give this user access to it, or choose another --data folder",
-    errno.EPERM: ": give this user access to it, or choose another --data folder",
-    errno.EROFS: ": the file system is read-only; choose a writable --data folder",
-    errno.EEXIST: ": it is a file, not a folder; --data must name a folder",
-    errno.ENOTDIR: ": it is a file, not a folder; --data must name a folder",
-    errno.ENOENT: ": it does not exist (or its parent folder does not); check --data",
+    errno.EACCES: ": give this user access to it",
+    errno.EPERM: ": give this user access to it",
+    errno.EROFS: ": the file system is read-only; mount it writable",
+    errno.EEXIST: ": it is a file, not a folder",
+    errno.ENOTDIR: ": a file stands where a folder must be",
+    errno.ENOENT: ": it does not exist and cannot be made here",
     errno.ENOSPC: ": the disk is full; free some space",
+    errno.EDQUOT: ": the disk quota is used up; free some space",
     errno.EADDRINUSE: " (another program listens there: stop it, or choose another --mqtt "
     "HOST:PORT)",
     errno.EADDRNOTAVAIL: " (this machine has no such address: choose another --mqtt HOST:PORT)",
