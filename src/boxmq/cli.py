@@ -230,7 +230,7 @@ def _parser() -> argparse.ArgumentParser:
         help="subscriber (or member) name",
     )
     p.add_argument("--qos", type=int, default=1, choices=[0, 1, 2])
-    p.add_argument("--count", type=int, help="stop after this many messages")
+    p.add_argument("--count", type=_positive_int, help="stop after this many messages")
     p.add_argument(
         "--idle", type=_duration, metavar="DURATION", help="stop after this long without a message"
     )
@@ -402,8 +402,6 @@ def _publish(args: argparse.Namespace, box: Box) -> int:
 
 
 def _subscribe(args: argparse.Namespace, box: Box) -> int:
-    if args.count is not None and args.count < 1:
-        raise InvalidArgument("--count must be at least 1")
     received = 0
     # SIGTERM (kill, systemd, docker stop) ends it like Ctrl-C does: through the `finally`
     # below, so that a plain subscription does not outlive the command.

@@ -316,7 +316,7 @@ def test_subscribe_stopped_by_sigterm_removes_its_subscription(root: Path) -> No
 
 
 def test_subscribe_errors_name_the_command_not_the_subscriber(root: Path) -> None:
-    done = boxmq_cli(root, "subscribe", "a/#", "--name", "dash", "--count", "0")
+    done = boxmq_cli(root, "subscribe", "a/#/b", "--name", "dash")  # '#' must come last
     assert done.returncode == 1
     assert done.stderr.startswith("boxmq subscribe: ")
 
@@ -348,6 +348,7 @@ def test_put_creates_a_missing_root(tmp_path: Path) -> None:
         (("extend", "jobs", "x", "--by", "0ms"), "bad duration '0ms': it must be more than zero"),
         (("peek", "jobs", "--limit", "0"), "bad number '0': it must be at least 1"),
         (("peek", "jobs", "--limit", "-1"), "bad number '-1': it must be at least 1"),
+        (("subscribe", "a", "--count", "0"), "bad number '0': it must be at least 1"),
     ],
 )
 def test_zero_durations_and_limits_are_usage_errors(
