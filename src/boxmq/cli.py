@@ -1,16 +1,19 @@
 """`boxmq`: the command line. Human tables by default, `--json` for scripts.
 
 Exit status: 0 done, 1 an error (the message says what to fix), 2 a usage error,
-3 nothing to get (`get` on a queue with no ready message).
+3 nothing to get (`get` on a queue with no ready message), 141 the reader of stdout left.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import logging
+import math
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,7 +23,8 @@ from boxmq import cli_passwd
 from boxmq.cli_args import parse_duration, parse_property
 from boxmq.cli_serve import Default, describe_security, serve_config
 from boxmq.client import Box, Message, Peeked, QueueCounts
-from boxmq.errors import BoxMQError, InvalidArgument
+from boxmq.client.lifecycle import shown
+from boxmq.errors import BoxMQError, InvalidArgument, QueueNotFound
 from boxmq.mqtt.settings import Listener, MqttSettings
 from boxmq.store.layout import State
 from boxmq.xmpp.settings import settings_from
@@ -28,6 +32,7 @@ from boxmq.xmpp.settings import settings_from
 __all__ = ["main"]
 
 EMPTY = 3
+SIGPIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for a tool whose reader left
 _Command = Callable[[argparse.Namespace, Box], int]
 
 
@@ -39,18 +44,80 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    standalone: Callable[[argparse.Namespace], int] | None = getattr(args, "standalone", None)
     try:
-        if standalone is not None:  # e.g. passwd: it has no root folder to open
-            return standalone(args)
-        command: _Command = args.command
-        with boxmq.open(args.data, fsync=args.fsync) as box:
-            return command(args, box)
+        status = _run(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return status
     except BoxMQError as error:
         print(f"boxmq {args.name}: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader left (`boxmq get q | head -1`): quiet, as a Unix tool killed by SIGPIPE.
+        # A message `get` locked stays locked until its deadline, then is delivered again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # nothing more to flush at exit
+        return SIGPIPE_STATUS
+    except OSError as error:
+        print(f"boxmq {args.name}: {_os_error(error, str(args.data))}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    standalone: Callable[[argparse.Namespace], int] | None = getattr(args, "standalone", None)
+    if standalone is not None:  # e.g. passwd: it has no root folder to open
+        return standalone(args)
+    command: _Command = args.command
+    if not getattr(args, "creates_root", False):
+        _check_root(str(args.data))
+    with boxmq.open(args.data, fsync=args.fsync) as box:
+        return command(args, box)
+
+
+def _check_root(path: str) -> None:
+    """A command that writes no message must not make the root: `boxmq --data typo ls` says so
+    instead of leaving an empty folder behind."""
+    if not os.path.isdir(path):
+        what = "it is a file, not a folder" if os.path.exists(path) else "it does not exist"
+        raise QueueNotFound(
+            f"no folder {path} ({what}): check --data or $BOXMQ_DATA (put, publish, subscribe "
+            "and serve make it)"
+        )
+
+
+def _os_error(error: OSError, data: str) -> str:
+    """One line for an error of the system: what failed, where, and what to change."""
+    what = error.strerror or str(error)
+    hint = _HINTS_BY_ERRNO.get(error.errno or 0, "")
+    if error.filename is None:  # e.g. a listener: asyncio names the address in strerror
+        return f"{what}{hint}"
+    where = os.fsdecode(error.filename)
+    if hint and _within(where, data):
+        hint += " (or choose another --data folder)"
+    if error.filename2 is not None:
+        where += f" -> {os.fsdecode(error.filename2)}"
+    return f"{where}: {what}{hint}"
+
+
+def _within(path: str, folder: str) -> bool:
+    path, folder = os.path.abspath(path), os.path.abspath(folder)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+_HINTS_BY_ERRNO = {
+    errno.EACCES: ": give this user access to it",
+    errno.EPERM: ": give this user access to it",
+    errno.EROFS: ": the file system is read-only; mount it writable",
+    errno.EEXIST: ": it is a file, not a folder",
+    errno.ENOTDIR: ": a file stands where a folder must be",
+    errno.ENOENT: ": it does not exist and cannot be made here",
+    errno.ENOSPC: ": the disk is full; free some space",
+    errno.EDQUOT: ": the disk quota is used up; free some space",
+    errno.EADDRINUSE: " (another program listens there: stop it, or choose another --mqtt "
+    "HOST:PORT)",
+    errno.EADDRNOTAVAIL: " (this machine has no such address: choose another --mqtt HOST:PORT)",
+}
 
 
 def _add_common(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
@@ -94,7 +161,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help=help, description=help, parents=[common])
     p.set_defaults(standalone=_serve, name="serve")  # it opens the root the config names
     p.add_argument("--config", metavar="FILE", help="a TOML file (see boxmq.example.toml)")
-    p.add_argument("--sweep-interval", type=_duration, metavar="DURATION", help="default 1s")
+    p.add_argument(
+        "--sweep-interval", type=_positive_duration, metavar="DURATION", help="default 1s"
+    )
     p.add_argument(
         "--keep-processed",
         action=argparse.BooleanOptionalAction,
@@ -124,36 +193,44 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--xmpp-secret-file", metavar="FILE", help="read the component secret here")
     p.add_argument(
         "--xmpp-lock-timeout",
-        type=_duration,
+        type=_positive_duration,
         metavar="DURATION",
         help="unanswered XMPP deliveries go to the next subscriber after this (default 30s)",
     )
 
     p = command("put", _put, "send a message")
+    p.set_defaults(creates_root=True)
     p.add_argument("queue")
     p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
     p.add_argument("--file", help="read the body from this file")
     p.add_argument("--priority", type=int, default=4)
     p.add_argument("--property", "-p", action="append", default=[], metavar="NAME[:TYPE]=VALUE")
-    p.add_argument("--expires-in", type=_duration, metavar="DURATION")
+    p.add_argument("--expires-in", type=_positive_duration, metavar="DURATION")
     p.add_argument("--correlation-id")
     p.add_argument("--reply-to")
     p.add_argument("--type")
 
     p = command("publish", _publish, "publish to a topic: a copy to every matching subscription")
+    p.set_defaults(creates_root=True)
     p.add_argument("topic")
     p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
     p.add_argument("--file", help="read the body from this file")
     p.add_argument("--qos", type=int, default=1, choices=[0, 1, 2])
     p.add_argument("--retain", action="store_true", help="keep it as the topic's last value")
     p.add_argument("--property", "-p", action="append", default=[], metavar="NAME[:TYPE]=VALUE")
-    p.add_argument("--expires-in", type=_duration, metavar="DURATION")
+    p.add_argument("--expires-in", type=_positive_duration, metavar="DURATION")
 
     p = command("subscribe", _subscribe, "print messages of a topic filter as they come")
+    p.set_defaults(creates_root=True)
     p.add_argument("filter", help="a topic filter (+ and # wildcards), or $share/GROUP/FILTER")
-    p.add_argument("--name", default=f"cli-{os.getpid()}", help="subscriber (or member) name")
+    p.add_argument(
+        "--name",
+        dest="subscriber",  # not `name`: that one names the command in error messages
+        default=f"cli-{os.getpid()}",
+        help="subscriber (or member) name",
+    )
     p.add_argument("--qos", type=int, default=1, choices=[0, 1, 2])
-    p.add_argument("--count", type=int, help="stop after this many messages")
+    p.add_argument("--count", type=_positive_int, help="stop after this many messages")
     p.add_argument(
         "--idle", type=_duration, metavar="DURATION", help="stop after this long without a message"
     )
@@ -167,7 +244,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("queue")
     p.add_argument(
         "--lock",
-        type=_duration,
+        type=_positive_duration,
         default=30.0,
         metavar="DURATION",
         help="lock timeout (default 30s)",
@@ -187,7 +264,7 @@ def _parser() -> argparse.ArgumentParser:
         if name == "unlock":
             p.add_argument("--delay", type=_duration, default=0.0, metavar="DURATION")
         if name == "extend":
-            p.add_argument("--by", type=_duration, default=30.0, metavar="DURATION")
+            p.add_argument("--by", type=_positive_duration, default=30.0, metavar="DURATION")
 
     command("ls", _ls, "queues and their counts")
     cli_passwd.add_parser(sub)
@@ -195,7 +272,7 @@ def _parser() -> argparse.ArgumentParser:
     p = command("peek", _peek, "show messages without locking them")
     p.add_argument("queue")
     p.add_argument("--state", default="target", choices=[s.value for s in State])
-    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--limit", type=_positive_int, default=20)
 
     p = command("requeue", _requeue, "send dead (or expired/processed) messages back")
     p.add_argument("queue")
@@ -214,6 +291,23 @@ def _duration(text: str) -> float:
         return parse_duration(text)
     except InvalidArgument as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _positive_duration(text: str) -> float:
+    seconds = _duration(text)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"bad duration {text!r}: it must be more than zero")
+    return seconds
+
+
+def _positive_int(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad number {text!r}: use a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"bad number {text!r}: it must be at least 1")
+    return number
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -292,7 +386,7 @@ def _body(args: argparse.Namespace) -> bytes:
             raise InvalidArgument(f"cannot read {args.file}: {error.strerror}") from None
     if args.body is None or args.body == "-":
         return sys.stdin.buffer.read()
-    return str(args.body).encode()
+    return os.fsencode(args.body)  # the bytes given, UTF-8 or not (surrogate escapes)
 
 
 def _publish(args: argparse.Namespace, box: Box) -> int:
@@ -310,10 +404,11 @@ def _publish(args: argparse.Namespace, box: Box) -> int:
 
 
 def _subscribe(args: argparse.Namespace, box: Box) -> int:
-    if args.count is not None and args.count < 1:
-        raise InvalidArgument("--count must be at least 1")
     received = 0
-    with box.subscribe(args.filter, args.name, qos=args.qos) as subscriber:
+    # SIGTERM (kill, systemd, docker stop) ends it like Ctrl-C does: through the `finally`
+    # below, so that a plain subscription does not outlive the command.
+    signal.signal(signal.SIGTERM, _terminated)
+    with box.subscribe(args.filter, args.subscriber, qos=args.qos) as subscriber:
         try:
             while args.count is None or received < args.count:
                 message = subscriber.receive(timeout=args.idle)
@@ -324,8 +419,12 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
                 received += 1
         finally:
             if not subscriber.filter.shared and not args.keep:
-                box.unsubscribe(args.filter, args.name)
+                box.unsubscribe(args.filter, args.subscriber)
     return 0
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _print_message(args: argparse.Namespace, message: Message) -> None:
@@ -338,7 +437,7 @@ def _print_message(args: argparse.Namespace, message: Message) -> None:
             "properties": message.properties,
             "body": message.body.decode("utf-8", "backslashreplace"),
         }
-        print(json.dumps(record), flush=True)
+        print(_json(record), flush=True)
     else:
         print(f"{message.topic} {message.body.decode('utf-8', 'backslashreplace')}", flush=True)
 
@@ -348,21 +447,28 @@ def _get(args: argparse.Namespace, box: Box) -> int:
     if message is None:
         print(f"boxmq get: no message is ready in {args.queue!r}", file=sys.stderr)
         return EMPTY
-    record = _message_record(message)
     if args.json:
-        print(json.dumps(record))
+        record = _message_record(message)
+        record["body"] = message.body.decode("utf-8", "backslashreplace")
+        print(_json(record))
         return 0
+    record = _message_record(message)
     width = max(len(k) for k in record)
     for key, value in record.items():
-        if key != "body":
-            print(f"{key:<{width}}  {value}")
+        print(f"{key:<{width}}  {value}")
     print()
     sys.stdout.flush()
-    sys.stdout.buffer.write(message.body + (b"" if message.body.endswith(b"\n") else b"\n"))
+    # The body byte for byte: everything after the first blank line is exactly the payload, and
+    # it is never decoded (a big body costs its size once, not a text copy of it). Only on a
+    # terminal does a newline end a body that lacks one, for the prompt.
+    sys.stdout.buffer.write(message.body)
+    if not message.body.endswith(b"\n") and sys.stdout.isatty():
+        sys.stdout.buffer.write(b"\n")
     return 0
 
 
 def _message_record(message: Message) -> dict[str, Any]:
+    """What `get` prints before the body."""
     return {
         "id": message.id,
         "queue": message.queue,
@@ -375,7 +481,6 @@ def _message_record(message: Message) -> dict[str, Any]:
         "reply-to": message.reply_to,
         "type": message.type,
         "expires": _time(message.expiration) if message.expiration else None,
-        "body": message.body.decode("utf-8", "backslashreplace"),
     }
 
 
@@ -400,9 +505,7 @@ _ack, _unlock, _reject, _extend = (_settle(v) for v in ("ack", "unlock", "reject
 
 
 def _ls(args: argparse.Namespace, box: Box) -> int:
-    queues = [
-        {"queue": name, **_counts(box.queue(name, create=False).counts())} for name in box.queues()
-    ]
+    queues = [{"queue": name, **_counts(counts)} for name, counts in box.counts().items()]
     subscriptions = [
         {
             "subscription": info.filter,
@@ -412,7 +515,7 @@ def _ls(args: argparse.Namespace, box: Box) -> int:
         for info in box.topics.subscriptions()
     ]
     if args.json:
-        print(json.dumps({"queues": queues, "subscriptions": subscriptions}))
+        print(_json({"queues": queues, "subscriptions": subscriptions}))
         return 0
     if not queues and not subscriptions:
         print(f"no queues or subscriptions under {box.root}")
@@ -438,7 +541,7 @@ def _peek(args: argparse.Namespace, box: Box) -> int:
     peeked = box.queue(args.queue, create=False).peek(state=State(args.state), limit=args.limit)
     rows = [_peek_row(p) for p in peeked]
     if args.json:
-        print(json.dumps(rows))
+        print(_json(rows))
     elif not rows:
         print(f"{args.queue}: no messages in {args.state}/")
     else:
@@ -449,7 +552,7 @@ def _peek(args: argparse.Namespace, box: Box) -> int:
 def _peek_row(peeked: Peeked) -> dict[str, Any]:
     envelope = peeked.envelope
     row: dict[str, Any] = {
-        "id": envelope.message_id,
+        "id": shown(envelope.message_id),  # a name that is not UTF-8: its bytes as \xNN
         "priority": envelope.priority,
         "bytes": peeked.size,
         "deliveries": envelope.delivery_count,
@@ -484,7 +587,23 @@ def _purge(args: argparse.Namespace, box: Box) -> int:
 
 
 def _emit(args: argparse.Namespace, record: dict[str, Any], text: str) -> None:
-    print(json.dumps(record) if args.json else text)
+    print(_json(record) if args.json else text)
+
+
+def _json(value: object) -> str:
+    """One JSON document; NaN and infinite float properties as the strings "NaN", "Infinity"
+    and "-Infinity" (the file name's spelling), which JSON has no numbers for."""
+    return json.dumps(_finite(value), allow_nan=False)
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _table(rows: list[dict[str, Any]]) -> None:

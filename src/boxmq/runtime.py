@@ -55,9 +55,11 @@ def run(main: Coroutine[Any, Any, None]) -> None:
     try:
         import uvloop  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
+        uvloop = None  # run outside the except block: an error of the loop chains no ImportError
+    if uvloop is None:
         asyncio.run(main)
-        return
-    uvloop.run(main)
+    else:
+        uvloop.run(main)
 
 
 async def serve(

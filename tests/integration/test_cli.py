@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -188,3 +191,191 @@ def test_the_global_options_may_also_follow_the_command(tmp_path: Path) -> None:
     [queue] = json.loads(listed.stdout)["queues"]
     assert (queue["queue"], queue["ready"]) == ("jobs", 1)
     assert not (tmp_path / "jobs").exists()  # the one after the command won
+
+
+def test_a_name_that_is_not_utf8_is_set_aside_and_shown_sanely(root: Path) -> None:
+    ok(root, "put", "m", "valid")
+    (root / "m" / "target").joinpath(b"\xff\xfe".decode(errors="surrogateescape")).write_text("x")
+    assert ok(root, "get", "m").rstrip().endswith("valid")
+    assert "\\xff\\xfe" in ok(root, "peek", "m", "--state", "error")
+    [row] = json.loads(ok(root, "--json", "peek", "m", "--state", "error"))
+    assert row["id"] == "\\xff\\xfe"
+    assert json.loads(ok(root, "--json", "ls"))["queues"][0]["dead"] == 1
+
+
+def test_a_queue_missing_some_state_folders_works(root: Path) -> None:
+    (root / "half" / "target").mkdir(parents=True)
+    (root / "half" / "target" / "x").write_text("m")
+    assert ok(root, "ls").split("\n")[1].split() == ["half", "1", "0", "0", "0", "0"]
+    assert ok(root, "get", "half").endswith("\n\nm")
+
+
+@pytest.mark.parametrize("command", [("put", "q", "x"), ("ls",)])
+def test_a_data_path_that_is_a_file_is_one_clear_line(tmp_path: Path, command: tuple[str]) -> None:
+    (tmp_path / "afile").write_text("")
+    done = boxmq_cli(tmp_path / "afile", *command)
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"boxmq {command[0]}: ")
+    assert str(tmp_path / "afile") in line
+    assert "not a folder" in line
+    assert "Traceback" not in done.stderr
+
+
+def test_a_data_path_that_cannot_be_made_is_one_clear_line(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    done = boxmq_cli(tmp_path / "afile" / "sub", "put", "q", "x")
+    assert done.returncode == 1
+    assert str(tmp_path / "afile" / "sub") in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly(root: Path) -> None:
+    ok(root, "put", "q", "x")
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--json", "ls"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        process.stdout.close()  # before it writes: its write finds no reader
+        stderr = process.stderr.read()
+        assert process.wait(timeout=60) == 141
+    assert stderr == b""
+
+
+def test_a_port_in_use_is_one_clear_line(root: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = boxmq_cli(root, "serve", "--mqtt", f"127.0.0.1:{port}")
+    assert done.returncode == 1
+    assert f"('127.0.0.1', {port})" in done.stderr
+    assert "choose another --mqtt" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_permission_error_is_one_line_and_the_message_stays(
+    root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from boxmq import cli
+    from boxmq.store import dropbox
+
+    ok(root, "put", "q", "x")
+
+    def refused(source: str, target: str) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", source)
+
+    monkeypatch.setattr(dropbox.os, "rename", refused)
+    assert cli.main(["--data", str(root), "--fsync", "never", "get", "q"]) == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"boxmq get: {root / 'q' / 'target'}")
+    assert "give this user access to it" in line
+    assert len(os.listdir(root / "q" / "target")) == 1
+
+
+def test_a_body_argument_that_is_not_utf8_is_stored_as_its_bytes(root: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", "--data", str(root), "put", "n", b"\xff\xfe"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    [name] = os.listdir(root / "n" / "target")
+    assert (root / "n" / "target" / name).read_bytes() == b"\xff\xfe"
+
+
+def test_get_writes_the_body_byte_for_byte_after_the_blank_line(root: Path) -> None:
+    body = b"\x00\xff binary, no newline at the end"
+    (root.parent / "body").write_bytes(body)
+    ok(root, "put", "q", "--file", str(root.parent / "body"))
+    done = subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", "--data", str(root), "get", "q"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    head, blank, rest = done.stdout.partition(b"\n\n")
+    assert blank
+    assert b"locked-by" in head
+    assert rest == body
+
+
+def test_subscribe_stopped_by_sigterm_removes_its_subscription(root: Path) -> None:
+    ok(root, "publish", "news/today", "first", "--retain")
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never"]
+    command += ["subscribe", "news/#", "--name", "reader"]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as sub:
+        assert sub.stdout is not None
+        assert sub.stdout.readline() == "news/today first\n"  # the subscription exists
+        assert list((root / "topic-root").rglob("client.reader"))
+        sub.send_signal(signal.SIGTERM)
+        assert sub.wait(timeout=30) == 128 + signal.SIGTERM
+    assert not list((root / "topic-root").rglob("client.reader"))
+
+
+def test_subscribe_errors_name_the_command_not_the_subscriber(root: Path) -> None:
+    done = boxmq_cli(root, "subscribe", "a/#/b", "--name", "dash")  # '#' must come last
+    assert done.returncode == 1
+    assert done.stderr.startswith("boxmq subscribe: ")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("ls",), ("peek", "q"), ("get", "q"), ("ack", "q", "x"), ("purge", "q"), ("requeue", "q")],
+)
+def test_commands_that_only_read_do_not_create_a_missing_root(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    done = boxmq_cli(tmp_path / "typo", *command)
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"boxmq {command[0]}: no folder {tmp_path / 'typo'}")
+    assert not (tmp_path / "typo").exists()
+
+
+def test_put_creates_a_missing_root(tmp_path: Path) -> None:
+    ok(tmp_path / "new", "put", "q", "x")
+    assert (tmp_path / "new" / "q" / "target").is_dir()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("get", "jobs", "--lock", "0"), "bad duration '0': it must be more than zero"),
+        (("put", "jobs", "x", "--expires-in", "0"), "bad duration '0': it must be more than zero"),
+        (("extend", "jobs", "x", "--by", "0ms"), "bad duration '0ms': it must be more than zero"),
+        (("peek", "jobs", "--limit", "0"), "bad number '0': it must be at least 1"),
+        (("peek", "jobs", "--limit", "-1"), "bad number '-1': it must be at least 1"),
+        (("subscribe", "a", "--count", "0"), "bad number '0': it must be at least 1"),
+    ],
+)
+def test_zero_durations_and_limits_are_usage_errors(
+    root: Path, args: tuple[str, ...], says: str
+) -> None:
+    ok(root, "put", "jobs", "seed")
+    done = boxmq_cli(root, *args)
+    assert done.returncode == 2
+    assert says in done.stderr
+
+
+def test_json_output_stays_json_with_nan_and_infinite_properties(root: Path) -> None:
+    ok(root, "put", "q", "x", "-p", "a:double=nan", "-p", "b:double=inf", "-p", "c:float=-inf")
+    expected = {"a": "NaN", "b": "Infinity", "c": "-Infinity"}
+    got = json.loads(ok(root, "--json", "get", "q"), parse_constant=pytest.fail)
+    assert got["properties"] == expected
+
+
+def test_ls_shows_queue_folders_made_by_hand_under_any_name(root: Path) -> None:
+    ok(root, "put", "jobs", "x")
+    (root / "50%off" / "target").mkdir(parents=True)
+    (root / "50%off" / "target" / "m").write_text("m")
+    (root / b"\xff".decode(errors="surrogateescape") / "target").mkdir(parents=True)
+    listing = json.loads(ok(root, "--json", "ls"))
+    assert [(q["queue"], q["ready"]) for q in listing["queues"]] == [
+        ("50%off", 1),
+        ("\\xff", 0),
+        ("jobs", 1),
+    ]
+    assert "50%off" in ok(root, "ls")

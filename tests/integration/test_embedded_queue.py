@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -220,3 +221,79 @@ def test_peek_purge_and_counts(box: boxmq.Box) -> None:
 def test_unknown_queue_is_an_error_when_not_creating(box: boxmq.Box) -> None:
     with pytest.raises(boxmq.QueueNotFound):
         box.queue("nope", create=False)
+
+
+BAD_NAME = b"\xff\xfe"  # not UTF-8: os.listdir gives it back with surrogate escapes
+
+
+def test_a_name_that_is_not_utf8_goes_to_error_and_blocks_nobody(
+    box: boxmq.Box, root: Path
+) -> None:
+    jobs = box.queue("jobs")
+    jobs.put(b"behind it")
+    (root / "jobs" / "target").joinpath(BAD_NAME.decode(errors="surrogateescape")).write_bytes(b"x")
+    message = jobs.get("one-shot")
+    assert message is not None
+    assert message.body == b"behind it"
+    assert [os.fsencode(n) for n in os.listdir(root / "jobs" / "error")] == [BAD_NAME]
+    assert jobs.counts().dead == 1
+
+
+def test_the_live_consumer_sets_a_name_that_is_not_utf8_aside(box: boxmq.Box, root: Path) -> None:
+    jobs = box.queue("jobs")
+    (root / "jobs" / "target").joinpath(BAD_NAME.decode(errors="surrogateescape")).write_bytes(b"x")
+    jobs.put(b"behind it")
+    with jobs.consumer("worker") as consumer:
+        message = consumer.receive(timeout=5)
+        assert message is not None
+        assert message.body == b"behind it"
+    assert [os.fsencode(n) for n in os.listdir(root / "jobs" / "error")] == [BAD_NAME]
+
+
+def test_get_moves_a_name_too_long_to_lock_to_error(box: boxmq.Box, root: Path) -> None:
+    jobs = box.queue("jobs")
+    jobs.put(b"behind it")
+    long_name = "4." + "x" * 200 + ".T"  # over 167 bytes: no room for a lock suffix
+    (root / "jobs" / "target" / long_name).write_bytes(b"long")
+    message = jobs.get("one-shot")
+    assert message is not None
+    assert message.body == b"behind it"
+    assert files(root, "jobs", "error") == [long_name]
+    assert jobs.get("one-shot") is None
+
+
+def test_get_releases_timed_out_locks_without_a_server(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    jobs = manual_box.queue("jobs")
+    message_id = jobs.put(b"work")
+    first = jobs.get("cli", lock_timeout=1)
+    assert first is not None
+    assert jobs.get("cli") is None  # still locked
+    clock.advance(2)
+    again = jobs.get("cli")
+    assert again is not None
+    assert (again.id, again.delivery_count) == (message_id, 2)
+
+
+def test_a_timed_out_lock_on_a_name_that_is_not_utf8_goes_to_error(
+    box: boxmq.Box, root: Path
+) -> None:
+    jobs = box.queue("jobs")
+    jobs.put(b"behind it")
+    locked = BAD_NAME.decode(errors="surrogateescape") + "@cli@1@"  # its deadline long past
+    (root / "jobs" / "processing" / locked).write_bytes(b"x")
+    message = jobs.get("one-shot")
+    assert message is not None
+    assert message.body == b"behind it"
+    assert [os.fsencode(n) for n in os.listdir(root / "jobs" / "error")] == [BAD_NAME]
+    assert box.sweep()  # and a sweep does not trip on it either
+
+
+def test_a_sweep_goes_through_queue_folders_made_by_hand(box: boxmq.Box, root: Path) -> None:
+    (root / b"\xff".decode(errors="surrogateescape") / "target").mkdir(parents=True)
+    (root / "50%off" / "target").mkdir(parents=True)
+    (root / "50%off" / "target" / "4.old.T.1").write_text("expired in 1970")
+    reports = box.sweep()
+    assert reports["50%off"].expired == 1
+    assert "\\xff" in reports

@@ -17,7 +17,7 @@ from types import TracebackType
 
 from boxmq.client.assured import AssuredIntake
 from boxmq.client.live_queue import LiveOptions, LiveQueue
-from boxmq.client.queue import Queue
+from boxmq.client.queue import Queue, QueueCounts, counts_of
 from boxmq.client.sweeps import SweepLimits, SweepReport, sweep
 from boxmq.client.topics import Subscriber, Topics
 from boxmq.clock import Clock, SystemClock
@@ -27,7 +27,7 @@ from boxmq.ids import IdFactory
 from boxmq.model import MessageId, Property, PropertyValue
 from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.dropbox import Dropbox
-from boxmq.store.layout import is_dropbox, list_dropboxes, queue_path
+from boxmq.store.layout import dropbox_folders, is_dropbox, list_dropboxes, queue_path
 from boxmq.store.process import process_token
 from boxmq.store.spares import Spares
 from boxmq.store.topics import read_records, remove_stale_staging
@@ -85,6 +85,7 @@ class Box:
             policy=self.options.policy,
             keep_processed=self.options.keep_processed,
             live=lambda: self._live_queue(name, dropbox),
+            limits=self.options.limits,
         )
 
     # -- publish / subscribe (docs/pubsub.md) ------------------------------------------------------
@@ -226,6 +227,18 @@ class Box:
     def queues(self) -> list[str]:
         return list_dropboxes(self.root)
 
+    def counts(self) -> dict[str, QueueCounts]:
+        """Every queue's counts by name, folders made by hand under names that are not
+        escaped included (found by path, not by name)."""
+        counts = {}
+        for name, path in dropbox_folders(self.root):
+            try:
+                dropbox = Dropbox(path, self._committer, create=False, spares=self._spares)
+            except QueueNotFound:
+                continue  # deleted right now
+            counts[name] = counts_of(dropbox)
+        return counts
+
     def delete_queue(self, name: str) -> bool:
         """Remove the queue `name` and every message in it; False if there was none.
 
@@ -247,7 +260,7 @@ class Box:
         """One round of housekeeping over every queue and subscription (what `boxmq serve`
         runs on a timer); share groups whose members all died are ended."""
         now = self._clock.now()
-        boxes = [(name, queue_path(self.root, name)) for name in self.queues()]
+        boxes = dropbox_folders(self.root)  # by path: a folder made by hand may not be escaped
         self.topics.sweep_groups()
         boxes += [
             (f"{record.filter} ({os.path.basename(path)})", path)

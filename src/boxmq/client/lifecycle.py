@@ -8,6 +8,7 @@ holder and not-before time go into reserved properties) and a dead letter (the r
 from __future__ import annotations
 
 import logging
+import os
 
 from boxmq.core import Ready
 from boxmq.errors import MetadataTooLong
@@ -20,15 +21,58 @@ from boxmq.model import (
     Envelope,
     PropertyType,
 )
-from boxmq.store.names import decode_lenient, encode
+from boxmq.store.dropbox import Dropbox
+from boxmq.store.layout import State
+from boxmq.store.names import MAX_NAME, decode_lenient, encode
 
-__all__ = ["PUT_HEADROOM", "dead_name", "envelope_of", "ready_of", "redrive_name", "released_name"]
+__all__ = [
+    "PUT_HEADROOM",
+    "dead_name",
+    "envelope_of",
+    "ready_of",
+    "redrive_name",
+    "released_name",
+    "set_aside",
+    "shown",
+    "unusable",
+]
 
 log = logging.getLogger("boxmq")
 
 # A producer's name must leave room for what a release adds (`&bx_dcI=NN&bx_nbL=<13 digits>`),
 # so that a message can always go back to target/ with its delivery count.
 PUT_HEADROOM = 32
+
+
+def unusable(name: str) -> str | None:
+    """Why a name in target/ can never be delivered, or None if it can (docs/file-format.md).
+
+    A name that is not UTF-8 (os.listdir gives it with surrogate escapes) has no id any door
+    could carry; a name over MAX_NAME bytes has no room for a lock suffix.
+    """
+    size = len(name) if name.isascii() else len(os.fsencode(name))
+    if size > MAX_NAME:
+        return f"more than {MAX_NAME} bytes, too long to lock"
+    if not name.isascii():
+        try:
+            name.encode()
+        except UnicodeEncodeError:
+            return "not valid UTF-8"
+    return None
+
+
+def set_aside(box: Dropbox, queue: str, name: str, why: str) -> bool:
+    """Move target/<name>, which can never be delivered, to error/ under the same name, so that
+    it blocks nobody and is never lost; True if it was moved (False: someone else did)."""
+    if not box.move(State.TARGET, name, State.ERROR):
+        return False
+    log.error("%s: %s is %s: moved to error/", queue, shown(name), why)
+    return True
+
+
+def shown(text: str) -> str:
+    """`text` fit to print: bytes that are not UTF-8 (surrogate escapes) as \\xNN."""
+    return os.fsencode(text).decode("utf-8", "backslashreplace")
 
 
 def envelope_of(name: str) -> Envelope:

@@ -16,7 +16,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from boxmq.client.lifecycle import dead_name, envelope_of, ready_of, released_name
+from boxmq.client.lifecycle import (
+    dead_name,
+    envelope_of,
+    ready_of,
+    released_name,
+    set_aside,
+    unusable,
+)
 from boxmq.client.sweeps import SweepLimits, release_stale_locks
 from boxmq.clock import Clock
 from boxmq.core import (
@@ -35,7 +42,7 @@ from boxmq.errors import Closed, InvalidArgument, UnexpectedRequest
 from boxmq.model import ConsumerId, Envelope, MessageId
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
-from boxmq.store.names import MAX_NAME, Lock, decode_lenient, locked_name
+from boxmq.store.names import Lock, locked_name
 from boxmq.store.watch import Changes, watch
 
 __all__ = ["Delivery", "LiveOptions", "LiveQueue"]
@@ -218,17 +225,12 @@ class LiveQueue:
     def _offer(self, name: str, now: float) -> None:
         if name in self._known:
             return
-        envelope, reason = decode_lenient(name)
-        if len(name.encode()) > MAX_NAME:
-            # No room for a lock suffix: it can never be claimed, so it goes where people look.
-            if self._box.move(State.TARGET, name, State.ERROR):
-                log.error(
-                    "%s: %r is too long to lock (%s): moved to error/",
-                    self.name,
-                    name,
-                    reason or f"more than {MAX_NAME} bytes",
-                )
+        if (why := unusable(name)) is not None:
+            # It can never be claimed (no id, or no room for a lock suffix): it goes where
+            # people look, rather than block the messages behind it.
+            set_aside(self._box, self.name, name, why)
             return
+        envelope = envelope_of(name)
         mtime = 0.0
         if envelope.timestamp is None:
             try:

@@ -8,9 +8,17 @@ from dataclasses import dataclass, replace
 
 from boxmq.client.consumer import Consumer
 from boxmq.client.disk_locks import DiskSettler
-from boxmq.client.lifecycle import PUT_HEADROOM, envelope_of, ready_of, redrive_name
+from boxmq.client.lifecycle import (
+    PUT_HEADROOM,
+    envelope_of,
+    ready_of,
+    redrive_name,
+    set_aside,
+    unusable,
+)
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.message import Message
+from boxmq.client.sweeps import SweepLimits, release_stale_locks
 from boxmq.core import QueuePolicy
 from boxmq.errors import InvalidArgument, InvalidName, MetadataTooLong
 from boxmq.ids import IdFactory
@@ -86,12 +94,15 @@ class Queue:
         policy: QueuePolicy,
         keep_processed: bool,
         live: Callable[[], LiveQueue],
+        limits: SweepLimits | None = None,
     ) -> None:
         self.name = name
         self._box = box
         self._ids = ids
         self._now = now
         self._live = live
+        self._policy = policy
+        self._limits = limits or SweepLimits()
         self._disk = DiskSettler(box, policy, now, keep_processed)
 
     # -- producing ---------------------------------------------------------------------------
@@ -197,12 +208,15 @@ class Queue:
         """Lock the next ready message for `consumer`, with no process bound to the lock.
 
         The lock lives until its deadline or until `ack`/`unlock`/`reject` by id, from any
-        process: this is what the CLI uses. Returns None if nothing is ready.
+        process: this is what the CLI uses. Returns None if nothing is ready. Locks whose
+        deadline passed (or whose process died) go back to target/ first, as a server's sweep
+        would, so that queues work without `boxmq serve`.
         """
         holder = check_consumer_name(consumer)
         if lock_timeout <= 0:
             raise InvalidArgument("the lock timeout must be a positive number of seconds")
         now = self._now()
+        release_stale_locks(self._box, now=now, policy=self._policy, limits=self._limits)
         for name, envelope in self._ready_in_order(now):
             deadline = now + lock_timeout
             processing = locked_name(name, Lock(holder, int(deadline * 1000), ""))
@@ -217,10 +231,13 @@ class Queue:
     def _ready_in_order(self, now: float) -> Iterable[tuple[str, Envelope]]:
         ready = []
         for entry in self._box.scan(State.TARGET):
+            if (why := unusable(entry.name)) is not None:
+                set_aside(self._box, self.name, entry.name, why)  # never lost, blocks nobody
+                continue
             envelope = envelope_of(entry.name)
             if envelope.expired(now):
                 self._box.move(State.TARGET, entry.name, State.EXPIRED)
-            elif envelope.not_before <= now and len(entry.name.encode()) <= MAX_NAME:
+            elif envelope.not_before <= now:
                 item = ready_of(entry.name, envelope, _mtime(entry.path, envelope))
                 ready.append((-item.priority, item.sequence, entry.name, envelope))
         heapq.heapify(ready)

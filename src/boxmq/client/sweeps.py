@@ -16,7 +16,7 @@ import logging
 from collections.abc import Container
 from dataclasses import dataclass
 
-from boxmq.client.lifecycle import dead_name, envelope_of, released_name
+from boxmq.client.lifecycle import dead_name, envelope_of, released_name, shown, unusable
 from boxmq.core import QueuePolicy
 from boxmq.model import MessageId, timestamp_of
 from boxmq.store.dropbox import Dropbox
@@ -77,6 +77,13 @@ def release_stale_locks(
         elif lock.token and _alive(alive, lock.token) is False:
             why, holder = f"process of {lock.owner!r} is gone", lock.owner
         else:
+            continue
+        if (unfit := unusable(name)) is not None:
+            # Not UTF-8 (or too long to lock again): no name can carry its delivery count, and
+            # no consumer could take it. Kept as it is, where people look.
+            if box.move(State.PROCESSING, entry.name, State.ERROR, name):
+                dead += 1
+                log.error("%s: %s; its name is %s: to error/", shown(name), why, unfit)
             continue
         count = envelope.delivery_count + 1
         limit = policy.max_deliveries

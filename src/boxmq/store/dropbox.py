@@ -10,6 +10,8 @@ The body on disk is exactly the payload: metadata lives in the name (store/names
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import uuid
 from collections.abc import Iterator, Sequence
@@ -56,6 +58,17 @@ class Dropbox:
                 os.makedirs(directory, exist_ok=True)
         elif not is_dropbox(path):
             raise QueueNotFound(f"no queue at {path}")
+        else:
+            self._complete()
+
+    def _complete(self) -> None:
+        """Make the state folders a dropbox made by hand (or by DropboxMQ) may lack: target/
+        alone makes a queue. Where none can be made (a read-only root), scan() reads a missing
+        folder as empty."""
+        for directory in self._dirs.values():
+            if not os.path.isdir(directory):
+                with contextlib.suppress(OSError):
+                    os.makedirs(directory, exist_ok=True)
 
     def dir(self, state: State) -> str:
         return self._dirs[state]
@@ -99,8 +112,12 @@ class Dropbox:
     # -- consuming ---------------------------------------------------------------------------
 
     def scan(self, state: State) -> Iterator[Entry]:
-        """The files in one state folder, in no particular order."""
-        with os.scandir(self._dirs[state]) as entries:
+        """The files in one state folder, in no particular order; none if it is missing."""
+        try:
+            entries = os.scandir(self._dirs[state])
+        except FileNotFoundError:
+            return  # a state folder nobody made yet holds nothing
+        with entries:
             for entry in entries:
                 if entry.is_file(follow_symlinks=False):
                     yield Entry(entry.name, entry.path)
@@ -143,12 +160,14 @@ class Dropbox:
         try:
             # A file past working/ never grows, so a short read is the end: one read for a
             # small body instead of a second one that only finds EOF.
-            chunks = []
-            while True:
-                chunk = os.read(fd, _READ)
-                chunks.append(chunk)
-                if len(chunk) < _READ:
-                    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            chunk = os.read(fd, _READ)
+            if len(chunk) < _READ:
+                return chunk
+            # A big body: read whole from the start into one buffer sized by fstat (FileIO's
+            # readall), not in chunks joined at the end, which held it twice in memory.
+            os.lseek(fd, 0, os.SEEK_SET)
+            with io.FileIO(fd, "rb", closefd=False) as file:
+                return file.readall()
         finally:
             os.close(fd)
 

@@ -16,7 +16,15 @@ from enum import Enum
 from boxmq.errors import InvalidName
 from boxmq.store.names import escape_segment, unescape_segment
 
-__all__ = ["TOPIC_ROOT", "State", "is_dropbox", "list_dropboxes", "open_folder", "queue_path"]
+__all__ = [
+    "TOPIC_ROOT",
+    "State",
+    "dropbox_folders",
+    "is_dropbox",
+    "list_dropboxes",
+    "open_folder",
+    "queue_path",
+]
 
 TOPIC_ROOT = "topic-root"
 
@@ -49,19 +57,28 @@ def is_dropbox(path: str) -> bool:
 
 def list_dropboxes(root: str) -> list[str]:
     """The queue names under `root`, sorted."""
+    return [name for name, _ in dropbox_folders(root)]
+
+
+def dropbox_folders(root: str) -> list[tuple[str, str]]:
+    """(name, path) of every queue under `root`, sorted by name. A folder made by hand whose
+    name is not escaped (e.g. "50%off") is named as it is on disk, bytes that are not UTF-8
+    as \\xNN: such a name may not lead back to its folder, so use the path."""
     try:
         entries = list(os.scandir(root))
     except FileNotFoundError:
         return []
-    names = []
+    folders = []
     for entry in entries:
         if entry.name.startswith(".") or entry.name == TOPIC_ROOT or not is_dropbox(entry.path):
             continue
         try:
-            names.append(unescape_segment(entry.name))
-        except InvalidName:
-            names.append(entry.name)  # made by hand (e.g. "50%off"): shown as it is on disk
-    return sorted(names)
+            name = unescape_segment(entry.name)
+            name.encode()  # a name that is not UTF-8 comes through with surrogate escapes
+        except (InvalidName, UnicodeEncodeError):
+            name = os.fsencode(entry.name).decode("utf-8", "backslashreplace")
+        folders.append((name, entry.path))
+    return sorted(folders)
 
 
 _FOLDER_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)

@@ -1,0 +1,59 @@
+"""A dropbox opened on folders made by hand or by DropboxMQ, which may lack state folders."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from boxmq.errors import QueueNotFound
+from boxmq.store.commit import Committer, FsyncPolicy
+from boxmq.store.dropbox import Dropbox
+from boxmq.store.layout import State
+
+
+def test_opening_a_queue_with_only_target_makes_the_other_state_folders(tmp_path: Path) -> None:
+    (tmp_path / "half" / "target").mkdir(parents=True)
+    (tmp_path / "half" / "target" / "x").write_text("m")
+    committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
+    try:
+        box = Dropbox(str(tmp_path / "half"), committer, create=False)
+        assert sorted(os.listdir(tmp_path / "half")) == sorted(s.value for s in State)
+        assert box.move(State.TARGET, "x", State.PROCESSING)
+    finally:
+        committer.close()
+
+
+def test_a_missing_state_folder_reads_as_empty(tmp_path: Path) -> None:
+    committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
+    try:
+        (tmp_path / "q" / "target").mkdir(parents=True)
+        box = Dropbox(str(tmp_path / "q"), committer, create=False)
+        os.rmdir(tmp_path / "q" / "processing")  # e.g. a read-only root where none could be made
+        assert list(box.scan(State.PROCESSING)) == []
+        assert box.count(State.PROCESSING) == 0
+    finally:
+        committer.close()
+
+
+def test_a_folder_without_target_is_no_queue(tmp_path: Path) -> None:
+    committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
+    try:
+        with pytest.raises(QueueNotFound):
+            Dropbox(str(tmp_path), committer, create=False)
+    finally:
+        committer.close()
+
+
+@pytest.mark.parametrize("size", [0, 1, 65535, 65536, 65537, 3 * 65536 + 7])
+def test_read_returns_the_whole_body_at_any_size(tmp_path: Path, size: int) -> None:
+    committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
+    try:
+        box = Dropbox(str(tmp_path / "q"), committer)
+        body = os.urandom(size)
+        box.send([box.write("4.x.B", body)])
+        assert box.read(State.TARGET, "4.x.B") == body
+        assert box.read(State.TARGET, "gone") is None
+    finally:
+        committer.close()
