@@ -114,7 +114,7 @@ def test_another_user_cannot_answer_a_subscribers_qos_notification(
             ids: list[str] = []
             alice.remove_handler("qos")  # alice is slow: she never answers the notification
             alice.register_handler(
-                Callback("slow", _QosRequests(), lambda s: ids.append(s.xml.get("id")))
+                Callback("slow", _QosRequests(), lambda s: ids.append(s.xml.get("id", "")))
             )
             await alice.subscribe(1, qos="acknowledged")
             item = await carol.publish("<job xmlns='urn:example'>x</job>")
