@@ -207,7 +207,8 @@ def _kill_take_replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, topic:
                 killed = True
         published = _take_everything(dropboxes)
         if killed:
-            replay = [_stage(destination, "job", 3, "0-1", ["a", "b", "c"])]
+            # A restarted driver numbers its tasks from 0 again: the same task name.
+            replay = [_stage(destination, "job", 3, "0-0", ["a", "b", "c"])]
             attempts.append(_ids(replay))
             Publisher(destination, FsyncPolicy.NEVER).commit("job", 3, replay)
         for dropbox, ids in _take_everything(dropboxes).items():

@@ -2,8 +2,8 @@
 
 Tasks write each row as a file in a staging folder of their own (one per task attempt):
 
-    queue:  <root>/<queue>/working/.spark/<job>/<batch>/<task>/<message name>
-    topic:  <root>/.spark/staging/<job>/<batch>/<task>/<message name>
+    queue:  <root>/<queue>/working/.spark/<job>/<batch>/<task>-<random>/<message name>
+    topic:  <root>/.spark/staging/<job>/<batch>/<task>-<random>/<message name>
 
 No consumer looks there, so a half-written batch is never seen. The driver's commit then
 publishes the folders of the attempts Spark chose: a queue's files are linked into target/, a
@@ -36,6 +36,7 @@ import contextlib
 import json
 import os
 import shutil
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -68,10 +69,19 @@ class Destination:
 
 
 def stage_dir(destination: Destination, job: str, batch: int | None, task: str) -> str:
-    """A task attempt's own staging folder (made); `batch` None for a one-off batch write."""
-    path = os.path.join(destination.staging(job), "once" if batch is None else str(batch), task)
-    os.makedirs(path, exist_ok=True)
-    return path
+    """A task attempt's own staging folder (made): `<task>-<random>`, never one an earlier
+    attempt used, since a driver restarted after a crash numbers its tasks from 0 again, and a
+    folder that an unfinished commit's `.intent` names must not gain the replay's new rows.
+    `batch` None for a one-off batch write."""
+    batch_dir = os.path.join(destination.staging(job), "once" if batch is None else str(batch))
+    os.makedirs(batch_dir, exist_ok=True)
+    while True:
+        path = os.path.join(batch_dir, f"{task}-{uuid.uuid4().hex[:12]}")
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            continue
+        return path
 
 
 def write_staged(directory: str, name: str, body: bytes) -> bool:
