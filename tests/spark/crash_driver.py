@@ -4,6 +4,9 @@
 
 MODE "publish": queue "in" → boxmq sink (queue "out"); the kill comes inside the sink's commit
 of batch KILL_AT, after its messages are published and before Spark writes its commit log.
+MODE "midpublish": as "publish", but the kill comes in the middle of the sink's commit of
+batch KILL_AT: at the sixth unlink or rename it makes, so some messages are out and others
+still staged (with the old link-then-unlink publishing: just after a link, before its unlink).
 MODE "midbatch": queue "in" → Parquet files in OUTPUT; the kill comes inside the source's
 read() of batch KILL_AT, once some rows of it are out.
 
@@ -101,8 +104,31 @@ class LoggingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 _die_once("read")
 
 
+KILL_AT_CHANGE = 6  # "midpublish": the unlink or rename of the sink's commit that never happens
+
+
+def _dying_at_change(real: Any, counter: list[int]) -> Any:
+    def change(*args: Any, **kwargs: Any) -> Any:
+        counter[0] += 1
+        if counter[0] == KILL_AT_CHANGE:
+            _die_once("publish")
+        return real(*args, **kwargs)
+
+    return change
+
+
 class CrashingWriter(BoxMQStreamWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if MODE == "midpublish" and batchId == KILL_AT:
+            counter = [0]
+            unlink, rename = os.unlink, os.rename
+            os.unlink = _dying_at_change(unlink, counter)
+            os.rename = _dying_at_change(rename, counter)
+            try:
+                super().commit(messages, batchId)
+            finally:
+                os.unlink, os.rename = unlink, rename
+            return
         super().commit(messages, batchId)  # published: the messages are in "out" now
         if MODE == "publish" and batchId == KILL_AT:
             _die_once("commit")
@@ -132,7 +158,7 @@ def main() -> None:
         .option("numPartitions", 2)
         .load()
     )
-    if MODE == "publish":
+    if MODE in ("publish", "midpublish"):
         # New ids for the copies, the original id in a property: a message published twice
         # would show as two messages, not hide behind one file name.
         copies = stream.select(col("body"), create_map(lit("source_id"), col("message_id")))

@@ -4,7 +4,8 @@ Each test runs crash_driver.py twice in a process group of its own: the first ru
 whole driver (JVM and Python workers) at the point under test; the second, with the same
 checkpoint, completes. The source alone is at-least-once (the log shows the killed batch read
 twice, with exactly the same messages); with the idempotent boxmq sink, or Parquet, every
-message is in the output exactly once.
+message is in the output exactly once. Killed in the middle of the sink's own commit, with a
+consumer taking (and deleting) what was out before the restart, still none is published twice.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from pyspark.sql import SparkSession
 import boxmq
 from boxmq.model import MessageId
 from boxmq.store.layout import queue_path
+from boxmq.store.names import decode_lenient
 
 # Two driver runs of a minute each here, each bounded by RUN_SECONDS.
 pytestmark = pytest.mark.timeout(600)
@@ -55,7 +58,9 @@ def _reads(tmp_path: Path) -> list[tuple[int, str]]:
     return [(int(line.split()[0]), line.split()[1]) for line in lines]
 
 
-def _crash_and_restart(mode: str, tmp_path: Path) -> list[MessageId]:
+def _crash_and_restart(
+    mode: str, tmp_path: Path, between: Callable[[], object] = lambda: None
+) -> list[MessageId]:
     with boxmq.open(tmp_path / "data", fsync="never") as box:
         ids = box.queue("in").put_many([f"reading {i}".encode() for i in range(MESSAGES)])
     first = _run(mode, tmp_path)
@@ -63,6 +68,7 @@ def _crash_and_restart(mode: str, tmp_path: Path) -> list[MessageId]:
     assert first == -signal.SIGKILL, f"the first run was to be killed; it ended {first}:\n{log}"
     assert (tmp_path / "killed").exists()
     reads_before = len(_reads(tmp_path))
+    between()
     second = _run(mode, tmp_path)
     log = (tmp_path / "driver.log").read_text(errors="replace")[-3000:]
     assert second == 0, f"the restart failed:\n{log}"
@@ -98,6 +104,33 @@ def test_exactly_once_when_killed_between_the_sinks_publish_and_sparks_commit(
     sources = collections.Counter(str(p.envelope.user_properties()["source_id"]) for p in copies)
     assert sorted(sources) == sorted(ids)  # every message once...
     assert set(sources.values()) == {1}  # ...and not one twice
+
+
+def test_exactly_once_when_killed_in_the_middle_of_the_sinks_publish(
+    tmp_path: Path, spark_missing: str | None
+) -> None:
+    if spark_missing is not None:
+        pytest.skip(spark_missing)
+    taken: list[str] = []
+
+    def consume() -> None:
+        """A consumer takes and acknowledges (deletes) what the killed commit published."""
+        target = Path(queue_path(str(tmp_path / "data"), "out"), "target")
+        for path in target.iterdir():
+            taken.append(str(decode_lenient(path.name)[0].user_properties()["source_id"]))
+            path.unlink()
+
+    ids = _crash_and_restart("midpublish", tmp_path, consume)
+    assert (tmp_path / "killed").read_text() == "publish"
+    assert taken  # the kill came after some messages were out
+
+    with boxmq.open(tmp_path / "data") as box:
+        copies = box.queue("out").peek()
+    rest = [str(p.envelope.user_properties()["source_id"]) for p in copies]
+    sources = collections.Counter(taken + rest)
+    assert sorted(sources) == sorted(ids)  # every message once...
+    twice = sorted(source for source, count in sources.items() if count > 1)
+    assert not twice, f"published twice: {twice}; taken {sorted(taken)}; rest {sorted(rest)}"
 
 
 def test_exactly_once_in_parquet_when_killed_mid_batch(tmp_path: Path, spark: SparkSession) -> None:

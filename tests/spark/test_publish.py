@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from boxmq.model import TOPIC, Envelope, PropertyType
 from boxmq.spark.publish import Destination, Publisher, ensure_queue, stage_dir, write_staged
 from boxmq.store.commit import FsyncPolicy, Move
 from boxmq.store.layout import queue_path
-from boxmq.store.names import encode
+from boxmq.store.names import decode_lenient, encode
 
 
 @pytest.fixture
@@ -128,3 +129,105 @@ def test_messages_to_a_topic_fan_out_to_every_matching_subscription(box: boxmq.B
     assert other.receive(timeout=0) is None
     for subscriber in (group, durable, other):
         subscriber.close()
+
+
+# -- a driver killed at any point of a commit, then replayed ------------------------------------
+
+
+class _Killed(BaseException):
+    """The driver died here (SIGKILL: nothing after this step ran)."""
+
+
+_CHANGES = ("link", "unlink", "rename", "replace", "mkdir", "rmdir")
+
+
+def _kill_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    """Make the `step`-th change to the file system (1 = the first) kill the driver: every
+    change before it is done; it and everything after it are not."""
+    done = 0
+    for name in _CHANGES:
+        real = getattr(os, name)
+
+        def change(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            nonlocal done
+            done += 1
+            if done == step:
+                raise _Killed
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(os, name, change)
+
+
+def _ids(folders: list[str]) -> list[str]:
+    return sorted(decode_lenient(name)[0].message_id for f in folders for name in os.listdir(f))
+
+
+def _take_everything(dropboxes: list[str]) -> dict[str, list[str]]:
+    """A consumer claims and acknowledges (deletes) every ready message: its ids per dropbox."""
+    taken: dict[str, list[str]] = {}
+    for dropbox in dropboxes:
+        target = os.path.join(dropbox, "target")
+        taken[dropbox] = []
+        for name in os.listdir(target):
+            os.unlink(os.path.join(target, name))
+            taken[dropbox].append(decode_lenient(name)[0].message_id)
+    return taken
+
+
+def _kill_take_replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, topic: bool) -> int:
+    """For each step of a commit in turn: kill the driver there, let a consumer take and
+    acknowledge what was published so far, replay the batch (Spark's new attempt stages the
+    same rows under new ids), and check that each dropbox got the messages of one attempt,
+    each exactly once. Returns how many steps a commit takes."""
+    step = 0
+    while True:
+        step += 1
+        with boxmq.open(tmp_path / f"killed-at-{step}", fsync="never") as box:
+            if topic:
+                dropboxes = [
+                    box.topics.attach_dropbox("$share/ops/alerts/#", "w1"),
+                    box.topics.attach_dropbox("alerts/+", "auditor"),
+                ]
+                destination = Destination(box.root, None)
+            else:
+                destination = Destination(box.root, "out")
+                ensure_queue(destination)
+                dropboxes = [queue_path(box.root, "out")]
+        first = [
+            _stage(destination, "job", 3, "0-0", ["a", "b"]),
+            _stage(destination, "job", 3, "1-0", ["c"]),
+        ]
+        attempts = [_ids(first)]
+        with monkeypatch.context() as dying:
+            _kill_at(dying, step)
+            try:
+                Publisher(destination, FsyncPolicy.NEVER).commit("job", 3, first)
+                killed = False
+            except _Killed:
+                killed = True
+        published = _take_everything(dropboxes)
+        if killed:
+            # A restarted driver numbers its tasks from 0 again: the same task name.
+            replay = [_stage(destination, "job", 3, "0-0", ["a", "b", "c"])]
+            attempts.append(_ids(replay))
+            Publisher(destination, FsyncPolicy.NEVER).commit("job", 3, replay)
+        for dropbox, ids in _take_everything(dropboxes).items():
+            got = sorted(published[dropbox] + ids)
+            assert got in attempts, f"killed at step {step}: {dropbox} got {got}"
+            left = [files for _, _, files in os.walk(os.path.join(dropbox, "working")) if files]
+            assert not left, f"killed at step {step}: {dropbox} still holds {left}"
+        assert not os.path.exists(destination.staging("job"))
+        if not killed:
+            return step
+
+
+def test_a_queue_gets_each_message_once_wherever_the_commit_was_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _kill_take_replay(tmp_path, monkeypatch, topic=False) > 3
+
+
+def test_each_subscription_gets_each_message_once_wherever_the_commit_was_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _kill_take_replay(tmp_path, monkeypatch, topic=True) > 6

@@ -179,6 +179,16 @@ class Topics:
             data = source_file.read()
         self._route(envelope, data, path, QoS.EXACTLY_ONCE, source)
 
+    def copies(self, envelope: Envelope) -> list[tuple[str, str]]:
+        """Where `send_file` would put its copies of `envelope` (published at QoS 2, from no
+        source): each matching durable subscription's dropbox and the copy's name there. For
+        a caller that moves its copies itself (the Spark sink); memory subscribers get none.
+        """
+        assert envelope.topic is not None
+        route = self._destinations(envelope.topic, QoS.EXACTLY_ONCE, None)
+        names = _names(envelope, route.levels)
+        return [(path, names[destination.qos]) for destination, path in route.durable]
+
     def _route(
         self, envelope: Envelope, data: bytes, path: str | None, level: QoS, source: str | None
     ) -> None:

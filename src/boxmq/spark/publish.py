@@ -2,8 +2,8 @@
 
 Tasks write each row as a file in a staging folder of their own (one per task attempt):
 
-    queue:  <root>/<queue>/working/.spark/<job>/<batch>/<task>/<message name>
-    topic:  <root>/.spark/staging/<job>/<batch>/<task>/<message name>
+    queue:  <root>/<queue>/working/.spark/<job>/<batch>/<task>-<random>/<message name>
+    topic:  <root>/.spark/staging/<job>/<batch>/<task>-<random>/<message name>
 
 No consumer looks there, so a half-written batch is never seen. The driver's commit then
 publishes the folders of the attempts Spark chose: a queue's files are linked into target/, a
@@ -16,8 +16,18 @@ with two small files per job in `<root>/.spark/sinks/`:
   first message is published. A commit that crashed half-way is finished from those folders
   by the replay, which ignores its own new attempt: each message is published exactly once.
 
-A link that finds its name already there is a message published before the crash; publishing
-is "link, then unlink the staged file", so every step can be repeated safely.
+Every message leaves its staged file by one rename, so a replay knows what was published
+before the crash: what is still staged was not, what is gone was (and may already have been
+consumed: publishing it again would be a second copy, not a repair).
+
+- A queue: the staged file is renamed into target/.
+- A topic: the staged file is hard-linked into a pending folder in every matching
+  subscription, `<subscription>/working/.spark/<job>/<batch>/<copy name>` (no consumer looks
+  there), then unlinked; then each pending copy is renamed into its target/. A staged file
+  still there means none of its copies reached a target/ yet: the replay links it again (a
+  copy already pending is kept) and goes on. A staged file gone means all its copies were
+  pending: the replay renames what is left in the subscriptions' pending folders of the batch.
+  Only a replay looks through the subscriptions; a normal commit knows where its copies are.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import contextlib
 import json
 import os
 import shutil
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -36,6 +47,7 @@ from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_filesystem
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State, queue_path
 from boxmq.store.names import decode_lenient
+from boxmq.store.topics import read_records
 
 __all__ = ["Destination", "Publisher", "ensure_queue", "stage_dir", "write_staged"]
 
@@ -57,10 +69,19 @@ class Destination:
 
 
 def stage_dir(destination: Destination, job: str, batch: int | None, task: str) -> str:
-    """A task attempt's own staging folder (made); `batch` None for a one-off batch write."""
-    path = os.path.join(destination.staging(job), "once" if batch is None else str(batch), task)
-    os.makedirs(path, exist_ok=True)
-    return path
+    """A task attempt's own staging folder (made): `<task>-<random>`, never one an earlier
+    attempt used, since a driver restarted after a crash numbers its tasks from 0 again, and a
+    folder that an unfinished commit's `.intent` names must not gain the replay's new rows.
+    `batch` None for a one-off batch write."""
+    batch_dir = os.path.join(destination.staging(job), "once" if batch is None else str(batch))
+    os.makedirs(batch_dir, exist_ok=True)
+    while True:
+        path = os.path.join(batch_dir, f"{task}-{uuid.uuid4().hex[:12]}")
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            continue
+        return path
 
 
 def write_staged(directory: str, name: str, body: bytes) -> bool:
@@ -93,7 +114,7 @@ class Publisher:
         `batch` None is a one-off batch write: no replay to guard against, no books kept.
         """
         if batch is None:
-            published = self._publish(folders)
+            published = self._publish(folders, _pending(job, None), replay=False)
             self._cleanup(job, None)
             return published
         last, intent = self._last(job), self._intent(job)
@@ -103,7 +124,7 @@ class Publisher:
         if intent is not None and intent[0] != batch:
             # Not the batch Spark replays: only a moved or rewound checkpoint gets here.
             # Finish what was started (its messages are half out already), then go on.
-            self._finish(job, *intent)
+            self._finish(job, *intent, replay=True)
             last, intent = self._last(job), None
         if batch <= last:
             self._cleanup(job, batch)  # a replay of a batch already published: nothing to do
@@ -112,7 +133,7 @@ class Publisher:
             self._write(f"{job}.intent", {"batch": batch, "folders": list(folders)})
         else:
             folders = intent[1]  # finish the crashed commit; this attempt's files are dropped
-        return self._finish(job, batch, folders)
+        return self._finish(job, batch, folders, replay=intent is not None)
 
     def abort(self, job: str, batch: int | None, folders: Sequence[str]) -> None:
         """Drop the staged folders of a failed batch, unless a commit already started on them."""
@@ -124,8 +145,8 @@ class Publisher:
 
     # -- steps ---------------------------------------------------------------------------------
 
-    def _finish(self, job: str, batch: int, folders: Sequence[str]) -> int:
-        published = self._publish(folders)
+    def _finish(self, job: str, batch: int, folders: Sequence[str], *, replay: bool) -> int:
+        published = self._publish(folders, _pending(job, batch), replay=replay)
         self._write(f"{job}.json", {"batch": batch})
         self._drop_intent(job)
         self._cleanup(job, batch)
@@ -135,38 +156,79 @@ class Publisher:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self._books, f"{job}.intent"))
 
-    def _publish(self, folders: Sequence[str]) -> int:
+    def _publish(self, folders: Sequence[str], pending: str, *, replay: bool) -> int:
+        """Publish what is staged in `folders`; how many messages were staged. `pending`: the
+        folder, inside a subscription's working/, of this batch's copies on their way."""
         staged = sorted(
             (os.path.join(folder, name), name)
             for folder in folders
             if os.path.isdir(folder)
             for name in os.listdir(folder)
         )
-        if not staged:
+        topics = self._destination.queue is None
+        if not staged and not (topics and replay):
             return 0
         if self._flush:
             flush_filesystem(self._destination.root)  # the bodies, before any name appears
-        if self._destination.queue is not None:
+        if not topics:
+            assert self._destination.queue is not None
             self._to_queue(self._destination.queue, staged)
         else:
-            self._to_topics(staged)
+            self._to_topics(staged, pending)
+            if replay:  # copies whose staged file was gone: pending when the driver died
+                self._finish_pending(pending)
         if self._flush:
-            flush_filesystem(self._destination.root)  # the links: now the batch is durable
+            flush_filesystem(self._destination.root)  # the renames: now the batch is durable
         return len(staged)
 
     def _to_queue(self, queue: str, staged: list[tuple[str, str]]) -> None:
         target = os.path.join(queue_path(self._destination.root, queue), State.TARGET.value)
         for path, name in staged:
+            # One rename: a replay finds the file either still staged or published. A name
+            # already in target/ (the same message_id and metadata) is replaced: one message.
             with contextlib.suppress(FileNotFoundError):  # published before a crash
-                Move(path, None, (os.path.join(target, name),)).apply()
+                Move(path, os.path.join(target, name)).apply()
 
-    def _to_topics(self, staged: list[tuple[str, str]]) -> None:
+    def _to_topics(self, staged: list[tuple[str, str]], pending: str) -> None:
+        made: set[str] = set()  # the pending folders this commit made, removed once empty
         # fsync "never" here: this publisher flushes once per batch, not once per message.
         with boxmq.open(self._destination.root, fsync="never") as box:
             for path, name in staged:
                 envelope: Envelope = decode_lenient(name)[0]
-                with contextlib.suppress(FileNotFoundError):  # published before a crash
-                    box.topics.send_file(envelope, path, None)
+                copies = [
+                    (os.path.join(dropbox, State.WORKING.value, pending), dropbox, copy)
+                    for dropbox, copy in box.topics.copies(envelope)
+                ]
+                for folder, dropbox, copy in copies:
+                    _link_pending(path, folder, dropbox, copy, made)
+                try:
+                    os.unlink(path)  # every copy is pending now
+                except FileNotFoundError:
+                    continue
+                for folder, dropbox, copy in copies:
+                    # FileNotFound: the subscription was deleted meanwhile (or not linked).
+                    with contextlib.suppress(FileNotFoundError):
+                        os.rename(
+                            os.path.join(folder, copy),
+                            os.path.join(dropbox, State.TARGET.value, copy),
+                        )
+        for folder in made:
+            _remove_empty(folder)
+
+    def _finish_pending(self, pending: str) -> None:
+        """A replay: rename into target/ every copy left pending in any subscription."""
+        for _, dropbox in read_records(self._destination.root):
+            folder = os.path.join(dropbox, State.WORKING.value, pending)
+            try:
+                names = os.listdir(folder)
+            except FileNotFoundError:
+                continue
+            for copy in names:
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(
+                        os.path.join(folder, copy), os.path.join(dropbox, State.TARGET.value, copy)
+                    )
+            _remove_empty(folder)
 
     def _cleanup(self, job: str, batch: int | None) -> None:
         """Remove the staging of `batch` and of older batches (attempts Spark gave up)."""
@@ -204,6 +266,48 @@ class Publisher:
     def _write(self, name: str, data: dict[str, object]) -> None:
         os.makedirs(self._books, exist_ok=True)
         write_json(os.path.join(self._books, name), data, flush=self._flush)
+
+
+def _pending(job: str, batch: int | None) -> str:
+    """Where a batch's copies wait in a subscription, relative to its working/ folder."""
+    return os.path.join(".spark", job, "once" if batch is None else str(batch))
+
+
+def _link_pending(path: str, folder: str, dropbox: str, copy: str, made: set[str]) -> None:
+    """Link the staged file `path` as `copy` into a subscription's pending `folder`, made (and
+    added to `made`) if missing. A copy already there was linked before a crash: kept. No
+    working/ (the subscription was deleted meanwhile): no copy."""
+    try:
+        os.link(path, os.path.join(folder, copy))
+        return
+    except FileExistsError:
+        return
+    except FileNotFoundError:
+        pass
+    working = os.path.join(dropbox, State.WORKING.value)
+    relative = os.path.relpath(folder, working)
+    current = working
+    try:
+        for part in relative.split(os.sep):
+            current = os.path.join(current, part)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(current)
+    except FileNotFoundError:
+        return  # the subscription is gone
+    made.add(folder)
+    with contextlib.suppress(FileExistsError, FileNotFoundError):
+        os.link(path, os.path.join(folder, copy))
+
+
+def _remove_empty(folder: str) -> None:
+    """Remove a batch's pending folder and its job's, each only if empty. `.spark` stays: a
+    sink of another query may be making its own folder in it."""
+    for _ in range(2):  # <batch>, <job>
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
+        folder = os.path.dirname(folder)
 
 
 def ensure_queue(destination: Destination) -> None:
