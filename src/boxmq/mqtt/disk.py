@@ -12,7 +12,7 @@ Invariants:
 Why the loop writes: when a worker thread wrote the publications, it and the loop (which claims,
 reads and settles the same messages for their subscribers) traded the interpreter lock at every
 system call, and a share group spent more time waiting for the lock than writing
-(docs/benchmarks.md, "The loop writes").
+(docs/benchmarks.md, "The loop writes its clients' publications").
 """
 
 from __future__ import annotations
