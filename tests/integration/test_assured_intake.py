@@ -4,9 +4,11 @@ limits."""
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 
 import pytest
+from tests.crashes import Killed, kill_at, take_everything
 
 import boxmq
 from boxmq.core import ExactlyOnceLimits
@@ -118,3 +120,66 @@ def test_a_reclaimed_id_is_a_new_message_also_across_a_restart(root: Path) -> No
         assert delivered(box) == [b"first"]
         assert box.deliver("s", "1")
         assert delivered(box) == [b"second"]
+
+
+# -- a process killed at any point of `deliver`, then restarted ---------------------------------
+
+
+def _files_in(folder: Path) -> list[str]:
+    return [name for _, _, names in os.walk(folder) for name in names]
+
+
+def _kill_take_restart(root: Path, monkeypatch: pytest.MonkeyPatch, *, topic: bool) -> int:
+    """For each step of a `deliver` in turn: kill the process there, let a consumer take and
+    acknowledge what was out so far, restart on the same root (the sender repeats its
+    `deliver`, as an MQTT client repeats PUBREL), and check that every destination got the
+    message exactly once and that nothing is left on its way. Returns how many steps a
+    `deliver` takes."""
+    step = 0
+    while True:
+        step += 1
+        data = root / f"killed-at-{step}"
+        box = boxmq.open(data, fsync="never")
+        try:
+            if topic:
+                dropboxes = [
+                    box.topics.attach_dropbox("$share/ops/counts/#", "w1"),
+                    box.topics.attach_dropbox("counts/+", "auditor"),
+                ]
+                box.assured("door", "1", b"+1", topic="counts/door")
+            else:
+                box.assured("door", "1", b"+1", queue="counts")
+                dropboxes = [str(data / "counts")]
+            with monkeypatch.context() as dying:
+                kill_at(dying, step)
+                try:
+                    box.deliver("door", "1")
+                    killed = False
+                except Killed:
+                    killed = True
+        finally:
+            box.close()
+        published = take_everything(dropboxes)
+        if killed:
+            with boxmq.open(data, fsync="never") as restarted:
+                restarted.deliver("door", "1")
+        for dropbox, names in take_everything(dropboxes).items():
+            got = published[dropbox] + names
+            assert len(got) == 1, f"killed at step {step}: {dropbox} got {got}"
+            left = _files_in(Path(dropbox, "working"))
+            assert not left, f"killed at step {step}: {dropbox} still holds {left}"
+        assert not _files_in(data / "topic-root" / ".incoming"), f"killed at step {step}"
+        if not killed:
+            return step
+
+
+def test_a_queue_gets_an_assured_message_once_wherever_deliver_was_killed(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _kill_take_restart(root, monkeypatch, topic=False) > 2
+
+
+def test_each_subscription_gets_an_assured_message_once_wherever_deliver_was_killed(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _kill_take_restart(root, monkeypatch, topic=True) > 4

@@ -298,3 +298,25 @@ def test_boxmq_sweepers_take_claims_back_only_after_the_lock_timeout(
     [back] = _folder(box, "target")
     assert decode_lenient(back)[0].delivery_count == 1  # one delivery ended without an ack
     assert claims.ack(1) == 0  # the stream's ack finds nothing: someone else delivers it now
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [b"\xff\xfe", b"4." + b"\xff" * 200 + b".T"],  # short: it was claimed; long: encode() raised
+    ids=["short", "long"],
+)
+def test_a_name_that_is_not_utf8_goes_to_error_and_blocks_nobody(
+    box: boxmq.Box, clock: ManualClock, caplog: pytest.LogCaptureFixture, bad: bytes
+) -> None:
+    # os.listdir gives such a name with surrogate escapes: no id a row could carry.
+    queue = box.queue("q")
+    queue.put("behind it")
+    target = Path(queue_path(box.root, "q"), "target")
+    target.joinpath(os.fsdecode(bad)).write_bytes(b"x")
+    claims = _claims(box, clock)
+
+    assert claims.next_end(0, Budget()) == 1
+    assert _task(box, claims, 0, 1) == [b"behind it"]
+    assert [os.fsencode(name) for name in _folder(box, "error")] == [bad]
+    assert "moved to error/" in caplog.text  # not UTF-8 (the long one: too long first)
+    assert queue.counts().dead == 1

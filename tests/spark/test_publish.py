@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from tests.crashes import Killed, kill_at, take_everything
 
 import boxmq
 from boxmq.ids import IdFactory
@@ -134,44 +134,16 @@ def test_messages_to_a_topic_fan_out_to_every_matching_subscription(box: boxmq.B
 # -- a driver killed at any point of a commit, then replayed ------------------------------------
 
 
-class _Killed(BaseException):
-    """The driver died here (SIGKILL: nothing after this step ran)."""
-
-
-_CHANGES = ("link", "unlink", "rename", "replace", "mkdir", "rmdir")
-
-
-def _kill_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
-    """Make the `step`-th change to the file system (1 = the first) kill the driver: every
-    change before it is done; it and everything after it are not."""
-    done = 0
-    for name in _CHANGES:
-        real = getattr(os, name)
-
-        def change(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
-            nonlocal done
-            done += 1
-            if done == step:
-                raise _Killed
-            return _real(*args, **kwargs)
-
-        monkeypatch.setattr(os, name, change)
-
-
 def _ids(folders: list[str]) -> list[str]:
     return sorted(decode_lenient(name)[0].message_id for f in folders for name in os.listdir(f))
 
 
 def _take_everything(dropboxes: list[str]) -> dict[str, list[str]]:
     """A consumer claims and acknowledges (deletes) every ready message: its ids per dropbox."""
-    taken: dict[str, list[str]] = {}
-    for dropbox in dropboxes:
-        target = os.path.join(dropbox, "target")
-        taken[dropbox] = []
-        for name in os.listdir(target):
-            os.unlink(os.path.join(target, name))
-            taken[dropbox].append(decode_lenient(name)[0].message_id)
-    return taken
+    taken = take_everything(dropboxes).items()
+    return {
+        dropbox: [decode_lenient(name)[0].message_id for name in names] for dropbox, names in taken
+    }
 
 
 def _kill_take_replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, topic: bool) -> int:
@@ -199,11 +171,11 @@ def _kill_take_replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, topic:
         ]
         attempts = [_ids(first)]
         with monkeypatch.context() as dying:
-            _kill_at(dying, step)
+            kill_at(dying, step)
             try:
                 Publisher(destination, FsyncPolicy.NEVER).commit("job", 3, first)
                 killed = False
-            except _Killed:
+            except Killed:
                 killed = True
         published = _take_everything(dropboxes)
         if killed:

@@ -11,7 +11,11 @@ The two steps of the QoS document's assured service (MQTT's PUBLISH QoS 2 then P
    delivers nothing. A late repeat of step 1 while the marker lives is answered, not stored.
 
 Everything is on disk, so a restart rebuilds the books: pending files from working/, markers
-from `<root>/.exactly-once/`. A crash between marker and move is finished at restart.
+from `<root>/.exactly-once/`. A crash between marker and move is finished at restart, and
+never sends a copy twice: to a queue the move is one rename (done or not); to topics the
+copies pass through each subscription's `working/.exactly-once/` (store/fanout.py), so a file
+still staged has no copy out yet and is sent again, and the copies of a file gone are renamed
+out of their pending folders.
 """
 
 from __future__ import annotations
@@ -42,9 +46,10 @@ from boxmq.model import (
 )
 from boxmq.store.commit import Committer, Move
 from boxmq.store.dropbox import Dropbox
+from boxmq.store.fanout import finish_pending
 from boxmq.store.layout import State, list_dropboxes, queue_path
 from boxmq.store.names import decode_lenient, encode
-from boxmq.store.topics import incoming_working
+from boxmq.store.topics import EXACTLY_ONCE_PENDING, incoming_working
 
 __all__ = ["AssuredIntake"]
 
@@ -249,6 +254,9 @@ class AssuredIntake:
             with contextlib.suppress(FileNotFoundError), os.scandir(working) as entries:
                 for entry in entries:
                     self._restore_pending(entry, queue, delivered)
+        # Copies to topics whose file left .incoming/working/ before the crash: every copy was
+        # pending then, some may be out (and taken) already; the rest go out, none again.
+        finish_pending(self._root, EXACTLY_ONCE_PENDING)
 
     def _restore_pending(
         self, entry: os.DirEntry[str], queue: str | None, delivered: Mapping[tuple[str, str], float]

@@ -174,7 +174,11 @@ class Topics:
         return envelope.message_id
 
     def send_file(self, envelope: Envelope, path: str, source: str | None) -> None:
-        """Publish a file already written and flushed (an exactly-once message on `deliver`)."""
+        """Publish a file already written and flushed (an exactly-once message on `deliver`).
+
+        Its copies pass through each subscription's `working/.exactly-once/` (store/fanout.py),
+        so that sending the file again after a crash never sends a copy twice (the copies a
+        crash left pending are finished by `store.fanout.finish_pending`)."""
         with open(path, "rb") as source_file:
             data = source_file.read()
         self._route(envelope, data, path, QoS.EXACTLY_ONCE, source)
@@ -299,7 +303,9 @@ class Topics:
     ) -> Move | None:
         """The body written once (unless `staging` holds it), and the move that links it into
         every dropbox under its name at that dropbox's QoS; None when there is nothing to
-        write."""
+        write. A file given as `staging` is an exactly-once message: sent through pending
+        copies (store/fanout.py)."""
+        written = staging is None
         if staging is None:
             if not destinations:
                 return None
@@ -314,7 +320,9 @@ class Topics:
         copies = tuple(
             os.path.join(path, State.TARGET.value, names[d.qos]) for d, path in destinations
         )
-        return Move(staging, None, copies)
+        if written:
+            return Move(staging, None, copies)
+        return Move(staging, None, copies, pending=layout.EXACTLY_ONCE_PENDING)
 
     # -- subscribing -----------------------------------------------------------------------------
 

@@ -37,10 +37,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from boxmq.client.lifecycle import set_aside, unusable
 from boxmq.errors import BoxMQError, InvalidArgument
 from boxmq.model import ConsumerId
 from boxmq.spark.durable import write_json
 from boxmq.spark.plans import Plan, load_plans, remove_plans, write_plan
+from boxmq.store.commit import Committer, FsyncPolicy
+from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State, open_folder
 from boxmq.store.names import MAX_NAME, Lock, decode_lenient, locked_name, split_lock
 
@@ -108,6 +111,7 @@ class Claims:
         wait: float = 10.0,
     ) -> None:
         self.stream = stream_id(dropbox, consumer)
+        self._dropbox = dropbox
         self._dirs = {state: os.path.join(dropbox, state.value) for state in State}
         self._state = state_dir(root, self.stream)
         self._plans_dir = os.path.join(self._state, "plans")
@@ -261,10 +265,13 @@ class Claims:
                     continue
                 if name in planned:
                     continue
-                if len(name) > MAX_NAME and len(name.encode()) > MAX_NAME:
-                    continue  # too long to carry a lock: boxmq's sweeper sends it to error/
                 if not entry.is_file(follow_symlinks=False):
                     continue
+                if not name.isascii() or len(name) > MAX_NAME:
+                    why = unusable(name)  # not UTF-8, or too long to carry a lock
+                    if why is not None:
+                        self._set_aside(name, why)  # as a queue consumer does: never claimed
+                        continue
                 key = self._order(entry, now_ms)
                 if key is None:
                     continue
@@ -277,6 +284,11 @@ class Claims:
             return heapq.nsmallest(limit + 100, found)
         found.sort()
         return found
+
+    def _set_aside(self, name: str, why: str) -> None:
+        """target/<name>, which no row can carry, to error/ under the same name, logged."""
+        box = Dropbox(self._dropbox, Committer(self._dropbox, FsyncPolicy.NEVER), create=False)
+        set_aside(box, self._meta["dropbox"], name, why)
 
     def _order(self, entry: os.DirEntry[str], now_ms: float) -> tuple[int, int, str] | None:
         """(-priority, timestamp ms, name), or None for a message not to deliver now."""

@@ -28,6 +28,7 @@ consumed: publishing it again would be a second copy, not a repair).
   copy already pending is kept) and goes on. A staged file gone means all its copies were
   pending: the replay renames what is left in the subscriptions' pending folders of the batch.
   Only a replay looks through the subscriptions; a normal commit knows where its copies are.
+  (store/fanout.py does both, for any fan-out that must survive a crash.)
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ from boxmq.model import Envelope
 from boxmq.spark.durable import write_json
 from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_filesystem
 from boxmq.store.dropbox import Dropbox
+from boxmq.store.fanout import finish_pending, send_through_pending
 from boxmq.store.layout import State, queue_path
 from boxmq.store.names import decode_lenient
-from boxmq.store.topics import read_records
 
 __all__ = ["Destination", "Publisher", "ensure_queue", "stage_dir", "write_staged"]
 
@@ -195,39 +196,13 @@ class Publisher:
         with boxmq.open(self._destination.root, fsync="never") as box:
             for path, name in staged:
                 envelope: Envelope = decode_lenient(name)[0]
-                copies = [
-                    (os.path.join(dropbox, State.WORKING.value, pending), dropbox, copy)
-                    for dropbox, copy in box.topics.copies(envelope)
-                ]
-                for folder, dropbox, copy in copies:
-                    _link_pending(path, folder, dropbox, copy, made)
-                try:
-                    os.unlink(path)  # every copy is pending now
-                except FileNotFoundError:
-                    continue
-                for folder, dropbox, copy in copies:
-                    # FileNotFound: the subscription was deleted meanwhile (or not linked).
-                    with contextlib.suppress(FileNotFoundError):
-                        os.rename(
-                            os.path.join(folder, copy),
-                            os.path.join(dropbox, State.TARGET.value, copy),
-                        )
+                send_through_pending(path, pending, box.topics.copies(envelope), made)
         for folder in made:
             _remove_empty(folder)
 
     def _finish_pending(self, pending: str) -> None:
         """A replay: rename into target/ every copy left pending in any subscription."""
-        for _, dropbox in read_records(self._destination.root):
-            folder = os.path.join(dropbox, State.WORKING.value, pending)
-            try:
-                names = os.listdir(folder)
-            except FileNotFoundError:
-                continue
-            for copy in names:
-                with contextlib.suppress(FileNotFoundError):
-                    os.rename(
-                        os.path.join(folder, copy), os.path.join(dropbox, State.TARGET.value, copy)
-                    )
+        for folder in finish_pending(self._destination.root, pending):
             _remove_empty(folder)
 
     def _cleanup(self, job: str, batch: int | None) -> None:
@@ -271,32 +246,6 @@ class Publisher:
 def _pending(job: str, batch: int | None) -> str:
     """Where a batch's copies wait in a subscription, relative to its working/ folder."""
     return os.path.join(".spark", job, "once" if batch is None else str(batch))
-
-
-def _link_pending(path: str, folder: str, dropbox: str, copy: str, made: set[str]) -> None:
-    """Link the staged file `path` as `copy` into a subscription's pending `folder`, made (and
-    added to `made`) if missing. A copy already there was linked before a crash: kept. No
-    working/ (the subscription was deleted meanwhile): no copy."""
-    try:
-        os.link(path, os.path.join(folder, copy))
-        return
-    except FileExistsError:
-        return
-    except FileNotFoundError:
-        pass
-    working = os.path.join(dropbox, State.WORKING.value)
-    relative = os.path.relpath(folder, working)
-    current = working
-    try:
-        for part in relative.split(os.sep):
-            current = os.path.join(current, part)
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(current)
-    except FileNotFoundError:
-        return  # the subscription is gone
-    made.add(folder)
-    with contextlib.suppress(FileExistsError, FileNotFoundError):
-        os.link(path, os.path.join(folder, copy))
 
 
 def _remove_empty(folder: str) -> None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from boxmq.store import libc
+from boxmq.store.fanout import send_through_pending
 from boxmq.store.layout import open_folder
 
 __all__ = ["Committed", "Committer", "FsyncPolicy", "Move", "flush_directories", "flush_filesystem"]
@@ -51,11 +52,17 @@ class Move:
     """Send a written file: rename `source` to `target`; or, for a fan-out (`target` None),
     hard-link it into every path of `also` and remove `source`. A link is as atomic as a
     rename: the name appears with the whole body behind it, and the body is written (and
-    flushed) once however many subscriptions get it."""
+    flushed) once however many subscriptions get it.
+
+    `pending` (a fan-out that must never send a copy twice, even if it is done again after a
+    crash): each copy `<dropbox>/target/<name>` of `also` is linked as
+    `<dropbox>/working/<pending>/<name>` first, `source` removed, then each renamed into
+    target/ (store/fanout.py)."""
 
     source: str
     target: str | None
     also: tuple[str, ...] = ()
+    pending: str | None = None
 
     def directories(self) -> set[str]:
         """The folders whose entries this move writes (where a crash must find them)."""
@@ -63,6 +70,10 @@ class Move:
         return {os.path.dirname(path) for path in paths}
 
     def apply(self) -> None:
+        if self.pending is not None and self.target is None:
+            copies = [(os.path.dirname(os.path.dirname(c)), os.path.basename(c)) for c in self.also]
+            send_through_pending(self.source, self.pending, copies)
+            return
         for copy in self.also:
             # FileExists: a retry after a crash, already there. FileNotFound: the subscription
             # was deleted while we published; nobody is left to receive this copy.

@@ -9,6 +9,8 @@
             .subscription                    what it is: filter, group or subscriber, QoS (JSON)
             .members/<member>                a share group's members, each naming its process
             working/ target/ processing/ ...
+            working/.exactly-once/           copies of exactly-once messages on their way
+                                             from .incoming/working/ to target/ (fanout.py)
 
 `<filter>` is the topic filter escaped as one folder name; `<key>` is `share.<group>` for a
 share group and `client.<subscriber>` for a plain durable subscription, escaped the same way.
@@ -30,6 +32,7 @@ from boxmq.store.layout import TOPIC_ROOT, State
 from boxmq.store.names import escape_segment, unescape_segment
 
 __all__ = [
+    "EXACTLY_ONCE_PENDING",
     "SubscriptionRecord",
     "bump_generation",
     "generation",
@@ -67,6 +70,10 @@ def incoming_working(root: str) -> str:
     """The folder of exactly-once messages to topics before `deliver`, and of staging files."""
     return os.path.join(topic_root(root), ".incoming", State.WORKING.value)
 
+
+# Where, in a subscription's working/, the copies of an exactly-once message wait between the
+# removal of its file from .incoming/working/ and their rename into target/ (store/fanout.py).
+EXACTLY_ONCE_PENDING = ".exactly-once"
 
 # A publication's body, written once in the incoming working/ folder before it is linked into
 # every subscription it goes to (then unlinked here). The id is unique within its process and
