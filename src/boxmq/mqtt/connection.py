@@ -78,6 +78,7 @@ class Connection:
         self.client_alias_maximum = 0  # how many aliases the client takes from us (v5)
         self._out_aliases: dict[str, int] = {}  # ours, for what we send it
         self._unanswered = 0  # QoS 1/2 PUBLISHes from the client we have not finished
+        self._open_qos2: set[int] = set()  # their QoS 2 packet ids: a repeat is not counted
         self._out: list[bytes] = []
         self.accepted = False  # a positive CONNACK was sent
 
@@ -105,7 +106,11 @@ class Connection:
             # 3.1.1 has no Receive Maximum and no aliases: its clients are slowed by reading
             # them less (broker.py), never disconnected for having many PUBLISHes in flight.
             assert isinstance(packet, Publish)
-            if packet.qos:
+            if packet.qos == 1:
+                self._count_unanswered()
+            elif packet.qos == 2 and packet.packet_id not in self._open_qos2:
+                # A repeat before PUBREL is answered again (PUBREC) but finishes once.
+                self._open_qos2.add(packet.packet_id or 0)
                 self._count_unanswered()
             mask = packet.properties.mask
             if mask >> PropertyId.SUBSCRIPTION_IDENTIFIER & 1:
@@ -172,10 +177,10 @@ class Connection:
         as if it had been sent)."""
         version = self.version
         assert version is not None, "nothing is sent before CONNECT"
-        if type(packet) in (Puback, Pubcomp) or (
-            type(packet) is Pubrec and packet.reason >= ReasonCode.UNSPECIFIED_ERROR
+        if isinstance(packet, (Puback, Pubcomp)) or (
+            isinstance(packet, Pubrec) and packet.reason >= ReasonCode.UNSPECIFIED_ERROR
         ):
-            self._unanswered = max(0, self._unanswered - 1)
+            self._finished(packet.packet_id)
         aliases = len(self._out_aliases)
         if self.client_alias_maximum and type(packet) is Publish:
             packet = self._aliased(packet)
@@ -198,8 +203,12 @@ class Connection:
             self.send(kind(packet_id))  # a client too small for any acknowledgement
             return
         if finishes:
-            self._unanswered = max(0, self._unanswered - 1)
+            self._finished(packet_id)
         self._out.append(head + packet_id.to_bytes(2, "big"))
+
+    def _finished(self, packet_id: int) -> None:
+        self._unanswered = max(0, self._unanswered - 1)
+        self._open_qos2.discard(packet_id)
 
     def _aliased(self, packet: Publish) -> Publish:
         """Topic aliases to the client (MQTT 5.0 §3.3.2.3.4): the first PUBLISH of a topic

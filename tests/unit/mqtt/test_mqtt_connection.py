@@ -161,3 +161,16 @@ def test_acknowledge_frees_a_place_under_receive_maximum() -> None:
     connection.receive(_publish("a", qos=1, packet_id=3), now=1)
     with pytest.raises(ReceiveMaximumExceeded):
         connection.receive(_publish("a", qos=1, packet_id=4), now=1)
+
+
+def test_a_qos2_publish_sent_again_before_pubrel_takes_one_place_under_receive_maximum() -> None:
+    """A repeat (DUP) of a QoS 2 PUBLISH is answered with PUBREC again, but the exchange
+    finishes once, at PUBCOMP: counting each repeat would disconnect the client (0x93)."""
+    connection = _connected()
+    for _ in range(5):  # the first, and four repeats
+        connection.receive(_publish("a", qos=2, packet_id=1), now=1)
+        connection.acknowledge(Pubrec, 1)
+    connection.acknowledge(Pubcomp, 1)
+    connection.receive(_publish("a", qos=2, packet_id=2) + _publish("a", qos=2, packet_id=3), now=1)
+    with pytest.raises(ReceiveMaximumExceeded):
+        connection.receive(_publish("a", qos=2, packet_id=4), now=1)
