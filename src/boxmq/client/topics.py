@@ -468,6 +468,19 @@ class Topics:
 
         return Subscriber(subscription.filter, subscription.subscriber, inbox=inbox, on_close=close)
 
+    def send_retained(self, filter: str, subscriber: str, *, qos: int = 1) -> None:
+        """Write the retained messages `filter` matches into `subscriber`'s durable
+        subscription to it, as a new subscription gets them: for a caller that decides when
+        they are due (an MQTT SUBSCRIBE's Retain Handling), so they wait on disk like any
+        other message of that subscription. Nothing for a share group (MQTT-234)."""
+        parsed = parse_filter(filter)
+        if parsed.shared:
+            return
+        key = layout.subscription_key(None, check_consumer_name(subscriber))
+        path = layout.subscription_path(self._root, parsed.filter, key)
+        dropbox = Dropbox(path, self._committer, create=False, spares=self._spares)
+        self._send_retained(parsed, dropbox, _qos(qos))
+
     def _send_retained(self, parsed: TopicFilter, dropbox: Dropbox, granted: QoS) -> None:
         """A new plain subscription gets the retained messages it matches (§3.3.1.3)."""
         moves = []

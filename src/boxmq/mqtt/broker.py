@@ -938,7 +938,8 @@ class Broker:
         identifiers = packet.properties.subscription_identifiers
         identifier = identifiers[0] if identifiers else None
         reasons: list[ReasonCode] = []
-        retained: list[tuple[Envelope, bytes, SubscriptionOptions]] = []
+        retained: list[tuple[Envelope, bytes, SubscriptionOptions]] = []  # sent from memory
+        on_disk: list[tuple[str, int]] = []  # (filter, QoS) of a persistent session's
         for wanted in packet.subscriptions:
             text = wanted.topic_filter
             try:
@@ -980,12 +981,24 @@ class Broker:
                 handling is RetainHandling.SEND_ON_SUBSCRIBE
                 or (handling is RetainHandling.SEND_IF_NEW_SUBSCRIPTION and not existed)
             ):
+                if options.durable:  # written into its dropbox: kept until acknowledged
+                    on_disk.append((text, wanted.qos))
+                    continue
                 retained += [
                     (env, body, options) for env, body in self.box.topics.retained_matching(text)
                 ]
         if not v5:
             reasons = [r if r < _R.UNSPECIFIED_ERROR else _R.UNSPECIFIED_ERROR for r in reasons]
         self._send(client, Suback(packet.packet_id, tuple(reasons)))
+        if on_disk:
+            name = consumer_name(session.client_id)
+
+            def write() -> object:
+                for text, qos in on_disk:
+                    self.box.topics.send_retained(text, name, qos=qos)
+                return None
+
+            client.jobs.append(Job(write, lambda _: self._pump(session)))
         now = self._clock.now()
         for envelope, body, options in retained:
             if not envelope.expired(now):  # an expired retained message is not sent (§3.3.2.3.3)

@@ -457,3 +457,33 @@ def test_a_message_that_expires_while_queued_behind_a_slow_client_is_not_sent(
         assert [p for p in slow.take() if isinstance(p, Publish)] == []
 
     _run(tmp_path, test)
+
+
+def test_a_persistent_sessions_retained_messages_wait_on_disk_until_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """The retained messages a persistent session's SUBSCRIBE brings are written into its
+    dropbox: one it had not acknowledged when the server restarted comes again."""
+
+    async def first(broker: Broker) -> None:
+        pub = _connect(broker, "pub")
+        pub.send(Publish("ret/a", b"kept", 1, retain=True, packet_id=1))
+        await _until(lambda: pub.inbox == [Puback(1)])
+        sub = _connect(broker, "sub", expiry=600)
+        sub.send(Subscribe(1, (Subscription("ret/#", 1),)))
+        await _until(lambda: any(isinstance(p, Publish) for p in sub.inbox))
+        [sent] = [p for p in sub.take() if isinstance(p, Publish)]
+        assert (sent.payload, sent.retain) == (b"kept", True)  # never acknowledged
+
+    async def then(broker: Broker) -> None:
+        back = _connect(broker, "sub", expiry=600, clean=False)
+
+        def arrived() -> bool:
+            broker.tick(SystemClock().now())  # the server's timer: the hand-off back is 1 s
+            return any(isinstance(p, Publish) for p in back.inbox)
+
+        await _until(arrived)
+        [again] = [p for p in back.take() if isinstance(p, Publish)]
+        assert (again.payload, again.retain) == (b"kept", True)
+
+    _in_two_lives(tmp_path, first, then)
