@@ -44,6 +44,7 @@ DEAD_REASON = RESERVED_PREFIX + "why"  # why it went to error/
 TOPIC = RESERVED_PREFIX + "topic"  # the topic it was published to (subscriptions only)
 QOS = RESERVED_PREFIX + "qos"  # the QoS it is delivered at (min of published and granted)
 RETAINED = RESERVED_PREFIX + "retain"  # sent because it was retained, on a new subscription
+PUBLISHED_RETAINED = RESERVED_PREFIX + "rp"  # published with RETAIN set (Retain As Published)
 SOURCE = RESERVED_PREFIX + "src"  # exactly-once: who sent it
 SOURCE_MESSAGE_ID = RESERVED_PREFIX + "mid"  # exactly-once: the sender's id for it
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from boxmq.model import (
+    PUBLISHED_RETAINED,
     QOS,
     RETAINED,
     ConsumerId,
@@ -81,6 +82,11 @@ class Message:
     def retained(self) -> bool:
         """Sent from the retained store because a subscription was made."""
         return self.envelope.property_value(RETAINED) is True
+
+    @property
+    def published_retained(self) -> bool:
+        """Published with retain=True (a live message that also became the retained one)."""
+        return self.envelope.property_value(PUBLISHED_RETAINED) is True
 
     @property
     def correlation_id(self) -> str | None:

@@ -35,6 +35,7 @@ from boxmq.core import (
 from boxmq.errors import InvalidArgument, MetadataTooLong
 from boxmq.ids import IdFactory
 from boxmq.model import (
+    PUBLISHED_RETAINED,
     QOS,
     RETAINED,
     TOPIC,
@@ -170,6 +171,8 @@ class Topics:
         if retain:  # MQTT 5.0 §3.3.1.3: kept even with no subscriber; empty body deletes
             # _names checks the length here first, as _route does before it writes anything.
             self._retained.put(topic, _names(envelope, (level,))[level], data)
+            # Its live copies say so, for the subscribers that ask (MQTT 5.0 §3.8.3.1).
+            envelope = envelope.with_property(PUBLISHED_RETAINED, PropertyType.BOOLEAN, True)
         self._route(envelope, data, None, level, source)
         return envelope.message_id
 

@@ -86,7 +86,7 @@ def publish_of(message: Message, options: SubscriptionOptions, now: float) -> Pu
         message.topic or "",
         message.body,
         min(message.qos, options.qos),
-        message.retained,
+        message.retained or (options.retain_as_published and message.published_retained),
         message.delivery_count > 1,
         None,
         props,

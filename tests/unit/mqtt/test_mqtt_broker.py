@@ -487,3 +487,42 @@ def test_a_persistent_sessions_retained_messages_wait_on_disk_until_acknowledged
         assert (again.payload, again.retain) == (b"kept", True)
 
     _in_two_lives(tmp_path, first, then)
+
+
+def test_retain_as_published_on_a_persistent_session_and_a_share_group(tmp_path: Path) -> None:
+    """A live retained message reaches a subscription on disk with RETAIN as published when it
+    asked for Retain As Published, and with RETAIN 0 otherwise (MQTT 5.0 §3.3.1.3)."""
+
+    async def test(broker: Broker) -> None:
+        subscribers = {}
+        for name, text, rap in (
+            ("keeps", "r/#", True),
+            ("clears", "r/#", False),
+            ("member", "$share/g/r/#", True),
+        ):
+            peer = _connect(broker, name, expiry=600)
+            peer.send(Subscribe(1, (Subscription(text, 1, retain_as_published=rap),)))
+            peer.take()
+            subscribers[name] = peer
+        await _publish(broker, "r/live", b"now", 1)
+        pub = _connect(broker, "pub2")
+        pub.send(Publish("r/live", b"kept", 1, retain=True, packet_id=2))
+
+        def all_have_two() -> bool:
+            return all(
+                len([x for x in peer.inbox if isinstance(x, Publish)]) == 2
+                for peer in subscribers.values()
+            )
+
+        await _until(all_have_two)
+        got = {
+            name: [(p.payload, p.retain) for p in peer.take() if isinstance(p, Publish)]
+            for name, peer in subscribers.items()
+        }
+        assert got == {
+            "keeps": [(b"now", False), (b"kept", True)],
+            "clears": [(b"now", False), (b"kept", False)],
+            "member": [(b"now", False), (b"kept", True)],
+        }
+
+    _run(tmp_path, test)
