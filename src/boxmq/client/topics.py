@@ -169,10 +169,11 @@ class Topics:
             topic, properties, expires_in, correlation_id, reply_to, isinstance(body, str)
         )
         if retain:  # MQTT 5.0 §3.3.1.3: kept even with no subscriber; empty body deletes
-            # _names checks the length here first, as _route does before it writes anything.
-            self._retained.put(topic, _names(envelope, (level,))[level], data)
-            # Its live copies say so, for the subscribers that ask (MQTT 5.0 §3.8.3.1).
+            # Its copies say so, for the subscribers that ask (Retain As Published, MQTT 5.0
+            # §3.8.3.1). Marked first: _names checks the length here, as _route does before
+            # it writes anything, so the retained copy is never kept for copies that fail.
             envelope = envelope.with_property(PUBLISHED_RETAINED, PropertyType.BOOLEAN, True)
+            self._retained.put(topic, _names(envelope, (level,))[level], data)
         self._route(envelope, data, None, level, source)
         return envelope.message_id
 
