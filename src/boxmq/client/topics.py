@@ -404,17 +404,27 @@ class Topics:
             found.append(SubscriptionInfo(str(parsed), record.subscriber, members, counts))
         return sorted(found, key=lambda info: (info.filter, info.subscriber or ""))
 
+    def subscribed(self, subscriber: str) -> list[tuple[str, layout.SubscriptionRecord]]:
+        """The durable subscriptions and share-group memberships of `subscriber`, each as
+        subscribed ("$share/<group>/<filter>" or "<filter>") with its record: what
+        `subscriptions` tells of them without counting every dropbox's messages."""
+        found = []
+        for record, path in layout.read_records(self._root):
+            if record.subscriber == subscriber or (
+                record.group is not None and subscriber in layout.members(path)
+            ):
+                found.append((str(TopicFilter(record.filter, record.group)), record))
+        return found
+
     def members_of(self, group: str, filter: str) -> list[str]:
         """The members of a share group, as registered on disk (any process)."""
-        path = layout.subscription_path(self._root, filter, layout.subscription_key(group, None))
+        path = self._path_of(TopicFilter(filter, group), None)
         return sorted(layout.members(path))
 
     def unsubscribe(self, filter: str, subscriber: str) -> bool:
         """End a durable subscription: its dropbox and undelivered messages are deleted."""
         parsed = parse_filter(filter)
-        path = layout.subscription_path(
-            self._root, parsed.filter, layout.subscription_key(parsed.share_group, subscriber)
-        )
+        path = self._path_of(parsed, subscriber)
         if parsed.shared:
             self._left(parsed, ConsumerId(subscriber), path)
             return True
@@ -427,8 +437,7 @@ class Topics:
     def _register(self, subscription: Subscription, token: str | None = None) -> str:
         parsed = subscription.filter
         group = parsed.share_group
-        key = layout.subscription_key(group, None if group else subscription.subscriber)
-        path = layout.subscription_path(self._root, parsed.filter, key)
+        path = self._path_of(parsed, subscription.subscriber)
         record = layout.SubscriptionRecord(
             filter=parsed.filter,
             group=group,
@@ -443,6 +452,11 @@ class Topics:
             )
         layout.bump_generation(self._root)
         return path
+
+    def _path_of(self, parsed: TopicFilter, subscriber: str | None) -> str:
+        """The dropbox of a share group (whoever the member), or of a plain subscription."""
+        key = layout.subscription_key(parsed.share_group, subscriber)
+        return layout.subscription_path(self._root, parsed.filter, key)
 
     def _left(self, parsed: TopicFilter, member: ConsumerId, path: str) -> None:
         """A share group member leaves; the last one out deletes the group (MQTT-234)."""
@@ -480,8 +494,7 @@ class Topics:
         parsed = parse_filter(filter)
         if parsed.shared:
             return
-        key = layout.subscription_key(None, check_consumer_name(subscriber))
-        path = layout.subscription_path(self._root, parsed.filter, key)
+        path = self._path_of(parsed, check_consumer_name(subscriber))
         dropbox = Dropbox(path, self._committer, create=False, spares=self._spares)
         self._send_retained(parsed, dropbox, _qos(qos))
 

@@ -76,7 +76,6 @@ from boxmq.mqtt.stored import (
     retained_publish,
     storable,
 )
-from boxmq.store.topics import read_records
 
 __all__ = ["Broker", "Link"]
 
@@ -417,11 +416,7 @@ class Broker:
         """A persistent session this process does not know (boxmq was restarted): its
         durable subscriptions are on disk, their options read back from their records, and
         so are the QoS 2 messages it got PUBREC for and has not released yet."""
-        name = consumer_name(client_id)
-        found = []
-        for info in self.box.topics.subscriptions():
-            if info.subscriber == name or name in info.members:
-                found.append(info.filter)
+        found = self.box.topics.subscribed(consumer_name(client_id))
         unreleased = self.box.pending(exactly_once_source(client_id))
         if not found and not unreleased:
             return None
@@ -430,8 +425,8 @@ class Broker:
         )
         session.expiry = expiry  # before attaching: persistent memberships are not process-bound
         self._sessions[client_id] = session
-        for text in found:
-            options = self._recorded_options(text, name)
+        for text, record in found:
+            options = SubscriptionOptions(qos=record.qos, durable=True, no_local=record.no_local)
             session.subscriptions[text] = options
             self._attach(session, text, options)
         log.info(
@@ -442,20 +437,11 @@ class Broker:
         )
         return session
 
-    def _recorded_options(self, text: str, name: str) -> SubscriptionOptions:
-        parsed = parse_filter(text)
-        for record, _ in read_records(self.box.root):
-            same = record.filter == parsed.filter and record.group == parsed.share_group
-            if same and (record.group is not None or record.subscriber == name):
-                return SubscriptionOptions(qos=record.qos, durable=True, no_local=record.no_local)
-        return SubscriptionOptions(qos=1, durable=True)
-
     def _forget_on_disk(self, client_id: str) -> None:
         """Clean start: whatever a former session of this client left on disk is deleted."""
         name = consumer_name(client_id)
-        for info in self.box.topics.subscriptions():
-            if info.subscriber == name or name in info.members:
-                self.box.unsubscribe(info.filter, name)
+        for text, _ in self.box.topics.subscribed(name):
+            self.box.unsubscribe(text, name)
 
     def _kick(self, client: _Client, reason: ReasonCode, why: str) -> None:
         connection = client.link.connection
