@@ -112,16 +112,15 @@ def flush_directories(directories: Iterable[str]) -> None:
 
 
 class _Batch:
-    """Moves that will be made durable together, and the event their callers wait on."""
+    """Moves that will be made durable together, and whom to tell once they are."""
 
     def __init__(self) -> None:
         self.moves: list[Move] = []
         self.errors: dict[int, OSError] = {}
-        self.done = threading.Event()
         self.told: list[tuple[int, int, Committed]] = []  # (first, count, callback)
 
     def tell(self) -> None:
-        """Call back the callers that did not wait (in the committing thread)."""
+        """Call back the callers of the group (in the committing thread)."""
         for first, count, committed in self.told:
             error = next(
                 (self.errors[i] for i in range(first, first + count) if i in self.errors), None
@@ -155,16 +154,17 @@ class Committer:
             self._ensure_thread()
             _rename_all(moves)
             return
-        with self._lock:
-            self._ensure_thread_locked()
-            batch = self._pending
-            first = len(batch.moves)
-            batch.moves.extend(moves)
-            self._wake.notify()
-        batch.done.wait()
-        for index in range(first, first + len(moves)):
-            if index in batch.errors:
-                raise batch.errors[index]
+        done = threading.Event()
+        failed: list[OSError | None] = []
+
+        def committed(error: OSError | None) -> None:
+            failed.append(error)
+            done.set()
+
+        self.commit_then(moves, committed)
+        done.wait()
+        if failed[0] is not None:
+            raise failed[0]
 
     def commit_then(self, moves: Sequence[Move], committed: Committed) -> None:
         """As `commit`, without waiting: `committed` is called once the moves are done, from
@@ -215,7 +215,6 @@ class Committer:
             try:
                 self._commit_group(batch)
             finally:
-                batch.done.set()
                 batch.tell()
 
     def _commit_group(self, batch: _Batch) -> None:
