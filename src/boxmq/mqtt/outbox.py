@@ -24,7 +24,6 @@ from typing import Generic, TypeVar
 
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.packets import Publish, Pubrel, new_publish
-from boxmq.mqtt.properties import Properties, PropertyId
 
 __all__ = ["Acked", "Outbox", "Stage"]
 
@@ -174,7 +173,6 @@ class Outbox(Generic[T]):
 
 
 def _with_expiry(publish: Publish, left: int) -> Publish:
-    properties = publish.properties.without(PropertyId.MESSAGE_EXPIRY_INTERVAL)
     return new_publish(
         publish.topic,
         publish.payload,
@@ -182,5 +180,5 @@ def _with_expiry(publish: Publish, left: int) -> Publish:
         publish.retain,
         publish.dup,
         publish.packet_id,
-        properties + Properties.build(message_expiry_interval=left),
+        publish.properties.with_expiry(left),
     )

@@ -545,6 +545,12 @@ class Properties:
         kept = [raw[a:b] for a, b in pairwise(_offsets(raw)) if not drop >> raw[a] & 1]
         return Properties(b"".join(kept), self.mask & ~drop)
 
+    def with_expiry(self, seconds: int) -> Properties:
+        """The same with a Message Expiry Interval of `seconds` (what is left of it, when a
+        message is sent on: MQTT 5.0 §3.3.2.3.3)."""
+        kept = self.without(_P.MESSAGE_EXPIRY_INTERVAL)
+        return kept + Properties.build(message_expiry_interval=seconds)
+
     user_properties = _All(_P.USER_PROPERTY, tuple)  # in order, duplicates kept (§3.3.2.3.7)
     subscription_identifiers = _All(_P.SUBSCRIPTION_IDENTIFIER, int)
     payload_format_indicator = _One(_P.PAYLOAD_FORMAT_INDICATOR, int)

@@ -123,6 +123,4 @@ def _pack(props: Properties) -> str:
 def _remaining_expiry(props: Properties, envelope: Envelope, now: float) -> Properties:
     if not envelope.expiration:
         return props
-    left = max(1, math.ceil(envelope.expiration / 1000 - now))
-    kept = props.without(PropertyId.MESSAGE_EXPIRY_INTERVAL)
-    return kept + Properties.build(message_expiry_interval=left)
+    return props.with_expiry(max(1, math.ceil(envelope.expiration / 1000 - now)))
