@@ -392,10 +392,14 @@ class QueueService:
         # Message IDs), so an `assured` under a delivered id is a new message. A repeat of the
         # first `assured` cannot come after its `deliver`: the stream keeps their order.
         try:
-            if queue:
-                self._box.assured(iq.sender, request.msg_id, body, queue=node, reclaim=True)
-            else:
-                self._box.assured(iq.sender, request.msg_id, body, topic=node, reclaim=True)
+            self._box.assured(
+                iq.sender,
+                request.msg_id,
+                body,
+                queue=node if queue else None,
+                topic=None if queue else node,
+                reclaim=True,
+            )
         except MessageTooLarge as error:
             # urn:xmpp:qos, Memory attacks: what the receiver cannot hold is resource-constraint
             raise ResourceConstraint(str(error)) from error
