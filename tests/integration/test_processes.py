@@ -68,7 +68,14 @@ def test_two_processes_share_ten_thousand_messages_each_exactly_once(
     with boxmq.open(root, fsync="never") as box:
         box.queue("jobs").put_many([str(i).encode() for i in range(10_000)])
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
-    workers = [start("consume", str(root), "jobs", f"w{i}", str(log)) for i, log in enumerate(logs)]
+    gate = tmp_path / "go"
+    workers = [
+        start("consume", str(root), "jobs", f"w{i}", str(log), "--gate", str(gate))
+        for i, log in enumerate(logs)
+    ]
+    for worker in workers:
+        wait_for_line(worker, "ready")
+    gate.touch()
     for worker in workers:
         assert worker.wait(timeout=180) == 0
     seen = [line.split()[1] for log in logs for line in log.read_text().splitlines()]

@@ -2,6 +2,7 @@
 
 python worker.py consume ROOT QUEUE NAME OUT            # ack all, log ids to OUT
 python worker.py consume ROOT QUEUE NAME OUT --hold N   # lock N, log them, hang
+python worker.py consume ROOT QUEUE NAME OUT --gate G   # say "ready", start once file G exists
 python worker.py produce ROOT QUEUE OUT THREADS         # put until killed; log what returned
 python worker.py member ROOT FILTER NAME OUT N          # join a share group, lock N, hang
 python worker.py assure ROOT QUEUE OUT                  # assured+deliver 0, 1, ... until killed
@@ -20,10 +21,15 @@ IDLE_EXIT = 3.0  # a consumer stops after this long without a message
 MAX_RUN = 120.0  # and no worker ever outlives this
 
 
-def consume(root: str, queue: str, name: str, out: str, hold: int) -> None:
+def consume(root: str, queue: str, name: str, out: str, hold: int, gate: str | None) -> None:
     with boxmq.open(root, fsync="never") as box, open(out, "a") as log:
         jobs = box.queue(queue)
         with jobs.consumer(name, max_in_flight=hold or 8, lock_timeout=60) as consumer:
+            if gate is not None:  # so that a slow start-up does not leave the other all the work
+                print("ready", flush=True)
+                end = time.monotonic() + MAX_RUN
+                while not os.path.exists(gate) and time.monotonic() < end:
+                    time.sleep(0.01)
             if hold:
                 for _ in range(hold):
                     message = consumer.receive(timeout=10)
@@ -102,8 +108,9 @@ def produce(root: str, queue: str, out: str, threads: int) -> None:
 if __name__ == "__main__":
     command, *rest = sys.argv[1:]
     if command == "consume":
-        hold = int(rest[5]) if len(rest) > 5 and rest[4] == "--hold" else 0
-        consume(rest[0], rest[1], rest[2], rest[3], hold)
+        options = dict(zip(rest[4::2], rest[5::2], strict=True))
+        hold = int(options.get("--hold", 0))
+        consume(rest[0], rest[1], rest[2], rest[3], hold, options.get("--gate"))
     elif command == "assure":
         assure(rest[0], rest[1], rest[2])
     elif command == "member":
