@@ -110,6 +110,23 @@ def test_must_exist_tells_an_unknown_id_from_a_repeat(box: boxmq.Box) -> None:
     assert box.deliver("s", "1", must_exist=True) is False  # a repeat is no error
 
 
+def test_a_message_swept_away_before_its_deliver_can_be_sent_again(root: Path) -> None:
+    """Another process's sweeper (or an operator) removed the stored file: the id is not
+    kept as delivered, or the sender's resend would be taken for a repeat and lost."""
+    with boxmq.open(root, fsync="never") as box:
+        box.assured("s", "1", b"first", queue="counts")
+        for stored in (root / "counts" / "working").iterdir():
+            stored.unlink()
+        with pytest.raises(boxmq.ItemNotFound):
+            box.deliver("s", "1", must_exist=True)
+        assert box.assured("s", "1", b"again", queue="counts") is True  # stored, not a repeat
+        assert box.deliver("s", "1", must_exist=True) is True
+        assert delivered(box) == [b"again"]
+    with boxmq.open(root, fsync="never") as box:  # and no marker says otherwise after a restart
+        assert box.deliver("s", "1") is False
+        assert delivered(box) == []
+
+
 def test_a_reclaimed_id_is_a_new_message_also_across_a_restart(root: Path) -> None:
     with boxmq.open(root, fsync="never") as box:
         assert box.assured("s", "1", b"first", queue="counts", reclaim=True)

@@ -180,6 +180,7 @@ class AssuredIntake:
             try:
                 self._send(pending)
             except FileNotFoundError:  # abandoned in working/ by the sweeper before `deliver`
+                self._unmark(source, msg_id)  # or the sender's resend would pass for a repeat
                 return self._unknown(msg_id, must_exist)
             if not remember:
                 with contextlib.suppress(FileNotFoundError):
@@ -198,6 +199,11 @@ class AssuredIntake:
         with open(temporary, "w") as out:
             json.dump({"source": source, "msg_id": msg_id}, out)
         self._committer.commit([Move(temporary, self._marker(source, msg_id))])
+
+    def _unmark(self, source: str, msg_id: str) -> None:
+        self._books.forget(source, msg_id)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._marker(source, msg_id))
 
     def _marker(self, source: str, msg_id: str) -> str:
         digest = hashlib.sha256(f"{source}\0{msg_id}".encode()).hexdigest()

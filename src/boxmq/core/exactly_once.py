@@ -150,8 +150,10 @@ class ExactlyOnce:
         return True
 
     def forget(self, source: str, msg_id: str) -> None:
-        """The store failed (or the caller gives up): undo the reservation; no-op if unknown."""
+        """The store failed, or the stored message was lost before it went out: the id is
+        neither pending nor delivered, so a resend is a new message. No-op if unknown."""
         self._remove((source, msg_id))
+        self._done.pop((source, msg_id), None)  # its heap item is skipped when it comes due
 
     def deliver(self, source: str, msg_id: str, *, now: float, remember: bool = True) -> Action:
         """Phase 2. DELIVER: move it working/ -> target/ (it is no longer pending and is

@@ -83,6 +83,16 @@ def test_forget_undoes_the_reservation() -> None:
     assert box.assured("s", "m", size=5, now=2.0) is Action.STORE  # the retry stores it
 
 
+def test_forget_of_a_delivered_id_makes_a_resend_a_new_message() -> None:
+    box = ExactlyOnce()
+    box.assured("s", "m", size=5, now=0.0)
+    box.stored("s", "m")
+    assert box.deliver("s", "m", now=1.0) is Action.DELIVER
+    box.forget("s", "m")  # the file was lost before it went out
+    assert box.assured("s", "m", size=5, now=2.0) is Action.STORE
+    assert box.expire(now=10**9) == [("s", "m")]  # the old remembered deadline is skipped
+
+
 def test_an_untrusted_source_is_not_allowed() -> None:
     box = ExactlyOnce(SMALL)
     with pytest.raises(NotAllowed, match="'x'"):
