@@ -27,6 +27,7 @@ from boxmq.store.names import MAX_NAME, decode_lenient, encode
 
 __all__ = [
     "PUT_HEADROOM",
+    "PUT_NAME_LIMIT",
     "dead_name",
     "envelope_of",
     "ready_of",
@@ -42,6 +43,7 @@ log = logging.getLogger("boxmq")
 # A producer's name must leave room for what a release adds (`&bx_dcI=NN&bx_nbL=<13 digits>`),
 # so that a message can always go back to target/ with its delivery count.
 PUT_HEADROOM = 32
+PUT_NAME_LIMIT = MAX_NAME - PUT_HEADROOM  # the longest name a put may write
 
 
 def unusable(name: str) -> str | None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from boxmq.client.consumer import Consumer
 from boxmq.client.disk_locks import DiskSettler
 from boxmq.client.lifecycle import (
-    PUT_HEADROOM,
+    PUT_NAME_LIMIT,
     envelope_of,
     ready_of,
     redrive_name,
@@ -36,7 +36,6 @@ from boxmq.store.commit import Move
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
 from boxmq.store.names import (
-    MAX_NAME,
     Lock,
     check_consumer_name,
     encode,
@@ -155,10 +154,10 @@ class Queue:
             )
         name = encode(envelope)
         length = len(name)  # encoded names are ASCII: characters are bytes
-        if length > MAX_NAME - PUT_HEADROOM:
+        if length > PUT_NAME_LIMIT:
             raise MetadataTooLong(
                 f"the metadata needs {length} bytes of file name, the limit for a put is "
-                f"{MAX_NAME - PUT_HEADROOM}: shorten the properties, correlation id, reply-to "
+                f"{PUT_NAME_LIMIT}: shorten the properties, correlation id, reply-to "
                 "or type, or move them into the body"
             )
         return name

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from boxmq.client.consumer import Consumer
-from boxmq.client.lifecycle import PUT_HEADROOM
+from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.memory import MemoryDelivery, MemoryInbox
 from boxmq.client.message import Message
@@ -52,7 +52,7 @@ from boxmq.store import topics as layout
 from boxmq.store.commit import Committed, Committer, Move
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
-from boxmq.store.names import MAX_NAME, check_consumer_name, decode_lenient, encode
+from boxmq.store.names import check_consumer_name, decode_lenient, encode
 from boxmq.store.process import process_alive
 from boxmq.store.retained import Retained, RetainedStore
 from boxmq.store.spares import Spares, write_new
@@ -666,12 +666,12 @@ def _names(envelope: Envelope, levels: Iterable[QoS]) -> dict[QoS, str]:
     except MetadataTooLong as error:  # past even a name's own limit
         raise MetadataTooLong(f"{_TOO_LONG}: {error}") from None
     length = len(next(iter(names.values())))
-    if length > MAX_NAME - PUT_HEADROOM:
+    if length > PUT_NAME_LIMIT:
         raise MetadataTooLong(f"{_TOO_LONG} ({length} bytes)")
     return names
 
 
 _TOO_LONG = (
-    f"the topic and metadata need more than {MAX_NAME - PUT_HEADROOM} bytes of file name: "
+    f"the topic and metadata need more than {PUT_NAME_LIMIT} bytes of file name: "
     "use a shorter topic or fewer properties"
 )

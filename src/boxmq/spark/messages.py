@@ -14,7 +14,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from boxmq.client.lifecycle import PUT_HEADROOM
+from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.errors import InvalidArgument, InvalidName, MetadataTooLong
 from boxmq.ids import IdFactory
 from boxmq.model import (
@@ -26,7 +26,7 @@ from boxmq.model import (
     Property,
     PropertyType,
 )
-from boxmq.store.names import MAX_NAME, encode
+from boxmq.store.names import encode
 
 __all__ = ["Layout", "check_topic", "layout_of", "message_of"]
 
@@ -212,7 +212,7 @@ def _properties(row: Sequence[object], index: int | None) -> tuple[Property, ...
 
 
 def _check_length(envelope: Envelope, fan_out: bool) -> None:
-    limit = MAX_NAME - PUT_HEADROOM - (_QOS_ROOM if fan_out else 0)
+    limit = PUT_NAME_LIMIT - (_QOS_ROOM if fan_out else 0)
     length = len(encode(envelope))
     if length > limit:
         raise MetadataTooLong(
