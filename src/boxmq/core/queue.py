@@ -144,6 +144,8 @@ class QueueEngine:
     def dispatch(self, *, now: float) -> list[Effect]:
         """Hand out ready messages to consumers with free slots (XEP-0254 §2.2)."""
         effects: list[Effect] = self._tick(now)
+        if len(self._ready) == self._ready.delayed:
+            return effects  # nothing to hand out: the common case of a consumer's poll
         free = {
             consumer: None
             for consumer, limits in self._consumers.items()
