@@ -60,6 +60,20 @@ def test_max_in_flight_caps_what_one_consumer_holds(box: boxmq.Box) -> None:
         assert len(drain(consumer)) == 1
 
 
+def test_receive_ready_takes_what_the_free_slots_allow_without_waiting(box: boxmq.Box) -> None:
+    jobs = box.queue("jobs")
+    jobs.put_many([b"1", b"2", b"3", b"4", b"5"])
+    with jobs.consumer("w", max_in_flight=3) as consumer, jobs.consumer("idle") as other:
+        first = consumer.receive_ready()  # round-robin: "2" went to `other`, which is full
+        assert [m.body for m in first] == [b"1", b"3", b"4"]
+        assert consumer.receive_ready() == []  # no free slot
+        first[0].ack()
+        assert [m.body for m in consumer.receive_ready()] == [b"5"]
+        assert [m.body for m in other.receive_ready()] == [b"2"]
+    with pytest.raises(boxmq.Closed):
+        consumer.receive_ready()
+
+
 def test_lock_timeout_redelivers_and_the_late_ack_is_refused(
     manual_box: boxmq.Box, clock: ManualClock
 ) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from boxmq.client.live_queue import LiveQueue
+from boxmq.client.live_queue import Delivery, LiveQueue
 from boxmq.client.message import Message
 from boxmq.client.receiver import Receiver
 from boxmq.model import ConsumerId
@@ -26,8 +26,14 @@ class Consumer(Receiver):
     def receive(self, timeout: float | None = None) -> Message | None:
         """The next message, locked for us; None if none came within `timeout` seconds."""
         delivery = self._live.receive(self.name, timeout)
-        if delivery is None:
-            return None
+        return None if delivery is None else self._message(delivery)
+
+    def receive_ready(self) -> list[Message]:
+        """Every message locked for us now, up to our free slots: one look at the folder for
+        all of them (a loop of receive_nowait looks once more after the last)."""
+        return [self._message(delivery) for delivery in self._live.receive_ready(self.name)]
+
+    def _message(self, delivery: Delivery) -> Message:
         return Message(
             queue=self.queue,
             envelope=delivery.envelope,

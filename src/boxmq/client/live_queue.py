@@ -138,6 +138,17 @@ class LiveQueue:
                     return None
                 self._wait(self._nap(now, end))
 
+    def receive_ready(self, consumer: ConsumerId) -> list[Delivery]:
+        """What `receive(consumer, 0)` would return call after call, with one pump."""
+        with self._cond:
+            if consumer not in self._inbox or self._closed:
+                raise Closed(f"consumer {consumer!r} of {self.name!r} is closed")
+            self._pump()
+            ready = []
+            while (delivery := self._take(consumer)) is not None:
+                ready.append(delivery)
+            return ready
+
     # -- settling (XEP-0254 §2.3, §2.4) ----------------------------------------------------------
 
     def ack(self, message_id: MessageId, consumer: ConsumerId) -> None:

@@ -29,6 +29,13 @@ class Receiver(ABC):
     def receive_nowait(self) -> Message | None:
         return self.receive(timeout=0)
 
+    def receive_ready(self) -> list[Message]:
+        """Every message that is there for it now, without waiting (maybe none)."""
+        ready = []
+        while (message := self.receive_nowait()) is not None:
+            ready.append(message)
+        return ready
+
     def __iter__(self) -> Iterator[Message]:
         """Messages as they come, blocking while there are none, until closed."""
         while True:

@@ -604,6 +604,11 @@ class Subscriber(Receiver):
             str(self.filter), delivery.envelope, delivery.body, self.name, 0.0, _AT_MOST_ONCE
         )
 
+    def receive_ready(self) -> list[Message]:
+        if self._consumer is not None:
+            return self._consumer.receive_ready()
+        return super().receive_ready()
+
     def set_limits(self, *, max_in_flight: int, lock_timeout: float) -> None:
         if self._consumer is None:
             super().set_limits(max_in_flight=max_in_flight, lock_timeout=lock_timeout)

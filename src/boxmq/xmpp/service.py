@@ -209,19 +209,19 @@ class QueueService:
         waiting."""
         taken = 0
         for subscription in self._subscriptions.all() if subscriptions is None else subscriptions:
-            while not subscription.closed:
-                try:
-                    message = subscription.consumer.receive_nowait()
-                except Closed:  # its queue was deleted under it: the subscription ends
-                    self._end(subscription)
-                    break
-                except BoxMQError as error:  # a file swept away under us: try again later
-                    log.warning("%s for %s: %s", subscription.node, subscription.jid, error)
-                    break
-                if message is None:
-                    break
+            if subscription.closed:
+                continue
+            try:
+                messages = subscription.consumer.receive_ready()
+            except Closed:  # its queue was deleted under it: the subscription ends
+                self._end(subscription)
+                continue
+            except BoxMQError as error:  # a file swept away under us: try again later
+                log.warning("%s for %s: %s", subscription.node, subscription.jid, error)
+                continue
+            for message in messages:
                 self._delivered(subscription, message)
-                taken += 1
+            taken += len(messages)
         return taken
 
     def close(self) -> None:
