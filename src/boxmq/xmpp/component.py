@@ -34,6 +34,10 @@ _IQ = ns.tag(ns.COMPONENT, "iq")
 _PRESENCE = ns.tag(ns.COMPONENT, "presence")
 _MESSAGE = ns.tag(ns.COMPONENT, "message")
 POLL = 0.05  # seconds: how soon messages that others put reach the subscribers
+# Seconds the commit and the deliveries of a batch of stanzas wait for more stanzas to join
+# it: under load one commit and one look at the queue serve several stanzas instead of one
+# each (docs/benchmarks.md, XMPP); idle, a publish is answered this much later.
+GATHER = 0.002
 _FINAL_STREAM_ERRORS = {"conflict", "not-authorized", "host-unknown", "invalid-namespace"}
 
 
@@ -89,10 +93,11 @@ class QueueComponent(ComponentXMPP):
             super()._spawn_event(xml)
 
     def _poll_soon(self) -> None:
-        """Take new deliveries once the stanzas that arrived together are all handled."""
+        """Commit the publishes and take new deliveries once the stanzas that arrive
+        together (within GATHER) are all handled."""
         if not self._poll_pending:
             self._poll_pending = True
-            asyncio.get_running_loop().call_soon(self._poll)
+            asyncio.get_running_loop().call_later(GATHER, self._poll)
 
     def _poll(self) -> None:
         self._poll_pending = False
