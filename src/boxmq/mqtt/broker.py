@@ -195,7 +195,7 @@ class Broker:
             self._schedule_will(session)
         session.will = None
         if session.persistent:
-            self._record(session, disconnected_at=self._clock.now())
+            self._save_session(session, disconnected_at=self._clock.now())
             self._schedule_expiry(session)
         else:
             self._end_session(session)
@@ -337,7 +337,7 @@ class Broker:
         if session.persistent or present:
             # Present but expiry 0: a persistent session resumed to end with this connection;
             # its subscriptions are still on disk, so a crash must end it at the restart.
-            self._record(session)
+            self._save_session(session)
         connection.keep_alive = keep_alive
         connection.accepted = True
         requested = props.session_expiry_interval or 0
@@ -498,7 +498,7 @@ class Broker:
                 self.box.unsubscribe(text, name)
         remove_record(self.box.root, client_id)
 
-    def _record(self, session: Session, *, disconnected_at: float | None = None) -> None:
+    def _save_session(self, session: Session, *, disconnected_at: float | None = None) -> None:
         """Write what a restart needs to end the session on time and to send its messages as
         they were subscribed (session_record.py). A failure costs only that, so it is logged."""
         record = SessionRecord(
@@ -1072,7 +1072,7 @@ class Broker:
             reasons = [r if r < _R.UNSPECIFIED_ERROR else _R.UNSPECIFIED_ERROR for r in reasons]
         self._send(client, Suback(packet.packet_id, tuple(reasons)))
         if session.persistent:
-            self._record(session)  # its Subscription Identifiers and Retain As Published
+            self._save_session(session)  # its Subscription Identifiers and Retain As Published
         if on_disk:
             name = consumer_name(session.client_id)
 
@@ -1152,6 +1152,6 @@ class Broker:
                 removed = False
             reasons.append(_R.SUCCESS if removed else _R.NO_SUBSCRIPTION_EXISTED)
         if session.persistent:
-            self._record(session)
+            self._save_session(session)
         v5 = client.link.connection.version is ProtocolVersion.V5
         self._send(client, Unsuback(packet.packet_id, tuple(reasons) if v5 else ()))

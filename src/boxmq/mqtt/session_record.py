@@ -37,8 +37,6 @@ __all__ = [
     "SessionRecord",
     "read_record",
     "read_records",
-    "record_from_json",
-    "record_to_json",
     "remove_record",
     "write_record",
 ]
@@ -68,7 +66,7 @@ class SessionRecord:
         return self.disconnected_at + self.expiry
 
 
-def record_to_json(record: SessionRecord) -> dict[str, Any]:
+def _to_json(record: SessionRecord) -> dict[str, Any]:
     return {
         "client_id": record.client_id,
         "expiry": record.expiry,
@@ -81,7 +79,7 @@ def record_to_json(record: SessionRecord) -> dict[str, Any]:
     }
 
 
-def record_from_json(data: Mapping[str, Any]) -> SessionRecord:
+def _from_json(data: Mapping[str, Any]) -> SessionRecord:
     """The record `data` holds; missing fields take their defaults (ValueError if it is not
     a session record at all)."""
     try:
@@ -122,7 +120,7 @@ def write_record(root: str, record: SessionRecord) -> None:
     os.makedirs(folder, exist_ok=True)
     temporary = os.path.join(folder, f".tmp-{uuid.uuid4().hex}")  # a dot: never a record
     with open(temporary, "w") as out:
-        json.dump(record_to_json(record), out)
+        json.dump(_to_json(record), out)
     os.rename(temporary, _path(root, record.client_id))
 
 
@@ -149,7 +147,7 @@ def read_records(root: str) -> Iterator[SessionRecord]:
 def _read(path: str) -> SessionRecord | None:
     try:
         with open(path) as source:
-            return record_from_json(json.load(source))
+            return _from_json(json.load(source))
     except (FileNotFoundError, NotADirectoryError):
         return None  # removed right now: the session ended
     except ValueError:
