@@ -26,7 +26,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final, Protocol
 
 from boxmq.client.box import Box
@@ -65,6 +65,14 @@ from boxmq.mqtt.properties import EMPTY, Properties, PropertyId, subscription_id
 from boxmq.mqtt.reasons import ReasonCode, reason_for
 from boxmq.mqtt.routes import DurableRoutes, MemoryRoutes
 from boxmq.mqtt.session import NEVER, Session, SubscriptionOptions, Token
+from boxmq.mqtt.session_record import (
+    DeliveryOptions,
+    SessionRecord,
+    read_record,
+    read_records,
+    remove_record,
+    write_record,
+)
 from boxmq.mqtt.settings import MqttSettings
 from boxmq.mqtt.stored import (
     NOT_FORWARDED,
@@ -76,6 +84,7 @@ from boxmq.mqtt.stored import (
     retained_publish,
     storable,
 )
+from boxmq.store.process import process_alive, process_token
 
 __all__ = ["Broker", "Link"]
 
@@ -137,6 +146,7 @@ class Broker:
         self._flush_due = False
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._token = process_token()  # names this broker in the session records it writes
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -185,6 +195,7 @@ class Broker:
             self._schedule_will(session)
         session.will = None
         if session.persistent:
+            self._save_session(session, disconnected_at=self._clock.now())
             self._schedule_expiry(session)
         else:
             self._end_session(session)
@@ -323,6 +334,10 @@ class Broker:
         session.outbox.window = window
         client.session = session
         self._links[client_id] = client
+        if session.persistent or present:
+            # Present but expiry 0: a persistent session resumed to end with this connection;
+            # its subscriptions are still on disk, so a crash must end it at the restart.
+            self._save_session(session)
         connection.keep_alive = keep_alive
         connection.accepted = True
         requested = props.session_expiry_interval or 0
@@ -402,7 +417,7 @@ class Broker:
                 self._end_session(session)
             self._forget_on_disk(client_id)
             session = None
-        elif session is None and expiry:
+        elif session is None:
             session = self._session_from_disk(client_id, expiry)
         if session is not None:
             return True, session
@@ -415,18 +430,32 @@ class Broker:
     def _session_from_disk(self, client_id: str, expiry: int) -> Session | None:
         """A persistent session this process does not know (boxmq was restarted): its
         durable subscriptions are on disk, their options read back from their records, and
-        so are the QoS 2 messages it got PUBREC for and has not released yet."""
+        so are the QoS 2 messages it got PUBREC for and has not released yet. Resumed with
+        an expiry of 0 too (MQTT 5.0 §3.1.2.4): it then ends with this connection, its
+        subscriptions on disk with it, where a new session would leave them behind."""
+        record = read_record(self.box.root, client_id)
+        if record is None and not expiry:
+            return None  # a clean session most likely: spare it the scan of every subscription
         found = self.box.topics.subscribed(consumer_name(client_id))
         unreleased = self.box.pending(exactly_once_source(client_id))
-        if not found and not unreleased:
+        if not found and not unreleased and record is None:
             return None
+        # No record: the session was left by a boxmq that wrote none, its options are the defaults.
+        saved = {} if record is None else record.options
         session = Session(
             client_id, window=self.limits.max_inflight, queue_limit=self.limits.max_queued
         )
         session.expiry = expiry  # before attaching: persistent memberships are not process-bound
         self._sessions[client_id] = session
-        for text, record in found:
-            options = SubscriptionOptions(qos=record.qos, durable=True, no_local=record.no_local)
+        for text, subscription in found:
+            delivery = saved.get(text, DeliveryOptions())
+            options = SubscriptionOptions(
+                qos=subscription.qos,
+                durable=True,
+                no_local=subscription.no_local,
+                retain_as_published=delivery.retain_as_published,
+                identifier=delivery.identifier,
+            )
             session.subscriptions[text] = options
             self._attach(session, text, options)
         log.info(
@@ -442,6 +471,7 @@ class Broker:
         name = consumer_name(client_id)
         for text, _ in self.box.topics.subscribed(name):
             self.box.unsubscribe(text, name)
+        remove_record(self.box.root, client_id)
 
     def _kick(self, client: _Client, reason: ReasonCode, why: str) -> None:
         connection = client.link.connection
@@ -466,6 +496,71 @@ class Broker:
             subscriber.close()
             if not parse_filter(text).shared:
                 self.box.unsubscribe(text, name)
+        remove_record(self.box.root, client_id)
+
+    def _save_session(self, session: Session, *, disconnected_at: float | None = None) -> None:
+        """Write what a restart needs to end the session on time and to send its messages as
+        they were subscribed (session_record.py). A failure costs only that, so it is logged."""
+        record = SessionRecord(
+            session.client_id,
+            session.expiry,
+            holder=self._token if disconnected_at is None else None,
+            disconnected_at=disconnected_at,
+            options={
+                text: DeliveryOptions(options.identifier, options.retain_as_published)
+                for text, options in session.subscriptions.items()
+                if options.durable
+            },
+        )
+        try:
+            write_record(self.box.root, record)
+        except OSError as error:
+            log.warning("client %s: session record not written: %s", session.client_id, error)
+
+    def resume_expiries(self) -> None:
+        """At start: the persistent sessions on disk end when their records say, those whose
+        time is up at once. The timers of the process before died with it; without this, a
+        session whose client never returns would collect messages on disk forever."""
+        now = self._clock.now()
+        for found in read_records(self.box.root):
+            record = self._away_since_restart(found, now)
+            deadline = None if record is None else record.deadline()
+            if record is None or deadline is None:
+                continue
+            if deadline <= now:
+                self._end_if_still_away(record)
+            else:
+                self._expiries[record.client_id] = self.loop.call_later(
+                    deadline - now, self._end_if_still_away, record
+                )
+
+    def _away_since_restart(self, record: SessionRecord, now: float) -> SessionRecord | None:
+        """The record of a session whose client is away; None if its client is connected to
+        another broker on this root that still runs, or may run (another host: its own)."""
+        holder = record.holder
+        if holder is None:
+            return record
+        if holder != self._token and process_alive(holder) is not False:
+            return None
+        # The broker died with the client connected, so no disconnect was recorded: the network
+        # connection closed with it, and the restart is the first moment known after that (MQTT
+        # 5.0 §3.1.2.11). Written, so a second restart does not start the countdown again.
+        away = replace(record, holder=None, disconnected_at=now)
+        try:
+            write_record(self.box.root, away)
+        except OSError as error:
+            log.warning("client %s: session record not written: %s", record.client_id, error)
+        return away
+
+    def _end_if_still_away(self, scheduled: SessionRecord) -> None:
+        """The end of a session found on disk at start, unless its client came back (here, or
+        to another broker on this root: its record changed)."""
+        client_id = scheduled.client_id
+        self._expiries.pop(client_id, None)
+        if client_id in self._sessions or read_record(self.box.root, client_id) != scheduled:
+            return
+        log.info("client %s: session expired (it was on disk at start)", client_id)
+        self._forget_on_disk(client_id)
 
     def _schedule_expiry(self, session: Session) -> None:
         if session.expiry == NEVER:
@@ -976,6 +1071,8 @@ class Broker:
         if not v5:
             reasons = [r if r < _R.UNSPECIFIED_ERROR else _R.UNSPECIFIED_ERROR for r in reasons]
         self._send(client, Suback(packet.packet_id, tuple(reasons)))
+        if session.persistent:
+            self._save_session(session)  # its Subscription Identifiers and Retain As Published
         if on_disk:
             name = consumer_name(session.client_id)
 
@@ -1054,5 +1151,7 @@ class Broker:
             except InvalidArgument:
                 removed = False
             reasons.append(_R.SUCCESS if removed else _R.NO_SUBSCRIPTION_EXISTED)
+        if session.persistent:
+            self._save_session(session)
         v5 = client.link.connection.version is ProtocolVersion.V5
         self._send(client, Unsuback(packet.packet_id, tuple(reasons) if v5 else ()))

@@ -119,6 +119,7 @@ class MqttServer:
     async def start(self) -> list[tuple[str, int]]:
         """Listen on every listener; the addresses bound (a port of 0 gets a free one)."""
         loop = asyncio.get_running_loop()
+        self.broker.resume_expiries()  # before any client: one that returns cancels its own
         bound: list[tuple[str, int]] = []
         for listener in self.settings.listeners:
             server = await loop.create_server(

@@ -149,6 +149,7 @@ class Paho:
     connacks: queue.Queue[Any] = field(default_factory=queue.Queue)
     subacks: queue.Queue[Any] = field(default_factory=queue.Queue)
     disconnects: queue.Queue[Any] = field(default_factory=queue.Queue)
+    session_present: bool = False  # as its CONNACK said
 
     def next(self, timeout: float = WAIT) -> Received:
         return self.messages.get(timeout=timeout)
@@ -240,8 +241,9 @@ def paho(
         properties=connect_props,
     )
     client.loop_start()
-    _flags, reason, _ = box.connacks.get(timeout=WAIT)
+    flags, reason, _ = box.connacks.get(timeout=WAIT)
     assert int(reason.value if hasattr(reason, "value") else reason) == expect, reason
+    box.session_present = bool(flags.session_present)
     return box
 
 

@@ -29,6 +29,8 @@ from tests.integration.mqtt.clients import (
     stop_process,
 )
 
+from boxmq.store.topics import subscription_key, subscription_path
+
 pytestmark = pytest.mark.slow
 
 LIMIT = 2000  # messages per stream at most; the kill comes well before
@@ -182,5 +184,31 @@ def test_a_share_group_deleting_what_it_acks_loses_and_mixes_nothing_across_a_si
         assert stream.acked <= {m.payload.decode() for m in got}  # at least once
         mixed = [m for m in got if m.topic.rsplit("/", 1)[1] != str(int(m.payload[3:]))]
         assert mixed == []  # every body is its own message's
+    finally:
+        stop_process(server)
+
+
+def test_a_session_connected_when_the_server_was_killed_ends_its_interval_after_the_restart(
+    tmp_path: Path,
+) -> None:
+    # SIGKILL leaves no disconnect time: the connection closed with the server, and the restart
+    # stands for that moment (MQTT 5.0 §3.1.2.11), so the session ends 2 s after it.
+    target, server = serve_fresh(tmp_path)
+    root, port = target.root, target.port
+    dropbox = subscription_path(str(root), "killed/#", subscription_key(None, "victim"))
+    try:
+        victim = paho(target, "victim", clean=False, expiry=2)
+        victim.subscribe("killed/#", 1)
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
+        victim.client.loop_stop()
+        time.sleep(2.5)  # longer than the interval: still, it counts from the restart
+        server = serve_process(root, port)
+        restarted = time.monotonic()
+        assert os.path.isdir(dropbox)
+        while os.path.isdir(dropbox) and time.monotonic() - restarted < 5:
+            time.sleep(0.1)
+        assert not os.path.exists(dropbox)
+        assert time.monotonic() - restarted > 1.5
     finally:
         stop_process(server)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 import boxmq
-from boxmq.clock import SystemClock
+from boxmq.clock import Clock, ManualClock, SystemClock
 from boxmq.mqtt import broker as broker_module
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.codec import decode, encode
@@ -34,7 +35,9 @@ from boxmq.mqtt.packets import (
 )
 from boxmq.mqtt.properties import Properties
 from boxmq.mqtt.reasons import ReasonCode
+from boxmq.mqtt.session_record import SessionRecord, read_record, remove_record, write_record
 from boxmq.mqtt.settings import MqttSettings
+from boxmq.store.process import process_token
 
 V5 = ProtocolVersion.V5
 
@@ -80,10 +83,13 @@ class Peer:
         return taken
 
 
-def _run(tmp_path: Path, test: Callable[[Broker], Awaitable[None]]) -> None:
+def _run(
+    tmp_path: Path, test: Callable[[Broker], Awaitable[None]], clock: Clock | None = None
+) -> None:
     async def main() -> None:
         with boxmq.open(tmp_path / "root", fsync="never") as box:
-            broker = Broker(box, MqttSettings(), SystemClock())
+            broker = Broker(box, MqttSettings(), clock or SystemClock())
+            broker.resume_expiries()  # as MqttServer.start does
             try:
                 await test(broker)
             finally:
@@ -355,11 +361,17 @@ def _in_two_lives(
     tmp_path: Path,
     first: Callable[[Broker], Awaitable[None]],
     then: Callable[[Broker], Awaitable[None]],
+    *,
+    later: float = 0.0,
 ) -> None:
     """Run `first` on a broker, shut it down, then `then` on a new one over the same root (a
-    restart: nothing but the disk carries over)."""
+    restart: nothing but the disk carries over), whose clock is `later` seconds on."""
     _run(tmp_path, first)
-    _run(tmp_path, then)
+    _run(tmp_path, then, ManualClock(time.time() + later) if later else None)
+
+
+def _subscribed(broker: Broker, client_id: str) -> list[str]:
+    return [text for text, _ in broker.box.topics.subscribed(client_id)]
 
 
 def test_a_restart_keeps_a_publishers_qos2_awaiting_pubrel(tmp_path: Path) -> None:
@@ -526,3 +538,135 @@ def test_retain_as_published_on_a_persistent_session_and_a_share_group(tmp_path:
         }
 
     _run(tmp_path, test)
+
+
+def test_a_restart_keeps_the_subscription_identifier_and_retain_as_published(
+    tmp_path: Path,
+) -> None:
+    """MQTT 5.0 §3.8.2.1.2 and §3.8.3.1: options of a persistent subscription that shape what
+    it is sent, restored from the session's record."""
+
+    async def first(broker: Broker) -> None:
+        keeper = _connect(broker, "keeper", expiry=600)
+        wanted = Subscription("id/#", 1, retain_as_published=True)
+        props = Properties.build(subscription_identifiers=(42,))
+        keeper.send(Subscribe(1, (wanted, Subscription("$share/g/sh/#", 1)), properties=props))
+        assert keeper.take() == [Suback(1, (ReasonCode.GRANTED_QOS_1, ReasonCode.GRANTED_QOS_1))]
+
+    async def then(broker: Broker) -> None:
+        keeper = _connect(broker, "keeper", expiry=600, clean=False)
+        pub = _connect(broker, "pub")
+        pub.send(Publish("id/x", b"kept", 1, retain=True, packet_id=1))
+        pub.send(Publish("sh/x", b"shared", 1, packet_id=2))
+        await _until(lambda: len([p for p in keeper.inbox if isinstance(p, Publish)]) == 2)
+        got = {p.payload: p for p in keeper.take() if isinstance(p, Publish)}
+        assert got[b"kept"].properties.subscription_identifiers == (42,)
+        assert got[b"kept"].retain  # Retain As Published
+        assert got[b"shared"].properties.subscription_identifiers == (42,)
+
+    _in_two_lives(tmp_path, first, then)
+
+
+def test_a_session_left_without_a_record_is_restored_with_default_options(
+    tmp_path: Path,
+) -> None:
+    """A session written by a boxmq that kept no session record still comes back."""
+
+    async def first(broker: Broker) -> None:
+        keeper = _connect(broker, "keeper", expiry=600)
+        props = Properties.build(subscription_identifiers=(42,))
+        keeper.send(Subscribe(1, (Subscription("old/#", 1),), properties=props))
+
+    async def then(broker: Broker) -> None:
+        pub = _connect(broker, "pub")
+        pub.send(Publish("old/x", b"kept", 1, packet_id=1))
+        keeper, connack = _connack(broker, "keeper", clean=False, session_expiry_interval=600)
+        assert connack.session_present
+        await _until(lambda: any(isinstance(p, Publish) for p in keeper.inbox))
+        [got] = [p for p in keeper.take() if isinstance(p, Publish)]
+        assert (got.payload, got.properties.subscription_identifiers) == (b"kept", ())
+
+    _run(tmp_path, first)
+    remove_record(str(tmp_path / "root"), "keeper")
+    _run(tmp_path, then)
+
+
+def test_a_session_whose_time_ran_out_while_the_broker_was_down_ends_at_start(
+    tmp_path: Path,
+) -> None:
+    async def first(broker: Broker) -> None:
+        for client_id, expiry in (("gone", 600), ("kept", 3600)):
+            away = _connect(broker, client_id, expiry=expiry)
+            away.send(Subscribe(1, (Subscription(f"{client_id}/#", 1),)))
+            away.send(Disconnect())
+
+    async def then(broker: Broker) -> None:
+        assert _subscribed(broker, "gone") == []  # its dropbox is deleted: it collects no more
+        assert read_record(broker.box.root, "gone") is None
+        assert _subscribed(broker, "kept") == ["kept/#"]
+        assert "kept" in broker._expiries  # it ends at its own deadline, unless its client returns
+        kept = _connect(broker, "kept", expiry=3600, clean=False)
+        assert "kept" not in broker._expiries
+        kept.send(Disconnect())
+        assert "kept" in broker._expiries
+
+    _in_two_lives(tmp_path, first, then, later=700)
+
+
+def test_a_session_connected_when_its_broker_died_counts_from_the_restart(
+    tmp_path: Path,
+) -> None:
+    """No disconnect was recorded (a SIGKILL): MQTT 5.0 §3.1.2.11 counts the interval from the
+    close of the network connection, which went with the broker; the restart stands for it."""
+    root = str(tmp_path / "root")
+
+    async def first(broker: Broker) -> None:
+        killed = _connect(broker, "killed", expiry=60)
+        killed.send(Subscribe(1, (Subscription("k/#", 1),)))
+
+    clock = ManualClock(time.time() + 3600)  # the broker stayed down for an hour
+
+    async def then(broker: Broker) -> None:
+        assert _subscribed(broker, "killed") == ["k/#"]
+        record = read_record(root, "killed")
+        assert record is not None
+        assert (record.holder, record.disconnected_at) == (None, clock.now())
+        assert "killed" in broker._expiries
+
+    _run(tmp_path, first)
+    # What a SIGKILL leaves: the record as written at CONNECT, naming a broker that is gone.
+    write_record(root, SessionRecord("killed", 60, holder=process_token()))
+    _run(tmp_path, then, clock)
+
+
+def test_a_session_connected_to_another_running_broker_is_left_to_it(tmp_path: Path) -> None:
+    root = str(tmp_path / "root")
+    other = SessionRecord("elsewhere", 1, holder=process_token(os.getppid()))  # alive
+
+    async def then(broker: Broker) -> None:
+        assert read_record(root, "elsewhere") == other
+        assert "elsewhere" not in broker._expiries
+
+    write_record(root, other)
+    _run(tmp_path, then, ManualClock(time.time() + 3600))
+
+
+def test_a_session_resumed_after_a_restart_with_expiry_0_ends_with_its_connection(
+    tmp_path: Path,
+) -> None:
+    """Clean start 0 resumes the session whatever the new interval (MQTT 5.0 §3.1.2.4); with
+    0 it ends when the connection closes, and its dropbox with it."""
+
+    async def first(broker: Broker) -> None:
+        away = _connect(broker, "brief", expiry=600)
+        away.send(Subscribe(1, (Subscription("b/#", 1),)))
+        away.send(Disconnect())
+
+    async def then(broker: Broker) -> None:
+        back, connack = _connack(broker, "brief", clean=False)
+        assert connack.session_present
+        back.send(Disconnect())
+        assert _subscribed(broker, "brief") == []
+        assert read_record(broker.box.root, "brief") is None
+
+    _in_two_lives(tmp_path, first, then)

@@ -1,0 +1,154 @@
+"""A persistent MQTT session's own record on disk: when it ends, and how its messages go out.
+
+    <root>/.mqtt/sessions/<client id>    one JSON file per session (the id escaped as a name)
+
+A persistent session's durable subscriptions are dropboxes with their own records
+(store/topics.py), read by every publisher to route. Those records are shared by the members
+of a share group and say nothing of time, so what belongs to one session is kept here: its
+Session Expiry Interval and since when its client is away (MQTT 5.0 §3.1.2.11.2), and, per
+filter as subscribed, the options that shape what it is sent (Subscription Identifier
+§3.8.2.1.2, Retain As Published §3.8.3.1). Retain Handling only acts at SUBSCRIBE time and is
+not kept.
+
+Invariants:
+- `holder` is the process token of the broker the client is connected to; None once the
+  connection closed, at `disconnected_at` (wall clock, seconds since the epoch). A session
+  away ends `expiry` seconds after that, one with expiry NEVER only on a clean start.
+- A record is replaced by a rename: a reader sees the old one or the new one, never half.
+- Every field but `client_id` and `expiry` has a default, and unknown fields are ignored, so a
+  record written by another boxmq version still loads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from boxmq.mqtt.session import NEVER
+from boxmq.store.names import escape_segment
+
+__all__ = [
+    "DeliveryOptions",
+    "SessionRecord",
+    "read_record",
+    "read_records",
+    "remove_record",
+    "write_record",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryOptions:
+    """What a subscription's own record does not carry: how its messages go to this session."""
+
+    identifier: int | None = None  # Subscription Identifier, sent back with each message
+    retain_as_published: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    client_id: str
+    expiry: int  # Session Expiry Interval in seconds; NEVER; 0 ends with the connection
+    holder: str | None = None  # the broker process the client is connected to
+    disconnected_at: float | None = None  # when the client's connection closed
+    options: Mapping[str, DeliveryOptions] = field(default_factory=dict)  # by filter
+
+    def deadline(self) -> float | None:
+        """When the session ends if its client stays away; None: it never does, or the client
+        is connected."""
+        if self.expiry == NEVER or self.disconnected_at is None:
+            return None
+        return self.disconnected_at + self.expiry
+
+
+def _to_json(record: SessionRecord) -> dict[str, Any]:
+    return {
+        "client_id": record.client_id,
+        "expiry": record.expiry,
+        "holder": record.holder,
+        "disconnected_at": record.disconnected_at,
+        "options": {
+            text: {"identifier": o.identifier, "retain_as_published": o.retain_as_published}
+            for text, o in record.options.items()
+        },
+    }
+
+
+def _from_json(data: Mapping[str, Any]) -> SessionRecord:
+    """The record `data` holds; missing fields take their defaults (ValueError if it is not
+    a session record at all)."""
+    try:
+        options = {
+            str(text): DeliveryOptions(
+                identifier=_optional_int(o.get("identifier")),
+                retain_as_published=bool(o.get("retain_as_published", False)),
+            )
+            for text, o in data.get("options", {}).items()
+        }
+        at = data.get("disconnected_at")
+        holder = data.get("holder")
+        return SessionRecord(
+            client_id=str(data["client_id"]),
+            expiry=int(data["expiry"]),
+            holder=None if holder is None else str(holder),
+            disconnected_at=None if at is None else float(at),
+            options=options,
+        )
+    except (KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"not a session record: {error!r}") from None
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _folder(root: str) -> str:
+    return os.path.join(root, ".mqtt", "sessions")
+
+
+def _path(root: str, client_id: str) -> str:
+    return os.path.join(_folder(root), escape_segment(client_id))
+
+
+def write_record(root: str, record: SessionRecord) -> None:
+    folder = _folder(root)
+    os.makedirs(folder, exist_ok=True)
+    temporary = os.path.join(folder, f".tmp-{uuid.uuid4().hex}")  # a dot: never a record
+    with open(temporary, "w") as out:
+        json.dump(_to_json(record), out)
+    os.rename(temporary, _path(root, record.client_id))
+
+
+def read_record(root: str, client_id: str) -> SessionRecord | None:
+    return _read(_path(root, client_id))
+
+
+def remove_record(root: str, client_id: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_path(root, client_id))
+
+
+def read_records(root: str) -> Iterator[SessionRecord]:
+    """Every session record under the root (those unreadable are skipped)."""
+    with contextlib.suppress(FileNotFoundError), os.scandir(_folder(root)) as entries:
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue  # a record being written
+            record = _read(entry.path)
+            if record is not None:
+                yield record
+
+
+def _read(path: str) -> SessionRecord | None:
+    try:
+        with open(path) as source:
+            return _from_json(json.load(source))
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # removed right now: the session ended
+    except ValueError:
+        return None  # not ours, or damaged: the session is kept until its client comes back

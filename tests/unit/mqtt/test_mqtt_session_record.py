@@ -1,0 +1,85 @@
+"""A persistent session's record on disk: round trips, defaults, and what is not a record."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from boxmq.mqtt.session import NEVER
+from boxmq.mqtt.session_record import (
+    DeliveryOptions,
+    SessionRecord,
+    read_record,
+    read_records,
+    remove_record,
+    write_record,
+)
+
+_options = st.builds(
+    DeliveryOptions,
+    identifier=st.none() | st.integers(min_value=1, max_value=268_435_455),  # §3.8.2.1.2
+    retain_as_published=st.booleans(),
+)
+_records = st.builds(
+    SessionRecord,
+    client_id=st.text(st.characters(exclude_characters="\0"), min_size=1, max_size=20),
+    expiry=st.integers(min_value=0, max_value=NEVER),
+    holder=st.none() | st.text(max_size=30),
+    disconnected_at=st.none() | st.floats(min_value=0, max_value=4e9),
+    options=st.dictionaries(st.text(min_size=1, max_size=30), _options, max_size=4),
+)
+
+
+@given(_records)
+def test_a_record_written_is_read_back_as_it_was(record: SessionRecord) -> None:
+    with tempfile.TemporaryDirectory() as root:  # not tmp_path: one per example
+        write_record(root, record)
+        assert read_record(root, record.client_id) == record
+
+
+def test_a_record_is_found_under_its_escaped_id_and_removed(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    record = SessionRecord(
+        "dev/1:a",  # '/' and ':' cannot be in a file name here: escaped
+        120,
+        disconnected_at=1_700_000_000.5,
+        options={"$share/g/a/#": DeliveryOptions(7, True), "b": DeliveryOptions()},
+    )
+    write_record(root, record)
+    assert read_record(root, "dev/1:a") == record
+    assert list(read_records(root)) == [record]
+    remove_record(root, "dev/1:a")
+    assert read_record(root, "dev/1:a") is None
+    remove_record(root, "dev/1:a")  # twice: nothing to do
+
+
+def test_a_record_with_only_the_first_fields_loads_with_the_defaults(tmp_path: Path) -> None:
+    folder = tmp_path / ".mqtt" / "sessions"
+    folder.mkdir(parents=True)
+    (folder / "old").write_text('{"client_id": "old", "expiry": 60, "some_later_field": 1}')
+    record = read_record(str(tmp_path), "old")
+    assert record is not None
+    assert (record.client_id, record.expiry) == ("old", 60)
+    assert (record.holder, record.disconnected_at, record.options) == (None, None, {})
+
+
+def test_a_damaged_record_is_skipped(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    write_record(root, SessionRecord("good", 5))
+    folder = tmp_path / ".mqtt" / "sessions"
+    (folder / "half").write_text('{"client_id": "half", "exp')
+    (folder / "other").write_text('{"client": "not a session"}')
+    (folder / ".tmp-123").write_text("being written")
+    assert [r.client_id for r in read_records(root)] == ["good"]
+    assert sorted(os.listdir(folder)) == [".tmp-123", "good", "half", "other"]  # none removed
+
+
+def test_the_deadline_counts_from_the_disconnect() -> None:
+    assert SessionRecord("a", 30, disconnected_at=100.0).deadline() == 130.0
+    assert SessionRecord("a", 30, holder="connected").deadline() is None
+    assert SessionRecord("a", NEVER, disconnected_at=100.0).deadline() is None
+    assert SessionRecord("a", 0, disconnected_at=100.0).deadline() == 100.0
