@@ -10,14 +10,14 @@ from __future__ import annotations
 import logging
 import queue
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
 from tests.diskfull import SmallDisk, small_disk
-from tests.integration.mqtt.clients import WAIT, RunningServer, paho, start_server
+from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, paho, start_server
 
 QUOTA_EXCEEDED = 0x97
 REASON_STRING = 0x1F
@@ -39,6 +39,20 @@ def running(disk: SmallDisk) -> Iterator[RunningServer]:
         running.shutdown()
 
 
+@pytest.fixture
+def connect(running: RunningServer) -> Iterator[Callable[..., Paho]]:
+    """`connect(...)`, each client stopped at the end (no socket left to the GC)."""
+    made: list[Paho] = []
+
+    def make(*args: Any, **kwargs: Any) -> Paho:
+        made.append(paho(running, *args, **kwargs))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.stop()
+
+
 def _working_files(root: Path) -> list[Path]:
     """Files anywhere under a working/ folder: what a failed publication could leave."""
     return [path for path in root.rglob("*") if path.is_file() and "working" in path.parts]
@@ -51,18 +65,18 @@ def _acks(client: mqtt.Client) -> queue.Queue[tuple[int, int]]:
     return acks
 
 
-def _group_member(running: RunningServer, client_id: str = "member") -> Any:
+def _group_member(connect: Callable[..., Paho]) -> Paho:
     """A share group member: a publication on t/# must be written to disk before its ack."""
-    member = paho(running, client_id)
+    member = connect("member")
     member.subscribe("$share/g/t/#", qos=1)
     return member
 
 
 def test_v5_qos1_on_a_full_disk_gets_quota_exceeded_and_its_resend_is_stored_once(
-    running: RunningServer, disk: SmallDisk
+    running: RunningServer, disk: SmallDisk, connect: Callable[..., Paho]
 ) -> None:
-    member = _group_member(running)
-    publisher = paho(running, "pub")
+    member = _group_member(connect)
+    publisher = connect("pub")
     acks = _acks(publisher.client)
     disk.fill()
     info = publisher.client.publish("t/1", b"first try", qos=1)
@@ -136,9 +150,9 @@ def _open(running: RunningServer, client_id: str) -> socket.socket:
 
 
 def test_v5_qos2_on_a_full_disk_gets_a_pubrec_quota_exceeded_with_a_reason_string(
-    running: RunningServer, disk: SmallDisk
+    running: RunningServer, disk: SmallDisk, connect: Callable[..., Paho]
 ) -> None:
-    member = _group_member(running)
+    member = _group_member(connect)
     disk.fill()
     with _open(running, "raw-pub") as sock:
         sock.sendall(_publish_qos2("t/2", 7, b"exactly once"))
@@ -152,9 +166,9 @@ def test_v5_qos2_on_a_full_disk_gets_a_pubrec_quota_exceeded_with_a_reason_strin
 
 
 def test_a_pubrel_whose_commit_fails_closes_and_the_reconnected_pubrel_delivers_once(
-    running: RunningServer, disk: SmallDisk
+    running: RunningServer, disk: SmallDisk, connect: Callable[..., Paho]
 ) -> None:
-    member = _group_member(running)
+    member = _group_member(connect)
     with _open(running, "raw-rel") as sock:
         sock.sendall(_publish_qos2("t/3", 9, b"held in working"))
         assert _read(sock) == (0x50, b"\x00\x09")  # PUBREC: stored in working/
@@ -174,18 +188,18 @@ def test_a_pubrel_whose_commit_fails_closes_and_the_reconnected_pubrel_delivers_
 
 
 def test_v311_publisher_is_closed_serves_others_and_its_resend_is_stored_once(
-    running: RunningServer, disk: SmallDisk
+    running: RunningServer, disk: SmallDisk, connect: Callable[..., Paho]
 ) -> None:
-    member = _group_member(running)
+    member = _group_member(connect)
 
     def quick_reconnect(client: mqtt.Client) -> None:
         client.reconnect_delay_set(min_delay=1, max_delay=1)
 
-    publisher = paho(running, "pub311", v5=False, clean=False, configure=quick_reconnect)
+    publisher = connect("pub311", v5=False, clean=False, configure=quick_reconnect)
     disk.fill()
     publisher.client.publish("t/4", b"resent by paho", qos=1)
     publisher.disconnects.get(timeout=WAIT)  # no negative PUBACK in 3.1.1: the socket closes
-    other = paho(running, "other", v5=False)  # the broker goes on serving
+    other = connect("other", v5=False)  # the broker goes on serving
     other.publish("elsewhere", b"memory only", qos=1)  # no durable subscriber: no disk
     assert _working_files(running.root) == []
     assert member.nothing(within=0.2)
@@ -196,10 +210,13 @@ def test_v311_publisher_is_closed_serves_others_and_its_resend_is_stored_once(
 
 
 def test_a_qos0_flood_on_a_full_disk_keeps_the_connection_and_logs_per_batch(
-    running: RunningServer, disk: SmallDisk, caplog: pytest.LogCaptureFixture
+    running: RunningServer,
+    disk: SmallDisk,
+    connect: Callable[..., Paho],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    member = _group_member(running)
-    publisher = paho(running, "flood")
+    member = _group_member(connect)
+    publisher = connect("flood")
     disk.fill()
     caplog.set_level(logging.ERROR, logger="boxmq.mqtt")
     acks = _acks(publisher.client)  # paho tells of a QoS 0 message too, once it is sent
