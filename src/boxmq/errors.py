@@ -6,6 +6,10 @@ conditions, CLI exit messages); nothing here knows those vocabularies.
 
 from __future__ import annotations
 
+import errno
+from collections.abc import Mapping
+from typing import Final
+
 __all__ = [
     "BoxMQError",
     "Closed",
@@ -25,7 +29,10 @@ __all__ = [
     "ProtocolViolation",
     "QueueNotFound",
     "ResourceConstraint",
+    "StoreFailed",
+    "StoreFull",
     "UnexpectedRequest",
+    "store_failure",
 ]
 
 
@@ -107,3 +114,39 @@ class Conflict(LockError):
 
 class UnexpectedRequest(LockError):
     """The requester held this message, but its lock is gone (XEP-0254: unexpected-request)."""
+
+
+# What an operator can do about each errno a file system gives us; the fallback names none.
+_REMEDIES: Final[Mapping[int, str]] = {
+    errno.ENOSPC: "the file system is full: free space (or inodes) on it",
+    errno.EDQUOT: "the disk quota is used up: free space or raise the quota",
+    errno.EROFS: "the file system is read-only (remounted after errors?): check it, remount rw",
+    errno.EIO: "the disk reported an I/O error: check the device (dmesg) before going on",
+    errno.EMFILE: "the process has too many open files: raise its limit (ulimit -n)",
+    errno.ENFILE: "the system has too many open files: raise fs.file-max",
+    errno.EPERM: "the dropbox folder does not accept changes (immutable? lsattr)",
+    errno.EACCES: "the dropbox folder does not accept changes: check its owner and mode",
+}
+_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class StoreFailed(BoxMQError):
+    """The file system refused to store or move a message (EIO, EROFS, EMFILE, ...): nothing
+    of the message was kept. Its text says where, what and what to fix, for an operator."""
+
+    def __init__(self, error: OSError) -> None:
+        self.errno = error.errno or 0
+        self.path = error.filename if isinstance(error.filename, str) else None
+        name = errno.errorcode.get(self.errno, "unknown error")
+        remedy = _REMEDIES.get(self.errno, "check the file system of the root")
+        where = f" at {self.path}" if self.path else ""
+        super().__init__(f"the store failed{where}: {name} ({error.strerror}); {remedy}")
+
+
+class StoreFull(StoreFailed):
+    """No space left, or the quota used up (ENOSPC, EDQUOT): may pass once space is freed."""
+
+
+def store_failure(error: OSError) -> StoreFailed:
+    """The BoxMQError that a front-end answers for an OSError of the store."""
+    return StoreFull(error) if error.errno in _FULL else StoreFailed(error)

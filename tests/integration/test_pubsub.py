@@ -213,10 +213,10 @@ def test_publish_many_then_tells_once_the_batch_is_committed(tmp_path: Path, fsy
         box.subscribe("$share/g/s/#", "w", max_in_flight=10) as group,
         box.subscribe("s/#", "mem", durable=False) as memory,
     ):
-        told: queue.Queue[OSError | None] = queue.Queue()
+        told: queue.Queue[list[OSError | None]] = queue.Queue()
         batch = [Publication("s/1", b"a"), Publication("s/2", b"b")]
         ids = box.topics.publish_many_then(batch, told.put)
-        assert told.get(timeout=5) is None
+        assert told.get(timeout=5) == [None, None]
         assert [(m.id, m.body) for m in drain(group)] == list(zip(ids, [b"a", b"b"], strict=True))
         assert [m.body for m in drain(memory)] == [b"a", b"b"]
 

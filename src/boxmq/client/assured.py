@@ -148,10 +148,18 @@ class AssuredIntake:
         working = self._working_dir(queue)
         os.makedirs(working, exist_ok=True)
         temporary = os.path.join(working, f".tmp-{uuid.uuid4().hex}")
-        with open(temporary, "wb") as out:
-            out.write(body)
         path = os.path.join(working, encode(envelope))
-        self._committer.commit([Move(temporary, path)])  # flushed: now `received` is true
+        try:
+            with open(temporary, "wb") as out:
+                out.write(body)
+            self._committer.commit([Move(temporary, path)])  # flushed: now `received` is true
+        except OSError:
+            # Not `received`: the sender will send it again, so nothing of it may stay (a
+            # renamed file whose directory flush failed would otherwise be restored later).
+            for leftover in (temporary, path):
+                with contextlib.suppress(OSError):
+                    os.unlink(leftover)
+            raise
         return _Pending(path, queue, envelope)
 
     def _working_dir(self, queue: str | None) -> str:
@@ -176,16 +184,33 @@ class AssuredIntake:
                 return False
             if action is not Action.DELIVER or pending is None:
                 return self._unknown(msg_id, must_exist)
-            self._mark(source, msg_id)
             try:
+                self._mark(source, msg_id)
                 self._send(pending)
-            except FileNotFoundError:  # abandoned in working/ by the sweeper before `deliver`
-                self._unmark(source, msg_id)  # or the sender's resend would pass for a repeat
-                return self._unknown(msg_id, must_exist)
+            except OSError as error:
+                if not os.path.lexists(pending.path) and isinstance(error, FileNotFoundError):
+                    # Swept away before `deliver`: neither pending nor delivered, or the
+                    # sender's resend would pass for a repeat of a message never sent.
+                    self._unmark(source, msg_id)
+                    return self._unknown(msg_id, must_exist)
+                self._undeliver(source, msg_id, pending)
+                raise
             if not remember:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._marker(source, msg_id))
             return True
+
+    def _undeliver(self, source: str, msg_id: str, pending: _Pending) -> None:
+        """`deliver` failed in the file system: if the message is still in working/, it waits
+        there for a `deliver` again (the sender is told of the failure and repeats it)."""
+        with contextlib.suppress(OSError):
+            os.unlink(self._marker(source, msg_id))
+        try:
+            stat = os.stat(pending.path)
+        except OSError:
+            return  # it left working/: its copies are out, or pending (finished on restart)
+        self._books.restore(source, msg_id, size=stat.st_size, since=stat.st_ctime, delivered=False)
+        self._pending[source, msg_id] = pending
 
     @staticmethod
     def _unknown(msg_id: str, must_exist: bool) -> bool:
@@ -196,9 +221,14 @@ class AssuredIntake:
     def _mark(self, source: str, msg_id: str) -> None:
         os.makedirs(self._markers, exist_ok=True)
         temporary = os.path.join(self._markers, f".tmp-{uuid.uuid4().hex}")
-        with open(temporary, "w") as out:
-            json.dump({"source": source, "msg_id": msg_id}, out)
-        self._committer.commit([Move(temporary, self._marker(source, msg_id))])
+        try:
+            with open(temporary, "w") as out:
+                json.dump({"source": source, "msg_id": msg_id}, out)
+            self._committer.commit([Move(temporary, self._marker(source, msg_id))])
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
 
     def _unmark(self, source: str, msg_id: str) -> None:
         self._books.forget(source, msg_id)

@@ -32,7 +32,7 @@ from boxmq.model import (
     PropertyValue,
     properties_from,
 )
-from boxmq.store.commit import Move
+from boxmq.store.commit import Move, discard_unsent
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
 from boxmq.store.names import (
@@ -124,12 +124,16 @@ class Queue:
     def put_many(self, messages: Iterable[Outgoing | bytes | str]) -> list[MessageId]:
         """Send many messages with one commit (one flush for all under fsync=always)."""
         moves, ids = [], []
-        for item in messages:
-            outgoing = item if isinstance(item, Outgoing) else Outgoing(item)
-            message_id, move = self._write(outgoing)
-            moves.append(move)
-            ids.append(message_id)
-        self._box.send(moves)
+        try:
+            for item in messages:
+                outgoing = item if isinstance(item, Outgoing) else Outgoing(item)
+                message_id, move = self._write(outgoing)
+                moves.append(move)
+                ids.append(message_id)
+            self._box.send(moves)
+        except OSError:
+            discard_unsent(moves)  # the caller hears of a failure: none of them goes out later
+            raise
         return ids
 
     def _write(self, outgoing: Outgoing) -> tuple[MessageId, Move]:

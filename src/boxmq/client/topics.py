@@ -49,7 +49,7 @@ from boxmq.model import (
     properties_from,
 )
 from boxmq.store import topics as layout
-from boxmq.store.commit import Committed, Committer, Move
+from boxmq.store.commit import Committer, Move, discard_unsent
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
 from boxmq.store.names import check_consumer_name, decode_lenient, encode
@@ -57,7 +57,7 @@ from boxmq.store.process import process_alive
 from boxmq.store.retained import Retained, RetainedStore
 from boxmq.store.spares import Spares, write_new
 
-__all__ = ["Publication", "Subscriber", "SubscriptionInfo", "Topics"]
+__all__ = ["Publication", "PublishedEach", "Subscriber", "SubscriptionInfo", "Topics"]
 
 _LiveFor = Callable[[Dropbox, str | None], LiveQueue]  # a dropbox, its share group
 _Key = tuple[str | None, str | None, str]  # (share group, plain subscriber, filter)
@@ -99,6 +99,19 @@ class _Route:
 
 
 _Planned = tuple[Envelope, bytes, _Route, dict[QoS, str]]  # a message, its route, its names
+
+PublishedEach = Callable[[list[OSError | None]], None]
+"""Told once a batch is as durable as the policy promises: per message, None or its error."""
+
+
+def _failed_messages(staged: list[Move | None], unsent: list[int]) -> list[bool]:
+    """Which messages of a failed commit were not stored. A move whose file is still in
+    working/ was not made; if every move was made, the flush after them failed, and none of
+    them can be called durable (a copy may be delivered and its producer asked to resend it:
+    at least once, never acknowledged without being on disk)."""
+    indexes = [i for i, move in enumerate(staged) if move is not None]
+    failed = {indexes[i] for i in unsent} if unsent else set(indexes)
+    return [i in failed for i in range(len(staged))]
 
 
 def _push_to_memory(planned: list[_Planned]) -> None:
@@ -204,7 +217,12 @@ class Topics:
         route = self._destinations(envelope.topic, level, source)
         move = self._staged(envelope, data, path, route.durable, _names(envelope, route.levels))
         if move is not None:
-            self._committer.commit([move])
+            try:
+                self._committer.commit([move])
+            except OSError:
+                if path is None:  # ours, written just now: it must never go out later
+                    discard_unsent([move])
+                raise
         for inbox, destination in route.memory:
             inbox.push(MemoryDelivery(_at(envelope, destination.qos), data))
 
@@ -236,25 +254,36 @@ class Topics:
 
         Every message is checked before anything is written, so a bad one fails the batch
         and leaves nothing behind."""
-        planned, moves = self._stage_many(messages)
+        planned, staged = self._stage_many(messages)
+        moves = [move for move in staged if move is not None]
         if moves:
-            self._committer.commit(moves)
+            try:
+                self._committer.commit(moves)
+            except OSError:
+                discard_unsent(moves)
+                raise
         _push_to_memory(planned)
         return [envelope.message_id for envelope, *_ in planned]
 
     def publish_many_then(
-        self, messages: Sequence[Publication], committed: Committed
+        self, messages: Sequence[Publication], committed: PublishedEach
     ) -> list[MessageId]:
         """As `publish_many`, but return once the files are written, and call `committed`
         once they are as durable as the fsync policy promises (from the committing thread
-        under `always`, before returning otherwise). A bad message raises here, with nothing
-        written; a failed commit is passed to `committed`, and its copies are not sent."""
-        planned, moves = self._stage_many(messages)
+        under `always`, before returning otherwise) with each message's outcome. A bad
+        message raises here (an OSError too), with nothing written; a message whose commit
+        failed is told its OSError, and none of its copies is sent, then or later."""
+        planned, staged = self._stage_many(messages)
+        moves = [move for move in staged if move is not None]
 
         def done(error: OSError | None) -> None:
             if error is None:
                 _push_to_memory(planned)
-            committed(error)
+                committed([None] * len(planned))
+                return
+            failed = _failed_messages(staged, discard_unsent(moves))
+            _push_to_memory([p for p, bad in zip(planned, failed, strict=True) if not bad])
+            committed([error if bad else None for bad in failed])
 
         if moves:
             self._committer.commit_then(moves, done)
@@ -262,8 +291,12 @@ class Topics:
             done(None)
         return [envelope.message_id for envelope, *_ in planned]
 
-    def _stage_many(self, messages: Sequence[Publication]) -> tuple[list[_Planned], list[Move]]:
-        """Check every message, then write each body once; the moves that will send them."""
+    def _stage_many(
+        self, messages: Sequence[Publication]
+    ) -> tuple[list[_Planned], list[Move | None]]:
+        """Check every message, then write each body once; per message, the move that will
+        send it (None: no durable copy). If a write fails, the files written before it are
+        deleted and its OSError raised."""
         routes: dict[tuple[str, QoS, str | None], _Route] = {}  # a batch is mostly one topic
         planned = []
         for message in messages:
@@ -277,11 +310,13 @@ class Topics:
                 message.topic, message.properties, message.expires_in, None, None, False
             )
             planned.append((envelope, message.body, route, _names(envelope, route.levels)))
-        moves = []
-        for envelope, body, route, names in planned:
-            move = self._staged(envelope, body, None, route.durable, names)
-            if move is not None:
-                moves.append(move)
+        moves: list[Move | None] = []
+        try:
+            for envelope, body, route, names in planned:
+                moves.append(self._staged(envelope, body, None, route.durable, names))
+        except OSError:
+            discard_unsent(move for move in moves if move is not None)
+            raise
         return planned, moves
 
     def _destinations(self, topic: str, level: QoS, source: str | None) -> _Route:

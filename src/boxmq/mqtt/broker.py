@@ -33,10 +33,17 @@ from boxmq.client.box import Box
 from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
 from boxmq.core import QoS, Subscription, parse_filter
-from boxmq.errors import BoxMQError, Closed, InvalidArgument, ItemNotFound, MetadataTooLong
+from boxmq.errors import (
+    BoxMQError,
+    Closed,
+    InvalidArgument,
+    ItemNotFound,
+    MetadataTooLong,
+    StoreFailed,
+)
 from boxmq.model import ConsumerId, Envelope
 from boxmq.mqtt.connection import Connection
-from boxmq.mqtt.disk import Job, run_all
+from boxmq.mqtt.disk import Job, log_store_failures, run_all
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.outbox import Stage
 from boxmq.mqtt.packets import (
@@ -123,6 +130,11 @@ class _Client:
     jobs: list[Job] = field(default_factory=list)  # disk work waiting for the next batch
     tail: asyncio.Future[None] | None = None  # the batch running now (one at a time, in order)
     paused: bool = False
+
+
+def _name_of(client: _Client) -> str:
+    session = client.session
+    return client.link.peer if session is None else f"client {session.client_id}"
 
 
 class Broker:
@@ -717,12 +729,18 @@ class Broker:
         client.jobs.append(Job(lambda: self._write(client_id, packet), written, batched))
 
     def _send_error(self, client: _Client, ack: Puback | Pubrec, error: BoxMQError) -> None:
-        log.warning("PUBLISH refused: %s", error)
+        """A negative PUBACK/PUBREC (MQTT 5.0 §3.4.2.1, §3.5.2.1). 3.1.1 has none, and a
+        server must not acknowledge what it did not store: the connection closes, and the
+        client sends the message again once it reconnects (3.1.1 §4.4)."""
+        if not isinstance(error, StoreFailed):  # those are logged once per batch
+            log.warning("PUBLISH refused: %s", error)
         connection = client.link.connection
         if connection.version is ProtocolVersion.V5:
-            self._send(client, type(ack)(ack.packet_id, reason_for(error)))
+            # §3.1.2.11.7: no Reason String for a client that asked for no problem information
+            why = Properties.build(reason_string=str(error)) if connection.problems else EMPTY
+            self._send(client, type(ack)(ack.packet_id, reason_for(error), why))
         else:
-            self._kick(client, _R.UNSPECIFIED_ERROR, f"a PUBLISH failed: {error}")
+            self._kick(client, _R.UNSPECIFIED_ERROR, f"a PUBLISH was not stored: {error}")
 
     def _refuse_publish(self, client: _Client, session: Session, packet: Publish) -> None:
         """MQTT 5.0 §3.3.4: PUBACK/PUBREC 0x87; 3.1.1 has no way to say no, so it is
@@ -787,6 +805,11 @@ class Broker:
                 log.info("client %s: PUBREL %d names no stored message", client_id, packet_id)
                 v5 = client.link.connection.version is ProtocolVersion.V5
                 reason = _R.PACKET_IDENTIFIER_NOT_FOUND if v5 else _R.SUCCESS
+            elif isinstance(result, StoreFailed):
+                # Still in working/. PUBCOMP has no failure code (MQTT 5.0 §3.7.2.1): close,
+                # so that the client sends PUBREL again when it reconnects (§4.4).
+                self._kick(client, reason_for(result), f"PUBREL {packet_id} failed: {result}")
+                return
             elif isinstance(result, BoxMQError):
                 log.warning("client %s: PUBREL %d failed: %s", client_id, packet_id, result)
             if publish is not None:
@@ -863,6 +886,7 @@ class Broker:
 
         async def run() -> None:
             results = await run_all(self.box.topics, jobs, self._pool)
+            log_store_failures(_name_of(client), results)
             for job, result in zip(jobs, results, strict=True):
                 job.then(result)  # even for a client gone: its message still goes on
 

@@ -81,6 +81,7 @@ class Connection:
         self._open_qos2: set[int] = set()  # their QoS 2 packet ids: a repeat is not counted
         self._out: list[bytes] = []
         self.accepted = False  # a positive CONNACK was sent
+        self.problems = True  # Request Problem Information (MQTT 5.0 §3.1.2.11.7): Reason Strings
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -130,6 +131,7 @@ class Connection:
         self.client_max_packet_size = props.maximum_packet_size or 0
         if packet.version is ProtocolVersion.V5:
             self.client_alias_maximum = props.topic_alias_maximum or 0
+            self.problems = props.request_problem_information != 0
         return packet
 
     def _count_unanswered(self) -> None:

@@ -8,6 +8,8 @@ Invariants:
   the run holds a bad message, nothing of it was written, and each job is tried alone.
 - Any other disk work (the exactly-once intake, a retained message, a PUBREL) runs in a
   worker thread, since it waits for its own commit.
+- A job the file system failed (ENOSPC, EIO, EROFS, EMFILE, ...) gets a StoreFailed as its
+  result, never an OSError, and nothing of its message is kept: each one is answered.
 
 Why the loop writes: when a worker thread wrote the publications, it and the loop (which claims,
 reads and settles the same messages for their subscribers) traded the interpreter lock at every
@@ -19,14 +21,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from boxmq.client.topics import Publication, Topics
-from boxmq.errors import BoxMQError
+from boxmq.errors import BoxMQError, StoreFailed, store_failure
 
-__all__ = ["Job", "run_all"]
+__all__ = ["Job", "log_store_failures", "run_all"]
+
+log = logging.getLogger("boxmq.mqtt")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,31 +58,36 @@ async def run_all(topics: Topics, jobs: Sequence[Job], pool: Executor) -> list[o
         if batched:
             run = [job.publication for job in chunk if job.publication is not None]
             try:
-                await _publish(loop, topics, run)
+                errors = await _publish(loop, topics, run)
             except BoxMQError:  # nothing was written: each alone, each with its own answer
                 results[start:end] = await loop.run_in_executor(pool, _attempt_each, chunk)
+            except OSError as error:  # a write failed: nothing was kept
+                results[start:end] = [store_failure(error)] * len(chunk)
+            else:
+                results[start:end] = [None if e is None else store_failure(e) for e in errors]
         elif any(job.work is not None for job in chunk):
             results[start:end] = await loop.run_in_executor(pool, _attempt_each, chunk)
         start = end
     return results
 
 
-async def _publish(loop: asyncio.AbstractEventLoop, topics: Topics, run: list[Publication]) -> None:
-    """Write `run` here; return once the committer says it is durable (OSError if not)."""
-    committed: asyncio.Future[OSError | None] = loop.create_future()
+async def _publish(
+    loop: asyncio.AbstractEventLoop, topics: Topics, run: list[Publication]
+) -> list[OSError | None]:
+    """Write `run` here; once the committer says it is durable, each message's OSError or
+    None. A bad message (BoxMQError) or a failed write (OSError) raises, nothing kept."""
+    committed: asyncio.Future[list[OSError | None]] = loop.create_future()
 
-    def settle(error: OSError | None) -> None:
+    def settle(errors: list[OSError | None]) -> None:
         if not committed.done():
-            committed.set_result(error)
+            committed.set_result(errors)
 
-    def tell(error: OSError | None) -> None:  # from the committer's thread, or from here
+    def tell(errors: list[OSError | None]) -> None:  # from the committer's thread, or from here
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody left to answer
-            loop.call_soon_threadsafe(settle, error)
+            loop.call_soon_threadsafe(settle, errors)
 
     topics.publish_many_then(run, tell)
-    error = await committed
-    if error is not None:
-        raise error
+    return await committed
 
 
 def _attempt_each(jobs: Sequence[Job]) -> list[object]:
@@ -88,4 +98,20 @@ def _attempt_each(jobs: Sequence[Job]) -> list[object]:
             results.append(None if job.work is None else job.work())
         except BoxMQError as error:
             results.append(error)
+        except OSError as error:
+            results.append(store_failure(error))
     return results
+
+
+def log_store_failures(who: str, results: Sequence[object]) -> None:
+    """One line per batch, however many of its messages the file system refused: a full
+    disk under a flood of publications must not flood the log too."""
+    failures = [result for result in results if isinstance(result, StoreFailed)]
+    if failures:
+        log.error(
+            "%s: %d of %d packet(s) of a batch not stored, the client is told: %s",
+            who,
+            len(failures),
+            len(results),
+            failures[0],
+        )

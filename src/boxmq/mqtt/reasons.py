@@ -23,6 +23,8 @@ from boxmq.errors import (
     PacketTooLarge,
     ProtocolViolation,
     ResourceConstraint,
+    StoreFailed,
+    StoreFull,
 )
 from boxmq.mqtt.errors import (
     ClientIdNotValid,
@@ -264,6 +266,8 @@ _REASONS: Final[Mapping[type[BaseException], ReasonCode]] = {
     MessageTooLarge: _R.PACKET_TOO_LARGE,
     NotAllowed: _R.NOT_AUTHORIZED,
     ResourceConstraint: _R.QUOTA_EXCEEDED,
+    StoreFull: _R.QUOTA_EXCEEDED,  # ENOSPC, EDQUOT: no room now, perhaps later
+    StoreFailed: _R.UNSPECIFIED_ERROR,  # EIO, EROFS, EMFILE: nothing more precise to say
 }
 
 

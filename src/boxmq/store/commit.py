@@ -33,7 +33,15 @@ from boxmq.store import libc
 from boxmq.store.fanout import send_through_pending
 from boxmq.store.layout import open_folder
 
-__all__ = ["Committed", "Committer", "FsyncPolicy", "Move", "flush_directories", "flush_filesystem"]
+__all__ = [
+    "Committed",
+    "Committer",
+    "FsyncPolicy",
+    "Move",
+    "discard_unsent",
+    "flush_directories",
+    "flush_filesystem",
+]
 
 log = logging.getLogger("boxmq.store")
 
@@ -74,15 +82,23 @@ class Move:
             copies = [(os.path.dirname(os.path.dirname(c)), os.path.basename(c)) for c in self.also]
             send_through_pending(self.source, self.pending, copies)
             return
-        for copy in self.also:
-            # FileExists: a retry after a crash, already there. FileNotFound: the subscription
-            # was deleted while we published; nobody is left to receive this copy.
-            with contextlib.suppress(FileExistsError, FileNotFoundError):
-                os.link(self.source, copy)
-        if self.target is None:
-            os.unlink(self.source)
-        else:
-            os.rename(self.source, self.target)
+        linked: list[str] = []
+        try:
+            for copy in self.also:
+                # FileExists: a retry after a crash, already there. FileNotFound: the
+                # subscription was deleted while we published; nobody is left to receive it.
+                with contextlib.suppress(FileExistsError, FileNotFoundError):
+                    os.link(self.source, copy)
+                    linked.append(copy)
+            if self.target is None:
+                os.unlink(self.source)
+            else:
+                os.rename(self.source, self.target)
+        except OSError:
+            # All or nothing: the caller will say the message was not stored, so the copies
+            # sent so far are taken back (one a consumer claimed meanwhile is out already).
+            _unlink_quietly(linked)
+            raise
 
 
 _SYNCFS = libc.function("syncfs")
@@ -259,3 +275,24 @@ def _rename_each(moves: Sequence[Move]) -> dict[int, OSError]:
         except OSError as error:
             errors[index] = error
     return errors
+
+
+def discard_unsent(moves: Iterable[Move]) -> list[int]:
+    """After a failed commit: delete the written files that were not sent (each move whose
+    source is still there), so that a message refused to its producer is never delivered
+    later; returns their indexes. Only for files written for this commit: an exactly-once
+    message waiting in working/ for its `deliver` must stay."""
+    unsent = []
+    for index, move in enumerate(moves):
+        if os.path.lexists(move.source):
+            unsent.append(index)
+            _unlink_quietly([move.source])
+    return unsent
+
+
+def _unlink_quietly(paths: Iterable[str]) -> None:
+    """Best effort: a file system failing now may refuse this too (the sweeper's age limit
+    still keeps a leftover in working/ from ever being delivered)."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.unlink(path)

@@ -166,9 +166,11 @@ def write_new(path: str, body: bytes, spares: Spares | None) -> None:
                 view = view[os.write(fd, view) :]
         if old_size is not None and old_size > len(body):
             os.ftruncate(fd, len(body))  # the rest of the spare's old body
-    except BaseException:
+    except BaseException as error:
         os.close(fd)
         os.unlink(path)
+        if isinstance(error, OSError) and error.filename is None:  # os.write names no file
+            raise OSError(error.errno, error.strerror, path) from error
         raise
     os.close(fd)
 

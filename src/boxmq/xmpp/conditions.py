@@ -21,6 +21,8 @@ from boxmq.errors import (
     NotAllowed,
     QueueNotFound,
     ResourceConstraint,
+    StoreFailed,
+    StoreFull,
     UnexpectedRequest,
 )
 
@@ -47,6 +49,8 @@ _CONDITIONS: Final[Mapping[type[BoxMQError], Condition]] = {
     NotAllowed: Condition("cancel", "not-allowed"),
     MessageTooLarge: Condition("modify", "not-acceptable", "payload-too-big"),
     InvalidArgument: Condition("modify", "bad-request"),
+    StoreFull: Condition("wait", "resource-constraint"),  # ENOSPC, EDQUOT: retry once freed
+    StoreFailed: Condition("wait", "internal-server-error"),  # EIO, EROFS, EMFILE
 }
 
 INTERNAL: Final = Condition("wait", "internal-server-error")

@@ -35,6 +35,8 @@ from boxmq.errors import (
     MessageTooLarge,
     QueueNotFound,
     ResourceConstraint,
+    StoreFailed,
+    store_failure,
 )
 from boxmq.store.layout import is_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
@@ -121,6 +123,7 @@ class QueueService:
         self._reliable = ReliableSender(sender=domain, send=send)
         self._touched: set[str] = set()  # nodes whose deliveries may have changed
         self._puts: dict[str, list[tuple[Iq, bytes]]] = {}  # publishes awaiting one commit
+        self._store_failures: list[StoreFailed] = []  # logged once, at the batch's end
 
     # -- what the component feeds in -------------------------------------------------------------
 
@@ -138,6 +141,8 @@ class QueueService:
             self._send(render.error(iq, error.condition, text=str(error), inner=error.payload))
         except BoxMQError as error:
             self._send(render.error(iq, condition_for(error), text=str(error)))
+        except OSError as error:  # the file system failed: an answer for the sender, no bug
+            self._refuse_unstored([iq], store_failure(error))
         except Exception:  # a bug must cost one request, never the component's stream
             log.exception("answering %s from %s", iq.id, iq.sender)
             self._send(render.error(iq, INTERNAL))
@@ -278,6 +283,9 @@ class QueueService:
                 for iq, _ in pending:
                     self._send(render.error(iq, condition_for(error), text=str(error)))
                 continue
+            except OSError as error:  # nothing of the batch was kept (Queue.put_many)
+                self._refuse_unstored([iq for iq, _ in pending], store_failure(error))
+                continue
             except Exception:  # a bug must cost these requests, never the stream
                 log.exception("publishing %d item(s) to %s", len(pending), node)
                 for iq, _ in pending:
@@ -285,6 +293,21 @@ class QueueService:
                 continue
             for (iq, _), item_id in zip(pending, ids, strict=True):
                 self._send(_published(iq, node, item_id))
+        self._log_store_failures()
+
+    def _refuse_unstored(self, iqs: list[Iq], error: StoreFailed) -> None:
+        """internal-server-error, or resource-constraint for a full disk, both of type wait:
+        the sender may try again later (RFC 6120 §8.3.2)."""
+        condition = condition_for(error)
+        for iq in iqs:
+            self._send(render.error(iq, condition, text=str(error)))
+        self._store_failures += [error] * len(iqs)
+
+    def _log_store_failures(self) -> None:
+        """One line per batch of stanzas, however many the file system refused."""
+        failures, self._store_failures = self._store_failures, []
+        if failures:
+            log.error("%d request(s) not stored, each answered: %s", len(failures), failures[0])
 
     def _retract(self, iq: Iq, request: Retract) -> str:
         """XEP-0254 §2.3: the receiver deletes the item; only it hears of the deletion."""

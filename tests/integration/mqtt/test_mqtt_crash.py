@@ -96,6 +96,9 @@ def test_acknowledged_messages_survive_a_sigkill(tmp_path: Path) -> None:
         for stream in streams:
             stream.start()
         time.sleep(1.0)
+        deadline = time.monotonic() + 20  # a loaded machine: wait until each has a few acked
+        while time.monotonic() < deadline and min(len(s.acked) for s in streams) < 5:
+            time.sleep(0.05)
         os.kill(server.pid, signal.SIGKILL)
         server.wait(timeout=10)
         for stream in streams:

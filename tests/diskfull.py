@@ -1,0 +1,64 @@
+"""A real full disk for tests: a small tmpfs mounted in the test, filled until the kernel says
+ENOSPC, then freed. Needs root (mount); skipped where the container does not allow it."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+__all__ = ["SmallDisk", "small_disk"]
+
+_SIZE = "8m"  # room for a root and its dropboxes; filled in well under a second
+
+
+class SmallDisk:
+    """A tmpfs at `path`; `fill()` takes its last free page, `free()` gives the space back."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._filler = path / "filler"
+
+    def fill(self) -> None:
+        fd = os.open(self._filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            # Big writes, then the last pages in small ones: no page may be left for a message.
+            for size in (1 << 16, 512):
+                with contextlib.suppress(OSError):
+                    while True:
+                        os.write(fd, b"\0" * size)
+        finally:
+            os.close(fd)
+        probe = os.open(self.path / "probe", os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError, match="No space left") as raised:
+                os.write(probe, b"x")
+        finally:
+            os.close(probe)
+            os.unlink(self.path / "probe")
+        assert raised.value.errno == errno.ENOSPC
+
+    def free(self) -> None:
+        self._filler.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path) -> Iterator[SmallDisk]:
+    """Mount a tmpfs at `folder` for the block; unmounted afterwards, even on failure."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={_SIZE}", "tmpfs", str(folder)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield SmallDisk(folder)
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)

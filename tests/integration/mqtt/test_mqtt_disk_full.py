@@ -1,0 +1,234 @@
+"""A full disk under the MQTT door: every QoS 1/2 PUBLISH is answered (v5: a negative
+PUBACK/PUBREC; 3.1.1: the connection closes), nothing of it is kept, the broker serves the
+others, and once space is back the message sent again is stored once.
+
+The disk is a real one: a small tmpfs filled until the kernel answers ENOSPC (tests/diskfull.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from tests.diskfull import SmallDisk, small_disk
+from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, paho, start_server
+
+QUOTA_EXCEEDED = 0x97
+REASON_STRING = 0x1F
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[SmallDisk]:
+    with small_disk(tmp_path / "disk") as disk:
+        yield disk
+
+
+@pytest.fixture
+def running(disk: SmallDisk) -> Iterator[RunningServer]:
+    running = start_server(disk.path / "root")
+    try:
+        yield running
+    finally:
+        disk.free()  # shutting down writes nothing, but a full disk must not be the reason
+        running.shutdown()
+
+
+@pytest.fixture
+def connect(running: RunningServer) -> Iterator[Callable[..., Paho]]:
+    """`connect(...)`, each client stopped at the end (no socket left to the GC)."""
+    made: list[Paho] = []
+
+    def make(*args: Any, **kwargs: Any) -> Paho:
+        made.append(paho(running, *args, **kwargs))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.stop()
+
+
+def _working_files(root: Path) -> list[Path]:
+    """Files anywhere under a working/ folder: what a failed publication could leave."""
+    return [path for path in root.rglob("*") if path.is_file() and "working" in path.parts]
+
+
+def _acks(client: mqtt.Client) -> queue.Queue[tuple[int, int]]:
+    """(mid, reason code) of each PUBACK the client gets."""
+    acks: queue.Queue[tuple[int, int]] = queue.Queue()
+    client.on_publish = lambda _c, _u, mid, reason, _p: acks.put((mid, reason.value))
+    return acks
+
+
+def _group_member(connect: Callable[..., Paho]) -> Paho:
+    """A share group member: a publication on t/# must be written to disk before its ack."""
+    member = connect("member")
+    member.subscribe("$share/g/t/#", qos=1)
+    return member
+
+
+def test_v5_qos1_on_a_full_disk_gets_quota_exceeded_and_its_resend_is_stored_once(
+    running: RunningServer, disk: SmallDisk, connect: Callable[..., Paho]
+) -> None:
+    member = _group_member(connect)
+    publisher = connect("pub")
+    acks = _acks(publisher.client)
+    disk.fill()
+    info = publisher.client.publish("t/1", b"first try", qos=1)
+    assert acks.get(timeout=WAIT) == (info.mid, QUOTA_EXCEEDED)
+    assert _working_files(running.root) == []
+    assert member.nothing(within=0.5)
+    disk.free()
+    info = publisher.client.publish("t/1", b"first try", qos=1)  # v5: the sender decides
+    assert acks.get(timeout=WAIT) == (info.mid, 0)
+    assert member.next().payload == b"first try"
+    assert member.nothing(within=0.5)
+
+
+# -- a raw v5 client, for what paho hides (PUBREC reasons, when PUBREL is sent) ------------------
+
+
+def _packet(kind: int, body: bytes) -> bytes:
+    length, size = b"", len(body)
+    while True:
+        byte, size = size & 0x7F, size >> 7
+        length += bytes([byte | (0x80 if size else 0)])
+        if not size:
+            return bytes([kind]) + length + body
+
+
+def _string(text: str) -> bytes:
+    return len(text).to_bytes(2, "big") + text.encode()
+
+
+def _connect(client_id: str) -> bytes:
+    """MQTT 5 CONNECT, Clean Start 0, Session Expiry Interval 300 s."""
+    properties = bytes([5, 0x11]) + (300).to_bytes(4, "big")
+    return _packet(
+        0x10, _string("MQTT") + bytes([5, 0x00, 0, 30]) + properties + _string(client_id)
+    )
+
+
+def _publish_qos2(topic: str, packet_id: int, payload: bytes) -> bytes:
+    return _packet(0x34, _string(topic) + packet_id.to_bytes(2, "big") + b"\x00" + payload)
+
+
+def _pubrel(packet_id: int) -> bytes:
+    return _packet(0x62, packet_id.to_bytes(2, "big"))
+
+
+def _read(sock: socket.socket) -> tuple[int, bytes]:
+    """(first byte, body) of the next packet; (0, b"") once the server closed."""
+    head = sock.recv(1)
+    if not head:
+        return 0, b""
+    length, shift = 0, 0
+    while True:
+        byte = sock.recv(1)[0]
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    body = b""
+    while len(body) < length:
+        body += sock.recv(length - len(body))
+    return head[0], body
+
+
+def _open(running: RunningServer, client_id: str) -> socket.socket:
+    sock = socket.create_connection((running.host, running.port), timeout=WAIT)
+    sock.sendall(_connect(client_id))
+    kind, body = _read(sock)
+    assert kind == 0x20, hex(kind)  # CONNACK
+    assert body[1] == 0, body.hex()
+    return sock
+
+
+def test_v5_qos2_on_a_full_disk_gets_a_pubrec_quota_exceeded_with_a_reason_string(
+    running: RunningServer, disk: SmallDisk, connect: Callable[..., Paho]
+) -> None:
+    member = _group_member(connect)
+    disk.fill()
+    with _open(running, "raw-pub") as sock:
+        sock.sendall(_publish_qos2("t/2", 7, b"exactly once"))
+        kind, body = _read(sock)
+        assert kind == 0x50, hex(kind)  # PUBREC
+        assert body[:3] == b"\x00\x07" + bytes([QUOTA_EXCEEDED])
+        assert bytes([REASON_STRING]) in body[4:]
+        assert b"ENOSPC" in body
+    assert _working_files(running.root) == []
+    assert member.nothing(within=0.5)
+
+
+def test_a_pubrel_whose_commit_fails_closes_and_the_reconnected_pubrel_delivers_once(
+    running: RunningServer, disk: SmallDisk, connect: Callable[..., Paho]
+) -> None:
+    member = _group_member(connect)
+    with _open(running, "raw-rel") as sock:
+        sock.sendall(_publish_qos2("t/3", 9, b"held in working"))
+        assert _read(sock) == (0x50, b"\x00\x09")  # PUBREC: stored in working/
+        disk.fill()
+        sock.sendall(_pubrel(9))
+        kind, body = _read(sock)
+        assert (kind, body[:1]) == (0xE0, bytes([QUOTA_EXCEEDED])), (hex(kind), body.hex())
+        assert _read(sock) == (0, b"")  # closed: PUBCOMP has no failure code
+    assert len(_working_files(running.root)) == 1  # the message waits in working/
+    assert member.nothing(within=0.5)
+    disk.free()
+    with _open(running, "raw-rel") as sock:
+        sock.sendall(_pubrel(9))  # as a client does after reconnecting (MQTT 5.0 §4.4)
+        assert _read(sock) == (0x70, b"\x00\x09")  # PUBCOMP, success
+    assert member.next().payload == b"held in working"
+    assert member.nothing(within=0.5)
+
+
+def test_v311_publisher_is_closed_serves_others_and_its_resend_is_stored_once(
+    running: RunningServer, disk: SmallDisk, connect: Callable[..., Paho]
+) -> None:
+    member = _group_member(connect)
+
+    def quick_reconnect(client: mqtt.Client) -> None:
+        client.reconnect_delay_set(min_delay=1, max_delay=1)
+
+    publisher = connect("pub311", v5=False, clean=False, configure=quick_reconnect)
+    disk.fill()
+    publisher.client.publish("t/4", b"resent by paho", qos=1)
+    publisher.disconnects.get(timeout=WAIT)  # no negative PUBACK in 3.1.1: the socket closes
+    other = connect("other", v5=False)  # the broker goes on serving
+    other.publish("elsewhere", b"memory only", qos=1)  # no durable subscriber: no disk
+    assert _working_files(running.root) == []
+    assert member.nothing(within=0.2)
+    disk.free()
+    # paho reconnects by itself and sends the unacknowledged message again (DUP)
+    assert member.next().payload == b"resent by paho"
+    assert member.nothing(within=1.5)
+
+
+def test_a_qos0_flood_on_a_full_disk_keeps_the_connection_and_logs_per_batch(
+    running: RunningServer,
+    disk: SmallDisk,
+    connect: Callable[..., Paho],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    member = _group_member(connect)
+    publisher = connect("flood")
+    disk.fill()
+    caplog.set_level(logging.ERROR, logger="boxmq.mqtt")
+    acks = _acks(publisher.client)  # paho tells of a QoS 0 message too, once it is sent
+    for n in range(200):
+        publisher.client.publish("t/5", b"%d" % n, qos=0)
+    info = publisher.client.publish("t/5", b"last", qos=1)
+    while (ack := acks.get(timeout=WAIT))[0] != info.mid:
+        assert ack[1] == 0
+    assert ack == (info.mid, QUOTA_EXCEEDED)  # in order, after the flood
+    assert publisher.disconnects.empty()
+    lines = [r for r in caplog.records if "not stored" in r.getMessage()]
+    assert 1 <= len(lines) < 201 // 2, len(lines)
+    assert "ENOSPC" in lines[0].getMessage()
+    assert _working_files(running.root) == []
+    assert member.nothing(within=0.2)
