@@ -12,6 +12,7 @@ from tests.crashes import Killed, kill_at, take_everything
 
 import boxmq
 from boxmq.core import ExactlyOnceLimits
+from boxmq.errors import MetadataTooLong
 
 ORDERS = sorted(set(itertools.permutations("AADD")))  # A: assured, D: deliver (each twice)
 
@@ -59,6 +60,20 @@ def test_assured_to_a_topic_reaches_its_subscribers_once(box: boxmq.Box) -> None
         assert (message.topic, message.body) == ("counts/door", b"+1")
         message.ack()
         assert dash.receive_nowait() is None
+
+
+@pytest.mark.parametrize("to", ["queue", "topic"])
+def test_metadata_too_long_for_step_2_is_refused_at_step_1(box: boxmq.Box, to: str) -> None:
+    """What `deliver` could not send (its copies' names, like any put's, must leave room for
+    a redelivery's count) is refused before `received`, never lost after it."""
+    long = "x" * 90
+    steps = {
+        "queue": lambda: box.assured("door", "1", b"+", queue="q", properties={"k": long + "y"}),
+        "topic": lambda: box.assured("door", "1", b"+", topic=f"long/{long}"),
+    }
+    with box.subscribe("long/#", "dash"), pytest.raises(MetadataTooLong):
+        steps[to]()
+    assert box.pending("door") == []
 
 
 def test_a_source_past_its_limit_is_refused_and_nothing_accepted_is_lost(root: Path) -> None:

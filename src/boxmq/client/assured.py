@@ -29,11 +29,13 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from boxmq.client.lifecycle import PUT_HEADROOM
 from boxmq.clock import Clock
 from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits
-from boxmq.errors import InvalidArgument, ItemNotFound
+from boxmq.errors import InvalidArgument, ItemNotFound, MetadataTooLong
 from boxmq.ids import IdFactory
 from boxmq.model import (
+    QOS,
     SOURCE,
     SOURCE_MESSAGE_ID,
     TOPIC,
@@ -48,7 +50,7 @@ from boxmq.store.commit import Committer, Move
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.fanout import finish_pending
 from boxmq.store.layout import State, list_dropboxes, queue_path
-from boxmq.store.names import decode_lenient, encode
+from boxmq.store.names import MAX_NAME, decode_lenient, encode
 from boxmq.store.topics import EXACTLY_ONCE_PENDING, incoming_working
 
 __all__ = ["AssuredIntake"]
@@ -150,7 +152,7 @@ class AssuredIntake:
         temporary = os.path.join(working, f".tmp-{uuid.uuid4().hex}")
         with open(temporary, "wb") as out:
             out.write(body)
-        path = os.path.join(working, encode(envelope))
+        path = os.path.join(working, _checked_name(envelope, to_topic=queue is None))
         self._committer.commit([Move(temporary, path)])  # flushed: now `received` is true
         return _Pending(path, queue, envelope)
 
@@ -283,3 +285,18 @@ class AssuredIntake:
                     data = json.load(src)
                     found[str(data["source"]), str(data["msg_id"])] = entry.stat().st_mtime
         return found
+
+
+def _checked_name(envelope: Envelope, *, to_topic: bool) -> str:
+    """The name in working/; MetadataTooLong if what step 2 makes of it would not fit: the
+    queue's file keeps it, a topic's copies add their QoS, and either must leave a put's
+    room for what a redelivery adds. Refused before `received`, a message is never lost at
+    `deliver` (where it would be too late to tell its sender)."""
+    name = encode(envelope)
+    sent = encode(envelope.with_property(QOS, PropertyType.BYTE, 2)) if to_topic else name
+    if len(sent) > MAX_NAME - PUT_HEADROOM:
+        raise MetadataTooLong(
+            f"the metadata needs {len(sent)} bytes of file name once delivered, the limit for "
+            f"a put is {MAX_NAME - PUT_HEADROOM}: use a shorter topic or fewer properties"
+        )
+    return name
