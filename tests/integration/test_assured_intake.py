@@ -13,6 +13,7 @@ from tests.crashes import Killed, kill_at, take_everything
 import boxmq
 from boxmq.core import ExactlyOnceLimits
 from boxmq.errors import MetadataTooLong
+from boxmq.model import SOURCE, SOURCE_MESSAGE_ID
 
 ORDERS = sorted(set(itertools.permutations("AADD")))  # A: assured, D: deliver (each twice)
 
@@ -60,6 +61,19 @@ def test_assured_to_a_topic_reaches_its_subscribers_once(box: boxmq.Box) -> None
         assert (message.topic, message.body) == ("counts/door", b"+1")
         message.ack()
         assert dash.receive_nowait() is None
+
+
+def test_a_topics_copies_leave_the_intakes_books_behind(box: boxmq.Box) -> None:
+    """Who sent it and under which id are the intake's business; a copy's name has room for
+    the topic and the properties instead."""
+    with box.subscribe("counts/#", "dash") as dash:
+        box.assured("a-sender-with-a-long-name", "65535", b"+1", topic="counts/door")
+        box.deliver("a-sender-with-a-long-name", "65535")
+        message = dash.receive_nowait()
+        assert message is not None
+        assert message.envelope.property_value(SOURCE) is None
+        assert message.envelope.property_value(SOURCE_MESSAGE_ID) is None
+        message.ack()
 
 
 @pytest.mark.parametrize("to", ["queue", "topic"])

@@ -208,7 +208,7 @@ class AssuredIntake:
     def _send(self, pending: _Pending) -> None:
         if pending.queue is None:
             source = pending.envelope.property_value(SOURCE)
-            self._fan_out(pending.envelope, pending.path, str(source))
+            self._fan_out(_as_copied(pending.envelope), pending.path, str(source))
             return
         box = Dropbox(queue_path(self._root, pending.queue), self._committer)
         name = os.path.basename(pending.path)
@@ -287,13 +287,23 @@ class AssuredIntake:
         return found
 
 
+def _as_copied(envelope: Envelope) -> Envelope:
+    """A topic's copies of an assured message: without the intake's own books (its sender
+    and the sender's id for it), which no subscriber needs and which would take the room
+    its name has for the topic and the properties. Always the same for one file, so a copy
+    sent again after a crash has the same name (store/fanout.py)."""
+    return envelope.without_property(SOURCE).without_property(SOURCE_MESSAGE_ID)
+
+
 def _checked_name(envelope: Envelope, *, to_topic: bool) -> str:
     """The name in working/; MetadataTooLong if what step 2 makes of it would not fit: the
     queue's file keeps it, a topic's copies add their QoS, and either must leave a put's
     room for what a redelivery adds. Refused before `received`, a message is never lost at
     `deliver` (where it would be too late to tell its sender)."""
     name = encode(envelope)
-    sent = encode(envelope.with_property(QOS, PropertyType.BYTE, 2)) if to_topic else name
+    sent = (
+        encode(_as_copied(envelope).with_property(QOS, PropertyType.BYTE, 2)) if to_topic else name
+    )
     if len(sent) > MAX_NAME - PUT_HEADROOM:
         raise MetadataTooLong(
             f"the metadata needs {len(sent)} bytes of file name once delivered, the limit for "
