@@ -8,17 +8,17 @@ body stays exactly the payload. Many messages may name one file (a fan-out's cop
 same properties published again).
 
 Invariants:
-- A key names one content. `put` renames a whole file into place and never over another; an
-  existing file under the key is checked to hold the same bytes, then reused. 128 bits of key:
-  two different property sets meet by chance only after some 2^64 of them, and one crafted to
-  meet another is refused by that check, never mixed up with it.
+- A key names one content. `put` renames a whole file into place, over an existing file under
+  its key only once that file was found to hold the same bytes (so it is young again). 128
+  bits of key: two different property sets meet by chance only after some 2^64 of them, and
+  one crafted to meet another is refused by that check, never mixed up with it.
 - `put` flushes nothing itself. Its file is in place before the message that names it is
   handed to the committer, whose flush (syncfs under `always`, the interval thread's
   otherwise) covers every file written before it: a side file is as durable as the message's
   body, which is written the same way and relies on the same flush.
 - `collect` deletes a file that no message file under the root names, only once it is older
-  than a grace period: a file is written (or, reused, touched) before the message naming it is
-  committed, so a young file may belong to a message not yet visible.
+  than a grace period: a file is written (reused, written anew) before the message naming it
+  is committed, so a young file may belong to a message not yet visible.
 """
 
 from __future__ import annotations
@@ -89,12 +89,13 @@ class SideFiles:
         try:
             with open(target, "rb") as existing:
                 same = existing.read() == data
-            if same:
-                os.utime(target)  # young again: `collect` keeps it for the message to come
         except FileNotFoundError:
             return False
         if not same:
             raise InvalidArgument(f"side file {target} holds other bytes under the same key")
+        # The same bytes: ours takes its place, young, so `collect` keeps it for the message to
+        # come. A rename, not a utime, which another user's file would refuse.
+        os.replace(temporary, target)
         return True
 
     def get(self, key: str) -> bytes | None:
@@ -160,7 +161,7 @@ class SideFiles:
             unnamed -= named()
         deleted = 0
         for key in sorted(unnamed):
-            deleted += self._delete_unless_touched(key, horizon=now - grace)
+            deleted += self._delete_unless_renewed(key, horizon=now - grace)
         if deleted:
             log.info("deleted %d side file(s) no message names", deleted)
         return deleted
@@ -176,7 +177,7 @@ class SideFiles:
                         old.add(entry.name)
         return old
 
-    def _delete_unless_touched(self, key: str, *, horizon: float) -> int:
+    def _delete_unless_renewed(self, key: str, *, horizon: float) -> int:
         path, aside = os.path.join(self.path, key), os.path.join(self.path, _DOOMED + key)
         try:
             os.rename(path, aside)  # a put that comes now finds no file and writes its own
