@@ -12,6 +12,8 @@ from tests.crashes import Killed, kill_at, take_everything
 
 import boxmq
 from boxmq.core import ExactlyOnceLimits
+from boxmq.errors import MetadataTooLong
+from boxmq.model import SOURCE, SOURCE_MESSAGE_ID
 
 ORDERS = sorted(set(itertools.permutations("AADD")))  # A: assured, D: deliver (each twice)
 
@@ -59,6 +61,33 @@ def test_assured_to_a_topic_reaches_its_subscribers_once(box: boxmq.Box) -> None
         assert (message.topic, message.body) == ("counts/door", b"+1")
         message.ack()
         assert dash.receive_nowait() is None
+
+
+def test_a_topics_copies_leave_the_intakes_books_behind(box: boxmq.Box) -> None:
+    """Who sent it and under which id are the intake's business; a copy's name has room for
+    the topic and the properties instead."""
+    with box.subscribe("counts/#", "dash") as dash:
+        box.assured("a-sender-with-a-long-name", "65535", b"+1", topic="counts/door")
+        box.deliver("a-sender-with-a-long-name", "65535")
+        message = dash.receive_nowait()
+        assert message is not None
+        assert message.envelope.property_value(SOURCE) is None
+        assert message.envelope.property_value(SOURCE_MESSAGE_ID) is None
+        message.ack()
+
+
+@pytest.mark.parametrize("to", ["queue", "topic"])
+def test_metadata_too_long_for_step_2_is_refused_at_step_1(box: boxmq.Box, to: str) -> None:
+    """What `deliver` could not send (its copies' names, like any put's, must leave room for
+    a redelivery's count) is refused before `received`, never lost after it."""
+    long = "x" * 90
+    steps = {
+        "queue": lambda: box.assured("door", "1", b"+", queue="q", properties={"k": long + "y"}),
+        "topic": lambda: box.assured("door", "1", b"+", topic=f"long/{long}"),
+    }
+    with box.subscribe("long/#", "dash"), pytest.raises(MetadataTooLong):
+        steps[to]()
+    assert box.pending("door") == []
 
 
 def test_a_source_past_its_limit_is_refused_and_nothing_accepted_is_lost(root: Path) -> None:

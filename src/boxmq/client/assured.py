@@ -29,11 +29,13 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from boxmq.client.lifecycle import PUT_HEADROOM
 from boxmq.clock import Clock
 from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits
-from boxmq.errors import InvalidArgument, ItemNotFound
+from boxmq.errors import InvalidArgument, ItemNotFound, MetadataTooLong
 from boxmq.ids import IdFactory
 from boxmq.model import (
+    QOS,
     SOURCE,
     SOURCE_MESSAGE_ID,
     TOPIC,
@@ -48,7 +50,7 @@ from boxmq.store.commit import Committer, Move
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.fanout import finish_pending
 from boxmq.store.layout import State, list_dropboxes, queue_path
-from boxmq.store.names import decode_lenient, encode
+from boxmq.store.names import MAX_NAME, decode_lenient, encode
 from boxmq.store.topics import EXACTLY_ONCE_PENDING, incoming_working
 
 __all__ = ["AssuredIntake"]
@@ -148,7 +150,7 @@ class AssuredIntake:
         working = self._working_dir(queue)
         os.makedirs(working, exist_ok=True)
         temporary = os.path.join(working, f".tmp-{uuid.uuid4().hex}")
-        path = os.path.join(working, encode(envelope))
+        path = os.path.join(working, _checked_name(envelope, to_topic=queue is None))
         try:
             with open(temporary, "wb") as out:
                 out.write(body)
@@ -242,7 +244,7 @@ class AssuredIntake:
     def _send(self, pending: _Pending) -> None:
         if pending.queue is None:
             source = pending.envelope.property_value(SOURCE)
-            self._fan_out(pending.envelope, pending.path, str(source))
+            self._fan_out(_as_copied(pending.envelope), pending.path, str(source))
             return
         box = Dropbox(queue_path(self._root, pending.queue), self._committer)
         name = os.path.basename(pending.path)
@@ -319,3 +321,28 @@ class AssuredIntake:
                     data = json.load(src)
                     found[str(data["source"]), str(data["msg_id"])] = entry.stat().st_mtime
         return found
+
+
+def _as_copied(envelope: Envelope) -> Envelope:
+    """A topic's copies of an assured message: without the intake's own books (its sender
+    and the sender's id for it), which no subscriber needs and which would take the room
+    its name has for the topic and the properties. Always the same for one file, so a copy
+    sent again after a crash has the same name (store/fanout.py)."""
+    return envelope.without_property(SOURCE).without_property(SOURCE_MESSAGE_ID)
+
+
+def _checked_name(envelope: Envelope, *, to_topic: bool) -> str:
+    """The name in working/; MetadataTooLong if what step 2 makes of it would not fit: the
+    queue's file keeps it, a topic's copies add their QoS, and either must leave a put's
+    room for what a redelivery adds. Refused before `received`, a message is never lost at
+    `deliver` (where it would be too late to tell its sender)."""
+    name = encode(envelope)
+    sent = (
+        encode(_as_copied(envelope).with_property(QOS, PropertyType.BYTE, 2)) if to_topic else name
+    )
+    if len(sent) > MAX_NAME - PUT_HEADROOM:
+        raise MetadataTooLong(
+            f"the metadata needs {len(sent)} bytes of file name once delivered, the limit for "
+            f"a put is {MAX_NAME - PUT_HEADROOM}: use a shorter topic or fewer properties"
+        )
+    return name

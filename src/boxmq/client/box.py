@@ -29,6 +29,7 @@ from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import dropbox_folders, is_dropbox, list_dropboxes, queue_path
 from boxmq.store.process import process_token
+from boxmq.store.side_files import COLLECT_EVERY, SideFiles, referenced
 from boxmq.store.spares import Spares
 from boxmq.store.topics import read_records, remove_stale_staging
 
@@ -66,6 +67,9 @@ class Box:
         self._exactly_once = exactly_once
         self._closed = False
         self._next_purge = 0.0  # when sweep() next looks through processed/ folders
+        # Metadata too long for a file name (MQTT v5 properties), named by its messages.
+        self.side_files = SideFiles(self.root)
+        self._next_collect = 0.0  # when sweep() next looks for side files no message names
 
     @property
     def fsync(self) -> FsyncPolicy:
@@ -294,6 +298,11 @@ class Box:
                 limits.working_ttl,
             )
         self.intake.expire()
+        if now >= self._next_collect:
+            # It lists every file of the root, so not every sweep; a file's grace period
+            # (an hour) is what keeps it safe, not this rhythm.
+            self._next_collect = now + COLLECT_EVERY
+            self.side_files.collect(lambda: referenced(self.root), now=now)
         return reports
 
     def _live_queue(self, name: str, dropbox: Dropbox, group: str | None = None) -> LiveQueue:

@@ -38,7 +38,6 @@ from boxmq.errors import (
     Closed,
     InvalidArgument,
     ItemNotFound,
-    MetadataTooLong,
     StoreFailed,
 )
 from boxmq.model import ConsumerId, Envelope
@@ -85,11 +84,11 @@ from boxmq.mqtt.stored import (
     NOT_FORWARDED,
     consumer_name,
     exactly_once_source,
-    kept_properties,
     publication_of,
     publish_of,
     retained_publish,
     storable,
+    store_with_properties,
 )
 from boxmq.store.process import process_alive, process_token
 
@@ -725,7 +724,7 @@ class Broker:
                 self._send(client, Puback(packet_id))
 
         # A retained message is written alone: publish_many has no retained store to keep it.
-        batched = None if packet.retain else publication_of(client_id, packet)
+        batched = None if packet.retain else publication_of(client_id, packet, self.box.side_files)
         client.jobs.append(Job(lambda: self._write(client_id, packet), written, batched))
 
     def _send_error(self, client: _Client, ack: Puback | Pubrec, error: BoxMQError) -> None:
@@ -833,43 +832,31 @@ class Broker:
     def _write(self, client_id: str, packet: Publish) -> None:
         """Publish into the Box: retained store and every durable subscription it matches."""
         expiry = packet.properties.message_expiry_interval
-        kept = kept_properties(packet)
-        for properties in (kept, {}) if kept else ({},):
-            try:
-                self.box.publish(
-                    packet.topic,
-                    packet.payload,
-                    qos=packet.qos,
-                    retain=packet.retain,
-                    properties=properties,
-                    expires_in=expiry or None,
-                    source=consumer_name(client_id),
-                )
-                return
-            except MetadataTooLong:
-                if not properties:
-                    raise
-                log.warning(
-                    "%s: its v5 properties do not fit in a file name: dropped", packet.topic
-                )
+
+        def publish(properties: dict[str, str]) -> None:
+            self.box.publish(
+                packet.topic,
+                packet.payload,
+                qos=packet.qos,
+                retain=packet.retain,
+                properties=properties,
+                expires_in=expiry or None,
+                source=consumer_name(client_id),
+            )
+
+        store_with_properties(packet, self.box.side_files, publish)
 
     def _assure(self, client_id: str, packet: Publish) -> object:
-        kept = kept_properties(packet)
-        try:
+        def assured(properties: dict[str, str]) -> bool:
             return self.box.assured(
                 exactly_once_source(client_id),
                 str(packet.packet_id),
                 packet.payload,
                 topic=packet.topic,
-                properties=kept,
+                properties=properties,
             )
-        except MetadataTooLong:
-            return self.box.assured(
-                exactly_once_source(client_id),
-                str(packet.packet_id),
-                packet.payload,
-                topic=packet.topic,
-            )
+
+        return store_with_properties(packet, self.box.side_files, assured)
 
     def _start_batch(self, client: _Client) -> None:
         """Run the client's waiting disk work as one batch (`disk.run_all`). One batch runs
@@ -1029,7 +1016,7 @@ class Broker:
                     break
                 if message is None:
                     break
-                publish = publish_of(message, options, self._clock.now())
+                publish = publish_of(message, options, self._clock.now(), self.box.side_files)
                 if publish.qos == 0:
                     message.ack()
                     self._deliver(session, publish, None)
@@ -1109,7 +1096,8 @@ class Broker:
         now = self._clock.now()
         for envelope, body, options in retained:
             if not envelope.expired(now):  # an expired retained message is not sent (§3.3.2.3.3)
-                self._deliver(session, retained_publish(envelope, body, options, now), None)
+                publish = retained_publish(envelope, body, options, now, self.box.side_files)
+                self._deliver(session, publish, None)
         self._pump(session)
 
     def _add_subscription(self, session: Session, text: str, options: SubscriptionOptions) -> None:

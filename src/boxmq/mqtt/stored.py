@@ -3,9 +3,11 @@
 Invariants:
 - A client id becomes a subscriber name that the store accepts ('%' and '/' escaped), and the
   same client id always becomes the same name (a session found again after a restart).
-- The v5 properties of a stored message are kept as their wire bytes, URL-safe base64 without
-  padding, in the reserved property V5_PROPERTIES; what is not forwarded (Topic Alias,
-  Subscription Identifier) is never stored.
+- The v5 properties of a stored message are kept as their wire bytes: in its name, URL-safe
+  base64 without padding, in the reserved property V5_PROPERTIES when they are short; else in
+  a side file (store/side_files.py) whose key the name carries in PROPERTIES_FILE. What is not
+  forwarded (Topic Alias, Subscription Identifier) is never stored. A side file gone missing
+  costs its messages their properties, never their delivery.
 - A PUBLISH read back carries what is left of its Message Expiry Interval (§3.3.2.3.3).
 """
 
@@ -13,18 +15,21 @@ from __future__ import annotations
 
 import base64
 import math
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeVar
 
 from boxmq.client.message import Message
 from boxmq.client.topics import Publication
-from boxmq.errors import InvalidArgument
-from boxmq.model import QOS, RESERVED_PREFIX, Envelope
+from boxmq.errors import InvalidArgument, MetadataTooLong
+from boxmq.model import PROPERTIES_FILE, QOS, RESERVED_PREFIX, Envelope
 from boxmq.mqtt.packets import Publish, new_publish
 from boxmq.mqtt.properties import EMPTY, Properties, PropertyId, subscription_identifier
 from boxmq.mqtt.session import SubscriptionOptions
 from boxmq.store.names import check_consumer_name
+from boxmq.store.side_files import SideFiles
 
 __all__ = [
+    "INLINE_MAX",
     "NOT_FORWARDED",
     "V5_PROPERTIES",
     "consumer_name",
@@ -34,10 +39,16 @@ __all__ = [
     "publish_of",
     "retained_publish",
     "storable",
+    "store_with_properties",
 ]
 
 V5_PROPERTIES: Final = RESERVED_PREFIX + "v5"
+_T = TypeVar("_T")
 NOT_FORWARDED: Final = (PropertyId.TOPIC_ALIAS, PropertyId.SUBSCRIPTION_IDENTIFIER)
+# Base64 characters tried in a name before a side file: about what a name leaves them after a
+# short topic (docs/file-format.md). Longer ones could never fit; shorter ones are tried, and
+# go to a side file if the topic leaves them no room after all (`kept_properties(spill=True)`).
+INLINE_MAX: Final = 60
 
 
 def consumer_name(client_id: str) -> str:
@@ -59,27 +70,61 @@ def exactly_once_source(client_id: str) -> str:
     return f"mqtt:{client_id}"
 
 
-def kept_properties(packet: Publish) -> dict[str, str]:
-    """The envelope properties that carry a PUBLISH's v5 properties (none if it has none)."""
+def kept_properties(
+    packet: Publish, side_files: SideFiles, *, spill: bool = False
+) -> dict[str, str]:
+    """The envelope properties that carry a PUBLISH's v5 properties (none if it has none):
+    the properties themselves when short, else (or with `spill`) the key of the side file
+    they are written to here."""
     props = packet.properties.without(*NOT_FORWARDED)
-    return {V5_PROPERTIES: _pack(props)} if props else {}
+    if not props:
+        return {}
+    packed = _pack(props)
+    if len(packed) <= INLINE_MAX and not spill:
+        return {V5_PROPERTIES: packed}
+    return {PROPERTIES_FILE: side_files.put(props.raw)}
 
 
-def publication_of(client_id: str, packet: Publish) -> Publication:
-    """A PUBLISH as one message of `Topics.publish_many`."""
+def store_with_properties(
+    packet: Publish, side_files: SideFiles, store: Callable[[dict[str, str]], _T]
+) -> _T:
+    """`store(properties)` with the PUBLISH's v5 properties in the name, or, where the topic
+    leaves them too little room there, in a side file. MetadataTooLong (the publisher is
+    refused) only when even the side file's key does not fit beside the topic."""
+    properties = kept_properties(packet, side_files)
+    try:
+        return store(properties)
+    except MetadataTooLong:
+        if V5_PROPERTIES not in properties:
+            raise
+    return store(kept_properties(packet, side_files, spill=True))
+
+
+def publication_of(client_id: str, packet: Publish, side_files: SideFiles) -> Publication:
+    """A PUBLISH as one message of `Topics.publish_many` (which commits it after this wrote
+    its side file, if any: the commit's flush covers that file too)."""
+    try:
+        properties = kept_properties(packet, side_files)
+    except OSError:
+        # On the loop, as the packet arrives: too long for a name, the batch fails as a whole
+        # and each of its messages is written alone, where this error is met again and told.
+        properties = {V5_PROPERTIES: _pack(packet.properties.without(*NOT_FORWARDED))}
     return Publication(
         packet.topic,
         packet.payload,
         packet.qos,
-        properties=kept_properties(packet) or None,
+        properties=properties or None,
         expires_in=packet.properties.message_expiry_interval or None,
         source=consumer_name(client_id),
     )
 
 
-def publish_of(message: Message, options: SubscriptionOptions, now: float) -> Publish:
+def publish_of(
+    message: Message, options: SubscriptionOptions, now: float, side_files: SideFiles
+) -> Publish:
     """The PUBLISH for a message taken from a dropbox (DUP once it was delivered before)."""
-    props = _remaining_expiry(_properties_of(message.envelope), message.envelope, now)
+    props = _properties_of(message.envelope, side_files)
+    props = _remaining_expiry(props, message.envelope, now)
     if options.identifier:
         props = props + subscription_identifier(options.identifier)
     return new_publish(
@@ -94,21 +139,27 @@ def publish_of(message: Message, options: SubscriptionOptions, now: float) -> Pu
 
 
 def retained_publish(
-    envelope: Envelope, body: bytes, options: SubscriptionOptions, now: float
+    envelope: Envelope,
+    body: bytes,
+    options: SubscriptionOptions,
+    now: float,
+    side_files: SideFiles,
 ) -> Publish:
     """The PUBLISH for a retained message sent on a new subscription (RETAIN set)."""
     stored = envelope.property_value(QOS)
     qos = stored if isinstance(stored, int) and not isinstance(stored, bool) else 1
-    props = _remaining_expiry(_properties_of(envelope), envelope, now)
+    props = _remaining_expiry(_properties_of(envelope, side_files), envelope, now)
     if options.identifier:
         props = props + subscription_identifier(options.identifier)
     return new_publish(envelope.topic or "", body, min(qos, options.qos), True, False, None, props)
 
 
-def _properties_of(envelope: Envelope) -> Properties:
+def _properties_of(envelope: Envelope, side_files: SideFiles) -> Properties:
     raw = envelope.property_value(V5_PROPERTIES)
     if not isinstance(raw, str):
-        return EMPTY
+        key = envelope.property_value(PROPERTIES_FILE)
+        kept = side_files.get(key) if isinstance(key, str) else None
+        return EMPTY if kept is None else Properties(kept)
     try:
         return Properties(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
     except ValueError:

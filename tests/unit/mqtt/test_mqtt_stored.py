@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmq.model import Envelope, MessageId, Property, PropertyType
+from boxmq.errors import MetadataTooLong
+from boxmq.model import PROPERTIES_FILE, Envelope, MessageId, Property, PropertyType
 from boxmq.mqtt.packets import Publish
 from boxmq.mqtt.properties import Properties, PropertyId
 from boxmq.mqtt.session import SubscriptionOptions
-from boxmq.mqtt.stored import V5_PROPERTIES, consumer_name, kept_properties, retained_publish
+from boxmq.mqtt.stored import (
+    V5_PROPERTIES,
+    consumer_name,
+    kept_properties,
+    retained_publish,
+    store_with_properties,
+)
 from boxmq.store.names import check_consumer_name
+from boxmq.store.side_files import SideFiles
 
 
 @given(st.text(min_size=1, max_size=20), st.text(min_size=1, max_size=20))
@@ -43,20 +57,82 @@ def test_v5_properties_round_trip_through_the_envelope(
     props = Properties.build(
         user_properties=user, content_type=content_type, correlation_data=correlation, topic_alias=3
     )
-    kept = kept_properties(Publish("t", b"", 1, packet_id=1, properties=props))
-    back = retained_publish(_envelope(kept), b"", SubscriptionOptions(qos=1, durable=True), now=0)
+    with tempfile.TemporaryDirectory() as root:
+        side = SideFiles(root)
+        kept = kept_properties(Publish("t", b"", 1, packet_id=1, properties=props), side)
+        options = SubscriptionOptions(qos=1, durable=True)
+        back = retained_publish(_envelope(kept), b"", options, now=0, side_files=side)
     assert back.properties == props.without(PropertyId.TOPIC_ALIAS)  # the alias was ours
-    assert (V5_PROPERTIES in kept) == bool(
-        user or content_type is not None or correlation is not None
-    )
+    assert bool(kept) == bool(user or content_type is not None or correlation is not None)
 
 
-def test_what_is_left_of_the_expiry_is_sent_on() -> None:
+def test_what_is_left_of_the_expiry_is_sent_on(tmp_path: Path) -> None:
+    side = SideFiles(str(tmp_path))
     kept = kept_properties(
-        Publish("t", b"", 1, packet_id=1, properties=Properties.build(message_expiry_interval=60))
+        Publish("t", b"", 1, packet_id=1, properties=Properties.build(message_expiry_interval=60)),
+        side,
     )
     envelope = _envelope(kept, expiration=1_000_060_000)  # epoch ms: 60 s after now=1_000_000
     back = retained_publish(
-        envelope, b"", SubscriptionOptions(qos=1, durable=True), now=1_000_045.5
+        envelope, b"", SubscriptionOptions(qos=1, durable=True), now=1_000_045.5, side_files=side
     )
     assert back.properties.message_expiry_interval == 15  # rounded up, never 0
+
+
+_TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+_LONG = Properties.build(
+    user_properties=[("traceparent", _TRACEPARENT), ("tenant", "acme")],
+    response_topic="rpc/replies/client-7f3a9c2e",
+    correlation_data=bytes(range(32)),
+)
+_OPTIONS = SubscriptionOptions(qos=1, durable=True)
+
+
+def test_properties_too_long_for_a_name_go_to_a_side_file_and_come_back(tmp_path: Path) -> None:
+    side = SideFiles(str(tmp_path))
+    kept = kept_properties(Publish("t", b"", 1, packet_id=1, properties=_LONG), side)
+    assert list(kept) == [PROPERTIES_FILE]
+    assert len(kept[PROPERTIES_FILE]) == 32  # what the name carries instead of 200 bytes
+    fresh = SideFiles(str(tmp_path))  # another process, or after a restart: no cache
+    back = retained_publish(_envelope(kept), b"", _OPTIONS, now=0, side_files=fresh)
+    assert back.properties == _LONG
+
+
+def test_a_missing_side_file_costs_the_properties_not_the_message(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    kept = kept_properties(
+        Publish("t", b"", 1, packet_id=1, properties=_LONG), SideFiles(str(tmp_path))
+    )
+    os.unlink(tmp_path / ".properties" / kept[PROPERTIES_FILE])  # deleted by hand
+    side = SideFiles(str(tmp_path))
+    with caplog.at_level(logging.WARNING, "boxmq.store"):
+        for _ in range(3):
+            back = retained_publish(_envelope(kept), b"body", _OPTIONS, now=0, side_files=side)
+            assert (back.payload, back.properties) == (b"body", Properties())
+    assert len([r for r in caplog.records if "missing" in r.getMessage()]) == 1  # once
+
+
+def test_short_properties_that_the_topic_leaves_no_room_for_are_spilled(tmp_path: Path) -> None:
+    side = SideFiles(str(tmp_path))
+    packet = Publish("t", b"", 1, packet_id=1, properties=Properties.build(content_type="json"))
+    tried: list[dict[str, str]] = []
+
+    def store(properties: dict[str, str]) -> str:
+        tried.append(properties)
+        if V5_PROPERTIES in properties:
+            raise MetadataTooLong("no room")
+        return "stored"
+
+    assert store_with_properties(packet, side, store) == "stored"
+    assert [list(p) for p in tried] == [[V5_PROPERTIES], [PROPERTIES_FILE]]
+
+
+def test_a_topic_that_leaves_no_room_even_for_the_key_is_refused(tmp_path: Path) -> None:
+    packet = Publish("t", b"", 1, packet_id=1, properties=_LONG)
+
+    def store(properties: dict[str, str]) -> None:
+        raise MetadataTooLong("no room")
+
+    with pytest.raises(MetadataTooLong):
+        store_with_properties(packet, SideFiles(str(tmp_path)), store)

@@ -1,0 +1,223 @@
+"""Side files: metadata too long for a message's file name, kept apart under its hash.
+
+    <root>/.properties/<key>        key: the first 32 hex digits of the bytes' SHA-256
+
+A message names its side file by the key, in the reserved property `model.PROPERTIES_FILE`
+(MQTT v5 properties past what a name holds: docs/file-format.md, "The 255-byte limit"); the
+body stays exactly the payload. Many messages may name one file (a fan-out's copies, or the
+same properties published again).
+
+Invariants:
+- A key names one content. `put` renames a whole file into place, over an existing file under
+  its key only once that file was found to hold the same bytes (so it is young again). 128
+  bits of key: two different property sets meet by chance only after some 2^64 of them, and
+  one crafted to meet another is refused by that check, never mixed up with it.
+- `put` flushes nothing itself. Its file is in place before the message that names it is
+  handed to the committer, whose flush (syncfs under `always`, the interval thread's
+  otherwise) covers every file written before it: a side file is as durable as the message's
+  body, which is written the same way and relies on the same flush.
+- `collect` deletes a file that no message file under the root names, only once it is older
+  than a grace period: a file is written (reused, written anew) before the message naming it
+  is committed, so a young file may belong to a message not yet visible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Final
+
+from boxmq.errors import InvalidArgument
+from boxmq.model import PROPERTIES_FILE, PropertyType
+from boxmq.store.spares import rename_noreplace
+
+__all__ = ["COLLECT_EVERY", "GRACE", "SIDE_DIR", "SideFiles", "referenced"]
+
+log = logging.getLogger("boxmq.store")
+
+SIDE_DIR: Final = ".properties"
+GRACE: Final = 3600.0  # seconds a file is kept unnamed: far longer than a put takes to commit
+COLLECT_EVERY: Final = 600.0  # seconds between collections: each lists every file of the root
+_KEY = re.compile(r"[0-9a-f]{32}")
+_NAMED = re.compile(re.escape(PROPERTIES_FILE + PropertyType.STRING.value) + r"=([0-9a-f]{32})")
+_DOOMED = ".gc-"  # a file `collect` is deciding about: renamed out of the way first
+_CACHED = 256  # files kept in memory: a fan-out's copies are read back one after another
+_WARNED = 1024  # missing keys remembered so each is logged once
+
+
+class SideFiles:
+    """The side files of one root; shared by the threads of one process."""
+
+    def __init__(self, root: str) -> None:
+        self.path = os.path.join(root, SIDE_DIR)
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[str, bytes] = OrderedDict()
+        self._warned: set[str] = set()
+
+    def put(self, data: bytes) -> str:
+        """Keep `data`; its key. The file is in place on return (see the module's invariants)."""
+        key = _key_of(data)
+        target = os.path.join(self.path, key)
+        temporary = os.path.join(self.path, f".tmp-{uuid.uuid4().hex}")
+        try:
+            _write(temporary, data)
+        except FileNotFoundError:  # the first side file of this root
+            os.makedirs(self.path, exist_ok=True)
+            _write(temporary, data)
+        try:
+            while not self._placed(temporary, target, data):
+                pass  # `collect` took the old file away meanwhile: place ours
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+        self._remember(key, data)
+        return key
+
+    def _placed(self, temporary: str, target: str, data: bytes) -> bool:
+        try:
+            rename_noreplace(temporary, target)
+            return True
+        except FileExistsError:
+            pass
+        try:
+            with open(target, "rb") as existing:
+                same = existing.read() == data
+        except FileNotFoundError:
+            return False
+        if not same:
+            raise InvalidArgument(f"side file {target} holds other bytes under the same key")
+        # The same bytes: ours takes its place, young, so `collect` keeps it for the message to
+        # come. A rename, not a utime, which another user's file would refuse.
+        os.replace(temporary, target)
+        return True
+
+    def get(self, key: str) -> bytes | None:
+        """The bytes kept under `key`; None (logged once per key) if there are none, or if
+        the file no longer holds the bytes its key names."""
+        with self._lock:
+            data = self._cache.get(key)
+            if data is not None:
+                self._cache.move_to_end(key)
+                return data
+        data = self._read(key) if _KEY.fullmatch(key) else None
+        if data is None:
+            self._warn_missing(key)
+            return None
+        self._remember(key, data)
+        return data
+
+    def _read(self, key: str) -> bytes | None:
+        """The file's bytes if they still match their key (a file changed by hand does not)."""
+        # The second name: `collect` may be between renaming it aside and back (a put reused it).
+        for name in (key, _DOOMED + key):
+            with (
+                contextlib.suppress(FileNotFoundError),
+                open(os.path.join(self.path, name), "rb") as source,
+            ):
+                data = source.read()
+                return data if _key_of(data) == key else None
+        return None
+
+    def _remember(self, key: str, data: bytes) -> None:
+        with self._lock:
+            self._cache[key] = data
+            self._cache.move_to_end(key)
+            if len(self._cache) > _CACHED:
+                self._cache.popitem(last=False)
+
+    def _warn_missing(self, key: str) -> None:
+        with self._lock:
+            if key in self._warned:
+                return
+            if len(self._warned) >= _WARNED:
+                self._warned.clear()
+            self._warned.add(key)
+        log.warning(
+            "side file %r is missing (deleted by hand?): its messages go without the "
+            "properties it held",
+            key,
+        )
+
+    def collect(self, named: Callable[[], set[str]], *, now: float, grace: float = GRACE) -> int:
+        """Delete the files older than `grace` that no message names; how many went.
+
+        `named` lists the keys the root's messages name (`referenced`). It is asked twice when
+        something would go, and only what neither answer names goes: a message that moved
+        from a folder not yet listed into one already listed is missed by one listing, not by
+        two made apart. A file is renamed aside before it is deleted, and put back if a put
+        touched it meanwhile (its mtime is young again)."""
+        old = self._older_than(now - grace)
+        if not old:
+            return 0
+        unnamed = old - named()
+        if unnamed:
+            unnamed -= named()
+        deleted = 0
+        for key in sorted(unnamed):
+            deleted += self._delete_unless_renewed(key, horizon=now - grace)
+        if deleted:
+            log.info("deleted %d side file(s) no message names", deleted)
+        return deleted
+
+    def _older_than(self, horizon: float) -> set[str]:
+        old = set()
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.path) as entries:
+            for entry in entries:
+                if not _KEY.fullmatch(entry.name):
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    if entry.stat().st_mtime < horizon:
+                        old.add(entry.name)
+        return old
+
+    def _delete_unless_renewed(self, key: str, *, horizon: float) -> int:
+        path, aside = os.path.join(self.path, key), os.path.join(self.path, _DOOMED + key)
+        try:
+            os.rename(path, aside)  # a put that comes now finds no file and writes its own
+        except FileNotFoundError:
+            return 0
+        if os.stat(aside).st_mtime >= horizon:  # a put reused it just before: keep it
+            os.rename(aside, path)  # over a file a put made meanwhile: the same bytes
+            return 0
+        os.unlink(aside)
+        return 1
+
+
+def referenced(root: str) -> set[str]:
+    """The side-file keys that message files anywhere under `root` name: every dropbox's
+    folders, the exactly-once and fan-out staging folders, and the retained store (whose
+    files keep their message's name in their first line). Lists every file of the root."""
+    keys: set[str] = set()
+    for folder, subfolders, files in os.walk(root):
+        if folder == root:
+            subfolders[:] = [d for d in subfolders if d not in (SIDE_DIR, ".spare")]
+        for name in files:
+            keys.update(_NAMED.findall(name))
+        if os.path.basename(folder) == ".retained":
+            for name in files:
+                keys.update(_NAMED.findall(_first_line(os.path.join(folder, name))))
+    return keys
+
+
+def _first_line(path: str) -> str:
+    try:
+        with open(path, "rb") as source:
+            return source.readline(4096).decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _key_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def _write(path: str, data: bytes) -> None:
+    with open(path, "xb") as out:
+        out.write(data)

@@ -1,0 +1,100 @@
+"""v5 properties far past what a file name holds, through every path that stores a message.
+
+A request/response client's Response Topic and Correlation Data, and a W3C traceparent, do
+not fit the ~60 bytes a name leaves them: they go to a side file (store/side_files.py) and
+must come back intact, after a restart too (docs/file-format.md, "The 255-byte limit").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from paho.mqtt.packettypes import PacketTypes
+from tests.integration.mqtt.clients import RunningServer, paho, paho_properties, start_server
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+USER = [
+    ("traceparent", TRACEPARENT),
+    ("tenant", "acme-industrial"),
+    ("request-kind", "invoice.render"),
+    ("attempt", "1"),
+]
+RESPONSE_TOPIC = "rpc/replies/client-7f3a9c2e"
+CORRELATION = bytes(range(32))
+
+
+def _long_properties() -> Any:
+    return paho_properties(
+        PacketTypes.PUBLISH,
+        UserProperty=USER,
+        ResponseTopic=RESPONSE_TOPIC,
+        CorrelationData=CORRELATION,
+        ContentType="application/json",
+    )
+
+
+def _assert_intact(properties: Any) -> None:
+    assert properties.UserProperty == USER
+    assert properties.ResponseTopic == RESPONSE_TOPIC
+    assert properties.CorrelationData == CORRELATION
+    assert properties.ContentType == "application/json"
+
+
+def test_a_persistent_session_gets_long_properties_intact(server: RunningServer) -> None:
+    sub = paho(server, "sub", clean=False, expiry=300)  # persistent: its messages are files
+    sub.subscribe("rpc/#", 1)
+    paho(server, "pub").publish("rpc/call", b"{}", 1, properties=_long_properties())
+    message = sub.next()
+    assert message.payload == b"{}"
+    _assert_intact(message.properties)
+
+
+def test_a_share_group_member_gets_long_properties_intact(server: RunningServer) -> None:
+    worker = paho(server, "worker")
+    worker.subscribe("$share/renderers/rpc/#", 1)
+    paho(server, "pub").publish("rpc/call", b"{}", 1, properties=_long_properties())
+    _assert_intact(worker.next().properties)
+
+
+def test_long_properties_survive_a_restart_between_publish_and_delivery(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    first = start_server(root)
+    try:
+        away = paho(first, "keeper", clean=False, expiry=3600)
+        away.subscribe("rpc/#", 1)
+        away.stop()
+        paho(first, "pub").publish("rpc/call", b"kept", 1, properties=_long_properties())
+    finally:
+        first.shutdown()
+    second = start_server(root)
+    try:
+        message = paho(second, "keeper", clean=False, expiry=3600).next()
+        assert message.payload == b"kept"
+        _assert_intact(message.properties)
+    finally:
+        second.shutdown()
+
+
+def test_long_properties_of_a_qos_2_message_go_through_the_exactly_once_intake(
+    server: RunningServer,
+) -> None:
+    sub = paho(server, "sub", clean=False, expiry=300)
+    sub.subscribe("rpc/#", 2)
+    paho(server, "pub").publish("rpc/call", b"once", 2, properties=_long_properties())
+    message = sub.next()
+    assert (message.payload, message.qos) == (b"once", 2)
+    _assert_intact(message.properties)
+    assert sub.nothing(0.3)
+
+
+def test_a_retained_message_keeps_its_long_properties(server: RunningServer) -> None:
+    paho(server, "pub").publish("cfg/a", b"v1", 1, retain=True, properties=_long_properties())
+    durable = paho(server, "durable", clean=False, expiry=300)  # gets it through its dropbox
+    durable.subscribe("cfg/#", 1)
+    plain = paho(server, "plain")  # gets it from the retained store, in memory
+    plain.subscribe("cfg/#", 1)
+    for client in (durable, plain):
+        message = client.next()
+        assert (message.payload, message.retain) == (b"v1", True)
+        _assert_intact(message.properties)

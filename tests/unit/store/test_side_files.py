@@ -1,0 +1,126 @@
+"""Side files: put/get by content key, the cache, and the collection of unnamed old files."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from boxmq.errors import InvalidArgument
+from boxmq.store.side_files import GRACE, SIDE_DIR, SideFiles, referenced
+
+NOW = time.time()  # a put stamps real mtimes; ages are set with os.utime, nobody sleeps
+OLD = NOW - GRACE - 1
+YOUNG = NOW - GRACE + 60
+
+
+def _age(side: SideFiles, key: str, mtime: float) -> None:
+    os.utime(os.path.join(side.path, key), (mtime, mtime))
+
+
+def _name_with(key: str) -> str:
+    return f"4.1795333413065000-9266017507.B.....bx_topicS=t&bx_v5hS={key}&bx_qosY=1"
+
+
+def test_what_is_put_comes_back_by_its_key_after_a_restart(tmp_path: Path) -> None:
+    key = SideFiles(str(tmp_path)).put(b"\x26\x00\x01k\x00\x01v")
+    assert len(key) == 32
+    assert (tmp_path / SIDE_DIR / key).read_bytes() == b"\x26\x00\x01k\x00\x01v"
+    assert SideFiles(str(tmp_path)).get(key) == b"\x26\x00\x01k\x00\x01v"  # no cache there
+    assert [p.name for p in (tmp_path / SIDE_DIR).iterdir()] == [key]  # no temporary left
+
+
+def test_the_same_bytes_reuse_the_file_and_make_it_young_again(tmp_path: Path) -> None:
+    side = SideFiles(str(tmp_path))
+    key = side.put(b"props")
+    _age(side, key, OLD)
+    assert SideFiles(str(tmp_path)).put(b"props") == key
+    assert os.stat(os.path.join(side.path, key)).st_mtime > OLD  # the collection keeps it
+    assert len(os.listdir(side.path)) == 1
+
+
+def test_other_bytes_under_an_existing_key_are_refused(tmp_path: Path) -> None:
+    side = SideFiles(str(tmp_path))
+    key = side.put(b"props")
+    Path(side.path, key).write_bytes(b"other")  # as a crafted collision would leave it
+    with pytest.raises(InvalidArgument):
+        SideFiles(str(tmp_path)).put(b"props")
+
+
+def test_get_serves_from_its_cache_and_checks_what_it_reads(tmp_path: Path) -> None:
+    side = SideFiles(str(tmp_path))
+    key = side.put(b"props")
+    os.unlink(os.path.join(side.path, key))
+    assert side.get(key) == b"props"  # a fan-out's copies read it once
+    fresh = SideFiles(str(tmp_path))
+    assert fresh.get(key) is None
+    Path(side.path, key).write_bytes(b"changed by hand")
+    assert fresh.get(key) is None  # the key no longer names these bytes
+    assert fresh.get("../../etc/passwd") is None  # a key from a name made by hand
+
+
+def test_collect_deletes_old_unnamed_files_only(tmp_path: Path) -> None:
+    side = SideFiles(str(tmp_path))
+    named_old, unnamed_old, unnamed_young = (side.put(d) for d in (b"a", b"b", b"c"))
+    for key, mtime in ((named_old, OLD), (unnamed_old, OLD), (unnamed_young, YOUNG)):
+        _age(side, key, mtime)
+    asked = []
+
+    def named() -> set[str]:
+        asked.append(1)
+        return {named_old}
+
+    assert side.collect(named, now=NOW) == 1
+    assert sorted(os.listdir(side.path)) == sorted([named_old, unnamed_young])
+    assert len(asked) == 2  # looked twice before deleting anything
+    asked.clear()
+    assert side.collect(named, now=NOW) == 0
+    assert asked == [1]  # the old file is named: no second look
+    assert SideFiles(str(tmp_path)).get(named_old) == b"a"
+
+
+def test_collect_reads_nothing_when_no_file_is_old(tmp_path: Path) -> None:
+    side = SideFiles(str(tmp_path))
+    side.put(b"a")
+
+    def named() -> set[str]:
+        raise AssertionError("the root was listed for nothing")
+
+    assert side.collect(named, now=NOW) == 0
+
+
+def test_referenced_finds_keys_in_every_kind_of_message_file(tmp_path: Path) -> None:
+    keys = [f"{i:032x}" for i in range(5)]
+    target = tmp_path / "jobs" / "target"
+    processing = tmp_path / "topic-root" / "a" / ".subscriptions" / "client.x" / "processing"
+    pending = tmp_path / "topic-root" / "a" / ".subscriptions" / "client.x" / "working"
+    retained = tmp_path / "topic-root" / ".retained"
+    spare = tmp_path / ".spare"
+    for folder in (target, processing, pending / ".exactly-once", retained, spare):
+        folder.mkdir(parents=True)
+    (target / _name_with(keys[0])).write_bytes(b"")
+    (processing / (_name_with(keys[1]) + "@w1@1795333443065@tok")).write_bytes(b"")
+    (pending / ".exactly-once" / _name_with(keys[2])).write_bytes(b"")
+    header = json.dumps({"topic": "t", "name": _name_with(keys[3])})
+    (retained / "ab12").write_bytes(header.encode() + b"\n" + b"bx_v5hS=" + b"f" * 32)
+    (spare / _name_with(keys[4])).write_bytes(b"")  # not a message: a spare's name is its own
+    assert referenced(str(tmp_path)) == set(keys[:4])
+
+
+def test_a_file_reused_while_collect_looks_is_kept(tmp_path: Path) -> None:
+    side = SideFiles(str(tmp_path))
+    key = side.put(b"props")
+    _age(side, key, OLD)
+    looks = []
+
+    def named() -> set[str]:
+        looks.append(1)
+        if len(looks) == 2:  # a publish of the same properties, not committed yet
+            assert SideFiles(str(tmp_path)).put(b"props") == key
+        return set()
+
+    assert side.collect(named, now=NOW) == 0
+    assert os.listdir(side.path) == [key]
