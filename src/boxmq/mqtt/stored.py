@@ -14,6 +14,7 @@ Invariants:
 from __future__ import annotations
 
 import base64
+import logging
 import math
 from collections.abc import Callable
 from typing import Final, TypeVar
@@ -41,6 +42,8 @@ __all__ = [
     "storable",
     "store_with_properties",
 ]
+
+log = logging.getLogger("boxmq.mqtt")
 
 V5_PROPERTIES: Final = RESERVED_PREFIX + "v5"
 _T = TypeVar("_T")
@@ -89,15 +92,26 @@ def store_with_properties(
     packet: Publish, side_files: SideFiles, store: Callable[[dict[str, str]], _T]
 ) -> _T:
     """`store(properties)` with the PUBLISH's v5 properties in the name, or, where the topic
-    leaves them too little room there, in a side file. MetadataTooLong (the publisher is
-    refused) only when even the side file's key does not fit beside the topic."""
+    leaves them too little room there, in a side file. Where even the side file's key does not
+    fit beside the topic, the message is stored without them (and a warning logged): refusing
+    it would keep it from every subscriber, the ones in memory too, who get it whole."""
     properties = kept_properties(packet, side_files)
     try:
         return store(properties)
     except MetadataTooLong:
-        if V5_PROPERTIES not in properties:
-            raise
-    return store(kept_properties(packet, side_files, spill=True))
+        if not properties:
+            raise  # the topic alone is too long: nothing to leave out
+    if V5_PROPERTIES in properties:
+        try:
+            return store(kept_properties(packet, side_files, spill=True))
+        except MetadataTooLong:
+            pass
+    log.warning(
+        "%s: the topic leaves no room in a file name for its v5 properties: the copies on "
+        "disk go without them (a topic of at most 38 bytes, each '/' counting 3, keeps them)",
+        packet.topic,
+    )
+    return store({})
 
 
 def publication_of(client_id: str, packet: Publish, side_files: SideFiles) -> Publication:

@@ -128,7 +128,24 @@ def test_short_properties_that_the_topic_leaves_no_room_for_are_spilled(tmp_path
     assert [list(p) for p in tried] == [[V5_PROPERTIES], [PROPERTIES_FILE]]
 
 
-def test_a_topic_that_leaves_no_room_even_for_the_key_is_refused(tmp_path: Path) -> None:
+def test_a_topic_that_leaves_no_room_even_for_the_key_is_stored_without_properties(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    packet = Publish("t", b"", 1, packet_id=1, properties=_LONG)
+    tried: list[dict[str, str]] = []
+
+    def store(properties: dict[str, str]) -> str:
+        tried.append(properties)
+        if properties:
+            raise MetadataTooLong("no room")
+        return "stored"
+
+    assert store_with_properties(packet, SideFiles(str(tmp_path)), store) == "stored"
+    assert tried[-1] == {}
+    assert "no room in a file name for its v5 properties" in caplog.text
+
+
+def test_a_topic_too_long_even_without_properties_is_refused(tmp_path: Path) -> None:
     packet = Publish("t", b"", 1, packet_id=1, properties=_LONG)
 
     def store(properties: dict[str, str]) -> None:
