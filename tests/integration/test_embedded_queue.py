@@ -74,6 +74,21 @@ def test_receive_ready_takes_what_the_free_slots_allow_without_waiting(box: boxm
         consumer.receive_ready()
 
 
+def test_a_put_reaches_this_process_s_consumer_without_the_watcher(root: Path) -> None:
+    """A polling watcher (NFS) looks every 0.25 s; a put in the same process is offered to
+    its consumers at once, and the watcher's later news of it delivers nothing twice."""
+    with boxmq.open(root, fsync="never", polling=True) as box:
+        jobs = box.queue("jobs")
+        with jobs.consumer("w", max_in_flight=10) as consumer:
+            assert consumer.receive_nowait() is None  # the first look at the folder
+            jobs.put(b"now")
+            message = consumer.receive_nowait()
+            assert message is not None
+            assert message.body == b"now"
+            message.ack()
+            assert consumer.receive(timeout=0.6) is None  # after the watcher's next look
+
+
 def test_lock_timeout_redelivers_and_the_late_ack_is_refused(
     manual_box: boxmq.Box, clock: ManualClock
 ) -> None:

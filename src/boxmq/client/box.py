@@ -89,6 +89,7 @@ class Box:
             policy=self.options.policy,
             keep_processed=self.options.keep_processed,
             live=lambda: self._live_queue(name, dropbox),
+            opened=lambda: self._live.get(dropbox.path),
             limits=self.options.limits,
         )
 

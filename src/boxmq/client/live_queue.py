@@ -86,6 +86,7 @@ class LiveQueue:
         )
         self._watching = False
         self._known: dict[str, Envelope] = {}  # target/ names offered to the engine, decoded
+        self._sent: set[str] = set()  # names this process put and offered: the watcher's skip
         self._claimed: dict[MessageId, Envelope] = {}  # claimed, not yet taken by a receive
         self._locks: dict[MessageId, str] = {}  # our leases: their processing/ names
         self._inbox: dict[ConsumerId, deque[MessageId]] = {}
@@ -227,6 +228,7 @@ class LiveQueue:
 
     def _scan(self, now: float) -> None:
         self._next_scan = now + self._options.rescan_interval
+        self._sent.clear()
         present = {entry.name for entry in self._box.scan(State.TARGET)}
         for name in self._known.keys() - present:
             self._engine.withdraw(self._known.pop(name).message_id)
@@ -254,10 +256,30 @@ class LiveQueue:
     def _absorb(self, changes: Changes) -> None:
         if changes.everything:
             self._next_scan = 0.0
+            self._sent.clear()
             return
         now = self._clock.now()
+        sent = self._sent
         for name in changes.names:
-            self._offer(name, now)
+            if name in sent:
+                sent.discard(name)  # offered when it was put (it may be claimed, even done)
+            else:
+                self._offer(name, now)
+
+    def sent(self, messages: list[tuple[str, Envelope]]) -> None:
+        """Names this process just committed to target/, with their envelopes: offered now,
+        without the watcher's read and the decoding of each name. Their watcher news is
+        skipped when it comes; a rescan forgets what it never brought (polling can miss a
+        name that came and went between two looks), and the worst a stale entry costs is
+        one decoding."""
+        with self._cond:
+            now = self._clock.now()
+            for name, envelope in messages:
+                if envelope.timestamp is None or name in self._known:
+                    continue  # no time to order it by (never for a put): the watcher's way
+                self._known[name] = envelope
+                self._engine.offer(ready_of(name, envelope, 0.0), now=now)
+                self._sent.add(name)
 
     def _apply_all(self, effects: list[Effect]) -> bool:
         """Apply effects in order; True if a claim was lost (dispatch again)."""

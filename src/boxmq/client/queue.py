@@ -93,6 +93,7 @@ class Queue:
         policy: QueuePolicy,
         keep_processed: bool,
         live: Callable[[], LiveQueue],
+        opened: Callable[[], LiveQueue | None] = lambda: None,
         limits: SweepLimits | None = None,
     ) -> None:
         self.name = name
@@ -100,6 +101,7 @@ class Queue:
         self._ids = ids
         self._now = now
         self._live = live
+        self._opened = opened  # this process's consumers of the queue, if it has any
         self._policy = policy
         self._limits = limits or SweepLimits()
         self._disk = DiskSettler(box, policy, now, keep_processed)
@@ -123,21 +125,24 @@ class Queue:
 
     def put_many(self, messages: Iterable[Outgoing | bytes | str]) -> list[MessageId]:
         """Send many messages with one commit (one flush for all under fsync=always)."""
-        moves, ids = [], []
+        moves, sent = [], []
         try:
             for item in messages:
                 outgoing = item if isinstance(item, Outgoing) else Outgoing(item)
-                message_id, move = self._write(outgoing)
+                envelope, name, move = self._write(outgoing)
                 moves.append(move)
-                ids.append(message_id)
+                sent.append((name, envelope))
             self._box.send(moves)
         except OSError:
             discard_unsent(moves)  # the caller hears of a failure: none of them goes out later
             raise
-        return ids
+        if (live := self._opened()) is not None:
+            live.sent(sent)  # our consumers need not wait for the watcher to read the names
+        return [envelope.message_id for _, envelope in sent]
 
-    def _write(self, outgoing: Outgoing) -> tuple[MessageId, Move]:
-        """Write one message in working/ under a fresh id; the move that sends it."""
+    def _write(self, outgoing: Outgoing) -> tuple[Envelope, str, Move]:
+        """Write one message in working/ under a fresh id: its envelope, its name, and the
+        move that sends it."""
         plain = not (
             outgoing.properties or outgoing.correlation_id or outgoing.reply_to or outgoing.type
         )
@@ -145,7 +150,7 @@ class Queue:
         name = self._name(envelope, plain)
         while True:
             try:
-                return envelope.message_id, self._box.write(name, body)
+                return envelope, name, self._box.write(name, body)
             except FileExistsError:  # an id taken in working/: draw again
                 envelope = replace(envelope, message_id=self._ids.new())
                 name = self._name(envelope, plain)
