@@ -25,8 +25,9 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Final, Protocol
 
 from boxmq.client.box import Box
@@ -39,6 +40,7 @@ from boxmq.errors import (
     InvalidArgument,
     ItemNotFound,
     StoreFailed,
+    store_failure,
 )
 from boxmq.model import ConsumerId, Envelope
 from boxmq.mqtt.connection import Connection
@@ -129,6 +131,23 @@ class _Client:
     jobs: list[Job] = field(default_factory=list)  # disk work waiting for the next batch
     tail: asyncio.Future[None] | None = None  # the batch running now (one at a time, in order)
     paused: bool = False
+
+
+def _tell_will_lost(client_id: str, topic: str, written: Future[None]) -> None:
+    """A Will's disk write ended (in the worker thread). No client waits for a Will's answer,
+    so a failure is told here or nowhere. Not retried: a Will written late could overtake
+    what its client said since it came back. Its in-memory subscribers have it already."""
+    if written.cancelled() or (error := written.exception()) is None:
+        return
+    reason = store_failure(error) if isinstance(error, OSError) else error
+    log.error(
+        "client %s: its Will to %s was not stored, so its durable subscribers (persistent "
+        "sessions, share groups) will not get it: %s",
+        client_id,
+        topic,
+        reason,
+        exc_info=None if isinstance(reason, BoxMQError) else reason,  # a bug: its traceback
+    )
 
 
 def _name_of(client: _Client) -> str:
@@ -622,7 +641,9 @@ class Broker:
             return
         self._durable_routes.recheck()  # a timer, not a read: look at the disk again
         if self._needs_disk(client_id, publish, persistent=False):
-            self._pool.submit(self._write, client_id, publish)
+            written = self._pool.submit(self._write, client_id, publish)
+            written.add_done_callback(partial(_tell_will_lost, client_id, will.topic))
+        # At once, whatever the disk does: a Will reaches whom it can (see _tell_will_lost).
         self._route_memory(client_id, publish)
 
     @staticmethod

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import queue
 import socket
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pytest
 from tests.diskfull import SmallDisk, small_disk
-from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, paho, start_server
+from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, drop, paho, start_server
 
 QUOTA_EXCEEDED = 0x97
 REASON_STRING = 0x1F
@@ -232,3 +233,36 @@ def test_a_qos0_flood_on_a_full_disk_keeps_the_connection_and_logs_per_batch(
     assert "ENOSPC" in lines[0].getMessage()
     assert _working_files(running.root) == []
     assert member.nothing(within=0.2)
+
+
+def _logged(caplog: pytest.LogCaptureFixture, words: str, within: float = WAIT) -> list[str]:
+    """The captured lines holding `words`, once there is one (a worker thread may log them)."""
+    deadline = time.monotonic() + within
+    while True:
+        lines = [r.getMessage() for r in caplog.records if words in r.getMessage()]
+        if lines or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.05)
+
+
+def test_a_will_the_disk_refuses_is_logged_and_still_reaches_the_subscribers_in_memory(
+    running: RunningServer,
+    disk: SmallDisk,
+    connect: Callable[..., Paho],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    member = _group_member(connect)  # a durable route: the Will must be written to disk
+    watcher = connect("watcher")
+    watcher.subscribe("t/#", qos=1)  # a non-persistent session: served from memory
+    dying = paho(running, "dying", will=("t/will", b"gone", 1))
+    caplog.set_level(logging.ERROR, logger="boxmq.mqtt")
+    disk.fill()
+    drop(dying)
+    assert watcher.next().payload == b"gone"
+    [line] = _logged(caplog, "Will")
+    assert "dying" in line
+    assert "t/will" in line
+    assert "ENOSPC" in line
+    assert [r.levelno for r in caplog.records if "Will" in r.getMessage()] == [logging.ERROR]
+    assert _working_files(running.root) == []
+    assert member.nothing(within=0.5)
