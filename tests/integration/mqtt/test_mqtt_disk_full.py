@@ -7,7 +7,9 @@ The disk is a real one: a small tmpfs filled until the kernel answers ENOSPC (te
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import queue
 import socket
 import time
@@ -266,3 +268,29 @@ def test_a_will_the_disk_refuses_is_logged_and_still_reaches_the_subscribers_in_
     assert [r.levelno for r in caplog.records if "Will" in r.getMessage()] == [logging.ERROR]
     assert _working_files(running.root) == []
     assert member.nothing(within=0.5)
+
+
+def test_a_retained_publish_the_disk_refuses_keeps_the_previous_retained_message(
+    running: RunningServer, disk: SmallDisk, connect: Callable[..., Paho]
+) -> None:
+    publisher = connect("pub")
+    publisher.publish("t/r", b"old", qos=1, retain=True)  # no subscriber: the retained store only
+    member = _group_member(connect)
+    acks = _acks(publisher.client)
+    # A body that fills two pages but for a few bytes: the copy needs two, the retained file
+    # (a header line, then the body) three. Three are left: one of the two files fits, never
+    # both, even with the page the old retained file gives back once replaced.
+    page = os.statvfs(disk.path).f_frsize
+    new = b"n" * (2 * page - 16)
+    disk.fill(leave=3)
+    info = publisher.client.publish("t/r", new, qos=1, retain=True)
+    assert acks.get(timeout=WAIT) == (info.mid, QUOTA_EXCEEDED)
+    assert member.nothing(within=0.5)
+    late = connect("late")
+    late.subscribe("t/r", qos=1)
+    retained = late.next()
+    assert (retained.payload, retained.retain) == (b"old", True)
+    assert _working_files(running.root) == []
+    assert [p.name for p in (running.root / "topic-root" / ".retained").iterdir()] == [
+        hashlib.sha256(b"t/r").hexdigest()
+    ]
