@@ -501,7 +501,26 @@ class Broker:
         name = consumer_name(client_id)
         for text, _ in self.box.topics.subscribed(name):
             self.box.unsubscribe(text, name)
+        self._drop_unreleased(client_id)
         remove_record(self.box.root, client_id)
+
+    def _drop_unreleased(self, client_id: str) -> None:
+        """The session ended, and its QoS 2 exchanges with it (MQTT 5.0 §3.1.2.4): what it got
+        PUBREC for and never released leaves the intake now, not after its pending_ttl, so
+        its packet ids name new messages (not repeats of the old ones, which would be sent
+        instead) and the old ones stop counting against the client's limits. On the loop,
+        before the next session's first PUBLISH can reach the intake."""
+        try:
+            dropped = self.box.drop_pending(exactly_once_source(client_id))
+        except OSError as error:  # left in working/, to be dropped by age
+            log.warning("client %s: QoS 2 messages awaiting PUBREL kept: %s", client_id, error)
+            return
+        if dropped:
+            log.info(
+                "client %s: %d QoS 2 message(s) awaiting PUBREL discarded with its session",
+                client_id,
+                dropped,
+            )
 
     def _kick(self, client: _Client, reason: ReasonCode, why: str) -> None:
         connection = client.link.connection
@@ -515,7 +534,8 @@ class Broker:
 
     def _end_session(self, session: Session) -> None:
         """The session is over: memory subscriptions dropped, durable ones deleted, share
-        groups left (their messages in flight go to the other members, MQTT-234)."""
+        groups left (their messages in flight go to the other members, MQTT-234), QoS 2
+        messages awaiting PUBREL discarded."""
         client_id = session.client_id
         self._sessions.pop(client_id, None)
         self._cancel(self._expiries, client_id)
@@ -526,6 +546,7 @@ class Broker:
             subscriber.close()
             if not parse_filter(text).shared:
                 self.box.unsubscribe(text, name)
+        self._drop_unreleased(client_id)
         remove_record(self.box.root, client_id)
 
     def _save_session(self, session: Session, *, disconnected_at: float | None = None) -> None:
