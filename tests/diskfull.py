@@ -18,13 +18,23 @@ _SIZE = "8m"  # room for a root and its dropboxes; filled in well under a second
 
 
 class SmallDisk:
-    """A tmpfs at `path`; `fill()` takes its last free page, `free()` gives the space back."""
+    """A tmpfs at `path`; `fill()` takes its last free pages, `free()` gives the space back."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._filler = path / "filler"
 
-    def fill(self) -> None:
+    def fill(self, *, leave: int = 0) -> None:
+        """Take every free page; then give `leave` of them back (room for one small file,
+        say, when the next one must be refused)."""
+        self._fill()
+        if leave:
+            page = os.statvfs(self.path).f_frsize
+            kept = os.stat(self._filler).st_blocks * 512 - leave * page
+            os.truncate(self._filler, kept)
+            assert os.statvfs(self.path).f_bavail == leave
+
+    def _fill(self) -> None:
         fd = os.open(self._filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
             # Big writes, then the last pages in small ones: no page may be left for a message.

@@ -229,3 +229,17 @@ def test_each_subscription_gets_an_assured_message_once_wherever_deliver_was_kil
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert _kill_take_restart(root, monkeypatch, topic=True) > 4
+
+
+def test_drop_pending_deletes_one_sources_files_and_frees_its_ids(box: boxmq.Box) -> None:
+    box.assured("gone", "1", b"queued", queue="counts")
+    box.assured("gone", "2", b"topical", topic="t")
+    box.assured("stays", "1", b"kept", queue="counts")
+    assert box.drop_pending("gone") == 2
+    assert box.pending("gone") == []
+    assert box.queue("counts").counts().uncommitted == 1  # the other source's
+    assert not os.listdir(os.path.join(box.root, "topic-root", ".incoming", "working"))
+    assert box.assured("gone", "1", b"new", queue="counts")  # a new message, not a repeat
+    assert box.deliver("gone", "1")
+    assert box.deliver("stays", "1")
+    assert sorted(delivered(box)) == [b"kept", b"new"]

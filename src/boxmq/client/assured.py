@@ -256,6 +256,19 @@ class AssuredIntake:
             self._restore()
             return [msg_id for (owner, msg_id) in self._pending if owner == source]
 
+    def drop_pending(self, source: str) -> int:
+        """Delete every message `source` stored (step 1) that waits for its `deliver`, and
+        return how many: its session ended (an MQTT clean start or session expiry), so no
+        `deliver` will come, and its ids name new messages from now on. A file the file
+        system refuses to delete is left behind (the first such OSError is raised once the
+        others are gone): a restart takes it for pending again, and `expire` drops it."""
+        with self._lock:
+            self._restore()
+            ids = self._books.drop_pending(source)
+            dropped = [self._pending.pop((source, msg_id), None) for msg_id in ids]
+        _delete_all([pending.path for pending in dropped if pending is not None])
+        return len(ids)
+
     def expire(self) -> int:
         """Drop pending messages whose `deliver` never came, and forget old markers."""
         with self._lock:
@@ -321,6 +334,20 @@ class AssuredIntake:
                     data = json.load(src)
                     found[str(data["source"]), str(data["msg_id"])] = entry.stat().st_mtime
         return found
+
+
+def _delete_all(paths: list[str]) -> None:
+    """Delete each file (one gone already is deleted); the first OSError is raised after."""
+    failures: list[OSError] = []
+    for path in paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            failures.append(error)
+    if failures:
+        raise failures[0]
 
 
 def _as_copied(envelope: Envelope) -> Envelope:

@@ -217,6 +217,11 @@ class Box:
         """Exactly once: the msg ids `source` stored (step 1) that wait for step 2."""
         return self.intake.pending(source)
 
+    def drop_pending(self, source: str) -> int:
+        """Exactly once: delete what `source` stored (step 1) and never delivered, when no
+        step 2 will come (its session ended); returns how many."""
+        return self.intake.drop_pending(source)
+
     def deliver(
         self, source: str, msg_id: str, *, remember: bool = True, must_exist: bool = False
     ) -> bool:

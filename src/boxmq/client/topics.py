@@ -181,14 +181,34 @@ class Topics:
         envelope = self._envelope(
             topic, properties, expires_in, correlation_id, reply_to, isinstance(body, str)
         )
-        if retain:  # MQTT 5.0 §3.3.1.3: kept even with no subscriber; empty body deletes
-            # Its copies say so, for the subscribers that ask (Retain As Published, MQTT 5.0
-            # §3.8.3.1). Marked first: _names checks the length here, as _route does before
-            # it writes anything, so the retained copy is never kept for copies that fail.
-            envelope = envelope.with_property(PUBLISHED_RETAINED, PropertyType.BOOLEAN, True)
-            self._retained.put(topic, _names(envelope, (level,))[level], data)
-        self._route(envelope, data, None, level, source)
+        if not retain:
+            self._route(envelope, data, None, level, source)
+            return envelope.message_id
+        # MQTT 5.0 §3.3.1.3: kept even with no subscriber; an empty body deletes. Its copies
+        # say so, for the subscribers that ask (Retain As Published, MQTT 5.0 §3.8.3.1).
+        envelope = envelope.with_property(PUBLISHED_RETAINED, PropertyType.BOOLEAN, True)
+        self._publish_retained(envelope, data, level, source)
         return envelope.message_id
+
+    def _publish_retained(
+        self, envelope: Envelope, data: bytes, level: QoS, source: str | None
+    ) -> None:
+        """All or nothing, as the publisher is told: the retained message is written first
+        (a full disk refuses it before any copy went out) and put in place last, once the
+        copies are committed, so copies that fail leave the old one. A crash in between
+        leaves the copies out and the old retained message, for a publication that was not
+        acknowledged: its resend is delivered again (at least once) and then retained. Left:
+        a rename into .retained/ that fails after the copies went out (EIO); the publisher is
+        told of a failure for copies that were delivered, as when a commit's last flush fails.
+        """
+        assert envelope.topic is not None
+        staged = self._retained.stage(envelope.topic, _names(envelope, (level,))[level], data)
+        try:
+            self._route(envelope, data, None, level, source)
+        except BaseException:
+            self._retained.discard(staged)
+            raise
+        self._retained.replace(staged)
 
     def send_file(self, envelope: Envelope, path: str, source: str | None) -> None:
         """Publish a file already written and flushed (an exactly-once message on `deliver`).

@@ -15,7 +15,8 @@ Invariants:
   (reserved or stored) and never go negative; sources with nothing pending are not listed.
 - A refused call (any exception) changes nothing.
 - A pending message older than `pending_ttl` is handed back once by `expire` (its deliver
-  never came: DESIGN.md §1, cleaned up by age, never delivered).
+  never came: DESIGN.md §1, cleaned up by age, never delivered), unless its source's session
+  ended first: `drop_pending` hands back all of that source's at once.
 - With `done_ttl == 0` nothing is remembered after delivery. MQTT needs that: after PUBCOMP a
   PUBLISH with the same packet id is a new message (MQTT 5.0 §4.3.3).
 - Deadlines sit in min-heaps pruned lazily, so `expire` and `next_deadline` never scan all.
@@ -154,6 +155,18 @@ class ExactlyOnce:
         neither pending nor delivered, so a resend is a new message. No-op if unknown."""
         self._remove((source, msg_id))
         self._done.pop((source, msg_id), None)  # its heap item is skipped when it comes due
+
+    def drop_pending(self, source: str) -> list[str]:
+        """Drop every pending message of `source` and return their msg ids (the caller
+        deletes their files): the sender's session ended, and with it the exchanges it had
+        under way (MQTT 5.0 §3.1.2.4), so its ids name new messages from now on, and its
+        room is free at once rather than after pending_ttl. Remembered ids stay."""
+        if source not in self._count:  # nothing pending: the usual case, and no scan
+            return []
+        dropped = [msg_id for owner, msg_id in self._pending if owner == source]
+        for msg_id in dropped:
+            self._remove((source, msg_id))  # its heap item is skipped when it comes due
+        return dropped
 
     def deliver(self, source: str, msg_id: str, *, now: float, remember: bool = True) -> Action:
         """Phase 2. DELIVER: move it working/ -> target/ (it is no longer pending and is

@@ -25,8 +25,9 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Final, Protocol
 
 from boxmq.client.box import Box
@@ -39,6 +40,7 @@ from boxmq.errors import (
     InvalidArgument,
     ItemNotFound,
     StoreFailed,
+    store_failure,
 )
 from boxmq.model import ConsumerId, Envelope
 from boxmq.mqtt.connection import Connection
@@ -129,6 +131,23 @@ class _Client:
     jobs: list[Job] = field(default_factory=list)  # disk work waiting for the next batch
     tail: asyncio.Future[None] | None = None  # the batch running now (one at a time, in order)
     paused: bool = False
+
+
+def _tell_will_lost(client_id: str, topic: str, written: Future[None]) -> None:
+    """A Will's disk write ended (in the worker thread). No client waits for a Will's answer,
+    so a failure is told here or nowhere. Not retried: a Will written late could overtake
+    what its client said since it came back. Its in-memory subscribers have it already."""
+    if written.cancelled() or (error := written.exception()) is None:
+        return
+    reason = store_failure(error) if isinstance(error, OSError) else error
+    log.error(
+        "client %s: its Will to %s was not stored, so its durable subscribers (persistent "
+        "sessions, share groups) will not get it: %s",
+        client_id,
+        topic,
+        reason,
+        exc_info=None if isinstance(reason, BoxMQError) else reason,  # a bug: its traceback
+    )
 
 
 def _name_of(client: _Client) -> str:
@@ -482,7 +501,26 @@ class Broker:
         name = consumer_name(client_id)
         for text, _ in self.box.topics.subscribed(name):
             self.box.unsubscribe(text, name)
+        self._drop_unreleased(client_id)
         remove_record(self.box.root, client_id)
+
+    def _drop_unreleased(self, client_id: str) -> None:
+        """The session ended, and its QoS 2 exchanges with it (MQTT 5.0 §3.1.2.4): what it got
+        PUBREC for and never released leaves the intake now, not after its pending_ttl, so
+        its packet ids name new messages (not repeats of the old ones, which would be sent
+        instead) and the old ones stop counting against the client's limits. On the loop,
+        before the next session's first PUBLISH can reach the intake."""
+        try:
+            dropped = self.box.drop_pending(exactly_once_source(client_id))
+        except OSError as error:  # left in working/, to be dropped by age
+            log.warning("client %s: QoS 2 messages awaiting PUBREL kept: %s", client_id, error)
+            return
+        if dropped:
+            log.info(
+                "client %s: %d QoS 2 message(s) awaiting PUBREL discarded with its session",
+                client_id,
+                dropped,
+            )
 
     def _kick(self, client: _Client, reason: ReasonCode, why: str) -> None:
         connection = client.link.connection
@@ -496,7 +534,8 @@ class Broker:
 
     def _end_session(self, session: Session) -> None:
         """The session is over: memory subscriptions dropped, durable ones deleted, share
-        groups left (their messages in flight go to the other members, MQTT-234)."""
+        groups left (their messages in flight go to the other members, MQTT-234), QoS 2
+        messages awaiting PUBREL discarded."""
         client_id = session.client_id
         self._sessions.pop(client_id, None)
         self._cancel(self._expiries, client_id)
@@ -507,6 +546,7 @@ class Broker:
             subscriber.close()
             if not parse_filter(text).shared:
                 self.box.unsubscribe(text, name)
+        self._drop_unreleased(client_id)
         remove_record(self.box.root, client_id)
 
     def _save_session(self, session: Session, *, disconnected_at: float | None = None) -> None:
@@ -622,7 +662,9 @@ class Broker:
             return
         self._durable_routes.recheck()  # a timer, not a read: look at the disk again
         if self._needs_disk(client_id, publish, persistent=False):
-            self._pool.submit(self._write, client_id, publish)
+            written = self._pool.submit(self._write, client_id, publish)
+            written.add_done_callback(partial(_tell_will_lost, client_id, will.topic))
+        # At once, whatever the disk does: a Will reaches whom it can (see _tell_will_lost).
         self._route_memory(client_id, publish)
 
     @staticmethod

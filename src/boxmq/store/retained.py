@@ -6,6 +6,10 @@ Each file is one JSON header line (the topic and the message's encoded name) and
 Topics can be longer than a file name, hence the hash. A new retained message replaces the old
 one with one rename; an empty body deletes it (MQTT 5.0 §3.3.1.3). Writes go through the
 committer, so they are as durable as the fsync policy says.
+
+Replacing is two steps, `stage` then `replace`, so that a publisher can write the new message
+first and put it in place last, once the publication's copies are committed: a publication
+refused to its publisher (or cut short by a crash) never replaces the retained message.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 from boxmq.store.commit import Committer, Move
 from boxmq.store.layout import TOPIC_ROOT
 
-__all__ = ["Retained", "RetainedStore"]
+__all__ = ["Retained", "RetainedStore", "Staged"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +33,14 @@ class Retained:
     topic: str
     name: str  # the message's DropboxMQ name (its metadata)
     body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Staged:
+    """A retained message written but not yet in place (`RetainedStore.stage`)."""
+
+    path: str  # the topic's retained file
+    temporary: str | None  # the new one, beside it; None: the topic's is to be deleted
 
 
 class RetainedStore:
@@ -39,18 +51,39 @@ class RetainedStore:
     def _path(self, topic: str) -> str:
         return os.path.join(self._dir, hashlib.sha256(topic.encode()).hexdigest())
 
-    def put(self, topic: str, name: str, body: bytes) -> None:
-        """Keep `body` as the topic's retained message; an empty body deletes it."""
+    def stage(self, topic: str, name: str, body: bytes) -> Staged:
+        """Write `body` beside the topic's retained message, which stays until `replace`
+        (or `discard`). Raises the OSError of a failed write, leaving nothing behind."""
         if not body:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._path(topic))
-            return
+            return Staged(self._path(topic), None)
         os.makedirs(self._dir, exist_ok=True)
         temporary = os.path.join(self._dir, f".tmp-{uuid.uuid4().hex}")
         header = json.dumps({"topic": topic, "name": name}).encode() + b"\n"
-        with open(temporary, "wb") as out:
-            out.write(header + body)
-        self._committer.commit([Move(temporary, self._path(topic))])
+        try:
+            with open(temporary, "wb") as out:
+                out.write(header + body)
+        except OSError:
+            _unlink_quietly(temporary)
+            raise
+        return Staged(self._path(topic), temporary)
+
+    def replace(self, staged: Staged) -> None:
+        """Make the staged message the topic's retained one (an empty one deletes it)."""
+        if staged.temporary is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(staged.path)
+            return
+        try:
+            self._committer.commit([Move(staged.temporary, staged.path)])
+        except OSError:
+            _unlink_quietly(staged.temporary)  # not renamed: the old one stays
+            raise
+
+    @staticmethod
+    def discard(staged: Staged) -> None:
+        """The publication failed: the topic keeps its retained message."""
+        if staged.temporary is not None:
+            _unlink_quietly(staged.temporary)
 
     def get(self, topic: str) -> Retained | None:
         return _load(self._path(topic))
@@ -73,3 +106,10 @@ def _load(path: str) -> Retained | None:
     header, _, body = data.partition(b"\n")
     fields = json.loads(header)
     return Retained(str(fields["topic"]), str(fields["name"]), body)
+
+
+def _unlink_quietly(path: str) -> None:
+    """Best effort: a file system failing now may refuse this too (the name starts with a
+    dot, so a leftover is never taken for a retained message)."""
+    with contextlib.suppress(OSError):
+        os.unlink(path)

@@ -7,9 +7,11 @@ The disk is a real one: a small tmpfs filled until the kernel answers ENOSPC (te
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import queue
-import socket
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,8 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pytest
 from tests.diskfull import SmallDisk, small_disk
-from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, paho, start_server
+from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, drop, paho, start_server
+from tests.integration.mqtt.raw import open_raw, publish_qos2, pubrel, read
 
 QUOTA_EXCEEDED = 0x97
 REASON_STRING = 0x1F
@@ -90,73 +93,15 @@ def test_v5_qos1_on_a_full_disk_gets_quota_exceeded_and_its_resend_is_stored_onc
     assert member.nothing(within=0.5)
 
 
-# -- a raw v5 client, for what paho hides (PUBREC reasons, when PUBREL is sent) ------------------
-
-
-def _packet(kind: int, body: bytes) -> bytes:
-    length, size = b"", len(body)
-    while True:
-        byte, size = size & 0x7F, size >> 7
-        length += bytes([byte | (0x80 if size else 0)])
-        if not size:
-            return bytes([kind]) + length + body
-
-
-def _string(text: str) -> bytes:
-    return len(text).to_bytes(2, "big") + text.encode()
-
-
-def _connect(client_id: str) -> bytes:
-    """MQTT 5 CONNECT, Clean Start 0, Session Expiry Interval 300 s."""
-    properties = bytes([5, 0x11]) + (300).to_bytes(4, "big")
-    return _packet(
-        0x10, _string("MQTT") + bytes([5, 0x00, 0, 30]) + properties + _string(client_id)
-    )
-
-
-def _publish_qos2(topic: str, packet_id: int, payload: bytes) -> bytes:
-    return _packet(0x34, _string(topic) + packet_id.to_bytes(2, "big") + b"\x00" + payload)
-
-
-def _pubrel(packet_id: int) -> bytes:
-    return _packet(0x62, packet_id.to_bytes(2, "big"))
-
-
-def _read(sock: socket.socket) -> tuple[int, bytes]:
-    """(first byte, body) of the next packet; (0, b"") once the server closed."""
-    head = sock.recv(1)
-    if not head:
-        return 0, b""
-    length, shift = 0, 0
-    while True:
-        byte = sock.recv(1)[0]
-        length |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            break
-    body = b""
-    while len(body) < length:
-        body += sock.recv(length - len(body))
-    return head[0], body
-
-
-def _open(running: RunningServer, client_id: str) -> socket.socket:
-    sock = socket.create_connection((running.host, running.port), timeout=WAIT)
-    sock.sendall(_connect(client_id))
-    kind, body = _read(sock)
-    assert kind == 0x20, hex(kind)  # CONNACK
-    assert body[1] == 0, body.hex()
-    return sock
-
-
 def test_v5_qos2_on_a_full_disk_gets_a_pubrec_quota_exceeded_with_a_reason_string(
     running: RunningServer, disk: SmallDisk, connect: Callable[..., Paho]
 ) -> None:
     member = _group_member(connect)
     disk.fill()
-    with _open(running, "raw-pub") as sock:
-        sock.sendall(_publish_qos2("t/2", 7, b"exactly once"))
-        kind, body = _read(sock)
+    sock, _ = open_raw(running, "raw-pub")
+    with sock:
+        sock.sendall(publish_qos2("t/2", 7, b"exactly once"))
+        kind, body = read(sock)
         assert kind == 0x50, hex(kind)  # PUBREC
         assert body[:3] == b"\x00\x07" + bytes([QUOTA_EXCEEDED])
         assert bytes([REASON_STRING]) in body[4:]
@@ -169,20 +114,22 @@ def test_a_pubrel_whose_commit_fails_closes_and_the_reconnected_pubrel_delivers_
     running: RunningServer, disk: SmallDisk, connect: Callable[..., Paho]
 ) -> None:
     member = _group_member(connect)
-    with _open(running, "raw-rel") as sock:
-        sock.sendall(_publish_qos2("t/3", 9, b"held in working"))
-        assert _read(sock) == (0x50, b"\x00\x09")  # PUBREC: stored in working/
+    sock, _ = open_raw(running, "raw-rel")
+    with sock:
+        sock.sendall(publish_qos2("t/3", 9, b"held in working"))
+        assert read(sock) == (0x50, b"\x00\x09")  # PUBREC: stored in working/
         disk.fill()
-        sock.sendall(_pubrel(9))
-        kind, body = _read(sock)
+        sock.sendall(pubrel(9))
+        kind, body = read(sock)
         assert (kind, body[:1]) == (0xE0, bytes([QUOTA_EXCEEDED])), (hex(kind), body.hex())
-        assert _read(sock) == (0, b"")  # closed: PUBCOMP has no failure code
+        assert read(sock) == (0, b"")  # closed: PUBCOMP has no failure code
     assert len(_working_files(running.root)) == 1  # the message waits in working/
     assert member.nothing(within=0.5)
     disk.free()
-    with _open(running, "raw-rel") as sock:
-        sock.sendall(_pubrel(9))  # as a client does after reconnecting (MQTT 5.0 §4.4)
-        assert _read(sock) == (0x70, b"\x00\x09")  # PUBCOMP, success
+    sock, _ = open_raw(running, "raw-rel")
+    with sock:
+        sock.sendall(pubrel(9))  # as a client does after reconnecting (MQTT 5.0 §4.4)
+        assert read(sock) == (0x70, b"\x00\x09")  # PUBCOMP, success
     assert member.next().payload == b"held in working"
     assert member.nothing(within=0.5)
 
@@ -232,3 +179,62 @@ def test_a_qos0_flood_on_a_full_disk_keeps_the_connection_and_logs_per_batch(
     assert "ENOSPC" in lines[0].getMessage()
     assert _working_files(running.root) == []
     assert member.nothing(within=0.2)
+
+
+def _logged(caplog: pytest.LogCaptureFixture, words: str, within: float = WAIT) -> list[str]:
+    """The captured lines holding `words`, once there is one (a worker thread may log them)."""
+    deadline = time.monotonic() + within
+    while True:
+        lines = [r.getMessage() for r in caplog.records if words in r.getMessage()]
+        if lines or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.05)
+
+
+def test_a_will_the_disk_refuses_is_logged_and_still_reaches_the_subscribers_in_memory(
+    running: RunningServer,
+    disk: SmallDisk,
+    connect: Callable[..., Paho],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    member = _group_member(connect)  # a durable route: the Will must be written to disk
+    watcher = connect("watcher")
+    watcher.subscribe("t/#", qos=1)  # a non-persistent session: served from memory
+    dying = paho(running, "dying", will=("t/will", b"gone", 1))
+    caplog.set_level(logging.ERROR, logger="boxmq.mqtt")
+    disk.fill()
+    drop(dying)
+    assert watcher.next().payload == b"gone"
+    [line] = _logged(caplog, "Will")
+    assert "dying" in line
+    assert "t/will" in line
+    assert "ENOSPC" in line
+    assert [r.levelno for r in caplog.records if "Will" in r.getMessage()] == [logging.ERROR]
+    assert _working_files(running.root) == []
+    assert member.nothing(within=0.5)
+
+
+def test_a_retained_publish_the_disk_refuses_keeps_the_previous_retained_message(
+    running: RunningServer, disk: SmallDisk, connect: Callable[..., Paho]
+) -> None:
+    publisher = connect("pub")
+    publisher.publish("t/r", b"old", qos=1, retain=True)  # no subscriber: the retained store only
+    member = _group_member(connect)
+    acks = _acks(publisher.client)
+    # A body that fills two pages but for a few bytes: the copy needs two, the retained file
+    # (a header line, then the body) three. Three are left: one of the two files fits, never
+    # both, even with the page the old retained file gives back once replaced.
+    page = os.statvfs(disk.path).f_frsize
+    new = b"n" * (2 * page - 16)
+    disk.fill(leave=3)
+    info = publisher.client.publish("t/r", new, qos=1, retain=True)
+    assert acks.get(timeout=WAIT) == (info.mid, QUOTA_EXCEEDED)
+    assert member.nothing(within=0.5)
+    late = connect("late")
+    late.subscribe("t/r", qos=1)
+    retained = late.next()
+    assert (retained.payload, retained.retain) == (b"old", True)
+    assert _working_files(running.root) == []
+    assert [p.name for p in (running.root / "topic-root" / ".retained").iterdir()] == [
+        hashlib.sha256(b"t/r").hexdigest()
+    ]

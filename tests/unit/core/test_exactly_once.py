@@ -191,6 +191,19 @@ def test_done_ttl_zero_frees_the_id_at_once() -> None:
     assert box.statistics().remembered == 0
 
 
+def test_drop_pending_frees_one_sources_room_and_its_ids_at_once() -> None:
+    box = ExactlyOnce(SMALL)
+    store(box, "a", "1", size=10)
+    store(box, "a", "2", size=20)
+    store(box, "b", "1", size=30)
+    assert sorted(box.drop_pending("a")) == ["1", "2"]
+    assert box.statistics() == ExactlyOnceStats(1, 30, 0, (SourceUsage("b", 1, 30),))
+    assert box.assured("a", "1", size=10, now=1.0) is Action.STORE  # a new message, not a repeat
+    assert box.deliver("a", "2", now=1.0) is Action.ANSWER_UNKNOWN
+    assert box.drop_pending("nobody") == []
+    assert box.expire(now=1000.0) == [("b", "1"), ("a", "1")]  # the dropped ones never expire
+
+
 def test_restore_rebuilds_without_limit_checks() -> None:
     box = ExactlyOnce(SMALL)
     for i in range(5):
@@ -232,6 +245,7 @@ OPS = st.lists(
         st.tuples(st.just("deliver"), SOURCES, IDS),
         st.tuples(st.just("forget"), SOURCES, IDS),
         st.tuples(st.just("expire")),
+        st.tuples(st.just("drop"), SOURCES),
         st.tuples(st.just("tick"), st.floats(0, 60)),
     ),
     max_size=60,
@@ -285,6 +299,12 @@ def _apply(
     if kind == "expire":
         for key in box.expire(now=now):
             del files[key]
+        return now
+    if kind == "drop":
+        dropped = box.drop_pending(str(op[1]))
+        assert sorted(dropped) == sorted(m for s, m in files if s == op[1])
+        for msg_id in dropped:
+            del files[str(op[1]), msg_id]
         return now
     source, msg_id = str(op[1]), str(op[2])
     key = (source, msg_id)
