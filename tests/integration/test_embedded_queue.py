@@ -326,3 +326,46 @@ def test_a_sweep_goes_through_queue_folders_made_by_hand(box: boxmq.Box, root: P
     reports = box.sweep()
     assert reports["50%off"].expired == 1
     assert "\\xff" in reports
+
+
+def test_extend_without_seconds_after_get_renews_the_lock_timeout(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    # python.md: Message.extend(seconds=None) renews the lock for its lock timeout, and a
+    # message from get() is no exception (it used to raise "say for how long").
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"long job")
+    message = jobs.get("cli", lock_timeout=10)
+    assert message is not None
+    clock.advance(8)
+    message.extend()
+    clock.advance(8)  # 16 s after get: past the first deadline, within the renewed one
+    assert jobs.get("other") is None
+    message.ack()
+    assert jobs.counts().done == 1
+
+
+def test_requeue_from_expired_makes_the_messages_deliverable_again(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    # cli.md: `requeue --from expired` sends them back to target/; keeping the expiration
+    # that had passed sent them straight back to expired/ at the next get.
+    jobs = manual_box.queue("jobs")
+    message_id = jobs.put(b"late", expires_in=60)
+    keeps = jobs.put(b"expires later", expires_in=600)
+    clock.advance(61)
+    kept = jobs.get("cli")
+    assert kept is not None
+    assert kept.id == keeps
+    kept.ack()
+    assert jobs.counts().expired == 1
+    assert jobs.requeue(source=State.EXPIRED) == 1
+    again = jobs.get("cli")
+    assert again is not None
+    assert (again.id, again.expiration) == (message_id, None)
+    again.ack()
+    # a redrive keeps an expiration still ahead (here: from processed/)
+    assert jobs.requeue(source=State.PROCESSED) == 2
+    expirations = {p.envelope.message_id: p.envelope.expiration for p in jobs.peek()}
+    assert expirations[message_id] == 0
+    assert expirations[keeps] != 0

@@ -7,6 +7,7 @@ holder and not-before time go into reserved properties) and a dead letter (the r
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 
@@ -133,13 +134,16 @@ def dead_name(name: str, reason: str) -> str:
         return name
 
 
-def redrive_name(name: str) -> str:
-    """The target/ name of a dead letter sent back: a fresh start, no count, no reason."""
+def redrive_name(name: str, *, now: float) -> str:
+    """The target/ name of a dead letter sent back: a fresh start, no count, no reason, and no
+    expiration once it has passed (else a redrive from expired/ would expire again at once)."""
     envelope, reason = decode_lenient(name)
     if reason is not None:
         return name  # a foreign name: keep it exactly as its producer wrote it
     for reserved in (DELIVERY_COUNT, DEAD_REASON, NOT_BEFORE, LAST_HOLDER):
         envelope = envelope.without_property(reserved)
+    if envelope.expired(now):
+        envelope = dataclasses.replace(envelope, expiration=0)
     try:
         return encode(envelope)
     except MetadataTooLong:

@@ -305,14 +305,16 @@ class Queue:
         return sum(self._box.remove(state, entry.name) for entry in list(self._box.scan(state)))
 
     def requeue(self, *, source: State = State.ERROR) -> int:
-        """Send dead (or expired, or processed) messages back to target/: a redrive."""
+        """Send dead (or expired, or processed) messages back to target/: a redrive. An
+        expiration that has passed is dropped, so that the message is delivered."""
         if source in (State.TARGET, State.PROCESSING, State.WORKING):
             raise InvalidArgument(
                 f"requeue takes messages from error, expired or processed, not {source.value}"
             )
-        moved = 0
+        moved, now = 0, self._now()
         for entry in list(self._box.scan(source)):
-            moved += self._box.move(source, entry.name, State.TARGET, redrive_name(entry.name))
+            new = redrive_name(entry.name, now=now)
+            moved += self._box.move(source, entry.name, State.TARGET, new)
         return moved
 
 
