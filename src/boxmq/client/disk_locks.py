@@ -8,6 +8,7 @@ previous one. The decision itself is the core's (`check_holder`), the same as in
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from boxmq.client.lifecycle import dead_name, envelope_of, released_name
 from boxmq.core import QueuePolicy, check_holder
@@ -17,7 +18,7 @@ from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
 from boxmq.store.names import Lock, locked_name, split_lock
 
-__all__ = ["DiskSettler"]
+__all__ = ["DiskSettler", "GotLock"]
 
 _Now = Callable[[], float]
 
@@ -64,7 +65,7 @@ class DiskSettler:
     def extend(self, message_id: MessageId, consumer: ConsumerId, seconds: float | None) -> None:
         name, processing, lock = self._held(message_id, consumer)
         if seconds is None:
-            raise InvalidArgument("say for how long to extend the lock")
+            raise InvalidArgument("say for how many seconds to extend the lock")
         if seconds <= 0:
             raise InvalidArgument("a lock can only be extended by a positive time")
         new = locked_name(name, Lock(lock.owner, int((self._now() + seconds) * 1000), lock.token))
@@ -110,6 +111,27 @@ class DiskSettler:
         for entry in self._box.scan(State.PROCESSING):
             name, lock = split_lock(entry.name)
             yield entry.name, name, lock
+
+
+@dataclass(frozen=True, slots=True)
+class GotLock:
+    """The settler of one message `Queue.get` locked: the queue's files, and the lock timeout
+    `get` was given, which `Message.extend()` without seconds renews."""
+
+    disk: DiskSettler
+    lock_timeout: float
+
+    def ack(self, message_id: MessageId, consumer: ConsumerId) -> None:
+        self.disk.ack(message_id, consumer)
+
+    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> None:
+        self.disk.unlock(message_id, consumer, delay)
+
+    def reject(self, message_id: MessageId, consumer: ConsumerId) -> None:
+        self.disk.reject(message_id, consumer)
+
+    def extend(self, message_id: MessageId, consumer: ConsumerId, seconds: float | None) -> None:
+        self.disk.extend(message_id, consumer, self.lock_timeout if seconds is None else seconds)
 
 
 def _past(last: ConsumerId | None, lock: Lock | None, holder: ConsumerId | None) -> set[ConsumerId]:

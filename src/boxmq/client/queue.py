@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from boxmq.client.consumer import Consumer
-from boxmq.client.disk_locks import DiskSettler
+from boxmq.client.disk_locks import DiskSettler, GotLock
 from boxmq.client.lifecycle import (
     PUT_NAME_LIMIT,
     envelope_of,
@@ -233,7 +233,8 @@ class Queue:
             body = self._box.read(State.PROCESSING, processing)
             if body is None:
                 continue
-            return Message(self.name, envelope, body, holder, deadline, self._disk)
+            settler = GotLock(self._disk, lock_timeout)
+            return Message(self.name, envelope, body, holder, deadline, settler)
         return None
 
     def _ready_in_order(self, now: float) -> Iterable[tuple[str, Envelope]]:
