@@ -378,3 +378,17 @@ def test_ls_shows_queue_folders_made_by_hand_under_any_name(root: Path) -> None:
         ("jobs", 1),
     ]
     assert "50%off" in ok(root, "ls")
+
+
+def test_a_queue_folder_made_by_hand_unescaped_says_how_to_reach_it(root: Path) -> None:
+    # `ls` lists 50%off, so "no queue '50%off' (see `boxmq ls`)" left the user stuck:
+    # the error names the folder and the name to rename it to (docs/file-format.md).
+    ok(root, "put", "jobs", "x")
+    (root / "50%off" / "target").mkdir(parents=True)
+    (root / "50%off" / "target" / "m").write_text("m")
+    done = boxmq_cli(root, "get", "50%off")
+    assert done.returncode == 1
+    assert "rename" in done.stderr
+    assert str(root / "50%25off") in done.stderr
+    os.rename(root / "50%off", root / "50%25off")
+    assert ok(root, "get", "50%off").endswith("\n\nm")

@@ -79,7 +79,7 @@ class Box:
         """The queue `name`; created (its folders made) unless `create=False`."""
         path = queue_path(self.root, name)
         if not create and not is_dropbox(path):
-            raise QueueNotFound(f"no queue {name!r} under {self.root} (see `boxmq ls`)")
+            raise QueueNotFound(self._missing(name, path))
         dropbox = Dropbox(path, self._committer, create=create, spares=self._spares)
         return Queue(
             name,
@@ -92,6 +92,17 @@ class Box:
             opened=lambda: self._live.get(dropbox.path),
             limits=self.options.limits,
         )
+
+    def _missing(self, name: str, path: str) -> str:
+        """Why `name` is no queue; for a folder made by hand under the name unescaped (listed
+        by `boxmq ls`), how to reach it."""
+        unescaped = os.path.join(self.root, name)
+        if os.sep not in name and name not in (".", "..") and is_dropbox(unescaped):
+            return (
+                f"no queue {name!r}: the folder {unescaped} is not named in boxmq's escaped "
+                f"form; rename it to {path} (docs/file-format.md)"
+            )
+        return f"no queue {name!r} under {self.root} (see `boxmq ls`)"
 
     # -- publish / subscribe (docs/pubsub.md) ------------------------------------------------------
 
