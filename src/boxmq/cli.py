@@ -24,7 +24,7 @@ from boxmq.cli_args import parse_duration, parse_property
 from boxmq.cli_serve import Default, describe_security, serve_config
 from boxmq.client import Box, Message, Peeked, QueueCounts
 from boxmq.client.lifecycle import shown
-from boxmq.errors import BoxMQError, InvalidArgument, QueueNotFound
+from boxmq.errors import BoxMQError, Conflict, InvalidArgument, QueueNotFound
 from boxmq.mqtt.settings import Listener, MqttSettings
 from boxmq.store.layout import State
 from boxmq.xmpp.settings import settings_from
@@ -487,14 +487,21 @@ def _message_record(message: Message) -> dict[str, Any]:
 def _settle(verb: str) -> _Command:
     def run(args: argparse.Namespace, box: Box) -> int:
         queue = box.queue(args.queue, create=False)
-        if verb == "ack":
-            queue.ack(args.id, args.consumer)
-        elif verb == "unlock":
-            queue.unlock(args.id, args.consumer, delay=args.delay)
-        elif verb == "reject":
-            queue.reject(args.id, args.consumer)
-        else:
-            queue.extend(args.id, args.consumer, seconds=args.by)
+        try:
+            if verb == "ack":
+                queue.ack(args.id, args.consumer)
+            elif verb == "unlock":
+                queue.unlock(args.id, args.consumer, delay=args.delay)
+            elif verb == "reject":
+                queue.reject(args.id, args.consumer)
+            else:
+                queue.extend(args.id, args.consumer, seconds=args.by)
+        except Conflict:
+            raise Conflict(
+                args.id,
+                f"locked by another consumer than {args.consumer!r} (`boxmq peek {args.queue} "
+                "--state processing` shows which; --consumer NAME settles as that one)",
+            ) from None
         _emit(args, {"queue": args.queue, "id": args.id, "done": verb}, f"{verb}: {args.id}")
         return 0
 

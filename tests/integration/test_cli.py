@@ -107,6 +107,11 @@ def test_ack_of_someone_else_s_lock_is_a_conflict(root: Path) -> None:
     done = boxmq_cli(root, "ack", "jobs", message_id, "--consumer", "bob")
     assert done.returncode == 1
     assert "locked by" in done.stderr
+    # the line says what to fix: who holds it is in `peek`, and --consumer settles as them
+    assert "peek jobs --state processing" in done.stderr
+    assert "--consumer" in done.stderr
+    assert "alice" in ok(root, "peek", "jobs", "--state", "processing")
+    ok(root, "ack", "jobs", message_id, "--consumer", "alice")
 
 
 def test_publish_and_subscribe_from_the_command_line(root: Path) -> None:
