@@ -546,7 +546,7 @@ def _counts(counts: QueueCounts) -> dict[str, int]:
 
 def _peek(args: argparse.Namespace, box: Box) -> int:
     peeked = box.queue(args.queue, create=False).peek(state=State(args.state), limit=args.limit)
-    rows = [_peek_row(p) for p in peeked]
+    rows = [_peek_row(p, as_json=args.json) for p in peeked]
     if args.json:
         print(_json(rows))
     elif not rows:
@@ -556,14 +556,19 @@ def _peek(args: argparse.Namespace, box: Box) -> int:
     return 0
 
 
-def _peek_row(peeked: Peeked) -> dict[str, Any]:
+def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
+    """One message of `peek`; its properties as an object for --json (as `get` gives them),
+    as NAME=VALUE,... in a table."""
     envelope = peeked.envelope
+    properties: object = envelope.user_properties()
+    if not as_json:
+        properties = ",".join(f"{k}={v}" for k, v in envelope.user_properties().items())
     row: dict[str, Any] = {
         "id": shown(envelope.message_id),  # a name that is not UTF-8: its bytes as \xNN
         "priority": envelope.priority,
         "bytes": peeked.size,
         "deliveries": envelope.delivery_count,
-        "properties": ",".join(f"{k}={v}" for k, v in envelope.user_properties().items()),
+        "properties": properties,
     }
     if peeked.holder is not None:
         row["locked-by"] = peeked.holder

@@ -397,3 +397,10 @@ def test_a_queue_folder_made_by_hand_unescaped_says_how_to_reach_it(root: Path) 
     assert str(root / "50%25off") in done.stderr
     os.rename(root / "50%off", root / "50%25off")
     assert ok(root, "get", "50%off").endswith("\n\nm")
+
+
+def test_peek_json_gives_properties_as_an_object_as_get_does(root: Path) -> None:
+    ok(root, "put", "q", "x", "-p", "tenant=a,b", "-p", "n:int=3")
+    [row] = json.loads(ok(root, "--json", "peek", "q"))
+    assert row["properties"] == {"tenant": "a,b", "n": 3}
+    assert "tenant=a,b" in ok(root, "peek", "q")  # the table keeps NAME=VALUE
