@@ -26,7 +26,7 @@ def run(scenario: Coroutine[Any, Any, None]) -> None:
     asyncio.run(asyncio.wait_for(scenario, SCENARIO_SECONDS))
 
 
-def _serve(prosody: Prosody, data: Path) -> subprocess.Popen[str]:
+def _serve(prosody: Prosody, data: Path, secret: str = SECRET) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -43,7 +43,7 @@ def _serve(prosody: Prosody, data: Path) -> subprocess.Popen[str]:
             "--xmpp-server",
             f"127.0.0.1:{prosody.component_port}",
         ],
-        env={**os.environ, "BOXMQ_XMPP_SECRET": SECRET},
+        env={**os.environ, "BOXMQ_XMPP_SECRET": secret},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -106,6 +106,25 @@ def test_serve_runs_the_component_and_a_second_instance_is_refused(
     assert "another instance with this name is connected" in output
     assert "Traceback" not in output, output
     assert first.poll() is None  # the first one serves on
+
+
+def test_a_wrong_secret_stops_serve_with_a_message_that_says_what_to_fix(
+    prosody: Prosody, tmp_path: Path
+) -> None:
+    # docs/xmpp.md: a wrong secret stops it (`not-authorized`). Prosody's own text ("Given
+    # token does not match calculated token") does not tell an operator what to change.
+    process = _serve(prosody, tmp_path / "data", secret="not-the-secret")
+    try:
+        output, _ = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 1, output
+    assert "Traceback" not in output, output
+    refused = [line for line in output.splitlines() if line.startswith("boxmq serve: ")]
+    assert refused, output
+    assert "not-authorized" in refused[-1]
+    assert "component_secret" in refused[-1]
+    assert "BOXMQ_XMPP_SECRET" in refused[-1]
 
 
 def test_the_component_reconnects_and_keeps_its_subscribers(

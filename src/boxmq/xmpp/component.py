@@ -142,6 +142,13 @@ class QueueComponent(ComponentXMPP):
             self.refused = f"the XMPP server refused component {self.settings.component}: {text}"
             if condition == "conflict":
                 self.refused += " (another instance with this name is connected)"
+            elif condition == "not-authorized":
+                # Prosody's text ("Given token does not match calculated token") names no fix.
+                self.refused += (
+                    " (not-authorized: the secret differs from the server's component_secret "
+                    "for this component; check $BOXMQ_XMPP_SECRET, --xmpp-secret-file or "
+                    "--xmpp-secret)"
+                )
             log.error("%s", self.refused)
 
     def _disconnected(self, _: object) -> None:
