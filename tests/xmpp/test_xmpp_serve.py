@@ -4,7 +4,9 @@ reconnecting, and urn:xmpp:qos assured delivery with duplicates."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +20,8 @@ from tests.xmpp.server import SECRET, SERVICE, Prosody
 
 import boxmq
 from boxmq.xmpp import ns
+from boxmq.xmpp.component import run_component
+from boxmq.xmpp.settings import XmppSettings
 
 SCENARIO_SECONDS = 60
 
@@ -209,3 +213,30 @@ def test_notifications_at_the_subscribers_qos_level(
     run(scenario())
     assert box.queue("jobs").counts().done == count
     box.close()
+
+
+def test_an_unreachable_server_is_logged_and_retried_within_reconnect_max(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # docs/xmpp.md: retried with a doubling back-off up to 30 s. With nothing listening at
+    # the address, slixmpp's own back-off (3, 9, 21 ... 300 s) applied, and nothing was logged:
+    # a mistyped --xmpp-server left the operator with a silent broker.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])  # closed again: nothing listens there
+    settings = XmppSettings("queue.localhost", "127.0.0.1", port, SECRET, reconnect_max=0.5)
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        with boxmq.open(tmp_path / "data", fsync="never") as box:
+            task = asyncio.ensure_future(run_component(box, settings, stop))
+            await asyncio.sleep(4)
+            stop.set()
+            await task
+
+    with caplog.at_level(logging.WARNING, logger="boxmq.xmpp"):
+        run(scenario())
+    failures = [r.getMessage() for r in caplog.records if "cannot reach" in r.getMessage()]
+    assert len(failures) >= 4, failures  # about one a second (before: 2, at 0 s and 3 s)
+    assert f"127.0.0.1:{port}" in failures[0]
+    assert "--xmpp-server" in failures[0]
