@@ -56,6 +56,16 @@ FSYNC_POLICIES: Final = ("always", "interval", "never")
 DISPATCH_STRATEGIES: Final = tuple(d.value for d in Dispatch)
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 _MAY_BE_ZERO: Final = frozenset({"topic_alias_maximum"})  # 0: no aliases (MQTT 5.0 §3.2.2.3.8)
+# Limits that v5 clients are told in CONNACK, or that they ask for, fit that field (MQTT 5.0
+# §3.2.2.3): two-byte integers, four-byte ones. Maximum Packet Size stops at the largest
+# Remaining Length (a few bytes under the largest packet): paho refuses a CONNACK above it.
+LIMITS_HIGHEST: Final = {
+    "receive_maximum": 0xFFFF,
+    "topic_alias_maximum": 0xFFFF,
+    "max_keepalive": 0xFFFF,
+    "max_session_expiry": 0xFFFF_FFFF,
+    "max_packet_size": 268_435_455,
+}
 
 
 @dataclass(frozen=True)
@@ -258,7 +268,8 @@ def _limits(table: Table, base: Limits) -> Limits:
         if isinstance(current, float):
             value: int | float | None = table.seconds(limit.name)
         else:
-            value = table.integer(limit.name, low=0 if limit.name in _MAY_BE_ZERO else 1)
+            low = 0 if limit.name in _MAY_BE_ZERO else 1
+            value = table.integer(limit.name, low=low, high=LIMITS_HIGHEST.get(limit.name))
         if value is not None:
             values[limit.name] = value
     table.finish()

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmq.config import Security, ServeConfig, load_config
+from boxmq.config import LIMITS_HIGHEST, Security, ServeConfig, load_config
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile, set_password
@@ -116,6 +116,13 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[mqtt.limits]\nmax_connection = 1", "mqtt.limits.max_connection: unknown key"),
         ("[mqtt.limits]\nmax_connections = true", "max_connections: expected an integer, got a b"),
         ("[mqtt.limits]\nmax_inflight = 0", "mqtt.limits.max_inflight: 0 is out of range"),
+        # Values that go to v5 clients in CONNACK must fit their field (MQTT 5.0 §3.2.2.3):
+        # accepted, they made every v5 CONNECT fail in the server.
+        ("[mqtt.limits]\nreceive_maximum = 65536", "receive_maximum: 65536 is out of range: use"),
+        ("[mqtt.limits]\ntopic_alias_maximum = 65536", "from 0 to 65535"),
+        ("[mqtt.limits]\nmax_keepalive = 65536", "max_keepalive: 65536 is out of range"),
+        ("[mqtt.limits]\nmax_session_expiry = 4294967296", "from 1 to 4294967295"),
+        ("[mqtt.limits]\nmax_packet_size = 268435456", "from 1 to 268435455"),
         ("[security]\nallow_anonymous = 'yes'", "allow_anonymous: expected true or false"),
         ("[security]\npassword_file = ''", "password_file: expected a file name, got an empty"),
         ("[security]\nallow_anonymous = false", "allow_anonymous = false needs a password_file"),
@@ -164,7 +171,9 @@ LIMIT_FIELDS = dataclasses.fields(Limits)
             f.name: (
                 st.floats(min_value=0.001, max_value=1e6)
                 if isinstance(f.default, float)
-                else st.integers(min_value=1, max_value=2**31)
+                else st.integers(
+                    min_value=1, max_value=min(2**31, LIMITS_HIGHEST.get(f.name, 2**31))
+                )
             )
             for f in LIMIT_FIELDS
         },

@@ -4,7 +4,9 @@ reconnecting, and urn:xmpp:qos assured delivery with duplicates."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +20,8 @@ from tests.xmpp.server import SECRET, SERVICE, Prosody
 
 import boxmq
 from boxmq.xmpp import ns
+from boxmq.xmpp.component import run_component
+from boxmq.xmpp.settings import XmppSettings
 
 SCENARIO_SECONDS = 60
 
@@ -26,7 +30,7 @@ def run(scenario: Coroutine[Any, Any, None]) -> None:
     asyncio.run(asyncio.wait_for(scenario, SCENARIO_SECONDS))
 
 
-def _serve(prosody: Prosody, data: Path) -> subprocess.Popen[str]:
+def _serve(prosody: Prosody, data: Path, secret: str = SECRET) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -43,7 +47,7 @@ def _serve(prosody: Prosody, data: Path) -> subprocess.Popen[str]:
             "--xmpp-server",
             f"127.0.0.1:{prosody.component_port}",
         ],
-        env={**os.environ, "BOXMQ_XMPP_SECRET": SECRET},
+        env={**os.environ, "BOXMQ_XMPP_SECRET": secret},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -106,6 +110,25 @@ def test_serve_runs_the_component_and_a_second_instance_is_refused(
     assert "another instance with this name is connected" in output
     assert "Traceback" not in output, output
     assert first.poll() is None  # the first one serves on
+
+
+def test_a_wrong_secret_stops_serve_with_a_message_that_says_what_to_fix(
+    prosody: Prosody, tmp_path: Path
+) -> None:
+    # docs/xmpp.md: a wrong secret stops it (`not-authorized`). Prosody's own text ("Given
+    # token does not match calculated token") does not tell an operator what to change.
+    process = _serve(prosody, tmp_path / "data", secret="not-the-secret")
+    try:
+        output, _ = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 1, output
+    assert "Traceback" not in output, output
+    refused = [line for line in output.splitlines() if line.startswith("boxmq serve: ")]
+    assert refused, output
+    assert "not-authorized" in refused[-1]
+    assert "component_secret" in refused[-1]
+    assert "BOXMQ_XMPP_SECRET" in refused[-1]
 
 
 def test_the_component_reconnects_and_keeps_its_subscribers(
@@ -190,3 +213,30 @@ def test_notifications_at_the_subscribers_qos_level(
     run(scenario())
     assert box.queue("jobs").counts().done == count
     box.close()
+
+
+def test_an_unreachable_server_is_logged_and_retried_within_reconnect_max(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # docs/xmpp.md: retried with a doubling back-off up to 30 s. With nothing listening at
+    # the address, slixmpp's own back-off (3, 9, 21 ... 300 s) applied, and nothing was logged:
+    # a mistyped --xmpp-server left the operator with a silent broker.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])  # closed again: nothing listens there
+    settings = XmppSettings("queue.localhost", "127.0.0.1", port, SECRET, reconnect_max=0.5)
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        with boxmq.open(tmp_path / "data", fsync="never") as box:
+            task = asyncio.ensure_future(run_component(box, settings, stop))
+            await asyncio.sleep(4)
+            stop.set()
+            await task
+
+    with caplog.at_level(logging.WARNING, logger="boxmq.xmpp"):
+        run(scenario())
+    failures = [r.getMessage() for r in caplog.records if "cannot reach" in r.getMessage()]
+    assert len(failures) >= 4, failures  # about one a second (before: 2, at 0 s and 3 s)
+    assert f"127.0.0.1:{port}" in failures[0]
+    assert "--xmpp-server" in failures[0]

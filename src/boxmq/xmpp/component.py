@@ -66,6 +66,7 @@ class QueueComponent(ComponentXMPP):
         self.add_event_handler("session_start", self._started)
         self.add_event_handler("disconnected", self._disconnected)
         self.add_event_handler("stream_error", self._stream_error)
+        self.add_event_handler("connection_failed", self._connection_failed)
         self._timer = asyncio.get_running_loop().create_task(self._expire_locks())
 
     # -- stanzas in --------------------------------------------------------------------------
@@ -142,6 +143,13 @@ class QueueComponent(ComponentXMPP):
             self.refused = f"the XMPP server refused component {self.settings.component}: {text}"
             if condition == "conflict":
                 self.refused += " (another instance with this name is connected)"
+            elif condition == "not-authorized":
+                # Prosody's text ("Given token does not match calculated token") names no fix.
+                self.refused += (
+                    " (not-authorized: the secret differs from the server's component_secret "
+                    "for this component; check $BOXMQ_XMPP_SECRET, --xmpp-secret-file or "
+                    "--xmpp-secret)"
+                )
             log.error("%s", self.refused)
 
     def _disconnected(self, _: object) -> None:
@@ -151,6 +159,23 @@ class QueueComponent(ComponentXMPP):
         log.warning("XMPP server connection lost; reconnecting in %.1fs", self._delay)
         delay, self._delay = self._delay, min(self._delay * 2, self.settings.reconnect_max)
         asyncio.get_running_loop().call_later(delay, self._reconnect)
+
+    def _connection_failed(self, error: object) -> None:
+        log.warning(
+            "cannot reach the XMPP server at %s:%d (%s); retrying (check --xmpp-server and "
+            "that the server listens for components there)",
+            self.settings.host,
+            self.settings.port,
+            error,
+        )
+
+    def reschedule_connection_attempt(self) -> asyncio.Future[None] | None:
+        """slixmpp's own back-off while the server cannot be reached grows to 300 s; ours
+        stops at `reconnect_max`, as after a dropped connection."""
+        attempt = super().reschedule_connection_attempt()
+        # read when the attempt starts, on a later turn of the loop
+        self._connect_loop_wait = min(self._connect_loop_wait, self.settings.reconnect_max)
+        return attempt
 
     def _reconnect(self) -> None:
         if not (self._stopping or self.refused):
