@@ -62,3 +62,29 @@ def test_no_retention_keeps_everything(root: Path) -> None:
         clock.advance(10**7)
         assert box.sweep()["jobs"].purged == 0
     assert len(processed(root)) == 2
+
+
+def test_temporaries_a_dead_writer_left_go_once_older_than_working_ttl(root: Path) -> None:
+    """A write renames `.tmp-*` into place; a process that died in between left one behind,
+    in a dropbox, the retained store, the side files or the exactly-once markers."""
+    clock = boxmq.ManualClock(time.time())
+    with boxmq.open(root, fsync="never", abandon_after=60.0, clock=clock) as box:
+        box.queue("jobs").put(b"x")
+        box.publish("t", b"kept", retain=True)
+        folders = [
+            root / "jobs",
+            root / "topic-root" / ".retained",
+            root / ".properties",
+            root / ".exactly-once",
+        ]
+        for folder in folders:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / ".tmp-left-by-a-dead-writer").write_bytes(b"half")
+        box.sweep()
+        assert all((f / ".tmp-left-by-a-dead-writer").exists() for f in folders)  # young
+        clock.advance(61)
+        box.sweep()
+        assert not any((f / ".tmp-left-by-a-dead-writer").exists() for f in folders)
+        assert box.queue("jobs").counts().ready == 1  # what was written whole stays
+    with boxmq.open(root) as box:
+        assert box.topics.retained("t") is not None

@@ -87,6 +87,11 @@ class AssuredIntake:
         self._lock = threading.Lock()
         self._restored = False
 
+    @property
+    def markers(self) -> str:
+        """The folder of the "delivered" markers."""
+        return self._markers
+
     def assured(
         self,
         source: str,

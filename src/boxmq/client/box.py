@@ -27,10 +27,18 @@ from boxmq.ids import IdFactory
 from boxmq.model import MessageId, Property, PropertyValue
 from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.dropbox import Dropbox
-from boxmq.store.layout import dropbox_folders, is_dropbox, list_dropboxes, queue_path
+from boxmq.store.layout import (
+    TOPIC_ROOT,
+    dropbox_folders,
+    is_dropbox,
+    list_dropboxes,
+    queue_path,
+)
 from boxmq.store.process import process_token
+from boxmq.store.retained import RETAINED_DIR
 from boxmq.store.side_files import COLLECT_EVERY, SideFiles, referenced
 from boxmq.store.spares import Spares
+from boxmq.store.temporaries import remove_stale_temporaries
 from boxmq.store.topics import read_records, remove_stale_staging
 
 __all__ = ["Box", "open"]
@@ -314,6 +322,7 @@ class Box:
                 abandoned,
                 limits.working_ttl,
             )
+        self._remove_stale_temporaries([path for _, path in boxes], now=now, age=limits.working_ttl)
         self.intake.expire()
         if now >= self._next_collect:
             # It lists every file of the root, so not every sweep; a file's grace period
@@ -321,6 +330,22 @@ class Box:
             self._next_collect = now + COLLECT_EVERY
             self.side_files.collect(lambda: referenced(self.root), now=now)
         return reports
+
+    def _remove_stale_temporaries(self, dropboxes: list[str], *, now: float, age: float) -> None:
+        """What writes of whole files left when their process died before the rename: in
+        the dropboxes (settings, subscription records) and the root's own folders."""
+        folders = [
+            *dropboxes,
+            os.path.join(self.root, TOPIC_ROOT, RETAINED_DIR),
+            self.side_files.path,
+            self.intake.markers,
+        ]
+        if removed := remove_stale_temporaries(folders, now=now, age=age):
+            log.warning(
+                "deleted %d temporary file(s) older than %gs (a process died while writing)",
+                removed,
+                age,
+            )
 
     def _live_queue(self, name: str, dropbox: Dropbox, group: str | None = None) -> LiveQueue:
         with self._lock:

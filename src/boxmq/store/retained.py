@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from boxmq.store.commit import Committer, Move
 from boxmq.store.layout import TOPIC_ROOT
 
-__all__ = ["Retained", "RetainedStore", "Staged"]
+__all__ = ["RETAINED_DIR", "Retained", "RetainedStore", "Staged"]
+
+RETAINED_DIR = ".retained"  # under topic-root/
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +47,7 @@ class Staged:
 
 class RetainedStore:
     def __init__(self, root: str, committer: Committer) -> None:
-        self._dir = os.path.join(root, TOPIC_ROOT, ".retained")
+        self._dir = os.path.join(root, TOPIC_ROOT, RETAINED_DIR)
         self._committer = committer
 
     def _path(self, topic: str) -> str:

@@ -36,6 +36,7 @@ from typing import Final
 
 from boxmq.errors import InvalidArgument
 from boxmq.model import PROPERTIES_FILE, PropertyType
+from boxmq.store.retained import RETAINED_DIR
 from boxmq.store.spares import rename_noreplace
 
 __all__ = ["COLLECT_EVERY", "GRACE", "SIDE_DIR", "SideFiles", "referenced"]
@@ -200,7 +201,7 @@ def referenced(root: str) -> set[str]:
             subfolders[:] = [d for d in subfolders if d not in (SIDE_DIR, ".spare")]
         for name in files:
             keys.update(_NAMED.findall(name))
-        if os.path.basename(folder) == ".retained":
+        if os.path.basename(folder) == RETAINED_DIR:
             for name in files:
                 keys.update(_NAMED.findall(_first_line(os.path.join(folder, name))))
     return keys

@@ -1,0 +1,34 @@
+"""Temporary files: what a write puts beside its target before renaming it into place.
+
+Every whole-file write of the store (a retained message, a side file, a subscription or
+session record, a dropbox's setting, an exactly-once marker) writes `.tmp-<random>` in the
+target's folder, then renames it. A process that dies between the two leaves the temporary
+behind; nothing ever reads it (its name starts with a dot), and the sweep deletes it once it
+is older than any write can take.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+
+__all__ = ["TEMPORARY_PREFIX", "remove_stale_temporaries"]
+
+TEMPORARY_PREFIX = ".tmp-"
+
+
+def remove_stale_temporaries(folders: Iterable[str], *, now: float, age: float) -> int:
+    """Delete the temporaries older than `age` seconds in `folders` (not below them); how
+    many went. Missing folders are passed by."""
+    removed = 0
+    for folder in folders:
+        with contextlib.suppress(FileNotFoundError), os.scandir(folder) as entries:
+            for entry in entries:
+                if not entry.name.startswith(TEMPORARY_PREFIX):
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    if now - entry.stat(follow_symlinks=False).st_mtime > age:
+                        os.unlink(entry.path)
+                        removed += 1
+    return removed
