@@ -237,8 +237,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--keep",
         action="store_true",
-        help="keep a plain subscription (and what it collects) after exiting",
+        help="keep a plain subscription (and what it collects) after exiting; one kept "
+        "earlier always stays (`boxmq unsubscribe` ends it)",
     )
+
+    p = command("unsubscribe", _unsubscribe, "end a kept subscription, and drop what it holds")
+    p.add_argument("filter", help="the filter it was made with (or $share/GROUP/FILTER)")
+    p.add_argument("--name", dest="subscriber", required=True, help="its subscriber name")
 
     p = command("get", _get, "lock the next ready message and print it")
     p.add_argument("queue")
@@ -408,7 +413,17 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
     # SIGTERM (kill, systemd, docker stop) ends it like Ctrl-C does: through the `finally`
     # below, so that a plain subscription does not outlive the command.
     signal.signal(signal.SIGTERM, _terminated)
+    # Only a subscription this run made ends with it: one an earlier `--keep` (or the Python
+    # API, or a Spark stream) made is read and left in place, with what it holds for later.
+    kept = args.keep or box.topics.has_subscription(args.filter, args.subscriber)
     with box.subscribe(args.filter, args.subscriber, qos=args.qos) as subscriber:
+        if kept and not args.keep and not subscriber.filter.shared:
+            print(
+                f"boxmq subscribe: reading the kept subscription {args.filter} of "
+                f"{args.subscriber}; it stays after this run (boxmq unsubscribe "
+                f"{args.filter} --name {args.subscriber} ends it)",
+                file=sys.stderr,
+            )
         try:
             while args.count is None or received < args.count:
                 message = subscriber.receive(timeout=args.idle)
@@ -418,8 +433,19 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
                 message.ack()
                 received += 1
         finally:
-            if not subscriber.filter.shared and not args.keep:
+            if not subscriber.filter.shared and not kept:
                 box.unsubscribe(args.filter, args.subscriber)
+    return 0
+
+
+def _unsubscribe(args: argparse.Namespace, box: Box) -> int:
+    if not box.topics.has_subscription(args.filter, args.subscriber):
+        raise QueueNotFound(
+            f"no subscription {args.filter} for {args.subscriber} (`boxmq ls` lists them)"
+        )
+    box.unsubscribe(args.filter, args.subscriber)
+    record = {"subscription": args.filter, "subscriber": args.subscriber}
+    _emit(args, record, f"unsubscribed: {args.filter} {args.subscriber}")
     return 0
 
 

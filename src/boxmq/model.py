@@ -16,6 +16,7 @@ from typing import NewType
 
 __all__ = [
     "DEFAULT_PRIORITY",
+    "GROUP_KEY",
     "RESERVED_PREFIX",
     "ConsumerId",
     "Envelope",
@@ -35,6 +36,10 @@ DEFAULT_PRIORITY = 4  # JMS Message.DEFAULT_PRIORITY, DropboxMQ's default
 RESERVED_PREFIX = (
     "bx_"  # properties boxmq writes for itself; '.' would clash with the field separator
 )
+
+# The message group of a message, set by its producer as an ordinary property (JMS's name for
+# it, as in ActiveMQ and Artemis): the key that `hash-by-key` dispatch keeps on one consumer.
+GROUP_KEY = "JMSXGroupID"
 
 # Reserved property names (without their type letter).
 DELIVERY_COUNT = RESERVED_PREFIX + "dc"  # deliveries that ended without an ack
@@ -147,6 +152,15 @@ class Envelope:
     def topic(self) -> str | None:
         value = self.property_value(TOPIC)
         return value if isinstance(value, str) else None
+
+    @property
+    def group_key(self) -> str | None:
+        """The key `hash-by-key` dispatch routes on: the producer's GROUP_KEY property, else the
+        topic a subscription's copy was published to; None (the core uses the message id)."""
+        value = self.property_value(GROUP_KEY)
+        if value is not None:
+            return value if isinstance(value, str) else str(value)
+        return self.topic
 
     @property
     def timestamp(self) -> int | None:

@@ -319,6 +319,31 @@ def test_subscribe_stopped_by_sigterm_removes_its_subscription(root: Path) -> No
     assert not list((root / "topic-root").rglob("client.reader"))
 
 
+def test_subscribe_without_keep_leaves_a_kept_subscription_in_place(root: Path) -> None:
+    # A run without --keep attached to a subscription an earlier --keep run made, then
+    # deleted it on exit, and the messages it held for later runs with it.
+    ok(root, "subscribe", "news/#", "--name", "reader", "--keep", "--idle", "0.1")
+    ok(root, "publish", "news/a", "one")
+    ok(root, "publish", "news/b", "two")
+    done = boxmq_cli(root, "subscribe", "news/#", "--name", "reader", "--count", "1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "news/a one\n"
+    [row] = json.loads(ok(root, "--json", "ls"))["subscriptions"]
+    assert (row["subscription"], row["subscriber"], row["ready"]) == ("news/#", "reader", 1)
+    assert "boxmq unsubscribe news/# --name reader" in done.stderr  # says it stays, and how not
+    assert ok(root, "subscribe", "news/#", "--name", "reader", "--count", "1") == "news/b two\n"
+    assert json.loads(ok(root, "--json", "ls"))["subscriptions"] != []
+
+
+def test_unsubscribe_ends_a_kept_subscription(root: Path) -> None:
+    ok(root, "subscribe", "news/#", "--name", "reader", "--keep", "--idle", "0.1")
+    assert ok(root, "unsubscribe", "news/#", "--name", "reader") == "unsubscribed: news/# reader\n"
+    assert json.loads(ok(root, "--json", "ls"))["subscriptions"] == []
+    done = boxmq_cli(root, "unsubscribe", "news/#", "--name", "reader")
+    assert done.returncode == 1
+    assert "no subscription news/# for reader" in done.stderr
+
+
 def test_subscribe_errors_name_the_command_not_the_subscriber(root: Path) -> None:
     done = boxmq_cli(root, "subscribe", "a/#/b", "--name", "dash")  # '#' must come last
     assert done.returncode == 1
@@ -327,7 +352,15 @@ def test_subscribe_errors_name_the_command_not_the_subscriber(root: Path) -> Non
 
 @pytest.mark.parametrize(
     "command",
-    [("ls",), ("peek", "q"), ("get", "q"), ("ack", "q", "x"), ("purge", "q"), ("requeue", "q")],
+    [
+        ("ls",),
+        ("peek", "q"),
+        ("get", "q"),
+        ("ack", "q", "x"),
+        ("purge", "q"),
+        ("requeue", "q"),
+        ("unsubscribe", "a/#", "--name", "x"),
+    ],
 )
 def test_commands_that_only_read_do_not_create_a_missing_root(
     tmp_path: Path, command: tuple[str, ...]

@@ -10,6 +10,7 @@ import pytest
 import boxmq
 from boxmq import State
 from boxmq.clock import ManualClock
+from boxmq.model import GROUP_KEY
 from boxmq.store.names import decode, split_lock
 
 
@@ -369,3 +370,36 @@ def test_requeue_from_expired_makes_the_messages_deliverable_again(
     expirations = {p.envelope.message_id: p.envelope.expiration for p in jobs.peek()}
     assert expirations[message_id] == 0
     assert expirations[keeps] != 0
+
+
+def test_hash_by_key_keeps_a_message_group_on_one_consumer_and_through_a_redelivery(
+    root: Path, clock: ManualClock
+) -> None:
+    # The group key is the JMSXGroupID property a producer sets; without it, hash-by-key
+    # hashed each message's id and spread one group over every consumer.
+    with boxmq.open(root, fsync="never", dispatch="hash-by-key", clock=clock) as box:
+        jobs = box.queue("jobs")
+        names = ("a", "b", "c")
+        consumers = [jobs.consumer(name, max_in_flight=100) for name in names]
+        for index in range(60):
+            jobs.put(f"{index}", properties={GROUP_KEY: f"order-{index % 6}"})
+        held = {name: drain(consumer) for name, consumer in zip(names, consumers, strict=True)}
+        owner: dict[object, str] = {}
+        for name, messages in held.items():
+            for message in messages:
+                group = message.properties[GROUP_KEY]
+                assert owner.setdefault(group, name) == name, f"{group} went to two consumers"
+        assert len(owner) == 6
+        assert len(set(owner.values())) > 1  # the groups spread out
+        # A redelivery keeps the key: the message waits for its group's consumer
+        name, messages = next((n, m) for n, m in held.items() if m)
+        message = messages[0]
+        message.unlock()
+        assert all(c.receive_nowait() is None for c in consumers)  # nobody else takes it
+        clock.advance(2)  # the hand-off (1 s) is over: back to its last holder
+        again = consumers[names.index(name)].receive_nowait()
+        assert again is not None
+        assert (again.id, again.delivery_count) == (message.id, 2)
+        assert again.properties[GROUP_KEY] == message.properties[GROUP_KEY]
+        for consumer in consumers:
+            consumer.close()

@@ -287,3 +287,22 @@ def test_a_share_group_can_dispatch_its_own_way(tmp_path: Path) -> None:
 def test_an_unknown_dispatch_strategy_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(boxmq.InvalidArgument, match="'fair': choose one of round-robin"):
         boxmq.open(tmp_path / "root", group_dispatch={"g": "fair"})
+
+
+def test_hash_by_key_in_a_share_group_keeps_a_topic_on_one_member(root: Path) -> None:
+    # No JMSXGroupID: the key of a subscription's copy is the topic it was published to
+    with boxmq.open(root, fsync="never", group_dispatch={"etl": "hash-by-key"}) as box:
+        members = {
+            name: box.subscribe("$share/etl/sensors/#", name, max_in_flight=100)
+            for name in ("a", "b", "c")
+        }
+        topics = [f"sensors/{room}/temp" for room in ("hall", "kitchen", "attic", "cellar")]
+        for index in range(40):
+            box.publish(topics[index % 4], f"{index}")
+        owner: dict[str | None, str] = {}
+        for name, member in members.items():
+            for message in drain(member):
+                assert owner.setdefault(message.topic, name) == name
+            member.close()
+        assert sorted(owner, key=str) == sorted(topics)
+        assert len(set(owner.values())) > 1

@@ -62,6 +62,17 @@ def test_a_bad_stream_option_says_what_to_fix(
         stream_read_options(given)
 
 
+def test_a_missing_root_names_a_command_that_makes_it(tmp_path: Path) -> None:
+    # "any `boxmq` command" made it, said the hint; `boxmq ls` and the other read-only
+    # commands refuse a missing root (docs/cli.md)
+    with pytest.raises(InvalidArgument) as raised:
+        stream_read_options({"root": str(tmp_path / "typo"), "queue": "sensors"})
+    hint = str(raised.value)
+    assert "any `boxmq` command" not in hint
+    assert "`boxmq put`" in hint
+    assert "`boxmq serve`" in hint
+
+
 @pytest.mark.parametrize(
     ("options", "says"),
     [

@@ -100,6 +100,7 @@ def ready_of(name: str, envelope: Envelope, mtime: float) -> Ready:
         not_before=envelope.not_before,
         delivery_count=envelope.delivery_count,
         last_holder=envelope.last_holder,
+        group_key=envelope.group_key,
     )
 
 

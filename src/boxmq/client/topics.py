@@ -476,6 +476,15 @@ class Topics:
         path = self._path_of(TopicFilter(filter, group), None)
         return sorted(layout.members(path))
 
+    def has_subscription(self, filter: str, subscriber: str) -> bool:
+        """Whether a durable subscription of `subscriber` to `filter` exists on disk (any
+        process made it); for "$share/<group>/<filter>", whether `subscriber` is a member."""
+        parsed = parse_filter(filter)
+        path = self._path_of(parsed, subscriber)
+        if parsed.shared:
+            return subscriber in layout.members(path)
+        return os.path.isdir(path)
+
     def unsubscribe(self, filter: str, subscriber: str) -> bool:
         """End a durable subscription: its dropbox and undelivered messages are deleted."""
         parsed = parse_filter(filter)

@@ -41,7 +41,7 @@ class Ready:
     not_before: float = 0.0  # epoch seconds; delayed until then
     delivery_count: int = 0  # deliveries so far that ended without an ack
     last_holder: ConsumerId | None = None
-    group_key: str | None = None  # for hash-by-key dispatch (falls back to message_id)
+    group_key: str | None = None  # hash-by-key: the message group (None: message_id)
 
     def expired(self, now: float) -> bool:
         return 0 < self.expiration <= now

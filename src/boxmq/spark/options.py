@@ -173,7 +173,9 @@ class _Options:
         if not os.path.isdir(chosen):
             raise InvalidArgument(
                 f"boxmq data source: root {chosen!r} is not a folder; check the path, or "
-                "create the root first (boxmq.open(root) or any `boxmq` command does)"
+                "create the root first: boxmq.open(root), `boxmq put`, `boxmq publish`, "
+                "`boxmq subscribe` or `boxmq serve` makes it (`boxmq ls` and the other "
+                "commands that only read do not)"
             )
         return chosen
 

@@ -7,6 +7,8 @@ import zlib
 from collections import Counter
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from boxmq.core import Claim, Dispatch, Effect, QueueEngine, QueuePolicy, Ready
 from boxmq.core.dispatch import Picker, eligible, route
@@ -164,6 +166,43 @@ def test_hash_by_key_last_holder_gets_it_back_after_the_handoff() -> None:
     assert release.holder == claim.holder
     assert engine.dispatch(now=T0 + 1) == []
     assert holders(engine.dispatch(now=T0 + 2)) == [claim.holder]
+
+
+@given(
+    keys=st.lists(st.text(min_size=1, max_size=6), min_size=1, max_size=60),
+    consumers=st.integers(min_value=1, max_value=5),
+    redeliver=st.lists(st.booleans(), max_size=60),
+)
+def test_hash_by_key_one_key_one_consumer_across_messages_and_redeliveries(
+    keys: list[str], consumers: int, redeliver: list[bool]
+) -> None:
+    # How the runtime builds a redelivery: the same group key, its last holder, one more count.
+    members = [ConsumerId(f"c{i}") for i in range(consumers)]
+    engine = engine_with(Dispatch.HASH_BY_KEY, *members)
+    for i, key in enumerate(keys):
+        engine.offer(ready(f"m{i:03}", sequence=i, group_key=key), now=T0)
+    claims = [e for e in engine.dispatch(now=T0) if isinstance(e, Claim)]
+    assert len(claims) == len(keys)
+    owner: dict[str | None, ConsumerId] = {}
+    for claim in claims:
+        assert owner.setdefault(claim.message.group_key, claim.holder) == claim.holder
+    again = [claim for claim, flag in zip(claims, redeliver, strict=False) if flag]
+    for claim in again:
+        engine.unlock(claim.message.message_id, claim.holder, now=T0)
+        back = Ready(
+            key=f"{claim.message.key}.again",
+            message_id=claim.message.message_id,
+            sequence=claim.message.sequence,
+            delivery_count=1,
+            last_holder=claim.holder,
+            group_key=claim.message.group_key,
+        )
+        engine.offer(back, now=T0)
+    later = T0 + QueuePolicy().handoff
+    redelivered = [e for e in engine.dispatch(now=later) if isinstance(e, Claim)]
+    assert len(redelivered) == len(again)
+    for claim in redelivered:
+        assert claim.holder == owner[claim.message.group_key]
 
 
 def test_random_uses_the_given_rng() -> None:
