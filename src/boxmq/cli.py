@@ -171,6 +171,12 @@ def _parser() -> argparse.ArgumentParser:
         help="keep what MQTT and XMPP clients acknowledge in processed/ (default: delete it)",
     )
     p.add_argument(
+        "--polling",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="find new files by polling, never inotify (a root shared over NFS)",
+    )
+    p.add_argument(
         "--mqtt",
         action="append",
         type=_address,
@@ -343,6 +349,7 @@ def _serve(args: argparse.Namespace) -> int:
         fsync=config.fsync,
         fsync_interval=config.fsync_interval,
         keep_processed=config.keep_processed,
+        polling=config.polling,
         dispatch=config.dispatch,
         group_dispatch=dict(config.group_dispatch),
     ) as box:

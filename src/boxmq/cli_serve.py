@@ -34,6 +34,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         fsync=_typed(args.fsync),
         sweep_interval=args.sweep_interval,
         keep_processed=args.keep_processed,
+        polling=args.polling,
     )
 
 

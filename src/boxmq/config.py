@@ -7,6 +7,7 @@
     keep_processed = false           # true: what clients acknowledge stays in processed/
     dispatch = "round-robin"         # how the consumers of a queue or share group take turns
     log_level = "info"               # debug | info | warning | error
+    polling = false                  # true: never inotify (a root shared over NFS)
 
     [share_groups.etl]               # one table per share group that dispatches its own way
     dispatch = "least-in-flight"
@@ -104,6 +105,7 @@ class ServeConfig:
     dispatch: str = "round-robin"
     group_dispatch: tuple[tuple[str, str], ...] = ()  # (share group, strategy)
     log_level: str = "info"
+    polling: bool = False  # True: new files are found by polling, never inotify (NFS)
     security: Security = field(default_factory=Security)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     source: Path | None = None  # the file it was read from
@@ -119,6 +121,7 @@ class ServeConfig:
         fsync: str | None = None,
         sweep_interval: float | None = None,
         keep_processed: bool | None = None,
+        polling: bool | None = None,
         listeners: tuple[Listener, ...] | None = None,
     ) -> ServeConfig:
         """This configuration with what the user typed on the command line (None: not typed).
@@ -134,6 +137,8 @@ class ServeConfig:
             changed = dataclasses.replace(changed, sweep_interval=sweep_interval)
         if keep_processed is not None:
             changed = dataclasses.replace(changed, keep_processed=keep_processed)
+        if polling is not None:
+            changed = dataclasses.replace(changed, polling=polling)
         if listeners is not None:
             mqtt = dataclasses.replace(changed.mqtt, listeners=listeners)
             changed = dataclasses.replace(changed, mqtt=mqtt)
@@ -164,6 +169,7 @@ def load_config(
     dispatch = top.choice("dispatch", DISPATCH_STRATEGIES)
     group_dispatch = _share_groups(top.table("share_groups"))
     log_level = top.choice("log_level", LOG_LEVELS)
+    polling = top.boolean("polling")
     security = _security(top.table("security"), base.security)
     mqtt = _mqtt(top.table("mqtt"), base.mqtt)
     top.finish()
@@ -180,6 +186,7 @@ def load_config(
         dispatch=dispatch or base.dispatch,
         group_dispatch=group_dispatch or base.group_dispatch,
         log_level=log_level or base.log_level,
+        polling=base.polling if polling is None else polling,
         security=security,
         mqtt=mqtt,
         source=source,

@@ -67,3 +67,15 @@ def test_a_bad_config_file_is_one_line_naming_file_and_key(tmp_path: Path) -> No
         "(check its spelling and its table)\n"
     )
     assert not (tmp_path / "data").exists()
+
+
+def test_polling_from_the_file_and_a_typed_flag_over_it(tmp_path: Path) -> None:
+    config = tmp_path / "boxmq.toml"
+    config.write_text("polling = true\n")
+    flags = ("serve", "--config", str(config), "--mqtt", "127.0.0.1:0")
+    log = _serve_until_ready(*flags, cwd=tmp_path)
+    assert "new files found by polling" in log
+    log = _serve_until_ready(*flags, "--no-polling", cwd=tmp_path)
+    assert "new files found by inotify" in log
+    log = _serve_until_ready("serve", "--mqtt", "127.0.0.1:0", "--polling", cwd=tmp_path)
+    assert "new files found by polling" in log

@@ -48,6 +48,7 @@ def test_every_setting(tmp_path: Path) -> None:
         keep_processed = true
         dispatch = "sticky"
         log_level = "debug"
+        polling = true
 
         [share_groups.etl]
         dispatch = "least-in-flight"
@@ -75,6 +76,7 @@ def test_every_setting(tmp_path: Path) -> None:
     assert (config.dispatch, config.group_dispatch) == ("sticky", (("etl", "least-in-flight"),))
     assert config.log_level == "debug"
     assert config.logging_level == 10
+    assert config.polling is True
     assert config.mqtt.listeners == (Listener("0.0.0.0", 1884), Listener("127.0.0.1", 0))
     assert config.mqtt.limits == Limits(max_connections=7, connect_timeout=3.0)
     assert config.security == Security(tmp_path / "passwd", tmp_path / "acl", None)
@@ -101,6 +103,7 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("sweep_interval = 'soon'", "sweep_interval: bad duration 'soon'"),
         ("sweep_interval = 0", "sweep_interval: 0 is not a positive number of seconds"),
         ("keep_processed = 'yes'", "keep_processed: expected true or false, got a string"),
+        ("polling = 1", "polling: expected true or false, got an integer"),
         ("log_level = 'loud'", "log_level: 'loud' is not one of debug, info, warning, error"),
         ("dispatch = 'fair'", "dispatch: 'fair' is not one of round-robin, least-in-flight"),
         ("[share_groups.etl]\ndispatch = 'x'", "share_groups.etl.dispatch: 'x' is not one of"),
@@ -156,6 +159,10 @@ def test_flags_win_over_the_file(tmp_path: Path) -> None:
     assert flagged.mqtt.listeners == (Listener(port=2),)
     assert config.keep_processed is False  # a broker's default: acknowledged means gone
     assert config.override(keep_processed=True).keep_processed is True
+    assert config.polling is False  # inotify unless told
+    assert config.override(polling=True).polling is True
+    polled = load_config(_write(tmp_path, "polling = true\n"))
+    assert polled.override(polling=False).polling is False
     assert config.override() == config  # nothing typed, nothing changed
     with pytest.raises(InvalidArgument, match="fsync 'maybe'"):
         config.override(fsync="maybe")
