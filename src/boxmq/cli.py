@@ -350,6 +350,7 @@ def _serve(args: argparse.Namespace) -> int:
         fsync_interval=config.fsync_interval,
         keep_processed=config.keep_processed,
         polling=config.polling,
+        exactly_once=config.exactly_once,
         dispatch=config.dispatch,
         group_dispatch=dict(config.group_dispatch),
     ) as box:

@@ -20,6 +20,9 @@
     [mqtt.limits]                    # any field of boxmq.mqtt.settings.Limits
     max_connections = 1000
 
+    [exactly_once]                   # any limit of boxmq.core.ExactlyOnceLimits
+    max_message_size = 16777216      # (trusted_sources excepted)
+
     [security]
     password_file = "passwd"         # written by `boxmq passwd`
     acl_file = "acl"
@@ -44,7 +47,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from boxmq.config_table import Table
-from boxmq.core import Dispatch
+from boxmq.core import Dispatch, ExactlyOnceLimits
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
@@ -106,6 +109,7 @@ class ServeConfig:
     group_dispatch: tuple[tuple[str, str], ...] = ()  # (share group, strategy)
     log_level: str = "info"
     polling: bool = False  # True: new files are found by polling, never inotify (NFS)
+    exactly_once: ExactlyOnceLimits = field(default_factory=ExactlyOnceLimits)  # QoS 2 intake
     security: Security = field(default_factory=Security)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     source: Path | None = None  # the file it was read from
@@ -170,6 +174,7 @@ def load_config(
     group_dispatch = _share_groups(top.table("share_groups"))
     log_level = top.choice("log_level", LOG_LEVELS)
     polling = top.boolean("polling")
+    exactly_once = _exactly_once(top.table("exactly_once"), base.exactly_once)
     security = _security(top.table("security"), base.security)
     mqtt = _mqtt(top.table("mqtt"), base.mqtt)
     top.finish()
@@ -187,6 +192,7 @@ def load_config(
         group_dispatch=group_dispatch or base.group_dispatch,
         log_level=log_level or base.log_level,
         polling=base.polling if polling is None else polling,
+        exactly_once=exactly_once,
         security=security,
         mqtt=mqtt,
         source=source,
@@ -211,6 +217,32 @@ def _share_groups(table: Table) -> tuple[tuple[str, str], ...]:
             found.append((group, strategy))
     table.finish()
     return tuple(found)
+
+
+# What the exactly-once intake holds back (MQTT QoS 2, XMPP assured): counts and bytes are
+# integers, ttls seconds, all of them 0 or more; trusted_sources is not a limit of the file.
+_EXACTLY_ONCE_COUNTS: Final = (
+    "max_pending_per_source",
+    "max_pending_total",
+    "max_bytes_per_source",
+    "max_bytes_total",
+    "max_message_size",
+)
+_EXACTLY_ONCE_SECONDS: Final = ("pending_ttl", "done_ttl")
+
+
+def _exactly_once(table: Table, base: ExactlyOnceLimits) -> ExactlyOnceLimits:
+    values: dict[str, Any] = {}  # ints for counts, floats for seconds
+    for name in _EXACTLY_ONCE_COUNTS:
+        count = table.integer(name, low=0)
+        if count is not None:
+            values[name] = count
+    for name in _EXACTLY_ONCE_SECONDS:
+        seconds = table.seconds(name, zero=True)
+        if seconds is not None:
+            values[name] = seconds
+    table.finish()
+    return dataclasses.replace(base, **values)
 
 
 def _security(table: Table, base: Security) -> Security:

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boxmq.config import LIMITS_HIGHEST, Security, ServeConfig, load_config
+from boxmq.core import ExactlyOnceLimits
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile, set_password
@@ -64,6 +65,15 @@ def test_every_setting(tmp_path: Path) -> None:
         max_connections = 7
         connect_timeout = "3s"
 
+        [exactly_once]
+        max_pending_per_source = 5
+        max_pending_total = 0
+        max_bytes_per_source = 1000
+        max_bytes_total = 2000
+        max_message_size = 100
+        pending_ttl = "10m"
+        done_ttl = 0
+
         [security]
         password_file = "passwd"
         acl_file = "acl"
@@ -79,6 +89,15 @@ def test_every_setting(tmp_path: Path) -> None:
     assert config.polling is True
     assert config.mqtt.listeners == (Listener("0.0.0.0", 1884), Listener("127.0.0.1", 0))
     assert config.mqtt.limits == Limits(max_connections=7, connect_timeout=3.0)
+    assert config.exactly_once == ExactlyOnceLimits(
+        max_pending_per_source=5,
+        max_pending_total=0,
+        max_bytes_per_source=1000,
+        max_bytes_total=2000,
+        max_message_size=100,
+        pending_ttl=600.0,
+        done_ttl=0.0,
+    )
     assert config.security == Security(tmp_path / "passwd", tmp_path / "acl", None)
     assert isinstance(config.mqtt.authenticator, PasswordFile)
     assert isinstance(config.mqtt.authorizer, Acl)
@@ -126,6 +145,13 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[mqtt.limits]\nmax_keepalive = 65536", "max_keepalive: 65536 is out of range"),
         ("[mqtt.limits]\nmax_session_expiry = 4294967296", "from 1 to 4294967295"),
         ("[mqtt.limits]\nmax_packet_size = 268435456", "from 1 to 268435455"),
+        ("exactly_once = 1", "exactly_once: expected a table ([exactly_once]), got an integer"),
+        ("[exactly_once]\nmax_pending = 1", "exactly_once.max_pending: unknown key"),
+        ("[exactly_once]\nmax_message_size = -1", "exactly_once.max_message_size: -1 is out of"),
+        ("[exactly_once]\nmax_bytes_total = 1.5", "max_bytes_total: expected an integer, got a n"),
+        ("[exactly_once]\npending_ttl = -1", "exactly_once.pending_ttl: -1 is not 0 or more sec"),
+        ("[exactly_once]\ndone_ttl = 'later'", "exactly_once.done_ttl: bad duration 'later'"),
+        ("[exactly_once]\ntrusted_sources = []", "exactly_once.trusted_sources: unknown key"),
         ("[security]\nallow_anonymous = 'yes'", "allow_anonymous: expected true or false"),
         ("[security]\npassword_file = ''", "password_file: expected a file name, got an empty"),
         ("[security]\nallow_anonymous = false", "allow_anonymous = false needs a password_file"),
