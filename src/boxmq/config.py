@@ -52,7 +52,7 @@ from boxmq.errors import InvalidArgument
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
 from boxmq.mqtt.settings import Authenticator, Authorizer, Limits, Listener, MqttSettings
-from boxmq.mqtt.tls import server_context
+from boxmq.mqtt.tls import TlsFileError, server_context
 
 __all__ = ["Security", "ServeConfig", "load_config", "mqtt_settings"]
 
@@ -294,8 +294,8 @@ def _tls(table: Table) -> ssl.SSLContext:
         raise table.error("cert", "a TLS listener needs a certificate file")
     try:
         return server_context(cert, key, ca=ca, require_client_cert=require is not False)
-    except InvalidArgument as error:
-        raise table.error("cert", str(error)) from None
+    except TlsFileError as error:
+        raise table.error(error.setting, str(error)) from None
 
 
 def _limits(table: Table, base: Limits) -> Limits:

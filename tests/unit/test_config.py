@@ -236,6 +236,33 @@ def test_a_tls_listener_gets_a_context_and_port_8883(tmp_path: Path) -> None:
         load_config(bad)
 
 
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_a_tls_error_names_the_key_of_the_file_at_fault(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-days", "1", "-subj", "/CN=localhost",
+             "-keyout", str(tmp_path / f"{name}.key"), "-out", str(tmp_path / f"{name}.crt")],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+    (tmp_path / "junk.pem").write_text("not pem\n")
+    cases = [
+        ("cert = 'none.crt', key = 'a.key'", "tls.cert: TLS certificate file"),
+        ("cert = 'junk.pem', key = 'a.key'", "tls.cert: TLS certificate file"),
+        ("cert = 'a.crt', key = 'none.key'", "tls.key: TLS key file"),
+        ("cert = 'a.crt', key = 'junk.pem'", "tls.key: TLS key file"),
+        ("cert = 'a.crt', key = 'b.key'", "tls.key: TLS key"),  # not a.crt's key
+        ("cert = 'a.crt'", "tls.cert: TLS key file"),  # no key in the certificate's file
+        ("cert = 'a.crt', key = 'a.key', ca = 'none.pem'", "tls.ca: TLS CA file"),
+        ("cert = 'a.crt', key = 'a.key', ca = 'junk.pem'", "tls.ca: TLS CA file"),
+    ]
+    for tls, message in cases:
+        path = _write(tmp_path, f"[[mqtt.listener]]\ntls = {{ {tls} }}\n")
+        with pytest.raises(InvalidArgument) as caught:
+            load_config(path)
+        assert f"{path}: mqtt.listener[1].{message}" in str(caught.value), tls
+
+
 def test_the_example_in_the_repository_loads() -> None:
     config = load_config(REPO / "boxmq.example.toml")
     assert config.mqtt.listeners == (Listener("127.0.0.1", 1883),)
