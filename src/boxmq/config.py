@@ -113,6 +113,7 @@ class ServeConfig:
     security: Security = field(default_factory=Security)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     source: Path | None = None  # the file it was read from
+    listeners_from_file: bool = False  # mqtt.listeners are the file's [[mqtt.listener]] tables
 
     @property
     def logging_level(self) -> int:
@@ -145,7 +146,7 @@ class ServeConfig:
             changed = dataclasses.replace(changed, polling=polling)
         if listeners is not None:
             mqtt = dataclasses.replace(changed.mqtt, listeners=listeners)
-            changed = dataclasses.replace(changed, mqtt=mqtt)
+            changed = dataclasses.replace(changed, mqtt=mqtt, listeners_from_file=False)
         return changed
 
 
@@ -165,6 +166,7 @@ def load_config(
     except tomllib.TOMLDecodeError as error:
         raise InvalidArgument(f"{source}: not valid TOML: {error}") from None
     top = Table(document, source=source)
+    listed = isinstance(document.get("mqtt"), dict) and bool(document["mqtt"].get("listener"))
     data = top.path("data")
     fsync = top.choice("fsync", FSYNC_POLICIES)
     fsync_interval = top.seconds("fsync_interval")
@@ -196,6 +198,7 @@ def load_config(
         security=security,
         mqtt=mqtt,
         source=source,
+        listeners_from_file=listed,
     )
 
 

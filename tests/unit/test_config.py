@@ -268,4 +268,6 @@ def test_the_example_in_the_repository_loads() -> None:
     assert config.mqtt.listeners == (Listener("127.0.0.1", 1883),)
     assert config.mqtt.limits == Limits()  # it says "the values shown are the defaults"
     defaults = ServeConfig(data=REPO / "data")  # "./data", from the file's folder
-    assert dataclasses.replace(config, mqtt=ServeConfig().mqtt, source=None) == defaults
+    assert config.listeners_from_file  # it lists one: a bind error names mqtt.listener[1]
+    unlisted = dataclasses.replace(config, mqtt=ServeConfig().mqtt, listeners_from_file=False)
+    assert dataclasses.replace(unlisted, source=None) == defaults
