@@ -21,7 +21,7 @@ from typing import Any
 import boxmq
 from boxmq import cli_passwd
 from boxmq.cli_args import parse_duration, parse_property
-from boxmq.cli_serve import Default, describe_security, serve_config
+from boxmq.cli_serve import Default, describe_security, listener_setting, serve_config
 from boxmq.client import Box, Message, Peeked, QueueCounts
 from boxmq.client.lifecycle import shown
 from boxmq.errors import BoxMQError, Conflict, InvalidArgument, QueueNotFound
@@ -86,10 +86,11 @@ def _check_root(path: str) -> None:
         )
 
 
-def _os_error(error: OSError, data: str) -> str:
-    """One line for an error of the system: what failed, where, and what to change."""
+def _os_error(error: OSError, data: str, *, listener: str = "--mqtt HOST:PORT") -> str:
+    """One line for an error of the system: what failed, where, and what to change.
+    `listener`: the setting a listener that cannot bind came from."""
     what = error.strerror or str(error)
-    hint = _HINTS_BY_ERRNO.get(error.errno or 0, "")
+    hint = _HINTS_BY_ERRNO.get(error.errno or 0, "").format(listener=listener)
     if error.filename is None:  # e.g. a listener: asyncio names the address in strerror
         return f"{what}{hint}"
     where = os.fsdecode(error.filename)
@@ -114,9 +115,8 @@ _HINTS_BY_ERRNO = {
     errno.ENOENT: ": it does not exist and cannot be made here",
     errno.ENOSPC: ": the disk is full; free some space",
     errno.EDQUOT: ": the disk quota is used up; free some space",
-    errno.EADDRINUSE: " (another program listens there: stop it, or choose another --mqtt "
-    "HOST:PORT)",
-    errno.EADDRNOTAVAIL: " (this machine has no such address: choose another --mqtt HOST:PORT)",
+    errno.EADDRINUSE: " (another program listens there: stop it, or choose another {listener})",
+    errno.EADDRNOTAVAIL: " (this machine has no such address: choose another {listener})",
 }
 
 
@@ -169,6 +169,12 @@ def _parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="keep what MQTT and XMPP clients acknowledge in processed/ (default: delete it)",
+    )
+    p.add_argument(
+        "--polling",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="find new files by polling, never inotify (a root shared over NFS)",
     )
     p.add_argument(
         "--mqtt",
@@ -348,6 +354,8 @@ def _serve(args: argparse.Namespace) -> int:
         fsync=config.fsync,
         fsync_interval=config.fsync_interval,
         keep_processed=config.keep_processed,
+        polling=config.polling,
+        exactly_once=config.exactly_once,
         dispatch=config.dispatch,
         group_dispatch=dict(config.group_dispatch),
     ) as box:
@@ -360,7 +368,14 @@ def _serve(args: argparse.Namespace) -> int:
             lock_timeout=args.xmpp_lock_timeout,
             environ=os.environ,
         )
-        run(serve(box, sweep_interval=config.sweep_interval, mqtt=mqtt, xmpp=xmpp))
+        try:
+            run(serve(box, sweep_interval=config.sweep_interval, mqtt=mqtt, xmpp=xmpp))
+        except OSError as error:
+            if error.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
+                raise
+            # The same line `main` prints, with the setting the listener came from.
+            setting = listener_setting(args, config, error.strerror or "")
+            raise InvalidArgument(_os_error(error, str(config.data), listener=setting)) from None
     return 0
 
 

@@ -13,7 +13,7 @@ from boxmq.config import ServeConfig, load_config
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
 
-__all__ = ["Default", "describe_security", "serve_config"]
+__all__ = ["Default", "describe_security", "listener_setting", "serve_config"]
 
 
 class Default(str):
@@ -34,7 +34,21 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         fsync=_typed(args.fsync),
         sweep_interval=args.sweep_interval,
         keep_processed=args.keep_processed,
+        polling=args.polling,
     )
+
+
+def listener_setting(args: argparse.Namespace, config: ServeConfig, problem: str) -> str:
+    """Where the MQTT listener named in `problem` (asyncio's bind error, which shows the
+    address as `('127.0.0.1', 1883)`) was set: a flag, a table of the file, or the default."""
+    if args.mqtt:
+        return "--mqtt HOST:PORT"
+    if config.listeners_from_file:
+        listeners = config.mqtt.listeners
+        named = [i for i, o in enumerate(listeners, 1) if repr((o.host, o.port)) in problem]
+        table = f"mqtt.listener[{named[0]}]" if len(named) == 1 else "[[mqtt.listener]]"
+        return f"{table} in {config.source}"
+    return "--mqtt HOST:PORT (or [[mqtt.listener]] in a --config file)"
 
 
 def describe_security(config: ServeConfig) -> list[str]:

@@ -7,6 +7,7 @@
     keep_processed = false           # true: what clients acknowledge stays in processed/
     dispatch = "round-robin"         # how the consumers of a queue or share group take turns
     log_level = "info"               # debug | info | warning | error
+    polling = false                  # true: never inotify (a root shared over NFS)
 
     [share_groups.etl]               # one table per share group that dispatches its own way
     dispatch = "least-in-flight"
@@ -18,6 +19,9 @@
 
     [mqtt.limits]                    # any field of boxmq.mqtt.settings.Limits
     max_connections = 1000
+
+    [exactly_once]                   # any limit of boxmq.core.ExactlyOnceLimits
+    max_message_size = 16777216      # (trusted_sources excepted)
 
     [security]
     password_file = "passwd"         # written by `boxmq passwd`
@@ -43,12 +47,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from boxmq.config_table import Table
-from boxmq.core import Dispatch
+from boxmq.core import Dispatch, ExactlyOnceLimits
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
 from boxmq.mqtt.settings import Authenticator, Authorizer, Limits, Listener, MqttSettings
-from boxmq.mqtt.tls import server_context
+from boxmq.mqtt.tls import TlsFileError, server_context
 
 __all__ = ["Security", "ServeConfig", "load_config", "mqtt_settings"]
 
@@ -104,9 +108,12 @@ class ServeConfig:
     dispatch: str = "round-robin"
     group_dispatch: tuple[tuple[str, str], ...] = ()  # (share group, strategy)
     log_level: str = "info"
+    polling: bool = False  # True: new files are found by polling, never inotify (NFS)
+    exactly_once: ExactlyOnceLimits = field(default_factory=ExactlyOnceLimits)  # QoS 2 intake
     security: Security = field(default_factory=Security)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     source: Path | None = None  # the file it was read from
+    listeners_from_file: bool = False  # mqtt.listeners are the file's [[mqtt.listener]] tables
 
     @property
     def logging_level(self) -> int:
@@ -119,6 +126,7 @@ class ServeConfig:
         fsync: str | None = None,
         sweep_interval: float | None = None,
         keep_processed: bool | None = None,
+        polling: bool | None = None,
         listeners: tuple[Listener, ...] | None = None,
     ) -> ServeConfig:
         """This configuration with what the user typed on the command line (None: not typed).
@@ -134,9 +142,11 @@ class ServeConfig:
             changed = dataclasses.replace(changed, sweep_interval=sweep_interval)
         if keep_processed is not None:
             changed = dataclasses.replace(changed, keep_processed=keep_processed)
+        if polling is not None:
+            changed = dataclasses.replace(changed, polling=polling)
         if listeners is not None:
             mqtt = dataclasses.replace(changed.mqtt, listeners=listeners)
-            changed = dataclasses.replace(changed, mqtt=mqtt)
+            changed = dataclasses.replace(changed, mqtt=mqtt, listeners_from_file=False)
         return changed
 
 
@@ -156,6 +166,7 @@ def load_config(
     except tomllib.TOMLDecodeError as error:
         raise InvalidArgument(f"{source}: not valid TOML: {error}") from None
     top = Table(document, source=source)
+    listed = isinstance(document.get("mqtt"), dict) and bool(document["mqtt"].get("listener"))
     data = top.path("data")
     fsync = top.choice("fsync", FSYNC_POLICIES)
     fsync_interval = top.seconds("fsync_interval")
@@ -164,6 +175,8 @@ def load_config(
     dispatch = top.choice("dispatch", DISPATCH_STRATEGIES)
     group_dispatch = _share_groups(top.table("share_groups"))
     log_level = top.choice("log_level", LOG_LEVELS)
+    polling = top.boolean("polling")
+    exactly_once = _exactly_once(top.table("exactly_once"), base.exactly_once)
     security = _security(top.table("security"), base.security)
     mqtt = _mqtt(top.table("mqtt"), base.mqtt)
     top.finish()
@@ -180,9 +193,12 @@ def load_config(
         dispatch=dispatch or base.dispatch,
         group_dispatch=group_dispatch or base.group_dispatch,
         log_level=log_level or base.log_level,
+        polling=base.polling if polling is None else polling,
+        exactly_once=exactly_once,
         security=security,
         mqtt=mqtt,
         source=source,
+        listeners_from_file=listed,
     )
 
 
@@ -204,6 +220,32 @@ def _share_groups(table: Table) -> tuple[tuple[str, str], ...]:
             found.append((group, strategy))
     table.finish()
     return tuple(found)
+
+
+# What the exactly-once intake holds back (MQTT QoS 2, XMPP assured): counts and bytes are
+# integers, ttls seconds, all of them 0 or more; trusted_sources is not a limit of the file.
+_EXACTLY_ONCE_COUNTS: Final = (
+    "max_pending_per_source",
+    "max_pending_total",
+    "max_bytes_per_source",
+    "max_bytes_total",
+    "max_message_size",
+)
+_EXACTLY_ONCE_SECONDS: Final = ("pending_ttl", "done_ttl")
+
+
+def _exactly_once(table: Table, base: ExactlyOnceLimits) -> ExactlyOnceLimits:
+    values: dict[str, Any] = {}  # ints for counts, floats for seconds
+    for name in _EXACTLY_ONCE_COUNTS:
+        count = table.integer(name, low=0)
+        if count is not None:
+            values[name] = count
+    for name in _EXACTLY_ONCE_SECONDS:
+        seconds = table.seconds(name, zero=True)
+        if seconds is not None:
+            values[name] = seconds
+    table.finish()
+    return dataclasses.replace(base, **values)
 
 
 def _security(table: Table, base: Security) -> Security:
@@ -255,8 +297,8 @@ def _tls(table: Table) -> ssl.SSLContext:
         raise table.error("cert", "a TLS listener needs a certificate file")
     try:
         return server_context(cert, key, ca=ca, require_client_cert=require is not False)
-    except InvalidArgument as error:
-        raise table.error("cert", str(error)) from None
+    except TlsFileError as error:
+        raise table.error(error.setting, str(error)) from None
 
 
 def _limits(table: Table, base: Limits) -> Limits:

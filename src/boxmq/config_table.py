@@ -70,8 +70,9 @@ class Table:
             raise self.error(key, f"{value} is out of range: use {bounds}")
         return value
 
-    def seconds(self, key: str) -> float | None:
-        """A positive number of seconds, or a duration string ("500ms", "30s", "10m")."""
+    def seconds(self, key: str, *, zero: bool = False) -> float | None:
+        """A positive number of seconds (`zero`: or 0), or a duration string ("500ms", "30s",
+        "10m")."""
         value = self._take(key)
         if value is None:
             return None
@@ -82,7 +83,9 @@ class Table:
                 raise self.error(key, str(error)) from None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.error(key, f"expected seconds (a number or '30s'), got {_kind(value)}")
-        if not math.isfinite(value) or value <= 0:
+        if zero and (not math.isfinite(value) or value < 0):
+            raise self.error(key, f"{value} is not 0 or more seconds")
+        if not zero and (not math.isfinite(value) or value <= 0):
             raise self.error(key, f"{value} is not a positive number of seconds")
         return float(value)
 

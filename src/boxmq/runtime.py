@@ -85,6 +85,10 @@ async def serve(
         box.fsync.value,
         "kept in processed/" if box.options.keep_processed else "deleted (keep_processed = false)",
     )
+    if box.options.polling:
+        log.info("new files found by polling (never inotify, as for a root shared over NFS)")
+    else:
+        log.info("new files found by inotify where the kernel gives it, else by polling")
     log.info("recovering: releasing locks of dead processes, cleaning abandoned files")
     await _sweep_once(box)
     doors = []

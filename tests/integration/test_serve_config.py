@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -67,3 +68,36 @@ def test_a_bad_config_file_is_one_line_naming_file_and_key(tmp_path: Path) -> No
         "(check its spelling and its table)\n"
     )
     assert not (tmp_path / "data").exists()
+
+
+def test_polling_from_the_file_and_a_typed_flag_over_it(tmp_path: Path) -> None:
+    config = tmp_path / "boxmq.toml"
+    config.write_text("polling = true\n")
+    flags = ("serve", "--config", str(config), "--mqtt", "127.0.0.1:0")
+    log = _serve_until_ready(*flags, cwd=tmp_path)
+    assert "new files found by polling" in log
+    log = _serve_until_ready(*flags, "--no-polling", cwd=tmp_path)
+    assert "new files found by inotify" in log
+    log = _serve_until_ready("serve", "--mqtt", "127.0.0.1:0", "--polling", cwd=tmp_path)
+    assert "new files found by polling" in log
+
+
+def test_a_port_in_use_names_the_setting_it_came_from(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "boxmq.toml"
+        config.write_text(f"[[mqtt.listener]]\nport = 0\n\n[[mqtt.listener]]\nport = {port}\n")
+        done = subprocess.run(
+            [sys.executable, "-m", "boxmq.cli", "serve", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+    assert done.returncode == 1
+    assert f"('127.0.0.1', {port})" in done.stderr
+    assert f"choose another mqtt.listener[2] in {config}" in done.stderr
+    assert "--mqtt" not in done.stderr
+    assert "Traceback" not in done.stderr

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boxmq.config import LIMITS_HIGHEST, Security, ServeConfig, load_config
+from boxmq.core import ExactlyOnceLimits
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile, set_password
@@ -48,6 +49,7 @@ def test_every_setting(tmp_path: Path) -> None:
         keep_processed = true
         dispatch = "sticky"
         log_level = "debug"
+        polling = true
 
         [share_groups.etl]
         dispatch = "least-in-flight"
@@ -63,6 +65,15 @@ def test_every_setting(tmp_path: Path) -> None:
         max_connections = 7
         connect_timeout = "3s"
 
+        [exactly_once]
+        max_pending_per_source = 5
+        max_pending_total = 0
+        max_bytes_per_source = 1000
+        max_bytes_total = 2000
+        max_message_size = 100
+        pending_ttl = "10m"
+        done_ttl = 0
+
         [security]
         password_file = "passwd"
         acl_file = "acl"
@@ -75,8 +86,18 @@ def test_every_setting(tmp_path: Path) -> None:
     assert (config.dispatch, config.group_dispatch) == ("sticky", (("etl", "least-in-flight"),))
     assert config.log_level == "debug"
     assert config.logging_level == 10
+    assert config.polling is True
     assert config.mqtt.listeners == (Listener("0.0.0.0", 1884), Listener("127.0.0.1", 0))
     assert config.mqtt.limits == Limits(max_connections=7, connect_timeout=3.0)
+    assert config.exactly_once == ExactlyOnceLimits(
+        max_pending_per_source=5,
+        max_pending_total=0,
+        max_bytes_per_source=1000,
+        max_bytes_total=2000,
+        max_message_size=100,
+        pending_ttl=600.0,
+        done_ttl=0.0,
+    )
     assert config.security == Security(tmp_path / "passwd", tmp_path / "acl", None)
     assert isinstance(config.mqtt.authenticator, PasswordFile)
     assert isinstance(config.mqtt.authorizer, Acl)
@@ -101,6 +122,7 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("sweep_interval = 'soon'", "sweep_interval: bad duration 'soon'"),
         ("sweep_interval = 0", "sweep_interval: 0 is not a positive number of seconds"),
         ("keep_processed = 'yes'", "keep_processed: expected true or false, got a string"),
+        ("polling = 1", "polling: expected true or false, got an integer"),
         ("log_level = 'loud'", "log_level: 'loud' is not one of debug, info, warning, error"),
         ("dispatch = 'fair'", "dispatch: 'fair' is not one of round-robin, least-in-flight"),
         ("[share_groups.etl]\ndispatch = 'x'", "share_groups.etl.dispatch: 'x' is not one of"),
@@ -123,6 +145,13 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[mqtt.limits]\nmax_keepalive = 65536", "max_keepalive: 65536 is out of range"),
         ("[mqtt.limits]\nmax_session_expiry = 4294967296", "from 1 to 4294967295"),
         ("[mqtt.limits]\nmax_packet_size = 268435456", "from 1 to 268435455"),
+        ("exactly_once = 1", "exactly_once: expected a table ([exactly_once]), got an integer"),
+        ("[exactly_once]\nmax_pending = 1", "exactly_once.max_pending: unknown key"),
+        ("[exactly_once]\nmax_message_size = -1", "exactly_once.max_message_size: -1 is out of"),
+        ("[exactly_once]\nmax_bytes_total = 1.5", "max_bytes_total: expected an integer, got a n"),
+        ("[exactly_once]\npending_ttl = -1", "exactly_once.pending_ttl: -1 is not 0 or more sec"),
+        ("[exactly_once]\ndone_ttl = 'later'", "exactly_once.done_ttl: bad duration 'later'"),
+        ("[exactly_once]\ntrusted_sources = []", "exactly_once.trusted_sources: unknown key"),
         ("[security]\nallow_anonymous = 'yes'", "allow_anonymous: expected true or false"),
         ("[security]\npassword_file = ''", "password_file: expected a file name, got an empty"),
         ("[security]\nallow_anonymous = false", "allow_anonymous = false needs a password_file"),
@@ -156,6 +185,10 @@ def test_flags_win_over_the_file(tmp_path: Path) -> None:
     assert flagged.mqtt.listeners == (Listener(port=2),)
     assert config.keep_processed is False  # a broker's default: acknowledged means gone
     assert config.override(keep_processed=True).keep_processed is True
+    assert config.polling is False  # inotify unless told
+    assert config.override(polling=True).polling is True
+    polled = load_config(_write(tmp_path, "polling = true\n"))
+    assert polled.override(polling=False).polling is False
     assert config.override() == config  # nothing typed, nothing changed
     with pytest.raises(InvalidArgument, match="fsync 'maybe'"):
         config.override(fsync="maybe")
@@ -203,9 +236,38 @@ def test_a_tls_listener_gets_a_context_and_port_8883(tmp_path: Path) -> None:
         load_config(bad)
 
 
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_a_tls_error_names_the_key_of_the_file_at_fault(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-days", "1", "-subj", "/CN=localhost",
+             "-keyout", str(tmp_path / f"{name}.key"), "-out", str(tmp_path / f"{name}.crt")],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+    (tmp_path / "junk.pem").write_text("not pem\n")
+    cases = [
+        ("cert = 'none.crt', key = 'a.key'", "tls.cert: TLS certificate file"),
+        ("cert = 'junk.pem', key = 'a.key'", "tls.cert: TLS certificate file"),
+        ("cert = 'a.crt', key = 'none.key'", "tls.key: TLS key file"),
+        ("cert = 'a.crt', key = 'junk.pem'", "tls.key: TLS key file"),
+        ("cert = 'a.crt', key = 'b.key'", "tls.key: TLS key"),  # not a.crt's key
+        ("cert = 'a.crt'", "tls.cert: TLS key file"),  # no key in the certificate's file
+        ("cert = 'a.crt', key = 'a.key', ca = 'none.pem'", "tls.ca: TLS CA file"),
+        ("cert = 'a.crt', key = 'a.key', ca = 'junk.pem'", "tls.ca: TLS CA file"),
+    ]
+    for tls, message in cases:
+        path = _write(tmp_path, f"[[mqtt.listener]]\ntls = {{ {tls} }}\n")
+        with pytest.raises(InvalidArgument) as caught:
+            load_config(path)
+        assert f"{path}: mqtt.listener[1].{message}" in str(caught.value), tls
+
+
 def test_the_example_in_the_repository_loads() -> None:
     config = load_config(REPO / "boxmq.example.toml")
     assert config.mqtt.listeners == (Listener("127.0.0.1", 1883),)
     assert config.mqtt.limits == Limits()  # it says "the values shown are the defaults"
     defaults = ServeConfig(data=REPO / "data")  # "./data", from the file's folder
-    assert dataclasses.replace(config, mqtt=ServeConfig().mqtt, source=None) == defaults
+    assert config.listeners_from_file  # it lists one: a bind error names mqtt.listener[1]
+    unlisted = dataclasses.replace(config, mqtt=ServeConfig().mqtt, listeners_from_file=False)
+    assert dataclasses.replace(unlisted, source=None) == defaults

@@ -189,7 +189,12 @@ class Broker:
     def opened(self, link: Link) -> bool:
         """A socket was accepted; False if over max_connections (close it)."""
         if len(self._clients) >= self.limits.max_connections:
-            log.warning("%s refused: %d connections already", link.peer, len(self._clients))
+            log.warning(
+                "%s refused: %d connection(s) already, [mqtt.limits] max_connections = %d",
+                link.peer,
+                len(self._clients),
+                self.limits.max_connections,
+            )
             return False
         self._clients[link] = _Client(link, self._clock.now())
         return True

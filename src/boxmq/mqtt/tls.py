@@ -14,20 +14,29 @@ from pathlib import Path
 
 from boxmq.errors import InvalidArgument
 
-__all__ = ["server_context"]
+__all__ = ["TlsFileError", "server_context"]
+
+
+class TlsFileError(InvalidArgument):
+    """A TLS file that cannot serve; `setting` names the argument at fault: "cert", "key"
+    or "ca" (a config file reports it under that key)."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 def _readable(path: Path, what: str, setting: str) -> Path:
     if not path.is_file():
-        raise InvalidArgument(f"TLS {what} file {path} does not exist: fix `{setting}`")
+        raise TlsFileError(setting, f"TLS {what} file {path} does not exist: fix `{setting}`")
     if not os.access(path, os.R_OK):
-        raise InvalidArgument(f"TLS {what} file {path} is not readable by this user")
+        raise TlsFileError(setting, f"TLS {what} file {path} is not readable by this user")
     return path
 
 
 def _refuse_encrypted_key() -> str:
     # Never prompt on a terminal: the broker may run under a service manager.
-    raise InvalidArgument("the TLS key is encrypted with a passphrase: give an unencrypted key")
+    raise TlsFileError("key", "the TLS key is encrypted with a passphrase: give an unencrypted key")
 
 
 def _check_certificate(path: Path) -> None:
@@ -35,23 +44,26 @@ def _check_certificate(path: Path) -> None:
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_verify_locations(cafile=path)
     except ssl.SSLError:
-        raise InvalidArgument(
+        raise TlsFileError(
+            "cert",
             f"TLS certificate file {path} holds no PEM certificate "
-            "(expected a -----BEGIN CERTIFICATE----- block)"
+            "(expected a -----BEGIN CERTIFICATE----- block)",
         ) from None
 
 
-def _check_key(path: Path) -> None:
+def _check_key(path: Path, setting: str) -> None:
     text = path.read_text(encoding="ascii", errors="replace")
     if "ENCRYPTED" in text:
-        raise InvalidArgument(
+        raise TlsFileError(
+            setting,
             f"TLS key {path} is encrypted with a passphrase: the broker starts unattended, "
-            "so give it an unencrypted key (openssl pkey -in KEY -out NEW_KEY)"
+            "so give it an unencrypted key (openssl pkey -in KEY -out NEW_KEY)",
         )
     if "PRIVATE KEY-----" not in text:
-        raise InvalidArgument(
+        raise TlsFileError(
+            setting,
             f"TLS key file {path} holds no PEM private key "
-            "(expected a -----BEGIN PRIVATE KEY----- block)"
+            "(expected a -----BEGIN PRIVATE KEY----- block)",
         )
 
 
@@ -67,26 +79,29 @@ def server_context(
     client certificates."""
     cert_path = _readable(Path(cert), "certificate", "cert")
     key_path = _readable(Path(key), "key", "key") if key is not None else cert_path
+    key_setting = "key" if key is not None else "cert"  # None: the key is in the cert file
     _check_certificate(cert_path)
-    _check_key(key_path)
+    _check_key(key_path, key_setting)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         context.load_cert_chain(cert_path, key_path, password=_refuse_encrypted_key)
     except ssl.SSLError as error:
         # KEY_VALUES_MISMATCH (same key type) or NO_CERTIFICATE_ASSIGNED (another type).
-        raise InvalidArgument(
+        raise TlsFileError(
+            key_setting,
             f"TLS key {key_path} does not belong to the certificate {cert_path} "
-            f"(OpenSSL: {error.reason or error})"
+            f"(OpenSSL: {error.reason or error})",
         ) from None
     if ca is not None:
         ca_path = _readable(Path(ca), "CA", "ca")
         try:
             context.load_verify_locations(cafile=ca_path)
         except ssl.SSLError:
-            raise InvalidArgument(
+            raise TlsFileError(
+                "ca",
                 f"TLS CA file {ca_path} holds no PEM certificate "
-                "(expected a -----BEGIN CERTIFICATE----- block)"
+                "(expected a -----BEGIN CERTIFICATE----- block)",
             ) from None
         context.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
     return context

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.integration.mqtt.clients import paho, start_server
+from tests.integration.mqtt.clients import paho, serve_fresh, start_server, stop_process
+from tests.integration.mqtt.raw import open_raw, publish_qos2, read
 
 from boxmq.config import LIMITS_HIGHEST, load_config
 
@@ -27,3 +28,24 @@ def test_limits_at_the_highest_values_the_file_accepts(tmp_path: Path, v5: bool)
         pub.stop()
     finally:
         running.shutdown()
+
+
+def test_exactly_once_limits_from_the_file_reach_the_qos2_intake(tmp_path: Path) -> None:
+    """`[exactly_once] max_message_size` in `boxmq serve`'s file: a bigger QoS 2 PUBLISH is
+    refused with PUBREC 0x95 (Packet too large), a smaller one is stored (PUBREC 0x00)."""
+    config = tmp_path / "boxmq.toml"
+    config.write_text("[exactly_once]\nmax_message_size = 10\n")
+    address, process = serve_fresh(tmp_path, "--config", str(config))
+    try:
+        sock, _ = open_raw(address, "raw-pub")
+        with sock:
+            sock.sendall(publish_qos2("eo/big", 1, b"eleven byte"))
+            kind, body = read(sock)
+            assert (kind, body[:3]) == (0x50, b"\x00\x01\x95")  # PUBREC: packet too large
+            assert b"over max_message_size (10)" in body  # its Reason String
+            sock.sendall(publish_qos2("eo/small", 2, b"ten bytes!"))
+            kind, body = read(sock)
+            assert (kind, body[:2]) == (0x50, b"\x00\x02")
+            assert body[2:3] in (b"", b"\x00")  # success
+    finally:
+        stop_process(process)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import socket
 from collections.abc import Iterator
@@ -97,7 +98,8 @@ def test_publish_refused_with_puback_0x87_and_not_delivered(guarded: RunningServ
     assert reader.nothing(0.3)
 
 
-def test_max_connections(tmp_path: Path) -> None:
+def test_max_connections(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="boxmq.mqtt")
     running = start_server(tmp_path / "root", MqttSettings(limits=Limits(max_connections=1)))
     try:
         first = paho(running, "one")
@@ -108,3 +110,6 @@ def test_max_connections(tmp_path: Path) -> None:
         first.stop()
     finally:
         running.shutdown()
+    [refused] = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    # The operator reads which setting to raise, as the config file spells it.
+    assert refused.endswith("refused: 1 connection(s) already, [mqtt.limits] max_connections = 1")
