@@ -714,9 +714,13 @@ class Broker:
 
         def send() -> None:
             self._wills.pop(client_id, None)
-            self._publish_will(client_id, username, will)
             record = read_record(self.box.root, client_id)
-            if record is not None and record.holder is None and record.will_due == due:
+            ours = record is not None and record.holder is None and record.will_due == due
+            if record is not None and not ours and record.holder != self._token:
+                return  # its client came back to another broker on this root (or left it again)
+            self._publish_will(client_id, username, will)
+            if ours:
+                assert record is not None
                 self._will_sent(record)
             self.flush()
 
