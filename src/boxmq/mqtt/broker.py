@@ -150,6 +150,21 @@ def _tell_will_lost(client_id: str, topic: str, written: Future[None]) -> None:
     )
 
 
+def _will_delay(will: Will, expiry: int) -> int:
+    """Seconds from the close of its connection to a Will: its Will Delay Interval, but no
+    later than the end of the session (MQTT 5.0 §3.1.3.2.2); at once if that ends with it."""
+    delay = will.properties.will_delay_interval or 0
+    return delay if expiry == NEVER else min(delay, expiry)
+
+
+def _same_away(record: SessionRecord | None, scheduled: SessionRecord) -> bool:
+    """Whether `record` is still the session away that `scheduled` was (its Will sent since
+    or not): its client has not come back."""
+    if record is None:
+        return False
+    return replace(record, will=None, will_due=None) == replace(scheduled, will=None, will_due=None)
+
+
 def _name_of(client: _Client) -> str:
     session = client.session
     return client.link.peer if session is None else f"client {session.client_id}"
@@ -226,11 +241,17 @@ class Broker:
         del self._links[session.client_id]
         session.connected = False
         log.info("client %s disconnected (%s)", session.client_id, reason)
-        if not client.clean_exit and session.will is not None:
-            self._schedule_will(session)
+        will = None if client.clean_exit else session.will
         session.will = None
+        due = None if will is None else self._schedule_will(session, will)
         if session.persistent:
-            self._save_session(session, disconnected_at=self._clock.now())
+            # A Will waiting out its delay is written down: a restart sends it (resume_expiries).
+            self._save_session(
+                session,
+                disconnected_at=self._clock.now(),
+                will=None if due is None else will,
+                will_due=due,
+            )
             self._schedule_expiry(session)
         else:
             self._end_session(session)
@@ -554,9 +575,18 @@ class Broker:
         self._drop_unreleased(client_id)
         remove_record(self.box.root, client_id)
 
-    def _save_session(self, session: Session, *, disconnected_at: float | None = None) -> None:
-        """Write what a restart needs to end the session on time and to send its messages as
-        they were subscribed (session_record.py). A failure costs only that, so it is logged."""
+    def _save_session(
+        self,
+        session: Session,
+        *,
+        disconnected_at: float | None = None,
+        will: Will | None = None,
+        will_due: float | None = None,
+    ) -> None:
+        """Write what a restart needs to end the session on time, to send its messages as
+        they were subscribed, and to send its Will (session_record.py). Connected: the Will is
+        the connection's; closed (`disconnected_at`), `will` is the one still to be sent, at
+        `will_due`. A failure costs only that, so it is logged."""
         record = SessionRecord(
             session.client_id,
             session.expiry,
@@ -567,6 +597,9 @@ class Broker:
                 for text, options in session.subscriptions.items()
                 if options.durable
             },
+            username=session.username,
+            will=session.will if disconnected_at is None else will,
+            will_due=will_due,
         )
         try:
             write_record(self.box.root, record)
@@ -580,6 +613,8 @@ class Broker:
         now = self._clock.now()
         for found in read_records(self.box.root):
             record = self._away_since_restart(found, now)
+            if record is not None and record.will_due is not None:
+                self._resume_will(record, now)  # first: a Will due with the end goes before it
             deadline = None if record is None else record.deadline()
             if record is None or deadline is None:
                 continue
@@ -602,6 +637,8 @@ class Broker:
         # connection closed with it, and the restart is the first moment known after that (MQTT
         # 5.0 §3.1.2.11). Written, so a second restart does not start the countdown again.
         away = replace(record, holder=None, disconnected_at=now)
+        if record.will is not None:  # the connection closed without DISCONNECT: a Will to send
+            away = replace(away, will_due=now + _will_delay(record.will, record.expiry))
         try:
             write_record(self.box.root, away)
         except OSError as error:
@@ -613,7 +650,9 @@ class Broker:
         to another broker on this root: its record changed)."""
         client_id = scheduled.client_id
         self._expiries.pop(client_id, None)
-        if client_id in self._sessions or read_record(self.box.root, client_id) != scheduled:
+        if client_id in self._sessions or not _same_away(
+            read_record(self.box.root, client_id), scheduled
+        ):
             return
         log.info("client %s: session expired (it was on disk at start)", client_id)
         self._forget_on_disk(client_id)
@@ -632,25 +671,61 @@ class Broker:
 
         self._expiries[client_id] = self.loop.call_later(session.expiry, expire)
 
-    def _schedule_will(self, session: Session) -> None:
-        will = session.will
+    def _resume_will(self, record: SessionRecord, now: float) -> None:
+        """At start: a Will that waited out its delay when the broker stopped (or whose
+        connection died with it) goes out when due, at once if that time has passed."""
+        due = record.will_due
+        assert due is not None
+        if due <= now:
+            self._send_will_if_still_away(record)
+        else:
+            self._wills[record.client_id] = self.loop.call_later(
+                due - now, self._send_will_if_still_away, record
+            )
+
+    def _send_will_if_still_away(self, scheduled: SessionRecord) -> None:
+        """A Will found on disk at start, unless its client came back (here, or to another
+        broker on this root: its record changed), which cancels it (MQTT 5.0 §3.1.3.2.2)."""
+        client_id, will = scheduled.client_id, scheduled.will
         assert will is not None
-        delay = will.properties.will_delay_interval or 0
-        if session.persistent and session.expiry != NEVER:
-            delay = min(delay, session.expiry)  # MQTT 5.0 §3.1.3.2.2: at the latest at the end
-        elif not session.persistent:
-            delay = 0
+        self._wills.pop(client_id, None)
+        if client_id in self._sessions or read_record(self.box.root, client_id) != scheduled:
+            return
+        self._publish_will(client_id, scheduled.username, will)
+        self._will_sent(scheduled)
+        self.flush()
+
+    def _will_sent(self, record: SessionRecord) -> None:
+        """The record without its Will, so that a restart does not send it again."""
+        try:
+            write_record(self.box.root, replace(record, will=None, will_due=None))
+        except OSError as error:
+            log.warning("client %s: session record not written: %s", record.client_id, error)
+
+    def _schedule_will(self, session: Session, will: Will) -> float | None:
+        """The connection closed without DISCONNECT 0x00: its Will goes out now or after its
+        delay. Returns when (wall clock) if later, None if sent now."""
+        delay = _will_delay(will, session.expiry)
         client_id, username = session.client_id, session.username
         if not delay:
             self._publish_will(client_id, username, will)
-            return
+            return None
+        due = self._clock.now() + delay
 
         def send() -> None:
             self._wills.pop(client_id, None)
+            record = read_record(self.box.root, client_id)
+            ours = record is not None and record.holder is None and record.will_due == due
+            if record is not None and not ours and record.holder != self._token:
+                return  # its client came back to another broker on this root (or left it again)
             self._publish_will(client_id, username, will)
+            if ours:
+                assert record is not None
+                self._will_sent(record)
             self.flush()
 
         self._wills[client_id] = self.loop.call_later(delay, send)
+        return due
 
     def _publish_will(self, client_id: str, username: str | None, will: Will) -> None:
         log.info("client %s: sending its will to %s", client_id, will.topic)

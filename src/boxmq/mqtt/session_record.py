@@ -8,12 +8,18 @@ of a share group and say nothing of time, so what belongs to one session is kept
 Session Expiry Interval and since when its client is away (MQTT 5.0 §3.1.2.11.2), and, per
 filter as subscribed, the options that shape what it is sent (Subscription Identifier
 §3.8.2.1.2, Retain As Published §3.8.3.1). Retain Handling only acts at SUBSCRIBE time and is
-not kept.
+not kept. And its connection's Will Message (§3.1.3.2.2), so that a delayed Will outlives a
+restart of the broker.
 
 Invariants:
 - `holder` is the process token of the broker the client is connected to; None once the
   connection closed, at `disconnected_at` (wall clock, seconds since the epoch). A session
   away ends `expiry` seconds after that, one with expiry NEVER only on a clean start.
+- `will` is the Will of the connection (held or last closed) still to be sent: written at
+  CONNECT, so that a broker killed while the client is connected finds it at its restart,
+  and at close if the Will waits out a delay; None once it is sent, or if the connection
+  closed with DISCONNECT 0x00. `will_due` (wall clock) is when it goes out: None while the
+  connection is open (the delay counts from its close).
 - A record is replaced by a rename: a reader sees the old one or the new one, never half.
 - Every field but `client_id` and `expiry` has a default, and unknown fields are ignored, so a
   record written by another boxmq version still loads.
@@ -21,6 +27,8 @@ Invariants:
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import json
 import os
@@ -29,6 +37,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from boxmq.errors import ProtocolViolation
+from boxmq.mqtt.framing import PacketType, encode_varint
+from boxmq.mqtt.packets import Will
+from boxmq.mqtt.properties import read_properties
 from boxmq.mqtt.session import NEVER
 from boxmq.store.names import escape_segment
 
@@ -57,6 +69,9 @@ class SessionRecord:
     holder: str | None = None  # the broker process the client is connected to
     disconnected_at: float | None = None  # when the client's connection closed
     options: Mapping[str, DeliveryOptions] = field(default_factory=dict)  # by filter
+    username: str | None = None  # the client's, whose rights its Will is published with
+    will: Will | None = None  # the Will still to be sent
+    will_due: float | None = None  # when: None while the client is connected
 
     def deadline(self) -> float | None:
         """When the session ends if its client stays away; None: it never does, or the client
@@ -76,7 +91,37 @@ def _to_json(record: SessionRecord) -> dict[str, Any]:
             text: {"identifier": o.identifier, "retain_as_published": o.retain_as_published}
             for text, o in record.options.items()
         },
+        "username": record.username,
+        "will": None if record.will is None else _will_to_json(record.will),
+        "will_due": record.will_due,
     }
+
+
+def _will_to_json(will: Will) -> dict[str, Any]:
+    """The payload and the properties are bytes: base64 (the properties as on the wire)."""
+    return {
+        "topic": will.topic,
+        "payload": base64.b64encode(will.payload).decode("ascii"),
+        "qos": will.qos,
+        "retain": will.retain,
+        "properties": base64.b64encode(will.properties.raw).decode("ascii"),
+    }
+
+
+def _will_from_json(data: Mapping[str, Any]) -> Will:
+    raw = base64.b64decode(data.get("properties", ""), validate=True)
+    # Checked as a CONNECT's Will Properties are: the accessors trust what they read.
+    properties, _ = read_properties(encode_varint(len(raw)) + raw, 0, PacketType.CONNECT, will=True)
+    qos = int(data.get("qos", 0))
+    if qos not in (0, 1, 2):
+        raise ValueError(f"a Will with QoS {qos}")
+    return Will(
+        topic=str(data["topic"]),
+        payload=base64.b64decode(data.get("payload", ""), validate=True),
+        qos=qos,
+        retain=bool(data.get("retain", False)),
+        properties=properties,
+    )
 
 
 def _from_json(data: Mapping[str, Any]) -> SessionRecord:
@@ -92,14 +137,20 @@ def _from_json(data: Mapping[str, Any]) -> SessionRecord:
         }
         at = data.get("disconnected_at")
         holder = data.get("holder")
+        username = data.get("username")
+        will = data.get("will")
+        due = data.get("will_due")
         return SessionRecord(
             client_id=str(data["client_id"]),
             expiry=int(data["expiry"]),
             holder=None if holder is None else str(holder),
             disconnected_at=None if at is None else float(at),
             options=options,
+            username=None if username is None else str(username),
+            will=None if will is None else _will_from_json(will),
+            will_due=None if due is None else float(due),
         )
-    except (KeyError, TypeError, AttributeError) as error:
+    except (KeyError, TypeError, AttributeError, binascii.Error, ProtocolViolation) as error:
         raise ValueError(f"not a session record: {error!r}") from None
 
 

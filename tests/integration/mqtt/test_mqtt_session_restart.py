@@ -1,14 +1,28 @@
-"""What a persistent session keeps across a restart of the server: its end, on time, and the
-options its messages go out with (the session's record, mqtt/session_record.py)."""
+"""What a persistent session keeps across a restart of the server: its end, on time, the
+options its messages go out with, and a Will waiting out its delay (the session's record,
+mqtt/session_record.py)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
+from typing import Any
 
 from paho.mqtt.packettypes import PacketTypes
-from tests.integration.mqtt.clients import RunningServer, paho, paho_properties, start_server
+from tests.integration.mqtt.clients import (
+    WAIT,
+    Paho,
+    RunningServer,
+    drop,
+    free_port,
+    paho,
+    paho_properties,
+    serve_process,
+    start_server,
+    stop_process,
+)
 
 from boxmq.store.topics import subscription_key, subscription_path
 
@@ -85,3 +99,99 @@ def test_a_session_not_back_within_its_interval_after_a_restart_ends(tmp_path: P
         ]
     finally:
         second.shutdown()
+
+
+WILL_DELAY = 2  # seconds: the Will Delay Interval of the Wills here
+WILL_PAYLOAD = bytes(range(256))  # binary, not text
+
+
+def _with_will(client_id: str) -> Any:
+    """A paho `configure` that sets a Will with a delay, a user property and a binary payload."""
+
+    def configure(client: Any) -> None:
+        props = paho_properties(
+            PacketTypes.WILLMESSAGE, WillDelayInterval=WILL_DELAY, UserProperty=("k", "v")
+        )
+        client.will_set(f"will/{client_id}", WILL_PAYLOAD, 1, retain=False, properties=props)
+
+    return configure
+
+
+def _dying(server: RunningServer, client_id: str) -> Paho:
+    return paho(server, client_id, clean=False, expiry=60, configure=_with_will(client_id))
+
+
+def _watcher(server: RunningServer) -> Paho:
+    watcher = paho(server, "watcher")
+    watcher.subscribe("will/#", 1)
+    return watcher
+
+
+def test_a_delayed_will_is_sent_after_a_restart(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    first = start_server(root)
+    try:
+        dying = _dying(first, "dying")
+        dropped = time.monotonic()
+        drop(dying)  # no DISCONNECT: its Will waits out its delay
+    finally:
+        first.shutdown()  # at once: the first server's timer dies with it
+    second = start_server(root)
+    try:
+        watcher = _watcher(second)
+        will = watcher.next(timeout=WAIT)
+        waited = time.monotonic() - dropped
+        assert (will.topic, will.payload, will.qos) == ("will/dying", WILL_PAYLOAD, 1)
+        assert will.properties.UserProperty == [("k", "v")]
+        assert WILL_DELAY - 0.5 < waited < WAIT
+        assert watcher.nothing(WILL_DELAY + 0.5)  # once only
+    finally:
+        second.shutdown()
+    third = start_server(root)  # sent: its record no longer holds it
+    try:
+        assert _watcher(third).nothing(WILL_DELAY + 0.5)
+    finally:
+        third.shutdown()
+
+
+def test_a_client_back_within_the_will_delay_after_a_restart_cancels_its_will(
+    tmp_path: Path,
+) -> None:
+    """Two clients drop; after the restart one comes back within the delay: only the other's
+    Will is sent (which shows the Wills do outlive the restart)."""
+    root = tmp_path / "root"
+    first = start_server(root)
+    try:
+        drop(_dying(first, "back"))
+        drop(_dying(first, "gone"))
+    finally:
+        first.shutdown()
+    second = start_server(root)
+    try:
+        watcher = _watcher(second)
+        back = paho(second, "back", clean=False, expiry=60)
+        assert back.session_present
+        assert watcher.next(timeout=WAIT).topic == "will/gone"
+        assert watcher.nothing(WILL_DELAY + 1)
+    finally:
+        second.shutdown()
+
+
+def test_a_will_of_a_client_connected_when_the_server_was_killed_is_sent_at_the_restart(
+    tmp_path: Path,
+) -> None:
+    root, port = tmp_path / "root", free_port()
+    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
+    process = serve_process(root, port)
+    try:
+        _dying(address, "killed").client.loop_stop()  # no reconnect: it cancels the Will
+        process.send_signal(signal.SIGKILL)  # no close of the connection is ever recorded
+        process.wait(timeout=WAIT)
+        process = serve_process(root, port)
+        restarted = time.monotonic()
+        watcher = _watcher(address)
+        will = watcher.next(timeout=WAIT)  # the restart is the close: the delay counts from it
+        assert WILL_DELAY - 0.5 < time.monotonic() - restarted < WAIT
+        assert (will.topic, will.payload) == ("will/killed", WILL_PAYLOAD)
+    finally:
+        stop_process(process)

@@ -9,6 +9,8 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from boxmq.mqtt.packets import Will
+from boxmq.mqtt.properties import Properties
 from boxmq.mqtt.session import NEVER
 from boxmq.mqtt.session_record import (
     DeliveryOptions,
@@ -24,6 +26,19 @@ _options = st.builds(
     identifier=st.none() | st.integers(min_value=1, max_value=268_435_455),  # §3.8.2.1.2
     retain_as_published=st.booleans(),
 )
+_mqtt_chars = st.characters(codec="utf-8", exclude_characters="\0")  # MQTT-1.5.4-1/2
+_wills = st.builds(
+    Will,
+    topic=st.text(_mqtt_chars, min_size=1, max_size=20),
+    payload=st.binary(max_size=64),
+    qos=st.sampled_from([0, 1, 2]),
+    retain=st.booleans(),
+    properties=st.builds(
+        lambda delay, pairs: Properties.build(will_delay_interval=delay, user_properties=pairs),
+        st.none() | st.integers(min_value=0, max_value=2**32 - 1),
+        st.lists(st.tuples(st.text(_mqtt_chars, max_size=5), st.text(_mqtt_chars, max_size=5))),
+    ),
+)
 _records = st.builds(
     SessionRecord,
     # An MQTT client id is UTF-8 (the codec refuses surrogates and NUL, MQTT-1.5.4-1/2).
@@ -34,6 +49,9 @@ _records = st.builds(
     holder=st.none() | st.text(max_size=30),
     disconnected_at=st.none() | st.floats(min_value=0, max_value=4e9),
     options=st.dictionaries(st.text(min_size=1, max_size=30), _options, max_size=4),
+    username=st.none() | st.text(max_size=10),
+    will=st.none() | _wills,
+    will_due=st.none() | st.floats(min_value=0, max_value=4e9),
 )
 
 
@@ -42,6 +60,40 @@ def test_a_record_written_is_read_back_as_it_was(record: SessionRecord) -> None:
     with tempfile.TemporaryDirectory() as root:  # not tmp_path: one per example
         write_record(root, record)
         assert read_record(root, record.client_id) == record
+
+
+def test_a_record_keeps_its_will_binary_payload_and_properties(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    will = Will(
+        "status/dev",
+        b"\x00\xff gone",
+        2,
+        True,
+        Properties.build(
+            will_delay_interval=30,
+            correlation_data=b"\x01\x02",
+            user_properties=[("k", "v")],
+        ),
+    )
+    record = SessionRecord(
+        "dev", 60, disconnected_at=100.0, username="u", will=will, will_due=130.0
+    )
+    write_record(root, record)
+    back = read_record(root, "dev")
+    assert back == record
+    assert back is not None
+    assert back.will is not None
+    assert back.will.properties.will_delay_interval == 30
+    assert back.will.properties.correlation_data == b"\x01\x02"
+    assert back.will.properties.user_properties == (("k", "v"),)
+
+
+def test_a_record_with_a_damaged_will_is_not_a_record(tmp_path: Path) -> None:
+    folder = tmp_path / ".mqtt" / "sessions"
+    folder.mkdir(parents=True)
+    will = '{"topic": "t", "payload": "", "properties": "AQ=="}'  # a property cut short
+    (folder / "bad").write_text(f'{{"client_id": "bad", "expiry": 60, "will": {will}}}')
+    assert read_record(str(tmp_path), "bad") is None
 
 
 def test_a_record_is_found_under_its_escaped_id_and_removed(tmp_path: Path) -> None:
@@ -68,6 +120,7 @@ def test_a_record_with_only_the_first_fields_loads_with_the_defaults(tmp_path: P
     assert record is not None
     assert (record.client_id, record.expiry) == ("old", 60)
     assert (record.holder, record.disconnected_at, record.options) == (None, None, {})
+    assert (record.username, record.will, record.will_due) == (None, None, None)
 
 
 def test_a_damaged_record_is_skipped(tmp_path: Path) -> None:
