@@ -68,15 +68,15 @@ class SideFiles:
         target = os.path.join(self.path, key)
         temporary = os.path.join(self.path, f".tmp-{uuid.uuid4().hex}")
         try:
-            _write(temporary, data)
-        except FileNotFoundError:  # the first side file of this root
-            os.makedirs(self.path, exist_ok=True)
-            _write(temporary, data)
-        try:
+            try:
+                _write(temporary, data)
+            except FileNotFoundError:  # the first side file of this root
+                os.makedirs(self.path, exist_ok=True)
+                _write(temporary, data)
             while not self._placed(temporary, target, data):
                 pass  # `collect` took the old file away meanwhile: place ours
-        finally:
-            with contextlib.suppress(FileNotFoundError):
+        finally:  # placed, or a write the disk refused half-way (ENOSPC): never left behind
+            with contextlib.suppress(OSError):
                 os.unlink(temporary)
         self._remember(key, data)
         return key
