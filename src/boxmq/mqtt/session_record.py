@@ -119,9 +119,16 @@ def write_record(root: str, record: SessionRecord) -> None:
     folder = _folder(root)
     os.makedirs(folder, exist_ok=True)
     temporary = os.path.join(folder, f".tmp-{uuid.uuid4().hex}")  # a dot: never a record
-    with open(temporary, "w") as out:
-        json.dump(_to_json(record), out)
-    os.rename(temporary, _path(root, record.client_id))
+    try:
+        with open(temporary, "w") as out:
+            json.dump(_to_json(record), out)
+        os.rename(temporary, _path(root, record.client_id))
+    except BaseException:
+        # The broker logs a refused record and goes on (disk full): it writes one at every
+        # CONNECT, SUBSCRIBE and disconnect, and each would leave its temporary behind.
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def read_record(root: str, client_id: str) -> SessionRecord | None:
