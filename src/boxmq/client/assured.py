@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import threading
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -51,6 +50,7 @@ from boxmq.store.dropbox import Dropbox
 from boxmq.store.fanout import finish_pending
 from boxmq.store.layout import State, list_dropboxes, queue_path
 from boxmq.store.names import MAX_NAME, decode_lenient, encode
+from boxmq.store.temporaries import temporary_in
 from boxmq.store.topics import EXACTLY_ONCE_PENDING, incoming_working
 
 __all__ = ["AssuredIntake"]
@@ -154,7 +154,7 @@ class AssuredIntake:
         )
         working = self._working_dir(queue)
         os.makedirs(working, exist_ok=True)
-        temporary = os.path.join(working, f".tmp-{uuid.uuid4().hex}")
+        temporary = temporary_in(working)
         path = os.path.join(working, _checked_name(envelope, to_topic=queue is None))
         try:
             with open(temporary, "wb") as out:
@@ -227,7 +227,7 @@ class AssuredIntake:
 
     def _mark(self, source: str, msg_id: str) -> None:
         os.makedirs(self._markers, exist_ok=True)
-        temporary = os.path.join(self._markers, f".tmp-{uuid.uuid4().hex}")
+        temporary = temporary_in(self._markers)
         try:
             with open(temporary, "w") as out:
                 json.dump({"source": source, "msg_id": msg_id}, out)

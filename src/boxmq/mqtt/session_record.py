@@ -24,13 +24,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from boxmq.mqtt.session import NEVER
 from boxmq.store.names import escape_segment
+from boxmq.store.temporaries import temporary_in
 
 __all__ = [
     "DeliveryOptions",
@@ -118,7 +118,7 @@ def _path(root: str, client_id: str) -> str:
 def write_record(root: str, record: SessionRecord) -> None:
     folder = _folder(root)
     os.makedirs(folder, exist_ok=True)
-    temporary = os.path.join(folder, f".tmp-{uuid.uuid4().hex}")  # a dot: never a record
+    temporary = temporary_in(folder)  # a dot: never a record
     try:
         with open(temporary, "w") as out:
             json.dump(_to_json(record), out)
