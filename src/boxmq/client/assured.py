@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from boxmq.client.lifecycle import PUT_HEADROOM
+from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.clock import Clock
 from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits
 from boxmq.errors import InvalidArgument, ItemNotFound, MetadataTooLong
@@ -49,7 +49,7 @@ from boxmq.store.commit import Committer, Move
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.fanout import finish_pending
 from boxmq.store.layout import State, list_dropboxes, queue_path
-from boxmq.store.names import MAX_NAME, decode_lenient, encode
+from boxmq.store.names import decode_lenient, encode
 from boxmq.store.temporaries import temporary_in
 from boxmq.store.topics import EXACTLY_ONCE_PENDING, incoming_working
 
@@ -372,9 +372,9 @@ def _checked_name(envelope: Envelope, *, to_topic: bool) -> str:
     sent = (
         encode(_as_copied(envelope).with_property(QOS, PropertyType.BYTE, 2)) if to_topic else name
     )
-    if len(sent) > MAX_NAME - PUT_HEADROOM:
+    if len(sent) > PUT_NAME_LIMIT:
         raise MetadataTooLong(
             f"the metadata needs {len(sent)} bytes of file name once delivered, the limit for "
-            f"a put is {MAX_NAME - PUT_HEADROOM}: use a shorter topic or fewer properties"
+            f"a put is {PUT_NAME_LIMIT}: use a shorter topic or fewer properties"
         )
     return name
