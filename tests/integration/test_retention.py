@@ -66,13 +66,15 @@ def test_no_retention_keeps_everything(root: Path) -> None:
 
 def test_temporaries_a_dead_writer_left_go_once_older_than_working_ttl(root: Path) -> None:
     """A write renames `.tmp-*` into place; a process that died in between left one behind,
-    in a dropbox, the retained store, the side files or the exactly-once markers."""
+    in a dropbox, the topic root (its generation), the retained store, the side files or the
+    exactly-once markers."""
     clock = boxmq.ManualClock(time.time())
     with boxmq.open(root, fsync="never", abandon_after=60.0, clock=clock) as box:
         box.queue("jobs").put(b"x")
         box.publish("t", b"kept", retain=True)
         folders = [
             root / "jobs",
+            root / "topic-root",
             root / "topic-root" / ".retained",
             root / ".properties",
             root / ".exactly-once",

@@ -25,11 +25,10 @@ import hashlib
 import json
 import os
 import threading
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from boxmq.client.lifecycle import PUT_HEADROOM
+from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.clock import Clock
 from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits
 from boxmq.errors import InvalidArgument, ItemNotFound, MetadataTooLong
@@ -50,7 +49,8 @@ from boxmq.store.commit import Committer, Move
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.fanout import finish_pending
 from boxmq.store.layout import State, list_dropboxes, queue_path
-from boxmq.store.names import MAX_NAME, decode_lenient, encode
+from boxmq.store.names import decode_lenient, encode
+from boxmq.store.temporaries import temporary_in
 from boxmq.store.topics import EXACTLY_ONCE_PENDING, incoming_working
 
 __all__ = ["AssuredIntake"]
@@ -154,7 +154,7 @@ class AssuredIntake:
         )
         working = self._working_dir(queue)
         os.makedirs(working, exist_ok=True)
-        temporary = os.path.join(working, f".tmp-{uuid.uuid4().hex}")
+        temporary = temporary_in(working)
         path = os.path.join(working, _checked_name(envelope, to_topic=queue is None))
         try:
             with open(temporary, "wb") as out:
@@ -227,7 +227,7 @@ class AssuredIntake:
 
     def _mark(self, source: str, msg_id: str) -> None:
         os.makedirs(self._markers, exist_ok=True)
-        temporary = os.path.join(self._markers, f".tmp-{uuid.uuid4().hex}")
+        temporary = temporary_in(self._markers)
         try:
             with open(temporary, "w") as out:
                 json.dump({"source": source, "msg_id": msg_id}, out)
@@ -372,9 +372,9 @@ def _checked_name(envelope: Envelope, *, to_topic: bool) -> str:
     sent = (
         encode(_as_copied(envelope).with_property(QOS, PropertyType.BYTE, 2)) if to_topic else name
     )
-    if len(sent) > MAX_NAME - PUT_HEADROOM:
+    if len(sent) > PUT_NAME_LIMIT:
         raise MetadataTooLong(
             f"the metadata needs {len(sent)} bytes of file name once delivered, the limit for "
-            f"a put is {MAX_NAME - PUT_HEADROOM}: use a shorter topic or fewer properties"
+            f"a put is {PUT_NAME_LIMIT}: use a shorter topic or fewer properties"
         )
     return name

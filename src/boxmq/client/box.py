@@ -333,9 +333,11 @@ class Box:
 
     def _remove_stale_temporaries(self, dropboxes: list[str], *, now: float, age: float) -> None:
         """What writes of whole files left when their process died before the rename: in
-        the dropboxes (settings, subscription records) and the root's own folders."""
+        the dropboxes (settings, subscription records) and the root's own folders (the topic
+        root's generation, the retained store, ...)."""
         folders = [
             *dropboxes,
+            os.path.join(self.root, TOPIC_ROOT),
             os.path.join(self.root, TOPIC_ROOT, RETAINED_DIR),
             self.side_files.path,
             self.intake.markers,

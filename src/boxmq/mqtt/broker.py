@@ -523,7 +523,9 @@ class Broker:
         return session
 
     def _forget_on_disk(self, client_id: str) -> None:
-        """Clean start: whatever a former session of this client left on disk is deleted."""
+        """A session this process holds nothing of ended (a clean start, or one found on disk
+        at start whose time ran out): what it left on disk is deleted, its durable
+        subscriptions, its QoS 2 messages awaiting PUBREL and its record."""
         name = consumer_name(client_id)
         for text, _ in self.box.topics.subscribed(name):
             self.box.unsubscribe(text, name)

@@ -32,7 +32,6 @@ import binascii
 import contextlib
 import json
 import os
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +42,7 @@ from boxmq.mqtt.packets import Will
 from boxmq.mqtt.properties import read_properties
 from boxmq.mqtt.session import NEVER
 from boxmq.store.names import escape_segment
+from boxmq.store.temporaries import temporary_in
 
 __all__ = [
     "DeliveryOptions",
@@ -169,10 +169,17 @@ def _path(root: str, client_id: str) -> str:
 def write_record(root: str, record: SessionRecord) -> None:
     folder = _folder(root)
     os.makedirs(folder, exist_ok=True)
-    temporary = os.path.join(folder, f".tmp-{uuid.uuid4().hex}")  # a dot: never a record
-    with open(temporary, "w") as out:
-        json.dump(_to_json(record), out)
-    os.rename(temporary, _path(root, record.client_id))
+    temporary = temporary_in(folder)  # a dot: never a record
+    try:
+        with open(temporary, "w") as out:
+            json.dump(_to_json(record), out)
+        os.rename(temporary, _path(root, record.client_id))
+    except BaseException:
+        # The broker logs a refused record and goes on (disk full): it writes one at every
+        # CONNECT, SUBSCRIBE and disconnect, and each would leave its temporary behind.
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def read_record(root: str, client_id: str) -> SessionRecord | None:

@@ -120,8 +120,10 @@ def publication_of(client_id: str, packet: Publish, side_files: SideFiles) -> Pu
     try:
         properties = kept_properties(packet, side_files)
     except OSError:
-        # On the loop, as the packet arrives: too long for a name, the batch fails as a whole
-        # and each of its messages is written alone, where this error is met again and told.
+        # On the loop, as the packet arrives, where no one can be told: the properties go in
+        # the name instead. Where they do not fit there, the batch fails as a whole and each
+        # of its messages is written alone (`store_with_properties`), which meets this
+        # error again and tells it to the publisher.
         properties = {V5_PROPERTIES: _pack(packet.properties.without(*NOT_FORWARDED))}
     return Publication(
         packet.topic,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from boxmq.errors import QueueNotFound
 from boxmq.store.commit import Committer, Move
 from boxmq.store.layout import State, is_dropbox
 from boxmq.store.spares import Spares, write_new
+from boxmq.store.temporaries import temporary_in
 
 __all__ = ["Dropbox", "Entry"]
 
@@ -86,7 +86,7 @@ class Dropbox:
 
     def set_setting(self, name: str, value: str) -> None:
         """Write `<dropbox>/.<name>` whole (a rename, through the committer's fsync policy)."""
-        temporary = os.path.join(self.path, f".tmp-{uuid.uuid4().hex}")
+        temporary = temporary_in(self.path)
         with open(temporary, "w", encoding="utf-8") as out:
             out.write(value)
         self._committer.commit([Move(temporary, os.path.join(self.path, "." + name))])

@@ -18,12 +18,12 @@ import contextlib
 import hashlib
 import json
 import os
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from boxmq.store.commit import Committer, Move
 from boxmq.store.layout import TOPIC_ROOT
+from boxmq.store.temporaries import temporary_in
 
 __all__ = ["RETAINED_DIR", "Retained", "RetainedStore", "Staged"]
 
@@ -59,7 +59,7 @@ class RetainedStore:
         if not body:
             return Staged(self._path(topic), None)
         os.makedirs(self._dir, exist_ok=True)
-        temporary = os.path.join(self._dir, f".tmp-{uuid.uuid4().hex}")
+        temporary = temporary_in(self._dir)
         header = json.dumps({"topic": topic, "name": name}).encode() + b"\n"
         try:
             with open(temporary, "wb") as out:

@@ -29,7 +29,6 @@ import logging
 import os
 import re
 import threading
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
@@ -38,6 +37,7 @@ from boxmq.errors import InvalidArgument
 from boxmq.model import PROPERTIES_FILE, PropertyType
 from boxmq.store.retained import RETAINED_DIR
 from boxmq.store.spares import rename_noreplace
+from boxmq.store.temporaries import temporary_in
 
 __all__ = ["COLLECT_EVERY", "GRACE", "SIDE_DIR", "SideFiles", "referenced"]
 
@@ -66,17 +66,17 @@ class SideFiles:
         """Keep `data`; its key. The file is in place on return (see the module's invariants)."""
         key = _key_of(data)
         target = os.path.join(self.path, key)
-        temporary = os.path.join(self.path, f".tmp-{uuid.uuid4().hex}")
+        temporary = temporary_in(self.path)
         try:
-            _write(temporary, data)
-        except FileNotFoundError:  # the first side file of this root
-            os.makedirs(self.path, exist_ok=True)
-            _write(temporary, data)
-        try:
+            try:
+                _write(temporary, data)
+            except FileNotFoundError:  # the first side file of this root
+                os.makedirs(self.path, exist_ok=True)
+                _write(temporary, data)
             while not self._placed(temporary, target, data):
                 pass  # `collect` took the old file away meanwhile: place ours
-        finally:
-            with contextlib.suppress(FileNotFoundError):
+        finally:  # placed, or a write the disk refused half-way (ENOSPC): never left behind
+            with contextlib.suppress(OSError):
                 os.unlink(temporary)
         self._remember(key, data)
         return key

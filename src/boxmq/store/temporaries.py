@@ -11,11 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import uuid
 from collections.abc import Iterable
 
-__all__ = ["TEMPORARY_PREFIX", "remove_stale_temporaries"]
+__all__ = ["TEMPORARY_PREFIX", "remove_stale_temporaries", "temporary_in"]
 
 TEMPORARY_PREFIX = ".tmp-"
+
+
+def temporary_in(folder: str) -> str:
+    """A new temporary's path in `folder`: unique, and named so that readers pass it by and
+    `remove_stale_temporaries` finds it if the write is never renamed into place."""
+    return os.path.join(folder, f"{TEMPORARY_PREFIX}{uuid.uuid4().hex}")
 
 
 def remove_stale_temporaries(folders: Iterable[str], *, now: float, age: float) -> int:

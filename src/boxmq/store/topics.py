@@ -24,12 +24,12 @@ import contextlib
 import json
 import os
 import shutil
-import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from boxmq.store.layout import TOPIC_ROOT, State
 from boxmq.store.names import escape_segment, unescape_segment
+from boxmq.store.temporaries import temporary_in
 
 __all__ = [
     "EXACTLY_ONCE_PENDING",
@@ -113,7 +113,7 @@ def subscription_path(root: str, filter: str, key: str) -> str:
 
 def write_record(path: str, record: SubscriptionRecord) -> None:
     os.makedirs(path, exist_ok=True)
-    temporary = os.path.join(path, f".tmp-{uuid.uuid4().hex}")
+    temporary = temporary_in(path)
     with open(temporary, "w") as out:
         json.dump(asdict(record), out)
     os.rename(temporary, os.path.join(path, _RECORD))
@@ -161,7 +161,7 @@ def generation(root: str) -> tuple[int, int] | None:
 def bump_generation(root: str) -> None:
     base = topic_root(root)
     os.makedirs(base, exist_ok=True)
-    temporary = os.path.join(base, f".tmp-{uuid.uuid4().hex}")
+    temporary = temporary_in(base)
     with open(temporary, "w"):
         pass
     os.rename(temporary, os.path.join(base, _GENERATION))

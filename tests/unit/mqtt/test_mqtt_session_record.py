@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
+from typing import IO
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -139,3 +142,17 @@ def test_the_deadline_counts_from_the_disconnect() -> None:
     assert SessionRecord("a", 30, holder="connected").deadline() is None
     assert SessionRecord("a", NEVER, disconnected_at=100.0).deadline() is None
     assert SessionRecord("a", 0, disconnected_at=100.0).deadline() == 100.0
+
+
+def test_a_write_the_disk_refuses_leaves_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(data: object, out: IO[str]) -> None:
+        out.write("{")  # begun, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    write_record(str(tmp_path), SessionRecord("a", 60))
+    monkeypatch.setattr("boxmq.mqtt.session_record.json.dump", full)
+    with pytest.raises(OSError, match="No space"):
+        write_record(str(tmp_path), SessionRecord("b", 60))
+    assert os.listdir(tmp_path / ".mqtt" / "sessions") == ["a"]

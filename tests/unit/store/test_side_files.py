@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -124,3 +125,19 @@ def test_a_file_reused_while_collect_looks_is_kept(tmp_path: Path) -> None:
 
     assert side.collect(named, now=NOW) == 0
     assert os.listdir(side.path) == [key]
+
+
+def test_a_write_the_disk_refuses_leaves_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(path: str, data: bytes) -> None:
+        with open(path, "xb") as out:
+            out.write(data[:1])  # begun, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    side = SideFiles(str(tmp_path))
+    first = side.put(b"first")  # the folder exists
+    monkeypatch.setattr("boxmq.store.side_files._write", full)
+    with pytest.raises(OSError, match="No space"):
+        side.put(b"second")
+    assert [p.name for p in (tmp_path / SIDE_DIR).iterdir()] == [first]
