@@ -328,7 +328,10 @@ class Box:
             # It lists every file of the root, so not every sweep; a file's grace period
             # (an hour) is what keeps it safe, not this rhythm.
             self._next_collect = now + COLLECT_EVERY
-            self.side_files.collect(lambda: referenced(self.root), now=now)
+            try:
+                self.side_files.collect(lambda: referenced(self.root), now=now)
+            except OSError as error:  # the next round tries again; the rest of the sweep ran
+                log.warning("side files not collected this round: %s", error)
         return reports
 
     def _remove_stale_temporaries(self, dropboxes: list[str], *, now: float, age: float) -> None:

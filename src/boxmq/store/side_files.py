@@ -184,10 +184,13 @@ class SideFiles:
             os.rename(path, aside)  # a put that comes now finds no file and writes its own
         except FileNotFoundError:
             return 0
-        if os.stat(aside).st_mtime >= horizon:  # a put reused it just before: keep it
-            os.rename(aside, path)  # over a file a put made meanwhile: the same bytes
+        try:
+            if os.stat(aside).st_mtime >= horizon:  # a put reused it just before: keep it
+                os.rename(aside, path)  # over a file a put made meanwhile: the same bytes
+                return 0
+            os.unlink(aside)
+        except FileNotFoundError:  # another process's collection took it first
             return 0
-        os.unlink(aside)
         return 1
 
 
