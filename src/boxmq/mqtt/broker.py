@@ -21,10 +21,11 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -184,6 +185,7 @@ class Broker:
         self._durable_routes = DurableRoutes(box)
         self._durable: dict[str, dict[str, Subscriber]] = {}  # client id -> filter -> dropbox
         self._wills: dict[str, asyncio.TimerHandle] = {}
+        self._will_sends: dict[str, Callable[[], None]] = {}  # what each of those timers runs
         self._expiries: dict[str, asyncio.TimerHandle] = {}
         self._dirty: set[_Client] = set()
         # Sessions that settled messages in this read: refilled once at its end, not per ack.
@@ -465,7 +467,10 @@ class Broker:
             if old_session is not None:
                 old_session.will = None
             self._kick(old_client, _R.SESSION_TAKEN_OVER, "session taken over")
+        if clean and (send_will := self._will_sends.get(client_id)) is not None:
+            send_will()  # §3.1.3.2.2: the old session ends now, so its delayed Will goes out
         self._cancel(self._wills, client_id)
+        self._will_sends.pop(client_id, None)
         self._cancel(self._expiries, client_id)
         session = self._sessions.get(client_id)
         if clean:
@@ -681,16 +686,16 @@ class Broker:
         if due <= now:
             self._send_will_if_still_away(record)
         else:
-            self._wills[record.client_id] = self.loop.call_later(
-                due - now, self._send_will_if_still_away, record
-            )
+            send = functools.partial(self._send_will_if_still_away, record)
+            self._wills[record.client_id] = self.loop.call_later(due - now, send)
+            self._will_sends[record.client_id] = send
 
     def _send_will_if_still_away(self, scheduled: SessionRecord) -> None:
         """A Will found on disk at start, unless its client came back (here, or to another
         broker on this root: its record changed), which cancels it (MQTT 5.0 §3.1.3.2.2)."""
         client_id, will = scheduled.client_id, scheduled.will
         assert will is not None
-        self._wills.pop(client_id, None)
+        self._forget_will_timer(client_id)
         if client_id in self._sessions or read_record(self.box.root, client_id) != scheduled:
             return
         self._publish_will(client_id, scheduled.username, will)
@@ -715,7 +720,7 @@ class Broker:
         due = self._clock.now() + delay
 
         def send() -> None:
-            self._wills.pop(client_id, None)
+            self._forget_will_timer(client_id)
             record = read_record(self.box.root, client_id)
             ours = record is not None and record.holder is None and record.will_due == due
             if record is not None and not ours and record.holder != self._token:
@@ -727,7 +732,15 @@ class Broker:
             self.flush()
 
         self._wills[client_id] = self.loop.call_later(delay, send)
+        self._will_sends[client_id] = send
         return due
+
+    def _forget_will_timer(self, client_id: str) -> None:
+        """A delayed Will goes out now (its timer fired, or its session ended first)."""
+        handle = self._wills.pop(client_id, None)
+        if handle is not None:
+            handle.cancel()
+        self._will_sends.pop(client_id, None)
 
     def _publish_will(self, client_id: str, username: str | None, will: Will) -> None:
         log.info("client %s: sending its will to %s", client_id, will.topic)

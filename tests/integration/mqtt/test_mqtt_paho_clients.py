@@ -82,6 +82,22 @@ def test_will_delay_lets_a_quick_reconnect_cancel_the_will(server: RunningServer
     assert watcher.nothing(2.5)
 
 
+def test_a_clean_start_within_the_will_delay_sends_the_will_at_once(server: RunningServer) -> None:
+    """MQTT 5.0 §3.1.3.2.2: the Will goes out when its delay ends or its session does, and a
+    clean start ends the old session."""
+    watcher = paho(server, "watcher")
+    watcher.subscribe("status/#", 1)
+    flaky = paho(
+        server, "flaky", clean=False, expiry=60, will=("status/flaky", b"gone", 1), will_delay=30
+    )
+    drop(flaky)
+    assert watcher.nothing(0.3)  # the delay runs
+    paho(server, "flaky", clean=True)
+    message = watcher.next()
+    assert (message.topic, message.payload) == ("status/flaky", b"gone")
+    assert watcher.nothing(0.3)  # once
+
+
 @pytest.mark.parametrize("v5", VERSIONS)
 def test_persistent_session_gets_what_came_while_it_was_away(
     server: RunningServer, v5: bool
