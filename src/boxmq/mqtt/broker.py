@@ -184,8 +184,8 @@ class Broker:
         self._memory = MemoryRoutes()  # non-persistent sessions' plain subscriptions
         self._durable_routes = DurableRoutes(box)
         self._durable: dict[str, dict[str, Subscriber]] = {}  # client id -> filter -> dropbox
-        self._wills: dict[str, asyncio.TimerHandle] = {}
-        self._will_sends: dict[str, Callable[[], None]] = {}  # what each of those timers runs
+        # Delayed Wills: the timer, and what it runs (a clean start runs it early).
+        self._wills: dict[str, tuple[asyncio.TimerHandle, Callable[[], None]]] = {}
         self._expiries: dict[str, asyncio.TimerHandle] = {}
         self._dirty: set[_Client] = set()
         # Sessions that settled messages in this read: refilled once at its end, not per ack.
@@ -467,10 +467,10 @@ class Broker:
             if old_session is not None:
                 old_session.will = None
             self._kick(old_client, _R.SESSION_TAKEN_OVER, "session taken over")
-        if clean and (send_will := self._will_sends.get(client_id)) is not None:
-            send_will()  # §3.1.3.2.2: the old session ends now, so its delayed Will goes out
-        self._cancel(self._wills, client_id)
-        self._will_sends.pop(client_id, None)
+        delayed_will = self._wills.get(client_id)
+        if clean and delayed_will is not None:
+            delayed_will[1]()  # §3.1.3.2.2: the old session ends now, so its Will goes out
+        self._forget_will_timer(client_id)
         self._cancel(self._expiries, client_id)
         session = self._sessions.get(client_id)
         if clean:
@@ -687,8 +687,7 @@ class Broker:
             self._send_will_if_still_away(record)
         else:
             send = functools.partial(self._send_will_if_still_away, record)
-            self._wills[record.client_id] = self.loop.call_later(due - now, send)
-            self._will_sends[record.client_id] = send
+            self._delay_will(record.client_id, due - now, send)
 
     def _send_will_if_still_away(self, scheduled: SessionRecord) -> None:
         """A Will found on disk at start, unless its client came back (here, or to another
@@ -731,16 +730,18 @@ class Broker:
                 self._will_sent(record)
             self.flush()
 
-        self._wills[client_id] = self.loop.call_later(delay, send)
-        self._will_sends[client_id] = send
+        self._delay_will(client_id, delay, send)
         return due
 
+    def _delay_will(self, client_id: str, delay: float, send: Callable[[], None]) -> None:
+        self._wills[client_id] = (self.loop.call_later(delay, send), send)
+
     def _forget_will_timer(self, client_id: str) -> None:
-        """A delayed Will goes out now (its timer fired, or its session ended first)."""
-        handle = self._wills.pop(client_id, None)
-        if handle is not None:
-            handle.cancel()
-        self._will_sends.pop(client_id, None)
+        """No timer for the client's Will any more (it fired, went out early, or was
+        cancelled by the client's return)."""
+        delayed = self._wills.pop(client_id, None)
+        if delayed is not None:
+            delayed[0].cancel()
 
     def _publish_will(self, client_id: str, username: str | None, will: Will) -> None:
         log.info("client %s: sending its will to %s", client_id, will.topic)
