@@ -534,6 +534,12 @@ class Broker:
         name = consumer_name(client_id)
         for text, _ in self.box.topics.subscribed(name):
             self.box.unsubscribe(text, name)
+        self._discard_session_state(client_id)
+
+    def _discard_session_state(self, client_id: str) -> None:
+        """What a session keeps on disk besides its subscriptions: its QoS 2 messages awaiting
+        PUBREL and its record. Both ways a session ends come here; a clean start of a session
+        held in memory goes both ways, and the second finds nothing left."""
         self._drop_unreleased(client_id)
         remove_record(self.box.root, client_id)
 
@@ -579,8 +585,7 @@ class Broker:
             subscriber.close()
             if not parse_filter(text).shared:
                 self.box.unsubscribe(text, name)
-        self._drop_unreleased(client_id)
-        remove_record(self.box.root, client_id)
+        self._discard_session_state(client_id)
 
     def _save_session(
         self,
