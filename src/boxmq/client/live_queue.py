@@ -127,8 +127,7 @@ class LiveQueue:
         end = None if timeout is None else self._clock.now() + timeout
         with self._cond:
             while True:
-                if consumer not in self._inbox or self._closed:
-                    raise Closed(f"consumer {consumer!r} of {self.name!r} is closed")
+                self._check_open(consumer)
                 if (delivery := self._take(consumer)) is not None:
                     return delivery
                 self._pump()
@@ -142,13 +141,16 @@ class LiveQueue:
     def receive_ready(self, consumer: ConsumerId) -> list[Delivery]:
         """What `receive(consumer, 0)` would return call after call, with one pump."""
         with self._cond:
-            if consumer not in self._inbox or self._closed:
-                raise Closed(f"consumer {consumer!r} of {self.name!r} is closed")
+            self._check_open(consumer)
             self._pump()
             ready = []
             while (delivery := self._take(consumer)) is not None:
                 ready.append(delivery)
             return ready
+
+    def _check_open(self, consumer: ConsumerId) -> None:
+        if consumer not in self._inbox or self._closed:
+            raise Closed(f"consumer {consumer!r} of {self.name!r} is closed")
 
     # -- settling (XEP-0254 §2.3, §2.4) ----------------------------------------------------------
 
