@@ -42,7 +42,7 @@ from boxmq.mqtt.packets import Will
 from boxmq.mqtt.properties import read_properties
 from boxmq.mqtt.session import NEVER
 from boxmq.store.names import escape_segment
-from boxmq.store.temporaries import temporary_in
+from boxmq.store.temporaries import removed_on_failure, temporary_in
 
 __all__ = [
     "DeliveryOptions",
@@ -170,16 +170,12 @@ def write_record(root: str, record: SessionRecord) -> None:
     folder = _folder(root)
     os.makedirs(folder, exist_ok=True)
     temporary = temporary_in(folder)  # a dot: never a record
-    try:
+    # The broker logs a refused record and goes on (disk full): it writes one at every
+    # CONNECT, SUBSCRIBE and disconnect, and each would leave its temporary behind.
+    with removed_on_failure(temporary):
         with open(temporary, "w") as out:
             json.dump(_to_json(record), out)
         os.rename(temporary, _path(root, record.client_id))
-    except BaseException:
-        # The broker logs a refused record and goes on (disk full): it writes one at every
-        # CONNECT, SUBSCRIBE and disconnect, and each would leave its temporary behind.
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
 
 
 def read_record(root: str, client_id: str) -> SessionRecord | None:

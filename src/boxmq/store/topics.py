@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 
 from boxmq.store.layout import TOPIC_ROOT, State
 from boxmq.store.names import escape_segment, unescape_segment
-from boxmq.store.temporaries import temporary_in
+from boxmq.store.temporaries import removed_on_failure, temporary_in
 
 __all__ = [
     "EXACTLY_ONCE_PENDING",
@@ -114,9 +114,10 @@ def subscription_path(root: str, filter: str, key: str) -> str:
 def write_record(path: str, record: SubscriptionRecord) -> None:
     os.makedirs(path, exist_ok=True)
     temporary = temporary_in(path)
-    with open(temporary, "w") as out:
-        json.dump(asdict(record), out)
-    os.rename(temporary, os.path.join(path, _RECORD))
+    with removed_on_failure(temporary):
+        with open(temporary, "w") as out:
+            json.dump(asdict(record), out)
+        os.rename(temporary, os.path.join(path, _RECORD))
 
 
 def read_records(root: str) -> Iterator[tuple[SubscriptionRecord, str]]:
@@ -162,9 +163,10 @@ def bump_generation(root: str) -> None:
     base = topic_root(root)
     os.makedirs(base, exist_ok=True)
     temporary = temporary_in(base)
-    with open(temporary, "w"):
-        pass
-    os.rename(temporary, os.path.join(base, _GENERATION))
+    with removed_on_failure(temporary):
+        with open(temporary, "w"):
+            pass
+        os.rename(temporary, os.path.join(base, _GENERATION))
 
 
 def members_path(path: str) -> str:
