@@ -79,6 +79,7 @@ from boxmq.mqtt.session_record import (
     SessionRecord,
     read_record,
     read_records,
+    records_folder,
     remove_record,
     write_record,
 )
@@ -194,6 +195,8 @@ class Broker:
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._token = process_token()  # names this broker in the session records it writes
+        # A record's write that its process did not live to rename leaves a temporary there.
+        box.sweep_temporaries_in(records_folder(box.root))
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:

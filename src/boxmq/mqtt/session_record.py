@@ -49,6 +49,7 @@ __all__ = [
     "SessionRecord",
     "read_record",
     "read_records",
+    "records_folder",
     "remove_record",
     "write_record",
 ]
@@ -158,16 +159,16 @@ def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _folder(root: str) -> str:
+def records_folder(root: str) -> str:
     return os.path.join(root, ".mqtt", "sessions")
 
 
 def _path(root: str, client_id: str) -> str:
-    return os.path.join(_folder(root), escape_segment(client_id))
+    return os.path.join(records_folder(root), escape_segment(client_id))
 
 
 def write_record(root: str, record: SessionRecord) -> None:
-    folder = _folder(root)
+    folder = records_folder(root)
     os.makedirs(folder, exist_ok=True)
     temporary = temporary_in(folder)  # a dot: never a record
     # The broker logs a refused record and goes on (disk full): it writes one at every
@@ -189,7 +190,7 @@ def remove_record(root: str, client_id: str) -> None:
 
 def read_records(root: str) -> Iterator[SessionRecord]:
     """Every session record under the root (those unreadable are skipped)."""
-    with contextlib.suppress(FileNotFoundError), os.scandir(_folder(root)) as entries:
+    with contextlib.suppress(FileNotFoundError), os.scandir(records_folder(root)) as entries:
         for entry in entries:
             if entry.name.startswith("."):
                 continue  # a record being written

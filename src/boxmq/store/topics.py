@@ -37,10 +37,12 @@ __all__ = [
     "bump_generation",
     "generation",
     "incoming_working",
+    "read_record",
     "read_records",
     "remove_stale_staging",
     "remove_subscription",
     "staging_name",
+    "subscription_folders",
     "subscription_key",
     "subscription_path",
     "write_record",
@@ -122,6 +124,16 @@ def write_record(path: str, record: SubscriptionRecord) -> None:
 
 def read_records(root: str) -> Iterator[tuple[SubscriptionRecord, str]]:
     """Every durable subscription under the root, with its dropbox path."""
+    for path in subscription_folders(root):
+        record = read_record(path)
+        if record is not None:
+            yield record, path
+
+
+def subscription_folders(root: str) -> Iterator[str]:
+    """The folder of every subscription under the root, its record written or not: one
+    whose first record was never renamed into place (its process died) is no subscription,
+    but may hold that record's temporary."""
     base = topic_root(root)
     with contextlib.suppress(FileNotFoundError), os.scandir(base) as filters:
         for entry in filters:
@@ -130,9 +142,12 @@ def read_records(root: str) -> Iterator[tuple[SubscriptionRecord, str]]:
             holder = os.path.join(entry.path, _SUBSCRIPTIONS)
             with contextlib.suppress(FileNotFoundError), os.scandir(holder) as keys:
                 for key in keys:
-                    record = _read(os.path.join(key.path, _RECORD))
-                    if record is not None:
-                        yield record, key.path
+                    yield key.path
+
+
+def read_record(path: str) -> SubscriptionRecord | None:
+    """The record of the subscription at `path`; None if it has none (yet, or any more)."""
+    return _read(os.path.join(path, _RECORD))
 
 
 def _read(path: str) -> SubscriptionRecord | None:
