@@ -21,11 +21,12 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -165,6 +166,22 @@ def _same_away(record: SessionRecord | None, scheduled: SessionRecord) -> bool:
     if record is None:
         return False
     return replace(record, will=None, will_due=None) == replace(scheduled, will=None, will_due=None)
+
+
+@contextlib.contextmanager
+def _session_end_step(client_id: str, what: str) -> Iterator[None]:
+    """One step of a session's end on disk. A failure (a full or failing disk) is logged,
+    and the caller goes on with the next step: one thing left on disk keeps none of the
+    others there, nor the session alive in memory, nor the CONNECT that ended it unanswered."""
+    try:
+        yield
+    except OSError as error:
+        log.error(
+            "client %s: its session ended, but %s failed, so that is left on disk: %s",
+            client_id,
+            what,
+            store_failure(error),
+        )
 
 
 def _name_of(client: _Client) -> str:
@@ -536,7 +553,8 @@ class Broker:
         subscriptions, its QoS 2 messages awaiting PUBREL and its record."""
         name = consumer_name(client_id)
         for text, _ in self.box.topics.subscribed(name):
-            self.box.unsubscribe(text, name)
+            with _session_end_step(client_id, f"deleting its subscription to {text}"):
+                self.box.unsubscribe(text, name)
         self._discard_session_state(client_id)
 
     def _discard_session_state(self, client_id: str) -> None:
@@ -544,7 +562,8 @@ class Broker:
         PUBREL and its record. Both ways a session ends come here; a clean start of a session
         held in memory goes both ways, and the second finds nothing left."""
         self._drop_unreleased(client_id)
-        remove_record(self.box.root, client_id)
+        with _session_end_step(client_id, "deleting its session record"):
+            remove_record(self.box.root, client_id)
 
     def _drop_unreleased(self, client_id: str) -> None:
         """The session ended, and its QoS 2 exchanges with it (MQTT 5.0 §3.1.2.4): what it got
@@ -585,9 +604,13 @@ class Broker:
         session.outbox.clear()
         name = consumer_name(client_id)
         for text, subscriber in self._durable.pop(client_id, {}).items():
-            subscriber.close()
-            if not parse_filter(text).shared:
-                self.box.unsubscribe(text, name)
+            shared = parse_filter(text).shared
+            leaving = f"leaving the share group of {text}" if shared else f"closing {text}"
+            with _session_end_step(client_id, leaving):
+                subscriber.close()
+            if not shared:
+                with _session_end_step(client_id, f"deleting its subscription to {text}"):
+                    self.box.unsubscribe(text, name)
         self._discard_session_state(client_id)
 
     def _save_session(
