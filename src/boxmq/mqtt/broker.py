@@ -168,6 +168,25 @@ def _same_away(record: SessionRecord | None, scheduled: SessionRecord) -> bool:
     return replace(record, will=None, will_due=None) == replace(scheduled, will=None, will_due=None)
 
 
+@dataclass(frozen=True, slots=True)
+class _AwayAtStart:
+    """A session found on disk at start whose client is away: `counted` as this broker
+    counts it (since when, when its Will is due), `found` as it was read, which the disk
+    still holds if `counted` could not be written over it. Either on disk means that its
+    client has not come back since: a client's return writes a record of its own."""
+
+    counted: SessionRecord
+    found: SessionRecord
+
+    def still_away(self, current: SessionRecord | None) -> bool:
+        """Whether `current`, the record on disk now, says so (its Will sent since or not)."""
+        return _same_away(current, self.counted) or _same_away(current, self.found)
+
+    def will_unsent(self, current: SessionRecord | None) -> bool:
+        """Whether `current` says so, and that its Will was not sent yet."""
+        return current is not None and current in (self.counted, self.found)
+
+
 @contextlib.contextmanager
 def _session_end_step(client_id: str, what: str) -> Iterator[None]:
     """One step of a session's end on disk. A failure (a full or failing disk) is logged,
@@ -650,25 +669,27 @@ class Broker:
         session whose client never returns would collect messages on disk forever."""
         now = self._clock.now()
         for found in read_records(self.box.root):
-            record = self._away_since_restart(found, now)
-            if record is not None and record.will_due is not None:
-                self._resume_will(record, now)  # first: a Will due with the end goes before it
-            deadline = None if record is None else record.deadline()
-            if record is None or deadline is None:
+            away = self._away_since_restart(found, now)
+            if away is None:
+                continue
+            if away.counted.will_due is not None:
+                self._resume_will(away, now)  # first: a Will due with the end goes before it
+            deadline = away.counted.deadline()
+            if deadline is None:
                 continue
             if deadline <= now:
-                self._end_if_still_away(record)
+                self._end_if_still_away(away)
             else:
-                self._expiries[record.client_id] = self.loop.call_later(
-                    deadline - now, self._end_if_still_away, record
+                self._expiries[found.client_id] = self.loop.call_later(
+                    deadline - now, self._end_if_still_away, away
                 )
 
-    def _away_since_restart(self, record: SessionRecord, now: float) -> SessionRecord | None:
-        """The record of a session whose client is away; None if its client is connected to
-        another broker on this root that still runs, or may run (another host: its own)."""
+    def _away_since_restart(self, record: SessionRecord, now: float) -> _AwayAtStart | None:
+        """A session whose client is away; None if its client is connected to another broker
+        on this root that still runs, or may run (another host: its own)."""
         holder = record.holder
         if holder is None:
-            return record
+            return _AwayAtStart(record, record)
         if holder != self._token and process_alive(holder) is not False:
             return None
         # The broker died with the client connected, so no disconnect was recorded: the network
@@ -680,16 +701,23 @@ class Broker:
         try:
             write_record(self.box.root, away)
         except OSError as error:
-            log.warning("client %s: session record not written: %s", record.client_id, error)
-        return away
+            # Its end and its Will keep their time here all the same (_AwayAtStart.found);
+            # only a restart before they come would count from itself again.
+            log.warning(
+                "client %s: the restart's time not written into its session record, which "
+                "still says it was connected: %s; its session still ends on time",
+                record.client_id,
+                error,
+            )
+        return _AwayAtStart(away, record)
 
-    def _end_if_still_away(self, scheduled: SessionRecord) -> None:
+    def _end_if_still_away(self, away: _AwayAtStart) -> None:
         """The end of a session found on disk at start, unless its client came back (here, or
         to another broker on this root: its record changed)."""
-        client_id = scheduled.client_id
+        client_id = away.counted.client_id
         self._expiries.pop(client_id, None)
-        if client_id in self._sessions or not _same_away(
-            read_record(self.box.root, client_id), scheduled
+        if client_id in self._sessions or not away.still_away(
+            read_record(self.box.root, client_id)
         ):
             return
         log.info("client %s: session expired (it was on disk at start)", client_id)
@@ -709,24 +737,27 @@ class Broker:
 
         self._expiries[client_id] = self.loop.call_later(session.expiry, expire)
 
-    def _resume_will(self, record: SessionRecord, now: float) -> None:
+    def _resume_will(self, away: _AwayAtStart, now: float) -> None:
         """At start: a Will that waited out its delay when the broker stopped (or whose
         connection died with it) goes out when due, at once if that time has passed."""
-        due = record.will_due
+        due = away.counted.will_due
         assert due is not None
         if due <= now:
-            self._send_will_if_still_away(record)
+            self._send_will_if_still_away(away)
         else:
-            send = functools.partial(self._send_will_if_still_away, record)
-            self._delay_will(record.client_id, due - now, send)
+            send = functools.partial(self._send_will_if_still_away, away)
+            self._delay_will(away.counted.client_id, due - now, send)
 
-    def _send_will_if_still_away(self, scheduled: SessionRecord) -> None:
+    def _send_will_if_still_away(self, away: _AwayAtStart) -> None:
         """A Will found on disk at start, unless its client came back (here, or to another
         broker on this root: its record changed), which cancels it (MQTT 5.0 §3.1.3.2.2)."""
+        scheduled = away.counted
         client_id, will = scheduled.client_id, scheduled.will
         assert will is not None
         self._forget_will_timer(client_id)
-        if client_id in self._sessions or read_record(self.box.root, client_id) != scheduled:
+        if client_id in self._sessions or not away.will_unsent(
+            read_record(self.box.root, client_id)
+        ):
             return
         self._publish_will(client_id, scheduled.username, will)
         self._will_sent(scheduled)

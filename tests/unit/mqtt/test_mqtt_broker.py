@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -637,6 +638,62 @@ def test_a_session_connected_when_its_broker_died_counts_from_the_restart(
     # What a SIGKILL leaves: the record as written at CONNECT, naming a broker that is gone.
     write_record(root, SessionRecord("killed", 60, holder=process_token()))
     _run(tmp_path, then, clock)
+
+
+def _refuse_session_records(monkeypatch: pytest.MonkeyPatch, root: str) -> None:
+    """The disk refuses every new session record (ENOSPC at its rename); deleting works."""
+    rename = os.rename
+    folder = os.path.join(root, ".mqtt", "sessions")
+
+    def refused(source: str, target: str) -> None:
+        if os.path.dirname(target) == folder:
+            raise OSError(errno.ENOSPC, "No space left on device", target)
+        rename(source, target)
+
+    monkeypatch.setattr(os, "rename", refused)
+
+
+def test_a_record_the_restart_cannot_rewrite_does_not_postpone_the_sessions_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The restart's time is written into the record of a session whose broker died (see
+    above); if the disk refuses it, the session still ends by the deadline kept in memory,
+    rather than at a later restart (which would count from itself again)."""
+    root = str(tmp_path / "root")
+    killed = SessionRecord("killed", 1, holder=process_token())  # what a SIGKILL leaves
+
+    async def first(broker: Broker) -> None:
+        _connect(broker, "killed", expiry=60).send(Subscribe(1, (Subscription("k/#", 1),)))
+
+    async def then(broker: Broker) -> None:
+        assert read_record(root, "killed") == killed  # not rewritten
+        await _until(lambda: _subscribed(broker, "killed") == [])  # one second on
+        assert read_record(root, "killed") is None
+
+    _run(tmp_path, first)
+    write_record(root, killed)
+    _refuse_session_records(monkeypatch, root)
+    _run(tmp_path, then)
+
+
+def test_a_record_the_restart_cannot_rewrite_does_not_hold_back_a_delayed_will(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = str(tmp_path / "root")
+    delayed = Properties.build(will_delay_interval=1)
+    will = Will("status/killed", b"gone", properties=delayed)
+    killed = SessionRecord("killed", 60, holder=process_token(), will=will)
+
+    async def then(broker: Broker) -> None:
+        watcher = _connect(broker, "watcher")
+        watcher.send(Subscribe(1, (Subscription("status/#", 0),)))
+        await _until(lambda: any(isinstance(p, Publish) for p in watcher.inbox))  # one second on
+        [sent] = [p for p in watcher.take() if isinstance(p, Publish)]
+        assert (sent.topic, sent.payload) == ("status/killed", b"gone")
+
+    write_record(root, killed)
+    _refuse_session_records(monkeypatch, root)
+    _run(tmp_path, then)
 
 
 def test_a_session_connected_to_another_running_broker_is_left_to_it(tmp_path: Path) -> None:
