@@ -1044,7 +1044,8 @@ class Broker:
                 source=consumer_name(client_id),
             )
 
-        store_with_properties(packet, self.box.side_files, publish)
+        room = partial(self.box.topics.topic_room, expires_in=expiry or None, retain=packet.retain)
+        store_with_properties(packet, self.box.side_files, publish, room)
 
     def _assure(self, client_id: str, packet: Publish) -> object:
         def assured(properties: dict[str, str]) -> bool:
@@ -1056,7 +1057,11 @@ class Broker:
                 properties=properties,
             )
 
-        return store_with_properties(packet, self.box.side_files, assured)
+        # The names `assured` checks carry no expiry (the intake keeps none) and no retain
+        # flag (a retained QoS 2 message is published at once instead: _publish_later).
+        return store_with_properties(
+            packet, self.box.side_files, assured, self.box.topics.topic_room
+        )
 
     def _start_batch(self, client: _Client) -> None:
         """Run the client's waiting disk work as one batch (`disk.run_all`). One batch runs

@@ -13,6 +13,7 @@ import pytest
 
 import boxmq
 from boxmq.clock import Clock, ManualClock, SystemClock
+from boxmq.model import PROPERTIES_FILE
 from boxmq.mqtt import broker as broker_module
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.codec import decode, encode
@@ -727,3 +728,39 @@ def test_a_session_resumed_after_a_restart_with_expiry_0_ends_with_its_connectio
         assert read_record(broker.box.root, "brief") is None
 
     _in_two_lives(tmp_path, first, then)
+
+
+@pytest.mark.parametrize(
+    ("qos", "expiry", "retain"),
+    [(1, 0, False), (1, 60, False), (1, 0, True), (2, 0, False)],
+    ids=["qos1", "expiring", "retained", "qos2"],
+)
+def test_the_warning_for_properties_left_off_names_the_longest_topic_that_keeps_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, qos: int, expiry: int, retain: bool
+) -> None:
+    """The number is the names' room for the topic beside a side file's key, computed from
+    what they hold (Topics.topic_room): a topic of that length keeps its properties on disk,
+    one byte longer goes without them, and the warning says that length."""
+    trace = [("traceparent", "00-" + "1" * 32 + "-" + "2" * 16 + "-01")]  # a side file's
+    props = Properties.build(user_properties=trace, message_expiry_interval=expiry or None)
+
+    async def test(broker: Broker) -> None:
+        keeper = _connect(broker, "keeper", expiry=600)  # served from disk
+        keeper.send(Subscribe(1, (Subscription("#", 1),)))
+        room = broker.box.topics.topic_room(
+            {PROPERTIES_FILE: "0" * 32}, expires_in=expiry or None, retain=retain
+        )
+        pub = _connect(broker, "pub")
+        for packet_id, topic in enumerate(("k" * room, "x" * (room + 1)), start=1):
+            pub.send(Publish(topic, b"m", qos, retain, packet_id=packet_id, properties=props))
+            if qos == 2:
+                await _until(lambda: any(isinstance(p, Pubrec) for p in pub.take()))
+                pub.send(Pubrel(packet_id))
+        await _until(lambda: len([p for p in keeper.inbox if isinstance(p, Publish)]) == 2)
+        got = {p.topic[0]: p.properties for p in keeper.take() if isinstance(p, Publish)}
+        assert (got["k"].user_properties, got["x"].user_properties) == (tuple(trace), ())
+        [warning] = [r.getMessage() for r in caplog.records if "no room" in r.getMessage()]
+        assert warning.startswith("x" * (room + 1) + ":")
+        assert f"a topic of at most {room} bytes" in warning
+
+    _run(tmp_path, test)
