@@ -90,3 +90,25 @@ def test_temporaries_a_dead_writer_left_go_once_older_than_working_ttl(root: Pat
         assert box.queue("jobs").counts().ready == 1  # what was written whole stays
     with boxmq.open(root) as box:
         assert box.topics.retained("t") is not None
+
+
+def test_temporaries_in_subscriptions_and_the_intake_go_too(root: Path) -> None:
+    """A subscription whose first record never got renamed into place has no record, so no
+    scan of subscriptions finds it; and an exactly-once message's temporary waits in the
+    topics' intake (.incoming/working/) until it is renamed there."""
+    clock = boxmq.ManualClock(time.time())
+    with boxmq.open(root, fsync="never", abandon_after=60.0, clock=clock) as box:
+        box.subscribe("t/#", "s").close()
+        topics = root / "topic-root"
+        folders = [
+            topics / "t%2F%23" / ".subscriptions" / "client.s",
+            topics / "never%2Fsubscribed" / ".subscriptions" / "client.s",
+            topics / ".incoming" / "working",
+        ]
+        for folder in folders:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / ".tmp-left-by-a-dead-writer").write_bytes(b"half")
+        clock.advance(61)
+        box.sweep()
+        assert [f for f in folders if (f / ".tmp-left-by-a-dead-writer").exists()] == []
+        assert box.topics.subscribed("s") != []  # its record stays

@@ -72,3 +72,32 @@ def test_serve_recovers_dead_locks_sweeps_and_stops_on_sigterm(root: Path) -> No
     assert "process of 'w' is gone" in log
     assert "1 message(s) expired" in log
     assert "stopping" in log
+
+
+def _stale_temporary(folder: Path) -> Path:
+    """What a write leaves when its process dies before the rename, written two hours ago."""
+    folder.mkdir(parents=True, exist_ok=True)
+    temporary = folder / ".tmp-left-by-a-dead-writer"
+    temporary.write_text("half")
+    two_hours_ago = time.time() - 7200
+    os.utime(temporary, (two_hours_ago, two_hours_ago))
+    return temporary
+
+
+def test_serve_sweeps_the_temporaries_of_mqtt_session_records(root: Path) -> None:
+    """The session records (.mqtt/sessions/) are the MQTT door's: its broker has the sweep
+    look there too, as in the box's own folders."""
+    boxmq.open(root, fsync="never").close()
+    left = _stale_temporary(root / ".mqtt" / "sessions")
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "serve"]
+    server = subprocess.Popen(
+        [*command, "--sweep-interval", "0.2", "--mqtt", "127.0.0.1:0"], stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while left.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left.exists()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=10)

@@ -39,7 +39,12 @@ from boxmq.store.retained import RETAINED_DIR
 from boxmq.store.side_files import COLLECT_EVERY, SideFiles, referenced
 from boxmq.store.spares import Spares
 from boxmq.store.temporaries import remove_stale_temporaries
-from boxmq.store.topics import read_records, remove_stale_staging
+from boxmq.store.topics import (
+    incoming_working,
+    read_record,
+    remove_stale_staging,
+    subscription_folders,
+)
 
 __all__ = ["Box", "open"]
 
@@ -78,6 +83,7 @@ class Box:
         # Metadata too long for a file name (MQTT v5 properties), named by its messages.
         self.side_files = SideFiles(self.root)
         self._next_collect = 0.0  # when sweep() next looks for side files no message names
+        self._door_folders: tuple[str, ...] = ()  # of the doors' own records (sweep_temporaries_in)
 
     @property
     def fsync(self) -> FsyncPolicy:
@@ -289,11 +295,13 @@ class Box:
         """One round of housekeeping over every queue and subscription (what `boxmq serve`
         runs on a timer); share groups whose members all died are ended."""
         now = self._clock.now()
-        boxes = dropbox_folders(self.root)  # by path: a folder made by hand may not be escaped
+        queues = dropbox_folders(self.root)  # by path: a folder made by hand may not be escaped
         self.topics.sweep_groups()
-        boxes += [
+        subscriptions = list(subscription_folders(self.root))  # with a record or not (yet)
+        boxes = queues + [
             (f"{record.filter} ({os.path.basename(path)})", path)
-            for record, path in read_records(self.root)
+            for path in subscriptions
+            if (record := read_record(path)) is not None
         ]
         limits = self.options.limits
         retention, purge = limits.processed_retention, False
@@ -322,7 +330,9 @@ class Box:
                 abandoned,
                 limits.working_ttl,
             )
-        self._remove_stale_temporaries([path for _, path in boxes], now=now, age=limits.working_ttl)
+        self._remove_stale_temporaries(
+            [*(path for _, path in queues), *subscriptions], now=now, age=limits.working_ttl
+        )
         self.intake.expire()
         if now >= self._next_collect:
             # It lists every file of the root, so not every sweep; a file's grace period
@@ -334,16 +344,25 @@ class Box:
                 log.warning("side files not collected this round: %s", error)
         return reports
 
+    def sweep_temporaries_in(self, folder: str) -> None:
+        """Have every sweep also delete the stale temporaries in `folder`: a door's own
+        records under the root (MQTT's sessions), of which the box knows nothing."""
+        with self._lock:
+            if folder not in self._door_folders:
+                self._door_folders = (*self._door_folders, folder)
+
     def _remove_stale_temporaries(self, dropboxes: list[str], *, now: float, age: float) -> None:
         """What writes of whole files left when their process died before the rename: in
         the dropboxes (settings, subscription records) and the root's own folders (the topic
-        root's generation, the retained store, ...)."""
+        root's generation, the retained store, ...), and the doors' records."""
         folders = [
             *dropboxes,
             os.path.join(self.root, TOPIC_ROOT),
             os.path.join(self.root, TOPIC_ROOT, RETAINED_DIR),
+            incoming_working(self.root),  # an exactly-once message's, before its `received`
             self.side_files.path,
             self.intake.markers,
+            *self._door_folders,
         ]
         if removed := remove_stale_temporaries(folders, now=now, age=age):
             log.warning(

@@ -190,6 +190,22 @@ class Topics:
         self._publish_retained(envelope, data, level, source)
         return envelope.message_id
 
+    def topic_room(
+        self,
+        properties: Mapping[str, PropertyValue | Property] | None = None,
+        *,
+        expires_in: float | None = None,
+        retain: bool = False,
+    ) -> int:
+        """How many bytes of topic, escaped (a '/' takes 3), the file names of a publication
+        have room for beside `properties` and the rest of their metadata: the name of an
+        empty topic, as `publish` would make it, less the limit. For a publisher told why its
+        metadata did not fit; negative if even an empty topic leaves no room."""
+        envelope = self._envelope("", properties, expires_in, None, None, text=False)
+        if retain:
+            envelope = envelope.with_property(PUBLISHED_RETAINED, PropertyType.BOOLEAN, True)
+        return PUT_NAME_LIMIT - len(encode(_at(envelope, QoS.EXACTLY_ONCE)))
+
     def _publish_retained(
         self, envelope: Envelope, data: bytes, level: QoS, source: str | None
     ) -> None:

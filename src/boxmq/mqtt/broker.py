@@ -21,11 +21,12 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -79,6 +80,7 @@ from boxmq.mqtt.session_record import (
     SessionRecord,
     read_record,
     read_records,
+    records_folder,
     remove_record,
     write_record,
 )
@@ -166,6 +168,41 @@ def _same_away(record: SessionRecord | None, scheduled: SessionRecord) -> bool:
     return replace(record, will=None, will_due=None) == replace(scheduled, will=None, will_due=None)
 
 
+@dataclass(frozen=True, slots=True)
+class _AwayAtStart:
+    """A session found on disk at start whose client is away: `counted` as this broker
+    counts it (since when, when its Will is due), `found` as it was read, which the disk
+    still holds if `counted` could not be written over it. Either on disk means that its
+    client has not come back since: a client's return writes a record of its own."""
+
+    counted: SessionRecord
+    found: SessionRecord
+
+    def still_away(self, current: SessionRecord | None) -> bool:
+        """Whether `current`, the record on disk now, says so (its Will sent since or not)."""
+        return _same_away(current, self.counted) or _same_away(current, self.found)
+
+    def will_unsent(self, current: SessionRecord | None) -> bool:
+        """Whether `current` says so, and that its Will was not sent yet."""
+        return current is not None and current in (self.counted, self.found)
+
+
+@contextlib.contextmanager
+def _session_end_step(client_id: str, what: str) -> Iterator[None]:
+    """One step of a session's end on disk. A failure (a full or failing disk) is logged,
+    and the caller goes on with the next step: one thing left on disk keeps none of the
+    others there, nor the session alive in memory, nor the CONNECT that ended it unanswered."""
+    try:
+        yield
+    except OSError as error:
+        log.error(
+            "client %s: its session ended, but %s failed, so that is left on disk: %s",
+            client_id,
+            what,
+            store_failure(error),
+        )
+
+
 def _name_of(client: _Client) -> str:
     session = client.session
     return client.link.peer if session is None else f"client {session.client_id}"
@@ -194,6 +231,8 @@ class Broker:
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._token = process_token()  # names this broker in the session records it writes
+        # A record's write that its process did not live to rename leaves a temporary there.
+        box.sweep_temporaries_in(records_folder(box.root))
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -533,7 +572,8 @@ class Broker:
         subscriptions, its QoS 2 messages awaiting PUBREL and its record."""
         name = consumer_name(client_id)
         for text, _ in self.box.topics.subscribed(name):
-            self.box.unsubscribe(text, name)
+            with _session_end_step(client_id, f"deleting its subscription to {text}"):
+                self.box.unsubscribe(text, name)
         self._discard_session_state(client_id)
 
     def _discard_session_state(self, client_id: str) -> None:
@@ -541,7 +581,8 @@ class Broker:
         PUBREL and its record. Both ways a session ends come here; a clean start of a session
         held in memory goes both ways, and the second finds nothing left."""
         self._drop_unreleased(client_id)
-        remove_record(self.box.root, client_id)
+        with _session_end_step(client_id, "deleting its session record"):
+            remove_record(self.box.root, client_id)
 
     def _drop_unreleased(self, client_id: str) -> None:
         """The session ended, and its QoS 2 exchanges with it (MQTT 5.0 §3.1.2.4): what it got
@@ -582,9 +623,13 @@ class Broker:
         session.outbox.clear()
         name = consumer_name(client_id)
         for text, subscriber in self._durable.pop(client_id, {}).items():
-            subscriber.close()
-            if not parse_filter(text).shared:
-                self.box.unsubscribe(text, name)
+            shared = parse_filter(text).shared
+            leaving = f"leaving the share group of {text}" if shared else f"closing {text}"
+            with _session_end_step(client_id, leaving):
+                subscriber.close()
+            if not shared:
+                with _session_end_step(client_id, f"deleting its subscription to {text}"):
+                    self.box.unsubscribe(text, name)
         self._discard_session_state(client_id)
 
     def _save_session(
@@ -624,25 +669,27 @@ class Broker:
         session whose client never returns would collect messages on disk forever."""
         now = self._clock.now()
         for found in read_records(self.box.root):
-            record = self._away_since_restart(found, now)
-            if record is not None and record.will_due is not None:
-                self._resume_will(record, now)  # first: a Will due with the end goes before it
-            deadline = None if record is None else record.deadline()
-            if record is None or deadline is None:
+            away = self._away_since_restart(found, now)
+            if away is None:
+                continue
+            if away.counted.will_due is not None:
+                self._resume_will(away, now)  # first: a Will due with the end goes before it
+            deadline = away.counted.deadline()
+            if deadline is None:
                 continue
             if deadline <= now:
-                self._end_if_still_away(record)
+                self._end_if_still_away(away)
             else:
-                self._expiries[record.client_id] = self.loop.call_later(
-                    deadline - now, self._end_if_still_away, record
+                self._expiries[found.client_id] = self.loop.call_later(
+                    deadline - now, self._end_if_still_away, away
                 )
 
-    def _away_since_restart(self, record: SessionRecord, now: float) -> SessionRecord | None:
-        """The record of a session whose client is away; None if its client is connected to
-        another broker on this root that still runs, or may run (another host: its own)."""
+    def _away_since_restart(self, record: SessionRecord, now: float) -> _AwayAtStart | None:
+        """A session whose client is away; None if its client is connected to another broker
+        on this root that still runs, or may run (another host: its own)."""
         holder = record.holder
         if holder is None:
-            return record
+            return _AwayAtStart(record, record)
         if holder != self._token and process_alive(holder) is not False:
             return None
         # The broker died with the client connected, so no disconnect was recorded: the network
@@ -654,16 +701,23 @@ class Broker:
         try:
             write_record(self.box.root, away)
         except OSError as error:
-            log.warning("client %s: session record not written: %s", record.client_id, error)
-        return away
+            # Its end and its Will keep their time here all the same (_AwayAtStart.found);
+            # only a restart before they come would count from itself again.
+            log.warning(
+                "client %s: the restart's time not written into its session record, which "
+                "still says it was connected: %s; its session still ends on time",
+                record.client_id,
+                error,
+            )
+        return _AwayAtStart(away, record)
 
-    def _end_if_still_away(self, scheduled: SessionRecord) -> None:
+    def _end_if_still_away(self, away: _AwayAtStart) -> None:
         """The end of a session found on disk at start, unless its client came back (here, or
         to another broker on this root: its record changed)."""
-        client_id = scheduled.client_id
+        client_id = away.counted.client_id
         self._expiries.pop(client_id, None)
-        if client_id in self._sessions or not _same_away(
-            read_record(self.box.root, client_id), scheduled
+        if client_id in self._sessions or not away.still_away(
+            read_record(self.box.root, client_id)
         ):
             return
         log.info("client %s: session expired (it was on disk at start)", client_id)
@@ -683,24 +737,27 @@ class Broker:
 
         self._expiries[client_id] = self.loop.call_later(session.expiry, expire)
 
-    def _resume_will(self, record: SessionRecord, now: float) -> None:
+    def _resume_will(self, away: _AwayAtStart, now: float) -> None:
         """At start: a Will that waited out its delay when the broker stopped (or whose
         connection died with it) goes out when due, at once if that time has passed."""
-        due = record.will_due
+        due = away.counted.will_due
         assert due is not None
         if due <= now:
-            self._send_will_if_still_away(record)
+            self._send_will_if_still_away(away)
         else:
-            send = functools.partial(self._send_will_if_still_away, record)
-            self._delay_will(record.client_id, due - now, send)
+            send = functools.partial(self._send_will_if_still_away, away)
+            self._delay_will(away.counted.client_id, due - now, send)
 
-    def _send_will_if_still_away(self, scheduled: SessionRecord) -> None:
+    def _send_will_if_still_away(self, away: _AwayAtStart) -> None:
         """A Will found on disk at start, unless its client came back (here, or to another
         broker on this root: its record changed), which cancels it (MQTT 5.0 §3.1.3.2.2)."""
+        scheduled = away.counted
         client_id, will = scheduled.client_id, scheduled.will
         assert will is not None
         self._forget_will_timer(client_id)
-        if client_id in self._sessions or read_record(self.box.root, client_id) != scheduled:
+        if client_id in self._sessions or not away.will_unsent(
+            read_record(self.box.root, client_id)
+        ):
             return
         self._publish_will(client_id, scheduled.username, will)
         self._will_sent(scheduled)
@@ -987,7 +1044,8 @@ class Broker:
                 source=consumer_name(client_id),
             )
 
-        store_with_properties(packet, self.box.side_files, publish)
+        room = partial(self.box.topics.topic_room, expires_in=expiry or None, retain=packet.retain)
+        store_with_properties(packet, self.box.side_files, publish, room)
 
     def _assure(self, client_id: str, packet: Publish) -> object:
         def assured(properties: dict[str, str]) -> bool:
@@ -999,7 +1057,11 @@ class Broker:
                 properties=properties,
             )
 
-        return store_with_properties(packet, self.box.side_files, assured)
+        # The names `assured` checks carry no expiry (the intake keeps none) and no retain
+        # flag (a retained QoS 2 message is published at once instead: _publish_later).
+        return store_with_properties(
+            packet, self.box.side_files, assured, self.box.topics.topic_room
+        )
 
     def _start_batch(self, client: _Client) -> None:
         """Run the client's waiting disk work as one batch (`disk.run_all`). One batch runs

@@ -42,13 +42,14 @@ from boxmq.mqtt.packets import Will
 from boxmq.mqtt.properties import read_properties
 from boxmq.mqtt.session import NEVER
 from boxmq.store.names import escape_segment
-from boxmq.store.temporaries import temporary_in
+from boxmq.store.temporaries import removed_on_failure, temporary_in
 
 __all__ = [
     "DeliveryOptions",
     "SessionRecord",
     "read_record",
     "read_records",
+    "records_folder",
     "remove_record",
     "write_record",
 ]
@@ -158,28 +159,24 @@ def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _folder(root: str) -> str:
+def records_folder(root: str) -> str:
     return os.path.join(root, ".mqtt", "sessions")
 
 
 def _path(root: str, client_id: str) -> str:
-    return os.path.join(_folder(root), escape_segment(client_id))
+    return os.path.join(records_folder(root), escape_segment(client_id))
 
 
 def write_record(root: str, record: SessionRecord) -> None:
-    folder = _folder(root)
+    folder = records_folder(root)
     os.makedirs(folder, exist_ok=True)
     temporary = temporary_in(folder)  # a dot: never a record
-    try:
+    # The broker logs a refused record and goes on (disk full): it writes one at every
+    # CONNECT, SUBSCRIBE and disconnect, and each would leave its temporary behind.
+    with removed_on_failure(temporary):
         with open(temporary, "w") as out:
             json.dump(_to_json(record), out)
         os.rename(temporary, _path(root, record.client_id))
-    except BaseException:
-        # The broker logs a refused record and goes on (disk full): it writes one at every
-        # CONNECT, SUBSCRIBE and disconnect, and each would leave its temporary behind.
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
 
 
 def read_record(root: str, client_id: str) -> SessionRecord | None:
@@ -193,7 +190,7 @@ def remove_record(root: str, client_id: str) -> None:
 
 def read_records(root: str) -> Iterator[SessionRecord]:
     """Every session record under the root (those unreadable are skipped)."""
-    with contextlib.suppress(FileNotFoundError), os.scandir(_folder(root)) as entries:
+    with contextlib.suppress(FileNotFoundError), os.scandir(records_folder(root)) as entries:
         for entry in entries:
             if entry.name.startswith("."):
                 continue  # a record being written

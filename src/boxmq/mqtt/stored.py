@@ -89,11 +89,15 @@ def kept_properties(
 
 
 def store_with_properties(
-    packet: Publish, side_files: SideFiles, store: Callable[[dict[str, str]], _T]
+    packet: Publish,
+    side_files: SideFiles,
+    store: Callable[[dict[str, str]], _T],
+    room: Callable[[dict[str, str]], int],
 ) -> _T:
     """`store(properties)` with the PUBLISH's v5 properties in the name, or, where the topic
     leaves them too little room there, in a side file. Where even the side file's key does not
-    fit beside the topic, the message is stored without them (and a warning logged): refusing
+    fit beside the topic, the message is stored without them (and a warning logged, with the
+    longest topic that `room(properties)` says `store` has room for beside the key): refusing
     it would keep it from every subscriber, the ones in memory too, who get it whole."""
     properties = kept_properties(packet, side_files)
     try:
@@ -102,14 +106,16 @@ def store_with_properties(
         if not properties:
             raise  # the topic alone is too long: nothing to leave out
     if V5_PROPERTIES in properties:
+        properties = kept_properties(packet, side_files, spill=True)
         try:
-            return store(kept_properties(packet, side_files, spill=True))
+            return store(properties)
         except MetadataTooLong:
             pass
     log.warning(
         "%s: the topic leaves no room in a file name for its v5 properties: the copies on "
-        "disk go without them (a topic of at most 38 bytes, each '/' counting 3, keeps them)",
+        "disk go without them (a topic of at most %d bytes, each '/' counting 3, keeps them)",
         packet.topic,
+        room(properties),
     )
     return store({})
 

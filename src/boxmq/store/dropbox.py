@@ -20,7 +20,7 @@ from boxmq.errors import QueueNotFound
 from boxmq.store.commit import Committer, Move
 from boxmq.store.layout import State, is_dropbox
 from boxmq.store.spares import Spares, write_new
-from boxmq.store.temporaries import temporary_in
+from boxmq.store.temporaries import removed_on_failure, temporary_in
 
 __all__ = ["Dropbox", "Entry"]
 
@@ -87,9 +87,10 @@ class Dropbox:
     def set_setting(self, name: str, value: str) -> None:
         """Write `<dropbox>/.<name>` whole (a rename, through the committer's fsync policy)."""
         temporary = temporary_in(self.path)
-        with open(temporary, "w", encoding="utf-8") as out:
-            out.write(value)
-        self._committer.commit([Move(temporary, os.path.join(self.path, "." + name))])
+        with removed_on_failure(temporary):
+            with open(temporary, "w", encoding="utf-8") as out:
+                out.write(value)
+            self._committer.commit([Move(temporary, os.path.join(self.path, "." + name))])
 
     def file(self, state: State, name: str) -> str:
         return self._prefixes[state] + name

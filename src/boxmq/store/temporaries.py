@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
-__all__ = ["TEMPORARY_PREFIX", "remove_stale_temporaries", "temporary_in"]
+__all__ = ["TEMPORARY_PREFIX", "remove_stale_temporaries", "removed_on_failure", "temporary_in"]
 
 TEMPORARY_PREFIX = ".tmp-"
 
@@ -23,6 +23,19 @@ def temporary_in(folder: str) -> str:
     """A new temporary's path in `folder`: unique, and named so that readers pass it by and
     `remove_stale_temporaries` finds it if the write is never renamed into place."""
     return os.path.join(folder, f"{TEMPORARY_PREFIX}{uuid.uuid4().hex}")
+
+
+@contextlib.contextmanager
+def removed_on_failure(temporary: str) -> Iterator[None]:
+    """Delete `temporary` if the block (its write and its rename into place) fails, then
+    re-raise: a refused write (a full disk) leaves nothing behind for the sweep, and a write
+    repeated on every failure does not leave one temporary each time."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(OSError):  # never written, or renamed already
+            os.unlink(temporary)
+        raise
 
 
 def remove_stale_temporaries(folders: Iterable[str], *, now: float, age: float) -> int:

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 
 from boxmq.store.layout import TOPIC_ROOT, State
 from boxmq.store.names import escape_segment, unescape_segment
-from boxmq.store.temporaries import temporary_in
+from boxmq.store.temporaries import removed_on_failure, temporary_in
 
 __all__ = [
     "EXACTLY_ONCE_PENDING",
@@ -37,10 +37,12 @@ __all__ = [
     "bump_generation",
     "generation",
     "incoming_working",
+    "read_record",
     "read_records",
     "remove_stale_staging",
     "remove_subscription",
     "staging_name",
+    "subscription_folders",
     "subscription_key",
     "subscription_path",
     "write_record",
@@ -114,13 +116,24 @@ def subscription_path(root: str, filter: str, key: str) -> str:
 def write_record(path: str, record: SubscriptionRecord) -> None:
     os.makedirs(path, exist_ok=True)
     temporary = temporary_in(path)
-    with open(temporary, "w") as out:
-        json.dump(asdict(record), out)
-    os.rename(temporary, os.path.join(path, _RECORD))
+    with removed_on_failure(temporary):
+        with open(temporary, "w") as out:
+            json.dump(asdict(record), out)
+        os.rename(temporary, os.path.join(path, _RECORD))
 
 
 def read_records(root: str) -> Iterator[tuple[SubscriptionRecord, str]]:
     """Every durable subscription under the root, with its dropbox path."""
+    for path in subscription_folders(root):
+        record = read_record(path)
+        if record is not None:
+            yield record, path
+
+
+def subscription_folders(root: str) -> Iterator[str]:
+    """The folder of every subscription under the root, its record written or not: one
+    whose first record was never renamed into place (its process died) is no subscription,
+    but may hold that record's temporary."""
     base = topic_root(root)
     with contextlib.suppress(FileNotFoundError), os.scandir(base) as filters:
         for entry in filters:
@@ -129,9 +142,12 @@ def read_records(root: str) -> Iterator[tuple[SubscriptionRecord, str]]:
             holder = os.path.join(entry.path, _SUBSCRIPTIONS)
             with contextlib.suppress(FileNotFoundError), os.scandir(holder) as keys:
                 for key in keys:
-                    record = _read(os.path.join(key.path, _RECORD))
-                    if record is not None:
-                        yield record, key.path
+                    yield key.path
+
+
+def read_record(path: str) -> SubscriptionRecord | None:
+    """The record of the subscription at `path`; None if it has none (yet, or any more)."""
+    return _read(os.path.join(path, _RECORD))
 
 
 def _read(path: str) -> SubscriptionRecord | None:
@@ -162,9 +178,10 @@ def bump_generation(root: str) -> None:
     base = topic_root(root)
     os.makedirs(base, exist_ok=True)
     temporary = temporary_in(base)
-    with open(temporary, "w"):
-        pass
-    os.rename(temporary, os.path.join(base, _GENERATION))
+    with removed_on_failure(temporary):
+        with open(temporary, "w"):
+            pass
+        os.rename(temporary, os.path.join(base, _GENERATION))
 
 
 def members_path(path: str) -> str:

@@ -5,14 +5,20 @@ rather than after the intake's pending_ttl; and the client's packet ids name new
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from tests.integration.mqtt.clients import RunningServer, paho, start_server
 from tests.integration.mqtt.raw import open_raw, publish_qos2, pubrel, read
 
-from boxmq.mqtt.stored import exactly_once_source
-from boxmq.store.topics import incoming_working
+from boxmq.mqtt.session_record import read_record, records_folder
+from boxmq.mqtt.stored import consumer_name, exactly_once_source
+from boxmq.store.topics import incoming_working, subscription_path
 
 PUBREC_7 = (0x50, b"\x00\x07")
 
@@ -81,3 +87,62 @@ def test_a_session_expired_during_a_restart_discards_its_qos2_messages(tmp_path:
         assert _unreleased_within(second, 5.0) == []
     finally:
         second.shutdown()
+
+
+def _refuse_unlink(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """The file system refuses to delete `path` (EIO), and nothing else."""
+    unlink = os.unlink
+
+    def failing(target: Any, *args: Any, **kwargs: Any) -> None:
+        if os.fspath(target) == path:
+            raise OSError(errno.EIO, "Input/output error", path)
+        unlink(target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", failing)
+
+
+def _subscribed(running: RunningServer, client_id: str) -> list[str]:
+    return sorted(text for text, _ in running.box.topics.subscribed(consumer_name(client_id)))
+
+
+def _logged(caplog: pytest.LogCaptureFixture, words: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if words in r.getMessage()]
+
+
+def test_a_subscription_the_disk_will_not_delete_leaves_the_rest_of_an_expiry_done(
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="boxmq.mqtt")
+    client = paho(server, "brief", clean=False, expiry=1)
+    client.subscribe("a/#", qos=1)
+    client.subscribe("b/#", qos=1)
+    stuck = subscription_path(str(server.root), "a/#", "client.brief")
+    _refuse_unlink(monkeypatch, os.path.join(stuck, ".subscription"))
+    client.stop()
+    deadline = time.monotonic() + 5.0
+    while read_record(str(server.root), "brief") is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert read_record(str(server.root), "brief") is None  # the session's end went on
+    assert _subscribed(server, "brief") == ["a/#"]  # only what the disk refused is left
+    [line] = _logged(caplog, "client brief: its session ended, but deleting its subscription")
+    assert "to a/# failed" in line
+    assert "EIO" in line
+
+
+def test_a_session_record_the_disk_will_not_delete_does_not_keep_a_clean_start_waiting(
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="boxmq.mqtt")
+    client = paho(server, "again", clean=False, expiry=300)
+    client.subscribe("a/#", qos=1)
+    client.stop()
+    _refuse_unlink(monkeypatch, os.path.join(records_folder(str(server.root)), "again"))
+    back = paho(server, "again", clean=True)  # its CONNACK comes, with no session present
+    try:
+        assert not back.session_present
+        assert _subscribed(server, "again") == []  # the old session's end went on
+        lines = _logged(caplog, "client again: its session ended, but deleting its session")
+        assert lines
+        assert all("EIO" in line for line in lines)
+    finally:
+        back.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -12,6 +13,7 @@ import pytest
 
 import boxmq
 from boxmq.clock import Clock, ManualClock, SystemClock
+from boxmq.model import PROPERTIES_FILE
 from boxmq.mqtt import broker as broker_module
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.codec import decode, encode
@@ -639,6 +641,62 @@ def test_a_session_connected_when_its_broker_died_counts_from_the_restart(
     _run(tmp_path, then, clock)
 
 
+def _refuse_session_records(monkeypatch: pytest.MonkeyPatch, root: str) -> None:
+    """The disk refuses every new session record (ENOSPC at its rename); deleting works."""
+    rename = os.rename
+    folder = os.path.join(root, ".mqtt", "sessions")
+
+    def refused(source: str, target: str) -> None:
+        if os.path.dirname(target) == folder:
+            raise OSError(errno.ENOSPC, "No space left on device", target)
+        rename(source, target)
+
+    monkeypatch.setattr(os, "rename", refused)
+
+
+def test_a_record_the_restart_cannot_rewrite_does_not_postpone_the_sessions_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The restart's time is written into the record of a session whose broker died (see
+    above); if the disk refuses it, the session still ends by the deadline kept in memory,
+    rather than at a later restart (which would count from itself again)."""
+    root = str(tmp_path / "root")
+    killed = SessionRecord("killed", 1, holder=process_token())  # what a SIGKILL leaves
+
+    async def first(broker: Broker) -> None:
+        _connect(broker, "killed", expiry=60).send(Subscribe(1, (Subscription("k/#", 1),)))
+
+    async def then(broker: Broker) -> None:
+        assert read_record(root, "killed") == killed  # not rewritten
+        await _until(lambda: _subscribed(broker, "killed") == [])  # one second on
+        assert read_record(root, "killed") is None
+
+    _run(tmp_path, first)
+    write_record(root, killed)
+    _refuse_session_records(monkeypatch, root)
+    _run(tmp_path, then)
+
+
+def test_a_record_the_restart_cannot_rewrite_does_not_hold_back_a_delayed_will(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = str(tmp_path / "root")
+    delayed = Properties.build(will_delay_interval=1)
+    will = Will("status/killed", b"gone", properties=delayed)
+    killed = SessionRecord("killed", 60, holder=process_token(), will=will)
+
+    async def then(broker: Broker) -> None:
+        watcher = _connect(broker, "watcher")
+        watcher.send(Subscribe(1, (Subscription("status/#", 0),)))
+        await _until(lambda: any(isinstance(p, Publish) for p in watcher.inbox))  # one second on
+        [sent] = [p for p in watcher.take() if isinstance(p, Publish)]
+        assert (sent.topic, sent.payload) == ("status/killed", b"gone")
+
+    write_record(root, killed)
+    _refuse_session_records(monkeypatch, root)
+    _run(tmp_path, then)
+
+
 def test_a_session_connected_to_another_running_broker_is_left_to_it(tmp_path: Path) -> None:
     root = str(tmp_path / "root")
     other = SessionRecord("elsewhere", 1, holder=process_token(os.getppid()))  # alive
@@ -670,3 +728,39 @@ def test_a_session_resumed_after_a_restart_with_expiry_0_ends_with_its_connectio
         assert read_record(broker.box.root, "brief") is None
 
     _in_two_lives(tmp_path, first, then)
+
+
+@pytest.mark.parametrize(
+    ("qos", "expiry", "retain"),
+    [(1, 0, False), (1, 60, False), (1, 0, True), (2, 0, False)],
+    ids=["qos1", "expiring", "retained", "qos2"],
+)
+def test_the_warning_for_properties_left_off_names_the_longest_topic_that_keeps_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, qos: int, expiry: int, retain: bool
+) -> None:
+    """The number is the names' room for the topic beside a side file's key, computed from
+    what they hold (Topics.topic_room): a topic of that length keeps its properties on disk,
+    one byte longer goes without them, and the warning says that length."""
+    trace = [("traceparent", "00-" + "1" * 32 + "-" + "2" * 16 + "-01")]  # a side file's
+    props = Properties.build(user_properties=trace, message_expiry_interval=expiry or None)
+
+    async def test(broker: Broker) -> None:
+        keeper = _connect(broker, "keeper", expiry=600)  # served from disk
+        keeper.send(Subscribe(1, (Subscription("#", 1),)))
+        room = broker.box.topics.topic_room(
+            {PROPERTIES_FILE: "0" * 32}, expires_in=expiry or None, retain=retain
+        )
+        pub = _connect(broker, "pub")
+        for packet_id, topic in enumerate(("k" * room, "x" * (room + 1)), start=1):
+            pub.send(Publish(topic, b"m", qos, retain, packet_id=packet_id, properties=props))
+            if qos == 2:
+                await _until(lambda: any(isinstance(p, Pubrec) for p in pub.take()))
+                pub.send(Pubrel(packet_id))
+        await _until(lambda: len([p for p in keeper.inbox if isinstance(p, Publish)]) == 2)
+        got = {p.topic[0]: p.properties for p in keeper.take() if isinstance(p, Publish)}
+        assert (got["k"].user_properties, got["x"].user_properties) == (tuple(trace), ())
+        [warning] = [r.getMessage() for r in caplog.records if "no room" in r.getMessage()]
+        assert warning.startswith("x" * (room + 1) + ":")
+        assert f"a topic of at most {room} bytes" in warning
+
+    _run(tmp_path, test)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import boxmq
 from boxmq.errors import MetadataTooLong
 from boxmq.model import PROPERTIES_FILE, Envelope, MessageId, Property, PropertyType
 from boxmq.mqtt.packets import Publish
@@ -113,6 +114,11 @@ def test_a_missing_side_file_costs_the_properties_not_the_message(
     assert len([r for r in caplog.records if "missing" in r.getMessage()]) == 1  # once
 
 
+def _room(properties: dict[str, str]) -> int:
+    """A store's room for the topic beside `properties` (tests with a store made up here)."""
+    return 38
+
+
 def test_short_properties_that_the_topic_leaves_no_room_for_are_spilled(tmp_path: Path) -> None:
     side = SideFiles(str(tmp_path))
     packet = Publish("t", b"", 1, packet_id=1, properties=Properties.build(content_type="json"))
@@ -124,7 +130,7 @@ def test_short_properties_that_the_topic_leaves_no_room_for_are_spilled(tmp_path
             raise MetadataTooLong("no room")
         return "stored"
 
-    assert store_with_properties(packet, side, store) == "stored"
+    assert store_with_properties(packet, side, store, _room) == "stored"
     assert [list(p) for p in tried] == [[V5_PROPERTIES], [PROPERTIES_FILE]]
 
 
@@ -140,7 +146,7 @@ def test_a_topic_that_leaves_no_room_even_for_the_key_is_stored_without_properti
             raise MetadataTooLong("no room")
         return "stored"
 
-    assert store_with_properties(packet, SideFiles(str(tmp_path)), store) == "stored"
+    assert store_with_properties(packet, SideFiles(str(tmp_path)), store, _room) == "stored"
     assert tried[-1] == {}
     assert "no room in a file name for its v5 properties" in caplog.text
 
@@ -152,4 +158,23 @@ def test_a_topic_too_long_even_without_properties_is_refused(tmp_path: Path) -> 
         raise MetadataTooLong("no room")
 
     with pytest.raises(MetadataTooLong):
-        store_with_properties(packet, SideFiles(str(tmp_path)), store)
+        store_with_properties(packet, SideFiles(str(tmp_path)), store, _room)
+
+
+def test_the_docs_give_the_topic_lengths_the_names_have_room_for(tmp_path: Path) -> None:
+    """The numbers in the docs are computed here (Topics.topic_room): a change to what a
+    name holds fails this test until the docs follow."""
+    docs = Path(__file__).parents[3] / "docs"
+    key = {PROPERTIES_FILE: "0" * 32}
+    with boxmq.open(tmp_path, fsync="never") as box:
+        room = box.topics.topic_room
+        said = (
+            f"more than {room(key)} bytes once escaped, each `/` counting 3; "
+            f"{room(key, retain=True)} if retained, {room(key, expires_in=60)} with a Message "
+            "Expiry Interval"
+        )
+        bare = f"Without properties a message takes a topic of up to {room()} bytes"
+    for page, sayings in (("file-format.md", (said, bare)), ("mqtt.md", (said,))):
+        text = " ".join((docs / page).read_text().split())
+        for saying in sayings:
+            assert saying in text, page

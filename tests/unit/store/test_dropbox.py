@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,5 +57,36 @@ def test_read_returns_the_whole_body_at_any_size(tmp_path: Path, size: int) -> N
         box.send([box.write("4.x.B", body)])
         assert box.read(State.TARGET, "4.x.B") == body
         assert box.read(State.TARGET, "gone") is None
+    finally:
+        committer.close()
+
+
+def _full_disk(*_: object, **__: object) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _created_then_full(path: str, *args: Any, **kwargs: Any) -> Any:
+    """`open` on a full disk: the file is made, then its first write is refused."""
+    open(path, *args, **kwargs).close()
+    _full_disk()
+
+
+@pytest.mark.parametrize("failing", ["write", "rename"])
+def test_a_setting_the_disk_refuses_leaves_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
+    try:
+        box = Dropbox(str(tmp_path / "q"), committer)
+        box.set_setting("owner", "first")
+        if failing == "rename":
+            monkeypatch.setattr(os, "rename", _full_disk)
+        else:
+            monkeypatch.setattr("boxmq.store.dropbox.open", _created_then_full, raising=False)
+        with pytest.raises(OSError, match="No space"):
+            box.set_setting("owner", "second")
+        monkeypatch.undo()
+        assert box.setting("owner") == "first"
+        assert not [name for name in os.listdir(box.path) if name.startswith(".tmp-")]
     finally:
         committer.close()

@@ -1,0 +1,74 @@
+"""The topic tree's own files: a subscription's record and the generation, written whole."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from boxmq.store import topics
+from boxmq.store.topics import (
+    SubscriptionRecord,
+    bump_generation,
+    read_records,
+    subscription_path,
+    topic_root,
+    write_record,
+)
+
+_RECORD = SubscriptionRecord(filter="a/#", group=None, subscriber="s", qos=1)
+
+
+def _full_disk(*_: object, **__: object) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _created_then_full(path: str, *args: Any, **kwargs: Any) -> Any:
+    """`open` on a full disk: the file is made, then its first write is refused."""
+    open(path, *args, **kwargs).close()
+    _full_disk()
+
+
+def _refused_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("boxmq.store.topics.open", _created_then_full, raising=False)
+
+
+def _refused_rename(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "rename", _full_disk)
+
+
+@pytest.mark.parametrize("refuse", [_refused_write, _refused_rename], ids=["write", "rename"])
+def test_a_record_the_disk_refuses_leaves_no_temporary(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    refuse: Callable[[pytest.MonkeyPatch], None],
+) -> None:
+    root = str(tmp_path)
+    folder = subscription_path(root, "a/#", "client.s")
+    write_record(folder, _RECORD)
+    refuse(monkeypatch)
+    with pytest.raises(OSError, match="No space"):
+        write_record(folder, SubscriptionRecord("a/#", None, "s", qos=2))
+    monkeypatch.undo()
+    assert os.listdir(folder) == [".subscription"]  # nothing beside it
+    assert [record for record, _ in read_records(root)] == [_RECORD]  # the old one
+
+
+@pytest.mark.parametrize("refuse", [_refused_write, _refused_rename], ids=["write", "rename"])
+def test_a_generation_the_disk_refuses_leaves_no_temporary(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    refuse: Callable[[pytest.MonkeyPatch], None],
+) -> None:
+    bump_generation(str(tmp_path))
+    before = topics.generation(str(tmp_path))
+    refuse(monkeypatch)
+    with pytest.raises(OSError, match="No space"):
+        bump_generation(str(tmp_path))
+    monkeypatch.undo()
+    assert os.listdir(topic_root(str(tmp_path))) == [".generation"]
+    assert topics.generation(str(tmp_path)) == before
