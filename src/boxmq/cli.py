@@ -243,8 +243,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--keep",
         action="store_true",
-        help="keep a plain subscription (and what it collects) after exiting; one kept "
-        "earlier always stays (`boxmq unsubscribe` ends it)",
+        help="keep the subscription (and what it collects), or the share-group membership, "
+        "after exiting; one kept earlier always stays (`boxmq unsubscribe` ends it)",
     )
 
     p = command("unsubscribe", _unsubscribe, "end a kept subscription, and drop what it holds")
@@ -428,13 +428,20 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
     # SIGTERM (kill, systemd, docker stop) ends it like Ctrl-C does: through the `finally`
     # below, so that a plain subscription does not outlive the command.
     signal.signal(signal.SIGTERM, _terminated)
-    # Only a subscription this run made ends with it: one an earlier `--keep` (or the Python
-    # API, or a Spark stream) made is read and left in place, with what it holds for later.
+    # Only a subscription (or share-group membership) this run made ends with it: one an
+    # earlier `--keep` (or the Python API, or a Spark stream) made is read and left in place,
+    # with what it holds for later.
     kept = args.keep or box.topics.has_subscription(args.filter, args.subscriber)
-    with box.subscribe(args.filter, args.subscriber, qos=args.qos) as subscriber:
-        if kept and not args.keep and not subscriber.filter.shared:
+    # A kept membership belongs to no process, so the sweep of dead processes' members
+    # leaves it; only `boxmq unsubscribe` ends it.
+    with box.subscribe(
+        args.filter, args.subscriber, qos=args.qos, process_bound=not kept
+    ) as subscriber:
+        shared = subscriber.filter.shared
+        if kept and not args.keep:
+            what = "membership of the share group" if shared else "subscription"
             print(
-                f"boxmq subscribe: reading the kept subscription {args.filter} of "
+                f"boxmq subscribe: reading the kept {what} {args.filter} of "
                 f"{args.subscriber}; it stays after this run (boxmq unsubscribe "
                 f"{args.filter} --name {args.subscriber} ends it)",
                 file=sys.stderr,
@@ -448,7 +455,9 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
                 message.ack()
                 received += 1
         finally:
-            if not subscriber.filter.shared and not kept:
+            if kept:
+                subscriber.detach()  # its locks go back; the subscription or membership stays
+            elif not shared:
                 box.unsubscribe(args.filter, args.subscriber)
     return 0
 

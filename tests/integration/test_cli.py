@@ -437,3 +437,28 @@ def test_peek_json_gives_properties_as_an_object_as_get_does(root: Path) -> None
     [row] = json.loads(ok(root, "--json", "peek", "q"))
     assert row["properties"] == {"tenant": "a,b", "n": 3}
     assert "tenant=a,b" in ok(root, "peek", "q")  # the table keeps NAME=VALUE
+
+
+def test_subscribe_keep_keeps_a_share_group_membership(root: Path) -> None:
+    # --keep kept plain subscriptions only: a share-group member left the group on exit, and
+    # the last member out deleted the group with what it was about to collect.
+    group = "$share/etl/sensors/#"
+    ok(root, "subscribe", group, "--name", "w1", "--keep", "--idle", "0.1")
+    ok(root, "publish", "sensors/a", "one")
+    ok(root, "publish", "sensors/b", "two")
+    [row] = json.loads(ok(root, "--json", "ls"))["subscriptions"]
+    assert (row["subscription"], row["subscriber"], row["ready"]) == (group, "w1", 2)
+    done = boxmq_cli(root, "subscribe", group, "--name", "w1", "--count", "1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "sensors/a one\n"
+    assert f"boxmq unsubscribe {group} --name w1" in done.stderr  # says it stays, and how not
+    [row] = json.loads(ok(root, "--json", "ls"))["subscriptions"]
+    assert (row["subscriber"], row["ready"]) == ("w1", 1)
+    ok(root, "unsubscribe", group, "--name", "w1")
+    assert json.loads(ok(root, "--json", "ls"))["subscriptions"] == []
+
+
+def test_subscribe_to_a_share_group_without_keep_leaves_it(root: Path) -> None:
+    group = "$share/etl/sensors/#"
+    ok(root, "subscribe", group, "--name", "w1", "--idle", "0.1")
+    assert json.loads(ok(root, "--json", "ls"))["subscriptions"] == []  # the last one out
