@@ -9,6 +9,9 @@ Invariants:
   forwarded (Topic Alias, Subscription Identifier) is never stored. A side file gone missing
   costs its messages their properties, never their delivery.
 - A PUBLISH read back carries what is left of its Message Expiry Interval (§3.3.2.3.3).
+- A message stored without v5 properties (put by the Python API, the CLI, Spark, a script)
+  goes to v5 subscribers with its properties, not boxmq's `bx_*`, as User Properties, values
+  as text. One with v5 properties goes with exactly those (its bytes, as they came).
 """
 
 from __future__ import annotations
@@ -22,7 +25,14 @@ from typing import Final, TypeVar
 from boxmq.client.message import Message
 from boxmq.client.topics import Publication
 from boxmq.errors import InvalidArgument, MetadataTooLong
-from boxmq.model import PROPERTIES_FILE, QOS, RESERVED_PREFIX, Envelope
+from boxmq.model import (
+    PROPERTIES_FILE,
+    QOS,
+    RESERVED_PREFIX,
+    V5_PROPERTIES,
+    Envelope,
+    property_text,
+)
 from boxmq.mqtt.packets import Publish, new_publish
 from boxmq.mqtt.properties import EMPTY, Properties, PropertyId, subscription_identifier
 from boxmq.mqtt.session import SubscriptionOptions
@@ -45,7 +55,6 @@ __all__ = [
 
 log = logging.getLogger("boxmq.mqtt")
 
-V5_PROPERTIES: Final = RESERVED_PREFIX + "v5"
 _T = TypeVar("_T")
 NOT_FORWARDED: Final = (PropertyId.TOPIC_ALIAS, PropertyId.SUBSCRIPTION_IDENTIFIER)
 # Base64 characters tried in a name before a side file: about what a name leaves them after a
@@ -171,15 +180,36 @@ def retained_publish(
 
 
 def _properties_of(envelope: Envelope, side_files: SideFiles) -> Properties:
-    raw = envelope.property_value(V5_PROPERTIES)
-    if not isinstance(raw, str):
-        key = envelope.property_value(PROPERTIES_FILE)
+    """The v5 properties a message goes out with: those it came with, or, for a message that
+    came without (not over MQTT v5), its own properties as User Properties."""
+    inline = key = None
+    users: list[tuple[str, str]] = []
+    for prop in envelope.properties:  # one pass: this runs for every message sent from disk
+        name = prop.name
+        if not name.startswith(RESERVED_PREFIX):
+            users.append((name, property_text(prop.value)))
+        elif name == V5_PROPERTIES:
+            inline = prop.value
+        elif name == PROPERTIES_FILE:
+            key = prop.value
+    if isinstance(inline, str):
+        try:
+            return Properties(base64.urlsafe_b64decode(inline + "=" * (-len(inline) % 4)))
+        except ValueError:
+            return EMPTY
+    if key is not None:
         kept = side_files.get(key) if isinstance(key, str) else None
         return EMPTY if kept is None else Properties(kept)
-    try:
-        return Properties(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
-    except ValueError:
-        return EMPTY
+    return _user_properties(users) if users else EMPTY
+
+
+def _user_properties(pairs: list[tuple[str, str]]) -> Properties:
+    """Pairs as User Properties (MQTT 5.0 §3.3.2.3.7); a pair MQTT cannot carry (U+0000 in a
+    name a script wrote, §1.5.4) is left out rather than sent to a subscriber who must
+    refuse it."""
+    return Properties.build(
+        user_properties=[(n, v) for n, v in pairs if "\0" not in n and "\0" not in v]
+    )
 
 
 def _pack(props: Properties) -> str:
