@@ -9,6 +9,8 @@ Invariants:
   forwarded (Topic Alias, Subscription Identifier) is never stored. A side file gone missing
   costs its messages their properties, never their delivery.
 - A PUBLISH read back carries what is left of its Message Expiry Interval (§3.3.2.3.3).
+- A User Property named GROUP_KEY (`JMSXGroupID`) is also stored as that name property, the
+  message's group for `hash-by-key` dispatch; a PUBLISH without one pays a bytes search.
 - A message stored without v5 properties (put by the Python API, the CLI, Spark, a script)
   goes to v5 subscribers with its properties, not boxmq's `bx_*`, as User Properties, values
   as text. One with v5 properties goes with exactly those (its bytes, as they came).
@@ -17,6 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import math
 from collections.abc import Callable
@@ -26,6 +29,7 @@ from boxmq.client.message import Message
 from boxmq.client.topics import Publication
 from boxmq.errors import InvalidArgument, MetadataTooLong
 from boxmq.model import (
+    GROUP_KEY,
     PROPERTIES_FILE,
     QOS,
     RESERVED_PREFIX,
@@ -33,6 +37,7 @@ from boxmq.model import (
     Envelope,
     property_text,
 )
+from boxmq.mqtt.framing import encode_utf8
 from boxmq.mqtt.packets import Publish, new_publish
 from boxmq.mqtt.properties import EMPTY, Properties, PropertyId, subscription_identifier
 from boxmq.mqtt.session import SubscriptionOptions
@@ -45,6 +50,7 @@ __all__ = [
     "V5_PROPERTIES",
     "consumer_name",
     "exactly_once_source",
+    "group_of",
     "kept_properties",
     "publication_of",
     "publish_of",
@@ -61,6 +67,8 @@ NOT_FORWARDED: Final = (PropertyId.TOPIC_ALIAS, PropertyId.SUBSCRIPTION_IDENTIFI
 # short topic (docs/file-format.md). Longer ones could never fit; shorter ones are tried, and
 # go to a side file if the topic leaves them no room after all (`kept_properties(spill=True)`).
 INLINE_MAX: Final = 60
+_GROUP_KEY_BYTES: Final = encode_utf8(GROUP_KEY)  # as a User Property's name is on the wire
+_USER_PROPERTY: Final = int(PropertyId.USER_PROPERTY)
 
 
 def consumer_name(client_id: str) -> str:
@@ -93,8 +101,19 @@ def kept_properties(
         return {}
     packed = _pack(props)
     if len(packed) <= INLINE_MAX and not spill:
-        return {V5_PROPERTIES: packed}
-    return {PROPERTIES_FILE: side_files.put(props.raw)}
+        return {V5_PROPERTIES: packed, **group_of(props)}
+    return {PROPERTIES_FILE: side_files.put(props.raw), **group_of(props)}
+
+
+def group_of(props: Properties) -> dict[str, str]:
+    """{GROUP_KEY: value} when a User Property names the message's group (the first such,
+    non-empty), else {}. Only a list that holds the name's bytes is decoded."""
+    if not props.mask >> _USER_PROPERTY & 1 or _GROUP_KEY_BYTES not in props.raw:
+        return {}
+    for name, value in props.user_properties:
+        if name == GROUP_KEY:
+            return {GROUP_KEY: value} if value else {}
+    return {}
 
 
 def store_with_properties(
@@ -103,24 +122,42 @@ def store_with_properties(
     """`store(properties)` with the PUBLISH's v5 properties in the name, or, where the topic
     leaves them too little room there, in a side file. Where even the side file's key does not
     fit beside the topic, the message is stored without them (and a warning logged): refusing
-    it would keep it from every subscriber, the ones in memory too, who get it whole."""
+    it would keep it from every subscriber, the ones in memory too, who get it whole. The
+    message's group (`group_of`) goes with the properties where it fits, else the properties
+    go without it, else it goes alone (each time with a warning)."""
     properties = kept_properties(packet, side_files)
     try:
         return store(properties)
     except MetadataTooLong:
         if not properties:
             raise  # the topic alone is too long: nothing to leave out
+    spilled = properties
     if V5_PROPERTIES in properties:
-        try:
-            return store(kept_properties(packet, side_files, spill=True))
-        except MetadataTooLong:
-            pass
+        spilled = kept_properties(packet, side_files, spill=True)
+        with contextlib.suppress(MetadataTooLong):
+            return store(spilled)
+    if GROUP_KEY in spilled:
+        ungrouped = {k: v for k, v in spilled.items() if k != GROUP_KEY}
+        with contextlib.suppress(MetadataTooLong):
+            return _stored_without(store, ungrouped, packet.topic, f"its {GROUP_KEY}")
+        group = {GROUP_KEY: spilled[GROUP_KEY]}
+        with contextlib.suppress(MetadataTooLong):
+            return _stored_without(store, group, packet.topic, "its v5 properties")
+    return _stored_without(store, {}, packet.topic, "its v5 properties")
+
+
+def _stored_without(
+    store: Callable[[dict[str, str]], _T], properties: dict[str, str], topic: str, what: str
+) -> _T:
+    """`store(properties)`, then a warning that the copies on disk go without `what`."""
+    stored = store(properties)
     log.warning(
-        "%s: the topic leaves no room in a file name for its v5 properties: the copies on "
-        "disk go without them (a topic of at most 38 bytes, each '/' counting 3, keeps them)",
-        packet.topic,
+        "%s: the topic leaves no room in a file name for %s: the copies on disk go without "
+        "(a topic of at most 38 bytes, each '/' counting 3, keeps v5 properties)",
+        topic,
+        what,
     )
-    return store({})
+    return stored
 
 
 def publication_of(client_id: str, packet: Publish, side_files: SideFiles) -> Publication:
@@ -133,7 +170,8 @@ def publication_of(client_id: str, packet: Publish, side_files: SideFiles) -> Pu
         # the name instead. Where they do not fit there, the batch fails as a whole and each
         # of its messages is written alone (`store_with_properties`), which meets this
         # error again and tells it to the publisher.
-        properties = {V5_PROPERTIES: _pack(packet.properties.without(*NOT_FORWARDED))}
+        props = packet.properties.without(*NOT_FORWARDED)
+        properties = {V5_PROPERTIES: _pack(props), **group_of(props)}
     return Publication(
         packet.topic,
         packet.payload,

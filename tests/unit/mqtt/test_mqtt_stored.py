@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,13 +13,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boxmq.errors import MetadataTooLong
-from boxmq.model import PROPERTIES_FILE, Envelope, MessageId, Property, PropertyType
+from boxmq.model import (
+    GROUP_KEY,
+    PROPERTIES_FILE,
+    V5_PROPERTIES,
+    Envelope,
+    MessageId,
+    Property,
+    PropertyType,
+    PropertyValue,
+    properties_from,
+    property_text,
+)
 from boxmq.mqtt.packets import Publish
 from boxmq.mqtt.properties import Properties, PropertyId
 from boxmq.mqtt.session import SubscriptionOptions
 from boxmq.mqtt.stored import (
-    V5_PROPERTIES,
     consumer_name,
+    group_of,
     kept_properties,
     retained_publish,
     store_with_properties,
@@ -153,3 +165,96 @@ def test_a_topic_too_long_even_without_properties_is_refused(tmp_path: Path) -> 
 
     with pytest.raises(MetadataTooLong):
         store_with_properties(packet, SideFiles(str(tmp_path)), store)
+
+
+# -- the properties of messages that did not come over MQTT v5, and a publisher's group ---------
+
+_VALUES = (
+    st.text(max_size=6)
+    | st.integers(-(2**40), 2**40)
+    | st.booleans()
+    | st.floats(allow_nan=True, allow_infinity=True)
+)
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=6), _VALUES, max_size=4))
+def test_a_message_without_v5_properties_goes_out_with_its_own_as_user_properties(
+    own: dict[str, PropertyValue],
+) -> None:
+    envelope = Envelope(
+        MessageId("m"),
+        properties=(
+            Property("bx_topic", PropertyType.STRING, "t"),
+            Property("bx_dc", PropertyType.INT, 2),
+            *properties_from(own),
+        ),
+    )
+    with tempfile.TemporaryDirectory() as root:
+        back = retained_publish(envelope, b"", _OPTIONS, now=0, side_files=SideFiles(root))
+    expected = [
+        (name, property_text(value))
+        for name, value in own.items()
+        if not name.startswith("bx_") and "\0" not in name + property_text(value)
+    ]
+    assert list(back.properties.user_properties) == expected
+    assert back.properties.get_all(PropertyId.USER_PROPERTY) == tuple(expected)
+    assert (back.properties.raw == b"") == (not expected)
+
+
+def test_a_message_with_v5_properties_goes_out_with_exactly_those(tmp_path: Path) -> None:
+    props = Properties.build(user_properties=[("JMSXGroupID", "o-17"), ("tenant", "acme")])
+    side = SideFiles(str(tmp_path))
+    kept = kept_properties(Publish("t", b"", 1, packet_id=1, properties=props), side)
+    assert kept[GROUP_KEY] == "o-17"  # also in the name: the message's group
+    back = retained_publish(_envelope(kept), b"", _OPTIONS, now=0, side_files=side)
+    assert back.properties == props  # not the group again, nor anything else of the name's
+
+
+@given(st.lists(st.tuples(st.sampled_from(["JMSXGroupID", "tenant", "jmsxgroupid"]), _MQTT_TEXT)))
+def test_the_first_jmsxgroupid_user_property_is_the_group(pairs: list[tuple[str, str]]) -> None:
+    first = next((value for name, value in pairs if name == GROUP_KEY), "")
+    props = Properties.build(user_properties=pairs, content_type="json")
+    assert group_of(props) == ({GROUP_KEY: first} if first else {})
+
+
+@pytest.mark.parametrize("long", [False, True])
+def test_the_group_goes_into_the_name_with_the_properties(tmp_path: Path, long: bool) -> None:
+    users = [("JMSXGroupID", "o-17"), *(_LONG.user_properties if long else [])]
+    props = Properties.build(user_properties=users)
+    kept = kept_properties(
+        Publish("t", b"", 1, packet_id=1, properties=props), SideFiles(str(tmp_path))
+    )
+    assert list(kept) == [PROPERTIES_FILE if long else V5_PROPERTIES, GROUP_KEY]
+
+
+def test_without_room_for_both_the_properties_go_first_then_the_group_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    props = Properties.build(user_properties=[("JMSXGroupID", "o-17")], content_type="json")
+    packet = Publish("t", b"", 1, packet_id=1, properties=props)
+    tried: list[list[str]] = []
+
+    def store(room: int) -> Callable[[dict[str, str]], str]:
+        def attempt(properties: dict[str, str]) -> str:
+            tried.append(list(properties))
+            if len(properties) > room:
+                raise MetadataTooLong("no room")
+            return "stored"
+
+        return attempt
+
+    side = SideFiles(str(tmp_path))
+    assert store_with_properties(packet, side, store(1)) == "stored"
+    assert tried == [[V5_PROPERTIES, GROUP_KEY], [PROPERTIES_FILE, GROUP_KEY], [PROPERTIES_FILE]]
+    assert "no room in a file name for its JMSXGroupID" in caplog.text
+    tried.clear()
+
+    def only_the_group(properties: dict[str, str]) -> str:
+        tried.append(list(properties))
+        if list(properties) != [GROUP_KEY]:
+            raise MetadataTooLong("no room")
+        return "stored"
+
+    assert store_with_properties(packet, side, only_the_group) == "stored"
+    assert tried[-1] == [GROUP_KEY]
+    assert "no room in a file name for its v5 properties" in caplog.text
