@@ -6,8 +6,10 @@ Invariants:
 - The v5 properties of a stored message are kept as their wire bytes: in its name, URL-safe
   base64 without padding, in the reserved property V5_PROPERTIES when they are short; else in
   a side file (store/side_files.py) whose key the name carries in PROPERTIES_FILE. What is not
-  forwarded (Topic Alias, Subscription Identifier) is never stored. A side file gone missing
-  costs its messages their properties, never their delivery.
+  forwarded (Topic Alias, Subscription Identifier) is never stored. A side file gone missing,
+  or property bytes that are not a PUBLISH's well-formed list (a name edited by hand), cost
+  their messages their properties (logged), never their delivery: they are checked as a
+  PUBLISH from a client is before they go out, so no subscriber is sent what it must refuse.
 - A PUBLISH read back carries what is left of its Message Expiry Interval (§3.3.2.3.3).
 - A User Property named GROUP_KEY (`JMSXGroupID`) is also stored as that name property, the
   message's group for `hash-by-key` dispatch; a PUBLISH without one pays a bytes search.
@@ -27,7 +29,7 @@ from typing import Final, TypeVar
 
 from boxmq.client.message import Message
 from boxmq.client.topics import Publication
-from boxmq.errors import InvalidArgument, MetadataTooLong
+from boxmq.errors import InvalidArgument, MalformedPacket, MetadataTooLong
 from boxmq.model import (
     GROUP_KEY,
     PROPERTIES_FILE,
@@ -37,9 +39,15 @@ from boxmq.model import (
     Envelope,
     property_text,
 )
-from boxmq.mqtt.framing import encode_utf8
+from boxmq.mqtt.framing import PacketType, encode_utf8, encode_varint
 from boxmq.mqtt.packets import Publish, new_publish
-from boxmq.mqtt.properties import EMPTY, Properties, PropertyId, subscription_identifier
+from boxmq.mqtt.properties import (
+    EMPTY,
+    Properties,
+    PropertyId,
+    read_properties,
+    subscription_identifier,
+)
 from boxmq.mqtt.session import SubscriptionOptions
 from boxmq.store.names import check_consumer_name
 from boxmq.store.side_files import SideFiles
@@ -232,13 +240,34 @@ def _properties_of(envelope: Envelope, side_files: SideFiles) -> Properties:
             key = prop.value
     if isinstance(inline, str):
         try:
-            return Properties(base64.urlsafe_b64decode(inline + "=" * (-len(inline) % 4)))
+            raw = base64.urlsafe_b64decode(inline + "=" * (-len(inline) % 4))
         except ValueError:
-            return EMPTY
+            return _unusable(envelope, V5_PROPERTIES, "it is not base64")
+        return _checked(raw, envelope, V5_PROPERTIES)
     if key is not None:
         kept = side_files.get(key) if isinstance(key, str) else None
-        return EMPTY if kept is None else Properties(kept)
+        return EMPTY if kept is None else _checked(kept, envelope, f"side file {key}")
     return _user_properties(users) if users else EMPTY
+
+
+def _checked(raw: bytes, envelope: Envelope, where: str) -> Properties:
+    """Stored property bytes, checked as a client's PUBLISH is (§2.2.2.2); EMPTY if they are
+    not a well-formed list, which a subscriber would have to refuse (and disconnect)."""
+    try:
+        props, _ = read_properties(encode_varint(len(raw)) + raw, 0, PacketType.PUBLISH)
+    except MalformedPacket as error:
+        return _unusable(envelope, where, str(error))
+    return props.without(*NOT_FORWARDED)
+
+
+def _unusable(envelope: Envelope, where: str, why: str) -> Properties:
+    log.warning(
+        "message %s: its v5 properties (%s) cannot be sent (%s): it goes without them",
+        envelope.message_id,
+        where,
+        why,
+    )
+    return EMPTY
 
 
 def _user_properties(pairs: list[tuple[str, str]]) -> Properties:

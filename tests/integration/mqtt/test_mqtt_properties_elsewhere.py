@@ -8,6 +8,7 @@ named JMSXGroupID is the message's group, which `hash-by-key` keeps on one share
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -30,6 +31,9 @@ from tests.integration.mqtt.clients import (
     paho_properties,
     start_server,
 )
+
+from boxmq.model import V5_PROPERTIES, Envelope, MessageId, Property, PropertyType
+from boxmq.store.names import encode
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 SHORT: dict[str, object] = {  # fits in the file name (bx_v5)
@@ -198,3 +202,24 @@ def _gather(members: dict[str, Paho], count: int) -> dict[str, list[Any]]:
         while not client.nothing(0.3):
             got[name].append(None)
     return got
+
+
+def test_a_message_whose_stored_properties_are_malformed_is_delivered_without_them(
+    server: RunningServer,
+) -> None:
+    keeper = paho(server, "keeper", clean=False, expiry=300)
+    keeper.subscribe("jobs/#", 1)
+    target = next(server.root.glob("topic-root/*/.subscriptions/client.keeper/target"))
+    bad = [b"\x11\x00\x00\x00\x05", b"\x26\x00\x05ten", b"\x03\x00\x02\xff\xfe"]
+    for i, raw in enumerate(bad):  # names edited by hand, dropped into its dropbox
+        blob = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        own = (
+            Property("bx_topic", PropertyType.STRING, "jobs/a"),
+            Property("bx_qos", PropertyType.BYTE, 1),
+            Property(V5_PROPERTIES, PropertyType.STRING, blob),
+        )
+        envelope = Envelope(MessageId(f"m{i}"), properties=own)
+        (target / encode(envelope)).write_bytes(b"m%d" % i)
+    got = sorted(keeper.next().payload for _ in bad)
+    assert got == [b"m0", b"m1", b"m2"]
+    assert keeper.disconnects.empty()  # nothing it had to refuse

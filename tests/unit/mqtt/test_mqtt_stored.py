@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import tempfile
@@ -258,3 +259,33 @@ def test_without_room_for_both_the_properties_go_first_then_the_group_alone(
     assert store_with_properties(packet, side, only_the_group) == "stored"
     assert tried[-1] == [GROUP_KEY]
     assert "no room in a file name for its v5 properties" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\x11\x00\x00\x00\x05",  # a Session Expiry Interval: no PUBLISH carries one
+        b"\x26\x00\x05ten",  # truncated
+        b"\x03\x00\x02\xff\xfe",  # not UTF-8
+        b"\x23\x00\x00",  # a Topic Alias of 0
+    ],
+)
+def test_property_bytes_a_subscriber_must_refuse_are_not_sent_and_the_message_is(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, raw: bytes
+) -> None:
+    blob = base64.urlsafe_b64encode(raw).decode().rstrip("=")  # a name edited by hand
+    envelope = _envelope({V5_PROPERTIES: blob}, expiration=1_000_060_000)
+    side = SideFiles(str(tmp_path))
+    with caplog.at_level(logging.WARNING, "boxmq.mqtt"):
+        back = retained_publish(envelope, b"body", _OPTIONS, now=1_000_000, side_files=side)
+    assert back.payload == b"body"
+    assert back.properties == Properties.build(message_expiry_interval=60)  # only what is left
+    assert "cannot be sent" in caplog.text
+
+
+def test_a_stored_topic_alias_is_never_sent_on(tmp_path: Path) -> None:
+    raw = Properties.build(topic_alias=3, content_type="json").raw
+    blob = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    side = SideFiles(str(tmp_path))
+    back = retained_publish(_envelope({V5_PROPERTIES: blob}), b"", _OPTIONS, now=0, side_files=side)
+    assert back.properties == Properties.build(content_type="json")
