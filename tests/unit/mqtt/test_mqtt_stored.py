@@ -26,6 +26,7 @@ from boxmq.model import (
     properties_from,
     property_text,
 )
+from boxmq.mqtt import stored
 from boxmq.mqtt.packets import Publish
 from boxmq.mqtt.properties import Properties, PropertyId
 from boxmq.mqtt.session import SubscriptionOptions
@@ -274,6 +275,7 @@ def test_property_bytes_a_subscriber_must_refuse_are_not_sent_and_the_message_is
     tmp_path: Path, caplog: pytest.LogCaptureFixture, raw: bytes
 ) -> None:
     blob = base64.urlsafe_b64encode(raw).decode().rstrip("=")  # a name edited by hand
+    stored._inline.cache_clear()  # checked once per process: logged the first time only
     envelope = _envelope({V5_PROPERTIES: blob}, expiration=1_000_060_000)
     side = SideFiles(str(tmp_path))
     with caplog.at_level(logging.WARNING, "boxmq.mqtt"):
