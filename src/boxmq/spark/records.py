@@ -122,17 +122,20 @@ class MqttProperties:
 
     def __init__(self, root: str | None) -> None:
         self._reader = V5Reader(SideFiles(root) if root is not None else None)
-        self._seen: dict[Envelope, list[tuple[str, str]]] = {}
+        # By the identity of a kind's cached shared columns (kept here, so that no other
+        # tuple takes its id): those columns with the properties decoded.
+        self._seen: dict[int, tuple[tuple[object, ...], tuple[object, ...]]] = {}
 
-    def column(self, envelope: Envelope) -> list[tuple[str, str]]:
-        value = self._seen.get(envelope)
-        if value is None:
+    def shared(self, shared: tuple[object, ...], envelope: Envelope) -> tuple[object, ...]:
+        """`shared` (of `envelope`) with its last column, the properties, decoded."""
+        seen = self._seen.get(id(shared))
+        if seen is None or seen[0] is not shared:
             shown = self._reader.properties(envelope)
-            value = [(key, property_text(item)) for key, item in shown.items()]
+            column = [(key, property_text(value)) for key, value in shown.items()]
             if len(self._seen) >= self._KEPT:
                 self._seen.clear()
-            self._seen[envelope] = value
-        return value
+            seen = self._seen[id(shared)] = (shared, (*shared[:-1], column))
+        return seen[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +170,7 @@ class Columns:
         modification time in s, asked for only when the id carries no timestamp."""
         message_id, shared, deliveries, v5 = _decoded(name)
         if v5 is not None:
-            shared = (*shared[:-1], self.mqtt.column(v5))
+            shared = self.mqtt.shared(shared, v5)
         stamp = timestamp_of(message_id)
         micros = stamp * 1000 if stamp is not None else int(mtime() * 1_000_000)
         values = self.values
