@@ -610,9 +610,8 @@ def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
     """One message of `peek`; its properties as an object for --json (as `get` gives them),
     as NAME=VALUE,... in a table."""
     envelope = peeked.envelope
-    properties: object = envelope.user_properties()
-    if not as_json:
-        properties = ",".join(f"{k}={v}" for k, v in envelope.user_properties().items())
+    visible = peeked.properties  # an MQTT v5 message's decoded too (store/v5_properties.py)
+    properties: object = visible if as_json else ",".join(f"{k}={v}" for k, v in visible.items())
     row: dict[str, Any] = {
         "id": shown(envelope.message_id),  # a name that is not UTF-8: its bytes as \xNN
         "priority": envelope.priority,

@@ -8,6 +8,7 @@ properties whose names start with RESERVED_PREFIX, so DropboxMQ still reads the 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ __all__ = [
     "Property",
     "PropertyType",
     "PropertyValue",
+    "property_text",
     "timestamp_of",
 ]
 
@@ -55,6 +57,9 @@ SOURCE_MESSAGE_ID = RESERVED_PREFIX + "mid"  # exactly-once: the sender's id for
 # The key of the side file (store/side_files.py) that holds the MQTT v5 properties too long
 # for the name. Here, not in mqtt/, because the store's collection looks for it in names.
 PROPERTIES_FILE = RESERVED_PREFIX + "v5h"
+# An MQTT v5 message's properties, in its name: URL-safe base64 of their wire bytes, without
+# padding (mqtt/stored.py writes it; store/v5_properties.py decodes it for other readers).
+V5_PROPERTIES = RESERVED_PREFIX + "v5"
 
 
 class MessageClass(Enum):
@@ -177,6 +182,21 @@ def timestamp_of(message_id: str) -> int | None:
     """Epoch ms a DropboxMQ-made id carries (it encodes the JMS timestamp, times 1000)."""
     match = _DROPBOXMQ_ID.fullmatch(message_id)
     return int(match[1]) // 1000 if match else None
+
+
+def property_text(value: PropertyValue) -> str:
+    """A property value as text, in Java's spelling (`true`, `3`, `0.5`, `NaN`, `Infinity`):
+    the Spark source's `properties` map, and the User Property value an MQTT v5 subscriber
+    gets for a property of a message that was not published over MQTT v5."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return repr(value)
+    return str(value)
 
 
 def typed(value: PropertyValue) -> PropertyType:

@@ -3,12 +3,26 @@ decode does, without a JVM."""
 
 from __future__ import annotations
 
+import base64
+from pathlib import Path
+
 import pytest
 
-from boxmq.model import ConsumerId, Envelope, MessageId, Property, PropertyType, timestamp_of
-from boxmq.spark.records import COLUMNS, Columns, _unlocked, property_text
+from boxmq.model import (
+    PROPERTIES_FILE,
+    V5_PROPERTIES,
+    ConsumerId,
+    Envelope,
+    MessageId,
+    Property,
+    PropertyType,
+    timestamp_of,
+)
+from boxmq.mqtt.properties import Properties
+from boxmq.spark.records import COLUMNS, Columns, FileRef, _unlocked, property_text, read_files
 from boxmq.store.layout import State
 from boxmq.store.names import Lock, decode_lenient, encode, locked_name, split_lock
+from boxmq.store.side_files import SideFiles
 
 _ID = "1795335668836000-2435950913"
 NAMES = [
@@ -97,3 +111,33 @@ def test_a_boxmq_lock_comes_off() -> None:
     name = NAMES[1]
     locked = locked_name(name, Lock(ConsumerId("spark~0f975228cd~42"), 1_795_422_068_836, ""))
     assert _unlocked(locked) == name
+
+
+def test_mqtt_v5_properties_are_decoded_from_the_name_and_from_side_files(tmp_path: Path) -> None:
+    short = Properties.build(user_properties=[("tenant", "acme")])
+    long = Properties.build(user_properties=[("trace", "t" * 80)], response_topic="r/1")
+    inline = base64.urlsafe_b64encode(short.raw).decode().rstrip("=")
+    key = SideFiles(str(tmp_path)).put(long.raw)
+    folder = tmp_path / "q" / "target"
+    folder.mkdir(parents=True)
+    names = []
+    for id_, name, value in ((_ID, V5_PROPERTIES, inline), ("x2", PROPERTIES_FILE, key)):
+        own = (
+            Property("sensor", PropertyType.STRING, "s1"),
+            Property(name, PropertyType.STRING, value),
+        )
+        names.append(encode(Envelope(MessageId(id_), properties=own)))
+        (folder / names[-1]).write_bytes(b"{}")
+    files = [FileRef(str(folder), name) for name in names * 2]  # the second time: remembered
+
+    [columns] = read_files(files, "q", State.TARGET, chunk=10, root=str(tmp_path))
+
+    properties = columns.values[COLUMNS.index("properties")]
+    assert (
+        properties
+        == [
+            [("sensor", "s1"), ("tenant", "acme")],
+            [("sensor", "s1"), ("mqtt.response-topic", "r/1"), ("trace", "t" * 80)],
+        ]
+        * 2
+    )

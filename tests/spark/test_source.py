@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import datetime
 import os
 import uuid
@@ -15,9 +16,13 @@ from pyspark.sql.streaming.query import StreamingQuery
 import boxmq
 import boxmq.spark
 from boxmq.clock import ManualClock
+from boxmq.model import PROPERTIES_FILE, V5_PROPERTIES, Envelope, MessageId, Property, PropertyType
+from boxmq.mqtt.properties import Properties
 from boxmq.spark import COLUMNS
 from boxmq.spark.source import FilesPartition, _split
 from boxmq.store.layout import queue_path
+from boxmq.store.names import encode
+from boxmq.store.side_files import SideFiles
 
 Finish = Callable[[StreamingQuery], StreamingQuery]
 NOW = 1_800_000_000.0
@@ -246,3 +251,27 @@ def test_register_finds_the_active_session(spark: SparkSession) -> None:
     # What `import boxmq.spark` does when a session is already running.
     assert boxmq.spark.register() is spark
     assert spark.read.format("BoxMQ") is not None  # the short name, in any case
+
+
+def test_the_properties_of_an_mqtt_v5_message_are_read_decoded(
+    spark: SparkSession, root: str
+) -> None:
+    # MQTT v5 properties as the MQTT door stores them: in the name when short, else in a side
+    # file of the root (store/v5_properties.py). A Spark job sees what the publisher set.
+    short = Properties.build(user_properties=[("tenant", "acme")], content_type="text/csv")
+    long = Properties.build(user_properties=[("trace", "t" * 80)], correlation_data=b"req-7")
+    inline = base64.urlsafe_b64encode(short.raw).decode().rstrip("=")
+    key = SideFiles(root).put(long.raw)
+    with boxmq.open(root) as box:
+        box.queue("q")
+    for id_, name, value in (("1", V5_PROPERTIES, inline), ("2", PROPERTIES_FILE, key)):
+        own = (Property(name, PropertyType.STRING, value),)
+        envelope = Envelope(MessageId(id_), properties=own)
+        Path(queue_path(root, "q"), "target", encode(envelope)).write_bytes(b"{}")
+
+    rows = sorted(_read(spark, root, queue="q").collect(), key=lambda row: row.message_id)
+
+    assert [row.properties for row in rows] == [
+        {"mqtt.content-type": "text/csv", "tenant": "acme"},
+        {"mqtt.correlation-data": "cmVxLTc=", "trace": "t" * 80},
+    ]

@@ -45,6 +45,7 @@ from boxmq.store.topics import (
     remove_stale_staging,
     subscription_folders,
 )
+from boxmq.store.v5_properties import V5Reader
 
 __all__ = ["Box", "open"]
 
@@ -82,6 +83,7 @@ class Box:
         self._next_purge = 0.0  # when sweep() next looks through processed/ folders
         # Metadata too long for a file name (MQTT v5 properties), named by its messages.
         self.side_files = SideFiles(self.root)
+        self.v5 = V5Reader(self.side_files)  # those properties, for readers that are not MQTT
         self._next_collect = 0.0  # when sweep() next looks for side files no message names
         self._door_folders: tuple[str, ...] = ()  # of the doors' own records (sweep_temporaries_in)
 
@@ -105,6 +107,7 @@ class Box:
             live=lambda: self._live_queue(name, dropbox),
             opened=lambda: self._live.get(dropbox.path),
             limits=self.options.limits,
+            v5=self.v5,
         )
 
     def _missing(self, name: str, path: str) -> str:
@@ -132,6 +135,7 @@ class Box:
                     token=self._token,
                     live_for=lambda dropbox, group: self._live_queue(dropbox.path, dropbox, group),
                     spares=self._spares,
+                    v5=self.v5,
                 )
             return self._topics
 
@@ -382,7 +386,7 @@ class Box:
                     policy = replace(options.policy, dispatch=self._group_dispatch[group])
                     options = replace(options, policy=policy)
                 live = LiveQueue(
-                    name, dropbox, options=options, clock=self._clock, token=self._token
+                    name, dropbox, options=options, clock=self._clock, token=self._token, v5=self.v5
                 )
                 self._live[dropbox.path] = live
             return live

@@ -41,6 +41,7 @@ class Consumer(Receiver):
             consumer=self.name,
             lock_deadline=delivery.deadline,
             _settler=self._live,
+            _v5=self._live.v5,
         )
 
     def set_limits(self, *, max_in_flight: int, lock_timeout: float) -> None:

@@ -43,6 +43,7 @@ from boxmq.model import ConsumerId, Envelope, MessageId
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
 from boxmq.store.names import Lock, locked_name
+from boxmq.store.v5_properties import V5Reader
 from boxmq.store.watch import Changes, watch
 
 __all__ = ["Delivery", "LiveOptions", "LiveQueue"]
@@ -72,9 +73,17 @@ class Delivery:
 
 class LiveQueue:
     def __init__(
-        self, name: str, box: Dropbox, *, options: LiveOptions, clock: Clock, token: str
+        self,
+        name: str,
+        box: Dropbox,
+        *,
+        options: LiveOptions,
+        clock: Clock,
+        token: str,
+        v5: V5Reader | None = None,
     ) -> None:
         self.name = name
+        self.v5 = v5  # what its messages' `properties` decode MQTT v5 properties with
         self._box = box
         self._options = options
         self._clock = clock

@@ -15,6 +15,7 @@ from boxmq.model import (
     MessageId,
     PropertyValue,
 )
+from boxmq.store.v5_properties import V5Reader
 
 __all__ = ["Message", "Settler"]
 
@@ -40,6 +41,7 @@ class Message:
     consumer: ConsumerId
     lock_deadline: float  # epoch seconds; after it the lock times out and the message moves on
     _settler: Settler
+    _v5: V5Reader | None = None  # decodes MQTT v5 properties (None: the name's own only)
 
     @property
     def id(self) -> MessageId:
@@ -51,7 +53,11 @@ class Message:
 
     @property
     def properties(self) -> dict[str, PropertyValue]:
-        return self.envelope.user_properties()
+        """The producer's properties, without boxmq's own; for a message published over MQTT
+        v5, its User Properties and `mqtt.*` fields too (store/v5_properties.py)."""
+        if self._v5 is None:
+            return self.envelope.user_properties()
+        return self._v5.properties(self.envelope)
 
     @property
     def delivery_count(self) -> int:

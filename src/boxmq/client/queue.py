@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from boxmq.client.consumer import Consumer
 from boxmq.client.disk_locks import DiskSettler, GotLock
@@ -42,6 +42,7 @@ from boxmq.store.names import (
     locked_name,
     plain_name,
 )
+from boxmq.store.v5_properties import V5Reader
 
 __all__ = ["Outgoing", "Peeked", "Queue", "QueueCounts", "counts_of"]
 
@@ -68,6 +69,14 @@ class Peeked:
     size: int
     state: State
     holder: ConsumerId | None = None
+    _v5: V5Reader | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def properties(self) -> dict[str, PropertyValue]:
+        """What `Message.properties` would show for it."""
+        if self._v5 is None:
+            return self.envelope.user_properties()
+        return self._v5.properties(self.envelope)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +104,11 @@ class Queue:
         live: Callable[[], LiveQueue],
         opened: Callable[[], LiveQueue | None] = lambda: None,
         limits: SweepLimits | None = None,
+        v5: V5Reader | None = None,
     ) -> None:
         self.name = name
         self._box = box
+        self._v5 = v5
         self._ids = ids
         self._now = now
         self._live = live
@@ -234,7 +245,7 @@ class Queue:
             if body is None:
                 continue
             settler = GotLock(self._disk, lock_timeout)
-            return Message(self.name, envelope, body, holder, deadline, settler)
+            return Message(self.name, envelope, body, holder, deadline, settler, self._v5)
         return None
 
     def _ready_in_order(self, now: float) -> Iterable[tuple[str, Envelope]]:
@@ -293,7 +304,8 @@ class Queue:
             envelope = envelope_of(name)
             size = _size(entry.path)
             if size is not None:
-                seen.append(Peeked(envelope, size, state, lock.owner if lock else None))
+                holder = lock.owner if lock else None
+                seen.append(Peeked(envelope, size, state, holder, self._v5))
         seen.sort(
             key=lambda p: (-p.envelope.priority, p.envelope.timestamp or 0, p.envelope.message_id)
         )

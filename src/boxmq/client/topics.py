@@ -56,6 +56,7 @@ from boxmq.store.names import check_consumer_name, decode_lenient, encode
 from boxmq.store.process import process_alive
 from boxmq.store.retained import Retained, RetainedStore
 from boxmq.store.spares import Spares, write_new
+from boxmq.store.v5_properties import V5Reader
 
 __all__ = ["Publication", "PublishedEach", "Subscriber", "SubscriptionInfo", "Topics"]
 
@@ -143,8 +144,10 @@ class Topics:
         token: str,
         live_for: _LiveFor,
         spares: Spares | None = None,
+        v5: V5Reader | None = None,
     ) -> None:
         self._root = root
+        self._v5 = v5
         self._committer = committer
         self._ids = ids
         self._clock = clock
@@ -564,7 +567,9 @@ class Topics:
                 self._memory.pop(key, None)
                 self._router.unsubscribe(subscription.subscriber, subscription.filter)
 
-        return Subscriber(subscription.filter, subscription.subscriber, inbox=inbox, on_close=close)
+        return Subscriber(
+            subscription.filter, subscription.subscriber, inbox=inbox, on_close=close, v5=self._v5
+        )
 
     def send_retained(self, filter: str, subscriber: str, *, qos: int = 1) -> None:
         """Write the retained messages `filter` matches into `subscriber`'s durable
@@ -665,9 +670,11 @@ class Subscriber(Receiver):
         consumer: Consumer | None = None,
         inbox: MemoryInbox | None = None,
         on_close: Callable[[], None],
+        v5: V5Reader | None = None,
     ) -> None:
         self.filter = filter
         self.name = name
+        self._v5 = v5
         self._consumer = consumer
         self._inbox = inbox
         self._on_close = on_close
@@ -681,7 +688,13 @@ class Subscriber(Receiver):
         if delivery is None:
             return None
         return Message(
-            str(self.filter), delivery.envelope, delivery.body, self.name, 0.0, _AT_MOST_ONCE
+            str(self.filter),
+            delivery.envelope,
+            delivery.body,
+            self.name,
+            0.0,
+            _AT_MOST_ONCE,
+            self._v5,
         )
 
     def receive_ready(self) -> list[Message]:

@@ -46,6 +46,7 @@ __all__ = [
     "PropertyValue",
     "read_properties",
     "subscription_identifier",
+    "validated",
 ]
 
 PropertyValue = int | str | bytes | tuple[str, str]
@@ -260,6 +261,21 @@ def read_properties(
     except UnicodeDecodeError:
         raise MalformedPacket(f"{_WHERE[slot]}: a string is not UTF-8 (§1.5.4)") from None
     return Properties(raw, present), end
+
+
+def validated(raw: bytes, kind: int) -> Properties:
+    """A property list without its length prefix (as boxmq stores one), checked for packet
+    type `kind` as `read_properties` checks one received: MalformedPacket (or its
+    ProtocolError) if a peer would have to refuse it."""
+    if not raw:
+        return EMPTY
+    try:
+        present = _validate(raw, _MASKS[kind], _REPEATABLE[kind], _WHERE[kind])
+    except IndexError:
+        raise MalformedPacket(f"{_WHERE[kind]}: a value runs past the end of the list") from None
+    except UnicodeDecodeError:
+        raise MalformedPacket(f"{_WHERE[kind]}: a string is not UTF-8 (§1.5.4)") from None
+    return Properties(raw, present)
 
 
 def _validate(raw: bytes, allowed: int, repeatable: int, where: str) -> int:

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from boxmq.model import Envelope, PropertyValue, timestamp_of
+from boxmq.model import PROPERTIES_FILE, V5_PROPERTIES, Envelope, property_text, timestamp_of
 from boxmq.store.layout import State, open_folder
 from boxmq.store.names import PLAIN_ID, decode_lenient, split_lock
+from boxmq.store.side_files import SideFiles
+from boxmq.store.v5_properties import V5Reader
 
 __all__ = [
     "COLUMNS",
@@ -25,6 +26,7 @@ __all__ = [
     "SCHEMA",
     "Columns",
     "FileRef",
+    "MqttProperties",
     "property_text",
     "read_files",
 ]
@@ -42,7 +44,9 @@ FIELDS = (
     ("correlation_id", "string"),
     ("reply_to", "string"),
     ("type", "string"),
-    ("properties", "map<string,string>"),  # the producer's properties, values as text
+    # The producer's properties, values as text; an MQTT v5 message's decoded
+    # (store/v5_properties.py: User Properties, mqtt.content-type, ...).
+    ("properties", "map<string,string>"),
     ("body", "binary"),
     ("delivery_count", "int"),  # deliveries so far, the one at hand included
 )
@@ -55,26 +59,14 @@ COLUMNS = tuple(name for name, _ in FIELDS)
 _DELIVERED = frozenset({State.PROCESSING, State.PROCESSED, State.ERROR})
 
 
-def property_text(value: PropertyValue) -> str:
-    """A property value as the string the `properties` map holds (Java's spelling)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return repr(value)
-    return str(value)
-
-
 # The columns every message with the same name apart from its id has in common, in SCHEMA's
 # positions; message_id, destination, timestamp, body and delivery_count are the row's own.
 _SHARED_COLUMNS = (2, 3, 4, 6, 7, 8, 9, 10)
 _ID_STANDIN = "x"  # any plain id: what a name decodes to does not depend on which
 
 
-_Decoded = tuple[str, tuple[object, ...], int]
+# (message id, the shared columns, delivery count, the envelope when it has MQTT v5 properties)
+_Decoded = tuple[str, tuple[object, ...], int, Envelope | None]
 
 
 def _decoded(name: str) -> _Decoded:
@@ -96,7 +88,7 @@ def _decoded(name: str) -> _Decoded:
 
 
 @functools.lru_cache(maxsize=4096)
-def _shared(template: str) -> tuple[tuple[object, ...], int] | None:
+def _shared(template: str) -> tuple[tuple[object, ...], int, Envelope | None] | None:
     """The shared columns and delivery count of a stand-in name; None when it does not
     decode (the whole name is then the id, and the row takes the full decode)."""
     envelope, error = decode_lenient(template)
@@ -114,7 +106,36 @@ def _full(envelope: Envelope) -> _Decoded:
         envelope.type,
         [(key, property_text(value)) for key, value in envelope.user_properties().items()],
     )
-    return envelope.message_id, shared, envelope.delivery_count
+    v5 = envelope if _has_v5(envelope) else None
+    return envelope.message_id, shared, envelope.delivery_count, v5
+
+
+def _has_v5(envelope: Envelope) -> bool:
+    return any(p.name in (V5_PROPERTIES, PROPERTIES_FILE) for p in envelope.properties)
+
+
+class MqttProperties:
+    """The `properties` column of messages with MQTT v5 properties, decoded for one root
+    (their side files are there); one decode per kind of name, as for the other columns."""
+
+    _KEPT = 4096
+
+    def __init__(self, root: str | None) -> None:
+        self._reader = V5Reader(SideFiles(root) if root is not None else None)
+        # By the identity of a kind's cached shared columns (kept here, so that no other
+        # tuple takes its id): those columns with the properties decoded.
+        self._seen: dict[int, tuple[tuple[object, ...], tuple[object, ...]]] = {}
+
+    def shared(self, shared: tuple[object, ...], envelope: Envelope) -> tuple[object, ...]:
+        """`shared` (of `envelope`) with its last column, the properties, decoded."""
+        seen = self._seen.get(id(shared))
+        if seen is None or seen[0] is not shared:
+            shown = self._reader.properties(envelope)
+            column = [(key, property_text(value)) for key, value in shown.items()]
+            if len(self._seen) >= self._KEPT:
+                self._seen.clear()
+            seen = self._seen[id(shared)] = (shared, (*shared[:-1], column))
+        return seen[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +159,8 @@ class Columns:
     destination: str
     state: State
     values: tuple[list[object], ...] = field(default_factory=lambda: tuple([] for _ in COLUMNS))
+    # Decodes MQTT v5 properties; the default reads those in names only (no side files).
+    mqtt: MqttProperties = field(default_factory=lambda: MqttProperties(None))
 
     def __len__(self) -> int:
         return len(self.values[0])
@@ -145,7 +168,9 @@ class Columns:
     def add(self, name: str, body: bytes, mtime: Callable[[], float]) -> None:
         """One message: `name` is its name without a lock suffix; `mtime` gives its file's
         modification time in s, asked for only when the id carries no timestamp."""
-        message_id, shared, deliveries = _decoded(name)
+        message_id, shared, deliveries, v5 = _decoded(name)
+        if v5 is not None:
+            shared = self.mqtt.shared(shared, v5)
         stamp = timestamp_of(message_id)
         micros = stamp * 1000 if stamp is not None else int(mtime() * 1_000_000)
         values = self.values
@@ -163,14 +188,16 @@ class Columns:
 
 
 def read_files(
-    files: list[FileRef], destination: str, state: State, *, chunk: int
+    files: list[FileRef], destination: str, state: State, *, chunk: int, root: str | None = None
 ) -> Iterator[Columns]:
     """The messages of `files`, `chunk` rows at a time; files that are gone are skipped.
 
     A file can vanish between the listing and the read (another consumer, a sweeper, an ack):
-    a batch read is a snapshot of whatever is still there when it is read.
+    a batch read is a snapshot of whatever is still there when it is read. `root` is where
+    the side files of MQTT v5 properties are (None: only those in names are read).
     """
-    columns = Columns(destination, state)
+    mqtt = MqttProperties(root)
+    columns = Columns(destination, state, mqtt=mqtt)
     locked = state is State.PROCESSING
     folders: dict[str, int] = {}  # opened once: a name is looked up in it, not a whole path
 
@@ -195,7 +222,7 @@ def read_files(
             columns.add(name, body, functools.partial(_mtime, ref.name, folder))
             if len(columns) >= chunk:
                 yield columns
-                columns = Columns(destination, state)
+                columns = Columns(destination, state, mqtt=mqtt)
         if len(columns):
             yield columns
     finally:

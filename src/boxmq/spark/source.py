@@ -75,6 +75,7 @@ class FilesPartition(InputPartition):
         state: str,
         claims: Sequence[str] | None = None,
         claim_from: str | None = None,
+        root: str | None = None,
     ):
         super().__init__(len(names))
         self.directory = directory
@@ -85,6 +86,7 @@ class FilesPartition(InputPartition):
         # claim_from (target/) before it reads (plans.py).
         self.claims = None if claims is None else tuple(claims)
         self.claim_from = claim_from
+        self.root = root  # where the side files of MQTT v5 properties are
 
     def __repr__(self) -> str:  # the base repr would print every name
         return f"FilesPartition({self.directory!r}, {len(self.names)} files)"
@@ -114,7 +116,9 @@ def _read(partition: InputPartition, schema: StructType) -> Iterator[pa.RecordBa
         source = partition.claim_from
         pairs = zip(partition.names, partition.claims, strict=True)
         files = [FileRef(directory, locked, name, source) for locked, name in pairs]
-    for columns in read_files(files, partition.destination, State(partition.state), chunk=_CHUNK):
+    state = State(partition.state)
+    root = partition.root
+    for columns in read_files(files, partition.destination, state, chunk=_CHUNK, root=root):
         arrays = [
             pa.array(values, type=field.type)
             for values, field in zip(columns.values, arrow, strict=True)
@@ -134,9 +138,10 @@ class _BatchReader(DataSourceReader):
             names = sorted(e.name for e in entries if e.is_file(follow_symlinks=False))
         chunks = _split(names, self._options.num_partitions)
         state = self._options.state.value
+        destination, root = self._options.destination, self._options.root
         return [
-            FilesPartition(directory, chunk, self._options.destination, state) for chunk in chunks
-        ] or [FilesPartition(directory, (), self._options.destination, state)]
+            FilesPartition(directory, chunk, destination, state, root=root) for chunk in chunks
+        ] or [FilesPartition(directory, (), destination, state, root=root)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition, self._schema)
@@ -231,6 +236,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 processing,
                 [claim.name for claim in chunk],
                 target,
+                root=self._options.root,
             )
             for chunk in _split(claims, self._options.num_partitions)
         ]

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from boxmq.errors import InvalidArgument, MalformedPacket
 from boxmq.mqtt.errors import ProtocolError, TopicAliasInvalid
-from boxmq.mqtt.framing import PacketType
+from boxmq.mqtt.framing import PacketType, encode_varint
 from boxmq.mqtt.properties import (
     ALLOWED,
     EMPTY,
@@ -20,6 +20,7 @@ from boxmq.mqtt.properties import (
     PropertyValue,
     read_properties,
     subscription_identifier,
+    validated,
 )
 
 
@@ -286,3 +287,17 @@ def test_a_forwarded_list_gets_its_subscription_identifier_appended() -> None:
     assert outgoing.topic_alias is None
     with pytest.raises(InvalidArgument):
         subscription_identifier(0)
+
+
+@given(st.binary(max_size=40), st.sampled_from([PacketType.PUBLISH, PacketType.CONNECT]))
+def test_a_stored_list_is_checked_as_a_received_one(raw: bytes, kind: PacketType) -> None:
+    # `validated` takes a list without its length (as boxmq stores one): same verdict, same value.
+    try:
+        received, _ = read_properties(encode_varint(len(raw)) + raw, 0, kind)
+    except MalformedPacket as error:
+        with pytest.raises(type(error)):
+            validated(raw, kind)
+        return
+    stored = validated(raw, kind)
+    assert stored == received
+    assert stored.mask == received.mask

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,13 +15,25 @@ from hypothesis import strategies as st
 
 import boxmq
 from boxmq.errors import MetadataTooLong
-from boxmq.model import PROPERTIES_FILE, Envelope, MessageId, Property, PropertyType
+from boxmq.model import (
+    GROUP_KEY,
+    PROPERTIES_FILE,
+    V5_PROPERTIES,
+    Envelope,
+    MessageId,
+    Property,
+    PropertyType,
+    PropertyValue,
+    properties_from,
+    property_text,
+)
+from boxmq.mqtt import stored
 from boxmq.mqtt.packets import Publish
 from boxmq.mqtt.properties import Properties, PropertyId
 from boxmq.mqtt.session import SubscriptionOptions
 from boxmq.mqtt.stored import (
-    V5_PROPERTIES,
     consumer_name,
+    group_of,
     kept_properties,
     retained_publish,
     store_with_properties,
@@ -178,3 +192,127 @@ def test_the_docs_give_the_topic_lengths_the_names_have_room_for(tmp_path: Path)
         text = " ".join((docs / page).read_text().split())
         for saying in sayings:
             assert saying in text, page
+
+
+# -- the properties of messages that did not come over MQTT v5, and a publisher's group ---------
+
+_VALUES = (
+    st.text(max_size=6)
+    | st.integers(-(2**40), 2**40)
+    | st.booleans()
+    | st.floats(allow_nan=True, allow_infinity=True)
+)
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=6), _VALUES, max_size=4))
+def test_a_message_without_v5_properties_goes_out_with_its_own_as_user_properties(
+    own: dict[str, PropertyValue],
+) -> None:
+    envelope = Envelope(
+        MessageId("m"),
+        properties=(
+            Property("bx_topic", PropertyType.STRING, "t"),
+            Property("bx_dc", PropertyType.INT, 2),
+            *properties_from(own),
+        ),
+    )
+    with tempfile.TemporaryDirectory() as root:
+        back = retained_publish(envelope, b"", _OPTIONS, now=0, side_files=SideFiles(root))
+    expected = [
+        (name, property_text(value))
+        for name, value in own.items()
+        if not name.startswith("bx_") and "\0" not in name + property_text(value)
+    ]
+    assert list(back.properties.user_properties) == expected
+    assert back.properties.get_all(PropertyId.USER_PROPERTY) == tuple(expected)
+    assert (back.properties.raw == b"") == (not expected)
+
+
+def test_a_message_with_v5_properties_goes_out_with_exactly_those(tmp_path: Path) -> None:
+    props = Properties.build(user_properties=[("JMSXGroupID", "o-17"), ("tenant", "acme")])
+    side = SideFiles(str(tmp_path))
+    kept = kept_properties(Publish("t", b"", 1, packet_id=1, properties=props), side)
+    assert kept[GROUP_KEY] == "o-17"  # also in the name: the message's group
+    back = retained_publish(_envelope(kept), b"", _OPTIONS, now=0, side_files=side)
+    assert back.properties == props  # not the group again, nor anything else of the name's
+
+
+@given(st.lists(st.tuples(st.sampled_from(["JMSXGroupID", "tenant", "jmsxgroupid"]), _MQTT_TEXT)))
+def test_the_first_jmsxgroupid_user_property_is_the_group(pairs: list[tuple[str, str]]) -> None:
+    first = next((value for name, value in pairs if name == GROUP_KEY), "")
+    props = Properties.build(user_properties=pairs, content_type="json")
+    assert group_of(props) == ({GROUP_KEY: first} if first else {})
+
+
+@pytest.mark.parametrize("long", [False, True])
+def test_the_group_goes_into_the_name_with_the_properties(tmp_path: Path, long: bool) -> None:
+    users = [("JMSXGroupID", "o-17"), *(_LONG.user_properties if long else [])]
+    props = Properties.build(user_properties=users)
+    kept = kept_properties(
+        Publish("t", b"", 1, packet_id=1, properties=props), SideFiles(str(tmp_path))
+    )
+    assert list(kept) == [PROPERTIES_FILE if long else V5_PROPERTIES, GROUP_KEY]
+
+
+def test_without_room_for_both_the_properties_go_first_then_the_group_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    props = Properties.build(user_properties=[("JMSXGroupID", "o-17")], content_type="json")
+    packet = Publish("t", b"", 1, packet_id=1, properties=props)
+    tried: list[list[str]] = []
+
+    def store(room: int) -> Callable[[dict[str, str]], str]:
+        def attempt(properties: dict[str, str]) -> str:
+            tried.append(list(properties))
+            if len(properties) > room:
+                raise MetadataTooLong("no room")
+            return "stored"
+
+        return attempt
+
+    side = SideFiles(str(tmp_path))
+    assert store_with_properties(packet, side, store(1), _room) == "stored"
+    assert tried == [[V5_PROPERTIES, GROUP_KEY], [PROPERTIES_FILE, GROUP_KEY], [PROPERTIES_FILE]]
+    assert "no room in a file name for its JMSXGroupID" in caplog.text
+    tried.clear()
+
+    def only_the_group(properties: dict[str, str]) -> str:
+        tried.append(list(properties))
+        if list(properties) != [GROUP_KEY]:
+            raise MetadataTooLong("no room")
+        return "stored"
+
+    assert store_with_properties(packet, side, only_the_group, _room) == "stored"
+    assert tried[-1] == [GROUP_KEY]
+    assert "no room in a file name for its v5 properties" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\x11\x00\x00\x00\x05",  # a Session Expiry Interval: no PUBLISH carries one
+        b"\x26\x00\x05ten",  # truncated
+        b"\x03\x00\x02\xff\xfe",  # not UTF-8
+        b"\x23\x00\x00",  # a Topic Alias of 0
+    ],
+)
+def test_property_bytes_a_subscriber_must_refuse_are_not_sent_and_the_message_is(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, raw: bytes
+) -> None:
+    blob = base64.urlsafe_b64encode(raw).decode().rstrip("=")  # a name edited by hand
+    stored._inline.cache_clear()  # checked once per process: logged the first time only
+    envelope = _envelope({V5_PROPERTIES: blob}, expiration=1_000_060_000)
+    side = SideFiles(str(tmp_path))
+    with caplog.at_level(logging.WARNING, "boxmq.mqtt"):
+        back = retained_publish(envelope, b"body", _OPTIONS, now=1_000_000, side_files=side)
+    assert back.payload == b"body"
+    assert back.properties == Properties.build(message_expiry_interval=60)  # only what is left
+    assert "cannot be sent" in caplog.text
+
+
+def test_a_stored_topic_alias_is_never_sent_on(tmp_path: Path) -> None:
+    raw = Properties.build(topic_alias=3, content_type="json").raw
+    blob = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    side = SideFiles(str(tmp_path))
+    back = retained_publish(_envelope({V5_PROPERTIES: blob}), b"", _OPTIONS, now=0, side_files=side)
+    assert back.properties == Properties.build(content_type="json")

@@ -1,0 +1,211 @@
+"""The MQTT v5 properties a message file carries, as the readers that are not MQTT see them.
+
+An MQTT v5 message keeps its PUBLISH properties as their wire bytes (docs/file-format.md): in
+its name (`model.V5_PROPERTIES`, URL-safe base64) or in a side file (`model.PROPERTIES_FILE`).
+The MQTT door forwards those bytes as they are and never comes here; the CLI, the Python API
+(`Message.properties`) and the Spark source decode them here, when they read a message.
+
+What they see (docs/file-format.md, "MQTT v5 properties, as other readers see them"):
+- each User Property is an ordinary string property NAME=VALUE (a name repeated: its first
+  value; every pair still goes to MQTT subscribers);
+- Content Type, Response Topic, Correlation Data (base64) and Payload Format Indicator
+  (`bytes` or `utf-8`) are the string properties named in `FIELDS` (`mqtt.content-type`...);
+- the Message Expiry Interval is not a property: it is the message's expiration already;
+- the file name's own properties win over these, `mqtt.*` over a User Property of the same
+  name, and nothing in boxmq's reserved `bx_*` names is ever shown.
+
+Invariants:
+- Reading never fails and never changes a file: properties that are not base64, not a
+  well-formed property list, or in a side file gone missing, are shown as none (logged once
+  each), and the message reads as if it had none.
+- This module speaks the property list's wire format on its own, for the PUBLISH properties
+  only: it lies below the client, which may not import the MQTT door (DESIGN.md §6). The
+  tests check it against the door's encoder (mqtt/properties.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from boxmq.model import (
+    PROPERTIES_FILE,
+    RESERVED_PREFIX,
+    V5_PROPERTIES,
+    Envelope,
+    PropertyValue,
+)
+from boxmq.store.side_files import SideFiles
+
+__all__ = [
+    "CONTENT_TYPE",
+    "CORRELATION_DATA",
+    "FIELDS",
+    "PAYLOAD_FORMAT",
+    "RESPONSE_TOPIC",
+    "Decoded",
+    "V5Reader",
+    "decode",
+    "shown",
+    "unpack",
+]
+
+log = logging.getLogger("boxmq.store")
+
+CONTENT_TYPE: Final = "mqtt.content-type"
+RESPONSE_TOPIC: Final = "mqtt.response-topic"
+CORRELATION_DATA: Final = "mqtt.correlation-data"  # base64 (standard alphabet, padded)
+PAYLOAD_FORMAT: Final = "mqtt.payload-format"  # "bytes" (0) or "utf-8" (1)
+FIELDS: Final = (CONTENT_TYPE, RESPONSE_TOPIC, CORRELATION_DATA, PAYLOAD_FORMAT)
+
+# MQTT 5.0 §2.2.2.2: the identifiers a PUBLISH may carry, by data type (§1.5).
+_BYTE: Final = {0x01: 1}  # Payload Format Indicator
+_FIXED: Final = {0x01: 1, 0x02: 4, 0x23: 2}  # + Message Expiry Interval, Topic Alias
+_STRINGS: Final = {0x03: CONTENT_TYPE, 0x08: RESPONSE_TOPIC}
+_CORRELATION: Final = 0x09
+_USER: Final = 0x26
+_SUBSCRIPTION_IDENTIFIER: Final = 0x0B  # a Variable Byte Integer
+_FORMATS: Final = {0: "bytes", 1: "utf-8"}
+_WARNED = 1024  # bad property blobs remembered so each is logged once
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """What a PUBLISH property list says that a reader may want."""
+
+    user_properties: tuple[tuple[str, str], ...] = ()
+    fields: tuple[tuple[str, str], ...] = ()  # (a name of FIELDS, its value as text)
+
+
+def decode(raw: bytes) -> Decoded:
+    """The properties of a PUBLISH property list (without its length prefix); ValueError if
+    it is not a well-formed one (truncated, an identifier a PUBLISH cannot carry, not UTF-8)."""
+    users: list[tuple[str, str]] = []
+    fields: dict[str, str] = {}
+    pos, size = 0, len(raw)
+    try:
+        while pos < size:
+            pid, pos = raw[pos], pos + 1
+            if pid == _USER:
+                name, pos = _utf8(raw, pos)
+                value, pos = _utf8(raw, pos)
+                users.append((name, value))
+            elif pid in _STRINGS:
+                text, pos = _utf8(raw, pos)
+                fields.setdefault(_STRINGS[pid], text)
+            elif pid == _CORRELATION:
+                data, pos = _binary(raw, pos)
+                fields.setdefault(CORRELATION_DATA, base64.b64encode(data).decode())
+            elif pid in _FIXED:
+                end = pos + _FIXED[pid]
+                if end > size:
+                    raise ValueError("a value runs past the end of the properties")
+                if pid in _BYTE:
+                    fields.setdefault(PAYLOAD_FORMAT, _FORMATS.get(raw[pos], str(raw[pos])))
+                pos = end
+            elif pid == _SUBSCRIPTION_IDENTIFIER:
+                pos = _skip_varint(raw, pos)
+            else:
+                raise ValueError(f"{pid:#04x} is not a property of a PUBLISH")
+    except IndexError:
+        raise ValueError("a value runs past the end of the properties") from None
+    ordered = tuple((name, fields[name]) for name in FIELDS if name in fields)
+    return Decoded(tuple(users), ordered)
+
+
+def _utf8(raw: bytes, pos: int) -> tuple[str, int]:
+    data, end = _binary(raw, pos)
+    return data.decode(), end  # UnicodeDecodeError is a ValueError
+
+
+def _binary(raw: bytes, pos: int) -> tuple[bytes, int]:
+    start = pos + 2
+    end = start + (raw[pos] << 8 | raw[pos + 1])
+    if end > len(raw):
+        raise ValueError("a value runs past the end of the properties")
+    return raw[start:end], end
+
+
+def _skip_varint(raw: bytes, pos: int) -> int:
+    for _ in range(4):
+        pos += 1
+        if not raw[pos - 1] & 0x80:
+            return pos
+    raise ValueError("a Variable Byte Integer longer than 4 bytes")
+
+
+def unpack(text: str) -> bytes:
+    """The bytes of `V5_PROPERTIES` (URL-safe base64 without padding); ValueError if it is
+    not that."""
+    try:
+        return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+    except binascii.Error as error:
+        raise ValueError(str(error)) from None
+
+
+def shown(own: Mapping[str, PropertyValue], decoded: Decoded | None) -> dict[str, PropertyValue]:
+    """The properties a reader sees: the name's own (`own`, without the reserved ones), then
+    the MQTT fields, then the User Properties; the first of a name wins, `bx_*` never shows."""
+    if decoded is None:
+        return dict(own)
+    seen = dict(own)
+    for name, value in (*decoded.fields, *decoded.user_properties):
+        if name not in seen and not name.startswith(RESERVED_PREFIX):
+            seen[name] = value
+    return seen
+
+
+class V5Reader:
+    """Decodes the v5 properties of a root's messages for readers; shared by threads."""
+
+    def __init__(self, side_files: SideFiles | None) -> None:
+        self._side_files = side_files
+        self._lock = threading.Lock()
+        self._warned: set[str] = set()
+
+    def properties(self, envelope: Envelope) -> dict[str, PropertyValue]:
+        """What `Message.properties` shows: see the module's docstring."""
+        return shown(envelope.user_properties(), self.decoded(envelope))
+
+    def decoded(self, envelope: Envelope) -> Decoded | None:
+        """The message's v5 properties; None if it has none, or none that can be read."""
+        inline = envelope.property_value(V5_PROPERTIES)
+        if isinstance(inline, str):
+            return self._decode_inline(inline)
+        key = envelope.property_value(PROPERTIES_FILE)
+        if not isinstance(key, str) or self._side_files is None:
+            return None
+        raw = self._side_files.get(key)  # None: missing, logged once by SideFiles
+        if raw is None:
+            return None
+        try:
+            return decode(raw)
+        except ValueError as error:
+            self._warn(key, f"side file {key!r}", error)
+            return None
+
+    def _decode_inline(self, text: str) -> Decoded | None:
+        try:
+            return decode(unpack(text))
+        except ValueError as error:
+            self._warn(text, f"{V5_PROPERTIES} {text!r}", error)
+            return None
+
+    def _warn(self, blob: str, what: str, error: ValueError) -> None:
+        with self._lock:
+            if blob in self._warned:
+                return
+            if len(self._warned) >= _WARNED:
+                self._warned.clear()
+            self._warned.add(blob)
+        log.warning(
+            "%s holds no MQTT v5 properties boxmq can read (%s): its messages show none "
+            "to readers that are not MQTT",
+            what,
+            error,
+        )

@@ -1,0 +1,225 @@
+"""MQTT v5 properties across the doors, with real sockets and real clients.
+
+What an MQTT v5 publisher sets (User Properties, Content Type, Correlation Data, ...) is what
+the Python API and the CLI show (store/v5_properties.py); what the Python API or the CLI sets
+is what an MQTT v5 subscriber gets, as User Properties (mqtt/stored.py); and a User Property
+named JMSXGroupID is the message's group, which `hash-by-key` keeps on one share-group member.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import queue
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from paho.mqtt.packettypes import PacketTypes
+from tests.integration.mqtt.clients import (
+    WAIT,
+    Paho,
+    RunningServer,
+    mosquitto_tools,
+    paho,
+    paho_properties,
+    start_server,
+)
+
+from boxmq.model import V5_PROPERTIES, Envelope, MessageId, Property, PropertyType
+from boxmq.store.names import encode
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+SHORT: dict[str, object] = {  # fits in the file name (bx_v5)
+    "UserProperty": [("tenant", "acme")],
+    "ContentType": "text/csv",
+}
+LONG: dict[str, object] = {  # goes to a side file (bx_v5h)
+    "UserProperty": [("tenant", "acme"), ("traceparent", TRACEPARENT), ("tenant", "other")],
+    "ContentType": "application/json",
+    "CorrelationData": b"\x01\x02req-7",
+    "ResponseTopic": "rpc/replies/client-7f3a9c2e",
+    "PayloadFormatIndicator": 1,
+}
+SHOWN = {
+    "short": {"mqtt.content-type": "text/csv", "tenant": "acme"},
+    "long": {
+        "mqtt.content-type": "application/json",
+        "mqtt.response-topic": "rpc/replies/client-7f3a9c2e",
+        "mqtt.correlation-data": "AQJyZXEtNw==",  # base64 of the bytes
+        "mqtt.payload-format": "utf-8",
+        "tenant": "acme",  # a name repeated: its first value
+        "traceparent": TRACEPARENT,
+    },
+}
+PUBLISHED: dict[str, dict[str, object]] = {"short": SHORT, "long": LONG}
+
+
+def _cli(root: Path, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ.copy(),
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _publish(server: RunningServer, topic: str, kind: str) -> None:
+    props = paho_properties(PacketTypes.PUBLISH, **PUBLISHED[kind])
+    client = paho(server, f"pub-{kind}")
+    client.publish(topic, b"{}", 1, properties=props)
+    client.stop()
+
+
+@pytest.mark.parametrize("kind", ["short", "long"])
+def test_the_python_api_shows_what_an_mqtt_publisher_set(server: RunningServer, kind: str) -> None:
+    kept = server.box.subscribe("orders/#", "audit")  # a durable subscription
+    member = server.box.subscribe("$share/billing/orders/#", "worker")  # a share group
+    _publish(server, "orders/1", kind)
+    for subscriber in (kept, member):
+        message = subscriber.receive(timeout=WAIT)
+        assert message is not None
+        assert message.properties == SHOWN[kind]
+        message.ack()
+        subscriber.close()
+
+
+def test_the_cli_shows_what_an_mqtt_publisher_set(server: RunningServer) -> None:
+    root = server.root
+    server.box.subscribe("orders/#", "audit").close()  # kept: it collects while away
+    _publish(server, "orders/1", "short")
+    _publish(server, "orders/2", "long")
+    lines = _cli(root, "--json", "subscribe", "orders/#", "--name", "audit", "--count", "2")
+    got = {
+        record["topic"]: record["properties"] for record in map(json.loads, lines.split("\n")[:2])
+    }
+    assert got == {"orders/1": SHOWN["short"], "orders/2": SHOWN["long"]}
+
+
+def test_get_and_peek_show_what_an_mqtt_publisher_set_once_a_script_moved_it_to_a_queue(
+    server: RunningServer,
+) -> None:
+    root = server.root
+    server.box.subscribe("orders/#", "audit").close()
+    _publish(server, "orders/2", "long")
+    _cli(root, "put", "redrive", "placeholder")  # makes the queue; its message goes first
+    _cli(root, "get", "redrive")
+    target = next(root.glob("topic-root/*/.subscriptions/client.audit/target"))
+    deadline = time.monotonic() + WAIT
+    while not (names := os.listdir(target)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    [name] = names
+    os.rename(target / name, root / "redrive" / "target" / name)  # as a shell script would
+
+    [row] = json.loads(_cli(root, "--json", "peek", "redrive"))
+    assert row["properties"] == SHOWN["long"]
+    table = _cli(root, "peek", "redrive")
+    assert "tenant=acme" in table
+    assert "mqtt.content-type=application/json" in table
+    assert "bx_v5" not in table
+    text = _cli(root, "get", "redrive")
+    fields = dict(line.split(None, 1) for line in text.split("\n\n")[0].splitlines())
+    assert fields["properties"] == repr(SHOWN["long"])
+    _cli(root, "unlock", "redrive", fields["id"])
+    got = json.loads(_cli(root, "--json", "get", "redrive"))
+    assert got["properties"] == SHOWN["long"]
+
+
+def _user_properties(client: Paho) -> list[tuple[str, str]]:
+    received = client.next()
+    return list(getattr(received.properties, "UserProperty", []))
+
+
+def test_a_v5_subscriber_gets_what_the_python_api_and_the_cli_set_as_user_properties(
+    server: RunningServer,
+) -> None:
+    persistent = paho(server, "keeper", clean=False, expiry=300)  # its own dropbox
+    persistent.subscribe("jobs/#", 1)
+    member = paho(server, "member")  # a share group: one dropbox
+    member.subscribe("$share/workers/jobs/#", 1)
+    old = paho(server, "old", v5=False, clean=False)  # 3.1.1: the message, no properties
+    old.subscribe("jobs/#", 1)
+
+    server.box.publish("jobs/a", b"a", properties={"tenant": "acme", "retries": 3, "ok": True})
+    expected = [("tenant", "acme"), ("retries", "3"), ("ok", "true")]
+    assert _user_properties(persistent) == expected
+    assert _user_properties(member) == expected
+    assert old.next().payload == b"a"
+
+    _cli(server.root, "publish", "jobs/b", "b", "-p", "tenant=acme", "-p", "n:int=7")
+    assert _user_properties(persistent) == [("tenant", "acme"), ("n", "7")]
+    assert _user_properties(member) == [("tenant", "acme"), ("n", "7")]
+    assert old.next().payload == b"b"
+
+
+def _mosquitto_pub(server: RunningServer, topic: str, *options: str) -> None:
+    command = ["timeout", "-k", "5", "60", "mosquitto_pub", "-h", server.host]
+    command += ["-p", str(server.port), "-V", "5", "-q", "1", "-t", topic, "-m", topic, *options]
+    subprocess.run(command, check=True)
+
+
+def test_a_jmsxgroupid_user_property_keeps_its_group_on_one_share_group_member(
+    tmp_path: Path,
+) -> None:
+    mosquitto_tools()
+    running = start_server(tmp_path / "root", group_dispatch={"billing": "hash-by-key"})
+    try:
+        members = {name: paho(running, name) for name in ("member-a", "member-b")}
+        for client in members.values():
+            client.subscribe("$share/billing/orders/#", 1)
+        topics = [f"orders/{i}" for i in range(8)]
+        # Without a group, hash-by-key keys on the topic: these go to both members.
+        assert {zlib.crc32(t.encode()) % 2 for t in topics} == {0, 1}
+        for topic in topics:
+            _mosquitto_pub(running, topic, "-D", "publish", "user-property", "JMSXGroupID", "o-17")
+        got = _gather(members, len(topics))
+        assert sorted(len(messages) for messages in got.values()) == [0, len(topics)]
+        [received] = [messages for messages in got.values() if messages]
+        assert sorted(r.topic for r in received) == topics
+        for message in received:  # the User Property once, as it was published
+            assert message.properties.UserProperty == [("JMSXGroupID", "o-17")]
+    finally:
+        running.shutdown()
+
+
+def _gather(members: dict[str, Paho], count: int) -> dict[str, list[Any]]:
+    got: dict[str, list[Any]] = {name: [] for name in members}
+    deadline = time.monotonic() + WAIT
+    while sum(map(len, got.values())) < count and time.monotonic() < deadline:
+        for name, client in members.items():
+            with contextlib.suppress(queue.Empty):
+                got[name].append(client.messages.get(timeout=0.05))
+    for name, client in members.items():  # anything more would be a stray copy
+        while not client.nothing(0.3):
+            got[name].append(None)
+    return got
+
+
+def test_a_message_whose_stored_properties_are_malformed_is_delivered_without_them(
+    server: RunningServer,
+) -> None:
+    keeper = paho(server, "keeper", clean=False, expiry=300)
+    keeper.subscribe("jobs/#", 1)
+    target = next(server.root.glob("topic-root/*/.subscriptions/client.keeper/target"))
+    bad = [b"\x11\x00\x00\x00\x05", b"\x26\x00\x05ten", b"\x03\x00\x02\xff\xfe"]
+    for i, raw in enumerate(bad):  # names edited by hand, dropped into its dropbox
+        blob = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        own = (
+            Property("bx_topic", PropertyType.STRING, "jobs/a"),
+            Property("bx_qos", PropertyType.BYTE, 1),
+            Property(V5_PROPERTIES, PropertyType.STRING, blob),
+        )
+        envelope = Envelope(MessageId(f"m{i}"), properties=own)
+        (target / encode(envelope)).write_bytes(b"m%d" % i)
+    got = sorted(keeper.next().payload for _ in bad)
+    assert got == [b"m0", b"m1", b"m2"]
+    assert keeper.disconnects.empty()  # nothing it had to refuse

@@ -1,0 +1,172 @@
+"""MQTT v5 properties as readers that are not MQTT see them (store/v5_properties.py).
+
+The property lists are built with the MQTT door's own encoder (mqtt/properties.py), so the
+store's small decoder is checked against an independent writer, never against itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from boxmq.model import (
+    PROPERTIES_FILE,
+    V5_PROPERTIES,
+    Envelope,
+    MessageId,
+    Property,
+    PropertyType,
+)
+from boxmq.mqtt.properties import Properties
+from boxmq.store.side_files import SideFiles
+from boxmq.store.v5_properties import (
+    CONTENT_TYPE,
+    CORRELATION_DATA,
+    PAYLOAD_FORMAT,
+    RESPONSE_TOPIC,
+    Decoded,
+    V5Reader,
+    decode,
+    shown,
+    unpack,
+)
+
+_TEXT = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\0"), max_size=12)
+
+
+def _pack(props: Properties) -> str:
+    return base64.urlsafe_b64encode(props.raw).decode().rstrip("=")
+
+
+def _envelope(**properties: str) -> Envelope:
+    props = tuple(Property(k, PropertyType.STRING, v) for k, v in properties.items())
+    topic = Property("bx_topic", PropertyType.STRING, "orders/1")
+    return Envelope(MessageId("m"), properties=(topic, *props))
+
+
+@given(
+    st.lists(st.tuples(_TEXT, _TEXT), max_size=4),
+    st.none() | _TEXT,
+    st.none() | _TEXT.filter(lambda t: "+" not in t and "#" not in t),
+    st.none() | st.binary(max_size=16),
+    st.none() | st.sampled_from([0, 1]),
+    st.none() | st.integers(0, 2**32 - 1),
+)
+def test_what_the_mqtt_encoder_writes_decodes_to_the_same_properties(
+    users: list[tuple[str, str]],
+    content_type: str | None,
+    response_topic: str | None,
+    correlation: bytes | None,
+    payload_format: int | None,
+    expiry: int | None,
+) -> None:
+    props = Properties.build(
+        user_properties=users,
+        content_type=content_type,
+        response_topic=response_topic,
+        correlation_data=correlation,
+        payload_format_indicator=payload_format,
+        message_expiry_interval=expiry,
+    )
+    decoded = decode(props.raw)
+    assert decoded.user_properties == tuple(users)
+    fields = dict(decoded.fields)
+    assert fields.get(CONTENT_TYPE) == content_type
+    assert fields.get(RESPONSE_TOPIC) == response_topic
+    expected = None if correlation is None else base64.b64decode(fields[CORRELATION_DATA])
+    assert expected == correlation
+    assert fields.get(PAYLOAD_FORMAT) == {None: None, 0: "bytes", 1: "utf-8"}[payload_format]
+    assert unpack(_pack(props)) == props.raw
+
+
+@given(st.binary(max_size=64))
+def test_any_bytes_decode_or_raise_value_error_only(raw: bytes) -> None:
+    with contextlib.suppress(ValueError):
+        decode(raw)
+
+
+@given(st.text(max_size=80))
+def test_any_text_in_the_name_reads_as_some_properties_never_an_error(text: str) -> None:
+    reader = V5Reader(None)
+    assert isinstance(reader.properties(_envelope(**{V5_PROPERTIES: text})), dict)
+
+
+@given(
+    st.dictionaries(_TEXT, _TEXT, max_size=3),
+    st.lists(st.tuples(_TEXT, _TEXT), max_size=4),
+    st.lists(st.tuples(st.sampled_from([CONTENT_TYPE, RESPONSE_TOPIC]), _TEXT), max_size=2),
+)
+def test_the_names_own_win_then_the_mqtt_fields_then_the_first_user_property(
+    own: dict[str, str], users: list[tuple[str, str]], fields: list[tuple[str, str]]
+) -> None:
+    own = {k: v for k, v in own.items() if not k.startswith("bx_")}  # as user_properties()
+    fields = list(dict(fields).items())
+    expected: dict[str, str] = {}
+    for name, value in [*own.items(), *fields, *users]:
+        if not name.startswith("bx_"):
+            expected.setdefault(name, value)
+    assert shown(own, Decoded(tuple(users), tuple(fields))) == expected
+    assert shown(own, None) == own
+
+
+def test_a_message_shows_its_user_properties_and_mqtt_fields_not_the_raw_bytes() -> None:
+    props = Properties.build(
+        user_properties=[("tenant", "acme"), ("tenant", "other"), ("bx_dc", "9")],
+        content_type="application/json",
+        correlation_data=b"\x01\x02req-7",
+    )
+    envelope = _envelope(**{V5_PROPERTIES: _pack(props), "JMSXGroupID": "order-17"})
+    assert V5Reader(None).properties(envelope) == {
+        "JMSXGroupID": "order-17",
+        CONTENT_TYPE: "application/json",
+        CORRELATION_DATA: "AQJyZXEtNw==",
+        "tenant": "acme",
+    }
+
+
+def test_properties_in_a_side_file_are_read_from_it(tmp_path: Path) -> None:
+    props = Properties.build(user_properties=[("traceparent", "00-" + "4b" * 40)])
+    key = SideFiles(str(tmp_path)).put(props.raw)
+    envelope = _envelope(**{PROPERTIES_FILE: key})
+    reader = V5Reader(SideFiles(str(tmp_path)))  # another process: nothing cached
+    assert reader.properties(envelope) == {"traceparent": "00-" + "4b" * 40}
+    assert V5Reader(None).properties(envelope) == {}  # no root known: none, no error
+
+
+def test_a_missing_side_file_shows_none_and_is_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    key = SideFiles(str(tmp_path)).put(Properties.build(content_type="json").raw)
+    os.unlink(tmp_path / ".properties" / key)
+    reader = V5Reader(SideFiles(str(tmp_path)))
+    with caplog.at_level(logging.WARNING, "boxmq.store"):
+        for _ in range(3):
+            assert reader.properties(_envelope(**{PROPERTIES_FILE: key, "a": "1"})) == {"a": "1"}
+    assert len(caplog.records) == 1
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [
+        "not base64!",
+        _pack(Properties(b"\x26\x00\x05ten")),  # truncated
+        _pack(Properties(b"\x11\x00\x00\x00\x05")),  # a Session Expiry Interval: not a PUBLISH's
+        _pack(Properties(b"\x03\x00\x02\xff\xfe")),  # not UTF-8
+    ],
+)
+def test_a_bad_blob_in_the_name_shows_none_and_is_logged_once(
+    blob: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    reader = V5Reader(None)
+    with caplog.at_level(logging.WARNING, "boxmq.store"):
+        for _ in range(3):
+            assert reader.properties(_envelope(**{V5_PROPERTIES: blob, "a": "1"})) == {"a": "1"}
+    assert len(caplog.records) == 1
+    assert "no MQTT v5 properties boxmq can read" in caplog.text
