@@ -159,7 +159,8 @@ class QueueService:
             _quietly(message.unlock)  # it left meanwhile: the lock went back already
             return
         self._subscriptions.hold(subscription, message)
-        item = f"<item id='{message.id}'>{payload_of(message)}</item>"
+        # Quoted: a file a script dropped may carry any id (`4.a%27b.T` is `a'b`).
+        item = f"<item id={_attr(message.id)}>{payload_of(message)}</item>"
         level = subscription.qos
         event = render.event(
             next(self._ids),
