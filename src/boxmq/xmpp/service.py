@@ -566,7 +566,7 @@ class QueueService:
 def _published(iq: Iq, node: str, item_id: str) -> str:
     return render.result(
         iq,
-        f"<pubsub xmlns='{ns.PUBSUB}'><publish node={_attr(node)}>"
+        f"<pubsub xmlns='{ns.PUBSUB}'><publish node={render.recurring_attr(node)}>"
         f"<item id='{item_id}'/></publish></pubsub>",
     )
 
@@ -609,8 +609,7 @@ def _stamped(message: Element, *, sender: str, to: str) -> bytes:
     return render.xml_of(message).encode()
 
 
-def _attr(value: str) -> str:
-    return render.attr(value)
+_attr = render.attr  # not a function of its own: one call per attribute, not two
 
 
 def _quietly(action: Callable[[], None]) -> None:

@@ -24,3 +24,11 @@ def test_an_attribute_round_trips(value: str) -> None:
 def test_plain_values_take_the_fast_path() -> None:
     assert render.attr("alice@localhost/r 1") == "'alice@localhost/r 1'"
     assert render.attr("it's") == '"it\'s"'
+
+
+@given(st.lists(_XML_TEXT, min_size=1, max_size=5))
+def test_a_recurring_attribute_is_what_attr_writes_each_time(values: list[str]) -> None:
+    # the cache answers for the value it was asked, the first time and every later one
+    for value in values + values:
+        assert render.recurring_attr(value) == render.attr(value)
+        assert ET.fromstring(f"<x a={render.recurring_attr(value)}/>").get("a") == value
