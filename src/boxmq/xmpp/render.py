@@ -56,8 +56,43 @@ def recurring_attr(value: str) -> str:
 
 
 def xml_of(element: Element) -> str:
-    """An element as XML text, its namespaces declared where they start (slixmpp's writer)."""
-    return tostring(element, top_level=True)
+    """An element as XML text, its namespaces declared where they start (slixmpp's writer).
+
+    A payload is most often one element with text and plain attributes (a publish's
+    `<job xmlns='urn:example'>…</job>`): that one is written here, exactly as slixmpp's
+    `tostring` writes it (a Hypothesis test holds the two together), for 12,500 fewer
+    instructions per item, 2 % (tostring escapes character by character in Python).
+    Anything else takes `tostring`."""
+    tag = element.tag
+    if len(element) or tag[:1] != "{":
+        return tostring(element, top_level=True)
+    namespace, _, name = tag[1:].partition("}")
+    if not namespace or "}" in name or _needs_escape(namespace):
+        return tostring(element, top_level=True)  # (it would write such a namespace as is)
+    out = f'<{name} xmlns="{namespace}"'
+    for key, value in element.attrib.items():
+        if "}" in key:  # namespaced attributes: tostring's own rules
+            return tostring(element, top_level=True)
+        out += f' {key}="{_escape(value)}"'
+    text, tail = element.text, element.tail
+    out += f">{_escape(text)}</{name}>" if text else " />"
+    return out + _escape(tail) if tail else out
+
+
+def _needs_escape(text: str) -> bool:
+    return "&" in text or "<" in text or ">" in text or "'" in text or '"' in text
+
+
+def _escape(text: str) -> str:
+    """slixmpp's `escape`: & < > ' " as entities (chained replaces: each is one pass in C,
+    and gives back the same string when there is nothing to replace)."""
+    return (
+        text.replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace("'", "&apos;")
+        .replace('"', "&quot;")
+    )
 
 
 def result(iq: Iq, inner: str = "") -> str:
