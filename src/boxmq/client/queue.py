@@ -139,8 +139,10 @@ class Queue:
         moves, sent = [], []
         try:
             for item in messages:
-                outgoing = item if isinstance(item, Outgoing) else Outgoing(item)
-                envelope, name, move = self._write(outgoing)
+                if isinstance(item, Outgoing):
+                    envelope, name, move = self._write(item)
+                else:
+                    envelope, name, move = self._write_body(item)
                 moves.append(move)
                 sent.append((name, envelope))
             self._box.send(moves)
@@ -158,6 +160,18 @@ class Queue:
             outgoing.properties or outgoing.correlation_id or outgoing.reply_to or outgoing.type
         )
         envelope, body = self._envelope(outgoing, plain)
+        return self._write_as(envelope, body, plain)
+
+    def _write_body(self, body: bytes | str) -> tuple[Envelope, str, Move]:
+        """`_write(Outgoing(body))` without the Outgoing (a frozen dataclass of seven fields,
+        made and read for each body put_many is given) or the checks of fields it would leave
+        at their defaults: 11,000 fewer instructions per put (docs/benchmarks.md, XMPP)."""
+        text = isinstance(body, str)
+        data = body.encode() if isinstance(body, str) else bytes(body)
+        message_class = MessageClass.TEXT if text else MessageClass.BYTES
+        return self._write_as(Envelope(self._ids.new(), 4, message_class, 0), data, True)
+
+    def _write_as(self, envelope: Envelope, body: bytes, plain: bool) -> tuple[Envelope, str, Move]:
         name = self._name(envelope, plain)
         while True:
             try:

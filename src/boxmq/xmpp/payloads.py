@@ -11,6 +11,7 @@ a text file, or a whole XML document, must never break the component's stream.
 from __future__ import annotations
 
 import base64
+import re
 from typing import Final
 from xml.parsers import expat
 from xml.sax.saxutils import escape
@@ -24,12 +25,25 @@ BOXMQ_NS: Final = "urn:boxmq:0"
 
 def payload_of(message: Message) -> str:
     body = message.body
-    if body[:1] == b"<" and _is_one_element(body):
+    if body[:1] == b"<" and (_PLAIN_ELEMENT.fullmatch(body) or _is_one_element(body)):
         return body.decode()
     try:
         return f"<text xmlns='{BOXMQ_NS}'>{escape(body.decode())}</text>"
     except UnicodeDecodeError:
         return f"<data xmlns='{BOXMQ_NS}'>{base64.b64encode(body).decode()}</data>"
+
+
+# The shape render.xml_of gives a publish's usual payload, `<job xmlns="urn:x">text</job>`,
+# in plain ASCII: a name with no prefix, a namespace attribute and nothing else, text without
+# & < or ] (no entity, markup or CDATA end can be in it), no W3C namespace (expat refuses to
+# bind the reserved ones). Whatever has it is one element of the XML a stream allows, without
+# a parser made for it: 14,700 fewer instructions per item, 2.7 % (docs/benchmarks.md, XMPP,
+# 2026-11-24). A Hypothesis test checks that expat accepts all it accepts; the rest is
+# expat's to decide.
+_PLAIN_ELEMENT = re.compile(
+    rb'<([A-Za-z_][A-Za-z0-9_.-]*) xmlns="(?!http://www\.w3\.org/)[ !#-%\'-;=-~]*"'
+    rb"(?:>[\t\n\r -%'-;=-\\^-~]*</\1>| />)"
+)
 
 
 def _is_one_element(body: bytes) -> bool:

@@ -173,6 +173,9 @@ def not_implemented(feature: str) -> Condition:
 
 _PUBSUB = ns.tag(ns.PUBSUB, "pubsub")
 _OWNER = ns.tag(ns.PUBSUB_OWNER, "pubsub")
+_PUBLISH = ns.tag(ns.PUBSUB, "publish")
+_RETRACT = ns.tag(ns.PUBSUB, "retract")
+_ITEM = ns.tag(ns.PUBSUB, "item")
 _QUEUE_UNLOCK = ns.tag(ns.QUEUEING, "unlock")
 _QUEUE_UNLOCK_TYPO = ns.tag(ns.QUEUEING_TYPO, "unlock")
 
@@ -222,25 +225,24 @@ def _pubsub(iq: Iq, pubsub: Element) -> Request:
     verb = pubsub[0] if len(pubsub) else None
     if verb is None:
         raise StanzaError(BAD_REQUEST, "an empty <pubsub/>")
-    name = verb.tag.rsplit("}", 1)[-1]
+    # The two requests of every queued item first, by their whole tag: one comparison each,
+    # before the name is split off and matched (docs/benchmarks.md, XMPP, 2026-11-24).
+    tag = verb.tag
+    if tag == _RETRACT:  # get or set: XEP-0254 Listing 6 uses get
+        return Retract(_node(verb.get("node")), _item_id(verb))
+    if tag == _PUBLISH and iq.type == "set":
+        return _publish(verb)
+    name = tag.rsplit("}", 1)[-1]
     node = verb.get("node")
     setter = iq.type == "set"
-    if verb.tag in (_QUEUE_UNLOCK, _QUEUE_UNLOCK_TYPO):
+    if tag in (_QUEUE_UNLOCK, _QUEUE_UNLOCK_TYPO):
         return Unlock(_node(node), _item_id(verb))  # get or set: XEP-0254 Listing 10 uses get
-    if verb.tag != ns.tag(ns.PUBSUB, name):
-        raise StanzaError(BAD_REQUEST, f"{verb.tag} is no pubsub request")
-    if name == "retract":
-        return Retract(_node(node), _item_id(verb))  # get or set: XEP-0254 Listing 6 uses get
+    if tag != ns.tag(ns.PUBSUB, name):
+        raise StanzaError(BAD_REQUEST, f"{tag} is no pubsub request")
     if name == "subscribe" and setter:
         return Subscribe(_node(node), verb.get("jid") or bare(iq.sender), _options(pubsub))
     if name == "unsubscribe" and setter:
         return Unsubscribe(_node(node), verb.get("jid") or bare(iq.sender))
-    if name == "publish" and setter:
-        item = verb.find(ns.tag(ns.PUBSUB, "item"))
-        if item is not None and len(item) > 1:  # XEP-0060 §7.1.3.5
-            raise StanzaError(_INVALID_PAYLOAD, "an item carries one payload element")
-        payload = item[0] if item is not None and len(item) else None
-        return Publish(_node(node), item.get("id") if item is not None else None, payload)
     if name == "create" and setter:
         return Create(_node(node))
     if name in _FEATURES:
@@ -248,6 +250,15 @@ def _pubsub(iq: Iq, pubsub: Element) -> Request:
             not_implemented(_FEATURES[name]), f"pubsub {name} ({iq.type}) is not served here"
         )
     raise StanzaError(BAD_REQUEST, f"pubsub {name} ({iq.type}) is no pubsub request")
+
+
+def _publish(verb: Element) -> Publish:
+    item = verb.find(_ITEM)
+    if item is None:
+        return Publish(_node(verb.get("node")), None, None)
+    if len(item) > 1:  # XEP-0060 §7.1.3.5
+        raise StanzaError(_INVALID_PAYLOAD, "an item carries one payload element")
+    return Publish(_node(verb.get("node")), item.get("id"), item[0] if len(item) else None)
 
 
 def _owner(iq: Iq, pubsub: Element) -> Request:

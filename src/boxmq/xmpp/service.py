@@ -159,21 +159,20 @@ class QueueService:
             _quietly(message.unlock)  # it left meanwhile: the lock went back already
             return
         self._subscriptions.hold(subscription, message)
-        item = f"<item id='{message.id}'>{payload_of(message)}</item>"
+        item_id = message.id
+        # Quoted: a file a script dropped may carry any id (`4.a%27b.T` is `a'b`).
+        item = f"<item id={_attr(item_id)}>{payload_of(message)}</item>"
         level = subscription.qos
-        event = render.event(
-            next(self._ids),
-            self.domain,
-            subscription.jid,
-            subscription.node,
-            item,
-            wrapped=level is not Level.UNACKNOWLEDGED,
-        )
+        jid, node = subscription.jid, subscription.node
+        if level is Level.UNACKNOWLEDGED:  # a plain message: nothing to retry or fail
+            self._send(render.event(next(self._ids), self.domain, jid, node, item))
+            return
+        event = render.event(next(self._ids), self.domain, jid, node, item, wrapped=True)
         self._reliable.send(
-            subscription.jid,
+            jid,
             event,
             level,
-            msg_id=message.id,
+            msg_id=item_id,
             now=self._now(),
             on_failed=lambda: self._undeliverable(subscription, message),
         )
@@ -565,7 +564,7 @@ class QueueService:
 def _published(iq: Iq, node: str, item_id: str) -> str:
     return render.result(
         iq,
-        f"<pubsub xmlns='{ns.PUBSUB}'><publish node={_attr(node)}>"
+        f"<pubsub xmlns='{ns.PUBSUB}'><publish node={render.recurring_attr(node)}>"
         f"<item id='{item_id}'/></publish></pubsub>",
     )
 
@@ -608,8 +607,7 @@ def _stamped(message: Element, *, sender: str, to: str) -> bytes:
     return render.xml_of(message).encode()
 
 
-def _attr(value: str) -> str:
-    return render.attr(value)
+_attr = render.attr  # not a function of its own: one call per attribute, not two
 
 
 def _quietly(action: Callable[[], None]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
@@ -333,6 +334,19 @@ def test_an_element_with_namespaces_passes_through_as_it_is(wire: Wire, box: box
     assert [ET.tostring(p[0]) for p in payloads if p is not None] == [
         b'<ns0:e xmlns:ns0="urn:x" xmlns:ns1="urn:y"><ns1:f>1 &amp; 2</ns1:f></ns0:e>'
     ]
+
+
+def test_an_item_id_from_a_dropped_file_is_escaped(wire: Wire, box: boxmq.Box) -> None:
+    # A script names its file as it likes: the id decoded from `4.a%27b%3Cc%26d.T` holds
+    # ' < &, which written as is would make the event malformed and close the stream.
+    wire.subscribe(ALICE, 1)
+    target = Path(box.root) / "jobs" / "target"
+    (target / "4.a%27b%3Cc%26d.T").write_bytes(b"<job xmlns='urn:example'/>")
+    wire.service.poll()  # the watcher's news, or the rescan, brings it
+    assert wire.events() == [(ALICE, "item", "a'b<c&d")]
+    reply = wire.retract(ALICE, "a&apos;b&lt;c&amp;d")  # wire.retract writes it as is
+    assert reply.get("type") == "result"
+    assert wire.events() == [(ALICE, "retract", "a'b<c&d")]
 
 
 def test_a_request_in_an_unknown_namespace_is_service_unavailable(wire: Wire) -> None:
