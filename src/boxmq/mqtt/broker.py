@@ -41,12 +41,13 @@ from boxmq.errors import (
     Closed,
     InvalidArgument,
     ItemNotFound,
+    ProtocolViolation,
     StoreFailed,
     store_failure,
 )
 from boxmq.model import ConsumerId, Envelope
 from boxmq.mqtt.connection import Connection
-from boxmq.mqtt.disk import Job, log_store_failures, run_all
+from boxmq.mqtt.disk import Job, log_store_failures, run_all, run_now
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.outbox import Stage
 from boxmq.mqtt.packets import (
@@ -70,6 +71,9 @@ from boxmq.mqtt.packets import (
     Unsubscribe,
     Will,
     new_publish,
+)
+from boxmq.mqtt.packets import (
+    Subscription as SubscribeRequest,
 )
 from boxmq.mqtt.properties import EMPTY, Properties, PropertyId, subscription_identifier
 from boxmq.mqtt.reasons import ReasonCode, reason_for
@@ -95,6 +99,7 @@ from boxmq.mqtt.stored import (
     storable,
     store_with_properties,
 )
+from boxmq.store.commit import FsyncPolicy
 from boxmq.store.process import process_alive, process_token
 
 __all__ = ["Broker", "Link"]
@@ -134,6 +139,11 @@ class _Client:
     jobs: list[Job] = field(default_factory=list)  # disk work waiting for the next batch
     tail: asyncio.Future[None] | None = None  # the batch running now (one at a time, in order)
     paused: bool = False
+    # Records to be on disk before the client is told anything more (fsync=always): while
+    # some are being written, what it is sent waits in its connection (CONNACK first).
+    holding: int = 0
+    # Packets read while its SUBSCRIBE waits for the disk: handled after it, in order.
+    held: deque[Packet] | None = None
 
 
 def _tell_will_lost(client_id: str, topic: str, written: Future[None]) -> None:
@@ -203,6 +213,34 @@ def _session_end_step(client_id: str, what: str) -> Iterator[None]:
         )
 
 
+def _refusal_of(error: BoxMQError) -> ReasonCode:
+    """A SUBACK's reason for a subscription that could not be made: as a PUBACK's for the
+    disk (0x97 full, 0x80 otherwise), 0x8F for a filter the store cannot name."""
+    if isinstance(error, StoreFailed):
+        return reason_for(error)
+    return _R.TOPIC_FILTER_INVALID if isinstance(error, InvalidArgument) else _R.UNSPECIFIED_ERROR
+
+
+def _nothing(_: object) -> None:
+    """A job's answer when there is none to give."""
+
+
+def _nothing_told() -> None:
+    """What a CONNECT's record job tells: nothing, CONNACK is in the connection already."""
+
+
+@dataclass(eq=False, slots=True)
+class _Wanted:
+    """One filter of a SUBSCRIBE on its way to its SUBACK (its disk work may still change
+    it, hence not frozen): `options` None if it is refused, for `reason`."""
+
+    text: str
+    reason: ReasonCode  # the QoS granted, or why not
+    options: SubscriptionOptions | None = None
+    existed: bool = False  # the session had it already (Retain Handling 1)
+    shared: bool = False
+
+
 def _name_of(client: _Client) -> str:
     session = client.session
     return client.link.peer if session is None else f"client {session.client_id}"
@@ -231,6 +269,8 @@ class Broker:
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._token = process_token()  # names this broker in the session records it writes
+        # Under fsync=always a client is told of a record (CONNACK, SUBACK) once it is on disk.
+        self._flush_records = box.fsync is FsyncPolicy.ALWAYS
         # A record's write that its process did not live to rename leaves a temporary there.
         box.sweep_temporaries_in(records_folder(box.root))
 
@@ -258,10 +298,17 @@ class Broker:
     def received(self, link: Link, packets: Iterable[Packet]) -> None:
         """Act on what a read brought. ProtocolViolation goes back to the caller (close)."""
         client = self._clients[link]
+        if client.held is not None:
+            client.held.extend(packets)
+            return
         self._durable_routes.recheck()
         try:
-            for packet in packets:
-                self._handle(client, packet)
+            waiting = iter(packets)
+            for packet in waiting:
+                if (held := self._handle(client, packet)) is not None:
+                    held.extend(waiting)  # a SUBSCRIBE waits for the disk: so does the rest
+                    link.pause_reading()
+                    break
         finally:
             if self._settled:
                 settled, self._settled = self._settled, {}
@@ -287,12 +334,13 @@ class Broker:
         due = None if will is None else self._schedule_will(session, will)
         if session.persistent:
             # A Will waiting out its delay is written down: a restart sends it (resume_expiries).
-            self._save_session(
+            record = self._session_record(
                 session,
                 disconnected_at=self._clock.now(),
                 will=None if due is None else will,
                 will_due=due,
             )
+            self._save_session(client, record)
             self._schedule_expiry(session)
         else:
             self._end_session(session)
@@ -302,7 +350,10 @@ class Broker:
         self._flush_due = False
         dirty, self._dirty = self._dirty, set()
         for client in dirty:
-            client.link.flush()
+            if client.holding:
+                self._dirty.add(client)  # sent once its records are on disk (_hold_output)
+            else:
+                client.link.flush()
 
     def _flush_soon(self) -> None:
         """Write at the end of this loop iteration: the reads that came together (a
@@ -352,12 +403,13 @@ class Broker:
 
     # -- dispatch ----------------------------------------------------------------------------------
 
-    def _handle(self, client: _Client, packet: Packet) -> None:
+    def _handle(self, client: _Client, packet: Packet) -> deque[Packet] | None:
+        """Act on one packet; the client's held packets if the next ones must wait."""
         session = client.session
         if session is None:
             assert isinstance(packet, Connect)  # Connection lets nothing else through first
             self._connect(client, packet)
-            return
+            return None
         kind = type(packet)
         if kind is Publish:
             assert isinstance(packet, Publish)
@@ -389,6 +441,7 @@ class Broker:
             raise ProtocolError("AUTH without an Authentication Method in CONNECT (§4.12)")
         else:
             raise ProtocolError(f"a client may not send {kind.__name__.upper()}")
+        return client.held
 
     def _send(self, client: _Client, packet: Packet) -> None:
         client.link.connection.send(packet)
@@ -434,7 +487,8 @@ class Broker:
         if session.persistent or present:
             # Present but expiry 0: a persistent session resumed to end with this connection;
             # its subscriptions are still on disk, so a crash must end it at the restart.
-            self._save_session(session)
+            # Its CONNACK waits for the record (flushed under fsync=always).
+            self._write_session(client, self._session_record(session), _nothing_told, hold=True)
         connection.keep_alive = keep_alive
         connection.accepted = True
         requested = props.session_expiry_interval or 0
@@ -632,36 +686,88 @@ class Broker:
                     self.box.unsubscribe(text, name)
         self._discard_session_state(client_id)
 
-    def _save_session(
+    def _session_record(
         self,
         session: Session,
+        wanted: Iterable[_Wanted] = (),
         *,
         disconnected_at: float | None = None,
         will: Will | None = None,
         will_due: float | None = None,
-    ) -> None:
-        """Write what a restart needs to end the session on time, to send its messages as
-        they were subscribed, and to send its Will (session_record.py). Connected: the Will is
-        the connection's; closed (`disconnected_at`), `will` is the one still to be sent, at
-        `will_due`. A failure costs only that, so it is logged."""
-        record = SessionRecord(
+    ) -> SessionRecord:
+        """What a restart needs to end the session on time, to send its messages as they
+        were subscribed (with the subscriptions `wanted` on their way), and to send its Will
+        (session_record.py). Connected: the Will is the connection's; closed
+        (`disconnected_at`), `will` is the one still to be sent, at `will_due`."""
+        options = {
+            text: DeliveryOptions(options.identifier, options.retain_as_published)
+            for text, options in session.subscriptions.items()
+            if options.durable
+        }
+        for one in wanted:
+            if one.options is not None and one.options.durable:
+                options[one.text] = DeliveryOptions(
+                    one.options.identifier, one.options.retain_as_published
+                )
+        return SessionRecord(
             session.client_id,
             session.expiry,
             holder=self._token if disconnected_at is None else None,
             disconnected_at=disconnected_at,
-            options={
-                text: DeliveryOptions(options.identifier, options.retain_as_published)
-                for text, options in session.subscriptions.items()
-                if options.durable
-            },
+            options=options,
             username=session.username,
             will=session.will if disconnected_at is None else will,
             will_due=will_due,
         )
+
+    def _store_session(self, record: SessionRecord, *, flush: bool) -> None:
+        """A failure costs only what the record is for, so it is logged."""
         try:
-            write_record(self.box.root, record)
+            write_record(self.box.root, record, flush=flush)
         except OSError as error:
-            log.warning("client %s: session record not written: %s", session.client_id, error)
+            log.warning("client %s: session record not written: %s", record.client_id, error)
+
+    def _save_session(self, client: _Client, record: SessionRecord) -> None:
+        """Write `record`, nobody waiting for it (a connection closed): not flushed, but after
+        the records the client's disk work still writes, so that the last one says the last."""
+        if not self._flush_records or (client.tail is None and not client.jobs):
+            self._store_session(record, flush=False)
+            return
+        client.jobs.append(Job(partial(self._store_session, record, flush=False), _nothing))
+        self._start_batch(client)
+
+    def _write_session(
+        self,
+        client: _Client,
+        record: SessionRecord | None,
+        told: Callable[[], None],
+        *,
+        hold: bool = False,
+    ) -> None:
+        """Write `record` (a persistent session's; None: none to write), then run `told`,
+        which answers the client: in order with its disk work, and flushed first under
+        fsync=always, since the answer says the session is kept (DESIGN.md §5). `hold`:
+        nothing at all reaches the client before (its CONNACK is waiting in its connection).
+        Under the other policies, written at once on the loop, unflushed, as before."""
+        if not self._flush_records:
+            if record is not None:
+                self._store_session(record, flush=False)
+            told()
+            return
+        if record is None:
+            client.jobs.append(Job(None, lambda _: told()))
+            return
+        if hold:
+            client.holding += 1
+
+        def written(_: object) -> None:
+            if hold:
+                client.holding -= 1
+                self._dirty.add(client)
+            told()
+
+        flush = self._flush_records
+        client.jobs.append(Job(partial(self._store_session, record, flush=flush), written))
 
     def resume_expiries(self) -> None:
         """At start: the persistent sessions on disk end when their records say, those whose
@@ -1093,7 +1199,7 @@ class Broker:
                 log.error("disk work for %s failed: %r", client.link.peer, error)
             if client.jobs:
                 self._start_batch(client)
-            if client.paused and len(client.jobs) < _BACKLOG_HIGH // 2:
+            if client.paused and len(client.jobs) < _BACKLOG_HIGH // 2 and client.held is None:
                 client.paused = False
                 client.link.resume_reading()
             self.pump_all()
@@ -1231,64 +1337,117 @@ class Broker:
     # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------------------
 
     def _subscribe(self, client: _Client, session: Session, packet: Subscribe) -> None:
-        v5 = client.link.connection.version is ProtocolVersion.V5
+        """Each filter checked here; a durable one (persistent session, share group) is then
+        registered on disk. Under fsync=always its records are flushed (store/records.py),
+        so by a worker, and SUBACK goes once every one is done and the session's record
+        written: the client's later packets wait for it (`_Client.held`), so they find the
+        subscriptions in place as if they had been made at once. Under the other policies
+        nothing is flushed, and all is done at once on the loop."""
         identifiers = packet.properties.subscription_identifiers
         identifier = identifiers[0] if identifiers else None
-        reasons: list[ReasonCode] = []
-        retained: list[tuple[Envelope, bytes, SubscriptionOptions]] = []  # sent from memory
-        on_disk: list[tuple[str, int]] = []  # (filter, QoS) of a persistent session's
-        for wanted in packet.subscriptions:
-            text = wanted.topic_filter
+        wanted: list[_Wanted] = []
+        for request in packet.subscriptions:
+            wanted.append(self._checked(session, request, identifier))
+        jobs = []
+        for one in wanted:
+            if one.options is None:
+                continue
             try:
-                parsed = parse_filter(text)
-            except InvalidArgument:
-                reasons.append(_R.TOPIC_FILTER_INVALID)
+                work = self._begin_subscription(session, one.text, one.options)
+            except OSError as error:  # the old subscription it replaces could not be deleted
+                self._subscription_made(session, one, store_failure(error))
                 continue
-            if parsed.shared and wanted.no_local:
-                raise ProtocolError(f"{text}: No Local on a shared subscription (§3.8.3.1)")
-            authorizer = self.settings.authorizer
-            if authorizer is not None and not authorizer.can_subscribe(
-                session.username, session.client_id, text
-            ):
-                log.info("client %s may not subscribe to %s", session.client_id, text)
-                reasons.append(_R.NOT_AUTHORIZED)
-                continue
-            existed = text in session.subscriptions
-            options = SubscriptionOptions(
-                qos=wanted.qos,
-                durable=parsed.shared or session.persistent,
-                no_local=wanted.no_local,
-                retain_as_published=wanted.retain_as_published,
-                retain_handling=wanted.retain_handling,
-                identifier=identifier,
-            )
-            try:
-                self._add_subscription(session, text, options)
-            except BoxMQError as error:
-                log.warning("client %s: subscribing to %s: %s", session.client_id, text, error)
-                reasons.append(
-                    _R.UNSPECIFIED_ERROR
-                    if not isinstance(error, InvalidArgument)
-                    else _R.TOPIC_FILTER_INVALID
-                )
-                continue
-            reasons.append(ReasonCode(wanted.qos))
-            handling = wanted.retain_handling
-            if not parsed.shared and (
-                handling is RetainHandling.SEND_ON_SUBSCRIBE
-                or (handling is RetainHandling.SEND_IF_NEW_SUBSCRIPTION and not existed)
-            ):
-                if options.durable:  # written into its dropbox: kept until acknowledged
-                    on_disk.append((text, wanted.qos))
-                    continue
-                retained += [
-                    (env, body, options) for env, body in self.box.topics.retained_matching(text)
-                ]
-        if not v5:
+            if work is not None:
+                jobs.append(Job(work, partial(self._subscription_made, session, one)))
+        answer = partial(self._subscribed, client, session, packet.packet_id, wanted)
+        record = self._session_record(session, wanted) if session.persistent else None
+        if self._flush_records and (jobs or record is not None):
+            client.jobs += jobs
+            client.held = deque()
+            self._write_session(client, record, answer)
+            return
+        for job in jobs:  # nothing flushed: done at once on the loop, as before
+            run_now(job)
+        if record is not None:
+            self._store_session(record, flush=False)
+        answer()
+
+    def _checked(
+        self, session: Session, request: SubscribeRequest, identifier: int | None
+    ) -> _Wanted:
+        """One filter of a SUBSCRIBE, with its options if it may be subscribed to, or the
+        reason it may not."""
+        text = request.topic_filter
+        try:
+            parsed = parse_filter(text)
+        except InvalidArgument:
+            return _Wanted(text, _R.TOPIC_FILTER_INVALID)
+        if parsed.shared and request.no_local:
+            raise ProtocolError(f"{text}: No Local on a shared subscription (§3.8.3.1)")
+        authorizer = self.settings.authorizer
+        if authorizer is not None and not authorizer.can_subscribe(
+            session.username, session.client_id, text
+        ):
+            log.info("client %s may not subscribe to %s", session.client_id, text)
+            return _Wanted(text, _R.NOT_AUTHORIZED)
+        options = SubscriptionOptions(
+            qos=request.qos,
+            durable=parsed.shared or session.persistent,
+            no_local=request.no_local,
+            retain_as_published=request.retain_as_published,
+            retain_handling=request.retain_handling,
+            identifier=identifier,
+        )
+        return _Wanted(
+            text, ReasonCode(request.qos), options, text in session.subscriptions, parsed.shared
+        )
+
+    def _subscription_made(self, session: Session, wanted: _Wanted, result: object) -> None:
+        """On the loop, once the disk work of one filter is done: the subscription is the
+        session's now, or the SUBACK says why not."""
+        client_id = session.client_id
+        if isinstance(result, BoxMQError):
+            log.warning("client %s: subscribing to %s: %s", client_id, wanted.text, result)
+            wanted.reason, wanted.options = _refusal_of(result), None
+            return
+        assert wanted.options is not None
+        subscriber = result if isinstance(result, Subscriber) else None
+        if self._sessions.get(client_id) is not session:  # it ended while the disk worked
+            if subscriber is not None:
+                self._drop_late(session, wanted.text, subscriber)
+            return
+        session.subscriptions[wanted.text] = wanted.options
+        if subscriber is not None:
+            self._durable.setdefault(client_id, {})[wanted.text] = subscriber
+
+    def _drop_late(self, session: Session, text: str, subscriber: Subscriber) -> None:
+        """A subscription made for a session that ended meanwhile is undone, as its end would
+        have done."""
+        with _session_end_step(session.client_id, f"deleting its subscription to {text}"):
+            subscriber.close()
+            if not parse_filter(text).shared and not session.persistent:
+                self.box.unsubscribe(text, consumer_name(session.client_id))
+
+    def _subscribed(
+        self, client: _Client, session: Session, packet_id: int, wanted: list[_Wanted]
+    ) -> None:
+        """SUBACK, then the retained messages the new subscriptions get (MQTT 5.0 §3.3.1.3),
+        then the packets the client sent meanwhile."""
+        reasons = [one.reason for one in wanted]
+        if client.link.connection.version is not ProtocolVersion.V5:
             reasons = [r if r < _R.UNSPECIFIED_ERROR else _R.UNSPECIFIED_ERROR for r in reasons]
-        self._send(client, Suback(packet.packet_id, tuple(reasons)))
-        if session.persistent:
-            self._save_session(session)  # its Subscription Identifiers and Retain As Published
+        self._send(client, Suback(packet_id, tuple(reasons)))
+        on_disk: list[tuple[str, int]] = []  # (filter, QoS) of a persistent session's
+        retained: list[tuple[Envelope, bytes, SubscriptionOptions]] = []  # sent from memory
+        for one in wanted:
+            options = one.options
+            if options is None or one.shared or not self._retained_due(options, one.existed):
+                continue
+            if options.durable:  # written into its dropbox: kept until acknowledged
+                on_disk.append((one.text, options.qos))
+                continue
+            matching = self.box.topics.retained_matching(one.text)
+            retained += [(env, body, options) for env, body in matching]
         if on_disk:
             name = consumer_name(session.client_id)
 
@@ -1304,35 +1463,75 @@ class Broker:
                 publish = retained_publish(envelope, body, options, now, self.box.side_files)
                 self._deliver(session, publish, None)
         self._pump(session)
+        if client.held is not None:
+            self.loop.call_soon(self._resume, client)
 
-    def _add_subscription(self, session: Session, text: str, options: SubscriptionOptions) -> None:
+    @staticmethod
+    def _retained_due(options: SubscriptionOptions, existed: bool) -> bool:
+        handling = options.retain_handling
+        return handling is RetainHandling.SEND_ON_SUBSCRIBE or (
+            handling is RetainHandling.SEND_IF_NEW_SUBSCRIPTION and not existed
+        )
+
+    def _resume(self, client: _Client) -> None:
+        """The packets a SUBSCRIBE held back are handled, now that it is answered."""
+        held, client.held = client.held, None
+        if held is None or self._clients.get(client.link) is not client:
+            return  # the connection closed meanwhile
+        if not client.paused:
+            client.link.resume_reading()
+        try:
+            self.received(client.link, held)
+        except ProtocolViolation as error:  # as the server does for a read (server.py)
+            log.info("%s: closing: %s", client.link.peer, error)
+            self._kick(client, reason_for(error), f"protocol error: {error}")
+
+    def _begin_subscription(
+        self, session: Session, text: str, options: SubscriptionOptions
+    ) -> Callable[[], object] | None:
+        """On the loop: what subscribing `session` to `text` takes. Done here if it is in
+        memory only; otherwise the disk work for a worker, returning the new Subscriber (or
+        None: the one open stays), made the session's by `_subscription_made`."""
         client_id = session.client_id
         old = session.subscriptions.get(text)
         if old is not None and old.durable != options.durable:
             self._remove_subscription(session, text)
-        session.subscriptions[text] = options
-        if options.durable:
-            if text not in self._durable.get(client_id, {}):
-                self._attach(session, text, options)
-            elif old is None or (old.qos, old.no_local) != (options.qos, options.no_local):
-                # Replaced in place: what it holds in flight stays its own (MQTT-3.8.4-3).
-                self.box.topics.resubscribe(
-                    text,
-                    consumer_name(client_id),
-                    qos=options.qos,
-                    no_local=options.no_local,
-                    process_bound=not session.persistent,
-                )
-        else:
-            parsed = parse_filter(text)
+            old = None
+        if not options.durable:
+            session.subscriptions[text] = options
             self._memory.subscribe(
                 Subscription(
-                    ConsumerId(client_id), parsed, QoS(options.qos), False, options.no_local
+                    ConsumerId(client_id),
+                    parse_filter(text),
+                    QoS(options.qos),
+                    False,
+                    options.no_local,
                 )
             )
+            return None
+        if text not in self._durable.get(client_id, {}):
+            return partial(self._open_durable, session, text, options)
+        if old is None or (old.qos, old.no_local) != (options.qos, options.no_local):
+            # Replaced in place: what it holds in flight stays its own (MQTT-3.8.4-3).
+            return partial(
+                self.box.topics.resubscribe,
+                text,
+                consumer_name(client_id),
+                qos=options.qos,
+                no_local=options.no_local,
+                process_bound=not session.persistent,
+            )
+        return lambda: None
 
     def _attach(self, session: Session, text: str, options: SubscriptionOptions) -> None:
-        subscriber = self.box.subscribe(
+        """On the loop (a session found on disk: its records are there already)."""
+        subscriber = self._open_durable(session, text, options)
+        self._durable.setdefault(session.client_id, {})[text] = subscriber
+
+    def _open_durable(
+        self, session: Session, text: str, options: SubscriptionOptions
+    ) -> Subscriber:
+        return self.box.subscribe(
             text,
             consumer_name(session.client_id),
             qos=options.qos,
@@ -1343,7 +1542,6 @@ class Broker:
             send_retained=False,
             process_bound=not session.persistent,  # a persistent member outlives a restart
         )
-        self._durable.setdefault(session.client_id, {})[text] = subscriber
 
     def _remove_subscription(self, session: Session, text: str) -> bool:
         options = session.subscriptions.pop(text, None)
@@ -1361,6 +1559,7 @@ class Broker:
         return True
 
     def _unsubscribe(self, client: _Client, session: Session, packet: Unsubscribe) -> None:
+        """UNSUBACK once the session's record says so (flushed under fsync=always)."""
         reasons = []
         for text in packet.topic_filters:
             try:
@@ -1368,7 +1567,10 @@ class Broker:
             except InvalidArgument:
                 removed = False
             reasons.append(_R.SUCCESS if removed else _R.NO_SUBSCRIPTION_EXISTED)
-        if session.persistent:
-            self._save_session(session)
         v5 = client.link.connection.version is ProtocolVersion.V5
-        self._send(client, Unsuback(packet.packet_id, tuple(reasons) if v5 else ()))
+        unsuback = Unsuback(packet.packet_id, tuple(reasons) if v5 else ())
+        if session.persistent:
+            record = self._session_record(session)
+            self._write_session(client, record, partial(self._send, client, unsuback))
+        else:
+            self._send(client, unsuback)

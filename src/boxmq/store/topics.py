@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 
 from boxmq.store.layout import TOPIC_ROOT, State
 from boxmq.store.names import escape_segment, unescape_segment
-from boxmq.store.temporaries import removed_on_failure, temporary_in
+from boxmq.store.records import make_folders, replace_file, write_in_place
 
 __all__ = [
     "EXACTLY_ONCE_PENDING",
@@ -113,13 +113,14 @@ def subscription_path(root: str, filter: str, key: str) -> str:
     )
 
 
-def write_record(path: str, record: SubscriptionRecord) -> None:
-    os.makedirs(path, exist_ok=True)
-    temporary = temporary_in(path)
-    with removed_on_failure(temporary):
-        with open(temporary, "w") as out:
-            json.dump(asdict(record), out)
-        os.rename(temporary, os.path.join(path, _RECORD))
+def write_record(path: str, record: SubscriptionRecord, *, flush: bool = False) -> None:
+    """Write (or replace) the record of the subscription at `path`, its folders made if need
+    be; with `flush` (fsync=always), on disk when this returns (store/records.py)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(path))))
+    make_folders(path, flush=flush, within=root)
+    for state in State:  # a dropbox before it is a subscription: a copy needs its target/
+        os.makedirs(os.path.join(path, state.value), exist_ok=True)
+    replace_file(os.path.join(path, _RECORD), json.dumps(asdict(record)), flush=flush)
 
 
 def read_records(root: str) -> Iterator[tuple[SubscriptionRecord, str]]:
@@ -174,25 +175,24 @@ def generation(root: str) -> tuple[int, int] | None:
     return stat.st_ino, stat.st_mtime_ns
 
 
-def bump_generation(root: str) -> None:
+def bump_generation(root: str, *, flush: bool = False) -> None:
+    """Tell every process that the subscriptions changed. With `flush`, the topic root's
+    folder is fsynced after: a new filter's folder is one of its entries."""
     base = topic_root(root)
-    os.makedirs(base, exist_ok=True)
-    temporary = temporary_in(base)
-    with removed_on_failure(temporary):
-        with open(temporary, "w"):
-            pass
-        os.rename(temporary, os.path.join(base, _GENERATION))
+    make_folders(base, flush=flush, within=root)
+    replace_file(os.path.join(base, _GENERATION), "", flush=flush)
 
 
 def members_path(path: str) -> str:
     return os.path.join(path, ".members")
 
 
-def add_member(path: str, member: str, token: str) -> None:
+def add_member(path: str, member: str, token: str, *, flush: bool = False) -> None:
+    """Register `member` of the share group at `path`, bound to the process `token` ("" for
+    none); with `flush`, on disk when this returns."""
     folder = members_path(path)
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, escape_segment(member)), "w") as out:
-        out.write(token)
+    make_folders(folder, flush=flush, within=path)
+    write_in_place(os.path.join(folder, escape_segment(member)), token, flush=flush)
 
 
 def remove_member(path: str, member: str) -> None:

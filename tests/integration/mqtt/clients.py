@@ -47,7 +47,9 @@ class RunningServer:
         self.box.close()
 
 
-def start_server(root: Path, settings: MqttSettings | None = None) -> RunningServer:
+def start_server(
+    root: Path, settings: MqttSettings | None = None, *, fsync: str = "never"
+) -> RunningServer:
     settings = settings or MqttSettings()
     settings = MqttSettings(
         listeners=(Listener("127.0.0.1", 0),),
@@ -55,7 +57,7 @@ def start_server(root: Path, settings: MqttSettings | None = None) -> RunningSer
         authenticator=settings.authenticator,
         authorizer=settings.authorizer,
     )
-    box = boxmq.open(root, fsync="never")
+    box = boxmq.open(root, fsync=fsync)
     server = MqttServer(box, settings)
     ready: queue.Queue[Any] = queue.Queue()
 
