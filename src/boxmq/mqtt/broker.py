@@ -1550,24 +1550,49 @@ class Broker:
         client_id = session.client_id
         if options.durable:
             subscriber = self._durable.get(client_id, {}).pop(text, None)
-            if subscriber is not None:
-                subscriber.close()
-            if not parse_filter(text).shared:
-                self.box.unsubscribe(text, consumer_name(client_id))
+            try:
+                if subscriber is not None:
+                    subscriber.close()
+                if not parse_filter(text).shared:
+                    self.box.unsubscribe(text, consumer_name(client_id))
+            except OSError:
+                # Still on disk: the session's again, open again (nothing to write: its
+                # record is there), so that its messages still come and an UNSUBSCRIBE sent
+                # again tries again.
+                session.subscriptions[text] = options
+                with contextlib.suppress(BoxMQError, OSError):
+                    self._attach(session, text, options)
+                raise
         else:
             self._memory.unsubscribe(client_id, parse_filter(text))
         return True
 
     def _unsubscribe(self, client: _Client, session: Session, packet: Unsubscribe) -> None:
-        """UNSUBACK once the session's record says so (flushed under fsync=always)."""
+        """UNSUBACK once the session's record says so. A subscription the disk refuses to
+        delete (EIO, EROFS, ...) is said so: v5 with its reason (0x80, 0x97 for a full disk,
+        as a PUBACK would), and 3.1.1, whose UNSUBACK has no failure, by closing the
+        connection, as for a PUBLISH not stored."""
+        v5 = client.link.connection.version is ProtocolVersion.V5
         reasons = []
         for text in packet.topic_filters:
             try:
                 removed = self._remove_subscription(session, text)
             except InvalidArgument:
                 removed = False
+            except OSError as error:
+                failure = store_failure(error)
+                log.error(
+                    "client %s: unsubscribing from %s failed, the subscription stays: %s",
+                    session.client_id,
+                    text,
+                    failure,
+                )
+                if not v5:
+                    self._kick(client, _R.UNSPECIFIED_ERROR, f"an UNSUBSCRIBE failed: {failure}")
+                    return
+                reasons.append(reason_for(failure))
+                continue
             reasons.append(_R.SUCCESS if removed else _R.NO_SUBSCRIPTION_EXISTED)
-        v5 = client.link.connection.version is ProtocolVersion.V5
         unsuback = Unsuback(packet.packet_id, tuple(reasons) if v5 else ())
         if session.persistent:
             record = self._session_record(session)
