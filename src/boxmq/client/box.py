@@ -219,9 +219,11 @@ class Box:
         priority: int = 4,
         properties: Mapping[str, PropertyValue | Property] | None = None,
         reclaim: bool = False,
+        expires_in: float | None = None,
     ) -> bool:
         """Exactly once, step 1: store it (flushed) for `source`'s `msg_id`. True if new; False
         for a repeat, which stores nothing and must be answered again all the same.
+        expires_in: it expires that many seconds from now, waiting for step 2 or after.
 
         reclaim=True: an id whose message was delivered already names a new one (urn:xmpp:qos
         lets a sender reuse an id once `deliver` succeeded); repeats of `deliver` are still
@@ -236,6 +238,7 @@ class Box:
             priority=priority,
             properties=properties,
             reclaim=reclaim,
+            expires_in=expires_in,
         )
 
     def pending(self, source: str) -> list[str]:

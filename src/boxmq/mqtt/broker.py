@@ -1154,6 +1154,10 @@ class Broker:
         store_with_properties(packet, self.box.side_files, publish, room)
 
     def _assure(self, client_id: str, packet: Publish) -> object:
+        """Into the exactly-once intake, its Message Expiry Interval counting from now (its
+        copies carry what is left of it, MQTT 5.0 §3.3.2.3.3)."""
+        expiry = packet.properties.message_expiry_interval
+
         def assured(properties: dict[str, str]) -> bool:
             return self.box.assured(
                 exactly_once_source(client_id),
@@ -1161,13 +1165,13 @@ class Broker:
                 packet.payload,
                 topic=packet.topic,
                 properties=properties,
+                expires_in=expiry or None,
             )
 
-        # The names `assured` checks carry no expiry (the intake keeps none) and no retain
-        # flag (a retained QoS 2 message is published at once instead: _publish_later).
-        return store_with_properties(
-            packet, self.box.side_files, assured, self.box.topics.topic_room
-        )
+        # The names `assured` checks carry no retain flag (a retained QoS 2 message is
+        # published at once instead: _publish_later).
+        room = partial(self.box.topics.topic_room, expires_in=expiry or None)
+        return store_with_properties(packet, self.box.side_files, assured, room)
 
     def _start_batch(self, client: _Client) -> None:
         """Run the client's waiting disk work as one batch (`disk.run_all`). One batch runs
