@@ -99,6 +99,7 @@ from boxmq.mqtt.stored import (
     storable,
     store_with_properties,
 )
+from boxmq.mqtt.wills import SentWills
 from boxmq.store.commit import FsyncPolicy
 from boxmq.store.process import process_alive, process_token
 
@@ -261,6 +262,7 @@ class Broker:
         self._durable: dict[str, dict[str, Subscriber]] = {}  # client id -> filter -> dropbox
         # Delayed Wills: the timer, and what it runs (a clean start runs it early).
         self._wills: dict[str, tuple[asyncio.TimerHandle, Callable[[], None]]] = {}
+        self._sent_wills = SentWills(box.root)  # sent from records that still hold them
         self._expiries: dict[str, asyncio.TimerHandle] = {}
         self._dirty: set[_Client] = set()
         # Sessions that settled messages in this read: refilled once at its end, not per ack.
@@ -380,6 +382,7 @@ class Broker:
             deadline = connection.deadline()
             if deadline is not None and now > deadline:
                 self._kick(client, _R.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
+        self._sent_wills.retry(now=now)
         self.pump_all()
         self.flush()
 
@@ -861,20 +864,15 @@ class Broker:
         client_id, will = scheduled.client_id, scheduled.will
         assert will is not None
         self._forget_will_timer(client_id)
-        if client_id in self._sessions or not away.will_unsent(
-            read_record(self.box.root, client_id)
+        if (
+            client_id in self._sessions
+            or not away.will_unsent(read_record(self.box.root, client_id))
+            or self._sent_wills.already_sent(scheduled)  # its record could not say so
         ):
             return
         self._publish_will(client_id, scheduled.username, will)
-        self._will_sent(scheduled)
+        self._sent_wills.sent(scheduled, away.will_unsent, now=self._clock.now())
         self.flush()
-
-    def _will_sent(self, record: SessionRecord) -> None:
-        """The record without its Will, so that a restart does not send it again."""
-        try:
-            write_record(self.box.root, replace(record, will=None, will_due=None))
-        except OSError as error:
-            log.warning("client %s: session record not written: %s", record.client_id, error)
 
     def _schedule_will(self, session: Session, will: Will) -> float | None:
         """The connection closed without DISCONNECT 0x00: its Will goes out now or after its
@@ -895,7 +893,8 @@ class Broker:
             self._publish_will(client_id, username, will)
             if ours:
                 assert record is not None
-                self._will_sent(record)
+                sent = record
+                self._sent_wills.sent(sent, lambda current: current == sent, now=self._clock.now())
             self.flush()
 
         self._delay_will(client_id, delay, send)
