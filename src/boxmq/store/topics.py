@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from boxmq.store.layout import TOPIC_ROOT, State
 from boxmq.store.names import escape_segment, unescape_segment
 from boxmq.store.records import make_folders, replace_file, write_in_place
+from boxmq.store.temporaries import TEMPORARY_PREFIX
 
 __all__ = [
     "EXACTLY_ONCE_PENDING",
@@ -39,6 +40,7 @@ __all__ = [
     "incoming_working",
     "read_record",
     "read_records",
+    "remove_if_abandoned",
     "remove_stale_staging",
     "remove_subscription",
     "staging_name",
@@ -158,6 +160,43 @@ def _read(path: str) -> SubscriptionRecord | None:
     except (FileNotFoundError, NotADirectoryError, ValueError):
         return None  # being created or removed right now: the next generation shows it
     return SubscriptionRecord(**data)
+
+
+def remove_if_abandoned(path: str, *, now: float, age: float) -> bool:
+    """Delete the folder of a subscription whose first record never landed (its process
+    died between making the folder and renaming the record into it), once nothing in it
+    changed for `age` seconds (the rule for temporaries) and it holds no file but stale
+    temporaries: never a message, in whatever state folder. True if it went.
+
+    Its folders go one by one with rmdir, never with their contents: a subscribe or a file
+    arriving meanwhile keeps what it needs (a subscribe whose folder went just before its
+    record fails, and says so)."""
+    if os.path.lexists(os.path.join(path, _RECORD)):
+        return False
+    folders: list[str] = []
+    temporaries: list[str] = []
+    try:
+        for folder, _, names in os.walk(path, topdown=False, onerror=_raise):
+            if now - os.stat(folder).st_mtime <= age:
+                return False
+            for name in names:
+                file = os.path.join(folder, name)
+                if not name.startswith(TEMPORARY_PREFIX) or now - os.lstat(file).st_mtime <= age:
+                    return False  # a message (or a record, a member) is no leftover
+                temporaries.append(file)
+            folders.append(folder)  # deepest first
+        for file in temporaries:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(file)
+        for folder in folders:
+            os.rmdir(folder)
+    except OSError:  # gone already, or something arrived (ENOTEMPTY): left as it is
+        return False
+    return True
+
+
+def _raise(error: OSError) -> None:
+    raise error
 
 
 def remove_subscription(path: str) -> None:
