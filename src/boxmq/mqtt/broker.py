@@ -145,6 +145,7 @@ class _Client:
     holding: int = 0
     # Packets read while its SUBSCRIBE waits for the disk: handled after it, in order.
     held: deque[Packet] | None = None
+    reading: Iterator[Packet] | None = None  # the packets of the read being handled
 
 
 def _tell_will_lost(client_id: str, topic: str, written: Future[None]) -> None:
@@ -304,14 +305,14 @@ class Broker:
             client.held.extend(packets)
             return
         self._durable_routes.recheck()
+        # A SUBSCRIBE that waits for the disk takes the rest (_hold_the_rest): no packet pays
+        # for a check.
+        client.reading = iter(packets)
         try:
-            waiting = iter(packets)
-            for packet in waiting:
-                if (held := self._handle(client, packet)) is not None:
-                    held.extend(waiting)  # a SUBSCRIBE waits for the disk: so does the rest
-                    link.pause_reading()
-                    break
+            for packet in client.reading:
+                self._handle(client, packet)
         finally:
+            client.reading = None
             if self._settled:
                 settled, self._settled = self._settled, {}
                 for session in settled.values():
@@ -353,7 +354,7 @@ class Broker:
         dirty, self._dirty = self._dirty, set()
         for client in dirty:
             if client.holding:
-                self._dirty.add(client)  # sent once its records are on disk (_hold_output)
+                self._dirty.add(client)  # sent once its records are on disk (_write_session)
             else:
                 client.link.flush()
 
@@ -406,13 +407,12 @@ class Broker:
 
     # -- dispatch ----------------------------------------------------------------------------------
 
-    def _handle(self, client: _Client, packet: Packet) -> deque[Packet] | None:
-        """Act on one packet; the client's held packets if the next ones must wait."""
+    def _handle(self, client: _Client, packet: Packet) -> None:
         session = client.session
         if session is None:
             assert isinstance(packet, Connect)  # Connection lets nothing else through first
             self._connect(client, packet)
-            return None
+            return
         kind = type(packet)
         if kind is Publish:
             assert isinstance(packet, Publish)
@@ -444,7 +444,6 @@ class Broker:
             raise ProtocolError("AUTH without an Authentication Method in CONNECT (§4.12)")
         else:
             raise ProtocolError(f"a client may not send {kind.__name__.upper()}")
-        return client.held
 
     def _send(self, client: _Client, packet: Packet) -> None:
         client.link.connection.send(packet)
@@ -1366,7 +1365,7 @@ class Broker:
         record = self._session_record(session, wanted) if session.persistent else None
         if self._flush_records and (jobs or record is not None):
             client.jobs += jobs
-            client.held = deque()
+            self._hold_the_rest(client)
             self._write_session(client, record, answer)
             return
         for job in jobs:  # nothing flushed: done at once on the loop, as before
@@ -1425,11 +1424,15 @@ class Broker:
 
     def _drop_late(self, session: Session, text: str, subscriber: Subscriber) -> None:
         """A subscription made for a session that ended meanwhile is undone, as its end would
-        have done."""
-        with _session_end_step(session.client_id, f"deleting its subscription to {text}"):
+        have done (unless a new session of the client has it: the same dropbox)."""
+        client_id = session.client_id
+        current = self._sessions.get(client_id)
+        with _session_end_step(client_id, f"deleting its subscription to {text}"):
             subscriber.close()
-            if not parse_filter(text).shared and not session.persistent:
-                self.box.unsubscribe(text, consumer_name(session.client_id))
+            if not parse_filter(text).shared and (
+                current is None or text not in current.subscriptions
+            ):
+                self.box.unsubscribe(text, consumer_name(client_id))
 
     def _subscribed(
         self, client: _Client, session: Session, packet_id: int, wanted: list[_Wanted]
@@ -1475,6 +1478,13 @@ class Broker:
         return handling is RetainHandling.SEND_ON_SUBSCRIBE or (
             handling is RetainHandling.SEND_IF_NEW_SUBSCRIPTION and not existed
         )
+
+    @staticmethod
+    def _hold_the_rest(client: _Client) -> None:
+        """The client's packets after this one wait (`_resume`): the rest of this read, and
+        the reads to come, which are not even made until then."""
+        client.held = deque(client.reading or ())  # the read's loop finds nothing left
+        client.link.pause_reading()
 
     def _resume(self, client: _Client) -> None:
         """The packets a SUBSCRIBE held back are handled, now that it is answered."""
