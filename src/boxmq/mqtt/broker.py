@@ -15,6 +15,10 @@ Invariants:
 - File work for a client's PUBLISHes runs as one batch per read (`disk.run_all`: a flush never
   blocks the loop), and a client's batches run in order: its acknowledgements and its messages
   keep their order.
+- Under fsync=always, the records an answer stands for (a persistent session's before its
+  CONNACK, a subscription's before its SUBACK) are flushed first, by a worker thread: the
+  answer waits (`_write_session`), and so do the client's packets behind a SUBSCRIBE
+  (`_Client.held`). Under the other policies they are written at once on the loop.
 - Only this module maps sessions to connections; `Link` is all it knows of a socket.
 """
 
