@@ -112,3 +112,38 @@ def test_temporaries_in_subscriptions_and_the_intake_go_too(root: Path) -> None:
         box.sweep()
         assert [f for f in folders if (f / ".tmp-left-by-a-dead-writer").exists()] == []
         assert box.topics.subscribed("s") != []  # its record stays
+
+
+def test_a_subscription_folder_left_without_a_record_goes_once_old_if_it_holds_nothing(
+    root: Path,
+) -> None:
+    """A subscribe that died after making its folder and before renaming its first record in
+    leaves a folder no scan of subscriptions finds: the sweep deletes it once nothing in it
+    changed for `abandon_after`, as it does temporaries; never one that holds a message."""
+    clock = boxmq.ManualClock(time.time())
+    states = ("working", "target", "processing", "processed", "error", "expired", "routing")
+    with boxmq.open(root, fsync="never", abandon_after=60.0, clock=clock) as box:
+        box.subscribe("t/#", "s").close()  # a subscription, with its record: it stays
+        topics = root / "topic-root"
+
+        def left(filter: str) -> Path:
+            folder = topics / filter / ".subscriptions" / "client.s"
+            for state in states:
+                (folder / state).mkdir(parents=True)
+            (folder / ".tmp-left-by-a-dead-writer").write_bytes(b"{")
+            return folder
+
+        empty = left("left%2Fbehind")
+        ready = left("holds%2Fone") / "target" / "4.a-message.T"
+        ready.write_bytes(b"m")
+        pending = left("holds%2Fpending") / "working" / ".exactly-once" / "x" / "4.a-copy.T"
+        pending.parent.mkdir(parents=True)
+        pending.write_bytes(b"m")
+        box.sweep()
+        assert empty.exists()  # young
+        clock.advance(61)
+        box.sweep()
+        assert not empty.exists()
+        assert ready.exists()
+        assert pending.exists()
+        assert [text for text, _ in box.topics.subscribed("s")] == ["t/#"]

@@ -103,13 +103,18 @@ class AssuredIntake:
         priority: int = 4,
         properties: Mapping[str, PropertyValue | Property] | None = None,
         reclaim: bool = False,
+        expires_in: float | None = None,
     ) -> bool:
         """Step 1. True if stored now, False if it was a repeat (answer it again all the same).
 
         reclaim=True: an id already delivered names a new message (its marker goes, so a
-        restart cannot take the new message for delivered). Raises NotAllowed,
-        MessageTooLarge or ResourceConstraint, storing nothing.
+        restart cannot take the new message for delivered). expires_in: seconds from now
+        after which the message expires, kept in its name (the expiration field) from here
+        to its copies. Raises NotAllowed, MessageTooLarge or ResourceConstraint, storing
+        nothing.
         """
+        if expires_in is not None and expires_in <= 0:
+            raise InvalidArgument("expires_in must be a positive number of seconds")
         if (queue is None) == (topic is None):
             raise InvalidArgument("an assured message goes to a queue or to a topic: give one")
         with self._lock:
@@ -124,7 +129,10 @@ class AssuredIntake:
                 if reclaim:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(self._marker(source, msg_id))
-                pending = self._store(source, msg_id, body, queue, topic, priority, properties)
+                expiration = int((now + expires_in) * 1000) if expires_in else 0
+                pending = self._store(
+                    source, msg_id, body, queue, topic, priority, properties, expiration
+                )
             except BaseException:
                 self._books.forget(source, msg_id)
                 raise
@@ -141,12 +149,14 @@ class AssuredIntake:
         topic: str | None,
         priority: int,
         properties: Mapping[str, PropertyValue | Property] | None,
+        expiration: int,
     ) -> _Pending:
         extra = {SOURCE: source, SOURCE_MESSAGE_ID: msg_id} | ({TOPIC: topic} if topic else {})
         envelope = Envelope(
             message_id=self._ids.new(),
             priority=priority,
             message_class=MessageClass.BYTES,
+            expiration=expiration,
             properties=(
                 *properties_from(dict(properties or {})),
                 *(Property(k, PropertyType.STRING, v) for k, v in extra.items()),

@@ -42,6 +42,7 @@ from boxmq.store.temporaries import remove_stale_temporaries
 from boxmq.store.topics import (
     incoming_working,
     read_record,
+    remove_if_abandoned,
     remove_stale_staging,
     subscription_folders,
 )
@@ -223,9 +224,11 @@ class Box:
         priority: int = 4,
         properties: Mapping[str, PropertyValue | Property] | None = None,
         reclaim: bool = False,
+        expires_in: float | None = None,
     ) -> bool:
         """Exactly once, step 1: store it (flushed) for `source`'s `msg_id`. True if new; False
         for a repeat, which stores nothing and must be answered again all the same.
+        expires_in: it expires that many seconds from now, waiting for step 2 or after.
 
         reclaim=True: an id whose message was delivered already names a new one (urn:xmpp:qos
         lets a sender reuse an id once `deliver` succeeded); repeats of `deliver` are still
@@ -240,6 +243,7 @@ class Box:
             priority=priority,
             properties=properties,
             reclaim=reclaim,
+            expires_in=expires_in,
         )
 
     def pending(self, source: str) -> list[str]:
@@ -334,6 +338,8 @@ class Box:
                 abandoned,
                 limits.working_ttl,
             )
+        # First: a stale temporary deleted would make its folder young again.
+        self._remove_abandoned(subscriptions, now=now, age=limits.working_ttl)
         self._remove_stale_temporaries(
             [*(path for _, path in queues), *subscriptions], now=now, age=limits.working_ttl
         )
@@ -371,6 +377,22 @@ class Box:
         if removed := remove_stale_temporaries(folders, now=now, age=age):
             log.warning(
                 "deleted %d temporary file(s) older than %gs (a process died while writing)",
+                removed,
+                age,
+            )
+
+    def _remove_abandoned(self, subscriptions: list[str], *, now: float, age: float) -> None:
+        """The folders of subscriptions whose first record never landed: nothing else
+        deletes them (no scan of subscriptions sees a folder without its record)."""
+        removed = sum(
+            remove_if_abandoned(path, now=now, age=age)
+            for path in subscriptions
+            if read_record(path) is None
+        )
+        if removed:
+            log.warning(
+                "deleted %d subscription folder(s) without a record nor a message, older than "
+                "%gs (a process died while subscribing)",
                 removed,
                 age,
             )

@@ -49,7 +49,7 @@ from boxmq.model import (
     properties_from,
 )
 from boxmq.store import topics as layout
-from boxmq.store.commit import Committer, Move, discard_unsent
+from boxmq.store.commit import Committer, FsyncPolicy, Move, discard_unsent
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
 from boxmq.store.names import check_consumer_name, decode_lenient, encode
@@ -528,12 +528,20 @@ class Topics:
             qos=int(subscription.qos),
             no_local=subscription.no_local,
         )
-        layout.write_record(path, record)
+        # Under fsync=always on disk before this returns: a caller tells its client that the
+        # subscription stands (an MQTT SUBACK). What is on disk already is not written again
+        # (a session resumed after a restart registers every subscription it finds).
+        flush = self._committer.policy is FsyncPolicy.ALWAYS
+        changed = layout.read_record(path) != record
+        if changed:
+            layout.write_record(path, record, flush=flush)
         if group is not None:
-            layout.add_member(
-                path, subscription.subscriber, self._token if token is None else token
-            )
-        layout.bump_generation(self._root)
+            member, bound = subscription.subscriber, self._token if token is None else token
+            if layout.members(path).get(member) != bound:
+                layout.add_member(path, member, bound, flush=flush)
+                changed = True
+        if changed:
+            layout.bump_generation(self._root, flush=flush)
         return path
 
     def _path_of(self, parsed: TopicFilter, subscriber: str | None) -> str:

@@ -15,6 +15,10 @@ Invariants:
 - File work for a client's PUBLISHes runs as one batch per read (`disk.run_all`: a flush never
   blocks the loop), and a client's batches run in order: its acknowledgements and its messages
   keep their order.
+- Under fsync=always, the records an answer stands for (a persistent session's before its
+  CONNACK, a subscription's before its SUBACK) are flushed first, by a worker thread: the
+  answer waits (`_write_session`), and so do the client's packets behind a SUBSCRIBE
+  (`_Client.held`). Under the other policies they are written at once on the loop.
 - Only this module maps sessions to connections; `Link` is all it knows of a socket.
 """
 
@@ -41,12 +45,13 @@ from boxmq.errors import (
     Closed,
     InvalidArgument,
     ItemNotFound,
+    ProtocolViolation,
     StoreFailed,
     store_failure,
 )
 from boxmq.model import ConsumerId, Envelope
 from boxmq.mqtt.connection import Connection
-from boxmq.mqtt.disk import Job, log_store_failures, run_all
+from boxmq.mqtt.disk import Job, log_store_failures, run_all, run_now
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.outbox import Stage
 from boxmq.mqtt.packets import (
@@ -70,6 +75,9 @@ from boxmq.mqtt.packets import (
     Unsubscribe,
     Will,
     new_publish,
+)
+from boxmq.mqtt.packets import (
+    Subscription as SubscribeRequest,
 )
 from boxmq.mqtt.properties import EMPTY, Properties, PropertyId, subscription_identifier
 from boxmq.mqtt.reasons import ReasonCode, reason_for
@@ -95,6 +103,8 @@ from boxmq.mqtt.stored import (
     storable,
     store_with_properties,
 )
+from boxmq.mqtt.wills import SentWills
+from boxmq.store.commit import FsyncPolicy
 from boxmq.store.process import process_alive, process_token
 
 __all__ = ["Broker", "Link"]
@@ -134,6 +144,12 @@ class _Client:
     jobs: list[Job] = field(default_factory=list)  # disk work waiting for the next batch
     tail: asyncio.Future[None] | None = None  # the batch running now (one at a time, in order)
     paused: bool = False
+    # Records to be on disk before the client is told anything more (fsync=always): while
+    # some are being written, what it is sent waits in its connection (CONNACK first).
+    holding: int = 0
+    # Packets read while its SUBSCRIBE waits for the disk: handled after it, in order.
+    held: deque[Packet] | None = None
+    reading: Iterator[Packet] | None = None  # the packets of the read being handled
 
 
 def _tell_will_lost(client_id: str, topic: str, written: Future[None]) -> None:
@@ -203,6 +219,34 @@ def _session_end_step(client_id: str, what: str) -> Iterator[None]:
         )
 
 
+def _refusal_of(error: BoxMQError) -> ReasonCode:
+    """A SUBACK's reason for a subscription that could not be made: as a PUBACK's for the
+    disk (0x97 full, 0x80 otherwise), 0x8F for a filter the store cannot name."""
+    if isinstance(error, StoreFailed):
+        return reason_for(error)
+    return _R.TOPIC_FILTER_INVALID if isinstance(error, InvalidArgument) else _R.UNSPECIFIED_ERROR
+
+
+def _nothing(_: object) -> None:
+    """A job's answer when there is none to give."""
+
+
+def _nothing_told() -> None:
+    """What a CONNECT's record job tells: nothing, CONNACK is in the connection already."""
+
+
+@dataclass(eq=False, slots=True)
+class _Wanted:
+    """One filter of a SUBSCRIBE on its way to its SUBACK (its disk work may still change
+    it, hence not frozen): `options` None if it is refused, for `reason`."""
+
+    text: str
+    reason: ReasonCode  # the QoS granted, or why not
+    options: SubscriptionOptions | None = None
+    existed: bool = False  # the session had it already (Retain Handling 1)
+    shared: bool = False
+
+
 def _name_of(client: _Client) -> str:
     session = client.session
     return client.link.peer if session is None else f"client {session.client_id}"
@@ -223,6 +267,7 @@ class Broker:
         self._durable: dict[str, dict[str, Subscriber]] = {}  # client id -> filter -> dropbox
         # Delayed Wills: the timer, and what it runs (a clean start runs it early).
         self._wills: dict[str, tuple[asyncio.TimerHandle, Callable[[], None]]] = {}
+        self._sent_wills = SentWills(box.root)  # sent from records that still hold them
         self._expiries: dict[str, asyncio.TimerHandle] = {}
         self._dirty: set[_Client] = set()
         # Sessions that settled messages in this read: refilled once at its end, not per ack.
@@ -231,6 +276,8 @@ class Broker:
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._token = process_token()  # names this broker in the session records it writes
+        # Under fsync=always a client is told of a record (CONNACK, SUBACK) once it is on disk.
+        self._flush_records = box.fsync is FsyncPolicy.ALWAYS
         # A record's write that its process did not live to rename leaves a temporary there.
         box.sweep_temporaries_in(records_folder(box.root))
 
@@ -258,11 +305,18 @@ class Broker:
     def received(self, link: Link, packets: Iterable[Packet]) -> None:
         """Act on what a read brought. ProtocolViolation goes back to the caller (close)."""
         client = self._clients[link]
+        if client.held is not None:
+            client.held.extend(packets)
+            return
         self._durable_routes.recheck()
+        # A SUBSCRIBE that waits for the disk takes the rest (_hold_the_rest): no packet pays
+        # for a check.
+        client.reading = iter(packets)
         try:
-            for packet in packets:
+            for packet in client.reading:
                 self._handle(client, packet)
         finally:
+            client.reading = None
             if self._settled:
                 settled, self._settled = self._settled, {}
                 for session in settled.values():
@@ -287,12 +341,13 @@ class Broker:
         due = None if will is None else self._schedule_will(session, will)
         if session.persistent:
             # A Will waiting out its delay is written down: a restart sends it (resume_expiries).
-            self._save_session(
+            record = self._session_record(
                 session,
                 disconnected_at=self._clock.now(),
                 will=None if due is None else will,
                 will_due=due,
             )
+            self._save_session(client, record)
             self._schedule_expiry(session)
         else:
             self._end_session(session)
@@ -302,7 +357,10 @@ class Broker:
         self._flush_due = False
         dirty, self._dirty = self._dirty, set()
         for client in dirty:
-            client.link.flush()
+            if client.holding:
+                self._dirty.add(client)  # sent once its records are on disk (_write_session)
+            else:
+                client.link.flush()
 
     def _flush_soon(self) -> None:
         """Write at the end of this loop iteration: the reads that came together (a
@@ -329,6 +387,7 @@ class Broker:
             deadline = connection.deadline()
             if deadline is not None and now > deadline:
                 self._kick(client, _R.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
+        self._sent_wills.retry(now=now)
         self.pump_all()
         self.flush()
 
@@ -434,7 +493,8 @@ class Broker:
         if session.persistent or present:
             # Present but expiry 0: a persistent session resumed to end with this connection;
             # its subscriptions are still on disk, so a crash must end it at the restart.
-            self._save_session(session)
+            # Its CONNACK waits for the record (flushed under fsync=always).
+            self._write_session(client, self._session_record(session), _nothing_told, hold=True)
         connection.keep_alive = keep_alive
         connection.accepted = True
         requested = props.session_expiry_interval or 0
@@ -632,36 +692,88 @@ class Broker:
                     self.box.unsubscribe(text, name)
         self._discard_session_state(client_id)
 
-    def _save_session(
+    def _session_record(
         self,
         session: Session,
+        wanted: Iterable[_Wanted] = (),
         *,
         disconnected_at: float | None = None,
         will: Will | None = None,
         will_due: float | None = None,
-    ) -> None:
-        """Write what a restart needs to end the session on time, to send its messages as
-        they were subscribed, and to send its Will (session_record.py). Connected: the Will is
-        the connection's; closed (`disconnected_at`), `will` is the one still to be sent, at
-        `will_due`. A failure costs only that, so it is logged."""
-        record = SessionRecord(
+    ) -> SessionRecord:
+        """What a restart needs to end the session on time, to send its messages as they
+        were subscribed (with the subscriptions `wanted` on their way), and to send its Will
+        (session_record.py). Connected: the Will is the connection's; closed
+        (`disconnected_at`), `will` is the one still to be sent, at `will_due`."""
+        options = {
+            text: DeliveryOptions(options.identifier, options.retain_as_published)
+            for text, options in session.subscriptions.items()
+            if options.durable
+        }
+        for one in wanted:
+            if one.options is not None and one.options.durable:
+                options[one.text] = DeliveryOptions(
+                    one.options.identifier, one.options.retain_as_published
+                )
+        return SessionRecord(
             session.client_id,
             session.expiry,
             holder=self._token if disconnected_at is None else None,
             disconnected_at=disconnected_at,
-            options={
-                text: DeliveryOptions(options.identifier, options.retain_as_published)
-                for text, options in session.subscriptions.items()
-                if options.durable
-            },
+            options=options,
             username=session.username,
             will=session.will if disconnected_at is None else will,
             will_due=will_due,
         )
+
+    def _store_session(self, record: SessionRecord, *, flush: bool) -> None:
+        """A failure costs only what the record is for, so it is logged."""
         try:
-            write_record(self.box.root, record)
+            write_record(self.box.root, record, flush=flush)
         except OSError as error:
-            log.warning("client %s: session record not written: %s", session.client_id, error)
+            log.warning("client %s: session record not written: %s", record.client_id, error)
+
+    def _save_session(self, client: _Client, record: SessionRecord) -> None:
+        """Write `record`, nobody waiting for it (a connection closed): not flushed, but after
+        the records the client's disk work still writes, so that the last one says the last."""
+        if not self._flush_records or (client.tail is None and not client.jobs):
+            self._store_session(record, flush=False)
+            return
+        client.jobs.append(Job(partial(self._store_session, record, flush=False), _nothing))
+        self._start_batch(client)
+
+    def _write_session(
+        self,
+        client: _Client,
+        record: SessionRecord | None,
+        told: Callable[[], None],
+        *,
+        hold: bool = False,
+    ) -> None:
+        """Write `record` (a persistent session's; None: none to write), then run `told`,
+        which answers the client: in order with its disk work, and flushed first under
+        fsync=always, since the answer says the session is kept (DESIGN.md §5). `hold`:
+        nothing at all reaches the client before (its CONNACK is waiting in its connection).
+        Under the other policies, written at once on the loop, unflushed, as before."""
+        if not self._flush_records:
+            if record is not None:
+                self._store_session(record, flush=False)
+            told()
+            return
+        if record is None:
+            client.jobs.append(Job(None, lambda _: told()))
+            return
+        if hold:
+            client.holding += 1
+
+        def written(_: object) -> None:
+            if hold:
+                client.holding -= 1
+                self._dirty.add(client)
+            told()
+
+        flush = self._flush_records
+        client.jobs.append(Job(partial(self._store_session, record, flush=flush), written))
 
     def resume_expiries(self) -> None:
         """At start: the persistent sessions on disk end when their records say, those whose
@@ -755,20 +867,15 @@ class Broker:
         client_id, will = scheduled.client_id, scheduled.will
         assert will is not None
         self._forget_will_timer(client_id)
-        if client_id in self._sessions or not away.will_unsent(
-            read_record(self.box.root, client_id)
+        if (
+            client_id in self._sessions
+            or not away.will_unsent(read_record(self.box.root, client_id))
+            or self._sent_wills.already_sent(scheduled)  # its record could not say so
         ):
             return
         self._publish_will(client_id, scheduled.username, will)
-        self._will_sent(scheduled)
+        self._sent_wills.sent(scheduled, away.will_unsent, now=self._clock.now())
         self.flush()
-
-    def _will_sent(self, record: SessionRecord) -> None:
-        """The record without its Will, so that a restart does not send it again."""
-        try:
-            write_record(self.box.root, replace(record, will=None, will_due=None))
-        except OSError as error:
-            log.warning("client %s: session record not written: %s", record.client_id, error)
 
     def _schedule_will(self, session: Session, will: Will) -> float | None:
         """The connection closed without DISCONNECT 0x00: its Will goes out now or after its
@@ -789,7 +896,8 @@ class Broker:
             self._publish_will(client_id, username, will)
             if ours:
                 assert record is not None
-                self._will_sent(record)
+                sent = record
+                self._sent_wills.sent(sent, lambda current: current == sent, now=self._clock.now())
             self.flush()
 
         self._delay_will(client_id, delay, send)
@@ -1048,6 +1156,10 @@ class Broker:
         store_with_properties(packet, self.box.side_files, publish, room)
 
     def _assure(self, client_id: str, packet: Publish) -> object:
+        """Into the exactly-once intake, its Message Expiry Interval counting from now (its
+        copies carry what is left of it, MQTT 5.0 §3.3.2.3.3)."""
+        expiry = packet.properties.message_expiry_interval
+
         def assured(properties: dict[str, str]) -> bool:
             return self.box.assured(
                 exactly_once_source(client_id),
@@ -1055,13 +1167,13 @@ class Broker:
                 packet.payload,
                 topic=packet.topic,
                 properties=properties,
+                expires_in=expiry or None,
             )
 
-        # The names `assured` checks carry no expiry (the intake keeps none) and no retain
-        # flag (a retained QoS 2 message is published at once instead: _publish_later).
-        return store_with_properties(
-            packet, self.box.side_files, assured, self.box.topics.topic_room
-        )
+        # The names `assured` checks carry no retain flag (a retained QoS 2 message is
+        # published at once instead: _publish_later).
+        room = partial(self.box.topics.topic_room, expires_in=expiry or None)
+        return store_with_properties(packet, self.box.side_files, assured, room)
 
     def _start_batch(self, client: _Client) -> None:
         """Run the client's waiting disk work as one batch (`disk.run_all`). One batch runs
@@ -1093,7 +1205,7 @@ class Broker:
                 log.error("disk work for %s failed: %r", client.link.peer, error)
             if client.jobs:
                 self._start_batch(client)
-            if client.paused and len(client.jobs) < _BACKLOG_HIGH // 2:
+            if client.paused and len(client.jobs) < _BACKLOG_HIGH // 2 and client.held is None:
                 client.paused = False
                 client.link.resume_reading()
             self.pump_all()
@@ -1231,64 +1343,121 @@ class Broker:
     # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------------------
 
     def _subscribe(self, client: _Client, session: Session, packet: Subscribe) -> None:
-        v5 = client.link.connection.version is ProtocolVersion.V5
+        """Each filter checked here; a durable one (persistent session, share group) is then
+        registered on disk. Under fsync=always its records are flushed (store/records.py),
+        so by a worker, and SUBACK goes once every one is done and the session's record
+        written: the client's later packets wait for it (`_Client.held`), so they find the
+        subscriptions in place as if they had been made at once. Under the other policies
+        nothing is flushed, and all is done at once on the loop."""
         identifiers = packet.properties.subscription_identifiers
         identifier = identifiers[0] if identifiers else None
-        reasons: list[ReasonCode] = []
-        retained: list[tuple[Envelope, bytes, SubscriptionOptions]] = []  # sent from memory
-        on_disk: list[tuple[str, int]] = []  # (filter, QoS) of a persistent session's
-        for wanted in packet.subscriptions:
-            text = wanted.topic_filter
+        wanted: list[_Wanted] = []
+        for request in packet.subscriptions:
+            wanted.append(self._checked(session, request, identifier))
+        jobs = []
+        for one in wanted:
+            if one.options is None:
+                continue
             try:
-                parsed = parse_filter(text)
-            except InvalidArgument:
-                reasons.append(_R.TOPIC_FILTER_INVALID)
+                work = self._begin_subscription(session, one.text, one.options)
+            except OSError as error:  # the old subscription it replaces could not be deleted
+                self._subscription_made(session, one, store_failure(error))
                 continue
-            if parsed.shared and wanted.no_local:
-                raise ProtocolError(f"{text}: No Local on a shared subscription (§3.8.3.1)")
-            authorizer = self.settings.authorizer
-            if authorizer is not None and not authorizer.can_subscribe(
-                session.username, session.client_id, text
+            if work is not None:
+                jobs.append(Job(work, partial(self._subscription_made, session, one)))
+        answer = partial(self._subscribed, client, session, packet.packet_id, wanted)
+        record = self._session_record(session, wanted) if session.persistent else None
+        if self._flush_records and (jobs or record is not None):
+            client.jobs += jobs
+            self._hold_the_rest(client)
+            self._write_session(client, record, answer)
+            return
+        for job in jobs:  # nothing flushed: done at once on the loop, as before
+            run_now(job)
+        if record is not None:
+            self._store_session(record, flush=False)
+        answer()
+
+    def _checked(
+        self, session: Session, request: SubscribeRequest, identifier: int | None
+    ) -> _Wanted:
+        """One filter of a SUBSCRIBE, with its options if it may be subscribed to, or the
+        reason it may not."""
+        text = request.topic_filter
+        try:
+            parsed = parse_filter(text)
+        except InvalidArgument:
+            return _Wanted(text, _R.TOPIC_FILTER_INVALID)
+        if parsed.shared and request.no_local:
+            raise ProtocolError(f"{text}: No Local on a shared subscription (§3.8.3.1)")
+        authorizer = self.settings.authorizer
+        if authorizer is not None and not authorizer.can_subscribe(
+            session.username, session.client_id, text
+        ):
+            log.info("client %s may not subscribe to %s", session.client_id, text)
+            return _Wanted(text, _R.NOT_AUTHORIZED)
+        options = SubscriptionOptions(
+            qos=request.qos,
+            durable=parsed.shared or session.persistent,
+            no_local=request.no_local,
+            retain_as_published=request.retain_as_published,
+            retain_handling=request.retain_handling,
+            identifier=identifier,
+        )
+        return _Wanted(
+            text, ReasonCode(request.qos), options, text in session.subscriptions, parsed.shared
+        )
+
+    def _subscription_made(self, session: Session, wanted: _Wanted, result: object) -> None:
+        """On the loop, once the disk work of one filter is done: the subscription is the
+        session's now, or the SUBACK says why not."""
+        client_id = session.client_id
+        if isinstance(result, BoxMQError):
+            log.warning("client %s: subscribing to %s: %s", client_id, wanted.text, result)
+            wanted.reason, wanted.options = _refusal_of(result), None
+            return
+        assert wanted.options is not None
+        subscriber = result if isinstance(result, Subscriber) else None
+        if self._sessions.get(client_id) is not session:  # it ended while the disk worked
+            if subscriber is not None:
+                self._drop_late(session, wanted.text, subscriber)
+            return
+        session.subscriptions[wanted.text] = wanted.options
+        if subscriber is not None:
+            self._durable.setdefault(client_id, {})[wanted.text] = subscriber
+
+    def _drop_late(self, session: Session, text: str, subscriber: Subscriber) -> None:
+        """A subscription made for a session that ended meanwhile is undone, as its end would
+        have done (unless a new session of the client has it: the same dropbox)."""
+        client_id = session.client_id
+        current = self._sessions.get(client_id)
+        with _session_end_step(client_id, f"deleting its subscription to {text}"):
+            subscriber.close()
+            if not parse_filter(text).shared and (
+                current is None or text not in current.subscriptions
             ):
-                log.info("client %s may not subscribe to %s", session.client_id, text)
-                reasons.append(_R.NOT_AUTHORIZED)
-                continue
-            existed = text in session.subscriptions
-            options = SubscriptionOptions(
-                qos=wanted.qos,
-                durable=parsed.shared or session.persistent,
-                no_local=wanted.no_local,
-                retain_as_published=wanted.retain_as_published,
-                retain_handling=wanted.retain_handling,
-                identifier=identifier,
-            )
-            try:
-                self._add_subscription(session, text, options)
-            except BoxMQError as error:
-                log.warning("client %s: subscribing to %s: %s", session.client_id, text, error)
-                reasons.append(
-                    _R.UNSPECIFIED_ERROR
-                    if not isinstance(error, InvalidArgument)
-                    else _R.TOPIC_FILTER_INVALID
-                )
-                continue
-            reasons.append(ReasonCode(wanted.qos))
-            handling = wanted.retain_handling
-            if not parsed.shared and (
-                handling is RetainHandling.SEND_ON_SUBSCRIBE
-                or (handling is RetainHandling.SEND_IF_NEW_SUBSCRIPTION and not existed)
-            ):
-                if options.durable:  # written into its dropbox: kept until acknowledged
-                    on_disk.append((text, wanted.qos))
-                    continue
-                retained += [
-                    (env, body, options) for env, body in self.box.topics.retained_matching(text)
-                ]
-        if not v5:
+                self.box.unsubscribe(text, consumer_name(client_id))
+
+    def _subscribed(
+        self, client: _Client, session: Session, packet_id: int, wanted: list[_Wanted]
+    ) -> None:
+        """SUBACK, then the retained messages the new subscriptions get (MQTT 5.0 §3.3.1.3),
+        then the packets the client sent meanwhile."""
+        reasons = [one.reason for one in wanted]
+        if client.link.connection.version is not ProtocolVersion.V5:
             reasons = [r if r < _R.UNSPECIFIED_ERROR else _R.UNSPECIFIED_ERROR for r in reasons]
-        self._send(client, Suback(packet.packet_id, tuple(reasons)))
-        if session.persistent:
-            self._save_session(session)  # its Subscription Identifiers and Retain As Published
+        self._send(client, Suback(packet_id, tuple(reasons)))
+        on_disk: list[tuple[str, int]] = []  # (filter, QoS) of a persistent session's
+        retained: list[tuple[Envelope, bytes, SubscriptionOptions]] = []  # sent from memory
+        for one in wanted:
+            options = one.options
+            if options is None or one.shared or not self._retained_due(options, one.existed):
+                continue
+            if options.durable:  # written into its dropbox: kept until acknowledged
+                on_disk.append((one.text, options.qos))
+                continue
+            matching = self.box.topics.retained_matching(one.text)
+            retained += [(env, body, options) for env, body in matching]
         if on_disk:
             name = consumer_name(session.client_id)
 
@@ -1304,35 +1473,82 @@ class Broker:
                 publish = retained_publish(envelope, body, options, now, self.box.side_files)
                 self._deliver(session, publish, None)
         self._pump(session)
+        if client.held is not None:
+            self.loop.call_soon(self._resume, client)
 
-    def _add_subscription(self, session: Session, text: str, options: SubscriptionOptions) -> None:
+    @staticmethod
+    def _retained_due(options: SubscriptionOptions, existed: bool) -> bool:
+        handling = options.retain_handling
+        return handling is RetainHandling.SEND_ON_SUBSCRIBE or (
+            handling is RetainHandling.SEND_IF_NEW_SUBSCRIPTION and not existed
+        )
+
+    @staticmethod
+    def _hold_the_rest(client: _Client) -> None:
+        """The client's packets after this one wait (`_resume`): the rest of this read, and
+        the reads to come, which are not even made until then."""
+        client.held = deque(client.reading or ())  # the read's loop finds nothing left
+        client.link.pause_reading()
+
+    def _resume(self, client: _Client) -> None:
+        """The packets a SUBSCRIBE held back are handled, now that it is answered."""
+        held, client.held = client.held, None
+        if held is None or self._clients.get(client.link) is not client:
+            return  # the connection closed meanwhile
+        if not client.paused:
+            client.link.resume_reading()
+        try:
+            self.received(client.link, held)
+        except ProtocolViolation as error:  # as the server does for a read (server.py)
+            log.info("%s: closing: %s", client.link.peer, error)
+            self._kick(client, reason_for(error), f"protocol error: {error}")
+
+    def _begin_subscription(
+        self, session: Session, text: str, options: SubscriptionOptions
+    ) -> Callable[[], object] | None:
+        """On the loop: what subscribing `session` to `text` takes. Done here if it is in
+        memory only; otherwise the disk work for a worker, returning the new Subscriber (or
+        None: the one open stays), made the session's by `_subscription_made`."""
         client_id = session.client_id
         old = session.subscriptions.get(text)
         if old is not None and old.durable != options.durable:
             self._remove_subscription(session, text)
-        session.subscriptions[text] = options
-        if options.durable:
-            if text not in self._durable.get(client_id, {}):
-                self._attach(session, text, options)
-            elif old is None or (old.qos, old.no_local) != (options.qos, options.no_local):
-                # Replaced in place: what it holds in flight stays its own (MQTT-3.8.4-3).
-                self.box.topics.resubscribe(
-                    text,
-                    consumer_name(client_id),
-                    qos=options.qos,
-                    no_local=options.no_local,
-                    process_bound=not session.persistent,
-                )
-        else:
-            parsed = parse_filter(text)
+            old = None
+        if not options.durable:
+            session.subscriptions[text] = options
             self._memory.subscribe(
                 Subscription(
-                    ConsumerId(client_id), parsed, QoS(options.qos), False, options.no_local
+                    ConsumerId(client_id),
+                    parse_filter(text),
+                    QoS(options.qos),
+                    False,
+                    options.no_local,
                 )
             )
+            return None
+        if text not in self._durable.get(client_id, {}):
+            return partial(self._open_durable, session, text, options)
+        if old is None or (old.qos, old.no_local) != (options.qos, options.no_local):
+            # Replaced in place: what it holds in flight stays its own (MQTT-3.8.4-3).
+            return partial(
+                self.box.topics.resubscribe,
+                text,
+                consumer_name(client_id),
+                qos=options.qos,
+                no_local=options.no_local,
+                process_bound=not session.persistent,
+            )
+        return lambda: None
 
     def _attach(self, session: Session, text: str, options: SubscriptionOptions) -> None:
-        subscriber = self.box.subscribe(
+        """On the loop (a session found on disk: its records are there already)."""
+        subscriber = self._open_durable(session, text, options)
+        self._durable.setdefault(session.client_id, {})[text] = subscriber
+
+    def _open_durable(
+        self, session: Session, text: str, options: SubscriptionOptions
+    ) -> Subscriber:
+        return self.box.subscribe(
             text,
             consumer_name(session.client_id),
             qos=options.qos,
@@ -1343,7 +1559,6 @@ class Broker:
             send_retained=False,
             process_bound=not session.persistent,  # a persistent member outlives a restart
         )
-        self._durable.setdefault(session.client_id, {})[text] = subscriber
 
     def _remove_subscription(self, session: Session, text: str) -> bool:
         options = session.subscriptions.pop(text, None)
@@ -1352,23 +1567,52 @@ class Broker:
         client_id = session.client_id
         if options.durable:
             subscriber = self._durable.get(client_id, {}).pop(text, None)
-            if subscriber is not None:
-                subscriber.close()
-            if not parse_filter(text).shared:
-                self.box.unsubscribe(text, consumer_name(client_id))
+            try:
+                if subscriber is not None:
+                    subscriber.close()
+                if not parse_filter(text).shared:
+                    self.box.unsubscribe(text, consumer_name(client_id))
+            except OSError:
+                # Still on disk: the session's again, open again (nothing to write: its
+                # record is there), so that its messages still come and an UNSUBSCRIBE sent
+                # again tries again.
+                session.subscriptions[text] = options
+                with contextlib.suppress(BoxMQError, OSError):
+                    self._attach(session, text, options)
+                raise
         else:
             self._memory.unsubscribe(client_id, parse_filter(text))
         return True
 
     def _unsubscribe(self, client: _Client, session: Session, packet: Unsubscribe) -> None:
+        """UNSUBACK once the session's record says so. A subscription the disk refuses to
+        delete (EIO, EROFS, ...) is said so: v5 with its reason (0x80, 0x97 for a full disk,
+        as a PUBACK would), and 3.1.1, whose UNSUBACK has no failure, by closing the
+        connection, as for a PUBLISH not stored."""
+        v5 = client.link.connection.version is ProtocolVersion.V5
         reasons = []
         for text in packet.topic_filters:
             try:
                 removed = self._remove_subscription(session, text)
             except InvalidArgument:
                 removed = False
+            except OSError as error:
+                failure = store_failure(error)
+                log.error(
+                    "client %s: unsubscribing from %s failed, the subscription stays: %s",
+                    session.client_id,
+                    text,
+                    failure,
+                )
+                if not v5:
+                    self._kick(client, _R.UNSPECIFIED_ERROR, f"an UNSUBSCRIBE failed: {failure}")
+                    return
+                reasons.append(reason_for(failure))
+                continue
             reasons.append(_R.SUCCESS if removed else _R.NO_SUBSCRIPTION_EXISTED)
+        unsuback = Unsuback(packet.packet_id, tuple(reasons) if v5 else ())
         if session.persistent:
-            self._save_session(session)
-        v5 = client.link.connection.version is ProtocolVersion.V5
-        self._send(client, Unsuback(packet.packet_id, tuple(reasons) if v5 else ()))
+            record = self._session_record(session)
+            self._write_session(client, record, partial(self._send, client, unsuback))
+        else:
+            self._send(client, unsuback)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from boxmq.client.topics import Publication, Topics
 from boxmq.errors import BoxMQError, StoreFailed, store_failure
 
-__all__ = ["Job", "log_store_failures", "run_all"]
+__all__ = ["Job", "log_store_failures", "run_all", "run_now"]
 
 log = logging.getLogger("boxmq.mqtt")
 
@@ -90,8 +90,15 @@ async def _publish(
     return await committed
 
 
+def run_now(job: Job) -> None:
+    """Do `job` here and now (on the loop: only for work that never waits for a flush), its
+    result as `run_all` would give it."""
+    [result] = _attempt_each([job])
+    job.then(result)
+
+
 def _attempt_each(jobs: Sequence[Job]) -> list[object]:
-    """In a worker thread."""
+    """In a worker thread (or, from `run_now`, on the loop)."""
     results: list[object] = []
     for job in jobs:
         try:

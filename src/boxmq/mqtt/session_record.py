@@ -42,7 +42,7 @@ from boxmq.mqtt.packets import Will
 from boxmq.mqtt.properties import read_properties
 from boxmq.mqtt.session import NEVER
 from boxmq.store.names import escape_segment
-from boxmq.store.temporaries import removed_on_failure, temporary_in
+from boxmq.store.records import make_folders, replace_file
 
 __all__ = [
     "DeliveryOptions",
@@ -167,16 +167,14 @@ def _path(root: str, client_id: str) -> str:
     return os.path.join(records_folder(root), escape_segment(client_id))
 
 
-def write_record(root: str, record: SessionRecord) -> None:
+def write_record(root: str, record: SessionRecord, *, flush: bool = False) -> None:
+    """Replace the session's record. With `flush` (fsync=always, before its client is told:
+    CONNACK, SUBACK, UNSUBACK), on disk when this returns. A refused write (disk full)
+    leaves no temporary behind: the broker logs it and goes on, and writes one at every
+    CONNECT, SUBSCRIBE and disconnect."""
     folder = records_folder(root)
-    os.makedirs(folder, exist_ok=True)
-    temporary = temporary_in(folder)  # a dot: never a record
-    # The broker logs a refused record and goes on (disk full): it writes one at every
-    # CONNECT, SUBSCRIBE and disconnect, and each would leave its temporary behind.
-    with removed_on_failure(temporary):
-        with open(temporary, "w") as out:
-            json.dump(_to_json(record), out)
-        os.rename(temporary, _path(root, record.client_id))
+    make_folders(folder, flush=flush, within=root)
+    replace_file(_path(root, record.client_id), json.dumps(_to_json(record)), flush=flush)
 
 
 def read_record(root: str, client_id: str) -> SessionRecord | None:

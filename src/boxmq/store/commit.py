@@ -32,6 +32,7 @@ from enum import Enum
 from boxmq.store import libc
 from boxmq.store.fanout import send_through_pending
 from boxmq.store.layout import open_folder
+from boxmq.store.records import flush_directories
 
 __all__ = [
     "Committed",
@@ -115,16 +116,6 @@ def flush_filesystem(directory: str) -> None:
             raise libc.last_error(directory)
     finally:
         os.close(fd)
-
-
-def flush_directories(directories: Iterable[str]) -> None:
-    """fsync each directory: its entries (renames and links into it) are on disk after."""
-    for directory in directories:
-        fd = open_folder(directory)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 class _Batch:

@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass
 
 from boxmq.store.layout import TOPIC_ROOT, State
 from boxmq.store.names import escape_segment, unescape_segment
-from boxmq.store.temporaries import removed_on_failure, temporary_in
+from boxmq.store.records import make_folders, replace_file, write_in_place
+from boxmq.store.temporaries import TEMPORARY_PREFIX
 
 __all__ = [
     "EXACTLY_ONCE_PENDING",
@@ -39,6 +40,7 @@ __all__ = [
     "incoming_working",
     "read_record",
     "read_records",
+    "remove_if_abandoned",
     "remove_stale_staging",
     "remove_subscription",
     "staging_name",
@@ -113,13 +115,14 @@ def subscription_path(root: str, filter: str, key: str) -> str:
     )
 
 
-def write_record(path: str, record: SubscriptionRecord) -> None:
-    os.makedirs(path, exist_ok=True)
-    temporary = temporary_in(path)
-    with removed_on_failure(temporary):
-        with open(temporary, "w") as out:
-            json.dump(asdict(record), out)
-        os.rename(temporary, os.path.join(path, _RECORD))
+def write_record(path: str, record: SubscriptionRecord, *, flush: bool = False) -> None:
+    """Write (or replace) the record of the subscription at `path`, its folders made if need
+    be; with `flush` (fsync=always), on disk when this returns (store/records.py)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(path))))
+    make_folders(path, flush=flush, within=root)
+    for state in State:  # a dropbox before it is a subscription: a copy needs its target/
+        os.makedirs(os.path.join(path, state.value), exist_ok=True)
+    replace_file(os.path.join(path, _RECORD), json.dumps(asdict(record)), flush=flush)
 
 
 def read_records(root: str) -> Iterator[tuple[SubscriptionRecord, str]]:
@@ -159,6 +162,43 @@ def _read(path: str) -> SubscriptionRecord | None:
     return SubscriptionRecord(**data)
 
 
+def remove_if_abandoned(path: str, *, now: float, age: float) -> bool:
+    """Delete the folder of a subscription whose first record never landed (its process
+    died between making the folder and renaming the record into it), once nothing in it
+    changed for `age` seconds (the rule for temporaries) and it holds no file but stale
+    temporaries: never a message, in whatever state folder. True if it went.
+
+    Its folders go one by one with rmdir, never with their contents: a subscribe or a file
+    arriving meanwhile keeps what it needs (a subscribe whose folder went just before its
+    record fails, and says so)."""
+    if os.path.lexists(os.path.join(path, _RECORD)):
+        return False
+    folders: list[str] = []
+    temporaries: list[str] = []
+    try:
+        for folder, _, names in os.walk(path, topdown=False, onerror=_raise):
+            if now - os.stat(folder).st_mtime <= age:
+                return False
+            for name in names:
+                file = os.path.join(folder, name)
+                if not name.startswith(TEMPORARY_PREFIX) or now - os.lstat(file).st_mtime <= age:
+                    return False  # a message (or a record, a member) is no leftover
+                temporaries.append(file)
+            folders.append(folder)  # deepest first
+        for file in temporaries:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(file)
+        for folder in folders:
+            os.rmdir(folder)
+    except OSError:  # gone already, or something arrived (ENOTEMPTY): left as it is
+        return False
+    return True
+
+
+def _raise(error: OSError) -> None:
+    raise error
+
+
 def remove_subscription(path: str) -> None:
     """Delete a subscription and every message it holds (its last member left)."""
     with contextlib.suppress(FileNotFoundError):
@@ -174,25 +214,24 @@ def generation(root: str) -> tuple[int, int] | None:
     return stat.st_ino, stat.st_mtime_ns
 
 
-def bump_generation(root: str) -> None:
+def bump_generation(root: str, *, flush: bool = False) -> None:
+    """Tell every process that the subscriptions changed. With `flush`, the topic root's
+    folder is fsynced after: a new filter's folder is one of its entries."""
     base = topic_root(root)
-    os.makedirs(base, exist_ok=True)
-    temporary = temporary_in(base)
-    with removed_on_failure(temporary):
-        with open(temporary, "w"):
-            pass
-        os.rename(temporary, os.path.join(base, _GENERATION))
+    make_folders(base, flush=flush, within=root)
+    replace_file(os.path.join(base, _GENERATION), "", flush=flush)
 
 
 def members_path(path: str) -> str:
     return os.path.join(path, ".members")
 
 
-def add_member(path: str, member: str, token: str) -> None:
+def add_member(path: str, member: str, token: str, *, flush: bool = False) -> None:
+    """Register `member` of the share group at `path`, bound to the process `token` ("" for
+    none); with `flush`, on disk when this returns."""
     folder = members_path(path)
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, escape_segment(member)), "w") as out:
-        out.write(token)
+    make_folders(folder, flush=flush, within=path)
+    write_in_place(os.path.join(folder, escape_segment(member)), token, flush=flush)
 
 
 def remove_member(path: str, member: str) -> None:

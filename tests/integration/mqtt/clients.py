@@ -52,6 +52,7 @@ def start_server(
     settings: MqttSettings | None = None,
     *,
     group_dispatch: dict[str, str] | None = None,
+    fsync: str = "never",
 ) -> RunningServer:
     settings = settings or MqttSettings()
     settings = MqttSettings(
@@ -60,7 +61,7 @@ def start_server(
         authenticator=settings.authenticator,
         authorizer=settings.authorizer,
     )
-    box = boxmq.open(root, fsync="never", group_dispatch=group_dispatch)
+    box = boxmq.open(root, fsync=fsync, group_dispatch=group_dispatch)
     server = MqttServer(box, settings)
     ready: queue.Queue[Any] = queue.Queue()
 

@@ -4,12 +4,15 @@ mqtt/session_record.py)."""
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from paho.mqtt.packettypes import PacketTypes
 from tests.integration.mqtt.clients import (
     WAIT,
@@ -24,6 +27,10 @@ from tests.integration.mqtt.clients import (
     stop_process,
 )
 
+from boxmq.mqtt.packets import Will
+from boxmq.mqtt.properties import Properties
+from boxmq.mqtt.session_record import SessionRecord, read_record, records_folder, write_record
+from boxmq.store.process import process_token
 from boxmq.store.topics import subscription_key, subscription_path
 
 EXPIRY = 2  # seconds: the Session Expiry Interval of the sessions here
@@ -195,3 +202,45 @@ def test_a_will_of_a_client_connected_when_the_server_was_killed_is_sent_at_the_
         assert (will.topic, will.payload) == ("will/killed", WILL_PAYLOAD)
     finally:
         stop_process(process)
+
+
+def test_a_will_whose_sent_record_the_disk_refused_is_not_sent_again_by_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The disk refuses both the restart's record and the one that says the Will was sent:
+    the Will goes out once, the log says a restart could repeat it, and the record is written
+    again until the disk takes it; a later restart then sends nothing."""
+    root = tmp_path / "root"
+    folder = records_folder(str(root))
+    will = Will("will/killed", b"gone", qos=1, properties=Properties.build(will_delay_interval=1))
+    write_record(str(root), SessionRecord("killed", 60, holder=process_token(), will=will))
+    rename = os.rename
+
+    def refused(source: str, target: str) -> None:
+        if os.path.dirname(target) == folder:
+            raise OSError(errno.ENOSPC, "No space left on device", target)
+        rename(source, target)
+
+    monkeypatch.setattr(os, "rename", refused)
+    second = start_server(root)
+    try:
+        watcher = _watcher(second)
+        with caplog.at_level(logging.ERROR, logger="boxmq.mqtt"):
+            assert watcher.next(timeout=WAIT).payload == b"gone"
+        assert "a restart before it is written sends the Will again" in caplog.text
+        record = read_record(str(root), "killed")
+        assert record is not None
+        assert record.will is not None  # the disk is still full
+        assert watcher.nothing(2.5)  # never twice in one run
+        monkeypatch.undo()  # space is back
+        deadline = time.monotonic() + WAIT
+        while (record := read_record(str(root), "killed")) is not None and record.will:
+            assert time.monotonic() < deadline, "the record still holds the Will"
+            time.sleep(0.1)
+    finally:
+        second.shutdown()
+    third = start_server(root)
+    try:
+        assert _watcher(third).nothing(2.5)
+    finally:
+        third.shutdown()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import errno
+import io
 import os
 import tempfile
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 from hypothesis import given
@@ -147,12 +148,17 @@ def test_the_deadline_counts_from_the_disconnect() -> None:
 def test_a_write_the_disk_refuses_leaves_no_temporary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def full(data: object, out: IO[str]) -> None:
-        out.write("{")  # begun, then the disk is full
-        raise OSError(errno.ENOSPC, "No space left on device")
+    class Full(io.StringIO):
+        def write(self, text: str) -> int:
+            super().write(text[:1])  # begun, then the disk is full
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def full(path: str, *args: Any, **kwargs: Any) -> IO[str]:
+        open(path, *args, **kwargs).close()  # the file is made
+        return Full()
 
     write_record(str(tmp_path), SessionRecord("a", 60))
-    monkeypatch.setattr("boxmq.mqtt.session_record.json.dump", full)
+    monkeypatch.setattr("boxmq.store.records.open", full, raising=False)
     with pytest.raises(OSError, match="No space"):
         write_record(str(tmp_path), SessionRecord("b", 60))
     assert os.listdir(tmp_path / ".mqtt" / "sessions") == ["a"]

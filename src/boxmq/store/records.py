@@ -1,0 +1,74 @@
+"""Small records that say what exists (a subscription, its members, an MQTT session): each
+replaced whole by a rename, and on disk before the call returns when asked to `flush`.
+
+Under fsync=always a client is told that such a record stands (SUBACK, CONNACK of a
+persistent session), so it must survive a power cut as a message does (DESIGN.md §5): the
+file is fsynced before its rename (a crash can never leave a renamed name over an empty
+file), then its folder (the rename itself), and the parents of the folders made for it (a
+new folder is an entry of its parent). Under the other policies nothing is flushed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from boxmq.store.layout import open_folder
+from boxmq.store.temporaries import removed_on_failure, temporary_in
+
+__all__ = ["flush_directories", "make_folders", "replace_file", "write_in_place"]
+
+
+def make_folders(path: str, *, flush: bool, within: str) -> None:
+    """`os.makedirs(path, exist_ok=True)`; with `flush`, each folder made (up to `within`,
+    which must exist) is on disk after: its parent is fsynced."""
+    made: list[str] = []
+    folder = path
+    while folder != within and not os.path.isdir(folder):
+        made.append(folder)
+        folder = os.path.dirname(folder)
+    os.makedirs(path, exist_ok=True)
+    if flush and made:
+        flush_directories(_parents(reversed(made)))
+
+
+def flush_directories(directories: Iterable[str]) -> None:
+    """fsync each folder: its entries (renames and links into it) are on disk after."""
+    for directory in directories:
+        fd = open_folder(directory)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _parents(folders: Iterable[str]) -> list[str]:
+    return [os.path.dirname(folder) for folder in folders]
+
+
+def replace_file(path: str, text: str, *, flush: bool) -> None:
+    """Replace `path` with `text`: written aside (a temporary, deleted if this fails), then
+    renamed over it; with `flush`, fsynced before the rename and its folder after."""
+    folder = os.path.dirname(path)
+    temporary = temporary_in(folder)
+    with removed_on_failure(temporary):
+        with open(temporary, "w", encoding="utf-8") as out:
+            out.write(text)
+            if flush:
+                out.flush()
+                os.fsync(out.fileno())
+        os.rename(temporary, path)
+    if flush:
+        flush_directories([folder])
+
+
+def write_in_place(path: str, text: str, *, flush: bool) -> None:
+    """Write `path` directly (a reader may see it empty for a moment: for files whose empty
+    content means the same); with `flush`, the file and its folder are fsynced."""
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(text)
+        if flush:
+            out.flush()
+            os.fsync(out.fileno())
+    if flush:
+        flush_directories([os.path.dirname(path)])

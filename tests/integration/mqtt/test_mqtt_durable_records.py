@@ -1,0 +1,146 @@
+"""Under fsync=always, what a client is told of is on disk first (DESIGN.md §5): the records
+a persistent session's CONNACK and SUBACK stand for (its session record, its subscription's
+record) are flushed, file before its rename and folder after, and by a worker thread, not the
+loop that serves every client. Under the other policies nothing is flushed.
+
+`os.fsync` is watched in the server's process (it runs in a thread here), a real paho client
+on a real socket does the rest."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from tests.integration.mqtt.clients import Paho, RunningServer, paho, start_server
+
+from boxmq.mqtt.session_record import records_folder
+from boxmq.mqtt.stored import consumer_name
+from boxmq.store.topics import subscription_key, subscription_path
+
+
+class Flushes:
+    """Every fsync of the process: what was flushed (a path), and by which thread."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.seen: list[tuple[str, str]] = []
+        real = os.fsync
+
+        def fsync(fd: int) -> None:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+            self.seen.append((path, threading.current_thread().name))
+            real(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+
+    def paths(self) -> list[str]:
+        return [path for path, _ in self.seen]
+
+    def watched_by(self, client: mqtt.Client, told: list[list[str]]) -> None:
+        """`told` gets what was flushed when the client got its CONNACK, then each SUBACK."""
+        on_connect, on_subscribe = client.on_connect, client.on_subscribe
+        assert on_connect is not None
+        assert on_subscribe is not None
+
+        def connected(*args: Any) -> None:
+            told.append(self.paths())
+            on_connect(*args)
+
+        def subscribed(*args: Any) -> None:
+            told.append(self.paths())
+            on_subscribe(*args)
+
+        client.on_connect, client.on_subscribe = connected, subscribed
+
+
+def _written_then_renamed(flushed: list[str], folder: str) -> bool:
+    """A temporary in `folder` was flushed (before its rename), then `folder` itself."""
+    files = [i for i, path in enumerate(flushed) if os.path.dirname(path) == folder]
+    return any(path == folder for path in flushed[min(files, default=len(flushed)) :])
+
+
+@pytest.fixture
+def always(tmp_path: Path) -> Iterator[RunningServer]:
+    running = start_server(tmp_path / "root", fsync="always")
+    try:
+        yield running
+    finally:
+        running.shutdown()
+
+
+def _client(running: RunningServer, told: list[list[str]], flushes: Flushes) -> Paho:
+    return paho(
+        running,
+        "keeper",
+        clean=False,
+        expiry=600,
+        configure=lambda client: flushes.watched_by(client, told),
+    )
+
+
+def test_a_persistent_subscription_is_on_disk_before_its_suback(
+    always: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flushes, told = Flushes(monkeypatch), list[list[str]]()
+    client = _client(always, told, flushes)
+    try:
+        assert client.subscribe("sensors/#", qos=1)[0].value == 1
+    finally:
+        client.stop()
+    root = str(always.box.root)
+    sessions = records_folder(root)
+    subscription = subscription_path(
+        root, "sensors/#", subscription_key(None, consumer_name("keeper"))
+    )
+    at_connack, at_suback = told
+    assert _written_then_renamed(at_connack, sessions)
+    assert _written_then_renamed(at_suback, subscription)
+    new_folders = [os.path.dirname(subscription), os.path.join(root, "topic-root")]
+    assert set(new_folders) <= set(at_suback)  # the new folders are entries of their parents
+    # The session record again, with the subscription's options, before the SUBACK too.
+    assert _written_then_renamed(at_suback[len(at_connack) :], sessions)
+    records = [thread for path, thread in flushes.seen if path.startswith((sessions, subscription))]
+    assert records
+    assert "mqtt-server" not in records  # never on the loop's thread
+
+
+def test_under_fsync_never_no_record_is_flushed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running = start_server(tmp_path / "root", fsync="never")
+    flushes, told = Flushes(monkeypatch), list[list[str]]()
+    try:
+        client = _client(running, told, flushes)
+        assert client.subscribe("sensors/#", qos=1)[0].value == 1
+        client.stop()
+    finally:
+        running.shutdown()
+    assert flushes.seen == []
+
+
+def test_a_publish_right_behind_a_subscribe_finds_the_subscription(
+    always: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SUBSCRIBE's records are written by a worker; the packets its client sent behind
+    it (here a PUBLISH sent without waiting for the SUBACK) wait for them, as if it had been
+    made at once. A disk slow to flush gives the PUBLISH the time to arrive before."""
+    client = paho(always, "eager", clean=False, expiry=600)
+    real = os.fsync
+
+    def slow(fd: int) -> None:
+        time.sleep(0.05)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", slow)
+    try:
+        client.client.subscribe("eager/#", 1)  # no wait for the SUBACK
+        client.publish("eager/x", b"mine", qos=1)
+        received = client.next()
+        assert (received.topic, received.payload) == ("eager/x", b"mine")
+    finally:
+        client.stop()

@@ -1,0 +1,61 @@
+"""SentWills: a Will sent from a session record the disk then refused to rewrite is never
+sent twice by this broker, and the record is written again until the disk takes it."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from boxmq.mqtt.packets import Will
+from boxmq.mqtt.session_record import SessionRecord, read_record, write_record
+from boxmq.mqtt.wills import SentWills
+
+_AWAY = SessionRecord("c1", 60, disconnected_at=100.0, will=Will("w/c1", b"gone"), will_due=101.0)
+
+
+def _full(*_: object) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _holds(current: SessionRecord | None) -> bool:
+    return current == _AWAY
+
+
+def test_a_refused_record_is_remembered_then_written_once_the_disk_takes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = str(tmp_path)
+    write_record(root, _AWAY)
+    wills = SentWills(root)
+    monkeypatch.setattr(os, "rename", _full)
+    wills.sent(_AWAY, _holds, now=0.0)
+    assert wills.already_sent(_AWAY)
+    wills.retry(now=5.0)  # still full
+    assert read_record(root, "c1") == _AWAY
+    monkeypatch.undo()
+    wills.retry(now=5.5)  # not yet: one try a second
+    assert read_record(root, "c1") == _AWAY
+    wills.retry(now=6.0)
+    record = read_record(root, "c1")
+    assert record is not None
+    assert (record.will, record.will_due) == (None, None)
+    assert not wills.already_sent(_AWAY)
+
+
+def test_a_record_changed_meanwhile_is_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = str(tmp_path)
+    write_record(root, _AWAY)
+    wills = SentWills(root)
+    monkeypatch.setattr(os, "rename", _full)
+    wills.sent(_AWAY, _holds, now=0.0)
+    monkeypatch.undo()
+    back = SessionRecord("c1", 60, holder="another broker")  # its client came back
+    write_record(root, back)
+    wills.retry(now=10.0)
+    assert read_record(root, "c1") == back
+    assert not wills.already_sent(_AWAY)
