@@ -18,7 +18,7 @@ Invariants:
 - Under fsync=always, the records an answer stands for (a persistent session's before its
   CONNACK, a subscription's before its SUBACK) are flushed first, by a worker thread: the
   answer waits (`_write_session`), and so do the client's packets behind a SUBSCRIBE
-  (`_Client.held`). Under the other policies they are written at once on the loop.
+  (`Client.held`). Under the other policies they are written at once on the loop.
 - Only this module maps sessions to connections; `Link` is all it knows of a socket.
 """
 
@@ -32,9 +32,9 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
-from typing import Final, Protocol
+from typing import Final
 
 from boxmq.client.box import Box
 from boxmq.client.topics import Subscriber
@@ -50,8 +50,9 @@ from boxmq.errors import (
     store_failure,
 )
 from boxmq.model import ConsumerId, Envelope
-from boxmq.mqtt.connection import Connection
-from boxmq.mqtt.disk import Job, log_store_failures, run_all, run_now
+from boxmq.mqtt.batches import Batches
+from boxmq.mqtt.clients import Client, Link, Outgoing
+from boxmq.mqtt.disk import Job, run_now
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.outbox import Stage
 from boxmq.mqtt.packets import (
@@ -112,44 +113,7 @@ __all__ = ["Broker", "Link"]
 log = logging.getLogger("boxmq.mqtt")
 
 _LOCK_TIMEOUT: Final = 7 * 24 * 3600.0  # MQTT has no ack timeout: a session holds its locks
-_BACKLOG_HIGH: Final = 4096  # disk jobs waiting for one client before we stop reading it
 _R = ReasonCode
-
-
-class Link(Protocol):
-    """What the broker knows of a client's socket (server.py implements it)."""
-
-    connection: Connection
-    peer: str
-    congested: bool  # its write buffer is over the high-water mark
-
-    def flush(self) -> None:
-        """Write what the connection has to send."""
-
-    def close(self) -> None: ...
-
-    def pause_reading(self) -> None: ...
-
-    def resume_reading(self) -> None: ...
-
-
-@dataclass(eq=False)
-class _Client:
-    """One connection's side of the broker."""
-
-    link: Link
-    opened: float  # when the socket was accepted: the CONNECT timeout counts from here
-    session: Session | None = None
-    clean_exit: bool = False  # DISCONNECT 0x00 came: no Will (MQTT 5.0 §3.1.2.5)
-    jobs: list[Job] = field(default_factory=list)  # disk work waiting for the next batch
-    tail: asyncio.Future[None] | None = None  # the batch running now (one at a time, in order)
-    paused: bool = False
-    # Records to be on disk before the client is told anything more (fsync=always): while
-    # some are being written, what it is sent waits in its connection (CONNACK first).
-    holding: int = 0
-    # Packets read while its SUBSCRIBE waits for the disk: handled after it, in order.
-    held: deque[Packet] | None = None
-    reading: Iterator[Packet] | None = None  # the packets of the read being handled
 
 
 def _tell_will_lost(client_id: str, topic: str, written: Future[None]) -> None:
@@ -247,21 +211,15 @@ class _Wanted:
     shared: bool = False
 
 
-def _name_of(client: _Client) -> str:
-    session = client.session
-    return client.link.peer if session is None else f"client {session.client_id}"
-
-
 class Broker:
     def __init__(self, box: Box, settings: MqttSettings, clock: Clock) -> None:
         self.box = box
         self.settings = settings
         self.limits = settings.limits
         self._clock = clock
-        self._clients: dict[Link, _Client] = {}
-        self._working: set[_Client] = set()  # clients with a disk batch running, gone or not
+        self._clients: dict[Link, Client] = {}
         self._sessions: dict[str, Session] = {}
-        self._links: dict[str, _Client] = {}  # client id -> its connected client
+        self._links: dict[str, Client] = {}  # client id -> its connected client
         self._memory = MemoryRoutes()  # non-persistent sessions' plain subscriptions
         self._durable_routes = DurableRoutes(box)
         self._durable: dict[str, dict[str, Subscriber]] = {}  # client id -> filter -> dropbox
@@ -269,11 +227,13 @@ class Broker:
         self._wills: dict[str, tuple[asyncio.TimerHandle, Callable[[], None]]] = {}
         self._sent_wills = SentWills(box.root)  # sent from records that still hold them
         self._expiries: dict[str, asyncio.TimerHandle] = {}
-        self._dirty: set[_Client] = set()
+        self._out = Outgoing()  # the clients to be written at the end of this iteration
+        self._send = self._out.send
+        self._acknowledge = self._out.acknowledge
         # Sessions that settled messages in this read: refilled once at its end, not per ack.
         self._settled: dict[str, Session] = {}
-        self._flush_due = False
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
+        self._batches = Batches(box, self._pool, self._batch_done)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._token = process_token()  # names this broker in the session records it writes
         # Under fsync=always a client is told of a record (CONNACK, SUBACK) once it is on disk.
@@ -299,7 +259,7 @@ class Broker:
                 self.limits.max_connections,
             )
             return False
-        self._clients[link] = _Client(link, self._clock.now())
+        self._clients[link] = Client(link, self._clock.now())
         return True
 
     def received(self, link: Link, packets: Iterable[Packet]) -> None:
@@ -322,8 +282,8 @@ class Broker:
                 for session in settled.values():
                     self._pump(session)
             if client.jobs:
-                self._start_batch(client)
-            self._flush_soon()
+                self._batches.start(client)
+            self._out.flush_soon()
 
     def closed(self, link: Link, reason: str) -> None:
         """The socket is gone (or about to be): the session lives on or ends."""
@@ -354,20 +314,7 @@ class Broker:
         self.flush()
 
     def flush(self) -> None:
-        self._flush_due = False
-        dirty, self._dirty = self._dirty, set()
-        for client in dirty:
-            if client.holding:
-                self._dirty.add(client)  # sent once its records are on disk (_write_session)
-            else:
-                client.link.flush()
-
-    def _flush_soon(self) -> None:
-        """Write at the end of this loop iteration: the reads that came together (a
-        publisher's PUBLISHes, its subscribers' acks) leave with one write per connection."""
-        if self._dirty and not self._flush_due:
-            self._flush_due = True
-            self.loop.call_soon(self.flush)
+        self._out.flush()
 
     def tick(self, now: float) -> None:
         """The timer: keep-alives, CONNECT timeouts, and messages others dropped in dropboxes."""
@@ -397,13 +344,17 @@ class Broker:
             if session is not None and session.connected:
                 self._pump(session)
 
+    def _batch_done(self) -> None:
+        """A client's disk batch is done: its subscribers may have messages to take."""
+        self.pump_all()
+        self.flush()
+
     async def close(self) -> None:
         """Shutting down: every client is told (v5) and its connection closed; then the disk
         work in flight finishes, so everything acknowledged is on disk."""
         for client in list(self._clients.values()):
             self._kick(client, _R.SERVER_SHUTTING_DOWN, "server shutting down")
-        while tails := [c.tail for c in self._working if c.tail is not None]:
-            await asyncio.gather(*tails, return_exceptions=True)
+        await self._batches.wait_all()
         for session in list(self._sessions.values()):
             for subscriber in self._durable.pop(session.client_id, {}).values():
                 subscriber.detach()  # locks released; the dropboxes and groups stay
@@ -411,7 +362,7 @@ class Broker:
 
     # -- dispatch ----------------------------------------------------------------------------------
 
-    def _handle(self, client: _Client, packet: Packet) -> None:
+    def _handle(self, client: Client, packet: Packet) -> None:
         session = client.session
         if session is None:
             assert isinstance(packet, Connect)  # Connection lets nothing else through first
@@ -449,20 +400,9 @@ class Broker:
         else:
             raise ProtocolError(f"a client may not send {kind.__name__.upper()}")
 
-    def _send(self, client: _Client, packet: Packet) -> None:
-        client.link.connection.send(packet)
-        self._dirty.add(client)
-
-    def _acknowledge(
-        self, client: _Client, kind: type[Puback | Pubrec | Pubcomp], packet_id: int
-    ) -> None:
-        """`_send(client, kind(packet_id))` for a positive acknowledgement, without the object."""
-        client.link.connection.acknowledge(kind, packet_id)
-        self._dirty.add(client)
-
     # -- CONNECT -----------------------------------------------------------------------------------
 
-    def _connect(self, client: _Client, packet: Connect) -> None:
+    def _connect(self, client: Client, packet: Connect) -> None:
         connection = client.link.connection
         v5 = packet.version is ProtocolVersion.V5
         props = packet.properties
@@ -662,7 +602,7 @@ class Broker:
                 dropped,
             )
 
-    def _kick(self, client: _Client, reason: ReasonCode, why: str) -> None:
+    def _kick(self, client: Client, reason: ReasonCode, why: str) -> None:
         connection = client.link.connection
         if connection.version is ProtocolVersion.V5 and connection.accepted:
             self._send(client, Disconnect(reason))
@@ -733,18 +673,18 @@ class Broker:
         except OSError as error:
             log.warning("client %s: session record not written: %s", record.client_id, error)
 
-    def _save_session(self, client: _Client, record: SessionRecord) -> None:
+    def _save_session(self, client: Client, record: SessionRecord) -> None:
         """Write `record`, nobody waiting for it (a connection closed): not flushed, but after
         the records the client's disk work still writes, so that the last one says the last."""
         if not self._flush_records or (client.tail is None and not client.jobs):
             self._store_session(record, flush=False)
             return
         client.jobs.append(Job(partial(self._store_session, record, flush=False), _nothing))
-        self._start_batch(client)
+        self._batches.start(client)
 
     def _write_session(
         self,
-        client: _Client,
+        client: Client,
         record: SessionRecord | None,
         told: Callable[[], None],
         *,
@@ -769,7 +709,7 @@ class Broker:
         def written(_: object) -> None:
             if hold:
                 client.holding -= 1
-                self._dirty.add(client)
+                self._out.dirty.add(client)
             told()
 
         flush = self._flush_records
@@ -939,7 +879,7 @@ class Broker:
         if handle is not None:
             handle.cancel()
 
-    def _disconnected(self, client: _Client, session: Session, packet: Disconnect) -> None:
+    def _disconnected(self, client: Client, session: Session, packet: Disconnect) -> None:
         client.clean_exit = packet.reason != _R.DISCONNECT_WITH_WILL_MESSAGE
         asked = packet.properties.session_expiry_interval
         if asked is not None:
@@ -953,7 +893,7 @@ class Broker:
 
     # -- PUBLISH from a client -------------------------------------------------------------------
 
-    def _publish(self, client: _Client, session: Session, packet: Publish) -> None:
+    def _publish(self, client: Client, session: Session, packet: Publish) -> None:
         if not packet.topic:
             raise ProtocolError("PUBLISH without a topic name (MQTT 5.0 §3.3.2.1)")
         qos, packet_id = packet.qos, packet.packet_id
@@ -969,7 +909,7 @@ class Broker:
         else:
             self._publish_now(client, session, packet)
 
-    def _publish_now(self, client: _Client, session: Session, packet: Publish) -> None:
+    def _publish_now(self, client: Client, session: Session, packet: Publish) -> None:
         qos = packet.qos
         if qos == 2:
             assert packet.packet_id is not None
@@ -981,9 +921,7 @@ class Broker:
             assert packet.packet_id is not None
             self._acknowledge(client, Puback, packet.packet_id)
 
-    def _publish_later(
-        self, client: _Client, session: Session, packet: Publish, disk: bool
-    ) -> None:
+    def _publish_later(self, client: Client, session: Session, packet: Publish, disk: bool) -> None:
         client_id = session.client_id
         packet_id = packet.packet_id
         if not disk:
@@ -1035,7 +973,7 @@ class Broker:
         batched = None if packet.retain else publication_of(client_id, packet, self.box.side_files)
         client.jobs.append(Job(lambda: self._write(client_id, packet), written, batched))
 
-    def _send_error(self, client: _Client, ack: Puback | Pubrec, error: BoxMQError) -> None:
+    def _send_error(self, client: Client, ack: Puback | Pubrec, error: BoxMQError) -> None:
         """A negative PUBACK/PUBREC (MQTT 5.0 §3.4.2.1, §3.5.2.1). 3.1.1 has none, and a
         server must not acknowledge what it did not store: the connection closes, and the
         client sends the message again once it reconnects (3.1.1 §4.4)."""
@@ -1049,7 +987,7 @@ class Broker:
         else:
             self._kick(client, _R.UNSPECIFIED_ERROR, f"a PUBLISH was not stored: {error}")
 
-    def _refuse_publish(self, client: _Client, session: Session, packet: Publish) -> None:
+    def _refuse_publish(self, client: Client, session: Session, packet: Publish) -> None:
         """MQTT 5.0 §3.3.4: PUBACK/PUBREC 0x87; 3.1.1 has no way to say no, so it is
         acknowledged and dropped (as mosquitto does)."""
         log.info("client %s may not publish to %s", session.client_id, packet.topic)
@@ -1065,7 +1003,7 @@ class Broker:
                 session.hold_for_release(packet_id, None, refused=True)
             self._send(client, Pubrec(packet_id, reason))
 
-    def _released(self, client: _Client, session: Session, packet_id: int) -> None:
+    def _released(self, client: Client, session: Session, packet_id: int) -> None:
         """PUBREL: the QoS 2 message goes on to its subscribers, then PUBCOMP."""
         held = session.release(packet_id)
         client_id = session.client_id
@@ -1175,44 +1113,6 @@ class Broker:
         room = partial(self.box.topics.topic_room, expires_in=expiry or None)
         return store_with_properties(packet, self.box.side_files, assured, room)
 
-    def _start_batch(self, client: _Client) -> None:
-        """Run the client's waiting disk work as one batch (`disk.run_all`). One batch runs
-        at a time per client, so its messages keep their order; what arrives meanwhile waits
-        and goes in the next one. A batch is thus as large as the disk is slow: under
-        `always` one group commit answers a whole publisher window, not one message."""
-        if client.tail is not None:
-            if len(client.jobs) >= _BACKLOG_HIGH and not client.paused:
-                client.paused = True
-                client.link.pause_reading()
-            return
-        jobs, client.jobs = client.jobs, []
-        loop = self.loop
-
-        async def run() -> None:
-            results = await run_all(self.box.topics, jobs, self._pool)
-            log_store_failures(_name_of(client), results)
-            for job, result in zip(jobs, results, strict=True):
-                job.then(result)  # even for a client gone: its message still goes on
-
-        task = loop.create_task(run())
-        client.tail = task
-        self._working.add(client)
-
-        def finished(done: asyncio.Future[None]) -> None:
-            client.tail = None
-            self._working.discard(client)
-            if not done.cancelled() and (error := done.exception()) is not None:
-                log.error("disk work for %s failed: %r", client.link.peer, error)
-            if client.jobs:
-                self._start_batch(client)
-            if client.paused and len(client.jobs) < _BACKLOG_HIGH // 2 and client.held is None:
-                client.paused = False
-                client.link.resume_reading()
-            self.pump_all()
-            self.flush()
-
-        task.add_done_callback(finished)
-
     # -- routing to subscribers --------------------------------------------------------------------
 
     def _route_memory(self, source: str, packet: Publish) -> None:
@@ -1255,7 +1155,7 @@ class Broker:
             elif client is not None:
                 self._transmit(client, session, [sent])
 
-    def _transmit(self, client: _Client, session: Session, packets: list[Publish | Pubrel]) -> None:
+    def _transmit(self, client: Client, session: Session, packets: list[Publish | Pubrel]) -> None:
         """Send to the client. A PUBLISH over its Maximum Packet Size is discarded and done with
         as if the client had acknowledged it (MQTT 5.0 §3.1.2.25): its message is settled, and
         its slot goes to the next one."""
@@ -1273,7 +1173,7 @@ class Broker:
             if packet.packet_id is not None:
                 self._settle(session, session.outbox.discard(packet.packet_id), refused=False)
                 pending += (publish for publish, _ in self._ready(session))
-        self._dirty.add(client)
+        self._out.dirty.add(client)
 
     def _ready(self, session: Session) -> list[tuple[Publish, Token]]:
         """What may leave the session's queue now; those whose Message Expiry Interval ran
@@ -1342,11 +1242,11 @@ class Broker:
 
     # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------------------
 
-    def _subscribe(self, client: _Client, session: Session, packet: Subscribe) -> None:
+    def _subscribe(self, client: Client, session: Session, packet: Subscribe) -> None:
         """Each filter checked here; a durable one (persistent session, share group) is then
         registered on disk. Under fsync=always its records are flushed (store/records.py),
         so by a worker, and SUBACK goes once every one is done and the session's record
-        written: the client's later packets wait for it (`_Client.held`), so they find the
+        written: the client's later packets wait for it (`Client.held`), so they find the
         subscriptions in place as if they had been made at once. Under the other policies
         nothing is flushed, and all is done at once on the loop."""
         identifiers = packet.properties.subscription_identifiers
@@ -1439,7 +1339,7 @@ class Broker:
                 self.box.unsubscribe(text, consumer_name(client_id))
 
     def _subscribed(
-        self, client: _Client, session: Session, packet_id: int, wanted: list[_Wanted]
+        self, client: Client, session: Session, packet_id: int, wanted: list[_Wanted]
     ) -> None:
         """SUBACK, then the retained messages the new subscriptions get (MQTT 5.0 §3.3.1.3),
         then the packets the client sent meanwhile."""
@@ -1484,13 +1384,13 @@ class Broker:
         )
 
     @staticmethod
-    def _hold_the_rest(client: _Client) -> None:
+    def _hold_the_rest(client: Client) -> None:
         """The client's packets after this one wait (`_resume`): the rest of this read, and
         the reads to come, which are not even made until then."""
         client.held = deque(client.reading or ())  # the read's loop finds nothing left
         client.link.pause_reading()
 
-    def _resume(self, client: _Client) -> None:
+    def _resume(self, client: Client) -> None:
         """The packets a SUBSCRIBE held back are handled, now that it is answered."""
         held, client.held = client.held, None
         if held is None or self._clients.get(client.link) is not client:
@@ -1584,7 +1484,7 @@ class Broker:
             self._memory.unsubscribe(client_id, parse_filter(text))
         return True
 
-    def _unsubscribe(self, client: _Client, session: Session, packet: Unsubscribe) -> None:
+    def _unsubscribe(self, client: Client, session: Session, packet: Unsubscribe) -> None:
         """UNSUBACK once the session's record says so. A subscription the disk refuses to
         delete (EIO, EROFS, ...) is said so: v5 with its reason (0x80, 0x97 for a full disk,
         as a PUBACK would), and 3.1.1, whose UNSUBACK has no failure, by closing the

@@ -14,7 +14,7 @@ import pytest
 import boxmq
 from boxmq.clock import Clock, ManualClock, SystemClock
 from boxmq.model import PROPERTIES_FILE
-from boxmq.mqtt import broker as broker_module
+from boxmq.mqtt import batches
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.codec import decode, encode
 from boxmq.mqtt.connection import Connection
@@ -219,7 +219,7 @@ def test_publishes_that_need_the_disk_are_answered_in_order_with_backpressure(
 ) -> None:
     """One disk batch per client at a time: what arrives meanwhile waits for the next one,
     and past the high-water mark the client is not read until the waiting jobs halve."""
-    monkeypatch.setattr(broker_module, "_BACKLOG_HIGH", 4)
+    monkeypatch.setattr(batches, "_BACKLOG_HIGH", 4)
 
     async def test(broker: Broker) -> None:
         member = _connect(broker, "member")
