@@ -31,7 +31,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Final
@@ -42,9 +42,7 @@ from boxmq.clock import Clock
 from boxmq.core import QoS, Subscription, parse_filter
 from boxmq.errors import (
     BoxMQError,
-    Closed,
     InvalidArgument,
-    ItemNotFound,
     ProtocolViolation,
     StoreFailed,
     store_failure,
@@ -52,6 +50,7 @@ from boxmq.errors import (
 from boxmq.model import ConsumerId, Envelope
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client, Link, Outgoing
+from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job, run_now
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.outbox import Stage
@@ -75,15 +74,15 @@ from boxmq.mqtt.packets import (
     Unsuback,
     Unsubscribe,
     Will,
-    new_publish,
 )
 from boxmq.mqtt.packets import (
     Subscription as SubscribeRequest,
 )
-from boxmq.mqtt.properties import EMPTY, Properties, PropertyId, subscription_identifier
+from boxmq.mqtt.properties import EMPTY, Properties
+from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.reasons import ReasonCode, reason_for
 from boxmq.mqtt.routes import DurableRoutes, MemoryRoutes
-from boxmq.mqtt.session import NEVER, Session, SubscriptionOptions, Token
+from boxmq.mqtt.session import NEVER, Session, SubscriptionOptions
 from boxmq.mqtt.session_record import (
     DeliveryOptions,
     SessionRecord,
@@ -95,14 +94,10 @@ from boxmq.mqtt.session_record import (
 )
 from boxmq.mqtt.settings import MqttSettings
 from boxmq.mqtt.stored import (
-    NOT_FORWARDED,
     consumer_name,
     exactly_once_source,
-    publication_of,
-    publish_of,
     retained_publish,
     storable,
-    store_with_properties,
 )
 from boxmq.mqtt.wills import SentWills
 from boxmq.store.commit import FsyncPolicy
@@ -114,23 +109,6 @@ log = logging.getLogger("boxmq.mqtt")
 
 _LOCK_TIMEOUT: Final = 7 * 24 * 3600.0  # MQTT has no ack timeout: a session holds its locks
 _R = ReasonCode
-
-
-def _tell_will_lost(client_id: str, topic: str, written: Future[None]) -> None:
-    """A Will's disk write ended (in the worker thread). No client waits for a Will's answer,
-    so a failure is told here or nowhere. Not retried: a Will written late could overtake
-    what its client said since it came back. Its in-memory subscribers have it already."""
-    if written.cancelled() or (error := written.exception()) is None:
-        return
-    reason = store_failure(error) if isinstance(error, OSError) else error
-    log.error(
-        "client %s: its Will to %s was not stored, so its durable subscribers (persistent "
-        "sessions, share groups) will not get it: %s",
-        client_id,
-        topic,
-        reason,
-        exc_info=None if isinstance(reason, BoxMQError) else reason,  # a bug: its traceback
-    )
 
 
 def _will_delay(will: Will, expiry: int) -> int:
@@ -227,12 +205,30 @@ class Broker:
         self._wills: dict[str, tuple[asyncio.TimerHandle, Callable[[], None]]] = {}
         self._sent_wills = SentWills(box.root)  # sent from records that still hold them
         self._expiries: dict[str, asyncio.TimerHandle] = {}
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
         self._out = Outgoing()  # the clients to be written at the end of this iteration
         self._send = self._out.send
         self._acknowledge = self._out.acknowledge
-        # Sessions that settled messages in this read: refilled once at its end, not per ack.
-        self._settled: dict[str, Session] = {}
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
+        self._delivery = Delivery(
+            box,
+            clock,
+            self._out,
+            sessions=self._sessions,
+            links=self._links,
+            memory=self._memory,
+            durable=self._durable,
+        )
+        self._acked = self._delivery.acked  # per PUBACK: no call more than before
+        self._publishing = Publishing(
+            box,
+            settings,
+            self._out,
+            self._delivery,
+            self._durable_routes,
+            self._pool,
+            self._kick,
+        )
+        self._publish = self._publishing.publish  # per PUBLISH, likewise
         self._batches = Batches(box, self._pool, self._batch_done)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._token = process_token()  # names this broker in the session records it writes
@@ -277,10 +273,8 @@ class Broker:
                 self._handle(client, packet)
         finally:
             client.reading = None
-            if self._settled:
-                settled, self._settled = self._settled, {}
-                for session in settled.values():
-                    self._pump(session)
+            if self._delivery.settled:
+                self._delivery.refill()
             if client.jobs:
                 self._batches.start(client)
             self._out.flush_soon()
@@ -342,7 +336,7 @@ class Broker:
         for client_id in list(self._durable):
             session = self._sessions.get(client_id)
             if session is not None and session.connected:
-                self._pump(session)
+                self._delivery.pump(session)
 
     def _batch_done(self) -> None:
         """A client's disk batch is done: its subscribers may have messages to take."""
@@ -383,7 +377,7 @@ class Broker:
             self._acked(session, packet.packet_id, Stage.AWAIT_PUBCOMP, packet.reason)
         elif kind is Pubrel:
             assert isinstance(packet, Pubrel)
-            self._released(client, session, packet.packet_id)
+            self._publishing.released(client, session, packet.packet_id)
         elif kind is Subscribe:
             assert isinstance(packet, Subscribe)
             self._subscribe(client, session, packet)
@@ -468,8 +462,8 @@ class Broker:
             "persistent" if session.persistent else "clean",
             ", resumed" if present else "",
         )
-        self._transmit(client, session, session.outbox.resend())
-        self._pump(session)
+        self._delivery.transmit(client, session, session.outbox.resend())
+        self._delivery.pump(session)
 
     def _refusal(self, packet: Connect) -> ReasonCode | None:
         if packet.properties.authentication_method is not None:
@@ -502,7 +496,7 @@ class Broker:
             # unless it has a delay that the new connection now cancels (its session lives on).
             if will is not None and (clean or not will.properties.will_delay_interval):
                 assert old_session is not None
-                self._publish_will(old_session.client_id, old_session.username, will)
+                self._publishing.publish_will(old_session.client_id, old_session.username, will)
             if old_session is not None:
                 old_session.will = None
             self._kick(old_client, _R.SESSION_TAKEN_OVER, "session taken over")
@@ -813,7 +807,7 @@ class Broker:
             or self._sent_wills.already_sent(scheduled)  # its record could not say so
         ):
             return
-        self._publish_will(client_id, scheduled.username, will)
+        self._publishing.publish_will(client_id, scheduled.username, will)
         self._sent_wills.sent(scheduled, away.will_unsent, now=self._clock.now())
         self.flush()
 
@@ -823,7 +817,7 @@ class Broker:
         delay = _will_delay(will, session.expiry)
         client_id, username = session.client_id, session.username
         if not delay:
-            self._publish_will(client_id, username, will)
+            self._publishing.publish_will(client_id, username, will)
             return None
         due = self._clock.now() + delay
 
@@ -833,7 +827,7 @@ class Broker:
             ours = record is not None and record.holder is None and record.will_due == due
             if record is not None and not ours and record.holder != self._token:
                 return  # its client came back to another broker on this root (or left it again)
-            self._publish_will(client_id, username, will)
+            self._publishing.publish_will(client_id, username, will)
             if ours:
                 assert record is not None
                 sent = record
@@ -853,26 +847,6 @@ class Broker:
         if delayed is not None:
             delayed[0].cancel()
 
-    def _publish_will(self, client_id: str, username: str | None, will: Will) -> None:
-        log.info("client %s: sending its will to %s", client_id, will.topic)
-        publish = Publish(
-            will.topic,
-            will.payload,
-            will.qos,
-            will.retain,
-            False,
-            None,
-            will.properties.without(PropertyId.WILL_DELAY_INTERVAL),
-        )
-        if not self._may_publish(username, client_id, will.topic):
-            return
-        self._durable_routes.recheck()  # a timer, not a read: look at the disk again
-        if self._needs_disk(client_id, publish, persistent=False):
-            written = self._pool.submit(self._write, client_id, publish)
-            written.add_done_callback(partial(_tell_will_lost, client_id, will.topic))
-        # At once, whatever the disk does: a Will reaches whom it can (see _tell_will_lost).
-        self._route_memory(client_id, publish)
-
     @staticmethod
     def _cancel(handles: dict[str, asyncio.TimerHandle], client_id: str) -> None:
         handle = handles.pop(client_id, None)
@@ -890,355 +864,6 @@ class Broker:
             session.expiry = min(asked, self.limits.max_session_expiry)
         self.closed(client.link, f"DISCONNECT, reason {packet.reason:#04x}")
         client.link.close()
-
-    # -- PUBLISH from a client -------------------------------------------------------------------
-
-    def _publish(self, client: Client, session: Session, packet: Publish) -> None:
-        if not packet.topic:
-            raise ProtocolError("PUBLISH without a topic name (MQTT 5.0 §3.3.2.1)")
-        qos, packet_id = packet.qos, packet.packet_id
-        if qos == 2 and packet_id in session.awaiting_release:
-            self._send(client, Pubrec(packet_id))  # a repeat: answered again, never routed twice
-            return
-        if not self._may_publish(session.username, session.client_id, packet.topic):
-            self._refuse_publish(client, session, packet)
-            return
-        disk = self._needs_disk(session.client_id, packet, persistent=session.persistent)
-        if client.tail is not None or client.jobs or disk:
-            self._publish_later(client, session, packet, disk)
-        else:
-            self._publish_now(client, session, packet)
-
-    def _publish_now(self, client: Client, session: Session, packet: Publish) -> None:
-        qos = packet.qos
-        if qos == 2:
-            assert packet.packet_id is not None
-            session.hold_for_release(packet.packet_id, packet)
-            self._acknowledge(client, Pubrec, packet.packet_id)
-            return
-        self._route_memory(session.client_id, packet)
-        if qos == 1:
-            assert packet.packet_id is not None
-            self._acknowledge(client, Puback, packet.packet_id)
-
-    def _publish_later(self, client: Client, session: Session, packet: Publish, disk: bool) -> None:
-        client_id = session.client_id
-        packet_id = packet.packet_id
-        if not disk:
-            client.jobs.append(Job(None, lambda _: self._publish_now(client, session, packet)))
-            return
-        if packet.qos == 2 and not packet.retain:
-            assert packet_id is not None
-
-            def stored(result: object) -> None:
-                if isinstance(result, BoxMQError):
-                    self._send_error(client, Pubrec(packet_id), result)
-                    return
-                session.hold_for_release(packet_id, packet, stored=True)
-                self._acknowledge(client, Pubrec, packet_id)
-
-            client.jobs.append(Job(lambda: self._assure(client_id, packet), stored))
-            return
-        if packet.qos == 2 and not session.persistent:
-            # Retained QoS 2 is written at PUBREL: the retained store has no working/ step.
-            client.jobs.append(Job(None, lambda _: self._publish_now(client, session, packet)))
-            return
-        if packet.qos == 2:
-            # A persistent publisher expects what got PUBREC to survive a restart, and the
-            # retained store has no working/ step: so it is published now, before PUBREC (the
-            # "deliver on PUBLISH" way MQTT allows), and PUBREL only completes the exchange.
-            assert packet_id is not None
-
-            def published(result: object) -> None:
-                if isinstance(result, BoxMQError):
-                    self._send_error(client, Pubrec(packet_id), result)
-                    return
-                self._route_memory(client_id, packet)
-                session.hold_for_release(packet_id, None)  # a repeat is answered, not routed
-                self._acknowledge(client, Pubrec, packet_id)
-
-            client.jobs.append(Job(lambda: self._write(client_id, packet), published))
-            return
-
-        def written(result: object) -> None:
-            if isinstance(result, BoxMQError):
-                if packet_id is not None:
-                    self._send_error(client, Puback(packet_id), result)
-                return
-            self._route_memory(client_id, packet)
-            if packet_id is not None:
-                self._send(client, Puback(packet_id))
-
-        # A retained message is written alone: publish_many has no retained store to keep it.
-        batched = None if packet.retain else publication_of(client_id, packet, self.box.side_files)
-        client.jobs.append(Job(lambda: self._write(client_id, packet), written, batched))
-
-    def _send_error(self, client: Client, ack: Puback | Pubrec, error: BoxMQError) -> None:
-        """A negative PUBACK/PUBREC (MQTT 5.0 §3.4.2.1, §3.5.2.1). 3.1.1 has none, and a
-        server must not acknowledge what it did not store: the connection closes, and the
-        client sends the message again once it reconnects (3.1.1 §4.4)."""
-        if not isinstance(error, StoreFailed):  # those are logged once per batch
-            log.warning("PUBLISH refused: %s", error)
-        connection = client.link.connection
-        if connection.version is ProtocolVersion.V5:
-            # §3.1.2.11.7: no Reason String for a client that asked for no problem information
-            why = Properties.build(reason_string=str(error)) if connection.problems else EMPTY
-            self._send(client, type(ack)(ack.packet_id, reason_for(error), why))
-        else:
-            self._kick(client, _R.UNSPECIFIED_ERROR, f"a PUBLISH was not stored: {error}")
-
-    def _refuse_publish(self, client: Client, session: Session, packet: Publish) -> None:
-        """MQTT 5.0 §3.3.4: PUBACK/PUBREC 0x87; 3.1.1 has no way to say no, so it is
-        acknowledged and dropped (as mosquitto does)."""
-        log.info("client %s may not publish to %s", session.client_id, packet.topic)
-        packet_id = packet.packet_id
-        if packet_id is None:
-            return
-        v5 = client.link.connection.version is ProtocolVersion.V5
-        reason = _R.NOT_AUTHORIZED if v5 else _R.SUCCESS
-        if packet.qos == 1:
-            self._send(client, Puback(packet_id, reason))
-        else:
-            if not v5:
-                session.hold_for_release(packet_id, None, refused=True)
-            self._send(client, Pubrec(packet_id, reason))
-
-    def _released(self, client: Client, session: Session, packet_id: int) -> None:
-        """PUBREL: the QoS 2 message goes on to its subscribers, then PUBCOMP."""
-        held = session.release(packet_id)
-        client_id = session.client_id
-        if held is not None and held.refused:
-            self._send(client, Pubcomp(packet_id))
-            return
-        if held is None and not session.persistent:
-            v5 = client.link.connection.version is ProtocolVersion.V5
-            reason = _R.PACKET_IDENTIFIER_NOT_FOUND if v5 else _R.SUCCESS
-            self._send(client, Pubcomp(packet_id, reason))
-            return
-        publish = None if held is None else held.publish
-        on_disk = held is None or held.stored
-        if (
-            not on_disk
-            and publish is not None
-            and not publish.retain
-            and client.tail is None
-            and not client.jobs
-        ):
-            self._route_memory(client_id, publish)
-            self._acknowledge(client, Pubcomp, packet_id)
-            return
-
-        write = (
-            publish is not None
-            and not on_disk
-            and (publish.retain or self._needs_disk(client_id, publish, persistent=False))
-        )
-
-        def work() -> object:
-            if on_disk:
-                return self.box.deliver(
-                    exactly_once_source(client_id), str(packet_id), remember=False, must_exist=True
-                )
-            if write:
-                assert publish is not None
-                self._write(client_id, publish)
-            return True
-
-        def done(result: object) -> None:
-            reason = _R.SUCCESS
-            if isinstance(result, ItemNotFound):  # never stored, expired, or released before
-                log.info("client %s: PUBREL %d names no stored message", client_id, packet_id)
-                v5 = client.link.connection.version is ProtocolVersion.V5
-                reason = _R.PACKET_IDENTIFIER_NOT_FOUND if v5 else _R.SUCCESS
-            elif isinstance(result, StoreFailed):
-                # Still in working/. PUBCOMP has no failure code (MQTT 5.0 §3.7.2.1): close,
-                # so that the client sends PUBREL again when it reconnects (§4.4).
-                self._kick(client, reason_for(result), f"PUBREL {packet_id} failed: {result}")
-                return
-            elif isinstance(result, BoxMQError):
-                log.warning("client %s: PUBREL %d failed: %s", client_id, packet_id, result)
-            if publish is not None:
-                self._route_memory(client_id, publish)
-            self._send(client, Pubcomp(packet_id, reason))
-
-        client.jobs.append(Job(work, done))
-
-    def _may_publish(self, username: str | None, client_id: str, topic: str) -> bool:
-        authorizer = self.settings.authorizer
-        return authorizer is None or authorizer.can_publish(username, client_id, topic)
-
-    def _needs_disk(self, client_id: str, packet: Publish, *, persistent: bool) -> bool:
-        """On the loop thread only: whether `packet` must be written before it is answered."""
-        if packet.retain or (packet.qos == 2 and persistent):
-            return True
-        return self._durable_routes.wanted(packet.topic)
-
-    # -- disk work (run by disk.run_all) ---------------------------------------------------------
-
-    def _write(self, client_id: str, packet: Publish) -> None:
-        """Publish into the Box: retained store and every durable subscription it matches."""
-        expiry = packet.properties.message_expiry_interval
-
-        def publish(properties: dict[str, str]) -> None:
-            self.box.publish(
-                packet.topic,
-                packet.payload,
-                qos=packet.qos,
-                retain=packet.retain,
-                properties=properties,
-                expires_in=expiry or None,
-                source=consumer_name(client_id),
-            )
-
-        room = partial(self.box.topics.topic_room, expires_in=expiry or None, retain=packet.retain)
-        store_with_properties(packet, self.box.side_files, publish, room)
-
-    def _assure(self, client_id: str, packet: Publish) -> object:
-        """Into the exactly-once intake, its Message Expiry Interval counting from now (its
-        copies carry what is left of it, MQTT 5.0 §3.3.2.3.3)."""
-        expiry = packet.properties.message_expiry_interval
-
-        def assured(properties: dict[str, str]) -> bool:
-            return self.box.assured(
-                exactly_once_source(client_id),
-                str(packet.packet_id),
-                packet.payload,
-                topic=packet.topic,
-                properties=properties,
-                expires_in=expiry or None,
-            )
-
-        # The names `assured` checks carry no retain flag (a retained QoS 2 message is
-        # published at once instead: _publish_later).
-        room = partial(self.box.topics.topic_room, expires_in=expiry or None)
-        return store_with_properties(packet, self.box.side_files, assured, room)
-
-    # -- routing to subscribers --------------------------------------------------------------------
-
-    def _route_memory(self, source: str, packet: Publish) -> None:
-        """Copies for the in-memory subscriptions of connected non-persistent sessions."""
-        routes = self._memory.route(packet.topic)
-        if not routes:
-            return
-        props = packet.properties.without(*NOT_FORWARDED)
-        topic, payload, published = packet.topic, packet.payload, packet.qos
-        sessions = self._sessions
-        for subscriber, text, granted in routes:
-            session = sessions.get(subscriber)
-            if session is None:
-                continue
-            options = session.subscriptions.get(text)
-            if options is None or (options.no_local and subscriber == source):
-                continue
-            retain = packet.retain and options.retain_as_published
-            extra = subscription_identifier(options.identifier) if options.identifier else None
-            qos = granted if granted < published else published
-            out = new_publish(
-                topic, payload, qos, retain, False, None, props + extra if extra else props
-            )
-            self._deliver(session, out, None)
-
-    def _deliver(self, session: Session, publish: Publish, token: Token) -> None:
-        try:
-            sent = session.outbox.push(publish, token, self._clock.now())
-        except OverflowError:
-            log.warning(
-                "client %s: queue full, a QoS %d message dropped", session.client_id, publish.qos
-            )
-            if token is not None:
-                token.unlock()
-            return
-        if sent is not None:
-            client = self._links.get(session.client_id)
-            if client is not None and sent.qos == 0 and client.link.congested:
-                session.outbox.dropped += 1  # at most once: a slow reader loses QoS 0, not memory
-            elif client is not None:
-                self._transmit(client, session, [sent])
-
-    def _transmit(self, client: Client, session: Session, packets: list[Publish | Pubrel]) -> None:
-        """Send to the client. A PUBLISH over its Maximum Packet Size is discarded and done with
-        as if the client had acknowledged it (MQTT 5.0 §3.1.2.25): its message is settled, and
-        its slot goes to the next one."""
-        connection = client.link.connection
-        pending = deque(packets)
-        while pending:
-            packet = pending.popleft()
-            if connection.send(packet) or type(packet) is not Publish:
-                continue
-            log.warning(
-                "client %s: a message on %s is larger than its Maximum Packet Size: not sent",
-                session.client_id,
-                packet.topic,
-            )
-            if packet.packet_id is not None:
-                self._settle(session, session.outbox.discard(packet.packet_id), refused=False)
-                pending += (publish for publish, _ in self._ready(session))
-        self._out.dirty.add(client)
-
-    def _ready(self, session: Session) -> list[tuple[Publish, Token]]:
-        """What may leave the session's queue now; those whose Message Expiry Interval ran
-        out while they waited are dropped (MQTT 5.0 §3.3.2.3.3), a stored one unlocked, so
-        its dropbox moves it to expired/."""
-        outbox = session.outbox
-        ready = outbox.ready(self._clock.now())
-        if outbox.lapsed:
-            lapsed, outbox.lapsed = outbox.lapsed, []
-            log.info("client %s: %d queued message(s) expired", session.client_id, len(lapsed))
-            for token in lapsed:
-                if token is not None:
-                    token.unlock()
-        return ready
-
-    def _settle(self, session: Session, message: Token, *, refused: bool) -> None:
-        if message is None:
-            return
-        try:
-            if refused:
-                message.reject()  # MQTT-234: to error/, never to another member
-            else:
-                message.ack()
-        except BoxMQError as error:
-            log.warning("client %s: settling %s: %s", session.client_id, message.id, error)
-
-    def _acked(self, session: Session, packet_id: int, stage: Stage, reason: ReasonCode) -> None:
-        acked = session.outbox.acked(packet_id, stage, reason >= _R.UNSPECIFIED_ERROR)
-        client = self._links.get(session.client_id)
-        if acked.reply is not None and client is not None:
-            self._send(client, acked.reply)
-        if acked.reply is None:
-            self._settle(session, acked.token, refused=acked.refused)
-        ready = self._ready(session)
-        if client is not None:
-            self._transmit(client, session, [publish for publish, _ in ready])
-        else:
-            for _, token in ready:
-                if token is not None:
-                    token.unlock()
-        self._settled[session.client_id] = session  # its freed slots are filled after the read
-
-    def _pump(self, session: Session) -> None:
-        """Take messages out of the session's dropboxes while it has room in flight."""
-        subscribers = self._durable.get(session.client_id)
-        if not subscribers or not session.connected:
-            return
-        outbox = session.outbox
-        for text, subscriber in list(subscribers.items()):
-            options = session.subscriptions.get(text)
-            if options is None:
-                continue
-            while outbox.free > 0:
-                try:
-                    message = subscriber.receive_nowait()
-                except Closed:
-                    break
-                if message is None:
-                    break
-                publish = publish_of(message, options, self._clock.now(), self.box.side_files)
-                if publish.qos == 0:
-                    message.ack()
-                    self._deliver(session, publish, None)
-                else:
-                    self._deliver(session, publish, message)
 
     # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------------------
 
@@ -1366,13 +991,13 @@ class Broker:
                     self.box.topics.send_retained(text, name, qos=qos)
                 return None
 
-            client.jobs.append(Job(write, lambda _: self._pump(session)))
+            client.jobs.append(Job(write, lambda _: self._delivery.pump(session)))
         now = self._clock.now()
         for envelope, body, options in retained:
             if not envelope.expired(now):  # an expired retained message is not sent (§3.3.2.3.3)
                 publish = retained_publish(envelope, body, options, now, self.box.side_files)
-                self._deliver(session, publish, None)
-        self._pump(session)
+                self._delivery.deliver(session, publish, None)
+        self._delivery.pump(session)
         if client.held is not None:
             self.loop.call_soon(self._resume, client)
 
