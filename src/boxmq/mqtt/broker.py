@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import uuid
 from collections import deque
@@ -84,6 +83,7 @@ from boxmq.mqtt.reasons import ReasonCode, reason_for
 from boxmq.mqtt.routes import DurableRoutes, MemoryRoutes
 from boxmq.mqtt.session import NEVER, Session, SubscriptionOptions
 from boxmq.mqtt.session_record import (
+    AwayAtStart,
     DeliveryOptions,
     SessionRecord,
     read_record,
@@ -99,7 +99,7 @@ from boxmq.mqtt.stored import (
     retained_publish,
     storable,
 )
-from boxmq.mqtt.wills import SentWills
+from boxmq.mqtt.wills import Wills, will_delay
 from boxmq.store.commit import FsyncPolicy
 from boxmq.store.process import process_alive, process_token
 
@@ -109,40 +109,6 @@ log = logging.getLogger("boxmq.mqtt")
 
 _LOCK_TIMEOUT: Final = 7 * 24 * 3600.0  # MQTT has no ack timeout: a session holds its locks
 _R = ReasonCode
-
-
-def _will_delay(will: Will, expiry: int) -> int:
-    """Seconds from the close of its connection to a Will: its Will Delay Interval, but no
-    later than the end of the session (MQTT 5.0 §3.1.3.2.2); at once if that ends with it."""
-    delay = will.properties.will_delay_interval or 0
-    return delay if expiry == NEVER else min(delay, expiry)
-
-
-def _same_away(record: SessionRecord | None, scheduled: SessionRecord) -> bool:
-    """Whether `record` is still the session away that `scheduled` was (its Will sent since
-    or not): its client has not come back."""
-    if record is None:
-        return False
-    return replace(record, will=None, will_due=None) == replace(scheduled, will=None, will_due=None)
-
-
-@dataclass(frozen=True, slots=True)
-class _AwayAtStart:
-    """A session found on disk at start whose client is away: `counted` as this broker
-    counts it (since when, when its Will is due), `found` as it was read, which the disk
-    still holds if `counted` could not be written over it. Either on disk means that its
-    client has not come back since: a client's return writes a record of its own."""
-
-    counted: SessionRecord
-    found: SessionRecord
-
-    def still_away(self, current: SessionRecord | None) -> bool:
-        """Whether `current`, the record on disk now, says so (its Will sent since or not)."""
-        return _same_away(current, self.counted) or _same_away(current, self.found)
-
-    def will_unsent(self, current: SessionRecord | None) -> bool:
-        """Whether `current` says so, and that its Will was not sent yet."""
-        return current is not None and current in (self.counted, self.found)
 
 
 @contextlib.contextmanager
@@ -201,9 +167,6 @@ class Broker:
         self._memory = MemoryRoutes()  # non-persistent sessions' plain subscriptions
         self._durable_routes = DurableRoutes(box)
         self._durable: dict[str, dict[str, Subscriber]] = {}  # client id -> filter -> dropbox
-        # Delayed Wills: the timer, and what it runs (a clean start runs it early).
-        self._wills: dict[str, tuple[asyncio.TimerHandle, Callable[[], None]]] = {}
-        self._sent_wills = SentWills(box.root)  # sent from records that still hold them
         self._expiries: dict[str, asyncio.TimerHandle] = {}
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
         self._out = Outgoing()  # the clients to be written at the end of this iteration
@@ -232,6 +195,14 @@ class Broker:
         self._batches = Batches(box, self._pool, self._batch_done)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._token = process_token()  # names this broker in the session records it writes
+        self._wills = Wills(
+            box.root,
+            clock,
+            self._token,
+            self._sessions,
+            self._publishing.publish_will,
+            self._out.flush,
+        )
         # Under fsync=always a client is told of a record (CONNACK, SUBACK) once it is on disk.
         self._flush_records = box.fsync is FsyncPolicy.ALWAYS
         # A record's write that its process did not live to rename leaves a temporary there.
@@ -292,7 +263,7 @@ class Broker:
         log.info("client %s disconnected (%s)", session.client_id, reason)
         will = None if client.clean_exit else session.will
         session.will = None
-        due = None if will is None else self._schedule_will(session, will)
+        due = None if will is None else self._wills.schedule(session, will)
         if session.persistent:
             # A Will waiting out its delay is written down: a restart sends it (resume_expiries).
             record = self._session_record(
@@ -328,7 +299,7 @@ class Broker:
             deadline = connection.deadline()
             if deadline is not None and now > deadline:
                 self._kick(client, _R.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
-        self._sent_wills.retry(now=now)
+        self._wills.retry(now=now)
         self.pump_all()
         self.flush()
 
@@ -500,10 +471,9 @@ class Broker:
             if old_session is not None:
                 old_session.will = None
             self._kick(old_client, _R.SESSION_TAKEN_OVER, "session taken over")
-        delayed_will = self._wills.get(client_id)
-        if clean and delayed_will is not None:
-            delayed_will[1]()  # §3.1.3.2.2: the old session ends now, so its Will goes out
-        self._forget_will_timer(client_id)
+        if clean:  # §3.1.3.2.2: the old session ends now, so its delayed Will goes out
+            self._wills.send_early(client_id)
+        self._wills.forget_timer(client_id)
         self._cancel(self._expiries, client_id)
         session = self._sessions.get(client_id)
         if clean:
@@ -719,7 +689,7 @@ class Broker:
             if away is None:
                 continue
             if away.counted.will_due is not None:
-                self._resume_will(away, now)  # first: a Will due with the end goes before it
+                self._wills.resume(away, now)  # first: a Will due with the end goes before it
             deadline = away.counted.deadline()
             if deadline is None:
                 continue
@@ -730,12 +700,12 @@ class Broker:
                     deadline - now, self._end_if_still_away, away
                 )
 
-    def _away_since_restart(self, record: SessionRecord, now: float) -> _AwayAtStart | None:
+    def _away_since_restart(self, record: SessionRecord, now: float) -> AwayAtStart | None:
         """A session whose client is away; None if its client is connected to another broker
         on this root that still runs, or may run (another host: its own)."""
         holder = record.holder
         if holder is None:
-            return _AwayAtStart(record, record)
+            return AwayAtStart(record, record)
         if holder != self._token and process_alive(holder) is not False:
             return None
         # The broker died with the client connected, so no disconnect was recorded: the network
@@ -743,11 +713,11 @@ class Broker:
         # 5.0 §3.1.2.11). Written, so a second restart does not start the countdown again.
         away = replace(record, holder=None, disconnected_at=now)
         if record.will is not None:  # the connection closed without DISCONNECT: a Will to send
-            away = replace(away, will_due=now + _will_delay(record.will, record.expiry))
+            away = replace(away, will_due=now + will_delay(record.will, record.expiry))
         try:
             write_record(self.box.root, away)
         except OSError as error:
-            # Its end and its Will keep their time here all the same (_AwayAtStart.found);
+            # Its end and its Will keep their time here all the same (AwayAtStart.found);
             # only a restart before they come would count from itself again.
             log.warning(
                 "client %s: the restart's time not written into its session record, which "
@@ -755,9 +725,9 @@ class Broker:
                 record.client_id,
                 error,
             )
-        return _AwayAtStart(away, record)
+        return AwayAtStart(away, record)
 
-    def _end_if_still_away(self, away: _AwayAtStart) -> None:
+    def _end_if_still_away(self, away: AwayAtStart) -> None:
         """The end of a session found on disk at start, unless its client came back (here, or
         to another broker on this root: its record changed)."""
         client_id = away.counted.client_id
@@ -782,70 +752,6 @@ class Broker:
                 self._end_session(session)
 
         self._expiries[client_id] = self.loop.call_later(session.expiry, expire)
-
-    def _resume_will(self, away: _AwayAtStart, now: float) -> None:
-        """At start: a Will that waited out its delay when the broker stopped (or whose
-        connection died with it) goes out when due, at once if that time has passed."""
-        due = away.counted.will_due
-        assert due is not None
-        if due <= now:
-            self._send_will_if_still_away(away)
-        else:
-            send = functools.partial(self._send_will_if_still_away, away)
-            self._delay_will(away.counted.client_id, due - now, send)
-
-    def _send_will_if_still_away(self, away: _AwayAtStart) -> None:
-        """A Will found on disk at start, unless its client came back (here, or to another
-        broker on this root: its record changed), which cancels it (MQTT 5.0 §3.1.3.2.2)."""
-        scheduled = away.counted
-        client_id, will = scheduled.client_id, scheduled.will
-        assert will is not None
-        self._forget_will_timer(client_id)
-        if (
-            client_id in self._sessions
-            or not away.will_unsent(read_record(self.box.root, client_id))
-            or self._sent_wills.already_sent(scheduled)  # its record could not say so
-        ):
-            return
-        self._publishing.publish_will(client_id, scheduled.username, will)
-        self._sent_wills.sent(scheduled, away.will_unsent, now=self._clock.now())
-        self.flush()
-
-    def _schedule_will(self, session: Session, will: Will) -> float | None:
-        """The connection closed without DISCONNECT 0x00: its Will goes out now or after its
-        delay. Returns when (wall clock) if later, None if sent now."""
-        delay = _will_delay(will, session.expiry)
-        client_id, username = session.client_id, session.username
-        if not delay:
-            self._publishing.publish_will(client_id, username, will)
-            return None
-        due = self._clock.now() + delay
-
-        def send() -> None:
-            self._forget_will_timer(client_id)
-            record = read_record(self.box.root, client_id)
-            ours = record is not None and record.holder is None and record.will_due == due
-            if record is not None and not ours and record.holder != self._token:
-                return  # its client came back to another broker on this root (or left it again)
-            self._publishing.publish_will(client_id, username, will)
-            if ours:
-                assert record is not None
-                sent = record
-                self._sent_wills.sent(sent, lambda current: current == sent, now=self._clock.now())
-            self.flush()
-
-        self._delay_will(client_id, delay, send)
-        return due
-
-    def _delay_will(self, client_id: str, delay: float, send: Callable[[], None]) -> None:
-        self._wills[client_id] = (self.loop.call_later(delay, send), send)
-
-    def _forget_will_timer(self, client_id: str) -> None:
-        """No timer for the client's Will any more (it fired, went out early, or was
-        cancelled by the client's return)."""
-        delayed = self._wills.pop(client_id, None)
-        if delayed is not None:
-            delayed[0].cancel()
 
     @staticmethod
     def _cancel(handles: dict[str, asyncio.TimerHandle], client_id: str) -> None:
