@@ -72,7 +72,6 @@ from boxmq.mqtt.packets import (
     Subscribe,
     Unsuback,
     Unsubscribe,
-    Will,
 )
 from boxmq.mqtt.packets import (
     Subscription as SubscribeRequest,
@@ -80,6 +79,7 @@ from boxmq.mqtt.packets import (
 from boxmq.mqtt.properties import EMPTY, Properties
 from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.reasons import ReasonCode, reason_for
+from boxmq.mqtt.recording import Recorder
 from boxmq.mqtt.routes import DurableRoutes, MemoryRoutes
 from boxmq.mqtt.session import NEVER, Session, SubscriptionOptions
 from boxmq.mqtt.session_record import (
@@ -133,10 +133,6 @@ def _refusal_of(error: BoxMQError) -> ReasonCode:
     if isinstance(error, StoreFailed):
         return reason_for(error)
     return _R.TOPIC_FILTER_INVALID if isinstance(error, InvalidArgument) else _R.UNSPECIFIED_ERROR
-
-
-def _nothing(_: object) -> None:
-    """A job's answer when there is none to give."""
 
 
 def _nothing_told() -> None:
@@ -204,7 +200,13 @@ class Broker:
             self._out.flush,
         )
         # Under fsync=always a client is told of a record (CONNACK, SUBACK) once it is on disk.
-        self._flush_records = box.fsync is FsyncPolicy.ALWAYS
+        self._records = Recorder(
+            box.root,
+            self._token,
+            flushed=box.fsync is FsyncPolicy.ALWAYS,
+            out=self._out,
+            batches=self._batches,
+        )
         # A record's write that its process did not live to rename leaves a temporary there.
         box.sweep_temporaries_in(records_folder(box.root))
 
@@ -266,13 +268,13 @@ class Broker:
         due = None if will is None else self._wills.schedule(session, will)
         if session.persistent:
             # A Will waiting out its delay is written down: a restart sends it (resume_expiries).
-            record = self._session_record(
+            record = self._records.record(
                 session,
                 disconnected_at=self._clock.now(),
                 will=None if due is None else will,
                 will_due=due,
             )
-            self._save_session(client, record)
+            self._records.save(client, record)
             self._schedule_expiry(session)
         else:
             self._end_session(session)
@@ -399,7 +401,7 @@ class Broker:
             # Present but expiry 0: a persistent session resumed to end with this connection;
             # its subscriptions are still on disk, so a crash must end it at the restart.
             # Its CONNACK waits for the record (flushed under fsync=always).
-            self._write_session(client, self._session_record(session), _nothing_told, hold=True)
+            self._records.write(client, self._records.record(session), _nothing_told, hold=True)
         connection.keep_alive = keep_alive
         connection.accepted = True
         requested = props.session_expiry_interval or 0
@@ -596,89 +598,6 @@ class Broker:
                     self.box.unsubscribe(text, name)
         self._discard_session_state(client_id)
 
-    def _session_record(
-        self,
-        session: Session,
-        wanted: Iterable[_Wanted] = (),
-        *,
-        disconnected_at: float | None = None,
-        will: Will | None = None,
-        will_due: float | None = None,
-    ) -> SessionRecord:
-        """What a restart needs to end the session on time, to send its messages as they
-        were subscribed (with the subscriptions `wanted` on their way), and to send its Will
-        (session_record.py). Connected: the Will is the connection's; closed
-        (`disconnected_at`), `will` is the one still to be sent, at `will_due`."""
-        options = {
-            text: DeliveryOptions(options.identifier, options.retain_as_published)
-            for text, options in session.subscriptions.items()
-            if options.durable
-        }
-        for one in wanted:
-            if one.options is not None and one.options.durable:
-                options[one.text] = DeliveryOptions(
-                    one.options.identifier, one.options.retain_as_published
-                )
-        return SessionRecord(
-            session.client_id,
-            session.expiry,
-            holder=self._token if disconnected_at is None else None,
-            disconnected_at=disconnected_at,
-            options=options,
-            username=session.username,
-            will=session.will if disconnected_at is None else will,
-            will_due=will_due,
-        )
-
-    def _store_session(self, record: SessionRecord, *, flush: bool) -> None:
-        """A failure costs only what the record is for, so it is logged."""
-        try:
-            write_record(self.box.root, record, flush=flush)
-        except OSError as error:
-            log.warning("client %s: session record not written: %s", record.client_id, error)
-
-    def _save_session(self, client: Client, record: SessionRecord) -> None:
-        """Write `record`, nobody waiting for it (a connection closed): not flushed, but after
-        the records the client's disk work still writes, so that the last one says the last."""
-        if not self._flush_records or (client.tail is None and not client.jobs):
-            self._store_session(record, flush=False)
-            return
-        client.jobs.append(Job(partial(self._store_session, record, flush=False), _nothing))
-        self._batches.start(client)
-
-    def _write_session(
-        self,
-        client: Client,
-        record: SessionRecord | None,
-        told: Callable[[], None],
-        *,
-        hold: bool = False,
-    ) -> None:
-        """Write `record` (a persistent session's; None: none to write), then run `told`,
-        which answers the client: in order with its disk work, and flushed first under
-        fsync=always, since the answer says the session is kept (DESIGN.md §5). `hold`:
-        nothing at all reaches the client before (its CONNACK is waiting in its connection).
-        Under the other policies, written at once on the loop, unflushed, as before."""
-        if not self._flush_records:
-            if record is not None:
-                self._store_session(record, flush=False)
-            told()
-            return
-        if record is None:
-            client.jobs.append(Job(None, lambda _: told()))
-            return
-        if hold:
-            client.holding += 1
-
-        def written(_: object) -> None:
-            if hold:
-                client.holding -= 1
-                self._out.dirty.add(client)
-            told()
-
-        flush = self._flush_records
-        client.jobs.append(Job(partial(self._store_session, record, flush=flush), written))
-
     def resume_expiries(self) -> None:
         """At start: the persistent sessions on disk end when their records say, those whose
         time is up at once. The timers of the process before died with it; without this, a
@@ -797,16 +716,20 @@ class Broker:
             if work is not None:
                 jobs.append(Job(work, partial(self._subscription_made, session, one)))
         answer = partial(self._subscribed, client, session, packet.packet_id, wanted)
-        record = self._session_record(session, wanted) if session.persistent else None
-        if self._flush_records and (jobs or record is not None):
+        record = (
+            self._records.record(session, [(one.text, one.options) for one in wanted])
+            if session.persistent
+            else None
+        )
+        if self._records.flushed and (jobs or record is not None):
             client.jobs += jobs
             self._hold_the_rest(client)
-            self._write_session(client, record, answer)
+            self._records.write(client, record, answer)
             return
         for job in jobs:  # nothing flushed: done at once on the loop, as before
             run_now(job)
         if record is not None:
-            self._store_session(record, flush=False)
+            self._records.store(record, flush=False)
         answer()
 
     def _checked(
@@ -1043,7 +966,7 @@ class Broker:
             reasons.append(_R.SUCCESS if removed else _R.NO_SUBSCRIPTION_EXISTED)
         unsuback = Unsuback(packet.packet_id, tuple(reasons) if v5 else ())
         if session.persistent:
-            record = self._session_record(session)
-            self._write_session(client, record, partial(self._send, client, unsuback))
+            record = self._records.record(session)
+            self._records.write(client, record, partial(self._send, client, unsuback))
         else:
             self._send(client, unsuback)
