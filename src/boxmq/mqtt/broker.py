@@ -29,9 +29,9 @@ import contextlib
 import logging
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Final
 
@@ -52,6 +52,7 @@ from boxmq.mqtt.clients import Client, Link, Outgoing
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job, run_now
 from boxmq.mqtt.errors import ProtocolError
+from boxmq.mqtt.lifetimes import Lifetimes, session_end_step
 from boxmq.mqtt.outbox import Stage
 from boxmq.mqtt.packets import (
     Auth,
@@ -83,14 +84,9 @@ from boxmq.mqtt.recording import Recorder
 from boxmq.mqtt.routes import DurableRoutes, MemoryRoutes
 from boxmq.mqtt.session import NEVER, Session, SubscriptionOptions
 from boxmq.mqtt.session_record import (
-    AwayAtStart,
     DeliveryOptions,
-    SessionRecord,
     read_record,
-    read_records,
     records_folder,
-    remove_record,
-    write_record,
 )
 from boxmq.mqtt.settings import MqttSettings
 from boxmq.mqtt.stored import (
@@ -99,9 +95,9 @@ from boxmq.mqtt.stored import (
     retained_publish,
     storable,
 )
-from boxmq.mqtt.wills import Wills, will_delay
+from boxmq.mqtt.wills import Wills
 from boxmq.store.commit import FsyncPolicy
-from boxmq.store.process import process_alive, process_token
+from boxmq.store.process import process_token
 
 __all__ = ["Broker", "Link"]
 
@@ -109,22 +105,6 @@ log = logging.getLogger("boxmq.mqtt")
 
 _LOCK_TIMEOUT: Final = 7 * 24 * 3600.0  # MQTT has no ack timeout: a session holds its locks
 _R = ReasonCode
-
-
-@contextlib.contextmanager
-def _session_end_step(client_id: str, what: str) -> Iterator[None]:
-    """One step of a session's end on disk. A failure (a full or failing disk) is logged,
-    and the caller goes on with the next step: one thing left on disk keeps none of the
-    others there, nor the session alive in memory, nor the CONNECT that ended it unanswered."""
-    try:
-        yield
-    except OSError as error:
-        log.error(
-            "client %s: its session ended, but %s failed, so that is left on disk: %s",
-            client_id,
-            what,
-            store_failure(error),
-        )
 
 
 def _refusal_of(error: BoxMQError) -> ReasonCode:
@@ -163,7 +143,6 @@ class Broker:
         self._memory = MemoryRoutes()  # non-persistent sessions' plain subscriptions
         self._durable_routes = DurableRoutes(box)
         self._durable: dict[str, dict[str, Subscriber]] = {}  # client id -> filter -> dropbox
-        self._expiries: dict[str, asyncio.TimerHandle] = {}
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
         self._out = Outgoing()  # the clients to be written at the end of this iteration
         self._send = self._out.send
@@ -198,6 +177,15 @@ class Broker:
             self._sessions,
             self._publishing.publish_will,
             self._out.flush,
+        )
+        self._lifetimes = Lifetimes(
+            box,
+            clock,
+            self._token,
+            self._wills,
+            sessions=self._sessions,
+            memory=self._memory,
+            durable=self._durable,
         )
         # Under fsync=always a client is told of a record (CONNACK, SUBACK) once it is on disk.
         self._records = Recorder(
@@ -275,9 +263,9 @@ class Broker:
                 will_due=due,
             )
             self._records.save(client, record)
-            self._schedule_expiry(session)
+            self._lifetimes.schedule_expiry(session)
         else:
-            self._end_session(session)
+            self._lifetimes.end(session)
         self.flush()
 
     def flush(self) -> None:
@@ -304,6 +292,10 @@ class Broker:
         self._wills.retry(now=now)
         self.pump_all()
         self.flush()
+
+    def resume_expiries(self) -> None:
+        """At start: the persistent sessions on disk end when their records say (lifetimes.py)."""
+        self._lifetimes.resume_expiries()
 
     def pump_all(self) -> None:
         for client_id in list(self._durable):
@@ -476,12 +468,12 @@ class Broker:
         if clean:  # §3.1.3.2.2: the old session ends now, so its delayed Will goes out
             self._wills.send_early(client_id)
         self._wills.forget_timer(client_id)
-        self._cancel(self._expiries, client_id)
+        self._lifetimes.cancel_expiry(client_id)
         session = self._sessions.get(client_id)
         if clean:
             if session is not None:
-                self._end_session(session)
-            self._forget_on_disk(client_id)
+                self._lifetimes.end(session)
+            self._lifetimes.forget_on_disk(client_id)
             session = None
         elif session is None:
             session = self._session_from_disk(client_id, expiry)
@@ -532,42 +524,6 @@ class Broker:
         )
         return session
 
-    def _forget_on_disk(self, client_id: str) -> None:
-        """A session this process holds nothing of ended (a clean start, or one found on disk
-        at start whose time ran out): what it left on disk is deleted, its durable
-        subscriptions, its QoS 2 messages awaiting PUBREL and its record."""
-        name = consumer_name(client_id)
-        for text, _ in self.box.topics.subscribed(name):
-            with _session_end_step(client_id, f"deleting its subscription to {text}"):
-                self.box.unsubscribe(text, name)
-        self._discard_session_state(client_id)
-
-    def _discard_session_state(self, client_id: str) -> None:
-        """What a session keeps on disk besides its subscriptions: its QoS 2 messages awaiting
-        PUBREL and its record. Both ways a session ends come here; a clean start of a session
-        held in memory goes both ways, and the second finds nothing left."""
-        self._drop_unreleased(client_id)
-        with _session_end_step(client_id, "deleting its session record"):
-            remove_record(self.box.root, client_id)
-
-    def _drop_unreleased(self, client_id: str) -> None:
-        """The session ended, and its QoS 2 exchanges with it (MQTT 5.0 §3.1.2.4): what it got
-        PUBREC for and never released leaves the intake now, not after its pending_ttl, so
-        its packet ids name new messages (not repeats of the old ones, which would be sent
-        instead) and the old ones stop counting against the client's limits. On the loop,
-        before the next session's first PUBLISH can reach the intake."""
-        try:
-            dropped = self.box.drop_pending(exactly_once_source(client_id))
-        except OSError as error:  # left in working/, to be dropped by age
-            log.warning("client %s: QoS 2 messages awaiting PUBREL kept: %s", client_id, error)
-            return
-        if dropped:
-            log.info(
-                "client %s: %d QoS 2 message(s) awaiting PUBREL discarded with its session",
-                client_id,
-                dropped,
-            )
-
     def _kick(self, client: Client, reason: ReasonCode, why: str) -> None:
         connection = client.link.connection
         if connection.version is ProtocolVersion.V5 and connection.accepted:
@@ -575,108 +531,6 @@ class Broker:
         self.flush()
         self.closed(client.link, why)
         client.link.close()
-
-    # -- sessions ending ---------------------------------------------------------------------------
-
-    def _end_session(self, session: Session) -> None:
-        """The session is over: memory subscriptions dropped, durable ones deleted, share
-        groups left (their messages in flight go to the other members, MQTT-234), QoS 2
-        messages awaiting PUBREL discarded."""
-        client_id = session.client_id
-        self._sessions.pop(client_id, None)
-        self._cancel(self._expiries, client_id)
-        self._memory.remove_subscriber(client_id)
-        session.outbox.clear()
-        name = consumer_name(client_id)
-        for text, subscriber in self._durable.pop(client_id, {}).items():
-            shared = parse_filter(text).shared
-            leaving = f"leaving the share group of {text}" if shared else f"closing {text}"
-            with _session_end_step(client_id, leaving):
-                subscriber.close()
-            if not shared:
-                with _session_end_step(client_id, f"deleting its subscription to {text}"):
-                    self.box.unsubscribe(text, name)
-        self._discard_session_state(client_id)
-
-    def resume_expiries(self) -> None:
-        """At start: the persistent sessions on disk end when their records say, those whose
-        time is up at once. The timers of the process before died with it; without this, a
-        session whose client never returns would collect messages on disk forever."""
-        now = self._clock.now()
-        for found in read_records(self.box.root):
-            away = self._away_since_restart(found, now)
-            if away is None:
-                continue
-            if away.counted.will_due is not None:
-                self._wills.resume(away, now)  # first: a Will due with the end goes before it
-            deadline = away.counted.deadline()
-            if deadline is None:
-                continue
-            if deadline <= now:
-                self._end_if_still_away(away)
-            else:
-                self._expiries[found.client_id] = self.loop.call_later(
-                    deadline - now, self._end_if_still_away, away
-                )
-
-    def _away_since_restart(self, record: SessionRecord, now: float) -> AwayAtStart | None:
-        """A session whose client is away; None if its client is connected to another broker
-        on this root that still runs, or may run (another host: its own)."""
-        holder = record.holder
-        if holder is None:
-            return AwayAtStart(record, record)
-        if holder != self._token and process_alive(holder) is not False:
-            return None
-        # The broker died with the client connected, so no disconnect was recorded: the network
-        # connection closed with it, and the restart is the first moment known after that (MQTT
-        # 5.0 §3.1.2.11). Written, so a second restart does not start the countdown again.
-        away = replace(record, holder=None, disconnected_at=now)
-        if record.will is not None:  # the connection closed without DISCONNECT: a Will to send
-            away = replace(away, will_due=now + will_delay(record.will, record.expiry))
-        try:
-            write_record(self.box.root, away)
-        except OSError as error:
-            # Its end and its Will keep their time here all the same (AwayAtStart.found);
-            # only a restart before they come would count from itself again.
-            log.warning(
-                "client %s: the restart's time not written into its session record, which "
-                "still says it was connected: %s; its session still ends on time",
-                record.client_id,
-                error,
-            )
-        return AwayAtStart(away, record)
-
-    def _end_if_still_away(self, away: AwayAtStart) -> None:
-        """The end of a session found on disk at start, unless its client came back (here, or
-        to another broker on this root: its record changed)."""
-        client_id = away.counted.client_id
-        self._expiries.pop(client_id, None)
-        if client_id in self._sessions or not away.still_away(
-            read_record(self.box.root, client_id)
-        ):
-            return
-        log.info("client %s: session expired (it was on disk at start)", client_id)
-        self._forget_on_disk(client_id)
-
-    def _schedule_expiry(self, session: Session) -> None:
-        if session.expiry == NEVER:
-            return
-        client_id = session.client_id
-
-        def expire() -> None:
-            self._expiries.pop(client_id, None)
-            current = self._sessions.get(client_id)
-            if current is session and not session.connected:
-                log.info("client %s: session expired", client_id)
-                self._end_session(session)
-
-        self._expiries[client_id] = self.loop.call_later(session.expiry, expire)
-
-    @staticmethod
-    def _cancel(handles: dict[str, asyncio.TimerHandle], client_id: str) -> None:
-        handle = handles.pop(client_id, None)
-        if handle is not None:
-            handle.cancel()
 
     def _disconnected(self, client: Client, session: Session, packet: Disconnect) -> None:
         client.clean_exit = packet.reason != _R.DISCONNECT_WITH_WILL_MESSAGE
@@ -785,7 +639,7 @@ class Broker:
         have done (unless a new session of the client has it: the same dropbox)."""
         client_id = session.client_id
         current = self._sessions.get(client_id)
-        with _session_end_step(client_id, f"deleting its subscription to {text}"):
+        with session_end_step(client_id, f"deleting its subscription to {text}"):
             subscriber.close()
             if not parse_filter(text).shared and (
                 current is None or text not in current.subscriptions
