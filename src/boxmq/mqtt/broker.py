@@ -11,48 +11,45 @@ Where messages live (DESIGN.md §2, "persistence follows the subscriber"):
   PUBREL -> target/ -> PUBCOMP) when the message must be on disk (a persistent publisher or a
   durable subscriber); otherwise the packet id is remembered in the session until PUBREL.
 
+This module is the coordinator: connections (accepted, read, closed), the dispatch of a
+client's packets, CONNECT (session takeover and resumption) and DISCONNECT, and the timer. It
+owns the registries (sessions, connected clients, memory and durable subscriptions) and hands
+them to the parts that do the work, each in its own module: `clients` (what is written to a
+client), `batches` (its disk work), `publishing` (PUBLISH, PUBREL, Wills published),
+`delivery` (to subscribers, acks), `subscribing` (SUBSCRIBE, UNSUBSCRIBE, durable
+subscriptions), `recording` (session records), `lifetimes` (sessions' ends), `wills` (delayed
+Wills).
+
 Invariants:
 - File work for a client's PUBLISHes runs as one batch per read (`disk.run_all`: a flush never
   blocks the loop), and a client's batches run in order: its acknowledgements and its messages
-  keep their order.
+  keep their order (batches.py).
 - Under fsync=always, the records an answer stands for (a persistent session's before its
   CONNACK, a subscription's before its SUBACK) are flushed first, by a worker thread: the
-  answer waits (`_write_session`), and so do the client's packets behind a SUBSCRIBE
-  (`Client.held`). Under the other policies they are written at once on the loop.
+  answer waits (`Recorder.write`), and so do the client's packets behind a SUBSCRIBE
+  (`Client.held`, handled by `_resume`). Under the other policies they are written at once on
+  the loop.
 - Only this module maps sessions to connections; `Link` is all it knows of a socket.
+- A PUBLISH and a PUBACK cost no call more than before the split: `_publish` and `_acked` are
+  the bound methods of Publishing and Delivery.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import uuid
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from functools import partial
-from typing import Final
 
 from boxmq.client.box import Box
 from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
-from boxmq.core import QoS, Subscription, parse_filter
-from boxmq.errors import (
-    BoxMQError,
-    InvalidArgument,
-    ProtocolViolation,
-    StoreFailed,
-    store_failure,
-)
-from boxmq.model import ConsumerId, Envelope
+from boxmq.errors import ProtocolViolation
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client, Link, Outgoing
 from boxmq.mqtt.delivery import Delivery
-from boxmq.mqtt.disk import Job, run_now
 from boxmq.mqtt.errors import ProtocolError
-from boxmq.mqtt.lifetimes import Lifetimes, session_end_step
+from boxmq.mqtt.lifetimes import Lifetimes
 from boxmq.mqtt.outbox import Stage
 from boxmq.mqtt.packets import (
     Auth,
@@ -68,14 +65,8 @@ from boxmq.mqtt.packets import (
     Publish,
     Pubrec,
     Pubrel,
-    RetainHandling,
-    Suback,
     Subscribe,
-    Unsuback,
     Unsubscribe,
-)
-from boxmq.mqtt.packets import (
-    Subscription as SubscribeRequest,
 )
 from boxmq.mqtt.properties import EMPTY, Properties
 from boxmq.mqtt.publishing import Publishing
@@ -92,9 +83,9 @@ from boxmq.mqtt.settings import MqttSettings
 from boxmq.mqtt.stored import (
     consumer_name,
     exactly_once_source,
-    retained_publish,
     storable,
 )
+from boxmq.mqtt.subscribing import Subscribing
 from boxmq.mqtt.wills import Wills
 from boxmq.store.commit import FsyncPolicy
 from boxmq.store.process import process_token
@@ -103,35 +94,17 @@ __all__ = ["Broker", "Link"]
 
 log = logging.getLogger("boxmq.mqtt")
 
-_LOCK_TIMEOUT: Final = 7 * 24 * 3600.0  # MQTT has no ack timeout: a session holds its locks
 _R = ReasonCode
-
-
-def _refusal_of(error: BoxMQError) -> ReasonCode:
-    """A SUBACK's reason for a subscription that could not be made: as a PUBACK's for the
-    disk (0x97 full, 0x80 otherwise), 0x8F for a filter the store cannot name."""
-    if isinstance(error, StoreFailed):
-        return reason_for(error)
-    return _R.TOPIC_FILTER_INVALID if isinstance(error, InvalidArgument) else _R.UNSPECIFIED_ERROR
 
 
 def _nothing_told() -> None:
     """What a CONNECT's record job tells: nothing, CONNACK is in the connection already."""
 
 
-@dataclass(eq=False, slots=True)
-class _Wanted:
-    """One filter of a SUBSCRIBE on its way to its SUBACK (its disk work may still change
-    it, hence not frozen): `options` None if it is refused, for `reason`."""
-
-    text: str
-    reason: ReasonCode  # the QoS granted, or why not
-    options: SubscriptionOptions | None = None
-    existed: bool = False  # the session had it already (Retain Handling 1)
-    shared: bool = False
-
-
 class Broker:
+    """What server.py drives: `opened`, `received`, `closed`, `flush`, `tick`, `pump_all`,
+    `resume_expiries` (at start) and `close` (at shutdown)."""
+
     def __init__(self, box: Box, settings: MqttSettings, clock: Clock) -> None:
         self.box = box
         self.settings = settings
@@ -146,7 +119,6 @@ class Broker:
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
         self._out = Outgoing()  # the clients to be written at the end of this iteration
         self._send = self._out.send
-        self._acknowledge = self._out.acknowledge
         self._delivery = Delivery(
             box,
             clock,
@@ -168,7 +140,6 @@ class Broker:
         )
         self._publish = self._publishing.publish  # per PUBLISH, likewise
         self._batches = Batches(box, self._pool, self._batch_done)
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._token = process_token()  # names this broker in the session records it writes
         self._wills = Wills(
             box.root,
@@ -195,14 +166,21 @@ class Broker:
             out=self._out,
             batches=self._batches,
         )
+        self._subscribing = Subscribing(
+            box,
+            settings,
+            clock,
+            self._out,
+            self._delivery,
+            self._records,
+            sessions=self._sessions,
+            memory=self._memory,
+            durable=self._durable,
+            kick=self._kick,
+            resume=self._resume,
+        )
         # A record's write that its process did not live to rename leaves a temporary there.
         box.sweep_temporaries_in(records_folder(box.root))
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        return self._loop
 
     # -- connections -------------------------------------------------------------------------------
 
@@ -226,8 +204,8 @@ class Broker:
             client.held.extend(packets)
             return
         self._durable_routes.recheck()
-        # A SUBSCRIBE that waits for the disk takes the rest (_hold_the_rest): no packet pays
-        # for a check.
+        # A SUBSCRIBE that waits for the disk takes the rest (subscribing.hold_the_rest): no
+        # packet pays for a check.
         client.reading = iter(packets)
         try:
             for packet in client.reading:
@@ -345,10 +323,10 @@ class Broker:
             self._publishing.released(client, session, packet.packet_id)
         elif kind is Subscribe:
             assert isinstance(packet, Subscribe)
-            self._subscribe(client, session, packet)
+            self._subscribing.subscribe(client, session, packet)
         elif kind is Unsubscribe:
             assert isinstance(packet, Unsubscribe)
-            self._unsubscribe(client, session, packet)
+            self._subscribing.unsubscribe(client, session, packet)
         elif kind is Pingreq:
             self._send(client, Pingresp())
         elif kind is Disconnect:
@@ -515,7 +493,7 @@ class Broker:
                 identifier=delivery.identifier,
             )
             session.subscriptions[text] = options
-            self._attach(session, text, options)
+            self._subscribing.attach(session, text, options)
         log.info(
             "client %s: session found on disk (%d subscription(s), %d QoS 2 awaiting PUBREL)",
             client_id,
@@ -544,160 +522,6 @@ class Broker:
         self.closed(client.link, f"DISCONNECT, reason {packet.reason:#04x}")
         client.link.close()
 
-    # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------------------
-
-    def _subscribe(self, client: Client, session: Session, packet: Subscribe) -> None:
-        """Each filter checked here; a durable one (persistent session, share group) is then
-        registered on disk. Under fsync=always its records are flushed (store/records.py),
-        so by a worker, and SUBACK goes once every one is done and the session's record
-        written: the client's later packets wait for it (`Client.held`), so they find the
-        subscriptions in place as if they had been made at once. Under the other policies
-        nothing is flushed, and all is done at once on the loop."""
-        identifiers = packet.properties.subscription_identifiers
-        identifier = identifiers[0] if identifiers else None
-        wanted: list[_Wanted] = []
-        for request in packet.subscriptions:
-            wanted.append(self._checked(session, request, identifier))
-        jobs = []
-        for one in wanted:
-            if one.options is None:
-                continue
-            try:
-                work = self._begin_subscription(session, one.text, one.options)
-            except OSError as error:  # the old subscription it replaces could not be deleted
-                self._subscription_made(session, one, store_failure(error))
-                continue
-            if work is not None:
-                jobs.append(Job(work, partial(self._subscription_made, session, one)))
-        answer = partial(self._subscribed, client, session, packet.packet_id, wanted)
-        record = (
-            self._records.record(session, [(one.text, one.options) for one in wanted])
-            if session.persistent
-            else None
-        )
-        if self._records.flushed and (jobs or record is not None):
-            client.jobs += jobs
-            self._hold_the_rest(client)
-            self._records.write(client, record, answer)
-            return
-        for job in jobs:  # nothing flushed: done at once on the loop, as before
-            run_now(job)
-        if record is not None:
-            self._records.store(record, flush=False)
-        answer()
-
-    def _checked(
-        self, session: Session, request: SubscribeRequest, identifier: int | None
-    ) -> _Wanted:
-        """One filter of a SUBSCRIBE, with its options if it may be subscribed to, or the
-        reason it may not."""
-        text = request.topic_filter
-        try:
-            parsed = parse_filter(text)
-        except InvalidArgument:
-            return _Wanted(text, _R.TOPIC_FILTER_INVALID)
-        if parsed.shared and request.no_local:
-            raise ProtocolError(f"{text}: No Local on a shared subscription (§3.8.3.1)")
-        authorizer = self.settings.authorizer
-        if authorizer is not None and not authorizer.can_subscribe(
-            session.username, session.client_id, text
-        ):
-            log.info("client %s may not subscribe to %s", session.client_id, text)
-            return _Wanted(text, _R.NOT_AUTHORIZED)
-        options = SubscriptionOptions(
-            qos=request.qos,
-            durable=parsed.shared or session.persistent,
-            no_local=request.no_local,
-            retain_as_published=request.retain_as_published,
-            retain_handling=request.retain_handling,
-            identifier=identifier,
-        )
-        return _Wanted(
-            text, ReasonCode(request.qos), options, text in session.subscriptions, parsed.shared
-        )
-
-    def _subscription_made(self, session: Session, wanted: _Wanted, result: object) -> None:
-        """On the loop, once the disk work of one filter is done: the subscription is the
-        session's now, or the SUBACK says why not."""
-        client_id = session.client_id
-        if isinstance(result, BoxMQError):
-            log.warning("client %s: subscribing to %s: %s", client_id, wanted.text, result)
-            wanted.reason, wanted.options = _refusal_of(result), None
-            return
-        assert wanted.options is not None
-        subscriber = result if isinstance(result, Subscriber) else None
-        if self._sessions.get(client_id) is not session:  # it ended while the disk worked
-            if subscriber is not None:
-                self._drop_late(session, wanted.text, subscriber)
-            return
-        session.subscriptions[wanted.text] = wanted.options
-        if subscriber is not None:
-            self._durable.setdefault(client_id, {})[wanted.text] = subscriber
-
-    def _drop_late(self, session: Session, text: str, subscriber: Subscriber) -> None:
-        """A subscription made for a session that ended meanwhile is undone, as its end would
-        have done (unless a new session of the client has it: the same dropbox)."""
-        client_id = session.client_id
-        current = self._sessions.get(client_id)
-        with session_end_step(client_id, f"deleting its subscription to {text}"):
-            subscriber.close()
-            if not parse_filter(text).shared and (
-                current is None or text not in current.subscriptions
-            ):
-                self.box.unsubscribe(text, consumer_name(client_id))
-
-    def _subscribed(
-        self, client: Client, session: Session, packet_id: int, wanted: list[_Wanted]
-    ) -> None:
-        """SUBACK, then the retained messages the new subscriptions get (MQTT 5.0 §3.3.1.3),
-        then the packets the client sent meanwhile."""
-        reasons = [one.reason for one in wanted]
-        if client.link.connection.version is not ProtocolVersion.V5:
-            reasons = [r if r < _R.UNSPECIFIED_ERROR else _R.UNSPECIFIED_ERROR for r in reasons]
-        self._send(client, Suback(packet_id, tuple(reasons)))
-        on_disk: list[tuple[str, int]] = []  # (filter, QoS) of a persistent session's
-        retained: list[tuple[Envelope, bytes, SubscriptionOptions]] = []  # sent from memory
-        for one in wanted:
-            options = one.options
-            if options is None or one.shared or not self._retained_due(options, one.existed):
-                continue
-            if options.durable:  # written into its dropbox: kept until acknowledged
-                on_disk.append((one.text, options.qos))
-                continue
-            matching = self.box.topics.retained_matching(one.text)
-            retained += [(env, body, options) for env, body in matching]
-        if on_disk:
-            name = consumer_name(session.client_id)
-
-            def write() -> object:
-                for text, qos in on_disk:
-                    self.box.topics.send_retained(text, name, qos=qos)
-                return None
-
-            client.jobs.append(Job(write, lambda _: self._delivery.pump(session)))
-        now = self._clock.now()
-        for envelope, body, options in retained:
-            if not envelope.expired(now):  # an expired retained message is not sent (§3.3.2.3.3)
-                publish = retained_publish(envelope, body, options, now, self.box.side_files)
-                self._delivery.deliver(session, publish, None)
-        self._delivery.pump(session)
-        if client.held is not None:
-            self.loop.call_soon(self._resume, client)
-
-    @staticmethod
-    def _retained_due(options: SubscriptionOptions, existed: bool) -> bool:
-        handling = options.retain_handling
-        return handling is RetainHandling.SEND_ON_SUBSCRIBE or (
-            handling is RetainHandling.SEND_IF_NEW_SUBSCRIPTION and not existed
-        )
-
-    @staticmethod
-    def _hold_the_rest(client: Client) -> None:
-        """The client's packets after this one wait (`_resume`): the rest of this read, and
-        the reads to come, which are not even made until then."""
-        client.held = deque(client.reading or ())  # the read's loop finds nothing left
-        client.link.pause_reading()
-
     def _resume(self, client: Client) -> None:
         """The packets a SUBSCRIBE held back are handled, now that it is answered."""
         held, client.held = client.held, None
@@ -710,117 +534,3 @@ class Broker:
         except ProtocolViolation as error:  # as the server does for a read (server.py)
             log.info("%s: closing: %s", client.link.peer, error)
             self._kick(client, reason_for(error), f"protocol error: {error}")
-
-    def _begin_subscription(
-        self, session: Session, text: str, options: SubscriptionOptions
-    ) -> Callable[[], object] | None:
-        """On the loop: what subscribing `session` to `text` takes. Done here if it is in
-        memory only; otherwise the disk work for a worker, returning the new Subscriber (or
-        None: the one open stays), made the session's by `_subscription_made`."""
-        client_id = session.client_id
-        old = session.subscriptions.get(text)
-        if old is not None and old.durable != options.durable:
-            self._remove_subscription(session, text)
-            old = None
-        if not options.durable:
-            session.subscriptions[text] = options
-            self._memory.subscribe(
-                Subscription(
-                    ConsumerId(client_id),
-                    parse_filter(text),
-                    QoS(options.qos),
-                    False,
-                    options.no_local,
-                )
-            )
-            return None
-        if text not in self._durable.get(client_id, {}):
-            return partial(self._open_durable, session, text, options)
-        if old is None or (old.qos, old.no_local) != (options.qos, options.no_local):
-            # Replaced in place: what it holds in flight stays its own (MQTT-3.8.4-3).
-            return partial(
-                self.box.topics.resubscribe,
-                text,
-                consumer_name(client_id),
-                qos=options.qos,
-                no_local=options.no_local,
-                process_bound=not session.persistent,
-            )
-        return lambda: None
-
-    def _attach(self, session: Session, text: str, options: SubscriptionOptions) -> None:
-        """On the loop (a session found on disk: its records are there already)."""
-        subscriber = self._open_durable(session, text, options)
-        self._durable.setdefault(session.client_id, {})[text] = subscriber
-
-    def _open_durable(
-        self, session: Session, text: str, options: SubscriptionOptions
-    ) -> Subscriber:
-        return self.box.subscribe(
-            text,
-            consumer_name(session.client_id),
-            qos=options.qos,
-            durable=True,
-            max_in_flight=max(1, session.outbox.window),
-            lock_timeout=_LOCK_TIMEOUT,
-            no_local=options.no_local,
-            send_retained=False,
-            process_bound=not session.persistent,  # a persistent member outlives a restart
-        )
-
-    def _remove_subscription(self, session: Session, text: str) -> bool:
-        options = session.subscriptions.pop(text, None)
-        if options is None:
-            return False
-        client_id = session.client_id
-        if options.durable:
-            subscriber = self._durable.get(client_id, {}).pop(text, None)
-            try:
-                if subscriber is not None:
-                    subscriber.close()
-                if not parse_filter(text).shared:
-                    self.box.unsubscribe(text, consumer_name(client_id))
-            except OSError:
-                # Still on disk: the session's again, open again (nothing to write: its
-                # record is there), so that its messages still come and an UNSUBSCRIBE sent
-                # again tries again.
-                session.subscriptions[text] = options
-                with contextlib.suppress(BoxMQError, OSError):
-                    self._attach(session, text, options)
-                raise
-        else:
-            self._memory.unsubscribe(client_id, parse_filter(text))
-        return True
-
-    def _unsubscribe(self, client: Client, session: Session, packet: Unsubscribe) -> None:
-        """UNSUBACK once the session's record says so. A subscription the disk refuses to
-        delete (EIO, EROFS, ...) is said so: v5 with its reason (0x80, 0x97 for a full disk,
-        as a PUBACK would), and 3.1.1, whose UNSUBACK has no failure, by closing the
-        connection, as for a PUBLISH not stored."""
-        v5 = client.link.connection.version is ProtocolVersion.V5
-        reasons = []
-        for text in packet.topic_filters:
-            try:
-                removed = self._remove_subscription(session, text)
-            except InvalidArgument:
-                removed = False
-            except OSError as error:
-                failure = store_failure(error)
-                log.error(
-                    "client %s: unsubscribing from %s failed, the subscription stays: %s",
-                    session.client_id,
-                    text,
-                    failure,
-                )
-                if not v5:
-                    self._kick(client, _R.UNSPECIFIED_ERROR, f"an UNSUBSCRIBE failed: {failure}")
-                    return
-                reasons.append(reason_for(failure))
-                continue
-            reasons.append(_R.SUCCESS if removed else _R.NO_SUBSCRIPTION_EXISTED)
-        unsuback = Unsuback(packet.packet_id, tuple(reasons) if v5 else ())
-        if session.persistent:
-            record = self._records.record(session)
-            self._records.write(client, record, partial(self._send, client, unsuback))
-        else:
-            self._send(client, unsuback)

@@ -8,7 +8,7 @@ client's connection (sans-IO), and the client is marked to be written.
 Invariants:
 - The reads that came together (a publisher's PUBLISHes, its subscribers' acks) leave with one
   write per connection, at the end of the loop iteration (`flush_soon`).
-- A client `holding` records (fsync=always, broker.py) is written nothing until they are on
+- A client `holding` records (fsync=always, recording.py) is written nothing until they are on
   disk: it stays marked, and the write that follows sends it all, CONNACK first.
 """
 
@@ -93,7 +93,7 @@ class Outgoing:
         dirty, self.dirty = self.dirty, set()
         for client in dirty:
             if client.holding:
-                self.dirty.add(client)  # sent once its records are on disk (_write_session)
+                self.dirty.add(client)  # sent once its records are on disk (Recorder.write)
             else:
                 client.link.flush()
 
