@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.disk import Job
 from boxmq.mqtt.packets import Packet, Puback, Pubcomp, Pubrec
+from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.session import Session
 
-__all__ = ["Client", "Link", "Outgoing", "name_of"]
+__all__ = ["Client", "Kick", "Link", "Outgoing", "name_of"]
 
 
 class Link(Protocol):
@@ -62,6 +63,10 @@ class Client:
     # Packets read while its SUBSCRIBE waits for the disk: handled after it, in order.
     held: deque[Packet] | None = None
     reading: Iterator[Packet] | None = None  # the packets of the read being handled
+
+
+Kick = Callable[[Client, ReasonCode, str], None]
+"""Close a client's connection, telling it why (v5): the broker's `_kick`."""
 
 
 def name_of(client: Client) -> str:

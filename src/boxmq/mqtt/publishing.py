@@ -18,13 +18,12 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from functools import partial
 
 from boxmq.client.box import Box
 from boxmq.errors import BoxMQError, ItemNotFound, StoreFailed, store_failure
-from boxmq.mqtt.clients import Client, Outgoing
+from boxmq.mqtt.clients import Client, Kick, Outgoing
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job
 from boxmq.mqtt.errors import ProtocolError
@@ -46,9 +45,6 @@ __all__ = ["Publishing"]
 log = logging.getLogger("boxmq.mqtt")
 
 _R = ReasonCode
-
-Kick = Callable[[Client, ReasonCode, str], None]
-"""Close a client's connection, telling it why (v5): the broker's."""
 
 
 def _tell_will_lost(client_id: str, topic: str, written: Future[None]) -> None:
@@ -270,6 +266,26 @@ class Publishing:
             return True
         return self._durable_routes.wanted(packet.topic)
 
+    def publish_will(self, client_id: str, username: str | None, will: Will) -> None:
+        log.info("client %s: sending its will to %s", client_id, will.topic)
+        publish = Publish(
+            will.topic,
+            will.payload,
+            will.qos,
+            will.retain,
+            False,
+            None,
+            will.properties.without(PropertyId.WILL_DELAY_INTERVAL),
+        )
+        if not self._may_publish(username, client_id, will.topic):
+            return
+        self._durable_routes.recheck()  # a timer, not a read: look at the disk again
+        if self._needs_disk(client_id, publish, persistent=False):
+            written = self._pool.submit(self.write, client_id, publish)
+            written.add_done_callback(partial(_tell_will_lost, client_id, will.topic))
+        # At once, whatever the disk does: a Will reaches whom it can (see _tell_will_lost).
+        self._route_memory(client_id, publish)
+
     # -- disk work (run by disk.run_all) ---------------------------------------------------------
 
     def write(self, client_id: str, packet: Publish) -> None:
@@ -309,23 +325,3 @@ class Publishing:
         # published at once instead: _publish_later).
         room = partial(self._box.topics.topic_room, expires_in=expiry or None)
         return store_with_properties(packet, self._box.side_files, assured, room)
-
-    def publish_will(self, client_id: str, username: str | None, will: Will) -> None:
-        log.info("client %s: sending its will to %s", client_id, will.topic)
-        publish = Publish(
-            will.topic,
-            will.payload,
-            will.qos,
-            will.retain,
-            False,
-            None,
-            will.properties.without(PropertyId.WILL_DELAY_INTERVAL),
-        )
-        if not self._may_publish(username, client_id, will.topic):
-            return
-        self._durable_routes.recheck()  # a timer, not a read: look at the disk again
-        if self._needs_disk(client_id, publish, persistent=False):
-            written = self._pool.submit(self.write, client_id, publish)
-            written.add_done_callback(partial(_tell_will_lost, client_id, will.topic))
-        # At once, whatever the disk does: a Will reaches whom it can (see _tell_will_lost).
-        self._route_memory(client_id, publish)

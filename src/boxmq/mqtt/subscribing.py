@@ -33,7 +33,7 @@ from boxmq.clock import Clock
 from boxmq.core import QoS, Subscription, parse_filter
 from boxmq.errors import BoxMQError, InvalidArgument, StoreFailed, store_failure
 from boxmq.model import ConsumerId, Envelope
-from boxmq.mqtt.clients import Client, Outgoing
+from boxmq.mqtt.clients import Client, Kick, Outgoing
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job, run_now
 from boxmq.mqtt.errors import ProtocolError
@@ -49,7 +49,6 @@ from boxmq.mqtt.packets import (
 from boxmq.mqtt.packets import (
     Subscription as SubscribeRequest,
 )
-from boxmq.mqtt.publishing import Kick
 from boxmq.mqtt.reasons import ReasonCode, reason_for
 from boxmq.mqtt.recording import Recorder
 from boxmq.mqtt.routes import MemoryRoutes
@@ -86,8 +85,8 @@ class _Wanted:
 
 
 def hold_the_rest(client: Client) -> None:
-    """The client's packets after this one wait (the broker's `_resume`): the rest of this read, and
-    the reads to come, which are not even made until then."""
+    """The client's packets after this one wait (the broker's `_resume`): the rest of this
+    read, and the reads to come, which are not even made until then."""
     client.held = deque(client.reading or ())  # the read's loop finds nothing left
     client.link.pause_reading()
 
