@@ -59,7 +59,6 @@ class Delivery:
         self._box = box
         self._clock = clock
         self._out = out
-        self._send = out.send
         self._sessions = sessions
         self._links = links
         self._memory = memory
@@ -162,7 +161,7 @@ class Delivery:
         acked = session.outbox.acked(packet_id, stage, reason >= _R.UNSPECIFIED_ERROR)
         client = self._links.get(session.client_id)
         if acked.reply is not None and client is not None:
-            self._send(client, acked.reply)
+            self._out.send(client, acked.reply)
         if acked.reply is None:
             self._settle(session, acked.token, refused=acked.refused)
         ready = self._ready(session)

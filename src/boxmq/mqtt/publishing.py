@@ -79,9 +79,8 @@ class Publishing:
     ) -> None:
         self._box = box
         self._settings = settings
-        self._send = out.send
-        self._acknowledge = out.acknowledge
-        self._route_memory = delivery.route_memory
+        self._out = out
+        self._delivery = delivery
         self._durable_routes = durable_routes
         self._pool = pool
         self._kick = kick
@@ -91,7 +90,8 @@ class Publishing:
             raise ProtocolError("PUBLISH without a topic name (MQTT 5.0 §3.3.2.1)")
         qos, packet_id = packet.qos, packet.packet_id
         if qos == 2 and packet_id in session.awaiting_release:
-            self._send(client, Pubrec(packet_id))  # a repeat: answered again, never routed twice
+            # A repeat: answered again, never routed twice.
+            self._out.send(client, Pubrec(packet_id))
             return
         if not self._may_publish(session.username, session.client_id, packet.topic):
             self._refuse_publish(client, session, packet)
@@ -107,12 +107,12 @@ class Publishing:
         if qos == 2:
             assert packet.packet_id is not None
             session.hold_for_release(packet.packet_id, packet)
-            self._acknowledge(client, Pubrec, packet.packet_id)
+            self._out.acknowledge(client, Pubrec, packet.packet_id)
             return
-        self._route_memory(session.client_id, packet)
+        self._delivery.route_memory(session.client_id, packet)
         if qos == 1:
             assert packet.packet_id is not None
-            self._acknowledge(client, Puback, packet.packet_id)
+            self._out.acknowledge(client, Puback, packet.packet_id)
 
     def _publish_later(self, client: Client, session: Session, packet: Publish, disk: bool) -> None:
         client_id = session.client_id
@@ -128,7 +128,7 @@ class Publishing:
                     self._send_error(client, Pubrec(packet_id), result)
                     return
                 session.hold_for_release(packet_id, packet, stored=True)
-                self._acknowledge(client, Pubrec, packet_id)
+                self._out.acknowledge(client, Pubrec, packet_id)
 
             client.jobs.append(Job(lambda: self._assure(client_id, packet), stored))
             return
@@ -146,9 +146,9 @@ class Publishing:
                 if isinstance(result, BoxMQError):
                     self._send_error(client, Pubrec(packet_id), result)
                     return
-                self._route_memory(client_id, packet)
+                self._delivery.route_memory(client_id, packet)
                 session.hold_for_release(packet_id, None)  # a repeat is answered, not routed
-                self._acknowledge(client, Pubrec, packet_id)
+                self._out.acknowledge(client, Pubrec, packet_id)
 
             client.jobs.append(Job(lambda: self.write(client_id, packet), published))
             return
@@ -158,9 +158,9 @@ class Publishing:
                 if packet_id is not None:
                     self._send_error(client, Puback(packet_id), result)
                 return
-            self._route_memory(client_id, packet)
+            self._delivery.route_memory(client_id, packet)
             if packet_id is not None:
-                self._send(client, Puback(packet_id))
+                self._out.send(client, Puback(packet_id))
 
         # A retained message is written alone: publish_many has no retained store to keep it.
         batched = None if packet.retain else publication_of(client_id, packet, self._box.side_files)
@@ -176,7 +176,7 @@ class Publishing:
         if connection.version is ProtocolVersion.V5:
             # §3.1.2.11.7: no Reason String for a client that asked for no problem information
             why = Properties.build(reason_string=str(error)) if connection.problems else EMPTY
-            self._send(client, type(ack)(ack.packet_id, reason_for(error), why))
+            self._out.send(client, type(ack)(ack.packet_id, reason_for(error), why))
         else:
             self._kick(client, _R.UNSPECIFIED_ERROR, f"a PUBLISH was not stored: {error}")
 
@@ -190,23 +190,23 @@ class Publishing:
         v5 = client.link.connection.version is ProtocolVersion.V5
         reason = _R.NOT_AUTHORIZED if v5 else _R.SUCCESS
         if packet.qos == 1:
-            self._send(client, Puback(packet_id, reason))
+            self._out.send(client, Puback(packet_id, reason))
         else:
             if not v5:
                 session.hold_for_release(packet_id, None, refused=True)
-            self._send(client, Pubrec(packet_id, reason))
+            self._out.send(client, Pubrec(packet_id, reason))
 
     def released(self, client: Client, session: Session, packet_id: int) -> None:
         """PUBREL: the QoS 2 message goes on to its subscribers, then PUBCOMP."""
         held = session.release(packet_id)
         client_id = session.client_id
         if held is not None and held.refused:
-            self._send(client, Pubcomp(packet_id))
+            self._out.send(client, Pubcomp(packet_id))
             return
         if held is None and not session.persistent:
             v5 = client.link.connection.version is ProtocolVersion.V5
             reason = _R.PACKET_IDENTIFIER_NOT_FOUND if v5 else _R.SUCCESS
-            self._send(client, Pubcomp(packet_id, reason))
+            self._out.send(client, Pubcomp(packet_id, reason))
             return
         publish = None if held is None else held.publish
         on_disk = held is None or held.stored
@@ -217,8 +217,8 @@ class Publishing:
             and client.tail is None
             and not client.jobs
         ):
-            self._route_memory(client_id, publish)
-            self._acknowledge(client, Pubcomp, packet_id)
+            self._delivery.route_memory(client_id, publish)
+            self._out.acknowledge(client, Pubcomp, packet_id)
             return
 
         write = (
@@ -251,8 +251,8 @@ class Publishing:
             elif isinstance(result, BoxMQError):
                 log.warning("client %s: PUBREL %d failed: %s", client_id, packet_id, result)
             if publish is not None:
-                self._route_memory(client_id, publish)
-            self._send(client, Pubcomp(packet_id, reason))
+                self._delivery.route_memory(client_id, publish)
+            self._out.send(client, Pubcomp(packet_id, reason))
 
         client.jobs.append(Job(work, done))
 
@@ -284,7 +284,7 @@ class Publishing:
             written = self._pool.submit(self.write, client_id, publish)
             written.add_done_callback(partial(_tell_will_lost, client_id, will.topic))
         # At once, whatever the disk does: a Will reaches whom it can (see _tell_will_lost).
-        self._route_memory(client_id, publish)
+        self._delivery.route_memory(client_id, publish)
 
     # -- disk work (run by disk.run_all) ---------------------------------------------------------
 

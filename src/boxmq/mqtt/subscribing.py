@@ -115,7 +115,7 @@ class Subscribing:
         self._box = box
         self._settings = settings
         self._clock = clock
-        self._send = out.send
+        self._out = out
         self._delivery = delivery
         self._records = records
         self._sessions = sessions
@@ -232,7 +232,7 @@ class Subscribing:
         reasons = [one.reason for one in wanted]
         if client.link.connection.version is not ProtocolVersion.V5:
             reasons = [r if r < _R.UNSPECIFIED_ERROR else _R.UNSPECIFIED_ERROR for r in reasons]
-        self._send(client, Suback(packet_id, tuple(reasons)))
+        self._out.send(client, Suback(packet_id, tuple(reasons)))
         on_disk: list[tuple[str, int]] = []  # (filter, QoS) of a persistent session's
         retained: list[tuple[Envelope, bytes, SubscriptionOptions]] = []  # sent from memory
         for one in wanted:
@@ -379,6 +379,6 @@ class Subscribing:
         unsuback = Unsuback(packet.packet_id, tuple(reasons) if v5 else ())
         if session.persistent:
             record = self._records.record(session)
-            self._records.write(client, record, partial(self._send, client, unsuback))
+            self._records.write(client, record, partial(self._out.send, client, unsuback))
         else:
-            self._send(client, unsuback)
+            self._out.send(client, unsuback)
