@@ -105,7 +105,7 @@ class Connection:
         packet = decode(frame, version)
         if frame.kind == _PUBLISH and version is ProtocolVersion.V5:
             # 3.1.1 has no Receive Maximum and no aliases: its clients are slowed by reading
-            # them less (broker.py), never disconnected for having many PUBLISHes in flight.
+            # them less (batches.py), never disconnected for having many PUBLISHes in flight.
             assert isinstance(packet, Publish)
             if packet.qos == 1:
                 self._count_unanswered()

@@ -1,6 +1,6 @@
 """The state of one MQTT session, which can outlive its network connection (MQTT 5.0 §4.1).
 
-Pure values and bookkeeping; the broker (broker.py) does the I/O around it.
+Pure values and bookkeeping; the broker (broker.py and the parts it drives) does the I/O around it.
 
 Invariants:
 - A session is persistent when its Session Expiry Interval is over 0 (a 3.1.1 CleanSession 0

@@ -33,7 +33,7 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from boxmq.errors import ProtocolViolation
@@ -45,6 +45,7 @@ from boxmq.store.names import escape_segment
 from boxmq.store.records import make_folders, replace_file
 
 __all__ = [
+    "AwayAtStart",
     "DeliveryOptions",
     "SessionRecord",
     "read_record",
@@ -80,6 +81,33 @@ class SessionRecord:
         if self.expiry == NEVER or self.disconnected_at is None:
             return None
         return self.disconnected_at + self.expiry
+
+
+def _same_away(record: SessionRecord | None, scheduled: SessionRecord) -> bool:
+    """Whether `record` is still the session away that `scheduled` was (its Will sent since
+    or not): its client has not come back."""
+    if record is None:
+        return False
+    return replace(record, will=None, will_due=None) == replace(scheduled, will=None, will_due=None)
+
+
+@dataclass(frozen=True, slots=True)
+class AwayAtStart:
+    """A session found on disk at start whose client is away: `counted` as this broker
+    counts it (since when, when its Will is due), `found` as it was read, which the disk
+    still holds if `counted` could not be written over it. Either on disk means that its
+    client has not come back since: a client's return writes a record of its own."""
+
+    counted: SessionRecord
+    found: SessionRecord
+
+    def still_away(self, current: SessionRecord | None) -> bool:
+        """Whether `current`, the record on disk now, says so (its Will sent since or not)."""
+        return _same_away(current, self.counted) or _same_away(current, self.found)
+
+    def will_unsent(self, current: SessionRecord | None) -> bool:
+        """Whether `current` says so, and that its Will was not sent yet."""
+        return current is not None and current in (self.counted, self.found)
 
 
 def _to_json(record: SessionRecord) -> dict[str, Any]:

@@ -1,4 +1,9 @@
-"""Wills sent from a session record, and the record that must stop holding them.
+"""Wills: sent at once or after their delay, resumed at start, and the records that held them.
+
+A connection that closes without DISCONNECT 0x00 sends its Will (MQTT 5.0 §3.1.2.5), at once or
+after its Will Delay Interval (§3.1.3.2.2), which `Wills` times; a persistent session's record
+holds a Will waiting out its delay, so a restart of the broker sends it when due (`resume`),
+unless its client came back (here, or to another broker on this root: its record changed).
 
 A Will waiting in a session record (a delay, or a broker that died with its client connected)
 is removed from the record once sent, so that a restart does not send it again. If the disk
@@ -16,15 +21,20 @@ its record is written or no longer holds it.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
 
+from boxmq.clock import Clock
 from boxmq.errors import store_failure
-from boxmq.mqtt.session_record import SessionRecord, read_record, write_record
+from boxmq.mqtt.packets import Will
+from boxmq.mqtt.session import NEVER, Session
+from boxmq.mqtt.session_record import AwayAtStart, SessionRecord, read_record, write_record
 
-__all__ = ["SentWills"]
+__all__ = ["SentWills", "Wills", "will_delay"]
 
 log = logging.getLogger("boxmq.mqtt")
 
@@ -32,6 +42,16 @@ _RETRY_EVERY: Final = 1.0  # seconds between two tries of a refused record
 
 HoldsIt = Callable[[SessionRecord | None], bool]
 """Whether the record on disk now is still the one that holds the Will sent."""
+
+PublishWill = Callable[[str, str | None, Will], None]
+"""Publish a client's Will: (client id, its username, the Will); publishing.py's."""
+
+
+def will_delay(will: Will, expiry: int) -> int:
+    """Seconds from the close of its connection to a Will: its Will Delay Interval, but no
+    later than the end of the session (MQTT 5.0 §3.1.3.2.2); at once if that ends with it."""
+    delay = will.properties.will_delay_interval or 0
+    return delay if expiry == NEVER else min(delay, expiry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,3 +108,101 @@ class SentWills:
 
     def _write(self, record: SessionRecord) -> None:
         write_record(self._root, replace(record, will=None, will_due=None))
+
+
+class Wills:
+    """The Wills waiting out their delay, and what they run when they go out. `sessions` is
+    the broker's (client id -> session), shared; `token` names this broker in the records."""
+
+    def __init__(
+        self,
+        root: str,
+        clock: Clock,
+        token: str,
+        sessions: dict[str, Session],
+        publish_will: PublishWill,
+        flush: Callable[[], None],
+    ) -> None:
+        self._root = root
+        self._clock = clock
+        self._token = token
+        self._sessions = sessions
+        self._publish_will = publish_will
+        self._flush = flush
+        # Delayed Wills: the timer, and what it runs (a clean start runs it early).
+        self._timers: dict[str, tuple[asyncio.TimerHandle, Callable[[], None]]] = {}
+        self._sent = SentWills(root)  # sent from records that still hold them
+
+    def send_early(self, client_id: str) -> None:
+        """The session ends now (a clean start): its delayed Will, if any, goes out now."""
+        delayed = self._timers.get(client_id)
+        if delayed is not None:
+            delayed[1]()
+
+    def retry(self, *, now: float) -> None:
+        """On the broker's timer: the records still holding a Will sent (SentWills)."""
+        self._sent.retry(now=now)
+
+    def resume(self, away: AwayAtStart, now: float) -> None:
+        """At start: a Will that waited out its delay when the broker stopped (or whose
+        connection died with it) goes out when due, at once if that time has passed."""
+        due = away.counted.will_due
+        assert due is not None
+        if due <= now:
+            self._send_if_still_away(away)
+        else:
+            send = functools.partial(self._send_if_still_away, away)
+            self._delay(away.counted.client_id, due - now, send)
+
+    def _send_if_still_away(self, away: AwayAtStart) -> None:
+        """A Will found on disk at start, unless its client came back (here, or to another
+        broker on this root: its record changed), which cancels it (MQTT 5.0 §3.1.3.2.2)."""
+        scheduled = away.counted
+        client_id, will = scheduled.client_id, scheduled.will
+        assert will is not None
+        self.forget_timer(client_id)
+        if (
+            client_id in self._sessions
+            or not away.will_unsent(read_record(self._root, client_id))
+            or self._sent.already_sent(scheduled)  # its record could not say so
+        ):
+            return
+        self._publish_will(client_id, scheduled.username, will)
+        self._sent.sent(scheduled, away.will_unsent, now=self._clock.now())
+        self._flush()
+
+    def schedule(self, session: Session, will: Will) -> float | None:
+        """The connection closed without DISCONNECT 0x00: its Will goes out now or after its
+        delay. Returns when (wall clock) if later, None if sent now."""
+        delay = will_delay(will, session.expiry)
+        client_id, username = session.client_id, session.username
+        if not delay:
+            self._publish_will(client_id, username, will)
+            return None
+        due = self._clock.now() + delay
+
+        def send() -> None:
+            self.forget_timer(client_id)
+            record = read_record(self._root, client_id)
+            ours = record is not None and record.holder is None and record.will_due == due
+            if record is not None and not ours and record.holder != self._token:
+                return  # its client came back to another broker on this root (or left it again)
+            self._publish_will(client_id, username, will)
+            if ours:
+                assert record is not None
+                sent = record
+                self._sent.sent(sent, lambda current: current == sent, now=self._clock.now())
+            self._flush()
+
+        self._delay(client_id, delay, send)
+        return due
+
+    def _delay(self, client_id: str, delay: float, send: Callable[[], None]) -> None:
+        self._timers[client_id] = (asyncio.get_running_loop().call_later(delay, send), send)
+
+    def forget_timer(self, client_id: str) -> None:
+        """No timer for the client's Will any more (it fired, went out early, or was
+        cancelled by the client's return)."""
+        delayed = self._timers.pop(client_id, None)
+        if delayed is not None:
+            delayed[0].cancel()

@@ -14,7 +14,7 @@ import pytest
 import boxmq
 from boxmq.clock import Clock, ManualClock, SystemClock
 from boxmq.model import PROPERTIES_FILE
-from boxmq.mqtt import broker as broker_module
+from boxmq.mqtt import batches
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.codec import decode, encode
 from boxmq.mqtt.connection import Connection
@@ -219,7 +219,7 @@ def test_publishes_that_need_the_disk_are_answered_in_order_with_backpressure(
 ) -> None:
     """One disk batch per client at a time: what arrives meanwhile waits for the next one,
     and past the high-water mark the client is not read until the waiting jobs halve."""
-    monkeypatch.setattr(broker_module, "_BACKLOG_HIGH", 4)
+    monkeypatch.setattr(batches, "_BACKLOG_HIGH", 4)
 
     async def test(broker: Broker) -> None:
         member = _connect(broker, "member")
@@ -606,11 +606,12 @@ def test_a_session_whose_time_ran_out_while_the_broker_was_down_ends_at_start(
         assert _subscribed(broker, "gone") == []  # its dropbox is deleted: it collects no more
         assert read_record(broker.box.root, "gone") is None
         assert _subscribed(broker, "kept") == ["kept/#"]
-        assert "kept" in broker._expiries  # it ends at its own deadline, unless its client returns
+        # It ends at its own deadline, unless its client returns.
+        assert "kept" in broker._lifetimes.expiries
         kept = _connect(broker, "kept", expiry=3600, clean=False)
-        assert "kept" not in broker._expiries
+        assert "kept" not in broker._lifetimes.expiries
         kept.send(Disconnect())
-        assert "kept" in broker._expiries
+        assert "kept" in broker._lifetimes.expiries
 
     _in_two_lives(tmp_path, first, then, later=700)
 
@@ -633,7 +634,7 @@ def test_a_session_connected_when_its_broker_died_counts_from_the_restart(
         record = read_record(root, "killed")
         assert record is not None
         assert (record.holder, record.disconnected_at) == (None, clock.now())
-        assert "killed" in broker._expiries
+        assert "killed" in broker._lifetimes.expiries
 
     _run(tmp_path, first)
     # What a SIGKILL leaves: the record as written at CONNECT, naming a broker that is gone.
@@ -703,7 +704,7 @@ def test_a_session_connected_to_another_running_broker_is_left_to_it(tmp_path: P
 
     async def then(broker: Broker) -> None:
         assert read_record(root, "elsewhere") == other
-        assert "elsewhere" not in broker._expiries
+        assert "elsewhere" not in broker._lifetimes.expiries
 
     write_record(root, other)
     _run(tmp_path, then, ManualClock(time.time() + 3600))

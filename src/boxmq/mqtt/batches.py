@@ -1,0 +1,83 @@
+"""Each client's disk work, run as one batch at a time, and the client paused when it piles up.
+
+A read's disk work (its PUBLISHes, PUBRELs, records) goes into `Client.jobs`; the end of the
+read starts a batch with them (`disk.run_all`, which never blocks the loop on a flush).
+
+Invariants:
+- One batch runs at a time per client, in order: its acknowledgements and its messages keep
+  their order. What arrives meanwhile waits and goes in the next one.
+- Past `_BACKLOG_HIGH` jobs waiting, the client is not read, until they halve (and no
+  SUBSCRIBE holds its packets back).
+- A batch's answers are given even for a client gone: its messages still go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Final
+
+from boxmq.client.box import Box
+from boxmq.mqtt.clients import Client, name_of
+from boxmq.mqtt.disk import log_store_failures, run_all
+
+__all__ = ["Batches"]
+
+log = logging.getLogger("boxmq.mqtt")
+
+_BACKLOG_HIGH: Final = 4096  # disk jobs waiting for one client before we stop reading it
+
+
+class Batches:
+    """The clients' batches running. `after` runs on the loop once a batch is done (the
+    broker takes more messages out of the dropboxes and writes to its clients)."""
+
+    def __init__(self, box: Box, pool: Executor, after: Callable[[], None]) -> None:
+        self._box = box  # its topics are made on first use
+        self._pool = pool
+        self._after = after
+        self._working: set[Client] = set()  # clients with a disk batch running, gone or not
+
+    def start(self, client: Client) -> None:
+        """Run the client's waiting disk work as one batch (`disk.run_all`). One batch runs
+        at a time per client, so its messages keep their order; what arrives meanwhile waits
+        and goes in the next one. A batch is thus as large as the disk is slow: under
+        `always` one group commit answers a whole publisher window, not one message."""
+        if client.tail is not None:
+            if len(client.jobs) >= _BACKLOG_HIGH and not client.paused:
+                client.paused = True
+                client.link.pause_reading()
+            return
+        jobs, client.jobs = client.jobs, []
+        loop = asyncio.get_running_loop()
+
+        async def run() -> None:
+            results = await run_all(self._box.topics, jobs, self._pool)
+            log_store_failures(name_of(client), results)
+            for job, result in zip(jobs, results, strict=True):
+                job.then(result)  # even for a client gone: its message still goes on
+
+        task = loop.create_task(run())
+        client.tail = task
+        self._working.add(client)
+
+        def finished(done: asyncio.Future[None]) -> None:
+            client.tail = None
+            self._working.discard(client)
+            if not done.cancelled() and (error := done.exception()) is not None:
+                log.error("disk work for %s failed: %r", client.link.peer, error)
+            if client.jobs:
+                self.start(client)
+            if client.paused and len(client.jobs) < _BACKLOG_HIGH // 2 and client.held is None:
+                client.paused = False
+                client.link.resume_reading()
+            self._after()
+
+        task.add_done_callback(finished)
+
+    async def wait_all(self) -> None:
+        """Until no batch runs (shutting down: everything acknowledged is on disk)."""
+        while tails := [c.tail for c in self._working if c.tail is not None]:
+            await asyncio.gather(*tails, return_exceptions=True)

@@ -1,0 +1,112 @@
+"""The broker's clients: what it knows of a socket, one connection's side of it, and its writes.
+
+A `Link` is the socket as server.py gives it; a `Client` is what the broker keeps per
+connection (its session once CONNECT came, its disk work, what waits for its records).
+`Outgoing` is how anything in the broker sends a client a packet: the packet goes into the
+client's connection (sans-IO), and the client is marked to be written.
+
+Invariants:
+- The reads that came together (a publisher's PUBLISHes, its subscribers' acks) leave with one
+  write per connection, at the end of the loop iteration (`flush_soon`).
+- A client `holding` records (fsync=always, recording.py) is written nothing until they are on
+  disk: it stays marked, and the write that follows sends it all, CONNACK first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from boxmq.mqtt.connection import Connection
+from boxmq.mqtt.disk import Job
+from boxmq.mqtt.packets import Packet, Puback, Pubcomp, Pubrec
+from boxmq.mqtt.reasons import ReasonCode
+from boxmq.mqtt.session import Session
+
+__all__ = ["Client", "Kick", "Link", "Outgoing", "name_of"]
+
+
+class Link(Protocol):
+    """What the broker knows of a client's socket (server.py implements it)."""
+
+    connection: Connection
+    peer: str
+    congested: bool  # its write buffer is over the high-water mark
+
+    def flush(self) -> None:
+        """Write what the connection has to send."""
+
+    def close(self) -> None: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+@dataclass(eq=False)
+class Client:
+    """One connection's side of the broker."""
+
+    link: Link
+    opened: float  # when the socket was accepted: the CONNECT timeout counts from here
+    session: Session | None = None
+    clean_exit: bool = False  # DISCONNECT 0x00 came: no Will (MQTT 5.0 §3.1.2.5)
+    jobs: list[Job] = field(default_factory=list)  # disk work waiting for the next batch
+    tail: asyncio.Future[None] | None = None  # the batch running now (one at a time, in order)
+    paused: bool = False
+    # Records to be on disk before the client is told anything more (fsync=always): while
+    # some are being written, what it is sent waits in its connection (CONNACK first).
+    holding: int = 0
+    # Packets read while its SUBSCRIBE waits for the disk: handled after it, in order.
+    held: deque[Packet] | None = None
+    reading: Iterator[Packet] | None = None  # the packets of the read being handled
+
+
+Kick = Callable[[Client, ReasonCode, str], None]
+"""Close a client's connection, telling it why (v5): the broker's `_kick`."""
+
+
+def name_of(client: Client) -> str:
+    session = client.session
+    return client.link.peer if session is None else f"client {session.client_id}"
+
+
+class Outgoing:
+    """The clients that have something to be written, written once per loop iteration."""
+
+    def __init__(self) -> None:
+        self.dirty: set[Client] = set()
+        self._flush_due = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def send(self, client: Client, packet: Packet) -> None:
+        client.link.connection.send(packet)
+        self.dirty.add(client)
+
+    def acknowledge(
+        self, client: Client, kind: type[Puback | Pubrec | Pubcomp], packet_id: int
+    ) -> None:
+        """`send(client, kind(packet_id))` for a positive acknowledgement, without the object."""
+        client.link.connection.acknowledge(kind, packet_id)
+        self.dirty.add(client)
+
+    def flush(self) -> None:
+        self._flush_due = False
+        dirty, self.dirty = self.dirty, set()
+        for client in dirty:
+            if client.holding:
+                self.dirty.add(client)  # sent once its records are on disk (Recorder.write)
+            else:
+                client.link.flush()
+
+    def flush_soon(self) -> None:
+        """Write at the end of this loop iteration: the reads that came together (a
+        publisher's PUBLISHes, its subscribers' acks) leave with one write per connection."""
+        if self.dirty and not self._flush_due:
+            self._flush_due = True
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            self._loop.call_soon(self.flush)

@@ -1,0 +1,198 @@
+"""Delivery to subscribers: copies routed from memory, queues, the in-flight window, acks.
+
+A message reaches a session two ways: a PUBLISH routed to the in-memory subscriptions of
+non-persistent sessions (`route_memory`), or a message taken out of one of the session's
+dropboxes (`pump`, while it has room in flight). Either goes into the session's outbox
+(outbox.py) and, if its client is connected and the window lets it, out at once.
+
+Invariants:
+- A message taken out of a dropbox stays locked until its client acknowledges it (settled:
+  acked, or rejected to error/ for a negative ack, MQTT-234) or it is dropped (queue full,
+  expired while queued, over the client's Maximum Packet Size), which unlocks or settles it.
+- A QoS 0 copy for a congested client is dropped (at most once): a slow reader loses QoS 0,
+  not memory.
+- Sessions whose acks freed slots are refilled once at the end of the read (`refill`), not
+  once per ack.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+from boxmq.client.box import Box
+from boxmq.client.topics import Subscriber
+from boxmq.clock import Clock
+from boxmq.errors import BoxMQError, Closed
+from boxmq.mqtt.clients import Client, Outgoing
+from boxmq.mqtt.outbox import Stage
+from boxmq.mqtt.packets import Publish, Pubrel, new_publish
+from boxmq.mqtt.properties import subscription_identifier
+from boxmq.mqtt.reasons import ReasonCode
+from boxmq.mqtt.routes import MemoryRoutes
+from boxmq.mqtt.session import Session, Token
+from boxmq.mqtt.stored import NOT_FORWARDED, publish_of
+
+__all__ = ["Delivery"]
+
+log = logging.getLogger("boxmq.mqtt")
+
+_R = ReasonCode
+
+
+class Delivery:
+    """Sends sessions their messages. The registries are the broker's, shared: `sessions`
+    (client id -> session), `links` (client id -> its connected client), `memory` (the
+    in-memory subscriptions) and `durable` (client id -> filter -> its dropbox)."""
+
+    def __init__(
+        self,
+        box: Box,
+        clock: Clock,
+        out: Outgoing,
+        *,
+        sessions: dict[str, Session],
+        links: dict[str, Client],
+        memory: MemoryRoutes,
+        durable: dict[str, dict[str, Subscriber]],
+    ) -> None:
+        self._box = box
+        self._clock = clock
+        self._out = out
+        self._sessions = sessions
+        self._links = links
+        self._memory = memory
+        self._durable = durable
+        # Sessions that settled messages in this read: refilled once at its end, not per ack.
+        self.settled: dict[str, Session] = {}
+
+    def refill(self) -> None:
+        """At the end of a read: the sessions whose acks freed slots take more messages."""
+        settled, self.settled = self.settled, {}
+        for session in settled.values():
+            self.pump(session)
+
+    def route_memory(self, source: str, packet: Publish) -> None:
+        """Copies for the in-memory subscriptions of connected non-persistent sessions."""
+        routes = self._memory.route(packet.topic)
+        if not routes:
+            return
+        props = packet.properties.without(*NOT_FORWARDED)
+        topic, payload, published = packet.topic, packet.payload, packet.qos
+        sessions = self._sessions
+        for subscriber, text, granted in routes:
+            session = sessions.get(subscriber)
+            if session is None:
+                continue
+            options = session.subscriptions.get(text)
+            if options is None or (options.no_local and subscriber == source):
+                continue
+            retain = packet.retain and options.retain_as_published
+            extra = subscription_identifier(options.identifier) if options.identifier else None
+            qos = granted if granted < published else published
+            out = new_publish(
+                topic, payload, qos, retain, False, None, props + extra if extra else props
+            )
+            self.deliver(session, out, None)
+
+    def deliver(self, session: Session, publish: Publish, token: Token) -> None:
+        try:
+            sent = session.outbox.push(publish, token, self._clock.now())
+        except OverflowError:
+            log.warning(
+                "client %s: queue full, a QoS %d message dropped", session.client_id, publish.qos
+            )
+            if token is not None:
+                token.unlock()
+            return
+        if sent is not None:
+            client = self._links.get(session.client_id)
+            if client is not None and sent.qos == 0 and client.link.congested:
+                session.outbox.dropped += 1  # at most once: a slow reader loses QoS 0, not memory
+            elif client is not None:
+                self.transmit(client, session, [sent])
+
+    def transmit(self, client: Client, session: Session, packets: list[Publish | Pubrel]) -> None:
+        """Send to the client. A PUBLISH over its Maximum Packet Size is discarded and done with
+        as if the client had acknowledged it (MQTT 5.0 §3.1.2.25): its message is settled, and
+        its slot goes to the next one."""
+        connection = client.link.connection
+        pending = deque(packets)
+        while pending:
+            packet = pending.popleft()
+            if connection.send(packet) or type(packet) is not Publish:
+                continue
+            log.warning(
+                "client %s: a message on %s is larger than its Maximum Packet Size: not sent",
+                session.client_id,
+                packet.topic,
+            )
+            if packet.packet_id is not None:
+                self._settle(session, session.outbox.discard(packet.packet_id), refused=False)
+                pending += (publish for publish, _ in self._ready(session))
+        self._out.dirty.add(client)
+
+    def _ready(self, session: Session) -> list[tuple[Publish, Token]]:
+        """What may leave the session's queue now; those whose Message Expiry Interval ran
+        out while they waited are dropped (MQTT 5.0 §3.3.2.3.3), a stored one unlocked, so
+        its dropbox moves it to expired/."""
+        outbox = session.outbox
+        ready = outbox.ready(self._clock.now())
+        if outbox.lapsed:
+            lapsed, outbox.lapsed = outbox.lapsed, []
+            log.info("client %s: %d queued message(s) expired", session.client_id, len(lapsed))
+            for token in lapsed:
+                if token is not None:
+                    token.unlock()
+        return ready
+
+    def _settle(self, session: Session, message: Token, *, refused: bool) -> None:
+        if message is None:
+            return
+        try:
+            if refused:
+                message.reject()  # MQTT-234: to error/, never to another member
+            else:
+                message.ack()
+        except BoxMQError as error:
+            log.warning("client %s: settling %s: %s", session.client_id, message.id, error)
+
+    def acked(self, session: Session, packet_id: int, stage: Stage, reason: ReasonCode) -> None:
+        acked = session.outbox.acked(packet_id, stage, reason >= _R.UNSPECIFIED_ERROR)
+        client = self._links.get(session.client_id)
+        if acked.reply is not None and client is not None:
+            self._out.send(client, acked.reply)
+        if acked.reply is None:
+            self._settle(session, acked.token, refused=acked.refused)
+        ready = self._ready(session)
+        if client is not None:
+            self.transmit(client, session, [publish for publish, _ in ready])
+        else:
+            for _, token in ready:
+                if token is not None:
+                    token.unlock()
+        self.settled[session.client_id] = session  # its freed slots are filled after the read
+
+    def pump(self, session: Session) -> None:
+        """Take messages out of the session's dropboxes while it has room in flight."""
+        subscribers = self._durable.get(session.client_id)
+        if not subscribers or not session.connected:
+            return
+        outbox = session.outbox
+        for text, subscriber in list(subscribers.items()):
+            options = session.subscriptions.get(text)
+            if options is None:
+                continue
+            while outbox.free > 0:
+                try:
+                    message = subscriber.receive_nowait()
+                except Closed:
+                    break
+                if message is None:
+                    break
+                publish = publish_of(message, options, self._clock.now(), self._box.side_files)
+                if publish.qos == 0:
+                    message.ack()
+                    self.deliver(session, publish, None)
+                else:
+                    self.deliver(session, publish, message)

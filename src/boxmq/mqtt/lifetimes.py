@@ -1,0 +1,224 @@
+"""How sessions end: in memory and on disk, on time (expiry timers), and those found at start.
+
+A non-persistent session ends with its connection; a persistent one when its Session Expiry
+Interval runs out after its client left (MQTT 5.0 §3.1.2.11.2), or on a clean start. Its end
+drops its memory subscriptions, deletes its durable ones, leaves its share groups (their
+messages in flight go to the other members, MQTT-234), and discards its QoS 2 messages
+awaiting PUBREL and its record. At start, the sessions on disk whose clients are away are
+timed again from their records (`resume_expiries`): the timers of the process before died
+with it.
+
+Invariants:
+- One step of an end on disk that fails (a full or failing disk) is logged, and the next one
+  is done all the same (`session_end_step`).
+- A session found on disk at start ends only if its client has not come back since (here, or
+  to another broker on this root: its record changed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import replace
+
+from boxmq.client.box import Box
+from boxmq.client.topics import Subscriber
+from boxmq.clock import Clock
+from boxmq.core import parse_filter
+from boxmq.errors import store_failure
+from boxmq.mqtt.routes import MemoryRoutes
+from boxmq.mqtt.session import NEVER, Session
+from boxmq.mqtt.session_record import (
+    AwayAtStart,
+    SessionRecord,
+    read_record,
+    read_records,
+    remove_record,
+    write_record,
+)
+from boxmq.mqtt.stored import consumer_name, exactly_once_source
+from boxmq.mqtt.wills import Wills, will_delay
+from boxmq.store.process import process_alive
+
+__all__ = ["Lifetimes", "session_end_step"]
+
+log = logging.getLogger("boxmq.mqtt")
+
+
+@contextlib.contextmanager
+def session_end_step(client_id: str, what: str) -> Iterator[None]:
+    """One step of a session's end on disk. A failure (a full or failing disk) is logged,
+    and the caller goes on with the next step: one thing left on disk keeps none of the
+    others there, nor the session alive in memory, nor the CONNECT that ended it unanswered."""
+    try:
+        yield
+    except OSError as error:
+        log.error(
+            "client %s: its session ended, but %s failed, so that is left on disk: %s",
+            client_id,
+            what,
+            store_failure(error),
+        )
+
+
+class Lifetimes:
+    """Ends sessions, and times their ends. The registries are the broker's, shared:
+    `sessions` (client id -> session), `memory` (the in-memory subscriptions), `durable`
+    (client id -> filter -> its dropbox); `token` names this broker in the records."""
+
+    def __init__(
+        self,
+        box: Box,
+        clock: Clock,
+        token: str,
+        wills: Wills,
+        *,
+        sessions: dict[str, Session],
+        memory: MemoryRoutes,
+        durable: dict[str, dict[str, Subscriber]],
+    ) -> None:
+        self._box = box
+        self._clock = clock
+        self._token = token
+        self._wills = wills
+        self._sessions = sessions
+        self._memory = memory
+        self._durable = durable
+        self.expiries: dict[str, asyncio.TimerHandle] = {}  # client id -> its session's end
+
+    def forget_on_disk(self, client_id: str) -> None:
+        """A session this process holds nothing of ended (a clean start, or one found on disk
+        at start whose time ran out): what it left on disk is deleted, its durable
+        subscriptions, its QoS 2 messages awaiting PUBREL and its record."""
+        name = consumer_name(client_id)
+        for text, _ in self._box.topics.subscribed(name):
+            with session_end_step(client_id, f"deleting its subscription to {text}"):
+                self._box.unsubscribe(text, name)
+        self._discard_session_state(client_id)
+
+    def _discard_session_state(self, client_id: str) -> None:
+        """What a session keeps on disk besides its subscriptions: its QoS 2 messages awaiting
+        PUBREL and its record. Both ways a session ends come here; a clean start of a session
+        held in memory goes both ways, and the second finds nothing left."""
+        self._drop_unreleased(client_id)
+        with session_end_step(client_id, "deleting its session record"):
+            remove_record(self._box.root, client_id)
+
+    def _drop_unreleased(self, client_id: str) -> None:
+        """The session ended, and its QoS 2 exchanges with it (MQTT 5.0 §3.1.2.4): what it got
+        PUBREC for and never released leaves the intake now, not after its pending_ttl, so
+        its packet ids name new messages (not repeats of the old ones, which would be sent
+        instead) and the old ones stop counting against the client's limits. On the loop,
+        before the next session's first PUBLISH can reach the intake."""
+        try:
+            dropped = self._box.drop_pending(exactly_once_source(client_id))
+        except OSError as error:  # left in working/, to be dropped by age
+            log.warning("client %s: QoS 2 messages awaiting PUBREL kept: %s", client_id, error)
+            return
+        if dropped:
+            log.info(
+                "client %s: %d QoS 2 message(s) awaiting PUBREL discarded with its session",
+                client_id,
+                dropped,
+            )
+
+    def end(self, session: Session) -> None:
+        """The session is over: memory subscriptions dropped, durable ones deleted, share
+        groups left (their messages in flight go to the other members, MQTT-234), QoS 2
+        messages awaiting PUBREL discarded."""
+        client_id = session.client_id
+        self._sessions.pop(client_id, None)
+        self.cancel_expiry(client_id)
+        self._memory.remove_subscriber(client_id)
+        session.outbox.clear()
+        name = consumer_name(client_id)
+        for text, subscriber in self._durable.pop(client_id, {}).items():
+            shared = parse_filter(text).shared
+            leaving = f"leaving the share group of {text}" if shared else f"closing {text}"
+            with session_end_step(client_id, leaving):
+                subscriber.close()
+            if not shared:
+                with session_end_step(client_id, f"deleting its subscription to {text}"):
+                    self._box.unsubscribe(text, name)
+        self._discard_session_state(client_id)
+
+    def resume_expiries(self) -> None:
+        """At start: the persistent sessions on disk end when their records say, those whose
+        time is up at once. The timers of the process before died with it; without this, a
+        session whose client never returns would collect messages on disk forever."""
+        now = self._clock.now()
+        for found in read_records(self._box.root):
+            away = self._away_since_restart(found, now)
+            if away is None:
+                continue
+            if away.counted.will_due is not None:
+                self._wills.resume(away, now)  # first: a Will due with the end goes before it
+            deadline = away.counted.deadline()
+            if deadline is None:
+                continue
+            if deadline <= now:
+                self._end_if_still_away(away)
+            else:
+                self.expiries[found.client_id] = asyncio.get_running_loop().call_later(
+                    deadline - now, self._end_if_still_away, away
+                )
+
+    def _away_since_restart(self, record: SessionRecord, now: float) -> AwayAtStart | None:
+        """A session whose client is away; None if its client is connected to another broker
+        on this root that still runs, or may run (another host: its own)."""
+        holder = record.holder
+        if holder is None:
+            return AwayAtStart(record, record)
+        if holder != self._token and process_alive(holder) is not False:
+            return None
+        # The broker died with the client connected, so no disconnect was recorded: the network
+        # connection closed with it, and the restart is the first moment known after that (MQTT
+        # 5.0 §3.1.2.11). Written, so a second restart does not start the countdown again.
+        away = replace(record, holder=None, disconnected_at=now)
+        if record.will is not None:  # the connection closed without DISCONNECT: a Will to send
+            away = replace(away, will_due=now + will_delay(record.will, record.expiry))
+        try:
+            write_record(self._box.root, away)
+        except OSError as error:
+            # Its end and its Will keep their time here all the same (AwayAtStart.found);
+            # only a restart before they come would count from itself again.
+            log.warning(
+                "client %s: the restart's time not written into its session record, which "
+                "still says it was connected: %s; its session still ends on time",
+                record.client_id,
+                error,
+            )
+        return AwayAtStart(away, record)
+
+    def _end_if_still_away(self, away: AwayAtStart) -> None:
+        """The end of a session found on disk at start, unless its client came back (here, or
+        to another broker on this root: its record changed)."""
+        client_id = away.counted.client_id
+        self.expiries.pop(client_id, None)
+        if client_id in self._sessions or not away.still_away(
+            read_record(self._box.root, client_id)
+        ):
+            return
+        log.info("client %s: session expired (it was on disk at start)", client_id)
+        self.forget_on_disk(client_id)
+
+    def schedule_expiry(self, session: Session) -> None:
+        if session.expiry == NEVER:
+            return
+        client_id = session.client_id
+
+        def expire() -> None:
+            self.expiries.pop(client_id, None)
+            current = self._sessions.get(client_id)
+            if current is session and not session.connected:
+                log.info("client %s: session expired", client_id)
+                self.end(session)
+
+        self.expiries[client_id] = asyncio.get_running_loop().call_later(session.expiry, expire)
+
+    def cancel_expiry(self, client_id: str) -> None:
+        handle = self.expiries.pop(client_id, None)
+        if handle is not None:
+            handle.cancel()

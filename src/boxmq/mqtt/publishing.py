@@ -1,0 +1,327 @@
+"""What clients publish: PUBLISH and PUBREL from a client, and a client's Will.
+
+A PUBLISH goes to the in-memory subscriptions at once (`_publish_now`, the fast path) when
+nothing needs the disk; otherwise it is disk work (disk.py) for the client's next batch
+(batches.py), answered once that is done: into the durable subscriptions and the retained
+store (`write`), or into the exactly-once intake for QoS 2 (`_assure`), then routed from
+memory and acknowledged.
+
+Invariants:
+- A client's PUBLISHes are answered in the order they came: once one waits for the disk,
+  the ones behind it wait in its batch too (even those that need no disk).
+- What got PUBACK/PUBREC is on disk if a durable subscription or the retained store wants it
+  (flushed per the fsync policy); what the disk refused is answered with a failure (v5) or
+  the connection closed (3.1.1), never acknowledged.
+- A QoS 2 message is routed once: a repeat of its PUBLISH is answered again, never routed.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Executor, Future
+from functools import partial
+
+from boxmq.client.box import Box
+from boxmq.errors import BoxMQError, ItemNotFound, StoreFailed, store_failure
+from boxmq.mqtt.clients import Client, Kick, Outgoing
+from boxmq.mqtt.delivery import Delivery
+from boxmq.mqtt.disk import Job
+from boxmq.mqtt.errors import ProtocolError
+from boxmq.mqtt.packets import ProtocolVersion, Puback, Pubcomp, Publish, Pubrec, Will
+from boxmq.mqtt.properties import EMPTY, Properties, PropertyId
+from boxmq.mqtt.reasons import ReasonCode, reason_for
+from boxmq.mqtt.routes import DurableRoutes
+from boxmq.mqtt.session import Session
+from boxmq.mqtt.settings import MqttSettings
+from boxmq.mqtt.stored import (
+    consumer_name,
+    exactly_once_source,
+    publication_of,
+    store_with_properties,
+)
+
+__all__ = ["Publishing"]
+
+log = logging.getLogger("boxmq.mqtt")
+
+_R = ReasonCode
+
+
+def _tell_will_lost(client_id: str, topic: str, written: Future[None]) -> None:
+    """A Will's disk write ended (in the worker thread). No client waits for a Will's answer,
+    so a failure is told here or nowhere. Not retried: a Will written late could overtake
+    what its client said since it came back. Its in-memory subscribers have it already."""
+    if written.cancelled() or (error := written.exception()) is None:
+        return
+    reason = store_failure(error) if isinstance(error, OSError) else error
+    log.error(
+        "client %s: its Will to %s was not stored, so its durable subscribers (persistent "
+        "sessions, share groups) will not get it: %s",
+        client_id,
+        topic,
+        reason,
+        exc_info=None if isinstance(reason, BoxMQError) else reason,  # a bug: its traceback
+    )
+
+
+class Publishing:
+    """Publishes for clients. `kick` closes a client's connection (the broker's)."""
+
+    def __init__(
+        self,
+        box: Box,
+        settings: MqttSettings,
+        out: Outgoing,
+        delivery: Delivery,
+        durable_routes: DurableRoutes,
+        pool: Executor,
+        kick: Kick,
+    ) -> None:
+        self._box = box
+        self._settings = settings
+        self._out = out
+        self._delivery = delivery
+        self._durable_routes = durable_routes
+        self._pool = pool
+        self._kick = kick
+
+    def publish(self, client: Client, session: Session, packet: Publish) -> None:
+        if not packet.topic:
+            raise ProtocolError("PUBLISH without a topic name (MQTT 5.0 §3.3.2.1)")
+        qos, packet_id = packet.qos, packet.packet_id
+        if qos == 2 and packet_id in session.awaiting_release:
+            # A repeat: answered again, never routed twice.
+            self._out.send(client, Pubrec(packet_id))
+            return
+        if not self._may_publish(session.username, session.client_id, packet.topic):
+            self._refuse_publish(client, session, packet)
+            return
+        disk = self._needs_disk(session.client_id, packet, persistent=session.persistent)
+        if client.tail is not None or client.jobs or disk:
+            self._publish_later(client, session, packet, disk)
+        else:
+            self._publish_now(client, session, packet)
+
+    def _publish_now(self, client: Client, session: Session, packet: Publish) -> None:
+        qos = packet.qos
+        if qos == 2:
+            assert packet.packet_id is not None
+            session.hold_for_release(packet.packet_id, packet)
+            self._out.acknowledge(client, Pubrec, packet.packet_id)
+            return
+        self._delivery.route_memory(session.client_id, packet)
+        if qos == 1:
+            assert packet.packet_id is not None
+            self._out.acknowledge(client, Puback, packet.packet_id)
+
+    def _publish_later(self, client: Client, session: Session, packet: Publish, disk: bool) -> None:
+        client_id = session.client_id
+        packet_id = packet.packet_id
+        if not disk:
+            client.jobs.append(Job(None, lambda _: self._publish_now(client, session, packet)))
+            return
+        if packet.qos == 2 and not packet.retain:
+            assert packet_id is not None
+
+            def stored(result: object) -> None:
+                if isinstance(result, BoxMQError):
+                    self._send_error(client, Pubrec(packet_id), result)
+                    return
+                session.hold_for_release(packet_id, packet, stored=True)
+                self._out.acknowledge(client, Pubrec, packet_id)
+
+            client.jobs.append(Job(lambda: self._assure(client_id, packet), stored))
+            return
+        if packet.qos == 2 and not session.persistent:
+            # Retained QoS 2 is written at PUBREL: the retained store has no working/ step.
+            client.jobs.append(Job(None, lambda _: self._publish_now(client, session, packet)))
+            return
+        if packet.qos == 2:
+            # A persistent publisher expects what got PUBREC to survive a restart, and the
+            # retained store has no working/ step: so it is published now, before PUBREC (the
+            # "deliver on PUBLISH" way MQTT allows), and PUBREL only completes the exchange.
+            assert packet_id is not None
+
+            def published(result: object) -> None:
+                if isinstance(result, BoxMQError):
+                    self._send_error(client, Pubrec(packet_id), result)
+                    return
+                self._delivery.route_memory(client_id, packet)
+                session.hold_for_release(packet_id, None)  # a repeat is answered, not routed
+                self._out.acknowledge(client, Pubrec, packet_id)
+
+            client.jobs.append(Job(lambda: self.write(client_id, packet), published))
+            return
+
+        def written(result: object) -> None:
+            if isinstance(result, BoxMQError):
+                if packet_id is not None:
+                    self._send_error(client, Puback(packet_id), result)
+                return
+            self._delivery.route_memory(client_id, packet)
+            if packet_id is not None:
+                self._out.send(client, Puback(packet_id))
+
+        # A retained message is written alone: publish_many has no retained store to keep it.
+        batched = None if packet.retain else publication_of(client_id, packet, self._box.side_files)
+        client.jobs.append(Job(lambda: self.write(client_id, packet), written, batched))
+
+    def _send_error(self, client: Client, ack: Puback | Pubrec, error: BoxMQError) -> None:
+        """A negative PUBACK/PUBREC (MQTT 5.0 §3.4.2.1, §3.5.2.1). 3.1.1 has none, and a
+        server must not acknowledge what it did not store: the connection closes, and the
+        client sends the message again once it reconnects (3.1.1 §4.4)."""
+        if not isinstance(error, StoreFailed):  # those are logged once per batch
+            log.warning("PUBLISH refused: %s", error)
+        connection = client.link.connection
+        if connection.version is ProtocolVersion.V5:
+            # §3.1.2.11.7: no Reason String for a client that asked for no problem information
+            why = Properties.build(reason_string=str(error)) if connection.problems else EMPTY
+            self._out.send(client, type(ack)(ack.packet_id, reason_for(error), why))
+        else:
+            self._kick(client, _R.UNSPECIFIED_ERROR, f"a PUBLISH was not stored: {error}")
+
+    def _refuse_publish(self, client: Client, session: Session, packet: Publish) -> None:
+        """MQTT 5.0 §3.3.4: PUBACK/PUBREC 0x87; 3.1.1 has no way to say no, so it is
+        acknowledged and dropped (as mosquitto does)."""
+        log.info("client %s may not publish to %s", session.client_id, packet.topic)
+        packet_id = packet.packet_id
+        if packet_id is None:
+            return
+        v5 = client.link.connection.version is ProtocolVersion.V5
+        reason = _R.NOT_AUTHORIZED if v5 else _R.SUCCESS
+        if packet.qos == 1:
+            self._out.send(client, Puback(packet_id, reason))
+        else:
+            if not v5:
+                session.hold_for_release(packet_id, None, refused=True)
+            self._out.send(client, Pubrec(packet_id, reason))
+
+    def released(self, client: Client, session: Session, packet_id: int) -> None:
+        """PUBREL: the QoS 2 message goes on to its subscribers, then PUBCOMP."""
+        held = session.release(packet_id)
+        client_id = session.client_id
+        if held is not None and held.refused:
+            self._out.send(client, Pubcomp(packet_id))
+            return
+        if held is None and not session.persistent:
+            v5 = client.link.connection.version is ProtocolVersion.V5
+            reason = _R.PACKET_IDENTIFIER_NOT_FOUND if v5 else _R.SUCCESS
+            self._out.send(client, Pubcomp(packet_id, reason))
+            return
+        publish = None if held is None else held.publish
+        on_disk = held is None or held.stored
+        if (
+            not on_disk
+            and publish is not None
+            and not publish.retain
+            and client.tail is None
+            and not client.jobs
+        ):
+            self._delivery.route_memory(client_id, publish)
+            self._out.acknowledge(client, Pubcomp, packet_id)
+            return
+
+        write = (
+            publish is not None
+            and not on_disk
+            and (publish.retain or self._needs_disk(client_id, publish, persistent=False))
+        )
+
+        def work() -> object:
+            if on_disk:
+                return self._box.deliver(
+                    exactly_once_source(client_id), str(packet_id), remember=False, must_exist=True
+                )
+            if write:
+                assert publish is not None
+                self.write(client_id, publish)
+            return True
+
+        def done(result: object) -> None:
+            reason = _R.SUCCESS
+            if isinstance(result, ItemNotFound):  # never stored, expired, or released before
+                log.info("client %s: PUBREL %d names no stored message", client_id, packet_id)
+                v5 = client.link.connection.version is ProtocolVersion.V5
+                reason = _R.PACKET_IDENTIFIER_NOT_FOUND if v5 else _R.SUCCESS
+            elif isinstance(result, StoreFailed):
+                # Still in working/. PUBCOMP has no failure code (MQTT 5.0 §3.7.2.1): close,
+                # so that the client sends PUBREL again when it reconnects (§4.4).
+                self._kick(client, reason_for(result), f"PUBREL {packet_id} failed: {result}")
+                return
+            elif isinstance(result, BoxMQError):
+                log.warning("client %s: PUBREL %d failed: %s", client_id, packet_id, result)
+            if publish is not None:
+                self._delivery.route_memory(client_id, publish)
+            self._out.send(client, Pubcomp(packet_id, reason))
+
+        client.jobs.append(Job(work, done))
+
+    def _may_publish(self, username: str | None, client_id: str, topic: str) -> bool:
+        authorizer = self._settings.authorizer
+        return authorizer is None or authorizer.can_publish(username, client_id, topic)
+
+    def _needs_disk(self, client_id: str, packet: Publish, *, persistent: bool) -> bool:
+        """On the loop thread only: whether `packet` must be written before it is answered."""
+        if packet.retain or (packet.qos == 2 and persistent):
+            return True
+        return self._durable_routes.wanted(packet.topic)
+
+    def publish_will(self, client_id: str, username: str | None, will: Will) -> None:
+        log.info("client %s: sending its will to %s", client_id, will.topic)
+        publish = Publish(
+            will.topic,
+            will.payload,
+            will.qos,
+            will.retain,
+            False,
+            None,
+            will.properties.without(PropertyId.WILL_DELAY_INTERVAL),
+        )
+        if not self._may_publish(username, client_id, will.topic):
+            return
+        self._durable_routes.recheck()  # a timer, not a read: look at the disk again
+        if self._needs_disk(client_id, publish, persistent=False):
+            written = self._pool.submit(self.write, client_id, publish)
+            written.add_done_callback(partial(_tell_will_lost, client_id, will.topic))
+        # At once, whatever the disk does: a Will reaches whom it can (see _tell_will_lost).
+        self._delivery.route_memory(client_id, publish)
+
+    # -- disk work (run by disk.run_all) ---------------------------------------------------------
+
+    def write(self, client_id: str, packet: Publish) -> None:
+        """Publish into the Box: retained store and every durable subscription it matches."""
+        expiry = packet.properties.message_expiry_interval
+
+        def publish(properties: dict[str, str]) -> None:
+            self._box.publish(
+                packet.topic,
+                packet.payload,
+                qos=packet.qos,
+                retain=packet.retain,
+                properties=properties,
+                expires_in=expiry or None,
+                source=consumer_name(client_id),
+            )
+
+        room = partial(self._box.topics.topic_room, expires_in=expiry or None, retain=packet.retain)
+        store_with_properties(packet, self._box.side_files, publish, room)
+
+    def _assure(self, client_id: str, packet: Publish) -> object:
+        """Into the exactly-once intake, its Message Expiry Interval counting from now (its
+        copies carry what is left of it, MQTT 5.0 §3.3.2.3.3)."""
+        expiry = packet.properties.message_expiry_interval
+
+        def assured(properties: dict[str, str]) -> bool:
+            return self._box.assured(
+                exactly_once_source(client_id),
+                str(packet.packet_id),
+                packet.payload,
+                topic=packet.topic,
+                properties=properties,
+                expires_in=expiry or None,
+            )
+
+        # The names `assured` checks carry no retain flag (a retained QoS 2 message is
+        # published at once instead: _publish_later).
+        room = partial(self._box.topics.topic_room, expires_in=expiry or None)
+        return store_with_properties(packet, self._box.side_files, assured, room)

@@ -1,0 +1,135 @@
+"""When a session's record is written: in order with its client's disk work, and before the
+answer that stands for it.
+
+A persistent session's record (session_record.py) says what a restart needs: when the session
+ends, how its durable subscriptions' messages go out, its Will. It is written at CONNECT, at
+SUBSCRIBE/UNSUBSCRIBE and when the connection closes.
+
+Invariants:
+- Under fsync=always, the records an answer stands for (a persistent session's before its
+  CONNACK, a subscription's before its SUBACK) are flushed first, by a worker thread, as a job
+  of the client's batch (batches.py): the answer waits (`write`); with `hold`, nothing at all
+  reaches the client before (`Client.holding`). Under the other policies they are written at
+  once on the loop, unflushed.
+- A record written when a connection closes (`save`) goes after the records the client's disk
+  work still writes, so that the last one says the last.
+- A record the disk refuses is logged: it costs only what the record is for.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from functools import partial
+
+from boxmq.mqtt.batches import Batches
+from boxmq.mqtt.clients import Client, Outgoing
+from boxmq.mqtt.disk import Job
+from boxmq.mqtt.packets import Will
+from boxmq.mqtt.session import Session, SubscriptionOptions
+from boxmq.mqtt.session_record import DeliveryOptions, SessionRecord, write_record
+
+__all__ = ["Recorder"]
+
+log = logging.getLogger("boxmq.mqtt")
+
+
+def _nothing(_: object) -> None:
+    """A job's answer when there is none to give."""
+
+
+class Recorder:
+    """Writes sessions' records. `token` names this broker in them (the holder of a connected
+    session); `flushed`: they are flushed before their answers (fsync=always)."""
+
+    def __init__(
+        self, root: str, token: str, *, flushed: bool, out: Outgoing, batches: Batches
+    ) -> None:
+        self._root = root
+        self._token = token
+        self.flushed = flushed
+        self._out = out
+        self._batches = batches
+
+    def record(
+        self,
+        session: Session,
+        wanted: Iterable[tuple[str, SubscriptionOptions | None]] = (),
+        *,
+        disconnected_at: float | None = None,
+        will: Will | None = None,
+        will_due: float | None = None,
+    ) -> SessionRecord:
+        """What a restart needs to end the session on time, to send its messages as they
+        were subscribed (with the subscriptions `wanted` on their way), and to send its Will
+        (session_record.py). Connected: the Will is the connection's; closed
+        (`disconnected_at`), `will` is the one still to be sent, at `will_due`."""
+        options = {
+            text: DeliveryOptions(options.identifier, options.retain_as_published)
+            for text, options in session.subscriptions.items()
+            if options.durable
+        }
+        for text, wanted_options in wanted:
+            if wanted_options is not None and wanted_options.durable:
+                options[text] = DeliveryOptions(
+                    wanted_options.identifier, wanted_options.retain_as_published
+                )
+        return SessionRecord(
+            session.client_id,
+            session.expiry,
+            holder=self._token if disconnected_at is None else None,
+            disconnected_at=disconnected_at,
+            options=options,
+            username=session.username,
+            will=session.will if disconnected_at is None else will,
+            will_due=will_due,
+        )
+
+    def store(self, record: SessionRecord, *, flush: bool) -> None:
+        """A failure costs only what the record is for, so it is logged."""
+        try:
+            write_record(self._root, record, flush=flush)
+        except OSError as error:
+            log.warning("client %s: session record not written: %s", record.client_id, error)
+
+    def save(self, client: Client, record: SessionRecord) -> None:
+        """Write `record`, nobody waiting for it (a connection closed): not flushed, but after
+        the records the client's disk work still writes, so that the last one says the last."""
+        if not self.flushed or (client.tail is None and not client.jobs):
+            self.store(record, flush=False)
+            return
+        client.jobs.append(Job(partial(self.store, record, flush=False), _nothing))
+        self._batches.start(client)
+
+    def write(
+        self,
+        client: Client,
+        record: SessionRecord | None,
+        told: Callable[[], None],
+        *,
+        hold: bool = False,
+    ) -> None:
+        """Write `record` (a persistent session's; None: none to write), then run `told`,
+        which answers the client: in order with its disk work, and flushed first under
+        fsync=always, since the answer says the session is kept (DESIGN.md §5). `hold`:
+        nothing at all reaches the client before (its CONNACK is waiting in its connection).
+        Under the other policies, written at once on the loop, unflushed, as before."""
+        if not self.flushed:
+            if record is not None:
+                self.store(record, flush=False)
+            told()
+            return
+        if record is None:
+            client.jobs.append(Job(None, lambda _: told()))
+            return
+        if hold:
+            client.holding += 1
+
+        def written(_: object) -> None:
+            if hold:
+                client.holding -= 1
+                self._out.dirty.add(client)
+            told()
+
+        flush = self.flushed
+        client.jobs.append(Job(partial(self.store, record, flush=flush), written))

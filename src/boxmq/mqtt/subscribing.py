@@ -1,0 +1,384 @@
+"""SUBSCRIBE and UNSUBSCRIBE, and the durable subscriptions of sessions (their dropboxes).
+
+A subscription of a non-persistent session is in memory (the broker's MemoryRoutes); one of a
+persistent session, or to a share group, is durable: a dropbox of the Box, registered on disk,
+kept across restarts with its delivery options in the session's record (recording.py).
+
+Invariants:
+- Each filter of a SUBSCRIBE is checked here, and a durable one then registered on disk;
+  under fsync=always by a worker, its records flushed, and SUBACK goes once every one is done
+  and the session's record written: the client's later packets wait for it (`Client.held`),
+  so they find the subscriptions in place as if they had been made at once. Under the other
+  policies nothing is flushed, and all is done at once on the loop.
+- A subscription made for a session that ended while the disk worked is undone, as its end
+  would have done (unless a new session of the client has it: the same dropbox).
+- A subscription the disk refuses to delete stays the session's, open, and the client is
+  told: v5 in its UNSUBACK, 3.1.1 by closing the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Final
+
+from boxmq.client.box import Box
+from boxmq.client.topics import Subscriber
+from boxmq.clock import Clock
+from boxmq.core import QoS, Subscription, parse_filter
+from boxmq.errors import BoxMQError, InvalidArgument, StoreFailed, store_failure
+from boxmq.model import ConsumerId, Envelope
+from boxmq.mqtt.clients import Client, Kick, Outgoing
+from boxmq.mqtt.delivery import Delivery
+from boxmq.mqtt.disk import Job, run_now
+from boxmq.mqtt.errors import ProtocolError
+from boxmq.mqtt.lifetimes import session_end_step
+from boxmq.mqtt.packets import (
+    ProtocolVersion,
+    RetainHandling,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+)
+from boxmq.mqtt.packets import (
+    Subscription as SubscribeRequest,
+)
+from boxmq.mqtt.reasons import ReasonCode, reason_for
+from boxmq.mqtt.recording import Recorder
+from boxmq.mqtt.routes import MemoryRoutes
+from boxmq.mqtt.session import Session, SubscriptionOptions
+from boxmq.mqtt.settings import MqttSettings
+from boxmq.mqtt.stored import consumer_name, retained_publish
+
+__all__ = ["Subscribing", "hold_the_rest"]
+
+log = logging.getLogger("boxmq.mqtt")
+
+_LOCK_TIMEOUT: Final = 7 * 24 * 3600.0  # MQTT has no ack timeout: a session holds its locks
+_R = ReasonCode
+
+
+def _refusal_of(error: BoxMQError) -> ReasonCode:
+    """A SUBACK's reason for a subscription that could not be made: as a PUBACK's for the
+    disk (0x97 full, 0x80 otherwise), 0x8F for a filter the store cannot name."""
+    if isinstance(error, StoreFailed):
+        return reason_for(error)
+    return _R.TOPIC_FILTER_INVALID if isinstance(error, InvalidArgument) else _R.UNSPECIFIED_ERROR
+
+
+@dataclass(eq=False, slots=True)
+class _Wanted:
+    """One filter of a SUBSCRIBE on its way to its SUBACK (its disk work may still change
+    it, hence not frozen): `options` None if it is refused, for `reason`."""
+
+    text: str
+    reason: ReasonCode  # the QoS granted, or why not
+    options: SubscriptionOptions | None = None
+    existed: bool = False  # the session had it already (Retain Handling 1)
+    shared: bool = False
+
+
+def hold_the_rest(client: Client) -> None:
+    """The client's packets after this one wait (the broker's `_resume`): the rest of this
+    read, and the reads to come, which are not even made until then."""
+    client.held = deque(client.reading or ())  # the read's loop finds nothing left
+    client.link.pause_reading()
+
+
+class Subscribing:
+    """Subscribes and unsubscribes sessions. The registries are the broker's, shared:
+    `sessions` (client id -> session), `memory` (the in-memory subscriptions), `durable`
+    (client id -> filter -> its dropbox). `kick` closes a client's connection, `resume`
+    handles the packets a SUBSCRIBE held back (the broker's)."""
+
+    def __init__(
+        self,
+        box: Box,
+        settings: MqttSettings,
+        clock: Clock,
+        out: Outgoing,
+        delivery: Delivery,
+        records: Recorder,
+        *,
+        sessions: dict[str, Session],
+        memory: MemoryRoutes,
+        durable: dict[str, dict[str, Subscriber]],
+        kick: Kick,
+        resume: Callable[[Client], None],
+    ) -> None:
+        self._box = box
+        self._settings = settings
+        self._clock = clock
+        self._out = out
+        self._delivery = delivery
+        self._records = records
+        self._sessions = sessions
+        self._memory = memory
+        self._durable = durable
+        self._kick = kick
+        self._resume = resume
+
+    def subscribe(self, client: Client, session: Session, packet: Subscribe) -> None:
+        """Each filter checked here; a durable one (persistent session, share group) is then
+        registered on disk. Under fsync=always its records are flushed (store/records.py),
+        so by a worker, and SUBACK goes once every one is done and the session's record
+        written: the client's later packets wait for it (`Client.held`), so they find the
+        subscriptions in place as if they had been made at once. Under the other policies
+        nothing is flushed, and all is done at once on the loop."""
+        identifiers = packet.properties.subscription_identifiers
+        identifier = identifiers[0] if identifiers else None
+        wanted: list[_Wanted] = []
+        for request in packet.subscriptions:
+            wanted.append(self._checked(session, request, identifier))
+        jobs = []
+        for one in wanted:
+            if one.options is None:
+                continue
+            try:
+                work = self._begin_subscription(session, one.text, one.options)
+            except OSError as error:  # the old subscription it replaces could not be deleted
+                self._subscription_made(session, one, store_failure(error))
+                continue
+            if work is not None:
+                jobs.append(Job(work, partial(self._subscription_made, session, one)))
+        answer = partial(self._subscribed, client, session, packet.packet_id, wanted)
+        record = (
+            self._records.record(session, [(one.text, one.options) for one in wanted])
+            if session.persistent
+            else None
+        )
+        if self._records.flushed and (jobs or record is not None):
+            client.jobs += jobs
+            hold_the_rest(client)
+            self._records.write(client, record, answer)
+            return
+        for job in jobs:  # nothing flushed: done at once on the loop, as before
+            run_now(job)
+        if record is not None:
+            self._records.store(record, flush=False)
+        answer()
+
+    def _checked(
+        self, session: Session, request: SubscribeRequest, identifier: int | None
+    ) -> _Wanted:
+        """One filter of a SUBSCRIBE, with its options if it may be subscribed to, or the
+        reason it may not."""
+        text = request.topic_filter
+        try:
+            parsed = parse_filter(text)
+        except InvalidArgument:
+            return _Wanted(text, _R.TOPIC_FILTER_INVALID)
+        if parsed.shared and request.no_local:
+            raise ProtocolError(f"{text}: No Local on a shared subscription (§3.8.3.1)")
+        authorizer = self._settings.authorizer
+        if authorizer is not None and not authorizer.can_subscribe(
+            session.username, session.client_id, text
+        ):
+            log.info("client %s may not subscribe to %s", session.client_id, text)
+            return _Wanted(text, _R.NOT_AUTHORIZED)
+        options = SubscriptionOptions(
+            qos=request.qos,
+            durable=parsed.shared or session.persistent,
+            no_local=request.no_local,
+            retain_as_published=request.retain_as_published,
+            retain_handling=request.retain_handling,
+            identifier=identifier,
+        )
+        return _Wanted(
+            text, ReasonCode(request.qos), options, text in session.subscriptions, parsed.shared
+        )
+
+    def _subscription_made(self, session: Session, wanted: _Wanted, result: object) -> None:
+        """On the loop, once the disk work of one filter is done: the subscription is the
+        session's now, or the SUBACK says why not."""
+        client_id = session.client_id
+        if isinstance(result, BoxMQError):
+            log.warning("client %s: subscribing to %s: %s", client_id, wanted.text, result)
+            wanted.reason, wanted.options = _refusal_of(result), None
+            return
+        assert wanted.options is not None
+        subscriber = result if isinstance(result, Subscriber) else None
+        if self._sessions.get(client_id) is not session:  # it ended while the disk worked
+            if subscriber is not None:
+                self._drop_late(session, wanted.text, subscriber)
+            return
+        session.subscriptions[wanted.text] = wanted.options
+        if subscriber is not None:
+            self._durable.setdefault(client_id, {})[wanted.text] = subscriber
+
+    def _drop_late(self, session: Session, text: str, subscriber: Subscriber) -> None:
+        """A subscription made for a session that ended meanwhile is undone, as its end would
+        have done (unless a new session of the client has it: the same dropbox)."""
+        client_id = session.client_id
+        current = self._sessions.get(client_id)
+        with session_end_step(client_id, f"deleting its subscription to {text}"):
+            subscriber.close()
+            if not parse_filter(text).shared and (
+                current is None or text not in current.subscriptions
+            ):
+                self._box.unsubscribe(text, consumer_name(client_id))
+
+    def _subscribed(
+        self, client: Client, session: Session, packet_id: int, wanted: list[_Wanted]
+    ) -> None:
+        """SUBACK, then the retained messages the new subscriptions get (MQTT 5.0 §3.3.1.3),
+        then the packets the client sent meanwhile."""
+        reasons = [one.reason for one in wanted]
+        if client.link.connection.version is not ProtocolVersion.V5:
+            reasons = [r if r < _R.UNSPECIFIED_ERROR else _R.UNSPECIFIED_ERROR for r in reasons]
+        self._out.send(client, Suback(packet_id, tuple(reasons)))
+        on_disk: list[tuple[str, int]] = []  # (filter, QoS) of a persistent session's
+        retained: list[tuple[Envelope, bytes, SubscriptionOptions]] = []  # sent from memory
+        for one in wanted:
+            options = one.options
+            if options is None or one.shared or not self._retained_due(options, one.existed):
+                continue
+            if options.durable:  # written into its dropbox: kept until acknowledged
+                on_disk.append((one.text, options.qos))
+                continue
+            matching = self._box.topics.retained_matching(one.text)
+            retained += [(env, body, options) for env, body in matching]
+        if on_disk:
+            name = consumer_name(session.client_id)
+
+            def write() -> object:
+                for text, qos in on_disk:
+                    self._box.topics.send_retained(text, name, qos=qos)
+                return None
+
+            client.jobs.append(Job(write, lambda _: self._delivery.pump(session)))
+        now = self._clock.now()
+        for envelope, body, options in retained:
+            if not envelope.expired(now):  # an expired retained message is not sent (§3.3.2.3.3)
+                publish = retained_publish(envelope, body, options, now, self._box.side_files)
+                self._delivery.deliver(session, publish, None)
+        self._delivery.pump(session)
+        if client.held is not None:
+            asyncio.get_running_loop().call_soon(self._resume, client)
+
+    @staticmethod
+    def _retained_due(options: SubscriptionOptions, existed: bool) -> bool:
+        handling = options.retain_handling
+        return handling is RetainHandling.SEND_ON_SUBSCRIBE or (
+            handling is RetainHandling.SEND_IF_NEW_SUBSCRIPTION and not existed
+        )
+
+    def _begin_subscription(
+        self, session: Session, text: str, options: SubscriptionOptions
+    ) -> Callable[[], object] | None:
+        """On the loop: what subscribing `session` to `text` takes. Done here if it is in
+        memory only; otherwise the disk work for a worker, returning the new Subscriber (or
+        None: the one open stays), made the session's by `_subscription_made`."""
+        client_id = session.client_id
+        old = session.subscriptions.get(text)
+        if old is not None and old.durable != options.durable:
+            self._remove_subscription(session, text)
+            old = None
+        if not options.durable:
+            session.subscriptions[text] = options
+            self._memory.subscribe(
+                Subscription(
+                    ConsumerId(client_id),
+                    parse_filter(text),
+                    QoS(options.qos),
+                    False,
+                    options.no_local,
+                )
+            )
+            return None
+        if text not in self._durable.get(client_id, {}):
+            return partial(self._open_durable, session, text, options)
+        if old is None or (old.qos, old.no_local) != (options.qos, options.no_local):
+            # Replaced in place: what it holds in flight stays its own (MQTT-3.8.4-3).
+            return partial(
+                self._box.topics.resubscribe,
+                text,
+                consumer_name(client_id),
+                qos=options.qos,
+                no_local=options.no_local,
+                process_bound=not session.persistent,
+            )
+        return lambda: None
+
+    def attach(self, session: Session, text: str, options: SubscriptionOptions) -> None:
+        """On the loop (a session found on disk: its records are there already)."""
+        subscriber = self._open_durable(session, text, options)
+        self._durable.setdefault(session.client_id, {})[text] = subscriber
+
+    def _open_durable(
+        self, session: Session, text: str, options: SubscriptionOptions
+    ) -> Subscriber:
+        return self._box.subscribe(
+            text,
+            consumer_name(session.client_id),
+            qos=options.qos,
+            durable=True,
+            max_in_flight=max(1, session.outbox.window),
+            lock_timeout=_LOCK_TIMEOUT,
+            no_local=options.no_local,
+            send_retained=False,
+            process_bound=not session.persistent,  # a persistent member outlives a restart
+        )
+
+    def _remove_subscription(self, session: Session, text: str) -> bool:
+        options = session.subscriptions.pop(text, None)
+        if options is None:
+            return False
+        client_id = session.client_id
+        if options.durable:
+            subscriber = self._durable.get(client_id, {}).pop(text, None)
+            try:
+                if subscriber is not None:
+                    subscriber.close()
+                if not parse_filter(text).shared:
+                    self._box.unsubscribe(text, consumer_name(client_id))
+            except OSError:
+                # Still on disk: the session's again, open again (nothing to write: its
+                # record is there), so that its messages still come and an UNSUBSCRIBE sent
+                # again tries again.
+                session.subscriptions[text] = options
+                with contextlib.suppress(BoxMQError, OSError):
+                    self.attach(session, text, options)
+                raise
+        else:
+            self._memory.unsubscribe(client_id, parse_filter(text))
+        return True
+
+    def unsubscribe(self, client: Client, session: Session, packet: Unsubscribe) -> None:
+        """UNSUBACK once the session's record says so. A subscription the disk refuses to
+        delete (EIO, EROFS, ...) is said so: v5 with its reason (0x80, 0x97 for a full disk,
+        as a PUBACK would), and 3.1.1, whose UNSUBACK has no failure, by closing the
+        connection, as for a PUBLISH not stored."""
+        v5 = client.link.connection.version is ProtocolVersion.V5
+        reasons = []
+        for text in packet.topic_filters:
+            try:
+                removed = self._remove_subscription(session, text)
+            except InvalidArgument:
+                removed = False
+            except OSError as error:
+                failure = store_failure(error)
+                log.error(
+                    "client %s: unsubscribing from %s failed, the subscription stays: %s",
+                    session.client_id,
+                    text,
+                    failure,
+                )
+                if not v5:
+                    self._kick(client, _R.UNSPECIFIED_ERROR, f"an UNSUBSCRIBE failed: {failure}")
+                    return
+                reasons.append(reason_for(failure))
+                continue
+            reasons.append(_R.SUCCESS if removed else _R.NO_SUBSCRIPTION_EXISTED)
+        unsuback = Unsuback(packet.packet_id, tuple(reasons) if v5 else ())
+        if session.persistent:
+            record = self._records.record(session)
+            self._records.write(client, record, partial(self._out.send, client, unsuback))
+        else:
+            self._out.send(client, unsuback)
