@@ -254,13 +254,7 @@ def read_properties(
     if not length:
         return EMPTY, end
     raw = buf[start:end]
-    try:
-        present = _validate(raw, _MASKS[slot], _REPEATABLE[slot], _WHERE[slot])
-    except IndexError:
-        raise MalformedPacket(f"{_WHERE[slot]}: a value runs past the end of the list") from None
-    except UnicodeDecodeError:
-        raise MalformedPacket(f"{_WHERE[slot]}: a string is not UTF-8 (§1.5.4)") from None
-    return Properties(raw, present), end
+    return Properties(raw, _present(raw, slot)), end
 
 
 def validated(raw: bytes, kind: int) -> Properties:
@@ -269,13 +263,18 @@ def validated(raw: bytes, kind: int) -> Properties:
     ProtocolError) if a peer would have to refuse it."""
     if not raw:
         return EMPTY
+    return Properties(raw, _present(raw, kind))
+
+
+def _present(raw: bytes, slot: int) -> int:
+    """The mask of the properties in `raw`, checked against what packet type `slot` allows;
+    MalformedPacket (or its ProtocolError) for a list a receiver must refuse."""
     try:
-        present = _validate(raw, _MASKS[kind], _REPEATABLE[kind], _WHERE[kind])
+        return _validate(raw, _MASKS[slot], _REPEATABLE[slot], _WHERE[slot])
     except IndexError:
-        raise MalformedPacket(f"{_WHERE[kind]}: a value runs past the end of the list") from None
+        raise MalformedPacket(f"{_WHERE[slot]}: a value runs past the end of the list") from None
     except UnicodeDecodeError:
-        raise MalformedPacket(f"{_WHERE[kind]}: a string is not UTF-8 (§1.5.4)") from None
-    return Properties(raw, present)
+        raise MalformedPacket(f"{_WHERE[slot]}: a string is not UTF-8 (§1.5.4)") from None
 
 
 def _validate(raw: bytes, allowed: int, repeatable: int, where: str) -> int:
