@@ -225,6 +225,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--retain", action="store_true", help="keep it as the topic's last value")
     p.add_argument("--property", "-p", action="append", default=[], metavar="NAME[:TYPE]=VALUE")
     p.add_argument("--expires-in", type=_positive_duration, metavar="DURATION")
+    p.add_argument(
+        "--correlation-id", help="MQTT v5 subscribers get it as Correlation Data (UTF-8)"
+    )
+    p.add_argument("--reply-to", help="MQTT v5 subscribers get it as Response Topic")
 
     p = command("subscribe", _subscribe, "print messages of a topic filter as they come")
     p.set_defaults(creates_root=True)
@@ -418,6 +422,8 @@ def _publish(args: argparse.Namespace, box: Box) -> int:
         retain=args.retain,
         properties=properties,
         expires_in=args.expires_in,
+        correlation_id=args.correlation_id,
+        reply_to=args.reply_to,
     )
     _emit(args, {"topic": args.topic, "id": message_id}, message_id)
     return 0

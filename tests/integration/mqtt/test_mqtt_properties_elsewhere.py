@@ -223,3 +223,47 @@ def test_a_message_whose_stored_properties_are_malformed_is_delivered_without_th
     got = sorted(keeper.next().payload for _ in bad)
     assert got == [b"m0", b"m1", b"m2"]
     assert keeper.disconnects.empty()  # nothing it had to refuse
+
+
+def test_a_python_worker_answers_an_mqtt_v5_request_on_its_response_topic(
+    server: RunningServer,
+) -> None:
+    """MQTT 5.0 §4.10: the requester names where the answer goes and how to match it; the
+    worker reads them as `reply_to` and `correlation_id`, and publishes the answer with them."""
+    worker = server.box.subscribe("rpc/requests", "worker")  # a durable subscription
+    # Persistent: its subscription has a dropbox, which another process's answer reaches.
+    requester = paho(server, "device-7", clean=False, expiry=300)
+    requester.subscribe("rpc/replies/device-7", 1)
+    request = paho_properties(
+        PacketTypes.PUBLISH, ResponseTopic="rpc/replies/device-7", CorrelationData=b"req-7"
+    )
+    requester.publish("rpc/requests", b"ping", 1, properties=request)
+
+    message = worker.receive(timeout=WAIT)
+    assert message is not None
+    assert (message.reply_to, message.correlation_id) == ("rpc/replies/device-7", "req-7")
+    assert message.properties["mqtt.correlation-data"] == "cmVxLTc="  # still shown as before
+    server.box.publish(message.reply_to, b"pong", correlation_id=message.correlation_id)
+    message.ack()
+    worker.close()
+
+    answer = requester.next()
+    assert (answer.topic, answer.payload) == ("rpc/replies/device-7", b"pong")
+    assert answer.properties.CorrelationData == b"req-7"
+    assert not hasattr(answer.properties, "ResponseTopic")
+
+    _cli(
+        server.root,
+        "publish",
+        "rpc/replies/device-7",
+        "again",
+        "--correlation-id",
+        "req-8",
+        "--reply-to",
+        "rpc/requests",
+    )
+    again = requester.next()
+    assert again.payload == b"again"
+    assert again.properties.CorrelationData == b"req-8"
+    assert again.properties.ResponseTopic == "rpc/requests"
+    requester.stop()
