@@ -493,6 +493,12 @@ def _print_message(args: argparse.Namespace, message: Message) -> None:
             "properties": message.properties,
             "body": message.body.decode("utf-8", "backslashreplace"),
         }
+        # Where to answer, and with what: an MQTT v5 request's Response Topic and Correlation
+        # Data too (store/v5_properties.py). Only when set, so other records stay as they were.
+        if (correlation_id := message.correlation_id) is not None:
+            record["correlation-id"] = correlation_id
+        if (reply_to := message.reply_to) is not None:
+            record["reply-to"] = reply_to
         print(_json(record), flush=True)
     else:
         print(f"{message.topic} {message.body.decode('utf-8', 'backslashreplace')}", flush=True)

@@ -243,7 +243,9 @@ def test_a_python_worker_answers_an_mqtt_v5_request_on_its_response_topic(
     assert message is not None
     assert (message.reply_to, message.correlation_id) == ("rpc/replies/device-7", "req-7")
     assert message.properties["mqtt.correlation-data"] == "cmVxLTc="  # still shown as before
-    server.box.publish(message.reply_to, b"pong", correlation_id=message.correlation_id)
+    reply_to = message.reply_to
+    assert reply_to is not None
+    server.box.publish(reply_to, b"pong", correlation_id=message.correlation_id)
     message.ack()
     worker.close()
 
@@ -252,18 +254,38 @@ def test_a_python_worker_answers_an_mqtt_v5_request_on_its_response_topic(
     assert answer.properties.CorrelationData == b"req-7"
     assert not hasattr(answer.properties, "ResponseTopic")
 
+    requester.stop()
+
+
+def test_a_cli_worker_answers_an_mqtt_v5_request_on_its_response_topic(
+    server: RunningServer,
+) -> None:
+    server.box.subscribe("rpc/requests", "worker").close()  # kept: it collects while away
+    requester = paho(server, "device-8", clean=False, expiry=300)
+    requester.subscribe("rpc/replies/device-8", 1)
+    request = paho_properties(
+        PacketTypes.PUBLISH, ResponseTopic="rpc/replies/device-8", CorrelationData=b"\xffreq"
+    )
+    requester.publish("rpc/requests", b"ping", 1, properties=request)
+
+    line = _cli(
+        server.root, "--json", "subscribe", "rpc/requests", "--name", "worker", "--count", "1"
+    )
+    record = json.loads(line.split("\n")[0])
+    assert record["reply-to"] == "rpc/replies/device-8"
+    assert record["correlation-id"] == "/3JlcQ=="  # not UTF-8: its base64
     _cli(
         server.root,
         "publish",
-        "rpc/replies/device-7",
-        "again",
+        record["reply-to"],
+        "pong",
         "--correlation-id",
-        "req-8",
+        record["correlation-id"],
         "--reply-to",
         "rpc/requests",
     )
-    again = requester.next()
-    assert again.payload == b"again"
-    assert again.properties.CorrelationData == b"req-8"
-    assert again.properties.ResponseTopic == "rpc/requests"
+    answer = requester.next()
+    assert answer.payload == b"pong"
+    assert answer.properties.CorrelationData == b"/3JlcQ=="  # the text's bytes, as documented
+    assert answer.properties.ResponseTopic == "rpc/requests"
     requester.stop()
