@@ -225,6 +225,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--retain", action="store_true", help="keep it as the topic's last value")
     p.add_argument("--property", "-p", action="append", default=[], metavar="NAME[:TYPE]=VALUE")
     p.add_argument("--expires-in", type=_positive_duration, metavar="DURATION")
+    p.add_argument(
+        "--correlation-id", help="MQTT v5 subscribers get it as Correlation Data (UTF-8)"
+    )
+    p.add_argument("--reply-to", help="MQTT v5 subscribers get it as Response Topic")
 
     p = command("subscribe", _subscribe, "print messages of a topic filter as they come")
     p.set_defaults(creates_root=True)
@@ -418,6 +422,8 @@ def _publish(args: argparse.Namespace, box: Box) -> int:
         retain=args.retain,
         properties=properties,
         expires_in=args.expires_in,
+        correlation_id=args.correlation_id,
+        reply_to=args.reply_to,
     )
     _emit(args, {"topic": args.topic, "id": message_id}, message_id)
     return 0
@@ -487,6 +493,12 @@ def _print_message(args: argparse.Namespace, message: Message) -> None:
             "properties": message.properties,
             "body": message.body.decode("utf-8", "backslashreplace"),
         }
+        # Where to answer, and with what: an MQTT v5 request's Response Topic and Correlation
+        # Data too (store/v5_properties.py). Only when set, so other records stay as they were.
+        if (correlation_id := message.correlation_id) is not None:
+            record["correlation-id"] = correlation_id
+        if (reply_to := message.reply_to) is not None:
+            record["reply-to"] = reply_to
         print(_json(record), flush=True)
     else:
         print(f"{message.topic} {message.body.decode('utf-8', 'backslashreplace')}", flush=True)

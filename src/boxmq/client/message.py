@@ -96,11 +96,18 @@ class Message:
 
     @property
     def correlation_id(self) -> str | None:
-        return self.envelope.correlation_id
+        """The producer's; for a message published over MQTT v5, its Correlation Data as text
+        (UTF-8, else base64: store/v5_properties.py)."""
+        if self._v5 is None:
+            return self.envelope.correlation_id
+        return self._v5.correlation_id(self.envelope)
 
     @property
     def reply_to(self) -> str | None:
-        return self.envelope.reply_to
+        """The producer's; for a message published over MQTT v5, its Response Topic."""
+        if self._v5 is None:
+            return self.envelope.reply_to
+        return self._v5.reply_to(self.envelope)
 
     @property
     def type(self) -> str | None:

@@ -15,7 +15,10 @@ Invariants:
   message's group for `hash-by-key` dispatch; a PUBLISH without one pays a bytes search.
 - A message stored without v5 properties (put by the Python API, the CLI, Spark, a script)
   goes to v5 subscribers with its properties, not boxmq's `bx_*`, as User Properties, values
-  as text. One with v5 properties goes with exactly those (its bytes, as they came).
+  as text, and its reply-to and correlation id as Response Topic and Correlation Data (the
+  id's UTF-8 bytes); a reply-to that is no topic name, or an id MQTT cannot carry, is left
+  out (logged once while cached), never the message. One with v5 properties goes with
+  exactly those (its bytes, as they came): it pays none of this.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from typing import Final, TypeVar
 
 from boxmq.client.message import Message
 from boxmq.client.topics import Publication
-from boxmq.errors import InvalidArgument, MalformedPacket, MetadataTooLong
+from boxmq.core.topics import validate_topic
+from boxmq.errors import InvalidArgument, InvalidTopic, MalformedPacket, MetadataTooLong
 from boxmq.model import (
     GROUP_KEY,
     PROPERTIES_FILE,
@@ -239,7 +243,8 @@ def retained_publish(
 
 def _properties_of(envelope: Envelope, side_files: SideFiles) -> Properties:
     """The v5 properties a message goes out with: those it came with, or, for a message that
-    came without (not over MQTT v5), its own properties as User Properties."""
+    came without (not over MQTT v5), its own properties as User Properties and its reply-to
+    and correlation id as Response Topic and Correlation Data."""
     inline = key = None
     users: list[tuple[str, str]] = []
     for prop in envelope.properties:  # one pass: this runs for every message sent from disk
@@ -255,7 +260,9 @@ def _properties_of(envelope: Envelope, side_files: SideFiles) -> Properties:
     if key is not None:
         kept = side_files.get(key) if isinstance(key, str) else None
         return EMPTY if kept is None else _side_file(kept, key)
-    return _user_properties(users) if users else EMPTY
+    if users or envelope.reply_to or envelope.correlation_id:
+        return _built(users, envelope.reply_to, envelope.correlation_id)
+    return EMPTY
 
 
 # Property bytes are checked before they go out, once per kind: a publisher repeats its
@@ -300,12 +307,52 @@ def _unusable(where: str, why: str) -> Properties:
     return EMPTY
 
 
-def _user_properties(pairs: list[tuple[str, str]]) -> Properties:
-    """Pairs as User Properties (MQTT 5.0 §3.3.2.3.7); a pair MQTT cannot carry (U+0000 in a
-    name a script wrote, §1.5.4) is left out rather than sent to a subscriber who must
-    refuse it."""
+def _built(
+    pairs: list[tuple[str, str]], reply_to: str | None, correlation_id: str | None
+) -> Properties:
+    """Pairs as User Properties (MQTT 5.0 §3.3.2.3.7), reply-to and correlation id as
+    Response Topic and Correlation Data (§3.3.2.3.5, §3.3.2.3.6, §4.10). What MQTT cannot
+    carry (U+0000 in a name a script wrote, §1.5.4; a reply-to with a wildcard) is left out
+    rather than sent to a subscriber who must refuse it."""
     return Properties.build(
-        user_properties=[(n, v) for n, v in pairs if "\0" not in n and "\0" not in v]
+        response_topic=_response_topic(reply_to) if reply_to else None,
+        correlation_data=_correlation_data(correlation_id) if correlation_id else None,
+        user_properties=[(n, v) for n, v in pairs if "\0" not in n and "\0" not in v],
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _response_topic(reply_to: str) -> str | None:
+    """A reply-to as a Response Topic: a topic name (§3.3.2.3.5), else None (logged once
+    while cached). Cached: a few reply topics are used by many messages."""
+    try:
+        return validate_topic(reply_to)
+    except InvalidTopic as error:
+        _left_out("reply-to", reply_to, str(error))
+        return None
+
+
+def _correlation_data(correlation_id: str) -> bytes | None:
+    """A correlation id as Correlation Data: its UTF-8 bytes, at most 65,535 (§1.5.6); else
+    None (logged once while cached)."""
+    try:
+        data = correlation_id.encode()
+    except UnicodeEncodeError:
+        _left_out("correlation id", correlation_id, "it is not well-formed UTF-8")
+        return None
+    if len(data) > 0xFFFF:
+        _left_out("correlation id", correlation_id[:40], f"it is {len(data)} bytes long")
+        return None
+    return data
+
+
+@functools.lru_cache(maxsize=256)
+def _left_out(what: str, value: str, why: str) -> None:
+    log.warning(
+        "a message's %s %r cannot go to MQTT v5 subscribers (%s): they get it without",
+        what,
+        value,
+        why,
     )
 
 

@@ -11,6 +11,9 @@ What they see (docs/file-format.md, "MQTT v5 properties, as other readers see th
 - Content Type, Response Topic, Correlation Data (base64) and Payload Format Indicator
   (`bytes` or `utf-8`) are the string properties named in `FIELDS` (`mqtt.content-type`...);
 - the Message Expiry Interval is not a property: it is the message's expiration already;
+- Response Topic and Correlation Data are also the message's `reply_to` and `correlation_id`
+  (`V5Reader.reply_to`, `V5Reader.correlation_id`) when its name has none of its own: the
+  data as text (`correlation_text`: UTF-8 when it decodes as such, else its base64);
 - the file name's own properties win over these, `mqtt.*` over a User Property of the same
   name, and nothing in boxmq's reserved `bx_*` names is ever shown.
 
@@ -50,6 +53,7 @@ __all__ = [
     "RESPONSE_TOPIC",
     "Decoded",
     "V5Reader",
+    "correlation_text",
     "decode",
     "shown",
     "unpack",
@@ -80,6 +84,18 @@ class Decoded:
 
     user_properties: tuple[tuple[str, str], ...] = ()
     fields: tuple[tuple[str, str], ...] = ()  # (a name of FIELDS, its value as text)
+    response_topic: str | None = None
+    correlation_data: bytes | None = None
+
+
+def correlation_text(data: bytes) -> str:
+    """Correlation Data as a correlation id: the text it is when it is UTF-8 (what a reply
+    sends back as Correlation Data, exactly), else its base64 (standard alphabet, padded, as
+    `mqtt.correlation-data` shows it; a reply then sends back those characters, not `data`)."""
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode()
 
 
 def decode(raw: bytes) -> Decoded:
@@ -87,6 +103,7 @@ def decode(raw: bytes) -> Decoded:
     it is not a well-formed one (truncated, an identifier a PUBLISH cannot carry, not UTF-8)."""
     users: list[tuple[str, str]] = []
     fields: dict[str, str] = {}
+    correlation: bytes | None = None
     pos, size = 0, len(raw)
     try:
         while pos < size:
@@ -101,6 +118,7 @@ def decode(raw: bytes) -> Decoded:
             elif pid == _CORRELATION:
                 data, pos = _binary(raw, pos)
                 fields.setdefault(CORRELATION_DATA, base64.b64encode(data).decode())
+                correlation = data if correlation is None else correlation
             elif pid in _FIXED:
                 end = pos + _FIXED[pid]
                 if end > size:
@@ -115,7 +133,7 @@ def decode(raw: bytes) -> Decoded:
     except IndexError:
         raise ValueError("a value runs past the end of the properties") from None
     ordered = tuple((name, fields[name]) for name in FIELDS if name in fields)
-    return Decoded(tuple(users), ordered)
+    return Decoded(tuple(users), ordered, fields.get(RESPONSE_TOPIC), correlation)
 
 
 def _utf8(raw: bytes, pos: int) -> tuple[str, int]:
@@ -171,6 +189,23 @@ class V5Reader:
     def properties(self, envelope: Envelope) -> dict[str, PropertyValue]:
         """What `Message.properties` shows: see the module's docstring."""
         return shown(envelope.user_properties(), self.decoded(envelope))
+
+    def reply_to(self, envelope: Envelope) -> str | None:
+        """What `Message.reply_to` shows: the name's own, else the Response Topic."""
+        if envelope.reply_to is not None:
+            return envelope.reply_to
+        decoded = self.decoded(envelope)
+        return None if decoded is None else decoded.response_topic
+
+    def correlation_id(self, envelope: Envelope) -> str | None:
+        """What `Message.correlation_id` shows: the name's own, else the Correlation Data as
+        text (`correlation_text`)."""
+        if envelope.correlation_id is not None:
+            return envelope.correlation_id
+        decoded = self.decoded(envelope)
+        if decoded is None or decoded.correlation_data is None:
+            return None
+        return correlation_text(decoded.correlation_data)
 
     def decoded(self, envelope: Envelope) -> Decoded | None:
         """The message's v5 properties; None if it has none, or none that can be read."""

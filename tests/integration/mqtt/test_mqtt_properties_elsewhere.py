@@ -223,3 +223,69 @@ def test_a_message_whose_stored_properties_are_malformed_is_delivered_without_th
     got = sorted(keeper.next().payload for _ in bad)
     assert got == [b"m0", b"m1", b"m2"]
     assert keeper.disconnects.empty()  # nothing it had to refuse
+
+
+def test_a_python_worker_answers_an_mqtt_v5_request_on_its_response_topic(
+    server: RunningServer,
+) -> None:
+    """MQTT 5.0 §4.10: the requester names where the answer goes and how to match it; the
+    worker reads them as `reply_to` and `correlation_id`, and publishes the answer with them."""
+    worker = server.box.subscribe("rpc/requests", "worker")  # a durable subscription
+    # Persistent: its subscription has a dropbox, which another process's answer reaches.
+    requester = paho(server, "device-7", clean=False, expiry=300)
+    requester.subscribe("rpc/replies/device-7", 1)
+    request = paho_properties(
+        PacketTypes.PUBLISH, ResponseTopic="rpc/replies/device-7", CorrelationData=b"req-7"
+    )
+    requester.publish("rpc/requests", b"ping", 1, properties=request)
+
+    message = worker.receive(timeout=WAIT)
+    assert message is not None
+    assert (message.reply_to, message.correlation_id) == ("rpc/replies/device-7", "req-7")
+    assert message.properties["mqtt.correlation-data"] == "cmVxLTc="  # still shown as before
+    reply_to = message.reply_to
+    assert reply_to is not None
+    server.box.publish(reply_to, b"pong", correlation_id=message.correlation_id)
+    message.ack()
+    worker.close()
+
+    answer = requester.next()
+    assert (answer.topic, answer.payload) == ("rpc/replies/device-7", b"pong")
+    assert answer.properties.CorrelationData == b"req-7"
+    assert not hasattr(answer.properties, "ResponseTopic")
+
+    requester.stop()
+
+
+def test_a_cli_worker_answers_an_mqtt_v5_request_on_its_response_topic(
+    server: RunningServer,
+) -> None:
+    server.box.subscribe("rpc/requests", "worker").close()  # kept: it collects while away
+    requester = paho(server, "device-8", clean=False, expiry=300)
+    requester.subscribe("rpc/replies/device-8", 1)
+    request = paho_properties(
+        PacketTypes.PUBLISH, ResponseTopic="rpc/replies/device-8", CorrelationData=b"\xffreq"
+    )
+    requester.publish("rpc/requests", b"ping", 1, properties=request)
+
+    line = _cli(
+        server.root, "--json", "subscribe", "rpc/requests", "--name", "worker", "--count", "1"
+    )
+    record = json.loads(line.split("\n")[0])
+    assert record["reply-to"] == "rpc/replies/device-8"
+    assert record["correlation-id"] == "/3JlcQ=="  # not UTF-8: its base64
+    _cli(
+        server.root,
+        "publish",
+        record["reply-to"],
+        "pong",
+        "--correlation-id",
+        record["correlation-id"],
+        "--reply-to",
+        "rpc/requests",
+    )
+    answer = requester.next()
+    assert answer.payload == b"pong"
+    assert answer.properties.CorrelationData == b"/3JlcQ=="  # the text's bytes, as documented
+    assert answer.properties.ResponseTopic == "rpc/requests"
+    requester.stop()

@@ -28,8 +28,9 @@ from boxmq.model import (
     property_text,
 )
 from boxmq.mqtt import stored
+from boxmq.mqtt.framing import PacketType
 from boxmq.mqtt.packets import Publish
-from boxmq.mqtt.properties import Properties, PropertyId
+from boxmq.mqtt.properties import Properties, PropertyId, validated
 from boxmq.mqtt.session import SubscriptionOptions
 from boxmq.mqtt.stored import (
     consumer_name,
@@ -226,6 +227,67 @@ def test_a_message_without_v5_properties_goes_out_with_its_own_as_user_propertie
     assert list(back.properties.user_properties) == expected
     assert back.properties.get_all(PropertyId.USER_PROPERTY) == tuple(expected)
     assert (back.properties.raw == b"") == (not expected)
+
+
+_REPLY_TO = st.text(max_size=8) | st.sampled_from(["rpc/replies/7", "a/+/b", "#", ""])
+
+
+@given(_REPLY_TO, st.none() | st.text(max_size=8), st.booleans())
+def test_reply_to_and_correlation_id_go_out_as_response_topic_and_correlation_data(
+    reply_to: str, correlation_id: str | None, with_user_property: bool
+) -> None:
+    own = {"tenant": "acme"} if with_user_property else {}
+    envelope = Envelope(
+        MessageId("m"),
+        correlation_id=correlation_id,
+        reply_to=reply_to or None,
+        properties=(Property("bx_topic", PropertyType.STRING, "t"), *properties_from(own)),
+    )
+    with tempfile.TemporaryDirectory() as root:
+        back = retained_publish(envelope, b"", _OPTIONS, now=0, side_files=SideFiles(root))
+    props = back.properties
+    valid_topic = (
+        bool(reply_to)
+        and not {"+", "#", "\0"} & set(reply_to)
+        and not any(0xD800 <= ord(c) <= 0xDFFF for c in reply_to)
+    )
+    assert props.response_topic == (reply_to if valid_topic else None)
+    try:
+        data = correlation_id.encode() if correlation_id else None
+    except UnicodeEncodeError:
+        data = None  # a lone surrogate: no UTF-8 bytes, so left out
+    assert props.correlation_data == data
+    assert list(props.user_properties) == list(own.items())
+    assert validated(props.raw, PacketType.PUBLISH) == props  # nothing a subscriber refuses
+
+
+def test_a_reply_to_that_is_no_topic_name_is_left_out_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    envelope = Envelope(
+        MessageId("m"), correlation_id="req-1", reply_to="rpc/+/wild", properties=()
+    )
+    with tempfile.TemporaryDirectory() as root, caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            back = retained_publish(envelope, b"", _OPTIONS, now=0, side_files=SideFiles(root))
+            assert back.properties.response_topic is None
+            assert back.properties.correlation_data == b"req-1"
+    assert sum("rpc/+/wild" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_message_with_v5_properties_keeps_them_whatever_its_name_says(tmp_path: Path) -> None:
+    props = Properties.build(response_topic="rpc/v5", correlation_data=b"\x00v5")
+    side = SideFiles(str(tmp_path))
+    kept = kept_properties(Publish("t", b"", 1, packet_id=1, properties=props), side)
+    envelope = _envelope(kept)
+    envelope = Envelope(
+        envelope.message_id,
+        correlation_id="other",
+        reply_to="rpc/other",
+        properties=envelope.properties,
+    )
+    back = retained_publish(envelope, b"", _OPTIONS, now=0, side_files=side)
+    assert back.properties == props
 
 
 def test_a_message_with_v5_properties_goes_out_with_exactly_those(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from boxmq.store.v5_properties import (
     RESPONSE_TOPIC,
     Decoded,
     V5Reader,
+    correlation_text,
     decode,
     shown,
     unpack,
@@ -170,3 +171,71 @@ def test_a_bad_blob_in_the_name_shows_none_and_is_logged_once(
             assert reader.properties(_envelope(**{V5_PROPERTIES: blob, "a": "1"})) == {"a": "1"}
     assert len(caplog.records) == 1
     assert "no MQTT v5 properties boxmq can read" in caplog.text
+
+
+@given(
+    st.none() | _TEXT.filter(lambda t: "+" not in t and "#" not in t),
+    st.none() | st.binary(max_size=16),
+)
+def test_response_topic_and_correlation_data_are_the_reply_to_and_correlation_id(
+    response_topic: str | None, correlation: bytes | None
+) -> None:
+    props = Properties.build(
+        response_topic=response_topic, correlation_data=correlation, user_properties=[("a", "b")]
+    )
+    envelope = _envelope(**{V5_PROPERTIES: _pack(props)})
+    reader = V5Reader(None)
+    assert reader.reply_to(envelope) == response_topic
+    cid = reader.correlation_id(envelope)
+    if correlation is None:
+        assert cid is None
+    else:
+        assert cid is not None
+        # UTF-8 data is its text, exactly; other data the base64 mqtt.correlation-data shows.
+        try:
+            assert cid.encode() == correlation
+        except AssertionError:
+            assert cid == reader.properties(envelope)[CORRELATION_DATA]
+            assert base64.b64decode(cid) == correlation
+
+
+@given(st.binary(max_size=32))
+def test_correlation_text_is_utf8_when_it_decodes_else_base64(data: bytes) -> None:
+    text = correlation_text(data)
+    try:
+        assert text == data.decode()
+    except UnicodeDecodeError:
+        assert text == base64.b64encode(data).decode()
+
+
+def test_the_names_own_reply_to_and_correlation_id_win_over_the_v5_ones() -> None:
+    props = Properties.build(response_topic="rpc/v5", correlation_data=b"v5")
+    envelope = _envelope(**{V5_PROPERTIES: _pack(props)})
+    own = Envelope(
+        envelope.message_id,
+        correlation_id="own-id",
+        reply_to="rpc/own",
+        properties=envelope.properties,
+    )
+    reader = V5Reader(None)
+    assert (reader.reply_to(own), reader.correlation_id(own)) == ("rpc/own", "own-id")
+    assert (reader.reply_to(envelope), reader.correlation_id(envelope)) == ("rpc/v5", "v5")
+    assert reader.properties(envelope) == {
+        RESPONSE_TOPIC: "rpc/v5",
+        CORRELATION_DATA: "djU=",
+    }
+
+
+def test_reply_fields_in_a_side_file_are_read_from_it(tmp_path: Path) -> None:
+    side_files = SideFiles(str(tmp_path))
+    props = Properties.build(response_topic="rpc/" + "r" * 200, correlation_data=b"\xff\x00")
+    envelope = _envelope(**{PROPERTIES_FILE: side_files.put(props.raw)})
+    reader = V5Reader(side_files)
+    assert reader.reply_to(envelope) == "rpc/" + "r" * 200
+    assert reader.correlation_id(envelope) == "/wA="  # not UTF-8: base64
+
+
+def test_a_message_without_v5_properties_has_none() -> None:
+    reader = V5Reader(None)
+    assert reader.reply_to(_envelope()) is None
+    assert reader.correlation_id(_envelope()) is None
