@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import logging
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -75,7 +75,7 @@ _CORRELATION: Final = 0x09
 _USER: Final = 0x26
 _SUBSCRIPTION_IDENTIFIER: Final = 0x0B  # a Variable Byte Integer
 _FORMATS: Final = {0: "bytes", 1: "utf-8"}
-_WARNED = 1024  # bad property blobs remembered so each is logged once
+_REMEMBERED = 1024  # property blobs decoded and remembered (a bad one: logged once meanwhile)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +183,11 @@ class V5Reader:
 
     def __init__(self, side_files: SideFiles | None) -> None:
         self._side_files = side_files
-        self._lock = threading.Lock()
-        self._warned: set[str] = set()
+        # One decode per blob while it is remembered: a reader asks one message for its
+        # properties, its reply-to and its correlation id, and a producer repeats its
+        # properties; a bad blob is so logged once, not at every read.
+        self._inline = functools.lru_cache(maxsize=_REMEMBERED)(self._decode_inline)
+        self._in_file = functools.lru_cache(maxsize=_REMEMBERED)(self._decode_file)
 
     def properties(self, envelope: Envelope) -> dict[str, PropertyValue]:
         """What `Message.properties` shows: see the module's docstring."""
@@ -211,36 +214,32 @@ class V5Reader:
         """The message's v5 properties; None if it has none, or none that can be read."""
         inline = envelope.property_value(V5_PROPERTIES)
         if isinstance(inline, str):
-            return self._decode_inline(inline)
+            return self._inline(inline)
         key = envelope.property_value(PROPERTIES_FILE)
         if not isinstance(key, str) or self._side_files is None:
             return None
         raw = self._side_files.get(key)  # None: missing, logged once by SideFiles
-        if raw is None:
-            return None
-        try:
-            return decode(raw)
-        except ValueError as error:
-            self._warn(key, f"side file {key!r}", error)
-            return None
+        return None if raw is None else self._in_file(key, raw)
 
     def _decode_inline(self, text: str) -> Decoded | None:
         try:
             return decode(unpack(text))
         except ValueError as error:
-            self._warn(text, f"{V5_PROPERTIES} {text!r}", error)
+            _warn(f"{V5_PROPERTIES} {text!r}", error)
             return None
 
-    def _warn(self, blob: str, what: str, error: ValueError) -> None:
-        with self._lock:
-            if blob in self._warned:
-                return
-            if len(self._warned) >= _WARNED:
-                self._warned.clear()
-            self._warned.add(blob)
-        log.warning(
-            "%s holds no MQTT v5 properties boxmq can read (%s): its messages show none "
-            "to readers that are not MQTT",
-            what,
-            error,
-        )
+    def _decode_file(self, key: str, raw: bytes) -> Decoded | None:
+        try:
+            return decode(raw)
+        except ValueError as error:
+            _warn(f"side file {key!r}", error)
+            return None
+
+
+def _warn(what: str, error: ValueError) -> None:
+    log.warning(
+        "%s holds no MQTT v5 properties boxmq can read (%s): its messages show none "
+        "to readers that are not MQTT",
+        what,
+        error,
+    )
