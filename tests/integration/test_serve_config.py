@@ -10,6 +10,17 @@ import time
 from pathlib import Path
 
 
+def _serve_refused(config: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run `boxmq serve --config CONFIG`, which is expected to exit at once."""
+    return subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
+
+
 def _serve_until_ready(*args: str, cwd: Path) -> str:
     """Start `boxmq serve`, wait for its "ready" log line, stop it; return its log."""
     server = subprocess.Popen(
@@ -55,13 +66,7 @@ def test_the_config_file_chooses_the_root_and_a_typed_flag_wins(tmp_path: Path) 
 def test_a_bad_config_file_is_one_line_naming_file_and_key(tmp_path: Path) -> None:
     config = tmp_path / "boxmq.toml"
     config.write_text("[mqtt.limits]\nmax_conections = 5\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "boxmq.cli", "serve", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-    )
+    done = _serve_refused(config, tmp_path)
     assert done.returncode == 1
     assert done.stderr == (
         f"boxmq serve: {config}: mqtt.limits.max_conections: unknown key "
@@ -89,13 +94,7 @@ def test_a_port_in_use_names_the_setting_it_came_from(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         config = tmp_path / "boxmq.toml"
         config.write_text(f"[[mqtt.listener]]\nport = 0\n\n[[mqtt.listener]]\nport = {port}\n")
-        done = subprocess.run(
-            [sys.executable, "-m", "boxmq.cli", "serve", "--config", str(config)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=tmp_path,
-        )
+        done = _serve_refused(config, tmp_path)
     assert done.returncode == 1
     assert f"('127.0.0.1', {port})" in done.stderr
     assert f"choose another mqtt.listener[2] in {config}" in done.stderr
