@@ -22,13 +22,16 @@ __all__ = ["flush_directories", "make_folders", "replace_file", "write_in_place"
 def make_folders(path: str, *, flush: bool, within: str) -> None:
     """`os.makedirs(path, exist_ok=True)`; with `flush`, each folder made (up to `within`,
     which must exist) is on disk after: its parent is fsynced."""
-    made: list[str] = []
+    if not flush:
+        os.makedirs(path, exist_ok=True)
+        return
+    made: list[str] = []  # which folders are new: only their parents need a flush
     folder = path
     while folder != within and not os.path.isdir(folder):
         made.append(folder)
         folder = os.path.dirname(folder)
     os.makedirs(path, exist_ok=True)
-    if flush and made:
+    if made:
         flush_directories(_parents(reversed(made)))
 
 
