@@ -623,14 +623,19 @@ def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
     as NAME=VALUE,... in a table."""
     envelope = peeked.envelope
     visible = peeked.properties  # an MQTT v5 message's decoded too (store/v5_properties.py)
-    properties: object = visible if as_json else ",".join(f"{k}={v}" for k, v in visible.items())
+    listed = shown(",".join(f"{k}={v}" for k, v in visible.items()))  # bytes not UTF-8: \xNN
     row: dict[str, Any] = {
         "id": shown(envelope.message_id),  # a name that is not UTF-8: its bytes as \xNN
         "priority": envelope.priority,
         "bytes": peeked.size,
         "deliveries": envelope.delivery_count,
-        "properties": properties,
+        "properties": visible if as_json else listed,
     }
+    # As `get` shows them (an MQTT v5 request's too); only when set, as `subscribe --json`.
+    if (correlation_id := peeked.correlation_id) is not None:
+        row["correlation-id"] = correlation_id
+    if (reply_to := peeked.reply_to) is not None:
+        row["reply-to"] = reply_to
     if peeked.holder is not None:
         row["locked-by"] = peeked.holder
     return row
@@ -680,7 +685,7 @@ def _finite(value: object) -> object:
 
 
 def _table(rows: list[dict[str, Any]]) -> None:
-    columns = list(rows[0])
+    columns = list(dict.fromkeys(column for row in rows for column in row))  # every row's
     widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
     print("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip())
     for row in rows:

@@ -208,6 +208,13 @@ def test_a_name_that_is_not_utf8_is_set_aside_and_shown_sanely(root: Path) -> No
     assert json.loads(ok(root, "--json", "ls"))["queues"][0]["dead"] == 1
 
 
+def test_a_property_in_bytes_that_are_not_utf8_is_shown_sanely(root: Path) -> None:
+    ok(root, "put", "m", "valid")
+    (root / "m" / "target" / "4.s1.T.....kS=v%FF").write_text("x")
+    assert "k=v\\xff" in ok(root, "peek", "m")
+    assert "'k': 'v\\udcff'" in ok(root, "get", "m", "--consumer", "a") + ok(root, "get", "m")
+
+
 def test_a_queue_missing_some_state_folders_works(root: Path) -> None:
     (root / "half" / "target").mkdir(parents=True)
     (root / "half" / "target" / "x").write_text("m")

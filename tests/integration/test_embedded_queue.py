@@ -403,3 +403,74 @@ def test_hash_by_key_keeps_a_message_group_on_one_consumer_and_through_a_redeliv
         assert again.properties[GROUP_KEY] == message.properties[GROUP_KEY]
         for consumer in consumers:
             consumer.close()
+
+
+# A script's name whose property escapes are not UTF-8: read with those bytes as surrogate
+# escapes (os.listdir's way), the rest of its metadata intact.
+SCRIPTED = "4.s1.T.....tenantS=acme&kS=%ED%A0%80&JMSXGroupIDS=g%FF"
+
+
+def test_a_property_in_bytes_that_are_not_utf8_keeps_the_rest_and_its_bytes_through_an_unlock(
+    root: Path,
+) -> None:
+    with boxmq.open(root, fsync="never", dispatch="hash-by-key") as box:
+        jobs = box.queue("jobs")
+        (root / "jobs" / "target" / SCRIPTED).write_bytes(b"x")
+        consumer = jobs.consumer("c")
+        message = consumer.receive(timeout=5)
+        assert message is not None
+        assert message.id == "s1"
+        assert message.properties == {
+            "tenant": "acme",
+            "k": "\udced\udca0\udc80",
+            GROUP_KEY: "g\udcff",
+        }
+        message.unlock()
+        [name] = files(root, "jobs", "target")
+        assert name.startswith(SCRIPTED + "&bx_dcI=1")  # its bytes as they were
+        consumer.close()
+
+
+def test_a_put_of_a_property_with_a_lone_surrogate_is_refused_naming_it(box: boxmq.Box) -> None:
+    # No UTF-8 reader, and no MQTT subscriber, could ever be given it.
+    for properties in ({"k": "a\ud800"}, {"k\udcff": "v"}):
+        with pytest.raises(boxmq.InvalidArgument, match=r"property 'k.*lone surrogate"):
+            box.queue("jobs").put(b"x", properties=properties)
+    with pytest.raises(boxmq.InvalidArgument, match="property 'k'"):
+        box.publish("t", b"x", properties={"k": "\udcff"})
+    assert box.queue("jobs").counts().ready == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "why"),
+    [
+        ("mqtt.payload-format", "2", "bytes \\(0\\) or utf-8 \\(1\\)"),
+        ("mqtt.payload-format", True, "bytes \\(0\\) or utf-8 \\(1\\)"),
+        ("mqtt.response-topic", "rpc/+/replies", "wildcards"),
+        ("mqtt.response-topic", "", "topic"),
+        ("mqtt.correlation-data", "req-7!", "base64"),
+        ("mqtt.content-type", "text\0csv", "U\\+0000"),
+    ],
+)
+def test_an_mqtt_property_that_means_nothing_to_mqtt_is_refused_at_put(
+    box: boxmq.Box, name: str, value: str | bool, why: str
+) -> None:
+    # What could never go out as the MQTT v5 property it names is never stored.
+    with pytest.raises(boxmq.InvalidArgument, match=f"property '{name}'.*{why}"):
+        box.queue("jobs").put(b"x", properties={name: value})
+    with pytest.raises(boxmq.InvalidArgument, match=f"property '{name}'.*{why}"):
+        box.publish("t", b"x", properties={name: value})
+    assert box.queue("jobs").counts().ready == 0
+
+
+def test_mqtt_properties_a_producer_set_are_its_reply_to_and_correlation_id(
+    box: boxmq.Box,
+) -> None:
+    jobs = box.queue("jobs")
+    jobs.put(b"x", properties={"mqtt.response-topic": "r/7", "mqtt.correlation-data": "/3I="})
+    jobs.put(b"y", properties={"mqtt.response-topic": "r/7"}, reply_to="own", correlation_id="c")
+    first, second = jobs.get("a"), jobs.get("b")
+    assert first is not None
+    assert second is not None
+    assert (first.reply_to, first.correlation_id) == ("r/7", "/3I=")  # not UTF-8: base64
+    assert (second.reply_to, second.correlation_id) == ("own", "c")  # the name's own win

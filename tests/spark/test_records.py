@@ -132,6 +132,8 @@ def test_mqtt_v5_properties_are_decoded_from_the_name_and_from_side_files(tmp_pa
 
     [columns] = read_files(files, "q", State.TARGET, chunk=10, root=str(tmp_path))
 
+    replies = columns.values[COLUMNS.index("reply_to")]
+    assert replies == [None, "r/1"] * 2  # as `Message.reply_to` shows them
     properties = columns.values[COLUMNS.index("properties")]
     assert (
         properties
@@ -141,3 +143,29 @@ def test_mqtt_v5_properties_are_decoded_from_the_name_and_from_side_files(tmp_pa
         ]
         * 2
     )
+
+
+def test_reply_to_correlation_id_and_properties_are_what_message_shows(tmp_path: Path) -> None:
+    folder = tmp_path / "q" / "target"
+    folder.mkdir(parents=True)
+    names = [
+        # a producer's mqtt.* (not the name's own fields): also its reply-to and correlation id
+        encode(
+            Envelope(
+                MessageId(_ID),
+                properties=(
+                    Property("mqtt.response-topic", PropertyType.STRING, "r/2"),
+                    Property("mqtt.correlation-data", PropertyType.STRING, "cmVxLTc="),
+                ),
+            )
+        ),
+        "4.s1.T.....kS=%FF",  # a script's bytes that are not UTF-8: shown as \\xNN
+    ]
+    for name in names:
+        (folder / name).write_bytes(b"{}")
+
+    [columns] = read_files([FileRef(str(folder), n) for n in names], "q", State.TARGET, chunk=9)
+
+    assert columns.values[COLUMNS.index("reply_to")] == ["r/2", None]
+    assert columns.values[COLUMNS.index("correlation_id")] == ["req-7", None]
+    assert columns.values[COLUMNS.index("properties")][1] == [("k", "\\xff")]

@@ -259,7 +259,9 @@ def test_the_properties_of_an_mqtt_v5_message_are_read_decoded(
     # MQTT v5 properties as the MQTT door stores them: in the name when short, else in a side
     # file of the root (store/v5_properties.py). A Spark job sees what the publisher set.
     short = Properties.build(user_properties=[("tenant", "acme")], content_type="text/csv")
-    long = Properties.build(user_properties=[("trace", "t" * 80)], correlation_data=b"req-7")
+    long = Properties.build(
+        user_properties=[("trace", "t" * 80)], response_topic="r/7", correlation_data=b"req-7"
+    )
     inline = base64.urlsafe_b64encode(short.raw).decode().rstrip("=")
     key = SideFiles(root).put(long.raw)
     with boxmq.open(root) as box:
@@ -273,5 +275,7 @@ def test_the_properties_of_an_mqtt_v5_message_are_read_decoded(
 
     assert [row.properties for row in rows] == [
         {"mqtt.content-type": "text/csv", "tenant": "acme"},
-        {"mqtt.correlation-data": "cmVxLTc=", "trace": "t" * 80},
+        {"mqtt.response-topic": "r/7", "mqtt.correlation-data": "cmVxLTc=", "trace": "t" * 80},
     ]
+    # An MQTT v5 request's Response Topic and Correlation Data, as `Message` shows them.
+    assert [(row.reply_to, row.correlation_id) for row in rows] == [(None, None), ("r/7", "req-7")]

@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from boxmq.client import mqtt_fields
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.clock import Clock
 from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits
@@ -117,6 +118,7 @@ class AssuredIntake:
             raise InvalidArgument("expires_in must be a positive number of seconds")
         if (queue is None) == (topic is None):
             raise InvalidArgument("an assured message goes to a queue or to a topic: give one")
+        mqtt_fields.check(properties or {})
         with self._lock:
             self._restore()
             now = self._clock.now()

@@ -120,7 +120,7 @@ def released_name(
     # The last holder is a hint (the *next* consumer gets it first); drop it before failing.
     for candidate in (with_holder, envelope.without_property(LAST_HOLDER)):
         try:
-            return encode(candidate)
+            return encode(candidate, as_read=True)
         except MetadataTooLong:
             continue
     return None
@@ -130,7 +130,7 @@ def dead_name(name: str, reason: str) -> str:
     """The error/ name: the reason is recorded if it fits, the original name kept if not."""
     envelope = envelope_of(name).with_property(DEAD_REASON, PropertyType.STRING, reason)
     try:
-        return encode(envelope)
+        return encode(envelope, as_read=True)
     except MetadataTooLong:
         return name
 
@@ -146,6 +146,6 @@ def redrive_name(name: str, *, now: float) -> str:
     if envelope.expired(now):
         envelope = dataclasses.replace(envelope, expiration=0)
     try:
-        return encode(envelope)
+        return encode(envelope, as_read=True)
     except MetadataTooLong:
         return name

@@ -6,6 +6,7 @@ import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from boxmq.client import mqtt_fields
 from boxmq.client.consumer import Consumer
 from boxmq.client.disk_locks import DiskSettler, GotLock
 from boxmq.client.lifecycle import (
@@ -77,6 +78,21 @@ class Peeked:
         if self._v5 is None:
             return self.envelope.user_properties()
         return self._v5.properties(self.envelope)
+
+    @property
+    def correlation_id(self) -> str | None:
+        """What `Message.correlation_id` would show for it: an MQTT v5 request's Correlation
+        Data too."""
+        if self._v5 is None:
+            return self.envelope.correlation_id
+        return self._v5.correlation_id(self.envelope)
+
+    @property
+    def reply_to(self) -> str | None:
+        """What `Message.reply_to` would show for it: an MQTT v5 request's Response Topic too."""
+        if self._v5 is None:
+            return self.envelope.reply_to
+        return self._v5.reply_to(self.envelope)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +230,7 @@ class Queue:
         for key in properties:
             if not key or key.startswith(RESERVED_PREFIX):
                 raise InvalidName(f"property name {key!r}: empty, or in boxmq's {RESERVED_PREFIX}*")
+        mqtt_fields.check(properties)
         envelope = Envelope(
             message_id=message_id,
             priority=outgoing.priority,

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from boxmq.client import mqtt_fields
 from boxmq.client.consumer import Consumer
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.client.live_queue import LiveQueue
@@ -180,6 +181,7 @@ class Topics:
         """Send to every subscription matching `topic`; returns the message id."""
         validate_topic(topic)
         level = _qos(qos)
+        mqtt_fields.check(properties or {})
         data = body.encode() if isinstance(body, str) else bytes(body)
         envelope = self._envelope(
             topic, properties, expires_in, correlation_id, reply_to, isinstance(body, str)
@@ -599,7 +601,7 @@ class Topics:
             envelope = envelope.with_property(RETAINED, PropertyType.BOOLEAN, True)
             qos = min(_qos(envelope.property_value(QOS)), granted)
             envelope = _at(envelope.without_property(QOS), QoS(qos))
-            moves.append(dropbox.write(encode(envelope), retained.body))
+            moves.append(dropbox.write(encode(envelope, as_read=True), retained.body))
         if moves:
             dropbox.send(moves)
 

@@ -37,7 +37,8 @@ def route(message: Ready, ring: Sequence[ConsumerId]) -> ConsumerId | None:
     if not ring:
         return None
     key = message.group_key if message.group_key is not None else message.message_id
-    return ring[zlib.crc32(key.encode()) % len(ring)]
+    # A key read from a file name may hold bytes that are not UTF-8 (surrogate escapes).
+    return ring[zlib.crc32(key.encode(errors="surrogateescape")) % len(ring)]
 
 
 def eligible(

@@ -15,10 +15,13 @@ Invariants:
   message's group for `hash-by-key` dispatch; a PUBLISH without one pays a bytes search.
 - A message stored without v5 properties (put by the Python API, the CLI, Spark, a script)
   goes to v5 subscribers with its properties, not boxmq's `bx_*`, as User Properties, values
-  as text, and its reply-to and correlation id as Response Topic and Correlation Data (the
-  id's UTF-8 bytes); a reply-to that is no topic name, or an id MQTT cannot carry, is left
-  out (logged once while cached), never the message. One with v5 properties goes with
-  exactly those (its bytes, as they came): it pays none of this.
+  as text, except its `mqtt.*` ones (client/mqtt_fields.py), which go as the v5 properties
+  they name; and its reply-to and correlation id as Response Topic and Correlation Data (the
+  id's UTF-8 bytes), which win over `mqtt.response-topic` and `mqtt.correlation-data`. What
+  MQTT cannot carry (a reply-to that is no topic name, an id or a property in bytes that are
+  not UTF-8 or with U+0000, an `mqtt.*` value with no meaning) is left out (logged once per
+  message while cached), never the message. One with v5 properties goes with exactly those
+  (its bytes, as they came): it pays none of this.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import math
 from collections.abc import Callable
 from typing import Final, TypeVar
 
+from boxmq.client import mqtt_fields
+from boxmq.client.lifecycle import shown
 from boxmq.client.message import Message
 from boxmq.client.topics import Publication
 from boxmq.core.topics import validate_topic
@@ -261,7 +266,7 @@ def _properties_of(envelope: Envelope, side_files: SideFiles) -> Properties:
         kept = side_files.get(key) if isinstance(key, str) else None
         return EMPTY if kept is None else _side_file(kept, key)
     if users or envelope.reply_to or envelope.correlation_id:
-        return _built(users, envelope.reply_to, envelope.correlation_id)
+        return _built(envelope, users)
     return EMPTY
 
 
@@ -307,17 +312,49 @@ def _unusable(where: str, why: str) -> Properties:
     return EMPTY
 
 
-def _built(
-    pairs: list[tuple[str, str]], reply_to: str | None, correlation_id: str | None
-) -> Properties:
-    """Pairs as User Properties (MQTT 5.0 §3.3.2.3.7), reply-to and correlation id as
-    Response Topic and Correlation Data (§3.3.2.3.5, §3.3.2.3.6, §4.10). What MQTT cannot
-    carry (U+0000 in a name a script wrote, §1.5.4; a reply-to with a wildcard) is left out
-    rather than sent to a subscriber who must refuse it."""
+def _built(envelope: Envelope, pairs: list[tuple[str, str]]) -> Properties:
+    """A message's own properties as v5 properties: its `mqtt.*` ones (client/mqtt_fields.py)
+    as what they name, the others as User Properties (MQTT 5.0 §3.3.2.3.7), and its reply-to
+    and correlation id as Response Topic and Correlation Data (§3.3.2.3.5, §3.3.2.3.6,
+    §4.10), which win over `mqtt.response-topic` and `mqtt.correlation-data`. What MQTT
+    cannot carry (U+0000, or bytes that are not UTF-8, in a name a script wrote, §1.5.4; a
+    reply-to with a wildcard) is left out, logged, rather than sent to a subscriber who must
+    refuse it; the message goes all the same."""
+    users: list[tuple[str, str]] = []
+    values: dict[str, str | bytes | int] = {}
+    for name, value in pairs:
+        try:
+            if name in mqtt_fields.FIELDS:
+                values[name] = mqtt_fields.requested(name, value)
+            elif (why := mqtt_fields.not_carried(name) or mqtt_fields.not_carried(value)) is None:
+                users.append((name, value))
+            else:
+                _property_left_out(envelope.message_id, name, why)
+        except InvalidArgument as error:
+            _property_left_out(envelope.message_id, name, str(error))
+    wanted = mqtt_fields.Requested.of(values)
+    reply_to, correlation_id = envelope.reply_to, envelope.correlation_id
     return Properties.build(
-        response_topic=_response_topic(reply_to) if reply_to else None,
-        correlation_data=_correlation_data(correlation_id) if correlation_id else None,
-        user_properties=[(n, v) for n, v in pairs if "\0" not in n and "\0" not in v],
+        payload_format_indicator=wanted.payload_format,
+        content_type=wanted.content_type,
+        response_topic=_response_topic(reply_to) if reply_to else wanted.response_topic,
+        correlation_data=(
+            _correlation_data(correlation_id) if correlation_id else wanted.correlation_data
+        ),
+        user_properties=users,
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _property_left_out(message_id: str, name: str, why: str) -> None:
+    """Logged once per message and property while cached (a message redelivered, or a
+    script's batch of them, says so once each)."""
+    log.warning(
+        "message %s: its property '%s' cannot go to MQTT v5 subscribers (%s): they get the "
+        "message without it",
+        shown(message_id),
+        shown(name),
+        why,
     )
 
 

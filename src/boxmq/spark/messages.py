@@ -14,6 +14,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from boxmq.client import mqtt_fields
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.errors import InvalidArgument, InvalidName, MetadataTooLong
 from boxmq.ids import IdFactory
@@ -208,6 +209,10 @@ def _properties(row: Sequence[object], index: int | None) -> tuple[Property, ...
             )
         if item is not None:
             found.append(Property(key, PropertyType.STRING, str(item)))
+    try:
+        mqtt_fields.check({prop.name: prop.value for prop in found})
+    except InvalidArgument as error:
+        raise InvalidArgument(f"boxmq sink: {error}") from None
     return tuple(found)
 
 

@@ -14,11 +14,19 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from boxmq.model import PROPERTIES_FILE, V5_PROPERTIES, Envelope, property_text, timestamp_of
+from boxmq.client.lifecycle import shown
+from boxmq.model import (
+    PROPERTIES_FILE,
+    V5_PROPERTIES,
+    Envelope,
+    PropertyValue,
+    property_text,
+    timestamp_of,
+)
 from boxmq.store.layout import State, open_folder
 from boxmq.store.names import PLAIN_ID, decode_lenient, split_lock
 from boxmq.store.side_files import SideFiles
-from boxmq.store.v5_properties import V5Reader
+from boxmq.store.v5_properties import CORRELATION_DATA, RESPONSE_TOPIC, V5Reader
 
 __all__ = [
     "COLUMNS",
@@ -104,19 +112,32 @@ def _full(envelope: Envelope) -> _Decoded:
         envelope.correlation_id,
         envelope.reply_to,
         envelope.type,
-        [(key, property_text(value)) for key, value in envelope.user_properties().items()],
+        _column(envelope.user_properties()),
     )
-    v5 = envelope if _has_v5(envelope) else None
+    v5 = envelope if _read_by_v5(envelope) else None
     return envelope.message_id, shared, envelope.delivery_count, v5
 
 
-def _has_v5(envelope: Envelope) -> bool:
-    return any(p.name in (V5_PROPERTIES, PROPERTIES_FILE) for p in envelope.properties)
+# Names that make what a reader shows differ from the name's own fields (V5Reader): MQTT v5
+# properties, or the `mqtt.*` ones that are also a message's reply-to and correlation id.
+_V5_NAMES = frozenset({V5_PROPERTIES, PROPERTIES_FILE, RESPONSE_TOPIC, CORRELATION_DATA})
+
+
+def _read_by_v5(envelope: Envelope) -> bool:
+    return any(p.name in _V5_NAMES for p in envelope.properties)
+
+
+def _column(properties: dict[str, PropertyValue]) -> list[tuple[str, str]]:
+    """The `properties` column: values as text; bytes of a name that are not UTF-8
+    (surrogate escapes, which Arrow cannot carry) as \\xNN, as the CLI shows them."""
+    pairs = [(key, property_text(value)) for key, value in properties.items()]
+    return [(k, v) if (k + v).isascii() else (shown(k), shown(v)) for k, v in pairs]
 
 
 class MqttProperties:
-    """The `properties` column of messages with MQTT v5 properties, decoded for one root
-    (their side files are there); one decode per kind of name, as for the other columns."""
+    """The `properties`, `correlation_id` and `reply_to` columns of messages with MQTT v5
+    properties, decoded for one root (their side files are there), as `Message` shows them;
+    one decode per kind of name, as for the other columns."""
 
     _KEPT = 4096
 
@@ -127,14 +148,20 @@ class MqttProperties:
         self._seen: dict[int, tuple[tuple[object, ...], tuple[object, ...]]] = {}
 
     def shared(self, shared: tuple[object, ...], envelope: Envelope) -> tuple[object, ...]:
-        """`shared` (of `envelope`) with its last column, the properties, decoded."""
+        """`shared` (of `envelope`) with its correlation id, reply-to and properties decoded."""
         seen = self._seen.get(id(shared))
         if seen is None or seen[0] is not shared:
-            shown = self._reader.properties(envelope)
-            column = [(key, property_text(value)) for key, value in shown.items()]
+            reader = self._reader
+            decoded = (
+                *shared[:4],
+                reader.correlation_id(envelope),
+                reader.reply_to(envelope),
+                shared[6],
+                _column(reader.properties(envelope)),
+            )
             if len(self._seen) >= self._KEPT:
                 self._seen.clear()
-            seen = self._seen[id(shared)] = (shared, (*shared[:-1], column))
+            seen = self._seen[id(shared)] = (shared, decoded)
         return seen[1]
 
 

@@ -14,6 +14,11 @@ the PropertyType letter. Invariants:
   None and so reads back as None (NaN properties read back as NaN, which is != NaN).
 - decode() is strict (MalformedName, nothing else); decode_lenient() never raises and, like
   DropboxMQ, takes a name it cannot read as the id of a message with default metadata.
+- One piece is read whatever it holds: a property name or value whose escapes are not UTF-8
+  (a script's bytes) decodes with surrogate escapes (PEP 383, as os.listdir() gives such
+  bytes), so one bad property never costs a message its topic or its other metadata, and
+  encode(..., as_read=True) writes those bytes back as they were (a release, a dead letter).
+  A plain encode() refuses them, and every lone surrogate: what a producer puts is UTF-8.
 - A lock suffix is `@owner@deadline_ms@token`; split_lock() reads it from the right, so the name
   before it may contain '@' (a file dropped in by a shell script).
 - escape_segment() turns any destination name into exactly one directory name that is never
@@ -97,25 +102,25 @@ class Lock:
 # --- text pieces ---------------------------------------------------------------------------
 
 
-def _quote(text: str) -> str:
+def _quote(text: str, errors: str = "strict") -> str:
     if _PLAIN.fullmatch(text):  # the common case (ids, numbers, plain words): nothing to escape
         return text
     # quote() leaves '.' and '~' alone; '.' is our field separator and '~' marks backup files.
     try:
-        encoded = quote(text, safe="")
+        encoded = quote(text, safe="", errors=errors)
     except UnicodeEncodeError:
         raise InvalidName(f"{text!r} is not valid Unicode (it has a lone surrogate)") from None
     return encoded.replace(".", "%2E").replace("~", "%7E")
 
 
-def _unquote(text: str, what: str) -> str:
+def _unquote(text: str, what: str, errors: str = "strict") -> str:
     if "%" not in text:  # the common case: nothing escaped
         return text
     # unquote() would keep a stray '%' as it is; reading it would make a name no encoder wrote.
     if _BAD_ESCAPE.search(text):
         raise MalformedName(f"{what} has a '%' that is not a %XX escape")
     try:
-        return unquote(text, errors="strict")
+        return unquote(text, errors=errors)
     except UnicodeDecodeError:
         raise MalformedName(f"{what} has percent escapes that are not UTF-8") from None
 
@@ -193,28 +198,38 @@ def _parse_value(text: str, kind: PropertyType, what: str) -> PropertyValue:
 # --- properties field ----------------------------------------------------------------------
 
 
-def _encode_property(prop: Property) -> str:
+def _encode_property(prop: Property, errors: str) -> str:
     value = prop.value
     if type(value) in _ONE_TEXT:  # most properties repeat (a topic, a QoS): encoded once
-        return _encoded_property(prop.name, prop.type, value, type(value) is bool)
-    return _property_text(prop)
+        return _encoded_property(prop.name, prop.type, value, type(value) is bool, errors)
+    return _property_text(prop, errors)
 
 
 # Types whose equal values have one text. Not float: 0.0 == -0.0, and their texts differ.
 _ONE_TEXT = frozenset({str, int, bool})
+# How property text read from a name is decoded, and written back by encode(as_read=True).
+_AS_READ = "surrogateescape"
 
 
 @functools.lru_cache(maxsize=4096)
-def _encoded_property(name: str, kind: PropertyType, value: PropertyValue, is_bool: bool) -> str:
+def _encoded_property(
+    name: str, kind: PropertyType, value: PropertyValue, is_bool: bool, errors: str
+) -> str:
     # is_bool is in the key so that True and 1, which are equal, stay apart: an INT property
     # given True and a BOOLEAN one given 1 must still be refused.
-    return _property_text(Property(name, kind, value))
+    return _property_text(Property(name, kind, value), errors)
 
 
-def _property_text(prop: Property) -> str:
+def _property_text(prop: Property, errors: str) -> str:
     if not prop.name:
         raise InvalidName("a property name is empty")
-    return f"{_quote(prop.name)}{prop.type.value}={_quote(_value_text(prop))}"
+    try:
+        return f"{_quote(prop.name, errors)}{prop.type.value}={_quote(_value_text(prop), errors)}"
+    except InvalidName:
+        raise InvalidName(
+            f"property {prop.name!r} = {prop.value!r}: not valid Unicode (a lone surrogate, "
+            "U+D800-U+DFFF): it could never be read as UTF-8, nor sent over MQTT"
+        ) from None
 
 
 def _decode_property(pair: str) -> Property:
@@ -225,9 +240,10 @@ def _decode_property(pair: str) -> Property:
         kind = PropertyType(raw_name[-1])
     except ValueError:
         raise MalformedName(f"property {pair!r} has no type letter") from None
-    name = _unquote(raw_name[:-1], "a property name")
+    # Bytes that are not UTF-8 are kept as surrogate escapes: the rest of the name still reads.
+    name = _unquote(raw_name[:-1], "a property name", _AS_READ)
     what = f"property {name!r}"
-    return Property(name, kind, _parse_value(_unquote(raw_value, what), kind, what))
+    return Property(name, kind, _parse_value(_unquote(raw_value, what, _AS_READ), kind, what))
 
 
 @functools.lru_cache(maxsize=4096)  # most names repeat their properties (a topic, a QoS)
@@ -242,7 +258,7 @@ def _optional(text: str | None) -> str:
     return _quote(text) if text else ""
 
 
-def _fields(envelope: Envelope) -> list[str]:
+def _fields(envelope: Envelope, errors: str) -> list[str]:
     if not envelope.message_id:
         raise InvalidArgument("the message id is empty")
     if not _INT32[0] <= envelope.priority <= _INT32[1]:
@@ -257,7 +273,7 @@ def _fields(envelope: Envelope) -> list[str]:
         _optional(envelope.correlation_id),
         _optional(envelope.reply_to),
         _optional(envelope.type),
-        "&".join(_encode_property(prop) for prop in envelope.properties),
+        "&".join(_encode_property(prop, errors) for prop in envelope.properties),
     ]
 
 
@@ -271,9 +287,12 @@ def _too_long(fields: list[str], size: int) -> MetadataTooLong:
     )
 
 
-def encode(envelope: Envelope) -> str:
-    """The file name for `envelope`; InvalidArgument or MetadataTooLong if it has none."""
-    fields = _fields(envelope)
+def encode(envelope: Envelope, *, as_read: bool = False) -> str:
+    """The file name for `envelope`; InvalidArgument or MetadataTooLong if it has none.
+
+    `as_read`: `envelope` was decoded from a name (to be renamed: a release, a dead letter),
+    and a property's bytes that were not UTF-8 are written back as they were."""
+    fields = _fields(envelope, _AS_READ if as_read else "strict")
     while len(fields) > _REQUIRED and not fields[-1]:
         fields.pop()
     name = ".".join(fields)

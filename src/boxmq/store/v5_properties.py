@@ -13,7 +13,10 @@ What they see (docs/file-format.md, "MQTT v5 properties, as other readers see th
 - the Message Expiry Interval is not a property: it is the message's expiration already;
 - Response Topic and Correlation Data are also the message's `reply_to` and `correlation_id`
   (`V5Reader.reply_to`, `V5Reader.correlation_id`) when its name has none of its own: the
-  data as text (`correlation_text`: UTF-8 when it decodes as such, else its base64);
+  data as text (`correlation_text`: UTF-8 when it decodes as such, else its base64); for a
+  message without v5 properties, its producer's `mqtt.response-topic` and
+  `mqtt.correlation-data` are, which is what it goes to MQTT v5 subscribers with
+  (client/mqtt_fields.py);
 - the file name's own properties win over these, `mqtt.*` over a User Property of the same
   name, and nothing in boxmq's reserved `bx_*` names is ever shown.
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import functools
 import logging
 from collections.abc import Mapping
@@ -49,10 +53,12 @@ __all__ = [
     "CONTENT_TYPE",
     "CORRELATION_DATA",
     "FIELDS",
+    "FORMATS",
     "PAYLOAD_FORMAT",
     "RESPONSE_TOPIC",
     "Decoded",
     "V5Reader",
+    "correlation_bytes",
     "correlation_text",
     "decode",
     "shown",
@@ -74,7 +80,7 @@ _STRINGS: Final = {0x03: CONTENT_TYPE, 0x08: RESPONSE_TOPIC}
 _CORRELATION: Final = 0x09
 _USER: Final = 0x26
 _SUBSCRIPTION_IDENTIFIER: Final = 0x0B  # a Variable Byte Integer
-_FORMATS: Final = {0: "bytes", 1: "utf-8"}
+FORMATS: Final = {0: "bytes", 1: "utf-8"}  # Payload Format Indicator, as readers show it
 _REMEMBERED = 1024  # property blobs decoded and remembered (a bad one: logged once meanwhile)
 
 
@@ -96,6 +102,15 @@ def correlation_text(data: bytes) -> str:
         return data.decode()
     except UnicodeDecodeError:
         return base64.b64encode(data).decode()
+
+
+def correlation_bytes(text: str) -> bytes:
+    """The Correlation Data that `mqtt.correlation-data` shows (`text`: base64, standard
+    alphabet, padded); ValueError if it is not that."""
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (UnicodeEncodeError, binascii.Error) as error:
+        raise ValueError(str(error)) from None
 
 
 def decode(raw: bytes) -> Decoded:
@@ -124,7 +139,7 @@ def decode(raw: bytes) -> Decoded:
                 if end > size:
                     raise ValueError("a value runs past the end of the properties")
                 if pid in _BYTE:
-                    fields.setdefault(PAYLOAD_FORMAT, _FORMATS.get(raw[pos], str(raw[pos])))
+                    fields.setdefault(PAYLOAD_FORMAT, FORMATS.get(raw[pos], str(raw[pos])))
                 pos = end
             elif pid == _SUBSCRIPTION_IDENTIFIER:
                 pos = _skip_varint(raw, pos)
@@ -194,21 +209,28 @@ class V5Reader:
         return shown(envelope.user_properties(), self.decoded(envelope))
 
     def reply_to(self, envelope: Envelope) -> str | None:
-        """What `Message.reply_to` shows: the name's own, else the Response Topic."""
+        """What `Message.reply_to` shows: the name's own, else the Response Topic it goes to
+        MQTT v5 subscribers with (its v5 properties', else its `mqtt.response-topic`)."""
         if envelope.reply_to is not None:
             return envelope.reply_to
         decoded = self.decoded(envelope)
-        return None if decoded is None else decoded.response_topic
+        if decoded is not None:
+            return decoded.response_topic
+        own = envelope.property_value(RESPONSE_TOPIC)
+        return own if isinstance(own, str) else None
 
     def correlation_id(self, envelope: Envelope) -> str | None:
-        """What `Message.correlation_id` shows: the name's own, else the Correlation Data as
-        text (`correlation_text`)."""
+        """What `Message.correlation_id` shows: the name's own, else the Correlation Data it
+        goes to MQTT v5 subscribers with (its v5 properties', else its
+        `mqtt.correlation-data`), as text (`correlation_text`)."""
         if envelope.correlation_id is not None:
             return envelope.correlation_id
         decoded = self.decoded(envelope)
-        if decoded is None or decoded.correlation_data is None:
-            return None
-        return correlation_text(decoded.correlation_data)
+        data = None if decoded is None else decoded.correlation_data
+        if decoded is None and isinstance(own := envelope.property_value(CORRELATION_DATA), str):
+            with contextlib.suppress(ValueError):
+                data = correlation_bytes(own)
+        return None if data is None else correlation_text(data)
 
     def decoded(self, envelope: Envelope) -> Decoded | None:
         """The message's v5 properties; None if it has none, or none that can be read."""

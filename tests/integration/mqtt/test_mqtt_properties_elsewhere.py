@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import os
 import queue
 import subprocess
@@ -122,9 +123,14 @@ def test_get_and_peek_show_what_an_mqtt_publisher_set_once_a_script_moved_it_to_
 
     [row] = json.loads(_cli(root, "--json", "peek", "redrive"))
     assert row["properties"] == SHOWN["long"]
+    # Where to answer, and with what, as `get` (and `Message`) show them.
+    assert (row["reply-to"], row["correlation-id"]) == (LONG["ResponseTopic"], "\x01\x02req-7")
+    [peeked] = server.box.queue("redrive").peek()
+    assert (peeked.reply_to, peeked.correlation_id) == (row["reply-to"], row["correlation-id"])
     table = _cli(root, "peek", "redrive")
     assert "tenant=acme" in table
     assert "mqtt.content-type=application/json" in table
+    assert "rpc/replies/client-7f3a9c2e" in table.splitlines()[1]  # the REPLY-TO column
     assert "bx_v5" not in table
     text = _cli(root, "get", "redrive")
     fields = dict(line.split(None, 1) for line in text.split("\n\n")[0].splitlines())
@@ -289,3 +295,72 @@ def test_a_cli_worker_answers_an_mqtt_v5_request_on_its_response_topic(
     assert answer.properties.CorrelationData == b"/3JlcQ=="  # the text's bytes, as documented
     assert answer.properties.ResponseTopic == "rpc/requests"
     requester.stop()
+
+
+def test_a_property_a_script_wrote_in_bytes_that_are_not_utf8_is_left_out_the_message_goes_whole(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A script's name whose property escapes are not UTF-8 (`%ED%A0%80` encodes a surrogate,
+    `%FF` is no UTF-8 at all): MQTT cannot carry them (§1.5.4), so the subscriber gets the
+    message with its topic and its other properties, without those two, and a warning for
+    each names the message and the property."""
+    keeper = paho(server, "keeper", clean=False, expiry=300)
+    keeper.subscribe("jobs/#", 1)
+    target = next(server.root.glob("topic-root/*/.subscriptions/client.keeper/target"))
+    name = "4.m1.T.....bx_topicS=jobs%2Fa&bx_qosY=1&tenantS=acme&kS=%ED%A0%80&n%FFS=v"
+    with caplog.at_level(logging.WARNING, logger="boxmq"):
+        (target / name).write_bytes(b"whole")
+        received = keeper.next()
+    assert (received.topic, received.payload, received.qos) == ("jobs/a", b"whole", 1)
+    assert received.properties.UserProperty == [("tenant", "acme")]
+    warned = [r.getMessage() for r in caplog.records if "message m1" in r.getMessage()]
+    assert len(warned) == 2
+    assert "'k'" in warned[0]
+    assert "'n\\xff'" in warned[1]
+    assert keeper.disconnects.empty()
+    keeper.stop()
+
+
+def test_mqtt_properties_set_by_the_python_api_and_the_cli_go_out_as_what_they_name(
+    server: RunningServer,
+) -> None:
+    """`mqtt.*` are the names readers show an MQTT v5 message's Content Type, Response Topic,
+    Correlation Data and Payload Format under: set by a producer, they go out as those, never
+    as User Properties; and a message read and published again goes out as it came in."""
+    keeper = paho(server, "keeper", clean=False, expiry=300)
+    keeper.subscribe("jobs/#", 1)
+
+    # Each name takes some 25 bytes of the 135 a put's name has: two or three of them fit.
+    properties: dict[str, str | int] = {
+        "mqtt.content-type": "text/csv",
+        "mqtt.payload-format": "utf-8",
+        "n": 1,
+    }
+    server.box.publish("jobs/a", b"{}", properties=properties)
+    got = keeper.next().properties
+    assert (got.ContentType, got.PayloadFormatIndicator) == ("text/csv", 1)
+    assert got.UserProperty == [("n", "1")]
+
+    data = base64.b64encode(b"\xffr").decode()
+    _cli(
+        server.root,
+        "publish",
+        "jobs/b",
+        "b",
+        *("-p", "mqtt.response-topic=r/7", "-p", f"mqtt.correlation-data={data}"),
+    )
+    got = keeper.next().properties
+    assert (got.ResponseTopic, got.CorrelationData) == ("r/7", b"\xffr")
+    assert not hasattr(got, "UserProperty")
+
+    # An MQTT v5 message, read by a Python worker and published again with what it shows.
+    worker = server.box.subscribe("orders/#", "worker")
+    _publish(server, "orders/1", "short")
+    message = worker.receive(timeout=WAIT)
+    assert message is not None
+    server.box.publish("jobs/again", message.body, properties=message.properties)
+    message.ack()
+    worker.close()
+    again = keeper.next().properties
+    assert (again.ContentType, again.UserProperty) == (SHORT["ContentType"], SHORT["UserProperty"])
+    keeper.stop()

@@ -378,3 +378,36 @@ def test_a_stored_topic_alias_is_never_sent_on(tmp_path: Path) -> None:
     side = SideFiles(str(tmp_path))
     back = retained_publish(_envelope({V5_PROPERTIES: blob}), b"", _OPTIONS, now=0, side_files=side)
     assert back.properties == Properties.build(content_type="json")
+
+
+def test_mqtt_properties_go_out_as_what_they_name_and_a_bad_one_stored_is_left_out_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    own = {
+        "mqtt.content-type": "text/csv",
+        "mqtt.payload-format": "3",  # a name a script wrote: no Payload Format
+        "mqtt.response-topic": "r/7",
+        "mqtt.correlation-data": "cmVxLTc=",
+        "tenant": "acme",
+    }
+    envelope = Envelope(
+        MessageId("m9"),
+        properties=(Property("bx_topic", PropertyType.STRING, "t"), *properties_from(own)),
+    )
+    with tempfile.TemporaryDirectory() as root, caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            props = retained_publish(envelope, b"", _OPTIONS, now=0, side_files=SideFiles(root))
+            assert props.properties.content_type == "text/csv"
+            assert props.properties.payload_format_indicator is None
+            assert props.properties.response_topic == "r/7"
+            assert props.properties.correlation_data == b"req-7"
+            assert props.properties.user_properties == (("tenant", "acme"),)
+        # The name's own reply-to and correlation id win, as readers show them.
+        answer = Envelope(
+            MessageId("m10"), correlation_id="c-1", reply_to="own", properties=envelope.properties
+        )
+        props = retained_publish(answer, b"", _OPTIONS, now=0, side_files=SideFiles(root))
+    assert (props.properties.response_topic, props.properties.correlation_data) == ("own", b"c-1")
+    warned = [r.getMessage() for r in caplog.records if "mqtt.payload-format" in r.getMessage()]
+    assert len(warned) == 2  # once per message
+    assert warned[0].startswith("message m9: its property 'mqtt.payload-format'")

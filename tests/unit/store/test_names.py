@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Callable
 from dataclasses import replace
@@ -575,3 +576,24 @@ def test_setting_a_property_keeps_every_other_field(value: Envelope, prop: Prope
         value, properties=(*kept, prop)
     )
     assert value.without_property(prop.name) == replace(value, properties=kept)
+
+
+@pytest.mark.parametrize("escapes", ["%FF", "%ED%A0%80", "a%C3"])
+def test_a_property_whose_escapes_are_not_utf8_reads_as_surrogate_escapes_and_writes_back(
+    escapes: str,
+) -> None:
+    # A script's bytes: the rest of the name still reads, and a rename keeps them as they were.
+    name = f"4.id.T.....okS=1&k{escapes}S=v{escapes}"
+    read = decode(name)
+    [ok, bad] = read.properties
+    assert ok == Property("ok", T.STRING, "1")
+    raw = bytes.fromhex(escapes.replace("%", "").replace("a", "61"))
+    assert os.fsencode(bad.name) == b"k" + raw
+    assert os.fsencode(str(bad.value)) == b"v" + raw
+    assert encode(read, as_read=True) == name
+    with pytest.raises(InvalidName, match=r"property 'k.*lone surrogate"):
+        encode(read)  # what a producer puts is UTF-8
+
+
+def test_a_field_whose_escapes_are_not_utf8_still_leaves_the_name_unreadable() -> None:
+    assert decode_lenient("4.id.T..c%FF")[1] is not None
