@@ -80,6 +80,11 @@ class LeaseTable:
                 expired.append(lease)
         return expired
 
+    def due_by(self, now: float) -> bool:
+        """True if `due(now)` may find something (a stale deadline counts: it is cheap)."""
+        deadlines = self._deadlines
+        return bool(deadlines) and deadlines[0][0] <= now
+
     def next_deadline(self) -> float | None:
         while self._deadlines:
             deadline, message_id = self._deadlines[0]

@@ -127,6 +127,16 @@ class ReadySet:
         while self._handoff_ends and self._handoff_ends[0][0] <= now:
             heapq.heappop(self._handoff_ends)
 
+    def due_by(self, now: float) -> bool:
+        """True if `tick(now)` or `pop_expired(now)` may have something to do (an item that
+        is stale counts: checking costs more than the work it would save)."""
+        not_before, expirations, handoffs = self._not_before, self._expirations, self._handoff_ends
+        return bool(
+            (not_before and not_before[0][0] <= now)
+            or (expirations and expirations[0][0] <= now)
+            or (handoffs and handoffs[0][0] <= now)
+        )
+
     def pop_expired(self, *, now: float) -> list[Ready]:
         """Remove and return the messages (delayed or not) whose expiration is <= now."""
         expired: list[Ready] = []
