@@ -94,6 +94,7 @@ class LiveQueue:
             box.dir(State.TARGET), poll_interval=options.poll_interval, polling=options.polling
         )
         self._watching = False
+        self._sleepers = 0  # threads in self._cond.wait: the only ones notify_all can wake
         self._known: dict[str, Envelope] = {}  # target/ names offered to the engine, decoded
         self._sent: set[str] = set()  # names this process put and offered: the watcher's skip
         self._claimed: dict[MessageId, Envelope] = {}  # claimed, not yet taken by a receive
@@ -255,14 +256,15 @@ class LiveQueue:
             set_aside(self._box, self.name, name, why)
             return
         envelope = envelope_of(name)
-        mtime = 0.0
-        if envelope.timestamp is None:
+        if (stamp := envelope.timestamp) is not None:
+            sequence = stamp / 1000
+        else:
             try:
-                mtime = os.stat(self._box.file(State.TARGET, name)).st_mtime
+                sequence = os.stat(self._box.file(State.TARGET, name)).st_mtime
             except FileNotFoundError:
                 return
         self._known[name] = envelope
-        self._engine.offer(ready_of(name, envelope, mtime), now=now)
+        self._engine.offer(ready_of(name, envelope, sequence), now=now)
 
     def _absorb(self, changes: Changes) -> None:
         if changes.everything:
@@ -286,10 +288,10 @@ class LiveQueue:
         with self._cond:
             now = self._clock.now()
             for name, envelope in messages:
-                if envelope.timestamp is None or name in self._known:
+                if (stamp := envelope.timestamp) is None or name in self._known:
                     continue  # no time to order it by (never for a put): the watcher's way
                 self._known[name] = envelope
-                self._engine.offer(ready_of(name, envelope, 0.0), now=now)
+                self._engine.offer(ready_of(name, envelope, stamp / 1000), now=now)
                 self._sent.add(name)
 
     def _apply_all(self, effects: list[Effect]) -> bool:
@@ -390,7 +392,11 @@ class LiveQueue:
     def _wait(self, seconds: float) -> None:
         """Wait for news with the lock released; one thread watches the folder for all."""
         if self._watching:
-            self._cond.wait(seconds)
+            self._sleepers += 1
+            try:
+                self._cond.wait(seconds)
+            finally:
+                self._sleepers -= 1
             return
         self._watching = True
         self._cond.release()
@@ -400,9 +406,11 @@ class LiveQueue:
             self._cond.acquire()
             self._watching = False
         self._absorb(changes)
-        self._cond.notify_all()
+        if self._sleepers:
+            self._cond.notify_all()
 
     def _wake_others(self) -> None:
-        self._cond.notify_all()
+        if self._sleepers:  # notify_all costs several Python calls even when nobody waits
+            self._cond.notify_all()
         if self._watching:
             self._watcher.wakeup()
