@@ -24,6 +24,7 @@ from boxmq.client.lifecycle import (
     set_aside,
     unusable,
 )
+from boxmq.client.message import Message
 from boxmq.client.sweeps import SweepLimits, release_stale_locks
 from boxmq.clock import Clock
 from boxmq.core import (
@@ -42,11 +43,11 @@ from boxmq.errors import Closed, InvalidArgument, UnexpectedRequest
 from boxmq.model import ConsumerId, Envelope, MessageId
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
-from boxmq.store.names import Lock, locked_name
+from boxmq.store.names import Lock, lock_suffixed, locked_name
 from boxmq.store.v5_properties import V5Reader
 from boxmq.store.watch import Changes, watch
 
-__all__ = ["Delivery", "LiveOptions", "LiveQueue"]
+__all__ = ["LiveOptions", "LiveQueue"]
 
 log = logging.getLogger("boxmq.queue")
 
@@ -62,13 +63,6 @@ class LiveOptions:
     poll_interval: float = 0.25  # the polling watcher's nap, where inotify is missing
     polling: bool = False  # force polling (file systems shared over the network)
     keep_processed: bool = True  # ack moves to processed/ (else: deletes)
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    envelope: Envelope
-    body: bytes
-    deadline: float
 
 
 class LiveQueue:
@@ -133,7 +127,7 @@ class LiveQueue:
             self._apply_all(self._engine.remove_consumer(consumer, now=self._clock.now()))
             self._wake_others()
 
-    def receive(self, consumer: ConsumerId, timeout: float | None) -> Delivery | None:
+    def receive(self, consumer: ConsumerId, timeout: float | None) -> Message | None:
         end = None if timeout is None else self._clock.now() + timeout
         with self._cond:
             while True:
@@ -148,7 +142,7 @@ class LiveQueue:
                     return None
                 self._wait(self._nap(now, end))
 
-    def receive_ready(self, consumer: ConsumerId) -> list[Delivery]:
+    def receive_ready(self, consumer: ConsumerId) -> list[Message]:
         """What `receive(consumer, 0)` would return call after call, with one pump."""
         with self._cond:
             self._check_open(consumer)
@@ -195,7 +189,7 @@ class LiveQueue:
 
     # -- keeping the engine in step with the folder ------------------------------------------------
 
-    def _take(self, consumer: ConsumerId) -> Delivery | None:
+    def _take(self, consumer: ConsumerId) -> Message | None:
         inbox = self._inbox[consumer]
         while inbox:
             message_id = inbox.popleft()
@@ -206,7 +200,7 @@ class LiveQueue:
                 self._forget(message_id)  # swept away by another process before we read it
                 continue
             envelope = self._claimed.pop(message_id, None) or envelope_of(lease.message.key)
-            return Delivery(envelope, body, lease.deadline)
+            return Message(self.name, envelope, body, consumer, lease.deadline, self, self.v5)
         return None
 
     def _pump(self) -> None:
@@ -343,9 +337,7 @@ class LiveQueue:
         """Rename target/ -> processing/ under the lock; True if another process won it."""
         message, holder = effect.message, effect.holder
         envelope = self._known.pop(message.key, None)
-        processing = locked_name(
-            message.key, Lock(holder, int(effect.deadline * 1000), self._token)
-        )
+        processing = lock_suffixed(message.key, holder, int(effect.deadline * 1000), self._token)
         if not self._box.move(State.TARGET, message.key, State.PROCESSING, processing):
             self._engine.claim_lost(message.message_id)
             return True

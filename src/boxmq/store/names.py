@@ -52,6 +52,7 @@ __all__ = [
     "decode_lenient",
     "encode",
     "escape_segment",
+    "lock_suffixed",
     "locked_name",
     "plain_name",
     "split_lock",
@@ -399,9 +400,15 @@ def check_consumer_name(name: str) -> ConsumerId:
 
 def locked_name(name: str, lock: Lock) -> str:
     """`name` with `lock` appended; the suffix is at most LOCK_RESERVE bytes."""
-    if not 0 <= lock.deadline_ms <= _MAX_DEADLINE:
-        raise InvalidArgument(f"lock deadline {lock.deadline_ms} is not in [0, {_MAX_DEADLINE}]")
-    return f"{name}{_owner_part(lock.owner, lock.token)}{lock.deadline_ms}@{lock.token}"
+    return lock_suffixed(name, lock.owner, lock.deadline_ms, lock.token)
+
+
+def lock_suffixed(name: str, owner: ConsumerId, deadline_ms: int, token: str) -> str:
+    """`locked_name(name, Lock(owner, deadline_ms, token))` without making the Lock (a claim
+    makes one name per message)."""
+    if not 0 <= deadline_ms <= _MAX_DEADLINE:
+        raise InvalidArgument(f"lock deadline {deadline_ms} is not in [0, {_MAX_DEADLINE}]")
+    return f"{name}{_owner_part(owner, token)}{deadline_ms}@{token}"
 
 
 @functools.lru_cache(maxsize=4096)
