@@ -83,7 +83,10 @@ class LiveQueue:
         self._clock = clock
         self._token = token
         self._engine = QueueEngine(policy=options.policy)
-        self._cond = threading.Condition()
+        # Entered through the lock itself: Condition's own __enter__ and __exit__ are Python
+        # functions around it, two calls more for each of the three entries per message.
+        self._mutex = threading.RLock()  # reentrant: close() detaches its consumers
+        self._cond = threading.Condition(self._mutex)
         self._watcher = watch(
             box.dir(State.TARGET), poll_interval=options.poll_interval, polling=options.polling
         )
@@ -101,7 +104,7 @@ class LiveQueue:
     # -- consumers ---------------------------------------------------------------------------
 
     def attach(self, consumer: ConsumerId, *, max_in_flight: int, lock_timeout: float) -> None:
-        with self._cond:
+        with self._mutex:
             if consumer in self._inbox:
                 raise InvalidArgument(f"consumer {consumer!r} is already open on {self.name!r}")
             self._engine.add_consumer(
@@ -111,7 +114,7 @@ class LiveQueue:
 
     def set_limits(self, consumer: ConsumerId, *, max_in_flight: int, lock_timeout: float) -> None:
         """New limits for an attached consumer: more room is used at its next receive."""
-        with self._cond:
+        with self._mutex:
             if consumer not in self._inbox:
                 raise Closed(f"consumer {consumer!r} of {self.name!r} is closed")
             self._engine.add_consumer(
@@ -121,7 +124,7 @@ class LiveQueue:
 
     def detach(self, consumer: ConsumerId) -> None:
         """Owner gone: every lock it holds is released at once, to the other consumers."""
-        with self._cond:
+        with self._mutex:
             if self._inbox.pop(consumer, None) is None:
                 return
             self._apply_all(self._engine.remove_consumer(consumer, now=self._clock.now()))
@@ -129,7 +132,7 @@ class LiveQueue:
 
     def receive(self, consumer: ConsumerId, timeout: float | None) -> Message | None:
         end = None if timeout is None else self._clock.now() + timeout
-        with self._cond:
+        with self._mutex:
             while True:
                 self._check_open(consumer)
                 if (delivery := self._take(consumer)) is not None:
@@ -144,7 +147,7 @@ class LiveQueue:
 
     def receive_ready(self, consumer: ConsumerId) -> list[Message]:
         """What `receive(consumer, 0)` would return call after call, with one pump."""
-        with self._cond:
+        with self._mutex:
             self._check_open(consumer)
             self._pump()
             ready = []
@@ -173,14 +176,14 @@ class LiveQueue:
         )
 
     def _settle(self, decide: _Decision) -> None:
-        with self._cond:
+        with self._mutex:
             now = self._clock.now()
             self._apply_all(self._engine.expire(now=now))  # a late answer finds its lock gone
             self._apply(decide(now))
             self._wake_others()
 
     def close(self) -> None:
-        with self._cond:
+        with self._mutex:
             for consumer in list(self._inbox):
                 self.detach(consumer)
             self._closed = True
@@ -279,7 +282,7 @@ class LiveQueue:
         skipped when it comes; a rescan forgets what it never brought (polling can miss a
         name that came and went between two looks), and the worst a stale entry costs is
         one decoding."""
-        with self._cond:
+        with self._mutex:
             now = self._clock.now()
             for name, envelope in messages:
                 if (stamp := envelope.timestamp) is None or name in self._known:
@@ -391,11 +394,11 @@ class LiveQueue:
                 self._sleepers -= 1
             return
         self._watching = True
-        self._cond.release()
+        self._mutex.release()
         try:
             changes = self._watcher.wait(seconds)
         finally:
-            self._cond.acquire()
+            self._mutex.acquire()
             self._watching = False
         self._absorb(changes)
         if self._sleepers:
