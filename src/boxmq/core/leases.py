@@ -15,11 +15,12 @@ from dataclasses import dataclass, replace
 
 from boxmq.core.ready import Ready
 from boxmq.errors import InvalidArgument
-from boxmq.model import ConsumerId, MessageId
+from boxmq.model import ConsumerId, MessageId, cheap_init
 
 __all__ = ["Lease", "LeaseTable"]
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class Lease:
     """`holder` has locked `message` until `deadline` (epoch seconds). XEP-0254 §2.2."""

@@ -22,13 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from boxmq.model import DEFAULT_PRIORITY, ConsumerId, MessageId
+from boxmq.model import DEFAULT_PRIORITY, ConsumerId, MessageId, cheap_init
 
 __all__ = ["Lane", "Ready", "ReadySet"]
 
 Lane: TypeAlias = ConsumerId | None  # the consumer a partitioned lane feeds; None: the one lane
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class Ready:
     """A message the engine may hand out. `key` is opaque to the core (the runtime's file name)."""
