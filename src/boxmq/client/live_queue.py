@@ -178,7 +178,8 @@ class LiveQueue:
     def _settle(self, decide: _Decision) -> None:
         with self._mutex:
             now = self._clock.now()
-            self._apply_all(self._engine.expire(now=now))  # a late answer finds its lock gone
+            if expired := self._engine.expire(now=now):  # a late answer finds its lock gone
+                self._apply_all(expired)
             self._apply(decide(now))
             self._wake_others()
 
@@ -222,8 +223,8 @@ class LiveQueue:
                 own_token=self._token,
                 own_ids=self._locks,
             )
-        expired = self._engine.expire(now=now)
-        self._apply_all(expired)
+        if expired := self._engine.expire(now=now):
+            self._apply_all(expired)
         moved = bool(expired)
         while True:
             claims = self._engine.dispatch(now=now)

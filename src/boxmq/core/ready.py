@@ -104,11 +104,11 @@ class ReadySet:
         offered_at = old.offered_at if old is not None else now
         entry = _Entry(ready, offered_at, next(self._generations))
         self._entries[message_id] = entry
-        self._delayed.discard(message_id)
-        timed = (ready.not_before, entry.generation, message_id)
+        if old is not None:  # only an entry can be delayed
+            self._delayed.discard(message_id)
         if ready.not_before > now:
             self._delayed.add(message_id)
-            heapq.heappush(self._not_before, timed)
+            heapq.heappush(self._not_before, (ready.not_before, entry.generation, message_id))
         else:
             self._enqueue(entry)
         if ready.expiration > 0:

@@ -293,9 +293,10 @@ def plain_name(priority: int, message_id: str, message_class: MessageClass, expi
     The caller guarantees what encode() would check: `message_id` matches PLAIN_ID, priority is
     an int32 and 0 <= expiration <= 2^63-1. Such a name is far below MAX_NAME.
     """
+    letter = message_class._value_  # not `.value`: Enum's property is two Python calls
     if expiration:
-        return f"{priority}.{message_id}.{message_class.value}.{expiration}"
-    return f"{priority}.{message_id}.{message_class.value}"
+        return f"{priority}.{message_id}.{letter}.{expiration}"
+    return f"{priority}.{message_id}.{letter}"
 
 
 # What a plain put writes: priority, an id with nothing escaped, the class. Most names are
