@@ -8,12 +8,13 @@ properties whose names start with RESERVED_PREFIX, so DropboxMQ still reads the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import NewType
+from typing import Any, NewType, TypeVar, cast
 
 __all__ = [
     "DEFAULT_PRIORITY",
@@ -26,6 +27,7 @@ __all__ = [
     "Property",
     "PropertyType",
     "PropertyValue",
+    "cheap_init",
     "property_text",
     "timestamp_of",
 ]
@@ -62,6 +64,47 @@ PROPERTIES_FILE = RESERVED_PREFIX + "v5h"
 V5_PROPERTIES = RESERVED_PREFIX + "v5"
 
 
+_T = TypeVar("_T")
+
+
+def cheap_init(cls: type[_T]) -> type[_T]:
+    """A frozen slots dataclass made at the cost of a plain one: for the values made once per
+    message (an envelope, a ready entry, a lease, an effect, a message, a move).
+
+    The `__init__` @dataclass generates for a frozen class sets each field with
+    `object.__setattr__(self, name, value)`, a call that checks the type's setattr chain: about
+    twice the cost of the object itself. This replaces it by one that stores each field
+    through its slot's descriptor, which the class's `__setattr__` (the one that refuses
+    changes) never sees. Nothing else changes: fields, defaults, equality, hashing, `replace`,
+    pickling and the refusal to change a field afterwards are the dataclass's own. An envelope
+    costs half as much to make (docs/benchmarks.md, "The hot path, per message").
+
+    Only for classes whose fields are all plain positional-or-keyword parameters with plain
+    defaults (no default_factory, kw_only, init=False or __post_init__): anything else is
+    refused at import."""
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is None or not params.frozen or "__slots__" not in cls.__dict__:
+        raise TypeError(f"{cls.__name__}: cheap_init is for frozen slots dataclasses")
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__}: cheap_init does not run __post_init__")
+    fields = dataclasses.fields(cast(Any, cls))
+    for each in fields:
+        if not each.init or each.kw_only or each.default_factory is not dataclasses.MISSING:
+            raise TypeError(f"{cls.__name__}.{each.name}: cheap_init takes plain fields only")
+    names = [each.name for each in fields]
+    setters = {f"_set_{i}": cls.__dict__[name].__set__ for i, name in enumerate(names)}
+    lines = [f"    _set_{i}(self, {name})" for i, name in enumerate(names)]
+    source = f"def __init__(self, {', '.join(names)}):\n" + "\n".join(lines) + "\n"
+    made: dict[str, object] = {}
+    exec(source, setters, made)  # the text is made of field names only
+    init: Any = made["__init__"]
+    init.__defaults__ = cast(Any, cls).__init__.__defaults__
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    setattr(cls, "__init__", init)  # noqa: B010 - mypy refuses assigning to a method
+    return cls
+
+
 class MessageClass(Enum):
     """DropboxMQ field 3: the JMS message class."""
 
@@ -93,6 +136,7 @@ class Property:
     value: PropertyValue
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """Everything about a message except its body: the eight DropboxMQ file-name fields."""

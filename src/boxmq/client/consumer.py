@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from boxmq.client.live_queue import Delivery, LiveQueue
+from boxmq.client.live_queue import LiveQueue
 from boxmq.client.message import Message
 from boxmq.client.receiver import Receiver
 from boxmq.model import ConsumerId
@@ -25,24 +25,12 @@ class Consumer(Receiver):
 
     def receive(self, timeout: float | None = None) -> Message | None:
         """The next message, locked for us; None if none came within `timeout` seconds."""
-        delivery = self._live.receive(self.name, timeout)
-        return None if delivery is None else self._message(delivery)
+        return self._live.receive(self.name, timeout)
 
     def receive_ready(self) -> list[Message]:
         """Every message locked for us now, up to our free slots: one look at the folder for
         all of them (a loop of receive_nowait looks once more after the last)."""
-        return [self._message(delivery) for delivery in self._live.receive_ready(self.name)]
-
-    def _message(self, delivery: Delivery) -> Message:
-        return Message(
-            queue=self.queue,
-            envelope=delivery.envelope,
-            body=delivery.body,
-            consumer=self.name,
-            lock_deadline=delivery.deadline,
-            _settler=self._live,
-            _v5=self._live.v5,
-        )
+        return self._live.receive_ready(self.name)
 
     def set_limits(self, *, max_in_flight: int, lock_timeout: float) -> None:
         self._live.set_limits(self.name, max_in_flight=max_in_flight, lock_timeout=lock_timeout)

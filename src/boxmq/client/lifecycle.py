@@ -83,10 +83,10 @@ def envelope_of(name: str) -> Envelope:
     return envelope
 
 
-def ready_of(name: str, envelope: Envelope, mtime: float) -> Ready:
-    """What the engine needs to know of a file in target/."""
-    stamp = envelope.timestamp
-    sequence = stamp / 1000 if stamp is not None else mtime
+def ready_of(name: str, envelope: Envelope, sequence: float) -> Ready:
+    """What the engine needs to know of a file in target/. `sequence` orders it within its
+    priority: its id's timestamp in seconds (`envelope.timestamp / 1000`), else the file's
+    mtime (the caller knows which it has, and reads the timestamp once)."""
     if not envelope.properties:  # a first delivery: none of the reserved properties to look up
         return Ready(
             name, envelope.message_id, envelope.priority, sequence, envelope.expiration / 1000

@@ -24,6 +24,7 @@ from boxmq.client.lifecycle import (
     set_aside,
     unusable,
 )
+from boxmq.client.message import Message
 from boxmq.client.sweeps import SweepLimits, release_stale_locks
 from boxmq.clock import Clock
 from boxmq.core import (
@@ -42,11 +43,11 @@ from boxmq.errors import Closed, InvalidArgument, UnexpectedRequest
 from boxmq.model import ConsumerId, Envelope, MessageId
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
-from boxmq.store.names import Lock, locked_name
+from boxmq.store.names import Lock, lock_suffixed, locked_name
 from boxmq.store.v5_properties import V5Reader
 from boxmq.store.watch import Changes, watch
 
-__all__ = ["Delivery", "LiveOptions", "LiveQueue"]
+__all__ = ["LiveOptions", "LiveQueue"]
 
 log = logging.getLogger("boxmq.queue")
 
@@ -62,13 +63,6 @@ class LiveOptions:
     poll_interval: float = 0.25  # the polling watcher's nap, where inotify is missing
     polling: bool = False  # force polling (file systems shared over the network)
     keep_processed: bool = True  # ack moves to processed/ (else: deletes)
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    envelope: Envelope
-    body: bytes
-    deadline: float
 
 
 class LiveQueue:
@@ -89,11 +83,15 @@ class LiveQueue:
         self._clock = clock
         self._token = token
         self._engine = QueueEngine(policy=options.policy)
-        self._cond = threading.Condition()
+        # Entered through the lock itself: Condition's own __enter__ and __exit__ are Python
+        # functions around it, two calls more for each of the three entries per message.
+        self._mutex = threading.RLock()  # reentrant: close() detaches its consumers
+        self._cond = threading.Condition(self._mutex)
         self._watcher = watch(
             box.dir(State.TARGET), poll_interval=options.poll_interval, polling=options.polling
         )
         self._watching = False
+        self._sleepers = 0  # threads in self._cond.wait: the only ones notify_all can wake
         self._known: dict[str, Envelope] = {}  # target/ names offered to the engine, decoded
         self._sent: set[str] = set()  # names this process put and offered: the watcher's skip
         self._claimed: dict[MessageId, Envelope] = {}  # claimed, not yet taken by a receive
@@ -106,7 +104,7 @@ class LiveQueue:
     # -- consumers ---------------------------------------------------------------------------
 
     def attach(self, consumer: ConsumerId, *, max_in_flight: int, lock_timeout: float) -> None:
-        with self._cond:
+        with self._mutex:
             if consumer in self._inbox:
                 raise InvalidArgument(f"consumer {consumer!r} is already open on {self.name!r}")
             self._engine.add_consumer(
@@ -116,7 +114,7 @@ class LiveQueue:
 
     def set_limits(self, consumer: ConsumerId, *, max_in_flight: int, lock_timeout: float) -> None:
         """New limits for an attached consumer: more room is used at its next receive."""
-        with self._cond:
+        with self._mutex:
             if consumer not in self._inbox:
                 raise Closed(f"consumer {consumer!r} of {self.name!r} is closed")
             self._engine.add_consumer(
@@ -126,15 +124,15 @@ class LiveQueue:
 
     def detach(self, consumer: ConsumerId) -> None:
         """Owner gone: every lock it holds is released at once, to the other consumers."""
-        with self._cond:
+        with self._mutex:
             if self._inbox.pop(consumer, None) is None:
                 return
             self._apply_all(self._engine.remove_consumer(consumer, now=self._clock.now()))
             self._wake_others()
 
-    def receive(self, consumer: ConsumerId, timeout: float | None) -> Delivery | None:
+    def receive(self, consumer: ConsumerId, timeout: float | None) -> Message | None:
         end = None if timeout is None else self._clock.now() + timeout
-        with self._cond:
+        with self._mutex:
             while True:
                 self._check_open(consumer)
                 if (delivery := self._take(consumer)) is not None:
@@ -147,9 +145,9 @@ class LiveQueue:
                     return None
                 self._wait(self._nap(now, end))
 
-    def receive_ready(self, consumer: ConsumerId) -> list[Delivery]:
+    def receive_ready(self, consumer: ConsumerId) -> list[Message]:
         """What `receive(consumer, 0)` would return call after call, with one pump."""
-        with self._cond:
+        with self._mutex:
             self._check_open(consumer)
             self._pump()
             ready = []
@@ -178,14 +176,15 @@ class LiveQueue:
         )
 
     def _settle(self, decide: _Decision) -> None:
-        with self._cond:
+        with self._mutex:
             now = self._clock.now()
-            self._apply_all(self._engine.expire(now=now))  # a late answer finds its lock gone
+            if expired := self._engine.expire(now=now):  # a late answer finds its lock gone
+                self._apply_all(expired)
             self._apply(decide(now))
             self._wake_others()
 
     def close(self) -> None:
-        with self._cond:
+        with self._mutex:
             for consumer in list(self._inbox):
                 self.detach(consumer)
             self._closed = True
@@ -194,7 +193,7 @@ class LiveQueue:
 
     # -- keeping the engine in step with the folder ------------------------------------------------
 
-    def _take(self, consumer: ConsumerId) -> Delivery | None:
+    def _take(self, consumer: ConsumerId) -> Message | None:
         inbox = self._inbox[consumer]
         while inbox:
             message_id = inbox.popleft()
@@ -205,7 +204,7 @@ class LiveQueue:
                 self._forget(message_id)  # swept away by another process before we read it
                 continue
             envelope = self._claimed.pop(message_id, None) or envelope_of(lease.message.key)
-            return Delivery(envelope, body, lease.deadline)
+            return Message(self.name, envelope, body, consumer, lease.deadline, self, self.v5)
         return None
 
     def _pump(self) -> None:
@@ -224,8 +223,8 @@ class LiveQueue:
                 own_token=self._token,
                 own_ids=self._locks,
             )
-        expired = self._engine.expire(now=now)
-        self._apply_all(expired)
+        if expired := self._engine.expire(now=now):
+            self._apply_all(expired)
         moved = bool(expired)
         while True:
             claims = self._engine.dispatch(now=now)
@@ -255,14 +254,15 @@ class LiveQueue:
             set_aside(self._box, self.name, name, why)
             return
         envelope = envelope_of(name)
-        mtime = 0.0
-        if envelope.timestamp is None:
+        if (stamp := envelope.timestamp) is not None:
+            sequence = stamp / 1000
+        else:
             try:
-                mtime = os.stat(self._box.file(State.TARGET, name)).st_mtime
+                sequence = os.stat(self._box.file(State.TARGET, name)).st_mtime
             except FileNotFoundError:
                 return
         self._known[name] = envelope
-        self._engine.offer(ready_of(name, envelope, mtime), now=now)
+        self._engine.offer(ready_of(name, envelope, sequence), now=now)
 
     def _absorb(self, changes: Changes) -> None:
         if changes.everything:
@@ -283,13 +283,13 @@ class LiveQueue:
         skipped when it comes; a rescan forgets what it never brought (polling can miss a
         name that came and went between two looks), and the worst a stale entry costs is
         one decoding."""
-        with self._cond:
+        with self._mutex:
             now = self._clock.now()
             for name, envelope in messages:
-                if envelope.timestamp is None or name in self._known:
+                if (stamp := envelope.timestamp) is None or name in self._known:
                     continue  # no time to order it by (never for a put): the watcher's way
                 self._known[name] = envelope
-                self._engine.offer(ready_of(name, envelope, 0.0), now=now)
+                self._engine.offer(ready_of(name, envelope, stamp / 1000), now=now)
                 self._sent.add(name)
 
     def _apply_all(self, effects: list[Effect]) -> bool:
@@ -341,9 +341,7 @@ class LiveQueue:
         """Rename target/ -> processing/ under the lock; True if another process won it."""
         message, holder = effect.message, effect.holder
         envelope = self._known.pop(message.key, None)
-        processing = locked_name(
-            message.key, Lock(holder, int(effect.deadline * 1000), self._token)
-        )
+        processing = lock_suffixed(message.key, holder, int(effect.deadline * 1000), self._token)
         if not self._box.move(State.TARGET, message.key, State.PROCESSING, processing):
             self._engine.claim_lost(message.message_id)
             return True
@@ -390,19 +388,25 @@ class LiveQueue:
     def _wait(self, seconds: float) -> None:
         """Wait for news with the lock released; one thread watches the folder for all."""
         if self._watching:
-            self._cond.wait(seconds)
+            self._sleepers += 1
+            try:
+                self._cond.wait(seconds)
+            finally:
+                self._sleepers -= 1
             return
         self._watching = True
-        self._cond.release()
+        self._mutex.release()
         try:
             changes = self._watcher.wait(seconds)
         finally:
-            self._cond.acquire()
+            self._mutex.acquire()
             self._watching = False
         self._absorb(changes)
-        self._cond.notify_all()
+        if self._sleepers:
+            self._cond.notify_all()
 
     def _wake_others(self) -> None:
-        self._cond.notify_all()
+        if self._sleepers:  # notify_all costs several Python calls even when nobody waits
+            self._cond.notify_all()
         if self._watching:
             self._watcher.wakeup()

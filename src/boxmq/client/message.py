@@ -14,6 +14,7 @@ from boxmq.model import (
     MessageClass,
     MessageId,
     PropertyValue,
+    cheap_init,
 )
 from boxmq.store.v5_properties import V5Reader
 
@@ -31,6 +32,7 @@ class Settler(Protocol):
     ) -> None: ...
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True, eq=False)
 class Message:
     """One delivery of a message to one consumer, locked until acked, unlocked or rejected."""

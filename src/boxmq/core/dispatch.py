@@ -119,8 +119,14 @@ class Picker:
 
     def _rotate(self, candidates: Collection[ConsumerId]) -> ConsumerId:
         """The first candidate at or after the cursor, in the order consumers were added."""
-        wanted = set(candidates)
         count = len(self._order)
+        if len(candidates) == 1:  # one consumer with room (the usual case): nothing to search
+            (consumer,) = candidates
+            if consumer in self._position:
+                self._cursor = (self._position[consumer] + 1) % count
+                self._current = consumer
+                return consumer
+        wanted = set(candidates)
         for step in range(count):
             consumer = self._order[(self._cursor + step) % count]
             if consumer in wanted:

@@ -16,7 +16,7 @@ from enum import Enum
 from typing import TypeAlias
 
 from boxmq.core.ready import Ready
-from boxmq.model import ConsumerId
+from boxmq.model import ConsumerId, cheap_init
 
 __all__ = [
     "Claim",
@@ -42,6 +42,7 @@ class DeadReason(Enum):
     MAX_DELIVERIES = "max-deliveries"  # released too many times: a poison message
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class Claim:
     """Lock `message` for `holder` until `deadline` (target → processing). XEP-0254 §2.2."""
@@ -51,6 +52,7 @@ class Claim:
     deadline: float
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class Finish:
     """The holder acked it (XEP-0254 §2.3 delete): processing → processed."""
@@ -59,6 +61,7 @@ class Finish:
     holder: ConsumerId
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class Release:
     """Unlock it for redelivery: processing → target.
@@ -74,6 +77,7 @@ class Release:
     delivery_count: int
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     """Processing → error. `holder` is None when no consumer held it."""
@@ -83,6 +87,7 @@ class DeadLetter:
     reason: DeadReason
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class Expire:
     """Its expiration passed before it was delivered: target → expired."""
@@ -90,6 +95,7 @@ class Expire:
     message: Ready
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class Extend:
     """The holder is still working on it: the lock now lasts until `deadline`."""

@@ -15,11 +15,12 @@ from dataclasses import dataclass, replace
 
 from boxmq.core.ready import Ready
 from boxmq.errors import InvalidArgument
-from boxmq.model import ConsumerId, MessageId
+from boxmq.model import ConsumerId, MessageId, cheap_init
 
 __all__ = ["Lease", "LeaseTable"]
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class Lease:
     """`holder` has locked `message` until `deadline` (epoch seconds). XEP-0254 §2.2."""
@@ -79,6 +80,11 @@ class LeaseTable:
                 self.drop(message_id)
                 expired.append(lease)
         return expired
+
+    def due_by(self, now: float) -> bool:
+        """True if `due(now)` may find something (a stale deadline counts: it is cheap)."""
+        deadlines = self._deadlines
+        return bool(deadlines) and deadlines[0][0] <= now
 
     def next_deadline(self) -> float | None:
         while self._deadlines:

@@ -173,6 +173,8 @@ class QueueEngine:
 
     def expire(self, *, now: float) -> list[Effect]:
         """Time out leases (XEP-0254 §4) and expire ready messages whose time passed."""
+        if not (self._leases.due_by(now) or self._ready.due_by(now)):
+            return []  # the common case: nothing timed has come (called at every receive)
         effects: list[Effect] = [
             self._release(lease, ReleaseReason.TIMED_OUT, not_before=0.0)
             for lease in self._leases.due(now=now)
@@ -254,6 +256,8 @@ class QueueEngine:
             self._ready.relane(self._picker.lane_of)
 
     def _tick(self, now: float) -> list[Effect]:
+        if not self._ready.due_by(now):
+            return []
         self._ready.tick(now=now)
         expired: list[Effect] = []
         for message in self._ready.pop_expired(now=now):
@@ -269,6 +273,8 @@ class QueueEngine:
     def _held(self, message_id: MessageId, consumer: ConsumerId) -> Lease:
         """The consumer's lease on the message, or the XEP-0254 error that says why not."""
         lease = self._leases.get(message_id)
+        if lease is not None and lease.holder == consumer:
+            return lease  # the usual answer, without gathering what an error would need
         check_holder(
             message_id,
             consumer,

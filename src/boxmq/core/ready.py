@@ -22,13 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from boxmq.model import DEFAULT_PRIORITY, ConsumerId, MessageId
+from boxmq.model import DEFAULT_PRIORITY, ConsumerId, MessageId, cheap_init
 
 __all__ = ["Lane", "Ready", "ReadySet"]
 
 Lane: TypeAlias = ConsumerId | None  # the consumer a partitioned lane feeds; None: the one lane
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class Ready:
     """A message the engine may hand out. `key` is opaque to the core (the runtime's file name)."""
@@ -47,11 +48,16 @@ class Ready:
         return 0 < self.expiration <= now
 
 
-@dataclass(frozen=True, slots=True)
 class _Entry:
-    ready: Ready
-    offered_at: float
-    generation: int
+    """A waiting message and its bookkeeping: internal, never changed once made, and a
+    plain class because a frozen dataclass costs three times as much to make (one per put)."""
+
+    __slots__ = ("generation", "offered_at", "ready")
+
+    def __init__(self, ready: Ready, offered_at: float, generation: int) -> None:
+        self.ready = ready
+        self.offered_at = offered_at
+        self.generation = generation
 
 
 _Timed = tuple[float, int, MessageId]  # (when, generation, message id)
@@ -98,11 +104,11 @@ class ReadySet:
         offered_at = old.offered_at if old is not None else now
         entry = _Entry(ready, offered_at, next(self._generations))
         self._entries[message_id] = entry
-        self._delayed.discard(message_id)
-        timed = (ready.not_before, entry.generation, message_id)
+        if old is not None:  # only an entry can be delayed
+            self._delayed.discard(message_id)
         if ready.not_before > now:
             self._delayed.add(message_id)
-            heapq.heappush(self._not_before, timed)
+            heapq.heappush(self._not_before, (ready.not_before, entry.generation, message_id))
         else:
             self._enqueue(entry)
         if ready.expiration > 0:
@@ -126,6 +132,16 @@ class ReadySet:
                 self._enqueue(entry)
         while self._handoff_ends and self._handoff_ends[0][0] <= now:
             heapq.heappop(self._handoff_ends)
+
+    def due_by(self, now: float) -> bool:
+        """True if `tick(now)` or `pop_expired(now)` may have something to do (an item that
+        is stale counts: checking costs more than the work it would save)."""
+        not_before, expirations, handoffs = self._not_before, self._expirations, self._handoff_ends
+        return bool(
+            (not_before and not_before[0][0] <= now)
+            or (expirations and expirations[0][0] <= now)
+            or (handoffs and handoffs[0][0] <= now)
+        )
 
     def pop_expired(self, *, now: float) -> list[Ready]:
         """Remove and return the messages (delayed or not) whose expiration is <= now."""

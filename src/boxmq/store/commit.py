@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from boxmq.model import cheap_init
 from boxmq.store import libc
 from boxmq.store.fanout import send_through_pending
 from boxmq.store.layout import open_folder
@@ -56,6 +57,7 @@ class FsyncPolicy(Enum):
     NEVER = "never"
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class Move:
     """Send a written file: rename `source` to `target`; or, for a fan-out (`target` None),

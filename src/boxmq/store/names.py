@@ -57,6 +57,7 @@ __all__ = [
     "decode_lenient",
     "encode",
     "escape_segment",
+    "lock_suffixed",
     "locked_name",
     "plain_name",
     "split_lock",
@@ -311,9 +312,10 @@ def plain_name(priority: int, message_id: str, message_class: MessageClass, expi
     The caller guarantees what encode() would check: `message_id` matches PLAIN_ID, priority is
     an int32 and 0 <= expiration <= 2^63-1. Such a name is far below MAX_NAME.
     """
+    letter = message_class._value_  # not `.value`: Enum's property is two Python calls
     if expiration:
-        return f"{priority}.{message_id}.{message_class.value}.{expiration}"
-    return f"{priority}.{message_id}.{message_class.value}"
+        return f"{priority}.{message_id}.{letter}.{expiration}"
+    return f"{priority}.{message_id}.{letter}"
 
 
 # What a plain put writes: priority, an id with nothing escaped, the class. Most names are
@@ -418,9 +420,15 @@ def check_consumer_name(name: str) -> ConsumerId:
 
 def locked_name(name: str, lock: Lock) -> str:
     """`name` with `lock` appended; the suffix is at most LOCK_RESERVE bytes."""
-    if not 0 <= lock.deadline_ms <= _MAX_DEADLINE:
-        raise InvalidArgument(f"lock deadline {lock.deadline_ms} is not in [0, {_MAX_DEADLINE}]")
-    return f"{name}{_owner_part(lock.owner, lock.token)}{lock.deadline_ms}@{lock.token}"
+    return lock_suffixed(name, lock.owner, lock.deadline_ms, lock.token)
+
+
+def lock_suffixed(name: str, owner: ConsumerId, deadline_ms: int, token: str) -> str:
+    """`locked_name(name, Lock(owner, deadline_ms, token))` without making the Lock (a claim
+    makes one name per message)."""
+    if not 0 <= deadline_ms <= _MAX_DEADLINE:
+        raise InvalidArgument(f"lock deadline {deadline_ms} is not in [0, {_MAX_DEADLINE}]")
+    return f"{name}{_owner_part(owner, token)}{deadline_ms}@{token}"
 
 
 @functools.lru_cache(maxsize=4096)

@@ -21,10 +21,10 @@ pages hold deleted rows; `spares=0` (boxmq.open) deletes acknowledged files inst
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import itertools
 import os
+import sys
 import threading
 import time
 
@@ -41,17 +41,19 @@ _AT_FDCWD = -100
 _NOREPLACE = 1  # RENAME_NOREPLACE
 
 
+# renameat2(int, const char *, int, const char *, unsigned int), called with Python ints and
+# bytes only, which ctypes passes as int and char * by itself: without argtypes, ctypes
+# converts them without a from_param per argument (0.4 µs of the 1.5 µs a call costs here).
 _RENAMEAT2 = libc.function("renameat2")
-if _RENAMEAT2 is not None:
-    _RENAMEAT2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
-    _RENAMEAT2.argtypes += [ctypes.c_uint]
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
 def rename_noreplace(source: str, target: str) -> None:
     """Rename, failing with FileExistsError if `target` exists (renameat2 RENAME_NOREPLACE;
     where the kernel or libc lacks it, a hard link and an unlink, which fail the same way)."""
     if _RENAMEAT2 is not None:
-        old, new = os.fsencode(source), os.fsencode(target)
+        old = source.encode(_FS_ENCODING, _FS_ERRORS)  # os.fsencode, without its wrapper
+        new = target.encode(_FS_ENCODING, _FS_ERRORS)
         if _RENAMEAT2(_AT_FDCWD, old, _AT_FDCWD, new, _NOREPLACE) == 0:
             return
         error = libc.last_error(source, target)

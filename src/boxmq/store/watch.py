@@ -76,6 +76,10 @@ class InotifyWatcher:
         self._poll.register(self._wake_read, select.POLLIN)
 
     def wait(self, timeout: float | None) -> Changes:
+        if timeout == 0:
+            # The descriptor does not block: a read answers what a poll would, in one call
+            # (a wake-up left in the pipe only makes the next blocking wait return early).
+            return self._read()
         millis = None if timeout is None else max(0, int(timeout * 1000 + 0.999))
         ready = {fd for fd, _ in self._poll.poll(millis)}
         if self._wake_read in ready:
