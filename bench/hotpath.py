@@ -4,19 +4,24 @@
     valgrind --tool=callgrind --callgrind-out-file=/dev/null \
         python bench/hotpath.py --boxmq-only --messages N [--path share]
 
-Prints user and system CPU per message for boxmq (fsync=never, ack deletes) and for the bare
-file-system sequence of bench/store.py's floor, in one run. `--path share` measures an MQTT
-share group's path instead of a queue's: publications to a topic, ten per `publish_many` (a
-broker's read), taken and acknowledged by a member of `$share/g/sensors/+`. On tmpfs the
-figures are the Python cost without the disk's. Under callgrind, the difference of two runs
-with different --messages divided by the difference of the counts is the instructions per
-message: a figure that does not move with the load of a shared machine (docs/benchmarks.md
-uses it to compare commits).
+Prints user and system CPU per message for boxmq (fsync=never, ack deletes), for the bare
+file-system sequence of bench/store.py's floor, and for `bare`: the least a Python queue on the
+same files can do (a DropboxMQ name, an in-memory heap, a claim rename that writes the lock's
+owner and deadline into the name, the body read back, an unlink), in one run. `bare` shows how
+much of boxmq's distance to the floor is Python's and how much is boxmq's own. `--path share`
+measures an MQTT share group's path instead of a queue's: publications to a topic, ten per
+`publish_many` (a broker's read), taken and acknowledged by a member of `$share/g/sensors/+`.
+On tmpfs the figures are the Python cost without the disk's. Under callgrind, the difference
+of two runs with different --messages divided by the difference of the counts is the
+instructions per message: a figure that does not move with the load of a shared machine
+(docs/benchmarks.md uses it to compare commits).
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
+import itertools
 import os
 import resource
 import shutil
@@ -86,6 +91,63 @@ def share_loop(root: str, messages: int) -> None:
         member.close()
 
 
+class _BareQueue:
+    """The least work a put -> receive -> ack on boxmq's file protocol needs, in one process:
+    no other process, no watcher, no expiry, no redelivery, no housekeeping."""
+
+    def __init__(self, root: str) -> None:
+        self.working, self.target, self.processing = (
+            os.path.join(root, state) + "/" for state in ("working", "target", "processing")
+        )
+        for folder in (self.working, self.target, self.processing):
+            os.makedirs(folder)
+        self.ready: list[tuple[int, int, str]] = []
+        self.numbers = itertools.count()
+        self.held: dict[str, str] = {}  # name -> its path in processing/
+
+    def put(self, body: bytes, priority: int = 4) -> None:
+        number = next(self.numbers)
+        name = f"{priority}.{os.getpid():x}-{number}.B"
+        fd = os.open(self.working + name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC)
+        try:
+            os.write(fd, body)
+        finally:
+            os.close(fd)
+        os.rename(self.working + name, self.target + name)
+        heapq.heappush(self.ready, (-priority, number, name))
+
+    def receive(self, owner: str, lock_timeout: float) -> tuple[str, bytes] | None:
+        while self.ready:
+            name = heapq.heappop(self.ready)[2]
+            locked = f"{self.processing}{name}.{owner}.{int((time.time() + lock_timeout) * 1000)}"
+            try:
+                os.rename(self.target + name, locked)
+            except FileNotFoundError:
+                continue
+            fd = os.open(locked, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                body = os.read(fd, 1 << 16)
+            finally:
+                os.close(fd)
+            self.held[name] = locked
+            return name, body
+        return None
+
+    def ack(self, name: str) -> None:
+        os.unlink(self.held.pop(name))
+
+
+def bare_loop(root: str, messages: int) -> None:
+    queue = _BareQueue(os.path.join(root, "bare"))
+    cpu, started = _cpu(), time.perf_counter()
+    for _ in range(messages):
+        queue.put(BODY)
+        taken = queue.receive("w", 30.0)
+        assert taken is not None
+        queue.ack(taken[0])
+    _report("bare", messages, started, cpu)
+
+
 def floor_loop(root: str, messages: int) -> None:
     working, target, processing = (
         os.path.join(root, "floor", state) for state in ("working", "target", "processing")
@@ -120,6 +182,7 @@ def main() -> None:
         loop(os.path.join(root, "boxmq"), args.messages)
         if not args.boxmq_only:
             floor_loop(root, args.messages)
+            bare_loop(root, args.messages)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
