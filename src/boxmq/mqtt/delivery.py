@@ -21,8 +21,11 @@ import logging
 from collections import deque
 
 from boxmq.client.box import Box
+from boxmq.client.lifecycle import shown
+from boxmq.client.message import Message
 from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
+from boxmq.core.topics import parse_filter
 from boxmq.errors import BoxMQError, Closed
 from boxmq.mqtt.clients import Client, Outgoing
 from boxmq.mqtt.outbox import Stage
@@ -190,9 +193,35 @@ class Delivery:
                     break
                 if message is None:
                     break
-                publish = publish_of(message, options, self._clock.now(), self._box.side_files)
+                topic = message.topic or _topic_of_a_dropped_file(message, text)
+                if topic is None:
+                    continue
+                now = self._clock.now()
+                publish = publish_of(message, topic, options, now, self._box.side_files)
                 if publish.qos == 0:
                     message.ack()
                     self.deliver(session, publish, None)
                 else:
                     self.deliver(session, publish, message)
+
+
+def _topic_of_a_dropped_file(message: Message, subscribed: str) -> str | None:
+    """The topic for a message that has none (a file a script dropped straight into the
+    dropbox, named as little as DropboxMQ allows): the subscription's filter, if that is a topic
+    name. A PUBLISH must name one (MQTT 5.0 §3.3.2.1) and a filter with wildcards names none,
+    so then the message goes to error/, logged, and None: never lost, never sent wrong."""
+    filter = parse_filter(subscribed).filter
+    if "+" not in filter and "#" not in filter:
+        return filter
+    log.warning(
+        "message %s in the dropbox of %s has no topic, and MQTT cannot send it on the filter "
+        "%s: moved to error/",
+        shown(message.id),
+        subscribed,
+        filter,
+    )
+    try:
+        message.reject()
+    except BoxMQError as error:
+        log.warning("message %s: moving it to error/: %s", shown(message.id), error)
+    return None

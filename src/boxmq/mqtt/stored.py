@@ -212,15 +212,16 @@ def publication_of(client_id: str, packet: Publish, side_files: SideFiles) -> Pu
 
 
 def publish_of(
-    message: Message, options: SubscriptionOptions, now: float, side_files: SideFiles
+    message: Message, topic: str, options: SubscriptionOptions, now: float, side_files: SideFiles
 ) -> Publish:
-    """The PUBLISH for a message taken from a dropbox (DUP once it was delivered before)."""
+    """The PUBLISH on `topic` for a message taken from a dropbox (DUP once it was delivered
+    before)."""
     props = _properties_of(message.envelope, side_files)
     props = _remaining_expiry(props, message.envelope, now)
     if options.identifier:
         props = props + subscription_identifier(options.identifier)
     return new_publish(
-        message.topic or "",
+        topic,
         message.body,
         min(message.qos, options.qos),
         message.retained or (options.retain_as_published and message.published_retained),

@@ -1,0 +1,50 @@
+"""Files a script drops straight into a subscription's dropbox, with no topic in their names
+(DropboxMQ's minimum `4.someid.T`): MQTT cannot send a PUBLISH without a topic name (MQTT 5.0
+§3.3.2.1), so such a message goes out on the subscription's filter when that is a topic name,
+and to error/ (logged, never lost) when the filter has wildcards."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+from tests.integration.mqtt.clients import WAIT, RunningServer, paho
+
+
+def test_a_file_without_a_topic_goes_out_on_a_filter_that_is_a_topic_name(
+    server: RunningServer,
+) -> None:
+    keeper = paho(server, "keeper", clean=False, expiry=300)
+    keeper.subscribe("sensors/kitchen", 1)
+    target = next(server.root.glob("topic-root/*/.subscriptions/client.keeper/target"))
+    (target / "4.dropped-1.T").write_bytes(b"from a script")
+    received = keeper.next()
+    assert (received.topic, received.payload, received.qos) == (
+        "sensors/kitchen",
+        b"from a script",
+        1,
+    )
+    assert keeper.disconnects.empty()
+    keeper.stop()
+
+
+def test_a_file_without_a_topic_in_a_wildcard_share_group_goes_to_error(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    member = paho(server, "member")
+    member.subscribe("$share/g/sensors/#", 1)
+    group = next(server.root.glob("topic-root/*/.subscriptions/*g*"))
+    with caplog.at_level(logging.WARNING, logger="boxmq"):
+        (group / "target" / "4.dropped-2.T").write_bytes(b"nowhere to go")
+        deadline = time.monotonic() + WAIT
+        while not list((group / "error").glob("4.dropped-2.*")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert [p.read_bytes() for p in (group / "error").glob("4.dropped-2.*")] == [b"nowhere to go"]
+    assert any("dropped-2" in r.getMessage() and "topic" in r.getMessage() for r in caplog.records)
+    # The member is still connected and gets what comes next.
+    member.publish("sensors/hall", b"next", 1)
+    received = member.next()
+    assert (received.topic, received.payload) == ("sensors/hall", b"next")
+    assert member.disconnects.empty()
+    member.stop()
