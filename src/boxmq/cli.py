@@ -15,7 +15,7 @@ import math
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import boxmq
@@ -515,6 +515,8 @@ def _get(args: argparse.Namespace, box: Box) -> int:
         print(_json(record))
         return 0
     record = _message_record(message)
+    record["id"] = shown(message.id)  # a name that is not UTF-8: its bytes as \xNN, as peek
+    record["properties"] = _listed(message.properties)
     width = max(len(k) for k in record)
     for key, value in record.items():
         print(f"{key:<{width}}  {value}")
@@ -618,18 +620,22 @@ def _peek(args: argparse.Namespace, box: Box) -> int:
     return 0
 
 
+def _listed(properties: Mapping[str, object]) -> str:
+    """Properties as NAME=VALUE,... for a person to read; bytes that are not UTF-8 as \\xNN."""
+    return shown(",".join(f"{name}={value}" for name, value in properties.items()))
+
+
 def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
     """One message of `peek`; its properties as an object for --json (as `get` gives them),
     as NAME=VALUE,... in a table."""
     envelope = peeked.envelope
     visible = peeked.properties  # an MQTT v5 message's decoded too (store/v5_properties.py)
-    listed = shown(",".join(f"{k}={v}" for k, v in visible.items()))  # bytes not UTF-8: \xNN
     row: dict[str, Any] = {
         "id": shown(envelope.message_id),  # a name that is not UTF-8: its bytes as \xNN
         "priority": envelope.priority,
         "bytes": peeked.size,
         "deliveries": envelope.delivery_count,
-        "properties": visible if as_json else listed,
+        "properties": visible if as_json else _listed(visible),
     }
     # As `get` shows them (an MQTT v5 request's too); only when set, as `subscribe --json`.
     if (correlation_id := peeked.correlation_id) is not None:
