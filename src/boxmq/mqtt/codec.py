@@ -54,6 +54,7 @@ from boxmq.mqtt.packets import (
     Unsuback,
     Unsubscribe,
     Will,
+    ack_builder,
     new_publish,
 )
 from boxmq.mqtt.properties import EMPTY, Properties, read_properties
@@ -238,17 +239,16 @@ def _decode_connack(body: bytes, version: ProtocolVersion) -> Connack:
     return Connack(ack_flags == 1, reason_of(code, PacketType.CONNACK), properties)
 
 
-def _ack_decoder(
-    cls: Callable[[int, ReasonCode, Properties], _Ack], kind: PacketType
-) -> Callable[[bytes, ProtocolVersion], _Ack]:
+def _ack_decoder(cls: type[_Ack], kind: PacketType) -> Callable[[bytes, ProtocolVersion], _Ack]:
     """PUBACK, PUBREC, PUBREL, PUBCOMP (§3.4-§3.7): reason and properties may be omitted."""
     name = kind.name
     success = ReasonCode.SUCCESS
+    positive = ack_builder(cls)
 
     def decode_ack(body: bytes, version: ProtocolVersion) -> _Ack:
+        if len(body) == 2 and (packet_id := body[0] << 8 | body[1]):
+            return positive(packet_id)  # the common form, in both versions
         packet_id, pos = _packet_id(body, 0, name)
-        if len(body) == 2:
-            return cls(packet_id, success, EMPTY)  # the common form, in both versions
         reason, properties = success, EMPTY
         if version is _V5:
             reason = reason_of(body[pos], kind)
