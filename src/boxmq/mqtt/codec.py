@@ -67,7 +67,7 @@ from boxmq.mqtt.reasons import (
     v311_suback_code,
 )
 
-__all__ = ["connect_version", "decode", "encode"]
+__all__ = ["connect_version", "decode", "encode", "encode_publish"]
 
 _V5: Final = ProtocolVersion.V5
 _V311: Final = ProtocolVersion.V311
@@ -438,25 +438,27 @@ _DECODER_OF: Final = [
 def encode(packet: Packet, version: ProtocolVersion) -> bytes:
     """The bytes of one packet for a `version` connection (CONNECT must say the same)."""
     if type(packet) is Publish:
-        return _encode_publish(packet, version is _V5)
+        return encode_publish(packet, version is _V5)
     return _ENCODERS[type(packet)](packet, version)
 
 
-def _encode_publish(packet: Publish, v5: bool) -> bytes:
+def encode_publish(packet: Publish, v5: bool) -> bytes:
     """MQTT 5.0 §3.3, inline: this runs once per message and subscriber."""
     qos = packet.qos
     if not 0 <= qos <= 2:
         raise InvalidArgument(f"PUBLISH: QoS {qos} is not 0, 1 or 2")
-    parts = [b"", b"", encode_utf8(packet.topic)]
+    head = encode_utf8(packet.topic)
     if qos:
-        parts.append(_packet_id_bytes(packet.packet_id, "PUBLISH"))
+        head += _packet_id_bytes(packet.packet_id, "PUBLISH")
     if v5:
         raw = packet.properties.raw
-        parts += (encode_varint(len(raw)), raw)
-    parts.append(packet.payload)
-    parts[0] = bytes((0x30 | packet.dup << 3 | qos << 1 | packet.retain,))
-    parts[1] = encode_varint(sum(map(len, parts)) - 1)
-    return b"".join(parts)
+        head += encode_varint(len(raw)) + raw if raw else b"\x00"
+    payload = packet.payload
+    size = len(head) + len(payload)
+    first = 0x30 | packet.dup << 3 | qos << 1 | packet.retain
+    if size < 0x80:
+        return bytes((first, size)) + head + payload
+    return bytes((first,)) + encode_varint(size) + head + payload
 
 
 def _frame(kind: PacketType, parts: Iterable[bytes]) -> bytes:
