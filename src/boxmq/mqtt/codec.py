@@ -67,7 +67,7 @@ from boxmq.mqtt.reasons import (
     v311_suback_code,
 )
 
-__all__ = ["connect_version", "decode", "encode", "encode_publish"]
+__all__ = ["connect_version", "decode", "decode_publish", "encode", "encode_publish"]
 
 _V5: Final = ProtocolVersion.V5
 _V311: Final = ProtocolVersion.V311
@@ -91,7 +91,7 @@ def decode(frame: Frame, version: ProtocolVersion) -> Packet:
     """One validated packet from one frame, read as `version` (ignored for CONNECT)."""
     kind = frame.kind
     if kind == _PUBLISH:
-        return _decode_publish(frame.flags, frame.body, version is _V5)
+        return decode_publish(frame.flags, frame.body, version is _V5)
     if frame.flags != _FLAG_OF[kind] or not kind or (kind == _AUTH and version is _V311):
         raise _bad_fixed_header(frame, version)
     return _DECODER_OF[kind](frame.body, version)
@@ -116,7 +116,7 @@ def connect_version(frame: Frame) -> ProtocolVersion | None:
     return ProtocolVersion(level) if level in (_V311, _V5) else None
 
 
-def _decode_publish(flags: int, body: bytes, v5: bool) -> Publish:
+def decode_publish(flags: int, body: bytes, v5: bool) -> Publish:
     """MQTT 5.0 §3.3, inline: this runs once per message."""
     qos = flags >> 1 & 3
     if qos == 3:

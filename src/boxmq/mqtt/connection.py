@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Final
 
 from boxmq.errors import ProtocolViolation
-from boxmq.mqtt.codec import connect_version, decode, encode, encode_publish
+from boxmq.mqtt.codec import connect_version, decode, decode_publish, encode, encode_publish
 from boxmq.mqtt.errors import (
     ClientIdNotValid,
     ProtocolError,
@@ -103,13 +103,16 @@ class Connection:
         version = self.version
         if version is None:
             return self._connect(frame)
-        if frame.kind == _CONNECT:
-            raise ProtocolError("a second CONNECT (MQTT 5.0 §3.1)")
-        packet = decode(frame, version)
-        if frame.kind == _PUBLISH and version is ProtocolVersion.V5:
+        kind = frame.kind
+        if kind != _PUBLISH:
+            if kind == _CONNECT:
+                raise ProtocolError("a second CONNECT (MQTT 5.0 §3.1)")
+            return decode(frame, version)
+        v5 = version is ProtocolVersion.V5
+        packet = decode_publish(frame.flags, frame.body, v5)  # decode's first case, called here
+        if v5:
             # 3.1.1 has no Receive Maximum and no aliases: its clients are slowed by reading
             # them less (batches.py), never disconnected for having many PUBLISHes in flight.
-            assert isinstance(packet, Publish)
             if packet.qos == 1:
                 self._count_unanswered()
             elif packet.qos == 2 and packet.packet_id not in self._open_qos2:
