@@ -54,6 +54,7 @@ from boxmq.mqtt.packets import (
     Unsuback,
     Unsubscribe,
     Will,
+    ack_builder,
     new_publish,
 )
 from boxmq.mqtt.properties import EMPTY, Properties, read_properties
@@ -66,7 +67,7 @@ from boxmq.mqtt.reasons import (
     v311_suback_code,
 )
 
-__all__ = ["connect_version", "decode", "encode"]
+__all__ = ["connect_version", "decode", "decode_publish", "encode", "encode_publish"]
 
 _V5: Final = ProtocolVersion.V5
 _V311: Final = ProtocolVersion.V311
@@ -90,7 +91,7 @@ def decode(frame: Frame, version: ProtocolVersion) -> Packet:
     """One validated packet from one frame, read as `version` (ignored for CONNECT)."""
     kind = frame.kind
     if kind == _PUBLISH:
-        return _decode_publish(frame.flags, frame.body, version is _V5)
+        return decode_publish(frame.flags, frame.body, version is _V5)
     if frame.flags != _FLAG_OF[kind] or not kind or (kind == _AUTH and version is _V311):
         raise _bad_fixed_header(frame, version)
     return _DECODER_OF[kind](frame.body, version)
@@ -115,7 +116,7 @@ def connect_version(frame: Frame) -> ProtocolVersion | None:
     return ProtocolVersion(level) if level in (_V311, _V5) else None
 
 
-def _decode_publish(flags: int, body: bytes, v5: bool) -> Publish:
+def decode_publish(flags: int, body: bytes, v5: bool) -> Publish:
     """MQTT 5.0 §3.3, inline: this runs once per message."""
     qos = flags >> 1 & 3
     if qos == 3:
@@ -238,17 +239,16 @@ def _decode_connack(body: bytes, version: ProtocolVersion) -> Connack:
     return Connack(ack_flags == 1, reason_of(code, PacketType.CONNACK), properties)
 
 
-def _ack_decoder(
-    cls: Callable[[int, ReasonCode, Properties], _Ack], kind: PacketType
-) -> Callable[[bytes, ProtocolVersion], _Ack]:
+def _ack_decoder(cls: type[_Ack], kind: PacketType) -> Callable[[bytes, ProtocolVersion], _Ack]:
     """PUBACK, PUBREC, PUBREL, PUBCOMP (§3.4-§3.7): reason and properties may be omitted."""
     name = kind.name
     success = ReasonCode.SUCCESS
+    positive = ack_builder(cls)
 
     def decode_ack(body: bytes, version: ProtocolVersion) -> _Ack:
+        if len(body) == 2 and (packet_id := body[0] << 8 | body[1]):
+            return positive(packet_id)  # the common form, in both versions
         packet_id, pos = _packet_id(body, 0, name)
-        if len(body) == 2:
-            return cls(packet_id, success, EMPTY)  # the common form, in both versions
         reason, properties = success, EMPTY
         if version is _V5:
             reason = reason_of(body[pos], kind)
@@ -438,25 +438,27 @@ _DECODER_OF: Final = [
 def encode(packet: Packet, version: ProtocolVersion) -> bytes:
     """The bytes of one packet for a `version` connection (CONNECT must say the same)."""
     if type(packet) is Publish:
-        return _encode_publish(packet, version is _V5)
+        return encode_publish(packet, version is _V5)
     return _ENCODERS[type(packet)](packet, version)
 
 
-def _encode_publish(packet: Publish, v5: bool) -> bytes:
+def encode_publish(packet: Publish, v5: bool) -> bytes:
     """MQTT 5.0 §3.3, inline: this runs once per message and subscriber."""
     qos = packet.qos
     if not 0 <= qos <= 2:
         raise InvalidArgument(f"PUBLISH: QoS {qos} is not 0, 1 or 2")
-    parts = [b"", b"", encode_utf8(packet.topic)]
+    head = encode_utf8(packet.topic)
     if qos:
-        parts.append(_packet_id_bytes(packet.packet_id, "PUBLISH"))
+        head += _packet_id_bytes(packet.packet_id, "PUBLISH")
     if v5:
         raw = packet.properties.raw
-        parts += (encode_varint(len(raw)), raw)
-    parts.append(packet.payload)
-    parts[0] = bytes((0x30 | packet.dup << 3 | qos << 1 | packet.retain,))
-    parts[1] = encode_varint(sum(map(len, parts)) - 1)
-    return b"".join(parts)
+        head += encode_varint(len(raw)) + raw if raw else b"\x00"
+    payload = packet.payload
+    size = len(head) + len(payload)
+    first = 0x30 | packet.dup << 3 | qos << 1 | packet.retain
+    if size < 0x80:
+        return bytes((first, size)) + head + payload
+    return bytes((first,)) + encode_varint(size) + head + payload
 
 
 def _frame(kind: PacketType, parts: Iterable[bytes]) -> bytes:

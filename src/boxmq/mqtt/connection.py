@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Final
 
 from boxmq.errors import ProtocolViolation
-from boxmq.mqtt.codec import connect_version, decode, encode
+from boxmq.mqtt.codec import connect_version, decode, decode_publish, encode, encode_publish
 from boxmq.mqtt.errors import (
     ClientIdNotValid,
     ProtocolError,
@@ -53,14 +53,17 @@ __all__ = ["Connection", "ReceiveMaximumExceeded"]
 
 _PUBLISH: Final = int(PacketType.PUBLISH)
 _CONNECT: Final = int(PacketType.CONNECT)
-# A positive PUBACK, PUBREC or PUBCOMP is its id alone, in either version (MQTT 5.0 §3.4.2.1):
-# its first two bytes, and whether it finishes a PUBLISH the client sent (Receive Maximum).
+# A positive PUBACK, PUBREC, PUBREL or PUBCOMP without properties is its id alone, in either
+# version (MQTT 5.0 §3.4.2.1): its first two bytes, and whether it finishes a PUBLISH the
+# client sent (Receive Maximum).
 _SHORT_ACK_SIZE: Final = 4  # those two bytes and the packet id
 _SHORT_ACKS: Final = {
     Puback: (bytes((int(PacketType.PUBACK) << 4, 2)), True),
     Pubrec: (bytes((int(PacketType.PUBREC) << 4, 2)), False),
+    Pubrel: (bytes((int(PacketType.PUBREL) << 4 | 0b0010, 2)), False),  # its flags (§2.1.3)
     Pubcomp: (bytes((int(PacketType.PUBCOMP) << 4, 2)), True),
 }
+_ACKS: Final = (Puback, Pubrec, Pubrel, Pubcomp)
 
 
 class Connection:
@@ -100,13 +103,16 @@ class Connection:
         version = self.version
         if version is None:
             return self._connect(frame)
-        if frame.kind == _CONNECT:
-            raise ProtocolError("a second CONNECT (MQTT 5.0 §3.1)")
-        packet = decode(frame, version)
-        if frame.kind == _PUBLISH and version is ProtocolVersion.V5:
+        kind = frame.kind
+        if kind != _PUBLISH:
+            if kind == _CONNECT:
+                raise ProtocolError("a second CONNECT (MQTT 5.0 §3.1)")
+            return decode(frame, version)
+        v5 = version is ProtocolVersion.V5
+        packet = decode_publish(frame.flags, frame.body, v5)  # decode's first case, called here
+        if v5:
             # 3.1.1 has no Receive Maximum and no aliases: its clients are slowed by reading
             # them less (batches.py), never disconnected for having many PUBLISHes in flight.
-            assert isinstance(packet, Publish)
             if packet.qos == 1:
                 self._count_unanswered()
             elif packet.qos == 2 and packet.packet_id not in self._open_qos2:
@@ -179,30 +185,43 @@ class Connection:
         as if it had been sent)."""
         version = self.version
         assert version is not None, "nothing is sent before CONNECT"
+        if type(packet) is Publish:  # once per message and subscriber: inline
+            aliases = len(self._out_aliases)
+            if self.client_alias_maximum:
+                packet = self._aliased(packet)
+            data = encode_publish(packet, version is ProtocolVersion.V5)
+            limit = self.client_max_packet_size
+            if limit and len(data) > limit:
+                if len(self._out_aliases) > aliases:  # the client never learns this alias
+                    self._out_aliases.popitem()
+                return False
+            self._out.append(data)
+            return True
+        if isinstance(packet, _ACKS) and not packet.reason and packet.properties is EMPTY:
+            self.acknowledge(type(packet), packet.packet_id)  # e.g. the PUBREL of every QoS 2
+            return True
+        self._send_other(packet, version)
+        return True
+
+    def _send_other(self, packet: Packet, version: ProtocolVersion) -> None:
+        """Any packet but a PUBLISH: one over the client's limit goes without its properties."""
         if isinstance(packet, (Puback, Pubcomp)) or (
             isinstance(packet, Pubrec) and packet.reason >= ReasonCode.UNSPECIFIED_ERROR
         ):
             self._finished(packet.packet_id)
-        aliases = len(self._out_aliases)
-        if self.client_alias_maximum and type(packet) is Publish:
-            packet = self._aliased(packet)
         data = encode(packet, version)
         limit = self.client_max_packet_size
         if limit and len(data) > limit:
-            if type(packet) is Publish:
-                if len(self._out_aliases) > aliases:  # the client never learns this alias
-                    self._out_aliases.popitem()
-                return False
             data = encode(_shortened(packet), version)
         self._out.append(data)
-        return True
 
-    def acknowledge(self, kind: type[Puback | Pubrec | Pubcomp], packet_id: int) -> None:
+    def acknowledge(self, kind: type[Puback | Pubrec | Pubrel | Pubcomp], packet_id: int) -> None:
         """`send(kind(packet_id))`, a success, for the path every QoS 1 and 2 message takes:
         the same bytes without the packet object."""
         head, finishes = _SHORT_ACKS[kind]
         if 0 < self.client_max_packet_size < _SHORT_ACK_SIZE:
-            self.send(kind(packet_id))  # a client too small for any acknowledgement
+            assert self.version is not None, "nothing is sent before CONNECT"
+            self._send_other(kind(packet_id), self.version)  # a client too small for any
             return
         if finishes:
             self._finished(packet_id)

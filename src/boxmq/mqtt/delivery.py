@@ -18,7 +18,6 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections import deque
 
 from boxmq.client.box import Box
 from boxmq.client.lifecycle import shown
@@ -80,8 +79,14 @@ class Delivery:
         routes = self._memory.route(packet.topic)
         if not routes:
             return
-        props = packet.properties.without(*NOT_FORWARDED)
+        props = packet.properties
+        if props.raw:
+            props = props.without(*NOT_FORWARDED)
         topic, payload, published = packet.topic, packet.payload, packet.qos
+        retained = packet.retain
+        # The copy is the packet itself when it would be the same (its packet id is not used:
+        # the outbox gives its own), as it is for a subscriber that granted the same QoS.
+        same = props is packet.properties and not packet.dup
         sessions = self._sessions
         for subscriber, text, granted in routes:
             session = sessions.get(subscriber)
@@ -90,12 +95,15 @@ class Delivery:
             options = session.subscriptions.get(text)
             if options is None or (options.no_local and subscriber == source):
                 continue
-            retain = packet.retain and options.retain_as_published
-            extra = subscription_identifier(options.identifier) if options.identifier else None
+            retain = retained and options.retain_as_published
             qos = granted if granted < published else published
-            out = new_publish(
-                topic, payload, qos, retain, False, None, props + extra if extra else props
-            )
+            if options.identifier:
+                extra = subscription_identifier(options.identifier)
+                out = new_publish(topic, payload, qos, retain, False, None, props + extra)
+            elif same and qos == published and retain == retained:
+                out = packet
+            else:
+                out = new_publish(topic, payload, qos, retain, False, None, props)
             self.deliver(session, out, None)
 
     def deliver(self, session: Session, publish: Publish, token: Token) -> None:
@@ -118,21 +126,22 @@ class Delivery:
     def transmit(self, client: Client, session: Session, packets: list[Publish | Pubrel]) -> None:
         """Send to the client. A PUBLISH over its Maximum Packet Size is discarded and done with
         as if the client had acknowledged it (MQTT 5.0 §3.1.2.25): its message is settled, and
-        its slot goes to the next one."""
+        its slot goes to the next one, sent after those given."""
         connection = client.link.connection
-        pending = deque(packets)
-        while pending:
-            packet = pending.popleft()
-            if connection.send(packet) or type(packet) is not Publish:
-                continue
-            log.warning(
-                "client %s: a message on %s is larger than its Maximum Packet Size: not sent",
-                session.client_id,
-                packet.topic,
-            )
-            if packet.packet_id is not None:
-                self._settle(session, session.outbox.discard(packet.packet_id), refused=False)
-                pending += (publish for publish, _ in self._ready(session))
+        while packets:
+            freed: list[Publish | Pubrel] = []
+            for packet in packets:
+                if connection.send(packet) or type(packet) is not Publish:
+                    continue
+                log.warning(
+                    "client %s: a message on %s is larger than its Maximum Packet Size: not sent",
+                    session.client_id,
+                    packet.topic,
+                )
+                if packet.packet_id is not None:
+                    self._settle(session, session.outbox.discard(packet.packet_id), refused=False)
+                    freed += (publish for publish, _ in self._ready(session))
+            packets = freed
         self._out.dirty.add(client)
 
     def _ready(self, session: Session) -> list[tuple[Publish, Token]]:

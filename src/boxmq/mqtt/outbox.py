@@ -20,16 +20,18 @@ import math
 from collections import deque
 from dataclasses import dataclass, replace
 from enum import Enum, auto
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from boxmq.mqtt.errors import ProtocolError
-from boxmq.mqtt.packets import Publish, Pubrel, new_publish
+from boxmq.mqtt.packets import Publish, Pubrel, ack_builder, new_publish
 
 __all__ = ["Acked", "Outbox", "Stage"]
 
 T = TypeVar("T")
 
 _MAX_PACKET_ID = 65_535
+_new_pubrel = ack_builder(Pubrel)
+_new_tuple = tuple.__new__
 
 
 class Stage(Enum):
@@ -47,9 +49,9 @@ class _Entry(Generic[T]):
     stage: Stage
 
 
-@dataclass(frozen=True, slots=True)
-class Acked(Generic[T]):
-    """An acknowledgement matched: whose it was, and whether the client refused the message."""
+class Acked(NamedTuple, Generic[T]):
+    """An acknowledgement matched: whose it was, and whether the client refused the message.
+    A named tuple: one is built per acknowledgement, with one `tuple.__new__`."""
 
     token: T
     refused: bool  # a reason code >= 0x80 on PUBACK or PUBREC (MQTT 5.0 §4.3)
@@ -95,9 +97,9 @@ class Outbox(Generic[T]):
             raise ProtocolError(f"an acknowledgement for packet id {packet_id}, which is not sent")
         if stage is Stage.AWAIT_PUBREC and not refused:
             entry.stage = Stage.AWAIT_PUBCOMP
-            return Acked(entry.token, refused=False, reply=Pubrel(packet_id))
+            return _new_tuple(Acked, (entry.token, False, _new_pubrel(packet_id)))
         del self._in_flight[packet_id]
-        return Acked(entry.token, refused=refused)
+        return _new_tuple(Acked, (entry.token, refused, None))
 
     def discard(self, packet_id: int) -> T:
         """A PUBLISH the client cannot take (over its Maximum Packet Size): done as if it had
@@ -141,7 +143,12 @@ class Outbox(Generic[T]):
         return tokens
 
     def _start(self, publish: Publish, token: T) -> Publish:
-        packet_id = self._take_id()
+        # The next packet id not in use. The window is at most 65 535, so one is always
+        # found within one turn.
+        in_flight, packet_id = self._in_flight, self._next_id
+        while packet_id in in_flight:
+            packet_id = packet_id % _MAX_PACKET_ID + 1
+        self._next_id = packet_id % _MAX_PACKET_ID + 1
         stage = Stage.AWAIT_PUBACK if publish.qos == 1 else Stage.AWAIT_PUBREC
         sent = new_publish(
             publish.topic,
@@ -152,16 +159,8 @@ class Outbox(Generic[T]):
             packet_id,
             publish.properties,
         )
-        self._in_flight[packet_id] = _Entry(sent, token, stage)
+        in_flight[packet_id] = _Entry(sent, token, stage)
         return sent
-
-    def _take_id(self) -> int:
-        # The window is at most 65 535, so a free id is always found within one turn.
-        while self._next_id in self._in_flight:
-            self._next_id = self._next_id % _MAX_PACKET_ID + 1
-        packet_id = self._next_id
-        self._next_id = packet_id % _MAX_PACKET_ID + 1
-        return packet_id
 
     def _drop_oldest_qos0(self) -> bool:
         for index, (publish, _, _) in enumerate(self._queued):

@@ -11,8 +11,10 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from enum import IntEnum
+from typing import TypeVar
 
 from boxmq.mqtt.properties import EMPTY, Properties
 from boxmq.mqtt.reasons import ReasonCode
@@ -38,6 +40,7 @@ __all__ = [
     "Unsuback",
     "Unsubscribe",
     "Will",
+    "ack_builder",
     "new_publish",
 ]
 
@@ -265,3 +268,26 @@ def new_publish(
     _set_packet_id(packet, packet_id)
     _set_properties(packet, properties)
     return packet
+
+
+_Ack = TypeVar("_Ack", Puback, Pubrec, Pubrel, Pubcomp)
+_ACK_FIELDS = ("packet_id", "reason", "properties")
+_SUCCESS = ReasonCode.SUCCESS
+
+
+def ack_builder(kind: type[_Ack]) -> Callable[[int], _Ack]:
+    """A function that builds `kind(packet_id)` (a positive acknowledgement without properties)
+    the way `new_publish` builds a PUBLISH: a QoS 2 message takes three acknowledgements in
+    and one out, a QoS 1 message its PUBACK."""
+    if tuple(field.name for field in fields(kind)) != _ACK_FIELDS:
+        raise ImportError(f"{kind.__name__} changed: update _ACK_FIELDS and ack_builder")
+    set_packet_id, set_reason, set_properties = (kind.__dict__[n].__set__ for n in _ACK_FIELDS)
+
+    def new_ack(packet_id: int) -> _Ack:
+        packet: _Ack = object.__new__(kind)
+        set_packet_id(packet, packet_id)
+        set_reason(packet, _SUCCESS)
+        set_properties(packet, EMPTY)
+        return packet
+
+    return new_ack

@@ -93,10 +93,12 @@ class Publishing:
             # A repeat: answered again, never routed twice.
             self._out.send(client, Pubrec(packet_id))
             return
-        if not self._may_publish(session.username, session.client_id, packet.topic):
+        if self._settings.authorizer is not None and not self._may_publish(
+            session.username, session.client_id, packet.topic
+        ):  # the call only when there is someone to ask: this runs once per message
             self._refuse_publish(client, session, packet)
             return
-        disk = self._needs_disk(session.client_id, packet, persistent=session.persistent)
+        disk = self._needs_disk(packet, session)
         if client.tail is not None or client.jobs or disk:
             self._publish_later(client, session, packet, disk)
         else:
@@ -224,7 +226,7 @@ class Publishing:
         write = (
             publish is not None
             and not on_disk
-            and (publish.retain or self._needs_disk(client_id, publish, persistent=False))
+            and (publish.retain or self._needs_disk(publish, None))
         )
 
         def work() -> object:
@@ -260,9 +262,11 @@ class Publishing:
         authorizer = self._settings.authorizer
         return authorizer is None or authorizer.can_publish(username, client_id, topic)
 
-    def _needs_disk(self, client_id: str, packet: Publish, *, persistent: bool) -> bool:
-        """On the loop thread only: whether `packet` must be written before it is answered."""
-        if packet.retain or (packet.qos == 2 and persistent):
+    def _needs_disk(self, packet: Publish, publisher: Session | None) -> bool:
+        """On the loop thread only: whether `packet` must be written before it is answered:
+        retained, QoS 2 from a persistent `publisher` (None: taken as not persistent), or
+        wanted by a durable subscription."""
+        if packet.retain or (packet.qos == 2 and publisher is not None and publisher.persistent):
             return True
         return self._durable_routes.wanted(packet.topic)
 
@@ -280,7 +284,7 @@ class Publishing:
         if not self._may_publish(username, client_id, will.topic):
             return
         self._durable_routes.recheck()  # a timer, not a read: look at the disk again
-        if self._needs_disk(client_id, publish, persistent=False):
+        if self._needs_disk(publish, None):
             written = self._pool.submit(self.write, client_id, publish)
             written.add_done_callback(partial(_tell_will_lost, client_id, will.topic))
         # At once, whatever the disk does: a Will reaches whom it can (see _tell_will_lost).

@@ -16,7 +16,7 @@ Invariants:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from boxmq.client.message import Message
 from boxmq.mqtt.outbox import Outbox
@@ -24,6 +24,7 @@ from boxmq.mqtt.packets import Publish, RetainHandling, Will
 
 __all__ = ["NEVER", "Session", "SubscriptionOptions", "Token"]
 
+_new_tuple = tuple.__new__
 NEVER: Final = 0xFFFF_FFFF  # MQTT 5.0 §3.1.2.11.2: this Session Expiry Interval never expires
 
 Token = Message | None  # what an outbox entry settles: a locked message on disk, or nothing
@@ -41,10 +42,10 @@ class SubscriptionOptions:
     identifier: int | None = None  # Subscription Identifier (§3.8.2.1.2), sent back with each
 
 
-@dataclass(frozen=True, slots=True)
-class _Release:
+class _Release(NamedTuple):
     """A QoS 2 PUBLISH answered with PUBREC: on PUBREL, deliver what the exactly-once intake
-    stored (`stored`) and route `publish` to the memory subscriptions, or nothing (`refused`)."""
+    stored (`stored`) and route `publish` to the memory subscriptions, or nothing (`refused`).
+    A named tuple: one is built per QoS 2 message, with one `tuple.__new__`."""
 
     publish: Publish | None
     stored: bool = False
@@ -74,7 +75,7 @@ class Session:
         stored: bool = False,
         refused: bool = False,
     ) -> None:
-        self.awaiting_release[packet_id] = _Release(publish, stored, refused)
+        self.awaiting_release[packet_id] = _new_tuple(_Release, (publish, stored, refused))
 
     def release(self, packet_id: int) -> _Release | None:
         """The PUBREL for `packet_id`: what to deliver (None: not known in this process)."""
