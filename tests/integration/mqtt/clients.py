@@ -263,6 +263,15 @@ def paho_properties(kind: int, **values: object) -> Any:
     return props
 
 
+def put_file(target: Path, name: str, body: bytes) -> None:
+    """Drop a message file into a dropbox's `target/` as a script must: written in its
+    `working/`, then renamed in whole (a file written in place may be taken half written)."""
+    working = target.parent / "working"
+    working.mkdir(exist_ok=True)
+    (working / name).write_bytes(body)
+    os.rename(working / name, target / name)
+
+
 def drop(client: Paho) -> None:
     """End the connection without DISCONNECT, as a crash or a broken network would."""
     client.client.loop_stop()

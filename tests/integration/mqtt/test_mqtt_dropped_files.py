@@ -9,7 +9,7 @@ import logging
 import time
 
 import pytest
-from tests.integration.mqtt.clients import WAIT, RunningServer, paho
+from tests.integration.mqtt.clients import WAIT, RunningServer, paho, put_file
 
 
 def test_a_file_without_a_topic_goes_out_on_a_filter_that_is_a_topic_name(
@@ -18,7 +18,7 @@ def test_a_file_without_a_topic_goes_out_on_a_filter_that_is_a_topic_name(
     keeper = paho(server, "keeper", clean=False, expiry=300)
     keeper.subscribe("sensors/kitchen", 1)
     target = next(server.root.glob("topic-root/*/.subscriptions/client.keeper/target"))
-    (target / "4.dropped-1.T").write_bytes(b"from a script")
+    put_file(target, "4.dropped-1.T", b"from a script")
     received = keeper.next()
     assert (received.topic, received.payload, received.qos) == (
         "sensors/kitchen",
@@ -36,7 +36,7 @@ def test_a_file_without_a_topic_in_a_wildcard_share_group_goes_to_error(
     member.subscribe("$share/g/sensors/#", 1)
     group = next(server.root.glob("topic-root/*/.subscriptions/*g*"))
     with caplog.at_level(logging.WARNING, logger="boxmq"):
-        (group / "target" / "4.dropped-2.T").write_bytes(b"nowhere to go")
+        put_file(group / "target", "4.dropped-2.T", b"nowhere to go")
         deadline = time.monotonic() + WAIT
         while not list((group / "error").glob("4.dropped-2.*")) and time.monotonic() < deadline:
             time.sleep(0.02)
