@@ -31,21 +31,12 @@ _BACKLOG_HIGH: Final = 4096  # disk jobs waiting for one client before we stop r
 
 
 class Batches:
-    """The clients' batches running. `answered` runs on the loop as soon as a batch's
-    answers are given (the broker writes them out); `after`, once the batch is done (the
+    """The clients' batches running. `after` runs on the loop once a batch is done (the
     broker takes more messages out of the dropboxes and writes to its clients)."""
 
-    def __init__(
-        self,
-        box: Box,
-        pool: Executor,
-        *,
-        answered: Callable[[], None],
-        after: Callable[[], None],
-    ) -> None:
+    def __init__(self, box: Box, pool: Executor, after: Callable[[], None]) -> None:
         self._box = box  # its topics are made on first use
         self._pool = pool
-        self._answered = answered
         self._after = after
         self._working: set[Client] = set()  # clients with a disk batch running, gone or not
 
@@ -67,9 +58,6 @@ class Batches:
             log_store_failures(name_of(client), results)
             for job, result in zip(jobs, results, strict=True):
                 job.then(result)  # even for a client gone: its message still goes on
-            # Out now, before the deliveries the batch makes possible: a publisher waiting
-            # on its window sends its next messages while the loop delivers these.
-            self._answered()
 
         task = loop.create_task(run())
         client.tail = task

@@ -138,7 +138,7 @@ class Broker:
             self._pool,
             self._kick,
         )
-        self._batches = Batches(box, self._pool, answered=self.flush, after=self._batch_done)
+        self._batches = Batches(box, self._pool, self._batch_done)
         self._token = process_token()  # names this broker in the session records it writes
         self._wills = Wills(
             box.root,
