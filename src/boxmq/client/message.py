@@ -16,7 +16,12 @@ from boxmq.model import (
     PropertyValue,
     cheap_init,
 )
-from boxmq.store.v5_properties import V5Reader
+from boxmq.store.v5_properties import (
+    V5Reader,
+    correlation_id_shown,
+    properties_shown,
+    reply_to_shown,
+)
 
 __all__ = ["Message", "Settler"]
 
@@ -57,9 +62,7 @@ class Message:
     def properties(self) -> dict[str, PropertyValue]:
         """The producer's properties, without boxmq's own; for a message published over MQTT
         v5, its User Properties and `mqtt.*` fields too (store/v5_properties.py)."""
-        if self._v5 is None:
-            return self.envelope.user_properties()
-        return self._v5.properties(self.envelope)
+        return properties_shown(self._v5, self.envelope)
 
     @property
     def delivery_count(self) -> int:
@@ -100,16 +103,12 @@ class Message:
     def correlation_id(self) -> str | None:
         """The producer's; for a message published over MQTT v5, its Correlation Data as text
         (UTF-8, else base64: store/v5_properties.py)."""
-        if self._v5 is None:
-            return self.envelope.correlation_id
-        return self._v5.correlation_id(self.envelope)
+        return correlation_id_shown(self._v5, self.envelope)
 
     @property
     def reply_to(self) -> str | None:
         """The producer's; for a message published over MQTT v5, its Response Topic."""
-        if self._v5 is None:
-            return self.envelope.reply_to
-        return self._v5.reply_to(self.envelope)
+        return reply_to_shown(self._v5, self.envelope)
 
     @property
     def type(self) -> str | None:

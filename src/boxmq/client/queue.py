@@ -43,7 +43,12 @@ from boxmq.store.names import (
     locked_name,
     plain_name,
 )
-from boxmq.store.v5_properties import V5Reader
+from boxmq.store.v5_properties import (
+    V5Reader,
+    correlation_id_shown,
+    properties_shown,
+    reply_to_shown,
+)
 
 __all__ = ["Outgoing", "Peeked", "Queue", "QueueCounts", "counts_of"]
 
@@ -75,24 +80,18 @@ class Peeked:
     @property
     def properties(self) -> dict[str, PropertyValue]:
         """What `Message.properties` would show for it."""
-        if self._v5 is None:
-            return self.envelope.user_properties()
-        return self._v5.properties(self.envelope)
+        return properties_shown(self._v5, self.envelope)
 
     @property
     def correlation_id(self) -> str | None:
         """What `Message.correlation_id` would show for it: an MQTT v5 request's Correlation
         Data too."""
-        if self._v5 is None:
-            return self.envelope.correlation_id
-        return self._v5.correlation_id(self.envelope)
+        return correlation_id_shown(self._v5, self.envelope)
 
     @property
     def reply_to(self) -> str | None:
         """What `Message.reply_to` would show for it: an MQTT v5 request's Response Topic too."""
-        if self._v5 is None:
-            return self.envelope.reply_to
-        return self._v5.reply_to(self.envelope)
+        return reply_to_shown(self._v5, self.envelope)
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,8 +59,11 @@ __all__ = [
     "Decoded",
     "V5Reader",
     "correlation_bytes",
+    "correlation_id_shown",
     "correlation_text",
     "decode",
+    "properties_shown",
+    "reply_to_shown",
     "shown",
     "unpack",
 ]
@@ -191,6 +194,21 @@ def shown(own: Mapping[str, PropertyValue], decoded: Decoded | None) -> dict[str
         if name not in seen and not name.startswith(RESERVED_PREFIX):
             seen[name] = value
     return seen
+
+
+def properties_shown(reader: V5Reader | None, envelope: Envelope) -> dict[str, PropertyValue]:
+    """`reader.properties(envelope)`; without a reader, the name's own properties."""
+    return envelope.user_properties() if reader is None else reader.properties(envelope)
+
+
+def reply_to_shown(reader: V5Reader | None, envelope: Envelope) -> str | None:
+    """`reader.reply_to(envelope)`; without a reader, the name's own reply-to."""
+    return envelope.reply_to if reader is None else reader.reply_to(envelope)
+
+
+def correlation_id_shown(reader: V5Reader | None, envelope: Envelope) -> str | None:
+    """`reader.correlation_id(envelope)`; without a reader, the name's own correlation id."""
+    return envelope.correlation_id if reader is None else reader.correlation_id(envelope)
 
 
 class V5Reader:
