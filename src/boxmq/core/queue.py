@@ -144,7 +144,7 @@ class QueueEngine:
     def dispatch(self, *, now: float) -> list[Effect]:
         """Hand out ready messages to consumers with free slots (XEP-0254 §2.2)."""
         effects: list[Effect] = self._tick(now)
-        if len(self._ready) == self._ready.delayed:
+        if not self._ready.waiting():
             return effects  # nothing to hand out: the common case of a consumer's poll
         free = {
             consumer: None
@@ -152,6 +152,10 @@ class QueueEngine:
             if self._leases.count(consumer) < limits.max_in_flight
         }
         if not free:
+            return effects
+        if len(free) == 1 and self._picker.rotates:  # the usual case: one consumer with room
+            (consumer,) = free
+            self._hand_out_alone(consumer, now, effects)
             return effects
 
         def visit(message: Ready, offered_at: float) -> bool:
@@ -264,6 +268,20 @@ class QueueEngine:
             self._past.forget(message.message_id)
             expired.append(Expire(message))
         return expired
+
+    def _hand_out_alone(self, consumer: ConsumerId, now: float, effects: list[Effect]) -> None:
+        """`dispatch` when `consumer` is the only one with room: the claims the picker would
+        make, message by message, made in one pass over the ready set."""
+        limits = self._consumers[consumer]
+        room = limits.max_in_flight - self._leases.count(consumer)
+        taken = self._ready.take_for(None, consumer, room, now=now)
+        if not taken:
+            return
+        self._picker.took(consumer)
+        deadline = now + limits.lock_timeout
+        for message in taken:
+            self._leases.claim(message, consumer, deadline=deadline)
+            effects.append(Claim(message, consumer, deadline))
 
     def _claim(self, message: Ready, consumer: ConsumerId, *, now: float) -> Claim:
         deadline = now + self._consumers[consumer].lock_timeout
