@@ -223,9 +223,18 @@ _DROPBOXMQ_ID = re.compile(r"(\d{16})-\d+")
 
 
 def timestamp_of(message_id: str) -> int | None:
-    """Epoch ms a DropboxMQ-made id carries (it encodes the JMS timestamp, times 1000)."""
-    match = _DROPBOXMQ_ID.fullmatch(message_id)
-    return int(match[1]) // 1000 if match else None
+    """Epoch ms a DropboxMQ-made id carries (it encodes the JMS timestamp, times 1000).
+
+    The shape is `_DROPBOXMQ_ID`'s, checked with str methods (half the regex's cost, once per
+    message offered): `\\d` is a Unicode decimal digit, what `isdecimal` accepts."""
+    if (
+        len(message_id) > 17
+        and message_id[16] == "-"
+        and message_id[:16].isdecimal()
+        and message_id[17:].isdecimal()
+    ):
+        return int(message_id[:16]) // 1000
+    return None
 
 
 def property_text(value: PropertyValue) -> str:

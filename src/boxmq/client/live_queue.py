@@ -135,7 +135,7 @@ class LiveQueue:
         with self._mutex:
             while True:
                 self._check_open(consumer)
-                if (delivery := self._take(consumer)) is not None:
+                if self._inbox[consumer] and (delivery := self._take(consumer)) is not None:
                     return delivery
                 self._pump()
                 if (delivery := self._take(consumer)) is not None:
@@ -269,12 +269,14 @@ class LiveQueue:
             self._next_scan = 0.0
             self._sent.clear()
             return
-        now = self._clock.now()
+        now = None  # read once, and only for a name to offer (most are our own puts)
         sent = self._sent
         for name in changes.names:
             if name in sent:
                 sent.discard(name)  # offered when it was put (it may be claimed, even done)
             else:
+                if now is None:
+                    now = self._clock.now()
                 self._offer(name, now)
 
     def sent(self, messages: list[tuple[str, Envelope]]) -> None:
@@ -296,7 +298,8 @@ class LiveQueue:
         """Apply effects in order; True if a claim was lost (dispatch again)."""
         lost = False
         for effect in effects:
-            lost = self._apply(effect) or lost
+            # A claim is the common effect here: straight to its method, by exact type.
+            lost = (self._claim(effect) if type(effect) is Claim else self._apply(effect)) or lost
         return lost
 
     def _apply(self, effect: Effect) -> bool:
@@ -307,11 +310,10 @@ class LiveQueue:
         message = effect.message
         if not isinstance(effect, Extend):
             self._claimed.pop(message.message_id, None)  # a lock that ends before any receive
+        if type(effect) is Finish:
+            self._finish(message.message_id, message.key)
+            return False
         match effect:
-            case Finish():
-                processing = self._locks.pop(message.message_id)
-                if not self._box.finish(processing, message.key, keep=self._options.keep_processed):
-                    raise UnexpectedRequest(message.message_id, "the lock was taken away")
             case Release(delivery_count=count, holder=holder, not_before=not_before):
                 self._release(
                     effect,
@@ -336,6 +338,11 @@ class LiveQueue:
                     raise UnexpectedRequest(message.message_id, "the lock was taken away")
                 self._locks[message.message_id] = new
         return False
+
+    def _finish(self, message_id: MessageId, name: str) -> None:
+        processing = self._locks.pop(message_id)
+        if not self._box.finish(processing, name, keep=self._options.keep_processed):
+            raise UnexpectedRequest(message_id, "the lock was taken away")
 
     def _claim(self, effect: Claim) -> bool:
         """Rename target/ -> processing/ under the lock; True if another process won it."""

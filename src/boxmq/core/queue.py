@@ -121,7 +121,7 @@ class QueueEngine:
 
     def offer(self, message: Ready, *, now: float) -> None:
         """The message is in target/. Replaces an unleased one with the same id."""
-        if message.message_id in self._leases:
+        if self._leases.get(message.message_id) is not None:  # a method: `in` costs a slot call
             return
         self._past.offered(message.message_id, message.last_holder)
         self._ready.put(message, now=now)
@@ -198,7 +198,8 @@ class QueueEngine:
     def ack(self, message_id: MessageId, consumer: ConsumerId, *, now: float) -> Finish:
         """XEP-0254 §2.3: the holder deletes the item; it is done."""
         lease = self._held(message_id, consumer)
-        self._forget(message_id)
+        self._leases.drop(message_id)
+        self._past.forget(message_id)
         return Finish(lease.message, lease.holder)
 
     def unlock(

@@ -160,7 +160,8 @@ class Committer:
         Raises the OSError of the first move that failed; the others are done.
         """
         if self.policy is not FsyncPolicy.ALWAYS:
-            self._ensure_thread()
+            if self._thread is None:  # (checked here first: a call less per put)
+                self._ensure_thread()
             _rename_all(moves)
             return
         done = threading.Event()
