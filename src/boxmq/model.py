@@ -129,6 +129,7 @@ class PropertyType(Enum):
     STRING = "S"
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class Property:
     name: str

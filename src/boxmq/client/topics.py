@@ -279,7 +279,7 @@ class Topics:
         if expires_in is not None and expires_in <= 0:
             raise InvalidArgument("expires_in must be a positive number of seconds")
         expiration = int((self._clock.now() + expires_in) * 1000) if expires_in else 0
-        user = properties_from(dict(properties or {}))
+        user = properties_from(dict(properties)) if properties else ()
         return Envelope(
             message_id=self._ids.new(),
             message_class=MessageClass.TEXT if text else MessageClass.BYTES,
@@ -389,17 +389,14 @@ class Topics:
         if staging is None:
             if not destinations:
                 return None
-            staging = os.path.join(
-                self._incoming, layout.staging_name(envelope.message_id, self._token)
-            )
+            # Joined by hand (os.path.join is Python code): no name here holds a separator.
+            staging = self._incoming + _SEP + layout.staging_name(envelope.message_id, self._token)
             try:
                 write_new(staging, body, self._spares)
             except FileNotFoundError:  # the first publish on this root, or after a cleanup
                 os.makedirs(self._incoming, exist_ok=True)
                 write_new(staging, body, self._spares)
-        copies = tuple(
-            os.path.join(path, State.TARGET.value, names[d.qos]) for d, path in destinations
-        )
+        copies = tuple(path + _INTO_TARGET + names[d.qos] for d, path in destinations)
         if written:
             return Move(staging, None, copies)
         return Move(staging, None, copies, pending=layout.EXACTLY_ONCE_PENDING)
@@ -759,7 +756,12 @@ _AT_MOST_ONCE = _AtMostOnce()
 def _qos(value: object) -> QoS:
     if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1, 2):
         raise InvalidArgument(f"qos {value!r}: use 0 (at most once), 1 (at least once) or 2")
-    return QoS(value)
+    return _LEVELS[value]  # not QoS(value): Enum's lookup by value is Python code
+
+
+_LEVELS = tuple(QoS)  # by value: 0, 1, 2
+_SEP = os.sep
+_INTO_TARGET = os.sep + State.TARGET.value + os.sep  # <dropbox> + this + <name>
 
 
 def _at(envelope: Envelope, qos: QoS) -> Envelope:
