@@ -115,6 +115,10 @@ class MessageClass(Enum):
     OBJECT = "O"
     TEXT = "T"
 
+    # Members are singletons, so identity is their equality. Enum's own __hash__ is Python
+    # code, and a class or a property type is a cache key for each name encoded.
+    __hash__ = object.__hash__
+
 
 class PropertyType(Enum):
     """The type letter that ends a DropboxMQ property name."""
@@ -127,6 +131,8 @@ class PropertyType(Enum):
     FLOAT = "F"
     DOUBLE = "D"
     STRING = "S"
+
+    __hash__ = object.__hash__  # as MessageClass's
 
 
 @cheap_init
