@@ -40,6 +40,7 @@ from boxmq.core import (
     ReleaseReason,
 )
 from boxmq.errors import Closed, InvalidArgument, UnexpectedRequest
+from boxmq.ids import stamp_of
 from boxmq.model import ConsumerId, Envelope, MessageId
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
@@ -280,7 +281,8 @@ class LiveQueue:
                 self._offer(name, now)
 
     def sent(self, messages: list[tuple[str, Envelope]]) -> None:
-        """Names this process just committed to target/, with their envelopes: offered now,
+        """Names this process just committed to target/, with their envelopes and ids that
+        IdFactory made (ordered by the time they carry, read without checking): offered now,
         without the watcher's read and the decoding of each name. Their watcher news is
         skipped when it comes; a rescan forgets what it never brought (polling can miss a
         name that came and went between two looks), and the worst a stale entry costs is
@@ -288,10 +290,11 @@ class LiveQueue:
         with self._mutex:
             now = self._clock.now()
             for name, envelope in messages:
-                if (stamp := envelope.timestamp) is None or name in self._known:
-                    continue  # no time to order it by (never for a put): the watcher's way
+                if name in self._known:
+                    continue
                 self._known[name] = envelope
-                self._engine.offer(ready_of(name, envelope, stamp / 1000), now=now)
+                sequence = stamp_of(envelope.message_id) / 1000
+                self._engine.offer(ready_of(name, envelope, sequence), now=now)
                 self._sent.add(name)
 
     def _apply_all(self, effects: list[Effect]) -> bool:
