@@ -190,33 +190,41 @@ class Envelope:
 
     @property
     def delivery_count(self) -> int:
-        value = self.property_value(DELIVERY_COUNT)
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+        return _count(self.property_value(DELIVERY_COUNT))
 
     @property
     def last_holder(self) -> ConsumerId | None:
-        value = self.property_value(LAST_HOLDER)
-        return ConsumerId(value) if isinstance(value, str) else None
+        return _holder(self.property_value(LAST_HOLDER))
 
     @property
     def not_before(self) -> float:
         """Epoch seconds before which the message is not handed out (0 = now)."""
-        value = self.property_value(NOT_BEFORE)
-        return value / 1000 if isinstance(value, int) and not isinstance(value, bool) else 0.0
+        return _not_before(self.property_value(NOT_BEFORE))
 
     @property
     def topic(self) -> str | None:
-        value = self.property_value(TOPIC)
-        return value if isinstance(value, str) else None
+        return _text(self.property_value(TOPIC))
 
     @property
     def group_key(self) -> str | None:
         """The key `hash-by-key` dispatch routes on: the producer's GROUP_KEY property, else the
         topic a subscription's copy was published to; None (the core uses the message id)."""
-        value = self.property_value(GROUP_KEY)
-        if value is not None:
-            return value if isinstance(value, str) else str(value)
-        return self.topic
+        return _group_key(self.property_value(GROUP_KEY), self.property_value(TOPIC))
+
+    def dispatch_fields(self) -> tuple[float, int, ConsumerId | None, str | None]:
+        """(not_before, delivery_count, last_holder, group_key), as the properties of those
+        names say, in one look at the properties instead of one each (a subscription's copy
+        carries some: its Ready is made from them)."""
+        first: dict[str, PropertyValue] = {}
+        for prop in self.properties:
+            first.setdefault(prop.name, prop.value)  # property_value's answer: the first
+        get = first.get
+        return (
+            _not_before(get(NOT_BEFORE)),
+            _count(get(DELIVERY_COUNT)),
+            _holder(get(LAST_HOLDER)),
+            _group_key(get(GROUP_KEY), get(TOPIC)),
+        )
 
     @property
     def timestamp(self) -> int | None:
@@ -224,6 +232,28 @@ class Envelope:
 
     def expired(self, now: float) -> bool:
         return self.expiration > 0 and self.expiration <= now * 1000
+
+
+def _count(value: PropertyValue | None) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _holder(value: PropertyValue | None) -> ConsumerId | None:
+    return ConsumerId(value) if isinstance(value, str) else None
+
+
+def _not_before(value: PropertyValue | None) -> float:
+    return value / 1000 if isinstance(value, int) and not isinstance(value, bool) else 0.0
+
+
+def _text(value: PropertyValue | None) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _group_key(group: PropertyValue | None, topic: PropertyValue | None) -> str | None:
+    if group is not None:
+        return group if isinstance(group, str) else str(group)
+    return _text(topic)
 
 
 _DROPBOXMQ_ID = re.compile(r"(\d{16})-\d+")
