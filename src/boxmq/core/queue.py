@@ -146,6 +146,10 @@ class QueueEngine:
         effects: list[Effect] = self._tick(now)
         if not self._ready.waiting():
             return effects  # nothing to hand out: the common case of a consumer's poll
+        if len(self._consumers) == 1 and self._picker.rotates:  # no other to share with
+            (consumer,) = self._consumers
+            self._hand_out_alone(consumer, now, effects)
+            return effects
         free = {
             consumer: None
             for consumer, limits in self._consumers.items()
@@ -275,6 +279,8 @@ class QueueEngine:
         make, message by message, made in one pass over the ready set."""
         limits = self._consumers[consumer]
         room = limits.max_in_flight - self._leases.count(consumer)
+        if room <= 0:
+            return
         taken = self._ready.take_for(None, consumer, room, now=now)
         if not taken:
             return
