@@ -85,7 +85,7 @@ class Publication:
 class _Route:
     """Where a message on one topic, at one QoS, from one source goes."""
 
-    __slots__ = ("durable", "levels", "memory")
+    __slots__ = ("_first", "durable", "levels", "memory")
 
     def __init__(
         self,
@@ -98,6 +98,23 @@ class _Route:
         # The QoS of each copy's file name; the published one when there is no copy, so the
         # name's length is still checked.
         self.levels = {d.qos for d, _ in durable} or {level}
+        self._first: tuple[MessageId, dict[QoS, str]] | None = None  # see plain_names
+
+    def plain_names(self, envelope: Envelope) -> dict[QoS, str]:
+        """`_names(envelope, self.levels)` for a publication on this route with no properties
+        and no expiry. Such names differ in the id alone, which IdFactory makes with nothing
+        to escape and of one length: the route's first one's names, with the id swapped (an
+        encoding per batch, not per message)."""
+        first = self._first
+        if first is None or len(first[0]) != len(envelope.message_id):
+            names = _names(envelope, self.levels)
+            self._first = (envelope.message_id, names)
+            return names
+        first_id, names = first
+        # The id is the name's first field that can hold it: the one before is a priority.
+        return {
+            level: name.replace(first_id, envelope.message_id, 1) for level, name in names.items()
+        }
 
 
 _Planned = tuple[Envelope, bytes, _Route, dict[QoS, str]]  # a message, its route, its names
@@ -350,7 +367,11 @@ class Topics:
             envelope = self._envelope(
                 message.topic, message.properties, message.expires_in, None, None, False
             )
-            planned.append((envelope, message.body, route, _names(envelope, route.levels)))
+            if message.properties or message.expires_in:
+                names = _names(envelope, route.levels)
+            else:
+                names = route.plain_names(envelope)
+            planned.append((envelope, message.body, route, names))
         moves: list[Move | None] = []
         try:
             for envelope, body, route, names in planned:
