@@ -160,8 +160,7 @@ class Committer:
         Raises the OSError of the first move that failed; the others are done.
         """
         if self.policy is not FsyncPolicy.ALWAYS:
-            if self._thread is None:  # (checked here first: a call less per put)
-                self._ensure_thread()
+            self._ensure_thread()
             _rename_all(moves)
             return
         done = threading.Event()
