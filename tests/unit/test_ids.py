@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from boxmq.clock import Clock
 from boxmq.ids import IdFactory
+from boxmq.model import _DROPBOXMQ_ID, timestamp_of
 
 
 class _Frozen(Clock):
@@ -38,3 +42,16 @@ def test_a_forked_child_draws_other_random_parts_than_its_parent() -> None:
     os.waitpid(pid, 0)
     assert len(child) == 5
     assert {i.split("-")[1] for i in parent}.isdisjoint(i.split("-")[1] for i in child)
+
+
+@given(
+    st.one_of(
+        st.text(max_size=40),
+        st.from_regex(r"\d{16}-\d+", fullmatch=True),
+        st.from_regex(r"[0-9\u0660-\u0669]{15,17}-[0-9\u0660-\u0669-]{0,3}\n?", fullmatch=True),
+    )
+)
+def test_timestamp_of_reads_the_shape_its_pattern_names(message_id: str) -> None:
+    """timestamp_of checks the id with str methods; it must agree with `_DROPBOXMQ_ID`."""
+    match = _DROPBOXMQ_ID.fullmatch(message_id)
+    assert timestamp_of(message_id) == (int(match[1]) // 1000 if match else None)

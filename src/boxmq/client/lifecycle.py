@@ -91,16 +91,17 @@ def ready_of(name: str, envelope: Envelope, sequence: float) -> Ready:
         return Ready(
             name, envelope.message_id, envelope.priority, sequence, envelope.expiration / 1000
         )
+    not_before, delivery_count, last_holder, group_key = envelope.dispatch_fields()
     return Ready(
-        key=name,
-        message_id=envelope.message_id,
-        priority=envelope.priority,
-        sequence=sequence,
-        expiration=envelope.expiration / 1000,
-        not_before=envelope.not_before,
-        delivery_count=envelope.delivery_count,
-        last_holder=envelope.last_holder,
-        group_key=envelope.group_key,
+        name,
+        envelope.message_id,
+        envelope.priority,
+        sequence,
+        envelope.expiration / 1000,
+        not_before,
+        delivery_count,
+        last_holder,
+        group_key,
     )
 
 

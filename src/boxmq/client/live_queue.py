@@ -40,6 +40,7 @@ from boxmq.core import (
     ReleaseReason,
 )
 from boxmq.errors import Closed, InvalidArgument, UnexpectedRequest
+from boxmq.ids import stamp_of
 from boxmq.model import ConsumerId, Envelope, MessageId
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
@@ -135,7 +136,7 @@ class LiveQueue:
         with self._mutex:
             while True:
                 self._check_open(consumer)
-                if (delivery := self._take(consumer)) is not None:
+                if self._inbox[consumer] and (delivery := self._take(consumer)) is not None:
                     return delivery
                 self._pump()
                 if (delivery := self._take(consumer)) is not None:
@@ -269,16 +270,19 @@ class LiveQueue:
             self._next_scan = 0.0
             self._sent.clear()
             return
-        now = self._clock.now()
+        now = None  # read once, and only for a name to offer (most are our own puts)
         sent = self._sent
         for name in changes.names:
             if name in sent:
                 sent.discard(name)  # offered when it was put (it may be claimed, even done)
             else:
+                if now is None:
+                    now = self._clock.now()
                 self._offer(name, now)
 
     def sent(self, messages: list[tuple[str, Envelope]]) -> None:
-        """Names this process just committed to target/, with their envelopes: offered now,
+        """Names this process just committed to target/, with their envelopes and ids that
+        IdFactory made (ordered by the time they carry, read without checking): offered now,
         without the watcher's read and the decoding of each name. Their watcher news is
         skipped when it comes; a rescan forgets what it never brought (polling can miss a
         name that came and went between two looks), and the worst a stale entry costs is
@@ -286,17 +290,19 @@ class LiveQueue:
         with self._mutex:
             now = self._clock.now()
             for name, envelope in messages:
-                if (stamp := envelope.timestamp) is None or name in self._known:
-                    continue  # no time to order it by (never for a put): the watcher's way
+                if name in self._known:
+                    continue
                 self._known[name] = envelope
-                self._engine.offer(ready_of(name, envelope, stamp / 1000), now=now)
+                sequence = stamp_of(envelope.message_id) / 1000
+                self._engine.offer(ready_of(name, envelope, sequence), now=now)
                 self._sent.add(name)
 
     def _apply_all(self, effects: list[Effect]) -> bool:
         """Apply effects in order; True if a claim was lost (dispatch again)."""
         lost = False
         for effect in effects:
-            lost = self._apply(effect) or lost
+            # A claim is the common effect here: straight to its method, by exact type.
+            lost = (self._claim(effect) if type(effect) is Claim else self._apply(effect)) or lost
         return lost
 
     def _apply(self, effect: Effect) -> bool:
@@ -307,11 +313,10 @@ class LiveQueue:
         message = effect.message
         if not isinstance(effect, Extend):
             self._claimed.pop(message.message_id, None)  # a lock that ends before any receive
+        if type(effect) is Finish:
+            self._finish(message.message_id, message.key)
+            return False
         match effect:
-            case Finish():
-                processing = self._locks.pop(message.message_id)
-                if not self._box.finish(processing, message.key, keep=self._options.keep_processed):
-                    raise UnexpectedRequest(message.message_id, "the lock was taken away")
             case Release(delivery_count=count, holder=holder, not_before=not_before):
                 self._release(
                     effect,
@@ -336,6 +341,11 @@ class LiveQueue:
                     raise UnexpectedRequest(message.message_id, "the lock was taken away")
                 self._locks[message.message_id] = new
         return False
+
+    def _finish(self, message_id: MessageId, name: str) -> None:
+        processing = self._locks.pop(message_id)
+        if not self._box.finish(processing, name, keep=self._options.keep_processed):
+            raise UnexpectedRequest(message_id, "the lock was taken away")
 
     def _claim(self, effect: Claim) -> bool:
         """Rename target/ -> processing/ under the lock; True if another process won it."""

@@ -123,7 +123,7 @@ class Message:
 
     def ack(self) -> None:
         """Done: the message moves to processed/ (XEP-0254 §2.3, delete)."""
-        self._settler.ack(self.id, self.consumer)
+        self._settler.ack(self.envelope.message_id, self.consumer)  # not self.id: a call less
 
     def unlock(self, delay: float = 0.0) -> None:
         """Cannot handle it: give it to the next consumer, after `delay` seconds (§2.4)."""

@@ -160,7 +160,7 @@ class Queue:
 
     def put_many(self, messages: Iterable[Outgoing | bytes | str]) -> list[MessageId]:
         """Send many messages with one commit (one flush for all under fsync=always)."""
-        moves, sent = [], []
+        moves, sent, ids = [], [], []
         try:
             for item in messages:
                 if isinstance(item, Outgoing):
@@ -169,13 +169,14 @@ class Queue:
                     envelope, name, move = self._write_body(item)
                 moves.append(move)
                 sent.append((name, envelope))
+                ids.append(envelope.message_id)
             self._box.send(moves)
         except OSError:
             discard_unsent(moves)  # the caller hears of a failure: none of them goes out later
             raise
         if (live := self._opened()) is not None:
             live.sent(sent)  # our consumers need not wait for the watcher to read the names
-        return [envelope.message_id for _, envelope in sent]
+        return ids
 
     def _write(self, outgoing: Outgoing) -> tuple[Envelope, str, Move]:
         """Write one message in working/ under a fresh id: its envelope, its name, and the

@@ -85,7 +85,7 @@ class Publication:
 class _Route:
     """Where a message on one topic, at one QoS, from one source goes."""
 
-    __slots__ = ("durable", "levels", "memory")
+    __slots__ = ("_first", "durable", "levels", "memory")
 
     def __init__(
         self,
@@ -98,6 +98,23 @@ class _Route:
         # The QoS of each copy's file name; the published one when there is no copy, so the
         # name's length is still checked.
         self.levels = {d.qos for d, _ in durable} or {level}
+        self._first: tuple[MessageId, dict[QoS, str]] | None = None  # see plain_names
+
+    def plain_names(self, envelope: Envelope) -> dict[QoS, str]:
+        """`_names(envelope, self.levels)` for a publication on this route with no properties
+        and no expiry. Such names differ in the id alone, which IdFactory makes with nothing
+        to escape and of one length: the route's first one's names, with the id swapped (an
+        encoding per batch, not per message)."""
+        first = self._first
+        if first is None or len(first[0]) != len(envelope.message_id):
+            names = _names(envelope, self.levels)
+            self._first = (envelope.message_id, names)
+            return names
+        first_id, names = first
+        # The id is the name's first field that can hold it: the one before is a priority.
+        return {
+            level: name.replace(first_id, envelope.message_id, 1) for level, name in names.items()
+        }
 
 
 _Planned = tuple[Envelope, bytes, _Route, dict[QoS, str]]  # a message, its route, its names
@@ -279,7 +296,7 @@ class Topics:
         if expires_in is not None and expires_in <= 0:
             raise InvalidArgument("expires_in must be a positive number of seconds")
         expiration = int((self._clock.now() + expires_in) * 1000) if expires_in else 0
-        user = properties_from(dict(properties or {}))
+        user = properties_from(dict(properties)) if properties else ()
         return Envelope(
             message_id=self._ids.new(),
             message_class=MessageClass.TEXT if text else MessageClass.BYTES,
@@ -350,7 +367,11 @@ class Topics:
             envelope = self._envelope(
                 message.topic, message.properties, message.expires_in, None, None, False
             )
-            planned.append((envelope, message.body, route, _names(envelope, route.levels)))
+            if message.properties or message.expires_in:
+                names = _names(envelope, route.levels)
+            else:
+                names = route.plain_names(envelope)
+            planned.append((envelope, message.body, route, names))
         moves: list[Move | None] = []
         try:
             for envelope, body, route, names in planned:
@@ -389,17 +410,14 @@ class Topics:
         if staging is None:
             if not destinations:
                 return None
-            staging = os.path.join(
-                self._incoming, layout.staging_name(envelope.message_id, self._token)
-            )
+            # Joined by hand (os.path.join is Python code): no name here holds a separator.
+            staging = self._incoming + _SEP + layout.staging_name(envelope.message_id, self._token)
             try:
                 write_new(staging, body, self._spares)
             except FileNotFoundError:  # the first publish on this root, or after a cleanup
                 os.makedirs(self._incoming, exist_ok=True)
                 write_new(staging, body, self._spares)
-        copies = tuple(
-            os.path.join(path, State.TARGET.value, names[d.qos]) for d, path in destinations
-        )
+        copies = tuple(path + _INTO_TARGET + names[d.qos] for d, path in destinations)
         if written:
             return Move(staging, None, copies)
         return Move(staging, None, copies, pending=layout.EXACTLY_ONCE_PENDING)
@@ -759,7 +777,12 @@ _AT_MOST_ONCE = _AtMostOnce()
 def _qos(value: object) -> QoS:
     if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1, 2):
         raise InvalidArgument(f"qos {value!r}: use 0 (at most once), 1 (at least once) or 2")
-    return QoS(value)
+    return _LEVELS[value]  # not QoS(value): Enum's lookup by value is Python code
+
+
+_LEVELS = tuple(QoS)  # by value: 0, 1, 2
+_SEP = os.sep
+_INTO_TARGET = os.sep + State.TARGET.value + os.sep  # <dropbox> + this + <name>
 
 
 def _at(envelope: Envelope, qos: QoS) -> Envelope:

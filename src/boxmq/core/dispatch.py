@@ -32,6 +32,9 @@ class Dispatch(Enum):
     RANDOM = "random"  # rng.choice
 
 
+_ROTATING = frozenset({Dispatch.ROUND_ROBIN, Dispatch.LEAST_IN_FLIGHT, Dispatch.STICKY})
+
+
 def route(message: Ready, ring: Sequence[ConsumerId]) -> ConsumerId | None:
     """The consumer a key belongs to, over `ring` (all consumers, sorted); None if empty."""
     if not ring:
@@ -60,6 +63,9 @@ class Picker:
     def __init__(self, kind: Dispatch, rng: random.Random) -> None:
         self._kind = kind
         self._rng = rng
+        # A lone candidate is always picked, and `took` says what that changes (RANDOM draws
+        # from the rng even for one; HASH_BY_KEY may pick nobody).
+        self.rotates = kind in _ROTATING
         self._order: list[ConsumerId] = []
         self._position: dict[ConsumerId, int] = {}
         self._ring: list[ConsumerId] = []
@@ -78,6 +84,14 @@ class Picker:
         self._ring = sorted(self._order)
         if self._order:
             self._cursor %= len(self._order)
+
+    def took(self, consumer: ConsumerId) -> None:
+        """What `pick` leaves behind once it gave messages in a row to `consumer`, their only
+        candidate (for the kinds that rotate)."""
+        if self._kind is Dispatch.STICKY and self._current == consumer:
+            return
+        self._cursor = (self._position[consumer] + 1) % len(self._order)
+        self._current = consumer
 
     def lane_of(self, message: Ready) -> Lane:
         return route(message, self._ring) if self.partitioned else None

@@ -53,9 +53,14 @@ class LeaseTable:
         return len(self._by_holder.get(holder, ()))
 
     def claim(self, message: Ready, holder: ConsumerId, *, deadline: float) -> Lease:
-        if message.message_id in self._leases:
-            raise InvalidArgument(f"{message.message_id} is already leased")
-        return self._store(Lease(message, holder, deadline))
+        message_id = message.message_id
+        if message_id in self._leases:
+            raise InvalidArgument(f"{message_id} is already leased")
+        lease = Lease(message, holder, deadline)  # _store's work, without its call (one a claim)
+        self._leases[message_id] = lease
+        self._by_holder.setdefault(holder, {})[message_id] = lease
+        heapq.heappush(self._deadlines, (deadline, message_id))
+        return lease
 
     def extend(self, message_id: MessageId, *, deadline: float) -> Lease:
         """Move the deadline of an existing lease (KeyError if there is none)."""

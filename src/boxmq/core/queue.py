@@ -121,7 +121,7 @@ class QueueEngine:
 
     def offer(self, message: Ready, *, now: float) -> None:
         """The message is in target/. Replaces an unleased one with the same id."""
-        if message.message_id in self._leases:
+        if self._leases.get(message.message_id) is not None:  # a method: `in` costs a slot call
             return
         self._past.offered(message.message_id, message.last_holder)
         self._ready.put(message, now=now)
@@ -144,14 +144,22 @@ class QueueEngine:
     def dispatch(self, *, now: float) -> list[Effect]:
         """Hand out ready messages to consumers with free slots (XEP-0254 §2.2)."""
         effects: list[Effect] = self._tick(now)
-        if len(self._ready) == self._ready.delayed:
+        if not self._ready.waiting():
             return effects  # nothing to hand out: the common case of a consumer's poll
+        if len(self._consumers) == 1 and self._picker.rotates:  # no other to share with
+            (consumer,) = self._consumers
+            self._hand_out_alone(consumer, now, effects)
+            return effects
         free = {
             consumer: None
             for consumer, limits in self._consumers.items()
             if self._leases.count(consumer) < limits.max_in_flight
         }
         if not free:
+            return effects
+        if len(free) == 1 and self._picker.rotates:  # the usual case: one consumer with room
+            (consumer,) = free
+            self._hand_out_alone(consumer, now, effects)
             return effects
 
         def visit(message: Ready, offered_at: float) -> bool:
@@ -194,7 +202,8 @@ class QueueEngine:
     def ack(self, message_id: MessageId, consumer: ConsumerId, *, now: float) -> Finish:
         """XEP-0254 §2.3: the holder deletes the item; it is done."""
         lease = self._held(message_id, consumer)
-        self._forget(message_id)
+        self._leases.drop(message_id)
+        self._past.forget(message_id)
         return Finish(lease.message, lease.holder)
 
     def unlock(
@@ -264,6 +273,22 @@ class QueueEngine:
             self._past.forget(message.message_id)
             expired.append(Expire(message))
         return expired
+
+    def _hand_out_alone(self, consumer: ConsumerId, now: float, effects: list[Effect]) -> None:
+        """`dispatch` when `consumer` is the only one with room: the claims the picker would
+        make, message by message, made in one pass over the ready set."""
+        limits = self._consumers[consumer]
+        room = limits.max_in_flight - self._leases.count(consumer)
+        if room <= 0:
+            return
+        taken = self._ready.take_for(None, consumer, room, now=now)
+        if not taken:
+            return
+        self._picker.took(consumer)
+        deadline = now + limits.lock_timeout
+        for message in taken:
+            self._leases.claim(message, consumer, deadline=deadline)
+            effects.append(Claim(message, consumer, deadline))
 
     def _claim(self, message: Ready, consumer: ConsumerId, *, now: float) -> Claim:
         deadline = now + self._consumers[consumer].lock_timeout

@@ -93,6 +93,10 @@ class ReadySet:
         """How many wait for their not_before (as of the last tick or put)."""
         return len(self._delayed)
 
+    def waiting(self) -> bool:
+        """True if a message is not delayed (as of the last tick or put): one to hand out."""
+        return len(self._entries) > len(self._delayed)
+
     def get(self, message_id: MessageId) -> Ready | None:
         entry = self._entries.get(message_id)
         return entry.ready if entry is not None else None
@@ -200,6 +204,30 @@ class ReadySet:
         finally:
             for item in skipped:
                 heapq.heappush(heap, item)
+
+    def take_for(self, lane: Lane, consumer: ConsumerId, room: int, *, now: float) -> list[Ready]:
+        """Take up to `room` of the lane's messages, in order, for `consumer` when it is the
+        only consumer with room: what `drain` would give it, without a call per message. A
+        message it held last waits out its handoff (XEP-0254 §2.4) and keeps its place."""
+        taken: list[Ready] = []
+        heap = self._lanes.get(lane)
+        if not heap:
+            return taken
+        entries, skipped = self._entries, []
+        while heap and len(taken) < room:
+            item = heapq.heappop(heap)
+            entry = entries.get(item[3])
+            if entry is None or entry.generation != item[4]:
+                continue  # stale: replaced or removed since it was queued
+            ready = entry.ready
+            if ready.last_holder == consumer and now < entry.offered_at + self._handoff:
+                skipped.append(item)
+                continue
+            del entries[item[3]]  # a message in a lane is never in the delayed set
+            taken.append(ready)
+        for item in skipped:
+            heapq.heappush(heap, item)
+        return taken
 
     def _enqueue(self, entry: _Entry) -> None:
         ready = entry.ready

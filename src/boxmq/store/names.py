@@ -269,7 +269,7 @@ def _fields(envelope: Envelope, errors: str) -> list[str]:
     return [
         str(envelope.priority),
         _quote(envelope.message_id),
-        envelope.message_class.value,
+        envelope.message_class._value_,  # not `.value`: Enum's property is two Python calls
         str(envelope.expiration) if envelope.expiration else "",  # 0 = never = empty
         _optional(envelope.correlation_id),
         _optional(envelope.reply_to),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import zlib
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -246,3 +247,46 @@ def test_picker_needs_known_consumers() -> None:
     picker.set_consumers([A])
     with pytest.raises(ValueError, match="consumers of this queue"):
         picker.pick(ready("m"), [B], load=lambda _: 0, handoff_over=True)
+
+
+@given(
+    kind=st.sampled_from([Dispatch.ROUND_ROBIN, Dispatch.LEAST_IN_FLIGHT, Dispatch.STICKY]),
+    consumers=st.integers(min_value=1, max_value=3),
+    slots=st.integers(min_value=1, max_value=3),
+    steps=st.lists(
+        st.tuples(st.sampled_from(["offer", "dispatch", "unlock", "ack"]), st.integers(0, 9)),
+        max_size=40,
+    ),
+)
+def test_a_lone_consumer_with_room_gets_what_the_picker_would_give(
+    kind: Dispatch, consumers: int, slots: int, steps: list[tuple[str, int]]
+) -> None:
+    """The one-pass hand-out to the only consumer with room (QueueEngine._hand_out_alone)
+    makes the claims, and leaves the rotation, that picking message by message makes."""
+    names = [A, B, C][:consumers]
+    fast, slow = engine_with(kind, *names, slots=slots), engine_with(kind, *names, slots=slots)
+    slow._picker.rotates = False  # every dispatch goes through the picker, one message at a time
+    for index, (step, number) in enumerate(steps):
+        now = T0 + index * 0.4  # handoffs (1 s) run out along the way
+        results = []
+        for engine in (fast, slow):
+            effects = engine.dispatch(now=now)
+            claims = [(e.message.message_id, e.holder) for e in effects if isinstance(e, Claim)]
+            held = sorted(
+                (lease.message.message_id, c) for c in names for lease in engine.leases_of(c)
+            )
+            if step == "offer":
+                engine.offer(ready(f"m{number}", sequence=number), now=now)
+            elif held and step in ("unlock", "ack"):
+                message_id, holder = held[number % len(held)]
+                if step == "ack":
+                    engine.ack(message_id, holder, now=now)
+                else:
+                    released = engine.unlock(message_id, holder, now=now)
+                    engine.offer(replace(released.message, last_holder=holder), now=now)
+            results.append((claims, held))
+        assert results[0] == results[1]
+        assert (fast._picker._cursor, fast._picker._current) == (
+            slow._picker._cursor,
+            slow._picker._current,
+        )
