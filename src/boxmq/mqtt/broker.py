@@ -215,6 +215,7 @@ class Broker:
                 self._delivery.refill()
             if client.jobs:
                 self._batches.start(client)
+            self._out.flush_first(client)
             self._out.flush_soon()
 
     def closed(self, link: Link, reason: str) -> None:

@@ -102,6 +102,14 @@ class Outgoing:
             else:
                 client.link.flush()
 
+    def flush_first(self, client: Client) -> None:
+        """Write to `client` now, before the others of this loop iteration: the client whose
+        read was just handled is answered first (a publisher's acknowledgements let it send
+        its next messages while the broker writes to the subscribers)."""
+        if client in self.dirty and not client.holding:
+            self.dirty.discard(client)
+            client.link.flush()
+
     def flush_soon(self) -> None:
         """Write at the end of this loop iteration: the reads that came together (a
         publisher's PUBLISHes, its subscribers' acks) leave with one write per connection."""
