@@ -24,7 +24,7 @@ import binascii
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from boxmq.core.topics import validate_topic
+from boxmq.core.topics import MQTT_STRING_MAX, utf8_size, validate_topic
 from boxmq.errors import InvalidArgument
 from boxmq.model import Property, PropertyValue, property_text
 from boxmq.store.v5_properties import (
@@ -39,7 +39,7 @@ from boxmq.store.v5_properties import (
 
 __all__ = ["FIELDS", "Requested", "check", "not_carried", "requested"]
 
-_MAX = 0xFFFF  # bytes in an MQTT string or binary value (§1.5.4, §1.5.6)
+_MAX = MQTT_STRING_MAX  # bytes in an MQTT string or binary value (§1.5.4, §1.5.6)
 _FORMAT_OF = {text: number for number, text in FORMATS.items()} | {"0": 0, "1": 1}
 
 
@@ -98,11 +98,8 @@ def not_carried(text: str) -> str | None:
     escapes: store/names.py), or more than 65,535 bytes."""
     if "\0" in text:
         return "MQTT cannot carry U+0000"
-    if text.isascii():
-        return None if len(text) <= _MAX else f"{len(text)} bytes, over MQTT's {_MAX}"
-    try:
-        size = len(text.encode())
-    except UnicodeEncodeError:
+    size = utf8_size(text)
+    if size is None:
         return "not valid Unicode (a lone surrogate, or bytes that are not UTF-8)"
     return None if size <= _MAX else f"{size} bytes, over MQTT's {_MAX}"
 

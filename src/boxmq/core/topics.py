@@ -16,13 +16,33 @@ from dataclasses import dataclass
 
 from boxmq.errors import InvalidTopic
 
-__all__ = ["TopicFilter", "matches", "parse_filter", "validate_filter", "validate_topic"]
+__all__ = [
+    "MQTT_STRING_MAX",
+    "TopicFilter",
+    "matches",
+    "parse_filter",
+    "utf8_size",
+    "validate_filter",
+    "validate_topic",
+]
 
-_MAX_BYTES = 65_535  # MQTT 5.0 §1.5.4: a UTF-8 string is prefixed by a two-byte length
+MQTT_STRING_MAX = 65_535  # MQTT 5.0 §1.5.4: a UTF-8 string is prefixed by a two-byte length
 _SHARE = "$share"  # MQTT 5.0 §4.8.2
 _SEPARATOR = "/"
 _ONE_LEVEL = "+"
 _ALL_BELOW = "#"
+
+
+def utf8_size(text: str) -> int | None:
+    """The bytes `text` takes as an MQTT UTF-8 Encoded String (§1.5.4), to be held to
+    MQTT_STRING_MAX; None if it has none (a lone surrogate: bytes that were not UTF-8, read as
+    surrogate escapes). U+0000, which MQTT forbids too, is each caller's own check."""
+    if text.isascii():
+        return len(text)
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None
 
 
 def _check_string(text: str, what: str) -> None:
@@ -31,12 +51,11 @@ def _check_string(text: str, what: str) -> None:
         raise InvalidTopic(f"a {what} must be at least one character long")  # §4.7.3
     if "\x00" in text:
         raise InvalidTopic(f"a {what} must not contain NUL (U+0000)")  # §1.5.4
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidTopic(f"a {what} must be well-formed UTF-8 (no lone surrogates)") from None
-    if size > _MAX_BYTES:
-        raise InvalidTopic(f"a {what} is {size} bytes in UTF-8, the limit is {_MAX_BYTES}")
+    size = utf8_size(text)
+    if size is None:
+        raise InvalidTopic(f"a {what} must be well-formed UTF-8 (no lone surrogates)")
+    if size > MQTT_STRING_MAX:
+        raise InvalidTopic(f"a {what} is {size} bytes in UTF-8, the limit is {MQTT_STRING_MAX}")
 
 
 def validate_topic(name: str) -> str:
