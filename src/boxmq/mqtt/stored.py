@@ -330,9 +330,9 @@ def _built(envelope: Envelope, pairs: list[tuple[str, str]]) -> Properties:
             elif (why := mqtt_fields.not_carried(name) or mqtt_fields.not_carried(value)) is None:
                 users.append((name, value))
             else:
-                _property_left_out(envelope.message_id, name, why)
+                _left_out(_property_of(envelope, name), why)
         except InvalidArgument as error:
-            _property_left_out(envelope.message_id, name, str(error))
+            _left_out(_property_of(envelope, name), str(error))
     wanted = mqtt_fields.Requested.of(values)
     reply_to, correlation_id = envelope.reply_to, envelope.correlation_id
     return Properties.build(
@@ -347,26 +347,13 @@ def _built(envelope: Envelope, pairs: list[tuple[str, str]]) -> Properties:
 
 
 @functools.lru_cache(maxsize=1024)
-def _property_left_out(message_id: str, name: str, why: str) -> None:
-    """Logged once per message and property while cached (a message redelivered, or a
-    script's batch of them, says so once each)."""
-    log.warning(
-        "message %s: its property '%s' cannot go to MQTT v5 subscribers (%s): they get the "
-        "message without it",
-        shown(message_id),
-        shown(name),
-        why,
-    )
-
-
-@functools.lru_cache(maxsize=1024)
 def _response_topic(reply_to: str) -> str | None:
     """A reply-to as a Response Topic: a topic name (§3.3.2.3.5), else None (logged once
     while cached). Cached: a few reply topics are used by many messages."""
     try:
         return validate_topic(reply_to)
     except InvalidTopic as error:
-        _left_out("reply-to", reply_to, str(error))
+        _left_out(f"a message's reply-to {reply_to!r}", str(error))
         return None
 
 
@@ -376,21 +363,22 @@ def _correlation_data(correlation_id: str) -> bytes | None:
     try:
         data = correlation_id.encode()
     except UnicodeEncodeError:
-        _left_out("correlation id", correlation_id, "it is not well-formed UTF-8")
+        _left_out(f"a message's correlation id {correlation_id!r}", "it is not well-formed UTF-8")
         return None
     if len(data) > 0xFFFF:
-        _left_out("correlation id", correlation_id[:40], f"it is {len(data)} bytes long")
+        _left_out(
+            f"a message's correlation id {correlation_id[:40]!r}", f"it is {len(data)} bytes long"
+        )
         return None
     return data
 
 
-@functools.lru_cache(maxsize=256)
-def _left_out(what: str, value: str, why: str) -> None:
+@functools.lru_cache(maxsize=1024)
+def _left_out(subject: str, why: str) -> None:
+    """Logged once while cached: a message redelivered, a script's batch of them, or many
+    messages naming one reply topic say so once."""
     log.warning(
-        "a message's %s %r cannot go to MQTT v5 subscribers (%s): they get it without",
-        what,
-        value,
-        why,
+        "%s cannot go to MQTT v5 subscribers (%s): they get the message without it", subject, why
     )
 
 
@@ -403,3 +391,7 @@ def _remaining_expiry(props: Properties, envelope: Envelope, now: float) -> Prop
     if not envelope.expiration:
         return props
     return props.with_expiry(max(1, math.ceil(envelope.expiration / 1000 - now)))
+
+
+def _property_of(envelope: Envelope, name: str) -> str:
+    return f"message {shown(envelope.message_id)}: its property '{shown(name)}'"
