@@ -18,9 +18,9 @@ def test_an_acked_file_is_the_next_put_s_file(root: Path) -> None:
             first = consumer.receive(timeout=5)
             assert first is not None
             first.ack()
-            spares = os.listdir(root / SPARE_DIR)
+            spares = [path for path in (root / SPARE_DIR).rglob("*") if path.is_file()]
             assert len(spares) == 1
-            inode = os.stat(root / SPARE_DIR / spares[0]).st_ino
+            inode = os.stat(spares[0]).st_ino
 
             jobs.put(b"second")
             second = consumer.receive(timeout=5)

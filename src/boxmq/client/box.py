@@ -421,6 +421,8 @@ class Box:
         for queue in live:
             queue.close()
         self._committer.close()
+        if self._spares is not None:
+            self._spares.close()  # its own files, for other processes to reuse
 
     def __enter__(self) -> Box:
         return self

@@ -172,6 +172,7 @@ class Topics:
         self._token = token
         self._live_for = live_for
         self._spares = spares
+        self._spares_reach: bool | None = None  # whether own spares rename into the root
         self._retained = RetainedStore(root, committer)
         self._lock = threading.Lock()
         self._router = Router()
@@ -410,17 +411,29 @@ class Topics:
         if staging is None:
             if not destinations:
                 return None
-            # Joined by hand (os.path.join is Python code): no name here holds a separator.
-            staging = self._incoming + _SEP + layout.staging_name(envelope.message_id, self._token)
-            try:
-                write_new(staging, body, self._spares)
-            except FileNotFoundError:  # the first publish on this root, or after a cleanup
-                os.makedirs(self._incoming, exist_ok=True)
-                write_new(staging, body, self._spares)
+            staging = self._write_staged(envelope, body)
         copies = tuple(path + _INTO_TARGET + names[d.qos] for d, path in destinations)
         if written:
             return Move(staging, None, copies)
         return Move(staging, None, copies, pending=layout.EXACTLY_ONCE_PENDING)
+
+    def _write_staged(self, envelope: Envelope, body: bytes) -> str:
+        """The body written once, in one of the spares' own files (store/spares.py) or else
+        in the root's incoming working/: its path."""
+        spares = self._spares
+        if spares is not None:
+            if self._spares_reach is None:
+                self._spares_reach = spares.reaches(self._root)
+            if self._spares_reach and (own := spares.write(body)) is not None:
+                return own
+        # Joined by hand (os.path.join is Python code): no name here holds a separator.
+        staging = self._incoming + _SEP + layout.staging_name(envelope.message_id, self._token)
+        try:
+            write_new(staging, body, spares)
+        except FileNotFoundError:  # the first publish on this root, or after a cleanup
+            os.makedirs(self._incoming, exist_ok=True)
+            write_new(staging, body, spares)
+        return staging
 
     # -- subscribing -----------------------------------------------------------------------------
 

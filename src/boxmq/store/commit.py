@@ -85,6 +85,9 @@ class Move:
             copies = [(os.path.dirname(os.path.dirname(c)), os.path.basename(c)) for c in self.also]
             send_through_pending(self.source, self.pending, copies)
             return
+        if self.target is None and len(self.also) == 1 and self.pending is None:
+            self._send_one_copy()
+            return
         linked: list[str] = []
         try:
             for copy in self.also:
@@ -102,6 +105,15 @@ class Move:
             # sent so far are taken back (one a consumer claimed meanwhile is out already).
             _unlink_quietly(linked)
             raise
+
+    def _send_one_copy(self) -> None:
+        """A fan-out to one dropbox: one rename, not a link and an unlink."""
+        try:
+            os.rename(self.source, self.also[0])
+        except FileNotFoundError:
+            if not os.path.lexists(self.source):
+                raise
+            os.unlink(self.source)  # the subscription was deleted meanwhile: nobody gets it
 
 
 _SYNCFS = libc.function("syncfs")

@@ -1,7 +1,8 @@
 """One dropbox: one file per message, and every change of state one atomic rename.
 
-A producer writes the body in working/ and renames it into target/ (through the committer, so
-the fsync policy holds). A consumer claims by renaming target/ → processing/, adding its lock
+A producer writes the body in working/ (boxmq's own puts: in a spare file only their process
+sees, store/spares.py) and renames it into target/ (through the committer, so the fsync
+policy holds). A consumer claims by renaming target/ → processing/, adding its lock
 to the name; two claims of one file can never both succeed, because only one rename of a path
 can. Every other transition is a rename of the file the caller holds; a rename that finds no
 file means somebody else moved it first, and is reported as False, never raised.
@@ -50,6 +51,7 @@ class Dropbox:
         self.path = path
         self._committer = committer
         self._spares = spares
+        self._reached: bool | None = None  # whether spares' own files can be renamed here
         self._dirs = {state: os.path.join(path, state.value) for state in State}
         # state -> "<dir>/": names never hold a '/', so a concatenation is the join, for less.
         self._prefixes = {state: directory + os.sep for state, directory in self._dirs.items()}
@@ -98,13 +100,21 @@ class Dropbox:
     # -- producing ---------------------------------------------------------------------------
 
     def write(self, name: str, body: bytes) -> Move:
-        """Write `body` as working/<name>; the returned move into target/ sends it.
+        """Write `body` as working/<name>, or into one of the spares' own files (which only
+        this process sees, as working/ would: store/spares.py); the returned move into
+        target/ sends it.
 
         Raises FileExistsError if working/<name> exists (the caller picks another id).
         """
+        target = self._prefixes[State.TARGET] + name
+        if self._spares is not None:
+            if self._reached is None:
+                self._reached = self._spares.reaches(self.path)
+            if self._reached and (own := self._spares.write(body)) is not None:
+                return Move(own, target)
         path = self._prefixes[State.WORKING] + name  # self.file's work: two calls less a put
         write_new(path, body, self._spares)
-        return Move(path, self._prefixes[State.TARGET] + name)
+        return Move(path, target)
 
     def send(self, moves: Sequence[Move]) -> None:
         """Commit written files (working/ → target/) as the committer's fsync policy says."""

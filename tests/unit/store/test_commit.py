@@ -115,3 +115,34 @@ def test_commit_then_tells_each_caller_its_own_error(tmp_path: Path) -> None:
     assert told["ok"] is None
     assert isinstance(told["bad"], FileNotFoundError)
     assert os.listdir(tmp_path / "target") == ["ok0"]
+
+
+def test_a_fan_out_to_one_dropbox_is_one_rename(tmp_path: Path) -> None:
+    (tmp_path / "staged").write_bytes(b"body")
+    inode = os.stat(tmp_path / "staged").st_ino
+    (tmp_path / "sub" / "target").mkdir(parents=True)
+    copy = tmp_path / "sub" / "target" / "m"
+    Committer(str(tmp_path), FsyncPolicy.NEVER).commit(
+        [Move(str(tmp_path / "staged"), None, (str(copy),))]
+    )
+    assert copy.read_bytes() == b"body"
+    assert os.stat(copy).st_ino == inode
+    assert not (tmp_path / "staged").exists()
+
+
+def test_a_fan_out_to_one_dropbox_deleted_meanwhile_goes_nowhere(tmp_path: Path) -> None:
+    (tmp_path / "staged").write_bytes(b"body")
+    gone = tmp_path / "deleted-subscription" / "target" / "m"
+    Committer(str(tmp_path), FsyncPolicy.NEVER).commit(
+        [Move(str(tmp_path / "staged"), None, (str(gone),))]
+    )
+    assert not (tmp_path / "staged").exists()
+    assert not gone.parent.exists()
+
+
+def test_a_fan_out_to_one_dropbox_whose_staged_file_is_gone_fails(tmp_path: Path) -> None:
+    (tmp_path / "sub" / "target").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError):
+        Committer(str(tmp_path), FsyncPolicy.NEVER).commit(
+            [Move(str(tmp_path / "never-written"), None, (str(tmp_path / "sub" / "target" / "m"),))]
+        )

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -10,6 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from boxmq.store.commit import Committer, FsyncPolicy
+from boxmq.store.dropbox import Dropbox
+from boxmq.store.layout import State
+from boxmq.store.process import process_alive, process_token
 from boxmq.store.spares import SPARE_DIR, Spares, rename_noreplace, write_new
 
 
@@ -22,7 +29,8 @@ def finished(tmp_path: Path, name: str, body: bytes) -> str:
 
 
 def pool(root: Path) -> list[str]:
-    return os.listdir(root / SPARE_DIR) if (root / SPARE_DIR).exists() else []
+    """Every spare under the root: shared ones and those in pools' own folders."""
+    return sorted(str(path) for path in (root / SPARE_DIR).rglob("*") if path.is_file())
 
 
 def test_a_retired_file_is_written_again_by_the_next_put(tmp_path: Path) -> None:
@@ -36,7 +44,7 @@ def test_a_retired_file_is_written_again_by_the_next_put(tmp_path: Path) -> None
     write_new(new, b"short", spares)
     assert Path(new).read_bytes() == b"short"  # truncated: nothing of the old body is left
     assert os.stat(new).st_ino == inode
-    assert os.listdir(tmp_path / SPARE_DIR) == []
+    assert pool(tmp_path) == []
 
 
 def test_a_longer_body_overwrites_a_shorter_spare(tmp_path: Path) -> None:
@@ -60,7 +68,7 @@ def test_a_put_never_replaces_an_existing_file(tmp_path: Path) -> None:
         write_new(str(tmp_path / "taken"), b"mine", spares)
     assert (tmp_path / "taken").read_bytes() == b"somebody's message"
     write_new(str(tmp_path / "other"), b"mine", spares)  # the spare was kept for the next put
-    assert os.listdir(tmp_path / SPARE_DIR) == []
+    assert pool(tmp_path) == []
 
 
 def test_rename_noreplace_refuses_an_existing_target(tmp_path: Path) -> None:
@@ -104,22 +112,25 @@ def test_the_pool_keeps_at_most_its_limit(tmp_path: Path) -> None:
     spares = Spares(str(tmp_path), "t", limit=3)
     for index in range(5):
         assert spares.give(finished(tmp_path, f"m{index}", b"body"))
-    assert len(os.listdir(tmp_path / SPARE_DIR)) == 3
+    assert len(pool(tmp_path)) == 3
     assert os.listdir(tmp_path / "processing") == []
 
 
 def test_a_new_process_adopts_the_spares_it_finds_up_to_its_limit(tmp_path: Path) -> None:
-    before = Spares(str(tmp_path), "dead")
+    before = Spares(str(tmp_path), "ended")
     for index in range(6):
         before.give(finished(tmp_path, f"m{index}", b"old"))
+    before.close()  # its own spares go to the shared pool
     after = Spares(str(tmp_path), "alive", limit=4)
     for index in range(4):
         write_new(str(tmp_path / f"new{index}"), b"new", after)
-    assert os.listdir(tmp_path / SPARE_DIR) == []  # 4 reused, 2 over the limit deleted
+    assert pool(tmp_path) == []  # 4 reused, 2 over the limit deleted
 
 
 def test_two_processes_racing_for_one_spare_never_share_it(tmp_path: Path) -> None:
-    Spares(str(tmp_path), "dead").give(finished(tmp_path, "m", b"old"))
+    ended = Spares(str(tmp_path), "ended")
+    ended.give(finished(tmp_path, "m", b"old"))
+    ended.close()
     racers = [Spares(str(tmp_path), f"p{index}") for index in range(8)]
     barrier = threading.Barrier(len(racers))
     won: list[int | None] = [None] * len(racers)
@@ -186,20 +197,105 @@ def test_a_dropbox_on_another_file_system_deletes_and_creates(
     assert os.listdir(tmp_path / "processing") == []
     write_new(str(tmp_path / "fresh"), b"new", spares)
     assert (tmp_path / "fresh").read_bytes() == b"new"
-    assert len(os.listdir(tmp_path / SPARE_DIR)) == 1  # the spare stays for another dropbox
+    assert len(pool(tmp_path)) == 1  # the spare stays for another dropbox
 
 
 def test_a_process_that_only_puts_reuses_what_an_acking_process_leaves(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """An acking process keeps half its `limit` as own spares (for its own puts), and shares
+    the rest."""
     from boxmq.store import spares as module
 
     monkeypatch.setattr(module, "_LOOK_INTERVAL", 0.0)  # no second to wait between looks
-    producer, consumer = Spares(str(tmp_path), "producer"), Spares(str(tmp_path), "consumer")
+    producer, consumer = (
+        Spares(str(tmp_path), "producer"),
+        Spares(str(tmp_path), "consumer", limit=2),
+    )
     write_new(str(tmp_path / "first"), b"made", producer)  # nothing to reuse yet
-    inode = os.stat(tmp_path / "first").st_ino
-    assert consumer.give(str(tmp_path / "first"))  # the consumer acks it
-    write_new(str(tmp_path / "second"), b"reused", producer)
-    assert os.stat(tmp_path / "second").st_ino == inode
-    assert (tmp_path / "second").read_bytes() == b"reused"
-    assert consumer.take(str(tmp_path / "third")) is None  # the consumer's spare was taken
+    write_new(str(tmp_path / "second"), b"made", producer)
+    inode = os.stat(tmp_path / "second").st_ino
+    assert consumer.give(str(tmp_path / "first"))  # the consumer acks both: one it keeps,
+    assert consumer.give(str(tmp_path / "second"))  # one it shares
+    write_new(str(tmp_path / "third"), b"reused", producer)
+    assert os.stat(tmp_path / "third").st_ino == inode
+    assert (tmp_path / "third").read_bytes() == b"reused"
+    assert producer.take(str(tmp_path / "fourth")) is None  # the consumer's own one stays its own
+
+
+def dead_token() -> str:
+    """The token of a process that has ended (a child that ran and exited)."""
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    token = process_token(int(child.stdout))
+    assert process_alive(token) is False
+    return token
+
+
+def test_a_put_writes_an_own_spare_in_place_and_renames_it_straight_into_target(
+    tmp_path: Path,
+) -> None:
+    """working/ only hides a file being written: an own spare, which no other process takes,
+    hides it as well, and saves the put a rename."""
+    spares = Spares(str(tmp_path), "t")
+    committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
+    try:
+        box = Dropbox(str(tmp_path / "jobs"), committer, spares=spares)
+        spares.give(finished(tmp_path, "m1", b"an older, longer body"))
+        inode = os.stat(pool(tmp_path)[0]).st_ino
+        move = box.write("4.ID.B", b"new")
+        assert os.path.dirname(move.source) != box.dir(State.WORKING)
+        assert os.listdir(box.dir(State.WORKING)) == []
+        box.send([move])
+        assert (tmp_path / "jobs" / "target" / "4.ID.B").read_bytes() == b"new"
+        assert os.stat(tmp_path / "jobs" / "target" / "4.ID.B").st_ino == inode
+        assert pool(tmp_path) == []
+    finally:
+        committer.close()
+
+
+def test_another_pool_never_takes_an_own_spare_of_a_live_process(tmp_path: Path) -> None:
+    mine = Spares(str(tmp_path), process_token())
+    mine.give(finished(tmp_path, "m", b"mine"))
+    other = Spares(str(tmp_path), "other")
+    assert other.take(str(tmp_path / "taken")) is None
+    assert other.write(b"theirs") is None
+    assert len(pool(tmp_path)) == 1
+    assert mine.write(b"reused") is not None
+
+
+def test_the_own_spares_of_a_process_that_died_are_adopted(tmp_path: Path) -> None:
+    crashed = Spares(str(tmp_path), dead_token())
+    for index in range(3):
+        crashed.give(finished(tmp_path, f"m{index}", b"old"))
+    inodes = {os.stat(path).st_ino for path in pool(tmp_path)}
+    # no close(): the process was killed
+    after = Spares(str(tmp_path), "alive")
+    for index in range(3):
+        write_new(str(tmp_path / f"new{index}"), b"new", after)
+        assert os.stat(tmp_path / f"new{index}").st_ino in inodes
+    assert pool(tmp_path) == []
+    assert os.listdir(tmp_path / SPARE_DIR) == []  # its folder is gone too
+
+
+def test_closing_hands_the_own_spares_to_the_other_processes(tmp_path: Path) -> None:
+    leaving = Spares(str(tmp_path), process_token())
+    leaving.give(finished(tmp_path, "m", b"old"))
+    leaving.close()
+    assert leaving.write(b"after close") is None
+    staying = Spares(str(tmp_path), "staying")
+    assert staying.take(str(tmp_path / "taken")) is not None
+    assert os.listdir(tmp_path / SPARE_DIR) == []
+
+
+def test_a_deleted_spare_folder_costs_only_the_spares(tmp_path: Path) -> None:
+    spares = Spares(str(tmp_path), "t")
+    spares.give(finished(tmp_path, "m", b"old"))
+    shutil.rmtree(tmp_path / SPARE_DIR)
+    assert spares.write(b"body") is None
+    write_new(str(tmp_path / "fresh"), b"body", spares)
+    assert (tmp_path / "fresh").read_bytes() == b"body"
