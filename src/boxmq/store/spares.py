@@ -22,8 +22,7 @@ queue), in two parts:
   into working/, which two processes cannot both win. It adopts the shared spares it finds
   when it starts (deleting those over `limit`, so the folder stays near that size), and
   looks again, at most once a second, whenever it has none left: a process that only puts
-  reuses the files of the
-  processes that ack.
+  reuses the files of the processes that ack.
 
 Only a file that no other name links to becomes a spare (a fan-out links one body into
 several dropboxes), and only a small one.
