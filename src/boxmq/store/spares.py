@@ -116,9 +116,8 @@ class Spares:
 
     def reaches(self, folder: str) -> bool:
         """Whether a rename from the pool can reach `folder` (the same file system)."""
-        if self._device is None:
-            os.makedirs(self.path, exist_ok=True)
-            self._device = os.stat(self.path).st_dev
+        if self._device is None:  # the root's: the pool's folder may not be made yet
+            self._device = os.stat(os.path.dirname(self.path)).st_dev
         return os.stat(folder).st_dev == self._device
 
     def take(self, path: str) -> int | None:
