@@ -6,11 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
+from tests.integration.mqtt.clients import put_file
 
 import boxmq
 from boxmq import State
 from boxmq.clock import ManualClock
 from boxmq.model import GROUP_KEY
+from boxmq.store.dropbox import Dropbox
 from boxmq.store.names import decode, split_lock
 
 
@@ -88,6 +90,46 @@ def test_a_put_reaches_this_process_s_consumer_without_the_watcher(root: Path) -
             assert message.body == b"now"
             message.ack()
             assert consumer.receive(timeout=0.6) is None  # after the watcher's next look
+
+
+def test_a_receive_of_this_process_s_small_put_reads_no_file(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The body of a small put is kept for the receive that takes it; a large one, and one
+    another producer dropped in, are read from their files."""
+    reads: list[str] = []
+    read = Dropbox.read
+
+    def counted(self: Dropbox, state: State, name: str) -> bytes | None:
+        reads.append(name)
+        return read(self, state, name)
+
+    monkeypatch.setattr(Dropbox, "read", counted)
+    with boxmq.open(root, fsync="never") as box:
+        jobs = box.queue("jobs")
+        with jobs.consumer("w", max_in_flight=10) as consumer:
+            jobs.put(b"small")
+            jobs.put(b"L" * 100_000)
+            put_file(root / "jobs" / "target", "4.from-a-script.B", b"dropped")
+            bodies = []
+            for _ in range(3):
+                message = consumer.receive(timeout=5)
+                assert message is not None
+                bodies.append(message.body)
+                message.ack()
+    assert sorted(bodies) == sorted([b"small", b"L" * 100_000, b"dropped"])
+    assert len(reads) == 2  # the large body and the dropped file
+
+
+def test_many_puts_at_once_read_back_exactly_their_bodies(root: Path) -> None:
+    """More puts than the kept bodies (1,024): every message still carries its own body."""
+    with boxmq.open(root, fsync="never") as box:
+        jobs = box.queue("jobs")
+        with jobs.consumer("w", max_in_flight=2000) as consumer:
+            jobs.put_many([f"body {index}".encode() for index in range(700)])
+            jobs.put_many([f"body {index}".encode() for index in range(700, 1500)])
+            got = [m.body for m in consumer.receive_ready()]
+    assert sorted(got) == sorted(f"body {index}".encode() for index in range(1500))
 
 
 def test_lock_timeout_redelivers_and_the_late_ack_is_refused(

@@ -52,6 +52,10 @@ __all__ = ["LiveOptions", "LiveQueue"]
 
 log = logging.getLogger("boxmq.queue")
 
+# The bodies of this process's own puts kept for their receive: at most this many (4 MiB).
+_CACHED_BODIES = 1024
+_CACHED_BODY_SIZE = 4096  # bytes: a larger body is read back from its file
+
 _Decision = Callable[[float], Effect]  # given `now`, what the engine says to do
 
 
@@ -96,6 +100,7 @@ class LiveQueue:
         self._known: dict[str, Envelope] = {}  # target/ names offered to the engine, decoded
         self._sent: set[str] = set()  # names this process put and offered: the watcher's skip
         self._claimed: dict[MessageId, Envelope] = {}  # claimed, not yet taken by a receive
+        self._bodies: dict[str, bytes] = {}  # small bodies of our puts, by target/ name
         self._locks: dict[MessageId, str] = {}  # our leases: their processing/ names
         self._inbox: dict[ConsumerId, deque[MessageId]] = {}
         self._next_scan = 0.0
@@ -200,7 +205,10 @@ class LiveQueue:
             message_id = inbox.popleft()
             lease = self._engine.lease(message_id)
             processing = self._locks.get(message_id)
-            body = None if processing is None else self._box.read(State.PROCESSING, processing)
+            if processing is None:
+                body = None
+            elif (body := self._bodies.pop(lease.message.key, None) if lease else None) is None:
+                body = self._box.read(State.PROCESSING, processing)
             if lease is None or processing is None or body is None:
                 self._forget(message_id)  # swept away by another process before we read it
                 continue
@@ -280,18 +288,27 @@ class LiveQueue:
                     now = self._clock.now()
                 self._offer(name, now)
 
-    def sent(self, messages: list[tuple[str, Envelope]]) -> None:
+    def sent(self, messages: list[tuple[str, Envelope, bytes]]) -> None:
         """Names this process just committed to target/, with their envelopes and ids that
         IdFactory made (ordered by the time they carry, read without checking): offered now,
         without the watcher's read and the decoding of each name. Their watcher news is
         skipped when it comes; a rescan forgets what it never brought (polling can miss a
         name that came and went between two looks), and the worst a stale entry costs is
-        one decoding."""
+        one decoding.
+
+        Their bodies too, when small: a file never changes once in target/, so the receive
+        that takes one of them need not open and read it back (three system calls). Bodies
+        of messages another process took stay until the cache is full, then all go."""
         with self._mutex:
             now = self._clock.now()
-            for name, envelope in messages:
+            bodies = self._bodies
+            if len(bodies) + len(messages) > _CACHED_BODIES:
+                bodies.clear()
+            for name, envelope, body in messages:
                 if name in self._known:
                     continue
+                if len(body) <= _CACHED_BODY_SIZE:
+                    bodies[name] = body
                 self._known[name] = envelope
                 sequence = stamp_of(envelope.message_id) / 1000
                 self._engine.offer(ready_of(name, envelope, sequence), now=now)

@@ -164,11 +164,11 @@ class Queue:
         try:
             for item in messages:
                 if isinstance(item, Outgoing):
-                    envelope, name, move = self._write(item)
+                    envelope, name, move, body = self._write(item)
                 else:
-                    envelope, name, move = self._write_body(item)
+                    envelope, name, move, body = self._write_body(item)
                 moves.append(move)
-                sent.append((name, envelope))
+                sent.append((name, envelope, body))
                 ids.append(envelope.message_id)
             self._box.send(moves)
         except OSError:
@@ -178,16 +178,16 @@ class Queue:
             live.sent(sent)  # our consumers need not wait for the watcher to read the names
         return ids
 
-    def _write(self, outgoing: Outgoing) -> tuple[Envelope, str, Move]:
-        """Write one message in working/ under a fresh id: its envelope, its name, and the
-        move that sends it."""
+    def _write(self, outgoing: Outgoing) -> tuple[Envelope, str, Move, bytes]:
+        """Write one message in working/ under a fresh id: its envelope, its name, the move
+        that sends it, and the body written."""
         plain = not (
             outgoing.properties or outgoing.correlation_id or outgoing.reply_to or outgoing.type
         )
         envelope, body = self._envelope(outgoing, plain)
         return self._write_as(envelope, body, plain)
 
-    def _write_body(self, body: bytes | str) -> tuple[Envelope, str, Move]:
+    def _write_body(self, body: bytes | str) -> tuple[Envelope, str, Move, bytes]:
         """`_write(Outgoing(body))` without the Outgoing (a frozen dataclass of seven fields,
         made and read for each body put_many is given) or the checks of fields it would leave
         at their defaults: 11,000 fewer instructions per put (docs/benchmarks.md, XMPP)."""
@@ -196,11 +196,13 @@ class Queue:
         message_class = MessageClass.TEXT if text else MessageClass.BYTES
         return self._write_as(Envelope(self._ids.new(), 4, message_class, 0), data, True)
 
-    def _write_as(self, envelope: Envelope, body: bytes, plain: bool) -> tuple[Envelope, str, Move]:
+    def _write_as(
+        self, envelope: Envelope, body: bytes, plain: bool
+    ) -> tuple[Envelope, str, Move, bytes]:
         name = self._name(envelope, plain)
         while True:
             try:
-                return envelope, name, self._box.write(name, body)
+                return envelope, name, self._box.write(name, body), body
             except FileExistsError:  # an id taken in working/: draw again
                 envelope = replace(envelope, message_id=self._ids.new())
                 name = self._name(envelope, plain)
