@@ -278,6 +278,10 @@ class LiveQueue:
             self._next_scan = 0.0
             self._sent.clear()
             return
+        known = self._known
+        for name in changes.gone:  # claimed by another process, or moved away: not ours
+            if (envelope := known.pop(name, None)) is not None:
+                self._engine.withdraw(envelope.message_id)
         now = None  # read once, and only for a name to offer (most are our own puts)
         sent = self._sent
         for name in changes.names:
@@ -368,6 +372,9 @@ class LiveQueue:
         """Rename target/ -> processing/ under the lock; True if another process won it."""
         message, holder = effect.message, effect.holder
         envelope = self._known.pop(message.key, None)
+        # Our put, claimed before the watcher told of it: it will not (came and left between
+        # two reads), so no news is left to skip.
+        self._sent.discard(message.key)
         processing = lock_suffixed(message.key, holder, int(effect.deadline * 1000), self._token)
         if not self._box.move(State.TARGET, message.key, State.PROCESSING, processing):
             self._engine.claim_lost(message.message_id)

@@ -25,7 +25,10 @@ __all__ = ["Changes", "InotifyWatcher", "PollingWatcher", "Watcher", "watch"]
 
 _IN_CLOSE_WRITE = 0x00000008
 _IN_CREATE = 0x00000100
+_IN_DELETE = 0x00000200
+_IN_MOVED_FROM = 0x00000040
 _IN_MOVED_TO = 0x00000080
+_LEFT = _IN_MOVED_FROM | _IN_DELETE
 _IN_Q_OVERFLOW = 0x00004000
 _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
@@ -38,8 +41,9 @@ _INOTIFY_INIT, _INOTIFY_ADD = libc.function("inotify_init1"), libc.function("ino
 
 @dataclass(frozen=True, slots=True)
 class Changes:
-    names: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)  # came, and had not left at the read
     everything: bool = False  # the caller must rescan: overflow, or a poll
+    gone: list[str] = field(default_factory=list)  # left (claimed, moved, deleted), came before
 
 
 class Watcher(Protocol):
@@ -64,8 +68,11 @@ class InotifyWatcher:
         if self._fd < 0:
             raise libc.last_error(directory)
         # Renamed in (the producer protocol), linked in (a fan-out: IN_CREATE), or written in
-        # place by a producer that ignores the protocol (IN_CLOSE_WRITE, once complete).
-        mask = _IN_MOVED_TO | _IN_CREATE | _IN_CLOSE_WRITE
+        # place by a producer that ignores the protocol (IN_CLOSE_WRITE, once complete). And
+        # what leaves: a name that came and left between two reads (another process's put it
+        # claimed at once) is never offered, so never claimed in vain; one that left after it
+        # was reported is withdrawn by the reader.
+        mask = _IN_MOVED_TO | _IN_CREATE | _IN_CLOSE_WRITE | _LEFT
         if _INOTIFY_ADD(self._fd, os.fsencode(directory), mask) < 0:
             error = libc.last_error(directory)
             os.close(self._fd)
@@ -95,7 +102,8 @@ class InotifyWatcher:
             os.write(self._wake_write, b"!")
 
     def _read(self) -> Changes:
-        names: list[str] = []
+        names: dict[str, None] = {}  # in order of arrival, and quick to take one out of
+        gone: list[str] = []
         everything = False
         while True:
             try:
@@ -112,10 +120,16 @@ class InotifyWatcher:
                 if mask & _IN_Q_OVERFLOW:
                     everything = True
                 elif raw:
-                    names.append(raw.decode(_FS_ENCODING, _FS_ERRORS))  # os.fsdecode, inlined
+                    name = raw.decode(_FS_ENCODING, _FS_ERRORS)  # os.fsdecode, inlined
+                    if not mask & _LEFT:
+                        names[name] = None
+                    elif name in names:
+                        del names[name]
+                    else:
+                        gone.append(name)
             if drained:  # poll() is level-triggered: anything that comes later wakes it again
                 break
-        return Changes(names, everything)
+        return Changes(list(names), everything, gone)
 
     def close(self) -> None:
         if self._fd >= 0:
