@@ -61,3 +61,38 @@ def test_polling_says_rescan_at_most_once_per_interval(tmp_path: Path) -> None:
     assert watcher.wait(1.0).everything is True  # naps until due, then says rescan
     watcher.wakeup()
     assert watcher.wait(1.0).everything is False  # woken early: nothing due
+
+
+def test_a_name_that_came_and_left_between_two_reads_is_not_reported(
+    tmp_path: Path, inotify: InotifyWatcher
+) -> None:
+    """Another process's put that it claimed at once: nothing to offer, nothing to claim."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "a").write_bytes(b"a")
+    (tmp_path / "elsewhere" / "b").write_bytes(b"b")
+    assert inotify.wait(1.0).names == ["elsewhere"]  # a folder made in the watched one
+    os.rename(tmp_path / "elsewhere" / "a", tmp_path / "came-and-left")
+    os.rename(tmp_path / "elsewhere" / "b", tmp_path / "came-and-stayed")
+    os.rename(tmp_path / "came-and-left", tmp_path / "elsewhere" / "a")
+    changes = inotify.wait(1.0)
+    assert changes.names == ["came-and-stayed"]
+    assert changes.gone == []
+    inotify.close()
+
+
+def test_a_name_that_left_after_it_was_reported_is_gone(
+    tmp_path: Path, inotify: InotifyWatcher
+) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "a").write_bytes(b"a")
+    assert inotify.wait(1.0).names == ["elsewhere"]  # a folder made in the watched one
+    os.rename(tmp_path / "elsewhere" / "a", tmp_path / "claimed-later")
+    assert inotify.wait(1.0).names == ["claimed-later"]
+    os.rename(tmp_path / "claimed-later", tmp_path / "elsewhere" / "a")
+    (tmp_path / "deleted").write_bytes(b"d")
+    assert inotify.wait(1.0).names == ["deleted"]
+    os.unlink(tmp_path / "deleted")
+    changes = inotify.wait(1.0)
+    assert changes.names == []
+    assert changes.gone == ["claimed-later", "deleted"]
+    inotify.close()

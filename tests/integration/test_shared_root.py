@@ -1,0 +1,41 @@
+"""Two boxes on one root, as two processes see it: one never claims what the other took."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import boxmq
+from boxmq.core.queue import QueueEngine
+
+
+def test_a_message_another_box_claimed_is_withdrawn_not_claimed_in_vain(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B has seen A's put but had no free slot; A claims it. When B's slot frees, B must not
+    try to claim it (a rename that fails, and an offer undone): the watcher told B it left."""
+    lost: list[object] = []
+    claim_lost = QueueEngine.claim_lost
+
+    def counted(self: QueueEngine, message_id: boxmq.MessageId) -> None:
+        lost.append(message_id)
+        claim_lost(self, message_id)
+
+    monkeypatch.setattr(QueueEngine, "claim_lost", counted)
+    with boxmq.open(root, fsync="never") as a, boxmq.open(root, fsync="never") as b:
+        b_jobs, a_jobs = b.queue("jobs"), a.queue("jobs")
+        with b_jobs.consumer("b", max_in_flight=1) as b_consumer:
+            b_jobs.put(b"B's own")
+            held = b_consumer.receive(timeout=5)
+            assert held is not None  # B's one slot is taken
+            a_jobs.put(b"A's")
+            assert b_consumer.receive(timeout=0.2) is None  # B reads the news: no free slot
+            with a_jobs.consumer("a") as a_consumer:
+                taken = a_consumer.receive(timeout=5)
+                assert taken is not None
+                assert taken.body == b"A's"
+                held.ack()  # B's slot is free; A's message is held by A
+                assert b_consumer.receive(timeout=0.2) is None
+                taken.ack()
+    assert lost == []
