@@ -8,9 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import boxmq
+from boxmq import State
 from boxmq.client.topics import Publication, Subscriber
+from boxmq.store.dropbox import Dropbox
 
 
 def drain(subscriber: Subscriber) -> list[boxmq.Message]:
@@ -306,3 +310,95 @@ def test_hash_by_key_in_a_share_group_keeps_a_topic_on_one_member(root: Path) ->
             member.close()
         assert sorted(owner, key=str) == sorted(topics)
         assert len(set(owner.values())) > 1
+
+
+def seen(message: boxmq.Message) -> tuple[object, ...]:
+    """Everything a receiver reads of a message, but its delivery count."""
+    return (
+        message.id,
+        message.body,
+        message.topic,
+        message.qos,
+        message.priority,
+        message.properties,
+        message.expiration,
+        message.timestamp,
+        message.message_class,
+        message.retained,
+        message.published_retained,
+        message.correlation_id,
+        message.reply_to,
+        message.type,
+    )
+
+
+_TOPICS = st.lists(st.sampled_from(["a", "b", "x y", "é", "50%", "."]), min_size=1, max_size=3)
+_VALUES = st.one_of(
+    st.integers(-(2**31), 2**31 - 1), st.text(alphabet="az :%&=é", max_size=8), st.booleans()
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.tuples(
+            _TOPICS,
+            st.sampled_from([0, 1, 2]),
+            st.dictionaries(st.sampled_from(["tenant", "n", "k"]), _VALUES, max_size=2),
+            st.sampled_from([None, 3600.0]),
+            st.binary(max_size=50),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_a_publication_offered_in_process_is_the_message_its_file_names(
+    tmp_path_factory: pytest.TempPathFactory,
+    publications: list[tuple[list[str], int, dict[str, object], float | None, bytes]],
+) -> None:
+    """A committed copy is handed to this process's share group with its envelope and body,
+    not read back: what a member receives is what another process, which reads the file and
+    decodes its name, receives."""
+    root = tmp_path_factory.mktemp("offered")
+    with boxmq.open(root, fsync="never") as here, boxmq.open(root, fsync="never") as there:
+        member = here.subscribe("$share/g/#", "here", qos=2, max_in_flight=100)
+        batch = [
+            Publication("/".join(levels), body, qos, properties or None, expires)  # type: ignore[arg-type]
+            for levels, qos, properties, expires, body in publications
+        ]
+        ids = here.topics.publish_many(batch)
+        offered = {m.id: m for m in member.receive_ready()}
+        assert sorted(offered) == sorted(ids)
+        # The other member (the group ends with its last one) reads the files.
+        other = there.subscribe("$share/g/#", "there", qos=2, max_in_flight=100)
+        for message in offered.values():
+            message.unlock()
+        member.close()
+        read = {m.id: m for m in other.receive_ready()}
+        assert sorted(read) == sorted(ids)
+        for message_id, message in offered.items():
+            assert seen(message) == seen(read[message_id])
+        for message in read.values():
+            message.ack()
+
+
+def test_a_share_group_in_this_process_takes_a_publication_without_reading_its_file(
+    box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[str] = []
+    read = Dropbox.read
+
+    def counted(self: Dropbox, state: State, name: str) -> bytes | None:
+        reads.append(name)
+        return read(self, state, name)
+
+    monkeypatch.setattr(Dropbox, "read", counted)
+    member = box.subscribe("$share/g/sensors/+", "m", max_in_flight=10)
+    box.publish("sensors/kitchen", b"21.5")
+    message = member.receive(timeout=5)
+    assert message is not None
+    assert message.body == b"21.5"
+    assert message.topic == "sensors/kitchen"
+    assert reads == []

@@ -135,6 +135,7 @@ class Box:
                     clock=self._clock,
                     token=self._token,
                     live_for=lambda dropbox, group: self._live_queue(dropbox.path, dropbox, group),
+                    opened=self._live.get,
                     spares=self._spares,
                     v5=self.v5,
                 )

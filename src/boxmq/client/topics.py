@@ -62,6 +62,7 @@ from boxmq.store.v5_properties import V5Reader
 __all__ = ["Publication", "PublishedEach", "Subscriber", "SubscriptionInfo", "Topics"]
 
 _LiveFor = Callable[[Dropbox, str | None], LiveQueue]  # a dropbox, its share group
+_Opened = Callable[[str], LiveQueue | None]  # a dropbox's path: its live queue, if open here
 _Key = tuple[str | None, str | None, str]  # (share group, plain subscriber, filter)
 
 
@@ -161,6 +162,7 @@ class Topics:
         clock: Clock,
         token: str,
         live_for: _LiveFor,
+        opened: _Opened = lambda path: None,
         spares: Spares | None = None,
         v5: V5Reader | None = None,
     ) -> None:
@@ -171,6 +173,7 @@ class Topics:
         self._clock = clock
         self._token = token
         self._live_for = live_for
+        self._opened = opened
         self._spares = spares
         self._spares_reach: bool | None = None  # whether own spares rename into the root
         self._retained = RetainedStore(root, committer)
@@ -274,7 +277,8 @@ class Topics:
     ) -> None:
         assert envelope.topic is not None
         route = self._destinations(envelope.topic, level, source)
-        move = self._staged(envelope, data, path, route.durable, _names(envelope, route.levels))
+        names = _names(envelope, route.levels)
+        move = self._staged(envelope, data, path, route.durable, names)
         if move is not None:
             try:
                 self._committer.commit([move])
@@ -282,6 +286,7 @@ class Topics:
                 if path is None:  # ours, written just now: it must never go out later
                     discard_unsent([move])
                 raise
+            self._offer_committed([(envelope, data, route, names)])
         for inbox, destination in route.memory:
             inbox.push(MemoryDelivery(_at(envelope, destination.qos), data))
 
@@ -322,6 +327,7 @@ class Topics:
                 discard_unsent(moves)
                 raise
         _push_to_memory(planned)
+        self._offer_committed(planned)
         return [envelope.message_id for envelope, *_ in planned]
 
     def publish_many_then(
@@ -338,10 +344,13 @@ class Topics:
         def done(error: OSError | None) -> None:
             if error is None:
                 _push_to_memory(planned)
+                self._offer_committed(planned)
                 committed([None] * len(planned))
                 return
             failed = _failed_messages(staged, discard_unsent(moves))
-            _push_to_memory([p for p, bad in zip(planned, failed, strict=True) if not bad])
+            stored = [p for p, bad in zip(planned, failed, strict=True) if not bad]
+            _push_to_memory(stored)
+            self._offer_committed(stored)
             committed([error if bad else None for bad in failed])
 
         if moves:
@@ -349,6 +358,26 @@ class Topics:
         else:
             done(None)
         return [envelope.message_id for envelope, *_ in planned]
+
+    def _offer_committed(self, planned: list[_Planned]) -> None:
+        """Hand each committed copy to its dropbox's live queue, if this process has one
+        open (a share group a broker's client is in): offered now, with its body, as a
+        queue's own puts are, so the receive that takes it neither waits for the watcher nor
+        decodes the name nor opens the file (live_queue.LiveQueue.sent)."""
+        offers: dict[str, tuple[LiveQueue, list[tuple[str, Envelope, bytes]]]] = {}
+        opened = self._opened
+        for envelope, body, route, names in planned:
+            for destination, path in route.durable:
+                entry = offers.get(path)
+                if entry is None:
+                    live = opened(path)
+                    if live is None:
+                        continue
+                    entry = offers[path] = (live, [])
+                qos = destination.qos
+                entry[1].append((names[qos], _at(envelope, qos), body))
+        for live, sent in offers.values():
+            live.sent(sent)
 
     def _stage_many(
         self, messages: Sequence[Publication]
