@@ -90,6 +90,56 @@ def test_a_put_reaches_this_process_s_consumer_without_the_watcher(root: Path) -
             assert consumer.receive(timeout=0.6) is None  # after the watcher's next look
 
 
+def drop(root: Path, queue: str, name: str, body: bytes) -> None:
+    """Another producer's put: written in working/, renamed into target/."""
+    (root / queue / "working" / "dropped").write_bytes(body)
+    os.rename(root / queue / "working" / "dropped", root / queue / "target" / name)
+
+
+def test_own_puts_in_memory_are_served_without_reading_the_watcher_each_time(
+    manual_box: boxmq.Box, root: Path, clock: ManualClock
+) -> None:
+    """While this process's own puts serve the receives, other producers' news is read at
+    most every watch_interval (2 ms), not once per message: a higher priority dropped
+    meanwhile waits that long at most."""
+    jobs = manual_box.queue("jobs")
+    with jobs.consumer("w", max_in_flight=1) as consumer:
+
+        def next_text() -> str:
+            message = consumer.receive(timeout=0)
+            assert message is not None
+            message.ack()
+            return message.text()
+
+        for index in range(3):
+            jobs.put(f"own{index}")
+        assert next_text() == "own0"
+        drop(root, "jobs", "9.other.T", b"other")
+        assert next_text() == "own1"
+        clock.advance(0.002)
+        assert next_text() == "other"
+        assert next_text() == "own2"
+
+
+def test_a_receive_that_gets_nothing_from_memory_reads_the_watcher_at_once(
+    manual_box: boxmq.Box, root: Path
+) -> None:
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"own")
+    with jobs.consumer("w", max_in_flight=10) as consumer:
+        own = consumer.receive(timeout=0)
+        assert own is not None
+        own.unlock()  # back in memory, but waiting out its handoff (not for "w" at once)
+        drop(root, "jobs", "4.other.T", b"other")
+        other = consumer.receive(timeout=0)
+        assert other is not None
+        assert other.body == b"other"
+        assert consumer.receive(timeout=0) is None
+        drop(root, "jobs", "4.more.T", b"more")
+        more = consumer.receive_ready()  # nothing in memory for it: it looks at once
+        assert [m.body for m in more] == [b"more"]
+
+
 def test_lock_timeout_redelivers_and_the_late_ack_is_refused(
     manual_box: boxmq.Box, clock: ManualClock
 ) -> None:

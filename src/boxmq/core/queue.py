@@ -248,6 +248,11 @@ class QueueEngine:
     def lease(self, message_id: MessageId) -> Lease | None:
         return self._leases.get(message_id)
 
+    def waiting(self) -> bool:
+        """True if a ready message is not delayed: one `dispatch` may hand out if a consumer
+        has room (as of the last `offer`, `expire` or `dispatch`)."""
+        return self._ready.waiting()
+
     def statistics(self) -> QueueStats:
         delayed = self._ready.delayed
         return QueueStats(
