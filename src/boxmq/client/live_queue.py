@@ -169,7 +169,16 @@ class LiveQueue:
     # -- settling (XEP-0254 §2.3, §2.4) ----------------------------------------------------------
 
     def ack(self, message_id: MessageId, consumer: ConsumerId) -> None:
-        self._settle(lambda now: self._engine.ack(message_id, consumer, now=now))
+        # _settle's work with the Finish applied straight (one ack per message): no lambda,
+        # no _apply and its look at the effect's type.
+        with self._mutex:
+            now = self._clock.now()
+            if expired := self._engine.expire(now=now):  # a late answer finds its lock gone
+                self._apply_all(expired)
+            message = self._engine.ack(message_id, consumer, now=now).message
+            self._claimed.pop(message_id, None)  # acked before any receive took it
+            self._finish(message_id, message.key)
+            self._wake_others()
 
     def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> None:
         self._settle(lambda now: self._engine.unlock(message_id, consumer, now=now, delay=delay))
