@@ -37,8 +37,11 @@ class IdFactory:
 
     def new(self) -> MessageId:
         with self._lock:
-            # Never go backwards within this process, even if the wall clock does.
-            stamp = max(int(self._clock.now() * 1000) * 1000, self._last + 1)
+            # Never go backwards within this process, even if the wall clock does. (Not
+            # max(): a builtin that parses its arguments as keywords, ~800 instructions.)
+            stamp = int(self._clock.now() * 1000) * 1000
+            if stamp <= self._last:
+                stamp = self._last + 1
             self._last = stamp
         # 33 random bits are below 10^10: ten digits, as DropboxMQ's ids have. (printf-style:
         # half the cost of an f-string with two format specs.)

@@ -73,11 +73,15 @@ def cheap_init(cls: type[_T]) -> type[_T]:
 
     The `__init__` @dataclass generates for a frozen class sets each field with
     `object.__setattr__(self, name, value)`, a call that checks the type's setattr chain: about
-    twice the cost of the object itself. This replaces it by one that stores each field
-    through its slot's descriptor, which the class's `__setattr__` (the one that refuses
-    changes) never sees. Nothing else changes: fields, defaults, equality, hashing, `replace`,
-    pickling and the refusal to change a field afterwards are the dataclass's own. An envelope
-    costs half as much to make (docs/benchmarks.md, "The hot path, per message").
+    twice the cost of the object itself. Every way to store into a slot of a class that refuses
+    `__setattr__` is such a call (a slot descriptor's `__set__` is the cheapest, ~700
+    instructions a field). So the object is made instead as an instance of a plain twin class
+    with the same slots, whose fields are stored as a plain object's are, and then given its
+    class (`__class__` assignment: one check that the layouts are the same): a `__new__` that
+    does this, and `object.__init__`. Nothing else changes: fields, defaults, equality,
+    hashing, `replace`, pickling (through `__getnewargs__`, since `__new__` takes the fields)
+    and the refusal to change a field afterwards are the dataclass's own. An envelope costs
+    half as much to make again (docs/benchmarks.md).
 
     Only for classes whose fields are all plain positional-or-keyword parameters with plain
     defaults (no default_factory, kw_only, init=False or __post_init__): anything else is
@@ -92,16 +96,27 @@ def cheap_init(cls: type[_T]) -> type[_T]:
         if not each.init or each.kw_only or each.default_factory is not dataclasses.MISSING:
             raise TypeError(f"{cls.__name__}.{each.name}: cheap_init takes plain fields only")
     names = [each.name for each in fields]
-    setters = {f"_set_{i}": cls.__dict__[name].__set__ for i, name in enumerate(names)}
-    lines = [f"    _set_{i}(self, {name})" for i, name in enumerate(names)]
-    source = f"def __init__(self, {', '.join(names)}):\n" + "\n".join(lines) + "\n"
-    made: dict[str, object] = {}
-    exec(source, setters, made)  # the text is made of field names only
-    init: Any = made["__init__"]
-    init.__defaults__ = cast(Any, cls).__init__.__defaults__
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__module__ = cls.__module__
-    setattr(cls, "__init__", init)  # noqa: B010 - mypy refuses assigning to a method
+    twin = type(f"{cls.__name__}Fields", (), {"__slots__": cls.__dict__["__slots__"]})
+    twin.__module__ = cls.__module__
+    probe = twin()
+    probe.__class__ = cls  # TypeError now, at import, if the layouts ever differ
+    stores = "".join(f"    self.{name} = {name}\n" for name in names)
+    values = "".join(f"self.{name}, " for name in names)
+    source = (
+        f"def __new__(cls, {', '.join(names)}):\n    self = _twin()\n{stores}"
+        "    self.__class__ = cls\n    return self\n"
+        f"def __getnewargs__(self):\n    return ({values})\n"
+    )
+    made: dict[str, Any] = {}
+    exec(source, {"_twin": twin}, made)  # the text is made of field names only
+    new, getnewargs = made["__new__"], made["__getnewargs__"]
+    new.__defaults__ = cast(Any, cls).__init__.__defaults__
+    for function in (new, getnewargs):
+        function.__qualname__ = f"{cls.__qualname__}.{function.__name__}"
+        function.__module__ = cls.__module__
+    setattr(cls, "__new__", staticmethod(new))  # noqa: B010 - mypy refuses assigning to a method
+    setattr(cls, "__init__", object.__init__)  # noqa: B010
+    setattr(cls, "__getnewargs__", getnewargs)  # noqa: B010
     return cls
 
 

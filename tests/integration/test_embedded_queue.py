@@ -132,6 +132,50 @@ def test_many_puts_at_once_read_back_exactly_their_bodies(root: Path) -> None:
     assert sorted(got) == sorted(f"body {index}".encode() for index in range(1500))
 
 
+def test_own_puts_in_memory_are_served_without_reading_the_watcher_each_time(
+    manual_box: boxmq.Box, root: Path, clock: ManualClock
+) -> None:
+    """While this process's own puts serve the receives, other producers' news is read at
+    most every watch_interval (2 ms), not once per message: a higher priority dropped
+    meanwhile waits that long at most."""
+    jobs = manual_box.queue("jobs")
+    with jobs.consumer("w", max_in_flight=1) as consumer:
+
+        def next_text() -> str:
+            message = consumer.receive(timeout=0)
+            assert message is not None
+            message.ack()
+            return message.text()
+
+        for index in range(3):
+            jobs.put(f"own{index}")
+        assert next_text() == "own0"
+        put_file(root / "jobs" / "target", "9.other.T", b"other")
+        assert next_text() == "own1"
+        clock.advance(0.002)
+        assert next_text() == "other"
+        assert next_text() == "own2"
+
+
+def test_a_receive_that_gets_nothing_from_memory_reads_the_watcher_at_once(
+    manual_box: boxmq.Box, root: Path
+) -> None:
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"own")
+    with jobs.consumer("w", max_in_flight=10) as consumer:
+        own = consumer.receive(timeout=0)
+        assert own is not None
+        own.unlock()  # back in memory, but waiting out its handoff (not for "w" at once)
+        put_file(root / "jobs" / "target", "4.other.T", b"other")
+        other = consumer.receive(timeout=0)
+        assert other is not None
+        assert other.body == b"other"
+        assert consumer.receive(timeout=0) is None
+        put_file(root / "jobs" / "target", "4.more.T", b"more")
+        more = consumer.receive_ready()  # nothing in memory for it: it looks at once
+        assert [m.body for m in more] == [b"more"]
+
+
 def test_lock_timeout_redelivers_and_the_late_ack_is_refused(
     manual_box: boxmq.Box, clock: ManualClock
 ) -> None:

@@ -55,3 +55,23 @@ def test_timestamp_of_reads_the_shape_its_pattern_names(message_id: str) -> None
     """timestamp_of checks the id with str methods; it must agree with `_DROPBOXMQ_ID`."""
     match = _DROPBOXMQ_ID.fullmatch(message_id)
     assert timestamp_of(message_id) == (int(match[1]) // 1000 if match else None)
+
+
+class _Stepping(Clock):
+    def __init__(self, times: list[float]) -> None:
+        self._times = iter(times)
+
+    def now(self) -> float:
+        return next(self._times)
+
+
+@given(st.lists(st.floats(1_600_000_000.0, 1_800_000_000.0), min_size=1, max_size=30))
+def test_an_id_carries_the_clock_s_time_unless_that_would_go_backwards(
+    times: list[float],
+) -> None:
+    ids = IdFactory(_Stepping(times))
+    last = 0
+    for now in times:
+        stamp = int(ids.new().split("-")[0])
+        assert stamp == max(int(now * 1000) * 1000, last + 1)
+        last = stamp

@@ -10,6 +10,7 @@ waiting watches the folder for the others, and claims made for a consumer land i
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 from collections import deque
@@ -58,6 +59,10 @@ _CACHED_BODY_SIZE = 4096  # bytes: a larger body is read back from its file
 
 _Decision = Callable[[float], Effect]  # given `now`, what the engine says to do
 
+# Read from module globals on the hot path: Enum's metaclass has a __getattr__, so each
+# `State.TARGET` is a slow attribute lookup (~800 instructions), a global one cached load.
+_TARGET, _PROCESSING = State.TARGET, State.PROCESSING
+
 
 @dataclass(frozen=True, slots=True)
 class LiveOptions:
@@ -66,6 +71,10 @@ class LiveOptions:
     rescan_interval: float = 5.0  # a full look at target/, even when inotify reports every file
     sweep_interval: float = 1.0  # a look in processing/ for other processes' dead locks
     poll_interval: float = 0.25  # the polling watcher's nap, where inotify is missing
+    # While messages in memory serve the receives (this process's own puts), the watcher's
+    # news (other processes' puts) is read at most this often, not once per message; a
+    # receive that gets nothing from memory reads it at once.
+    watch_interval: float = 0.002
     polling: bool = False  # force polling (file systems shared over the network)
     keep_processed: bool = True  # ack moves to processed/ (else: deletes)
 
@@ -96,6 +105,7 @@ class LiveQueue:
             box.dir(State.TARGET), poll_interval=options.poll_interval, polling=options.polling
         )
         self._watching = False
+        self._looked_at = -math.inf  # the clock when the watcher's news was last read
         self._sleepers = 0  # threads in self._cond.wait: the only ones notify_all can wake
         self._known: dict[str, Envelope] = {}  # target/ names offered to the engine, decoded
         self._sent: set[str] = set()  # names this process put and offered: the watcher's skip
@@ -143,7 +153,7 @@ class LiveQueue:
                 self._check_open(consumer)
                 if self._inbox[consumer] and (delivery := self._take(consumer)) is not None:
                     return delivery
-                self._pump()
+                self._pump(consumer)
                 if (delivery := self._take(consumer)) is not None:
                     return delivery
                 now = self._clock.now()
@@ -155,7 +165,7 @@ class LiveQueue:
         """What `receive(consumer, 0)` would return call after call, with one pump."""
         with self._mutex:
             self._check_open(consumer)
-            self._pump()
+            self._pump(consumer)
             ready = []
             while (delivery := self._take(consumer)) is not None:
                 ready.append(delivery)
@@ -168,7 +178,16 @@ class LiveQueue:
     # -- settling (XEP-0254 §2.3, §2.4) ----------------------------------------------------------
 
     def ack(self, message_id: MessageId, consumer: ConsumerId) -> None:
-        self._settle(lambda now: self._engine.ack(message_id, consumer, now=now))
+        # _settle's work with the Finish applied straight (one ack per message): no lambda,
+        # no _apply and its look at the effect's type.
+        with self._mutex:
+            now = self._clock.now()
+            if expired := self._engine.expire(now=now):  # a late answer finds its lock gone
+                self._apply_all(expired)
+            message = self._engine.ack(message_id, consumer, now=now).message
+            self._claimed.pop(message_id, None)  # acked before any receive took it
+            self._finish(message_id, message.key)
+            self._wake_others()
 
     def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> None:
         self._settle(lambda now: self._engine.unlock(message_id, consumer, now=now, delay=delay))
@@ -208,7 +227,7 @@ class LiveQueue:
             if processing is None:
                 body = None
             elif (body := self._bodies.pop(lease.message.key, None) if lease else None) is None:
-                body = self._box.read(State.PROCESSING, processing)
+                body = self._box.read(_PROCESSING, processing)
             if lease is None or processing is None or body is None:
                 self._forget(message_id)  # swept away by another process before we read it
                 continue
@@ -216,10 +235,31 @@ class LiveQueue:
             return Message(self.name, envelope, body, consumer, lease.deadline, self, self.v5)
         return None
 
-    def _pump(self) -> None:
-        if not self._watching:  # news the watcher holds, without waiting for more
-            self._absorb(self._watcher.wait(0))
+    def _pump(self, consumer: ConsumerId) -> None:
+        """Take in the folder's news, then hand out. The news is read first, unless it was
+        read less than `watch_interval` ago and messages wait in memory: then only if they
+        gave `consumer` nothing. So a receive never comes back empty or waits without looking,
+        and one process's own puts do not cost a read of the watcher each."""
         now = self._clock.now()
+        deferred = False
+        if not self._watching:  # else the thread that waits on the watcher reads it
+            if 0.0 <= now - self._looked_at < self._options.watch_interval and (
+                self._engine.waiting()
+            ):
+                deferred = True
+            else:
+                self._look(now)
+        self._hand_out(now)
+        if deferred and not self._inbox[consumer]:
+            self._look(now)
+            self._hand_out(now)
+
+    def _look(self, now: float) -> None:
+        """Absorb the news the watcher holds, without waiting for more."""
+        self._looked_at = now
+        self._absorb(self._watcher.wait(0))
+
+    def _hand_out(self, now: float) -> None:
         if now >= self._next_scan:
             self._scan(now)
         if now >= self._next_sweep:
@@ -376,7 +416,7 @@ class LiveQueue:
         # two reads), so no news is left to skip.
         self._sent.discard(message.key)
         processing = lock_suffixed(message.key, holder, int(effect.deadline * 1000), self._token)
-        if not self._box.move(State.TARGET, message.key, State.PROCESSING, processing):
+        if not self._box.move(_TARGET, message.key, _PROCESSING, processing):
             self._engine.claim_lost(message.message_id)
             return True
         self._locks[message.message_id] = processing
@@ -435,6 +475,7 @@ class LiveQueue:
         finally:
             self._mutex.acquire()
             self._watching = False
+        self._looked_at = self._clock.now()
         self._absorb(changes)
         if self._sleepers:
             self._cond.notify_all()

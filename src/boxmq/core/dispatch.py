@@ -66,6 +66,9 @@ class Picker:
         # A lone candidate is always picked, and `took` says what that changes (RANDOM draws
         # from the rng even for one; HASH_BY_KEY may pick nobody).
         self.rotates = kind in _ROTATING
+        # Read at every dispatch: an attribute, since each `Dispatch.STICKY` is a slow lookup
+        # through Enum's metaclass __getattr__ (~800 instructions).
+        self._sticky = kind is Dispatch.STICKY
         self._order: list[ConsumerId] = []
         self._position: dict[ConsumerId, int] = {}
         self._ring: list[ConsumerId] = []
@@ -88,7 +91,7 @@ class Picker:
     def took(self, consumer: ConsumerId) -> None:
         """What `pick` leaves behind once it gave messages in a row to `consumer`, their only
         candidate (for the kinds that rotate)."""
-        if self._kind is Dispatch.STICKY and self._current == consumer:
+        if self._sticky and self._current == consumer:
             return
         self._cursor = (self._position[consumer] + 1) % len(self._order)
         self._current = consumer

@@ -4,6 +4,8 @@ Invariants:
 - A message id has at most one lease; a consumer's leases are indexed for counting.
 - Deadlines sit in a min-heap pruned lazily: an item whose deadline no longer matches the lease
   (extended, dropped) is skipped, so `due` and `next_deadline` never scan every lease.
+- `next_due` is the deadline at the top of that heap (stale or not; math.inf when it is
+  empty), kept at every push and pop: `due(now)` has nothing to do while `now < next_due`.
 - Nothing here reads a clock; callers pass `now` (STYLE.md snippet 3). Whether a dropped lease was
   an ack, a release or a rejection is the caller's business.
 """
@@ -11,6 +13,7 @@ Invariants:
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, replace
 
 from boxmq.core.ready import Ready
@@ -35,6 +38,9 @@ class LeaseTable:
         self._leases: dict[MessageId, Lease] = {}
         self._by_holder: dict[ConsumerId, dict[MessageId, Lease]] = {}
         self._deadlines: list[tuple[float, MessageId]] = []  # min-heap, pruned lazily
+        # The top of _deadlines, read as an attribute by the engine at every receive and ack
+        # (a call to due_by costs several times the comparison).
+        self.next_due = math.inf
 
     def __len__(self) -> int:
         return len(self._leases)
@@ -60,6 +66,8 @@ class LeaseTable:
         self._leases[message_id] = lease
         self._by_holder.setdefault(holder, {})[message_id] = lease
         heapq.heappush(self._deadlines, (deadline, message_id))
+        if deadline < self.next_due:
+            self.next_due = deadline
         return lease
 
     def extend(self, message_id: MessageId, *, deadline: float) -> Lease:
@@ -84,12 +92,12 @@ class LeaseTable:
             if lease is not None and lease.deadline == deadline:
                 self.drop(message_id)
                 expired.append(lease)
+        self._top_changed()
         return expired
 
     def due_by(self, now: float) -> bool:
         """True if `due(now)` may find something (a stale deadline counts: it is cheap)."""
-        deadlines = self._deadlines
-        return bool(deadlines) and deadlines[0][0] <= now
+        return self.next_due <= now
 
     def next_deadline(self) -> float | None:
         while self._deadlines:
@@ -98,6 +106,7 @@ class LeaseTable:
             if lease is not None and lease.deadline == deadline:
                 return deadline
             heapq.heappop(self._deadlines)
+            self._top_changed()
         return None
 
     def _store(self, lease: Lease) -> Lease:
@@ -105,4 +114,10 @@ class LeaseTable:
         self._leases[message_id] = lease
         self._by_holder.setdefault(lease.holder, {})[message_id] = lease
         heapq.heappush(self._deadlines, (lease.deadline, message_id))
+        if lease.deadline < self.next_due:
+            self.next_due = lease.deadline
         return lease
+
+    def _top_changed(self) -> None:
+        deadlines = self._deadlines
+        self.next_due = deadlines[0][0] if deadlines else math.inf

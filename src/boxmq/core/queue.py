@@ -143,7 +143,7 @@ class QueueEngine:
 
     def dispatch(self, *, now: float) -> list[Effect]:
         """Hand out ready messages to consumers with free slots (XEP-0254 §2.2)."""
-        effects: list[Effect] = self._tick(now)
+        effects: list[Effect] = [] if now < self._ready.next_due else self._tick(now)
         if not self._ready.waiting():
             return effects  # nothing to hand out: the common case of a consumer's poll
         if len(self._consumers) == 1 and self._picker.rotates:  # no other to share with
@@ -181,7 +181,7 @@ class QueueEngine:
 
     def expire(self, *, now: float) -> list[Effect]:
         """Time out leases (XEP-0254 §4) and expire ready messages whose time passed."""
-        if not (self._leases.due_by(now) or self._ready.due_by(now)):
+        if now < self._leases.next_due and now < self._ready.next_due:
             return []  # the common case: nothing timed has come (called at every receive)
         effects: list[Effect] = [
             self._release(lease, ReleaseReason.TIMED_OUT, not_before=0.0)
@@ -248,6 +248,11 @@ class QueueEngine:
     def lease(self, message_id: MessageId) -> Lease | None:
         return self._leases.get(message_id)
 
+    def waiting(self) -> bool:
+        """True if a ready message is not delayed: one `dispatch` may hand out if a consumer
+        has room (as of the last `offer`, `expire` or `dispatch`)."""
+        return self._ready.waiting()
+
     def statistics(self) -> QueueStats:
         delayed = self._ready.delayed
         return QueueStats(
@@ -266,7 +271,7 @@ class QueueEngine:
 
     def _tick(self, now: float) -> list[Effect]:
         if not self._ready.due_by(now):
-            return []
+            return []  # (dispatch looks at next_due itself: one call less per receive)
         self._ready.tick(now=now)
         expired: list[Effect] = []
         for message in self._ready.pop_expired(now=now):

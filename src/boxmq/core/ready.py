@@ -12,12 +12,15 @@ Invariants:
 - Heaps are pruned lazily: an item whose generation no longer matches its entry is ignored.
 - Everything timed (not_before, expiration, handoff ends) sits in a heap, so `tick`,
   `pop_expired` and `next_deadline` never scan the whole backlog.
+- `next_due` is the earliest time at the top of those three heaps (stale or not; math.inf
+  when all are empty), kept at every push and pop: `due_by(now)` is `next_due <= now`.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -80,6 +83,9 @@ class ReadySet:
         self._not_before: list[_Timed] = []
         self._expirations: list[_Timed] = []
         self._handoff_ends: list[_Timed] = []
+        # The earliest top of the three, read as an attribute by the engine at every receive
+        # and ack (a call to due_by costs several times the comparison).
+        self.next_due = math.inf
         self._generations = itertools.count()
 
     def __len__(self) -> int:
@@ -113,13 +119,19 @@ class ReadySet:
         if ready.not_before > now:
             self._delayed.add(message_id)
             heapq.heappush(self._not_before, (ready.not_before, entry.generation, message_id))
+            if ready.not_before < self.next_due:
+                self.next_due = ready.not_before
         else:
             self._enqueue(entry)
         if ready.expiration > 0:
             heapq.heappush(self._expirations, (ready.expiration, entry.generation, message_id))
+            if ready.expiration < self.next_due:
+                self.next_due = ready.expiration
         handoff_end = offered_at + self._handoff
         if ready.last_holder is not None and handoff_end > max(now, ready.not_before):
             heapq.heappush(self._handoff_ends, (handoff_end, entry.generation, message_id))
+            if handoff_end < self.next_due:
+                self.next_due = handoff_end
 
     def remove(self, message_id: MessageId) -> Ready | None:
         entry = self._entries.pop(message_id, None)
@@ -136,16 +148,12 @@ class ReadySet:
                 self._enqueue(entry)
         while self._handoff_ends and self._handoff_ends[0][0] <= now:
             heapq.heappop(self._handoff_ends)
+        self._tops_changed()
 
     def due_by(self, now: float) -> bool:
         """True if `tick(now)` or `pop_expired(now)` may have something to do (an item that
         is stale counts: checking costs more than the work it would save)."""
-        not_before, expirations, handoffs = self._not_before, self._expirations, self._handoff_ends
-        return bool(
-            (not_before and not_before[0][0] <= now)
-            or (expirations and expirations[0][0] <= now)
-            or (handoffs and handoffs[0][0] <= now)
-        )
+        return self.next_due <= now
 
     def pop_expired(self, *, now: float) -> list[Ready]:
         """Remove and return the messages (delayed or not) whose expiration is <= now."""
@@ -156,6 +164,7 @@ class ReadySet:
                 ready = self.remove(message_id)
                 assert ready is not None
                 expired.append(ready)
+        self._tops_changed()
         return expired
 
     def next_deadline(self) -> float | None:
@@ -242,4 +251,15 @@ class ReadySet:
         """Drop stale items from the top of `heap`; True if a live one is left."""
         while heap and self._live(heap[0][2], heap[0][1]) is None:
             heapq.heappop(heap)
+            self._tops_changed()
         return bool(heap)
+
+    def _tops_changed(self) -> None:
+        self.next_due = min(
+            (
+                heap[0][0]
+                for heap in (self._not_before, self._expirations, self._handoff_ends)
+                if heap
+            ),
+            default=math.inf,
+        )

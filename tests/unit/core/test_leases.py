@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from boxmq.core.leases import Lease, LeaseTable
 from boxmq.core.ready import Ready
@@ -70,3 +74,35 @@ def test_a_message_cannot_be_leased_twice() -> None:
     table.claim(ready("m1"), A, deadline=10.0)
     with pytest.raises(InvalidArgument):
         table.claim(ready("m1"), B, deadline=10.0)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["claim", "extend", "drop", "due", "next_deadline"]),
+            st.integers(0, 4),
+            st.integers(0, 20),
+        ),
+        max_size=40,
+    )
+)
+def test_next_due_is_the_top_of_the_deadline_heap(
+    steps: list[tuple[str, int, int]],
+) -> None:
+    """What the engine reads instead of calling due_by: kept at every push and pop."""
+    table = LeaseTable()
+    for step, key, time in steps:
+        message_id = MessageId(f"m{key}")
+        if step == "claim" and message_id not in table:
+            table.claim(ready(f"m{key}"), A, deadline=float(time))
+        elif step == "extend" and message_id in table:
+            table.extend(message_id, deadline=float(time))
+        elif step == "drop":
+            table.drop(message_id)
+        elif step == "due":
+            table.due(now=float(time))
+        elif step == "next_deadline":
+            table.next_deadline()
+        heap = table._deadlines
+        assert table.next_due == (heap[0][0] if heap else math.inf)
+        assert table.due_by(float(time)) == (bool(heap) and heap[0][0] <= time)

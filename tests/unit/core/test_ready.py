@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
+from hypothesis import given
+from hypothesis import strategies as st
+
 from boxmq.core.ready import Lane, Ready, ReadySet
 from boxmq.model import ConsumerId, MessageId
 
@@ -131,3 +136,47 @@ def test_relane_partitions_waiting_messages() -> None:
     ready_set.tick(now=T0 + 1)
     assert take_all(ready_set, ConsumerId("x")) == ["later"]
     assert take_all(ready_set, ConsumerId("even")) == ["m0", "m2", "m4"]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["put", "remove", "tick", "pop_expired", "next_deadline", "take"]),
+            st.integers(0, 4),
+            st.integers(0, 20),
+            st.sampled_from([0, 5, 12]),
+            st.sampled_from([0, 3, 15]),
+            st.sampled_from([None, "a"]),
+        ),
+        max_size=40,
+    )
+)
+def test_next_due_is_the_earliest_top_of_the_timed_heaps(
+    steps: list[tuple[str, int, int, int, int, str | None]],
+) -> None:
+    """What the engine reads instead of calling due_by: kept at every push and pop."""
+    ready_set = ReadySet(handoff=2.0)
+    for step, key, time, expires, delay, holder in steps:
+        now = float(time)
+        if step == "put":
+            message = ready(
+                f"m{key}",
+                expiration=now + expires if expires else 0.0,
+                not_before=now + delay if delay else 0.0,
+                last_holder=holder,
+            )
+            ready_set.put(message, now=now)
+        elif step == "remove":
+            ready_set.remove(MessageId(f"m{key}"))
+        elif step == "tick":
+            ready_set.tick(now=now)
+        elif step == "pop_expired":
+            ready_set.pop_expired(now=now)
+        elif step == "next_deadline":
+            ready_set.next_deadline()
+        else:
+            ready_set.take_for(None, ConsumerId("b"), key, now=now)
+        heaps = (ready_set._not_before, ready_set._expirations, ready_set._handoff_ends)
+        tops = [heap[0][0] for heap in heaps if heap]
+        assert ready_set.next_due == min(tops, default=math.inf)
+        assert ready_set.due_by(now) == any(top <= now for top in tops)
