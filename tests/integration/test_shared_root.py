@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,7 @@ def test_a_message_another_box_claimed_is_withdrawn_not_claimed_in_vain(
                 assert taken is not None
                 assert taken.body == b"A's"
                 held.ack()  # B's slot is free; A's message is held by A
+                time.sleep(0.01)  # past the watch interval: B reads its news before it claims
                 assert b_consumer.receive(timeout=0.2) is None
                 taken.ack()
     assert lost == []
