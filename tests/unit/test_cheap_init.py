@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from boxmq.client.topics import Publication
 from boxmq.model import Envelope, MessageClass, MessageId, cheap_init
 
 
@@ -56,6 +57,9 @@ def test_the_values_of_the_hot_path_use_it() -> None:
     assert envelope.message_class is MessageClass.BYTES
     assert envelope.properties == ()
     assert "_set_0" in Envelope.__init__.__globals__  # made by cheap_init, not by @dataclass
+    publication = Publication("t", b"body", source="c")  # one per PUBLISH a broker stores
+    assert (publication.qos, publication.properties, publication.source) == (1, None, "c")
+    assert "_set_0" in Publication.__init__.__globals__
 
 
 def test_it_takes_only_shapes_it_can_make() -> None:

@@ -197,6 +197,10 @@ def _stored_without(
 def publication_of(client_id: str, packet: Publish, side_files: SideFiles) -> Publication:
     """A PUBLISH as one message of `Topics.publish_many` (which commits it after this wrote
     its side file, if any: the commit's flush covers that file too)."""
+    if not packet.properties.raw:  # every 3.1.1 PUBLISH, most v5 ones: nothing to keep
+        return Publication(
+            packet.topic, packet.payload, packet.qos, None, None, consumer_name(client_id)
+        )
     try:
         properties = kept_properties(packet, side_files)
     except OSError:

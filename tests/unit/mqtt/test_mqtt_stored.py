@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import boxmq
+from boxmq.client.topics import Publication
 from boxmq.errors import MetadataTooLong
 from boxmq.model import (
     GROUP_KEY,
@@ -493,3 +494,28 @@ def test_publish_of_looks_once_and_finds_what_each_accessor_finds(
         fast = stored.publish_of(message, "t", options, 1_000_000.0, side)
         general = _general_publish_of(message, "t", options, 1_000_000.0, side)
     assert fast == general
+
+
+@given(
+    st.text(min_size=1, max_size=10),
+    st.binary(max_size=10),
+    st.integers(0, 2),
+    st.text(min_size=1, max_size=10),
+    st.none() | st.integers(1, 100),
+)
+def test_a_publish_without_properties_becomes_what_the_general_path_makes(
+    topic: str, payload: bytes, qos: int, client_id: str, expiry: int | None
+) -> None:
+    props = Properties.build(message_expiry_interval=expiry)
+    packet = Publish(topic, payload, qos, packet_id=1 if qos else None, properties=props)
+    with tempfile.TemporaryDirectory() as root:
+        side = SideFiles(root)
+        general = Publication(
+            topic,
+            payload,
+            qos,
+            properties=kept_properties(packet, side) or None,
+            expires_in=props.message_expiry_interval or None,
+            source=consumer_name(client_id),
+        )
+        assert stored.publication_of(client_id, packet, side) == general
