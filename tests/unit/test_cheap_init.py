@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from boxmq.client.topics import Publication
 from boxmq.model import Envelope, MessageClass, MessageId, cheap_init
 
 
@@ -63,6 +64,9 @@ def test_the_values_of_the_hot_path_use_it() -> None:
     # made by cheap_init, not by @dataclass
     assert Envelope.__new__.__qualname__ == "Envelope.__new__"
     assert Envelope.__init__ is object.__init__
+    publication = Publication("t", b"body", source="c")  # one per PUBLISH a broker stores
+    assert (publication.qos, publication.properties, publication.source) == (1, None, "c")
+    assert Publication.__new__.__qualname__ == "Publication.__new__"
 
 
 def test_it_takes_only_shapes_it_can_make() -> None:

@@ -47,6 +47,7 @@ from boxmq.model import (
     Property,
     PropertyType,
     PropertyValue,
+    cheap_init,
     properties_from,
 )
 from boxmq.store import topics as layout
@@ -71,9 +72,11 @@ def _key_of(destination: Destination) -> _Key:
     return group, None if group else destination.subscriber, destination.filter.filter
 
 
+@cheap_init
 @dataclass(frozen=True, slots=True)
 class Publication:
-    """One message for `Topics.publish_many` (no retain: the retained store is apart)."""
+    """One message for `Topics.publish_many` (no retain: the retained store is apart). A
+    broker makes one per PUBLISH that goes to disk: cheap_init's `__init__`."""
 
     topic: str
     body: bytes

@@ -51,31 +51,34 @@ class Batches:
                 client.link.pause_reading()
             return
         jobs, client.jobs = client.jobs, []
-        loop = asyncio.get_running_loop()
-
-        async def run() -> None:
-            results = await run_all(self._box.topics, jobs, self._pool)
-            log_store_failures(name_of(client), results)
-            for job, result in zip(jobs, results, strict=True):
-                job.then(result)  # even for a client gone: its message still goes on
-
-        task = loop.create_task(run())
-        client.tail = task
+        tail: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        client.tail = tail
         self._working.add(client)
 
-        def finished(done: asyncio.Future[None]) -> None:
-            client.tail = None
-            self._working.discard(client)
-            if not done.cancelled() and (error := done.exception()) is not None:
+        def done(results: list[object] | BaseException) -> None:
+            try:
+                if isinstance(results, BaseException):
+                    raise results
+                log_store_failures(name_of(client), results)
+                for job, result in zip(jobs, results, strict=True):
+                    job.then(result)  # even for a client gone: its message still goes on
+            except Exception as error:
                 log.error("disk work for %s failed: %r", client.link.peer, error)
-            if client.jobs:
-                self.start(client)
-            if client.paused and len(client.jobs) < _BACKLOG_HIGH // 2 and client.held is None:
-                client.paused = False
-                client.link.resume_reading()
-            self._after()
+            finally:
+                tail.set_result(None)
+                self._finished(client)
 
-        task.add_done_callback(finished)
+        run_all(self._box.topics, jobs, self._pool, done)
+
+    def _finished(self, client: Client) -> None:
+        client.tail = None
+        self._working.discard(client)
+        if client.jobs:
+            self.start(client)
+        if client.paused and len(client.jobs) < _BACKLOG_HIGH // 2 and client.held is None:
+            client.paused = False
+            client.link.resume_reading()
+        self._after()
 
     async def wait_all(self) -> None:
         """Until no batch runs (shutting down: everything acknowledged is on disk)."""

@@ -442,14 +442,29 @@ def encode(packet: Packet, version: ProtocolVersion) -> bytes:
     return _ENCODERS[type(packet)](packet, version)
 
 
+# A topic's length-prefixed UTF-8, as encode_utf8 gives it (a topic that has none raises there
+# and is not kept): a topic is encoded once per message and subscriber, and most are repeated.
+_TOPIC_HEADS: dict[str, bytes] = {}
+_TOPIC_HEADS_MAX: Final = 4096
+
+
 def encode_publish(packet: Publish, v5: bool) -> bytes:
     """MQTT 5.0 §3.3, inline: this runs once per message and subscriber."""
     qos = packet.qos
     if not 0 <= qos <= 2:
         raise InvalidArgument(f"PUBLISH: QoS {qos} is not 0, 1 or 2")
-    head = encode_utf8(packet.topic)
+    topic = packet.topic
+    head = _TOPIC_HEADS.get(topic)
+    if head is None:
+        head = encode_utf8(topic)
+        if len(_TOPIC_HEADS) >= _TOPIC_HEADS_MAX:
+            _TOPIC_HEADS.clear()
+        _TOPIC_HEADS[topic] = head
     if qos:
-        head += _packet_id_bytes(packet.packet_id, "PUBLISH")
+        packet_id = packet.packet_id
+        if packet_id is None or not 0 < packet_id <= 0xFFFF:
+            raise InvalidArgument(f"PUBLISH: packet identifier {packet_id} is not 1-65535 (§2.2.1)")
+        head += packet_id.to_bytes(2, "big")
     if v5:
         raw = packet.properties.raw
         head += encode_varint(len(raw)) + raw if raw else b"\x00"

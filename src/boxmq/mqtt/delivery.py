@@ -176,6 +176,9 @@ class Delivery:
             self._out.send(client, acked.reply)
         if acked.reply is None:
             self._settle(session, acked.token, refused=acked.refused)
+        self.settled[session.client_id] = session  # its freed slots are filled after the read
+        if not session.outbox.waiting:
+            return  # nothing queued behind the window (most acks): nothing to send
         ready = self._ready(session)
         if client is not None:
             self.transmit(client, session, [publish for publish, _ in ready])
@@ -183,7 +186,6 @@ class Delivery:
             for _, token in ready:
                 if token is not None:
                     token.unlock()
-        self.settled[session.client_id] = session  # its freed slots are filled after the read
 
     def pump(self, session: Session) -> None:
         """Take messages out of the session's dropboxes while it has room in flight."""

@@ -1,8 +1,9 @@
 """Disk work for a client's packets, done in order without blocking the loop on a flush.
 
 Invariants:
-- `run_all` returns each job's result (or the BoxMQError it raised) in the jobs' order, once
-  all of them are done; the caller answers the client only then.
+- `run_all` tells its `done`, on the loop and never within its own call, each job's result
+  (or the BoxMQError it raised) in the jobs' order, once all of them are done; the caller
+  answers the client only then.
 - A run of neighbouring publications is written by the loop's own thread, with one commit
   (one flush under fsync=always, made by the committer's thread while the loop goes on). If
   the run holds a bad message, nothing of it was written, and each job is tried alone.
@@ -23,8 +24,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
-from dataclasses import dataclass
+from concurrent.futures import Executor, Future
+from typing import NamedTuple
 
 from boxmq.client.topics import Publication, Topics
 from boxmq.errors import BoxMQError, StoreFailed, store_failure
@@ -34,60 +35,118 @@ __all__ = ["Job", "log_store_failures", "run_all", "run_now"]
 log = logging.getLogger("boxmq.mqtt")
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
+class Job(NamedTuple):
     """Disk work for one packet, then its answer (on the loop). `work` None: nothing to write,
-    the job only keeps its answer in order behind the others."""
+    the job only keeps its answer in order behind the others. A named tuple: one is made per
+    PUBLISH, and a frozen dataclass's `__init__` costs twice as much."""
 
     work: Callable[[], object] | None
     then: Callable[[object], None]
     publication: Publication | None = None  # may be done with its neighbours, in one commit
 
 
-async def run_all(topics: Topics, jobs: Sequence[Job], pool: Executor) -> list[object]:
-    """On the loop: each job's result, in order."""
-    loop = asyncio.get_running_loop()
-    results: list[object] = [None] * len(jobs)
-    start = 0
-    while start < len(jobs):
-        batched = jobs[start].publication is not None
-        end = start + 1
-        while end < len(jobs) and (jobs[end].publication is not None) is batched:
-            end += 1
-        chunk = jobs[start:end]
-        if batched:
-            run = [job.publication for job in chunk if job.publication is not None]
-            try:
-                errors = await _publish(loop, topics, run)
-            except BoxMQError:  # nothing was written: each alone, each with its own answer
-                results[start:end] = await loop.run_in_executor(pool, _attempt_each, chunk)
-            except OSError as error:  # a write failed: nothing was kept
-                results[start:end] = [store_failure(error)] * len(chunk)
-            else:
-                results[start:end] = [None if e is None else store_failure(e) for e in errors]
-        elif any(job.work is not None for job in chunk):
-            results[start:end] = await loop.run_in_executor(pool, _attempt_each, chunk)
-        start = end
-    return results
+Results = Callable[[list[object] | BaseException], None]
+"""Told once, on the loop: each job's result in order, or the exception of a bug."""
 
 
-async def _publish(
-    loop: asyncio.AbstractEventLoop, topics: Topics, run: list[Publication]
-) -> list[OSError | None]:
-    """Write `run` here; once the committer says it is durable, each message's OSError or
-    None. A bad message (BoxMQError) or a failed write (OSError) raises, nothing kept."""
-    committed: asyncio.Future[list[OSError | None]] = loop.create_future()
+def run_all(topics: Topics, jobs: Sequence[Job], pool: Executor, done: Results) -> None:
+    """On the loop: start `jobs`; `done` gets each one's result, in order, on the loop. Told
+    by callbacks, not through a task: a batch costs the loop one iteration once its commit
+    is made, not three (docs/benchmarks.md, "The share group's loop")."""
+    run = _Run(asyncio.get_running_loop(), topics, jobs, pool, done)
+    run.go(0)
+    run.begun = False
 
-    def settle(errors: list[OSError | None]) -> None:
-        if not committed.done():
-            committed.set_result(errors)
 
-    def tell(errors: list[OSError | None]) -> None:  # from the committer's thread, or from here
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody left to answer
-            loop.call_soon_threadsafe(settle, errors)
+class _Run:
+    """One batch of jobs, a run of neighbouring ones at a time, each begun once the one before
+    is done."""
 
-    topics.publish_many_then(run, tell)
-    return await committed
+    __slots__ = ("_done", "_jobs", "_loop", "_pool", "_results", "_topics", "begun")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        topics: Topics,
+        jobs: Sequence[Job],
+        pool: Executor,
+        done: Results,
+    ) -> None:
+        self._loop = loop
+        self._topics = topics
+        self._jobs = jobs
+        self._pool = pool
+        self._done = done
+        self._results: list[object] = [None] * len(jobs)
+        self.begun = True  # in `run_all` still: `done` is told on the loop's next turn
+
+    def go(self, start: int) -> None:
+        """Begin with the run at `start` (or finish); a bug ends the batch, told to `done`."""
+        try:
+            jobs = self._jobs
+            while start < len(jobs):
+                batched = jobs[start].publication is not None
+                end = start + 1
+                while end < len(jobs) and (jobs[end].publication is not None) is batched:
+                    end += 1
+                if batched:
+                    if self._publish(start, end):
+                        return  # goes on once committed
+                elif any(job.work is not None for job in jobs[start:end]):
+                    self._each_in_pool(start, end)
+                    return  # goes on once done
+                start = end
+        except Exception as error:  # a bug: the batch is not answered (Batches logs it)
+            self._finish(error)
+            return
+        self._finish(self._results)
+
+    def _finish(self, outcome: list[object] | BaseException) -> None:
+        if self.begun:  # never inside the caller's own call
+            self._loop.call_soon(self._done, outcome)
+        else:
+            self._done(outcome)
+
+    def _publish(self, start: int, end: int) -> bool:
+        """Write the run here; False if it is already answered (a failed write), True if it
+        goes on from `_committed` or, for a bad message, from each job tried alone."""
+        run = [job.publication for job in self._jobs[start:end] if job.publication is not None]
+        loop = self._loop
+
+        def tell(errors: list[OSError | None]) -> None:  # from the committer's thread, or here
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody left to answer
+                loop.call_soon_threadsafe(self._committed, start, end, errors)
+
+        try:
+            self._topics.publish_many_then(run, tell)
+        except BoxMQError:  # nothing was written: each alone, each with its own answer
+            self._each_in_pool(start, end)
+        except OSError as error:  # a write failed: nothing was kept
+            self._results[start:end] = [store_failure(error)] * (end - start)
+            return False
+        return True
+
+    def _committed(self, start: int, end: int, errors: list[OSError | None]) -> None:
+        self._results[start:end] = [None if e is None else store_failure(e) for e in errors]
+        self.go(end)
+
+    def _each_in_pool(self, start: int, end: int) -> None:
+        loop = self._loop
+        future = self._pool.submit(_attempt_each, self._jobs[start:end])
+
+        def finished(future: Future[list[object]]) -> None:  # in the worker thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody left to answer
+                loop.call_soon_threadsafe(self._pooled, start, end, future)
+
+        future.add_done_callback(finished)
+
+    def _pooled(self, start: int, end: int, future: Future[list[object]]) -> None:
+        try:
+            self._results[start:end] = future.result()
+        except Exception as error:  # a bug in a job's work
+            self._finish(error)
+            return
+        self.go(end)
 
 
 def run_now(job: Job) -> None:

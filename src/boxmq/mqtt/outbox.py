@@ -72,6 +72,11 @@ class Outbox(Generic[T]):
         return len(self._in_flight) + len(self._queued)
 
     @property
+    def waiting(self) -> bool:
+        """Whether messages wait in the queue behind the window."""
+        return bool(self._queued)
+
+    @property
     def free(self) -> int:
         """How many QoS 1/2 messages could be sent now."""
         return 0 if self._queued else self.window - len(self._in_flight)

@@ -162,7 +162,7 @@ class Publishing:
                 return
             self._delivery.route_memory(client_id, packet)
             if packet_id is not None:
-                self._out.send(client, Puback(packet_id))
+                self._out.acknowledge(client, Puback, packet_id)
 
         # A retained message is written alone: publish_many has no retained store to keep it.
         batched = None if packet.retain else publication_of(client_id, packet, self._box.side_files)

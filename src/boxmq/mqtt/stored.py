@@ -41,12 +41,16 @@ from boxmq.client.topics import Publication
 from boxmq.core.topics import validate_topic
 from boxmq.errors import InvalidArgument, InvalidTopic, MalformedPacket, MetadataTooLong
 from boxmq.model import (
+    DELIVERY_COUNT,
     GROUP_KEY,
     PROPERTIES_FILE,
+    PUBLISHED_RETAINED,
     QOS,
     RESERVED_PREFIX,
+    RETAINED,
     V5_PROPERTIES,
     Envelope,
+    PropertyValue,
     property_text,
 )
 from boxmq.mqtt.framing import PacketType, encode_utf8
@@ -87,6 +91,7 @@ NOT_FORWARDED: Final = (PropertyId.TOPIC_ALIAS, PropertyId.SUBSCRIPTION_IDENTIFI
 INLINE_MAX: Final = 60
 _GROUP_KEY_BYTES: Final = encode_utf8(GROUP_KEY)  # as a User Property's name is on the wire
 _USER_PROPERTY: Final = int(PropertyId.USER_PROPERTY)
+_UNSET: Final = object()  # a property not (yet) found: `publish_of` keeps the first of a name
 
 
 def consumer_name(client_id: str) -> str:
@@ -192,6 +197,10 @@ def _stored_without(
 def publication_of(client_id: str, packet: Publish, side_files: SideFiles) -> Publication:
     """A PUBLISH as one message of `Topics.publish_many` (which commits it after this wrote
     its side file, if any: the commit's flush covers that file too)."""
+    if not packet.properties.raw:  # every 3.1.1 PUBLISH, most v5 ones: nothing to keep
+        return Publication(
+            packet.topic, packet.payload, packet.qos, None, None, consumer_name(client_id)
+        )
     try:
         properties = kept_properties(packet, side_files)
     except OSError:
@@ -215,17 +224,45 @@ def publish_of(
     message: Message, topic: str, options: SubscriptionOptions, now: float, side_files: SideFiles
 ) -> Publish:
     """The PUBLISH on `topic` for a message taken from a dropbox (DUP once it was delivered
-    before)."""
-    props = _properties_of(message.envelope, side_files)
-    props = _remaining_expiry(props, message.envelope, now)
+    before). One look at the envelope's properties for all it needs (this runs for every
+    message sent from disk): the same answers as the message's `qos`, `retained`,
+    `published_retained` and `delivery_count` and `_properties_of`, each of which looks
+    again (a Hypothesis test holds them equal)."""
+    envelope = message.envelope
+    qos: object = _UNSET
+    retained = published = count = qos
+    inline = key = None
+    users: list[tuple[str, str]] = []
+    for prop in envelope.properties:
+        name = prop.name
+        if not name.startswith(RESERVED_PREFIX):
+            users.append((name, property_text(prop.value)))
+        elif name == QOS:
+            if qos is _UNSET:
+                qos = prop.value
+        elif name == V5_PROPERTIES:
+            inline = prop.value
+        elif name == PROPERTIES_FILE:
+            key = prop.value
+        elif name == DELIVERY_COUNT:
+            if count is _UNSET:
+                count = prop.value
+        elif name == RETAINED:
+            if retained is _UNSET:
+                retained = prop.value
+        elif name == PUBLISHED_RETAINED and published is _UNSET:
+            published = prop.value
+    props = _remaining_expiry(_properties(envelope, inline, key, users, side_files), envelope, now)
     if options.identifier:
         props = props + subscription_identifier(options.identifier)
+    if not isinstance(qos, int) or isinstance(qos, bool):
+        qos = 1
     return new_publish(
         topic,
         message.body,
-        min(message.qos, options.qos),
-        message.retained or (options.retain_as_published and message.published_retained),
-        message.delivery_count > 1,
+        qos if qos < options.qos else options.qos,
+        retained is True or (options.retain_as_published and published is True),
+        isinstance(count, int) and not isinstance(count, bool) and count > 0,
         None,
         props,
     )
@@ -253,7 +290,7 @@ def _properties_of(envelope: Envelope, side_files: SideFiles) -> Properties:
     and correlation id as Response Topic and Correlation Data."""
     inline = key = None
     users: list[tuple[str, str]] = []
-    for prop in envelope.properties:  # one pass: this runs for every message sent from disk
+    for prop in envelope.properties:  # one pass (`publish_of` makes the same one)
         name = prop.name
         if not name.startswith(RESERVED_PREFIX):
             users.append((name, property_text(prop.value)))
@@ -261,6 +298,17 @@ def _properties_of(envelope: Envelope, side_files: SideFiles) -> Properties:
             inline = prop.value
         elif name == PROPERTIES_FILE:
             key = prop.value
+    return _properties(envelope, inline, key, users, side_files)
+
+
+def _properties(
+    envelope: Envelope,
+    inline: PropertyValue | None,
+    key: PropertyValue | None,
+    users: list[tuple[str, str]],
+    side_files: SideFiles,
+) -> Properties:
+    """`_properties_of` once its pass over the properties is made."""
     if isinstance(inline, str):
         return _inline(inline)
     if key is not None:

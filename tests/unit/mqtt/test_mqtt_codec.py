@@ -36,6 +36,7 @@ from boxmq.mqtt import (
     Unsuback,
     Unsubscribe,
     Will,
+    codec,
     connect_version,
     decode,
     encode,
@@ -611,3 +612,32 @@ def test_the_hot_path_publish_builder_makes_the_same_value() -> None:
     assert hash(built) == hash(Publish("t", b"p", 1, True, False, 5, properties))
     with pytest.raises(AttributeError):
         built.qos = 2  # type: ignore[misc]
+
+
+@given(st.sampled_from(ProtocolVersion).flatmap(lambda v: st.tuples(st.just(v), publishes(v))))
+def test_a_publish_encodes_the_same_with_its_topic_remembered_or_not(
+    case: tuple[ProtocolVersion, Publish],
+) -> None:
+    version, value = case
+    codec._TOPIC_HEADS.clear()
+    first = encode(value, version)  # the topic encoded and remembered
+    assert encode(value, version) == first  # the topic remembered
+    assert decode_bytes(first, version) == value
+    # Another message on the topic: only the topic is remembered, not its packet id.
+    other = new_publish(
+        value.topic,
+        b"x" + value.payload,
+        value.qos,
+        value.retain,
+        value.dup,
+        value.packet_id % 0xFFFF + 1 if value.packet_id else None,
+        value.properties,
+    )
+    assert decode_bytes(encode(other, version), version) == other
+
+
+def test_a_topic_that_cannot_be_encoded_is_refused_every_time() -> None:
+    for _ in range(2):
+        with pytest.raises(InvalidArgument):
+            encode(Publish("a\x00b", b"", 0), ProtocolVersion.V5)
+    assert "a\x00b" not in codec._TOPIC_HEADS

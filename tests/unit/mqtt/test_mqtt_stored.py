@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import boxmq
+from boxmq.client.topics import Publication
 from boxmq.errors import MetadataTooLong
 from boxmq.model import (
     GROUP_KEY,
@@ -411,3 +412,110 @@ def test_mqtt_properties_go_out_as_what_they_name_and_a_bad_one_stored_is_left_o
     warned = [r.getMessage() for r in caplog.records if "mqtt.payload-format" in r.getMessage()]
     assert len(warned) == 2  # once per message
     assert warned[0].startswith("message m9: its property 'mqtt.payload-format'")
+
+
+_NAMES = st.sampled_from(
+    [
+        "bx_qos",
+        "bx_retain",
+        "bx_rp",
+        "bx_dc",
+        "bx_topic",
+        "bx_other",
+        V5_PROPERTIES,
+        "color",
+        "n",
+    ]
+)
+_VALUES = (
+    st.booleans()
+    | st.integers(-3, 3)
+    | st.floats(allow_nan=False)
+    | st.sampled_from(["", "x", "true", "AQI"])  # "AQI": a Payload Format Indicator, inline
+)
+
+
+class _NoSettler:
+    def ack(self, message_id: MessageId, consumer: str) -> None: ...
+    def unlock(self, message_id: MessageId, consumer: str, delay: float) -> None: ...
+    def reject(self, message_id: MessageId, consumer: str) -> None: ...
+    def extend(self, message_id: MessageId, consumer: str, seconds: float | None) -> None: ...
+
+
+_NO_SETTLER = _NoSettler()
+
+
+def _general_publish_of(
+    message: boxmq.Message, topic: str, options: SubscriptionOptions, now: float, side: SideFiles
+) -> Publish:
+    """What `publish_of` gives, the way each accessor finds it (one look each)."""
+    props = stored._remaining_expiry(
+        stored._properties_of(message.envelope, side), message.envelope, now
+    )
+    if options.identifier:
+        props = props + stored.subscription_identifier(options.identifier)
+    return Publish(
+        topic,
+        message.body,
+        min(message.qos, options.qos),
+        message.retained or (options.retain_as_published and message.published_retained),
+        message.delivery_count > 1,
+        None,
+        props,
+    )
+
+
+@given(
+    st.lists(st.tuples(_NAMES, _VALUES), max_size=6),
+    st.integers(0, 2),
+    st.booleans(),
+    st.none() | st.integers(1, 5),
+    st.sampled_from([0, 1_000_060_000]),
+)
+def test_publish_of_looks_once_and_finds_what_each_accessor_finds(
+    pairs: list[tuple[str, PropertyValue]],
+    granted: int,
+    retain_as_published: bool,
+    identifier: int | None,
+    expiration: int,
+) -> None:
+    kinds = {bool: PropertyType.BOOLEAN, int: PropertyType.INT, float: PropertyType.DOUBLE}
+    props = tuple(Property(n, kinds.get(type(v), PropertyType.STRING), v) for n, v in pairs)
+    envelope = Envelope(MessageId("m"), expiration=expiration, properties=props)
+    message = boxmq.Message("q", envelope, b"body", "c", 0.0, _NO_SETTLER)
+    options = SubscriptionOptions(
+        qos=granted,
+        durable=True,
+        retain_as_published=retain_as_published,
+        identifier=identifier,
+    )
+    with tempfile.TemporaryDirectory() as root:
+        side = SideFiles(root)
+        fast = stored.publish_of(message, "t", options, 1_000_000.0, side)
+        general = _general_publish_of(message, "t", options, 1_000_000.0, side)
+    assert fast == general
+
+
+@given(
+    st.text(min_size=1, max_size=10),
+    st.binary(max_size=10),
+    st.integers(0, 2),
+    st.text(min_size=1, max_size=10),
+    st.none() | st.integers(1, 100),
+)
+def test_a_publish_without_properties_becomes_what_the_general_path_makes(
+    topic: str, payload: bytes, qos: int, client_id: str, expiry: int | None
+) -> None:
+    props = Properties.build(message_expiry_interval=expiry)
+    packet = Publish(topic, payload, qos, packet_id=1 if qos else None, properties=props)
+    with tempfile.TemporaryDirectory() as root:
+        side = SideFiles(root)
+        general = Publication(
+            topic,
+            payload,
+            qos,
+            properties=kept_properties(packet, side) or None,
+            expires_in=props.message_expiry_interval or None,
+            source=consumer_name(client_id),
+        )
+        assert stored.publication_of(client_id, packet, side) == general
