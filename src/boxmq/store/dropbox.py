@@ -55,6 +55,11 @@ class Dropbox:
         self._dirs = {state: os.path.join(path, state.value) for state in State}
         # state -> "<dir>/": names never hold a '/', so a concatenation is the join, for less.
         self._prefixes = {state: directory + os.sep for state, directory in self._dirs.items()}
+        # The three a message passes through, as attributes: `State.X` on Python 3.11 goes
+        # through Enum's metaclass (~860 instructions), a put's and an ack's path reads them.
+        self._working = self._prefixes[State.WORKING]
+        self._target = self._prefixes[State.TARGET]
+        self._processing = self._prefixes[State.PROCESSING]
         if create:
             for directory in self._dirs.values():
                 os.makedirs(directory, exist_ok=True)
@@ -106,13 +111,13 @@ class Dropbox:
 
         Raises FileExistsError if working/<name> exists (the caller picks another id).
         """
-        target = self._prefixes[State.TARGET] + name
+        target = self._target + name
         if self._spares is not None:
             if self._reached is None:
                 self._reached = self._spares.reaches(self.path)
             if self._reached and (own := self._spares.write(body)) is not None:
                 return Move(own, target)
-        path = self._prefixes[State.WORKING] + name  # self.file's work: two calls less a put
+        path = self._working + name
         write_new(path, body, self._spares)
         return Move(path, target)
 
@@ -152,15 +157,11 @@ class Dropbox:
         if keep:
             return self.move(State.PROCESSING, processing, State.PROCESSED, name)
         if self._spares is None:
-            return self.remove(State.PROCESSING, processing)
-        return self._spares.give(self._prefixes[State.PROCESSING] + processing)
+            return _unlinked(self._processing + processing)
+        return self._spares.give(self._processing + processing)
 
     def remove(self, state: State, name: str) -> bool:
-        try:
-            os.unlink(self._prefixes[state] + name)
-        except FileNotFoundError:
-            return False
-        return True
+        return _unlinked(self._prefixes[state] + name)
 
     def read(self, state: State, name: str) -> bytes | None:
         """The body of state/<name>, or None if it is gone."""
@@ -188,3 +189,12 @@ class Dropbox:
             return now - os.stat(self.file(state, name)).st_ctime
         except FileNotFoundError:
             return None
+
+
+def _unlinked(path: str) -> bool:
+    """Delete `path`; False if it was gone."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
