@@ -12,7 +12,6 @@ import boxmq
 from boxmq import State
 from boxmq.clock import ManualClock
 from boxmq.model import GROUP_KEY
-from boxmq.store.dropbox import Dropbox
 from boxmq.store.names import decode, split_lock
 
 
@@ -93,18 +92,10 @@ def test_a_put_reaches_this_process_s_consumer_without_the_watcher(root: Path) -
 
 
 def test_a_receive_of_this_process_s_small_put_reads_no_file(
-    root: Path, monkeypatch: pytest.MonkeyPatch
+    root: Path, file_reads: list[str]
 ) -> None:
     """The body of a small put is kept for the receive that takes it; a large one, and one
     another producer dropped in, are read from their files."""
-    reads: list[str] = []
-    read = Dropbox.read
-
-    def counted(self: Dropbox, state: State, name: str) -> bytes | None:
-        reads.append(name)
-        return read(self, state, name)
-
-    monkeypatch.setattr(Dropbox, "read", counted)
     with boxmq.open(root, fsync="never") as box:
         jobs = box.queue("jobs")
         with jobs.consumer("w", max_in_flight=10) as consumer:
@@ -118,7 +109,7 @@ def test_a_receive_of_this_process_s_small_put_reads_no_file(
                 bodies.append(message.body)
                 message.ack()
     assert sorted(bodies) == sorted([b"small", b"L" * 100_000, b"dropped"])
-    assert len(reads) == 2  # the large body and the dropped file
+    assert len(file_reads) == 2  # the large body and the dropped file
 
 
 def test_many_puts_at_once_read_back_exactly_their_bodies(root: Path) -> None:

@@ -12,9 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import boxmq
-from boxmq import State
 from boxmq.client.topics import Publication, Subscriber
-from boxmq.store.dropbox import Dropbox
 
 
 def drain(subscriber: Subscriber) -> list[boxmq.Message]:
@@ -385,20 +383,12 @@ def test_a_publication_offered_in_process_is_the_message_its_file_names(
 
 
 def test_a_share_group_in_this_process_takes_a_publication_without_reading_its_file(
-    box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
+    box: boxmq.Box, file_reads: list[str]
 ) -> None:
-    reads: list[str] = []
-    read = Dropbox.read
-
-    def counted(self: Dropbox, state: State, name: str) -> bytes | None:
-        reads.append(name)
-        return read(self, state, name)
-
-    monkeypatch.setattr(Dropbox, "read", counted)
     member = box.subscribe("$share/g/sensors/+", "m", max_in_flight=10)
     box.publish("sensors/kitchen", b"21.5")
     message = member.receive(timeout=5)
     assert message is not None
     assert message.body == b"21.5"
     assert message.topic == "sensors/kitchen"
-    assert reads == []
+    assert file_reads == []

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from boxmq.errors import QueueNotFound
 from boxmq.store.commit import Committer, Move
 from boxmq.store.layout import State, is_dropbox
-from boxmq.store.spares import Spares, write_new
+from boxmq.store.spares import Spares, remove_file, write_new
 from boxmq.store.temporaries import removed_on_failure, temporary_in
 
 __all__ = ["Dropbox", "Entry"]
@@ -157,11 +157,11 @@ class Dropbox:
         if keep:
             return self.move(State.PROCESSING, processing, State.PROCESSED, name)
         if self._spares is None:
-            return _unlinked(self._processing + processing)
+            return remove_file(self._processing + processing)
         return self._spares.give(self._processing + processing)
 
     def remove(self, state: State, name: str) -> bool:
-        return _unlinked(self._prefixes[state] + name)
+        return remove_file(self._prefixes[state] + name)
 
     def read(self, state: State, name: str) -> bytes | None:
         """The body of state/<name>, or None if it is gone."""
@@ -189,12 +189,3 @@ class Dropbox:
             return now - os.stat(self.file(state, name)).st_ctime
         except FileNotFoundError:
             return None
-
-
-def _unlinked(path: str) -> bool:
-    """Delete `path`; False if it was gone."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return False
-    return True

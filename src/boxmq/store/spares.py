@@ -44,7 +44,7 @@ import time
 from boxmq.store import libc
 from boxmq.store.process import process_alive
 
-__all__ = ["SPARE_DIR", "Spares", "rename_noreplace", "write_new"]
+__all__ = ["SPARE_DIR", "Spares", "remove_file", "rename_noreplace", "write_new"]
 
 SPARE_DIR = ".spare"
 _LOOK_INTERVAL = 1.0  # seconds between looks in the folder by a process that has no spare
@@ -152,7 +152,7 @@ class Spares:
             self._adopt()
         own = len(self._own) < self._own_limit and not self._closed
         if not own and len(self._own) + len(self._names) >= self.limit:
-            return _unlink(path)
+            return remove_file(path)
         # Checked before the file enters the pool, where another process may take it at once.
         # Its links cannot grow meanwhile: a fan-out links a body only before it is ready.
         try:
@@ -160,38 +160,28 @@ class Spares:
         except FileNotFoundError:
             return False
         if status.st_nlink > 1 or status.st_size > _LARGEST:
-            return _unlink(path)  # another dropbox still links this body: never write into it
+            return remove_file(path)  # another dropbox still links this body: never write into it
         if own:
-            return self._keep_own(path, status.st_size)
-        spare = self._prefix + str(next(self._numbers))
-        try:
-            os.rename(path, spare)
-        except FileNotFoundError:
-            if os.path.isdir(self.path):
-                return False
-            os.makedirs(self.path, exist_ok=True)
-            return self.give(path)
-        except OSError as error:
-            if error.errno == errno.EXDEV:  # a dropbox mounted on another file system
-                return _unlink(path)
-            raise
-        self._names.append((spare, status.st_size))
-        return True
+            return self._keep(path, self._own_dir, self._own_prefix, self._own, status.st_size)
+        return self._keep(path, self.path, self._prefix, self._names, status.st_size)
 
-    def _keep_own(self, path: str, size: int) -> bool:
-        spare = self._own_prefix + str(next(self._numbers))
+    def _keep(
+        self, path: str, folder: str, prefix: str, pool: list[tuple[str, int]], size: int
+    ) -> bool:
+        """Rename `path` into `folder` as a spare of `pool` (own or shared)."""
+        spare = prefix + str(next(self._numbers))
         try:
             os.rename(path, spare)
         except FileNotFoundError:
-            if os.path.isdir(self._own_dir):
+            if os.path.isdir(folder):
                 return False  # the file was gone
-            os.makedirs(self._own_dir, exist_ok=True)
+            os.makedirs(folder, exist_ok=True)
             return self.give(path)
         except OSError as error:
             if error.errno == errno.EXDEV:  # a dropbox mounted on another file system
-                return _unlink(path)
+                return remove_file(path)
             raise
-        self._own.append((spare, size))
+        pool.append((spare, size))
         return True
 
     def close(self) -> None:
@@ -217,7 +207,7 @@ class Spares:
             self._adopted = True
             self._adopt_own_folders_of_the_dead()
             for extra in self._look()[self.limit :]:
-                _unlink(extra)
+                remove_file(extra)
 
     def _adopt_own_folders_of_the_dead(self) -> None:
         """Move the files of every own folder whose process ended into the shared pool (as
@@ -283,7 +273,8 @@ def _write_over(fd: int, path: str, body: bytes, old_size: int) -> None:
     os.close(fd)
 
 
-def _unlink(path: str) -> bool:
+def remove_file(path: str) -> bool:
+    """Delete `path`; False if it was gone."""
     try:
         os.unlink(path)
     except FileNotFoundError:
