@@ -19,13 +19,13 @@ from boxmq.store.names import decode
 _BODIES = st.one_of(
     st.binary(max_size=300),
     st.binary(max_size=50).map(bytearray),
-    st.text(st.characters(blacklist_categories=("Cs",)), max_size=100),
+    st.text(st.characters(blacklist_categories=["Cs"]), max_size=100),
 )
 
 
 @settings(max_examples=60, deadline=None)
 @given(body=_BODIES)
-def test_a_bare_put_is_put_many_of_the_body(body: bytes | bytearray | str) -> None:
+def test_a_bare_put_is_put_many_of_the_body(body: bytes | str) -> None:  # bytearray too
     with (
         tempfile.TemporaryDirectory() as root,
         boxmq.open(root, fsync="never", clock=ManualClock()) as box,

@@ -9,6 +9,7 @@ import pytest
 
 import boxmq
 from boxmq.core.queue import QueueEngine
+from boxmq.model import MessageId
 
 
 def test_a_message_another_box_claimed_is_withdrawn_not_claimed_in_vain(
@@ -19,7 +20,7 @@ def test_a_message_another_box_claimed_is_withdrawn_not_claimed_in_vain(
     lost: list[object] = []
     claim_lost = QueueEngine.claim_lost
 
-    def counted(self: QueueEngine, message_id: boxmq.MessageId) -> None:
+    def counted(self: QueueEngine, message_id: MessageId) -> None:
         lost.append(message_id)
         claim_lost(self, message_id)
 

@@ -20,6 +20,7 @@ from boxmq.model import (
     GROUP_KEY,
     PROPERTIES_FILE,
     V5_PROPERTIES,
+    ConsumerId,
     Envelope,
     MessageId,
     Property,
@@ -31,7 +32,7 @@ from boxmq.model import (
 from boxmq.mqtt import stored
 from boxmq.mqtt.framing import PacketType
 from boxmq.mqtt.packets import Publish
-from boxmq.mqtt.properties import Properties, PropertyId, validated
+from boxmq.mqtt.properties import Properties, PropertyId, subscription_identifier, validated
 from boxmq.mqtt.session import SubscriptionOptions
 from boxmq.mqtt.stored import (
     consumer_name,
@@ -453,7 +454,7 @@ def _general_publish_of(
         stored._properties_of(message.envelope, side), message.envelope, now
     )
     if options.identifier:
-        props = props + stored.subscription_identifier(options.identifier)
+        props = props + subscription_identifier(options.identifier)
     return Publish(
         topic,
         message.body,
@@ -482,7 +483,7 @@ def test_publish_of_looks_once_and_finds_what_each_accessor_finds(
     kinds = {bool: PropertyType.BOOLEAN, int: PropertyType.INT, float: PropertyType.DOUBLE}
     props = tuple(Property(n, kinds.get(type(v), PropertyType.STRING), v) for n, v in pairs)
     envelope = Envelope(MessageId("m"), expiration=expiration, properties=props)
-    message = boxmq.Message("q", envelope, b"body", "c", 0.0, _NO_SETTLER)
+    message = boxmq.Message("q", envelope, b"body", ConsumerId("c"), 0.0, _NO_SETTLER)
     options = SubscriptionOptions(
         qos=granted,
         durable=True,
