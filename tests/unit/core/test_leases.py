@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from boxmq.core import leases
 from boxmq.core.leases import Lease, LeaseTable
 from boxmq.core.ready import Ready
 from boxmq.errors import InvalidArgument
@@ -106,3 +108,59 @@ def test_next_due_is_the_top_of_the_deadline_heap(
         heap = table._deadlines
         assert table.next_due == (heap[0][0] if heap else math.inf)
         assert table.due_by(float(time)) == (bool(heap) and heap[0][0] <= time)
+
+
+def test_the_deadline_heap_stays_near_the_number_of_leases() -> None:
+    """Acks come long before deadlines: their heap items must not pile up without end."""
+    table = LeaseTable()
+    table.claim(ready("kept"), B, deadline=5.0)  # held all along: every rebuild keeps it
+    for index in range(20_000):
+        table.claim(ready(f"m{index}"), A, deadline=1e9 + index)
+        table.drop(MessageId(f"m{index}"))
+    assert len(table._deadlines) <= 2 * len(table) + 1024
+    table.claim(ready("extended"), A, deadline=6.0)
+    for _ in range(5_000):
+        table.extend(MessageId("extended"), deadline=6.0)
+    assert len(table._deadlines) <= 2 * len(table) + 1024
+    assert [lease.message.message_id for lease in table.due(now=5.0)] == ["kept"]
+    assert [lease.message.message_id for lease in table.due(now=6.0)] == ["extended"]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["claim", "extend", "drop", "due"]),
+            st.integers(0, 6),
+            st.integers(0, 30),
+        ),
+        max_size=200,
+    )
+)
+def test_due_gives_exactly_the_leases_past_their_deadline_through_rebuilds(
+    steps: list[tuple[str, int, int]],
+) -> None:
+    """Against a plain dict of deadlines, with the rebuild's slack small enough that the
+    heap is rebuilt often."""
+    with mock.patch.object(leases, "_STALE_SLACK", 4):
+        table = LeaseTable()
+    model = dict[MessageId, float]()
+    for step, key, time in steps:
+        message_id = MessageId(f"m{key}")
+        if step == "claim" and message_id not in model:
+            table.claim(ready(f"m{key}"), A, deadline=float(time))
+            model[message_id] = float(time)
+        elif step == "extend" and message_id in model:
+            table.extend(message_id, deadline=float(time))
+            model[message_id] = float(time)
+        elif step == "drop":
+            table.drop(message_id)
+            model.pop(message_id, None)
+        elif step == "due":
+            expired = table.due(now=float(time))
+            expected = sorted((d, m) for m, d in model.items() if d <= time)
+            assert [(lease.deadline, lease.message.message_id) for lease in expired] == expected
+            for _, gone in expected:
+                del model[gone]
+        assert len(table) == len(model)
+        live = [d for m, d in model.items()]
+        assert table.next_deadline() == (min(live) if live else None)
