@@ -178,7 +178,6 @@ class Topics:
         self._live_for = live_for
         self._opened = opened
         self._spares = spares
-        self._spares_reach: bool | None = None  # whether own spares rename into the root
         self._retained = RetainedStore(root, committer)
         self._lock = threading.Lock()
         self._router = Router()
@@ -453,11 +452,9 @@ class Topics:
         """The body written once, in one of the spares' own files (store/spares.py) or else
         in the root's incoming working/: its path."""
         spares = self._spares
-        if spares is not None:
-            if self._spares_reach is None:
-                self._spares_reach = spares.reaches(self._root)
-            if self._spares_reach and (own := spares.write(body)) is not None:
-                return own
+        # The pool lives in this root, so its own files rename into the root's dropboxes.
+        if spares is not None and (own := spares.write(body)) is not None:
+            return own
         # Joined by hand (os.path.join is Python code): no name here holds a separator.
         staging = self._incoming + _SEP + layout.staging_name(envelope.message_id, self._token)
         try:
