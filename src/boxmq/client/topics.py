@@ -137,12 +137,6 @@ def _failed_messages(staged: list[Move | None], unsent: list[int]) -> list[bool]
     return [i in failed for i in range(len(staged))]
 
 
-def _push_to_memory(planned: list[_Planned]) -> None:
-    for envelope, body, route, _ in planned:
-        for inbox, destination in route.memory:
-            inbox.push(MemoryDelivery(_at(envelope, destination.qos), body))
-
-
 @dataclass(frozen=True, slots=True)
 class SubscriptionInfo:
     """A durable subscription or share group as `boxmq ls` shows it."""
@@ -288,9 +282,7 @@ class Topics:
                 if path is None:  # ours, written just now: it must never go out later
                     discard_unsent([move])
                 raise
-            self._offer_committed([(envelope, data, route, names)])
-        for inbox, destination in route.memory:
-            inbox.push(MemoryDelivery(_at(envelope, destination.qos), data))
+        self._hand_over([(envelope, data, route, names)])
 
     def _envelope(
         self,
@@ -328,8 +320,7 @@ class Topics:
             except OSError:
                 discard_unsent(moves)
                 raise
-        _push_to_memory(planned)
-        self._offer_committed(planned)
+        self._hand_over(planned)
         return [envelope.message_id for envelope, *_ in planned]
 
     def publish_many_then(
@@ -345,14 +336,11 @@ class Topics:
 
         def done(error: OSError | None) -> None:
             if error is None:
-                _push_to_memory(planned)
-                self._offer_committed(planned)
+                self._hand_over(planned)
                 committed([None] * len(planned))
                 return
             failed = _failed_messages(staged, discard_unsent(moves))
-            stored = [p for p, bad in zip(planned, failed, strict=True) if not bad]
-            _push_to_memory(stored)
-            self._offer_committed(stored)
+            self._hand_over([p for p, bad in zip(planned, failed, strict=True) if not bad])
             committed([error if bad else None for bad in failed])
 
         if moves:
@@ -361,11 +349,15 @@ class Topics:
             done(None)
         return [envelope.message_id for envelope, *_ in planned]
 
-    def _offer_committed(self, planned: list[_Planned]) -> None:
-        """Hand each committed copy to its dropbox's live queue, if this process has one
-        open (a share group a broker's client is in): offered now, with its body, as a
+    def _hand_over(self, planned: list[_Planned]) -> None:
+        """Give stored messages to this process's subscribers: a copy to each in-memory
+        subscriber, and each committed copy to its dropbox's live queue if this process has
+        one open (a share group a broker's client is in), offered now with its body, as a
         queue's own puts are, so the receive that takes it neither waits for the watcher nor
         decodes the name nor opens the file (live_queue.LiveQueue.sent)."""
+        for envelope, body, route, _ in planned:
+            for inbox, destination in route.memory:
+                inbox.push(MemoryDelivery(_at(envelope, destination.qos), body))
         offers: dict[str, tuple[LiveQueue, list[tuple[str, Envelope, bytes]]]] = {}
         opened = self._opened
         for envelope, body, route, names in planned:
