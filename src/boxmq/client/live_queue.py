@@ -224,11 +224,11 @@ class LiveQueue:
             message_id = inbox.popleft()
             lease = self._engine.lease(message_id)
             processing = self._locks.get(message_id)
-            if processing is None:
-                body = None
-            elif (body := self._bodies.pop(lease.message.key, None) if lease else None) is None:
-                body = self._box.read(_PROCESSING, processing)
-            if lease is None or processing is None or body is None:
+            if lease is None or processing is None:
+                self._forget(message_id)
+                continue
+            body = self._bodies.pop(lease.message.key, None)  # our own put's, if kept
+            if body is None and (body := self._box.read(_PROCESSING, processing)) is None:
                 self._forget(message_id)  # swept away by another process before we read it
                 continue
             envelope = self._claimed.pop(message_id, None) or envelope_of(lease.message.key)
