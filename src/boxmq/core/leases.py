@@ -38,15 +38,15 @@ class Lease:
 
 
 class LeaseTable:
-    def __init__(self) -> None:
+    def __init__(self, *, stale_slack: int = _STALE_SLACK) -> None:
         self._leases: dict[MessageId, Lease] = {}
         self._by_holder: dict[ConsumerId, dict[MessageId, Lease]] = {}
         self._deadlines: list[tuple[float, MessageId]] = []  # min-heap, pruned lazily
         # The top of _deadlines, read as an attribute by the engine at every receive and ack
         # (a call to due_by costs several times the comparison).
         self.next_due = math.inf
-        self._slack = _STALE_SLACK
-        self._rebuild_at = _STALE_SLACK  # heap size that triggers a rebuild (_compact)
+        self._slack = stale_slack
+        self._rebuild_at = stale_slack  # heap size that triggers a rebuild (_compact)
 
     def __len__(self) -> int:
         return len(self._leases)

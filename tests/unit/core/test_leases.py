@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import math
-from unittest import mock
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmq.core import leases
 from boxmq.core.leases import Lease, LeaseTable
 from boxmq.core.ready import Ready
 from boxmq.errors import InvalidArgument
@@ -141,8 +139,7 @@ def test_due_gives_exactly_the_leases_past_their_deadline_through_rebuilds(
 ) -> None:
     """Against a plain dict of deadlines, with the rebuild's slack small enough that the
     heap is rebuilt often."""
-    with mock.patch.object(leases, "_STALE_SLACK", 4):
-        table = LeaseTable()
+    table = LeaseTable(stale_slack=4)
     model = dict[MessageId, float]()
     for step, key, time in steps:
         message_id = MessageId(f"m{key}")
