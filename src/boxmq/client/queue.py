@@ -222,7 +222,7 @@ class Queue:
         at their defaults: 11,000 fewer instructions per put (docs/benchmarks.md, XMPP)."""
         text = isinstance(body, str)
         data = body.encode() if isinstance(body, str) else bytes(body)
-        message_class = MessageClass.TEXT if text else MessageClass.BYTES
+        message_class = _TEXT if text else _BYTES
         return self._write_as(Envelope(self._ids.new(), 4, message_class, 0), data, True)
 
     def _write_as(
