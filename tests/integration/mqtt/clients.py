@@ -263,6 +263,14 @@ def paho_properties(kind: int, **values: object) -> Any:
     return props
 
 
+def keeper_target(server: RunningServer, filter: str) -> tuple[Paho, Path]:
+    """A persistent session `keeper` subscribed to `filter` at QoS 1, and the `target/` of
+    its subscription's dropbox, where a script may drop files for it."""
+    keeper = paho(server, "keeper", clean=False, expiry=300)
+    keeper.subscribe(filter, 1)
+    return keeper, next(server.root.glob("topic-root/*/.subscriptions/client.keeper/target"))
+
+
 def put_file(target: Path, name: str, body: bytes) -> None:
     """Drop a message file into a dropbox's `target/` as a script must: written in its
     `working/`, then renamed in whole (a file written in place may be taken half written)."""

@@ -9,15 +9,13 @@ import logging
 import time
 
 import pytest
-from tests.integration.mqtt.clients import WAIT, RunningServer, paho, put_file
+from tests.integration.mqtt.clients import WAIT, RunningServer, keeper_target, paho, put_file
 
 
 def test_a_file_without_a_topic_goes_out_on_a_filter_that_is_a_topic_name(
     server: RunningServer,
 ) -> None:
-    keeper = paho(server, "keeper", clean=False, expiry=300)
-    keeper.subscribe("sensors/kitchen", 1)
-    target = next(server.root.glob("topic-root/*/.subscriptions/client.keeper/target"))
+    keeper, target = keeper_target(server, "sensors/kitchen")
     put_file(target, "4.dropped-1.T", b"from a script")
     received = keeper.next()
     assert (received.topic, received.payload, received.qos) == (

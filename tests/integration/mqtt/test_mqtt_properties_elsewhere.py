@@ -27,6 +27,7 @@ from tests.integration.mqtt.clients import (
     WAIT,
     Paho,
     RunningServer,
+    keeper_target,
     mosquitto_tools,
     paho,
     paho_properties,
@@ -214,9 +215,7 @@ def _gather(members: dict[str, Paho], count: int) -> dict[str, list[Any]]:
 def test_a_message_whose_stored_properties_are_malformed_is_delivered_without_them(
     server: RunningServer,
 ) -> None:
-    keeper = paho(server, "keeper", clean=False, expiry=300)
-    keeper.subscribe("jobs/#", 1)
-    target = next(server.root.glob("topic-root/*/.subscriptions/client.keeper/target"))
+    keeper, target = keeper_target(server, "jobs/#")
     bad = [b"\x11\x00\x00\x00\x05", b"\x26\x00\x05ten", b"\x03\x00\x02\xff\xfe"]
     for i, raw in enumerate(bad):  # names edited by hand, dropped into its dropbox
         blob = base64.urlsafe_b64encode(raw).decode().rstrip("=")
@@ -305,9 +304,7 @@ def test_a_property_a_script_wrote_in_bytes_that_are_not_utf8_is_left_out_the_me
     `%FF` is no UTF-8 at all): MQTT cannot carry them (§1.5.4), so the subscriber gets the
     message with its topic and its other properties, without those two, and a warning for
     each names the message and the property."""
-    keeper = paho(server, "keeper", clean=False, expiry=300)
-    keeper.subscribe("jobs/#", 1)
-    target = next(server.root.glob("topic-root/*/.subscriptions/client.keeper/target"))
+    keeper, target = keeper_target(server, "jobs/#")
     name = "4.m1.T.....bx_topicS=jobs%2Fa&bx_qosY=1&tenantS=acme&kS=%ED%A0%80&n%FFS=v"
     with caplog.at_level(logging.WARNING, logger="boxmq"):
         put_file(target, name, b"whole")
