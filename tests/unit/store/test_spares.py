@@ -299,3 +299,109 @@ def test_a_deleted_spare_folder_costs_only_the_spares(tmp_path: Path) -> None:
     assert spares.write(b"body") is None
     write_new(str(tmp_path / "fresh"), b"body", spares)
     assert (tmp_path / "fresh").read_bytes() == b"body"
+
+
+# --- open own spares -------------------------------------------------------------------------
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def sent(spares: Spares, body: bytes, where: Path) -> Path:
+    """A put through an own spare, its file then moved on as a message's is (target/, then
+    processing/): where it now is."""
+    written = spares.write(body)
+    assert written is not None
+    os.rename(written, where)
+    return where
+
+
+def test_a_file_given_back_is_written_again_through_the_descriptor_its_put_left_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spares = Spares(str(tmp_path), "t")
+    spares.give(finished(tmp_path, "m0", b"the first spare"))
+    message = sent(spares, b"one", tmp_path / "processing" / "m1")
+    opened: list[str] = []
+    real_open = os.open
+
+    def counted(path: str, *args: int) -> int:
+        opened.append(path)
+        return real_open(path, *args)
+
+    monkeypatch.setattr(os, "open", counted)
+    assert spares.give(str(message))
+    again = spares.write(b"two")
+    assert again is not None
+    assert opened == []  # one pwrite, no open and close
+    assert Path(again).read_bytes() == b"two"
+
+
+def test_a_descriptor_left_open_by_another_pool_writes_only_its_own_file(tmp_path: Path) -> None:
+    """Pool a's put is acked by pool b, which writes another message into it; when a acks
+    that one, it writes through the descriptor it kept, into that same file, never another."""
+    a, b = Spares(str(tmp_path), "a"), Spares(str(tmp_path), "b")
+    a.give(finished(tmp_path, "a0", b"a's spare"))
+    b.give(finished(tmp_path, "b0", b"b's spare"))
+    first = sent(a, b"put by a", tmp_path / "processing" / "m1")  # a keeps it open
+    other = sent(b, b"put by b", tmp_path / "processing" / "m2")  # b's own spare
+    assert b.give(str(first))  # b acks a's message: b's spare now
+    second = sent(b, b"b again, longer", tmp_path / "processing" / "m3")  # into a's old file
+    assert os.stat(second).st_ino == os.stat(tmp_path / "processing" / "m3").st_ino
+    assert a.give(str(second))  # a acks it: the file a kept open comes back
+    third = sent(a, b"a!", tmp_path / "processing" / "m4")
+    assert third.read_bytes() == b"a!"
+    assert other.read_bytes() == b"put by b"
+
+
+def test_a_pool_keeps_a_bounded_number_of_files_open_and_closes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from boxmq.store import spares as module
+
+    monkeypatch.setattr(module, "_MOST_KEPT_FDS", 4)
+    spares = Spares(str(tmp_path), "t", limit=40)
+    for index in range(20):
+        spares.give(finished(tmp_path, f"m{index}", b"old"))
+    before = open_descriptors()
+    for index in range(20):  # messages another process will ack: they never come back
+        sent(spares, b"new", tmp_path / f"out{index}")
+    assert open_descriptors() == before + 4  # the newest four, for when they come back
+    spares.close()
+    assert open_descriptors() == before
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("ab"), st.binary(max_size=300), st.sampled_from("ab-")),
+        min_size=1,
+        max_size=50,
+    )
+)
+def test_two_pools_acking_each_other_s_messages_never_write_into_a_live_one(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, bytes, str]]
+) -> None:
+    """Two processes' pools put (through own spares, kept open, or new files) and ack ('-':
+    nobody this step) each other's messages at random: every live file holds exactly its
+    own body."""
+    root = tmp_path_factory.mktemp("spares")
+    (root / "processing").mkdir()
+    pools = {"a": Spares(str(root), "a", limit=6), "b": Spares(str(root), "b", limit=6)}
+    live: dict[Path, bytes] = {}
+    for index, (writer, body, acker) in enumerate(steps):
+        where = root / "processing" / f"m{index}"
+        if (written := pools[writer].write(body)) is not None:
+            os.rename(written, where)
+        else:
+            write_new(str(where), body, pools[writer])
+        live[where] = body
+        if acker != "-":
+            victim = sorted(live)[len(live) // 2]
+            assert pools[acker].give(str(victim))
+            del live[victim]
+        for path, expected in live.items():
+            assert path.read_bytes() == expected
+    for spares in pools.values():
+        spares.close()
