@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 import boxmq
@@ -366,7 +366,10 @@ def test_a_publication_offered_in_process_is_the_message_its_file_names(
             Publication("/".join(levels), body, qos, properties or None, expires)  # type: ignore[arg-type]
             for levels, qos, properties, expires, body in publications
         ]
-        ids = here.topics.publish_many(batch)
+        try:
+            ids = here.topics.publish_many(batch)
+        except boxmq.MetadataTooLong:  # escaped text takes up to 6 bytes a character: too long
+            reject()
         offered = {m.id: m for m in member.receive_ready()}
         assert sorted(offered) == sorted(ids)
         # The other member (the group ends with its last one) reads the files.
