@@ -13,10 +13,9 @@ from __future__ import annotations
 import os
 import random
 import threading
-import weakref
-from collections.abc import Callable
 
 from boxmq.clock import Clock
+from boxmq.forks import renew_in_children
 from boxmq.model import MessageId
 
 __all__ = ["IdFactory", "stamp_of"]
@@ -27,11 +26,11 @@ class IdFactory:
         self._clock = clock
         self._rng = rng or _seeded()
         if rng is None:
-            os.register_at_fork(after_in_child=_reseed_in_child(weakref.ref(self)))
+            renew_in_children(self)
         self._lock = threading.Lock()
         self._last = 0
 
-    def _reseed(self) -> None:
+    def renew_in_child(self) -> None:
         self._rng = _seeded()
         self._lock = threading.Lock()  # a lock held by another thread at fork stays held
 
@@ -52,15 +51,6 @@ def stamp_of(message_id: MessageId) -> int:
     """The epoch ms an id made by IdFactory carries (what model.timestamp_of reads from any
     id in DropboxMQ's shape), without checking the shape: the first 13 of its 16 digits."""
     return int(message_id[:13])
-
-
-def _reseed_in_child(factory: weakref.ref[IdFactory]) -> Callable[[], None]:
-    # A weak reference: the fork hook cannot be removed, and must not keep a closed box alive.
-    def reseed() -> None:
-        if (alive := factory()) is not None:
-            alive._reseed()
-
-    return reseed
 
 
 def _seeded() -> random.Random:

@@ -23,6 +23,7 @@ from boxmq.client.topics import Subscriber, Topics
 from boxmq.clock import Clock, SystemClock
 from boxmq.core import Dispatch, ExactlyOnceLimits, QueuePolicy
 from boxmq.errors import InvalidArgument, QueueNotFound
+from boxmq.forks import renew_in_children
 from boxmq.ids import IdFactory
 from boxmq.model import MessageId, Property, PropertyValue
 from boxmq.store.commit import Committer, FsyncPolicy
@@ -87,6 +88,18 @@ class Box:
         self.v5 = V5Reader(self.side_files)  # those properties, for readers that are not MQTT
         self._next_collect = 0.0  # when sweep() next looks for side files no message names
         self._door_folders: tuple[str, ...] = ()  # of the doors' own records (sweep_temporaries_in)
+        renew_in_children(self)
+
+    def renew_in_child(self) -> None:
+        """In a forked child: the consumers, subscriptions and locks of this box are the
+        parent's (its watchers' events, its locks' token); the child makes its own as it
+        uses the box, under its own token. A consumer made before the fork stays the
+        parent's: its use in the child is undefined (docs/python.md, "Processes")."""
+        self._lock = threading.Lock()
+        self._token = process_token()
+        self._live = {}
+        self._topics = None
+        self._intake = None
 
     @property
     def fsync(self) -> FsyncPolicy:

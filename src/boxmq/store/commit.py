@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from boxmq.forks import renew_in_children
 from boxmq.model import cheap_init
 from boxmq.store import libc
 from boxmq.store.fanout import send_through_pending
@@ -168,6 +169,15 @@ class Committer:
         self._closed = False
         self._thread: threading.Thread | None = None
         self.flushes = 0  # how many file-system flushes were made (group commit statistics)
+        renew_in_children(self)
+
+    def renew_in_child(self) -> None:
+        """In a forked child: the committing thread is the parent's (a child has none), as are
+        the moves waiting for it; the child starts its own when it first commits."""
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._pending = _Batch()
+        self._thread = None
 
     def commit(self, moves: Sequence[Move]) -> None:
         """Return once `moves` are done as durably as the policy promises.

@@ -49,8 +49,9 @@ import threading
 import time
 from collections.abc import Iterable
 
+from boxmq.forks import renew_in_children
 from boxmq.store import libc
-from boxmq.store.process import process_alive
+from boxmq.store.process import process_alive, process_token
 
 __all__ = ["SPARE_DIR", "Spares", "remove_file", "rename_noreplace", "write_new"]
 
@@ -106,9 +107,7 @@ class Spares:
     def __init__(self, root: str, token: str, *, limit: int = 256) -> None:
         self.path = os.path.join(root, SPARE_DIR)
         self.limit = limit
-        self._prefix = os.path.join(self.path, f"{token}.")
-        self._own_dir = os.path.join(self.path, f"{token}{_OWN}{next(_POOLS)}")
-        self._own_prefix = self._own_dir + os.sep
+        self._name_by(token)
         # Spares only this pool touches: (path, size, inode, open descriptor or _NO_FD).
         self._own: list[tuple[str, int, int, int]] = []
         # Files written through an own spare, now messages: inode -> descriptor, oldest first.
@@ -122,6 +121,24 @@ class Spares:
         self._adopted = False
         self._next_look = 0.0  # time.monotonic() when an empty pool may look in the folder
         self._lock = threading.Lock()
+        renew_in_children(self)
+
+    def _name_by(self, token: str) -> None:
+        """Name this pool's files by the process token `token`."""
+        self._prefix = os.path.join(self.path, f"{token}.")
+        self._own_dir = os.path.join(self.path, f"{token}{_OWN}{next(_POOLS)}")
+        self._own_prefix = self._own_dir + os.sep
+
+    def renew_in_child(self) -> None:
+        """In a forked child: the own spares, open or not, are the parent's, which writes
+        into them; the child starts with none, under its own token, and looks in the shared
+        pool for itself (a take there is a rename, which only one process wins)."""
+        self._lock = threading.Lock()  # another thread may have held it at the fork
+        _close_all(fd for *_, fd in self._own if fd != _NO_FD)  # the child's copies only
+        _close_all(self._open.values())
+        self._own, self._open, self._names = [], {}, []
+        self._next_look = 0.0
+        self._name_by(process_token())
 
     def write(self, body: bytes) -> str | None:
         """Write `body` into an own spare, in place, and return its path, for the caller to

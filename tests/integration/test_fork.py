@@ -1,0 +1,100 @@
+"""A Box opened before a fork, used in the child: never the parent's files, threads or locks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+import boxmq
+
+
+def warmed(root: Path, fsync: str) -> tuple[boxmq.Box, boxmq.Queue]:
+    """A box whose puts go through own spares kept open (two rounds of put and ack)."""
+    box = boxmq.open(root, fsync=fsync, keep_processed=False)
+    jobs = box.queue("jobs")
+    with jobs.consumer("warm", max_in_flight=50) as consumer:
+        for _ in range(2):
+            jobs.put_many([b"warm"] * 20)
+            for _ in range(20):
+                message = consumer.receive(timeout=5)
+                assert message is not None
+                message.ack()
+    return box, jobs
+
+
+def in_child(work: object) -> int:
+    """Fork; run `work()` in the child, exit 0 if it returned, 1 if it raised; the pid."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child's coverage is not collected)
+        code = 1
+        try:
+            work()  # type: ignore[operator]
+            code = 0
+        finally:
+            os._exit(code)
+    return pid
+
+
+def waited(pid: int, timeout: float = 30.0) -> int:
+    """The child's exit code; it is killed and the test fails if it has not exited in time
+    (a child whose commit waited for the parent's committing thread never would)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(f"the child did not exit in {timeout} s")
+
+
+@pytest.mark.parametrize("fsync", ["never", "always"])
+def test_parent_and_child_put_through_one_box_and_every_body_is_its_own(
+    tmp_path: Path, fsync: str
+) -> None:
+    """Before the child renewed the box, both wrote into the same spare files: a message
+    the parent had put carried the child's body."""
+    box, jobs = warmed(tmp_path, fsync)
+    try:
+        pid = in_child(lambda: [jobs.put(b"child %d" % n) for n in range(30)])
+        for n in range(30):
+            jobs.put(b"parent %d" % n)
+        assert waited(pid) == 0
+        target = tmp_path / "jobs" / "target"
+        bodies = sorted(path.read_bytes() for path in target.iterdir())
+        expected = sorted(
+            [b"child %d" % n for n in range(30)] + [b"parent %d" % n for n in range(30)]
+        )
+        assert bodies == expected
+    finally:
+        box.close()
+
+
+def test_a_child_receives_through_a_consumer_of_its_own(tmp_path: Path) -> None:
+    box, jobs = warmed(tmp_path, "never")
+    try:
+        jobs.put(b"for the child")
+
+        def consume() -> None:
+            with jobs.consumer("child") as consumer:
+                message = consumer.receive(timeout=5)
+                assert message is not None
+                assert message.body == b"for the child"
+                message.ack()
+            box.close()  # closes only what the child made
+
+        assert waited(in_child(consume)) == 0
+        assert box.queue("jobs").counts().ready == 0
+        jobs.put(b"the parent goes on")  # its spares and committer are untouched
+        with jobs.consumer("parent") as consumer:
+            message = consumer.receive(timeout=5)
+            assert message is not None
+            assert message.body == b"the parent goes on"
+            message.ack()
+    finally:
+        box.close()
