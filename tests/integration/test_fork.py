@@ -98,3 +98,27 @@ def test_a_child_receives_through_a_consumer_of_its_own(tmp_path: Path) -> None:
             message.ack()
     finally:
         box.close()
+
+
+def test_a_consumer_made_before_the_fork_is_refused_in_the_child(tmp_path: Path) -> None:
+    """It is the parent's: the child can neither receive through it nor settle its
+    messages, and the parent's lock stays where it is."""
+    box, jobs = warmed(tmp_path, "never")
+    try:
+        jobs.put(b"the parent's")
+        consumer = jobs.consumer("parent")
+        held = consumer.receive(timeout=5)
+        assert held is not None
+
+        def misuse() -> None:
+            with pytest.raises(boxmq.Closed, match="before this process was forked"):
+                consumer.receive(timeout=0)
+            with pytest.raises(boxmq.Closed, match="before this process was forked"):
+                held.ack()
+
+        assert waited(in_child(misuse)) == 0
+        assert len(os.listdir(tmp_path / "jobs" / "processing")) == 1  # still the parent's
+        held.ack()
+        consumer.close()
+    finally:
+        box.close()

@@ -94,9 +94,11 @@ class Box:
         """In a forked child: the consumers, subscriptions and locks of this box are the
         parent's (its watchers' events, its locks' token); the child makes its own as it
         uses the box, under its own token. A consumer made before the fork stays the
-        parent's: its use in the child is undefined (docs/python.md, "Processes")."""
+        parent's: in the child it raises Closed (docs/python.md, "Processes")."""
         self._lock = threading.Lock()
         self._token = process_token()
+        for live in self._live.values():
+            live.abandon_in_child()
         self._live = {}
         self._topics = None
         self._intake = None

@@ -116,6 +116,8 @@ class LiveQueue:
         self._next_scan = 0.0
         self._next_sweep = 0.0
         self._closed = False
+        self._closed_why = "is closed"
+        self._forked = False  # abandoned in a forked child: every use is refused
 
     # -- consumers ---------------------------------------------------------------------------
 
@@ -173,7 +175,7 @@ class LiveQueue:
 
     def _check_open(self, consumer: ConsumerId) -> None:
         if consumer not in self._inbox or self._closed:
-            raise Closed(f"consumer {consumer!r} of {self.name!r} is closed")
+            raise Closed(f"consumer {consumer!r} of {self.name!r} {self._closed_why}")
 
     # -- settling (XEP-0254 §2.3, §2.4) ----------------------------------------------------------
 
@@ -181,6 +183,8 @@ class LiveQueue:
         # _settle's work with the Finish applied straight (one ack per message): no lambda,
         # no _apply and its look at the effect's type.
         with self._mutex:
+            if self._forked:
+                raise Closed(f"consumer {consumer!r} of {self.name!r} {self._closed_why}")
             now = self._clock.now()
             if expired := self._engine.expire(now=now):  # a late answer finds its lock gone
                 self._apply_all(expired)
@@ -202,11 +206,26 @@ class LiveQueue:
 
     def _settle(self, decide: _Decision) -> None:
         with self._mutex:
+            if self._forked:
+                raise Closed(f"{self.name!r}: {self._closed_why}")
             now = self._clock.now()
             if expired := self._engine.expire(now=now):  # a late answer finds its lock gone
                 self._apply_all(expired)
             self._apply(decide(now))
             self._wake_others()
+
+    def abandon_in_child(self) -> None:
+        """In a forked child: this queue's locks and watcher are the parent's. Stop watching
+        (the parent keeps every event) and refuse every use, without releasing a lock on
+        disk, which close() would do."""
+        self._mutex = threading.RLock()  # another thread may have held it at the fork
+        self._cond = threading.Condition(self._mutex)
+        self._closed = self._forked = True
+        self._closed_why = (
+            "was made before this process was forked: it is the parent's; "
+            "make a new consumer in this process"
+        )
+        self._watcher.close()
 
     def close(self) -> None:
         with self._mutex:
