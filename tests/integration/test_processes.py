@@ -15,7 +15,7 @@ from types import ModuleType
 import pytest
 
 import boxmq
-from boxmq.store.names import decode
+from boxmq.store.names import decode, split_lock
 
 WORKER = str(Path(__file__).with_name("worker.py"))
 pytestmark = pytest.mark.slow
@@ -136,6 +136,39 @@ def test_a_producer_killed_during_group_commit_loses_nothing_it_acknowledged(
         report = box.sweep()["jobs"]
     assert report.abandoned == len(leftovers)
     assert not list((root / "jobs" / "working").iterdir())
+
+
+def test_a_process_writing_into_its_open_spares_killed_loses_and_mixes_nothing(
+    root: Path, tmp_path: Path, start: Callable[..., subprocess.Popen[str]]
+) -> None:
+    """Puts and acks in one process, so that its acked files are spares kept open and written
+    again by its puts (bodies of two pages): killed anywhere, every put it did not ack is on
+    disk with exactly its own body, and no file holds another message's body."""
+    log = tmp_path / "cycle.log"
+    worker = start("cycle", str(root), "jobs", str(log))
+    wait_for_line(worker, "cycling")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (not log.exists() or log.read_text().count("A ") < 600):
+        time.sleep(0.05)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=10)
+
+    lines = [line.split() for line in log.read_text().splitlines()]
+    put = {words[1]: int(words[2]) for words in lines if len(words) == 3 and words[0] == "P"}
+    acked = {words[1] for words in lines if len(words) == 2 and words[0] == "A"}
+    assert len(acked) >= 600  # the spares were reused many times over
+    on_disk = {}
+    for state in ("target", "processing"):
+        for path in (root / "jobs" / state).iterdir():
+            on_disk[decode(split_lock(path.name)[0]).message_id] = path
+    for message_id, index in put.items():
+        if message_id not in acked:
+            assert message_id in on_disk, f"put #{index} returned, is neither acked nor on disk"
+    for message_id, path in on_disk.items():
+        body = path.read_bytes()
+        assert body == body_for(int(body.split(b":")[0])), f"{message_id}: a torn body"
+        if message_id in put:
+            assert body == body_for(put[message_id]), f"{message_id}: another message's body"
 
 
 def test_a_killed_share_group_member_s_messages_go_to_the_other_members(

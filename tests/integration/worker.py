@@ -6,6 +6,7 @@ python worker.py consume ROOT QUEUE NAME OUT --gate G   # say "ready", start onc
 python worker.py produce ROOT QUEUE OUT THREADS         # put until killed; log what returned
 python worker.py member ROOT FILTER NAME OUT N          # join a share group, lock N, hang
 python worker.py assure ROOT QUEUE OUT                  # assured+deliver 0, 1, ... until killed
+python worker.py cycle ROOT QUEUE OUT                   # put two, ack one, ... until killed
 """
 
 from __future__ import annotations
@@ -76,6 +77,29 @@ def assure(root: str, queue: str, out: str) -> None:
             log.flush()
 
 
+def cycle(root: str, queue: str, out: str) -> None:
+    """Put two messages and ack one, again and again: the acked files become spares (kept
+    open) that later puts write into. Each step is logged only after it returned."""
+    with (
+        boxmq.open(root, fsync="always", keep_processed=False) as box,
+        open(out, "a") as log,
+        box.queue(queue).consumer("cycler", max_in_flight=10**6, lock_timeout=600) as consumer,
+    ):
+        jobs = box.queue(queue)
+        print("cycling", flush=True)
+        end = time.monotonic() + MAX_RUN
+        index = 0
+        while time.monotonic() < end:
+            for _ in range(2):
+                log.write(f"P {jobs.put(body_for(index))} {index}\n")
+                index += 1
+            message = consumer.receive(timeout=10)
+            assert message is not None
+            message.ack()
+            log.write(f"A {message.id}\n")
+            log.flush()
+
+
 def body_for(index: int) -> bytes:
     return (f"{index}:" + "x" * 4000).encode()  # several pages: a torn write would show
 
@@ -113,6 +137,8 @@ if __name__ == "__main__":
         consume(rest[0], rest[1], rest[2], rest[3], hold, options.get("--gate"))
     elif command == "assure":
         assure(rest[0], rest[1], rest[2])
+    elif command == "cycle":
+        cycle(rest[0], rest[1], rest[2])
     elif command == "member":
         member(rest[0], rest[1], rest[2], rest[3], int(rest[4]))
     else:
