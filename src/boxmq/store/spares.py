@@ -246,6 +246,8 @@ class Spares:
             kept = self._keep(path, self._own_dir, self._own_prefix)
             if isinstance(kept, str):
                 self._own.append((kept, status.st_size, status.st_ino, fd))
+                if self._closed:  # close() ran in another thread meanwhile: hand it over too
+                    self._hand_over_own()
                 return True
         else:
             kept = self._keep(path, self.path, self._prefix)
@@ -275,6 +277,13 @@ class Spares:
         """Hand the own spares to the shared pool (other processes may take them from there)
         and remove the own folder; later retirements go to the shared pool."""
         self._closed = True
+        self._hand_over_own()
+        with self._lock:
+            _close_all(self._open.values())
+            self._open.clear()
+
+    def _hand_over_own(self) -> None:
+        """Rename every own spare into the shared pool, and remove the own folder."""
         while self._own:
             try:
                 path, _, _, fd = self._own.pop()
@@ -285,9 +294,6 @@ class Spares:
                 os.rename(path, self._prefix + str(next(self._numbers)))
         with contextlib.suppress(OSError):
             os.rmdir(self._own_dir)
-        with self._lock:
-            _close_all(self._open.values())
-            self._open.clear()
 
     def _adopt(self) -> None:
         """Once: take on the spares in the folder, those of ended processes' own folders

@@ -292,6 +292,27 @@ def test_closing_hands_the_own_spares_to_the_other_processes(tmp_path: Path) -> 
     assert os.listdir(tmp_path / SPARE_DIR) == []
 
 
+def test_an_ack_racing_close_still_hands_its_spare_to_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() in another thread between an ack's choice of the own pool and its rename
+    there: the file must not stay in an own folder nobody takes from until the process
+    ends."""
+    spares = Spares(str(tmp_path), process_token())
+    real_keep = spares._keep
+
+    def close_meanwhile(path: str, folder: str, prefix: str) -> str | bool:
+        kept = real_keep(path, folder, prefix)
+        spares.close()  # the other thread's close, just after the rename
+        return kept
+
+    monkeypatch.setattr(spares, "_keep", close_meanwhile)
+    assert spares.give(finished(tmp_path, "m", b"old"))
+    assert [entry.is_file() for entry in os.scandir(tmp_path / SPARE_DIR)] == [True]
+    staying = Spares(str(tmp_path), "staying")
+    assert staying.take(str(tmp_path / "taken")) is not None
+
+
 def test_a_deleted_spare_folder_costs_only_the_spares(tmp_path: Path) -> None:
     spares = Spares(str(tmp_path), "t")
     spares.give(finished(tmp_path, "m", b"old"))
