@@ -110,19 +110,27 @@ def test_a_killed_consumer_s_locks_go_to_another_consumer(
     assert {i for i, count in got.items() if count == 2} == held  # the victim's, delivered again
 
 
+def kill_once_logged(
+    process: subprocess.Popen[str], log: Path, enough: Callable[[str], bool]
+) -> str:
+    """SIGKILL `process` as soon as its log is `enough` (or after 20 s); the log then."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (not log.exists() or not enough(log.read_text())):
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=10)
+    return log.read_text()
+
+
 def test_a_producer_killed_during_group_commit_loses_nothing_it_acknowledged(
     root: Path, tmp_path: Path, start: Callable[..., subprocess.Popen[str]]
 ) -> None:
     log = tmp_path / "put.log"
     producer = start("produce", str(root), "jobs", str(log), "8")
     wait_for_line(producer, "producing")
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and (not log.exists() or len(log.read_text()) < 20_000):
-        time.sleep(0.05)
-    producer.send_signal(signal.SIGKILL)
-    producer.wait(timeout=10)
+    written = kill_once_logged(producer, log, lambda text: len(text) >= 20_000)
 
-    acknowledged = dict(line.split() for line in log.read_text().splitlines() if " " in line)
+    acknowledged = dict(line.split() for line in written.splitlines() if " " in line)
     assert len(acknowledged) > 100
     target = root / "jobs" / "target"
     on_disk = {decode(p.name).message_id: p for p in target.iterdir()}
@@ -147,13 +155,9 @@ def test_a_process_writing_into_its_open_spares_killed_loses_and_mixes_nothing(
     log = tmp_path / "cycle.log"
     worker = start("cycle", str(root), "jobs", str(log))
     wait_for_line(worker, "cycling")
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and (not log.exists() or log.read_text().count("A ") < 600):
-        time.sleep(0.05)
-    worker.send_signal(signal.SIGKILL)
-    worker.wait(timeout=10)
+    written = kill_once_logged(worker, log, lambda text: text.count("A ") >= 600)
 
-    lines = [line.split() for line in log.read_text().splitlines()]
+    lines = [line.split() for line in written.splitlines()]
     put = {words[1]: int(words[2]) for words in lines if len(words) == 3 and words[0] == "P"}
     acked = {words[1] for words in lines if len(words) == 2 and words[0] == "A"}
     assert len(acked) >= 600  # the spares were reused many times over
@@ -206,12 +210,7 @@ def test_exactly_once_survives_a_sigkill_between_and_within_its_steps(
     log = tmp_path / "steps.log"
     sender = start("assure", str(root), "counts", str(log))
     wait_for_line(sender, "assuring")
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and (not log.exists() or log.read_text().count("D") < 50):
-        time.sleep(0.02)
-    sender.send_signal(signal.SIGKILL)
-    sender.wait(timeout=10)
-    steps = log.read_text().split("\n")
+    steps = kill_once_logged(sender, log, lambda text: text.count("D") >= 50).split("\n")
     assured = {int(line[2:]) for line in steps if line.startswith("A ")}
     assert len(assured) >= 50
     last = max(assured) + 1  # may have been stored without its log line: retried as well
