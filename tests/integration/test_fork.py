@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,13 +27,13 @@ def warmed(root: Path, fsync: str) -> tuple[boxmq.Box, boxmq.Queue]:
     return box, jobs
 
 
-def in_child(work: object) -> int:
+def in_child(work: Callable[[], object]) -> int:
     """Fork; run `work()` in the child, exit 0 if it returned, 1 if it raised; the pid."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover (the child's coverage is not collected)
         code = 1
         try:
-            work()  # type: ignore[operator]
+            work()
             code = 0
         finally:
             os._exit(code)

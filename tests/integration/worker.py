@@ -80,24 +80,21 @@ def assure(root: str, queue: str, out: str) -> None:
 def cycle(root: str, queue: str, out: str) -> None:
     """Put two messages and ack one, again and again: the acked files become spares (kept
     open) that later puts write into. Each step is logged only after it returned."""
-    with (
-        boxmq.open(root, fsync="always", keep_processed=False) as box,
-        open(out, "a") as log,
-        box.queue(queue).consumer("cycler", max_in_flight=10**6, lock_timeout=600) as consumer,
-    ):
+    with boxmq.open(root, fsync="always", keep_processed=False) as box, open(out, "a") as log:
         jobs = box.queue(queue)
-        print("cycling", flush=True)
-        end = time.monotonic() + MAX_RUN
-        index = 0
-        while time.monotonic() < end:
-            for _ in range(2):
-                log.write(f"P {jobs.put(body_for(index))} {index}\n")
-                index += 1
-            message = consumer.receive(timeout=10)
-            assert message is not None
-            message.ack()
-            log.write(f"A {message.id}\n")
-            log.flush()
+        with jobs.consumer("cycler", max_in_flight=10**6, lock_timeout=600) as consumer:
+            print("cycling", flush=True)
+            end = time.monotonic() + MAX_RUN
+            index = 0
+            while time.monotonic() < end:
+                for _ in range(2):
+                    log.write(f"P {jobs.put(body_for(index))} {index}\n")
+                    index += 1
+                message = consumer.receive(timeout=10)
+                assert message is not None
+                message.ack()
+                log.write(f"A {message.id}\n")
+                log.flush()
 
 
 def body_for(index: int) -> bytes:

@@ -116,7 +116,6 @@ class LiveQueue:
         self._next_scan = 0.0
         self._next_sweep = 0.0
         self._closed = False
-        self._closed_why = "is closed"
         self._forked = False  # abandoned in a forked child: every use is refused
 
     # -- consumers ---------------------------------------------------------------------------
@@ -134,7 +133,7 @@ class LiveQueue:
         """New limits for an attached consumer: more room is used at its next receive."""
         with self._mutex:
             if consumer not in self._inbox:
-                raise Closed(f"consumer {consumer!r} of {self.name!r} is closed")
+                raise self._closed_error(consumer)
             self._engine.add_consumer(
                 consumer, max_in_flight=max_in_flight, lock_timeout=lock_timeout
             )
@@ -175,7 +174,15 @@ class LiveQueue:
 
     def _check_open(self, consumer: ConsumerId) -> None:
         if consumer not in self._inbox or self._closed:
-            raise Closed(f"consumer {consumer!r} of {self.name!r} {self._closed_why}")
+            raise self._closed_error(consumer)
+
+    def _closed_error(self, consumer: ConsumerId) -> Closed:
+        if self._forked:
+            return Closed(
+                f"consumer {consumer!r} of {self.name!r} was made before this process was "
+                "forked: it is the parent's; make a new consumer in this process"
+            )
+        return Closed(f"consumer {consumer!r} of {self.name!r} is closed")
 
     # -- settling (XEP-0254 §2.3, §2.4) ----------------------------------------------------------
 
@@ -184,7 +191,7 @@ class LiveQueue:
         # no _apply and its look at the effect's type.
         with self._mutex:
             if self._forked:
-                raise Closed(f"consumer {consumer!r} of {self.name!r} {self._closed_why}")
+                raise self._closed_error(consumer)
             now = self._clock.now()
             if expired := self._engine.expire(now=now):  # a late answer finds its lock gone
                 self._apply_all(expired)
@@ -194,20 +201,24 @@ class LiveQueue:
             self._wake_others()
 
     def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> None:
-        self._settle(lambda now: self._engine.unlock(message_id, consumer, now=now, delay=delay))
+        self._settle(
+            consumer,
+            lambda now: self._engine.unlock(message_id, consumer, now=now, delay=delay),
+        )
 
     def reject(self, message_id: MessageId, consumer: ConsumerId) -> None:
-        self._settle(lambda now: self._engine.reject(message_id, consumer, now=now))
+        self._settle(consumer, lambda now: self._engine.reject(message_id, consumer, now=now))
 
     def extend(self, message_id: MessageId, consumer: ConsumerId, seconds: float | None) -> None:
         self._settle(
-            lambda now: self._engine.extend(message_id, consumer, now=now, seconds=seconds)
+            consumer,
+            lambda now: self._engine.extend(message_id, consumer, now=now, seconds=seconds),
         )
 
-    def _settle(self, decide: _Decision) -> None:
+    def _settle(self, consumer: ConsumerId, decide: _Decision) -> None:
         with self._mutex:
             if self._forked:
-                raise Closed(f"{self.name!r}: {self._closed_why}")
+                raise self._closed_error(consumer)
             now = self._clock.now()
             if expired := self._engine.expire(now=now):  # a late answer finds its lock gone
                 self._apply_all(expired)
@@ -221,10 +232,6 @@ class LiveQueue:
         self._mutex = threading.RLock()  # another thread may have held it at the fork
         self._cond = threading.Condition(self._mutex)
         self._closed = self._forked = True
-        self._closed_why = (
-            "was made before this process was forked: it is the parent's; "
-            "make a new consumer in this process"
-        )
         self._watcher.close()
 
     def close(self) -> None:

@@ -242,19 +242,19 @@ class Spares:
         if status.st_nlink > 1 or status.st_size > _LARGEST:
             _close(fd)
             return remove_file(path)  # another dropbox still links this body: never write into it
-        if own:
-            kept = self._keep(path, self._own_dir, self._own_prefix)
-            if isinstance(kept, str):
-                self._own.append((kept, status.st_size, status.st_ino, fd))
-                if self._closed:  # close() ran in another thread meanwhile: hand it over too
-                    self._hand_over_own()
-                return True
-        else:
-            kept = self._keep(path, self.path, self._prefix)
-            if isinstance(kept, str):
-                self._names.append((kept, status.st_size))
-        _close(fd)  # a shared spare is another process's to take
-        return kept if isinstance(kept, bool) else True
+        folder, prefix = (self._own_dir, self._own_prefix) if own else (self.path, self._prefix)
+        kept = self._keep(path, folder, prefix)
+        if not isinstance(kept, str):
+            _close(fd)
+            return kept  # True: removed instead; False: it was gone
+        if not own:
+            self._names.append((kept, status.st_size))
+            _close(fd)  # a shared spare is another process's to take
+            return True
+        self._own.append((kept, status.st_size, status.st_ino, fd))
+        if self._closed:  # close() ran in another thread meanwhile: hand it over too
+            self._hand_over_own()
+        return True
 
     def _keep(self, path: str, folder: str, prefix: str) -> str | bool:
         """Rename `path` into `folder` as a spare: its new path; else whether `path` was
