@@ -1,5 +1,9 @@
 # The two commands a user needs are `make run` and `make test`; both install what they need first.
-PYTHON ?= python3
+# The interpreter the venv is made with. Debian's python3.11 is built with profile-guided and
+# link-time optimisation into one binary; pyenv's default build (python3 on this machine's PATH)
+# loads libpython as a shared library and costs boxmq a fifth more CPU per message
+# (docs/benchmarks.md, "The interpreter"). `make PYTHON=python3.12 ...` picks another.
+PYTHON ?= $(firstword $(wildcard /usr/bin/python3.11) python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 DATA   ?= ./data

@@ -20,6 +20,7 @@ entries. docs/benchmarks.md has a measured table and what limits each number.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import resource
 import shutil
@@ -33,6 +34,7 @@ from enum import Enum
 from multiprocessing import get_context
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
+from pathlib import Path
 
 QUEUE = "bench"
 ROUND = 100  # put_many's batch; persist-queue also clears its acked rows every ROUND acks
@@ -678,6 +680,13 @@ def _legend(rows: Sequence[Row]) -> list[str]:
     return legend
 
 
+def _interpreter() -> str:
+    """The CPython that runs this, and how it links libpython (statically: ~20 % faster)."""
+    linked = "shared" if "libpython" in Path("/proc/self/maps").read_text() else "static"
+    where = os.path.realpath(sys.executable)
+    return f"Python {sys.version.split()[0]} ({where}, libpython {linked})"
+
+
 def _machine(directory: str) -> list[str]:
     import sqlite3
     from importlib.metadata import PackageNotFoundError, version
@@ -689,8 +698,8 @@ def _machine(directory: str) -> list[str]:
             return "not installed"
 
     return [
-        f"machine: {os.cpu_count()} cores, Linux {os.uname().release}, "
-        f"Python {sys.version.split()[0]}; {_filesystem(directory)}",
+        f"machine: {os.cpu_count()} cores, Linux {os.uname().release}; {_filesystem(directory)}",
+        _interpreter(),
         f"boxmq {installed('boxmq')}, persist-queue {installed('persist-queue')}, "
         f"SQLite {sqlite3.sqlite_version}",
     ]
@@ -772,6 +781,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--messages must be at least {2 * ROUND}")
     if args.size < TAG:
         parser.error(f"--size must be at least {TAG}: the head of a body names the message")
+    if importlib.util.find_spec("persistqueue") is None:
+        parser.error("persist-queue, the reference, is missing: run `make bench` once")
     base = os.path.join(
         os.path.abspath(args.dir), f"store-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     )
