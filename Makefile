@@ -3,7 +3,8 @@
 # link-time optimisation into one binary; pyenv's default build (python3 on this machine's PATH)
 # loads libpython as a shared library and costs boxmq a fifth more CPU per message
 # (docs/benchmarks.md, "The interpreter"). `make PYTHON=python3.12 ...` picks another.
-PYTHON ?= $(firstword $(wildcard /usr/bin/python3.11) python3)
+DEBIAN_PYTHON := /usr/bin/python3.11
+PYTHON ?= $(shell $(DEBIAN_PYTHON) -c 'import ensurepip, venv' 2>/dev/null && echo $(DEBIAN_PYTHON) || echo python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 DATA   ?= ./data
