@@ -1,7 +1,7 @@
 # The two commands a user needs are `make run` and `make test`; both install what they need first.
 # The interpreter the venv is made with. Debian's python3.11 is built with profile-guided and
 # link-time optimisation into one binary; pyenv's default build (python3 on this machine's PATH)
-# loads libpython as a shared library and costs boxmq a fifth more CPU per message
+# loads libpython as a shared library and costs boxmq a quarter more user CPU per message
 # (docs/benchmarks.md, "The interpreter"). `make PYTHON=python3.12 ...` picks another.
 DEBIAN_PYTHON := /usr/bin/python3.11
 PYTHON ?= $(shell $(DEBIAN_PYTHON) -c 'import ensurepip, venv' 2>/dev/null && echo $(DEBIAN_PYTHON) || echo python3)
