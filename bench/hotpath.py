@@ -25,13 +25,12 @@ import itertools
 import os
 import resource
 import shutil
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import boxmq
 from boxmq.client.topics import Publication
+from machine import interpreter
 
 BODY = b"x" * 200
 
@@ -169,13 +168,6 @@ def floor_loop(root: str, messages: int) -> None:
     _report("floor", messages, started, cpu)
 
 
-def _interpreter() -> str:
-    """The CPython that runs this, and how it links libpython (statically: ~20 % faster)."""
-    linked = "shared" if "libpython" in Path("/proc/self/maps").read_text() else "static"
-    where = os.path.realpath(sys.executable)
-    return f"Python {sys.version.split()[0]} ({where}, libpython {linked})"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20_000)
@@ -185,7 +177,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.messages % 10:
         parser.error("--messages must be a multiple of 10 (share publishes ten at a time)")
-    print(_interpreter())
+    print(interpreter())
     root = tempfile.mkdtemp(prefix="hotpath-", dir=args.dir)
     try:
         loop = share_loop if args.path == "share" else boxmq_loop

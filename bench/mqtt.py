@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from machine import interpreter
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"  # brokers' folders and logs while they run; removed afterwards
 VENV_BIN = Path(sys.executable).parent
@@ -369,13 +371,6 @@ def _goals(results: list[Result], unavailable: dict[str, str]) -> list[str]:
     return lines
 
 
-def _interpreter() -> str:
-    """The CPython that runs this, and how it links libpython (statically: ~20 % faster)."""
-    linked = "shared" if "libpython" in Path("/proc/self/maps").read_text() else "static"
-    where = os.path.realpath(sys.executable)
-    return f"Python {sys.version.split()[0]} ({where}, libpython {linked})"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a tenth of the messages")
@@ -397,7 +392,7 @@ def main() -> int:
     names = [n.strip() for n in args.brokers.split(",")]
     unavailable = {n: why for n in names if (why := _unavailable(n, args.fsync))}
     print(f"load average at start: {Path('/proc/loadavg').read_text().split()[:3]}")
-    print(f"boxmq fsync={args.fsync}; {os.cpu_count()} CPUs; {_interpreter()}")
+    print(f"boxmq fsync={args.fsync}; {os.cpu_count()} CPUs; {interpreter()}")
     for name, why in unavailable.items():
         print(f"{name}: not available: {why}")
     results: list[Result] = []

@@ -34,7 +34,8 @@ from enum import Enum
 from multiprocessing import get_context
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
-from pathlib import Path
+
+from machine import interpreter
 
 QUEUE = "bench"
 ROUND = 100  # put_many's batch; persist-queue also clears its acked rows every ROUND acks
@@ -680,13 +681,6 @@ def _legend(rows: Sequence[Row]) -> list[str]:
     return legend
 
 
-def _interpreter() -> str:
-    """The CPython that runs this, and how it links libpython (statically: ~20 % faster)."""
-    linked = "shared" if "libpython" in Path("/proc/self/maps").read_text() else "static"
-    where = os.path.realpath(sys.executable)
-    return f"Python {sys.version.split()[0]} ({where}, libpython {linked})"
-
-
 def _machine(directory: str) -> list[str]:
     import sqlite3
     from importlib.metadata import PackageNotFoundError, version
@@ -699,7 +693,7 @@ def _machine(directory: str) -> list[str]:
 
     return [
         f"machine: {os.cpu_count()} cores, Linux {os.uname().release}; {_filesystem(directory)}",
-        _interpreter(),
+        interpreter(),
         f"boxmq {installed('boxmq')}, persist-queue {installed('persist-queue')}, "
         f"SQLite {sqlite3.sqlite_version}",
     ]
