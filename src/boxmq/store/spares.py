@@ -347,13 +347,7 @@ def write_new(path: str, body: bytes, spares: Spares | None) -> None:
     FileExistsError if `path` exists; on any error nothing is left at `path`."""
     old_size = None if spares is None else spares.take(path)
     fd = os.open(path, _CREATE, 0o644) if old_size is None else os.open(path, _REWRITE)
-    _write_over(fd, path, body, old_size or 0)
-
-
-def _write_over(fd: int, path: str, body: bytes, old_size: int) -> None:
-    """Write `body` through `fd` (the file `path`, `old_size` bytes long), cut it to the
-    body's length, and close it; on any error delete `path` and raise."""
-    _rewrite(fd, path, body, old_size)
+    _rewrite(fd, path, body, old_size or 0)
     os.close(fd)
 
 
