@@ -92,9 +92,10 @@ class Connection:
         """The packets in `data` (and what was left from before), checked."""
         return list(self.packets(data, now))
 
-    def packets(self, data: bytes, now: float) -> Iterator[Packet]:
+    def packets(self, data: bytes | memoryview, now: float) -> Iterator[Packet]:
         """As `receive`, one at a time: a bad packet raises only once those before it were
-        taken, so a server acts on them as it would have had they come alone."""
+        taken, so a server acts on them as it would have had they come alone. A view is
+        copied before this returns: its buffer may take the next read at once."""
         self.last_heard = now
         self._reader.receive(data)
         return map(self._packet, self._reader.frames())

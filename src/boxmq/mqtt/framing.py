@@ -169,7 +169,9 @@ class FrameReader:
 
     Data is kept as the chunks it came in, and joined only when a frame needs bytes from more
     than one of them: a frame inside one chunk is sliced out of it once, and a large frame
-    arriving in many chunks is joined once, when its last byte has come.
+    arriving in many chunks is joined once, when its last byte has come. A chunk given as a
+    bytearray or a view is copied before `receive` returns: the server reads every socket
+    into one buffer and reuses it for the next read.
     """
 
     __slots__ = ("_buffer", "_later", "_later_size", "_pos", "max_packet_size")
@@ -183,7 +185,7 @@ class FrameReader:
 
     def receive(self, data: bytes | bytearray | memoryview) -> None:
         if data:
-            self._later.append(bytes(data))  # no copy for bytes, one for a bytearray or view
+            self._later.append(bytes(data))  # no copy for bytes; a view's buffer is reused
             self._later_size += len(data)
 
     def buffered(self) -> int:
