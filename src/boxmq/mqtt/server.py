@@ -39,8 +39,8 @@ _WRITE_HIGH: Final = 4 << 20  # bytes buffered for a client before it counts as 
 
 
 class _Protocol(asyncio.BufferedProtocol):
-    """One client socket; implements the broker's `Link`. `buffer` is the loop's read buffer,
-    shared with the server's other sockets: nothing may keep a view of it past a read."""
+    """One client socket; implements the broker's `Link`. `buffer` is the server's read
+    buffer, shared by all its sockets: nothing may keep a view of it past a read."""
 
     def __init__(self, broker: Broker, clock: Clock, buffer: memoryview) -> None:
         self._broker = broker
