@@ -9,6 +9,17 @@ Invariants:
 - Past `_BACKLOG_HIGH` jobs waiting, the client is not read, until they halve (and no
   SUBSCRIBE holds its packets back).
 - A batch's answers are given even for a client gone: its messages still go on.
+- Under fsync=always, a batch that a read begins for a client that `gathers` waits
+  `gather` seconds first, and takes what else the client sent meanwhile: one commit instead
+  of two. A client gathers once it was seen to send while its batch was committing (what
+  came then is begun at once, when the batch ends); it stops when a wait brought nothing.
+  So a client that sends one message and waits for its answer never waits here.
+
+Why: `mosquitto_pub` (Nagle's algorithm on) sends the first PUBLISH of a window and holds
+the rest until TCP acknowledges it, which the broker's kernel did only with the PUBACK, after
+the commit: each window of 20 came as 1, then 19, and took two commits. The reads of disk
+work are now acknowledged at once (`Link.acknowledge_reads`), and the wait joins the rest to
+the first (docs/benchmarks.md, "The share group's round trip, traced").
 """
 
 from __future__ import annotations
@@ -22,34 +33,60 @@ from typing import Final
 from boxmq.client.box import Box
 from boxmq.mqtt.clients import Client, name_of
 from boxmq.mqtt.disk import log_store_failures, run_all
+from boxmq.store.commit import FsyncPolicy
 
 __all__ = ["Batches"]
 
 log = logging.getLogger("boxmq.mqtt")
 
 _BACKLOG_HIGH: Final = 4096  # disk jobs waiting for one client before we stop reading it
+GATHER: Final = 0.00015  # seconds a gathering client waits: about a round trip on loopback
 
 
 class Batches:
     """The clients' batches running. `after` runs on the loop once a batch is done (the
     broker takes more messages out of the dropboxes and writes to its clients)."""
 
-    def __init__(self, box: Box, pool: Executor, after: Callable[[], None]) -> None:
+    def __init__(
+        self, box: Box, pool: Executor, after: Callable[[], None], *, gather: float = GATHER
+    ) -> None:
         self._box = box  # its topics are made on first use
         self._pool = pool
         self._after = after
         self._working: set[Client] = set()  # clients with a disk batch running, gone or not
+        # Only a commit that waits for the disk is worth waiting for more to join it.
+        self._gather = gather if box.fsync is FsyncPolicy.ALWAYS else 0.0
+        self._gathering: dict[Client, asyncio.TimerHandle] = {}  # waiting to begin
 
     def start(self, client: Client) -> None:
         """Run the client's waiting disk work as one batch (`disk.run_all`). One batch runs
         at a time per client, so its messages keep their order; what arrives meanwhile waits
         and goes in the next one. A batch is thus as large as the disk is slow: under
         `always` one group commit answers a whole publisher window, not one message."""
-        if client.tail is not None:
+        if self._gather:
+            client.link.acknowledge_reads()  # the answer waits for the disk; TCP's need not
+        if client.tail is not None or client in self._gathering:
             if len(client.jobs) >= _BACKLOG_HIGH and not client.paused:
                 client.paused = True
                 client.link.pause_reading()
             return
+        if client.gathers and self._gather:
+            loop = asyncio.get_running_loop()
+            timer = loop.call_later(self._gather, self._gathered, client, len(client.jobs))
+            self._gathering[client] = timer
+            return
+        self._begin(client)
+
+    def _gathered(self, client: Client, before: int) -> None:
+        """A gathering client's wait is over: its batch begins with what it holds now."""
+        del self._gathering[client]
+        if len(client.jobs) == before:
+            client.gathers = False  # nothing more came: the next batch does not wait
+        if client.jobs:
+            self._begin(client)
+
+    def _begin(self, client: Client) -> None:
+        """Run what the client holds as one batch, now."""
         jobs, client.jobs = client.jobs, []
         tail: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         client.tail = tail
@@ -73,8 +110,9 @@ class Batches:
     def _finished(self, client: Client) -> None:
         client.tail = None
         self._working.discard(client)
-        if client.jobs:
-            self.start(client)
+        if client.jobs:  # sent while the batch was committing: gathered already
+            client.gathers = True
+            self._begin(client)
         if client.paused and len(client.jobs) < _BACKLOG_HIGH // 2 and client.held is None:
             client.paused = False
             client.link.resume_reading()
@@ -82,5 +120,9 @@ class Batches:
 
     async def wait_all(self) -> None:
         """Until no batch runs (shutting down: everything acknowledged is on disk)."""
+        for client, timer in list(self._gathering.items()):
+            timer.cancel()
+            del self._gathering[client]
+            self._begin(client)
         while tails := [c.tail for c in self._working if c.tail is not None]:
             await asyncio.gather(*tails, return_exceptions=True)

@@ -45,6 +45,11 @@ class Link(Protocol):
 
     def resume_reading(self) -> None: ...
 
+    def acknowledge_reads(self) -> None:
+        """Have TCP acknowledge what was read now rather than with the next answer, which
+        waits for the disk: a client that holds back small writes until its last one is
+        acknowledged (Nagle's algorithm, on by default) sends the rest of its window at once."""
+
 
 @dataclass(eq=False)
 class Client:
@@ -57,6 +62,9 @@ class Client:
     jobs: list[Job] = field(default_factory=list)  # disk work waiting for the next batch
     tail: asyncio.Future[None] | None = None  # the batch running now (one at a time, in order)
     paused: bool = False
+    # Seen to send more while its disk batch was being committed: a batch begun by a read
+    # waits a moment for the rest (batches.py).
+    gathers: bool = False
     # Records to be on disk before the client is told anything more (fsync=always): while
     # some are being written, what it is sent waits in its connection (CONNACK first).
     holding: int = 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from typing import Final, cast
 
 from boxmq.client.box import Box
@@ -36,6 +37,8 @@ log = logging.getLogger("boxmq.mqtt")
 _TICK: Final = 0.25  # seconds: keep-alives, CONNECT timeouts, files others dropped
 _READ_SIZE: Final = 256 << 10  # bytes a read may bring: what asyncio's own reads ask for
 _WRITE_HIGH: Final = 4 << 20  # bytes buffered for a client before it counts as congested
+_QUICKACK: Final = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+_TCP_FAMILIES: Final = (socket.AF_INET, socket.AF_INET6)
 
 
 class _Protocol(asyncio.BufferedProtocol):
@@ -56,6 +59,7 @@ class _Protocol(asyncio.BufferedProtocol):
         self.peer = "?"
         self.congested = False
         self._transport: asyncio.Transport | None = None
+        self._tcp: socket.socket | None = None  # for acknowledge_reads, where TCP can
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport; uvloop's does not subclass asyncio.Transport, so no isinstance.
@@ -64,6 +68,9 @@ class _Protocol(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         transport.set_write_buffer_limits(high=_WRITE_HIGH)
+        sock = transport.get_extra_info("socket")
+        if _QUICKACK is not None and sock is not None and sock.family in _TCP_FAMILIES:
+            self._tcp = sock
         if not self._broker.opened(self):
             transport.abort()
 
@@ -106,6 +113,11 @@ class _Protocol(asyncio.BufferedProtocol):
     def resume_reading(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
             self._transport.resume_reading()
+
+    def acknowledge_reads(self) -> None:
+        if self._tcp is not None and _QUICKACK is not None:
+            with contextlib.suppress(OSError):  # closed meanwhile: nothing left to acknowledge
+                self._tcp.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
 
     def pause_writing(self) -> None:
         self.congested = True

@@ -75,6 +75,9 @@ class Peer:
     def resume_reading(self) -> None:
         self.resumes += 1
 
+    def acknowledge_reads(self) -> None:
+        pass
+
     def send(self, *packets: Packet) -> None:
         data = b"".join(encode(packet, V5) for packet in packets)
         self._broker.received(self, self.connection.receive(data, now=0))

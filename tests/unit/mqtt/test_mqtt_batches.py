@@ -1,0 +1,174 @@
+"""A client's disk batches (mqtt/batches.py): when a batch begins, and what it gathers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import boxmq
+from boxmq.mqtt.batches import Batches
+from boxmq.mqtt.clients import Client
+from boxmq.mqtt.connection import Connection
+from boxmq.mqtt.disk import Job
+
+GATHER = 0.05  # long enough that a test's own steps all happen within it
+
+
+class _Link:
+    """A client's socket as Batches sees it."""
+
+    def __init__(self) -> None:
+        self.connection = Connection(
+            max_packet_size=1 << 20, receive_maximum=10, topic_alias_maximum=0, now=0.0
+        )
+        self.peer = "test"
+        self.congested = False
+        self.quick_acks = 0
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def acknowledge_reads(self) -> None:
+        self.quick_acks += 1
+
+
+class _Run:
+    """Batches over a real box; `answers` in the order given, `batches` how many ended."""
+
+    def __init__(self, batches_of: Callable[[Callable[[], None]], Batches]) -> None:
+        self.answers: list[int] = []
+        self.batches = 0
+        self.link = _Link()
+        self.client = Client(self.link, 0.0)
+        self.under_test = batches_of(self._ended)
+
+    def _ended(self) -> None:
+        self.batches += 1
+
+    def read(self, *numbers: int) -> None:
+        """What the broker does at the end of a read that brought disk work."""
+        for n in numbers:
+            self.client.jobs.append(Job(None, self._answer(n)))
+        self.under_test.start(self.client)
+
+    def _answer(self, n: int) -> Callable[[object], None]:
+        def then(_result: object) -> None:
+            self.answers.append(n)
+
+        return then
+
+
+Test = Callable[[_Run], Coroutine[None, None, None]]
+
+
+def _run(tmp_path: Path, test: Test, *, fsync: str, gather: float = GATHER) -> None:
+    box = boxmq.open(tmp_path / "root", fsync=fsync)
+    pool = ThreadPoolExecutor(1)
+    try:
+        run = _Run(lambda after: Batches(box, pool, after, gather=gather))
+        asyncio.run(test(run))
+    finally:
+        pool.shutdown()
+        box.close()
+
+
+async def _settled(run: _Run, batches: int) -> None:
+    for _ in range(200):
+        if run.batches >= batches and run.client.tail is None:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{run.batches} batch(es) ended, not {batches}")
+
+
+def test_a_client_not_seen_sending_during_a_commit_begins_at_once(tmp_path: Path) -> None:
+    async def test(run: _Run) -> None:
+        run.read(1)
+        assert run.client.tail is not None  # begun within the read: no wait
+        await _settled(run, 1)
+        assert run.answers == [1]
+        assert not run.client.gathers
+
+    _run(tmp_path, test, fsync="always")
+
+
+def test_what_comes_during_a_batch_begins_at_its_end_and_marks_the_client(
+    tmp_path: Path,
+) -> None:
+    async def test(run: _Run) -> None:
+        run.read(1)
+        run.read(2, 3)  # the first batch is running: these wait for its end
+        await _settled(run, 2)
+        assert run.answers == [1, 2, 3]
+        assert run.client.gathers
+
+    _run(tmp_path, test, fsync="always")
+
+
+def test_a_gathering_client_waits_and_takes_what_came_meanwhile(tmp_path: Path) -> None:
+    async def test(run: _Run) -> None:
+        run.client.gathers = True
+        run.read(1)
+        assert run.client.tail is None  # waiting for the rest
+        run.read(2)
+        await asyncio.sleep(0)
+        run.read(3)
+        await _settled(run, 1)
+        assert (run.batches, run.answers) == (1, [1, 2, 3])  # one batch, one commit
+        assert run.client.gathers  # the wait was worth it: the next one waits too
+
+    _run(tmp_path, test, fsync="always")
+
+
+def test_a_wait_that_brings_nothing_ends_the_gathering(tmp_path: Path) -> None:
+    async def test(run: _Run) -> None:
+        run.client.gathers = True
+        run.read(1)
+        await _settled(run, 1)
+        assert run.answers == [1]
+        assert not run.client.gathers
+        run.read(2)  # a lone message again: no wait
+        assert run.client.tail is not None
+        await _settled(run, 2)
+
+    _run(tmp_path, test, fsync="always")
+
+
+def test_shutting_down_begins_a_waiting_batch_at_once(tmp_path: Path) -> None:
+    async def test(run: _Run) -> None:
+        run.client.gathers = True
+        run.read(1)
+        await asyncio.wait_for(run.under_test.wait_all(), timeout=5)  # the wait is 60 s
+        assert run.answers == [1]
+
+    _run(tmp_path, test, fsync="always", gather=60.0)
+
+
+def test_reads_are_acknowledged_at_once_under_always_only(tmp_path: Path) -> None:
+    async def test(run: _Run) -> None:
+        run.read(1)
+        await _settled(run, 1)
+        assert run.link.quick_acks == 1
+
+    _run(tmp_path / "always", test, fsync="always")
+
+
+def test_without_flushes_nothing_waits_to_be_gathered(tmp_path: Path) -> None:
+    async def test(run: _Run) -> None:
+        run.client.gathers = True
+        run.read(1)
+        assert run.client.tail is not None  # a commit that flushes nothing is not waited for
+        await _settled(run, 1)
+        assert run.link.quick_acks == 0
+
+    _run(tmp_path, test, fsync="never")
