@@ -62,8 +62,8 @@ class Client:
     jobs: list[Job] = field(default_factory=list)  # disk work waiting for the next batch
     tail: asyncio.Future[None] | None = None  # the batch running now (one at a time, in order)
     paused: bool = False
-    # Seen to send more while its disk batch was being committed: a batch begun by a read
-    # waits a moment for the rest (batches.py).
+    # Seen to send more while its disk batch was being committed: under fsync=always, a
+    # batch begun by a read waits a moment for the rest (batches.py).
     gathers: bool = False
     # Records to be on disk before the client is told anything more (fsync=always): while
     # some are being written, what it is sent waits in its connection (CONNACK first).
