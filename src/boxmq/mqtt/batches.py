@@ -62,7 +62,8 @@ class Batches:
         """Run the client's waiting disk work as one batch (`disk.run_all`). One batch runs
         at a time per client, so its messages keep their order; what arrives meanwhile waits
         and goes in the next one. A batch is thus as large as the disk is slow: under
-        `always` one group commit answers a whole publisher window, not one message."""
+        `always` one group commit answers a whole publisher window, not one message (for a
+        client that gathers, after a wait of `gather` for the rest of it)."""
         if self._gather:
             client.link.acknowledge_reads()  # the answer waits for the disk; TCP's need not
         if client.tail is not None or client in self._gathering:
@@ -120,9 +121,9 @@ class Batches:
 
     async def wait_all(self) -> None:
         """Until no batch runs (shutting down: everything acknowledged is on disk)."""
-        for client, timer in list(self._gathering.items()):
+        gathering, self._gathering = self._gathering, {}
+        for client, timer in gathering.items():
             timer.cancel()
-            del self._gathering[client]
             self._begin(client)
         while tails := [c.tail for c in self._working if c.tail is not None]:
             await asyncio.gather(*tails, return_exceptions=True)

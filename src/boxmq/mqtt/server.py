@@ -38,7 +38,6 @@ _TICK: Final = 0.25  # seconds: keep-alives, CONNECT timeouts, files others drop
 _READ_SIZE: Final = 256 << 10  # bytes a read may bring: what asyncio's own reads ask for
 _WRITE_HIGH: Final = 4 << 20  # bytes buffered for a client before it counts as congested
 _QUICKACK: Final = getattr(socket, "TCP_QUICKACK", None)  # Linux only
-_TCP_FAMILIES: Final = (socket.AF_INET, socket.AF_INET6)
 
 
 class _Protocol(asyncio.BufferedProtocol):
@@ -59,7 +58,7 @@ class _Protocol(asyncio.BufferedProtocol):
         self.peer = "?"
         self.congested = False
         self._transport: asyncio.Transport | None = None
-        self._tcp: socket.socket | None = None  # for acknowledge_reads, where TCP can
+        self._tcp: socket.socket | None = None  # for acknowledge_reads
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport; uvloop's does not subclass asyncio.Transport, so no isinstance.
@@ -68,9 +67,7 @@ class _Protocol(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         transport.set_write_buffer_limits(high=_WRITE_HIGH)
-        sock = transport.get_extra_info("socket")
-        if _QUICKACK is not None and sock is not None and sock.family in _TCP_FAMILIES:
-            self._tcp = sock
+        self._tcp = transport.get_extra_info("socket")  # the listeners are all TCP
         if not self._broker.opened(self):
             transport.abort()
 
