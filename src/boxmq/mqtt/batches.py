@@ -9,17 +9,22 @@ Invariants:
 - Past `_BACKLOG_HIGH` jobs waiting, the client is not read, until they halve (and no
   SUBSCRIBE holds its packets back).
 - A batch's answers are given even for a client gone: its messages still go on.
-- Under fsync=always, a batch that a read begins for a client that `gathers` waits
-  `gather` seconds first, and takes what else the client sent meanwhile: one commit instead
-  of two. A client gathers once it was seen to send while its batch was committing (what
-  came then is begun at once, when the batch ends); it stops when a wait brought nothing.
-  So a client that sends one message and waits for its answer never waits here.
+- Under fsync=always, a batch that a read begins for a client that `gathers` waits for
+  the client's next read, or `gather` seconds if that comes first, and takes what came: one
+  commit instead of two. A client gathers once it was seen to send while its batch was
+  committing (what came then is begun at once, when the batch ends); it stops when a wait
+  brought nothing. So a client that sends one message and waits for its answer never waits
+  here.
+- `after(client)` is told when a client's batch is done, its answers given (and not yet
+  written).
 
 Why: `mosquitto_pub` (Nagle's algorithm on) sends the first PUBLISH of a window and holds
 the rest until TCP acknowledges it, which the broker's kernel did only with the PUBACK, after
 the commit: each window of 20 came as 1, then 19, and took two commits. The reads of disk
 work are now acknowledged at once (`Link.acknowledge_reads`), and the wait joins the rest to
-the first (docs/benchmarks.md, "The share group's round trip, traced").
+the first (docs/benchmarks.md, "The share group's round trip, traced"). Nagle's algorithm
+sends all it held back once acknowledged, so the next read brings the rest: waiting longer
+would only delay the commit ("A publisher answered first", same page).
 """
 
 from __future__ import annotations
@@ -44,11 +49,17 @@ GATHER: Final = 0.00015  # seconds a gathering client waits: about a round trip 
 
 
 class Batches:
-    """The clients' batches running. `after` runs on the loop once a batch is done (the
-    broker takes more messages out of the dropboxes and writes to its clients)."""
+    """The clients' batches running. `after` runs on the loop once a client's batch is
+    done (the broker answers it, takes more messages out of the dropboxes and writes to its
+    clients)."""
 
     def __init__(
-        self, box: Box, pool: Executor, after: Callable[[], None], *, gather: float = GATHER
+        self,
+        box: Box,
+        pool: Executor,
+        after: Callable[[Client], None],
+        *,
+        gather: float = GATHER,
     ) -> None:
         self._box = box  # its topics are made on first use
         self._pool = pool
@@ -63,26 +74,31 @@ class Batches:
         at a time per client, so its messages keep their order; what arrives meanwhile waits
         and goes in the next one. A batch is thus as large as the disk is slow: under
         `always` one group commit answers a whole publisher window, not one message (for a
-        client that gathers, after a wait of `gather` for the rest of it)."""
+        client that gathers, after a wait for the rest of it)."""
         if self._gather:
             client.link.acknowledge_reads()  # the answer waits for the disk; TCP's need not
-        if client.tail is not None or client in self._gathering:
+        waiting = self._gathering.pop(client, None)
+        if waiting is not None:  # the read it waited for: the rest of the window
+            waiting.cancel()
+            self._begin(client)
+            return
+        if client.tail is not None:
             if len(client.jobs) >= _BACKLOG_HIGH and not client.paused:
                 client.paused = True
                 client.link.pause_reading()
             return
         if client.gathers and self._gather:
             loop = asyncio.get_running_loop()
-            timer = loop.call_later(self._gather, self._gathered, client, len(client.jobs))
+            timer = loop.call_later(self._gather, self._gathered, client)
             self._gathering[client] = timer
             return
         self._begin(client)
 
-    def _gathered(self, client: Client, before: int) -> None:
-        """A gathering client's wait is over: its batch begins with what it holds now."""
+    def _gathered(self, client: Client) -> None:
+        """No read came while a gathering client waited: its batch begins with what it
+        holds, and the next one does not wait."""
         del self._gathering[client]
-        if len(client.jobs) == before:
-            client.gathers = False  # nothing more came: the next batch does not wait
+        client.gathers = False
         if client.jobs:
             self._begin(client)
 
@@ -117,7 +133,7 @@ class Batches:
         if client.paused and len(client.jobs) < _BACKLOG_HIGH // 2 and client.held is None:
             client.paused = False
             client.link.resume_reading()
-        self._after()
+        self._after(client)
 
     async def wait_all(self) -> None:
         """Until no batch runs (shutting down: everything acknowledged is on disk)."""

@@ -281,8 +281,11 @@ class Broker:
             if session is not None and session.connected:
                 self._delivery.pump(session)
 
-    def _batch_done(self) -> None:
-        """A client's disk batch is done: its subscribers may have messages to take."""
+    def _batch_done(self, client: Client) -> None:
+        """A client's disk batch is done. Its answers are written first: a publisher's
+        acknowledgements let it send its next messages while the broker claims and sends
+        this batch's to the subscribers, who may now have messages to take."""
+        self._out.flush_first(client)
         self.pump_all()
         self.flush()
 

@@ -46,21 +46,27 @@ class _Link:
 class _Run:
     """Batches over a real box; `answers` in the order given, `batches` how many ended."""
 
-    def __init__(self, batches_of: Callable[[Callable[[], None]], Batches]) -> None:
+    def __init__(self, batches_of: Callable[[Callable[[Client], None]], Batches]) -> None:
         self.answers: list[int] = []
         self.batches = 0
+        self.ended: list[Client] = []  # told to `after`, a batch each
         self.link = _Link()
         self.client = Client(self.link, 0.0)
         self.under_test = batches_of(self._ended)
 
-    def _ended(self) -> None:
+    def _ended(self, client: Client) -> None:
         self.batches += 1
+        self.ended.append(client)
 
     def read(self, *numbers: int) -> None:
         """What the broker does at the end of a read that brought disk work."""
         for n in numbers:
             self.client.jobs.append(Job(None, self._answer(n)))
         self.under_test.start(self.client)
+
+    def begun(self) -> bool:
+        """A batch of the client is running."""
+        return self.client.tail is not None
 
     def _answer(self, n: int) -> Callable[[object], None]:
         def then(_result: object) -> None:
@@ -115,17 +121,17 @@ def test_what_comes_during_a_batch_begins_at_its_end_and_marks_the_client(
     _run(tmp_path, test, fsync="always")
 
 
-def test_a_gathering_client_waits_and_takes_what_came_meanwhile(tmp_path: Path) -> None:
+def test_a_gathering_client_waits_for_its_next_read_and_begins_with_it(tmp_path: Path) -> None:
     async def test(run: _Run) -> None:
         run.client.gathers = True
         run.read(1)
-        assert run.client.tail is None  # waiting for the rest
-        run.read(2)
-        await asyncio.sleep(0)
-        run.read(3)
+        assert not run.begun()  # waiting for the rest
+        run.read(2, 3)
+        assert run.begun()  # the rest came: begun at once, not after the wait
         await _settled(run, 1)
         assert (run.batches, run.answers) == (1, [1, 2, 3])  # one batch, one commit
         assert run.client.gathers  # the wait was worth it: the next one waits too
+        assert run.ended == [run.client]  # `after` is told whose batch ended
 
     _run(tmp_path, test, fsync="always")
 

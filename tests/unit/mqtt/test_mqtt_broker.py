@@ -37,6 +37,7 @@ from boxmq.mqtt.packets import (
 )
 from boxmq.mqtt.properties import Properties
 from boxmq.mqtt.reasons import ReasonCode
+from boxmq.mqtt.session import Session, Token
 from boxmq.mqtt.session_record import SessionRecord, read_record, remove_record, write_record
 from boxmq.mqtt.settings import MqttSettings
 from boxmq.store.process import process_token
@@ -213,6 +214,32 @@ def test_a_share_members_negative_puback_sends_the_message_to_error(tmp_path: Pa
         member.send(Puback(delivered.packet_id, ReasonCode.UNSPECIFIED_ERROR))
         [info] = broker.box.topics.subscriptions()
         assert (info.counts.dead, info.counts.ready, info.counts.locked) == (1, 0, 0)
+
+    _run(tmp_path, test)
+
+
+def test_a_publisher_is_answered_before_its_message_goes_to_the_share_group(
+    tmp_path: Path,
+) -> None:
+    """The PUBACK is written before the batch's messages are claimed and sent: the
+    publisher sends its next ones while the broker serves the members."""
+
+    async def test(broker: Broker) -> None:
+        member = _connect(broker, "member")
+        member.send(Subscribe(1, (Subscription("$share/g/t", 1),)))
+        member.take()
+        pub = _connect(broker, "pub")
+        answered_first: list[bool] = []
+        deliver = broker._delivery.deliver
+
+        def watched(session: Session, publish: Publish, token: Token) -> None:
+            answered_first.append(any(isinstance(p, Puback) for p in pub.inbox))
+            deliver(session, publish, token)
+
+        broker._delivery.deliver = watched  # type: ignore[method-assign]
+        pub.send(Publish("t", b"m", 1, packet_id=1))
+        await _until(lambda: any(isinstance(p, Publish) for p in member.inbox))
+        assert answered_first == [True]
 
     _run(tmp_path, test)
 
