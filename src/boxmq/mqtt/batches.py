@@ -78,7 +78,7 @@ class Batches:
         if self._gather:
             client.link.acknowledge_reads()  # the answer waits for the disk; TCP's need not
         waiting = self._gathering.pop(client, None)
-        if waiting is not None:  # the read it waited for: the rest of the window
+        if waiting is not None:  # more came (the rest of a window, a closed client's record)
             waiting.cancel()
             self._begin(client)
             return
