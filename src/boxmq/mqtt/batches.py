@@ -21,10 +21,11 @@ Invariants:
 Why: `mosquitto_pub` (Nagle's algorithm on) sends the first PUBLISH of a window and holds
 the rest until TCP acknowledges it, which the broker's kernel did only with the PUBACK, after
 the commit: each window of 20 came as 1, then 19, and took two commits. The reads of disk
-work are now acknowledged at once (`Link.acknowledge_reads`), and the wait joins the rest to
-the first (docs/benchmarks.md, "The share group's round trip, traced"). Nagle's algorithm
-sends all it held back once acknowledged, so the next read brings the rest: waiting longer
-would only delay the commit ("A publisher answered first", same page).
+work are now acknowledged at once (`received`, through `Link.acknowledge_reads`), and the
+wait joins the rest to the first (docs/benchmarks.md, "The share group's round trip,
+traced"). Nagle's algorithm sends all it held back once acknowledged, so the next read
+brings the rest: waiting longer would only delay the commit ("A publisher answered first",
+same page).
 """
 
 from __future__ import annotations
@@ -69,16 +70,21 @@ class Batches:
         self._gather = gather if box.fsync is FsyncPolicy.ALWAYS else 0.0
         self._gathering: dict[Client, asyncio.TimerHandle] = {}  # waiting to begin
 
+    def received(self, client: Client) -> None:
+        """A read of the client brought disk work: `start` it. Under `always`, TCP
+        acknowledges the read at once: the answer waits for the disk, TCP's need not."""
+        if self._gather:
+            client.link.acknowledge_reads()
+        self.start(client)
+
     def start(self, client: Client) -> None:
         """Run the client's waiting disk work as one batch (`disk.run_all`). One batch runs
         at a time per client, so its messages keep their order; what arrives meanwhile waits
         and goes in the next one. A batch is thus as large as the disk is slow: under
         `always` one group commit answers a whole publisher window, not one message (for a
         client that gathers, after a wait for the rest of it)."""
-        if self._gather:
-            client.link.acknowledge_reads()  # the answer waits for the disk; TCP's need not
         waiting = self._gathering.pop(client, None)
-        if waiting is not None:  # more came (the rest of a window, a closed client's record)
+        if waiting is not None:  # more came (the rest of a window; a closed client's record)
             waiting.cancel()
             self._begin(client)
             return
@@ -96,11 +102,11 @@ class Batches:
 
     def _gathered(self, client: Client) -> None:
         """No read came while a gathering client waited: its batch begins with what it
-        holds, and the next one does not wait."""
+        holds (a wait starts only with jobs held, and only a batch takes them), and the next
+        one does not wait."""
         del self._gathering[client]
         client.gathers = False
-        if client.jobs:
-            self._begin(client)
+        self._begin(client)
 
     def _begin(self, client: Client) -> None:
         """Run what the client holds as one batch, now."""

@@ -214,7 +214,7 @@ class Broker:
             if self._delivery.settled:
                 self._delivery.refill()
             if client.jobs:
-                self._batches.start(client)
+                self._batches.received(client)
             self._out.flush_first(client)
             self._out.flush_soon()
 

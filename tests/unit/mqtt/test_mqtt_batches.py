@@ -62,7 +62,7 @@ class _Run:
         """What the broker does at the end of a read that brought disk work."""
         for n in numbers:
             self.client.jobs.append(Job(None, self._answer(n)))
-        self.under_test.start(self.client)
+        self.under_test.received(self.client)
 
     def begun(self) -> bool:
         """A batch of the client is running."""
