@@ -8,7 +8,16 @@ import socket
 
 from tests.integration.mqtt.clients import WAIT, RunningServer
 
-__all__ = ["connect_packet", "open_raw", "packet", "publish_qos2", "pubrel", "read", "string"]
+__all__ = [
+    "connect_packet",
+    "open_raw",
+    "packet",
+    "publish",
+    "publish_qos2",
+    "pubrel",
+    "read",
+    "string",
+]
 
 
 def packet(kind: int, body: bytes) -> bytes:
@@ -31,8 +40,15 @@ def connect_packet(client_id: str, *, clean: bool = False, expiry: int = 300) ->
     return packet(0x10, string("MQTT") + bytes([5, flags, 0, 30]) + properties + string(client_id))
 
 
+def publish(topic: str, payload: bytes, *, qos: int = 0, packet_id: int | None = None) -> bytes:
+    """MQTT 5 PUBLISH without properties; a packet id is given for QoS 1 and 2 only."""
+    assert (qos == 0) is (packet_id is None), "a packet id is for QoS 1 and 2"
+    ident = b"" if packet_id is None else packet_id.to_bytes(2, "big")
+    return packet(0x30 | qos << 1, string(topic) + ident + b"\x00" + payload)
+
+
 def publish_qos2(topic: str, packet_id: int, payload: bytes) -> bytes:
-    return packet(0x34, string(topic) + packet_id.to_bytes(2, "big") + b"\x00" + payload)
+    return publish(topic, payload, qos=2, packet_id=packet_id)
 
 
 def pubrel(packet_id: int) -> bytes:
