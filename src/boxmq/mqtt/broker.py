@@ -206,6 +206,7 @@ class Broker:
         # A SUBSCRIBE that waits for the disk takes the rest (subscribing.hold_the_rest): no
         # packet pays for a check.
         client.reading = iter(packets)
+        deferring = self._delivery.defer_routes()
         try:
             for packet in client.reading:
                 self._handle(client, packet)
@@ -216,6 +217,8 @@ class Broker:
             if client.jobs:
                 self._batches.received(client)
             self._out.flush_first(client)
+            if deferring:
+                self._delivery.route_deferred()
             self._out.flush_soon()
 
     def closed(self, link: Link, reason: str) -> None:

@@ -13,6 +13,8 @@ Invariants:
   not memory.
 - Sessions whose acks freed slots are refilled once at the end of the read (`refill`), not
   once per ack.
+- While a read is handled, its in-memory copies wait (`defer_routes`) and go out in the
+  order they came (`route_deferred`) once the reader's acknowledgements are written.
 """
 
 from __future__ import annotations
@@ -67,6 +69,24 @@ class Delivery:
         self._durable = durable
         # Sessions that settled messages in this read: refilled once at its end, not per ack.
         self.settled: dict[str, Session] = {}
+        # The messages of the read being handled (source, packet), routed once it is answered.
+        self._deferred: list[tuple[str, Publish]] | None = None
+
+    def defer_routes(self) -> bool:
+        """Keep what `route_memory` is given until `route_deferred`: a publisher's PUBACKs
+        and PUBCOMPs are written before the broker spends its time on the subscribers, so
+        the publisher's next window is on its way meanwhile (QoS 2 in memory: about 10-20 %
+        more messages a second here, docs/benchmarks.md). False when they are kept already
+        (a nested read)."""
+        if self._deferred is not None:
+            return False
+        self._deferred = []
+        return True
+
+    def route_deferred(self) -> None:
+        deferred, self._deferred = self._deferred, None
+        for source, packet in deferred or ():
+            self.route_memory(source, packet)
 
     def refill(self) -> None:
         """At the end of a read: the sessions whose acks freed slots take more messages."""
@@ -76,6 +96,10 @@ class Delivery:
 
     def route_memory(self, source: str, packet: Publish) -> None:
         """Copies for the in-memory subscriptions of connected non-persistent sessions."""
+        deferred = self._deferred
+        if deferred is not None:
+            deferred.append((source, packet))
+            return
         routes = self._memory.route(packet.topic)
         if not routes:
             return

@@ -244,6 +244,35 @@ def test_a_publisher_is_answered_before_its_message_goes_to_the_share_group(
     _run(tmp_path, test)
 
 
+def test_a_read_is_answered_before_its_messages_go_to_memory_subscribers(
+    tmp_path: Path,
+) -> None:
+    """The PUBACK and PUBCOMP of a read are written before its messages are routed to a
+    non-persistent session, and the messages still go out in the order they came."""
+
+    async def test(broker: Broker) -> None:
+        sub = _connect(broker, "sub")
+        sub.send(Subscribe(1, (Subscription("t", 2),)))
+        sub.take()
+        pub = _connect(broker, "pub")
+        pub.send(Publish("t", b"m2", 2, packet_id=2))
+        assert pub.take() == [Pubrec(2)]
+        answers_written: list[list[Packet]] = []
+        deliver = broker._delivery.deliver
+
+        def watched(session: Session, publish: Publish, token: Token) -> None:
+            answers_written.append(list(pub.inbox))
+            deliver(session, publish, token)
+
+        broker._delivery.deliver = watched  # type: ignore[method-assign]
+        pub.send(Publish("t", b"m1", 1, packet_id=1), Pubrel(2), Publish("t", b"m3", 0))
+        answers = [Puback(1), Pubcomp(2)]
+        assert answers_written == [answers, answers, answers]
+        assert [p.payload for p in sub.inbox if isinstance(p, Publish)] == [b"m1", b"m2", b"m3"]
+
+    _run(tmp_path, test)
+
+
 def test_publishes_that_need_the_disk_are_answered_in_order_with_backpressure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
