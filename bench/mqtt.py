@@ -15,6 +15,11 @@ Known client quirks (docs/benchmarks.md, research/perf-baselines.md): mosquitto'
 `max_queued_messages 1000` drops QoS 1/2 messages (we set 0); v5 subscribers need
 `-D connect receive-maximum 65535` at QoS 2; amqtt speaks MQTT 3.1.1 only, so it has no
 shared subscriptions.
+
+Each case runs `--repeat` times (3 by default, 1 with --quick), the brokers taking turns in
+every round, so that a machine whose speed drifts during the run slows them all alike. The
+goals are judged on each broker's median run of a case (the run itself: its rate, CPU and
+busy cores), and every round's figures and ratios are printed beside them.
 """
 
 from __future__ import annotations
@@ -339,8 +344,29 @@ def _print_results(results: list[Result]) -> None:
         )
 
 
-def _goals(results: list[Result], unavailable: dict[str, str]) -> list[str]:
-    rates = {(r.broker, r.case.name): r.rate for r in results if r.comparable}
+def _medians(rounds: list[list[Result]]) -> list[Result]:
+    """Each broker's median run of each case, among its comparable runs (the lower of the
+    two middle ones for an even count); its first run when none is comparable."""
+    runs: dict[tuple[str, str], list[Result]] = {}
+    for result in (r for results in rounds for r in results):
+        runs.setdefault((result.broker, result.case.name), []).append(result)
+    medians = []
+    for same in runs.values():
+        usable = sorted((r for r in same if r.comparable), key=lambda r: r.rate)
+        medians.append(usable[(len(usable) - 1) // 2] if usable else same[0])
+    return medians
+
+
+def _rates(results: list[Result]) -> dict[tuple[str, str], float]:
+    return {(r.broker, r.case.name): r.rate for r in results if r.comparable}
+
+
+def _goals(
+    results: list[Result], unavailable: dict[str, str], rounds: list[list[Result]]
+) -> list[str]:
+    """One line per goal, judged on `results` (the medians), with the ratio of every round."""
+    rates = _rates(results)
+    per_round = [_rates(r) for r in rounds] if len(rounds) > 1 else []
     partial = {(r.broker, r.case.name) for r in results if r.note == "TIMEOUT"}
     lines = []
 
@@ -361,7 +387,16 @@ def _goals(results: list[Result], unavailable: dict[str, str]) -> list[str]:
             b for b in ("boxmq", peer) if (b, case if b == "boxmq" else peer_case) in partial
         ]
         note = f" [{', '.join(timed_out)} timed out: rate over what arrived]" if timed_out else ""
-        lines.append(f"  {verdict}  {label}: {ours / theirs:.2f}x (goal {ratio:g}x){note}")
+        ratios = [
+            f"{r[('boxmq', case)] / r[(peer, peer_case)]:.2f}x"
+            if ("boxmq", case) in r and (peer, peer_case) in r
+            else "n/a"
+            for r in per_round
+        ]
+        rounds_note = f"; rounds {', '.join(ratios)}" if ratios else ""
+        lines.append(
+            f"  {verdict}  {label}: {ours / theirs:.2f}x (goal {ratio:g}x){rounds_note}{note}"
+        )
 
     for case in ("qos0", "qos1", "qos2", "shared-qos1"):
         goal(f"{case} boxmq vs amqtt", case, "amqtt", case, 10.0)
@@ -369,6 +404,32 @@ def _goals(results: list[Result], unavailable: dict[str, str]) -> list[str]:
     goal("qos1 boxmq vs mosquitto", "qos1", "mosquitto", "qos1", 0.5)
     goal("shared-qos1 boxmq vs mosquitto qos1", "shared-qos1", "mosquitto", "qos1", 0.25)
     return lines
+
+
+def _round(
+    brokers: dict[str, Broker],
+    names: list[str],
+    cases: list[Case],
+    unavailable: dict[str, str],
+    budget: float,
+) -> list[Result]:
+    """Every case once on every broker named, each broker started afresh; a case a broker
+    cannot run is noted in `unavailable`."""
+    results: list[Result] = []
+    for name in names:
+        broker = brokers[name]
+        with (
+            tempfile.TemporaryDirectory(prefix=f"mqtt-{name}-", dir=RESULTS) as folder,
+            _running(broker, Path(folder)) as (port, pid),
+        ):
+            for case in cases:
+                if case.members and not broker.mqtt5:
+                    unavailable.setdefault(name, "MQTT 3.1.1 only: no shared subscriptions")
+                    continue
+                result = run_case(broker, port, pid, case, budget)
+                results.append(result)
+                print(f"  {name} {case.name}: {result.rate:,.0f} msg/s {result.note}", flush=True)
+    return results
 
 
 def main() -> int:
@@ -380,8 +441,14 @@ def main() -> int:
     parser.add_argument(
         "--budget", type=float, default=None, help="seconds per case (default 90, --quick 30)"
     )
+    parser.add_argument(
+        "--repeat", type=int, default=None, help="rounds of every case (default 3, --quick 1)"
+    )
     args = parser.parse_args()
     args.budget = args.budget or (30.0 if args.quick else 90.0)
+    repeat = args.repeat or (1 if args.quick else 3)
+    if repeat < 1:
+        parser.error("--repeat must be at least 1")
     for tool in ("mosquitto_pub", "mosquitto_sub", "timeout"):
         if shutil.which(tool) is None:
             print(f"bench/mqtt: {tool} is missing (apt-get install mosquitto-clients)")
@@ -395,28 +462,22 @@ def main() -> int:
     print(f"boxmq fsync={args.fsync}; {os.cpu_count()} CPUs; {interpreter()}")
     for name, why in unavailable.items():
         print(f"{name}: not available: {why}")
-    results: list[Result] = []
     RESULTS.mkdir(exist_ok=True)
-    for name in names:
-        if name in unavailable:
-            continue
-        broker = brokers[name]
-        with (
-            tempfile.TemporaryDirectory(prefix=f"mqtt-{name}-", dir=RESULTS) as folder,
-            _running(broker, Path(folder)) as (port, pid),
-        ):
-            for case in cases:
-                if case.members and not broker.mqtt5:
-                    unavailable.setdefault(name, "MQTT 3.1.1 only: no shared subscriptions")
-                    continue
-                result = run_case(broker, port, pid, case, args.budget)
-                results.append(result)
-                print(f"  {name} {case.name}: {result.rate:,.0f} msg/s {result.note}", flush=True)
+    running = [n for n in names if n not in unavailable]  # before a round adds its notes
+    rounds = [_round(brokers, running, cases, unavailable, args.budget) for _ in range(repeat)]
     print()
-    _print_results(results)
-    print()
+    for number, results in enumerate(rounds, 1):
+        if repeat > 1:
+            print(f"round {number}:")
+        _print_results(results)
+        print()
+    medians = _medians(rounds)
+    if repeat > 1:
+        print(f"medians of {repeat} rounds (each the median run itself):")
+        _print_results(medians)
+        print()
     print("goals (boxmq/peer msg/s):")
-    print("\n".join(_goals(results, unavailable)))
+    print("\n".join(_goals(medians, unavailable, rounds)))
     print(f"load average at end: {Path('/proc/loadavg').read_text().split()[:3]}")
     return 0
 
