@@ -324,27 +324,47 @@ class Topics:
         return [envelope.message_id for envelope, *_ in planned]
 
     def publish_many_then(
-        self, messages: Sequence[Publication], committed: PublishedEach
+        self,
+        messages: Sequence[Publication],
+        committed: PublishedEach,
+        ready: Callable[[], None] | None = None,
     ) -> list[MessageId]:
         """As `publish_many`, but return once the files are written, and call `committed`
         once they are as durable as the fsync policy promises (from the committing thread
         under `always`, before returning otherwise) with each message's outcome. A bad
         message raises here (an OSError too), with nothing written; a message whose commit
-        failed is told its OSError, and none of its copies is sent, then or later."""
+        failed is told its OSError, and none of its copies is sent, then or later.
+
+        Under `always`, `ready` (if given) is called from the committing thread once every
+        message is in its dropboxes and handed to this process's subscribers, before the
+        last flush: they may be taken while `committed` waits for it (other processes see
+        them in target/ from then on anyway). A consumer may thus have a message before its
+        producer's acknowledgement; a crash of the machine in between may lose the rename,
+        and the producer, never told, sends it again: at least once still holds."""
         planned, staged = self._stage_many(messages)
         moves = [move for move in staged if move is not None]
+        handed_over = False
+
+        def renamed() -> None:
+            nonlocal handed_over
+            handed_over = True
+            self._hand_over(planned)
+            assert ready is not None
+            ready()
 
         def done(error: OSError | None) -> None:
             if error is None:
-                self._hand_over(planned)
+                if not handed_over:
+                    self._hand_over(planned)
                 committed([None] * len(planned))
                 return
             failed = _failed_messages(staged, discard_unsent(moves))
-            self._hand_over([p for p, bad in zip(planned, failed, strict=True) if not bad])
+            if not handed_over:  # else every move was renamed: none failed
+                self._hand_over([p for p, bad in zip(planned, failed, strict=True) if not bad])
             committed([error if bad else None for bad in failed])
 
         if moves:
-            self._committer.commit_then(moves, done)
+            self._committer.commit_then(moves, done, None if ready is None else renamed)
         else:
             done(None)
         return [envelope.message_id for envelope, *_ in planned]

@@ -16,7 +16,8 @@ Invariants:
   brought nothing. So a client that sends one message and waits for its answer never waits
   here.
 - `after(client)` is told when a client's batch is done, its answers given (and not yet
-  written).
+  written); `ready()` whenever a batch's messages may be taken by their subscribers, which
+  under fsync=always is before the batch is done (its commit's last flush).
 
 Why: `mosquitto_pub` (Nagle's algorithm on) sends the first PUBLISH of a window and holds
 the rest until TCP acknowledges it, which the broker's kernel did only with the PUBACK, after
@@ -52,7 +53,8 @@ GATHER: Final = 0.00015  # seconds a gathering client waits: about a round trip 
 class Batches:
     """The clients' batches running. `after` runs on the loop once a client's batch is
     done (the broker answers it, takes more messages out of the dropboxes and writes to its
-    clients)."""
+    clients); `ready`, if given, once a batch's messages may be taken (the broker takes
+    them out of the dropboxes)."""
 
     def __init__(
         self,
@@ -60,11 +62,13 @@ class Batches:
         pool: Executor,
         after: Callable[[Client], None],
         *,
+        ready: Callable[[], None] | None = None,
         gather: float = GATHER,
     ) -> None:
         self._box = box  # its topics are made on first use
         self._pool = pool
         self._after = after
+        self._ready = ready
         self._working: set[Client] = set()  # clients with a disk batch running, gone or not
         # Only a commit that waits for the disk is worth waiting for more to join it.
         self._gather = gather if box.fsync is FsyncPolicy.ALWAYS else 0.0
@@ -128,7 +132,7 @@ class Batches:
                 tail.set_result(None)
                 self._finished(client)
 
-        run_all(self._box.topics, jobs, self._pool, done)
+        run_all(self._box.topics, jobs, self._pool, done, self._ready)
 
     def _finished(self, client: Client) -> None:
         client.tail = None

@@ -7,6 +7,8 @@ Invariants:
 - A run of neighbouring publications is written by the loop's own thread, with one commit
   (one flush under fsync=always, made by the committer's thread while the loop goes on). If
   the run holds a bad message, nothing of it was written, and each job is tried alone.
+  Under fsync=always, `ready` is told on the loop once a run's messages are in their
+  dropboxes, before the commit's last flush: subscribers may take them meanwhile.
 - Any other disk work (the exactly-once intake, a retained message, a PUBREL) runs in a
   worker thread, since it waits for its own commit.
 - A job the file system failed (ENOSPC, EIO, EROFS, EMFILE, ...) gets a StoreFailed as its
@@ -49,11 +51,19 @@ Results = Callable[[list[object] | BaseException], None]
 """Told once, on the loop: each job's result in order, or the exception of a bug."""
 
 
-def run_all(topics: Topics, jobs: Sequence[Job], pool: Executor, done: Results) -> None:
+def run_all(
+    topics: Topics,
+    jobs: Sequence[Job],
+    pool: Executor,
+    done: Results,
+    ready: Callable[[], None] | None = None,
+) -> None:
     """On the loop: start `jobs`; `done` gets each one's result, in order, on the loop. Told
     by callbacks, not through a task: a batch costs the loop one iteration once its commit
-    is made, not three (docs/benchmarks.md, "The share group's loop")."""
-    run = _Run(asyncio.get_running_loop(), topics, jobs, pool, done)
+    is made, not three (docs/benchmarks.md, "The share group's loop"). `ready` is told on
+    the loop whenever a run of publications may be taken by its subscribers, before its
+    commit is done (under fsync=always only)."""
+    run = _Run(asyncio.get_running_loop(), topics, jobs, pool, done, ready)
     run.go(0)
     run.begun = False
 
@@ -62,7 +72,7 @@ class _Run:
     """One batch of jobs, a run of neighbouring ones at a time, each begun once the one before
     is done."""
 
-    __slots__ = ("_done", "_jobs", "_loop", "_pool", "_results", "_topics", "begun")
+    __slots__ = ("_done", "_jobs", "_loop", "_pool", "_ready", "_results", "_topics", "begun")
 
     def __init__(
         self,
@@ -71,12 +81,14 @@ class _Run:
         jobs: Sequence[Job],
         pool: Executor,
         done: Results,
+        ready: Callable[[], None] | None,
     ) -> None:
         self._loop = loop
         self._topics = topics
         self._jobs = jobs
         self._pool = pool
         self._done = done
+        self._ready = ready
         self._results: list[object] = [None] * len(jobs)
         self.begun = True  # in `run_all` still: `done` is told on the loop's next turn
 
@@ -117,8 +129,15 @@ class _Run:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody left to answer
                 loop.call_soon_threadsafe(self._committed, start, end, errors)
 
+        ready = self._ready
+
+        def renamed() -> None:  # from the committer's thread
+            assert ready is not None
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                loop.call_soon_threadsafe(ready)
+
         try:
-            self._topics.publish_many_then(run, tell)
+            self._topics.publish_many_then(run, tell, None if ready is None else renamed)
         except BoxMQError:  # nothing was written: each alone, each with its own answer
             self._each_in_pool(start, end)
         except OSError as error:  # a write failed: nothing was kept

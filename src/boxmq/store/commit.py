@@ -11,7 +11,9 @@ A put writes its file in working/ and asks the committer to move it into target/
   tried: groups grew from 4 to 5 messages with 8 producers, throughput did not move, because
   creating the files, not flushing them, bounds it here.)
   Measured here: one flush per message caps a writer near 2 000 msg/s; a group of 100 costs
-  about the same as one (docs/benchmarks.md).
+  about the same as one (docs/benchmarks.md). A caller of `commit_then` may also be told
+  when its moves are renamed, before that last flush (`Ready`): from then on they are where
+  consumers look.
 - INTERVAL: the rename happens at once; a background thread flushes every `interval` seconds.
 - NEVER: the rename happens at once; the kernel flushes when it likes.
 
@@ -41,6 +43,7 @@ __all__ = [
     "Committer",
     "FsyncPolicy",
     "Move",
+    "Ready",
     "discard_unsent",
     "flush_directories",
     "flush_filesystem",
@@ -50,6 +53,11 @@ log = logging.getLogger("boxmq.store")
 
 Committed = Callable[[OSError | None], None]
 """Told once moves are as durable as the policy promises: None, or the first move's error."""
+
+Ready = Callable[[], None]
+"""Told once every one of a caller's moves is renamed into place, before the renames are
+flushed: consumers (of any process: they see target/) may take the messages from then on,
+while their producers still wait for `Committed`. Not told if a move failed."""
 
 
 class FsyncPolicy(Enum):
@@ -140,6 +148,18 @@ class _Batch:
         self.moves: list[Move] = []
         self.errors: dict[int, OSError] = {}
         self.told: list[tuple[int, int, Committed]] = []  # (first, count, callback)
+        self.ready: list[tuple[int, int, Ready]] = []  # (first, count, callback)
+
+    def tell_ready(self) -> None:
+        """Tell the callers whose moves were all renamed (in the committing thread)."""
+        errors = self.errors
+        for first, count, ready in self.ready:
+            if any(i in errors for i in range(first, first + count)):
+                continue
+            try:
+                ready()
+            except Exception:  # the flush of the renames must still come
+                log.exception("a commit callback failed")
 
     def tell(self) -> None:
         """Call back the callers of the group (in the committing thread)."""
@@ -200,9 +220,14 @@ class Committer:
         if failed[0] is not None:
             raise failed[0]
 
-    def commit_then(self, moves: Sequence[Move], committed: Committed) -> None:
+    def commit_then(
+        self, moves: Sequence[Move], committed: Committed, ready: Ready | None = None
+    ) -> None:
         """As `commit`, without waiting: `committed` is called once the moves are done, from
         the committing thread under `always`, or before this returns under the other policies.
+        Under `always`, `ready` (if given) is called from the committing thread once the moves
+        are renamed, before their flush; never under the other policies, whose renames are
+        done when `committed` is called.
 
         An event loop writes its files itself and lets the flush happen elsewhere: handing the
         whole put to a worker thread made the two threads trade the interpreter lock at every
@@ -216,6 +241,8 @@ class Committer:
             self._ensure_thread_locked()
             batch = self._pending
             batch.told.append((len(batch.moves), len(moves), committed))
+            if ready is not None:
+                batch.ready.append((len(batch.moves), len(moves), ready))
             batch.moves.extend(moves)
             self._wake.notify()
 
@@ -258,6 +285,7 @@ class Committer:
             batch.errors = dict.fromkeys(range(len(batch.moves)), error)
             return
         batch.errors = _rename_each(batch.moves)
+        batch.tell_ready()
         written = set[str]().union(*(move.directories() for move in batch.moves))
         try:
             flush_directories(written)  # the renames: now the puts are durable

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -40,6 +41,7 @@ from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.session import Session, Token
 from boxmq.mqtt.session_record import SessionRecord, read_record, remove_record, write_record
 from boxmq.mqtt.settings import MqttSettings
+from boxmq.store import commit
 from boxmq.store.process import process_token
 
 V5 = ProtocolVersion.V5
@@ -90,10 +92,14 @@ class Peer:
 
 
 def _run(
-    tmp_path: Path, test: Callable[[Broker], Awaitable[None]], clock: Clock | None = None
+    tmp_path: Path,
+    test: Callable[[Broker], Awaitable[None]],
+    clock: Clock | None = None,
+    *,
+    fsync: str = "never",
 ) -> None:
     async def main() -> None:
-        with boxmq.open(tmp_path / "root", fsync="never") as box:
+        with boxmq.open(tmp_path / "root", fsync=fsync) as box:
             broker = Broker(box, MqttSettings(), clock or SystemClock())
             broker.resume_expiries()  # as MqttServer.start does
             try:
@@ -242,6 +248,35 @@ def test_a_publisher_is_answered_before_its_message_goes_to_the_share_group(
         assert answered_first == [True]
 
     _run(tmp_path, test)
+
+
+def test_under_always_the_members_are_served_while_the_commit_flushes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The messages of a batch are claimed and sent once they are in the dropbox, before
+    the commit's last flush; the publisher's PUBACK waits for that flush."""
+    flushed = threading.Event()
+    flush = commit.flush_directories
+
+    def flush_directories(paths: set[str]) -> None:
+        assert flushed.wait(5)
+        flush(paths)
+
+    monkeypatch.setattr(commit, "flush_directories", flush_directories)
+
+    async def test(broker: Broker) -> None:
+        member = _connect(broker, "member")
+        member.send(Subscribe(1, (Subscription("$share/g/t", 1),)))
+        await _until(lambda: any(isinstance(p, Suback) for p in member.inbox))
+        member.take()
+        pub = _connect(broker, "pub")
+        pub.send(Publish("t", b"m", 1, packet_id=1))
+        await _until(lambda: any(isinstance(p, Publish) for p in member.inbox))
+        assert pub.inbox == []
+        flushed.set()
+        await _until(lambda: pub.inbox == [Puback(1)])
+
+    _run(tmp_path, test, fsync="always")
 
 
 def test_a_read_is_answered_before_its_messages_go_to_memory_subscribers(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from boxmq.store import commit
 from boxmq.store.commit import Committer, FsyncPolicy, Move
 
 
@@ -115,6 +116,62 @@ def test_commit_then_tells_each_caller_its_own_error(tmp_path: Path) -> None:
     assert told["ok"] is None
     assert isinstance(told["bad"], FileNotFoundError)
     assert os.listdir(tmp_path / "target") == ["ok0"]
+
+
+def test_ready_is_told_between_the_renames_and_their_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under `always` a caller whose moves were all renamed hears `ready` before the
+    directories are flushed, and `committed` after; a caller with a failed move hears
+    only `committed`."""
+    events: list[str] = []
+    flush = commit.flush_directories
+
+    def flush_directories(paths: set[str]) -> None:
+        events.append("flush")
+        flush(paths)
+
+    monkeypatch.setattr(commit, "flush_directories", flush_directories)
+    committer = Committer(str(tmp_path), FsyncPolicy.ALWAYS)
+    ok, bad = written(tmp_path, 2, "ok"), written(tmp_path, 1, "bad")
+    os.unlink(bad[0].source)
+
+    def ready(name: str) -> Callable[[], None]:
+        return lambda: events.append(f"{name} ready: {sorted(os.listdir(tmp_path / 'target'))}")
+
+    def commit_as(name: str, moves: list[Move]) -> None:
+        done = threading.Event()
+
+        def committed(error: OSError | None) -> None:
+            events.append(f"{name} committed: {type(error).__name__}")
+            done.set()
+
+        committer.commit_then(moves, committed, ready(name))
+        assert done.wait(5)
+
+    commit_as("bad", bad)
+    commit_as("ok", ok)
+    committer.close()
+    assert events == [
+        "flush",
+        "bad committed: FileNotFoundError",
+        "ok ready: ['ok0', 'ok1']",
+        "flush",
+        "ok committed: NoneType",
+    ]
+
+
+@pytest.mark.parametrize("policy", [FsyncPolicy.INTERVAL, FsyncPolicy.NEVER])
+def test_ready_is_never_told_when_the_renames_are_not_waited_for(
+    tmp_path: Path, policy: FsyncPolicy
+) -> None:
+    committer = Committer(str(tmp_path), policy, interval=0.05)
+    told: list[str] = []
+    committer.commit_then(
+        written(tmp_path, 2), lambda _: told.append("committed"), lambda: told.append("ready")
+    )
+    committer.close()
+    assert told == ["committed"]
 
 
 def test_a_fan_out_to_one_dropbox_is_one_rename(tmp_path: Path) -> None:
