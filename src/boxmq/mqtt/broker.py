@@ -288,7 +288,7 @@ class Broker:
         """A batch's messages are in their dropboxes, the commit's last flush (a journal
         commit) still to come: the subscribers take them meanwhile, and the publisher's
         PUBACKs wait for the flush (`_batch_done`). A share group's window took 15 % less
-        time so (docs/benchmarks.md, "Members served during the flush")."""
+        time so (docs/benchmarks.md, "Answers before copies")."""
         self.pump_all()
         self.flush()
 

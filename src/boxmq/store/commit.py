@@ -150,11 +150,15 @@ class _Batch:
         self.told: list[tuple[int, int, Committed]] = []  # (first, count, callback)
         self.ready: list[tuple[int, int, Ready]] = []  # (first, count, callback)
 
+    def _first_error(self, first: int, count: int) -> OSError | None:
+        """The error of a caller's first failed move (its moves are first..first+count)."""
+        errors = self.errors
+        return next((errors[i] for i in range(first, first + count) if i in errors), None)
+
     def tell_ready(self) -> None:
         """Tell the callers whose moves were all renamed (in the committing thread)."""
-        errors = self.errors
         for first, count, ready in self.ready:
-            if any(i in errors for i in range(first, first + count)):
+            if self._first_error(first, count) is not None:
                 continue
             try:
                 ready()
@@ -164,11 +168,8 @@ class _Batch:
     def tell(self) -> None:
         """Call back the callers of the group (in the committing thread)."""
         for first, count, committed in self.told:
-            error = next(
-                (self.errors[i] for i in range(first, first + count) if i in self.errors), None
-            )
             try:
-                committed(error)
+                committed(self._first_error(first, count))
             except Exception:  # one caller's failure must not strand the others
                 log.exception("a commit callback failed")
 
