@@ -446,7 +446,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     args.budget = args.budget or (30.0 if args.quick else 90.0)
-    repeat = args.repeat or (1 if args.quick else 3)
+    repeat = args.repeat if args.repeat is not None else (1 if args.quick else 3)
     if repeat < 1:
         parser.error("--repeat must be at least 1")
     for tool in ("mosquitto_pub", "mosquitto_sub", "timeout"):
