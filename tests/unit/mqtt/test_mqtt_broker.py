@@ -120,6 +120,14 @@ def _connect(broker: Broker, client_id: str, *, expiry: int = 0, clean: bool = T
     return peer
 
 
+def _subscriber(broker: Broker, client_id: str, topic_filter: str, qos: int) -> Peer:
+    """A connected client subscribed to one filter, its SUBACK taken."""
+    peer = _connect(broker, client_id)
+    peer.send(Subscribe(1, (Subscription(topic_filter, qos),)))
+    peer.take()
+    return peer
+
+
 def _connack(
     broker: Broker, client_id: str, *, clean: bool = True, **properties: int
 ) -> tuple[Peer, Connack]:
@@ -208,9 +216,7 @@ def test_takeover_disconnects_the_old_connection_with_0x8e(tmp_path: Path) -> No
 
 def test_a_share_members_negative_puback_sends_the_message_to_error(tmp_path: Path) -> None:
     async def test(broker: Broker) -> None:
-        member = _connect(broker, "member")
-        member.send(Subscribe(1, (Subscription("$share/g/t", 1),)))
-        member.take()
+        member = _subscriber(broker, "member", "$share/g/t", 1)
         pub = _connect(broker, "pub")
         pub.send(Publish("t", b"poison", 1, packet_id=1))
         await _until(lambda: any(isinstance(p, Publish) for p in member.inbox))
@@ -231,9 +237,7 @@ def test_a_publisher_is_answered_before_its_message_goes_to_the_share_group(
     publisher sends its next ones while the broker serves the members."""
 
     async def test(broker: Broker) -> None:
-        member = _connect(broker, "member")
-        member.send(Subscribe(1, (Subscription("$share/g/t", 1),)))
-        member.take()
+        member = _subscriber(broker, "member", "$share/g/t", 1)
         pub = _connect(broker, "pub")
         answered_first: list[bool] = []
         deliver = broker._delivery.deliver
@@ -286,9 +290,7 @@ def test_a_read_is_answered_before_its_messages_go_to_memory_subscribers(
     non-persistent session, and the messages still go out in the order they came."""
 
     async def test(broker: Broker) -> None:
-        sub = _connect(broker, "sub")
-        sub.send(Subscribe(1, (Subscription("t", 2),)))
-        sub.take()
+        sub = _subscriber(broker, "sub", "t", 2)
         pub = _connect(broker, "pub")
         pub.send(Publish("t", b"m2", 2, packet_id=2))
         assert pub.take() == [Pubrec(2)]
@@ -316,9 +318,7 @@ def test_publishes_that_need_the_disk_are_answered_in_order_with_backpressure(
     monkeypatch.setattr(batches, "_BACKLOG_HIGH", 4)
 
     async def test(broker: Broker) -> None:
-        member = _connect(broker, "member")
-        member.send(Subscribe(1, (Subscription("$share/g/t", 1),)))
-        member.take()
+        _subscriber(broker, "member", "$share/g/t", 1)  # a share group: the publishes go to disk
         pub = _connect(broker, "pub")
         for packet_id in range(1, 11):  # ten reads before the first batch gets a thread
             pub.send(Publish("t", f"m{packet_id}".encode(), 1, packet_id=packet_id))
@@ -421,9 +421,7 @@ def test_a_session_taken_over_sends_its_will_unless_a_delay_is_cancelled(
     before the delay is over."""
 
     async def test(broker: Broker) -> None:
-        watcher = _connect(broker, "watcher")
-        watcher.send(Subscribe(1, (Subscription("will/#", 0),)))
-        watcher.take()
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
         will = Will("will/w", b"gone", properties=Properties.build(will_delay_interval=delay))
         old = Peer(broker)
         old.send(
