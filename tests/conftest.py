@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,3 +48,34 @@ def file_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(Dropbox, "read", counted)
     return reads
+
+
+class HeldFlush:
+    """The committer's flush of the renames (`commit.flush_directories`), held until the test
+    releases it: `reached` is set once a commit is waiting there."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self._released = threading.Event()
+
+    def release(self) -> None:
+        self._released.set()
+
+    def wait_for_release(self) -> None:
+        self.reached.set()
+        assert self._released.wait(5), "the test never released the held flush"
+
+
+@pytest.fixture
+def held_flush(monkeypatch: pytest.MonkeyPatch) -> HeldFlush:
+    from boxmq.store import commit
+
+    held = HeldFlush()
+    flush = commit.flush_directories
+
+    def flush_directories(paths: set[str]) -> None:
+        held.wait_for_release()
+        flush(paths)
+
+    monkeypatch.setattr(commit, "flush_directories", flush_directories)
+    return held

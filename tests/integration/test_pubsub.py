@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
+from tests.conftest import HeldFlush
 
 import boxmq
 from boxmq.client.topics import Publication, Subscriber
-from boxmq.store import commit
 
 
 def drain(subscriber: Subscriber) -> list[boxmq.Message]:
@@ -226,19 +226,10 @@ def test_publish_many_then_tells_once_the_batch_is_committed(tmp_path: Path, fsy
 
 
 def test_publish_many_then_lets_subscribers_take_the_batch_before_its_last_flush(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, held_flush: HeldFlush
 ) -> None:
     """Under `always`, `ready` comes once the messages are in target/ and handed over: a
     share group takes them while the directories' flush, and so `committed`, still wait."""
-    flushing, flushed = threading.Event(), threading.Event()
-    flush = commit.flush_directories
-
-    def flush_directories(paths: set[str]) -> None:
-        flushing.set()
-        assert flushed.wait(5)
-        flush(paths)
-
-    monkeypatch.setattr(commit, "flush_directories", flush_directories)
     with (
         boxmq.open(tmp_path / "root", fsync="always") as box,
         box.subscribe("$share/g/s/#", "w", max_in_flight=10) as group,
@@ -248,10 +239,10 @@ def test_publish_many_then_lets_subscribers_take_the_batch_before_its_last_flush
         batch = [Publication("s/1", b"a"), Publication("s/2", b"b")]
         box.topics.publish_many_then(batch, told.put, ready.set)
         assert ready.wait(5)
-        assert flushing.wait(5)
+        assert held_flush.reached.wait(5)
         assert [m.body for m in drain(group)] == [b"a", b"b"]
         assert told.empty()
-        flushed.set()
+        held_flush.release()
         assert told.get(timeout=5) == [None, None]
 
 

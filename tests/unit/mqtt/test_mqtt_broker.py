@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from tests.conftest import HeldFlush
 
 import boxmq
 from boxmq.clock import Clock, ManualClock, SystemClock
@@ -41,7 +41,6 @@ from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.session import Session, Token
 from boxmq.mqtt.session_record import SessionRecord, read_record, remove_record, write_record
 from boxmq.mqtt.settings import MqttSettings
-from boxmq.store import commit
 from boxmq.store.process import process_token
 
 V5 = ProtocolVersion.V5
@@ -255,18 +254,10 @@ def test_a_publisher_is_answered_before_its_message_goes_to_the_share_group(
 
 
 def test_under_always_the_members_are_served_while_the_commit_flushes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, held_flush: HeldFlush
 ) -> None:
     """The messages of a batch are claimed and sent once they are in the dropbox, before
     the commit's last flush; the publisher's PUBACK waits for that flush."""
-    flushed = threading.Event()
-    flush = commit.flush_directories
-
-    def flush_directories(paths: set[str]) -> None:
-        assert flushed.wait(5)
-        flush(paths)
-
-    monkeypatch.setattr(commit, "flush_directories", flush_directories)
 
     async def test(broker: Broker) -> None:
         member = _connect(broker, "member")
@@ -277,7 +268,7 @@ def test_under_always_the_members_are_served_while_the_commit_flushes(
         pub.send(Publish("t", b"m", 1, packet_id=1))
         await _until(lambda: any(isinstance(p, Publish) for p in member.inbox))
         assert pub.inbox == []
-        flushed.set()
+        held_flush.release()
         await _until(lambda: pub.inbox == [Puback(1)])
 
     _run(tmp_path, test, fsync="always")
