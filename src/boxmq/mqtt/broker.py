@@ -481,7 +481,8 @@ class Broker:
     def _session_from_disk(self, client_id: str, expiry: int) -> Session | None:
         """A persistent session this process does not know (boxmq was restarted): its
         durable subscriptions are on disk, their options read back from their records, and
-        so are the QoS 2 messages it got PUBREC for and has not released yet. Resumed with
+        so are the QoS 2 messages it got PUBREC for and has not released yet, and the packet
+        ids its own record says it was sent PUBREL for (outbox.expect_release). Resumed with
         an expiry of 0 too (MQTT 5.0 §3.1.2.4): it then ends with this connection, its
         subscriptions on disk with it, where a new session would leave them behind."""
         record = read_record(self.box.root, client_id)
@@ -497,6 +498,8 @@ class Broker:
             client_id, window=self.limits.max_inflight, queue_limit=self.limits.max_queued
         )
         session.expiry = expiry  # before attaching: persistent memberships are not process-bound
+        if record is not None:
+            session.outbox.expect_release(record.releasing)
         self._sessions[client_id] = session
         for text, subscription in found:
             delivery = saved.get(text, DeliveryOptions())

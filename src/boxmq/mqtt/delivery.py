@@ -198,8 +198,9 @@ class Delivery:
         client = self._links.get(session.client_id)
         if acked.reply is not None and client is not None:
             self._out.send(client, acked.reply)
-        if acked.reply is None:
-            self._settle(session, acked.token, refused=acked.refused)
+        # A positive PUBREC settles too: the message is the client's from then on, so a share
+        # group never gives it to another member, even if this session ends before PUBCOMP.
+        self._settle(session, acked.token, refused=acked.refused)
         self.settled[session.client_id] = session  # its freed slots are filled after the read
         if not session.outbox.waiting:
             return  # nothing queued behind the window (most acks): nothing to send

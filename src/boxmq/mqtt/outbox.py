@@ -8,6 +8,9 @@ Invariants:
   so the order of one subscription's messages is kept (MQTT 5.0 §4.6).
 - Each in-flight entry carries the caller's `token` (e.g. a locked message on disk) and gives
   it back exactly once: when the client acknowledges it, or from `clear()` when the session ends.
+  For QoS 2 that is the positive PUBREC: the client has the message then (MQTT 5.0 §4.3.3), so
+  whatever becomes of the session, it must never go to anyone again; the entry stays, without
+  its token, until PUBCOMP frees its packet id.
 - A packet id is in use from `push` until its final acknowledgement (PUBACK or PUBCOMP), and
   `resend()` gives what a resumed session must send again, with DUP set (MQTT 5.0 §4.4).
 - A queued message with a Message Expiry Interval leaves `ready` with what is left of it, or
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import Enum, auto
 from typing import Generic, NamedTuple, TypeVar
@@ -44,8 +48,8 @@ class Stage(Enum):
 
 @dataclass(slots=True)
 class _Entry(Generic[T]):
-    publish: Publish
-    token: T
+    publish: Publish | None  # None: known only by its packet id (released before a restart)
+    token: T | None
     stage: Stage
 
 
@@ -53,7 +57,7 @@ class Acked(NamedTuple, Generic[T]):
     """An acknowledgement matched: whose it was, and whether the client refused the message.
     A named tuple: one is built per acknowledgement, with one `tuple.__new__`."""
 
-    token: T
+    token: T | None  # None: given back before (the PUBREC of this PUBCOMP took it)
     refused: bool  # a reason code >= 0x80 on PUBACK or PUBREC (MQTT 5.0 §4.3)
     reply: Pubrel | None = None  # what to answer: PUBREL after a positive PUBREC
 
@@ -96,17 +100,18 @@ class Outbox(Generic[T]):
         return None
 
     def acked(self, packet_id: int, stage: Stage, refused: bool) -> Acked[T]:
-        """Match a PUBACK (AWAIT_PUBACK), PUBREC (AWAIT_PUBREC) or PUBCOMP (AWAIT_PUBCOMP)."""
+        """Match a PUBACK (AWAIT_PUBACK), PUBREC (AWAIT_PUBREC) or PUBCOMP (AWAIT_PUBCOMP).
+        A positive PUBREC gives the token back (the message is the client's), a PUBCOMP none."""
         entry = self._in_flight.get(packet_id)
         if entry is None or entry.stage is not stage:
             raise ProtocolError(f"an acknowledgement for packet id {packet_id}, which is not sent")
         if stage is Stage.AWAIT_PUBREC and not refused:
-            entry.stage = Stage.AWAIT_PUBCOMP
-            return _new_tuple(Acked, (entry.token, False, _new_pubrel(packet_id)))
+            token, entry.token, entry.stage = entry.token, None, Stage.AWAIT_PUBCOMP
+            return _new_tuple(Acked, (token, False, _new_pubrel(packet_id)))
         del self._in_flight[packet_id]
         return _new_tuple(Acked, (entry.token, refused, None))
 
-    def discard(self, packet_id: int) -> T:
+    def discard(self, packet_id: int) -> T | None:
         """A PUBLISH the client cannot take (over its Maximum Packet Size): done as if it had
         been sent and acknowledged (MQTT 5.0 §3.1.2.25); its slot and packet id are free."""
         return self._in_flight.pop(packet_id).token
@@ -134,12 +139,23 @@ class Outbox(Generic[T]):
         """What a resumed session sends first, in order (MQTT 5.0 §4.4)."""
         return [
             Pubrel(packet_id)
-            if entry.stage is Stage.AWAIT_PUBCOMP
+            if entry.publish is None or entry.stage is Stage.AWAIT_PUBCOMP
             else replace(entry.publish, dup=True)
             for packet_id, entry in self._in_flight.items()
         ]
 
-    def clear(self) -> list[T]:
+    def releasing(self) -> list[int]:
+        """The packet ids whose PUBREL was sent and not completed: a restart must send those
+        PUBRELs again, or the client keeps them reserved (session_record.py)."""
+        return [i for i, entry in self._in_flight.items() if entry.stage is Stage.AWAIT_PUBCOMP]
+
+    def expect_release(self, packet_ids: Iterable[int]) -> None:
+        """After a restart: these packet ids await PUBCOMP (`releasing` of the process
+        before), their PUBRELs first in what `resend` gives."""
+        for packet_id in packet_ids:
+            self._in_flight.setdefault(packet_id, _Entry(None, None, Stage.AWAIT_PUBCOMP))
+
+    def clear(self) -> list[T | None]:
         """The session ends: every token still held, in flight first, then queued."""
         tokens = [entry.token for entry in self._in_flight.values()]
         tokens += [token for _, token, _ in self._queued]

@@ -83,6 +83,7 @@ class Recorder:
             username=session.username,
             will=session.will if disconnected_at is None else will,
             will_due=will_due,
+            releasing=tuple(session.outbox.releasing()),
         )
 
     def store(self, record: SessionRecord, *, flush: bool) -> None:

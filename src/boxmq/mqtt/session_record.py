@@ -9,7 +9,10 @@ Session Expiry Interval and since when its client is away (MQTT 5.0 §3.1.2.11.2
 filter as subscribed, the options that shape what it is sent (Subscription Identifier
 §3.8.2.1.2, Retain As Published §3.8.3.1). Retain Handling only acts at SUBSCRIBE time and is
 not kept. And its connection's Will Message (§3.1.3.2.2), so that a delayed Will outlives a
-restart of the broker.
+restart of the broker. And the packet ids of the QoS 2 messages it was sent, acknowledged with
+PUBREC and was sent PUBREL for, not yet completed: a restarted broker sends those PUBRELs again
+(§4.4), where the process before would have, so that the client frees them; the messages
+themselves were settled at PUBREC and are never sent again.
 
 Invariants:
 - `holder` is the process token of the broker the client is connected to; None once the
@@ -20,6 +23,8 @@ Invariants:
   and at close if the Will waits out a delay; None once it is sent, or if the connection
   closed with DISCONNECT 0x00. `will_due` (wall clock) is when it goes out: None while the
   connection is open (the delay counts from its close).
+- `releasing` is written when the connection closes, and at a graceful shutdown (which
+  closes every connection); a broker killed while the client is connected loses it.
 - A record is replaced by a rename: a reader sees the old one or the new one, never half.
 - Every field but `client_id` and `expiry` has a default, and unknown fields are ignored, so a
   record written by another boxmq version still loads.
@@ -74,6 +79,7 @@ class SessionRecord:
     username: str | None = None  # the client's, whose rights its Will is published with
     will: Will | None = None  # the Will still to be sent
     will_due: float | None = None  # when: None while the client is connected
+    releasing: tuple[int, ...] = ()  # QoS 2 packet ids sent PUBREL, awaiting PUBCOMP
 
     def deadline(self) -> float | None:
         """When the session ends if its client stays away; None: it never does, or the client
@@ -123,6 +129,7 @@ def _to_json(record: SessionRecord) -> dict[str, Any]:
         "username": record.username,
         "will": None if record.will is None else _will_to_json(record.will),
         "will_due": record.will_due,
+        "releasing": list(record.releasing),
     }
 
 
@@ -178,9 +185,16 @@ def _from_json(data: Mapping[str, Any]) -> SessionRecord:
             username=None if username is None else str(username),
             will=None if will is None else _will_from_json(will),
             will_due=None if due is None else float(due),
+            releasing=tuple(_packet_id(i) for i in data.get("releasing", ())),
         )
     except (KeyError, TypeError, AttributeError, binascii.Error, ProtocolViolation) as error:
         raise ValueError(f"not a session record: {error!r}") from None
+
+
+def _packet_id(value: Any) -> int:
+    if type(value) is not int or not 0 < value <= 0xFFFF:
+        raise TypeError(f"{value!r} is not a packet id")
+    return value
 
 
 def _optional_int(value: Any) -> int | None:

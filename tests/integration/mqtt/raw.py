@@ -12,11 +12,14 @@ __all__ = [
     "connect_packet",
     "open_raw",
     "packet",
+    "pubcomp",
     "publish",
     "publish_qos2",
+    "pubrec",
     "pubrel",
     "read",
     "string",
+    "subscribe",
 ]
 
 
@@ -53,6 +56,19 @@ def publish_qos2(topic: str, packet_id: int, payload: bytes) -> bytes:
 
 def pubrel(packet_id: int) -> bytes:
     return packet(0x62, packet_id.to_bytes(2, "big"))
+
+
+def pubrec(packet_id: int) -> bytes:
+    return packet(0x50, packet_id.to_bytes(2, "big"))
+
+
+def pubcomp(packet_id: int) -> bytes:
+    return packet(0x70, packet_id.to_bytes(2, "big"))
+
+
+def subscribe(packet_id: int, filter: str, qos: int) -> bytes:
+    """MQTT 5 SUBSCRIBE of one filter, without properties."""
+    return packet(0x82, packet_id.to_bytes(2, "big") + b"\x00" + string(filter) + bytes([qos]))
 
 
 def read(sock: socket.socket) -> tuple[int, bytes]:

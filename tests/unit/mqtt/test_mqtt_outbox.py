@@ -46,8 +46,35 @@ def test_qos2_goes_pubrec_pubrel_pubcomp() -> None:
     assert step.reply == Pubrel(packet_id)
     assert outbox.resend() == [Pubrel(packet_id)]  # never the message again (§4.4)
     done = outbox.acked(packet_id, Stage.AWAIT_PUBCOMP, refused=False)
-    assert (done.token, done.refused) == ("m", False)
+    assert (done.token, done.refused) == (None, False)
     assert len(outbox) == 0
+
+
+def test_a_pubrec_gives_the_token_back_and_the_id_stays_taken_until_pubcomp() -> None:
+    # The client has the message at PUBREC (MQTT 5.0 §4.3.3): whatever happens to the session
+    # after, its token (a share group's message) must never go to anyone else.
+    outbox: Outbox[str] = Outbox(window=1, limit=5)
+    sent = outbox.push(_msg(1, qos=2), "m")
+    assert sent is not None
+    assert sent.packet_id is not None
+    step = outbox.acked(sent.packet_id, Stage.AWAIT_PUBREC, refused=False)
+    assert step.token == "m"
+    assert outbox.push(_msg(2, qos=2), "n") is None  # the window is still full
+    assert outbox.releasing() == [sent.packet_id]
+    assert outbox.clear() == [None, "n"]  # the session ends: nothing of "m" comes back
+
+
+def test_ids_released_before_a_restart_get_their_pubrel_first_and_are_not_reused() -> None:
+    outbox: Outbox[str] = Outbox(window=3, limit=5)
+    outbox.expect_release([1, 2])
+    assert outbox.resend() == [Pubrel(1), Pubrel(2)]
+    sent = outbox.push(_msg(1, qos=2), "m")
+    assert sent is not None
+    assert sent.packet_id == 3
+    assert outbox.acked(1, Stage.AWAIT_PUBCOMP, refused=False).token is None
+    assert outbox.releasing() == [2]
+    with pytest.raises(ProtocolError):
+        outbox.acked(2, Stage.AWAIT_PUBREC, refused=False)  # it was released: PUBCOMP only
 
 
 def test_a_refused_pubrec_ends_the_exchange() -> None:
@@ -110,19 +137,21 @@ def test_ids_are_unique_in_flight_and_every_token_comes_back_once(
         elif in_flight:
             packet_id, (token, stage) = next(iter(in_flight.items()))
             acked = outbox.acked(packet_id, stage, refused=False)
-            assert acked.token == token
+            # Given back once: at PUBACK, or at the PUBREC of QoS 2 (not its PUBCOMP).
+            assert acked.token == (None if stage is Stage.AWAIT_PUBCOMP else token)
+            if acked.token is not None:
+                returned.append(acked.token)
             if acked.reply is not None:
                 in_flight[packet_id] = (token, Stage.AWAIT_PUBCOMP)
             else:
                 del in_flight[packet_id]
-                returned.append(token)
             for sent, ready_token in outbox.ready():
                 if sent.qos:
                     track(sent, ready_token)
                 else:
                     returned.append(ready_token)
         assert len(in_flight) <= window
-    returned += outbox.clear()
+    returned += [token for token in outbox.clear() if token is not None]
     assert sorted(returned) == list(range(pushed))
 
 

@@ -56,6 +56,7 @@ _records = st.builds(
     username=st.none() | st.text(max_size=10),
     will=st.none() | _wills,
     will_due=st.none() | st.floats(min_value=0, max_value=4e9),
+    releasing=st.lists(st.integers(min_value=1, max_value=65_535), max_size=4).map(tuple),
 )
 
 
@@ -125,6 +126,17 @@ def test_a_record_with_only_the_first_fields_loads_with_the_defaults(tmp_path: P
     assert (record.client_id, record.expiry) == ("old", 60)
     assert (record.holder, record.disconnected_at, record.options) == (None, None, {})
     assert (record.username, record.will, record.will_due) == (None, None, None)
+    assert record.releasing == ()
+
+
+@pytest.mark.parametrize("ids", ["[0]", "[65536]", '["7"]', "[true]", "7"])
+def test_a_record_whose_released_packet_ids_are_not_packet_ids_is_not_a_record(
+    tmp_path: Path, ids: str
+) -> None:
+    folder = tmp_path / ".mqtt" / "sessions"
+    folder.mkdir(parents=True)
+    (folder / "bad").write_text(f'{{"client_id": "bad", "expiry": 60, "releasing": {ids}}}')
+    assert read_record(str(tmp_path), "bad") is None
 
 
 def test_a_damaged_record_is_skipped(tmp_path: Path) -> None:

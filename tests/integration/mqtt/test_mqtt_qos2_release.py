@@ -1,0 +1,100 @@
+"""A QoS 2 message a subscriber acknowledged with PUBREC is its own (MQTT 5.0 §4.3.3): the broker
+never sends it again, to that subscriber or to another member of its share group, whatever
+becomes of the session; only the PUBREL goes again, after a restart too (§4.4)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from tests.integration.mqtt.clients import RunningServer, paho, start_server
+from tests.integration.mqtt.raw import open_raw, pubcomp, pubrec, read, subscribe
+
+SUBACK, PUBLISH, PUBREL = 0x90, 0x30, 0x62
+
+
+def _publish_fields(body: bytes) -> tuple[bytes, int]:
+    """(payload, packet id) of a v5 QoS 1/2 PUBLISH body without properties."""
+    end = 2 + int.from_bytes(body[:2], "big")
+    packet_id = int.from_bytes(body[end : end + 2], "big")
+    assert body[end + 2] == 0, "no properties were expected"
+    return body[end + 3 :], packet_id
+
+
+def _subscribed(sock: socket.socket, filter: str) -> None:
+    sock.sendall(subscribe(1, filter, 2))
+    kind, body = read(sock)
+    assert (kind, body[-1]) == (SUBACK, 2)
+
+
+def _take_with_pubrec(sock: socket.socket, within: float) -> dict[bytes, int]:
+    """Each PUBLISH that comes before `within` seconds pass without a packet, answered with
+    PUBREC: {payload: packet id}. PUBRELs are read and left unanswered."""
+    sock.settimeout(within)
+    taken: dict[bytes, int] = {}
+    while True:
+        try:
+            kind, body = read(sock)
+        except TimeoutError:
+            return taken
+        if kind & 0xF0 == PUBLISH:
+            payload, packet_id = _publish_fields(body)
+            taken[payload] = packet_id
+            sock.sendall(pubrec(packet_id))
+
+
+def test_a_share_group_member_that_leaves_after_pubrec_keeps_what_it_acknowledged(
+    server: RunningServer,
+) -> None:
+    member, _ = open_raw(server, "pubrec-member", clean=True, expiry=0)
+    _subscribed(member, "$share/g/exact/#")
+    other = paho(server, "other-member")
+    other.subscribe("$share/g/exact/#", 2)
+    publisher = paho(server, "publisher")
+    sent = [str(n).encode() for n in range(8)]
+    for payload in sent:
+        publisher.publish("exact/t", payload, 2)
+    taken = _take_with_pubrec(member, within=0.5)
+    assert taken, "the round robin gave the member none"
+    member.close()  # before any PUBCOMP: its session ends with the connection
+    rest: list[bytes] = []
+    while len(taken) + len(rest) < len(sent):
+        rest.append(other.next().payload)
+    assert other.nothing(within=1.0)  # and nothing of what the member had
+    assert sorted([*taken, *rest]) == sorted(sent)
+
+
+@pytest.mark.parametrize("away", [True, False], ids=["away", "connected"])
+def test_a_pubrel_is_sent_again_after_a_restart_and_its_message_never(
+    tmp_path: Path, away: bool
+) -> None:
+    root = tmp_path / "root"
+    first = start_server(root)
+    try:
+        subscriber, _ = open_raw(first, "releasing")
+        _subscribed(subscriber, "exact/restart")
+        paho(first, "publisher").publish("exact/restart", b"once", 2)
+        taken = _take_with_pubrec(subscriber, within=0.5)  # the PUBREL read and not answered
+        assert list(taken) == [b"once"]
+        if away:
+            subscriber.close()
+            time.sleep(0.3)  # the broker writes the session's record when it sees the close
+    finally:
+        first.shutdown()  # SIGTERM's path: a connected session's record is written too
+    subscriber.close()
+    second = start_server(root)
+    back, present = open_raw(second, "releasing")
+    try:
+        assert present
+        assert read(back) == (PUBREL, taken[b"once"].to_bytes(2, "big"))
+        back.sendall(pubcomp(taken[b"once"]))
+        back.settimeout(1.0)
+        with pytest.raises(TimeoutError):
+            read(back)  # never the message itself again
+        paho(second, "publisher").publish("exact/restart", b"next", 2)
+        assert list(_take_with_pubrec(back, within=2.0)) == [b"next"]
+    finally:
+        back.close()
+        second.shutdown()
