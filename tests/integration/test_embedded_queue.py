@@ -44,6 +44,14 @@ def test_put_then_consume_and_ack_moves_the_file_to_processed(box: boxmq.Box, ro
     assert decode(name).message_id == message_id
 
 
+@pytest.mark.parametrize("fsync", ["always", "interval", "never"])
+def test_put_many_of_nothing_puts_nothing(tmp_path: Path, fsync: str) -> None:
+    with boxmq.open(tmp_path, fsync=fsync) as box:  # under always it used to wait forever
+        jobs = box.queue("jobs")
+        assert jobs.put_many([]) == []
+        assert files(tmp_path, "jobs", "target") == []
+
+
 def test_priority_order_then_fifo(box: boxmq.Box) -> None:
     jobs = box.queue("jobs")
     for index, priority in enumerate([4, 9, 4, 0, 9]):

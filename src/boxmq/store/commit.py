@@ -205,7 +205,7 @@ class Committer:
 
         Raises the OSError of the first move that failed; the others are done.
         """
-        if not self._always:
+        if not self._always or not moves:  # none: nothing to flush, and no group to wait for
             self._ensure_thread()
             _rename_all(moves)
             return
@@ -233,7 +233,7 @@ class Committer:
         An event loop writes its files itself and lets the flush happen elsewhere: handing the
         whole put to a worker thread made the two threads trade the interpreter lock at every
         system call, which cost a share group more than the writes themselves."""
-        if not self._always:
+        if not self._always or not moves:  # none: told at once, as the committer never would be
             self._ensure_thread()
             errors = _rename_each(moves)
             committed(errors[min(errors)] if errors else None)

@@ -78,6 +78,24 @@ def test_a_fan_out_links_every_copy_and_removes_the_staged_file(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("policy", list(FsyncPolicy))
+def test_nothing_to_commit_returns_at_once(tmp_path: Path, policy: FsyncPolicy) -> None:
+    # Under always the committer wakes only for moves: an empty commit used to wait forever.
+    committer = Committer(str(tmp_path), policy, interval=0.05)
+    told: list[OSError | None] = []
+    returned = threading.Event()
+
+    def commit_nothing() -> None:
+        committer.commit([])
+        committer.commit_then([], told.append)
+        returned.set()
+
+    threading.Thread(target=commit_nothing, daemon=True).start()
+    assert returned.wait(5)
+    assert told == [None]
+    committer.close()
+
+
+@pytest.mark.parametrize("policy", list(FsyncPolicy))
 def test_commit_then_calls_back_once_the_moves_are_done(
     tmp_path: Path, policy: FsyncPolicy
 ) -> None:
