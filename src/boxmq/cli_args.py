@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from boxmq.core.durations import LONGEST
 from boxmq.errors import InvalidArgument
 from boxmq.model import Property, PropertyType
 
@@ -37,7 +38,10 @@ def parse_duration(text: str) -> float:
             f"bad duration {text!r}: use a number of seconds, or one with a unit: "
             "500ms, 30s, 10m, 2h, 1d"
         )
-    return float(match[1]) * _UNITS[match[2] or "s"]
+    seconds = float(match[1]) * _UNITS[match[2] or "s"]
+    if seconds > LONGEST:  # infinity too: 400 digits make one
+        raise InvalidArgument(f"bad duration {text!r}: at most {LONGEST / 86_400:g}d (100 years)")
+    return seconds
 
 
 def parse_property(text: str) -> tuple[str, Property]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from boxmq.cli_args import parse_duration
+from boxmq.core.durations import LONGEST
 from boxmq.errors import InvalidArgument
 
 __all__ = ["Table"]
@@ -87,6 +88,8 @@ class Table:
             raise self.error(key, f"{value} is not 0 or more seconds")
         if not zero and (not math.isfinite(value) or value <= 0):
             raise self.error(key, f"{value} is not a positive number of seconds")
+        if value > LONGEST:
+            raise self.error(key, f"{value:g} seconds is too long: at most {LONGEST:g} (100 years)")
         return float(value)
 
     def path(self, key: str) -> Path | None:

@@ -403,18 +403,24 @@ def test_put_creates_a_missing_root(tmp_path: Path) -> None:
         (("get", "jobs", "--lock", "0"), "bad duration '0': it must be more than zero"),
         (("put", "jobs", "x", "--expires-in", "0"), "bad duration '0': it must be more than zero"),
         (("extend", "jobs", "x", "--by", "0ms"), "bad duration '0ms': it must be more than zero"),
+        (("get", "jobs", "--lock", "9" * 400), "at most 36500d (100 years)"),  # float: infinity
+        (("extend", "jobs", "x", "--by", "99999999999d"), "at most 36500d (100 years)"),
+        (("unlock", "jobs", "x", "--delay", "99999999999999d"), "at most 36500d (100 years)"),
+        (("put", "jobs", "x", "--expires-in", "99999999999999d"), "at most 36500d (100 years)"),
+        (("serve", "--no-mqtt", "--sweep-interval", "9" * 400), "at most 36500d (100 years)"),
         (("peek", "jobs", "--limit", "0"), "bad number '0': it must be at least 1"),
         (("peek", "jobs", "--limit", "-1"), "bad number '-1': it must be at least 1"),
         (("subscribe", "a", "--count", "0"), "bad number '0': it must be at least 1"),
     ],
 )
-def test_zero_durations_and_limits_are_usage_errors(
+def test_durations_and_limits_out_of_range_are_usage_errors(
     root: Path, args: tuple[str, ...], says: str
 ) -> None:
     ok(root, "put", "jobs", "seed")
     done = boxmq_cli(root, *args)
     assert done.returncode == 2
     assert says in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_json_output_stays_json_with_nan_and_infinite_properties(root: Path) -> None:

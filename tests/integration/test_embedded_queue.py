@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -50,6 +51,34 @@ def test_put_many_of_nothing_puts_nothing(tmp_path: Path, fsync: str) -> None:
         jobs = box.queue("jobs")
         assert jobs.put_many([]) == []
         assert files(tmp_path, "jobs", "target") == []
+
+
+@pytest.mark.parametrize("seconds", [math.nan, math.inf, 1e300])
+def test_a_duration_refused_leaves_the_message_where_it_was(box: boxmq.Box, seconds: float) -> None:
+    jobs = box.queue("jobs")
+    jobs.put(b"x")
+    with pytest.raises(boxmq.InvalidArgument):
+        jobs.get(lock_timeout=seconds)
+    by_id = jobs.get()
+    assert by_id is not None
+    with pytest.raises(boxmq.InvalidArgument):
+        jobs.unlock(by_id.id, delay=seconds)
+    with pytest.raises(boxmq.InvalidArgument):
+        jobs.extend(by_id.id, seconds=seconds)
+    jobs.unlock(by_id.id)  # still its lock: the refusals moved nothing
+    with jobs.consumer("w") as consumer:
+        message = consumer.receive(timeout=5)
+        assert message is not None
+        with pytest.raises(boxmq.InvalidArgument):
+            message.unlock(delay=seconds)  # a century's delay once dropped the lock first
+        with pytest.raises(boxmq.InvalidArgument):
+            message.extend(seconds)
+        message.unlock()
+    with jobs.consumer("v") as consumer:
+        again = consumer.receive(timeout=5)
+        assert again is not None
+        assert again.body == b"x"
+        again.ack()
 
 
 def test_priority_order_then_fifo(box: boxmq.Box) -> None:

@@ -121,6 +121,7 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("fsync = 1", "fsync: expected a string, got an integer"),
         ("sweep_interval = 'soon'", "sweep_interval: bad duration 'soon'"),
         ("sweep_interval = 0", "sweep_interval: 0 is not a positive number of seconds"),
+        ("sweep_interval = 1e300", "sweep_interval: 1e+300 seconds is too long: at most"),
         ("keep_processed = 'yes'", "keep_processed: expected true or false, got a string"),
         ("polling = 1", "polling: expected true or false, got an integer"),
         ("log_level = 'loud'", "log_level: 'loud' is not one of debug, info, warning, error"),

@@ -32,6 +32,7 @@ from boxmq.client import mqtt_fields
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.clock import Clock
 from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits
+from boxmq.core.durations import check_seconds
 from boxmq.errors import InvalidArgument, ItemNotFound, MetadataTooLong
 from boxmq.ids import IdFactory
 from boxmq.model import (
@@ -114,8 +115,8 @@ class AssuredIntake:
         to its copies. Raises NotAllowed, MessageTooLarge or ResourceConstraint, storing
         nothing.
         """
-        if expires_in is not None and expires_in <= 0:
-            raise InvalidArgument("expires_in must be a positive number of seconds")
+        if expires_in is not None:
+            check_seconds("expires_in", expires_in)
         if (queue is None) == (topic is None):
             raise InvalidArgument("an assured message goes to a queue or to a topic: give one")
         mqtt_fields.check(properties or {})

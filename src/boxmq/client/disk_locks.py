@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from boxmq.client.lifecycle import dead_name, envelope_of, released_name
 from boxmq.core import QueuePolicy, check_holder
+from boxmq.core.durations import check_seconds
 from boxmq.errors import InvalidArgument, UnexpectedRequest
 from boxmq.model import ConsumerId, MessageId
 from boxmq.store.dropbox import Dropbox
@@ -38,8 +39,7 @@ class DiskSettler:
             raise UnexpectedRequest(message_id, "the lock was taken away")
 
     def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> None:
-        if delay < 0:
-            raise InvalidArgument("an unlock delay cannot be negative")
+        check_seconds("an unlock delay", delay, zero=True)
         name, processing, _ = self._held(message_id, consumer)
         count = envelope_of(name).delivery_count + 1
         limit = self._policy.max_deliveries
@@ -63,11 +63,10 @@ class DiskSettler:
         self._to_error(processing, name, "rejected")
 
     def extend(self, message_id: MessageId, consumer: ConsumerId, seconds: float | None) -> None:
-        name, processing, lock = self._held(message_id, consumer)
         if seconds is None:
             raise InvalidArgument("say for how many seconds to extend the lock")
-        if seconds <= 0:
-            raise InvalidArgument("a lock can only be extended by a positive time")
+        check_seconds("a lock extension", seconds)
+        name, processing, lock = self._held(message_id, consumer)
         new = locked_name(name, Lock(lock.owner, int((self._now() + seconds) * 1000), lock.token))
         if not self._box.move(State.PROCESSING, processing, State.PROCESSING, new):
             raise UnexpectedRequest(message_id, "the lock was taken away")

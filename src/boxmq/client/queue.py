@@ -21,6 +21,7 @@ from boxmq.client.live_queue import LiveQueue
 from boxmq.client.message import Message
 from boxmq.client.sweeps import SweepLimits, release_stale_locks
 from boxmq.core import QueuePolicy
+from boxmq.core.durations import check_seconds
 from boxmq.errors import InvalidArgument, InvalidName, MetadataTooLong
 from boxmq.ids import IdFactory
 from boxmq.model import (
@@ -56,7 +57,6 @@ _INT32 = 2**31
 # Read from module globals by a put: Enum's metaclass has a __getattr__, so each
 # `MessageClass.BYTES` is a slow attribute lookup (~800 instructions), a global one cached load.
 _TEXT, _BYTES = MessageClass.TEXT, MessageClass.BYTES
-_FAR = 2**62 / 1000  # seconds: an expiration in epoch ms stays below 2^63
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,8 +257,7 @@ class Queue:
             raise InvalidArgument(f"priority {outgoing.priority} is outside -2^31..2^31-1")
         expiration = 0
         if outgoing.expires_in is not None:
-            if not 0 < outgoing.expires_in < _FAR:
-                raise InvalidArgument("expires_in must be a positive number of seconds")
+            check_seconds("expires_in", outgoing.expires_in)
             expiration = int((self._now() + outgoing.expires_in) * 1000)
         text = isinstance(outgoing.body, str)
         body = outgoing.body.encode() if isinstance(outgoing.body, str) else bytes(outgoing.body)
@@ -303,8 +302,7 @@ class Queue:
         would, so that queues work without `boxmq serve`.
         """
         holder = check_consumer_name(consumer)
-        if lock_timeout <= 0:
-            raise InvalidArgument("the lock timeout must be a positive number of seconds")
+        check_seconds("the lock timeout", lock_timeout)
         now = self._now()
         release_stale_locks(self._box, now=now, policy=self._policy, limits=self._limits)
         for name, envelope in self._ready_in_order(now):

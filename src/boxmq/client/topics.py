@@ -33,6 +33,7 @@ from boxmq.core import (
     parse_filter,
     validate_topic,
 )
+from boxmq.core.durations import check_seconds
 from boxmq.errors import InvalidArgument, MetadataTooLong
 from boxmq.ids import IdFactory
 from boxmq.model import (
@@ -293,8 +294,8 @@ class Topics:
         reply_to: str | None,
         text: bool,
     ) -> Envelope:
-        if expires_in is not None and expires_in <= 0:
-            raise InvalidArgument("expires_in must be a positive number of seconds")
+        if expires_in is not None:
+            check_seconds("expires_in", expires_in)
         expiration = int((self._clock.now() + expires_in) * 1000) if expires_in else 0
         user = properties_from(dict(properties)) if properties else ()
         return Envelope(

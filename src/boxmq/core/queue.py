@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from boxmq.core.dispatch import Dispatch, Picker
+from boxmq.core.durations import check_seconds
 from boxmq.core.effects import (
     Claim,
     DeadLetter,
@@ -98,8 +99,7 @@ class QueueEngine:
         """Add a consumer, or update its limits. `max_in_flight` is XEP-0254 queue_requests."""
         if isinstance(max_in_flight, bool) or max_in_flight < 1:
             raise InvalidArgument(f"max_in_flight must be >= 1, not {max_in_flight}")
-        if not (math.isfinite(lock_timeout) and lock_timeout > 0):
-            raise InvalidArgument(f"lock_timeout must be a finite number > 0, not {lock_timeout}")
+        check_seconds("the lock timeout", lock_timeout)
         added = consumer not in self._consumers
         self._consumers[consumer] = _Limits(max_in_flight, lock_timeout)
         if added:
@@ -210,8 +210,7 @@ class QueueEngine:
         self, message_id: MessageId, consumer: ConsumerId, *, now: float, delay: float = 0.0
     ) -> Release | DeadLetter:
         """XEP-0254 §2.4: the holder gives it back, for the next consumer (after `delay`)."""
-        if not (math.isfinite(delay) and delay >= 0):
-            raise InvalidArgument(f"delay must be a finite number >= 0, not {delay}")
+        check_seconds("an unlock delay", delay, zero=True)  # before the lease is dropped
         lease = self._held(message_id, consumer)
         self._leases.drop(message_id)
         not_before = now + delay if delay > 0 else 0.0
@@ -232,8 +231,8 @@ class QueueEngine:
         seconds: float | None = None,
     ) -> Extend:
         """Work in progress: the lock lasts `seconds` (default: its lock_timeout) from now."""
-        if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
-            raise InvalidArgument(f"seconds must be a finite number > 0, not {seconds}")
+        if seconds is not None:
+            check_seconds("a lock extension", seconds)
         self._held(message_id, consumer)
         if seconds is None:
             seconds = self._consumers[consumer].lock_timeout

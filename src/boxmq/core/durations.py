@@ -1,0 +1,34 @@
+"""Durations people give: lock timeouts, unlock delays, lock extensions, expiries.
+
+Each becomes a deadline in epoch milliseconds, kept in a file name (a lock's deadline has 15
+digits) or a property (a delay's `bx_nb` is a long). So every one is checked here, once, before
+anything is moved: finite, positive, and at most `LONGEST`, far inside what those fields hold.
+A duration that passes can never fail later, with its message already half-way somewhere.
+"""
+
+from __future__ import annotations
+
+import math
+
+from boxmq.errors import InvalidArgument
+
+__all__ = ["LONGEST", "check_seconds"]
+
+LONGEST = 100 * 365 * 86_400.0  # seconds: a century, the longest boxmq waits for anything
+
+
+def check_seconds(what: str, value: float, *, zero: bool = False) -> float:
+    """`value` if it is a usable number of seconds (> 0, or >= 0 with `zero`); else an
+    InvalidArgument that names `what` and says what to give."""
+    least = ">= 0" if zero else "> 0"
+    try:
+        usable = math.isfinite(value) and (value >= 0 if zero else value > 0)
+    except TypeError:
+        usable = False
+    if not usable:
+        raise InvalidArgument(f"{what} must be a finite number of seconds {least}, not {value!r}")
+    if value > LONGEST:
+        raise InvalidArgument(
+            f"{what} of {value:g} seconds is too long: at most {LONGEST:g} (100 years)"
+        )
+    return float(value)

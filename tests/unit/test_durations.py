@@ -1,0 +1,44 @@
+"""The one check every lock timeout, delay, extension and expiry passes before anything moves."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from boxmq.core.durations import LONGEST, check_seconds
+from boxmq.errors import InvalidArgument
+
+
+@given(st.floats(min_value=0, max_value=LONGEST, exclude_min=True))
+def test_a_positive_finite_duration_up_to_a_century_passes(seconds: float) -> None:
+    assert check_seconds("x", seconds) == seconds
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        (0, "x must be a finite number of seconds > 0, not 0"),
+        (-1.5, "not -1.5"),
+        (math.nan, "not nan"),
+        (math.inf, "not inf"),
+        (-math.inf, "not -inf"),
+        ("30s", "not '30s'"),
+        (None, "not None"),
+        (LONGEST * 1.01, "too long: at most 3.1536e+09 (100 years)"),
+        (1e300, "x of 1e+300 seconds is too long"),
+    ],
+)
+def test_anything_else_is_refused_saying_what_to_give(value: object, says: str) -> None:
+    with pytest.raises(InvalidArgument, match=re.escape(says)) as refused:
+        check_seconds("x", value)  # type: ignore[arg-type]
+    assert str(refused.value).startswith("x ")  # it names what was given
+
+
+def test_zero_passes_only_where_it_is_allowed() -> None:
+    assert check_seconds("delay", 0, zero=True) == 0.0
+    with pytest.raises(InvalidArgument, match=">= 0, not -1"):
+        check_seconds("delay", -1, zero=True)
