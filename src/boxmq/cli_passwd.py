@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from boxmq.errors import InvalidArgument
-from boxmq.mqtt.passwords import delete_user, set_password, validate_username
+from boxmq.mqtt.passwords import MQTT_STRING, delete_user, set_password, validate_username
 
 __all__ = ["add_parser", "run"]
 
@@ -36,10 +36,19 @@ def run(args: argparse.Namespace) -> int:
         delete_user(args.file, args.user)
         print(f"deleted user {args.user} from {args.file}")
         return 0
-    added = set_password(args.file, args.user, _password(args).encode("utf-8"))
+    added = set_password(args.file, args.user, _password_bytes(_password(args)))
     done = "added user" if added else "changed the password of"
     print(f"{done} {args.user} in {args.file}")
     return 0
+
+
+def _password_bytes(password: str) -> bytes:
+    """The bytes typed: an MQTT password is binary data (§3.1.3.6), so bytes that are not
+    UTF-8 (which Python keeps as lone surrogates) are taken as they came."""
+    data = password.encode("utf-8", "surrogateescape")
+    if len(data) > MQTT_STRING:
+        raise InvalidArgument(f"a password of {len(data)} bytes: MQTT allows at most {MQTT_STRING}")
+    return data
 
 
 def _password(args: argparse.Namespace) -> str:

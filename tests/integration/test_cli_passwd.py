@@ -52,12 +52,34 @@ def test_errors_are_one_clear_line(tmp_path: Path) -> None:
             "user name 'al:ice' must not contain ':' or control characters",
         ),
         (("alice", "--delete"), None, f"password file {path} does not exist"),
+        (
+            ("u\udcff", "--password", "x"),
+            None,
+            "user name 'u\\udcff' is not UTF-8, which an MQTT user name must be",
+        ),  # argv b"u\xff"
+        (
+            ("u" * 65_536, "--password", "x"),
+            None,
+            "a user name of 65536 bytes: MQTT allows at most 65535",
+        ),
+        (
+            ("alice", "--password", "p" * 65_536),
+            None,
+            "a password of 65536 bytes: MQTT allows at most 65535",
+        ),
     ]
     for args, stdin, message in cases:
         done = passwd(str(path), *args, stdin=stdin if stdin is not None else "")
         assert done.returncode == 1, (args, done.stdout)
         assert done.stderr == f"boxmq passwd: {message}\n", args
     assert not path.exists()
+
+
+def test_a_password_that_is_not_utf8_is_taken_as_the_bytes_typed(tmp_path: Path) -> None:
+    path = tmp_path / "passwd"
+    done = passwd(str(path), "dave", "--password", "p\udcff")  # argv b"p\xff": binary data
+    assert done.returncode == 0, done.stderr
+    assert PasswordFile.load(path).authenticate("dave", b"p\xff", "c")
 
 
 def test_password_and_delete_together_is_a_usage_error(tmp_path: Path) -> None:
