@@ -81,6 +81,33 @@ def test_a_duration_refused_leaves_the_message_where_it_was(box: boxmq.Box, seco
         again.ack()
 
 
+@pytest.mark.parametrize("body", [5, None, 1.5, "lone \udcff surrogate"])
+def test_a_body_that_is_not_bytes_or_text_is_refused_and_nothing_is_left(
+    box: boxmq.Box, root: Path, body: object
+) -> None:
+    jobs = box.queue("jobs")
+    with pytest.raises(boxmq.InvalidArgument):
+        jobs.put(body)  # type: ignore[arg-type]
+    with pytest.raises(boxmq.InvalidArgument):
+        jobs.put(body, priority=7)  # type: ignore[arg-type]
+    with pytest.raises(boxmq.InvalidArgument):
+        jobs.put_many([b"written first", body])  # type: ignore[list-item]
+    assert files(root, "jobs", "working") == []  # the first one too: not left for the sweep
+    assert files(root, "jobs", "target") == []
+    with pytest.raises(boxmq.InvalidArgument):
+        box.publish("t", body)  # type: ignore[arg-type]
+
+
+def test_a_state_may_be_named_by_its_folder(box: boxmq.Box) -> None:
+    jobs = box.queue("jobs")
+    jobs.put(b"x")
+    assert [p.size for p in jobs.peek(state="target")] == [1]
+    with pytest.raises(boxmq.InvalidArgument, match="no state 'ready': use one of working, target"):
+        jobs.peek(state="ready")
+    assert jobs.requeue(source="error") == 0
+    assert jobs.purge(state="target") == 1
+
+
 def test_priority_order_then_fifo(box: boxmq.Box) -> None:
     jobs = box.queue("jobs")
     for index, priority in enumerate([4, 9, 4, 0, 9]):

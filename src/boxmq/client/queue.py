@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from boxmq.client import mqtt_fields
+from boxmq.client.body import body_bytes
 from boxmq.client.consumer import Consumer
 from boxmq.client.disk_locks import DiskSettler, GotLock
 from boxmq.client.lifecycle import (
@@ -165,10 +166,7 @@ class Queue:
         """`put_many([body])[0]` for one bare body, the common put, in one call instead of
         five (put_many, _write_body, _write_as, _name, plain_name): the same envelope, name,
         write, commit and offer to this process's consumers."""
-        if isinstance(body, str):
-            data, message_class = body.encode(), _TEXT
-        else:
-            data, message_class = bytes(body), _BYTES
+        data, message_class = body_bytes(body), _TEXT if isinstance(body, str) else _BYTES
         box = self._box
         while True:
             message_id = self._ids.new()
@@ -200,8 +198,10 @@ class Queue:
                 sent.append((name, envelope, body))
                 ids.append(envelope.message_id)
             self._box.send(moves)
-        except OSError:
-            discard_unsent(moves)  # the caller hears of a failure: none of them goes out later
+        except BaseException:
+            # The caller hears of a failure (the disk's, or a bad item half-way): none of those
+            # written goes out later, nor waits in working/ for the sweep.
+            discard_unsent(moves)
             raise
         if (live := self._opened()) is not None:
             live.sent(sent)  # our consumers need not wait for the watcher to read the names
@@ -221,7 +221,7 @@ class Queue:
         made and read for each body put_many is given) or the checks of fields it would leave
         at their defaults: 11,000 fewer instructions per put (docs/benchmarks.md, XMPP)."""
         text = isinstance(body, str)
-        data = body.encode() if isinstance(body, str) else bytes(body)
+        data = body_bytes(body)
         message_class = _TEXT if text else _BYTES
         return self._write_as(Envelope(self._ids.new(), 4, message_class, 0), data, True)
 
@@ -260,7 +260,7 @@ class Queue:
             check_seconds("expires_in", outgoing.expires_in)
             expiration = int((self._now() + outgoing.expires_in) * 1000)
         text = isinstance(outgoing.body, str)
-        body = outgoing.body.encode() if isinstance(outgoing.body, str) else bytes(outgoing.body)
+        body = body_bytes(outgoing.body)
         message_id = self._ids.new()
         message_class = MessageClass.TEXT if text else MessageClass.BYTES
         if plain:
@@ -363,10 +363,11 @@ class Queue:
     def counts(self) -> QueueCounts:
         return counts_of(self._box)
 
-    def peek(self, *, state: State = State.TARGET, limit: int | None = None) -> list[Peeked]:
+    def peek(self, *, state: State | str = State.TARGET, limit: int | None = None) -> list[Peeked]:
         """Messages in one state folder without locking them, in delivery order for target/."""
         from boxmq.store.names import split_lock
 
+        state = state_of(state)
         seen = []
         for entry in self._box.scan(state):
             name, lock = split_lock(entry.name) if state is State.PROCESSING else (entry.name, None)
@@ -380,15 +381,17 @@ class Queue:
         )
         return seen[:limit] if limit is not None else seen
 
-    def purge(self, *, state: State = State.TARGET) -> int:
+    def purge(self, *, state: State | str = State.TARGET) -> int:
         """Delete every message in one state folder; how many were deleted."""
+        state = state_of(state)
         if state in (State.PROCESSING, State.WORKING):
             raise InvalidArgument(f"{state.value}/ holds messages in use; purge another state")
         return sum(self._box.remove(state, entry.name) for entry in list(self._box.scan(state)))
 
-    def requeue(self, *, source: State = State.ERROR) -> int:
+    def requeue(self, *, source: State | str = State.ERROR) -> int:
         """Send dead (or expired, or processed) messages back to target/: a redrive. An
         expiration that has passed is dropped, so that the message is delivered."""
+        source = state_of(source)
         if source in (State.TARGET, State.PROCESSING, State.WORKING):
             raise InvalidArgument(
                 f"requeue takes messages from error, expired or processed, not {source.value}"
@@ -398,6 +401,17 @@ class Queue:
             new = redrive_name(entry.name, now=now)
             moved += self._box.move(source, entry.name, State.TARGET, new)
         return moved
+
+
+def state_of(value: State | str) -> State:
+    """A State, given as one or by its folder's name ("target")."""
+    if isinstance(value, State):
+        return value
+    try:
+        return State(value)
+    except ValueError:
+        names = ", ".join(state.value for state in State)
+        raise InvalidArgument(f"no state {value!r}: use one of {names}") from None
 
 
 def counts_of(box: Dropbox) -> QueueCounts:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from boxmq.client import mqtt_fields
+from boxmq.client.body import body_bytes
 from boxmq.client.consumer import Consumer
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.client.live_queue import LiveQueue
@@ -200,7 +201,7 @@ class Topics:
         validate_topic(topic)
         level = _qos(qos)
         mqtt_fields.check(properties or {})
-        data = body.encode() if isinstance(body, str) else bytes(body)
+        data = body_bytes(body)
         envelope = self._envelope(
             topic, properties, expires_in, correlation_id, reply_to, isinstance(body, str)
         )
