@@ -114,7 +114,7 @@ def released_name(
     if not_before > 0:
         envelope = envelope.with_property(NOT_BEFORE, PropertyType.LONG, int(not_before * 1000))
     with_holder = (
-        envelope
+        envelope.without_property(LAST_HOLDER)  # nobody passed over: no older hint either
         if holder is None
         else envelope.with_property(LAST_HOLDER, PropertyType.STRING, holder)
     )

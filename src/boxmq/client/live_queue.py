@@ -404,7 +404,8 @@ class LiveQueue:
             self._finish(message.message_id, message.key)
             return False
         match effect:
-            case Release(delivery_count=count, holder=holder, not_before=not_before):
+            case Release(delivery_count=count, not_before=not_before):
+                holder = effect.passed_over
                 self._release(
                     effect,
                     released_name(

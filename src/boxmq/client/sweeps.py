@@ -75,7 +75,8 @@ def release_stale_locks(
         elif lock.deadline_ms <= now * 1000:
             why, holder = f"lock of {lock.owner!r} timed out", lock.owner
         elif lock.token and _alive(alive, lock.token) is False:
-            why, holder = f"process of {lock.owner!r} is gone", lock.owner
+            # Gone, not declining it: nobody is passed over (effects.Release.passed_over).
+            why, holder = f"process of {lock.owner!r} is gone", None
         else:
             continue
         if (unfit := unusable(name)) is not None:

@@ -67,7 +67,7 @@ class Release:
     """Unlock it for redelivery: processing → target.
 
     `delivery_count` is already incremented; `not_before` is now + delay, or 0 for no delay.
-    The holder becomes the file's last holder, so that it goes to the *next* consumer.
+    `passed_over` becomes the file's last holder, so that it goes to the *next* consumer.
     """
 
     message: Ready
@@ -75,6 +75,15 @@ class Release:
     reason: ReleaseReason
     not_before: float
     delivery_count: int
+
+    @property
+    def passed_over(self) -> ConsumerId | None:
+        """Whom the next dispatch passes over while another consumer has room (XEP-0254
+        §2.4): the holder that unlocked the message or let its lock time out. Nobody when the
+        holder is gone (a disconnect, a shutdown, a dead process): it did not decline the
+        message, and if it comes back (an MQTT session resumed after a restart) it must find
+        its messages in their order, not behind newer ones for a handoff."""
+        return None if self.reason is ReleaseReason.OWNER_GONE else self.holder
 
 
 @cheap_init

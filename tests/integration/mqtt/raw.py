@@ -12,8 +12,10 @@ __all__ = [
     "connect_packet",
     "open_raw",
     "packet",
+    "puback",
     "pubcomp",
     "publish",
+    "publish_fields",
     "publish_qos2",
     "pubrec",
     "pubrel",
@@ -56,6 +58,18 @@ def publish_qos2(topic: str, packet_id: int, payload: bytes) -> bytes:
 
 def pubrel(packet_id: int) -> bytes:
     return packet(0x62, packet_id.to_bytes(2, "big"))
+
+
+def puback(packet_id: int) -> bytes:
+    return packet(0x40, packet_id.to_bytes(2, "big"))
+
+
+def publish_fields(body: bytes) -> tuple[bytes, int]:
+    """(payload, packet id) of a v5 QoS 1/2 PUBLISH body without properties."""
+    end = 2 + int.from_bytes(body[:2], "big")
+    packet_id = int.from_bytes(body[end : end + 2], "big")
+    assert body[end + 2] == 0, "no properties were expected"
+    return body[end + 3 :], packet_id
 
 
 def pubrec(packet_id: int) -> bytes:

@@ -10,17 +10,16 @@ from pathlib import Path
 
 import pytest
 from tests.integration.mqtt.clients import RunningServer, paho, start_server
-from tests.integration.mqtt.raw import open_raw, pubcomp, pubrec, read, subscribe
+from tests.integration.mqtt.raw import (
+    open_raw,
+    pubcomp,
+    publish_fields,
+    pubrec,
+    read,
+    subscribe,
+)
 
 SUBACK, PUBLISH, PUBREL = 0x90, 0x30, 0x62
-
-
-def _publish_fields(body: bytes) -> tuple[bytes, int]:
-    """(payload, packet id) of a v5 QoS 1/2 PUBLISH body without properties."""
-    end = 2 + int.from_bytes(body[:2], "big")
-    packet_id = int.from_bytes(body[end : end + 2], "big")
-    assert body[end + 2] == 0, "no properties were expected"
-    return body[end + 3 :], packet_id
 
 
 def _subscribed(sock: socket.socket, filter: str) -> None:
@@ -40,7 +39,7 @@ def _take_with_pubrec(sock: socket.socket, within: float) -> dict[bytes, int]:
         except TimeoutError:
             return taken
         if kind & 0xF0 == PUBLISH:
-            payload, packet_id = _publish_fields(body)
+            payload, packet_id = publish_fields(body)
             taken[payload] = packet_id
             sock.sendall(pubrec(packet_id))
 
