@@ -551,11 +551,12 @@ def _message_record(message: Message) -> dict[str, Any]:
 def _settle(verb: str) -> _Command:
     def run(args: argparse.Namespace, box: Box) -> int:
         queue = box.queue(args.queue, create=False)
+        dead = None
         try:
             if verb == "ack":
                 queue.ack(args.id, args.consumer)
             elif verb == "unlock":
-                queue.unlock(args.id, args.consumer, delay=args.delay)
+                dead = queue.unlock(args.id, args.consumer, delay=args.delay)
             elif verb == "reject":
                 queue.reject(args.id, args.consumer)
             else:
@@ -566,6 +567,10 @@ def _settle(verb: str) -> _Command:
                 f"locked by another consumer than {args.consumer!r} (`boxmq peek {args.queue} "
                 "--state processing` shows which; --consumer NAME settles as that one)",
             ) from None
+        if dead is not None:  # unlocked, but its next delivery would pass a limit
+            line = f"{verb}: {args.id} went to error/ ({dead}), not back to target/"
+            _emit(args, {"queue": args.queue, "id": args.id, "done": verb, "dead": dead}, line)
+            return 0
         _emit(args, {"queue": args.queue, "id": args.id, "done": verb}, f"{verb}: {args.id}")
         return 0
 

@@ -112,6 +112,34 @@ def test_errors_are_one_clear_line_and_no_traceback(
     assert "Traceback" not in done.stderr
 
 
+def test_an_unlock_that_sends_the_message_to_error_says_so(root: Path) -> None:
+    # A name dropped by a script, long enough that one more delivery count does not fit.
+    name = "x." * 83
+    (root / "h" / "working").mkdir(parents=True)
+    (root / "h" / "target").mkdir()
+    (root / "h" / "working" / "t").write_bytes(b"b")
+    os.rename(root / "h" / "working" / "t", root / "h" / "target" / name)
+    message_id = json.loads(ok(root, "--json", "get", "h"))["id"]
+    done = boxmq_cli(root, "unlock", "h", message_id)
+    assert done.returncode == 0, done.stderr
+    assert (
+        done.stdout == f"unlock: {message_id} went to error/ (metadata-full), not back to target/\n"
+    )
+    assert "to error/ (metadata-full)" in done.stderr  # the log says it too
+    assert os.listdir(root / "h" / "error") == [name]  # kept as it was: never lost
+    assert os.listdir(root / "h" / "target") == []
+
+
+def test_the_unlock_that_reaches_max_deliveries_says_where_the_message_went(root: Path) -> None:
+    ok(root, "put", "jobs", "poison")
+    said = []
+    for _ in range(5):  # max_deliveries is 5
+        message_id = json.loads(ok(root, "--json", "get", "jobs"))["id"]
+        said.append(ok(root, "unlock", "jobs", message_id))
+    assert said[:4] == [f"unlock: {message_id}\n"] * 4
+    assert said[4] == f"unlock: {message_id} went to error/ (max-deliveries), not back to target/\n"
+
+
 def test_ack_of_someone_else_s_lock_is_a_conflict(root: Path) -> None:
     ok(root, "put", "jobs", "x")
     message_id = json.loads(ok(root, "--json", "get", "jobs", "--consumer", "alice"))["id"]

@@ -7,6 +7,7 @@ previous one. The decision itself is the core's (`check_holder`), the same as in
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -22,6 +23,8 @@ from boxmq.store.names import Lock, locked_name, split_lock
 __all__ = ["DiskSettler", "GotLock"]
 
 _Now = Callable[[], float]
+
+log = logging.getLogger("boxmq")
 
 
 class DiskSettler:
@@ -39,24 +42,33 @@ class DiskSettler:
             raise UnexpectedRequest(message_id, "the lock was taken away")
 
     def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> None:
+        self.unlock_telling(message_id, consumer, delay)
+
+    def unlock_telling(
+        self, message_id: MessageId, consumer: ConsumerId, delay: float
+    ) -> str | None:
+        """Back to target/ (None); or to error/ at max deliveries, or when the name cannot
+        carry one more delivery: then the reason, which the caller is told (and the log)."""
         check_seconds("an unlock delay", delay, zero=True)
         name, processing, _ = self._held(message_id, consumer)
         count = envelope_of(name).delivery_count + 1
         limit = self._policy.max_deliveries
-        new = (
-            None
-            if limit is not None and count >= limit
-            else released_name(
+        new, dead = None, "max-deliveries"
+        if limit is None or count < limit:
+            dead = "metadata-full"  # if the name cannot grow (lifecycle.PUT_HEADROOM)
+            new = released_name(
                 name,
                 delivery_count=count,
                 holder=consumer,
                 not_before=self._now() + delay if delay else 0.0,
             )
-        )
         if new is None:
-            self._to_error(processing, name, "max-deliveries")
-        elif not self._box.move(State.PROCESSING, processing, State.TARGET, new):
+            self._to_error(processing, name, dead)
+            log.warning("%s: %s to error/ (%s)", self._box.path, message_id, dead)
+            return dead
+        if not self._box.move(State.PROCESSING, processing, State.TARGET, new):
             raise UnexpectedRequest(message_id, "the lock was taken away")
+        return None
 
     def reject(self, message_id: MessageId, consumer: ConsumerId) -> None:
         name, processing, _ = self._held(message_id, consumer)

@@ -337,8 +337,13 @@ class Queue:
     def ack(self, message_id: str, consumer: str = "cli") -> None:
         self._disk.ack(MessageId(message_id), check_consumer_name(consumer))
 
-    def unlock(self, message_id: str, consumer: str = "cli", *, delay: float = 0.0) -> None:
-        self._disk.unlock(MessageId(message_id), check_consumer_name(consumer), delay)
+    def unlock(self, message_id: str, consumer: str = "cli", *, delay: float = 0.0) -> str | None:
+        """Give the lock back: None, the message is in target/ again; or, when it went to
+        error/ instead, why ("max-deliveries", or "metadata-full": its name cannot carry one
+        more delivery)."""
+        return self._disk.unlock_telling(
+            MessageId(message_id), check_consumer_name(consumer), delay
+        )
 
     def reject(self, message_id: str, consumer: str = "cli") -> None:
         self._disk.reject(MessageId(message_id), check_consumer_name(consumer))
