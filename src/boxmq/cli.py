@@ -681,17 +681,21 @@ def _emit(args: argparse.Namespace, record: dict[str, Any], text: str) -> None:
 
 def _json(value: object) -> str:
     """One JSON document; NaN and infinite float properties as the strings "NaN", "Infinity"
-    and "-Infinity" (the file name's spelling), which JSON has no numbers for."""
-    return json.dumps(_finite(value), allow_nan=False)
+    and "-Infinity" (the file name's spelling), which JSON has no numbers for; and text read
+    from a name in bytes that are not UTF-8 with those bytes as \\xNN, which a JSON reader
+    would otherwise turn into U+FFFD and lose."""
+    return json.dumps(_jsonable(value), allow_nan=False)
 
 
-def _finite(value: object) -> object:
+def _jsonable(value: object) -> object:
+    if isinstance(value, str):
+        return shown(value)
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
+        return {shown(key): _jsonable(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_finite(item) for item in value]
+        return [_jsonable(item) for item in value]
     return value
 
 

@@ -451,6 +451,20 @@ def test_durations_and_limits_out_of_range_are_usage_errors(
     assert "Traceback" not in done.stderr
 
 
+def test_json_shows_a_property_in_bytes_that_are_not_utf8_as_xnn(root: Path) -> None:
+    (root / "h" / "working").mkdir(parents=True)
+    (root / "h" / "target").mkdir()
+    (root / "h" / "working" / "t").write_bytes(b"b")
+    # The value %FF: a byte that is not UTF-8, as a script may URL-encode into a name.
+    os.rename(root / "h" / "working" / "t", root / "h" / "target" / "4.x.T.0.c.r.t.kS=%FF")
+    for command in (("peek", "h"), ("get", "h")):
+        out = ok(root, "--json", *command)
+        assert "\\udcff" not in out  # a lone surrogate, which JSON readers turn into U+FFFD
+        document = json.loads(out)
+        found = document[0] if isinstance(document, list) else document
+        assert found["properties"] == {"k": "\\xff"}, command
+
+
 def test_json_output_stays_json_with_nan_and_infinite_properties(root: Path) -> None:
     ok(root, "put", "q", "x", "-p", "a:double=nan", "-p", "b:double=inf", "-p", "c:float=-inf")
     expected = {"a": "NaN", "b": "Infinity", "c": "-Infinity"}
