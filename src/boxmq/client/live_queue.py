@@ -35,6 +35,7 @@ from boxmq.core import (
     Expire,
     Extend,
     Finish,
+    Lease,
     QueueEngine,
     QueuePolicy,
     Release,
@@ -138,6 +139,25 @@ class LiveQueue:
                 consumer, max_in_flight=max_in_flight, lock_timeout=lock_timeout
             )
             self._cond.notify_all()
+
+    def pause(self, consumer: ConsumerId) -> None:
+        """Nothing more for `consumer` until `resume`: the messages claimed for it and not
+        received go back to the other consumers at once; those it received stay locked to it."""
+        with self._mutex:
+            inbox = self._inbox.get(consumer)
+            if inbox is None:
+                return
+            self._engine.pause(consumer)
+            unreceived = [m for m in inbox if _holder(self._engine.lease(m)) == consumer]
+            inbox.clear()
+            self._apply_all([self._engine.give_back(m, consumer) for m in unreceived])
+            self._wake_others()
+
+    def resume(self, consumer: ConsumerId) -> None:
+        with self._mutex:
+            if consumer in self._inbox:
+                self._engine.resume(consumer)
+                self._cond.notify_all()
 
     def detach(self, consumer: ConsumerId) -> None:
         """Owner gone: every lock it holds is released at once, to the other consumers."""
@@ -512,3 +532,7 @@ class LiveQueue:
             self._cond.notify_all()
         if self._watching:
             self._watcher.wakeup()
+
+
+def _holder(lease: Lease | None) -> ConsumerId | None:
+    return None if lease is None else lease.holder

@@ -792,6 +792,16 @@ class Subscriber(Receiver):
             return
         self._consumer.set_limits(max_in_flight=max_in_flight, lock_timeout=lock_timeout)
 
+    def pause(self) -> None:
+        """A durable subscription or share-group member takes nothing more until `resume`
+        (what it holds stays its own): a share group's messages go to its other members."""
+        if self._consumer is not None:
+            self._consumer.pause()
+
+    def resume(self) -> None:
+        if self._consumer is not None:
+            self._consumer.resume()
+
     def close(self) -> None:
         if self._closed:
             return

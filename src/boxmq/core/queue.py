@@ -84,6 +84,7 @@ class QueueEngine:
     ) -> None:
         self._policy = policy
         self._consumers: dict[ConsumerId, _Limits] = {}
+        self._paused: dict[ConsumerId, int] = {}  # a paused consumer's max_in_flight, kept
         self._leases = LeaseTable()
         self._ready = ReadySet(handoff=policy.handoff)
         self._past = PastHolders()
@@ -101,9 +102,36 @@ class QueueEngine:
             raise InvalidArgument(f"max_in_flight must be >= 1, not {max_in_flight}")
         check_seconds("the lock timeout", lock_timeout)
         added = consumer not in self._consumers
+        if consumer in self._paused:
+            self._paused[consumer] = max_in_flight  # still paused: the room is for `resume`
+            max_in_flight = 0
         self._consumers[consumer] = _Limits(max_in_flight, lock_timeout)
         if added:
             self._consumers_changed()
+
+    def pause(self, consumer: ConsumerId) -> None:
+        """No more messages for `consumer` until `resume`; it keeps the leases it has (an
+        MQTT share-group member whose client is away: its turns go to the members there)."""
+        limits = self._consumers.get(consumer)
+        if limits is None or consumer in self._paused:
+            return
+        self._paused[consumer] = limits.max_in_flight
+        self._consumers[consumer] = _Limits(0, limits.lock_timeout)  # no slot is ever free
+
+    def resume(self, consumer: ConsumerId) -> None:
+        max_in_flight = self._paused.pop(consumer, None)
+        limits = self._consumers.get(consumer)
+        if max_in_flight is not None and limits is not None:
+            self._consumers[consumer] = _Limits(max_in_flight, limits.lock_timeout)
+
+    def give_back(self, message_id: MessageId, consumer: ConsumerId) -> Release:
+        """A message claimed for `consumer` that it never received (it went away first): back
+        for the others as it was, its delivery count unchanged, nobody passed over."""
+        lease = self._held(message_id, consumer)
+        self._leases.drop(message_id)
+        self._past.released(message_id, lease.holder)
+        message = lease.message
+        return Release(message, lease.holder, ReleaseReason.OWNER_GONE, 0.0, message.delivery_count)
 
     def remove_consumer(self, consumer: ConsumerId, *, now: float) -> list[Effect]:
         """The owner is gone: release all its leases at once (XEP-0254 §4)."""
@@ -114,6 +142,7 @@ class QueueEngine:
             self._leases.drop(lease.message.message_id)
             effects.append(self._release(lease, ReleaseReason.OWNER_GONE, not_before=0.0))
         del self._consumers[consumer]
+        self._paused.pop(consumer, None)
         self._consumers_changed()
         return effects
 

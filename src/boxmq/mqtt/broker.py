@@ -46,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from boxmq.client.box import Box
 from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
+from boxmq.core import parse_filter
 from boxmq.errors import ProtocolViolation
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client, Link, Outgoing
@@ -232,6 +233,7 @@ class Broker:
         del self._links[session.client_id]
         session.connected = False
         log.info("client %s disconnected (%s)", session.client_id, reason)
+        self._share_turns(session, take=False)
         will = None if client.clean_exit else session.will
         session.will = None
         due = None if will is None else self._wills.schedule(session, will)
@@ -378,6 +380,7 @@ class Broker:
         session.will = packet.will
         session.username = packet.username
         session.connected = True
+        self._share_turns(session, take=True)
         window = min(props.receive_maximum or 65_535, self.limits.max_inflight)
         session.outbox.window = window
         client.session = session
@@ -519,6 +522,18 @@ class Broker:
             len(unreleased),
         )
         return session
+
+    def _share_turns(self, session: Session, *, take: bool) -> None:
+        """A persistent session's share-group memberships take their turns only while its
+        client is connected: while it is away, the group's messages go to the members there,
+        and those claimed for it and not yet sent go back to them at once (what it was sent
+        stays its own, for its return: MQTT 5.0 §4.8.2 lets a server wait for it)."""
+        for text, subscriber in self._durable.get(session.client_id, {}).items():
+            if parse_filter(text).shared:
+                if take:
+                    subscriber.resume()
+                else:
+                    subscriber.pause()
 
     def _kick(self, client: Client, reason: ReasonCode, why: str) -> None:
         connection = client.link.connection

@@ -240,6 +240,50 @@ def test_owner_gone_releases_everything_at_once() -> None:
     assert [holder for _, holder in claimed(engine.dispatch(now=T0 + 1))] == ["b", "b", "b"]
 
 
+def test_an_owner_gone_release_passes_nobody_over() -> None:
+    engine = engine_with(A)
+    engine.offer(ready("m"), now=T0)
+    engine.dispatch(now=T0)
+    [gone] = engine.remove_consumer(A, now=T0)
+    assert isinstance(gone, Release)
+    assert gone.passed_over is None  # it declined nothing: back at once, in its place
+    engine.add_consumer(A, max_in_flight=1, lock_timeout=30.0)
+    engine.offer(replace(reoffered(gone), last_holder=gone.passed_over), now=T0)
+    assert claimed(engine.dispatch(now=T0)) == [("m", "a")]  # no handoff to wait out
+    unlocked = engine.unlock(MessageId("m"), A, now=T0)
+    assert isinstance(unlocked, Release)
+    assert unlocked.passed_over == A  # an unlock declines it: the next consumer first
+
+
+def test_a_paused_consumer_keeps_its_leases_and_gets_nothing_more_until_resumed() -> None:
+    engine = engine_with(A, B, slots=2)
+    for i in range(2):
+        engine.offer(ready(f"m{i}", sequence=i), now=T0)
+    assert claimed(engine.dispatch(now=T0)) == [("m0", "a"), ("m1", "b")]
+    engine.pause(A)
+    engine.add_consumer(A, max_in_flight=3, lock_timeout=30.0)  # new limits: still paused
+    for i in range(2, 5):
+        engine.offer(ready(f"m{i}", sequence=i), now=T0)
+    assert [holder for _, holder in claimed(engine.dispatch(now=T0))] == ["b"]  # B is full
+    assert [lease.message.message_id for lease in engine.leases_of(A)] == ["m0"]
+    engine.resume(A)
+    assert [holder for _, holder in claimed(engine.dispatch(now=T0))] == ["a", "a"]  # room 3
+
+
+def test_a_claim_given_back_keeps_its_delivery_count() -> None:
+    engine = engine_with(A, B, policy=QueuePolicy(dispatch=Dispatch.STICKY))
+    engine.offer(ready("m", delivery_count=2), now=T0)
+    assert claimed(engine.dispatch(now=T0)) == [("m", "a")]
+    engine.pause(A)
+    back = engine.give_back(MessageId("m"), A)
+    assert back == Release(ready("m", delivery_count=2), A, ReleaseReason.OWNER_GONE, 0.0, 2)
+    assert back.passed_over is None
+    engine.offer(replace(reoffered(back), last_holder=None), now=T0)
+    assert claimed(engine.dispatch(now=T0)) == [("m", "b")]  # the paused A is passed by
+    with pytest.raises(UnexpectedRequest):
+        engine.give_back(MessageId("m"), A)  # not its any more
+
+
 def test_removing_an_unknown_consumer_does_nothing() -> None:
     assert QueueEngine().remove_consumer(A, now=T0) == []
 
