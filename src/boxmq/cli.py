@@ -25,6 +25,7 @@ from boxmq.cli_serve import Default, describe_security, listener_setting, serve_
 from boxmq.client import Box, Message, Peeked, QueueCounts
 from boxmq.client.lifecycle import shown
 from boxmq.errors import BoxMQError, Conflict, InvalidArgument, QueueNotFound
+from boxmq.model import Property
 from boxmq.mqtt.settings import Listener, MqttSettings
 from boxmq.store.layout import State
 from boxmq.xmpp.settings import settings_from
@@ -383,9 +384,20 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _properties(texts: list[str]) -> dict[str, Property]:
+    """The -p options; a name given twice is refused, not quietly the last one kept."""
+    properties: dict[str, Property] = {}
+    for text in texts:
+        name, value = parse_property(text)
+        if name in properties:
+            raise InvalidArgument(f"property {name!r} is given twice: give each name once")
+        properties[name] = value
+    return properties
+
+
 def _put(args: argparse.Namespace, box: Box) -> int:
     body = _body(args)
-    properties = dict(parse_property(text) for text in args.property)
+    properties = _properties(args.property)
     message_id = box.queue(args.queue).put(
         body,
         priority=args.priority,
@@ -414,7 +426,7 @@ def _body(args: argparse.Namespace) -> bytes:
 
 
 def _publish(args: argparse.Namespace, box: Box) -> int:
-    properties = dict(parse_property(text) for text in args.property)
+    properties = _properties(args.property)
     message_id = box.publish(
         args.topic,
         _body(args),
@@ -519,7 +531,8 @@ def _get(args: argparse.Namespace, box: Box) -> int:
     record["properties"] = _listed(message.properties)
     width = max(len(k) for k in record)
     for key, value in record.items():
-        print(f"{key:<{width}}  {value}")
+        if value not in (None, ""):  # unset (no reply-to, no type): no line, not "None"
+            print(f"{key:<{width}}  {value}")
     print()
     sys.stdout.flush()
     # The body byte for byte: everything after the first blank line is exactly the payload, and
@@ -701,15 +714,23 @@ def _jsonable(value: object) -> object:
 
 def _table(rows: list[dict[str, Any]]) -> None:
     columns = list(dict.fromkeys(column for row in rows for column in row))  # every row's
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    widths = {c: max(len(c), *(len(_cell(r.get(c, ""))) for r in rows)) for c in columns}
     print("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip())
     for row in rows:
-        cells = (str(row.get(c, "")) for c in columns)
+        cells = (_cell(row.get(c, "")) for c in columns)
         print(
             "  ".join(
                 cell.ljust(widths[c]) for c, cell in zip(columns, cells, strict=True)
             ).rstrip()
         )
+
+
+_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F)} | {0x0A: "\\n", 0x09: "\\t"}
+
+
+def _cell(value: object) -> str:
+    """A table cell on one line: control characters (a newline in a queue's name) escaped."""
+    return str(value).translate(_CONTROLS)
 
 
 def _time(epoch: float) -> str:

@@ -99,6 +99,7 @@ def test_get_on_an_empty_queue_says_so_with_status_3(root: Path) -> None:
         (("put", "jobs", "x", "--property", "novalue"), 1, "use NAME=VALUE"),
         (("put", "jobs", "x", "--property", "n:int=abc"), 1, "bad int value"),
         (("ack", "jobs", "no-such-id"), 1, "no-such-id"),
+        (("put", "jobs", "x", "-p", "a=1", "-p", "a=2"), 1, "property 'a' is given twice"),
         (("unlock", "jobs", "x", "--delay", "-1"), 2, "bad duration"),
     ],
 )
@@ -138,6 +139,28 @@ def test_the_unlock_that_reaches_max_deliveries_says_where_the_message_went(root
         said.append(ok(root, "unlock", "jobs", message_id))
     assert said[:4] == [f"unlock: {message_id}\n"] * 4
     assert said[4] == f"unlock: {message_id} went to error/ (max-deliveries), not back to target/\n"
+
+
+def test_get_prints_no_line_for_what_is_unset(root: Path) -> None:
+    ok(root, "put", "jobs", "plain")
+    head, _, body = ok(root, "get", "jobs").partition("\n\n")
+    assert body == "plain"
+    assert "None" not in head
+    assert [line.split()[0] for line in head.splitlines()] == [
+        "id",
+        "queue",
+        "priority",
+        "delivery",
+        "locked-by",
+        "lock-until",
+    ]
+
+
+def test_a_table_keeps_one_line_per_row_whatever_a_name_holds(root: Path) -> None:
+    ok(root, "put", "a\nb", "x")
+    lines = ok(root, "ls").splitlines()
+    assert len(lines) == 2
+    assert lines[1].startswith("a\\nb ")
 
 
 def test_ack_of_someone_else_s_lock_is_a_conflict(root: Path) -> None:
