@@ -108,6 +108,30 @@ def test_a_state_may_be_named_by_its_folder(box: boxmq.Box) -> None:
     assert jobs.purge(state="target") == 1
 
 
+def test_a_paused_consumer_gives_back_what_it_has_not_received_as_it_was(
+    box: boxmq.Box, root: Path
+) -> None:
+    jobs = box.queue("jobs")
+    for n in range(2):
+        jobs.put(f"m{n}".encode())
+    names = files(root, "jobs", "target")
+    with jobs.consumer("a", max_in_flight=2) as a, jobs.consumer("b", max_in_flight=2) as b:
+        first = a.receive(timeout=5)  # the dispatch claims one for each, round robin
+        assert first is not None
+        assert files(root, "jobs", "target") == []
+        b.pause()  # b's claim, never received, goes back under its own name
+        assert files(root, "jobs", "target") == [n for n in names if first.id not in n]
+        second = a.receive(timeout=5)
+        assert second is not None
+        assert second.delivery_count == 1  # delivered once: the claim given back did not count
+        assert b.receive_nowait() is None  # paused: nothing more for b
+        b.resume()
+        jobs.put(b"m2")
+        third = b.receive(timeout=5)
+        assert third is not None
+        assert third.body == b"m2"
+
+
 def test_priority_order_then_fifo(box: boxmq.Box) -> None:
     jobs = box.queue("jobs")
     for index, priority in enumerate([4, 9, 4, 0, 9]):

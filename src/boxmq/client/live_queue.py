@@ -80,6 +80,10 @@ class LiveOptions:
     keep_processed: bool = True  # ack moves to processed/ (else: deletes)
 
 
+# Releases worth a line in the log: the holder did not give the message back itself.
+_TOLD = frozenset({ReleaseReason.TIMED_OUT, ReleaseReason.OWNER_GONE})
+
+
 class LiveQueue:
     def __init__(
         self,
@@ -424,6 +428,8 @@ class LiveQueue:
             self._finish(message.message_id, message.key)
             return False
         match effect:
+            case Release(reason=ReleaseReason.GIVEN_BACK):
+                self._release(effect, message.key)  # never received: back as it was
             case Release(delivery_count=count, not_before=not_before):
                 holder = effect.passed_over
                 self._release(
@@ -481,7 +487,7 @@ class LiveQueue:
             )
             return
         if self._box.move(State.PROCESSING, processing, State.TARGET, new):
-            if effect.reason is not ReleaseReason.UNLOCKED:
+            if effect.reason in _TOLD:
                 log.info(
                     "%s: %s %s by %s: redelivering",
                     self.name,

@@ -35,11 +35,15 @@ class ReleaseReason(Enum):
     UNLOCKED = "unlocked"  # XEP-0254 §2.4: the holder unlocked it
     TIMED_OUT = "timed-out"  # XEP-0254 §4: no delete or unlock in time
     OWNER_GONE = "owner-gone"  # XEP-0254 §4: unavailable presence, disconnect, process died
+    GIVEN_BACK = "given-back"  # claimed for a consumer that paused before receiving it
 
 
 class DeadReason(Enum):
     REJECTED = "rejected"  # the holder said it can never be processed
     MAX_DELIVERIES = "max-deliveries"  # released too many times: a poison message
+
+
+_NOT_DECLINED = frozenset({ReleaseReason.OWNER_GONE, ReleaseReason.GIVEN_BACK})
 
 
 @cheap_init
@@ -80,10 +84,11 @@ class Release:
     def passed_over(self) -> ConsumerId | None:
         """Whom the next dispatch passes over while another consumer has room (XEP-0254
         §2.4): the holder that unlocked the message or let its lock time out. Nobody when the
-        holder is gone (a disconnect, a shutdown, a dead process): it did not decline the
-        message, and if it comes back (an MQTT session resumed after a restart) it must find
-        its messages in their order, not behind newer ones for a handoff."""
-        return None if self.reason is ReleaseReason.OWNER_GONE else self.holder
+        holder is gone (a disconnect, a shutdown, a dead process) or never received it (given
+        back): it did not decline the message, and if it comes back (an MQTT session resumed
+        after a restart) it must find its messages in their order, not behind newer ones for a
+        handoff."""
+        return None if self.reason in _NOT_DECLINED else self.holder
 
 
 @cheap_init

@@ -131,7 +131,7 @@ class QueueEngine:
         self._leases.drop(message_id)
         self._past.released(message_id, lease.holder)
         message = lease.message
-        return Release(message, lease.holder, ReleaseReason.OWNER_GONE, 0.0, message.delivery_count)
+        return Release(message, lease.holder, ReleaseReason.GIVEN_BACK, 0.0, message.delivery_count)
 
     def remove_consumer(self, consumer: ConsumerId, *, now: float) -> list[Effect]:
         """The owner is gone: release all its leases at once (XEP-0254 §4)."""

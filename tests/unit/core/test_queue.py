@@ -276,7 +276,7 @@ def test_a_claim_given_back_keeps_its_delivery_count() -> None:
     assert claimed(engine.dispatch(now=T0)) == [("m", "a")]
     engine.pause(A)
     back = engine.give_back(MessageId("m"), A)
-    assert back == Release(ready("m", delivery_count=2), A, ReleaseReason.OWNER_GONE, 0.0, 2)
+    assert back == Release(ready("m", delivery_count=2), A, ReleaseReason.GIVEN_BACK, 0.0, 2)
     assert back.passed_over is None
     engine.offer(replace(reoffered(back), last_holder=None), now=T0)
     assert claimed(engine.dispatch(now=T0)) == [("m", "b")]  # the paused A is passed by
