@@ -213,6 +213,8 @@ class Broker:
                 self._handle(client, packet)
         finally:
             client.reading = None
+            if self._delivery.releasing:
+                self._record_releasing()
             if self._delivery.settled:
                 self._delivery.refill()
             if client.jobs:
@@ -221,6 +223,16 @@ class Broker:
             if deferring:
                 self._delivery.route_deferred()
             self._out.flush_soon()
+
+    def _record_releasing(self) -> None:
+        """The persistent sessions sent a PUBREL in this read have their records written
+        (unflushed, as at a close): after a crash too, a restart sends those PUBRELs again,
+        whose messages were settled at their PUBREC (session_record.py)."""
+        releasing, self._delivery.releasing = self._delivery.releasing, {}
+        for client_id, session in releasing.items():
+            client = self._links.get(client_id)
+            if client is not None and client.session is session:
+                self._records.save(client, self._records.record(session))
 
     def closed(self, link: Link, reason: str) -> None:
         """The socket is gone (or about to be): the session lives on or ends."""

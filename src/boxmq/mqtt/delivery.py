@@ -69,6 +69,8 @@ class Delivery:
         self._durable = durable
         # Sessions that settled messages in this read: refilled once at its end, not per ack.
         self.settled: dict[str, Session] = {}
+        # Persistent sessions sent a PUBREL in this read: their records say so at its end.
+        self.releasing: dict[str, Session] = {}
         # The messages of the read being handled (source, packet), routed once it is answered.
         self._deferred: list[tuple[str, Publish]] | None = None
 
@@ -196,8 +198,11 @@ class Delivery:
     def acked(self, session: Session, packet_id: int, stage: Stage, reason: ReasonCode) -> None:
         acked = session.outbox.acked(packet_id, stage, reason >= _R.UNSPECIFIED_ERROR)
         client = self._links.get(session.client_id)
-        if acked.reply is not None and client is not None:
-            self._out.send(client, acked.reply)
+        if acked.reply is not None:
+            if client is not None:
+                self._out.send(client, acked.reply)
+            if session.persistent:
+                self.releasing[session.client_id] = session
         # A positive PUBREC settles too: the message is the client's from then on, so a share
         # group never gives it to another member, even if this session ends before PUBCOMP.
         self._settle(session, acked.token, refused=acked.refused)

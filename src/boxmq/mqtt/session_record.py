@@ -23,8 +23,9 @@ Invariants:
   and at close if the Will waits out a delay; None once it is sent, or if the connection
   closed with DISCONNECT 0x00. `will_due` (wall clock) is when it goes out: None while the
   connection is open (the delay counts from its close).
-- `releasing` is written when the connection closes, and at a graceful shutdown (which
-  closes every connection); a broker killed while the client is connected loses it.
+- `releasing` is written at the end of each read that brought a positive PUBREC (unflushed,
+  so a killed broker's page cache keeps it; a power cut may lose the last one), when the
+  connection closes, and at a graceful shutdown (which closes every connection).
 - A record is replaced by a rename: a reader sees the old one or the new one, never half.
 - Every field but `client_id` and `expiry` has a default, and unknown fields are ignored, so a
   record written by another boxmq version still loads.

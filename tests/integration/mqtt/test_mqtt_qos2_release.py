@@ -4,12 +4,19 @@ becomes of the session; only the PUBREL goes again, after a restart too (§4.4).
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 from pathlib import Path
 
 import pytest
-from tests.integration.mqtt.clients import RunningServer, paho, start_server
+from tests.integration.mqtt.clients import (
+    RunningServer,
+    free_port,
+    paho,
+    serve_process,
+    start_server,
+)
 from tests.integration.mqtt.raw import (
     open_raw,
     pubcomp,
@@ -97,3 +104,32 @@ def test_a_pubrel_is_sent_again_after_a_restart_and_its_message_never(
     finally:
         back.close()
         second.shutdown()
+
+
+def test_a_pubrel_is_sent_again_after_the_broker_was_killed(tmp_path: Path) -> None:
+    root, port = tmp_path / "root", free_port()
+    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
+    server = serve_process(root, port)
+    try:
+        subscriber, _ = open_raw(address, "killed-releasing")
+        _subscribed(subscriber, "exact/killed")
+        paho(address, "publisher").publish("exact/killed", b"once", 2)
+        taken = _take_with_pubrec(subscriber, within=0.5)  # PUBREL read, no PUBCOMP
+        assert list(taken) == [b"once"]
+    finally:
+        server.send_signal(signal.SIGKILL)  # while the subscriber is connected
+        server.wait(timeout=20)
+    subscriber.close()
+    server = serve_process(root, port)
+    back, present = open_raw(address, "killed-releasing")
+    try:
+        assert present
+        assert read(back) == (PUBREL, taken[b"once"].to_bytes(2, "big"))
+        back.sendall(pubcomp(taken[b"once"]))
+        back.settimeout(1.0)
+        with pytest.raises(TimeoutError):
+            read(back)  # never the message itself again
+    finally:
+        back.close()
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=20)
