@@ -12,8 +12,9 @@ import getpass
 import sys
 from typing import Any
 
+from boxmq.core.topics import MQTT_STRING_MAX
 from boxmq.errors import InvalidArgument
-from boxmq.mqtt.passwords import MQTT_STRING, delete_user, set_password, validate_username
+from boxmq.mqtt.passwords import delete_user, set_password, validate_username
 
 __all__ = ["add_parser", "run"]
 
@@ -46,8 +47,10 @@ def _password_bytes(password: str) -> bytes:
     """The bytes typed: an MQTT password is binary data (§3.1.3.6), so bytes that are not
     UTF-8 (which Python keeps as lone surrogates) are taken as they came."""
     data = password.encode("utf-8", "surrogateescape")
-    if len(data) > MQTT_STRING:
-        raise InvalidArgument(f"a password of {len(data)} bytes: MQTT allows at most {MQTT_STRING}")
+    if len(data) > MQTT_STRING_MAX:
+        raise InvalidArgument(
+            f"a password of {len(data)} bytes: MQTT allows at most {MQTT_STRING_MAX}"
+        )
     return data
 
 

@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from boxmq.core.topics import MQTT_STRING_MAX, utf8_size
 from boxmq.errors import InvalidArgument
 from boxmq.store.commit import flush_directories
 from boxmq.store.layout import open_folder
 
 __all__ = [
-    "MQTT_STRING",
     "PasswordEntry",
     "PasswordFile",
     "delete_user",
@@ -146,9 +146,6 @@ def _check_cost(algorithm: str, cost: dict[str, int]) -> None:
         raise InvalidArgument(f"pbkdf2 i={cost['i']} is beyond what a login can use")
 
 
-MQTT_STRING = 65_535  # bytes: the most a CONNECT's User Name or Password holds (§1.5.4)
-
-
 def validate_username(username: str) -> str:
     """A name the file can hold: not empty, no ':' (the separator), no control characters,
     and not starting with '#' (a comment)."""
@@ -158,14 +155,13 @@ def validate_username(username: str) -> str:
         raise InvalidArgument(f"user name {username!r} must not start with '#'")
     if ":" in username or any(ord(c) < 0x20 or ord(c) == 0x7F for c in username):
         raise InvalidArgument(f"user name {username!r} must not contain ':' or control characters")
-    try:
-        size = len(username.encode("utf-8"))
-    except UnicodeEncodeError:  # bytes that are not UTF-8, from a command line: a lone surrogate
+    size = utf8_size(username)
+    if size is None:  # bytes that are not UTF-8, from a command line: a lone surrogate
         raise InvalidArgument(
             f"user name {username!r} is not UTF-8, which an MQTT user name must be"
-        ) from None
-    if size > MQTT_STRING:
-        raise InvalidArgument(f"a user name of {size} bytes: MQTT allows at most {MQTT_STRING}")
+        )
+    if size > MQTT_STRING_MAX:
+        raise InvalidArgument(f"a user name of {size} bytes: MQTT allows at most {MQTT_STRING_MAX}")
     return username
 
 
