@@ -41,12 +41,7 @@ class DiskSettler:
         if not self._box.finish(processing, name, keep=self._keep_processed):
             raise UnexpectedRequest(message_id, "the lock was taken away")
 
-    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> None:
-        self.unlock_telling(message_id, consumer, delay)
-
-    def unlock_telling(
-        self, message_id: MessageId, consumer: ConsumerId, delay: float
-    ) -> str | None:
+    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> str | None:
         """Back to target/ (None); or to error/ at max deliveries, or when the name cannot
         carry one more delivery: then the reason, which the caller is told (and the log)."""
         check_seconds("an unlock delay", delay, zero=True)

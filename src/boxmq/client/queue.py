@@ -341,9 +341,7 @@ class Queue:
         """Give the lock back: None, the message is in target/ again; or, when it went to
         error/ instead, why ("max-deliveries", or "metadata-full": its name cannot carry one
         more delivery)."""
-        return self._disk.unlock_telling(
-            MessageId(message_id), check_consumer_name(consumer), delay
-        )
+        return self._disk.unlock(MessageId(message_id), check_consumer_name(consumer), delay)
 
     def reject(self, message_id: str, consumer: str = "cli") -> None:
         self._disk.reject(MessageId(message_id), check_consumer_name(consumer))
