@@ -147,8 +147,8 @@ class _Batch:
     def __init__(self) -> None:
         self.moves: list[Move] = []
         self.errors: dict[int, OSError] = {}
-        self.told: list[tuple[int, int, Committed]] = []  # (first, count, callback)
-        self.ready: list[tuple[int, int, Ready]] = []  # (first, count, callback)
+        # Per caller: its moves are first..first+count; told `committed`, and `ready` if any.
+        self.told: list[tuple[int, int, Committed, Ready | None]] = []
 
     def _first_error(self, first: int, count: int) -> OSError | None:
         """The error of a caller's first failed move (its moves are first..first+count)."""
@@ -157,8 +157,8 @@ class _Batch:
 
     def tell_ready(self) -> None:
         """Tell the callers whose moves were all renamed (in the committing thread)."""
-        for first, count, ready in self.ready:
-            if self._first_error(first, count) is not None:
+        for first, count, _, ready in self.told:
+            if ready is None or self._first_error(first, count) is not None:
                 continue
             try:
                 ready()
@@ -167,7 +167,7 @@ class _Batch:
 
     def tell(self) -> None:
         """Call back the callers of the group (in the committing thread)."""
-        for first, count, committed in self.told:
+        for first, count, committed, _ in self.told:
             try:
                 committed(self._first_error(first, count))
             except Exception:  # one caller's failure must not strand the others
@@ -241,9 +241,7 @@ class Committer:
         with self._lock:
             self._ensure_thread_locked()
             batch = self._pending
-            batch.told.append((len(batch.moves), len(moves), committed))
-            if ready is not None:
-                batch.ready.append((len(batch.moves), len(moves), ready))
+            batch.told.append((len(batch.moves), len(moves), committed, ready))
             batch.moves.extend(moves)
             self._wake.notify()
 
