@@ -132,6 +132,32 @@ def test_a_paused_consumer_gives_back_what_it_has_not_received_as_it_was(
         assert third.body == b"m2"
 
 
+def test_closing_a_consumer_counts_only_the_deliveries_it_received(
+    box: boxmq.Box, root: Path
+) -> None:
+    """A job run again and again takes one message and closes: the messages claimed for it
+    that it never received must not climb towards max deliveries unseen."""
+    jobs = box.queue("jobs")
+    for n in range(6):  # max deliveries is 5: the sixth was claimed five times before its turn
+        jobs.put(f"m{n}".encode())
+    for n in range(6):
+        with jobs.consumer("cron", max_in_flight=6) as consumer:
+            message = consumer.receive(timeout=5)
+            assert message is not None
+            assert (message.text(), message.delivery_count) == (f"m{n}", 1)
+            message.ack()
+    assert files(root, "jobs", "error") == []
+    with jobs.consumer("cron", max_in_flight=1) as consumer:  # a received one still counts
+        assert consumer.receive_nowait() is None
+        jobs.put(b"m6")
+        held = consumer.receive(timeout=5)
+        assert held is not None
+    with jobs.consumer("next") as consumer:
+        again = consumer.receive(timeout=5)
+        assert again is not None
+        assert (again.text(), again.delivery_count) == ("m6", 2)
+
+
 def test_priority_order_then_fifo(box: boxmq.Box) -> None:
     jobs = box.queue("jobs")
     for index, priority in enumerate([4, 9, 4, 0, 9]):

@@ -152,9 +152,8 @@ class LiveQueue:
             if inbox is None:
                 return
             self._engine.pause(consumer)
-            unreceived = [m for m in inbox if _holder(self._engine.lease(m)) == consumer]
+            self._apply_all(self._give_back(consumer, inbox))
             inbox.clear()
-            self._apply_all([self._engine.give_back(m, consumer) for m in unreceived])
             self._wake_others()
 
     def resume(self, consumer: ConsumerId) -> None:
@@ -164,12 +163,22 @@ class LiveQueue:
                 self._cond.notify_all()
 
     def detach(self, consumer: ConsumerId) -> None:
-        """Owner gone: every lock it holds is released at once, to the other consumers."""
+        """Owner gone: every lock it holds is released at once, to the other consumers. What
+        was claimed for it and never received goes back unchanged, as `pause` gives it: a
+        consumer opened and closed again and again must not count deliveries nobody saw."""
         with self._mutex:
-            if self._inbox.pop(consumer, None) is None:
+            inbox = self._inbox.pop(consumer, None)
+            if inbox is None:
                 return
-            self._apply_all(self._engine.remove_consumer(consumer, now=self._clock.now()))
+            effects = self._give_back(consumer, inbox)
+            effects += self._engine.remove_consumer(consumer, now=self._clock.now())
+            self._apply_all(effects)
             self._wake_others()
+
+    def _give_back(self, consumer: ConsumerId, inbox: deque[MessageId]) -> list[Effect]:
+        """The claims in `inbox` still leased to `consumer` (none timed out), handed back."""
+        unreceived = [m for m in inbox if _holder(self._engine.lease(m)) == consumer]
+        return [self._engine.give_back(m, consumer) for m in unreceived]
 
     def receive(self, consumer: ConsumerId, timeout: float | None) -> Message | None:
         end = None if timeout is None else self._clock.now() + timeout
