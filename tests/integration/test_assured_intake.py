@@ -11,8 +11,9 @@ import pytest
 from tests.crashes import Killed, kill_at, take_everything
 
 import boxmq
+from boxmq.client.assured import AssuredMessage
 from boxmq.core import ExactlyOnceLimits
-from boxmq.errors import MetadataTooLong
+from boxmq.errors import InvalidArgument, ItemNotFound, MetadataTooLong
 from boxmq.model import SOURCE, SOURCE_MESSAGE_ID
 
 ORDERS = sorted(set(itertools.permutations("AADD")))  # A: assured, D: deliver (each twice)
@@ -243,3 +244,82 @@ def test_drop_pending_deletes_one_sources_files_and_frees_its_ids(box: boxmq.Box
     assert box.deliver("gone", "1")
     assert box.deliver("stays", "1")
     assert sorted(delivered(box)) == [b"kept", b"new"]
+
+
+def test_assured_many_tells_each_message_what_assured_would(box: boxmq.Box) -> None:
+    intake = box.intake
+    box.assured("door", "0", b"before", queue="counts")
+    outcomes = intake.assured_many(
+        [
+            AssuredMessage("door", "0", b"repeat", queue="counts"),
+            AssuredMessage("door", "1", b"+1", queue="counts"),
+            AssuredMessage("door", "2", b"+2", topic="counts/door"),
+            AssuredMessage("door", "3", b"lost", queue="counts", topic="counts/door"),
+            AssuredMessage("door", "4", b"long", topic="t" * 300),
+            AssuredMessage("door", "1", b"repeat", queue="counts"),
+        ]
+    )
+    assert outcomes[:3] == [False, True, True]
+    assert isinstance(outcomes[3], InvalidArgument)
+    assert isinstance(outcomes[4], MetadataTooLong)
+    assert outcomes[5] is False
+    assert sorted(box.pending("door")) == ["0", "1", "2"]  # the refused ones left nothing
+
+
+def test_deliver_many_tells_each_id_what_deliver_would(box: boxmq.Box) -> None:
+    with box.subscribe("counts/#", "dash") as dash:
+        for msg_id in ("1", "2", "3"):
+            box.assured("door", msg_id, msg_id.encode(), topic="counts/door")
+        box.assured("desk", "1", b"queued", queue="counts")
+        keys = [("door", "2"), ("door", "1"), ("door", "2"), ("desk", "1"), ("door", "9")]
+        outcomes = box.intake.deliver_many(keys, must_exist=True)
+        assert outcomes[:4] == [True, True, False, True]
+        assert isinstance(outcomes[4], ItemNotFound)
+        assert box.intake.deliver_many([("door", "9")]) == [False]
+        got = []
+        while (message := dash.receive_nowait()) is not None:
+            got.append(message.body)
+            message.ack()
+        assert sorted(got) == [b"1", b"2"]
+    assert box.pending("door") == ["3"]
+    assert delivered(box) == [b"queued"]
+
+
+def test_deliver_many_finishes_a_batch_wherever_it_was_killed(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of three to two subscriptions, killed at each file operation in turn: after a
+    restart and the sender's repeats, every subscription has each message exactly once."""
+    step = 0
+    while True:
+        step += 1
+        data = root / f"killed-at-{step}"
+        box = boxmq.open(data, fsync="never")
+        try:
+            dropboxes = [
+                box.topics.attach_dropbox("$share/ops/counts/#", "w1"),
+                box.topics.attach_dropbox("counts/+", "auditor"),
+            ]
+            keys = [("door", str(n)) for n in range(3)]
+            for source, msg_id in keys:
+                box.assured(source, msg_id, msg_id.encode(), topic="counts/door")
+            with monkeypatch.context() as dying:
+                kill_at(dying, step)
+                try:
+                    box.intake.deliver_many(keys)
+                    killed = False
+                except Killed:
+                    killed = True
+        finally:
+            box.close()
+        published = take_everything(dropboxes)
+        if killed:
+            with boxmq.open(data, fsync="never") as restarted:
+                restarted.intake.deliver_many(keys)
+        for dropbox, names in take_everything(dropboxes).items():
+            got = sorted(published[dropbox] + names)
+            assert len(got) == 3, f"killed at step {step}: {dropbox} got {got}"
+            assert len(set(got)) == 3, f"killed at step {step}: {dropbox} got {got}"
+        if not killed:
+            assert step > 12
+            return

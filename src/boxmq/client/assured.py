@@ -25,15 +25,16 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from boxmq.client import mqtt_fields
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.clock import Clock
 from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits
 from boxmq.core.durations import check_seconds
-from boxmq.errors import InvalidArgument, ItemNotFound, MetadataTooLong
+from boxmq.errors import BoxMQError, InvalidArgument, ItemNotFound, MetadataTooLong
 from boxmq.ids import IdFactory
 from boxmq.model import (
     QOS,
@@ -55,9 +56,29 @@ from boxmq.store.names import decode_lenient, encode
 from boxmq.store.temporaries import temporary_in
 from boxmq.store.topics import EXACTLY_ONCE_PENDING, incoming_working
 
-__all__ = ["AssuredIntake"]
+__all__ = ["AssuredIntake", "AssuredMessage", "Outcome"]
 
-_FanOut = Callable[[Envelope, str, str], None]  # (envelope, pending file, source): publish it
+# Publish each (envelope, file in working/, source), its copies flushed together: each error.
+_FanOut = Callable[[Sequence[tuple[Envelope, str, str]]], list[OSError | None]]
+
+
+class AssuredMessage(NamedTuple):
+    """One message for `AssuredIntake.assured_many`: the arguments of `assured`."""
+
+    source: str
+    msg_id: str
+    body: bytes
+    queue: str | None = None
+    topic: str | None = None
+    priority: int = 4
+    properties: Mapping[str, PropertyValue | Property] | None = None
+    reclaim: bool = False
+    expires_in: float | None = None
+
+
+Outcome = bool | BoxMQError | OSError
+"""What `assured_many` and `deliver_many` tell of each message: what `assured` or `deliver`
+returns for it, or the error it raises."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +86,16 @@ class _Pending:
     path: str  # the file in working/
     queue: str | None  # the destination: a queue, or (None) the topic in the envelope
     envelope: Envelope
+
+
+@dataclass(frozen=True, slots=True)
+class _Staged:
+    """A message of `assured_many` written, its room reserved: its move into working/ waits
+    for the batch's commit."""
+
+    key: tuple[str, str]  # (source, msg_id)
+    move: Move
+    pending: _Pending
 
 
 class AssuredIntake:
@@ -115,72 +146,103 @@ class AssuredIntake:
         to its copies. Raises NotAllowed, MessageTooLarge or ResourceConstraint, storing
         nothing.
         """
-        if expires_in is not None:
-            check_seconds("expires_in", expires_in)
-        if (queue is None) == (topic is None):
-            raise InvalidArgument("an assured message goes to a queue or to a topic: give one")
-        mqtt_fields.check(properties or {})
+        message = AssuredMessage(
+            source, msg_id, body, queue, topic, priority, properties, reclaim, expires_in
+        )
+        [outcome] = self.assured_many([message])
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def assured_many(self, messages: Sequence[AssuredMessage]) -> list[Outcome]:
+        """Step 1 for several messages, flushed together: each one's outcome in order, what
+        `assured` would return for it or the error it would raise (nothing of that one
+        stored). One commit instead of one each: a publisher's window of QoS 2 messages."""
+        outcomes: list[Outcome] = []
         with self._lock:
             self._restore()
-            now = self._clock.now()
-            books = self._books
-            if books.assured(source, msg_id, size=len(body), now=now, reclaim=reclaim) is not (
-                Action.STORE
-            ):
-                return False
-            try:
-                if reclaim:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(self._marker(source, msg_id))
-                expiration = int((now + expires_in) * 1000) if expires_in else 0
-                pending = self._store(
-                    source, msg_id, body, queue, topic, priority, properties, expiration
-                )
-            except BaseException:
-                self._books.forget(source, msg_id)
-                raise
-            self._books.stored(source, msg_id)
-            self._pending[source, msg_id] = pending
-            return True
+            staged: list[tuple[int, _Staged]] = []
+            for message in messages:
+                try:
+                    stage = self._stage(message)
+                except (BoxMQError, OSError) as error:
+                    outcomes.append(error)
+                    continue
+                if stage is not None:
+                    staged.append((len(outcomes), stage))
+                outcomes.append(stage is not None)
+            errors = self._committer.commit_each([[stage.move] for _, stage in staged])
+            failed: dict[tuple[str, str], OSError] = {}
+            for (index, stage), failure in zip(staged, errors, strict=True):
+                key = stage.key
+                if failure is None:
+                    self._books.stored(*key)
+                    self._pending[key] = stage.pending
+                    continue
+                # Not `received`: the sender will send it again, so nothing of it may stay (a
+                # renamed file whose directory flush failed would otherwise be restored later).
+                self._books.forget(*key)
+                _delete_quietly([stage.move.source, stage.pending.path])
+                outcomes[index] = failed[key] = failure
+            if failed:  # a repeat within the batch of one that failed was not stored either
+                for index, message in enumerate(messages):
+                    failure = failed.get((message.source, message.msg_id))
+                    if failure is not None and outcomes[index] is False:
+                        outcomes[index] = failure
+        return outcomes
 
-    def _store(
-        self,
-        source: str,
-        msg_id: str,
-        body: bytes,
-        queue: str | None,
-        topic: str | None,
-        priority: int,
-        properties: Mapping[str, PropertyValue | Property] | None,
-        expiration: int,
-    ) -> _Pending:
-        extra = {SOURCE: source, SOURCE_MESSAGE_ID: msg_id} | ({TOPIC: topic} if topic else {})
+    def _stage(self, message: AssuredMessage) -> _Staged | None:
+        """Reserve room for `message` in the books and write its file; None for a repeat."""
+        source, msg_id, expires_in = message.source, message.msg_id, message.expires_in
+        if expires_in is not None:
+            check_seconds("expires_in", expires_in)
+        if (message.queue is None) == (message.topic is None):
+            raise InvalidArgument("an assured message goes to a queue or to a topic: give one")
+        mqtt_fields.check(message.properties or {})
+        now = self._clock.now()
+        action = self._books.assured(
+            source, msg_id, size=len(message.body), now=now, reclaim=message.reclaim
+        )
+        if action is not Action.STORE:
+            return None
+        try:
+            if message.reclaim:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._marker(source, msg_id))
+            expiration = int((now + expires_in) * 1000) if expires_in else 0
+            return self._write(message, expiration)
+        except BaseException:
+            self._books.forget(source, msg_id)
+            raise
+
+    def _write(self, message: AssuredMessage, expiration: int) -> _Staged:
+        """The message's file, written beside the name it will have in working/."""
+        queue, topic = message.queue, message.topic
+        extra = {SOURCE: message.source, SOURCE_MESSAGE_ID: message.msg_id} | (
+            {TOPIC: topic} if topic else {}
+        )
         envelope = Envelope(
             message_id=self._ids.new(),
-            priority=priority,
+            priority=message.priority,
             message_class=MessageClass.BYTES,
             expiration=expiration,
             properties=(
-                *properties_from(dict(properties or {})),
+                *properties_from(dict(message.properties or {})),
                 *(Property(k, PropertyType.STRING, v) for k, v in extra.items()),
             ),
         )
         working = self._working_dir(queue)
         os.makedirs(working, exist_ok=True)
-        temporary = temporary_in(working)
         path = os.path.join(working, _checked_name(envelope, to_topic=queue is None))
+        temporary = temporary_in(working)
         try:
             with open(temporary, "wb") as out:
-                out.write(body)
-            self._committer.commit([Move(temporary, path)])  # flushed: now `received` is true
+                out.write(message.body)
         except OSError:
-            # Not `received`: the sender will send it again, so nothing of it may stay (a
-            # renamed file whose directory flush failed would otherwise be restored later).
-            for leftover in (temporary, path):
-                with contextlib.suppress(OSError):
-                    os.unlink(leftover)
+            _delete_quietly([temporary])
             raise
-        return _Pending(path, queue, envelope)
+        key = (message.source, message.msg_id)
+        return _Staged(key, Move(temporary, path), _Pending(path, queue, envelope))
 
     def _working_dir(self, queue: str | None) -> str:
         if queue is None:
@@ -196,29 +258,63 @@ class AssuredIntake:
         message at once. must_exist=True: an unknown id (never stored, expired, or swept away)
         raises ItemNotFound instead of returning False, so the sender can be told that the
         message is lost; a repeat of a delivered id still returns False."""
+        [outcome] = self.deliver_many([(source, msg_id)], remember=remember, must_exist=must_exist)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def deliver_many(
+        self, keys: Sequence[tuple[str, str]], *, remember: bool = True, must_exist: bool = False
+    ) -> list[Outcome]:
+        """Step 2 for several (source, msg_id), in order: each one's outcome, what `deliver`
+        would return for it or the error it would raise. Their markers are flushed together,
+        then their messages sent together: two flushes for them all, not two each."""
+        outcomes: list[Outcome] = []
         with self._lock:
             self._restore()
-            action = self._books.deliver(source, msg_id, now=self._clock.now(), remember=remember)
-            pending = self._pending.pop((source, msg_id), None)
-            if action is Action.ANSWER:
-                return False
-            if action is not Action.DELIVER or pending is None:
-                return self._unknown(msg_id, must_exist)
-            try:
-                self._mark(source, msg_id)
-                self._send(pending)
-            except OSError as error:
-                if not os.path.lexists(pending.path) and isinstance(error, FileNotFoundError):
-                    # Swept away before `deliver`: neither pending nor delivered, or the
-                    # sender's resend would pass for a repeat of a message never sent.
-                    self._unmark(source, msg_id)
-                    return self._unknown(msg_id, must_exist)
-                self._undeliver(source, msg_id, pending)
-                raise
-            if not remember:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self._marker(source, msg_id))
-            return True
+            due: list[tuple[int, tuple[str, str], _Pending]] = []
+            now = self._clock.now()
+            for key in keys:
+                try:
+                    action = self._books.deliver(*key, now=now, remember=remember)
+                except BoxMQError as error:  # a deliver before its message was stored
+                    outcomes.append(error)
+                    continue
+                pending = self._pending.pop(key, None)
+                if action is Action.ANSWER:
+                    outcomes.append(False)
+                elif action is not Action.DELIVER or pending is None:
+                    outcomes.append(_unknown(key[1], must_exist))
+                else:
+                    due.append((len(outcomes), key, pending))
+                    outcomes.append(True)
+            errors = self._mark_all([key for _, key, _ in due])
+            marked = []
+            for (index, key, pending), failure in zip(due, errors, strict=True):
+                if failure is None:
+                    marked.append((index, key, pending))
+                else:
+                    outcomes[index] = self._not_delivered(key, pending, failure, must_exist)
+            errors = self._send_all([pending for _, _, pending in marked])
+            for (index, key, pending), failure in zip(marked, errors, strict=True):
+                if failure is not None:
+                    outcomes[index] = self._not_delivered(key, pending, failure, must_exist)
+                elif not remember:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self._marker(*key))
+        return outcomes
+
+    def _not_delivered(
+        self, key: tuple[str, str], pending: _Pending, error: OSError, must_exist: bool
+    ) -> Outcome:
+        """What a `deliver` the file system failed tells its caller, the books set right."""
+        if isinstance(error, FileNotFoundError) and not os.path.lexists(pending.path):
+            # Swept away before `deliver`: neither pending nor delivered, or the sender's
+            # resend would pass for a repeat of a message never sent.
+            self._unmark(*key)
+            return _unknown(key[1], must_exist)
+        self._undeliver(*key, pending)
+        return error
 
     def _undeliver(self, source: str, msg_id: str, pending: _Pending) -> None:
         """`deliver` failed in the file system: if the message is still in working/, it waits
@@ -232,23 +328,30 @@ class AssuredIntake:
         self._books.restore(source, msg_id, size=stat.st_size, since=stat.st_ctime, delivered=False)
         self._pending[source, msg_id] = pending
 
-    @staticmethod
-    def _unknown(msg_id: str, must_exist: bool) -> bool:
-        if must_exist:
-            raise ItemNotFound(msg_id, "no message is stored under this msgId (or it expired)")
-        return False
-
-    def _mark(self, source: str, msg_id: str) -> None:
+    def _mark_all(self, keys: list[tuple[str, str]]) -> list[OSError | None]:
+        """Write and flush the "delivered" marker of each key: each one's error, if any."""
+        if not keys:
+            return []
         os.makedirs(self._markers, exist_ok=True)
-        temporary = temporary_in(self._markers)
-        try:
-            with open(temporary, "w") as out:
-                json.dump({"source": source, "msg_id": msg_id}, out)
-            self._committer.commit([Move(temporary, self._marker(source, msg_id))])
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
+        errors: list[OSError | None] = [None] * len(keys)
+        moves: list[list[Move]] = []
+        for index, (source, msg_id) in enumerate(keys):
+            temporary = temporary_in(self._markers)
+            try:
+                with open(temporary, "w") as out:
+                    json.dump({"source": source, "msg_id": msg_id}, out)
+            except OSError as error:
+                _delete_quietly([temporary])
+                errors[index] = error
+                moves.append([])
+                continue
+            moves.append([Move(temporary, self._marker(source, msg_id))])
+        committed = self._committer.commit_each(moves)
+        for index, (failure, group) in enumerate(zip(committed, moves, strict=True)):
+            if failure is not None:
+                _delete_quietly([move.source for move in group])
+                errors[index] = failure
+        return errors
 
     def _unmark(self, source: str, msg_id: str) -> None:
         self._books.forget(source, msg_id)
@@ -259,14 +362,32 @@ class AssuredIntake:
         digest = hashlib.sha256(f"{source}\0{msg_id}".encode()).hexdigest()
         return os.path.join(self._markers, digest)
 
-    def _send(self, pending: _Pending) -> None:
-        if pending.queue is None:
-            source = pending.envelope.property_value(SOURCE)
-            self._fan_out(_as_copied(pending.envelope), pending.path, str(source))
-            return
+    def _send_all(self, pendings: list[_Pending]) -> list[OSError | None]:
+        """Send each message on from working/, with one flush for a queue's and one for a
+        topic's: each one's error, if any (nothing of that one sent)."""
+        errors: list[OSError | None] = [None] * len(pendings)
+        to_queues = [i for i, pending in enumerate(pendings) if pending.queue is not None]
+        to_topics = [i for i, pending in enumerate(pendings) if pending.queue is None]
+        if to_queues:
+            moves = [[self._into_target(pendings[i])] for i in to_queues]
+            for index, error in zip(to_queues, self._committer.commit_each(moves), strict=True):
+                errors[index] = error
+        if to_topics:
+            files = [self._as_file(pendings[i]) for i in to_topics]
+            for index, error in zip(to_topics, self._fan_out(files), strict=True):
+                errors[index] = error
+        return errors
+
+    def _into_target(self, pending: _Pending) -> Move:
+        assert pending.queue is not None
         box = Dropbox(queue_path(self._root, pending.queue), self._committer)
-        name = os.path.basename(pending.path)
-        self._committer.commit([Move(pending.path, box.file(State.TARGET, name))])
+        return Move(pending.path, box.file(State.TARGET, os.path.basename(pending.path)))
+
+    @staticmethod
+    def _as_file(pending: _Pending) -> tuple[Envelope, str, str]:
+        """What the topics' fan-out takes: the copies' envelope, the file, its sender."""
+        source = pending.envelope.property_value(SOURCE)
+        return _as_copied(pending.envelope), pending.path, str(source)
 
     def pending(self, source: str) -> list[str]:
         """The msg ids `source` stored (step 1) that wait for their `deliver`."""
@@ -335,8 +456,10 @@ class AssuredIntake:
         if reason is not None or not isinstance(source, str) or not isinstance(msg_id, str):
             return  # an ordinary producer's file, not an assured one
         pending = _Pending(entry.path, queue, envelope)
-        if (source, msg_id) in delivered:
-            self._send(pending)  # marked but not moved: the crash came in between
+        if (source, msg_id) in delivered:  # marked but not moved: the crash came in between
+            [failure] = self._send_all([pending])
+            if failure is not None:
+                raise failure
             return
         stat = entry.stat()
         self._books.restore(source, msg_id, size=stat.st_size, since=stat.st_ctime, delivered=False)
@@ -352,6 +475,21 @@ class AssuredIntake:
                     data = json.load(src)
                     found[str(data["source"]), str(data["msg_id"])] = entry.stat().st_mtime
         return found
+
+
+def _unknown(msg_id: str, must_exist: bool) -> Outcome:
+    """What `deliver` tells of an id that names no stored message."""
+    if must_exist:
+        return ItemNotFound(msg_id, "no message is stored under this msgId (or it expired)")
+    return False
+
+
+def _delete_quietly(paths: list[str]) -> None:
+    """Best effort: a file system failing now may refuse this too (working/'s sweep removes
+    a temporary left behind; a message file left there is dropped by `expire`)."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def _delete_all(paths: list[str]) -> None:

@@ -223,9 +223,7 @@ class Box:
                     ids=self._ids,
                     clock=self._clock,
                     limits=self._exactly_once,
-                    fan_out=lambda envelope, path, source: self.topics.send_file(
-                        envelope, path, source
-                    ),
+                    fan_out=lambda files: self.topics.send_files(files),
                 )
             return self._intake
 

@@ -206,7 +206,7 @@ class Topics:
             topic, properties, expires_in, correlation_id, reply_to, isinstance(body, str)
         )
         if not retain:
-            self._route(envelope, data, None, level, source)
+            self._route(envelope, data, level, source)
             return envelope.message_id
         # MQTT 5.0 §3.3.1.3: kept even with no subscriber; an empty body deletes. Its copies
         # say so, for the subscribers that ask (Retain As Published, MQTT 5.0 §3.8.3.1).
@@ -244,24 +244,46 @@ class Topics:
         assert envelope.topic is not None
         staged = self._retained.stage(envelope.topic, _names(envelope, (level,))[level], data)
         try:
-            self._route(envelope, data, None, level, source)
+            self._route(envelope, data, level, source)
         except BaseException:
             self._retained.discard(staged)
             raise
         self._retained.replace(staged)
 
-    def send_file(self, envelope: Envelope, path: str, source: str | None) -> None:
-        """Publish a file already written and flushed (an exactly-once message on `deliver`).
+    def send_files(self, files: Sequence[tuple[Envelope, str, str | None]]) -> list[OSError | None]:
+        """Publish files already written and flushed (exactly-once messages on `deliver`),
+        each `(envelope, path, source)`, in order, their copies flushed together: each one's
+        error (none of its copies sent), or None.
 
-        Its copies pass through each subscription's `working/.exactly-once/` (store/fanout.py),
-        so that sending the file again after a crash never sends a copy twice (the copies a
+        The copies pass through each subscription's `working/.exactly-once/` (store/fanout.py),
+        so that sending a file again after a crash never sends a copy twice (the copies a
         crash left pending are finished by `store.fanout.finish_pending`)."""
-        with open(path, "rb") as source_file:
-            data = source_file.read()
-        self._route(envelope, data, path, QoS.EXACTLY_ONCE, source)
+        errors: list[OSError | None] = [None] * len(files)
+        planned: list[tuple[int, _Planned]] = []
+        moves: list[list[Move]] = []
+        for index, (envelope, path, source) in enumerate(files):
+            try:
+                with open(path, "rb") as source_file:
+                    data = source_file.read()
+            except OSError as error:
+                errors[index] = error
+                continue
+            assert envelope.topic is not None
+            route = self._destinations(envelope.topic, QoS.EXACTLY_ONCE, source)
+            names = _names(envelope, route.levels)
+            move = self._staged(envelope, data, path, route.durable, names)
+            planned.append((index, (envelope, data, route, names)))
+            moves.append([] if move is None else [move])
+        sent = []
+        for (index, plan), failure in zip(planned, self._committer.commit_each(moves), strict=True):
+            errors[index] = failure
+            if failure is None:
+                sent.append(plan)
+        self._hand_over(sent)
+        return errors
 
     def copies(self, envelope: Envelope) -> list[tuple[str, str]]:
-        """Where `send_file` would put its copies of `envelope` (published at QoS 2, from no
+        """Where `send_files` would put the copies of `envelope` (published at QoS 2, from no
         source): each matching durable subscription's dropbox and the copy's name there. For
         a caller that moves its copies itself (the Spark sink); memory subscribers get none.
         """
@@ -270,19 +292,16 @@ class Topics:
         names = _names(envelope, route.levels)
         return [(path, names[destination.qos]) for destination, path in route.durable]
 
-    def _route(
-        self, envelope: Envelope, data: bytes, path: str | None, level: QoS, source: str | None
-    ) -> None:
+    def _route(self, envelope: Envelope, data: bytes, level: QoS, source: str | None) -> None:
         assert envelope.topic is not None
         route = self._destinations(envelope.topic, level, source)
         names = _names(envelope, route.levels)
-        move = self._staged(envelope, data, path, route.durable, names)
+        move = self._staged(envelope, data, None, route.durable, names)
         if move is not None:
             try:
                 self._committer.commit([move])
             except OSError:
-                if path is None:  # ours, written just now: it must never go out later
-                    discard_unsent([move])
+                discard_unsent([move])  # written just now: it must never go out later
                 raise
         self._hand_over([(envelope, data, route, names)])
 

@@ -221,6 +221,31 @@ class Committer:
         if failed[0] is not None:
             raise failed[0]
 
+    def commit_each(self, groups: Sequence[Sequence[Move]]) -> list[OSError | None]:
+        """`commit` for each of `groups` at once, returning each group's error (its first
+        failed move's) instead of raising one for all: one flush for them all under
+        `always`, where committing them one after the other would cost one flush each."""
+        errors: list[OSError | None] = [None] * len(groups)
+        told: list[int] = []
+        done = threading.Event()
+
+        def committed_for(index: int) -> Committed:
+            def committed(error: OSError | None) -> None:
+                # From the committing thread, or here for a group with no moves: whichever
+                # tells last sees every index told (list.append holds the interpreter lock).
+                errors[index] = error
+                told.append(index)
+                if len(told) == len(groups):
+                    done.set()
+
+            return committed
+
+        for index, moves in enumerate(groups):
+            self.commit_then(moves, committed_for(index))
+        if groups:
+            done.wait()
+        return errors
+
     def commit_then(
         self, moves: Sequence[Move], committed: Committed, ready: Ready | None = None
     ) -> None:

@@ -54,6 +54,29 @@ def test_concurrent_commits_share_flushes(tmp_path: Path) -> None:
     assert committer.flushes < threads * per_thread * 2
 
 
+@pytest.mark.parametrize("policy", list(FsyncPolicy))
+def test_commit_each_tells_each_group_its_own_error(tmp_path: Path, policy: FsyncPolicy) -> None:
+    committer = Committer(str(tmp_path), policy, interval=0.05)
+    moves = written(tmp_path, 4)
+    os.unlink(moves[2].source)
+    errors = committer.commit_each([[moves[0], moves[1]], [moves[2]], [], [moves[3]]])
+    committer.close()
+    assert [type(error) for error in errors] == [type(None), FileNotFoundError] + [type(None)] * 2
+    assert sorted(os.listdir(tmp_path / "target")) == ["m0", "m1", "m3"]
+    assert committer.commit_each([]) == []
+
+
+def test_commit_each_flushes_its_groups_together(tmp_path: Path) -> None:
+    committer = Committer(str(tmp_path), FsyncPolicy.ALWAYS)
+    groups = [[move] for move in written(tmp_path, 20)]
+    assert committer.commit_each(groups) == [None] * 20
+    committer.close()
+    assert len(os.listdir(tmp_path / "target")) == 20
+    # Two flushes per group commit, mostly two groups (the first move alone, as the committer
+    # wakes at once, then the rest); committed one after the other they would take forty.
+    assert committer.flushes <= 10
+
+
 def test_a_failed_move_raises_for_its_caller_only(tmp_path: Path) -> None:
     committer = Committer(str(tmp_path), FsyncPolicy.ALWAYS)
     good, bad = written(tmp_path, 2)
