@@ -87,14 +87,19 @@ def test_a_failed_move_raises_for_its_caller_only(tmp_path: Path) -> None:
     assert os.listdir(tmp_path / "target") == ["m0"]
 
 
-def test_a_fan_out_links_every_copy_and_removes_the_staged_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("policy", list(FsyncPolicy))
+def test_a_fan_out_links_every_copy_and_removes_the_staged_file(
+    tmp_path: Path, policy: FsyncPolicy
+) -> None:
     for name in ("a", "b", "gone"):
         (tmp_path / name).mkdir()
     staged = tmp_path / "staged"
     staged.write_bytes(b"once")
     os.rmdir(tmp_path / "gone")  # a subscription deleted while publishing: skipped
     copies = tuple(str(tmp_path / d / "m") for d in ("a", "b", "gone"))
-    Committer(str(tmp_path), FsyncPolicy.NEVER).commit([Move(str(staged), None, copies)])
+    committer = Committer(str(tmp_path), policy)
+    committer.commit([Move(str(staged), None, copies)])  # `always` flushes no folder gone
+    committer.close()
     assert not staged.exists()
     assert (tmp_path / "a" / "m").read_bytes() == b"once"
     assert os.stat(tmp_path / "a" / "m").st_ino == os.stat(tmp_path / "b" / "m").st_ino
