@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from boxmq.client import mqtt_fields
 from boxmq.client.body import body_bytes
@@ -627,7 +627,13 @@ class Topics:
         # subscription stands (an MQTT SUBACK). What is on disk already is not written again
         # (a session resumed after a restart registers every subscription it finds).
         flush = self._committer.policy is FsyncPolicy.ALWAYS
-        changed = layout.read_record(path) != record
+        existing = layout.read_record(path)
+        if group is not None and existing is not None and existing.qos > record.qos:
+            # A group's copies are stored at the highest QoS any member was granted, and each
+            # member is sent at most its own (mqtt.stored.publish_of): a member granted QoS 0
+            # must not take QoS 1 from the others (MQTT 5.0 §3.8.4, MQTT-234).
+            record = replace(record, qos=existing.qos)
+        changed = existing != record
         if changed:
             layout.write_record(path, record, flush=flush)
         if group is not None:
