@@ -435,7 +435,7 @@ class Broker:
             "persistent" if session.persistent else "clean",
             ", resumed" if present else "",
         )
-        self._delivery.transmit(client, session, session.outbox.resend())
+        self._delivery.resend(client, session)
         self._delivery.pump(session)
 
     def _refusal(self, packet: Connect) -> ReasonCode | None:

@@ -170,6 +170,14 @@ class Delivery:
             packets = freed
         self._out.dirty.add(client)
 
+    def resend(self, client: Client, session: Session) -> None:
+        """What a resumed session had in flight, sent again (MQTT 5.0 §4.4); the slots of
+        those whose Message Expiry Interval ran out meanwhile go to what waits behind."""
+        outbox = session.outbox
+        self.transmit(client, session, outbox.resend(self._clock.now()))
+        if outbox.lapsed:
+            self.transmit(client, session, [publish for publish, _ in self._ready(session)])
+
     def _ready(self, session: Session) -> list[tuple[Publish, Token]]:
         """What may leave the session's queue now; those whose Message Expiry Interval ran
         out while they waited are dropped (MQTT 5.0 §3.3.2.3.3), a stored one unlocked, so
@@ -178,7 +186,7 @@ class Delivery:
         ready = outbox.ready(self._clock.now())
         if outbox.lapsed:
             lapsed, outbox.lapsed = outbox.lapsed, []
-            log.info("client %s: %d queued message(s) expired", session.client_id, len(lapsed))
+            log.info("client %s: %d message(s) expired on the way", session.client_id, len(lapsed))
             for token in lapsed:
                 if token is not None:
                     token.unlock()

@@ -51,6 +51,7 @@ class _Entry(Generic[T]):
     publish: Publish | None  # None: known only by its packet id (released before a restart)
     token: T | None
     stage: Stage
+    sent: float = 0.0  # when it was sent first: a resend tells what is left of its expiry
 
 
 class Acked(NamedTuple, Generic[T]):
@@ -93,7 +94,7 @@ class Outbox(Generic[T]):
         if not publish.qos and not self._queued:
             return publish
         if publish.qos and not self._queued and len(self._in_flight) < self.window:
-            return self._start(publish, token)
+            return self._start(publish, token, now)
         if len(self._queued) >= self.limit and not self._drop_oldest_qos0():
             raise OverflowError("the session's queue is full")
         self._queued.append((publish, token, now))
@@ -132,17 +133,34 @@ class Outbox(Generic[T]):
                     continue
                 if left < interval:
                     publish = _with_expiry(publish, left)
-            out.append((self._start(publish, token) if publish.qos else publish, token))
+            out.append((self._start(publish, token, now) if publish.qos else publish, token))
         return out
 
-    def resend(self) -> list[Publish | Pubrel]:
-        """What a resumed session sends first, in order (MQTT 5.0 §4.4)."""
-        return [
-            Pubrel(packet_id)
-            if entry.publish is None or entry.stage is Stage.AWAIT_PUBCOMP
-            else replace(entry.publish, dup=True)
-            for packet_id, entry in self._in_flight.items()
-        ]
+    def resend(self, now: float = 0.0) -> list[Publish | Pubrel]:
+        """What a resumed session sends first, in order (MQTT 5.0 §4.4). A PUBLISH with a
+        Message Expiry Interval carries what is left of it (§3.3.2.3.3). One at QoS 1 whose
+        interval is over is not sent again, its token in `lapsed` (the client holds nothing
+        of it); one at QoS 2 is, with one second left: the client may hold its packet id
+        until the exchange ends, and would take the next message under that id for a
+        repeat."""
+        out: list[Publish | Pubrel] = []
+        for packet_id, entry in list(self._in_flight.items()):
+            publish = entry.publish
+            if publish is None or entry.stage is Stage.AWAIT_PUBCOMP:
+                out.append(Pubrel(packet_id))
+                continue
+            interval = publish.properties.message_expiry_interval
+            if interval:
+                left = math.ceil(interval - (now - entry.sent))
+                if left <= 0 and entry.stage is Stage.AWAIT_PUBACK:
+                    del self._in_flight[packet_id]
+                    if entry.token is not None:
+                        self.lapsed.append(entry.token)
+                    continue
+                if left < interval:
+                    publish = _with_expiry(publish, max(left, 1))
+            out.append(replace(publish, dup=True))
+        return out
 
     def releasing(self) -> list[int]:
         """The packet ids whose PUBREL was sent and not completed: a restart must send those
@@ -163,7 +181,7 @@ class Outbox(Generic[T]):
         self._queued.clear()
         return tokens
 
-    def _start(self, publish: Publish, token: T) -> Publish:
+    def _start(self, publish: Publish, token: T, now: float) -> Publish:
         # The next packet id not in use. The window is at most 65 535, so one is always
         # found within one turn.
         in_flight, packet_id = self._in_flight, self._next_id
@@ -180,7 +198,7 @@ class Outbox(Generic[T]):
             packet_id,
             publish.properties,
         )
-        in_flight[packet_id] = _Entry(sent, token, stage)
+        in_flight[packet_id] = _Entry(sent, token, stage, now)
         return sent
 
     def _drop_oldest_qos0(self) -> bool:

@@ -178,3 +178,20 @@ def test_a_queued_message_leaves_with_what_is_left_of_its_expiry_or_not_at_all()
         (b"3", 57),
     ]
     assert outbox.lapsed == [2]
+
+
+def test_a_resent_message_carries_what_is_left_of_its_expiry() -> None:
+    """MQTT 5.0 §3.3.2.3.3 for a PUBLISH sent again (DUP) once its session resumes: QoS 1
+    past its interval is not sent again, QoS 2 is, with a second left (its exchange must
+    end, or the client would take the next message under its packet id for a repeat)."""
+    outbox: Outbox[int] = Outbox(window=5, limit=10)
+    for n, seconds, qos in [(1, 20, 1), (2, 3, 1), (3, 3, 2), (4, 0, 1)]:
+        outbox.push(_expiring(n, seconds, qos) if seconds else _msg(n), n, now=100.0)
+    resent = outbox.resend(now=104.5)
+    assert [(p.payload, p.dup, p.properties.message_expiry_interval) for p in resent] == [
+        (b"1", True, 16),  # 20 - 4.5, rounded up
+        (b"3", True, 1),
+        (b"4", True, None),
+    ]
+    assert outbox.lapsed == [2]
+    assert len(outbox) == 3  # the expired one's packet id is free
