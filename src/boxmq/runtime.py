@@ -17,6 +17,7 @@ from typing import Any
 
 from boxmq.client.box import Box
 from boxmq.client.sweeps import SweepReport
+from boxmq.errors import store_failure
 from boxmq.mqtt.settings import MqttSettings
 from boxmq.xmpp.settings import XmppSettings
 
@@ -47,6 +48,18 @@ def _describe(reports: dict[str, SweepReport]) -> list[str]:
 async def _sweep_once(box: Box) -> None:
     for line in _describe(await asyncio.to_thread(box.sweep)):
         log.info("%s", line)
+
+
+async def _sweep_again(box: Box) -> None:
+    """A sweep of the timer: a file system that fails it now (EMFILE with every descriptor
+    taken by clients, EIO) is told and tried again at the next one, while the doors go on
+    serving; only the sweep at start, the recovery, ends `serve` when it fails."""
+    try:
+        await _sweep_once(box)
+    except OSError as error:
+        log.error(
+            "sweep of %s failed, tried again at the next one: %s", box.root, store_failure(error)
+        )
 
 
 def run(main: Coroutine[Any, Any, None]) -> None:
@@ -111,7 +124,7 @@ async def serve(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=sweep_interval)
             if not stop.is_set():
-                await _sweep_once(box)
+                await _sweep_again(box)
     finally:
         stop.set()
         await asyncio.gather(*doors)  # each finishes what it acknowledged, then closes
