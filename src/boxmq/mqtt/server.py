@@ -152,6 +152,11 @@ class MqttServer:
                 listener.host,
                 listener.port,
                 ssl=listener.ssl,
+                # A socket still in its TLS handshake is no client yet: it gets the time a
+                # CONNECT gets, not asyncio's minute, or silent sockets could hold descriptors.
+                ssl_handshake_timeout=self.settings.limits.connect_timeout
+                if listener.ssl
+                else None,
                 reuse_address=True,
             )
             self._servers.append(server)

@@ -78,6 +78,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         [[mqtt.listener]]
         port = {tls}
         tls = {{ cert = "server.crt", key = "server.key" }}
+        [mqtt.limits]
+        connect_timeout = "1s"
         [security]
         password_file = "passwd"
         acl_file = "acl"
@@ -213,3 +215,14 @@ def test_the_log_says_who_may_connect_and_what_they_may_do(served: Served) -> No
         f"authentication: {folder / 'passwd'} (2 user(s)), clients without a user name refused"
     ) in log
     assert f"authorization: {folder / 'acl'} (2 user section(s), 0 pattern(s))" in log
+
+
+def test_a_socket_that_never_starts_its_handshake_is_closed_after_the_connect_timeout(
+    served: Served,
+) -> None:
+    """An idle socket on the TLS port holds a descriptor as one on the plain port would: it
+    gets `connect_timeout` (1 s here), not asyncio's minute for a handshake."""
+    with socket.create_connection(("127.0.0.1", served.tls), timeout=10) as sock:
+        started = time.monotonic()
+        assert sock.recv(10) == b""  # closed by the server
+        assert time.monotonic() - started < 5
