@@ -47,7 +47,7 @@ from boxmq.client.box import Box
 from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
 from boxmq.core import parse_filter
-from boxmq.errors import ProtocolViolation
+from boxmq.errors import ProtocolViolation, store_failure
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client, Link, Outgoing
 from boxmq.mqtt.delivery import Delivery
@@ -79,6 +79,7 @@ from boxmq.mqtt.routes import DurableRoutes, MemoryRoutes
 from boxmq.mqtt.session import NEVER, Session, SubscriptionOptions
 from boxmq.mqtt.session_record import (
     DeliveryOptions,
+    SessionRecord,
     read_record,
     records_folder,
 )
@@ -383,6 +384,16 @@ class Broker:
         assigned = None
         if not client_id:
             client_id = assigned = f"auto-{uuid.uuid4().hex}"
+        elif self._belongs_to_another(client_id, packet.username):
+            log.warning(
+                "client %r refused: its session belongs to another user than %r",
+                client_id,
+                packet.username,
+            )
+            self._out.send(client, Connack(reason=_R.CLIENT_IDENTIFIER_NOT_VALID))
+            self.flush()
+            client.link.close()
+            return
         expiry = self._expiry_of(packet)
         keep_alive = packet.keep_alive
         if v5 and keep_alive > self.limits.max_keepalive:
@@ -449,6 +460,16 @@ class Broker:
         if packet.client_id and not storable(packet.client_id):
             return _R.CLIENT_IDENTIFIER_NOT_VALID
         return None
+
+    def _belongs_to_another(self, client_id: str, username: str | None) -> bool:
+        """Whether `client_id` names a session (connected, or persistent in memory or on disk)
+        of a user other than `username`: a client must not take over, resume or end what
+        another user's client holds (its messages, its subscriptions, its Will)."""
+        session = self._sessions.get(client_id)
+        if session is not None:
+            return session.username != username
+        record = read_record(self.box.root, client_id)
+        return record is not None and record.username != username
 
     def _expiry_of(self, packet: Connect) -> int:
         if packet.version is ProtocolVersion.V5:
@@ -517,6 +538,8 @@ class Broker:
             session.outbox.expect_release(record.releasing)
         self._sessions[client_id] = session
         for text, subscription in found:
+            if not self._may_keep(client_id, record, text):
+                continue
             delivery = saved.get(text, DeliveryOptions())
             options = SubscriptionOptions(
                 qos=subscription.qos,
@@ -534,6 +557,25 @@ class Broker:
             len(unreleased),
         )
         return session
+
+    def _may_keep(self, client_id: str, record: SessionRecord | None, text: str) -> bool:
+        """Whether a subscription found on disk is still allowed by the ACL (which may have
+        changed since the restart): one it refuses now is removed, as a new SUBSCRIBE to it
+        would be refused."""
+        authorizer = self.settings.authorizer
+        username = None if record is None else record.username
+        if authorizer is None or authorizer.can_subscribe(username, client_id, text):
+            return True
+        log.warning(
+            "client %s: its subscription to %s is no longer allowed by the ACL: removed",
+            client_id,
+            text,
+        )
+        try:
+            self.box.unsubscribe(text, consumer_name(client_id))
+        except OSError as error:  # still on disk: checked again when the session resumes
+            log.error("client %s: removing %s failed: %s", client_id, text, store_failure(error))
+        return False
 
     def _share_turns(self, session: Session, *, take: bool) -> None:
         """A persistent session's share-group memberships take their turns only while its

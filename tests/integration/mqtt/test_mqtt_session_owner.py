@@ -1,0 +1,80 @@
+"""A session is its user's: another user's client cannot take it over, resume it or end it by
+its client id, and what the ACL no longer allows after a restart is not delivered from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.integration.mqtt.clients import paho, start_server
+
+from boxmq.mqtt.settings import MqttSettings
+
+USERS = {"alice": b"wonderland", "bob": b"builder"}
+
+
+class Passwords:
+    def authenticate(self, username: str | None, password: bytes | None, client_id: str) -> bool:
+        return username is not None and USERS.get(username) == password
+
+
+class OwnTopics:
+    """Each user reads and writes under its own name; `revoked` filters are refused."""
+
+    def __init__(self, revoked: frozenset[str] = frozenset()) -> None:
+        self.revoked = revoked
+
+    def can_publish(self, username: str | None, client_id: str, topic: str) -> bool:
+        return topic.startswith(f"{username}/")
+
+    def can_subscribe(self, username: str | None, client_id: str, topic_filter: str) -> bool:
+        return topic_filter.startswith(f"{username}/") and topic_filter not in self.revoked
+
+
+@pytest.mark.parametrize("v5", [True, False], ids=["v5", "v311"])
+def test_another_user_cannot_resume_a_persistent_session(tmp_path: Path, v5: bool) -> None:
+    running = start_server(tmp_path / "root", MqttSettings(authenticator=Passwords(), authorizer=OwnTopics()))
+    try:
+        persistent = {"v5": v5, "clean": False, "expiry": 3600 if v5 else None}
+        alice = paho(running, "laptop", username="alice", password="wonderland", **persistent)
+        alice.subscribe("alice/inbox", 1)
+        alice.stop()
+        sender = paho(running, "sender", username="alice", password="wonderland")
+        sender.publish("alice/inbox", b"private", 1)
+        refused = 0x85  # Client Identifier not valid (paho's name for 3.1.1's 0x02 too)
+        paho(running, "laptop", username="bob", password="builder", expect=refused, **persistent)
+        paho(running, "laptop", username="bob", password="builder", v5=v5, expect=refused)
+        back = paho(running, "laptop", username="alice", password="wonderland", **persistent)
+        assert back.session_present  # neither resumed nor ended by bob
+        assert back.next().payload == b"private"
+    finally:
+        running.shutdown()
+
+
+def test_a_subscription_the_acl_no_longer_allows_is_removed_at_resumption(
+    tmp_path: Path,
+) -> None:
+    running = start_server(tmp_path / "root", MqttSettings(authenticator=Passwords(), authorizer=OwnTopics()))
+    try:
+        alice = paho(
+            running, "laptop", username="alice", password="wonderland", clean=False, expiry=3600
+        )
+        alice.subscribe("alice/salaries", 1)
+        alice.subscribe("alice/news", 1)
+        alice.stop()
+    finally:
+        running.shutdown()
+    revoked = OwnTopics(revoked=frozenset({"alice/salaries"}))
+    running = start_server(tmp_path / "root", MqttSettings(authenticator=Passwords(), authorizer=revoked))
+    try:
+        back = paho(
+            running, "laptop", username="alice", password="wonderland", clean=False, expiry=3600
+        )
+        assert back.session_present
+        sender = paho(running, "sender", username="alice", password="wonderland")
+        sender.publish("alice/salaries", b"secret", 1)
+        sender.publish("alice/news", b"public", 1)
+        assert back.next().payload == b"public"
+        assert back.nothing(within=0.5)
+    finally:
+        running.shutdown()
