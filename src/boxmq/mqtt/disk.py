@@ -9,8 +9,11 @@ Invariants:
   the run holds a bad message, nothing of it was written, and each job is tried alone.
   Under fsync=always, `ready` is told on the loop once a run's messages are in their
   dropboxes, before the commit's last flush: subscribers may take them meanwhile.
-- Any other disk work (the exactly-once intake, a retained message, a PUBREL) runs in a
-  worker thread, since it waits for its own commit.
+- A run of neighbouring jobs with the same `together` function (the exactly-once intake's
+  stores, its deliveries at PUBREL) is done by one call of it in a worker thread, with one
+  commit for them all: a QoS 2 window costs a flush, not a flush per message.
+- Any other disk work (a retained message, a record) runs in a worker thread, since it waits
+  for its own commit.
 - A job the file system failed (ENOSPC, EIO, EROFS, EMFILE, ...) gets a StoreFailed as its
   result, never an OSError, and nothing of its message is kept: each one is answered.
 
@@ -27,14 +30,20 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from boxmq.client.topics import Publication, Topics
 from boxmq.errors import BoxMQError, StoreFailed, store_failure
 
-__all__ = ["Job", "log_store_failures", "run_all", "run_now"]
+__all__ = ["Job", "Together", "log_store_failures", "run_all", "run_now"]
 
 log = logging.getLogger("boxmq.mqtt")
+
+
+Together = tuple[Callable[[list[Any]], list[object]], Any]
+"""A job's part of work done for several at once: the function, called with its neighbours'
+items in order, returns each one's result in order (an OSError of one is its result); and
+this job's item."""
 
 
 class Job(NamedTuple):
@@ -45,6 +54,7 @@ class Job(NamedTuple):
     work: Callable[[], object] | None
     then: Callable[[object], None]
     publication: Publication | None = None  # may be done with its neighbours, in one commit
+    together: Together | None = None  # done with its neighbours of the same function instead
 
 
 Results = Callable[[list[object] | BaseException], None]
@@ -97,13 +107,16 @@ class _Run:
         try:
             jobs = self._jobs
             while start < len(jobs):
-                batched = jobs[start].publication is not None
+                kind = _kind(jobs[start])
                 end = start + 1
-                while end < len(jobs) and (jobs[end].publication is not None) is batched:
+                while end < len(jobs) and _kind(jobs[end]) == kind:
                     end += 1
-                if batched:
+                if kind is _PUBLICATION:
                     if self._publish(start, end):
                         return  # goes on once committed
+                elif kind is not None:
+                    self._together_in_pool(start, end)
+                    return  # goes on once done
                 elif any(job.work is not None for job in jobs[start:end]):
                     self._each_in_pool(start, end)
                     return  # goes on once done
@@ -159,6 +172,18 @@ class _Run:
 
         future.add_done_callback(finished)
 
+    def _together_in_pool(self, start: int, end: int) -> None:
+        together = [job.together for job in self._jobs[start:end] if job.together is not None]
+        loop = self._loop
+        do = together[0][0]  # the run's jobs share it
+        future = self._pool.submit(_attempt_together, do, [item for _, item in together])
+
+        def finished(future: Future[list[object]]) -> None:  # in the worker thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody left to answer
+                loop.call_soon_threadsafe(self._pooled, start, end, future)
+
+        future.add_done_callback(finished)
+
     def _pooled(self, start: int, end: int, future: Future[list[object]]) -> None:
         try:
             self._results[start:end] = future.result()
@@ -173,6 +198,28 @@ def run_now(job: Job) -> None:
     result as `run_all` would give it."""
     [result] = _attempt_each([job])
     job.then(result)
+
+
+_PUBLICATION = object()  # the kind of a job with a publication (Topics.publish_many_then)
+
+
+def _kind(job: Job) -> object:
+    """Which neighbours a job is done with: a publication with publications, a `together`
+    with those of the same function, any other (None) one by one."""
+    if job.publication is not None:
+        return _PUBLICATION
+    return None if job.together is None else job.together[0]
+
+
+def _attempt_together(do: Callable[[list[Any]], list[object]], items: list[Any]) -> list[object]:
+    """In a worker thread: each item's result, as `_attempt_each` gives a job's."""
+    try:
+        results = do(items)
+    except BoxMQError as error:
+        return [error] * len(items)
+    except OSError as error:
+        return [store_failure(error)] * len(items)
+    return [store_failure(r) if isinstance(r, OSError) else r for r in results]
 
 
 def _attempt_each(jobs: Sequence[Job]) -> list[object]:

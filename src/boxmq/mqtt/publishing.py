@@ -18,11 +18,13 @@ Invariants:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from functools import partial
 
+from boxmq.client.assured import AssuredMessage
 from boxmq.client.box import Box
-from boxmq.errors import BoxMQError, ItemNotFound, StoreFailed, store_failure
+from boxmq.errors import BoxMQError, ItemNotFound, MetadataTooLong, StoreFailed, store_failure
 from boxmq.mqtt.clients import Client, Kick, Outgoing
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job
@@ -36,6 +38,7 @@ from boxmq.mqtt.settings import MqttSettings
 from boxmq.mqtt.stored import (
     consumer_name,
     exactly_once_source,
+    kept_properties,
     publication_of,
     store_with_properties,
 )
@@ -132,7 +135,14 @@ class Publishing:
                 session.hold_for_release(packet_id, packet, stored=True)
                 self._out.acknowledge(client, Pubrec, packet_id)
 
-            client.jobs.append(Job(lambda: self._assure(client_id, packet), stored))
+            client.jobs.append(
+                Job(
+                    lambda: self._assure(client_id, packet),
+                    stored,
+                    None,
+                    (self._assure_many, (client_id, packet)),
+                )
+            )
             return
         if packet.qos == 2 and not session.persistent:
             # Retained QoS 2 is written at PUBREL: the retained store has no working/ step.
@@ -256,7 +266,11 @@ class Publishing:
                 self._delivery.route_memory(client_id, publish)
             self._out.send(client, Pubcomp(packet_id, reason))
 
-        client.jobs.append(Job(work, done))
+        if on_disk:  # with the neighbours' PUBRELs: their markers and moves share flushes
+            key = (exactly_once_source(client_id), str(packet_id))
+            client.jobs.append(Job(work, done, None, (self._deliver_many, key)))
+        else:
+            client.jobs.append(Job(work, done))
 
     def _may_publish(self, username: str | None, client_id: str, topic: str) -> bool:
         authorizer = self._settings.authorizer
@@ -310,6 +324,41 @@ class Publishing:
         room = partial(self._box.topics.topic_room, expires_in=expiry or None, retain=packet.retain)
         store_with_properties(packet, self._box.side_files, publish, room)
 
+    def _deliver_many(self, keys: list[tuple[str, str]]) -> list[object]:
+        """PUBRELs of QoS 2 messages stored at their PUBLISH: out of the intake together."""
+        return list(self._box.intake.deliver_many(keys, remember=False, must_exist=True))
+
+    def _assure_many(self, items: list[tuple[str, Publish]]) -> list[object]:
+        """`_assure` for several PUBLISHes, stored with one commit: each one's result. One
+        whose properties do not fit in its name is stored alone by `_assure`, which finds
+        them room (store_with_properties)."""
+        results: list[object] = [None] * len(items)
+        batch: list[int] = []
+        messages: list[AssuredMessage] = []
+        for index, (client_id, packet) in enumerate(items):
+            try:
+                properties = kept_properties(packet, self._box.side_files)
+            except OSError as error:  # a side file the disk refused
+                results[index] = error
+                continue
+            expiry = packet.properties.message_expiry_interval
+            batch.append(index)
+            messages.append(
+                AssuredMessage(
+                    exactly_once_source(client_id),
+                    str(packet.packet_id),
+                    packet.payload,
+                    topic=packet.topic,
+                    properties=properties,
+                    expires_in=expiry or None,
+                )
+            )
+        for index, outcome in zip(batch, self._box.intake.assured_many(messages), strict=True):
+            results[index] = outcome
+            if isinstance(outcome, MetadataTooLong):
+                results[index] = _attempt(partial(self._assure, *items[index]))
+        return results
+
     def _assure(self, client_id: str, packet: Publish) -> object:
         """Into the exactly-once intake, its Message Expiry Interval counting from now (its
         copies carry what is left of it, MQTT 5.0 §3.3.2.3.3)."""
@@ -329,3 +378,11 @@ class Publishing:
         # published at once instead: _publish_later).
         room = partial(self._box.topics.topic_room, expires_in=expiry or None)
         return store_with_properties(packet, self._box.side_files, assured, room)
+
+
+def _attempt(work: Callable[[], object]) -> object:
+    """`work()`, or the error it raised that its job's answer tells (disk.py's way)."""
+    try:
+        return work()
+    except (BoxMQError, OSError) as error:
+        return error

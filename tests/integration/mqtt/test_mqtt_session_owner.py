@@ -33,7 +33,9 @@ class OwnTopics:
 
 @pytest.mark.parametrize("v5", [True, False], ids=["v5", "v311"])
 def test_another_user_cannot_resume_a_persistent_session(tmp_path: Path, v5: bool) -> None:
-    running = start_server(tmp_path / "root", MqttSettings(authenticator=Passwords(), authorizer=OwnTopics()))
+    running = start_server(
+        tmp_path / "root", MqttSettings(authenticator=Passwords(), authorizer=OwnTopics())
+    )
     try:
         persistent = {"v5": v5, "clean": False, "expiry": 3600 if v5 else None}
         alice = paho(running, "laptop", username="alice", password="wonderland", **persistent)
@@ -54,7 +56,9 @@ def test_another_user_cannot_resume_a_persistent_session(tmp_path: Path, v5: boo
 def test_a_subscription_the_acl_no_longer_allows_is_removed_at_resumption(
     tmp_path: Path,
 ) -> None:
-    running = start_server(tmp_path / "root", MqttSettings(authenticator=Passwords(), authorizer=OwnTopics()))
+    running = start_server(
+        tmp_path / "root", MqttSettings(authenticator=Passwords(), authorizer=OwnTopics())
+    )
     try:
         alice = paho(
             running, "laptop", username="alice", password="wonderland", clean=False, expiry=3600
@@ -65,7 +69,9 @@ def test_a_subscription_the_acl_no_longer_allows_is_removed_at_resumption(
     finally:
         running.shutdown()
     revoked = OwnTopics(revoked=frozenset({"alice/salaries"}))
-    running = start_server(tmp_path / "root", MqttSettings(authenticator=Passwords(), authorizer=revoked))
+    running = start_server(
+        tmp_path / "root", MqttSettings(authenticator=Passwords(), authorizer=revoked)
+    )
     try:
         back = paho(
             running, "laptop", username="alice", password="wonderland", clean=False, expiry=3600
