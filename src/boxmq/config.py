@@ -295,6 +295,14 @@ def _tls(table: Table) -> ssl.SSLContext:
     table.finish()
     if cert is None:
         raise table.error("cert", "a TLS listener needs a certificate file")
+    if require and ca is None:
+        # Without a CA there is nothing to check a client certificate against, so the
+        # listener would let every client in: refuse at start rather than look secure.
+        raise table.error(
+            "ca",
+            "require_client_cert = true needs the CA file that signs client certificates: "
+            "set tls.ca (or drop require_client_cert)",
+        )
     try:
         return server_context(cert, key, ca=ca, require_client_cert=require is not False)
     except TlsFileError as error:

@@ -135,6 +135,10 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[[mqtt.listener]]\nport = '1883'", "mqtt.listener[1].port: expected an integer"),
         ("[[mqtt.listener]]\nport = 70000", "port: 70000 is out of range: use from 0 to 65535"),
         ("[[mqtt.listener]]\ntls = {}", "mqtt.listener[1].tls.cert: a TLS listener needs a cert"),
+        (
+            "[[mqtt.listener]]\ntls = { cert = 'c.pem', require_client_cert = true }",
+            "mqtt.listener[1].tls.ca: require_client_cert = true needs the CA file",
+        ),
         ("[[mqtt.listener]]\nport=1\n[[mqtt.listener]]\nport=1", "listener[2]: 127.0.0.1:1 is"),
         ("[mqtt.limits]\nmax_connection = 1", "mqtt.limits.max_connection: unknown key"),
         ("[mqtt.limits]\nmax_connections = true", "max_connections: expected an integer, got a b"),
