@@ -156,15 +156,7 @@ def load_config(
     """Read and check the file, and the password, ACL and TLS files it names."""
     source = Path(path)
     base = defaults or ServeConfig()
-    try:
-        with source.open("rb") as file:
-            document = tomllib.load(file)
-    except FileNotFoundError:
-        raise InvalidArgument(f"config file {source} does not exist") from None
-    except OSError as error:
-        raise InvalidArgument(f"cannot read config file {source}: {error.strerror}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise InvalidArgument(f"{source}: not valid TOML: {error}") from None
+    document = _read_toml(source)
     top = Table(document, source=source)
     listed = isinstance(document.get("mqtt"), dict) and bool(document["mqtt"].get("listener"))
     data = top.path("data")
@@ -200,6 +192,28 @@ def load_config(
         source=source,
         listeners_from_file=listed,
     )
+
+
+def _read_toml(source: Path) -> dict[str, Any]:
+    """The file's TOML document, or an error of one line that names the file."""
+    try:
+        raw = source.read_bytes()
+    except FileNotFoundError:
+        raise InvalidArgument(f"config file {source} does not exist") from None
+    except OSError as error:
+        raise InvalidArgument(f"cannot read config file {source}: {error.strerror}") from None
+    try:
+        text = raw.decode("utf-8")  # TOML files are UTF-8 (TOML 1.0, "Spec")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        raise InvalidArgument(
+            f"{source}: not UTF-8 text (byte 0x{raw[error.start]:02x} on line {line}): "
+            "save the file as UTF-8"
+        ) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise InvalidArgument(f"{source}: not valid TOML: {error}") from None
 
 
 def mqtt_settings(base: MqttSettings, security: Security) -> MqttSettings:

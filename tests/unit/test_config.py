@@ -177,6 +177,15 @@ def test_a_missing_file(tmp_path: Path) -> None:
         load_config(tmp_path / "none.toml")
 
 
+def test_a_file_not_in_utf8_is_one_error_naming_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes('fsync = "never"\ndata = "d\u00e9p\u00f4t"\n'.encode("latin-1"))
+    with pytest.raises(InvalidArgument) as caught:
+        load_config(path)
+    expected = f"{path}: not UTF-8 text (byte 0xe9 on line 2): save the file as UTF-8"
+    assert str(caught.value) == expected
+
+
 def test_flags_win_over_the_file(tmp_path: Path) -> None:
     config = load_config(_write(tmp_path, "fsync = 'never'\n[[mqtt.listener]]\nport = 1\n"))
     flagged = config.override(
