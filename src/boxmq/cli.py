@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -91,7 +92,7 @@ def _os_error(error: OSError, data: str, *, listener: str = "--mqtt HOST:PORT") 
     """One line for an error of the system: what failed, where, and what to change.
     `listener`: the setting a listener that cannot bind came from."""
     what = error.strerror or str(error)
-    hint = _HINTS_BY_ERRNO.get(error.errno or 0, "").format(listener=listener)
+    hint = _hint(error).format(listener=listener)
     if error.filename is None:  # e.g. a listener: asyncio names the address in strerror
         return f"{what}{hint}"
     where = os.fsdecode(error.filename)
@@ -105,6 +106,13 @@ def _os_error(error: OSError, data: str, *, listener: str = "--mqtt HOST:PORT") 
 def _within(path: str, folder: str) -> bool:
     path, folder = os.path.abspath(path), os.path.abspath(folder)
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _hint(error: OSError) -> str:
+    # getaddrinfo's errors (EAI_*) have numbers of their own, which errno's may share.
+    if isinstance(error, socket.gaierror):
+        return " (check the host name, or choose another {listener})"
+    return _HINTS_BY_ERRNO.get(error.errno or 0, "")
 
 
 _HINTS_BY_ERRNO = {
@@ -376,12 +384,19 @@ def _serve(args: argparse.Namespace) -> int:
         try:
             run(serve(box, sweep_interval=config.sweep_interval, mqtt=mqtt, xmpp=xmpp))
         except OSError as error:
-            if error.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
+            if not _is_listener_error(error):
                 raise
             # The same line `main` prints, with the setting the listener came from.
             setting = listener_setting(args, config, error.strerror or "")
             raise InvalidArgument(_os_error(error, str(config.data), listener=setting)) from None
     return 0
+
+
+def _is_listener_error(error: OSError) -> bool:
+    """An address a listener cannot have: in use, not this machine's, or a host name that
+    does not resolve."""
+    unknown_host = isinstance(error, socket.gaierror)
+    return unknown_host or error.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL)
 
 
 def _properties(texts: list[str]) -> dict[str, Property]:

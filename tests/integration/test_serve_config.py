@@ -100,3 +100,24 @@ def test_a_port_in_use_names_the_setting_it_came_from(tmp_path: Path) -> None:
     assert f"choose another mqtt.listener[2] in {config}" in done.stderr
     assert "--mqtt" not in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_host_that_does_not_resolve_names_its_address_and_setting(tmp_path: Path) -> None:
+    config = tmp_path / "boxmq.toml"
+    config.write_text('[[mqtt.listener]]\nhost = "mqtt.example.invalid"\nport = 0\n')
+    done = _serve_refused(config, tmp_path)
+    assert done.returncode == 1
+    line = done.stderr.splitlines()[-1]  # after the start-up log
+    assert "Traceback" not in done.stderr
+    assert "('mqtt.example.invalid', 0)" in line
+    assert f"choose another mqtt.listener[1] in {config}" in line
+
+    flags = ["serve", "--data", str(tmp_path / "data"), "--mqtt", "mqtt.example.invalid:0"]
+    done = subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", *flags], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    line = done.stderr.splitlines()[-1]  # after the start-up log
+    assert "Traceback" not in done.stderr
+    assert "('mqtt.example.invalid', 0)" in line
+    assert "choose another --mqtt HOST:PORT" in line

@@ -28,7 +28,7 @@ from boxmq.errors import ProtocolViolation
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.reasons import reason_for
-from boxmq.mqtt.settings import MqttSettings
+from boxmq.mqtt.settings import Listener, MqttSettings
 
 __all__ = ["MqttServer"]
 
@@ -143,11 +143,25 @@ class MqttServer:
 
     async def start(self) -> list[tuple[str, int]]:
         """Listen on every listener; the addresses bound (a port of 0 gets a free one)."""
-        loop = asyncio.get_running_loop()
         self.broker.resume_expiries()  # before any client: one that returns cancels its own
         bound: list[tuple[str, int]] = []
         for listener in self.settings.listeners:
-            server = await loop.create_server(
+            server = await self._listen(listener)
+            self._servers.append(server)
+            for sock in server.sockets:
+                host, port = sock.getsockname()[:2]
+                bound.append((host, port))
+                scheme = "mqtts" if listener.ssl else "mqtt"
+                log.info("MQTT listening on %s://%s:%d", scheme, host, port)
+        return bound
+
+    async def _listen(self, listener: Listener) -> asyncio.Server:
+        """A server socket for `listener`. A host name that does not resolve is reported with
+        the listener's address, as asyncio reports an address it cannot bind: getaddrinfo's
+        own message ("Name or service not known") names nothing to fix."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.create_server(
                 lambda: _Protocol(self.broker, self._clock, self._read_buffer),
                 listener.host,
                 listener.port,
@@ -159,13 +173,12 @@ class MqttServer:
                 else None,
                 reuse_address=True,
             )
-            self._servers.append(server)
-            for sock in server.sockets:
-                host, port = sock.getsockname()[:2]
-                bound.append((host, port))
-                scheme = "mqtts" if listener.ssl else "mqtt"
-                log.info("MQTT listening on %s://%s:%d", scheme, host, port)
-        return bound
+        except socket.gaierror as error:
+            address = (listener.host, listener.port)
+            problem = (error.strerror or str(error)).lower()
+            raise socket.gaierror(
+                error.errno, f"cannot resolve the host of address {address!r}: {problem}"
+            ) from None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Tick until `stop` is set, then close (see `close`)."""
