@@ -4,7 +4,7 @@
     topic read public/#              # before any `user` line: clients without a user name
     user alice
     topic readwrite alice/#          # alice's rules (ACCESS is read, write, readwrite or deny;
-    topic deny alice/secret/#        #   readwrite when left out)
+    topic deny alice/secret/#        #   readwrite when left out; the filter never is)
     pattern write devices/%c/up      # everyone, with %u = user name, %c = client id
 
 Decision, for a client with (user name, client id): its rules are its `user` section (or the
@@ -55,6 +55,9 @@ class Access(Enum):
     @property
     def writes(self) -> bool:
         return self in (Access.WRITE, Access.READWRITE)
+
+
+_ACCESS_WORDS: Final = frozenset(access.value for access in Access)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +182,14 @@ def _rule(text: str, number: int) -> Rule:
     """`[ACCESS] FILTER`; the filter is the rest of the line and may hold spaces."""
     first, after = _first_word(text)
     access = Access.READWRITE
-    if after and first in {a.value for a in Access}:
+    if first in _ACCESS_WORDS:
+        if not after:
+            # Read as a filter, `topic deny` would grant readwrite on a topic named "deny".
+            raise InvalidArgument(
+                f"{first!r} is an access with no topic filter after it: expected "
+                f"[read|write|readwrite|deny] FILTER (for a topic named {first!r}, "
+                f"give its access first: readwrite {first})"
+            )
         access, text = Access(first), after
     if not text:
         raise InvalidArgument("expected [read|write|readwrite|deny] FILTER")

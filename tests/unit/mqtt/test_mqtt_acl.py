@@ -106,6 +106,10 @@ def test_a_user_name_holding_a_placeholder_is_not_substituted_twice(tmp_path: Pa
         ("topic\n", "acl:1: expected [read|write|readwrite|deny] FILTER"),
         ("topic $share/g/a\n", "acl:1: '$share/g/a': name the topic filter without"),
         ("pattern read a/%u+/b\n", "acl:1: topic filter 'a/%u+/b'"),
+        # An access word alone is not a filter: it would have granted readwrite on "deny".
+        ("topic deny\n", "acl:1: 'deny' is an access with no topic filter after it"),
+        ("user a\ntopic read \n", "acl:2: 'read' is an access with no topic filter"),
+        ("pattern write\n", "acl:1: 'write' is an access with no topic filter"),
     ],
 )
 def test_parse_errors_name_the_file_and_the_line(tmp_path: Path, text: str, message: str) -> None:
@@ -129,8 +133,8 @@ def test_words_may_be_separated_by_tabs_and_a_filter_may_hold_spaces() -> None:
     assert not acl.can_subscribe("alice", "c", "a/c")
 
 
-def test_a_topic_named_like_an_access_word_is_a_topic() -> None:
-    acl = Acl.parse("topic write\ntopic deny read\n", Path("acl"))
+def test_a_topic_named_like_an_access_word_is_a_topic_after_its_access() -> None:
+    acl = Acl.parse("topic readwrite write\ntopic deny read\n", Path("acl"))
     assert acl.anonymous == (Rule(Access.READWRITE, "write", 1), Rule(Access.DENY, "read", 2))
 
 
