@@ -42,6 +42,7 @@ import logging
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Final
 
 from boxmq.client.box import Box
 from boxmq.client.topics import Subscriber
@@ -99,6 +100,21 @@ __all__ = ["Broker", "Link"]
 log = logging.getLogger("boxmq.mqtt")
 
 _R = ReasonCode
+
+
+_LONGEST_KEEP_ALIVE: Final = 0xFFFF  # seconds: the most a CONNECT can ask (two bytes)
+
+
+def _granted_keep_alive(asked: int, cap: int, *, v5: bool) -> int:
+    """The keep-alive period a client gets for the one it `asked` (0: none). A v5 client
+    asking for more than `cap` is told `cap` in Server Keep Alive (MQTT 5.0 §3.2.2.3.14), and
+    asking for none is asking for more than any cap; a cap of 65535 (the default) caps
+    nothing, 0 included. A 3.1.1 client cannot be told, so it keeps what it asked."""
+    if not v5:
+        return asked
+    if asked == 0:
+        return cap if cap < _LONGEST_KEEP_ALIVE else 0
+    return min(asked, cap)
 
 
 def _nothing_told() -> None:
@@ -395,9 +411,7 @@ class Broker:
             client.link.close()
             return
         expiry = self._expiry_of(packet)
-        keep_alive = packet.keep_alive
-        if v5 and keep_alive > self.limits.max_keepalive:
-            keep_alive = self.limits.max_keepalive
+        keep_alive = _granted_keep_alive(packet.keep_alive, self.limits.max_keepalive, v5=v5)
         present, session = self._take_session(client_id, packet.clean_start, expiry)
         session.expiry = expiry
         session.will = packet.will

@@ -40,7 +40,7 @@ from boxmq.mqtt.properties import Properties
 from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.session import Session, Token
 from boxmq.mqtt.session_record import SessionRecord, read_record, remove_record, write_record
-from boxmq.mqtt.settings import MqttSettings
+from boxmq.mqtt.settings import Limits, MqttSettings
 from boxmq.store.process import process_token
 
 V5 = ProtocolVersion.V5
@@ -96,10 +96,11 @@ def _run(
     clock: Clock | None = None,
     *,
     fsync: str = "never",
+    settings: MqttSettings | None = None,
 ) -> None:
     async def main() -> None:
         with boxmq.open(tmp_path / "root", fsync=fsync) as box:
-            broker = Broker(box, MqttSettings(), clock or SystemClock())
+            broker = Broker(box, settings or MqttSettings(), clock or SystemClock())
             broker.resume_expiries()  # as MqttServer.start does
             try:
                 await test(broker)
@@ -149,6 +150,35 @@ async def _until(condition: Callable[[], bool]) -> None:
 
 def _files(root: Path) -> list[str]:
     return [name for _, _, names in os.walk(root / "topic-root") for name in names]
+
+
+@pytest.mark.parametrize(
+    ("asked", "cap", "granted", "told"),
+    [
+        (0, 2, 2, 2),  # none is more than any cap: told the cap, held to it
+        (100, 2, 2, 2),
+        (1, 2, 1, None),
+        (0, 65_535, 0, None),  # the default cap caps nothing
+    ],
+)
+def test_max_keepalive_caps_what_a_v5_client_asks_none_included(
+    tmp_path: Path, asked: int, cap: int, granted: int, told: int | None
+) -> None:
+    async def test(broker: Broker) -> None:
+        peer = Peer(broker)
+        peer.send(Connect("ka", V5, clean_start=True, keep_alive=asked))
+        [connack] = peer.take()
+        assert isinstance(connack, Connack)
+        assert connack.properties.server_keep_alive == told
+        assert peer.connection.keep_alive == granted
+        if granted:  # silent since 0: closed once 1.5 periods have passed (§3.1.2.10)
+            broker.tick(1.5 * granted - 0.1)
+            assert not peer.closed
+            broker.tick(1.5 * granted + 0.1)
+            assert peer.closed
+
+    settings = MqttSettings(limits=Limits(max_keepalive=cap))
+    _run(tmp_path, test, ManualClock(0), settings=settings)
 
 
 def test_clean_sessions_exchange_qos1_in_memory_only(tmp_path: Path) -> None:
