@@ -453,10 +453,11 @@ class Broker:
             ),
         )
         log.info(
-            "client %s connected from %s (MQTT %s, %s session%s)",
+            "client %s connected from %s (MQTT %s, %s%s session%s)",
             client_id,
             client.link.peer,
             "5.0" if v5 else "3.1.1",
+            "" if packet.username is None else f"user {packet.username!r}, ",
             "persistent" if session.persistent else "clean",
             ", resumed" if present else "",
         )

@@ -285,6 +285,10 @@ class Publishing:
         return self._durable_routes.wanted(packet.topic)
 
     def publish_will(self, client_id: str, username: str | None, will: Will) -> None:
+        if not self._may_publish(username, client_id, will.topic):
+            # As for a refused PUBLISH: the log says no, never that it went out.
+            log.info("client %s may not publish its will to %s", client_id, will.topic)
+            return
         log.info("client %s: sending its will to %s", client_id, will.topic)
         publish = Publish(
             will.topic,
@@ -295,8 +299,6 @@ class Publishing:
             None,
             will.properties.without(PropertyId.WILL_DELAY_INTERVAL),
         )
-        if not self._may_publish(username, client_id, will.topic):
-            return
         self._durable_routes.recheck()  # a timer, not a read: look at the disk again
         if self._needs_disk(publish, None):
             written = self._pool.submit(self.write, client_id, publish)

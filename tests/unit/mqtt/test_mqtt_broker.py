@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -16,6 +17,7 @@ import boxmq
 from boxmq.clock import Clock, ManualClock, SystemClock
 from boxmq.model import PROPERTIES_FILE
 from boxmq.mqtt import batches
+from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.codec import decode, encode
 from boxmq.mqtt.connection import Connection
@@ -428,6 +430,31 @@ def test_a_publish_over_the_clients_maximum_packet_size_is_done_with_as_if_sent(
             assert (info.counts.ready, info.counts.dead) == (0, 0)
 
     _run(tmp_path, test)
+
+
+def test_a_will_the_acl_refuses_is_logged_as_refused_not_as_sent(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    acl = Acl.parse("user bob\ntopic write bob/#\nuser alice\ntopic read alarm/#\n", Path("acl"))
+
+    async def test(broker: Broker) -> None:
+        watcher = Peer(broker)
+        watcher.send(Connect("ops", V5, clean_start=True, username="alice"))
+        watcher.send(Subscribe(1, (Subscription("alarm/#", 1),)))
+        watcher.take()
+        will = Will("alarm/dev-17", b"offline", 1)
+        device = Peer(broker)
+        device.send(Connect("dev-17", V5, clean_start=True, username="bob", will=will))
+        device.close()  # without DISCONNECT: its Will is due
+        await asyncio.sleep(0.1)
+        assert watcher.take() == []
+
+    with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+        _run(tmp_path, test, settings=MqttSettings(authorizer=acl))
+    lines = [r.getMessage() for r in caplog.records if "dev-17" in r.getMessage()]
+    assert "client dev-17 may not publish its will to alarm/dev-17" in lines
+    assert not [line for line in lines if "sending its will" in line]
+    assert "(MQTT 5.0, user 'bob', clean session)" in lines[0]  # the connected line
 
 
 @pytest.mark.parametrize(
