@@ -284,7 +284,8 @@ class Broker:
         self._out.flush()
 
     def tick(self, now: float) -> None:
-        """The timer: keep-alives, CONNECT timeouts, and messages others dropped in dropboxes."""
+        """The timer: keep-alives, CONNECT timeouts, messages others dropped in dropboxes, and
+        the counts of messages full queues dropped."""
         for client in list(self._clients.values()):
             connection = client.link.connection
             if client.session is None:
@@ -302,6 +303,7 @@ class Broker:
             if deadline is not None and now > deadline:
                 self._kick(client, _R.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
         self._wills.retry(now=now)
+        self._delivery.report_drops(now=now)
         self.pump_all()
         self.flush()
 
@@ -338,6 +340,7 @@ class Broker:
         for client in list(self._clients.values()):
             self._kick(client, _R.SERVER_SHUTTING_DOWN, "server shutting down")
         await self._batches.wait_all()
+        self._delivery.report_drops()  # the counts of unfinished intervals, not lost
         for session in list(self._sessions.values()):
             for subscriber in self._durable.pop(session.client_id, {}).values():
                 subscriber.detach()  # locks released; the dropboxes and groups stay

@@ -29,6 +29,7 @@ from boxmq.clock import Clock
 from boxmq.core.topics import parse_filter
 from boxmq.errors import BoxMQError, Closed
 from boxmq.mqtt.clients import Client, Outgoing
+from boxmq.mqtt.drops import DropLog
 from boxmq.mqtt.outbox import Stage
 from boxmq.mqtt.packets import Publish, Pubrel, new_publish
 from boxmq.mqtt.properties import subscription_identifier
@@ -73,6 +74,7 @@ class Delivery:
         self.releasing: dict[str, Session] = {}
         # The messages of the read being handled (source, packet), routed once it is answered.
         self._deferred: list[tuple[str, Publish]] | None = None
+        self._drops = DropLog()  # messages dropped on full queues, logged sparingly
 
     def defer_routes(self) -> bool:
         """Keep what `route_memory` is given until `route_deferred`: a publisher's PUBACKs
@@ -136,9 +138,7 @@ class Delivery:
         try:
             sent = session.outbox.push(publish, token, self._clock.now())
         except OverflowError:
-            log.warning(
-                "client %s: queue full, a QoS %d message dropped", session.client_id, publish.qos
-            )
+            self._tell_dropped(session, publish)
             if token is not None:
                 token.unlock()
             return
@@ -148,6 +148,29 @@ class Delivery:
                 session.outbox.dropped += 1  # at most once: a slow reader loses QoS 0, not memory
             elif client is not None:
                 self.transmit(client, session, [sent])
+
+    def _tell_dropped(self, session: Session, publish: Publish) -> None:
+        """The first drop of a run is logged; those after it are counted (drops.py)."""
+        if self._drops.dropped(session.client_id, now=self._clock.now()):
+            log.warning(
+                "client %s: queue full (%d queued), a QoS %d message dropped; "
+                "further drops are counted and logged every %gs",
+                session.client_id,
+                session.outbox.limit,
+                publish.qos,
+                self._drops.interval,
+            )
+
+    def report_drops(self, *, now: float | None = None) -> None:
+        """Log the drops counted in the intervals over by `now` (None: all of them, now)."""
+        summaries = self._drops.flush() if now is None else self._drops.due(now=now)
+        for summary in summaries:
+            log.warning(
+                "client %s: queue full, %d more message(s) dropped in the last %gs",
+                summary.client_id,
+                summary.dropped,
+                self._drops.interval,
+            )
 
     def transmit(self, client: Client, session: Session, packets: list[Publish | Pubrel]) -> None:
         """Send to the client. A PUBLISH over its Maximum Packet Size is discarded and done with

@@ -905,3 +905,30 @@ def test_the_warning_for_properties_left_off_names_the_longest_topic_that_keeps_
         assert f"a topic of at most {room} bytes" in warning
 
     _run(tmp_path, test)
+
+
+def test_drops_on_a_full_queue_are_logged_once_then_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A subscriber that acknowledges nothing: 1 in flight, 2 queued, the 7 others dropped.
+    The log tells the first drop, then the count once the interval is over: 2 lines, not 7."""
+    clock = ManualClock(1000.0)
+
+    async def test(broker: Broker) -> None:
+        _subscriber(broker, "slow", "flood/#", 1)
+        pub = _connect(broker, "pub")
+        for packet_id in range(1, 11):
+            pub.send(Publish("flood/a", b"x", 1, packet_id=packet_id))
+        broker.tick(clock.now())
+        clock.advance(10)
+        broker.tick(clock.now())
+        broker.tick(clock.now())  # told once
+
+    limits = Limits(max_inflight=1, max_queued=2)
+    with caplog.at_level(logging.WARNING, "boxmq.mqtt"):
+        _run(tmp_path, test, clock, settings=MqttSettings(limits=limits))
+    assert [r.getMessage() for r in caplog.records if "queue full" in r.getMessage()] == [
+        "client slow: queue full (2 queued), a QoS 1 message dropped; "
+        "further drops are counted and logged every 10s",
+        "client slow: queue full, 6 more message(s) dropped in the last 10s",
+    ]

@@ -1,0 +1,73 @@
+"""How often the log speaks of messages dropped because a client's queue is full.
+
+A subscriber that stopped reading while a publisher floods can lose thousands of messages a
+second; one log line each would flood the log in turn. So the first drop for a client is told
+at once, and the drops after it are counted and told as one line per client per `interval`
+("N more dropped in the last 10 s"), for as long as they go on. An interval without a drop
+ends the run: the next drop is a first again.
+
+Sans-IO: the caller passes `now` and writes the lines. No count is lost: every drop is
+either told as a first or counted into a later summary, and `flush` hands over what is
+still counted (at shutdown).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = ["DropLog", "Summary"]
+
+INTERVAL: Final = 10.0  # seconds between two summary lines for one client
+
+
+@dataclass(slots=True)
+class _Run:
+    """A client's drops since its first one was told."""
+
+    ends: float  # when the current interval ends and its count is told
+    counted: int = 0  # drops in the current interval, not told yet
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    client_id: str
+    dropped: int  # messages dropped in the interval, after those already told
+
+
+class DropLog:
+    """Per client: whether a drop is told now, and the counts that are due."""
+
+    def __init__(self, *, interval: float = INTERVAL) -> None:
+        self.interval = interval
+        self._runs: dict[str, _Run] = {}  # only clients dropping lately: checked every tick
+
+    def dropped(self, client_id: str, *, now: float) -> bool:
+        """Count one drop for `client_id`; True when it is the first of a run and is to be
+        told at once."""
+        run = self._runs.get(client_id)
+        if run is None:
+            self._runs[client_id] = _Run(ends=now + self.interval)
+            return True
+        run.counted += 1
+        return False
+
+    def due(self, *, now: float) -> list[Summary]:
+        """The counts of the intervals over by `now`; a run whose interval counted nothing
+        is over."""
+        summaries = []
+        for client_id, run in list(self._runs.items()):
+            if now < run.ends:
+                continue
+            if run.counted:
+                summaries.append(Summary(client_id, run.counted))
+                run.counted, run.ends = 0, now + self.interval
+            else:
+                del self._runs[client_id]
+        return summaries
+
+    def flush(self) -> list[Summary]:
+        """Every count not told yet, whatever the time (the broker is closing)."""
+        summaries = [Summary(c, run.counted) for c, run in self._runs.items() if run.counted]
+        self._runs.clear()
+        return summaries

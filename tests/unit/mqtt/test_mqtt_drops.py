@@ -1,0 +1,37 @@
+"""Drops on full queues, told sparingly: the first at once, then one count per interval."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from boxmq.mqtt.drops import DropLog, Summary
+
+
+def test_the_first_drop_is_told_and_the_next_are_counted_per_interval() -> None:
+    drops = DropLog(interval=10)
+    assert drops.dropped("slow", now=0)
+    assert [drops.dropped("slow", now=t) for t in (1, 2, 3)] == [False, False, False]
+    assert drops.dropped("other", now=5)  # each client has its own run
+    assert drops.due(now=9.9) == []
+    assert drops.due(now=10) == [Summary("slow", 3)]
+    assert not drops.dropped("slow", now=12)  # the run goes on: counted
+    assert drops.due(now=15) == []  # "other" dropped nothing after its first: its run is over
+    assert drops.due(now=20) == [Summary("slow", 1)]
+    assert drops.due(now=30) == []  # an interval without a drop ends the run
+    assert drops.dropped("slow", now=31)  # a first again
+    assert not drops.dropped("slow", now=32)
+    assert drops.flush() == [Summary("slow", 1)]  # at shutdown, before its interval is over
+    assert drops.flush() == []
+
+
+@given(st.lists(st.tuples(st.sampled_from("ab"), st.floats(0, 5)), max_size=60))
+def test_every_drop_is_told_once_as_a_first_or_in_a_count(steps: list[tuple[str, float]]) -> None:
+    drops = DropLog(interval=10)
+    now, told = 0.0, 0
+    for client_id, elapsed in steps:
+        now += elapsed
+        told += sum(s.dropped for s in drops.due(now=now))
+        told += drops.dropped(client_id, now=now)
+    told += sum(s.dropped for s in drops.flush())
+    assert told == len(steps)
