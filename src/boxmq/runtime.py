@@ -13,7 +13,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, Final
 
 from boxmq.client.box import Box
 from boxmq.client.sweeps import SweepReport
@@ -75,6 +75,17 @@ def run(main: Coroutine[Any, Any, None]) -> None:
         uvloop.run(main)
 
 
+# SIGHUP stops as SIGTERM does: it is what a closed terminal sends, and its default action
+# would kill the broker without telling its clients. boxmq reloads nothing (its files are
+# read at start), so the signal has no other meaning to take.
+_STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _stop_on(sig: signal.Signals, stop: asyncio.Event) -> None:
+    log.info("%s received: stopping", sig.name)
+    stop.set()
+
+
 async def serve(
     box: Box,
     *,
@@ -84,12 +95,13 @@ async def serve(
     xmpp: XmppSettings | None = None,
 ) -> None:
     """Run housekeeping, the MQTT listeners of `mqtt` and the XMPP component of `xmpp`, until
-    SIGTERM/SIGINT (or `stop`); a door that fails (a refused component) ends it with its error."""
+    SIGTERM/SIGINT/SIGHUP (or `stop`); a door that fails (a refused component) ends it with
+    its error."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in _STOP_SIGNALS:
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, _stop_on, sig, stop)
     queues = box.queues()
     log.info(
         "boxmq serving %s (%d queue(s), fsync=%s; acknowledged messages are %s)",

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.integration.mqtt.clients import serve_fresh
+from tests.integration.mqtt.raw import open_raw, read
 
 import boxmq
 from boxmq import runtime
@@ -148,3 +150,23 @@ def test_a_sweep_the_file_system_fails_is_told_and_serving_goes_on(
         with caplog.at_level(logging.ERROR, logger="boxmq"):
             asyncio.run(serve_until_the_sweep_after())
     assert "Too many open files" in caplog.text
+
+
+def test_sighup_stops_serve_as_sigterm_does(tmp_path: Path) -> None:
+    """What a closed terminal sends: clients are told (DISCONNECT 0x8B, server shutting down),
+    the stop is logged, and the exit is clean, instead of a death by the signal (129)."""
+    address, server = serve_fresh(tmp_path)
+    try:
+        sock, _ = open_raw(address, "hup", clean=True)
+        with sock:
+            server.send_signal(signal.SIGHUP)
+            kind, body = read(sock)
+            assert (kind, body[:1]) == (0xE0, b"\x8b")
+        assert server.wait(timeout=20) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    log = (tmp_path / "serve.log").read_text()
+    assert "SIGHUP received: stopping" in log
+    assert "MQTT listeners closed" in log
