@@ -302,6 +302,34 @@ def test_lock_timeout_redelivers_and_the_late_ack_is_refused(
         again.ack()
 
 
+def test_claims_locked_ahead_that_time_out_come_back_to_their_only_consumer(
+    manual_box: boxmq.Box, root: Path, clock: ManualClock
+) -> None:
+    """Claims locked ahead of receive whose lock runs out go back to target/; the consumer's
+    next receives must still find them there (they were left in target/, forgotten)."""
+    jobs = manual_box.queue("jobs")
+    for n in range(3):
+        jobs.put(f"m{n}".encode())
+    with jobs.consumer("w", max_in_flight=3, lock_timeout=1) as w:
+        first = w.receive_nowait()  # all three are locked for w now
+        assert first is not None
+        clock.advance(0.5)
+        first.ack()
+        second = w.receive_nowait()
+        assert second is not None
+        clock.advance(0.6)  # past the deadline of the second and of the third, never received
+        with pytest.raises(boxmq.UnexpectedRequest):
+            second.ack()
+        got = drain(w)
+        clock.advance(1.1)  # the hand-off is over: back to w, the only consumer
+        got += drain(w)
+        assert sorted(m.text() for m in got) == ["m1", "m2"]
+        for message in got:
+            message.ack()
+    assert files(root, "jobs", "target") == []
+    assert files(root, "jobs", "processing") == []
+
+
 def test_unlock_goes_to_the_next_consumer(manual_box: boxmq.Box) -> None:
     jobs = manual_box.queue("jobs")
     jobs.put(b"x")

@@ -152,8 +152,9 @@ class LiveQueue:
             if inbox is None:
                 return
             self._engine.pause(consumer)
-            self._apply_all(self._give_back(consumer, inbox))
+            given_back = self._give_back(consumer, inbox)
             inbox.clear()
+            self._apply_all(given_back)
             self._wake_others()
 
     def resume(self, consumer: ConsumerId) -> None:
@@ -282,8 +283,12 @@ class LiveQueue:
         while inbox:
             message_id = inbox.popleft()
             lease = self._engine.lease(message_id)
+            if lease is None or lease.holder != consumer:
+                # Its lock ended before this receive (an ack by id): the engine is done with
+                # it, and may know it again as ready, which a claim_lost would forget.
+                continue
             processing = self._locks.get(message_id)
-            if lease is None or processing is None:
+            if processing is None:
                 self._forget(message_id)
                 continue
             body = self._bodies.pop(lease.message.key, None)  # our own put's, if kept
@@ -433,6 +438,8 @@ class LiveQueue:
         message = effect.message
         if not isinstance(effect, Extend):
             self._claimed.pop(message.message_id, None)  # a lock that ends before any receive
+            if not isinstance(effect, Expire):
+                self._unqueue(message.message_id, effect.holder)
         if type(effect) is Finish:
             self._finish(message.message_id, message.key)
             return False
@@ -505,6 +512,15 @@ class LiveQueue:
                     effect.holder,
                 )
             self._offer(new, self._clock.now())
+
+    def _unqueue(self, message_id: MessageId, holder: ConsumerId | None) -> None:
+        """A lock that ended before its holder received it leaves the holder's inbox: the
+        message may come back under the same id, ready or claimed again, and a stale entry
+        would then hand it out twice or, taken, make the engine forget it while it waits in
+        target/ (then nobody in this process ever got it)."""
+        inbox = self._inbox.get(holder) if holder is not None else None
+        if inbox and message_id in inbox:
+            inbox.remove(message_id)
 
     def _forget(self, message_id: MessageId) -> None:
         self._locks.pop(message_id, None)
