@@ -320,14 +320,41 @@ def test_claims_locked_ahead_that_time_out_come_back_to_their_only_consumer(
         clock.advance(0.6)  # past the deadline of the second and of the third, never received
         with pytest.raises(boxmq.UnexpectedRequest):
             second.ack()
-        got = drain(w)
-        clock.advance(1.1)  # the hand-off is over: back to w, the only consumer
-        got += drain(w)
-        assert sorted(m.text() for m in got) == ["m1", "m2"]
-        for message in got:
-            message.ack()
+        got = []
+        for _ in range(2):  # then once the hand-off is over: back to w, the only consumer
+            for message in drain(w):
+                got.append(message.text())
+                message.ack()
+            clock.advance(1.1)
+        assert sorted(got) == ["m1", "m2"]
     assert files(root, "jobs", "target") == []
     assert files(root, "jobs", "processing") == []
+
+
+def test_receive_never_hands_out_a_claim_whose_lock_ran_out(
+    manual_box: boxmq.Box, root: Path, clock: ManualClock
+) -> None:
+    """A claim locked ahead and never received goes back as it was when its lock runs out,
+    and is claimed again under a new lock: the message received holds a live lock."""
+    jobs = manual_box.queue("jobs")
+    for n in range(2):
+        jobs.put(f"m{n}".encode())
+    names = files(root, "jobs", "target")
+    with jobs.consumer("w", max_in_flight=2, lock_timeout=1) as w:
+        first = w.receive_nowait()  # m1 is locked for w too, until 1 s from now
+        assert first is not None
+        clock.advance(0.8)
+        first.ack()
+        clock.advance(0.7)
+        second = w.receive_nowait()
+        assert second is not None
+        assert second.text() == "m1"
+        assert second.lock_deadline == pytest.approx(clock.now() + 1)
+        assert second.delivery_count == 1  # nobody saw it before: no delivery counted
+        [locked] = files(root, "jobs", "processing")
+        assert locked.startswith(names[1].rsplit(".", 1)[0])  # its name as it was, relocked
+        second.ack()
+    assert files(root, "jobs", "processed") == names
 
 
 def test_unlock_goes_to_the_next_consumer(manual_box: boxmq.Box) -> None:

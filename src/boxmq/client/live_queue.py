@@ -186,8 +186,10 @@ class LiveQueue:
         with self._mutex:
             while True:
                 self._check_open(consumer)
-                if self._inbox[consumer] and (delivery := self._take(consumer)) is not None:
-                    return delivery
+                if self._inbox[consumer]:
+                    self._expire(self._clock.now())  # never hand out a lock that ran out
+                    if (delivery := self._take(consumer)) is not None:
+                        return delivery
                 self._pump(consumer)
                 if (delivery := self._take(consumer)) is not None:
                     return delivery
@@ -227,8 +229,7 @@ class LiveQueue:
             if self._forked:
                 raise self._closed_error(consumer)
             now = self._clock.now()
-            if expired := self._engine.expire(now=now):  # a late answer finds its lock gone
-                self._apply_all(expired)
+            self._expire(now)  # a late answer finds its lock gone
             message = self._engine.ack(message_id, consumer, now=now).message
             self._claimed.pop(message_id, None)  # acked before any receive took it
             self._finish(message_id, message.key)
@@ -254,8 +255,7 @@ class LiveQueue:
             if self._forked:
                 raise self._closed_error(consumer)
             now = self._clock.now()
-            if expired := self._engine.expire(now=now):  # a late answer finds its lock gone
-                self._apply_all(expired)
+            self._expire(now)  # a late answer finds its lock gone
             self._apply(decide(now))
             self._wake_others()
 
@@ -336,9 +336,7 @@ class LiveQueue:
                 own_token=self._token,
                 own_ids=self._locks,
             )
-        if expired := self._engine.expire(now=now):
-            self._apply_all(expired)
-        moved = bool(expired)
+        moved = self._expire(now)
         while True:
             claims = self._engine.dispatch(now=now)
             moved = moved or bool(claims)
@@ -348,6 +346,21 @@ class LiveQueue:
             # Only news wakes the other consumers: waking them for nothing made two idle
             # consumer threads wake each other in turn, forever (a core's worth of CPU).
             self._wake_others()
+
+    def _expire(self, now: float) -> bool:
+        """End the locks whose deadline passed and expire what is due; True if any. A claim
+        its consumer never received goes back as it was (the engine's give_back): timers of
+        claims made ahead of a receive run from the claim (docs/python.md), and a message
+        nobody saw counts no delivery and passes nobody over, so its consumer may claim it
+        again at once, under a lock of its own."""
+        expired = self._engine.expire(now=now, unreceived=self._unreceived)
+        if expired:
+            self._apply_all(expired)
+        return bool(expired)
+
+    def _unreceived(self, lease: Lease) -> bool:
+        inbox = self._inbox.get(lease.holder)
+        return inbox is not None and lease.message.message_id in inbox
 
     def _scan(self, now: float) -> None:
         self._next_scan = now + self._options.rescan_interval

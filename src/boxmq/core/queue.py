@@ -129,9 +129,7 @@ class QueueEngine:
         for the others as it was, its delivery count unchanged, nobody passed over."""
         lease = self._held(message_id, consumer)
         self._leases.drop(message_id)
-        self._past.released(message_id, lease.holder)
-        message = lease.message
-        return Release(message, lease.holder, ReleaseReason.GIVEN_BACK, 0.0, message.delivery_count)
+        return self._given_back(lease)
 
     def remove_consumer(self, consumer: ConsumerId, *, now: float) -> list[Effect]:
         """The owner is gone: release all its leases at once (XEP-0254 §4)."""
@@ -208,12 +206,20 @@ class QueueEngine:
             self._ready.drain(lane, visit, until=_stop_when_full(free, lane))
         return effects
 
-    def expire(self, *, now: float) -> list[Effect]:
-        """Time out leases (XEP-0254 §4) and expire ready messages whose time passed."""
+    def expire(
+        self, *, now: float, unreceived: Callable[[Lease], bool] | None = None
+    ) -> list[Effect]:
+        """Time out leases (XEP-0254 §4) and expire ready messages whose time passed.
+
+        A lease for which `unreceived(lease)` is True was claimed ahead for its holder, which
+        never received it: nobody saw it, so it goes back as it was (`give_back`), its
+        delivery count unchanged and nobody passed over, rather than time out."""
         if now < self._leases.next_due and now < self._ready.next_due:
             return []  # the common case: nothing timed has come (called at every receive)
         effects: list[Effect] = [
-            self._release(lease, ReleaseReason.TIMED_OUT, not_before=0.0)
+            self._given_back(lease)
+            if unreceived is not None and unreceived(lease)
+            else self._release(lease, ReleaseReason.TIMED_OUT, not_before=0.0)
             for lease in self._leases.due(now=now)
         ]
         effects.extend(self._tick(now))
@@ -355,6 +361,12 @@ class QueueEngine:
             return DeadLetter(message, holder, DeadReason.MAX_DELIVERIES)
         self._past.released(message.message_id, holder)
         return Release(message, holder, reason, not_before, count)
+
+    def _given_back(self, lease: Lease) -> Release:
+        """A dropped lease whose holder never received the message: back as it was."""
+        message = lease.message
+        self._past.released(message.message_id, lease.holder)
+        return Release(message, lease.holder, ReleaseReason.GIVEN_BACK, 0.0, message.delivery_count)
 
     def _forget(self, message_id: MessageId) -> None:
         self._leases.drop(message_id)

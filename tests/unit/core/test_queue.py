@@ -284,6 +284,24 @@ def test_a_claim_given_back_keeps_its_delivery_count() -> None:
         engine.give_back(MessageId("m"), A)  # not its any more
 
 
+def test_a_lapsed_lease_its_holder_never_received_is_given_back_the_others_time_out() -> None:
+    engine = engine_with(A)
+    engine.offer(ready("seen", sequence=1), now=T0)
+    engine.offer(ready("unseen", sequence=2), now=T0)
+    assert claimed(engine.dispatch(now=T0)) == [("seen", "a"), ("unseen", "a")]
+    seen, unseen = engine.expire(
+        now=T0 + 30, unreceived=lambda lease: lease.message.message_id == "unseen"
+    )
+    assert seen == Release(ready("seen", sequence=1), A, ReleaseReason.TIMED_OUT, 0.0, 1)
+    assert unseen == Release(ready("unseen", sequence=2), A, ReleaseReason.GIVEN_BACK, 0.0, 0)
+    assert unseen.passed_over is None
+    engine.offer(reoffered(seen), now=T0 + 30)
+    engine.offer(ready("unseen", sequence=2), now=T0 + 30)
+    assert claimed(engine.dispatch(now=T0 + 30)) == [("unseen", "a")]  # "seen": its hand-off
+    with pytest.raises(UnexpectedRequest):
+        engine.ack(MessageId("seen"), A, now=T0 + 30)
+
+
 def test_removing_an_unknown_consumer_does_nothing() -> None:
     assert QueueEngine().remove_consumer(A, now=T0) == []
 
