@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import boxmq
+from boxmq.clock import ManualClock
 from boxmq.core.queue import QueueEngine
 from boxmq.model import MessageId
 
@@ -42,3 +43,38 @@ def test_a_message_another_box_claimed_is_withdrawn_not_claimed_in_vain(
                 assert b_consumer.receive(timeout=0.2) is None
                 taken.ack()
     assert lost == []
+
+
+@pytest.mark.parametrize("verb", ["ack", "unlock", "reject"])
+def test_a_lock_settled_by_id_from_another_box_frees_its_holder_s_slot(
+    root: Path, clock: ManualClock, verb: str
+) -> None:
+    """`boxmq ack|unlock|reject q ID` from another process ends the lock of a consumer that
+    holds one message at a time: it takes the next message within a sweep, not after the
+    lock's old deadline, and its own answer on the message is refused."""
+    with (
+        boxmq.open(root, fsync="never", clock=clock) as holder_box,
+        boxmq.open(root, fsync="never", clock=clock) as cli_box,
+    ):
+        jobs = holder_box.queue("jobs")
+        jobs.put(b"a")
+        jobs.put(b"b")
+        with jobs.consumer("w1", max_in_flight=1, lock_timeout=30) as w1:
+            held = w1.receive_nowait()
+            assert held is not None
+            assert held.text() == "a"
+            getattr(cli_box.queue("jobs"), verb)(held.id, "w1")
+            clock.advance(1.0)  # one sweep interval
+            after = w1.receive_nowait()
+            assert after is not None
+            assert after.text() == "b"
+            with pytest.raises(boxmq.UnexpectedRequest):
+                held.ack()
+            after.ack()
+            if verb == "unlock":
+                clock.advance(1.0)  # w1 unlocked it: the hand-off
+                again = w1.receive_nowait()
+                assert again is not None
+                assert (again.text(), again.delivery_count) == ("a", 2)
+                again.ack()
+            assert w1.receive_nowait() is None

@@ -324,8 +324,6 @@ class LiveQueue:
         self._absorb(self._watcher.wait(0))
 
     def _hand_out(self, now: float) -> None:
-        if now >= self._next_scan:
-            self._scan(now)
         if now >= self._next_sweep:
             self._next_sweep = now + self._options.sweep_interval
             release_stale_locks(
@@ -336,6 +334,9 @@ class LiveQueue:
                 own_token=self._token,
                 own_ids=self._locks,
             )
+            self._reconcile()
+        if now >= self._next_scan:  # after the sweep: what it sent back to target/ is offered
+            self._scan(now)
         moved = self._expire(now)
         while True:
             claims = self._engine.dispatch(now=now)
@@ -362,6 +363,24 @@ class LiveQueue:
         inbox = self._inbox.get(lease.holder)
         return inbox is not None and lease.message.message_id in inbox
 
+    def _reconcile(self) -> None:
+        """Our locks as processing/ shows them: one whose file left it was settled by id from
+        another process (`boxmq ack`, `unlock`, `reject`), so its slot is free again (its
+        holder, asking, is told its lock is gone), and an unlocked one is offered again."""
+        if not self._locks:
+            return
+        present = {entry.name for entry in self._box.scan(_PROCESSING)}
+        missing = [m for m, name in self._locks.items() if name not in present]
+        for message_id in missing:
+            del self._locks[message_id]
+            self._claimed.pop(message_id, None)
+            if (lease := self._engine.lock_lost(message_id)) is not None:
+                self._unqueue(message_id, lease.holder)
+                log.info(
+                    "%s: %s left processing/ while %s held it", self.name, message_id, lease.holder
+                )
+            self._next_scan = 0.0  # unlocked: back in target/, under a name to offer
+
     def _scan(self, now: float) -> None:
         self._next_scan = now + self._options.rescan_interval
         self._sent.clear()
@@ -380,6 +399,11 @@ class LiveQueue:
             set_aside(self._box, self.name, name, why)
             return
         envelope = envelope_of(name)
+        if self._engine.lease(envelope.message_id) is not None:
+            # Back in target/ while our lock holds it: another process unlocked it by id.
+            # Look in processing/ at once; the rescan that follows offers it.
+            self._next_sweep = 0.0
+            return
         if (stamp := envelope.timestamp) is not None:
             sequence = stamp / 1000
         else:

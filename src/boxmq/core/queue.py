@@ -166,6 +166,14 @@ class QueueEngine:
         self._ready.remove(message_id)
         self._past.forget(message_id)
 
+    def lock_lost(self, message_id: MessageId) -> Lease | None:
+        """Another process ended the lease on disk (an ack, unlock or reject by id): the
+        holder's slot is free again, and the holder, asking, is told its lock is gone."""
+        lease = self._leases.drop(message_id)
+        if lease is not None:
+            self._past.released(message_id, lease.holder)
+        return lease
+
     # -- time -----------------------------------------------------------------------------
 
     def dispatch(self, *, now: float) -> list[Effect]:
