@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
@@ -11,6 +12,7 @@ import boxmq
 from boxmq.clock import ManualClock
 from boxmq.core.queue import QueueEngine
 from boxmq.model import MessageId
+from boxmq.store.names import Lock, split_lock
 
 
 def test_a_message_another_box_claimed_is_withdrawn_not_claimed_in_vain(
@@ -78,3 +80,33 @@ def test_a_lock_settled_by_id_from_another_box_frees_its_holder_s_slot(
                 assert (again.text(), again.delivery_count) == ("a", 2)
                 again.ack()
             assert w1.receive_nowait() is None
+
+
+def test_a_lock_extended_by_id_from_another_box_holds_in_its_holder_until_the_new_deadline(
+    root: Path, clock: ManualClock
+) -> None:
+    """`boxmq extend q ID --consumer w1 --by 30s` from another process: the holder keeps the
+    lock past its own deadline, and its answers find the file under its new name."""
+    with (
+        boxmq.open(root, fsync="never", clock=clock) as holder_box,
+        boxmq.open(root, fsync="never", clock=clock) as cli_box,
+    ):
+        jobs, cli_jobs = holder_box.queue("jobs"), cli_box.queue("jobs")
+        jobs.put(b"a")
+        jobs.put(b"b")
+        with jobs.consumer("w1", max_in_flight=1, lock_timeout=2) as w1:
+            held = w1.receive_nowait()
+            assert held is not None
+            cli_jobs.extend(held.id, "w1", seconds=30)
+            clock.advance(3)  # past the holder's own deadline, within the new one
+            assert w1.receive_nowait() is None  # its one slot is still a's
+            [locked] = [p.name for p in (root / "jobs" / "processing").iterdir()]
+            assert split_lock(locked)[1] == Lock("w1", int((clock.now() + 27) * 1000), ANY)
+            held.ack()
+            other = w1.receive_nowait()
+            assert other is not None
+            cli_jobs.extend(other.id, "w1", seconds=30)  # before the holder's deadline:
+            other.extend(10)  # its answers find the file under the name the extend gave it
+            clock.advance(5)
+            other.ack()
+        assert jobs.counts().done == 2

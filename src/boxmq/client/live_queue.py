@@ -14,7 +14,7 @@ import math
 import os
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from boxmq.client.lifecycle import (
@@ -46,7 +46,7 @@ from boxmq.ids import stamp_of
 from boxmq.model import ConsumerId, Envelope, MessageId
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
-from boxmq.store.names import Lock, lock_suffixed, locked_name
+from boxmq.store.names import Lock, lock_suffixed, locked_name, split_lock
 from boxmq.store.v5_properties import V5Reader
 from boxmq.store.watch import Changes, watch
 
@@ -354,6 +354,8 @@ class LiveQueue:
         claims made ahead of a receive run from the claim (docs/python.md), and a message
         nobody saw counts no delivery and passes nobody over, so its consumer may claim it
         again at once, under a lock of its own."""
+        if self._engine.lapsing(now=now):
+            self._reconcile()  # another process may have extended it: its name says
         expired = self._engine.expire(now=now, unreceived=self._unreceived)
         if expired:
             self._apply_all(expired)
@@ -364,13 +366,16 @@ class LiveQueue:
         return inbox is not None and lease.message.message_id in inbox
 
     def _reconcile(self) -> None:
-        """Our locks as processing/ shows them: one whose file left it was settled by id from
-        another process (`boxmq ack`, `unlock`, `reject`), so its slot is free again (its
-        holder, asking, is told its lock is gone), and an unlocked one is offered again."""
+        """Our locks as processing/ shows them. One renamed there was extended by id from
+        another process (`boxmq extend`): it now ends at the deadline its name says. One whose
+        file left it was settled by id from another process (`boxmq ack`, `unlock`,
+        `reject`), so its slot is free again (its holder, asking, is told its lock is gone),
+        and an unlocked one is offered again."""
         if not self._locks:
             return
-        present = {entry.name for entry in self._box.scan(_PROCESSING)}
-        missing = [m for m, name in self._locks.items() if name not in present]
+        missing = self._missing()
+        if missing:
+            missing = self._missing(missing)  # a rename while the folder was read: look again
         for message_id in missing:
             del self._locks[message_id]
             self._claimed.pop(message_id, None)
@@ -380,6 +385,41 @@ class LiveQueue:
                     "%s: %s left processing/ while %s held it", self.name, message_id, lease.holder
                 )
             self._next_scan = 0.0  # unlocked: back in target/, under a name to offer
+
+    def _missing(self, among: list[MessageId] | None = None) -> list[MessageId]:
+        """Our locks (or those `among` them) whose file is not in processing/ under the name
+        we know; those found under another name of ours are known by it from now on."""
+        present = {entry.name for entry in self._box.scan(_PROCESSING)}
+        locks = self._locks
+        missing = [m for m in (locks if among is None else among) if locks[m] not in present]
+        if not missing:
+            return missing
+        renamed = self._renamed(present - set(locks.values()))
+        gone = []
+        for message_id in missing:
+            if (found := renamed.get(_lock_key(locks[message_id]))) is None:
+                gone.append(message_id)
+                continue
+            name, lock = found
+            locks[message_id] = name
+            self._engine.locked_until(message_id, lock.deadline_ms / 1000)
+        return gone
+
+    def _renamed(self, names: Iterable[str]) -> dict[tuple[str, ConsumerId], tuple[str, Lock]]:
+        """Among `names` in processing/, the locks of this process's token, by name and owner."""
+        found: dict[tuple[str, ConsumerId], tuple[str, Lock]] = {}
+        for name in names:
+            base, lock = split_lock(name)
+            if lock is not None and lock.token == self._token:
+                found[base, lock.owner] = (name, lock)
+        return found
+
+    def _moved(self, processing: str) -> str | None:
+        """The name our lock's file has in processing/ now that `processing` is gone: another
+        process extended it by id since we last looked (None: it left processing/)."""
+        found = self._renamed(entry.name for entry in self._box.scan(_PROCESSING))
+        moved = found.get(_lock_key(processing))
+        return None if moved is None else moved[0]
 
     def _scan(self, now: float) -> None:
         self._next_scan = now + self._options.rescan_interval
@@ -495,7 +535,7 @@ class LiveQueue:
                 held = self._locks.pop(message.message_id, None)
                 if held is not None:
                     why = reason.name.lower().replace("_", "-")
-                    self._box.move(State.PROCESSING, held, State.ERROR, dead_name(message.key, why))
+                    self._move_lock(held, State.ERROR, dead_name(message.key, why))
                     log.warning("%s: %s to error/ (%s)", self.name, message.message_id, why)
             case Expire():
                 self._known.pop(message.key, None)
@@ -503,7 +543,7 @@ class LiveQueue:
             case Extend(holder=holder, deadline=deadline):
                 old = self._locks[message.message_id]
                 new = locked_name(message.key, Lock(holder, int(deadline * 1000), self._token))
-                if not self._box.move(State.PROCESSING, old, State.PROCESSING, new):
+                if not self._move_lock(old, _PROCESSING, new):
                     self._forget(message.message_id)
                     raise UnexpectedRequest(message.message_id, "the lock was taken away")
                 self._locks[message.message_id] = new
@@ -511,7 +551,11 @@ class LiveQueue:
 
     def _finish(self, message_id: MessageId, name: str) -> None:
         processing = self._locks.pop(message_id)
-        if not self._box.finish(processing, name, keep=self._options.keep_processed):
+        keep = self._options.keep_processed
+        if not self._box.finish(processing, name, keep=keep) and not (
+            (moved := self._moved(processing)) is not None
+            and self._box.finish(moved, name, keep=keep)
+        ):
             raise UnexpectedRequest(message_id, "the lock was taken away")
 
     def _claim(self, effect: Claim) -> bool:
@@ -535,11 +579,9 @@ class LiveQueue:
         message = effect.message
         processing = self._locks.pop(message.message_id)
         if new is None:  # the name cannot carry a delivery count: never loop forever on it
-            self._box.move(
-                State.PROCESSING, processing, State.ERROR, dead_name(message.key, "metadata-full")
-            )
+            self._move_lock(processing, State.ERROR, dead_name(message.key, "metadata-full"))
             return
-        if self._box.move(State.PROCESSING, processing, State.TARGET, new):
+        if self._move_lock(processing, _TARGET, new):
             if effect.reason in _TOLD:
                 log.info(
                     "%s: %s %s by %s: redelivering",
@@ -558,6 +600,14 @@ class LiveQueue:
         inbox = self._inbox.get(holder) if holder is not None else None
         if inbox and message_id in inbox:
             inbox.remove(message_id)
+
+    def _move_lock(self, processing: str, target: State, new: str) -> bool:
+        """Move our lock's file out of processing/ (or rename it there), under the name
+        another process may have given it since we last looked (an extend by id)."""
+        if self._box.move(_PROCESSING, processing, target, new):
+            return True
+        moved = self._moved(processing)
+        return moved is not None and self._box.move(_PROCESSING, moved, target, new)
 
     def _forget(self, message_id: MessageId) -> None:
         self._locks.pop(message_id, None)
@@ -600,6 +650,12 @@ class LiveQueue:
             self._cond.notify_all()
         if self._watching:
             self._watcher.wakeup()
+
+
+def _lock_key(processing: str) -> tuple[str, ConsumerId]:
+    """A lock file's name without the lock, and its owner: what an extend keeps."""
+    base, lock = split_lock(processing)
+    return base, lock.owner if lock is not None else ConsumerId("")
 
 
 def _holder(lease: Lease | None) -> ConsumerId | None:

@@ -174,6 +174,12 @@ class QueueEngine:
             self._past.released(message_id, lease.holder)
         return lease
 
+    def locked_until(self, message_id: MessageId, deadline: float) -> None:
+        """Another process moved the lease's deadline on disk (an extend by id): the lease
+        now ends then, whoever asked for it."""
+        if message_id in self._leases:
+            self._leases.extend(message_id, deadline=deadline)
+
     # -- time -----------------------------------------------------------------------------
 
     def dispatch(self, *, now: float) -> list[Effect]:
@@ -232,6 +238,13 @@ class QueueEngine:
         ]
         effects.extend(self._tick(now))
         return effects
+
+    def lapsing(self, *, now: float) -> bool:
+        """True if a lease's deadline has come: `expire(now)` would end it."""
+        if now < self._leases.next_due:
+            return False  # the common case, without a call
+        deadline = self._leases.next_deadline()  # drops the deadlines of leases gone
+        return deadline is not None and deadline <= now
 
     def next_deadline(self) -> float | None:
         """When `expire(now)` and then `dispatch(now)` may have something new to do."""

@@ -302,6 +302,20 @@ def test_a_lapsed_lease_its_holder_never_received_is_given_back_the_others_time_
         engine.ack(MessageId("seen"), A, now=T0 + 30)
 
 
+def test_a_deadline_moved_on_disk_holds_the_lease_and_lapsing_says_when_it_ends() -> None:
+    engine = engine_with(A)
+    engine.offer(ready("m"), now=T0)
+    engine.dispatch(now=T0)
+    assert not engine.lapsing(now=T0 + 29)
+    assert engine.lapsing(now=T0 + 30)
+    engine.locked_until(MessageId("m"), T0 + 60)  # another process extended it by id
+    assert not engine.lapsing(now=T0 + 30)
+    assert engine.expire(now=T0 + 30) == []
+    [release] = engine.expire(now=T0 + 60)
+    assert isinstance(release, Release)
+    assert release.reason is ReleaseReason.TIMED_OUT
+
+
 def test_removing_an_unknown_consumer_does_nothing() -> None:
     assert QueueEngine().remove_consumer(A, now=T0) == []
 
