@@ -420,6 +420,26 @@ def test_max_deliveries_sends_a_poison_message_to_error(manual_box: boxmq.Box, r
     assert decode(files(root, "jobs", "error")[0]).property_value("bx_why") == "max-deliveries"
 
 
+def test_message_unlock_says_why_the_message_went_to_error_instead(
+    root: Path, clock: ManualClock
+) -> None:
+    with boxmq.open(root, fsync="never", clock=clock, max_deliveries=2) as box:
+        jobs = box.queue("jobs")
+        jobs.put(b"got")
+        for answer in (None, "max-deliveries"):
+            got = jobs.get()
+            assert got is not None
+            assert got.unlock() == answer
+        jobs.put(b"received")
+        with jobs.consumer("w") as w:
+            for answer in (None, "max-deliveries"):
+                received = w.receive_nowait()
+                assert received is not None
+                assert received.unlock() == answer
+                clock.advance(1.1)  # the hand-off: back to w, the only consumer
+        assert len(files(root, "jobs", "error")) == 2
+
+
 def test_expired_messages_go_to_expired(manual_box: boxmq.Box, clock: ManualClock) -> None:
     jobs = manual_box.queue("jobs")
     jobs.put(b"stale", expires_in=60)

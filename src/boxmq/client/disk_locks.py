@@ -130,8 +130,8 @@ class GotLock:
     def ack(self, message_id: MessageId, consumer: ConsumerId) -> None:
         self.disk.ack(message_id, consumer)
 
-    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> None:
-        self.disk.unlock(message_id, consumer, delay)
+    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> str | None:
+        return self.disk.unlock(message_id, consumer, delay)
 
     def reject(self, message_id: MessageId, consumer: ConsumerId) -> None:
         self.disk.reject(message_id, consumer)

@@ -31,6 +31,7 @@ from boxmq.clock import Clock
 from boxmq.core import (
     Claim,
     DeadLetter,
+    DeadReason,
     Effect,
     Expire,
     Extend,
@@ -235,10 +236,13 @@ class LiveQueue:
             self._finish(message_id, message.key)
             self._wake_others()
 
-    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> None:
-        self._settle(
-            consumer,
-            lambda now: self._engine.unlock(message_id, consumer, now=now, delay=delay),
+    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> str | None:
+        """None when the message is back in target/; else why it went to error/ instead."""
+        return _why_dead(
+            self._settle(
+                consumer,
+                lambda now: self._engine.unlock(message_id, consumer, now=now, delay=delay),
+            )
         )
 
     def reject(self, message_id: MessageId, consumer: ConsumerId) -> None:
@@ -250,14 +254,16 @@ class LiveQueue:
             lambda now: self._engine.extend(message_id, consumer, now=now, seconds=seconds),
         )
 
-    def _settle(self, consumer: ConsumerId, decide: _Decision) -> None:
+    def _settle(self, consumer: ConsumerId, decide: _Decision) -> Effect:
         with self._mutex:
             if self._forked:
                 raise self._closed_error(consumer)
             now = self._clock.now()
             self._expire(now)  # a late answer finds its lock gone
-            self._apply(decide(now))
+            effect = decide(now)
+            self._apply(effect)
             self._wake_others()
+            return effect
 
     def abandon_in_child(self) -> None:
         """In a forked child: this queue's locks and watcher are the parent's. Stop watching
@@ -523,18 +529,12 @@ class LiveQueue:
         match effect:
             case Release(reason=ReleaseReason.GIVEN_BACK):
                 self._release(effect, message.key)  # never received: back as it was
-            case Release(delivery_count=count, not_before=not_before):
-                holder = effect.passed_over
-                self._release(
-                    effect,
-                    released_name(
-                        message.key, delivery_count=count, holder=holder, not_before=not_before
-                    ),
-                )
+            case Release():
+                self._release(effect, _released_name(effect))
             case DeadLetter(reason=reason):
                 held = self._locks.pop(message.message_id, None)
                 if held is not None:
-                    why = reason.name.lower().replace("_", "-")
+                    why = _dead_reason(reason)
                     self._move_lock(held, State.ERROR, dead_name(message.key, why))
                     log.warning("%s: %s to error/ (%s)", self.name, message.message_id, why)
             case Expire():
@@ -650,6 +650,30 @@ class LiveQueue:
             self._cond.notify_all()
         if self._watching:
             self._watcher.wakeup()
+
+
+def _released_name(release: Release) -> str | None:
+    """The target/ name of a released message (None: it cannot carry one more delivery)."""
+    return released_name(
+        release.message.key,
+        delivery_count=release.delivery_count,
+        holder=release.passed_over,
+        not_before=release.not_before,
+    )
+
+
+def _dead_reason(reason: DeadReason) -> str:
+    return reason.name.lower().replace("_", "-")  # MAX_DELIVERIES: "max-deliveries"
+
+
+def _why_dead(unlocked: Effect) -> str | None:
+    """What `unlock` answers: None when the message went back to target/, else why it went
+    to error/, as DiskSettler.unlock says it (python.md)."""
+    if isinstance(unlocked, DeadLetter):
+        return _dead_reason(unlocked.reason)
+    if isinstance(unlocked, Release) and _released_name(unlocked) is None:
+        return "metadata-full"
+    return None
 
 
 def _lock_key(processing: str) -> tuple[str, ConsumerId]:

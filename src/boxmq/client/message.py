@@ -126,9 +126,11 @@ class Message:
         """Done: the message moves to processed/ (XEP-0254 §2.3, delete)."""
         self._settler.ack(self.envelope.message_id, self.consumer)  # not self.id: a call less
 
-    def unlock(self, delay: float = 0.0) -> None:
-        """Cannot handle it: give it to the next consumer, after `delay` seconds (§2.4)."""
-        self._settler.unlock(self.id, self.consumer, delay)
+    def unlock(self, delay: float = 0.0) -> str | None:
+        """Cannot handle it: give it to the next consumer, after `delay` seconds (§2.4).
+        None when it is back in target/; else why it went to error/ instead:
+        "max-deliveries", or "metadata-full" (its name cannot carry one more delivery)."""
+        return self._settler.unlock(self.id, self.consumer, delay)
 
     def reject(self) -> None:
         """It can never be handled: straight to error/, no redelivery."""

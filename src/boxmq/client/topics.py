@@ -852,8 +852,8 @@ class _AtMostOnce:
     def ack(self, message_id: MessageId, consumer: ConsumerId) -> None:
         pass
 
-    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> None:
-        pass
+    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> str | None:
+        return None
 
     def reject(self, message_id: MessageId, consumer: ConsumerId) -> None:
         pass

@@ -610,7 +610,7 @@ def _stamped(message: Element, *, sender: str, to: str) -> bytes:
 _attr = render.attr  # not a function of its own: one call per attribute, not two
 
 
-def _quietly(action: Callable[[], None]) -> None:
+def _quietly(action: Callable[[], object]) -> None:
     try:
         action()
     except BoxMQError as error:
