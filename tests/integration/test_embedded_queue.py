@@ -417,7 +417,51 @@ def test_max_deliveries_sends_a_poison_message_to_error(manual_box: boxmq.Box, r
             message.unlock()
         assert a.receive_nowait() is None
         assert b.receive_nowait() is None
-    assert decode(files(root, "jobs", "error")[0]).property_value("bx_why") == "max-deliveries"
+    dead = decode(files(root, "jobs", "error")[0])
+    assert dead.property_value("bx_why") == "max-deliveries"
+    assert dead.delivery_count == 5  # every delivery ended without an ack, the last included
+
+
+@pytest.mark.parametrize("ending", ["Message.unlock", "unlock by id", "lock timeout"])
+def test_error_counts_every_delivery_that_ended_without_an_ack(
+    manual_box: boxmq.Box, root: Path, clock: ManualClock, ending: str
+) -> None:
+    """file-format.md: bx_dcI counts the deliveries that ended without an ack; in error/
+    after max deliveries (5) that is 5, the last one included."""
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"poison")
+    for attempt in range(5):
+        message = jobs.get("cli", lock_timeout=1)  # a `get` sweeps the timed-out lock first
+        assert message is not None, attempt
+        assert message.delivery_count == attempt + 1
+        if ending == "Message.unlock":
+            message.unlock()
+        elif ending == "unlock by id":
+            jobs.unlock(message.id, "cli")
+        else:
+            clock.advance(2)
+    manual_box.sweep()
+    [dead] = jobs.peek(state="error")
+    assert dead.envelope.property_value("bx_why") == "max-deliveries"
+    assert dead.envelope.delivery_count == 5
+
+
+def test_a_rejected_message_counts_the_delivery_it_rejects(
+    manual_box: boxmq.Box, root: Path
+) -> None:
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"received")
+    jobs.put(b"got")
+    with jobs.consumer("w") as w:
+        received = w.receive_nowait()
+        assert received is not None
+        received.reject()
+    got = jobs.get()
+    assert got is not None
+    jobs.reject(got.id, "cli")
+    dead = jobs.peek(state="error")
+    assert {m.envelope.message_id for m in dead} == {received.id, got.id}
+    assert [m.envelope.delivery_count for m in dead] == [1, 1]
 
 
 def test_message_unlock_says_why_the_message_went_to_error_instead(

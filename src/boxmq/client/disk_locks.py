@@ -58,7 +58,8 @@ class DiskSettler:
                 not_before=self._now() + delay if delay else 0.0,
             )
         if new is None:
-            self._to_error(processing, name, dead)
+            # At max deliveries, this one counted; a name that cannot grow keeps its count.
+            self._to_error(processing, name, dead, count if dead == "max-deliveries" else None)
             log.warning("%s: %s to error/ (%s)", self._box.path, message_id, dead)
             return dead
         if not self._box.move(State.PROCESSING, processing, State.TARGET, new):
@@ -67,7 +68,7 @@ class DiskSettler:
 
     def reject(self, message_id: MessageId, consumer: ConsumerId) -> None:
         name, processing, _ = self._held(message_id, consumer)
-        self._to_error(processing, name, "rejected")
+        self._to_error(processing, name, "rejected", envelope_of(name).delivery_count + 1)
 
     def extend(self, message_id: MessageId, consumer: ConsumerId, seconds: float | None) -> None:
         if seconds is None:
@@ -78,8 +79,10 @@ class DiskSettler:
         if not self._box.move(State.PROCESSING, processing, State.PROCESSING, new):
             raise UnexpectedRequest(message_id, "the lock was taken away")
 
-    def _to_error(self, processing: str, name: str, why: str) -> None:
-        if not self._box.move(State.PROCESSING, processing, State.ERROR, dead_name(name, why)):
+    def _to_error(self, processing: str, name: str, why: str, count: int | None) -> None:
+        """To error/, with `count` deliveries ended without an ack (None: as the name says)."""
+        dead = dead_name(name, why, delivery_count=count)
+        if not self._box.move(State.PROCESSING, processing, State.ERROR, dead):
             raise UnexpectedRequest(envelope_of(name).message_id, "the lock was taken away")
 
     def _held(self, message_id: MessageId, consumer: ConsumerId) -> tuple[str, str, Lock]:

@@ -127,13 +127,21 @@ def released_name(
     return None
 
 
-def dead_name(name: str, reason: str) -> str:
-    """The error/ name: the reason is recorded if it fits, the original name kept if not."""
-    envelope = envelope_of(name).with_property(DEAD_REASON, PropertyType.STRING, reason)
-    try:
-        return encode(envelope, as_read=True)
-    except MetadataTooLong:
-        return name
+def dead_name(name: str, reason: str, *, delivery_count: int | None = None) -> str:
+    """The error/ name: the reason and `delivery_count`, the deliveries that ended without an
+    ack, the one that ends here included (None: the name's count stays), recorded if they
+    fit; else the count alone, the reason alone, or the original name."""
+    envelope = envelope_of(name)
+    counted = envelope
+    if delivery_count is not None:
+        counted = envelope.with_property(DELIVERY_COUNT, PropertyType.INT, delivery_count)
+    why = (DEAD_REASON, PropertyType.STRING, reason)
+    for candidate in (counted.with_property(*why), counted, envelope.with_property(*why)):
+        try:
+            return encode(candidate, as_read=True)
+        except MetadataTooLong:
+            continue
+    return name
 
 
 def redrive_name(name: str, *, now: float) -> str:

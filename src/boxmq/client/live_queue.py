@@ -535,7 +535,11 @@ class LiveQueue:
                 held = self._locks.pop(message.message_id, None)
                 if held is not None:
                     why = _dead_reason(reason)
-                    self._move_lock(held, State.ERROR, dead_name(message.key, why))
+                    # A reject, or the delivery that reached max deliveries, ends here: counted.
+                    count = message.delivery_count + 1
+                    self._move_lock(
+                        held, State.ERROR, dead_name(message.key, why, delivery_count=count)
+                    )
                     log.warning("%s: %s to error/ (%s)", self.name, message.message_id, why)
             case Expire():
                 self._known.pop(message.key, None)

@@ -95,7 +95,10 @@ def release_stale_locks(
         )
         if new is None:
             if box.move(
-                State.PROCESSING, entry.name, State.ERROR, dead_name(name, "max-deliveries")
+                State.PROCESSING,
+                entry.name,
+                State.ERROR,
+                dead_name(name, "max-deliveries", delivery_count=count),
             ):
                 dead += 1
                 log.warning(

@@ -61,10 +61,10 @@ FIELDS = (
 SCHEMA = ", ".join(f"{name} {kind}" for name, kind in FIELDS)
 COLUMNS = tuple(name for name, _ in FIELDS)
 
-# States whose files have been delivered once more than their name counts: the delivery at
-# hand (processing/), the one that was acknowledged (processed/), or the one that ended in
-# error/ (a reject, or the delivery that reached max deliveries).
-_DELIVERED = frozenset({State.PROCESSING, State.PROCESSED, State.ERROR})
+# States whose files have been delivered once more than their name counts (the deliveries
+# that ended without an ack): the delivery at hand (processing/), or the one that was
+# acknowledged (processed/). error/ names count the delivery that ended there too.
+_DELIVERED = frozenset({State.PROCESSING, State.PROCESSED})
 
 
 # The columns every message with the same name apart from its id has in common, in SCHEMA's
