@@ -118,35 +118,32 @@ def test_a_sweep_the_file_system_fails_is_told_and_serving_goes_on(
     """Every descriptor taken by clients (EMFILE) failed a sweep of the timer, and `serve`
     ended with it, closing every door."""
     calls: list[int] = []
-    swept_after: list[asyncio.Event] = []  # set once the sweep after the failed one ran
+    told: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []  # the sweep after ran
 
     with boxmq.open(root, fsync="never") as box:
         real = box.sweep
 
-        def sweep() -> SweepReport:  # in serve's worker thread
+        def sweep() -> dict[str, SweepReport]:  # in serve's worker thread
             calls.append(len(calls) + 1)
             if len(calls) == 2:  # the first of the timer's: the one at start is the recovery
                 raise OSError(errno.EMFILE, "Too many open files")
             report = real()
             if len(calls) == 3:
-                event = swept_after[0]
-                event_loop.call_soon_threadsafe(event.set)
+                loop, swept = told[0]
+                loop.call_soon_threadsafe(swept.set)
             return report
 
         monkeypatch.setattr(box, "sweep", sweep)
 
         async def serve_until_the_sweep_after() -> None:
-            nonlocal event_loop
-            event_loop = asyncio.get_running_loop()
-            swept_after.append(asyncio.Event())
+            told.append((asyncio.get_running_loop(), asyncio.Event()))
             stop = asyncio.Event()
             serving = asyncio.create_task(runtime.serve(box, sweep_interval=0.02, stop=stop))
-            await asyncio.wait_for(swept_after[0].wait(), timeout=10)
+            await asyncio.wait_for(told[0][1].wait(), timeout=10)
             assert not serving.done()
             stop.set()
             await serving
 
-        event_loop: asyncio.AbstractEventLoop
         with caplog.at_level(logging.ERROR, logger="boxmq"):
             asyncio.run(serve_until_the_sweep_after())
     assert "Too many open files" in caplog.text

@@ -11,7 +11,7 @@ import pytest
 import boxmq
 from boxmq.clock import ManualClock
 from boxmq.core.queue import QueueEngine
-from boxmq.model import MessageId
+from boxmq.model import ConsumerId, MessageId
 from boxmq.store.names import Lock, split_lock
 
 
@@ -101,7 +101,9 @@ def test_a_lock_extended_by_id_from_another_box_holds_in_its_holder_until_the_ne
             clock.advance(3)  # past the holder's own deadline, within the new one
             assert w1.receive_nowait() is None  # its one slot is still a's
             [locked] = [p.name for p in (root / "jobs" / "processing").iterdir()]
-            assert split_lock(locked)[1] == Lock("w1", int((clock.now() + 27) * 1000), ANY)
+            assert split_lock(locked)[1] == Lock(
+                ConsumerId("w1"), int((clock.now() + 27) * 1000), ANY
+            )
             held.ack()
             other = w1.receive_nowait()
             assert other is not None

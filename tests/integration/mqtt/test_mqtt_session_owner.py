@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.integration.mqtt.clients import paho, start_server
+from tests.integration.mqtt.clients import Paho, paho, start_server
 
 from boxmq.mqtt.settings import MqttSettings
 
@@ -37,16 +37,22 @@ def test_another_user_cannot_resume_a_persistent_session(tmp_path: Path, v5: boo
         tmp_path / "root", MqttSettings(authenticator=Passwords(), authorizer=OwnTopics())
     )
     try:
-        persistent = {"v5": v5, "clean": False, "expiry": 3600 if v5 else None}
-        alice = paho(running, "laptop", username="alice", password="wonderland", **persistent)
+
+        def persistent(user: str, expect: int = 0) -> Paho:
+            password = USERS[user].decode()
+            expiry = 3600 if v5 else None
+            return paho(running, "laptop", v5=v5, clean=False, expiry=expiry, username=user,
+                        password=password, expect=expect)  # fmt: skip
+
+        alice = persistent("alice")
         alice.subscribe("alice/inbox", 1)
         alice.stop()
         sender = paho(running, "sender", username="alice", password="wonderland")
         sender.publish("alice/inbox", b"private", 1)
         refused = 0x85  # Client Identifier not valid (paho's name for 3.1.1's 0x02 too)
-        paho(running, "laptop", username="bob", password="builder", expect=refused, **persistent)
+        persistent("bob", expect=refused)
         paho(running, "laptop", username="bob", password="builder", v5=v5, expect=refused)
-        back = paho(running, "laptop", username="alice", password="wonderland", **persistent)
+        back = persistent("alice")
         assert back.session_present  # neither resumed nor ended by bob
         assert back.next().payload == b"private"
     finally:
