@@ -38,10 +38,12 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Final
 
 from boxmq.client.box import Box
@@ -90,7 +92,7 @@ from boxmq.mqtt.stored import (
     exactly_once_source,
     storable,
 )
-from boxmq.mqtt.subscribing import Subscribing
+from boxmq.mqtt.subscribing import Subscribing, hold_the_rest
 from boxmq.mqtt.wills import Wills
 from boxmq.store.commit import FsyncPolicy
 from boxmq.store.process import process_token
@@ -137,6 +139,8 @@ class Broker:
         self._durable_routes = DurableRoutes(box)
         self._durable: dict[str, dict[str, Subscriber]] = {}  # client id -> filter -> dropbox
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
+        # Password checks: two at a time at most, beside the loop and the disk work.
+        self._checks = ThreadPoolExecutor(max_workers=2, thread_name_prefix="boxmq-mqtt-auth")
         self._out = Outgoing()  # the clients to be written at the end of this iteration
         self._delivery = Delivery(
             box,
@@ -345,6 +349,7 @@ class Broker:
             for subscriber in self._durable.pop(session.client_id, {}).values():
                 subscriber.detach()  # locks released; the dropboxes and groups stay
         self._pool.shutdown(wait=True)
+        self._checks.shutdown(wait=False, cancel_futures=True)
 
     # -- dispatch ----------------------------------------------------------------------------------
 
@@ -389,10 +394,45 @@ class Broker:
     # -- CONNECT -----------------------------------------------------------------------------------
 
     def _connect(self, client: Client, packet: Connect) -> None:
+        authenticator = self.settings.authenticator
+        if authenticator is None or packet.properties.authentication_method is not None:
+            self._answer_connect(client, packet, authenticated=authenticator is None)
+            return
+        # A password's hash takes tens of milliseconds (scrypt): on the loop, clients sending
+        # wrong passwords would stall every other one. The packets behind the CONNECT wait.
+        hold_the_rest(client)
+        loop = asyncio.get_running_loop()
+        clients = self._clients
+
+        def check() -> bool:  # in a checking thread
+            if clients.get(client.link) is not client:  # closed while it waited: no hash
+                return False
+            return authenticator.authenticate(packet.username, packet.password, packet.client_id)
+
+        def checked(future: Future[bool]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to answer
+                loop.call_soon_threadsafe(self._checked, client, packet, future)
+
+        self._checks.submit(check).add_done_callback(checked)
+
+    def _checked(self, client: Client, packet: Connect, future: Future[bool]) -> None:
+        """On the loop: the password of `client`'s CONNECT was checked."""
+        if self._clients.get(client.link) is not client:
+            return  # closed meanwhile
+        try:
+            authenticated = future.result()
+        except Exception:  # a bug of the authenticator: refused, with its traceback
+            log.exception("checking the password of client %r failed", packet.client_id)
+            authenticated = False
+        self._answer_connect(client, packet, authenticated=authenticated)
+        if client.session is not None:
+            self._resume(client)  # the packets held behind the CONNECT, and the CONNACK out
+
+    def _answer_connect(self, client: Client, packet: Connect, *, authenticated: bool) -> None:
         connection = client.link.connection
         v5 = packet.version is ProtocolVersion.V5
         props = packet.properties
-        refusal = self._refusal(packet)
+        refusal = self._refusal(packet, authenticated=authenticated)
         if refusal is not None:
             log.info("client %r refused: %s", packet.client_id, refusal.name.lower())
             self._out.send(client, Connack(reason=refusal))
@@ -467,13 +507,10 @@ class Broker:
         self._delivery.resend(client, session)
         self._delivery.pump(session)
 
-    def _refusal(self, packet: Connect) -> ReasonCode | None:
+    def _refusal(self, packet: Connect, *, authenticated: bool) -> ReasonCode | None:
         if packet.properties.authentication_method is not None:
             return _R.BAD_AUTHENTICATION_METHOD  # no enhanced authentication (§4.12)
-        authenticator = self.settings.authenticator
-        if authenticator is not None and not authenticator.authenticate(
-            packet.username, packet.password, packet.client_id
-        ):
+        if not authenticated:
             return _R.NOT_AUTHORIZED if packet.username is None else _R.BAD_USER_NAME_OR_PASSWORD
         if packet.client_id and not storable(packet.client_id):
             return _R.CLIENT_IDENTIFIER_NOT_VALID

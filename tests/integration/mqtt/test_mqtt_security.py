@@ -7,7 +7,9 @@ import contextlib
 import logging
 import queue
 import socket
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +115,36 @@ def test_max_connections(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> No
     [refused] = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     # The operator reads which setting to raise, as the config file spells it.
     assert refused.endswith("refused: 1 connection(s) already, [mqtt.limits] max_connections = 1")
+
+
+class SlowHash:
+    """A password check as slow as scrypt at its cost, slower: 0.3 s a CONNECT."""
+
+    def authenticate(self, username: str | None, password: bytes | None, client_id: str) -> bool:
+        time.sleep(0.3)
+        return username == "alice" and password == b"secret"
+
+
+def test_password_checks_do_not_stall_the_clients_already_in(tmp_path: Path) -> None:
+    """Checked on the loop, four wrong passwords held every other client for 1.2 s."""
+    running = start_server(tmp_path / "root", MqttSettings(authenticator=SlowHash()))
+    try:
+        inside = paho(running, "inside", username="alice", password="secret")
+        inside.subscribe("t", 1)
+        with ThreadPoolExecutor(4) as pool:
+            refused = [
+                pool.submit(
+                    paho, running, f"guess{n}", username="alice", password="guess", expect=0x86
+                )
+                for n in range(4)
+            ]
+            time.sleep(0.1)  # their CONNECTs are in, their checks under way
+            started = time.monotonic()
+            inside.publish("t", b"round trip", 1)
+            assert inside.next().payload == b"round trip"
+            took = time.monotonic() - started
+            for future in refused:
+                future.result(timeout=WAIT)
+        assert took < 0.25, f"a round trip took {took:.2f} s while passwords were checked"
+    finally:
+        running.shutdown()
