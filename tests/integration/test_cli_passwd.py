@@ -41,6 +41,21 @@ def test_add_change_and_delete_users(tmp_path: Path) -> None:
     assert not (tmp_path / "data").exists()  # passwd opens no root folder
 
 
+def test_a_rewrite_keeps_the_mode_and_owner_given_to_the_file(tmp_path: Path) -> None:
+    """Shared with a broker running as another user (0640, its group): still readable by it
+    after `boxmq passwd`, which made it 0600 and the caller's."""
+    path = tmp_path / "passwd"
+    assert passwd(str(path), "alice", "--password", "wonder").returncode == 0
+    os.chmod(path, 0o640)
+    owner = (os.getuid(), 65534) if os.geteuid() == 0 else (os.getuid(), os.getgid())
+    os.chown(path, *owner)  # as root: group nogroup, as the broker's might be
+    changed = passwd(str(path), "bob", "--password", "builder")
+    assert changed.returncode == 0, changed.stderr
+    after = path.stat()
+    assert stat.S_IMODE(after.st_mode) == 0o640
+    assert (after.st_uid, after.st_gid) == owner
+
+
 def test_errors_are_one_clear_line(tmp_path: Path) -> None:
     path = tmp_path / "passwd"
     cases = [

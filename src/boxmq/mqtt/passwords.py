@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -329,9 +330,18 @@ def _write_atomically(path: Path, lines: list[str]) -> None:
 
 
 def _replace(path: Path, folder: Path, text: str) -> None:
+    """Replace `path` by `text`, keeping the mode and owner the operator gave the file (a
+    broker running as another user must still read it), 0600 for a new one."""
+    try:
+        old: os.stat_result | None = os.stat(path)
+    except FileNotFoundError:
+        old = None
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
-        os.fchmod(fd, 0o600)  # before any secret is written
+        os.fchmod(fd, 0o600 if old is None else stat.S_IMODE(old.st_mode))  # before any secret
+        if old is not None:
+            with contextlib.suppress(PermissionError):  # only root may give a file away
+                os.fchown(fd, old.st_uid, old.st_gid)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
             out.flush()
