@@ -371,6 +371,7 @@ def _serve(args: argparse.Namespace) -> int:
         exactly_once=config.exactly_once,
         dispatch=config.dispatch,
         group_dispatch=dict(config.group_dispatch),
+        max_deliveries=config.max_deliveries,
     ) as box:
         mqtt = _mqtt_settings(args, config.mqtt)
         xmpp = settings_from(

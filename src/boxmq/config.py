@@ -6,6 +6,7 @@
     sweep_interval = "1s"            # lock timeouts, expiry, retention
     keep_processed = false           # true: what clients acknowledge stays in processed/
     dispatch = "round-robin"         # how the consumers of a queue or share group take turns
+    max_deliveries = 5               # deliveries before error/; 0: no limit
     log_level = "info"               # debug | info | warning | error
     polling = false                  # true: never inotify (a root shared over NFS)
 
@@ -107,6 +108,8 @@ class ServeConfig:
     keep_processed: bool = False
     dispatch: str = "round-robin"
     group_dispatch: tuple[tuple[str, str], ...] = ()  # (share group, strategy)
+    # The sweeps of serve release every process's timed-out locks: they dead-letter with this.
+    max_deliveries: int | None = 5  # None: no limit
     log_level: str = "info"
     polling: bool = False  # True: new files are found by polling, never inotify (NFS)
     exactly_once: ExactlyOnceLimits = field(default_factory=ExactlyOnceLimits)  # QoS 2 intake
@@ -165,6 +168,7 @@ def load_config(
     sweep_interval = top.seconds("sweep_interval")
     keep_processed = top.boolean("keep_processed")
     dispatch = top.choice("dispatch", DISPATCH_STRATEGIES)
+    max_deliveries = top.integer("max_deliveries", low=0)
     group_dispatch = _share_groups(top.table("share_groups"))
     log_level = top.choice("log_level", LOG_LEVELS)
     polling = top.boolean("polling")
@@ -183,6 +187,7 @@ def load_config(
         sweep_interval=sweep_interval or base.sweep_interval,
         keep_processed=base.keep_processed if keep_processed is None else keep_processed,
         dispatch=dispatch or base.dispatch,
+        max_deliveries=base.max_deliveries if max_deliveries is None else max_deliveries or None,
         group_dispatch=group_dispatch or base.group_dispatch,
         log_level=log_level or base.log_level,
         polling=base.polling if polling is None else polling,

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import boxmq
+from boxmq.model import DELIVERY_COUNT, ConsumerId, PropertyType
+from boxmq.store.names import Lock, decode, encode, locked_name
+from boxmq.store.process import process_token
 
 
 def _serve_refused(config: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -121,3 +127,25 @@ def test_a_host_that_does_not_resolve_names_its_address_and_setting(tmp_path: Pa
     assert "Traceback" not in done.stderr
     assert "('mqtt.example.invalid', 0)" in line
     assert "choose another --mqtt HOST:PORT" in line
+
+
+def test_serve_dead_letters_with_the_max_deliveries_of_its_config(tmp_path: Path) -> None:
+    """serve's sweeps release every process's dead locks: with the limit of the file, not
+    its own 5 (here none, as the applications on this root open it with)."""
+    root = tmp_path / "state"
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("jobs").put(b"tried four times")
+    [name] = os.listdir(root / "jobs" / "target")
+    counted = encode(decode(name).with_property(DELIVERY_COUNT, PropertyType.INT, 4))
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    lock = Lock(ConsumerId("w"), int((time.time() + 3600) * 1000), process_token(finished.pid))
+    os.rename(
+        root / "jobs" / "target" / name, root / "jobs" / "processing" / locked_name(counted, lock)
+    )
+    config = tmp_path / "boxmq.toml"
+    config.write_text('data = "state"\nfsync = "never"\nmax_deliveries = 0\n')
+    _serve_until_ready("serve", "--config", str(config), "--mqtt", "127.0.0.1:0", cwd=tmp_path)
+    assert os.listdir(root / "jobs" / "error") == []
+    [released] = os.listdir(root / "jobs" / "target")
+    assert decode(released).property_value(DELIVERY_COUNT) == 5

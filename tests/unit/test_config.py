@@ -48,6 +48,7 @@ def test_every_setting(tmp_path: Path) -> None:
         sweep_interval = 2
         keep_processed = true
         dispatch = "sticky"
+        max_deliveries = 0
         log_level = "debug"
         polling = true
 
@@ -84,6 +85,7 @@ def test_every_setting(tmp_path: Path) -> None:
     assert (config.fsync, config.fsync_interval, config.sweep_interval) == ("interval", 0.25, 2.0)
     assert config.keep_processed is True
     assert (config.dispatch, config.group_dispatch) == ("sticky", (("etl", "least-in-flight"),))
+    assert config.max_deliveries is None  # 0: no limit
     assert config.log_level == "debug"
     assert config.logging_level == 10
     assert config.polling is True
@@ -124,6 +126,8 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("sweep_interval = 1e300", "sweep_interval: 1e+300 seconds is too long: at most"),
         ("keep_processed = 'yes'", "keep_processed: expected true or false, got a string"),
         ("polling = 1", "polling: expected true or false, got an integer"),
+        ("max_deliveries = -1", "max_deliveries: -1 is out of range: use at least 0"),
+        ("max_deliveries = '5'", "max_deliveries: expected an integer, got a string"),
         ("log_level = 'loud'", "log_level: 'loud' is not one of debug, info, warning, error"),
         ("dispatch = 'fair'", "dispatch: 'fair' is not one of round-robin, least-in-flight"),
         ("[share_groups.etl]\ndispatch = 'x'", "share_groups.etl.dispatch: 'x' is not one of"),
@@ -200,6 +204,7 @@ def test_flags_win_over_the_file(tmp_path: Path) -> None:
     assert config.keep_processed is False  # a broker's default: acknowledged means gone
     assert config.override(keep_processed=True).keep_processed is True
     assert config.polling is False  # inotify unless told
+    assert config.max_deliveries == 5
     assert config.override(polling=True).polling is True
     polled = load_config(_write(tmp_path, "polling = true\n"))
     assert polled.override(polling=False).polling is False
