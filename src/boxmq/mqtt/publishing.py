@@ -343,18 +343,8 @@ class Publishing:
             except OSError as error:  # a side file the disk refused
                 results[index] = error
                 continue
-            expiry = packet.properties.message_expiry_interval
             batch.append(index)
-            messages.append(
-                AssuredMessage(
-                    exactly_once_source(client_id),
-                    str(packet.packet_id),
-                    packet.payload,
-                    topic=packet.topic,
-                    properties=properties,
-                    expires_in=expiry or None,
-                )
-            )
+            messages.append(_assured_message(client_id, packet, properties))
         for index, outcome in zip(batch, self._box.intake.assured_many(messages), strict=True):
             results[index] = outcome
             if isinstance(outcome, MetadataTooLong):
@@ -362,24 +352,32 @@ class Publishing:
         return results
 
     def _assure(self, client_id: str, packet: Publish) -> object:
-        """Into the exactly-once intake, its Message Expiry Interval counting from now (its
-        copies carry what is left of it, MQTT 5.0 §3.3.2.3.3)."""
-        expiry = packet.properties.message_expiry_interval
+        """Into the exactly-once intake alone, its properties given room where they do not
+        fit in its name (store_with_properties)."""
 
         def assured(properties: dict[str, str]) -> bool:
-            return self._box.assured(
-                exactly_once_source(client_id),
-                str(packet.packet_id),
-                packet.payload,
-                topic=packet.topic,
-                properties=properties,
-                expires_in=expiry or None,
-            )
+            message = _assured_message(client_id, packet, properties)
+            return self._box.intake.assured(**message._asdict())
 
         # The names `assured` checks carry no retain flag (a retained QoS 2 message is
         # published at once instead: _publish_later).
+        expiry = packet.properties.message_expiry_interval
         room = partial(self._box.topics.topic_room, expires_in=expiry or None)
         return store_with_properties(packet, self._box.side_files, assured, room)
+
+
+def _assured_message(client_id: str, packet: Publish, properties: dict[str, str]) -> AssuredMessage:
+    """A QoS 2 PUBLISH as the exactly-once intake takes it, its Message Expiry Interval
+    counting from now (its copies carry what is left of it, MQTT 5.0 §3.3.2.3.3)."""
+    expiry = packet.properties.message_expiry_interval
+    return AssuredMessage(
+        exactly_once_source(client_id),
+        str(packet.packet_id),
+        packet.payload,
+        topic=packet.topic,
+        properties=properties,
+        expires_in=expiry or None,
+    )
 
 
 def _attempt(work: Callable[[], object]) -> object:
