@@ -32,7 +32,7 @@ class Limits:
     """Caps that keep one client from holding the broker's memory or slots."""
 
     max_connections: int = 10_000
-    max_packet_size: int = 1 << 20  # bytes, both ways; v5 clients are told in CONNACK
+    max_packet_size: int = 1 << 20  # bytes a client may send; v5 clients are told in CONNACK
     receive_maximum: int = 100  # QoS 1/2 PUBLISHes a client may have unacknowledged to us
     max_inflight: int = 100  # QoS 1/2 deliveries unacknowledged by a client (≤ its own maximum)
     max_queued: int = 10_000  # messages queued in memory per session, behind its in-flight window
