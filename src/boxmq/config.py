@@ -297,7 +297,14 @@ def _mqtt(table: Table, base: MqttSettings) -> MqttSettings:
 
 
 def _listener(table: Table) -> Listener:
-    host = table.string("host") or Listener.host
+    host = table.string("host")
+    if host == "":
+        # `--mqtt :PORT` means every interface, the key left out means this machine only: an
+        # empty string could be read either way, and the wrong one would expose the broker.
+        raise table.error(
+            "host", 'empty: write "127.0.0.1" (this machine only) or "0.0.0.0" (every interface)'
+        )
+    host = host or Listener.host
     port = table.integer("port", low=0, high=65_535)
     tls = _tls(table.table("tls")) if table.has("tls") else None
     table.finish()

@@ -127,6 +127,7 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("keep_processed = 'yes'", "keep_processed: expected true or false, got a string"),
         ("polling = 1", "polling: expected true or false, got an integer"),
         ("max_deliveries = -1", "max_deliveries: -1 is out of range: use at least 0"),
+        ("[[mqtt.listener]]\nhost = ''", 'mqtt.listener[1].host: empty: write "127.0.0.1"'),
         ("max_deliveries = '5'", "max_deliveries: expected an integer, got a string"),
         ("log_level = 'loud'", "log_level: 'loud' is not one of debug, info, warning, error"),
         ("dispatch = 'fair'", "dispatch: 'fair' is not one of round-robin, least-in-flight"),
