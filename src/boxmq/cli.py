@@ -22,7 +22,13 @@ from typing import Any
 import boxmq
 from boxmq import cli_passwd
 from boxmq.cli_args import parse_duration, parse_property
-from boxmq.cli_serve import Default, describe_security, listener_setting, serve_config
+from boxmq.cli_serve import (
+    Default,
+    describe_security,
+    listener_setting,
+    security_warnings,
+    serve_config,
+)
 from boxmq.client import Box, Message, Peeked, QueueCounts
 from boxmq.client.lifecycle import shown
 from boxmq.errors import BoxMQError, Conflict, InvalidArgument, QueueNotFound
@@ -362,6 +368,8 @@ def _serve(args: argparse.Namespace) -> int:
         logging.getLogger().setLevel(config.logging_level)
     for line in describe_security(config):
         logging.getLogger("boxmq.serve").info("%s", line)
+    for line in security_warnings(config):
+        logging.getLogger("boxmq.serve").warning("%s", line)
     with boxmq.open(
         config.data,
         fsync=config.fsync,

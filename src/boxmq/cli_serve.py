@@ -13,7 +13,13 @@ from boxmq.config import ServeConfig, load_config
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
 
-__all__ = ["Default", "describe_security", "listener_setting", "serve_config"]
+__all__ = [
+    "Default",
+    "describe_security",
+    "listener_setting",
+    "security_warnings",
+    "serve_config",
+]
 
 
 class Default(str):
@@ -75,3 +81,18 @@ def describe_security(config: ServeConfig) -> list[str]:
         what = f"authorization: {type(authorizer).__name__}"
     source = f"config: {config.source}" if config.source else "config: none (defaults and flags)"
     return [source, who, what]
+
+
+def security_warnings(config: ServeConfig) -> list[str]:
+    """What in the security settings is weaker than it looks, for the start-up log."""
+    authenticator, authorizer = config.mqtt.authenticator, config.mqtt.authorizer
+    by_name = isinstance(authorizer, Acl) and (
+        authorizer.users or any("%u" in rule.filter for rule in authorizer.patterns)
+    )
+    if authenticator is None and by_name:
+        return [
+            "the ACL gives rights by user name, and without a password_file nobody checks the "
+            "user name a client claims: any client may take any user's rights (set "
+            "[security] password_file)"
+        ]
+    return []

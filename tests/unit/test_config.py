@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from boxmq.cli_serve import security_warnings
 from boxmq.config import LIMITS_HIGHEST, Security, ServeConfig, load_config
 from boxmq.core import ExactlyOnceLimits
 from boxmq.errors import InvalidArgument
@@ -291,3 +292,19 @@ def test_the_example_in_the_repository_loads() -> None:
     assert config.listeners_from_file  # it lists one: a bind error names mqtt.listener[1]
     unlisted = dataclasses.replace(config, mqtt=ServeConfig().mqtt, listeners_from_file=False)
     assert dataclasses.replace(unlisted, source=None) == defaults
+
+
+def test_an_acl_by_user_name_without_a_password_file_is_warned_of(tmp_path: Path) -> None:
+    """Nobody checks the user name a client claims: the ACL's user sections are anyone's."""
+    (tmp_path / "by_name").write_text("user alice\ntopic alice/#\n")
+    (tmp_path / "by_pattern").write_text("pattern read users/%u/inbox\n")
+    (tmp_path / "by_client").write_text("pattern readwrite devices/%c/#\n")
+    warned = {}
+    for acl in ("by_name", "by_pattern", "by_client"):
+        path = _write(tmp_path, f'[security]\nacl_file = "{acl}"\n')
+        warned[acl] = security_warnings(load_config(path))
+    assert [bool(lines) for lines in warned.values()] == [True, True, False]
+    assert "set [security] password_file" in warned["by_name"][0]
+    set_password(tmp_path / "passwd", "alice", b"wonder")
+    checked = _write(tmp_path, '[security]\nacl_file = "by_name"\npassword_file = "passwd"\n')
+    assert security_warnings(load_config(checked)) == []
