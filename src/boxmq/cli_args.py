@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from boxmq.core.durations import LONGEST
@@ -63,7 +64,22 @@ def parse_property(text: str) -> tuple[str, Property]:
     return name, Property(name, ptype, _typed_value(ptype, value, text))
 
 
+def _real(ptype: PropertyType, value: str, text: str) -> float:
+    """A double or a float: infinity when written so ("inf", "-Infinity"), never when too
+    large, which float() turns into infinity without a word (1e309)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise InvalidArgument(f"bad {ptype.name.lower()} value in property {text!r}") from None
+    written = value.strip().lstrip("+-").lower()
+    if math.isinf(number) and written not in ("inf", "infinity"):
+        raise InvalidArgument(f"{value} does not fit a double in property {text!r}")
+    return number
+
+
 def _typed_value(ptype: PropertyType, value: str, text: str) -> bool | int | float | str:
+    if ptype in (PropertyType.DOUBLE, PropertyType.FLOAT):
+        return _real(ptype, value, text)
     try:
         if ptype is PropertyType.STRING:
             return value
@@ -71,8 +87,6 @@ def _typed_value(ptype: PropertyType, value: str, text: str) -> bool | int | flo
             if value.lower() not in ("true", "false"):
                 raise ValueError(value)
             return value.lower() == "true"
-        if ptype in (PropertyType.DOUBLE, PropertyType.FLOAT):
-            return float(value)
         number = int(value)
     except ValueError:
         raise InvalidArgument(f"bad {ptype.name.lower()} value in property {text!r}") from None

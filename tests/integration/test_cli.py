@@ -98,6 +98,7 @@ def test_get_on_an_empty_queue_says_so_with_status_3(root: Path) -> None:
         (("get", "jobs", "--lock", "3x"), 2, "bad duration '3x'"),
         (("put", "jobs", "x", "--property", "novalue"), 1, "use NAME=VALUE"),
         (("put", "jobs", "x", "--property", "n:int=abc"), 1, "bad int value"),
+        (("put", "jobs", "x", "-p", "d:double=1e309"), 1, "1e309 does not fit a double"),
         (("ack", "jobs", "no-such-id"), 1, "no-such-id"),
         (("put", "jobs", "x", "-p", "a=1", "-p", "a=2"), 1, "property 'a' is given twice"),
         (("unlock", "jobs", "x", "--delay", "-1"), 2, "bad duration"),
