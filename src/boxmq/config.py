@@ -60,7 +60,8 @@ __all__ = ["Security", "ServeConfig", "load_config", "mqtt_settings"]
 FSYNC_POLICIES: Final = ("always", "interval", "never")
 DISPATCH_STRATEGIES: Final = tuple(d.value for d in Dispatch)
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
-_MAY_BE_ZERO: Final = frozenset({"topic_alias_maximum"})  # 0: no aliases (MQTT 5.0 §3.2.2.3.8)
+# 0: no aliases (MQTT 5.0 §3.2.2.3.8); no byte limit on a session's queue.
+_MAY_BE_ZERO: Final = frozenset({"topic_alias_maximum", "max_queued_bytes"})
 # Limits that v5 clients are told in CONNACK, or that they ask for, fit that field (MQTT 5.0
 # §3.2.2.3): two-byte integers, four-byte ones. Maximum Packet Size stops at the largest
 # Remaining Length (a few bytes under the largest packet): paho refuses a CONNACK above it.

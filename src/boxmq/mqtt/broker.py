@@ -563,11 +563,18 @@ class Broker:
             session = self._session_from_disk(client_id, expiry)
         if session is not None:
             return True, session
-        session = Session(
-            client_id, window=self.limits.max_inflight, queue_limit=self.limits.max_queued
-        )
+        session = self._new_session(client_id)
         self._sessions[client_id] = session
         return False, session
+
+    def _new_session(self, client_id: str) -> Session:
+        limits = self.limits
+        return Session(
+            client_id,
+            window=limits.max_inflight,
+            queue_limit=limits.max_queued,
+            queue_bytes=limits.max_queued_bytes,
+        )
 
     def _session_from_disk(self, client_id: str, expiry: int) -> Session | None:
         """A persistent session this process does not know (boxmq was restarted): its
@@ -585,9 +592,7 @@ class Broker:
             return None
         # No record: the session was left by a boxmq that wrote none, its options are the defaults.
         saved = {} if record is None else record.options
-        session = Session(
-            client_id, window=self.limits.max_inflight, queue_limit=self.limits.max_queued
-        )
+        session = self._new_session(client_id)
         session.expiry = expiry  # before attaching: persistent memberships are not process-bound
         if record is not None:
             session.outbox.expect_release(record.releasing)

@@ -152,11 +152,13 @@ class Delivery:
     def _tell_dropped(self, session: Session, publish: Publish) -> None:
         """The first drop of a run is logged; those after it are counted (drops.py)."""
         if self._drops.dropped(session.client_id, now=self._clock.now()):
+            outbox = session.outbox
             log.warning(
-                "client %s: queue full (%d queued), a QoS %d message dropped; "
-                "further drops are counted and logged every %gs",
+                "client %s: queue full (max_queued %d, max_queued_bytes %d), a QoS %d message "
+                "dropped; further drops are counted and logged every %gs",
                 session.client_id,
-                session.outbox.limit,
+                outbox.limit,
+                outbox.byte_limit,
                 publish.qos,
                 self._drops.interval,
             )

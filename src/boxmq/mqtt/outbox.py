@@ -2,8 +2,9 @@
 
 Invariants:
 - At most `window` QoS 1/2 PUBLISHes are unacknowledged at once (the client's Receive Maximum,
-  MQTT 5.0 §4.9); the rest wait in order in `queued`, which holds at most `limit` messages
-  (the oldest QoS 0 ones go first, then a new message is refused: it is the caller's to drop).
+  MQTT 5.0 §4.9); the rest wait in order in `queued`, which holds at most `limit` messages and
+  `byte_limit` bytes of payload (0: no byte limit); past either, the oldest QoS 0 ones go
+  first, then a new message is refused: it is the caller's to drop.
 - QoS 0 never takes a packet id or a slot: it is sent at once unless QoS 1/2 messages wait,
   so the order of one subscription's messages is kept (MQTT 5.0 §4.6).
 - Each in-flight entry carries the caller's `token` (e.g. a locked message on disk) and gives
@@ -64,11 +65,13 @@ class Acked(NamedTuple, Generic[T]):
 
 
 class Outbox(Generic[T]):
-    def __init__(self, *, window: int, limit: int) -> None:
+    def __init__(self, *, window: int, limit: int, byte_limit: int = 0) -> None:
         self.window = window
         self.limit = limit
+        self.byte_limit = byte_limit
         self._in_flight: dict[int, _Entry[T]] = {}
         self._queued: deque[tuple[Publish, T, float]] = deque()  # with when it was queued
+        self._queued_bytes = 0  # the payloads in `_queued`
         self._next_id = 1
         self.dropped = 0
         self.lapsed: list[T] = []  # tokens of queued messages that expired before they left
@@ -95,9 +98,12 @@ class Outbox(Generic[T]):
             return publish
         if publish.qos and not self._queued and len(self._in_flight) < self.window:
             return self._start(publish, token, now)
-        if len(self._queued) >= self.limit and not self._drop_oldest_qos0():
-            raise OverflowError("the session's queue is full")
+        size = len(publish.payload)
+        while not self._room_for(size):
+            if not self._drop_oldest_qos0():
+                raise OverflowError("the session's queue is full")
         self._queued.append((publish, token, now))
+        self._queued_bytes += size
         return None
 
     def acked(self, packet_id: int, stage: Stage, refused: bool) -> Acked[T]:
@@ -125,6 +131,7 @@ class Outbox(Generic[T]):
             if publish.qos and len(self._in_flight) >= self.window:
                 break
             self._queued.popleft()
+            self._queued_bytes -= len(publish.payload)
             interval = publish.properties.message_expiry_interval
             if interval:
                 left = math.ceil(interval - (now - queued))
@@ -179,6 +186,7 @@ class Outbox(Generic[T]):
         tokens += [token for _, token, _ in self._queued]
         self._in_flight.clear()
         self._queued.clear()
+        self._queued_bytes = 0
         return tokens
 
     def _start(self, publish: Publish, token: T, now: float) -> Publish:
@@ -201,10 +209,16 @@ class Outbox(Generic[T]):
         in_flight[packet_id] = _Entry(sent, token, stage, now)
         return sent
 
+    def _room_for(self, size: int) -> bool:
+        if len(self._queued) >= self.limit:
+            return False
+        return not self.byte_limit or self._queued_bytes + size <= self.byte_limit
+
     def _drop_oldest_qos0(self) -> bool:
         for index, (publish, _, _) in enumerate(self._queued):
             if not publish.qos:
                 del self._queued[index]
+                self._queued_bytes -= len(publish.payload)
                 self.dropped += 1
                 return True
         return False

@@ -53,11 +53,15 @@ class _Release(NamedTuple):
 
 
 class Session:
-    def __init__(self, client_id: str, *, window: int, queue_limit: int) -> None:
+    def __init__(
+        self, client_id: str, *, window: int, queue_limit: int, queue_bytes: int = 0
+    ) -> None:
         self.client_id = client_id
         self.expiry = 0  # seconds after disconnect; NEVER; 0: ends with the connection
         self.subscriptions: dict[str, SubscriptionOptions] = {}
-        self.outbox: Outbox[Token] = Outbox(window=window, limit=queue_limit)
+        self.outbox: Outbox[Token] = Outbox(
+            window=window, limit=queue_limit, byte_limit=queue_bytes
+        )
         self.awaiting_release: dict[int, _Release] = {}
         self.will: Will | None = None
         self.username: str | None = None

@@ -3,13 +3,22 @@ make a server that v5 and 3.1.1 clients can use (the values go to v5 clients in 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
 from tests.integration.mqtt.clients import paho, serve_fresh, start_server, stop_process
-from tests.integration.mqtt.raw import open_raw, publish_qos2, read
+from tests.integration.mqtt.raw import (
+    open_raw,
+    puback,
+    publish_fields,
+    publish_qos2,
+    read,
+    subscribe,
+)
 
 from boxmq.config import LIMITS_HIGHEST, load_config
+from boxmq.mqtt.settings import Limits, MqttSettings
 
 
 @pytest.mark.parametrize("v5", [pytest.param(True, id="v5"), pytest.param(False, id="v311")])
@@ -49,3 +58,30 @@ def test_exactly_once_limits_from_the_file_reach_the_qos2_intake(tmp_path: Path)
             assert body[2:3] in (b"", b"\x00")  # success
     finally:
         stop_process(process)
+
+
+def test_a_sessions_queue_is_capped_in_bytes(tmp_path: Path) -> None:
+    """Behind a window of one, a queue of at most 10 bytes: the second message of 8 bytes
+    waits, the third is dropped (a slow subscriber holds no more than that in memory)."""
+    running = start_server(
+        tmp_path / "root", MqttSettings(limits=Limits(max_inflight=1, max_queued_bytes=10))
+    )
+    try:
+        slow, _ = open_raw(running, "slow", clean=True, expiry=0)  # its queue in memory
+        slow.sendall(subscribe(1, "t", 1))
+        assert read(slow)[0] == 0x90
+        publisher = paho(running, "publisher")
+        for n in range(3):
+            publisher.publish("t", f"message{n}".encode(), 1)
+        got = []
+        slow.settimeout(1.0)
+        with contextlib.suppress(TimeoutError):
+            while True:
+                _, body = read(slow)
+                payload, packet_id = publish_fields(body)
+                got.append(payload)
+                slow.sendall(puback(packet_id))
+        assert got == [b"message0", b"message1"]
+        slow.close()
+    finally:
+        running.shutdown()

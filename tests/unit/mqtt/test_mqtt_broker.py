@@ -928,7 +928,8 @@ def test_drops_on_a_full_queue_are_logged_once_then_counted(
     with caplog.at_level(logging.WARNING, "boxmq.mqtt"):
         _run(tmp_path, test, clock, settings=MqttSettings(limits=limits))
     assert [r.getMessage() for r in caplog.records if "queue full" in r.getMessage()] == [
-        "client slow: queue full (2 queued), a QoS 1 message dropped; "
+        "client slow: queue full (max_queued 2, max_queued_bytes 67108864), a QoS 1 message "
+        "dropped; "
         "further drops are counted and logged every 10s",
         "client slow: queue full, 6 more message(s) dropped in the last 10s",
     ]

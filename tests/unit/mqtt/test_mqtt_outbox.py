@@ -195,3 +195,19 @@ def test_a_resent_message_carries_what_is_left_of_its_expiry() -> None:
     ]
     assert outbox.lapsed == [2]
     assert len(outbox) == 3  # the expired one's packet id is free
+
+
+def test_the_queue_holds_at_most_byte_limit_bytes_of_payload() -> None:
+    """A subscriber that stops reading must not hold max_queued times max_packet_size: past the
+    byte limit the oldest QoS 0 messages go first, then a new one is refused."""
+    outbox: Outbox[int] = Outbox(window=1, limit=100, byte_limit=10)
+    assert outbox.push(Publish("t", b"in flight", 1), 0) is not None
+    assert outbox.push(Publish("t", b"q1-b", 1), 1) is None  # 4 bytes queued
+    assert outbox.push(Publish("t", b"q0-a", 0), 2) is None  # 8, behind the QoS 1 one
+    assert outbox.push(Publish("t", b"q1-cc", 1), 3) is None  # 13 > 10: the QoS 0 one goes
+    assert outbox.dropped == 1
+    with pytest.raises(OverflowError):
+        outbox.push(Publish("t", b"q1-d", 1), 4)  # 13 > 10, no QoS 0 left to drop
+    outbox.acked(1, Stage.AWAIT_PUBACK, refused=False)
+    assert [p.payload for p, _ in outbox.ready()] == [b"q1-b"]  # 5 bytes left queued
+    assert outbox.push(Publish("t", b"q1-dd", 1), 4) is None  # 10: room again
