@@ -30,6 +30,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
+from functools import partial
 from typing import Any, NamedTuple
 
 from boxmq.client.topics import Publication, Topics
@@ -163,20 +164,17 @@ class _Run:
         self.go(end)
 
     def _each_in_pool(self, start: int, end: int) -> None:
-        loop = self._loop
-        future = self._pool.submit(_attempt_each, self._jobs[start:end])
-
-        def finished(future: Future[list[object]]) -> None:  # in the worker thread
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody left to answer
-                loop.call_soon_threadsafe(self._pooled, start, end, future)
-
-        future.add_done_callback(finished)
+        self._in_pool(start, end, partial(_attempt_each, self._jobs[start:end]))
 
     def _together_in_pool(self, start: int, end: int) -> None:
         together = [job.together for job in self._jobs[start:end] if job.together is not None]
-        loop = self._loop
         do = together[0][0]  # the run's jobs share it
-        future = self._pool.submit(_attempt_together, do, [item for _, item in together])
+        self._in_pool(start, end, partial(_attempt_together, do, [item for _, item in together]))
+
+    def _in_pool(self, start: int, end: int, work: Callable[[], list[object]]) -> None:
+        """Run `work` (the results of jobs start..end) in a worker; go on, on the loop, after."""
+        loop = self._loop
+        future = self._pool.submit(work)
 
         def finished(future: Future[list[object]]) -> None:  # in the worker thread
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody left to answer
