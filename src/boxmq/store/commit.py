@@ -209,17 +209,9 @@ class Committer:
             self._ensure_thread()
             _rename_all(moves)
             return
-        done = threading.Event()
-        failed: list[OSError | None] = []
-
-        def committed(error: OSError | None) -> None:
-            failed.append(error)
-            done.set()
-
-        self.commit_then(moves, committed)
-        done.wait()
-        if failed[0] is not None:
-            raise failed[0]
+        [error] = self.commit_each([moves])
+        if error is not None:
+            raise error
 
     def commit_each(self, groups: Sequence[Sequence[Move]]) -> list[OSError | None]:
         """`commit` for each of `groups` at once, returning each group's error (its first
