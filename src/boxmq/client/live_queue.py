@@ -556,10 +556,7 @@ class LiveQueue:
     def _finish(self, message_id: MessageId, name: str) -> None:
         processing = self._locks.pop(message_id)
         keep = self._options.keep_processed
-        if not self._box.finish(processing, name, keep=keep) and not (
-            (moved := self._moved(processing)) is not None
-            and self._box.finish(moved, name, keep=keep)
-        ):
+        if not self._on_lock(processing, lambda held: self._box.finish(held, name, keep=keep)):
             raise UnexpectedRequest(message_id, "the lock was taken away")
 
     def _claim(self, effect: Claim) -> bool:
@@ -606,12 +603,18 @@ class LiveQueue:
             inbox.remove(message_id)
 
     def _move_lock(self, processing: str, target: State, new: str) -> bool:
-        """Move our lock's file out of processing/ (or rename it there), under the name
-        another process may have given it since we last looked (an extend by id)."""
-        if self._box.move(_PROCESSING, processing, target, new):
+        """Move our lock's file out of processing/ (or rename it there)."""
+        return self._on_lock(
+            processing, lambda held: self._box.move(_PROCESSING, held, target, new)
+        )
+
+    def _on_lock(self, processing: str, act: Callable[[str], bool]) -> bool:
+        """`act` on our lock's file, under the name another process may have given it since
+        we last looked (an extend by id) if `processing` is gone; False if both fail."""
+        if act(processing):
             return True
         moved = self._moved(processing)
-        return moved is not None and self._box.move(_PROCESSING, moved, target, new)
+        return moved is not None and act(moved)
 
     def _forget(self, message_id: MessageId) -> None:
         self._locks.pop(message_id, None)
