@@ -440,10 +440,12 @@ class Broker:
             client.link.close()
             return
         client_id = packet.client_id
-        assigned = None
+        assigned = record = None
         if not client_id:
             client_id = assigned = f"auto-{uuid.uuid4().hex}"
-        elif self._belongs_to_another(client_id, packet.username):
+        elif self._belongs_to_another(
+            client_id, packet.username, record := self._record_of(client_id)
+        ):
             log.warning(
                 "client %r refused: its session belongs to another user than %r",
                 client_id,
@@ -455,7 +457,7 @@ class Broker:
             return
         expiry = self._expiry_of(packet)
         keep_alive = _granted_keep_alive(packet.keep_alive, self.limits.max_keepalive, v5=v5)
-        present, session = self._take_session(client_id, packet.clean_start, expiry)
+        present, session = self._take_session(client_id, packet.clean_start, expiry, record)
         session.expiry = expiry
         session.will = packet.will
         session.username = packet.username
@@ -516,14 +518,22 @@ class Broker:
             return _R.CLIENT_IDENTIFIER_NOT_VALID
         return None
 
-    def _belongs_to_another(self, client_id: str, username: str | None) -> bool:
-        """Whether `client_id` names a session (connected, or persistent in memory or on disk)
-        of a user other than `username`: a client must not take over, resume or end what
-        another user's client holds (its messages, its subscriptions, its Will)."""
+    def _record_of(self, client_id: str) -> SessionRecord | None:
+        """The record on disk of a session this process does not hold (one it holds is
+        newer): read once per CONNECT, for its owner and then for resuming it."""
+        if client_id in self._sessions:
+            return None
+        return read_record(self.box.root, client_id)
+
+    def _belongs_to_another(
+        self, client_id: str, username: str | None, record: SessionRecord | None
+    ) -> bool:
+        """Whether `client_id` names a session (connected, or persistent in memory or on disk,
+        `record`) of a user other than `username`: a client must not take over, resume or
+        end what another user's client holds (its messages, its subscriptions, its Will)."""
         session = self._sessions.get(client_id)
         if session is not None:
             return session.username != username
-        record = read_record(self.box.root, client_id)
         return record is not None and record.username != username
 
     def _expiry_of(self, packet: Connect) -> int:
@@ -534,8 +544,11 @@ class Broker:
             )
         return 0 if packet.clean_start else NEVER  # 3.1.1: CleanSession 0 is kept until clean
 
-    def _take_session(self, client_id: str, clean: bool, expiry: int) -> tuple[bool, Session]:
-        """Session takeover and resumption (MQTT 5.0 §3.1.4): (session present, session)."""
+    def _take_session(
+        self, client_id: str, clean: bool, expiry: int, record: SessionRecord | None
+    ) -> tuple[bool, Session]:
+        """Session takeover and resumption (MQTT 5.0 §3.1.4): (session present, session).
+        `record`: the session's record on disk (`_record_of`), for one not in memory."""
         old_client = self._links.get(client_id)
         if old_client is not None:
             log.info("client %s: taken over by a new connection", client_id)
@@ -560,7 +573,7 @@ class Broker:
             self._lifetimes.forget_on_disk(client_id)
             session = None
         elif session is None:
-            session = self._session_from_disk(client_id, expiry)
+            session = self._session_from_disk(client_id, expiry, record)
         if session is not None:
             return True, session
         session = self._new_session(client_id)
@@ -576,14 +589,15 @@ class Broker:
             queue_bytes=limits.max_queued_bytes,
         )
 
-    def _session_from_disk(self, client_id: str, expiry: int) -> Session | None:
+    def _session_from_disk(
+        self, client_id: str, expiry: int, record: SessionRecord | None
+    ) -> Session | None:
         """A persistent session this process does not know (boxmq was restarted): its
         durable subscriptions are on disk, their options read back from their records, and
         so are the QoS 2 messages it got PUBREC for and has not released yet, and the packet
         ids its own record says it was sent PUBREL for (outbox.expect_release). Resumed with
         an expiry of 0 too (MQTT 5.0 §3.1.2.4): it then ends with this connection, its
         subscriptions on disk with it, where a new session would leave them behind."""
-        record = read_record(self.box.root, client_id)
         if record is None and not expiry:
             return None  # a clean session most likely: spare it the scan of every subscription
         found = self.box.topics.subscribed(consumer_name(client_id))
