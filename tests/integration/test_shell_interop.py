@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -85,3 +86,79 @@ def test_files_boxmq_writes_are_dropboxmq_names_a_script_can_read(
     assert name.startswith("6.")
     assert name.split(".")[2] == "B"
     assert decode(name).user_properties() == {"k": "v w"}
+
+
+def send(root: Path, name: str, body: str) -> None:
+    """A script's send: write in working/, then mv into target/."""
+    sh(f"printf '{body}' > jobs/working/w && mv jobs/working/w 'jobs/target/{name}'", root)
+
+
+def test_a_name_sent_again_keeps_both_messages_in_processed(box: boxmq.Box, root: Path) -> None:
+    """A nightly script that always sends 4.nightly.T: yesterday's acked file stays."""
+    jobs = box.queue("jobs")
+    with jobs.consumer("w") as consumer:
+        for night in ("monday", "tuesday"):
+            send(root, "4.nightly.T", night)
+            message = consumer.receive(timeout=5)
+            assert message is not None
+            assert message.id == "nightly"
+            message.ack()
+    processed = root / "jobs" / "processed"
+    assert sorted(p.read_bytes() for p in processed.iterdir()) == [b"monday", b"tuesday"]
+    assert (processed / "4.nightly.T").read_bytes() == b"monday"
+
+
+def test_a_redrive_beside_a_new_message_of_its_name_delivers_both(
+    box: boxmq.Box, root: Path
+) -> None:
+    jobs = box.queue("jobs")
+    with jobs.consumer("w") as consumer:
+        send(root, "4.job-1.T", "first attempt")
+        message = consumer.receive(timeout=5)
+        assert message is not None
+        message.reject()
+        send(root, "4.job-1.T", "corrected job")  # unique in target/ again
+        assert jobs.requeue(source="error") == 1
+        got = []
+        for _ in range(2):
+            message = consumer.receive(timeout=5)
+            assert message is not None
+            got.append((message.body, message.id))
+            message.ack()
+        assert sorted(got) == [(b"corrected job", "job-1"), (b"first attempt", "job-1~2")]
+
+
+def test_an_unlock_beside_a_new_message_of_its_name_delivers_both(
+    box: boxmq.Box, root: Path
+) -> None:
+    """Both have the id x: the consumer takes them one after the other."""
+    jobs = box.queue("jobs")
+    with jobs.consumer("w", max_in_flight=1) as consumer:
+        send(root, "4.x.T", "old")
+        held = consumer.receive(timeout=5)
+        assert held is not None
+        send(root, "4.x.T", "new")  # while the first is locked in processing/
+        held.unlock()
+        bodies = []
+        for _ in range(2):
+            message = consumer.receive(timeout=5)
+            assert message is not None
+            bodies.append(message.body)
+            message.ack()
+        assert sorted(bodies) == [b"new", b"old"]
+    assert sorted(os.listdir(root / "jobs" / "target")) == []
+
+
+def test_two_ready_messages_with_one_id_are_both_delivered(box: boxmq.Box, root: Path) -> None:
+    jobs = box.queue("jobs")
+    jobs.put(b"warm-up")  # creates the folders
+    send(root, "4.same.T", "low")
+    send(root, "7.same.T", "high")
+    with jobs.consumer("w", max_in_flight=5) as consumer:
+        got = []
+        for _ in range(3):
+            message = consumer.receive(timeout=5)
+            assert message is not None
+            got.append(message.body)
+            message.ack()
+    assert sorted(got) == [b"high", b"low", b"warm-up"]

@@ -228,6 +228,24 @@ def test_start_acknowledges_everything_up_to_it_under_the_original_names(
     assert len(_folder(box, "processing")) == 1
 
 
+def test_an_ack_never_replaces_a_processed_message_of_the_same_name(
+    box: boxmq.Box, clock: ManualClock
+) -> None:
+    """A producer that reuses a name (a nightly 4.nightly.T): yesterday's stays in processed/."""
+    box.queue("q").put("warm-up")
+    box.queue("q").purge()
+    dropbox = queue_path(box.root, "q")
+    Path(dropbox, "processed", "4.nightly.T").write_bytes(b"monday")
+    Path(dropbox, "target", "4.nightly.T").write_bytes(b"tuesday")
+    claims = _claims(box, clock)
+    end = claims.next_end(0, Budget())
+    _task(box, claims, 0, end)
+    claims.next_end(end, Budget())  # the next batch: the first one is done
+
+    processed = {n: Path(dropbox, "processed", n).read_bytes() for n in _folder(box, "processed")}
+    assert processed == {"4.nightly.T": b"monday", "4.nightly%7E2.T": b"tuesday"}
+
+
 def test_a_byte_budget_always_takes_at_least_one_message(
     box: boxmq.Box, clock: ManualClock
 ) -> None:

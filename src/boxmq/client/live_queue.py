@@ -16,6 +16,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from boxmq.client.lifecycle import (
     dead_name,
@@ -64,6 +65,7 @@ _Decision = Callable[[float], Effect]  # given `now`, what the engine says to do
 # Read from module globals on the hot path: Enum's metaclass has a __getattr__, so each
 # `State.TARGET` is a slow attribute lookup (~800 instructions), a global one cached load.
 _TARGET, _PROCESSING = State.TARGET, State.PROCESSING
+_Done = TypeVar("_Done", bool, str | None)  # what acting on a lock's file gives: falsy, failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +121,8 @@ class LiveQueue:
         self._bodies: dict[str, bytes] = {}  # small bodies of our puts, by target/ name
         self._locks: dict[MessageId, str] = {}  # our leases: their processing/ names
         self._inbox: dict[ConsumerId, deque[MessageId]] = {}
+        # Ids that another file in target/ has, waiting until the engine lets go of its own.
+        self._behind: set[MessageId] = set()
         self._next_scan = 0.0
         self._next_sweep = 0.0
         self._closed = False
@@ -233,6 +237,8 @@ class LiveQueue:
             self._expire(now)  # a late answer finds its lock gone
             message = self._engine.ack(message_id, consumer, now=now).message
             self._claimed.pop(message_id, None)  # acked before any receive took it
+            if self._behind:
+                self._let_go(message_id)
             self._finish(message_id, message.key)
             self._wake_others()
 
@@ -385,12 +391,20 @@ class LiveQueue:
         for message_id in missing:
             del self._locks[message_id]
             self._claimed.pop(message_id, None)
+            self._let_go(message_id)
             if (lease := self._engine.lock_lost(message_id)) is not None:
                 self._unqueue(message_id, lease.holder)
                 log.info(
                     "%s: %s left processing/ while %s held it", self.name, message_id, lease.holder
                 )
             self._next_scan = 0.0  # unlocked: back in target/, under a name to offer
+
+    def _let_go(self, message_id: MessageId) -> None:
+        """The engine no longer has `message_id`: a file of that id that waited in target/
+        is offered at the next look."""
+        if message_id in self._behind:
+            self._behind.discard(message_id)
+            self._next_scan = 0.0
 
     def _missing(self, among: list[MessageId] | None = None) -> list[MessageId]:
         """Our locks (or those `among` them) whose file is not in processing/ under the name
@@ -430,6 +444,7 @@ class LiveQueue:
     def _scan(self, now: float) -> None:
         self._next_scan = now + self._options.rescan_interval
         self._sent.clear()
+        self._behind.clear()  # what still waits is put back by its offer below
         present = {entry.name for entry in self._box.scan(State.TARGET)}
         for name in self._known.keys() - present:
             self._engine.withdraw(self._known.pop(name).message_id)
@@ -445,10 +460,18 @@ class LiveQueue:
             set_aside(self._box, self.name, name, why)
             return
         envelope = envelope_of(name)
-        if self._engine.lease(envelope.message_id) is not None:
-            # Back in target/ while our lock holds it: another process unlocked it by id.
-            # Look in processing/ at once; the rescan that follows offers it.
+        message_id = envelope.message_id
+        if self._engine.lease(message_id) is not None:
+            # Back in target/ while our lock holds it: another process unlocked it by id (look
+            # in processing/ at once; the rescan that follows offers it); or another message
+            # with its id (a producer that reused one), offered at the look after the lock.
             self._next_sweep = 0.0
+            self._behind.add(message_id)
+            return
+        if self._engine.is_ready(message_id):
+            # The engine knows messages by id: an offer would put this one in place of the
+            # other, which then nobody gets. One at a time, as behind a lock.
+            self._behind.add(message_id)
             return
         if (stamp := envelope.timestamp) is not None:
             sequence = stamp / 1000
@@ -469,6 +492,8 @@ class LiveQueue:
         for name in changes.gone:  # claimed by another process, or moved away: not ours
             if (envelope := known.pop(name, None)) is not None:
                 self._engine.withdraw(envelope.message_id)
+                if self._behind and self._engine.lease(envelope.message_id) is None:
+                    self._let_go(envelope.message_id)
         now = None  # read once, and only for a name to offer (most are our own puts)
         sent = self._sent
         for name in changes.names:
@@ -523,6 +548,8 @@ class LiveQueue:
             self._claimed.pop(message.message_id, None)  # a lock that ends before any receive
             if not isinstance(effect, Expire):
                 self._unqueue(message.message_id, effect.holder)
+            if self._behind:
+                self._let_go(message.message_id)
         if type(effect) is Finish:
             self._finish(message.message_id, message.key)
             return False
@@ -582,7 +609,7 @@ class LiveQueue:
         if new is None:  # the name cannot carry a delivery count: never loop forever on it
             self._move_lock(processing, State.ERROR, dead_name(message.key, "metadata-full"))
             return
-        if self._move_lock(processing, _TARGET, new):
+        if (placed := self._move_lock(processing, _TARGET, new)) is not None:
             if effect.reason in _TOLD:
                 log.info(
                     "%s: %s %s by %s: redelivering",
@@ -591,7 +618,7 @@ class LiveQueue:
                     effect.reason.name.lower().replace("_", " "),
                     effect.holder,
                 )
-            self._offer(new, self._clock.now())
+            self._offer(placed, self._clock.now())
 
     def _unqueue(self, message_id: MessageId, holder: ConsumerId | None) -> None:
         """A lock that ended before its holder received it leaves the holder's inbox: the
@@ -602,21 +629,23 @@ class LiveQueue:
         if inbox and message_id in inbox:
             inbox.remove(message_id)
 
-    def _move_lock(self, processing: str, target: State, new: str) -> bool:
-        """Move our lock's file out of processing/ (or rename it there)."""
+    def _move_lock(self, processing: str, target: State, new: str) -> str | None:
+        """Move our lock's file out of processing/ (or rename it there): the name it took
+        (`new`, or in target/ a distinct one if another file has that name), or None."""
         return self._on_lock(
-            processing, lambda held: self._box.move(_PROCESSING, held, target, new)
+            processing, lambda held: self._box.place(_PROCESSING, held, target, new)
         )
 
-    def _on_lock(self, processing: str, act: Callable[[str], bool]) -> bool:
+    def _on_lock(self, processing: str, act: Callable[[str], _Done]) -> _Done:
         """`act` on our lock's file, under the name another process may have given it since
-        we last looked (an extend by id) if `processing` is gone; False if both fail."""
-        if act(processing):
-            return True
+        we last looked (an extend by id) if `processing` is gone; falsy if both fail."""
+        if done := act(processing):
+            return done
         moved = self._moved(processing)
-        return moved is not None and act(moved)
+        return done if moved is None else act(moved)
 
     def _forget(self, message_id: MessageId) -> None:
+        self._let_go(message_id)
         self._locks.pop(message_id, None)
         self._claimed.pop(message_id, None)
         self._engine.claim_lost(message_id)

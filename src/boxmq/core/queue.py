@@ -303,6 +303,9 @@ class QueueEngine:
     def lease(self, message_id: MessageId) -> Lease | None:
         return self._leases.get(message_id)
 
+    def is_ready(self, message_id: MessageId) -> bool:
+        return message_id in self._ready
+
     def waiting(self) -> bool:
         """True if a ready message is not delayed: one `dispatch` may hand out if a consumer
         has room (as of the last `offer`, `expire` or `dispatch`)."""

@@ -43,8 +43,8 @@ from boxmq.model import ConsumerId
 from boxmq.spark.durable import write_json
 from boxmq.spark.plans import Plan, load_plans, remove_plans, write_plan
 from boxmq.store.commit import Committer, FsyncPolicy
-from boxmq.store.dropbox import Dropbox
-from boxmq.store.layout import State, open_folder
+from boxmq.store.dropbox import Dropbox, move_apart
+from boxmq.store.layout import State
 from boxmq.store.names import MAX_NAME, Lock, decode_lenient, locked_name, split_lock
 
 __all__ = ["Budget", "Claim", "Claims", "StreamBusy", "state_dir", "stream_id"]
@@ -153,20 +153,15 @@ class Claims:
         acked = sorted(s for s in self._pending if s <= upto)
         if not acked:
             return 0
-        processing = open_folder(self._dirs[State.PROCESSING])
-        processed = open_folder(self._dirs[State.PROCESSED])
-        try:
-            for seq in acked:
-                claim = self._pending.pop(seq)
-                try:
-                    # Names relative to open folders: the kernel walks one component, not ten.
-                    os.rename(claim.locked, claim.name, src_dir_fd=processing, dst_dir_fd=processed)
-                    done += 1
-                except FileNotFoundError:
-                    missing += 1
-        finally:
-            os.close(processing)
-            os.close(processed)
+        processing = self._dirs[State.PROCESSING] + os.sep
+        processed = self._dirs[State.PROCESSED] + os.sep
+        for seq in acked:
+            claim = self._pending.pop(seq)
+            # Never over a file of that name: a producer may have reused it (move_apart).
+            if move_apart(processing + claim.locked, processed, claim.name) is None:
+                missing += 1
+            else:
+                done += 1
         if missing:
             # Another consumer claimed it before the task could, or its lock timed out and a
             # sweeper took it back: either way someone else delivers it.
@@ -305,8 +300,7 @@ class Claims:
                 return None  # released with a delay that has not passed
             priority, expiration, stamp = envelope.priority, envelope.expiration, envelope.timestamp
         if 0 < expiration <= now_ms:
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(entry.path, os.path.join(self._dirs[State.EXPIRED], name))
+            move_apart(entry.path, self._dirs[State.EXPIRED] + os.sep, name)
             return None
         if stamp is None:
             stamp = int(entry.stat(follow_symlinks=False).st_mtime * 1000)

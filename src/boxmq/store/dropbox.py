@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -20,13 +21,30 @@ from dataclasses import dataclass
 from boxmq.errors import QueueNotFound
 from boxmq.store.commit import Committer, Move
 from boxmq.store.layout import State, is_dropbox
-from boxmq.store.spares import Spares, remove_file, write_new
+from boxmq.store.names import distinct_name
+from boxmq.store.spares import Spares, remove_file, rename_noreplace, write_new
 from boxmq.store.temporaries import removed_on_failure, temporary_in
 
-__all__ = ["Dropbox", "Entry"]
+__all__ = ["Dropbox", "Entry", "move_apart"]
 
 _READ = 1 << 16  # below malloc's mmap threshold: a small body costs no mmap/munmap
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+
+
+def move_apart(source: str, folder: str, name: str) -> str | None:
+    """Rename the file `source` to `folder` + `name`, or, if a file there has that name, to a
+    `distinct_name` (never over it); the name it took, or None if `source` was gone."""
+    chosen = name
+    for number in itertools.count(2):
+        try:
+            rename_noreplace(source, folder + chosen)
+        except FileNotFoundError:
+            return None
+        except FileExistsError:
+            chosen = distinct_name(name, number)
+            continue
+        return chosen
+    raise AssertionError("unreachable: the names count up until one is free")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,13 +160,29 @@ class Dropbox:
         return sum(1 for _ in self.scan(state))
 
     def move(self, source: State, name: str, target: State, new_name: str | None = None) -> bool:
-        """Rename source/<name> to target/<new_name or name>; False if the file was gone."""
-        try:
-            prefixes = self._prefixes
-            os.rename(prefixes[source] + name, prefixes[target] + (new_name or name))
-        except FileNotFoundError:
-            return False
-        return True
+        """`place`: True if the file was moved, False if it was gone."""
+        return self.place(source, name, target, new_name) is not None
+
+    def place(
+        self, source: State, name: str, target: State, new_name: str | None = None
+    ) -> str | None:
+        """Rename source/<name> to target/<new_name or name>, and return the name it took; None
+        if the file was gone.
+
+        Never over another file: a producer may send a name again once its first message has
+        left target/, and that one may wait in error/ (or expired/, processed/) under the same
+        name, or come back to target/ by an unlock. The message then takes a `distinct_name`.
+        Into processing/ a lock's suffix makes the name unique, and a plain rename is faster.
+        """
+        prefixes = self._prefixes
+        old, wanted = prefixes[source] + name, new_name or name
+        if target is State.PROCESSING:
+            try:
+                os.rename(old, prefixes[target] + wanted)
+            except FileNotFoundError:
+                return None
+            return wanted
+        return move_apart(old, prefixes[target], wanted)
 
     def finish(self, processing: str, name: str, *, keep: bool) -> bool:
         """An acknowledged message leaves processing/<processing>: to processed/<name> (its

@@ -27,6 +27,7 @@ the PropertyType letter. Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -55,6 +56,7 @@ __all__ = [
     "check_consumer_name",
     "decode",
     "decode_lenient",
+    "distinct_name",
     "encode",
     "escape_segment",
     "lock_suffixed",
@@ -401,6 +403,25 @@ def decode_lenient(name: str) -> tuple[Envelope, str | None]:
         return _decode(name), None
     except MalformedName as error:
         return Envelope(MessageId(name)), str(error)
+
+
+def distinct_name(name: str, number: int) -> str:
+    """A name for the message of file `name` that no other file of that name has, with the id
+    `<id>~<number>`: a producer may reuse a name (unique in target/ when sent) that error/,
+    expired/ or processed/ already holds, or that a message unlocked back into target/ has. The
+    two are different messages, and a queue tells messages apart by id. The other metadata
+    stays; a name not in the encoding (its id is the whole name) gains `~<number>`, as does
+    one that has no room for it."""
+    envelope, reason = decode_lenient(name)
+    if reason is None:
+        renamed = dataclasses.replace(
+            envelope, message_id=MessageId(f"{envelope.message_id}~{number}")
+        )
+        try:
+            return encode(renamed, as_read=True)
+        except InvalidArgument:
+            pass  # too long: told apart as a foreign name is
+    return f"{name}~{number}"
 
 
 # --- locks ---------------------------------------------------------------------------------

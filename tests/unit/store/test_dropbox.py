@@ -13,6 +13,7 @@ from boxmq.errors import QueueNotFound
 from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
+from boxmq.store.names import decode
 
 
 def test_opening_a_queue_with_only_target_makes_the_other_state_folders(tmp_path: Path) -> None:
@@ -88,5 +89,34 @@ def test_a_setting_the_disk_refuses_leaves_no_temporary(
         monkeypatch.undo()
         assert box.setting("owner") == "first"
         assert not [name for name in os.listdir(box.path) if name.startswith(".tmp-")]
+    finally:
+        committer.close()
+
+
+@pytest.mark.parametrize("into", [State.ERROR, State.EXPIRED, State.PROCESSED, State.TARGET])
+def test_a_move_never_replaces_a_file_of_the_same_name(tmp_path: Path, into: State) -> None:
+    """A producer may send a name again once its first message left target/: both messages
+    stay, the second under a distinct name, and id."""
+    committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
+    try:
+        box = Dropbox(str(tmp_path / "q"), committer, create=True)
+        folder = tmp_path / "q"
+        (folder / into.value / "4.job.T").write_bytes(b"first")
+        (folder / "processing" / "4.job.T").write_bytes(b"second")
+        (folder / "processing" / "4.job.T@w@1@").write_bytes(b"third")
+        placed = box.place(State.PROCESSING, "4.job.T", into)
+        assert placed is not None
+        assert placed != "4.job.T"
+        assert box.move(State.PROCESSING, "4.job.T@w@1@", into, "4.job.T")
+        bodies = {
+            name: (folder / into.value / name).read_bytes()
+            for name in os.listdir(folder / into.value)
+        }
+        assert sorted(bodies.values()) == [b"first", b"second", b"third"]
+        assert bodies["4.job.T"] == b"first"
+        assert bodies[placed] == b"second"
+        ids = {decode(name).message_id: body for name, body in bodies.items()}
+        assert ids == {"job": b"first", "job~2": b"second", "job~3": b"third"}
+        assert box.place(State.PROCESSING, "gone", into) is None
     finally:
         committer.close()

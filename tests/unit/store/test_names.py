@@ -32,6 +32,7 @@ from boxmq.store.names import (
     check_consumer_name,
     decode,
     decode_lenient,
+    distinct_name,
     encode,
     escape_segment,
     locked_name,
@@ -369,6 +370,31 @@ def test_lenient_decoding_never_raises(name: str) -> None:
         assert _without_nan(decode(name)) == _without_nan(value)
     else:
         assert value == Envelope(MessageId(name))
+
+
+@given(st.text().filter(lambda s: "/" not in s and "\0" not in s and s) | NAMEISH.filter(bool))
+def test_a_distinct_name_is_the_same_message_under_another_id(name: str) -> None:
+    """A reused name's second file is told apart by its id, `<id>~2` (a foreign name: its whole
+    name, so the same), and keeps the rest of its metadata."""
+    first, second = distinct_name(name, 2), distinct_name(name, 3)
+    assert len({name, first, second}) == 3
+    assert "/" not in first
+    assert "\0" not in first
+    value, _ = decode_lenient(name)
+    copy, _ = decode_lenient(first)
+    assert copy.message_id == f"{value.message_id}~2"
+    if first != f"{name}~2":  # in the encoding: every other field as it was
+        assert _without_nan(replace(copy, message_id=value.message_id)) == _without_nan(value)
+
+
+def test_a_name_that_is_not_utf8_gains_the_suffix() -> None:
+    name = os.fsdecode(b"4.rapport-\xe9t\xe9.T")
+    assert distinct_name(name, 2) == name + "~2"
+    assert decode_lenient(name + "~2")[0].message_id == name + "~2"
+
+
+def test_an_encoded_name_takes_the_suffix_in_its_id() -> None:
+    assert distinct_name("7.job-1.T.....kS=v", 2) == "7.job-1%7E2.T.....kS=v"
 
 
 def _encoded(value: Envelope) -> str:
