@@ -162,3 +162,44 @@ def test_two_ready_messages_with_one_id_are_both_delivered(box: boxmq.Box, root:
             got.append(message.body)
             message.ack()
     assert sorted(got) == [b"high", b"low", b"warm-up"]
+
+
+STRAYS = {
+    "4.folder.T": "mkdir jobs/target/4.folder.T",
+    "4.pipe.T": "mkfifo jobs/target/4.pipe.T",
+    "4.link.T": "ln -s /etc/hostname jobs/target/4.link.T",
+}
+
+
+def test_what_is_no_file_in_target_goes_to_error_and_blocks_no_consumer(
+    box: boxmq.Box, root: Path
+) -> None:
+    """A directory, a named pipe or a symbolic link moved into target/ while a consumer runs
+    (it learns the name from inotify, which does not say what it is): set aside, and the
+    consumer goes on; a receive keeps to its timeout."""
+    jobs = box.queue("jobs")
+    jobs.put(b"warm-up")  # creates the folders
+    with jobs.consumer("w", max_in_flight=5) as consumer:
+        first = consumer.receive(timeout=5)
+        assert first is not None
+        first.ack()
+        sh("; ".join(STRAYS.values()), root)
+        send(root, "4.good.T", "good")
+        message = consumer.receive(timeout=5)
+        assert message is not None
+        assert message.body == b"good"
+        message.ack()
+        assert consumer.receive(timeout=0.5) is None
+    assert sorted(os.listdir(root / "jobs" / "error")) == sorted(STRAYS)
+    assert os.listdir(root / "jobs" / "target") == []
+
+
+def test_get_sets_aside_what_is_no_file_in_target(box: boxmq.Box, root: Path) -> None:
+    jobs = box.queue("jobs")
+    jobs.put(b"warm-up")
+    sh("; ".join(STRAYS.values()), root)
+    message = jobs.get()
+    assert message is not None
+    assert message.body == b"warm-up"
+    assert jobs.get() is None
+    assert sorted(os.listdir(root / "jobs" / "error")) == sorted(STRAYS)

@@ -35,6 +35,8 @@ __all__ = [
     "redrive_name",
     "released_name",
     "set_aside",
+    "set_aside_claimed",
+    "set_aside_strays",
     "shown",
     "unusable",
 ]
@@ -71,6 +73,23 @@ def set_aside(box: Dropbox, queue: str, name: str, why: str) -> bool:
         return False
     log.error("%s: %s is %s: moved to error/", queue, shown(name), why)
     return True
+
+
+NOT_A_FILE = "not a regular file"  # why a stray of target/ is set aside
+
+
+def set_aside_strays(box: Dropbox, queue: str, strays: list[str]) -> None:
+    """Move what `Dropbox.scan` found in target/ that is not a message file (a directory, a
+    symbolic link, a named pipe) to error/, where people look, logged: never delivered."""
+    for name in strays:
+        set_aside(box, queue, name, NOT_A_FILE)
+
+
+def set_aside_claimed(box: Dropbox, queue: str, processing: str, name: str) -> None:
+    """What a claim found to be no message file (it was a directory or a pipe when renamed
+    into processing/): from processing/<processing> to error/<name>, logged."""
+    if box.move(State.PROCESSING, processing, State.ERROR, name):
+        log.error("%s: %s is %s: moved to error/", queue, shown(name), NOT_A_FILE)
 
 
 def shown(text: str) -> str:

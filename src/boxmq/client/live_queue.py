@@ -24,6 +24,8 @@ from boxmq.client.lifecycle import (
     ready_of,
     released_name,
     set_aside,
+    set_aside_claimed,
+    set_aside_strays,
     unusable,
 )
 from boxmq.client.message import Message
@@ -46,7 +48,7 @@ from boxmq.core import (
 from boxmq.errors import Closed, InvalidArgument, UnexpectedRequest
 from boxmq.ids import stamp_of
 from boxmq.model import ConsumerId, Envelope, MessageId
-from boxmq.store.dropbox import Dropbox
+from boxmq.store.dropbox import Dropbox, NotAFile
 from boxmq.store.layout import State
 from boxmq.store.names import Lock, lock_suffixed, locked_name, split_lock
 from boxmq.store.v5_properties import V5Reader
@@ -304,12 +306,22 @@ class LiveQueue:
                 self._forget(message_id)
                 continue
             body = self._bodies.pop(lease.message.key, None)  # our own put's, if kept
-            if body is None and (body := self._box.read(_PROCESSING, processing)) is None:
-                self._forget(message_id)  # swept away by another process before we read it
+            if body is None and (body := self._read(processing, lease.message.key)) is None:
+                self._forget(message_id)  # swept away by another process, or no file
                 continue
             envelope = self._claimed.pop(message_id, None) or envelope_of(lease.message.key)
             return Message(self.name, envelope, body, consumer, lease.deadline, self, self.v5)
         return None
+
+    def _read(self, processing: str, name: str) -> bytes | None:
+        """The body of a claimed message; None if it is gone or was no file (a directory or
+        a pipe moved into target/: its name came by the watcher, which does not say what it
+        is), which goes to error/."""
+        try:
+            return self._box.read(_PROCESSING, processing)
+        except NotAFile:
+            set_aside_claimed(self._box, self.name, processing, name)
+            return None
 
     def _pump(self, consumer: ConsumerId) -> None:
         """Take in the folder's news, then hand out. The news is read first, unless it was
@@ -445,7 +457,9 @@ class LiveQueue:
         self._next_scan = now + self._options.rescan_interval
         self._sent.clear()
         self._behind.clear()  # what still waits is put back by its offer below
-        present = {entry.name for entry in self._box.scan(State.TARGET)}
+        strays: list[str] = []
+        present = {entry.name for entry in self._box.scan(State.TARGET, strays)}
+        set_aside_strays(self._box, self.name, strays)
         for name in self._known.keys() - present:
             self._engine.withdraw(self._known.pop(name).message_id)
         for name in present - self._known.keys():

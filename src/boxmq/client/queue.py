@@ -16,6 +16,8 @@ from boxmq.client.lifecycle import (
     ready_of,
     redrive_name,
     set_aside,
+    set_aside_claimed,
+    set_aside_strays,
     unusable,
 )
 from boxmq.client.live_queue import LiveQueue
@@ -36,7 +38,7 @@ from boxmq.model import (
     properties_from,
 )
 from boxmq.store.commit import Move, discard_unsent
-from boxmq.store.dropbox import Dropbox
+from boxmq.store.dropbox import Dropbox, NotAFile
 from boxmq.store.layout import State
 from boxmq.store.names import (
     Lock,
@@ -310,7 +312,11 @@ class Queue:
             processing = locked_name(name, Lock(holder, int(deadline * 1000), ""))
             if not self._box.move(State.TARGET, name, State.PROCESSING, processing):
                 continue  # another consumer was faster
-            body = self._box.read(State.PROCESSING, processing)
+            try:
+                body = self._box.read(State.PROCESSING, processing)
+            except NotAFile:  # made so between the look and the claim
+                set_aside_claimed(self._box, self.name, processing, name)
+                continue
             if body is None:
                 continue
             settler = GotLock(self._disk, lock_timeout)
@@ -319,7 +325,8 @@ class Queue:
 
     def _ready_in_order(self, now: float) -> Iterable[tuple[str, Envelope]]:
         ready = []
-        for entry in self._box.scan(State.TARGET):
+        strays: list[str] = []
+        for entry in self._box.scan(State.TARGET, strays):
             if (why := unusable(entry.name)) is not None:
                 set_aside(self._box, self.name, entry.name, why)  # never lost, blocks nobody
                 continue
@@ -329,6 +336,7 @@ class Queue:
             elif envelope.not_before <= now:
                 item = ready_of(entry.name, envelope, _sequence(entry.path, envelope))
                 ready.append((-item.priority, item.sequence, entry.name, envelope))
+        set_aside_strays(self._box, self.name, strays)
         heapq.heapify(ready)
         while ready:
             _, _, name, envelope = heapq.heappop(ready)

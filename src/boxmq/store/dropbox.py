@@ -12,9 +12,11 @@ The body on disk is exactly the payload: metadata lives in the name (store/names
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import itertools
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -25,10 +27,21 @@ from boxmq.store.names import distinct_name
 from boxmq.store.spares import Spares, remove_file, rename_noreplace, write_new
 from boxmq.store.temporaries import removed_on_failure, temporary_in
 
-__all__ = ["Dropbox", "Entry", "move_apart"]
+__all__ = ["Dropbox", "Entry", "NotAFile", "move_apart"]
 
 _READ = 1 << 16  # below malloc's mmap threshold: a small body costs no mmap/munmap
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+# A message is a regular file. Not followed, a symbolic link cannot lend a file outside the
+# root (readable by the broker's user) to a consumer; not waited on, a named pipe cannot
+# stall the reader.
+_READ_FLAGS = (
+    os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
+)
+_NOT_A_FILE = frozenset({errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EAGAIN})
+
+
+class NotAFile(OSError):
+    """What a message's name stands for is not a regular file (a directory, a symbolic link,
+    a named pipe, a socket): no message, and never one; set aside, not retried."""
 
 
 def move_apart(source: str, folder: str, name: str) -> str | None:
@@ -45,6 +58,14 @@ def move_apart(source: str, folder: str, name: str) -> str | None:
             continue
         return chosen
     raise AssertionError("unreachable: the names count up until one is free")
+
+
+def _not_a_file(error: OSError, path: str) -> OSError:
+    """`error` of opening or reading `path` as a NotAFile if it says that there is no file
+    there (a symbolic link not followed, a socket, a directory, a pipe that has a writer)."""
+    if error.errno in _NOT_A_FILE:
+        return NotAFile(error.errno, f"not a regular file ({error.strerror})", path)
+    return error
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +166,10 @@ class Dropbox:
 
     # -- consuming ---------------------------------------------------------------------------
 
-    def scan(self, state: State) -> Iterator[Entry]:
-        """The files in one state folder, in no particular order; none if it is missing."""
+    def scan(self, state: State, strays: list[str] | None = None) -> Iterator[Entry]:
+        """The files in one state folder, in no particular order; none if it is missing.
+        The names of what is there but not a regular file (a directory, a symbolic link, a
+        named pipe) are added to `strays`, when given, as the scan goes."""
         try:
             entries = os.scandir(self._dirs[state])
         except FileNotFoundError:
@@ -155,6 +178,8 @@ class Dropbox:
             for entry in entries:
                 if entry.is_file(follow_symlinks=False):
                     yield Entry(entry.name, entry.path)
+                elif strays is not None:
+                    strays.append(entry.name)
 
     def count(self, state: State) -> int:
         return sum(1 for _ in self.scan(state))
@@ -198,16 +223,27 @@ class Dropbox:
         return remove_file(self._prefixes[state] + name)
 
     def read(self, state: State, name: str) -> bytes | None:
-        """The body of state/<name>, or None if it is gone."""
+        """The body of state/<name>, or None if it is gone; NotAFile if it is no file."""
+        path = self._prefixes[state] + name
         try:
-            fd = os.open(self._prefixes[state] + name, _READ_FLAGS)
+            fd = os.open(path, _READ_FLAGS)
         except FileNotFoundError:
             return None
+        except OSError as error:
+            raise _not_a_file(error, path) from None
         try:
             # A file past working/ never grows, so a short read is the end: one read for a
             # small body instead of a second one that only finds EOF.
-            chunk = os.read(fd, _READ)
-            if len(chunk) < _READ:
+            try:
+                chunk = os.read(fd, _READ)
+            except OSError as error:
+                raise _not_a_file(error, path) from None
+            if 0 < len(chunk) < _READ:
+                return chunk
+            # Empty, as a pipe without a writer reads, or long, as a device that never ends.
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise NotAFile(errno.EINVAL, "not a regular file", path)
+            if not chunk:
                 return chunk
             # A big body: read whole from the start into one buffer sized by fstat (FileIO's
             # readall), not in chunks joined at the end, which held it twice in memory.

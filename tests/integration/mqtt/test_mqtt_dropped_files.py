@@ -6,6 +6,7 @@ and to error/ (logged, never lost) when the filter has wildcards."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import pytest
@@ -46,3 +47,25 @@ def test_a_file_without_a_topic_in_a_wildcard_share_group_goes_to_error(
     assert (received.topic, received.payload) == ("sensors/hall", b"next")
     assert member.disconnects.empty()
     member.stop()
+
+
+def test_a_directory_or_a_pipe_in_a_subscription_dropbox_goes_to_error_and_serving_goes_on(
+    server: RunningServer,
+) -> None:
+    """They were claimed and read as messages: the directory stopped the MQTT service for
+    every client, the pipe froze the event loop."""
+    keeper, target = keeper_target(server, "sensors/kitchen")
+    (target / "9.folder.T").mkdir()
+    os.mkfifo(target / "9.pipe.T")
+    put_file(target, "4.dropped-3.T", b"after them")
+    received = keeper.next()
+    assert (received.topic, received.payload) == ("sensors/kitchen", b"after them")
+    errors = target.parent / "error"
+    deadline = time.monotonic() + WAIT
+    while len(os.listdir(errors)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert sorted(os.listdir(errors)) == ["9.folder.T", "9.pipe.T"]
+    keeper.publish("sensors/kitchen", b"next", 1)
+    assert keeper.next().payload == b"next"
+    assert keeper.disconnects.empty()
+    keeper.stop()

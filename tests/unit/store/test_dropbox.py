@@ -11,7 +11,7 @@ import pytest
 
 from boxmq.errors import QueueNotFound
 from boxmq.store.commit import Committer, FsyncPolicy
-from boxmq.store.dropbox import Dropbox
+from boxmq.store.dropbox import Dropbox, NotAFile
 from boxmq.store.layout import State
 from boxmq.store.names import decode
 
@@ -118,5 +118,34 @@ def test_a_move_never_replaces_a_file_of_the_same_name(tmp_path: Path, into: Sta
         ids = {decode(name).message_id: body for name, body in bodies.items()}
         assert ids == {"job": b"first", "job~2": b"second", "job~3": b"third"}
         assert box.place(State.PROCESSING, "gone", into) is None
+    finally:
+        committer.close()
+
+
+def test_read_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    """A directory, a symbolic link (never followed: it could lend a file outside the root)
+    and a named pipe (never waited on) are no message; an empty file is one."""
+    committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
+    try:
+        box = Dropbox(str(tmp_path / "q"), committer, create=True)
+        target = tmp_path / "q" / "target"
+        (tmp_path / "secret").write_bytes(b"not for consumers")
+        (target / "dir").mkdir()
+        (target / "link").symlink_to(tmp_path / "secret")
+        os.mkfifo(target / "pipe")
+        (target / "empty").write_bytes(b"")
+        for name in ("dir", "link", "pipe"):
+            with pytest.raises(NotAFile):
+                box.read(State.TARGET, name)
+        writer = os.open(target / "pipe", os.O_RDWR)  # a pipe with a writer: no data yet
+        try:
+            with pytest.raises(NotAFile):
+                box.read(State.TARGET, "pipe")
+        finally:
+            os.close(writer)
+        assert box.read(State.TARGET, "empty") == b""
+        strays: list[str] = []
+        assert [entry.name for entry in box.scan(State.TARGET, strays)] == ["empty"]
+        assert sorted(strays) == ["dir", "link", "pipe"]
     finally:
         committer.close()
