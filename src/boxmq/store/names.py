@@ -244,9 +244,11 @@ def _decode_property(pair: str) -> Property:
     except ValueError:
         raise MalformedName(f"property {pair!r} has no type letter") from None
     # Bytes that are not UTF-8 are kept as surrogate escapes: the rest of the name still reads.
-    name = _unquote(raw_name[:-1], "a property name", _AS_READ)
+    # '+' is a space, as URL encoding writes one (boxmq writes %20, and '+' as %2B).
+    name = _unquote(raw_name[:-1].replace("+", " "), "a property name", _AS_READ)
     what = f"property {name!r}"
-    return Property(name, kind, _parse_value(_unquote(raw_value, what, _AS_READ), kind, what))
+    value = _unquote(raw_value.replace("+", " "), what, _AS_READ)
+    return Property(name, kind, _parse_value(value, kind, what))
 
 
 @functools.lru_cache(maxsize=4096)  # most names repeat their properties (a topic, a QoS)
@@ -361,8 +363,10 @@ def _decode_fields(name: str) -> Envelope:
         raise MalformedName("a file name cannot contain '/' or NUL")
     if _SURROGATE.search(name):  # how os.listdir() hands over bytes that are not UTF-8
         raise MalformedName("the name is not valid UTF-8")
-    fields = name.split(".")
-    if not _REQUIRED <= len(fields) <= len(_FIELDS):
+    # The properties take the rest of the name: URL encoding as DropboxMQ's Java writes it
+    # (URLEncoder) leaves '.' alone, and a double's text always has one (`priceD=12.5`).
+    fields = name.split(".", len(_FIELDS) - 1)
+    if len(fields) < _REQUIRED:
         raise MalformedName(f"{len(fields)} '.'-separated fields, not 3 to 8")
     fields += [""] * (len(_FIELDS) - len(fields))
     text = [_unquote(raw, what) for raw, what in zip(fields[:7], _FIELDS[:7], strict=True)]

@@ -91,6 +91,24 @@ def test_trailing_dots_are_allowed(name: str) -> None:
     assert decode(name) == Envelope(MessageId("x"), message_class=MessageClass.TEXT)
 
 
+def test_properties_as_java_url_encodes_them_keep_dots_and_plus_spaces() -> None:
+    """DropboxMQ's producers URL-encode names and values as java.net.URLEncoder does: '.'
+    stays as it is (a double always has one) and a space is '+'."""
+    value = decode("9.m-1.T..corr1.replyQ.T1.priceD=12.5&hostS=db.example.com&whoS=John+Smith")
+    assert value.priority == 9
+    assert (value.correlation_id, value.reply_to, value.type) == ("corr1", "replyQ", "T1")
+    assert value.user_properties() == {
+        "price": 12.5,
+        "host": "db.example.com",
+        "who": "John Smith",
+    }
+
+
+def test_boxmq_writes_a_plus_so_that_it_reads_back_as_one() -> None:
+    name = encode(envelope(properties=(Property("k", T.STRING, "a+b c"),)))
+    assert decode(name).user_properties() == {"k": "a+b c"}
+
+
 def test_a_middle_empty_field_stays() -> None:
     value = Envelope(MessageId("id"), message_class=MessageClass.TEXT, correlation_id="corr")
     assert encode(value) == "4.id.T..corr"
