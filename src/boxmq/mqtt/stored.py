@@ -29,8 +29,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import functools
+import hashlib
 import logging
 import math
+import re
 from collections.abc import Callable
 from typing import Final, TypeVar
 
@@ -63,7 +65,7 @@ from boxmq.mqtt.properties import (
     validated,
 )
 from boxmq.mqtt.session import SubscriptionOptions
-from boxmq.store.names import check_consumer_name
+from boxmq.store.names import check_consumer_name, escape_segment
 from boxmq.store.side_files import SideFiles
 
 __all__ = [
@@ -94,14 +96,34 @@ _USER_PROPERTY: Final = int(PropertyId.USER_PROPERTY)
 _UNSET: Final = object()  # a property not (yet) found: `publish_of` keeps the first of a name
 
 
+@functools.lru_cache(maxsize=4096)  # once per PUBLISH stored: a connected client's, cached
 def consumer_name(client_id: str) -> str:
-    """A client id as a subscriber name on disk ('/' cannot be in one; '%' escapes)."""
-    return client_id.replace("%", "%25").replace("/", "%2F")
+    """A client id as a subscriber name on disk ('/' cannot be in one; '%' escapes), short
+    enough for a lock suffix (MAX_OWNER bytes). A longer one (a `device-<uuid>`) is named by
+    its first plain characters, `%h` and 16 hex digits of its SHA-256: no id escaped whole
+    holds `%h` (its every '%' is a `%25` or a `%2F`), so no short id can take a long one's name."""
+    escaped = client_id.replace("%", "%25").replace("/", "%2F")
+    try:
+        check_consumer_name(escaped)
+    except InvalidArgument:
+        return _shortened(client_id, escaped)
+    return escaped
+
+
+_SHORT_PREFIX = re.compile(r"[A-Za-z0-9_-]{0,20}")  # 20 + '%25h' + 16 = MAX_OWNER encoded
+
+
+def _shortened(client_id: str, escaped: str) -> str:
+    prefix = _SHORT_PREFIX.match(escaped)
+    digest = hashlib.sha256(client_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{prefix[0] if prefix else ''}%h{digest}"
 
 
 def storable(client_id: str) -> bool:
-    """Whether the client id fits in a lock suffix once escaped (else: CONNACK 0x85)."""
+    """Whether the client id can name its session's record (a file: 255 bytes once escaped);
+    else CONNACK 0x85 (v5), 0x02 (3.1.1)."""
     try:
+        escape_segment(client_id)
         check_consumer_name(consumer_name(client_id))
     except InvalidArgument:
         return False
@@ -109,8 +131,10 @@ def storable(client_id: str) -> bool:
 
 
 def exactly_once_source(client_id: str) -> str:
-    """Who sends a QoS 2 message to the exactly-once intake: the MQTT client."""
-    return f"mqtt:{client_id}"
+    """Who sends a QoS 2 message to the exactly-once intake: the MQTT client (a long id as
+    its `consumer_name`, so that its messages' names keep room for the rest)."""
+    name = consumer_name(client_id)
+    return f"mqtt:{name}" if "%h" in name else f"mqtt:{client_id}"
 
 
 def kept_properties(

@@ -55,6 +55,23 @@ def test_a_client_id_with_a_slash_is_a_valid_subscriber_name() -> None:
     assert check_consumer_name(consumer_name("site/7%")) == "site%2F7%25"
 
 
+_IDS = st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=120)
+
+
+@given(_IDS, _IDS)
+def test_every_client_id_has_a_distinct_name_that_fits_a_lock(a: str, b: str) -> None:
+    """A long id (a `device-<uuid>`, a path of a plant's line and station) is shortened; no
+    id, short or long, takes another's name."""
+    assert check_consumer_name(consumer_name(a)) == consumer_name(a)
+    assert (consumer_name(a) == consumer_name(b)) == (a == b)
+
+
+def test_a_long_client_id_keeps_its_first_plain_characters() -> None:
+    name = consumer_name("device-3f2a1c9e-8b7d-4e6f-a5c4-1b2d3e4f5a6b")
+    assert name.startswith("device-3f2a1c9e-8b7d%h")
+    assert consumer_name("device-3f2a1c9e") == "device-3f2a1c9e"  # short: as it always was
+
+
 def _envelope(kept: dict[str, str], expiration: int = 0) -> Envelope:
     props = tuple(Property(k, PropertyType.STRING, v) for k, v in kept.items())
     topic = Property("bx_topic", PropertyType.STRING, "t")
