@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import math
 import re
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ __all__ = [
     "distinct_name",
     "encode",
     "escape_segment",
+    "folder_segment",
     "lock_suffixed",
     "locked_name",
     "plain_name",
@@ -482,6 +484,27 @@ def split_lock(name: str) -> tuple[str, Lock | None]:
 
 
 # --- destination directories ---------------------------------------------------------------
+
+
+def folder_segment(text: str) -> str:
+    """`text` as one folder name, however long: `escape_segment(text)` when that fits, else
+    the first 200 bytes of it, `%h` and 32 hex digits of the SHA-256 of `text` (escaping puts a
+    '%' only before two upper-case hex digits, so no text escaped whole takes such a name)."""
+    try:
+        return escape_segment(text)
+    except InvalidName:
+        if not text or "\0" in text:
+            raise
+    try:
+        digest = hashlib.sha256(text.encode()).hexdigest()[:32]
+    except UnicodeEncodeError:
+        raise InvalidName(f"destination name {text[:40]!r}... is not valid Unicode") from None
+    segment = quote(text, safe="")[:200]
+    if "%" in segment[-2:]:
+        segment = segment[: segment.rindex("%")]  # no escape cut in two
+    if segment.startswith("."):
+        segment = "%2E" + segment[1:]
+    return f"{segment}%h{digest}"
 
 
 def escape_segment(text: str) -> str:

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from boxmq.store.layout import TOPIC_ROOT, State
-from boxmq.store.names import escape_segment, unescape_segment
+from boxmq.store.names import escape_segment, folder_segment, unescape_segment
 from boxmq.store.records import make_folders, replace_file, write_in_place
 from boxmq.store.temporaries import TEMPORARY_PREFIX
 
@@ -110,8 +110,10 @@ def subscription_key(group: str | None, subscriber: str | None) -> str:
 
 
 def subscription_path(root: str, filter: str, key: str) -> str:
+    """A filter or a share group's name too long for a folder name is shortened: the record
+    inside holds them whole."""
     return os.path.join(
-        topic_root(root), escape_segment(filter), _SUBSCRIPTIONS, escape_segment(key)
+        topic_root(root), folder_segment(filter), _SUBSCRIPTIONS, folder_segment(key)
     )
 
 

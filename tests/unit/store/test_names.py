@@ -35,6 +35,7 @@ from boxmq.store.names import (
     distinct_name,
     encode,
     escape_segment,
+    folder_segment,
     locked_name,
     plain_name,
     split_lock,
@@ -641,3 +642,25 @@ def test_a_property_whose_escapes_are_not_utf8_reads_as_surrogate_escapes_and_wr
 
 def test_a_field_whose_escapes_are_not_utf8_still_leaves_the_name_unreadable() -> None:
     assert decode_lenient("4.id.T..c%FF")[1] is not None
+
+
+_FOLDER_TEXT = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\0"))
+
+
+@given(_FOLDER_TEXT.filter(bool), _FOLDER_TEXT.filter(bool))
+def test_a_folder_segment_of_any_length_fits_and_is_distinct(a: str, b: str) -> None:
+    """Long MQTT filters and share names: one folder name each, never another's."""
+    for text in (a, b, a * 30):
+        segment = folder_segment(text)
+        assert 0 < len(segment.encode()) <= NAME_LIMIT
+        assert "/" not in segment
+        assert not segment.startswith(".")
+    assert (folder_segment(a) == folder_segment(b)) == (a == b)
+    assert (folder_segment(a * 30) == folder_segment(b * 30)) == (a == b)
+
+
+def test_a_short_folder_segment_is_the_escaped_text() -> None:
+    assert folder_segment("sensors/#") == escape_segment("sensors/#") == "sensors%2F%23"
+    long = "plant/" * 60
+    assert folder_segment(long).startswith("plant%2Fplant%2F")
+    assert "%h" in folder_segment(long)

@@ -1,6 +1,8 @@
 """Client ids of any length MQTT devices use (a `device-<uuid>`, a plant's line and station):
 their sessions, subscriptions, share-group memberships and exactly-once publishes live on disk
-under names short enough for a lock, where such ids were refused (CONNACK 0x85 / 0x02)."""
+under names short enough for a lock, where such ids were refused (CONNACK 0x85 / 0x02). And
+share names too long for a folder name, which persistent sessions were refused (SUBACK 0x8F).
+(A topic, which a stored message's name carries, has its limit: docs/file-format.md.)"""
 
 from __future__ import annotations
 
@@ -60,3 +62,21 @@ def test_share_group_members_with_long_client_ids_split_the_messages(
 
 def test_a_client_id_too_long_to_name_its_record_is_refused(server: RunningServer) -> None:
     paho(server, "x" * 256, expect=0x85)  # 0x85: Client Identifier not valid
+
+
+def test_a_share_group_with_a_name_too_long_for_a_folder_name_delivers(
+    server: RunningServer,
+) -> None:
+    """A group name is not in the messages' names: any length works, on disk as well."""
+    group = "consumers-of-" + "g" * 240
+    members = [paho(server, name, clean=False, expiry=600) for name in ("m1", "m2")]
+    for member in members:
+        reasons = member.subscribe(f"$share/{group}/jobs/#", 1)
+        assert [int(getattr(r, "value", r)) for r in reasons] == [1]
+    sender = paho(server, "sender")
+    sender.publish("jobs/1", b"shared", 1)
+    sender.publish("jobs/2", b"shared", 1)
+    assert [m.next().payload for m in members] == [b"shared", b"shared"]
+    for member in members:
+        member.stop()
+    sender.stop()
