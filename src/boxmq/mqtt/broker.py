@@ -672,14 +672,15 @@ class Broker:
         client.link.close()
 
     def _disconnected(self, client: Client, session: Session, packet: Disconnect) -> None:
-        client.clean_exit = packet.reason != _R.DISCONNECT_WITH_WILL_MESSAGE
         asked = packet.properties.session_expiry_interval
         if asked is not None:
             if session.expiry == 0 and asked:
+                # Not a valid DISCONNECT: it deletes no Will (§3.14.2.2.2, MQTT-3.1.2-8).
                 raise ProtocolError(
                     "DISCONNECT sets a Session Expiry Interval after 0 (§3.14.2.2.2)"
                 )
             session.expiry = min(asked, self.limits.max_session_expiry)
+        client.clean_exit = packet.reason != _R.DISCONNECT_WITH_WILL_MESSAGE
         self.closed(client.link, f"DISCONNECT, reason {packet.reason:#04x}")
         client.link.close()
 

@@ -21,6 +21,7 @@ from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.codec import decode, encode
 from boxmq.mqtt.connection import Connection
+from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.framing import FrameReader
 from boxmq.mqtt.packets import (
     Connack,
@@ -486,6 +487,26 @@ def test_a_session_taken_over_sends_its_will_unless_a_delay_is_cancelled(
         await asyncio.sleep(0.1)
         got = [p.payload for p in watcher.take() if isinstance(p, Publish)]
         assert got == ([b"gone"] if sent else [])
+
+    _run(tmp_path, test)
+
+
+def test_an_invalid_disconnect_does_not_delete_the_will(tmp_path: Path) -> None:
+    """DISCONNECT 0x00 with a Session Expiry Interval after CONNECT's 0 is a protocol error,
+    not a DISCONNECT (§3.14.2.2.2): the connection is closed for it, so the Will goes out
+    (MQTT-3.1.2-8)."""
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
+        device = Peer(broker)
+        device.send(Connect("dev", V5, clean_start=True, will=Will("will/dev", b"gone")))
+        with pytest.raises(ProtocolError):
+            device.send(
+                Disconnect(ReasonCode.SUCCESS, Properties.build(session_expiry_interval=100))
+            )
+        device.close()  # what the server does with the error (server.py)
+        await asyncio.sleep(0.1)
+        assert [p.payload for p in watcher.take() if isinstance(p, Publish)] == [b"gone"]
 
     _run(tmp_path, test)
 
