@@ -196,8 +196,13 @@ class Topics:
         correlation_id: str | None = None,
         reply_to: str | None = None,
         source: str | None = None,
+        superseded: bool = False,
     ) -> MessageId:
-        """Send to every subscription matching `topic`; returns the message id."""
+        """Send to every subscription matching `topic`; returns the message id.
+
+        superseded: a retained message that came before the topic's retained one (a door
+        that knows the order it received them in): it goes out as retained, and replaces
+        nothing."""
         validate_topic(topic)
         level = _qos(qos)
         mqtt_fields.check(properties or {})
@@ -211,7 +216,10 @@ class Topics:
         # MQTT 5.0 §3.3.1.3: kept even with no subscriber; an empty body deletes. Its copies
         # say so, for the subscribers that ask (Retain As Published, MQTT 5.0 §3.8.3.1).
         envelope = envelope.with_property(PUBLISHED_RETAINED, PropertyType.BOOLEAN, True)
-        self._publish_retained(envelope, data, level, source)
+        if superseded:
+            self._route(envelope, data, level, source)
+        else:
+            self._publish_retained(envelope, data, level, source)
         return envelope.message_id
 
     def topic_room(

@@ -32,6 +32,7 @@ from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.packets import ProtocolVersion, Puback, Pubcomp, Publish, Pubrec, Will
 from boxmq.mqtt.properties import EMPTY, Properties, PropertyId
 from boxmq.mqtt.reasons import ReasonCode, reason_for
+from boxmq.mqtt.retained_order import RetainedOrder
 from boxmq.mqtt.routes import DurableRoutes
 from boxmq.mqtt.session import Session
 from boxmq.mqtt.settings import MqttSettings
@@ -81,6 +82,7 @@ class Publishing:
         kick: Kick,
     ) -> None:
         self._box = box
+        self._retained_order = RetainedOrder()
         self._settings = settings
         self._out = out
         self._delivery = delivery
@@ -162,7 +164,8 @@ class Publishing:
                 session.hold_for_release(packet_id, None)  # a repeat is answered, not routed
                 self._out.acknowledge(client, Pubrec, packet_id)
 
-            client.jobs.append(Job(lambda: self.write(client_id, packet), published))
+            order = self._order_of(packet)
+            client.jobs.append(Job(lambda: self.write(client_id, packet, order), published))
             return
 
         def written(result: object) -> None:
@@ -176,7 +179,8 @@ class Publishing:
 
         # A retained message is written alone: publish_many has no retained store to keep it.
         batched = None if packet.retain else publication_of(client_id, packet, self._box.side_files)
-        client.jobs.append(Job(lambda: self.write(client_id, packet), written, batched))
+        order = self._order_of(packet)
+        client.jobs.append(Job(lambda: self.write(client_id, packet, order), written, batched))
 
     def _send_error(self, client: Client, ack: Puback | Pubrec, error: BoxMQError) -> None:
         """A negative PUBACK/PUBREC (MQTT 5.0 §3.4.2.1, §3.5.2.1). 3.1.1 has none, and a
@@ -238,6 +242,7 @@ class Publishing:
             and not on_disk
             and (publish.retain or self._needs_disk(publish, None))
         )
+        order = None if publish is None else self._order_of(publish)  # received at PUBREL
 
         def work() -> object:
             if on_disk:
@@ -246,7 +251,7 @@ class Publishing:
                 )
             if write:
                 assert publish is not None
-                self.write(client_id, publish)
+                self.write(client_id, publish, order)
             return True
 
         def done(result: object) -> None:
@@ -301,19 +306,36 @@ class Publishing:
         )
         self._durable_routes.recheck()  # a timer, not a read: look at the disk again
         if self._needs_disk(publish, None):
-            written = self._pool.submit(self.write, client_id, publish)
+            written = self._pool.submit(self.write, client_id, publish, self._order_of(publish))
             written.add_done_callback(partial(_tell_will_lost, client_id, will.topic))
         # At once, whatever the disk does: a Will reaches whom it can (see _tell_will_lost).
         self._delivery.route_memory(client_id, publish)
 
     # -- disk work (run by disk.run_all) ---------------------------------------------------------
 
-    def write(self, client_id: str, packet: Publish) -> None:
-        """Publish into the Box: retained store and every durable subscription it matches."""
+    def _order_of(self, packet: Publish) -> int | None:
+        """On the loop, as the server takes `packet` in: a retained one's place in the order
+        of retained messages (retained_order.py)."""
+        return self._retained_order.take() if packet.retain else None
+
+    def write(self, client_id: str, packet: Publish, order: int | None = None) -> None:
+        """Publish into the Box: retained store and every durable subscription it matches.
+        A retained `packet` needs its `order`: one that came before the topic's retained
+        message goes to the subscribers, as retained, and replaces nothing."""
+        if not packet.retain:
+            self._write(client_id, packet, superseded=False)
+            return
+        assert order is not None, "a retained message is numbered as it is received"
+        with self._retained_order.turn(packet.topic, order) as newest:
+            if not newest:
+                log.info("retained message for %s superseded by a later one", packet.topic)
+            self._write(client_id, packet, superseded=not newest)
+
+    def _write(self, client_id: str, packet: Publish, *, superseded: bool) -> None:
         expiry = packet.properties.message_expiry_interval
 
         def publish(properties: dict[str, str]) -> None:
-            self._box.publish(
+            self._box.topics.publish(
                 packet.topic,
                 packet.payload,
                 qos=packet.qos,
@@ -321,6 +343,7 @@ class Publishing:
                 properties=properties,
                 expires_in=expiry or None,
                 source=consumer_name(client_id),
+                superseded=superseded,
             )
 
         room = partial(self._box.topics.topic_room, expires_in=expiry or None, retain=packet.retain)

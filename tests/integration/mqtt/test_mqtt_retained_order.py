@@ -1,0 +1,57 @@
+"""The retained message of a topic is the last one the server received (MQTT-3.3.1-5), though
+the disk work of different clients runs on several threads: a QoS 0 retained message read
+first was written after another client's later QoS 1 one, and replaced it for good."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import socket
+from pathlib import Path
+
+import pytest
+from tests.integration.mqtt.clients import paho, start_server
+from tests.integration.mqtt.raw import open_raw, packet, read, string
+
+PINGREQ, PINGRESP = bytes([0xC0, 0]), 0xD0
+
+
+def retained(topic: str, payload: bytes, *, qos: int, packet_id: int | None = None) -> bytes:
+    """A v5 PUBLISH with RETAIN set, without properties."""
+    ident = b"" if packet_id is None else packet_id.to_bytes(2, "big")
+    return packet(0x31 | qos << 1, string(topic) + ident + b"\x00" + payload)
+
+
+def read_kind(sock: socket.socket, kind: int) -> None:
+    head, _ = read(sock)
+    assert head & 0xF0 == kind, hex(head)
+
+
+@pytest.mark.parametrize("fsync", ["always", "never"])
+@pytest.mark.parametrize("later", [b"", b"new"], ids=["delete", "replace"])
+def test_a_retained_message_received_later_is_the_one_kept(
+    tmp_path: Path, fsync: str, later: bytes
+) -> None:
+    running = start_server(tmp_path / "root", fsync=fsync)
+    first, _ = open_raw(running, "first", clean=True)
+    second, _ = open_raw(running, "second", clean=True)
+    try:
+        topics = [f"state/{n}" for n in range(20)]
+        for n, topic in enumerate(topics, start=1):
+            first.sendall(retained(topic, b"old", qos=0) + PINGREQ)
+            read_kind(first, PINGRESP)  # the server has read the first one's PUBLISH
+            second.sendall(retained(topic, later, qos=1, packet_id=n))
+            read_kind(second, 0x40)  # PUBACK: stored
+        reader = paho(running, "reader")
+        reader.subscribe("state/#", 0)
+        kept = {}
+        with contextlib.suppress(queue.Empty):  # a second without one: all retained came
+            for _ in topics:
+                message = reader.next(timeout=1.0)
+                kept[message.topic] = message.payload
+        assert kept == (dict.fromkeys(topics, later) if later else {})
+        reader.stop()
+    finally:
+        first.close()
+        second.close()
+        running.shutdown()
