@@ -43,6 +43,10 @@ class Consumer(Receiver):
     def resume(self) -> None:
         self._live.resume(self.name)
 
+    def holding(self) -> int:
+        """How many messages we hold locked (received, or claimed for a receive to come)."""
+        return self._live.holding(self.name)
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True

@@ -164,6 +164,11 @@ class LiveQueue:
             self._apply_all(given_back)
             self._wake_others()
 
+    def holding(self, consumer: ConsumerId) -> int:
+        """How many messages `consumer` holds locked."""
+        with self._mutex:
+            return len(self._engine.leases_of(consumer))
+
     def resume(self, consumer: ConsumerId) -> None:
         with self._mutex:
             if consumer in self._inbox:

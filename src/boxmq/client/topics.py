@@ -835,6 +835,10 @@ class Subscriber(Receiver):
         if self._consumer is not None:
             self._consumer.resume()
 
+    def holding(self) -> int:
+        """How many messages it holds locked (a memory subscription holds none)."""
+        return 0 if self._consumer is None else self._consumer.holding()
+
     def close(self) -> None:
         if self._closed:
             return

@@ -657,7 +657,7 @@ class Broker:
         and those claimed for it and not yet sent go back to them at once (what it was sent
         stays its own, for its return: MQTT 5.0 §4.8.2 lets a server wait for it)."""
         for text, subscriber in self._durable.get(session.client_id, {}).items():
-            if parse_filter(text).shared:
+            if parse_filter(text).shared and text not in session.leaving:
                 if take:
                     subscriber.resume()
                 else:

@@ -27,7 +27,7 @@ from boxmq.client.message import Message
 from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
 from boxmq.core.topics import parse_filter
-from boxmq.errors import BoxMQError, Closed
+from boxmq.errors import BoxMQError, Closed, store_failure
 from boxmq.mqtt.clients import Client, Outgoing
 from boxmq.mqtt.drops import DropLog
 from boxmq.mqtt.outbox import Stage
@@ -215,7 +215,29 @@ class Delivery:
             for token in lapsed:
                 if token is not None:
                     token.unlock()
+            if session.leaving:
+                self.close_drained(session)
         return ready
+
+    def close_drained(self, session: Session) -> None:
+        """The share groups the session left while it held some of their messages are
+        closed once it holds none (subscribing.py, `_remove_subscription`)."""
+        subscribers = self._durable.get(session.client_id, {})
+        for text in list(session.leaving):
+            subscriber = subscribers.get(text)
+            if subscriber is None or not subscriber.holding():
+                session.leaving.discard(text)
+                if subscriber is not None:
+                    del subscribers[text]
+                    try:
+                        subscriber.close()
+                    except OSError as error:  # its membership file stays: swept as stale
+                        log.error(
+                            "client %s: leaving the share group of %s: %s",
+                            session.client_id,
+                            text,
+                            store_failure(error),
+                        )
 
     def _settle(self, session: Session, message: Token, *, refused: bool) -> None:
         if message is None:
@@ -239,6 +261,8 @@ class Delivery:
         # A positive PUBREC settles too: the message is the client's from then on, so a share
         # group never gives it to another member, even if this session ends before PUBCOMP.
         self._settle(session, acked.token, refused=acked.refused)
+        if session.leaving:
+            self.close_drained(session)
         self.settled[session.client_id] = session  # its freed slots are filled after the read
         if not session.outbox.waiting:
             return  # nothing queued behind the window (most acks): nothing to send

@@ -63,6 +63,9 @@ class Session:
             window=window, limit=queue_limit, byte_limit=queue_bytes
         )
         self.awaiting_release: dict[int, _Release] = {}
+        # Share groups unsubscribed while the session held some of their messages: paused
+        # (they take nothing more) until those are settled, then closed (delivery.py).
+        self.leaving: set[str] = set()
         self.will: Will | None = None
         self.username: str | None = None
         self.connected = False

@@ -84,6 +84,10 @@ class _Wanted:
     shared: bool = False
 
 
+def _holds_some(subscriber: Subscriber | None) -> bool:
+    return subscriber is not None and subscriber.holding() > 0
+
+
 def hold_the_rest(client: Client) -> None:
     """The client's packets after this one wait (the broker's `_resume`): the rest of this
     read, and the reads to come, which are not even made until then."""
@@ -277,6 +281,9 @@ class Subscribing:
         None: the one open stays), made the session's by `_subscription_made`."""
         client_id = session.client_id
         old = session.subscriptions.get(text)
+        if text in session.leaving:  # subscribed again before it was done leaving: it stays
+            session.leaving.discard(text)
+            self._durable[client_id][text].resume()
         if old is not None and old.durable != options.durable:
             self._remove_subscription(session, text)
             old = None
@@ -332,7 +339,14 @@ class Subscribing:
             return False
         client_id = session.client_id
         if options.durable:
-            subscriber = self._durable.get(client_id, {}).pop(text, None)
+            subscribers = self._durable.get(client_id, {})
+            if parse_filter(text).shared and _holds_some(subscribers.get(text)):
+                # MQTT-3.10.4-3: what it was sent it completes, not another member: it takes
+                # nothing more, and closes once those are settled (Delivery.close_drained).
+                subscribers[text].pause()
+                session.leaving.add(text)
+                return True
+            subscriber = subscribers.pop(text, None)
             try:
                 if subscriber is not None:
                     subscriber.close()

@@ -6,8 +6,17 @@ from __future__ import annotations
 
 import socket
 
+import pytest
 from tests.integration.mqtt.clients import RunningServer, paho
-from tests.integration.mqtt.raw import open_raw, puback, publish_fields, read, subscribe
+from tests.integration.mqtt.raw import (
+    open_raw,
+    packet,
+    puback,
+    publish_fields,
+    read,
+    string,
+    subscribe,
+)
 
 GROUP = "$share/workers/jobs/#"
 
@@ -52,3 +61,55 @@ def test_a_member_away_takes_no_turns_and_keeps_what_it_was_sent(server: Running
         back.sendall(puback(again[0][2]))
     finally:
         back.close()
+
+
+def _unsubscribe(packet_id: int, filter: str) -> bytes:
+    return packet(0xA2, packet_id.to_bytes(2, "big") + b"\x00" + string(filter))
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["clean", "persistent"])
+def test_a_member_that_unsubscribes_completes_what_it_was_sent_and_nobody_else_gets_it(
+    server: RunningServer, clean: bool
+) -> None:
+    """MQTT-3.10.4-3: the server completes the delivery of what it began to send; the group
+    gives each message to one member. It gave the message to the others at the UNSUBSCRIBE,
+    and the member's PUBACK then settled nothing: sent twice."""
+    leaving, _ = open_raw(server, "leaving-member", clean=clean, expiry=0 if clean else 300)
+    leaving.sendall(subscribe(1, GROUP, 1))
+    assert read(leaving)[0] == 0x90
+    publisher = paho(server, "publisher")
+    publisher.publish("jobs/1", b"first", 1)  # the only member: it is the leaving one's
+    [(_, payload, packet_id)] = _publishes(leaving, within=0.5)
+    assert payload == b"first"
+    staying = paho(server, "member-staying")
+    staying.subscribe(GROUP, 1)
+    leaving.sendall(_unsubscribe(2, GROUP))
+    assert read(leaving)[0] == 0xB0  # UNSUBACK
+    assert staying.nothing(within=0.5)
+    leaving.sendall(puback(packet_id))
+    publisher.publish("jobs/2", b"second", 1)
+    assert staying.next().payload == b"second"
+    assert staying.nothing(within=0.5)  # "first" went to nobody else
+    assert _publishes(leaving, within=0.3) == []  # and nothing more to the member that left
+    leaving.close()
+    for client in (staying, publisher):
+        client.stop()
+
+
+def test_a_member_that_unsubscribed_and_ends_without_settling_gives_it_to_the_others(
+    server: RunningServer,
+) -> None:
+    leaving, _ = open_raw(server, "leaving-member", clean=True, expiry=0)
+    leaving.sendall(subscribe(1, GROUP, 1))
+    assert read(leaving)[0] == 0x90
+    publisher = paho(server, "publisher")
+    publisher.publish("jobs/1", b"first", 1)
+    assert [p for _, p, _ in _publishes(leaving, within=0.5)] == [b"first"]
+    staying = paho(server, "member-staying")
+    staying.subscribe(GROUP, 1)
+    leaving.sendall(_unsubscribe(2, GROUP))
+    assert read(leaving)[0] == 0xB0
+    leaving.close()  # its session ends: what it held goes to the remaining members
+    assert staying.next().payload == b"first"
+    for client in (staying, publisher):
+        client.stop()
