@@ -23,7 +23,7 @@ from boxmq.store.v5_properties import (
     reply_to_shown,
 )
 
-__all__ = ["Message", "Settler"]
+__all__ = ["Message", "Settler", "qos_of"]
 
 
 class Settler(Protocol):
@@ -87,8 +87,7 @@ class Message:
     @property
     def qos(self) -> int:
         """The QoS it is delivered at: 0 at most once, 1 at least once, 2 exactly once."""
-        value = self.envelope.property_value(QOS)
-        return value if isinstance(value, int) and not isinstance(value, bool) else 1
+        return qos_of(self.envelope.property_value(QOS))
 
     @property
     def retained(self) -> bool:
@@ -139,3 +138,11 @@ class Message:
     def extend(self, seconds: float | None = None) -> None:
         """Still working on it: push the lock deadline to now + seconds (or the lock timeout)."""
         self._settler.extend(self.id, self.consumer, seconds)
+
+
+def qos_of(stored: object) -> int:
+    """The QoS a name's `bx_qos` asks for, or 1 (the default, as for a name without one) if it
+    is no QoS at all: a script's `bx_qosY=-1` must not make a PUBLISH that cannot be encoded."""
+    if isinstance(stored, int) and not isinstance(stored, bool) and 0 <= stored <= 2:
+        return stored
+    return 1

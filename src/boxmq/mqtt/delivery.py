@@ -36,7 +36,7 @@ from boxmq.mqtt.properties import subscription_identifier
 from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.routes import MemoryRoutes
 from boxmq.mqtt.session import Session, Token
-from boxmq.mqtt.stored import NOT_FORWARDED, publish_of
+from boxmq.mqtt.stored import NOT_FORWARDED, publish_of, unsendable_topic
 
 __all__ = ["Delivery"]
 
@@ -291,7 +291,7 @@ class Delivery:
                     break
                 if message is None:
                     break
-                topic = message.topic or _topic_of_a_dropped_file(message, text)
+                topic = _topic_to_send(message, text)
                 if topic is None:
                     continue
                 now = self._clock.now()
@@ -301,6 +301,25 @@ class Delivery:
                     self.deliver(session, publish, None)
                 else:
                     self.deliver(session, publish, message)
+
+
+def _topic_to_send(message: Message, subscribed: str) -> str | None:
+    """The topic name a message from a dropbox goes out on, or None if it cannot go out (then
+    it is in error/, logged): a name a script wrote may hold a topic that no PUBLISH can carry,
+    and encoding one would stop the MQTT door for every client."""
+    topic = message.topic
+    if not topic:
+        return _topic_of_a_dropped_file(message, subscribed)
+    why = unsendable_topic(topic)
+    if why is None:
+        return topic
+    log.warning(
+        "message %s: its topic cannot go out over MQTT (%s): moved to error/",
+        shown(message.id),
+        why,
+    )
+    _to_error(message)
+    return None
 
 
 def _topic_of_a_dropped_file(message: Message, subscribed: str) -> str | None:
@@ -318,8 +337,12 @@ def _topic_of_a_dropped_file(message: Message, subscribed: str) -> str | None:
         subscribed,
         filter,
     )
+    _to_error(message)
+    return None
+
+
+def _to_error(message: Message) -> None:
     try:
         message.reject()
     except BoxMQError as error:
         log.warning("message %s: moving it to error/: %s", shown(message.id), error)
-    return None

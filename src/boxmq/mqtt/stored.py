@@ -10,7 +10,11 @@ Invariants:
   or property bytes that are not a PUBLISH's well-formed list (a name edited by hand), cost
   their messages their properties (logged), never their delivery: they are checked as a
   PUBLISH from a client is before they go out, so no subscriber is sent what it must refuse.
-- A PUBLISH read back carries what is left of its Message Expiry Interval (§3.3.2.3.3).
+- A PUBLISH read back carries what is left of its Message Expiry Interval (§3.3.2.3.3), at
+  most MQTT's 2^32-1 seconds however far off the name's expiration is (a script's
+  Long.MAX_VALUE); a QoS in a name that is not 0, 1 or 2 is read as 1, like one that is not an
+  int; and a topic that is no topic name (`unsendable_topic`) is for the caller to set aside:
+  nothing a name says can make a PUBLISH that cannot be encoded.
 - A User Property named GROUP_KEY (`JMSXGroupID`) is also stored as that name property, the
   message's group for `hash-by-key` dispatch; a PUBLISH without one pays a bytes search.
 - A message stored without v5 properties (put by the Python API, the CLI, Spark, a script)
@@ -38,7 +42,7 @@ from typing import Final, TypeVar
 
 from boxmq.client import mqtt_fields
 from boxmq.client.lifecycle import shown
-from boxmq.client.message import Message
+from boxmq.client.message import Message, qos_of
 from boxmq.client.topics import Publication
 from boxmq.core.topics import validate_topic
 from boxmq.errors import InvalidArgument, InvalidTopic, MalformedPacket, MetadataTooLong
@@ -81,6 +85,7 @@ __all__ = [
     "retained_publish",
     "storable",
     "store_with_properties",
+    "unsendable_topic",
 ]
 
 log = logging.getLogger("boxmq.mqtt")
@@ -94,6 +99,11 @@ INLINE_MAX: Final = 60
 _GROUP_KEY_BYTES: Final = encode_utf8(GROUP_KEY)  # as a User Property's name is on the wire
 _USER_PROPERTY: Final = int(PropertyId.USER_PROPERTY)
 _UNSET: Final = object()  # a property not (yet) found: `publish_of` keeps the first of a name
+# MQTT 5.0 §3.3.2.3.3: a Message Expiry Interval is a Four Byte Integer. An expiration farther
+# off than that (136 years) is capped, not left out: left out means "never expires", and a
+# subscriber that stores the message or sends it on should still see that it does expire;
+# capped, it can only expire earlier than asked, and no earlier than 136 years from now.
+_EXPIRY_MAX: Final = 0xFFFF_FFFF
 
 
 @functools.lru_cache(maxsize=4096)  # once per PUBLISH stored: a connected client's, cached
@@ -279,12 +289,11 @@ def publish_of(
     props = _remaining_expiry(_properties(envelope, inline, key, users, side_files), envelope, now)
     if options.identifier:
         props = props + subscription_identifier(options.identifier)
-    if not isinstance(qos, int) or isinstance(qos, bool):
-        qos = 1
+    asked = qos_of(qos)
     return new_publish(
         topic,
         message.body,
-        qos if qos < options.qos else options.qos,
+        asked if asked < options.qos else options.qos,
         retained is True or (options.retain_as_published and published is True),
         isinstance(count, int) and not isinstance(count, bool) and count > 0,
         None,
@@ -300,12 +309,23 @@ def retained_publish(
     side_files: SideFiles,
 ) -> Publish:
     """The PUBLISH for a retained message sent on a new subscription (RETAIN set)."""
-    stored = envelope.property_value(QOS)
-    qos = stored if isinstance(stored, int) and not isinstance(stored, bool) else 1
+    qos = qos_of(envelope.property_value(QOS))
     props = _remaining_expiry(_properties_of(envelope, side_files), envelope, now)
     if options.identifier:
         props = props + subscription_identifier(options.identifier)
     return new_publish(envelope.topic or "", body, min(qos, options.qos), True, False, None, props)
+
+
+@functools.lru_cache(maxsize=1024)
+def unsendable_topic(topic: str) -> str | None:
+    """Why `topic`, read from a message's name, cannot be a PUBLISH's topic name (a script
+    wrote a wildcard, U+0000 or bytes that are not UTF-8 into it: §3.3.2.1), or None if it
+    can. Cached: a dropbox's messages share a few topics, and this runs for each of them."""
+    try:
+        validate_topic(topic)
+    except InvalidTopic as error:
+        return str(error)
+    return None
 
 
 def _properties_of(envelope: Envelope, side_files: SideFiles) -> Properties:
@@ -462,7 +482,8 @@ def _pack(props: Properties) -> str:
 def _remaining_expiry(props: Properties, envelope: Envelope, now: float) -> Properties:
     if not envelope.expiration:
         return props
-    return props.with_expiry(max(1, math.ceil(envelope.expiration / 1000 - now)))
+    left = math.ceil(envelope.expiration / 1000 - now)
+    return props.with_expiry(min(max(1, left), _EXPIRY_MAX))
 
 
 def _property_of(envelope: Envelope, name: str) -> str:

@@ -69,3 +69,49 @@ def test_a_directory_or_a_pipe_in_a_subscription_dropbox_goes_to_error_and_servi
     assert keeper.next().payload == b"next"
     assert keeper.disconnects.empty()
     keeper.stop()
+
+
+def test_a_far_future_expiration_goes_out_as_the_longest_interval_mqtt_has(
+    server: RunningServer,
+) -> None:
+    keeper, target = keeper_target(server, "x/#")
+    # Java's Long.MAX_VALUE ms: years past what a Message Expiry Interval (4 bytes) can say.
+    put_file(target, "4.far.T.9223372036854775807....bx_topicS=x%2Ffar", b"far off")
+    received = keeper.next()
+    assert (received.topic, received.payload) == ("x/far", b"far off")
+    assert received.properties.MessageExpiryInterval == 2**32 - 1
+    keeper.publish("x/next", b"next", 1)  # the door is still up
+    assert keeper.next().payload == b"next"
+    assert keeper.disconnects.empty()
+    keeper.stop()
+
+
+@pytest.mark.parametrize(
+    "topic",
+    ["x%2F%FFbad", "x%2F%00nul", "x%2F%23"],
+    ids=["not-utf8", "nul", "wildcard"],
+)
+def test_a_file_whose_topic_no_publish_can_carry_goes_to_error(
+    server: RunningServer, caplog: pytest.LogCaptureFixture, topic: str
+) -> None:
+    keeper, target = keeper_target(server, "x/#")
+    with caplog.at_level(logging.WARNING, logger="boxmq"):
+        put_file(target, f"4.bad.T.....bx_topicS={topic}", b"cannot go")
+        error = target.parent / "error"
+        deadline = time.monotonic() + WAIT
+        while not list(error.glob("4.bad.*")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert [p.read_bytes() for p in error.glob("4.bad.*")] == [b"cannot go"]
+    assert any("bad" in r.getMessage() and "topic" in r.getMessage() for r in caplog.records)
+    keeper.publish("x/next", b"next", 1)
+    assert keeper.next().payload == b"next"
+    assert keeper.disconnects.empty()
+    keeper.stop()
+
+
+def test_a_file_whose_qos_is_no_qos_goes_out_at_qos_1(server: RunningServer) -> None:
+    keeper, target = keeper_target(server, "x/#")
+    put_file(target, "4.q.T.....bx_topicS=x%2Fq&bx_qosY=-1", b"odd qos")
+    received = keeper.next()
+    assert (received.topic, received.payload, received.qos) == ("x/q", b"odd qos", 1)
+    keeper.stop()
