@@ -581,7 +581,7 @@ def _message_record(message: Message) -> dict[str, Any]:
         "correlation-id": message.correlation_id,
         "reply-to": message.reply_to,
         "type": message.type,
-        "expires": _time(message.expiration) if message.expiration else None,
+        "expires": _expires(message.envelope.expiration) if message.expiration else None,
     }
 
 
@@ -761,6 +761,16 @@ def _time(epoch: float) -> str:
     import datetime
 
     return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat(timespec="seconds")
+
+
+def _expires(epoch_ms: int) -> str:
+    """An expiration as `_time` shows it; one that a date cannot show (after year 9999, such
+    as Java's Long.MAX_VALUE that a script may write for "never") as the epoch ms its name
+    gives: printing what was locked must not fail on what an outside producer wrote."""
+    try:
+        return _time(epoch_ms / 1000)
+    except (OverflowError, ValueError, OSError):
+        return f"{epoch_ms} ms after 1970-01-01T00:00:00+00:00"
 
 
 if __name__ == "__main__":

@@ -142,6 +142,29 @@ def test_the_unlock_that_reaches_max_deliveries_says_where_the_message_went(root
     assert said[4] == f"unlock: {message_id} went to error/ (max-deliveries), not back to target/\n"
 
 
+def _dropped(root: Path, queue: str, name: str, body: bytes = b"b") -> None:
+    """A message file a script drops into `queue`'s target/, written aside then renamed."""
+    (root / queue / "working").mkdir(parents=True, exist_ok=True)
+    (root / queue / "target").mkdir(exist_ok=True)
+    (root / queue / "working" / "t").write_bytes(body)
+    os.rename(root / queue / "working" / "t", root / queue / "target" / name)
+
+
+@pytest.mark.parametrize("expiration", ["253402300800000", "9223372036854775807"])
+def test_get_shows_an_expiration_past_year_9999_as_epoch_ms(root: Path, expiration: str) -> None:
+    """DropboxMQ's expiration is any long (a script may write Long.MAX_VALUE): one that no date
+    can show is printed as the name gives it, never a traceback after the message is locked."""
+    _dropped(root, "far", f"4.far.T.{expiration}", b"far body")
+    shown = f"{expiration} ms after 1970-01-01T00:00:00+00:00"
+    text = ok(root, "get", "far", "--consumer", "a")
+    assert f"expires         {shown}\n" in text
+    assert text.endswith("\n\nfar body")
+    ok(root, "unlock", "far", "far", "--consumer", "a")
+    got = json.loads(ok(root, "--json", "get", "far", "--consumer", "b"))
+    assert (got["expires"], got["body"]) == (shown, "far body")
+    assert json.loads(ok(root, "--json", "peek", "far", "--state", "processing"))[0]["id"] == "far"
+
+
 def test_get_prints_no_line_for_what_is_unset(root: Path) -> None:
     ok(root, "put", "jobs", "plain")
     head, _, body = ok(root, "get", "jobs").partition("\n\n")
