@@ -98,6 +98,25 @@ def test_a_body_that_is_not_bytes_or_text_is_refused_and_nothing_is_left(
         box.publish("t", body)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("priority", [True, 7.0, 7.5, "7"])
+def test_a_priority_that_is_not_an_int_is_refused_and_nothing_is_written(
+    box: boxmq.Box, root: Path, priority: object
+) -> None:
+    """str() would write `True.<id>.B` or `7.0.<id>.B`: a name no reader decodes."""
+    jobs = box.queue("jobs")
+    with pytest.raises(boxmq.InvalidArgument, match=r"priority .* is not an int"):
+        jobs.put(b"x", priority=priority)  # type: ignore[arg-type]
+    with pytest.raises(boxmq.InvalidArgument, match=r"priority .* is not an int"):
+        jobs.put(b"x", priority=priority, properties={"k": "v"})  # type: ignore[arg-type]
+    with pytest.raises(boxmq.InvalidArgument, match=r"priority .* is not an int"):
+        jobs.put_many([boxmq.Outgoing(b"x", priority=priority)])  # type: ignore[arg-type]
+    with pytest.raises(boxmq.InvalidArgument, match=r"priority .* is not an int"):
+        box.assured("src", "m1", b"x", queue="jobs", priority=priority)  # type: ignore[arg-type]
+    assert files(root, "jobs", "working") == []
+    assert files(root, "jobs", "target") == []
+    assert box.assured("src", "m1", b"x", queue="jobs") is True  # refused, so not a repeat
+
+
 def test_a_state_may_be_named_by_its_folder(box: boxmq.Box) -> None:
     jobs = box.queue("jobs")
     jobs.put(b"x")

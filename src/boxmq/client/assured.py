@@ -52,7 +52,7 @@ from boxmq.store.commit import Committer, Move
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.fanout import finish_pending
 from boxmq.store.layout import State, list_dropboxes, queue_path
-from boxmq.store.names import decode_lenient, encode
+from boxmq.store.names import check_priority, decode_lenient, encode
 from boxmq.store.temporaries import temporary_in
 from boxmq.store.topics import EXACTLY_ONCE_PENDING, incoming_working
 
@@ -196,6 +196,7 @@ class AssuredIntake:
         source, msg_id, expires_in = message.source, message.msg_id, message.expires_in
         if expires_in is not None:
             check_seconds("expires_in", expires_in)
+        check_priority(message.priority)
         if (message.queue is None) == (message.topic is None):
             raise InvalidArgument("an assured message goes to a queue or to a topic: give one")
         mqtt_fields.check(message.properties or {})

@@ -43,6 +43,7 @@ from boxmq.store.layout import State
 from boxmq.store.names import (
     Lock,
     check_consumer_name,
+    check_priority,
     encode,
     locked_name,
     plain_name,
@@ -56,7 +57,6 @@ from boxmq.store.v5_properties import (
 
 __all__ = ["Outgoing", "Peeked", "Queue", "QueueCounts", "counts_of"]
 
-_INT32 = 2**31
 # Read from module globals by a put: Enum's metaclass has a __getattr__, so each
 # `MessageClass.BYTES` is a slow attribute lookup (~800 instructions), a global one cached load.
 _TEXT, _BYTES = MessageClass.TEXT, MessageClass.BYTES
@@ -255,8 +255,7 @@ class Queue:
         return name
 
     def _envelope(self, outgoing: Outgoing, plain: bool) -> tuple[Envelope, bytes]:
-        if not -_INT32 <= outgoing.priority < _INT32:
-            raise InvalidArgument(f"priority {outgoing.priority} is outside -2^31..2^31-1")
+        check_priority(outgoing.priority)
         expiration = 0
         if outgoing.expires_in is not None:
             check_seconds("expires_in", outgoing.expires_in)

@@ -55,6 +55,7 @@ __all__ = [
     "PLAIN_ID",
     "Lock",
     "check_consumer_name",
+    "check_priority",
     "decode",
     "decode_lenient",
     "distinct_name",
@@ -261,6 +262,17 @@ def _decode_properties(field: str) -> tuple[Property, ...]:
 # --- names ---------------------------------------------------------------------------------
 
 
+def check_priority(priority: object) -> int:
+    """`priority` if it can be a name's first field (an int32); else InvalidArgument. A bool
+    or a float is refused, not converted: str() would write `True` or `7.0`, a name no reader
+    can decode, which then goes out with priority 4 and its whole name as its id."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidArgument(f"priority {priority!r} is not an int")
+    if not _INT32[0] <= priority <= _INT32[1]:
+        raise InvalidArgument(f"priority {priority} is outside -2^31..2^31-1")
+    return priority
+
+
 def _optional(text: str | None) -> str:
     return _quote(text) if text else ""
 
@@ -268,8 +280,7 @@ def _optional(text: str | None) -> str:
 def _fields(envelope: Envelope, errors: str) -> list[str]:
     if not envelope.message_id:
         raise InvalidArgument("the message id is empty")
-    if not _INT32[0] <= envelope.priority <= _INT32[1]:
-        raise InvalidArgument(f"priority {envelope.priority} is not in {list(_INT32)}")
+    check_priority(envelope.priority)
     if not 0 <= envelope.expiration <= _LONG_MAX:
         raise InvalidArgument(f"expiration {envelope.expiration} is not in [0, {_LONG_MAX}]")
     return [
