@@ -556,7 +556,9 @@ def _get(args: argparse.Namespace, box: Box) -> int:
     width = max(len(k) for k in record)
     for key, value in record.items():
         if value not in (None, ""):  # unset (no reply-to, no type): no line, not "None"
-            print(f"{key:<{width}}  {value}")
+            # Escaped as peek escapes them: a newline a producer put in a property, an id or
+            # a reply-to must not end the header, whose first blank line starts the body.
+            print(f"{key:<{width}}  {_cell(value)}")
     print()
     sys.stdout.flush()
     # The body byte for byte: everything after the first blank line is exactly the payload, and
@@ -753,8 +755,9 @@ _CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F)} | {0x0A: "
 
 
 def _cell(value: object) -> str:
-    """A table cell on one line: control characters (a newline in a queue's name) escaped."""
-    return str(value).translate(_CONTROLS)
+    """A value on one line (a table cell, a line of `get`'s header): control characters (a
+    newline in a queue's name) escaped, and bytes that are not UTF-8 as \\xNN."""
+    return shown(str(value)).translate(_CONTROLS)
 
 
 def _time(epoch: float) -> str:

@@ -165,6 +165,31 @@ def test_get_shows_an_expiration_past_year_9999_as_epoch_ms(root: Path, expirati
     assert json.loads(ok(root, "--json", "peek", "far", "--state", "processing"))[0]["id"] == "far"
 
 
+@pytest.mark.parametrize(
+    "given",
+    [
+        ["-p", "note=line1\n\nline2"],
+        ["--correlation-id", "c\n\nX"],
+        ["--reply-to", "r\n\nY"],
+        ["--type", "t\r\n\r\nZ"],
+    ],
+    ids=["property", "correlation-id", "reply-to", "type"],
+)
+def test_get_escapes_a_newline_in_the_header_so_the_first_blank_line_starts_the_body(
+    root: Path, given: list[str]
+) -> None:
+    ok(root, "put", "q", "REAL BODY", *given)
+    header, body = ok(root, "get", "q").split("\n\n", 1)
+    assert body == "REAL BODY"
+    assert "\\n" in header  # shown escaped, as peek shows it
+
+
+def test_get_escapes_a_newline_in_an_id_a_script_wrote(root: Path) -> None:
+    _dropped(root, "q", "4.id%0A%0Aline.T", b"REAL BODY")
+    header, body = ok(root, "get", "q").split("\n\n", 1)
+    assert (header.splitlines()[0], body) == ("id              id\\n\\nline", "REAL BODY")
+
+
 def test_get_prints_no_line_for_what_is_unset(root: Path) -> None:
     ok(root, "put", "jobs", "plain")
     head, _, body = ok(root, "get", "jobs").partition("\n\n")
