@@ -553,6 +553,21 @@ def test_metadata_that_does_not_fit_a_file_name_is_refused(box: boxmq.Box, root:
     assert box.queue("jobs").counts() == boxmq.QueueCounts(0, 0, 0, 0, 0, 0)
 
 
+@pytest.mark.parametrize("length", [110, 140, 300])
+def test_metadata_too_long_names_a_put_s_limit_however_long_it_is(
+    box: boxmq.Box, length: int
+) -> None:
+    """Over a name's own limit (167) or only over a put's (135): one limit, the put's, at
+    once, never 167 first and then 135 once trimmed."""
+    with pytest.raises(boxmq.MetadataTooLong) as refused:
+        box.queue("jobs").put(b"x", properties={"note": "y" * length})
+    assert "over the 135-byte limit" in str(refused.value)
+    assert "167" not in str(refused.value)
+    with pytest.raises(boxmq.MetadataTooLong) as refused:
+        box.assured("src", "m1", b"x", queue="jobs", properties={"note": "y" * length})
+    assert "over the 135-byte limit" in str(refused.value)
+
+
 def test_reserved_property_names_are_refused(box: boxmq.Box) -> None:
     with pytest.raises(boxmq.InvalidName):
         box.queue("jobs").put(b"x", properties={"bx_dc": 3})

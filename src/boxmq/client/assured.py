@@ -520,13 +520,15 @@ def _checked_name(envelope: Envelope, *, to_topic: bool) -> str:
     queue's file keeps it, a topic's copies add their QoS, and either must leave a put's
     room for what a redelivery adds. Refused before `received`, a message is never lost at
     `deliver` (where it would be too late to tell its sender)."""
-    name = encode(envelope)
-    sent = (
-        encode(_as_copied(envelope).with_property(QOS, PropertyType.BYTE, 2)) if to_topic else name
-    )
-    if len(sent) > PUT_NAME_LIMIT:
+    if not to_topic:
+        return encode(envelope, limit=PUT_NAME_LIMIT)
+    # The copies first, against a put's limit. The working/ name also carries the sender's
+    # source and id, which the copies leave out: only a name's own limit holds it.
+    copy = _as_copied(envelope).with_property(QOS, PropertyType.BYTE, 2)
+    try:
+        encode(copy, limit=PUT_NAME_LIMIT)
+    except MetadataTooLong as error:
         raise MetadataTooLong(
-            f"the metadata needs {len(sent)} bytes of file name once delivered, the limit for "
-            f"a put is {PUT_NAME_LIMIT}: use a shorter topic or fewer properties"
-        )
-    return name
+            f"once delivered, use a shorter topic or fewer properties: {error}"
+        ) from None
+    return encode(envelope)

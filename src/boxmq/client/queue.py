@@ -25,7 +25,7 @@ from boxmq.client.message import Message
 from boxmq.client.sweeps import SweepLimits, release_stale_locks
 from boxmq.core import QueuePolicy
 from boxmq.core.durations import check_seconds
-from boxmq.errors import InvalidArgument, InvalidName, MetadataTooLong
+from boxmq.errors import InvalidArgument, InvalidName
 from boxmq.ids import IdFactory
 from boxmq.model import (
     RESERVED_PREFIX,
@@ -244,15 +244,7 @@ class Queue:
             return plain_name(
                 envelope.priority, envelope.message_id, envelope.message_class, envelope.expiration
             )
-        name = encode(envelope)
-        length = len(name)  # encoded names are ASCII: characters are bytes
-        if length > PUT_NAME_LIMIT:
-            raise MetadataTooLong(
-                f"the metadata needs {length} bytes of file name, the limit for a put is "
-                f"{PUT_NAME_LIMIT}: shorten the properties, correlation id, reply-to "
-                "or type, or move them into the body"
-            )
-        return name
+        return encode(envelope, limit=PUT_NAME_LIMIT)
 
     def _envelope(self, outgoing: Outgoing, plain: bool) -> tuple[Envelope, bytes]:
         check_priority(outgoing.priority)

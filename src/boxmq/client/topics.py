@@ -896,16 +896,9 @@ def _names(envelope: Envelope, levels: Iterable[QoS]) -> dict[QoS, str]:
     """The file name of `envelope` at each of `levels`; MetadataTooLong if it leaves no room
     for what a dropbox appends (every level has the same length: a QoS is one digit)."""
     try:
-        names = {level: encode(_at(envelope, level)) for level in levels}
-    except MetadataTooLong as error:  # past even a name's own limit
+        return {level: encode(_at(envelope, level), limit=PUT_NAME_LIMIT) for level in levels}
+    except MetadataTooLong as error:
         raise MetadataTooLong(f"{_TOO_LONG}: {error}") from None
-    length = len(next(iter(names.values())))
-    if length > PUT_NAME_LIMIT:
-        raise MetadataTooLong(f"{_TOO_LONG} ({length} bytes)")
-    return names
 
 
-_TOO_LONG = (
-    f"the topic and metadata need more than {PUT_NAME_LIMIT} bytes of file name: "
-    "use a shorter topic or fewer properties"
-)
+_TOO_LONG = "use a shorter topic or fewer properties"

@@ -218,10 +218,10 @@ def _properties(row: Sequence[object], index: int | None) -> tuple[Property, ...
 
 def _check_length(envelope: Envelope, fan_out: bool) -> None:
     limit = PUT_NAME_LIMIT - (_QOS_ROOM if fan_out else 0)
-    length = len(encode(envelope))
-    if length > limit:
+    try:
+        encode(envelope, limit=limit)
+    except MetadataTooLong as error:
         raise MetadataTooLong(
-            f"boxmq sink: message {envelope.message_id}: its metadata needs {length} bytes of "
-            f"file name, the limit is {limit}: shorten the properties, ids, type or topic, or "
-            "move them into the body (docs/file-format.md)"
-        )
+            f"boxmq sink: message {envelope.message_id}: {error}, or move them into the body "
+            "(docs/file-format.md)"
+        ) from None

@@ -295,27 +295,32 @@ def _fields(envelope: Envelope, errors: str) -> list[str]:
     ]
 
 
-def _too_long(fields: list[str], size: int) -> MetadataTooLong:
+def _too_long(fields: list[str], size: int, limit: int) -> MetadataTooLong:
     longest = max(range(len(fields)), key=lambda i: len(fields[i]))
+    kept = f"{NAME_LIMIT} less {LOCK_RESERVE} kept for a lock suffix"
+    if limit < MAX_NAME:
+        kept += f" and {MAX_NAME - limit} for what a redelivery adds"
     return MetadataTooLong(
-        f"the metadata encodes to a {size}-byte file name, over the {MAX_NAME}-byte limit "
-        f"({NAME_LIMIT} less {LOCK_RESERVE} kept for a lock suffix); shorten the "
+        f"the metadata encodes to a {size}-byte file name, over the {limit}-byte limit "
+        f"({kept}); shorten the "
         f"{_FIELDS[longest]} ({len(fields[longest])} bytes encoded) or the other text fields "
         "(a non-ASCII character takes 6 to 12 bytes once percent-encoded)"
     )
 
 
-def encode(envelope: Envelope, *, as_read: bool = False) -> str:
+def encode(envelope: Envelope, *, as_read: bool = False, limit: int = MAX_NAME) -> str:
     """The file name for `envelope`; InvalidArgument or MetadataTooLong if it has none.
 
     `as_read`: `envelope` was decoded from a name (to be renamed: a release, a dead letter),
-    and a property's bytes that were not UTF-8 are written back as they were."""
+    and a property's bytes that were not UTF-8 are written back as they were. `limit`: the
+    longest name the caller may write (a producer leaves room for what a redelivery adds),
+    at most MAX_NAME; the error names it, so a producer is told its own limit at once."""
     fields = _fields(envelope, _AS_READ if as_read else "strict")
     while len(fields) > _REQUIRED and not fields[-1]:
         fields.pop()
     name = ".".join(fields)
-    if len(name) > MAX_NAME:  # the name is ASCII: characters are bytes
-        raise _too_long(fields, len(name))
+    if len(name) > limit:  # the name is ASCII: characters are bytes
+        raise _too_long(fields, len(name), limit)
     return name
 
 
