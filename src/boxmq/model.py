@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NewType, TypeVar, cast
 
+from boxmq.errors import InvalidArgument, InvalidName
+
 __all__ = [
     "DEFAULT_PRIORITY",
     "GROUP_KEY",
@@ -316,10 +318,23 @@ def typed(value: PropertyValue) -> PropertyType:
 
 
 def properties_from(values: Mapping[str, PropertyValue | Property]) -> tuple[Property, ...]:
-    """Properties from plain values (typed by `typed`) or from `Property` (kept as typed)."""
-    return tuple(
-        Property(name, value.type, value.value)
-        if isinstance(value, Property)
-        else Property(name, typed(value), value)
-        for name, value in values.items()
-    )
+    """Properties from plain values (typed by `typed`) or from `Property` (kept as typed).
+    InvalidArgument (InvalidName for a name) naming the property if a name is not a
+    non-empty str or a `Property`'s type is not a PropertyType: a producer is told what to
+    fix, not an AttributeError from deep in the encoder."""
+    return tuple(_property(name, value) for name, value in values.items())
+
+
+def _property(name: object, value: PropertyValue | Property) -> Property:
+    if not isinstance(name, str):
+        raise InvalidName(f"property name {name!r}: a name is a str, not {type(name).__name__}")
+    if not name:
+        raise InvalidName("a property name is empty")
+    if not isinstance(value, Property):
+        return Property(name, typed(value), value)
+    if not isinstance(value.type, PropertyType):
+        raise InvalidArgument(
+            f"property {name!r}: its type {value.type!r} is not a boxmq.PropertyType "
+            "(a member such as PropertyType.STRING, not its letter)"
+        )
+    return Property(name, value.type, value.value)

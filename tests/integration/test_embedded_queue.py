@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.integration.mqtt.clients import put_file
@@ -566,6 +567,35 @@ def test_metadata_too_long_names_a_put_s_limit_however_long_it_is(
     with pytest.raises(boxmq.MetadataTooLong) as refused:
         box.assured("src", "m1", b"x", queue="jobs", properties={"note": "y" * length})
     assert "over the 135-byte limit" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("properties", "says"),
+    [
+        ({5: "v"}, "property name 5: a name is a str, not int"),
+        ({("a",): "v"}, "property name ('a',): a name is a str, not tuple"),
+        ({0: "v"}, "property name 0: a name is a str, not int"),
+        ({None: "v"}, "property name None: a name is a str, not NoneType"),
+        ({"": "v"}, "a property name is empty"),
+        ({"a": boxmq.Property("a", "S", "v")}, "property 'a': its type 'S' is not a boxmq"),  # type: ignore[arg-type]
+    ],
+    ids=["int", "tuple", "zero", "none", "empty", "type-letter"],
+)
+def test_a_property_name_that_is_no_str_or_a_type_that_is_a_letter_is_named(
+    box: boxmq.Box, root: Path, properties: dict[Any, Any], says: str
+) -> None:
+    jobs = box.queue("jobs")
+    with pytest.raises(boxmq.InvalidArgument) as refused:
+        jobs.put(b"x", properties=properties)
+    assert says in str(refused.value)
+    with pytest.raises(boxmq.InvalidArgument) as refused:
+        box.publish("t", b"x", properties=properties)
+    assert says in str(refused.value)
+    with pytest.raises(boxmq.InvalidArgument) as refused:
+        box.assured("src", "m1", b"x", queue="jobs", properties=properties)
+    assert says in str(refused.value)
+    assert files(root, "jobs", "working") == []
+    assert files(root, "jobs", "target") == []
 
 
 def test_reserved_property_names_are_refused(box: boxmq.Box) -> None:

@@ -259,9 +259,10 @@ class Queue:
         if plain:
             return Envelope(message_id, outgoing.priority, message_class, expiration), body
         properties = dict(outgoing.properties or {})
-        for key in properties:
-            if not key or key.startswith(RESERVED_PREFIX):
-                raise InvalidName(f"property name {key!r}: empty, or in boxmq's {RESERVED_PREFIX}*")
+        given = properties_from(properties)  # names and types checked before anything else
+        for prop in given:
+            if prop.name.startswith(RESERVED_PREFIX):
+                raise InvalidName(f"property name {prop.name!r} is in boxmq's {RESERVED_PREFIX}*")
         mqtt_fields.check(properties)
         envelope = Envelope(
             message_id=message_id,
@@ -271,7 +272,7 @@ class Queue:
             correlation_id=outgoing.correlation_id,
             reply_to=outgoing.reply_to,
             type=outgoing.type,
-            properties=properties_from(properties),
+            properties=given,
         )
         return envelope, body
 
