@@ -21,7 +21,7 @@ from typing import Any
 
 import boxmq
 from boxmq import cli_passwd
-from boxmq.cli_args import parse_duration, parse_property
+from boxmq.cli_args import joined_negative_durations, parse_duration, parse_property
 from boxmq.cli_serve import (
     Default,
     describe_security,
@@ -46,7 +46,7 @@ _Command = Callable[[argparse.Namespace, Box], int]
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(joined_negative_durations(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

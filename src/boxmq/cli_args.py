@@ -4,12 +4,27 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 
 from boxmq.core.durations import LONGEST
 from boxmq.errors import InvalidArgument
 from boxmq.model import Property, PropertyType
 
-__all__ = ["parse_duration", "parse_property"]
+__all__ = ["DURATION_OPTIONS", "joined_negative_durations", "parse_duration", "parse_property"]
+
+# Every option whose value is a duration (tests/integration/test_cli.py checks each one).
+DURATION_OPTIONS = frozenset(
+    {
+        "--by",
+        "--delay",
+        "--expires-in",
+        "--idle",
+        "--lock",
+        "--sweep-interval",
+        "--xmpp-lock-timeout",
+    }
+)
+_NEGATIVE = re.compile(r"-[0-9.]")
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
@@ -29,6 +44,21 @@ _RANGES = {
     PropertyType.INT: 32,
     PropertyType.LONG: 64,
 }
+
+
+def joined_negative_durations(argv: Sequence[str]) -> list[str]:
+    """`--lock -5s` as `--lock=-5s`: argparse takes a word starting with '-' for an option
+    (unless it is a plain negative number) and says only "expected one argument"; joined, the
+    duration's own check says what to fix. Nothing after `--` is touched: it is all operands."""
+    joined: list[str] = []
+    for at, arg in enumerate(argv):
+        if arg == "--":
+            return joined + list(argv[at:])
+        if joined and joined[-1] in DURATION_OPTIONS and _NEGATIVE.match(arg):
+            joined[-1] += "=" + arg
+        else:
+            joined.append(arg)
+    return joined
 
 
 def parse_duration(text: str) -> float:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from boxmq.cli_args import DURATION_OPTIONS, joined_negative_durations
 from boxmq.store.names import decode
 
 
@@ -112,6 +113,42 @@ def test_errors_are_one_clear_line_and_no_traceback(
     assert done.returncode == status
     assert says in done.stderr
     assert "Traceback" not in done.stderr
+
+
+_NEGATIVE_DURATIONS = [
+    ("get", "jobs", "--lock"),
+    ("put", "jobs", "x", "--expires-in"),
+    ("publish", "t", "x", "--expires-in"),
+    ("unlock", "jobs", "x", "--delay"),
+    ("extend", "jobs", "x", "--by"),
+    ("subscribe", "t/#", "--idle"),
+    ("serve", "--sweep-interval"),
+    ("serve", "--xmpp-lock-timeout"),
+]
+
+
+@pytest.mark.parametrize("args", _NEGATIVE_DURATIONS, ids=lambda args: args[-1])
+def test_a_negative_duration_after_a_space_says_what_is_wrong_with_it(
+    root: Path, args: tuple[str, ...]
+) -> None:
+    """`--lock -5s` is read as `--lock=-5s`, not as an option -5s and a missing value."""
+    ok(root, "put", "jobs", "seed")
+    done = boxmq_cli(root, *args, "-5s")
+    assert done.returncode == 2
+    assert f"argument {args[-1]}: bad duration '-5s'" in done.stderr
+
+
+def test_every_duration_option_is_read_whole_when_negative() -> None:
+    assert {args[-1] for args in _NEGATIVE_DURATIONS} == DURATION_OPTIONS
+
+
+def test_only_a_duration_option_s_value_is_joined_and_nothing_after_double_dash() -> None:
+    assert joined_negative_durations(["get", "q", "--lock", "-5s", "--consumer", "-x"]) == [
+        *("get", "q", "--lock=-5s", "--consumer", "-x"),
+    ]
+    assert joined_negative_durations(["put", "q", "--", "--lock", "-5s"]) == [
+        *("put", "q", "--", "--lock", "-5s"),
+    ]
 
 
 def test_an_unlock_that_sends_the_message_to_error_says_so(root: Path) -> None:

@@ -598,6 +598,28 @@ def test_a_property_name_that_is_no_str_or_a_type_that_is_a_letter_is_named(
     assert files(root, "jobs", "target") == []
 
 
+@pytest.mark.parametrize("limit", [-1, 0, 1.5, True])
+def test_peek_refuses_a_limit_that_is_not_a_count(box: boxmq.Box, limit: object) -> None:
+    """Sliced with it, -1 would silently drop the last message."""
+    jobs = box.queue("jobs")
+    jobs.put(b"a")
+    jobs.put(b"b")
+    with pytest.raises(boxmq.InvalidArgument, match="limit must be None or an int >= 1"):
+        jobs.peek(limit=limit)  # type: ignore[arg-type]
+    assert len(jobs.peek(limit=1)) == 1
+    assert len(jobs.peek()) == 2
+
+
+@pytest.mark.parametrize("max_in_flight", [1.5, 2.0, "2"])
+def test_a_consumer_refuses_a_max_in_flight_that_is_not_an_int(
+    box: boxmq.Box, max_in_flight: object
+) -> None:
+    with pytest.raises(boxmq.InvalidArgument, match="max_in_flight must be an int"):
+        box.queue("jobs").consumer("w", max_in_flight=max_in_flight)  # type: ignore[arg-type]
+    with box.queue("jobs").consumer("w", max_in_flight=2):  # the name was not taken
+        pass
+
+
 def test_reserved_property_names_are_refused(box: boxmq.Box) -> None:
     with pytest.raises(boxmq.InvalidName):
         box.queue("jobs").put(b"x", properties={"bx_dc": 3})

@@ -367,9 +367,15 @@ class Queue:
         return counts_of(self._box)
 
     def peek(self, *, state: State | str = State.TARGET, limit: int | None = None) -> list[Peeked]:
-        """Messages in one state folder without locking them, in delivery order for target/."""
+        """Messages in one state folder without locking them, in delivery order for target/;
+        at most `limit` (an int >= 1) of them, or all with None."""
         from boxmq.store.names import split_lock
 
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            # Sliced with it, -1 would drop the last message and 0 show none: say so instead.
+            raise InvalidArgument(f"limit must be None or an int >= 1, not {limit!r}")
         state = state_of(state)
         seen = []
         for entry in self._box.scan(state):

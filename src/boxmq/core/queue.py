@@ -98,7 +98,10 @@ class QueueEngine:
         self, consumer: ConsumerId, *, max_in_flight: int, lock_timeout: float
     ) -> None:
         """Add a consumer, or update its limits. `max_in_flight` is XEP-0254 queue_requests."""
-        if isinstance(max_in_flight, bool) or max_in_flight < 1:
+        # An int only: 1.5 would pass `>= 1` and make "how many slots are free" a fraction.
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
+            raise InvalidArgument(f"max_in_flight must be an int >= 1, not {max_in_flight!r}")
+        if max_in_flight < 1:
             raise InvalidArgument(f"max_in_flight must be >= 1, not {max_in_flight}")
         check_seconds("the lock timeout", lock_timeout)
         added = consumer not in self._consumers
