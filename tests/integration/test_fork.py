@@ -123,3 +123,20 @@ def test_a_consumer_made_before_the_fork_is_refused_in_the_child(tmp_path: Path)
         consumer.close()
     finally:
         box.close()
+
+
+def test_a_get_message_made_before_the_fork_may_be_settled_in_the_child(tmp_path: Path) -> None:
+    """A `get()` lock belongs to no process (it is settled by id from the files, as the CLI
+    does from another process), so the child may settle the parent's message, as it could by
+    id; the parent then finds it settled (docs/python.md, "Processes")."""
+    box, jobs = warmed(tmp_path, "never")
+    try:
+        jobs.put(b"settled by id")
+        got = jobs.get("cli")
+        assert got is not None
+        assert waited(in_child(got.ack)) == 0
+        assert os.listdir(tmp_path / "jobs" / "processing") == []
+        with pytest.raises(boxmq.ItemNotFound):
+            got.ack()
+    finally:
+        box.close()
