@@ -467,17 +467,25 @@ def _publish(args: argparse.Namespace, box: Box) -> int:
 
 def _subscribe(args: argparse.Namespace, box: Box) -> int:
     received = 0
-    # SIGTERM (kill, systemd, docker stop) ends it like Ctrl-C does: through the `finally`
-    # below, so that a plain subscription does not outlive the command.
+    # SIGTERM (kill, systemd, docker stop) and SIGHUP (the terminal closed) end it like Ctrl-C
+    # does: through the `finally` below, so that a plain subscription does not outlive the
+    # command. SIGKILL skips that: see `ends_with_process` below.
     signal.signal(signal.SIGTERM, _terminated)
+    signal.signal(signal.SIGHUP, _terminated)
     # Only a subscription (or share-group membership) this run made ends with it: one an
     # earlier `--keep` (or the Python API, or a Spark stream) made is read and left in place,
     # with what it holds for later.
     kept = args.keep or box.topics.has_subscription(args.filter, args.subscriber)
     # A kept membership belongs to no process, so the sweep of dead processes' members
-    # leaves it; only `boxmq unsubscribe` ends it.
+    # leaves it; only `boxmq unsubscribe` ends it. A plain subscription this run makes records
+    # this process, so that a sweep (`boxmq serve`) ends it if the run dies without the
+    # `finally` (SIGKILL, a crash): nobody would read what it collects.
     with box.subscribe(
-        args.filter, args.subscriber, qos=args.qos, process_bound=not kept
+        args.filter,
+        args.subscriber,
+        qos=args.qos,
+        process_bound=not kept,
+        ends_with_process=not kept,
     ) as subscriber:
         shared = subscriber.filter.shared
         if kept and not args.keep:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import boxmq
 from boxmq.cli_args import DURATION_OPTIONS, joined_negative_durations
 from boxmq.store.names import decode
 
@@ -461,19 +462,50 @@ def test_get_writes_the_body_byte_for_byte_after_the_blank_line(root: Path) -> N
     assert rest == body
 
 
-def test_subscribe_stopped_by_sigterm_removes_its_subscription(root: Path) -> None:
-    ok(root, "publish", "news/today", "first", "--retain")
+def _subscribing(root: Path, *args: str) -> subprocess.Popen[str]:
+    """`boxmq subscribe news/# ARGS...`, running, once it printed the retained message that
+    `news/today` holds (so its subscription exists)."""
     command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never"]
-    command += ["subscribe", "news/#", "--name", "reader"]
-    with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as sub:
-        assert sub.stdout is not None
-        assert sub.stdout.readline() == "news/today first\n"  # the subscription exists
+    command += ["subscribe", "news/#", *args]
+    sub = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert sub.stdout is not None
+    assert sub.stdout.readline() == "news/today first\n"
+    return sub
+
+
+def _subscribers(root: Path) -> list[str]:
+    return [row["subscriber"] for row in json.loads(ok(root, "--json", "ls"))["subscriptions"]]
+
+
+# SIGHUP is what a closed terminal sends (finding: it left `cli-<pid>` behind, collecting).
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_subscribe_stopped_by_a_signal_removes_its_subscription(
+    root: Path, signum: signal.Signals
+) -> None:
+    ok(root, "publish", "news/today", "first", "--retain")
+    with _subscribing(root, "--name", "reader") as sub:
         assert list((root / "topic-root").rglob("client.reader"))
-        sub.send_signal(signal.SIGTERM)
-        assert sub.wait(timeout=30) == 128 + signal.SIGTERM
+        sub.send_signal(signum)
+        assert sub.wait(timeout=30) == 128 + signum
     assert not list((root / "topic-root").rglob("client.reader"))
+
+
+def test_a_sweep_ends_the_subscription_of_a_killed_subscribe(root: Path) -> None:
+    """SIGKILL leaves no time to unsubscribe: the subscription names its process, and the
+    sweep (`boxmq serve`) ends it once that process is dead, but not before; a --keep one
+    belongs to no process and stays."""
+    ok(root, "publish", "news/today", "first", "--retain")
+    ok(root, "subscribe", "news/#", "--name", "kept", "--keep", "--count", "1")
+    with _subscribing(root) as sub:
+        with boxmq.open(root, fsync="never") as box:
+            box.sweep()
+        assert _subscribers(root) == [f"cli-{sub.pid}", "kept"]  # alive: left alone
+        sub.kill()
+        sub.wait(timeout=30)
+    ok(root, "publish", "news/later", "nobody reads this")
+    with boxmq.open(root, fsync="never") as box:
+        box.sweep()
+    assert _subscribers(root) == ["kept"]
 
 
 def test_subscribe_without_keep_leaves_a_kept_subscription_in_place(root: Path) -> None:

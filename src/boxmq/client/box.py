@@ -194,6 +194,7 @@ class Box:
         no_local: bool = False,
         send_retained: bool = True,
         process_bound: bool = True,
+        ends_with_process: bool = False,
     ) -> Subscriber:
         """Subscribe to a topic filter; "$share/<group>/<filter>" joins a share group."""
         return self.topics.subscribe(
@@ -206,6 +207,7 @@ class Box:
             no_local=no_local,
             send_retained=send_retained,
             process_bound=process_bound,
+            ends_with_process=ends_with_process,
         )
 
     def unsubscribe(self, filter: str, subscriber: str) -> bool:
@@ -315,10 +317,11 @@ class Box:
 
     def sweep(self) -> dict[str, SweepReport]:
         """One round of housekeeping over every queue and subscription (what `boxmq serve`
-        runs on a timer); share groups whose members all died are ended."""
+        runs on a timer); share groups whose members all died, and subscriptions that were to
+        end with a process that died, are ended."""
         now = self._clock.now()
         queues = dropbox_folders(self.root)  # by path: a folder made by hand may not be escaped
-        self.topics.sweep_groups()
+        self.topics.sweep_subscriptions()
         subscriptions = list(subscription_folders(self.root))  # with a record or not (yet)
         boxes = queues + [
             (f"{record.filter} ({os.path.basename(path)})", path)

@@ -9,6 +9,7 @@ rebuilt from the folders whenever another process changed the set of subscriptio
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -35,7 +36,7 @@ from boxmq.core import (
     validate_topic,
 )
 from boxmq.core.durations import check_seconds
-from boxmq.errors import InvalidArgument, MetadataTooLong
+from boxmq.errors import InvalidArgument, MetadataTooLong, QueueNotFound
 from boxmq.ids import IdFactory
 from boxmq.model import (
     PUBLISHED_RETAINED,
@@ -63,6 +64,8 @@ from boxmq.store.spares import Spares, write_new
 from boxmq.store.v5_properties import V5Reader
 
 __all__ = ["Publication", "PublishedEach", "Subscriber", "SubscriptionInfo", "Topics"]
+
+log = logging.getLogger("boxmq")
 
 _LiveFor = Callable[[Dropbox, str | None], LiveQueue]  # a dropbox, its share group
 _Opened = Callable[[str], LiveQueue | None]  # a dropbox's path: its live queue, if open here
@@ -519,19 +522,25 @@ class Topics:
         no_local: bool = False,
         send_retained: bool = True,
         process_bound: bool = True,
+        ends_with_process: bool = False,
     ) -> Subscriber:
         """Subscribe `subscriber` to `filter` ("$share/<group>/<filter>" joins a share group).
 
         send_retained=False: the caller sends the retained messages itself, or none (an MQTT
         session that is resumed, or whose Retain Handling says not to). process_bound=False:
         a share-group membership that outlives this process (an MQTT persistent session): no
-        sweep removes it; `close` or `unsubscribe` does."""
+        sweep removes it; `close` or `unsubscribe` does. ends_with_process=True: a plain
+        durable subscription that this process means to remove when it exits (`boxmq
+        subscribe`): it records this process, so that a sweep removes it, with what it holds,
+        once the process died without removing it (SIGKILL, a crash). A later subscribe of the
+        same subscriber and filter without it makes the subscription outlive its process again."""
         parsed = parse_filter(filter)
         name = check_consumer_name(subscriber)
         subscription = Subscription(name, parsed, _qos(qos), parsed.shared or durable, no_local)
         if not subscription.durable:
             return self._subscribe_in_memory(subscription)
-        path = self._register(subscription, token=None if process_bound else "")
+        owner = self._token if ends_with_process and not parsed.shared else ""
+        path = self._register(subscription, token=None if process_bound else "", owner=owner)
         dropbox = Dropbox(path, self._committer, spares=self._spares)
         if not parsed.shared and send_retained:
             self._send_retained(parsed, dropbox, subscription.qos)
@@ -620,7 +629,12 @@ class Topics:
         layout.bump_generation(self._root)
         return True
 
-    def _register(self, subscription: Subscription, token: str | None = None) -> str:
+    def _register(
+        self, subscription: Subscription, token: str | None = None, owner: str = ""
+    ) -> str:
+        """The subscription's record (and a share group's member, bound to `token`: this
+        process if None, none if ""), written unless already on disk; its dropbox's path.
+        `owner`: the process a plain subscription ends with (SubscriptionRecord.owner)."""
         parsed = subscription.filter
         group = parsed.share_group
         path = self._path_of(parsed, subscription.subscriber)
@@ -630,6 +644,7 @@ class Topics:
             subscriber=None if group else subscription.subscriber,
             qos=int(subscription.qos),
             no_local=subscription.no_local,
+            owner=owner,
         )
         # Under fsync=always on disk before this returns: a caller tells its client that the
         # subscription stands (an MQTT SUBACK). What is on disk already is not written again
@@ -759,11 +774,14 @@ class Topics:
             router.subscribe(subscription)
         self._router, self._paths = router, paths
 
-    def sweep_groups(self) -> int:
-        """Remove share-group members whose process died; delete groups left empty."""
+    def sweep_subscriptions(self) -> int:
+        """End what a dead process left: share-group members whose process died (a group
+        left empty is deleted), and plain subscriptions that were to end with a process
+        that died without removing them (SubscriptionRecord.owner). How many ended."""
         ended = 0
         for record, path in list(layout.read_records(self._root)):
             if record.group is None:
+                ended += self._end_if_owner_died(record, path)
                 continue
             for member, token in layout.members(path).items():
                 if token and process_alive(token) is False:
@@ -774,6 +792,26 @@ class Topics:
         if ended:
             layout.bump_generation(self._root)
         return ended
+
+    def _end_if_owner_died(self, record: layout.SubscriptionRecord, path: str) -> int:
+        # Only a process of this host can be told dead (store/process.py): one of another
+        # host sharing the root keeps its subscriptions until it, or `unsubscribe`, ends them.
+        if not record.owner or process_alive(record.owner) is not False:
+            return 0
+        try:
+            dropped = counts_of(Dropbox(path, self._committer, create=False, spares=self._spares))
+        except QueueNotFound:
+            return 0  # removed right now, by its unsubscribe
+        layout.remove_subscription(path)
+        log.warning(
+            "subscription %s of %r ended: its process (%s) died without removing it; "
+            "%d message(s) it held deleted",
+            record.filter,
+            record.subscriber,
+            record.owner,
+            dropped.ready + dropped.locked,
+        )
+        return 1
 
 
 class Subscriber(Receiver):

@@ -64,6 +64,10 @@ class SubscriptionRecord:
     subscriber: str | None  # the plain subscriber, or None for a share group
     qos: int
     no_local: bool = False
+    # A plain subscription that ends with its process (`boxmq subscribe` without --keep): the
+    # process token (store/process.py) of that process, so that a sweep can remove it once
+    # the process died without removing it (SIGKILL, a crash). "" for one that outlives it.
+    owner: str = ""
 
 
 def topic_root(root: str) -> str:
@@ -124,7 +128,16 @@ def write_record(path: str, record: SubscriptionRecord, *, flush: bool = False) 
     make_folders(path, flush=flush, within=root)
     for state in State:  # a dropbox before it is a subscription: a copy needs its target/
         os.makedirs(os.path.join(path, state.value), exist_ok=True)
-    replace_file(os.path.join(path, _RECORD), json.dumps(asdict(record)), flush=flush)
+    replace_file(os.path.join(path, _RECORD), json.dumps(_fields(record)), flush=flush)
+
+
+def _fields(record: SubscriptionRecord) -> dict[str, object]:
+    """The record as JSON fields; no `owner` unless set, so that every record that has none
+    stays as versions before it wrote them (and read them)."""
+    fields = asdict(record)
+    if not record.owner:
+        del fields["owner"]
+    return fields
 
 
 def read_records(root: str) -> Iterator[tuple[SubscriptionRecord, str]]:
