@@ -31,6 +31,7 @@ from boxmq.cli_serve import (
 )
 from boxmq.client import Box, Message, Peeked, QueueCounts
 from boxmq.client.lifecycle import shown
+from boxmq.config_table import FOREVER
 from boxmq.errors import BoxMQError, Conflict, InvalidArgument, QueueNotFound
 from boxmq.model import Property
 from boxmq.mqtt.settings import Listener, MqttSettings
@@ -186,6 +187,13 @@ def _parser() -> argparse.ArgumentParser:
         help="keep what MQTT and XMPP clients acknowledge in processed/ (default: delete it)",
     )
     p.add_argument(
+        "--processed-retention",
+        type=_retention,
+        metavar="DURATION",
+        help="how long processed/ files are kept, in every queue of the root (default 1d); "
+        "'forever' keeps them",
+    )
+    p.add_argument(
         "--polling",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -330,6 +338,16 @@ def _positive_duration(text: str) -> float:
     return seconds
 
 
+def _retention(text: str) -> float:
+    """A positive duration, or "forever" (math.inf: a time that never ends)."""
+    if text == FOREVER:
+        return math.inf
+    try:
+        return _positive_duration(text)
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"{error} (or {FOREVER!r})") from None
+
+
 def _positive_int(text: str) -> int:
     try:
         number = int(text)
@@ -375,6 +393,7 @@ def _serve(args: argparse.Namespace) -> int:
         fsync=config.fsync,
         fsync_interval=config.fsync_interval,
         keep_processed=config.keep_processed,
+        processed_retention=config.processed_retention_or_none,
         polling=config.polling,
         exactly_once=config.exactly_once,
         dispatch=config.dispatch,

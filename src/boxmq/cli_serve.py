@@ -40,6 +40,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         fsync=_typed(args.fsync),
         sweep_interval=args.sweep_interval,
         keep_processed=args.keep_processed,
+        processed_retention=args.processed_retention,
         polling=args.polling,
     )
 

@@ -5,6 +5,7 @@
     fsync_interval = "1s"            # for fsync = "interval"
     sweep_interval = "1s"            # lock timeouts, expiry, retention
     keep_processed = false           # true: what clients acknowledge stays in processed/
+    processed_retention = "1d"       # how long processed/ files are kept; "forever"
     dispatch = "round-robin"         # how the consumers of a queue or share group take turns
     max_deliveries = 5               # deliveries before error/; 0: no limit
     log_level = "info"               # debug | info | warning | error
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import ssl
 import tomllib
@@ -107,6 +109,9 @@ class ServeConfig:
     # A broker forgets what its clients acknowledged (as MQTT brokers do): a processed/ copy of
     # every message for a day would be tens of millions of files at a broker's rates.
     keep_processed: bool = False
+    # How long the sweeps keep a file in processed/, in every queue and subscription of the
+    # root, whoever acknowledged it; math.inf: forever (the Python API's None).
+    processed_retention: float = 86400.0
     dispatch: str = "round-robin"
     group_dispatch: tuple[tuple[str, str], ...] = ()  # (share group, strategy)
     # The sweeps of serve release every process's timed-out locks: they dead-letter with this.
@@ -120,6 +125,11 @@ class ServeConfig:
     listeners_from_file: bool = False  # mqtt.listeners are the file's [[mqtt.listener]] tables
 
     @property
+    def processed_retention_or_none(self) -> float | None:
+        """`processed_retention` as `boxmq.open` takes it: None for forever."""
+        return None if math.isinf(self.processed_retention) else self.processed_retention
+
+    @property
     def logging_level(self) -> int:
         return logging.getLevelNamesMapping()[self.log_level.upper()]
 
@@ -130,6 +140,7 @@ class ServeConfig:
         fsync: str | None = None,
         sweep_interval: float | None = None,
         keep_processed: bool | None = None,
+        processed_retention: float | None = None,
         polling: bool | None = None,
         listeners: tuple[Listener, ...] | None = None,
     ) -> ServeConfig:
@@ -146,6 +157,8 @@ class ServeConfig:
             changed = dataclasses.replace(changed, sweep_interval=sweep_interval)
         if keep_processed is not None:
             changed = dataclasses.replace(changed, keep_processed=keep_processed)
+        if processed_retention is not None:
+            changed = dataclasses.replace(changed, processed_retention=processed_retention)
         if polling is not None:
             changed = dataclasses.replace(changed, polling=polling)
         if listeners is not None:
@@ -168,6 +181,7 @@ def load_config(
     fsync_interval = top.seconds("fsync_interval")
     sweep_interval = top.seconds("sweep_interval")
     keep_processed = top.boolean("keep_processed")
+    processed_retention = top.seconds_or_forever("processed_retention")
     dispatch = top.choice("dispatch", DISPATCH_STRATEGIES)
     max_deliveries = top.integer("max_deliveries", low=0)
     group_dispatch = _share_groups(top.table("share_groups"))
@@ -187,6 +201,7 @@ def load_config(
         fsync_interval=fsync_interval or base.fsync_interval,
         sweep_interval=sweep_interval or base.sweep_interval,
         keep_processed=base.keep_processed if keep_processed is None else keep_processed,
+        processed_retention=processed_retention or base.processed_retention,
         dispatch=dispatch or base.dispatch,
         max_deliveries=base.max_deliveries if max_deliveries is None else max_deliveries or None,
         group_dispatch=group_dispatch or base.group_dispatch,

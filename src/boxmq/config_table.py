@@ -15,7 +15,9 @@ from boxmq.cli_args import parse_duration
 from boxmq.core.durations import LONGEST
 from boxmq.errors import InvalidArgument
 
-__all__ = ["Table"]
+__all__ = ["FOREVER", "Table"]
+
+FOREVER = "forever"  # what a duration setting that may never end takes instead
 
 
 class Table:
@@ -91,6 +93,16 @@ class Table:
         if value > LONGEST:
             raise self.error(key, f"{value:g} seconds is too long: at most {LONGEST:g} (100 years)")
         return float(value)
+
+    def seconds_or_forever(self, key: str) -> float | None:
+        """`seconds`, or the string "forever", which gives math.inf (a time that never ends)."""
+        if self._values.get(key) == FOREVER:
+            self._used.add(key)
+            return math.inf
+        try:
+            return self.seconds(key)
+        except InvalidArgument as error:
+            raise InvalidArgument(f'{error} (or "{FOREVER}")') from None
 
     def path(self, key: str) -> Path | None:
         """A file name; a relative one is taken from the config file's folder."""

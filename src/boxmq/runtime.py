@@ -110,6 +110,11 @@ async def serve(
         box.fsync.value,
         "kept in processed/" if box.options.keep_processed else "deleted (keep_processed = false)",
     )
+    retention = box.options.limits.processed_retention
+    if retention is None:
+        log.info("processed/ files are kept forever (processed_retention)")
+    else:
+        log.info("processed/ files are deleted after %gs (processed_retention)", retention)
     if box.options.polling:
         log.info("new files found by polling (never inotify, as for a root shared over NFS)")
     else:

@@ -149,3 +149,41 @@ def test_serve_dead_letters_with_the_max_deliveries_of_its_config(tmp_path: Path
     assert os.listdir(root / "jobs" / "error") == []
     [released] = os.listdir(root / "jobs" / "target")
     assert decode(released).property_value(DELIVERY_COUNT) == 5
+
+
+def _processed_files(root: Path) -> list[str]:
+    """Two acknowledged messages in processed/ of the queue `audit`, more than a second old."""
+    with boxmq.open(root, fsync="never") as box:
+        queue = box.queue("audit")
+        for body in (b"kept for the auditors", b"and this one"):
+            queue.put(body)
+            message = queue.get()
+            assert message is not None
+            message.ack()
+    time.sleep(1.1)  # a file's age is its ctime, which no test can set back
+    return sorted(os.listdir(root / "audit" / "processed"))
+
+
+def test_serve_keeps_processed_files_as_long_as_its_config_says(tmp_path: Path) -> None:
+    """serve's sweeps purge processed/ of every queue of the root, its applications' too:
+    with the retention of the file or the flag, "forever" included, not always a day."""
+    root = tmp_path / "state"
+    names = _processed_files(root)
+    config = tmp_path / "boxmq.toml"
+    config.write_text('data = "state"\nfsync = "never"\nprocessed_retention = "forever"\n')
+    log = _serve_until_ready("serve", "--config", str(config), "--no-mqtt", cwd=tmp_path)
+    assert "processed/ files are kept forever" in log
+    assert sorted(os.listdir(root / "audit" / "processed")) == names
+    flags = ("--no-mqtt", "--processed-retention", "1s")  # a typed flag wins over the file
+    log = _serve_until_ready("serve", "--config", str(config), *flags, cwd=tmp_path)
+    assert "processed/ files are deleted after 1s" in log
+    assert os.listdir(root / "audit" / "processed") == []
+
+
+def test_a_bad_processed_retention_names_its_key_and_forever(tmp_path: Path) -> None:
+    config = tmp_path / "boxmq.toml"
+    config.write_text('data = "state"\nprocessed_retention = "never"\n')
+    done = _serve_refused(config, tmp_path)
+    assert done.returncode == 1
+    assert f"boxmq serve: {config}: processed_retention: " in done.stderr
+    assert '(or "forever")' in done.stderr

@@ -194,6 +194,19 @@ def test_a_file_not_in_utf8_is_one_error_naming_file_and_line(tmp_path: Path) ->
     assert str(caught.value) == expected
 
 
+@pytest.mark.parametrize(
+    ("text", "retention"),
+    [("", 86400.0), ('processed_retention = "forever"', None), ("processed_retention = 90", 90.0)],
+)
+def test_processed_retention_as_serve_opens_the_root_with_it(
+    tmp_path: Path, text: str, retention: float | None
+) -> None:
+    """The file's "forever" is the Python API's None: serve's sweeps never purge."""
+    config = load_config(_write(tmp_path, text + "\n"))
+    assert config.processed_retention_or_none == retention
+    assert config.override(processed_retention=60.0).processed_retention_or_none == 60.0
+
+
 def test_flags_win_over_the_file(tmp_path: Path) -> None:
     config = load_config(_write(tmp_path, "fsync = 'never'\n[[mqtt.listener]]\nport = 1\n"))
     flagged = config.override(
