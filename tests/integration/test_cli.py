@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.diskfull import small_disk
 
 import boxmq
 from boxmq.cli_args import DURATION_OPTIONS, joined_negative_durations
@@ -671,3 +672,24 @@ def test_subscribe_to_a_share_group_without_keep_leaves_it(root: Path) -> None:
     group = "$share/etl/sensors/#"
     ok(root, "subscribe", group, "--name", "w1", "--idle", "0.1")
     assert json.loads(ok(root, "--json", "ls"))["subscriptions"] == []  # the last one out
+
+
+def test_publish_retain_on_a_full_disk_names_the_file(tmp_path: Path) -> None:
+    """As put and a plain publish do (docs/cli.md, exit status 1): the retained message's
+    new file is the one the disk has no room for; the topic keeps its retained message."""
+    with small_disk(tmp_path / "disk") as disk:
+        root = disk.path / "data"
+        ok(root, "subscribe", "r/#", "--name", "k1", "--keep", "--idle", "0.1s")
+        ok(root, "publish", "r/a", "first", "--retain")
+        disk.fill()
+        done = boxmq_cli(root, "publish", "r/a", "x" * 60_000, "--retain")
+        assert done.returncode == 1
+        line = done.stderr.strip()
+        assert line.startswith(f"boxmq publish: {root / 'topic-root' / '.retained'}/"), line
+        assert line.endswith(
+            "No space left on device: the disk is full; free some space (or "
+            "choose another --data folder)"
+        ), line
+        disk.free()
+        retained = ok(root, "subscribe", "r/#", "--idle", "0.3s")
+        assert retained == "r/a first\n"

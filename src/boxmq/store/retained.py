@@ -64,8 +64,10 @@ class RetainedStore:
         try:
             with open(temporary, "wb") as out:
                 out.write(header + body)
-        except OSError:
+        except OSError as error:
             _unlink_quietly(temporary)
+            if error.filename is None:  # a write or a close names no file: this one
+                raise OSError(error.errno, error.strerror, temporary) from error
             raise
         return Staged(self._path(topic), temporary)
 
