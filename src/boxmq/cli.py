@@ -199,14 +199,17 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="find new files by polling, never inotify (a root shared over NFS)",
     )
-    p.add_argument(
+    # Both at once is a usage error naming the two, not a broker with no listener that looks
+    # as if it listened where --mqtt said.
+    mqtt = p.add_mutually_exclusive_group()
+    mqtt.add_argument(
         "--mqtt",
         action="append",
         type=_address,
         metavar="HOST:PORT",
         help="an MQTT listener, repeatable (default 127.0.0.1:1883)",
     )
-    p.add_argument("--no-mqtt", action="store_true", help="serve no MQTT")
+    mqtt.add_argument("--no-mqtt", action="store_true", help="serve no MQTT")
     p.add_argument(
         "--xmpp-component",
         metavar="NAME",

@@ -2,13 +2,15 @@
 
 It needs no root folder, so `cli.main` runs it without opening one. The password comes from
 `--password` (visible to other users in the process list: for scripts on a private machine),
-from the first line of standard input with `--stdin`, or from a prompt on the terminal.
+from standard input with `--stdin` (one line: more is refused, not cut), or from a prompt on
+the terminal. `boxmq --json passwd` prints what it did as one JSON object, as every command.
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import sys
 from typing import Any
 
@@ -35,12 +37,23 @@ def run(args: argparse.Namespace) -> int:
     validate_username(args.user)
     if args.delete:
         delete_user(args.file, args.user)
-        print(f"deleted user {args.user} from {args.file}")
+        _report(args, "deleted", f"deleted user {args.user} from {args.file}")
         return 0
     added = set_password(args.file, args.user, _password_bytes(_password(args)))
-    done = "added user" if added else "changed the password of"
-    print(f"{done} {args.user} in {args.file}")
+    if added:
+        _report(args, "added", f"added user {args.user} in {args.file}")
+    else:
+        _report(args, "changed", f"changed the password of {args.user} in {args.file}")
     return 0
+
+
+def _report(args: argparse.Namespace, done: str, text: str) -> None:
+    """What was done, as a line for a person or (`--json`) an object for a script. The file and
+    the user as given: both were checked or written as such (the user is UTF-8 by then)."""
+    if args.json:
+        print(json.dumps({"file": args.file, "user": args.user, "done": done}))
+    else:
+        print(text)
 
 
 def _password_bytes(password: str) -> bytes:
@@ -54,11 +67,29 @@ def _password_bytes(password: str) -> bytes:
     return data
 
 
+def _password_from_stdin() -> str:
+    """One line, its line end not part of it. A pipe is read to its end: a second line is
+    refused rather than dropped, since whoever piped it meant it to count (a password with a
+    line break in it, a file of several), and a password other than the one sent would be
+    stored without a word. From a terminal, the line typed."""
+    if sys.stdin.isatty():
+        return sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+    text = sys.stdin.read()
+    password = text.removesuffix("\n").removesuffix("\r")
+    if "\n" in password:
+        lines = password.count("\n") + 1
+        raise InvalidArgument(
+            f"--stdin read {lines} lines: give the password alone on one line (a password "
+            "with a line break in it can only be given with --password); nothing changed"
+        )
+    return password
+
+
 def _password(args: argparse.Namespace) -> str:
     if args.password is not None:
         password = str(args.password)
     elif args.stdin:
-        password = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+        password = _password_from_stdin()
     elif sys.stdin.isatty():
         password = getpass.getpass(f"password for {args.user}: ")
         if getpass.getpass("again: ") != password:

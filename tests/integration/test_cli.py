@@ -693,3 +693,16 @@ def test_publish_retain_on_a_full_disk_names_the_file(tmp_path: Path) -> None:
         disk.free()
         retained = ok(root, "subscribe", "r/#", "--idle", "0.3s")
         assert retained == "r/a first\n"
+
+
+def test_serve_with_no_mqtt_and_mqtt_is_a_usage_error_naming_both(root: Path) -> None:
+    """Not a broker that starts with no listener while --mqtt says where it should listen."""
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "serve"]
+    command += ["--no-mqtt", "--mqtt", "127.0.0.1:0"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail("serve started, --mqtt ignored")
+    assert done.returncode == 2
+    assert "argument --mqtt: not allowed with argument --no-mqtt" in done.stderr
+    assert not root.exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -101,3 +102,37 @@ def test_password_and_delete_together_is_a_usage_error(tmp_path: Path) -> None:
     done = passwd(str(tmp_path / "p"), "alice", "--password", "x", "--delete")
     assert done.returncode == 2
     assert "not allowed with argument" in done.stderr
+
+
+def test_json_prints_what_was_done_as_one_object(tmp_path: Path) -> None:
+    """`--json` prints one JSON document for every command (docs/cli.md), passwd's too."""
+    path = tmp_path / "passwd"
+
+    def as_json(*args: str) -> object:
+        done = subprocess.run(
+            [sys.executable, "-m", "boxmq.cli", "--json", "passwd", str(path), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    record = {"file": str(path), "user": "alice"}
+    assert as_json("alice", "--password", "wonder") == {**record, "done": "added"}
+    assert as_json("alice", "--password", "land") == {**record, "done": "changed"}
+    assert as_json("alice", "--delete") == {**record, "done": "deleted"}
+
+
+def test_stdin_of_more_than_one_line_is_refused_not_cut(tmp_path: Path) -> None:
+    path = tmp_path / "passwd"
+    done = passwd(str(path), "bob", "--stdin", stdin="first\nsecond\n")
+    assert done.returncode == 1
+    assert done.stderr == (
+        "boxmq passwd: --stdin read 2 lines: give the password alone on one line (a password "
+        "with a line break in it can only be given with --password); nothing changed\n"
+    )
+    assert not path.exists()
+    crlf = passwd(str(path), "bob", "--stdin", stdin="builder\r\n")  # one line, a DOS end
+    assert crlf.returncode == 0, crlf.stderr
+    assert PasswordFile.load(path).authenticate("bob", b"builder", "c")
