@@ -418,3 +418,28 @@ def test_a_share_group_in_this_process_takes_a_publication_without_reading_its_f
     assert message.body == b"21.5"
     assert message.topic == "sensors/kitchen"
     assert file_reads == []
+
+
+@pytest.mark.parametrize("filter", ["jobs/#", "$share/g/jobs/#"])
+def test_a_subscriber_that_outlives_its_process_gets_back_what_it_held(
+    root: Path, filter: str
+) -> None:
+    """process_bound=False (an MQTT persistent session): what it received and never settled
+    stays locked to it when its process lets go, and is its own again in the next one,
+    its delivery not counted twice; its share group's other member never gets it."""
+    with boxmq.open(root, fsync="never") as first:
+        subscriber = first.subscribe(filter, "device", process_bound=False)
+        first.publish("jobs/1", b"held")
+        message = subscriber.receive(timeout=5)
+        assert message is not None
+        subscriber.detach()  # a server shutting down: the session lives on
+    with boxmq.open(root, fsync="never") as second:
+        if filter.startswith("$share"):
+            other = second.subscribe(filter, "other")
+            assert other.receive(timeout=0.5) is None
+        again = second.subscribe(filter, "device", process_bound=False)
+        back = again.receive(timeout=5)
+        assert back is not None
+        assert (back.body, back.id, back.delivery_count) == (b"held", message.id, 1)
+        back.ack()
+        again.close()

@@ -47,7 +47,9 @@ class Consumer(Receiver):
         """How many messages we hold locked (received, or claimed for a receive to come)."""
         return self._live.holding(self.name)
 
-    def close(self) -> None:
+    def close(self, *, keep_locks: bool = False) -> None:
+        """keep_locks: for a consumer that outlives its process (a subscriber with
+        process_bound=False), what it received stays locked to it, on disk."""
         if not self._closed:
             self._closed = True
-            self._live.detach(self.name)
+            self._live.detach(self.name, keep_locks=keep_locks)

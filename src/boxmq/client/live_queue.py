@@ -125,6 +125,7 @@ class LiveQueue:
         self._inbox: dict[ConsumerId, deque[MessageId]] = {}
         # Ids that another file in target/ has, waiting until the engine lets go of its own.
         self._behind: set[MessageId] = set()
+        self._outliving: set[ConsumerId] = set()  # consumers whose locks name no process
         self._next_scan = 0.0
         self._next_sweep = 0.0
         self._closed = False
@@ -132,7 +133,18 @@ class LiveQueue:
 
     # -- consumers ---------------------------------------------------------------------------
 
-    def attach(self, consumer: ConsumerId, *, max_in_flight: int, lock_timeout: float) -> None:
+    def attach(
+        self,
+        consumer: ConsumerId,
+        *,
+        max_in_flight: int,
+        lock_timeout: float,
+        outlives_process: bool = False,
+    ) -> None:
+        """outlives_process: the consumer is one a later process may go on with (a persistent
+        MQTT session): its locks name no process, so that they last through this one's end
+        until their deadline, and those it left on disk are its own again here, first in its
+        inbox, their deliveries not counted twice."""
         with self._mutex:
             if consumer in self._inbox:
                 raise InvalidArgument(f"consumer {consumer!r} is already open on {self.name!r}")
@@ -140,6 +152,40 @@ class LiveQueue:
                 consumer, max_in_flight=max_in_flight, lock_timeout=lock_timeout
             )
             self._inbox[consumer] = deque()
+            if outlives_process:
+                self._outliving.add(consumer)
+                self._adopt(consumer)
+
+    def _adopt(self, consumer: ConsumerId) -> None:
+        """The locks of `consumer` that name no process, left in processing/ by a process
+        before this one (or by this one's consumer of that name, closed keeping them)."""
+        now_ms = self._clock.now() * 1000
+        found = []
+        for entry in self._box.scan(_PROCESSING):
+            name, lock = split_lock(entry.name)
+            if lock is None or lock.owner != consumer or lock.token or lock.deadline_ms <= now_ms:
+                continue
+            if unusable(name) is not None:
+                continue  # the sweeps set it aside once its lock ends
+            envelope = envelope_of(name)
+            if envelope.message_id in self._locks:
+                continue  # held here already, by another name
+            stamp = envelope.timestamp
+            sequence = stamp / 1000 if stamp is not None else 0.0
+            found.append((sequence, entry.name, name, envelope, lock.deadline_ms / 1000))
+        for sequence, processing, name, envelope, deadline in sorted(found):
+            ready = ready_of(name, envelope, sequence)
+            self._engine.adopt(ready, consumer, deadline=deadline)
+            self._locks[envelope.message_id] = processing
+            self._claimed[envelope.message_id] = envelope
+            self._inbox[consumer].append(envelope.message_id)
+        if found:
+            log.info(
+                "%s: %d message(s) %s held when its last process ended are its own again",
+                self.name,
+                len(found),
+                consumer,
+            )
 
     def set_limits(self, consumer: ConsumerId, *, max_in_flight: int, lock_timeout: float) -> None:
         """New limits for an attached consumer: more room is used at its next receive."""
@@ -175,17 +221,28 @@ class LiveQueue:
                 self._engine.resume(consumer)
                 self._cond.notify_all()
 
-    def detach(self, consumer: ConsumerId) -> None:
+    def detach(self, consumer: ConsumerId, *, keep_locks: bool = False) -> None:
         """Owner gone: every lock it holds is released at once, to the other consumers. What
         was claimed for it and never received goes back unchanged, as `pause` gives it: a
-        consumer opened and closed again and again must not count deliveries nobody saw."""
+        consumer opened and closed again and again must not count deliveries nobody saw.
+
+        keep_locks, for a consumer that outlives its process (`attach`): what it received
+        stays locked on disk, for a later process to go on with; the rest goes back."""
         with self._mutex:
             inbox = self._inbox.pop(consumer, None)
             if inbox is None:
                 return
             effects = self._give_back(consumer, inbox)
-            effects += self._engine.remove_consumer(consumer, now=self._clock.now())
-            self._apply_all(effects)
+            if keep_locks and consumer in self._outliving:
+                self._apply_all(effects)
+                for lease in self._engine.leases_of(consumer):
+                    self._locks.pop(lease.message.message_id, None)
+                    self._claimed.pop(lease.message.message_id, None)
+                self._engine.forget_consumer(consumer)
+            else:
+                effects += self._engine.remove_consumer(consumer, now=self._clock.now())
+                self._apply_all(effects)
+            self._outliving.discard(consumer)
             self._wake_others()
 
     def _give_back(self, consumer: ConsumerId, inbox: deque[MessageId]) -> list[Effect]:
@@ -447,7 +504,9 @@ class LiveQueue:
         found: dict[tuple[str, ConsumerId], tuple[str, Lock]] = {}
         for name in names:
             base, lock = split_lock(name)
-            if lock is not None and lock.token == self._token:
+            if lock is not None and (
+                lock.token == self._token or (not lock.token and lock.owner in self._outliving)
+            ):
                 found[base, lock.owner] = (name, lock)
         return found
 
@@ -592,7 +651,8 @@ class LiveQueue:
                 self._box.move(State.TARGET, message.key, State.EXPIRED)
             case Extend(holder=holder, deadline=deadline):
                 old = self._locks[message.message_id]
-                new = locked_name(message.key, Lock(holder, int(deadline * 1000), self._token))
+                token = "" if holder in self._outliving else self._token
+                new = locked_name(message.key, Lock(holder, int(deadline * 1000), token))
                 if not self._move_lock(old, _PROCESSING, new):
                     self._forget(message.message_id)
                     raise UnexpectedRequest(message.message_id, "the lock was taken away")
@@ -612,7 +672,8 @@ class LiveQueue:
         # Our put, claimed before the watcher told of it: it will not (came and left between
         # two reads), so no news is left to skip.
         self._sent.discard(message.key)
-        processing = lock_suffixed(message.key, holder, int(effect.deadline * 1000), self._token)
+        token = "" if holder in self._outliving else self._token  # see attach
+        processing = lock_suffixed(message.key, holder, int(effect.deadline * 1000), token)
         if not self._box.move(_TARGET, message.key, _PROCESSING, processing):
             self._engine.claim_lost(message.message_id)
             return True

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 from boxmq.client.lifecycle import dead_name, envelope_of, released_name, shown, unusable
 from boxmq.core import QueuePolicy
-from boxmq.model import MessageId, timestamp_of
+from boxmq.model import ConsumerId, MessageId, timestamp_of
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
 from boxmq.store.names import split_lock
 from boxmq.store.process import process_alive
 
-__all__ = ["SweepLimits", "SweepReport", "release_stale_locks", "sweep"]
+__all__ = ["SweepLimits", "SweepReport", "release_locks_of", "release_stale_locks", "sweep"]
 
 log = logging.getLogger("boxmq.sweep")
 
@@ -108,6 +108,29 @@ def release_stale_locks(
             released += 1
             log.info("%s: %s; redelivering (delivery %d)", envelope.message_id, why, count + 1)
     return released, dead
+
+
+def release_locks_of(box: Dropbox, holder: ConsumerId) -> int:
+    """`holder` left for good while no process held its locks (a persistent MQTT session's
+    share-group membership, ended by a server that had not resumed it): its locks that name
+    no process go back to target/, each a delivery ended without an ack, for the others
+    (those of a live process are that process's to settle). How many went back."""
+    released = 0
+    for entry in box.scan(State.PROCESSING):
+        name, lock = split_lock(entry.name)
+        if lock is None or lock.owner != holder or lock.token or unusable(name) is not None:
+            continue
+        count = envelope_of(name).delivery_count + 1
+        new = released_name(name, delivery_count=count, holder=holder, not_before=0.0)
+        if new is None:  # no room for its count: as a release by the engine does
+            released += box.move(
+                State.PROCESSING, entry.name, State.ERROR, dead_name(name, "metadata-full")
+            )
+            continue
+        released += box.move(State.PROCESSING, entry.name, State.TARGET, new)
+    if released:
+        log.info("%s: %d message(s) %s held went back to the others", box.path, released, holder)
+    return released
 
 
 def _alive(known: dict[str, bool | None], token: str) -> bool | None:

@@ -24,6 +24,7 @@ from boxmq.client.memory import MemoryDelivery, MemoryInbox
 from boxmq.client.message import Message
 from boxmq.client.queue import QueueCounts, counts_of
 from boxmq.client.receiver import Receiver
+from boxmq.client.sweeps import release_locks_of
 from boxmq.clock import Clock
 from boxmq.core import (
     Destination,
@@ -528,12 +529,15 @@ class Topics:
 
         send_retained=False: the caller sends the retained messages itself, or none (an MQTT
         session that is resumed, or whose Retain Handling says not to). process_bound=False:
-        a share-group membership that outlives this process (an MQTT persistent session): no
-        sweep removes it; `close` or `unsubscribe` does. ends_with_process=True: a plain
-        durable subscription that this process means to remove when it exits (`boxmq
-        subscribe`): it records this process, so that a sweep removes it, with what it holds,
-        once the process died without removing it (SIGKILL, a crash). A later subscribe of the
-        same subscriber and filter without it makes the subscription outlive its process again."""
+        a subscriber that outlives this process (an MQTT persistent session): no sweep removes
+        its share-group membership (`close` or `unsubscribe` does), and its locks name no
+        process, so that what it holds stays its own through a restart, until the lock
+        timeout: `detach` leaves them, and its next subscribe takes them back.
+        ends_with_process=True: a plain durable subscription that this process means to
+        remove when it exits (`boxmq subscribe`): it records this process, so that a sweep
+        removes it, with what it holds, once the process died without removing it (SIGKILL,
+        a crash). A later subscribe of the same subscriber and filter without it makes the
+        subscription outlive its process again."""
         parsed = parse_filter(filter)
         name = check_consumer_name(subscriber)
         subscription = Subscription(name, parsed, _qos(qos), parsed.shared or durable, no_local)
@@ -545,7 +549,12 @@ class Topics:
         if not parsed.shared and send_retained:
             self._send_retained(parsed, dropbox, subscription.qos)
         live = self._live_for(dropbox, parsed.share_group)
-        live.attach(name, max_in_flight=max_in_flight, lock_timeout=lock_timeout)
+        live.attach(
+            name,
+            max_in_flight=max_in_flight,
+            lock_timeout=lock_timeout,
+            outlives_process=not process_bound,
+        )
         consumer = Consumer(live, name)
         return Subscriber(
             parsed, name, consumer=consumer, on_close=lambda: self._left(parsed, name, path)
@@ -677,6 +686,7 @@ class Topics:
         """A share group member leaves; the last one out deletes the group (MQTT-234)."""
         if not parsed.shared:
             return  # a durable subscription outlives its consumer; unsubscribe ends it
+        release_locks_of(Dropbox(path, self._committer, create=False), member)
         layout.remove_member(path, member)
         if not layout.members(path):
             layout.remove_subscription(path)
@@ -887,11 +897,12 @@ class Subscriber(Receiver):
 
     def detach(self) -> None:
         """Stop receiving here but stay subscribed (an MQTT session that lives on elsewhere):
-        the locks held are released, and a share group keeps this member."""
+        a share group keeps this member, and the locks held are released, unless it was
+        subscribed with process_bound=False: then what it received stays locked to it."""
         if not self._closed:
             self._closed = True
             if self._consumer is not None:
-                self._consumer.close()
+                self._consumer.close(keep_locks=True)
             elif self._inbox is not None:
                 self._on_close()  # a memory subscription cannot outlive its inbox
 

@@ -147,6 +147,24 @@ class QueueEngine:
         self._consumers_changed()
         return effects
 
+    def adopt(self, message: Ready, consumer: ConsumerId, *, deadline: float) -> None:
+        """A lock of `consumer` left on disk by a process before this one, for a holder that
+        outlives processes (a persistent MQTT session): leased to it again as it was, in one
+        of its slots, its delivery not counted again."""
+        self._ready.remove(message.message_id)
+        self._leases.claim(message, consumer, deadline=deadline)
+
+    def forget_consumer(self, consumer: ConsumerId) -> None:
+        """The consumer stops here and its leases stay as they are on disk, for a process
+        after this one (`adopt`): nothing is released."""
+        if consumer not in self._consumers:
+            return
+        for lease in self._leases.of(consumer):
+            self._leases.drop(lease.message.message_id)
+        del self._consumers[consumer]
+        self._paused.pop(consumer, None)
+        self._consumers_changed()
+
     # -- what the runtime sees in target/ -------------------------------------------------
 
     def offer(self, message: Ready, *, now: float) -> None:

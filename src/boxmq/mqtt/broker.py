@@ -347,7 +347,7 @@ class Broker:
         self._delivery.report_drops()  # the counts of unfinished intervals, not lost
         for session in list(self._sessions.values()):
             for subscriber in self._durable.pop(session.client_id, {}).values():
-                subscriber.detach()  # locks released; the dropboxes and groups stay
+                subscriber.detach()  # dropboxes, groups, a persistent session's locks stay
         self._pool.shutdown(wait=True)
         self._checks.shutdown(wait=False, cancel_futures=True)
 

@@ -14,6 +14,7 @@ from boxmq.core import (
     Dispatch,
     Effect,
     Expire,
+    Finish,
     Lease,
     QueueEngine,
     QueuePolicy,
@@ -238,6 +239,25 @@ def test_owner_gone_releases_everything_at_once() -> None:
     for release in effects[:3]:
         engine.offer(reoffered(release), now=T0 + 1)
     assert [holder for _, holder in claimed(engine.dispatch(now=T0 + 1))] == ["b", "b", "b"]
+
+
+def test_a_consumer_forgotten_here_keeps_its_leases_for_the_next_process_to_adopt() -> None:
+    """A holder that outlives its process (a persistent MQTT session): its leases are left as
+    they are, nothing released; the next engine adopts them as they were, in its slots."""
+    engine = engine_with(A, B, slots=1)
+    engine.offer(ready("m0", sequence=0), now=T0)
+    engine.offer(ready("m1", sequence=1), now=T0)
+    engine.dispatch(now=T0)
+    [lease] = engine.leases_of(A)
+    engine.forget_consumer(A)
+    assert engine.leases_of(A) == []
+    assert engine.statistics().consumers == 1
+    later = engine_with(A, B, slots=1)
+    later.offer(ready("m2", sequence=2), now=T0 + 5)
+    later.adopt(lease.message, A, deadline=lease.deadline)
+    assert later.leases_of(A) == [lease]  # its delivery count as it was
+    assert claimed(later.dispatch(now=T0 + 5)) == [("m2", "b")]  # a's one slot is taken
+    assert isinstance(later.ack(lease.message.message_id, A, now=T0 + 6), Finish)
 
 
 def test_an_owner_gone_release_passes_nobody_over() -> None:

@@ -1,0 +1,144 @@
+"""What a persistent session had been sent and had not acknowledged when the server stopped
+(SIGTERM) or died (SIGKILL) stays its own: its locks name no process, and its resumed session
+takes them back. They went back to the dropbox at the restart: a share group gave them to
+another member, a QoS 2 one included (MQTT-4.8.2-4), and each restart counted a delivery, so
+a message a device never acknowledged went to error/ after five."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from tests.integration.mqtt.clients import RunningServer, paho, serve_fresh, serve_process
+from tests.integration.mqtt.clients import stop_process as stop
+from tests.integration.mqtt.raw import (
+    open_raw,
+    pubcomp,
+    publish_fields,
+    pubrec,
+    read,
+    subscribe,
+)
+
+GROUP = "$share/g/k/#"
+
+
+def _publishes(sock: socket.socket, within: float) -> list[bytes]:
+    """The payloads of the PUBLISHes that come before `within` seconds of silence; each QoS 2
+    one left unanswered. A PUBREL of an exchange finished before (its PUBCOMP may have come
+    too late for a server killed at once) is completed."""
+    sock.settimeout(within)
+    got: list[bytes] = []
+    while True:
+        try:
+            kind, body = read(sock)
+        except TimeoutError:
+            return got
+        if kind & 0xF0 == 0x60:
+            sock.sendall(pubcomp(int.from_bytes(body[:2], "big")))
+            continue
+        assert kind & 0xF0 == 0x30, hex(kind)
+        got.append(publish_fields(body)[0])
+
+
+def _settle_all(sock: socket.socket, count: int) -> list[bytes]:
+    """Take `count` QoS 2 PUBLISHes and complete each (PUBREC, PUBREL, PUBCOMP)."""
+    got: list[bytes] = []
+    completed = 0
+    while completed < count:
+        kind, body = read(sock)
+        if kind & 0xF0 == 0x30:
+            payload, packet_id = publish_fields(body)
+            got.append(payload)
+            sock.sendall(pubrec(packet_id))
+        elif kind & 0xF0 == 0x60:  # PUBREL
+            sock.sendall(pubcomp(int.from_bytes(body[:2], "big")))
+            completed += 1
+    return got
+
+
+def _restart(
+    server: subprocess.Popen[bytes], how: signal.Signals, target: RunningServer
+) -> subprocess.Popen[bytes]:
+    server.send_signal(how)
+    server.wait(timeout=20)
+    return serve_process(target.root, target.port)
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_share_member_gets_back_what_it_had_after_a_restart_and_nobody_else(
+    tmp_path: Path, how: signal.Signals
+) -> None:
+    target, server = serve_fresh(tmp_path)
+    try:
+        members = {}
+        for name in ("a", "b"):
+            members[name], _ = open_raw(target, name, clean=False, expiry=300)
+            members[name].sendall(subscribe(1, GROUP, 2))
+            assert read(members[name])[0] == 0x90
+        publisher = paho(target, "publisher")
+        for n in range(4):
+            publisher.publish(f"k/{n}", f"k{n}".encode(), 2)
+        publisher.stop()
+        held = _publishes(members["a"], within=1.0)  # no PUBREC: in flight
+        assert len(held) == 2
+        assert len(_settle_all(members["b"], 2)) == 2
+        for sock in members.values():
+            sock.close()
+        server = _restart(server, how, target)
+        b, _ = open_raw(target, "b", clean=False, expiry=300)
+        assert _publishes(b, within=1.0) == []  # not b's
+        a, present = open_raw(target, "a", clean=False, expiry=300)
+        assert present
+        assert sorted(_settle_all(a, 2)) == sorted(held)
+        a.close()
+        b.close()
+    finally:
+        stop(server)
+
+
+def test_a_message_never_acknowledged_outlives_restarts_without_going_to_error(
+    tmp_path: Path,
+) -> None:
+    target, server = serve_fresh(tmp_path)
+    try:
+        device, _ = open_raw(target, "device", clean=False, expiry=300)
+        device.sendall(subscribe(1, "jobs/#", 1))
+        assert read(device)[0] == 0x90
+        paho(target, "publisher").publish("jobs/1", b"slow", 1)
+        for restart in range(7):
+            assert _publishes(device, within=1.0) == [b"slow"], restart  # never acknowledged
+            device.close()
+            server = _restart(server, signal.SIGKILL if restart % 2 else signal.SIGTERM, target)
+            device, present = open_raw(target, "device", clean=False, expiry=300)
+            assert present
+        assert _publishes(device, within=1.0) == [b"slow"]
+        device.close()
+        errors = [f for _, _, files in os.walk(target.root / "topic-root") for f in files]
+        assert not [f for f in errors if "bx_why" in f]
+    finally:
+        stop(server)
+
+
+def test_a_share_member_whose_session_ends_while_the_server_was_down_gives_it_to_the_others(
+    tmp_path: Path,
+) -> None:
+    target, server = serve_fresh(tmp_path)
+    try:
+        a, _ = open_raw(target, "a", clean=False, expiry=2)
+        a.sendall(subscribe(1, GROUP, 1))
+        assert read(a)[0] == 0x90
+        paho(target, "publisher").publish("k/1", b"held", 1)
+        assert _publishes(a, within=1.0) == [b"held"]
+        a.close()
+        server = _restart(server, signal.SIGKILL, target)
+        b = paho(target, "b")
+        b.subscribe(GROUP, 1)
+        assert b.next(timeout=10).payload == b"held"  # once a's session expired (2 s)
+        b.stop()
+    finally:
+        stop(server)
