@@ -269,7 +269,7 @@ class Broker:
         self._share_turns(session, take=False)
         will = None if client.clean_exit else session.will
         session.will = None
-        due = None if will is None else self._wills.schedule(session, will)
+        due = None if will is None else self._wills.schedule(session, will, client)
         if session.persistent:
             # A Will waiting out its delay is written down: a restart sends it (resume_expiries).
             record = self._records.record(
@@ -558,7 +558,9 @@ class Broker:
             # unless it has a delay that the new connection now cancels (its session lives on).
             if will is not None and (clean or not will.properties.will_delay_interval):
                 assert old_session is not None
-                self._publishing.publish_will(old_session.client_id, old_session.username, will)
+                self._publishing.publish_will(
+                    old_session.client_id, old_session.username, will, old_client
+                )
             if old_session is not None:
                 old_session.will = None
             self._kick(old_client, _R.SESSION_TAKEN_OVER, "session taken over")

@@ -13,6 +13,8 @@ Invariants:
   (flushed per the fsync policy); what the disk refused is answered with a failure (v5) or
   the connection closed (3.1.1), never acknowledged.
 - A QoS 2 message is routed once: a repeat of its PUBLISH is answered again, never routed.
+- A client's Will goes to subscribers after what the client published before its connection
+  ended: while that one's disk work runs or waits, the Will is the last of it.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ def _tell_will_lost(client_id: str, topic: str, written: Future[None]) -> None:
     what its client said since it came back. Its in-memory subscribers have it already."""
     if written.cancelled() or (error := written.exception()) is None:
         return
+    _log_will_lost(client_id, topic, error)
+
+
+def _log_will_lost(client_id: str, topic: str, error: BaseException) -> None:
     reason = store_failure(error) if isinstance(error, OSError) else error
     log.error(
         "client %s: its Will to %s was not stored, so its durable subscribers (persistent "
@@ -289,7 +295,14 @@ class Publishing:
             return True
         return self._durable_routes.wanted(packet.topic)
 
-    def publish_will(self, client_id: str, username: str | None, will: Will) -> None:
+    def publish_will(
+        self, client_id: str, username: str | None, will: Will, behind: Client | None = None
+    ) -> None:
+        """Publish a client's Will. `behind`: the connection whose end sends it, if known.
+        While that one's disk work still runs or waits (a retained message is routed once
+        written), the Will takes its turn after it: a Will goes out after everything its client
+        published (MQTT 5.0 §3.1.2.5, §4.6), or subscribers would take "online" for its last
+        word. Without such work, it goes out at once."""
         if not self._may_publish(username, client_id, will.topic):
             # As for a refused PUBLISH: the log says no, never that it went out.
             log.info("client %s may not publish its will to %s", client_id, will.topic)
@@ -305,10 +318,27 @@ class Publishing:
             will.properties.without(PropertyId.WILL_DELAY_INTERVAL),
         )
         self._durable_routes.recheck()  # a timer, not a read: look at the disk again
+        # Numbered now, on the loop: after every retained message its client sent before.
+        order = self._order_of(publish)
+        write = None
         if self._needs_disk(publish, None):
-            written = self._pool.submit(self.write, client_id, publish, self._order_of(publish))
+            write = partial(self.write, client_id, publish, order)
+        if behind is not None and (behind.tail is not None or behind.jobs):
+            # Begun by whoever begins the jobs before it (batches.py): the batch running now,
+            # at its end, or the read or the gathering wait that holds them.
+            behind.jobs.append(Job(write, partial(self._will_turn, client_id, publish)))
+            return
+        if write is not None:
+            written = self._pool.submit(write)
             written.add_done_callback(partial(_tell_will_lost, client_id, will.topic))
         # At once, whatever the disk does: a Will reaches whom it can (see _tell_will_lost).
+        self._delivery.route_memory(client_id, publish)
+
+    def _will_turn(self, client_id: str, publish: Publish, result: object) -> None:
+        """A Will's turn in its client's disk work came, its write done if it had one: to the
+        in-memory subscribers, whatever the disk did, as a Will sent at once does."""
+        if isinstance(result, BaseException):
+            _log_will_lost(client_id, publish.topic, result)
         self._delivery.route_memory(client_id, publish)
 
     # -- disk work (run by disk.run_all) ---------------------------------------------------------

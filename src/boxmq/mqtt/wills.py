@@ -30,6 +30,7 @@ from typing import Final
 
 from boxmq.clock import Clock
 from boxmq.errors import store_failure
+from boxmq.mqtt.clients import Client
 from boxmq.mqtt.packets import Will
 from boxmq.mqtt.session import NEVER, Session
 from boxmq.mqtt.session_record import AwayAtStart, SessionRecord, read_record, write_record
@@ -43,8 +44,9 @@ _RETRY_EVERY: Final = 1.0  # seconds between two tries of a refused record
 HoldsIt = Callable[[SessionRecord | None], bool]
 """Whether the record on disk now is still the one that holds the Will sent."""
 
-PublishWill = Callable[[str, str | None, Will], None]
-"""Publish a client's Will: (client id, its username, the Will); publishing.py's."""
+PublishWill = Callable[[str, str | None, Will, Client | None], None]
+"""Publish a client's Will: (client id, its username, the Will, the connection whose end
+sends it if known, whose disk work goes first); publishing.py's."""
 
 
 def will_delay(will: Will, expiry: int) -> int:
@@ -167,17 +169,18 @@ class Wills:
             or self._sent.already_sent(scheduled)  # its record could not say so
         ):
             return
-        self._publish_will(client_id, scheduled.username, will)
+        self._publish_will(client_id, scheduled.username, will, None)
         self._sent.sent(scheduled, away.will_unsent, now=self._clock.now())
         self._flush()
 
-    def schedule(self, session: Session, will: Will) -> float | None:
-        """The connection closed without DISCONNECT 0x00: its Will goes out now or after its
-        delay. Returns when (wall clock) if later, None if sent now."""
+    def schedule(self, session: Session, will: Will, behind: Client) -> float | None:
+        """The connection `behind` closed without DISCONNECT 0x00: its Will goes out now or
+        after its delay, after what that connection published (publishing.py). Returns when
+        (wall clock) if later, None if sent now."""
         delay = will_delay(will, session.expiry)
         client_id, username = session.client_id, session.username
         if not delay:
-            self._publish_will(client_id, username, will)
+            self._publish_will(client_id, username, will, behind)
             return None
         due = self._clock.now() + delay
 
@@ -187,7 +190,7 @@ class Wills:
             ours = record is not None and record.holder is None and record.will_due == due
             if record is not None and not ours and record.holder != self._token:
                 return  # its client came back to another broker on this root (or left it again)
-            self._publish_will(client_id, username, will)
+            self._publish_will(client_id, username, will, behind)
             if ours:
                 assert record is not None
                 sent = record

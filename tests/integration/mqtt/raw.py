@@ -38,11 +38,24 @@ def string(text: str) -> bytes:
     return len(text).to_bytes(2, "big") + text.encode()
 
 
-def connect_packet(client_id: str, *, clean: bool = False, expiry: int = 300) -> bytes:
-    """MQTT 5 CONNECT with a Session Expiry Interval of `expiry` seconds."""
+def connect_packet(
+    client_id: str,
+    *,
+    clean: bool = False,
+    expiry: int = 300,
+    will: tuple[str, bytes] | None = None,
+) -> bytes:
+    """MQTT 5 CONNECT with a Session Expiry Interval of `expiry` seconds; `will`: a retained
+    QoS 0 Will (topic, payload) without properties."""
     properties = bytes([5, 0x11]) + expiry.to_bytes(4, "big")
     flags = 0x02 if clean else 0x00
-    return packet(0x10, string("MQTT") + bytes([5, flags, 0, 30]) + properties + string(client_id))
+    payload = string(client_id)
+    if will is not None:
+        flags |= 0x04 | 0x20  # Will Flag, Will Retain (§3.1.2.5, §3.1.2.7)
+        topic, message = will
+        payload += b"\x00" + string(topic) + len(message).to_bytes(2, "big") + message
+    variable = string("MQTT") + bytes([5, flags, 0, 30]) + properties
+    return packet(0x10, variable + payload)
 
 
 def publish(topic: str, payload: bytes, *, qos: int = 0, packet_id: int | None = None) -> bytes:
@@ -104,11 +117,16 @@ def read(sock: socket.socket) -> tuple[int, bytes]:
 
 
 def open_raw(
-    running: RunningServer, client_id: str, *, clean: bool = False, expiry: int = 300
+    running: RunningServer,
+    client_id: str,
+    *,
+    clean: bool = False,
+    expiry: int = 300,
+    will: tuple[str, bytes] | None = None,
 ) -> tuple[socket.socket, bool]:
     """A connected socket, and whether its CONNACK said the session was present."""
     sock = socket.create_connection((running.host, running.port), timeout=WAIT)
-    sock.sendall(connect_packet(client_id, clean=clean, expiry=expiry))
+    sock.sendall(connect_packet(client_id, clean=clean, expiry=expiry, will=will))
     kind, body = read(sock)
     assert kind == 0x20, hex(kind)  # CONNACK
     assert body[1] == 0, body.hex()

@@ -55,3 +55,36 @@ def test_a_retained_message_received_later_is_the_one_kept(
         first.close()
         second.close()
         running.shutdown()
+
+
+@pytest.mark.parametrize("fsync", ["always", "never"])
+def test_a_will_goes_out_after_the_retained_message_its_client_sent_before(
+    tmp_path: Path, fsync: str
+) -> None:
+    """A device says "online" (retained, QoS 0) and its connection breaks: its Will "offline"
+    reaches a live subscriber after "online", and is the retained message left (MQTT 5.0
+    §3.1.2.5, §4.6). The retained message goes to subscribers once written; the Will went
+    out at once, before it, and the subscriber took a dead device for online."""
+    running = start_server(tmp_path / "root", fsync=fsync)
+    try:
+        watcher = paho(running, "watcher")
+        watcher.subscribe("status/#", 0)
+        topics = [f"status/dev{n}" for n in range(10)]
+        for n, topic in enumerate(topics):
+            device, _ = open_raw(running, f"dev{n}", clean=True, expiry=0, will=(topic, b"offline"))
+            device.sendall(retained(topic, b"online", qos=0) + PINGREQ)
+            read_kind(device, PINGRESP)  # the server has read "online"
+            device.close()  # no DISCONNECT: the Will goes out
+        heard: dict[str, list[bytes]] = {topic: [] for topic in topics}
+        for _ in range(2 * len(topics)):
+            message = watcher.next()
+            heard[message.topic].append(message.payload)
+        assert heard == {topic: [b"online", b"offline"] for topic in topics}
+        late = paho(running, "late")
+        late.subscribe("status/#", 0)
+        kept = {message.topic: message.payload for message in (late.next() for _ in topics)}
+        assert kept == dict.fromkeys(topics, b"offline")
+        watcher.stop()
+        late.stop()
+    finally:
+        running.shutdown()
