@@ -183,18 +183,22 @@ class Connection:
     def send(self, packet: Packet) -> bool:
         """Queue `packet` for the client; False if it was a PUBLISH larger than the client's
         Maximum Packet Size, which is discarded (MQTT 5.0 §3.1.2.25: the caller then behaves
-        as if it had been sent)."""
+        as if it had been sent). A PUBLISH that cannot be encoded (a payload over the largest
+        packet MQTT has) raises, and nothing of it is kept."""
         version = self.version
         assert version is not None, "nothing is sent before CONNECT"
         if type(packet) is Publish:  # once per message and subscriber: inline
             aliases = len(self._out_aliases)
             if self.client_alias_maximum:
                 packet = self._aliased(packet)
-            data = encode_publish(packet, version is ProtocolVersion.V5)
+            try:
+                data = encode_publish(packet, version is ProtocolVersion.V5)
+            except Exception:
+                self._unlearn_alias(aliases)
+                raise
             limit = self.client_max_packet_size
             if limit and len(data) > limit:
-                if len(self._out_aliases) > aliases:  # the client never learns this alias
-                    self._out_aliases.popitem()
+                self._unlearn_alias(aliases)
                 return False
             self._out.append(data)
             return True
@@ -231,6 +235,12 @@ class Connection:
     def _finished(self, packet_id: int) -> None:
         self._unanswered = max(0, self._unanswered - 1)
         self._open_qos2.discard(packet_id)
+
+    def _unlearn_alias(self, aliases: int) -> None:
+        """A PUBLISH that set a new alias is not sent: the client never learns the alias, so
+        the next PUBLISH of its topic must set it again (there were `aliases` before)."""
+        if len(self._out_aliases) > aliases:
+            self._out_aliases.popitem()
 
     def _aliased(self, packet: Publish) -> Publish:
         """Topic aliases to the client (MQTT 5.0 §3.3.2.3.4): the first PUBLISH of a topic

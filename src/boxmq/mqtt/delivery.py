@@ -8,7 +8,8 @@ dropboxes (`pump`, while it has room in flight). Either goes into the session's 
 Invariants:
 - A message taken out of a dropbox stays locked until its client acknowledges it (settled:
   acked, or rejected to error/ for a negative ack, MQTT-234) or it is dropped (queue full,
-  expired while queued, over the client's Maximum Packet Size), which unlocks or settles it.
+  expired while queued, over the client's Maximum Packet Size), which unlocks or settles it;
+  one that cannot be encoded as a PUBLISH is rejected to error/.
 - A QoS 0 copy for a congested client is dropped (at most once): a slow reader loses QoS 0,
   not memory.
 - Sessions whose acks freed slots are refilled once at the end of the read (`refill`), not
@@ -177,23 +178,53 @@ class Delivery:
     def transmit(self, client: Client, session: Session, packets: list[Publish | Pubrel]) -> None:
         """Send to the client. A PUBLISH over its Maximum Packet Size is discarded and done with
         as if the client had acknowledged it (MQTT 5.0 §3.1.2.25): its message is settled, and
-        its slot goes to the next one, sent after those given."""
+        its slot goes to the next one, sent after those given. A PUBLISH that cannot be encoded
+        at all (a file dropped in a dropbox, larger than any MQTT packet) is discarded too, its
+        message rejected to error/: the error would stop the MQTT service for every client."""
         connection = client.link.connection
         while packets:
             freed: list[Publish | Pubrel] = []
             for packet in packets:
-                if connection.send(packet) or type(packet) is not Publish:
-                    continue
-                log.warning(
-                    "client %s: a message on %s is larger than its Maximum Packet Size: not sent",
-                    session.client_id,
-                    packet.topic,
-                )
-                if packet.packet_id is not None:
-                    self._settle(session, session.outbox.discard(packet.packet_id), refused=False)
-                    freed += (publish for publish, _ in self._ready(session))
+                unencodable: Exception | None = None
+                try:
+                    if connection.send(packet) or type(packet) is not Publish:
+                        continue
+                except Exception as error:
+                    if type(packet) is not Publish:
+                        raise
+                    unencodable = error
+                freed += self._discard(session, packet, unencodable)
             packets = freed
         self._out.dirty.add(client)
+
+    def _discard(
+        self, session: Session, packet: Publish, unencodable: Exception | None
+    ) -> list[Publish]:
+        """A PUBLISH not sent: its message settled as if acknowledged (over the client's
+        Maximum Packet Size) or rejected to error/ (`unencodable`: why it could not be
+        encoded). Returns what may go out in its slot now."""
+        packet_id = packet.packet_id
+        message = None if packet_id is None else session.outbox.discard(packet_id)
+        if unencodable is None:
+            log.warning(
+                "client %s: a message on %s is larger than its Maximum Packet Size: not sent",
+                session.client_id,
+                packet.topic,
+            )
+        else:  # a QoS 0 copy has no message left to reject: one from a dropbox was settled
+            log.warning(  # as `pump` took it
+                "client %s: message %s on %s cannot be encoded as an MQTT PUBLISH (%s): %s",
+                session.client_id,
+                "-" if message is None else shown(message.id),
+                packet.topic,
+                unencodable,
+                "not sent" if message is None else "not sent, moved to error/",
+                exc_info=None if isinstance(unencodable, BoxMQError) else unencodable,  # a bug
+            )
+        if packet_id is None:
+            return []
+        self._settle(session, message, refused=unencodable is not None)
+        return [publish for publish, _ in self._ready(session)]
 
     def resend(self, client: Client, session: Session) -> None:
         """What a resumed session had in flight, sent again (MQTT 5.0 §4.4); the slots of

@@ -115,3 +115,32 @@ def test_a_file_whose_qos_is_no_qos_goes_out_at_qos_1(server: RunningServer) -> 
     received = keeper.next()
     assert (received.topic, received.payload, received.qos) == ("x/q", b"odd qos", 1)
     keeper.stop()
+
+
+def test_a_file_too_large_for_any_mqtt_packet_goes_to_error_and_serving_goes_on(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A PUBLISH's Remaining Length is at most 268,435,455 bytes (MQTT 5.0 §1.5.5): a larger
+    file in a dropbox cannot be encoded, and the error stopped the MQTT service for every
+    client. It goes to error/, logged, and the others are still served."""
+    keeper, target = keeper_target(server, "sensors/kitchen")
+    watcher = paho(server, "watcher")
+    watcher.subscribe("sensors/#", 1)
+    working = target.parent / "working"
+    working.mkdir(exist_ok=True)
+    with open(working / "4.huge.T", "wb") as huge:
+        huge.truncate(300 * 1024 * 1024)  # sparse: no disk, but 300 MB to read
+    errors = target.parent / "error"
+    with caplog.at_level(logging.WARNING, logger="boxmq"):
+        os.rename(working / "4.huge.T", target / "4.huge.T")
+        deadline = time.monotonic() + WAIT
+        while not list(errors.glob("4.huge.*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert [path.stat().st_size for path in errors.glob("4.huge.*")] == [300 * 1024 * 1024]
+    assert any("huge" in r.getMessage() and "encoded" in r.getMessage() for r in caplog.records)
+    keeper.publish("sensors/kitchen", b"next", 1)
+    assert keeper.next().payload == b"next"
+    assert watcher.next().payload == b"next"
+    assert keeper.disconnects.empty()
+    keeper.stop()
+    watcher.stop()

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmq.errors import ProtocolViolation
+from boxmq.errors import InvalidArgument, ProtocolViolation
 from boxmq.mqtt.codec import encode
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.errors import ProtocolError, ReceiveMaximumExceeded, TopicAliasInvalid
@@ -119,6 +119,19 @@ def test_topic_aliases_to_the_client_while_there_is_room() -> None:
         assert isinstance(packet, mqtt5.PublishPacket)
         sent.append((packet.topic, packet.topic_alias))
     assert sent == [("a/long/topic", 1), ("", 1), ("other", None)]
+
+
+def test_a_publish_that_cannot_be_encoded_raises_and_leaves_no_alias_behind() -> None:
+    """Its alias never reached the client: the next PUBLISH of the topic sets it again."""
+    connection = _connected(topic_alias_maximum=1)
+    with pytest.raises(InvalidArgument):
+        connection.send(Publish("a/long/topic", b"x", 1))  # QoS 1 without a packet id
+    assert connection.data_to_send() == []
+    connection.send(Publish("a/long/topic", b"x"))
+    [data] = connection.data_to_send()
+    packet, _ = mqtt5.read(memoryview(data))
+    assert isinstance(packet, mqtt5.PublishPacket)
+    assert (packet.topic, packet.topic_alias) == ("a/long/topic", 1)
 
 
 def test_v311_is_closed_without_a_word() -> None:
