@@ -612,6 +612,9 @@ class Broker:
         session.expiry = expiry  # before attaching: persistent memberships are not process-bound
         if record is not None:
             session.outbox.expect_release(record.releasing)
+            # Before the subscriptions take back their locks: those messages go out first.
+            session.sent_before = dict(record.sent)
+            session.outbox.reserve(session.sent_before.values())
         self._sessions[client_id] = session
         for text, subscription in found:
             if not self._may_keep(client_id, record, text):

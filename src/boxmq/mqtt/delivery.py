@@ -330,8 +330,23 @@ class Delivery:
                 if publish.qos == 0:
                     message.ack()
                     self.deliver(session, publish, None)
+                elif session.sent_before and message.id in session.sent_before:
+                    self._send_again(session, publish, message, now)
                 else:
                     self.deliver(session, publish, message)
+        if session.sent_before and not outbox.waiting and outbox.free > 0:
+            # Every message taken back had room to go: the ids left name settled ones.
+            session.sent_before.clear()
+            outbox.unreserve()
+
+    def _send_again(self, session: Session, publish: Publish, message: Message, now: float) -> None:
+        """A message the process before this one sent and the client did not acknowledge:
+        under its packet id again, with DUP (outbox.push_again)."""
+        packet_id = session.sent_before.pop(message.id)
+        sent = session.outbox.push_again(publish, message, packet_id, now)
+        client = self._links.get(session.client_id)
+        if client is not None:
+            self.transmit(client, session, [sent])
 
 
 def _topic_to_send(message: Message, subscribed: str) -> str | None:

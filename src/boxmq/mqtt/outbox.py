@@ -73,6 +73,7 @@ class Outbox(Generic[T]):
         self._queued: deque[tuple[Publish, T, float]] = deque()  # with when it was queued
         self._queued_bytes = 0  # the payloads in `_queued`
         self._next_id = 1
+        self._reserved: set[int] = set()  # packet ids to be taken again (`reserve`)
         self.dropped = 0
         self.lapsed: list[T] = []  # tokens of queued messages that expired before they left
 
@@ -174,6 +175,42 @@ class Outbox(Generic[T]):
         PUBRELs again, or the client keeps them reserved (session_record.py)."""
         return [i for i, entry in self._in_flight.items() if entry.stage is Stage.AWAIT_PUBCOMP]
 
+    def sent(self) -> list[tuple[int, T]]:
+        """(packet id, token) of each PUBLISH sent and not yet acknowledged (a PUBACK or a
+        PUBREC to come): a restart sends those again under the same ids (session_record.py)."""
+        return [
+            (packet_id, entry.token)
+            for packet_id, entry in self._in_flight.items()
+            if entry.token is not None and entry.stage is not Stage.AWAIT_PUBCOMP
+        ]
+
+    def reserve(self, packet_ids: Iterable[int]) -> None:
+        """After a restart: ids that messages sent by the process before will take again
+        (`push_again`), so that no other message takes them first."""
+        self._reserved.update(packet_ids)
+
+    def unreserve(self) -> None:
+        """Those not taken again by now are no one's any more (their messages were settled)."""
+        self._reserved.clear()
+
+    def push_again(self, publish: Publish, token: T, packet_id: int, now: float = 0.0) -> Publish:
+        """A message the process before this one sent under `packet_id` and the client did
+        not acknowledge: in flight again under that id, with DUP set (MQTT 5.0 §4.4,
+        MQTT-4.4.0-1, MQTT-3.3.1-1). The caller has a free slot for it."""
+        self._reserved.discard(packet_id)
+        stage = Stage.AWAIT_PUBACK if publish.qos == 1 else Stage.AWAIT_PUBREC
+        sent = new_publish(
+            publish.topic,
+            publish.payload,
+            publish.qos,
+            publish.retain,
+            True,
+            packet_id,
+            publish.properties,
+        )
+        self._in_flight[packet_id] = _Entry(sent, token, stage, now)
+        return sent
+
     def expect_release(self, packet_ids: Iterable[int]) -> None:
         """After a restart: these packet ids await PUBCOMP (`releasing` of the process
         before), their PUBRELs first in what `resend` gives."""
@@ -192,8 +229,8 @@ class Outbox(Generic[T]):
     def _start(self, publish: Publish, token: T, now: float) -> Publish:
         # The next packet id not in use. The window is at most 65 535, so one is always
         # found within one turn.
-        in_flight, packet_id = self._in_flight, self._next_id
-        while packet_id in in_flight:
+        in_flight, packet_id, reserved = self._in_flight, self._next_id, self._reserved
+        while packet_id in in_flight or (reserved and packet_id in reserved):
             packet_id = packet_id % _MAX_PACKET_ID + 1
         self._next_id = packet_id % _MAX_PACKET_ID + 1
         stage = Stage.AWAIT_PUBACK if publish.qos == 1 else Stage.AWAIT_PUBREC

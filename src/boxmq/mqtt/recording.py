@@ -84,6 +84,11 @@ class Recorder:
             will=session.will if disconnected_at is None else will,
             will_due=will_due,
             releasing=tuple(session.outbox.releasing()),
+            sent=tuple(
+                (token.id, packet_id)
+                for packet_id, token in session.outbox.sent()
+                if token is not None
+            ),
         )
 
     def store(self, record: SessionRecord, *, flush: bool) -> None:

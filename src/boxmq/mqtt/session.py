@@ -66,6 +66,9 @@ class Session:
         # Share groups unsubscribed while the session held some of their messages: paused
         # (they take nothing more) until those are settled, then closed (delivery.py).
         self.leaving: set[str] = set()
+        # After a restart: the packet ids the process before sent its messages in flight
+        # under, by message id (the record's `sent`), to send them again under (outbox.py).
+        self.sent_before: dict[str, int] = {}
         self.will: Will | None = None
         self.username: str | None = None
         self.connected = False

@@ -23,6 +23,11 @@ Invariants:
   and at close if the Will waits out a delay; None once it is sent, or if the connection
   closed with DISCONNECT 0x00. `will_due` (wall clock) is when it goes out: None while the
   connection is open (the delay counts from its close).
+- `sent` names the stored messages (from its dropboxes) the session was sent and had not
+  acknowledged when the record was written (at a close, and so at a graceful shutdown), with
+  their packet ids: its locks outlive the broker, so a restarted one sends them again under
+  those ids, with DUP (§4.4). After a SIGKILL it may be older than what was in flight: an id
+  of a message since settled names nothing, and one sent since goes out under a new id.
 - `releasing` is written at the end of each read that brought a positive PUBREC (unflushed,
   so a killed broker's page cache keeps it; a power cut may lose the last one), when the
   connection closes, and at a graceful shutdown (which closes every connection).
@@ -81,6 +86,8 @@ class SessionRecord:
     will: Will | None = None  # the Will still to be sent
     will_due: float | None = None  # when: None while the client is connected
     releasing: tuple[int, ...] = ()  # QoS 2 packet ids sent PUBREL, awaiting PUBCOMP
+    # (message id, packet id) of the stored messages sent and not yet acknowledged
+    sent: tuple[tuple[str, int], ...] = ()
 
     def deadline(self) -> float | None:
         """When the session ends if its client stays away; None: it never does, or the client
@@ -131,6 +138,7 @@ def _to_json(record: SessionRecord) -> dict[str, Any]:
         "will": None if record.will is None else _will_to_json(record.will),
         "will_due": record.will_due,
         "releasing": list(record.releasing),
+        "sent": [list(pair) for pair in record.sent],
     }
 
 
@@ -187,6 +195,7 @@ def _from_json(data: Mapping[str, Any]) -> SessionRecord:
             will=None if will is None else _will_from_json(will),
             will_due=None if due is None else float(due),
             releasing=tuple(_packet_id(i) for i in data.get("releasing", ())),
+            sent=tuple((str(m), _packet_id(i)) for m, i in data.get("sent", ())),
         )
     except (KeyError, TypeError, AttributeError, binascii.Error, ProtocolViolation) as error:
         raise ValueError(f"not a session record: {error!r}") from None

@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,15 @@ from tests.integration.mqtt.clients import RunningServer, paho, serve_fresh, ser
 from tests.integration.mqtt.clients import stop_process as stop
 from tests.integration.mqtt.raw import (
     open_raw,
+    puback,
     pubcomp,
     publish_fields,
     pubrec,
     read,
     subscribe,
 )
+
+from boxmq.mqtt.session_record import read_record
 
 GROUP = "$share/g/k/#"
 
@@ -140,5 +144,59 @@ def test_a_share_member_whose_session_ends_while_the_server_was_down_gives_it_to
         b.subscribe(GROUP, 1)
         assert b.next(timeout=10).payload == b"held"  # once a's session expired (2 s)
         b.stop()
+    finally:
+        stop(server)
+
+
+def _publishes_with_ids(sock: socket.socket, within: float) -> list[tuple[bytes, int, bool]]:
+    """(payload, packet id, DUP) of each PUBLISH before `within` seconds of silence."""
+    sock.settimeout(within)
+    got: list[tuple[bytes, int, bool]] = []
+    while True:
+        try:
+            kind, body = read(sock)
+        except TimeoutError:
+            return got
+        assert kind & 0xF0 == 0x30, hex(kind)
+        payload, packet_id = publish_fields(body)
+        got.append((payload, packet_id, bool(kind & 0x08)))
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_what_was_in_flight_goes_again_under_its_packet_ids_with_dup(
+    tmp_path: Path, how: signal.Signals
+) -> None:
+    """MQTT-4.4.0-1: the server resends unacknowledged PUBLISHes with their original packet
+    ids, and MQTT-3.3.1-1: with DUP set. They came as new PUBLISHes after a restart."""
+    target, server = serve_fresh(tmp_path)
+    try:
+        device, _ = open_raw(target, "device", clean=False, expiry=300)
+        device.sendall(subscribe(1, "jobs/#", 1))
+        assert read(device)[0] == 0x90
+        publisher = paho(target, "publisher")
+        publisher.publish("jobs/0", b"done", 1)
+        [(_, first_id, _)] = _publishes_with_ids(device, within=1.0)
+        device.sendall(puback(first_id))  # the next ones take other ids than 1
+        for n in range(1, 4):
+            publisher.publish(f"jobs/{n}", f"held{n}".encode(), 1)
+        publisher.stop()
+        held = _publishes_with_ids(device, within=1.0)
+        assert [p for p, _, _ in held] == [b"held1", b"held2", b"held3"]
+        device.close()  # its session's record names what was in flight, and under which ids
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # a SIGKILL must come after the close is written
+            record = read_record(str(target.root), "device")
+            if record is not None and record.sent:
+                break
+            time.sleep(0.05)
+        server = _restart(server, how, target)
+        device, present = open_raw(target, "device", clean=False, expiry=300)
+        assert present
+        again = _publishes_with_ids(device, within=1.0)
+        assert again == [(p, i, True) for p, i, _ in held]
+        for _, packet_id, _ in again:
+            device.sendall(puback(packet_id))
+        assert _publishes_with_ids(device, within=0.5) == []
+        device.close()
     finally:
         stop(server)

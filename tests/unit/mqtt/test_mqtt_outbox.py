@@ -77,6 +77,25 @@ def test_ids_released_before_a_restart_get_their_pubrel_first_and_are_not_reused
         outbox.acked(2, Stage.AWAIT_PUBREC, refused=False)  # it was released: PUBCOMP only
 
 
+def test_what_a_restart_sends_again_takes_its_ids_back_with_dup_and_nobody_takes_them_first() -> (
+    None
+):
+    outbox: Outbox[str] = Outbox(window=4, limit=5)
+    outbox.reserve([1, 3])
+    fresh = outbox.push(_msg(0), "new")
+    assert fresh is not None
+    assert fresh.packet_id == 2  # 1 is to be sent again
+    again = outbox.push_again(_msg(1, qos=2), "old", 3)
+    assert (again.packet_id, again.dup, again.qos) == (3, True, 2)
+    assert outbox.sent() == [(2, "new"), (3, "old")]
+    assert outbox.acked(3, Stage.AWAIT_PUBREC, refused=False).token == "old"
+    assert outbox.sent() == [(2, "new")]  # after PUBREC only its PUBREL is left to send
+    outbox.unreserve()  # 1 was settled meanwhile: free again, when the ids come round
+    later = outbox.push(_msg(4), "later")
+    assert later is not None
+    assert later.packet_id == 4  # 3 waits for its PUBCOMP
+
+
 def test_a_refused_pubrec_ends_the_exchange() -> None:
     outbox: Outbox[str] = Outbox(window=5, limit=5)
     sent = outbox.push(_msg(1, qos=2), "m")

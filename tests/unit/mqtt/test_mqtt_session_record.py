@@ -57,6 +57,9 @@ _records = st.builds(
     will=st.none() | _wills,
     will_due=st.none() | st.floats(min_value=0, max_value=4e9),
     releasing=st.lists(st.integers(min_value=1, max_value=65_535), max_size=4).map(tuple),
+    sent=st.lists(
+        st.tuples(st.text(max_size=20), st.integers(min_value=1, max_value=65_535)), max_size=4
+    ).map(tuple),
 )
 
 
@@ -127,6 +130,7 @@ def test_a_record_with_only_the_first_fields_loads_with_the_defaults(tmp_path: P
     assert (record.holder, record.disconnected_at, record.options) == (None, None, {})
     assert (record.username, record.will, record.will_due) == (None, None, None)
     assert record.releasing == ()
+    assert record.sent == ()
 
 
 @pytest.mark.parametrize("ids", ["[0]", "[65536]", '["7"]', "[true]", "7"])
