@@ -649,6 +649,29 @@ def test_peek_json_gives_properties_as_an_object_as_get_does(root: Path) -> None
     assert "tenant=a,b" in ok(root, "peek", "q")  # the table keeps NAME=VALUE
 
 
+def test_publish_with_mqtt_properties_too_long_for_a_name_keeps_them_in_a_side_file(
+    root: Path,
+) -> None:
+    """docs/mqtt.md: the `mqtt.*` examples, combined, take more than a name's 135 bytes. They
+    go to a side file as MQTT v5 properties (docs/file-format.md), and read back the same."""
+    ok(root, "subscribe", "jobs/#", "--name", "w", "--keep", "--idle", "0.1")
+    given = {
+        "mqtt.response-topic": "replies/dev1",
+        "mqtt.content-type": "application/json",
+        "mqtt.correlation-data": "cmVxLTc=",
+        "tenant": "acme",
+    }
+    pairs = [arg for name, value in given.items() for arg in ("-p", f"{name}={value}")]
+    ok(root, "publish", "jobs/a", "{}", *pairs)
+    [name] = os.listdir(next(root.glob("topic-root/*/.subscriptions/client.w/target")))
+    assert "bx_v5hS=" in name  # the side file's key
+    assert "tenant" not in name
+    [record] = ok(root, "--json", "subscribe", "jobs/#", "--name", "w", "--count", "1").splitlines()
+    got = json.loads(record)
+    assert got["properties"] == given
+    assert (got["reply-to"], got["correlation-id"]) == ("replies/dev1", "req-7")
+
+
 def test_subscribe_keep_keeps_a_share_group_membership(root: Path) -> None:
     # --keep kept plain subscriptions only: a share-group member left the group on exit, and
     # the last member out deleted the group with what it was about to collect.

@@ -13,7 +13,7 @@ from tests.integration.mqtt.clients import put_file
 import boxmq
 from boxmq import State
 from boxmq.clock import ManualClock
-from boxmq.model import GROUP_KEY
+from boxmq.model import GROUP_KEY, PROPERTIES_FILE
 from boxmq.store.names import decode, split_lock
 
 
@@ -549,9 +549,42 @@ def test_same_consumer_name_twice_in_one_box_is_refused(box: boxmq.Box) -> None:
 
 
 def test_metadata_that_does_not_fit_a_file_name_is_refused(box: boxmq.Box, root: Path) -> None:
-    with pytest.raises(boxmq.MetadataTooLong, match="shorten"):
-        box.queue("jobs").put(b"x", properties={"note": "y" * 300})
+    # A correlation id is a field of the name: unlike properties, it has nowhere else to go.
+    with pytest.raises(boxmq.MetadataTooLong, match="shorten the correlation id"):
+        box.queue("jobs").put(b"x", correlation_id="y" * 300, properties={"note": "y" * 300})
     assert box.queue("jobs").counts() == boxmq.QueueCounts(0, 0, 0, 0, 0, 0)
+    assert not (root / ".properties").exists()  # nothing written for a put refused
+
+
+def test_properties_too_long_for_a_name_go_to_a_side_file_and_read_back_the_same(
+    box: boxmq.Box, root: Path
+) -> None:
+    """docs/file-format.md "Properties too long for the name": the string properties leave
+    the name for a side file (as MQTT v5 User Properties), typed ones stay in it where they
+    fit, so every reader sees what the producer put."""
+    properties: dict[str, str | int | bool] = {"note": "y" * 300, "tenant": "acme", "n": 3}
+    jobs = box.queue("jobs")
+    jobs.put(b"x", properties=properties | {"ok": True})
+    assert box.assured("src", "m1", b"z", queue="jobs", properties=properties)
+    assert box.deliver("src", "m1")
+    short = jobs.put(b"s", properties={"tenant": "acme"})
+    keys = os.listdir(root / ".properties")  # the long ones' (ok is in its file too); none
+    assert len(keys) == 2
+    peeked = {p.envelope.message_id: p for p in jobs.peek()}
+    assert peeked.pop(short).envelope.property_value(PROPERTIES_FILE) is None
+    assert sorted((p.properties for p in peeked.values()), key=len) == [
+        properties,
+        properties | {"ok": True},
+    ]
+    for each in peeked.values():
+        own = each.envelope.user_properties()  # what stays in the name: the typed ones
+        assert own in ({"n": 3}, {"n": 3, "ok": True})
+        assert each.envelope.property_value(PROPERTIES_FILE) in keys
+    for _ in range(3):
+        got = jobs.get()
+        assert got is not None
+        assert got.properties in ({"tenant": "acme"}, properties, properties | {"ok": True})
+        got.ack()
 
 
 @pytest.mark.parametrize("length", [110, 140, 300])
@@ -561,11 +594,12 @@ def test_metadata_too_long_names_a_put_s_limit_however_long_it_is(
     """Over a name's own limit (167) or only over a put's (135): one limit, the put's, at
     once, never 167 first and then 135 once trimmed."""
     with pytest.raises(boxmq.MetadataTooLong) as refused:
-        box.queue("jobs").put(b"x", properties={"note": "y" * length})
+        box.queue("jobs").put(b"x", type="y" * length)
     assert "over the 135-byte limit" in str(refused.value)
     assert "167" not in str(refused.value)
+    # The message's group stays in its name (dispatch reads it there): it cannot spill.
     with pytest.raises(boxmq.MetadataTooLong) as refused:
-        box.assured("src", "m1", b"x", queue="jobs", properties={"note": "y" * length})
+        box.assured("src", "m1", b"x", queue="jobs", properties={GROUP_KEY: "y" * length})
     assert "over the 135-byte limit" in str(refused.value)
 
 

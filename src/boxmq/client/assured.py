@@ -27,10 +27,12 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 from boxmq.client import mqtt_fields
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
+from boxmq.client.spill import spilled
 from boxmq.clock import Clock
 from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits
 from boxmq.core.durations import check_seconds
@@ -53,6 +55,7 @@ from boxmq.store.dropbox import Dropbox
 from boxmq.store.fanout import finish_pending
 from boxmq.store.layout import State, list_dropboxes, queue_path
 from boxmq.store.names import check_priority, decode_lenient, encode
+from boxmq.store.side_files import SideFiles
 from boxmq.store.temporaries import temporary_in
 from boxmq.store.topics import EXACTLY_ONCE_PENDING, incoming_working
 
@@ -108,8 +111,10 @@ class AssuredIntake:
         clock: Clock,
         limits: ExactlyOnceLimits,
         fan_out: _FanOut,
+        side_files: SideFiles | None = None,
     ) -> None:
         self._root = root
+        self._side_files = side_files  # for properties too long for a name (client/spill.py)
         self._committer = committer
         self._ids = ids
         self._clock = clock
@@ -234,7 +239,12 @@ class AssuredIntake:
         )
         working = self._working_dir(queue)
         os.makedirs(working, exist_ok=True)
-        path = os.path.join(working, _checked_name(envelope, to_topic=queue is None))
+        checked = partial(_checked_name, to_topic=queue is None)
+        try:
+            name = checked(envelope)
+        except MetadataTooLong as error:
+            envelope, name = spilled(envelope, self._side_files, checked, error)
+        path = os.path.join(working, name)
         temporary = temporary_in(working)
         try:
             with open(temporary, "wb") as out:

@@ -124,6 +124,7 @@ class Box:
             opened=lambda: self._live.get(dropbox.path),
             limits=self.options.limits,
             v5=self.v5,
+            side_files=self.side_files,
         )
 
     def _missing(self, name: str, path: str) -> str:
@@ -153,6 +154,7 @@ class Box:
                     opened=self._live.get,
                     spares=self._spares,
                     v5=self.v5,
+                    side_files=self.side_files,
                 )
             return self._topics
 
@@ -226,6 +228,7 @@ class Box:
                     clock=self._clock,
                     limits=self._exactly_once,
                     fan_out=lambda files: self.topics.send_files(files),
+                    side_files=self.side_files,
                 )
             return self._intake
 

@@ -22,10 +22,11 @@ from boxmq.client.lifecycle import (
 )
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.message import Message
+from boxmq.client.spill import spilled
 from boxmq.client.sweeps import SweepLimits, release_stale_locks
 from boxmq.core import QueuePolicy
 from boxmq.core.durations import check_seconds
-from boxmq.errors import InvalidArgument, InvalidName
+from boxmq.errors import InvalidArgument, InvalidName, MetadataTooLong
 from boxmq.ids import IdFactory
 from boxmq.model import (
     RESERVED_PREFIX,
@@ -48,6 +49,7 @@ from boxmq.store.names import (
     locked_name,
     plain_name,
 )
+from boxmq.store.side_files import SideFiles
 from boxmq.store.v5_properties import (
     V5Reader,
     correlation_id_shown,
@@ -126,10 +128,12 @@ class Queue:
         opened: Callable[[], LiveQueue | None] = lambda: None,
         limits: SweepLimits | None = None,
         v5: V5Reader | None = None,
+        side_files: SideFiles | None = None,
     ) -> None:
         self.name = name
         self._box = box
         self._v5 = v5
+        self._side_files = side_files  # for properties too long for a name (client/spill.py)
         self._ids = ids
         self._now = now
         self._live = live
@@ -230,7 +234,10 @@ class Queue:
     def _write_as(
         self, envelope: Envelope, body: bytes, plain: bool
     ) -> tuple[Envelope, str, Move, bytes]:
-        name = self._name(envelope, plain)
+        try:
+            name = self._name(envelope, plain)
+        except MetadataTooLong as error:
+            envelope, name = spilled(envelope, self._side_files, _put_name, error)
         while True:
             try:
                 return envelope, name, self._box.write(name, body), body
@@ -244,7 +251,7 @@ class Queue:
             return plain_name(
                 envelope.priority, envelope.message_id, envelope.message_class, envelope.expiration
             )
-        return encode(envelope, limit=PUT_NAME_LIMIT)
+        return _put_name(envelope)
 
     def _envelope(self, outgoing: Outgoing, plain: bool) -> tuple[Envelope, bytes]:
         check_priority(outgoing.priority)
@@ -454,3 +461,9 @@ def _size(path: str) -> int | None:
         return os.stat(path).st_size
     except FileNotFoundError:
         return None
+
+
+def _put_name(envelope: Envelope) -> str:
+    """A put's name for `envelope`, room left for what a redelivery adds; MetadataTooLong if
+    it has none."""
+    return encode(envelope, limit=PUT_NAME_LIMIT)

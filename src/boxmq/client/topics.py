@@ -14,6 +14,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from boxmq.client import mqtt_fields
 from boxmq.client.body import body_bytes
@@ -24,6 +25,7 @@ from boxmq.client.memory import MemoryDelivery, MemoryInbox
 from boxmq.client.message import Message
 from boxmq.client.queue import QueueCounts, counts_of
 from boxmq.client.receiver import Receiver
+from boxmq.client.spill import spilled
 from boxmq.client.sweeps import release_locks_of
 from boxmq.clock import Clock
 from boxmq.core import (
@@ -61,6 +63,7 @@ from boxmq.store.layout import State
 from boxmq.store.names import check_consumer_name, decode_lenient, encode
 from boxmq.store.process import process_alive
 from boxmq.store.retained import Retained, RetainedStore
+from boxmq.store.side_files import SideFiles
 from boxmq.store.spares import Spares, write_new
 from boxmq.store.v5_properties import V5Reader
 
@@ -168,9 +171,11 @@ class Topics:
         opened: _Opened = lambda path: None,
         spares: Spares | None = None,
         v5: V5Reader | None = None,
+        side_files: SideFiles | None = None,
     ) -> None:
         self._root = root
         self._v5 = v5
+        self._side_files = side_files  # for properties too long for a name (client/spill.py)
         self._committer = committer
         self._ids = ids
         self._clock = clock
@@ -214,17 +219,26 @@ class Topics:
         envelope = self._envelope(
             topic, properties, expires_in, correlation_id, reply_to, isinstance(body, str)
         )
-        if not retain:
-            self._route(envelope, data, level, source)
-            return envelope.message_id
-        # MQTT 5.0 §3.3.1.3: kept even with no subscriber; an empty body deletes. Its copies
-        # say so, for the subscribers that ask (Retain As Published, MQTT 5.0 §3.8.3.1).
-        envelope = envelope.with_property(PUBLISHED_RETAINED, PropertyType.BOOLEAN, True)
-        if superseded:
-            self._route(envelope, data, level, source)
-        else:
-            self._publish_retained(envelope, data, level, source)
+        if retain:
+            # MQTT 5.0 §3.3.1.3: kept even with no subscriber; an empty body deletes. Its copies
+            # say so, for the subscribers that ask (Retain As Published, MQTT 5.0 §3.8.3.1).
+            envelope = envelope.with_property(PUBLISHED_RETAINED, PropertyType.BOOLEAN, True)
+        as_retained = retain and not superseded
+        try:
+            self._send(envelope, data, level, source, as_retained=as_retained)
+        except MetadataTooLong as error:  # raised by `_names`, before anything is written
+            at_level = partial(_names, levels=(level,))
+            envelope, _ = spilled(envelope, self._side_files, at_level, error)
+            self._send(envelope, data, level, source, as_retained=as_retained)
         return envelope.message_id
+
+    def _send(
+        self, envelope: Envelope, data: bytes, level: QoS, source: str | None, *, as_retained: bool
+    ) -> None:
+        if as_retained:
+            self._publish_retained(envelope, data, level, source)
+        else:
+            self._route(envelope, data, level, source)
 
     def topic_room(
         self,
@@ -445,7 +459,11 @@ class Topics:
                 message.topic, message.properties, message.expires_in, None, None, False
             )
             if message.properties or message.expires_in:
-                names = _names(envelope, route.levels)
+                try:
+                    names = _names(envelope, route.levels)
+                except MetadataTooLong as error:
+                    levels = partial(_names, levels=route.levels)
+                    envelope, names = spilled(envelope, self._side_files, levels, error)
             else:
                 names = route.plain_names(envelope)
             planned.append((envelope, message.body, route, names))

@@ -39,7 +39,7 @@ from boxmq.store.retained import RETAINED_DIR
 from boxmq.store.spares import rename_noreplace
 from boxmq.store.temporaries import temporary_in
 
-__all__ = ["COLLECT_EVERY", "GRACE", "SIDE_DIR", "SideFiles", "referenced"]
+__all__ = ["COLLECT_EVERY", "GRACE", "SIDE_DIR", "SideFiles", "key_of", "referenced"]
 
 log = logging.getLogger("boxmq.store")
 
@@ -64,7 +64,7 @@ class SideFiles:
 
     def put(self, data: bytes) -> str:
         """Keep `data`; its key. The file is in place on return (see the module's invariants)."""
-        key = _key_of(data)
+        key = key_of(data)
         target = os.path.join(self.path, key)
         temporary = temporary_in(self.path)
         try:
@@ -123,7 +123,7 @@ class SideFiles:
                 open(os.path.join(self.path, name), "rb") as source,
             ):
                 data = source.read()
-                return data if _key_of(data) == key else None
+                return data if key_of(data) == key else None
         return None
 
     def _remember(self, key: str, data: bytes) -> None:
@@ -218,7 +218,9 @@ def _first_line(path: str) -> str:
         return ""
 
 
-def _key_of(data: bytes) -> str:
+def key_of(data: bytes) -> str:
+    """The key `SideFiles.put(data)` keeps `data` under: known before it is written, so a
+    caller can first check that a name naming it fits."""
     return hashlib.sha256(data).hexdigest()[:32]
 
 

@@ -1,4 +1,5 @@
-"""The MQTT v5 properties a message file carries, as the readers that are not MQTT see them.
+"""The MQTT v5 properties a message file carries, as the readers that are not MQTT see them,
+and as a producer that is not MQTT writes them when its properties do not fit in a name.
 
 An MQTT v5 message keeps its PUBLISH properties as their wire bytes (docs/file-format.md): in
 its name (`model.V5_PROPERTIES`, URL-safe base64) or in a side file (`model.PROPERTIES_FILE`).
@@ -26,7 +27,10 @@ Invariants:
   each), and the message reads as if it had none.
 - This module speaks the property list's wire format on its own, for the PUBLISH properties
   only: it lies below the client, which may not import the MQTT door (DESIGN.md §6). The
-  tests check it against the door's encoder (mqtt/properties.py).
+  tests check it against the door's encoder and validator (mqtt/properties.py).
+- `encode` writes what `decode` reads, in identifier order as the door's `Properties.build`
+  does, and only what a PUBLISH may carry: the caller gives text MQTT can carry (no U+0000,
+  at most 65,535 bytes: client/mqtt_fields.py checks it), else ValueError.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ __all__ = [
     "correlation_id_shown",
     "correlation_text",
     "decode",
+    "encode",
     "properties_shown",
     "reply_to_shown",
     "shown",
@@ -83,6 +88,10 @@ _STRINGS: Final = {0x03: CONTENT_TYPE, 0x08: RESPONSE_TOPIC}
 _CORRELATION: Final = 0x09
 _USER: Final = 0x26
 _SUBSCRIPTION_IDENTIFIER: Final = 0x0B  # a Variable Byte Integer
+_PAYLOAD_FORMAT_ID: Final = 0x01
+_CONTENT_TYPE_ID: Final = 0x03
+_RESPONSE_TOPIC_ID: Final = 0x08
+_STRING_MAX: Final = 0xFFFF  # bytes in an MQTT string or binary value (§1.5.4, §1.5.6)
 FORMATS: Final = {0: "bytes", 1: "utf-8"}  # Payload Format Indicator, as readers show it
 _REMEMBERED = 1024  # property blobs decoded and remembered (a bad one: logged once meanwhile)
 
@@ -152,6 +161,48 @@ def decode(raw: bytes) -> Decoded:
         raise ValueError("a value runs past the end of the properties") from None
     ordered = tuple((name, fields[name]) for name in FIELDS if name in fields)
     return Decoded(tuple(users), ordered, fields.get(RESPONSE_TOPIC), correlation)
+
+
+def encode(
+    *,
+    payload_format: int | None = None,
+    content_type: str | None = None,
+    response_topic: str | None = None,
+    correlation_data: bytes | None = None,
+    user_properties: tuple[tuple[str, str], ...] = (),
+) -> bytes:
+    """A PUBLISH property list (without its length prefix) of what is given, in identifier
+    order (MQTT 5.0 §2.2.2.2, §3.3.2.3); None and () leave one out. ValueError if a value
+    cannot be carried (a Payload Format other than 0 or 1, U+0000, over 65,535 bytes)."""
+    out = bytearray()
+    if payload_format is not None:
+        if payload_format not in FORMATS:
+            raise ValueError(f"a Payload Format Indicator is 0 or 1, not {payload_format}")
+        out += bytes((_PAYLOAD_FORMAT_ID, payload_format))
+    if content_type is not None:
+        out += _CONTENT_TYPE_ID.to_bytes(1, "big") + _utf8_bytes(content_type)
+    if response_topic is not None:
+        out += _RESPONSE_TOPIC_ID.to_bytes(1, "big") + _utf8_bytes(response_topic)
+    if correlation_data is not None:
+        out += _CORRELATION.to_bytes(1, "big") + _binary_bytes(correlation_data)
+    for name, value in user_properties:
+        out += _USER.to_bytes(1, "big") + _utf8_bytes(name) + _utf8_bytes(value)
+    return bytes(out)
+
+
+def _utf8_bytes(text: str) -> bytes:
+    """A UTF-8 Encoded String (§1.5.4): no U+0000 (MQTT-1.5.4-2); UnicodeEncodeError, a
+    ValueError, for a lone surrogate."""
+    if "\0" in text:
+        raise ValueError("MQTT cannot carry U+0000")
+    return _binary_bytes(text.encode())
+
+
+def _binary_bytes(data: bytes) -> bytes:
+    """Binary Data (§1.5.6): two bytes of length, then the bytes."""
+    if len(data) > _STRING_MAX:
+        raise ValueError(f"{len(data)} bytes, over MQTT's {_STRING_MAX}")
+    return len(data).to_bytes(2, "big") + data
 
 
 def _utf8(raw: bytes, pos: int) -> tuple[str, int]:

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -24,7 +25,8 @@ from boxmq.model import (
     Property,
     PropertyType,
 )
-from boxmq.mqtt.properties import Properties
+from boxmq.mqtt.framing import PacketType
+from boxmq.mqtt.properties import Properties, validated
 from boxmq.store.side_files import SideFiles
 from boxmq.store.v5_properties import (
     CONTENT_TYPE,
@@ -35,6 +37,7 @@ from boxmq.store.v5_properties import (
     V5Reader,
     correlation_text,
     decode,
+    encode,
     shown,
     unpack,
 )
@@ -85,6 +88,55 @@ def test_what_the_mqtt_encoder_writes_decodes_to_the_same_properties(
     assert expected == correlation
     assert fields.get(PAYLOAD_FORMAT) == {None: None, 0: "bytes", 1: "utf-8"}[payload_format]
     assert unpack(_pack(props)) == props.raw
+
+
+@given(
+    st.lists(st.tuples(_TEXT, _TEXT), max_size=4),
+    st.none() | _TEXT,
+    st.none() | _TEXT.filter(lambda t: "+" not in t and "#" not in t),
+    st.none() | st.binary(max_size=16),
+    st.none() | st.sampled_from([0, 1]),
+)
+def test_the_store_s_encoder_writes_what_the_mqtt_encoder_writes(
+    users: list[tuple[str, str]],
+    content_type: str | None,
+    response_topic: str | None,
+    correlation: bytes | None,
+    payload_format: int | None,
+) -> None:
+    # Producers that are not MQTT keep long properties with it (client/spill.py): the MQTT
+    # door forwards those bytes as they are, so they must be what it would write itself.
+    raw = encode(
+        payload_format=payload_format,
+        content_type=content_type,
+        response_topic=response_topic,
+        correlation_data=correlation,
+        user_properties=tuple(users),
+    )
+    props = Properties.build(
+        user_properties=users,
+        content_type=content_type,
+        response_topic=response_topic,
+        correlation_data=correlation,
+        payload_format_indicator=payload_format,
+    )
+    assert raw == props.raw
+    assert validated(raw, PacketType.PUBLISH).raw == raw
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"payload_format": 2}, "0 or 1"),
+        ({"content_type": "a\0b"}, "U[+]0000"),
+        ({"correlation_data": b"x" * 65_536}, "over MQTT's 65535"),
+    ],
+)
+def test_the_store_s_encoder_refuses_what_mqtt_cannot_carry(
+    given: dict[str, Any], says: str
+) -> None:
+    with pytest.raises(ValueError, match=says):
+        encode(**given)
 
 
 @given(st.binary(max_size=64))

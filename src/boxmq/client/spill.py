@@ -1,0 +1,161 @@
+"""A producer's properties too long for a file name, kept in a side file as MQTT v5 properties.
+
+A message put, published or stored exactly-once by the Python API or the CLI carries its
+properties in its name, where a put has 135 bytes (docs/file-format.md, "The 255-byte limit";
+Spark's sink names its files itself, and does not come here). Where they do not fit, they
+are kept as the MQTT door keeps a long v5 property list: as PUBLISH property bytes in a side
+file (store/side_files.py), whose key the name carries in `PROPERTIES_FILE`. The bytes are
+what the MQTT door sends a v5 subscriber for the message as it was (mqtt/stored.py,
+`_built`): each property other than the `mqtt.*` ones as a User Property, its value as text,
+in name order; each `mqtt.*` one (client/mqtt_fields.py) as the v5 property it names; the
+reply-to and correlation id as Response Topic and Correlation Data, which win over
+`mqtt.response-topic` and `mqtt.correlation-data`. So a v5 subscriber gets what it got
+before, and the other readers (store/v5_properties.py) show what they showed before.
+
+Invariants:
+- A name that fits pays nothing here: callers try it first and come here on MetadataTooLong.
+- Only the producer's own properties move. boxmq's `bx_*` stay in the name, and a message that
+  carries v5 properties already (the MQTT door's: `bx_v5`, `bx_v5h`) is its door's business.
+- Stay in the name as they were: the message's group (GROUP_KEY, which dispatch reads from the
+  name; in the bytes too, as the MQTT door keeps it), and a property MQTT cannot carry (U+0000,
+  over 65,535 bytes, an `mqtt.*` value with no meaning), which no v5 subscriber got before
+  either. Properties that are not strings (int, bool, float) stay too where they fit beside the
+  key, so readers see them typed (the name's own win over the side file's text); where they do
+  not, they are in the side file only, and readers see them as the text a v5 subscriber gets.
+- The side file is written once a name that names it fits, and before the message file that
+  names it: the commit's flush then covers it too (store/side_files.py).
+- What still does not fit raises MetadataTooLong: the error of the smallest name tried (the
+  topic, the reply-to, the correlation id and the type stay in the name).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TypeVar
+
+from boxmq.client import mqtt_fields
+from boxmq.core.topics import validate_topic
+from boxmq.errors import InvalidArgument, InvalidTopic, MetadataTooLong
+from boxmq.model import (
+    GROUP_KEY,
+    PROPERTIES_FILE,
+    RESERVED_PREFIX,
+    V5_PROPERTIES,
+    Envelope,
+    Property,
+    PropertyType,
+    property_text,
+)
+from boxmq.store import v5_properties
+from boxmq.store.side_files import SideFiles, key_of
+
+__all__ = ["spilled", "v5_bytes"]
+
+_T = TypeVar("_T")
+
+
+def spilled(
+    envelope: Envelope,
+    side_files: SideFiles | None,
+    name_of: Callable[[Envelope], _T],
+    refused: MetadataTooLong,
+) -> tuple[Envelope, _T]:
+    """`envelope`, whose name `name_of` refused with `refused`, with its properties in a side
+    file instead, and its name: first with its typed properties still in the name, then
+    without. `refused` again if its properties cannot move; the smallest name's error if even
+    that does not fit."""
+    if side_files is None or not _movable(envelope):
+        raise refused
+    raw = v5_bytes(envelope)
+    key = key_of(raw)
+    tried: list[tuple[Property, ...]] = []
+    for keep_typed in (True, False):
+        kept = tuple(p for p in envelope.properties if _stays(p, keep_typed=keep_typed))
+        if len(kept) == len(envelope.properties) or kept in tried:
+            continue  # nothing would leave the name, or no more than at the last try
+        tried.append(kept)
+        named = Property(PROPERTIES_FILE, PropertyType.STRING, key)
+        candidate = dataclasses.replace(envelope, properties=(*kept, named))
+        try:
+            name = name_of(candidate)
+        except MetadataTooLong as error:
+            refused = error
+            continue
+        side_files.put(raw)
+        return candidate, name
+    raise refused
+
+
+def v5_bytes(envelope: Envelope) -> bytes:
+    """The PUBLISH property list a v5 subscriber gets for `envelope`, a message stored without
+    v5 properties (as mqtt/stored.py builds it), less what MQTT cannot carry."""
+    users: list[tuple[str, str]] = []
+    values: dict[str, str | bytes | int] = {}
+    for prop in envelope.properties:
+        carried = _carried(prop)
+        if carried is None:
+            continue
+        if prop.name in mqtt_fields.FIELDS:
+            values[prop.name] = carried
+        else:
+            users.append((prop.name, property_text(prop.value)))
+    wanted = mqtt_fields.Requested.of(values)
+    reply_to, correlation_id = envelope.reply_to, envelope.correlation_id
+    return v5_properties.encode(
+        payload_format=wanted.payload_format,
+        content_type=wanted.content_type,
+        response_topic=_response_topic(reply_to) if reply_to else wanted.response_topic,
+        correlation_data=(
+            _correlation_data(correlation_id) if correlation_id else wanted.correlation_data
+        ),
+        user_properties=tuple(users),
+    )
+
+
+def _carried(prop: Property) -> str | bytes | int | None:
+    """What `prop` goes to a v5 subscriber as (its text, or the `mqtt.*` value it names);
+    None for one of boxmq's own, or one MQTT cannot carry."""
+    if prop.name.startswith(RESERVED_PREFIX):
+        return None
+    text = property_text(prop.value)
+    if mqtt_fields.not_carried(prop.name) or mqtt_fields.not_carried(text):
+        return None
+    if prop.name not in mqtt_fields.FIELDS:
+        return text
+    try:
+        return mqtt_fields.requested(prop.name, prop.value)
+    except InvalidArgument:
+        return None
+
+
+def _movable(envelope: Envelope) -> bool:
+    """Whether some property of `envelope` could leave its name for a side file."""
+    if any(p.name in (V5_PROPERTIES, PROPERTIES_FILE) for p in envelope.properties):
+        return False
+    return any(not _stays(p, keep_typed=False) for p in envelope.properties)
+
+
+def _stays(prop: Property, *, keep_typed: bool) -> bool:
+    """Whether `prop` stays in the name of a message whose properties go to a side file."""
+    if prop.name == GROUP_KEY or _carried(prop) is None:
+        return True
+    return keep_typed and prop.type is not PropertyType.STRING
+
+
+def _response_topic(reply_to: str) -> str | None:
+    """A reply-to as a Response Topic, as mqtt/stored.py sends it: None if it is no topic name
+    (left out of what a v5 subscriber gets, as it was before)."""
+    try:
+        return validate_topic(reply_to)
+    except InvalidTopic:
+        return None
+
+
+def _correlation_data(correlation_id: str) -> bytes | None:
+    """A correlation id as Correlation Data, its UTF-8 bytes, as mqtt/stored.py sends it (a
+    name's limit keeps it far below MQTT's 65,535 bytes)."""
+    try:
+        return correlation_id.encode()
+    except UnicodeEncodeError:
+        return None

@@ -1,0 +1,196 @@
+"""A producer's properties too long for a name, kept in a side file (client/spill.py).
+
+The bytes are checked against the MQTT door's own builder (mqtt/stored.py), which is what a v5
+subscriber got for the message before it spilled, and read back by the readers' decoder
+(store/v5_properties.py), which must show what they showed before."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from boxmq.client.spill import spilled, v5_bytes
+from boxmq.errors import MetadataTooLong
+from boxmq.model import (
+    GROUP_KEY,
+    PROPERTIES_FILE,
+    TOPIC,
+    Envelope,
+    MessageId,
+    Property,
+    PropertyType,
+    PropertyValue,
+    property_text,
+)
+from boxmq.mqtt.stored import _properties_of
+from boxmq.store.names import encode
+from boxmq.store.side_files import SideFiles
+from boxmq.store.v5_properties import (
+    CONTENT_TYPE,
+    CORRELATION_DATA,
+    PAYLOAD_FORMAT,
+    RESPONSE_TOPIC,
+    V5Reader,
+)
+
+_TEXT = st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=12)
+_NAME = _TEXT.filter(lambda name: not name.startswith("bx_"))
+# The `mqtt.*` values as readers show them, which is how a message read is published again.
+_MQTT = {
+    CONTENT_TYPE: _TEXT.filter(lambda t: "\0" not in t),
+    RESPONSE_TOPIC: st.sampled_from(["replies/dev1", "a"]),
+    CORRELATION_DATA: st.binary(max_size=8).map(lambda data: base64.b64encode(data).decode()),
+    PAYLOAD_FORMAT: st.sampled_from(["bytes", "utf-8"]),
+}
+_VALUE: st.SearchStrategy[PropertyValue] = st.one_of(
+    _TEXT, st.integers(-(2**40), 2**40), st.booleans(), st.floats(allow_nan=False)
+)
+
+
+@st.composite
+def _envelopes(draw: st.DrawFn) -> Envelope:
+    own: dict[str, PropertyValue] = draw(st.dictionaries(_NAME, _VALUE, max_size=5))
+    for name, values in _MQTT.items():
+        if draw(st.booleans()):
+            own[name] = draw(values)
+    properties = [Property(TOPIC, PropertyType.STRING, "orders/1")]
+    properties += [Property(k, _typed(v), v) for k, v in own.items()]
+    return Envelope(
+        MessageId("m1"),
+        correlation_id=draw(st.none() | st.sampled_from(["req-7", "c"])),
+        reply_to=draw(st.none() | st.sampled_from(["replies/x", "no/+"])),
+        properties=tuple(properties),
+    )
+
+
+@st.composite
+def _mqtt(draw: st.DrawFn) -> dict[str, str]:
+    return {name: draw(values) for name, values in _MQTT.items() if draw(st.booleans())}
+
+
+def _typed(value: PropertyValue) -> PropertyType:
+    if isinstance(value, bool):
+        return PropertyType.BOOLEAN
+    if isinstance(value, int):
+        return PropertyType.LONG
+    return PropertyType.DOUBLE if isinstance(value, float) else PropertyType.STRING
+
+
+def _refused(envelope: Envelope) -> str:
+    raise MetadataTooLong("no room")
+
+
+@given(_envelopes())
+def test_the_bytes_are_what_the_mqtt_door_sends_for_the_message_as_it_was(
+    envelope: Envelope,
+) -> None:
+    sides = SideFiles("/nonexistent")  # a message without v5 properties reads none
+    assert v5_bytes(envelope) == _properties_of(envelope, sides).raw
+
+
+@given(own=st.dictionaries(_NAME, _VALUE, max_size=5), mqtt=_mqtt(), keep_typed=st.booleans())
+def test_readers_see_what_they_saw_before_it_spilled(
+    tmp_path_factory: pytest.TempPathFactory,
+    own: dict[str, PropertyValue],
+    mqtt: dict[str, str],
+    keep_typed: bool,
+) -> None:
+    envelope = _envelope(**own, **mqtt)
+    sides = SideFiles(str(tmp_path_factory.mktemp("root")))
+
+    def name_of(candidate: Envelope) -> str:
+        if not keep_typed and candidate.user_properties():
+            raise MetadataTooLong("no room for the typed ones")
+        return encode(candidate)
+
+    try:
+        moved, _ = spilled(envelope, sides, name_of, MetadataTooLong("long"))
+    except MetadataTooLong:
+        return  # nothing leaves the name (U+0000 stays in it), or the typed ones found no room
+    reader = V5Reader(sides)
+    kept = moved.user_properties()
+    # Typed ones left in the name read as they were; in the side file, as the text a v5
+    # subscriber gets.
+    expected = {
+        name: value if name in kept else property_text(value)
+        for name, value in reader.properties(envelope).items()
+    }
+    assert reader.properties(moved) == expected
+
+
+def test_a_reply_to_and_a_correlation_id_read_back_the_same_and_show_as_mqtt_names(
+    tmp_path: Path,
+) -> None:
+    envelope = dataclasses.replace(
+        _envelope(note="y" * 200), reply_to="replies/x", correlation_id="req-7"
+    )
+    sides = SideFiles(str(tmp_path))
+    moved, _ = spilled(envelope, sides, encode, MetadataTooLong("long"))
+    reader = V5Reader(sides)
+    assert (reader.reply_to(moved), reader.correlation_id(moved)) == ("replies/x", "req-7")
+    # Sent as Response Topic and Correlation Data, as the MQTT door sends them, which every
+    # reader shows under the `mqtt.*` names too, as for a request that came over MQTT v5.
+    assert reader.properties(moved) == {
+        RESPONSE_TOPIC: "replies/x",
+        CORRELATION_DATA: base64.b64encode(b"req-7").decode(),
+        "note": "y" * 200,
+    }
+
+
+def test_typed_properties_stay_in_the_name_where_they_fit_and_leave_it_where_they_do_not(
+    tmp_path: Path,
+) -> None:
+    envelope = _envelope(note="y" * 200, n=3, ok=True)
+    sides = SideFiles(str(tmp_path))
+    moved, name = spilled(envelope, sides, encode, MetadataTooLong("long"))
+    assert moved.user_properties() == {"n": 3, "ok": True}
+    assert name == encode(moved)
+    assert V5Reader(sides).properties(moved) == {"n": 3, "ok": True, "note": "y" * 200}
+
+    def no_room_for_typed(candidate: Envelope) -> str:
+        if candidate.user_properties():
+            raise MetadataTooLong("no room")
+        return encode(candidate)
+
+    moved, _ = spilled(envelope, sides, no_room_for_typed, MetadataTooLong("long"))
+    assert moved.user_properties() == {}
+    assert V5Reader(sides).properties(moved) == {"note": "y" * 200, "n": "3", "ok": "true"}
+
+
+def test_the_group_and_what_mqtt_cannot_carry_stay_in_the_name(tmp_path: Path) -> None:
+    envelope = _envelope(**{GROUP_KEY: "g-1", "nul": "a\0b", "note": "y" * 200})
+    moved, _ = spilled(envelope, SideFiles(str(tmp_path)), encode, MetadataTooLong("long"))
+    assert moved.user_properties() == {GROUP_KEY: "g-1", "nul": "a\0b"}
+    assert V5Reader(SideFiles(str(tmp_path))).properties(moved) == envelope.user_properties()
+
+
+def test_what_cannot_move_is_refused_with_the_callers_error_and_no_side_file(
+    tmp_path: Path,
+) -> None:
+    sides = SideFiles(str(tmp_path))
+    refused = MetadataTooLong("the topic is too long")
+    for envelope in (_envelope(), _envelope(**{GROUP_KEY: "g"}), _with_v5_file()):
+        with pytest.raises(MetadataTooLong) as raised:
+            spilled(envelope, sides, encode, refused)
+        assert raised.value is refused
+    with pytest.raises(MetadataTooLong, match="no room"):  # moved, and still too long
+        spilled(_envelope(note="y"), sides, _refused, refused)
+    with pytest.raises(MetadataTooLong):
+        spilled(_envelope(note="y"), None, encode, refused)  # no side files to go to
+    assert not (tmp_path / ".properties").exists()
+
+
+def _envelope(**properties: PropertyValue) -> Envelope:
+    own = [Property(k, _typed(v), v) for k, v in properties.items()]
+    return Envelope(MessageId("m1"), properties=(Property(TOPIC, PropertyType.STRING, "t"), *own))
+
+
+def _with_v5_file() -> Envelope:
+    # The MQTT door's message: its v5 properties are its door's (mqtt/stored.py), never moved.
+    key = Property(PROPERTIES_FILE, PropertyType.STRING, "0" * 32)
+    return Envelope(MessageId("m1"), properties=(key, Property("note", PropertyType.STRING, "y")))
