@@ -93,6 +93,17 @@ def send(root: Path, name: str, body: str) -> None:
     sh(f"printf '{body}' > jobs/working/w && mv jobs/working/w 'jobs/target/{name}'", root)
 
 
+def acked(consumer: boxmq.Consumer, count: int) -> list[boxmq.Message]:
+    """`count` messages, each acknowledged as it is received (within 5 s each)."""
+    got = []
+    for _ in range(count):
+        message = consumer.receive(timeout=5)
+        assert message is not None
+        message.ack()
+        got.append(message)
+    return got
+
+
 def test_a_name_sent_again_keeps_both_messages_in_processed(box: boxmq.Box, root: Path) -> None:
     """A nightly script that always sends 4.nightly.T: yesterday's acked file stays."""
     jobs = box.queue("jobs")
@@ -119,13 +130,8 @@ def test_a_redrive_beside_a_new_message_of_its_name_delivers_both(
         message.reject()
         send(root, "4.job-1.T", "corrected job")  # unique in target/ again
         assert jobs.requeue(source="error") == 1
-        got = []
-        for _ in range(2):
-            message = consumer.receive(timeout=5)
-            assert message is not None
-            got.append((message.body, message.id))
-            message.ack()
-        assert sorted(got) == [(b"corrected job", "job-1"), (b"first attempt", "job-1~2")]
+        got = sorted((m.body, m.id) for m in acked(consumer, 2))
+        assert got == [(b"corrected job", "job-1"), (b"first attempt", "job-1~2")]
 
 
 def test_an_unlock_beside_a_new_message_of_its_name_delivers_both(
@@ -139,13 +145,7 @@ def test_an_unlock_beside_a_new_message_of_its_name_delivers_both(
         assert held is not None
         send(root, "4.x.T", "new")  # while the first is locked in processing/
         held.unlock()
-        bodies = []
-        for _ in range(2):
-            message = consumer.receive(timeout=5)
-            assert message is not None
-            bodies.append(message.body)
-            message.ack()
-        assert sorted(bodies) == [b"new", b"old"]
+        assert sorted(m.body for m in acked(consumer, 2)) == [b"new", b"old"]
     assert sorted(os.listdir(root / "jobs" / "target")) == []
 
 
@@ -155,13 +155,8 @@ def test_two_ready_messages_with_one_id_are_both_delivered(box: boxmq.Box, root:
     send(root, "4.same.T", "low")
     send(root, "7.same.T", "high")
     with jobs.consumer("w", max_in_flight=5) as consumer:
-        got = []
-        for _ in range(3):
-            message = consumer.receive(timeout=5)
-            assert message is not None
-            got.append(message.body)
-            message.ack()
-    assert sorted(got) == [b"high", b"low", b"warm-up"]
+        got = sorted(m.body for m in acked(consumer, 3))
+    assert got == [b"high", b"low", b"warm-up"]
 
 
 STRAYS = {

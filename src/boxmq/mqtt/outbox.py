@@ -198,18 +198,7 @@ class Outbox(Generic[T]):
         not acknowledge: in flight again under that id, with DUP set (MQTT 5.0 §4.4,
         MQTT-4.4.0-1, MQTT-3.3.1-1). The caller has a free slot for it."""
         self._reserved.discard(packet_id)
-        stage = Stage.AWAIT_PUBACK if publish.qos == 1 else Stage.AWAIT_PUBREC
-        sent = new_publish(
-            publish.topic,
-            publish.payload,
-            publish.qos,
-            publish.retain,
-            True,
-            packet_id,
-            publish.properties,
-        )
-        self._in_flight[packet_id] = _Entry(sent, token, stage, now)
-        return sent
+        return self._in_flight_as(publish, token, packet_id, now, dup=True)
 
     def expect_release(self, packet_ids: Iterable[int]) -> None:
         """After a restart: these packet ids await PUBCOMP (`releasing` of the process
@@ -233,17 +222,22 @@ class Outbox(Generic[T]):
         while packet_id in in_flight or (reserved and packet_id in reserved):
             packet_id = packet_id % _MAX_PACKET_ID + 1
         self._next_id = packet_id % _MAX_PACKET_ID + 1
+        return self._in_flight_as(publish, token, packet_id, now, dup=False)
+
+    def _in_flight_as(
+        self, publish: Publish, token: T, packet_id: int, now: float, *, dup: bool
+    ) -> Publish:
         stage = Stage.AWAIT_PUBACK if publish.qos == 1 else Stage.AWAIT_PUBREC
         sent = new_publish(
             publish.topic,
             publish.payload,
             publish.qos,
             publish.retain,
-            False,
+            dup,
             packet_id,
             publish.properties,
         )
-        in_flight[packet_id] = _Entry(sent, token, stage, now)
+        self._in_flight[packet_id] = _Entry(sent, token, stage, now)
         return sent
 
     def _room_for(self, size: int) -> bool:

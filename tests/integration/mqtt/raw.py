@@ -5,10 +5,12 @@ against itself."""
 from __future__ import annotations
 
 import socket
+from typing import NamedTuple
 
 from tests.integration.mqtt.clients import WAIT, RunningServer
 
 __all__ = [
+    "Received",
     "connect_packet",
     "open_raw",
     "packet",
@@ -17,6 +19,7 @@ __all__ = [
     "publish",
     "publish_fields",
     "publish_qos2",
+    "publishes",
     "pubrec",
     "pubrel",
     "read",
@@ -131,3 +134,28 @@ def open_raw(
     assert kind == 0x20, hex(kind)  # CONNACK
     assert body[1] == 0, body.hex()
     return sock, bool(body[0] & 0x01)
+
+
+class Received(NamedTuple):
+    payload: bytes
+    packet_id: int
+    dup: bool
+
+
+def publishes(sock: socket.socket, within: float) -> list[Received]:
+    """Each PUBLISH (v5, no properties, QoS 1/2) that comes before `within` seconds of
+    silence, none answered. A PUBREL, of an exchange a server killed at once had no time to
+    finish, is answered with PUBCOMP."""
+    sock.settimeout(within)
+    got: list[Received] = []
+    while True:
+        try:
+            kind, body = read(sock)
+        except TimeoutError:
+            return got
+        if kind & 0xF0 == 0x60:
+            sock.sendall(pubcomp(int.from_bytes(body[:2], "big")))
+            continue
+        assert kind & 0xF0 == 0x30, hex(kind)
+        payload, packet_id = publish_fields(body)
+        got.append(Received(payload, packet_id, bool(kind & 0x08)))

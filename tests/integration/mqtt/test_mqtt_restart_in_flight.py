@@ -21,6 +21,7 @@ from tests.integration.mqtt.raw import (
     puback,
     pubcomp,
     publish_fields,
+    publishes,
     pubrec,
     read,
     subscribe,
@@ -31,22 +32,8 @@ from boxmq.mqtt.session_record import read_record
 GROUP = "$share/g/k/#"
 
 
-def _publishes(sock: socket.socket, within: float) -> list[bytes]:
-    """The payloads of the PUBLISHes that come before `within` seconds of silence; each QoS 2
-    one left unanswered. A PUBREL of an exchange finished before (its PUBCOMP may have come
-    too late for a server killed at once) is completed."""
-    sock.settimeout(within)
-    got: list[bytes] = []
-    while True:
-        try:
-            kind, body = read(sock)
-        except TimeoutError:
-            return got
-        if kind & 0xF0 == 0x60:
-            sock.sendall(pubcomp(int.from_bytes(body[:2], "big")))
-            continue
-        assert kind & 0xF0 == 0x30, hex(kind)
-        got.append(publish_fields(body)[0])
+def _payloads(sock: socket.socket, within: float) -> list[bytes]:
+    return [message.payload for message in publishes(sock, within)]
 
 
 def _settle_all(sock: socket.socket, count: int) -> list[bytes]:
@@ -88,14 +75,14 @@ def test_a_share_member_gets_back_what_it_had_after_a_restart_and_nobody_else(
         for n in range(4):
             publisher.publish(f"k/{n}", f"k{n}".encode(), 2)
         publisher.stop()
-        held = _publishes(members["a"], within=1.0)  # no PUBREC: in flight
+        held = _payloads(members["a"], within=1.0)  # no PUBREC: in flight
         assert len(held) == 2
         assert len(_settle_all(members["b"], 2)) == 2
         for sock in members.values():
             sock.close()
         server = _restart(server, how, target)
         b, _ = open_raw(target, "b", clean=False, expiry=300)
-        assert _publishes(b, within=1.0) == []  # not b's
+        assert _payloads(b, within=1.0) == []  # not b's
         a, present = open_raw(target, "a", clean=False, expiry=300)
         assert present
         assert sorted(_settle_all(a, 2)) == sorted(held)
@@ -115,12 +102,12 @@ def test_a_message_never_acknowledged_outlives_restarts_without_going_to_error(
         assert read(device)[0] == 0x90
         paho(target, "publisher").publish("jobs/1", b"slow", 1)
         for restart in range(7):
-            assert _publishes(device, within=1.0) == [b"slow"], restart  # never acknowledged
+            assert _payloads(device, within=1.0) == [b"slow"], restart  # never acknowledged
             device.close()
             server = _restart(server, signal.SIGKILL if restart % 2 else signal.SIGTERM, target)
             device, present = open_raw(target, "device", clean=False, expiry=300)
             assert present
-        assert _publishes(device, within=1.0) == [b"slow"]
+        assert _payloads(device, within=1.0) == [b"slow"]
         device.close()
         errors = [f for _, _, files in os.walk(target.root / "topic-root") for f in files]
         assert not [f for f in errors if "bx_why" in f]
@@ -137,7 +124,7 @@ def test_a_share_member_whose_session_ends_while_the_server_was_down_gives_it_to
         a.sendall(subscribe(1, GROUP, 1))
         assert read(a)[0] == 0x90
         paho(target, "publisher").publish("k/1", b"held", 1)
-        assert _publishes(a, within=1.0) == [b"held"]
+        assert _payloads(a, within=1.0) == [b"held"]
         a.close()
         server = _restart(server, signal.SIGKILL, target)
         b = paho(target, "b")
@@ -146,20 +133,6 @@ def test_a_share_member_whose_session_ends_while_the_server_was_down_gives_it_to
         b.stop()
     finally:
         stop(server)
-
-
-def _publishes_with_ids(sock: socket.socket, within: float) -> list[tuple[bytes, int, bool]]:
-    """(payload, packet id, DUP) of each PUBLISH before `within` seconds of silence."""
-    sock.settimeout(within)
-    got: list[tuple[bytes, int, bool]] = []
-    while True:
-        try:
-            kind, body = read(sock)
-        except TimeoutError:
-            return got
-        assert kind & 0xF0 == 0x30, hex(kind)
-        payload, packet_id = publish_fields(body)
-        got.append((payload, packet_id, bool(kind & 0x08)))
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
@@ -175,13 +148,13 @@ def test_what_was_in_flight_goes_again_under_its_packet_ids_with_dup(
         assert read(device)[0] == 0x90
         publisher = paho(target, "publisher")
         publisher.publish("jobs/0", b"done", 1)
-        [(_, first_id, _)] = _publishes_with_ids(device, within=1.0)
+        [(_, first_id, _)] = publishes(device, within=1.0)
         device.sendall(puback(first_id))  # the next ones take other ids than 1
         for n in range(1, 4):
             publisher.publish(f"jobs/{n}", f"held{n}".encode(), 1)
         publisher.stop()
-        held = _publishes_with_ids(device, within=1.0)
-        assert [p for p, _, _ in held] == [b"held1", b"held2", b"held3"]
+        held = publishes(device, within=1.0)
+        assert [m.payload for m in held] == [b"held1", b"held2", b"held3"]
         device.close()  # its session's record names what was in flight, and under which ids
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # a SIGKILL must come after the close is written
@@ -192,11 +165,11 @@ def test_what_was_in_flight_goes_again_under_its_packet_ids_with_dup(
         server = _restart(server, how, target)
         device, present = open_raw(target, "device", clean=False, expiry=300)
         assert present
-        again = _publishes_with_ids(device, within=1.0)
-        assert again == [(p, i, True) for p, i, _ in held]
+        again = publishes(device, within=1.0)
+        assert again == [(m.payload, m.packet_id, True) for m in held]
         for _, packet_id, _ in again:
             device.sendall(puback(packet_id))
-        assert _publishes_with_ids(device, within=0.5) == []
+        assert publishes(device, within=0.5) == []
         device.close()
     finally:
         stop(server)

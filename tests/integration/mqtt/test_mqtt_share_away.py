@@ -4,35 +4,19 @@ stays its own, and comes again (DUP) when it returns (MQTT 5.0 §4.8.2 lets the 
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from tests.integration.mqtt.clients import RunningServer, paho
 from tests.integration.mqtt.raw import (
     open_raw,
     packet,
     puback,
-    publish_fields,
+    publishes,
     read,
     string,
     subscribe,
 )
 
 GROUP = "$share/workers/jobs/#"
-
-
-def _publishes(sock: socket.socket, within: float) -> list[tuple[int, bytes, int]]:
-    """(first byte, payload, packet id) of each PUBLISH before `within` seconds of silence."""
-    sock.settimeout(within)
-    got: list[tuple[int, bytes, int]] = []
-    while True:
-        try:
-            kind, body = read(sock)
-        except TimeoutError:
-            return got
-        assert kind & 0xF0 == 0x30, hex(kind)
-        payload, packet_id = publish_fields(body)
-        got.append((kind, payload, packet_id))
 
 
 def test_a_member_away_takes_no_turns_and_keeps_what_it_was_sent(server: RunningServer) -> None:
@@ -44,7 +28,7 @@ def test_a_member_away_takes_no_turns_and_keeps_what_it_was_sent(server: Running
     publisher = paho(server, "publisher")
     for n in range(2):  # one each, round robin
         publisher.publish("jobs/x", f"before{n}".encode(), 1)
-    [(_, kept, _)] = _publishes(away, within=0.5)  # not acknowledged
+    [(kept, _, _)] = publishes(away, within=0.5)  # not acknowledged
     away.close()
     for n in range(6):
         publisher.publish("jobs/x", f"while{n}".encode(), 1)
@@ -56,9 +40,9 @@ def test_a_member_away_takes_no_turns_and_keeps_what_it_was_sent(server: Running
     back, present = open_raw(server, "away-member")
     try:
         assert present
-        again = _publishes(back, within=1.0)
-        assert [(kind & 0x08, payload) for kind, payload, _ in again] == [(0x08, kept)]  # DUP
-        back.sendall(puback(again[0][2]))
+        again = publishes(back, within=1.0)
+        assert [(m.dup, m.payload) for m in again] == [(True, kept)]
+        back.sendall(puback(again[0].packet_id))
     finally:
         back.close()
 
@@ -79,7 +63,7 @@ def test_a_member_that_unsubscribes_completes_what_it_was_sent_and_nobody_else_g
     assert read(leaving)[0] == 0x90
     publisher = paho(server, "publisher")
     publisher.publish("jobs/1", b"first", 1)  # the only member: it is the leaving one's
-    [(_, payload, packet_id)] = _publishes(leaving, within=0.5)
+    [(payload, packet_id, _)] = publishes(leaving, within=0.5)
     assert payload == b"first"
     staying = paho(server, "member-staying")
     staying.subscribe(GROUP, 1)
@@ -90,7 +74,7 @@ def test_a_member_that_unsubscribes_completes_what_it_was_sent_and_nobody_else_g
     publisher.publish("jobs/2", b"second", 1)
     assert staying.next().payload == b"second"
     assert staying.nothing(within=0.5)  # "first" went to nobody else
-    assert _publishes(leaving, within=0.3) == []  # and nothing more to the member that left
+    assert publishes(leaving, within=0.3) == []  # and nothing more to the member that left
     leaving.close()
     for client in (staying, publisher):
         client.stop()
@@ -104,7 +88,7 @@ def test_a_member_that_unsubscribed_and_ends_without_settling_gives_it_to_the_ot
     assert read(leaving)[0] == 0x90
     publisher = paho(server, "publisher")
     publisher.publish("jobs/1", b"first", 1)
-    assert [p for _, p, _ in _publishes(leaving, within=0.5)] == [b"first"]
+    assert [m.payload for m in publishes(leaving, within=0.5)] == [b"first"]
     staying = paho(server, "member-staying")
     staying.subscribe(GROUP, 1)
     leaving.sendall(_unsubscribe(2, GROUP))
