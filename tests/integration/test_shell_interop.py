@@ -187,6 +187,7 @@ def test_what_is_no_file_in_target_goes_to_error_and_blocks_no_consumer(
         assert consumer.receive(timeout=0.5) is None
     assert sorted(os.listdir(root / "jobs" / "error")) == sorted(STRAYS)
     assert os.listdir(root / "jobs" / "target") == []
+    assert box.counts()["jobs"].dead == len(STRAYS)  # what watchers of dead letters count (ls)
 
 
 def test_get_sets_aside_what_is_no_file_in_target(box: boxmq.Box, root: Path) -> None:

@@ -436,7 +436,7 @@ def counts_of(box: Dropbox) -> QueueCounts:
         ready=box.count(State.TARGET),
         locked=box.count(State.PROCESSING),
         done=box.count(State.PROCESSED),
-        dead=box.count(State.ERROR),
+        dead=box.count(State.ERROR, strays=True),
         expired=box.count(State.EXPIRED),
         uncommitted=box.count(State.WORKING),
     )

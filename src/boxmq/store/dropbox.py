@@ -181,8 +181,13 @@ class Dropbox:
                 elif strays is not None:
                     strays.append(entry.name)
 
-    def count(self, state: State) -> int:
-        return sum(1 for _ in self.scan(state))
+    def count(self, state: State, *, strays: bool = False) -> int:
+        """The files in one state folder; with `strays`, what is there but not a regular file
+        too (in error/: a directory or a pipe set aside from target/ is a dead letter all the
+        same, for whoever watches their count)."""
+        found: list[str] | None = [] if strays else None
+        files = sum(1 for _ in self.scan(state, found))
+        return files + (len(found) if found is not None else 0)
 
     def move(self, source: State, name: str, target: State, new_name: str | None = None) -> bool:
         """`place`: True if the file was moved, False if it was gone."""
