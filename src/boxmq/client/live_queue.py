@@ -539,17 +539,20 @@ class LiveQueue:
             return
         envelope = envelope_of(name)
         message_id = envelope.message_id
-        if self._engine.lease(message_id) is not None:
-            # Back in target/ while our lock holds it: another process unlocked it by id (look
-            # in processing/ at once; the rescan that follows offers it); or another message
-            # with its id (a producer that reused one), offered at the look after the lock.
-            self._next_sweep = 0.0
-            self._behind.add(message_id)
-            return
-        if self._engine.is_ready(message_id):
-            # The engine knows messages by id: an offer would put this one in place of the
-            # other, which then nobody gets. One at a time, as behind a lock.
-            self._behind.add(message_id)
+        if (lease := self._engine.lease(message_id)) is not None:
+            if lease.message.key != name:
+                # Back in target/ under another name while our lock holds it: another process
+                # unlocked it by id (look in processing/ at once; the rescan that follows
+                # offers it); or another message with its id (a producer that reused one),
+                # offered at the look after the lock.
+                self._next_sweep = 0.0
+                self._behind.add(message_id)
+            return  # else our own claim, which the watcher tells of late
+        if (ready := self._engine.ready_key(message_id)) is not None:
+            if ready != name:
+                # The engine knows messages by id: an offer would put this one in place of
+                # the other, which then nobody gets. One at a time, as behind a lock.
+                self._behind.add(message_id)
             return
         if (stamp := envelope.timestamp) is not None:
             sequence = stamp / 1000

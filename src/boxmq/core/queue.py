@@ -324,8 +324,10 @@ class QueueEngine:
     def lease(self, message_id: MessageId) -> Lease | None:
         return self._leases.get(message_id)
 
-    def is_ready(self, message_id: MessageId) -> bool:
-        return message_id in self._ready
+    def ready_key(self, message_id: MessageId) -> str | None:
+        """The key (file name) of the ready message with this id, if one is."""
+        ready = self._ready.get(message_id)
+        return None if ready is None else ready.key
 
     def waiting(self) -> bool:
         """True if a ready message is not delayed: one `dispatch` may hand out if a consumer
