@@ -190,8 +190,17 @@ class Dropbox:
         return files + (len(found) if found is not None else 0)
 
     def move(self, source: State, name: str, target: State, new_name: str | None = None) -> bool:
-        """`place`: True if the file was moved, False if it was gone."""
-        return self.place(source, name, target, new_name) is not None
+        """`place`: True if the file was moved, False if it was gone. Into processing/ (a
+        claim, once per message) a plain rename, without `place`'s call: a lock's suffix
+        makes the name unique."""
+        if target is not State.PROCESSING:
+            return self.place(source, name, target, new_name) is not None
+        prefixes = self._prefixes
+        try:
+            os.rename(prefixes[source] + name, prefixes[target] + (new_name or name))
+        except FileNotFoundError:
+            return False
+        return True
 
     def place(
         self, source: State, name: str, target: State, new_name: str | None = None
@@ -202,17 +211,13 @@ class Dropbox:
         Never over another file: a producer may send a name again once its first message has
         left target/, and that one may wait in error/ (or expired/, processed/) under the same
         name, or come back to target/ by an unlock. The message then takes a `distinct_name`.
-        Into processing/ a lock's suffix makes the name unique, and a plain rename is faster.
+        Into processing/ a lock's suffix makes the name unique: `move` renames plainly.
         """
-        prefixes = self._prefixes
-        old, wanted = prefixes[source] + name, new_name or name
+        wanted = new_name or name
         if target is State.PROCESSING:
-            try:
-                os.rename(old, prefixes[target] + wanted)
-            except FileNotFoundError:
-                return None
-            return wanted
-        return move_apart(old, prefixes[target], wanted)
+            return wanted if self.move(source, name, target, wanted) else None
+        prefixes = self._prefixes
+        return move_apart(prefixes[source] + name, prefixes[target], wanted)
 
     def finish(self, processing: str, name: str, *, keep: bool) -> bool:
         """An acknowledged message leaves processing/<processing>: to processed/<name> (its

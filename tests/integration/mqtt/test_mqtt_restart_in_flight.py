@@ -32,6 +32,16 @@ from boxmq.mqtt.session_record import read_record
 GROUP = "$share/g/k/#"
 
 
+def _subscribed(
+    target: RunningServer, client_id: str, filter: str, qos: int, *, expiry: int = 300
+) -> socket.socket:
+    """A raw v5 client with a persistent session, subscribed to `filter` (SUBACK read)."""
+    sock, _ = open_raw(target, client_id, clean=False, expiry=expiry)
+    sock.sendall(subscribe(1, filter, qos))
+    assert read(sock)[0] == 0x90
+    return sock
+
+
 def _payloads(sock: socket.socket, within: float) -> list[bytes]:
     return [message.payload for message in publishes(sock, within)]
 
@@ -68,9 +78,7 @@ def test_a_share_member_gets_back_what_it_had_after_a_restart_and_nobody_else(
     try:
         members = {}
         for name in ("a", "b"):
-            members[name], _ = open_raw(target, name, clean=False, expiry=300)
-            members[name].sendall(subscribe(1, GROUP, 2))
-            assert read(members[name])[0] == 0x90
+            members[name] = _subscribed(target, name, GROUP, 2)
         publisher = paho(target, "publisher")
         for n in range(4):
             publisher.publish(f"k/{n}", f"k{n}".encode(), 2)
@@ -97,9 +105,7 @@ def test_a_message_never_acknowledged_outlives_restarts_without_going_to_error(
 ) -> None:
     target, server = serve_fresh(tmp_path)
     try:
-        device, _ = open_raw(target, "device", clean=False, expiry=300)
-        device.sendall(subscribe(1, "jobs/#", 1))
-        assert read(device)[0] == 0x90
+        device = _subscribed(target, "device", "jobs/#", 1)
         paho(target, "publisher").publish("jobs/1", b"slow", 1)
         for restart in range(7):
             assert _payloads(device, within=1.0) == [b"slow"], restart  # never acknowledged
@@ -120,9 +126,7 @@ def test_a_share_member_whose_session_ends_while_the_server_was_down_gives_it_to
 ) -> None:
     target, server = serve_fresh(tmp_path)
     try:
-        a, _ = open_raw(target, "a", clean=False, expiry=2)
-        a.sendall(subscribe(1, GROUP, 1))
-        assert read(a)[0] == 0x90
+        a = _subscribed(target, "a", GROUP, 1, expiry=2)
         paho(target, "publisher").publish("k/1", b"held", 1)
         assert _payloads(a, within=1.0) == [b"held"]
         a.close()
@@ -143,9 +147,7 @@ def test_what_was_in_flight_goes_again_under_its_packet_ids_with_dup(
     ids, and MQTT-3.3.1-1: with DUP set. They came as new PUBLISHes after a restart."""
     target, server = serve_fresh(tmp_path)
     try:
-        device, _ = open_raw(target, "device", clean=False, expiry=300)
-        device.sendall(subscribe(1, "jobs/#", 1))
-        assert read(device)[0] == 0x90
+        device = _subscribed(target, "device", "jobs/#", 1)
         publisher = paho(target, "publisher")
         publisher.publish("jobs/0", b"done", 1)
         [(_, first_id, _)] = publishes(device, within=1.0)

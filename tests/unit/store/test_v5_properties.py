@@ -49,6 +49,16 @@ def _pack(props: Properties) -> str:
     return base64.urlsafe_b64encode(props.raw).decode().rstrip("=")
 
 
+# User Properties, Content Type, Response Topic, Correlation Data, Payload Format Indicator.
+_FIELDS = (
+    st.lists(st.tuples(_TEXT, _TEXT), max_size=4),
+    st.none() | _TEXT,
+    st.none() | _TEXT.filter(lambda t: "+" not in t and "#" not in t),
+    st.none() | st.binary(max_size=16),
+    st.none() | st.sampled_from([0, 1]),
+)
+
+
 def _envelope(**properties: str) -> Envelope:
     props = tuple(Property(k, PropertyType.STRING, v) for k, v in properties.items())
     topic = Property("bx_topic", PropertyType.STRING, "orders/1")
@@ -56,11 +66,7 @@ def _envelope(**properties: str) -> Envelope:
 
 
 @given(
-    st.lists(st.tuples(_TEXT, _TEXT), max_size=4),
-    st.none() | _TEXT,
-    st.none() | _TEXT.filter(lambda t: "+" not in t and "#" not in t),
-    st.none() | st.binary(max_size=16),
-    st.none() | st.sampled_from([0, 1]),
+    *_FIELDS,
     st.none() | st.integers(0, 2**32 - 1),
 )
 def test_what_the_mqtt_encoder_writes_decodes_to_the_same_properties(
@@ -91,11 +97,7 @@ def test_what_the_mqtt_encoder_writes_decodes_to_the_same_properties(
 
 
 @given(
-    st.lists(st.tuples(_TEXT, _TEXT), max_size=4),
-    st.none() | _TEXT,
-    st.none() | _TEXT.filter(lambda t: "+" not in t and "#" not in t),
-    st.none() | st.binary(max_size=16),
-    st.none() | st.sampled_from([0, 1]),
+    *_FIELDS,
 )
 def test_the_store_s_encoder_writes_what_the_mqtt_encoder_writes(
     users: list[tuple[str, str]],
