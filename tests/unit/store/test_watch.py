@@ -55,12 +55,14 @@ def test_wakeup_interrupts_a_wait(inotify: InotifyWatcher) -> None:
 
 
 def test_polling_says_rescan_at_most_once_per_interval(tmp_path: Path) -> None:
-    watcher = watch(str(tmp_path), poll_interval=0.05, polling=True)
+    # A whole second between rescans: the two "not due" checks below hold unless this thread
+    # stalls for a second, where a 0.05 s interval failed on any 50 ms stall of a loaded machine.
+    watcher = watch(str(tmp_path), poll_interval=1.0, polling=True)
     assert isinstance(watcher, PollingWatcher)
     assert watcher.wait(0).everything is False  # not due yet: no rescan
-    assert watcher.wait(1.0).everything is True  # naps until due, then says rescan
+    assert watcher.wait(5.0).everything is True  # naps until due (~1 s), then says rescan
     watcher.wakeup()
-    assert watcher.wait(1.0).everything is False  # woken early: nothing due
+    assert watcher.wait(5.0).everything is False  # woken early: nothing due
 
 
 def test_a_name_that_came_and_left_between_two_reads_is_not_reported(
