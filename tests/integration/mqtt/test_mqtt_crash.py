@@ -34,6 +34,7 @@ from boxmq.store.topics import subscription_key, subscription_path
 pytestmark = pytest.mark.slow
 
 LIMIT = 2000  # messages per stream at most; the kill comes well before
+AHEAD = 100  # messages a stream may have published and not yet seen acknowledged
 
 
 class _Stream(threading.Thread):
@@ -67,8 +68,16 @@ class _Stream(threading.Thread):
                 else:
                     self._early.add(mid)  # acknowledged before publish() returned its mid
 
+    def _ahead(self, i: int) -> bool:
+        with self._lock:
+            return i - len(self.acked) >= AHEAD
+
     def run(self) -> None:
         for i in range(LIMIT):
+            # A server slowed by a loaded machine must not let the stream run through all its
+            # LIMIT messages before the kill: it stays at most AHEAD past what was acknowledged.
+            while self._ahead(i) and not self.stop.is_set() and self.client.is_connected():
+                time.sleep(0.002)
             if self.stop.is_set() or not self.client.is_connected():
                 break
             payload = f"q{self.qos}-{i:05d}"
@@ -85,6 +94,13 @@ class _Stream(threading.Thread):
         self.client.loop_stop()
 
 
+def _until_acked(streams: list[_Stream], count: int) -> None:
+    """Until every stream has `count` messages acknowledged (a loaded machine may take a while)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and min(len(s.acked) for s in streams) < count:
+        time.sleep(0.05)
+
+
 def test_acknowledged_messages_survive_a_sigkill(tmp_path: Path) -> None:
     target, server = serve_fresh(tmp_path)
     root, port = target.root, target.port
@@ -96,9 +112,7 @@ def test_acknowledged_messages_survive_a_sigkill(tmp_path: Path) -> None:
         for stream in streams:
             stream.start()
         time.sleep(1.0)
-        deadline = time.monotonic() + 20  # a loaded machine: wait until each has a few acked
-        while time.monotonic() < deadline and min(len(s.acked) for s in streams) < 5:
-            time.sleep(0.05)
+        _until_acked(streams, 5)
         os.kill(server.pid, signal.SIGKILL)
         server.wait(timeout=10)
         for stream in streams:
@@ -168,6 +182,7 @@ def test_a_share_group_deleting_what_it_acks_loses_and_mixes_nothing_across_a_si
         stream = _Stream(port, 1, topic="crash/jobs/{i}")
         stream.start()
         time.sleep(1.0)
+        _until_acked([stream], 5)  # not only what one second gave on a loaded machine
         os.kill(server.pid, signal.SIGKILL)
         server.wait(timeout=10)
         stream.end()
