@@ -25,6 +25,7 @@ __all__ = [
     "read",
     "string",
     "subscribe",
+    "take_publishes",
 ]
 
 
@@ -159,3 +160,23 @@ def publishes(sock: socket.socket, within: float) -> list[Received]:
         assert kind & 0xF0 == 0x30, hex(kind)
         payload, packet_id = publish_fields(body)
         got.append(Received(payload, packet_id, bool(kind & 0x08)))
+
+
+def take_publishes(sock: socket.socket, count: int, timeout: float = WAIT) -> list[Received]:
+    """The next `count` PUBLISHes, read as `publishes` reads them, however long a loaded machine
+    or a restarted server takes (up to `timeout` seconds for each packet); what comes after
+    them is left unread, for a check that nothing more arrives."""
+    sock.settimeout(timeout)
+    got: list[Received] = []
+    while len(got) < count:
+        try:
+            kind, body = read(sock)
+        except TimeoutError:
+            raise AssertionError(f"{len(got)} of {count} PUBLISHes in {timeout} s") from None
+        if kind & 0xF0 == 0x60:
+            sock.sendall(pubcomp(int.from_bytes(body[:2], "big")))
+            continue
+        assert kind & 0xF0 == 0x30, hex(kind)
+        payload, packet_id = publish_fields(body)
+        got.append(Received(payload, packet_id, bool(kind & 0x08)))
+    return got
