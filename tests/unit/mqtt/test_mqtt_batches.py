@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -90,7 +91,9 @@ def _run(tmp_path: Path, test: Test, *, fsync: str, gather: float = GATHER) -> N
 
 
 async def _settled(run: _Run, batches: int) -> None:
-    for _ in range(200):
+    # A batch ends after an fsync: 20 s, not 2, for a disk shared with a loaded machine.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
         if run.batches >= batches and run.client.tail is None:
             return
         await asyncio.sleep(0.01)

@@ -144,7 +144,10 @@ def _connack(
 
 
 async def _until(condition: Callable[[], bool]) -> None:
-    for _ in range(200):
+    # What is waited for often follows an fsync or a one-second timer: 20 s, not 2, for a
+    # loaded machine.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
         if condition():
             return
         await asyncio.sleep(0.01)

@@ -12,6 +12,10 @@ import pytest
 from boxmq.store import commit
 from boxmq.store.commit import Committer, FsyncPolicy, Move
 
+# Seconds a commit may take to call back: an fsync on a disk a loaded machine shares can take
+# seconds; an event that never comes still fails the test.
+WAIT = 30
+
 
 def written(tmp_path: Path, count: int, prefix: str = "m") -> list[Move]:
     (tmp_path / "working").mkdir(exist_ok=True)
@@ -118,7 +122,7 @@ def test_nothing_to_commit_returns_at_once(tmp_path: Path, policy: FsyncPolicy) 
         returned.set()
 
     threading.Thread(target=commit_nothing, daemon=True).start()
-    assert returned.wait(5)
+    assert returned.wait(WAIT)
     assert told == [None]
     committer.close()
 
@@ -136,7 +140,7 @@ def test_commit_then_calls_back_once_the_moves_are_done(
         done.set()
 
     committer.commit_then(written(tmp_path, 3), committed)
-    assert done.wait(5)
+    assert done.wait(WAIT)
     committer.close()
     assert told == [(None, ["m0", "m1", "m2"])]
 
@@ -157,7 +161,7 @@ def test_commit_then_tells_each_caller_its_own_error(tmp_path: Path) -> None:
 
     committer.commit_then(bad, tell("bad"))
     committer.commit_then(ok, tell("ok"))
-    assert all(event.wait(5) for event in events.values())
+    assert all(event.wait(WAIT) for event in events.values())
     committer.close()
     assert told["ok"] is None
     assert isinstance(told["bad"], FileNotFoundError)
@@ -193,7 +197,7 @@ def test_ready_is_told_between_the_renames_and_their_flush(
             done.set()
 
         committer.commit_then(moves, committed, ready(name))
-        assert done.wait(5)
+        assert done.wait(WAIT)
 
     commit_as("bad", bad)
     commit_as("ok", ok)
