@@ -44,10 +44,14 @@ def prosody_or_reason() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: each socket stays bound until all are known, where two
+    calls in a row could each be given the same port once the first socket was closed."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
 
 
 def _accepts(port: int) -> bool:
@@ -58,7 +62,8 @@ def _accepts(port: int) -> bool:
 
 @contextlib.contextmanager
 def run_prosody(folder: Path) -> Iterator[Prosody]:
-    server = Prosody(_free_port(), _free_port(), folder)
+    c2s_port, component_port = _free_ports(2)
+    server = Prosody(c2s_port, component_port, folder)
     (folder / "certs").mkdir(parents=True, exist_ok=True)
     config = folder / "prosody.cfg.lua"
     shutil.copy(CONFIG, config)
