@@ -6,11 +6,26 @@ they waited, a whole core of CPU (found by the XMPP component, which runs one pe
 
 from __future__ import annotations
 
+import gc
+import sys
 import threading
 import time
 
 import boxmq
 from boxmq.errors import Closed
+
+
+def _blocked(thread: threading.Thread) -> bool:
+    """Whether `thread` sits in the queue's wait for news: its innermost Python call is the
+    watcher's poll or the condition the other consumers sleep on (both named `wait`, called
+    from `_wait`), not the scan before it."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    return (
+        frame is not None
+        and frame.f_code.co_name == "wait"
+        and frame.f_back is not None
+        and frame.f_back.f_code.co_name == "_wait"
+    )
 
 
 def test_two_waiting_consumers_use_almost_no_cpu(box: boxmq.Box) -> None:
@@ -31,7 +46,10 @@ def test_two_waiting_consumers_use_almost_no_cpu(box: boxmq.Box) -> None:
     threads = [threading.Thread(target=wait, args=(c,), daemon=True) for c in consumers]
     for thread in threads:
         thread.start()
-    time.sleep(0.2)  # both are waiting now
+    deadline = time.monotonic() + 10  # a fixed 0.2 s could end before a loaded machine got there
+    while not all(_blocked(thread) for thread in threads) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    gc.collect()  # a collection the setup's garbage triggers is not the waiting consumers' CPU
     cpu = time.process_time()
     time.sleep(1.0)
     idle = time.process_time() - cpu
