@@ -587,6 +587,21 @@ def test_properties_too_long_for_a_name_go_to_a_side_file_and_read_back_the_same
         got.ack()
 
 
+def test_properties_that_cannot_spill_for_the_key_s_room_say_so(box: boxmq.Box, root: Path) -> None:
+    """A reply-to that fits alone but leaves no room for the side file's key: the error says
+    the properties went to a side file first and names the reply-to (which stays in the name),
+    and nothing is written."""
+    jobs = box.queue("jobs")
+    jobs.put(b"fits", reply_to="r" * 60)  # alone it fits
+    with pytest.raises(boxmq.MetadataTooLong) as refused:
+        jobs.put(b"x", reply_to="r" * 60, properties={"note": "y" * 100})
+    said = str(refused.value)
+    assert said.startswith("the properties are too long for a file name, and with them in a side")
+    assert "shorten the reply-to (60 bytes encoded)" in said
+    assert jobs.counts().ready == 1
+    assert not (root / ".properties").exists() or not os.listdir(root / ".properties")
+
+
 @pytest.mark.parametrize("length", [110, 140, 300])
 def test_metadata_too_long_names_a_put_s_limit_however_long_it_is(
     box: boxmq.Box, length: int

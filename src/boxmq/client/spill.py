@@ -25,7 +25,9 @@ Invariants:
 - The side file is written once a name that names it fits, and before the message file that
   names it: the commit's flush then covers it too (store/side_files.py).
 - What still does not fit raises MetadataTooLong: the error of the smallest name tried (the
-  topic, the reply-to, the correlation id and the type stay in the name).
+  topic, the reply-to, the correlation id and the type stay in the name), saying that the
+  properties went to a side file first, whose key takes room in the name too: a producer sees
+  why shortening the fields the error names helps, and the long properties do not.
 """
 
 from __future__ import annotations
@@ -84,7 +86,10 @@ def spilled(
             continue
         side_files.put(raw)
         return candidate, name
-    raise refused
+    raise MetadataTooLong(
+        "the properties are too long for a file name, and with them in a side file, what stays"
+        f" in the name with the side file's key is still too long: {refused}"
+    ) from None
 
 
 def v5_bytes(envelope: Envelope) -> bytes:
