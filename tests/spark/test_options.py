@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from boxmq.spark.options import (
     subscription_dropbox,
 )
 from boxmq.store.layout import State
+from boxmq.store.side_files import SideFiles
+from boxmq.store.v5_properties import V5Reader
 
 
 @pytest.fixture
@@ -160,12 +163,15 @@ def test_a_sink_schema_without_a_usable_body_is_refused(
         messages.layout_of(columns)
 
 
-def _message(row: dict[str, object], topic: str | None = None) -> tuple[boxmq.Envelope, bytes]:
+def _message(
+    row: dict[str, object], topic: str | None = None, side_files: SideFiles | None = None
+) -> tuple[boxmq.Envelope, bytes]:
     kinds = {str: "string", bytes: "binary", int: "integer", dict: "map"}
     kinds |= {datetime.datetime: "timestamp"}
     columns = [(name, kinds[type(value)]) for name, value in row.items()]
     layout = messages.layout_of(columns)
-    return messages.message_of(list(row.values()), layout, IdFactory(boxmq.SystemClock()), topic)
+    ids = IdFactory(boxmq.SystemClock())
+    return messages.message_of(list(row.values()), layout, ids, topic, side_files)
 
 
 def test_a_row_carries_its_metadata_into_the_message() -> None:
@@ -218,3 +224,28 @@ def test_a_row_that_cannot_be_a_message_is_refused(
 ) -> None:
     with pytest.raises(error, match=says):
         _message(row)
+
+
+@pytest.mark.parametrize("topic", [None, "alerts/a"])
+def test_properties_too_long_for_a_name_go_to_a_side_file(
+    tmp_path: Path, topic: str | None
+) -> None:
+    """Where the sink has its root's side files, a row's long properties leave the name for one
+    (written at once, before the staged file names it); without, the row is refused."""
+    long = {"note": "y" * 200, "unit": "C"}
+    row: dict[str, object] = {"body": b"x", "properties": long}
+    with pytest.raises(MetadataTooLong, match="boxmq sink: message"):
+        _message(row, topic)
+    sides = SideFiles(str(tmp_path))
+    envelope, _ = _message(row, topic, sides)
+    assert envelope.topic == topic
+    assert V5Reader(sides).properties(envelope) == long
+    assert len(os.listdir(sides.path)) == 1
+    short, _ = _message({"body": b"x", "properties": {"unit": "C"}}, topic, sides)
+    assert short.user_properties() == {"unit": "C"}  # a name that fits keeps them
+
+
+def test_a_row_that_cannot_fit_even_with_a_side_file_names_what_to_shorten(tmp_path: Path) -> None:
+    row: dict[str, object] = {"body": b"x", "reply_to": "r" * 80, "properties": {"n": "y" * 99}}
+    with pytest.raises(MetadataTooLong, match=r"in a side file.*shorten the reply-to"):
+        _message(row, side_files=SideFiles(str(tmp_path)))

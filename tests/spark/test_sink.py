@@ -50,6 +50,39 @@ def test_a_batch_write_turns_rows_into_messages_with_their_metadata(
     assert not os.listdir(Path(queue_path(root, "out"), "working"))  # staging cleaned up
 
 
+def test_properties_too_long_for_a_name_go_to_a_side_file_and_read_back_the_same(
+    spark: SparkSession, root: str
+) -> None:
+    """As a put's (docs/file-format.md): a row read from a message whose properties came in a
+    side file can be written back, to a queue and to a topic's subscriptions."""
+    long = {"note": "y" * 300, "tenant": "acme"}
+    with boxmq.open(root, fsync="never") as box:
+        box.topics.attach_dropbox("alerts/#", "auditor")
+    frame = spark.createDataFrame(
+        [("a", long, "alerts/a"), ("b", {"k": "v"}, "alerts/b")],
+        "body string, properties map<string,string>, topic string",
+    )
+    frame.write.format("boxmq").option("root", root).option("queue", "out").mode("append").save()
+    frame.write.format("boxmq").option("root", root).mode("append").save()  # to the topics
+
+    with boxmq.open(root) as box:
+        got = {}
+        while (message := box.queue("out").get()) is not None:
+            got[message.text()] = message.properties
+            message.ack()
+    assert got == {"a": long, "b": {"k": "v"}}
+    rows = (
+        spark.read.format("boxmq")
+        .option("root", root)
+        .option("subscription", "alerts/#")
+        .option("consumer", "auditor")
+        .load()
+        .collect()
+    )
+    assert {bytes(r.body): r.properties for r in rows} == {b"a": long, b"b": {"k": "v"}}
+    assert len(os.listdir(Path(root, ".properties"))) == 1  # one side file, named by all
+
+
 def test_a_stream_to_a_topic_reaches_every_matching_subscription(
     spark: SparkSession, root: str, tmp_path: Path, finish: Finish
 ) -> None:

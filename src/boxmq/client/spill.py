@@ -1,8 +1,8 @@
 """A producer's properties too long for a file name, kept in a side file as MQTT v5 properties.
 
-A message put, published or stored exactly-once by the Python API or the CLI carries its
-properties in its name, where a put has 135 bytes (docs/file-format.md, "The 255-byte limit";
-Spark's sink names its files itself, and does not come here). Where they do not fit, they
+A message put, published or stored exactly-once by the Python API or the CLI, or written by
+Spark's sink (spark/messages.py), carries its properties in its name, where a put has 135
+bytes (docs/file-format.md, "The 255-byte limit"). Where they do not fit, they
 are kept as the MQTT door keeps a long v5 property list: as PUBLISH property bytes in a side
 file (store/side_files.py), whose key the name carries in `PROPERTIES_FILE`. The bytes are
 what the MQTT door sends a v5 subscriber for the message as it was (mqtt/stored.py,

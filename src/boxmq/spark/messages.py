@@ -5,7 +5,8 @@ source produces are optional and mean the same thing on the way out. Columns the
 that a producer cannot set (destination, timestamp, delivery_count) are ignored, so a stream
 read from boxmq can be written back as it is; any other column is an error (a typo would
 otherwise drop data silently). Nothing here imports pyspark: the sink describes its schema as
-(name, kind) pairs.
+(name, kind) pairs. Properties too long for a file name go to a side file, as a put's do
+(client/spill.py): the one write here, done by the task that stages the row.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 from boxmq.client import mqtt_fields
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
+from boxmq.client.spill import spilled
 from boxmq.errors import InvalidArgument, InvalidName, MetadataTooLong
 from boxmq.ids import IdFactory
 from boxmq.model import (
@@ -28,6 +30,7 @@ from boxmq.model import (
     PropertyType,
 )
 from boxmq.store.names import encode
+from boxmq.store.side_files import SideFiles
 
 __all__ = ["Layout", "check_topic", "layout_of", "message_of"]
 
@@ -124,9 +127,15 @@ def check_topic(topic: str) -> str:
 
 
 def message_of(
-    row: Sequence[object], layout: Layout, ids: IdFactory, topic: str | None
+    row: Sequence[object],
+    layout: Layout,
+    ids: IdFactory,
+    topic: str | None,
+    side_files: SideFiles | None = None,
 ) -> tuple[Envelope, bytes]:
     """The envelope and body of one row; `topic` (the sink's option) wins over the column.
+    Properties too long for the name go to a file in `side_files` (written now); with None,
+    such a row is refused.
 
     InvalidArgument (naming the column) for a value that cannot be a message."""
     body = _body(row[layout.body])
@@ -154,8 +163,7 @@ def message_of(
         type=_text(row, layout.type, "type"),
         properties=properties,
     )
-    _check_length(envelope, topic is not None)
-    return envelope, body
+    return _fitted(envelope, topic is not None, side_files), body
 
 
 def _body(value: object) -> bytes:
@@ -216,12 +224,23 @@ def _properties(row: Sequence[object], index: int | None) -> tuple[Property, ...
     return tuple(found)
 
 
-def _check_length(envelope: Envelope, fan_out: bool) -> None:
+def _fitted(envelope: Envelope, fan_out: bool, side_files: SideFiles | None) -> Envelope:
+    """`envelope` as a name holds it: as it is, or with its properties in a side file."""
     limit = PUT_NAME_LIMIT - (_QOS_ROOM if fan_out else 0)
+
+    def name_of(candidate: Envelope) -> str:
+        return encode(candidate, limit=limit)
+
     try:
-        encode(envelope, limit=limit)
+        name_of(envelope)
+        return envelope
+    except MetadataTooLong as error:
+        refused = error
+    try:
+        moved, _ = spilled(envelope, side_files, name_of, refused)
     except MetadataTooLong as error:
         raise MetadataTooLong(
             f"boxmq sink: message {envelope.message_id}: {error}, or move them into the body "
             "(docs/file-format.md)"
         ) from None
+    return moved

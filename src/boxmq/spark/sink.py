@@ -39,6 +39,7 @@ from boxmq.spark.messages import Layout, check_topic, layout_of, message_of
 from boxmq.spark.options import SinkOptions
 from boxmq.spark.publish import Destination, Publisher, ensure_queue, stage_dir, write_staged
 from boxmq.store.names import encode
+from boxmq.store.side_files import SideFiles
 
 __all__ = ["BoxMQBatchWriter", "BoxMQStreamWriter", "Staged", "columns_of"]
 
@@ -85,9 +86,10 @@ class _Writer:
         task = "0-0" if context is None else f"{context.partitionId()}-{context.attemptNumber()}"
         folder = stage_dir(self._destination, job, batch, task)
         ids = IdFactory(SystemClock())
+        side_files = SideFiles(self._destination.root)  # for properties too long for a name
         count = 0
         for row in rows:
-            envelope, body = message_of(row, self._layout, ids, self._topic)
+            envelope, body = message_of(row, self._layout, ids, self._topic, side_files)
             if self._destination.queue is None and envelope.property_value(TOPIC) is None:
                 raise InvalidArgument("boxmq sink: a row has a null topic; it cannot be sent")
             # A generated id taken in this folder: draw another. A given id taken: it is the
