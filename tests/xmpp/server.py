@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.ports import free_ports
+
 __all__ = ["SECRET", "SERVICE", "USERS", "Prosody", "prosody_or_reason", "run_prosody"]
 
 CONFIG = Path(__file__).parent / "prosody" / "prosody.cfg.lua"
@@ -44,16 +46,6 @@ def prosody_or_reason() -> str | None:
     return None
 
 
-def _free_ports(count: int) -> list[int]:
-    """`count` distinct free ports: each socket stays bound until all are known, where two
-    calls in a row could each be given the same port once the first socket was closed."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-
-
 def _accepts(port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
         return True
@@ -62,7 +54,7 @@ def _accepts(port: int) -> bool:
 
 @contextlib.contextmanager
 def run_prosody(folder: Path) -> Iterator[Prosody]:
-    c2s_port, component_port = _free_ports(2)
+    c2s_port, component_port = free_ports(2)
     server = Prosody(c2s_port, component_port, folder)
     (folder / "certs").mkdir(parents=True, exist_ok=True)
     config = folder / "prosody.cfg.lua"

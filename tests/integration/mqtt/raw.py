@@ -143,40 +143,39 @@ class Received(NamedTuple):
     dup: bool
 
 
+def _next_publish(sock: socket.socket) -> Received:
+    """The next PUBLISH (v5, no properties, QoS 1/2), not answered. A PUBREL on the way, of
+    an exchange a server killed at once had no time to finish, is answered with PUBCOMP."""
+    while True:
+        kind, body = read(sock)
+        if kind & 0xF0 == 0x60:
+            sock.sendall(pubcomp(int.from_bytes(body[:2], "big")))
+            continue
+        assert kind & 0xF0 == 0x30, hex(kind)
+        payload, packet_id = publish_fields(body)
+        return Received(payload, packet_id, bool(kind & 0x08))
+
+
 def publishes(sock: socket.socket, within: float) -> list[Received]:
-    """Each PUBLISH (v5, no properties, QoS 1/2) that comes before `within` seconds of
-    silence, none answered. A PUBREL, of an exchange a server killed at once had no time to
-    finish, is answered with PUBCOMP."""
+    """Each PUBLISH that comes before `within` seconds of silence (`_next_publish`)."""
     sock.settimeout(within)
     got: list[Received] = []
     while True:
         try:
-            kind, body = read(sock)
+            got.append(_next_publish(sock))
         except TimeoutError:
             return got
-        if kind & 0xF0 == 0x60:
-            sock.sendall(pubcomp(int.from_bytes(body[:2], "big")))
-            continue
-        assert kind & 0xF0 == 0x30, hex(kind)
-        payload, packet_id = publish_fields(body)
-        got.append(Received(payload, packet_id, bool(kind & 0x08)))
 
 
 def take_publishes(sock: socket.socket, count: int, timeout: float = WAIT) -> list[Received]:
-    """The next `count` PUBLISHes, read as `publishes` reads them, however long a loaded machine
-    or a restarted server takes (up to `timeout` seconds for each packet); what comes after
-    them is left unread, for a check that nothing more arrives."""
+    """The next `count` PUBLISHes (`_next_publish`), however long a loaded machine or a
+    restarted server takes (up to `timeout` seconds for each packet); what comes after them
+    is left unread, for a check that nothing more arrives."""
     sock.settimeout(timeout)
     got: list[Received] = []
     while len(got) < count:
         try:
-            kind, body = read(sock)
+            got.append(_next_publish(sock))
         except TimeoutError:
             raise AssertionError(f"{len(got)} of {count} PUBLISHes in {timeout} s") from None
-        if kind & 0xF0 == 0x60:
-            sock.sendall(pubcomp(int.from_bytes(body[:2], "big")))
-            continue
-        assert kind & 0xF0 == 0x30, hex(kind)
-        payload, packet_id = publish_fields(body)
-        got.append(Received(payload, packet_id, bool(kind & 0x08)))
     return got

@@ -4,7 +4,6 @@ over real sockets: who may connect, what they may publish and subscribe to, and 
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import shutil
 import signal
@@ -21,6 +20,7 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
+from tests.ports import free_ports
 
 from boxmq.mqtt.passwords import set_password
 
@@ -39,16 +39,6 @@ topic read news/#
 user bob
 topic write news/#
 """
-
-
-def _free_ports(count: int) -> list[int]:
-    """`count` distinct free ports: each socket stays bound until all are known, where two
-    calls in a row could each be given the same port once the first socket was closed."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
 
 
 @dataclass(frozen=True)
@@ -72,7 +62,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     set_password(folder / "passwd", "alice", b"wonderland")
     set_password(folder / "passwd", "bob", b"builder")
     (folder / "acl").write_text(ACL)
-    plain, tls = _free_ports(2)
+    plain, tls = free_ports(2)
     (folder / "boxmq.toml").write_text(
         f"""
         data = "data"
