@@ -16,6 +16,8 @@ Invariants:
   once per ack.
 - While a read is handled, its in-memory copies wait (`defer_routes`) and go out in the
   order they came (`route_deferred`) once the reader's acknowledgements are written.
+- A retained message routed after the retained store took it does not reach a subscription
+  sent it (or a later one of its topic) as retained meanwhile (retained_window.py).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from boxmq.mqtt.outbox import Stage
 from boxmq.mqtt.packets import Publish, Pubrel, new_publish
 from boxmq.mqtt.properties import subscription_identifier
 from boxmq.mqtt.reasons import ReasonCode
-from boxmq.mqtt.routes import MemoryRoutes
+from boxmq.mqtt.retained_window import Key, RetainedWindow, Written
+from boxmq.mqtt.routes import MemoryRoutes, Route
 from boxmq.mqtt.session import Session, Token
 from boxmq.mqtt.stored import NOT_FORWARDED, publish_of, unsendable_topic
 
@@ -73,8 +76,11 @@ class Delivery:
         self.settled: dict[str, Session] = {}
         # Persistent sessions sent a PUBREL in this read: their records say so at its end.
         self.releasing: dict[str, Session] = {}
-        # The messages of the read being handled (source, packet), routed once it is answered.
-        self._deferred: list[tuple[str, Publish]] | None = None
+        # The messages of the read being handled (source, packet, place of a retained one),
+        # routed once it is answered.
+        self._deferred: list[tuple[str, Publish, Written | None]] | None = None
+        # Retained messages written and not yet routed, and who was sent them as retained.
+        self.retained_window = RetainedWindow()
         self._drops = DropLog()  # messages dropped on full queues, logged sparingly
 
     def defer_routes(self) -> bool:
@@ -90,8 +96,8 @@ class Delivery:
 
     def route_deferred(self) -> None:
         deferred, self._deferred = self._deferred, None
-        for source, packet in deferred or ():
-            self.route_memory(source, packet)
+        for source, packet, written in deferred or ():
+            self.route_memory(source, packet, written)
 
     def refill(self) -> None:
         """At the end of a read: the sessions whose acks freed slots take more messages."""
@@ -99,13 +105,19 @@ class Delivery:
         for session in settled.values():
             self.pump(session)
 
-    def route_memory(self, source: str, packet: Publish) -> None:
-        """Copies for the in-memory subscriptions of connected non-persistent sessions."""
+    def route_memory(self, source: str, packet: Publish, written: Written | None = None) -> None:
+        """Copies for the in-memory subscriptions of connected non-persistent sessions.
+        `written`: a retained message's place, given once it was written (or not): not for
+        the subscriptions sent it as retained meanwhile (retained_window.py)."""
         deferred = self._deferred
         if deferred is not None:
-            deferred.append((source, packet))
+            deferred.append((source, packet, written))
             return
         routes = self._memory.route(packet.topic)
+        if written is not None:
+            having = self.retained_window.routed(packet.topic, written)
+            if having:
+                routes = self._without(routes, having)
         if not routes:
             return
         props = packet.properties
@@ -134,6 +146,11 @@ class Delivery:
             else:
                 out = new_publish(topic, payload, qos, retain, False, None, props)
             self.deliver(session, out, None)
+
+    def _without(self, routes: list[Route], having: set[Key]) -> list[Route]:
+        """`routes` but those of the subscriptions in `having`."""
+        sessions = self._sessions
+        return [route for route in routes if (sessions.get(route[0]), route[1]) not in having]
 
     def deliver(self, session: Session, publish: Publish, token: Token) -> None:
         try:

@@ -15,6 +15,9 @@ Invariants:
 - A QoS 2 message is routed once: a repeat of its PUBLISH is answered again, never routed.
 - A client's Will goes to subscribers after what the client published before its connection
   ended: while that one's disk work runs or waits, the Will is the last of it.
+- A retained message numbered as it is received (`_order_of`) is routed once, with its
+  number, or told not routed if its write failed: so a subscription sent it as retained
+  meanwhile is not sent it again (retained_window.py).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from functools import partial
 from boxmq.client.assured import AssuredMessage
 from boxmq.client.box import Box
 from boxmq.errors import BoxMQError, ItemNotFound, MetadataTooLong, StoreFailed, store_failure
+from boxmq.model import MessageId
 from boxmq.mqtt.clients import Client, Kick, Outgoing
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job
@@ -35,6 +39,7 @@ from boxmq.mqtt.packets import ProtocolVersion, Puback, Pubcomp, Publish, Pubrec
 from boxmq.mqtt.properties import EMPTY, Properties, PropertyId
 from boxmq.mqtt.reasons import ReasonCode, reason_for
 from boxmq.mqtt.retained_order import RetainedOrder
+from boxmq.mqtt.retained_window import Written
 from boxmq.mqtt.routes import DurableRoutes
 from boxmq.mqtt.session import Session
 from boxmq.mqtt.settings import MqttSettings
@@ -164,9 +169,10 @@ class Publishing:
 
             def published(result: object) -> None:
                 if isinstance(result, BoxMQError):
+                    self._not_routed(packet, order)
                     self._send_error(client, Pubrec(packet_id), result)
                     return
-                self._delivery.route_memory(client_id, packet)
+                self._delivery.route_memory(client_id, packet, _written(order, result))
                 session.hold_for_release(packet_id, None)  # a repeat is answered, not routed
                 self._out.acknowledge(client, Pubrec, packet_id)
 
@@ -176,10 +182,11 @@ class Publishing:
 
         def written(result: object) -> None:
             if isinstance(result, BoxMQError):
+                self._not_routed(packet, order)
                 if packet_id is not None:
                     self._send_error(client, Puback(packet_id), result)
                 return
-            self._delivery.route_memory(client_id, packet)
+            self._delivery.route_memory(client_id, packet, _written(order, result))
             if packet_id is not None:
                 self._out.acknowledge(client, Puback, packet_id)
 
@@ -257,7 +264,7 @@ class Publishing:
                 )
             if write:
                 assert publish is not None
-                self.write(client_id, publish, order)
+                return self.write(client_id, publish, order)
             return True
 
         def done(result: object) -> None:
@@ -269,12 +276,14 @@ class Publishing:
             elif isinstance(result, StoreFailed):
                 # Still in working/. PUBCOMP has no failure code (MQTT 5.0 §3.7.2.1): close,
                 # so that the client sends PUBREL again when it reconnects (§4.4).
+                if publish is not None:
+                    self._not_routed(publish, order)
                 self._kick(client, reason_for(result), f"PUBREL {packet_id} failed: {result}")
                 return
             elif isinstance(result, BoxMQError):
                 log.warning("client %s: PUBREL %d failed: %s", client_id, packet_id, result)
             if publish is not None:
-                self._delivery.route_memory(client_id, publish)
+                self._delivery.route_memory(client_id, publish, _written(order, result))
             self._out.send(client, Pubcomp(packet_id, reason))
 
         if on_disk:  # with the neighbours' PUBRELs: their markers and moves share flushes
@@ -326,46 +335,59 @@ class Publishing:
         if behind is not None and (behind.tail is not None or behind.jobs):
             # Begun by whoever begins the jobs before it (batches.py): the batch running now,
             # at its end, or the read or the gathering wait that holds them.
-            behind.jobs.append(Job(write, partial(self._will_turn, client_id, publish)))
+            behind.jobs.append(Job(write, partial(self._will_turn, client_id, publish, order)))
             return
         if write is not None:
             written = self._pool.submit(write)
             written.add_done_callback(partial(_tell_will_lost, client_id, will.topic))
         # At once, whatever the disk does: a Will reaches whom it can (see _tell_will_lost).
-        self._delivery.route_memory(client_id, publish)
+        # Routed before its write, it reaches no subscription made after, retained or not.
+        self._delivery.route_memory(client_id, publish, _written(order, None))
 
-    def _will_turn(self, client_id: str, publish: Publish, result: object) -> None:
+    def _will_turn(
+        self, client_id: str, publish: Publish, order: int | None, result: object
+    ) -> None:
         """A Will's turn in its client's disk work came, its write done if it had one: to the
         in-memory subscribers, whatever the disk did, as a Will sent at once does."""
         if isinstance(result, BaseException):
             _log_will_lost(client_id, publish.topic, result)
-        self._delivery.route_memory(client_id, publish)
+        self._delivery.route_memory(client_id, publish, _written(order, result))
 
     # -- disk work (run by disk.run_all) ---------------------------------------------------------
 
     def _order_of(self, packet: Publish) -> int | None:
         """On the loop, as the server takes `packet` in: a retained one's place in the order
-        of retained messages (retained_order.py)."""
-        return self._retained_order.take() if packet.retain else None
-
-    def write(self, client_id: str, packet: Publish, order: int | None = None) -> None:
-        """Publish into the Box: retained store and every durable subscription it matches.
-        A retained `packet` needs its `order`: one that came before the topic's retained
-        message goes to the subscribers, as retained, and replaces nothing."""
+        of retained messages (retained_order.py), in flight until it is routed or its write
+        failed (`_not_routed`): see retained_window.py."""
         if not packet.retain:
-            self._write(client_id, packet, superseded=False)
-            return
+            return None
+        order = self._retained_order.take()
+        self._delivery.retained_window.taken(packet.topic, order)
+        return order
+
+    def _not_routed(self, packet: Publish, order: int | None) -> None:
+        """A retained message numbered `order` whose write failed: it will not be routed."""
+        if order is not None:
+            self._delivery.retained_window.dropped(packet.topic, order)
+
+    def write(self, client_id: str, packet: Publish, order: int | None = None) -> MessageId:
+        """Publish into the Box: retained store and every durable subscription it matches;
+        returns the message's id. A retained `packet` needs its `order`: one that came before
+        the topic's retained message goes to the subscribers, as retained, and replaces
+        nothing."""
+        if not packet.retain:
+            return self._write(client_id, packet, superseded=False)
         assert order is not None, "a retained message is numbered as it is received"
         with self._retained_order.turn(packet.topic, order) as newest:
             if not newest:
                 log.info("retained message for %s superseded by a later one", packet.topic)
-            self._write(client_id, packet, superseded=not newest)
+            return self._write(client_id, packet, superseded=not newest)
 
-    def _write(self, client_id: str, packet: Publish, *, superseded: bool) -> None:
+    def _write(self, client_id: str, packet: Publish, *, superseded: bool) -> MessageId:
         expiry = packet.properties.message_expiry_interval
 
-        def publish(properties: dict[str, str]) -> None:
-            self._box.topics.publish(
+        def publish(properties: dict[str, str]) -> MessageId:
+            return self._box.topics.publish(
                 packet.topic,
                 packet.payload,
                 qos=packet.qos,
@@ -377,7 +399,7 @@ class Publishing:
             )
 
         room = partial(self._box.topics.topic_room, expires_in=expiry or None, retain=packet.retain)
-        store_with_properties(packet, self._box.side_files, publish, room)
+        return store_with_properties(packet, self._box.side_files, publish, room)
 
     def _deliver_many(self, keys: list[tuple[str, str]]) -> list[object]:
         """PUBRELs of QoS 2 messages stored at their PUBLISH: out of the intake together."""
@@ -417,6 +439,14 @@ class Publishing:
         expiry = packet.properties.message_expiry_interval
         room = partial(self._box.topics.topic_room, expires_in=expiry or None)
         return store_with_properties(packet, self._box.side_files, assured, room)
+
+
+def _written(order: int | None, result: object) -> Written | None:
+    """A retained message's place for its routing (None: not retained), with the id its write
+    returned as `result` (anything else: a failure, or no write)."""
+    if order is None:
+        return None
+    return Written(order, result if isinstance(result, str) else None)
 
 
 def _assured_message(client_id: str, packet: Publish, properties: dict[str, str]) -> AssuredMessage:

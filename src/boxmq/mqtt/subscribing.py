@@ -238,7 +238,7 @@ class Subscribing:
             reasons = [r if r < _R.UNSPECIFIED_ERROR else _R.UNSPECIFIED_ERROR for r in reasons]
         self._out.send(client, Suback(packet_id, tuple(reasons)))
         on_disk: list[tuple[str, int]] = []  # (filter, QoS) of a persistent session's
-        retained: list[tuple[Envelope, bytes, SubscriptionOptions]] = []  # sent from memory
+        retained: list[tuple[Envelope, bytes, str, SubscriptionOptions]] = []  # sent from memory
         for one in wanted:
             options = one.options
             if options is None or one.shared or not self._retained_due(options, one.existed):
@@ -247,7 +247,7 @@ class Subscribing:
                 on_disk.append((one.text, options.qos))
                 continue
             matching = self._box.topics.retained_matching(one.text)
-            retained += [(env, body, options) for env, body in matching]
+            retained += [(env, body, one.text, options) for env, body in matching]
         if on_disk:
             name = consumer_name(session.client_id)
 
@@ -258,10 +258,14 @@ class Subscribing:
 
             client.jobs.append(Job(write, lambda _: self._delivery.pump(session)))
         now = self._clock.now()
-        for envelope, body, options in retained:
+        window = self._delivery.retained_window
+        for envelope, body, text, options in retained:
             if not envelope.expired(now):  # an expired retained message is not sent (§3.3.2.3.3)
                 publish = retained_publish(envelope, body, options, now, self._box.side_files)
                 self._delivery.deliver(session, publish, None)
+                # If the store took it before the loop routed it, the routing must leave this
+                # subscription out: it has the message already (retained_window.py).
+                window.sent(publish.topic, session, text, envelope.message_id)
         self._delivery.pump(session)
         if client.held is not None:
             asyncio.get_running_loop().call_soon(self._resume, client)

@@ -6,6 +6,7 @@ import asyncio
 import errno
 import logging
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ from tests.conftest import HeldFlush
 
 import boxmq
 from boxmq.clock import Clock, ManualClock, SystemClock
-from boxmq.model import PROPERTIES_FILE
+from boxmq.model import PROPERTIES_FILE, MessageId
 from boxmq.mqtt import batches
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.broker import Broker
@@ -612,6 +613,99 @@ def test_a_retained_qos2_message_that_got_pubrec_survives_a_restart(tmp_path: Pa
         assert (retained.topic, retained.payload, retained.retain) == ("ret/q2", b"kept", True)
 
     _in_two_lives(tmp_path, first, then)
+
+
+class _HeldWrites:
+    """`Publishing.write` held, once it is done, until `release`: the window in which the
+    retained store holds a message that the loop has not yet routed to its subscribers. Only
+    the writes to `topics`, each topic's first; the others go on."""
+
+    def __init__(self, write: Callable[..., MessageId], *topics: str) -> None:
+        self._write = write
+        self.done = {topic: threading.Event() for topic in topics}
+        self.release = {topic: threading.Event() for topic in topics}
+
+    def __call__(self, client_id: str, packet: Publish, order: int | None = None) -> MessageId:
+        try:
+            return self._write(client_id, packet, order)
+        finally:
+            if packet.topic in self.done:
+                self.done[packet.topic].set()
+                self.release[packet.topic].wait(20)
+
+
+def _publishes(peer: Peer) -> list[tuple[bytes, bool]]:
+    return [(p.payload, p.retain) for p in peer.take() if isinstance(p, Publish)]
+
+
+@pytest.mark.parametrize(
+    ("qos", "expiry"),
+    [(0, 0), (1, 0), (2, 0), (2, 600)],
+    ids=["qos0", "qos1", "qos2-written-at-pubrel", "qos2-persistent-written-at-publish"],
+)
+def test_a_subscribe_while_a_retained_message_is_written_gets_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qos: int, expiry: int
+) -> None:
+    """A SUBSCRIBE handled after the retained store took a message but before the loop routed
+    it gets it as retained, and not live again (at most once, exactly once); a subscriber from
+    before gets it live once, and what is published after the SUBSCRIBE goes out live."""
+
+    async def test(broker: Broker) -> None:
+        held = _HeldWrites(broker._publishing.write, "r/t")
+        monkeypatch.setattr(broker._publishing, "write", held)
+        early = _subscriber(broker, "early", "r/#", 2)
+        pub = _connect(broker, "pub", expiry=expiry)
+        late = _connect(broker, "late")
+        pub.send(Publish("r/t", b"one", qos, retain=True, packet_id=None if qos == 0 else 1))
+        if qos == 2 and not expiry:
+            await _until(lambda: bool(pub.inbox))
+            assert pub.take() == [Pubrec(1)]
+            pub.send(Pubrel(1))
+        await _until(held.done["r/t"].is_set)  # in the store, its routing held back
+        late.send(Subscribe(1, (Subscription("r/#", 2),)))
+        assert _publishes(late) == [(b"one", True)]
+        held.release["r/t"].set()
+        await _until(lambda: bool(early.inbox))
+        await asyncio.sleep(0.05)  # whatever else the routing would send
+        assert _publishes(early) == [(b"one", False)]
+        assert _publishes(late) == []
+        pub.send(Publish("r/t", b"two", 1, retain=True, packet_id=2))
+        await _until(lambda: bool(late.inbox))
+        await asyncio.sleep(0.05)
+        assert _publishes(late) == [(b"two", False)]
+        assert _publishes(early) == [(b"two", False)]
+
+    _run(tmp_path, test)
+
+
+def test_a_subscribe_while_a_retained_will_is_written_behind_its_client_gets_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retained Will that waits for its client's retained message to be written is routed
+    once written, as that message is: a SUBSCRIBE in between gets each once, as retained."""
+
+    async def test(broker: Broker) -> None:
+        held = _HeldWrites(broker._publishing.write, "r/t", "r/w")
+        monkeypatch.setattr(broker._publishing, "write", held)
+        early = _subscriber(broker, "early", "r/#", 1)
+        pub = Peer(broker)
+        will = Will("r/w", b"gone", 1, retain=True)
+        pub.send(Connect("pub", V5, clean_start=True, will=will))
+        pub.send(Publish("r/t", b"one", 1, retain=True, packet_id=1))
+        await _until(held.done["r/t"].is_set)
+        pub.close()  # its Will waits behind the message being written
+        held.release["r/t"].set()
+        await _until(held.done["r/w"].is_set)
+        late = _connect(broker, "late")
+        late.send(Subscribe(1, (Subscription("r/#", 1),)))
+        assert sorted(_publishes(late)) == [(b"gone", True), (b"one", True)]
+        held.release["r/w"].set()
+        await _until(lambda: len(early.inbox) == 2)
+        await asyncio.sleep(0.05)
+        assert _publishes(early) == [(b"one", False), (b"gone", False)]
+        assert _publishes(late) == []
+
+    _run(tmp_path, test)
 
 
 def test_a_message_that_expires_while_queued_behind_a_slow_client_is_not_sent(

@@ -1,0 +1,81 @@
+"""Retained messages in flight: numbered on the loop, written by a worker, routed on the loop.
+
+A worker's write puts a retained message in the retained store before the loop routes it to the
+in-memory subscriptions (publishing.py). A SUBSCRIBE handled in between is sent the message as
+retained (subscribing.py), and would get it again live: twice, where QoS 0 allows it at most
+once and QoS 2 exactly once. So while a topic has a retained message numbered and not yet
+routed, a SUBSCRIBE records which retained message of the topic each of its filters was sent
+(`sent`), and the routing of a message leaves out the subscriptions that were sent that one, or
+a later one, as retained (`routed`). A topic's records go once none of its messages is in
+flight; with none in flight (the common case) nothing is recorded.
+
+A message's place is its number in the order of retained messages (retained_order.py), known
+once its routing comes. Left: a subscription sent a message whose routing is yet to come, when
+an earlier one (slower, or superseded) is routed first, gets the earlier one live after it: an
+older message after the newer, never one message twice.
+
+Invariants (all on the loop):
+- Every number `taken` for a topic is then `routed` or `dropped` once (publishing.py).
+- A record names a session object and a filter, never a client id: a later session of the
+  client, which was sent nothing, loses nothing.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["Key", "RetainedWindow", "Written"]
+
+Key = tuple[object, str]  # (session, filter as subscribed)
+
+
+class Written(NamedTuple):
+    """A retained message to route: its number (retained_order.py), and the id its write gave
+    it (None: not known, as for a failed write or a Will routed before its write)."""
+
+    number: int
+    message_id: str | None
+
+
+class RetainedWindow:
+    def __init__(self) -> None:
+        self._unrouted: dict[str, set[int]] = {}  # topic -> numbers taken, not yet routed
+        self._sent: dict[str, dict[Key, str]] = {}  # topic -> subscription -> id sent retained
+        self._numbers: dict[str, dict[str, int]] = {}  # topic -> id -> number, those routed
+
+    def taken(self, topic: str, number: int) -> None:
+        """A retained message for `topic` was numbered: it is in flight until routed."""
+        self._unrouted.setdefault(topic, set()).add(number)
+
+    def sent(self, topic: str, session: object, text: str, message_id: str) -> None:
+        """The subscription of `session` to `text` was sent `topic`'s retained message
+        `message_id`: kept only while a retained message of the topic is in flight."""
+        if topic in self._unrouted:
+            self._sent.setdefault(topic, {})[(session, text)] = message_id
+
+    def routed(self, topic: str, written: Written) -> set[Key]:
+        """The message `written` is routed now: the subscriptions it must not reach, since
+        they were sent it, or a later one of its topic, as retained."""
+        having: set[Key] = set()
+        numbers = self._numbers.setdefault(topic, {}) if topic in self._unrouted else None
+        if numbers is not None and written.message_id is not None:
+            numbers[written.message_id] = written.number
+        sent = self._sent.get(topic)
+        if sent and numbers is not None:
+            # An id with no number yet is older (routed before those in flight), or one whose
+            # routing is still to come (the case left, above).
+            number = written.number
+            having = {key for key, sent_id in sent.items() if numbers.get(sent_id, -1) >= number}
+        self.dropped(topic, written.number)
+        return having
+
+    def dropped(self, topic: str, number: int) -> None:
+        """The message numbered `number` will not be routed (its write failed), or was."""
+        unrouted = self._unrouted.get(topic)
+        if unrouted is None:
+            return
+        unrouted.discard(number)
+        if not unrouted:
+            del self._unrouted[topic]
+            self._sent.pop(topic, None)
+            self._numbers.pop(topic, None)
