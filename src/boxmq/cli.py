@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
+import faulthandler
 import json
 import logging
 import math
@@ -412,6 +413,9 @@ def _serve(args: argparse.Namespace) -> int:
             lock_timeout=args.xmpp_lock_timeout,
             environ=os.environ,
         )
+        # A broker that seems stuck shows where each thread waits, and goes on serving:
+        # `kill -USR1 <pid>` writes every thread's Python stack to the log (stderr).
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
         try:
             run(serve(box, sweep_interval=config.sweep_interval, mqtt=mqtt, xmpp=xmpp))
         except OSError as error:

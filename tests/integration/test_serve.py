@@ -167,3 +167,25 @@ def test_sighup_stops_serve_as_sigterm_does(tmp_path: Path) -> None:
     log = (tmp_path / "serve.log").read_text()
     assert "SIGHUP received: stopping" in log
     assert "MQTT listeners closed" in log
+
+
+def test_sigusr1_logs_every_thread_s_stack_and_serving_goes_on(tmp_path: Path) -> None:
+    """For a broker that seems stuck: where each thread waits, in the log, and no stop."""
+    address, server = serve_fresh(tmp_path)
+    log = tmp_path / "serve.log"
+    try:
+        server.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 20
+        while "Current thread" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dump = log.read_text()
+        assert "Current thread" in dump
+        assert "runtime.py" in dump  # the loop's own frames, by file and line
+        sock, _ = open_raw(address, "after-usr1", clean=True)  # still serving
+        sock.close()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=20) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
