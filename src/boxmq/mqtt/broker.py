@@ -142,6 +142,7 @@ class Broker:
         # Password checks: two at a time at most, beside the loop and the disk work.
         self._checks = ThreadPoolExecutor(max_workers=2, thread_name_prefix="boxmq-mqtt-auth")
         self._out = Outgoing()  # the clients to be written at the end of this iteration
+        self._out.before_writes = self._record_unrecorded
         self._delivery = Delivery(
             box,
             clock,
@@ -234,8 +235,6 @@ class Broker:
                 self._handle(client, packet)
         finally:
             client.reading = None
-            if self._delivery.releasing:
-                self._record_releasing()
             if self._delivery.settled:
                 self._delivery.refill()
             if client.jobs:
@@ -245,15 +244,18 @@ class Broker:
                 self._delivery.route_deferred()
             self._out.flush_soon()
 
-    def _record_releasing(self) -> None:
-        """The persistent sessions sent a PUBREL in this read have their records written
-        (unflushed, as at a close): after a crash too, a restart sends those PUBRELs again,
-        whose messages were settled at their PUBREC (session_record.py)."""
-        releasing, self._delivery.releasing = self._delivery.releasing, {}
-        for client_id, session in releasing.items():
+    def _record_unrecorded(self) -> None:
+        """Before any client is written (Outgoing.before_writes): the persistent sessions
+        about to be sent a PUBREL, or a QoS 2 PUBLISH, have their records written (unflushed:
+        a SIGKILL keeps the page cache), so that a restart sends those PUBRELs again, and
+        those PUBLISHes under their packet ids with DUP (session_record.py)."""
+        if not self._delivery.unrecorded:
+            return
+        unrecorded, self._delivery.unrecorded = self._delivery.unrecorded, {}
+        for client_id, session in unrecorded.items():
             client = self._links.get(client_id)
             if client is not None and client.session is session:
-                self._records.save(client, self._records.record(session))
+                self._records.ahead(client, self._records.record(session))
 
     def closed(self, link: Link, reason: str) -> None:
         """The socket is gone (or about to be): the session lives on or ends."""

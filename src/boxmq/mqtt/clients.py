@@ -10,6 +10,8 @@ Invariants:
   write per connection, at the end of the loop iteration (`flush_soon`).
 - A client `holding` records (fsync=always, recording.py) is written nothing until they are on
   disk: it stays marked, and the write that follows sends it all, CONNACK first.
+- `before_writes` runs before any client is written: the broker writes there the session
+  records that must be on disk before what is sent (packet ids of QoS 2 messages, PUBRELs).
 """
 
 from __future__ import annotations
@@ -82,6 +84,10 @@ def name_of(client: Client) -> str:
     return client.link.peer if session is None else f"client {session.client_id}"
 
 
+def _nothing_to_do() -> None:
+    """`Outgoing.before_writes` until the broker sets its own."""
+
+
 class Outgoing:
     """The clients that have something to be written, written once per loop iteration."""
 
@@ -89,6 +95,7 @@ class Outgoing:
         self.dirty: set[Client] = set()
         self._flush_due = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.before_writes: Callable[[], None] = _nothing_to_do
 
     def send(self, client: Client, packet: Packet) -> None:
         client.link.connection.send(packet)
@@ -103,6 +110,7 @@ class Outgoing:
 
     def flush(self) -> None:
         self._flush_due = False
+        self.before_writes()
         dirty, self.dirty = self.dirty, set()
         for client in dirty:
             if client.holding:
@@ -114,7 +122,10 @@ class Outgoing:
         """Write to `client` now, before the others of this loop iteration: the client whose
         read was just handled is answered first (a publisher's acknowledgements let it send
         its next messages while the broker writes to the subscribers)."""
-        if client in self.dirty and not client.holding:
+        if client not in self.dirty:
+            return
+        self.before_writes()
+        if not client.holding:
             self.dirty.discard(client)
             client.link.flush()
 

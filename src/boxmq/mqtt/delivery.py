@@ -74,8 +74,9 @@ class Delivery:
         self._durable = durable
         # Sessions that settled messages in this read: refilled once at its end, not per ack.
         self.settled: dict[str, Session] = {}
-        # Persistent sessions sent a PUBREL in this read: their records say so at its end.
-        self.releasing: dict[str, Session] = {}
+        # Persistent sessions sent a PUBREL, or a QoS 2 PUBLISH, that their records do not
+        # name yet: written before the write that sends them (broker._record_unrecorded).
+        self.unrecorded: dict[str, Session] = {}
         # The messages of the read being handled (source, packet, place of a retained one),
         # routed once it is answered.
         self._deferred: list[tuple[str, Publish, Written | None]] | None = None
@@ -199,6 +200,13 @@ class Delivery:
         at all (a file dropped in a dropbox, larger than any MQTT packet) is discarded too, its
         message rejected to error/: the error would stop the MQTT service for every client."""
         connection = client.link.connection
+        if session.persistent and any(
+            type(packet) is Publish and packet.qos == 2 for packet in packets
+        ):
+            # Its record names the packet ids before the client has the PUBLISHes: after a
+            # SIGKILL, the restart sends them again under those ids, with DUP, and a client
+            # that has one already does not deliver it twice (MQTT 5.0 §4.3.3, §4.4).
+            self.unrecorded[session.client_id] = session
         while packets:
             freed: list[Publish | Pubrel] = []
             for packet in packets:
@@ -305,7 +313,7 @@ class Delivery:
             if client is not None:
                 self._out.send(client, acked.reply)
             if session.persistent:
-                self.releasing[session.client_id] = session
+                self.unrecorded[session.client_id] = session
         # A positive PUBREC settles too: the message is the client's from then on, so a share
         # group never gives it to another member, even if this session ends before PUBCOMP.
         self._settle(session, acked.token, refused=acked.refused)

@@ -2,8 +2,9 @@
 answer that stands for it.
 
 A persistent session's record (session_record.py) says what a restart needs: when the session
-ends, how its durable subscriptions' messages go out, its Will. It is written at CONNECT, at
-SUBSCRIBE/UNSUBSCRIBE and when the connection closes.
+ends, how its durable subscriptions' messages go out, its Will, the packet ids of its QoS 2
+messages in flight. It is written at CONNECT, at SUBSCRIBE/UNSUBSCRIBE, when the connection
+closes, and before the client is sent a QoS 2 PUBLISH or a PUBREL (`ahead`).
 
 Invariants:
 - Under fsync=always, the records an answer stands for (a persistent session's before its
@@ -105,6 +106,23 @@ class Recorder:
             self.store(record, flush=False)
             return
         client.jobs.append(Job(partial(self.store, record, flush=False), _nothing))
+        self._batches.start(client)
+
+    def ahead(self, client: Client, record: SessionRecord) -> None:
+        """Write `record` before the client is written anything more (Outgoing.before_writes
+        calls this): unflushed, since what it names (the packet ids in flight) only has to
+        outlive the process. At once on the loop, unless the client's disk work is writing
+        records (fsync=always): then after them, and what it is sent waits (`holding`)."""
+        if not self.flushed or (client.tail is None and not client.jobs):
+            self.store(record, flush=False)
+            return
+        client.holding += 1
+
+        def written(_: object) -> None:
+            client.holding -= 1
+            self._out.dirty.add(client)
+
+        client.jobs.append(Job(partial(self.store, record, flush=False), written))
         self._batches.start(client)
 
     def write(

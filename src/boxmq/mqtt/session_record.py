@@ -24,12 +24,15 @@ Invariants:
   closed with DISCONNECT 0x00. `will_due` (wall clock) is when it goes out: None while the
   connection is open (the delay counts from its close).
 - `sent` names the stored messages (from its dropboxes) the session was sent and had not
-  acknowledged when the record was written (at a close, and so at a graceful shutdown), with
-  their packet ids: its locks outlive the broker, so a restarted one sends them again under
-  those ids, with DUP (§4.4). After a SIGKILL it may be older than what was in flight: an id
-  of a message since settled names nothing, and one sent since goes out under a new id.
-- `releasing` is written at the end of each read that brought a positive PUBREC (unflushed,
-  so a killed broker's page cache keeps it; a power cut may lose the last one), when the
+  acknowledged when the record was written, with their packet ids: its locks outlive the
+  broker, so a restarted one sends them again under those ids, with DUP (§4.4). It is written
+  at a close (and so at a graceful shutdown), and before each write to the client that sends
+  a QoS 2 PUBLISH (unflushed: a killed broker's page cache keeps it; a power cut may lose the
+  last one). So after a SIGKILL it names every QoS 2 message in flight, and a client that
+  has one never gets it under a new id (which it would deliver again). QoS 1 ones sent since
+  the last write go out under new ids (at least once allows a second delivery), and an id of
+  a message since settled names nothing.
+- `releasing` is written the same way: before each write that sends a PUBREL, when the
   connection closes, and at a graceful shutdown (which closes every connection).
 - A record is replaced by a rename: a reader sees the old one or the new one, never half.
 - Every field but `client_id` and `expiry` has a default, and unknown fields are ignored, so a

@@ -185,3 +185,40 @@ def test_what_was_in_flight_goes_again_under_its_packet_ids_with_dup(
         device.close()
     finally:
         stop(server)
+
+
+@pytest.mark.parametrize("fsync", ["never", "always"])
+def test_qos2_messages_in_flight_when_the_server_is_killed_go_again_under_their_ids(
+    tmp_path: Path, fsync: str
+) -> None:
+    """A QoS 2 subscriber still connected when the server is SIGKILLed holds the packet ids of
+    the PUBLISHes it has not answered (it may have delivered them already, MQTT 5.0 §4.3.3):
+    after the restart they must come under those ids with DUP, or it would deliver them twice.
+    The session's record names them before they are sent, so no close has to write it; they
+    came as new PUBLISHes, with new ids."""
+    target, server = serve_fresh(tmp_path, "--fsync", fsync)
+    try:
+        device = _subscribed(target, "device", "jobs/#", 2)
+        publisher = paho(target, "publisher")
+        publisher.publish("jobs/0", b"done", 2)
+        assert _settle_all(device, 1) == [b"done"]  # the next ones take other ids than 1
+        for n in range(1, 4):
+            publisher.publish(f"jobs/{n}", f"held{n}".encode(), 2)
+        publisher.stop()
+        held = take_publishes(device, 3)  # not answered: the device holds them and their ids
+        assert [m.payload for m in held] == [b"held1", b"held2", b"held3"]
+        assert [m.packet_id for m in held] != [1, 2, 3]
+        server.send_signal(signal.SIGKILL)  # the device still connected: no close is written
+        server.wait(timeout=20)
+        device.close()
+        server = serve_process(target.root, target.port, "--fsync", fsync)
+        device, present = open_raw(target, "device", clean=False, expiry=300)
+        assert present
+        again = take_publishes(device, 3)
+        assert again == [(m.payload, m.packet_id, True) for m in held]
+        for message in again:
+            device.sendall(pubrec(message.packet_id))
+        assert publishes(device, within=0.5) == []  # answers the PUBRELs; nothing else comes
+        device.close()
+    finally:
+        stop(server)

@@ -596,6 +596,68 @@ def test_a_pubrel_for_nothing_stored_gets_pubcomp_0x92(tmp_path: Path) -> None:
     _run(tmp_path, test)
 
 
+async def _exchange_qos2(pub: Peer, publish: Publish) -> None:
+    """Publish at QoS 2 and complete the exchange: PUBREC, PUBREL, PUBCOMP."""
+    packet_id = publish.packet_id or 0
+    pub.send(publish)
+    await _until(lambda: pub.inbox == [Pubrec(packet_id)])
+    pub.take()
+    pub.send(Pubrel(packet_id))
+    await _until(lambda: pub.inbox == [Pubcomp(packet_id)])
+    pub.take()
+
+
+class _RecordReader(Peer):
+    """A peer that reads its session's record as each write reaches it: what the disk says
+    at the moment the client has the packets (a SIGKILL then keeps just that)."""
+
+    def __init__(self, broker: Broker, root: Path, client_id: str) -> None:
+        super().__init__(broker)
+        self.root, self.client_id = root, client_id
+        self.seen: list[tuple[Packet, SessionRecord | None]] = []
+
+    def flush(self) -> None:
+        before = len(self.inbox)
+        super().flush()
+        record = read_record(str(self.root), self.client_id)
+        self.seen += [(packet, record) for packet in self.inbox[before:]]
+
+
+@pytest.mark.parametrize("fsync", ["never", "always"])
+def test_a_persistent_session_record_names_qos2_packet_ids_before_they_are_sent(
+    tmp_path: Path, fsync: str
+) -> None:
+    """Each QoS 2 PUBLISH reaches the client with its packet id in the session's record, and
+    each PUBREL with its id among those releasing: a restart after a SIGKILL sends them under
+    those ids (session_record.py), where the client expects them."""
+
+    async def test(broker: Broker) -> None:
+        device = _RecordReader(broker, tmp_path / "root", "device")
+        props = Properties.build(session_expiry_interval=600)
+        device.send(Connect("device", V5, clean_start=True, properties=props))
+        device.send(Subscribe(1, (Subscription("jobs/#", 2),)))
+        await _until(lambda: any(isinstance(p, Suback) for p in device.inbox))
+        pub = _connect(broker, "pub")
+        for n in range(1, 4):
+            await _exchange_qos2(pub, Publish(f"jobs/{n}", f"m{n}".encode(), 2, packet_id=n))
+        await _until(lambda: sum(isinstance(p, Publish) for p in device.inbox) == 3)
+        for packet in device.take():
+            if isinstance(packet, Publish):
+                device.send(Pubrec(packet.packet_id or 0))
+        await _until(lambda: sum(isinstance(p, Pubrel) for p in device.inbox) == 3)
+        publishes = [(p, r) for p, r in device.seen if isinstance(p, Publish)]
+        pubrels = [(p, r) for p, r in device.seen if isinstance(p, Pubrel)]
+        assert len(publishes) == len(pubrels) == 3
+        for publish, record in publishes:
+            assert record is not None
+            assert publish.packet_id in {packet_id for _, packet_id in record.sent}
+        for pubrel, record in pubrels:
+            assert record is not None
+            assert pubrel.packet_id in record.releasing
+
+    _run(tmp_path, test, fsync=fsync)
+
+
 def test_a_retained_qos2_message_that_got_pubrec_survives_a_restart(tmp_path: Path) -> None:
     async def first(broker: Broker) -> None:
         pub = _connect(broker, "pubp", expiry=600)
