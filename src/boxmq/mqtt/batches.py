@@ -9,6 +9,10 @@ Invariants:
 - Past `_BACKLOG_HIGH` jobs waiting, the client is not read, until they halve (and no
   SUBSCRIBE holds its packets back).
 - A batch's answers are given even for a client gone: its messages still go on.
+- One client id's disk work runs in the order of its connections: a new connection's (a
+  takeover, a reconnect) waits until the one before has none left (`owner`). So a PUBREL
+  read before a session ended is delivered before that end discards what was left
+  awaiting PUBREL (lifetimes.py), and the next session's messages come after both.
 - Under fsync=always, a batch that a read begins for a client that `gathers` waits for
   the client's next read, or `gather` seconds if that comes first, and takes what came: one
   commit instead of two. A client gathers once it was seen to send while its batch was
@@ -73,6 +77,15 @@ class Batches:
         # Only a commit that waits for the disk is worth waiting for more to join it.
         self._gather = gather if box.fsync is FsyncPolicy.ALWAYS else 0.0
         self._gathering: dict[Client, asyncio.TimerHandle] = {}  # waiting to begin
+        # Client id -> the connection whose disk work runs for it, and the later connections
+        # of that id waiting for it to finish.
+        self._owners: dict[str, Client] = {}
+        self._behind: dict[Client, list[Client]] = {}
+
+    def owner(self, client_id: str) -> Client | None:
+        """The connection of `client_id` whose disk work is begun or waiting to, if any:
+        disk work for the client id appended to its jobs runs after that work."""
+        return self._owners.get(client_id)
 
     def received(self, client: Client) -> None:
         """A read of the client brought disk work: `start` it. Under `always`, TCP
@@ -87,6 +100,14 @@ class Batches:
         and goes in the next one. A batch is thus as large as the disk is slow: under
         `always` one group commit answers a whole publisher window, not one message (for a
         client that gathers, after a wait for the rest of it)."""
+        session = client.session
+        if session is not None:
+            owner = self._owners.setdefault(session.client_id, client)
+            if owner is not client:  # the connection before still has disk work: after it
+                behind = self._behind.setdefault(owner, [])
+                if client not in behind:
+                    behind.append(client)
+                return
         waiting = self._gathering.pop(client, None)
         if waiting is not None:  # more came (the rest of a window; a closed client's record)
             waiting.cancel()
@@ -143,7 +164,20 @@ class Batches:
         if client.paused and len(client.jobs) < _BACKLOG_HIGH // 2 and client.held is None:
             client.paused = False
             client.link.resume_reading()
+        if client.tail is None:
+            self._hand_over(client)
         self._after(client)
+
+    def _hand_over(self, client: Client) -> None:
+        """The client has no disk work left: the later connections of its client id begin
+        theirs (the first becomes the owner, the others wait for it)."""
+        session = client.session
+        if session is None or self._owners.get(session.client_id) is not client:
+            return
+        del self._owners[session.client_id]
+        for waiting in self._behind.pop(client, []):
+            if waiting.jobs:
+                self.start(waiting)
 
     async def wait_all(self) -> None:
         """Until no batch runs (shutting down: everything acknowledged is on disk)."""

@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Final
 
@@ -54,6 +54,7 @@ from boxmq.errors import ProtocolViolation, store_failure
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client, Link, Outgoing
 from boxmq.mqtt.delivery import Delivery
+from boxmq.mqtt.disk import Job
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.lifetimes import Lifetimes
 from boxmq.mqtt.outbox import Stage
@@ -179,6 +180,7 @@ class Broker:
             sessions=self._sessions,
             memory=self._memory,
             durable=self._durable,
+            after_disk_work=self._after_disk_work,
         )
         # Under fsync=always a client is told of a record (CONNACK, SUBACK) once it is on disk.
         self._records = Recorder(
@@ -257,6 +259,18 @@ class Broker:
             if client is not None and client.session is session:
                 self._records.ahead(client, self._records.record(session))
 
+    def _after_disk_work(
+        self, client_id: str, work: Callable[[], object], then: Callable[[object], None]
+    ) -> bool:
+        """Lifetimes' `AfterDiskWork`: as a job of the connection that owns the client id's
+        disk work (batches.py), if one does."""
+        owner = self._batches.owner(client_id)
+        if owner is None:
+            return False
+        owner.jobs.append(Job(work, then))
+        self._batches.start(owner)
+        return True
+
     def closed(self, link: Link, reason: str) -> None:
         """The socket is gone (or about to be): the session lives on or ends."""
         client = self._clients.pop(link, None)
@@ -283,6 +297,8 @@ class Broker:
             self._records.save(client, record)
             self._lifetimes.schedule_expiry(session)
         else:
+            if client.jobs:  # its last read's (a PUBREL before DISCONNECT): before the end's
+                self._batches.start(client)
             self._lifetimes.end(session)
         self.flush()
 

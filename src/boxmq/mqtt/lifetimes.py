@@ -13,6 +13,8 @@ Invariants:
   is done all the same (`session_end_step`).
 - A session found on disk at start ends only if its client has not come back since (here, or
   to another broker on this root: its record changed).
+- What a session left awaiting PUBREL is discarded after the disk work of its connections
+  (`after_disk_work`): a PUBREL read before the end goes on to the subscribers.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from functools import partial
 
 from boxmq.client.box import Box
 from boxmq.client.topics import Subscriber
@@ -63,6 +66,12 @@ def session_end_step(client_id: str, what: str) -> Iterator[None]:
         )
 
 
+AfterDiskWork = Callable[[str, Callable[[], object], Callable[[object], None]], bool]
+"""`(client id, work, then)`: run `work` after the disk work of the client id's connections,
+and `then` with its result (or the error it raised) on the loop; False if none has any
+(the caller does it now)."""
+
+
 class Lifetimes:
     """Ends sessions, and times their ends. The registries are the broker's, shared:
     `sessions` (client id -> session), `memory` (the in-memory subscriptions), `durable`
@@ -78,8 +87,10 @@ class Lifetimes:
         sessions: dict[str, Session],
         memory: MemoryRoutes,
         durable: dict[str, dict[str, Subscriber]],
+        after_disk_work: AfterDiskWork,
     ) -> None:
         self._box = box
+        self._after_disk_work = after_disk_work
         self._clock = clock
         self._token = token
         self._wills = wills
@@ -110,19 +121,29 @@ class Lifetimes:
         """The session ended, and its QoS 2 exchanges with it (MQTT 5.0 §3.1.2.4): what it got
         PUBREC for and never released leaves the intake now, not after its pending_ttl, so
         its packet ids name new messages (not repeats of the old ones, which would be sent
-        instead) and the old ones stop counting against the client's limits. On the loop,
-        before the next session's first PUBLISH can reach the intake."""
-        try:
-            dropped = self._box.drop_pending(exactly_once_source(client_id))
-        except OSError as error:  # left in working/, to be dropped by age
-            log.warning("client %s: QoS 2 messages awaiting PUBREL kept: %s", client_id, error)
+        instead) and the old ones stop counting against the client's limits. Before the next
+        session's first PUBLISH can reach the intake: on the loop, or, while a connection of
+        the client still has disk work (a PUBREL read just before a DISCONNECT or a
+        takeover), after that work, ahead of the next connection's (batches.py)."""
+        source = exactly_once_source(client_id)
+
+        def dropped(result: object) -> None:
+            if isinstance(result, BaseException):  # left in working/, to be dropped by age
+                log.warning("client %s: QoS 2 messages awaiting PUBREL kept: %s", client_id, result)
+            elif result:
+                log.info(
+                    "client %s: %d QoS 2 message(s) awaiting PUBREL discarded with its session",
+                    client_id,
+                    result,
+                )
+
+        if self._after_disk_work(client_id, partial(self._box.drop_pending, source), dropped):
             return
-        if dropped:
-            log.info(
-                "client %s: %d QoS 2 message(s) awaiting PUBREL discarded with its session",
-                client_id,
-                dropped,
-            )
+        try:
+            count: object = self._box.drop_pending(source)
+        except OSError as error:
+            count = error
+        dropped(count)
 
     def end(self, session: Session) -> None:
         """The session is over: memory subscriptions dropped, durable ones deleted, share

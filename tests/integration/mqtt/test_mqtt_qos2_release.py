@@ -22,7 +22,9 @@ from tests.integration.mqtt.raw import (
     open_raw,
     pubcomp,
     publish_fields,
+    publish_qos2,
     pubrec,
+    pubrel,
     read,
     subscribe,
 )
@@ -144,3 +146,23 @@ def test_a_pubrel_is_sent_again_after_the_broker_was_killed(tmp_path: Path) -> N
         back.close()
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=20)
+
+
+@pytest.mark.parametrize("end", [b"\xe0\x00", b""], ids=["disconnect", "socket-closed"])
+def test_a_pubrel_sent_just_before_the_client_leaves_still_delivers_its_message(
+    server: RunningServer, end: bytes
+) -> None:
+    """A clean-session publisher sends PUBREL and leaves without waiting for PUBCOMP: the
+    server read the PUBREL, so the message goes to the share group (its intake on disk). It
+    was lost: the session's end discarded what awaited PUBREL before the PUBREL's disk work."""
+    member = paho(server, "member")
+    member.subscribe("$share/g/jobs/#", 2)
+    publisher, _ = open_raw(server, "publisher", clean=True, expiry=0)
+    publisher.sendall(publish_qos2("jobs/1", 1, b"released"))
+    kind, body = read(publisher)
+    assert (kind, body[:2]) == (0x50, b"\x00\x01")  # PUBREC
+    publisher.sendall(pubrel(1) + end)  # one write: the server reads both together
+    publisher.close()
+    assert member.next().payload == b"released"
+    assert member.nothing(within=0.5)
+    member.stop()

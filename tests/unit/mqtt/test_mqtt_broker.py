@@ -607,6 +607,40 @@ async def _exchange_qos2(pub: Peer, publish: Publish) -> None:
     pub.take()
 
 
+@pytest.mark.parametrize("fsync", ["never", "always"])
+@pytest.mark.parametrize("then", ["disconnect", "close", "takeover"])
+def test_a_pubrel_read_just_before_the_session_ends_still_delivers_its_message(
+    tmp_path: Path, fsync: str, then: str
+) -> None:
+    """A clean session's QoS 2 message for a share group waits on disk for PUBREL, which
+    moves it to the group's dropbox as disk work. A PUBREL followed at once by the session's
+    end (DISCONNECT, a closed socket, a clean takeover) lost the message: the end discarded
+    what awaited PUBREL before that work ran. The next connection's message with the same
+    packet id is a new one, after it."""
+
+    async def test(broker: Broker) -> None:
+        member = _connect(broker, "member")
+        member.send(Subscribe(1, (Subscription("$share/g/jobs/#", 2),)))
+        await _until(lambda: member.take() == [Suback(1, (ReasonCode.GRANTED_QOS_2,))])
+        pub = _connect(broker, "pub")
+        pub.send(Publish("jobs/1", b"first", 2, packet_id=1))
+        await _until(lambda: pub.inbox == [Pubrec(1)])
+        pub.send(Pubrel(1))
+        if then == "disconnect":
+            pub.send(Disconnect())
+        elif then == "close":
+            pub.close()
+        else:
+            pub = _connect(broker, "pub")  # clean start: the old session ends now
+            await _exchange_qos2(pub, Publish("jobs/2", b"second", 2, packet_id=1))
+        expected = [b"first"] if then != "takeover" else [b"first", b"second"]
+        await _until(lambda: len(member.inbox) >= len(expected))
+        await asyncio.sleep(0.2)  # and nothing more (member answers nothing: no PUBREL comes)
+        assert [p.payload for p in member.take() if isinstance(p, Publish)] == expected
+
+    _run(tmp_path, test, fsync=fsync)
+
+
 class _RecordReader(Peer):
     """A peer that reads its session's record as each write reaches it: what the disk says
     at the moment the client has the packets (a SIGKILL then keeps just that)."""
