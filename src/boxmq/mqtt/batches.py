@@ -10,7 +10,7 @@ Invariants:
   SUBSCRIBE holds its packets back).
 - A batch's answers are given even for a client gone: its messages still go on.
 - One client id's disk work runs in the order of its connections: a new connection's (a
-  takeover, a reconnect) waits until the one before has none left (`owner`). So a PUBREL
+  takeover, a reconnect) waits until the one before has none left (`last`). So a PUBREL
   read before a session ended is delivered before that end discards what was left
   awaiting PUBREL (lifetimes.py), and the next session's messages come after both.
 - Under fsync=always, a batch that a read begins for a client that `gathers` waits for
@@ -82,10 +82,15 @@ class Batches:
         self._owners: dict[str, Client] = {}
         self._behind: dict[Client, list[Client]] = {}
 
-    def owner(self, client_id: str) -> Client | None:
-        """The connection of `client_id` whose disk work is begun or waiting to, if any:
-        disk work for the client id appended to its jobs runs after that work."""
-        return self._owners.get(client_id)
+    def last(self, client_id: str) -> Client | None:
+        """The latest connection of `client_id` whose disk work is begun or waiting, if any:
+        disk work appended to its jobs runs after that of every connection of the client id
+        before it, and before that of any connection after it."""
+        owner = self._owners.get(client_id)
+        if owner is None:
+            return None
+        behind = self._behind.get(owner)
+        return behind[-1] if behind else owner
 
     def received(self, client: Client) -> None:
         """A read of the client brought disk work: `start` it. Under `always`, TCP

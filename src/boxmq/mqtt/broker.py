@@ -172,6 +172,14 @@ class Broker:
             self._publishing.publish_will,
             self._out.flush,
         )
+        # Under fsync=always a client is told of a record (CONNACK, SUBACK) once it is on disk.
+        self._records = Recorder(
+            box.root,
+            self._token,
+            flushed=box.fsync is FsyncPolicy.ALWAYS,
+            out=self._out,
+            batches=self._batches,
+        )
         self._lifetimes = Lifetimes(
             box,
             clock,
@@ -181,14 +189,7 @@ class Broker:
             memory=self._memory,
             durable=self._durable,
             after_disk_work=self._after_disk_work,
-        )
-        # Under fsync=always a client is told of a record (CONNACK, SUBACK) once it is on disk.
-        self._records = Recorder(
-            box.root,
-            self._token,
-            flushed=box.fsync is FsyncPolicy.ALWAYS,
-            out=self._out,
-            batches=self._batches,
+            remove_record=self._records.remove,
         )
         self._subscribing = Subscribing(
             box,
@@ -262,13 +263,13 @@ class Broker:
     def _after_disk_work(
         self, client_id: str, work: Callable[[], object], then: Callable[[object], None]
     ) -> bool:
-        """Lifetimes' `AfterDiskWork`: as a job of the connection that owns the client id's
-        disk work (batches.py), if one does."""
-        owner = self._batches.owner(client_id)
-        if owner is None:
+        """Lifetimes' `AfterDiskWork`: as a job of the latest connection of the client id
+        with disk work (batches.py), if one has any."""
+        last = self._batches.last(client_id)
+        if last is None:
             return False
-        owner.jobs.append(Job(work, then))
-        self._batches.start(owner)
+        last.jobs.append(Job(work, then))
+        self._batches.start(last)
         return True
 
     def closed(self, link: Link, reason: str) -> None:
@@ -279,6 +280,8 @@ class Broker:
         session = client.session
         if session is None or self._links.get(session.client_id) is not client:
             return  # never connected, or taken over by a newer connection
+        if client.held:
+            self._held_at_close(client, session)
         del self._links[session.client_id]
         session.connected = False
         log.info("client %s disconnected (%s)", session.client_id, reason)
@@ -695,6 +698,12 @@ class Broker:
         client.link.close()
 
     def _disconnected(self, client: Client, session: Session, packet: Disconnect) -> None:
+        self._take_disconnect(client, session, packet)
+        self.closed(client.link, f"DISCONNECT, reason {packet.reason:#04x}")
+        client.link.close()
+
+    def _take_disconnect(self, client: Client, session: Session, packet: Disconnect) -> None:
+        """What a DISCONNECT says of the session's end: its expiry, and whether its Will goes."""
         asked = packet.properties.session_expiry_interval
         if asked is not None:
             if session.expiry == 0 and asked:
@@ -704,8 +713,26 @@ class Broker:
                 )
             session.expiry = min(asked, self.limits.max_session_expiry)
         client.clean_exit = packet.reason != _R.DISCONNECT_WITH_WILL_MESSAGE
-        self.closed(client.link, f"DISCONNECT, reason {packet.reason:#04x}")
-        client.link.close()
+
+    def _held_at_close(self, client: Client, session: Session) -> None:
+        """The connection ends while packets wait behind a SUBSCRIBE (fsync=always,
+        subscribing.hold_the_rest). Those that settle what was sent or received stand, as if
+        handled in turn: a PUBREL releases its message (which got PUBREC), an acknowledgement
+        settles its own, a DISCONNECT says how the session ends (no Will). A PUBLISH that was
+        never answered and a SUBSCRIBE go with the connection."""
+        held, client.held = client.held, None
+        for packet in held or ():
+            kind = type(packet)
+            try:
+                if kind is Disconnect:
+                    assert isinstance(packet, Disconnect)
+                    self._take_disconnect(client, session, packet)
+                    return  # nothing may follow a DISCONNECT
+                if kind is Pubrel or kind is Puback or kind is Pubrec or kind is Pubcomp:
+                    self._handle(client, packet)
+            except ProtocolViolation as error:
+                log.info("client %s: a packet held at close: %s", session.client_id, error)
+                return
 
     def _resume(self, client: Client) -> None:
         """The packets a SUBSCRIBE held back are handled, now that it is answered."""

@@ -38,7 +38,6 @@ from boxmq.mqtt.session_record import (
     SessionRecord,
     read_record,
     read_records,
-    remove_record,
     write_record,
 )
 from boxmq.mqtt.stored import consumer_name, exactly_once_source
@@ -88,9 +87,11 @@ class Lifetimes:
         memory: MemoryRoutes,
         durable: dict[str, dict[str, Subscriber]],
         after_disk_work: AfterDiskWork,
+        remove_record: Callable[[str], None],
     ) -> None:
         self._box = box
         self._after_disk_work = after_disk_work
+        self._remove_record = remove_record  # recording.Recorder.remove
         self._clock = clock
         self._token = token
         self._wills = wills
@@ -114,8 +115,7 @@ class Lifetimes:
         PUBREL and its record. Both ways a session ends come here; a clean start of a session
         held in memory goes both ways, and the second finds nothing left."""
         self._drop_unreleased(client_id)
-        with session_end_step(client_id, "deleting its session record"):
-            remove_record(self._box.root, client_id)
+        self._remove_record(client_id)
 
     def _drop_unreleased(self, client_id: str) -> None:
         """The session ended, and its QoS 2 exchanges with it (MQTT 5.0 §3.1.2.4): what it got

@@ -15,6 +15,9 @@ Invariants:
 - A record written when a connection closes (`save`) goes after the records the client's disk
   work still writes, so that the last one says the last.
 - A record the disk refuses is logged: it costs only what the record is for.
+- A session's record is removed after the record writes still queued for its client id
+  (`remove`): one of them would write it back, and a restart would find the session (and
+  send its Will).
 """
 
 from __future__ import annotations
@@ -26,9 +29,15 @@ from functools import partial
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client, Outgoing
 from boxmq.mqtt.disk import Job
+from boxmq.mqtt.lifetimes import session_end_step
 from boxmq.mqtt.packets import Will
 from boxmq.mqtt.session import Session, SubscriptionOptions
-from boxmq.mqtt.session_record import DeliveryOptions, SessionRecord, write_record
+from boxmq.mqtt.session_record import (
+    DeliveryOptions,
+    SessionRecord,
+    remove_record,
+    write_record,
+)
 
 __all__ = ["Recorder"]
 
@@ -107,6 +116,23 @@ class Recorder:
             return
         client.jobs.append(Job(partial(self.store, record, flush=False), _nothing))
         self._batches.start(client)
+
+    def remove(self, client_id: str) -> None:
+        """Delete the record of a session that ended. Under fsync=always, record writes may
+        be queued as jobs of the client id's connections (an UNSUBSCRIBE's, a close's): the
+        removal goes after them (batches.py orders one client id's jobs). Otherwise every
+        record is written at once on the loop, and so is this."""
+
+        def remove_now() -> None:
+            with session_end_step(client_id, "deleting its session record"):
+                remove_record(self._root, client_id)
+
+        last = self._batches.last(client_id) if self.flushed else None
+        if last is None:
+            remove_now()
+            return
+        last.jobs.append(Job(remove_now, _nothing))
+        self._batches.start(last)
 
     def ahead(self, client: Client, record: SessionRecord) -> None:
         """Write `record` before the client is written anything more (Outgoing.before_writes

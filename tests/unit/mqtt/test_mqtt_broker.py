@@ -38,9 +38,12 @@ from boxmq.mqtt.packets import (
     Suback,
     Subscribe,
     Subscription,
+    Unsuback,
+    Unsubscribe,
     Will,
 )
 from boxmq.mqtt.properties import Properties
+from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.session import Session, Token
 from boxmq.mqtt.session_record import SessionRecord, read_record, remove_record, write_record
@@ -639,6 +642,103 @@ def test_a_pubrel_read_just_before_the_session_ends_still_delivers_its_message(
         assert [p.payload for p in member.take() if isinstance(p, Publish)] == expected
 
     _run(tmp_path, test, fsync=fsync)
+
+
+def test_a_pubrel_on_a_new_connection_then_the_sessions_end_delivers_its_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A persistent publisher's QoS 2 message got PUBREC; its connection drops while its last
+    disk work is slow; it comes back (clean start 0), sends PUBREL and ends the session
+    (DISCONNECT, expiry 0). The PUBREL waits behind the first connection's work, and so must
+    the end's discard of what awaits PUBREL: it ran before the PUBREL (PUBCOMP 0x92, lost)."""
+    slow = threading.Event()
+    write = Publishing.write
+
+    def slow_write(
+        self: Publishing, client_id: str, packet: Publish, order: int | None = None
+    ) -> MessageId:
+        if packet.topic == "slow":
+            slow.wait(20)
+        return write(self, client_id, packet, order)
+
+    monkeypatch.setattr(Publishing, "write", slow_write)
+
+    async def test(broker: Broker) -> None:
+        member = _connect(broker, "member")
+        member.send(Subscribe(1, (Subscription("$share/g/jobs/#", 2),)))
+        await _until(lambda: member.take() == [Suback(1, (ReasonCode.GRANTED_QOS_2,))])
+        first = _connect(broker, "pub", expiry=100)
+        first.send(Publish("jobs/1", b"work", 2, packet_id=1))
+        await _until(lambda: first.take() == [Pubrec(1)])
+        first.send(Publish("slow", b"r", 1, retain=True, packet_id=2))  # held up on disk
+        first.close()
+        again = _connect(broker, "pub", expiry=100, clean=False)
+        again.send(Pubrel(1), Disconnect(properties=Properties.build(session_expiry_interval=0)))
+        slow.set()
+        await _until(lambda: bool(again.inbox))
+        assert again.take() == [Pubcomp(1)]
+        await _until(lambda: bool(member.inbox))
+        assert [p.payload for p in member.take() if isinstance(p, Publish)] == [b"work"]
+
+    _run(tmp_path, test)
+
+
+@pytest.mark.parametrize("then", ["disconnect", "takeover"])
+def test_packets_held_behind_a_subscribe_still_count_when_the_connection_ends(
+    tmp_path: Path, then: str
+) -> None:
+    """Under fsync=always, the packets read behind a SUBSCRIBE that waits for the disk wait
+    for its SUBACK. A PUBREL and a DISCONNECT among them were dropped if the connection ended
+    first (the client closed its socket after DISCONNECT, or reconnected): the message that
+    got PUBREC was lost, and the Will went out after a normal DISCONNECT."""
+
+    async def test(broker: Broker) -> None:
+        member = _connect(broker, "member")
+        member.send(Subscribe(1, (Subscription("$share/g/jobs/#", 2),)))
+        await _until(lambda: member.take() == [Suback(1, (ReasonCode.GRANTED_QOS_2,))])
+        watcher = _connect(broker, "watcher")
+        watcher.send(Subscribe(1, (Subscription("will/#", 1),)))
+        await _until(lambda: bool(watcher.take()))
+        pub = Peer(broker)
+        pub.send(Connect("pub", V5, clean_start=True, will=Will("will/pub", b"gone", 1)))
+        assert isinstance(pub.take()[0], Connack)
+        pub.send(Publish("jobs/1", b"work", 2, packet_id=1))
+        await _until(lambda: pub.take() == [Pubrec(1)])
+        waits = Subscribe(2, (Subscription("$share/other/x", 1),))  # on disk: holds the rest
+        if then == "disconnect":
+            pub.send(waits, Pubrel(1), Disconnect())
+            pub.close()  # as a client does after DISCONNECT, before the SUBACK came
+        else:
+            pub.send(waits, Pubrel(1))
+            _connect(broker, "pub")  # a takeover, clean start: the Will goes out
+        await _until(lambda: bool(member.inbox))
+        assert [p.payload for p in member.take() if isinstance(p, Publish)] == [b"work"]
+        await asyncio.sleep(0.2)
+        wills = [p.payload for p in watcher.take() if isinstance(p, Publish)]
+        assert wills == ([] if then == "disconnect" else [b"gone"])
+
+    _run(tmp_path, test, fsync="always")
+
+
+def test_a_record_written_behind_the_sessions_end_does_not_bring_it_back(tmp_path: Path) -> None:
+    """Under fsync=always, an UNSUBSCRIBE's record is a queued job; a DISCONNECT with expiry 0
+    in the same read ends the session, and its record is removed. That removal ran at once,
+    then the queued write put the record back, with the Will: a restart sent that Will."""
+
+    async def test(broker: Broker) -> None:
+        root = str(tmp_path / "root")
+        pub = Peer(broker)
+        props = Properties.build(session_expiry_interval=100)
+        will = Will("will/pub", b"gone", 1)
+        pub.send(Connect("pub", V5, clean_start=True, properties=props, will=will))
+        pub.send(Subscribe(1, (Subscription("x/#", 1),)))
+        await _until(lambda: any(isinstance(p, Suback) for p in pub.inbox))
+        ended = Properties.build(session_expiry_interval=0)
+        pub.send(Unsubscribe(2, ("x/#",)), Disconnect(properties=ended))
+        await _until(lambda: any(isinstance(p, Unsuback) for p in pub.inbox))  # written
+        await _until(lambda: read_record(root, "pub") is None)
+
+    _run(tmp_path, test, fsync="always")
 
 
 class _RecordReader(Peer):
