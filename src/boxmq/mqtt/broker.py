@@ -120,6 +120,10 @@ def _granted_keep_alive(asked: int, cap: int, *, v5: bool) -> int:
     return min(asked, cap)
 
 
+def _nothing_done(_: object) -> None:
+    """The answer of a job that only keeps a place in line."""
+
+
 def _nothing_told() -> None:
     """What a CONNECT's record job tells: nothing, CONNACK is in the connection already."""
 
@@ -488,6 +492,14 @@ class Broker:
         session.outbox.window = window
         client.session = session
         self._links[client_id] = client
+        earlier = self._batches.last(client_id)
+        if earlier is not None and earlier is not client:
+            # A connection of this client id before this one still has disk work: an empty
+            # job queues this one's behind it (batches.py), and keeps its PUBLISHes, PUBRELs
+            # and Will off the paths that skip the disk (they look for jobs), so that none
+            # overtakes what the client sent before (MQTT 5.0 §4.6).
+            client.jobs.append(Job(None, _nothing_done))
+            self._batches.start(client)
         if session.persistent or present:
             # Present but expiry 0: a persistent session resumed to end with this connection;
             # its subscriptions are still on disk, so a crash must end it at the restart.

@@ -741,6 +741,35 @@ def test_a_record_written_behind_the_sessions_end_does_not_bring_it_back(tmp_pat
     _run(tmp_path, test, fsync="always")
 
 
+@pytest.mark.parametrize("second", ["publish", "will"])
+def test_a_reconnected_client_does_not_overtake_what_its_last_connection_sent(
+    tmp_path: Path, second: str
+) -> None:
+    """A client's first connection sends "one" behind disk work (a retained message) and
+    drops; the client comes back at once and sends "two" on the same topic, or its new
+    connection drops too and its Will says "two". The new connection's packets took the
+    paths that skip the disk and overtook "one" (MQTT 5.0 §4.6): a status topic ended up
+    "online" after its Will's "offline"."""
+
+    async def test(broker: Broker) -> None:
+        sub = _subscriber(broker, "sub", "status/#", 1)
+        first = _connect(broker, "pub", expiry=100)
+        first.send(Publish("status/pub", b"one", 1, retain=True, packet_id=1))
+        first.close()
+        will = Will("status/pub", b"two", 1) if second == "will" else None
+        again = Peer(broker)
+        props = Properties.build(session_expiry_interval=100)
+        again.send(Connect("pub", V5, clean_start=False, properties=props, will=will))
+        if second == "will":
+            again.close()
+        else:
+            again.send(Publish("status/pub", b"two", 1, packet_id=2))
+        await _until(lambda: len([p for p in sub.inbox if isinstance(p, Publish)]) >= 2)
+        assert [p.payload for p in sub.take() if isinstance(p, Publish)] == [b"one", b"two"]
+
+    _run(tmp_path, test)
+
+
 class _RecordReader(Peer):
     """A peer that reads its session's record as each write reaches it: what the disk says
     at the moment the client has the packets (a SIGKILL then keeps just that)."""
