@@ -141,10 +141,11 @@ def storable(client_id: str) -> bool:
 
 
 def exactly_once_source(client_id: str) -> str:
-    """Who sends a QoS 2 message to the exactly-once intake: the MQTT client (a long id as
-    its `consumer_name`, so that its messages' names keep room for the rest)."""
-    name = consumer_name(client_id)
-    return f"mqtt:{name}" if "%h" in name else f"mqtt:{client_id}"
+    """Who sends a QoS 2 message to the exactly-once intake: the MQTT client, as its
+    `consumer_name` (a long id shortened, so that its messages' names keep room for the rest).
+    Always the escaped name: a short id spelled like a long one's name (`x%h<hex>`) took the
+    long one's intake, and could drop or release its messages."""
+    return f"mqtt:{consumer_name(client_id)}"
 
 
 def kept_properties(

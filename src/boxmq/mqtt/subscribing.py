@@ -186,9 +186,12 @@ class Subscribing:
         ):
             log.info("client %s may not subscribe to %s", session.client_id, text)
             return _Wanted(text, _R.NOT_AUTHORIZED)
+        held = session.subscriptions.get(text)
         options = SubscriptionOptions(
             qos=request.qos,
-            durable=parsed.shared or session.persistent,
+            # One on disk stays there: a session resumed with expiry 0 is not persistent, but
+            # moving its subscription to memory would delete the messages waiting in it.
+            durable=parsed.shared or session.persistent or (held is not None and held.durable),
             no_local=request.no_local,
             retain_as_published=request.retain_as_published,
             retain_handling=request.retain_handling,

@@ -48,6 +48,7 @@ from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.session import Session, Token
 from boxmq.mqtt.session_record import SessionRecord, read_record, remove_record, write_record
 from boxmq.mqtt.settings import Limits, MqttSettings
+from boxmq.mqtt.stored import consumer_name
 from boxmq.store.process import process_token
 
 V5 = ProtocolVersion.V5
@@ -766,6 +767,61 @@ def test_a_reconnected_client_does_not_overtake_what_its_last_connection_sent(
             again.send(Publish("status/pub", b"two", 1, packet_id=2))
         await _until(lambda: len([p for p in sub.inbox if isinstance(p, Publish)]) >= 2)
         assert [p.payload for p in sub.take() if isinstance(p, Publish)] == [b"one", b"two"]
+
+    _run(tmp_path, test)
+
+
+def test_subscribing_again_after_resuming_with_expiry_0_keeps_the_waiting_messages(
+    tmp_path: Path,
+) -> None:
+    """A session resumed with clean start 0 and expiry 0 is not persistent any more; its
+    client subscribes again on connect, as most do. That SUBSCRIBE moved the subscription to
+    memory, which deleted its dropbox, and the messages acknowledged to their publisher with it
+    (MQTT-3.8.4-3: replacing a subscription loses nothing)."""
+
+    async def test(broker: Broker) -> None:
+        away = _connect(broker, "s", expiry=100)
+        away.send(Subscribe(1, (Subscription("a", 1),)))
+        away.send(Disconnect())
+        pub = _connect(broker, "pub")
+        for n in range(5):
+            pub.send(Publish("a", b"m%d" % n, 1, packet_id=n + 1))
+        await _until(lambda: len(pub.inbox) == 5)
+        back, connack = _connack(broker, "s", clean=False, receive_maximum=1)
+        assert connack.session_present
+        back.send(Subscribe(2, (Subscription("a", 1),)))
+        got: list[bytes] = []
+        while len(got) < 5:
+            await _until(lambda: any(isinstance(p, Publish) for p in back.inbox))
+            for packet in back.take():
+                if isinstance(packet, Publish):
+                    got.append(packet.payload)
+                    back.send(Puback(packet.packet_id or 0))
+        assert got == [b"m%d" % n for n in range(5)]
+
+    _run(tmp_path, test)
+
+
+def test_a_client_id_spelled_like_a_long_ids_name_does_not_share_its_qos2_intake(
+    tmp_path: Path,
+) -> None:
+    """A long client id is named on disk by a prefix, `%h` and a hash; a short id spelled just
+    like that name took the long one's exactly-once intake: its session's end dropped the
+    long one's QoS 2 message awaiting PUBREL (PUBCOMP 0x92, the message lost)."""
+    long_id = "sensor.kitchen.temperature.building-7.floor-3.room-12"
+
+    async def test(broker: Broker) -> None:
+        keeper = _connect(broker, "keeper", expiry=100)
+        keeper.send(Subscribe(1, (Subscription("t/#", 2),)))
+        keeper.send(Disconnect())  # away: QoS 2 for it goes through the intake on disk
+        victim = _connect(broker, long_id)
+        victim.send(Publish("t/v", b"from the long id", 2, packet_id=1))
+        await _until(lambda: victim.take() == [Pubrec(1)])
+        other = _connect(broker, consumer_name(long_id))
+        other.send(Disconnect())  # its session ends, and what it awaits PUBREL for with it
+        victim.send(Pubrel(1))
+        await _until(lambda: bool(victim.inbox))
+        assert victim.take() == [Pubcomp(1)]
 
     _run(tmp_path, test)
 
