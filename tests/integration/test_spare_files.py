@@ -4,6 +4,7 @@ and no body is ever mixed up with another."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import boxmq
@@ -70,3 +71,27 @@ def test_the_spare_folder_is_not_a_queue(root: Path) -> None:
         put_and_ack_one(box)
         assert (root / SPARE_DIR).is_dir()
         assert box.queues() == ["jobs"]
+
+
+def test_deleting_the_spare_folder_while_spares_are_kept_open_fails_no_put(root: Path) -> None:
+    """docs/operations.md: deleting .spare/ while boxmq runs costs nothing but the spares. A
+    process keeps its spares' files open; the next put wrote into one whose file was gone,
+    and failed with FileNotFoundError at the rename into target/."""
+    with boxmq.open(root, fsync="never", keep_processed=False) as box:
+        jobs = box.queue("jobs")
+        with jobs.consumer("w") as consumer:
+            for n in range(3):
+                jobs.put(b"x%d" % n)
+                message = consumer.receive(timeout=5)
+                assert message is not None
+                message.ack()
+            shutil.rmtree(root / SPARE_DIR)
+            for n in range(3):
+                jobs.put(b"after%d" % n)
+            got = []
+            for _ in range(3):
+                message = consumer.receive(timeout=5)
+                assert message is not None
+                got.append(message.body)
+                message.ack()
+            assert sorted(got) == [b"after0", b"after1", b"after2"]

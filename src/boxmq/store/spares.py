@@ -154,6 +154,10 @@ class Spares:
                     fd = os.open(path, _REWRITE)
                 except FileNotFoundError:
                     continue  # somebody deleted .spare/ (which costs nothing but the spares)
+            elif not os.fstat(fd).st_nlink:  # the same, for a spare kept open: its put
+                self._open.pop(inode, None)  # would fail at the rename into target/
+                os.close(fd)
+                continue
             _rewrite(fd, path, body, size)
             opened = self._open
             opened[inode] = fd  # kept for when this file comes back as a spare
