@@ -428,7 +428,9 @@ def test_a_permission_error_is_one_line_and_the_message_stays(
     def refused(source: str, target: str) -> None:
         raise PermissionError(errno.EACCES, "Permission denied", source)
 
-    monkeypatch.setattr(os, "rename", refused)  # what the claim of `get` calls
+    from boxmq.store import dropbox
+
+    monkeypatch.setattr(dropbox, "rename_noreplace", refused)  # what the claim of `get` calls
     assert cli.main(["--data", str(root), "--fsync", "never", "get", "q"]) == 1
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"boxmq get: {root / 'q' / 'target'}")

@@ -149,6 +149,32 @@ def test_an_unlock_beside_a_new_message_of_its_name_delivers_both(
     assert sorted(os.listdir(root / "jobs" / "target")) == []
 
 
+def test_one_name_sent_twice_and_claimed_in_one_millisecond_keeps_both_locks(
+    manual_box: boxmq.Box, root: Path
+) -> None:
+    """A script sends 4.nightly.T again while the first one is locked, and `get` (`boxmq
+    get`) claims it for the same holder at the same instant (one millisecond): both locks had
+    one name in processing/, and the second claim's rename replaced the first message's file.
+    The first was lost, and its ack settled the second."""
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"warm-up")  # creates the folders
+    warm = jobs.get("cli")
+    assert warm is not None
+    warm.ack()
+    held = []
+    for body in ("first", "second"):
+        send(root, "4.nightly.T", body)
+        message = jobs.get("cli")
+        assert message is not None
+        held.append(message)
+    assert [m.body for m in held] == [b"first", b"second"]
+    assert len(os.listdir(root / "jobs" / "processing")) == 2
+    for message in held:
+        message.ack()
+    processed = sorted(p.read_bytes() for p in (root / "jobs" / "processed").iterdir())
+    assert processed == [b"first", b"second", b"warm-up"]
+
+
 def test_two_ready_messages_with_one_id_are_both_delivered(box: boxmq.Box, root: Path) -> None:
     jobs = box.queue("jobs")
     jobs.put(b"warm-up")  # creates the folders

@@ -655,8 +655,9 @@ class LiveQueue:
             case Extend(holder=holder, deadline=deadline):
                 old = self._locks[message.message_id]
                 token = "" if holder in self._outliving else self._token
-                new = locked_name(message.key, Lock(holder, int(deadline * 1000), token))
-                if not self._move_lock(old, _PROCESSING, new):
+                wanted = locked_name(message.key, Lock(holder, int(deadline * 1000), token))
+                new = self._move_lock(old, _PROCESSING, wanted)
+                if not new:
                     self._forget(message.message_id)
                     raise UnexpectedRequest(message.message_id, "the lock was taken away")
                 self._locks[message.message_id] = new
@@ -676,8 +677,9 @@ class LiveQueue:
         # two reads), so no news is left to skip.
         self._sent.discard(message.key)
         token = "" if holder in self._outliving else self._token  # see attach
-        processing = lock_suffixed(message.key, holder, int(effect.deadline * 1000), token)
-        if not self._box.move(_TARGET, message.key, _PROCESSING, processing):
+        locked = lock_suffixed(message.key, holder, int(effect.deadline * 1000), token)
+        processing = self._box.place(_TARGET, message.key, _PROCESSING, locked)
+        if processing is None:
             self._engine.claim_lost(message.message_id)
             return True
         self._locks[message.message_id] = processing

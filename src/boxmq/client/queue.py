@@ -308,8 +308,9 @@ class Queue:
         release_stale_locks(self._box, now=now, policy=self._policy, limits=self._limits)
         for name, envelope in self._ready_in_order(now):
             deadline = now + lock_timeout
-            processing = locked_name(name, Lock(holder, int(deadline * 1000), ""))
-            if not self._box.move(State.TARGET, name, State.PROCESSING, processing):
+            locked = locked_name(name, Lock(holder, int(deadline * 1000), ""))
+            processing = self._box.place(State.TARGET, name, State.PROCESSING, locked)
+            if processing is None:
                 continue  # another consumer was faster
             try:
                 body = self._box.read(State.PROCESSING, processing)

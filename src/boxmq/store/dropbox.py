@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from boxmq.errors import QueueNotFound
 from boxmq.store.commit import Committer, Move
 from boxmq.store.layout import State, is_dropbox
-from boxmq.store.names import distinct_name
+from boxmq.store.names import Lock, distinct_name, locked_name, split_lock
 from boxmq.store.spares import Spares, remove_file, rename_noreplace, write_new
 from boxmq.store.temporaries import removed_on_failure, temporary_in
 
@@ -58,6 +58,32 @@ def move_apart(source: str, folder: str, name: str) -> str | None:
             continue
         return chosen
     raise AssertionError("unreachable: the names count up until one is free")
+
+
+def lock_apart(source: str, folder: str, name: str) -> str | None:
+    """Rename the file `source` to processing/ `folder` + `name` (a locked name), never over
+    another lock's file: where one has that name (a producer sent one name twice, and the
+    same holder claimed both in one millisecond, both without a process token), the lock's
+    deadline moves one millisecond later until the name is free. The name it took, or None
+    if `source` was gone."""
+    chosen = name
+    while True:
+        try:
+            rename_noreplace(source, folder + chosen)
+        except FileNotFoundError:
+            return None
+        except FileExistsError:
+            if chosen == name and source == folder + name:
+                return name  # renamed to itself: an extend to the same millisecond
+            chosen = _a_millisecond_later(chosen)
+            continue
+        return chosen
+
+
+def _a_millisecond_later(locked: str) -> str:
+    base, lock = split_lock(locked)
+    assert lock is not None, f"{locked!r} is not a locked name"
+    return locked_name(base, Lock(lock.owner, lock.deadline_ms + 1, lock.token))
 
 
 def _not_a_file(error: OSError, path: str) -> OSError:
@@ -190,17 +216,9 @@ class Dropbox:
         return files + (len(found) if found is not None else 0)
 
     def move(self, source: State, name: str, target: State, new_name: str | None = None) -> bool:
-        """`place`: True if the file was moved, False if it was gone. Into processing/ (a
-        claim, once per message) a plain rename, without `place`'s call: a lock's suffix
-        makes the name unique."""
-        if target is not State.PROCESSING:
-            return self.place(source, name, target, new_name) is not None
-        prefixes = self._prefixes
-        try:
-            os.rename(prefixes[source] + name, prefixes[target] + (new_name or name))
-        except FileNotFoundError:
-            return False
-        return True
+        """`place`: True if the file was moved, False if it was gone. A caller that keeps
+        the name of a lock it takes uses `place`, which says the name taken."""
+        return self.place(source, name, target, new_name) is not None
 
     def place(
         self, source: State, name: str, target: State, new_name: str | None = None
@@ -211,12 +229,13 @@ class Dropbox:
         Never over another file: a producer may send a name again once its first message has
         left target/, and that one may wait in error/ (or expired/, processed/) under the same
         name, or come back to target/ by an unlock. The message then takes a `distinct_name`.
-        Into processing/ a lock's suffix makes the name unique: `move` renames plainly.
+        Into processing/ (`new_name` a locked name) the lock's deadline moves instead
+        (`lock_apart`): the holder learns it from the name returned.
         """
         wanted = new_name or name
-        if target is State.PROCESSING:
-            return wanted if self.move(source, name, target, wanted) else None
         prefixes = self._prefixes
+        if target is State.PROCESSING:
+            return lock_apart(prefixes[source] + name, prefixes[target], wanted)
         return move_apart(prefixes[source] + name, prefixes[target], wanted)
 
     def finish(self, processing: str, name: str, *, keep: bool) -> bool:
