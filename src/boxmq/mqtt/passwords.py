@@ -147,14 +147,24 @@ def _check_cost(algorithm: str, cost: dict[str, int]) -> None:
         raise InvalidArgument(f"pbkdf2 i={cost['i']} is beyond what a login can use")
 
 
+def _breaks(c: str) -> bool:
+    """A control character, or one `str.splitlines` breaks a line at."""
+    code = ord(c)
+    return code < 0x20 or 0x7F <= code <= 0x9F or code in (0x2028, 0x2029)
+
+
 def validate_username(username: str) -> str:
-    """A name the file can hold: not empty, no ':' (the separator), no control characters,
-    and not starting with '#' (a comment)."""
+    """A name the file can hold, and reads back the same: not empty, no ':' (the separator),
+    no control characters or line breaks (the file is read line by line, and Python breaks
+    lines at U+0085, U+2028 and U+2029 too), no white space at either end (entry lines are
+    read stripped), and not starting with '#' (a comment)."""
     if not username:
         raise InvalidArgument("a user name must not be empty")
+    if username != username.strip():
+        raise InvalidArgument(f"user name {username!r} must not start or end with white space")
     if username.startswith(_COMMENT):
         raise InvalidArgument(f"user name {username!r} must not start with '#'")
-    if ":" in username or any(ord(c) < 0x20 or ord(c) == 0x7F for c in username):
+    if ":" in username or any(_breaks(c) for c in username):
         raise InvalidArgument(f"user name {username!r} must not contain ':' or control characters")
     size = utf8_size(username)
     if size is None:  # bytes that are not UTF-8, from a command line: a lone surrogate
@@ -230,6 +240,7 @@ class PasswordFile:
             self._decoy.matches(password or b"")  # timing must not reveal which names exist
             return False
         if password is None:
+            entry.matches(b"")  # the same work as a wrong password, or timing tells the name
             return False
         return entry.matches(password)
 
