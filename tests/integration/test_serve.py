@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -10,7 +11,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.integration.mqtt.clients import serve_fresh
@@ -27,6 +30,17 @@ def dead_token() -> str:
     finished = subprocess.Popen(["true"])
     finished.wait()
     return process_token(finished.pid)
+
+
+@contextlib.contextmanager
+def _reaped(server: subprocess.Popen[Any]) -> Iterator[None]:
+    """Whatever the test asserts, the server does not outlive it (killed if still running)."""
+    try:
+        yield
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
 
 
 def test_serve_recovers_dead_locks_sweeps_and_stops_on_sigterm(root: Path) -> None:
@@ -57,7 +71,7 @@ def test_serve_recovers_dead_locks_sweeps_and_stops_on_sigterm(root: Path) -> No
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
+    with _reaped(server):
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             counts = boxmq.open(root, fsync="never").queue("jobs").counts()
@@ -71,10 +85,6 @@ def test_serve_recovers_dead_locks_sweeps_and_stops_on_sigterm(root: Path) -> No
         assert decode(back).delivery_count == 1
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=10) == 0
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
     assert server.stderr is not None
     log = server.stderr.read()
     server.stderr.close()
@@ -153,17 +163,13 @@ def test_sighup_stops_serve_as_sigterm_does(tmp_path: Path) -> None:
     """What a closed terminal sends: clients are told (DISCONNECT 0x8B, server shutting down),
     the stop is logged, and the exit is clean, instead of a death by the signal (129)."""
     address, server = serve_fresh(tmp_path)
-    try:
+    with _reaped(server):
         sock, _ = open_raw(address, "hup", clean=True)
         with sock:
             server.send_signal(signal.SIGHUP)
             kind, body = read(sock)
             assert (kind, body[:1]) == (0xE0, b"\x8b")
         assert server.wait(timeout=20) == 0
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
     log = (tmp_path / "serve.log").read_text()
     assert "SIGHUP received: stopping" in log
     assert "MQTT listeners closed" in log
@@ -173,7 +179,7 @@ def test_sigusr1_logs_every_thread_s_stack_and_serving_goes_on(tmp_path: Path) -
     """For a broker that seems stuck: where each thread waits, in the log, and no stop."""
     address, server = serve_fresh(tmp_path)
     log = tmp_path / "serve.log"
-    try:
+    with _reaped(server):
         server.send_signal(signal.SIGUSR1)
         # The dump is written frame by frame: wait for its last part (the loop's own frames,
         # under runtime.py, come after the current thread's header and the asyncio ones).
@@ -187,7 +193,3 @@ def test_sigusr1_logs_every_thread_s_stack_and_serving_goes_on(tmp_path: Path) -
         sock.close()
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=20) == 0
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
