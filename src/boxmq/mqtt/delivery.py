@@ -322,6 +322,8 @@ class Delivery:
         self.settled[session.client_id] = session  # its freed slots are filled after the read
         if not session.outbox.waiting:
             return  # nothing queued behind the window (most acks): nothing to send
+        if client is None and session.outbox.holding:
+            return  # held from a resend: the next connection's resend sends them again
         ready = self._ready(session)
         if client is not None:
             self.transmit(client, session, [publish for publish, _ in ready])

@@ -14,6 +14,10 @@ Invariants:
   its token, until PUBCOMP frees its packet id.
 - A packet id is in use from `push` until its final acknowledgement (PUBACK or PUBCOMP), and
   `resend()` gives what a resumed session must send again, with DUP set (MQTT 5.0 §4.4).
+  The window holds there too: a client may come back with a smaller Receive Maximum than
+  the messages its session has in flight (§4.9 sets the quota afresh per connection). Those
+  past it are *held*: in flight under their ids, not on this connection's wire, and `ready()`
+  sends them (DUP) as slots free, before anything queued.
 - A queued message with a Message Expiry Interval leaves `ready` with what is left of it, or
   not at all once it is over (MQTT 5.0 §3.3.2.3.3); the tokens of those go to `lapsed`.
 """
@@ -25,7 +29,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import Enum, auto
-from typing import Generic, NamedTuple, TypeVar
+from typing import Generic, NamedTuple, TypeVar, cast
 
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.packets import Publish, Pubrel, ack_builder, new_publish
@@ -74,6 +78,7 @@ class Outbox(Generic[T]):
         self._queued_bytes = 0  # the payloads in `_queued`
         self._next_id = 1
         self._reserved: set[int] = set()  # packet ids to be taken again (`reserve`)
+        self._held: deque[int] = deque()  # in flight, not resent yet: the window was full
         self.dropped = 0
         self.lapsed: list[T] = []  # tokens of queued messages that expired before they left
 
@@ -82,22 +87,32 @@ class Outbox(Generic[T]):
 
     @property
     def waiting(self) -> bool:
-        """Whether messages wait in the queue behind the window."""
-        return bool(self._queued)
+        """Whether messages wait behind the window: queued, or held from a resend."""
+        return bool(self._queued or self._held)
+
+    @property
+    def holding(self) -> bool:
+        """Whether messages in flight wait to be sent again on this connection (`resend`)."""
+        return bool(self._held)
 
     @property
     def free(self) -> int:
         """How many QoS 1/2 messages could be sent now."""
-        return 0 if self._queued else self.window - len(self._in_flight)
+        return 0 if self._queued or self._held else self.window - len(self._in_flight)
 
     def push(self, publish: Publish, token: T, now: float = 0.0) -> Publish | None:
         """Give a message (its packet id is ignored); the PUBLISH to send now, if any.
 
         Returns None when it had to wait; raises OverflowError when the queue is full.
         """
-        if not publish.qos and not self._queued:
+        if not publish.qos and not self._queued and not self._held:
             return publish
-        if publish.qos and not self._queued and len(self._in_flight) < self.window:
+        if (
+            publish.qos
+            and not self._queued
+            and not self._held
+            and len(self._in_flight) < self.window
+        ):
             return self._start(publish, token, now)
         size = len(publish.payload)
         while not self._room_for(size):
@@ -113,6 +128,8 @@ class Outbox(Generic[T]):
         entry = self._in_flight.get(packet_id)
         if entry is None or entry.stage is not stage:
             raise ProtocolError(f"an acknowledgement for packet id {packet_id}, which is not sent")
+        if self._held and packet_id in self._held:
+            self._held.remove(packet_id)  # the client had it from before: on this wire now
         if stage is Stage.AWAIT_PUBREC and not refused:
             token, entry.token, entry.stage = entry.token, None, Stage.AWAIT_PUBCOMP
             return _new_tuple(Acked, (token, False, _new_pubrel(packet_id)))
@@ -125,8 +142,13 @@ class Outbox(Generic[T]):
         return self._in_flight.pop(packet_id).token
 
     def ready(self, now: float = 0.0) -> list[tuple[Publish, T]]:
-        """Queued messages that may go now (slots freed); QoS 1/2 ones get their packet ids."""
+        """Messages that may go now (slots freed): those held from a resend first (DUP, their
+        ids kept), then queued ones, QoS 1/2 ones getting their packet ids."""
         out: list[tuple[Publish, T]] = []
+        if self._held:
+            self._release_held(now, out)
+            if self._held:
+                return out
         while self._queued:
             publish, token, queued = self._queued[0]
             if publish.qos and len(self._in_flight) >= self.window:
@@ -150,25 +172,57 @@ class Outbox(Generic[T]):
         interval is over is not sent again, its token in `lapsed` (the client holds nothing
         of it); one at QoS 2 is, with one second left: the client may hold its packet id
         until the exchange ends, and would take the next message under that id for a
-        repeat."""
+        repeat. PUBLISHes past the window (the client's Receive Maximum may be smaller than
+        on its last connection) are held, and `ready()` gives them as acks free slots."""
         out: list[Publish | Pubrel] = []
+        self._held.clear()
+        # Every id in flight takes a slot of the new window, a PUBREL's too (its PUBCOMP is
+        # to come, MQTT-3.3.4-9); the PUBRELs go whatever the window, the PUBLISHes in it.
+        slots = self.window - sum(
+            1
+            for e in self._in_flight.values()
+            if e.publish is None or e.stage is Stage.AWAIT_PUBCOMP
+        )
         for packet_id, entry in list(self._in_flight.items()):
-            publish = entry.publish
-            if publish is None or entry.stage is Stage.AWAIT_PUBCOMP:
+            if entry.publish is None or entry.stage is Stage.AWAIT_PUBCOMP:
                 out.append(Pubrel(packet_id))
-                continue
-            interval = publish.properties.message_expiry_interval
-            if interval:
-                left = math.ceil(interval - (now - entry.sent))
-                if left <= 0 and entry.stage is Stage.AWAIT_PUBACK:
-                    del self._in_flight[packet_id]
-                    if entry.token is not None:
-                        self.lapsed.append(entry.token)
-                    continue
-                if left < interval:
-                    publish = _with_expiry(publish, max(left, 1))
-            out.append(replace(publish, dup=True))
+            elif slots <= 0:
+                self._held.append(packet_id)
+            else:
+                again = self._again(packet_id, entry, now)
+                if again is not None:
+                    out.append(again)
+                    slots -= 1
         return out
+
+    def _again(self, packet_id: int, entry: _Entry[T], now: float) -> Publish | None:
+        """An entry's PUBLISH sent again (DUP), with what is left of its expiry; None for a
+        QoS 1 one past it, whose id is freed and token put in `lapsed` (see `resend`)."""
+        publish = entry.publish
+        assert publish is not None  # not a PUBREL's entry
+        interval = publish.properties.message_expiry_interval
+        if interval:
+            left = math.ceil(interval - (now - entry.sent))
+            if left <= 0 and entry.stage is Stage.AWAIT_PUBACK:
+                del self._in_flight[packet_id]
+                if entry.token is not None:
+                    self.lapsed.append(entry.token)
+                return None
+            if left < interval:
+                publish = _with_expiry(publish, max(left, 1))
+        return replace(publish, dup=True)
+
+    def _release_held(self, now: float, out: list[tuple[Publish, T]]) -> None:
+        # Held entries take no slot on this connection yet: those in flight here are the rest.
+        held, in_flight = self._held, self._in_flight
+        while held and len(in_flight) - len(held) < self.window:
+            packet_id = held.popleft()
+            entry = in_flight.get(packet_id)
+            if entry is None or entry.stage is Stage.AWAIT_PUBCOMP:
+                continue  # acknowledged meanwhile (the client had it from before)
+            again = self._again(packet_id, entry, now)
+            if again is not None:
+                out.append((again, cast(T, entry.token)))  # not a PUBCOMP's: it has its token
 
     def releasing(self) -> list[int]:
         """The packet ids whose PUBREL was sent and not completed: a restart must send those
@@ -211,6 +265,7 @@ class Outbox(Generic[T]):
         tokens = [entry.token for entry in self._in_flight.values()]
         tokens += [token for _, token, _ in self._queued]
         self._in_flight.clear()
+        self._held.clear()
         self._queued.clear()
         self._queued_bytes = 0
         return tokens

@@ -802,6 +802,40 @@ def test_subscribing_again_after_resuming_with_expiry_0_keeps_the_waiting_messag
     _run(tmp_path, test)
 
 
+def test_a_session_resumed_with_a_smaller_receive_maximum_gets_its_messages_within_it(
+    tmp_path: Path,
+) -> None:
+    """MQTT 5.0 §4.9, MQTT-3.3.4-9: a client that had 4 messages in flight comes back with a
+    Receive Maximum of 2. It gets 2 of them again (DUP, same ids), the next one as it
+    acknowledges one, and never more than 2 unanswered; all 6 arrive once, in order."""
+
+    async def test(broker: Broker) -> None:
+        away, _ = _connack(broker, "s", session_expiry_interval=100, receive_maximum=4)
+        away.send(Subscribe(1, (Subscription("a", 1),)))
+        pub = _connect(broker, "pub")
+        for n in range(6):
+            pub.send(Publish("a", b"m%d" % n, 1, packet_id=n + 1))
+        await _until(lambda: len([p for p in away.inbox if isinstance(p, Publish)]) == 4)
+        first_ids = [p.packet_id for p in away.take() if isinstance(p, Publish)]
+        away.close()  # no PUBACK: all four stay in flight
+        back, connack = _connack(broker, "s", clean=False, receive_maximum=2)
+        assert connack.session_present
+        got: list[Publish] = [p for p in back.take() if isinstance(p, Publish)]
+        assert [(p.packet_id, p.dup) for p in got] == [(i, True) for i in first_ids[:2]]
+        unanswered = [p.packet_id or 0 for p in got]
+        while len(got) < 6:
+            back.send(Puback(unanswered.pop(0)))
+            await _until(lambda: any(isinstance(p, Publish) for p in back.inbox))
+            new = [p for p in back.take() if isinstance(p, Publish)]
+            unanswered += [p.packet_id or 0 for p in new]
+            assert len(unanswered) <= 2
+            got += new
+        assert [p.payload for p in got] == [b"m%d" % n for n in range(6)]
+        assert [p.dup for p in got] == [True] * 4 + [False] * 2
+
+    _run(tmp_path, test)
+
+
 def test_a_client_id_spelled_like_a_long_ids_name_does_not_share_its_qos2_intake(
     tmp_path: Path,
 ) -> None:

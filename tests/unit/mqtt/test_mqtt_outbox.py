@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -230,3 +232,133 @@ def test_the_queue_holds_at_most_byte_limit_bytes_of_payload() -> None:
     outbox.acked(1, Stage.AWAIT_PUBACK, refused=False)
     assert [p.payload for p, _ in outbox.ready()] == [b"q1-b"]  # 5 bytes left queued
     assert outbox.push(Publish("t", b"q1-dd", 1), 4) is None  # 10: room again
+
+
+def test_a_resend_past_a_smaller_receive_maximum_holds_the_rest_until_slots_free() -> None:
+    """MQTT 5.0 §4.9, MQTT-3.3.4-9: a client back with a Receive Maximum of 2 gets 2 of the 4
+    messages its session had in flight; the others follow, under their own ids with DUP, as
+    it acknowledges, and before anything that was queued."""
+    outbox: Outbox[int] = Outbox(window=4, limit=10)
+    ids = [(outbox.push(_msg(n), n) or _msg(n)).packet_id for n in range(4)]
+    assert outbox.push(_msg(4), 4) is None  # queued behind the window
+    outbox.window = 2
+    resent = outbox.resend()
+    assert [(p.packet_id, p.dup) for p in resent if isinstance(p, Publish)] == [
+        (ids[0], True),
+        (ids[1], True),
+    ]
+    assert outbox.waiting
+    assert outbox.holding
+    assert outbox.free == 0
+    assert outbox.push(_msg(5, qos=0), 5) is None  # QoS 0 keeps its place behind them
+    assert outbox.ready() == []  # no slot freed yet
+    outbox.acked(ids[0] or 0, Stage.AWAIT_PUBACK, refused=False)
+    [(third, token)] = outbox.ready()
+    assert (third.packet_id, third.dup, token) == (ids[2], True, 2)
+    outbox.acked(ids[1] or 0, Stage.AWAIT_PUBACK, refused=False)
+    outbox.acked(ids[2] or 0, Stage.AWAIT_PUBACK, refused=False)
+    fourth, *queued = outbox.ready()
+    assert (fourth[0].packet_id, fourth[0].dup, fourth[1]) == (ids[3], True, 3)
+    assert [(p.payload, p.dup) for p, _ in queued] == [(b"4", False), (b"5", False)]
+    assert not outbox.holding
+
+
+def test_pubrels_go_again_whatever_the_window_and_take_its_slots() -> None:
+    outbox: Outbox[int] = Outbox(window=5, limit=10)
+    sent = [outbox.push(_msg(n, qos=2), n) or _msg(n) for n in range(4)]
+    for publish in sent[:2]:
+        outbox.acked(publish.packet_id or 0, Stage.AWAIT_PUBREC, refused=False)
+    outbox.window = 3
+    pubrels = [Pubrel(sent[0].packet_id or 0), Pubrel(sent[1].packet_id or 0)]
+    assert outbox.resend() == [*pubrels, replace(sent[2], dup=True)]
+    outbox.window = 1
+    assert outbox.resend() == pubrels  # past the window too, and no PUBLISH
+
+
+def test_an_acknowledgement_of_a_held_message_frees_its_slot() -> None:
+    """A client may answer a PUBLISH it had before the new connection: held or not, the
+    answer counts, and the message is not sent again."""
+    outbox: Outbox[int] = Outbox(window=2, limit=10)
+    ids = [(outbox.push(_msg(n), n) or _msg(n)).packet_id or 0 for n in range(2)]
+    outbox.window = 1
+    assert [p.packet_id for p in outbox.resend()] == [ids[0]]
+    assert outbox.acked(ids[1], Stage.AWAIT_PUBACK, refused=False).token == 1
+    assert not outbox.holding
+    assert outbox.free == 0  # the first is still on the wire
+
+
+@given(
+    window=st.integers(1, 4),
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("push"), st.integers(0, 2)),
+            st.tuples(st.just("ack"), st.integers(0, 3)),
+            st.tuples(st.just("resume"), st.integers(1, 4)),
+        ),
+        max_size=60,
+    ),
+)
+def test_no_publish_goes_past_the_window_of_its_connection_and_every_token_comes_back_once(
+    window: int, steps: list[tuple[str, int]]
+) -> None:
+    """Pushes, acknowledgements and resumes with a new Receive Maximum, in any order: a
+    PUBLISH goes only while fewer than the connection's window are unanswered (PUBRELs
+    awaiting PUBCOMP included), a resent one keeps its id and has DUP, ids in flight are
+    unique, and every token is given back exactly once."""
+    outbox: Outbox[int] = Outbox(window=window, limit=1000)
+    stage_of: dict[int, Stage] = {}  # every id in flight: what it waits for
+    token_of: dict[int, int] = {}
+    wire: set[int] = set()  # ids sent on this connection (or PUBREL-stage) not yet final
+    returned: list[int] = []
+    pushed = 0
+
+    def went(sent: Publish, token: int, *, again: bool) -> None:
+        packet_id = sent.packet_id
+        assert packet_id is not None
+        assert len(wire) < outbox.window  # MQTT-3.3.4-9
+        assert sent.dup == again
+        if again:
+            assert token_of[packet_id] == token
+        else:
+            assert packet_id not in stage_of
+            stage_of[packet_id] = Stage.AWAIT_PUBACK if sent.qos == 1 else Stage.AWAIT_PUBREC
+            token_of[packet_id] = token
+        wire.add(packet_id)
+
+    def take_ready() -> None:
+        for sent, token in outbox.ready():
+            if sent.qos:
+                went(sent, token, again=sent.dup)
+            else:
+                returned.append(token)
+
+    for action, n in steps:
+        if action == "push":
+            sent = outbox.push(_msg(pushed, n), pushed)
+            if sent is not None and n:
+                went(sent, pushed, again=False)
+            elif sent is not None:
+                returned.append(pushed)
+            pushed += 1
+        elif action == "ack" and wire:
+            packet_id = sorted(wire)[n % len(wire)]
+            acked = outbox.acked(packet_id, stage_of[packet_id], refused=False)
+            if acked.token is not None:
+                returned.append(acked.token)
+            if acked.reply is not None:
+                stage_of[packet_id] = Stage.AWAIT_PUBCOMP
+            else:
+                del stage_of[packet_id], token_of[packet_id]
+                wire.discard(packet_id)
+            take_ready()
+        elif action == "resume":
+            outbox.window = n
+            wire = {i for i, stage in stage_of.items() if stage is Stage.AWAIT_PUBCOMP}
+            for packet in outbox.resend():
+                if isinstance(packet, Pubrel):
+                    assert stage_of[packet.packet_id] is Stage.AWAIT_PUBCOMP
+                else:
+                    went(packet, token_of[packet.packet_id or 0], again=True)
+            take_ready()
+    returned += [token for token in outbox.clear() if token is not None]
+    assert sorted(returned) == list(range(pushed))
