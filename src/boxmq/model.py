@@ -58,6 +58,10 @@ RETAINED = RESERVED_PREFIX + "retain"  # sent because it was retained, on a new 
 PUBLISHED_RETAINED = RESERVED_PREFIX + "rp"  # published with RETAIN set (Retain As Published)
 SOURCE = RESERVED_PREFIX + "src"  # exactly-once: who sent it
 SOURCE_MESSAGE_ID = RESERVED_PREFIX + "mid"  # exactly-once: the sender's id for it
+# The MQTT door's exactly-once senders are named this prefix and the client's consumer name
+# (mqtt/stored.py), so that they never meet another door's in the intake; the name alone is
+# the publisher No Local compares with a subscriber (client/assured.py, core/router.py).
+MQTT_SOURCE_PREFIX = "mqtt:"
 # The key of the side file (store/side_files.py) that holds the MQTT v5 properties too long
 # for the name. Here, not in mqtt/, because the store's collection looks for it in names.
 PROPERTIES_FILE = RESERVED_PREFIX + "v5h"

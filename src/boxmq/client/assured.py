@@ -39,6 +39,7 @@ from boxmq.core.durations import check_seconds
 from boxmq.errors import BoxMQError, InvalidArgument, ItemNotFound, MetadataTooLong
 from boxmq.ids import IdFactory
 from boxmq.model import (
+    MQTT_SOURCE_PREFIX,
     QOS,
     SOURCE,
     SOURCE_MESSAGE_ID,
@@ -397,8 +398,8 @@ class AssuredIntake:
     @staticmethod
     def _as_file(pending: _Pending) -> tuple[Envelope, str, str]:
         """What the topics' fan-out takes: the copies' envelope, the file, its sender."""
-        source = pending.envelope.property_value(SOURCE)
-        return _as_copied(pending.envelope), pending.path, str(source)
+        source = str(pending.envelope.property_value(SOURCE))
+        return _as_copied(pending.envelope), pending.path, _publisher(source)
 
     def pending(self, source: str) -> list[str]:
         """The msg ids `source` stored (step 1) that wait for their `deliver`."""
@@ -486,6 +487,13 @@ class AssuredIntake:
                     data = json.load(src)
                     found[str(data["source"]), str(data["msg_id"])] = entry.stat().st_mtime
         return found
+
+
+def _publisher(source: str) -> str:
+    """Who published a message of exactly-once `source`, as the router's No Local sees it:
+    an MQTT client publishes at QoS 0 and 1 as its consumer name, and its intake source is
+    that name behind a prefix (model.py)."""
+    return source.removeprefix(MQTT_SOURCE_PREFIX)
 
 
 def _unknown(msg_id: str, must_exist: bool) -> Outcome:

@@ -49,6 +49,7 @@ from boxmq.errors import InvalidArgument, InvalidTopic, MalformedPacket, Metadat
 from boxmq.model import (
     DELIVERY_COUNT,
     GROUP_KEY,
+    MQTT_SOURCE_PREFIX,
     PROPERTIES_FILE,
     PUBLISHED_RETAINED,
     QOS,
@@ -145,7 +146,7 @@ def exactly_once_source(client_id: str) -> str:
     `consumer_name` (a long id shortened, so that its messages' names keep room for the rest).
     Always the escaped name: a short id spelled like a long one's name (`x%h<hex>`) took the
     long one's intake, and could drop or release its messages."""
-    return f"mqtt:{consumer_name(client_id)}"
+    return MQTT_SOURCE_PREFIX + consumer_name(client_id)
 
 
 def kept_properties(

@@ -836,6 +836,37 @@ def test_a_session_resumed_with_a_smaller_receive_maximum_gets_its_messages_with
     _run(tmp_path, test)
 
 
+@pytest.mark.parametrize(
+    "client_id", ["s", "sensor.kitchen.temperature.building-7.floor-3.room-12"]
+)
+def test_no_local_holds_back_a_persistent_sessions_own_qos2_messages(
+    tmp_path: Path, client_id: str
+) -> None:
+    """MQTT-3.8.3-3: with No Local, a session never gets its own messages back. A persistent
+    session's subscription is served from disk, and its QoS 2 messages go through the
+    exactly-once intake, which names their sender `mqtt:<name>`: the fan-out took that for
+    someone else's, and sent the message back. A long client id is named by a hash (the same
+    on both sides)."""
+
+    async def test(broker: Broker) -> None:
+        me = _connect(broker, client_id, expiry=100)
+        me.send(Subscribe(1, (Subscription("a", 2, no_local=True),)))
+        me.take()
+        me.send(Publish("a", b"mine", 2, packet_id=1))
+        await _until(lambda: me.take() == [Pubrec(1)])
+        me.send(Pubrel(1))
+        await _until(lambda: Pubcomp(1) in me.inbox)
+        other = _connect(broker, "other")
+        other.send(Publish("a", b"theirs", 2, packet_id=1))
+        await _until(lambda: other.take() == [Pubrec(1)])
+        other.send(Pubrel(1))
+        await _until(lambda: any(isinstance(p, Publish) for p in me.inbox))
+        payloads = [p.payload for p in me.take() if isinstance(p, Publish)]
+        assert payloads == [b"theirs"]
+
+    _run(tmp_path, test)
+
+
 def test_a_client_id_spelled_like_a_long_ids_name_does_not_share_its_qos2_intake(
     tmp_path: Path,
 ) -> None:
