@@ -54,7 +54,7 @@ from boxmq.errors import ProtocolViolation, store_failure
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client, Link, Outgoing
 from boxmq.mqtt.delivery import Delivery
-from boxmq.mqtt.disk import Job
+from boxmq.mqtt.disk import Job, no_answer
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.lifetimes import Lifetimes
 from boxmq.mqtt.outbox import Stage
@@ -120,8 +120,15 @@ def _granted_keep_alive(asked: int, cap: int, *, v5: bool) -> int:
     return min(asked, cap)
 
 
-def _nothing_done(_: object) -> None:
-    """The answer of a job that only keeps a place in line."""
+def _connecting(client: Client, packet: Connect) -> str:
+    """Who a CONNECT came from, for the log: client id, user (or none), address."""
+    user = "no user name" if packet.username is None else f"user {packet.username!r}"
+    return f"client {packet.client_id!r} ({user}, from {client.link.peer})"
+
+
+def _reason_text(reason: ReasonCode) -> str:
+    """A reason code as the log reads it: `bad user name or password (0x86)`."""
+    return f"{reason.name.lower().replace('_', ' ')} (0x{reason.value:02x})"
 
 
 def _nothing_told() -> None:
@@ -459,7 +466,7 @@ class Broker:
         props = packet.properties
         refusal = self._refusal(packet, authenticated=authenticated)
         if refusal is not None:
-            log.info("client %r refused: %s", packet.client_id, refusal.name.lower())
+            log.info("%s refused: %s", _connecting(client, packet), _reason_text(refusal))
             self._out.send(client, Connack(reason=refusal))
             self.flush()
             client.link.close()
@@ -472,9 +479,7 @@ class Broker:
             client_id, packet.username, record := self._record_of(client_id)
         ):
             log.warning(
-                "client %r refused: its session belongs to another user than %r",
-                client_id,
-                packet.username,
+                "%s refused: its session belongs to another user", _connecting(client, packet)
             )
             self._out.send(client, Connack(reason=_R.CLIENT_IDENTIFIER_NOT_VALID))
             self.flush()
@@ -498,7 +503,7 @@ class Broker:
             # job queues this one's behind it (batches.py), and keeps its PUBLISHes, PUBRELs
             # and Will off the paths that skip the disk (they look for jobs), so that none
             # overtakes what the client sent before (MQTT 5.0 §4.6).
-            client.jobs.append(Job(None, _nothing_done))
+            client.jobs.append(Job(None, no_answer))
             self._batches.start(client)
         if session.persistent or present:
             # Present but expiry 0: a persistent session resumed to end with this connection;

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 from boxmq.client.topics import Publication, Topics
 from boxmq.errors import BoxMQError, StoreFailed, store_failure
 
-__all__ = ["Job", "Together", "log_store_failures", "run_all", "run_now"]
+__all__ = ["Job", "Together", "log_store_failures", "no_answer", "run_all", "run_now"]
 
 log = logging.getLogger("boxmq.mqtt")
 
@@ -56,6 +56,11 @@ class Job(NamedTuple):
     then: Callable[[object], None]
     publication: Publication | None = None  # may be done with its neighbours, in one commit
     together: Together | None = None  # done with its neighbours of the same function instead
+
+
+def no_answer(_: object) -> None:
+    """A job's `then` when there is nothing to answer: it writes a record, or only keeps a
+    place in line (batches.py)."""
 
 
 Results = Callable[[list[object] | BaseException], None]

@@ -28,7 +28,7 @@ from functools import partial
 
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client, Outgoing
-from boxmq.mqtt.disk import Job
+from boxmq.mqtt.disk import Job, no_answer
 from boxmq.mqtt.lifetimes import session_end_step
 from boxmq.mqtt.packets import Will
 from boxmq.mqtt.session import Session, SubscriptionOptions
@@ -42,10 +42,6 @@ from boxmq.mqtt.session_record import (
 __all__ = ["Recorder"]
 
 log = logging.getLogger("boxmq.mqtt")
-
-
-def _nothing(_: object) -> None:
-    """A job's answer when there is none to give."""
 
 
 class Recorder:
@@ -114,7 +110,7 @@ class Recorder:
         if not self.flushed or (client.tail is None and not client.jobs):
             self.store(record, flush=False)
             return
-        client.jobs.append(Job(partial(self.store, record, flush=False), _nothing))
+        client.jobs.append(Job(partial(self.store, record, flush=False), no_answer))
         self._batches.start(client)
 
     def remove(self, client_id: str) -> None:
@@ -131,7 +127,7 @@ class Recorder:
         if last is None:
             remove_now()
             return
-        last.jobs.append(Job(remove_now, _nothing))
+        last.jobs.append(Job(remove_now, no_answer))
         self._batches.start(last)
 
     def ahead(self, client: Client, record: SessionRecord) -> None:

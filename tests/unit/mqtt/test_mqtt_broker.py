@@ -466,6 +466,29 @@ def test_a_will_the_acl_refuses_is_logged_as_refused_not_as_sent(
     assert "(MQTT 5.0, user 'bob', clean session)" in lines[0]  # the connected line
 
 
+def test_a_refused_connect_is_logged_with_its_user_address_and_reason_code(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator reading why a device cannot connect needs who, from where, and the code
+    the device was told; a missing user name reads as such, not as `None`."""
+
+    async def test(broker: Broker) -> None:
+        for username in ("carol", None):
+            peer = Peer(broker)
+            props = Properties.build(authentication_method="SCRAM-SHA-1")
+            peer.send(Connect("dev-9", V5, clean_start=True, username=username, properties=props))
+            [connack] = peer.take()
+            assert isinstance(connack, Connack)
+            assert connack.reason is ReasonCode.BAD_AUTHENTICATION_METHOD
+
+    with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+        _run(tmp_path, test)
+    assert [r.getMessage() for r in caplog.records if "refused" in r.getMessage()] == [
+        "client 'dev-9' (user 'carol', from memory) refused: bad authentication method (0x8c)",
+        "client 'dev-9' (no user name, from memory) refused: bad authentication method (0x8c)",
+    ]
+
+
 @pytest.mark.parametrize(
     ("delay", "clean", "sent"),
     [(None, False, True), (None, True, True), (30, False, False), (30, True, True)],
