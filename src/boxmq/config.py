@@ -14,6 +14,9 @@
     [share_groups.etl]               # one table per share group that dispatches its own way
     dispatch = "least-in-flight"
 
+    [mqtt]
+    response_information = "reply/%c/"  # told to v5 clients that ask (%c, %u filled in)
+
     [[mqtt.listener]]                # one table per socket
     host = "0.0.0.0"
     port = 8883
@@ -51,7 +54,8 @@ from typing import Any, Final
 
 from boxmq.config_table import Table
 from boxmq.core import Dispatch, ExactlyOnceLimits
-from boxmq.errors import InvalidArgument
+from boxmq.core.topics import validate_topic
+from boxmq.errors import InvalidArgument, InvalidTopic
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
 from boxmq.mqtt.settings import Authenticator, Authorizer, Limits, Listener, MqttSettings
@@ -308,8 +312,26 @@ def _mqtt(table: Table, base: MqttSettings) -> MqttSettings:
             )
         listeners.append(listener)
     limits = _limits(table.table("limits"), base.limits)
+    response_information = _response_information(table)
     table.finish()
-    return dataclasses.replace(base, listeners=tuple(listeners) or base.listeners, limits=limits)
+    return dataclasses.replace(
+        base,
+        listeners=tuple(listeners) or base.listeners,
+        limits=limits,
+        response_information=response_information or base.response_information,
+    )
+
+
+def _response_information(table: Table) -> str | None:
+    """`response_information`: a topic name (the basis of a client's response topics), which
+    may hold %c and %u."""
+    template = table.string("response_information")
+    if template is not None:
+        try:
+            validate_topic(template)  # %c and %u are plain characters to it
+        except InvalidTopic as error:
+            raise table.error("response_information", str(error)) from None
+    return template
 
 
 def _listener(table: Table) -> Listener:

@@ -56,6 +56,9 @@ def test_every_setting(tmp_path: Path) -> None:
         [share_groups.etl]
         dispatch = "least-in-flight"
 
+        [mqtt]
+        response_information = "reply/%c/"
+
         [[mqtt.listener]]
         host = "0.0.0.0"
         port = 1884
@@ -93,6 +96,7 @@ def test_every_setting(tmp_path: Path) -> None:
     assert config.polling is True
     assert config.mqtt.listeners == (Listener("0.0.0.0", 1884), Listener("127.0.0.1", 0))
     assert config.mqtt.limits == Limits(max_connections=7, connect_timeout=3.0, max_queued_bytes=0)
+    assert config.mqtt.response_information == "reply/%c/"
     assert config.exactly_once == ExactlyOnceLimits(
         max_pending_per_source=5,
         max_pending_total=0,
@@ -147,6 +151,9 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
             "mqtt.listener[1].tls.ca: require_client_cert = true needs the CA file",
         ),
         ("[[mqtt.listener]]\nport=1\n[[mqtt.listener]]\nport=1", "listener[2]: 127.0.0.1:1 is"),
+        ("[mqtt]\nresponse_information = 'r/#'", "mqtt.response_information: topic name 'r/#' mu"),
+        ("[mqtt]\nresponse_information = ''", "mqtt.response_information: a topic name must be"),
+        ("[mqtt]\nresponse_information = 1", "mqtt.response_information: expected a string"),
         ("[mqtt.limits]\nmax_connection = 1", "mqtt.limits.max_connection: unknown key"),
         ("[mqtt.limits]\nmax_connections = true", "max_connections: expected an integer, got a b"),
         ("[mqtt.limits]\nmax_inflight = 0", "mqtt.limits.max_inflight: 0 is out of range"),

@@ -34,7 +34,7 @@ from boxmq.core.filter_relations import covers, overlaps
 from boxmq.core.topics import matches, parse_filter, validate_filter
 from boxmq.errors import InvalidArgument, InvalidTopic
 
-__all__ = ["Access", "Acl", "Rule"]
+__all__ = ["Access", "Acl", "Rule", "substitute"]
 
 _PLACEHOLDERS: Final = ("%u", "%c")
 _UNSAFE_IN_VALUE: Final = ("+", "#", "/")
@@ -207,14 +207,23 @@ def _rule(text: str, number: int) -> Rule:
 
 def _substitute(rule: Rule, username: str | None, client_id: str) -> Rule | None:
     """The pattern for one client, or None when it does not apply to that client."""
-    values = {"%u": username, "%c": client_id}
-    needed = [values[p] for p in _PLACEHOLDERS if p in rule.filter]
-    if any(not value or any(c in value for c in _UNSAFE_IN_VALUE) for value in needed):
+    text = substitute(rule.filter, username, client_id)
+    if text is None:
         return None
-    # One pass, so that a user name holding "%c" is not substituted again.
-    text = _PLACEHOLDER.sub(lambda m: values[m[0]] or "", rule.filter)
     try:
         validate_filter(text)
     except InvalidTopic:
         return None  # e.g. a client id that makes the filter too long
     return Rule(rule.access, text, rule.line)
+
+
+def substitute(template: str, username: str | None, client_id: str) -> str | None:
+    """`template` with %u (user name) and %c (client id) filled in for one client; None when
+    a value it needs is missing, or holds '+', '#' or '/' (it would widen a filter or reach
+    into another client's levels)."""
+    values = {"%u": username, "%c": client_id}
+    needed = [values[p] for p in _PLACEHOLDERS if p in template]
+    if any(not value or any(c in value for c in _UNSAFE_IN_VALUE) for value in needed):
+        return None
+    # One pass, so that a user name holding "%c" is not substituted again.
+    return _PLACEHOLDER.sub(lambda m: values[m[0]] or "", template)

@@ -50,7 +50,9 @@ from boxmq.client.box import Box
 from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
 from boxmq.core import parse_filter
-from boxmq.errors import ProtocolViolation, store_failure
+from boxmq.core.topics import validate_topic
+from boxmq.errors import InvalidTopic, ProtocolViolation, store_failure
+from boxmq.mqtt.acl import substitute
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client, Link, Outgoing
 from boxmq.mqtt.delivery import Delivery
@@ -530,6 +532,7 @@ class Broker:
                     wildcard_subscription_available=1,
                     subscription_identifier_available=1,
                     shared_subscription_available=1,
+                    response_information=self._response_information(packet, client_id),
                 )
                 if v5
                 else EMPTY,
@@ -546,6 +549,19 @@ class Broker:
         )
         self._delivery.resend(client, session)
         self._delivery.pump(session)
+
+    def _response_information(self, packet: Connect, client_id: str) -> str | None:
+        """What a client that asked for Response Information is told (MQTT 5.0 §3.1.2.11.7):
+        the configured one filled in for it, or nothing (the server may always say nothing),
+        as when it needs a user name the client has not or a value that would widen it."""
+        template = self.settings.response_information
+        if template is None or not packet.properties.request_response_information:
+            return None
+        text = substitute(template, packet.username, client_id)
+        try:
+            return None if text is None else validate_topic(text)
+        except InvalidTopic:
+            return None  # a client id too long for it
 
     def _refusal(self, packet: Connect, *, authenticated: bool) -> ReasonCode | None:
         if packet.properties.authentication_method is not None:

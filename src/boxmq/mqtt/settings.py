@@ -61,3 +61,6 @@ class MqttSettings:
     limits: Limits = field(default_factory=Limits)
     authenticator: Authenticator | None = None  # None: anyone may connect
     authorizer: Authorizer | None = None  # None: everyone may publish and subscribe to anything
+    # What a v5 client that sets Request Response Information is told in CONNACK as the
+    # basis of its response topics (MQTT 5.0 §3.2.2.3.15), %c and %u filled in; None: nothing.
+    response_information: str | None = None

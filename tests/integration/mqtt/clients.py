@@ -156,6 +156,7 @@ class Paho:
     subacks: queue.Queue[Any] = field(default_factory=queue.Queue)
     disconnects: queue.Queue[Any] = field(default_factory=queue.Queue)
     session_present: bool = False  # as its CONNACK said
+    connack_properties: Any = None  # v5: paho's Properties of its CONNACK
 
     def next(self, timeout: float = WAIT) -> Received:
         return self.messages.get(timeout=timeout)
@@ -202,6 +203,7 @@ def paho(
     password: str | None = None,
     expect: int = 0,
     configure: Callable[[mqtt.Client], None] | None = None,
+    connect_properties: dict[str, object] | None = None,
 ) -> Paho:
     """A connected paho client (v5 or 3.1.1); `expect` is the CONNACK reason it should get."""
     from paho.mqtt.packettypes import PacketTypes
@@ -239,6 +241,8 @@ def paho(
         connect_props = paho_properties(PacketTypes.CONNECT)
         if expiry is not None:
             connect_props.SessionExpiryInterval = expiry
+        for name, value in (connect_properties or {}).items():
+            setattr(connect_props, name, value)
     client.connect(
         running.host,
         running.port,
@@ -247,7 +251,7 @@ def paho(
         properties=connect_props,
     )
     client.loop_start()
-    flags, reason, _ = box.connacks.get(timeout=WAIT)
+    flags, reason, box.connack_properties = box.connacks.get(timeout=WAIT)
     assert int(reason.value if hasattr(reason, "value") else reason) == expect, reason
     box.session_present = bool(flags.session_present)
     return box

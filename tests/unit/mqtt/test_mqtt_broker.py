@@ -490,6 +490,37 @@ def test_a_refused_connect_is_logged_with_its_user_address_and_reason_code(
 
 
 @pytest.mark.parametrize(
+    ("client_id", "username", "asked", "told"),
+    [
+        ("dev-1", "carol", 1, "reply/carol/dev-1/"),
+        ("dev-1", "carol", 0, None),  # not asked: never told (MQTT-3.1.2-28)
+        ("dev-1", None, 1, None),  # %u without a user name: nothing to fill in
+        ("a/b", "carol", 1, None),  # a client id that would reach into other levels
+        ("", "carol", 1, "reply/carol/auto-"),  # the id the server assigned
+    ],
+)
+def test_response_information_is_filled_in_for_a_client_that_asks(
+    tmp_path: Path, client_id: str, username: str | None, asked: int, told: str | None
+) -> None:
+    async def test(broker: Broker) -> None:
+        peer = Peer(broker)
+        props = Properties.build(request_response_information=asked)
+        peer.send(Connect(client_id, V5, clean_start=True, username=username, properties=props))
+        [connack] = peer.take()
+        assert isinstance(connack, Connack)
+        assert connack.reason is ReasonCode.SUCCESS
+        got = connack.properties.response_information
+        if told is not None and told.endswith("auto-"):
+            assigned = connack.properties.assigned_client_identifier
+            assert assigned is not None
+            assert got == told[: -len("auto-")] + assigned + "/"
+        else:
+            assert got == told
+
+    _run(tmp_path, test, settings=MqttSettings(response_information="reply/%u/%c/"))
+
+
+@pytest.mark.parametrize(
     ("delay", "clean", "sent"),
     [(None, False, True), (None, True, True), (30, False, False), (30, True, True)],
 )
