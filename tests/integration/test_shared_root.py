@@ -7,6 +7,7 @@ from pathlib import Path
 from unittest.mock import ANY
 
 import pytest
+from tests.integration.test_embedded_queue import files
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -80,6 +81,71 @@ def test_a_lock_settled_by_id_from_another_box_frees_its_holder_s_slot(
                 assert (again.text(), again.delivery_count) == ("a", 2)
                 again.ack()
             assert w1.receive_nowait() is None
+
+
+@pytest.mark.parametrize("settled", ["ack", "unlock", "reject"])
+@pytest.mark.parametrize("answer", ["unlock", "reject"])
+def test_a_holder_s_unlock_or_reject_after_another_box_settled_its_lock_is_refused(
+    root: Path, clock: ManualClock, settled: str, answer: str
+) -> None:
+    """XEP-0254 §2.3/§2.4: a subscriber whose lock is gone gets unexpected-request, whatever
+    it answers. An unlock or a reject after another process settled the lock by id returned
+    as if done (a reject logged "to error/"), and the message the holder thought it had
+    dead-lettered came back to it."""
+    with (
+        boxmq.open(root, fsync="never", clock=clock) as holder_box,
+        boxmq.open(root, fsync="never", clock=clock) as cli_box,
+    ):
+        jobs = holder_box.queue("jobs")
+        jobs.put(b"a")
+        with jobs.consumer("w1", max_in_flight=1, lock_timeout=30) as w1:
+            held = w1.receive_nowait()
+            assert held is not None
+            getattr(cli_box.queue("jobs"), settled)(held.id, "w1")
+            with pytest.raises(boxmq.UnexpectedRequest):
+                getattr(held, answer)()
+            where = {
+                state: files(root, "jobs", state) for state in ("target", "processed", "error")
+            }
+            expected = {"ack": "processed", "unlock": "target", "reject": "error"}[settled]
+            assert [state for state, names in where.items() if names] == [expected]
+            if settled == "unlock":  # what the other process put back is delivered
+                clock.advance(1.0)  # one sweep to see it, one for the hand-off to w1 alone
+                assert w1.receive_nowait() is None
+                clock.advance(1.0)
+                again = w1.receive_nowait()
+                assert again is not None
+                assert again.delivery_count == 2
+                again.ack()
+            assert w1.receive_nowait() is None
+
+
+def test_an_answer_after_another_consumer_took_the_message_is_refused(
+    root: Path, clock: ManualClock
+) -> None:
+    """`boxmq extend q ID --consumer w1 --by 1s` from another process shortens w1's lock; once
+    that ran out, w2 in the other process takes the message. w1's unlock and reject are
+    refused and leave w2's lock alone: a reject said "to error/" and moved nothing."""
+    with (
+        boxmq.open(root, fsync="never", clock=clock) as box1,
+        boxmq.open(root, fsync="never", clock=clock) as box2,
+    ):
+        box1.queue("jobs").put(b"a")
+        with box1.queue("jobs").consumer("w1", lock_timeout=30) as w1:
+            late = w1.receive_nowait()
+            assert late is not None
+            box2.queue("jobs").extend(late.id, "w1", seconds=1)
+            clock.advance(2)
+            with box2.queue("jobs").consumer("w2", lock_timeout=30) as w2:
+                taken = w2.receive_nowait()
+                assert taken is not None
+                assert taken.id == late.id
+                for answer in ("unlock", "reject"):
+                    with pytest.raises(boxmq.UnexpectedRequest):
+                        getattr(late, answer)()
+                assert files(root, "jobs", "error") == []
+                taken.ack()
+        assert len(files(root, "jobs", "processed")) == 1
 
 
 def test_a_lock_extended_by_id_from_another_box_holds_in_its_holder_until_the_new_deadline(

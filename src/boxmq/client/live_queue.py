@@ -331,7 +331,8 @@ class LiveQueue:
             now = self._clock.now()
             self._expire(now)  # a late answer finds its lock gone
             effect = decide(now)
-            self._apply(effect)
+            if self._apply(effect):  # another process settled or took the lock meanwhile
+                raise UnexpectedRequest(effect.message.message_id, "the lock was taken away")
             self._wake_others()
             return effect
 
@@ -620,6 +621,8 @@ class LiveQueue:
         return lost
 
     def _apply(self, effect: Effect) -> bool:
+        """Apply one effect; True if a lock it acts on was gone: a claim lost to another
+        process, or a lock another process settled or took since (its move found no file)."""
         # Claims and finishes are one each per message: tested first, by exact type (a match
         # statement's class patterns cost several attribute lookups per case).
         if type(effect) is Claim:
@@ -636,19 +639,20 @@ class LiveQueue:
             return False
         match effect:
             case Release(reason=ReleaseReason.GIVEN_BACK):
-                self._release(effect, message.key)  # never received: back as it was
+                return self._release(effect, message.key)  # never received: back as it was
             case Release():
-                self._release(effect, _released_name(effect))
+                return self._release(effect, _released_name(effect))
             case DeadLetter(reason=reason):
                 held = self._locks.pop(message.message_id, None)
-                if held is not None:
-                    why = _dead_reason(reason)
-                    # A reject, or the delivery that reached max deliveries, ends here: counted.
-                    count = message.delivery_count + 1
-                    self._move_lock(
-                        held, State.ERROR, dead_name(message.key, why, delivery_count=count)
-                    )
-                    log.warning("%s: %s to error/ (%s)", self.name, message.message_id, why)
+                if held is None:
+                    return False
+                why = _dead_reason(reason)
+                # A reject, or the delivery that reached max deliveries, ends here: counted.
+                count = message.delivery_count + 1
+                dead = dead_name(message.key, why, delivery_count=count)
+                if self._move_lock(held, State.ERROR, dead) is None:
+                    return True
+                log.warning("%s: %s to error/ (%s)", self.name, message.message_id, why)
             case Expire():
                 self._known.pop(message.key, None)
                 self._box.move(State.TARGET, message.key, State.EXPIRED)
@@ -688,22 +692,26 @@ class LiveQueue:
         self._inbox[holder].append(message.message_id)
         return False
 
-    def _release(self, effect: Release, new: str | None) -> None:
+    def _release(self, effect: Release, new: str | None) -> bool:
+        """Move a released lock's file back to target/; True if it was gone (`_apply`)."""
         message = effect.message
         processing = self._locks.pop(message.message_id)
         if new is None:  # the name cannot carry a delivery count: never loop forever on it
-            self._move_lock(processing, State.ERROR, dead_name(message.key, "metadata-full"))
-            return
-        if (placed := self._move_lock(processing, _TARGET, new)) is not None:
-            if effect.reason in _TOLD:
-                log.info(
-                    "%s: %s %s by %s: redelivering",
-                    self.name,
-                    message.message_id,
-                    effect.reason.name.lower().replace("_", " "),
-                    effect.holder,
-                )
-            self._offer(placed, self._clock.now())
+            dead = dead_name(message.key, "metadata-full")
+            return self._move_lock(processing, State.ERROR, dead) is None
+        placed = self._move_lock(processing, _TARGET, new)
+        if placed is None:
+            return True
+        if effect.reason in _TOLD:
+            log.info(
+                "%s: %s %s by %s: redelivering",
+                self.name,
+                message.message_id,
+                effect.reason.name.lower().replace("_", " "),
+                effect.holder,
+            )
+        self._offer(placed, self._clock.now())
+        return False
 
     def _unqueue(self, message_id: MessageId, holder: ConsumerId | None) -> None:
         """A lock that ended before its holder received it leaves the holder's inbox: the
