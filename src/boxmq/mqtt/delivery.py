@@ -159,7 +159,7 @@ class Delivery:
         except OverflowError:
             self._tell_dropped(session, publish)
             if token is not None:
-                token.unlock()
+                _give_back(token)
             return
         if sent is not None:
             client = self._links.get(session.client_id)
@@ -270,7 +270,7 @@ class Delivery:
             log.info("client %s: %d message(s) expired on the way", session.client_id, len(lapsed))
             for token in lapsed:
                 if token is not None:
-                    token.unlock()
+                    _give_back(token)
             if session.leaving:
                 self.close_drained(session)
         return ready
@@ -330,7 +330,7 @@ class Delivery:
         else:
             for _, token in ready:
                 if token is not None:
-                    token.unlock()
+                    _give_back(token)
 
     def pump(self, session: Session) -> None:
         """Take messages out of the session's dropboxes while it has room in flight."""
@@ -412,6 +412,16 @@ def _topic_of_a_dropped_file(message: Message, subscribed: str) -> str | None:
     )
     _to_error(message)
     return None
+
+
+def _give_back(message: Message) -> None:
+    """Unlock a stored message this server holds: back to its dropbox for the next taker.
+    One settled meanwhile by another process (`boxmq ack` by id) is no longer ours to give
+    back, and that is no fault of the client's."""
+    try:
+        message.unlock()
+    except BoxMQError as error:
+        log.warning("message %s: giving it back: %s", shown(message.id), error)
 
 
 def _to_error(message: Message) -> None:
