@@ -174,6 +174,7 @@ class Broker:
             self._durable_routes,
             self._pool,
             self._kick,
+            clock,
         )
         self._batches = Batches(box, self._pool, self._batch_done, ready=self._batch_ready)
         self._token = process_token()  # names this broker in the session records it writes

@@ -32,7 +32,7 @@ from enum import Enum, auto
 from typing import Generic, NamedTuple, TypeVar, cast
 
 from boxmq.mqtt.errors import ProtocolError
-from boxmq.mqtt.packets import Publish, Pubrel, ack_builder, new_publish
+from boxmq.mqtt.packets import Publish, Pubrel, ack_builder, new_publish, with_expiry
 
 __all__ = ["Acked", "Outbox", "Stage"]
 
@@ -162,7 +162,7 @@ class Outbox(Generic[T]):
                     self.lapsed.append(token)
                     continue
                 if left < interval:
-                    publish = _with_expiry(publish, left)
+                    publish = with_expiry(publish, left)
             out.append((self._start(publish, token, now) if publish.qos else publish, token))
         return out
 
@@ -209,7 +209,7 @@ class Outbox(Generic[T]):
                     self.lapsed.append(entry.token)
                 return None
             if left < interval:
-                publish = _with_expiry(publish, max(left, 1))
+                publish = with_expiry(publish, max(left, 1))
         return replace(publish, dup=True)
 
     def _release_held(self, now: float, out: list[tuple[Publish, T]]) -> None:
@@ -308,15 +308,3 @@ class Outbox(Generic[T]):
                 self.dropped += 1
                 return True
         return False
-
-
-def _with_expiry(publish: Publish, left: int) -> Publish:
-    return new_publish(
-        publish.topic,
-        publish.payload,
-        publish.qos,
-        publish.retain,
-        publish.dup,
-        publish.packet_id,
-        publish.properties.with_expiry(left),
-    )

@@ -42,6 +42,7 @@ __all__ = [
     "Will",
     "ack_builder",
     "new_publish",
+    "with_expiry",
 ]
 
 
@@ -268,6 +269,19 @@ def new_publish(
     _set_packet_id(packet, packet_id)
     _set_properties(packet, properties)
     return packet
+
+
+def with_expiry(publish: Publish, left: int) -> Publish:
+    """`publish` with what is left of its Message Expiry Interval (MQTT-3.3.2-6)."""
+    return new_publish(
+        publish.topic,
+        publish.payload,
+        publish.qos,
+        publish.retain,
+        publish.dup,
+        publish.packet_id,
+        publish.properties.with_expiry(left),
+    )
 
 
 _Ack = TypeVar("_Ack", Puback, Pubrec, Pubrel, Pubcomp)

@@ -23,25 +23,35 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from functools import partial
 
 from boxmq.client.assured import AssuredMessage
 from boxmq.client.box import Box
+from boxmq.clock import Clock
 from boxmq.errors import BoxMQError, ItemNotFound, MetadataTooLong, StoreFailed, store_failure
 from boxmq.model import MessageId
 from boxmq.mqtt.clients import Client, Kick, Outgoing
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job
 from boxmq.mqtt.errors import ProtocolError
-from boxmq.mqtt.packets import ProtocolVersion, Puback, Pubcomp, Publish, Pubrec, Will
+from boxmq.mqtt.packets import (
+    ProtocolVersion,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Will,
+    with_expiry,
+)
 from boxmq.mqtt.properties import EMPTY, Properties, PropertyId
 from boxmq.mqtt.reasons import ReasonCode, reason_for
 from boxmq.mqtt.retained_order import RetainedOrder
 from boxmq.mqtt.retained_window import Written
 from boxmq.mqtt.routes import DurableRoutes
-from boxmq.mqtt.session import Session
+from boxmq.mqtt.session import Release, Session
 from boxmq.mqtt.settings import MqttSettings
 from boxmq.mqtt.stored import (
     consumer_name,
@@ -91,8 +101,10 @@ class Publishing:
         durable_routes: DurableRoutes,
         pool: Executor,
         kick: Kick,
+        clock: Clock,
     ) -> None:
         self._box = box
+        self._clock = clock
         self._retained_order = RetainedOrder()
         self._settings = settings
         self._out = out
@@ -124,7 +136,7 @@ class Publishing:
         qos = packet.qos
         if qos == 2:
             assert packet.packet_id is not None
-            session.hold_for_release(packet.packet_id, packet)
+            session.hold_for_release(packet.packet_id, packet, received=self._received(packet))
             self._out.acknowledge(client, Pubrec, packet.packet_id)
             return
         self._delivery.route_memory(session.client_id, packet)
@@ -145,7 +157,8 @@ class Publishing:
                 if isinstance(result, BoxMQError):
                     self._send_error(client, Pubrec(packet_id), result)
                     return
-                session.hold_for_release(packet_id, packet, stored=True)
+                received = self._received(packet)
+                session.hold_for_release(packet_id, packet, stored=True, received=received)
                 self._out.acknowledge(client, Pubrec, packet_id)
 
             client.jobs.append(
@@ -225,6 +238,26 @@ class Publishing:
                 session.hold_for_release(packet_id, None, refused=True)
             self._out.send(client, Pubrec(packet_id, reason))
 
+    def _received(self, packet: Publish) -> float:
+        """When a QoS 2 PUBLISH came, kept until its PUBREL if it has an expiry (else 0)."""
+        return self._clock.now() if packet.properties.message_expiry_interval else 0.0
+
+    def _unexpired(self, client_id: str, held: Release) -> Publish | None:
+        """A held QoS 2 PUBLISH as it goes on at PUBREL: the time it waited for the PUBREL
+        counts against its Message Expiry Interval (MQTT-3.3.2-6), and once that ran out it
+        goes nowhere (MQTT-3.3.2-5; what the intake stored expires on disk by itself)."""
+        publish = held.publish
+        if publish is None or not held.received:
+            return publish
+        interval = publish.properties.message_expiry_interval or 0
+        left = math.ceil(interval - (self._clock.now() - held.received))
+        if left <= 0:
+            log.info(
+                "client %s: QoS 2 message to %s expired before its PUBREL", client_id, publish.topic
+            )
+            return None
+        return publish if left >= interval else with_expiry(publish, left)
+
     def released(self, client: Client, session: Session, packet_id: int) -> None:
         """PUBREL: the QoS 2 message goes on to its subscribers, then PUBCOMP."""
         held = session.release(packet_id)
@@ -237,7 +270,7 @@ class Publishing:
             reason = _R.PACKET_IDENTIFIER_NOT_FOUND if v5 else _R.SUCCESS
             self._out.send(client, Pubcomp(packet_id, reason))
             return
-        publish = None if held is None else held.publish
+        publish = None if held is None else self._unexpired(client_id, held)
         on_disk = held is None or held.stored
         if (
             not on_disk

@@ -22,7 +22,7 @@ from boxmq.client.message import Message
 from boxmq.mqtt.outbox import Outbox
 from boxmq.mqtt.packets import Publish, RetainHandling, Will
 
-__all__ = ["NEVER", "Session", "SubscriptionOptions", "Token"]
+__all__ = ["NEVER", "Release", "Session", "SubscriptionOptions", "Token"]
 
 _new_tuple = tuple.__new__
 NEVER: Final = 0xFFFF_FFFF  # MQTT 5.0 §3.1.2.11.2: this Session Expiry Interval never expires
@@ -42,7 +42,7 @@ class SubscriptionOptions:
     identifier: int | None = None  # Subscription Identifier (§3.8.2.1.2), sent back with each
 
 
-class _Release(NamedTuple):
+class Release(NamedTuple):
     """A QoS 2 PUBLISH answered with PUBREC: on PUBREL, deliver what the exactly-once intake
     stored (`stored`) and route `publish` to the memory subscriptions, or nothing (`refused`).
     A named tuple: one is built per QoS 2 message, with one `tuple.__new__`."""
@@ -50,6 +50,7 @@ class _Release(NamedTuple):
     publish: Publish | None
     stored: bool = False
     refused: bool = False
+    received: float = 0.0  # when its PUBLISH came, if it has a Message Expiry Interval
 
 
 class Session:
@@ -62,7 +63,7 @@ class Session:
         self.outbox: Outbox[Token] = Outbox(
             window=window, limit=queue_limit, byte_limit=queue_bytes
         )
-        self.awaiting_release: dict[int, _Release] = {}
+        self.awaiting_release: dict[int, Release] = {}
         # Share groups unsubscribed while the session held some of their messages: paused
         # (they take nothing more) until those are settled, then closed (delivery.py).
         self.leaving: set[str] = set()
@@ -84,10 +85,11 @@ class Session:
         *,
         stored: bool = False,
         refused: bool = False,
+        received: float = 0.0,
     ) -> None:
-        self.awaiting_release[packet_id] = _new_tuple(_Release, (publish, stored, refused))
+        self.awaiting_release[packet_id] = _new_tuple(Release, (publish, stored, refused, received))
 
-    def release(self, packet_id: int) -> _Release | None:
+    def release(self, packet_id: int) -> Release | None:
         """The PUBREL for `packet_id`: what to deliver (None: not known in this process)."""
         return self.awaiting_release.pop(packet_id, None)
 

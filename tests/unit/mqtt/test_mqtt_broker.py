@@ -921,6 +921,38 @@ def test_no_local_holds_back_a_persistent_sessions_own_qos2_messages(
     _run(tmp_path, test)
 
 
+@pytest.mark.parametrize("through_intake", [False, True], ids=["memory", "intake"])
+def test_the_wait_for_pubrel_counts_against_a_qos2_messages_expiry(
+    tmp_path: Path, through_intake: bool
+) -> None:
+    """MQTT-3.3.2-5, MQTT-3.3.2-6: a QoS 2 message goes on at its PUBREL, so the time it
+    waited for it is time in the server. One whose interval ran out meanwhile reached a
+    subscriber with an interval of 1; one that had time left went with all of it."""
+    clock = ManualClock(1000.0)
+
+    async def test(broker: Broker) -> None:
+        if through_intake:  # a persistent subscriber away: QoS 2 goes through the disk
+            away = _connect(broker, "away", expiry=100)
+            away.send(Subscribe(1, (Subscription("e/#", 2),)))
+            away.send(Disconnect())
+        sub = _subscriber(broker, "sub", "e/#", 2)
+        pub = _connect(broker, "pub")
+        for packet_id, (topic, seconds) in enumerate([("e/old", 1), ("e/new", 10)], start=1):
+            props = Properties.build(message_expiry_interval=seconds)
+            pub.send(Publish(topic, b"x", 2, packet_id=packet_id, properties=props))
+        await _until(lambda: pub.inbox == [Pubrec(1), Pubrec(2)])
+        pub.take()
+        clock.advance(3.2)
+        pub.send(Pubrel(1), Pubrel(2))
+        await _until(lambda: Pubcomp(2) in pub.inbox)
+        assert pub.take() == [Pubcomp(1), Pubcomp(2)]  # both done for the publisher
+        await _until(lambda: any(isinstance(p, Publish) for p in sub.inbox))
+        got = [p for p in sub.take() if isinstance(p, Publish)]
+        assert [(p.topic, p.properties.message_expiry_interval) for p in got] == [("e/new", 7)]
+
+    _run(tmp_path, test, clock)
+
+
 def test_a_client_id_spelled_like_a_long_ids_name_does_not_share_its_qos2_intake(
     tmp_path: Path,
 ) -> None:
