@@ -7,6 +7,7 @@ Exit status: 0 done, 1 an error (the message says what to fix), 2 a usage error,
 from __future__ import annotations
 
 import argparse
+import base64
 import dataclasses
 import errno
 import faulthandler
@@ -553,6 +554,17 @@ def _terminated(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def _json_body(body: bytes) -> dict[str, str]:
+    """A body in a JSON record: `body` as text, bytes that are not UTF-8 as `\\xNN` (for
+    reading), and then also `body_base64`, the bytes exactly: a literal backslash-x in a
+    body reads the same as an escaped byte, so the text alone could not give them back."""
+    try:
+        return {"body": body.decode()}
+    except UnicodeDecodeError:
+        shown = body.decode("utf-8", "backslashreplace")
+        return {"body": shown, "body_base64": base64.b64encode(body).decode("ascii")}
+
+
 def _print_message(args: argparse.Namespace, message: Message) -> None:
     if args.json:
         record = {
@@ -561,7 +573,7 @@ def _print_message(args: argparse.Namespace, message: Message) -> None:
             "qos": message.qos,
             "retained": message.retained,
             "properties": message.properties,
-            "body": message.body.decode("utf-8", "backslashreplace"),
+            **_json_body(message.body),
         }
         # Where to answer, and with what: an MQTT v5 request's Response Topic and Correlation
         # Data too (store/v5_properties.py). Only when set, so other records stay as they were.
@@ -580,8 +592,7 @@ def _get(args: argparse.Namespace, box: Box) -> int:
         print(f"boxmq get: no message is ready in {args.queue!r}", file=sys.stderr)
         return EMPTY
     if args.json:
-        record = _message_record(message)
-        record["body"] = message.body.decode("utf-8", "backslashreplace")
+        record = _message_record(message) | _json_body(message.body)
         print(_json(record))
         return 0
     record = _message_record(message)

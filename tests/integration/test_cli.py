@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import errno
 import json
 import os
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.diskfull import small_disk
@@ -463,6 +465,30 @@ def test_get_writes_the_body_byte_for_byte_after_the_blank_line(root: Path) -> N
     assert blank
     assert b"locked-by" in head
     assert rest == body
+
+
+def _body_of(record: dict[str, Any]) -> bytes:
+    """A body as a script reads it back from a `--json` record (docs/cli.md)."""
+    if "body_base64" in record:
+        return base64.b64decode(record["body_base64"])
+    return str(record["body"]).encode()
+
+
+def test_json_records_give_every_body_back_byte_for_byte(root: Path) -> None:
+    """`--json` shows bytes that are not UTF-8 as `\\xNN` in `body`, so the byte 0xFF and the
+    four characters `\\xff` read the same there: a body that is not UTF-8 also comes as
+    `body_base64`, its bytes exactly (get and subscribe)."""
+    bodies = [b"\xff", b"\\xff", b"caf\xc3\xa9 \\ plain"]
+    for index, body in enumerate(bodies):
+        (root.parent / f"body{index}").write_bytes(body)
+        ok(root, "put", "q", "--file", str(root.parent / f"body{index}"))
+        ok(root, "publish", f"t/{index}", "--retain", "--file", str(root.parent / f"body{index}"))
+    got = [json.loads(ok(root, "--json", "get", "q", "--consumer", f"c{n}")) for n in range(3)]
+    assert [_body_of(record) for record in got] == bodies
+    assert got[0]["body"] == got[1]["body"] == "\\xff"  # readable alike, told apart by base64
+    assert ["body_base64" in record for record in got] == [True, False, False]
+    lines = ok(root, "--json", "subscribe", "t/#", "--count", "3").splitlines()
+    assert sorted(_body_of(json.loads(line)) for line in lines) == sorted(bodies)
 
 
 def _subscribing(root: Path, *args: str) -> subprocess.Popen[str]:
