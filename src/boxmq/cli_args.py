@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from typing import Final
 
 from boxmq.core.durations import LONGEST
 from boxmq.errors import InvalidArgument
@@ -94,10 +95,22 @@ def parse_property(text: str) -> tuple[str, Property]:
     return name, Property(name, ptype, _typed_value(ptype, value, text))
 
 
+# What a property's number may be written as: ASCII digits, as a Java reader of the name
+# writes and reads them (DropboxMQ), with a sign; a real also with a point, an exponent, or
+# as inf / infinity / nan.
+_INTEGER: Final = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_REAL: Final = re.compile(
+    r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)",
+    re.ASCII | re.IGNORECASE,
+)
+
+
 def _real(ptype: PropertyType, value: str, text: str) -> float:
     """A double or a float: infinity when written so ("inf", "-Infinity"), never when too
     large, which float() turns into infinity without a word (1e309)."""
     try:
+        if not _REAL.fullmatch(value):  # float() also takes "1_0", " 5" and other digits
+            raise ValueError(value)
         number = float(value)
     except ValueError:
         raise InvalidArgument(f"bad {ptype.name.lower()} value in property {text!r}") from None
@@ -117,6 +130,8 @@ def _typed_value(ptype: PropertyType, value: str, text: str) -> bool | int | flo
             if value.lower() not in ("true", "false"):
                 raise ValueError(value)
             return value.lower() == "true"
+        if not _INTEGER.fullmatch(value):  # int() also takes "5_000", " 5" and other digits
+            raise ValueError(value)
         number = int(value)
     except ValueError:
         raise InvalidArgument(f"bad {ptype.name.lower()} value in property {text!r}") from None

@@ -53,8 +53,13 @@ class QueuePolicy:
     handoff: float = 1.0  # seconds a released message waits for *another* consumer
 
     def __post_init__(self) -> None:
-        if self.max_deliveries is not None and self.max_deliveries < 1:
-            raise InvalidArgument(f"max_deliveries must be >= 1 or None, not {self.max_deliveries}")
+        limit = self.max_deliveries
+        # A bool or a float is refused, not used: 2.5 dead-lettered at the third delivery and
+        # True at the first, where a reader of the setting would expect neither.
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise InvalidArgument(f"max_deliveries must be an int or None, not {limit!r}")
+        if limit is not None and limit < 1:
+            raise InvalidArgument(f"max_deliveries must be >= 1 or None, not {limit}")
         if not (math.isfinite(self.handoff) and self.handoff >= 0):
             raise InvalidArgument(f"handoff must be a finite number >= 0, not {self.handoff}")
 

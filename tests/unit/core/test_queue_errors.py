@@ -224,3 +224,10 @@ def test_extend_pushes_the_deadline(engine: QueueEngine) -> None:
 def test_extend_refuses_bad_seconds(engine: QueueEngine, seconds: float) -> None:
     with pytest.raises(InvalidArgument):
         engine.extend(M1, A, now=T0, seconds=seconds)
+
+
+@pytest.mark.parametrize("limit", [2.5, True, "5", 0, -1])
+def test_max_deliveries_is_a_positive_int_or_none(limit: object) -> None:
+    """2.5 dead-lettered at the third delivery and True at the first: neither is a count."""
+    with pytest.raises(InvalidArgument, match="max_deliveries"):
+        QueuePolicy(max_deliveries=limit)  # type: ignore[arg-type]

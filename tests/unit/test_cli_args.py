@@ -1,0 +1,47 @@
+"""Property values as people type them on the command line (`-p NAME:TYPE=VALUE`)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from boxmq.cli_args import parse_property
+from boxmq.errors import InvalidArgument
+from boxmq.model import PropertyType
+
+
+@given(st.integers(-(2**63), 2**63 - 1), st.sampled_from(["", "+"]))
+def test_a_long_written_in_ascii_digits_reads_back(number: int, plus: str) -> None:
+    written = f"{plus}{number}" if number >= 0 else str(number)
+    assert parse_property(f"n:long={written}")[1].value == number
+
+
+@given(st.floats(allow_nan=False))
+def test_a_double_written_as_python_writes_it_reads_back(number: float) -> None:
+    assert parse_property(f"d:double={number!r}")[1].value == number
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "n:int=\u0663",  # ARABIC-INDIC DIGIT THREE: int() takes it
+        "n:int=5_000",  # Python's separator: no Java reader writes it
+        "n:int= 5",
+        "n:int=5 ",
+        "n:long=0x10",
+        "d:double=1_0",
+        "d:double= 2",
+        "d:double=\u0661.5",
+        "d:float=0x1p3",
+    ],
+)
+def test_numbers_that_only_python_would_read_are_refused(text: str) -> None:
+    with pytest.raises(InvalidArgument, match=r"bad (int|long|double|float) value"):
+        parse_property(text)
+
+
+def test_the_usual_spellings_of_a_real_are_taken() -> None:
+    values = [parse_property(f"d:double={v}")[1].value for v in ("1.", ".5", "-2e-3", "1E5")]
+    assert values == [1.0, 0.5, -0.002, 100000.0]
+    assert parse_property("d:double=-Infinity")[1].type is PropertyType.DOUBLE
