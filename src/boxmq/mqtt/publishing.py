@@ -121,6 +121,11 @@ class Publishing:
             # A repeat: answered again, never routed twice.
             self._out.send(client, Pubrec(packet_id))
             return
+        if qos == 2 and packet_id in session.writing:
+            # A repeat of a retained one still being written (its client reconnected, or sent
+            # it again at once): it waits for that write, behind it in the client's jobs.
+            client.jobs.append(Job(None, lambda _: self._after_write(client, session, packet)))
+            return
         if self._settings.authorizer is not None and not self._may_publish(
             session.username, session.client_id, packet.topic
         ):  # the call only when there is someone to ask: this runs once per message
@@ -181,6 +186,7 @@ class Publishing:
             assert packet_id is not None
 
             def published(result: object) -> None:
+                session.writing.discard(packet_id)
                 if isinstance(result, BoxMQError):
                     self._not_routed(packet, order)
                     self._send_error(client, Pubrec(packet_id), result)
@@ -190,6 +196,7 @@ class Publishing:
                 self._out.acknowledge(client, Pubrec, packet_id)
 
             order = self._order_of(packet)
+            session.writing.add(packet_id)
             client.jobs.append(Job(lambda: self.write(client_id, packet, order), published))
             return
 
@@ -207,6 +214,15 @@ class Publishing:
         batched = None if packet.retain else publication_of(client_id, packet, self._box.side_files)
         order = self._order_of(packet)
         client.jobs.append(Job(lambda: self.write(client_id, packet, order), written, batched))
+
+    def _after_write(self, client: Client, session: Session, packet: Publish) -> None:
+        """A repeated retained QoS 2 PUBLISH, once the write of the first ended: answered as a
+        repeat if that was published, else published now (the first failed: its PUBREC
+        said so to a connection that may be gone)."""
+        if packet.packet_id in session.awaiting_release:
+            self._out.send(client, Pubrec(packet.packet_id))
+        else:
+            self.publish(client, session, packet)
 
     def _send_error(self, client: Client, ack: Puback | Pubrec, error: BoxMQError) -> None:
         """A negative PUBACK/PUBREC (MQTT 5.0 §3.4.2.1, §3.5.2.1). 3.1.1 has none, and a

@@ -64,6 +64,9 @@ class Session:
             window=window, limit=queue_limit, byte_limit=queue_bytes
         )
         self.awaiting_release: dict[int, Release] = {}
+        # Packet ids of retained QoS 2 PUBLISHes being written at PUBLISH (a persistent
+        # session's, publishing.py): a repeat read meanwhile waits for that write's end.
+        self.writing: set[int] = set()
         # Share groups unsubscribed while the session held some of their messages: paused
         # (they take nothing more) until those are settled, then closed (delivery.py).
         self.leaving: set[str] = set()

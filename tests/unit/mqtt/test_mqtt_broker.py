@@ -953,6 +953,39 @@ def test_the_wait_for_pubrel_counts_against_a_qos2_messages_expiry(
     _run(tmp_path, test, clock)
 
 
+@pytest.mark.parametrize("reconnect", [True, False], ids=["after-reconnect", "same-connection"])
+def test_a_retained_qos2_message_sent_again_during_its_write_is_routed_once(
+    tmp_path: Path, reconnect: bool
+) -> None:
+    """A persistent session's retained QoS 2 message is written and routed at its PUBLISH.
+    Its repeat (DUP), read before that write ended (the client reconnected, or sent it again
+    at once), found no trace of it yet, and was written and routed a second time."""
+
+    async def test(broker: Broker) -> None:
+        sub = _subscriber(broker, "sub", "r/#", 2)
+        for attempt in range(5):
+            pub = _connect(broker, "p", expiry=100, clean=attempt == 0)
+            first = Publish(f"r/{attempt}", b"v", 2, retain=True, packet_id=1)
+            repeat = Publish(f"r/{attempt}", b"v", 2, retain=True, dup=True, packet_id=1)
+            if reconnect:
+                pub.send(first)
+                pub.close()
+                pub = _connect(broker, "p", expiry=100, clean=False)
+                pub.send(repeat)
+            else:
+                pub.send(first, repeat)
+            await _until(lambda peer=pub: Pubrec(1) in peer.inbox)  # type: ignore[misc]
+            pub.send(Pubrel(1))
+            await _until(lambda peer=pub: Pubcomp(1) in peer.inbox)  # type: ignore[misc]
+            pub.send(Disconnect())
+        await _until(lambda: len([p for p in sub.inbox if isinstance(p, Publish)]) >= 5)
+        await asyncio.sleep(0.2)  # a second copy, if any, follows its first at once
+        got = [p.topic for p in sub.take() if isinstance(p, Publish)]
+        assert got == [f"r/{n}" for n in range(5)]
+
+    _run(tmp_path, test)
+
+
 def test_a_client_id_spelled_like_a_long_ids_name_does_not_share_its_qos2_intake(
     tmp_path: Path,
 ) -> None:
