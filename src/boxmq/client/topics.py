@@ -185,6 +185,12 @@ class Topics:
         self._spares = spares
         self._retained = RetainedStore(root, committer)
         self._lock = threading.Lock()
+        # A retained publish of this process (stage, route, replace) and a subscription's
+        # retained copies (registration, reading the retained store, writing the copies) are
+        # one step each, one at a time: a subscription made while a topic's retained message
+        # is replaced gets the old one then the new, or the new one once, never the old after
+        # the new. Reentrant: a memory subscriber's hand-over may publish.
+        self._retained_lock = threading.RLock()
         self._router = Router()
         self._seen: tuple[int, int] | None = None
         self._paths: dict[_Key, str] = {}  # durable subscription -> its dropbox
@@ -268,13 +274,14 @@ class Topics:
         told of a failure for copies that were delivered, as when a commit's last flush fails.
         """
         assert envelope.topic is not None
-        staged = self._retained.stage(envelope.topic, _names(envelope, (level,))[level], data)
-        try:
-            self._route(envelope, data, level, source)
-        except BaseException:
-            self._retained.discard(staged)
-            raise
-        self._retained.replace(staged)
+        with self._retained_lock:
+            staged = self._retained.stage(envelope.topic, _names(envelope, (level,))[level], data)
+            try:
+                self._route(envelope, data, level, source)
+            except BaseException:
+                self._retained.discard(staged)
+                raise
+            self._retained.replace(staged)
 
     def send_files(self, files: Sequence[tuple[Envelope, str, str | None]]) -> list[OSError | None]:
         """Publish files already written and flushed (exactly-once messages on `deliver`),
@@ -562,10 +569,15 @@ class Topics:
         if not subscription.durable:
             return self._subscribe_in_memory(subscription)
         owner = self._token if ends_with_process and not parsed.shared else ""
-        path = self._register(subscription, token=None if process_bound else "", owner=owner)
-        dropbox = Dropbox(path, self._committer, spares=self._spares)
+        token = None if process_bound else ""
         if not parsed.shared and send_retained:
-            self._send_retained(parsed, dropbox, subscription.qos)
+            with self._retained_lock:  # see its comment in __init__
+                path = self._register(subscription, token=token, owner=owner)
+                dropbox = Dropbox(path, self._committer, spares=self._spares)
+                self._send_retained(parsed, dropbox, subscription.qos)
+        else:
+            path = self._register(subscription, token=token, owner=owner)
+            dropbox = Dropbox(path, self._committer, spares=self._spares)
         live = self._live_for(dropbox, parsed.share_group)
         live.attach(
             name,
@@ -741,7 +753,8 @@ class Topics:
             return
         path = self._path_of(parsed, check_consumer_name(subscriber))
         dropbox = Dropbox(path, self._committer, create=False, spares=self._spares)
-        self._send_retained(parsed, dropbox, _qos(qos))
+        with self._retained_lock:  # never an older retained message after a newer one
+            self._send_retained(parsed, dropbox, _qos(qos))
 
     def _send_retained(self, parsed: TopicFilter, dropbox: Dropbox, granted: QoS) -> None:
         """A new plain subscription gets the retained messages it matches (§3.3.1.3)."""

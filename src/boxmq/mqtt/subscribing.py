@@ -82,6 +82,7 @@ class _Wanted:
     options: SubscriptionOptions | None = None
     existed: bool = False  # the session had it already (Retain Handling 1)
     shared: bool = False
+    opened: bool = False  # its dropbox was made by this SUBSCRIBE, with its retained messages
 
 
 def _holds_some(subscriber: Subscriber | None) -> bool:
@@ -144,8 +145,9 @@ class Subscribing:
         for one in wanted:
             if one.options is None:
                 continue
+            due = not one.shared and self._retained_due(one.options, one.existed)
             try:
-                work = self._begin_subscription(session, one.text, one.options)
+                work = self._begin_subscription(session, one.text, one.options, retained=due)
             except OSError as error:  # the old subscription it replaces could not be deleted
                 self._subscription_made(session, one, store_failure(error))
                 continue
@@ -211,6 +213,7 @@ class Subscribing:
             return
         assert wanted.options is not None
         subscriber = result if isinstance(result, Subscriber) else None
+        wanted.opened = subscriber is not None
         if self._sessions.get(client_id) is not session:  # it ended while the disk worked
             if subscriber is not None:
                 self._drop_late(session, wanted.text, subscriber)
@@ -247,7 +250,8 @@ class Subscribing:
             if options is None or one.shared or not self._retained_due(options, one.existed):
                 continue
             if options.durable:  # written into its dropbox: kept until acknowledged
-                on_disk.append((one.text, options.qos))
+                if not one.opened:  # else they came with its dropbox (Topics.subscribe)
+                    on_disk.append((one.text, options.qos))
                 continue
             matching = self._box.topics.retained_matching(one.text)
             retained += [(env, body, one.text, options) for env, body in matching]
@@ -281,11 +285,12 @@ class Subscribing:
         )
 
     def _begin_subscription(
-        self, session: Session, text: str, options: SubscriptionOptions
+        self, session: Session, text: str, options: SubscriptionOptions, *, retained: bool
     ) -> Callable[[], object] | None:
         """On the loop: what subscribing `session` to `text` takes. Done here if it is in
         memory only; otherwise the disk work for a worker, returning the new Subscriber (or
-        None: the one open stays), made the session's by `_subscription_made`."""
+        None: the one open stays), made the session's by `_subscription_made`. A new dropbox
+        gets its `retained` messages as it is made (Topics.subscribe says why)."""
         client_id = session.client_id
         old = session.subscriptions.get(text)
         if text in session.leaving:  # subscribed again before it was done leaving: it stays
@@ -307,7 +312,7 @@ class Subscribing:
             )
             return None
         if text not in self._durable.get(client_id, {}):
-            return partial(self._open_durable, session, text, options)
+            return partial(self._open_durable, session, text, options, send_retained=retained)
         if old is None or (old.qos, old.no_local) != (options.qos, options.no_local):
             # Replaced in place: what it holds in flight stays its own (MQTT-3.8.4-3).
             return partial(
@@ -326,7 +331,12 @@ class Subscribing:
         self._durable.setdefault(session.client_id, {})[text] = subscriber
 
     def _open_durable(
-        self, session: Session, text: str, options: SubscriptionOptions
+        self,
+        session: Session,
+        text: str,
+        options: SubscriptionOptions,
+        *,
+        send_retained: bool = False,
     ) -> Subscriber:
         return self._box.subscribe(
             text,
@@ -336,7 +346,7 @@ class Subscribing:
             max_in_flight=max(1, session.outbox.window),
             lock_timeout=_LOCK_TIMEOUT,
             no_local=options.no_local,
-            send_retained=False,
+            send_retained=send_retained,
             process_bound=not session.persistent,  # a persistent member outlives a restart
         )
 
