@@ -307,3 +307,45 @@ def test_deliver_many_finishes_a_batch_wherever_it_was_killed(
 ) -> None:
     """Three messages delivered together to two subscriptions, killed at each step in turn."""
     assert _kill_take_restart(root, monkeypatch, topic=True, count=3) > 12
+
+
+@pytest.mark.parametrize("topic", ["a/+", "a/#", "", "x\x00y"])
+def test_a_topic_no_publish_could_take_is_refused_before_anything_is_kept(
+    root: Path, topic: str
+) -> None:
+    """It was stored, then failed at `deliver` after its "delivered" marker, and at every
+    later start it failed the first call of each process and kept other senders' pending
+    messages out of the books (their deliver then said "done", and they were lost)."""
+    with boxmq.open(root, fsync="never") as box:
+        with pytest.raises(InvalidArgument):
+            box.assured("evil", "1", b"x", topic=topic)
+        assert box.pending("evil") == []
+        assert box.assured("evil", "1", b"x", topic="ok/t")  # the id is still free
+
+
+def test_a_pending_message_that_cannot_be_sent_keeps_no_other_from_its_books(
+    root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file in .incoming/working/ that fails at restore (here one an older version let in,
+    marked delivered and never sent) is logged and left; the other pending messages are
+    restored, delivered once, and their repeats still known."""
+    with boxmq.open(root, fsync="never") as box:
+        box.subscribe("ok/#", "sub").close()
+        for n in range(5):
+            assert box.assured("meter", str(n), b"m%d" % n, topic="ok/t")
+        monkeypatch.setattr("boxmq.client.assured.validate_topic", lambda topic: topic)
+        box.assured("evil", "1", b"x", topic="a/+")
+        with pytest.raises(boxmq.BoxMQError):
+            box.deliver("evil", "1")
+    monkeypatch.undo()
+    with boxmq.open(root, fsync="never") as box:
+        assert sorted(box.pending("meter")) == [str(n) for n in range(5)]
+        assert all(box.deliver("meter", str(n)) for n in range(5))
+        assert not box.assured("meter", "0", b"m0", topic="ok/t")  # a repeat, still known
+        with box.subscribe("ok/#", "sub") as sub:
+            got = []
+            while (message := sub.receive_nowait()) is not None:
+                got.append(message.body)
+                message.ack()
+        assert sorted(got) == [b"m%d" % n for n in range(5)]
+    assert [r.levelname for r in caplog.records if "stays in" in r.getMessage()] == ["ERROR"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +37,7 @@ from boxmq.client.spill import spilled
 from boxmq.clock import Clock
 from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits
 from boxmq.core.durations import check_seconds
+from boxmq.core.topics import validate_topic
 from boxmq.errors import BoxMQError, InvalidArgument, ItemNotFound, MetadataTooLong
 from boxmq.ids import IdFactory
 from boxmq.model import (
@@ -61,6 +63,8 @@ from boxmq.store.temporaries import temporary_in
 from boxmq.store.topics import EXACTLY_ONCE_PENDING, incoming_working
 
 __all__ = ["AssuredIntake", "AssuredMessage", "Outcome"]
+
+log = logging.getLogger("boxmq.exactly_once")
 
 # Publish each (envelope, file in working/, source), its copies flushed together: each error.
 _FanOut = Callable[[Sequence[tuple[Envelope, str, str]]], list[OSError | None]]
@@ -205,6 +209,10 @@ class AssuredIntake:
         check_priority(message.priority)
         if (message.queue is None) == (message.topic is None):
             raise InvalidArgument("an assured message goes to a queue or to a topic: give one")
+        if message.topic is not None:
+            # Before anything is kept: a topic no publish could take ("a/+", "") was stored,
+            # then failed at `deliver` after its marker, and every later start with it.
+            validate_topic(message.topic)
         mqtt_fields.check(message.properties or {})
         now = self._clock.now()
         action = self._books.assured(
@@ -455,7 +463,12 @@ class AssuredIntake:
             working = self._working_dir(queue)
             with contextlib.suppress(FileNotFoundError), os.scandir(working) as entries:
                 for entry in entries:
-                    self._restore_pending(entry, queue, delivered)
+                    try:
+                        self._restore_pending(entry, queue, delivered)
+                    except (BoxMQError, OSError) as error:
+                        # One that cannot be sent must not keep the others from their books
+                        # (their repeats would pass for new, their deliver for done).
+                        log.error("exactly once: %s stays in %s: %s", entry.name, working, error)
         # Copies to topics whose file left .incoming/working/ before the crash: every copy was
         # pending then, some may be out (and taken) already; the rest go out, none again.
         finish_pending(self._root, EXACTLY_ONCE_PENDING)
