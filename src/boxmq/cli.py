@@ -502,7 +502,8 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
     # Only a subscription (or share-group membership) this run made ends with it: one an
     # earlier `--keep` (or the Python API, or a Spark stream) made is read and left in place,
     # with what it holds for later.
-    kept = args.keep or box.topics.has_subscription(args.filter, args.subscriber)
+    existed = box.topics.has_subscription(args.filter, args.subscriber)
+    kept = args.keep or existed
     # A kept membership belongs to no process, so the sweep of dead processes' members
     # leaves it; only `boxmq unsubscribe` ends it. A plain subscription this run makes records
     # this process, so that a sweep (`boxmq serve`) ends it if the run dies without the
@@ -513,6 +514,7 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
         qos=args.qos,
         process_bound=not kept,
         ends_with_process=not kept,
+        send_retained=not existed,  # a new subscription's (pubsub.md): not again at each run
     ) as subscriber:
         shared = subscriber.filter.shared
         if kept and not args.keep:

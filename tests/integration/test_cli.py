@@ -553,6 +553,20 @@ def test_subscribe_without_keep_leaves_a_kept_subscription_in_place(root: Path) 
     assert json.loads(ok(root, "--json", "ls"))["subscriptions"] != []
 
 
+def test_a_kept_subscription_gets_the_retained_message_once_not_at_every_run(
+    root: Path,
+) -> None:
+    """A new subscription gets the retained messages (pubsub.md); each later run that reads
+    a kept one wrote them into it again, so every run printed the same retained message."""
+    ok(root, "publish", "st/a", "RETAINED", "--retain")
+    first = ok(root, "subscribe", "st/#", "--name", "k", "--keep", "--idle", "0.5")
+    assert first == "st/a RETAINED\n"
+    ok(root, "publish", "st/a", "live")
+    again = boxmq_cli(root, "subscribe", "st/#", "--name", "k", "--keep", "--idle", "0.5")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "st/a live\n"
+
+
 def test_unsubscribe_ends_a_kept_subscription(root: Path) -> None:
     ok(root, "subscribe", "news/#", "--name", "reader", "--keep", "--idle", "0.1")
     assert ok(root, "unsubscribe", "news/#", "--name", "reader") == "unsubscribed: news/# reader\n"
