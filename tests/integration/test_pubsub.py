@@ -173,6 +173,25 @@ def test_a_subscription_made_while_its_retained_message_is_replaced_ends_with_th
     assert got in ([("open", True)], [("closed", True), ("open", False)])
 
 
+def test_each_share_group_member_gets_at_most_its_own_qos(box: boxmq.Box) -> None:
+    """MQTT-234 note 2: the granted QoS of the subscribing session is respected. A group's
+    copies are stored at the highest QoS any member was granted, and a member granted QoS 0
+    was given QoS 2 messages as QoS 2 (`Message.qos`, `subscribe --json`)."""
+    with (
+        box.subscribe("$share/g/q/#", "low", qos=0, max_in_flight=10) as low,
+        box.subscribe("$share/g/q/#", "high", qos=2, max_in_flight=10) as high,
+    ):
+        for n in range(6):
+            box.publish("q/x", str(n), qos=2)
+        seen: dict[str, set[int]] = {"low": set(), "high": set()}
+        for _ in range(20):
+            for name, member in (("low", low), ("high", high)):
+                for message in member.receive_ready():
+                    seen[name].add(message.qos)
+                    message.ack()
+        assert seen == {"low": {0}, "high": {2}}  # round robin: each member got some
+
+
 def test_non_durable_subscriptions_live_in_memory(box: boxmq.Box, root: Path) -> None:
     with box.subscribe("news/#", "reader", qos=0, durable=False) as reader:
         box.publish("news/today", "hello", qos=1)

@@ -587,7 +587,11 @@ class Topics:
         )
         consumer = Consumer(live, name)
         return Subscriber(
-            parsed, name, consumer=consumer, on_close=lambda: self._left(parsed, name, path)
+            parsed,
+            name,
+            consumer=consumer,
+            on_close=lambda: self._left(parsed, name, path),
+            granted=subscription.qos if parsed.shared else None,
         )
 
     def resubscribe(
@@ -867,9 +871,13 @@ class Subscriber(Receiver):
         inbox: MemoryInbox | None = None,
         on_close: Callable[[], None],
         v5: V5Reader | None = None,
+        granted: QoS | None = None,
     ) -> None:
         self.filter = filter
         self.name = name
+        # A share-group member's own QoS: the group's copies are stored at the highest any
+        # member was granted, and each member gets at most its own (MQTT-234, note 2).
+        self._granted = granted
         self._v5 = v5
         self._consumer = consumer
         self._inbox = inbox
@@ -878,7 +886,10 @@ class Subscriber(Receiver):
 
     def receive(self, timeout: float | None = None) -> Message | None:
         if self._consumer is not None:
-            return self._consumer.receive(timeout)
+            message = self._consumer.receive(timeout)
+            if message is None or self._granted is None:
+                return message
+            return self._capped(message, self._granted)
         assert self._inbox is not None
         delivery = self._inbox.pop(timeout)
         if delivery is None:
@@ -895,8 +906,17 @@ class Subscriber(Receiver):
 
     def receive_ready(self) -> list[Message]:
         if self._consumer is not None:
-            return self._consumer.receive_ready()
+            ready = self._consumer.receive_ready()
+            granted = self._granted
+            return ready if granted is None else [self._capped(m, granted) for m in ready]
         return super().receive_ready()
+
+    @staticmethod
+    def _capped(message: Message, granted: QoS) -> Message:
+        if message.qos <= granted:
+            return message
+        envelope = _at(message.envelope.without_property(QOS), granted)
+        return replace(message, envelope=envelope)
 
     def set_limits(self, *, max_in_flight: int, lock_timeout: float) -> None:
         if self._consumer is None:
