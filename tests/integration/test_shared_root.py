@@ -178,3 +178,23 @@ def test_a_lock_extended_by_id_from_another_box_holds_in_its_holder_until_the_ne
             clock.advance(5)
             other.ack()
         assert jobs.counts().done == 2
+
+
+def test_an_ack_finds_its_lock_renamed_by_an_extend_from_another_box(
+    root: Path, clock: ManualClock
+) -> None:
+    """The ack right after `boxmq extend` by id from another process (no look at processing/
+    between): the holder's first try misses its file, and it finds it under its new name."""
+    with (
+        boxmq.open(root, fsync="never", clock=clock, keep_processed=False) as holder_box,
+        boxmq.open(root, fsync="never", clock=clock) as cli_box,
+    ):
+        jobs, cli_jobs = holder_box.queue("jobs"), cli_box.queue("jobs")
+        jobs.put(b"a")
+        with jobs.consumer("w1", max_in_flight=1, lock_timeout=2) as w1:
+            held = w1.receive_nowait()
+            assert held is not None
+            cli_jobs.extend(held.id, "w1", seconds=30)
+            held.ack()
+        counts = jobs.counts()
+        assert (counts.ready, counts.locked, counts.dead) == (0, 0, 0)

@@ -254,7 +254,8 @@ class LiveQueue:
         end = None if timeout is None else self._clock.now() + timeout
         with self._mutex:
             while True:
-                self._check_open(consumer)
+                if consumer not in self._inbox or self._closed:  # _check_open, without a call
+                    raise self._closed_error(consumer)
                 if self._inbox[consumer]:
                     self._expire(self._clock.now())  # never hand out a lock that ran out
                     if (delivery := self._take(consumer)) is not None:
@@ -297,14 +298,16 @@ class LiveQueue:
         with self._mutex:
             if self._forked:
                 raise self._closed_error(consumer)
-            now = self._clock.now()
-            self._expire(now)  # a late answer finds its lock gone
-            message = self._engine.ack(message_id, consumer, now=now).message
+            engine, now = self._engine, self._clock.now()
+            if engine.due_by(now):  # else _expire has nothing to do: one call, not three
+                self._expire(now)  # a late answer finds its lock gone
+            message = engine.acked(message_id, consumer)
             self._claimed.pop(message_id, None)  # acked before any receive took it
             if self._behind:
                 self._let_go(message_id)
             self._finish(message_id, message.key)
-            self._wake_others()
+            if self._sleepers or self._watching:  # _wake_others' test, without its call
+                self._wake_others()
 
     def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> str | None:
         """None when the message is back in target/; else why it went to error/ instead."""
@@ -424,13 +427,13 @@ class LiveQueue:
             self._reconcile()
         if now >= self._next_scan:  # after the sweep: what it sent back to target/ is offered
             self._scan(now)
-        moved = self._expire(now)
+        moved = self._engine.due_by(now) and self._expire(now)  # one look when nothing is due
         while True:
             claims = self._engine.dispatch(now=now)
             moved = moved or bool(claims)
             if not self._apply_all(claims):
                 break  # else a claim was lost to another process: its slot is free again
-        if moved:
+        if moved and (self._sleepers or self._watching):
             # Only news wakes the other consumers: waking them for nothing made two idle
             # consumer threads wake each other in turn, forever (a core's worth of CPU).
             self._wake_others()
@@ -670,7 +673,11 @@ class LiveQueue:
     def _finish(self, message_id: MessageId, name: str) -> None:
         processing = self._locks.pop(message_id)
         keep = self._options.keep_processed
-        if not self._on_lock(processing, lambda held: self._box.finish(held, name, keep=keep)):
+        # _on_lock's work, written out: no closure to make for the one ack of every message.
+        if self._box.finish(processing, name, keep=keep):
+            return
+        moved = self._moved(processing)  # another process extended it by id meanwhile?
+        if moved is None or not self._box.finish(moved, name, keep=keep):
             raise UnexpectedRequest(message_id, "the lock was taken away")
 
     def _claim(self, effect: Claim) -> bool:

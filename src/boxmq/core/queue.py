@@ -265,6 +265,12 @@ class QueueEngine:
         effects.extend(self._tick(now))
         return effects
 
+    def due_by(self, now: float) -> bool:
+        """False while nothing timed has come: `lapsing(now)` is False and `expire(now)` has
+        nothing to do. One look for the live queue's receive and ack, instead of a call to
+        each (an ack looks before it settles)."""
+        return now >= self._leases.next_due or now >= self._ready.next_due
+
     def lapsing(self, *, now: float) -> bool:
         """True if a lease's deadline has come: `expire(now)` would end it."""
         if now < self._leases.next_due:
@@ -283,10 +289,16 @@ class QueueEngine:
 
     def ack(self, message_id: MessageId, consumer: ConsumerId, *, now: float) -> Finish:
         """XEP-0254 §2.3: the holder deletes the item; it is done."""
-        lease = self._held(message_id, consumer)
+        return Finish(self.acked(message_id, consumer), consumer)
+
+    def acked(self, message_id: MessageId, consumer: ConsumerId) -> Ready:
+        """`ack(...).message` without making the Finish (the live queue's ack needs only the
+        message, and a frozen value costs ~3,000 instructions to make): the same checks, the
+        same state after."""
+        lease = self._held(message_id, consumer)  # its holder is `consumer`, or it raised
         self._leases.drop(message_id)
         self._past.forget(message_id)
-        return Finish(lease.message, lease.holder)
+        return lease.message
 
     def unlock(
         self, message_id: MessageId, consumer: ConsumerId, *, now: float, delay: float = 0.0
