@@ -121,8 +121,9 @@ class ReadySet:
             heapq.heappush(self._not_before, (ready.not_before, entry.generation, message_id))
             if ready.not_before < self.next_due:
                 self.next_due = ready.not_before
-        else:
-            self._enqueue(entry)
+        else:  # _enqueue's work, without its call (one per message put)
+            item = (-ready.priority, ready.sequence, ready.key, message_id, entry.generation)
+            heapq.heappush(self._lanes.setdefault(self._lane_of(ready), []), item)
         if ready.expiration > 0:
             heapq.heappush(self._expirations, (ready.expiration, entry.generation, message_id))
             if ready.expiration < self.next_due:

@@ -206,8 +206,12 @@ class Committer:
         Raises the OSError of the first move that failed; the others are done.
         """
         if not self._always or not moves:  # none: nothing to flush, and no group to wait for
-            self._ensure_thread()
-            _rename_all(moves)
+            if self._interval_flushes:  # (_ensure_thread's test: a call less per put)
+                self._ensure_thread()
+            if len(moves) == 1:  # one put: its error is raised as it is (_rename_all)
+                moves[0].apply()
+            else:
+                _rename_all(moves)
             return
         [error] = self.commit_each([moves])
         if error is not None:
