@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import boxmq
 from boxmq.store.spares import SPARE_DIR
@@ -95,3 +99,58 @@ def test_deleting_the_spare_folder_while_spares_are_kept_open_fails_no_put(root:
                 got.append(message.body)
                 message.ack()
             assert sorted(got) == [b"after0", b"after1", b"after2"]
+
+
+# (what, a number): put one body, ack what was received, both, delete the spare folder, or
+# delete one of the files in it (a spare kept open, or not).
+_SPARE_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["put", "take", "cycle", "cycle", "rmtree", "rm"]), st.integers(0, 7)
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=_SPARE_STEPS)
+def test_a_bare_put_after_spares_were_deleted_does_what_put_many_does(
+    steps: list[tuple[str, int]],
+) -> None:
+    """`put(body)` writes a spare kept open without checking that its file is still there,
+    and writes again when the rename tells it is gone: every put succeeds, every body is
+    received, and the spares and descriptors left are those put_many's checked write leaves."""
+    seen = []
+    for how in ("put", "put_many"):
+        with (
+            tempfile.TemporaryDirectory() as root,
+            boxmq.open(root, fsync="never", keep_processed=False) as box,
+        ):
+            jobs = box.queue("jobs")
+            got: list[bytes] = []
+            left = []
+            with jobs.consumer("w", max_in_flight=100) as consumer:
+                for index, (step, number) in enumerate(steps):
+                    if step in ("put", "cycle"):
+                        body = b"%d" % index * (number + 1)
+                        jobs.put(body) if how == "put" else jobs.put_many([body])
+                    if step in ("take", "cycle"):
+                        for message in consumer.receive_ready():
+                            got.append(message.body)
+                            message.ack()
+                    if step == "rmtree":
+                        shutil.rmtree(os.path.join(root, SPARE_DIR), ignore_errors=True)
+                    elif step == "rm":
+                        files = sorted(Path(root, SPARE_DIR).rglob("*.*"), key=str)
+                        files += sorted(Path(root, SPARE_DIR).rglob("*+*/*"), key=str)
+                        if files:
+                            files[number % len(files)].unlink()
+                    spares = box._spares
+                    assert spares is not None
+                    left.append((len(spares._own), len(spares._open)))
+                for message in consumer.receive_ready():
+                    got.append(message.body)
+                    message.ack()
+            seen.append((got, left))
+    assert seen[0] == seen[1]
+    puts = [b"%d" % i * (n + 1) for i, (s, n) in enumerate(steps) if s in ("put", "cycle")]
+    assert sorted(seen[0][0]) == sorted(puts)

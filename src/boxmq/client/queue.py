@@ -174,19 +174,28 @@ class Queue:
         write, commit and offer to this process's consumers."""
         data, message_class = body_bytes(body), _TEXT if isinstance(body, str) else _BYTES
         box = self._box
+        # A spare kept open is written without the fstat that tells whether its file is still
+        # there: the rename that sends it tells, in the rare case it is not (lost_spare).
+        check = False
         while True:
             message_id = self._ids.new()
             name = f"4.{message_id}.{message_class._value_}"  # plain_name(4, id, class, 0)
             try:
-                move = box.write(name, data)
-                break
+                move = box.write(name, data, check=check)
             except FileExistsError:  # an id taken in working/: draw again
                 continue
-        try:
-            box.send((move,))
-        except OSError:
-            discard_unsent((move,))  # refused to the caller: never delivered later
-            raise
+            try:
+                box.send((move,))
+                break
+            except FileNotFoundError:
+                if box.lost_spare(move):  # .spare/ was deleted: write again, with the check
+                    check = True
+                    continue
+                discard_unsent((move,))  # refused to the caller: never delivered later
+                raise
+            except OSError:
+                discard_unsent((move,))
+                raise
         if (live := self._opened()) is not None:
             live.sent([(name, Envelope(message_id, 4, message_class, 0), data)])
         return message_id

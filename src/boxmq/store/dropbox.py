@@ -172,10 +172,14 @@ class Dropbox:
 
     # -- producing ---------------------------------------------------------------------------
 
-    def write(self, name: str, body: bytes) -> Move:
+    def write(self, name: str, body: bytes, *, check: bool = True) -> Move:
         """Write `body` as working/<name>, or into one of the spares' own files (which only
         this process sees, as working/ would: store/spares.py); the returned move into
         target/ sends it.
+
+        check=False: a spare kept open is written without looking whether its file is still
+        there (Spares.write); the caller sends the move at once and, if it fails because the
+        file is gone (`lost_spare`), writes again with check=True.
 
         Raises FileExistsError if working/<name> exists (the caller picks another id).
         """
@@ -183,11 +187,16 @@ class Dropbox:
         if self._spares is not None:
             if self._reached is None:
                 self._reached = self._spares.reaches(self.path)
-            if self._reached and (own := self._spares.write(body)) is not None:
+            if self._reached and (own := self._spares.write(body, check=check)) is not None:
                 return Move(own, target)
         path = self._working + name
         write_new(path, body, self._spares)
         return Move(path, target)
+
+    def lost_spare(self, move: Move) -> bool:
+        """Whether `move`, written with check=False, failed to send because the spare it was
+        written into is gone (.spare/ deleted meanwhile): write the body again, with check."""
+        return self._spares is not None and self._spares.lost(move.source)
 
     def send(self, moves: Sequence[Move]) -> None:
         """Commit written files (working/ → target/) as the committer's fsync policy says."""

@@ -140,10 +140,15 @@ class Spares:
         self._next_look = 0.0
         self._name_by(process_token())
 
-    def write(self, body: bytes) -> str | None:
+    def write(self, body: bytes, *, check: bool = True) -> str | None:
         """Write `body` into an own spare, in place, and return its path, for the caller to
         rename (or link) where the message goes; None when there is no own spare. On an error
-        the spare is deleted and the error raised."""
+        the spare is deleted and the error raised.
+
+        check=False skips the `fstat` that finds a spare kept open whose file is gone (.spare/
+        deleted): for a caller that renames the path at once and, when that fails because
+        the file is gone (`lost`), writes again with check=True. One system call less per
+        put (~3,600 instructions, docs/benchmarks.md)."""
         while True:
             try:
                 path, size, inode, fd = self._own.pop()
@@ -154,8 +159,8 @@ class Spares:
                     fd = os.open(path, _REWRITE)
                 except FileNotFoundError:
                     continue  # somebody deleted .spare/ (which costs nothing but the spares)
-            elif not os.fstat(fd).st_nlink:  # the same, for a spare kept open: its put
-                self._open.pop(inode, None)  # would fail at the rename into target/
+            elif check and not os.fstat(fd).st_nlink:  # the same, for a spare kept open: its
+                self._open.pop(inode, None)  # put would fail at the rename into target/
                 os.close(fd)
                 continue
             _rewrite(fd, path, body, size)
@@ -164,6 +169,23 @@ class Spares:
             if len(opened) > self._kept_fds:
                 self._close_oldest()
             return path
+
+    def lost(self, path: str) -> bool:
+        """After the rename of `path`, written by `write(check=False)`, failed: True if it was
+        an own spare whose file is gone (.spare/ deleted meanwhile), and then the descriptors
+        kept for files that are gone are closed, as `write`'s check closes them one by one.
+        The caller writes again with check=True, which passes over the other spares gone."""
+        if not path.startswith(self._own_prefix) or os.path.lexists(path):
+            return False
+        with self._lock:  # as _close_oldest: a put or an ack may change _open meanwhile
+            for inode, fd in list(self._open.items()):
+                try:
+                    gone = not os.fstat(fd).st_nlink
+                except OSError:
+                    continue
+                if gone and self._open.pop(inode, _NO_FD) != _NO_FD:
+                    os.close(fd)
+        return True
 
     def _close_oldest(self) -> None:
         """Close kept descriptors, oldest first, down to the bound (a message another process
