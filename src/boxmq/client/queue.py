@@ -172,7 +172,10 @@ class Queue:
         """`put_many([body])[0]` for one bare body, the common put, in one call instead of
         five (put_many, _write_body, _write_as, _name, plain_name): the same envelope, name,
         write, commit and offer to this process's consumers."""
-        data, message_class = body_bytes(body), _TEXT if isinstance(body, str) else _BYTES
+        if type(body) is bytes:  # the usual body: body_bytes would return it as it is
+            data, message_class = body, _BYTES
+        else:
+            data, message_class = body_bytes(body), _TEXT if isinstance(body, str) else _BYTES
         box = self._box
         # A spare kept open is written without the fstat that tells whether its file is still
         # there: the rename that sends it tells, in the rare case it is not (lost_spare).

@@ -90,6 +90,9 @@ class Move:
         return {os.path.dirname(path) for path in paths}
 
     def apply(self) -> None:
+        if self.target is not None and not self.also:  # a put's move: one rename
+            os.rename(self.source, self.target)
+            return
         if self.pending is not None and self.target is None:
             copies = [(os.path.dirname(os.path.dirname(c)), os.path.basename(c)) for c in self.also]
             send_through_pending(self.source, self.pending, copies)

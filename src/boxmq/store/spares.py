@@ -269,7 +269,14 @@ class Spares:
             _close(fd)
             return remove_file(path)  # another dropbox still links this body: never write into it
         folder, prefix = (self._own_dir, self._own_prefix) if own else (self.path, self._prefix)
-        kept = self._keep(path, folder, prefix)
+        spare = prefix + str(next(self._numbers))
+        kept: str | bool = spare
+        try:  # _keep's usual case, without its call (one per ack)
+            os.rename(path, spare)
+        except OSError:
+            # _keep tries again and sees why: no folder (it makes it), the file gone (False),
+            # another file system (deleted instead) or another error (raised).
+            kept = self._keep(path, folder, prefix)
         if not isinstance(kept, str):
             _close(fd)
             return kept  # True: removed instead; False: it was gone
