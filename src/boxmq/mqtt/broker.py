@@ -669,6 +669,7 @@ class Broker:
             session.outbox.expect_release(record.releasing)
             # Before the subscriptions take back their locks: those messages go out first.
             session.sent_before = dict(record.sent)
+            session.sent_qos2_before = set(record.sent_qos2)
             session.outbox.reserve(session.sent_before.values())
         self._sessions[client_id] = session
         for text, subscription in found:

@@ -363,8 +363,28 @@ class Delivery:
                     self.deliver(session, publish, message)
         if session.sent_before and not outbox.waiting and outbox.free > 0:
             # Every message taken back had room to go: the ids left name settled ones.
+            self._release_settled(session)
             session.sent_before.clear()
             outbox.unreserve()
+
+    def _release_settled(self, session: Session) -> None:
+        """After a restart: QoS 2 messages the record names as sent, whose files are gone,
+        were settled by a PUBREC the process before read after writing that record; their
+        PUBRELs may never have gone out, and the client holds their ids until one comes
+        (session_record.py, `sent_qos2`). Sent now; a client that had it answers PUBCOMP
+        all the same (0x92 if it was done)."""
+        gone = sorted(set(session.sent_before.values()) & session.sent_qos2_before)
+        session.sent_qos2_before = set()
+        if not gone:
+            return
+        log.info(
+            "client %s: PUBREL again for %d settled QoS 2 message(s)", session.client_id, len(gone)
+        )
+        session.outbox.expect_release(gone)
+        self.unrecorded[session.client_id] = session  # its record names them, before the write
+        client = self._links.get(session.client_id)
+        if client is not None:
+            self.transmit(client, session, [Pubrel(packet_id) for packet_id in gone])
 
     def _send_again(self, session: Session, publish: Publish, message: Message, now: float) -> None:
         """A message the process before this one sent and the client did not acknowledge:

@@ -238,6 +238,14 @@ class Outbox(Generic[T]):
             if entry.token is not None and entry.stage is not Stage.AWAIT_PUBCOMP
         ]
 
+    def sent_qos2(self) -> list[int]:
+        """The packet ids among `sent()` of QoS 2 PUBLISHes (a PUBREC to come)."""
+        return [
+            packet_id
+            for packet_id, entry in self._in_flight.items()
+            if entry.token is not None and entry.stage is Stage.AWAIT_PUBREC
+        ]
+
     def reserve(self, packet_ids: Iterable[int]) -> None:
         """After a restart: ids that messages sent by the process before will take again
         (`push_again`), so that no other message takes them first."""

@@ -95,6 +95,7 @@ class Recorder:
                 for packet_id, token in session.outbox.sent()
                 if token is not None
             ),
+            sent_qos2=tuple(session.outbox.sent_qos2()),
         )
 
     def store(self, record: SessionRecord, *, flush: bool) -> None:

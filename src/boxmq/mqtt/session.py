@@ -73,6 +73,7 @@ class Session:
         # After a restart: the packet ids the process before sent its messages in flight
         # under, by message id (the record's `sent`), to send them again under (outbox.py).
         self.sent_before: dict[str, int] = {}
+        self.sent_qos2_before: set[int] = set()  # those of `sent_before` sent at QoS 2
         self.will: Will | None = None
         self.username: str | None = None
         self.connected = False

@@ -34,6 +34,11 @@ Invariants:
   a message since settled names nothing.
 - `releasing` is written the same way: before each write that sends a PUBREL, when the
   connection closes, and at a graceful shutdown (which closes every connection).
+- `sent_qos2` names the packet ids of `sent` that went at QoS 2. A restarted broker that
+  finds the message of one gone from its dropbox knows it was settled by a PUBREC read
+  after the record was written (a positive PUBREC settles at once, and its PUBREL is
+  recorded only before the write that sends it): it sends that PUBREL, rather than leave
+  the client holding the id (and taking the next message under it for a repeat).
 - A record is replaced by a rename: a reader sees the old one or the new one, never half.
 - Every field but `client_id` and `expiry` has a default, and unknown fields are ignored, so a
   record written by another boxmq version still loads.
@@ -91,6 +96,7 @@ class SessionRecord:
     releasing: tuple[int, ...] = ()  # QoS 2 packet ids sent PUBREL, awaiting PUBCOMP
     # (message id, packet id) of the stored messages sent and not yet acknowledged
     sent: tuple[tuple[str, int], ...] = ()
+    sent_qos2: tuple[int, ...] = ()  # those of `sent` sent at QoS 2, by packet id
 
     def deadline(self) -> float | None:
         """When the session ends if its client stays away; None: it never does, or the client
@@ -142,6 +148,7 @@ def _to_json(record: SessionRecord) -> dict[str, Any]:
         "will_due": record.will_due,
         "releasing": list(record.releasing),
         "sent": [list(pair) for pair in record.sent],
+        "sent_qos2": list(record.sent_qos2),
     }
 
 
@@ -199,6 +206,7 @@ def _from_json(data: Mapping[str, Any]) -> SessionRecord:
             will_due=None if due is None else float(due),
             releasing=tuple(_packet_id(i) for i in data.get("releasing", ())),
             sent=tuple((str(m), _packet_id(i)) for m, i in data.get("sent", ())),
+            sent_qos2=tuple(_packet_id(i) for i in data.get("sent_qos2", ())),
         )
     except (KeyError, TypeError, AttributeError, binascii.Error, ProtocolViolation) as error:
         raise ValueError(f"not a session record: {error!r}") from None

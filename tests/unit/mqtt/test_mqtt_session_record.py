@@ -60,6 +60,7 @@ _records = st.builds(
     sent=st.lists(
         st.tuples(st.text(max_size=20), st.integers(min_value=1, max_value=65_535)), max_size=4
     ).map(tuple),
+    sent_qos2=st.lists(st.integers(min_value=1, max_value=65_535), max_size=4).map(tuple),
 )
 
 
