@@ -168,7 +168,8 @@ class Batches:
             self._begin(client)
         if client.paused and len(client.jobs) < _BACKLOG_HIGH // 2 and client.held is None:
             client.paused = False
-            client.link.resume_reading()
+            if not client.stopped:
+                client.link.resume_reading()
         if client.tail is None:
             self._hand_over(client)
         self._after(client)

@@ -374,8 +374,15 @@ class Broker:
         self.flush()
 
     async def close(self) -> None:
-        """Shutting down: every client is told (v5) and its connection closed; then the disk
-        work in flight finishes, so everything acknowledged is on disk."""
+        """Shutting down: nothing more is read; the disk work of what was read finishes and
+        its answers (PUBACK, PUBREC, PUBCOMP) are written, so a client is not left to send
+        again what was stored; then every client is told (v5) and its connection closed,
+        and the disk work that this brings (records, session ends) finishes too."""
+        for client in list(self._clients.values()):
+            client.stopped = True
+            client.link.pause_reading()
+        await self._batches.wait_all()
+        self.flush()
         for client in list(self._clients.values()):
             self._kick(client, _R.SERVER_SHUTTING_DOWN, "server shutting down")
         await self._batches.wait_all()
@@ -774,7 +781,7 @@ class Broker:
         held, client.held = client.held, None
         if held is None or self._clients.get(client.link) is not client:
             return  # the connection closed meanwhile
-        if not client.paused:
+        if not client.paused and not client.stopped:
             client.link.resume_reading()
         try:
             self.received(client.link, held)

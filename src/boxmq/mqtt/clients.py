@@ -64,6 +64,7 @@ class Client:
     jobs: list[Job] = field(default_factory=list)  # disk work waiting for the next batch
     tail: asyncio.Future[None] | None = None  # the batch running now (one at a time, in order)
     paused: bool = False
+    stopped: bool = False  # the server is shutting down: nothing more is read from it
     # Seen to send more while its disk batch was being committed: under fsync=always, a
     # batch begun by a read waits a moment for the rest (batches.py).
     gathers: bool = False

@@ -986,6 +986,30 @@ def test_a_retained_qos2_message_sent_again_during_its_write_is_routed_once(
     _run(tmp_path, test)
 
 
+@pytest.mark.parametrize("fsync", ["never", "always"])
+def test_a_shutdown_answers_what_it_stored_before_it_disconnects(
+    tmp_path: Path, fsync: str
+) -> None:
+    """SIGTERM (broker.close) while a publisher's messages are being written: they are stored,
+    and the publisher is told so before DISCONNECT 0x8B. The connection was closed first, the
+    PUBACKs written to a closed link, and the publisher sent them all again after the
+    restart (found by an audit: a SIGTERM gave as many duplicates as a SIGKILL)."""
+
+    async def test(broker: Broker) -> None:
+        member = _connect(broker, "member")  # a share group: what "pub" sends is written
+        member.send(Subscribe(1, (Subscription("$share/g/a", 1),)))
+        await _until(lambda: any(isinstance(p, Suback) for p in member.inbox))
+        pub = _connect(broker, "pub")
+        pub.send(*[Publish("a", b"m%d" % n, 1, packet_id=n + 1) for n in range(5)])
+        await broker.close()
+        *answers, last = pub.take()
+        assert answers == [Puback(n + 1) for n in range(5)]
+        assert isinstance(last, Disconnect)
+        assert last.reason is ReasonCode.SERVER_SHUTTING_DOWN
+
+    _run(tmp_path, test, fsync=fsync)
+
+
 def test_a_client_id_spelled_like_a_long_ids_name_does_not_share_its_qos2_intake(
     tmp_path: Path,
 ) -> None:
