@@ -192,6 +192,47 @@ def test_each_share_group_member_gets_at_most_its_own_qos(box: boxmq.Box) -> Non
         assert seen == {"low": {0}, "high": {2}}  # round robin: each member got some
 
 
+def test_a_share_group_member_resubscribed_gets_its_new_qos(box: boxmq.Box) -> None:
+    """The cap follows `resubscribe` (an MQTT SUBSCRIBE again with another QoS): kept at the
+    first grant, a member raised to QoS 2 got QoS 0, which the MQTT door settles as it sends
+    (at most once), and one lowered to 0 still got QoS 2."""
+    with box.subscribe("$share/g/q/#", "m", qos=0, max_in_flight=10) as member:
+        for qos, expected in ((2, 2), (0, 0), (1, 1)):
+            box.topics.resubscribe("$share/g/q/#", "m", qos=qos)
+            box.publish("q/x", "x", qos=2)
+            [message] = drain(member)
+            assert message.qos == expected
+
+
+def test_retained_publishes_of_one_process_do_not_wait_for_each_other(
+    box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Subscriptions wait for retained publishes (above); publishes need not wait for one
+    another, each through its own commit and flush: one held at its replace does not hold up
+    another (a process-wide lock over the flush had halved their rate under always)."""
+    replacing, go = threading.Event(), threading.Event()
+    store = type(box.topics._retained)
+    original = store.replace
+
+    def slow_replace(self: object, staged: object) -> None:
+        if not replacing.is_set():
+            replacing.set()
+            go.wait(10)
+        original(self, staged)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "replace", slow_replace)
+    first = threading.Thread(target=box.publish, args=("a", "1"), kwargs={"retain": True})
+    first.start()
+    assert replacing.wait(10)
+    second = threading.Thread(target=box.publish, args=("b", "2"), kwargs={"retain": True})
+    second.start()
+    second.join(10)
+    done_while_held = not second.is_alive()
+    go.set()
+    first.join(10)
+    assert done_while_held
+
+
 def test_non_durable_subscriptions_live_in_memory(box: boxmq.Box, root: Path) -> None:
     with box.subscribe("news/#", "reader", qos=0, durable=False) as reader:
         box.publish("news/today", "hello", qos=1)

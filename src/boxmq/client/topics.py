@@ -25,6 +25,7 @@ from boxmq.client.memory import MemoryDelivery, MemoryInbox
 from boxmq.client.message import Message
 from boxmq.client.queue import QueueCounts, counts_of
 from boxmq.client.receiver import Receiver
+from boxmq.client.shared_lock import SharedLock
 from boxmq.client.spill import spilled
 from boxmq.client.sweeps import release_locks_of
 from boxmq.clock import Clock
@@ -187,10 +188,14 @@ class Topics:
         self._lock = threading.Lock()
         # A retained publish of this process (stage, route, replace) and a subscription's
         # retained copies (registration, reading the retained store, writing the copies) are
-        # one step each, one at a time: a subscription made while a topic's retained message
-        # is replaced gets the old one then the new, or the new one once, never the old after
-        # the new. Reentrant: a memory subscriber's hand-over may publish.
-        self._retained_lock = threading.RLock()
+        # one step each: a subscription made while a topic's retained message is replaced
+        # gets the old one then the new, or the new one once, never the old after the new.
+        # Publishes hold it shared (they run together, each with its own flush), the
+        # subscription alone (shared_lock.py).
+        self._retained_lock = SharedLock()
+        # A share-group member's own granted QoS, by (dropbox, member): the group's copies
+        # are stored at the highest any member was granted (Subscriber caps at this one).
+        self._grants: dict[tuple[str, ConsumerId], QoS] = {}
         self._router = Router()
         self._seen: tuple[int, int] | None = None
         self._paths: dict[_Key, str] = {}  # durable subscription -> its dropbox
@@ -274,7 +279,7 @@ class Topics:
         told of a failure for copies that were delivered, as when a commit's last flush fails.
         """
         assert envelope.topic is not None
-        with self._retained_lock:
+        with self._retained_lock.shared():
             staged = self._retained.stage(envelope.topic, _names(envelope, (level,))[level], data)
             try:
                 self._route(envelope, data, level, source)
@@ -571,7 +576,7 @@ class Topics:
         owner = self._token if ends_with_process and not parsed.shared else ""
         token = None if process_bound else ""
         if not parsed.shared and send_retained:
-            with self._retained_lock:  # see its comment in __init__
+            with self._retained_lock.exclusive():  # see its comment in __init__
                 path = self._register(subscription, token=token, owner=owner)
                 dropbox = Dropbox(path, self._committer, spares=self._spares)
                 self._send_retained(parsed, dropbox, subscription.qos)
@@ -591,7 +596,7 @@ class Topics:
             name,
             consumer=consumer,
             on_close=lambda: self._left(parsed, name, path),
-            granted=subscription.qos if parsed.shared else None,
+            granted=self._granted_to(path, name, subscription.qos) if parsed.shared else None,
         )
 
     def resubscribe(
@@ -609,7 +614,15 @@ class Topics:
         parsed = parse_filter(filter)
         name = check_consumer_name(subscriber)
         subscription = Subscription(name, parsed, _qos(qos), True, no_local)
-        self._register(subscription, token=None if process_bound else "")
+        path = self._register(subscription, token=None if process_bound else "")
+        if parsed.shared:
+            self._grants[path, name] = subscription.qos  # its Subscriber's cap from now on
+
+    def _granted_to(self, path: str, name: ConsumerId, qos: QoS) -> Callable[[], QoS | None]:
+        """A member's cap, read at each receive: `resubscribe` may change it."""
+        key = (path, name)
+        self._grants[key] = qos
+        return lambda: self._grants.get(key)
 
     def attach_dropbox(self, filter: str, subscriber: str, *, qos: int = 1) -> str:
         """Register a durable subscription (or share-group member) that something other than
@@ -720,6 +733,7 @@ class Topics:
         """A share group member leaves; the last one out deletes the group (MQTT-234)."""
         if not parsed.shared:
             return  # a durable subscription outlives its consumer; unsubscribe ends it
+        self._grants.pop((path, member), None)
         release_locks_of(Dropbox(path, self._committer, create=False), member)
         layout.remove_member(path, member)
         if not layout.members(path):
@@ -757,7 +771,7 @@ class Topics:
             return
         path = self._path_of(parsed, check_consumer_name(subscriber))
         dropbox = Dropbox(path, self._committer, create=False, spares=self._spares)
-        with self._retained_lock:  # never an older retained message after a newer one
+        with self._retained_lock.exclusive():  # never an older retained message after a newer one
             self._send_retained(parsed, dropbox, _qos(qos))
 
     def _send_retained(self, parsed: TopicFilter, dropbox: Dropbox, granted: QoS) -> None:
@@ -871,12 +885,13 @@ class Subscriber(Receiver):
         inbox: MemoryInbox | None = None,
         on_close: Callable[[], None],
         v5: V5Reader | None = None,
-        granted: QoS | None = None,
+        granted: Callable[[], QoS | None] | None = None,
     ) -> None:
         self.filter = filter
         self.name = name
-        # A share-group member's own QoS: the group's copies are stored at the highest any
-        # member was granted, and each member gets at most its own (MQTT-234, note 2).
+        # A share-group member's own QoS, as it stands now: the group's copies are stored at
+        # the highest any member was granted, and each member gets at most its own (MQTT-234,
+        # note 2).
         self._granted = granted
         self._v5 = v5
         self._consumer = consumer
@@ -889,7 +904,7 @@ class Subscriber(Receiver):
             message = self._consumer.receive(timeout)
             if message is None or self._granted is None:
                 return message
-            return self._capped(message, self._granted)
+            return self._capped(message, self._granted())
         assert self._inbox is not None
         delivery = self._inbox.pop(timeout)
         if delivery is None:
@@ -907,13 +922,15 @@ class Subscriber(Receiver):
     def receive_ready(self) -> list[Message]:
         if self._consumer is not None:
             ready = self._consumer.receive_ready()
-            granted = self._granted
-            return ready if granted is None else [self._capped(m, granted) for m in ready]
+            if self._granted is None:
+                return ready
+            granted = self._granted()
+            return [self._capped(m, granted) for m in ready]
         return super().receive_ready()
 
     @staticmethod
-    def _capped(message: Message, granted: QoS) -> Message:
-        if message.qos <= granted:
+    def _capped(message: Message, granted: QoS | None) -> Message:
+        if granted is None or message.qos <= granted:
             return message
         envelope = _at(message.envelope.without_property(QOS), granted)
         return replace(message, envelope=envelope)
