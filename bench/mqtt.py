@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from machine import interpreter
+from machine import Source, interpreter
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"  # brokers' folders and logs while they run; removed afterwards
@@ -458,8 +458,9 @@ def main() -> int:
     brokers = _brokers(args.fsync)
     names = [n.strip() for n in args.brokers.split(",")]
     unavailable = {n: why for n in names if (why := _unavailable(n, args.fsync))}
+    source = Source()
     print(f"load average at start: {Path('/proc/loadavg').read_text().split()[:3]}")
-    print(f"boxmq fsync={args.fsync}; {os.cpu_count()} CPUs; {interpreter()}")
+    print(f"{source.describe()}; fsync={args.fsync}; {os.cpu_count()} CPUs; {interpreter()}")
     for name, why in unavailable.items():
         print(f"{name}: not available: {why}")
     RESULTS.mkdir(exist_ok=True)
@@ -479,6 +480,10 @@ def main() -> int:
     print("goals (boxmq/peer msg/s):")
     print("\n".join(_goals(medians, unavailable, rounds)))
     print(f"load average at end: {Path('/proc/loadavg').read_text().split()[:3]}")
+    void = source.verdict()
+    if void is not None:
+        print(void)
+        return 1
     return 0
 
 

@@ -35,7 +35,7 @@ from multiprocessing import get_context
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 
-from machine import interpreter
+from machine import Source, interpreter
 
 QUEUE = "bench"
 ROUND = 100  # put_many's batch; persist-queue also clears its acked rows every ROUND acks
@@ -784,6 +784,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = [*_machine(base), _spread(base)]
     if " on tmpfs " in machine[0]:
         _say("warning: --dir is on tmpfs: these numbers are CPU costs, not disk costs")
+    source = Source()
     run = Run(base, args.size, Plan.of(messages), args.spares)
     started = time.monotonic()
     rows = []
@@ -792,12 +793,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append(_run_case(run, case))
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    print("\n".join(machine))
+    print("\n".join([*machine, source.describe()]))
     print(
         f"--messages {messages:,}, --size {args.size}, --spares {args.spares}; "
         f"the run took {time.monotonic() - started:.0f} s\n"
     )
     print("\n".join(_table(rows) + _legend(rows)))
+    void = source.verdict()
+    if void is not None:
+        print(void)
+        return 1
     return 0
 
 
