@@ -201,6 +201,7 @@ class Topics:
         self._paths: dict[_Key, str] = {}  # durable subscription -> its dropbox
         self._memory: dict[tuple[str, str], tuple[Subscription, MemoryInbox]] = {}
         self._incoming = layout.incoming_working(root)
+        self._generation_file = layout.generation_file(root)  # looked at by every _refresh
 
     # -- publishing ------------------------------------------------------------------------------
 
@@ -815,7 +816,7 @@ class Topics:
     # -- keeping the router in step with the folders ---------------------------------------------
 
     def _refresh(self) -> None:
-        seen = layout.generation(self._root)
+        seen = layout.generation(self._generation_file)
         if seen == self._seen:
             return
         self._seen = seen

@@ -221,9 +221,16 @@ def remove_subscription(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def generation(root: str) -> tuple[int, int] | None:
+def generation_file(root: str) -> str:
+    """The file whose replacement tells every process that the subscriptions changed: a
+    caller that looks often keeps its path (two joins per look cost a sixth of the stat)."""
+    return os.path.join(topic_root(root), _GENERATION)
+
+
+def generation(file: str) -> tuple[int, int] | None:
+    """The subscriptions' generation, as `generation_file(root)` shows it (one stat)."""
     try:
-        stat = os.stat(os.path.join(topic_root(root), _GENERATION))
+        stat = os.stat(file)
     except FileNotFoundError:
         return None
     return stat.st_ino, stat.st_mtime_ns

@@ -1540,3 +1540,28 @@ def test_drops_on_a_full_queue_are_logged_once_then_counted(
         "further drops are counted and logged every 10s",
         "client slow: queue full, 6 more message(s) dropped in the last 10s",
     ]
+
+
+def test_a_subscription_another_process_makes_is_seen_by_the_next_publishing_read(
+    tmp_path: Path,
+) -> None:
+    """The broker remembers per topic whether a durable subscription wants it, and looks at
+    the root's subscription generation again once per read (docs/mqtt.md): a topic it knew
+    nobody on disk wanted goes into a subscription another process made since."""
+
+    async def test(broker: Broker) -> None:
+        pub = _connect(broker, "pub")
+        pub.send(Publish("jobs/1", b"before", 1, packet_id=1))
+        assert pub.take() == [Puback(1)]  # nobody wanted it: answered from memory, dropped
+        with (
+            boxmq.open(tmp_path / "root", fsync="never") as other,  # another process's view
+            other.subscribe("jobs/#", "worker", qos=1) as subscription,
+        ):
+            pub.send(Publish("jobs/1", b"after", 1, packet_id=2))
+            await _until(lambda: pub.inbox == [Puback(2)])
+            message = subscription.receive(timeout=20)
+            assert message is not None
+            assert message.body == b"after"
+            message.ack()
+
+    _run(tmp_path, test)

@@ -66,10 +66,11 @@ def test_a_generation_the_disk_refuses_leaves_no_temporary(
     refuse: Callable[[pytest.MonkeyPatch], None],
 ) -> None:
     bump_generation(str(tmp_path))
-    before = topics.generation(str(tmp_path))
+    before = topics.generation(topics.generation_file(str(tmp_path)))
+    assert before is not None
     refuse(monkeypatch)
     with pytest.raises(OSError, match="No space"):
         bump_generation(str(tmp_path))
     monkeypatch.undo()
     assert os.listdir(topic_root(str(tmp_path))) == [".generation"]
-    assert topics.generation(str(tmp_path)) == before
+    assert topics.generation(topics.generation_file(str(tmp_path))) == before
