@@ -480,6 +480,11 @@ class AssuredIntake:
         source, msg_id = envelope.property_value(SOURCE), envelope.property_value(SOURCE_MESSAGE_ID)
         if reason is not None or not isinstance(source, str) or not isinstance(msg_id, str):
             return  # an ordinary producer's file, not an assured one
+        if queue is None:
+            # A topic's: one that no publish could take, kept by a version before `assured`
+            # checked it ('a/+', NUL, or '' which was stored as no topic at all), is refused
+            # here, where `_restore` logs it and leaves it, not at its send.
+            validate_topic(envelope.topic or "")
         pending = _Pending(entry.path, queue, envelope)
         if (source, msg_id) in delivered:  # marked but not moved: the crash came in between
             [failure] = self._send_all([pending])
