@@ -66,6 +66,7 @@ _OWN = "+"  # .spare/<process token>+<n>/: one pool's own spares (a token holds 
 _POOLS = itertools.count()  # tells apart the pools of one process (one per open root)
 _NO_FD = -1
 _MOST_KEPT_FDS = 128  # descriptors a pool keeps open for messages out, at most
+_KEEP_TRIES = 3  # renames into a spare folder that is being deleted, before deleting instead
 
 
 def _kept_fds() -> int:
@@ -292,19 +293,25 @@ class Spares:
     def _keep(self, path: str, folder: str, prefix: str) -> str | bool:
         """Rename `path` into `folder` as a spare: its new path; else whether `path` was
         removed (False: it was gone)."""
-        spare = prefix + str(next(self._numbers))
-        try:
-            os.rename(path, spare)
-        except FileNotFoundError:
-            if os.path.isdir(folder):
-                return False  # the file was gone
-            os.makedirs(folder, exist_ok=True)
-            return self._keep(path, folder, prefix)
-        except OSError as error:
-            if error.errno == errno.EXDEV:  # a dropbox mounted on another file system
-                return remove_file(path)
-            raise
-        return spare
+        for _ in range(_KEEP_TRIES):
+            spare = prefix + str(next(self._numbers))
+            try:
+                os.rename(path, spare)
+            except FileNotFoundError:
+                if os.path.isdir(folder):
+                    return False  # the file was gone
+                # FileNotFoundError: `rm -rf .spare/` came between two of its levels.
+                with contextlib.suppress(FileNotFoundError):
+                    os.makedirs(folder, exist_ok=True)
+                continue
+            except OSError as error:
+                if error.errno == errno.EXDEV:  # a dropbox mounted on another file system
+                    return remove_file(path)
+                raise
+            return spare
+        # The folder went again each time it was made (somebody deletes .spare/ as we go):
+        # this file is deleted, not kept, as docs/operations.md promises (an ack never fails).
+        return remove_file(path)
 
     def close(self) -> None:
         """Hand the own spares to the shared pool (other processes may take them from there)

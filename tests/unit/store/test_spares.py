@@ -426,3 +426,21 @@ def test_two_pools_acking_each_other_s_messages_never_write_into_a_live_one(
             assert path.read_bytes() == expected
     for spares in pools.values():
         spares.close()
+
+
+def test_an_ack_while_the_spare_folder_is_being_deleted_deletes_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rm -rf .spare/` racing an ack: the folder the ack makes for its spare goes again
+    before (or while) it is made. The ack raised FileNotFoundError and left its message in
+    processing/, to come back at its lock's deadline; now the file is deleted instead."""
+    spares = Spares(str(tmp_path), "t")
+
+    def deleted_as_made(name: str, mode: int = 0o777, exist_ok: bool = False) -> None:
+        raise FileNotFoundError(2, "No such file or directory", name)
+
+    monkeypatch.setattr(os, "makedirs", deleted_as_made)
+    done = finished(tmp_path, "m1", b"acked")
+    assert spares.give(done)
+    assert not os.path.exists(done)
+    assert not (tmp_path / SPARE_DIR).exists()
