@@ -64,6 +64,12 @@ _SHORT_ACKS: Final = {
     Pubcomp: (bytes((int(PacketType.PUBCOMP) << 4, 2)), True),
 }
 _ACKS: Final = (Puback, Pubrec, Pubrel, Pubcomp)
+# What a CONNACK over the client's Maximum Packet Size goes without (`_shortened`).
+_CONNACK_OPTIONAL: Final = (
+    PropertyId.RESPONSE_INFORMATION,
+    PropertyId.REASON_STRING,
+    PropertyId.USER_PROPERTY,
+)
 
 
 class Connection:
@@ -303,7 +309,12 @@ class Connection:
 
 def _shortened(packet: Packet) -> Packet:
     """An ack or DISCONNECT without its properties (Reason String, User Properties), which the
-    client's Maximum Packet Size lets us drop (MQTT 5.0 §3.1.2.25)."""
+    client's Maximum Packet Size lets us drop (MQTT 5.0 §3.1.2.25). A CONNACK keeps what the
+    client needs (its assigned id, the server's limits) and loses what it may go without: the
+    same two, and Response Information, which a server may always leave out (§3.2.2.3.15;
+    it holds the client id, so a long id and a small limit made a CONNACK over it)."""
     if isinstance(packet, (Puback, Pubrec, Pubrel, Pubcomp, Suback, Unsuback, Disconnect)):
         return replace(packet, properties=EMPTY)
+    if isinstance(packet, Connack):
+        return replace(packet, properties=packet.properties.without(*_CONNACK_OPTIONAL))
     return packet

@@ -520,6 +520,27 @@ def test_response_information_is_filled_in_for_a_client_that_asks(
     _run(tmp_path, test, settings=MqttSettings(response_information="reply/%u/%c/"))
 
 
+@pytest.mark.parametrize(("limit", "told"), [(64, False), (1024, True)])
+def test_a_connack_over_the_clients_maximum_packet_size_goes_without_response_information(
+    tmp_path: Path, limit: int, told: bool
+) -> None:
+    """MQTT-3.1.2-24: it holds the client id, and a long id made the CONNACK 94 bytes for a
+    client that takes 64; the server may leave it out, and keeps what the client needs."""
+
+    async def test(broker: Broker) -> None:
+        peer = Peer(broker)
+        props = Properties.build(request_response_information=1, maximum_packet_size=limit)
+        peer.send(Connect("c" * 60, V5, clean_start=True, properties=props))
+        [connack] = peer.take()
+        assert isinstance(connack, Connack)
+        assert connack.reason is ReasonCode.SUCCESS
+        assert len(encode(connack, V5)) <= limit
+        assert (connack.properties.response_information is not None) is told
+        assert connack.properties.topic_alias_maximum == Limits().topic_alias_maximum  # kept
+
+    _run(tmp_path, test, settings=MqttSettings(response_information="reply/%c/"))
+
+
 @pytest.mark.parametrize(
     ("delay", "clean", "sent"),
     [(None, False, True), (None, True, True), (30, False, False), (30, True, True)],
