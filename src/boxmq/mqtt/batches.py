@@ -186,10 +186,16 @@ class Batches:
                 self.start(waiting)
 
     async def wait_all(self) -> None:
-        """Until no batch runs (shutting down: everything acknowledged is on disk)."""
-        gathering, self._gathering = self._gathering, {}
-        for client, timer in gathering.items():
-            timer.cancel()
-            self._begin(client)
-        while tails := [c.tail for c in self._working if c.tail is not None]:
+        """Until no batch runs and none waits to gather (shutting down: everything
+        acknowledged is on disk). A batch's end may start another that gathers (packets a
+        SUBSCRIBE held back, handled as it ends): that one begins at once too, or its PUBACK
+        would be written after the DISCONNECT (found by a review)."""
+        while True:
+            gathering, self._gathering = self._gathering, {}
+            for client, timer in gathering.items():
+                timer.cancel()
+                self._begin(client)
+            tails = [c.tail for c in self._working if c.tail is not None]
+            if not tails:
+                return
             await asyncio.gather(*tails, return_exceptions=True)

@@ -1031,6 +1031,34 @@ def test_a_shutdown_answers_what_it_stored_before_it_disconnects(
     _run(tmp_path, test, fsync=fsync)
 
 
+@pytest.mark.parametrize("gathers", [False, True])
+def test_a_shutdown_answers_a_publish_held_behind_a_subscribe_before_it_disconnects(
+    tmp_path: Path, gathers: bool
+) -> None:
+    """Under fsync=always a SUBSCRIBE holds back what its read brought after it; the PUBLISH
+    let go when the SUBSCRIBE's record is written starts a batch of its own, which for a
+    client that gathers (one that sends while its batches commit) waits for its next read.
+    The shutdown waited only for the batches running, so that PUBACK came after the
+    DISCONNECT, and the publisher sent the message again after the restart."""
+
+    async def test(broker: Broker) -> None:
+        member = _connect(broker, "member")  # a share group: what "pub" sends is written
+        member.send(Subscribe(1, (Subscription("$share/g/a", 1),)))
+        await _until(lambda: any(isinstance(p, Suback) for p in member.inbox))
+        pub = Peer(broker)
+        props = Properties.build(session_expiry_interval=100)
+        pub.send(Connect("pub", V5, clean_start=True, properties=props))
+        await _until(lambda: bool(pub.inbox))  # the CONNACK, once the session's record is
+        assert [type(packet) for packet in pub.take()] == [Connack]  # written
+        [client] = [c for link, c in broker._clients.items() if link is pub]
+        client.gathers = gathers  # as after a read that came while its batch committed
+        pub.send(Subscribe(1, (Subscription("x/#", 1),)), Publish("a", b"m", 1, packet_id=7))
+        await broker.close()
+        assert [type(packet) for packet in pub.take()] == [Suback, Puback, Disconnect]
+
+    _run(tmp_path, test, fsync="always")
+
+
 def test_a_client_id_spelled_like_a_long_ids_name_does_not_share_its_qos2_intake(
     tmp_path: Path,
 ) -> None:
