@@ -79,7 +79,7 @@ from boxmq.mqtt.packets import (
 )
 from boxmq.mqtt.properties import EMPTY, Properties
 from boxmq.mqtt.publishing import Publishing
-from boxmq.mqtt.reasons import ReasonCode, reason_for
+from boxmq.mqtt.reasons import ReasonCode, connect_return_code, reason_for
 from boxmq.mqtt.recording import Recorder
 from boxmq.mqtt.routes import DurableRoutes, MemoryRoutes
 from boxmq.mqtt.session import NEVER, Session, SubscriptionOptions
@@ -128,9 +128,13 @@ def _connecting(client: Client, packet: Connect) -> str:
     return f"client {packet.client_id!r} ({user}, from {client.link.peer})"
 
 
-def _reason_text(reason: ReasonCode) -> str:
-    """A reason code as the log reads it: `bad user name or password (0x86)`."""
-    return f"{reason.name.lower().replace('_', ' ')} (0x{reason.value:02x})"
+def _reason_text(reason: ReasonCode, version: ProtocolVersion) -> str:
+    """A CONNACK's refusal as the log reads it, with the code the client was sent: `bad user
+    name or password (0x86)` for a v5 client, `(return code 4)` for a 3.1.1 one."""
+    if version is ProtocolVersion.V5:
+        return f"{reason.name.lower().replace('_', ' ')} (0x{reason.value:02x})"
+    code = connect_return_code(reason)
+    return f"{code.name.lower().replace('_', ' ')} (return code {code.value})"
 
 
 def _nothing_told() -> None:
@@ -476,7 +480,9 @@ class Broker:
         props = packet.properties
         refusal = self._refusal(packet, authenticated=authenticated)
         if refusal is not None:
-            log.info("%s refused: %s", _connecting(client, packet), _reason_text(refusal))
+            log.info(
+                "%s refused: %s", _connecting(client, packet), _reason_text(refusal, packet.version)
+            )
             self._out.send(client, Connack(reason=refusal))
             self.flush()
             client.link.close()

@@ -18,6 +18,7 @@ import boxmq
 from boxmq.clock import Clock, ManualClock, SystemClock
 from boxmq.model import PROPERTIES_FILE, MessageId
 from boxmq.mqtt import batches
+from boxmq.mqtt import broker as broker_module
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.codec import decode, encode
@@ -487,6 +488,36 @@ def test_a_refused_connect_is_logged_with_its_user_address_and_reason_code(
         "client 'dev-9' (user 'carol', from memory) refused: bad authentication method (0x8c)",
         "client 'dev-9' (no user name, from memory) refused: bad authentication method (0x8c)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("reason", "version", "logged"),
+    [
+        (ReasonCode.BAD_USER_NAME_OR_PASSWORD, V5, "bad user name or password (0x86)"),
+        (
+            ReasonCode.BAD_USER_NAME_OR_PASSWORD,
+            ProtocolVersion.V311,
+            "bad user name or password (return code 4)",
+        ),
+        (ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, V5, "client identifier not valid (0x85)"),
+        (
+            ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
+            ProtocolVersion.V311,
+            "identifier rejected (return code 2)",
+        ),
+        (
+            ReasonCode.NOT_AUTHORIZED,
+            ProtocolVersion.V311,
+            "not authorized (return code 5)",
+        ),
+    ],
+)
+def test_a_refusal_is_logged_with_the_code_its_clients_version_was_sent(
+    reason: ReasonCode, version: ProtocolVersion, logged: str
+) -> None:
+    """A 3.1.1 client is sent a CONNACK return code, not the v5 reason: the log names the one
+    it got (found by a review: `(0x86)` for a device that was told 4)."""
+    assert broker_module._reason_text(reason, version) == logged
 
 
 @pytest.mark.parametrize(
