@@ -20,7 +20,7 @@ class Source:
     process a benchmark starts (a broker, a worker) runs whatever `src/` holds at that
     moment: a file edited during the run puts other code into the rounds after it (at stop
     28 a broker started while `spares.py` lacked two methods, and its round delivered
-    nothing). Made at the start of a run; `changed()` at its end tells whether to trust it."""
+    nothing). Made at the start of a run; `finish()` at its end tells whether to trust it."""
 
     def __init__(self) -> None:
         self._src = Path(__file__).resolve().parent.parent / "src"
@@ -44,18 +44,16 @@ class Source:
         dirty = _git(self._src, "status", "--porcelain", "--", ".")
         return f"boxmq at {commit}" + (", with uncommitted changes in src/" if dirty else "")
 
-    def changed(self) -> bool:
-        """Whether any file under src/ was added, removed or written since the start."""
-        return self._files() != self._at_start
-
-    def verdict(self) -> str | None:
-        """None if src/ stayed as it was; else a line that voids the run."""
-        if not self.changed():
-            return None
-        return (
+    def finish(self) -> int:
+        """The run's exit status: 0, or 1 after a line that voids the run when a file under
+        src/ was added, removed or written since the start."""
+        if self._files() == self._at_start:
+            return 0
+        print(
             "VOID: src/ changed while this ran, so processes started after the change ran "
             "other code than those before it; run again from a checkout nobody edits"
         )
+        return 1
 
 
 def _git(cwd: Path, *args: str) -> str | None:

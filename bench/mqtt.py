@@ -480,11 +480,7 @@ def main() -> int:
     print("goals (boxmq/peer msg/s):")
     print("\n".join(_goals(medians, unavailable, rounds)))
     print(f"load average at end: {Path('/proc/loadavg').read_text().split()[:3]}")
-    void = source.verdict()
-    if void is not None:
-        print(void)
-        return 1
-    return 0
+    return source.finish()
 
 
 if __name__ == "__main__":

@@ -799,11 +799,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"the run took {time.monotonic() - started:.0f} s\n"
     )
     print("\n".join(_table(rows) + _legend(rows)))
-    void = source.verdict()
-    if void is not None:
-        print(void)
-        return 1
-    return 0
+    return source.finish()
 
 
 if __name__ == "__main__":

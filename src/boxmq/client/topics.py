@@ -197,11 +197,10 @@ class Topics:
         # are stored at the highest any member was granted (Subscriber caps at this one).
         self._grants: dict[tuple[str, ConsumerId], QoS] = {}
         self._router = Router()
-        self._seen: tuple[int, int] | None = None
         self._paths: dict[_Key, str] = {}  # durable subscription -> its dropbox
         self._memory: dict[tuple[str, str], tuple[Subscription, MemoryInbox]] = {}
         self._incoming = layout.incoming_working(root)
-        self._generation_file = layout.generation_file(root)  # looked at by every _refresh
+        self._generation = layout.GenerationWatch(root)  # looked at by every _refresh
 
     # -- publishing ------------------------------------------------------------------------------
 
@@ -816,10 +815,8 @@ class Topics:
     # -- keeping the router in step with the folders ---------------------------------------------
 
     def _refresh(self) -> None:
-        seen = layout.generation(self._generation_file)
-        if seen == self._seen:
+        if not self._generation.changed():
             return
-        self._seen = seen
         router, paths = Router(), {}
         for record, path in layout.read_records(self._root):
             parsed = TopicFilter(record.filter, record.group)

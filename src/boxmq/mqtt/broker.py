@@ -132,9 +132,11 @@ def _reason_text(reason: ReasonCode, version: ProtocolVersion) -> str:
     """A CONNACK's refusal as the log reads it, with the code the client was sent: `bad user
     name or password (0x86)` for a v5 client, `(return code 4)` for a 3.1.1 one."""
     if version is ProtocolVersion.V5:
-        return f"{reason.name.lower().replace('_', ' ')} (0x{reason.value:02x})"
-    code = connect_return_code(reason)
-    return f"{code.name.lower().replace('_', ' ')} (return code {code.value})"
+        name, told = reason.name, f"0x{reason.value:02x}"
+    else:
+        code = connect_return_code(reason)
+        name, told = code.name, f"return code {code.value}"
+    return f"{name.lower().replace('_', ' ')} ({told})"
 
 
 def _nothing_told() -> None:

@@ -15,7 +15,7 @@ from typing import Final
 
 from boxmq.client.box import Box
 from boxmq.core import QoS, Router, Subscription, TopicFilter
-from boxmq.store.topics import generation, generation_file
+from boxmq.store.topics import GenerationWatch
 
 __all__ = ["DurableRoutes", "MemoryRoutes", "Route"]
 
@@ -65,8 +65,7 @@ class DurableRoutes:
 
     def __init__(self, box: Box) -> None:
         self._box = box
-        self._generation_file = generation_file(box.root)
-        self._seen: tuple[int, int] | None = None
+        self._generation = GenerationWatch(box.root)
         self._cache: dict[str, bool] = {}
         self._fresh = False
 
@@ -75,9 +74,7 @@ class DurableRoutes:
 
     def wanted(self, topic: str) -> bool:
         if not self._fresh:
-            seen = generation(self._generation_file)
-            if seen != self._seen:
-                self._seen = seen
+            if self._generation.changed():
                 self._cache.clear()
             self._fresh = True
         wanted = self._cache.get(topic)

@@ -221,14 +221,30 @@ def remove_subscription(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def generation_file(root: str) -> str:
-    """The file whose replacement tells every process that the subscriptions changed: a
-    caller that looks often keeps its path (two joins per look cost a sixth of the stat)."""
-    return os.path.join(topic_root(root), _GENERATION)
+def generation(root: str) -> tuple[int, int] | None:
+    """The subscriptions' generation on `root`: the generation file's inode and time (one
+    stat), None while there is none."""
+    return _generation_at(os.path.join(topic_root(root), _GENERATION))
 
 
-def generation(file: str) -> tuple[int, int] | None:
-    """The subscriptions' generation, as `generation_file(root)` shows it (one stat)."""
+class GenerationWatch:
+    """Tells one reader whether the subscriptions on a root changed since it last asked: a
+    stat of the generation file, whose path is built once (the broker asks once per read
+    that publishes, and the two joins were a third of the look)."""
+
+    def __init__(self, root: str) -> None:
+        self._file = os.path.join(topic_root(root), _GENERATION)
+        self._seen: tuple[int, int] | None = None  # nothing yet, as a root with no file
+
+    def changed(self) -> bool:
+        seen = _generation_at(self._file)
+        if seen == self._seen:
+            return False
+        self._seen = seen
+        return True
+
+
+def _generation_at(file: str) -> tuple[int, int] | None:
     try:
         stat = os.stat(file)
     except FileNotFoundError:

@@ -66,11 +66,21 @@ def test_a_generation_the_disk_refuses_leaves_no_temporary(
     refuse: Callable[[pytest.MonkeyPatch], None],
 ) -> None:
     bump_generation(str(tmp_path))
-    before = topics.generation(topics.generation_file(str(tmp_path)))
+    before = topics.generation(str(tmp_path))
     assert before is not None
     refuse(monkeypatch)
     with pytest.raises(OSError, match="No space"):
         bump_generation(str(tmp_path))
     monkeypatch.undo()
     assert os.listdir(topic_root(str(tmp_path))) == [".generation"]
-    assert topics.generation(topics.generation_file(str(tmp_path))) == before
+    assert topics.generation(str(tmp_path)) == before
+
+
+def test_a_generation_watch_tells_each_change_once(tmp_path: Path) -> None:
+    watch = topics.GenerationWatch(str(tmp_path))
+    assert not watch.changed()  # no subscription was ever made: nothing to read
+    bump_generation(str(tmp_path))
+    assert watch.changed()
+    assert not watch.changed()
+    bump_generation(str(tmp_path))
+    assert watch.changed()
