@@ -6,8 +6,11 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 import boxmq
 from boxmq import MessageClass
+from boxmq.clock import ManualClock
 from boxmq.store.names import decode
 
 
@@ -225,3 +228,49 @@ def test_get_sets_aside_what_is_no_file_in_target(box: boxmq.Box, root: Path) ->
     assert message.body == b"warm-up"
     assert jobs.get() is None
     assert sorted(os.listdir(root / "jobs" / "error")) == sorted(STRAYS)
+
+
+# A delivery count an INT cannot hold one more of: a script's name, or a DropboxMQ tool's.
+FULL_COUNT = "9.full.T.....bx_dcI=2147483647"
+
+
+@pytest.mark.parametrize(
+    ("max_deliveries", "dead"),
+    [(5, f"{FULL_COUNT}&bx_whyS=max-deliveries"), (None, f"{FULL_COUNT}&bx_whyS=metadata-full")],
+)
+def test_a_delivery_count_that_cannot_grow_goes_to_error_and_blocks_no_consumer(
+    root: Path, max_deliveries: int | None, dead: str
+) -> None:
+    """One more delivery than 2^31-1 is no INT: writing it raised InvalidArgument out of the
+    unlock, and out of every receive after (the sweep met it again at its deadline), with
+    the message left in processing/ for ever."""
+    with boxmq.open(root, fsync="never", max_deliveries=max_deliveries) as box:
+        jobs = box.queue("jobs")
+        send(root, FULL_COUNT, "poison")
+        jobs.put(b"good")
+        with jobs.consumer("w", lock_timeout=0.2) as consumer:
+            message = consumer.receive(timeout=5)
+            assert message is not None
+            assert message.body == b"poison"
+            assert message.unlock() == dead.rpartition("=")[2]
+            assert [m.body for m in acked(consumer, 1)] == [b"good"]
+    assert os.listdir(root / "jobs" / "error") == [dead]
+    assert os.listdir(root / "jobs" / "processing") == []
+
+
+def test_get_sends_a_timed_out_lock_whose_count_cannot_grow_to_error(
+    manual_box: boxmq.Box, root: Path, clock: ManualClock
+) -> None:
+    """`boxmq get` releases the locks that timed out first: this one raised there, so every
+    get of the queue failed and the message stayed locked for ever."""
+    jobs = manual_box.queue("jobs")
+    send(root, FULL_COUNT, "poison")
+    jobs.put(b"good")
+    locked = jobs.get(lock_timeout=1)
+    assert locked is not None
+    assert locked.body == b"poison"
+    clock.advance(2)
+    message = jobs.get()
+    assert message is not None
+    assert message.body == b"good"
+    assert os.listdir(root / "jobs" / "error") == [f"{FULL_COUNT}&bx_whyS=max-deliveries"]

@@ -12,7 +12,7 @@ import logging
 import os
 
 from boxmq.core import Ready
-from boxmq.errors import MetadataTooLong
+from boxmq.errors import InvalidArgument, MetadataTooLong
 from boxmq.model import (
     DEAD_REASON,
     DELIVERY_COUNT,
@@ -141,7 +141,7 @@ def released_name(
     for candidate in (with_holder, envelope.without_property(LAST_HOLDER)):
         try:
             return encode(candidate, as_read=True)
-        except MetadataTooLong:
+        except InvalidArgument:  # too long, or a count past an INT's (a name a script wrote)
             continue
     return None
 
@@ -158,7 +158,7 @@ def dead_name(name: str, reason: str, *, delivery_count: int | None = None) -> s
     for candidate in (counted.with_property(*why), counted, envelope.with_property(*why)):
         try:
             return encode(candidate, as_read=True)
-        except MetadataTooLong:
+        except InvalidArgument:  # too long, or a count past an INT's (a name a script wrote)
             continue
     return name
 
