@@ -12,6 +12,7 @@ from tests.integration.mqtt.clients import put_file
 
 import boxmq
 from boxmq import State
+from boxmq.client.live_queue import LiveQueue
 from boxmq.clock import ManualClock
 from boxmq.model import GROUP_KEY, PROPERTIES_FILE
 from boxmq.store.names import decode, split_lock
@@ -150,6 +151,68 @@ def test_a_paused_consumer_gives_back_what_it_has_not_received_as_it_was(
         third = b.receive(timeout=5)
         assert third is not None
         assert third.body == b"m2"
+
+
+def test_a_put_the_watcher_told_of_first_comes_back_to_a_consumer_after_a_give_back(
+    box: boxmq.Box, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put renames its file into target/ before it tells the process's consumers of it
+    (LiveQueue.sent); a consumer thread that reads the watcher in between offers it first,
+    and it may be claimed (here for `b`, the consumer with room) before the put tells. The
+    put then recorded the name as known again, though the engine had it leased: given back
+    under that name (`b` pauses), it was never offered again, not even by the rescan, and
+    waited in target/ while this process's consumers got nothing (found by a stress of six
+    consumer threads that pause now and then: 2 to 15 of 3,500 messages stuck)."""
+    jobs = box.queue("jobs")
+    with jobs.consumer("a") as a, jobs.consumer("b") as b:
+        jobs.put(b"first")
+        held = a.receive(timeout=5)  # `a` is full now
+        assert held is not None
+        sent = LiveQueue.sent
+
+        def told_late(live: LiveQueue, messages: list[Any]) -> None:
+            assert a.receive(timeout=0) is None  # reads the watcher: claimed for `b`
+            assert a.receive(timeout=0) is None  # reads the claim's news too
+            sent(live, messages)
+
+        monkeypatch.setattr(LiveQueue, "sent", told_late)
+        jobs.put(b"second")
+        monkeypatch.undo()
+        assert files(root, "jobs", "target") == []  # claimed for `b`, not received
+        b.pause()  # given back as it was, under its own name
+        b.resume()
+        message = b.receive(timeout=6)  # past the rescan (every 5 s)
+        assert message is not None
+        assert message.body == b"second"
+
+
+def test_a_put_the_watcher_told_of_first_and_a_consumer_unlocked_is_delivered_again(
+    box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, the message received and unlocked (ready under its new name) before the put
+    tells: the put's offer took its place in the engine under the name that was gone, whose
+    claim then failed, and the unlocked message waited for nobody."""
+    jobs = box.queue("jobs")
+    with jobs.consumer("a") as a, jobs.consumer("b") as b:
+        jobs.put(b"first")
+        held = a.receive(timeout=5)
+        assert held is not None
+        sent = LiveQueue.sent
+
+        def told_late(live: LiveQueue, messages: list[Any]) -> None:
+            early = b.receive(timeout=0)  # from the watcher, before the put tells
+            assert early is not None
+            assert early.unlock() is None
+            assert b.receive(timeout=0) is None  # `b` is passed over; reads the news
+            sent(live, messages)
+
+        monkeypatch.setattr(LiveQueue, "sent", told_late)
+        jobs.put(b"second")
+        monkeypatch.undo()
+        held.ack()
+        message = a.receive(timeout=6)  # past the rescan (every 5 s)
+        assert message is not None
+        assert (message.body, message.delivery_count) == (b"second", 2)
 
 
 def test_closing_a_consumer_counts_only_the_deliveries_it_received(

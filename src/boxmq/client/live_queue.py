@@ -599,20 +599,32 @@ class LiveQueue:
 
         Their bodies too, when small: a file never changes once in target/, so the receive
         that takes one of them need not open and read it back (three system calls). Bodies
-        of messages another process took stay until the cache is full, then all go."""
+        of messages another process took stay until the cache is full, then all go.
+
+        A name the watcher told of first (a consumer thread read it between the put's rename
+        and this call) is left as the watcher's offer made it: the engine may have it claimed
+        since, or released under another name, and offering it again would make `_known`
+        hold a name the engine does not (a claim given back under it was then never
+        offered again)."""
         with self._mutex:
             now = self._clock.now()
             bodies = self._bodies
+            engine = self._engine
             if len(bodies) + len(messages) > _CACHED_BODIES:
                 bodies.clear()
             for name, envelope, body in messages:
                 if name in self._known:
                     continue
+                if (
+                    engine.lease(envelope.message_id) is not None
+                    or engine.ready_key(envelope.message_id) is not None
+                ):
+                    continue  # the watcher told of it first: claimed, or released, since
                 if len(body) <= _CACHED_BODY_SIZE:
                     bodies[name] = body
                 self._known[name] = envelope
                 sequence = stamp_of(envelope.message_id) / 1000
-                self._engine.offer(ready_of(name, envelope, sequence), now=now)
+                engine.offer(ready_of(name, envelope, sequence), now=now)
                 self._sent.add(name)
 
     def _apply_all(self, effects: list[Effect]) -> bool:
