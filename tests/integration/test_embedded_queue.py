@@ -756,6 +756,22 @@ def test_peek_purge_and_counts(box: boxmq.Box) -> None:
         jobs.purge(state=State.PROCESSING)
 
 
+def test_peek_shows_target_in_the_order_get_takes_it(box: boxmq.Box, root: Path) -> None:
+    """A name a script wrote carries no time in its id: a consumer orders it by its file's
+    mtime, and peek put it before every message of its priority (`boxmq peek jobs --limit 1`
+    showed the script's message while `boxmq get` took the older one)."""
+    jobs = box.queue("jobs")
+    jobs.put(b"older")
+    target = root / "jobs" / "target"
+    put_file(target, "4.from-a-script.T", b"newer")
+    os.utime(target / "4.from-a-script.T", (1e10, 1e10))  # made after the put, for sure
+    assert [p.envelope.message_id for p in jobs.peek()][1] == "from-a-script"
+    order = []
+    while (message := jobs.get()) is not None:
+        order.append(message.body)
+    assert order == [b"older", b"newer"]
+
+
 def test_unknown_queue_is_an_error_when_not_creating(box: boxmq.Box) -> None:
     with pytest.raises(boxmq.QueueNotFound):
         box.queue("nope", create=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -397,18 +398,22 @@ class Queue:
             # Sliced with it, -1 would drop the last message and 0 show none: say so instead.
             raise InvalidArgument(f"limit must be None or an int >= 1, not {limit!r}")
         state = state_of(state)
-        seen = []
+        seen: list[tuple[int, float, str, Peeked]] = []
         for entry in self._box.scan(state):
             name, lock = split_lock(entry.name) if state is State.PROCESSING else (entry.name, None)
             envelope = envelope_of(name)
-            size = _size(entry.path)
-            if size is not None:
+            status = _status(entry.path)
+            if status is not None:
                 holder = lock.owner if lock else None
-                seen.append(Peeked(envelope, size, state, holder, self._v5))
-        seen.sort(
-            key=lambda p: (-p.envelope.priority, p.envelope.timestamp or 0, p.envelope.message_id)
-        )
-        return seen[:limit] if limit is not None else seen
+                peeked = Peeked(envelope, status.st_size, state, holder, self._v5)
+                # Within a priority as a consumer takes them (_ready_in_order): by the time
+                # the id carries, else (a name a script wrote) by the file's mtime.
+                stamp = envelope.timestamp
+                sequence = stamp / 1000 if stamp is not None else status.st_mtime
+                seen.append((-envelope.priority, sequence, name, peeked))
+        seen.sort(key=lambda row: row[:3])
+        ordered = [row[3] for row in seen]
+        return ordered[:limit] if limit is not None else ordered
 
     def purge(self, *, state: State | str = State.TARGET) -> int:
         """Delete every message in one state folder; how many were deleted."""
@@ -457,8 +462,6 @@ def counts_of(box: Dropbox) -> QueueCounts:
 
 def _sequence(path: str, envelope: Envelope) -> float:
     """What orders the message within its priority: its id's time, else the file's mtime."""
-    import os
-
     if (stamp := envelope.timestamp) is not None:
         return stamp / 1000
     try:
@@ -467,11 +470,9 @@ def _sequence(path: str, envelope: Envelope) -> float:
         return 0.0
 
 
-def _size(path: str) -> int | None:
-    import os
-
+def _status(path: str) -> os.stat_result | None:
     try:
-        return os.stat(path).st_size
+        return os.stat(path)
     except FileNotFoundError:
         return None
 
