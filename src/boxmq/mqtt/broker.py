@@ -762,7 +762,9 @@ class Broker:
                     "DISCONNECT sets a Session Expiry Interval after 0 (§3.14.2.2.2)"
                 )
             session.expiry = min(asked, self.limits.max_session_expiry)
-        client.clean_exit = packet.reason != _R.DISCONNECT_WITH_WILL_MESSAGE
+        # Only a normal disconnection deletes the Will (MQTT-3.1.2-8, MQTT-3.1.2-10): 0x04 asks
+        # for it, and a client that ends with an error (0x80, 0x81, ...) ends abnormally.
+        client.clean_exit = packet.reason == _R.NORMAL_DISCONNECTION
 
     def _held_at_close(self, client: Client, session: Session) -> None:
         """The connection ends while packets wait behind a SUBSCRIBE (fsync=always,

@@ -71,6 +71,24 @@ def test_no_will_after_a_normal_disconnect(server: RunningServer) -> None:
     assert watcher.nothing(0.7)
 
 
+@pytest.mark.parametrize("reason", [0x04, 0x80, 0x81])
+def test_will_is_sent_after_a_disconnect_other_than_normal(
+    server: RunningServer, reason: int
+) -> None:
+    """Only DISCONNECT 0x00 deletes the Will (MQTT-3.1.2-8, MQTT-3.1.2-10): 0x04 asks for it,
+    and a client that ends with an error (0x80 Unspecified error, 0x81 Malformed Packet) ends
+    as abnormally as one whose connection breaks."""
+    from paho.mqtt.reasoncodes import ReasonCode
+
+    watcher = paho(server, "watcher")
+    watcher.subscribe("status/#", 1)
+    failing = paho(server, "failing", will=("status/failing", b"gone", 1))
+    failing.client.disconnect(reasoncode=ReasonCode(PacketTypes.DISCONNECT, identifier=reason))
+    failing.client.loop_stop()
+    message = watcher.next()
+    assert (message.topic, message.payload) == ("status/failing", b"gone")
+
+
 def test_will_delay_lets_a_quick_reconnect_cancel_the_will(server: RunningServer) -> None:
     watcher = paho(server, "watcher")
     watcher.subscribe("status/#", 1)
