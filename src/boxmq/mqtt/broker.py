@@ -691,8 +691,11 @@ class Broker:
             if not self._may_keep(client_id, record, text):
                 continue
             delivery = saved.get(text, DeliveryOptions())
+            # A share group's record holds the highest QoS any member was granted; the
+            # session's record, this member's own (MQTT-3.8.4-8).
+            granted = subscription.qos if delivery.qos is None else delivery.qos
             options = SubscriptionOptions(
-                qos=subscription.qos,
+                qos=min(subscription.qos, granted),
                 durable=True,
                 no_local=subscription.no_local,
                 retain_as_published=delivery.retain_as_published,

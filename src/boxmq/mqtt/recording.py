@@ -71,14 +71,16 @@ class Recorder:
         (session_record.py). Connected: the Will is the connection's; closed
         (`disconnected_at`), `will` is the one still to be sent, at `will_due`."""
         options = {
-            text: DeliveryOptions(options.identifier, options.retain_as_published)
+            text: DeliveryOptions(options.identifier, options.retain_as_published, options.qos)
             for text, options in session.subscriptions.items()
             if options.durable
         }
         for text, wanted_options in wanted:
             if wanted_options is not None and wanted_options.durable:
                 options[text] = DeliveryOptions(
-                    wanted_options.identifier, wanted_options.retain_as_published
+                    wanted_options.identifier,
+                    wanted_options.retain_as_published,
+                    wanted_options.qos,
                 )
         return SessionRecord(
             session.client_id,

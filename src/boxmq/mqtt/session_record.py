@@ -7,12 +7,13 @@ A persistent session's durable subscriptions are dropboxes with their own record
 of a share group and say nothing of time, so what belongs to one session is kept here: its
 Session Expiry Interval and since when its client is away (MQTT 5.0 §3.1.2.11.2), and, per
 filter as subscribed, the options that shape what it is sent (Subscription Identifier
-§3.8.2.1.2, Retain As Published §3.8.3.1). Retain Handling only acts at SUBSCRIBE time and is
-not kept. And its connection's Will Message (§3.1.3.2.2), so that a delayed Will outlives a
-restart of the broker. And the packet ids of the QoS 2 messages it was sent, acknowledged with
-PUBREC and was sent PUBREL for, not yet completed: a restarted broker sends those PUBRELs again
-(§4.4), where the process before would have, so that the client frees them; the messages
-themselves were settled at PUBREC and are never sent again.
+§3.8.2.1.2, Retain As Published §3.8.3.1, and the QoS granted: a share group's record holds
+the highest any member was granted, MQTT-3.8.4-8). Retain Handling only acts at SUBSCRIBE
+time and is not kept. And its connection's Will Message (§3.1.3.2.2), so that a delayed Will
+outlives a restart of the broker. And the packet ids of the QoS 2 messages it was sent,
+acknowledged with PUBREC and was sent PUBREL for, not yet completed: a restarted broker sends
+those PUBRELs again (§4.4), where the process before would have, so that the client frees
+them; the messages themselves were settled at PUBREC and are never sent again.
 
 Invariants:
 - `holder` is the process token of the broker the client is connected to; None once the
@@ -81,6 +82,9 @@ class DeliveryOptions:
 
     identifier: int | None = None  # Subscription Identifier, sent back with each message
     retain_as_published: bool = False
+    # The QoS granted to this session: a share group's record holds the group's, the highest
+    # any member was granted. None: written by a boxmq that did not keep it.
+    qos: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +144,11 @@ def _to_json(record: SessionRecord) -> dict[str, Any]:
         "holder": record.holder,
         "disconnected_at": record.disconnected_at,
         "options": {
-            text: {"identifier": o.identifier, "retain_as_published": o.retain_as_published}
+            text: {
+                "identifier": o.identifier,
+                "retain_as_published": o.retain_as_published,
+                "qos": o.qos,
+            }
             for text, o in record.options.items()
         },
         "username": record.username,
@@ -187,6 +195,7 @@ def _from_json(data: Mapping[str, Any]) -> SessionRecord:
             str(text): DeliveryOptions(
                 identifier=_optional_int(o.get("identifier")),
                 retain_as_published=bool(o.get("retain_as_published", False)),
+                qos=_optional_qos(o.get("qos")),
             )
             for text, o in data.get("options", {}).items()
         }
@@ -219,6 +228,12 @@ def _packet_id(value: Any) -> int:
 
 
 def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _optional_qos(value: Any) -> int | None:
+    if value is not None and value not in (0, 1, 2):
+        raise TypeError(f"{value!r} is not a QoS")
     return None if value is None else int(value)
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import queue
 import time
+from pathlib import Path
 
-from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, paho
+from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, paho, start_server
 
 GROUP = "$share/workers/jobs/#"
 
@@ -39,3 +40,30 @@ def test_a_member_granted_qos_0_does_not_lower_the_others(server: RunningServer)
     for n in range(2):
         publisher.publish("jobs/x", f"alone{n}", 1)
     assert _levels({"high": high}, 2) == {"high": {1}}
+
+
+def test_a_member_granted_qos_0_keeps_it_across_a_restart(tmp_path: Path) -> None:
+    """A persistent session's membership is resumed from disk at the QoS it was granted, not
+    at the group's (the highest any member was granted, which its dropbox's record holds):
+    the session's record keeps its own (MQTT 5.0 §3.8.4, MQTT-3.8.4-8)."""
+    root = tmp_path / "root"
+    first = start_server(root)
+    try:
+        high = paho(first, "granted-1", clean=False, expiry=300)
+        assert [r.value for r in high.subscribe(GROUP, 1)] == [1]
+        low = paho(first, "granted-0", clean=False, expiry=300)
+        assert [r.value for r in low.subscribe(GROUP, 0)] == [0]
+        high.stop()
+        low.stop()
+    finally:
+        first.shutdown()
+    second = start_server(root)
+    try:
+        low = paho(second, "granted-0", clean=False, expiry=300)
+        assert low.session_present
+        publisher = paho(second, "publisher")
+        for n in range(2):
+            publisher.publish("jobs/x", f"after{n}", 1)
+        assert _levels({"low": low}, 2) == {"low": {0}}
+    finally:
+        second.shutdown()

@@ -29,6 +29,7 @@ _options = st.builds(
     DeliveryOptions,
     identifier=st.none() | st.integers(min_value=1, max_value=268_435_455),  # §3.8.2.1.2
     retain_as_published=st.booleans(),
+    qos=st.none() | st.sampled_from([0, 1, 2]),
 )
 _mqtt_chars = st.characters(codec="utf-8", exclude_characters="\0")  # MQTT-1.5.4-1/2
 _wills = st.builds(
