@@ -260,10 +260,10 @@ def publish_of(
     message: Message, topic: str, options: SubscriptionOptions, now: float, side_files: SideFiles
 ) -> Publish:
     """The PUBLISH on `topic` for a message taken from a dropbox (DUP once it was delivered
-    before). One look at the envelope's properties for all it needs (this runs for every
-    message sent from disk): the same answers as the message's `qos`, `retained`,
-    `published_retained` and `delivery_count` and `_properties_of`, each of which looks
-    again (a Hypothesis test holds them equal)."""
+    before, unless it goes at QoS 0). One look at the envelope's properties for all it needs
+    (this runs for every message sent from disk): the same answers as the message's `qos`,
+    `retained`, `published_retained` and `delivery_count` and `_properties_of`, each of which
+    looks again (a Hypothesis test holds them equal)."""
     envelope = message.envelope
     qos: object = _UNSET
     retained = published = count = qos
@@ -292,12 +292,14 @@ def publish_of(
     if options.identifier:
         props = props + subscription_identifier(options.identifier)
     asked = qos_of(qos)
+    sent = asked if asked < options.qos else options.qos
     return new_publish(
         topic,
         message.body,
-        asked if asked < options.qos else options.qos,
+        sent,
         retained is True or (options.retain_as_published and published is True),
-        isinstance(count, int) and not isinstance(count, bool) and count > 0,
+        # DUP never on QoS 0 (MQTT-3.3.1-2), whatever deliveries the message had before.
+        sent > 0 and isinstance(count, int) and not isinstance(count, bool) and count > 0,
         None,
         props,
     )

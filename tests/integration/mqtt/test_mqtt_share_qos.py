@@ -4,10 +4,21 @@ the others were granted (MQTT 5.0 §3.8.4): the group's copies are stored at the
 from __future__ import annotations
 
 import queue
+import signal
 import time
 from pathlib import Path
 
-from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, paho, start_server
+from tests.integration.mqtt.clients import (
+    WAIT,
+    Paho,
+    RunningServer,
+    paho,
+    serve_fresh,
+    serve_process,
+    start_server,
+    stop_process,
+)
+from tests.integration.mqtt.raw import open_raw, read, subscribe, take_publishes
 
 GROUP = "$share/workers/jobs/#"
 
@@ -67,3 +78,35 @@ def test_a_member_granted_qos_0_keeps_it_across_a_restart(tmp_path: Path) -> Non
         assert _levels({"low": low}, 2) == {"low": {0}}
     finally:
         second.shutdown()
+
+
+def test_a_message_sent_again_to_a_member_granted_qos_0_has_no_dup(tmp_path: Path) -> None:
+    """MQTT-3.3.1-2: a QoS 0 PUBLISH has DUP 0. A message whose delivery ended without an ack
+    (here a non-persistent member's lock, released by the restart after a SIGKILL) counts a
+    delivery, which sets DUP on its next QoS 1/2 PUBLISH; a member granted QoS 0 gets it
+    without (a strict client takes DUP on QoS 0 for a malformed packet)."""
+    target, server = serve_fresh(tmp_path)
+    try:
+        low, _ = open_raw(target, "granted-0")  # a persistent session: it outlives the kill
+        low.sendall(subscribe(1, GROUP, 0))
+        assert read(low)[0] == 0x90
+        low.close()
+        high, _ = open_raw(target, "granted-1", clean=True, expiry=0)
+        high.sendall(subscribe(1, GROUP, 1))
+        assert read(high)[0] == 0x90
+        publisher = paho(target, "publisher")
+        publisher.publish("jobs/x", b"held", 1)
+        publisher.stop()
+        assert [m.payload for m in take_publishes(high, 1)] == [b"held"]  # never acknowledged
+        server.send_signal(signal.SIGKILL)
+        server.wait(timeout=20)
+        high.close()
+        server = serve_process(target.root, target.port)
+        low, present = open_raw(target, "granted-0")
+        with low:
+            assert present
+            low.settimeout(WAIT)
+            kind, body = read(low)
+        assert (kind, body[-4:]) == (0x30, b"held"), hex(kind)  # QoS 0, DUP 0, RETAIN 0
+    finally:
+        stop_process(server)

@@ -472,12 +472,13 @@ def _general_publish_of(
     )
     if options.identifier:
         props = props + subscription_identifier(options.identifier)
+    qos = min(message.qos, options.qos)
     return Publish(
         topic,
         message.body,
-        min(message.qos, options.qos),
+        qos,
         message.retained or (options.retain_as_published and message.published_retained),
-        message.delivery_count > 1,
+        qos > 0 and message.delivery_count > 1,  # MQTT-3.3.1-2: no DUP at QoS 0
         None,
         props,
     )
