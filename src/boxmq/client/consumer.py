@@ -35,10 +35,10 @@ class Consumer(Receiver):
     def set_limits(self, *, max_in_flight: int, lock_timeout: float) -> None:
         self._live.set_limits(self.name, max_in_flight=max_in_flight, lock_timeout=lock_timeout)
 
-    def pause(self) -> None:
+    def pause(self, *, keep_claimed: bool = False) -> None:
         """Take nothing more until `resume`; what was claimed for us and not received goes
-        back to the other consumers, what we received stays ours."""
-        self._live.pause(self.name)
+        back to the other consumers (unless `keep_claimed`), what we received stays ours."""
+        self._live.pause(self.name, keep_claimed=keep_claimed)
 
     def resume(self) -> None:
         self._live.resume(self.name)

@@ -197,14 +197,18 @@ class LiveQueue:
             )
             self._cond.notify_all()
 
-    def pause(self, consumer: ConsumerId) -> None:
+    def pause(self, consumer: ConsumerId, *, keep_claimed: bool = False) -> None:
         """Nothing more for `consumer` until `resume`: the messages claimed for it and not
-        received go back to the other consumers at once; those it received stay locked to it."""
+        received go back to the other consumers at once; those it received stay locked to it.
+        keep_claimed: those claimed stay its own too (the ones `attach` found it held when its
+        last process ended, which it received there)."""
         with self._mutex:
             inbox = self._inbox.get(consumer)
             if inbox is None:
                 return
             self._engine.pause(consumer)
+            if keep_claimed:
+                return
             given_back = self._give_back(consumer, inbox)
             inbox.clear()
             self._apply_all(given_back)

@@ -939,11 +939,13 @@ class Subscriber(Receiver):
             return
         self._consumer.set_limits(max_in_flight=max_in_flight, lock_timeout=lock_timeout)
 
-    def pause(self) -> None:
+    def pause(self, *, keep_claimed: bool = False) -> None:
         """A durable subscription or share-group member takes nothing more until `resume`
-        (what it holds stays its own): a share group's messages go to its other members."""
+        (what it holds stays its own): a share group's messages go to its other members.
+        keep_claimed: what was claimed for it and not received yet stays its own too, such
+        as the messages a subscriber with process_bound=False took back at its subscribe."""
         if self._consumer is not None:
-            self._consumer.pause()
+            self._consumer.pause(keep_claimed=keep_claimed)
 
     def resume(self) -> None:
         if self._consumer is not None:

@@ -690,6 +690,10 @@ class Broker:
         for text, subscription in found:
             if not self._may_keep(client_id, record, text):
                 continue
+            # A membership its record does not name was unsubscribed while it held messages
+            # of the group: it is left once those are settled, and takes no new ones
+            # (MQTT-3.10.4-2, -3), as before the restart.
+            leaving = record is not None and text not in saved and parse_filter(text).shared
             delivery = saved.get(text, DeliveryOptions())
             # A share group's record holds the highest QoS any member was granted; the
             # session's record, this member's own (MQTT-3.8.4-8).
@@ -701,8 +705,15 @@ class Broker:
                 retain_as_published=delivery.retain_as_published,
                 identifier=delivery.identifier,
             )
-            session.subscriptions[text] = options
-            self._subscribing.attach(session, text, options)
+            if leaving:
+                session.leaving[text] = options
+                self._subscribing.attach(session, text, options)
+                self._durable[client_id][text].pause(keep_claimed=True)  # it holds those
+            else:
+                session.subscriptions[text] = options
+                self._subscribing.attach(session, text, options)
+        if session.leaving:
+            self._delivery.close_drained(session)  # those that hold nothing any more
         log.info(
             "client %s: session found on disk (%d subscription(s), %d QoS 2 awaiting PUBREL)",
             client_id,

@@ -282,7 +282,7 @@ class Delivery:
         for text in list(session.leaving):
             subscriber = subscribers.get(text)
             if subscriber is None or not subscriber.holding():
-                session.leaving.discard(text)
+                del session.leaving[text]
                 if subscriber is not None:
                     del subscribers[text]
                     try:
@@ -339,7 +339,8 @@ class Delivery:
             return
         outbox = session.outbox
         for text, subscriber in list(subscribers.items()):
-            options = session.subscriptions.get(text)
+            # One being left takes nothing new (paused): what it holds, after a restart.
+            options = session.subscriptions.get(text) or session.leaving.get(text)
             if options is None:
                 continue
             while outbox.free > 0:

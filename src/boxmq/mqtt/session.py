@@ -68,8 +68,9 @@ class Session:
         # session's, publishing.py): a repeat read meanwhile waits for that write's end.
         self.writing: set[int] = set()
         # Share groups unsubscribed while the session held some of their messages: paused
-        # (they take nothing more) until those are settled, then closed (delivery.py).
-        self.leaving: set[str] = set()
+        # (they take nothing more) until those are settled, then closed (delivery.py); with
+        # the options those go out with.
+        self.leaving: dict[str, SubscriptionOptions] = {}
         # After a restart: the packet ids the process before sent its messages in flight
         # under, by message id (the record's `sent`), to send them again under (outbox.py).
         self.sent_before: dict[str, int] = {}

@@ -294,7 +294,7 @@ class Subscribing:
         client_id = session.client_id
         old = session.subscriptions.get(text)
         if text in session.leaving:  # subscribed again before it was done leaving: it stays
-            session.leaving.discard(text)
+            del session.leaving[text]
             self._durable[client_id][text].resume()
         if old is not None and old.durable != options.durable:
             self._remove_subscription(session, text)
@@ -361,7 +361,7 @@ class Subscribing:
                 # MQTT-3.10.4-3: what it was sent it completes, not another member: it takes
                 # nothing more, and closes once those are settled (Delivery.close_drained).
                 subscribers[text].pause()
-                session.leaving.add(text)
+                session.leaving[text] = options
                 return True
             subscriber = subscribers.pop(text, None)
             try:

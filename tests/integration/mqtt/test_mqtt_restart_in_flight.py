@@ -18,12 +18,14 @@ from tests.integration.mqtt.clients import RunningServer, paho, serve_fresh, ser
 from tests.integration.mqtt.clients import stop_process as stop
 from tests.integration.mqtt.raw import (
     open_raw,
+    packet,
     puback,
     pubcomp,
     publish_fields,
     publishes,
     pubrec,
     read,
+    string,
     subscribe,
     take_publishes,
 )
@@ -104,6 +106,45 @@ def test_a_share_member_gets_back_what_it_had_after_a_restart_and_nobody_else(
         assert sorted(_settle_all(a, 2)) == sorted(held)
         a.close()
         b.close()
+    finally:
+        stop(server)
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_share_member_that_unsubscribed_holding_a_message_stays_out_after_a_restart(
+    tmp_path: Path, how: signal.Signals
+) -> None:
+    """MQTT-3.10.4-2: after UNSUBACK no new message goes to the client. A persistent session
+    that left a share group while it held one of its messages (MQTT-3.10.4-3: it completes
+    that one) is still a member on disk until then; a restart resumed it as a subscription,
+    and it took its turns of the group's new messages again."""
+    target, server = serve_fresh(tmp_path)
+    try:
+        leaver = _subscribed(target, "leaver", GROUP, 1)
+        stayer = _subscribed(target, "stayer", GROUP, 1)
+        stayer.close()  # away: the group's messages go to the leaver
+        publisher = paho(target, "publisher")
+        publisher.publish("k/1", b"held", 1)
+        assert _exactly(leaver, 1) == [b"held"]  # never acknowledged
+        leaver.sendall(packet(0xA2, (2).to_bytes(2, "big") + b"\x00" + string(GROUP)))
+        assert read(leaver) == (0xB0, b"\x00\x02\x00\x00")  # UNSUBACK, success
+        leaver.close()
+        publisher.stop()
+        server = _restart(server, how, target)
+        leaver, present = open_raw(target, "leaver", clean=False, expiry=300)
+        assert present
+        [(payload, packet_id, dup)] = take_publishes(leaver, 1)  # completed, not another's
+        assert (payload, dup) == (b"held", True)
+        leaver.sendall(puback(packet_id))
+        stayer, _ = open_raw(target, "stayer", clean=False, expiry=300)
+        publisher = paho(target, "publisher")
+        for n in range(4):
+            publisher.publish(f"k/{n}", f"new{n}".encode(), 1)
+        publisher.stop()
+        assert sorted(_exactly(stayer, 4)) == [b"new0", b"new1", b"new2", b"new3"]
+        assert _payloads(leaver, within=0.5) == []
+        leaver.close()
+        stayer.close()
     finally:
         stop(server)
 
