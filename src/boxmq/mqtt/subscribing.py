@@ -83,6 +83,8 @@ class _Wanted:
     existed: bool = False  # the session had it already (Retain Handling 1)
     shared: bool = False
     opened: bool = False  # its dropbox was made by this SUBSCRIBE, with its retained messages
+    due: bool = False  # it gets the retained messages of its filter (Retain Handling)
+    replaced: bool = False  # the same filter came again later in its SUBSCRIBE
 
 
 def _holds_some(subscriber: Subscriber | None) -> bool:
@@ -139,15 +141,26 @@ class Subscribing:
         identifiers = packet.properties.subscription_identifiers
         identifier = identifiers[0] if identifiers else None
         wanted: list[_Wanted] = []
+        last: dict[str, _Wanted] = {}
         for request in packet.subscriptions:
-            wanted.append(self._checked(session, request, identifier))
-        jobs = []
-        for one in wanted:
+            one = self._checked(session, request, identifier)
+            wanted.append(one)
             if one.options is None:
                 continue
+            earlier = last.get(one.text)
+            if earlier is not None:
+                # The same filter again: as a SUBSCRIBE after the earlier one's (MQTT-3.8.4-5),
+                # it replaces that subscription (MQTT-3.8.4-3), which is made once, as this one.
+                earlier.replaced = one.existed = True
             due = not one.shared and self._retained_due(one.options, one.existed)
+            one.due = due or (earlier is not None and earlier.due)
+            last[one.text] = one
+        jobs = []
+        for one in wanted:
+            if one.options is None or one.replaced:
+                continue
             try:
-                work = self._begin_subscription(session, one.text, one.options, retained=due)
+                work = self._begin_subscription(session, one.text, one.options, retained=one.due)
             except OSError as error:  # the old subscription it replaces could not be deleted
                 self._subscription_made(session, one, store_failure(error))
                 continue
@@ -247,7 +260,7 @@ class Subscribing:
         retained: list[tuple[Envelope, bytes, str, SubscriptionOptions]] = []  # sent from memory
         for one in wanted:
             options = one.options
-            if options is None or one.shared or not self._retained_due(options, one.existed):
+            if options is None or one.replaced or not one.due:
                 continue
             if options.durable:  # written into its dropbox: kept until acknowledged
                 if not one.opened:  # else they came with its dropbox (Topics.subscribe)

@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 from paho.mqtt.packettypes import PacketTypes
-from tests.integration.mqtt.clients import RunningServer, drop, paho, paho_properties, start_server
+from tests.integration.mqtt.clients import (
+    WAIT,
+    RunningServer,
+    drop,
+    paho,
+    paho_properties,
+    start_server,
+)
 
 VERSIONS = [pytest.param(True, id="v5"), pytest.param(False, id="v311")]
 
@@ -129,6 +136,23 @@ def test_persistent_session_gets_what_came_while_it_was_away(
     back = paho(server, "away", v5=v5, clean=False, expiry=300)
     assert [back.next().payload for _ in range(5)] == [f"job {i}".encode() for i in range(5)]
     assert back.nothing(0.3)
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+@pytest.mark.parametrize("persistent", [False, True], ids=["clean", "persistent"])
+@pytest.mark.parametrize("filter", ["twice/#", "$share/g/twice/#"])
+def test_a_filter_twice_in_one_subscribe_is_subscribed_at_the_last_qos(
+    server: RunningServer, v5: bool, persistent: bool, filter: str
+) -> None:
+    """MQTT-3.8.4-5: a SUBSCRIBE of several filters is handled as a sequence of SUBSCRIBEs,
+    and MQTT-3.8.4-3: the same filter again replaces the subscription. A durable one (a
+    persistent session's, a share group's) was opened twice, and the second refused."""
+    sub = paho(server, "twice", v5=v5, clean=not persistent, expiry=300 if persistent else 0)
+    sub.client.subscribe([(filter, 1), (filter, 2)])
+    assert [int(getattr(r, "value", r)) for r in sub.subacks.get(timeout=WAIT)] == [1, 2]
+    paho(server, "pub", v5=v5).publish("twice/x", b"x", 2)
+    assert sub.next().qos == 2
+    assert sub.nothing(0.3)
 
 
 def test_clean_start_discards_the_old_session(server: RunningServer) -> None:
