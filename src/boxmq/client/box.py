@@ -152,6 +152,7 @@ class Box:
                     token=self._token,
                     live_for=lambda dropbox, group: self._live_queue(dropbox.path, dropbox, group),
                     opened=self._live.get,
+                    forget=self._forget_live,
                     spares=self._spares,
                     v5=self.v5,
                     side_files=self.side_files,
@@ -309,14 +310,20 @@ class Box:
         Consumers in other processes find their folder gone.
         """
         path = queue_path(self.root, name)
-        with self._lock:
-            live = self._live.pop(path, None)
-        if live is not None:
-            live.close()
+        self._forget_live(path)
         if not is_dropbox(path):
             return False
         shutil.rmtree(path, ignore_errors=True)
         return True
+
+    def _forget_live(self, path: str) -> None:
+        """A dropbox about to be deleted (a queue, a plain subscription): its consumers in this
+        process are closed, and its engine here is forgotten, so that one made again at its
+        path starts afresh and is watched afresh (the old watch goes with the old folder)."""
+        with self._lock:
+            live = self._live.pop(path, None)
+        if live is not None:
+            live.close()
 
     def sweep(self) -> dict[str, SweepReport]:
         """One round of housekeeping over every queue and subscription (what `boxmq serve`

@@ -74,6 +74,7 @@ log = logging.getLogger("boxmq")
 
 _LiveFor = Callable[[Dropbox, str | None], LiveQueue]  # a dropbox, its share group
 _Opened = Callable[[str], LiveQueue | None]  # a dropbox's path: its live queue, if open here
+_Forget = Callable[[str], None]  # a dropbox's path: its live queue here closed and forgotten
 _Key = tuple[str | None, str | None, str]  # (share group, plain subscriber, filter)
 
 
@@ -170,6 +171,7 @@ class Topics:
         token: str,
         live_for: _LiveFor,
         opened: _Opened = lambda path: None,
+        forget: _Forget = lambda path: None,
         spares: Spares | None = None,
         v5: V5Reader | None = None,
         side_files: SideFiles | None = None,
@@ -183,6 +185,7 @@ class Topics:
         self._token = token
         self._live_for = live_for
         self._opened = opened
+        self._forget = forget
         self._spares = spares
         self._retained = RetainedStore(root, committer)
         self._lock = threading.Lock()
@@ -681,6 +684,9 @@ class Topics:
             return True
         if not os.path.isdir(path):
             return False
+        # Its engine here goes with it (its watch went with the folder), so that the same
+        # subscription made again is read afresh, its retained copies at once.
+        self._forget(path)
         layout.remove_subscription(path)
         layout.bump_generation(self._root)
         return True
@@ -859,6 +865,7 @@ class Topics:
             dropped = counts_of(Dropbox(path, self._committer, create=False, spares=self._spares))
         except QueueNotFound:
             return 0  # removed right now, by its unsubscribe
+        self._forget(path)
         layout.remove_subscription(path)
         log.warning(
             "subscription %s of %r ended: its process (%s) died without removing it; "

@@ -155,6 +155,32 @@ def test_a_filter_twice_in_one_subscribe_is_subscribed_at_the_last_qos(
     assert sub.nothing(0.3)
 
 
+@pytest.mark.parametrize("how", ["unsubscribe", "clean-start"])
+def test_a_persistent_session_subscribing_again_gets_the_retained_message_first(
+    server: RunningServer, how: str
+) -> None:
+    """MQTT-3.3.1-9, §4.6: a SUBSCRIBE with Retain Handling 0 sends the retained message, and
+    one published after it comes after it. A persistent session's subscription is a dropbox;
+    one deleted (UNSUBSCRIBE, a clean start ending the session) and made again at its path
+    was read by the old one's engine, whose watch had gone with the old folder: the retained
+    copy waited for the next rescan (5 s), and a newer message overtook it."""
+    pub = paho(server, "pub")
+    pub.publish("cfg/device", b"v1", 1, retain=True)
+    sub = paho(server, "device", clean=False, expiry=300)
+    sub.subscribe("cfg/#", 1)
+    assert sub.next().payload == b"v1"
+    if how == "unsubscribe":
+        sub.client.unsubscribe("cfg/#")
+        time.sleep(0.3)
+    else:
+        sub.stop()
+        sub = paho(server, "device", clean=True, expiry=300)
+    sub.subscribe("cfg/#", 1)
+    pub.publish("cfg/device", b"v2", 1, retain=True)
+    got = [sub.next(), sub.next()]
+    assert [(m.payload, m.retain) for m in got] == [(b"v1", True), (b"v2", False)]
+
+
 def test_clean_start_discards_the_old_session(server: RunningServer) -> None:
     away = paho(server, "gone", clean=False, expiry=300)
     away.subscribe("jobs/#", 1)
