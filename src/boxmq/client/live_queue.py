@@ -619,16 +619,12 @@ class LiveQueue:
             for name, envelope, body in messages:
                 if name in self._known:
                     continue
-                if (
-                    engine.lease(envelope.message_id) is not None
-                    or engine.ready_key(envelope.message_id) is not None
-                ):
+                sequence = stamp_of(envelope.message_id) / 1000
+                if not engine.offer_new(ready_of(name, envelope, sequence), now=now):
                     continue  # the watcher told of it first: claimed, or released, since
                 if len(body) <= _CACHED_BODY_SIZE:
                     bodies[name] = body
                 self._known[name] = envelope
-                sequence = stamp_of(envelope.message_id) / 1000
-                engine.offer(ready_of(name, envelope, sequence), now=now)
                 self._sent.add(name)
 
     def _apply_all(self, effects: list[Effect]) -> bool:

@@ -179,6 +179,18 @@ class QueueEngine:
         self._past.offered(message.message_id, message.last_holder)
         self._ready.put(message, now=now)
 
+    def offer_new(self, message: Ready, *, now: float) -> bool:
+        """`offer` for a message its own process just put: taken only if its id is new here.
+        False when the engine has it already, leased or ready under any name (the process's
+        watcher told of the file first, and a consumer may have claimed or released it
+        since): the engine's entry is the one to keep."""
+        message_id = message.message_id
+        if self._leases.get(message_id) is not None or self._ready.get(message_id) is not None:
+            return False
+        self._past.offered(message_id, message.last_holder)
+        self._ready.put(message, now=now)
+        return True
+
     def withdraw(self, message_id: MessageId) -> None:
         """It vanished from target/ (another process took it)."""
         if message_id in self._leases:

@@ -475,6 +475,19 @@ def test_offer_is_idempotent_by_message_id() -> None:
     assert lease.message.priority == 7
 
 
+def test_offer_new_takes_only_an_id_the_engine_does_not_know() -> None:
+    # A put's own offer comes after its watcher's may have: the watcher's entry stays.
+    engine = QueueEngine()
+    assert engine.offer_new(ready("m1", priority=7), now=T0)
+    assert not engine.offer_new(ready("m1", priority=1), now=T0)  # ready: kept as it was
+    engine.add_consumer(A, max_in_flight=5, lock_timeout=30.0)
+    assert engine.dispatch(now=T0) == [Claim(ready("m1", priority=7), A, T0 + 30)]
+    assert not engine.offer_new(ready("m1"), now=T0)  # leased
+    assert engine.statistics() == QueueStats(ready=0, delayed=0, in_flight=1, consumers=1)
+    assert engine.offer_new(ready("m2"), now=T0)
+    assert engine.statistics().ready == 1
+
+
 # -- timers and cost -------------------------------------------------------------------------
 
 
