@@ -31,7 +31,7 @@ from boxmq.cli_serve import (
     security_warnings,
     serve_config,
 )
-from boxmq.client import Box, Message, Peeked, QueueCounts
+from boxmq.client import Box, Message, Peeked, Queue, QueueCounts
 from boxmq.client.lifecycle import shown
 from boxmq.config_table import FOREVER
 from boxmq.errors import BoxMQError, Conflict, InvalidArgument, QueueNotFound
@@ -313,20 +313,51 @@ def _parser() -> argparse.ArgumentParser:
     cli_passwd.add_parser(sub)
 
     p = command("peek", _peek, "show messages without locking them")
-    p.add_argument("queue")
+    _dropbox_arguments(p)
     p.add_argument("--state", default="target", choices=[s.value for s in State])
     p.add_argument("--limit", type=_positive_int, default=20)
 
     p = command("requeue", _requeue, "send dead (or expired/processed) messages back")
-    p.add_argument("queue")
+    _dropbox_arguments(p)
     p.add_argument(
         "--from", dest="source", default="error", choices=["error", "expired", "processed"]
     )
 
     p = command("purge", _purge, "delete every message of one state folder")
-    p.add_argument("queue")
+    _dropbox_arguments(p)
     p.add_argument("--state", default="target", choices=["target", "processed", "error", "expired"])
     return parser
+
+
+def _dropbox_arguments(p: argparse.ArgumentParser) -> None:
+    """QUEUE, or a subscription as `boxmq ls` lists it (`peek`, `requeue` and `purge`)."""
+    p.add_argument("queue", help="a queue; or a share group, $share/GROUP/FILTER")
+    p.add_argument(
+        "--subscriber",
+        metavar="NAME",
+        help="QUEUE is the filter of NAME's durable subscription (ls: SUBSCRIBER)",
+    )
+
+
+def _dropbox(args: argparse.Namespace, box: Box) -> Queue:
+    """The queue, share group or durable subscription `args` names: a name that is both a
+    queue and a share group's ("$share/..." made a queue) is the queue."""
+    name, subscriber = args.queue, args.subscriber
+    if subscriber is not None:
+        return box.subscription(name, subscriber)
+    if name.startswith("$share/") and name not in box.queues():
+        return box.subscription(name)
+    try:
+        return box.queue(name, create=False)
+    except QueueNotFound as error:
+        subscribers = [i.subscriber for i in box.topics.subscriptions() if i.filter == name]
+        if not subscribers:
+            raise
+        names = ", ".join(str(s) for s in subscribers)
+        raise QueueNotFound(
+            f"{error}; {name!r} is the filter of the durable subscription(s) of {names}: "
+            "add --subscriber NAME"
+        ) from None
 
 
 def _duration(text: str) -> float:
@@ -700,7 +731,7 @@ def _counts(counts: QueueCounts) -> dict[str, int]:
 
 
 def _peek(args: argparse.Namespace, box: Box) -> int:
-    peeked = box.queue(args.queue, create=False).peek(state=State(args.state), limit=args.limit)
+    peeked = _dropbox(args, box).peek(state=State(args.state), limit=args.limit)
     rows = [_peek_row(p, as_json=args.json) for p in peeked]
     if args.json:
         print(_json(rows))
@@ -739,7 +770,7 @@ def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
 
 
 def _requeue(args: argparse.Namespace, box: Box) -> int:
-    moved = box.queue(args.queue, create=False).requeue(source=State(args.source))
+    moved = _dropbox(args, box).requeue(source=State(args.source))
     _emit(
         args,
         {"queue": args.queue, "requeued": moved},
@@ -749,7 +780,7 @@ def _requeue(args: argparse.Namespace, box: Box) -> int:
 
 
 def _purge(args: argparse.Namespace, box: Box) -> int:
-    removed = box.queue(args.queue, create=False).purge(state=State(args.state))
+    removed = _dropbox(args, box).purge(state=State(args.state))
     _emit(
         args,
         {"queue": args.queue, "purged": removed},

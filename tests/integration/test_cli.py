@@ -323,6 +323,45 @@ def test_ls_shows_subscriptions_and_share_groups(root: Path) -> None:
     assert table[2].split()[:3] == ["alerts/#", "pager", "1"]
 
 
+def test_dead_letters_of_a_share_group_and_a_subscription_are_peeked_and_requeued(
+    root: Path,
+) -> None:
+    # A share group's and a durable subscription's error/ are redriven as a queue's is: the
+    # group is named as `ls` lists it, a plain subscription by its filter and --subscriber.
+    with boxmq.open(root, fsync="never") as box:
+        group = box.subscribe("$share/etl/jobs/#", "w1")
+        plain = box.subscribe("jobs/#", "keeper")
+        box.publish("jobs/1", b"poison")
+        for subscription in (group, plain):
+            message = subscription.receive(timeout=5)
+            assert message is not None
+            message.reject()
+        [dead] = json.loads(ok(root, "--json", "peek", "$share/etl/jobs/#", "--state", "error"))
+        assert json.loads(ok(root, "--json", "requeue", "$share/etl/jobs/#")) == {
+            "queue": "$share/etl/jobs/#",
+            "requeued": 1,
+        }
+        again = group.receive(timeout=5)
+        assert again is not None
+        assert again.id == dead["id"]
+        again.ack()
+        assert "1 message(s) from error/" in ok(root, "requeue", "jobs/#", "--subscriber", "keeper")
+        back = plain.receive(timeout=5)
+        assert back is not None
+        assert back.body == b"poison"
+        back.reject()
+        ok(root, "purge", "jobs/#", "--subscriber", "keeper", "--state", "error")
+        assert json.loads(ok(root, "--json", "ls"))["subscriptions"][1]["dead"] == 0
+        missing = boxmq_cli(root, "requeue", "jobs/#")  # a filter, no subscriber: says how
+        assert missing.returncode == 1
+        assert "durable subscription(s) of keeper: add --subscriber NAME" in missing.stderr
+        nobody = boxmq_cli(root, "peek", "$share/nobody/jobs/#")
+        assert nobody.returncode == 1
+        assert "no share group '$share/nobody/jobs/#'" in nobody.stderr
+        group.close()
+        plain.close()
+
+
 def test_the_global_options_may_also_follow_the_command(tmp_path: Path) -> None:
     # `make run` says `boxmq serve --data ./data`; every command takes them in either place.
     where = tmp_path / "after"

@@ -21,7 +21,7 @@ from boxmq.client.queue import Queue, QueueCounts, counts_of
 from boxmq.client.sweeps import SweepLimits, SweepReport, sweep
 from boxmq.client.topics import Subscriber, Topics
 from boxmq.clock import Clock, SystemClock
-from boxmq.core import Dispatch, ExactlyOnceLimits, QueuePolicy
+from boxmq.core import Dispatch, ExactlyOnceLimits, QueuePolicy, parse_filter
 from boxmq.errors import InvalidArgument, QueueNotFound
 from boxmq.forks import renew_in_children
 from boxmq.ids import IdFactory
@@ -121,6 +121,28 @@ class Box:
             policy=self.options.policy,
             keep_processed=self.options.keep_processed,
             live=lambda: self._live_queue(name, dropbox),
+            opened=lambda: self._live.get(dropbox.path),
+            limits=self.options.limits,
+            v5=self.v5,
+            side_files=self.side_files,
+        )
+
+    def subscription(self, filter: str, subscriber: str | None = None) -> Queue:
+        """A share group ("$share/<group>/<filter>"), or `subscriber`'s durable subscription to
+        `filter`, as a queue to inspect and repair: `counts`, `peek`, `requeue` (its dead
+        letters back to its members), `purge`. QueueNotFound if there is none. Its messages
+        are taken through `subscribe`, which knows its members; a `put` here would skip the
+        topic's routing."""
+        dropbox = self.topics.dropbox_of(filter, subscriber)
+        group = parse_filter(filter).share_group
+        return Queue(
+            filter,
+            dropbox,
+            ids=self._ids,
+            now=self._clock.now,
+            policy=self.options.policy,
+            keep_processed=self.options.keep_processed,
+            live=lambda: self._live_queue(dropbox.path, dropbox, group),
             opened=lambda: self._live.get(dropbox.path),
             limits=self.options.limits,
             v5=self.v5,

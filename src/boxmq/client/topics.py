@@ -661,6 +661,25 @@ class Topics:
                 found.append((str(TopicFilter(record.filter, record.group)), record))
         return found
 
+    def dropbox_of(self, filter: str, subscriber: str | None = None) -> Dropbox:
+        """The dropbox of a share group ("$share/<group>/<filter>") or of `subscriber`'s
+        durable subscription to `filter`, as `subscriptions` lists them: QueueNotFound if there
+        is none on disk."""
+        parsed = parse_filter(filter)
+        if not parsed.shared and subscriber is None:
+            raise InvalidArgument(
+                f"{filter!r} is no share group: a durable subscription is named by its filter "
+                "and its subscriber (see `boxmq ls`)"
+            )
+        path = self._path_of(parsed, None if parsed.shared else subscriber)
+        try:
+            return Dropbox(path, self._committer, create=False, spares=self._spares)
+        except QueueNotFound:
+            whose = "share group" if parsed.shared else f"subscription of {subscriber!r} to"
+            raise QueueNotFound(
+                f"no {whose} {filter!r} under {self._root} (see `boxmq ls`)"
+            ) from None
+
     def members_of(self, group: str, filter: str) -> list[str]:
         """The members of a share group, as registered on disk (any process)."""
         path = self._path_of(TopicFilter(filter, group), None)
