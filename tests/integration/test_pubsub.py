@@ -6,6 +6,8 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from tests.conftest import HeldFlush
 
 import boxmq
 from boxmq.client.topics import Publication, Subscriber
+from boxmq.store import topics as layout
 
 
 def drain(subscriber: Subscriber) -> list[boxmq.Message]:
@@ -539,3 +542,79 @@ def test_a_subscriber_that_outlives_its_process_gets_back_what_it_held(
         assert (back.body, back.id, back.delivery_count) == (b"held", message.id, 1)
         back.ack()
         again.close()
+
+
+class _Pause:
+    """Stops the first thread that calls `function` (before it runs) until `go` is set."""
+
+    def __init__(self, function: Callable[..., object]) -> None:
+        self.function = function
+        self.reached, self.go = threading.Event(), threading.Event()
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        if not self.reached.is_set():
+            self.reached.set()
+            assert self.go.wait(timeout=10)
+        return self.function(*args, **kwargs)
+
+
+@pytest.mark.parametrize("race", ["none", "leave-then-join", "join-then-leave"])
+def test_a_share_group_made_again_while_its_last_member_leaves_is_read_afresh(
+    root: Path, monkeypatch: pytest.MonkeyPatch, race: str
+) -> None:
+    """A share group's last member leaving deletes it (MQTT-234); a member joining it on
+    another thread meanwhile (a broker's disk threads) gets either the group kept alive or a
+    new one, read by a new engine: never one the leave then deletes, nor the old engine,
+    closed or watching the deleted folder, which sees what another process publishes only
+    at its next full rescan. `none`: one after the other; `leave-then-join`: the member
+    joins while the leave is paused between its "no member left" and the deletion (a new
+    group); `join-then-leave`: the last member leaves while the join is paused between its
+    record and its membership (the group is kept)."""
+    filter = "$share/g/jobs/#"
+    with boxmq.open(root, fsync="never") as box, boxmq.open(root, fsync="never") as other:
+        # Only the watch tells of what another process publishes: no rescan within the test.
+        box.options = replace(box.options, rescan_interval=3600.0)
+        last = box.subscribe(filter, "first", max_in_flight=5)
+        other.publish("jobs/1", b"to the old group")
+        message = last.receive(timeout=5)
+        assert message is not None
+        message.ack()
+        joined: queue.Queue[Subscriber | BaseException] = queue.Queue()
+
+        def join() -> None:
+            try:
+                joined.put(box.subscribe(filter, "second", max_in_flight=5))
+            except BaseException as error:
+                joined.put(error)
+
+        if race == "none":
+            last.close()
+            join()
+        else:
+            pause = _Pause(
+                layout.remove_subscription if race == "leave-then-join" else layout.add_member
+            )
+            name = "remove_subscription" if race == "leave-then-join" else "add_member"
+            monkeypatch.setattr(layout, name, pause)
+            first, then = (last.close, join) if race == "leave-then-join" else (join, last.close)
+            threads = [threading.Thread(target=first)]
+            threads[0].start()
+            assert pause.reached.wait(timeout=10)
+            threads.append(threading.Thread(target=then))
+            threads[1].start()
+            time.sleep(0.3)  # the other step would have run its course by now, if let
+            pause.go.set()
+            for thread in threads:
+                thread.join(timeout=10)
+        member = joined.get(timeout=10)
+        assert isinstance(member, Subscriber), member
+        # The group on disk (its record, its member), for the publishers of every process.
+        assert [text for text, _ in box.topics.subscribed("second")] == [filter]
+        assert box.topics.members_of("g", "jobs/#") == ["second"]
+        other.publish("jobs/2", b"to the group now")
+        message = member.receive(timeout=2)  # not Closed, and no waiting for a rescan
+        assert message is not None
+        assert message.body == b"to the group now"
+        message.ack()
+        member.close()
+        assert not any((root / "topic-root").rglob("share.g"))

@@ -339,9 +339,10 @@ class Box:
         return True
 
     def _forget_live(self, path: str) -> None:
-        """A dropbox about to be deleted (a queue, a plain subscription): its consumers in this
-        process are closed, and its engine here is forgotten, so that one made again at its
-        path starts afresh and is watched afresh (the old watch goes with the old folder)."""
+        """A dropbox about to be deleted (a queue, a plain subscription, a share group its last
+        member left): its consumers in this process are closed, and its engine here is
+        forgotten, so that one made again at its path starts afresh and is watched afresh (the
+        old watch goes with the old folder)."""
         with self._lock:
             live = self._live.pop(path, None)
         if live is not None:

@@ -23,6 +23,7 @@ from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.memory import MemoryDelivery, MemoryInbox
 from boxmq.client.message import Message
+from boxmq.client.path_locks import PathLocks
 from boxmq.client.queue import QueueCounts, counts_of
 from boxmq.client.receiver import Receiver
 from boxmq.client.shared_lock import SharedLock
@@ -189,6 +190,14 @@ class Topics:
         self._spares = spares
         self._retained = RetainedStore(root, committer)
         self._lock = threading.Lock()
+        # A dropbox is made (a subscribe, a share group joined) and deleted (an unsubscribe,
+        # the last member of a group leaving, a sweep) under its path's lock: a share group's
+        # member may join on one thread (a broker's disk threads) while its last member leaves
+        # on another, and the join must come wholly before the leave (which then keeps the
+        # group, the engine the joiner attached to included) or wholly after it (a new group,
+        # read by a new engine, watching the new folder), never between its check that no
+        # member is left and its deletion (path_locks.py).
+        self._dropboxes = PathLocks()
         # A retained publish of this process (stage, route, replace) and a subscription's
         # retained copies (registration, reading the retained store, writing the copies) are
         # one step each: a subscription made while a topic's retained message is replaced
@@ -578,21 +587,23 @@ class Topics:
             return self._subscribe_in_memory(subscription)
         owner = self._token if ends_with_process and not parsed.shared else ""
         token = None if process_bound else ""
-        if not parsed.shared and send_retained:
-            with self._retained_lock.exclusive():  # see its comment in __init__
+        # Registered, opened and attached in one step of its dropbox (see __init__).
+        with self._dropboxes.held(self._path_of(parsed, name)):
+            if not parsed.shared and send_retained:
+                with self._retained_lock.exclusive():  # see its comment in __init__
+                    path = self._register(subscription, token=token, owner=owner)
+                    dropbox = Dropbox(path, self._committer, spares=self._spares)
+                    self._send_retained(parsed, dropbox, subscription.qos)
+            else:
                 path = self._register(subscription, token=token, owner=owner)
                 dropbox = Dropbox(path, self._committer, spares=self._spares)
-                self._send_retained(parsed, dropbox, subscription.qos)
-        else:
-            path = self._register(subscription, token=token, owner=owner)
-            dropbox = Dropbox(path, self._committer, spares=self._spares)
-        live = self._live_for(dropbox, parsed.share_group)
-        live.attach(
-            name,
-            max_in_flight=max_in_flight,
-            lock_timeout=lock_timeout,
-            outlives_process=not process_bound,
-        )
+            live = self._live_for(dropbox, parsed.share_group)
+            live.attach(
+                name,
+                max_in_flight=max_in_flight,
+                lock_timeout=lock_timeout,
+                outlives_process=not process_bound,
+            )
         consumer = Consumer(live, name)
         return Subscriber(
             parsed,
@@ -617,7 +628,8 @@ class Topics:
         parsed = parse_filter(filter)
         name = check_consumer_name(subscriber)
         subscription = Subscription(name, parsed, _qos(qos), True, no_local)
-        path = self._register(subscription, token=None if process_bound else "")
+        with self._dropboxes.held(self._path_of(parsed, name)):
+            path = self._register(subscription, token=None if process_bound else "")
         if parsed.shared:
             self._grants[path, name] = subscription.qos  # its Subscriber's cap from now on
 
@@ -635,8 +647,9 @@ class Topics:
         """
         parsed = parse_filter(filter)
         subscription = Subscription(check_consumer_name(subscriber), parsed, _qos(qos), True)
-        path = self._register(subscription, token="")
-        Dropbox(path, self._committer, spares=self._spares)
+        with self._dropboxes.held(self._path_of(parsed, subscription.subscriber)):
+            path = self._register(subscription, token="")
+            Dropbox(path, self._committer, spares=self._spares)
         return path
 
     def subscriptions(self) -> list[SubscriptionInfo]:
@@ -701,12 +714,13 @@ class Topics:
         if parsed.shared:
             self._left(parsed, ConsumerId(subscriber), path)
             return True
-        if not os.path.isdir(path):
-            return False
-        # Its engine here goes with it (its watch went with the folder), so that the same
-        # subscription made again is read afresh, its retained copies at once.
-        self._forget(path)
-        layout.remove_subscription(path)
+        with self._dropboxes.held(path):
+            if not os.path.isdir(path):
+                return False
+            # Its engine here goes with it (its watch went with the folder), so that the same
+            # subscription made again is read afresh, its retained copies at once.
+            self._forget(path)
+            layout.remove_subscription(path)
         layout.bump_generation(self._root)
         return True
 
@@ -755,14 +769,17 @@ class Topics:
         return layout.subscription_path(self._root, parsed.filter, key)
 
     def _left(self, parsed: TopicFilter, member: ConsumerId, path: str) -> None:
-        """A share group member leaves; the last one out deletes the group (MQTT-234)."""
+        """A share group member leaves; the last one out deletes the group (MQTT-234), and
+        its engine here (see __init__: a member joining meanwhile waits, and makes it anew)."""
         if not parsed.shared:
             return  # a durable subscription outlives its consumer; unsubscribe ends it
-        self._grants.pop((path, member), None)
-        release_locks_of(Dropbox(path, self._committer, create=False), member)
-        layout.remove_member(path, member)
-        if not layout.members(path):
-            layout.remove_subscription(path)
+        with self._dropboxes.held(path):
+            self._grants.pop((path, member), None)
+            release_locks_of(Dropbox(path, self._committer, create=False), member)
+            layout.remove_member(path, member)
+            if not layout.members(path):
+                self._forget(path)
+                layout.remove_subscription(path)
         layout.bump_generation(self._root)
 
     def _subscribe_in_memory(self, subscription: Subscription) -> Subscriber:
@@ -865,12 +882,14 @@ class Topics:
             if record.group is None:
                 ended += self._end_if_owner_died(record, path)
                 continue
-            for member, token in layout.members(path).items():
-                if token and process_alive(token) is False:
-                    layout.remove_member(path, member)
-            if not layout.members(path):
-                layout.remove_subscription(path)
-                ended += 1
+            with self._dropboxes.held(path):  # not while a member of this process joins
+                for member, token in layout.members(path).items():
+                    if token and process_alive(token) is False:
+                        layout.remove_member(path, member)
+                if not layout.members(path):
+                    self._forget(path)
+                    layout.remove_subscription(path)
+                    ended += 1
         if ended:
             layout.bump_generation(self._root)
         return ended
@@ -880,12 +899,16 @@ class Topics:
         # host sharing the root keeps its subscriptions until it, or `unsubscribe`, ends them.
         if not record.owner or process_alive(record.owner) is not False:
             return 0
-        try:
-            dropped = counts_of(Dropbox(path, self._committer, create=False, spares=self._spares))
-        except QueueNotFound:
-            return 0  # removed right now, by its unsubscribe
-        self._forget(path)
-        layout.remove_subscription(path)
+        with self._dropboxes.held(path):
+            if layout.read_record(path) != record:
+                return 0  # removed right now by its unsubscribe, or subscribed again
+            try:
+                box = Dropbox(path, self._committer, create=False, spares=self._spares)
+                dropped = counts_of(box)
+            except QueueNotFound:
+                return 0  # removed right now, by its unsubscribe
+            self._forget(path)
+            layout.remove_subscription(path)
         log.warning(
             "subscription %s of %r ended: its process (%s) died without removing it; "
             "%d message(s) it held deleted",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +180,37 @@ def test_a_persistent_session_subscribing_again_gets_the_retained_message_first(
     pub.publish("cfg/device", b"v2", 1, retain=True)
     got = [sub.next(), sub.next()]
     assert [(m.payload, m.retain) for m in got] == [(b"v1", True), (b"v2", False)]
+
+
+@pytest.mark.parametrize("how", ["unsubscribe", "disconnect"])
+def test_a_share_group_ended_and_made_again_gets_what_another_process_publishes_at_once(
+    tmp_path: Path, how: str
+) -> None:
+    """MQTT-234: the last member out ends the group, and a member subscribing again makes a new
+    one. Its dropbox is made again at the same path; the old one's engine, whose watch went
+    with the old folder, was kept and read it: a message another process published (`boxmq
+    publish`, the Python API) reached the member only at the next full rescan (5 s). Under
+    fsync=always, as `boxmq serve` runs: the SUBSCRIBE is done by a disk thread."""
+    import boxmq
+
+    running = start_server(tmp_path / "root", fsync="always")
+    try:
+        # Only the watch tells of what another process publishes: no rescan within the test.
+        running.box.options = replace(running.box.options, rescan_interval=3600.0)
+        with boxmq.open(running.root, fsync="never") as other:  # as another process would
+            for round in range(2):
+                member = paho(running, "member")
+                member.subscribe("$share/g/jobs/#", 1)
+                other.publish("jobs/x", f"round {round}".encode(), qos=1)
+                assert member.next(timeout=3).payload == f"round {round}".encode()
+                if how == "unsubscribe":
+                    member.client.unsubscribe("$share/g/jobs/#")
+                    time.sleep(0.3)
+                member.stop()
+                time.sleep(0.3)  # its session ended: the group with it
+                assert not any(running.root.glob("topic-root/*/.subscriptions/share.g"))
+    finally:
+        running.shutdown()
 
 
 def test_clean_start_discards_the_old_session(server: RunningServer) -> None:
