@@ -618,3 +618,35 @@ def test_a_share_group_made_again_while_its_last_member_leaves_is_read_afresh(
         message.ack()
         member.close()
         assert not any((root / "topic-root").rglob("share.g"))
+
+
+def test_a_share_group_another_process_ended_and_made_again_here_is_read_afresh(
+    root: Path,
+) -> None:
+    """The last member of this process leaves a share group that a member of another process
+    keeps; that one leaves too, and ends the group there; a member joining here again is read
+    by a new engine, watching the new folder, not by the one kept from before."""
+    filter = "$share/g/jobs/#"
+    with (
+        boxmq.open(root, fsync="never") as here,
+        boxmq.open(root, fsync="never") as there,
+        boxmq.open(root, fsync="never") as publisher,
+    ):
+        # Only the watch tells of what another process publishes: no rescan within the test.
+        here.options = replace(here.options, rescan_interval=3600.0)
+        mine, theirs = here.subscribe(filter, "mine"), there.subscribe(filter, "theirs")
+        publisher.publish("jobs/1", b"one")
+        publisher.publish("jobs/2", b"two")
+        for member in (mine, theirs):
+            message = member.receive(timeout=5)
+            assert message is not None
+            message.ack()
+        mine.close()  # the group lives on: `theirs`
+        theirs.close()  # the last member: the group is deleted, by the other process
+        assert not any((root / "topic-root").rglob("share.g"))
+        with here.subscribe(filter, "again") as again:
+            publisher.publish("jobs/3", b"three")
+            message = again.receive(timeout=2)
+            assert message is not None
+            assert message.body == b"three"
+            message.ack()

@@ -219,6 +219,11 @@ class LiveQueue:
         with self._mutex:
             return len(self._engine.leases_of(consumer))
 
+    def idle(self) -> bool:
+        """Whether no consumer is attached (all detached, or none yet)."""
+        with self._mutex:
+            return not self._inbox
+
     def resume(self, consumer: ConsumerId) -> None:
         with self._mutex:
             if consumer in self._inbox:

@@ -770,15 +770,23 @@ class Topics:
 
     def _left(self, parsed: TopicFilter, member: ConsumerId, path: str) -> None:
         """A share group member leaves; the last one out deletes the group (MQTT-234), and
-        its engine here (see __init__: a member joining meanwhile waits, and makes it anew)."""
+        its engine here (see __init__: a member joining meanwhile waits, and makes it anew).
+
+        The last member of this process out forgets the engine here too, though members of
+        other processes keep the group: the last of them may delete it there, and a member of
+        this process joining afterwards would be read by an engine whose watch went with the
+        old folder (what other processes publish found only at its next rescan)."""
         if not parsed.shared:
             return  # a durable subscription outlives its consumer; unsubscribe ends it
         with self._dropboxes.held(path):
             self._grants.pop((path, member), None)
             release_locks_of(Dropbox(path, self._committer, create=False), member)
             layout.remove_member(path, member)
-            if not layout.members(path):
+            ended = not layout.members(path)
+            # Nobody joins meanwhile (the lock): idle stays idle until it is forgotten.
+            if ended or ((live := self._opened(path)) is not None and live.idle()):
                 self._forget(path)
+            if ended:
                 layout.remove_subscription(path)
         layout.bump_generation(self._root)
 
