@@ -385,6 +385,43 @@ def test_lock_timeout_redelivers_and_the_late_ack_is_refused(
         again.ack()
 
 
+@pytest.mark.parametrize("operation", ["ack", "unlock", "reject", "extend"])
+@pytest.mark.parametrize("ended", ["timed out", "unlocked by id"])
+def test_a_stale_handle_cannot_settle_the_next_delivery_to_the_same_consumer(
+    manual_box: boxmq.Box, root: Path, clock: ManualClock, operation: str, ended: str
+) -> None:
+    """The first delivery's lock ends (it times out, or another process unlocks it by id) and
+    the message comes back to the same consumer: the first handle's ack, unlock, reject or
+    extend is told its lock is gone (UnexpectedRequest) and leaves the second delivery as it
+    is, and the second handle's ack is the one that counts. Before, the first handle settled
+    the second delivery, and the second handle's ack then failed with ItemNotFound (or, after
+    a stale extend, acked a lock its holder had not asked to move)."""
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"x")
+    with jobs.consumer("w", lock_timeout=10) as w:
+        first = w.receive_nowait()
+        assert first is not None
+        if ended == "timed out":
+            clock.advance(10)
+        else:
+            assert jobs.unlock(first.id, "w") is None  # as `boxmq unlock` would, by id
+        assert w.receive_nowait() is None  # the hand-off: it waits for another consumer
+        clock.advance(1.1)
+        second = w.receive_nowait()
+        assert second is not None
+        assert (second.id, second.delivery_count) == (first.id, 2)
+        [locked] = files(root, "jobs", "processing")
+        with pytest.raises(boxmq.UnexpectedRequest):
+            getattr(first, operation)()
+        assert files(root, "jobs", "processing") == [locked]  # the second lock, as it was
+        assert w.holding() == 1
+        second.ack()
+        with pytest.raises(boxmq.ItemNotFound):  # done: nobody holds it any more
+            first.ack()
+    assert len(files(root, "jobs", "processed")) == 1
+    assert files(root, "jobs", "target") == files(root, "jobs", "error") == []
+
+
 def test_claims_locked_ahead_that_time_out_come_back_to_their_only_consumer(
     manual_box: boxmq.Box, root: Path, clock: ManualClock
 ) -> None:

@@ -130,16 +130,24 @@ class GotLock:
     disk: DiskSettler
     lock_timeout: float
 
-    def ack(self, message_id: MessageId, consumer: ConsumerId) -> None:
+    def ack(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None) -> None:
         self.disk.ack(message_id, consumer)
 
-    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> str | None:
+    def unlock(
+        self, message_id: MessageId, consumer: ConsumerId, delay: float, delivery: int | None
+    ) -> str | None:
         return self.disk.unlock(message_id, consumer, delay)
 
-    def reject(self, message_id: MessageId, consumer: ConsumerId) -> None:
+    def reject(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None) -> None:
         self.disk.reject(message_id, consumer)
 
-    def extend(self, message_id: MessageId, consumer: ConsumerId, seconds: float | None) -> None:
+    def extend(
+        self,
+        message_id: MessageId,
+        consumer: ConsumerId,
+        seconds: float | None,
+        delivery: int | None,
+    ) -> None:
         self.disk.extend(message_id, consumer, self.lock_timeout if seconds is None else seconds)
 
 

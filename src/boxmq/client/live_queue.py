@@ -301,7 +301,10 @@ class LiveQueue:
 
     # -- settling (XEP-0254 §2.3, §2.4) ----------------------------------------------------------
 
-    def ack(self, message_id: MessageId, consumer: ConsumerId) -> None:
+    # `delivery`: the Message's, which the engine checks (a stale handle's is refused with
+    # UnexpectedRequest before anything changes); None: whichever lock `consumer` holds.
+
+    def ack(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None = None) -> None:
         # _settle's work with the Finish applied straight (one ack per message): no lambda,
         # no _apply and its look at the effect's type.
         with self._mutex:
@@ -310,7 +313,7 @@ class LiveQueue:
             engine, now = self._engine, self._clock.now()
             if engine.due_by(now):  # else _expire has nothing to do: one call, not three
                 self._expire(now)  # a late answer finds its lock gone
-            message = engine.acked(message_id, consumer)
+            message = engine.acked(message_id, consumer, delivery)
             self._claimed.pop(message_id, None)  # acked before any receive took it
             if self._behind:
                 self._let_go(message_id)
@@ -318,22 +321,43 @@ class LiveQueue:
             if self._sleepers or self._watching:  # _wake_others' test, without its call
                 self._wake_others()
 
-    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> str | None:
+    def unlock(
+        self,
+        message_id: MessageId,
+        consumer: ConsumerId,
+        delay: float,
+        delivery: int | None = None,
+    ) -> str | None:
         """None when the message is back in target/; else why it went to error/ instead."""
         return _why_dead(
             self._settle(
                 consumer,
-                lambda now: self._engine.unlock(message_id, consumer, now=now, delay=delay),
+                lambda now: self._engine.unlock(
+                    message_id, consumer, now=now, delay=delay, delivery=delivery
+                ),
             )
         )
 
-    def reject(self, message_id: MessageId, consumer: ConsumerId) -> None:
-        self._settle(consumer, lambda now: self._engine.reject(message_id, consumer, now=now))
-
-    def extend(self, message_id: MessageId, consumer: ConsumerId, seconds: float | None) -> None:
+    def reject(
+        self, message_id: MessageId, consumer: ConsumerId, delivery: int | None = None
+    ) -> None:
         self._settle(
             consumer,
-            lambda now: self._engine.extend(message_id, consumer, now=now, seconds=seconds),
+            lambda now: self._engine.reject(message_id, consumer, now=now, delivery=delivery),
+        )
+
+    def extend(
+        self,
+        message_id: MessageId,
+        consumer: ConsumerId,
+        seconds: float | None,
+        delivery: int | None = None,
+    ) -> None:
+        self._settle(
+            consumer,
+            lambda now: self._engine.extend(
+                message_id, consumer, now=now, seconds=seconds, delivery=delivery
+            ),
         )
 
     def _settle(self, consumer: ConsumerId, decide: _Decision) -> Effect:
@@ -385,7 +409,9 @@ class LiveQueue:
                 self._forget(message_id)  # swept away by another process, or no file
                 continue
             envelope = self._claimed.pop(message_id, None) or envelope_of(lease.message.key)
-            return Message(self.name, envelope, body, consumer, lease.deadline, self, self.v5)
+            return Message(
+                self.name, envelope, body, consumer, lease.deadline, self, self.v5, lease.delivery
+            )
         return None
 
     def _read(self, processing: str, name: str) -> bytes | None:

@@ -27,14 +27,24 @@ __all__ = ["Message", "Settler", "qos_of"]
 
 
 class Settler(Protocol):
-    """Whoever can end or change a lock: a consumer in this process, or the queue's files."""
+    """Whoever can end or change a lock: a consumer in this process, or the queue's files.
 
-    def ack(self, message_id: MessageId, consumer: ConsumerId) -> None: ...
+    `delivery` is the Message's: which of the consumer's locks on the message it got (the
+    engine's Lease.delivery; None where the settler has no such number). A settler that knows
+    one refuses a handle of an earlier delivery with UnexpectedRequest, and settles nothing."""
+
+    def ack(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None) -> None: ...
     # None, or why the message went to error/ instead of target/ (a settler from the files).
-    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> str | None: ...
-    def reject(self, message_id: MessageId, consumer: ConsumerId) -> None: ...
+    def unlock(
+        self, message_id: MessageId, consumer: ConsumerId, delay: float, delivery: int | None
+    ) -> str | None: ...
+    def reject(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None) -> None: ...
     def extend(
-        self, message_id: MessageId, consumer: ConsumerId, seconds: float | None
+        self,
+        message_id: MessageId,
+        consumer: ConsumerId,
+        seconds: float | None,
+        delivery: int | None,
     ) -> None: ...
 
 
@@ -50,6 +60,9 @@ class Message:
     lock_deadline: float  # epoch seconds; after it the lock times out and the message moves on
     _settler: Settler
     _v5: V5Reader | None = None  # decodes MQTT v5 properties (None: the name's own only)
+    # Which delivery of the message to `consumer` this is (Settler): a handle kept past its
+    # lock must not settle the message when it has come to the same consumer again.
+    _delivery: int | None = None
 
     @property
     def id(self) -> MessageId:
@@ -123,21 +136,22 @@ class Message:
 
     def ack(self) -> None:
         """Done: the message moves to processed/ (XEP-0254 §2.3, delete)."""
-        self._settler.ack(self.envelope.message_id, self.consumer)  # not self.id: a call less
+        # Not self.id: a call less.
+        self._settler.ack(self.envelope.message_id, self.consumer, self._delivery)
 
     def unlock(self, delay: float = 0.0) -> str | None:
         """Cannot handle it: give it to the next consumer, after `delay` seconds (§2.4).
         None when it is back in target/; else why it went to error/ instead:
         "max-deliveries", or "metadata-full" (its name cannot carry one more delivery)."""
-        return self._settler.unlock(self.id, self.consumer, delay)
+        return self._settler.unlock(self.id, self.consumer, delay, self._delivery)
 
     def reject(self) -> None:
         """It can never be handled: straight to error/, no redelivery."""
-        self._settler.reject(self.id, self.consumer)
+        self._settler.reject(self.id, self.consumer, self._delivery)
 
     def extend(self, seconds: float | None = None) -> None:
         """Still working on it: push the lock deadline to now + seconds (or the lock timeout)."""
-        self._settler.extend(self.id, self.consumer, seconds)
+        self._settler.extend(self.id, self.consumer, seconds, self._delivery)
 
 
 def qos_of(stored: object) -> int:

@@ -1035,16 +1035,24 @@ class Subscriber(Receiver):
 class _AtMostOnce:
     """Settling a QoS 0 message in memory: there is nothing to settle."""
 
-    def ack(self, message_id: MessageId, consumer: ConsumerId) -> None:
+    def ack(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None) -> None:
         pass
 
-    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> str | None:
+    def unlock(
+        self, message_id: MessageId, consumer: ConsumerId, delay: float, delivery: int | None
+    ) -> str | None:
         return None
 
-    def reject(self, message_id: MessageId, consumer: ConsumerId) -> None:
+    def reject(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None) -> None:
         pass
 
-    def extend(self, message_id: MessageId, consumer: ConsumerId, seconds: float | None) -> None:
+    def extend(
+        self,
+        message_id: MessageId,
+        consumer: ConsumerId,
+        seconds: float | None,
+        delivery: int | None,
+    ) -> None:
         pass
 
 

@@ -2,6 +2,9 @@
 
 Invariants:
 - A message id has at most one lease; a consumer's leases are indexed for counting.
+- Every claim numbers its lease (`delivery`: 1, 2, ... in this table, never reused, kept by
+  `extend`): a holder's handle names the delivery it got, so that a message that came back to
+  the same holder is not settled through the handle of the delivery before (core/queue.py).
 - Deadlines sit in a min-heap pruned lazily: an item whose deadline no longer matches the lease
   (extended, dropped) is skipped, so `due` and `next_deadline` never scan every lease. When
   stale items outnumber the leases by far (acks come long before the deadlines: 300,000 of
@@ -30,11 +33,13 @@ _STALE_SLACK = 1024  # heap items beyond twice the leases before a rebuild
 @cheap_init
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """`holder` has locked `message` until `deadline` (epoch seconds). XEP-0254 §2.2."""
+    """`holder` has locked `message` until `deadline` (epoch seconds). XEP-0254 §2.2.
+    `delivery` tells this lock from the holder's earlier or later ones on the same message."""
 
     message: Ready
     holder: ConsumerId
     deadline: float
+    delivery: int
 
 
 class LeaseTable:
@@ -47,6 +52,7 @@ class LeaseTable:
         self.next_due = math.inf
         self._slack = stale_slack
         self._rebuild_at = stale_slack  # heap size that triggers a rebuild (_compact)
+        self._claims = 0  # the last lease's `delivery`
 
     def __len__(self) -> int:
         return len(self._leases)
@@ -68,7 +74,8 @@ class LeaseTable:
         message_id = message.message_id
         if message_id in self._leases:
             raise InvalidArgument(f"{message_id} is already leased")
-        lease = Lease(message, holder, deadline)  # _store's work, without its call (one a claim)
+        self._claims += 1
+        lease = Lease(message, holder, deadline, self._claims)  # _store's work, without its call
         self._leases[message_id] = lease
         self._by_holder.setdefault(holder, {})[message_id] = lease
         heapq.heappush(self._deadlines, (deadline, message_id))

@@ -29,10 +29,21 @@ def check_holder(
     holder: ConsumerId | None,
     known: bool,
     past_holders: Collection[ConsumerId],
+    earlier_delivery: bool = False,
 ) -> None:
-    """Return if `requester` holds the lock; otherwise raise the XEP-0254 error, in this order."""
+    """Return if `requester` holds the lock; otherwise raise the XEP-0254 error, in this order.
+
+    earlier_delivery: `holder` is the requester, but the request comes with its handle of a
+    delivery before the one it holds now (that lock ended, and the message came back to it):
+    its lock is gone as surely as if another consumer held the message, and the delivery it
+    holds now is left to the handle of that one."""
     if holder == requester:
-        return
+        if not earlier_delivery:
+            return
+        raise UnexpectedRequest(
+            message_id,
+            f"{requester} no longer holds the lock of that delivery (the message came to it again)",
+        )
     if requester in past_holders:
         # It received the item but no longer holds the lock (race, lost notification, timeout).
         raise UnexpectedRequest(message_id, f"{requester} no longer holds the lock")

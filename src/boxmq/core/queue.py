@@ -12,7 +12,11 @@ Invariants:
   delayed and released messages count against nobody.
 - A release adds one to the delivery count; reaching `max_deliveries` turns it into a dead
   letter instead.
-- Lock errors are decided by `check_holder` alone (XEP-0254 §2.3/§2.4).
+- Lock errors are decided by `check_holder` alone (XEP-0254 §2.3/§2.4). A request may name the
+  delivery it answers (`Lease.delivery`, which a holder's handle keeps): one that names an
+  earlier delivery of the message to the same holder is told its lock is gone
+  (UnexpectedRequest) and changes nothing; the holder's later delivery is its own handle's.
+  Without one (None), the holder's lease answers, whichever delivery it is.
 - A lease stays valid until `expire(now)` reports it; `next_deadline()` says when to call
   `expire` and then `dispatch` again, and nothing here reads a clock or scans the backlog for it.
 """
@@ -135,7 +139,7 @@ class QueueEngine:
     def give_back(self, message_id: MessageId, consumer: ConsumerId) -> Release:
         """A message claimed for `consumer` that it never received (it went away first): back
         for the others as it was, its delivery count unchanged, nobody passed over."""
-        lease = self._held(message_id, consumer)
+        lease = self._held(message_id, consumer, None)
         self._leases.drop(message_id)
         return self._given_back(lease)
 
@@ -299,32 +303,54 @@ class QueueEngine:
 
     # -- what the holder asks ---------------------------------------------------------------
 
-    def ack(self, message_id: MessageId, consumer: ConsumerId, *, now: float) -> Finish:
+    def ack(
+        self,
+        message_id: MessageId,
+        consumer: ConsumerId,
+        *,
+        now: float,
+        delivery: int | None = None,
+    ) -> Finish:
         """XEP-0254 §2.3: the holder deletes the item; it is done."""
-        return Finish(self.acked(message_id, consumer), consumer)
+        return Finish(self.acked(message_id, consumer, delivery), consumer)
 
-    def acked(self, message_id: MessageId, consumer: ConsumerId) -> Ready:
+    def acked(
+        self, message_id: MessageId, consumer: ConsumerId, delivery: int | None = None
+    ) -> Ready:
         """`ack(...).message` without making the Finish (the live queue's ack needs only the
         message, and a frozen value costs ~3,000 instructions to make): the same checks, the
         same state after."""
-        lease = self._held(message_id, consumer)  # its holder is `consumer`, or it raised
+        lease = self._held(message_id, consumer, delivery)  # held by `consumer`, or it raised
         self._leases.drop(message_id)
         self._past.forget(message_id)
         return lease.message
 
     def unlock(
-        self, message_id: MessageId, consumer: ConsumerId, *, now: float, delay: float = 0.0
+        self,
+        message_id: MessageId,
+        consumer: ConsumerId,
+        *,
+        now: float,
+        delay: float = 0.0,
+        delivery: int | None = None,
     ) -> Release | DeadLetter:
         """XEP-0254 §2.4: the holder gives it back, for the next consumer (after `delay`)."""
         check_seconds("an unlock delay", delay, zero=True)  # before the lease is dropped
-        lease = self._held(message_id, consumer)
+        lease = self._held(message_id, consumer, delivery)
         self._leases.drop(message_id)
         not_before = now + delay if delay > 0 else 0.0
         return self._release(lease, ReleaseReason.UNLOCKED, not_before=not_before)
 
-    def reject(self, message_id: MessageId, consumer: ConsumerId, *, now: float) -> DeadLetter:
+    def reject(
+        self,
+        message_id: MessageId,
+        consumer: ConsumerId,
+        *,
+        now: float,
+        delivery: int | None = None,
+    ) -> DeadLetter:
         """The holder says it can never be processed: straight to error/, no redelivery."""
-        lease = self._held(message_id, consumer)
+        lease = self._held(message_id, consumer, delivery)
         self._forget(message_id)
         return DeadLetter(lease.message, lease.holder, DeadReason.REJECTED)
 
@@ -335,11 +361,12 @@ class QueueEngine:
         *,
         now: float,
         seconds: float | None = None,
+        delivery: int | None = None,
     ) -> Extend:
         """Work in progress: the lock lasts `seconds` (default: its lock_timeout) from now."""
         if seconds is not None:
             check_seconds("a lock extension", seconds)
-        self._held(message_id, consumer)
+        self._held(message_id, consumer, delivery)
         if seconds is None:
             seconds = self._consumers[consumer].lock_timeout
         lease = self._leases.extend(message_id, deadline=now + seconds)
@@ -410,17 +437,25 @@ class QueueEngine:
         self._leases.claim(message, consumer, deadline=deadline)
         return Claim(message, consumer, deadline)
 
-    def _held(self, message_id: MessageId, consumer: ConsumerId) -> Lease:
-        """The consumer's lease on the message, or the XEP-0254 error that says why not."""
+    def _held(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None) -> Lease:
+        """The consumer's lease on the message (of `delivery`, if named), or the XEP-0254
+        error that says why not."""
         lease = self._leases.get(message_id)
-        if lease is not None and lease.holder == consumer:
+        if (
+            lease is not None
+            and lease.holder == consumer
+            and (lease.delivery == delivery or delivery is None)
+        ):
             return lease  # the usual answer, without gathering what an error would need
+        # Held by `consumer`, but not as the delivery named: the request is a stale handle's.
+        earlier = lease is not None and lease.holder == consumer
         check_holder(
             message_id,
             consumer,
             holder=lease.holder if lease is not None else None,
             known=message_id in self._ready or self._past.is_parked(message_id),
             past_holders=self._past.of(message_id),
+            earlier_delivery=earlier,
         )
         assert lease is not None  # check_holder returned: the requester holds it
         return lease

@@ -26,7 +26,7 @@ def test_lease_expires_exactly_once_at_its_deadline() -> None:
     assert table.next_deadline() == 130.0
     assert table.due(now=129.9) == []
     [lease] = table.due(now=130.0)
-    assert lease == Lease(ready("m1"), A, 130.0)
+    assert lease == Lease(ready("m1"), A, 130.0, delivery=1)
     assert table.due(now=1e9) == []
     assert table.next_deadline() is None
     assert len(table) == 0
@@ -56,7 +56,7 @@ def test_leases_are_indexed_by_holder_in_claim_order() -> None:
     assert table.drop(MessageId("m1")) is None
     assert [lease.message.message_id for lease in table.of(A)] == ["m3"]
     assert MessageId("m1") not in table
-    assert table.get(MessageId("m3")) == Lease(ready("m3"), A, 100.0)
+    assert table.get(MessageId("m3")) == Lease(ready("m3"), A, 100.0, delivery=3)
 
 
 def test_due_returns_earliest_first_and_skips_dropped() -> None:
@@ -67,6 +67,18 @@ def test_due_returns_earliest_first_and_skips_dropped() -> None:
     table.drop(MessageId("gone"))
     assert table.next_deadline() == 10.0
     assert [lease.message.message_id for lease in table.due(now=100.0)] == ["early", "late"]
+
+
+def test_each_claim_numbers_its_lease_and_an_extend_keeps_the_number() -> None:
+    """Lease.delivery tells a holder's deliveries of one message apart: never reused."""
+    table = LeaseTable()
+    first = table.claim(ready("m1"), A, deadline=10.0)
+    table.drop(MessageId("m1"))
+    again = table.claim(ready("m1"), A, deadline=20.0)
+    other = table.claim(ready("m2"), B, deadline=20.0)
+    assert (first.delivery, again.delivery, other.delivery) == (1, 2, 3)
+    assert table.extend(MessageId("m1"), deadline=50.0).delivery == 2
+    assert [(lease.holder, lease.delivery) for lease in table.due(now=50.0)] == [(B, 3), (A, 2)]
 
 
 def test_a_message_cannot_be_leased_twice() -> None:

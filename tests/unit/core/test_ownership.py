@@ -74,3 +74,13 @@ def test_parked_memory_is_bounded_oldest_first() -> None:
         past.released(message_id, A)
     assert [past.is_parked(message_id) for message_id in ids] == [False, False, True, True, True]
     assert past.of(ids[0]) == frozenset()
+
+
+def test_a_handle_of_an_earlier_delivery_to_the_holder_is_told_its_lock_is_gone() -> None:
+    """The holder asks with the handle of a delivery before the one it holds: its lock is
+    gone (UnexpectedRequest), whatever else is known; the holder's own handle passes."""
+    with pytest.raises(UnexpectedRequest):
+        check_holder(M, A, holder=A, known=True, past_holders=frozenset(), earlier_delivery=True)
+    with pytest.raises(Conflict):  # another holds it and `a` never did: as before
+        check_holder(M, A, holder=B, known=True, past_holders=frozenset(), earlier_delivery=True)
+    check_holder(M, A, holder=A, known=True, past_holders=frozenset({A}), earlier_delivery=False)

@@ -454,7 +454,7 @@ def test_withdraw_removes_a_ready_message_only() -> None:
     engine.withdraw(MessageId("m1"))  # our own claim moved it out of target/
     engine.withdraw(MessageId("m2"))
     engine.withdraw(MessageId("unknown"))
-    assert engine.lease(MessageId("m1")) == Lease(ready("m1", sequence=1), A, T0 + 30)
+    assert engine.lease(MessageId("m1")) == Lease(ready("m1", sequence=1), A, T0 + 30, 1)
     assert engine.statistics() == QueueStats(ready=0, delayed=0, in_flight=1, consumers=1)
     engine.ack(MessageId("m1"), A, now=T0)
     assert engine.dispatch(now=T0) == []

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 
+from boxmq.clock import ManualClock
 from boxmq.core import (
     Claim,
     DeadLetter,
@@ -180,6 +181,85 @@ def test_unexpected_request_after_the_claim_was_lost(
 ) -> None:
     engine.claim_lost(M1)
     expect(ItemNotFound, lambda: operation(engine, M1, A, T0))  # it was never ours
+
+
+# -- a handle of an earlier delivery to the same holder ---------------------------------------
+
+Settle = Callable[[QueueEngine, int, float], Effect]
+
+
+def _ack(engine: QueueEngine, delivery: int, now: float) -> Effect:
+    return engine.ack(M1, A, now=now, delivery=delivery)
+
+
+def _unlock(engine: QueueEngine, delivery: int, now: float) -> Effect:
+    return engine.unlock(M1, A, now=now, delivery=delivery)
+
+
+def _reject(engine: QueueEngine, delivery: int, now: float) -> Effect:
+    return engine.reject(M1, A, now=now, delivery=delivery)
+
+
+def _extend(engine: QueueEngine, delivery: int, now: float) -> Effect:
+    return engine.extend(M1, A, now=now, seconds=100.0, delivery=delivery)
+
+
+def _lock_timed_out(engine: QueueEngine, clock: ManualClock) -> None:
+    clock.advance(30.0)
+    [release] = engine.expire(now=clock.now())
+    assert isinstance(release, Release)
+    engine.offer(reoffered(release), now=clock.now())
+
+
+def _lock_ended_by_id(engine: QueueEngine, clock: ManualClock) -> None:
+    """Another process unlocked it by id (`boxmq unlock`): the runtime saw the file leave
+    processing/ and then offers its new name in target/."""
+    clock.advance(1.0)
+    lease = engine.lock_lost(M1)
+    assert lease is not None
+    engine.offer(
+        replace(lease.message, key="4.m1.B+1", delivery_count=1, last_holder=A), now=clock.now()
+    )
+
+
+@pytest.mark.parametrize("settle", [_ack, _unlock, _reject, _extend])
+@pytest.mark.parametrize("ended", [_lock_timed_out, _lock_ended_by_id])
+def test_a_stale_handle_cannot_settle_the_next_delivery_to_the_same_holder(
+    settle: Settle, ended: Callable[[QueueEngine, ManualClock], None]
+) -> None:
+    """a's lock on m1 ends, m1 comes back to a: the handle of the first delivery is told its
+    lock is gone (XEP-0254: unexpected-request) and the second delivery stays as it was, for
+    its own handle to settle. Before, the stale handle acked (or unlocked, rejected,
+    extended) the second delivery, whose ack then failed with item-not-found."""
+    clock = ManualClock(T0)
+    engine = QueueEngine(policy=QueuePolicy(handoff=0.0))
+    engine.add_consumer(A, max_in_flight=1, lock_timeout=30.0)
+    engine.offer(ready("m1"), now=clock.now())
+    engine.dispatch(now=clock.now())
+    first = engine.lease(M1)
+    assert first is not None
+    ended(engine, clock)
+    [claim] = engine.dispatch(now=clock.now())
+    assert isinstance(claim, Claim)
+    assert claim.holder == A
+    second = engine.lease(M1)
+    assert second is not None
+    assert second.delivery != first.delivery
+    expect(UnexpectedRequest, lambda: settle(engine, first.delivery, clock.now()))
+    assert engine.lease(M1) == second  # untouched: same lock, same deadline
+    assert engine.leases_of(A) == [second]
+    assert engine.ack(M1, A, now=clock.now(), delivery=second.delivery) == Finish(second.message, A)
+    expect(ItemNotFound, lambda: settle(engine, first.delivery, clock.now()))
+
+
+def test_a_request_without_a_delivery_settles_the_lease_the_holder_has(
+    engine: QueueEngine,
+) -> None:
+    """None: whichever lock the holder has (a request by id); the right number does too."""
+    lease = engine.lease(M1)
+    assert lease is not None
+    engine.extend(M1, A, now=T0, delivery=lease.delivery)
+    assert engine.ack(M1, A, now=T0) == Finish(ready("m1"), A)
 
 
 def test_ack_finishes(engine: QueueEngine) -> None:
