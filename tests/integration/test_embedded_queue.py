@@ -867,6 +867,36 @@ def test_get_releases_timed_out_locks_without_a_server(
     assert (again.id, again.delivery_count) == (message_id, 2)
 
 
+@pytest.mark.parametrize("operation", ["ack", "unlock", "reject", "extend"])
+def test_a_stale_message_from_get_cannot_settle_the_next_get_of_the_same_consumer(
+    manual_box: boxmq.Box, root: Path, clock: ManualClock, operation: str
+) -> None:
+    """As for a consumer's messages: the first get's lock times out and the next get of the
+    same consumer locks the message again; the first Message's answers are told the lock is
+    gone and leave the second lock as it is. Answers by id (`boxmq ack`) still settle the
+    lock the consumer holds."""
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"work")
+    first = jobs.get("cli", lock_timeout=1)
+    assert first is not None
+    clock.advance(2)
+    second = jobs.get("cli", lock_timeout=10)
+    assert second is not None
+    assert (second.id, second.delivery_count) == (first.id, 2)
+    [locked] = files(root, "jobs", "processing")
+    with pytest.raises(boxmq.UnexpectedRequest):
+        getattr(first, operation)()
+    assert files(root, "jobs", "processing") == [locked]
+    second.extend()  # the later handle's own answers hold
+    second.ack()
+    assert jobs.counts().done == 1
+    jobs.put(b"more")
+    third = jobs.get("cli")
+    assert third is not None
+    jobs.ack(third.id, "cli")  # by id: whichever lock cli holds
+    assert jobs.counts().done == 2
+
+
 def test_a_timed_out_lock_on_a_name_that_is_not_utf8_goes_to_error(
     box: boxmq.Box, root: Path
 ) -> None:

@@ -3,6 +3,12 @@
 `boxmq get` claims in one process and `boxmq ack` answers in another, so the answer is decided
 from what the folder shows: the lock suffix names the holder, the `bx_last` property names the
 previous one. The decision itself is the core's (`check_holder`), the same as in the engine.
+
+An answer by id names no delivery: it settles the lock the consumer holds on the message. A
+`Message` that `Queue.get` returned names its own (`GotLock.name`, the name it was locked
+under): every delivery after it has another name (an unlock, a timeout and a redrive each
+rewrite the name's delivery count or holder; an extend keeps it), so a lock of the same
+consumer under another name is a later delivery's, and the old handle is told its lock is gone.
 """
 
 from __future__ import annotations
@@ -36,16 +42,25 @@ class DiskSettler:
         self._now = now
         self._keep_processed = keep_processed
 
-    def ack(self, message_id: MessageId, consumer: ConsumerId) -> None:
-        name, processing, _ = self._held(message_id, consumer)
+    # `delivery`: the name, without its lock, of the delivery a handle answers for (GotLock);
+    # None: whichever lock `consumer` holds on the message (an answer by id).
+
+    def ack(self, message_id: MessageId, consumer: ConsumerId, delivery: str | None = None) -> None:
+        name, processing, _ = self._held(message_id, consumer, delivery)
         if not self._box.finish(processing, name, keep=self._keep_processed):
             raise UnexpectedRequest(message_id, "the lock was taken away")
 
-    def unlock(self, message_id: MessageId, consumer: ConsumerId, delay: float) -> str | None:
+    def unlock(
+        self,
+        message_id: MessageId,
+        consumer: ConsumerId,
+        delay: float,
+        delivery: str | None = None,
+    ) -> str | None:
         """Back to target/ (None); or to error/ at max deliveries, or when the name cannot
         carry one more delivery: then the reason, which the caller is told (and the log)."""
         check_seconds("an unlock delay", delay, zero=True)
-        name, processing, _ = self._held(message_id, consumer)
+        name, processing, _ = self._held(message_id, consumer, delivery)
         count = envelope_of(name).delivery_count + 1
         limit = self._policy.max_deliveries
         new, dead = None, "max-deliveries"
@@ -66,15 +81,23 @@ class DiskSettler:
             raise UnexpectedRequest(message_id, "the lock was taken away")
         return None
 
-    def reject(self, message_id: MessageId, consumer: ConsumerId) -> None:
-        name, processing, _ = self._held(message_id, consumer)
+    def reject(
+        self, message_id: MessageId, consumer: ConsumerId, delivery: str | None = None
+    ) -> None:
+        name, processing, _ = self._held(message_id, consumer, delivery)
         self._to_error(processing, name, "rejected", envelope_of(name).delivery_count + 1)
 
-    def extend(self, message_id: MessageId, consumer: ConsumerId, seconds: float | None) -> None:
+    def extend(
+        self,
+        message_id: MessageId,
+        consumer: ConsumerId,
+        seconds: float | None,
+        delivery: str | None = None,
+    ) -> None:
         if seconds is None:
             raise InvalidArgument("say for how many seconds to extend the lock")
         check_seconds("a lock extension", seconds)
-        name, processing, lock = self._held(message_id, consumer)
+        name, processing, lock = self._held(message_id, consumer, delivery)
         new = locked_name(name, Lock(lock.owner, int((self._now() + seconds) * 1000), lock.token))
         if not self._box.move(State.PROCESSING, processing, State.PROCESSING, new):
             raise UnexpectedRequest(message_id, "the lock was taken away")
@@ -85,8 +108,11 @@ class DiskSettler:
         if not self._box.move(State.PROCESSING, processing, State.ERROR, dead):
             raise UnexpectedRequest(envelope_of(name).message_id, "the lock was taken away")
 
-    def _held(self, message_id: MessageId, consumer: ConsumerId) -> tuple[str, str, Lock]:
-        """(name, processing name, lock) of a message `consumer` holds, or the XEP-0254 error."""
+    def _held(
+        self, message_id: MessageId, consumer: ConsumerId, delivery: str | None
+    ) -> tuple[str, str, Lock]:
+        """(name, processing name, lock) of a message `consumer` holds (as `delivery`, if
+        named), or the XEP-0254 error."""
         for processing, name, lock in self._locked():
             envelope = envelope_of(name)
             if envelope.message_id != message_id:
@@ -100,6 +126,7 @@ class DiskSettler:
                 holder=holder,
                 known=True,
                 past_holders=_past(envelope.last_holder, lock, holder),
+                earlier_delivery=delivery is not None and name != delivery,
             )
             assert lock is not None  # check_holder passed, so `consumer` holds the lock
             return name, processing, lock
@@ -124,22 +151,24 @@ class DiskSettler:
 
 @dataclass(frozen=True, slots=True)
 class GotLock:
-    """The settler of one message `Queue.get` locked: the queue's files, and the lock timeout
-    `get` was given, which `Message.extend()` without seconds renews."""
+    """The settler of one message `Queue.get` locked: the queue's files, the lock timeout
+    `get` was given, which `Message.extend()` without seconds renews, and the name it was
+    locked under, which tells its delivery from a later one to the same consumer."""
 
     disk: DiskSettler
     lock_timeout: float
+    name: str
 
     def ack(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None) -> None:
-        self.disk.ack(message_id, consumer)
+        self.disk.ack(message_id, consumer, self.name)
 
     def unlock(
         self, message_id: MessageId, consumer: ConsumerId, delay: float, delivery: int | None
     ) -> str | None:
-        return self.disk.unlock(message_id, consumer, delay)
+        return self.disk.unlock(message_id, consumer, delay, self.name)
 
     def reject(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None) -> None:
-        self.disk.reject(message_id, consumer)
+        self.disk.reject(message_id, consumer, self.name)
 
     def extend(
         self,
@@ -148,7 +177,8 @@ class GotLock:
         seconds: float | None,
         delivery: int | None,
     ) -> None:
-        self.disk.extend(message_id, consumer, self.lock_timeout if seconds is None else seconds)
+        seconds = self.lock_timeout if seconds is None else seconds
+        self.disk.extend(message_id, consumer, seconds, self.name)
 
 
 def _past(last: ConsumerId | None, lock: Lock | None, holder: ConsumerId | None) -> set[ConsumerId]:

@@ -332,7 +332,7 @@ class Queue:
                 continue
             if body is None:
                 continue
-            settler = GotLock(self._disk, lock_timeout)
+            settler = GotLock(self._disk, lock_timeout, name)
             return Message(self.name, envelope, body, holder, deadline, settler, self._v5)
         return None
 
