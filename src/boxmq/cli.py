@@ -770,12 +770,12 @@ def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
 
 
 def _requeue(args: argparse.Namespace, box: Box) -> int:
-    moved = _dropbox(args, box).requeue(source=State(args.source))
-    _emit(
-        args,
-        {"queue": args.queue, "requeued": moved},
-        f"{args.queue}: {moved} message(s) from {args.source}/ back to target/",
-    )
+    left: list[str] = []  # never deliverable: left where they are, each logged
+    moved = _dropbox(args, box).requeue(source=State(args.source), left=left)
+    text = f"{args.queue}: {moved} message(s) from {args.source}/ back to target/"
+    if left:
+        text += f"; {len(left)} left in {args.source}/ that can never be delivered (logged)"
+    _emit(args, {"queue": args.queue, "requeued": moved, "left": len(left)}, text)
     return 0
 
 

@@ -340,6 +340,7 @@ def test_dead_letters_of_a_share_group_and_a_subscription_are_peeked_and_requeue
         assert json.loads(ok(root, "--json", "requeue", "$share/etl/jobs/#")) == {
             "queue": "$share/etl/jobs/#",
             "requeued": 1,
+            "left": 0,
         }
         again = group.receive(timeout=5)
         assert again is not None
@@ -397,6 +398,28 @@ def test_a_name_that_is_not_utf8_is_set_aside_and_shown_sanely(root: Path) -> No
     [row] = json.loads(ok(root, "--json", "peek", "m", "--state", "error"))
     assert row["id"] == "\\xff\\xfe"
     assert json.loads(ok(root, "--json", "ls"))["queues"][0]["dead"] == 1
+
+
+def test_requeue_leaves_a_name_that_is_not_utf8_in_error_and_says_so(root: Path) -> None:
+    """It was counted as requeued and moved back to target/, where the next get set it aside
+    to error/ again: a loop that never delivered it. It stays, and requeue says so."""
+    ok(root, "put", "m", "valid")
+    (root / "m" / "target").joinpath(b"\xff\xfe".decode(errors="surrogateescape")).write_text("x")
+    assert ok(root, "get", "m").rstrip().endswith("valid")  # sets the bad name aside
+    done = boxmq_cli(root, "requeue", "m")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "m: 0 message(s) from error/ back to target/; 1 left in error/ that can never be "
+        "delivered (logged)"
+    )
+    assert "\\xff\\xfe is not valid UTF-8: left in error/" in done.stderr
+    assert json.loads(ok(root, "--json", "requeue", "m")) == {
+        "queue": "m",
+        "requeued": 0,
+        "left": 1,
+    }
+    assert json.loads(ok(root, "--json", "ls"))["queues"][0]["dead"] == 1
+    assert os.listdir(root / "m" / "target") == []
 
 
 def test_a_property_in_bytes_that_are_not_utf8_is_shown_sanely(root: Path) -> None:

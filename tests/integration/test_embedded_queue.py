@@ -830,6 +830,35 @@ def test_a_name_that_is_not_utf8_goes_to_error_and_blocks_nobody(
     assert jobs.counts().dead == 1
 
 
+def test_requeue_leaves_what_can_never_be_delivered_where_it_is(box: boxmq.Box, root: Path) -> None:
+    """A name that is not UTF-8 or too long to lock, and what is no file, set aside to error/
+    by a consumer, stay there: sent back, each was counted as requeued and set aside again by
+    the next look at target/, over and over. The dead letter beside them goes."""
+    jobs = box.queue("jobs")
+    jobs.put(b"dead")
+    target = root / "jobs" / "target"
+    bad, long = BAD_NAME.decode(errors="surrogateescape"), "4." + "x" * 200 + ".T"
+    target.joinpath(bad).write_bytes(b"x")
+    target.joinpath(long).write_bytes(b"y")
+    target.joinpath("4.dir.T").mkdir()
+    message = jobs.get("one-shot")
+    assert message is not None
+    assert message.body == b"dead"
+    message.reject()
+    assert jobs.counts().dead == 4
+    left: list[str] = []
+    assert jobs.requeue(left=left) == 1
+    assert sorted(left) == sorted([bad, long, "4.dir.T"])
+    assert (jobs.counts().dead, jobs.counts().ready) == (3, 1)
+    again = jobs.get("one-shot")  # the dead letter, and nothing set aside again
+    assert again is not None
+    assert again.body == b"dead"
+    again.ack()
+    assert jobs.get("one-shot") is None
+    assert jobs.requeue() == 0
+    assert (jobs.counts().dead, jobs.counts().ready) == (3, 0)
+
+
 def test_the_live_consumer_sets_a_name_that_is_not_utf8_aside(box: boxmq.Box, root: Path) -> None:
     jobs = box.queue("jobs")
     (root / "jobs" / "target").joinpath(BAD_NAME.decode(errors="surrogateescape")).write_bytes(b"x")

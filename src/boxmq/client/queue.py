@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -12,6 +13,7 @@ from boxmq.client.body import body_bytes
 from boxmq.client.consumer import Consumer
 from boxmq.client.disk_locks import DiskSettler, GotLock
 from boxmq.client.lifecycle import (
+    NOT_A_FILE,
     PUT_NAME_LIMIT,
     envelope_of,
     ready_of,
@@ -19,6 +21,7 @@ from boxmq.client.lifecycle import (
     set_aside,
     set_aside_claimed,
     set_aside_strays,
+    shown,
     unusable,
 )
 from boxmq.client.live_queue import LiveQueue
@@ -59,6 +62,8 @@ from boxmq.store.v5_properties import (
 )
 
 __all__ = ["Outgoing", "Peeked", "Queue", "QueueCounts", "counts_of"]
+
+log = logging.getLogger("boxmq")
 
 # Read from module globals by a put: Enum's metaclass has a __getattr__, so each
 # `MessageClass.BYTES` is a slow attribute lookup (~800 instructions), a global one cached load.
@@ -422,19 +427,42 @@ class Queue:
             raise InvalidArgument(f"{state.value}/ holds messages in use; purge another state")
         return sum(self._box.remove(state, entry.name) for entry in list(self._box.scan(state)))
 
-    def requeue(self, *, source: State | str = State.ERROR) -> int:
+    def requeue(self, *, source: State | str = State.ERROR, left: list[str] | None = None) -> int:
         """Send dead (or expired, or processed) messages back to target/: a redrive. An
-        expiration that has passed is dropped, so that the message is delivered."""
+        expiration that has passed is dropped, so that the message is delivered. How many
+        were sent back.
+
+        What can never be delivered stays where it is, logged, its name added to `left` when
+        given: a name that is not UTF-8 or too long to lock, and what is not a regular file
+        (a directory, a pipe). A consumer sets those aside to error/ (docs/file-format.md);
+        sent back, each was counted as requeued and set aside again at the next look."""
         source = state_of(source)
         if source in (State.TARGET, State.PROCESSING, State.WORKING):
             raise InvalidArgument(
                 f"requeue takes messages from error, expired or processed, not {source.value}"
             )
         moved, now = 0, self._now()
-        for entry in list(self._box.scan(source)):
+        strays: list[str] = []
+        for entry in list(self._box.scan(source, strays)):
             new = redrive_name(entry.name, now=now)
+            if (why := unusable(new)) is not None:
+                self._not_requeued(source, entry.name, why, left)
+                continue
             moved += self._box.move(source, entry.name, State.TARGET, new)
+        for name in strays:
+            self._not_requeued(source, name, NOT_A_FILE, left)
         return moved
+
+    def _not_requeued(self, source: State, name: str, why: str, left: list[str] | None) -> None:
+        log.warning(
+            "%s: %s is %s: left in %s/ (it can never be delivered)",
+            self.name,
+            shown(name),
+            why,
+            source.value,
+        )
+        if left is not None:
+            left.append(name)
 
 
 def state_of(value: State | str) -> State:
