@@ -339,6 +339,14 @@ def _dropbox_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _named(args: argparse.Namespace) -> dict[str, str]:
+    """How `--json` names what `_dropbox` found: the queue, and the subscriber if given."""
+    named = {"queue": args.queue}
+    if args.subscriber is not None:
+        named["subscriber"] = args.subscriber
+    return named
+
+
 def _dropbox(args: argparse.Namespace, box: Box) -> Queue:
     """The queue, share group or durable subscription `args` names: a name that is both a
     queue and a share group's ("$share/..." made a queue) is the queue."""
@@ -775,7 +783,7 @@ def _requeue(args: argparse.Namespace, box: Box) -> int:
     text = f"{args.queue}: {moved} message(s) from {args.source}/ back to target/"
     if left:
         text += f"; {len(left)} left in {args.source}/ that can never be delivered (logged)"
-    _emit(args, {"queue": args.queue, "requeued": moved, "left": len(left)}, text)
+    _emit(args, {**_named(args), "requeued": moved, "left": len(left)}, text)
     return 0
 
 
@@ -783,7 +791,7 @@ def _purge(args: argparse.Namespace, box: Box) -> int:
     removed = _dropbox(args, box).purge(state=State(args.state))
     _emit(
         args,
-        {"queue": args.queue, "purged": removed},
+        {**_named(args), "purged": removed},
         f"{args.queue}: {removed} message(s) deleted from {args.state}/",
     )
     return 0

@@ -351,7 +351,11 @@ def test_dead_letters_of_a_share_group_and_a_subscription_are_peeked_and_requeue
         assert back is not None
         assert back.body == b"poison"
         back.reject()
-        ok(root, "purge", "jobs/#", "--subscriber", "keeper", "--state", "error")
+        purged = ok(root, "--json", "purge", "jobs/#", "--subscriber", "keeper", "--state", "error")
+        assert json.loads(purged) == {"queue": "jobs/#", "subscriber": "keeper", "purged": 1}
+        both = boxmq_cli(root, "peek", "$share/etl/jobs/#", "--subscriber", "w1")
+        assert both.returncode == 1
+        assert "is a share group: it has members, not a subscriber" in both.stderr
         assert json.loads(ok(root, "--json", "ls"))["subscriptions"][1]["dead"] == 0
         missing = boxmq_cli(root, "requeue", "jobs/#")  # a filter, no subscriber: says how
         assert missing.returncode == 1

@@ -679,6 +679,10 @@ class Topics:
         durable subscription to `filter`, as `subscriptions` lists them: QueueNotFound if there
         is none on disk."""
         parsed = parse_filter(filter)
+        if parsed.shared and subscriber is not None:
+            raise InvalidArgument(
+                f"{filter!r} is a share group: it has members, not a subscriber; name it alone"
+            )
         if not parsed.shared and subscriber is None:
             raise InvalidArgument(
                 f"{filter!r} is no share group: a durable subscription is named by its filter "
