@@ -11,7 +11,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import TracebackType
 
@@ -113,19 +113,7 @@ class Box:
         if not create and not is_dropbox(path):
             raise QueueNotFound(self._missing(name, path))
         dropbox = Dropbox(path, self._committer, create=create, spares=self._spares)
-        return Queue(
-            name,
-            dropbox,
-            ids=self._ids,
-            now=self._clock.now,
-            policy=self.options.policy,
-            keep_processed=self.options.keep_processed,
-            live=lambda: self._live_queue(name, dropbox),
-            opened=lambda: self._live.get(dropbox.path),
-            limits=self.options.limits,
-            v5=self.v5,
-            side_files=self.side_files,
-        )
+        return self._queue_of(name, dropbox, lambda: self._live_queue(name, dropbox))
 
     def subscription(self, filter: str, subscriber: str | None = None) -> Queue:
         """A share group ("$share/<group>/<filter>"), or `subscriber`'s durable subscription to
@@ -135,14 +123,21 @@ class Box:
         topic's routing."""
         dropbox = self.topics.dropbox_of(filter, subscriber)
         group = parse_filter(filter).share_group
+        return self._queue_of(
+            filter, dropbox, lambda: self._live_queue(dropbox.path, dropbox, group)
+        )
+
+    def _queue_of(self, name: str, dropbox: Dropbox, live: Callable[[], LiveQueue]) -> Queue:
+        """A queue, or a subscription seen as one, on `dropbox`; `live` makes (or finds) its
+        engine in this process."""
         return Queue(
-            filter,
+            name,
             dropbox,
             ids=self._ids,
             now=self._clock.now,
             policy=self.options.policy,
             keep_processed=self.options.keep_processed,
-            live=lambda: self._live_queue(dropbox.path, dropbox, group),
+            live=live,
             opened=lambda: self._live.get(dropbox.path),
             limits=self.options.limits,
             v5=self.v5,

@@ -411,10 +411,8 @@ class Queue:
             if status is not None:
                 holder = lock.owner if lock else None
                 peeked = Peeked(envelope, status.st_size, state, holder, self._v5)
-                # Within a priority as a consumer takes them (_ready_in_order): by the time
-                # the id carries, else (a name a script wrote) by the file's mtime.
-                stamp = envelope.timestamp
-                sequence = stamp / 1000 if stamp is not None else status.st_mtime
+                # Within a priority as a consumer takes them (_ready_in_order).
+                sequence = _sequence(entry.path, envelope, status)
                 seen.append((-envelope.priority, sequence, name, peeked))
         seen.sort(key=lambda row: row[:3])
         ordered = [row[3] for row in seen]
@@ -488,10 +486,13 @@ def counts_of(box: Dropbox) -> QueueCounts:
     )
 
 
-def _sequence(path: str, envelope: Envelope) -> float:
-    """What orders the message within its priority: its id's time, else the file's mtime."""
+def _sequence(path: str, envelope: Envelope, status: os.stat_result | None = None) -> float:
+    """What orders the message within its priority: its id's time, else (a name a script
+    wrote) the file's mtime, from `status` when the caller has the file's already."""
     if (stamp := envelope.timestamp) is not None:
         return stamp / 1000
+    if status is not None:
+        return status.st_mtime
     try:
         return os.stat(path).st_mtime
     except FileNotFoundError:
