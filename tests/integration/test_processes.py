@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -225,3 +226,62 @@ def test_exactly_once_survives_a_sigkill_between_and_within_its_steps(
                 got.append(int(message.body))
                 message.ack()
     assert sorted(got) == list(range(last + 1))  # every message exactly once
+
+
+def _boxmq(root: Path, *args: str) -> None:
+    """The command line, in a process of its own."""
+    done = subprocess.run(
+        [sys.executable, "-m", "boxmq", "--data", str(root), "--fsync", "never", *args],
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("case", "polling"),
+    [("share-group", False), ("subscription", False), ("subscription", True), ("queue", False)],
+)
+def test_a_dropbox_another_process_deleted_and_made_again_is_watched_afresh(
+    root: Path, case: str, polling: bool
+) -> None:
+    """This process keeps the engine of a dropbox, idle or read: a share group its persistent
+    member detached from, a durable subscription whose subscriber closed, a queue a consumer
+    reads. Another process deletes the dropbox (`boxmq unsubscribe`: the group's last member
+    out, the subscription's end; `rm -rf` of a queue), and it is made again at its path. The
+    engine's watch was on the old folder, so what other processes put into the new one was
+    found only by its next full rescan (5 s); the watch now follows the path. With polling
+    (NFS) the rescans on a timer find it as before."""
+    filter = "$share/g/jobs/#" if case == "share-group" else "jobs/#"
+    with boxmq.open(root, fsync="never", polling=polling) as here:
+        # Only the watch (or the polling) tells of what another process puts: no rescan.
+        here.options = replace(here.options, rescan_interval=3600.0)
+        if case == "queue":
+            reader = here.queue("jobs").consumer("reader")
+            _boxmq(root, "put", "jobs", "one")
+        else:
+            reader = here.subscribe(filter, "mine", process_bound=case != "share-group")
+            _boxmq(root, "publish", "jobs/1", "one")
+        message = reader.receive(timeout=5)
+        assert message is not None
+        assert message.body == b"one"
+        message.ack()
+        if case == "queue":
+            subprocess.run(["rm", "-rf", str(root / "jobs")], check=True)
+            _boxmq(root, "put", "jobs", "two")
+        else:
+            if case == "share-group":
+                reader.detach()  # still a member: the group lives on, its engine here idle
+            else:
+                reader.close()  # the subscription lives on, its engine here idle
+            _boxmq(root, "unsubscribe", filter, "--name", "mine")
+            assert not any((root / "topic-root").glob("*/.subscriptions/*"))  # deleted there
+            reader = here.subscribe(filter, "mine", process_bound=case != "share-group")
+            _boxmq(root, "publish", "jobs/2", "two")
+        message = reader.receive(timeout=3)
+        assert message is not None, "the new folder's message was not seen"
+        assert message.body == b"two"
+        message.ack()
+        reader.close()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -211,6 +213,40 @@ def test_a_share_group_ended_and_made_again_gets_what_another_process_publishes_
                 assert not any(running.root.glob("topic-root/*/.subscriptions/share.g"))
     finally:
         running.shutdown()
+
+
+def test_a_subscription_folder_made_again_by_hand_is_watched_again(tmp_path: Path) -> None:
+    """docs/operations.md: a folder grown large is made again (`mv`, `mkdir`) with the server
+    running. Its watch stayed on the folder moved aside: what another process published
+    (`boxmq publish`) reached the client only at each full rescan (5 s), until a restart."""
+    running = start_server(tmp_path / "root", fsync="always")
+    try:
+        # Only the watch tells of what another process publishes: no rescan within the test.
+        running.box.options = replace(running.box.options, rescan_interval=3600.0)
+        keeper = paho(running, "keeper", clean=False, expiry=300)
+        keeper.subscribe("jobs/#", 1)
+        _publish_elsewhere(running.root, "jobs/1", "before")
+        assert keeper.next(timeout=3).payload == b"before"
+        [target] = running.root.glob("topic-root/*/.subscriptions/*/target")
+        target.rename(target.with_name("target.old"))
+        target.mkdir()
+        for number in range(2):
+            _publish_elsewhere(running.root, f"jobs/{number}", f"after {number}")
+            assert keeper.next(timeout=3).payload == f"after {number}".encode()
+        keeper.stop()
+    finally:
+        running.shutdown()
+
+
+def _publish_elsewhere(root: Path, topic: str, body: str) -> None:
+    """`boxmq publish`, a process of its own on the server's root."""
+    command = [sys.executable, "-m", "boxmq", "--data", str(root), "--fsync", "never"]
+    subprocess.run(
+        [*command, "publish", topic, body],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def test_clean_start_discards_the_old_session(server: RunningServer) -> None:

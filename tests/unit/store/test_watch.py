@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from boxmq.store.watch import InotifyWatcher, PollingWatcher, watch
+from boxmq.store.watch import Changes, InotifyWatcher, PollingWatcher, watch
 
 
 @pytest.fixture
@@ -98,3 +100,91 @@ def test_a_name_that_left_after_it_was_reported_is_gone(
     changes = inotify.wait(1.0)
     assert (changes.names, changes.gone) == ([], ["deleted"])
     inotify.close()
+
+
+def _folder_watcher(tmp_path: Path) -> tuple[Path, InotifyWatcher]:
+    """A watcher of a dropbox's target/ (a folder with a parent of its own)."""
+    folder = tmp_path / "box" / "target"
+    folder.mkdir(parents=True)
+    watcher = watch(str(folder), poll_interval=0.1)
+    if not isinstance(watcher, InotifyWatcher):
+        if os.environ.get("CI"):
+            pytest.fail("inotify is expected on the CI machine")
+        pytest.skip("no inotify on this system")
+    return folder, watcher
+
+
+def _until(watcher: InotifyWatcher, wanted: Callable[[Changes], bool]) -> list[Changes]:
+    """What the watcher says, wait after wait, until `wanted` (at most 5 s)."""
+    seen: list[Changes] = []
+    end = time.monotonic() + 5.0
+    while time.monotonic() < end:
+        seen.append(watcher.wait(0.5))
+        if wanted(seen[-1]):
+            return seen
+    pytest.fail(f"never: the watcher said {seen}")
+
+
+@pytest.mark.parametrize("when", ["read-between", "made-again-at-once"])
+def test_inotify_follows_its_folder_deleted_and_made_again_at_its_path(
+    tmp_path: Path, when: str
+) -> None:
+    """A subscription ended and made again (an unsubscribe, a share group's last member out),
+    a queue deleted and put to again, by any process: the watch was on the old folder, so the
+    new one's files were found only by the reader's next full rescan (5 s). A file kept open
+    that was renamed into the folder (a spare's descriptor, store/spares.py) holds the old
+    folder's inode, whose own IN_DELETE_SELF then comes only once it is closed."""
+    folder, watcher = _folder_watcher(tmp_path)
+    (tmp_path / "spare").write_bytes(b"old")
+    with open(tmp_path / "spare", "rb"):  # held open across the deletion
+        os.rename(tmp_path / "spare", folder / "old")
+        assert _until(watcher, lambda changes: "old" in changes.names)
+        shutil.rmtree(tmp_path / "box")
+        if when == "read-between":
+            # Told of the folder's leaving, it rescans (nothing there); until the folder is
+            # made again it looks for it on a timer (poll_interval), and then rescans again.
+            assert watcher.wait(1.0).everything
+            time.sleep(0.3)
+            assert not watcher.wait(0).everything  # no folder yet
+            folder.mkdir(parents=True)
+            assert _until(watcher, lambda changes: changes.everything)
+        else:
+            folder.mkdir(parents=True)
+            assert _until(watcher, lambda changes: changes.everything)
+        (folder / "new").write_bytes(b"new")
+        assert _until(watcher, lambda changes: "new" in changes.names)
+    watcher.close()
+
+
+def test_inotify_follows_its_folder_renamed_away_and_made_again(tmp_path: Path) -> None:
+    """docs/operations.md: a folder grown large is made again by `mv` and `mkdir`; the
+    watch stays with the new folder, not with the old one moved aside."""
+    folder, watcher = _folder_watcher(tmp_path)
+    os.rename(folder, tmp_path / "box" / "target.old")
+    folder.mkdir()
+    assert _until(watcher, lambda changes: changes.everything)
+    (tmp_path / "box" / "target.old" / "aside").write_bytes(b"a")
+    (folder / "new").write_bytes(b"n")
+    seen = _until(watcher, lambda changes: "new" in changes.names)
+    assert not any("aside" in changes.names for changes in seen)
+    watcher.close()
+
+
+def test_inotify_watches_a_folder_made_again_at_once_where_its_parent_stayed(
+    tmp_path: Path,
+) -> None:
+    """Between the `mv` and the `mkdir`, nothing is at the path: the parent says when a folder
+    comes to it, long before the next look on the timer (10 s here)."""
+    folder = tmp_path / "box" / "target"
+    folder.mkdir(parents=True)
+    watcher = watch(str(folder), poll_interval=10.0)
+    if not isinstance(watcher, InotifyWatcher):
+        pytest.skip("no inotify on this system")
+    os.rename(folder, tmp_path / "box" / "target.old")
+    assert watcher.wait(1.0).everything  # its folder left: rescan (nothing there)
+    assert watcher.wait(0).names == []
+    folder.mkdir()
+    assert watcher.wait(2.0).everything  # watched again, at the mkdir
+    (folder / "new").write_bytes(b"n")
+    assert _until(watcher, lambda changes: "new" in changes.names)
+    watcher.close()
