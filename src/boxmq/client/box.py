@@ -336,8 +336,9 @@ class Box:
     def _forget_live(self, path: str) -> None:
         """A dropbox about to be deleted (a queue, a plain subscription, a share group its last
         member left): its consumers in this process are closed, and its engine here is
-        forgotten, so that one made again at its path starts afresh and is watched afresh (the
-        old watch goes with the old folder)."""
+        forgotten, so that one made again at its path starts afresh: no lock, delivery count
+        or name of the old folder's messages is taken for the new one's (a watcher of another
+        process follows the path by itself: store/watch.py)."""
         with self._lock:
             live = self._live.pop(path, None)
         if live is not None:

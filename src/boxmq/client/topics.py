@@ -721,7 +721,7 @@ class Topics:
         with self._dropboxes.held(path):
             if not os.path.isdir(path):
                 return False
-            # Its engine here goes with it (its watch went with the folder), so that the same
+            # Its engine here goes with it (its locks, its view of the folder), so that the same
             # subscription made again is read afresh, its retained copies at once.
             self._forget(path)
             layout.remove_subscription(path)
@@ -778,8 +778,8 @@ class Topics:
 
         The last member of this process out forgets the engine here too, though members of
         other processes keep the group: the last of them may delete it there, and a member of
-        this process joining afterwards would be read by an engine whose watch went with the
-        old folder (what other processes publish found only at its next rescan)."""
+        this process joining afterwards would be read by an engine that knows the old
+        folder's messages (its watcher follows the path to the new folder: store/watch.py)."""
         if not parsed.shared:
             return  # a durable subscription outlives its consumer; unsubscribe ends it
         with self._dropboxes.held(path):
