@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Final
 
-from boxmq.errors import ProtocolViolation
+from boxmq.errors import PacketTooLarge, ProtocolViolation
 from boxmq.mqtt.codec import connect_version, decode, decode_publish, encode, encode_publish
 from boxmq.mqtt.errors import (
     ClientIdNotValid,
@@ -64,6 +64,10 @@ _SHORT_ACKS: Final = {
     Pubcomp: (bytes((int(PacketType.PUBCOMP) << 4, 2)), True),
 }
 _ACKS: Final = (Puback, Pubrec, Pubrel, Pubcomp)
+# What of a CONNECT says its version: its protocol name ("MQTT", 6 bytes) and level (1), after
+# its fixed header (at most 5).
+_NAME_AND_LEVEL: Final = 7
+_CONNECT_HEAD: Final = 5 + _NAME_AND_LEVEL
 # What a CONNACK over the client's Maximum Packet Size goes without (`_shortened`).
 _CONNACK_OPTIONAL: Final = (
     PropertyId.RESPONSE_INFORMATION,
@@ -104,7 +108,26 @@ class Connection:
         copied before this returns: its buffer may take the next read at once."""
         self.last_heard = now
         self._reader.receive(data)
-        return map(self._packet, self._reader.frames())
+        frames = self._reader.frames()
+        if self.version is None:
+            frames = self._before_connect(frames)
+        return map(self._packet, frames)
+
+    def _before_connect(self, frames: Iterator[Frame]) -> Iterator[Frame]:
+        """`frames`, but a CONNECT refused as too large from its fixed header alone, before
+        its body came, is first read as far as its protocol level: a v5 one is answered with
+        CONNACK 0x95 Packet too large (MQTT 5.0 §3.2.2.2, §4.13.1), as a bad CONNECT is
+        answered in its version (`_connect`); a 3.1.1 one has no such code and is closed."""
+        try:
+            yield from frames
+        except PacketTooLarge:
+            if self.version is None:
+                head = self._reader.head(_CONNECT_HEAD)
+                size = _fixed_header_size(head)
+                if head[0] >> 4 == _CONNECT and len(head) < size + _NAME_AND_LEVEL:
+                    return  # its level has not come: the next read refuses it again
+                self.version = connect_version(Frame(head[0] >> 4, head[0] & 0x0F, head[size:]))
+            raise
 
     def _packet(self, frame: Frame) -> Packet:
         version = self.version
@@ -305,6 +328,14 @@ class Connection:
         if self.version is ProtocolVersion.V5:
             return encode(Disconnect(reason), ProtocolVersion.V5)
         return b""
+
+
+def _fixed_header_size(head: bytes) -> int:
+    """How many of `head`'s bytes are its fixed header (MQTT 5.0 §2.1.1), when it holds it."""
+    size = 2
+    while size < 5 and head[size - 1] & 0x80:
+        size += 1
+    return size
 
 
 def _shortened(packet: Packet) -> Packet:

@@ -226,6 +226,16 @@ class FrameReader:
             first = buffer[pos]
             yield _new_tuple(Frame, (first >> 4, first & 0x0F, buffer[pos + header_size : end]))
 
+    def head(self, size: int) -> bytes:
+        """Up to `size` of the bytes not framed yet: the start of the packet being read (the
+        fixed header and what follows it of one refused as too large, still unread)."""
+        data = self._buffer[self._pos : self._pos + size]
+        for chunk in self._later:
+            if len(data) >= size:
+                break
+            data += chunk[: size - len(data)]
+        return data
+
     def _join(self) -> None:
         """Move every later chunk into the buffer (no copy when the buffer is used up)."""
         if self._pos == len(self._buffer) and len(self._later) == 1:

@@ -109,8 +109,23 @@ def test_v311_is_closed_without_a_word(server: RunningServer, bad: bytes) -> Non
             bytes.fromhex("1011 00044d515454 05 02 001e 00 0004 ff616661".replace(" ", "")),
             "2003008100",
         ),
+        # a CONNECT over the maximum packet size (2 MB announced; the limit is 1 MB), refused
+        # from its fixed header: v5 CONNACK 0x95 (MQTT 5.0 §3.2.2.2), 3.1.1 closed
+        (
+            bytes.fromhex("10ffff7f 00044d515454 05 02 001e 00 0004 63616661".replace(" ", "")),
+            "2003009500",
+        ),
+        (bytes.fromhex("10ffff7f 00044d515454 04 02 001e 0004 63616661".replace(" ", "")), ""),
     ],
-    ids=["mqtt-3.1", "level-7", "empty-id-persistent", "publish-first", "v5-bad-utf8-id"],
+    ids=[
+        "mqtt-3.1",
+        "level-7",
+        "empty-id-persistent",
+        "publish-first",
+        "v5-bad-utf8-id",
+        "v5-too-large",
+        "v311-too-large",
+    ],
 )
 def test_a_bad_connect_is_answered_then_closed(
     server: RunningServer, connect: bytes, answer: str

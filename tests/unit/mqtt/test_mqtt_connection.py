@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmq.errors import InvalidArgument, ProtocolViolation
+from boxmq.errors import InvalidArgument, PacketTooLarge, ProtocolViolation
 from boxmq.mqtt.codec import encode
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.errors import ProtocolError, ReceiveMaximumExceeded, TopicAliasInvalid
@@ -44,6 +44,23 @@ def test_the_first_packet_must_be_connect() -> None:
     with pytest.raises(ProtocolError):
         connection.receive(_publish("a"), now=0)
     assert connection.closing(ProtocolError("x")) == b""  # nobody to tell: no version yet
+
+
+@pytest.mark.parametrize(
+    ("version", "answer"), [(V5, bytes.fromhex("2003009500")), (V311, b"")], ids=["v5", "v311"]
+)
+@pytest.mark.parametrize("step", [1, 3, 1000], ids=["byte-by-byte", "in-threes", "at-once"])
+def test_a_connect_over_the_maximum_packet_size_is_answered_in_its_version(
+    version: ProtocolVersion, answer: bytes, step: int
+) -> None:
+    """Refused from its fixed header, before its body came: a v5 CONNECT still gets CONNACK
+    0x95 Packet too large (MQTT 5.0 §3.2.2.2), once the bytes that name its version came."""
+    connection = Connection(max_packet_size=64, receive_maximum=2, topic_alias_maximum=4, now=0)
+    connect = encode(Connect("c" * 100, version), version)
+    with pytest.raises(PacketTooLarge):  # noqa: PT012 - the bytes come in pieces
+        for start in range(0, len(connect), step):
+            connection.receive(connect[start : start + step], now=0)
+    assert connection.closing(PacketTooLarge("x")) == answer
 
 
 def test_a_second_connect_is_a_protocol_error() -> None:
