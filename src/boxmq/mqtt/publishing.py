@@ -59,6 +59,7 @@ from boxmq.mqtt.stored import (
     kept_properties,
     publication_of,
     store_with_properties,
+    stored_expiry,
 )
 
 __all__ = ["Publishing"]
@@ -433,7 +434,7 @@ class Publishing:
             return self._write(client_id, packet, superseded=not newest)
 
     def _write(self, client_id: str, packet: Publish, *, superseded: bool) -> MessageId:
-        expiry = packet.properties.message_expiry_interval
+        expiry = stored_expiry(packet)
 
         def publish(properties: dict[str, str]) -> MessageId:
             return self._box.topics.publish(
@@ -442,12 +443,12 @@ class Publishing:
                 qos=packet.qos,
                 retain=packet.retain,
                 properties=properties,
-                expires_in=expiry or None,
+                expires_in=expiry,
                 source=consumer_name(client_id),
                 superseded=superseded,
             )
 
-        room = partial(self._box.topics.topic_room, expires_in=expiry or None, retain=packet.retain)
+        room = partial(self._box.topics.topic_room, expires_in=expiry, retain=packet.retain)
         return store_with_properties(packet, self._box.side_files, publish, room)
 
     def _deliver_many(self, keys: list[tuple[str, str]]) -> list[object]:
@@ -485,8 +486,8 @@ class Publishing:
 
         # The names `assured` checks carry no retain flag (a retained QoS 2 message is
         # published at once instead: _publish_later).
-        expiry = packet.properties.message_expiry_interval
-        room = partial(self._box.topics.topic_room, expires_in=expiry or None)
+        expiry = stored_expiry(packet)
+        room = partial(self._box.topics.topic_room, expires_in=expiry)
         return store_with_properties(packet, self._box.side_files, assured, room)
 
 
@@ -501,14 +502,14 @@ def _written(order: int | None, result: object) -> Written | None:
 def _assured_message(client_id: str, packet: Publish, properties: dict[str, str]) -> AssuredMessage:
     """A QoS 2 PUBLISH as the exactly-once intake takes it, its Message Expiry Interval
     counting from now (its copies carry what is left of it, MQTT 5.0 §3.3.2.3.3)."""
-    expiry = packet.properties.message_expiry_interval
+    expiry = stored_expiry(packet)
     return AssuredMessage(
         exactly_once_source(client_id),
         str(packet.packet_id),
         packet.payload,
         topic=packet.topic,
         properties=properties,
-        expires_in=expiry or None,
+        expires_in=expiry,
     )
 
 

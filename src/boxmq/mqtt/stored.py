@@ -44,6 +44,7 @@ from boxmq.client import mqtt_fields
 from boxmq.client.lifecycle import shown
 from boxmq.client.message import Message, qos_of
 from boxmq.client.topics import Publication
+from boxmq.core.durations import LONGEST
 from boxmq.core.topics import validate_topic
 from boxmq.errors import InvalidArgument, InvalidTopic, MalformedPacket, MetadataTooLong
 from boxmq.model import (
@@ -86,6 +87,7 @@ __all__ = [
     "retained_publish",
     "storable",
     "store_with_properties",
+    "stored_expiry",
     "unsendable_topic",
 ]
 
@@ -105,6 +107,16 @@ _UNSET: Final = object()  # a property not (yet) found: `publish_of` keeps the f
 # subscriber that stores the message or sends it on should still see that it does expire;
 # capped, it can only expire earlier than asked, and no earlier than 136 years from now.
 _EXPIRY_MAX: Final = 0xFFFF_FFFF
+
+
+def stored_expiry(packet: Publish) -> float | None:
+    """How long a copy of `packet` on disk lasts: its Message Expiry Interval (None without
+    one), at most LONGEST. MQTT allows up to 2^32-1 seconds (136 years); the store keeps no
+    deadline past 100 years (core/durations.py) and would refuse the message. Capped, it can
+    only expire earlier than asked, and no earlier than 100 years from now; its copies from
+    disk carry what is left of that, those from memory the interval as it came."""
+    interval = packet.properties.message_expiry_interval
+    return min(interval, LONGEST) if interval else None
 
 
 @functools.lru_cache(maxsize=4096)  # once per PUBLISH stored: a connected client's, cached
@@ -251,7 +263,7 @@ def publication_of(client_id: str, packet: Publish, side_files: SideFiles) -> Pu
         packet.payload,
         packet.qos,
         properties=properties or None,
-        expires_in=packet.properties.message_expiry_interval or None,
+        expires_in=stored_expiry(packet),
         source=consumer_name(client_id),
     )
 

@@ -430,6 +430,39 @@ def test_message_expiry_counts_the_time_spent_waiting(server: RunningServer) -> 
     assert late.nothing()  # the retained one expired too
 
 
+def test_a_message_expiry_interval_over_100_years_is_stored_capped_not_refused(
+    server: RunningServer,
+) -> None:
+    """MQTT lets a Message Expiry Interval be any Four Byte Integer (§3.3.2.3.3), up to 136
+    years; the store keeps no deadline past 100 (core/durations.py). A message for a
+    persistent session, a QoS 2 one and a retained one are stored, expiring in 100 years,
+    where they were refused (PUBACK / PUBREC 0x80) and so never reached the disk."""
+    from boxmq.core.durations import LONGEST
+
+    never = 0xFFFF_FFFF
+    away = paho(server, "away", clean=False, expiry=300)
+    away.subscribe("far/#", 2)
+    away.stop()
+    live = paho(server, "live")
+    live.subscribe("far/#", 2)
+    pub = paho(server, "pub")
+    for topic, qos, retain in (("far/1", 1, False), ("far/2", 2, False), ("far/r", 1, True)):
+        pub.publish(
+            topic, topic, qos, retain=retain, properties=_props(MessageExpiryInterval=never)
+        )
+    sent = [live.next() for _ in range(3)]  # from memory: as they came
+    assert sorted(m.topic for m in sent) == ["far/1", "far/2", "far/r"]
+    assert {m.properties.MessageExpiryInterval for m in sent} == {never}
+    back = paho(server, "away", clean=False, expiry=300)
+    stored = [back.next() for _ in range(3)]
+    assert sorted(m.payload for m in stored) == [b"far/1", b"far/2", b"far/r"]
+    for message in stored:  # what is left of at most 100 years
+        assert LONGEST - 60 <= message.properties.MessageExpiryInterval <= LONGEST
+    late = paho(server, "late")
+    late.subscribe("far/#", 1)
+    assert late.next().payload == b"far/r"
+
+
 def test_a_message_published_with_the_python_api_reaches_a_persistent_session(
     server: RunningServer,
 ) -> None:
