@@ -623,15 +623,18 @@ class Broker:
         if old_client is not None:
             log.info("client %s: taken over by a new connection", client_id)
             old_session = old_client.session
-            will = None if old_session is None else old_session.will
-            # §3.1.2.5: the old connection closes without DISCONNECT, so its Will goes out,
-            # unless it has a delay that the new connection now cancels (its session lives on).
-            if will is not None and (clean or not will.properties.will_delay_interval):
-                assert old_session is not None
-                self._publishing.publish_will(
-                    old_session.client_id, old_session.username, will, old_client
-                )
             if old_session is not None:
+                will = old_session.will
+                # §3.1.2.5: the old connection closes without DISCONNECT, so its Will goes
+                # out, unless it has a delay that the new connection now cancels (its session
+                # lives on). A session with expiry 0 ends with the old connection, whatever
+                # the new one asks: nothing resumes it, so nothing cancels its Will (§3.1.4).
+                if will is not None and (
+                    clean or not old_session.persistent or not will.properties.will_delay_interval
+                ):
+                    self._publishing.publish_will(
+                        old_session.client_id, old_session.username, will, old_client
+                    )
                 old_session.will = None
             self._kick(old_client, _R.SESSION_TAKEN_OVER, "session taken over")
         if clean:  # §3.1.3.2.2: the old session ends now, so its delayed Will goes out

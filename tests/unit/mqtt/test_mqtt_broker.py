@@ -573,11 +573,20 @@ def test_a_connack_over_the_clients_maximum_packet_size_goes_without_response_in
 
 
 @pytest.mark.parametrize(
-    ("delay", "clean", "sent"),
-    [(None, False, True), (None, True, True), (30, False, False), (30, True, True)],
+    ("delay", "clean", "expiry", "sent"),
+    [
+        (None, False, 600, True),
+        (None, True, 600, True),
+        (30, False, 600, False),
+        (30, True, 600, True),
+        # A session with expiry 0 ends with its connection: nothing is resumed, so nothing
+        # cancels the delayed Will (§3.1.4: "the original Session is ended on the takeover").
+        (30, False, 0, True),
+        (30, True, 0, True),
+    ],
 )
 def test_a_session_taken_over_sends_its_will_unless_a_delay_is_cancelled(
-    tmp_path: Path, delay: int | None, clean: bool, sent: bool
+    tmp_path: Path, delay: int | None, clean: bool, expiry: int, sent: bool
 ) -> None:
     """MQTT 5.0 §3.1.4 and §3.1.2.5: the old connection is closed without DISCONNECT, so its
     Will is published, unless it has a Will Delay and the new connection resumes the session
@@ -593,7 +602,7 @@ def test_a_session_taken_over_sends_its_will_unless_a_delay_is_cancelled(
                 V5,
                 clean_start=True,
                 will=will,
-                properties=Properties.build(session_expiry_interval=600),
+                properties=Properties.build(session_expiry_interval=expiry),
             )
         )
         _connect(broker, "w", expiry=600, clean=clean)
