@@ -239,10 +239,12 @@ class Connection:
 
     def _send_other(self, packet: Packet, version: ProtocolVersion) -> None:
         """Any packet but a PUBLISH: one over the client's limit goes without its properties."""
-        if isinstance(packet, (Puback, Pubcomp)) or (
+        if isinstance(packet, Puback):
+            self._finished(packet.packet_id, qos2=False)
+        elif isinstance(packet, Pubcomp) or (
             isinstance(packet, Pubrec) and packet.reason >= ReasonCode.UNSPECIFIED_ERROR
         ):
-            self._finished(packet.packet_id)
+            self._finished(packet.packet_id, qos2=True)
         data = encode(packet, version)
         limit = self.client_max_packet_size
         if limit and len(data) > limit:
@@ -258,12 +260,19 @@ class Connection:
             self._send_other(kind(packet_id), self.version)  # a client too small for any
             return
         if finishes:
-            self._finished(packet_id)
+            self._finished(packet_id, qos2=kind is Pubcomp)
         self._out.append(head + packet_id.to_bytes(2, "big"))
 
-    def _finished(self, packet_id: int) -> None:
+    def _finished(self, packet_id: int, *, qos2: bool) -> None:
+        """A PUBLISH from the client is answered: it no longer counts against our Receive
+        Maximum. A QoS 2 one only if it was counted: a PUBCOMP also answers a PUBREL for a
+        packet id this connection never took (0x92, or one from before a reconnect), and
+        must not free a place that a PUBLISH still holds (MQTT 5.0 §3.3.4)."""
+        if qos2:
+            if packet_id not in self._open_qos2:
+                return
+            self._open_qos2.remove(packet_id)
         self._unanswered = max(0, self._unanswered - 1)
-        self._open_qos2.discard(packet_id)
 
     def _unlearn_alias(self, aliases: int) -> None:
         """A PUBLISH that set a new alias is not sent: the client never learns the alias, so

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 import mqtt5
 import pytest
@@ -15,6 +16,7 @@ from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.errors import ProtocolError, ReceiveMaximumExceeded, TopicAliasInvalid
 from boxmq.mqtt.packets import Connect, ProtocolVersion, Puback, Pubcomp, Publish, Pubrec
 from boxmq.mqtt.properties import Properties
+from boxmq.mqtt.reasons import ReasonCode
 
 V5, V311 = ProtocolVersion.V5, ProtocolVersion.V311
 
@@ -204,3 +206,29 @@ def test_a_qos2_publish_sent_again_before_pubrel_takes_one_place_under_receive_m
     connection.receive(_publish("a", qos=2, packet_id=2) + _publish("a", qos=2, packet_id=3), now=1)
     with pytest.raises(ReceiveMaximumExceeded):
         connection.receive(_publish("a", qos=2, packet_id=4), now=1)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda connection, packet_id: connection.acknowledge(Pubcomp, packet_id),
+        lambda connection, packet_id: connection.send(Pubcomp(packet_id)),
+        lambda connection, packet_id: connection.send(
+            Pubcomp(packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND)
+        ),
+    ],
+    ids=["acknowledge", "send", "not-found"],
+)
+def test_a_pubcomp_for_a_pubrel_never_counted_frees_no_place_under_receive_maximum(
+    answer: Callable[[Connection, int], object],
+) -> None:
+    """A PUBREL for a packet id this connection never took a PUBLISH under (unknown: PUBCOMP
+    0x92; or one from before a reconnect, answered with success) is answered with PUBCOMP,
+    but took no place: freeing one let a client keep any number of QoS 2 PUBLISHes open, and
+    their messages held, past our Receive Maximum by sending PUBRELs for ids it never used."""
+    connection = _connected()  # receive_maximum=2
+    connection.receive(_publish("a", qos=2, packet_id=1) + _publish("a", qos=2, packet_id=2), now=1)
+    for packet_id in (7, 8, 9):  # PUBRELs for ids never used
+        answer(connection, packet_id)
+    with pytest.raises(ReceiveMaximumExceeded):
+        connection.receive(_publish("a", qos=2, packet_id=3), now=1)
