@@ -131,6 +131,10 @@ class AssuredIntake:
         self._restored = False
 
     @property
+    def limits(self) -> ExactlyOnceLimits:
+        return self._books.limits
+
+    @property
     def markers(self) -> str:
         """The folder of the "delivered" markers."""
         return self._markers

@@ -31,7 +31,14 @@ from functools import partial
 from boxmq.client.assured import AssuredMessage
 from boxmq.client.box import Box
 from boxmq.clock import Clock
-from boxmq.errors import BoxMQError, ItemNotFound, MetadataTooLong, StoreFailed, store_failure
+from boxmq.errors import (
+    BoxMQError,
+    ItemNotFound,
+    MetadataTooLong,
+    ResourceConstraint,
+    StoreFailed,
+    store_failure,
+)
 from boxmq.model import MessageId
 from boxmq.mqtt.clients import Client, Kick, Outgoing
 from boxmq.mqtt.delivery import Delivery
@@ -142,6 +149,9 @@ class Publishing:
         qos = packet.qos
         if qos == 2:
             assert packet.packet_id is not None
+            if (refusal := self._no_room_to_hold(session, packet)) is not None:
+                self._send_error(client, Pubrec(packet.packet_id), refusal)
+                return
             session.hold_for_release(packet.packet_id, packet, received=self._received(packet))
             self._out.acknowledge(client, Pubrec, packet.packet_id)
             return
@@ -149,6 +159,32 @@ class Publishing:
         if qos == 1:
             assert packet.packet_id is not None
             self._out.acknowledge(client, Puback, packet.packet_id)
+
+    def _no_room_to_hold(self, session: Session, packet: Publish) -> ResourceConstraint | None:
+        """Why a QoS 2 PUBLISH kept in memory until its PUBREL cannot be: the exactly-once
+        intake's caps per producer (`max_pending_per_source`, `max_bytes_per_source`) bound
+        what one client holds there too, as they bound what it has waiting in working/. A
+        3.1.1 client has no Receive Maximum, and would otherwise hold up to 65,535 of them."""
+        limits = self._box.intake.limits
+        checks = (
+            (
+                "max_pending_per_source",
+                len(session.awaiting_release) + 1,
+                limits.max_pending_per_source,
+            ),
+            (
+                "max_bytes_per_source",
+                session.held_bytes + len(packet.payload),
+                limits.max_bytes_per_source,
+            ),
+        )
+        for name, wanted, limit in checks:
+            if wanted > limit:
+                return ResourceConstraint(
+                    f"client {session.client_id}: a QoS 2 message held until its PUBREL would "
+                    f"pass {name} ({limit}); try again later"
+                )
+        return None
 
     def _publish_later(self, client: Client, session: Session, packet: Publish, disk: bool) -> None:
         client_id = session.client_id

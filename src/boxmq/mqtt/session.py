@@ -9,6 +9,7 @@ Invariants:
   options; subscribing again to the same filter replaces the options (MQTT 5.0 §3.8.4).
 - `awaiting_release` holds the packet ids of QoS 2 PUBLISHes answered with PUBREC and not yet
   released (MQTT 5.0 §4.3.3); a repeat of one is answered again and never routed twice.
+  `held_bytes` is the payload bytes of the PUBLISHes it keeps.
 - The outbox holds what is on its way to the client (outbox.py); its tokens are locked
   messages on disk (to settle when the client answers) or None (memory only).
 """
@@ -64,6 +65,7 @@ class Session:
             window=window, limit=queue_limit, byte_limit=queue_bytes
         )
         self.awaiting_release: dict[int, Release] = {}
+        self.held_bytes = 0  # payload bytes of the PUBLISHes `awaiting_release` keeps
         # Packet ids of retained QoS 2 PUBLISHes being written at PUBLISH (a persistent
         # session's, publishing.py): a repeat read meanwhile waits for that write's end.
         self.writing: set[int] = set()
@@ -92,11 +94,19 @@ class Session:
         refused: bool = False,
         received: float = 0.0,
     ) -> None:
+        earlier = self.awaiting_release.get(packet_id)
+        if earlier is not None and earlier.publish is not None:
+            self.held_bytes -= len(earlier.publish.payload)
+        if publish is not None:
+            self.held_bytes += len(publish.payload)
         self.awaiting_release[packet_id] = _new_tuple(Release, (publish, stored, refused, received))
 
     def release(self, packet_id: int) -> Release | None:
         """The PUBREL for `packet_id`: what to deliver (None: not known in this process)."""
-        return self.awaiting_release.pop(packet_id, None)
+        held = self.awaiting_release.pop(packet_id, None)
+        if held is not None and held.publish is not None:
+            self.held_bytes -= len(held.publish.payload)
+        return held
 
     def durable_filters(self) -> list[str]:
         return [text for text, options in self.subscriptions.items() if options.durable]

@@ -4,6 +4,7 @@ make a server that v5 and 3.1.1 clients can use (the values go to v5 clients in 
 from __future__ import annotations
 
 import contextlib
+import socket
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from tests.integration.mqtt.raw import (
     puback,
     publish_fields,
     publish_qos2,
+    pubrel,
     read,
     subscribe,
 )
@@ -56,6 +58,48 @@ def test_exactly_once_limits_from_the_file_reach_the_qos2_intake(tmp_path: Path)
             kind, body = read(sock)
             assert (kind, body[:2]) == (0x50, b"\x00\x02")
             assert body[2:3] in (b"", b"\x00")  # success
+    finally:
+        stop_process(process)
+
+
+def test_exactly_once_limits_bound_the_qos2_messages_a_client_holds_in_memory(
+    tmp_path: Path,
+) -> None:
+    """A non-persistent publisher's QoS 2 message for memory subscribers is kept in its session
+    until its PUBREL, not in working/: `max_pending_per_source` and `max_bytes_per_source`
+    bound those too. Over them, v5 gets PUBREC 0x97 (a PUBREL frees the room) and 3.1.1, which
+    has no Receive Maximum and no negative PUBREC, is disconnected: it could hold 65,535."""
+    config = tmp_path / "boxmq.toml"
+    config.write_text("[exactly_once]\nmax_pending_per_source = 3\nmax_bytes_per_source = 100\n")
+    address, process = serve_fresh(tmp_path, "--config", str(config))
+    try:
+        sock, _ = open_raw(address, "v5", clean=True, expiry=0)
+        with sock:
+            for packet_id in (1, 2, 3, 4):
+                sock.sendall(publish_qos2("eo/a", packet_id, b"ten bytes!"))
+            answers = [read(sock) for _ in range(4)]
+            assert [body[:3] for _, body in answers[:3]] == [b"\x00\x01", b"\x00\x02", b"\x00\x03"]
+            assert (answers[3][0], answers[3][1][:3]) == (0x50, b"\x00\x04\x97")  # quota
+            assert b"max_pending_per_source (3)" in answers[3][1]  # its Reason String
+            sock.sendall(pubrel(1))
+            assert read(sock) == (0x70, b"\x00\x01")  # PUBCOMP: its room is free again
+            sock.sendall(publish_qos2("eo/a", 4, b"ten bytes!"))
+            assert read(sock) == (0x50, b"\x00\x04")
+        sock, _ = open_raw(address, "v5-bytes", clean=True, expiry=0)
+        with sock:
+            sock.sendall(publish_qos2("eo/a", 1, bytes(60)) + publish_qos2("eo/a", 2, bytes(60)))
+            assert read(sock) == (0x50, b"\x00\x01")
+            kind, body = read(sock)
+            assert (kind, body[:3]) == (0x50, b"\x00\x02\x97")
+            assert b"max_bytes_per_source (100)" in body
+        with socket.create_connection((address.host, address.port), timeout=10) as old:
+            old.sendall(bytes.fromhex("100f 00044d515454 04 02 001e 0003 763331"))  # 3.1.1
+            assert read(old) == (0x20, b"\x00\x00")
+            for packet_id in (1, 2, 3, 4):  # 3.1.1 PUBLISH QoS 2: no properties
+                body = b"\x00\x04eo/a" + packet_id.to_bytes(2, "big") + b"ten bytes!"
+                old.sendall(bytes([0x34, len(body)]) + body)
+            assert [read(old)[0] for _ in range(3)] == [0x50] * 3
+            assert read(old) == (0, b"")  # closed: nothing to say no with
     finally:
         stop_process(process)
 
