@@ -120,6 +120,9 @@ class Publishing:
         self._durable_routes = durable_routes
         self._pool = pool
         self._kick = kick
+        limits = box.intake.limits  # fixed for the box's life: read once, not per message
+        self._held_limit = limits.max_pending_per_source
+        self._held_bytes_limit = limits.max_bytes_per_source
 
     def publish(self, client: Client, session: Session, packet: Publish) -> None:
         if not packet.topic:
@@ -149,8 +152,14 @@ class Publishing:
         qos = packet.qos
         if qos == 2:
             assert packet.packet_id is not None
-            if (refusal := self._no_room_to_hold(session, packet)) is not None:
-                self._send_error(client, Pubrec(packet.packet_id), refusal)
+            # The intake's caps per producer bound what one client holds here too, as they
+            # bound what it has waiting in working/: a 3.1.1 client has no Receive Maximum,
+            # and would otherwise hold up to 65,535 of them. Two comparisons per message.
+            if (
+                len(session.awaiting_release) >= self._held_limit
+                or session.held_bytes + len(packet.payload) > self._held_bytes_limit
+            ):
+                self._refuse_holding(client, session, packet)
                 return
             session.hold_for_release(packet.packet_id, packet, received=self._received(packet))
             self._out.acknowledge(client, Pubrec, packet.packet_id)
@@ -160,31 +169,19 @@ class Publishing:
             assert packet.packet_id is not None
             self._out.acknowledge(client, Puback, packet.packet_id)
 
-    def _no_room_to_hold(self, session: Session, packet: Publish) -> ResourceConstraint | None:
-        """Why a QoS 2 PUBLISH kept in memory until its PUBREL cannot be: the exactly-once
-        intake's caps per producer (`max_pending_per_source`, `max_bytes_per_source`) bound
-        what one client holds there too, as they bound what it has waiting in working/. A
-        3.1.1 client has no Receive Maximum, and would otherwise hold up to 65,535 of them."""
-        limits = self._box.intake.limits
-        checks = (
-            (
-                "max_pending_per_source",
-                len(session.awaiting_release) + 1,
-                limits.max_pending_per_source,
-            ),
-            (
-                "max_bytes_per_source",
-                session.held_bytes + len(packet.payload),
-                limits.max_bytes_per_source,
-            ),
+    def _refuse_holding(self, client: Client, session: Session, packet: Publish) -> None:
+        """PUBREC 0x97 (3.1.1: the close) for a QoS 2 PUBLISH that holding until its PUBREL
+        would take past the exactly-once caps per producer (`_publish_now`)."""
+        assert packet.packet_id is not None
+        if len(session.awaiting_release) >= self._held_limit:
+            over = f"max_pending_per_source ({self._held_limit})"
+        else:
+            over = f"max_bytes_per_source ({self._held_bytes_limit})"
+        refusal = ResourceConstraint(
+            f"client {session.client_id}: a QoS 2 message held until its PUBREL would pass "
+            f"{over}; try again later"
         )
-        for name, wanted, limit in checks:
-            if wanted > limit:
-                return ResourceConstraint(
-                    f"client {session.client_id}: a QoS 2 message held until its PUBREL would "
-                    f"pass {name} ({limit}); try again later"
-                )
-        return None
+        self._send_error(client, Pubrec(packet.packet_id), refusal)
 
     def _publish_later(self, client: Client, session: Session, packet: Publish, disk: bool) -> None:
         client_id = session.client_id
