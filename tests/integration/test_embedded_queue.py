@@ -469,12 +469,87 @@ def test_receive_never_hands_out_a_claim_whose_lock_ran_out(
         second = w.receive_nowait()
         assert second is not None
         assert second.text() == "m1"
-        assert second.lock_deadline == pytest.approx(clock.now() + 1)
+        assert second.lock_deadline == pytest.approx(clock.now() + 1, abs=0.001)
         assert second.delivery_count == 1  # nobody saw it before: no delivery counted
         [locked] = files(root, "jobs", "processing")
         assert locked.startswith(names[1].rsplit(".", 1)[0])  # its name as it was, relocked
         second.ack()
     assert files(root, "jobs", "processed") == names
+
+
+def test_a_claim_made_after_a_long_look_at_the_folder_is_locked_from_then(
+    manual_box: boxmq.Box, root: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A receive's look at target/ (thousands of names another process put) may take longer
+    than a short lock timeout: what it then claims is locked from the claim, not from the
+    time the receive read before looking, which had the lock run out before the message was
+    handed out (and a sweep then counted a delivery nobody saw). Found by a torture run: a
+    consumer with a 1 s lock timeout received a message whose lock had ended 0.5 s before."""
+    jobs = manual_box.queue("jobs")
+    put_file(root / "jobs" / "target", "4.from-elsewhere.T", b"m")
+    real_scan = LiveQueue._scan
+
+    def slow_scan(self: LiveQueue, now: float) -> None:
+        clock.advance(3)  # the folder was long, the machine busy
+        real_scan(self, now)
+
+    monkeypatch.setattr(LiveQueue, "_scan", slow_scan)
+    with jobs.consumer("w", lock_timeout=1) as w:
+        message = w.receive_nowait()
+        assert message is not None
+        assert message.lock_deadline == pytest.approx(clock.now() + 1, abs=0.001)
+        [locked] = files(root, "jobs", "processing")
+        _, lock = split_lock(locked)
+        assert lock is not None
+        assert lock.deadline_ms == pytest.approx((clock.now() + 1) * 1000, abs=1)
+        message.ack()
+    assert files(root, "jobs", "processed") == ["4.from-elsewhere.T"]
+
+
+def test_a_claim_made_after_long_news_from_the_watcher_is_locked_from_then(
+    manual_box: boxmq.Box, root: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same when the time goes into the watcher's news (names another process put)."""
+    jobs = manual_box.queue("jobs")
+    real_absorb = LiveQueue._absorb
+
+    def slow_absorb(self: LiveQueue, changes: Any) -> None:
+        if changes.names:
+            clock.advance(3)
+        real_absorb(self, changes)
+
+    monkeypatch.setattr(LiveQueue, "_absorb", slow_absorb)
+    with jobs.consumer("w", lock_timeout=1) as w:
+        assert w.receive_nowait() is None  # the first look at the folder: empty
+        put_file(root / "jobs" / "target", "4.from-elsewhere.T", b"m")
+        message = w.receive_nowait()
+        assert message is not None
+        assert message.lock_deadline == pytest.approx(clock.now() + 1, abs=0.001)
+        message.ack()
+
+
+def test_get_locks_from_after_its_look_at_the_folders(
+    manual_box: boxmq.Box, root: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Queue.get` (`boxmq get --lock`) likewise: its lock runs from the claim, not from
+    before its sweep of processing/ and its read of target/."""
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"m")
+    real_ready = boxmq.Queue._ready_in_order
+
+    def slow_ready(self: boxmq.Queue, now: float) -> Any:
+        clock.advance(3)
+        return real_ready(self, now)
+
+    monkeypatch.setattr(boxmq.Queue, "_ready_in_order", slow_ready)
+    message = jobs.get(lock_timeout=1)
+    assert message is not None
+    assert message.lock_deadline == pytest.approx(clock.now() + 1, abs=0.001)
+    [locked] = files(root, "jobs", "processing")
+    _, lock = split_lock(locked)
+    assert lock is not None
+    assert lock.deadline_ms == pytest.approx((clock.now() + 1) * 1000, abs=1)
+    message.ack()
 
 
 def test_unlock_goes_to_the_next_consumer(manual_box: boxmq.Box) -> None:

@@ -437,18 +437,21 @@ class LiveQueue:
             ):
                 deferred = True
             else:
-                self._look(now)
+                now = self._look(now)
         self._hand_out(now)
         if deferred and not self._inbox[consumer]:
-            self._look(now)
-            self._hand_out(now)
+            self._hand_out(self._look(now))
 
-    def _look(self, now: float) -> None:
-        """Absorb the news the watcher holds, without waiting for more."""
+    def _look(self, now: float) -> float:
+        """Absorb the news the watcher holds, without waiting for more; the time after it
+        (thousands of names another process put take a while to decode)."""
         self._looked_at = now
-        self._absorb(self._watcher.wait(0))
+        changes = self._watcher.wait(0)
+        self._absorb(changes)
+        return self._clock.now() if changes.names else now
 
     def _hand_out(self, now: float) -> None:
+        looked = False
         if now >= self._next_sweep:
             self._next_sweep = now + self._options.sweep_interval
             release_stale_locks(
@@ -460,8 +463,15 @@ class LiveQueue:
                 own_ids=self._locks,
             )
             self._reconcile()
+            looked = True
         if now >= self._next_scan:  # after the sweep: what it sent back to target/ is offered
             self._scan(now)
+            looked = True
+        if looked:
+            # Long folders (and a busy machine) may take longer to read than a lock lasts:
+            # what is claimed below is locked from now, or its lock could end before the
+            # receive hands it out.
+            now = self._clock.now()
         moved = self._engine.due_by(now) and self._expire(now)  # one look when nothing is due
         while True:
             claims = self._engine.dispatch(now=now)

@@ -325,7 +325,9 @@ class Queue:
         now = self._now()
         release_stale_locks(self._box, now=now, policy=self._policy, limits=self._limits)
         for name, envelope in self._ready_in_order(now):
-            deadline = now + lock_timeout
+            # From now, not from before the look at the folders, which may have taken longer
+            # than the lock lasts (thousands of names, a busy machine).
+            deadline = self._now() + lock_timeout
             locked = locked_name(name, Lock(holder, int(deadline * 1000), ""))
             processing = self._box.place(State.TARGET, name, State.PROCESSING, locked)
             if processing is None:
