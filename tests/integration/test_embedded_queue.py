@@ -528,6 +528,44 @@ def test_a_claim_made_after_long_news_from_the_watcher_is_locked_from_then(
         message.ack()
 
 
+def test_claims_lost_to_other_processes_one_after_another_never_hand_out_a_lock_run_out(
+    manual_box: boxmq.Box, root: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer that read a long target/ while other processes took its head claims name
+    after name they took (each a failed rename) and dispatches again after each: seconds
+    on a busy machine (a consumer started beside two others on 30,000 messages spent 4 s so,
+    and was handed a message whose lock had ended 0.4 s before). The claims after a lost
+    one are locked from then, and one made before that ran out meanwhile goes back as it
+    was, unseen, rather than be handed out."""
+    jobs = manual_box.queue("jobs")
+    target = root / "jobs" / "target"
+    for priority, name in enumerate(["m3", "m2", "m1", "m0"], start=6):
+        put_file(target, f"{priority}.{name}.T", name.encode())
+    taken = {"8.m1.T", "7.m2.T"}  # by another process, between our look and our claim
+    real_claim = LiveQueue._claim
+
+    def claim(self: LiveQueue, effect: Any) -> bool:
+        if effect.message.key in taken:
+            taken.discard(effect.message.key)
+            os.rename(target / effect.message.key, root / "jobs" / "processed" / effect.message.key)
+            clock.advance(0.6)  # the failed renames of a long, stale look
+        return real_claim(self, effect)
+
+    monkeypatch.setattr(LiveQueue, "_claim", claim)
+    with jobs.consumer("w", max_in_flight=2, lock_timeout=1) as w:
+        first = w.receive_nowait()  # m0 was claimed first, and its lock ran out since
+        assert first is not None
+        assert first.text() == "m3"
+        assert first.lock_deadline == pytest.approx(clock.now() + 1, abs=0.001)
+        second = w.receive_nowait()  # m0, claimed again under a lock of its own
+        assert second is not None
+        assert second.text() == "m0"
+        assert second.delivery_count == 1  # nobody saw it before
+        assert second.lock_deadline == pytest.approx(clock.now() + 1, abs=0.001)
+        first.ack()
+        second.ack()
+
+
 def test_get_locks_from_after_its_look_at_the_folders(
     manual_box: boxmq.Box, root: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

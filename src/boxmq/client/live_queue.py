@@ -270,7 +270,7 @@ class LiveQueue:
                     if (delivery := self._take(consumer)) is not None:
                         return delivery
                 self._pump(consumer)
-                if (delivery := self._take(consumer)) is not None:
+                if (delivery := self._take_live(consumer)) is not None:
                     return delivery
                 now = self._clock.now()
                 if end is not None and now >= end:
@@ -283,7 +283,7 @@ class LiveQueue:
             self._check_open(consumer)
             self._pump(consumer)
             ready = []
-            while (delivery := self._take(consumer)) is not None:
+            while (delivery := self._take_live(consumer)) is not None:
                 ready.append(delivery)
             return ready
 
@@ -391,6 +391,14 @@ class LiveQueue:
 
     # -- keeping the engine in step with the folder ------------------------------------------------
 
+    def _take_live(self, consumer: ConsumerId) -> Message | None:
+        """`_take`, after ending the claims whose lock ran out while the pump made them: one
+        that lost claim after claim to other processes (a stale look at a long target/) and
+        dispatched again each time may have taken longer than a lock lasts."""
+        if self._inbox[consumer] and self._engine.due_by(now := self._clock.now()):
+            self._expire(now)
+        return self._take(consumer)
+
     def _take(self, consumer: ConsumerId) -> Message | None:
         inbox = self._inbox[consumer]
         while inbox:
@@ -478,6 +486,8 @@ class LiveQueue:
             moved = moved or bool(claims)
             if not self._apply_all(claims):
                 break  # else a claim was lost to another process: its slot is free again
+            # Each failed rename took a while: the next claims are locked from now.
+            now = self._clock.now()
         if moved and (self._sleepers or self._watching):
             # Only news wakes the other consumers: waking them for nothing made two idle
             # consumer threads wake each other in turn, forever (a core's worth of CPU).
