@@ -1207,3 +1207,53 @@ def test_mqtt_properties_a_producer_set_are_its_reply_to_and_correlation_id(
     assert second is not None
     assert (first.reply_to, first.correlation_id) == ("r/7", "/3I=")  # not UTF-8: base64
     assert (second.reply_to, second.correlation_id) == ("own", "c")  # the name's own win
+
+
+def _in_a_thread(what: str, call: Any) -> Any:
+    """`call()`'s result or error, from a thread given 10 s: a put that waits for a committer
+    that is gone would otherwise hang the test run."""
+    import threading
+
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert outcome, f"{what} still waits 10 s after the box was closed"
+    return outcome[0]
+
+
+@pytest.mark.parametrize("fsync", ["always", "interval", "never"])
+def test_a_box_used_after_close_raises_closed_and_never_waits(tmp_path: Path, fsync: str) -> None:
+    """The mistake of using a queue after its `with boxmq.open(...)` block: a put under
+    fsync=always, on a box that had committed before, waited for ever for the committing
+    thread that close() had stopped (found by a walk through the docs)."""
+    with boxmq.open(tmp_path, fsync=fsync) as box:
+        jobs = box.queue("jobs")
+        jobs.put(b"before")  # starts the committing thread, which close() stops
+    calls = {
+        "put": lambda: jobs.put(b"after"),
+        "put with metadata": lambda: jobs.put(b"after", priority=7, properties={"k": "v"}),
+        "put_many": lambda: jobs.put_many([b"a", b"b"]),
+        "publish": lambda: box.publish("news/a", b"after"),
+        "assured": lambda: box.assured("src", "m1", b"after", queue="jobs"),
+        "consumer": lambda: jobs.consumer("w"),
+        "subscribe": lambda: box.subscribe("news/#", "s"),
+        "join a share group": lambda: box.subscribe("$share/g/news/#", "s"),
+    }
+    for what, call in calls.items():
+        outcome = _in_a_thread(what, call)
+        assert isinstance(outcome, boxmq.Closed), (what, outcome)
+        assert "closed" in str(outcome)
+    assert files(tmp_path, "jobs", "target") == [files(tmp_path, "jobs", "target")[0]]
+    assert files(tmp_path, "jobs", "working") == []  # nothing half-sent is left behind
+    with boxmq.open(tmp_path, fsync=fsync) as box:  # the root itself is fine: open it again
+        assert box.queue("jobs").put(b"again")
+        assert box.queue("jobs").counts().ready == 2
+        assert box.topics.subscriptions() == []  # none was left to collect for nobody

@@ -22,7 +22,7 @@ from boxmq.client.sweeps import SweepLimits, SweepReport, sweep
 from boxmq.client.topics import Subscriber, Topics
 from boxmq.clock import Clock, SystemClock
 from boxmq.core import Dispatch, ExactlyOnceLimits, QueuePolicy, parse_filter
-from boxmq.errors import InvalidArgument, QueueNotFound
+from boxmq.errors import Closed, InvalidArgument, QueueNotFound
 from boxmq.forks import renew_in_children
 from boxmq.ids import IdFactory
 from boxmq.model import MessageId, Property, PropertyValue
@@ -190,6 +190,8 @@ class Box:
         source: str | None = None,
     ) -> MessageId:
         """Send to every subscription whose filter matches `topic` (one copy per share group)."""
+        if self._closed:  # (with no subscription it would commit nothing, and not see it)
+            raise self._refused()
         return self.topics.publish(
             topic,
             body,
@@ -217,6 +219,8 @@ class Box:
         ends_with_process: bool = False,
     ) -> Subscriber:
         """Subscribe to a topic filter; "$share/<group>/<filter>" joins a share group."""
+        if self._closed:  # before its records are written: a subscription nobody reads
+            raise self._refused()
         return self.topics.subscribe(
             filter,
             subscriber,
@@ -271,6 +275,8 @@ class Box:
         lets a sender reuse an id once `deliver` succeeded); repeats of `deliver` are still
         recognised. By default a delivered id is remembered for `done_ttl` and a new `assured`
         under it is taken for a late repeat."""
+        if self._closed:
+            raise self._refused()
         return self.intake.assured(
             source,
             msg_id,
@@ -446,7 +452,7 @@ class Box:
     def _live_queue(self, name: str, dropbox: Dropbox, group: str | None = None) -> LiveQueue:
         with self._lock:
             if self._closed:
-                raise InvalidArgument("this box is closed")
+                raise self._refused()
             live = self._live.get(dropbox.path)
             if live is None:
                 options = self.options
@@ -459,8 +465,12 @@ class Box:
                 self._live[dropbox.path] = live
             return live
 
+    def _refused(self) -> Closed:
+        return Closed(f"this box of {self.root} is closed: open the root again")
+
     def close(self) -> None:
-        """Release every lock this box's consumers hold, then stop the committer."""
+        """Release every lock this box's consumers hold, then stop the committer: from then
+        on a put, a publish, a consumer or a subscription raises Closed."""
         with self._lock:
             self._closed = True
             live, self._live = list(self._live.values()), {}

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from boxmq.errors import Closed
 from boxmq.forks import renew_in_children
 from boxmq.model import cheap_init
 from boxmq.store import libc
@@ -190,7 +191,7 @@ class Committer:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._pending = _Batch()
-        self._closed = False
+        self.closed = False  # read without the lock by writers too, to refuse before writing
         self._thread: threading.Thread | None = None
         self.flushes = 0  # how many file-system flushes were made (group commit statistics)
         renew_in_children(self)
@@ -206,8 +207,11 @@ class Committer:
     def commit(self, moves: Sequence[Move]) -> None:
         """Return once `moves` are done as durably as the policy promises.
 
-        Raises the OSError of the first move that failed; the others are done.
+        Raises the OSError of the first move that failed; the others are done. Raises Closed,
+        moving nothing, once the committer is closed.
         """
+        if self.closed:
+            raise self.refused()
         if not self._always or not moves:  # none: nothing to flush, and no group to wait for
             if self._interval_flushes:  # (_ensure_thread's test: a call less per put)
                 self._ensure_thread()
@@ -258,20 +262,30 @@ class Committer:
         whole put to a worker thread made the two threads trade the interpreter lock at every
         system call, which cost a share group more than the writes themselves."""
         if not self._always or not moves:  # none: told at once, as the committer never would be
+            if self.closed:
+                raise self.refused()
             self._ensure_thread()
             errors = _rename_each(moves)
             committed(errors[min(errors)] if errors else None)
             return
         with self._lock:
+            if self.closed:  # its thread is gone, or goes once it has what came before
+                raise self.refused()
             self._ensure_thread_locked()
             batch = self._pending
             batch.told.append((len(batch.moves), len(moves), committed, ready))
             batch.moves.extend(moves)
             self._wake.notify()
 
+    def refused(self) -> Closed:
+        """The error of a commit, or a write for one, after `close`."""
+        return Closed(f"this box of {self._root} is closed: open the root again")
+
     def close(self) -> None:
+        """Stop: what was committed before is done; a commit after raises Closed (under
+        `always` it would otherwise wait for a committing thread that is gone)."""
         with self._lock:
-            self._closed = True
+            self.closed = True
             self._wake.notify()
             thread = self._thread
         if thread is not None:
@@ -291,7 +305,7 @@ class Committer:
     def _run_groups(self) -> None:
         while True:
             with self._lock:
-                while not self._pending.moves and not self._closed:
+                while not self._pending.moves and not self.closed:
                     self._wake.wait()
                 if not self._pending.moves:
                     return
@@ -320,7 +334,7 @@ class Committer:
         while True:
             with self._lock:
                 self._wake.wait(self._interval)
-                closed = self._closed
+                closed = self.closed
             flush_filesystem(self._root)
             self.flushes += 1
             if closed:

@@ -181,8 +181,11 @@ class Dropbox:
         there (Spares.write); the caller sends the move at once and, if it fails because the
         file is gone (`lost_spare`), writes again with check=True.
 
-        Raises FileExistsError if working/<name> exists (the caller picks another id).
+        Raises FileExistsError if working/<name> exists (the caller picks another id), and
+        Closed, writing nothing, once the committer that would send it is closed.
         """
+        if self._committer.closed:
+            raise self._committer.refused()
         target = self._target + name
         if self._spares is not None:
             if self._reached is None:
