@@ -62,23 +62,35 @@ def list_dropboxes(root: str) -> list[str]:
 
 def dropbox_folders(root: str) -> list[tuple[str, str]]:
     """(name, path) of every queue under `root`, sorted by name. A folder made by hand whose
-    name is not escaped (e.g. "50%off") is named as it is on disk, bytes that are not UTF-8
-    as \\xNN: such a name may not lead back to its folder, so use the path."""
+    name is not the escaped form of any name (e.g. "50%off", "a%41": escaped, "aA" would be
+    "aA") is named as it is on disk, bytes that are not UTF-8 as \\xNN, and " (not escaped)"
+    after that when a queue's own folder has that name ("50%25off"), so that no two are named
+    alike: such a name does not lead back to its folder, so use the path."""
     try:
         entries = list(os.scandir(root))
     except FileNotFoundError:
         return []
-    folders = []
+    escaped, by_hand = [], []
     for entry in entries:
         if entry.name.startswith(".") or entry.name == TOPIC_ROOT or not is_dropbox(entry.path):
             continue
-        try:
-            name = unescape_segment(entry.name)
-            name.encode()  # a name that is not UTF-8 comes through with surrogate escapes
-        except (InvalidName, UnicodeEncodeError):
-            name = os.fsencode(entry.name).decode("utf-8", "backslashreplace")
-        folders.append((name, entry.path))
-    return sorted(folders)
+        if (name := _escaped_name(entry.name)) is not None:
+            escaped.append((name, entry.path))
+        else:
+            shown = os.fsencode(entry.name).decode("utf-8", "backslashreplace")
+            by_hand.append((shown, entry.path))
+    taken = {name for name, _ in escaped}
+    by_hand = [(f"{n} (not escaped)" if n in taken else n, path) for n, path in by_hand]
+    return sorted(escaped + by_hand)
+
+
+def _escaped_name(folder: str) -> str | None:
+    """The queue name whose escaped form `folder` is, or None (a folder made by hand)."""
+    try:
+        name = unescape_segment(folder)
+        return name if escape_segment(name) == folder else None
+    except InvalidName:  # not percent-encoded UTF-8 (a lone surrogate escapes as not Unicode)
+        return None
 
 
 _FOLDER_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
