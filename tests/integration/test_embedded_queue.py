@@ -1257,3 +1257,35 @@ def test_a_box_used_after_close_raises_closed_and_never_waits(tmp_path: Path, fs
         assert box.queue("jobs").put(b"again")
         assert box.queue("jobs").counts().ready == 2
         assert box.topics.subscriptions() == []  # none was left to collect for nobody
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"fsync_interval": "1s", "fsync": "interval"},  # the committing thread died: no flush
+        {"fsync_interval": 0, "fsync": "interval"},  # a flush without a pause, for ever
+        {"processed_retention": "1d"},  # the first sweep failed with a TypeError
+        {"processed_retention": -5.0},  # every sweep purged processed/ at once
+        {"processed_retention": math.nan},
+        {"abandon_after": "1h"},
+        {"abandon_after": -1.0},
+        {"spares": 1.5},
+    ],
+)
+def test_open_refuses_a_duration_that_is_no_number_of_seconds(
+    tmp_path: Path, option: dict[str, Any]
+) -> None:
+    """boxmq.open checked fsync, dispatch and max_deliveries but took any value for its
+    durations (found by a walk through the docs: `processed_retention="1d"`, as the config
+    file writes it)."""
+    name = next(key for key in option if key != "fsync")
+    with pytest.raises(boxmq.InvalidArgument, match=name):
+        boxmq.open(tmp_path, **option)
+    assert not (tmp_path / ".spare").exists()  # refused before anything was made
+
+
+def test_open_takes_zero_to_clean_at_once_and_none_to_keep_forever(tmp_path: Path) -> None:
+    with boxmq.open(tmp_path, abandon_after=0, processed_retention=0, spares=0) as box:
+        box.queue("jobs").put(b"x")
+    with boxmq.open(tmp_path, processed_retention=None, fsync_interval=0.5, fsync="interval"):
+        pass

@@ -22,6 +22,7 @@ from boxmq.client.sweeps import SweepLimits, SweepReport, sweep
 from boxmq.client.topics import Subscriber, Topics
 from boxmq.clock import Clock, SystemClock
 from boxmq.core import Dispatch, ExactlyOnceLimits, QueuePolicy, parse_filter
+from boxmq.core.durations import check_seconds
 from boxmq.errors import Closed, InvalidArgument, QueueNotFound
 from boxmq.forks import renew_in_children
 from boxmq.ids import IdFactory
@@ -530,6 +531,15 @@ def open(
         ) from None
     strategy = dispatch_named(dispatch)
     by_group = {group: dispatch_named(name) for group, name in (group_dispatch or {}).items()}
+    # Checked here, where the caller hears of it: later, a text ("1d") failed the first sweep,
+    # and the committing thread under "interval", which then flushed nothing; 0 made it flush
+    # without a pause, a negative retention purged processed/ at once.
+    check_seconds("fsync_interval", fsync_interval)
+    if processed_retention is not None:
+        check_seconds("processed_retention (None: forever)", processed_retention, zero=True)
+    check_seconds("abandon_after", abandon_after, zero=True)
+    if type(spares) is not int or spares < 0:
+        raise InvalidArgument(f"spares must be an int >= 0, not {spares!r}")
     options = LiveOptions(
         policy=QueuePolicy(max_deliveries=max_deliveries, dispatch=strategy),
         limits=SweepLimits(working_ttl=abandon_after, processed_retention=processed_retention),
