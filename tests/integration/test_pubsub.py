@@ -650,3 +650,20 @@ def test_a_share_group_another_process_ended_and_made_again_here_is_read_afresh(
             assert message is not None
             assert message.body == b"three"
             message.ack()
+
+
+@pytest.mark.parametrize("limits", [{"max_in_flight": 0}, {"lock_timeout": 0}])
+@pytest.mark.parametrize("filter", ["news/#", "$share/g/news/#"])
+def test_a_subscribe_refused_for_its_limits_leaves_no_subscription_behind(
+    tmp_path: Path, filter: str, limits: dict[str, float]
+) -> None:
+    """box.subscribe wrote the subscription's records, then refused the consumer's limits:
+    the caller got InvalidArgument, and a durable subscription (or a share-group membership)
+    stayed, collecting every publication for a subscriber that never came (found by a walk
+    through the docs)."""
+    with boxmq.open(tmp_path) as box:
+        with pytest.raises(boxmq.InvalidArgument):
+            box.subscribe(filter, "s", **limits)  # type: ignore[arg-type]
+        assert box.topics.subscriptions() == []
+        box.publish("news/a", b"x")
+        assert box.topics.subscriptions() == []

@@ -41,6 +41,7 @@ from boxmq.core import (
     validate_topic,
 )
 from boxmq.core.durations import check_seconds
+from boxmq.core.queue import check_consumer_limits
 from boxmq.errors import InvalidArgument, MetadataTooLong, QueueNotFound
 from boxmq.ids import IdFactory
 from boxmq.model import (
@@ -585,6 +586,9 @@ class Topics:
         subscription = Subscription(name, parsed, _qos(qos), parsed.shared or durable, no_local)
         if not subscription.durable:
             return self._subscribe_in_memory(subscription)
+        # Before the records are written: refused by `attach` after them, it left a durable
+        # subscription (or a membership) collecting for a subscriber that never came.
+        check_consumer_limits(max_in_flight, lock_timeout)
         owner = self._token if ends_with_process and not parsed.shared else ""
         token = None if process_bound else ""
         # Registered, opened and attached in one step of its dropbox (see __init__).

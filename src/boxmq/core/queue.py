@@ -47,7 +47,7 @@ from boxmq.core.ready import Lane, Ready, ReadySet
 from boxmq.errors import InvalidArgument
 from boxmq.model import ConsumerId, MessageId
 
-__all__ = ["QueueEngine", "QueuePolicy", "QueueStats"]
+__all__ = ["QueueEngine", "QueuePolicy", "QueueStats", "check_consumer_limits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,12 +107,7 @@ class QueueEngine:
         self, consumer: ConsumerId, *, max_in_flight: int, lock_timeout: float
     ) -> None:
         """Add a consumer, or update its limits. `max_in_flight` is XEP-0254 queue_requests."""
-        # An int only: 1.5 would pass `>= 1` and make "how many slots are free" a fraction.
-        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
-            raise InvalidArgument(f"max_in_flight must be an int >= 1, not {max_in_flight!r}")
-        if max_in_flight < 1:
-            raise InvalidArgument(f"max_in_flight must be >= 1, not {max_in_flight}")
-        check_seconds("the lock timeout", lock_timeout)
+        check_consumer_limits(max_in_flight, lock_timeout)
         added = consumer not in self._consumers
         if consumer in self._paused:
             self._paused[consumer] = max_in_flight  # still paused: the room is for `resume`
@@ -482,6 +477,18 @@ class QueueEngine:
     def _forget(self, message_id: MessageId) -> None:
         self._leases.drop(message_id)
         self._past.forget(message_id)
+
+
+def check_consumer_limits(max_in_flight: int, lock_timeout: float) -> None:
+    """InvalidArgument unless a consumer may have these limits; for a caller that must refuse
+    them before it does anything else (a subscription's records are written before its
+    consumer is added)."""
+    # An int only: 1.5 would pass `>= 1` and make "how many slots are free" a fraction.
+    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
+        raise InvalidArgument(f"max_in_flight must be an int >= 1, not {max_in_flight!r}")
+    if max_in_flight < 1:
+        raise InvalidArgument(f"max_in_flight must be >= 1, not {max_in_flight}")
+    check_seconds("the lock timeout", lock_timeout)
 
 
 def _stop_when_full(free: dict[ConsumerId, None], lane: Lane) -> Callable[[], bool]:
