@@ -230,18 +230,27 @@ class Topics:
         reply_to: str | None = None,
         source: str | None = None,
         superseded: bool = False,
+        message_id: MessageId | None = None,
     ) -> MessageId:
         """Send to every subscription matching `topic`; returns the message id.
 
         superseded: a retained message that came before the topic's retained one (a door
         that knows the order it received them in): it goes out as retained, and replaces
-        nothing."""
+        nothing. message_id: the id to give it, from `new_id` (a door that takes a message
+        in before it writes it: its place among its publisher's messages is where it was
+        taken in, since a subscription orders its messages by their ids)."""
         validate_topic(topic)
         level = _qos(qos)
         mqtt_fields.check(properties or {})
         data = body_bytes(body)
         envelope = self._envelope(
-            topic, properties, expires_in, correlation_id, reply_to, isinstance(body, str)
+            topic,
+            properties,
+            expires_in,
+            correlation_id,
+            reply_to,
+            isinstance(body, str),
+            message_id,
         )
         if retain:
             # MQTT 5.0 §3.3.1.3: kept even with no subscriber; an empty body deletes. Its copies
@@ -255,6 +264,11 @@ class Topics:
             envelope, _ = spilled(envelope, self._side_files, at_level, error)
             self._send(envelope, data, level, source, as_retained=as_retained)
         return envelope.message_id
+
+    def new_id(self) -> MessageId:
+        """A message id made now, in the order of every id this box makes (the exactly-once
+        intake's too): for `publish(message_id=...)`."""
+        return self._ids.new()
 
     def _send(
         self, envelope: Envelope, data: bytes, level: QoS, source: str | None, *, as_retained: bool
@@ -364,13 +378,14 @@ class Topics:
         correlation_id: str | None,
         reply_to: str | None,
         text: bool,
+        message_id: MessageId | None = None,
     ) -> Envelope:
         if expires_in is not None:
             check_seconds("expires_in", expires_in)
         expiration = int((self._clock.now() + expires_in) * 1000) if expires_in else 0
         user = properties_from(dict(properties)) if properties else ()
         return Envelope(
-            message_id=self._ids.new(),
+            message_id=self._ids.new() if message_id is None else message_id,
             message_class=MessageClass.TEXT if text else MessageClass.BYTES,
             expiration=expiration,
             correlation_id=correlation_id,

@@ -152,10 +152,7 @@ class Publishing:
         qos = packet.qos
         if qos == 2:
             assert packet.packet_id is not None
-            # The intake's caps per producer bound what one client holds here too, as they
-            # bound what it has waiting in working/: a 3.1.1 client has no Receive Maximum,
-            # and would otherwise hold up to 65,535 of them. Two comparisons per message.
-            if (
+            if (  # _cannot_hold, inline: this runs once per QoS 2 message
                 len(session.awaiting_release) >= self._held_limit
                 or session.held_bytes + len(packet.payload) > self._held_bytes_limit
             ):
@@ -168,6 +165,16 @@ class Publishing:
         if qos == 1:
             assert packet.packet_id is not None
             self._out.acknowledge(client, Puback, packet.packet_id)
+
+    def _cannot_hold(self, session: Session, packet: Publish) -> bool:
+        """Whether holding a QoS 2 `packet` until its PUBREL would take its client past the
+        exactly-once caps per producer: they bound what one client holds in memory too, as
+        they bound what it has waiting in working/ (a 3.1.1 client has no Receive Maximum,
+        and would otherwise hold up to 65,535 of them). Two comparisons per message."""
+        return (
+            len(session.awaiting_release) >= self._held_limit
+            or session.held_bytes + len(packet.payload) > self._held_bytes_limit
+        )
 
     def _refuse_holding(self, client: Client, session: Session, packet: Publish) -> None:
         """PUBREC 0x97 (3.1.1: the close) for a QoS 2 PUBLISH that holding until its PUBREL
@@ -211,7 +218,12 @@ class Publishing:
             return
         if packet.qos == 2 and not session.persistent:
             # Retained QoS 2 is written at PUBREL: the retained store has no working/ step.
-            client.jobs.append(Job(None, lambda _: self._publish_now(client, session, packet)))
+            # Its id is made now, in its turn among its client's disk work, as the intake's
+            # are for the QoS 2 PUBLISHes around it: a subscription orders by id, and one
+            # made at PUBREL would put it behind those sent after it (MQTT-4.6.0-6).
+            client.jobs.append(
+                Job(self._box.topics.new_id, partial(self._hold_retained, client, session, packet))
+            )
             return
         if packet.qos == 2:
             # A persistent publisher expects what got PUBREC to survive a restart, and the
@@ -248,6 +260,21 @@ class Publishing:
         batched = None if packet.retain else publication_of(client_id, packet, self._box.side_files)
         order = self._order_of(packet)
         client.jobs.append(Job(lambda: self.write(client_id, packet, order), written, batched))
+
+    def _hold_retained(
+        self, client: Client, session: Session, packet: Publish, message_id: object
+    ) -> None:
+        """A retained QoS 2 PUBLISH of a non-persistent session, held for its PUBREL with the
+        id made in its turn (`message_id`): PUBREC."""
+        packet_id = packet.packet_id
+        assert packet_id is not None
+        assert isinstance(message_id, str)
+        if self._cannot_hold(session, packet):
+            self._refuse_holding(client, session, packet)
+            return
+        received = self._received(packet)
+        session.hold_for_release(packet_id, packet, received=received, message_id=message_id)
+        self._out.acknowledge(client, Pubrec, packet_id)
 
     def _after_write(self, client: Client, session: Session, packet: Publish) -> None:
         """A repeated retained QoS 2 PUBLISH, once the write of the first ended: answered as a
@@ -347,7 +374,8 @@ class Publishing:
                 )
             if write:
                 assert publish is not None
-                return self.write(client_id, publish, order)
+                assert held is not None
+                return self.write(client_id, publish, order, held.message_id)
             return True
 
         def done(result: object) -> None:
@@ -453,20 +481,28 @@ class Publishing:
         if order is not None:
             self._delivery.retained_window.dropped(packet.topic, order)
 
-    def write(self, client_id: str, packet: Publish, order: int | None = None) -> MessageId:
+    def write(
+        self,
+        client_id: str,
+        packet: Publish,
+        order: int | None = None,
+        message_id: str | None = None,
+    ) -> MessageId:
         """Publish into the Box: retained store and every durable subscription it matches;
-        returns the message's id. A retained `packet` needs its `order`: one that came before
-        the topic's retained message goes to the subscribers, as retained, and replaces
-        nothing."""
+        returns the message's id (`message_id` if given, made earlier: Topics.new_id). A
+        retained `packet` needs its `order`: one that came before the topic's retained
+        message goes to the subscribers, as retained, and replaces nothing."""
         if not packet.retain:
-            return self._write(client_id, packet, superseded=False)
+            return self._write(client_id, packet, superseded=False, message_id=message_id)
         assert order is not None, "a retained message is numbered as it is received"
         with self._retained_order.turn(packet.topic, order) as newest:
             if not newest:
                 log.info("retained message for %s superseded by a later one", packet.topic)
-            return self._write(client_id, packet, superseded=not newest)
+            return self._write(client_id, packet, superseded=not newest, message_id=message_id)
 
-    def _write(self, client_id: str, packet: Publish, *, superseded: bool) -> MessageId:
+    def _write(
+        self, client_id: str, packet: Publish, *, superseded: bool, message_id: str | None
+    ) -> MessageId:
         expiry = stored_expiry(packet)
 
         def publish(properties: dict[str, str]) -> MessageId:
@@ -479,6 +515,7 @@ class Publishing:
                 expires_in=expiry,
                 source=consumer_name(client_id),
                 superseded=superseded,
+                message_id=None if message_id is None else MessageId(message_id),
             )
 
         room = partial(self._box.topics.topic_room, expires_in=expiry, retain=packet.retain)

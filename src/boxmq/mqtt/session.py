@@ -52,6 +52,9 @@ class Release(NamedTuple):
     stored: bool = False
     refused: bool = False
     received: float = 0.0  # when its PUBLISH came, if it has a Message Expiry Interval
+    # A retained one written at PUBREL: the id made in its PUBLISH's turn (its place among its
+    # publisher's messages in a subscription, which orders them by id; MQTT-4.6.0-6).
+    message_id: str | None = None
 
 
 class Session:
@@ -93,13 +96,16 @@ class Session:
         stored: bool = False,
         refused: bool = False,
         received: float = 0.0,
+        message_id: str | None = None,
     ) -> None:
         earlier = self.awaiting_release.get(packet_id)
         if earlier is not None and earlier.publish is not None:
             self.held_bytes -= len(earlier.publish.payload)
         if publish is not None:
             self.held_bytes += len(publish.payload)
-        self.awaiting_release[packet_id] = _new_tuple(Release, (publish, stored, refused, received))
+        self.awaiting_release[packet_id] = _new_tuple(
+            Release, (publish, stored, refused, received, message_id)
+        )
 
     def release(self, packet_id: int) -> Release | None:
         """The PUBREL for `packet_id`: what to deliver (None: not known in this process)."""

@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 from tests.integration.mqtt.clients import paho, start_server
-from tests.integration.mqtt.raw import open_raw, packet, read, string
+from tests.integration.mqtt.raw import (
+    open_raw,
+    packet,
+    publish_qos2,
+    pubrel,
+    read,
+    string,
+    subscribe,
+    take_publishes,
+)
 
 PINGREQ, PINGRESP = bytes([0xC0, 0]), 0xD0
 
@@ -85,5 +94,52 @@ def test_a_will_goes_out_after_the_retained_message_its_client_sent_before(
         assert kept == dict.fromkeys(topics, b"offline")
         watcher.stop()
         late.stop()
+    finally:
+        running.shutdown()
+
+
+WINDOW = 12  # QoS 2 PUBLISHes in flight at once; the one numbered RETAINED is retained
+RETAINED = 3
+
+
+def send_window(publisher: socket.socket, topic: str) -> None:
+    """The whole window of QoS 2 PUBLISHes at once, then each PUBREL as its PUBREC comes (a
+    publisher with several in flight, as paho or `mosquitto_pub -q 2 -l`), then the PUBCOMPs."""
+    window = b"".join(
+        retained(topic, b"%d" % n, qos=2, packet_id=n + 1)
+        if n == RETAINED
+        else publish_qos2(topic, n + 1, b"%d" % n)
+        for n in range(WINDOW)
+    )
+    publisher.sendall(window)
+    for n in range(WINDOW):
+        assert read(publisher) == (0x50, (n + 1).to_bytes(2, "big"))  # PUBREC, in order
+        publisher.sendall(pubrel(n + 1))
+    for n in range(WINDOW):
+        assert read(publisher) == (0x70, (n + 1).to_bytes(2, "big"))  # PUBCOMP
+
+
+@pytest.mark.parametrize("fsync", ["always", "never"])
+def test_a_retained_qos2_message_keeps_its_place_among_its_publishers_others(
+    tmp_path: Path, fsync: str
+) -> None:
+    """MQTT-4.6.0-6: a persistent session's subscription (a dropbox, ordered by the ids in its
+    file names) gets one publisher's QoS 2 messages on a topic in the order they were sent,
+    the retained one among them too. It was written at its PUBREL with an id made then, later
+    than those the others got at their PUBLISH, and came last (found by a review)."""
+    running = start_server(tmp_path / "root", fsync=fsync)
+    try:
+        subscriber, _ = open_raw(running, "sub")
+        subscriber.sendall(subscribe(1, "line/#", 2))
+        assert read(subscriber)[0] == 0x90  # SUBACK
+        subscriber.close()  # away: its subscription collects, in its dropbox's order
+        publisher, _ = open_raw(running, "pub", clean=True, expiry=0)
+        send_window(publisher, "line/1")
+        publisher.close()
+        subscriber, present = open_raw(running, "sub")
+        assert present
+        got = [received.payload for received in take_publishes(subscriber, WINDOW)]
+        assert got == [b"%d" % n for n in range(WINDOW)]
+        subscriber.close()
     finally:
         running.shutdown()

@@ -771,11 +771,15 @@ def test_a_pubrel_on_a_new_connection_then_the_sessions_end_delivers_its_message
     write = Publishing.write
 
     def slow_write(
-        self: Publishing, client_id: str, packet: Publish, order: int | None = None
+        self: Publishing,
+        client_id: str,
+        packet: Publish,
+        order: int | None = None,
+        message_id: str | None = None,
     ) -> MessageId:
         if packet.topic == "slow":
             slow.wait(20)
-        return write(self, client_id, packet, order)
+        return write(self, client_id, packet, order, message_id)
 
     monkeypatch.setattr(Publishing, "write", slow_write)
 
@@ -1203,9 +1207,15 @@ class _HeldWrites:
         self.done = {topic: threading.Event() for topic in topics}
         self.release = {topic: threading.Event() for topic in topics}
 
-    def __call__(self, client_id: str, packet: Publish, order: int | None = None) -> MessageId:
+    def __call__(
+        self,
+        client_id: str,
+        packet: Publish,
+        order: int | None = None,
+        message_id: str | None = None,
+    ) -> MessageId:
         try:
-            return self._write(client_id, packet, order)
+            return self._write(client_id, packet, order, message_id)
         finally:
             if packet.topic in self.done:
                 self.done[packet.topic].set()
