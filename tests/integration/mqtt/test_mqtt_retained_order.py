@@ -120,20 +120,24 @@ def send_window(publisher: socket.socket, topic: str) -> None:
 
 
 @pytest.mark.parametrize("fsync", ["always", "never"])
+@pytest.mark.parametrize("expiry", [0, 300], ids=["clean-publisher", "persistent-publisher"])
 def test_a_retained_qos2_message_keeps_its_place_among_its_publishers_others(
-    tmp_path: Path, fsync: str
+    tmp_path: Path, fsync: str, expiry: int
 ) -> None:
     """MQTT-4.6.0-6: a persistent session's subscription (a dropbox, ordered by the ids in its
     file names) gets one publisher's QoS 2 messages on a topic in the order they were sent,
-    the retained one among them too. It was written at its PUBREL with an id made then, later
-    than those the others got at their PUBLISH, and came last (found by a review)."""
+    the retained one among them too. A clean publisher's was written at its PUBREL with an id
+    made then, later than those the others got at their PUBLISH, and came last (found by a
+    review). A persistent publisher's is written at its PUBLISH, with its id: in order for a
+    subscriber that was away, but one connected meanwhile gets it before the others (a known
+    gap, docs/mqtt.md)."""
     running = start_server(tmp_path / "root", fsync=fsync)
     try:
         subscriber, _ = open_raw(running, "sub")
         subscriber.sendall(subscribe(1, "line/#", 2))
         assert read(subscriber)[0] == 0x90  # SUBACK
         subscriber.close()  # away: its subscription collects, in its dropbox's order
-        publisher, _ = open_raw(running, "pub", clean=True, expiry=0)
+        publisher, _ = open_raw(running, "pub", clean=True, expiry=expiry)
         send_window(publisher, "line/1")
         publisher.close()
         subscriber, present = open_raw(running, "sub")
