@@ -360,11 +360,11 @@ class Publishing:
             self._out.acknowledge(client, Pubcomp, packet_id)
             return
 
-        write = (
-            publish is not None
-            and not on_disk
-            and (publish.retain or self._needs_disk(publish, None))
-        )
+        # Written now only if retained: one not stored at its PUBLISH goes to the memory
+        # subscribers alone, as on the fast path above. Written for a durable subscription
+        # made since, it got an id made now, later than those of the QoS 2 messages its
+        # client sent after it, and came after them (MQTT-4.6.0-6).
+        write = publish is not None and not on_disk and publish.retain
         order = None if publish is None else self._order_of(publish)  # received at PUBREL
 
         def work() -> object:
