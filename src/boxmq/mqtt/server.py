@@ -3,8 +3,20 @@ streams).
 
 Each read is handed to the connection (sans-IO) and the broker in one go, and everything the
 read caused is written with one `writelines` per connection (broker.flush). A client that
-cannot keep up is not buffered without end: QoS 1/2 wait behind its Receive Maximum, and QoS 0
-messages are dropped while its socket's write buffer is over the high-water mark.
+cannot keep up is not buffered without end: QoS 1/2 wait behind its Receive Maximum, QoS 0
+messages are dropped while its socket's write buffer is over the high-water mark, and nothing
+more is read from it meanwhile (what it sends would only add answers to the pile: a PINGRESP
+per PINGREQ, a PUBACK per PUBLISH); the kernel's buffers then slow it down.
+
+Reading is paused for two reasons kept apart: the broker's (`pause_reading`: disk work piled
+up, a SUBSCRIBE waiting for the disk, shutting down) and the client's write buffer
+(`pause_writing`); `_Protocol._read_or_not` alone decides, and reading resumes only once
+neither holds. While a client is not read, its keep-alive (1.5 periods without a packet) does
+not count against it what we did not read: each tick, a client held by the broker counts as
+heard, and a congested one as heard if what it has not read (our write buffer and the kernel's
+send queue) shrank since the last tick (it reads, so it lives). A congested client that reads
+nothing for 1.5 periods is disconnected, as one that sends nothing is
+(`MqttServer._heard_unread`).
 
 Reads go into one buffer per server, reused: a plain `Protocol` is handed a new 256 KiB
 `bytes` per read, which glibc maps, shrinks and unmaps: three system calls, and a fresh page
@@ -18,8 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import socket
+import sys
+import termios
 from typing import Final, cast
 
 from boxmq.client.box import Box
@@ -38,16 +53,21 @@ _TICK: Final = 0.25  # seconds: keep-alives, CONNECT timeouts, files others drop
 _READ_SIZE: Final = 256 << 10  # bytes a read may bring: what asyncio's own reads ask for
 _WRITE_HIGH: Final = 4 << 20  # bytes buffered for a client before it counts as congested
 _QUICKACK: Final = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+# Linux: the bytes of a TCP socket's send queue the peer has not acknowledged (SIOCOUTQ).
+_OUTQ: Final = getattr(termios, "TIOCOUTQ", None) if sys.platform == "linux" else None
 
 
 class _Protocol(asyncio.BufferedProtocol):
     """One client socket; implements the broker's `Link`. `buffer` is the server's read
     buffer, shared by all its sockets: nothing may keep a view of it past a read."""
 
-    def __init__(self, broker: Broker, clock: Clock, buffer: memoryview) -> None:
+    def __init__(
+        self, broker: Broker, clock: Clock, buffer: memoryview, unread: set[_Protocol]
+    ) -> None:
         self._broker = broker
         self._clock = clock
         self._buffer = buffer
+        self._unread = unread  # the server's: its sockets not read now, this one among them
         limits = broker.limits
         self.connection = Connection(
             max_packet_size=limits.max_packet_size,
@@ -57,6 +77,8 @@ class _Protocol(asyncio.BufferedProtocol):
         )
         self.peer = "?"
         self.congested = False
+        self._held = False  # the broker paused reading (`pause_reading`)
+        self._buffered = 0  # `_unread_bytes` at the last tick while congested
         self._transport: asyncio.Transport | None = None
         self._tcp: socket.socket | None = None  # for acknowledge_reads
 
@@ -104,23 +126,67 @@ class _Protocol(asyncio.BufferedProtocol):
             self._transport.close()
 
     def pause_reading(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.pause_reading()
+        self._held = True
+        self._read_or_not()
 
     def resume_reading(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.resume_reading()
+        self._held = False
+        self._read_or_not()
+
+    def _read_or_not(self) -> None:
+        """The one place that pauses and resumes reading: paused while the broker holds the
+        client or while its write buffer is over the high-water mark, read once neither."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if self._held or self.congested:
+            if self not in self._unread:
+                self._unread.add(self)
+                transport.pause_reading()
+        elif self in self._unread:
+            self._unread.discard(self)
+            transport.resume_reading()
+
+    def heard_unread(self, now: float) -> None:
+        """A tick while the client is not read (see the module's docstring): whether it
+        counts as heard from."""
+        transport = self._transport
+        if transport is None:
+            return
+        if self.congested:
+            buffered = self._unread_bytes(transport)
+            if buffered < self._buffered:  # it read some
+                self.connection.last_heard = now
+            self._buffered = buffered
+        else:  # held by the broker: its silence is ours
+            self.connection.last_heard = now
 
     def acknowledge_reads(self) -> None:
         if self._tcp is not None and _QUICKACK is not None:
             with contextlib.suppress(OSError):  # closed meanwhile: nothing left to acknowledge
                 self._tcp.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
 
+    def _unread_bytes(self, transport: asyncio.Transport) -> int:
+        """What was written for the client and is not read by it yet, as far as we see: our
+        write buffer and, on Linux, the kernel's send queue. The kernel's counts: it takes
+        up to 4 MiB on its own, and our buffer shrinks only once a good part of that is
+        free, which a client reading slowly may take longer than its keep-alive to free."""
+        size = transport.get_write_buffer_size()
+        if _OUTQ is not None and self._tcp is not None:
+            with contextlib.suppress(OSError):  # closed meanwhile
+                queued = fcntl.ioctl(self._tcp.fileno(), _OUTQ, bytes(4))
+                size += int.from_bytes(queued, sys.byteorder)
+        return size
+
     def pause_writing(self) -> None:
         self.congested = True
+        if self._transport is not None:
+            self._buffered = self._unread_bytes(self._transport)
+        self._read_or_not()
 
     def resume_writing(self) -> None:
         self.congested = False
+        self._read_or_not()
         self._broker.pump_all()
         self._broker.flush()
 
@@ -128,6 +194,7 @@ class _Protocol(asyncio.BufferedProtocol):
         return None  # close: MQTT has no half-closed connections
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._unread.discard(self)
         self._broker.closed(self, "connection lost" if exc is None else f"connection lost: {exc}")
 
 
@@ -140,6 +207,7 @@ class MqttServer:
         self.settings = settings
         self._servers: list[asyncio.Server] = []
         self._read_buffer = memoryview(bytearray(_READ_SIZE))  # one loop: reads never overlap
+        self._unread: set[_Protocol] = set()  # sockets not read now (_Protocol._read_or_not)
 
     async def start(self) -> list[tuple[str, int]]:
         """Listen on every listener; the addresses bound (a port of 0 gets a free one)."""
@@ -162,7 +230,7 @@ class MqttServer:
         loop = asyncio.get_running_loop()
         try:
             return await loop.create_server(
-                lambda: _Protocol(self.broker, self._clock, self._read_buffer),
+                lambda: _Protocol(self.broker, self._clock, self._read_buffer, self._unread),
                 listener.host,
                 listener.port,
                 ssl=listener.ssl,
@@ -186,9 +254,17 @@ class MqttServer:
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=_TICK)
-                self.broker.tick(self._clock.now())
+                now = self._clock.now()
+                self._heard_unread(now)
+                self.broker.tick(now)
         finally:
             await self.close()
+
+    def _heard_unread(self, now: float) -> None:
+        """Before the keep-alives are checked: the clients not read now that count as heard
+        (`_Protocol.heard_unread`)."""
+        for link in list(self._unread):
+            link.heard_unread(now)
 
     async def close(self) -> None:
         """Stop accepting, tell the clients, and finish the disk work under way: whatever a
