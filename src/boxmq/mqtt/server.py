@@ -52,6 +52,7 @@ log = logging.getLogger("boxmq.mqtt")
 _TICK: Final = 0.25  # seconds: keep-alives, CONNECT timeouts, files others dropped
 _READ_SIZE: Final = 256 << 10  # bytes a read may bring: what asyncio's own reads ask for
 _WRITE_HIGH: Final = 4 << 20  # bytes buffered for a client before it counts as congested
+_LINGER: Final = 5.0  # seconds a closed connection's last bytes get to be read (`close`)
 _QUICKACK: Final = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 # Linux: the bytes of a TCP socket's send queue the peer has not acknowledged (SIOCOUTQ).
 _OUTQ: Final = getattr(termios, "TIOCOUTQ", None) if sys.platform == "linux" else None
@@ -122,8 +123,16 @@ class _Protocol(asyncio.BufferedProtocol):
             transport.writelines(out)
 
     def close(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
+        """Close once what is buffered for the client is written, or `_LINGER` seconds
+        later at the latest: a client that does not read would otherwise keep its socket and
+        up to the high-water mark of our memory for good (the peer acknowledges TCP's window
+        probes, so the kernel never gives up), out of the broker's count of connections."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        transport.close()
+        if transport.get_write_buffer_size():
+            asyncio.get_running_loop().call_later(_LINGER, transport.abort)
 
     def pause_reading(self) -> None:
         self._held = True

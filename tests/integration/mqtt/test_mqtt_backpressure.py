@@ -28,6 +28,7 @@ _PINGREQS = b"\xc0\x00" * (32 << 10)  # 64 KiB of PINGREQ: as many PINGRESP byte
 @pytest.fixture
 def small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningServer]:
     monkeypatch.setattr(server_module, "_WRITE_HIGH", _HIGH)
+    monkeypatch.setattr(server_module, "_LINGER", 1.0)
     running = start_server(tmp_path / "root")
     try:
         yield running
@@ -175,3 +176,31 @@ def test_a_congested_client_that_reads_is_not_kicked_for_the_keep_alive(
         time.sleep(0.1)
     assert unread(small, "slow") is None, "not kicked though it read nothing"
     client.close()
+
+
+def test_a_client_closed_with_its_write_buffer_full_is_let_go_of(small: RunningServer) -> None:
+    """Kicked for its keep-alive (it reads nothing), a client's socket was closed the gentle
+    way, which waits for the buffer to be written: it never was, and the socket and the
+    buffer stayed for good, out of the count of connections. Now what is left gets
+    `_LINGER` seconds (1 here), then the socket is aborted."""
+    flooder = connect_311(small, "gone", keep_alive=1)
+    flood(flooder, 512 << 10)
+    settled(small, "gone")
+
+    def server_socket() -> socket.socket:
+        for client in small.server.broker._clients.values():
+            if client.session is not None and client.session.client_id == "gone":
+                tcp: socket.socket = client.link._tcp  # type: ignore[attr-defined]
+                return tcp
+        raise AssertionError("gone already")
+
+    tcp = on_loop(small, server_socket)
+    end = time.monotonic() + 10  # 1.5 s of silence, then the next tick
+    while unread(small, "gone") is not None and time.monotonic() < end:
+        time.sleep(0.1)
+    assert unread(small, "gone") is None, "not kicked though it read nothing"
+    end = time.monotonic() + 5
+    while on_loop(small, tcp.fileno) != -1 and time.monotonic() < end:
+        time.sleep(0.1)
+    assert on_loop(small, tcp.fileno) == -1, "its socket is still open"
+    flooder.close()
