@@ -29,6 +29,16 @@ def files(root: Path, queue: str, state: str) -> list[str]:
     return sorted(p.name for p in (root / queue / state).iterdir())
 
 
+def assert_locked_from_now(message: boxmq.Message, root: Path, clock: ManualClock) -> None:
+    """`message` (the only one of "jobs" in processing/) is locked for 1 s from the clock's
+    now: in the Message, and in the deadline its lock file's name carries."""
+    assert message.lock_deadline == pytest.approx(clock.now() + 1, abs=0.001)
+    [locked] = files(root, "jobs", "processing")
+    _, lock = split_lock(locked)
+    assert lock is not None
+    assert lock.deadline_ms == pytest.approx((clock.now() + 1) * 1000, abs=1)
+
+
 def test_put_then_consume_and_ack_moves_the_file_to_processed(box: boxmq.Box, root: Path) -> None:
     jobs = box.queue("jobs")
     message_id = jobs.put(b"payload", priority=7, properties={"tenant": "acme"})
@@ -497,11 +507,7 @@ def test_a_claim_made_after_a_long_look_at_the_folder_is_locked_from_then(
     with jobs.consumer("w", lock_timeout=1) as w:
         message = w.receive_nowait()
         assert message is not None
-        assert message.lock_deadline == pytest.approx(clock.now() + 1, abs=0.001)
-        [locked] = files(root, "jobs", "processing")
-        _, lock = split_lock(locked)
-        assert lock is not None
-        assert lock.deadline_ms == pytest.approx((clock.now() + 1) * 1000, abs=1)
+        assert_locked_from_now(message, root, clock)
         message.ack()
     assert files(root, "jobs", "processed") == ["4.from-elsewhere.T"]
 
@@ -582,11 +588,7 @@ def test_get_locks_from_after_its_look_at_the_folders(
     monkeypatch.setattr(boxmq.Queue, "_ready_in_order", slow_ready)
     message = jobs.get(lock_timeout=1)
     assert message is not None
-    assert message.lock_deadline == pytest.approx(clock.now() + 1, abs=0.001)
-    [locked] = files(root, "jobs", "processing")
-    _, lock = split_lock(locked)
-    assert lock is not None
-    assert lock.deadline_ms == pytest.approx((clock.now() + 1) * 1000, abs=1)
+    assert_locked_from_now(message, root, clock)
     message.ack()
 
 
