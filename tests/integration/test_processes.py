@@ -258,6 +258,7 @@ def test_a_dropbox_another_process_deleted_and_made_again_is_watched_afresh(
     with boxmq.open(root, fsync="never", polling=polling) as here:
         # Only the watch (or the polling) tells of what another process puts: no rescan.
         here.options = replace(here.options, rescan_interval=3600.0)
+        reader: boxmq.Consumer | boxmq.Subscriber
         if case == "queue":
             reader = here.queue("jobs").consumer("reader")
             _boxmq(root, "put", "jobs", "one")
@@ -272,6 +273,7 @@ def test_a_dropbox_another_process_deleted_and_made_again_is_watched_afresh(
             subprocess.run(["rm", "-rf", str(root / "jobs")], check=True)
             _boxmq(root, "put", "jobs", "two")
         else:
+            assert isinstance(reader, boxmq.Subscriber)
             if case == "share-group":
                 reader.detach()  # still a member: the group lives on, its engine here idle
             else:
