@@ -19,7 +19,7 @@ from boxmq.core import ExactlyOnceLimits
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile, set_password
-from boxmq.mqtt.settings import Limits, Listener
+from boxmq.mqtt.settings import Limits, Listener, listener_url
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -330,3 +330,11 @@ def test_an_acl_by_user_name_without_a_password_file_is_warned_of(tmp_path: Path
     set_password(tmp_path / "passwd", "alice", b"wonder")
     checked = _write(tmp_path, '[security]\nacl_file = "by_name"\npassword_file = "passwd"\n')
     assert security_warnings(load_config(checked)) == []
+
+
+def test_a_listener_is_logged_as_a_url_an_ipv6_address_in_brackets() -> None:
+    """`mqtt://::1:1883` leaves the port to be guessed from the address (RFC 3986 §3.2.2)."""
+    assert str(Listener("::1", 1883)) == "mqtt://[::1]:1883"
+    assert str(Listener("0.0.0.0", 1884)) == "mqtt://0.0.0.0:1884"
+    assert listener_url("::", 8883, tls=True) == "mqtts://[::]:8883"
+    assert listener_url("broker.example", 8883, tls=True) == "mqtts://broker.example:8883"

@@ -43,7 +43,7 @@ from boxmq.errors import ProtocolViolation
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.reasons import reason_for
-from boxmq.mqtt.settings import Listener, MqttSettings
+from boxmq.mqtt.settings import Listener, MqttSettings, listener_url
 
 __all__ = ["MqttServer"]
 
@@ -228,8 +228,9 @@ class MqttServer:
             for sock in server.sockets:
                 host, port = sock.getsockname()[:2]
                 bound.append((host, port))
-                scheme = "mqtts" if listener.ssl else "mqtt"
-                log.info("MQTT listening on %s://%s:%d", scheme, host, port)
+                log.info(
+                    "MQTT listening on %s", listener_url(host, port, tls=listener.ssl is not None)
+                )
         return bound
 
     async def _listen(self, listener: Listener) -> asyncio.Server:

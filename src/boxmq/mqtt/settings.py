@@ -11,7 +11,7 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["Authenticator", "Authorizer", "Limits", "Listener", "MqttSettings"]
+__all__ = ["Authenticator", "Authorizer", "Limits", "Listener", "MqttSettings", "listener_url"]
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,15 @@ class Listener:
     ssl: ssl.SSLContext | None = None
 
     def __str__(self) -> str:
-        scheme = "mqtts" if self.ssl else "mqtt"
-        return f"{scheme}://{self.host}:{self.port}"
+        return listener_url(self.host, self.port, tls=self.ssl is not None)
+
+
+def listener_url(host: str, port: int, *, tls: bool) -> str:
+    """`mqtt://host:port` (`mqtts` with TLS), an IPv6 address in brackets as URLs write it
+    (RFC 3986 §3.2.2): `mqtt://[::1]:1883`, not `mqtt://::1:1883`, whose port cannot be told
+    from the address."""
+    scheme = "mqtts" if tls else "mqtt"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 @dataclass(frozen=True)
