@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -774,6 +775,11 @@ def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
         row["reply-to"] = reply_to
     if peeked.holder is not None:
         row["locked-by"] = peeked.holder
+    if (deadline := peeked.lock_deadline) is not None:
+        # A lock past its deadline still names its holder until a sweep sends the message
+        # back: the table says it ended, so nobody takes it for held (--json gives the time).
+        ended = not as_json and deadline <= time.time()
+        row["lock-until"] = _time(deadline) + (" (ended)" if ended else "")
     return row
 
 

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from tests.diskfull import small_disk
 
 import boxmq
 from boxmq.cli_args import DURATION_OPTIONS, joined_negative_durations
-from boxmq.store.names import decode
+from boxmq.store.names import Lock, decode, locked_name, split_lock
 
 
 def boxmq_cli(root: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -864,3 +865,28 @@ def test_serve_with_no_mqtt_and_mqtt_is_a_usage_error_naming_both(root: Path) ->
     assert done.returncode == 2
     assert "argument --mqtt: not allowed with argument --no-mqtt" in done.stderr
     assert not root.exists()
+
+
+def test_peek_of_processing_shows_when_each_lock_ends_and_which_ended(root: Path) -> None:
+    """A lock past its deadline still names its holder until a sweep sends the message
+    back; peek says until when each lock runs, and which ended, so nobody takes it for held."""
+    ok(root, "put", "jobs", "held")
+    ok(root, "put", "jobs", "dropped")
+    ok(root, "get", "jobs", "--lock", "1h", "--consumer", "alice")
+    ok(root, "get", "jobs", "--lock", "1h", "--consumer", "bob")
+    processing = root / "jobs" / "processing"
+    for locked in os.listdir(processing):  # bob's lock ended a minute ago (his process hung)
+        name, lock = split_lock(locked)
+        if lock is not None and lock.owner == "bob":
+            ended = Lock(lock.owner, int((time.time() - 60) * 1000), lock.token)
+            os.rename(processing / locked, processing / locked_name(name, ended))
+    rows = json.loads(ok(root, "--json", "peek", "jobs", "--state", "processing"))
+    until = {row["locked-by"]: row["lock-until"] for row in rows}
+    assert set(until) == {"alice", "bob"}
+    assert until["alice"] > until["bob"]  # ISO times, alice's in an hour, bob's a minute ago
+    table = ok(root, "peek", "jobs", "--state", "processing").splitlines()
+    assert table[0].split()[-2:] == ["LOCKED-BY", "LOCK-UNTIL"]
+    [alice] = [line for line in table if " alice " in line]
+    [bob] = [line for line in table if " bob " in line]
+    assert bob.endswith("(ended)")
+    assert not alice.endswith("(ended)")

@@ -90,6 +90,9 @@ class Peeked:
     state: State
     holder: ConsumerId | None = None
     _v5: V5Reader | None = field(default=None, repr=False, compare=False)
+    # processing/: when its lock times out (epoch seconds), as the lock's name says; past it,
+    # the message goes back to target/ at the next sweep (`boxmq serve`, a consumer's).
+    lock_deadline: float | None = None
 
     @property
     def properties(self) -> dict[str, PropertyValue]:
@@ -411,8 +414,8 @@ class Queue:
             envelope = envelope_of(name)
             status = _status(entry.path)
             if status is not None:
-                holder = lock.owner if lock else None
-                peeked = Peeked(envelope, status.st_size, state, holder, self._v5)
+                holder, deadline = (lock.owner, lock.deadline_ms / 1000) if lock else (None, None)
+                peeked = Peeked(envelope, status.st_size, state, holder, self._v5, deadline)
                 # Within a priority as a consumer takes them (_ready_in_order).
                 sequence = _sequence(entry.path, envelope, status)
                 seen.append((-envelope.priority, sequence, name, peeked))
