@@ -30,7 +30,7 @@ from boxmq.mqtt.errors import (
     TopicAliasInvalid,
     UnsupportedProtocolVersion,
 )
-from boxmq.mqtt.framing import Frame, FrameReader, PacketType
+from boxmq.mqtt.framing import Frame, FrameReader, PacketType, remaining_length
 from boxmq.mqtt.packets import (
     Connack,
     Connect,
@@ -123,7 +123,9 @@ class Connection:
         except PacketTooLarge:
             if self.version is None:
                 head = self._reader.head(_CONNECT_HEAD)
-                size = _fixed_header_size(head)
+                header = remaining_length(head, 0)  # whole: the reader refused the packet by it
+                assert header is not None
+                size = header[1]
                 if head[0] >> 4 == _CONNECT and len(head) < size + _NAME_AND_LEVEL:
                     return  # its level has not come: the next read refuses it again
                 self.version = connect_version(Frame(head[0] >> 4, head[0] & 0x0F, head[size:]))
@@ -337,14 +339,6 @@ class Connection:
         if self.version is ProtocolVersion.V5:
             return encode(Disconnect(reason), ProtocolVersion.V5)
         return b""
-
-
-def _fixed_header_size(head: bytes) -> int:
-    """How many of `head`'s bytes are its fixed header (MQTT 5.0 §2.1.1), when it holds it."""
-    size = 2
-    while size < 5 and head[size - 1] & 0x80:
-        size += 1
-    return size
 
 
 def _shortened(packet: Packet) -> Packet:

@@ -30,6 +30,7 @@ __all__ = [
     "encode_varint",
     "read_binary",
     "read_utf8",
+    "remaining_length",
     "utf8",
 ]
 
@@ -146,7 +147,7 @@ def encode_binary(data: bytes) -> bytes:
     return len(data).to_bytes(2, "big") + data
 
 
-def _remaining_length(buf: bytes, pos: int) -> tuple[int, int] | None:
+def remaining_length(buf: bytes, pos: int) -> tuple[int, int] | None:
     """The Remaining Length after byte `pos`: (length, header size), or None if incomplete."""
     value = 0
     for i in range(1, 5):
@@ -204,7 +205,7 @@ class FrameReader:
                 continue
             if pos + 1 < len(buffer) and buffer[pos + 1] < 0x80:
                 body_length, header_size = buffer[pos + 1], 2  # inline: most packets are small
-            elif (header := _remaining_length(buffer, pos)) is not None:
+            elif (header := remaining_length(buffer, pos)) is not None:
                 body_length, header_size = header
             elif self._later:
                 self._join()

@@ -151,34 +151,36 @@ class Publishing:
     def _publish_now(self, client: Client, session: Session, packet: Publish) -> None:
         qos = packet.qos
         if qos == 2:
-            assert packet.packet_id is not None
-            if (  # _cannot_hold, inline: this runs once per QoS 2 message
-                len(session.awaiting_release) >= self._held_limit
-                or session.held_bytes + len(packet.payload) > self._held_bytes_limit
-            ):
-                self._refuse_holding(client, session, packet)
-                return
-            session.hold_for_release(packet.packet_id, packet, received=self._received(packet))
-            self._out.acknowledge(client, Pubrec, packet.packet_id)
+            self._hold(client, session, packet)
             return
         self._delivery.route_memory(session.client_id, packet)
         if qos == 1:
             assert packet.packet_id is not None
             self._out.acknowledge(client, Puback, packet.packet_id)
 
-    def _cannot_hold(self, session: Session, packet: Publish) -> bool:
-        """Whether holding a QoS 2 `packet` until its PUBREL would take its client past the
-        exactly-once caps per producer: they bound what one client holds in memory too, as
-        they bound what it has waiting in working/ (a 3.1.1 client has no Receive Maximum,
-        and would otherwise hold up to 65,535 of them). Two comparisons per message."""
-        return (
+    def _hold(
+        self, client: Client, session: Session, packet: Publish, message_id: str | None = None
+    ) -> None:
+        """Hold a QoS 2 PUBLISH in memory until its PUBREL, and answer PUBREC; `message_id`:
+        a retained one's, made in its PUBLISH's turn (`_hold_retained`). The exactly-once
+        caps per producer bound what one client holds here too, as they bound what it has
+        waiting in working/ (a 3.1.1 client has no Receive Maximum, and would otherwise hold
+        up to 65,535): over them, PUBREC 0x97 (3.1.1: the close). Two comparisons a message."""
+        packet_id = packet.packet_id
+        assert packet_id is not None
+        if (
             len(session.awaiting_release) >= self._held_limit
             or session.held_bytes + len(packet.payload) > self._held_bytes_limit
-        )
+        ):
+            self._refuse_holding(client, session, packet)
+            return
+        received = self._received(packet)
+        session.hold_for_release(packet_id, packet, received=received, message_id=message_id)
+        self._out.acknowledge(client, Pubrec, packet_id)
 
     def _refuse_holding(self, client: Client, session: Session, packet: Publish) -> None:
         """PUBREC 0x97 (3.1.1: the close) for a QoS 2 PUBLISH that holding until its PUBREL
-        would take past the exactly-once caps per producer (`_publish_now`)."""
+        would take past the exactly-once caps per producer (`_hold`)."""
         assert packet.packet_id is not None
         if len(session.awaiting_release) >= self._held_limit:
             over = f"max_pending_per_source ({self._held_limit})"
@@ -266,15 +268,8 @@ class Publishing:
     ) -> None:
         """A retained QoS 2 PUBLISH of a non-persistent session, held for its PUBREL with the
         id made in its turn (`message_id`): PUBREC."""
-        packet_id = packet.packet_id
-        assert packet_id is not None
         assert isinstance(message_id, str)
-        if self._cannot_hold(session, packet):
-            self._refuse_holding(client, session, packet)
-            return
-        received = self._received(packet)
-        session.hold_for_release(packet_id, packet, received=received, message_id=message_id)
-        self._out.acknowledge(client, Pubrec, packet_id)
+        self._hold(client, session, packet, message_id)
 
     def _after_write(self, client: Client, session: Session, packet: Publish) -> None:
         """A repeated retained QoS 2 PUBLISH, once the write of the first ended: answered as a
