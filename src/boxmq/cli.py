@@ -24,7 +24,12 @@ from typing import Any
 
 import boxmq
 from boxmq import cli_passwd
-from boxmq.cli_args import joined_negative_durations, parse_duration, parse_property
+from boxmq.cli_args import (
+    joined_negative_durations,
+    parse_duration,
+    parse_integer,
+    parse_property,
+)
 from boxmq.cli_serve import (
     Default,
     describe_security,
@@ -238,7 +243,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("queue")
     p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
     p.add_argument("--file", help="read the body from this file")
-    p.add_argument("--priority", type=int, default=4)
+    p.add_argument("--priority", type=_integer, default=4)
     p.add_argument("--property", "-p", action="append", default=[], metavar="NAME[:TYPE]=VALUE")
     p.add_argument("--expires-in", type=_positive_duration, metavar="DURATION")
     p.add_argument("--correlation-id")
@@ -250,7 +255,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("topic")
     p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
     p.add_argument("--file", help="read the body from this file")
-    p.add_argument("--qos", type=int, default=1, choices=[0, 1, 2])
+    p.add_argument("--qos", type=_integer, default=1, choices=[0, 1, 2])
     p.add_argument("--retain", action="store_true", help="keep it as the topic's last value")
     p.add_argument("--property", "-p", action="append", default=[], metavar="NAME[:TYPE]=VALUE")
     p.add_argument("--expires-in", type=_positive_duration, metavar="DURATION")
@@ -268,7 +273,7 @@ def _parser() -> argparse.ArgumentParser:
         default=f"cli-{os.getpid()}",
         help="subscriber (or member) name",
     )
-    p.add_argument("--qos", type=int, default=1, choices=[0, 1, 2])
+    p.add_argument("--qos", type=_integer, default=1, choices=[0, 1, 2])
     p.add_argument("--count", type=_positive_int, help="stop after this many messages")
     p.add_argument(
         "--idle", type=_duration, metavar="DURATION", help="stop after this long without a message"
@@ -393,11 +398,15 @@ def _retention(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{error} (or {FOREVER!r})") from None
 
 
-def _positive_int(text: str) -> int:
+def _integer(text: str) -> int:
     try:
-        number = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad number {text!r}: use a whole number") from None
+        return parse_integer(text)
+    except InvalidArgument as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _positive_int(text: str) -> int:
+    number = _integer(text)
     if number < 1:
         raise argparse.ArgumentTypeError(f"bad number {text!r}: it must be at least 1")
     return number
@@ -405,7 +414,8 @@ def _positive_int(text: str) -> int:
 
 def _address(text: str) -> tuple[str, int]:
     host, colon, port = text.rpartition(":")
-    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+    # isascii: isdigit() also takes other scripts' digits, and superscripts int() refuses
+    if not colon or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r}: use HOST:PORT, e.g. 127.0.0.1:1883")
     return host.strip("[]") or "0.0.0.0", int(port)
 

@@ -11,7 +11,13 @@ from boxmq.core.durations import LONGEST
 from boxmq.errors import InvalidArgument
 from boxmq.model import Property, PropertyType
 
-__all__ = ["DURATION_OPTIONS", "joined_negative_durations", "parse_duration", "parse_property"]
+__all__ = [
+    "DURATION_OPTIONS",
+    "joined_negative_durations",
+    "parse_duration",
+    "parse_integer",
+    "parse_property",
+]
 
 # Every option whose value is a duration (tests/integration/test_cli.py checks each one).
 DURATION_OPTIONS = frozenset(
@@ -28,7 +34,8 @@ DURATION_OPTIONS = frozenset(
 _NEGATIVE = re.compile(r"-[0-9.]")
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
+# Digits 0-9 only: `\d` and float() also take other scripts' digits ("\u0663", "\uff13").
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)?", re.ASCII)
 _TYPES = {
     "string": PropertyType.STRING,
     "int": PropertyType.INT,
@@ -67,13 +74,25 @@ def parse_duration(text: str) -> float:
     match = _DURATION.fullmatch(text.strip())
     if match is None:
         raise InvalidArgument(
-            f"bad duration {text!r}: use a number of seconds, or one with a unit: "
-            "500ms, 30s, 10m, 2h, 1d"
+            f"bad duration {text!r}: use a number of seconds in digits 0-9, or one with a "
+            "unit: 500ms, 30s, 10m, 2h, 1d"
         )
     seconds = float(match[1]) * _UNITS[match[2] or "s"]
     if seconds > LONGEST:  # infinity too: 400 digits make one
         raise InvalidArgument(f"bad duration {text!r}: at most {LONGEST / 86_400:g}d (100 years)")
     return seconds
+
+
+def parse_integer(text: str) -> int:
+    """A whole number as people type it: digits 0-9 with an optional sign. int() also takes
+    "5_000", " 5" and other scripts' digits ("\u0663", fullwidth "\uff13"), which nobody means
+    as a priority or a count."""
+    if not _INTEGER.fullmatch(text):
+        raise InvalidArgument(f"bad number {text!r}: use a whole number in digits 0-9")
+    try:
+        return int(text)
+    except ValueError:  # past Python's 4300-digit limit
+        raise InvalidArgument(f"bad number {text[:20]!r}...: too many digits") from None
 
 
 def parse_property(text: str) -> tuple[str, Property]:

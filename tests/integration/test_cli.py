@@ -702,6 +702,35 @@ def test_durations_and_limits_out_of_range_are_usage_errors(
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("put", "jobs", "x", "--priority", "\u0663"), "bad number '\u0663': use a whole number"),
+        (("put", "jobs", "x", "--priority", "5_0"), "bad number '5_0': use a whole number"),
+        (("publish", "a", "x", "--qos", "\u0661"), "bad number '\u0661': use a whole number"),
+        (("subscribe", "a", "--qos", "\uff12"), "bad number '\uff12': use a whole number"),
+        (("subscribe", "a", "--count", "\uff13"), "bad number '\uff13': use a whole number"),
+        (("peek", "jobs", "--limit", "\u0662"), "bad number '\u0662': use a whole number"),
+        (("get", "jobs", "--lock", "\uff130s"), "bad duration '\uff130s': use a number of"),
+        (("put", "jobs", "x", "--expires-in", "\u0665m"), "bad duration '\u0665m': use a"),
+        (("unlock", "jobs", "x", "--delay", "\u0661s"), "bad duration '\u0661s': use a"),
+        (("serve", "--mqtt", "127.0.0.1:\uff11\uff18\uff18\uff13"), "use HOST:PORT"),
+        (("serve", "--mqtt", "127.0.0.1:\u00b9"), "use HOST:PORT"),  # isdigit, not int()
+    ],
+)
+def test_numbers_in_other_scripts_digits_are_usage_errors(
+    root: Path, args: tuple[str, ...], says: str
+) -> None:
+    """int(), float() and `\\d` take Arabic-Indic and fullwidth digits; a person typing
+    `--priority \u0663` gets no message at priority 3 but a usage error."""
+    ok(root, "put", "jobs", "seed")
+    done = boxmq_cli(root, *args)
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(os.listdir(root / "jobs" / "target")) == 1
+
+
 def test_json_shows_a_property_in_bytes_that_are_not_utf8_as_xnn(root: Path) -> None:
     (root / "h" / "working").mkdir(parents=True)
     (root / "h" / "target").mkdir()

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmq.cli_args import parse_property
+from boxmq.cli_args import parse_duration, parse_integer, parse_property
 from boxmq.errors import InvalidArgument
 from boxmq.model import PropertyType
 
@@ -45,3 +45,31 @@ def test_the_usual_spellings_of_a_real_are_taken() -> None:
     values = [parse_property(f"d:double={v}")[1].value for v in ("1.", ".5", "-2e-3", "1E5")]
     assert values == [1.0, 0.5, -0.002, 100000.0]
     assert parse_property("d:double=-Infinity")[1].type is PropertyType.DOUBLE
+
+
+@pytest.mark.parametrize("text", ["\u0663", "\uff13", "\uff130", "5_000", " 5", "0x10", "", "+"])
+def test_a_number_is_digits_0_to_9_not_whatever_int_takes(text: str) -> None:
+    with pytest.raises(InvalidArgument, match="use a whole number in digits 0-9"):
+        parse_integer(text)
+
+
+def test_a_number_may_have_a_sign_and_too_many_digits_are_refused_not_raised() -> None:
+    assert [parse_integer(t) for t in ("7", "+7", "-7", "007")] == [7, 7, -7, 7]
+    with pytest.raises(InvalidArgument, match="too many digits"):
+        parse_integer("9" * 5000)
+
+
+@pytest.mark.parametrize("text", ["\uff130s", "\u0663", "1.\u0665s", "\u0661\u0660m"])
+def test_a_duration_in_other_scripts_digits_is_refused(text: str) -> None:
+    with pytest.raises(InvalidArgument, match="in digits 0-9"):
+        parse_duration(text)
+
+
+def test_durations_in_ascii_digits_read_as_before() -> None:
+    assert [parse_duration(t) for t in ("30", "1.5", "500ms", " 2m ", "1d")] == [
+        30.0,
+        1.5,
+        0.5,
+        120.0,
+        86400.0,
+    ]

@@ -128,6 +128,8 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("fsync = 'sometimes'", "fsync: 'sometimes' is not one of always, interval, never"),
         ("fsync = 1", "fsync: expected a string, got an integer"),
         ("sweep_interval = 'soon'", "sweep_interval: bad duration 'soon'"),
+        ("sweep_interval = '\uff13s'", "sweep_interval: bad duration '\uff13s'"),  # fullwidth 3
+        ("[exactly_once]\ndone_ttl = '\u0663m'", "done_ttl: bad duration"),  # Arabic-Indic 3
         ("sweep_interval = 0", "sweep_interval: 0 is not a positive number of seconds"),
         ("sweep_interval = 1e300", "sweep_interval: 1e+300 seconds is too long: at most"),
         ("keep_processed = 'yes'", "keep_processed: expected true or false, got a string"),
