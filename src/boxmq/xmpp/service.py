@@ -569,6 +569,9 @@ def _published(iq: Iq, node: str, item_id: str) -> str:
     )
 
 
+_BLANKS = " \t\r\n"  # XML's white space, which may surround a form's value
+
+
 def _queue_requests(iq: Iq, request: Subscribe) -> int:
     """XEP-0254 §2.1: no options -> configuration-required, with the form to fill in."""
     value = (request.options or {}).get(QUEUE_REQUESTS)
@@ -583,10 +586,9 @@ def _queue_requests(iq: Iq, request: Subscribe) -> int:
             payload=f"<pubsub xmlns='{ns.PUBSUB}'><subscribe {at}/><options {at}>{form}</options>"
             "</pubsub>",
         )
-    try:
-        count = int(value)
-    except ValueError:
-        count = 0
+    # Digits 0-9 (xs:integer's): int() also takes "1_0" and other scripts' digits.
+    digits = value.strip(_BLANKS)
+    count = int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 5 else 0
     if not 1 <= count <= 10_000:
         raise StanzaError(_INVALID_OPTIONS, f"{QUEUE_REQUESTS} must be 1..10000, not {value!r}")
     return count

@@ -51,7 +51,8 @@ def test_subscribe_with_queue_requests_answers_the_options_in_force(wire: Wire) 
     assert values == [ns.SUBSCRIBE_OPTIONS, "5", "unacknowledged"]
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "many"])
+# int() would also take "1_0" and other scripts' digits: Arabic-Indic 3, fullwidth 5.
+@pytest.mark.parametrize("value", ["0", "-1", "many", "1_0", "\u0663", "\uff15", "9" * 5000])
 def test_a_bad_queue_requests_is_refused(wire: Wire, value: str) -> None:
     reply = wire.iq(
         ALICE,
@@ -60,6 +61,18 @@ def test_a_bad_queue_requests_is_refused(wire: Wire, value: str) -> None:
         f"<value>{value}</value></field></x></options></pubsub>",
     )
     assert condition(reply) == ("modify", "bad-request")
+
+
+def test_queue_requests_may_have_blanks_around_its_digits(wire: Wire) -> None:
+    reply = wire.iq(
+        ALICE,
+        f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='alice@localhost'/><options>"
+        f"<x xmlns='jabber:x:data' type='submit'><field var='pubsub#queue_requests'>"
+        f"<value> 3\n</value></field></x></options></pubsub>",
+    )
+    assert reply.get("type") == "result"
+    values = [v.text for v in reply.iter(ns.tag(ns.DATA, "value"))]
+    assert values == [ns.SUBSCRIBE_OPTIONS, "3", "unacknowledged"]
 
 
 def test_subscribing_someone_else_is_invalid_jid(wire: Wire) -> None:
