@@ -49,6 +49,10 @@ R = "<the test's root>"
         ({"root": R, "queue": "sensors", "maxRecordsPerTrigger": "0"}, InvalidArgument, "whole"),
         ({"root": R, "queue": "sensors", "maxBytesPerTrigger": "1e3"}, InvalidArgument, "whole"),
         ({"root": R, "queue": "sensors", "numPartitions": "-2"}, InvalidArgument, "numPartitions"),
+        # int() also takes other scripts' digits (Arabic-Indic 3, fullwidth 4) and "1_000"
+        ({"root": R, "queue": "sensors", "numPartitions": "\u0663"}, InvalidArgument, "whole"),
+        ({"root": R, "queue": "sensors", "maxRecordsPerTrigger": "\uff14"}, InvalidArgument, "wh"),
+        ({"root": R, "queue": "sensors", "maxBytesPerTrigger": "1_000"}, InvalidArgument, "whole"),
         ({"root": R, "queue": "sensors", "lockTimeout": "soon"}, InvalidArgument, "1d"),
         ({"root": R, "queue": "sensors", "fsync": "sometimes"}, InvalidArgument, "interval"),
         ({"root": R, "queue": "sensors", "state": "done"}, InvalidArgument, "for a batch read"),

@@ -134,10 +134,8 @@ class _Options:
         value = self.text(name)
         if value is None:
             return None
-        try:
-            number = int(value.strip())
-        except ValueError:
-            number = 0
+        digits = value.strip()  # digits 0-9: int() also takes "1_000" and other scripts' digits
+        number = int(digits) if digits.isascii() and digits.isdigit() and len(digits) < 19 else 0
         if number <= 0:
             raise InvalidArgument(
                 f"boxmq data source: option {name!r} is {value!r}; give a positive whole number"
