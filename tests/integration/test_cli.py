@@ -793,6 +793,27 @@ def test_ls_names_no_two_queue_folders_alike_nor_a_folder_by_a_name_that_misses_
     assert ok(root, "peek", "aA").count("\n") == 2  # the queue's own, with its one message
 
 
+def test_ls_shows_a_hidden_queue_folder_made_by_hand_and_the_queue_of_that_name(
+    root: Path,
+) -> None:
+    """`mv data/.x/working/m data/.x/target/4.m.T` made a queue folder `ls` skipped (hidden),
+    its message counted nowhere, while a folder made by hand under any other name is listed;
+    the queue ".x" of `put .x` has the folder %2Ex (found by a review)."""
+    (root / ".x" / "working").mkdir(parents=True)
+    (root / ".x" / "target").mkdir()
+    (root / ".x" / "working" / "m").write_text("m")
+    os.rename(root / ".x" / "working" / "m", root / ".x" / "target" / "4.m.T")
+    ok(root, "put", "jobs", "x")  # and boxmq's own hidden folders (.spare ...) stay unlisted
+    listing = json.loads(ok(root, "--json", "ls"))
+    assert [(q["queue"], q["ready"]) for q in listing["queues"]] == [(".x", 1), ("jobs", 1)]
+    done = boxmq_cli(root, "peek", ".x")  # says how to reach it
+    assert done.returncode == 1
+    assert str(root / "%2Ex") in done.stderr
+    ok(root, "put", ".x", "y")
+    listing = json.loads(ok(root, "--json", "ls"))
+    assert [q["queue"] for q in listing["queues"]] == [".x", ".x (not escaped)", "jobs"]
+
+
 def test_a_queue_folder_made_by_hand_unescaped_says_how_to_reach_it(root: Path) -> None:
     # `ls` lists 50%off, so "no queue '50%off' (see `boxmq ls`)" left the user stuck:
     # the error names the folder and the name to rename it to (docs/file-format.md).

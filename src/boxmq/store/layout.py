@@ -65,14 +65,16 @@ def dropbox_folders(root: str) -> list[tuple[str, str]]:
     name is not the escaped form of any name (e.g. "50%off", "a%41": escaped, "aA" would be
     "aA") is named as it is on disk, bytes that are not UTF-8 as \\xNN, and " (not escaped)"
     after that when a queue's own folder has that name ("50%25off"), so that no two are named
-    alike: such a name does not lead back to its folder, so use the path."""
+    alike: such a name does not lead back to its folder, so use the path. A hidden folder
+    made by hand (".x": boxmq's own is "%2Ex") is one of those; the root's other hidden
+    folders (.spare, .properties, .mqtt, ...) hold no target/, so they are no queue."""
     try:
         entries = list(os.scandir(root))
     except FileNotFoundError:
         return []
     escaped, by_hand = [], []
     for entry in entries:
-        if entry.name.startswith(".") or entry.name == TOPIC_ROOT or not is_dropbox(entry.path):
+        if entry.name == TOPIC_ROOT or not is_dropbox(entry.path):
             continue
         if (name := _escaped_name(entry.name)) is not None:
             escaped.append((name, entry.path))
