@@ -110,6 +110,19 @@ _R = ReasonCode
 _LONGEST_KEEP_ALIVE: Final = 0xFFFF  # seconds: the most a CONNECT can ask (two bytes)
 
 
+def _stop_reading(client: Client) -> None:
+    """Nothing more that `client` sent is acted on: its connection ends (a DISCONNECT, a
+    refused CONNECT, a close by the server), and a client may send nothing after its
+    DISCONNECT (MQTT-3.14.4-2), nor be served after a CONNECT refused (MQTT-3.1.4-5). The
+    rest of the read being handled (or of the packets a SUBSCRIBE held back) is dropped,
+    undecoded: a SUBSCRIBE after a DISCONNECT would otherwise subscribe a session that has
+    just ended, and a packet after a refused CONNECT would be handled with no session."""
+    client.link.connection.stop_reading()
+    if client.reading is not None:
+        for _ in client.reading:  # ends at once for a read: its connection has no more
+            pass
+
+
 def _granted_keep_alive(asked: int, cap: int, *, v5: bool) -> int:
     """The keep-alive period a client gets for the one it `asked` (0: none). A v5 client
     asking for more than `cap` is told `cap` in Server Keep Alive (MQTT 5.0 §3.2.2.3.14), and
@@ -297,6 +310,7 @@ class Broker:
         client = self._clients.pop(link, None)
         if client is None:
             return
+        _stop_reading(client)
         session = client.session
         if session is None or self._links.get(session.client_id) is not client:
             return  # never connected, or taken over by a newer connection
@@ -487,6 +501,7 @@ class Broker:
             )
             self._out.send(client, Connack(reason=refusal))
             self.flush()
+            _stop_reading(client)
             client.link.close()
             return
         client_id = packet.client_id
@@ -501,6 +516,7 @@ class Broker:
             )
             self._out.send(client, Connack(reason=_R.CLIENT_IDENTIFIER_NOT_VALID))
             self.flush()
+            _stop_reading(client)
             client.link.close()
             return
         expiry = self._expiry_of(packet)

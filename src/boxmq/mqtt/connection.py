@@ -113,6 +113,12 @@ class Connection:
             frames = self._before_connect(frames)
         return map(self._packet, frames)
 
+    def stop_reading(self) -> None:
+        """The connection ends: the packets of this read not taken yet are not decoded, and
+        `packets` gives no more of them (nothing after a DISCONNECT, MQTT-3.14.4-2, or
+        after a CONNECT the server refused, MQTT-3.1.4-5)."""
+        self._reader.clear()
+
     def _before_connect(self, frames: Iterator[Frame]) -> Iterator[Frame]:
         """`frames`, but a CONNECT refused as too large from its fixed header alone, before
         its body came, is first read as far as its protocol level: a v5 one is answered with

@@ -227,6 +227,13 @@ class FrameReader:
             first = buffer[pos]
             yield _new_tuple(Frame, (first >> 4, first & 0x0F, buffer[pos + header_size : end]))
 
+    def clear(self) -> None:
+        """Forget every byte not framed yet: `frames` ends at its next step, the one being
+        consumed included (a connection that ends reads nothing more of what came)."""
+        self._buffer, self._pos = b"", 0
+        self._later.clear()
+        self._later_size = 0
+
     def head(self, size: int) -> bytes:
         """Up to `size` of the bytes not framed yet: the start of the packet being read (the
         fixed header and what follows it of one refused as too large, still unread)."""

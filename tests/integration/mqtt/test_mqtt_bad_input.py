@@ -7,6 +7,7 @@ v5: a DISCONNECT with the reason code (MQTT 5.0 §4.13), or a CONNACK when CONNE
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 
@@ -194,3 +195,63 @@ def test_the_packets_before_a_bad_one_in_the_same_read_are_acted_on(
     pubacks = b"".join(b"\x40\x02" + i.to_bytes(2, "big") for i in (1, 2, 3))
     assert answer == pubacks + b"\xe0\x01\x90", answer.hex()  # then DISCONNECT 0x90
     assert [subscriber.next().payload for _ in range(3)] == [b"m1", b"m2", b"m3"]
+
+
+def _v311_connect(client_id: str, *, clean: bool) -> bytes:
+    body = b"\x00\x04MQTT\x04" + bytes([0x02 if clean else 0x00]) + b"\x00\x1e"
+    body += len(client_id).to_bytes(2, "big") + client_id.encode()
+    return bytes([0x10]) + _length(len(body)) + body
+
+
+def _length(size: int) -> bytes:
+    out = b""
+    while True:
+        byte, size = size & 0x7F, size >> 7
+        out += bytes([byte | (0x80 if size else 0)])
+        if not size:
+            return out
+
+
+def _subscribe(packet_id: int, topic_filter: bytes, qos: int) -> bytes:
+    body = packet_id.to_bytes(2, "big") + len(topic_filter).to_bytes(2, "big") + topic_filter
+    return bytes([0x82, len(body) + 1]) + body + bytes([qos])
+
+
+def test_nothing_sent_after_a_disconnect_in_the_same_read_is_acted_on(
+    server: RunningServer,
+) -> None:
+    """MQTT-3.14.4-2: a client sends nothing after its DISCONNECT, and what it sends anyway
+    (here in the same TCP segment) is not acted on: a PUBLISH is not delivered, and a
+    SUBSCRIBE does not subscribe the session that the DISCONNECT left (persistent, so a
+    subscription made would show when it comes back)."""
+    watcher = paho(server, "watcher", v5=False)
+    watcher.subscribe("a", 1)
+    publish = bytes([0x32, 7]) + b"\x00\x01a" + b"\x00\x01" + b"m1"  # QoS 1 to "a"
+    with socket.create_connection((server.host, server.port), timeout=5) as sock:
+        sock.sendall(_v311_connect("leaver", clean=False))
+        assert sock.recv(4) == bytes.fromhex("20020000")  # CONNACK, a new session
+        sock.sendall(b"\xe0\x00" + publish + _subscribe(1, b"b", 1))
+        assert sock.recv(4096) == b""  # closed, nothing answered (no PUBACK, no SUBACK)
+    assert watcher.nothing(within=0.5), "a PUBLISH sent after DISCONNECT was delivered"
+    publisher = paho(server, "publisher", v5=False)
+    publisher.publish("b", b"for b", 1)
+    back = paho(server, "leaver", v5=False, clean=False)
+    assert back.session_present
+    assert back.nothing(within=0.5), "a SUBSCRIBE sent after DISCONNECT subscribed"
+
+
+def test_nothing_sent_after_a_refused_connect_in_the_same_read_is_handled(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """MQTT-3.1.4-5: the server acts on nothing a client sent after a CONNECT it refused.
+    The packets behind one the broker refuses (here a client id too long to be stored) in
+    the same read went on to be handled without a session, an assertion failing in the
+    loop (asyncio's "Fatal error: protocol.buffer_updated() call failed", a traceback)."""
+    watcher = paho(server, "watcher", v5=False)
+    watcher.subscribe("a", 1)
+    publish = bytes([0x32, 7]) + b"\x00\x01a" + b"\x00\x01" + b"m1"
+    answer = _exchange(server, _v311_connect("x" * 300, clean=True) + publish)
+    assert answer.hex() == "20020002"  # identifier rejected, then closed
+    assert watcher.nothing(within=0.5)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []

@@ -14,7 +14,15 @@ from boxmq.errors import InvalidArgument, PacketTooLarge, ProtocolViolation
 from boxmq.mqtt.codec import encode
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.errors import ProtocolError, ReceiveMaximumExceeded, TopicAliasInvalid
-from boxmq.mqtt.packets import Connect, ProtocolVersion, Puback, Pubcomp, Publish, Pubrec
+from boxmq.mqtt.packets import (
+    Connect,
+    Disconnect,
+    ProtocolVersion,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+)
 from boxmq.mqtt.properties import Properties
 from boxmq.mqtt.reasons import ReasonCode
 
@@ -39,6 +47,18 @@ def _publish(
         ),
         V5,
     )
+
+
+def test_stop_reading_drops_the_rest_of_the_read_undecoded() -> None:
+    """The broker stops reading a connection that ends (a DISCONNECT, a refused CONNECT):
+    the packets behind it in the same read are not decoded (a bad one raises nothing), and
+    the read being consumed ends there."""
+    connection = _connected(V311)
+    data = encode(Disconnect(), V311) + encode(Publish("a", b"x"), V311) + b"\x00\x00"
+    packets = connection.packets(data, now=0)
+    assert next(packets) == Disconnect()
+    connection.stop_reading()
+    assert list(packets) == []
 
 
 def test_the_first_packet_must_be_connect() -> None:
