@@ -28,7 +28,16 @@ class TlsFileError(InvalidArgument):
 
 def _readable(path: Path, what: str, setting: str) -> Path:
     if not path.is_file():
-        raise TlsFileError(setting, f"TLS {what} file {path} does not exist: fix `{setting}`")
+        # A folder (a `cert` naming the tls/ folder itself) or a device is there: "does not
+        # exist" would send the operator looking for a file that is plainly in its place.
+        problem = (
+            "is a folder, not a file"
+            if path.is_dir()
+            else "is not a regular file"
+            if path.exists()
+            else "does not exist"
+        )
+        raise TlsFileError(setting, f"TLS {what} file {path} {problem}: fix `{setting}`")
     if not os.access(path, os.R_OK):
         raise TlsFileError(setting, f"TLS {what} file {path} is not readable by this user")
     return path

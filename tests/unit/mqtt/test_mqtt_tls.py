@@ -140,6 +140,11 @@ def test_errors_say_which_file_to_fix(tmp_path: Path) -> None:
         ((cert, encrypted, None), r"encrypted.key is encrypted with a passphrase"),
         ((cert, key, junk), r"CA file .*junk.pem holds no PEM certificate"),
         ((cert, key, tmp_path / "missing-ca.pem"), r"CA file .*missing-ca.pem does not exist"),
+        # There, but no file: a folder named for the file in it, a device.
+        ((tmp_path, key, None), r"certificate file .* is a folder, not a file: fix `cert`"),
+        ((cert, tmp_path, None), r"key file .* is a folder, not a file: fix `key`"),
+        ((cert, key, tmp_path), r"CA file .* is a folder, not a file: fix `ca`"),
+        ((Path("/dev/null"), key, None), r"file /dev/null is not a regular file: fix `cert`"),
     ]
     for (c, k, ca), message in cases:
         with pytest.raises(InvalidArgument, match=message):
