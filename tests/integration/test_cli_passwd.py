@@ -57,6 +57,24 @@ def test_a_rewrite_keeps_the_mode_and_owner_given_to_the_file(tmp_path: Path) ->
     assert (after.st_uid, after.st_gid) == owner
 
 
+def test_a_file_behind_a_symbolic_link_is_rewritten_and_the_link_kept(tmp_path: Path) -> None:
+    """/etc/boxmq/passwd -> /srv/secrets/passwd: the broker may read either name."""
+    (tmp_path / "secrets").mkdir()
+    real = tmp_path / "secrets" / "passwd"
+    assert passwd(str(real), "alice", "--password", "wonder").returncode == 0
+    link = tmp_path / "passwd"
+    link.symlink_to(Path("secrets") / "passwd")
+    added = passwd(str(link), "bob", "--password", "builder")
+    assert added.returncode == 0, added.stderr
+    assert link.is_symlink()
+    assert PasswordFile.load(real).users() == ("alice", "bob")
+    deleted = passwd(str(link), "alice", "--delete")
+    assert deleted.returncode == 0, deleted.stderr
+    assert link.is_symlink()
+    assert PasswordFile.load(real).users() == ("bob",)
+    assert sorted(p.name for p in tmp_path.glob("secrets/*")) == ["passwd"]  # no temporary
+
+
 def test_errors_are_one_clear_line(tmp_path: Path) -> None:
     path = tmp_path / "passwd"
     cases = [

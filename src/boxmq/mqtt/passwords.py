@@ -281,7 +281,7 @@ def _parse_entries(path: Path, lines: list[str]) -> Iterable[PasswordEntry]:
 
 def set_password(path: str | os.PathLike[str], username: str, password: bytes) -> bool:
     """Add the user or change their password; create the file if needed. True if added."""
-    target = Path(path)
+    target = _followed(path)
     entry = hash_password(username, password)  # the slow part, outside the lock
     with _editing(target):
         lines = _read_lines(target) if target.exists() else []
@@ -297,7 +297,7 @@ def set_password(path: str | os.PathLike[str], username: str, password: bytes) -
 
 def delete_user(path: str | os.PathLike[str], username: str) -> None:
     """Remove the user; InvalidArgument if the file or the user does not exist."""
-    target = Path(path)
+    target = _followed(path)
     with _editing(target):
         lines = _read_lines(target)
         list(_parse_entries(target, lines))  # never rewrite a file we cannot read back
@@ -306,6 +306,14 @@ def delete_user(path: str | os.PathLike[str], username: str) -> None:
             raise InvalidArgument(f"user {username!r} is not in {target}")
         del lines[index]
         _write_atomically(target, lines)
+
+
+def _followed(path: str | os.PathLike[str]) -> Path:
+    """The file a symbolic link points to (the path itself when it is none): the new file is
+    renamed over that one, in its folder, so that the link stays and whoever reads the file
+    through it, or by its own name, sees the change. Renamed over the link, it would become
+    a copy that nothing else reads, and the file the broker reads would keep the old entry."""
+    return Path(os.path.realpath(path))
 
 
 def _find(lines: list[str], username: str) -> int | None:
