@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from boxmq.config import ServeConfig, load_config
+from boxmq.errors import InvalidArgument
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
 
@@ -33,6 +34,7 @@ def _typed(value: str | None) -> str | None:
 
 
 def serve_config(args: argparse.Namespace) -> ServeConfig:
+    _check_flag_listeners(args.mqtt or [])
     defaults = ServeConfig(data=Path(args.data), fsync=str(args.fsync))
     config = defaults if args.config is None else load_config(args.config, defaults=defaults)
     return config.override(
@@ -43,6 +45,18 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         processed_retention=args.processed_retention,
         polling=args.polling,
     )
+
+
+def _check_flag_listeners(addresses: list[tuple[str, int]]) -> None:
+    """An address given twice to --mqtt (`:1883` and `0.0.0.0:1883` too) is refused here, as
+    the file's [[mqtt.listener]] tables are: the second bind would fail as "address already in
+    use", and send the operator looking for another program. Port 0 is a new port each time."""
+    seen: set[tuple[str, int]] = set()
+    for host, port in addresses:
+        if port and (host, port) in seen:
+            address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            raise InvalidArgument(f"--mqtt {address} is given twice: give each address once")
+        seen.add((host, port))
 
 
 def listener_setting(args: argparse.Namespace, config: ServeConfig, problem: str) -> str:

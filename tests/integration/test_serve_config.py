@@ -108,6 +108,32 @@ def test_a_port_in_use_names_the_setting_it_came_from(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_an_address_given_twice_to_mqtt_is_named_not_taken_for_another_program(
+    tmp_path: Path,
+) -> None:
+    with socket.socket() as probe:  # a port free a moment ago, for both flags
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for first, second, named in (
+        (f"127.0.0.1:{port}", f"127.0.0.1:{port}", f"127.0.0.1:{port}"),
+        (f":{port}", f"0.0.0.0:{port}", f"0.0.0.0:{port}"),
+        (f"[::1]:{port}", f"::1:{port}", f"[::1]:{port}"),
+    ):
+        flags = ["serve", "--data", str(tmp_path / "data"), "--mqtt", first, "--mqtt", second]
+        done = subprocess.run(
+            [sys.executable, "-m", "boxmq.cli", *flags], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 1
+        assert (
+            done.stderr == f"boxmq serve: --mqtt {named} is given twice: give each address once\n"
+        )
+        assert not (tmp_path / "data").exists()  # refused before anything was opened
+    ready = _serve_until_ready(
+        "serve", "--mqtt", "127.0.0.1:0", "--mqtt", "127.0.0.1:0", cwd=tmp_path
+    )
+    assert ready.count("MQTT listening on") == 2  # port 0: two ports
+
+
 def test_a_host_that_does_not_resolve_names_its_address_and_setting(tmp_path: Path) -> None:
     config = tmp_path / "boxmq.toml"
     config.write_text('[[mqtt.listener]]\nhost = "mqtt.example.invalid"\nport = 0\n')
