@@ -43,9 +43,11 @@ files are read here, at start: a broker that starts has usable ones.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
+import re
 import ssl
 import tomllib
 from dataclasses import dataclass, field
@@ -248,10 +250,22 @@ def mqtt_settings(base: MqttSettings, security: Security) -> MqttSettings:
     )
 
 
+_NOT_IN_SHARE_NAMES: Final = ("/", "+", "#")
+_BARE_KEY: Final = re.compile(r"[A-Za-z0-9_-]+")  # TOML writes other keys quoted
+
+
 def _share_groups(table: Table) -> tuple[tuple[str, str], ...]:
     """[share_groups.<name>] tables: each group's own dispatch strategy."""
     found = []
     for group in table.names():
+        if not group or any(c in group for c in _NOT_IN_SHARE_NAMES):
+            # No client's $share/<group>/ can name it (MQTT 5.0 §4.8.2), so its strategy would
+            # never be used, without a word, as a misspelt key would not be.
+            raise table.error(
+                json.dumps(group) if not _BARE_KEY.fullmatch(group) else group,
+                "not a share group's name, which is not empty and has no '/', '+' or '#': "
+                "for clients of $share/etl/sensors/#, the table is [share_groups.etl]",
+            )
         settings = table.table(group)
         strategy = settings.choice("dispatch", DISPATCH_STRATEGIES)
         settings.finish()

@@ -179,6 +179,11 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[security]\nallow_anonymous = false", "allow_anonymous = false needs a password_file"),
         ("[security]\nacl_file = 'nope'", "ACL file"),
         ("data = ", "not valid TOML: Invalid value (at line 1, column 8)"),
+        # A group no $share/<group>/ can name: its strategy would never be used.
+        ('[share_groups."etl/sensors/#"]\ndispatch = "sticky"', 'share_groups."etl/sensors/#": '),
+        ('[share_groups."$share/etl"]\ndispatch = "sticky"', "the table is [share_groups.etl]"),
+        ('[share_groups."a+b"]\ndispatch = "sticky"', 'share_groups."a+b": not a share group'),
+        ('[share_groups.""]\ndispatch = "sticky"', 'share_groups."": not a share group'),
     ],
 )
 def test_errors_name_the_file_and_the_key(tmp_path: Path, text: str, message: str) -> None:
