@@ -42,6 +42,7 @@ files are read here, at start: a broker that starts has usable ones.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import json
 import logging
@@ -229,6 +230,9 @@ def _read_toml(source: Path) -> dict[str, Any]:
         raise InvalidArgument(f"config file {source} does not exist") from None
     except OSError as error:
         raise InvalidArgument(f"cannot read config file {source}: {error.strerror}") from None
+    # An editor's byte order mark (Windows Notepad) is no TOML: tomllib would say only
+    # "Invalid statement (at line 1, column 1)" of a file that looks right.
+    raw = raw.removeprefix(codecs.BOM_UTF8)
     try:
         text = raw.decode("utf-8")  # TOML files are UTF-8 (TOML 1.0, "Spec")
     except UnicodeDecodeError as error:

@@ -199,6 +199,12 @@ def test_a_missing_file(tmp_path: Path) -> None:
         load_config(tmp_path / "none.toml")
 
 
+def test_a_byte_order_mark_before_the_first_key_is_read_past(tmp_path: Path) -> None:
+    path = tmp_path / "notepad.toml"
+    path.write_bytes(b'\xef\xbb\xbffsync = "never"\n')
+    assert load_config(path).fsync == "never"
+
+
 def test_a_file_not_in_utf8_is_one_error_naming_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "latin1.toml"
     path.write_bytes('fsync = "never"\ndata = "d\u00e9p\u00f4t"\n'.encode("latin-1"))

@@ -86,7 +86,8 @@ class Acl:
     def load(cls, path: str | os.PathLike[str]) -> Acl:
         source = Path(path)
         try:
-            text = source.read_text(encoding="utf-8")
+            # utf-8-sig: an editor's byte order mark is not part of the first keyword.
+            text = source.read_text(encoding="utf-8-sig")
         except FileNotFoundError:
             raise InvalidArgument(f"ACL file {source} does not exist") from None
         except UnicodeDecodeError:

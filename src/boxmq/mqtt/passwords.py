@@ -249,8 +249,10 @@ class PasswordFile:
 
 
 def _read_lines(path: Path) -> list[str]:
+    # utf-8-sig: a byte order mark that an editor (Windows Notepad) put before the first line
+    # is not part of its user name, which no client could then log in as.
     try:
-        return path.read_text(encoding="utf-8").splitlines()
+        return path.read_text(encoding="utf-8-sig").splitlines()
     except FileNotFoundError:
         raise InvalidArgument(f"password file {path} does not exist") from None
     except UnicodeDecodeError:

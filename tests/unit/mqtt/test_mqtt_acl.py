@@ -120,6 +120,13 @@ def test_parse_errors_name_the_file_and_the_line(tmp_path: Path, text: str, mess
     assert str(caught.value).startswith(f"{tmp_path}/{message}")
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_keyword(tmp_path: Path) -> None:
+    path = tmp_path / "acl"
+    path.write_bytes(b"\xef\xbb\xbfuser alice\ntopic read a/#\n")
+    acl = Acl.load(path)
+    assert acl.can_subscribe("alice", "c", "a/b")
+
+
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match=r"ACL file .*nope does not exist"):
         Acl.load(tmp_path / "nope")

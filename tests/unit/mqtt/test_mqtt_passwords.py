@@ -137,6 +137,18 @@ def test_errors_name_the_file_and_the_line(tmp_path: Path, line: str, message: s
     assert message in str(caught.value)
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_user_name(tmp_path: Path) -> None:
+    """An editor that saves UTF-8 with a BOM (Windows Notepad): the first user still gets in,
+    and `boxmq passwd` finds them rather than adding them a second time."""
+    path = tmp_path / "passwd"
+    path.write_bytes(b"\xef\xbb\xbf" + f"{hash_password('alice', b'wonder')}\n".encode())
+    users = PasswordFile.load(path)
+    assert users.users() == ("alice",)
+    assert users.authenticate("alice", b"wonder", "c")
+    assert not set_password(path, "alice", b"land")  # changed, not added
+    assert PasswordFile.load(path).authenticate("alice", b"land", "c")
+
+
 def test_a_user_twice_is_an_error(tmp_path: Path) -> None:
     path = _file(tmp_path, ("alice", b"a"), ("alice", b"b"))
     with pytest.raises(InvalidArgument, match=r"passwd:4: user 'alice' appears twice"):
