@@ -53,10 +53,17 @@ def settings_from(
         return None
     if secret_file is not None:
         try:
-            with open(secret_file, encoding="utf-8") as source:
+            # utf-8-sig: an editor's byte order mark is not part of the secret.
+            with open(secret_file, encoding="utf-8-sig") as source:
                 secret = source.read().strip()
         except OSError as error:
             raise InvalidArgument(f"--xmpp-secret-file {secret_file}: {error.strerror}") from None
+        except UnicodeDecodeError as error:
+            # The secret is text: the handshake hashes its UTF-8 bytes with the stream id.
+            raise InvalidArgument(
+                f"--xmpp-secret-file {secret_file}: not UTF-8 text (byte "
+                f"0x{error.object[error.start]:02x}): save the secret as UTF-8"
+            ) from None
     elif SECRET_ENV in environ:
         secret = environ[SECRET_ENV]
     if not secret:

@@ -33,6 +33,22 @@ def test_the_secret_file_wins_over_the_environment_and_the_flag(tmp_path: Path) 
     assert (from_env.secret, from_env.host, from_env.port) == ("e", "127.0.0.1", 5347)
 
 
+def test_a_secret_file_not_in_utf8_is_one_line_naming_it(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_bytes("s\u00e9cret\n".encode("latin-1"))
+    with pytest.raises(InvalidArgument) as caught:
+        settings_from("q.example.org", None, secret=None, secret_file=str(secret), environ={})
+    assert str(caught.value) == (
+        f"--xmpp-secret-file {secret}: not UTF-8 text (byte 0xe9): save the secret as UTF-8"
+    )
+    secret.write_bytes(b"\xef\xbb\xbfs\xc3\xa9cret\n")  # UTF-8 with a BOM (Notepad)
+    settings = settings_from(
+        "q.example.org", None, secret=None, secret_file=str(secret), environ={}
+    )
+    assert settings is not None
+    assert settings.secret == "s\u00e9cret"
+
+
 @pytest.mark.parametrize(
     ("component", "server", "secret", "says"),
     [
