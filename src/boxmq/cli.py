@@ -127,7 +127,19 @@ def _hint(error: OSError) -> str:
     # getaddrinfo's errors (EAI_*) have numbers of their own, which errno's may share.
     if isinstance(error, socket.gaierror):
         return " (check the host name, or choose another {listener})"
+    if _is_denied_bind(error):
+        return (
+            " (a port below 1024 needs root, or the CAP_NET_BIND_SERVICE capability: "
+            "choose another {listener})"
+        )
     return _HINTS_BY_ERRNO.get(error.errno or 0, "")
+
+
+def _is_denied_bind(error: OSError) -> bool:
+    """A listener's bind that the system refused (a privileged port): asyncio's bind errors
+    name the address in their text, and carry no file name, which every file's error has."""
+    bind = "bind" in (error.strerror or "")
+    return error.errno == errno.EACCES and error.filename is None and bind
 
 
 _HINTS_BY_ERRNO = {
@@ -479,10 +491,11 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _is_listener_error(error: OSError) -> bool:
-    """An address a listener cannot have: in use, not this machine's, or a host name that
-    does not resolve."""
+    """An address a listener cannot have: in use, not this machine's, a port this user may
+    not listen on, or a host name that does not resolve."""
     unknown_host = isinstance(error, socket.gaierror)
-    return unknown_host or error.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL)
+    denied = _is_denied_bind(error)
+    return unknown_host or denied or error.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL)
 
 
 def _properties(texts: list[str]) -> dict[str, Property]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import faulthandler
 import json
 import os
 import signal
@@ -485,6 +486,34 @@ def test_a_port_in_use_is_one_clear_line(root: Path) -> None:
     assert f"('127.0.0.1', {port})" in done.stderr
     assert "choose another --mqtt" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_port_this_user_may_not_listen_on_names_it_and_the_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Port 80 as a user that is not root: the kernel refuses the bind with EACCES, which is
+    no file's access to give (the bind is refused here for root too)."""
+    from boxmq import cli
+
+    bind = socket.socket.bind
+
+    def privileged(self: socket.socket, address: Any) -> None:
+        if isinstance(address, tuple) and address[1] == 80:
+            raise PermissionError(errno.EACCES, "Permission denied")
+        bind(self, address)
+
+    monkeypatch.setattr(socket.socket, "bind", privileged)
+    flags = ["--data", str(tmp_path / "data"), "serve", "--mqtt", "127.0.0.1:80"]
+    try:
+        assert cli.main(flags) == 1
+    finally:
+        faulthandler.unregister(signal.SIGUSR1)  # serve's, on this test's captured stderr
+    line = capfd.readouterr().err.strip().splitlines()[-1]
+    assert line == (
+        "boxmq serve: error while attempting to bind on address ('127.0.0.1', 80): permission "
+        "denied (a port below 1024 needs root, or the CAP_NET_BIND_SERVICE capability: choose "
+        "another --mqtt HOST:PORT)"
+    )
 
 
 def test_a_permission_error_is_one_line_and_the_message_stays(
