@@ -48,8 +48,21 @@ def settings_from(
     (the last one shows on the process list: the others are for production).
     """
     if component is None:
-        if server is not None or secret is not None or secret_file is not None:
-            raise InvalidArgument("--xmpp-server and --xmpp-secret need --xmpp-component NAME")
+        # Any other --xmpp-* flag without the component would be ignored without a word, and
+        # serve would run with no XMPP door: name the ones given.
+        given = [
+            flag
+            for flag, value in (
+                ("--xmpp-server", server),
+                ("--xmpp-secret", secret),
+                ("--xmpp-secret-file", secret_file),
+                ("--xmpp-lock-timeout", lock_timeout),
+            )
+            if value is not None
+        ]
+        if given:
+            need = "needs" if len(given) == 1 else "need"
+            raise InvalidArgument(f"{' and '.join(given)} {need} --xmpp-component NAME")
         return None
     if secret_file is not None:
         try:

@@ -64,6 +64,15 @@ def test_refusals_say_what_to_fix(
         settings_from(component, server, secret=secret, secret_file=None, environ={})
 
 
+def test_any_xmpp_flag_without_the_component_is_refused_by_name() -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        settings_from(None, None, secret=None, secret_file=None, environ={}, lock_timeout=60.0)
+    assert str(caught.value) == "--xmpp-lock-timeout needs --xmpp-component NAME"
+    with pytest.raises(InvalidArgument) as caught:
+        settings_from(None, ("h", 1), secret=None, secret_file="f", environ={})
+    assert str(caught.value) == "--xmpp-server and --xmpp-secret-file need --xmpp-component NAME"
+
+
 def test_the_lock_timeout_is_passed_on() -> None:
     settings = settings_from(
         "q.example.org", None, secret="s", secret_file=None, environ={}, lock_timeout=2.5
