@@ -120,9 +120,18 @@ class PasswordEntry:
             raise InvalidArgument(f"{algorithm} needs the cost fields {', '.join(expected)}")
         _check_cost(algorithm, dict(cost))
         try:
-            return cls(username, algorithm, cost, _unb64(salt), _unb64(digest))
+            salt_bytes, digest_bytes = _unb64(salt), _unb64(digest)
         except ValueError:
             raise InvalidArgument("the salt or the digest is not valid base64") from None
+        if len(digest_bytes) != _DIGEST_BYTES:
+            # Every digest is derived _DIGEST_BYTES long, so a shorter one (a line cut by four
+            # base64 characters, which still decode) matches no password: the user could
+            # never log in, and nothing would say why.
+            raise InvalidArgument(
+                f"the digest is {len(digest_bytes)} bytes, not {_DIGEST_BYTES}: the entry is "
+                "damaged (delete its line and set the password again with boxmq passwd)"
+            )
+        return cls(username, algorithm, cost, salt_bytes, digest_bytes)
 
 
 def _parse_cost(text: str) -> tuple[tuple[str, int], ...]:

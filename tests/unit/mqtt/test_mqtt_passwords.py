@@ -126,6 +126,9 @@ def test_a_known_name_without_a_password_costs_a_hash_like_any_other_refusal(
         ("alice:scrypt$n=3,r=1,p=1$AAAA$AAAA", "scrypt n=3 must be a power of two"),
         ("alice:scrypt$n=1048576,r=1024,p=1$AAAA$AAAA", "beyond what a login can use"),
         ("alice:pbkdf2-sha256$i=²$AAAA$AAAA", "bad cost field 'i=²'"),
+        # A digest cut short by whole base64 groups still decodes, and matches no password.
+        ("alice:scrypt$n=16,r=1,p=1$AAAA$" + "A" * 40, "the digest is 30 bytes, not 32"),
+        ("alice:pbkdf2-sha256$i=10$AAAA$", "the digest is 0 bytes, not 32: the entry is damaged"),
     ],
 )
 def test_errors_name_the_file_and_the_line(tmp_path: Path, line: str, message: str) -> None:
