@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boxmq.cli_serve import security_warnings
-from boxmq.config import LIMITS_HIGHEST, Security, ServeConfig, load_config
+from boxmq.config import LIMITS_HIGHEST, LIMITS_LOWEST, Security, ServeConfig, load_config
 from boxmq.core import ExactlyOnceLimits
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.acl import Acl
@@ -166,7 +166,10 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[mqtt.limits]\ntopic_alias_maximum = 65536", "from 0 to 65535"),
         ("[mqtt.limits]\nmax_keepalive = 65536", "max_keepalive: 65536 is out of range"),
         ("[mqtt.limits]\nmax_session_expiry = 4294967296", "from 1 to 4294967295"),
-        ("[mqtt.limits]\nmax_packet_size = 268435456", "from 1 to 268435455"),
+        ("[mqtt.limits]\nmax_packet_size = 268435456", "from 20 to 268435455"),
+        # No CONNECT fits in less: every client would be refused by a broker that started.
+        ("[mqtt.limits]\nmax_packet_size = 1", "max_packet_size: 1 is out of range: use from 20"),
+        ("[mqtt.limits]\nmax_packet_size = 19", "max_packet_size: 19 is out of range"),
         ("exactly_once = 1", "exactly_once: expected a table ([exactly_once]), got an integer"),
         ("[exactly_once]\nmax_pending = 1", "exactly_once.max_pending: unknown key"),
         ("[exactly_once]\nmax_message_size = -1", "exactly_once.max_message_size: -1 is out of"),
@@ -261,7 +264,8 @@ LIMIT_FIELDS = dataclasses.fields(Limits)
                 st.floats(min_value=0.001, max_value=1e6)
                 if isinstance(f.default, float)
                 else st.integers(
-                    min_value=1, max_value=min(2**31, LIMITS_HIGHEST.get(f.name, 2**31))
+                    min_value=LIMITS_LOWEST.get(f.name, 1),
+                    max_value=min(2**31, LIMITS_HIGHEST.get(f.name, 2**31)),
                 )
             )
             for f in LIMIT_FIELDS
