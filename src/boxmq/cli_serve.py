@@ -110,4 +110,16 @@ def security_warnings(config: ServeConfig) -> list[str]:
             "user name a client claims: any client may take any user's rights (set "
             "[security] password_file)"
         ]
+    if (
+        isinstance(authenticator, PasswordFile)
+        and not authenticator.entries
+        and not authenticator.allow_anonymous
+    ):
+        # As allow_anonymous = false without a password file, which is refused: nobody could
+        # connect. Warned of only, since a broker may start before its users are provisioned.
+        return [
+            f"the password file {authenticator.path} has no user and clients without a user "
+            "name are refused: no client can connect (add users with boxmq passwd, then "
+            "restart)"
+        ]
     return []

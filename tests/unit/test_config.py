@@ -349,6 +349,18 @@ def test_an_acl_by_user_name_without_a_password_file_is_warned_of(tmp_path: Path
     assert security_warnings(load_config(checked)) == []
 
 
+def test_a_password_file_without_users_that_lets_nobody_in_is_warned_of(tmp_path: Path) -> None:
+    (tmp_path / "passwd").write_text("# users, none yet\n")
+    path = _write(tmp_path, '[security]\npassword_file = "passwd"\n')
+    [line] = security_warnings(load_config(path))
+    assert f"the password file {tmp_path / 'passwd'} has no user" in line
+    assert "no client can connect" in line
+    anonymous = _write(tmp_path, '[security]\npassword_file = "passwd"\nallow_anonymous = true\n')
+    assert security_warnings(load_config(anonymous)) == []  # anonymous clients get in
+    set_password(tmp_path / "passwd", "alice", b"wonder")
+    assert security_warnings(load_config(path)) == []
+
+
 def test_a_listener_is_logged_as_a_url_an_ipv6_address_in_brackets() -> None:
     """`mqtt://::1:1883` leaves the port to be guessed from the address (RFC 3986 §3.2.2)."""
     assert str(Listener("::1", 1883)) == "mqtt://[::1]:1883"
