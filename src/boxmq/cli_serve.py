@@ -110,16 +110,27 @@ def security_warnings(config: ServeConfig) -> list[str]:
             "user name a client claims: any client may take any user's rights (set "
             "[security] password_file)"
         ]
-    if (
-        isinstance(authenticator, PasswordFile)
-        and not authenticator.entries
-        and not authenticator.allow_anonymous
-    ):
+    if not isinstance(authenticator, PasswordFile):
+        return []
+    warnings = []
+    if not authenticator.entries and not authenticator.allow_anonymous:
         # As allow_anonymous = false without a password file, which is refused: nobody could
         # connect. Warned of only, since a broker may start before its users are provisioned.
-        return [
+        warnings.append(
             f"the password file {authenticator.path} has no user and clients without a user "
             "name are refused: no client can connect (add users with boxmq passwd, then "
             "restart)"
-        ]
-    return []
+        )
+    if isinstance(authorizer, Acl):
+        # A section no client can log in as, a misspelt name most likely: its user is refused
+        # what it was meant to be allowed, and nothing would say why.
+        known = set(authenticator.users())
+        for name, rules in authorizer.users.items():
+            if name not in known:
+                where = f" (line {rules[0].line})" if rules else ""
+                warnings.append(
+                    f"{authorizer.path}: the section of user {name!r}{where} names no user of "
+                    f"the password file {authenticator.path}: no client gets its rules (check "
+                    "the name)"
+                )
+    return warnings

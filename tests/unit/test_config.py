@@ -361,6 +361,20 @@ def test_a_password_file_without_users_that_lets_nobody_in_is_warned_of(tmp_path
     assert security_warnings(load_config(path)) == []
 
 
+def test_an_acl_section_of_a_user_the_password_file_lacks_is_warned_of(tmp_path: Path) -> None:
+    """A misspelt `user alcie`: alice is refused what it allows her, and nothing says why."""
+    set_password(tmp_path / "passwd", "alice", b"wonder")
+    (tmp_path / "acl").write_text("user alice\ntopic alice/#\n\nuser alcie\ntopic read news/#\n")
+    path = _write(tmp_path, '[security]\npassword_file = "passwd"\nacl_file = "acl"\n')
+    [line] = security_warnings(load_config(path))
+    assert line == (
+        f"{tmp_path / 'acl'}: the section of user 'alcie' (line 5) names no user of the "
+        f"password file {tmp_path / 'passwd'}: no client gets its rules (check the name)"
+    )
+    set_password(tmp_path / "passwd", "alcie", b"x")
+    assert security_warnings(load_config(path)) == []
+
+
 def test_a_listener_is_logged_as_a_url_an_ipv6_address_in_brackets() -> None:
     """`mqtt://::1:1883` leaves the port to be guessed from the address (RFC 3986 §3.2.2)."""
     assert str(Listener("::1", 1883)) == "mqtt://[::1]:1883"
