@@ -363,6 +363,8 @@ def _listener(table: Table) -> Listener:
         raise table.error(
             "host", 'empty: write "127.0.0.1" (this machine only) or "0.0.0.0" (every interface)'
         )
+    if host is not None:
+        _check_host(table, host)
     host = host or Listener.host
     port = table.integer("port", low=0, high=65_535)
     tls = _tls(table.table("tls")) if table.has("tls") else None
@@ -370,6 +372,21 @@ def _listener(table: Table) -> Listener:
     if port is None:
         port = 8883 if tls is not None else Listener.port  # the IANA ports for MQTT
     return Listener(host=host, port=port, ssl=tls)
+
+
+def _check_host(table: Table, host: str) -> None:
+    """A host written as --mqtt takes it, with its port ("0.0.0.0:1883") or an IPv6 address in
+    brackets ("[::1]"), would reach the resolver as a host name, and fail there as one that
+    does not resolve: say what to write instead."""
+    name, colon, port = host.rpartition(":")
+    if colon and ":" not in name and port.isascii() and port.isdigit():
+        raise table.error(
+            "host", f"{host!r} holds a port: write host = {name!r} and port = {int(port)}"
+        )
+    if host.startswith("[") and host.endswith("]"):
+        raise table.error(
+            "host", f"{host!r}: write the IPv6 address without brackets, host = {host[1:-1]!r}"
+        )
 
 
 def _tls(table: Table) -> ssl.SSLContext:

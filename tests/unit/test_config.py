@@ -167,6 +167,9 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[mqtt.limits]\nmax_keepalive = 65536", "max_keepalive: 65536 is out of range"),
         ("[mqtt.limits]\nmax_session_expiry = 4294967296", "from 1 to 4294967295"),
         ("[mqtt.limits]\nmax_packet_size = 268435456", "from 20 to 268435455"),
+        # Written as --mqtt takes it: a resolver error would call it a host that does not resolve.
+        ("[[mqtt.listener]]\nhost = '0.0.0.0:1883'", "[1].host: '0.0.0.0:1883' holds a port: wr"),
+        ("[[mqtt.listener]]\nhost = '[::1]'", "host: '[::1]': write the IPv6 address without"),
         # No CONNECT fits in less: every client would be refused by a broker that started.
         ("[mqtt.limits]\nmax_packet_size = 1", "max_packet_size: 1 is out of range: use from 20"),
         ("[mqtt.limits]\nmax_packet_size = 19", "max_packet_size: 19 is out of range"),
