@@ -70,6 +70,7 @@ def test_every_setting(tmp_path: Path) -> None:
         max_connections = 7
         connect_timeout = "3s"
         max_queued_bytes = 0
+        max_subscriptions = 0
 
         [exactly_once]
         max_pending_per_source = 5
@@ -95,7 +96,9 @@ def test_every_setting(tmp_path: Path) -> None:
     assert config.logging_level == 10
     assert config.polling is True
     assert config.mqtt.listeners == (Listener("0.0.0.0", 1884), Listener("127.0.0.1", 0))
-    assert config.mqtt.limits == Limits(max_connections=7, connect_timeout=3.0, max_queued_bytes=0)
+    assert config.mqtt.limits == Limits(
+        max_connections=7, connect_timeout=3.0, max_queued_bytes=0, max_subscriptions=0
+    )
     assert config.mqtt.response_information == "reply/%c/"
     assert config.exactly_once == ExactlyOnceLimits(
         max_pending_per_source=5,
@@ -160,6 +163,7 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[mqtt.limits]\nmax_connections = true", "max_connections: expected an integer, got a b"),
         ("[mqtt.limits]\nmax_inflight = 0", "mqtt.limits.max_inflight: 0 is out of range"),
         ("[mqtt.limits]\nmax_queued_bytes = -1", "max_queued_bytes: -1 is out of range"),
+        ("[mqtt.limits]\nmax_subscriptions = -1", "max_subscriptions: -1 is out of range"),
         # Values that go to v5 clients in CONNACK must fit their field (MQTT 5.0 §3.2.2.3):
         # accepted, they made every v5 CONNECT fail in the server.
         ("[mqtt.limits]\nreceive_maximum = 65536", "receive_maximum: 65536 is out of range: use"),

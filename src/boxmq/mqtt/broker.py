@@ -739,6 +739,15 @@ class Broker:
             len(found),
             len(unreleased),
         )
+        cap = self.limits.max_subscriptions
+        if cap and session.held_count() > cap:  # a cap lowered since: kept, never dropped
+            log.warning(
+                "client %s: its session holds %d subscription(s), over [mqtt.limits] "
+                "max_subscriptions = %d: it keeps them, and may subscribe to no new filter",
+                client_id,
+                session.held_count(),
+                cap,
+            )
         return session
 
     def _may_keep(self, client_id: str, record: SessionRecord | None, text: str) -> bool:

@@ -74,6 +74,7 @@ class Client:
     # Packets read while its SUBSCRIBE waits for the disk: handled after it, in order.
     held: deque[Packet] | None = None
     reading: Iterator[Packet] | None = None  # the packets of the read being handled
+    over_subscriptions: bool = False  # a SUBSCRIBE of it passed max_subscriptions (logged)
 
 
 Kick = Callable[[Client, ReasonCode, str], None]

@@ -7,6 +7,9 @@ Invariants:
   session never expires: `NEVER`). A non-persistent session ends with its connection.
 - `subscriptions` maps the filter exactly as subscribed ("$share/g/a/#" included) to its
   options; subscribing again to the same filter replaces the options (MQTT 5.0 §3.8.4).
+- The filters a session holds, which `max_subscriptions` caps, are its `subscriptions`, the
+  share groups it is `leaving` and the filters it is `adding`: each a distinct filter (a
+  filter is in one of the three at most), counted by `held_count()` with three len()s.
 - `awaiting_release` holds the packet ids of QoS 2 PUBLISHes answered with PUBREC and not yet
   released (MQTT 5.0 §4.3.3); a repeat of one is answered again and never routed twice.
   `held_bytes` is the payload bytes of the PUBLISHes it keeps.
@@ -76,6 +79,9 @@ class Session:
         # (they take nothing more) until those are settled, then closed (delivery.py); with
         # the options those go out with.
         self.leaving: dict[str, SubscriptionOptions] = {}
+        # New filters of SUBSCRIBEs whose disk work is not done yet (subscribing.py): counted
+        # as held, so that a SUBSCRIBE of a new connection meanwhile cannot pass the cap.
+        self.adding: set[str] = set()
         # After a restart: the packet ids the process before sent its messages in flight
         # under, by message id (the record's `sent`), to send them again under (outbox.py).
         self.sent_before: dict[str, int] = {}
@@ -113,6 +119,15 @@ class Session:
         if held is not None and held.publish is not None:
             self.held_bytes -= len(held.publish.payload)
         return held
+
+    def holds(self, text: str) -> bool:
+        """Whether `text` is one of the filters the session holds: subscribing to it again
+        replaces that subscription, and adds none."""
+        return text in self.subscriptions or text in self.leaving or text in self.adding
+
+    def held_count(self) -> int:
+        """How many distinct filters the session holds (`max_subscriptions` caps it)."""
+        return len(self.subscriptions) + len(self.leaving) + len(self.adding)
 
     def durable_filters(self) -> list[str]:
         return [text for text, options in self.subscriptions.items() if options.durable]

@@ -44,6 +44,9 @@ class Limits:
     max_inflight: int = 100  # QoS 1/2 deliveries unacknowledged by a client (≤ its own maximum)
     max_queued: int = 10_000  # messages queued in memory per session, behind its in-flight window
     max_queued_bytes: int = 64 << 20  # their payloads' bytes; 0: no limit
+    # Distinct filters one session may hold (share groups included): each durable one is a
+    # dropbox on disk, kept after the client leaves; 0: no limit.
+    max_subscriptions: int = 1000
     connect_timeout: float = 10.0  # seconds a socket may stay open without a CONNECT
     max_keepalive: int = 65_535  # seconds; a v5 client asking more, or 0 (none), is told ours
     max_session_expiry: int = 7 * 24 * 3600  # seconds

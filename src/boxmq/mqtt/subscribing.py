@@ -14,6 +14,11 @@ Invariants:
   would have done (unless a new session of the client has it: the same dropbox).
 - A subscription the disk refuses to delete stays the session's, open, and the client is
   told: v5 in its UNSUBACK, 3.1.1 by closing the connection.
+- A session holds at most `max_subscriptions` distinct filters (session.py says which):
+  a SUBSCRIBE's new filters past it are refused (SUBACK 0x97 Quota exceeded; 3.1.1: 0x80),
+  before anything is made for them, and those within it in the same packet are subscribed.
+  A filter the session holds already may always be subscribed to again (it replaces it), so
+  a session resumed with more than a lowered cap keeps what it has and adds nothing.
 """
 
 from __future__ import annotations
@@ -142,12 +147,19 @@ class Subscribing:
         identifier = identifiers[0] if identifiers else None
         wanted: list[_Wanted] = []
         last: dict[str, _Wanted] = {}
+        cap = self._settings.limits.max_subscriptions
+        room = cap - session.held_count() if cap else None  # None: no cap
         for request in packet.subscriptions:
             one = self._checked(session, request, identifier)
             wanted.append(one)
             if one.options is None:
                 continue
             earlier = last.get(one.text)
+            if room is not None and earlier is None and not session.holds(one.text):
+                if room <= 0:
+                    self._over_cap(client, session, one, cap, holding=cap - room)
+                    continue
+                room -= 1
             if earlier is not None:
                 # The same filter again: as a SUBSCRIBE after the earlier one's (MQTT-3.8.4-5),
                 # it replaces that subscription (MQTT-3.8.4-3), which is made once, as this one.
@@ -165,6 +177,8 @@ class Subscribing:
                 self._subscription_made(session, one, store_failure(error))
                 continue
             if work is not None:
+                if one.text not in session.subscriptions:  # held from now on, for the cap
+                    session.adding.add(one.text)
                 jobs.append(Job(work, partial(self._subscription_made, session, one)))
         answer = partial(self._subscribed, client, session, packet.packet_id, wanted)
         record = (
@@ -182,6 +196,30 @@ class Subscribing:
         if record is not None:
             self._records.store(record, flush=False)
         answer()
+
+    @staticmethod
+    def _over_cap(
+        client: Client, session: Session, wanted: _Wanted, cap: int, *, holding: int
+    ) -> None:
+        """A new filter past `max_subscriptions` (the session `holding` that many with the
+        ones its SUBSCRIBE added before it): refused, and the first refusal of the connection
+        logged, so that a client that keeps trying does not flood the log."""
+        wanted.reason, wanted.options = _R.QUOTA_EXCEEDED, None
+        if client.over_subscriptions:
+            log.debug(
+                "client %s may not subscribe to %s: over the cap", session.client_id, wanted.text
+            )
+            return
+        client.over_subscriptions = True
+        log.warning(
+            "client %s: subscribing to %s refused: its session holds %d subscription(s), "
+            "[mqtt.limits] max_subscriptions = %d; further refusals on this connection are "
+            "not logged",
+            session.client_id,
+            wanted.text,
+            holding,
+            cap,
+        )
 
     def _checked(
         self, session: Session, request: SubscribeRequest, identifier: int | None
@@ -220,6 +258,7 @@ class Subscribing:
         """On the loop, once the disk work of one filter is done: the subscription is the
         session's now, or the SUBACK says why not."""
         client_id = session.client_id
+        session.adding.discard(wanted.text)
         if isinstance(result, BoxMQError):
             log.warning("client %s: subscribing to %s: %s", client_id, wanted.text, result)
             wanted.reason, wanted.options = _refusal_of(result), None

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.conftest import HeldFlush
@@ -50,6 +51,7 @@ from boxmq.mqtt.session import Session, Token
 from boxmq.mqtt.session_record import SessionRecord, read_record, remove_record, write_record
 from boxmq.mqtt.settings import Limits, MqttSettings
 from boxmq.mqtt.stored import consumer_name
+from boxmq.mqtt.subscribing import Subscribing
 from boxmq.store.process import process_token
 
 V5 = ProtocolVersion.V5
@@ -1664,3 +1666,113 @@ def test_a_subscription_another_process_makes_is_seen_by_the_next_publishing_rea
             message.ack()
 
     _run(tmp_path, test)
+
+
+_QUOTA = ReasonCode.QUOTA_EXCEEDED
+_Q1 = ReasonCode.GRANTED_QOS_1
+
+
+def _capped(cap: int) -> MqttSettings:
+    return MqttSettings(limits=Limits(max_subscriptions=cap))
+
+
+def test_the_new_filters_of_a_subscribe_past_max_subscriptions_are_refused(
+    tmp_path: Path,
+) -> None:
+    """Distinct filters count, share groups included; one the session has already, or that
+    came earlier in the same SUBSCRIBE, replaces it and is always allowed. A refused filter
+    is in no route: a message on its topic does not come."""
+
+    async def test(broker: Broker) -> None:
+        sub = _connect(broker, "sub")
+        sub.send(Subscribe(1, (Subscription("a", 1), Subscription("$share/g/a", 1))))
+        assert sub.take() == [Suback(1, (_Q1, _Q1))]
+        wanted = ("b", "b", "c", "a", "$share/g/a", "$share/h/a")
+        sub.send(Subscribe(2, tuple(Subscription(text, 1) for text in wanted)))
+        assert sub.take() == [Suback(2, (_Q1, _Q1, _QUOTA, _Q1, _Q1, _QUOTA))]
+        sub.send(Unsubscribe(3, ("b",)))
+        assert sub.take() == [Unsuback(3, (ReasonCode.SUCCESS,))]
+        sub.send(Subscribe(4, (Subscription("c", 1), Subscription("d", 1))))
+        assert sub.take() == [Suback(4, (_Q1, _QUOTA))]  # b's room went to c
+        pub = _connect(broker, "pub")
+        for packet_id, topic in enumerate(("d", "c"), start=1):
+            pub.send(Publish(topic, topic.encode(), 1, packet_id=packet_id))
+        await _until(lambda: any(isinstance(p, Publish) for p in sub.inbox))
+        await asyncio.sleep(0.1)  # the share groups' deliveries come from the disk
+        got = sorted(p.payload for p in sub.take() if isinstance(p, Publish))
+        assert got == [b"c"]  # not d
+        assert len(broker._memory) == 2  # a and c: the refused ones are not routed
+
+    _run(tmp_path, test, settings=_capped(3))
+
+
+def test_a_persistent_session_past_max_subscriptions_makes_nothing_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under fsync=always the subscriptions are made by a worker: those still being made
+    count, so a SUBSCRIBE of the next connection of the client meanwhile (the same session)
+    cannot pass the cap either."""
+    slow = threading.Event()
+    open_durable = Subscribing._open_durable
+
+    def slow_open(self: Subscribing, session: Session, text: str, *args: Any, **kw: Any) -> Any:
+        slow.wait(20)
+        return open_durable(self, session, text, *args, **kw)
+
+    monkeypatch.setattr(Subscribing, "_open_durable", slow_open)
+
+    async def test(broker: Broker) -> None:
+        props = Properties.build(session_expiry_interval=600)
+        keeper = Peer(broker)
+        keeper.send(Connect("keeper", V5, clean_start=True, properties=props))
+        await _until(lambda: bool(keeper.take()))  # CONNACK, once its record is flushed
+        keeper.send(Subscribe(1, tuple(Subscription(f"k/{n}", 1) for n in range(3))))
+        again = Peer(broker)  # while the disk works
+        again.send(Connect("keeper", V5, clean_start=False, properties=props))
+        again.send(Subscribe(1, (Subscription("k/3", 1),)))
+        slow.set()
+        await _until(lambda: any(isinstance(p, Suback) for p in again.inbox))
+        assert [p for p in again.take() if isinstance(p, Suback)] == [Suback(1, (_QUOTA,))]
+        names = sorted(_subscribed(broker, consumer_name("keeper")))
+        assert names == ["k/0", "k/1", "k/2"]  # no dropbox for k/3
+        assert not list((tmp_path / "root" / "topic-root").glob("k/3*"))
+
+    _run(tmp_path, test, fsync="always", settings=_capped(3))
+
+
+def test_a_session_resumed_over_a_lowered_max_subscriptions_keeps_them_but_adds_none(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def first(broker: Broker) -> None:
+        keeper = _connect(broker, "keeper", expiry=600)
+        keeper.send(Subscribe(1, tuple(Subscription(f"k/{n}", 1) for n in range(3))))
+        assert keeper.take() == [Suback(1, (_Q1,) * 3)]
+
+    async def then(broker: Broker) -> None:
+        keeper = _connect(broker, "keeper", expiry=600, clean=False)
+        keeper.send(Subscribe(2, (Subscription("k/9", 1), Subscription("k/0", 0))))
+        assert keeper.take() == [Suback(2, (_QUOTA, ReasonCode.GRANTED_QOS_0))]
+        keeper.send(Subscribe(3, (Subscription("k/8", 1),)))
+        assert keeper.take() == [Suback(3, (_QUOTA,))]
+        assert sorted(_subscribed(broker, consumer_name("keeper"))) == ["k/0", "k/1", "k/2"]
+
+    _run(tmp_path, first)
+    with caplog.at_level(logging.DEBUG, "boxmq.mqtt"):
+        _run(tmp_path, then, settings=_capped(2))
+    told = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert told == [
+        "client keeper: its session holds 3 subscription(s), over [mqtt.limits] "
+        "max_subscriptions = 2: it keeps them, and may subscribe to no new filter",
+        "client keeper: subscribing to k/9 refused: its session holds 3 subscription(s), "
+        "[mqtt.limits] max_subscriptions = 2; further refusals on this connection are not "
+        "logged",
+    ]  # k/8's refusal is not
+
+
+def test_max_subscriptions_0_is_no_limit(tmp_path: Path) -> None:
+    async def test(broker: Broker) -> None:
+        sub = _connect(broker, "sub")
+        sub.send(Subscribe(1, tuple(Subscription(f"f/{n}", 1) for n in range(1500))))
+        assert sub.take() == [Suback(1, (_Q1,) * 1500)]
+
+    _run(tmp_path, test, settings=_capped(0))
