@@ -57,7 +57,7 @@ from typing import Any, Final
 
 from boxmq.config_table import Table
 from boxmq.core import Dispatch, ExactlyOnceLimits
-from boxmq.core.topics import validate_topic
+from boxmq.core.topics import is_share_name, validate_topic
 from boxmq.errors import InvalidArgument, InvalidTopic
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
@@ -263,7 +263,6 @@ def mqtt_settings(base: MqttSettings, security: Security) -> MqttSettings:
     )
 
 
-_NOT_IN_SHARE_NAMES: Final = ("/", "+", "#")
 _BARE_KEY: Final = re.compile(r"[A-Za-z0-9_-]+")  # TOML writes other keys quoted
 
 
@@ -271,7 +270,7 @@ def _share_groups(table: Table) -> tuple[tuple[str, str], ...]:
     """[share_groups.<name>] tables: each group's own dispatch strategy."""
     found = []
     for group in table.names():
-        if not group or any(c in group for c in _NOT_IN_SHARE_NAMES):
+        if not is_share_name(group):
             # No client's $share/<group>/ can name it (MQTT 5.0 §4.8.2), so its strategy would
             # never be used, without a word, as a misspelt key would not be.
             raise table.error(

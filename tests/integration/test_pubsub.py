@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -411,6 +412,15 @@ def test_a_share_group_can_dispatch_its_own_way(tmp_path: Path) -> None:
 def test_an_unknown_dispatch_strategy_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(boxmq.InvalidArgument, match="'fair': choose one of round-robin"):
         boxmq.open(tmp_path / "root", group_dispatch={"g": "fair"})
+
+
+@pytest.mark.parametrize("group", ["", "etl/sensors", "$share/etl", "a+b", "#"])
+def test_a_group_no_client_can_name_is_refused_by_name(tmp_path: Path, group: str) -> None:
+    # MQTT 5.0 §4.8.2: a share name is not empty and has no '/', '+' or '#'; the strategy of
+    # such a group would never be used. The config file's [share_groups] says the same.
+    with pytest.raises(boxmq.InvalidArgument, match=f"group_dispatch: {re.escape(repr(group))} is"):
+        boxmq.open(tmp_path / "root", group_dispatch={group: "sticky"})
+    assert not (tmp_path / "root").exists()  # refused before anything is made
 
 
 def test_hash_by_key_in_a_share_group_keeps_a_topic_on_one_member(root: Path) -> None:

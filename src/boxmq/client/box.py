@@ -23,6 +23,7 @@ from boxmq.client.topics import Subscriber, Topics
 from boxmq.clock import Clock, SystemClock
 from boxmq.core import Dispatch, ExactlyOnceLimits, QueuePolicy, parse_filter
 from boxmq.core.durations import check_seconds
+from boxmq.core.topics import is_share_name
 from boxmq.errors import Closed, InvalidArgument, QueueNotFound
 from boxmq.forks import renew_in_children
 from boxmq.ids import IdFactory
@@ -531,6 +532,14 @@ def open(
         ) from None
     strategy = dispatch_named(dispatch)
     by_group = {group: dispatch_named(name) for group, name in (group_dispatch or {}).items()}
+    for group in by_group:
+        if not isinstance(group, str) or not is_share_name(group):
+            # No client's $share/<group>/ can name it (MQTT 5.0 §4.8.2): its strategy would
+            # never be used, without a word. The config file's [share_groups] refuses it too.
+            raise InvalidArgument(
+                f"group_dispatch: {group!r} is not a share group's name, which is not empty "
+                "and has no '/', '+' or '#': for clients of $share/etl/sensors/#, give 'etl'"
+            )
     # Checked here, where the caller hears of it: later, a text ("1d") failed the first sweep,
     # and the committing thread under "interval", which then flushed nothing; 0 made it flush
     # without a pause, a negative retention purged processed/ at once.

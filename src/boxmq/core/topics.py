@@ -19,6 +19,7 @@ from boxmq.errors import InvalidTopic
 __all__ = [
     "MQTT_STRING_MAX",
     "TopicFilter",
+    "is_share_name",
     "matches",
     "parse_filter",
     "utf8_size",
@@ -81,11 +82,19 @@ def validate_filter(filter: str) -> str:
     return filter
 
 
+def is_share_name(group: str) -> bool:
+    """Whether a client can name the share group `group` in "$share/<group>/<filter>": MQTT
+    5.0 §4.8.2 wants at least one character, and none of '/', '+', '#'. The one rule for
+    every place that takes a group's name (the config file's [share_groups.<group>] and
+    boxmq.open's group_dispatch as well as a SUBSCRIBE's filter)."""
+    return bool(group) and not any(c in group for c in (_SEPARATOR, _ONE_LEVEL, _ALL_BELOW))
+
+
 def _check_share_name(group: str, text: str) -> None:
     """MQTT 5.0 §4.8.2: at least one character, and none of '/', '+', '#'."""
     if not group:
         raise InvalidTopic(f"{text!r}: the share name after '$share/' must not be empty")
-    if any(c in group for c in (_SEPARATOR, _ONE_LEVEL, _ALL_BELOW)):
+    if not is_share_name(group):
         raise InvalidTopic(f"{text!r}: the share name {group!r} must not contain '/', '+' or '#'")
 
 
