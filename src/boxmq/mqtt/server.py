@@ -24,6 +24,12 @@ to fault in, per read (`strace -c`: 0.3 of each per share-group message). The co
 what a read brought out of the buffer before the next read (framing.FrameReader.receive), so
 one buffer serves every socket of the loop (docs/benchmarks.md, "Reads into one buffer":
 less broker CPU per message at QoS 2, by 7 to 17 % in alternated runs).
+
+A TLS listener accepts plain TCP and starts TLS itself on each socket (`_TlsHandshake`), so that
+a failed handshake is logged with the peer and ssl's reason: under `create_server(ssl=...)`
+asyncio drops one without a word outside its debug mode, and an operator could not tell why a
+client with the wrong CA, no certificate or no TLS at all never connected. A plain listener is
+as before.
 """
 
 from __future__ import annotations
@@ -33,8 +39,10 @@ import contextlib
 import fcntl
 import logging
 import socket
+import ssl
 import sys
 import termios
+from collections.abc import Callable
 from typing import Final, cast
 
 from boxmq.client.box import Box
@@ -77,6 +85,7 @@ class _Protocol(asyncio.BufferedProtocol):
             now=clock.now(),
         )
         self.peer = "?"
+        self.gone = False  # refused at connection_made, or closed for a protocol error
         self.congested = False
         self._held = False  # the broker paused reading (`pause_reading`)
         self._buffered = 0  # `_unread_bytes` at the last tick while congested
@@ -92,6 +101,7 @@ class _Protocol(asyncio.BufferedProtocol):
         transport.set_write_buffer_limits(high=_WRITE_HIGH)
         self._tcp = transport.get_extra_info("socket")  # the listeners are all TCP
         if not self._broker.opened(self):
+            self.gone = True
             transport.abort()
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -108,6 +118,7 @@ class _Protocol(asyncio.BufferedProtocol):
     def _fail(self, error: ProtocolViolation) -> None:
         reason = reason_for(error)
         log.info("%s: closing: %s (reason %#04x)", self.peer, error, reason)
+        self.gone = True
         self.flush()
         goodbye = self.connection.closing(error)
         transport = self._transport
@@ -207,6 +218,130 @@ class _Protocol(asyncio.BufferedProtocol):
         self._broker.closed(self, "connection lost" if exc is None else f"connection lost: {exc}")
 
 
+class _TlsHandshake(asyncio.Protocol):
+    """A socket of a TLS listener until its handshake is over, then the `_Protocol` it makes.
+
+    It is first the plain socket's protocol (reading paused: `loop.start_tls` reads), then
+    the TLS transport's, and keeps what the TLS transport hands it before `_Protocol` is made
+    (a client's CONNECT may come with its last handshake message, and its end too), which
+    `_Protocol` then gets in order. After that it passes on what still comes to it.
+    """
+
+    def __init__(self, server: MqttServer, context: ssl.SSLContext) -> None:
+        self._server = server
+        self._context = context
+        self._early: list[bytes | None] = []  # bytes, or None for the end of the stream
+        self._lost: list[Exception | None] = []  # connection_lost's argument, once lost
+        self._next: _Protocol | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)
+        transport.pause_reading()  # the TLS transport reads from here: nothing may come first
+        peer = transport.get_extra_info("peername")
+        shown = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._task = asyncio.get_running_loop().create_task(self._handshake(transport, shown))
+        self._server.handshakes.add(self._task)
+        self._task.add_done_callback(self._server.handshakes.discard)
+
+    async def _handshake(self, transport: asyncio.Transport, peer: str) -> None:
+        timeout = self._server.settings.limits.connect_timeout
+        try:
+            tls = await asyncio.get_running_loop().start_tls(
+                transport,
+                self,
+                self._context,
+                server_side=True,
+                # A socket still in its handshake is no client yet: it gets the time a CONNECT
+                # gets, not asyncio's minute, or silent sockets could hold descriptors.
+                ssl_handshake_timeout=timeout,
+            )
+        except OSError as error:  # ssl.SSLError, the timeout's ConnectionAbortedError, EOF
+            level, words = handshake_failure(error, timeout)
+            log.log(level, "%s: TLS handshake failed: %s", peer, words)
+            transport.abort()  # start_tls closed it: nothing is left to write
+            return
+        if tls is None:  # closed meanwhile
+            return
+        protocol = self._server.protocol()
+        self._next = protocol
+        tls.set_protocol(protocol)
+        protocol.connection_made(tls)
+        for data in self._early:
+            if protocol.gone:
+                break  # refused or failed: the broker has forgotten it
+            if data is None:
+                protocol.eof_received()  # the TLS transport is closing already
+            else:
+                _feed(protocol, data)
+        self._early = []
+        for exc in self._lost:
+            protocol.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._next is None:
+            self._early.append(bytes(data))
+        else:
+            _feed(self._next, data)
+
+    def eof_received(self) -> bool | None:
+        if self._next is None:
+            self._early.append(None)
+            return None
+        return self._next.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._next is None:
+            self._lost.append(exc)
+        else:
+            self._next.connection_lost(exc)
+
+
+def _feed(protocol: _Protocol, data: bytes) -> None:
+    """Hand `data` to `protocol` as a read of its own would."""
+    view = memoryview(data)
+    while view:
+        buffer = protocol.get_buffer(len(view))
+        size = min(len(buffer), len(view))
+        buffer[:size] = view[:size]
+        view = view[size:]
+        protocol.buffer_updated(size)
+
+
+# ssl's reasons for the failed handshakes an operator meets most, in words (what to check).
+_HANDSHAKE_REASONS: Final = {
+    "WRONG_VERSION_NUMBER": "not TLS (a client without TLS on the TLS port?)",
+    "HTTP_REQUEST": "an HTTP request, not TLS",
+    "UNSUPPORTED_PROTOCOL": "the client offers only TLS versions under 1.2",
+    "TLSV1_ALERT_PROTOCOL_VERSION": "the client wants another TLS version",
+    "TLSV1_ALERT_UNKNOWN_CA": "the client does not trust this server's certificate",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "the client refused this server's certificate",
+    "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "the client refused this server's certificate",
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED": "the client says this server's certificate has expired",
+    "PEER_DID_NOT_RETURN_A_CERTIFICATE": "the client sent no certificate, which this listener "
+    "requires (tls.ca)",
+    "NO_SHARED_CIPHER": "no cipher both sides accept",
+}
+
+
+def handshake_failure(error: OSError, timeout: float) -> tuple[int, str]:
+    """The log level and the words for a TLS handshake that failed with `error`: INFO, as a
+    refused CONNECT, for what a client did; DEBUG for a socket closed before or during the
+    handshake (a port check), as a plain socket closed without a CONNECT is not logged."""
+    if isinstance(error, ssl.SSLCertVerificationError):  # the client's certificate
+        return logging.INFO, (
+            f"the client's certificate is not accepted: {error.verify_message} "
+            f"(ssl: {error.reason})"
+        )
+    if isinstance(error, ssl.SSLError):
+        reason = error.reason or type(error).__name__
+        words = _HANDSHAKE_REASONS.get(reason)
+        return logging.INFO, f"{words} (ssl: {reason})" if words else f"ssl: {reason}"
+    if isinstance(error, ConnectionAbortedError):  # start_tls's own timeout
+        return logging.INFO, f"no TLS handshake within {timeout:g}s"
+    return logging.DEBUG, f"the client closed the connection ({error or type(error).__name__})"
+
+
 class MqttServer:
     """The listeners of `settings`, one broker behind them, and its timer."""
 
@@ -217,6 +352,11 @@ class MqttServer:
         self._servers: list[asyncio.Server] = []
         self._read_buffer = memoryview(bytearray(_READ_SIZE))  # one loop: reads never overlap
         self._unread: set[_Protocol] = set()  # sockets not read now (_Protocol._read_or_not)
+        self.handshakes: set[asyncio.Task[None]] = set()  # TLS handshakes under way
+
+    def protocol(self) -> _Protocol:
+        """The protocol of a client's socket (after its TLS handshake, on a TLS listener)."""
+        return _Protocol(self.broker, self._clock, self._read_buffer, self._unread)
 
     async def start(self) -> list[tuple[str, int]]:
         """Listen on every listener; the addresses bound (a port of 0 gets a free one)."""
@@ -238,18 +378,13 @@ class MqttServer:
         the listener's address, as asyncio reports an address it cannot bind: getaddrinfo's
         own message ("Name or service not known") names nothing to fix."""
         loop = asyncio.get_running_loop()
+        context = listener.ssl
+        factory: Callable[[], asyncio.BaseProtocol] = (
+            self.protocol if context is None else lambda: _TlsHandshake(self, context)
+        )
         try:
             return await loop.create_server(
-                lambda: _Protocol(self.broker, self._clock, self._read_buffer, self._unread),
-                listener.host,
-                listener.port,
-                ssl=listener.ssl,
-                # A socket still in its TLS handshake is no client yet: it gets the time a
-                # CONNECT gets, not asyncio's minute, or silent sockets could hold descriptors.
-                ssl_handshake_timeout=self.settings.limits.connect_timeout
-                if listener.ssl
-                else None,
-                reuse_address=True,
+                factory, listener.host, listener.port, reuse_address=True
             )
         except socket.gaierror as error:
             address = (listener.host, listener.port)
@@ -281,6 +416,8 @@ class MqttServer:
         client was told is stored stays stored."""
         for server in self._servers:
             server.close()
+        for handshake in list(self.handshakes):
+            handshake.cancel()  # start_tls closes its socket
         await self.broker.close()
         for server in self._servers:
             with contextlib.suppress(Exception):

@@ -4,17 +4,24 @@ TLS 1.2 is the floor (MQTT 5.0 §5.4.9 leaves the version to the deployment; 1.0
 deprecated by RFC 8996). With a CA file, clients must show a certificate signed by it;
 `require_client_cert=False` with a CA asks for one but lets a client without one in.
 Every problem is checked here, at start, so a broker never listens with a half-made context.
+A certificate out of its dates (expired, or not valid yet) is logged as a warning, not
+refused: the broker serves clients that do not check it, and its operator may be renewing it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from boxmq.errors import InvalidArgument
 
-__all__ = ["TlsFileError", "server_context"]
+__all__ = ["TlsFileError", "certificate_dates", "server_context"]
+
+log = logging.getLogger("boxmq.mqtt")
 
 
 class TlsFileError(InvalidArgument):
@@ -60,6 +67,76 @@ def _check_certificate(path: Path) -> None:
         ) from None
 
 
+def certificate_dates(path: Path) -> tuple[datetime, datetime] | None:
+    """The first certificate's notBefore and notAfter in `path` (RFC 5280 §4.1.2.5), in UTC,
+    read from its DER; None if they cannot be read (the handshake is the judge anyway)."""
+    text = path.read_text(encoding="ascii", errors="replace")
+    begin = text.find("-----BEGIN CERTIFICATE-----")
+    end = text.find("-----END CERTIFICATE-----", begin)
+    if begin < 0 or end < 0:
+        return None
+    try:
+        der = ssl.PEM_cert_to_DER_cert(text[begin : end + len("-----END CERTIFICATE-----")])
+        _, at, _ = _der_item(der, 0)  # Certificate ::= SEQUENCE { tbsCertificate, ... }
+        tag, at, _ = _der_item(der, at)  # TBSCertificate ::= SEQUENCE
+        tag, start, after = _der_item(der, at)
+        if tag == 0xA0:  # [0] version, absent in a v1 certificate
+            tag, start, after = _der_item(der, after)  # then serialNumber
+        for _ in range(2):  # signature, issuer
+            tag, start, after = _der_item(der, after)
+        _, first, _ = _der_item(der, after)  # validity ::= SEQUENCE { notBefore, notAfter }
+        tag, start, after = _der_item(der, first)
+        not_before = _der_time(tag, der[start:after])
+        tag, start, after = _der_item(der, after)
+        return not_before, _der_time(tag, der[start:after])
+    except (ValueError, IndexError):
+        return None
+
+
+def _der_item(der: bytes, at: int) -> tuple[int, int, int]:
+    """The DER item at `at`: its tag, where its content starts and where it ends."""
+    tag, length = der[at], der[at + 1]
+    at += 2
+    if length & 0x80:  # the long form: the next (length & 0x7F) bytes hold the length
+        count = length & 0x7F
+        length = int.from_bytes(der[at : at + count], "big")
+        at += count
+    if at + length > len(der):
+        raise ValueError("a DER item runs past the end")
+    return tag, at, at + length
+
+
+def _der_time(tag: int, content: bytes) -> datetime:
+    """A UTCTime (YYMMDDHHMMSSZ, 19YY from 50) or GeneralizedTime (YYYYMMDDHHMMSSZ)."""
+    text = content.decode("ascii")
+    if tag == 0x17:
+        century = "19" if int(text[:2]) >= 50 else "20"  # RFC 5280 §4.1.2.5.1
+        text = century + text
+    elif tag != 0x18:
+        raise ValueError(f"tag {tag:#x} is no time")
+    return datetime.strptime(text, "%Y%m%d%H%M%SZ").replace(tzinfo=UTC)
+
+
+def _warn_if_out_of_date(path: Path, now: float) -> None:
+    dates = certificate_dates(path)
+    if dates is None:
+        return
+    not_before, not_after = dates
+    if now > not_after.timestamp():
+        log.warning(
+            "TLS certificate %s expired on %s: clients that check it refuse to connect (renew it)",
+            path,
+            f"{not_after:%Y-%m-%d %H:%M:%S} UTC",
+        )
+    elif now < not_before.timestamp():
+        log.warning(
+            "TLS certificate %s is not valid before %s: clients that check it refuse to "
+            "connect until then (is this machine's clock right?)",
+            path,
+            f"{not_before:%Y-%m-%d %H:%M:%S} UTC",
+        )
+
+
 def _check_key(path: Path, setting: str) -> None:
     text = path.read_text(encoding="ascii", errors="replace")
     if "ENCRYPTED" in text:
@@ -90,6 +167,7 @@ def server_context(
     key_path = _readable(Path(key), "key", "key") if key is not None else cert_path
     key_setting = "key" if key is not None else "cert"  # None: the key is in the cert file
     _check_certificate(cert_path)
+    _warn_if_out_of_date(cert_path, time.time())
     _check_key(key_path, key_setting)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2

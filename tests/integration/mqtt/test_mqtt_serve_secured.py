@@ -12,6 +12,7 @@ import ssl
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,7 @@ class Served:
     tls: int
     ca: Path  # the self-signed server certificate clients trust
     log: Path  # what boxmq serve wrote on stderr
+    mutual: int  # TLS with client certificates signed by clients-ca.crt required
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +61,17 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
          "-keyout", str(folder / "server.key"), "-out", str(folder / "server.crt")],
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
+    for name in ("clients-ca", "stranger"):  # a CA for client certificates, and one not it
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-days", "1", "-subj", f"/CN={name}",
+             "-keyout", str(folder / f"{name}.key"), "-out", str(folder / f"{name}.crt")],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
     set_password(folder / "passwd", "alice", b"wonderland")
     set_password(folder / "passwd", "bob", b"builder")
     (folder / "acl").write_text(ACL)
-    plain, tls = free_ports(2)
+    plain, tls, mutual = free_ports(3)
     (folder / "boxmq.toml").write_text(
         f"""
         data = "data"
@@ -72,6 +81,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         [[mqtt.listener]]
         port = {tls}
         tls = {{ cert = "server.crt", key = "server.key" }}
+        [[mqtt.listener]]
+        port = {mutual}
+        tls = {{ cert = "server.crt", key = "server.key", ca = "clients-ca.crt" }}
         [mqtt.limits]
         connect_timeout = "1s"
         [security]
@@ -83,8 +95,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     with open(folder / "serve.log", "w") as log:
         server = subprocess.Popen(command, stderr=log)
         try:
-            _wait_for_ports(server, folder, plain, tls)
-            yield Served(plain, tls, folder / "server.crt", folder / "serve.log")
+            _wait_for_ports(server, folder, plain, tls, mutual)
+            yield Served(plain, tls, folder / "server.crt", folder / "serve.log", mutual)
         finally:
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=30)
@@ -217,6 +229,128 @@ def test_a_socket_that_never_starts_its_handshake_is_closed_after_the_connect_ti
     """An idle socket on the TLS port holds a descriptor as one on the plain port would: it
     gets `connect_timeout` (1 s here), not asyncio's minute for a handshake."""
     with socket.create_connection(("127.0.0.1", served.tls), timeout=10) as sock:
+        peer = _address(sock)
         started = time.monotonic()
         assert sock.recv(10) == b""  # closed by the server
         assert time.monotonic() - started < 5
+    assert f"{peer}: TLS handshake failed: no TLS handshake within 1s" in _logged(served, peer)
+
+
+def _address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"{host}:{port}"
+
+
+def _logged(served: Served, line: str) -> str:
+    """The first line of the server's log that holds `line`, once it is written."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        found = [text for text in served.log.read_text().splitlines() if line in text]
+        if found:
+            return found[0]
+        assert time.monotonic() < deadline, f"{line!r} not in:\n{served.log.read_text()}"
+        time.sleep(0.05)
+
+
+def _handshake(served: Served, port: int, context: ssl.SSLContext) -> str:
+    """A TLS handshake with `context` on `port`, and the peer address the server logs it by."""
+    with socket.create_connection(("127.0.0.1", port), WAIT) as raw:
+        peer = _address(raw)
+        try:
+            with context.wrap_socket(raw, server_hostname="localhost") as tls:
+                tls.recv(1)  # TLS 1.3: a refused client certificate shows here
+        except (ssl.SSLError, ConnectionError):
+            pass
+    return peer
+
+
+def test_failed_tls_handshakes_are_logged_with_the_peer_and_the_reason(served: Served) -> None:
+    """Asyncio drops a failed handshake without a word: each gets one line, in words."""
+    with socket.create_connection(("127.0.0.1", served.tls), WAIT) as raw:
+        peer = _address(raw)
+        raw.sendall(bytes.fromhex("100c00044d5154540402003c0000"))  # an MQTT CONNECT
+        assert raw.recv(10) == b""
+    assert "not TLS (a client without TLS on the TLS port?)" in _logged(served, peer)
+    untrusting = ssl.create_default_context()  # the system CAs only
+    peer = _handshake(served, served.tls, untrusting)
+    assert "the client does not trust this server's certificate" in _logged(served, peer)
+    old = ssl.create_default_context(cafile=served.ca)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # TLS 1.1 is, as it should be
+        old.minimum_version = old.maximum_version = ssl.TLSVersion.TLSv1_1
+    peer = _handshake(served, served.tls, old)
+    assert "the client offers only TLS versions under 1.2" in _logged(served, peer)
+    trusting = ssl.create_default_context(cafile=served.ca)
+    peer = _handshake(served, served.mutual, trusting)
+    line = _logged(served, peer)
+    assert "INFO" in line
+    assert "the client sent no certificate, which this listener requires (tls.ca)" in line
+    assert "(ssl: PEER_DID_NOT_RETURN_A_CERTIFICATE)" in line
+    stranger = ssl.create_default_context(cafile=served.ca)
+    folder = served.log.parent
+    stranger.load_cert_chain(folder / "stranger.crt", folder / "stranger.key")
+    peer = _handshake(served, served.mutual, stranger)
+    assert "the client's certificate is not accepted: self-signed certificate" in _logged(
+        served, peer
+    )
+
+
+@pytest.mark.skipif(shutil.which("mosquitto_pub") is None, reason="needs mosquitto_pub")
+def test_mosquitto_pub_with_the_wrong_ca_file_is_logged(served: Served) -> None:
+    folder = served.log.parent
+    command = ["mosquitto_pub", "-h", "localhost", "-p", str(served.tls), "-t", "x", "-m", "y"]
+    words = "TLS handshake failed: the client does not trust this server's certificate"
+    before = served.log.read_text().count(words)
+    wrong = subprocess.run(
+        [*command, "--cafile", str(folder / "stranger.crt")],
+        capture_output=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert wrong.returncode != 0
+    deadline = time.monotonic() + WAIT
+    while served.log.read_text().count(words) == before:
+        assert time.monotonic() < deadline, served.log.read_text()
+        time.sleep(0.05)
+    right = subprocess.run(
+        [*command, "--cafile", str(served.ca), "-u", "alice", "-P", "wonderland"],
+        capture_output=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert right.returncode == 0, right.stderr
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    return len(data).to_bytes(2, "big") + data
+
+
+def test_packets_that_come_with_the_last_handshake_message_are_read(served: Served) -> None:
+    """A client's CONNECT, PUBLISH and DISCONNECT in the same segment as its TLS Finished,
+    then its end of stream: they reach the broker before its protocol is made (the TLS
+    handshake is its own step), and are read, in order, once it is."""
+    alice = _connect(served, "alice", "wonderland", tls=True)
+    try:
+        assert alice.subscribe("alice/inbox/#") == 1
+        connect = b"\x00\x04MQTT\x04\xc2\x00\x3c" + b"".join(
+            map(_string, ["early-bird", "alice", "wonderland"])
+        )
+        publish = _string("alice/inbox/early") + b"with the Finished"
+        packets = (
+            bytes([0x10, len(connect)]) + connect + bytes([0x30, len(publish)]) + publish
+        ) + b"\xe0\x00"
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = ssl.create_default_context(cafile=served.ca).wrap_bio(
+            incoming, outgoing, server_hostname="localhost"
+        )
+        with socket.create_connection(("127.0.0.1", served.tls), WAIT) as raw:
+            while True:
+                try:
+                    tls.do_handshake()  # done once the server's Finished is read
+                    break
+                except ssl.SSLWantReadError:
+                    raw.sendall(outgoing.read())
+                    incoming.write(raw.recv(65536) or pytest.fail("closed in the handshake"))
+            tls.write(packets)
+            raw.sendall(outgoing.read())  # our Finished, then the packets, in one go
+            raw.shutdown(socket.SHUT_WR)
+            assert alice.messages.get(timeout=WAIT) == ("alice/inbox/early", b"with the Finished")
+    finally:
+        alice.close()

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import ssl
 import subprocess
+import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from boxmq.errors import InvalidArgument
+from boxmq.mqtt import tls
 from boxmq.mqtt.tls import server_context
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
@@ -149,3 +153,31 @@ def test_errors_say_which_file_to_fix(tmp_path: Path) -> None:
     for (c, k, ca), message in cases:
         with pytest.raises(InvalidArgument, match=message):
             server_context(c, k, ca=ca)
+
+
+def test_a_certificate_out_of_its_dates_is_warned_of_by_file_and_date(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Served, since clients that do not check dates still connect, but said at start: a
+    client that checks them is refused with nothing in the broker's log to say why."""
+    cert, key = _self_signed(tmp_path, "localhost")
+    expired = tmp_path / "expired.crt"
+    _openssl("x509", "-in", cert, "-signkey", key, "-days", "-1", "-out", expired)
+    not_before, not_after = tls.certificate_dates(cert) or pytest.fail("no dates read")
+    assert timedelta(0) < not_after - not_before <= timedelta(days=1, seconds=1)
+    with caplog.at_level(logging.WARNING, logger="boxmq.mqtt"):
+        server_context(cert, key)
+        assert caplog.messages == []
+        server_context(expired, key)
+        _, ended = tls.certificate_dates(expired) or pytest.fail("no dates read")
+        [message] = caplog.messages
+        assert message.startswith(
+            f"TLS certificate {expired} expired on {ended:%Y-%m-%d %H:%M:%S} UTC"
+        )
+        caplog.clear()
+        monkeypatch.setattr(time, "time", lambda: not_before.timestamp() - 3600)
+        server_context(cert, key)
+        [message] = caplog.messages
+        assert message.startswith(
+            f"TLS certificate {cert} is not valid before {not_before:%Y-%m-%d %H:%M:%S} UTC"
+        )
