@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 import subprocess
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from boxmq.core import ExactlyOnceLimits
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile, set_password
-from boxmq.mqtt.settings import Limits, Listener, listener_url
+from boxmq.mqtt.settings import Limits, Listener, MqttSettings, listener_url
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -334,10 +336,42 @@ def test_the_example_in_the_repository_loads() -> None:
     config = load_config(REPO / "boxmq.example.toml")
     assert config.mqtt.listeners == (Listener("127.0.0.1", 1883),)
     assert config.mqtt.limits == Limits()  # it says "the values shown are the defaults"
+    assert config.exactly_once == ExactlyOnceLimits()  # and so does it here
     defaults = ServeConfig(data=REPO / "data")  # "./data", from the file's folder
     assert config.listeners_from_file  # it lists one: a bind error names mqtt.listener[1]
     unlisted = dataclasses.replace(config, mqtt=ServeConfig().mqtt, listeners_from_file=False)
     assert dataclasses.replace(unlisted, source=None) == defaults
+
+
+def _names(settings: Any) -> set[str]:
+    return {f.name for f in dataclasses.fields(settings)}
+
+
+def test_the_example_shows_every_key_of_the_settings() -> None:
+    """It says it shows every key; a field added to a settings dataclass without it (as
+    max_queued_bytes was) fails here."""
+    text = (REPO / "boxmq.example.toml").read_text()
+    document = tomllib.loads(text)
+    # The tables whose values it says are the defaults: each key, set, not commented out.
+    assert set(document["mqtt"]["limits"]) == _names(Limits)
+    assert set(document["exactly_once"]) == _names(ExactlyOnceLimits) - {"trusted_sources"}
+    # The others: each key at least commented out ("# key = ..."). The fields left out are
+    # no key: what the file is read into, tables checked below, and what [security] sets.
+    written = set(re.findall(r"^(?:# )?(\w+) *=", text, re.MULTILINE))
+    not_keys = {
+        "ServeConfig": {"source", "listeners_from_file", "group_dispatch", "exactly_once"}
+        | {"security", "mqtt"},
+        "MqttSettings": {"listeners", "limits", "authenticator", "authorizer"},
+        "Listener": {"ssl"},  # written tls = {...}
+        "Security": set(),
+    }
+    for settings in (ServeConfig, MqttSettings, Listener, Security):
+        name = settings.__name__
+        missing = _names(settings) - not_keys[name] - written
+        assert not missing, f"{name}: {sorted(missing)} not in boxmq.example.toml"
+    tables = ["[share_groups.", "[mqtt]", "[[mqtt.listener]]", "[mqtt.limits]", "[security]"]
+    for table in [*tables, "[exactly_once]", "tls = {"]:
+        assert table in text
 
 
 def test_an_acl_by_user_name_without_a_password_file_is_warned_of(tmp_path: Path) -> None:
