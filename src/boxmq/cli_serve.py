@@ -86,8 +86,11 @@ def describe_security(config: ServeConfig) -> list[str]:
     else:
         who = f"authentication: {type(authenticator).__name__}"
     if isinstance(authorizer, Acl):
+        # Each part of the file counted: an ACL of rules for clients without a user name
+        # alone read "0 user section(s), 0 pattern(s)", as if it were empty.
         what = (
-            f"authorization: {authorizer.path} ({len(authorizer.users)} user section(s), "
+            f"authorization: {authorizer.path} ({len(authorizer.anonymous)} rule(s) for "
+            f"clients without a user name, {len(authorizer.users)} user section(s), "
             f"{len(authorizer.patterns)} pattern(s)); anything not allowed is refused"
         )
     elif authorizer is None:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmq.cli_serve import security_warnings
+from boxmq.cli_serve import describe_security, security_warnings
 from boxmq.config import LIMITS_HIGHEST, LIMITS_LOWEST, Security, ServeConfig, load_config
 from boxmq.core import ExactlyOnceLimits
 from boxmq.errors import InvalidArgument
@@ -372,6 +372,22 @@ def test_the_example_shows_every_key_of_the_settings() -> None:
     tables = ["[share_groups.", "[mqtt]", "[[mqtt.listener]]", "[mqtt.limits]", "[security]"]
     for table in [*tables, "[exactly_once]", "tls = {"]:
         assert table in text
+
+
+def test_the_start_up_line_of_the_acl_counts_each_part_of_it(tmp_path: Path) -> None:
+    """Rules for clients without a user name are counted too: an ACL of those alone read
+    '0 user section(s), 0 pattern(s)', as if it held nothing."""
+    acl = tmp_path / "acl"
+    acl.write_text("topic read public/#\ntopic write sensors/#\n")
+    path = _write(tmp_path, '[security]\nacl_file = "acl"\n')
+    [_, _, line] = describe_security(load_config(path))
+    assert line == (
+        f"authorization: {acl} (2 rule(s) for clients without a user name, 0 user section(s), "
+        "0 pattern(s)); anything not allowed is refused"
+    )
+    acl.write_text("topic read public/#\nuser alice\ntopic alice/#\npattern read %c/in\n")
+    [_, _, line] = describe_security(load_config(path))
+    assert "(1 rule(s) for clients without a user name, 1 user section(s), 1 pattern(s))" in line
 
 
 def test_an_acl_by_user_name_without_a_password_file_is_warned_of(tmp_path: Path) -> None:

@@ -220,7 +220,10 @@ def test_the_log_says_who_may_connect_and_what_they_may_do(served: Served) -> No
     assert (
         f"authentication: {folder / 'passwd'} (2 user(s)), clients without a user name refused"
     ) in log
-    assert f"authorization: {folder / 'acl'} (2 user section(s), 0 pattern(s))" in log
+    assert (
+        f"authorization: {folder / 'acl'} (0 rule(s) for clients without a user name, "
+        "2 user section(s), 0 pattern(s))"
+    ) in log
 
 
 def test_a_socket_that_never_starts_its_handshake_is_closed_after_the_connect_timeout(
