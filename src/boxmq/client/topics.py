@@ -1043,6 +1043,12 @@ class Subscriber(Receiver):
             self._consumer.close()  # its locks go to the other members at once
         self._on_close()
 
+    @property
+    def queue(self) -> str:
+        """What the `Message.queue` of the messages it hands out names: its dropbox, or its
+        filter for a subscription in memory."""
+        return self._consumer.queue if self._consumer is not None else str(self.filter)
+
     def detach(self) -> None:
         """Stop receiving here but stay subscribed (an MQTT session that lives on elsewhere):
         a share group keeps this member, and the locks held are released, unless it was

@@ -30,7 +30,7 @@ from boxmq.client.message import Message
 from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
 from boxmq.core.topics import parse_filter
-from boxmq.errors import BoxMQError, Closed, store_failure
+from boxmq.errors import BoxMQError, Closed, LockError, store_failure
 from boxmq.mqtt.clients import Client, Outgoing
 from boxmq.mqtt.drops import DropLog
 from boxmq.mqtt.outbox import Stage
@@ -304,7 +304,24 @@ class Delivery:
             else:
                 message.ack()
         except BoxMQError as error:
+            if isinstance(error, LockError) and self._left(session, message):
+                # MQTT-3.10.4-3: a message sent before its UNSUBSCRIBE is delivered all the
+                # same, and its PUBACK / PUBREC then finds its subscription deleted: the
+                # normal flow, not worth a warning each.
+                log.debug(
+                    "client %s: settling %s of a subscription it left: %s",
+                    session.client_id,
+                    message.id,
+                    error,
+                )
+                return
             log.warning("client %s: settling %s: %s", session.client_id, message.id, error)
+
+    def _left(self, session: Session, message: Message) -> bool:
+        """Whether `message` came by a subscription the session holds no more (each of its
+        durable subscriptions, those it is leaving included, has its subscriber here)."""
+        subscribers = self._durable.get(session.client_id, {}).values()
+        return all(subscriber.queue != message.queue for subscriber in subscribers)
 
     def acked(self, session: Session, packet_id: int, stage: Stage, reason: ReasonCode) -> None:
         acked = session.outbox.acked(packet_id, stage, reason >= _R.UNSPECIFIED_ERROR)

@@ -4,6 +4,9 @@ stays its own, and comes again (DUP) when it returns (MQTT 5.0 §4.8.2 lets the 
 
 from __future__ import annotations
 
+import logging
+import time
+
 import pytest
 from tests.integration.mqtt.clients import RunningServer, paho
 from tests.integration.mqtt.raw import (
@@ -11,6 +14,7 @@ from tests.integration.mqtt.raw import (
     packet,
     puback,
     publishes,
+    pubrec,
     read,
     string,
     subscribe,
@@ -104,3 +108,37 @@ def test_a_member_that_unsubscribed_and_ends_without_settling_gives_it_to_the_ot
     assert staying.next().payload == b"first"
     for client in (staying, publisher):
         client.stop()
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_settling_what_a_left_subscription_sent_is_no_warning(
+    server: RunningServer, caplog: pytest.LogCaptureFixture, qos: int
+) -> None:
+    """MQTT-3.10.4-3 for a plain subscription of a persistent session: the UNSUBSCRIBE deletes
+    its dropbox, and each later PUBACK / PUBREC of a message it had sent found no lock to
+    settle. A warning each ('no longer holds the lock') for the normal flow: debug now."""
+    leaving, _ = open_raw(server, "leaving", clean=False, expiry=300)
+    leaving.sendall(subscribe(1, "orders/#", qos))
+    assert read(leaving)[0] == 0x90
+    publisher = paho(server, "publisher")
+    for n in range(3):
+        publisher.publish(f"orders/{n}", f"order {n}".encode(), qos)
+    sent = take_publishes(leaving, 3)
+    with caplog.at_level(logging.DEBUG, logger="boxmq.mqtt"):
+        leaving.sendall(_unsubscribe(2, "orders/#"))
+        assert read(leaving)[0] == 0xB0  # UNSUBACK
+        for message in sent:
+            leaving.sendall(puback(message.packet_id) if qos == 1 else pubrec(message.packet_id))
+        if qos == 2:
+            for _ in sent:
+                assert read(leaving)[0] == 0x62  # PUBREL: the exchange goes on
+        publisher.publish("orders/late", b"after", qos)  # not the subscription's any more
+        assert publishes(leaving, within=0.5) == []
+        deadline = time.monotonic() + 10
+        while len(settled := [r for r in caplog.records if "settling" in r.getMessage()]) < 3:
+            assert time.monotonic() < deadline, [r.getMessage() for r in caplog.records]
+            time.sleep(0.05)
+    assert [r.levelno for r in settled] == [logging.DEBUG] * 3, [r.getMessage() for r in settled]
+    assert all("of a subscription it left" in r.getMessage() for r in settled)
+    leaving.close()
+    publisher.stop()
