@@ -726,11 +726,11 @@ class Broker:
             )
             if leaving:
                 session.leaving[text] = options
-                self._subscribing.attach(session, text, options)
+                self._subscribing.attach(session, text, options, found=True)
                 self._durable[client_id][text].pause(keep_claimed=True)  # it holds those
             else:
                 session.subscriptions[text] = options
-                self._subscribing.attach(session, text, options)
+                self._subscribing.attach(session, text, options, found=True)
         if session.leaving:
             self._delivery.close_drained(session)  # those that hold nothing any more
         log.info(

@@ -377,9 +377,15 @@ class Subscribing:
             )
         return lambda: None
 
-    def attach(self, session: Session, text: str, options: SubscriptionOptions) -> None:
-        """On the loop (a session found on disk: its records are there already)."""
-        subscriber = self._open_durable(session, text, options)
+    def attach(
+        self, session: Session, text: str, options: SubscriptionOptions, *, found: bool = False
+    ) -> None:
+        """On the loop (a session found on disk: its records are there already). found: the
+        session comes from the disk after a restart, and takes back what it had been sent
+        and had not acknowledged (their locks name no process), resumed with an expiry of 0
+        too: its record, written at its CONNECT, ends it at the next start if the server dies
+        while it is connected, as for a persistent one."""
+        subscriber = self._open_durable(session, text, options, outlives=found)
         self._durable.setdefault(session.client_id, {})[text] = subscriber
 
     def _open_durable(
@@ -389,6 +395,7 @@ class Subscribing:
         options: SubscriptionOptions,
         *,
         send_retained: bool = False,
+        outlives: bool = False,
     ) -> Subscriber:
         return self._box.subscribe(
             text,
@@ -399,7 +406,8 @@ class Subscribing:
             lock_timeout=_LOCK_TIMEOUT,
             no_local=options.no_local,
             send_retained=send_retained,
-            process_bound=not session.persistent,  # a persistent member outlives a restart
+            # A persistent member outlives a restart.
+            process_bound=not (session.persistent or outlives),
         )
 
     def _remove_subscription(self, session: Session, text: str) -> bool:

@@ -170,6 +170,30 @@ def test_a_message_never_acknowledged_outlives_restarts_without_going_to_error(
         stop(server)
 
 
+@pytest.mark.parametrize("filter", ["jobs/#", "$share/g/jobs/#"], ids=["plain", "shared"])
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_session_resumed_with_expiry_0_after_a_restart_gets_what_it_had_been_sent(
+    tmp_path: Path, how: signal.Signals, filter: str
+) -> None:
+    """MQTT-4.4.0-1: clean start 0 resumes the session (its expiry 0 ends it with this
+    connection), and what it had been sent and had not acknowledged is sent again. Found on
+    disk after a restart, its subscriptions took back none of their locks: session present,
+    and the messages held locked to nobody, then deleted with the session at its end."""
+    target, server = serve_fresh(tmp_path)
+    try:
+        device = _subscribed(target, "device", filter, 1)
+        paho(target, "publisher").publish("jobs/1", b"slow", 1)
+        assert _exactly(device, 1) == [b"slow"]  # never acknowledged
+        device.close()
+        server = _restart(server, how, target)
+        device, present = open_raw(target, "device", clean=False, expiry=0)
+        assert present
+        assert _exactly(device, 1) == [b"slow"]
+        device.close()
+    finally:
+        stop(server)
+
+
 def test_a_share_member_whose_session_ends_while_the_server_was_down_gives_it_to_the_others(
     tmp_path: Path,
 ) -> None:
