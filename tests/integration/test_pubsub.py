@@ -141,6 +141,28 @@ def test_retained_last_per_topic_deleted_by_empty_never_to_shared(
             assert drain(shared) == []
 
 
+def test_a_damaged_retained_message_is_passed_by_not_the_subscriptions_failure(
+    root: Path, box: boxmq.Box
+) -> None:
+    """A power cut under fsync interval or never can leave a retained message renamed into
+    place with its data never written: empty, or garbage. Reading it raised, so every
+    subscription whose filter matched its topic failed (an MQTT SUBSCRIBE closed its
+    connection), and the other retained messages never came either."""
+    box.publish("sensors/kitchen/temp", "20", retain=True)
+    box.publish("sensors/hall/temp", "19", retain=True)
+    box.publish("sensors/cellar/temp", "12", retain=True)
+    retained = sorted((root / "topic-root" / ".retained").iterdir())
+    retained[0].write_bytes(b"")
+    retained[1].write_bytes(b"\x00" * 30)
+    with boxmq.open(root, fsync="never") as restarted:
+        with restarted.subscribe("sensors/+/temp", "dash") as plain:
+            assert len(drain(plain)) == 1  # the one left whole
+        restarted.publish("sensors/kitchen/temp", "21", retain=True)
+        restarted.publish("sensors/hall/temp", "18", retain=True)
+        with restarted.subscribe("sensors/#", "all") as everything:
+            assert bodies(everything) == ["12", "18", "21"]  # the next ones replaced them
+
+
 def test_a_subscription_made_while_its_retained_message_is_replaced_ends_with_the_new_one(
     box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -108,8 +108,15 @@ def _load(path: str) -> Retained | None:
     except FileNotFoundError:
         return None
     header, _, body = data.partition(b"\n")
-    fields = json.loads(header)
-    return Retained(str(fields["topic"]), str(fields["name"]), body)
+    try:
+        fields = json.loads(header)
+        return Retained(str(fields["topic"]), str(fields["name"]), body)
+    except (ValueError, KeyError, TypeError):
+        # Damaged, as a power cut can leave it under fsync interval or never (renamed, its
+        # data never written): passed by, as if the topic had none, not read as the failure
+        # of every subscription its topic matches. The topic's next retained message
+        # replaces it.
+        return None
 
 
 def _unlink_quietly(path: str) -> None:
