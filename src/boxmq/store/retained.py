@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from boxmq.store.commit import Committer, Move
+from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
 from boxmq.store.layout import TOPIC_ROOT
 from boxmq.store.temporaries import temporary_in
 
@@ -74,8 +74,14 @@ class RetainedStore:
     def replace(self, staged: Staged) -> None:
         """Make the staged message the topic's retained one (an empty one deletes it)."""
         if staged.temporary is None:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.unlink(staged.path)
+            except FileNotFoundError:
+                return  # no retained message: nothing to delete, nothing to flush
+            if self._committer.policy is FsyncPolicy.ALWAYS:
+                # As durable as a replacement: a delete acknowledged to its publisher must not
+                # come back after a power cut (the unlink is in the folder's entries).
+                flush_directories([self._dir])
             return
         try:
             self._committer.commit([Move(staged.temporary, staged.path)])
