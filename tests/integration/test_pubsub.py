@@ -699,3 +699,21 @@ def test_a_subscribe_refused_for_its_limits_leaves_no_subscription_behind(
         assert box.topics.subscriptions() == []
         box.publish("news/a", b"x")
         assert box.topics.subscriptions() == []
+
+
+def test_a_retained_copy_a_killed_subscribe_left_in_working_does_not_stop_the_next(
+    root: Path, box: boxmq.Box
+) -> None:
+    # A process killed while its subscribe wrote the retained copies (one written into
+    # working/, not yet sent) leaves it there under the very name the next subscribe to that
+    # subscription writes: that one raised FileExistsError, and so did every other until a
+    # sweep deleted the leftover, an hour later (found by a torture of the embedded pub/sub).
+    box.publish("state/door", "closed", retain=True)
+    folder = root / "topic-root" / "state%2F%23" / ".subscriptions" / "client.dash"
+    box.subscribe("state/#", "dash").close()
+    (name,) = os.listdir(folder / "target")
+    os.rename(folder / "target" / name, folder / "working" / name)  # as the killed one left it
+    with box.subscribe("state/#", "dash") as dash:
+        got = drain(dash)
+    assert [(m.topic, m.text(), m.retained) for m in got] == [("state/door", "closed", True)]
+    assert os.listdir(folder / "working") == [name]  # for the sweep, after abandon_after

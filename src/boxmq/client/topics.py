@@ -855,7 +855,7 @@ class Topics:
             envelope = envelope.with_property(RETAINED, PropertyType.BOOLEAN, True)
             qos = min(_qos(envelope.property_value(QOS)), granted)
             envelope = _at(envelope.without_property(QOS), QoS(qos))
-            moves.append(dropbox.write(encode(envelope, as_read=True), retained.body))
+            moves.append(dropbox.write_apart(encode(envelope, as_read=True), retained.body))
         if moves:
             dropbox.send(moves)
 

@@ -196,6 +196,19 @@ class Dropbox:
         write_new(path, body, self._spares)
         return Move(path, target)
 
+    def write_apart(self, name: str, body: bytes) -> Move:
+        """`write`, under a `distinct_name` if working/<name> is taken: for a name made from
+        a message's own (a retained message's copy, the same in every subscription), which a
+        process that died between writing it and sending it left in working/ (the sweeps
+        delete it after `abandon_after`), or which another process writes at the same time."""
+        chosen = name
+        for number in itertools.count(2):
+            try:
+                return self.write(chosen, body)
+            except FileExistsError:
+                chosen = distinct_name(name, number)
+        raise AssertionError("unreachable: the names count up until one is free")
+
     def lost_spare(self, move: Move) -> bool:
         """Whether `move`, written with check=False, failed to send because the spare it was
         written into is gone (.spare/ deleted meanwhile): write the body again, with check."""
