@@ -198,3 +198,37 @@ def test_an_ack_finds_its_lock_renamed_by_an_extend_from_another_box(
             held.ack()
         counts = jobs.counts()
         assert (counts.ready, counts.locked, counts.dead) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("seconds", [600, 0.5])
+def test_a_message_locked_ahead_and_extended_by_id_is_still_received_by_its_consumer(
+    root: Path, clock: ManualClock, seconds: float
+) -> None:
+    """`boxmq extend` by id of a message boxmq locked for a consumer ahead of its receive (it
+    shows in processing/ with the consumer's name): the receive finds the file under the name
+    the extend gave it, with the new deadline. It found no file, dropped the lock and handed
+    out nothing, and the message sat in processing/ until the extension ran out. One whose
+    extension ran out before the receive goes back as it was, for the next receive."""
+    with (
+        boxmq.open(root, fsync="never", clock=clock) as holder_box,
+        boxmq.open(root, fsync="never", clock=clock) as cli_box,
+    ):
+        jobs, cli_jobs = holder_box.queue("jobs"), cli_box.queue("jobs")
+        jobs.put(b"first")
+        second = jobs.put(b"second")
+        with jobs.consumer("w1", max_in_flight=2, lock_timeout=30) as w1:
+            first = w1.receive_nowait()  # and the second is locked ahead for w1
+            assert first is not None
+            assert [p.holder for p in jobs.peek(state="processing")] == ["w1", "w1"]
+            cli_jobs.extend(second, "w1", seconds=seconds)
+            clock.advance(0.75)
+            taken = w1.receive_nowait()
+            assert taken is not None
+            assert (taken.id, taken.body, taken.delivery_count) == (second, b"second", 1)
+            assert taken.lock_deadline > clock.now()
+            if seconds == 600:
+                assert taken.lock_deadline == pytest.approx(clock.now() - 0.75 + 600, abs=0.001)
+            assert w1.holding() == 2
+            taken.ack()
+            first.ack()
+        assert jobs.counts().done == 2

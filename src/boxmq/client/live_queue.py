@@ -414,13 +414,36 @@ class LiveQueue:
                 continue
             body = self._bodies.pop(lease.message.key, None)  # our own put's, if kept
             if body is None and (body := self._read(processing, lease.message.key)) is None:
-                self._forget(message_id)  # swept away by another process, or no file
-                continue
+                # Gone from processing/, or renamed there by an extend by id from another
+                # process since we last looked: then it is still ours, under its new name.
+                if (moved := self._relocated(message_id, processing)) is None or (
+                    body := self._read(moved, lease.message.key)
+                ) is None:
+                    self._forget(message_id)  # swept away by another process, or no file
+                    continue
+                lease = self._engine.lease(message_id)
+                if lease is None or lease.deadline <= self._clock.now():
+                    # Shortened, and over: back as it was, never received (still in the inbox).
+                    inbox.appendleft(message_id)
+                    self._expire(self._clock.now())
+                    continue
             envelope = self._claimed.pop(message_id, None) or envelope_of(lease.message.key)
             return Message(
                 self.name, envelope, body, consumer, lease.deadline, self, self.v5, lease.delivery
             )
         return None
+
+    def _relocated(self, message_id: MessageId, processing: str) -> str | None:
+        """Our lock's file under the name an extend by id gave it since we last looked (None:
+        it left processing/): known by that name, and ending at its deadline, from now on."""
+        moved = self._moved(processing)
+        if moved is None:
+            return None
+        _, lock = split_lock(moved)
+        self._locks[message_id] = moved
+        if lock is not None:
+            self._engine.locked_until(message_id, lock.deadline_ms / 1000)
+        return moved
 
     def _read(self, processing: str, name: str) -> bytes | None:
         """The body of a claimed message; None if it is gone or was no file (a directory or
