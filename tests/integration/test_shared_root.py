@@ -232,3 +232,40 @@ def test_a_message_locked_ahead_and_extended_by_id_is_still_received_by_its_cons
             taken.ack()
             first.ack()
         assert jobs.counts().done == 2
+
+
+def test_a_late_answer_after_another_box_took_the_message_says_the_lock_is_gone(
+    root: Path, clock: ManualClock
+) -> None:
+    """w1 unlocked its message, and another process took it (`boxmq get`) and gave it back:
+    w1's late answer through its old handle is UnexpectedRequest (its lock is gone), both while
+    the other process holds the message and once it is back in target/. It was ItemNotFound,
+    then Forbidden ("w1 did not receive this message")."""
+    with (
+        boxmq.open(root, fsync="never", clock=clock) as box,
+        boxmq.open(root, fsync="never", clock=clock) as cli_box,
+    ):
+        jobs = box.queue("jobs")
+        wanted = jobs.put(b"wanted", priority=9)
+        jobs.put(b"later", priority=0)
+        with jobs.consumer("w1", max_in_flight=1) as w1:
+            first = w1.receive_nowait()
+            assert first is not None
+            assert first.id == wanted
+            first.unlock()
+            clock.advance(2)
+            taken = cli_box.queue("jobs").get("cli")
+            assert taken is not None
+            assert taken.id == wanted
+            later = w1.receive_nowait()  # w1 looks at the folder: the message left target/
+            assert later is not None
+            assert later.body == b"later"
+            with pytest.raises(boxmq.UnexpectedRequest):
+                first.ack()
+            taken.unlock()
+            assert w1.receive_nowait() is None  # w1 looks again: it is back, w1 is full
+            for answer in (first.ack, first.unlock, first.reject, first.extend):
+                with pytest.raises(boxmq.UnexpectedRequest):
+                    answer()
+            later.ack()
+        assert jobs.counts().ready == 1

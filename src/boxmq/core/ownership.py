@@ -6,9 +6,10 @@ message, so that a path working from the files on disk can reuse it.
 `PastHolders` remembers which consumers held a message before (their lock is gone: unlocked,
 timed out, owner gone). Invariants:
 - A *live* record exists only while the engine knows the message (ready or leased).
-- A released message's record is *parked* until the message is offered again; at most `limit`
-  parked records are kept (oldest forgotten first), so memory stays bounded when another process
-  takes the message and it is never offered here again.
+- A released message's record is *parked* until the message is offered again, and so is that
+  of a message another process took (`set_aside`); at most `limit` parked records are kept
+  (oldest forgotten first), so memory stays bounded when another process takes the message and
+  it is never offered here again.
 """
 
 from __future__ import annotations
@@ -84,12 +85,23 @@ class PastHolders:
         """`holder`'s lock is gone and the message went back to target/."""
         holders = self._live.pop(message_id, set())
         holders.add(holder)
+        self._park(message_id, frozenset(holders | self._parked.get(message_id, frozenset())))
+
+    def _park(self, message_id: MessageId, holders: frozenset[ConsumerId]) -> None:
         self._parked.pop(message_id, None)
-        self._parked[message_id] = frozenset(holders)
+        self._parked[message_id] = holders
         while len(self._parked) > self._limit:
             self._parked.popitem(last=False)
 
+    def set_aside(self, message_id: MessageId) -> None:
+        """Another process took it from target/: its past holders are parked, as for a
+        release, so that they are told their lock is gone (UnexpectedRequest) while it is
+        elsewhere and after it comes back, never that they did not receive it."""
+        holders = self._live.pop(message_id, None)
+        if holders:
+            self._park(message_id, frozenset(holders))
+
     def forget(self, message_id: MessageId) -> None:
-        """Finished, dead, expired, withdrawn or lost: nobody can ask about it any more."""
+        """Finished, dead or expired: nobody can ask about it any more."""
         self._live.pop(message_id, None)
         self._parked.pop(message_id, None)

@@ -7,7 +7,8 @@ win a claim, and then the runtime calls `claim_lost`.
 
 Invariants:
 - A message id is in at most one place: ready (maybe delayed), leased, or released and awaiting
-  its next offer. Finished, dead, expired, withdrawn and lost messages are forgotten.
+  its next offer. Finished, dead and expired messages are forgotten; withdrawn and lost ones
+  (another process has them) keep their past holders parked, in case they come back.
 - A claim never takes a consumer beyond its `max_in_flight` (XEP-0254 §2.1 queue_requests);
   delayed and released messages count against nobody.
 - A release adds one to the delivery count; reaching `max_deliveries` turns it into a dead
@@ -191,17 +192,19 @@ class QueueEngine:
         return True
 
     def withdraw(self, message_id: MessageId) -> None:
-        """It vanished from target/ (another process took it)."""
+        """It vanished from target/ (another process took it). Who held it here before is
+        kept, parked: asking, they are told their lock is gone, not that they never had it."""
         if message_id in self._leases:
             return  # our own claim moved it
         self._ready.remove(message_id)
-        self._past.forget(message_id)
+        self._past.set_aside(message_id)
 
     def claim_lost(self, message_id: MessageId) -> None:
-        """Another process won the rename: free the slot and forget the message."""
+        """Another process won the rename: free the slot and let go of the message (its past
+        holders parked, as `withdraw` parks them; the claim's holder never had it)."""
         self._leases.drop(message_id)
         self._ready.remove(message_id)
-        self._past.forget(message_id)
+        self._past.set_aside(message_id)
 
     def lock_lost(self, message_id: MessageId) -> Lease | None:
         """Another process ended the lease on disk (an ack, unlock or reject by id): the

@@ -183,6 +183,42 @@ def test_unexpected_request_after_the_claim_was_lost(
     expect(ItemNotFound, lambda: operation(engine, M1, A, T0))  # it was never ours
 
 
+@OPERATIONS
+def test_unexpected_request_while_another_process_has_it_and_after_it_came_back(
+    engine: QueueEngine, operation: Operation
+) -> None:
+    """a unlocked m1, and another process took it from target/ (withdraw) and gave it back
+    (its file names that process's consumer as the last holder): a, asking, is told its lock
+    is gone. It was told ItemNotFound while m1 was away, and then Forbidden ("did not receive
+    this message"): the engine forgot a's part when the message left."""
+    release = engine.unlock(M1, A, now=T0)
+    assert isinstance(release, Release)
+    engine.offer(reoffered(release), now=T0)
+    engine.withdraw(M1)
+    expect(UnexpectedRequest, lambda: operation(engine, M1, A, T0))
+    expect(Forbidden, lambda: operation(engine, M1, B, T0))  # it is somewhere, never b's
+    engine.offer(replace(reoffered(release), last_holder=ConsumerId("cli")), now=T0 + 1)
+    expect(UnexpectedRequest, lambda: operation(engine, M1, A, T0 + 1))
+    expect(Forbidden, lambda: operation(engine, M1, B, T0 + 1))
+
+
+@OPERATIONS
+def test_unexpected_request_after_another_process_won_the_claim_of_a_message_it_held(
+    engine: QueueEngine, operation: Operation
+) -> None:
+    """a unlocked m1; the next claim (b's) lost the rename to another process: a is still
+    told its lock is gone, b that the message was never its own."""
+    release = engine.unlock(M1, A, now=T0)
+    assert isinstance(release, Release)
+    engine.offer(reoffered(release), now=T0)
+    engine.dispatch(now=T0 + 2)
+    lease = engine.lease(M1)
+    assert lease is not None
+    assert lease.holder == B
+    engine.claim_lost(M1)
+    expect(UnexpectedRequest, lambda: operation(engine, M1, A, T0 + 2))
+
+
 # -- a handle of an earlier delivery to the same holder ---------------------------------------
 
 Settle = Callable[[QueueEngine, int, float], Effect]

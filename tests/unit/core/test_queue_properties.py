@@ -5,7 +5,8 @@ message is), re-offers released messages with their new delivery count, and asks
 ack, unlock, reject and extend. Checked after every step:
 - no message is leased twice, and a claim never takes a consumer beyond max_in_flight;
 - every offered message is in exactly one place, and the engine agrees with the model;
-- lock errors are exactly the ones XEP-0254 §2.3/§2.4 asks for;
+- lock errors are exactly the ones XEP-0254 §2.3/§2.4 asks for (a past holder of a message
+  another process took is told its lock is gone, not that it never received it);
 - nothing is due before next_deadline(), and after expire(now) it lies in the future.
 """
 
@@ -117,7 +118,8 @@ class QueueMachine(RuleBasedStateMachine):
     def end(self, message_id: MessageId, place: Place) -> None:
         self.place[message_id] = place
         self.holder.pop(message_id, None)
-        self.past.pop(message_id, None)
+        if place is not Place.GONE:  # another process has it: who held it here is kept
+            self.past.pop(message_id, None)
 
     def expected_error(self, message_id: MessageId, consumer: ConsumerId) -> type[LockError] | None:
         holder = self.holder.get(message_id)
@@ -129,6 +131,8 @@ class QueueMachine(RuleBasedStateMachine):
             return Conflict
         if self.place.get(message_id) in (Place.READY, Place.RELEASED):
             return Forbidden
+        if self.place.get(message_id) is Place.GONE and self.past.get(message_id):
+            return Forbidden  # it is somewhere (another process has it)
         return ItemNotFound
 
     # -- the runtime ------------------------------------------------------------------------
