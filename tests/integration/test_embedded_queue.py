@@ -1291,3 +1291,30 @@ def test_open_takes_zero_to_clean_at_once_and_none_to_keep_forever(tmp_path: Pat
         box.queue("jobs").put(b"x")
     with boxmq.open(tmp_path, processed_retention=None, fsync_interval=0.5, fsync="interval"):
         pass
+
+
+def test_a_claim_given_back_reaches_its_last_holder_when_the_hand_off_ends(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    """w1 unlocked the message, it was locked ahead for w2, and w2 closed without receiving
+    it: it is back as it was, w1 its last holder, and w1 (the one consumer left) takes it once
+    the hand-off after the give-back is over. The watcher's news of the claim and the give-back
+    (gone from target/, and back under the same name) made the queue offer it again at w1's
+    next look, and the hand-off began again from there: w1 waited a second more."""
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"x")
+    w1 = jobs.consumer("w1", max_in_flight=1, lock_timeout=10)
+    w2 = jobs.consumer("w2", max_in_flight=1, lock_timeout=10)
+    first = w1.receive_nowait()
+    assert first is not None
+    first.unlock()
+    clock.advance(0.5)
+    assert w1.receive_ready() == []  # passed over: locked ahead for w2
+    assert [p.holder for p in jobs.peek(state="processing")] == ["w2"]
+    w2.close()  # never received it: back as it was
+    clock.advance(1.0)  # the hand-off from the give-back is over
+    again = w1.receive_nowait()
+    assert again is not None
+    assert (again.id, again.delivery_count) == (first.id, 2)
+    again.ack()
+    w1.close()

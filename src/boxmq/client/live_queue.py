@@ -652,7 +652,13 @@ class LiveQueue:
             self._sent.clear()
             return
         known = self._known
+        # A name both gone and come left and came back since the last read (Changes): it is
+        # there, as known (a claim given back unchanged, ours or another process's). Taken
+        # away and offered again, it was a new offer: its last holder's hand-off began again.
+        back = set(changes.names) if changes.gone and changes.names else ()
         for name in changes.gone:  # claimed by another process, or moved away: not ours
+            if name in back:
+                continue
             if (envelope := known.pop(name, None)) is not None:
                 self._engine.withdraw(envelope.message_id)
                 if self._behind and self._engine.lease(envelope.message_id) is None:
