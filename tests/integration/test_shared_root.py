@@ -269,3 +269,32 @@ def test_a_late_answer_after_another_box_took_the_message_says_the_lock_is_gone(
                     answer()
             later.ack()
         assert jobs.counts().ready == 1
+
+
+def test_a_message_another_box_took_and_gave_back_before_a_look_is_not_left_for_the_rescan(
+    root: Path, clock: ManualClock
+) -> None:
+    """w unlocked its message; before w's Box looked at target/ again, another process took it
+    (`boxmq get`) and gave it back under a new name. The Box still had the old name ready: its
+    claim of it failed, and the new name waited behind it until the full rescan (5 s later),
+    with w asking for it all along. Now the failed claim lets the new name be offered at once."""
+    with (
+        boxmq.open(root, fsync="never", clock=clock) as box,
+        boxmq.open(root, fsync="never", clock=clock) as cli_box,
+    ):
+        jobs = box.queue("jobs")
+        jobs.put(b"m")
+        with jobs.consumer("w", max_in_flight=1, lock_timeout=30) as w:
+            first = w.receive_nowait()
+            assert first is not None
+            first.unlock()
+            taken = cli_box.queue("jobs").get("cli")
+            assert taken is not None
+            assert taken.id == first.id
+            clock.advance(1.0)
+            taken.unlock()
+            clock.advance(1.0)
+            again = w.receive_nowait()
+            assert again is not None
+            assert (again.id, again.delivery_count) == (first.id, 3)
+            again.ack()

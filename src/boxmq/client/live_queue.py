@@ -511,6 +511,8 @@ class LiveQueue:
                 break  # else a claim was lost to another process: its slot is free again
             # Each failed rename took a while: the next claims are locked from now.
             now = self._clock.now()
+            if now >= self._next_scan:  # a lost claim let go of a file waiting behind it
+                self._scan(now)
         if moved and (self._sleepers or self._watching):
             # Only news wakes the other consumers: waking them for nothing made two idle
             # consumer threads wake each other in turn, forever (a core's worth of CPU).
@@ -784,6 +786,10 @@ class LiveQueue:
         processing = self._box.place(_TARGET, message.key, _PROCESSING, locked)
         if processing is None:
             self._engine.claim_lost(message.message_id)
+            # A file of its id may wait in target/ behind the name that was lost (another
+            # process took that name and gave the message back under a new one before we
+            # looked): offered at the look that follows, not at the next full rescan.
+            self._let_go(message.message_id)
             return True
         self._locks[message.message_id] = processing
         if envelope is not None:
