@@ -257,7 +257,7 @@ class _TlsHandshake(asyncio.Protocol):
                 ssl_handshake_timeout=timeout,
             )
         except OSError as error:  # ssl.SSLError, the timeout's ConnectionAbortedError, EOF
-            level, words = handshake_failure(error, timeout)
+            level, words = _handshake_failure(error, timeout)
             log.log(level, "%s: TLS handshake failed: %s", peer, words)
             transport.abort()  # start_tls closed it: nothing is left to write
             return
@@ -324,7 +324,7 @@ _HANDSHAKE_REASONS: Final = {
 }
 
 
-def handshake_failure(error: OSError, timeout: float) -> tuple[int, str]:
+def _handshake_failure(error: OSError, timeout: float) -> tuple[int, str]:
     """The log level and the words for a TLS handshake that failed with `error`: INFO, as a
     refused CONNECT, for what a client did; DEBUG for a socket closed before or during the
     handshake (a port check), as a plain socket closed without a CONNECT is not logged."""
