@@ -8,20 +8,19 @@ from pathlib import Path
 import pytest
 
 from boxmq.store import retained
-from boxmq.store.commit import Committer, FsyncPolicy
+from boxmq.store.commit import Committer, FsyncPolicy, flush_directories
 from boxmq.store.retained import RetainedStore
 
 
 def _flushed_folders(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     flushed: list[str] = []
-    flush = retained.flush_directories
 
     def recording(folders: Iterable[str]) -> None:
         folders = list(folders)
         flushed.extend(folders)
-        flush(folders)
+        flush_directories(folders)
 
-    monkeypatch.setattr(retained, "flush_directories", recording)
+    monkeypatch.setattr("boxmq.store.retained.flush_directories", recording)
     return flushed
 
 
