@@ -372,6 +372,11 @@ class Delivery:
                     continue
                 now = self._clock.now()
                 publish = publish_of(message, topic, options, now, self._box.side_files)
+                if message.envelope.expired(now) and not (
+                    publish.qos == 2 and message.id in session.sent_before
+                ):
+                    self._lapse(session, message)
+                    continue
                 if publish.qos == 0:
                     message.ack()
                     self.deliver(session, publish, None)
@@ -384,6 +389,25 @@ class Delivery:
             self._release_settled(session)
             session.sent_before.clear()
             outbox.unreserve()
+
+    def _lapse(self, session: Session, message: Message) -> None:
+        """A message taken back after a restart (one its session held, sent or queued,
+        when the process before ended) whose Message Expiry Interval ran out meanwhile: not
+        sent, as on a resumed session without a restart (outbox.py, `resend`), and given
+        back, so its dropbox moves it to expired/ (MQTT 5.0 §3.3.2.3.3). A QoS 2 one the
+        client was sent is not here: it may hold its packet id, and gets it again with one
+        second left. Its message file alone says its deadline, which `publish_of` would send
+        as one second left however long ago it passed."""
+        packet_id = session.sent_before.pop(message.id, None)
+        log.info(
+            "client %s: message %s expired while its session was held over a restart%s",
+            session.client_id,
+            shown(message.id),
+            "" if packet_id is None else f": not sent again under packet id {packet_id}",
+        )
+        _give_back(message)
+        if session.leaving:  # a share group it left may have waited for this one alone
+            self.close_drained(session)
 
     def _release_settled(self, session: Session) -> None:
         """After a restart: QoS 2 messages the record names as sent, whose files are gone,
