@@ -413,6 +413,22 @@ class AssuredIntake:
         source = str(pending.envelope.property_value(SOURCE))
         return _as_copied(pending.envelope), pending.path, _publisher(source)
 
+    def peek(self, source: str, msg_id: str) -> tuple[Envelope, bytes] | None:
+        """What `source` stored (step 1) under `msg_id` and waits for its `deliver`: its
+        envelope (the name in working/) and its body; None if nothing waits under it. For a
+        sender that must know the message as it delivers it and no longer holds it in
+        memory (an MQTT server restarted between PUBREC and PUBREL)."""
+        with self._lock:
+            self._restore()
+            pending = self._pending.get((source, msg_id))
+        if pending is None:
+            return None
+        try:
+            with open(pending.path, "rb") as file:
+                return pending.envelope, file.read()
+        except FileNotFoundError:  # delivered or dropped meanwhile
+            return None
+
     def pending(self, source: str) -> list[str]:
         """The msg ids `source` stored (step 1) that wait for their `deliver`."""
         with self._lock:

@@ -65,6 +65,7 @@ from boxmq.mqtt.stored import (
     exactly_once_source,
     kept_properties,
     publication_of,
+    released_publish,
     store_with_properties,
     stored_expiry,
 )
@@ -205,8 +206,13 @@ class Publishing:
                 if isinstance(result, BoxMQError):
                     self._send_error(client, Pubrec(packet_id), result)
                     return
-                received = self._received(packet)
-                session.hold_for_release(packet_id, packet, stored=True, received=received)
+                if result is False:
+                    # A repeat of one working/ keeps since before a restart: the PUBREL sends
+                    # that one on, its interval counted from its first PUBLISH (`released`).
+                    session.hold_for_release(packet_id, None, stored=True)
+                else:
+                    received = self._received(packet)
+                    session.hold_for_release(packet_id, packet, stored=True, received=received)
                 self._out.acknowledge(client, Pubrec, packet_id)
 
             client.jobs.append(
@@ -361,8 +367,15 @@ class Publishing:
         # client sent after it, and came after them (MQTT-4.6.0-6).
         write = publish is not None and not on_disk and publish.retain
         order = None if publish is None else self._order_of(publish)  # received at PUBREL
+        # After a restart the server holds nothing of the message in memory (or only the
+        # repeat of its PUBLISH): the subscribers in memory get it as working/ keeps it, read
+        # before it is delivered (`work`).
+        from_disk = on_disk and (held is None or held.publish is None)
+        kept: list[Publish] = []
 
         def work() -> object:
+            if from_disk:
+                return self._deliver_kept(client_id, packet_id, kept)
             if on_disk:
                 return self._box.deliver(
                     exactly_once_source(client_id), str(packet_id), remember=False, must_exist=True
@@ -390,9 +403,13 @@ class Publishing:
                 log.warning("client %s: PUBREL %d failed: %s", client_id, packet_id, result)
             if publish is not None:
                 self._delivery.route_memory(client_id, publish, _written(order, result))
+            elif kept and result is True:
+                self._delivery.route_memory(client_id, kept[0])
             self._out.send(client, Pubcomp(packet_id, reason))
 
-        if on_disk:  # with the neighbours' PUBRELs: their markers and moves share flushes
+        if from_disk:  # after a restart: alone, as it reads the message first
+            client.jobs.append(Job(work, done))
+        elif on_disk:  # with the neighbours' PUBRELs: their markers and moves share flushes
             key = (exactly_once_source(client_id), str(packet_id))
             client.jobs.append(Job(work, done, None, (self._deliver_many, key)))
         else:
@@ -515,6 +532,27 @@ class Publishing:
 
         room = partial(self._box.topics.topic_room, expires_in=expiry, retain=packet.retain)
         return store_with_properties(packet, self._box.side_files, publish, room)
+
+    def _deliver_kept(self, client_id: str, packet_id: int, kept: list[Publish]) -> object:
+        """A PUBREL's delivery out of the intake when the server no longer holds its PUBLISH
+        (it restarted since): the message as working/ keeps it is put in `kept` first, for
+        the subscribers in memory, who got it at the PUBREL without a restart. A file that
+        cannot be read leaves them without it; the durable subscriptions get it all the
+        same."""
+        source, msg_id = exactly_once_source(client_id), str(packet_id)
+        try:
+            found = self._box.intake.peek(source, msg_id)
+        except OSError as error:
+            log.warning("client %s: reading QoS 2 message %s: %s", client_id, msg_id, error)
+            found = None
+        # Made before the delivery, which may settle its properties' side file.
+        publish = None
+        if found is not None:
+            publish = released_publish(*found, self._clock.now(), self._box.side_files)
+        delivered = self._box.deliver(source, msg_id, remember=False, must_exist=True)
+        if publish is not None:
+            kept.append(publish)
+        return delivered
 
     def _deliver_many(self, keys: list[tuple[str, str]]) -> list[object]:
         """PUBRELs of QoS 2 messages stored at their PUBLISH: out of the intake together."""

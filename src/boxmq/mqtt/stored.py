@@ -84,6 +84,7 @@ __all__ = [
     "kept_properties",
     "publication_of",
     "publish_of",
+    "released_publish",
     "retained_publish",
     "storable",
     "store_with_properties",
@@ -330,6 +331,19 @@ def retained_publish(
     if options.identifier:
         props = props + subscription_identifier(options.identifier)
     return new_publish(envelope.topic or "", body, min(qos, options.qos), True, False, None, props)
+
+
+def released_publish(
+    envelope: Envelope, body: bytes, now: float, side_files: SideFiles
+) -> Publish | None:
+    """A QoS 2 PUBLISH as the exactly-once intake keeps it in working/ (its topic, body and
+    properties, and what is left of its Message Expiry Interval), as its PUBREL sends it on
+    to the subscribers in memory when the server holds it in memory no more (it restarted
+    since the PUBLISH); None once its interval ran out (MQTT-3.3.2-5)."""
+    if envelope.expired(now) or not envelope.topic:
+        return None
+    props = _remaining_expiry(_properties_of(envelope, side_files), envelope, now)
+    return new_publish(envelope.topic, body, 2, False, False, None, props)
 
 
 @functools.lru_cache(maxsize=1024)
