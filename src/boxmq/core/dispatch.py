@@ -5,9 +5,10 @@ unlocked item go to the "next" subscriber. Invariants:
 - A pick is made only among the consumers offered as free (each has a free slot).
 - The last holder of a released message is passed over while another free consumer exists, and
   takes it back only once its handoff is over (`eligible`).
-- HASH_BY_KEY routes on zlib.crc32 of the group key (or message id) over ALL consumers sorted by
-  id, so a key stays on one consumer while the set of consumers is stable; the queue partitions
-  its ready messages by `lane_of`, so a full consumer's messages wait without being scanned.
+- HASH_BY_KEY routes on zlib.crc32 of the group key (or message id) over all consumers that take
+  turns (not paused), sorted by id, so a key stays on one consumer while that set is stable; the
+  queue partitions its ready messages by `lane_of`, so a full consumer's messages wait without
+  being scanned.
 - Rotation follows the order in which consumers were added; only RANDOM uses the rng.
 """
 
@@ -80,11 +81,14 @@ class Picker:
         """True if every message belongs to one consumer (see `lane_of`)."""
         return self._kind is Dispatch.HASH_BY_KEY
 
-    def set_consumers(self, consumers: Sequence[ConsumerId]) -> None:
-        """All consumers of the queue, in the order they were added."""
+    def set_consumers(
+        self, consumers: Sequence[ConsumerId], *, paused: Collection[ConsumerId] = ()
+    ) -> None:
+        """All consumers of the queue, in the order they were added; `paused`: those of them
+        that take no turns, whose keys HASH_BY_KEY spreads over the others meanwhile."""
         self._order = list(consumers)
         self._position = {consumer: i for i, consumer in enumerate(self._order)}
-        self._ring = sorted(self._order)
+        self._ring = sorted(consumer for consumer in self._order if consumer not in paused)
         if self._order:
             self._cursor %= len(self._order)
 

@@ -125,12 +125,16 @@ class QueueEngine:
             return
         self._paused[consumer] = limits.max_in_flight
         self._consumers[consumer] = _Limits(0, limits.lock_timeout)  # no slot is ever free
+        # Under hash-by-key its keys go to the consumers that take turns until it resumes:
+        # kept on it, they waited for it (for as long as an MQTT session's client is away).
+        self._consumers_changed()
 
     def resume(self, consumer: ConsumerId) -> None:
         max_in_flight = self._paused.pop(consumer, None)
         limits = self._consumers.get(consumer)
         if max_in_flight is not None and limits is not None:
             self._consumers[consumer] = _Limits(max_in_flight, limits.lock_timeout)
+            self._consumers_changed()  # its keys are its own again
 
     def give_back(self, message_id: MessageId, consumer: ConsumerId) -> Release:
         """A message claimed for `consumer` that it never received (it went away first): back
@@ -400,7 +404,7 @@ class QueueEngine:
     # -- internals ------------------------------------------------------------------------
 
     def _consumers_changed(self) -> None:
-        self._picker.set_consumers(list(self._consumers))
+        self._picker.set_consumers(list(self._consumers), paused=self._paused)
         if self._picker.partitioned:
             self._ready.relane(self._picker.lane_of)
 

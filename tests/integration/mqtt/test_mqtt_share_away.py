@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 import pytest
-from tests.integration.mqtt.clients import RunningServer, paho
+from tests.integration.mqtt.clients import RunningServer, paho, start_server
 from tests.integration.mqtt.raw import (
     open_raw,
     packet,
@@ -142,3 +143,30 @@ def test_settling_what_a_left_subscription_sent_is_no_warning(
     assert all("of a subscription it left" in r.getMessage() for r in settled)
     leaving.close()
     publisher.stop()
+
+
+def test_under_hash_by_key_an_away_members_topics_go_to_the_members_there(
+    tmp_path: Path,
+) -> None:
+    """The away member's keys (here topics) waited for it, for as long as its client was away:
+    hash-by-key routed over every member, the paused one included."""
+    running = start_server(tmp_path / "root", group_dispatch={"workers": "hash-by-key"})
+    try:
+        away = paho(running, "away-member", clean=False, expiry=300)
+        away.subscribe(GROUP, 1)
+        there = paho(running, "member-there", v5=False)
+        there.subscribe(GROUP, 1)
+        publisher = paho(running, "publisher")
+        away.stop()  # a DISCONNECT: its session lives on
+        topics = [f"jobs/{n}" for n in range(10)]
+        for topic in topics:
+            publisher.publish(topic, topic.encode(), 1)
+        got = sorted(there.next().topic for _ in topics)
+        assert got == sorted(topics)
+        assert there.nothing(within=0.5)
+        back = paho(running, "away-member", clean=False, expiry=300)
+        assert back.session_present
+        assert back.nothing(within=0.5)  # all taken by the member there
+        back.stop()
+    finally:
+        running.shutdown()

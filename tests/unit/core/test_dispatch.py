@@ -148,6 +148,23 @@ def test_hash_by_key_re_routes_when_the_consumers_change() -> None:
         assert effect.holder == route(effect.message, [B, C])
 
 
+def test_hash_by_key_gives_a_paused_consumers_keys_to_the_others_until_it_resumes() -> None:
+    # An MQTT share group's member whose client is away is paused: the group's messages go to
+    # the members there (docs/mqtt.md). Its keys waited for it, for as long as it was away.
+    engine = engine_with(Dispatch.HASH_BY_KEY, A, B)
+    engine.pause(A)
+    offer_many(engine, 10, keys=10)
+    owners = {route(ready("x", group_key=f"g{i}"), [A, B]) for i in range(10)}
+    assert owners == {A, B}  # some of the keys are A's while it takes turns
+    assert holders(engine.dispatch(now=T0)) == ["b"] * 10
+    engine.resume(A)
+    for i in range(10):
+        engine.offer(ready(f"n{i:03}", sequence=10 + i, group_key=f"g{i}"), now=T0)
+    for effect in engine.dispatch(now=T0):
+        assert isinstance(effect, Claim)
+        assert effect.holder == route(effect.message, [A, B])  # its keys are its own again
+
+
 def test_hash_by_key_last_holder_gets_it_back_after_the_handoff() -> None:
     engine = QueueEngine(policy=QueuePolicy(dispatch=Dispatch.HASH_BY_KEY, handoff=2.0))
     for consumer in (A, B):
