@@ -1140,6 +1140,30 @@ def test_hash_by_key_keeps_a_message_group_on_one_consumer_and_through_a_redeliv
             consumer.close()
 
 
+def test_hash_by_key_gives_an_unlocked_message_back_before_the_rest_of_its_group(
+    root: Path, clock: ManualClock
+) -> None:
+    # While m0 waited out its hand-off for its group's consumer, that consumer got m1, m2, m3
+    # of the group: the group came as m0, m1, m2, m3, m0.
+    with boxmq.open(root, fsync="never", dispatch="hash-by-key", clock=clock) as box:
+        jobs = box.queue("jobs")
+        for index in range(4):
+            jobs.put(f"m{index}", properties={GROUP_KEY: "order-17"})
+        consumers = [jobs.consumer(name, max_in_flight=1) for name in ("a", "b")]
+        [(consumer, first)] = [(c, m) for c in consumers if (m := c.receive_nowait()) is not None]
+        assert first.body == b"m0"
+        first.unlock()
+        assert all(c.receive_nowait() is None for c in consumers)  # the group waits for m0
+        clock.advance(2)  # the hand-off (1 s) is over
+        got = []
+        while (message := consumer.receive_nowait()) is not None:
+            got.append(message.body)
+            message.ack()
+        assert got == [b"m0", b"m1", b"m2", b"m3"]
+        for each in consumers:
+            each.close()
+
+
 # A script's name whose property escapes are not UTF-8: read with those bytes as surrogate
 # escapes (os.listdir's way), the rest of its metadata intact.
 SCRIPTED = "4.s1.T.....tenantS=acme&kS=%ED%A0%80&JMSXGroupIDS=g%FF"

@@ -130,7 +130,8 @@ class Picker:
         self, message: Ready, free: Collection[ConsumerId], *, handoff_over: bool
     ) -> ConsumerId | None:
         # The key's consumer or nobody. If it is the last holder, it waits for the handoff: a
-        # key never moves to another consumer, which would break its order.
+        # key never moves to another consumer, which would break its order (and the engine
+        # holds the group's later messages back behind it, for the same reason).
         target = route(message, self._ring)
         if target is None or target not in free:
             return None

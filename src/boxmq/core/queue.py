@@ -247,21 +247,37 @@ class QueueEngine:
             self._hand_out_alone(consumer, now, effects)
             return effects
 
+        # Hash-by-key: the groups whose earlier message waits out its handoff (it goes back
+        # to its last holder, the group's consumer); their later messages wait behind it, or
+        # the consumer got them first and the group's order was lost. Each one passed is
+        # counted (`behind`), so that a long group does not make every dispatch of the
+        # handoff read all of it.
+        held_back: set[str] | None = set() if self._picker.partitioned else None
+        behind = [0]
+
         def visit(message: Ready, offered_at: float) -> bool:
+            if held_back and message.group_key in held_back:
+                behind[0] += 1
+                return False
             handoff_over = now >= offered_at + self._policy.handoff
             consumer = self._picker.pick(
                 message, free, load=self._leases.count, handoff_over=handoff_over
             )
             if consumer is None:
+                if held_back is not None and message.group_key is not None:
+                    held_back.add(message.group_key)
                 return False
             effects.append(self._claim(message, consumer, now=now))
             if self._leases.count(consumer) >= self._consumers[consumer].max_in_flight:
                 del free[consumer]
             return True
 
-        lanes: list[Lane] = list(free) if self._picker.partitioned else [None]
-        for lane in lanes:
-            self._ready.drain(lane, visit, until=_stop_when_full(free, lane))
+        if held_back is None:
+            self._ready.drain(None, visit, until=_stop_when_full(free, None))
+            return effects
+        for lane in list(free):
+            behind[0] = 0
+            self._ready.drain(lane, visit, until=_stop_when_lane_ends(free, lane, behind))
         return effects
 
     def expire(
@@ -496,6 +512,20 @@ def check_consumer_limits(max_in_flight: int, lock_timeout: float) -> None:
     if max_in_flight < 1:
         raise InvalidArgument(f"max_in_flight must be >= 1, not {max_in_flight}")
     check_seconds("the lock timeout", lock_timeout)
+
+
+# How many messages held back behind their group's message in handoff one dispatch passes in
+# a consumer's lane before it leaves the rest of the lane for later: the messages of other
+# groups after them then wait at most for that handoff's end (when the next dispatch is due).
+_HELD_BACK_SCAN = 100
+
+
+def _stop_when_lane_ends(
+    free: dict[ConsumerId, None], lane: ConsumerId, behind: list[int]
+) -> Callable[[], bool]:
+    """Stop draining a consumer's lane (hash-by-key) when it has no room left, or when the
+    drain passed `_HELD_BACK_SCAN` messages held back behind their group."""
+    return lambda: lane not in free or behind[0] >= _HELD_BACK_SCAN
 
 
 def _stop_when_full(free: dict[ConsumerId, None], lane: Lane) -> Callable[[], bool]:

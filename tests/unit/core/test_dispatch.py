@@ -186,6 +186,59 @@ def test_hash_by_key_last_holder_gets_it_back_after_the_handoff() -> None:
     assert holders(engine.dispatch(now=T0 + 2)) == [claim.holder]
 
 
+def test_hash_by_key_holds_a_group_back_behind_its_message_in_handoff() -> None:
+    # m0 unlocked waits out its handoff for the group's consumer: m1 and m2 of its group wait
+    # behind it (given out first, they made the group's order m1, m2, m0); other groups go on.
+    engine = QueueEngine(policy=QueuePolicy(dispatch=Dispatch.HASH_BY_KEY, handoff=2.0))
+    engine.add_consumer(A, max_in_flight=5, lock_timeout=30.0)
+    engine.offer(ready("m0", sequence=0, group_key="order-17"), now=T0)
+    assert holders(engine.dispatch(now=T0)) == ["a"]
+    engine.unlock(MessageId("m0"), A, now=T0)
+    back = Ready(
+        key="again",
+        message_id=MessageId("m0"),
+        group_key="order-17",
+        last_holder=A,
+        delivery_count=1,
+    )
+    engine.offer(back, now=T0)
+    engine.offer(ready("m1", sequence=1, group_key="order-17"), now=T0)
+    engine.offer(ready("m2", sequence=2, group_key="order-17"), now=T0)
+    engine.offer(ready("n0", sequence=3, group_key="order-18"), now=T0)
+    engine.offer(ready("x0", sequence=4), now=T0)  # grouped by its own id: nothing behind it
+    claimed = [e.message.message_id for e in engine.dispatch(now=T0 + 1) if isinstance(e, Claim)]
+    assert claimed == ["n0", "x0"]
+    claimed = [e.message.message_id for e in engine.dispatch(now=T0 + 2) if isinstance(e, Claim)]
+    assert claimed == ["m0", "m1", "m2"]
+
+
+def test_hash_by_key_reads_a_bounded_part_of_a_long_group_held_back() -> None:
+    # Each dispatch of the handoff read every message held back: 0.3 s for 50,000 of them.
+    engine = QueueEngine(policy=QueuePolicy(dispatch=Dispatch.HASH_BY_KEY, handoff=2.0))
+    engine.add_consumer(A, max_in_flight=2_000, lock_timeout=30.0)
+    engine.offer(ready("m0000", sequence=0, group_key="long"), now=T0)
+    assert holders(engine.dispatch(now=T0)) == ["a"]
+    engine.unlock(MessageId("m0000"), A, now=T0)
+    back = Ready(key="again", message_id=MessageId("m0000"), group_key="long", last_holder=A)
+    engine.offer(back, now=T0)
+    for i in range(1, 1_000):
+        engine.offer(ready(f"m{i:04}", sequence=i, group_key="long"), now=T0)
+    engine.offer(ready("other", sequence=1_000, group_key="short"), now=T0)
+    read: list[MessageId] = []
+    live = engine._ready._live
+
+    def spy(message_id: MessageId, generation: int) -> object:
+        read.append(message_id)
+        return live(message_id, generation)
+
+    engine._ready._live = spy  # type: ignore[method-assign,assignment]
+    # The other group waits behind the first 100 of them, for the handoff's end at most.
+    assert engine.dispatch(now=T0 + 1) == []
+    assert len(read) == 101
+    claimed = [e.message.message_id for e in engine.dispatch(now=T0 + 2) if isinstance(e, Claim)]
+    assert claimed == [f"m{i:04}" for i in range(1_000)] + ["other"]
+
+
 @given(
     keys=st.lists(st.text(min_size=1, max_size=6), min_size=1, max_size=60),
     consumers=st.integers(min_value=1, max_value=5),
