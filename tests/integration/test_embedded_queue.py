@@ -1164,6 +1164,28 @@ def test_hash_by_key_gives_an_unlocked_message_back_before_the_rest_of_its_group
             each.close()
 
 
+def test_sticky_stays_on_its_consumer_after_that_consumer_unlocks_a_message(
+    root: Path, clock: ManualClock
+) -> None:
+    with boxmq.open(root, fsync="never", dispatch="sticky", clock=clock) as box:
+        jobs = box.queue("jobs")
+        first, other = jobs.consumer("a", max_in_flight=3), jobs.consumer("b", max_in_flight=3)
+        jobs.put("m0")
+        message = first.receive_nowait()
+        assert message is not None
+        message.unlock()  # for the next consumer (XEP-0254 §2.4)
+        again = other.receive_nowait()
+        assert again is not None
+        assert again.id == message.id
+        for index in range(1, 3):
+            jobs.put(f"m{index}")
+        # The next ones went to b as well, though a, the sticky one, had room.
+        assert [m.body for m in drain(first)] == [b"m1", b"m2"]
+        assert other.receive_nowait() is None
+        first.close()
+        other.close()
+
+
 # A script's name whose property escapes are not UTF-8: read with those bytes as surrogate
 # escapes (os.listdir's way), the rest of its metadata intact.
 SCRIPTED = "4.s1.T.....tenantS=acme&kS=%ED%A0%80&JMSXGroupIDS=g%FF"

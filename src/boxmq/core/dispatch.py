@@ -119,8 +119,16 @@ class Picker:
             return None
         if self._kind is Dispatch.RANDOM:
             return self._rng.choice(candidates)
-        if self._kind is Dispatch.STICKY and self._current in candidates:
-            return self._current
+        if self._sticky:
+            current = self._current
+            if current in candidates:
+                return current
+            if current is not None and current in free:
+                # Passed over as the message's last holder (XEP-0254 §2.4), not full: the
+                # message goes to the next one, and the consumer stays the same for the rest.
+                consumer = self._rotate(candidates)
+                self._current = current
+                return consumer
         if self._kind is Dispatch.LEAST_IN_FLIGHT:
             least = min(load(consumer) for consumer in candidates)
             candidates = [consumer for consumer in candidates if load(consumer) == least]

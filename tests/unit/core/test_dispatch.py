@@ -88,6 +88,21 @@ def test_sticky_stays_while_there_is_room() -> None:
     assert holders(engine.dispatch(now=T0)) == ["b", "a"]  # b until full, then the next
 
 
+def test_sticky_stays_on_a_consumer_that_unlocked_a_message_while_it_has_room() -> None:
+    # The unlocked message goes to the next consumer (XEP-0254 §2.4); the rest stayed there
+    # too, though the sticky consumer had room.
+    engine = engine_with(Dispatch.STICKY, A, B, slots=3)
+    engine.offer(ready("m0"), now=T0)
+    assert holders(engine.dispatch(now=T0)) == ["a"]
+    engine.unlock(MessageId("m0"), A, now=T0)
+    back = Ready(key="again", message_id=MessageId("m0"), last_holder=A, delivery_count=1)
+    engine.offer(back, now=T0)
+    assert holders(engine.dispatch(now=T0)) == ["b"]
+    for i in range(1, 4):
+        engine.offer(ready(f"m{i}", sequence=i), now=T0)
+    assert holders(engine.dispatch(now=T0)) == ["a", "a", "a"]
+
+
 def test_hash_by_key_keeps_a_key_on_one_consumer() -> None:
     engine = engine_with(Dispatch.HASH_BY_KEY, C, A, B)
     ring = [A, B, C]
