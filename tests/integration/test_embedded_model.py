@@ -21,12 +21,14 @@ After every step the folders are read back and compared with the model:
   the engine's for a consumer of this Box, the files' for an answer by id or to a `get`.
 
 Which consumer a dispatch picks is read from the folders rather than predicted: the model
-checks that the pick was allowed, not which of the allowed picks was made (round-robin only).
+checks that the pick was allowed, not which of the allowed picks was made; so the Box
+dispatches round-robin (most often), least-in-flight, sticky or random, whose allowed picks
+are the same (tests/unit/core/test_dispatch_properties.py checks which one each makes).
 Where the other Box changed something, this Box's engine may take a second to see it (a sweep
 or the watcher's news): for that second the model owes no order for the messages concerned,
 lets the consumers that held them count them still, accepts a receive that hands out one
 settled elsewhere (its body kept from the put), and for stale handles accepts
-UnexpectedRequest or ItemNotFound. Left out: the other dispatch strategies, pause and
+UnexpectedRequest or ItemNotFound. Left out: hash-by-key, pause and
 set_limits, blocking receives and threads, keep_processed=False, topics and subscriptions,
 redrives (requeue, purge), and processes that die (the other Box is always alive).
 """
@@ -58,6 +60,9 @@ MAX_DELIVERIES = 3
 HANDOFF = 1.0  # core.QueuePolicy's default
 CONSUMERS = ["c0", "c1", "c2"]
 QUEUE = "jobs"
+# The strategies whose allowed picks are round-robin's: any consumer with room, its last holder
+# passed over during a hand-off (hash-by-key picks the key's consumer: a model of its own).
+DISPATCH = ["round-robin", "round-robin", "least-in-flight", "sticky", "random"]
 CLI = "cli"  # the other Box's `get` locks under this name
 FAR = 10_000.0  # the other Box's locks and extensions: they never run out in a run
 
@@ -118,6 +123,7 @@ class EmbeddedModel(RuleBasedStateMachine):
         super().__init__()
         self.root = tempfile.mkdtemp(prefix="boxmq-model-")
         self.clock = ManualClock()
+        self.dispatch = "round-robin"
         self.box = self._open()
         self.queue = self.box.queue(QUEUE)
         self.other = self._open()
@@ -139,13 +145,14 @@ class EmbeddedModel(RuleBasedStateMachine):
         # hand it out (its body kept from the put), or skip it.
         self.vanished: set[str] = set()
 
-    def _open(self) -> boxmq.Box:
+    def _open(self, dispatch: str = "round-robin") -> boxmq.Box:
         return boxmq.open(
             self.root,
             fsync="never",
             clock=self.clock,
             max_deliveries=MAX_DELIVERIES,
             spares=0,
+            dispatch=dispatch,
         )
 
     def teardown(self) -> None:
@@ -448,8 +455,14 @@ class EmbeddedModel(RuleBasedStateMachine):
             st.tuples(st.integers(1, 3), st.sampled_from([3.0, 10.0])), min_size=1, max_size=3
         ),
         items=st.lists(st.sampled_from([0, 4, 9]), min_size=1, max_size=5),
+        dispatch=st.sampled_from(DISPATCH),
     )
-    def start(self, limits: list[tuple[int, float]], items: list[int]) -> None:
+    def start(self, limits: list[tuple[int, float]], items: list[int], dispatch: str) -> None:
+        if dispatch != self.dispatch:  # nothing done yet: this Box again, another strategy
+            self.box.close()
+            self.dispatch = dispatch
+            self.box = self._open(dispatch)
+            self.queue = self.box.queue(QUEUE)
         for name, (max_in_flight, lock_timeout) in zip(CONSUMERS, limits, strict=False):
             self.open_consumer(name, max_in_flight, lock_timeout)
         for priority in items:
@@ -664,7 +677,7 @@ class EmbeddedModel(RuleBasedStateMachine):
             self.close_consumer(name)
         self.known[self.generation] = self.current_known()
         self.generation += 1
-        self.box = self._open()
+        self.box = self._open(self.dispatch)
         self.queue = self.box.queue(QUEUE)
         self.scanned = False
         for model in self.messages.values():
