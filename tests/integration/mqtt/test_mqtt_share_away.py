@@ -4,12 +4,15 @@ stays its own, and comes again (DUP) when it returns (MQTT 5.0 §4.8.2 lets the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
 import time
 from pathlib import Path
 
 import pytest
-from tests.integration.mqtt.clients import RunningServer, paho, start_server
+from paho.mqtt.packettypes import PacketTypes
+from tests.integration.mqtt.clients import RunningServer, paho, paho_properties, start_server
 from tests.integration.mqtt.raw import (
     open_raw,
     packet,
@@ -168,5 +171,37 @@ def test_under_hash_by_key_an_away_members_topics_go_to_the_members_there(
         assert back.session_present
         assert back.nothing(within=0.5)  # all taken by the member there
         back.stop()
+    finally:
+        running.shutdown()
+
+
+def test_under_hash_by_key_a_group_whose_member_leaves_goes_on_in_order_at_another(
+    tmp_path: Path,
+) -> None:
+    running = start_server(tmp_path / "root", group_dispatch={"workers": "hash-by-key"})
+    try:
+        members = {"a": paho(running, "member-a"), "b": paho(running, "member-b", v5=False)}
+        for member in members.values():
+            member.subscribe(GROUP, 1)
+        publisher = paho(running, "publisher")
+        group = paho_properties(PacketTypes.PUBLISH, UserProperty=[("JMSXGroupID", "o-1")])
+        for n in range(5):  # five topics, one group: the group is the key
+            publisher.publish(f"jobs/{n}", f"m{n}".encode(), 1, properties=group)
+        got: dict[str, list[bytes]] = {name: [] for name in members}
+        deadline = time.monotonic() + 10
+        while sum(map(len, got.values())) < 5 and time.monotonic() < deadline:
+            for name, member in members.items():
+                with contextlib.suppress(queue.Empty):
+                    got[name].append(member.messages.get(timeout=0.05).payload)
+        [(first, taken)] = [(name, payloads) for name, payloads in got.items() if payloads]
+        assert taken == [f"m{n}".encode() for n in range(5)]
+        [other] = [member for name, member in members.items() if name != first]
+        assert other.nothing(within=0.5)
+        members[first].stop()  # it leaves the group
+        for n in range(5, 10):
+            publisher.publish(f"jobs/{n}", f"m{n}".encode(), 1, properties=group)
+        assert [other.next().payload for _ in range(5)] == [f"m{n}".encode() for n in range(5, 10)]
+        other.stop()
+        publisher.stop()
     finally:
         running.shutdown()
