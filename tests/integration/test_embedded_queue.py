@@ -1364,3 +1364,23 @@ def test_a_claim_given_back_reaches_its_last_holder_when_the_hand_off_ends(
     assert (again.id, again.delivery_count) == (first.id, 2)
     again.ack()
     w1.close()
+
+
+def test_random_dispatch_picks_differently_in_each_box(tmp_path: Path) -> None:
+    # Two Boxes doing the same steps stand for two processes (or two runs): with one fixed
+    # seed, "random" gave every consumer the same share of messages in each.
+    def picks(root: Path) -> list[int]:
+        with boxmq.open(root, fsync="never", dispatch="random") as box:
+            jobs = box.queue("jobs")
+            consumers = [jobs.consumer(f"c{i}", max_in_flight=64) for i in range(4)]
+            jobs.put_many([str(n).encode() for n in range(48)])
+            taken: dict[int, int] = {}
+            for index, consumer in enumerate(consumers):
+                for message in consumer.receive_ready():
+                    taken[int(message.body)] = index
+            for consumer in consumers:
+                consumer.close()
+        assert sorted(taken) == list(range(48))
+        return [taken[n] for n in range(48)]
+
+    assert picks(tmp_path / "a") != picks(tmp_path / "b")

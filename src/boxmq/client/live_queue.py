@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import random
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -106,7 +107,9 @@ class LiveQueue:
         self._options = options
         self._clock = clock
         self._token = token
-        self._engine = QueueEngine(policy=options.policy)
+        # Seeded from the OS: under `dispatch="random"` the core's fixed default seed gave
+        # every queue, in every process and every run, the same sequence of picks.
+        self._engine = QueueEngine(policy=options.policy, rng=random.Random(os.urandom(16)))
         # Entered through the lock itself: Condition's own __enter__ and __exit__ are Python
         # functions around it, two calls more for each of the three entries per message.
         self._mutex = threading.RLock()  # reentrant: close() detaches its consumers
