@@ -535,6 +535,10 @@ def _body(args: argparse.Namespace) -> bytes:
         except OSError as error:
             raise InvalidArgument(f"cannot read {args.file}: {error.strerror}") from None
     if args.body is None or args.body == "-":
+        if sys.stdin is None:  # `<&-`: Python has no stdin to read, and nothing is sent
+            raise InvalidArgument(
+                "no body: the standard input is closed; give BODY, --file F, or pipe it in"
+            )
         return sys.stdin.buffer.read()
     return os.fsencode(args.body)  # the bytes given, UTF-8 or not (surrogate escapes)
 

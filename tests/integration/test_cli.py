@@ -547,6 +547,25 @@ def test_a_body_argument_that_is_not_utf8_is_stored_as_its_bytes(root: Path) -> 
     assert (root / "n" / "target" / name).read_bytes() == b"\xff\xfe"
 
 
+@pytest.mark.parametrize("command", [("put", "q"), ("publish", "t"), ("put", "q", "-")])
+def test_a_body_from_a_closed_stdin_is_one_clear_line_and_nothing_is_sent(
+    root: Path, command: tuple[str, ...]
+) -> None:
+    """`boxmq put q <&-`: Python has no sys.stdin then, and reading the body was a traceback."""
+    ok(root, "put", "q", "first")
+    ok(root, "subscribe", "t", "--name", "k", "--keep", "--idle", "0")
+    shell = 'exec "$@" <&-'  # the shell closes fd 0 for the command
+    argv = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never", *command]
+    done = subprocess.run(["sh", "-c", shell, "sh", *argv], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"boxmq {command[0]}: no body: the standard input is closed; give BODY, --file F, "
+        "or pipe it in\n"
+    )
+    counts = json.loads(ok(root, "--json", "ls"))
+    assert [row["ready"] for row in counts["queues"] + counts["subscriptions"]] == [1, 0]
+
+
 def test_get_writes_the_body_byte_for_byte_after_the_blank_line(root: Path) -> None:
     body = b"\x00\xff binary, no newline at the end"
     (root.parent / "body").write_bytes(body)
