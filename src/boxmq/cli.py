@@ -61,9 +61,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if sys.stdout is None and args.name != "serve":  # `>&-`: fd 1 closed, print() a no-op
+        # Refused before anything is done: `subscribe` would ack each message it never
+        # printed, `get` lock one nobody sees, `put` send one whose id nobody learns.
+        print(
+            f"boxmq {args.name}: the standard output is closed, so nothing it prints could be "
+            "read: give it one (>/dev/null to discard what it prints)",
+            file=sys.stderr,
+        )
+        return 1
     try:
         status = _run(args)
-        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        if sys.stdout is not None:  # `serve >&-` prints nothing and runs
+            sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         return status
     except BoxMQError as error:
         print(f"boxmq {args.name}: {error}", file=sys.stderr)

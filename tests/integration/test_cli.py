@@ -566,6 +566,37 @@ def test_a_body_from_a_closed_stdin_is_one_clear_line_and_nothing_is_sent(
     assert [row["ready"] for row in counts["queues"] + counts["subscriptions"]] == [1, 0]
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("subscribe", "t/#", "--name", "k", "--count", "1"),
+        ("get", "q"),
+        ("put", "q", "second"),
+        ("publish", "t/b", "second"),
+    ],
+)
+def test_a_command_with_its_standard_output_closed_does_nothing_and_says_so(
+    root: Path, command: tuple[str, ...]
+) -> None:
+    """`>&-`: Python has no sys.stdout and print() writes nowhere. `subscribe` acked the
+    messages it never printed (lost), `get` locked one and failed with a traceback, `put`
+    sent a message and failed with a traceback."""
+    ok(root, "subscribe", "t/#", "--name", "k", "--keep", "--idle", "0")
+    ok(root, "publish", "t/a", "first")
+    ok(root, "put", "q", "first")
+    shell = 'exec "$@" >&-'  # the shell closes fd 1 for the command
+    argv = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never", *command]
+    done = subprocess.run(["sh", "-c", shell, "sh", *argv], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"boxmq {command[0]}: the standard output is closed, so nothing it prints could be "
+        "read: give it one (>/dev/null to discard what it prints)\n"
+    )
+    counts = json.loads(ok(root, "--json", "ls"))
+    rows = counts["queues"] + counts["subscriptions"]
+    assert [(row["ready"], row["locked"], row["done"]) for row in rows] == [(1, 0, 0)] * 2
+
+
 def test_get_writes_the_body_byte_for_byte_after_the_blank_line(root: Path) -> None:
     body = b"\x00\xff binary, no newline at the end"
     (root.parent / "body").write_bytes(body)
