@@ -40,7 +40,7 @@ from boxmq.cli_serve import (
 from boxmq.client import Box, Message, Peeked, Queue, QueueCounts
 from boxmq.client.lifecycle import shown
 from boxmq.config_table import FOREVER
-from boxmq.errors import BoxMQError, Conflict, InvalidArgument, QueueNotFound
+from boxmq.errors import BoxMQError, Conflict, InvalidArgument, LockError, QueueNotFound
 from boxmq.model import Property
 from boxmq.mqtt.settings import Listener, MqttSettings
 from boxmq.store.layout import State
@@ -608,11 +608,23 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
                 if message is None:
                     break
                 _print_message(args, message)
-                message.ack()
+                try:
+                    message.ack()
+                except LockError as error:
+                    # Its lock (30 s) ended while print() waited for a slow reader of the
+                    # output: the message went back, and comes again. Not a reason to stop.
+                    print(
+                        f"boxmq subscribe: {error}: printed but not acked, its lock having "
+                        "ended while the output waited for its reader; it may come again",
+                        file=sys.stderr,
+                    )
                 received += 1
         finally:
             if kept:
-                subscriber.detach()  # its locks go back; the subscription or membership stays
+                # The subscription or membership stays, and what it received and did not ack
+                # (the message a closed pipe or a signal interrupted) stays locked to it, to
+                # come first to the next run (python.md: process_bound=False).
+                subscriber.detach()
             elif not shared:
                 box.unsubscribe(args.filter, args.subscriber)
     return 0

@@ -713,6 +713,44 @@ def test_a_kept_subscription_gets_the_retained_message_once_not_at_every_run(
     assert again.stdout == "st/a live\n"
 
 
+def test_subscribe_goes_on_when_a_slow_reader_outlasted_a_message_s_lock(
+    root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`boxmq subscribe ... | slow-reader`: print() waits on a full pipe; when that outlasts
+    the lock (30 s), the ack after it is refused (UnexpectedRequest). The run stopped there,
+    exit 1; the message comes again (printed twice, as at-least-once allows) and it goes on.
+    Here the lock is 0.3 s and the first print takes 0.6 s."""
+    from boxmq import cli
+
+    ok(root, "subscribe", "t/#", "--name", "k", "--keep", "--idle", "0")
+    ok(root, "publish", "t/a", "one")
+    subscribe = boxmq.Box.subscribe
+
+    def short_locks(self: boxmq.Box, *args: Any, **kwargs: Any) -> Any:
+        return subscribe(self, *args, **kwargs, lock_timeout=0.3)
+
+    printed = cli._print_message
+
+    calls: list[str] = []
+
+    def slow_first(args: Any, message: Any) -> None:
+        printed(args, message)
+        calls.append(message.id)
+        if len(calls) == 1:
+            time.sleep(0.6)  # a reader that took this long to make room in the pipe
+
+    monkeypatch.setattr(boxmq.Box, "subscribe", short_locks)
+    monkeypatch.setattr(cli, "_print_message", slow_first)
+    monkeypatch.setattr(signal, "signal", lambda *args: None)  # subscribe's, not pytest's
+    argv = ["--data", str(root), "--fsync", "never", "subscribe", "t/#", "--name", "k"]
+    assert cli.main([*argv, "--count", "2", "--idle", "10"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "t/a one\nt/a one\n"
+    assert f"{calls[0]}: k no longer holds the lock: printed but not acked" in err
+    [row] = json.loads(ok(root, "--json", "ls"))["subscriptions"]
+    assert (row["ready"], row["locked"], row["done"]) == (0, 0, 1)
+
+
 def test_unsubscribe_ends_a_kept_subscription(root: Path) -> None:
     ok(root, "subscribe", "news/#", "--name", "reader", "--keep", "--idle", "0.1")
     assert ok(root, "unsubscribe", "news/#", "--name", "reader") == "unsubscribed: news/# reader\n"
