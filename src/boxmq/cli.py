@@ -73,10 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status = _run(args)
         if sys.stdout is not None:  # `serve >&-` prints nothing and runs
-            sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+            _flush()  # here, where a closed pipe is caught, not at exit
         return status
     except BoxMQError as error:
         print(f"boxmq {args.name}: {error}", file=sys.stderr)
+        return 1
+    except _OutputError as error:
+        print(f"boxmq {args.name}: {error}{_OUTPUT_LOST.get(args.name, '')}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         # The reader left (`boxmq get q | head -1`): quiet, as a Unix tool killed by SIGPIPE.
@@ -672,9 +675,9 @@ def _print_message(args: argparse.Namespace, message: Message) -> None:
             record["correlation-id"] = correlation_id
         if (reply_to := message.reply_to) is not None:
             record["reply-to"] = reply_to
-        print(_json(record), flush=True)
+        _out(_json(record), flush=True)
     else:
-        print(f"{message.topic} {message.body.decode('utf-8', 'backslashreplace')}", flush=True)
+        _out(f"{message.topic} {message.body.decode('utf-8', 'backslashreplace')}", flush=True)
 
 
 def _get(args: argparse.Namespace, box: Box) -> int:
@@ -684,7 +687,7 @@ def _get(args: argparse.Namespace, box: Box) -> int:
         return EMPTY
     if args.json:
         record = _message_record(message) | _json_body(message.body)
-        print(_json(record))
+        _out(_json(record))
         return 0
     record = _message_record(message)
     record["id"] = shown(message.id)  # a name that is not UTF-8: its bytes as \xNN, as peek
@@ -694,15 +697,15 @@ def _get(args: argparse.Namespace, box: Box) -> int:
         if value not in (None, ""):  # unset (no reply-to, no type): no line, not "None"
             # Escaped as peek escapes them: a newline a producer put in a property, an id or
             # a reply-to must not end the header, whose first blank line starts the body.
-            print(f"{key:<{width}}  {_cell(value)}")
-    print()
-    sys.stdout.flush()
+            _out(f"{key:<{width}}  {_cell(value)}")
+    _out()
+    _flush()
     # The body byte for byte: everything after the first blank line is exactly the payload, and
     # it is never decoded (a big body costs its size once, not a text copy of it). Only on a
     # terminal does a newline end a body that lacks one, for the prompt.
-    sys.stdout.buffer.write(message.body)
+    _out_bytes(message.body)
     if not message.body.endswith(b"\n") and sys.stdout.isatty():
-        sys.stdout.buffer.write(b"\n")
+        _out_bytes(b"\n")
     return 0
 
 
@@ -766,15 +769,15 @@ def _ls(args: argparse.Namespace, box: Box) -> int:
         for info in box.topics.subscriptions()
     ]
     if args.json:
-        print(_json({"queues": queues, "subscriptions": subscriptions}))
+        _out(_json({"queues": queues, "subscriptions": subscriptions}))
         return 0
     if not queues and not subscriptions:
-        print(f"no queues or subscriptions under {box.root}")
+        _out(f"no queues or subscriptions under {box.root}")
     for rows in (queues, subscriptions):
         if rows:
             _table(rows)
             if rows is queues and subscriptions:
-                print()
+                _out()
     return 0
 
 
@@ -792,9 +795,9 @@ def _peek(args: argparse.Namespace, box: Box) -> int:
     peeked = _dropbox(args, box).peek(state=State(args.state), limit=args.limit)
     rows = [_peek_row(p, as_json=args.json) for p in peeked]
     if args.json:
-        print(_json(rows))
+        _out(_json(rows))
     elif not rows:
-        print(f"{args.queue}: no messages in {args.state}/")
+        _out(f"{args.queue}: no messages in {args.state}/")
     else:
         _table(rows)
     return 0
@@ -855,8 +858,55 @@ def _purge(args: argparse.Namespace, box: Box) -> int:
 # -- output ---------------------------------------------------------------------------------------
 
 
+class _OutputError(Exception):
+    """The standard output refused a write (`> /dev/full`, a full disk under `> file`): said
+    as such, not as an error of the root's disk, which it is not (a reader that left, a
+    BrokenPipeError, is not one: see `main`)."""
+
+    def __init__(self, error: OSError) -> None:
+        what = error.strerror or str(error)
+        super().__init__(f"cannot write its output: {what}")
+
+
+# What became of a command's work when its output failed: it stands, its words lost.
+_OUTPUT_LOST = {
+    "put": " (the message is sent: its id is what was lost)",
+    "publish": " (the message is published: its id is what was lost)",
+    "get": " (the message it locked comes back when --lock ends)",
+    "subscribe": " (the message it could not write is not acked)",
+}
+
+
+def _out(*values: object, flush: bool = False) -> None:
+    """print() to stdout, whose errors other than a closed pipe are an _OutputError."""
+    try:
+        print(*values, flush=flush)
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        raise _OutputError(error) from None
+
+
+def _out_bytes(data: bytes) -> None:
+    try:
+        sys.stdout.buffer.write(data)
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        raise _OutputError(error) from None
+
+
+def _flush() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        raise _OutputError(error) from None
+
+
 def _emit(args: argparse.Namespace, record: dict[str, Any], text: str) -> None:
-    print(_json(record) if args.json else text)
+    _out(_json(record) if args.json else text)
 
 
 def _json(value: object) -> str:
@@ -882,10 +932,10 @@ def _jsonable(value: object) -> object:
 def _table(rows: list[dict[str, Any]]) -> None:
     columns = list(dict.fromkeys(column for row in rows for column in row))  # every row's
     widths = {c: max(len(c), *(len(_cell(r.get(c, ""))) for r in rows)) for c in columns}
-    print("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip())
+    _out("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip())
     for row in rows:
         cells = (_cell(row.get(c, "")) for c in columns)
-        print(
+        _out(
             "  ".join(
                 cell.ljust(widths[c]) for c, cell in zip(columns, cells, strict=True)
             ).rstrip()

@@ -597,6 +597,39 @@ def test_a_command_with_its_standard_output_closed_does_nothing_and_says_so(
     assert [(row["ready"], row["locked"], row["done"]) for row in rows] == [(1, 0, 0)] * 2
 
 
+@pytest.mark.parametrize(
+    ("command", "what", "counts"),
+    [
+        (("put", "q", "second"), "the message is sent: its id is what was lost", (2, 0, 1, 0)),
+        (("get", "q"), "the message it locked comes back when --lock ends", (0, 1, 1, 0)),
+        (
+            ("subscribe", "t/#", "--name", "k", "--count", "1"),
+            "the message it could not write is not acked",
+            (1, 0, 0, 1),
+        ),
+    ],
+)
+def test_an_output_that_refuses_writes_is_named_and_what_was_done_said(
+    root: Path, command: tuple[str, ...], what: str, counts: tuple[int, ...]
+) -> None:
+    """`> /dev/full` (a full disk under `> file`): the line said "the disk is full; free
+    some space", as if the root's disk were, and nothing of the message put or locked."""
+    ok(root, "subscribe", "t/#", "--name", "k", "--keep", "--idle", "0")
+    ok(root, "publish", "t/a", "first")
+    ok(root, "put", "q", "first")
+    argv = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never", *command]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 1
+    last = done.stderr.splitlines()[-1]
+    assert last == f"boxmq {command[0]}: cannot write its output: No space left on device ({what})"
+    listing = json.loads(ok(root, "--json", "ls"))
+    [queue], [subscription] = listing["queues"], listing["subscriptions"]
+    assert (queue["ready"], queue["locked"], subscription["ready"], subscription["locked"]) == (
+        counts
+    )
+
+
 def test_get_writes_the_body_byte_for_byte_after_the_blank_line(root: Path) -> None:
     body = b"\x00\xff binary, no newline at the end"
     (root.parent / "body").write_bytes(body)
