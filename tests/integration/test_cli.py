@@ -895,6 +895,34 @@ def test_json_shows_a_property_in_bytes_that_are_not_utf8_as_xnn(root: Path) -> 
         assert found["properties"] == {"k": "\\xff"}, command
 
 
+def test_json_documents_have_the_keys_docs_cli_md_lists(root: Path) -> None:
+    def keys(*args: str) -> list[str]:
+        return list(json.loads(ok(root, "--json", *args)))
+
+    common = ["id", "queue", "priority", "delivery", "locked-by", "lock-until", "properties"]
+    get = [*common, "correlation-id", "reply-to", "type", "expires", "body"]
+    ok(root, "subscribe", "t/#", "--name", "k", "--keep", "--idle", "0")
+    assert keys("publish", "t/a", "x") == ["topic", "id"]
+    [line] = ok(root, "--json", "subscribe", "t/#", "--name", "k", "--count", "1").splitlines()
+    assert list(json.loads(line)) == ["topic", "id", "qos", "retained", "properties", "body"]
+    assert keys("put", "q", "x") == ["queue", "id"]
+    message_id = json.loads(ok(root, "--json", "get", "q"))["id"]
+    assert keys("unlock", "q", message_id) == ["queue", "id", "done"]
+    assert keys("get", "q") == get
+    assert keys("ack", "q", message_id) == ["queue", "id", "done"]
+    listing = json.loads(ok(root, "--json", "ls"))
+    counts = ["ready", "locked", "done", "dead", "expired"]
+    assert [list(row) for row in listing["queues"]] == [["queue", *counts]]
+    assert [list(row) for row in listing["subscriptions"]] == [
+        ["subscription", "subscriber", *counts]
+    ]
+    [row] = json.loads(ok(root, "--json", "peek", "q", "--state", "processed"))
+    assert list(row) == ["id", "priority", "bytes", "deliveries", "properties"]
+    assert keys("requeue", "q", "--from", "processed") == ["queue", "requeued", "left"]
+    assert keys("purge", "t/#", "--subscriber", "k") == ["queue", "subscriber", "purged"]
+    assert keys("unsubscribe", "t/#", "--name", "k") == ["subscription", "subscriber"]
+
+
 def test_json_output_stays_json_with_nan_and_infinite_properties(root: Path) -> None:
     ok(root, "put", "q", "x", "-p", "a:double=nan", "-p", "b:double=inf", "-p", "c:float=-inf")
     expected = {"a": "NaN", "b": "Infinity", "c": "-Infinity"}
