@@ -11,6 +11,7 @@ import base64
 import dataclasses
 import errno
 import faulthandler
+import io
 import json
 import logging
 import math
@@ -70,6 +71,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        # An output whose encoding cannot write a character (PYTHONIOENCODING=ascii, a
+        # Latin-1 terminal) shows it escaped, \u20ac, as stderr does: a UnicodeEncodeError
+        # was a traceback, with the message subscribe was printing left unacked.
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         status = _run(args)
         if sys.stdout is not None:  # `serve >&-` prints nothing and runs

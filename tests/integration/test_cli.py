@@ -630,6 +630,26 @@ def test_an_output_that_refuses_writes_is_named_and_what_was_done_said(
     )
 
 
+def test_an_output_that_cannot_encode_a_character_shows_it_escaped(root: Path) -> None:
+    """PYTHONIOENCODING=ascii (or a Latin-1 terminal): printing "€" was a UnicodeEncodeError,
+    a traceback, and the message subscribe was printing stayed unacked."""
+    ok(root, "subscribe", "t/#", "--name", "k", "--keep", "--idle", "0")
+    ok(root, "publish", "t/€", "5 €")
+    argv = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never"]
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    done = subprocess.run(
+        [*argv, "subscribe", "t/#", "--name", "k", "--count", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "t/\\u20ac 5 \\u20ac\n"
+    [row] = json.loads(ok(root, "--json", "ls"))["subscriptions"]
+    assert (row["ready"], row["locked"], row["done"]) == (0, 0, 1)
+
+
 def test_get_writes_the_body_byte_for_byte_after_the_blank_line(root: Path) -> None:
     body = b"\x00\xff binary, no newline at the end"
     (root.parent / "body").write_bytes(body)
