@@ -304,7 +304,12 @@ def _parser() -> argparse.ArgumentParser:
         default=f"cli-{os.getpid()}",
         help="subscriber (or member) name",
     )
-    p.add_argument("--qos", type=_integer, default=1, choices=[0, 1, 2])
+    p.add_argument(
+        "--qos",
+        type=_integer,
+        choices=[0, 1, 2],
+        help="default 1, or a kept subscription's own",
+    )
     p.add_argument("--count", type=_positive_int, help="stop after this many messages")
     p.add_argument(
         "--idle", type=_duration, metavar="DURATION", help="stop after this long without a message"
@@ -590,6 +595,12 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
     # with what it holds for later.
     existed = box.topics.has_subscription(args.filter, args.subscriber)
     kept = args.keep or existed
+    # Subscribing again replaces a plain subscription's QoS and No Local (pubsub.md): one that
+    # existed keeps its own, an MQTT session's or the Python API's too, unless --qos says.
+    settings = _settings_of(box, args.filter, args.subscriber) if existed else None
+    qos, no_local = settings or (1, False)
+    if args.qos is not None:
+        qos = args.qos
     # A kept membership belongs to no process, so the sweep of dead processes' members
     # leaves it; only `boxmq unsubscribe` ends it. A plain subscription this run makes records
     # this process, so that a sweep (`boxmq serve`) ends it if the run dies without the
@@ -597,7 +608,8 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
     with box.subscribe(
         args.filter,
         args.subscriber,
-        qos=args.qos,
+        qos=qos,
+        no_local=no_local,
         process_bound=not kept,
         ends_with_process=not kept,
         send_retained=not existed,  # a new subscription's (pubsub.md): not again at each run
@@ -637,6 +649,15 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
             elif not shared:
                 box.unsubscribe(args.filter, args.subscriber)
     return 0
+
+
+def _settings_of(box: Box, filter: str, subscriber: str) -> tuple[int, bool] | None:
+    """The QoS and No Local of `subscriber`'s plain durable subscription to `filter`, if any
+    (a share group's QoS is its members' highest, and a member's own is not kept)."""
+    for subscribed, record in box.topics.subscribed(subscriber):
+        if subscribed == filter and record.group is None:
+            return record.qos, record.no_local
+    return None
 
 
 def _unsubscribe(args: argparse.Namespace, box: Box) -> int:

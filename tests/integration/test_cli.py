@@ -752,6 +752,27 @@ def test_subscribe_without_keep_leaves_a_kept_subscription_in_place(root: Path) 
     assert json.loads(ok(root, "--json", "ls"))["subscriptions"] != []
 
 
+def test_subscribe_leaves_a_kept_subscription_s_qos_and_no_local_as_they_were(
+    root: Path,
+) -> None:
+    """A run without --qos subscribed again at QoS 1, No Local off: a subscription the Python
+    API (or an MQTT session) made at QoS 2 with No Local came out of a mere read changed,
+    its subscriber getting its own messages back. --qos given still changes the QoS."""
+
+    def settings() -> tuple[int, bool]:
+        with boxmq.open(root, fsync="never") as box:
+            [(_, record)] = box.topics.subscribed("k")
+            return record.qos, record.no_local
+
+    with boxmq.open(root, fsync="never") as box:
+        box.subscribe("t/#", "k", qos=2, no_local=True).detach()
+    assert settings() == (2, True)
+    ok(root, "subscribe", "t/#", "--name", "k", "--idle", "0")
+    assert settings() == (2, True)
+    ok(root, "subscribe", "t/#", "--name", "k", "--idle", "0", "--qos", "0")
+    assert settings() == (0, True)
+
+
 def test_a_kept_subscription_gets_the_retained_message_once_not_at_every_run(
     root: Path,
 ) -> None:
