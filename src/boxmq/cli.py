@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import dataclasses
 import errno
 import faulthandler
@@ -20,7 +21,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import boxmq
@@ -585,11 +586,12 @@ def _publish(args: argparse.Namespace, box: Box) -> int:
 
 def _subscribe(args: argparse.Namespace, box: Box) -> int:
     received = 0
-    # SIGTERM (kill, systemd, docker stop) and SIGHUP (the terminal closed) end it like Ctrl-C
+    # SIGTERM (kill, systemd, docker stop) and SIGHUP (the terminal closed) end it as Ctrl-C
     # does: through the `finally` below, so that a plain subscription does not outlive the
     # command. SIGKILL skips that: see `ends_with_process` below.
-    signal.signal(signal.SIGTERM, _terminated)
-    signal.signal(signal.SIGHUP, _terminated)
+    stop = _Stop()
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
     # Only a subscription (or share-group membership) this run made ends with it: one an
     # earlier `--keep` (or the Python API, or a Spark stream) made is read and left in place,
     # with what it holds for later.
@@ -623,12 +625,20 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
                 f"{args.filter} --name {args.subscriber} ends it)",
                 file=sys.stderr,
             )
+        idle_until = None if args.idle is None else time.monotonic() + args.idle
         try:
-            while args.count is None or received < args.count:
-                message = subscriber.receive(timeout=args.idle)
+            while stop.signum is None and (args.count is None or received < args.count):
+                # In slices, so that a signal is seen between two of the library's steps.
+                wait = _STOP_SLICE
+                if idle_until is not None:
+                    wait = min(wait, max(0.0, idle_until - time.monotonic()))
+                message = subscriber.receive(timeout=wait)
                 if message is None:
-                    break
-                _print_message(args, message)
+                    if idle_until is not None and time.monotonic() >= idle_until:
+                        break
+                    continue
+                with stop.at_once():  # a write blocked on a full pipe ends at a signal
+                    _print_message(args, message)
                 try:
                     message.ack()
                 except LockError as error:
@@ -640,6 +650,8 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
                         file=sys.stderr,
                     )
                 received += 1
+                if args.idle is not None:
+                    idle_until = time.monotonic() + args.idle
         finally:
             if kept:
                 # The subscription or membership stays, and what it received and did not ack
@@ -648,7 +660,39 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
                 subscriber.detach()
             elif not shared:
                 box.unsubscribe(args.filter, args.subscriber)
-    return 0
+    return 0 if stop.signum is None else 128 + stop.signum
+
+
+_STOP_SLICE = 0.25  # seconds: how long a signal may wait for a subscribe waiting for messages
+
+
+class _Stop:
+    """The signal handler of `subscribe`: a signal is noted, and the loop ends at its next
+    step. Raised where it came, as Python's own KeyboardInterrupt and a raising handler are,
+    it could cut the library in the middle of a step (a lock released on disk, not yet in
+    memory), and the close that followed failed on that half-done state: a traceback, and a
+    share-group member that never left. Only our own write of a message, which may block on
+    a full pipe for as long as its reader pleases, is cut at once (`at_once`)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._at_once = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.signum = signum
+        if self._at_once:
+            self._at_once = False
+            raise SystemExit(128 + signum)
+
+    @contextlib.contextmanager
+    def at_once(self) -> Iterator[None]:
+        if self.signum is not None:
+            raise SystemExit(128 + self.signum)
+        self._at_once = True
+        try:
+            yield
+        finally:
+            self._at_once = False
 
 
 def _settings_of(box: Box, filter: str, subscriber: str) -> tuple[int, bool] | None:
@@ -669,10 +713,6 @@ def _unsubscribe(args: argparse.Namespace, box: Box) -> int:
     record = {"subscription": args.filter, "subscriber": args.subscriber}
     _emit(args, record, f"unsubscribed: {args.filter} {args.subscriber}")
     return 0
-
-
-def _terminated(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
 
 
 def _json_body(body: bytes) -> dict[str, str]:
