@@ -636,6 +636,13 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
                 if message is None:
                     if idle_until is not None and time.monotonic() >= idle_until:
                         break
+                    if not box.topics.has_subscription(args.filter, args.subscriber):
+                        # `boxmq unsubscribe` from another shell: nothing comes any more, and
+                        # the run would wait for it, forever without --idle.
+                        raise QueueNotFound(
+                            f"{args.filter} of {args.subscriber} was ended while this run "
+                            "read it (boxmq unsubscribe): nothing more can come to it"
+                        )
                     continue
                 with stop.at_once():  # a write blocked on a full pipe ends at a signal
                     _print_message(args, message)
@@ -660,6 +667,8 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
                 subscriber.detach()
             elif not shared:
                 box.unsubscribe(args.filter, args.subscriber)
+            elif not box.topics.has_subscription(args.filter, args.subscriber):
+                subscriber.detach()  # it left already (boxmq unsubscribe): none to leave again
     return 0 if stop.signum is None else 128 + stop.signum
 
 

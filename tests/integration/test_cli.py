@@ -873,6 +873,35 @@ def test_unsubscribe_ends_a_kept_subscription(root: Path) -> None:
     assert "no subscription news/# for reader" in done.stderr
 
 
+@pytest.mark.parametrize("subscription", ["news/#", "$share/g/news/#"])
+def test_a_subscribe_whose_subscription_is_ended_elsewhere_stops_and_says_so(
+    root: Path, subscription: str
+) -> None:
+    """`boxmq unsubscribe FILTER --name cli-PID` from another shell, on a run that was alive:
+    the run waited on, forever without --idle, for messages that could no longer come."""
+    ok(root, "subscribe", "$share/g/news/#", "--name", "other", "--keep", "--idle", "0")
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never"]
+    command += ["subscribe", subscription, "--name", "live"]
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True) as sub:
+        try:
+            with boxmq.open(root, fsync="never") as box:
+                for _ in range(600):  # until it has subscribed, at most 60 s
+                    if box.topics.has_subscription(subscription, "live"):
+                        break
+                    time.sleep(0.1)
+            ok(root, "unsubscribe", subscription, "--name", "live")
+            assert sub.wait(timeout=30) == 1
+        finally:
+            if sub.poll() is None:
+                sub.kill()
+        assert sub.stderr is not None
+        assert sub.stderr.read() == (
+            f"boxmq subscribe: {subscription} of live was ended while this run read it "
+            "(boxmq unsubscribe): nothing more can come to it\n"
+        )
+    assert _subscribers(root) == ["other"]
+
+
 def test_subscribe_errors_name_the_command_not_the_subscriber(root: Path) -> None:
     done = boxmq_cli(root, "subscribe", "a/#/b", "--name", "dash")  # '#' must come last
     assert done.returncode == 1
