@@ -13,7 +13,6 @@ import dataclasses
 import errno
 import faulthandler
 import io
-import json
 import logging
 import math
 import os
@@ -25,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import boxmq
+from boxmq import cli_output as output
 from boxmq import cli_passwd
 from boxmq.cli_args import (
     joined_negative_durations,
@@ -80,12 +80,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status = _run(args)
         if sys.stdout is not None:  # `serve >&-` prints nothing and runs
-            _flush()  # here, where a closed pipe is caught, not at exit
+            output.flush()  # here, where a closed pipe is caught, not at exit
         return status
     except BoxMQError as error:
         print(f"boxmq {args.name}: {error}", file=sys.stderr)
         return 1
-    except _OutputError as error:
+    except output.OutputError as error:
         print(f"boxmq {args.name}: {error}{_OUTPUT_LOST.get(args.name, '')}", file=sys.stderr)
         return 1
     except BrokenPipeError:
@@ -751,9 +751,11 @@ def _print_message(args: argparse.Namespace, message: Message) -> None:
             record["correlation-id"] = correlation_id
         if (reply_to := message.reply_to) is not None:
             record["reply-to"] = reply_to
-        _out(_json(record), flush=True)
+        output.out(output.to_json(record), flush=True)
     else:
-        _out(f"{message.topic} {message.body.decode('utf-8', 'backslashreplace')}", flush=True)
+        output.out(
+            f"{message.topic} {message.body.decode('utf-8', 'backslashreplace')}", flush=True
+        )
 
 
 def _get(args: argparse.Namespace, box: Box) -> int:
@@ -763,7 +765,7 @@ def _get(args: argparse.Namespace, box: Box) -> int:
         return EMPTY
     if args.json:
         record = _message_record(message) | _json_body(message.body)
-        _out(_json(record))
+        output.out(output.to_json(record))
         return 0
     record = _message_record(message)
     record["id"] = shown(message.id)  # a name that is not UTF-8: its bytes as \xNN, as peek
@@ -773,15 +775,15 @@ def _get(args: argparse.Namespace, box: Box) -> int:
         if value not in (None, ""):  # unset (no reply-to, no type): no line, not "None"
             # Escaped as peek escapes them: a newline a producer put in a property, an id or
             # a reply-to must not end the header, whose first blank line starts the body.
-            _out(f"{key:<{width}}  {_cell(value)}")
-    _out()
-    _flush()
+            output.out(f"{key:<{width}}  {output.cell(value)}")
+    output.out()
+    output.flush()
     # The body byte for byte: everything after the first blank line is exactly the payload, and
     # it is never decoded (a big body costs its size once, not a text copy of it). Only on a
     # terminal does a newline end a body that lacks one, for the prompt.
-    _out_bytes(message.body)
+    output.out_bytes(message.body)
     if not message.body.endswith(b"\n") and sys.stdout.isatty():
-        _out_bytes(b"\n")
+        output.out_bytes(b"\n")
     return 0
 
 
@@ -793,12 +795,12 @@ def _message_record(message: Message) -> dict[str, Any]:
         "priority": message.priority,
         "delivery": message.delivery_count,
         "locked-by": message.consumer,
-        "lock-until": _time(message.lock_deadline),
+        "lock-until": output.when(message.lock_deadline),
         "properties": message.properties,
         "correlation-id": message.correlation_id,
         "reply-to": message.reply_to,
         "type": message.type,
-        "expires": _expires(message.envelope.expiration) if message.expiration else None,
+        "expires": output.expires(message.envelope.expiration) if message.expiration else None,
     }
 
 
@@ -845,15 +847,15 @@ def _ls(args: argparse.Namespace, box: Box) -> int:
         for info in box.topics.subscriptions()
     ]
     if args.json:
-        _out(_json({"queues": queues, "subscriptions": subscriptions}))
+        output.out(output.to_json({"queues": queues, "subscriptions": subscriptions}))
         return 0
     if not queues and not subscriptions:
-        _out(f"no queues or subscriptions under {box.root}")
+        output.out(f"no queues or subscriptions under {box.root}")
     for rows in (queues, subscriptions):
         if rows:
-            _table(rows)
+            output.table(rows)
             if rows is queues and subscriptions:
-                _out()
+                output.out()
     return 0
 
 
@@ -871,11 +873,11 @@ def _peek(args: argparse.Namespace, box: Box) -> int:
     peeked = _dropbox(args, box).peek(state=State(args.state), limit=args.limit)
     rows = [_peek_row(p, as_json=args.json) for p in peeked]
     if args.json:
-        _out(_json(rows))
+        output.out(output.to_json(rows))
     elif not rows:
-        _out(f"{args.queue}: no messages in {args.state}/")
+        output.out(f"{args.queue}: no messages in {args.state}/")
     else:
-        _table(rows)
+        output.table(rows)
     return 0
 
 
@@ -907,7 +909,7 @@ def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
         # A lock past its deadline still names its holder until a sweep sends the message
         # back: the table says it ended, so nobody takes it for held (--json gives the time).
         ended = not as_json and deadline <= time.time()
-        row["lock-until"] = _time(deadline) + (" (ended)" if ended else "")
+        row["lock-until"] = output.when(deadline) + (" (ended)" if ended else "")
     return row
 
 
@@ -934,16 +936,6 @@ def _purge(args: argparse.Namespace, box: Box) -> int:
 # -- output ---------------------------------------------------------------------------------------
 
 
-class _OutputError(Exception):
-    """The standard output refused a write (`> /dev/full`, a full disk under `> file`): said
-    as such, not as an error of the root's disk, which it is not (a reader that left, a
-    BrokenPipeError, is not one: see `main`)."""
-
-    def __init__(self, error: OSError) -> None:
-        what = error.strerror or str(error)
-        super().__init__(f"cannot write its output: {what}")
-
-
 # What became of a command's work when its output failed: it stands, its words lost.
 _OUTPUT_LOST = {
     "put": " (the message is sent: its id is what was lost)",
@@ -953,94 +945,8 @@ _OUTPUT_LOST = {
 }
 
 
-def _out(*values: object, flush: bool = False) -> None:
-    """print() to stdout, whose errors other than a closed pipe are an _OutputError."""
-    try:
-        print(*values, flush=flush)
-    except BrokenPipeError:
-        raise
-    except OSError as error:
-        raise _OutputError(error) from None
-
-
-def _out_bytes(data: bytes) -> None:
-    try:
-        sys.stdout.buffer.write(data)
-    except BrokenPipeError:
-        raise
-    except OSError as error:
-        raise _OutputError(error) from None
-
-
-def _flush() -> None:
-    try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise
-    except OSError as error:
-        raise _OutputError(error) from None
-
-
 def _emit(args: argparse.Namespace, record: dict[str, Any], text: str) -> None:
-    _out(_json(record) if args.json else text)
-
-
-def _json(value: object) -> str:
-    """One JSON document; NaN and infinite float properties as the strings "NaN", "Infinity"
-    and "-Infinity" (the file name's spelling), which JSON has no numbers for; and text read
-    from a name in bytes that are not UTF-8 with those bytes as \\xNN, which a JSON reader
-    would otherwise turn into U+FFFD and lose."""
-    return json.dumps(_jsonable(value), allow_nan=False)
-
-
-def _jsonable(value: object) -> object:
-    if isinstance(value, str):
-        return shown(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, dict):
-        return {shown(key): _jsonable(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(item) for item in value]
-    return value
-
-
-def _table(rows: list[dict[str, Any]]) -> None:
-    columns = list(dict.fromkeys(column for row in rows for column in row))  # every row's
-    widths = {c: max(len(c), *(len(_cell(r.get(c, ""))) for r in rows)) for c in columns}
-    _out("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip())
-    for row in rows:
-        cells = (_cell(row.get(c, "")) for c in columns)
-        _out(
-            "  ".join(
-                cell.ljust(widths[c]) for c, cell in zip(columns, cells, strict=True)
-            ).rstrip()
-        )
-
-
-_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F)} | {0x0A: "\\n", 0x09: "\\t"}
-
-
-def _cell(value: object) -> str:
-    """A value on one line (a table cell, a line of `get`'s header): control characters (a
-    newline in a queue's name) escaped, and bytes that are not UTF-8 as \\xNN."""
-    return shown(str(value)).translate(_CONTROLS)
-
-
-def _time(epoch: float) -> str:
-    import datetime
-
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat(timespec="seconds")
-
-
-def _expires(epoch_ms: int) -> str:
-    """An expiration as `_time` shows it; one that a date cannot show (after year 9999, such
-    as Java's Long.MAX_VALUE that a script may write for "never") as the epoch ms its name
-    gives: printing what was locked must not fail on what an outside producer wrote."""
-    try:
-        return _time(epoch_ms / 1000)
-    except (OverflowError, ValueError, OSError):
-        return f"{epoch_ms} ms after 1970-01-01T00:00:00+00:00"
+    output.out(output.to_json(record) if args.json else text)
 
 
 if __name__ == "__main__":

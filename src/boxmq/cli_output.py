@@ -1,0 +1,119 @@
+"""What the command line prints: lines, bytes, JSON documents and tables on the standard
+output, whose refused writes are an `OutputError` (a reader that left stays a
+BrokenPipeError), with the values shown on one line and bytes that are not UTF-8 as \\xNN."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import sys
+from typing import Any
+
+from boxmq.client.lifecycle import shown
+
+__all__ = [
+    "OutputError",
+    "cell",
+    "expires",
+    "flush",
+    "out",
+    "out_bytes",
+    "table",
+    "to_json",
+    "when",
+]
+
+
+class OutputError(Exception):
+    """The standard output refused a write (`> /dev/full`, a full disk under `> file`): said
+    as such, not as an error of the root's disk, which it is not (a reader that left, a
+    BrokenPipeError, is not one: see `main`)."""
+
+    def __init__(self, error: OSError) -> None:
+        what = error.strerror or str(error)
+        super().__init__(f"cannot write its output: {what}")
+
+
+def out(*values: object, flush: bool = False) -> None:
+    """print() to stdout, whose errors other than a closed pipe are an OutputError."""
+    try:
+        print(*values, flush=flush)
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        raise OutputError(error) from None
+
+
+def out_bytes(data: bytes) -> None:
+    try:
+        sys.stdout.buffer.write(data)
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        raise OutputError(error) from None
+
+
+def flush() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        raise OutputError(error) from None
+
+
+def to_json(value: object) -> str:
+    """One JSON document; NaN and infinite float properties as the strings "NaN", "Infinity"
+    and "-Infinity" (the file name's spelling), which JSON has no numbers for; and text read
+    from a name in bytes that are not UTF-8 with those bytes as \\xNN, which a JSON reader
+    would otherwise turn into U+FFFD and lose."""
+    return json.dumps(_jsonable(value), allow_nan=False)
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, str):
+        return shown(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {shown(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(item) for item in value]
+    return value
+
+
+def table(rows: list[dict[str, Any]]) -> None:
+    columns = list(dict.fromkeys(column for row in rows for column in row))  # every row's
+    widths = {c: max(len(c), *(len(cell(r.get(c, ""))) for r in rows)) for c in columns}
+    out("  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip())
+    for row in rows:
+        cells = (cell(row.get(c, "")) for c in columns)
+        out(
+            "  ".join(
+                cell.ljust(widths[c]) for c, cell in zip(columns, cells, strict=True)
+            ).rstrip()
+        )
+
+
+_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F)} | {0x0A: "\\n", 0x09: "\\t"}
+
+
+def cell(value: object) -> str:
+    """A value on one line (a table cell, a line of `get`'s header): control characters (a
+    newline in a queue's name) escaped, and bytes that are not UTF-8 as \\xNN."""
+    return shown(str(value)).translate(_CONTROLS)
+
+
+def when(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat(timespec="seconds")
+
+
+def expires(epoch_ms: int) -> str:
+    """An expiration as `when` shows it; one that a date cannot show (after year 9999, such
+    as Java's Long.MAX_VALUE that a script may write for "never") as the epoch ms its name
+    gives: printing what was locked must not fail on what an outside producer wrote."""
+    try:
+        return when(epoch_ms / 1000)
+    except (OverflowError, ValueError, OSError):
+        return f"{epoch_ms} ms after 1970-01-01T00:00:00+00:00"
