@@ -528,7 +528,9 @@ class Broker:
         session.connected = True
         self._share_turns(session, take=True)
         window = min(props.receive_maximum or 65_535, self.limits.max_inflight)
-        session.outbox.window = window
+        if window != session.outbox.window:
+            session.outbox.window = window
+            self._subscribing.fit_window(session)
         client.session = session
         self._links[client_id] = client
         earlier = self._batches.last(client_id)

@@ -388,6 +388,16 @@ class Subscribing:
         subscriber = self._open_durable(session, text, options, outlives=found)
         self._durable.setdefault(session.client_id, {})[text] = subscriber
 
+    def fit_window(self, session: Session) -> None:
+        """Each durable subscription of the session (a share group's membership included)
+        takes as many messages at once as its client's window holds now: a resumed session's
+        client may announce another Receive Maximum than the connection that opened them,
+        and a larger one is used from its next read, not left at the first one's size."""
+        for subscriber in self._durable.get(session.client_id, {}).values():
+            subscriber.set_limits(
+                max_in_flight=max(1, session.outbox.window), lock_timeout=_LOCK_TIMEOUT
+            )
+
     def _open_durable(
         self,
         session: Session,
