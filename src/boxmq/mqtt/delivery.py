@@ -319,7 +319,11 @@ class Delivery:
 
     def _left(self, session: Session, message: Message) -> bool:
         """Whether `message` came by a subscription the session holds no more (each of its
-        durable subscriptions, those it is leaving included, has its subscriber here)."""
+        durable subscriptions, those it is leaving included, has its subscriber here), or by
+        one an UNSUBSCRIBE deleted though the same filter was subscribed again since."""
+        if message in session.orphans:
+            session.orphans.discard(message)  # settled the only way it can be
+            return True
         subscribers = self._durable.get(session.client_id, {}).values()
         return all(subscriber.queue != message.queue for subscriber in subscribers)
 

@@ -238,6 +238,11 @@ class Outbox(Generic[T]):
             if entry.token is not None and entry.stage is not Stage.AWAIT_PUBCOMP
         ]
 
+    def tokens(self) -> list[T]:
+        """The token of each message held, in flight (until its PUBACK or PUBREC) or queued."""
+        held = [entry.token for entry in self._in_flight.values() if entry.token is not None]
+        return held + [token for _, token, _ in self._queued]
+
     def sent_qos2(self) -> list[int]:
         """The packet ids among `sent()` of QoS 2 PUBLISHes (a PUBREC to come)."""
         return [

@@ -82,6 +82,10 @@ class Session:
         # New filters of SUBSCRIBEs whose disk work is not done yet (subscribing.py): counted
         # as held, so that a SUBSCRIBE of a new connection meanwhile cannot pass the cap.
         self.adding: set[str] = set()
+        # What its subscriptions on disk sent (or queued) before an UNSUBSCRIBE deleted them:
+        # its acknowledgements find no lock, as expected, even once the session subscribed
+        # to the same filter again (a new dropbox on the same path; delivery.py, `_left`).
+        self.orphans: set[Message] = set()
         # After a restart: the packet ids the process before sent its messages in flight
         # under, by message id (the record's `sent`), to send them again under (outbox.py).
         self.sent_before: dict[str, int] = {}

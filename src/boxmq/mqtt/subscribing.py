@@ -436,6 +436,12 @@ class Subscribing:
             subscriber = subscribers.pop(text, None)
             try:
                 if subscriber is not None:
+                    queue = subscriber.queue
+                    session.orphans.update(
+                        token
+                        for token in session.outbox.tokens()
+                        if token is not None and token.queue == queue
+                    )
                     subscriber.close()
                 if not parse_filter(text).shared:
                     self._box.unsubscribe(text, consumer_name(client_id))

@@ -205,3 +205,39 @@ def test_under_hash_by_key_a_group_whose_member_leaves_goes_on_in_order_at_anoth
         publisher.stop()
     finally:
         running.shutdown()
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_settling_what_a_left_subscription_sent_is_no_warning_once_subscribed_again(
+    server: RunningServer, caplog: pytest.LogCaptureFixture, qos: int
+) -> None:
+    """As in test_settling_what_a_left_subscription_sent_is_no_warning, with the same filter
+    subscribed again before the acknowledgements: a new dropbox on the old one's path, so
+    the old messages looked like the new subscription's, and each settling was a warning
+    again (found by a churn torture)."""
+    leaving, _ = open_raw(server, "leaving", clean=False, expiry=300)
+    leaving.sendall(subscribe(1, "orders/#", qos))
+    assert read(leaving)[0] == 0x90
+    publisher = paho(server, "publisher")
+    for n in range(3):
+        publisher.publish(f"orders/{n}", f"order {n}".encode(), qos)
+    sent = take_publishes(leaving, 3)
+    with caplog.at_level(logging.DEBUG, logger="boxmq.mqtt"):
+        leaving.sendall(_unsubscribe(2, "orders/#"))
+        assert read(leaving)[0] == 0xB0  # UNSUBACK
+        leaving.sendall(subscribe(3, "orders/#", qos))
+        assert read(leaving)[0] == 0x90  # SUBACK
+        for message in sent:
+            leaving.sendall(puback(message.packet_id) if qos == 1 else pubrec(message.packet_id))
+        if qos == 2:
+            for _ in sent:
+                assert read(leaving)[0] == 0x62  # PUBREL: the exchange goes on
+        deadline = time.monotonic() + 10
+        while len(settled := [r for r in caplog.records if "settling" in r.getMessage()]) < 3:
+            assert time.monotonic() < deadline, [r.getMessage() for r in caplog.records]
+            time.sleep(0.05)
+        publisher.publish("orders/late", b"after", qos)  # the new subscription's
+        assert [m.payload for m in take_publishes(leaving, 1)] == [b"after"]
+    assert [r.levelno for r in settled] == [logging.DEBUG] * 3, [r.getMessage() for r in settled]
+    leaving.close()
+    publisher.stop()
