@@ -172,6 +172,27 @@ def test_a_reclaimed_id_is_a_new_message_also_across_a_restart(root: Path) -> No
         assert delivered(box) == [b"second"]
 
 
+@pytest.mark.parametrize("done_ttl", [0.0, 10.0])
+def test_an_id_no_longer_remembered_names_a_new_message_that_a_restart_does_not_send(
+    root: Path, done_ttl: float
+) -> None:
+    """Its marker stayed on disk (done_ttl 0 keeps none in memory; past done_ttl the books
+    forget before a sweep forgets the marker): a restart took the new file for one delivered
+    and not yet moved, and sent it without its deliver (found by a stateful model test)."""
+    clock = boxmq.ManualClock()
+    limits = ExactlyOnceLimits(done_ttl=done_ttl)
+    with boxmq.open(root, fsync="never", clock=clock, exactly_once=limits) as box:
+        assert box.assured("s", "1", b"first", queue="counts")
+        assert box.deliver("s", "1")
+        clock.advance(done_ttl + 1)  # no sweep meanwhile
+        assert box.assured("s", "1", b"second", queue="counts") is True  # a new message
+    with boxmq.open(root, fsync="never", clock=clock, exactly_once=limits) as box:
+        assert box.pending("s") == ["1"]
+        assert delivered(box) == [b"first"]
+        assert box.deliver("s", "1") is True
+        assert delivered(box) == [b"second"]
+
+
 # -- a process killed at any point of `deliver`, then restarted ---------------------------------
 
 

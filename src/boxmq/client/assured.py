@@ -225,9 +225,11 @@ class AssuredIntake:
         if action is not Action.STORE:
             return None
         try:
-            if message.reclaim:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self._marker(source, msg_id))
+            # A new message under the id: a marker of the last one goes (reclaimed, or no
+            # longer remembered: past done_ttl, or done_ttl 0), or a restart would take the
+            # new file for one delivered but not yet moved, and send it without its deliver.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._marker(source, msg_id))
             expiration = int((now + expires_in) * 1000) if expires_in else 0
             return self._write(message, expiration)
         except BaseException:
