@@ -721,8 +721,9 @@ class EmbeddedModel(RuleBasedStateMachine):
 
 
 # About 15 s on a quiet machine; MODEL_EXAMPLES=2000 for a longer hunt. No explain phase:
-# under Python 3.11 its tracer makes a failing run take minutes more.
-EmbeddedModel.TestCase.settings = settings(
+# under Python 3.11 its tracer makes a failing run take minutes more. The other model tests
+# (test_assured_model) run with these settings too.
+MODEL_SETTINGS = settings(
     max_examples=int(os.environ.get("MODEL_EXAMPLES", "100")),
     stateful_step_count=40,
     deadline=None,
@@ -730,4 +731,5 @@ EmbeddedModel.TestCase.settings = settings(
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
+EmbeddedModel.TestCase.settings = MODEL_SETTINGS
 TestEmbeddedModel = EmbeddedModel.TestCase
