@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -191,6 +192,31 @@ def test_an_id_no_longer_remembered_names_a_new_message_that_a_restart_does_not_
         assert delivered(box) == [b"first"]
         assert box.deliver("s", "1") is True
         assert delivered(box) == [b"second"]
+
+
+def test_a_sweep_keeps_a_message_waiting_for_its_deliver_until_pending_ttl(root: Path) -> None:
+    """working/'s sweep took it for a producer's uncommitted file and deleted it after
+    `abandon_after` (an hour), whatever `pending_ttl` said: a message answered `received`
+    was lost, and its `deliver` found nothing (found by a review)."""
+    clock = boxmq.ManualClock(time.time())  # the sweep ages a file by its ctime
+    limits = ExactlyOnceLimits(pending_ttl=7200.0)
+    with boxmq.open(root, fsync="never", clock=clock, exactly_once=limits) as box:
+        assert box.assured("s", "1", b"late", queue="counts")
+        jobs = box.queue("counts")
+        working = root / "counts" / "working"
+        (working / "4.1-1.B").write_bytes(b"abandoned")  # a producer's, never committed
+        clock.advance(3700.0)  # past abandon_after, within pending_ttl
+        box.sweep()
+        assert len(os.listdir(working)) == 1  # the producer's file went, the message stays
+        assert "4.1-1.B" not in os.listdir(working)
+        assert box.deliver("s", "1", must_exist=True)
+        assert [p.size for p in jobs.peek()] == [4]
+        assert box.assured("s", "2", b"never", queue="counts")
+        clock.advance(7300.0)  # past pending_ttl: the sweep drops it, never delivered
+        box.sweep()
+        assert os.listdir(working) == []
+        with pytest.raises(ItemNotFound):
+            box.deliver("s", "2", must_exist=True)
 
 
 # -- a process killed at any point of `deliver`, then restarted ---------------------------------

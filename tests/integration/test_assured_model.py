@@ -47,7 +47,7 @@ import boxmq
 from boxmq.clock import ManualClock
 from boxmq.core import ExactlyOnceLimits
 from boxmq.errors import ItemNotFound, MessageTooLarge, ResourceConstraint
-from boxmq.model import SOURCE, SOURCE_MESSAGE_ID, Envelope
+from boxmq.model import SOURCE, SOURCE_MESSAGE_ID, Envelope, timestamp_of
 from boxmq.store.layout import State, queue_path
 from boxmq.store.names import decode_lenient
 
@@ -338,9 +338,17 @@ class AssuredModel(RuleBasedStateMachine):
     @rule(side=st.sampled_from([0, 1]))
     def sweep(self, side: int) -> None:
         """`Box.sweep`: pending past pending_ttl dropped, remembered ids and markers past
-        done_ttl forgotten (the other Box's too: it reads them all)."""
+        done_ttl forgotten (the other Box's too: it reads them all). working/'s sweep also
+        deletes the messages past pending_ttl that its books do not know (by their id's
+        time, then their ctime)."""
         self.restore(side)
         books, now = self.books[side], self.now()
+        for path, envelope, _ in self.files(State.WORKING):
+            made = timestamp_of(envelope.message_id)  # no stat of one made since
+            old = made is None or made <= (now - PENDING_TTL) * 1000
+            if old and now - os.stat(path).st_ctime > PENDING_TTL:
+                event("swept from working/")
+                self.waiting.discard(envelope.message_id)
         for key, pending in list(books.pending.items()):
             if pending.since + PENDING_TTL <= now:
                 event("pending_ttl ran out")

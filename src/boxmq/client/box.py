@@ -551,7 +551,11 @@ def open(
         raise InvalidArgument(f"spares must be an int >= 0, not {spares!r}")
     options = LiveOptions(
         policy=QueuePolicy(max_deliveries=max_deliveries, dispatch=strategy),
-        limits=SweepLimits(working_ttl=abandon_after, processed_retention=processed_retention),
+        limits=SweepLimits(
+            working_ttl=abandon_after,
+            pending_ttl=(exactly_once or ExactlyOnceLimits()).pending_ttl,
+            processed_retention=processed_retention,
+        ),
         polling=polling,
         keep_processed=keep_processed,
     )

@@ -3,7 +3,10 @@
 - locks in processing/ whose deadline passed, or whose process died (DESIGN.md §4): back to
   target/ with the delivery count raised, or to error/ once max deliveries is reached;
 - messages in target/ whose expiration passed: to expired/;
-- files left in working/ by a producer that never committed them: deleted by age, never sent;
+- files left in working/ by a producer that never committed them: deleted by age, never sent
+  (an exactly-once message waiting there for its `deliver` is the intake's: deleted only
+  after `pending_ttl`, as its own sweep does, or a sender's message acknowledged as received
+  was lost an hour in, whatever `pending_ttl` said);
 - processed/ files older than the retention: deleted.
 
 Every move is one rename of the file as it was seen; if another process moved it first the
@@ -18,10 +21,10 @@ from dataclasses import dataclass
 
 from boxmq.client.lifecycle import dead_name, envelope_of, released_name, shown, unusable
 from boxmq.core import QueuePolicy
-from boxmq.model import ConsumerId, MessageId, timestamp_of
+from boxmq.model import SOURCE, ConsumerId, MessageId, timestamp_of
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
-from boxmq.store.names import split_lock
+from boxmq.store.names import decode_lenient, split_lock
 from boxmq.store.process import process_alive
 
 __all__ = ["SweepLimits", "SweepReport", "release_locks_of", "release_stale_locks", "sweep"]
@@ -35,6 +38,7 @@ class SweepLimits:
         300.0  # a processing/ file with no boxmq lock (a DropboxMQ consumer)
     )
     working_ttl: float = 3600.0  # an uncommitted file older than this is abandoned
+    pending_ttl: float = 3600.0  # an exactly-once message's in working/ (the intake's)
     processed_retention: float | None = 86400.0  # None = keep acknowledged messages forever
 
 
@@ -149,19 +153,32 @@ def expire_ready(box: Dropbox, *, now: float) -> int:
     return expired
 
 
-def _remove_older(box: Dropbox, state: State, *, now: float, age: float) -> int:
+def _remove_older(
+    box: Dropbox, state: State, *, now: float, age: float, assured_age: float | None = None
+) -> int:
+    """Remove the files of `state` older than `age`; `assured_age`: the exactly-once
+    messages' instead (working/: they wait for their `deliver`, not for a commit)."""
     removed = 0
-    horizon_ms = (now - age) * 1000
+    horizon_ms = (now - min(age, age if assured_age is None else assured_age)) * 1000
     for entry in box.scan(state):
         made = _made_ms(entry.name)
         if made is not None and made > horizon_ms:
             # Made within `age`, so it cannot have changed state before (a producer whose
             # clock runs ahead only delays its purge): no stat.
             continue
+        limit = age
+        if assured_age is not None and _assured(entry.name):
+            limit = assured_age
         seen = box.age(state, entry.name, now)
-        if seen is not None and seen > age and box.remove(state, entry.name):
+        if seen is not None and seen > limit and box.remove(state, entry.name):
             removed += 1
     return removed
+
+
+def _assured(name: str) -> bool:
+    """Whether the file is an exactly-once message (its name carries its sender)."""
+    envelope, reason = decode_lenient(name)
+    return reason is None and envelope.property_value(SOURCE) is not None
 
 
 def _made_ms(name: str) -> int | None:
@@ -182,7 +199,9 @@ def sweep(
 ) -> SweepReport:
     released, dead = release_stale_locks(box, now=now, policy=policy, limits=limits)
     expired = expire_ready(box, now=now)
-    abandoned = _remove_older(box, State.WORKING, now=now, age=limits.working_ttl)
+    abandoned = _remove_older(
+        box, State.WORKING, now=now, age=limits.working_ttl, assured_age=limits.pending_ttl
+    )
     if abandoned:
         log.warning(
             "%s: deleted %d uncommitted file(s) older than %gs in working/",
