@@ -219,6 +219,41 @@ def test_a_sweep_keeps_a_message_waiting_for_its_deliver_until_pending_ttl(root:
             box.deliver("s", "2", must_exist=True)
 
 
+def test_a_sender_that_moves_to_a_process_that_read_the_files_before_finds_its_messages(
+    root: Path,
+) -> None:
+    """The other process read the intake's files at its first use, before the sender's
+    first process stored its message: `pending` did not list it (the MQTT server resumed
+    the session without it: its PUBREL was "not found"), a repeat of step 1 stored a second
+    copy, and a restart then sent the first one too, under the second one's marker."""
+    other = boxmq.open(root, fsync="never")
+    try:
+        assert other.pending("door") == []  # it serves other senders: it read the files
+        with boxmq.open(root, fsync="never") as first:
+            assert first.assured("door", "1", b"once", queue="counts")
+        # the first process stopped; the sender goes on with the other one
+        assert other.pending("door") == ["1"]
+        assert other.assured("door", "1", b"once", queue="counts") is False  # a repeat
+        assert other.deliver("door", "1", must_exist=True)
+        assert other.pending("door") == []
+        assert delivered(other) == [b"once"]
+    finally:
+        other.close()
+    with boxmq.open(root, fsync="never") as box:
+        assert box.pending("door") == []
+        assert delivered(box) == []
+    # and the other way: what it still counted as pending left working/ in another process
+    with boxmq.open(root, fsync="never") as box:
+        assert box.assured("door", "2", b"two", queue="counts")
+        with boxmq.open(root, fsync="never") as first:
+            assert first.pending("door") == ["2"]  # it reads the files now
+            assert first.deliver("door", "2", remember=False)
+        assert box.pending("door") == []
+        assert box.assured("door", "2", b"new", queue="counts") is True  # a new message
+        assert box.deliver("door", "2")
+        assert delivered(box) == [b"two", b"new"]
+
+
 # -- a process killed at any point of `deliver`, then restarted ---------------------------------
 
 

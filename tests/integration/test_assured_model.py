@@ -7,7 +7,8 @@ bodies over `max_message_size`, an expiry, properties), delivers them with `deli
 and opens the root again. A second Box on the same root stands in for another process: as
 docs/pubsub.md asks ("One process per sender"), it takes the steps of its own sender, and
 each Box's books hold what it read from the files at its first use, so each one's limits and
-sweeps also count and drop what the other stored before then.
+sweeps also count and drop what the other stored before then, and `pending(source)` reads
+that sender's files again.
 
 The model keeps each Box's books (what is pending, since when, and which ids are remembered,
 until when) and the files: after every step the folders are read back and compared with it:
@@ -26,7 +27,8 @@ Where a Box reads a time off the files (a restart's books: a pending file's ctim
 marker's mtime; the sweep of markers by their mtime), the model reads the same: the manual
 clock starts at the wall clock's time so that the two compare. Left out: topics (the fan-out
 has its own tests), `assured_many`/`deliver_many`, trusted sources, failing file systems and
-crashes (tests/integration/test_assured_intake.py), and a sender moving between processes.
+crashes (tests/integration/test_assured_intake.py), and a sender taking its steps in the
+other Box (only its `pending` is read there).
 """
 
 from __future__ import annotations
@@ -317,6 +319,28 @@ class AssuredModel(RuleBasedStateMachine):
 
     @rule(side=st.sampled_from([0, 1]), source=st.sampled_from(["s0", "s1", "s2"]))
     def pending(self, side: int, source: str) -> None:
+        """`pending` reads the files of `source` again (a sender arriving from another
+        process): what waits for it there is pending here, what left is not."""
+        books = self.books[side]
+        if books.restored:
+            for key, pending in list(books.pending.items()):
+                if key[0] == source and pending.message_id not in self.waiting:
+                    del books.pending[key]
+            known = {pending.message_id for pending in books.pending.values()}
+            for path, envelope, _ in self.files(State.WORKING):
+                key = (
+                    str(envelope.property_value(SOURCE)),
+                    str(envelope.property_value(SOURCE_MESSAGE_ID)),
+                )
+                if (
+                    key[0] == source
+                    and envelope.message_id not in known
+                    and key not in books.pending
+                ):
+                    assert key not in self.markers, key
+                    stat = os.stat(path)
+                    books.done.pop(key, None)
+                    books.pending[key] = Pending(stat.st_size, stat.st_ctime, envelope.message_id)
         self.restore(side)
         listed = self.boxes[side].pending(source)
         expected = [msg_id for (owner, msg_id) in self.books[side].pending if owner == source]

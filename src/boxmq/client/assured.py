@@ -432,10 +432,48 @@ class AssuredIntake:
             return None
 
     def pending(self, source: str) -> list[str]:
-        """The msg ids `source` stored (step 1) that wait for their `deliver`."""
+        """The msg ids `source` stored (step 1) that wait for their `deliver`, as the files
+        say now: a sender that moved here from a process that stopped finds what it stored
+        there, and this process then delivers it (docs/pubsub.md, "One process per sender")."""
         with self._lock:
-            self._restore()
+            if self._restored:
+                self._reread(source)
+            else:
+                self._restore()
             return [msg_id for (owner, msg_id) in self._pending if owner == source]
+
+    def _reread(self, source: str) -> None:
+        """Read the files of `source` again, as `_restore` read everyone's at the first use:
+        what another process stored for it since is pending here too, and what left
+        working/ meanwhile (delivered or dropped there) is pending no more. One scan of
+        working/ of every queue and of the topics: a sender's arrival, not a message's."""
+        mine = [(key, pending) for key, pending in self._pending.items() if key[0] == source]
+        for key, pending in mine:
+            if not os.path.lexists(pending.path):
+                self._books.forget(*key)
+                del self._pending[key]
+        known = {pending.path for pending in self._pending.values()}
+        for queue in [None, *list_dropboxes(self._root)]:
+            working = self._working_dir(queue)
+            with contextlib.suppress(FileNotFoundError), os.scandir(working) as entries:
+                for entry in entries:
+                    envelope, reason = decode_lenient(entry.name)
+                    msg_id = envelope.property_value(SOURCE_MESSAGE_ID)
+                    if (
+                        entry.path in known
+                        or reason is not None
+                        or envelope.property_value(SOURCE) != source
+                        or not isinstance(msg_id, str)
+                        or (source, msg_id) in self._pending
+                    ):
+                        continue
+                    marked = os.path.lexists(self._marker(source, msg_id))
+                    try:
+                        self._restore_pending(
+                            entry, queue, {(source, msg_id): 0.0} if marked else {}
+                        )
+                    except (BoxMQError, OSError) as error:
+                        log.error("exactly once: %s stays in %s: %s", entry.name, working, error)
 
     def drop_pending(self, source: str) -> int:
         """Delete every message `source` stored (step 1) that waits for its `deliver`, and
