@@ -267,6 +267,16 @@ def test_non_durable_subscriptions_live_in_memory(box: boxmq.Box, root: Path) ->
     assert not any((root / "topic-root").rglob("client.reader"))
 
 
+def test_a_memory_subscription_gets_a_retained_message_at_its_published_qos_if_lower(
+    box: boxmq.Box,
+) -> None:
+    box.publish("news/today", "old", qos=0, retain=True)
+    box.publish("news/later", "kept", qos=2, retain=True)
+    with box.subscribe("news/#", "reader", qos=1, durable=False) as reader:
+        got = sorted((m.text(), m.qos, m.retained) for m in drain(reader))
+        assert got == [("kept", 1, True), ("old", 0, True)]  # the lower of the two, as live
+
+
 def test_granted_qos_caps_delivery_and_is_stored(box: boxmq.Box) -> None:
     with box.subscribe("q/#", "s", qos=1) as subscriber:
         box.publish("q/x", "a", qos=2)

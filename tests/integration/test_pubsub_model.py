@@ -36,7 +36,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, Phase, event, settings
@@ -266,10 +266,7 @@ class PubSubModel(RuleBasedStateMachine):
         if key in self.open:
             return
         made = self.box.subscribe(filter, subscriber, qos=qos, no_local=no_local, durable=False)
-        # KNOWN BUG, fixed by the next commit: its retained copies come at its grant, not at
-        # the lower of the grant and the QoS they were published at.
-        copies = [replace(copy, qos=qos) for copy in self.retained_copies(filter, qos)]
-        self.memory[subscriber, filter] = Memory(qos, no_local, copies)
+        self.memory[subscriber, filter] = Memory(qos, no_local, self.retained_copies(filter, qos))
         self.open[key] = Open(made, self.generation)
 
     @precondition(lambda self: self.open)

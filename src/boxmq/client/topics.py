@@ -822,7 +822,8 @@ class Topics:
         for retained in self._matching_retained(subscription.filter):
             envelope, _ = decode_lenient(retained.name)
             flagged = envelope.with_property(RETAINED, PropertyType.BOOLEAN, True)
-            inbox.push(MemoryDelivery(_at(flagged, subscription.qos), retained.body))
+            qos = min(_qos(envelope.property_value(QOS)), subscription.qos)  # as _send_retained
+            inbox.push(MemoryDelivery(_at(flagged, _LEVELS[qos]), retained.body))
 
         def close() -> None:
             inbox.close()
