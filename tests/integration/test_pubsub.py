@@ -124,6 +124,19 @@ def test_a_member_leaving_hands_its_locks_to_the_others_and_the_last_ends_the_gr
         assert drain(c) == []
 
 
+def test_unsubscribe_from_a_share_group_says_whether_it_was_a_member(
+    box: boxmq.Box, root: Path
+) -> None:
+    assert box.unsubscribe("$share/g/jobs", "a") is False  # no such group: nothing ended
+    member = box.subscribe("$share/g/jobs", "a")
+    assert box.unsubscribe("$share/g/jobs", "b") is False  # not a member: the group stays
+    assert box.topics.members_of("g", "jobs") == ["a"]
+    assert box.unsubscribe("$share/g/jobs", "a") is True  # the last member: the group ends
+    assert not any((root / "topic-root").rglob("share.g"))
+    member.close()  # its membership ended already: nothing to do
+    assert box.unsubscribe("$share/g/jobs", "a") is False
+
+
 def test_retained_last_per_topic_deleted_by_empty_never_to_shared(
     root: Path, box: boxmq.Box
 ) -> None:

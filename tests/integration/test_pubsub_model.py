@@ -32,7 +32,6 @@ unlocks and hand-offs, expiry, several slots per subscriber, sweeps, dead proces
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
@@ -46,7 +45,6 @@ import boxmq
 from boxmq import State
 from boxmq.client.message import qos_of
 from boxmq.clock import ManualClock
-from boxmq.errors import QueueNotFound
 from boxmq.model import QOS, RETAINED
 
 TOPICS = ["a", "a/b", "a/c", "a/b/c", "b", "$sys/a", "$sys"]
@@ -316,19 +314,12 @@ class PubSubModel(RuleBasedStateMachine):
         if key in self.open and not elsewhere:
             self.open.pop(key).subscriber.close()
         else:
+            removed = (self.other if elsewhere else self.box).unsubscribe(shared, member)
             group = self.groups.get(group_filter)
-            # KNOWN BUG, fixed by a later commit: with no such group, unsubscribe raises
-            # QueueNotFound (and so does closing a member whose group ended meanwhile); with
-            # one, it says True, member or not.
-            try:
-                removed = (self.other if elsewhere else self.box).unsubscribe(shared, member)
-            except QueueNotFound:
-                removed = False
-            assert removed == (group is not None), (shared, removed)
+            assert removed == (group is not None and member in group.members), (shared, removed)
             if key in self.open:
                 event("left elsewhere while open here")
-                with contextlib.suppress(QueueNotFound):
-                    self.open.pop(key).subscriber.close()
+                self.open.pop(key).subscriber.close()
         if group_filter in self.groups:
             self.left(shared, member)
 

@@ -735,8 +735,7 @@ class Topics:
         parsed = parse_filter(filter)
         path = self._path_of(parsed, subscriber)
         if parsed.shared:
-            self._left(parsed, ConsumerId(subscriber), path)
-            return True
+            return self._left(parsed, ConsumerId(subscriber), path)
         with self._dropboxes.held(path):
             if not os.path.isdir(path):
                 return False
@@ -791,19 +790,26 @@ class Topics:
         key = layout.subscription_key(parsed.share_group, subscriber)
         return layout.subscription_path(self._root, parsed.filter, key)
 
-    def _left(self, parsed: TopicFilter, member: ConsumerId, path: str) -> None:
+    def _left(self, parsed: TopicFilter, member: ConsumerId, path: str) -> bool:
         """A share group member leaves; the last one out deletes the group (MQTT-234), and
         its engine here (see __init__: a member joining meanwhile waits, and makes it anew).
+        Whether it was a member: False too when there is no such group (never made, or
+        ended already: by its last member's unsubscribe in another process, by a sweep).
 
         The last member of this process out forgets the engine here too, though members of
         other processes keep the group: the last of them may delete it there, and a member of
         this process joining afterwards would be read by an engine that knows the old
         folder's messages (its watcher follows the path to the new folder: store/watch.py)."""
         if not parsed.shared:
-            return  # a durable subscription outlives its consumer; unsubscribe ends it
+            return False  # a durable subscription outlives its consumer; unsubscribe ends it
         with self._dropboxes.held(path):
             self._grants.pop((path, member), None)
-            release_locks_of(Dropbox(path, self._committer, create=False), member)
+            try:
+                dropbox = Dropbox(path, self._committer, create=False)
+            except QueueNotFound:
+                return False  # nothing to leave, nor to tell other processes of
+            was_member = member in layout.members(path)
+            release_locks_of(dropbox, member)
             layout.remove_member(path, member)
             ended = not layout.members(path)
             # Nobody joins meanwhile (the lock): idle stays idle until it is forgotten.
@@ -812,6 +818,7 @@ class Topics:
             if ended:
                 layout.remove_subscription(path)
         layout.bump_generation(self._root)
+        return was_member
 
     def _subscribe_in_memory(self, subscription: Subscription) -> Subscriber:
         inbox = MemoryInbox()
@@ -962,7 +969,7 @@ class Subscriber(Receiver):
         *,
         consumer: Consumer | None = None,
         inbox: MemoryInbox | None = None,
-        on_close: Callable[[], None],
+        on_close: Callable[[], object],  # what it returns is not used
         v5: V5Reader | None = None,
         granted: Callable[[], QoS | None] | None = None,
     ) -> None:
