@@ -5,7 +5,8 @@ The machine publishes (topics with and without `$`, QoS 0 to 2, retained or not,
 retained body that clears the topic, a `source` for `no_local`), from this Box and from a
 second Box on the same root standing in for another process; subscribes plain durable
 subscribers (QoS, `no_local`, `send_retained`, again to a subscription that exists),
-members of share groups (`$share/<group>/<filter>`, each with its own QoS) and memory
+members of share groups (`$share/<group>/<filter>`, each with its own QoS; one of them in
+the other Box, where it holds a copy unreceived until it leaves) and memory
 subscribers (`durable=False`); closes subscribers and unsubscribes, has the other Box
 subscribe and unsubscribe, sends retained messages into a subscription (`send_retained`),
 receives and settles (ack or reject), purges and requeues a subscription through
@@ -27,7 +28,8 @@ receives and settles (ack or reject), purges and requeues a subscription through
   and `box.topics.retained(topic)` is each topic's last retained publication.
 
 Left out (tests/integration/test_embedded_model.py drives the locks): lock timeouts,
-unlocks and hand-offs, expiry, several slots per subscriber, sweeps, dead processes.
+unlocks and hand-offs, expiry, several slots per subscriber, sweeps, dead processes; and a
+memory subscription of a durable subscriber to the same filter (see IN_MEMORY).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ SUBSCRIBERS = ["s0", "s1"]
 # subscriber and filter), while the dropbox stays and other processes still fill it.
 IN_MEMORY = ["t0", "t1"]
 MEMBERS = ["m0", "m1", "m2"]
+AWAY = "o0"  # a member of the other Box's: it takes one copy and holds it, unreceived
 SOURCES = [None, None, "s0", "s1", "t0"]
 
 
@@ -141,6 +144,7 @@ class PubSubModel(RuleBasedStateMachine):
         # this Box's subscribers: ("plain", s, f), ("share", member, "$share/g/f"), ("memory", s, f)
         self.open: dict[tuple[str, str, str], Open] = {}
         self.retained: dict[str, Published] = {}
+        self.away: dict[tuple[str, str, str], boxmq.Subscriber] = {}  # the other Box's members
 
     def _open(self) -> boxmq.Box:
         return boxmq.open(self.root, fsync="never", clock=self.clock, spares=0)
@@ -235,23 +239,26 @@ class PubSubModel(RuleBasedStateMachine):
 
     @rule(
         group_filter=st.sampled_from(GROUPS),
-        member=st.sampled_from(MEMBERS),
+        member=st.sampled_from([*MEMBERS, AWAY]),
         qos=st.integers(0, 2),
     )
     def join(self, group_filter: tuple[str, str], member: str, qos: int) -> None:
         group_name, filter = group_filter
         shared = f"$share/{group_name}/{filter}"
         key = ("share", member, shared)
-        if key in self.open:
+        if key in self.open or key in self.away:
             return
-        made = self.box.subscribe(shared, member, qos=qos)
+        made = (self.other if member == AWAY else self.box).subscribe(shared, member, qos=qos)
         group = self.groups.get(group_filter)
         if group is None:
             event("group made")
             group = self.groups[group_filter] = Durable(qos)
         group.qos = max(group.qos, qos)
         group.members[member] = qos
-        self.open[key] = Open(made, self.generation)
+        if member == AWAY:
+            self.away[key] = made
+        else:
+            self.open[key] = Open(made, self.generation)
 
     @rule(
         subscriber=st.sampled_from(IN_MEMORY),
@@ -302,7 +309,7 @@ class PubSubModel(RuleBasedStateMachine):
 
     @rule(
         group_filter=st.sampled_from(GROUPS),
-        member=st.sampled_from(MEMBERS),
+        member=st.sampled_from([*MEMBERS, AWAY]),
         elsewhere=st.sampled_from([False, False, True]),
     )
     def leave(self, group_filter: tuple[str, str], member: str, elsewhere: bool) -> None:
@@ -311,7 +318,9 @@ class PubSubModel(RuleBasedStateMachine):
         group_name, filter = group_filter
         shared = f"$share/{group_name}/{filter}"
         key = ("share", member, shared)
-        if key in self.open and not elsewhere:
+        if key in self.away:
+            self.away.pop(key).close()  # its claim goes back to the others at once
+        elif key in self.open and not elsewhere:
             self.open.pop(key).subscriber.close()
         else:
             removed = (self.other if elsewhere else self.box).unsubscribe(shared, member)
