@@ -290,6 +290,20 @@ def test_a_memory_subscription_gets_a_retained_message_at_its_published_qos_if_l
         assert got == [("kept", 1, True), ("old", 0, True)]  # the lower of the two, as live
 
 
+def test_a_memory_subscription_gets_no_retained_message_whose_expiry_passed(
+    tmp_path: Path,
+) -> None:
+    clock = boxmq.ManualClock()
+    with boxmq.open(tmp_path, fsync="never", clock=clock) as box:
+        box.publish("news/today", "stale", retain=True, expires_in=1.0)
+        box.publish("news/later", "fresh", retain=True, expires_in=60.0)
+        clock.advance(5.0)
+        with box.subscribe("news/#", "reader", durable=False) as reader:
+            assert [m.text() for m in drain(reader)] == ["fresh"]
+        with box.subscribe("news/#", "dash") as durable:  # the same as a dropbox's copies
+            assert [m.text() for m in drain(durable)] == ["fresh"]
+
+
 def test_granted_qos_caps_delivery_and_is_stored(box: boxmq.Box) -> None:
     with box.subscribe("q/#", "s", qos=1) as subscriber:
         box.publish("q/x", "a", qos=2)

@@ -826,8 +826,11 @@ class Topics:
         with self._lock:
             self._router.subscribe(subscription)
             self._memory[key] = (subscription, inbox)
+        now = self._clock.now()
         for retained in self._matching_retained(subscription.filter):
             envelope, _ = decode_lenient(retained.name)
+            if envelope.expired(now):
+                continue  # not sent (MQTT 5.0 §3.3.2.3.3), as a dropbox's copy expires there
             flagged = envelope.with_property(RETAINED, PropertyType.BOOLEAN, True)
             qos = min(_qos(envelope.property_value(QOS)), subscription.qos)  # as _send_retained
             inbox.push(MemoryDelivery(_at(flagged, _LEVELS[qos]), retained.body))
