@@ -304,6 +304,22 @@ def test_a_memory_subscription_gets_no_retained_message_whose_expiry_passed(
             assert [m.text() for m in drain(durable)] == ["fresh"]
 
 
+def test_a_memory_subscriber_is_not_handed_a_message_that_expired_while_it_waited(
+    tmp_path: Path,
+) -> None:
+    clock = boxmq.ManualClock()
+    with (
+        boxmq.open(tmp_path, fsync="never", clock=clock) as box,
+        box.subscribe("news/#", "reader", durable=False) as reader,
+        box.subscribe("news/#", "dash") as durable,
+    ):
+        box.publish("news/today", "stale", expires_in=1.0)
+        box.publish("news/today", "fresh", expires_in=60.0)
+        clock.advance(5.0)
+        assert [m.text() for m in drain(reader)] == ["fresh"]
+        assert [m.text() for m in drain(durable)] == ["fresh"]  # as a dropbox's copy
+
+
 def test_granted_qos_caps_delivery_and_is_stored(box: boxmq.Box) -> None:
     with box.subscribe("q/#", "s", qos=1) as subscriber:
         box.publish("q/x", "a", qos=2)

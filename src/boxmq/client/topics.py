@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -842,7 +843,12 @@ class Topics:
                 self._router.unsubscribe(subscription.subscriber, subscription.filter)
 
         return Subscriber(
-            subscription.filter, subscription.subscriber, inbox=inbox, on_close=close, v5=self._v5
+            subscription.filter,
+            subscription.subscriber,
+            inbox=inbox,
+            on_close=close,
+            v5=self._v5,
+            now=self._clock.now,
         )
 
     def send_retained(self, filter: str, subscriber: str, *, qos: int = 1) -> None:
@@ -975,8 +981,10 @@ class Subscriber(Receiver):
         on_close: Callable[[], object],  # what it returns is not used
         v5: V5Reader | None = None,
         granted: Callable[[], QoS | None] | None = None,
+        now: Callable[[], float] | None = None,
     ) -> None:
         self.filter = filter
+        self._now = now  # a memory subscription's clock: what expired waiting is dropped
         self.name = name
         # A share-group member's own QoS, as it stands now: the group's copies are stored at
         # the highest any member was granted, and each member gets at most its own (MQTT-234,
@@ -995,9 +1003,17 @@ class Subscriber(Receiver):
                 return message
             return self._capped(message, self._granted())
         assert self._inbox is not None
-        delivery = self._inbox.pop(timeout)
-        if delivery is None:
-            return None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            delivery = self._inbox.pop(timeout)
+            if delivery is None:
+                return None
+            if self._now is None or not delivery.envelope.expired(self._now()):
+                break
+            # MQTT 5.0 §3.3.2.3.3: expired before its delivery began, it goes to nobody, as
+            # a dropbox's copy goes to expired/ (at most once: nothing else to tell).
+            if deadline is not None:
+                timeout = max(0.0, deadline - time.monotonic())
         return Message(
             str(self.filter),
             delivery.envelope,
