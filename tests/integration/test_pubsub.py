@@ -770,3 +770,28 @@ def test_a_retained_copy_a_killed_subscribe_left_in_working_does_not_stop_the_ne
         got = drain(dash)
     assert [(m.topic, m.text(), m.retained) for m in got] == [("state/door", "closed", True)]
     assert os.listdir(folder / "working") == [name]  # for the sweep, after abandon_after
+
+
+def test_a_memory_and_a_durable_subscription_of_one_name_and_filter_are_refused_together(
+    tmp_path: Path,
+) -> None:
+    # They shared one routing entry in a Box: the durable one subscribed after a memory one
+    # got none of this Box's publications, even once the memory one had closed.
+    with boxmq.open(tmp_path, fsync="never") as box:
+        in_memory = box.subscribe("a/#", "s", durable=False)
+        with pytest.raises(boxmq.InvalidArgument, match="memory subscription"):
+            box.subscribe("a/#", "s")
+        assert box.topics.subscriptions() == []
+        in_memory.close()
+        durable = box.subscribe("a/#", "s")
+        with pytest.raises(boxmq.InvalidArgument, match="durable subscription"):
+            box.subscribe("a/#", "s", durable=False)
+        box.publish("a/1", b"one")
+        assert bodies(durable) == ["one"]
+        # Other names and filters are free to be either.
+        with box.subscribe("a/#", "t", durable=False) as other, box.subscribe("b", "s") as b:
+            box.publish("a/2", b"two")
+            assert bodies(other) == ["two"]
+            assert bodies(durable) == ["two"]
+            assert bodies(b) == []
+        durable.close()

@@ -600,8 +600,25 @@ class Topics:
         parsed = parse_filter(filter)
         name = check_consumer_name(subscriber)
         subscription = Subscription(name, parsed, _qos(qos), parsed.shared or durable, no_local)
+        # One routing entry per subscriber and filter in this Box: a memory subscription
+        # beside a durable one of the same name would take its place there, and the durable
+        # one would miss this Box's publications (all of them, once the memory one closed).
         if not subscription.durable:
+            if os.path.isdir(self._path_of(parsed, name)):
+                raise InvalidArgument(
+                    f"{subscriber!r} has a durable subscription to {filter!r}: a memory one "
+                    "of the same name would hide it from this process's publications; "
+                    "unsubscribe it first, or subscribe under another name"
+                )
             return self._subscribe_in_memory(subscription)
+        if not parsed.shared:
+            with self._lock:
+                open_in_memory = (name, str(parsed)) in self._memory
+            if open_in_memory:
+                raise InvalidArgument(
+                    f"{subscriber!r} has a memory subscription to {filter!r} open in this "
+                    "Box: close it first, or subscribe durably under another name"
+                )
         # Before the records are written: refused by `attach` after them, it left a durable
         # subscription (or a membership) collecting for a subscriber that never came.
         check_consumer_limits(max_in_flight, lock_timeout)
