@@ -604,7 +604,7 @@ class Topics:
         # beside a durable one of the same name would take its place there, and the durable
         # one would miss this Box's publications (all of them, once the memory one closed).
         if not subscription.durable:
-            if os.path.isdir(self._path_of(parsed, name)):
+            if self.has_subscription(filter, name):
                 raise InvalidArgument(
                     f"{subscriber!r} has a durable subscription to {filter!r}: a memory one "
                     "of the same name would hide it from this process's publications; "
