@@ -40,8 +40,9 @@ import tempfile
 from dataclasses import dataclass, field
 
 import hypothesis.strategies as st
-from hypothesis import HealthCheck, Phase, event, settings
+from hypothesis import event, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from tests.integration.test_embedded_model import MODEL_SETTINGS
 
 import boxmq
 from boxmq import State
@@ -512,14 +513,11 @@ class PubSubModel(RuleBasedStateMachine):
 
 
 # About 7 s on a quiet machine (50 examples: the whole suite's time is kept near 15 minutes);
-# MODEL_EXAMPLES=2000 for a longer hunt, and before a change of the topics. No explain phase:
-# under Python 3.11 its tracer makes a failing run take minutes more.
+# MODEL_EXAMPLES=2000 for a longer hunt, and before a change of the topics. The rest as the
+# queue model's settings (no explain phase, no deadline, no database).
 PubSubModel.TestCase.settings = settings(
+    MODEL_SETTINGS,
     max_examples=int(os.environ.get("MODEL_EXAMPLES", "50")),
     stateful_step_count=30,
-    deadline=None,
-    database=None,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestPubSubModel = PubSubModel.TestCase
