@@ -753,8 +753,11 @@ def _print_message(args: argparse.Namespace, message: Message) -> None:
             record["reply-to"] = reply_to
         output.out(output.to_json(record), flush=True)
     else:
+        # The topic escaped, as get's header and the tables are (MQTT lets it hold a newline,
+        # which would start a line of its own); the body as it is, as mosquitto_sub -v does.
         output.out(
-            f"{message.topic} {message.body.decode('utf-8', 'backslashreplace')}", flush=True
+            f"{output.cell(message.topic)} {message.body.decode('utf-8', 'backslashreplace')}",
+            flush=True,
         )
 
 

@@ -791,6 +791,20 @@ def test_subscribe_without_keep_leaves_a_kept_subscription_in_place(root: Path) 
     assert json.loads(ok(root, "--json", "ls"))["subscriptions"] != []
 
 
+def test_subscribe_escapes_a_newline_in_a_topic_so_each_message_starts_one_line(
+    root: Path,
+) -> None:
+    """MQTT lets a topic hold a newline. Printed as it was, the topic "evil", a newline,
+    "fake/topic" and its body "x" read as a line "evil" and a message "x" of the topic
+    "fake/topic". The topic is shown escaped, as get and peek show their metadata; the body is
+    printed as it is (--json is for bodies that may hold newlines)."""
+    ok(root, "subscribe", "#", "--name", "reader", "--keep", "--idle", "0.1")
+    ok(root, "publish", "evil\nfake/topic", "x")
+    ok(root, "publish", "tab\there", "y")
+    out = ok(root, "subscribe", "#", "--name", "reader", "--count", "2")
+    assert out == "evil\\nfake/topic x\ntab\\there y\n"
+
+
 def test_subscribe_leaves_a_kept_subscription_s_qos_and_no_local_as_they_were(
     root: Path,
 ) -> None:
