@@ -16,6 +16,7 @@ import io
 import logging
 import math
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -619,10 +620,12 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
         shared = subscriber.filter.shared
         if kept and not args.keep:
             what = "membership of the share group" if shared else "subscription"
+            # The command quoted for a shell, to be pasted as it is: unquoted, `$share/...`
+            # lost its `$share` to the shell, and a name with a space was two words.
+            ends = shlex.join(["boxmq", "unsubscribe", args.filter, "--name", args.subscriber])
             print(
                 f"boxmq subscribe: reading the kept {what} {args.filter} of "
-                f"{args.subscriber}; it stays after this run (boxmq unsubscribe "
-                f"{args.filter} --name {args.subscriber} ends it)",
+                f"{args.subscriber}; it stays after this run ({ends} ends it)",
                 file=sys.stderr,
             )
         idle_until = None if args.idle is None else time.monotonic() + args.idle

@@ -786,7 +786,7 @@ def test_subscribe_without_keep_leaves_a_kept_subscription_in_place(root: Path) 
     assert done.stdout == "news/a one\n"
     [row] = json.loads(ok(root, "--json", "ls"))["subscriptions"]
     assert (row["subscription"], row["subscriber"], row["ready"]) == ("news/#", "reader", 1)
-    assert "boxmq unsubscribe news/# --name reader" in done.stderr  # says it stays, and how not
+    assert "boxmq unsubscribe 'news/#' --name reader" in done.stderr  # it stays, and how not
     assert ok(root, "subscribe", "news/#", "--name", "reader", "--count", "1") == "news/b two\n"
     assert json.loads(ok(root, "--json", "ls"))["subscriptions"] != []
 
@@ -803,6 +803,25 @@ def test_subscribe_escapes_a_newline_in_a_topic_so_each_message_starts_one_line(
     ok(root, "publish", "tab\there", "y")
     out = ok(root, "subscribe", "#", "--name", "reader", "--count", "2")
     assert out == "evil\\nfake/topic x\ntab\\there y\n"
+
+
+def test_subscribe_s_note_on_a_kept_share_group_gives_a_command_a_shell_runs_as_it_is(
+    root: Path,
+) -> None:
+    """The note of a run reading a kept membership says how to end it. Unquoted, `boxmq
+    unsubscribe $share/etl/jobs/# --name w 1` pasted into a shell lost `$share` (a variable)
+    and split the name in two: the command it ran was not the one meant."""
+    ok(root, "subscribe", "$share/etl/jobs/#", "--name", "w 1", "--keep", "--idle", "0.1")
+    done = boxmq_cli(root, "subscribe", "$share/etl/jobs/#", "--name", "w 1", "--idle", "0.1")
+    assert done.returncode == 0, done.stderr
+    command = done.stderr.split("(", 1)[1].rsplit(" ends it)", 1)[0]
+    # The words bash makes of it, as it would run them.
+    words = subprocess.run(
+        ["bash", "-c", 'printf "%s\\n" ' + command], capture_output=True, text=True, timeout=60
+    ).stdout.splitlines()
+    assert words == ["boxmq", "unsubscribe", "$share/etl/jobs/#", "--name", "w 1"]
+    ok(root, *words[1:])
+    assert json.loads(ok(root, "--json", "ls"))["subscriptions"] == []
 
 
 def test_subscribe_leaves_a_kept_subscription_s_qos_and_no_local_as_they_were(
@@ -1171,7 +1190,7 @@ def test_subscribe_keep_keeps_a_share_group_membership(root: Path) -> None:
     done = boxmq_cli(root, "subscribe", group, "--name", "w1", "--count", "1")
     assert done.returncode == 0, done.stderr
     assert done.stdout == "sensors/a one\n"
-    assert f"boxmq unsubscribe {group} --name w1" in done.stderr  # says it stays, and how not
+    assert f"boxmq unsubscribe '{group}' --name w1" in done.stderr  # it stays, and how not
     [row] = json.loads(ok(root, "--json", "ls"))["subscriptions"]
     assert (row["subscriber"], row["ready"]) == ("w1", 1)
     ok(root, "unsubscribe", group, "--name", "w1")
