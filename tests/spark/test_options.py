@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import datetime
 import os
+import shlex
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,6 +70,21 @@ def test_a_bad_stream_option_says_what_to_fix(
     given = {key: root if value == R else value for key, value in options.items()}
     with pytest.raises(error, match=says):
         stream_read_options(given)
+
+
+def test_a_missing_queue_names_a_command_that_lists_the_queues(root: str) -> None:
+    # It said `boxmq ls ROOT`, which boxmq refuses (ls takes no folder: --data gives it).
+    with pytest.raises(QueueNotFound) as raised:
+        stream_read_options({"root": root, "queue": "nope"})
+    command = str(raised.value).split("`")[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", *shlex.split(command)[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "sensors" in done.stdout
 
 
 def test_a_missing_root_names_a_command_that_makes_it(tmp_path: Path) -> None:

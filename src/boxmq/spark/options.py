@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -222,7 +223,8 @@ def _existing_queue(root: str, queue: str) -> str:
         raise InvalidArgument(f"boxmq data source: option 'queue': {error}") from None
     if not is_dropbox(path):
         raise QueueNotFound(
-            f"boxmq data source: no queue {queue!r} under {root} (`boxmq ls {root}` lists "
+            f"boxmq data source: no queue {queue!r} under {root} "
+            f"(`{shlex.join(['boxmq', '--data', root, 'ls'])}` lists "
             "them; a queue exists once something was put in it or `boxmq.open(root)."
             "queue(name)` made it)"
         )
