@@ -826,8 +826,9 @@ def _settle(verb: str) -> _Command:
         except Conflict:
             raise Conflict(
                 args.id,
-                f"locked by another consumer than {args.consumer!r} (`boxmq peek {args.queue} "
-                "--state processing` shows which; --consumer NAME settles as that one)",
+                f"locked by another consumer than {args.consumer!r} "
+                f"(`{shlex.join(['boxmq', 'peek', args.queue, '--state', 'processing'])}` "
+                "shows which; --consumer NAME settles as that one)",
             ) from None
         if dead is not None:  # unlocked, but its next delivery would pass a limit
             line = f"{verb}: {args.id} went to error/ ({dead}), not back to target/"

@@ -268,6 +268,20 @@ def test_ack_of_someone_else_s_lock_is_a_conflict(root: Path) -> None:
     ok(root, "ack", "jobs", message_id, "--consumer", "alice")
 
 
+def test_a_conflict_s_peek_command_is_quoted_for_a_shell(root: Path) -> None:
+    # `boxmq peek night jobs --state processing` was two queue words to a shell.
+    ok(root, "put", "night jobs", "x")
+    message_id = json.loads(ok(root, "--json", "get", "night jobs", "--consumer", "alice"))["id"]
+    done = boxmq_cli(root, "ack", "night jobs", message_id, "--consumer", "bob")
+    assert done.returncode == 1
+    command = done.stderr.split("`")[1]
+    assert command == "boxmq peek 'night jobs' --state processing"
+    words = subprocess.run(
+        ["bash", "-c", 'printf "%s\\n" ' + command], capture_output=True, text=True, timeout=60
+    ).stdout.splitlines()
+    assert "alice" in ok(root, *words[1:])
+
+
 def test_publish_and_subscribe_from_the_command_line(root: Path) -> None:
     ok(root, "publish", "sensors/kitchen/temp", "20.5", "--retain")
     command = [
