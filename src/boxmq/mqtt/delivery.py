@@ -330,6 +330,13 @@ class Delivery:
     def acked(self, session: Session, packet_id: int, stage: Stage, reason: ReasonCode) -> None:
         acked = session.outbox.acked(packet_id, stage, reason >= _R.UNSPECIFIED_ERROR)
         client = self._links.get(session.client_id)
+        if acked.stray:  # nothing in flight under that id: nothing settles, nothing is recorded
+            log.debug(
+                "client %s: an answer for packet id %d, not in flight", session.client_id, packet_id
+            )
+            if acked.reply is not None and client is not None:
+                self._out.send(client, acked.reply)
+            return
         if acked.reply is not None:
             if client is not None:
                 self._out.send(client, acked.reply)

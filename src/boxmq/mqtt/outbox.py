@@ -33,6 +33,7 @@ from typing import Generic, NamedTuple, TypeVar, cast
 
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.packets import Publish, Pubrel, ack_builder, new_publish, with_expiry
+from boxmq.mqtt.reasons import ReasonCode
 
 __all__ = ["Acked", "Outbox", "Stage"]
 
@@ -66,6 +67,7 @@ class Acked(NamedTuple, Generic[T]):
     token: T | None  # None: given back before (the PUBREC of this PUBCOMP took it)
     refused: bool  # a reason code >= 0x80 on PUBACK or PUBREC (MQTT 5.0 §4.3)
     reply: Pubrel | None = None  # what to answer: PUBREL after a positive PUBREC
+    stray: bool = False  # it matched nothing in flight, and changed nothing (`Outbox.acked`)
 
 
 class Outbox(Generic[T]):
@@ -124,17 +126,40 @@ class Outbox(Generic[T]):
 
     def acked(self, packet_id: int, stage: Stage, refused: bool) -> Acked[T]:
         """Match a PUBACK (AWAIT_PUBACK), PUBREC (AWAIT_PUBREC) or PUBCOMP (AWAIT_PUBCOMP).
-        A positive PUBREC gives the token back (the message is the client's), a PUBCOMP none."""
+        A positive PUBREC gives the token back (the message is the client's), a PUBCOMP none.
+
+        One for a packet id with nothing in flight (a client that answers twice, or answers
+        after a resume what the session had already settled) is `stray`: it changes nothing,
+        and a positive PUBREC is answered with PUBREL 0x92, Packet Identifier not found
+        (MQTT 5.0 §3.6.2.1; MQTT-4.3.3-4 wants a PUBREL for every positive PUBREC). A repeat
+        of a positive PUBREC is answered with its PUBREL again. The wrong kind for a message
+        in flight (a PUBACK for QoS 2, a PUBCOMP before its PUBREL) is a protocol error."""
         entry = self._in_flight.get(packet_id)
         if entry is None or entry.stage is not stage:
-            raise ProtocolError(f"an acknowledgement for packet id {packet_id}, which is not sent")
+            return self._stray(packet_id, entry, stage, refused)
         if self._held and packet_id in self._held:
             self._held.remove(packet_id)  # the client had it from before: on this wire now
         if stage is Stage.AWAIT_PUBREC and not refused:
             token, entry.token, entry.stage = entry.token, None, Stage.AWAIT_PUBCOMP
-            return _new_tuple(Acked, (token, False, _new_pubrel(packet_id)))
+            return _new_tuple(Acked, (token, False, _new_pubrel(packet_id), False))
         del self._in_flight[packet_id]
-        return _new_tuple(Acked, (entry.token, refused, None))
+        return _new_tuple(Acked, (entry.token, refused, None, False))
+
+    def _stray(
+        self, packet_id: int, entry: _Entry[T] | None, stage: Stage, refused: bool
+    ) -> Acked[T]:
+        if entry is None:
+            reply = None
+            if stage is Stage.AWAIT_PUBREC and not refused:
+                reply = Pubrel(packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND)
+            return Acked(None, False, reply, stray=True)
+        if entry.stage is Stage.AWAIT_PUBCOMP and stage is Stage.AWAIT_PUBREC and not refused:
+            return Acked(None, False, _new_pubrel(packet_id), stray=True)  # a repeat
+        kind = {Stage.AWAIT_PUBACK: "PUBACK", Stage.AWAIT_PUBREC: "PUBREC"}.get(stage, "PUBCOMP")
+        raise ProtocolError(
+            f"a {kind}{' refusing' if refused else ''} for packet id {packet_id}, whose message "
+            f"waits for {entry.stage.name.removeprefix('AWAIT_')} (MQTT 5.0 §4.3)"
+        )
 
     def discard(self, packet_id: int) -> T | None:
         """A PUBLISH the client cannot take (over its Maximum Packet Size): done as if it had

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.outbox import Outbox, Stage
 from boxmq.mqtt.packets import Publish, Pubrel
+from boxmq.mqtt.reasons import ReasonCode
 
 
 def _msg(n: int, qos: int = 1) -> Publish:
@@ -75,8 +76,28 @@ def test_ids_released_before_a_restart_get_their_pubrel_first_and_are_not_reused
     assert sent.packet_id == 3
     assert outbox.acked(1, Stage.AWAIT_PUBCOMP, refused=False).token is None
     assert outbox.releasing() == [2]
+    again = outbox.acked(2, Stage.AWAIT_PUBREC, refused=False)  # released: its PUBREL again
+    assert (again.stray, again.reply) == (True, Pubrel(2))
+    assert outbox.releasing() == [2]
     with pytest.raises(ProtocolError):
-        outbox.acked(2, Stage.AWAIT_PUBREC, refused=False)  # it was released: PUBCOMP only
+        outbox.acked(2, Stage.AWAIT_PUBACK, refused=False)  # it was QoS 2
+
+
+def test_an_answer_for_an_id_with_nothing_in_flight_changes_nothing() -> None:
+    """A client that answers twice, or after a resume what was settled: no protocol error.
+    A positive PUBREC gets PUBREL 0x92 (MQTT-4.3.3-4, §3.6.2.1), the rest nothing."""
+    outbox: Outbox[str] = Outbox(window=1, limit=5)
+    sent = outbox.push(_msg(1), "m")
+    assert sent is not None
+    packet_id = sent.packet_id or 0
+    assert outbox.acked(packet_id, Stage.AWAIT_PUBACK, refused=False).token == "m"
+    for stage, refused in [(Stage.AWAIT_PUBACK, False), (Stage.AWAIT_PUBCOMP, False)]:
+        assert outbox.acked(packet_id, stage, refused) == (None, False, None, True)
+    assert outbox.acked(9, Stage.AWAIT_PUBREC, refused=True) == (None, False, None, True)
+    stray = outbox.acked(9, Stage.AWAIT_PUBREC, refused=False)
+    assert stray == (None, False, Pubrel(9, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND), True)
+    assert outbox.push(_msg(2), "n") is not None  # the slot was freed once, and is free
+    assert len(outbox) == 1
 
 
 def test_what_a_restart_sends_again_takes_its_ids_back_with_dup_and_nobody_takes_them_first() -> (
