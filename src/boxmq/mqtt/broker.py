@@ -680,6 +680,7 @@ class Broker:
             window=limits.max_inflight,
             queue_limit=limits.max_queued,
             queue_bytes=limits.max_queued_bytes,
+            totals=self._publishing.held_totals,
         )
 
     def _session_from_disk(

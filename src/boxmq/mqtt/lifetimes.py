@@ -154,6 +154,7 @@ class Lifetimes:
         self.cancel_expiry(client_id)
         self._memory.remove_subscriber(client_id)
         session.outbox.clear()
+        session.stop_counting()
         name = consumer_name(client_id)
         for text, subscriber in self._durable.pop(client_id, {}).items():
             shared = parse_filter(text).shared

@@ -58,7 +58,7 @@ from boxmq.mqtt.reasons import ReasonCode, reason_for
 from boxmq.mqtt.retained_order import RetainedOrder
 from boxmq.mqtt.retained_window import Written
 from boxmq.mqtt.routes import DurableRoutes
-from boxmq.mqtt.session import Release, Session
+from boxmq.mqtt.session import HeldTotals, Release, Session
 from boxmq.mqtt.settings import MqttSettings
 from boxmq.mqtt.stored import (
     consumer_name,
@@ -124,6 +124,9 @@ class Publishing:
         limits = box.intake.limits  # fixed for the box's life: read once, not per message
         self._held_limit = limits.max_pending_per_source
         self._held_bytes_limit = limits.max_bytes_per_source
+        self._held_total_limit = limits.max_pending_total
+        self._held_total_bytes_limit = limits.max_bytes_total
+        self.held_totals = HeldTotals()  # every session's holds together (broker.py gives it)
 
     def publish(self, client: Client, session: Session, packet: Publish) -> None:
         if not packet.topic:
@@ -166,12 +169,18 @@ class Publishing:
         a retained one's, made in its PUBLISH's turn (`_hold_retained`). The exactly-once
         caps per producer bound what one client holds here too, as they bound what it has
         waiting in working/ (a 3.1.1 client has no Receive Maximum, and would otherwise hold
-        up to 65,535): over them, PUBREC 0x97 (3.1.1: the close). Two comparisons a message."""
+        up to 65,535), and the caps on all producers together what all clients hold here
+        (counted apart from working/'s, as the caps per producer are): over any, PUBREC 0x97
+        (3.1.1: the close). Four comparisons a message."""
         packet_id = packet.packet_id
         assert packet_id is not None
+        size = len(packet.payload)
+        totals = self.held_totals
         if (
             len(session.awaiting_release) >= self._held_limit
-            or session.held_bytes + len(packet.payload) > self._held_bytes_limit
+            or session.held_bytes + size > self._held_bytes_limit
+            or totals.count >= self._held_total_limit
+            or totals.held_bytes + size > self._held_total_bytes_limit
         ):
             self._refuse_holding(client, session, packet)
             return
@@ -181,12 +190,17 @@ class Publishing:
 
     def _refuse_holding(self, client: Client, session: Session, packet: Publish) -> None:
         """PUBREC 0x97 (3.1.1: the close) for a QoS 2 PUBLISH that holding until its PUBREL
-        would take past the exactly-once caps per producer (`_hold`)."""
+        would take past the exactly-once caps, per producer or all together (`_hold`)."""
         assert packet.packet_id is not None
+        size = len(packet.payload)
         if len(session.awaiting_release) >= self._held_limit:
             over = f"max_pending_per_source ({self._held_limit})"
-        else:
+        elif session.held_bytes + size > self._held_bytes_limit:
             over = f"max_bytes_per_source ({self._held_bytes_limit})"
+        elif self.held_totals.count >= self._held_total_limit:
+            over = f"max_pending_total ({self._held_total_limit}), all clients together"
+        else:
+            over = f"max_bytes_total ({self._held_total_bytes_limit}), all clients together"
         refusal = ResourceConstraint(
             f"client {session.client_id}: a QoS 2 message held until its PUBREL would pass "
             f"{over}; try again later"

@@ -12,7 +12,8 @@ Invariants:
   filter is in one of the three at most), counted by `held_count()` with three len()s.
 - `awaiting_release` holds the packet ids of QoS 2 PUBLISHes answered with PUBREC and not yet
   released (MQTT 5.0 §4.3.3); a repeat of one is answered again and never routed twice.
-  `held_bytes` is the payload bytes of the PUBLISHes it keeps.
+  `held_bytes` is the payload bytes of the PUBLISHes it keeps. `HeldTotals`, shared by every
+  session of a broker, sums both over the sessions that have not ended (`stop_counting`).
 - The outbox holds what is on its way to the client (outbox.py); its tokens are locked
   messages on disk (to settle when the client answers) or None (memory only).
 """
@@ -26,7 +27,7 @@ from boxmq.client.message import Message
 from boxmq.mqtt.outbox import Outbox
 from boxmq.mqtt.packets import Publish, RetainHandling, Will
 
-__all__ = ["NEVER", "Release", "Session", "SubscriptionOptions", "Token"]
+__all__ = ["NEVER", "HeldTotals", "Release", "Session", "SubscriptionOptions", "Token"]
 
 _new_tuple = tuple.__new__
 NEVER: Final = 0xFFFF_FFFF  # MQTT 5.0 §3.1.2.11.2: this Session Expiry Interval never expires
@@ -60,9 +61,26 @@ class Release(NamedTuple):
     message_id: str | None = None
 
 
+class HeldTotals:
+    """The QoS 2 PUBLISHes all sessions hold until their PUBREL, together: how many, and their
+    payload bytes (what [exactly_once] max_pending_total and max_bytes_total bound)."""
+
+    __slots__ = ("count", "held_bytes")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.held_bytes = 0
+
+
 class Session:
     def __init__(
-        self, client_id: str, *, window: int, queue_limit: int, queue_bytes: int = 0
+        self,
+        client_id: str,
+        *,
+        window: int,
+        queue_limit: int,
+        queue_bytes: int = 0,
+        totals: HeldTotals | None = None,
     ) -> None:
         self.client_id = client_id
         self.expiry = 0  # seconds after disconnect; NEVER; 0: ends with the connection
@@ -72,6 +90,7 @@ class Session:
         )
         self.awaiting_release: dict[int, Release] = {}
         self.held_bytes = 0  # payload bytes of the PUBLISHes `awaiting_release` keeps
+        self._totals = totals  # where both count too, until the session ends
         # Packet ids of retained QoS 2 PUBLISHes being written at PUBLISH (a persistent
         # session's, publishing.py): a repeat read meanwhile waits for that write's end.
         self.writing: set[int] = set()
@@ -109,10 +128,15 @@ class Session:
         message_id: str | None = None,
     ) -> None:
         earlier = self.awaiting_release.get(packet_id)
+        size = 0 if publish is None else len(publish.payload)
         if earlier is not None and earlier.publish is not None:
-            self.held_bytes -= len(earlier.publish.payload)
-        if publish is not None:
-            self.held_bytes += len(publish.payload)
+            size -= len(earlier.publish.payload)
+        self.held_bytes += size
+        totals = self._totals
+        if totals is not None:
+            totals.held_bytes += size
+            if earlier is None:
+                totals.count += 1
         self.awaiting_release[packet_id] = _new_tuple(
             Release, (publish, stored, refused, received, message_id)
         )
@@ -120,9 +144,23 @@ class Session:
     def release(self, packet_id: int) -> Release | None:
         """The PUBREL for `packet_id`: what to deliver (None: not known in this process)."""
         held = self.awaiting_release.pop(packet_id, None)
-        if held is not None and held.publish is not None:
-            self.held_bytes -= len(held.publish.payload)
+        if held is not None:
+            size = 0 if held.publish is None else len(held.publish.payload)
+            self.held_bytes -= size
+            totals = self._totals
+            if totals is not None:
+                totals.held_bytes -= size
+                totals.count -= 1
         return held
+
+    def stop_counting(self) -> None:
+        """The session ended: what it holds leaves the totals, with the session. A PUBLISH of
+        its last read still held after this (its disk work came first) counts in the
+        session's own numbers only, so the totals never keep what nobody holds."""
+        totals, self._totals = self._totals, None
+        if totals is not None:
+            totals.count -= len(self.awaiting_release)
+            totals.held_bytes -= self.held_bytes
 
     def holds(self, text: str) -> bool:
         """Whether `text` is one of the filters the session holds: subscribing to it again

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,44 @@ def test_exactly_once_limits_bound_the_qos2_messages_a_client_holds_in_memory(
                 old.sendall(bytes([0x34, len(body)]) + body)
             assert [read(old)[0] for _ in range(3)] == [0x50] * 3
             assert read(old) == (0, b"")  # closed: nothing to say no with
+    finally:
+        stop_process(process)
+
+
+def test_exactly_once_totals_bound_the_qos2_messages_all_clients_hold_in_memory(
+    tmp_path: Path,
+) -> None:
+    """`max_pending_total` and `max_bytes_total` bound what all non-persistent publishers
+    hold in memory until their PUBRELs, together, as they bound working/: clients each under
+    their own caps held past them all the same, as many as connected. A session's end takes
+    its holds out of the totals."""
+    config = tmp_path / "boxmq.toml"
+    config.write_text("[exactly_once]\nmax_pending_total = 4\nmax_bytes_total = 100\n")
+    address, process = serve_fresh(tmp_path, "--config", str(config))
+    try:
+        first, _ = open_raw(address, "first", clean=True, expiry=0)
+        with first, open_raw(address, "second", clean=True, expiry=0)[0] as second:
+            for packet_id in (1, 2, 3):
+                first.sendall(publish_qos2("eo/a", packet_id, b"ten bytes!"))
+            assert [read(first) for _ in range(3)] == [(0x50, bytes([0, n])) for n in (1, 2, 3)]
+            second.sendall(publish_qos2("eo/a", 1, b"ten bytes!"))
+            assert read(second) == (0x50, b"\x00\x01")  # the fourth of all
+            second.sendall(publish_qos2("eo/a", 2, b"ten bytes!"))
+            kind, body = read(second)
+            assert (kind, body[:3]) == (0x50, b"\x00\x02\x97")  # quota
+            assert b"max_pending_total (4), all clients together" in body
+            first.close()  # its session ends: its three leave the totals
+            deadline = time.monotonic() + 10
+            while True:
+                second.sendall(publish_qos2("eo/a", 2, b"ten bytes!"))
+                if read(second) == (0x50, b"\x00\x02"):
+                    break
+                assert time.monotonic() < deadline, "the first session's holds still count"
+                time.sleep(0.05)
+            second.sendall(publish_qos2("eo/a", 3, bytes(81)))  # 20 held + 81 > 100
+            kind, body = read(second)
+            assert (kind, body[:3]) == (0x50, b"\x00\x03\x97")
+            assert b"max_bytes_total (100), all clients together" in body
     finally:
         stop_process(process)
 
