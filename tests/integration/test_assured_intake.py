@@ -433,3 +433,41 @@ def test_a_pending_message_that_cannot_be_sent_keeps_no_other_from_its_books(
                 message.ack()
         assert sorted(got) == [b"m%d" % n for n in range(5)]
     assert [r.levelname for r in caplog.records if "stays in" in r.getMessage()] == ["ERROR"]
+
+
+@pytest.mark.parametrize("policy", ["always", "never"])
+def test_an_id_forgotten_at_deliver_is_forgotten_on_disk_before_deliver_returns(
+    root: Path, monkeypatch: pytest.MonkeyPatch, policy: str
+) -> None:
+    """deliver(remember=False) (an MQTT PUBREL: the client may reuse the packet id at once)
+    removes the id's marker; under `always` the removal is flushed before the sender is
+    answered. Were it lost to a machine crash, the marker would come back, and the new
+    message sent again under the id after the restart (never answered before it) would be
+    taken for a repeat of the delivered one: answered, never stored, as the end shows."""
+    events: list[tuple[str, str]] = []
+    real_unlink, real_fsync = os.unlink, os.fsync
+
+    def unlink(path: str | os.PathLike[str], *args: object, **kwargs: object) -> None:
+        events.append(("unlink", os.path.dirname(os.fspath(path))))
+        real_unlink(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    def spy_fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    with boxmq.open(root, fsync=policy) as box:
+        markers = box.intake.markers
+        assert box.assured("door", "7", b"first", queue="counts")
+        monkeypatch.setattr(os, "unlink", unlink)
+        monkeypatch.setattr(os, "fsync", spy_fsync)
+        assert box.deliver("door", "7", remember=False, must_exist=True)
+        monkeypatch.undo()
+        removed = events.index(("unlink", markers))
+        flushed = ("fsync", markers) in events[removed:]
+        assert flushed is (policy == "always")
+        # what a lost removal would do: the marker back on disk, as a crash could bring it
+        with open(os.path.join(markers, "back"), "w") as marker:
+            marker.write('{"source": "door", "msg_id": "7"}')
+    with boxmq.open(root, fsync=policy) as box:
+        assert box.assured("door", "7", b"second", queue="counts") is False  # taken for a repeat
+        assert delivered(box) == [b"first"]

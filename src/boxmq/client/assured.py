@@ -53,7 +53,7 @@ from boxmq.model import (
     PropertyValue,
     properties_from,
 )
-from boxmq.store.commit import Committer, Move
+from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.fanout import finish_pending
 from boxmq.store.layout import State, list_dropboxes, queue_path
@@ -280,10 +280,11 @@ class AssuredIntake:
     ) -> bool:
         """Step 2. True if delivered now; False for a repeat or an unknown id (deliver nothing).
 
-        remember=False: forget the id once delivered (its marker too), so it can name a new
-        message at once. must_exist=True: an unknown id (never stored, expired, or swept away)
-        raises ItemNotFound instead of returning False, so the sender can be told that the
-        message is lost; a repeat of a delivered id still returns False."""
+        remember=False: forget the id once delivered (its marker too, removed on disk before
+        this returns under `always`), so it can name a new message at once. must_exist=True:
+        an unknown id (never stored, expired, or swept away) raises ItemNotFound instead of
+        returning False, so the sender can be told that the message is lost; a repeat of a
+        delivered id still returns False."""
         [outcome] = self.deliver_many([(source, msg_id)], remember=remember, must_exist=must_exist)
         if isinstance(outcome, BaseException):
             raise outcome
@@ -322,13 +323,32 @@ class AssuredIntake:
                 else:
                     outcomes[index] = self._not_delivered(key, pending, failure, must_exist)
             errors = self._send_all([pending for _, _, pending in marked])
+            forgotten = False
             for (index, key, pending), failure in zip(marked, errors, strict=True):
                 if failure is not None:
                     outcomes[index] = self._not_delivered(key, pending, failure, must_exist)
                 elif not remember:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(self._marker(*key))
+                    forgotten = True
+            if forgotten:
+                self._flush_forgotten()
         return outcomes
+
+    def _flush_forgotten(self) -> None:
+        """Under `always`, the markers `deliver(remember=False)` removed are removed on disk
+        before the sender is answered: it may name a new message with the id at once (an
+        MQTT client reuses a packet id after PUBCOMP), and a marker a machine crash brought
+        back would make a restart take that message, sent again because it was never
+        answered, for a repeat of the delivered one: answered, never stored. One flush of
+        the folder for the whole batch. (The marker `assured` removes for a new message needs
+        none: the commit of the new file flushes the file system before its rename.)"""
+        if self._committer.policy is not FsyncPolicy.ALWAYS:
+            return
+        try:
+            flush_directories([self._markers])
+        except OSError as error:  # delivered all the same: the disk fails the next commit too
+            log.warning("exactly once: flushing %s after forgetting ids: %s", self._markers, error)
 
     def _not_delivered(
         self, key: tuple[str, str], pending: _Pending, error: OSError, must_exist: bool
