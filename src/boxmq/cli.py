@@ -710,10 +710,10 @@ class _Stop:
 def _settings_of(box: Box, filter: str, subscriber: str) -> tuple[int, bool] | None:
     """The QoS and No Local of `subscriber`'s plain durable subscription to `filter`, if any
     (a share group's QoS is its members' highest, and a member's own is not kept)."""
-    for subscribed, record in box.topics.subscribed(subscriber):
-        if subscribed == filter and record.group is None:
-            return record.qos, record.no_local
-    return None
+    record = box.topics.record_of(filter, subscriber)
+    if record is None or record.group is not None:
+        return None
+    return record.qos, record.no_local
 
 
 def _unsubscribe(args: argparse.Namespace, box: Box) -> int:

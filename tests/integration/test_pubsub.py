@@ -795,3 +795,30 @@ def test_a_memory_and_a_durable_subscription_of_one_name_and_filter_are_refused_
             assert bodies(durable) == ["two"]
             assert bodies(b) == []
         durable.close()
+
+
+def test_record_of_reads_the_one_record_a_subscription_has(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`record_of` reads the subscription's own record (a share group's for "$share/..."),
+    not every subscription's as `subscribed` does: `boxmq subscribe` asks it at each run."""
+    with boxmq.open(root, fsync="never") as box:
+        box.subscribe("a/#", "k", qos=2, no_local=True).detach()
+        box.subscribe("b/#", "k", qos=0).detach()
+        box.subscribe("$share/g/a/#", "m", qos=1, process_bound=False).detach()
+        monkeypatch.setattr(
+            "boxmq.store.topics.read_records", lambda root: pytest.fail("read every record")
+        )
+        record = box.topics.record_of("a/#", "k")
+        assert record is not None
+        assert (record.filter, record.subscriber, record.qos, record.no_local) == (
+            "a/#",
+            "k",
+            2,
+            True,
+        )
+        group = box.topics.record_of("$share/g/a/#", "m")
+        assert group is not None
+        assert (group.group, group.subscriber, group.qos) == ("g", None, 1)
+        assert box.topics.record_of("a/#", "other") is None
+        assert box.topics.record_of("c/#", "k") is None

@@ -711,6 +711,12 @@ class Topics:
                 found.append((str(TopicFilter(record.filter, record.group)), record))
         return found
 
+    def record_of(self, filter: str, subscriber: str) -> layout.SubscriptionRecord | None:
+        """The record of `subscriber`'s durable subscription to `filter` (for
+        "$share/<group>/<filter>", the group's, whoever its members), read from its own file,
+        not from every subscription's as `subscribed`; None if there is none on disk."""
+        return layout.read_record(self._path_of(parse_filter(filter), subscriber))
+
     def dropbox_of(self, filter: str, subscriber: str | None = None) -> Dropbox:
         """The dropbox of a share group ("$share/<group>/<filter>") or of `subscriber`'s
         durable subscription to `filter`, as `subscriptions` lists them: QueueNotFound if there
