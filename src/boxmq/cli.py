@@ -47,6 +47,7 @@ from boxmq.errors import BoxMQError, Conflict, InvalidArgument, LockError, Queue
 from boxmq.model import Property
 from boxmq.mqtt.settings import Listener, MqttSettings
 from boxmq.store.layout import State
+from boxmq.store.process import process_alive
 from boxmq.xmpp.settings import settings_from
 
 __all__ = ["main"]
@@ -597,6 +598,8 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
     # earlier `--keep` (or the Python API, or a Spark stream) made is read and left in place,
     # with what it holds for later.
     existed = box.topics.has_subscription(args.filter, args.subscriber)
+    if existed:
+        _refuse_a_second_run(box, args.filter, args.subscriber)
     kept = args.keep or existed
     # Subscribing again replaces a plain subscription's QoS and No Local (pubsub.md): one that
     # existed keeps its own, an MQTT session's or the Python API's too, unless --qos says.
@@ -705,6 +708,26 @@ class _Stop:
             yield
         finally:
             self._at_once = False
+
+
+def _refuse_a_second_run(box: Box, filter: str, subscriber: str) -> None:
+    """InvalidArgument if `subscriber`'s plain subscription to `filter` is another live run's
+    (`boxmq subscribe` without --keep): that run removes it when it ends, so this one would
+    take it for kept, say it stays, share its messages with it, and stop when it ends. A run
+    that died without removing it leaves it to be read (and kept) as before."""
+    record = box.topics.record_of(filter, subscriber)
+    if record is None or record.group is not None or not record.owner:
+        return
+    alive = process_alive(record.owner)
+    if alive is False:
+        return
+    pid = record.owner.split("-")[1] if record.owner.count("-") == 2 else record.owner
+    where = "" if alive else " on another machine"
+    raise InvalidArgument(
+        f"{filter} of {subscriber} is read by another boxmq subscribe (process {pid}{where}), "
+        "and ends with that run: give this one another --name (each name gets every message)"
+        + ("" if alive else f", or end it with boxmq unsubscribe {filter} --name {subscriber}")
+    )
 
 
 def _settings_of(box: Box, filter: str, subscriber: str) -> tuple[int, bool] | None:

@@ -7,6 +7,7 @@ import errno
 import faulthandler
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -787,6 +788,38 @@ def test_a_sweep_ends_the_subscription_of_a_killed_subscribe(root: Path) -> None
     with boxmq.open(root, fsync="never") as box:
         box.sweep()
     assert _subscribers(root) == ["kept"]
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["plain", "keep"])
+def test_a_second_subscribe_under_a_running_one_s_name_is_refused(root: Path, keep: bool) -> None:
+    """The first run's subscription ends with it: a second run under its --name took it for
+    kept ("it stays after this run"), shared its messages, then stopped with exit 1 when the
+    first ended it, blaming `boxmq unsubscribe`. It is refused at once; once the first run
+    is over (or killed: its subscription left for the sweep), the name is free again."""
+    ok(root, "publish", "news/today", "first", "--retain")
+    with _subscribing(root, "--name", "reader") as first:
+        try:
+            options = ["--keep"] if keep else []
+            again = boxmq_cli(
+                root, "subscribe", "news/#", "--name", "reader", "--idle", "0", *options
+            )
+            assert again.returncode == 1
+            assert again.stdout == ""
+            assert again.stderr == (
+                f"boxmq subscribe: news/# of reader is read by another boxmq subscribe (process "
+                f"{first.pid}), and ends with that run: give this one another --name (each name "
+                "gets every message)\n"
+            )
+            ok(root, "publish", "news/a", "one")
+            assert first.stdout is not None
+            assert select.select([first.stdout], [], [], 30)[0], "the first run got nothing"
+            assert first.stdout.readline() == "news/a one\n"  # it goes on, alone
+        finally:
+            first.kill()  # killed: its subscription is left for the sweep
+    # a run that died without removing its subscription: read (and kept) as before
+    done = boxmq_cli(root, "subscribe", "news/#", "--name", "reader", "--idle", "0")
+    assert done.returncode == 0, done.stderr
+    assert "reading the kept subscription" in done.stderr
 
 
 def test_subscribe_without_keep_leaves_a_kept_subscription_in_place(root: Path) -> None:
