@@ -711,21 +711,23 @@ class _Stop:
 
 
 def _refuse_a_second_run(box: Box, filter: str, subscriber: str) -> None:
-    """InvalidArgument if `subscriber`'s plain subscription to `filter` is another live run's
-    (`boxmq subscribe` without --keep): that run removes it when it ends, so this one would
-    take it for kept, say it stays, share its messages with it, and stop when it ends. A run
-    that died without removing it leaves it to be read (and kept) as before."""
-    record = box.topics.record_of(filter, subscriber)
-    if record is None or record.group is not None or not record.owner:
+    """InvalidArgument if `subscriber`'s plain subscription to `filter`, or its membership of
+    a share group, ends with another live process (a `boxmq subscribe` without --keep, a
+    Python subscriber bound to its process): that one removes it when it ends, so this run
+    would take it for kept, say it stays, share its messages, and stop when it ends. One
+    whose process died without removing it is read (and kept) as before."""
+    owner = box.topics.bound_to(filter, subscriber)
+    if not owner:
         return
-    alive = process_alive(record.owner)
+    alive = process_alive(owner)
     if alive is False:
         return
-    pid = record.owner.split("-")[1] if record.owner.count("-") == 2 else record.owner
+    pid = owner.split("-")[1] if owner.count("-") == 2 else owner
     where = "" if alive else " on another machine"
+    hint = "a member of its own" if filter.startswith("$share/") else "each name gets every message"
     raise InvalidArgument(
-        f"{filter} of {subscriber} is read by another boxmq subscribe (process {pid}{where}), "
-        "and ends with that run: give this one another --name (each name gets every message)"
+        f"{filter} of {subscriber} is read by another process ({pid}{where}), and ends with "
+        f"it: give this run another --name ({hint})"
         + ("" if alive else f", or end it with boxmq unsubscribe {filter} --name {subscriber}")
     )
 

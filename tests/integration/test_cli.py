@@ -806,9 +806,8 @@ def test_a_second_subscribe_under_a_running_one_s_name_is_refused(root: Path, ke
             assert again.returncode == 1
             assert again.stdout == ""
             assert again.stderr == (
-                f"boxmq subscribe: news/# of reader is read by another boxmq subscribe (process "
-                f"{first.pid}), and ends with that run: give this one another --name (each name "
-                "gets every message)\n"
+                f"boxmq subscribe: news/# of reader is read by another process ({first.pid}), "
+                "and ends with it: give this run another --name (each name gets every message)\n"
             )
             ok(root, "publish", "news/a", "one")
             assert first.stdout is not None
@@ -820,6 +819,32 @@ def test_a_second_subscribe_under_a_running_one_s_name_is_refused(root: Path, ke
     done = boxmq_cli(root, "subscribe", "news/#", "--name", "reader", "--idle", "0")
     assert done.returncode == 0, done.stderr
     assert "reading the kept subscription" in done.stderr
+
+
+def test_a_second_subscribe_under_a_running_member_s_name_is_refused(root: Path) -> None:
+    """The same for a share group: the first run's membership ends with it (the group with
+    it, its last member), and a second run as the same member took it for kept."""
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never"]
+    command += ["subscribe", "$share/g/jobs/#", "--name", "worker"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as first:
+        try:
+            deadline = time.monotonic() + 30
+            while "worker" not in boxmq_cli(root, "--json", "ls").stdout:  # the root made
+                assert time.monotonic() < deadline, "the first run never joined"
+                time.sleep(0.1)
+            again = boxmq_cli(root, "subscribe", "$share/g/jobs/#", "--name", "worker")
+            assert again.returncode == 1
+            assert again.stderr == (
+                f"boxmq subscribe: $share/g/jobs/# of worker is read by another process "
+                f"({first.pid}), and ends with it: give this run another --name (a member of "
+                "its own)\n"
+            )
+            other = boxmq_cli(
+                root, "subscribe", "$share/g/jobs/#", "--name", "other", "--idle", "0"
+            )
+            assert other.returncode == 0, other.stderr  # another member: welcome
+        finally:
+            first.kill()
 
 
 def test_subscribe_without_keep_leaves_a_kept_subscription_in_place(root: Path) -> None:

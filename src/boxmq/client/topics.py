@@ -717,6 +717,18 @@ class Topics:
         not from every subscription's as `subscribed`; None if there is none on disk."""
         return layout.read_record(self._path_of(parse_filter(filter), subscriber))
 
+    def bound_to(self, filter: str, subscriber: str) -> str:
+        """The process (its token, store/process.py) that `subscriber`'s subscription to
+        `filter` ends with: a plain one's owner (SubscriptionRecord.owner), a share-group
+        membership's process (a process-bound member); "" for one that outlives every
+        process, or none on disk."""
+        parsed = parse_filter(filter)
+        path = self._path_of(parsed, subscriber)
+        if parsed.shared:
+            return layout.members(path).get(subscriber, "")
+        record = layout.read_record(path)
+        return "" if record is None else record.owner
+
     def dropbox_of(self, filter: str, subscriber: str | None = None) -> Dropbox:
         """The dropbox of a share group ("$share/<group>/<filter>") or of `subscriber`'s
         durable subscription to `filter`, as `subscriptions` lists them: QueueNotFound if there
