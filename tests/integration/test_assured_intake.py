@@ -13,6 +13,7 @@ from tests.crashes import Killed, kill_at, take_everything
 
 import boxmq
 from boxmq.client.assured import AssuredMessage
+from boxmq.clock import ManualClock
 from boxmq.core import ExactlyOnceLimits
 from boxmq.errors import InvalidArgument, ItemNotFound, MetadataTooLong
 from boxmq.model import GROUP_KEY as GROUP
@@ -471,3 +472,47 @@ def test_an_id_forgotten_at_deliver_is_forgotten_on_disk_before_deliver_returns(
     with boxmq.open(root, fsync=policy) as box:
         assert box.assured("door", "7", b"second", queue="counts") is False  # taken for a repeat
         assert delivered(box) == [b"first"]
+
+
+def test_deliver_many_tells_a_repeat_of_a_message_swept_away_what_deliver_would(
+    root: Path,
+) -> None:
+    """The file was gone at `deliver` (swept by another process): the first of the id is
+    unknown, and so is its repeat in the same batch, as two `deliver` calls would tell; it
+    was told False, a repeat of a message delivered, and the sender took it for sent."""
+    clock = ManualClock(time.time())
+    limits = ExactlyOnceLimits(pending_ttl=20.0)
+    with (
+        boxmq.open(root, fsync="never", clock=clock, exactly_once=limits) as box,
+        boxmq.open(root, fsync="never", clock=clock, exactly_once=limits) as other,
+    ):
+        assert other.pending("door") == []  # it read the files: it sweeps what it knows
+        assert box.assured("door", "1", b"lost", queue="counts")
+        assert other.pending("door") == ["1"]
+        clock.advance(25.0)
+        other.sweep()
+        outcomes = box.intake.deliver_many([("door", "1"), ("door", "1")], must_exist=True)
+        assert [type(outcome) for outcome in outcomes] == [ItemNotFound, ItemNotFound]
+        assert box.intake.deliver_many([("door", "1"), ("door", "1")]) == [False, False]
+        assert box.assured("door", "1", b"again", queue="counts")  # a new message
+        assert delivered(box) == []
+
+
+def test_deliver_many_tells_a_repeat_of_a_message_it_failed_to_deliver_the_failure(
+    box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its marker could not be written, so the message still waits for its `deliver`: the
+    repeat in the batch (an MQTT client's PUBREL twice) was told ItemNotFound, as if the
+    message were lost, rather than the failure that a `deliver` after the first would meet."""
+    assert box.assured("door", "1", b"+1", queue="counts")
+    with monkeypatch.context() as failing:
+        failing.setattr(
+            "boxmq.client.assured.temporary_in", lambda folder: os.path.join(folder, "no", "tmp")
+        )
+        outcomes = box.intake.deliver_many(
+            [("door", "1"), ("door", "1")], remember=False, must_exist=True
+        )
+    assert [type(outcome) for outcome in outcomes] == [FileNotFoundError] * 2
+    assert box.pending("door") == ["1"]
+    assert box.intake.deliver_many([("door", "1"), ("door", "1")], remember=False) == [True, False]
+    assert delivered(box) == [b"+1"]

@@ -333,6 +333,14 @@ class AssuredIntake:
                     forgotten = True
             if forgotten:
                 self._flush_forgotten()
+            # A repeat within the batch of one not delivered after all (its file was gone, or
+            # the file system failed it) was taken for a repeat of one delivered (False), or
+            # for an unknown id if not remembered: it is told the first one's outcome, what a
+            # `deliver` after that one would meet.
+            failed = {key: (i, outcomes[i]) for i, key, _ in due if outcomes[i] is not True}
+            for index, key in enumerate(keys):
+                if key in failed and index > failed[key][0]:
+                    outcomes[index] = failed[key][1]
         return outcomes
 
     def _flush_forgotten(self) -> None:
