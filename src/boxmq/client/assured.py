@@ -26,7 +26,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
@@ -481,27 +481,11 @@ class AssuredIntake:
                 self._books.forget(*key)
                 del self._pending[key]
         known = {pending.path for pending in self._pending.values()}
-        for queue in [None, *list_dropboxes(self._root)]:
-            working = self._working_dir(queue)
-            with contextlib.suppress(FileNotFoundError), os.scandir(working) as entries:
-                for entry in entries:
-                    envelope, reason = decode_lenient(entry.name)
-                    msg_id = envelope.property_value(SOURCE_MESSAGE_ID)
-                    if (
-                        entry.path in known
-                        or reason is not None
-                        or envelope.property_value(SOURCE) != source
-                        or not isinstance(msg_id, str)
-                        or (source, msg_id) in self._pending
-                    ):
-                        continue
-                    marked = os.path.lexists(self._marker(source, msg_id))
-                    try:
-                        self._restore_pending(
-                            entry, queue, {(source, msg_id): 0.0} if marked else {}
-                        )
-                    except (BoxMQError, OSError) as error:
-                        log.error("exactly once: %s stays in %s: %s", entry.name, working, error)
+        for entry, queue, envelope, key in self._waiting():
+            if key[0] != source or entry.path in known or key in self._pending:
+                continue
+            marked = os.path.lexists(self._marker(*key))
+            self._restore_pending(entry, queue, envelope, key, marked=marked)
 
     def drop_pending(self, source: str) -> int:
         """Delete every message `source` stored (step 1) that waits for its `deliver`, and
@@ -547,41 +531,57 @@ class AssuredIntake:
         delivered = self._read_markers()
         for key, since in delivered.items():
             self._books.restore(key[0], key[1], size=0, since=since, delivered=True)
-        for queue in [None, *list_dropboxes(self._root)]:
-            working = self._working_dir(queue)
-            with contextlib.suppress(FileNotFoundError), os.scandir(working) as entries:
-                for entry in entries:
-                    try:
-                        self._restore_pending(entry, queue, delivered)
-                    except (BoxMQError, OSError) as error:
-                        # One that cannot be sent must not keep the others from their books
-                        # (their repeats would pass for new, their deliver for done).
-                        log.error("exactly once: %s stays in %s: %s", entry.name, working, error)
+        for entry, queue, envelope, key in self._waiting():
+            self._restore_pending(entry, queue, envelope, key, marked=key in delivered)
         # Copies to topics whose file left .incoming/working/ before the crash: every copy was
         # pending then, some may be out (and taken) already; the rest go out, none again.
         finish_pending(self._root, EXACTLY_ONCE_PENDING)
 
+    def _waiting(self) -> Iterator[tuple[os.DirEntry[str], str | None, Envelope, tuple[str, str]]]:
+        """Each exactly-once message in working/ of the topics and of every queue: its entry,
+        its destination (a queue, or None: the topic in the envelope), its envelope and its
+        (source, msg_id). An ordinary producer's file there is passed over."""
+        for queue in [None, *list_dropboxes(self._root)]:
+            working = self._working_dir(queue)
+            with contextlib.suppress(FileNotFoundError), os.scandir(working) as entries:
+                for entry in entries:
+                    envelope, reason = decode_lenient(entry.name)
+                    source = envelope.property_value(SOURCE)
+                    msg_id = envelope.property_value(SOURCE_MESSAGE_ID)
+                    if reason is None and isinstance(source, str) and isinstance(msg_id, str):
+                        yield entry, queue, envelope, (source, msg_id)
+
     def _restore_pending(
-        self, entry: os.DirEntry[str], queue: str | None, delivered: Mapping[tuple[str, str], float]
+        self,
+        entry: os.DirEntry[str],
+        queue: str | None,
+        envelope: Envelope,
+        key: tuple[str, str],
+        *,
+        marked: bool,
     ) -> None:
-        envelope, reason = decode_lenient(entry.name)
-        source, msg_id = envelope.property_value(SOURCE), envelope.property_value(SOURCE_MESSAGE_ID)
-        if reason is not None or not isinstance(source, str) or not isinstance(msg_id, str):
-            return  # an ordinary producer's file, not an assured one
-        if queue is None:
-            # A topic's: one that no publish could take, kept by a version before `assured`
-            # checked it ('a/+', NUL, or '' which was stored as no topic at all), is refused
-            # here, where `_restore` logs it and leaves it, not at its send.
-            validate_topic(envelope.topic or "")
-        pending = _Pending(entry.path, queue, envelope)
-        if (source, msg_id) in delivered:  # marked but not moved: the crash came in between
-            [failure] = self._send_all([pending])
-            if failure is not None:
-                raise failure
-            return
-        stat = entry.stat()
-        self._books.restore(source, msg_id, size=stat.st_size, since=stat.st_ctime, delivered=False)
-        self._pending[source, msg_id] = pending
+        """Take a message of `_waiting` into the books, or send it if it is `marked`
+        delivered (the crash came between the marker and the move). One that cannot be is
+        logged and stays in working/: it must not keep the others from their books (their
+        repeats would pass for new, their deliver for done)."""
+        try:
+            if queue is None:
+                # A topic's: one that no publish could take, kept by a version before
+                # `assured` checked it ('a/+', NUL, or '' which was stored as no topic at
+                # all), is refused here, not at its send.
+                validate_topic(envelope.topic or "")
+            pending = _Pending(entry.path, queue, envelope)
+            if marked:
+                [failure] = self._send_all([pending])
+                if failure is not None:
+                    raise failure
+                return
+            stat = entry.stat()
+            self._books.restore(*key, size=stat.st_size, since=stat.st_ctime, delivered=False)
+            self._pending[key] = pending
+        except (BoxMQError, OSError) as error:
+            folder = os.path.dirname(entry.path)
+            log.error("exactly once: %s stays in %s: %s", entry.name, folder, error)
 
     def _read_markers(self) -> dict[tuple[str, str], float]:
         found = {}
