@@ -166,7 +166,9 @@ class Connection:
 
     def _connect(self, frame: Frame) -> Connect:
         if frame.kind != _CONNECT:
-            raise ProtocolError(f"{PacketType(frame.kind).name} before CONNECT (MQTT 5.0 §3.1)")
+            # Type 0 is reserved and has no name: PacketType(0) would raise ValueError.
+            name = PacketType(frame.kind).name if frame.kind else "reserved packet type 0"
+            raise ProtocolError(f"{name} before CONNECT (MQTT 5.0 §3.1)")
         self.version = connect_version(frame)  # so that a bad CONNECT is answered in its version
         packet = decode(frame, self.version or ProtocolVersion.V5)
         assert isinstance(packet, Connect)

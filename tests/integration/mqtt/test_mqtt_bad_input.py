@@ -255,3 +255,16 @@ def test_nothing_sent_after_a_refused_connect_in_the_same_read_is_handled(
     assert watcher.nothing(within=0.5)
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == []
+
+
+def test_a_reserved_packet_type_before_connect_is_closed_without_a_traceback(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two bytes, a packet of the reserved type 0, as a socket's first: closed, nothing said,
+    as any packet before CONNECT is. Naming the type for the log raised ValueError inside
+    the read (asyncio's "Fatal error: protocol.buffer_updated() call failed", a traceback);
+    found by fuzzing `boxmq serve`."""
+    assert _exchange(server, RESERVED_TYPE) == b""
+    assert _exchange(server, V5_CONNECT + b"\xe0\x00")[:1] == b"\x20"  # a CONNACK: serving on
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []

@@ -68,6 +68,16 @@ def test_the_first_packet_must_be_connect() -> None:
     assert connection.closing(ProtocolError("x")) == b""  # nobody to tell: no version yet
 
 
+@pytest.mark.parametrize("first", [b"\x00\x00", b"\x0f\x00", b"\x00\x02\x00\x01"])
+def test_a_reserved_packet_type_first_is_a_protocol_error(first: bytes) -> None:
+    """Type 0 before CONNECT raised ValueError naming it (PacketType(0)), out of the
+    broker's read: asyncio's "Fatal error: protocol.buffer_updated() call failed" and a
+    traceback in the log for two bytes from anyone (found by fuzzing `boxmq serve`)."""
+    connection = Connection(max_packet_size=1024, receive_maximum=2, topic_alias_maximum=4, now=0)
+    with pytest.raises(ProtocolError, match="reserved packet type 0 before CONNECT"):
+        connection.receive(first, now=0)
+
+
 @pytest.mark.parametrize(
     ("version", "answer"), [(V5, bytes.fromhex("2003009500")), (V311, b"")], ids=["v5", "v311"]
 )
