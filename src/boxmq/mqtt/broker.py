@@ -439,9 +439,11 @@ class Broker:
             self._publishing.released(client, session, packet.packet_id)
         elif kind is Subscribe:
             assert isinstance(packet, Subscribe)
+            self._delivery.route_deferred_so_far()  # the PUBLISHes before it miss it
             self._subscribing.subscribe(client, session, packet)
         elif kind is Unsubscribe:
             assert isinstance(packet, Unsubscribe)
+            self._delivery.route_deferred_so_far()  # the PUBLISHes before it still meet it
             self._subscribing.unsubscribe(client, session, packet)
         elif kind is Pingreq:
             self._out.send(client, Pingresp())

@@ -15,7 +15,8 @@ Invariants:
 - Sessions whose acks freed slots are refilled once at the end of the read (`refill`), not
   once per ack.
 - While a read is handled, its in-memory copies wait (`defer_routes`) and go out in the
-  order they came (`route_deferred`) once the reader's acknowledgements are written.
+  order they came (`route_deferred`) once the reader's acknowledgements are written, or
+  before a SUBSCRIBE or UNSUBSCRIBE of that read changes the subscriptions they meet.
 - A retained message routed after the retained store took it does not reach a subscription
   sent it (or a later one of its topic) as retained meanwhile (retained_window.py).
 """
@@ -99,6 +100,23 @@ class Delivery:
         deferred, self._deferred = self._deferred, None
         for source, packet, written in deferred or ():
             self.route_memory(source, packet, written)
+
+    def route_deferred_so_far(self) -> None:
+        """Route the copies deferred until now, and go on deferring: a SUBSCRIBE or an
+        UNSUBSCRIBE read behind PUBLISHes of the same client must not change the
+        subscriptions those meet. Routed at the end of the read, a message reached a
+        subscription made after it (a client's own PUBLISH then SUBSCRIBE, one write) and
+        missed one it deleted after it (MQTT 5.0 §4.5: the subscriptions that match when
+        the server takes a message get it)."""
+        deferred = self._deferred
+        if not deferred:
+            return
+        self._deferred = None
+        try:
+            for source, packet, written in deferred:
+                self.route_memory(source, packet, written)
+        finally:
+            self._deferred = []
 
     def refill(self) -> None:
         """At the end of a read: the sessions whose acks freed slots take more messages."""

@@ -1,11 +1,14 @@
 """The server reads every socket into one buffer (server.py): a packet that arrives in pieces
 must come out whole however many other sockets' reads went through the buffer between its
-pieces."""
+pieces. And the packets of one read are acted on in their order, though a read's copies for
+the in-memory subscriptions go out after its acknowledgements."""
 
 from __future__ import annotations
 
+import socket
+
 from tests.integration.mqtt.clients import RunningServer, paho
-from tests.integration.mqtt.raw import open_raw, publish, read
+from tests.integration.mqtt.raw import open_raw, packet, publish, publish_fields, read, subscribe
 
 
 def test_a_packet_in_pieces_survives_other_sockets_reads_between_them(
@@ -33,4 +36,61 @@ def test_a_packet_in_pieces_survives_other_sockets_reads_between_them(
     }
     slow.close()
     quick.close()
+    watcher.stop()
+
+
+def _answers(sock: socket.socket, within: float = 0.5) -> list[tuple[int, bytes]]:
+    """Every packet that comes before `within` seconds of silence: (first byte, body)."""
+    sock.settimeout(within)
+    got: list[tuple[int, bytes]] = []
+    while True:
+        try:
+            got.append(read(sock))
+        except TimeoutError:
+            return got
+
+
+def _unsubscribe(packet_id: int, filter: str) -> bytes:
+    encoded = filter.encode()
+    return packet(
+        0xA2, packet_id.to_bytes(2, "big") + b"\x00" + len(encoded).to_bytes(2, "big") + encoded
+    )
+
+
+def _payloads(answers: list[tuple[int, bytes]]) -> list[bytes]:
+    return [publish_fields(body)[0] for kind, body in answers if kind & 0xF0 == 0x30]
+
+
+def test_a_subscribe_read_behind_a_publish_does_not_get_that_message(
+    server: RunningServer,
+) -> None:
+    """A client's PUBLISH then SUBSCRIBE in one write: the message came before the
+    subscription, and is not sent on it (it was, routed at the end of the read; found by
+    fuzzing `boxmq serve`). The next one is."""
+    sock, _ = open_raw(server, "own", clean=True, expiry=0)  # a session in memory
+    sock.sendall(publish("reads/own", b"before", qos=1, packet_id=1) + subscribe(2, "reads/own", 1))
+    answers = _answers(sock)
+    assert sorted(kind for kind, _ in answers) == [0x40, 0x90]  # PUBACK, SUBACK: no PUBLISH
+    sock.sendall(publish("reads/own", b"after", qos=1, packet_id=3))
+    assert _payloads(_answers(sock)) == [b"after"]
+    sock.close()
+
+
+def test_an_unsubscribe_read_behind_a_publish_still_gets_that_message(
+    server: RunningServer,
+) -> None:
+    """A client's PUBLISH then UNSUBSCRIBE in one write: the subscription was there when
+    the message came, and it is sent on it (it was not: routed at the end of the read, after
+    the UNSUBSCRIBE; found by fuzzing `boxmq serve`). A non-persistent watcher too."""
+    watcher = paho(server, "watcher")
+    watcher.subscribe("reads/own", 1)
+    sock, _ = open_raw(server, "own", clean=True, expiry=0)
+    sock.sendall(subscribe(1, "reads/own", 1))
+    assert read(sock)[0] == 0x90
+    sock.sendall(publish("reads/own", b"during", qos=1, packet_id=2) + _unsubscribe(3, "reads/own"))
+    answers = _answers(sock)
+    assert _payloads(answers) == [b"during"]
+    assert sorted(kind & 0xF0 for kind, _ in answers) == [0x30, 0x40, 0xB0]
+    assert watcher.next().payload == b"during"
+    sock.close()
     watcher.stop()
