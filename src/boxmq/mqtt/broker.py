@@ -492,7 +492,11 @@ class Broker:
         if client.session is not None:
             self._resume(client)  # the packets held behind the CONNECT, and the CONNACK out
 
-    def _answer_connect(self, client: Client, packet: Connect, *, authenticated: bool) -> None:
+    def _answer_connect(
+        self, client: Client, packet: Connect, *, authenticated: bool, waited: bool = False
+    ) -> None:
+        if not waited and self._wait_for_earlier(client, packet, authenticated=authenticated):
+            return
         connection = client.link.connection
         v5 = packet.version is ProtocolVersion.V5
         props = packet.properties
@@ -585,6 +589,36 @@ class Broker:
         )
         self._delivery.resend(client, session)
         self._delivery.pump(session)
+
+    def _wait_for_earlier(self, client: Client, packet: Connect, *, authenticated: bool) -> bool:
+        """A CONNECT that resumes a session from the disk (none in memory, clean start 0)
+        while an earlier connection of its client id still has disk work is answered after
+        that work, its packets behind it held (True). That work may be making a subscription
+        of the session that just ended: its dropbox opened by a worker, and closed and
+        deleted on the loop once done (subscribing.py `_drop_late`); found on disk in
+        between, it was opened a second time, which raised out of the read (InvalidArgument:
+        the consumer is already open), and the CONNECT got no CONNACK."""
+        client_id = packet.client_id
+        if (
+            not client_id
+            or packet.clean_start
+            or client_id in self._sessions
+            or self._batches.last(client_id) is None
+        ):
+            return False
+        if client.held is None:  # held already while its password was checked
+            hold_the_rest(client)
+        clients = self._clients
+
+        def answer(_: object) -> None:
+            if clients.get(client.link) is not client:
+                return  # closed meanwhile
+            self._answer_connect(client, packet, authenticated=authenticated, waited=True)
+            if client.session is not None:
+                self._resume(client)  # the packets held behind the CONNECT, and the CONNACK out
+
+        self._after_disk_work(client_id, lambda: None, answer)
+        return True
 
     def _response_information(self, packet: Connect, client_id: str) -> str | None:
         """What a client that asked for Response Information is told (MQTT 5.0 §3.1.2.11.7):

@@ -8,7 +8,9 @@ on a real socket does the rest."""
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +19,8 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
-from tests.integration.mqtt.clients import Paho, RunningServer, paho, start_server
+from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, paho, start_server
+from tests.integration.mqtt.raw import connect_packet, open_raw, read, subscribe
 
 from boxmq.mqtt.session_record import records_folder
 from boxmq.mqtt.stored import consumer_name
@@ -144,3 +147,40 @@ def test_a_publish_right_behind_a_subscribe_finds_the_subscription(
         assert (received.topic, received.payload) == ("eager/x", b"mine")
     finally:
         client.stop()
+
+
+def test_a_session_resumed_while_the_one_before_still_makes_a_subscription(
+    always: RunningServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A persistent session's SUBSCRIBE is being made by a worker (its dropbox open, its
+    records still being flushed) when a clean start ends the session, and a CONNECT with
+    clean start 0 comes right after: it waits for that work, then finds no session (the
+    late subscription undone, `_drop_late`). It found the dropbox on disk and resumed the
+    ended session with it (session present); or, the dropbox opened already, opened it a
+    second time, which raised out of the read: no CONNACK, a traceback in the log (found by
+    fuzzing `boxmq serve`)."""
+    first, _ = open_raw(always, "back", clean=True, expiry=300)
+    real = os.fsync
+
+    def slow(fd: int) -> None:
+        time.sleep(0.2)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", slow)
+    first.sendall(subscribe(1, "back/#", 1))
+    name = consumer_name("back")
+    deadline = time.monotonic() + WAIT
+    while not always.box.topics.subscribed(name):  # its dropbox is there: being flushed
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    ending, _ = open_raw(always, "back", clean=True, expiry=0)  # takes over, ends the session
+    ending.sendall(b"\xe0\x00")
+    resuming = socket.create_connection((always.host, always.port), timeout=WAIT)
+    resuming.sendall(connect_packet("back", expiry=300))
+    kind, body = read(resuming)
+    assert kind == 0x20, "CONNACK"
+    assert body[:2] == b"\x00\x00"  # no session present: the clean start ended it
+    for sock in (first, ending, resuming):
+        sock.close()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []
