@@ -68,11 +68,18 @@ _ACKS: Final = (Puback, Pubrec, Pubrel, Pubcomp)
 # its fixed header (at most 5).
 _NAME_AND_LEVEL: Final = 7
 _CONNECT_HEAD: Final = 5 + _NAME_AND_LEVEL
-# What a CONNACK over the client's Maximum Packet Size goes without (`_shortened`).
+# What a CONNACK over the client's Maximum Packet Size goes without (`_shortened`). The
+# four availabilities are sent as 1, which their absence means too (MQTT 5.0 §3.2.2.3: "if
+# not present, then ... supported"): an assigned client id and a told Session Expiry
+# Interval made a CONNACK of 69 bytes without Response Information.
 _CONNACK_OPTIONAL: Final = (
     PropertyId.RESPONSE_INFORMATION,
     PropertyId.REASON_STRING,
     PropertyId.USER_PROPERTY,
+    PropertyId.RETAIN_AVAILABLE,
+    PropertyId.WILDCARD_SUBSCRIPTION_AVAILABLE,
+    PropertyId.SUBSCRIPTION_IDENTIFIER_AVAILABLE,
+    PropertyId.SHARED_SUBSCRIPTION_AVAILABLE,
 )
 
 
@@ -353,8 +360,9 @@ def _shortened(packet: Packet) -> Packet:
     """An ack or DISCONNECT without its properties (Reason String, User Properties), which the
     client's Maximum Packet Size lets us drop (MQTT 5.0 §3.1.2.25). A CONNACK keeps what the
     client needs (its assigned id, the server's limits) and loses what it may go without: the
-    same two, and Response Information, which a server may always leave out (§3.2.2.3.15;
-    it holds the client id, so a long id and a small limit made a CONNACK over it)."""
+    same two, Response Information, which a server may always leave out (§3.2.2.3.15;
+    it holds the client id, so a long id and a small limit made a CONNACK over it), and the
+    availabilities, which say what their absence says."""
     if isinstance(packet, (Puback, Pubrec, Pubrel, Pubcomp, Suback, Unsuback, Disconnect)):
         return replace(packet, properties=EMPTY)
     if isinstance(packet, Connack):

@@ -574,6 +574,34 @@ def test_a_connack_over_the_clients_maximum_packet_size_goes_without_response_in
     _run(tmp_path, test, settings=MqttSettings(response_information="reply/%c/"))
 
 
+def test_a_connack_over_the_clients_maximum_packet_size_goes_without_the_availabilities(
+    tmp_path: Path,
+) -> None:
+    """MQTT-3.1.2-24: an assigned client id (37 bytes) and a capped Session Expiry Interval
+    made a CONNACK of 69 bytes for a client that takes 64 (found by fuzzing `boxmq serve`).
+    Retain, Wildcard Subscription, Subscription Identifier and Shared Subscription Available
+    are sent as 1, which their absence means too (§3.2.2.3): they go first."""
+
+    async def test(broker: Broker) -> None:
+        peer = Peer(broker)
+        props = Properties.build(session_expiry_interval=0xFFFFFFFF, maximum_packet_size=64)
+        peer.send(Connect("", V5, clean_start=True, properties=props))
+        [connack] = peer.take()
+        assert isinstance(connack, Connack)
+        assert connack.reason is ReasonCode.SUCCESS
+        assert len(encode(connack, V5)) <= 64
+        got = connack.properties
+        assert got.assigned_client_identifier is not None
+        assert got.session_expiry_interval == Limits().max_session_expiry
+        assert got.receive_maximum == Limits().receive_maximum
+        assert got.maximum_packet_size == Limits().max_packet_size
+        assert got.topic_alias_maximum == Limits().topic_alias_maximum
+        assert got.retain_available is None  # left out: available
+        assert got.shared_subscription_available is None
+
+    _run(tmp_path, test)
+
+
 @pytest.mark.parametrize(
     ("delay", "clean", "expiry", "sent"),
     [
