@@ -101,6 +101,9 @@ class Connection:
         self._open_qos2: set[int] = set()  # their QoS 2 packet ids: a repeat is not counted
         self._out: list[bytes] = []
         self.accepted = False  # a positive CONNACK was sent
+        # A DISCONNECT was sent (or `closing` gave one): nothing may follow it (MQTT-3.14.4-1),
+        # such as the answers to the packets held behind a SUBSCRIBE, handled at the close.
+        self.ended = False
         self.problems = True  # Request Problem Information (MQTT 5.0 §3.1.2.11.7): Reason Strings
 
     # -- reading ---------------------------------------------------------------------------------
@@ -233,6 +236,8 @@ class Connection:
         packet MQTT has) raises, and nothing of it is kept."""
         version = self.version
         assert version is not None, "nothing is sent before CONNECT"
+        if self.ended:
+            return True  # as a write to a socket gone: the session keeps what it holds
         if type(packet) is Publish:  # once per message and subscriber: inline
             aliases = len(self._out_aliases)
             if self.client_alias_maximum:
@@ -267,10 +272,14 @@ class Connection:
         if limit and len(data) > limit:
             data = encode(_shortened(packet), version)
         self._out.append(data)
+        if type(packet) is Disconnect:
+            self.ended = True
 
     def acknowledge(self, kind: type[Puback | Pubrec | Pubrel | Pubcomp], packet_id: int) -> None:
         """`send(kind(packet_id))`, a success, for the path every QoS 1 and 2 message takes:
         the same bytes without the packet object."""
+        if self.ended:
+            return
         head, finishes = _SHORT_ACKS[kind]
         if 0 < self.client_max_packet_size < _SHORT_ACK_SIZE:
             assert self.version is not None, "nothing is sent before CONNECT"
@@ -326,7 +335,7 @@ class Connection:
     def send_bytes(self, data: bytes) -> None:
         """An already encoded PUBLISH (one encoding shared by every subscriber of a message)."""
         limit = self.client_max_packet_size
-        if not limit or len(data) <= limit:
+        if (not limit or len(data) <= limit) and not self.ended:
             self._out.append(data)
 
     def data_to_send(self) -> list[bytes]:
@@ -345,6 +354,7 @@ class Connection:
         3.1.1 §3.2.2.3). After it: a v5 DISCONNECT with the reason; in 3.1.1 nothing, the
         connection is just closed (3.1.1 §4.8)."""
         reason = reason_for(error)
+        self.ended = True
         if not self.accepted:
             if self.version is ProtocolVersion.V5:
                 return encode(Connack(reason=reason), ProtocolVersion.V5)

@@ -20,7 +20,7 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pytest
 from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, paho, start_server
-from tests.integration.mqtt.raw import connect_packet, open_raw, read, subscribe
+from tests.integration.mqtt.raw import connect_packet, open_raw, pubrel, read, subscribe
 
 from boxmq.mqtt.session_record import records_folder
 from boxmq.mqtt.stored import consumer_name
@@ -184,3 +184,28 @@ def test_a_session_resumed_while_the_one_before_still_makes_a_subscription(
         sock.close()
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == []
+
+
+def test_nothing_follows_the_disconnect_of_a_client_whose_packets_wait_for_a_subscribe(
+    always: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PUBREL held behind a SUBSCRIBE that waits for the disk is handled when its
+    connection ends, here by a takeover: its PUBCOMP was written after the DISCONNECT 0x8E
+    (MQTT-3.14.4-1: nothing after a DISCONNECT; found by fuzzing `boxmq serve`)."""
+    real = os.fsync
+
+    def slow(fd: int) -> None:
+        time.sleep(0.2)
+        real(fd)
+
+    first, _ = open_raw(always, "held", clean=True, expiry=0)
+    monkeypatch.setattr(os, "fsync", slow)
+    first.sendall(subscribe(1, "$share/g/held/#", 1) + pubrel(7))  # a share group: on disk
+    time.sleep(0.1)  # both read; the SUBSCRIBE's records are being flushed
+    second, _ = open_raw(always, "held", clean=True, expiry=0)
+    got = []
+    while (packet := read(first)) != (0, b""):
+        got.append(packet)
+    assert got[-1] == (0xE0, b"\x8e"), got  # DISCONNECT 0x8E, and nothing after
+    first.close()
+    second.close()

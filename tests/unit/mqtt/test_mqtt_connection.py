@@ -68,6 +68,28 @@ def test_the_first_packet_must_be_connect() -> None:
     assert connection.closing(ProtocolError("x")) == b""  # nobody to tell: no version yet
 
 
+def test_nothing_is_sent_after_a_disconnect() -> None:
+    """MQTT-3.14.4-1: after its DISCONNECT the server sends nothing more on the connection,
+    such as the PUBCOMP of a PUBREL held behind a SUBSCRIBE and handled at the close (it was
+    written after the DISCONNECT; found by fuzzing `boxmq serve`)."""
+    connection = _connected()
+    connection.send(Disconnect(ReasonCode.SESSION_TAKEN_OVER))
+    connection.send(Pubcomp(1, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
+    connection.acknowledge(Pubcomp, 2)
+    assert connection.send(Publish("a", b"x", 1, packet_id=3))
+    connection.send_bytes(encode(Publish("a", b"x"), V5))
+    assert connection.data_to_send() == [encode(Disconnect(ReasonCode.SESSION_TAKEN_OVER), V5)]
+
+
+def test_nothing_is_sent_after_the_disconnect_of_a_protocol_error() -> None:
+    connection = _connected()
+    goodbye = connection.closing(ProtocolError("x"))
+    assert goodbye == encode(Disconnect(ReasonCode.PROTOCOL_ERROR), V5)
+    connection.acknowledge(Pubcomp, 2)
+    connection.send(Pubcomp(1, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
+    assert connection.data_to_send() == []
+
+
 @pytest.mark.parametrize("first", [b"\x00\x00", b"\x0f\x00", b"\x00\x02\x00\x01"])
 def test_a_reserved_packet_type_first_is_a_protocol_error(first: bytes) -> None:
     """Type 0 before CONNECT raised ValueError naming it (PacketType(0)), out of the
