@@ -22,7 +22,14 @@ from dataclasses import replace
 from typing import Final
 
 from boxmq.errors import PacketTooLarge, ProtocolViolation
-from boxmq.mqtt.codec import connect_version, decode, decode_publish, encode, encode_publish
+from boxmq.mqtt.codec import (
+    POSITIVE_ACKS,
+    connect_version,
+    decode,
+    decode_publish,
+    encode,
+    encode_publish,
+)
 from boxmq.mqtt.errors import (
     ClientIdNotValid,
     ProtocolError,
@@ -153,6 +160,10 @@ class Connection:
             return self._connect(frame)
         kind = frame.kind
         if kind != _PUBLISH:
+            body = frame.body
+            positive = POSITIVE_ACKS.get(kind << 4 | frame.flags)
+            if positive is not None and len(body) == 2 and (packet_id := body[0] << 8 | body[1]):
+                return positive(packet_id)  # decode's common ack, without its two calls
             if kind == _CONNECT:
                 raise ProtocolError("a second CONNECT (MQTT 5.0 §3.1)")
             return decode(frame, version)
