@@ -24,7 +24,7 @@ from typing import Protocol
 
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.disk import Job
-from boxmq.mqtt.packets import Packet, Puback, Pubcomp, Pubrec
+from boxmq.mqtt.packets import Packet, Puback, Pubcomp, Pubrec, Pubrel
 from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.session import Session
 
@@ -104,7 +104,7 @@ class Outgoing:
         self.dirty.add(client)
 
     def acknowledge(
-        self, client: Client, kind: type[Puback | Pubrec | Pubcomp], packet_id: int
+        self, client: Client, kind: type[Puback | Pubrec | Pubrel | Pubcomp], packet_id: int
     ) -> None:
         """`send(client, kind(packet_id))` for a positive acknowledgement, without the object."""
         client.link.connection.acknowledge(kind, packet_id)

@@ -352,12 +352,15 @@ class Delivery:
             log.debug(
                 "client %s: an answer for packet id %d, not in flight", session.client_id, packet_id
             )
-            if acked.reply is not None and client is not None:
-                self._out.send(client, acked.reply)
-            return
-        if acked.reply is not None:
             if client is not None:
-                self._out.send(client, acked.reply)
+                if acked.release:  # a repeated PUBREC: its PUBREL again
+                    self._out.acknowledge(client, Pubrel, packet_id)
+                elif acked.reply is not None:
+                    self._out.send(client, acked.reply)
+            return
+        if acked.release:
+            if client is not None:
+                self._out.acknowledge(client, Pubrel, packet_id)
             if session.persistent:
                 self.unrecorded[session.client_id] = session
         # A positive PUBREC settles too: the message is the client's from then on, so a share

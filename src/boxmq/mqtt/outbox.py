@@ -32,7 +32,7 @@ from enum import Enum, auto
 from typing import Generic, NamedTuple, TypeVar, cast
 
 from boxmq.mqtt.errors import ProtocolError
-from boxmq.mqtt.packets import Publish, Pubrel, ack_builder, new_publish, with_expiry
+from boxmq.mqtt.packets import Publish, Pubrel, new_publish, with_expiry
 from boxmq.mqtt.reasons import ReasonCode
 
 __all__ = ["Acked", "Outbox", "Stage"]
@@ -40,7 +40,6 @@ __all__ = ["Acked", "Outbox", "Stage"]
 T = TypeVar("T")
 
 _MAX_PACKET_ID = 65_535
-_new_pubrel = ack_builder(Pubrel)
 _new_tuple = tuple.__new__
 
 
@@ -66,8 +65,9 @@ class Acked(NamedTuple, Generic[T]):
 
     token: T | None  # None: given back before (the PUBREC of this PUBCOMP took it)
     refused: bool  # a reason code >= 0x80 on PUBACK or PUBREC (MQTT 5.0 §4.3)
-    reply: Pubrel | None = None  # what to answer: PUBREL after a positive PUBREC
+    release: bool = False  # a positive PUBREC: answered with PUBREL
     stray: bool = False  # it matched nothing in flight, and changed nothing (`Outbox.acked`)
+    reply: Pubrel | None = None  # a stray's answer other than a PUBREL 0x00 (`release`)
 
 
 class Outbox(Generic[T]):
@@ -141,9 +141,9 @@ class Outbox(Generic[T]):
             self._held.remove(packet_id)  # the client had it from before: on this wire now
         if stage is Stage.AWAIT_PUBREC and not refused:
             token, entry.token, entry.stage = entry.token, None, Stage.AWAIT_PUBCOMP
-            return _new_tuple(Acked, (token, False, _new_pubrel(packet_id), False))
+            return _new_tuple(Acked, (token, False, True, False, None))
         del self._in_flight[packet_id]
-        return _new_tuple(Acked, (entry.token, refused, None, False))
+        return _new_tuple(Acked, (entry.token, refused, False, False, None))
 
     def _stray(
         self, packet_id: int, entry: _Entry[T] | None, stage: Stage, refused: bool
@@ -152,9 +152,9 @@ class Outbox(Generic[T]):
             reply = None
             if stage is Stage.AWAIT_PUBREC and not refused:
                 reply = Pubrel(packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND)
-            return Acked(None, False, reply, stray=True)
+            return Acked(None, False, stray=True, reply=reply)
         if entry.stage is Stage.AWAIT_PUBCOMP and stage is Stage.AWAIT_PUBREC and not refused:
-            return Acked(None, False, _new_pubrel(packet_id), stray=True)  # a repeat
+            return Acked(None, False, release=True, stray=True)  # a repeat
         kind = {Stage.AWAIT_PUBACK: "PUBACK", Stage.AWAIT_PUBREC: "PUBREC"}.get(stage, "PUBCOMP")
         raise ProtocolError(
             f"a {kind}{' refusing' if refused else ''} for packet id {packet_id}, whose message "

@@ -46,7 +46,7 @@ def test_qos2_goes_pubrec_pubrel_pubcomp() -> None:
     with pytest.raises(ProtocolError):
         outbox.acked(packet_id, Stage.AWAIT_PUBCOMP, refused=False)  # too early
     step = outbox.acked(packet_id, Stage.AWAIT_PUBREC, refused=False)
-    assert step.reply == Pubrel(packet_id)
+    assert step.release
     assert outbox.resend() == [Pubrel(packet_id)]  # never the message again (§4.4)
     done = outbox.acked(packet_id, Stage.AWAIT_PUBCOMP, refused=False)
     assert (done.token, done.refused) == (None, False)
@@ -77,7 +77,7 @@ def test_ids_released_before_a_restart_get_their_pubrel_first_and_are_not_reused
     assert outbox.acked(1, Stage.AWAIT_PUBCOMP, refused=False).token is None
     assert outbox.releasing() == [2]
     again = outbox.acked(2, Stage.AWAIT_PUBREC, refused=False)  # released: its PUBREL again
-    assert (again.stray, again.reply) == (True, Pubrel(2))
+    assert (again.stray, again.release, again.reply) == (True, True, None)
     assert outbox.releasing() == [2]
     with pytest.raises(ProtocolError):
         outbox.acked(2, Stage.AWAIT_PUBACK, refused=False)  # it was QoS 2
@@ -92,10 +92,10 @@ def test_an_answer_for_an_id_with_nothing_in_flight_changes_nothing() -> None:
     packet_id = sent.packet_id or 0
     assert outbox.acked(packet_id, Stage.AWAIT_PUBACK, refused=False).token == "m"
     for stage, refused in [(Stage.AWAIT_PUBACK, False), (Stage.AWAIT_PUBCOMP, False)]:
-        assert outbox.acked(packet_id, stage, refused) == (None, False, None, True)
-    assert outbox.acked(9, Stage.AWAIT_PUBREC, refused=True) == (None, False, None, True)
+        assert outbox.acked(packet_id, stage, refused) == (None, False, False, True, None)
+    assert outbox.acked(9, Stage.AWAIT_PUBREC, refused=True) == (None, False, False, True, None)
     stray = outbox.acked(9, Stage.AWAIT_PUBREC, refused=False)
-    assert stray == (None, False, Pubrel(9, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND), True)
+    assert stray == (None, False, False, True, Pubrel(9, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
     assert outbox.push(_msg(2), "n") is not None  # the slot was freed once, and is free
     assert len(outbox) == 1
 
@@ -124,7 +124,7 @@ def test_a_refused_pubrec_ends_the_exchange() -> None:
     sent = outbox.push(_msg(1, qos=2), "m")
     assert sent is not None
     refused = outbox.acked(sent.packet_id or 0, Stage.AWAIT_PUBREC, refused=True)
-    assert (refused.token, refused.refused, refused.reply) == ("m", True, None)
+    assert (refused.token, refused.refused, refused.release) == ("m", True, False)
 
 
 def test_resend_sets_dup_and_clear_gives_every_token_back() -> None:
@@ -183,7 +183,7 @@ def test_ids_are_unique_in_flight_and_every_token_comes_back_once(
             assert acked.token == (None if stage is Stage.AWAIT_PUBCOMP else token)
             if acked.token is not None:
                 returned.append(acked.token)
-            if acked.reply is not None:
+            if acked.release:
                 in_flight[packet_id] = (token, Stage.AWAIT_PUBCOMP)
             else:
                 del in_flight[packet_id]
@@ -366,7 +366,7 @@ def test_no_publish_goes_past_the_window_of_its_connection_and_every_token_comes
             acked = outbox.acked(packet_id, stage_of[packet_id], refused=False)
             if acked.token is not None:
                 returned.append(acked.token)
-            if acked.reply is not None:
+            if acked.release:
                 stage_of[packet_id] = Stage.AWAIT_PUBCOMP
             else:
                 del stage_of[packet_id], token_of[packet_id]
