@@ -195,7 +195,22 @@ class FrameReader:
 
     def frames(self) -> Iterator[Frame]:
         limit = self.max_packet_size
+        most = limit - 2  # the largest body of a small packet
         while True:
+            buffer, pos = self._buffer, self._pos
+            # Most packets are small (a one-byte Remaining Length) and whole in the buffer:
+            # those are read one after the other here, the buffer and position kept in locals.
+            length = len(buffer)
+            while pos + 1 < length and (body_length := buffer[pos + 1]) < 0x80:
+                end = pos + 2 + body_length
+                if end > length or body_length > most:
+                    break
+                self._pos = end  # before the yield: a consumer may stop at any frame
+                first = buffer[pos]
+                yield _new_tuple(Frame, (first >> 4, first & 0x0F, buffer[pos + 2 : end]))
+                if self._pos != end:
+                    break  # cleared meanwhile (`clear`)
+                pos = end
             buffer, pos = self._buffer, self._pos
             if pos == len(buffer):
                 if not self._later:
@@ -203,9 +218,7 @@ class FrameReader:
                     return
                 self._join()
                 continue
-            if pos + 1 < len(buffer) and buffer[pos + 1] < 0x80:
-                body_length, header_size = buffer[pos + 1], 2  # inline: most packets are small
-            elif (header := remaining_length(buffer, pos)) is not None:
+            if (header := remaining_length(buffer, pos)) is not None:
                 body_length, header_size = header
             elif self._later:
                 self._join()

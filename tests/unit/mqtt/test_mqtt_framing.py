@@ -155,6 +155,17 @@ def test_a_consumer_that_stops_early_loses_nothing() -> None:
     assert [first.kind] + [f.kind for f in rest] == [12, 13, 14]
 
 
+def test_frames_end_once_the_reader_is_cleared() -> None:
+    # Connection.stop_reading: nothing after a DISCONNECT in the same read is taken.
+    reader = FrameReader(max_packet_size=1000)
+    reader.receive(b"\xc0\x00\xd0\x00\xe0\x00")
+    frames = reader.frames()
+    assert next(frames).kind == 12
+    reader.clear()
+    assert list(frames) == []
+    assert reader.buffered() == 0
+
+
 def test_the_size_limit_counts_the_whole_packet() -> None:
     # MQTT 5.0 §3.1.2.11.4: "the total number of bytes in an MQTT Control Packet".
     reader = FrameReader(max_packet_size=4)
