@@ -58,6 +58,7 @@ from boxmq.mqtt.reasons import ReasonCode, reason_for
 
 __all__ = ["Connection", "ReceiveMaximumExceeded"]
 
+_V5: Final = ProtocolVersion.V5  # an Enum member read off its class costs more (outbox.py)
 _PUBLISH: Final = int(PacketType.PUBLISH)
 _CONNECT: Final = int(PacketType.CONNECT)
 # A positive PUBACK, PUBREC, PUBREL or PUBCOMP without properties is its id alone, in either
@@ -167,7 +168,7 @@ class Connection:
             if kind == _CONNECT:
                 raise ProtocolError("a second CONNECT (MQTT 5.0 §3.1)")
             return decode(frame, version)
-        v5 = version is ProtocolVersion.V5
+        v5 = version is _V5
         packet = decode_publish(frame.flags, frame.body, v5)  # decode's first case, called here
         if v5:
             # 3.1.1 has no Receive Maximum and no aliases: its clients are slowed by reading
@@ -254,7 +255,7 @@ class Connection:
             if self.client_alias_maximum:
                 packet = self._aliased(packet)
             try:
-                data = encode_publish(packet, version is ProtocolVersion.V5)
+                data = encode_publish(packet, version is _V5)
             except Exception:
                 self._unlearn_alias(aliases)
                 raise
