@@ -83,7 +83,8 @@ class Session:
         totals: HeldTotals | None = None,
     ) -> None:
         self.client_id = client_id
-        self.expiry = 0  # seconds after disconnect; NEVER; 0: ends with the connection
+        self.persistent = False  # expiry > 0, kept by `expiry`'s setter
+        self._expiry = 0
         self.subscriptions: dict[str, SubscriptionOptions] = {}
         self.outbox: Outbox[Token] = Outbox(
             window=window, limit=queue_limit, byte_limit=queue_bytes
@@ -114,8 +115,16 @@ class Session:
         self.connected = False
 
     @property
-    def persistent(self) -> bool:
-        return self.expiry > 0
+    def expiry(self) -> int:
+        """Seconds after disconnect; NEVER; 0: ends with the connection."""
+        return self._expiry
+
+    @expiry.setter
+    def expiry(self, seconds: int) -> None:
+        # `persistent` is read per message (whether a QoS 2 PUBLISH is stored, a PUBREC
+        # recorded): an attribute set here, not a property computed at each read.
+        self._expiry = seconds
+        self.persistent = seconds > 0
 
     def hold_for_release(
         self,
