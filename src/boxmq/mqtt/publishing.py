@@ -332,7 +332,9 @@ class Publishing:
 
     def _received(self, packet: Publish) -> float:
         """When a QoS 2 PUBLISH came, kept until its PUBREL if it has an expiry (else 0)."""
-        return self._clock.now() if packet.properties.message_expiry_interval else 0.0
+        properties = packet.properties
+        # Most have no properties (every 3.1.1 one): then no accessor is called.
+        return self._clock.now() if properties.mask and properties.message_expiry_interval else 0.0
 
     def _unexpired(self, client_id: str, held: Release) -> Publish | None:
         """A held QoS 2 PUBLISH as it goes on at PUBREL: the time it waited for the PUBREL
