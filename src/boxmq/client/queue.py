@@ -42,7 +42,7 @@ from boxmq.model import (
     PropertyValue,
     properties_from,
 )
-from boxmq.store.commit import Move, discard_unsent
+from boxmq.store.commit import Move, discard_unsent, discard_unsent_file
 from boxmq.store.dropbox import Dropbox, NotAFile
 from boxmq.store.layout import State
 from boxmq.store.names import (
@@ -193,20 +193,20 @@ class Queue:
             message_id = self._ids.new()
             name = f"4.{message_id}.{message_class._value_}"  # plain_name(4, id, class, 0)
             try:
-                move = box.write(name, data, check=check)
+                path = box.write_file(name, data, check=check)  # no Move: send_file sends it
             except FileExistsError:  # an id taken in working/: draw again
                 continue
             try:
-                box.send((move,))
+                box.send_file(path, name)
                 break
             except FileNotFoundError:
-                if box.lost_spare(move):  # .spare/ was deleted: write again, with the check
+                if box.lost_spare(path):  # .spare/ was deleted: write again, with the check
                     check = True
                     continue
-                discard_unsent((move,))  # refused to the caller: never delivered later
+                discard_unsent_file(path)  # refused to the caller: never delivered later
                 raise
             except OSError:
-                discard_unsent((move,))
+                discard_unsent_file(path)
                 raise
         if (live := self._opened()) is not None:
             live.sent([(name, Envelope(message_id, 4, message_class, 0), data)])

@@ -46,6 +46,7 @@ __all__ = [
     "Move",
     "Ready",
     "discard_unsent",
+    "discard_unsent_file",
     "flush_directories",
     "flush_filesystem",
 ]
@@ -224,6 +225,16 @@ class Committer:
         if error is not None:
             raise error
 
+    def commit_one(self, source: str, target: str) -> None:
+        """`commit([Move(source, target)])`: one put, renamed at once without a Move where no
+        group waits for a flush (fsync never or interval)."""
+        if self._always or self.closed:
+            self.commit([Move(source, target)])
+            return
+        if self._interval_flushes:  # (_ensure_thread's test: a call less per put)
+            self._ensure_thread()
+        os.rename(source, target)  # as Move.apply renames a put's move
+
     def commit_each(self, groups: Sequence[Sequence[Move]]) -> list[OSError | None]:
         """`commit` for each of `groups` at once, returning each group's error (its first
         failed move's) instead of raising one for all: one flush for them all under
@@ -365,12 +376,15 @@ def discard_unsent(moves: Iterable[Move]) -> list[int]:
     source is still there), so that a message refused to its producer is never delivered
     later; returns their indexes. Only for files written for this commit: an exactly-once
     message waiting in working/ for its `deliver` must stay."""
-    unsent = []
-    for index, move in enumerate(moves):
-        if os.path.lexists(move.source):
-            unsent.append(index)
-            _unlink_quietly([move.source])
-    return unsent
+    return [index for index, move in enumerate(moves) if discard_unsent_file(move.source)]
+
+
+def discard_unsent_file(source: str) -> bool:
+    """`discard_unsent` for the file of one move (`commit_one`): True if it was unsent."""
+    if not os.path.lexists(source):
+        return False
+    _unlink_quietly([source])
+    return True
 
 
 def _unlink_quietly(paths: Iterable[str]) -> None:

@@ -184,17 +184,21 @@ class Dropbox:
         Raises FileExistsError if working/<name> exists (the caller picks another id), and
         Closed, writing nothing, once the committer that would send it is closed.
         """
+        return Move(self.write_file(name, body, check=check), self._target + name)
+
+    def write_file(self, name: str, body: bytes, *, check: bool = True) -> str:
+        """`write`, without the Move: the path written, which `send_file(path, name)` sends
+        (one put, the common one, makes no Move under fsync never or interval)."""
         if self._committer.closed:
             raise self._committer.refused()
-        target = self._target + name
         if self._spares is not None:
             if self._reached is None:
                 self._reached = self._spares.reaches(self.path)
             if self._reached and (own := self._spares.write(body, check=check)) is not None:
-                return Move(own, target)
+                return own
         path = self._working + name
         write_new(path, body, self._spares)
-        return Move(path, target)
+        return path
 
     def write_apart(self, name: str, body: bytes) -> Move:
         """`write`, under a `distinct_name` if working/<name> is taken: for a name made from
@@ -209,14 +213,19 @@ class Dropbox:
                 chosen = distinct_name(name, number)
         raise AssertionError("unreachable: the names count up until one is free")
 
-    def lost_spare(self, move: Move) -> bool:
-        """Whether `move`, written with check=False, failed to send because the spare it was
-        written into is gone (.spare/ deleted meanwhile): write the body again, with check."""
-        return self._spares is not None and self._spares.lost(move.source)
+    def lost_spare(self, path: str) -> bool:
+        """Whether the file `path`, written with check=False, failed to send because the spare
+        it was written into is gone (.spare/ deleted meanwhile): write the body again, with
+        check."""
+        return self._spares is not None and self._spares.lost(path)
 
     def send(self, moves: Sequence[Move]) -> None:
         """Commit written files (working/ → target/) as the committer's fsync policy says."""
         self._committer.commit(moves)
+
+    def send_file(self, path: str, name: str) -> None:
+        """`send([Move(path, target/<name>)])` for one file `write_file` wrote."""
+        self._committer.commit_one(path, self._target + name)
 
     # -- consuming ---------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from boxmq.errors import Closed
 from boxmq.store import commit
 from boxmq.store.commit import Committer, FsyncPolicy, Move
 
@@ -253,3 +254,29 @@ def test_a_fan_out_to_one_dropbox_whose_staged_file_is_gone_fails(tmp_path: Path
         Committer(str(tmp_path), FsyncPolicy.NEVER).commit(
             [Move(str(tmp_path / "never-written"), None, (str(tmp_path / "sub" / "target" / "m"),))]
         )
+
+
+@pytest.mark.parametrize("policy", list(FsyncPolicy))
+def test_commit_one_is_commit_of_one_move(tmp_path: Path, policy: FsyncPolicy) -> None:
+    """A put's shortcut (no Move under never and interval): the file renamed, flushed as
+    commit flushes it, its error raised as it is, and refused once closed."""
+    committer = Committer(str(tmp_path), policy, interval=0.05)
+    [move] = written(tmp_path, 1)
+    assert move.target is not None
+    committer.commit_one(move.source, move.target)
+    assert os.listdir(tmp_path / "target") == ["m0"]
+    if policy is FsyncPolicy.ALWAYS:
+        assert committer.flushes == 2  # a group of one: the file's data, then the rename
+    with pytest.raises(FileNotFoundError):
+        committer.commit_one(move.source, move.target)  # sent already: nothing to rename
+    committer.close()
+    with pytest.raises(Closed):
+        committer.commit_one(move.source, move.target)
+    assert os.listdir(tmp_path / "target") == ["m0"]
+
+
+def test_discard_unsent_file_deletes_what_was_not_sent(tmp_path: Path) -> None:
+    [move] = written(tmp_path, 1)
+    assert commit.discard_unsent_file(move.source)
+    assert not os.path.lexists(move.source)
+    assert not commit.discard_unsent_file(move.source)  # gone: nothing to discard
