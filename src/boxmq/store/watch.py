@@ -22,6 +22,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -131,10 +132,14 @@ class InotifyWatcher:
             os.write(self._wake_write, b"!")
 
     def _read(self) -> Changes:
-        names: dict[str, None] = {}  # in order of arrival, and quick to take one out of
-        gone: list[str] = []
+        # A name is kept as the event carries it, NUL padding and all (the same padding for
+        # the same name: a key as good as the name), and decoded only if it is reported: most
+        # names came and left between two reads (this process's puts, claimed at once).
+        names: dict[bytes, None] = {}  # in order of arrival, and quick to take one out of
+        gone: list[bytes] = []
         everything = moved = False  # moved: the folder may have left its path
         folder, parent = self._folder_wd, self._parent_wd
+        unpack, header = _EVENT.unpack_from, _EVENT.size
         while True:
             try:
                 data = os.read(self._fd, _BUFFER)
@@ -143,24 +148,25 @@ class InotifyWatcher:
             drained = len(data) <= _BUFFER - _LARGEST_EVENT  # else more may wait: read again
             offset = 0
             while offset < len(data):
-                wd, mask, _, length = _EVENT.unpack_from(data, offset)
-                offset += _EVENT.size
-                raw = data[offset : offset + length].rstrip(b"\0")
-                offset += length
+                wd, mask, _, length = unpack(data, offset)
+                start = offset + header
+                offset = start + length
                 if mask & _IN_Q_OVERFLOW:
                     everything = moved = True  # what was lost may be the folder's leaving
                 elif wd == folder:
                     if mask & _SELF:
                         moved = True
-                    elif raw:
-                        name = raw.decode(_FS_ENCODING, _FS_ERRORS)  # os.fsdecode, inlined
+                    elif length:
+                        raw = data[start:offset]
                         if not mask & _LEFT:
-                            names[name] = None
-                        elif name in names:
-                            del names[name]
+                            names[raw] = None
+                        elif raw in names:
+                            del names[raw]
                         else:
-                            gone.append(name)
-                elif wd == parent and (mask & _SELF or raw == self._base):
+                            gone.append(raw)
+                elif wd == parent and (
+                    mask & _SELF or data[start:offset].rstrip(b"\0") == self._base
+                ):
                     moved = True
                 # else: a watch let go of (the folder before the one there now), or another
                 # name in the parent: old news, or none of ours
@@ -171,7 +177,7 @@ class InotifyWatcher:
             # files, those that came before its watch included).
             watched = self._rewatch()
             return Changes(everything=moved or watched)
-        return Changes(list(names), everything, gone)
+        return Changes(_decoded(names), everything, _decoded(gone))
 
     def _rewatch(self) -> bool:
         """Watch the folder at the path and its parent, whichever they are now, and let go
@@ -197,6 +203,11 @@ class InotifyWatcher:
             for fd in (self._fd, self._wake_read, self._wake_write):
                 os.close(fd)
             self._fd = -1
+
+
+def _decoded(raws: Iterable[bytes]) -> list[str]:
+    """The names of events, as they carry them (NUL padded): os.fsdecode of each, inlined."""
+    return [name.decode(_FS_ENCODING, _FS_ERRORS) for raw in raws if (name := raw.rstrip(b"\0"))]
 
 
 class PollingWatcher:

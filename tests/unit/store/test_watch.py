@@ -102,6 +102,30 @@ def test_a_name_that_left_after_it_was_reported_is_gone(
     inotify.close()
 
 
+def test_names_of_every_length_and_not_utf8_are_reported_as_fsdecode_reads_them(
+    tmp_path: Path, inotify: InotifyWatcher
+) -> None:
+    """Events carry their names NUL padded (to the next 16 bytes) and are matched that way:
+    names of lengths around each padding, one a prefix of the next, and one that is not
+    UTF-8 come, stay, leave, or come and leave, as their names."""
+    (tmp_path / "elsewhere").mkdir()
+    raw = [b"n" * length for length in (1, 14, 15, 16, 17, 31, 32, 33, 100)] + [b"bad\xff"]
+    for index, name in enumerate(raw):
+        (tmp_path / "elsewhere" / str(index)).write_bytes(name)
+    assert inotify.wait(1.0).names == ["elsewhere"]
+    base = os.fsencode(tmp_path)
+    for index, name in enumerate(raw):
+        os.rename(os.fsencode(tmp_path / "elsewhere" / str(index)), base + b"/" + name)
+    for name in raw[1::2]:  # came and left in one read: never reported
+        os.rename(base + b"/" + name, base + b"/elsewhere/" + name)
+    stayed = [os.fsdecode(name) for name in raw[::2]]
+    assert inotify.wait(1.0) == Changes(stayed, False, [])
+    for name in raw[::2]:
+        os.rename(base + b"/" + name, base + b"/elsewhere/" + name)
+    assert inotify.wait(1.0) == Changes([], False, stayed)
+    inotify.close()
+
+
 def _folder_watcher(tmp_path: Path) -> tuple[Path, InotifyWatcher]:
     """A watcher of a dropbox's target/ (a folder with a parent of its own)."""
     folder = tmp_path / "box" / "target"
