@@ -150,10 +150,11 @@ class Spares:
         deleted): for a caller that renames the path at once and, when that fails because
         the file is gone (`lost`), writes again with check=True. One system call less per
         put (~3,600 instructions, docs/benchmarks.md)."""
-        while True:
+        own = self._own
+        while own:  # else none: every put into a root whose acks give no file back
             try:
-                path, size, inode, fd = self._own.pop()
-            except IndexError:  # none (or another thread took the last one)
+                path, size, inode, fd = own.pop()
+            except IndexError:  # another thread took the last one
                 return None
             if fd == _NO_FD:
                 try:
@@ -170,6 +171,7 @@ class Spares:
             if len(opened) > self._kept_fds:
                 self._close_oldest()
             return path
+        return None
 
     def lost(self, path: str) -> bool:
         """After the rename of `path`, written by `write(check=False)`, failed: True if it was
