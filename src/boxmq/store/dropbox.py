@@ -123,11 +123,12 @@ class Dropbox:
         self._dirs = {state: os.path.join(path, state.value) for state in State}
         # state -> "<dir>/": names never hold a '/', so a concatenation is the join, for less.
         self._prefixes = {state: directory + os.sep for state, directory in self._dirs.items()}
-        # The three a message passes through, as attributes: `State.X` on Python 3.11 goes
+        # The four a message passes through, as attributes: `State.X` on Python 3.11 goes
         # through Enum's metaclass (~860 instructions), a put's and an ack's path reads them.
         self._working = self._prefixes[State.WORKING]
         self._target = self._prefixes[State.TARGET]
         self._processing = self._prefixes[State.PROCESSING]
+        self._processed = self._prefixes[State.PROCESSED]
         if create:
             for directory in self._dirs.values():
                 os.makedirs(directory, exist_ok=True)
@@ -279,8 +280,8 @@ class Dropbox:
         """An acknowledged message leaves processing/<processing>: to processed/<name> (its
         name without the lock) when `keep`, else deleted, its file a spare for a later put
         when the root keeps spares (store/spares.py). False if it was gone."""
-        if keep:
-            return self.move(State.PROCESSING, processing, State.PROCESSED, name)
+        if keep:  # `move`'s work, without its two Enum lookups and two calls (one per ack)
+            return move_apart(self._processing + processing, self._processed, name) is not None
         if self._spares is None:
             return remove_file(self._processing + processing)
         return self._spares.give(self._processing + processing)
