@@ -246,11 +246,21 @@ class Queue:
     def _write_body(self, body: bytes | str) -> tuple[Envelope, str, Move, bytes]:
         """`_write(Outgoing(body))` without the Outgoing (a frozen dataclass of seven fields,
         made and read for each body put_many is given) or the checks of fields it would leave
-        at their defaults: 11,000 fewer instructions per put (docs/benchmarks.md, XMPP)."""
-        text = isinstance(body, str)
-        data = body_bytes(body)
-        message_class = _TEXT if text else _BYTES
-        return self._write_as(Envelope(self._ids.new(), 4, message_class, 0), data, True)
+        at their defaults: 11,000 fewer instructions per put (docs/benchmarks.md, XMPP). Its
+        name is written as `_put_body` writes it, not through _write_as, _name and plain_name
+        (a plain body's name never needs a side file)."""
+        if type(body) is bytes:  # the usual body: body_bytes would return it as it is
+            data, message_class = body, _BYTES
+        else:
+            data, message_class = body_bytes(body), _TEXT if isinstance(body, str) else _BYTES
+        while True:
+            message_id = self._ids.new()
+            name = f"4.{message_id}.{message_class._value_}"  # plain_name(4, id, class, 0)
+            try:
+                move = self._box.write(name, data)
+            except FileExistsError:  # an id taken in working/: draw again
+                continue
+            return Envelope(message_id, 4, message_class, 0), name, move, data
 
     def _write_as(
         self, envelope: Envelope, body: bytes, plain: bool
