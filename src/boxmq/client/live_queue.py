@@ -273,7 +273,10 @@ class LiveQueue:
                     if (delivery := self._take(consumer)) is not None:
                         return delivery
                 self._pump(consumer)
-                if (delivery := self._take_live(consumer)) is not None:
+                # _take_live, without its call (one per message)
+                if self._inbox[consumer] and self._engine.due_by(now := self._clock.now()):
+                    self._expire(now)
+                if (delivery := self._take(consumer)) is not None:
                     return delivery
                 now = self._clock.now()
                 if end is not None and now >= end:
@@ -786,7 +789,7 @@ class LiveQueue:
         self._sent.discard(message.key)
         token = "" if holder in self._outliving else self._token  # see attach
         locked = lock_suffixed(message.key, holder, int(effect.deadline * 1000), token)
-        processing = self._box.place(_TARGET, message.key, _PROCESSING, locked)
+        processing = self._box.claim(message.key, locked)
         if processing is None:
             self._engine.claim_lost(message.message_id)
             # A file of its id may wait in target/ behind the name that was lost (another

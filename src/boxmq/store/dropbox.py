@@ -276,6 +276,11 @@ class Dropbox:
             return lock_apart(prefixes[source] + name, prefixes[target], wanted)
         return move_apart(prefixes[source] + name, prefixes[target], wanted)
 
+    def claim(self, name: str, locked: str) -> str | None:
+        """`place(State.TARGET, name, State.PROCESSING, locked)` in one call (one per
+        message): the name the lock took in processing/, or None if the file was gone."""
+        return lock_apart(self._target + name, self._processing, locked)
+
     def finish(self, processing: str, name: str, *, keep: bool) -> bool:
         """An acknowledged message leaves processing/<processing>: to processed/<name> (its
         name without the lock) when `keep`, else deleted, its file a spare for a later put

@@ -122,6 +122,30 @@ def test_a_move_never_replaces_a_file_of_the_same_name(tmp_path: Path, into: Sta
         committer.close()
 
 
+def test_claim_is_place_into_processing(tmp_path: Path) -> None:
+    """The claim's shortcut: the locked name it took (a millisecond later where another lock
+    has that name, never over it), or None when another claim took the file first."""
+    committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
+    try:
+        box = Dropbox(str(tmp_path / "q"), committer, create=True)
+        folder = tmp_path / "q"
+        for name in ("4.a.B", "4.b.B"):
+            (folder / "target" / name).write_bytes(name.encode())
+        (folder / "processing" / "4.b.B@w@1000@t").write_bytes(b"held")
+        assert box.claim("4.a.B", "4.a.B@w@1000@t") == "4.a.B@w@1000@t"
+        assert box.claim("4.b.B", "4.b.B@w@1000@t") == "4.b.B@w@1001@t"
+        assert box.claim("4.a.B", "4.a.B@w@2000@t") is None  # gone: claimed already
+        assert sorted(os.listdir(folder / "processing")) == [
+            "4.a.B@w@1000@t",
+            "4.b.B@w@1000@t",
+            "4.b.B@w@1001@t",
+        ]
+        assert (folder / "processing" / "4.b.B@w@1001@t").read_bytes() == b"4.b.B"
+        assert os.listdir(folder / "target") == []
+    finally:
+        committer.close()
+
+
 def test_read_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
     """A directory, a symbolic link (never followed: it could lend a file outside the root)
     and a named pipe (never waited on) are no message; an empty file is one."""
