@@ -22,7 +22,6 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -177,7 +176,17 @@ class InotifyWatcher:
             # files, those that came before its watch included).
             watched = self._rewatch()
             return Changes(everything=moved or watched)
-        return Changes(_decoded(names), everything, _decoded(gone))
+        # Decoded in loops of their own, not a function or comprehension per list: read at
+        # every receive, a read's few names must not cost more than decoding them at once.
+        came: list[str] = []
+        for raw in names:
+            if name := raw.rstrip(b"\0"):
+                came.append(name.decode(_FS_ENCODING, _FS_ERRORS))  # os.fsdecode, inlined
+        left: list[str] = []
+        for raw in gone:
+            if name := raw.rstrip(b"\0"):
+                left.append(name.decode(_FS_ENCODING, _FS_ERRORS))
+        return Changes(came, everything, left)
 
     def _rewatch(self) -> bool:
         """Watch the folder at the path and its parent, whichever they are now, and let go
@@ -203,11 +212,6 @@ class InotifyWatcher:
             for fd in (self._fd, self._wake_read, self._wake_write):
                 os.close(fd)
             self._fd = -1
-
-
-def _decoded(raws: Iterable[bytes]) -> list[str]:
-    """The names of events, as they carry them (NUL padded): os.fsdecode of each, inlined."""
-    return [name.decode(_FS_ENCODING, _FS_ERRORS) for raw in raws if (name := raw.rstrip(b"\0"))]
 
 
 class PollingWatcher:
