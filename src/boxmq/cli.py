@@ -725,10 +725,11 @@ def _refuse_a_second_run(box: Box, filter: str, subscriber: str) -> None:
     pid = owner.split("-")[1] if owner.count("-") == 2 else owner
     where = "" if alive else " on another machine"
     hint = "a member of its own" if filter.startswith("$share/") else "each name gets every message"
+    ends = ["boxmq", "unsubscribe", filter, "--name", subscriber]  # quoted below, for a shell
     raise InvalidArgument(
         f"{filter} of {subscriber} is read by another process ({pid}{where}), and ends with "
         f"it: give this run another --name ({hint})"
-        + ("" if alive else f", or end it with boxmq unsubscribe {filter} --name {subscriber}")
+        + ("" if alive else f", or end it with {shlex.join(ends)}")
     )
 
 

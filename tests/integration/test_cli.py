@@ -821,6 +821,28 @@ def test_a_second_subscribe_under_a_running_one_s_name_is_refused(root: Path, ke
     assert "reading the kept subscription" in done.stderr
 
 
+def test_a_subscription_bound_to_another_machine_s_run_is_refused_with_a_command_to_paste(
+    root: Path,
+) -> None:
+    """A run on another host sharing the root cannot be told alive or dead from here: the
+    second run is refused, and told the unsubscribe command that ends it, quoted for a shell
+    (`$share` and a name with a space would otherwise not reach boxmq as they are)."""
+    ok(root, "publish", "news/today", "first", "--retain")
+    with _subscribing(root, "--name", "night reader") as first:
+        first.kill()
+        first.wait(timeout=30)
+    [record] = (root / "topic-root").rglob(".subscription")
+    data = json.loads(record.read_text())
+    data["owner"] = "elsewhere-4242-99"  # another host's process token (store/process.py)
+    record.write_text(json.dumps(data))
+    again = boxmq_cli(root, "subscribe", "news/#", "--name", "night reader", "--idle", "0")
+    assert again.returncode == 1
+    assert again.stderr.endswith(
+        ", or end it with boxmq unsubscribe 'news/#' --name 'night reader'\n"
+    )
+    assert "(4242 on another machine)" in again.stderr
+
+
 def test_a_second_subscribe_under_a_running_member_s_name_is_refused(root: Path) -> None:
     """The same for a share group: the first run's membership ends with it (the group with
     it, its last member), and a second run as the same member took it for kept."""
