@@ -112,15 +112,11 @@ class Delivery:
         subscription made after it (a client's own PUBLISH then SUBSCRIBE, one write) and
         missed one it deleted after it (MQTT 5.0 §4.5: the subscriptions that match when
         the server takes a message get it)."""
-        deferred = self._deferred
-        if not deferred:
-            return
-        self._deferred = None
-        try:
-            for source, packet, written in deferred:
-                self.route_memory(source, packet, written)
-        finally:
-            self._deferred = []
+        if self._deferred:  # None: not deferring, nothing kept
+            try:
+                self.route_deferred()
+            finally:
+                self._deferred = []
 
     def refill(self) -> None:
         """At the end of a read: the sessions whose acks freed slots take more messages."""
