@@ -181,10 +181,7 @@ class Queue:
         """`put_many([body])[0]` for one bare body, the common put, in one call instead of
         five (put_many, _write_body, _write_as, _name, plain_name): the same envelope, name,
         write, commit and offer to this process's consumers."""
-        if type(body) is bytes:  # the usual body: body_bytes would return it as it is
-            data, message_class = body, _BYTES
-        else:
-            data, message_class = body_bytes(body), _TEXT if isinstance(body, str) else _BYTES
+        data, message_class = _bare(body)
         box = self._box
         # A spare kept open is written without the fstat that tells whether its file is still
         # there: the rename that sends it tells, in the rare case it is not (lost_spare).
@@ -249,10 +246,7 @@ class Queue:
         at their defaults: 11,000 fewer instructions per put (docs/benchmarks.md, XMPP). Its
         name is written as `_put_body` writes it, not through _write_as, _name and plain_name
         (a plain body's name never needs a side file)."""
-        if type(body) is bytes:  # the usual body: body_bytes would return it as it is
-            data, message_class = body, _BYTES
-        else:
-            data, message_class = body_bytes(body), _TEXT if isinstance(body, str) else _BYTES
+        data, message_class = _bare(body)
         while True:
             message_id = self._ids.new()
             name = f"4.{message_id}.{message_class._value_}"  # plain_name(4, id, class, 0)
@@ -525,3 +519,10 @@ def _put_name(envelope: Envelope) -> str:
     """A put's name for `envelope`, room left for what a redelivery adds; MetadataTooLong if
     it has none."""
     return encode(envelope, limit=PUT_NAME_LIMIT)
+
+
+def _bare(body: bytes | str) -> tuple[bytes, MessageClass]:
+    """A bare body's bytes and message class, as `put` and `put_many` name it."""
+    if type(body) is bytes:  # the usual body: body_bytes would return it as it is
+        return body, _BYTES
+    return body_bytes(body), _TEXT if isinstance(body, str) else _BYTES
