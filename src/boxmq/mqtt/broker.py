@@ -494,7 +494,16 @@ class Broker:
         except Exception:  # a bug of the authenticator: refused, with its traceback
             log.exception("checking the password of client %r failed", packet.client_id)
             authenticated = False
-        self._answer_connect(client, packet, authenticated=authenticated)
+        self._answer_held(client, packet, authenticated=authenticated)
+
+    def _answer_held(
+        self, client: Client, packet: Connect, *, authenticated: bool, waited: bool = False
+    ) -> None:
+        """On the loop: answer a CONNECT whose packets were held behind it (a password being
+        checked, an earlier connection's disk work), unless its client closed meanwhile."""
+        if self._clients.get(client.link) is not client:
+            return  # closed meanwhile
+        self._answer_connect(client, packet, authenticated=authenticated, waited=waited)
         if client.session is not None:
             self._resume(client)  # the packets held behind the CONNECT, and the CONNACK out
 
@@ -614,14 +623,9 @@ class Broker:
             return False
         if client.held is None:  # held already while its password was checked
             hold_the_rest(client)
-        clients = self._clients
 
         def answer(_: object) -> None:
-            if clients.get(client.link) is not client:
-                return  # closed meanwhile
-            self._answer_connect(client, packet, authenticated=authenticated, waited=True)
-            if client.session is not None:
-                self._resume(client)  # the packets held behind the CONNECT, and the CONNACK out
+            self._answer_held(client, packet, authenticated=authenticated, waited=True)
 
         self._after_disk_work(client_id, lambda: None, answer)
         return True
