@@ -9,6 +9,7 @@ import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -1628,12 +1629,23 @@ def test_the_warning_for_properties_left_off_names_the_longest_topic_that_keeps_
             {PROPERTIES_FILE: "0" * 32}, expires_in=expiry or None, retain=retain
         )
         pub = _connect(broker, "pub")
+        answers: list[Packet] = []
+
+        def answered(*expected: Packet) -> bool:
+            answers.extend(pub.take())
+            return all(packet in answers for packet in expected)
+
         for packet_id, topic in enumerate(("k" * room, "x" * (room + 1)), start=1):
             pub.send(Publish(topic, b"m", qos, retain, packet_id=packet_id, properties=props))
             if qos == 2:
-                await _until(lambda: any(isinstance(p, Pubrec) for p in pub.take()))
+                await _until(partial(answered, Pubrec(packet_id)))
                 pub.send(Pubrel(packet_id))
         await _until(lambda: len([p for p in keeper.inbox if isinstance(p, Publish)]) == 2)
+        # The warning is logged on the disk thread once the copies are written, and the
+        # subscriber served from disk may have them before it is: the publisher's answers
+        # come after it.
+        done = Pubcomp if qos == 2 else Puback
+        await _until(partial(answered, done(1), done(2)))
         got = {p.topic[0]: p.properties for p in keeper.take() if isinstance(p, Publish)}
         assert (got["k"].user_properties, got["x"].user_properties) == (tuple(trace), ())
         [warning] = [r.getMessage() for r in caplog.records if "no room" in r.getMessage()]
