@@ -154,6 +154,7 @@ class Paho:
     messages: queue.Queue[Received] = field(default_factory=queue.Queue)
     connacks: queue.Queue[Any] = field(default_factory=queue.Queue)
     subacks: queue.Queue[Any] = field(default_factory=queue.Queue)
+    unsubacks: queue.Queue[Any] = field(default_factory=queue.Queue)
     disconnects: queue.Queue[Any] = field(default_factory=queue.Queue)
     session_present: bool = False  # as its CONNACK said
     connack_properties: Any = None  # v5: paho's Properties of its CONNACK
@@ -179,6 +180,11 @@ class Paho:
         else:
             self.client.subscribe(topic, qos)
         return self.subacks.get(timeout=WAIT)
+
+    def unsubscribe(self, topic: str) -> Any:
+        """UNSUBSCRIBE, once its UNSUBACK came: what it said (v5: a reason code each)."""
+        self.client.unsubscribe(topic)
+        return self.unsubacks.get(timeout=WAIT)
 
     def publish(self, topic: str, payload: bytes | str, qos: int = 0, **kw: Any) -> None:
         info = self.client.publish(topic, payload, qos, **kw)
@@ -230,6 +236,7 @@ def paho(
         (flags, reason, props)
     )
     client.on_subscribe = lambda _c, _u, mid, reasons, props: box.subacks.put(reasons)
+    client.on_unsubscribe = lambda _c, _u, mid, reasons, props: box.unsubacks.put(reasons)
     client.on_disconnect = lambda _c, _u, flags, reason, props: box.disconnects.put(reason)
     if username is not None:
         client.username_pw_set(username, password)
