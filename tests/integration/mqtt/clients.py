@@ -94,21 +94,29 @@ def free_port() -> int:
         return port
 
 
+START = 60.0  # seconds a `boxmq serve` may take to listen: a loaded machine took over 20
+
+
 def serve_process(root: Path, port: int, *flags: str) -> subprocess.Popen[bytes]:
-    """`boxmq serve` on `root`, its MQTT door on `port`, once it listens (log: ../serve.log)."""
+    """`boxmq serve` on `root`, its MQTT door on `port`, once it listens (log: ../serve.log).
+    Its start is waited for as long as a loaded machine takes (START: the interpreter, the
+    imports, the root's recovery), unless the process ends first."""
     with open(root.parent / "serve.log", "ab") as log:  # the child keeps its own copy
         command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "serve"]
         command += ["--mqtt", f"127.0.0.1:{port}", "--sweep-interval", "0.5", *flags]
         process = subprocess.Popen(command, stderr=log)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + START
+    while process.poll() is None and time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return process
         except OSError:
             time.sleep(0.1)
+    if process.poll() is not None:
+        raise AssertionError(f"boxmq serve exited ({process.returncode}) before it listened")
     process.kill()
-    raise AssertionError("boxmq serve did not listen")
+    process.wait()
+    raise AssertionError(f"boxmq serve did not listen within {START:.0f} s")
 
 
 def serve_fresh(folder: Path, *flags: str) -> tuple[RunningServer, subprocess.Popen[bytes]]:
