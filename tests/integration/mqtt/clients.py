@@ -25,6 +25,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 import boxmq
 from boxmq.client.box import Box
 from boxmq.mqtt.server import MqttServer
+from boxmq.mqtt.session_record import read_record
 from boxmq.mqtt.settings import Listener, MqttSettings
 
 WAIT = 10.0  # seconds any single expected event may take
@@ -117,6 +118,15 @@ def serve_process(root: Path, port: int, *flags: str) -> subprocess.Popen[bytes]
     process.kill()
     process.wait()
     raise AssertionError(f"boxmq serve did not listen within {START:.0f} s")
+
+
+def recorded_away(root: Path, client_id: str) -> None:
+    """Wait until the session record of `client_id` says its connection closed: the broker
+    writes it when it sees the close, which a SIGKILL must come after to find it written."""
+    deadline = time.monotonic() + WAIT
+    while (record := read_record(str(root), client_id)) is None or record.disconnected_at is None:
+        assert time.monotonic() < deadline, f"{client_id}: no close recorded within {WAIT} s"
+        time.sleep(0.02)
 
 
 def serve_fresh(folder: Path, *flags: str) -> tuple[RunningServer, subprocess.Popen[bytes]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import signal
 import socket
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from tests.integration.mqtt.clients import (
     RunningServer,
     free_port,
     paho,
+    recorded_away,
     serve_process,
     start_server,
 )
@@ -107,7 +107,7 @@ def test_a_pubrel_is_sent_again_after_a_restart_and_its_message_never(
         assert list(taken) == [b"once"]
         if away:
             subscriber.close()
-            time.sleep(0.3)  # the broker writes the session's record when it sees the close
+            recorded_away(root, "releasing")  # before the shutdown
     finally:
         first.shutdown()  # SIGTERM's path: a connected session's record is written too
     subscriber.close()

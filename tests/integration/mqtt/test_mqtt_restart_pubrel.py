@@ -11,7 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.integration.mqtt.clients import paho, serve_fresh, serve_process, stop_process
+from tests.integration.mqtt.clients import (
+    paho,
+    recorded_away,
+    serve_fresh,
+    serve_process,
+    stop_process,
+)
 from tests.integration.mqtt.raw import open_raw, packet, pubrel, read, string
 
 INTERVAL = 100  # seconds: the Message Expiry Interval of the message here
@@ -53,7 +59,7 @@ def test_a_pubrel_after_a_restart_reaches_the_subscribers_in_memory_too(
         assert _answer(publisher) == (PUBREC, 7, 0)
         published = time.monotonic()
         publisher.close()
-        time.sleep(0.3)  # the close is written before a SIGKILL
+        recorded_away(target.root, "publisher")  # before a SIGKILL
         server.send_signal(how)
         server.wait(timeout=20)
         server = serve_process(target.root, target.port)
