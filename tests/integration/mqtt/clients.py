@@ -24,6 +24,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 import boxmq
 from boxmq.client.box import Box
+from boxmq.clock import Clock
 from boxmq.mqtt.server import MqttServer
 from boxmq.mqtt.session_record import read_record
 from boxmq.mqtt.settings import Listener, MqttSettings
@@ -54,7 +55,10 @@ def start_server(
     *,
     group_dispatch: dict[str, str] | None = None,
     fsync: str = "never",
+    clock: Clock | None = None,
 ) -> RunningServer:
+    """The server in a thread over `root`, on a free port; `clock`: the broker's (keep-alives,
+    expiries, Wills), by default the system's."""
     settings = settings or MqttSettings()
     settings = MqttSettings(
         listeners=(Listener("127.0.0.1", 0),),
@@ -63,7 +67,7 @@ def start_server(
         authorizer=settings.authorizer,
     )
     box = boxmq.open(root, fsync=fsync, group_dispatch=group_dispatch)
-    server = MqttServer(box, settings)
+    server = MqttServer(box, settings, clock=clock)
     ready: queue.Queue[Any] = queue.Queue()
 
     def run() -> None:

@@ -17,6 +17,7 @@ import pytest
 from tests.integration.mqtt.clients import WAIT, RunningServer, paho, start_server
 from tests.integration.mqtt.raw import packet, string
 
+from boxmq.clock import ManualClock
 from boxmq.mqtt import server as server_module
 
 T = TypeVar("T")
@@ -32,6 +33,21 @@ def small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningSe
     running = start_server(tmp_path / "root")
     try:
         yield running
+    finally:
+        running.shutdown()
+
+
+@pytest.fixture
+def clocked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[RunningServer, ManualClock]]:
+    """`small`, its broker on a clock that moves only when the test moves it."""
+    monkeypatch.setattr(server_module, "_WRITE_HIGH", _HIGH)
+    monkeypatch.setattr(server_module, "_LINGER", 1.0)
+    clock = ManualClock()
+    running = start_server(tmp_path / "root", clock=clock)
+    try:
+        yield running, clock
     finally:
         running.shutdown()
 
@@ -178,11 +194,16 @@ def test_a_congested_client_that_reads_is_not_kicked_for_the_keep_alive(
     client.close()
 
 
-def test_a_client_closed_with_its_write_buffer_full_is_let_go_of(small: RunningServer) -> None:
+def test_a_client_closed_with_its_write_buffer_full_is_let_go_of(
+    clocked: tuple[RunningServer, ManualClock],
+) -> None:
     """Kicked for its keep-alive (it reads nothing), a client's socket was closed the gentle
     way, which waits for the buffer to be written: it never was, and the socket and the
     buffer stayed for good, out of the count of connections. Now what is left gets
-    `_LINGER` seconds (1 here), then the socket is aborted."""
+    `_LINGER` seconds (1 here), then the socket is aborted. The kick comes when the test
+    moves the broker's clock, once the buffer is seen full: on the system clock it came 1.5 s
+    after the last read, and a loaded machine kicked the client before `settled` saw it."""
+    small, clock = clocked
     flooder = connect_311(small, "gone", keep_alive=1)
     flood(flooder, 512 << 10)
     settled(small, "gone")
@@ -195,7 +216,8 @@ def test_a_client_closed_with_its_write_buffer_full_is_let_go_of(small: RunningS
         raise AssertionError("gone already")
 
     tcp = on_loop(small, server_socket)
-    end = time.monotonic() + 10  # 1.5 s of silence, then the next tick
+    clock.advance(2)  # past 1.5 s of silence: the next tick kicks it
+    end = time.monotonic() + 10
     while unread(small, "gone") is not None and time.monotonic() < end:
         time.sleep(0.1)
     assert unread(small, "gone") is None, "not kicked though it read nothing"
