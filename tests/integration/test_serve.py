@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.mqtt.clients import serve_fresh
+from tests.integration.mqtt.clients import START, serve_fresh
 from tests.integration.mqtt.raw import open_raw, read
 
 import boxmq
@@ -72,7 +72,7 @@ def test_serve_recovers_dead_locks_sweeps_and_stops_on_sigterm(root: Path) -> No
         text=True,
     )
     with _reaped(server):
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + START  # its start, then a sweep
         while time.monotonic() < deadline:
             counts = boxmq.open(root, fsync="never").queue("jobs").counts()
             if counts.locked == 0 and counts.expired == 1:
@@ -113,7 +113,7 @@ def test_serve_sweeps_the_temporaries_of_mqtt_session_records(root: Path) -> Non
         [*command, "--sweep-interval", "0.2", "--mqtt", "127.0.0.1:0"], stderr=subprocess.DEVNULL
     )
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + START  # its start, then a sweep
         while left.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not left.exists()
