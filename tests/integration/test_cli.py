@@ -1035,6 +1035,17 @@ def test_subscribe_errors_name_the_command_not_the_subscriber(root: Path) -> Non
     assert done.stderr.startswith("boxmq subscribe: ")
 
 
+@pytest.mark.parametrize("filter", ["a/b", "$share/g/a/b"])
+@pytest.mark.parametrize(("name", "says"), [("x/y", "contains NUL or '/'"), ("x" * 41, "40-byte")])
+def test_a_bad_subscribe_name_is_called_a_subscriber_name_not_a_consumer_name(
+    root: Path, filter: str, name: str, says: str
+) -> None:
+    done = boxmq_cli(root, "subscribe", filter, "--name", name, "--idle", "0")
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"boxmq subscribe: subscriber name {name!r}"), done.stderr
+    assert says in done.stderr
+
+
 @pytest.mark.parametrize(
     "command",
     [

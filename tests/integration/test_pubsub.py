@@ -822,3 +822,16 @@ def test_record_of_reads_the_one_record_a_subscription_has(
         assert (group.group, group.subscriber, group.qos) == ("g", None, 1)
         assert box.topics.record_of("a/#", "other") is None
         assert box.topics.record_of("c/#", "k") is None
+
+
+@pytest.mark.parametrize("filter", ["a/b", "$share/g/a/b"])
+def test_a_subscriber_name_refused_is_called_a_subscriber_s_and_a_second_one_names_the_filter(
+    box: boxmq.Box, filter: str
+) -> None:
+    with pytest.raises(boxmq.InvalidName, match=r"^subscriber name 'x/y' is empty or contains"):
+        box.subscribe(filter, "x/y", durable=True)
+    with pytest.raises(boxmq.InvalidName, match=r"^subscriber name 'xx+' encodes to 41 bytes"):
+        box.topics.resubscribe(filter, "x" * 41)
+    with box.subscribe(filter, "s", durable=True), pytest.raises(boxmq.InvalidArgument) as error:
+        box.subscribe(filter, "s", durable=True)
+    assert str(error.value).startswith(f"subscriber 's' has {filter!r} open in this Box already")

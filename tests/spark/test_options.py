@@ -61,6 +61,8 @@ R = "<the test's root>"
         ({"root": R, "queue": "sensors", "state": "done"}, InvalidArgument, "for a batch read"),
         ({"root": R, "queue": "sensors", "maxRecords": "5"}, InvalidArgument, "unknown option"),
         ({"root": R, "queue": "sensors", "consumer": "x" * 41}, InvalidArgument, "40-byte"),
+        # the option the user gave, and the name it gave: a subscriber is no consumer to them
+        ({"root": R, "queue": "s", "subscriber": "a/b"}, InvalidArgument, "'subscriber': subs"),
         ({"root": R, "queue": "s", "consumer": "a", "subscriber": "b"}, InvalidArgument, "one"),
     ],
 )

@@ -217,6 +217,11 @@ class LiveQueue:
             self._apply_all(given_back)
             self._wake_others()
 
+    def attached(self, consumer: ConsumerId) -> bool:
+        """Whether `consumer` is attached (open in this process)."""
+        with self._mutex:
+            return consumer in self._inbox
+
     def holding(self, consumer: ConsumerId) -> int:
         """How many messages `consumer` holds locked."""
         with self._mutex:

@@ -598,7 +598,7 @@ class Topics:
         a crash). A later subscribe of the same subscriber and filter without it makes the
         subscription outlive its process again."""
         parsed = parse_filter(filter)
-        name = check_consumer_name(subscriber)
+        name = check_consumer_name(subscriber, _SUBSCRIBER)
         subscription = Subscription(name, parsed, _qos(qos), parsed.shared or durable, no_local)
         # One routing entry per subscriber and filter in this Box: a memory subscription
         # beside a durable one of the same name would take its place there, and the durable
@@ -635,6 +635,11 @@ class Topics:
                 path = self._register(subscription, token=token, owner=owner)
                 dropbox = Dropbox(path, self._committer, spares=self._spares)
             live = self._live_for(dropbox, parsed.share_group)
+            if live.attached(name):  # said here: attach's own names a consumer and a folder
+                raise InvalidArgument(
+                    f"subscriber {subscriber!r} has {filter!r} open in this Box already: "
+                    "close that Subscriber first, or subscribe under another name"
+                )
             live.attach(
                 name,
                 max_in_flight=max_in_flight,
@@ -663,7 +668,7 @@ class Topics:
         this process has open, in place: the messages it holds stay locked to it, so the flow
         is not interrupted (MQTT 5.0 §3.8.4). Messages already waiting keep their QoS."""
         parsed = parse_filter(filter)
-        name = check_consumer_name(subscriber)
+        name = check_consumer_name(subscriber, _SUBSCRIBER)
         subscription = Subscription(name, parsed, _qos(qos), True, no_local)
         with self._dropboxes.held(self._path_of(parsed, name)):
             path = self._register(subscription, token=None if process_bound else "")
@@ -683,7 +688,9 @@ class Topics:
         The member is bound to no process, so it stays until `unsubscribe`.
         """
         parsed = parse_filter(filter)
-        subscription = Subscription(check_consumer_name(subscriber), parsed, _qos(qos), True)
+        subscription = Subscription(
+            check_consumer_name(subscriber, _SUBSCRIBER), parsed, _qos(qos), True
+        )
         with self._dropboxes.held(self._path_of(parsed, subscription.subscriber)):
             path = self._register(subscription, token="")
             Dropbox(path, self._committer, spares=self._spares)
@@ -894,7 +901,7 @@ class Topics:
         parsed = parse_filter(filter)
         if parsed.shared:
             return
-        path = self._path_of(parsed, check_consumer_name(subscriber))
+        path = self._path_of(parsed, check_consumer_name(subscriber, _SUBSCRIBER))
         dropbox = Dropbox(path, self._committer, create=False, spares=self._spares)
         with self._retained_lock.exclusive():  # never an older retained message after a newer one
             self._send_retained(parsed, dropbox, _qos(qos))
@@ -1157,6 +1164,7 @@ def _qos(value: object) -> QoS:
 
 
 _LEVELS = tuple(QoS)  # by value: 0, 1, 2
+_SUBSCRIBER = "subscriber name"  # what a refused one is called: a subscriber's, not a consumer's
 _SEP = os.sep
 _INTO_TARGET = os.sep + State.TARGET.value + os.sep  # <dropbox> + this + <name>
 

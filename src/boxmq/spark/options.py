@@ -196,10 +196,11 @@ class _Options:
                 "same thing; give one"
             )
         name = consumer or subscriber or DEFAULT_CONSUMER
+        option = "subscriber" if consumer is None and subscriber is not None else "consumer"
         try:
-            return check_consumer_name(name)
+            return check_consumer_name(name, f"{option} name")
         except InvalidName as error:
-            raise InvalidArgument(f"boxmq data source: option 'consumer': {error}") from None
+            raise InvalidArgument(f"boxmq data source: option {option!r}: {error}") from None
 
     def destination(self) -> tuple[str | None, str | None]:
         """(queue, subscription): exactly one of them."""

@@ -449,14 +449,15 @@ def distinct_name(name: str, number: int) -> str:
 # --- locks ---------------------------------------------------------------------------------
 
 
-def check_consumer_name(name: str) -> ConsumerId:
-    """`name` as a ConsumerId, or InvalidName if it cannot be written in a lock suffix."""
+def check_consumer_name(name: str, what: str = "consumer name") -> ConsumerId:
+    """`name` as a ConsumerId, or InvalidName if it cannot be written in a lock suffix.
+    `what`: the name as the caller's user gave it ("subscriber name"), for the message."""
     if not name or "\0" in name or "/" in name:
-        raise InvalidName(f"consumer name {name!r} is empty or contains NUL or '/'")
+        raise InvalidName(f"{what} {name!r} is empty or contains NUL or '/'")
     size = len(_quote(name))
     if size > MAX_OWNER:
         raise InvalidName(
-            f"consumer name {name!r} encodes to {size} bytes, over the {MAX_OWNER}-byte limit"
+            f"{what} {name!r} encodes to {size} bytes, over the {MAX_OWNER}-byte limit"
         )
     return ConsumerId(name)
 
