@@ -22,7 +22,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import boxmq
 from boxmq import cli_output as output
@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             output.flush()  # here, where a closed pipe is caught, not at exit
         return status
     except BoxMQError as error:
-        print(f"boxmq {args.name}: {error}", file=sys.stderr)
+        print(output.said(f"boxmq {args.name}: {error}"), file=sys.stderr)
         return 1
     except output.OutputError as error:
         print(f"boxmq {args.name}: {error}{_OUTPUT_LOST.get(args.name, '')}", file=sys.stderr)
@@ -97,7 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # nothing more to flush at exit
         return SIGPIPE_STATUS
     except OSError as error:
-        print(f"boxmq {args.name}: {_os_error(error, str(args.data))}", file=sys.stderr)
+        print(
+            output.said(f"boxmq {args.name}: {_os_error(error, str(args.data))}"), file=sys.stderr
+        )
         return 1
     except KeyboardInterrupt:
         return 130
@@ -199,14 +201,21 @@ def _add_common(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", default=default(False))
 
 
+class _Parser(argparse.ArgumentParser):
+    """Its usage errors show an argument's bytes that are not UTF-8 as \\xNN (output.said)."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(output.said(message))
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="boxmq", description="A message broker whose state is a directory of plain files."
     )
     _add_common(parser, defaults=True)
     # The same options after the command too (`boxmq serve --data DIR`): there they have no
     # default, so one given before the command stays unless it is given again after.
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     _add_common(common, defaults=False)
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import re
 import sys
 from typing import Any
 
@@ -19,6 +20,7 @@ __all__ = [
     "flush",
     "out",
     "out_bytes",
+    "said",
     "table",
     "to_json",
     "when",
@@ -103,6 +105,25 @@ def cell(value: object) -> str:
     """A value on one line (a table cell, a line of `get`'s header): control characters (a
     newline in a queue's name) escaped, and bytes that are not UTF-8 as \\xNN."""
     return shown(str(value)).translate(_CONTROLS)
+
+
+# A byte that is not UTF-8 (a surrogate escape, PEP 383) as repr() writes it, after an even
+# number of backslashes: the text `\udcff` a user typed is repr()'d `\\udcff`, and stays
+# (only where a message gives it without repr(), as argparse's "unrecognized arguments"
+# does, is it read as the byte: text no one types).
+_REPR_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\udc([89a-f][0-9a-f])")
+
+
+def said(message: str) -> str:
+    """A message fit for the standard error: what the user gave in bytes that are not UTF-8
+    (an argument, a file name, which Python reads with surrogate escapes) as \\xNN, as `peek`
+    and `ls` show them, whether the message holds them as they are or as repr() writes them
+    ('q\\udcff', a Python escape no shell user can read or type)."""
+    message = _REPR_ESCAPE.sub(r"\1\\x\2", message)
+    try:
+        return shown(message)
+    except UnicodeEncodeError:  # a lone surrogate no byte escapes to (not from the system)
+        return message.encode("utf-8", "backslashreplace").decode()
 
 
 def when(epoch: float) -> str:

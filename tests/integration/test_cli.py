@@ -1035,6 +1035,30 @@ def test_subscribe_errors_name_the_command_not_the_subscriber(root: Path) -> Non
     assert done.stderr.startswith("boxmq subscribe: ")
 
 
+_FF = os.fsdecode(b"\xff")  # an argument's byte that is not UTF-8, as Python reads it
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("put", f"q{_FF}", "x"), "boxmq put: destination name 'q\\xff' is not valid Unicode"),
+        (("get", "q", "--consumer", f"c{_FF}"), "consumer name 'c\\xff' is not valid Unicode"),
+        (("ack", "q", f"bad{_FF}"), "boxmq ack: bad\\xff: no such message"),
+        (("put", "q", "x", "--property", f"a{_FF}=1"), "boxmq put: property 'a\\xff' = '1'"),
+        (("get", "q", "--lock", _FF), "argument --lock: bad duration '\\xff'"),
+        (("--data", f"d{_FF}", "ls"), "boxmq ls: no folder d\\xff (it does not exist)"),
+    ],
+)
+def test_an_argument_s_bytes_that_are_not_utf_8_are_shown_as_xnn_in_its_error(
+    root: Path, args: tuple[str, ...], says: str
+) -> None:
+    ok(root, "put", "q", "x")
+    done = boxmq_cli(root, *args)
+    assert done.returncode in (1, 2)
+    assert says in done.stderr, done.stderr
+    assert "\\udcff" not in done.stderr
+
+
 @pytest.mark.parametrize("filter", ["a/b", "$share/g/a/b"])
 @pytest.mark.parametrize(("name", "says"), [("x/y", "contains NUL or '/'"), ("x" * 41, "40-byte")])
 def test_a_bad_subscribe_name_is_called_a_subscriber_name_not_a_consumer_name(

@@ -454,7 +454,12 @@ def check_consumer_name(name: str, what: str = "consumer name") -> ConsumerId:
     `what`: the name as the caller's user gave it ("subscriber name"), for the message."""
     if not name or "\0" in name or "/" in name:
         raise InvalidName(f"{what} {name!r} is empty or contains NUL or '/'")
-    size = len(_quote(name))
+    try:
+        size = len(_quote(name))
+    except InvalidName:
+        raise InvalidName(
+            f"{what} {name!r} is not valid Unicode (it has a lone surrogate)"
+        ) from None
     if size > MAX_OWNER:
         raise InvalidName(
             f"{what} {name!r} encodes to {size} bytes, over the {MAX_OWNER}-byte limit"
