@@ -48,7 +48,7 @@ from boxmq.model import Property
 from boxmq.mqtt.settings import Listener, MqttSettings
 from boxmq.store.layout import State
 from boxmq.store.process import process_alive
-from boxmq.xmpp.settings import settings_from
+from boxmq.xmpp.settings import settings_from, without_component
 
 __all__ = ["main"]
 
@@ -60,6 +60,14 @@ _Command = Callable[[argparse.Namespace, Box], int]
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(joined_negative_durations(sys.argv[1:] if argv is None else argv))
+    if args.name == "serve":
+        # A usage error (exit 2, with serve's usage), said before the config is read and
+        # the root recovered: not an error of the run (exit 1) after both.
+        flags = (args.xmpp_server, args.xmpp_secret, args.xmpp_secret_file)
+        if args.xmpp_component is None and (
+            missing := without_component(*flags, args.xmpp_lock_timeout)
+        ):
+            args.usage_error(missing)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -227,6 +235,7 @@ def _parser() -> argparse.ArgumentParser:
     help = "run the broker: recovery, lock timeouts, expiry, retention"
     p = sub.add_parser("serve", help=help, description=help, parents=[common])
     p.set_defaults(standalone=_serve, name="serve")  # it opens the root the config names
+    p.set_defaults(usage_error=p.error)
     p.add_argument("--config", metavar="FILE", help="a TOML file (see boxmq.example.toml)")
     p.add_argument(
         "--sweep-interval", type=_positive_duration, metavar="DURATION", help="default 1s"

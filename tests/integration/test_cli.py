@@ -1366,6 +1366,31 @@ def test_serve_with_no_mqtt_and_mqtt_is_a_usage_error_naming_both(root: Path) ->
     assert not root.exists()
 
 
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--xmpp-server", "127.0.0.1:5347"], "--xmpp-server needs --xmpp-component NAME"),
+        (
+            ["--xmpp-secret", "s", "--xmpp-lock-timeout", "5s"],
+            "--xmpp-secret and --xmpp-lock-timeout need",
+        ),
+    ],
+)
+def test_serve_with_xmpp_flags_and_no_component_is_a_usage_error_saying_what_to_add(
+    root: Path, flags: list[str], says: str
+) -> None:
+    """Exit 2 as every usage error, said before the root is made or recovered."""
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "serve", "--no-mqtt"]
+    try:
+        done = subprocess.run([*command, *flags], capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail("serve started, the --xmpp-* flags ignored")
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: boxmq serve ")
+    assert f"boxmq serve: error: {says}" in done.stderr
+    assert not root.exists()
+
+
 def test_peek_of_processing_shows_when_each_lock_ends_and_which_ended(root: Path) -> None:
     """A lock past its deadline still names its holder until a sweep sends the message
     back; peek says until when each lock runs, and which ended, so nobody takes it for held."""

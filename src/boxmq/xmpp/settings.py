@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from boxmq.errors import InvalidArgument
 
-__all__ = ["SECRET_ENV", "XmppSettings", "settings_from"]
+__all__ = ["SECRET_ENV", "XmppSettings", "settings_from", "without_component"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +33,30 @@ class XmppSettings:
 SECRET_ENV = "BOXMQ_XMPP_SECRET"
 
 
+def without_component(
+    server: tuple[str, int] | None,
+    secret: str | None,
+    secret_file: str | None,
+    lock_timeout: float | None,
+) -> str | None:
+    """What to add when --xmpp-* flags are given without --xmpp-component, else None: they
+    would be ignored without a word, and serve would run with no XMPP door."""
+    given = [
+        flag
+        for flag, value in (
+            ("--xmpp-server", server),
+            ("--xmpp-secret", secret),
+            ("--xmpp-secret-file", secret_file),
+            ("--xmpp-lock-timeout", lock_timeout),
+        )
+        if value is not None
+    ]
+    if not given:
+        return None
+    need = "needs" if len(given) == 1 else "need"
+    return f"{' and '.join(given)} {need} --xmpp-component NAME"
+
+
 def settings_from(
     component: str | None,
     server: tuple[str, int] | None,
@@ -48,21 +72,8 @@ def settings_from(
     (the last one shows on the process list: the others are for production).
     """
     if component is None:
-        # Any other --xmpp-* flag without the component would be ignored without a word, and
-        # serve would run with no XMPP door: name the ones given.
-        given = [
-            flag
-            for flag, value in (
-                ("--xmpp-server", server),
-                ("--xmpp-secret", secret),
-                ("--xmpp-secret-file", secret_file),
-                ("--xmpp-lock-timeout", lock_timeout),
-            )
-            if value is not None
-        ]
-        if given:
-            need = "needs" if len(given) == 1 else "need"
-            raise InvalidArgument(f"{' and '.join(given)} {need} --xmpp-component NAME")
+        if (missing := without_component(server, secret, secret_file, lock_timeout)) is not None:
+            raise InvalidArgument(missing)
         return None
     if secret_file is not None:
         try:
