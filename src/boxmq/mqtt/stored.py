@@ -212,7 +212,10 @@ def store_with_properties(
         spilled = kept_properties(packet, side_files, spill=True)
         with contextlib.suppress(MetadataTooLong):
             return store(spilled)
-    kept = room(spilled)  # the longest topic that keeps them all, for the warning
+    # The longest topic that keeps them all, for the warning: in the name or in a side file,
+    # whichever takes less (the side file's key alone was one byte short of the topic that
+    # short properties in the name leave room for, and the warning said one byte too few).
+    kept = max(room(properties), room(spilled))
     if GROUP_KEY in spilled:
         ungrouped = {k: v for k, v in spilled.items() if k != GROUP_KEY}
         with contextlib.suppress(MetadataTooLong):

@@ -369,6 +369,30 @@ def test_without_room_for_both_the_properties_go_first_then_the_group_alone(
 
 
 @pytest.mark.parametrize(
+    ("topic", "kept"), [("orders/17123456", True), ("orders/171234567", False)]
+)
+def test_the_group_s_warning_gives_the_longest_topic_that_keeps_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, topic: str, kept: bool
+) -> None:
+    """docs/mqtt.md: with the group `order-17` and no other property, a topic of at most 17
+    bytes once escaped (`orders/17123456`, its '/' counting 3) keeps it in the names."""
+    props = Properties.build(user_properties=[("JMSXGroupID", "order-17")])
+    packet = Publish(topic, b"paid", 1, packet_id=1, properties=props)
+    with boxmq.open(tmp_path, fsync="never") as box:
+        box.subscribe("$share/g/#", "m", process_bound=False).detach()  # a group to copy to
+
+        def publish(properties: dict[str, str]) -> MessageId:
+            return box.topics.publish(topic, b"paid", properties=properties)
+
+        with caplog.at_level(logging.WARNING, "boxmq.mqtt"):
+            store_with_properties(packet, box.side_files, publish, box.topics.topic_room)
+    if kept:
+        assert "no room" not in caplog.text
+    else:
+        assert "(a topic of at most 17 bytes, each '/' counting 3, keeps them)" in caplog.text
+
+
+@pytest.mark.parametrize(
     "raw",
     [
         b"\x11\x00\x00\x00\x05",  # a Session Expiry Interval: no PUBLISH carries one
