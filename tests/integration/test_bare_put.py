@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import boxmq
 from boxmq.clock import ManualClock
 from boxmq.model import MessageId
+from boxmq.store.dropbox import Dropbox
 from boxmq.store.names import decode
 
 _BODIES = st.one_of(
@@ -67,3 +68,29 @@ def test_a_bare_put_that_cannot_commit_leaves_nothing_as_put_many_does() -> None
             assert os.listdir(os.path.join(root, "jobs", "working")) == []
             os.mkdir(os.path.join(root, "jobs", "target"))
             assert consumer.receive_nowait() is None
+
+
+@pytest.mark.parametrize("fsync", ["never", "always"])
+def test_a_bare_put_refused_by_a_close_meanwhile_leaves_nothing_as_put_many_does(
+    monkeypatch: pytest.MonkeyPatch, fsync: str
+) -> None:
+    """Another thread's `Box.close()` between the write in working/ and the commit: the put
+    raises Closed, so its file must not wait in working/ for the sweep (put_many deletes its
+    own). Neither put ever lost a message it returned, nor sent one it refused."""
+    with tempfile.TemporaryDirectory() as root:
+        box = boxmq.open(root, fsync=fsync)
+        jobs = box.queue("jobs")
+        write_file = Dropbox.write_file
+
+        def written_then_closed(
+            self: Dropbox, name: str, body: bytes, *, check: bool = True
+        ) -> str:
+            path = write_file(self, name, body, check=check)
+            box.close()
+            return path
+
+        monkeypatch.setattr(Dropbox, "write_file", written_then_closed)
+        with pytest.raises(boxmq.Closed):
+            jobs.put(b"refused")
+        for state in ("working", "target"):
+            assert os.listdir(os.path.join(root, "jobs", state)) == [], state

@@ -202,7 +202,7 @@ class Queue:
                     continue
                 discard_unsent_file(path)  # refused to the caller: never delivered later
                 raise
-            except OSError:
+            except BaseException:  # the disk's error, or Closed by a close meanwhile (put_many)
                 discard_unsent_file(path)
                 raise
         if (live := self._opened()) is not None:
