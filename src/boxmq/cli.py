@@ -616,13 +616,18 @@ def _subscribe(args: argparse.Namespace, box: Box) -> int:
     # earlier `--keep` (or the Python API, or a Spark stream) made is read and left in place,
     # with what it holds for later.
     existed = box.topics.has_subscription(args.filter, args.subscriber)
-    if existed:
-        _refuse_a_second_run(box, args.filter, args.subscriber)
-    kept = args.keep or existed
     # Subscribing again replaces a plain subscription's QoS and No Local (pubsub.md): one that
     # existed keeps its own, an MQTT session's or the Python API's too, unless --qos says.
-    settings = _settings_of(box, args.filter, args.subscriber) if existed else None
-    qos, no_local = settings or (1, False)
+    # (A share group's QoS is its members' highest, and a member's own is not kept.)
+    qos, no_local = 1, False
+    if existed:
+        record = box.topics.record_of(args.filter, args.subscriber)  # read once for both
+        if record is not None and record.group is None:
+            owner, qos, no_local = record.owner, record.qos, record.no_local
+        else:
+            owner = box.topics.bound_to(args.filter, args.subscriber)  # a member's process
+        _refuse_a_second_run(args.filter, args.subscriber, owner)
+    kept = args.keep or existed
     if args.qos is not None:
         qos = args.qos
     # A kept membership belongs to no process, so the sweep of dead processes' members
@@ -728,13 +733,13 @@ class _Stop:
             self._at_once = False
 
 
-def _refuse_a_second_run(box: Box, filter: str, subscriber: str) -> None:
+def _refuse_a_second_run(filter: str, subscriber: str, owner: str) -> None:
     """InvalidArgument if `subscriber`'s plain subscription to `filter`, or its membership of
-    a share group, ends with another live process (a `boxmq subscribe` without --keep, a
-    Python subscriber bound to its process): that one removes it when it ends, so this run
-    would take it for kept, say it stays, share its messages, and stop when it ends. One
-    whose process died without removing it is read (and kept) as before."""
-    owner = box.topics.bound_to(filter, subscriber)
+    a share group, ends with another live process, `owner` (Topics.bound_to: a `boxmq
+    subscribe` without --keep, a Python subscriber bound to its process): that one removes
+    it when it ends, so this run would take it for kept, say it stays, share its messages,
+    and stop when it ends. One whose process died without removing it is read (and kept) as
+    before."""
     if not owner:
         return
     alive = process_alive(owner)
@@ -749,15 +754,6 @@ def _refuse_a_second_run(box: Box, filter: str, subscriber: str) -> None:
         f"it: give this run another --name ({hint})"
         + ("" if alive else f", or end it with {shlex.join(ends)}")
     )
-
-
-def _settings_of(box: Box, filter: str, subscriber: str) -> tuple[int, bool] | None:
-    """The QoS and No Local of `subscriber`'s plain durable subscription to `filter`, if any
-    (a share group's QoS is its members' highest, and a member's own is not kept)."""
-    record = box.topics.record_of(filter, subscriber)
-    if record is None or record.group is not None:
-        return None
-    return record.qos, record.no_local
 
 
 def _unsubscribe(args: argparse.Namespace, box: Box) -> int:
