@@ -835,3 +835,20 @@ def test_a_subscriber_name_refused_is_called_a_subscriber_s_and_a_second_one_nam
     with box.subscribe(filter, "s", durable=True), pytest.raises(boxmq.InvalidArgument) as error:
         box.subscribe(filter, "s", durable=True)
     assert str(error.value).startswith(f"subscriber 's' has {filter!r} open in this Box already")
+
+
+@pytest.mark.parametrize("filter", ["a/b", "$share/g/a/b"])
+def test_a_closed_subscriber_says_it_is_a_closed_subscriber_of_its_filter(
+    box: boxmq.Box, filter: str
+) -> None:
+    """Not "consumer 's' of '<root>/topic-root/a%2Fb/.subscriptions/client.s' is closed"."""
+    subscriber = box.subscribe(filter, "s", durable=True)
+    subscriber.close()
+    said = f"^subscriber 's' of {re.escape(repr(filter))} is closed$"
+    with pytest.raises(boxmq.Closed, match=said):
+        subscriber.receive(timeout=0)
+    with pytest.raises(boxmq.Closed, match=said):
+        subscriber.receive_ready()
+    with pytest.raises(boxmq.Closed, match=said):
+        subscriber.set_limits(max_in_flight=2, lock_timeout=5)
+    assert list(subscriber) == []  # iterating a closed one ends, as before

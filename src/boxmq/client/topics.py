@@ -43,7 +43,7 @@ from boxmq.core import (
 )
 from boxmq.core.durations import check_seconds
 from boxmq.core.queue import check_consumer_limits
-from boxmq.errors import InvalidArgument, MetadataTooLong, QueueNotFound
+from boxmq.errors import Closed, InvalidArgument, MetadataTooLong, QueueNotFound
 from boxmq.ids import IdFactory
 from boxmq.model import (
     PUBLISHED_RETAINED,
@@ -1040,7 +1040,10 @@ class Subscriber(Receiver):
 
     def receive(self, timeout: float | None = None) -> Message | None:
         if self._consumer is not None:
-            message = self._consumer.receive(timeout)
+            try:
+                message = self._consumer.receive(timeout)
+            except Closed as error:
+                raise self._closed_error(error) from None
             if message is None or self._granted is None:
                 return message
             return self._capped(message, self._granted())
@@ -1068,7 +1071,10 @@ class Subscriber(Receiver):
 
     def receive_ready(self) -> list[Message]:
         if self._consumer is not None:
-            ready = self._consumer.receive_ready()
+            try:
+                ready = self._consumer.receive_ready()
+            except Closed as error:
+                raise self._closed_error(error) from None
             if self._granted is None:
                 return ready
             granted = self._granted()
@@ -1086,7 +1092,18 @@ class Subscriber(Receiver):
         if self._consumer is None:
             super().set_limits(max_in_flight=max_in_flight, lock_timeout=lock_timeout)
             return
-        self._consumer.set_limits(max_in_flight=max_in_flight, lock_timeout=lock_timeout)
+        try:
+            self._consumer.set_limits(max_in_flight=max_in_flight, lock_timeout=lock_timeout)
+        except Closed as error:
+            raise self._closed_error(error) from None
+
+    def _closed_error(self, error: Closed) -> Closed:
+        """`error`, its consumer's, in the words of a subscriber once it was closed: the
+        consumer's named a consumer and the subscription's folder. The Box's or a fork's
+        stays as it is: its own words say why."""
+        if not self._closed:
+            return error
+        return Closed(f"subscriber {self.name!r} of {str(self.filter)!r} is closed")
 
     def pause(self, *, keep_claimed: bool = False) -> None:
         """A durable subscription or share-group member takes nothing more until `resume`
