@@ -19,7 +19,16 @@ def _blocked(thread: threading.Thread) -> bool:
     """Whether `thread` sits in the queue's wait for news: its innermost Python call is the
     watcher's poll or the condition the other consumers sleep on (both named `wait`, called
     from `_wait`), not the scan before it."""
-    frame = sys._current_frames().get(thread.ident or 0)
+    # CPython 3.11's sys._current_frames holds the interpreter's thread-state lock while it
+    # makes frame objects; a collection started by one of those allocations that frees a
+    # threading.local takes the same lock again and the process hangs (python/cpython#106883,
+    # fixed in 3.12). It hung this suite under load, so no collection may start inside it.
+    gc.disable()
+    try:
+        frames = sys._current_frames()
+    finally:
+        gc.enable()
+    frame = frames.get(thread.ident or 0)
     return (
         frame is not None
         and frame.f_code.co_name == "wait"
