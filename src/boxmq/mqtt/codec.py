@@ -476,8 +476,11 @@ def encode_publish(packet: Publish, v5: bool) -> bytes:
         if len(_TOPIC_HEADS) >= _TOPIC_HEADS_MAX:
             _TOPIC_HEADS.clear()
         _TOPIC_HEADS[topic] = head
-    if qos:
-        head += _packet_id_bytes(packet.packet_id, "PUBLISH")
+    if qos:  # _packet_id_bytes, inline
+        packet_id = packet.packet_id
+        if packet_id is None or not 0 < packet_id <= 0xFFFF:
+            raise InvalidArgument(f"PUBLISH: packet identifier {packet_id} is not 1-65535 (§2.2.1)")
+        head += packet_id.to_bytes(2, "big")
     if v5:
         raw = packet.properties.raw
         head += encode_varint(len(raw)) + raw if raw else b"\x00"

@@ -297,7 +297,7 @@ class Connection:
             assert self.version is not None, "nothing is sent before CONNECT"
             self._send_other(kind(packet_id), self.version)  # a client too small for any
             return
-        if finishes:
+        if finishes and (self._unanswered or self._open_qos2):  # v5's counts; 3.1.1 has none
             self._finished(packet_id, qos2=kind is Pubcomp)
         self._out.append(head + packet_id.to_bytes(2, "big"))
 

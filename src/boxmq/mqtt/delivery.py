@@ -365,11 +365,13 @@ class Delivery:
                 self.unrecorded[session.client_id] = session
         # A positive PUBREC settles too: the message is the client's from then on, so a share
         # group never gives it to another member, even if this session ends before PUBCOMP.
-        self._settle(session, acked.token, refused=acked.refused)
+        # A message in memory has no token (nor has a PUBCOMP): nothing to settle, no call.
+        if acked.token is not None:
+            self._settle(session, acked.token, refused=acked.refused)
         if session.leaving:
             self.close_drained(session)
         self.settled[session.client_id] = session  # its freed slots are filled after the read
-        if not session.outbox.waiting:
+        if not acked.waiting:  # as the ack left the outbox: settling does not change it
             return  # nothing queued behind the window (most acks): nothing to send
         if client is None and session.outbox.holding:
             return  # held from a resend: the next connection's resend sends them again

@@ -76,6 +76,9 @@ class Acked(NamedTuple, Generic[T]):
     release: bool = False  # a positive PUBREC: answered with PUBREL
     stray: bool = False  # it matched nothing in flight, and changed nothing (`Outbox.acked`)
     reply: Pubrel | None = None  # a stray's answer other than a PUBREL 0x00 (`release`)
+    # `Outbox.waiting` once it was matched: asked at every acknowledgement, where reading the
+    # property cost about 800 instructions (CPython 3.11), a field about 50.
+    waiting: bool = False
 
 
 class Outbox(Generic[T]):
@@ -147,11 +150,12 @@ class Outbox(Generic[T]):
             return self._stray(packet_id, entry, stage, refused)
         if self._held and packet_id in self._held:
             self._held.remove(packet_id)  # the client had it from before: on this wire now
+        waiting = bool(self._queued or self._held)
         if stage is _AWAIT_PUBREC and not refused:
             token, entry.token, entry.stage = entry.token, None, _AWAIT_PUBCOMP
-            return _new_tuple(Acked, (token, False, True, False, None))
+            return _new_tuple(Acked, (token, False, True, False, None, waiting))
         del self._in_flight[packet_id]
-        return _new_tuple(Acked, (entry.token, refused, False, False, None))
+        return _new_tuple(Acked, (entry.token, refused, False, False, None, waiting))
 
     def _stray(
         self, packet_id: int, entry: _Entry[T] | None, stage: Stage, refused: bool

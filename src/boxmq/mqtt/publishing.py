@@ -184,7 +184,9 @@ class Publishing:
         ):
             self._refuse_holding(client, session, packet)
             return
-        received = self._received(packet)
+        # When it came is kept for an expiry alone (`_received`): without properties (every
+        # 3.1.1 PUBLISH) there is none, and no call.
+        received = self._received(packet) if packet.properties.mask else 0.0
         session.hold_for_release(packet_id, packet, received=received, message_id=message_id)
         self._out.acknowledge(client, Pubrec, packet_id)
 
@@ -364,7 +366,12 @@ class Publishing:
             reason = _R.PACKET_IDENTIFIER_NOT_FOUND if v5 else _R.SUCCESS
             self._out.send(client, Pubcomp(packet_id, reason))
             return
-        publish = None if held is None else self._unexpired(client_id, held)
+        if held is None:
+            publish = None
+        elif held.received:  # it has an expiry, which its wait for PUBREL counts against
+            publish = self._unexpired(client_id, held)
+        else:  # most: as it came, without a call
+            publish = held.publish
         on_disk = held is None or held.stored
         if (
             not on_disk

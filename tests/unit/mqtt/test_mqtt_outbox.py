@@ -92,10 +92,18 @@ def test_an_answer_for_an_id_with_nothing_in_flight_changes_nothing() -> None:
     packet_id = sent.packet_id or 0
     assert outbox.acked(packet_id, Stage.AWAIT_PUBACK, refused=False).token == "m"
     for stage, refused in [(Stage.AWAIT_PUBACK, False), (Stage.AWAIT_PUBCOMP, False)]:
-        assert outbox.acked(packet_id, stage, refused) == (None, False, False, True, None)
-    assert outbox.acked(9, Stage.AWAIT_PUBREC, refused=True) == (None, False, False, True, None)
+        assert outbox.acked(packet_id, stage, refused) == (None, False, False, True, None, False)
+    assert outbox.acked(9, Stage.AWAIT_PUBREC, refused=True) == (
+        None,
+        False,
+        False,
+        True,
+        None,
+        False,
+    )
     stray = outbox.acked(9, Stage.AWAIT_PUBREC, refused=False)
-    assert stray == (None, False, False, True, Pubrel(9, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
+    reply = Pubrel(9, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND)
+    assert stray == (None, False, False, True, reply, False)
     assert outbox.push(_msg(2), "n") is not None  # the slot was freed once, and is free
     assert len(outbox) == 1
 
@@ -383,3 +391,19 @@ def test_no_publish_goes_past_the_window_of_its_connection_and_every_token_comes
             take_ready()
     returned += [token for token in outbox.clear() if token is not None]
     assert sorted(returned) == list(range(pushed))
+
+
+def test_an_acknowledgement_tells_whether_messages_wait_behind_the_window() -> None:
+    """`Acked.waiting` is `Outbox.waiting` as the acknowledgement left it: the broker asks it
+    at every acknowledgement, a field where the property was a call."""
+    outbox: Outbox[int] = Outbox(window=1, limit=10)
+    first = outbox.push(_msg(0), 0)
+    assert first is not None
+    assert outbox.push(_msg(1), 1) is None  # queued behind the full window
+    acked = outbox.acked(first.packet_id or 0, Stage.AWAIT_PUBACK, refused=False)
+    assert acked.waiting
+    assert outbox.waiting
+    [(second, _)] = outbox.ready()
+    acked = outbox.acked(second.packet_id or 0, Stage.AWAIT_PUBACK, refused=False)
+    assert not acked.waiting
+    assert not outbox.waiting
