@@ -252,17 +252,24 @@ class Connection:
             return True  # as a write to a socket gone: the session keeps what it holds
         if type(packet) is Publish:  # once per message and subscriber: inline
             aliases = len(self._out_aliases)
-            if self.client_alias_maximum:
-                packet = self._aliased(packet)
+            aliased = self._aliased(packet) if self.client_alias_maximum else packet
             try:
-                data = encode_publish(packet, version is _V5)
+                data = encode_publish(aliased, version is _V5)
             except Exception:
                 self._unlearn_alias(aliases)
                 raise
             limit = self.client_max_packet_size
             if limit and len(data) > limit:
                 self._unlearn_alias(aliases)
-                return False
+                if aliased is packet:
+                    return False
+                # The alias is ours to add: a new one adds its property to the whole topic,
+                # and one already set can be longer than a short topic. The message goes
+                # with its topic and no alias if that fits (MQTT-3.1.2-25 discards only a
+                # message too large to send).
+                data = encode_publish(packet, version is _V5)
+                if len(data) > limit:
+                    return False
             self._out.append(data)
             return True
         if isinstance(packet, _ACKS) and not packet.reason and packet.properties is EMPTY:

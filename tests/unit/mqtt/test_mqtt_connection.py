@@ -192,6 +192,31 @@ def test_topic_aliases_to_the_client_while_there_is_room() -> None:
     assert sent == [("a/long/topic", 1), ("", 1), ("other", None)]
 
 
+def test_a_publish_that_fits_only_without_a_topic_alias_is_sent_without_one() -> None:
+    """A topic alias is the server's choice: one that would take a PUBLISH over the client's
+    Maximum Packet Size is left out, rather than the message discarded (a differential run
+    against mosquitto, which sends no aliases, saw it deliver what boxmq dropped)."""
+    connection = _connected(topic_alias_maximum=2, maximum_packet_size=20)
+    connection.send(Publish("a/topic", b"x" * 8))  # 20 bytes; its alias would add 3
+    connection.send(Publish("a/topic", b"y" * 8))  # again: the alias was never set
+    connection.send(Publish("b", b"z" * 14))  # 20 bytes; its alias would replace 1 byte by 3
+    connection.send(Publish("a/topic", b"x"))  # room for the alias now
+    connection.send(Publish("a/topic", b"x" * 12))  # over as a topic, under by its alias
+    sent = []
+    for data in connection.data_to_send():
+        assert len(data) <= 20
+        packet, _ = mqtt5.read(memoryview(data))  # an independent codec
+        assert isinstance(packet, mqtt5.PublishPacket)
+        sent.append((packet.topic, packet.topic_alias, len(packet.payload)))
+    assert sent == [
+        ("a/topic", None, 8),
+        ("a/topic", None, 8),
+        ("b", None, 14),
+        ("a/topic", 1, 1),
+        ("", 1, 12),
+    ]
+
+
 def test_a_publish_that_cannot_be_encoded_raises_and_leaves_no_alias_behind() -> None:
     """Its alias never reached the client: the next PUBLISH of the topic sets it again."""
     connection = _connected(topic_alias_maximum=1)
