@@ -58,6 +58,7 @@ from boxmq.mqtt.reasons import ReasonCode, reason_for
 from boxmq.mqtt.recording import Recorder
 from boxmq.mqtt.routes import MemoryRoutes
 from boxmq.mqtt.session import Session, SubscriptionOptions
+from boxmq.mqtt.session_record import SessionRecord
 from boxmq.mqtt.settings import MqttSettings
 from boxmq.mqtt.stored import consumer_name, retained_publish
 
@@ -191,8 +192,21 @@ class Subscribing:
             hold_the_rest(client)
             self._records.write(client, record, answer)
             return
+        if jobs and (client.jobs or client.tail is not None):
+            # Nothing flushed, but the client's PUBLISHes read before this SUBSCRIBE are
+            # still to be written: a dropbox made now would get them, also one that an
+            # UNSUBSCRIBE between them took away. Made after them, as under fsync=always.
+            client.jobs += jobs
+            hold_the_rest(client)
+            client.jobs.append(Job(None, lambda _: self._stored_then(record, answer)))
+            return
         for job in jobs:  # nothing flushed: done at once on the loop, as before
             run_now(job)
+        if record is not None:
+            self._records.store(record, flush=False)
+        answer()
+
+    def _stored_then(self, record: SessionRecord | None, answer: Callable[[], None]) -> None:
         if record is not None:
             self._records.store(record, flush=False)
         answer()
