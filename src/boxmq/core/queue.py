@@ -453,13 +453,11 @@ class QueueEngine:
         self._picker.took(consumer)
         deadline = now + limits.lock_timeout
         for message in taken:
-            self._leases.claim(message, consumer, deadline=deadline)
-            effects.append(Claim(message, consumer, deadline))
+            effects.append(self._leases.claim(message, consumer, deadline=deadline))
 
     def _claim(self, message: Ready, consumer: ConsumerId, *, now: float) -> Claim:
         deadline = now + self._consumers[consumer].lock_timeout
-        self._leases.claim(message, consumer, deadline=deadline)
-        return Claim(message, consumer, deadline)
+        return self._leases.claim(message, consumer, deadline=deadline)
 
     def _held(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None) -> Lease:
         """The consumer's lease on the message (of `delivery`, if named), or the XEP-0254

@@ -81,7 +81,7 @@ def test_lock_timeout_releases_and_counts_a_delivery() -> None:
     clock = ManualClock(T0)
     engine = engine_with(A)
     engine.offer(ready("m1"), now=clock.now())
-    assert engine.dispatch(now=clock.now()) == [Claim(ready("m1"), A, T0 + 30)]
+    assert engine.dispatch(now=clock.now()) == [Claim(ready("m1"), A, T0 + 30, 1)]
     assert engine.next_deadline() == T0 + 30
     clock.advance(29.9)
     assert engine.expire(now=clock.now()) == []
@@ -199,8 +199,8 @@ def test_re_adding_a_consumer_updates_its_limits() -> None:
     engine.dispatch(now=T0)
     engine.add_consumer(A, max_in_flight=3, lock_timeout=5.0)
     assert engine.dispatch(now=T0) == [
-        Claim(ready("m1", sequence=1), A, T0 + 5),
-        Claim(ready("m2", sequence=2), A, T0 + 5),
+        Claim(ready("m1", sequence=1), A, T0 + 5, 2),
+        Claim(ready("m2", sequence=2), A, T0 + 5, 3),
     ]
     assert engine.statistics().consumers == 1
 
@@ -402,7 +402,7 @@ def test_dispatch_expires_instead_of_claiming() -> None:
     engine.offer(ready("new"), now=T0)
     assert engine.dispatch(now=T0 + 6) == [
         Expire(ready("old", expiration=T0 + 5, priority=9)),
-        Claim(ready("new"), A, T0 + 36),
+        Claim(ready("new"), A, T0 + 36, 1),
     ]
 
 
@@ -467,7 +467,7 @@ def test_offer_is_idempotent_by_message_id() -> None:
     engine.offer(ready("m1", priority=7), now=T0)
     assert engine.statistics().ready == 1
     engine.add_consumer(A, max_in_flight=5, lock_timeout=30.0)
-    assert engine.dispatch(now=T0) == [Claim(ready("m1", priority=7), A, T0 + 30)]
+    assert engine.dispatch(now=T0) == [Claim(ready("m1", priority=7), A, T0 + 30, 1)]
     engine.offer(ready("m1", priority=1), now=T0)  # leased: ignored
     assert engine.statistics() == QueueStats(ready=0, delayed=0, in_flight=1, consumers=1)
     lease = engine.lease(MessageId("m1"))
@@ -481,7 +481,7 @@ def test_offer_new_takes_only_an_id_the_engine_does_not_know() -> None:
     assert engine.offer_new(ready("m1", priority=7), now=T0)
     assert not engine.offer_new(ready("m1", priority=1), now=T0)  # ready: kept as it was
     engine.add_consumer(A, max_in_flight=5, lock_timeout=30.0)
-    assert engine.dispatch(now=T0) == [Claim(ready("m1", priority=7), A, T0 + 30)]
+    assert engine.dispatch(now=T0) == [Claim(ready("m1", priority=7), A, T0 + 30, 1)]
     assert not engine.offer_new(ready("m1"), now=T0)  # leased
     assert engine.statistics() == QueueStats(ready=0, delayed=0, in_flight=1, consumers=1)
     assert engine.offer_new(ready("m2"), now=T0)

@@ -83,7 +83,7 @@ def engine() -> QueueEngine:
     engine.add_consumer(A, max_in_flight=1, lock_timeout=30.0)
     engine.offer(ready("m1"), now=T0)
     engine.offer(ready("m2"), now=T0)
-    assert engine.dispatch(now=T0) == [Claim(ready("m1"), A, T0 + 30)]
+    assert engine.dispatch(now=T0) == [Claim(ready("m1"), A, T0 + 30, 1)]
     engine.add_consumer(B, max_in_flight=1, lock_timeout=30.0)
     return engine
 
