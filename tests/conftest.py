@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,27 @@ from boxmq.clock import ManualClock
 # Hypothesis's default deadline of 200 ms once. Tests that want a deadline set their own.
 settings.register_profile("boxmq", deadline=None)
 settings.load_profile("boxmq")
+
+
+@pytest.fixture(autouse=True)
+def _stop_leftover_mqtt_clients() -> Iterator[None]:
+    """After each test (and its servers' teardown), the paho clients it left looping stop."""
+    yield
+    _stop_leftover_clients()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _join_leftover_mqtt_clients() -> Iterator[None]:
+    """At the session's end, the clients the last test left are joined and closed too."""
+    yield
+    _stop_leftover_clients()
+    _stop_leftover_clients()
+
+
+def _stop_leftover_clients() -> None:
+    clients = sys.modules.get("tests.integration.mqtt.clients")
+    if clients is not None:
+        clients.stop_leftover_clients()
 
 
 @pytest.fixture

@@ -31,6 +31,13 @@ from boxmq.mqtt.settings import Listener, MqttSettings
 
 WAIT = 10.0  # seconds any single expected event may take
 
+# Every client paho() started, for stop_leftover_clients: a client whose test ends without
+# stopping it goes on reconnecting to its port, once a second, for the rest of the suite (170
+# such threads were found in one run), and would take over the client of the same id of a
+# later test whose server the system gave that port again.
+_started: list[mqtt.Client] = []
+_stopping: list[mqtt.Client] = []  # told to stop after the last test, to be joined
+
 
 @dataclass
 class RunningServer:
@@ -284,10 +291,25 @@ def paho(
         properties=connect_props,
     )
     client.loop_start()
+    _started.append(client)
     flags, reason, box.connack_properties = box.connacks.get(timeout=WAIT)
     assert int(reason.value if hasattr(reason, "value") else reason) == expect, reason
     box.session_present = bool(flags.session_present)
     return box
+
+
+def stop_leftover_clients() -> None:
+    """Tell every client paho() started since the last call to stop its loop, and join and
+    close those told at the last call (tests/conftest.py calls this after each test, and
+    twice at the session's end). A loop sleeps up to a second between reconnects before it
+    sees it is told; a join at once cost the suite that second after every such test."""
+    for client in _stopping:
+        client.loop_stop()
+        client._reset_sockets()
+    _stopping[:] = _started
+    _started.clear()
+    for client in _stopping:
+        client._thread_terminate = True  # loop_stop's flag, without its join
 
 
 def paho_properties(kind: int, **values: object) -> Any:
