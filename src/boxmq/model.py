@@ -189,8 +189,17 @@ class Envelope:
         return {p.name: p.value for p in self.properties if not p.name.startswith(RESERVED_PREFIX)}
 
     def with_property(self, name: str, kind: PropertyType, value: PropertyValue) -> Envelope:
-        kept = tuple(p for p in self.properties if p.name != name)
-        return self._with_properties((*kept, Property(name, kind, value)))
+        return self.with_made_property(Property(name, kind, value))
+
+    def with_made_property(self, prop: Property) -> Envelope:
+        """`with_property` for a property made once and shared (a copy's QoS, one per copy
+        published): a property of its name is looked for before a tuple is made without it."""
+        properties, name = self.properties, prop.name
+        for each in properties:
+            if each.name == name:
+                properties = tuple(p for p in properties if p.name != name)
+                break
+        return self._with_properties((*properties, prop))
 
     def without_property(self, name: str) -> Envelope:
         return self._with_properties(tuple(p for p in self.properties if p.name != name))
