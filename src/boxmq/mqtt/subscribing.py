@@ -9,7 +9,11 @@ Invariants:
   under fsync=always by a worker, its records flushed, and SUBACK goes once every one is done
   and the session's record written: the client's later packets wait for it (`Client.held`),
   so they find the subscriptions in place as if they had been made at once. Under the other
-  policies nothing is flushed, and all is done at once on the loop.
+  policies nothing is flushed, and all is done at once on the loop, unless the client's disk
+  work read before it is still to be done: then after it, as under fsync=always.
+- An UNSUBSCRIBE read behind disk work of its client still to be done (a PUBLISH for a
+  durable subscriber) removes its subscriptions after that work, under every policy, so that
+  those messages still meet them; the client's later packets wait for its UNSUBACK.
 - A subscription made for a session that ended while the disk worked is undone, as its end
   would have done (unless a new session of the client has it: the same dropbox).
 - A subscription the disk refuses to delete stays the session's, open, and the client is
@@ -475,7 +479,34 @@ class Subscribing:
         """UNSUBACK once the session's record says so. A subscription the disk refuses to
         delete (EIO, EROFS, ...) is said so: v5 with its reason (0x80, 0x97 for a full disk,
         as a PUBACK would), and 3.1.1, whose UNSUBACK has no failure, by closing the
-        connection, as for a PUBLISH not stored."""
+        connection, as for a PUBLISH not stored. While the client's PUBLISHes read before it
+        are still to be written, the subscriptions are removed after them (they meet them
+        first, as the client sent them), and the client's later packets wait for the
+        UNSUBACK, as for a SUBSCRIBE; with nothing pending, at once."""
+        if client.jobs or client.tail is not None:
+            # A dropbox deleted now would miss them, and a message still to be written
+            # into it would be lost with it.
+            hold_the_rest(client)
+            after = partial(self._unsubscribe_after, client, session, packet)
+            client.jobs.append(Job(None, lambda _: after()))
+            return
+        self._unsubscribe_now(client, session, packet)
+
+    def _unsubscribe_after(self, client: Client, session: Session, packet: Unsubscribe) -> None:
+        """On the loop, once the disk work read before the UNSUBSCRIBE is done: its messages
+        are taken out of the session's dropboxes while they are still there (sent, if the
+        client has room), then the subscriptions removed, then the held packets handled."""
+        if self._sessions.get(session.client_id) is not session:  # it ended meanwhile
+            return
+        self._delivery.pump(session)
+        self._unsubscribe_now(client, session, packet)
+
+    def _answer_unsubscribe(self, client: Client, unsuback: Unsuback) -> None:
+        self._out.send(client, unsuback)
+        if client.held is not None:
+            asyncio.get_running_loop().call_soon(self._resume, client)
+
+    def _unsubscribe_now(self, client: Client, session: Session, packet: Unsubscribe) -> None:
         v5 = client.link.connection.version is ProtocolVersion.V5
         reasons = []
         for text in packet.topic_filters:
@@ -498,8 +529,8 @@ class Subscribing:
                 continue
             reasons.append(_R.SUCCESS if removed else _R.NO_SUBSCRIPTION_EXISTED)
         unsuback = Unsuback(packet.packet_id, tuple(reasons) if v5 else ())
+        answer = partial(self._answer_unsubscribe, client, unsuback)
         if session.persistent:
-            record = self._records.record(session)
-            self._records.write(client, record, partial(self._out.send, client, unsuback))
+            self._records.write(client, self._records.record(session), answer)
         else:
-            self._out.send(client, unsuback)
+            answer()

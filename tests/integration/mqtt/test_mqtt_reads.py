@@ -6,8 +6,10 @@ the in-memory subscriptions go out after its acknowledgements."""
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
-from tests.integration.mqtt.clients import RunningServer, paho
+import pytest
+from tests.integration.mqtt.clients import RunningServer, paho, start_server
 from tests.integration.mqtt.raw import open_raw, packet, publish, publish_fields, read, subscribe
 
 
@@ -122,3 +124,56 @@ def test_a_message_read_between_unsubscribe_and_subscribe_is_not_sent_on_the_new
     sock.sendall(publish("reads/again", b"after", qos=1, packet_id=6))
     assert _payloads(_answers(sock)) == [b"after"]
     sock.close()
+
+
+@pytest.mark.parametrize("fsync", ["never", "always"])
+def test_a_persistent_sessions_unsubscribe_read_behind_a_publish_still_gets_that_message(
+    tmp_path: Path, fsync: str
+) -> None:
+    """A persistent session's PUBLISH then UNSUBSCRIBE of its filter in one write: the
+    message came while it was subscribed, and is sent. It was lost under every fsync
+    policy: the PUBLISH is disk work, waiting for its batch, and the UNSUBSCRIBE deleted
+    the dropbox at once on the loop, before the message was written into it (found by a
+    differential run against mosquitto, which sends it). The UNSUBSCRIBE now waits for
+    the disk work read before it; the UNSUBACK comes after the message."""
+    running = start_server(tmp_path / "root", fsync=fsync)
+    try:
+        sock, _ = open_raw(running, "own", clean=True)  # expiry 300: a persistent session
+        sock.sendall(subscribe(1, "reads/kept", 1))
+        assert read(sock)[0] == 0x90
+        sock.sendall(
+            publish("reads/kept", b"during", qos=1, packet_id=2) + _unsubscribe(3, "reads/kept")
+        )
+        answers = _answers(sock)
+        assert _payloads(answers) == [b"during"]
+        kinds = [kind & 0xF0 for kind, _ in answers]
+        assert sorted(kinds) == [0x30, 0x40, 0xB0]  # PUBLISH, PUBACK, UNSUBACK
+        assert kinds[-1] == 0xB0
+        assert answers[-1][1][3:] == b"\x00"  # v5 UNSUBACK: no properties, Success
+        sock.sendall(publish("reads/kept", b"after", qos=1, packet_id=4))
+        assert _payloads(_answers(sock)) == []  # unsubscribed now
+        sock.close()
+    finally:
+        running.shutdown()
+
+
+def test_an_unsubscribe_read_behind_a_publish_waiting_for_the_disk_still_gets_that_message(
+    server: RunningServer,
+) -> None:
+    """The same for a subscription in memory, when a persistent session's subscription
+    makes the PUBLISH disk work: it is routed once written, and the UNSUBSCRIBE, done at
+    once, had removed the subscription by then."""
+    keeper, _ = open_raw(server, "keeper", clean=True)
+    keeper.sendall(subscribe(1, "reads/mixed", 1))
+    assert read(keeper)[0] == 0x90
+    sock, _ = open_raw(server, "own", clean=True, expiry=0)  # a session in memory
+    sock.sendall(subscribe(1, "reads/mixed", 1))
+    assert read(sock)[0] == 0x90
+    sock.sendall(
+        publish("reads/mixed", b"during", qos=1, packet_id=2) + _unsubscribe(3, "reads/mixed")
+    )
+    answers = _answers(sock)
+    assert _payloads(answers) == [b"during"]
+    assert sorted(kind & 0xF0 for kind, _ in answers) == [0x30, 0x40, 0xB0]
+    sock.close()
+    keeper.close()
