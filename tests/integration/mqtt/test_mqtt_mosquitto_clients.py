@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 
@@ -72,21 +73,44 @@ def _members(server: RunningServer, group: str, filter: str) -> int:
     return len(server.box.topics.members_of(group, filter))
 
 
-def _share_workers(
-    server: RunningServer, count: int, *, bounded: bool = True
-) -> list[subprocess.Popen[str]]:
+class _Worker:
+    """A share-group mosquitto_sub, its output read as it comes (one payload a line)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        with self.process.stdout:
+            for line in self.process.stdout:
+                self.lines.extend(line.split())
+
+    def finish(self) -> list[str]:
+        """Every line it wrote, once it has exited."""
+        self.process.wait(timeout=20)
+        self._reader.join(timeout=20)
+        assert not self._reader.is_alive(), "its output did not end"
+        return self.lines
+
+
+def _share_workers(server: RunningServer, count: int, *, bounded: bool = True) -> list[_Worker]:
     workers = [
-        _sub(
-            server,
-            "-V",
-            "mqttv5",
-            "-t",
-            "$share/etl/jobs/#",
-            "-q",
-            "1",
-            "-F",
-            "%p",
-            bounded=bounded,
+        _Worker(
+            _sub(
+                server,
+                "-V",
+                "mqttv5",
+                "-t",
+                "$share/etl/jobs/#",
+                "-q",
+                "1",
+                "-F",
+                "%p",
+                bounded=bounded,
+            )
         )
         for _ in range(count)
     ]
@@ -97,23 +121,24 @@ def _share_workers(
     return workers
 
 
-def _stop(workers: list[subprocess.Popen[str]]) -> list[list[str]]:
-    outputs = []
+def _stop(workers: list[_Worker]) -> list[list[str]]:
     for worker in workers:
-        worker.send_signal(signal.SIGTERM)
-        out, _ = worker.communicate(timeout=20)
-        outputs.append(out.split())
-    return outputs
+        worker.process.send_signal(signal.SIGTERM)
+    return [worker.finish() for worker in workers]
 
 
-def _settled(server: RunningServer) -> None:
-    """Wait until every share-group message was delivered and acknowledged."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(
-        info.counts.ready or info.counts.locked for info in server.box.topics.subscriptions()
+def _settled(server: RunningServer, workers: list[_Worker], lines: list[str]) -> None:
+    """Wait until every share-group message was delivered and acknowledged, and the workers
+    have written every one of `lines`: libmosquitto acknowledges a message before mosquitto_sub
+    prints it, and a worker stopped in between (SIGTERM) drops it unprinted; a fixed sleep
+    after the acknowledgements was not always long enough on a loaded machine."""
+    expected = set(lines)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (
+        any(info.counts.ready or info.counts.locked for info in server.box.topics.subscriptions())
+        or not expected <= {line for worker in workers for line in worker.lines}
     ):
-        time.sleep(0.1)
-    time.sleep(0.3)  # the last lines on their way to the workers' stdout
+        time.sleep(0.05)
 
 
 def test_share_group_of_three_gets_each_message_exactly_once(server: RunningServer) -> None:
@@ -123,7 +148,7 @@ def test_share_group_of_three_gets_each_message_exactly_once(server: RunningServ
     workers = _share_workers(server, 3)
     lines = [f"{i:08d}" for i in range(count)]
     _pub_lines(server, "jobs/x", 1, lines)
-    _settled(server)
+    _settled(server, workers, lines)
     outputs = _stop(workers)
     counts = Counter(line for out in outputs for line in out)
     assert set(counts) == set(lines)
@@ -157,19 +182,23 @@ def test_a_worker_killed_mid_stream_leaves_its_messages_to_the_others(
     assert publisher.stdin is not None
     publisher.stdin.write("\n".join(lines[: N * 2]) + "\n")
     publisher.stdin.flush()
-    time.sleep(0.3)
-    workers[0].kill()  # SIGKILL: its session ends without a word; its locks go to the others
-    victim, _ = workers[0].communicate(timeout=10)
+    deadline = time.monotonic() + 10
+    while not workers[0].lines and time.monotonic() < deadline:  # mid-stream: it has had some
+        time.sleep(0.01)
+    assert workers[0].lines, "the first worker got nothing in 10 s"
+    # SIGKILL: its session ends without a word; its locks go to the others
+    workers[0].process.kill()
+    victim = workers[0].finish()
     publisher.stdin.write("\n".join(lines[N * 2 :]) + "\n")
     publisher.stdin.close()
     assert publisher.wait(timeout=60) == 0
-    _settled(server)
+    _settled(server, workers, lines)
     try:
         survivors = _stop(workers[1:])
     finally:
         for worker in workers:
-            worker.kill()
-    delivered = set(victim.split()) | {line for out in survivors for line in out}
+            worker.process.kill()
+    delivered = set(victim) | {line for out in survivors for line in out}
     assert delivered == set(lines)  # at least once: nothing lost with the worker
     deadline = time.monotonic() + 10
     while _members(server, "etl", "jobs/#") and time.monotonic() < deadline:
