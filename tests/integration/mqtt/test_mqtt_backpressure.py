@@ -161,14 +161,30 @@ def test_a_client_that_does_not_read_is_not_read_while_its_write_buffer_is_full(
     flooder.close()
 
 
+def heard(running: RunningServer, client_id: str) -> float | None:
+    """When the broker last heard from `client_id`, by its clock; None once it is no client."""
+
+    def look() -> float | None:
+        for client in running.server.broker._clients.values():
+            if client.session is not None and client.session.client_id == client_id:
+                return client.link.connection.last_heard
+        return None
+
+    return on_loop(running, look)
+
+
 def test_a_congested_client_that_reads_is_not_kicked_for_the_keep_alive(
-    small: RunningServer,
+    clocked: tuple[RunningServer, ManualClock],
 ) -> None:
     """Not read by us, it sends nothing we hear: while what it has not read shrinks (it
     reads) it counts as heard; once it reads nothing for 1.5 keep-alive periods it is
     disconnected, as a silent client is. The kernel's send buffer is left as it grows (to
     4 MiB on loopback): our own buffer shrinks only once a good part of it is free, which
-    takes this client far longer than its keep-alive."""
+    takes this client far longer than its keep-alive. The broker's clock moves only when the
+    test moves it, a second at a time once a tick has seen the client read: on the system
+    clock the client had 3 s from its SUBSCRIBEs to be seen congested and read, and a loaded
+    machine took longer."""
+    small, clock = clocked
     retainer = paho(small, "retainer")
     retainer.publish("bp/r", b"r" * (64 << 10), qos=1, retain=True)
     retainer.stop()
@@ -180,16 +196,25 @@ def test_a_congested_client_that_reads_is_not_kicked_for_the_keep_alive(
         )
     )
     settled(small, "slow")
-    end = time.monotonic() + 6  # twice the 3 s of its keep-alive, about 64 KB/s
-    while time.monotonic() < end:
-        assert client.recv(4096), "closed while it read"
-        time.sleep(0.06)
+    for _ in range(8):  # 8 s of its clock: over twice the 3 s of its keep-alive
+        clock.advance(1)
+        read = 0
+        while read < 32 << 10:
+            chunk = client.recv(4096)
+            assert chunk, "closed while it read"
+            read += len(chunk)
+        end = time.monotonic() + WAIT  # a tick (0.25 s) sees what it read
+        while (when := heard(small, "slow")) is not None and when < clock.now():
+            assert time.monotonic() < end, "its reads were not heard"
+            time.sleep(0.05)
+        assert when is not None, "kicked while it read"
     state = unread(small, "slow")
     assert state is not None, "kicked while it read"
     assert state[1], "it caught up: the test did not hold it congested long enough"
-    end = time.monotonic() + 10  # now it reads nothing: 3 s, then the next tick
+    end = time.monotonic() + WAIT  # now it reads nothing: 3 s of its clock, then the next tick
     while unread(small, "slow") is not None and time.monotonic() < end:
-        time.sleep(0.1)
+        clock.advance(1)  # more than once if the tick still saw its last read acknowledged
+        time.sleep(0.3)
     assert unread(small, "slow") is None, "not kicked though it read nothing"
     client.close()
 
