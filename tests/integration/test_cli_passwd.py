@@ -89,7 +89,7 @@ def test_errors_are_one_clear_line(tmp_path: Path) -> None:
         (
             ("u\udcff", "--password", "x"),
             None,
-            "user name 'u\\udcff' is not UTF-8, which an MQTT user name must be",
+            "user name 'u\\xff' is not UTF-8, which an MQTT user name must be",
         ),  # argv b"u\xff"
         (
             ("u" * 65_536, "--password", "x"),
