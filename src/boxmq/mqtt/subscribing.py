@@ -499,14 +499,19 @@ class Subscribing:
         if self._sessions.get(session.client_id) is not session:  # it ended meanwhile
             return
         self._delivery.pump(session)
-        self._unsubscribe_now(client, session, packet)
+        self._unsubscribe_now(client, session, packet, held=True)
 
-    def _answer_unsubscribe(self, client: Client, unsuback: Unsuback) -> None:
+    def _answer_held_unsubscribe(self, client: Client, unsuback: Unsuback) -> None:
         self._out.send(client, unsuback)
         if client.held is not None:
             asyncio.get_running_loop().call_soon(self._resume, client)
 
-    def _unsubscribe_now(self, client: Client, session: Session, packet: Unsubscribe) -> None:
+    def _unsubscribe_now(
+        self, client: Client, session: Session, packet: Unsubscribe, *, held: bool = False
+    ) -> None:
+        """`held`: this UNSUBSCRIBE held the client's later packets, and its answer lets them
+        go. One done at once held nothing: a SUBSCRIBE read after it may be holding them
+        until its own answer, which this one's, coming first, must not cut short."""
         v5 = client.link.connection.version is ProtocolVersion.V5
         reasons = []
         for text in packet.topic_filters:
@@ -529,7 +534,9 @@ class Subscribing:
                 continue
             reasons.append(_R.SUCCESS if removed else _R.NO_SUBSCRIPTION_EXISTED)
         unsuback = Unsuback(packet.packet_id, tuple(reasons) if v5 else ())
-        answer = partial(self._answer_unsubscribe, client, unsuback)
+        answer = partial(
+            self._answer_held_unsubscribe if held else self._out.send, client, unsuback
+        )
         if session.persistent:
             self._records.write(client, self._records.record(session), answer)
         else:
