@@ -62,7 +62,6 @@ from boxmq.mqtt.reasons import ReasonCode, reason_for
 from boxmq.mqtt.recording import Recorder
 from boxmq.mqtt.routes import MemoryRoutes
 from boxmq.mqtt.session import Session, SubscriptionOptions
-from boxmq.mqtt.session_record import SessionRecord
 from boxmq.mqtt.settings import MqttSettings
 from boxmq.mqtt.stored import consumer_name, retained_publish
 
@@ -202,18 +201,11 @@ class Subscribing:
             # UNSUBSCRIBE between them took away. Made after them, as under fsync=always.
             client.jobs += jobs
             hold_the_rest(client)
-            client.jobs.append(Job(None, lambda _: self._stored_then(record, answer)))
+            client.jobs.append(Job(None, lambda _: self._records.write(client, record, answer)))
             return
         for job in jobs:  # nothing flushed: done at once on the loop, as before
             run_now(job)
-        if record is not None:
-            self._records.store(record, flush=False)
-        answer()
-
-    def _stored_then(self, record: SessionRecord | None, answer: Callable[[], None]) -> None:
-        if record is not None:
-            self._records.store(record, flush=False)
-        answer()
+        self._records.write(client, record, answer)  # unflushed: stored at once, then answered
 
     @staticmethod
     def _over_cap(
