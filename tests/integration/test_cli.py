@@ -1059,6 +1059,28 @@ def test_an_argument_s_bytes_that_are_not_utf_8_are_shown_as_xnn_in_its_error(
     assert "\\udcff" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("subscribe", "a/#", "--name", f"n{_FF}", "--idle", "0"),
+        ("unsubscribe", "a/#", "--name", f"n{_FF}"),
+        ("peek", "a/#", "--subscriber", f"n{_FF}"),
+        ("requeue", "a/#", "--subscriber", f"n{_FF}"),
+    ],
+)
+def test_a_subscriber_name_in_bytes_that_are_not_utf_8_is_called_a_subscriber_name(
+    root: Path, args: tuple[str, ...]
+) -> None:
+    """Not "destination name 'client.n\\xff'... is not valid Unicode", the folder it would have."""
+    ok(root, "put", "q", "x")
+    done = boxmq_cli(root, *args)
+    assert done.returncode == 1
+    assert f"boxmq {args[0]}: subscriber name 'n\\xff' is not valid Unicode" in done.stderr, (
+        done.stderr
+    )
+    assert "client." not in done.stderr
+
+
 @pytest.mark.parametrize("filter", ["a/b", "$share/g/a/b"])
 @pytest.mark.parametrize(("name", "says"), [("x/y", "contains NUL or '/'"), ("x" * 41, "40-byte")])
 def test_a_bad_subscribe_name_is_called_a_subscriber_name_not_a_consumer_name(

@@ -837,6 +837,21 @@ def test_a_subscriber_name_refused_is_called_a_subscriber_s_and_a_second_one_nam
     assert str(error.value).startswith(f"subscriber 's' has {filter!r} open in this Box already")
 
 
+def test_a_subscriber_name_with_a_lone_surrogate_is_called_a_subscriber_name_everywhere(
+    box: boxmq.Box,
+) -> None:
+    """unsubscribe and subscription named the folder the subscription would have had."""
+    says = r"^subscriber name 'n\\udcff' is not valid Unicode"
+    with pytest.raises(boxmq.InvalidName, match=says):
+        box.subscribe("a/b", "n\udcff")
+    with pytest.raises(boxmq.InvalidName, match=says):
+        box.unsubscribe("a/b", "n\udcff")
+    with pytest.raises(boxmq.InvalidName, match=says):
+        box.subscription("a/b", "n\udcff")
+    with pytest.raises(boxmq.InvalidName, match=says):
+        box.topics.record_of("a/b", "n\udcff")
+
+
 @pytest.mark.parametrize("filter", ["a/b", "$share/g/a/b"])
 def test_a_closed_subscriber_says_it_is_a_closed_subscriber_of_its_filter(
     box: boxmq.Box, filter: str

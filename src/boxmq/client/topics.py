@@ -43,7 +43,7 @@ from boxmq.core import (
 )
 from boxmq.core.durations import check_seconds
 from boxmq.core.queue import check_consumer_limits
-from boxmq.errors import Closed, InvalidArgument, MetadataTooLong, QueueNotFound
+from boxmq.errors import Closed, InvalidArgument, InvalidName, MetadataTooLong, QueueNotFound
 from boxmq.ids import IdFactory
 from boxmq.model import (
     PUBLISHED_RETAINED,
@@ -831,7 +831,14 @@ class Topics:
     def _path_of(self, parsed: TopicFilter, subscriber: str | None) -> str:
         """The dropbox of a share group (whoever the member), or of a plain subscription."""
         key = layout.subscription_key(parsed.share_group, subscriber)
-        return layout.subscription_path(self._root, parsed.filter, key)
+        try:
+            return layout.subscription_path(self._root, parsed.filter, key)
+        except InvalidName:
+            if parsed.share_group is None and subscriber is not None:
+                # Its folder is "client.<subscriber>": name the subscriber the user gave (a
+                # lone surrogate, a NUL), not that folder.
+                check_consumer_name(subscriber, _SUBSCRIBER)
+            raise
 
     def _left(self, parsed: TopicFilter, member: ConsumerId, path: str) -> bool:
         """A share group member leaves; the last one out deletes the group (MQTT-234), and
