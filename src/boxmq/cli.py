@@ -37,6 +37,7 @@ from boxmq.cli_serve import (
     Default,
     describe_security,
     listener_setting,
+    own_listeners_in_use,
     security_warnings,
     serve_config,
 )
@@ -530,7 +531,11 @@ def _serve(args: argparse.Namespace) -> int:
             if not _is_listener_error(error):
                 raise
             # The same line `main` prints, with the setting the listener came from.
-            setting = listener_setting(args, config, error.strerror or "")
+            problem = error.strerror or ""
+            setting = listener_setting(args, config, problem)
+            own = "" if mqtt is None else own_listeners_in_use(mqtt.listeners, problem)
+            if error.errno == errno.EADDRINUSE and own:
+                raise InvalidArgument(f"{problem}{own}") from None
             raise InvalidArgument(_os_error(error, str(config.data), listener=setting)) from None
     return 0
 

@@ -7,12 +7,15 @@ of type `Default`: text the user did not type. Values the file leaves out keep t
 from __future__ import annotations
 
 import argparse
+import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from boxmq.config import ServeConfig, load_config
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
+from boxmq.mqtt.settings import Listener
 
 __all__ = [
     "Default",
@@ -70,6 +73,27 @@ def listener_setting(args: argparse.Namespace, config: ServeConfig, problem: str
         table = f"mqtt.listener[{named[0]}]" if len(named) == 1 else "[[mqtt.listener]]"
         return f"{table} in {config.source}"
     return "--mqtt HOST:PORT (or [[mqtt.listener]] in a --config file)"
+
+
+def own_listeners_in_use(listeners: Sequence[Listener], problem: str) -> str:
+    """The hint for a bind refused as "address already in use" (`problem`, asyncio's text,
+    names the address as `('127.0.0.1', 1883)`) when this server has more than one listener
+    on that port: `--mqtt :1883 --mqtt 127.0.0.1:1883`, or `localhost` beside `127.0.0.1`, are
+    different addresses to _check_flag_listeners and to the file's check, but the first one
+    bound takes the second's address. "" when the port is this server's once."""
+    found = re.search(r"\('[^']*', (\d+)\)", problem)
+    port = int(found[1]) if found else 0
+    same = [listener for listener in listeners if port and listener.port == port]
+    if len(same) < 2:
+        return ""
+    shown = " and ".join(
+        f"[{o.host}]:{o.port}" if ":" in o.host else f"{o.host}:{o.port}" for o in same
+    )
+    return (
+        f" (this server listens on {shown}: one bound first takes the other's address, as "
+        "0.0.0.0 takes every address of this machine and a host name its own; give them "
+        "different ports, or one address each. Else another program listens there: stop it)"
+    )
 
 
 def describe_security(config: ServeConfig) -> list[str]:

@@ -134,6 +134,36 @@ def test_an_address_given_twice_to_mqtt_is_named_not_taken_for_another_program(
     assert ready.count("MQTT listening on") == 2  # port 0: two ports
 
 
+def test_two_listeners_of_one_port_that_overlap_are_named_not_taken_for_another_program(
+    tmp_path: Path,
+) -> None:
+    """`--mqtt :PORT --mqtt 127.0.0.1:PORT` (and localhost beside 127.0.0.1) pass the check
+    for an address given twice, and the second bind fails: the error named another program."""
+    with socket.socket() as probe:  # a port free a moment ago, for both flags
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for first in (f":{port}", f"localhost:{port}"):
+        flags = ["serve", "--data", str(tmp_path / "data"), "--mqtt", first]
+        done = subprocess.run(
+            [sys.executable, "-m", "boxmq.cli", *flags, "--mqtt", f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1
+        last = done.stderr.splitlines()[-1]
+        assert "address already in use (this server listens on " in last, last
+        assert f":{port} and 127.0.0.1:{port}: one bound first takes the other's address" in last
+        assert "Traceback" not in done.stderr
+    config = tmp_path / "boxmq.toml"
+    config.write_text(
+        f'[[mqtt.listener]]\nhost = "0.0.0.0"\nport = {port}\n\n[[mqtt.listener]]\nport = {port}\n'
+    )
+    done = _serve_refused(config, tmp_path)
+    assert done.returncode == 1
+    assert f"this server listens on 0.0.0.0:{port} and 127.0.0.1:{port}" in done.stderr
+
+
 def test_a_host_that_does_not_resolve_names_its_address_and_setting(tmp_path: Path) -> None:
     config = tmp_path / "boxmq.toml"
     config.write_text('[[mqtt.listener]]\nhost = "mqtt.example.invalid"\nport = 0\n')
