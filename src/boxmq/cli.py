@@ -60,7 +60,12 @@ _Command = Callable[[argparse.Namespace, Box], int]
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(joined_negative_durations(sys.argv[1:] if argv is None else argv))
+    words = joined_negative_durations(sys.argv[1:] if argv is None else argv)
+    args, unknown = parser.parse_known_args(words)
+    if unknown:
+        # What parse_args says, but with the command's usage (`boxmq serve ... extra`): the
+        # top-level usage names no option of the command.
+        args.usage_error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.name == "serve":
         # A usage error (exit 2, with serve's usage), said before the config is read and
         # the root recovered: not an error of the run (exit 1) after both.
@@ -236,7 +241,6 @@ def _parser() -> argparse.ArgumentParser:
     help = "run the broker: recovery, lock timeouts, expiry, retention"
     p = sub.add_parser("serve", help=help, description=help, parents=[common])
     p.set_defaults(standalone=_serve, name="serve")  # it opens the root the config names
-    p.set_defaults(usage_error=p.error)
     p.add_argument("--config", metavar="FILE", help="a TOML file (see boxmq.example.toml)")
     p.add_argument(
         "--sweep-interval", type=_positive_duration, metavar="DURATION", help="default 1s"
@@ -390,6 +394,8 @@ def _parser() -> argparse.ArgumentParser:
     p = command("purge", _purge, "delete every message of one state folder")
     _dropbox_arguments(p)
     p.add_argument("--state", default="target", choices=["target", "processed", "error", "expired"])
+    for each in sub.choices.values():  # a usage error after the command shows its usage
+        each.set_defaults(usage_error=each.error)
     return parser
 
 

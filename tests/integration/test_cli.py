@@ -1081,6 +1081,28 @@ def test_a_subscriber_name_in_bytes_that_are_not_utf_8_is_called_a_subscriber_na
     assert "client." not in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "extra"),
+    [
+        (("serve", "--no-mqtt", "extra"), "extra"),
+        (("put", "q", "x", "extra"), "extra"),
+        (("passwd", "pw", "u", "--password", "p", "--json"), "--json"),
+        (("ls", f"q{_FF}"), "q\\xff"),
+    ],
+)
+def test_an_argument_no_command_takes_is_refused_with_the_command_s_usage(
+    root: Path, args: tuple[str, ...], extra: str
+) -> None:
+    """Not "boxmq: error: unrecognized arguments" under boxmq's usage, which names none of
+    the command's options."""
+    done = boxmq_cli(root, *args)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"usage: boxmq {args[0]} "), done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last == f"boxmq {args[0]}: error: unrecognized arguments: {extra}", last
+    assert not (root / "pw").exists()
+
+
 @pytest.mark.parametrize("filter", ["a/b", "$share/g/a/b"])
 @pytest.mark.parametrize(("name", "says"), [("x/y", "contains NUL or '/'"), ("x" * 41, "40-byte")])
 def test_a_bad_subscribe_name_is_called_a_subscriber_name_not_a_consumer_name(
