@@ -1047,6 +1047,15 @@ _FF = os.fsdecode(b"\xff")  # an argument's byte that is not UTF-8, as Python re
         (("put", "q", "x", "--property", f"a{_FF}=1"), "boxmq put: property 'a\\xff' = '1'"),
         (("get", "q", "--lock", _FF), "argument --lock: bad duration '\\xff'"),
         (("--data", f"d{_FF}", "ls"), "boxmq ls: no folder d\\xff (it does not exist)"),
+        (("serve", "--mqtt", f"h{_FF}:1883"), "--mqtt: 'h\\xff:1883': the host is not valid"),
+        (
+            ("serve", "--no-mqtt", "--xmpp-component", "c", "--xmpp-server", f"h{_FF}:5347"),
+            "--xmpp-server: 'h\\xff:5347': the host is not valid Unicode",
+        ),
+        (
+            ("serve", "--no-mqtt", "--xmpp-component", f"c{_FF}", "--xmpp-secret", "s"),
+            "boxmq serve: --xmpp-component 'c\\xff': not valid Unicode",
+        ),
     ],
 )
 def test_an_argument_s_bytes_that_are_not_utf_8_are_shown_as_xnn_in_its_error(
@@ -1057,6 +1066,7 @@ def test_an_argument_s_bytes_that_are_not_utf_8_are_shown_as_xnn_in_its_error(
     assert done.returncode in (1, 2)
     assert says in done.stderr, done.stderr
     assert "\\udcff" not in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize(
