@@ -1069,6 +1069,16 @@ def test_an_argument_s_bytes_that_are_not_utf_8_are_shown_as_xnn_in_its_error(
     assert "Traceback" not in done.stderr
 
 
+def test_an_xmpp_component_name_that_is_no_domain_is_refused_not_a_traceback(root: Path) -> None:
+    pytest.importorskip("slixmpp")
+    done = boxmq_cli(root, "serve", "--no-mqtt", "--xmpp-component", "a b", "--xmpp-secret", "s")
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1].startswith(
+        "boxmq serve: --xmpp-component 'a b': not a domain name ("
+    ), done.stderr
+    assert "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize(
     "args",
     [
