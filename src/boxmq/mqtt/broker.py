@@ -447,6 +447,10 @@ class Broker:
             assert isinstance(packet, Subscribe)
             self._delivery.route_deferred_so_far()  # the PUBLISHes before it miss it
             self._subscribing.subscribe(client, session, packet)
+            # Made at once on the loop (fsync never, interval), a durable subscription is in
+            # the root's generation only: a PUBLISH later in this read would be told the
+            # topic's answer from before it, kept since the read began, and miss it.
+            self._durable_routes.recheck()
         elif kind is Unsubscribe:
             assert isinstance(packet, Unsubscribe)
             self._delivery.route_deferred_so_far()  # the PUBLISHes before it still meet it
