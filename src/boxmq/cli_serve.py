@@ -81,7 +81,7 @@ def own_listeners_in_use(listeners: Sequence[Listener], problem: str) -> str:
     on that port: `--mqtt :1883 --mqtt 127.0.0.1:1883`, or `localhost` beside `127.0.0.1`, are
     different addresses to _check_flag_listeners and to the file's check, but the first one
     bound takes the second's address. "" when the port is this server's once."""
-    found = re.search(r"\('[^']*', (\d+)\)", problem)
+    found = re.search(r"\('[^']*', (\d+)[,)]", problem)  # IPv6: ('::1', 1883, 0, 0)
     port = int(found[1]) if found else 0
     same = [listener for listener in listeners if port and listener.port == port]
     if len(same) < 2:

@@ -155,6 +155,21 @@ def test_two_listeners_of_one_port_that_overlap_are_named_not_taken_for_another_
         assert "address already in use (this server listens on " in last, last
         assert f":{port} and 127.0.0.1:{port}: one bound first takes the other's address" in last
         assert "Traceback" not in done.stderr
+    try:  # IPv6 asyncio names as ('::1', PORT, 0, 0), where there is an IPv6 loopback
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", port))
+    except OSError:
+        pass
+    else:
+        flags = ["serve", "--data", str(tmp_path / "data"), "--mqtt", f"[::]:{port}"]
+        done = subprocess.run(
+            [sys.executable, "-m", "boxmq.cli", *flags, "--mqtt", f"[::1]:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1
+        assert f"this server listens on [::]:{port} and [::1]:{port}" in done.stderr
     config = tmp_path / "boxmq.toml"
     config.write_text(
         f'[[mqtt.listener]]\nhost = "0.0.0.0"\nport = {port}\n\n[[mqtt.listener]]\nport = {port}\n'
