@@ -10,7 +10,9 @@ Invariants:
   and the session's record written: the client's later packets wait for it (`Client.held`),
   so they find the subscriptions in place as if they had been made at once. Under the other
   policies nothing is flushed, and all is done at once on the loop, unless the client's disk
-  work read before it is still to be done: then after it, as under fsync=always.
+  work read before it is still to be done: then after it, as under fsync=always. A
+  subscription in memory too, under every policy: those PUBLISHes are routed to the
+  subscriptions in memory once written, and must not find it.
 - An UNSUBSCRIBE read behind disk work of its client still to be done (a PUBLISH for a
   durable subscriber) removes its subscriptions after that work, under every policy, so that
   those messages still meet them; the client's later packets wait for its UNSUBACK.
@@ -172,18 +174,26 @@ class Subscribing:
             one.due = due or (earlier is not None and earlier.due)
             last[one.text] = one
         jobs = []
+        # The client's PUBLISHes read before this SUBSCRIBE and still to be written are
+        # routed to the subscriptions in memory once written: one made in memory now would
+        # get them. It is made after them, in turn with its client's disk work.
+        later = bool(client.jobs) or client.tail is not None
         for one in wanted:
             if one.options is None or one.replaced:
                 continue
             try:
-                work = self._begin_subscription(session, one.text, one.options, retained=one.due)
+                work = self._begin_subscription(
+                    session, one.text, one.options, retained=one.due, later=later
+                )
             except OSError as error:  # the old subscription it replaces could not be deleted
                 self._subscription_made(session, one, store_failure(error))
                 continue
-            if work is not None:
-                if one.text not in session.subscriptions:  # held from now on, for the cap
-                    session.adding.add(one.text)
-                jobs.append(Job(work, partial(self._subscription_made, session, one)))
+            if work is None and not later:
+                continue  # made in memory, at once
+            if one.text not in session.subscriptions:  # held from now on, for the cap
+                session.adding.add(one.text)
+            made = self._memory_made if work is None else self._subscription_made
+            jobs.append(Job(work, partial(made, session, one)))
         answer = partial(self._subscribed, client, session, packet.packet_id, wanted)
         record = (
             self._records.record(session, [(one.text, one.options) for one in wanted])
@@ -347,12 +357,19 @@ class Subscribing:
         )
 
     def _begin_subscription(
-        self, session: Session, text: str, options: SubscriptionOptions, *, retained: bool
+        self,
+        session: Session,
+        text: str,
+        options: SubscriptionOptions,
+        *,
+        retained: bool,
+        later: bool = False,
     ) -> Callable[[], object] | None:
         """On the loop: what subscribing `session` to `text` takes. Done here if it is in
-        memory only; otherwise the disk work for a worker, returning the new Subscriber (or
-        None: the one open stays), made the session's by `_subscription_made`. A new dropbox
-        gets its `retained` messages as it is made (Topics.subscribe says why)."""
+        memory only (unless `later`: then by `_memory_made`, after the client's disk work);
+        otherwise the disk work for a worker, returning the new Subscriber (or None: the one
+        open stays), made the session's by `_subscription_made`. A new dropbox gets its
+        `retained` messages as it is made (Topics.subscribe says why)."""
         client_id = session.client_id
         old = session.subscriptions.get(text)
         if text in session.leaving:  # subscribed again before it was done leaving: it stays
@@ -362,16 +379,8 @@ class Subscribing:
             self._remove_subscription(session, text)
             old = None
         if not options.durable:
-            session.subscriptions[text] = options
-            self._memory.subscribe(
-                Subscription(
-                    ConsumerId(client_id),
-                    parse_filter(text),
-                    QoS(options.qos),
-                    False,
-                    options.no_local,
-                )
-            )
+            if not later:
+                self._subscribe_memory(session, text, options)
             return None
         if text not in self._durable.get(client_id, {}):
             return partial(self._open_durable, session, text, options, send_retained=retained)
@@ -386,6 +395,27 @@ class Subscribing:
                 process_bound=not session.persistent,
             )
         return lambda: None
+
+    def _subscribe_memory(self, session: Session, text: str, options: SubscriptionOptions) -> None:
+        session.subscriptions[text] = options
+        self._memory.subscribe(
+            Subscription(
+                ConsumerId(session.client_id),
+                parse_filter(text),
+                QoS(options.qos),
+                False,
+                options.no_local,
+            )
+        )
+
+    def _memory_made(self, session: Session, wanted: _Wanted, _: object) -> None:
+        """On the loop, once the client's disk work read before its SUBSCRIBE is done: the
+        subscription in memory is made, unless its session ended meanwhile."""
+        session.adding.discard(wanted.text)
+        if self._sessions.get(session.client_id) is not session:
+            return
+        assert wanted.options is not None
+        self._subscribe_memory(session, wanted.text, wanted.options)
 
     def attach(
         self, session: Session, text: str, options: SubscriptionOptions, *, found: bool = False

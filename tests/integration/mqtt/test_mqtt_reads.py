@@ -204,3 +204,34 @@ def test_an_unsubscribe_read_behind_a_publish_waiting_for_the_disk_still_gets_th
     assert sorted(kind & 0xF0 for kind, _ in answers) == [0x30, 0x40, 0xB0]
     sock.close()
     keeper.close()
+
+
+@pytest.mark.parametrize("fsync", ["never", "always"])
+def test_a_subscribe_in_memory_read_behind_a_publish_waiting_for_the_disk_does_not_get_it(
+    tmp_path: Path, fsync: str
+) -> None:
+    """A session in memory's PUBLISH, SUBSCRIBE of its topic and PUBLISH again in one write,
+    while a persistent session's subscription makes its PUBLISHes disk work: the first came
+    before the subscription, and is not sent on it. It was, under every fsync policy: it is
+    routed to the subscriptions in memory once written, and the SUBSCRIBE, in memory, was
+    made at once on the loop, before that (found by a SIGKILL torture of `boxmq serve`
+    with a 3.1.1 clean session pipelining its subscription changes). The one after it is."""
+    running = start_server(tmp_path / "root", fsync=fsync)
+    try:
+        keeper, _ = open_raw(running, "keeper", clean=True)  # expiry 300: a persistent session
+        keeper.sendall(subscribe(1, "reads/late", 1))
+        assert read(keeper)[0] == 0x90
+        sock, _ = open_raw(running, "own", clean=True, expiry=0)  # a session in memory
+        sock.sendall(
+            publish("reads/late", b"before", qos=1, packet_id=1)
+            + subscribe(2, "reads/late", 1)
+            + publish("reads/late", b"after", qos=1, packet_id=3)
+        )
+        answers = _answers(sock)
+        assert _payloads(answers) == [b"after"]
+        acks = [kind & 0xF0 for kind, _ in answers if kind & 0xF0 != 0x30]
+        assert acks == [0x40, 0x90, 0x40]  # PUBACK, SUBACK, PUBACK
+        sock.close()
+        keeper.close()
+    finally:
+        running.shutdown()
