@@ -13,6 +13,7 @@ from tests.integration.mqtt.clients import put_file
 import boxmq
 from boxmq import State
 from boxmq.client.live_queue import LiveQueue
+from boxmq.client.topics import Publication
 from boxmq.clock import ManualClock
 from boxmq.model import GROUP_KEY, PROPERTIES_FILE
 from boxmq.store.names import decode, split_lock
@@ -281,6 +282,28 @@ def test_receive_ready_takes_what_the_free_slots_allow_without_waiting(box: boxm
         assert [m.body for m in other.receive_ready()] == [b"2"]
     with pytest.raises(boxmq.Closed):
         consumer.receive_ready()
+
+
+def test_receive_ready_takes_at_most_what_it_is_asked_for(box: boxmq.Box) -> None:
+    """`most` bounds what it hands out (an MQTT session's room in flight); the rest stays
+    claimed for it and comes at the next receive, in order."""
+    jobs = box.queue("jobs")
+    jobs.put_many([b"1", b"2", b"3", b"4"])
+    with jobs.consumer("w", max_in_flight=3) as consumer:
+        assert [m.body for m in consumer.receive_ready(most=2)] == [b"1", b"2"]
+        assert consumer.holding() == 3  # "3" claimed, not handed out
+        assert [m.body for m in consumer.receive_ready(most=5)] == [b"3"]
+        assert consumer.receive_ready(most=1) == []  # no free slot
+    topics = box.topics
+    member = topics.subscribe("$share/g/t", "m", max_in_flight=5)
+    topics.publish_many([Publication("t", body) for body in (b"a", b"b", b"c")])
+    assert [m.body for m in member.receive_ready(most=2)] == [b"a", b"b"]
+    assert [m.body for m in member.receive_ready(most=2)] == [b"c"]
+    member.close()
+    with topics.subscribe("u", "s", durable=False) as listener:  # in memory
+        topics.publish_many([Publication("u", body) for body in (b"x", b"y")])
+        assert [m.body for m in listener.receive_ready(most=1)] == [b"x"]
+        assert [m.body for m in listener.receive_ready(most=1)] == [b"y"]
 
 
 def test_a_put_reaches_this_process_s_consumer_without_the_watcher(root: Path) -> None:

@@ -27,10 +27,11 @@ class Consumer(Receiver):
         """The next message, locked for us; None if none came within `timeout` seconds."""
         return self._live.receive(self.name, timeout)
 
-    def receive_ready(self) -> list[Message]:
-        """Every message locked for us now, up to our free slots: one look at the folder for
-        all of them (a loop of receive_nowait looks once more after the last)."""
-        return self._live.receive_ready(self.name)
+    def receive_ready(self, *, most: int | None = None) -> list[Message]:
+        """Every message locked for us now, up to our free slots (and `most`): one look at
+        the folder for all of them (a loop of receive_nowait looks once more after the
+        last). What was claimed for us beyond `most` waits for the next receive."""
+        return self._live.receive_ready(self.name, most)
 
     def set_limits(self, *, max_in_flight: int, lock_timeout: float) -> None:
         self._live.set_limits(self.name, max_in_flight=max_in_flight, lock_timeout=lock_timeout)

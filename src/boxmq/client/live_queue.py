@@ -288,13 +288,16 @@ class LiveQueue:
                     return None
                 self._wait(self._nap(now, end))
 
-    def receive_ready(self, consumer: ConsumerId) -> list[Message]:
-        """What `receive(consumer, 0)` would return call after call, with one pump."""
+    def receive_ready(self, consumer: ConsumerId, most: int | None = None) -> list[Message]:
+        """What `receive(consumer, 0)` would return call after call (at most `most`), with
+        one pump."""
         with self._mutex:
             self._check_open(consumer)
             self._pump(consumer)
-            ready = []
-            while (delivery := self._take_live(consumer)) is not None:
+            ready: list[Message] = []
+            while (most is None or len(ready) < most) and (
+                delivery := self._take_live(consumer)
+            ) is not None:
                 ready.append(delivery)
             return ready
 

@@ -29,10 +29,14 @@ class Receiver(ABC):
     def receive_nowait(self) -> Message | None:
         return self.receive(timeout=0)
 
-    def receive_ready(self) -> list[Message]:
-        """Every message that is there for it now, without waiting (maybe none)."""
-        ready = []
-        while (message := self.receive_nowait()) is not None:
+    def receive_ready(self, *, most: int | None = None) -> list[Message]:
+        """Every message that is there for it now, without waiting (maybe none); at most
+        `most` of them if given."""
+        ready: list[Message] = []
+        while most is None or len(ready) < most:
+            message = self.receive_nowait()
+            if message is None:
+                break
             ready.append(message)
         return ready
 

@@ -1076,17 +1076,17 @@ class Subscriber(Receiver):
             self._v5,
         )
 
-    def receive_ready(self) -> list[Message]:
+    def receive_ready(self, *, most: int | None = None) -> list[Message]:
         if self._consumer is not None:
             try:
-                ready = self._consumer.receive_ready()
+                ready = self._consumer.receive_ready(most=most)
             except Closed as error:
                 raise self._closed_error(error) from None
             if self._granted is None:
                 return ready
             granted = self._granted()
             return [self._capped(m, granted) for m in ready]
-        return super().receive_ready()
+        return super().receive_ready(most=most)
 
     @staticmethod
     def _capped(message: Message, granted: QoS | None) -> Message:

@@ -41,7 +41,7 @@ from boxmq.mqtt.properties import subscription_identifier
 from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.retained_window import Key, RetainedWindow, Written
 from boxmq.mqtt.routes import MemoryRoutes, Route
-from boxmq.mqtt.session import Session, Token
+from boxmq.mqtt.session import Session, SubscriptionOptions, Token
 from boxmq.mqtt.stored import NOT_FORWARDED, publish_of, unsendable_topic
 
 __all__ = ["Delivery"]
@@ -394,35 +394,45 @@ class Delivery:
             options = session.subscriptions.get(text) or session.leaving.get(text)
             if options is None:
                 continue
-            while outbox.free > 0:
+            # As many as the outbox has room for, with one look at the dropbox: a loop of
+            # receive_nowait looked again after the last one, and most such looks (a third of
+            # the share group's receives) found nothing.
+            while (room := outbox.free) > 0:
                 try:
-                    message = subscriber.receive_nowait()
+                    messages = subscriber.receive_ready(most=room)
                 except Closed:
                     break
-                if message is None:
+                for message in messages:
+                    self._hand(session, message, text, options)
+                if len(messages) < room:
                     break
-                topic = _topic_to_send(message, text)
-                if topic is None:
-                    continue
-                now = self._clock.now()
-                publish = publish_of(message, topic, options, now, self._box.side_files)
-                if message.envelope.expired(now) and not (
-                    publish.qos == 2 and message.id in session.sent_before
-                ):
-                    self._lapse(session, message)
-                    continue
-                if publish.qos == 0:
-                    message.ack()
-                    self.deliver(session, publish, None)
-                elif session.sent_before and message.id in session.sent_before:
-                    self._send_again(session, publish, message, now)
-                else:
-                    self.deliver(session, publish, message)
         if session.sent_before and not outbox.waiting and outbox.free > 0:
             # Every message taken back had room to go: the ids left name settled ones.
             self._release_settled(session)
             session.sent_before.clear()
             outbox.unreserve()
+
+    def _hand(
+        self, session: Session, message: Message, text: str, options: SubscriptionOptions
+    ) -> None:
+        """Send a message `pump` took out of the dropbox of the subscription `text`."""
+        topic = _topic_to_send(message, text)
+        if topic is None:
+            return
+        now = self._clock.now()
+        publish = publish_of(message, topic, options, now, self._box.side_files)
+        if message.envelope.expired(now) and not (
+            publish.qos == 2 and message.id in session.sent_before
+        ):
+            self._lapse(session, message)
+            return
+        if publish.qos == 0:
+            message.ack()
+            self.deliver(session, publish, None)
+        elif session.sent_before and message.id in session.sent_before:
+            self._send_again(session, publish, message, now)
+        else:
+            self.deliver(session, publish, message)
 
     def _lapse(self, session: Session, message: Message) -> None:
         """A message taken back after a restart (one its session held, sent or queued,
