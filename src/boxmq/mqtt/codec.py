@@ -454,7 +454,7 @@ _DECODER_OF: Final = [
 def encode(packet: Packet, version: ProtocolVersion) -> bytes:
     """The bytes of one packet for a `version` connection (CONNECT must say the same)."""
     if type(packet) is Publish:
-        return encode_publish(packet, version is _V5)
+        return encode_publish(packet, version is _V5, packet.packet_id, packet.dup)
     return _ENCODERS[type(packet)](packet, version)
 
 
@@ -464,8 +464,10 @@ _TOPIC_HEADS: dict[str, bytes] = {}
 _TOPIC_HEADS_MAX: Final = 4096
 
 
-def encode_publish(packet: Publish, v5: bool) -> bytes:
-    """MQTT 5.0 §3.3, inline: this runs once per message and subscriber."""
+def encode_publish(packet: Publish, v5: bool, packet_id: int | None, dup: bool) -> bytes:
+    """MQTT 5.0 §3.3, inline: this runs once per message and subscriber. `packet_id` and
+    `dup` are sent for the packet's own: an outbox's copy is sent under its packet id
+    without a PUBLISH built to carry it (connection.send_publish)."""
     qos = packet.qos
     if not 0 <= qos <= 2:
         raise InvalidArgument(f"PUBLISH: QoS {qos} is not 0, 1 or 2")
@@ -477,7 +479,6 @@ def encode_publish(packet: Publish, v5: bool) -> bytes:
             _TOPIC_HEADS.clear()
         _TOPIC_HEADS[topic] = head
     if qos:  # _packet_id_bytes, inline
-        packet_id = packet.packet_id
         if packet_id is None or not 0 < packet_id <= 0xFFFF:
             raise InvalidArgument(f"PUBLISH: packet identifier {packet_id} is not 1-65535 (§2.2.1)")
         head += packet_id.to_bytes(2, "big")
@@ -486,7 +487,7 @@ def encode_publish(packet: Publish, v5: bool) -> bytes:
         head += encode_varint(len(raw)) + raw if raw else b"\x00"
     payload = packet.payload
     size = len(head) + len(payload)
-    first = 0x30 | packet.dup << 3 | qos << 1 | packet.retain
+    first = 0x30 | dup << 3 | qos << 1 | packet.retain
     if size < 0x80:
         return bytes((first, size)) + head + payload
     return bytes((first,)) + encode_varint(size) + head + payload

@@ -173,18 +173,50 @@ class Delivery:
 
     def deliver(self, session: Session, publish: Publish, token: Token) -> None:
         try:
-            sent = session.outbox.push(publish, token, self._clock.now())
+            packet_id = session.outbox.offer(publish, token, self._clock.now())
         except OverflowError:
             self._tell_dropped(session, publish)
             if token is not None:
                 _give_back(token)
             return
-        if sent is not None:
-            client = self._links.get(session.client_id)
-            if client is not None and sent.qos == 0 and client.link.congested:
-                session.outbox.dropped += 1  # at most once: a slow reader loses QoS 0, not memory
-            elif client is not None:
-                self.transmit(client, session, [sent])
+        if packet_id is None:
+            return  # queued behind the window
+        client = self._links.get(session.client_id)
+        if client is None:
+            return
+        if packet_id:
+            self._send_now(client, session, publish, packet_id, False)
+        elif client.link.congested:
+            session.outbox.dropped += 1  # at most once: a slow reader loses QoS 0, not memory
+        else:
+            self._send_now(client, session, publish, publish.packet_id, publish.dup)
+
+    def _send_now(
+        self, client: Client, session: Session, publish: Publish, packet_id: int | None, dup: bool
+    ) -> None:
+        """`transmit` of the one PUBLISH the outbox just took, under `packet_id` and with
+        `dup` (outbox.offer), without a PUBLISH built for them unless it is not sent."""
+        if session.persistent and publish.qos == 2:
+            self.unrecorded[session.client_id] = session  # as `transmit` says
+        unencodable: Exception | None = None
+        try:
+            if client.link.connection.send_publish(publish, packet_id, dup):
+                self._out.dirty.add(client)
+                return
+        except Exception as error:
+            unencodable = error
+        sent = new_publish(
+            publish.topic,
+            publish.payload,
+            publish.qos,
+            publish.retain,
+            dup,
+            packet_id,
+            publish.properties,
+        )
+        freed: list[Publish | Pubrel] = []
+        freed += self._discard(session, sent, unencodable)
+        self.transmit(client, session, freed)  # what may go in its slot
 
     def _tell_dropped(self, session: Session, publish: Publish) -> None:
         """The first drop of a run is logged; those after it are counted (drops.py)."""
