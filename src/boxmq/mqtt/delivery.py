@@ -36,7 +36,7 @@ from boxmq.errors import BoxMQError, Closed, LockError, store_failure
 from boxmq.mqtt.clients import Client, Outgoing
 from boxmq.mqtt.drops import DropLog
 from boxmq.mqtt.outbox import Stage
-from boxmq.mqtt.packets import Publish, Pubrel, new_publish
+from boxmq.mqtt.packets import Publish, Pubrel, new_publish, numbered
 from boxmq.mqtt.properties import subscription_identifier
 from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.retained_window import Key, RetainedWindow, Written
@@ -205,15 +205,7 @@ class Delivery:
                 return
         except Exception as error:
             unencodable = error
-        sent = new_publish(
-            publish.topic,
-            publish.payload,
-            publish.qos,
-            publish.retain,
-            dup,
-            packet_id,
-            publish.properties,
-        )
+        sent = numbered(publish, packet_id, dup=dup)
         freed: list[Publish | Pubrel] = []
         freed += self._discard(session, sent, unencodable)
         self.transmit(client, session, freed)  # what may go in its slot

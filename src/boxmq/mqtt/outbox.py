@@ -32,7 +32,7 @@ from enum import Enum, auto
 from typing import Final, Generic, NamedTuple, TypeVar, cast
 
 from boxmq.mqtt.errors import ProtocolError
-from boxmq.mqtt.packets import Publish, Pubrel, new_publish, with_expiry
+from boxmq.mqtt.packets import Publish, Pubrel, numbered, with_expiry
 from boxmq.mqtt.reasons import ReasonCode
 
 __all__ = ["Acked", "Outbox", "Stage"]
@@ -123,7 +123,7 @@ class Outbox(Generic[T]):
         packet_id = self.offer(publish, token, now)
         if not packet_id:
             return None if packet_id is None else publish
-        return _numbered(publish, packet_id, dup=False)
+        return numbered(publish, packet_id, dup=False)
 
     def offer(self, publish: Publish, token: T, now: float = 0.0) -> int | None:
         """`push`, without the PUBLISH to send built: 0 when `publish` goes now as it is
@@ -333,7 +333,7 @@ class Outbox(Generic[T]):
         return tokens
 
     def _start(self, publish: Publish, token: T, now: float) -> Publish:
-        return _numbered(publish, self._take_id(publish, token, now), dup=False)
+        return numbered(publish, self._take_id(publish, token, now), dup=False)
 
     def _take_id(self, publish: Publish, token: T, now: float) -> int:
         # The next packet id not in use. The window is at most 65 535, so one is always
@@ -351,7 +351,7 @@ class Outbox(Generic[T]):
     ) -> Publish:
         stage = _AWAIT_PUBACK if publish.qos == 1 else _AWAIT_PUBREC
         self._in_flight[packet_id] = _Entry(publish, token, stage, now)
-        return _numbered(publish, packet_id, dup=dup)
+        return numbered(publish, packet_id, dup=dup)
 
     def _room_for(self, size: int) -> bool:
         if len(self._queued) >= self.limit:
@@ -366,16 +366,3 @@ class Outbox(Generic[T]):
                 self.dropped += 1
                 return True
         return False
-
-
-def _numbered(publish: Publish, packet_id: int, *, dup: bool) -> Publish:
-    """`publish` as sent under `packet_id`, with `dup`."""
-    return new_publish(
-        publish.topic,
-        publish.payload,
-        publish.qos,
-        publish.retain,
-        dup,
-        packet_id,
-        publish.properties,
-    )

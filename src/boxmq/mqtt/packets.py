@@ -42,6 +42,7 @@ __all__ = [
     "Will",
     "ack_builder",
     "new_publish",
+    "numbered",
     "with_expiry",
 ]
 
@@ -281,6 +282,19 @@ def with_expiry(publish: Publish, left: int) -> Publish:
         publish.dup,
         publish.packet_id,
         publish.properties.with_expiry(left),
+    )
+
+
+def numbered(publish: Publish, packet_id: int | None, *, dup: bool) -> Publish:
+    """`publish` as sent under `packet_id`, with `dup`."""
+    return new_publish(
+        publish.topic,
+        publish.payload,
+        publish.qos,
+        publish.retain,
+        dup,
+        packet_id,
+        publish.properties,
     )
 
 
