@@ -18,8 +18,13 @@ from boxmq.store.process import process_token
 
 def _serve_refused(config: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     """Run `boxmq serve --config CONFIG`, which is expected to exit at once."""
+    return _boxmq("serve", "--config", str(config), cwd=cwd)
+
+
+def _boxmq(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `boxmq ARGS...` (a serve expected to exit at once), its output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "boxmq.cli", "serve", "--config", str(config)],
+        [sys.executable, "-m", "boxmq.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -120,9 +125,7 @@ def test_an_address_given_twice_to_mqtt_is_named_not_taken_for_another_program(
         (f"[::1]:{port}", f"::1:{port}", f"[::1]:{port}"),
     ):
         flags = ["serve", "--data", str(tmp_path / "data"), "--mqtt", first, "--mqtt", second]
-        done = subprocess.run(
-            [sys.executable, "-m", "boxmq.cli", *flags], capture_output=True, text=True, timeout=60
-        )
+        done = _boxmq(*flags)
         assert done.returncode == 1
         assert (
             done.stderr == f"boxmq serve: --mqtt {named} is given twice: give each address once\n"
@@ -144,12 +147,7 @@ def test_two_listeners_of_one_port_that_overlap_are_named_not_taken_for_another_
         port = probe.getsockname()[1]
     for first in (f":{port}", f"localhost:{port}"):
         flags = ["serve", "--data", str(tmp_path / "data"), "--mqtt", first]
-        done = subprocess.run(
-            [sys.executable, "-m", "boxmq.cli", *flags, "--mqtt", f"127.0.0.1:{port}"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = _boxmq(*flags, "--mqtt", f"127.0.0.1:{port}")
         assert done.returncode == 1
         last = done.stderr.splitlines()[-1]
         assert "address already in use (this server listens on " in last, last
@@ -162,12 +160,7 @@ def test_two_listeners_of_one_port_that_overlap_are_named_not_taken_for_another_
         pass
     else:
         flags = ["serve", "--data", str(tmp_path / "data"), "--mqtt", f"[::]:{port}"]
-        done = subprocess.run(
-            [sys.executable, "-m", "boxmq.cli", *flags, "--mqtt", f"[::1]:{port}"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = _boxmq(*flags, "--mqtt", f"[::1]:{port}")
         assert done.returncode == 1
         assert f"this server listens on [::]:{port} and [::1]:{port}" in done.stderr
     config = tmp_path / "boxmq.toml"
@@ -190,9 +183,7 @@ def test_a_host_that_does_not_resolve_names_its_address_and_setting(tmp_path: Pa
     assert f"choose another mqtt.listener[1] in {config}" in line
 
     flags = ["serve", "--data", str(tmp_path / "data"), "--mqtt", "mqtt.example.invalid:0"]
-    done = subprocess.run(
-        [sys.executable, "-m", "boxmq.cli", *flags], capture_output=True, text=True, timeout=60
-    )
+    done = _boxmq(*flags)
     assert done.returncode == 1
     line = done.stderr.splitlines()[-1]  # after the start-up log
     assert "Traceback" not in done.stderr

@@ -126,6 +126,19 @@ def test_a_message_read_between_unsubscribe_and_subscribe_is_not_sent_on_the_new
     sock.close()
 
 
+def _publish_subscribe_publish(sock: socket.socket) -> list[tuple[int, bytes]]:
+    """PUBLISH, SUBSCRIBE, PUBLISH on reads/late in one write; the answers, checked to carry
+    the second message only (the first was published before the subscription)."""
+    sock.sendall(
+        publish("reads/late", b"before", qos=1, packet_id=1)
+        + subscribe(2, "reads/late", 1)
+        + publish("reads/late", b"after", qos=1, packet_id=3)
+    )
+    answers = _answers(sock)
+    assert _payloads(answers) == [b"after"]
+    return answers
+
+
 @pytest.mark.parametrize("fsync", ["never", "interval", "always"])
 def test_a_persistent_sessions_subscribe_between_two_publishes_gets_the_second_message(
     tmp_path: Path, fsync: str
@@ -139,13 +152,7 @@ def test_a_persistent_sessions_subscribe_between_two_publishes_gets_the_second_m
     running = start_server(tmp_path / "root", fsync=fsync)
     try:
         sock, _ = open_raw(running, "own", clean=True)  # expiry 300: a persistent session
-        sock.sendall(
-            publish("reads/late", b"before", qos=1, packet_id=1)
-            + subscribe(2, "reads/late", 1)
-            + publish("reads/late", b"after", qos=1, packet_id=3)
-        )
-        answers = _answers(sock)
-        assert _payloads(answers) == [b"after"]
+        answers = _publish_subscribe_publish(sock)
         kinds = sorted(kind & 0xF0 for kind, _ in answers)
         assert kinds == [0x30, 0x40, 0x40, 0x90]  # PUBLISH, PUBACK x2, SUBACK
         sock.close()
@@ -222,13 +229,7 @@ def test_a_subscribe_in_memory_read_behind_a_publish_waiting_for_the_disk_does_n
         keeper.sendall(subscribe(1, "reads/late", 1))
         assert read(keeper)[0] == 0x90
         sock, _ = open_raw(running, "own", clean=True, expiry=0)  # a session in memory
-        sock.sendall(
-            publish("reads/late", b"before", qos=1, packet_id=1)
-            + subscribe(2, "reads/late", 1)
-            + publish("reads/late", b"after", qos=1, packet_id=3)
-        )
-        answers = _answers(sock)
-        assert _payloads(answers) == [b"after"]
+        answers = _publish_subscribe_publish(sock)
         acks = [kind & 0xF0 for kind, _ in answers if kind & 0xF0 != 0x30]
         assert acks == [0x40, 0x90, 0x40]  # PUBACK, SUBACK, PUBACK
         sock.close()
