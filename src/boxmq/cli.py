@@ -44,6 +44,7 @@ from boxmq.cli_serve import (
 from boxmq.client import Box, Message, Peeked, Queue, QueueCounts
 from boxmq.client.lifecycle import shown
 from boxmq.config_table import FOREVER
+from boxmq.core.topics import utf8_size
 from boxmq.errors import BoxMQError, Conflict, InvalidArgument, LockError, QueueNotFound
 from boxmq.model import Property
 from boxmq.mqtt.settings import Listener, MqttSettings
@@ -481,20 +482,11 @@ def _address(text: str) -> tuple[str, int]:
     # isascii: isdigit() also takes other scripts' digits, and superscripts int() refuses
     if not colon or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r}: use HOST:PORT, e.g. 127.0.0.1:1883")
-    if not host.isascii() and not _is_unicode(host):  # asyncio's resolver raised on it
+    if utf8_size(host) is None:  # a lone surrogate, which asyncio's resolver raised on
         raise argparse.ArgumentTypeError(
             f"{text!r}: the host is not valid Unicode: use HOST:PORT, e.g. 127.0.0.1:1883"
         )
     return host.strip("[]") or "0.0.0.0", int(port)
-
-
-def _is_unicode(text: str) -> bool:
-    """Whether `text` holds no lone surrogate (a byte of an argument that is not UTF-8)."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _mqtt_settings(args: argparse.Namespace, settings: MqttSettings) -> MqttSettings | None:

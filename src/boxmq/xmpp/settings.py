@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from boxmq.core.topics import utf8_size
 from boxmq.errors import InvalidArgument
 
 __all__ = ["SECRET_ENV", "XmppSettings", "settings_from", "without_component"]
@@ -22,12 +23,10 @@ class XmppSettings:
     def __post_init__(self) -> None:
         if not self.component or "@" in self.component or "/" in self.component:
             raise InvalidArgument(f"--xmpp-component {self.component!r}: give a bare domain")
-        try:
-            self.component.encode()
-        except UnicodeEncodeError:  # a byte of the argument that is not UTF-8: no JID has it
+        if utf8_size(self.component) is None:  # a byte of the argument that is not UTF-8
             raise InvalidArgument(
                 f"--xmpp-component {self.component!r}: not valid Unicode: give a bare domain"
-            ) from None
+            )
         if not 0 < self.port < 65536:
             raise InvalidArgument(f"xmpp server port {self.port} is not a TCP port")
         if not self.secret:
