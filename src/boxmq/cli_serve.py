@@ -15,7 +15,7 @@ from boxmq.config import ServeConfig, load_config
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
-from boxmq.mqtt.settings import Listener
+from boxmq.mqtt.settings import Listener, host_port
 
 __all__ = [
     "Default",
@@ -57,7 +57,7 @@ def _check_flag_listeners(addresses: list[tuple[str, int]]) -> None:
     seen: set[tuple[str, int]] = set()
     for host, port in addresses:
         if port and (host, port) in seen:
-            address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            address = host_port(host, port)
             raise InvalidArgument(f"--mqtt {address} is given twice: give each address once")
         seen.add((host, port))
 
@@ -86,9 +86,7 @@ def own_listeners_in_use(listeners: Sequence[Listener], problem: str) -> str:
     same = [listener for listener in listeners if port and listener.port == port]
     if len(same) < 2:
         return ""
-    shown = " and ".join(
-        f"[{o.host}]:{o.port}" if ":" in o.host else f"{o.host}:{o.port}" for o in same
-    )
+    shown = " and ".join(host_port(o.host, o.port) for o in same)
     return (
         f" (this server listens on {shown}: one bound first takes the other's address, as "
         "0.0.0.0 takes every address of this machine and a host name its own; give them "

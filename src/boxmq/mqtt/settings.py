@@ -11,7 +11,15 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["Authenticator", "Authorizer", "Limits", "Listener", "MqttSettings", "listener_url"]
+__all__ = [
+    "Authenticator",
+    "Authorizer",
+    "Limits",
+    "Listener",
+    "MqttSettings",
+    "host_port",
+    "listener_url",
+]
 
 
 @dataclass(frozen=True)
@@ -27,11 +35,14 @@ class Listener:
 
 
 def listener_url(host: str, port: int, *, tls: bool) -> str:
-    """`mqtt://host:port` (`mqtts` with TLS), an IPv6 address in brackets as URLs write it
-    (RFC 3986 §3.2.2): `mqtt://[::1]:1883`, not `mqtt://::1:1883`, whose port cannot be told
-    from the address."""
-    scheme = "mqtts" if tls else "mqtt"
-    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+    """`mqtt://host:port` (`mqtts` with TLS)."""
+    return f"{'mqtts' if tls else 'mqtt'}://{host_port(host, port)}"
+
+
+def host_port(host: str, port: int) -> str:
+    """`host:port`, an IPv6 address in brackets as URLs write it (RFC 3986 §3.2.2): `[::1]:1883`,
+    not `::1:1883`, whose port cannot be told from the address."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclass(frozen=True)
