@@ -28,7 +28,7 @@ from boxmq.mqtt.packets import Packet, Puback, Pubcomp, Pubrec, Pubrel
 from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.session import Session
 
-__all__ = ["Client", "Kick", "Link", "Outgoing", "name_of"]
+__all__ = ["Client", "Kick", "Link", "Outgoing", "disk_work_ahead", "name_of"]
 
 
 class Link(Protocol):
@@ -79,6 +79,13 @@ class Client:
 
 Kick = Callable[[Client, ReasonCode, str], None]
 """Close a client's connection, telling it why (v5): the broker's `_kick`."""
+
+
+def disk_work_ahead(client: Client) -> bool:
+    """Whether disk work the client's packets asked for is still to be done: waiting for its
+    batch (`jobs`), or in the batch running now (`tail`). What it sent after them and must
+    not overtake them is then done in turn, after them."""
+    return bool(client.jobs) or client.tail is not None
 
 
 def name_of(client: Client) -> str:

@@ -40,7 +40,7 @@ from boxmq.errors import (
     store_failure,
 )
 from boxmq.model import MessageId
-from boxmq.mqtt.clients import Client, Kick, Outgoing
+from boxmq.mqtt.clients import Client, Kick, Outgoing, disk_work_ahead
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job
 from boxmq.mqtt.errors import ProtocolError
@@ -147,7 +147,7 @@ class Publishing:
             self._refuse_publish(client, session, packet)
             return
         disk = self._needs_disk(packet, session)
-        if client.tail is not None or client.jobs or disk:
+        if client.tail is not None or client.jobs or disk:  # disk_work_ahead, inline: per message
             self._publish_later(client, session, packet, disk)
         else:
             self._publish_now(client, session, packet)
@@ -478,7 +478,7 @@ class Publishing:
         write = None
         if self._needs_disk(publish, None):
             write = partial(self.write, client_id, publish, order)
-        if behind is not None and (behind.tail is not None or behind.jobs):
+        if behind is not None and disk_work_ahead(behind):
             # Begun by whoever begins the jobs before it (batches.py): the batch running now,
             # at its end, or the read or the gathering wait that holds them.
             behind.jobs.append(Job(write, partial(self._will_turn, client_id, publish, order)))

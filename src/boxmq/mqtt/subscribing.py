@@ -44,7 +44,7 @@ from boxmq.clock import Clock
 from boxmq.core import QoS, Subscription, parse_filter
 from boxmq.errors import BoxMQError, InvalidArgument, StoreFailed, store_failure
 from boxmq.model import ConsumerId, Envelope
-from boxmq.mqtt.clients import Client, Kick, Outgoing
+from boxmq.mqtt.clients import Client, Kick, Outgoing, disk_work_ahead
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job, run_now
 from boxmq.mqtt.errors import ProtocolError
@@ -177,7 +177,7 @@ class Subscribing:
         # The client's PUBLISHes read before this SUBSCRIBE and still to be written are
         # routed to the subscriptions in memory once written: one made in memory now would
         # get them. It is made after them, in turn with its client's disk work.
-        later = bool(client.jobs) or client.tail is not None
+        later = disk_work_ahead(client)
         for one in wanted:
             if one.options is None or one.replaced:
                 continue
@@ -205,7 +205,7 @@ class Subscribing:
             hold_the_rest(client)
             self._records.write(client, record, answer)
             return
-        if jobs and (client.jobs or client.tail is not None):
+        if jobs and later:
             # Nothing flushed, but the client's PUBLISHes read before this SUBSCRIBE are
             # still to be written: a dropbox made now would get them, also one that an
             # UNSUBSCRIBE between them took away. Made after them, as under fsync=always.
@@ -346,8 +346,7 @@ class Subscribing:
                 # subscription out: it has the message already (retained_window.py).
                 window.sent(publish.topic, session, text, envelope.message_id)
         self._delivery.pump(session)
-        if client.held is not None:
-            asyncio.get_running_loop().call_soon(self._resume, client)
+        self._resume_soon(client)
 
     @staticmethod
     def _retained_due(options: SubscriptionOptions, existed: bool) -> bool:
@@ -505,7 +504,7 @@ class Subscribing:
         are still to be written, the subscriptions are removed after them (they meet them
         first, as the client sent them), and the client's later packets wait for the
         UNSUBACK, as for a SUBSCRIBE; with nothing pending, at once."""
-        if client.jobs or client.tail is not None:
+        if disk_work_ahead(client):
             # A dropbox deleted now would miss them, and a message still to be written
             # into it would be lost with it.
             hold_the_rest(client)
@@ -525,6 +524,10 @@ class Subscribing:
 
     def _answer_held_unsubscribe(self, client: Client, unsuback: Unsuback) -> None:
         self._out.send(client, unsuback)
+        self._resume_soon(client)
+
+    def _resume_soon(self, client: Client) -> None:
+        """The packets its SUBSCRIBE or UNSUBSCRIBE held (`hold_the_rest`) are handled next."""
         if client.held is not None:
             asyncio.get_running_loop().call_soon(self._resume, client)
 
