@@ -246,12 +246,12 @@ class Connection:
         Maximum Packet Size, which is discarded (MQTT 5.0 §3.1.2.25: the caller then behaves
         as if it had been sent). A PUBLISH that cannot be encoded (a payload over the largest
         packet MQTT has) raises, and nothing of it is kept."""
+        if type(packet) is Publish:  # it makes the checks below itself
+            return self.send_publish(packet, packet.packet_id, packet.dup)
         version = self.version
         assert version is not None, "nothing is sent before CONNECT"
         if self.ended:
             return True  # as a write to a socket gone: the session keeps what it holds
-        if type(packet) is Publish:
-            return self.send_publish(packet, packet.packet_id, packet.dup)
         if isinstance(packet, _ACKS) and not packet.reason and packet.properties is EMPTY:
             self.acknowledge(type(packet), packet.packet_id)  # e.g. the PUBREL of every QoS 2
             return True
