@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Final
 
@@ -198,17 +199,13 @@ class Delivery:
         `dup` (outbox.offer), without a PUBLISH built for them unless it is not sent."""
         if session.persistent and publish.qos == 2:
             self.unrecorded[session.client_id] = session  # as `transmit` says
-        unencodable: Exception | None = None
-        try:
+        with contextlib.suppress(Exception):  # transmit below meets it again, and says it
             if client.link.connection.send_publish(publish, packet_id, dup):
                 self._out.dirty.add(client)
                 return
-        except Exception as error:
-            unencodable = error
-        sent = numbered(publish, packet_id, dup=dup)
-        freed: list[Publish | Pubrel] = []
-        freed += self._discard(session, sent, unencodable)
-        self.transmit(client, session, freed)  # what may go in its slot
+        # Not sent (over the client's Maximum Packet Size, or not encodable): a rare path, so
+        # transmit tries once more, with the PUBLISH built, and settles it as it does.
+        self.transmit(client, session, [numbered(publish, packet_id, dup=dup)])
 
     def _tell_dropped(self, session: Session, publish: Publish) -> None:
         """The first drop of a run is logged; those after it are counted (drops.py)."""
