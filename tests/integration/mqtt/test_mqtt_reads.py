@@ -160,6 +160,19 @@ def test_a_persistent_sessions_subscribe_between_two_publishes_gets_the_second_m
         running.shutdown()
 
 
+def _subscribed_then_publish_and_unsubscribe(
+    sock: socket.socket, topic: str
+) -> list[tuple[int, bytes]]:
+    """SUBSCRIBE to `topic`; then PUBLISH to it and UNSUBSCRIBE from it in one write. The
+    answers, checked to carry the message: it came while the subscription stood."""
+    sock.sendall(subscribe(1, topic, 1))
+    assert read(sock)[0] == 0x90
+    sock.sendall(publish(topic, b"during", qos=1, packet_id=2) + _unsubscribe(3, topic))
+    answers = _answers(sock)
+    assert _payloads(answers) == [b"during"]
+    return answers
+
+
 @pytest.mark.parametrize("fsync", ["never", "always"])
 def test_a_persistent_sessions_unsubscribe_read_behind_a_publish_still_gets_that_message(
     tmp_path: Path, fsync: str
@@ -173,13 +186,7 @@ def test_a_persistent_sessions_unsubscribe_read_behind_a_publish_still_gets_that
     running = start_server(tmp_path / "root", fsync=fsync)
     try:
         sock, _ = open_raw(running, "own", clean=True)  # expiry 300: a persistent session
-        sock.sendall(subscribe(1, "reads/kept", 1))
-        assert read(sock)[0] == 0x90
-        sock.sendall(
-            publish("reads/kept", b"during", qos=1, packet_id=2) + _unsubscribe(3, "reads/kept")
-        )
-        answers = _answers(sock)
-        assert _payloads(answers) == [b"during"]
+        answers = _subscribed_then_publish_and_unsubscribe(sock, "reads/kept")
         kinds = [kind & 0xF0 for kind, _ in answers]
         assert sorted(kinds) == [0x30, 0x40, 0xB0]  # PUBLISH, PUBACK, UNSUBACK
         assert kinds[-1] == 0xB0
@@ -201,13 +208,7 @@ def test_an_unsubscribe_read_behind_a_publish_waiting_for_the_disk_still_gets_th
     keeper.sendall(subscribe(1, "reads/mixed", 1))
     assert read(keeper)[0] == 0x90
     sock, _ = open_raw(server, "own", clean=True, expiry=0)  # a session in memory
-    sock.sendall(subscribe(1, "reads/mixed", 1))
-    assert read(sock)[0] == 0x90
-    sock.sendall(
-        publish("reads/mixed", b"during", qos=1, packet_id=2) + _unsubscribe(3, "reads/mixed")
-    )
-    answers = _answers(sock)
-    assert _payloads(answers) == [b"during"]
+    answers = _subscribed_then_publish_and_unsubscribe(sock, "reads/mixed")
     assert sorted(kind & 0xF0 for kind, _ in answers) == [0x30, 0x40, 0xB0]
     sock.close()
     keeper.close()
