@@ -14,7 +14,8 @@ Invariants:
   the connection closed (3.1.1), never acknowledged.
 - A QoS 2 message is routed once: a repeat of its PUBLISH is answered again, never routed.
 - A client's Will goes to subscribers after what the client published before its connection
-  ended: while that one's disk work runs or waits, the Will is the last of it.
+  ended: while that one's disk work runs or waits, the Will is the last of it. A retained
+  Will, like a retained PUBLISH, goes to them once written.
 - A retained message numbered as it is received (`_order_of`) is routed once, with its
   number, or told not routed if its write failed: so a subscription sent it as retained
   meanwhile is not sent it again (retained_window.py).
@@ -42,7 +43,7 @@ from boxmq.errors import (
 from boxmq.model import MessageId
 from boxmq.mqtt.clients import Client, Kick, Outgoing, disk_work_ahead
 from boxmq.mqtt.delivery import Delivery
-from boxmq.mqtt.disk import Job
+from boxmq.mqtt.disk import Job, run_all
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.packets import (
     ProtocolVersion,
@@ -483,12 +484,19 @@ class Publishing:
             # at its end, or the read or the gathering wait that holds them.
             behind.jobs.append(Job(write, partial(self._will_turn, client_id, publish, order)))
             return
+        if write is not None and order is not None:
+            # Retained: routed once written, as a client's retained PUBLISH is. Routed first,
+            # a subscription made before the write ended was sent the topic's old retained
+            # message ("online") and never the Will.
+            turn = partial(self._will_turn, client_id, publish, order)
+            run_all(self._box.topics, [Job(write, turn)], self._pool, partial(_first, turn))
+            return
         if write is not None:
             written = self._pool.submit(write)
             written.add_done_callback(partial(_tell_will_lost, client_id, will.topic))
         # At once, whatever the disk does: a Will reaches whom it can (see _tell_will_lost).
-        # Routed before its write, it reaches no subscription made after, retained or not.
-        self._delivery.route_memory(client_id, publish, _written(order, None))
+        # Routed before its write, it reaches no subscription made after.
+        self._delivery.route_memory(client_id, publish, None)
 
     def _will_turn(
         self, client_id: str, publish: Publish, order: int | None, result: object
@@ -615,6 +623,11 @@ class Publishing:
         expiry = stored_expiry(packet)
         room = partial(self._box.topics.topic_room, expires_in=expiry)
         return store_with_properties(packet, self._box.side_files, assured, room)
+
+
+def _first(then: Callable[[object], None], results: list[object] | BaseException) -> None:
+    """`run_all`'s answer for one job: `then` gets its result (or the exception of a bug)."""
+    then(results if isinstance(results, BaseException) else results[0])
 
 
 def _written(order: int | None, result: object) -> Written | None:

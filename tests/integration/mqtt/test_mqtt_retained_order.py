@@ -5,7 +5,9 @@ first was written after another client's later QoS 1 one, and replaced it for go
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.integration.mqtt.clients import paho, start_server
@@ -92,6 +94,42 @@ def test_a_will_goes_out_after_the_retained_message_its_client_sent_before(
         late.subscribe("status/#", 0)
         kept = {message.topic: message.payload for message in (late.next() for _ in topics)}
         assert kept == dict.fromkeys(topics, b"offline")
+        watcher.stop()
+        late.stop()
+    finally:
+        running.shutdown()
+
+
+def test_a_subscriber_that_comes_while_a_retained_will_is_written_is_sent_the_will(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retained Will goes to subscribers once written, as a client's retained PUBLISH does.
+    It went to the live ones at once, before its write: a subscriber that came in between was
+    sent the topic's old retained message ("online") as retained, and never the Will (found
+    when a loaded machine slowed the write down; here a write that takes 0.5 s does)."""
+    running = start_server(tmp_path / "root")
+    topics = running.box.topics
+    publish = topics.publish
+
+    def slow_will(topic: str, payload: bytes, **options: Any) -> Any:
+        if payload == b"offline":
+            time.sleep(0.5)
+        return publish(topic, payload, **options)
+
+    monkeypatch.setattr(topics, "publish", slow_will)
+    try:
+        watcher = paho(running, "watcher")
+        watcher.subscribe("status/dev", 0)
+        device, _ = open_raw(running, "dev", clean=True, expiry=0, will=("status/dev", b"offline"))
+        device.sendall(retained("status/dev", b"online", qos=0) + PINGREQ)
+        read_kind(device, PINGRESP)
+        assert watcher.next().payload == b"online"  # written and routed: no disk work ahead
+        device.close()  # no DISCONNECT: the Will goes out
+        assert watcher.next().payload == b"offline"
+        late = paho(running, "late")
+        late.subscribe("status/dev", 0)
+        assert late.next().payload == b"offline"
+        assert late.nothing()
         watcher.stop()
         late.stop()
     finally:
