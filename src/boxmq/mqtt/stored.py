@@ -12,9 +12,11 @@ Invariants:
   PUBLISH from a client is before they go out, so no subscriber is sent what it must refuse.
 - A PUBLISH read back carries what is left of its Message Expiry Interval (§3.3.2.3.3), at
   most MQTT's 2^32-1 seconds however far off the name's expiration is (a script's
-  Long.MAX_VALUE); a QoS in a name that is not 0, 1 or 2 is read as 1, like one that is not an
-  int; and a topic that is no topic name (`unsendable_topic`) is for the caller to set aside:
-  nothing a name says can make a PUBLISH that cannot be encoded.
+  Long.MAX_VALUE), and none when the name has no expiration (a requeue dropped one that had
+  passed), whatever the stored property bytes say; a QoS in a name that is not 0, 1 or 2 is
+  read as 1, like one that is not an int; and a topic that is no topic name
+  (`unsendable_topic`) is for the caller to set aside: nothing a name says can make a PUBLISH
+  that cannot be encoded.
 - A User Property named GROUP_KEY (`JMSXGroupID`) is also stored as that name property, the
   message's group for `hash-by-key` dispatch; a PUBLISH without one pays a bytes search.
 - A message stored without v5 properties (put by the Python API, the CLI, Spark, a script)
@@ -513,8 +515,12 @@ def _pack(props: Properties) -> str:
 
 
 def _remaining_expiry(props: Properties, envelope: Envelope, now: float) -> Properties:
+    """The properties with what is left of the name's expiration as Message Expiry Interval.
+    The name's expiration is the message's: one it no longer has (a requeue dropped it once it
+    had passed) leaves the stored bytes' interval out, which would tell the subscriber that a
+    message boxmq never expires runs out as soon as it comes."""
     if not envelope.expiration:
-        return props
+        return props.without(PropertyId.MESSAGE_EXPIRY_INTERVAL)
     left = math.ceil(envelope.expiration / 1000 - now)
     return props.with_expiry(min(max(1, left), _EXPIRY_MAX))
 

@@ -114,6 +114,25 @@ def test_what_is_left_of_the_expiry_is_sent_on(tmp_path: Path) -> None:
     assert back.properties.message_expiry_interval == 15  # rounded up, never 0
 
 
+def test_a_message_whose_name_lost_its_expiration_goes_out_without_an_expiry(
+    tmp_path: Path,
+) -> None:
+    # A requeue from expired/ drops the expiration that passed from the name; the stored v5
+    # bytes still hold the Message Expiry Interval the publisher set (found by a review).
+    side = SideFiles(str(tmp_path))
+    props = Properties.build(message_expiry_interval=1, content_type="text/plain")
+    kept = kept_properties(Publish("t", b"", 1, packet_id=1, properties=props), side)
+    back = retained_publish(
+        _envelope(kept),
+        b"",
+        SubscriptionOptions(qos=1, durable=True),
+        now=1_000_000,
+        side_files=side,
+    )
+    assert back.properties.message_expiry_interval is None
+    assert back.properties == Properties.build(content_type="text/plain")
+
+
 _TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 _LONG = Properties.build(
     user_properties=[("traceparent", _TRACEPARENT), ("tenant", "acme")],
