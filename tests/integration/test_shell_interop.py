@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 from pathlib import Path
@@ -274,3 +275,36 @@ def test_get_sends_a_timed_out_lock_whose_count_cannot_grow_to_error(
     assert message is not None
     assert message.body == b"good"
     assert os.listdir(root / "jobs" / "error") == [f"{FULL_COUNT}&bx_whyS=max-deliveries"]
+
+
+@pytest.mark.parametrize(
+    ("name", "max_deliveries", "dead"),
+    [
+        # 164 bytes: a lock fits (MAX_NAME 167), one more delivery does not.
+        (f"4.{'L' * 160}.T", 5, f"4.{'L' * 160}.T"),
+        (FULL_COUNT, None, f"{FULL_COUNT}&bx_whyS=metadata-full"),
+    ],
+)
+def test_the_sweep_says_a_timed_out_lock_whose_name_cannot_grow_is_no_max_deliveries(
+    root: Path,
+    clock: ManualClock,
+    caplog: pytest.LogCaptureFixture,
+    name: str,
+    max_deliveries: int | None,
+    dead: str,
+) -> None:
+    """`boxmq serve`'s sweep logged it as "delivered 1 times: to error/" (a script's long name
+    on its first delivery), and recorded max-deliveries under no max_deliveries, where an
+    unlock says metadata-full (found by a review)."""
+    with boxmq.open(root, fsync="never", clock=clock, max_deliveries=max_deliveries) as box:
+        jobs = box.queue("jobs")
+        send(root, name, "long")
+        locked = jobs.get(lock_timeout=1)
+        assert locked is not None
+        assert locked.body == b"long"
+        clock.advance(2)
+        with caplog.at_level(logging.WARNING, "boxmq.sweep"):
+            assert box.sweep()["jobs"].dead == 1
+    assert os.listdir(root / "jobs" / "error") == [dead]
+    assert "its name cannot carry one more delivery: to error/" in caplog.text
+    assert "times: to error/" not in caplog.text

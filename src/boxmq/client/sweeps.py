@@ -92,21 +92,30 @@ def release_stale_locks(
             continue
         count = envelope.delivery_count + 1
         limit = policy.max_deliveries
+        spent = limit is not None and count >= limit
         new = (
             None
-            if limit is not None and count >= limit
+            if spent
             else released_name(name, delivery_count=count, holder=holder, not_before=0.0)
         )
         if new is None:
+            # Its name cannot carry one more delivery (a long name a script wrote, a count an
+            # INT cannot hold): as an unlock says it, not as if max_deliveries had been reached.
+            reason = "max-deliveries" if spent else "metadata-full"
             if box.move(
                 State.PROCESSING,
                 entry.name,
                 State.ERROR,
-                dead_name(name, "max-deliveries", delivery_count=count),
+                dead_name(name, reason, delivery_count=count),
             ):
                 dead += 1
                 log.warning(
-                    "%s: %s; delivered %d times: to error/", envelope.message_id, why, count
+                    "%s: %s; %s: to error/",
+                    envelope.message_id,
+                    why,
+                    f"delivered {count} times"
+                    if spent
+                    else "its name cannot carry one more delivery",
                 )
         elif box.move(State.PROCESSING, entry.name, State.TARGET, new):
             released += 1
