@@ -308,3 +308,29 @@ def test_the_sweep_says_a_timed_out_lock_whose_name_cannot_grow_is_no_max_delive
     assert os.listdir(root / "jobs" / "error") == [dead]
     assert "its name cannot carry one more delivery: to error/" in caplog.text
     assert "times: to error/" not in caplog.text
+
+
+def test_a_consumer_s_lock_whose_name_cannot_grow_goes_to_error_and_says_so(
+    box: boxmq.Box, root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lock timeout in the consumer's process, or a close, sent a script's long name to
+    error/ without a word: no bx_why fits such a name, so nothing said why it was there
+    (found by a review)."""
+    jobs = box.queue("jobs")
+    long = f"4.{'L' * 160}.T"  # a lock fits (MAX_NAME 167), one more delivery does not
+    send(root, long.replace("L", "A", 1), "timed-out")
+    with (
+        caplog.at_level(logging.WARNING, "boxmq.queue"),
+        jobs.consumer("w", max_in_flight=1, lock_timeout=0.3) as consumer,
+    ):
+        first = consumer.receive(timeout=5)
+        assert first is not None
+        assert first.body == b"timed-out"
+        send(root, long.replace("L", "C", 1), "closed")
+        second = consumer.receive(timeout=5)  # once the first lock timed out
+        assert second is not None
+        assert second.body == b"closed"
+    assert sorted(os.listdir(root / "jobs" / "error")) == sorted(
+        [long.replace("L", "A", 1), long.replace("L", "C", 1)]
+    )
+    assert caplog.text.count("to error/ (metadata-full)") == 2

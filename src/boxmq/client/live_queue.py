@@ -817,7 +817,11 @@ class LiveQueue:
         processing = self._locks.pop(message.message_id)
         if new is None:  # the name cannot carry a delivery count: never loop forever on it
             dead = dead_name(message.key, "metadata-full")
-            return self._move_lock(processing, State.ERROR, dead) is None
+            if self._move_lock(processing, State.ERROR, dead) is None:
+                return True
+            # Said as an unlock's is: a long name keeps no bx_why, so the log is all there is.
+            log.warning("%s: %s to error/ (metadata-full)", self.name, message.message_id)
+            return False
         placed = self._move_lock(processing, _TARGET, new)
         if placed is None:
             return True
