@@ -334,3 +334,30 @@ def test_a_consumer_s_lock_whose_name_cannot_grow_goes_to_error_and_says_so(
         [long.replace("L", "A", 1), long.replace("L", "C", 1)]
     )
     assert caplog.text.count("to error/ (metadata-full)") == 2
+
+
+def test_a_long_name_a_leaving_share_member_held_goes_to_error_and_says_so(
+    box: boxmq.Box, root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A member whose locks name no process (a persistent MQTT session's), made to leave from
+    another process: a script's name with no room for one more delivery went to error/
+    without a word, logged as one that "went back to the others" (found by a review)."""
+    name = f"4.{'L' * 140}.T.....bx_topicS=t%2Fa"  # 164 bytes: a lock fits, a count does not
+    with (
+        box.subscribe("$share/g/t/#", "m2") as other,
+        box.subscribe("$share/g/t/#", "m1", process_bound=False) as member,
+    ):
+        other.pause()
+        group = root / "topic-root" / "t%2F%23" / ".subscriptions" / "share.g"
+        sh(f"printf x > working/w && mv working/w 'target/{name}'", group)
+        message = member.receive(timeout=5)
+        assert message is not None
+        assert message.body == b"x"
+        with (
+            caplog.at_level(logging.INFO, "boxmq.sweep"),
+            boxmq.open(root, fsync="never") as elsewhere,
+        ):
+            assert elsewhere.unsubscribe("$share/g/t/#", "m1")
+        assert os.listdir(group / "error") == [name]
+    assert "to error/ (metadata-full)" in caplog.text
+    assert "went back to the others" not in caplog.text

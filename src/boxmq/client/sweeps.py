@@ -133,12 +133,14 @@ def release_locks_of(box: Dropbox, holder: ConsumerId) -> int:
         name, lock = split_lock(entry.name)
         if lock is None or lock.owner != holder or lock.token or unusable(name) is not None:
             continue
-        count = envelope_of(name).delivery_count + 1
+        envelope = envelope_of(name)
+        count = envelope.delivery_count + 1
         new = released_name(name, delivery_count=count, holder=holder, not_before=0.0)
-        if new is None:  # no room for its count: as a release by the engine does
-            released += box.move(
+        if new is None:  # no room for its count: as a release by the engine does, and says
+            if box.move(
                 State.PROCESSING, entry.name, State.ERROR, dead_name(name, "metadata-full")
-            )
+            ):
+                log.warning("%s: %s to error/ (metadata-full)", box.path, envelope.message_id)
             continue
         released += box.move(State.PROCESSING, entry.name, State.TARGET, new)
     if released:
