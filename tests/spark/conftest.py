@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from tests.spark.jvm import QUICK_JVM
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -54,7 +55,7 @@ def spark() -> Iterator[SparkSession]:
     import boxmq.spark
 
     session = boxmq.spark.local_session(
-        "boxmq-tests", config={"spark.sql.streaming.stopTimeout": "10s"}
+        "boxmq-tests", config={"spark.sql.streaming.stopTimeout": "10s", **QUICK_JVM}
     )
     yield session
     session.stop()

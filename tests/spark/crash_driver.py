@@ -1,6 +1,6 @@
 """A Spark driver for the crash tests: a boxmq stream that SIGKILLs its whole driver once.
 
-    python crash_driver.py MODE ROOT CHECKPOINT OUTPUT LOG MARKER
+    python crash_driver.py MODE ROOT CHECKPOINT OUTPUT LOG MARKER JVM_OPTIONS
 
 MODE "publish": queue "in" → boxmq sink (queue "out"); the kill comes inside the sink's commit
 of batch KILL_AT, after its messages are published and before Spark writes its commit log.
@@ -12,7 +12,8 @@ read() of batch KILL_AT, once some rows of it are out.
 
 Every run appends "batch message_id" lines to LOG for each row the source hands Spark, so the
 test sees which batch read what, in which run. The kill happens only while MARKER does not
-exist (it is created just before), so the next run with the same checkpoint completes. The
+exist (it is created just before), so the next run with the same checkpoint completes.
+JVM_OPTIONS: the driver JVM's spark.driver.defaultJavaOptions (jvm.JVM_OPTIONS). The
 classes below live in __main__, so Spark pickles them by value to its Python workers.
 """
 
@@ -42,7 +43,7 @@ from boxmq.spark.sink import BoxMQStreamWriter, columns_of
 from boxmq.spark.source import BoxMQDataSource
 
 KILL_AT = 1  # the batch during which the driver dies
-MODE, ROOT, CHECKPOINT, OUTPUT, LOG, MARKER = sys.argv[1:7]
+MODE, ROOT, CHECKPOINT, OUTPUT, LOG, MARKER, JVM_OPTIONS = sys.argv[1:8]
 DRIVER_GROUP = os.getpgid(0)  # the test starts this driver in a session of its own
 
 
@@ -148,7 +149,8 @@ class CrashingSource(BoxMQDataSource):
 
 
 def main() -> None:
-    spark = boxmq.spark.local_session("crash-driver")
+    jvm = {"spark.driver.defaultJavaOptions": JVM_OPTIONS}
+    spark = boxmq.spark.local_session("crash-driver", config=jvm)
     spark.dataSource.register(CrashingSource)
     stream = (
         spark.readStream.format("boxmq_crash")

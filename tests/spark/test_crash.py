@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+from tests.spark.jvm import JVM_OPTIONS
 
 import boxmq
 from boxmq.model import MessageId
@@ -37,6 +38,7 @@ RUN_SECONDS = 240
 
 def _run(mode: str, tmp_path: Path) -> int:
     arguments = [str(tmp_path / name) for name in ("data", "chk", "out", "read.log", "killed")]
+    arguments.append(JVM_OPTIONS)
     with (tmp_path / "driver.log").open("ab") as output:
         process = subprocess.Popen(
             [sys.executable, str(DRIVER), mode, *arguments],
