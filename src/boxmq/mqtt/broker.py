@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Final
 
@@ -65,7 +65,7 @@ from boxmq.mqtt.packets import (
     Connack,
     Connect,
     Disconnect,
-    Packet,
+    Incoming,
     Pingreq,
     Pingresp,
     ProtocolVersion,
@@ -112,7 +112,14 @@ _R = ReasonCode
 _AWAIT_PUBACK: Final = Stage.AWAIT_PUBACK
 _AWAIT_PUBREC: Final = Stage.AWAIT_PUBREC
 _AWAIT_PUBCOMP: Final = Stage.AWAIT_PUBCOMP
+_SUCCESS: Final = ReasonCode.SUCCESS
+_STAGE_OF: Final[Mapping[type[Puback | Pubrec | Pubrel | Pubcomp], Stage]] = {  # not Pubrel
+    Puback: _AWAIT_PUBACK,
+    Pubrec: _AWAIT_PUBREC,
+    Pubcomp: _AWAIT_PUBCOMP,
+}
 
+_ACKS: Final = (tuple, Puback, Pubrec, Pubrel, Pubcomp)  # what `_handle` takes as an answer
 _LONGEST_KEEP_ALIVE: Final = 0xFFFF  # seconds: the most a CONNECT can ask (two bytes)
 
 
@@ -261,7 +268,7 @@ class Broker:
         self._clients[link] = Client(link, self._clock.now())
         return True
 
-    def received(self, link: Link, packets: Iterable[Packet]) -> None:
+    def received(self, link: Link, packets: Iterable[Incoming]) -> None:
         """Act on what a read brought. ProtocolViolation goes back to the caller (close)."""
         client = self._clients[link]
         if client.held is not None:
@@ -421,7 +428,7 @@ class Broker:
 
     # -- dispatch ----------------------------------------------------------------------------------
 
-    def _handle(self, client: Client, packet: Packet) -> None:
+    def _handle(self, client: Client, packet: Incoming) -> None:
         session = client.session
         if session is None:
             assert isinstance(packet, Connect)  # Connection lets nothing else through first
@@ -431,6 +438,13 @@ class Broker:
         if kind is Publish:
             assert isinstance(packet, Publish)
             self._publishing.publish(client, session, packet)
+        elif kind is tuple:  # a positive acknowledgement, not built (packets.ShortAck)
+            assert isinstance(packet, tuple)
+            ack, packet_id = packet
+            if ack is Pubrel:
+                self._publishing.released(client, session, packet_id)
+            else:
+                self._delivery.acked(session, packet_id, _STAGE_OF[ack], _SUCCESS)
         elif kind is Puback:
             assert isinstance(packet, Puback)
             self._delivery.acked(session, packet.packet_id, _AWAIT_PUBACK, packet.reason)
@@ -875,7 +889,7 @@ class Broker:
                     assert isinstance(packet, Disconnect)
                     self._take_disconnect(client, session, packet)
                     return  # nothing may follow a DISCONNECT
-                if kind is Pubrel or kind is Puback or kind is Pubrec or kind is Pubcomp:
+                if kind in _ACKS:
                     self._handle(client, packet)
             except ProtocolViolation as error:
                 log.info("client %s: a packet held at close: %s", session.client_id, error)

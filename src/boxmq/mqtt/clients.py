@@ -24,7 +24,7 @@ from typing import Protocol
 
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.disk import Job
-from boxmq.mqtt.packets import Packet, Puback, Pubcomp, Pubrec, Pubrel
+from boxmq.mqtt.packets import Incoming, Packet, Puback, Pubcomp, Pubrec, Pubrel
 from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.session import Session
 
@@ -72,8 +72,8 @@ class Client:
     # some are being written, what it is sent waits in its connection (CONNACK first).
     holding: int = 0
     # Packets read while its SUBSCRIBE waits for the disk: handled after it, in order.
-    held: deque[Packet] | None = None
-    reading: Iterator[Packet] | None = None  # the packets of the read being handled
+    held: deque[Incoming] | None = None
+    reading: Iterator[Incoming] | None = None  # the packets of the read being handled
     over_subscriptions: bool = False  # a SUBSCRIBE of it passed max_subscriptions (logged)
 
 

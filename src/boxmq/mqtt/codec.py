@@ -84,14 +84,14 @@ _SHARE_PREFIX: Final = "$share/"  # MQTT 5.0 §4.8.2
 # MQTT 5.0 §2.1.3: the flags every packet but PUBLISH must carry.
 _FLAG_OF: Final = [0b0010 if kind in (6, 8, 10) else 0 for kind in range(16)]  # PUBREL, (UN)SUB
 _FIRST_BYTE: Final = [kind << 4 | flags for kind, flags in enumerate(_FLAG_OF)]
-# A positive PUBACK, PUBREC, PUBREL or PUBCOMP in its common form (its packet id alone, in
-# either version), by its fixed header's first byte: what `decode` makes of one, built by a
-# connection without it (three of the four packets a QoS 2 message brings in are such).
-POSITIVE_ACKS: Final[Mapping[int, Callable[[int], Packet]]] = {
-    _FIRST_BYTE[PacketType.PUBACK]: ack_builder(Puback),
-    _FIRST_BYTE[PacketType.PUBREC]: ack_builder(Pubrec),
-    _FIRST_BYTE[PacketType.PUBREL]: ack_builder(Pubrel),
-    _FIRST_BYTE[PacketType.PUBCOMP]: ack_builder(Pubcomp),
+# The kind of a positive PUBACK, PUBREC, PUBREL or PUBCOMP in its common form (its packet id
+# alone, in either version), by its fixed header's first byte: a connection reads one as a
+# `ShortAck`, without `decode` (three of the four packets a QoS 2 message brings in are such).
+POSITIVE_ACKS: Final[Mapping[int, type[Puback] | type[Pubrec] | type[Pubrel] | type[Pubcomp]]] = {
+    _FIRST_BYTE[PacketType.PUBACK]: Puback,
+    _FIRST_BYTE[PacketType.PUBREC]: Pubrec,
+    _FIRST_BYTE[PacketType.PUBREL]: Pubrel,
+    _FIRST_BYTE[PacketType.PUBCOMP]: Pubcomp,
 }
 # Plain ints and lists on the hot paths: an enum attribute or an enum-keyed dict costs more.
 _PUBLISH: Final = int(PacketType.PUBLISH)

@@ -42,6 +42,7 @@ from boxmq.mqtt.packets import (
     Connack,
     Connect,
     Disconnect,
+    Incoming,
     Packet,
     ProtocolVersion,
     Puback,
@@ -118,12 +119,13 @@ class Connection:
 
     def receive(self, data: bytes, now: float) -> list[Packet]:
         """The packets in `data` (and what was left from before), checked."""
-        return list(self.packets(data, now))
+        return [_built(packet) for packet in self.packets(data, now)]
 
-    def packets(self, data: bytes | memoryview, now: float) -> Iterator[Packet]:
-        """As `receive`, one at a time: a bad packet raises only once those before it were
-        taken, so a server acts on them as it would have had they come alone. A view is
-        copied before this returns: its buffer may take the next read at once."""
+    def packets(self, data: bytes | memoryview, now: float) -> Iterator[Incoming]:
+        """As `receive`, one at a time, a positive acknowledgement without properties as a
+        `ShortAck`: a bad packet raises only once those before it were taken, so a server
+        acts on them as it would have had they come alone. A view is copied before this
+        returns: its buffer may take the next read at once."""
         self.last_heard = now
         self._reader.receive(data)
         frames = self._reader.frames()
@@ -155,7 +157,7 @@ class Connection:
                 self.version = connect_version(Frame(head[0] >> 4, head[0] & 0x0F, head[size:]))
             raise
 
-    def _packet(self, frame: Frame) -> Packet:
+    def _packet(self, frame: Frame) -> Incoming:
         version = self.version
         if version is None:
             return self._connect(frame)
@@ -164,7 +166,7 @@ class Connection:
             body = frame.body
             positive = POSITIVE_ACKS.get(kind << 4 | frame.flags)
             if positive is not None and len(body) == 2 and (packet_id := body[0] << 8 | body[1]):
-                return positive(packet_id)  # decode's common ack, without its two calls
+                return (positive, packet_id)  # decode's common ack, not built
             if kind == _CONNECT:
                 raise ProtocolError("a second CONNECT (MQTT 5.0 §3.1)")
             return decode(frame, version)
@@ -406,4 +408,12 @@ def _shortened(packet: Packet) -> Packet:
         return replace(packet, properties=EMPTY)
     if isinstance(packet, Connack):
         return replace(packet, properties=packet.properties.without(*_CONNACK_OPTIONAL))
+    return packet
+
+
+def _built(packet: Incoming) -> Packet:
+    """`packet` as `decode` gives it: a `ShortAck` built."""
+    if isinstance(packet, tuple):
+        kind, packet_id = packet
+        return kind(packet_id)
     return packet

@@ -17,11 +17,13 @@ from boxmq.mqtt.errors import ProtocolError, ReceiveMaximumExceeded, TopicAliasI
 from boxmq.mqtt.packets import (
     Connect,
     Disconnect,
+    Packet,
     ProtocolVersion,
     Puback,
     Pubcomp,
     Publish,
     Pubrec,
+    Pubrel,
 )
 from boxmq.mqtt.properties import Properties
 from boxmq.mqtt.reasons import ReasonCode
@@ -59,6 +61,24 @@ def test_stop_reading_drops_the_rest_of_the_read_undecoded() -> None:
     assert next(packets) == Disconnect()
     connection.stop_reading()
     assert list(packets) == []
+
+
+@pytest.mark.parametrize("version", [V311, V5])
+def test_a_positive_ack_is_read_as_its_kind_and_packet_id_and_received_built(
+    version: ProtocolVersion,
+) -> None:
+    """`packets` gives a positive PUBACK, PUBREC, PUBREL or PUBCOMP without properties as a
+    ShortAck (not built: the broker's path for every QoS 1 and 2 message); one with a reason
+    code is decoded; `receive` gives each built, as `decode` does."""
+    acks: list[Packet] = [Puback(1), Pubrec(2), Pubrel(3), Pubcomp(4)]
+    data = b"".join(encode(ack, version) for ack in acks)
+    refused = Puback(5, ReasonCode.UNSPECIFIED_ERROR)
+    if version is V5:
+        data += encode(refused, V5)
+    read = list(_connected(version).packets(data, now=0))
+    assert read[:4] == [(Puback, 1), (Pubrec, 2), (Pubrel, 3), (Pubcomp, 4)]
+    assert read[4:] == ([refused] if version is V5 else [])
+    assert _connected(version).receive(data, now=0) == acks + read[4:]
 
 
 def test_the_first_packet_must_be_connect() -> None:
