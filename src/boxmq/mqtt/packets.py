@@ -312,8 +312,8 @@ _SUCCESS = ReasonCode.SUCCESS
 
 def ack_builder(kind: type[_Ack]) -> Callable[[int], _Ack]:
     """A function that builds `kind(packet_id)` (a positive acknowledgement without properties)
-    the way `new_publish` builds a PUBLISH: a QoS 2 message takes three acknowledgements in
-    and one out, a QoS 1 message its PUBACK."""
+    the way `new_publish` builds a PUBLISH, for `codec.decode`: a connection reads the common
+    acknowledgement as a `ShortAck` and builds none."""
     if tuple(field.name for field in fields(kind)) != _ACK_FIELDS:
         raise ImportError(f"{kind.__name__} changed: update _ACK_FIELDS and ack_builder")
     set_packet_id, set_reason, set_properties = (kind.__dict__[n].__set__ for n in _ACK_FIELDS)
