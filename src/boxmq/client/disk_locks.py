@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from boxmq.client.lifecycle import dead_name, envelope_of, released_name
+from boxmq.client.lifecycle import dead_name, envelope_of, released_or_dead
 from boxmq.core import QueuePolicy, check_holder
 from boxmq.core.durations import check_seconds
 from boxmq.errors import InvalidArgument, UnexpectedRequest
@@ -62,21 +62,19 @@ class DiskSettler:
         check_seconds("an unlock delay", delay, zero=True)
         name, processing, _ = self._held(message_id, consumer, delivery)
         count = envelope_of(name).delivery_count + 1
-        limit = self._policy.max_deliveries
-        new, dead = None, "max-deliveries"
-        if limit is None or count < limit:
-            dead = "metadata-full"  # if the name cannot grow (lifecycle.PUT_HEADROOM)
-            new = released_name(
-                name,
-                delivery_count=count,
-                holder=consumer,
-                not_before=self._now() + delay if delay else 0.0,
-            )
-        if new is None:
+        new, dead = released_or_dead(
+            name,
+            delivery_count=count,
+            max_deliveries=self._policy.max_deliveries,
+            holder=consumer,
+            not_before=self._now() + delay if delay else 0.0,
+        )
+        if dead is not None:
             # At max deliveries, this one counted; a name that cannot grow keeps its count.
             self._to_error(processing, name, dead, count if dead == "max-deliveries" else None)
             log.warning("%s: %s to error/ (%s)", self._box.path, message_id, dead)
             return dead
+        assert new is not None
         if not self._box.move(State.PROCESSING, processing, State.TARGET, new):
             raise UnexpectedRequest(message_id, "the lock was taken away")
         return None

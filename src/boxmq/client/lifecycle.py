@@ -146,6 +146,23 @@ def released_name(
     return None
 
 
+def released_or_dead(
+    name: str,
+    *,
+    delivery_count: int,
+    max_deliveries: int | None,
+    holder: ConsumerId | None,
+    not_before: float,
+) -> tuple[str | None, str | None]:
+    """Where a lock that ends without an ack sends its message: (the target/ name, None) for
+    another delivery, or (None, why) for error/: "max-deliveries" once `delivery_count`
+    reaches `max_deliveries`, "metadata-full" when the name cannot carry the count."""
+    if max_deliveries is not None and delivery_count >= max_deliveries:
+        return None, "max-deliveries"
+    new = released_name(name, delivery_count=delivery_count, holder=holder, not_before=not_before)
+    return (new, None) if new is not None else (None, "metadata-full")
+
+
 def dead_name(name: str, reason: str, *, delivery_count: int | None = None) -> str:
     """The error/ name: the reason and `delivery_count`, the deliveries that ended without an
     ack, the one that ends here included (None: the name's count stays), recorded if they

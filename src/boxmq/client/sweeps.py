@@ -19,7 +19,7 @@ import logging
 from collections.abc import Container
 from dataclasses import dataclass
 
-from boxmq.client.lifecycle import dead_name, envelope_of, released_name, shown, unusable
+from boxmq.client.lifecycle import dead_name, envelope_of, released_or_dead, shown, unusable
 from boxmq.core import QueuePolicy
 from boxmq.model import SOURCE, ConsumerId, MessageId, timestamp_of
 from boxmq.store.dropbox import Dropbox
@@ -91,33 +91,32 @@ def release_stale_locks(
                 log.error("%s: %s; its name is %s: to error/", shown(name), why, unfit)
             continue
         count = envelope.delivery_count + 1
-        limit = policy.max_deliveries
-        spent = limit is not None and count >= limit
-        new = (
-            None
-            if spent
-            else released_name(name, delivery_count=count, holder=holder, not_before=0.0)
+        new, lost = released_or_dead(
+            name,
+            delivery_count=count,
+            max_deliveries=policy.max_deliveries,
+            holder=holder,
+            not_before=0.0,
         )
-        if new is None:
-            # Its name cannot carry one more delivery (a long name a script wrote, a count an
-            # INT cannot hold): as an unlock says it, not as if max_deliveries had been reached.
-            reason = "max-deliveries" if spent else "metadata-full"
+        if lost is not None:
             if box.move(
                 State.PROCESSING,
                 entry.name,
                 State.ERROR,
-                dead_name(name, reason, delivery_count=count),
+                dead_name(name, lost, delivery_count=count),
             ):
                 dead += 1
-                log.warning(
-                    "%s: %s; %s: to error/",
-                    envelope.message_id,
-                    why,
+                # As an unlock says it: a name too long for one more count (a script wrote
+                # it, or the count passed an INT's) is no max_deliveries reached.
+                said = (
                     f"delivered {count} times"
-                    if spent
-                    else "its name cannot carry one more delivery",
+                    if lost == "max-deliveries"
+                    else "its name cannot carry one more delivery"
                 )
-        elif box.move(State.PROCESSING, entry.name, State.TARGET, new):
+                log.warning("%s: %s; %s: to error/", envelope.message_id, why, said)
+            continue
+        assert new is not None  # released_or_dead gives the one or the other
+        if box.move(State.PROCESSING, entry.name, State.TARGET, new):
             released += 1
             log.info("%s: %s; redelivering (delivery %d)", envelope.message_id, why, count + 1)
     return released, dead
@@ -135,13 +134,14 @@ def release_locks_of(box: Dropbox, holder: ConsumerId) -> int:
             continue
         envelope = envelope_of(name)
         count = envelope.delivery_count + 1
-        new = released_name(name, delivery_count=count, holder=holder, not_before=0.0)
-        if new is None:  # no room for its count: as a release by the engine does, and says
-            if box.move(
-                State.PROCESSING, entry.name, State.ERROR, dead_name(name, "metadata-full")
-            ):
-                log.warning("%s: %s to error/ (metadata-full)", box.path, envelope.message_id)
+        new, lost = released_or_dead(
+            name, delivery_count=count, max_deliveries=None, holder=holder, not_before=0.0
+        )
+        if lost is not None:  # no room for its count: as a release by the engine does, and says
+            if box.move(State.PROCESSING, entry.name, State.ERROR, dead_name(name, lost)):
+                log.warning("%s: %s to error/ (%s)", box.path, envelope.message_id, lost)
             continue
+        assert new is not None
         released += box.move(State.PROCESSING, entry.name, State.TARGET, new)
     if released:
         log.info("%s: %d message(s) %s held went back to the others", box.path, released, holder)
