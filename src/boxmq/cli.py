@@ -47,6 +47,7 @@ from boxmq.config_table import FOREVER
 from boxmq.core.topics import utf8_size
 from boxmq.errors import BoxMQError, Conflict, InvalidArgument, LockError, QueueNotFound
 from boxmq.model import Property
+from boxmq.mqtt.session_record import SessionRecord, record_named
 from boxmq.mqtt.settings import Listener, MqttSettings
 from boxmq.store.layout import State
 from boxmq.store.process import process_alive
@@ -621,6 +622,7 @@ def _publish(args: argparse.Namespace, box: Box) -> int:
 
 
 def _subscribe(args: argparse.Namespace, box: Box) -> int:
+    _refuse_an_mqtt_session(box.root, args.filter, args.subscriber, unsubscribe=False)
     received = 0
     # SIGTERM (kill, systemd, docker stop) and SIGHUP (the terminal closed) end it as Ctrl-C
     # does: through the `finally` below, so that a plain subscription does not outlive the
@@ -761,7 +763,7 @@ def _refuse_a_second_run(filter: str, subscriber: str, owner: str) -> None:
     alive = process_alive(owner)
     if alive is False:
         return
-    pid = owner.split("-")[1] if owner.count("-") == 2 else owner
+    pid = _pid_of(owner)
     where = "" if alive else " on another machine"
     hint = "a member of its own" if filter.startswith("$share/") else "each name gets every message"
     ends = ["boxmq", "unsubscribe", filter, "--name", subscriber]  # quoted below, for a shell
@@ -772,7 +774,57 @@ def _refuse_a_second_run(filter: str, subscriber: str, owner: str) -> None:
     )
 
 
+def _pid_of(token: str) -> str:
+    """The pid in a process token (store/process.py), or the token if it is not one."""
+    return token.split("-")[1] if token.count("-") == 2 else token
+
+
+def _refuse_an_mqtt_session(root: str, filter: str, subscriber: str, *, unsubscribe: bool) -> None:
+    """InvalidArgument if `subscriber` is the name of an MQTT session kept on disk (its
+    client connected or away; session_record.record_named), whatever the filter: its
+    subscriptions are its client's. A run that read one took the messages that client was
+    to get (or gets again when it returns); one the CLI made under its name, the session took
+    for its own at the broker's next start, and its client got what it never subscribed to;
+    and an unsubscribe removed a subscription its session record and its client still
+    counted on, so that what came for it was lost without a word."""
+    record = record_named(root, subscriber)
+    if record is None:
+        return
+    what = f"{subscriber} is the client id of an MQTT session ({_session_state(record)})"
+    if unsubscribe:
+        raise InvalidArgument(
+            f"{what}: its session and its client would still count on {filter}, and wait "
+            "for messages that no longer come. That client unsubscribes (UNSUBSCRIBE), or "
+            "ends its whole session, its subscriptions and what they hold, by connecting "
+            "once as itself with a clean start (clean session 1)"
+        )
+    raise InvalidArgument(
+        f"{what}: its subscriptions and what they hold are its client's, and this run would "
+        "take its messages or give it ones it never subscribed to. Give this run another "
+        "--name (each name gets every message)"
+    )
+
+
+def _session_state(record: SessionRecord) -> str:
+    """Where an MQTT session's client is, as its record says, for `_refuse_an_mqtt_session`."""
+    if record.holder is not None:
+        alive = process_alive(record.holder)
+        pid = _pid_of(record.holder)
+        if alive is not False:
+            where = "" if alive else " on another machine"
+            return f"its client connected to boxmq serve, process {pid}{where}"
+        return f"its client away: the boxmq serve it was connected to, process {pid}, stopped"
+    away = "its client away"
+    if record.disconnected_at is not None:
+        away += f" since {output.when(record.disconnected_at)}"
+    deadline = record.deadline()
+    if deadline is None:
+        return f"{away}; it lasts until its client connects with a clean start"
+    return f"{away}; it ends at {output.when(deadline)} unless its client comes back"
+
+
 def _unsubscribe(args: argparse.Namespace, box: Box) -> int:
+    _refuse_an_mqtt_session(box.root, args.filter, args.subscriber, unsubscribe=True)
     if not box.topics.has_subscription(args.filter, args.subscriber):
         raise QueueNotFound(
             f"no subscription {args.filter} for {args.subscriber} (`boxmq ls` lists them)"

@@ -52,6 +52,7 @@ import binascii
 import contextlib
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -61,6 +62,7 @@ from boxmq.mqtt.framing import PacketType, encode_varint
 from boxmq.mqtt.packets import Will
 from boxmq.mqtt.properties import read_properties
 from boxmq.mqtt.session import NEVER
+from boxmq.mqtt.stored import consumer_name
 from boxmq.store.names import escape_segment
 from boxmq.store.records import make_folders, replace_file
 
@@ -70,6 +72,7 @@ __all__ = [
     "SessionRecord",
     "read_record",
     "read_records",
+    "record_named",
     "records_folder",
     "remove_record",
     "write_record",
@@ -257,6 +260,24 @@ def write_record(root: str, record: SessionRecord, *, flush: bool = False) -> No
 
 def read_record(root: str, client_id: str) -> SessionRecord | None:
     return _read(_path(root, client_id))
+
+
+def record_named(root: str, subscriber: str) -> SessionRecord | None:
+    """The record of the session whose subscriptions on disk go by `subscriber`
+    (stored.consumer_name of its client id), or None: what tells another door (the CLI) that
+    a subscriber name is an MQTT client's. One record read, but a name shortened from a long
+    client id (`%h` and a hash) cannot be turned back into it: every record is read then."""
+    if "%h" in subscriber:
+        return next(
+            (r for r in read_records(root) if consumer_name(r.client_id) == subscriber), None
+        )
+    client_id = _UNESCAPE.sub(lambda m: "%" if m[1] == "25" else "/", subscriber)
+    if consumer_name(client_id) != subscriber:  # a '%' no client id's name holds
+        return None
+    return read_record(root, client_id)
+
+
+_UNESCAPE = re.compile("%(25|2F)")  # consumer_name's two escapes, undone
 
 
 def remove_record(root: str, client_id: str) -> None:

@@ -21,9 +21,11 @@ from boxmq.mqtt.session_record import (
     SessionRecord,
     read_record,
     read_records,
+    record_named,
     remove_record,
     write_record,
 )
+from boxmq.mqtt.stored import consumer_name
 
 _options = st.builds(
     DeliveryOptions,
@@ -120,6 +122,23 @@ def test_a_record_is_found_under_its_escaped_id_and_removed(tmp_path: Path) -> N
     remove_record(root, "dev/1:a")
     assert read_record(root, "dev/1:a") is None
     remove_record(root, "dev/1:a")  # twice: nothing to do
+
+
+@pytest.mark.parametrize(
+    "client_id",
+    ["laptop", "dev/1", "100%", "%2F", "a%25b/c", "device-" + "7" * 40, "é/" * 10],
+)
+def test_a_record_is_found_by_its_subscriber_name_on_disk(tmp_path: Path, client_id: str) -> None:
+    """The name its subscriptions go by (escaped; a long id's shortened with a hash), as
+    the CLI's --name gives it; no other name finds it."""
+    root = str(tmp_path)
+    record = SessionRecord(client_id, 60)
+    write_record(root, record)
+    write_record(root, SessionRecord("other", 60))
+    name = consumer_name(client_id)
+    assert record_named(root, name) == record
+    for other in {client_id + "x", name + "x", "laptop%", "%h0", "%2f" + name, "x%2Fy"} - {name}:
+        assert record_named(root, other) is None, other
 
 
 def test_a_record_with_only_the_first_fields_loads_with_the_defaults(tmp_path: Path) -> None:
