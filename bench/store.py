@@ -191,8 +191,12 @@ class Run:
     references: dict[_ReferenceKey, Outcome] = field(default_factory=dict)
 
     def fresh(self, kind: Kind) -> str:
+        # The run's pid in the name: ext4 places a folder under a `+T` parent in a block group
+        # chosen by a hash of its name, so without it a measurement lands where the same
+        # measurement of a run minutes before freed its files, and creates there are slow for
+        # a while; with it, each run draws its groups anew, the same odds for every row.
         self.count += 1
-        return os.path.join(self.base, f"{self.count:02d}-{kind.value}")
+        return os.path.join(self.base, f"{self.count:02d}-{kind.value}-{os.getpid()}")
 
 
 # -- the three workloads, each in its own process(es) ---------------------------------------------
