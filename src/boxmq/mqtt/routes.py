@@ -59,9 +59,9 @@ class MemoryRoutes:
 
 class DurableRoutes:
     """Which topics durable subscriptions want. Subscriptions made by other processes show in
-    the root's generation file, looked at again (one stat) by the first `wanted` after
-    `recheck`: the broker rechecks per read and per timer, and a read that carries no PUBLISH
-    (a subscriber's acks) costs nothing."""
+    the root's generation file, looked at again (one stat, or an access while there is none)
+    by the first `wanted` after `recheck`: the broker rechecks per read and per timer, and a
+    read that carries no PUBLISH (a subscriber's acks) costs nothing."""
 
     def __init__(self, box: Box) -> None:
         self._box = box

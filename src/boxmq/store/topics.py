@@ -229,14 +229,19 @@ def generation(root: str) -> tuple[int, int] | None:
 
 class GenerationWatch:
     """Tells one reader whether the subscriptions on a root changed since it last asked: a
-    stat of the generation file, whose path is built once (the broker asks once per read
-    that publishes, and the two joins were a third of the look)."""
+    stat of the generation file (an access while there is none), whose path is built once
+    (the broker asks once per read that publishes, and the two joins were a third of the
+    look)."""
 
     def __init__(self, root: str) -> None:
         self._file = os.path.join(topic_root(root), _GENERATION)
         self._seen: tuple[int, int] | None = None  # nothing yet, as a root with no file
 
     def changed(self) -> bool:
+        if self._seen is None and not os.access(self._file, os.F_OK):
+            # Still no file (a root where no durable subscription was ever made): asked
+            # without the FileNotFoundError of a stat, which cost about 5,500 instructions.
+            return False
         seen = _generation_at(self._file)
         if seen == self._seen:
             return False
