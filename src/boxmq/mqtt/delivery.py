@@ -172,8 +172,11 @@ class Delivery:
         return [route for route in routes if (sessions.get(route[0]), route[1]) not in having]
 
     def deliver(self, session: Session, publish: Publish, token: Token) -> None:
+        # When it left counts for a Message Expiry Interval alone (outbox._again, ready): one
+        # without properties (every 3.1.1 message) has none, and reads no clock.
+        now = self._clock.now() if publish.properties.mask else 0.0
         try:
-            packet_id = session.outbox.offer(publish, token, self._clock.now())
+            packet_id = session.outbox.offer(publish, token, now)
         except OverflowError:
             self._tell_dropped(session, publish)
             if token is not None:
