@@ -105,30 +105,31 @@ _T = TypeVar("_T")
 
 def decode(frame: Frame, version: ProtocolVersion) -> Packet:
     """One validated packet from one frame, read as `version` (ignored for CONNECT)."""
-    kind = frame.kind
+    kind, flags, body = frame
     if kind == _PUBLISH:
-        return decode_publish(frame.flags, frame.body, version is _V5)
-    if frame.flags != _FLAG_OF[kind] or not kind or (kind == _AUTH and version is _V311):
-        raise _bad_fixed_header(frame, version)
-    return _DECODER_OF[kind](frame.body, version)
+        return decode_publish(flags, body, version is _V5)
+    if flags != _FLAG_OF[kind] or not kind or (kind == _AUTH and version is _V311):
+        raise _bad_fixed_header(kind, flags, version)
+    return _DECODER_OF[kind](body, version)
 
 
-def _bad_fixed_header(frame: Frame, version: ProtocolVersion) -> MalformedPacket:
-    if not frame.kind or (frame.kind == _AUTH and version is _V311):
-        return MalformedPacket(f"packet type {frame.kind} is reserved (MQTT 5.0 §2.1.2)")
-    name, flags, want = PacketType(frame.kind).name, frame.flags, _FLAG_OF[frame.kind]
+def _bad_fixed_header(kind: int, flags: int, version: ProtocolVersion) -> MalformedPacket:
+    if not kind or (kind == _AUTH and version is _V311):
+        return MalformedPacket(f"packet type {kind} is reserved (MQTT 5.0 §2.1.2)")
+    name, want = PacketType(kind).name, _FLAG_OF[kind]
     return MalformedPacket(f"{name}: fixed header flags {flags:#06b}, not {want:#06b} (§2.1.3)")
 
 
 def connect_version(frame: Frame) -> ProtocolVersion | None:
     """The version a CONNECT frame asks for, if it names one we speak; never raises."""
+    kind, _, body = frame
     try:
-        name, pos = read_utf8(frame.body, 0, "CONNECT protocol name")
+        name, pos = read_utf8(body, 0, "CONNECT protocol name")
     except MalformedPacket:
         return None
-    if frame.kind != PacketType.CONNECT or name != _PROTOCOL_NAME or pos >= len(frame.body):
+    if kind != PacketType.CONNECT or name != _PROTOCOL_NAME or pos >= len(body):
         return None
-    level = frame.body[pos]
+    level = body[pos]
     return ProtocolVersion(level) if level in (_V311, _V5) else None
 
 

@@ -154,24 +154,23 @@ class Connection:
                 size = header[1]
                 if head[0] >> 4 == _CONNECT and len(head) < size + _NAME_AND_LEVEL:
                     return  # its level has not come: the next read refuses it again
-                self.version = connect_version(Frame(head[0] >> 4, head[0] & 0x0F, head[size:]))
+                self.version = connect_version((head[0] >> 4, head[0] & 0x0F, head[size:]))
             raise
 
     def _packet(self, frame: Frame) -> Incoming:
         version = self.version
         if version is None:
             return self._connect(frame)
-        kind = frame.kind
+        kind, flags, body = frame
         if kind != _PUBLISH:
-            body = frame.body
-            positive = POSITIVE_ACKS.get(kind << 4 | frame.flags)
+            positive = POSITIVE_ACKS.get(kind << 4 | flags)
             if positive is not None and len(body) == 2 and (packet_id := body[0] << 8 | body[1]):
                 return (positive, packet_id)  # decode's common ack, not built
             if kind == _CONNECT:
                 raise ProtocolError("a second CONNECT (MQTT 5.0 §3.1)")
             return decode(frame, version)
         v5 = version is _V5
-        packet = decode_publish(frame.flags, frame.body, v5)  # decode's first case, called here
+        packet = decode_publish(flags, body, v5)  # decode's first case, called here
         if v5:
             # 3.1.1 has no Receive Maximum and no aliases: its clients are slowed by reading
             # them less (batches.py), never disconnected for having many PUBLISHes in flight.
@@ -189,9 +188,10 @@ class Connection:
         return packet
 
     def _connect(self, frame: Frame) -> Connect:
-        if frame.kind != _CONNECT:
+        kind = frame[0]
+        if kind != _CONNECT:
             # Type 0 is reserved and has no name: PacketType(0) would raise ValueError.
-            name = PacketType(frame.kind).name if frame.kind else "reserved packet type 0"
+            name = PacketType(kind).name if kind else "reserved packet type 0"
             raise ProtocolError(f"{name} before CONNECT (MQTT 5.0 §3.1)")
         self.version = connect_version(frame)  # so that a bad CONNECT is answered in its version
         packet = decode(frame, self.version or ProtocolVersion.V5)

@@ -41,7 +41,6 @@ from boxmq.mqtt import (
     decode,
     encode,
 )
-from boxmq.mqtt.framing import Frame
 from boxmq.mqtt.packets import new_publish
 
 V311 = ProtocolVersion.V311
@@ -390,11 +389,11 @@ def test_connect_decides_the_version_whatever_the_caller_guessed() -> None:
 
 def test_connect_version_peeks_without_raising() -> None:
     good = packet(0x10, s("MQTT"), b"\x04\xff")  # flags invalid, but the version is readable
-    assert connect_version(Frame(1, 0, good[2:])) is V311
-    assert connect_version(Frame(1, 0, packet(0x10, s("MQTT"), b"\x05")[2:])) is V5
-    assert connect_version(Frame(1, 0, packet(0x10, s("MQTT"), b"\x03")[2:])) is None
-    assert connect_version(Frame(1, 0, b"\x00")) is None
-    assert connect_version(Frame(3, 0, good[2:])) is None
+    assert connect_version((1, 0, good[2:])) is V311
+    assert connect_version((1, 0, packet(0x10, s("MQTT"), b"\x05")[2:])) is V5
+    assert connect_version((1, 0, packet(0x10, s("MQTT"), b"\x03")[2:])) is None
+    assert connect_version((1, 0, b"\x00")) is None
+    assert connect_version((3, 0, good[2:])) is None
 
 
 @pytest.mark.parametrize(
