@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import dataclasses
 import errno
 import faulthandler
 import io
@@ -22,24 +21,17 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import boxmq
 from boxmq import cli_output as output
 from boxmq import cli_passwd
 from boxmq.cli_args import (
+    Default,
     joined_negative_durations,
     parse_duration,
     parse_integer,
     parse_property,
-)
-from boxmq.cli_serve import (
-    Default,
-    describe_security,
-    listener_setting,
-    own_listeners_in_use,
-    security_warnings,
-    serve_config,
 )
 from boxmq.client import Box, Message, Peeked, Queue, QueueCounts
 from boxmq.client.lifecycle import shown
@@ -47,11 +39,12 @@ from boxmq.config_table import FOREVER
 from boxmq.core.topics import utf8_size
 from boxmq.errors import BoxMQError, Conflict, InvalidArgument, LockError, QueueNotFound
 from boxmq.model import Property
-from boxmq.mqtt.session_record import SessionRecord, record_named
-from boxmq.mqtt.settings import Listener, MqttSettings
 from boxmq.store.layout import State
 from boxmq.store.process import process_alive
 from boxmq.xmpp.settings import settings_from, without_component
+
+if TYPE_CHECKING:
+    from boxmq.mqtt.session_record import SessionRecord
 
 __all__ = ["main"]
 
@@ -490,28 +483,21 @@ def _address(text: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def _mqtt_settings(args: argparse.Namespace, settings: MqttSettings) -> MqttSettings | None:
-    """`--no-mqtt`: none; `--mqtt HOST:PORT`...: these listeners instead of the configured."""
-    if args.no_mqtt:
-        return None
-    if args.mqtt:
-        listeners = tuple(Listener(host, port) for host, port in args.mqtt)
-        return dataclasses.replace(settings, listeners=listeners)
-    return settings
-
-
 # -- commands -------------------------------------------------------------------------------------
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # The broker's modules (the config file's reader, TLS, the MQTT settings) are loaded by
+    # serve alone: imported at the top, they were 9 % of every `boxmq put`'s instructions.
+    from boxmq import cli_serve
     from boxmq.runtime import run, serve
 
-    config = serve_config(args)
+    config = cli_serve.serve_config(args)
     if not args.verbose:
         logging.getLogger().setLevel(config.logging_level)
-    for line in describe_security(config):
+    for line in cli_serve.describe_security(config):
         logging.getLogger("boxmq.serve").info("%s", line)
-    for line in security_warnings(config):
+    for line in cli_serve.security_warnings(config):
         logging.getLogger("boxmq.serve").warning("%s", line)
     with boxmq.open(
         config.data,
@@ -525,7 +511,7 @@ def _serve(args: argparse.Namespace) -> int:
         group_dispatch=dict(config.group_dispatch),
         max_deliveries=config.max_deliveries,
     ) as box:
-        mqtt = _mqtt_settings(args, config.mqtt)
+        mqtt = cli_serve.mqtt_settings(args, config.mqtt)
         xmpp = settings_from(
             args.xmpp_component,
             args.xmpp_server,
@@ -544,8 +530,8 @@ def _serve(args: argparse.Namespace) -> int:
                 raise
             # The same line `main` prints, with the setting the listener came from.
             problem = error.strerror or ""
-            setting = listener_setting(args, config, problem)
-            own = "" if mqtt is None else own_listeners_in_use(mqtt.listeners, problem)
+            setting = cli_serve.listener_setting(args, config, problem)
+            own = "" if mqtt is None else cli_serve.own_listeners_in_use(mqtt.listeners, problem)
             if error.errno == errno.EADDRINUSE and own:
                 raise InvalidArgument(f"{problem}{own}") from None
             raise InvalidArgument(_os_error(error, str(config.data), listener=setting)) from None
@@ -787,6 +773,10 @@ def _refuse_an_mqtt_session(root: str, filter: str, subscriber: str, *, unsubscr
     for its own at the broker's next start, and its client got what it never subscribed to;
     and an unsubscribe removed a subscription its session record and its client still
     counted on, so that what came for it was lost without a word."""
+    # Here, not at the top: it reaches the MQTT package, which no other command but serve
+    # needs (tests/unit/test_light_imports.py).
+    from boxmq.mqtt.session_record import record_named
+
     record = record_named(root, subscriber)
     if record is None:
         return

@@ -13,6 +13,7 @@ from boxmq.model import Property, PropertyType
 
 __all__ = [
     "DURATION_OPTIONS",
+    "Default",
     "joined_negative_durations",
     "parse_duration",
     "parse_integer",
@@ -31,6 +32,14 @@ DURATION_OPTIONS = frozenset(
         "--xmpp-lock-timeout",
     }
 )
+
+
+class Default(str):
+    """A flag's default value, told apart from the same text typed by the user (cli_serve)."""
+
+    __slots__ = ()
+
+
 _NEGATIVE = re.compile(r"-[0-9.]")
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}

@@ -7,29 +7,25 @@ of type `Default`: text the user did not type. Values the file leaves out keep t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from boxmq.cli_args import Default
 from boxmq.config import ServeConfig, load_config
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
-from boxmq.mqtt.settings import Listener, host_port
+from boxmq.mqtt.settings import Listener, MqttSettings, host_port
 
 __all__ = [
-    "Default",
     "describe_security",
     "listener_setting",
+    "mqtt_settings",
     "security_warnings",
     "serve_config",
 ]
-
-
-class Default(str):
-    """A flag's default value, told apart from the same text typed by the user."""
-
-    __slots__ = ()
 
 
 def _typed(value: str | None) -> str | None:
@@ -48,6 +44,16 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         processed_retention=args.processed_retention,
         polling=args.polling,
     )
+
+
+def mqtt_settings(args: argparse.Namespace, settings: MqttSettings) -> MqttSettings | None:
+    """`--no-mqtt`: none; `--mqtt HOST:PORT`...: these listeners instead of the configured."""
+    if args.no_mqtt:
+        return None
+    if args.mqtt:
+        listeners = tuple(Listener(host, port) for host, port in args.mqtt)
+        return dataclasses.replace(settings, listeners=listeners)
+    return settings
 
 
 def _check_flag_listeners(addresses: list[tuple[str, int]]) -> None:

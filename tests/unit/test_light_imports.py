@@ -1,0 +1,81 @@
+"""What a light command loads: `boxmq put`, `get`, `ack`, `ls` and `import boxmq` start in a
+fraction of what the broker's modules cost (docs/benchmarks.md), so they must not load those.
+
+Shell scripts call `boxmq put` once per message, and the tests start hundreds of such
+processes: each module below, imported at the top of a module a light command reaches, costs
+every one of them (`python -X importtime -m boxmq put q x` shows which).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# The broker's (serve), the MQTT codec, the config file's reader, TLS, the XMPP and Spark doors.
+HEAVY = (
+    "asyncio",
+    "ssl",
+    "tomllib",
+    "boxmq.runtime",
+    "boxmq.config",
+    "boxmq.cli_serve",
+    "boxmq.mqtt",
+    "boxmq.xmpp.component",
+    "boxmq.spark",
+    "slixmpp",
+    "pyspark",
+)
+
+
+def _imported(*args: str, status: int = 0) -> set[str]:
+    """Every module a fresh interpreter imports to run `python -X importtime args...`."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ.copy(),
+    )
+    assert done.returncode == status, done.stderr
+    return {
+        line.rpartition("|")[2].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+
+
+def _heavy(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> list[str]:
+    return ["-m", "boxmq", "--data", str(tmp_path / "data"), "--fsync", "never"]
+
+
+def test_put_get_ack_and_ls_load_none_of_the_brokers_modules(cli: list[str]) -> None:
+    put = _imported(*cli, "put", "jobs", "hi")
+    assert {"boxmq.client.box", "boxmq.cli", "argparse"} <= put  # the check sees modules
+    assert _heavy(put) == []
+    got = subprocess.run(
+        [sys.executable, *cli, "get", "jobs"], capture_output=True, text=True, timeout=60
+    )
+    assert got.returncode == 0, got.stderr
+    message_id = got.stdout.split()[1]  # `id  <id>`, the first line
+    assert _heavy(_imported(*cli, "ack", "jobs", message_id)) == []
+    assert _heavy(_imported(*cli, "get", "jobs", status=3)) == []  # none ready
+    assert _heavy(_imported(*cli, "ls")) == []
+
+
+def test_import_boxmq_loads_none_of_the_brokers_modules() -> None:
+    assert _heavy(_imported("-c", "import boxmq")) == []
+
+
+def test_serve_loads_them_which_the_check_would_see() -> None:
+    # Guard against a check that passes because it could never see these modules.
+    modules = _imported("-c", "import boxmq.cli_serve, boxmq.runtime")
+    assert {"ssl", "tomllib", "asyncio", "boxmq.mqtt", "boxmq.config"} <= set(_heavy(modules))
