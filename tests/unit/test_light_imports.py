@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pytest
 
-# The broker's (serve), the MQTT codec, the config file's reader, TLS, the XMPP and Spark doors.
+# The broker's (serve), the MQTT codec, the config file's reader, TLS, the XMPP and Spark
+# doors; subprocess came with a search for the C library (store/libc.py), platform with uuid.
 HEAVY = (
     "asyncio",
     "ssl",
     "tomllib",
+    "subprocess",
+    "platform",
     "boxmq.runtime",
     "boxmq.config",
     "boxmq.cli_serve",

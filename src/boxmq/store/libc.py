@@ -1,13 +1,13 @@
 """The C library, for the few calls `os` does not offer: syncfs, renameat2, inotify.
 
-Loaded once per process: `ctypes.util.find_library` runs `ldconfig -p` in a subprocess (1.7 ms
-here), and it used to run for every queue a process watched as well as at import.
+Not searched for: the interpreter runs on it, so its functions are among the process's own
+symbols (`CDLL(None)`, dlopen of the program). `ctypes.util.find_library` ran `ldconfig -p` in
+a subprocess, at the import of the store: every `boxmq put` paid a fork and an exec for it.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import os
 
@@ -17,7 +17,7 @@ __all__ = ["function", "last_error"]
 @functools.cache
 def _libc() -> ctypes.CDLL | None:
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        return ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
 
