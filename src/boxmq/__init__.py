@@ -7,8 +7,9 @@ box.queue("jobs").put(b"payload")
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from boxmq.client import Box, Consumer, Message, Outgoing, Peeked, Queue, QueueCounts, open
-from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock, ManualClock, SystemClock
 from boxmq.errors import (
     BoxMQError,
@@ -30,6 +31,9 @@ from boxmq.errors import (
 )
 from boxmq.model import Envelope, MessageClass, Property, PropertyType
 from boxmq.store.layout import State
+
+if TYPE_CHECKING:
+    from boxmq.client.topics import Subscriber
 
 __version__ = "0.1.0"
 
@@ -68,3 +72,13 @@ __all__ = [
     "UnexpectedRequest",
     "open",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """`boxmq.Subscriber`, imported when first asked for: its module (publish/subscribe) is a
+    twentieth of what `import boxmq` costs, and putting to a queue never needs it (PEP 562)."""
+    if name == "Subscriber":
+        from boxmq.client.topics import Subscriber
+
+        return Subscriber
+    raise AttributeError(f"module 'boxmq' has no attribute {name!r}")
