@@ -11,13 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from boxmq.cli_args import parse_duration
+from boxmq.cli_args import FOREVER, parse_duration
 from boxmq.core.durations import LONGEST
 from boxmq.errors import InvalidArgument
 
-__all__ = ["FOREVER", "Table"]
-
-FOREVER = "forever"  # what a duration setting that may never end takes instead
+__all__ = ["Table"]
 
 
 class Table:
