@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from collections.abc import Iterator
@@ -23,6 +24,23 @@ def _stop_leftover_mqtt_clients() -> Iterator[None]:
     """After each test (and its servers' teardown), the paho clients it left looping stop."""
     yield
     _stop_leftover_clients()
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logger() -> Iterator[None]:
+    """The root logger is as the test found it. `boxmq serve` run in-process (cli.main, which
+    configures logging as its own process's entry point may) left it at the config's
+    log_level, INFO: each later test then captured every boxmq logger's INFO records, and
+    four of test_mqtt_share_away.py failed after test_cli.py on paths that named them."""
+    root = logging.getLogger()
+    level, handlers = root.level, set(root.handlers)
+    yield
+    root.setLevel(level)
+    for handler in root.handlers[:]:
+        # basicConfig's, where pytest's own capture is off (-p no:logging); pytest adds and
+        # removes its handlers around each phase itself
+        if handler not in handlers and not type(handler).__module__.startswith("_pytest"):
+            root.removeHandler(handler)
 
 
 @pytest.fixture(autouse=True, scope="session")
