@@ -115,15 +115,17 @@ _REPR_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\udc([89a-f][0-9a-f])")
 
 
 def said(message: str) -> str:
-    """A message fit for the standard error: what the user gave in bytes that are not UTF-8
-    (an argument, a file name, which Python reads with surrogate escapes) as \\xNN, as `peek`
-    and `ls` show them, whether the message holds them as they are or as repr() writes them
-    ('q\\udcff', a Python escape no shell user can read or type)."""
+    """A message fit for the standard error, on one line: what the user gave in bytes that
+    are not UTF-8 (an argument, a file name, which Python reads with surrogate escapes) as
+    \\xNN, as `peek` and `ls` show them, whether the message holds them as they are or as
+    repr() writes them ('q\\udcff', a Python escape no shell user can read or type); and its
+    control characters (a newline in an id or a file name given) escaped, as `cell` does."""
     message = _REPR_ESCAPE.sub(r"\1\\x\2", message)
     try:
-        return shown(message)
+        message = shown(message)
     except UnicodeEncodeError:  # a lone surrogate no byte escapes to (not from the system)
-        return message.encode("utf-8", "backslashreplace").decode()
+        message = message.encode("utf-8", "backslashreplace").decode()
+    return message.translate(_CONTROLS)
 
 
 def when(epoch: float) -> str:

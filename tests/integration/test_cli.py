@@ -122,6 +122,30 @@ def test_errors_are_one_clear_line_and_no_traceback(
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (("ack", "jobs", "a\nb"), "boxmq ack: a\\nb: no such message"),
+        (
+            ("unsubscribe", "t/#", "--name", "k\n"),
+            "boxmq unsubscribe: no subscription t/# for k\\n",
+        ),
+        (("put", "jobs", "--file", "x\ny"), "boxmq put: cannot read x\\ny: No such file"),
+    ],
+)
+def test_an_error_that_repeats_a_newline_given_stays_one_line(
+    root: Path, args: tuple[str, ...], line: str
+) -> None:
+    """An id, a name or a file name given with a newline (a script's `$(...)` that kept one)
+    is shown escaped, as `get` shows its metadata: the error was two lines, the second
+    starting with what followed the newline."""
+    ok(root, "put", "jobs", "seed")
+    done = boxmq_cli(root, *args)
+    assert done.returncode == 1
+    [said] = done.stderr.splitlines()
+    assert said.startswith(line), said
+
+
 _NEGATIVE_DURATIONS = [
     ("get", "jobs", "--lock"),
     ("put", "jobs", "x", "--expires-in"),

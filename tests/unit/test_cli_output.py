@@ -23,3 +23,8 @@ from boxmq.cli_output import said
 )
 def test_said_shows_bytes_that_are_not_utf_8_as_xnn(message: str, shown: str) -> None:
     assert shown in said(message)
+
+
+def test_said_is_one_line_whatever_the_message_repeats() -> None:
+    said_ = said("boxmq ack: a\nb\r\udcff: no such message")
+    assert said_ == r"boxmq ack: a\nb\x0d\xff: no such message"
