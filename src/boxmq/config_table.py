@@ -109,6 +109,8 @@ class Table:
             return None
         if not value:
             raise self.error(key, "expected a file name, got an empty string")
+        if "\0" in value:  # a TOML "\u0000": no file name holds one (open() raised ValueError)
+            raise self.error(key, "a file name cannot hold a NUL character (\\u0000)")
         return self._source.parent / Path(value).expanduser()
 
     def table(self, key: str) -> Table:

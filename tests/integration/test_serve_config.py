@@ -86,6 +86,18 @@ def test_a_bad_config_file_is_one_line_naming_file_and_key(tmp_path: Path) -> No
     assert not (tmp_path / "data").exists()
 
 
+def test_a_nul_character_in_a_file_name_is_one_line_naming_file_and_key(tmp_path: Path) -> None:
+    """TOML can write one (\\u0000) and no file name holds one: `data` was a traceback from
+    the root's makedirs, `password_file` and `acl_file` one from their open()."""
+    config = tmp_path / "boxmq.toml"
+    config.write_text('data = "state\\u0000"\n')
+    done = _serve_refused(config, tmp_path)
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"boxmq serve: {config}: data: a file name cannot hold a NUL character (\\u0000)\n"
+    )
+
+
 def test_polling_from_the_file_and_a_typed_flag_over_it(tmp_path: Path) -> None:
     config = tmp_path / "boxmq.toml"
     config.write_text("polling = true\n")

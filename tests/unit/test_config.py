@@ -188,6 +188,10 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[exactly_once]\ntrusted_sources = []", "exactly_once.trusted_sources: unknown key"),
         ("[security]\nallow_anonymous = 'yes'", "allow_anonymous: expected true or false"),
         ("[security]\npassword_file = ''", "password_file: expected a file name, got an empty"),
+        # A TOML escape no file name can hold: open() raised ValueError, a traceback.
+        ('[security]\npassword_file = "pw\\u0000"', "password_file: a file name cannot hold a"),
+        ('[security]\nacl_file = "acl\\u0000"', "security.acl_file: a file name cannot hold a"),
+        ('data = "state\\u0000"', "data: a file name cannot hold a NUL character (\\u0000)"),
         ("[security]\nallow_anonymous = false", "allow_anonymous = false needs a password_file"),
         ("[security]\nacl_file = 'nope'", "ACL file"),
         ("data = ", "not valid TOML: Invalid value (at line 1, column 8)"),
