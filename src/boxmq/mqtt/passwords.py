@@ -52,7 +52,7 @@ PBKDF2_SHA256: Final = "pbkdf2-sha256"
 _SCRYPT_COST: Final = {"n": 1 << 14, "r": 8, "p": 1}
 _PBKDF2_COST: Final = {"i": 600_000}  # OWASP 2023 figure for PBKDF2-HMAC-SHA256
 _DEFAULT_COSTS: Final = {SCRYPT: _SCRYPT_COST, PBKDF2_SHA256: _PBKDF2_COST}
-_MAX_SCRYPT_MEMORY: Final = 1 << 30  # bytes (128·n·r); 64x the default
+_MAX_SCRYPT_MEMORY: Final = 1 << 30  # bytes (_scrypt_memory); 64x the default
 _MAX_PBKDF2_ITERATIONS: Final = 10_000_000
 _SALT_BYTES: Final = 16
 _DIGEST_BYTES: Final = 32
@@ -71,8 +71,9 @@ def _derive(algorithm: str, cost: dict[str, int], password: bytes, salt: bytes) 
     if algorithm == SCRYPT:
         n, r, p = cost["n"], cost["r"], cost["p"]
         # maxmem: hashlib's default (32 MiB) refuses N=2^15 and up; allow what the cost needs.
+        memory = _scrypt_memory(n, r, p)
         return hashlib.scrypt(
-            password, salt=salt, n=n, r=r, p=p, maxmem=256 * n * r + (1 << 20), dklen=_DIGEST_BYTES
+            password, salt=salt, n=n, r=r, p=p, maxmem=memory, dklen=_DIGEST_BYTES
         )
     if algorithm == PBKDF2_SHA256:
         return hashlib.pbkdf2_hmac("sha256", password, salt, cost["i"], dklen=_DIGEST_BYTES)
@@ -144,14 +145,28 @@ def _parse_cost(text: str) -> tuple[tuple[str, int], ...]:
     return tuple(cost)
 
 
+def _scrypt_memory(n: int, r: int, p: int) -> int:
+    """The bytes OpenSSL's scrypt asks for at cost n, r, p, and refuses to run past maxmem:
+    its V (128·r·(n+2)) and B (128·r·p) arrays (EVP_PBE_scrypt_ex)."""
+    return 128 * r * (n + 2 + p)
+
+
 def _check_cost(algorithm: str, cost: dict[str, int]) -> None:
     """Refuse, when the file is read, a cost that would fail or stall every CONNECT later."""
     if algorithm == SCRYPT:
         n, r, p = cost["n"], cost["r"], cost["p"]
         if n < 2 or n & (n - 1):
             raise InvalidArgument(f"scrypt n={n} must be a power of two, at least 2")
-        if 128 * n * r > _MAX_SCRYPT_MEMORY or p > 16:
-            raise InvalidArgument(f"scrypt cost n={n},r={r},p={p} is beyond what a login can use")
+        # The memory of n, r and p together: 128·n·r alone let n=2^20,r=8 through, whose
+        # maxmem was past what hashlib takes (2 GiB), and n=2,r=8192,p=16, past its maxmem:
+        # every check of such an entry failed, and its user could never log in.
+        memory = _scrypt_memory(n, r, p)
+        if memory > _MAX_SCRYPT_MEMORY or p > 16:
+            raise InvalidArgument(
+                f"scrypt cost n={n},r={r},p={p} is beyond what a login can use "
+                f"({memory:,} bytes of memory a check, at most {_MAX_SCRYPT_MEMORY:,} (1 GiB); "
+                "p at most 16)"
+            )
     elif cost["i"] > _MAX_PBKDF2_ITERATIONS:
         raise InvalidArgument(f"pbkdf2 i={cost['i']} is beyond what a login can use")
 

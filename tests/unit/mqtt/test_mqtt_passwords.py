@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import stat
+from base64 import b64encode
 from pathlib import Path
 
 import pytest
@@ -125,6 +127,10 @@ def test_a_known_name_without_a_password_costs_a_hash_like_any_other_refusal(
         ("alice:pbkdf2-sha256$i=10$A!$AAAA", "not valid base64"),
         ("alice:scrypt$n=3,r=1,p=1$AAAA$AAAA", "scrypt n=3 must be a power of two"),
         ("alice:scrypt$n=1048576,r=1024,p=1$AAAA$AAAA", "beyond what a login can use"),
+        (
+            "alice:scrypt$n=1048576,r=8,p=1$AAAA$AAAA",
+            "(1,073,744,896 bytes of memory a check, at most",
+        ),
         ("alice:pbkdf2-sha256$i=²$AAAA$AAAA", "bad cost field 'i=²'"),
         # A digest cut short by whole base64 groups still decodes, and matches no password.
         ("alice:scrypt$n=16,r=1,p=1$AAAA$" + "A" * 40, "the digest is 30 bytes, not 32"),
@@ -138,6 +144,18 @@ def test_errors_name_the_file_and_the_line(tmp_path: Path, line: str, message: s
         PasswordFile.load(path)
     assert str(caught.value).startswith(f"{path}:2: ")
     assert message in str(caught.value)
+
+
+def test_every_scrypt_cost_a_file_is_let_in_with_can_check_a_password(tmp_path: Path) -> None:
+    """n=2, r=8192, p=16 passed the file's check (128·n·r, 2 MiB) and its every check failed
+    (ValueError: memory limit exceeded, what B, 128·r·p, adds): alice could never log in."""
+    salt = b"s" * 16
+    digest = hashlib.scrypt(b"wonder", salt=salt, n=2, r=8192, p=16, maxmem=1 << 26, dklen=32)
+    entry = f"alice:scrypt$n=2,r=8192,p=16${b64encode(salt).decode()}${b64encode(digest).decode()}"
+    (tmp_path / "passwd").write_text(entry + "\n")
+    users = PasswordFile.load(tmp_path / "passwd")
+    assert users.authenticate("alice", b"wonder", "c")
+    assert not users.authenticate("alice", b"wrong", "c")
 
 
 def test_a_byte_order_mark_is_not_part_of_the_first_user_name(tmp_path: Path) -> None:
