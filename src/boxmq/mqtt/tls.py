@@ -10,10 +10,12 @@ refused: the broker serves clients that do not check it, and its operator may be
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import ssl
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,6 +33,20 @@ class TlsFileError(InvalidArgument):
     def __init__(self, setting: str, message: str) -> None:
         super().__init__(message)
         self.setting = setting
+
+
+@contextlib.contextmanager
+def _reading(path: Path, what: str, setting: str) -> Iterator[None]:
+    """An error of the system while reading a TLS file (a name too long, a failing disk) as
+    one that names the file and its setting: OpenSSL's says neither ("Input/output error")."""
+    try:
+        yield
+    except ssl.SSLError:
+        raise  # OpenSSL's word on what the file holds, which the caller puts in its own
+    except OSError as error:
+        raise TlsFileError(
+            setting, f"cannot read TLS {what} file {path}: {error.strerror or error}"
+        ) from None
 
 
 def _readable(path: Path, what: str, setting: str) -> Path:
@@ -163,12 +179,16 @@ def server_context(
     """A server context for `cert` (PEM, the leaf first, then its chain) and its private `key`
     (PEM, unencrypted; None when it is in the cert file). `ca`: PEM CA certificates that sign
     client certificates."""
-    cert_path = _readable(Path(cert), "certificate", "cert")
-    key_path = _readable(Path(key), "key", "key") if key is not None else cert_path
+    cert_path = Path(cert)
+    with _reading(cert_path, "certificate", "cert"):
+        _readable(cert_path, "certificate", "cert")
+        _check_certificate(cert_path)
+        _warn_if_out_of_date(cert_path, time.time())
+    key_path = Path(key) if key is not None else cert_path
     key_setting = "key" if key is not None else "cert"  # None: the key is in the cert file
-    _check_certificate(cert_path)
-    _warn_if_out_of_date(cert_path, time.time())
-    _check_key(key_path, key_setting)
+    with _reading(key_path, "key", key_setting):
+        _readable(key_path, "key", key_setting)
+        _check_key(key_path, key_setting)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
@@ -181,9 +201,11 @@ def server_context(
             f"(OpenSSL: {error.reason or error})",
         ) from None
     if ca is not None:
-        ca_path = _readable(Path(ca), "CA", "ca")
+        ca_path = Path(ca)
         try:
-            context.load_verify_locations(cafile=ca_path)
+            with _reading(ca_path, "CA", "ca"):
+                _readable(ca_path, "CA", "ca")
+                context.load_verify_locations(cafile=ca_path)
         except ssl.SSLError:
             raise TlsFileError(
                 "ca",

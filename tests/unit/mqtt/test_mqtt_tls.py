@@ -155,6 +155,22 @@ def test_errors_say_which_file_to_fix(tmp_path: Path) -> None:
             server_context(c, k, ca=ca)
 
 
+def test_an_error_of_the_system_reading_a_file_names_the_file_and_its_setting(
+    tmp_path: Path,
+) -> None:
+    """A name longer than the system takes (ENAMETOOLONG): the serve said only the name and
+    "File name too long", not which setting of which listener gave it."""
+    cert, key = _self_signed(tmp_path, "localhost")
+    long = tmp_path / ("x" * 300)
+    cases = [((long, key, None), "cert"), ((cert, long, None), "key"), ((cert, key, long), "ca")]
+    for (c, k, ca), setting in cases:
+        with pytest.raises(tls.TlsFileError) as caught:
+            server_context(c, k, ca=ca)
+        assert caught.value.setting == setting
+        assert str(caught.value).startswith("cannot read TLS ")
+        assert str(caught.value).endswith(f"file {long}: File name too long")
+
+
 def test_a_certificate_out_of_its_dates_is_warned_of_by_file_and_date(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
