@@ -109,6 +109,28 @@ def test_errors_are_one_clear_line(tmp_path: Path) -> None:
     assert not path.exists()
 
 
+def test_a_file_that_is_no_regular_file_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    """The new file is renamed over the old: `boxmq passwd /dev/null alice` (as root) made
+    /dev/null a regular file holding alice's hash, and a named pipe was read first, which
+    waited forever for a writer. A pipe here: a device would need root, and replacing one
+    is the harm."""
+    pipe = tmp_path / "passwd"
+    os.mkfifo(pipe)
+    for args in (("alice", "--password", "x"), ("alice", "--delete")):
+        done = subprocess.run(
+            [sys.executable, "-m", "boxmq.cli", "passwd", str(pipe), *args],
+            capture_output=True,
+            text=True,
+            timeout=20,  # the time a read of the pipe waited, at most
+        )
+        assert done.returncode == 1
+        assert done.stderr == (
+            f"boxmq passwd: cannot write {pipe}: it is not a regular file (a folder, a device, "
+            "a pipe): name the password file itself\n"
+        )
+        assert stat.S_ISFIFO(pipe.stat().st_mode)
+
+
 def test_a_password_that_is_not_utf8_is_taken_as_the_bytes_typed(tmp_path: Path) -> None:
     path = tmp_path / "passwd"
     done = passwd(str(path), "dave", "--password", "p\udcff")  # argv b"p\xff": binary data

@@ -357,6 +357,13 @@ def _editing(path: Path) -> Iterator[None]:
     folder = path.parent
     if not folder.is_dir():
         raise InvalidArgument(f"cannot write {path}: the folder {folder} does not exist")
+    if path.exists() and not path.is_file():
+        # The new file is renamed over the old one: a device (/dev/null) was replaced by a
+        # regular file, and a named pipe was read first, which waited for a writer forever.
+        raise InvalidArgument(
+            f"cannot write {path}: it is not a regular file (a folder, a device, a pipe): "
+            "name the password file itself"
+        )
     directory = open_folder(str(folder))
     try:
         fcntl.flock(directory, fcntl.LOCK_EX)
