@@ -387,11 +387,14 @@ class MqttServer:
                 factory, listener.host, listener.port, reuse_address=True
             )
         except socket.gaierror as error:
-            address = (listener.host, listener.port)
-            problem = (error.strerror or str(error)).lower()
-            raise socket.gaierror(
-                error.errno, f"cannot resolve the host of address {address!r}: {problem}"
-            ) from None
+            code, problem = error.errno, (error.strerror or str(error)).lower()
+        except UnicodeError:
+            # getaddrinfo encodes a host name by IDNA first, which fails, as no error of a
+            # bind, on a label (the text between two dots) empty or over 63 characters.
+            code = socket.EAI_NONAME
+            problem = "not a host name (each part between dots is 1 to 63 characters)"
+        address = (listener.host, listener.port)
+        raise socket.gaierror(code, f"cannot resolve the host of address {address!r}: {problem}")
 
     async def run(self, stop: asyncio.Event) -> None:
         """Tick until `stop` is set, then close (see `close`)."""
