@@ -487,6 +487,14 @@ def _address(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(
             f"{text!r}: the host is not valid Unicode: use HOST:PORT, e.g. 127.0.0.1:1883"
         )
+    try:
+        # The resolver's own first step: a label empty or over 63 characters (`a..b`) was a
+        # UnicodeError, which the XMPP component logged as a traceback at each retry.
+        host.strip("[]").encode("idna")
+    except UnicodeError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the host is no host name: each part between dots is 1 to 63 characters"
+        ) from None
     return host.strip("[]") or "0.0.0.0", int(port)
 
 

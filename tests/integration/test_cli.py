@@ -1185,6 +1185,9 @@ def test_put_creates_a_missing_root(tmp_path: Path) -> None:
     assert (tmp_path / "new" / "q" / "target").is_dir()
 
 
+_LONG_LABEL = "--xmpp-server=" + "a" * 64 + ":5347"  # a host part over 63 characters
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -1199,6 +1202,13 @@ def test_put_creates_a_missing_root(tmp_path: Path) -> None:
         (("peek", "jobs", "--limit", "0"), "bad number '0': it must be at least 1"),
         (("peek", "jobs", "--limit", "-1"), "bad number '-1': it must be at least 1"),
         (("subscribe", "a", "--count", "0"), "bad number '0': it must be at least 1"),
+        # A part between dots empty or over 63 characters: a traceback from the resolver, at
+        # each retry of the XMPP component's connection.
+        (("serve", "--mqtt", "a..b:0"), "'a..b:0': the host is no host name: each part"),
+        (
+            ("serve", "--no-mqtt", "--xmpp-component=x", "--xmpp-secret=s", _LONG_LABEL),
+            "the host is no host name: each part between dots is 1 to 63 characters",
+        ),
     ],
 )
 def test_durations_and_limits_out_of_range_are_usage_errors(
