@@ -143,6 +143,9 @@ def _os_error(error: OSError, data: str, *, listener: str = "--mqtt HOST:PORT") 
     if error.filename is None:  # e.g. a listener: asyncio names the address in strerror
         return f"{what}{hint}"
     where = os.fsdecode(error.filename)
+    if error.errno == errno.EEXIST and os.path.islink(where):
+        # makedirs on a link to nothing (or to itself): no file stands there to move away
+        hint = f": a symbolic link to {os.readlink(where)}, which is no folder; make that folder"
     if hint and _within(where, data):
         hint += " (or choose another --data folder)"
     if error.filename2 is not None:

@@ -495,6 +495,17 @@ def test_a_data_path_that_is_a_file_is_one_clear_line(tmp_path: Path, command: t
     assert "Traceback" not in done.stderr
 
 
+def test_a_data_path_that_is_a_link_to_nothing_says_so(tmp_path: Path) -> None:
+    """It was "File exists: it is a file, not a folder", of a path where no file stands."""
+    (tmp_path / "data").symlink_to(tmp_path / "gone")
+    done = boxmq_cli(tmp_path / "data", "put", "q", "x")
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"boxmq put: {tmp_path / 'data'}: File exists: a symbolic link to {tmp_path / 'gone'}, "
+        "which is no folder; make that folder (or choose another --data folder)\n"
+    )
+
+
 def test_a_data_path_that_cannot_be_made_is_one_clear_line(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("")
     done = boxmq_cli(tmp_path / "afile" / "sub", "put", "q", "x")
