@@ -626,7 +626,7 @@ def _publish(args: argparse.Namespace, box: Box) -> int:
 
 
 def _subscribe(args: argparse.Namespace, box: Box) -> int:
-    _refuse_an_mqtt_session(box.root, args.filter, args.subscriber, unsubscribe=False)
+    _refuse_an_mqtt_session(box, args.filter, args.subscriber, unsubscribe=False)
     received = 0
     # SIGTERM (kill, systemd, docker stop) and SIGHUP (the terminal closed) end it as Ctrl-C
     # does: through the `finally` below, so that a plain subscription does not outlive the
@@ -783,21 +783,24 @@ def _pid_of(token: str) -> str:
     return token.split("-")[1] if token.count("-") == 2 else token
 
 
-def _refuse_an_mqtt_session(root: str, filter: str, subscriber: str, *, unsubscribe: bool) -> None:
+def _refuse_an_mqtt_session(box: Box, filter: str, subscriber: str, *, unsubscribe: bool) -> None:
     """InvalidArgument if `subscriber` is the name of an MQTT session kept on disk (its
-    client connected or away; session_record.record_named), whatever the filter: its
-    subscriptions are its client's. A run that read one took the messages that client was
-    to get (or gets again when it returns); one the CLI made under its name, the session took
-    for its own at the broker's next start, and its client got what it never subscribed to;
-    and an unsubscribe removed a subscription its session record and its client still
-    counted on, so that what came for it was lost without a word."""
+    client connected or away; session_record.record_named), unless the subscription exists
+    and is not the session's (made by this door or the API before: read or ended as any
+    other). Its subscriptions are its client's: a run that read one took the messages that
+    client was to get (or gets again when it returns); an unsubscribe removed a subscription
+    its session record and its client still counted on, so that what came for it was lost
+    without a word. And a new one under its name would be taken by the session if its
+    client subscribed to that filter (one dropbox per filter and name)."""
     # Here, not at the top: it reaches the MQTT package, which no other command but serve
     # needs (tests/unit/test_light_imports.py).
     from boxmq.mqtt.session_record import record_named
 
-    record = record_named(root, subscriber)
+    record = record_named(box.root, subscriber)
     if record is None:
         return
+    if not record.made(filter) and box.topics.has_subscription(filter, subscriber):
+        return  # made by this door or the API, never the session's (SessionRecord.made)
     what = f"{subscriber} is the client id of an MQTT session ({_session_state(record)})"
     if unsubscribe:
         raise InvalidArgument(
@@ -832,7 +835,7 @@ def _session_state(record: SessionRecord) -> str:
 
 
 def _unsubscribe(args: argparse.Namespace, box: Box) -> int:
-    _refuse_an_mqtt_session(box.root, args.filter, args.subscriber, unsubscribe=True)
+    _refuse_an_mqtt_session(box, args.filter, args.subscriber, unsubscribe=True)
     if not box.topics.has_subscription(args.filter, args.subscriber):
         raise QueueNotFound(
             f"no subscription {args.filter} for {args.subscriber} (`boxmq ls` lists them)"

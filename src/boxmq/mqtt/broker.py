@@ -58,7 +58,7 @@ from boxmq.mqtt.clients import Client, Link, Outgoing
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job, no_answer
 from boxmq.mqtt.errors import ProtocolError
-from boxmq.mqtt.lifetimes import Lifetimes
+from boxmq.mqtt.lifetimes import Lifetimes, session_made
 from boxmq.mqtt.outbox import Stage
 from boxmq.mqtt.packets import (
     Auth,
@@ -755,14 +755,16 @@ class Broker:
         so are the QoS 2 messages it got PUBREC for and has not released yet, and the packet
         ids its own record says it was sent PUBREL for (outbox.expect_release). Resumed with
         an expiry of 0 too (MQTT 5.0 §3.1.2.4): it then ends with this connection, its
-        subscriptions on disk with it, where a new session would leave them behind."""
+        subscriptions on disk with it, where a new session would leave them behind. Only the
+        subscriptions its record names are its own (`session_made`): another door may have
+        made one under a name that is its client id."""
         if record is None and not expiry:
             return None  # a clean session most likely: spare it the scan of every subscription
         found = self.box.topics.subscribed(consumer_name(client_id))
+        found = [(text, s) for text, s in found if session_made(client_id, record, text)]
         unreleased = self.box.pending(exactly_once_source(client_id))
         if not found and not unreleased and record is None:
             return None
-        # No record: the session was left by a boxmq that wrote none, its options are the defaults.
         saved = {} if record is None else record.options
         session = self._new_session(client_id)
         session.expiry = expiry  # before attaching: persistent memberships are not process-bound

@@ -44,7 +44,7 @@ from boxmq.mqtt.stored import consumer_name, exactly_once_source
 from boxmq.mqtt.wills import Wills, will_delay
 from boxmq.store.process import process_alive
 
-__all__ = ["Lifetimes", "session_end_step"]
+__all__ = ["Lifetimes", "session_end_step", "session_made"]
 
 log = logging.getLogger("boxmq.mqtt")
 
@@ -63,6 +63,23 @@ def session_end_step(client_id: str, what: str) -> Iterator[None]:
             what,
             store_failure(error),
         )
+
+
+def session_made(client_id: str, record: SessionRecord | None, text: str) -> bool:
+    """Whether the subscription `text` found on disk under the client id's name is its
+    session's own (SessionRecord.made); a session with no record (one an older boxmq left)
+    owns none. Another is said, and left alone: taken by the session, its client would get
+    what it never subscribed to; deleted with it, another consumer's messages would go."""
+    if record is not None and record.made(text):
+        return True
+    log.warning(
+        "client %s: a subscription to %s under its name on disk is not its session's (made "
+        "by `boxmq subscribe --name` or the Python API, or left by an older boxmq): left "
+        "alone, neither taken nor deleted; give that subscriber or this client another name",
+        client_id,
+        text,
+    )
+    return False
 
 
 AfterDiskWork = Callable[[str, Callable[[], object], Callable[[object], None]], bool]
@@ -103,9 +120,13 @@ class Lifetimes:
     def forget_on_disk(self, client_id: str) -> None:
         """A session this process holds nothing of ended (a clean start, or one found on disk
         at start whose time ran out): what it left on disk is deleted, its durable
-        subscriptions, its QoS 2 messages awaiting PUBREL and its record."""
+        subscriptions (those its record names: `session_made`), its QoS 2 messages awaiting
+        PUBREL and its record."""
         name = consumer_name(client_id)
+        record = read_record(self._box.root, client_id)
         for text, _ in self._box.topics.subscribed(name):
+            if not session_made(client_id, record, text):
+                continue
             with session_end_step(client_id, f"deleting its subscription to {text}"):
                 self._box.unsubscribe(text, name)
         self._discard_session_state(client_id)

@@ -98,6 +98,7 @@ class Recorder:
                 if token is not None
             ),
             sent_qos2=tuple(session.outbox.sent_qos2()),
+            leaving=tuple(session.leaving),
         )
 
     def store(self, record: SessionRecord, *, flush: bool) -> None:

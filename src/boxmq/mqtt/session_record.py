@@ -16,6 +16,9 @@ those PUBRELs again (§4.4), where the process before would have, so that the cl
 them; the messages themselves were settled at PUBREC and are never sent again.
 
 Invariants:
+- The session's subscriptions are those its record names: `options` (every filter it holds,
+  and those on their way to SUBACK) and `leaving` (SessionRecord.made). Another found on
+  disk under its name (stored.consumer_name) was made by another door, and is not its own.
 - `holder` is the process token of the broker the client is connected to; None once the
   connection closed, at `disconnected_at` (wall clock, seconds since the epoch). A session
   away ends `expiry` seconds after that, one with expiry NEVER only on a clean start.
@@ -104,6 +107,23 @@ class SessionRecord:
     # (message id, packet id) of the stored messages sent and not yet acknowledged
     sent: tuple[tuple[str, int], ...] = ()
     sent_qos2: tuple[int, ...] = ()  # those of `sent` sent at QoS 2, by packet id
+    # The share groups it unsubscribed from while it held some of their messages (left once
+    # those are settled); None: written by a boxmq that did not keep them.
+    leaving: tuple[str, ...] | None = None
+
+    def made(self, text: str) -> bool:
+        """Whether the subscription `text` (as subscribed, "$share/<group>/<filter>" for a
+        membership) found on disk under the session's name is the session's own: one its
+        record names. Any other was made by another door (`boxmq subscribe --name`, the
+        Python API) under a name that happens to be this client id, and the session neither
+        takes it nor deletes it: its client never subscribed to it, and another consumer
+        counts on it. A record that does not list the groups being left (an older boxmq's)
+        counts every membership it does not name as one."""
+        if text in self.options:
+            return True
+        if not text.startswith("$share/"):
+            return False
+        return self.leaving is None or text in self.leaving
 
     def deadline(self) -> float | None:
         """When the session ends if its client stays away; None: it never does, or the client
@@ -160,6 +180,7 @@ def _to_json(record: SessionRecord) -> dict[str, Any]:
         "releasing": list(record.releasing),
         "sent": [list(pair) for pair in record.sent],
         "sent_qos2": list(record.sent_qos2),
+        "leaving": None if record.leaving is None else list(record.leaving),
     }
 
 
@@ -207,6 +228,7 @@ def _from_json(data: Mapping[str, Any]) -> SessionRecord:
         username = data.get("username")
         will = data.get("will")
         due = data.get("will_due")
+        leaving = data.get("leaving")
         return SessionRecord(
             client_id=str(data["client_id"]),
             expiry=int(data["expiry"]),
@@ -219,6 +241,7 @@ def _from_json(data: Mapping[str, Any]) -> SessionRecord:
             releasing=tuple(_packet_id(i) for i in data.get("releasing", ())),
             sent=tuple((str(m), _packet_id(i)) for m, i in data.get("sent", ())),
             sent_qos2=tuple(_packet_id(i) for i in data.get("sent_qos2", ())),
+            leaving=None if leaving is None else tuple(str(text) for text in leaving),
         )
     except (KeyError, TypeError, AttributeError, binascii.Error, ProtocolViolation) as error:
         raise ValueError(f"not a session record: {error!r}") from None

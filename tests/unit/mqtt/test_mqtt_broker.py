@@ -49,7 +49,13 @@ from boxmq.mqtt.properties import Properties
 from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.session import Session, Token
-from boxmq.mqtt.session_record import SessionRecord, read_record, remove_record, write_record
+from boxmq.mqtt.session_record import (
+    DeliveryOptions,
+    SessionRecord,
+    read_record,
+    remove_record,
+    write_record,
+)
 from boxmq.mqtt.settings import Limits, MqttSettings
 from boxmq.mqtt.stored import consumer_name
 from boxmq.mqtt.subscribing import Subscribing
@@ -1446,24 +1452,27 @@ def test_a_restart_keeps_the_subscription_identifier_and_retain_as_published(
     _in_two_lives(tmp_path, first, then)
 
 
-def test_a_session_left_without_a_record_is_restored_with_default_options(
+def test_subscriptions_under_a_client_id_with_no_session_record_are_left_alone(
     tmp_path: Path,
 ) -> None:
-    """A session written by a boxmq that kept no session record still comes back."""
+    """What a session record does not name may be another door's (`boxmq subscribe --name`,
+    the Python API), or an older boxmq's: a persistent client with that id is not given it
+    (no session present, none of its messages), and its clean start does not delete it."""
 
     async def first(broker: Broker) -> None:
         keeper = _connect(broker, "keeper", expiry=600)
-        props = Properties.build(subscription_identifiers=(42,))
-        keeper.send(Subscribe(1, (Subscription("old/#", 1),), properties=props))
+        keeper.send(Subscribe(1, (Subscription("old/#", 1),)))
 
     async def then(broker: Broker) -> None:
         pub = _connect(broker, "pub")
         pub.send(Publish("old/x", b"kept", 1, packet_id=1))
         keeper, connack = _connack(broker, "keeper", clean=False, session_expiry_interval=600)
-        assert connack.session_present
-        await _until(lambda: any(isinstance(p, Publish) for p in keeper.inbox))
-        [got] = [p for p in keeper.take() if isinstance(p, Publish)]
-        assert (got.payload, got.properties.subscription_identifiers) == (b"kept", ())
+        assert not connack.session_present
+        await asyncio.sleep(0.3)
+        assert not any(isinstance(p, Publish) for p in keeper.take())
+        _connack(broker, "keeper", clean=True)
+        assert _subscribed(broker, "keeper") == ["old/#"]
+        assert broker.box.subscription("old/#", "keeper").counts().ready == 1
 
     _run(tmp_path, first)
     remove_record(str(tmp_path / "root"), "keeper")
@@ -1514,8 +1523,9 @@ def test_a_session_connected_when_its_broker_died_counts_from_the_restart(
         assert "killed" in broker._lifetimes.expiries
 
     _run(tmp_path, first)
-    # What a SIGKILL leaves: the record as written at CONNECT, naming a broker that is gone.
-    write_record(root, SessionRecord("killed", 60, holder=process_token()))
+    # What a SIGKILL leaves: the record as written at SUBSCRIBE, naming a broker that is gone.
+    killed = SessionRecord("killed", 60, holder=process_token(), options={"k/#": DeliveryOptions()})
+    write_record(root, killed)
     _run(tmp_path, then, clock)
 
 
@@ -1539,7 +1549,8 @@ def test_a_record_the_restart_cannot_rewrite_does_not_postpone_the_sessions_end(
     above); if the disk refuses it, the session still ends by the deadline kept in memory,
     rather than at a later restart (which would count from itself again)."""
     root = str(tmp_path / "root")
-    killed = SessionRecord("killed", 1, holder=process_token())  # what a SIGKILL leaves
+    # What a SIGKILL leaves: the record written at its SUBSCRIBE, naming a broker now gone.
+    killed = SessionRecord("killed", 1, holder=process_token(), options={"k/#": DeliveryOptions()})
 
     async def first(broker: Broker) -> None:
         _connect(broker, "killed", expiry=60).send(Subscribe(1, (Subscription("k/#", 1),)))

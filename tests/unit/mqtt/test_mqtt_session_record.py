@@ -124,6 +124,34 @@ def test_a_record_is_found_under_its_escaped_id_and_removed(tmp_path: Path) -> N
     remove_record(root, "dev/1:a")  # twice: nothing to do
 
 
+def test_the_share_groups_being_left_are_kept_and_an_older_record_names_none(
+    tmp_path: Path,
+) -> None:
+    root = str(tmp_path)
+    record = SessionRecord("dev", 60, leaving=("$share/g/a/#",))
+    write_record(root, record)
+    assert read_record(root, "dev") == record
+    (tmp_path / ".mqtt" / "sessions" / "old").write_text('{"client_id": "old", "expiry": 60}')
+    older = read_record(root, "old")
+    assert older is not None
+    assert older.leaving is None
+
+
+def test_a_session_made_only_the_subscriptions_its_record_names() -> None:
+    """Another under its name was made by another door (the CLI, the Python API)."""
+    record = SessionRecord(
+        "dev",
+        60,
+        options={"a/#": DeliveryOptions(), "$share/g/b": DeliveryOptions()},
+        leaving=("$share/g/c",),
+    )
+    assert [record.made(t) for t in ("a/#", "$share/g/b", "$share/g/c")] == [True] * 3
+    assert [record.made(t) for t in ("cli/#", "a/+", "$share/h/a/#")] == [False] * 3
+    # A record that lists no groups being left (an older boxmq's): any membership may be one.
+    older = SessionRecord("dev", 60, options={"a/#": DeliveryOptions()})
+    assert (older.made("$share/h/a/#"), older.made("cli/#")) == (True, False)
+
+
 @pytest.mark.parametrize(
     "client_id",
     ["laptop", "dev/1", "100%", "%2F", "a%25b/c", "device-" + "7" * 40, "é/" * 10],

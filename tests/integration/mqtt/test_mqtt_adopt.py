@@ -1,0 +1,176 @@
+"""A subscription that `boxmq subscribe --keep` or the Python API keeps under a name that is
+also an MQTT client's id is not that client's: a persistent client connecting with that id
+(paho v5 with a Session Expiry Interval, paho 3.1.1 and mosquitto_sub with clean session 0)
+gets no "session present" for it and none of its messages, and a clean start with that id
+does not delete it with what it holds. Before, the first persistent client with that id took
+it for its session (session present, messages of a filter it never subscribed to), and a
+clean start deleted it and its messages; a line in the server's log now says so, and the
+session's own subscriptions (those its record names) come back and end as before."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.integration.mqtt.clients import (
+    WAIT,
+    Paho,
+    RunningServer,
+    mosquitto_tools,
+    paho,
+    recorded_away,
+    serve_fresh,
+    stop_process,
+)
+
+import boxmq
+from boxmq.store.topics import read_records
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[RunningServer, Path]]:
+    """A real `boxmq serve` process on a new root, and the file its log goes to."""
+    address, process = serve_fresh(tmp_path)
+    try:
+        yield address, tmp_path / "serve.log"  # serve_process's
+    finally:
+        stop_process(process)
+
+
+def _cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", "--data", str(root), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ.copy(),
+    )
+
+
+def _keep(root: Path, filter: str, name: str) -> None:
+    """`boxmq subscribe FILTER --name NAME --keep`, as a user keeps a subscription."""
+    done = _cli(root, "subscribe", filter, "--name", name, "--keep", "--idle", "0")
+    assert done.returncode == 0, done.stderr
+
+
+def _publish(served: RunningServer, topic: str, payloads: list[bytes]) -> None:
+    sender = paho(served, "sender")
+    try:
+        for payload in payloads:
+            sender.publish(topic, payload, 1)
+    finally:
+        sender.stop()
+
+
+def _subscriptions(root: Path) -> set[tuple[str, str | None, str | None]]:
+    return {(r.filter, r.group, r.subscriber) for r, _ in read_records(str(root))}
+
+
+def _persistent(served: RunningServer, client_id: str, v5: bool) -> Paho:
+    return paho(served, client_id, v5=v5, clean=False, expiry=3600 if v5 else None)
+
+
+def _said(log: Path, words: str) -> bool:
+    deadline = time.monotonic() + WAIT
+    while words not in log.read_text(errors="replace"):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _read_all(root: Path, filter: str, name: str) -> list[str]:
+    done = _cli(root, "subscribe", filter, "--name", name, "--idle", "1")
+    assert done.returncode == 0, done.stderr
+    return [line.split(" ", 1)[1] for line in done.stdout.splitlines()]
+
+
+@pytest.mark.parametrize("v5", [True, False], ids=["v5-expiry", "v311-clean-session-0"])
+def test_a_persistent_client_does_not_adopt_a_cli_subscription(
+    served: tuple[RunningServer, Path], v5: bool
+) -> None:
+    server, log = served
+    root = server.root
+    _keep(root, "cli/#", "laptop")
+    _publish(server, "cli/x", [b"c1", b"c2"])
+    client = _persistent(server, "laptop", v5)
+    try:
+        assert not client.session_present
+        _publish(server, "cli/x", [b"c3"])
+        assert client.nothing(1.0)  # it never subscribed to cli/#
+        client.subscribe("own/#", 1)
+        _publish(server, "own/x", [b"o1"])
+        assert client.next().payload == b"o1"
+    finally:
+        client.stop()
+    assert _said(log, "a subscription to cli/# under its name on disk is not its session's")
+    back = _persistent(server, "laptop", v5)  # its own session, with its own subscription
+    try:
+        assert back.session_present
+        _publish(server, "own/x", [b"o2"])
+        assert back.next().payload == b"o2"
+        assert back.nothing(0.5)
+    finally:
+        back.stop()
+    paho(server, "laptop", v5=v5).stop()  # a clean start ends its session, only its own
+    assert _subscriptions(root) == {("cli/#", None, "laptop")}
+    assert _read_all(root, "cli/#", "laptop") == ["c1", "c2", "c3"]  # every one kept
+
+
+def test_a_clean_start_leaves_an_api_subscription_and_its_messages(
+    served: tuple[RunningServer, Path],
+) -> None:
+    """mosquitto_sub (clean by default) with the id of a subscription the Python API keeps."""
+    mosquitto_tools()
+    server, log = served
+    root = server.root
+    with boxmq.open(str(root)) as box:
+        box.subscribe("api/#", "worker").close()
+        box.publish("api/x", b"a1")
+        command = ["timeout", "-k", "5", "30", "mosquitto_sub", "-h", server.host]
+        command += ["-p", str(server.port), "-i", "worker", "-t", "unused", "-W", "1"]
+        subprocess.run(command, capture_output=True, timeout=60)
+        box.publish("api/x", b"a2")
+        subscriber = box.subscribe("api/#", "worker")
+        try:
+            bodies = []
+            for _ in range(2):
+                message = subscriber.receive(timeout=WAIT)
+                assert message is not None
+                bodies.append(message.body)
+                message.ack()
+        finally:
+            subscriber.close()
+        assert bodies == [b"a1", b"a2"]
+    assert _said(log, "a subscription to api/# under its name on disk is not its session's")
+
+
+def test_a_session_away_is_not_given_a_cli_subscription_at_its_return(
+    served: tuple[RunningServer, Path],
+) -> None:
+    """The CLI refuses a new subscription under the name of a session (186e1d7); one kept
+    before the client first connected is read and ended by the CLI as any other."""
+    server, _ = served
+    root = server.root
+    _keep(root, "cli/#", "laptop")
+    client = _persistent(server, "laptop", True)
+    client.subscribe("own/#", 1)
+    client.stop()
+    recorded_away(root, "laptop")
+    _publish(server, "cli/x", [b"c1"])
+    back = _persistent(server, "laptop", True)
+    try:
+        assert back.session_present
+        assert back.nothing(1.0)
+    finally:
+        back.stop()
+    recorded_away(root, "laptop")
+    assert _read_all(root, "cli/#", "laptop") == ["c1"]
+    done = _cli(root, "unsubscribe", "cli/#", "--name", "laptop")
+    assert done.returncode == 0, done.stderr
+    assert _subscriptions(root) == {("own/#", None, "laptop")}
