@@ -1479,6 +1479,32 @@ def test_subscriptions_under_a_client_id_with_no_session_record_are_left_alone(
     _run(tmp_path, then)
 
 
+def test_a_client_with_no_session_record_takes_its_old_subscription_back_by_subscribing(
+    tmp_path: Path,
+) -> None:
+    """Told its session is not present, a client subscribes again: to the same filter, it
+    gets what its old subscription (an older boxmq's) collected, which is its own from then."""
+
+    async def first(broker: Broker) -> None:
+        keeper = _connect(broker, "keeper", expiry=600)
+        keeper.send(Subscribe(1, (Subscription("old/#", 1),)))
+
+    async def then(broker: Broker) -> None:
+        _connect(broker, "pub").send(Publish("old/x", b"kept", 1, packet_id=1))
+        keeper, connack = _connack(broker, "keeper", clean=False, session_expiry_interval=600)
+        assert not connack.session_present
+        keeper.send(Subscribe(1, (Subscription("old/#", 1),)))
+        await _until(lambda: any(isinstance(p, Publish) for p in keeper.inbox))
+        assert [p.payload for p in keeper.take() if isinstance(p, Publish)] == [b"kept"]
+        record = read_record(broker.box.root, "keeper")
+        assert record is not None
+        assert record.made("old/#")
+
+    _run(tmp_path, first)
+    remove_record(str(tmp_path / "root"), "keeper")
+    _run(tmp_path, then)
+
+
 def test_a_session_whose_time_ran_out_while_the_broker_was_down_ends_at_start(
     tmp_path: Path,
 ) -> None:
