@@ -382,7 +382,7 @@ class Subscribing:
                 self._subscribe_memory(session, text, options)
             return None
         if text not in self._durable.get(client_id, {}):
-            return partial(self._open_durable, session, text, options, send_retained=retained)
+            return partial(self._open_new, session, text, options, send_retained=retained)
         if old is None or (old.qos, old.no_local) != (options.qos, options.no_local):
             # Replaced in place: what it holds in flight stays its own (MQTT-3.8.4-3).
             return partial(
@@ -436,6 +436,24 @@ class Subscribing:
             subscriber.set_limits(
                 max_in_flight=max(1, session.outbox.window), lock_timeout=_LOCK_TIMEOUT
             )
+
+    def _open_new(
+        self, session: Session, text: str, options: SubscriptionOptions, *, send_retained: bool
+    ) -> Subscriber:
+        """A SUBSCRIBE's new durable subscription. One already on disk under the client's
+        name that its session did not make (kept by `boxmq subscribe --name` or the Python
+        API, or left by an older boxmq) is joined, there being one dropbox per filter and
+        name: said in the log, since what it collected for another consumer goes to this
+        client now, and the session's end deletes it (docs/mqtt.md)."""
+        if self._box.topics.has_subscription(text, consumer_name(session.client_id)):
+            log.warning(
+                "client %s: subscribing to %s joins a subscription on disk under its name "
+                "that its session did not make (`boxmq subscribe --name`, the Python API, an "
+                "older boxmq): its messages go to this client, and its session's end deletes it",
+                session.client_id,
+                text,
+            )
+        return self._open_durable(session, text, options, send_retained=send_retained)
 
     def _open_durable(
         self,

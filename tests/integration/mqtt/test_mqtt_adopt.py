@@ -174,3 +174,18 @@ def test_a_session_away_is_not_given_a_cli_subscription_at_its_return(
     done = _cli(root, "unsubscribe", "cli/#", "--name", "laptop")
     assert done.returncode == 0, done.stderr
     assert _subscriptions(root) == {("own/#", None, "laptop")}
+
+
+def test_a_client_subscribing_to_a_cli_subscription_s_filter_is_said_in_the_log(
+    served: tuple[RunningServer, Path],
+) -> None:
+    """Not prevented yet (one dropbox per filter and name): the client joins it, and the
+    server's log says so."""
+    server, log = served
+    _keep(server.root, "cli/#", "laptop")
+    client = _persistent(server, "laptop", True)
+    try:
+        client.subscribe("cli/#", 1)
+        assert _said(log, "client laptop: subscribing to cli/# joins a subscription on disk")
+    finally:
+        client.stop()
