@@ -483,6 +483,10 @@ def _positive_int(text: str) -> int:
 
 def _address(text: str) -> tuple[str, int]:
     host, colon, port = text.rpartition(":")
+    unbracketed = ":" in host and not (host.startswith("[") and host.endswith("]"))
+    if unbracketed and (error := _unbracketed(text, host)):
+        # `::1` was read as host ':' and port 1, which then did not resolve.
+        raise argparse.ArgumentTypeError(error)
     # isascii: isdigit() also takes other scripts' digits, and superscripts int() refuses
     if not colon or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r}: use HOST:PORT, e.g. 127.0.0.1:1883")
@@ -499,6 +503,24 @@ def _address(text: str) -> tuple[str, int]:
             f"{text!r}: the host is no host name: each part between dots is 1 to 63 characters"
         ) from None
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _unbracketed(text: str, host: str) -> str:
+    """The error for an IPv6 address without brackets whose part before the last colon is
+    no address (`::1` is host ':' and port 1; `::1:1883` is [::1]:1883, as it always was),
+    with what to write instead, "" when there is none."""
+    import ipaddress  # here, on an unbracketed IPv6 address, not on every command's start
+
+    def ipv6(text: str) -> bool:
+        try:
+            return isinstance(ipaddress.ip_address(text), ipaddress.IPv6Address)
+        except ValueError:
+            return False
+
+    if ipv6(host):
+        return ""
+    instead = f"[{text}]:PORT, e.g. [{text}]:1883" if ipv6(text) else "[IPV6]:PORT, e.g. [::1]:1883"
+    return f"{text!r}: an IPv6 address goes in brackets before the port: write {instead}"
 
 
 # -- commands -------------------------------------------------------------------------------------

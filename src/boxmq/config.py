@@ -384,7 +384,9 @@ def _check_host(table: Table, host: str) -> None:
     brackets ("[::1]"), would reach the resolver as a host name, and fail there as one that
     does not resolve: say what to write instead."""
     name, colon, port = host.rpartition(":")
-    if colon and ":" not in name and port.isascii() and port.isdigit():
+    bracketed = name.startswith("[") and name.endswith("]")  # "[::1]:1883"
+    if colon and (":" not in name or bracketed) and port.isascii() and port.isdigit():
+        name = name[1:-1] if bracketed else name
         raise table.error(
             "host", f"{host!r} holds a port: write host = {name!r} and port = {int(port)}"
         )

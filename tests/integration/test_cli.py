@@ -1220,6 +1220,13 @@ _LONG_LABEL = "--xmpp-server=" + "a" * 64 + ":5347"  # a host part over 63 chara
             ("serve", "--no-mqtt", "--xmpp-component=x", "--xmpp-secret=s", _LONG_LABEL),
             "the host is no host name: each part between dots is 1 to 63 characters",
         ),
+        # An IPv6 address without brackets: `::1` was host ':' and port 1, "cannot resolve".
+        (("serve", "--mqtt", "::1"), "goes in brackets before the port: write [::1]:PORT"),
+        (("serve", "--mqtt", "fe80::1"), "write [fe80::1]:PORT, e.g. [fe80::1]:1883"),
+        (
+            ("serve", "--no-mqtt", "--xmpp-component=x", "--xmpp-secret=s", "--xmpp-server=::1"),
+            "'::1': an IPv6 address goes in brackets before the port",
+        ),
     ],
 )
 def test_durations_and_limits_out_of_range_are_usage_errors(

@@ -176,6 +176,7 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         # Written as --mqtt takes it: a resolver error would call it a host that does not resolve.
         ("[[mqtt.listener]]\nhost = '0.0.0.0:1883'", "[1].host: '0.0.0.0:1883' holds a port: wr"),
         ("[[mqtt.listener]]\nhost = '[::1]'", "host: '[::1]': write the IPv6 address without"),
+        ("[[mqtt.listener]]\nhost = '[::1]:1883'", "holds a port: write host = '::1' and port"),
         # No CONNECT fits in less: every client would be refused by a broker that started.
         ("[mqtt.limits]\nmax_packet_size = 1", "max_packet_size: 1 is out of range: use from 20"),
         ("[mqtt.limits]\nmax_packet_size = 19", "max_packet_size: 19 is out of range"),
