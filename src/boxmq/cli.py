@@ -60,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # What parse_args says, but with the command's usage (`boxmq serve ... extra`): the
         # top-level usage names no option of the command.
         args.usage_error(f"unrecognized arguments: {' '.join(unknown)}")
+    if empty := _empty_path(args):
+        args.usage_error(empty)
     if args.name == "serve":
         # A usage error (exit 2, with serve's usage), said before the config is read and
         # the root recovered: not an error of the run (exit 1) after both.
@@ -111,6 +113,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _empty_path(args: argparse.Namespace) -> str:
+    """What is wrong with an empty --data or --config, "" if neither is: the system reads ""
+    as the current folder, so `put --data ""` made queues there, and `serve --config ""`
+    said "cannot read config file .: Is a directory"."""
+    if getattr(args, "config", None) == "":
+        return "--config is empty: give a TOML file, or leave --config out"
+    if args.name == "passwd" or str(args.data) != "":  # passwd has no root folder
+        return ""
+    if isinstance(args.data, Default):
+        return "$BOXMQ_DATA is empty: give it the root folder, or unset it for ./data"
+    return "--data is empty: give the root folder, e.g. --data ./data"
 
 
 def _run(args: argparse.Namespace) -> int:

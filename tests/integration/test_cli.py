@@ -1530,3 +1530,29 @@ def test_peek_of_processing_shows_when_each_lock_ends_and_which_ended(root: Path
     [bob] = [line for line in table if " bob " in line]
     assert bob.endswith("(ended)")
     assert not alice.endswith("(ended)")
+
+
+@pytest.mark.parametrize(
+    ("args", "data", "says"),
+    [
+        (("--data", "", "put", "q", "x"), None, "--data is empty: give the root folder"),
+        (("ls",), "", "$BOXMQ_DATA is empty: give it the root folder, or unset it"),
+        (("serve", "--config", ""), None, "--config is empty: give a TOML file, or leave"),
+    ],
+)
+def test_an_empty_data_or_config_is_a_usage_error(
+    tmp_path: Path, args: tuple[str, ...], data: str | None, says: str
+) -> None:
+    """The system reads "" as the current folder: `put --data ""` made its queue there, and
+    `--config ""` said "cannot read config file .: Is a directory"."""
+    env = os.environ.copy()
+    env.pop("BOXMQ_DATA", None)
+    if data is not None:
+        env["BOXMQ_DATA"] = data
+    command = [sys.executable, "-m", "boxmq.cli", *args]
+    done = subprocess.run(
+        command, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60
+    )
+    assert done.returncode == 2
+    assert says in done.stderr
+    assert list(tmp_path.iterdir()) == []  # no queue, no ./data made
