@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import boxmq
 from boxmq import cli_output as output
@@ -628,13 +628,19 @@ def _put(args: argparse.Namespace, box: Box) -> int:
     return 0
 
 
+# The largest body `put` and `publish` read: the largest MQTT packet (MQTT 5.0 §1.5.5, the
+# highest max_packet_size), so no MQTT subscriber is sent what it could never receive, and the
+# limit mosquitto_pub sets on its --file. Without it, `--file /dev/zero` read until memory ran out.
+MAX_BODY = 268_435_455
+
+
 def _body(args: argparse.Namespace) -> bytes:
     if args.file is not None:
         if args.body is not None:
             raise InvalidArgument("give the body either as an argument or with --file, not both")
         try:
             with open(args.file, "rb") as source:
-                return source.read()
+                return _bounded(source, f"--file {args.file}")
         except OSError as error:
             raise InvalidArgument(f"cannot read {args.file}: {error.strerror}") from None
     if args.body is None or args.body == "-":
@@ -642,8 +648,19 @@ def _body(args: argparse.Namespace) -> bytes:
             raise InvalidArgument(
                 "no body: the standard input is closed; give BODY, --file F, or pipe it in"
             )
-        return sys.stdin.buffer.read()
+        return _bounded(sys.stdin.buffer, "the standard input")
     return os.fsencode(args.body)  # the bytes given, UTF-8 or not (surrogate escapes)
+
+
+def _bounded(source: BinaryIO, where: str) -> bytes:
+    """All of `source`, reading at most one byte past MAX_BODY: InvalidArgument past it."""
+    body = source.read(MAX_BODY + 1)
+    if len(body) > MAX_BODY:
+        raise InvalidArgument(
+            f"{where} holds more than {MAX_BODY} bytes (256 MiB), the largest body boxmq "
+            "sends (MQTT's largest packet): nothing is sent"
+        )
+    return body
 
 
 def _publish(args: argparse.Namespace, box: Box) -> int:

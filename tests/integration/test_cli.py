@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import errno
 import faulthandler
+import io
 import json
 import os
 import select
@@ -20,6 +21,7 @@ import pytest
 from tests.diskfull import small_disk
 
 import boxmq
+from boxmq import cli
 from boxmq.cli_args import DURATION_OPTIONS, joined_negative_durations
 from boxmq.store.names import Lock, decode, locked_name, split_lock
 
@@ -1556,3 +1558,36 @@ def test_an_empty_data_or_config_is_a_usage_error(
     assert done.returncode == 2
     assert says in done.stderr
     assert list(tmp_path.iterdir()) == []  # no queue, no ./data made
+
+
+@pytest.mark.parametrize("how", ["file", "stdin"])
+def test_a_body_over_the_limit_is_refused_and_nothing_sent(
+    root: Path,
+    how: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`put --file /dev/zero` read until memory ran out: past MAX_BODY it is refused, having
+    read one byte more. The limit made small here, so that the test reads little."""
+    monkeypatch.setattr(cli, "MAX_BODY", 10)
+    over = root.parent / "over"
+    over.write_bytes(b"x" * 11)
+    fits = root.parent / "fits"
+    fits.write_bytes(b"y" * 10)
+    for command in ("put", "publish"):
+        if how == "file":
+            status = cli.main(["--data", str(root), command, "q", "--file", str(over)])
+        else:
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(over.read_bytes())))
+            status = cli.main(["--data", str(root), command, "q"])
+        error = capsys.readouterr().err
+        assert status == 1
+        where = f"--file {over}" if how == "file" else "the standard input"
+        assert f"boxmq {command}: {where} holds more than 10 bytes" in error
+        assert "nothing is sent" in error
+    assert cli.main(["--data", str(root), "put", "q", "--file", str(fits)]) == 0
+    with boxmq.open(root) as box:
+        message = box.queue("q").get("t")
+        assert message is not None
+        assert message.body == b"y" * 10  # the one that fits, and only it
+        assert box.queue("q").get("t") is None
