@@ -27,6 +27,17 @@ class XmppSettings:
             raise InvalidArgument(
                 f"--xmpp-component {self.component!r}: not valid Unicode: give a bare domain"
             )
+        if utf8_size(self.host) is None:
+            raise InvalidArgument(f"xmpp server host {self.host!r}: not valid Unicode")
+        try:
+            # The resolver's first step: a part between dots empty or over 63 characters
+            # (`a..b`) was a UnicodeError, which slixmpp logged as a traceback every 3 s.
+            self.host.encode("idna")
+        except UnicodeError:
+            raise InvalidArgument(
+                f"xmpp server host {self.host!r} is no host name: each part between dots is "
+                "1 to 63 characters"
+            ) from None
         if not 0 < self.port < 65536:
             raise InvalidArgument(f"xmpp server port {self.port} is not a TCP port")
         if not self.secret:

@@ -55,6 +55,11 @@ def test_a_secret_file_not_in_utf8_is_one_line_naming_it(tmp_path: Path) -> None
         ("q.example.org", None, None, "needs its secret"),
         (None, ("h", 1), "s", "need --xmpp-component"),
         ("user@q.example.org", None, "s", "bare domain"),
+        # Through the Python API, where no --xmpp-server check stands: slixmpp logged the
+        # resolver's UnicodeError as a traceback every 3 s, forever.
+        ("q.example.org", ("a..b", 5347), "s", "host 'a..b' is no host name: each part"),
+        ("q.example.org", ("a" * 64, 5347), "s", "is no host name"),
+        ("q.example.org", ("\udcff", 5347), "s", "server host .*: not valid Unicode"),
     ],
 )
 def test_refusals_say_what_to_fix(
