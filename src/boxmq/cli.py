@@ -7,8 +7,6 @@ Exit status: 0 done, 1 an error (the message says what to fix), 2 a usage error,
 from __future__ import annotations
 
 import argparse
-import base64
-import contextlib
 import errno
 import faulthandler
 import io
@@ -19,8 +17,8 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, BinaryIO, NoReturn
 
 import boxmq
 from boxmq import cli_output as output
@@ -36,14 +34,10 @@ from boxmq.cli_args import (
 from boxmq.client import Box, Message, Peeked, Queue, QueueCounts
 from boxmq.client.lifecycle import shown
 from boxmq.core.topics import utf8_size
-from boxmq.errors import BoxMQError, Conflict, InvalidArgument, LockError, QueueNotFound
+from boxmq.errors import BoxMQError, Conflict, InvalidArgument, QueueNotFound
 from boxmq.model import Property
 from boxmq.store.layout import State
-from boxmq.store.process import process_alive
 from boxmq.xmpp.settings import settings_from, without_component
-
-if TYPE_CHECKING:
-    from boxmq.mqtt.session_record import SessionRecord
 
 __all__ = ["main"]
 
@@ -680,261 +674,15 @@ def _publish(args: argparse.Namespace, box: Box) -> int:
 
 
 def _subscribe(args: argparse.Namespace, box: Box) -> int:
-    _refuse_an_mqtt_session(box, args.filter, args.subscriber, unsubscribe=False)
-    received = 0
-    # SIGTERM (kill, systemd, docker stop) and SIGHUP (the terminal closed) end it as Ctrl-C
-    # does: through the `finally` below, so that a plain subscription does not outlive the
-    # command. SIGKILL skips that: see `ends_with_process` below.
-    stop = _Stop()
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, stop)
-    # Only a subscription (or share-group membership) this run made ends with it: one an
-    # earlier `--keep` (or the Python API, or a Spark stream) made is read and left in place,
-    # with what it holds for later.
-    existed = box.topics.has_subscription(args.filter, args.subscriber)
-    # Subscribing again replaces a plain subscription's QoS and No Local (pubsub.md): one that
-    # existed keeps its own, an MQTT session's or the Python API's too, unless --qos says.
-    # (A share group's QoS is its members' highest, and a member's own is not kept.)
-    qos, no_local = 1, False
-    if existed:
-        record = box.topics.record_of(args.filter, args.subscriber)  # read once for both
-        if record is not None and record.group is None:
-            owner, qos, no_local = record.owner, record.qos, record.no_local
-        else:
-            owner = box.topics.bound_to(args.filter, args.subscriber)  # a member's process
-        _refuse_a_second_run(args.filter, args.subscriber, owner)
-    kept = args.keep or existed
-    if args.qos is not None:
-        qos = args.qos
-    # A kept membership belongs to no process, so the sweep of dead processes' members
-    # leaves it; only `boxmq unsubscribe` ends it. A plain subscription this run makes records
-    # this process, so that a sweep (`boxmq serve`) ends it if the run dies without the
-    # `finally` (SIGKILL, a crash): nobody would read what it collects.
-    with box.subscribe(
-        args.filter,
-        args.subscriber,
-        qos=qos,
-        no_local=no_local,
-        process_bound=not kept,
-        ends_with_process=not kept,
-        send_retained=not existed,  # a new subscription's (pubsub.md): not again at each run
-    ) as subscriber:
-        shared = subscriber.filter.shared
-        if kept and not args.keep:
-            what = "membership of the share group" if shared else "subscription"
-            # The command quoted for a shell, to be pasted as it is: unquoted, `$share/...`
-            # lost its `$share` to the shell, and a name with a space was two words.
-            ends = shlex.join(["boxmq", "unsubscribe", args.filter, "--name", args.subscriber])
-            print(
-                f"boxmq subscribe: reading the kept {what} {args.filter} of "
-                f"{args.subscriber}; it stays after this run ({ends} ends it)",
-                file=sys.stderr,
-            )
-        idle_until = None if args.idle is None else time.monotonic() + args.idle
-        try:
-            while stop.signum is None and (args.count is None or received < args.count):
-                # In slices, so that a signal is seen between two of the library's steps.
-                wait = _STOP_SLICE
-                if idle_until is not None:
-                    wait = min(wait, max(0.0, idle_until - time.monotonic()))
-                message = subscriber.receive(timeout=wait)
-                if message is None:
-                    if idle_until is not None and time.monotonic() >= idle_until:
-                        break
-                    if not box.topics.has_subscription(args.filter, args.subscriber):
-                        # `boxmq unsubscribe` from another shell: nothing comes any more, and
-                        # the run would wait for it, forever without --idle.
-                        raise QueueNotFound(
-                            f"{args.filter} of {args.subscriber} was ended while this run "
-                            "read it (boxmq unsubscribe): nothing more can come to it"
-                        )
-                    continue
-                with stop.at_once():  # a write blocked on a full pipe ends at a signal
-                    _print_message(args, message)
-                try:
-                    message.ack()
-                except LockError as error:
-                    # Its lock (30 s) ended while print() waited for a slow reader of the
-                    # output: the message went back, and comes again. Not a reason to stop.
-                    print(
-                        f"boxmq subscribe: {error}: printed but not acked, its lock having "
-                        "ended while the output waited for its reader; it may come again",
-                        file=sys.stderr,
-                    )
-                received += 1
-                if args.idle is not None:
-                    idle_until = time.monotonic() + args.idle
-        finally:
-            if kept:
-                # The subscription or membership stays, and what it received and did not ack
-                # (the message a closed pipe or a signal interrupted) stays locked to it, to
-                # come first to the next run (python.md: process_bound=False).
-                subscriber.detach()
-            elif not shared:
-                box.unsubscribe(args.filter, args.subscriber)
-            elif not box.topics.has_subscription(args.filter, args.subscriber):
-                subscriber.detach()  # it left already (boxmq unsubscribe): none to leave again
-    return 0 if stop.signum is None else 128 + stop.signum
+    from boxmq import cli_subscribe  # here: put, get, ack and ls need none of it
 
-
-_STOP_SLICE = 0.25  # seconds: how long a signal may wait for a subscribe waiting for messages
-
-
-class _Stop:
-    """The signal handler of `subscribe`: a signal is noted, and the loop ends at its next
-    step. Raised where it came, as Python's own KeyboardInterrupt and a raising handler are,
-    it could cut the library in the middle of a step (a lock released on disk, not yet in
-    memory), and the close that followed failed on that half-done state: a traceback, and a
-    share-group member that never left. Only our own write of a message, which may block on
-    a full pipe for as long as its reader pleases, is cut at once (`at_once`)."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._at_once = False
-
-    def __call__(self, signum: int, frame: object) -> None:
-        self.signum = signum
-        if self._at_once:
-            self._at_once = False
-            raise SystemExit(128 + signum)
-
-    @contextlib.contextmanager
-    def at_once(self) -> Iterator[None]:
-        if self.signum is not None:
-            raise SystemExit(128 + self.signum)
-        self._at_once = True
-        try:
-            yield
-        finally:
-            self._at_once = False
-
-
-def _refuse_a_second_run(filter: str, subscriber: str, owner: str) -> None:
-    """InvalidArgument if `subscriber`'s plain subscription to `filter`, or its membership of
-    a share group, ends with another live process, `owner` (Topics.bound_to: a `boxmq
-    subscribe` without --keep, a Python subscriber bound to its process): that one removes
-    it when it ends, so this run would take it for kept, say it stays, share its messages,
-    and stop when it ends. One whose process died without removing it is read (and kept) as
-    before."""
-    if not owner:
-        return
-    alive = process_alive(owner)
-    if alive is False:
-        return
-    pid = _pid_of(owner)
-    where = "" if alive else " on another machine"
-    hint = "a member of its own" if filter.startswith("$share/") else "each name gets every message"
-    ends = ["boxmq", "unsubscribe", filter, "--name", subscriber]  # quoted below, for a shell
-    raise InvalidArgument(
-        f"{filter} of {subscriber} is read by another process ({pid}{where}), and ends with "
-        f"it: give this run another --name ({hint})"
-        + ("" if alive else f", or end it with {shlex.join(ends)}")
-    )
-
-
-def _pid_of(token: str) -> str:
-    """The pid in a process token (store/process.py), or the token if it is not one."""
-    return token.split("-")[1] if token.count("-") == 2 else token
-
-
-def _refuse_an_mqtt_session(box: Box, filter: str, subscriber: str, *, unsubscribe: bool) -> None:
-    """InvalidArgument if `subscriber` is the name of an MQTT session kept on disk (its
-    client connected or away; session_record.record_named), unless the subscription exists
-    and is not the session's (made by this door or the API before: read or ended as any
-    other). Its subscriptions are its client's: a run that read one took the messages that
-    client was to get (or gets again when it returns); an unsubscribe removed a subscription
-    its session record and its client still counted on, so that what came for it was lost
-    without a word. And a new one under its name would be taken by the session if its
-    client subscribed to that filter (one dropbox per filter and name)."""
-    # Here, not at the top: it reaches the MQTT package, which no other command but serve
-    # needs (tests/unit/test_light_imports.py).
-    from boxmq.mqtt.session_record import record_named
-
-    record = record_named(box.root, subscriber)
-    if record is None:
-        return
-    if not record.made(filter) and box.topics.has_subscription(filter, subscriber):
-        return  # made by this door or the API, never the session's (SessionRecord.made)
-    what = f"{subscriber} is the client id of an MQTT session ({_session_state(record)})"
-    if unsubscribe:
-        raise InvalidArgument(
-            f"{what}: its session and its client would still count on {filter}, and wait "
-            "for messages that no longer come. That client unsubscribes (UNSUBSCRIBE), or "
-            "ends its whole session, its subscriptions and what they hold, by connecting "
-            "once as itself with a clean start (clean session 1)"
-        )
-    raise InvalidArgument(
-        f"{what}: its subscriptions and what they hold are its client's, and this run would "
-        "take its messages or give it ones it never subscribed to. Give this run another "
-        "--name (each name gets every message)"
-    )
-
-
-def _session_state(record: SessionRecord) -> str:
-    """Where an MQTT session's client is, as its record says, for `_refuse_an_mqtt_session`."""
-    if record.holder is not None:
-        alive = process_alive(record.holder)
-        pid = _pid_of(record.holder)
-        if alive is not False:
-            where = "" if alive else " on another machine"
-            return f"its client connected to boxmq serve, process {pid}{where}"
-        return f"its client away: the boxmq serve it was connected to, process {pid}, stopped"
-    away = "its client away"
-    if record.disconnected_at is not None:
-        away += f" since {output.when(record.disconnected_at)}"
-    deadline = record.deadline()
-    if deadline is None:
-        return f"{away}; it lasts until its client connects with a clean start"
-    return f"{away}; it ends at {output.when(deadline)} unless its client comes back"
+    return cli_subscribe.subscribe(args, box)
 
 
 def _unsubscribe(args: argparse.Namespace, box: Box) -> int:
-    _refuse_an_mqtt_session(box, args.filter, args.subscriber, unsubscribe=True)
-    if not box.topics.has_subscription(args.filter, args.subscriber):
-        raise QueueNotFound(
-            f"no subscription {args.filter} for {args.subscriber} (`boxmq ls` lists them)"
-        )
-    box.unsubscribe(args.filter, args.subscriber)
-    record = {"subscription": args.filter, "subscriber": args.subscriber}
-    _emit(args, record, f"unsubscribed: {args.filter} {args.subscriber}")
-    return 0
+    from boxmq import cli_subscribe
 
-
-def _json_body(body: bytes) -> dict[str, str]:
-    """A body in a JSON record: `body` as text, bytes that are not UTF-8 as `\\xNN` (for
-    reading), and then also `body_base64`, the bytes exactly: a literal backslash-x in a
-    body reads the same as an escaped byte, so the text alone could not give them back."""
-    try:
-        return {"body": body.decode()}
-    except UnicodeDecodeError:
-        shown = body.decode("utf-8", "backslashreplace")
-        return {"body": shown, "body_base64": base64.b64encode(body).decode("ascii")}
-
-
-def _print_message(args: argparse.Namespace, message: Message) -> None:
-    if args.json:
-        record = {
-            "topic": message.topic,
-            "id": message.id,
-            "qos": message.qos,
-            "retained": message.retained,
-            "properties": message.properties,
-            **_json_body(message.body),
-        }
-        # Where to answer, and with what: an MQTT v5 request's Response Topic and Correlation
-        # Data too (store/v5_properties.py). Only when set, so other records stay as they were.
-        if (correlation_id := message.correlation_id) is not None:
-            record["correlation-id"] = correlation_id
-        if (reply_to := message.reply_to) is not None:
-            record["reply-to"] = reply_to
-        output.out(output.to_json(record), flush=True)
-    else:
-        # The topic escaped, as get's header and the tables are (MQTT lets it hold a newline,
-        # which would start a line of its own); the body as it is, as mosquitto_sub -v does.
-        output.out(
-            f"{output.cell(message.topic)} {message.body.decode('utf-8', 'backslashreplace')}",
-            flush=True,
-        )
+    return cli_subscribe.unsubscribe(args, box)
 
 
 def _get(args: argparse.Namespace, box: Box) -> int:
@@ -943,7 +691,7 @@ def _get(args: argparse.Namespace, box: Box) -> int:
         print(f"boxmq get: no message is ready in {args.queue!r}", file=sys.stderr)
         return EMPTY
     if args.json:
-        record = _message_record(message) | _json_body(message.body)
+        record = _message_record(message) | output.json_body(message.body)
         output.out(output.to_json(record))
         return 0
     record = _message_record(message)

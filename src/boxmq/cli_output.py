@@ -4,6 +4,7 @@ BrokenPipeError), with the values shown on one line and bytes that are not UTF-8
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import math
@@ -18,6 +19,7 @@ __all__ = [
     "cell",
     "expires",
     "flush",
+    "json_body",
     "out",
     "out_bytes",
     "said",
@@ -140,3 +142,14 @@ def expires(epoch_ms: int) -> str:
         return when(epoch_ms / 1000)
     except (OverflowError, ValueError, OSError):
         return f"{epoch_ms} ms after 1970-01-01T00:00:00+00:00"
+
+
+def json_body(body: bytes) -> dict[str, str]:
+    """A body in a JSON record: `body` as text, bytes that are not UTF-8 as `\\xNN` (for
+    reading), and then also `body_base64`, the bytes exactly: a literal backslash-x in a
+    body reads the same as an escaped byte, so the text alone could not give them back."""
+    try:
+        return {"body": body.decode()}
+    except UnicodeDecodeError:
+        shown = body.decode("utf-8", "backslashreplace")
+        return {"body": shown, "body_base64": base64.b64encode(body).decode("ascii")}

@@ -997,7 +997,7 @@ def test_subscribe_goes_on_when_a_slow_reader_outlasted_a_message_s_lock(
     the lock (30 s), the ack after it is refused (UnexpectedRequest). The run stopped there,
     exit 1; the message comes again (printed twice, as at-least-once allows) and it goes on.
     Here the lock is 0.3 s and the first print takes 0.6 s."""
-    from boxmq import cli
+    from boxmq import cli, cli_subscribe
 
     ok(root, "subscribe", "t/#", "--name", "k", "--keep", "--idle", "0")
     ok(root, "publish", "t/a", "one")
@@ -1006,7 +1006,7 @@ def test_subscribe_goes_on_when_a_slow_reader_outlasted_a_message_s_lock(
     def short_locks(self: boxmq.Box, *args: Any, **kwargs: Any) -> Any:
         return subscribe(self, *args, **kwargs, lock_timeout=0.3)
 
-    printed = cli._print_message
+    printed = cli_subscribe._print_message
 
     calls: list[str] = []
 
@@ -1017,7 +1017,7 @@ def test_subscribe_goes_on_when_a_slow_reader_outlasted_a_message_s_lock(
             time.sleep(0.6)  # a reader that took this long to make room in the pipe
 
     monkeypatch.setattr(boxmq.Box, "subscribe", short_locks)
-    monkeypatch.setattr(cli, "_print_message", slow_first)
+    monkeypatch.setattr(cli_subscribe, "_print_message", slow_first)
     monkeypatch.setattr(signal, "signal", lambda *args: None)  # subscribe's, not pytest's
     argv = ["--data", str(root), "--fsync", "never", "subscribe", "t/#", "--name", "k"]
     assert cli.main([*argv, "--count", "2", "--idle", "10"]) == 0
