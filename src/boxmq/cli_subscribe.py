@@ -14,15 +14,12 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from boxmq import cli_output as output
 from boxmq.client import Box, Message
 from boxmq.errors import InvalidArgument, LockError, QueueNotFound
+from boxmq.mqtt.session_record import SessionRecord, record_named
 from boxmq.store.process import process_alive
-
-if TYPE_CHECKING:
-    from boxmq.mqtt.session_record import SessionRecord
 
 __all__ = ["subscribe", "unsubscribe"]
 
@@ -194,10 +191,6 @@ def _refuse_an_mqtt_session(box: Box, filter: str, subscriber: str, *, unsubscri
     its session record and its client still counted on, so that what came for it was lost
     without a word. And a new one under its name would be taken by the session if its
     client subscribed to that filter (one dropbox per filter and name)."""
-    # Here, not at the top: it reaches the MQTT package, which no other command but serve
-    # needs (tests/unit/test_light_imports.py).
-    from boxmq.mqtt.session_record import record_named
-
     record = record_named(box.root, subscriber)
     if record is None:
         return
