@@ -375,11 +375,11 @@ class Delivery:
 
     def acked(self, session: Session, packet_id: int, stage: Stage, reason: ReasonCode) -> None:
         acked = session.outbox.acked(packet_id, stage, reason >= _UNSPECIFIED_ERROR)
-        client = self._links.get(session.client_id)
         if acked.stray:  # nothing in flight under that id: nothing settles, nothing is recorded
             log.debug(
                 "client %s: an answer for packet id %d, not in flight", session.client_id, packet_id
             )
+            client = self._links.get(session.client_id)
             if client is not None:
                 if acked.release:  # a repeated PUBREC: its PUBREL again
                     self._out.acknowledge(client, Pubrel, packet_id)
@@ -387,6 +387,7 @@ class Delivery:
                     self._out.send(client, acked.reply)
             return
         if acked.release:
+            client = self._links.get(session.client_id)
             if client is not None:
                 self._out.acknowledge(client, Pubrel, packet_id)
             if session.persistent:
@@ -401,6 +402,9 @@ class Delivery:
         self.settled[session.client_id] = session  # its freed slots are filled after the read
         if not acked.waiting:  # as the ack left the outbox: settling does not change it
             return  # nothing queued behind the window (most acks): nothing to send
+        # The client is looked up only here and above, where it is needed: a PUBACK that
+        # frees a slot nothing waits for (most) sends nothing.
+        client = self._links.get(session.client_id)
         if client is None and session.outbox.holding:
             return  # held from a resend: the next connection's resend sends them again
         ready = self._ready(session)
