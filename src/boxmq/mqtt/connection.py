@@ -268,8 +268,11 @@ class Connection:
         assert version is not None, "nothing is sent before CONNECT"
         if self.ended:
             return True  # as a write to a socket gone: the session keeps what it holds
-        aliases = len(self._out_aliases)
-        aliased = self._aliased(packet) if self.client_alias_maximum else packet
+        if self.client_alias_maximum:
+            aliases = len(self._out_aliases)  # a new one is forgotten if this is not sent
+            aliased = self._aliased(packet)
+        else:  # no aliases (every 3.1.1 client): none learnt, none to forget
+            aliases, aliased = 0, packet
         try:
             data = encode_publish(aliased, version is _V5, packet_id, dup)
         except Exception:
