@@ -142,15 +142,11 @@ class Outbox(Generic[T]):
         (QoS 0), the packet id it goes now under, without DUP, or None when it had to wait.
         Each message sent from memory took a PUBLISH built for it, about 5 % of a QoS 1
         message's work (docs/benchmarks.md)."""
-        if not publish.qos and not self._queued and not self._held:
-            return 0
-        if (
-            publish.qos
-            and not self._queued
-            and not self._held
-            and len(self._in_flight) < self.window
-        ):
-            return self._take_id(publish, token, now)
+        if not self._queued and not self._held:  # nothing waits before it
+            if not publish.qos:
+                return 0
+            if len(self._in_flight) < self.window:
+                return self._take_id(publish, token, now)
         size = len(publish.payload)
         while not self._room_for(size):
             if not self._drop_oldest_qos0():
