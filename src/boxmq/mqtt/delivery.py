@@ -371,19 +371,22 @@ class Delivery:
         return all(subscriber.queue != message.queue for subscriber in subscribers)
 
     def acked(self, session: Session, packet_id: int, stage: Stage, reason: ReasonCode) -> None:
-        acked = session.outbox.acked(packet_id, stage, reason >= _UNSPECIFIED_ERROR)
-        if acked.stray:  # nothing in flight under that id: nothing settles, nothing is recorded
+        # Unpacked at once: reading four of its fields by name cost about 50 instructions each.
+        token, refused, release, stray, reply, waiting = session.outbox.acked(
+            packet_id, stage, reason >= _UNSPECIFIED_ERROR
+        )
+        if stray:  # nothing in flight under that id: nothing settles, nothing is recorded
             log.debug(
                 "client %s: an answer for packet id %d, not in flight", session.client_id, packet_id
             )
             client = self._links.get(session.client_id)
             if client is not None:
-                if acked.release:  # a repeated PUBREC: its PUBREL again
+                if release:  # a repeated PUBREC: its PUBREL again
                     self._out.acknowledge(client, Pubrel, packet_id)
-                elif acked.reply is not None:
-                    self._out.send(client, acked.reply)
+                elif reply is not None:
+                    self._out.send(client, reply)
             return
-        if acked.release:
+        if release:
             client = self._links.get(session.client_id)
             if client is not None:
                 self._out.acknowledge(client, Pubrel, packet_id)
@@ -392,12 +395,12 @@ class Delivery:
         # A positive PUBREC settles too: the message is the client's from then on, so a share
         # group never gives it to another member, even if this session ends before PUBCOMP.
         # A message in memory has no token (nor has a PUBCOMP): nothing to settle, no call.
-        if acked.token is not None:
-            self._settle(session, acked.token, refused=acked.refused)
+        if token is not None:
+            self._settle(session, token, refused=refused)
         if session.leaving:
             self.close_drained(session)
         self.settled[session.client_id] = session  # its freed slots are filled after the read
-        if not acked.waiting:  # as the ack left the outbox: settling does not change it
+        if not waiting:  # as the ack left the outbox: settling does not change it
             return  # nothing queued behind the window (most acks): nothing to send
         # The client is looked up only here and above, where it is needed: a PUBACK that
         # frees a slot nothing waits for (most) sends nothing.
