@@ -28,6 +28,7 @@ from boxmq.clock import Clock
 from boxmq.mqtt.server import MqttServer
 from boxmq.mqtt.session_record import read_record
 from boxmq.mqtt.settings import Listener, MqttSettings
+from boxmq.store.topics import read_records
 
 WAIT = 10.0  # seconds any single expected event may take
 
@@ -355,3 +356,38 @@ def mosquitto_tools() -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)
+
+
+# -- the CLI beside MQTT clients on one root (test_mqtt_cli_session, test_mqtt_adopt) ----------
+
+
+def boxmq_cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`boxmq --data ROOT ARGS...` as a user runs it, its output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", "--data", str(root), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ.copy(),
+    )
+
+
+def publish_each(served: RunningServer, topic: str, payloads: list[bytes]) -> None:
+    """Each payload at QoS 1 from a client of its own ("sender"), which then leaves."""
+    sender = paho(served, "sender")
+    try:
+        for payload in payloads:
+            sender.publish(topic, payload, 1)
+    finally:
+        sender.stop()
+
+
+def subscriptions_on_disk(root: Path) -> set[tuple[str, str | None, str | None]]:
+    """(filter, share group, subscriber) of every subscription's folder on disk."""
+    return {(r.filter, r.group, r.subscriber) for r, _ in read_records(str(root))}
+
+
+def persistent_paho(served: RunningServer, client_id: str, v5: bool) -> Paho:
+    """A paho client whose session outlives its connection: v5 with an hour's Session Expiry
+    Interval, 3.1.1 with clean session 0."""
+    return paho(served, client_id, v5=v5, clean=False, expiry=3600 if v5 else None)

@@ -9,9 +9,7 @@ session's own subscriptions (those its record names) come back and end as before
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,17 +17,19 @@ from pathlib import Path
 import pytest
 from tests.integration.mqtt.clients import (
     WAIT,
-    Paho,
     RunningServer,
+    boxmq_cli,
     mosquitto_tools,
     paho,
+    persistent_paho,
+    publish_each,
     recorded_away,
     serve_fresh,
     stop_process,
+    subscriptions_on_disk,
 )
 
 import boxmq
-from boxmq.store.topics import read_records
 
 
 @pytest.fixture
@@ -42,37 +42,10 @@ def served(tmp_path: Path) -> Iterator[tuple[RunningServer, Path]]:
         stop_process(process)
 
 
-def _cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "boxmq.cli", "--data", str(root), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=os.environ.copy(),
-    )
-
-
 def _keep(root: Path, filter: str, name: str) -> None:
     """`boxmq subscribe FILTER --name NAME --keep`, as a user keeps a subscription."""
-    done = _cli(root, "subscribe", filter, "--name", name, "--keep", "--idle", "0")
+    done = boxmq_cli(root, "subscribe", filter, "--name", name, "--keep", "--idle", "0")
     assert done.returncode == 0, done.stderr
-
-
-def _publish(served: RunningServer, topic: str, payloads: list[bytes]) -> None:
-    sender = paho(served, "sender")
-    try:
-        for payload in payloads:
-            sender.publish(topic, payload, 1)
-    finally:
-        sender.stop()
-
-
-def _subscriptions(root: Path) -> set[tuple[str, str | None, str | None]]:
-    return {(r.filter, r.group, r.subscriber) for r, _ in read_records(str(root))}
-
-
-def _persistent(served: RunningServer, client_id: str, v5: bool) -> Paho:
-    return paho(served, client_id, v5=v5, clean=False, expiry=3600 if v5 else None)
 
 
 def _said(log: Path, words: str) -> bool:
@@ -85,7 +58,7 @@ def _said(log: Path, words: str) -> bool:
 
 
 def _read_all(root: Path, filter: str, name: str) -> list[str]:
-    done = _cli(root, "subscribe", filter, "--name", name, "--idle", "1")
+    done = boxmq_cli(root, "subscribe", filter, "--name", name, "--idle", "1")
     assert done.returncode == 0, done.stderr
     return [line.split(" ", 1)[1] for line in done.stdout.splitlines()]
 
@@ -97,28 +70,28 @@ def test_a_persistent_client_does_not_adopt_a_cli_subscription(
     server, log = served
     root = server.root
     _keep(root, "cli/#", "laptop")
-    _publish(server, "cli/x", [b"c1", b"c2"])
-    client = _persistent(server, "laptop", v5)
+    publish_each(server, "cli/x", [b"c1", b"c2"])
+    client = persistent_paho(server, "laptop", v5)
     try:
         assert not client.session_present
-        _publish(server, "cli/x", [b"c3"])
+        publish_each(server, "cli/x", [b"c3"])
         assert client.nothing(1.0)  # it never subscribed to cli/#
         client.subscribe("own/#", 1)
-        _publish(server, "own/x", [b"o1"])
+        publish_each(server, "own/x", [b"o1"])
         assert client.next().payload == b"o1"
     finally:
         client.stop()
     assert _said(log, "a subscription to cli/# under its name on disk is not its session's")
-    back = _persistent(server, "laptop", v5)  # its own session, with its own subscription
+    back = persistent_paho(server, "laptop", v5)  # its own session, with its own subscription
     try:
         assert back.session_present
-        _publish(server, "own/x", [b"o2"])
+        publish_each(server, "own/x", [b"o2"])
         assert back.next().payload == b"o2"
         assert back.nothing(0.5)
     finally:
         back.stop()
     paho(server, "laptop", v5=v5).stop()  # a clean start ends its session, only its own
-    assert _subscriptions(root) == {("cli/#", None, "laptop")}
+    assert subscriptions_on_disk(root) == {("cli/#", None, "laptop")}
     assert _read_all(root, "cli/#", "laptop") == ["c1", "c2", "c3"]  # every one kept
 
 
@@ -158,12 +131,12 @@ def test_a_session_away_is_not_given_a_cli_subscription_at_its_return(
     server, _ = served
     root = server.root
     _keep(root, "cli/#", "laptop")
-    client = _persistent(server, "laptop", True)
+    client = persistent_paho(server, "laptop", True)
     client.subscribe("own/#", 1)
     client.stop()
     recorded_away(root, "laptop")
-    _publish(server, "cli/x", [b"c1"])
-    back = _persistent(server, "laptop", True)
+    publish_each(server, "cli/x", [b"c1"])
+    back = persistent_paho(server, "laptop", True)
     try:
         assert back.session_present
         assert back.nothing(1.0)
@@ -171,9 +144,9 @@ def test_a_session_away_is_not_given_a_cli_subscription_at_its_return(
         back.stop()
     recorded_away(root, "laptop")
     assert _read_all(root, "cli/#", "laptop") == ["c1"]
-    done = _cli(root, "unsubscribe", "cli/#", "--name", "laptop")
+    done = boxmq_cli(root, "unsubscribe", "cli/#", "--name", "laptop")
     assert done.returncode == 0, done.stderr
-    assert _subscriptions(root) == {("own/#", None, "laptop")}
+    assert subscriptions_on_disk(root) == {("own/#", None, "laptop")}
 
 
 def test_a_client_subscribing_to_a_cli_subscription_s_filter_is_said_in_the_log(
@@ -183,7 +156,7 @@ def test_a_client_subscribing_to_a_cli_subscription_s_filter_is_said_in_the_log(
     server's log says so."""
     server, log = served
     _keep(server.root, "cli/#", "laptop")
-    client = _persistent(server, "laptop", True)
+    client = persistent_paho(server, "laptop", True)
     try:
         client.subscribe("cli/#", 1)
         assert _said(log, "client laptop: subscribing to cli/# joins a subscription on disk")

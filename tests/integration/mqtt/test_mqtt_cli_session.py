@@ -7,7 +7,6 @@ and the client (told at its return that its session was present) still counted o
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -17,17 +16,19 @@ from pathlib import Path
 import pytest
 from tests.integration.mqtt.clients import (
     WAIT,
-    Paho,
     RunningServer,
+    boxmq_cli,
     mosquitto_tools,
     paho,
+    persistent_paho,
+    publish_each,
     recorded_away,
     serve_fresh,
     stop_process,
+    subscriptions_on_disk,
 )
 
 from boxmq.mqtt.session_record import read_record
-from boxmq.store.topics import read_records
 
 SESSION = "is the client id of an MQTT session"
 
@@ -42,39 +43,11 @@ def served(tmp_path: Path) -> Iterator[RunningServer]:
         stop_process(process)
 
 
-def _cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "boxmq.cli", "--data", str(root), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=os.environ.copy(),
-    )
-
-
 def _refused(done: subprocess.CompletedProcess[str], *said: str) -> None:
     assert (done.returncode, done.stdout) == (1, ""), done.stderr
     assert done.stderr.count("\n") == 1, done.stderr  # one line, no traceback
     for words in (SESSION, *said):
         assert words in done.stderr, done.stderr
-
-
-def _subscriptions(root: Path) -> set[tuple[str, str | None, str | None]]:
-    """(filter, share group, subscriber) of every subscription's folder on disk."""
-    return {(r.filter, r.group, r.subscriber) for r, _ in read_records(str(root))}
-
-
-def _publish(served: RunningServer, topic: str, payloads: list[bytes]) -> None:
-    sender = paho(served, "sender")
-    try:
-        for payload in payloads:
-            sender.publish(topic, payload, 1)
-    finally:
-        sender.stop()
-
-
-def _persistent(served: RunningServer, client_id: str, v5: bool) -> Paho:
-    return paho(served, client_id, v5=v5, clean=False, expiry=3600 if v5 else None)
 
 
 def test_a_connected_mosquitto_sub_keeps_its_session(served: RunningServer) -> None:
@@ -94,16 +67,16 @@ def test_a_connected_mosquitto_sub_keeps_its_session(served: RunningServer) -> N
         with subprocess.Popen(
             cli, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         ) as run:
-            _publish(served, "a/x", [b"m1", b"m2", b"m3"])  # while the CLI run would read
+            publish_each(served, "a/x", [b"m1", b"m2", b"m3"])  # while the CLI run would read
             out, err = run.communicate(timeout=60)
         reading = subprocess.CompletedProcess(cli, run.returncode, out, err)
         _refused(reading, "its client connected to boxmq serve", "another --name")
-        _refused(_cli(root, "unsubscribe", "a/#", "--name", "laptop"), "UNSUBSCRIBE")
-        _refused(_cli(root, "subscribe", "b/#", "--name", "laptop", "--keep", "--idle", "0"))
-        _publish(served, "a/x", [b"m4", b"m5", b"m6"])
+        _refused(boxmq_cli(root, "unsubscribe", "a/#", "--name", "laptop"), "UNSUBSCRIBE")
+        _refused(boxmq_cli(root, "subscribe", "b/#", "--name", "laptop", "--keep", "--idle", "0"))
+        publish_each(served, "a/x", [b"m4", b"m5", b"m6"])
         got, _ = sub.communicate(timeout=30)
     assert got.split() == ["m1", "m2", "m3", "m4", "m5", "m6"]
-    assert _subscriptions(root) == {("a/#", None, "laptop")}
+    assert subscriptions_on_disk(root) == {("a/#", None, "laptop")}
 
 
 @pytest.mark.parametrize(
@@ -119,31 +92,31 @@ def test_a_session_away_keeps_what_waits_for_its_client(
     its record and its client agree on its subscriptions when it returns; and once the
     client ends its session with a clean start, as the refusal says, the name is free."""
     root = served.root
-    client = _persistent(served, client_id, v5)
+    client = persistent_paho(served, client_id, v5)
     client.subscribe("a/#", 1)
     client.stop()
     recorded_away(root, client_id)
-    _publish(served, "a/x", [b"w1", b"w2", b"w3"])
+    publish_each(served, "a/x", [b"w1", b"w2", b"w3"])
     ends = "it ends at" if v5 else "it lasts until its client connects with a clean start"
     away = "its client away since"
-    _refused(_cli(root, "subscribe", "a/#", "--name", name, "--idle", "1"), away, ends)
-    _refused(_cli(root, "subscribe", "z/#", "--name", name, "--keep", "--idle", "0"), away)
-    _refused(_cli(root, "unsubscribe", "a/#", "--name", name), away, "clean start")
-    assert _subscriptions(root) == {("a/#", None, name)}
+    _refused(boxmq_cli(root, "subscribe", "a/#", "--name", name, "--idle", "1"), away, ends)
+    _refused(boxmq_cli(root, "subscribe", "z/#", "--name", name, "--keep", "--idle", "0"), away)
+    _refused(boxmq_cli(root, "unsubscribe", "a/#", "--name", name), away, "clean start")
+    assert subscriptions_on_disk(root) == {("a/#", None, name)}
     record = read_record(str(root), client_id)
     assert record is not None
     assert set(record.options) == {"a/#"}
-    back = _persistent(served, client_id, v5)
+    back = persistent_paho(served, client_id, v5)
     try:
         assert back.session_present
         assert [back.next().payload for _ in range(3)] == [b"w1", b"w2", b"w3"]
-        _publish(served, "a/x", [b"w4"])
+        publish_each(served, "a/x", [b"w4"])
         assert back.next().payload == b"w4"  # still subscribed, as its session says
     finally:
         back.stop()
     paho(served, client_id, v5=v5).stop()  # a clean start ends the session
     assert read_record(str(root), client_id) is None
-    done = _cli(root, "subscribe", "a/#", "--name", name, "--idle", "0")
+    done = boxmq_cli(root, "subscribe", "a/#", "--name", name, "--idle", "0")
     assert done.returncode == 0, done.stderr
 
 
@@ -152,15 +125,17 @@ def test_a_share_group_member_away_keeps_its_membership(served: RunningServer) -
     an unsubscribe under its name ended the group, and what it held."""
     root = served.root
     group = "$share/g/jobs/#"
-    member = _persistent(served, "worker", True)
+    member = persistent_paho(served, "worker", True)
     member.subscribe(group, 1)
     member.stop()
     recorded_away(root, "worker")
-    _publish(served, "jobs/1", [b"j1", b"j2"])
-    _refused(_cli(root, "subscribe", group, "--name", "worker", "--idle", "1"), "another --name")
-    _refused(_cli(root, "unsubscribe", group, "--name", "worker"), "UNSUBSCRIBE")
-    assert _subscriptions(root) == {("jobs/#", "g", None)}
-    back = _persistent(served, "worker", True)
+    publish_each(served, "jobs/1", [b"j1", b"j2"])
+    _refused(
+        boxmq_cli(root, "subscribe", group, "--name", "worker", "--idle", "1"), "another --name"
+    )
+    _refused(boxmq_cli(root, "unsubscribe", group, "--name", "worker"), "UNSUBSCRIBE")
+    assert subscriptions_on_disk(root) == {("jobs/#", "g", None)}
+    back = persistent_paho(served, "worker", True)
     try:
         assert sorted(back.next().payload for _ in range(2)) == [b"j1", b"j2"]
     finally:
@@ -172,13 +147,13 @@ def test_a_session_whose_server_was_killed_is_its_client_s(tmp_path: Path) -> No
     server; the session is its client's all the same (a restart resumes it)."""
     served, process = serve_fresh(tmp_path)
     try:
-        client = _persistent(served, "laptop", True)
+        client = persistent_paho(served, "laptop", True)
         client.subscribe("a/#", 1)
-        _publish(served, "a/x", [b"k1"])
+        publish_each(served, "a/x", [b"k1"])
         assert client.next().payload == b"k1"
     finally:
         process.kill()
         process.wait()
     client.stop()  # its server gone: it only stops reconnecting
-    done = _cli(served.root, "subscribe", "a/#", "--name", "laptop", "--idle", "0")
+    done = boxmq_cli(served.root, "subscribe", "a/#", "--name", "laptop", "--idle", "0")
     _refused(done, f"the boxmq serve it was connected to, process {process.pid}, stopped")
