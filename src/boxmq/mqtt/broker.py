@@ -731,7 +731,9 @@ class Broker:
         if clean:
             if session is not None:
                 self._lifetimes.end(session)
-            self._lifetimes.forget_on_disk(client_id)
+            # `record`, read once for this CONNECT: None for a session held here, whose
+            # record `end` has just removed.
+            self._lifetimes.forget_on_disk(client_id, record)
             session = None
         elif session is None:
             session = self._session_from_disk(client_id, expiry, record)

@@ -117,13 +117,12 @@ class Lifetimes:
         self._durable = durable
         self.expiries: dict[str, asyncio.TimerHandle] = {}  # client id -> its session's end
 
-    def forget_on_disk(self, client_id: str) -> None:
+    def forget_on_disk(self, client_id: str, record: SessionRecord | None) -> None:
         """A session this process holds nothing of ended (a clean start, or one found on disk
         at start whose time ran out): what it left on disk is deleted, its durable
-        subscriptions (those its record names: `session_made`), its QoS 2 messages awaiting
-        PUBREL and its record."""
+        subscriptions (those its `record` names, as the caller just read it: `session_made`),
+        its QoS 2 messages awaiting PUBREL and its record."""
         name = consumer_name(client_id)
-        record = read_record(self._box.root, client_id)
         for text, _ in self._box.topics.subscribed(name):
             if not session_made(client_id, record, text):
                 continue
@@ -240,12 +239,13 @@ class Lifetimes:
         to another broker on this root: its record changed)."""
         client_id = away.counted.client_id
         self.expiries.pop(client_id, None)
-        if client_id in self._sessions or not away.still_away(
-            read_record(self._box.root, client_id)
-        ):
+        if client_id in self._sessions:
+            return
+        record = read_record(self._box.root, client_id)
+        if not away.still_away(record):
             return
         log.info("client %s: session expired (it was on disk at start)", client_id)
-        self.forget_on_disk(client_id)
+        self.forget_on_disk(client_id, record)
 
     def schedule_expiry(self, session: Session) -> None:
         if session.expiry == NEVER:
