@@ -35,6 +35,7 @@ from boxmq.client import Box, Message, Peeked, Queue, QueueCounts
 from boxmq.client.lifecycle import shown
 from boxmq.core.topics import utf8_size
 from boxmq.errors import BoxMQError, Conflict, InvalidArgument, QueueNotFound
+from boxmq.host_names import HOST_NAME_RULE, is_host_name
 from boxmq.model import Property
 from boxmq.store.layout import State
 from boxmq.xmpp.settings import settings_from, without_component
@@ -503,14 +504,8 @@ def _address(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(
             f"{text!r}: the host is not valid Unicode: use HOST:PORT, e.g. 127.0.0.1:1883"
         )
-    try:
-        # The resolver's own first step: a label empty or over 63 characters (`a..b`) was a
-        # UnicodeError, which the XMPP component logged as a traceback at each retry.
-        host.strip("[]").encode("idna")
-    except UnicodeError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: the host is no host name: each part between dots is 1 to 63 characters"
-        ) from None
+    if not is_host_name(host.strip("[]")):  # the XMPP component logged a traceback per retry
+        raise argparse.ArgumentTypeError(f"{text!r}: the host is no host name: {HOST_NAME_RULE}")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 

@@ -48,6 +48,7 @@ from typing import Final, cast
 from boxmq.client.box import Box
 from boxmq.clock import Clock, SystemClock
 from boxmq.errors import ProtocolViolation
+from boxmq.host_names import HOST_NAME_RULE
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.reasons import reason_for
@@ -392,7 +393,7 @@ class MqttServer:
             # getaddrinfo encodes a host name by IDNA first, which fails, as no error of a
             # bind, on a label (the text between two dots) empty or over 63 characters.
             code = socket.EAI_NONAME
-            problem = "not a host name (each part between dots is 1 to 63 characters)"
+            problem = f"not a host name ({HOST_NAME_RULE})"
         address = (listener.host, listener.port)
         raise socket.gaierror(code, f"cannot resolve the host of address {address!r}: {problem}")
 
