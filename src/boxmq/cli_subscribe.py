@@ -19,7 +19,7 @@ from boxmq import cli_output as output
 from boxmq.client import Box, Message
 from boxmq.errors import InvalidArgument, LockError, QueueNotFound
 from boxmq.mqtt.session_record import SessionRecord, record_named
-from boxmq.store.process import process_alive
+from boxmq.store.process import process_alive, token_pid
 
 __all__ = ["subscribe", "unsubscribe"]
 
@@ -166,7 +166,7 @@ def _refuse_a_second_run(filter: str, subscriber: str, owner: str) -> None:
     alive = process_alive(owner)
     if alive is False:
         return
-    pid = _pid_of(owner)
+    pid = token_pid(owner)
     where = "" if alive else " on another machine"
     hint = "a member of its own" if filter.startswith("$share/") else "each name gets every message"
     ends = ["boxmq", "unsubscribe", filter, "--name", subscriber]  # quoted below, for a shell
@@ -175,11 +175,6 @@ def _refuse_a_second_run(filter: str, subscriber: str, owner: str) -> None:
         f"it: give this run another --name ({hint})"
         + ("" if alive else f", or end it with {shlex.join(ends)}")
     )
-
-
-def _pid_of(token: str) -> str:
-    """The pid in a process token (store/process.py), or the token if it is not one."""
-    return token.split("-")[1] if token.count("-") == 2 else token
 
 
 def _refuse_an_mqtt_session(box: Box, filter: str, subscriber: str, *, unsubscribe: bool) -> None:
@@ -215,7 +210,7 @@ def _session_state(record: SessionRecord) -> str:
     """Where an MQTT session's client is, as its record says, for `_refuse_an_mqtt_session`."""
     if record.holder is not None:
         alive = process_alive(record.holder)
-        pid = _pid_of(record.holder)
+        pid = token_pid(record.holder)
         if alive is not False:
             where = "" if alive else " on another machine"
             return f"its client connected to boxmq serve, process {pid}{where}"

@@ -11,7 +11,7 @@ import hashlib
 import os
 from functools import cache
 
-__all__ = ["process_alive", "process_token"]
+__all__ = ["process_alive", "process_token", "token_pid"]
 
 
 @cache
@@ -37,6 +37,12 @@ def _start_ticks(pid: int) -> str | None:
 def process_token(pid: int | None = None) -> str:
     pid = os.getpid() if pid is None else pid
     return f"{_host_id()}-{pid}-{_start_ticks(pid) or 0}"
+
+
+def token_pid(token: str) -> str:
+    """The pid a process token names, for a user to read; the text itself if it is no token."""
+    parts = token.split("-")
+    return parts[1] if len(parts) == 3 else token
 
 
 def process_alive(token: str) -> bool | None:
