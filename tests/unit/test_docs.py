@@ -1,0 +1,141 @@
+"""The user docs against the code: links between pages resolve, and every command-line option
+and config-file key a user can give is written down somewhere a user reads.
+
+A user should never need the code to use a feature; these are the checks that cost nothing
+to keep (whether the text is right is for a reader)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from boxmq import cli, config_table
+from boxmq.config import ServeConfig, load_config
+from boxmq.errors import InvalidArgument
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+PAGES = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+
+_FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+_HEADING = re.compile(r"^#{1,6} +(.+?) *#*$", re.M)
+
+
+def _prose(page: Path) -> str:
+    """The page without its code blocks, where `](x)` and `# x` are not links nor headings."""
+    return _FENCE.sub("", page.read_text(encoding="utf-8"))
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation but `-` and `_` dropped, each
+    space a `-`."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    for heading in _HEADING.findall(_prose(page)):
+        slug = _slug(heading)
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        found.add(slug if count == 0 else f"{slug}-{count}")  # GitHub numbers repeats
+    return found
+
+
+def _links() -> Iterator[tuple[Path, str]]:
+    for page in PAGES:
+        for target in _LINK.findall(_prose(page)):
+            if not re.match(r"[a-z][a-z+]*:", target):  # http:, https:, mailto: are not ours
+                yield page, target
+
+
+def test_the_slug_is_githubs() -> None:
+    assert _slug("The interpreter (2026-11-24, stop 18)") == "the-interpreter-2026-11-24-stop-18"
+    assert _slug("`[mqtt.limits]`") == "mqttlimits"
+    assert _slug("Locks (XEP-0254 semantics)") == "locks-xep-0254-semantics"
+
+
+def test_every_relative_link_and_anchor_resolves() -> None:
+    broken = []
+    for page, target in _links():
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            broken.append(f"{page.relative_to(REPO)}: {target}: no such file")
+        elif anchor and file.suffix == ".md" and anchor not in _anchors(file):
+            broken.append(f"{page.relative_to(REPO)}: {target}: no such heading")
+    assert broken == []
+    assert any("#" in target for _, target in _links())  # the check sees anchors at all
+
+
+def test_every_docs_page_is_linked_from_the_readme() -> None:
+    readme = _prose(REPO / "README.md")
+    unlinked = [p.name for p in sorted(DOCS.glob("*.md")) if f"](docs/{p.name}" not in readme]
+    assert unlinked == []
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    parser = cli._parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def test_every_command_and_option_is_in_cli_md() -> None:
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    # `--[no-]polling` stands for `--polling` and `--no-polling`
+    text += " ".join(f"--{m} --no-{m}" for m in re.findall(r"--\[no-\]([\w-]+)", text))
+    missing = []
+    commands = _commands()
+    assert {"put", "get", "serve", "passwd"} <= set(commands)
+    for name, parser in commands.items():
+        if not re.search(rf"`{name}\b", text):
+            missing.append(name)
+        for action in parser._actions:
+            missing += [
+                f"{name} {option}"
+                for option in action.option_strings
+                if option not in ("-h", "--help") and not re.search(rf"{option}\b", text)
+            ]
+    assert missing == []
+
+
+def _keys_read(folder: Path, texts: list[str], monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """Every key the config reader asks a table for, whether the file has it or not."""
+    asked: set[str] = set()
+    take = config_table.Table._take
+
+    def spy(table: config_table.Table, key: str) -> Any:
+        asked.add(key)
+        return take(table, key)
+
+    monkeypatch.setattr(config_table.Table, "_take", spy)
+    for text in texts:
+        config_file = folder / "boxmq.toml"
+        config_file.write_text(text)
+        # an empty tls table is refused: its keys were asked for before that
+        with contextlib.suppress(InvalidArgument):
+            load_config(config_file, defaults=ServeConfig())
+    return asked
+
+
+def test_every_config_key_is_in_configuration_md(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A share group and a listener, so that their keys are asked for too; then a tls table,
+    # whose missing cert stops the reading there.
+    group_and_listener = "[share_groups.etl]\n[[mqtt.listener]]\n"
+    texts = [group_and_listener, group_and_listener + "tls = {}\n"]
+    keys = _keys_read(tmp_path, texts, monkeypatch) - {"etl"}  # a group's name, not a key
+    assert {"data", "max_connections", "max_message_size", "require_client_cert"} <= keys
+    text = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    # a key is named in code: `key`, `[table.key]`, `mqtt.listener.key`
+    missing = sorted(key for key in keys if not re.search(rf"[`\[.]{key}\b", text))
+    assert missing == []
