@@ -1,5 +1,6 @@
-"""The user docs against the code: links between pages resolve, and every command-line option
-and config-file key a user can give is written down somewhere a user reads.
+"""The user docs against the code: links between pages resolve, every command-line option
+and config-file key a user can give is written down where a user reads, and every `boxmq`
+command line of the docs gives options its command has.
 
 A user should never need the code to use a feature; these are the checks that cost nothing
 to keep (whether the text is right is for a reader)."""
@@ -105,6 +106,37 @@ def test_every_command_and_option_is_in_cli_md() -> None:
                 if option not in ("-h", "--help") and not re.search(rf"{option}\b", text)
             ]
     assert missing == []
+
+
+# `boxmq [global options] COMMAND [its arguments]`, in prose or in a block, up to the end of
+# the code span, a comment or a pipe
+_COMMAND_LINE = re.compile(r"boxmq((?: +--?[\w-]+(?: +[^\s`-]\S*)?)*) +([a-z]+)\b([^`#|]*)")
+_OPTION = re.compile(r"(?<![\w-])(--?[a-zA-Z][\w-]*)")
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    return {option for action in parser._actions for option in action.option_strings}
+
+
+def test_every_command_line_in_the_docs_gives_options_its_command_has() -> None:
+    """`boxmq get --subscriber` in a page, where only peek, requeue and purge have it, sends a
+    user to a usage error."""
+    commands = _commands()
+    first = _options(cli._parser())
+    wrong = []
+    for page in PAGES:
+        if page.name == "benchmarks.md":  # a record of runs, commands of their day included
+            continue
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
+            for before, command, after in _COMMAND_LINE.findall(line):
+                if command not in commands:
+                    continue  # a word after "boxmq" in prose
+                given = [(o, first) for o in _OPTION.findall(before)]
+                given += [(o, _options(commands[command])) for o in _OPTION.findall(after)]
+                wrong += [
+                    f"{page.name}:{number}: {command} {o}" for o, has in given if o not in has
+                ]
+    assert wrong == []
 
 
 def _keys_read(folder: Path, texts: list[str], monkeypatch: pytest.MonkeyPatch) -> set[str]:
