@@ -77,6 +77,20 @@ def test_every_relative_link_and_anchor_resolves() -> None:
     assert any("#" in target for _, target in _links())  # the check sees anchors at all
 
 
+def test_a_link_that_says_above_or_below_points_that_way() -> None:
+    wrong = []
+    for page in PAGES:
+        text = _prose(page)
+        where: dict[str, int] = {}
+        for heading in _HEADING.finditer(text):
+            where.setdefault(_slug(heading[1]), heading.start())
+        for link in re.finditer(r"\[(above|below)\]\(#([^)]+)\)", text):
+            heading_at = where.get(link[2])
+            if heading_at is not None and (heading_at < link.start()) != (link[1] == "above"):
+                wrong.append(f"{page.name}: {link[0]}")
+    assert wrong == []
+
+
 def test_every_docs_page_is_linked_from_the_readme() -> None:
     readme = _prose(REPO / "README.md")
     unlinked = [p.name for p in sorted(DOCS.glob("*.md")) if f"](docs/{p.name}" not in readme]
