@@ -42,6 +42,7 @@ from boxmq.client.box import Box
 from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
 from boxmq.core import QoS, Subscription, parse_filter
+from boxmq.core.durations import LONGEST
 from boxmq.errors import BoxMQError, InvalidArgument, StoreFailed, store_failure
 from boxmq.model import ConsumerId, Envelope
 from boxmq.mqtt.clients import Client, Kick, Outgoing, disk_work_ahead
@@ -71,7 +72,12 @@ __all__ = ["Subscribing", "hold_the_rest"]
 
 log = logging.getLogger("boxmq.mqtt")
 
-_LOCK_TIMEOUT: Final = 7 * 24 * 3600.0  # MQTT has no ack timeout: a session holds its locks
+# MQTT has no ack timeout: a session's locks end with it (its end releases them), never by
+# time. A session may outlast any fixed timeout (a 3.1.1 one never expires, `max_session_expiry`
+# goes up to 0xFFFFFFFF, a client may stay connected for months): a lock that timed out first
+# sent its message again, as new, beside the DUP its session's record resends. So the longest
+# deadline boxmq writes, a century (docs/mqtt.md, "Locks last as long as the session").
+_LOCK_TIMEOUT: Final = LONGEST
 _R = ReasonCode
 
 

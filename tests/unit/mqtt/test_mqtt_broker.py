@@ -1853,3 +1853,47 @@ def test_max_subscriptions_0_is_no_limit(tmp_path: Path) -> None:
         assert sub.take() == [Suback(1, (_Q1,) * 1500)]
 
     _run(tmp_path, test, settings=_capped(0))
+
+
+@pytest.mark.parametrize("away", [False, True], ids=["connected", "away"])
+def test_a_sessions_message_in_flight_stays_its_own_past_seven_days(
+    tmp_path: Path, away: bool
+) -> None:
+    """A session may last longer than a week (`max_session_expiry` raised, a 3.1.1 session
+    that never expires, a client connected that long): the lock of what it was sent must not
+    time out before it. A 7-day lock put the message back in target/ on day 8, and the session
+    got it again as a new PUBLISH beside its record's resend (DUP): a QoS 2 duplicate."""
+    month = 30 * 86_400
+    clock = ManualClock(time.time())  # the Box's too: its locks' deadlines are read from it
+    settings = MqttSettings(limits=Limits(max_session_expiry=month))
+
+    async def test(broker: Broker) -> None:
+        holder = _connect(broker, "holder", expiry=month)
+        holder.send(Subscribe(1, (Subscription("hold/#", 2),)))
+        holder.take()
+        _connect(broker, "pub").send(Publish("hold/x", b"kept", 1, packet_id=1))
+        await _until(lambda: any(isinstance(p, Publish) for p in holder.inbox))
+        [sent] = [p for p in holder.take() if isinstance(p, Publish)]  # never answered
+        if away:
+            holder.close()
+        clock.advance(8 * 86_400)
+        broker.tick(clock.now())
+        if away:
+            holder = _connect(broker, "holder", expiry=month, clean=False)
+        for _ in range(3):  # a lock that timed out brings it again (as new) within a second
+            await asyncio.sleep(0.1)
+            clock.advance(1)
+            broker.tick(clock.now())
+        got = [(p.payload, p.dup, p.packet_id) for p in holder.take() if isinstance(p, Publish)]
+        assert got == ([(b"kept", True, sent.packet_id)] if away else [])
+
+    async def main() -> None:
+        with boxmq.open(tmp_path / "root", fsync="never", clock=clock) as box:
+            broker = Broker(box, settings, clock)
+            broker.resume_expiries()
+            try:
+                await test(broker)
+            finally:
+                await broker.close()
+
+    asyncio.run(main())
