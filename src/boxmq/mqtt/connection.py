@@ -366,12 +366,6 @@ class Connection:
         for packet in packets:
             self.send(packet)
 
-    def send_bytes(self, data: bytes) -> None:
-        """An already encoded PUBLISH (one encoding shared by every subscriber of a message)."""
-        limit = self.client_max_packet_size
-        if (not limit or len(data) <= limit) and not self.ended:
-            self._out.append(data)
-
     def data_to_send(self) -> list[bytes]:
         out, self._out = self._out, []
         return out

@@ -97,7 +97,6 @@ def test_nothing_is_sent_after_a_disconnect() -> None:
     connection.send(Pubcomp(1, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
     connection.acknowledge(Pubcomp, 2)
     assert connection.send(Publish("a", b"x", 1, packet_id=3))
-    connection.send_bytes(encode(Publish("a", b"x"), V5))
     assert connection.data_to_send() == [encode(Disconnect(ReasonCode.SESSION_TAKEN_OVER), V5)]
 
 
