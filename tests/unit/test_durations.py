@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmq.core.durations import LONGEST, check_seconds
+from boxmq.core.durations import LONGEST, check_seconds, check_wait
 from boxmq.errors import InvalidArgument
 
 
@@ -42,3 +42,20 @@ def test_zero_passes_only_where_it_is_allowed() -> None:
     assert check_seconds("delay", 0, zero=True) == 0.0
     with pytest.raises(InvalidArgument, match=">= 0, not -1"):
         check_seconds("delay", -1, zero=True)
+
+
+@pytest.mark.parametrize("value", [math.nan, "1", b"1", True, [1]])
+def test_a_receive_timeout_is_none_or_a_number(value: object) -> None:
+    with pytest.raises(InvalidArgument, match="receive timeout must be None or a number"):
+        check_wait(value)  # type: ignore[arg-type]
+
+
+def test_a_receive_timeout_past_a_century_waits_on() -> None:
+    assert [check_wait(v) for v in (None, -1, 0, 2.5, math.inf, 1e12)] == [
+        None,
+        -1,
+        0,
+        2.5,
+        None,
+        None,
+    ]

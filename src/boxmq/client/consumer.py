@@ -5,6 +5,7 @@ from __future__ import annotations
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.message import Message
 from boxmq.client.receiver import Receiver
+from boxmq.core.durations import check_wait
 from boxmq.model import ConsumerId
 
 __all__ = ["Consumer"]
@@ -25,7 +26,7 @@ class Consumer(Receiver):
 
     def receive(self, timeout: float | None = None) -> Message | None:
         """The next message, locked for us; None if none came within `timeout` seconds."""
-        return self._live.receive(self.name, timeout)
+        return self._live.receive(self.name, check_wait(timeout))  # NaN: never reached
 
     def receive_ready(self, *, most: int | None = None) -> list[Message]:
         """Every message locked for us now, up to our free slots (and `most`): one look at

@@ -41,7 +41,7 @@ from boxmq.core import (
     parse_filter,
     validate_topic,
 )
-from boxmq.core.durations import check_seconds
+from boxmq.core.durations import check_seconds, check_wait
 from boxmq.core.queue import check_consumer_limits
 from boxmq.errors import Closed, InvalidArgument, InvalidName, MetadataTooLong, QueueNotFound
 from boxmq.ids import IdFactory
@@ -1055,6 +1055,7 @@ class Subscriber(Receiver):
                 return message
             return self._capped(message, self._granted())
         assert self._inbox is not None
+        timeout = check_wait(timeout)  # a NaN deadline is never reached
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             delivery = self._inbox.pop(timeout)

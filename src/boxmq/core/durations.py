@@ -12,7 +12,7 @@ import math
 
 from boxmq.errors import InvalidArgument
 
-__all__ = ["LONGEST", "check_seconds"]
+__all__ = ["LONGEST", "check_seconds", "check_wait"]
 
 LONGEST = 100 * 365 * 86_400.0  # seconds: a century, the longest boxmq waits for anything
 
@@ -32,3 +32,17 @@ def check_seconds(what: str, value: float, *, zero: bool = False) -> float:
             f"{what} of {value:g} seconds is too long: at most {LONGEST:g} (100 years)"
         )
     return float(value)
+
+
+def check_wait(value: float | None) -> float | None:
+    """`value` if it is a usable receive timeout: None (wait on), or a number of seconds that
+    is not NaN (0 or less: look once). NaN passes every `now >= end` as false, so a receive
+    given it waited for ever; a str or a bool is a caller's mistake. Over a century (infinity
+    too) is None: a condition's wait raised OverflowError for more than threading.TIMEOUT_MAX."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise InvalidArgument(
+            f"a receive timeout must be None or a number of seconds (0: do not wait), not {value!r}"
+        )
+    return None if value > LONGEST else value

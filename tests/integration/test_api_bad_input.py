@@ -1,0 +1,77 @@
+"""The embedded API given what a user's Python may pass by mistake: each is refused at once
+with a boxmq error that says what to give, and nothing stored is lost or changed."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import pytest
+
+import boxmq
+
+
+def test_a_receive_timeout_that_is_no_number_of_seconds_is_refused_not_waited_on_for_ever(
+    box: boxmq.Box,
+) -> None:
+    # NaN compares false with every deadline: receive(timeout=nan) on an empty queue waited
+    # for ever instead of returning None after no time at all, or saying why.
+    jobs = box.queue("jobs")
+    with (
+        jobs.consumer("worker") as consumer,
+        box.subscribe("a/b", "durable") as durable,
+        box.subscribe("a/b", "memory", durable=False) as memory,
+    ):
+        for receiver in (consumer, durable, memory):
+            for timeout in (math.nan, "1", b"1", True):
+                outcome: list[object] = []
+                waiting = threading.Thread(
+                    target=_receive_into, args=(receiver, timeout, outcome), daemon=True
+                )
+                waiting.start()
+                waiting.join(10)
+                assert not waiting.is_alive(), f"receive(timeout={timeout!r}) still waits"
+                [refused] = outcome
+                assert isinstance(refused, boxmq.InvalidArgument), (timeout, refused)
+                assert "timeout" in str(refused)
+        jobs.put(b"kept")
+        message = consumer.receive(timeout=5)  # what a refused receive left is there
+        assert message is not None
+        assert message.body == b"kept"
+        message.ack()
+
+
+def _receive_into(receiver: boxmq.Consumer, timeout: object, outcome: list[object]) -> None:
+    try:
+        outcome.append(receiver.receive(timeout=timeout))  # type: ignore[arg-type]
+    except Exception as error:
+        outcome.append(error)
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_subscriber_takes_none_zero_a_negative_wait_and_infinity(
+    box: boxmq.Box, durable: bool
+) -> None:
+    # A memory subscription's wait (a threading.Condition) raised OverflowError for infinity
+    # and for any timeout over threading.TIMEOUT_MAX (about 292 years).
+    with box.subscribe("a/b", "worker", durable=durable) as subscriber:
+        assert subscriber.receive(timeout=0) is None
+        assert subscriber.receive(timeout=-1) is None  # a deadline already passed: no wait
+        for timeout in (math.inf, 1e12):
+            box.publish("a/b", b"one")
+            message = subscriber.receive(timeout=timeout)
+            assert message is not None
+            assert message.body == b"one"
+            message.ack()
+
+
+def test_a_consumer_takes_none_zero_a_negative_wait_and_infinity(box: boxmq.Box) -> None:
+    jobs = box.queue("jobs")
+    with jobs.consumer("worker") as consumer:
+        assert consumer.receive(timeout=0) is None
+        assert consumer.receive(timeout=-1) is None
+        for timeout in (math.inf, 1e12):
+            jobs.put(b"one")
+            message = consumer.receive(timeout=timeout)
+            assert message is not None
+            message.ack()
