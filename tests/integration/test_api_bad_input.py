@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +76,24 @@ def test_a_consumer_takes_none_zero_a_negative_wait_and_infinity(box: boxmq.Box)
             message = consumer.receive(timeout=timeout)
             assert message is not None
             message.ack()
+
+
+def test_a_folder_to_sweep_that_is_no_path_under_the_root_is_refused_at_once(
+    box: boxmq.Box, root: Path, tmp_path: Path
+) -> None:
+    # It was taken as it came, and refused only by os.scandir at the next sweep: every
+    # sweep from then on raised NotADirectoryError (for 5) and ran no housekeeping.
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / ".tmp-x").write_bytes(b"another program's")
+    for folder in (5, None, b"/tmp", str(outside), outside, root / ".." / "elsewhere"):
+        with pytest.raises(boxmq.InvalidArgument, match=r"folder to sweep|not under the root"):
+            box.sweep_temporaries_in(folder)  # type: ignore[arg-type]
+    box.queue("jobs").put(b"kept")
+    box.sweep()
+    assert (outside / ".tmp-x").exists()
+    records = root / "mine"
+    records.mkdir()
+    box.sweep_temporaries_in(records)  # a path under the root, as a door's records are
+    box.sweep()
+    assert box.queue("jobs").counts().ready == 1

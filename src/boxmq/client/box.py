@@ -7,6 +7,7 @@ per queue for its consumers; `close()` releases whatever they still hold.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -418,9 +419,24 @@ class Box:
                 log.warning("side files not collected this round: %s", error)
         return reports
 
-    def sweep_temporaries_in(self, folder: str) -> None:
+    def sweep_temporaries_in(self, folder: str | os.PathLike[str]) -> None:
         """Have every sweep also delete the stale temporaries in `folder`: a door's own
-        records under the root (MQTT's sessions), of which the box knows nothing."""
+        records under the root (MQTT's sessions), of which the box knows nothing.
+
+        Checked here, not at the sweep: a folder that is no path made every later sweep
+        raise, and one outside the root had them delete others' `.tmp-*` files."""
+        path: object = folder
+        with contextlib.suppress(TypeError):  # not a path: refused below, as bytes are
+            path = os.fspath(folder)
+        if not isinstance(path, str):
+            raise InvalidArgument(f"a folder to sweep is a str or a path, not {folder!r}")
+        folder = os.path.abspath(path)
+        root = os.path.realpath(self.root)
+        if os.path.commonpath([os.path.realpath(folder), root]) != root:
+            raise InvalidArgument(
+                f"{path!r} is not under the root {self.root!r}: sweep_temporaries_in is for "
+                "records of your own there"
+            )
         with self._lock:
             if folder not in self._door_folders:
                 self._door_folders = (*self._door_folders, folder)
