@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,3 +99,36 @@ def test_a_folder_to_sweep_that_is_no_path_under_the_root_is_refused_at_once(
     box.sweep_temporaries_in(records)  # a path under the root, as a door's records are
     box.sweep()
     assert box.queue("jobs").counts().ready == 1
+
+
+@pytest.mark.parametrize("name", [5, None, b"jobs", 1.5, ["jobs"]])
+def test_a_name_or_topic_that_is_no_str_is_refused_saying_so(box: boxmq.Box, name: object) -> None:
+    # Each came out of the validators' innards: "argument of type 'int' is not iterable",
+    # "a bytes-like object is required, not 'str'", an AttributeError from parse_filter
+    # (subscribe(None, ...)), or None called "empty".
+    jobs = box.queue("jobs")
+    jobs.put(b"kept")
+    bad: Any = name
+    calls: list[Callable[[], object]] = [
+        lambda: box.queue(bad),
+        lambda: box.queue(bad, create=False),
+        lambda: box.delete_queue(bad),
+        lambda: jobs.consumer(bad),
+        lambda: jobs.get(bad),
+        lambda: box.publish(bad, b"x"),
+        lambda: box.subscribe(bad, "worker"),
+        lambda: box.subscribe("a/b", bad),
+        lambda: box.unsubscribe(bad, "worker"),
+        lambda: box.subscription(bad),
+        lambda: box.assured("source", "1", b"x", queue=bad),
+        lambda: box.assured("source", "2", b"x", topic=bad),
+    ]
+    if name is None:  # no queue nor topic: the call names neither
+        del calls[-2:]
+    for call in calls:
+        with pytest.raises(
+            boxmq.InvalidArgument, match=f"not a str|is a str, not {type(name).__name__}"
+        ):
+            call()
+    assert box.queues() == ["jobs"]
+    assert jobs.counts().ready == 1

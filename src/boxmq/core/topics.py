@@ -48,6 +48,8 @@ def utf8_size(text: str) -> int | None:
 
 def _check_string(text: str, what: str) -> None:
     """The rules every topic name and filter share (MQTT 5.0 §1.5.4, §4.7.3)."""
+    if not isinstance(text, str):  # a caller's bytes or None: said so, not a TypeError
+        raise InvalidTopic(f"a {what} is a str, not {type(text).__name__}: {text!r}")
     if not text:
         raise InvalidTopic(f"a {what} must be at least one character long")  # §4.7.3
     if "\x00" in text:
@@ -131,8 +133,8 @@ def parse_filter(text: str) -> TopicFilter:
 
     Only text starting with "$share/" is shared; "$share" alone is a plain filter.
     """
-    if not text.startswith(_SHARE + _SEPARATOR):
-        return TopicFilter(validate_filter(text))
+    if not isinstance(text, str) or not text.startswith(_SHARE + _SEPARATOR):
+        return TopicFilter(validate_filter(text))  # which refuses what is not a str
     _check_string(text, "shared subscription filter")
     rest = text[len(_SHARE) + 1 :]
     group, separator, filter = rest.partition(_SEPARATOR)

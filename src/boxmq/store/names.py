@@ -452,6 +452,8 @@ def distinct_name(name: str, number: int) -> str:
 def check_consumer_name(name: str, what: str = "consumer name") -> ConsumerId:
     """`name` as a ConsumerId, or InvalidName if it cannot be written in a lock suffix.
     `what`: the name as the caller's user gave it ("subscriber name"), for the message."""
+    if not isinstance(name, str):  # else a TypeError from `in`, or None called empty
+        raise InvalidName(f"{what} {name!r} is not a str ({type(name).__name__})")
     if not name or "\0" in name or "/" in name:
         raise InvalidName(f"{what} {name!r} is empty or contains NUL or '/'")
     try:
@@ -531,6 +533,8 @@ def folder_segment(text: str) -> str:
 
 def escape_segment(text: str) -> str:
     """`text` (a destination name) as one directory name: never '.', '..', hidden, or with '/'."""
+    if not isinstance(text, str):  # else a TypeError from `in`, or None called empty
+        raise InvalidName(f"destination name {text!r} is not a str ({type(text).__name__})")
     if not text or "\0" in text:
         raise InvalidName(f"destination name {text!r} is empty or contains NUL")
     try:
