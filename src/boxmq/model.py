@@ -8,6 +8,7 @@ properties whose names start with RESERVED_PREFIX, so DropboxMQ still reads the 
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import math
 import re
@@ -30,6 +31,7 @@ __all__ = [
     "PropertyType",
     "PropertyValue",
     "cheap_init",
+    "check_given",
     "property_text",
     "timestamp_of",
 ]
@@ -351,3 +353,25 @@ def _property(name: object, value: PropertyValue | Property) -> Property:
             "(a member such as PropertyType.STRING, not its letter)"
         )
     return Property(name, value.type, value.value)
+
+
+def check_given(
+    properties: object, correlation_id: object, reply_to: object, type: object = None
+) -> None:
+    """InvalidArgument, saying what to give, for a producer's `properties` that are not a
+    mapping or a `correlation_id`, `reply_to` or `type` that is not a str: each came out of
+    the name encoder's regex or `dict()` as a TypeError that named neither."""
+    if properties is not None and not isinstance(properties, Mapping):
+        raise InvalidArgument(
+            f"properties map names to values (a dict), not {type_name(properties)}: {properties!r}"
+        )
+    for what, value in (("correlation_id", correlation_id), ("reply_to", reply_to), ("type", type)):
+        if value is not None and not isinstance(value, str):
+            hint = ""
+            if what == "correlation_id" and isinstance(value, (bytes, bytearray, memoryview)):
+                hint = " (bytes go in properties={'mqtt.correlation-data': base64 text})"
+            raise InvalidArgument(f"{what} is a str or None, not {type_name(value)}{hint}")
+
+
+def type_name(value: object) -> str:
+    return builtins.type(value).__name__

@@ -4,6 +4,7 @@ with a boxmq error that says what to give, and nothing stored is lost or changed
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -132,3 +133,37 @@ def test_a_name_or_topic_that_is_no_str_is_refused_saying_so(box: boxmq.Box, nam
             call()
     assert box.queues() == ["jobs"]
     assert jobs.counts().ready == 1
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"properties": 5}, "properties map names to values (a dict), not int"),
+        ({"properties": "ab"}, "not str"),
+        ({"properties": [("a", "b")]}, "not list"),
+        ({"correlation_id": 5}, "correlation_id is a str or None, not int"),
+        ({"correlation_id": b"\x01"}, "bytes go in properties={'mqtt.correlation-data'"),
+        ({"reply_to": b"a/b"}, "reply_to is a str or None, not bytes"),
+    ],
+)
+def test_metadata_of_the_wrong_type_is_refused_saying_what_to_give(
+    box: boxmq.Box, root: Path, given: dict[str, Any], says: str
+) -> None:
+    # TypeErrors from the name encoder's regex ("cannot use a string pattern on a bytes-like
+    # object") or dict(), AttributeError ('int' object has no attribute 'items') from publish.
+    # A list of pairs was taken by put (dict() of it) and refused by publish.
+    jobs = box.queue("jobs")
+    with box.subscribe("a/b", "worker") as subscriber:
+        sends: list[Callable[[], object]] = [
+            lambda: jobs.put(b"x", **given),
+            lambda: jobs.put_many([boxmq.Outgoing(b"x", **given)]),
+            lambda: box.publish("a/b", b"x", **given),
+        ]
+        if "properties" in given:
+            sends.append(lambda: box.assured("s", "1", b"x", queue="jobs", **given))
+        for send in sends:
+            with pytest.raises(boxmq.InvalidArgument, match=re.escape(says)):
+                send()
+        assert subscriber.receive_nowait() is None
+    assert jobs.counts() == boxmq.QueueCounts(0, 0, 0, 0, 0, 0)
+    assert not any((root / "jobs" / "working").iterdir())

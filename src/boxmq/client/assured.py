@@ -51,6 +51,7 @@ from boxmq.model import (
     Property,
     PropertyType,
     PropertyValue,
+    check_given,
     properties_from,
 )
 from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
@@ -217,6 +218,7 @@ class AssuredIntake:
             # Before anything is kept: a topic no publish could take ("a/+", "") was stored,
             # then failed at `deliver` after its marker, and every later start with it.
             validate_topic(message.topic)
+        check_given(message.properties, None, None)
         mqtt_fields.check(message.properties or {})
         now = self._clock.now()
         action = self._books.assured(

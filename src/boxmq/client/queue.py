@@ -40,6 +40,7 @@ from boxmq.model import (
     MessageId,
     Property,
     PropertyValue,
+    check_given,
     properties_from,
 )
 from boxmq.store.commit import Move, discard_unsent, discard_unsent_file
@@ -280,6 +281,7 @@ class Queue:
 
     def _envelope(self, outgoing: Outgoing, plain: bool) -> tuple[Envelope, bytes]:
         check_priority(outgoing.priority)
+        check_given(outgoing.properties, outgoing.correlation_id, outgoing.reply_to, outgoing.type)
         expiration = 0
         if outgoing.expires_in is not None:
             check_seconds("expires_in", outgoing.expires_in)

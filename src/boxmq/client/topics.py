@@ -58,6 +58,7 @@ from boxmq.model import (
     PropertyType,
     PropertyValue,
     cheap_init,
+    check_given,
     properties_from,
 )
 from boxmq.store import topics as layout
@@ -242,6 +243,7 @@ class Topics:
         taken in, since a subscription orders its messages by their ids)."""
         validate_topic(topic)
         level = _qos(qos)
+        check_given(properties, correlation_id, reply_to)
         mqtt_fields.check(properties or {})
         data = body_bytes(body)
         envelope = self._envelope(
