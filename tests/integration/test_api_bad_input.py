@@ -167,3 +167,13 @@ def test_metadata_of_the_wrong_type_is_refused_saying_what_to_give(
         assert subscriber.receive_nowait() is None
     assert jobs.counts() == boxmq.QueueCounts(0, 0, 0, 0, 0, 0)
     assert not any((root / "jobs" / "working").iterdir())
+
+
+@pytest.mark.parametrize("body", ["abc", b"abc", bytearray(b"abc"), memoryview(b"abc")])
+def test_put_many_of_one_body_is_refused_not_split_into_messages(box: boxmq.Box, body: Any) -> None:
+    # A str is an iterable of one-character strs: put_many("abc") put "a", "b" and "c".
+    jobs = box.queue("jobs")
+    with pytest.raises(boxmq.InvalidArgument, match=r"not one body .*put_many\(\[body\]\)"):
+        jobs.put_many(body)
+    assert jobs.counts().ready == 0
+    assert len(jobs.put_many([body])) == 1

@@ -212,6 +212,12 @@ class Queue:
 
     def put_many(self, messages: Iterable[Outgoing | bytes | str]) -> list[MessageId]:
         """Send many messages with one commit (one flush for all under fsync=always)."""
+        if isinstance(messages, (str, bytes, bytearray, memoryview)):
+            # A body is iterable too: put_many("abc") put three messages, "a", "b" and "c".
+            raise InvalidArgument(
+                f"put_many takes a list of messages, not one body ({type(messages).__name__}): "
+                "use put(body), or put_many([body])"
+            )
         moves, sent, ids = [], [], []
         try:
             for item in messages:
