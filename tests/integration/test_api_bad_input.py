@@ -177,3 +177,25 @@ def test_put_many_of_one_body_is_refused_not_split_into_messages(box: boxmq.Box,
         jobs.put_many(body)
     assert jobs.counts().ready == 0
     assert len(jobs.put_many([body])) == 1
+
+
+@pytest.mark.parametrize("durable", [True, False])
+@pytest.mark.parametrize("most", [-1, 1.5, "3", True])
+def test_receive_ready_takes_none_or_a_count_of_zero_or_more(
+    box: boxmq.Box, durable: bool, most: Any
+) -> None:
+    # -1 gave nothing without a word (a caller may have meant "all"), 1.5 up to two
+    # messages, and "3" a TypeError from a comparison inside.
+    jobs = box.queue("jobs")
+    with (
+        jobs.consumer("worker", max_in_flight=3) as consumer,
+        box.subscribe("a/b", "worker", durable=durable, max_in_flight=3) as subscriber,
+    ):
+        for _ in range(2):
+            jobs.put(b"x")
+            box.publish("a/b", b"x")
+        for receiver in (consumer, subscriber):
+            with pytest.raises(boxmq.InvalidArgument, match="most must be None or an int >= 0"):
+                receiver.receive_ready(most=most)
+            assert receiver.receive_ready(most=0) == []
+            assert len(receiver.receive_ready()) == 2

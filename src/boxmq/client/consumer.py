@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.message import Message
-from boxmq.client.receiver import Receiver
+from boxmq.client.receiver import Receiver, check_most
 from boxmq.core.durations import check_wait
 from boxmq.model import ConsumerId
 
@@ -32,6 +32,7 @@ class Consumer(Receiver):
         """Every message locked for us now, up to our free slots (and `most`): one look at
         the folder for all of them (a loop of receive_nowait looks once more after the
         last). What was claimed for us beyond `most` waits for the next receive."""
+        check_most(most)
         return self._live.receive_ready(self.name, most)
 
     def set_limits(self, *, max_in_flight: int, lock_timeout: float) -> None:

@@ -10,7 +10,7 @@ from typing import Self
 from boxmq.client.message import Message
 from boxmq.errors import Closed, InvalidArgument
 
-__all__ = ["Receiver"]
+__all__ = ["Receiver", "check_most"]
 
 
 class Receiver(ABC):
@@ -32,6 +32,7 @@ class Receiver(ABC):
     def receive_ready(self, *, most: int | None = None) -> list[Message]:
         """Every message that is there for it now, without waiting (maybe none); at most
         `most` of them if given."""
+        check_most(most)
         ready: list[Message] = []
         while most is None or len(ready) < most:
             message = self.receive_nowait()
@@ -60,3 +61,10 @@ class Receiver(ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def check_most(most: int | None) -> None:
+    """InvalidArgument unless `most` is None or an int >= 0: -1 gave nothing (where "all"
+    may have been meant), 1.5 as many as 2, "3" a TypeError from a comparison."""
+    if most is not None and (isinstance(most, bool) or not isinstance(most, int) or most < 0):
+        raise InvalidArgument(f"most must be None or an int >= 0, not {most!r}")
