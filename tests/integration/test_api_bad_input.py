@@ -199,3 +199,25 @@ def test_receive_ready_takes_none_or_a_count_of_zero_or_more(
                 receiver.receive_ready(most=most)
             assert receiver.receive_ready(most=0) == []
             assert len(receiver.receive_ready()) == 2
+
+
+def test_a_bool_is_no_duration(box: boxmq.Box) -> None:
+    # True is 1 to arithmetic: lock_timeout=True locked for one second, expires_in=True let
+    # a message expire a second after its put, extend(True) gave a lock one more second.
+    jobs = box.queue("jobs")
+    jobs.put(b"kept")
+    with pytest.raises(boxmq.InvalidArgument, match="not True"):
+        jobs.put(b"x", expires_in=True)
+    with pytest.raises(boxmq.InvalidArgument, match="not True"):
+        jobs.consumer("worker", lock_timeout=True)
+    with pytest.raises(boxmq.InvalidArgument, match="not True"):
+        jobs.get("worker", lock_timeout=True)
+    message = jobs.get("worker", lock_timeout=30)
+    assert message is not None
+    deadline = message.lock_deadline
+    with pytest.raises(boxmq.InvalidArgument, match="not True"):
+        message.extend(True)
+    with pytest.raises(boxmq.InvalidArgument, match="not False"):
+        message.unlock(delay=False)
+    assert jobs.peek(state=boxmq.State.PROCESSING)[0].lock_deadline == pytest.approx(deadline)
+    assert jobs.counts().ready == 0

@@ -28,6 +28,8 @@ def test_a_positive_finite_duration_up_to_a_century_passes(seconds: float) -> No
         (-math.inf, "not -inf"),
         ("30s", "not '30s'"),
         (None, "not None"),
+        (True, "not True"),  # 1 to math: lock_timeout=True was a lock of 1 s
+        (False, "not False"),
         (LONGEST * 1.01, "too long: at most 3.1536e+09 (100 years)"),
         (1e300, "x of 1e+300 seconds is too long"),
     ],

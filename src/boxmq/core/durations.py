@@ -25,6 +25,8 @@ def check_seconds(what: str, value: float, *, zero: bool = False) -> float:
         usable = math.isfinite(value) and (value >= 0 if zero else value > 0)
     except TypeError:
         usable = False
+    if isinstance(value, bool):  # True is 1 to math: lock_timeout=True locked for 1 s
+        usable = False
     if not usable:
         raise InvalidArgument(f"{what} must be a finite number of seconds {least}, not {value!r}")
     if value > LONGEST:
