@@ -221,3 +221,28 @@ def test_a_bool_is_no_duration(box: boxmq.Box) -> None:
         message.unlock(delay=False)
     assert jobs.peek(state=boxmq.State.PROCESSING)[0].lock_deadline == pytest.approx(deadline)
     assert jobs.counts().ready == 0
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"root": ""}, "the root '' is empty"),  # it opened the current directory
+        ({"root": None}, "the root is a folder's path"),
+        ({"root": 5}, "the root is a folder's path"),
+        ({"root": b"data"}, "the root is a folder's path"),
+        ({"root": "da\0ta"}, "holds NUL"),
+        ({"group_dispatch": [("etl", "random")]}, "group_dispatch maps share group names"),
+        ({"exactly_once": 5}, "exactly_once is a boxmq.core.ExactlyOnceLimits"),
+        ({"clock": 5}, "clock is a boxmq.Clock"),
+        ({"keep_processed": "no"}, "keep_processed is True or False, not 'no'"),
+        ({"polling": 1}, "polling is True or False, not 1"),
+    ],
+)
+def test_open_refuses_options_of_the_wrong_type_before_it_makes_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: dict[str, Any], says: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    options = {"root": tmp_path / "data", **given}
+    with pytest.raises(boxmq.InvalidArgument, match=re.escape(says)):
+        boxmq.open(**options)
+    assert list(tmp_path.iterdir()) == []

@@ -556,6 +556,23 @@ def open(
         raise InvalidArgument(
             f"fsync {fsync!r}: choose one of {', '.join(p.value for p in FsyncPolicy)}"
         ) from None
+    path = _root_path(root)
+    # Each of these was taken as it came and failed later, deep inside, or never: a list of
+    # pairs for group_dispatch or an int for exactly_once with an AttributeError here, a
+    # clock without now() at the first put, keep_processed="no" as True.
+    if group_dispatch is not None and not isinstance(group_dispatch, Mapping):
+        raise InvalidArgument(
+            f"group_dispatch maps share group names to strategies (a dict), not {group_dispatch!r}"
+        )
+    if exactly_once is not None and not isinstance(exactly_once, ExactlyOnceLimits):
+        raise InvalidArgument(
+            f"exactly_once is a boxmq.core.ExactlyOnceLimits or None, not {exactly_once!r}"
+        )
+    if clock is not None and not callable(getattr(clock, "now", None)):
+        raise InvalidArgument(f"clock is a boxmq.Clock (it has now()) or None, not {clock!r}")
+    for what, flag in (("keep_processed", keep_processed), ("polling", polling)):
+        if not isinstance(flag, bool):
+            raise InvalidArgument(f"{what} is True or False, not {flag!r}")
     strategy = dispatch_named(dispatch)
     by_group = {group: dispatch_named(name) for group, name in (group_dispatch or {}).items()}
     for group in by_group:
@@ -586,7 +603,7 @@ def open(
         keep_processed=keep_processed,
     )
     return Box(
-        os.fspath(root),
+        path,
         fsync=policy,
         fsync_interval=fsync_interval,
         options=options,
@@ -595,6 +612,21 @@ def open(
         spares=spares,
         group_dispatch=by_group,
     )
+
+
+def _root_path(root: str | os.PathLike[str]) -> str:
+    """`root` as a str path; InvalidArgument for what is none: "" opened the current
+    directory as the root, None, 5 or bytes raised a TypeError from os.fspath or makedirs."""
+    path: object = root
+    with contextlib.suppress(TypeError):
+        path = os.fspath(root)
+    if not isinstance(path, str):
+        raise InvalidArgument(f"the root is a folder's path, a str or a path, not {root!r}")
+    if not path or "\0" in path:
+        raise InvalidArgument(
+            f"the root {path!r} is empty or holds NUL: give a folder's path ('.' for this one)"
+        )
+    return path
 
 
 def dispatch_named(name: str) -> Dispatch:
