@@ -246,3 +246,36 @@ def test_open_refuses_options_of_the_wrong_type_before_it_makes_anything(
     with pytest.raises(boxmq.InvalidArgument, match=re.escape(says)):
         boxmq.open(**options)
     assert list(tmp_path.iterdir()) == []
+
+
+def _iterate_into(receiver: boxmq.Consumer | boxmq.Subscriber, outcome: list[object]) -> None:
+    try:
+        outcome.append(list(receiver))
+    except Exception as error:
+        outcome.append(error)
+
+
+def test_box_close_ends_the_iterations_other_threads_wait_in(root: Path) -> None:
+    # A consumer's thread waiting on the folder read the watcher's wake pipe after close had
+    # closed it: OSError EBADF (or a read of whatever file took that descriptor number).
+    for attempt in range(5):
+        box = boxmq.open(root / str(attempt), fsync="never")
+        receivers = [
+            box.queue("jobs").consumer("worker"),
+            box.subscribe("a/b", "durable"),
+        ]
+        outcomes: list[list[object]] = [[] for _ in receivers]
+        threads = [
+            threading.Thread(target=_iterate_into, args=(r, o), daemon=True)
+            for r, o in zip(receivers, outcomes, strict=True)
+        ]
+        for thread in threads:
+            thread.start()
+        box.queue("jobs").put(b"first")  # the consumer's thread is woken by the watcher
+        box.close()
+        for thread in threads:
+            thread.join(10)
+        assert [t.is_alive() for t in threads] == [False, False]
+        for outcome in outcomes:
+            [ended] = outcome
+            assert isinstance(ended, list), ended  # the iteration ended, with no error

@@ -400,7 +400,16 @@ class LiveQueue:
             for consumer in list(self._inbox):
                 self.detach(consumer)
             self._closed = True
-            self._watcher.wakeup()
+            # A receiving thread may be in the watcher's wait, the mutex released: closing the
+            # watcher under it made it read a closed wake pipe (OSError EBADF, or a read of
+            # whatever file took that descriptor number meanwhile). It leaves once woken.
+            while self._watching:
+                self._watcher.wakeup()
+                self._sleepers += 1
+                try:
+                    self._cond.wait(0.1)
+                finally:
+                    self._sleepers -= 1
         self._watcher.close()
 
     # -- keeping the engine in step with the folder ------------------------------------------------
