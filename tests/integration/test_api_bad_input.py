@@ -257,12 +257,14 @@ def _iterate_into(receiver: boxmq.Consumer | boxmq.Subscriber, outcome: list[obj
 
 def test_box_close_ends_the_iterations_other_threads_wait_in(root: Path) -> None:
     # A consumer's thread waiting on the folder read the watcher's wake pipe after close had
-    # closed it: OSError EBADF (or a read of whatever file took that descriptor number).
+    # closed it: OSError EBADF (or a read of whatever file took that descriptor number). A
+    # memory subscription was never told: its thread waited for ever.
     for attempt in range(5):
         box = boxmq.open(root / str(attempt), fsync="never")
         receivers = [
             box.queue("jobs").consumer("worker"),
             box.subscribe("a/b", "durable"),
+            box.subscribe("a/b", "memory", durable=False),
         ]
         outcomes: list[list[object]] = [[] for _ in receivers]
         threads = [
@@ -275,7 +277,7 @@ def test_box_close_ends_the_iterations_other_threads_wait_in(root: Path) -> None
         box.close()
         for thread in threads:
             thread.join(10)
-        assert [t.is_alive() for t in threads] == [False, False]
+        assert [t.is_alive() for t in threads] == [False, False, False]
         for outcome in outcomes:
             [ended] = outcome
             assert isinstance(ended, list), ended  # the iteration ended, with no error

@@ -502,8 +502,11 @@ class Box:
         with self._lock:
             self._closed = True
             live, self._live = list(self._live.values()), {}
+            topics = self._topics
         for queue in live:
             queue.close()
+        if topics is not None:
+            topics.close_memory()
         self._committer.close()
         if self._spares is not None:
             self._spares.close()  # its own files, for other processes to reuse

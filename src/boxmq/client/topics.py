@@ -972,6 +972,14 @@ class Topics:
             router.subscribe(subscription)
         self._router, self._paths = router, paths
 
+    def close_memory(self) -> None:
+        """End every memory subscription's receive (the box closes): a thread waiting in
+        one, which nothing else would wake, ends its iteration as at the Subscriber's close."""
+        with self._lock:
+            inboxes = [inbox for _, inbox in self._memory.values()]
+        for inbox in inboxes:
+            inbox.close()
+
     def sweep_subscriptions(self) -> int:
         """End what a dead process left: share-group members whose process died (a group
         left empty is deleted), and plain subscriptions that were to end with a process
