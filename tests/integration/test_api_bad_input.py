@@ -281,3 +281,23 @@ def test_box_close_ends_the_iterations_other_threads_wait_in(root: Path) -> None
         for outcome in outcomes:
             [ended] = outcome
             assert isinstance(ended, list), ended  # the iteration ended, with no error
+
+
+@pytest.mark.parametrize("left", [5, "names", ("a",)])
+def test_requeue_refuses_a_left_it_cannot_append_to_before_it_moves_anything(
+    box: boxmq.Box, root: Path, left: Any
+) -> None:
+    # The AttributeError came at the first name that stays, after the others had gone back:
+    # the caller heard neither how many went back nor which stayed.
+    jobs = box.queue("jobs")
+    jobs.put(b"dead")
+    message = jobs.get("worker")
+    assert message is not None
+    message.reject()
+    (root / "jobs" / "error" / "a folder").mkdir()  # never deliverable: it stays, named in left
+    with pytest.raises(boxmq.InvalidArgument, match="left is a list"):
+        jobs.requeue(left=left)
+    assert jobs.counts().dead == 2
+    names: list[str] = []
+    assert jobs.requeue(left=names) == 1
+    assert names == ["a folder"]

@@ -456,6 +456,10 @@ class Queue:
             raise InvalidArgument(
                 f"requeue takes messages from error, expired or processed, not {source.value}"
             )
+        if left is not None and not callable(getattr(left, "append", None)):
+            # Else an AttributeError at the first name left, after the others were moved:
+            # the caller heard neither how many went back nor which stayed.
+            raise InvalidArgument(f"left is a list for the names left, or None, not {left!r}")
         moved, now = 0, self._now()
         strays: list[str] = []
         for entry in list(self._box.scan(source, strays)):
