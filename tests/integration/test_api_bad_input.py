@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import boxmq
 
@@ -301,3 +303,31 @@ def test_requeue_refuses_a_left_it_cannot_append_to_before_it_moves_anything(
     names: list[str] = []
     assert jobs.requeue(left=names) == 1
     assert names == ["a folder"]
+
+
+@settings(max_examples=150)
+@given(queue=st.text(max_size=90), consumer=st.text(max_size=50))
+def test_any_text_is_a_queue_and_consumer_name_or_refused_with_invalid_name(
+    tmp_path_factory: pytest.TempPathFactory, queue: str, consumer: str
+) -> None:
+    # What a hunt tried (`/`, `..`, NUL, lone surrogates, 200 bytes of é): every name is one
+    # folder the root lists back, read again by a second open, or InvalidName; never a
+    # traceback, and never a message put under it lost.
+    root = tmp_path_factory.mktemp("names")
+    with boxmq.open(root, fsync="never") as box:
+        try:
+            jobs = box.queue(queue)
+        except boxmq.InvalidName:
+            assert box.queues() == []
+            return
+        assert box.queues() == [queue]
+        message_id = jobs.put(b"kept")
+        try:
+            message = jobs.get(consumer)
+        except boxmq.InvalidName:
+            message, consumer = jobs.get("worker"), "worker"
+        assert message is not None
+        assert (message.id, message.consumer) == (message_id, consumer)
+        jobs.ack(message.id, consumer)
+    with boxmq.open(root, fsync="never") as again:
+        assert again.queue(queue, create=False).counts().done == 1
