@@ -331,3 +331,22 @@ def test_any_text_is_a_queue_and_consumer_name_or_refused_with_invalid_name(
         jobs.ack(message.id, consumer)
     with boxmq.open(root, fsync="never") as again:
         assert again.queue(queue, create=False).counts().done == 1
+
+
+def test_a_put_to_a_queue_deleted_meanwhile_says_so(box: boxmq.Box, root: Path) -> None:
+    # A Queue kept by a producer across box.delete_queue (or another process's delete)
+    # raised FileNotFoundError naming a file in working/ that it had been about to write.
+    jobs = box.queue("jobs")
+    jobs.put(b"old")
+    assert box.delete_queue("jobs")
+    sends: list[Callable[[], object]] = [
+        lambda: jobs.put(b"x"),
+        lambda: jobs.put(b"x", priority=5),
+        lambda: jobs.put_many([b"x", b"y"]),
+    ]
+    for send in sends:
+        with pytest.raises(boxmq.QueueNotFound, match=r"'jobs' was deleted.*box\.queue\('jobs'\)"):
+            send()
+    assert box.queues() == []
+    box.queue("jobs").put(b"new")  # made again, as the error says
+    assert box.queue("jobs").counts().ready == 1

@@ -30,7 +30,7 @@ from boxmq.client.spill import spilled
 from boxmq.client.sweeps import SweepLimits, release_stale_locks
 from boxmq.core import QueuePolicy
 from boxmq.core.durations import check_seconds
-from boxmq.errors import InvalidArgument, InvalidName, MetadataTooLong
+from boxmq.errors import InvalidArgument, InvalidName, MetadataTooLong, QueueNotFound
 from boxmq.ids import IdFactory
 from boxmq.model import (
     RESERVED_PREFIX,
@@ -174,9 +174,22 @@ class Queue:
             and reply_to is None
             and type is None
         ):
-            return self._put_body(body)  # a bare body: no Outgoing to build and read
+            try:
+                return self._put_body(body)  # a bare body: no Outgoing to build and read
+            except FileNotFoundError as error:
+                self._check_not_deleted(error)
+                raise
         outgoing = Outgoing(body, priority, properties, expires_in, correlation_id, reply_to, type)
         return self.put_many([outgoing])[0]
+
+    def _check_not_deleted(self, error: FileNotFoundError) -> None:
+        """QueueNotFound if the queue's folder is gone (box.delete_queue, or another process,
+        since this Queue was made): not a FileNotFoundError naming a file in working/."""
+        if not os.path.isdir(self._box.path):
+            raise QueueNotFound(
+                f"queue {self.name!r} was deleted (no folder {self._box.path}) since this "
+                f"Queue was made: box.queue({self.name!r}) makes it again"
+            ) from error
 
     def _put_body(self, body: bytes | str) -> MessageId:
         """`put_many([body])[0]` for one bare body, the common put, in one call instead of
@@ -229,10 +242,12 @@ class Queue:
                 sent.append((name, envelope, body))
                 ids.append(envelope.message_id)
             self._box.send(moves)
-        except BaseException:
+        except BaseException as error:
             # The caller hears of a failure (the disk's, or a bad item half-way): none of those
             # written goes out later, nor waits in working/ for the sweep.
             discard_unsent(moves)
+            if isinstance(error, FileNotFoundError):
+                self._check_not_deleted(error)
             raise
         if (live := self._opened()) is not None:
             live.sent(sent)  # our consumers need not wait for the watcher to read the names
