@@ -350,3 +350,25 @@ def test_a_put_to_a_queue_deleted_meanwhile_says_so(box: boxmq.Box, root: Path) 
     assert box.queues() == []
     box.queue("jobs").put(b"new")  # made again, as the error says
     assert box.queue("jobs").counts().ready == 1
+
+
+@pytest.mark.parametrize("where", [{"queue": "jobs"}, {"topic": "a/b"}])
+def test_assured_takes_a_str_body_as_put_does_and_refuses_an_int_leaving_nothing(
+    box: boxmq.Box, root: Path, where: dict[str, Any]
+) -> None:
+    # A str body raised TypeError from the write, its temporary left in working/ until a
+    # sweep; an int one a TypeError from len().
+    with box.subscribe("a/b", "worker") as subscriber:
+        for body in (5, None, ["x"]):
+            with pytest.raises(boxmq.InvalidArgument, match="a message body is bytes or str"):
+                box.assured("sender", "1", body, **where)  # type: ignore[arg-type]
+        assert not list(root.rglob(".tmp-*"))
+        assert box.pending("sender") == []
+        assert box.assured("sender", "1", "héllo", **where)
+        assert box.deliver("sender", "1")
+        receiver = subscriber if "topic" in where else box.queue("jobs").consumer("worker")
+        message = receiver.receive(timeout=5)
+        assert message is not None
+        assert (message.body, message.text()) == ("héllo".encode(), "héllo")
+        assert message.message_class is boxmq.MessageClass.TEXT
+        message.ack()

@@ -32,6 +32,7 @@ from functools import partial
 from typing import NamedTuple
 
 from boxmq.client import mqtt_fields
+from boxmq.client.body import body_bytes
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.client.spill import spilled
 from boxmq.clock import Clock
@@ -83,6 +84,7 @@ class AssuredMessage(NamedTuple):
     properties: Mapping[str, PropertyValue | Property] | None = None
     reclaim: bool = False
     expires_in: float | None = None
+    text: bool = False  # the body is a str's UTF-8: stored as class T, as a put of a str is
 
 
 Outcome = bool | BoxMQError | OSError
@@ -144,7 +146,7 @@ class AssuredIntake:
         self,
         source: str,
         msg_id: str,
-        body: bytes,
+        body: bytes | str,
         *,
         queue: str | None = None,
         topic: str | None = None,
@@ -161,8 +163,20 @@ class AssuredIntake:
         to its copies. Raises NotAllowed, MessageTooLarge or ResourceConstraint, storing
         nothing.
         """
+        # Before anything is reserved or written: a str body raised TypeError from the write,
+        # its temporary left in working/, and an int one from len().
+        data = body_bytes(body)
         message = AssuredMessage(
-            source, msg_id, body, queue, topic, priority, properties, reclaim, expires_in
+            source,
+            msg_id,
+            data,
+            queue,
+            topic,
+            priority,
+            properties,
+            reclaim,
+            expires_in,
+            isinstance(body, str),
         )
         [outcome] = self.assured_many([message])
         if isinstance(outcome, BaseException):
@@ -247,7 +261,7 @@ class AssuredIntake:
         envelope = Envelope(
             message_id=self._ids.new(),
             priority=message.priority,
-            message_class=MessageClass.BYTES,
+            message_class=MessageClass.TEXT if message.text else MessageClass.BYTES,
             expiration=expiration,
             properties=(
                 *properties_from(dict(message.properties or {})),

@@ -271,7 +271,7 @@ class Box:
         self,
         source: str,
         msg_id: str,
-        body: bytes,
+        body: bytes | str,
         *,
         queue: str | None = None,
         topic: str | None = None,
