@@ -372,3 +372,13 @@ def test_assured_takes_a_str_body_as_put_does_and_refuses_an_int_leaving_nothing
         assert (message.body, message.text()) == ("héllo".encode(), "héllo")
         assert message.message_class is boxmq.MessageClass.TEXT
         message.ack()
+
+
+@pytest.mark.parametrize(("source", "msg_id", "says"), [(None, "1", "source"), ("s", 7, "msg_id")])
+def test_assured_names_its_own_argument_for_a_source_or_id_that_is_no_str(
+    box: boxmq.Box, source: Any, msg_id: Any, says: str
+) -> None:
+    # It said "property 'bx_src' of type STRING: None is not a str": boxmq's own name.
+    with pytest.raises(boxmq.InvalidArgument, match=f"^{says} is a str, not"):
+        box.assured(source, msg_id, b"x", queue="jobs")
+    assert box.queue("jobs").counts().uncommitted == 0

@@ -166,6 +166,9 @@ class AssuredIntake:
         # Before anything is reserved or written: a str body raised TypeError from the write,
         # its temporary left in working/, and an int one from len().
         data = body_bytes(body)
+        for what, given in (("source", source), ("msg_id", msg_id)):
+            if not isinstance(given, str):  # else named as boxmq's own property, bx_src
+                raise InvalidArgument(f"{what} is a str, not {type(given).__name__}: {given!r}")
         message = AssuredMessage(
             source,
             msg_id,
