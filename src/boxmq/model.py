@@ -8,7 +8,6 @@ properties whose names start with RESERVED_PREFIX, so DropboxMQ still reads the 
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import math
 import re
@@ -356,22 +355,28 @@ def _property(name: object, value: PropertyValue | Property) -> Property:
 
 
 def check_given(
-    properties: object, correlation_id: object, reply_to: object, type: object = None
+    properties: object, correlation_id: object, reply_to: object, kind: object = None
 ) -> None:
     """InvalidArgument, saying what to give, for a producer's `properties` that are not a
-    mapping or a `correlation_id`, `reply_to` or `type` that is not a str: each came out of
-    the name encoder's regex or `dict()` as a TypeError that named neither."""
+    mapping or a `correlation_id`, `reply_to` or `type` (`kind`) that is not a str: each came
+    out of the name encoder's regex or `dict()` as a TypeError that named neither. The
+    common case (a dict, strs or None) is one test of each, no ABC check: 240 ns a call
+    with one (`isinstance(x, Mapping)`) for every put and publish with properties."""
+    if (
+        (properties is None or type(properties) is dict)
+        and (correlation_id is None or type(correlation_id) is str)
+        and (reply_to is None or type(reply_to) is str)
+        and (kind is None or type(kind) is str)
+    ):
+        return
     if properties is not None and not isinstance(properties, Mapping):
         raise InvalidArgument(
-            f"properties map names to values (a dict), not {type_name(properties)}: {properties!r}"
+            f"properties map names to values (a dict), not {type(properties).__name__}: "
+            f"{properties!r}"
         )
-    for what, value in (("correlation_id", correlation_id), ("reply_to", reply_to), ("type", type)):
+    for what, value in (("correlation_id", correlation_id), ("reply_to", reply_to), ("type", kind)):
         if value is not None and not isinstance(value, str):
             hint = ""
-            if what == "correlation_id" and isinstance(value, (bytes, bytearray, memoryview)):
+            if what == "correlation_id" and isinstance(value, bytes | bytearray | memoryview):
                 hint = " (bytes go in properties={'mqtt.correlation-data': base64 text})"
-            raise InvalidArgument(f"{what} is a str or None, not {type_name(value)}{hint}")
-
-
-def type_name(value: object) -> str:
-    return builtins.type(value).__name__
+            raise InvalidArgument(f"{what} is a str or None, not {type(value).__name__}{hint}")
