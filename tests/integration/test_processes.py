@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -307,3 +309,68 @@ def test_a_dropbox_another_process_deleted_and_made_again_is_watched_afresh(
         assert message.body == b"two"
         message.ack()
         reader.close()
+
+
+def test_put_many_killed_mid_commit_while_another_process_consumes_loses_and_tears_nothing(
+    root: Path, tmp_path: Path, start: Callable[..., subprocess.Popen[str]]
+) -> None:
+    """A producer of batches (put_many under `always`, some messages with their properties in
+    a side file) is SIGKILLed three times while this process consumes the queue: every batch
+    put_many returned is consumed, each message once and whole (its own body and properties),
+    and what a kill left in working/ is never delivered, only cleaned."""
+    note_for: Callable[[int], str | None] = _load_worker().note_for
+    shuffle = random.Random(77)
+    got: dict[str, int] = {}
+    torn: list[str] = []
+    stop = threading.Event()
+
+    def consume() -> None:
+        with (
+            boxmq.open(root, fsync="never") as box,
+            box.queue("jobs").consumer("reader", max_in_flight=32) as reader,
+        ):
+            quiet = 0.0
+            while quiet < 2.0:  # once told to stop: until the queue stays empty for 2 s
+                message = reader.receive(timeout=0.2)
+                if message is None:
+                    quiet += 0.2 if stop.is_set() else 0.0
+                    continue
+                index = int(message.body.split(b":")[0])
+                note = message.properties.get("note")
+                if message.body != body_for(index) or note != note_for(index):
+                    torn.append(message.id)
+                if message.id in got:
+                    torn.append(f"{message.id} twice")
+                got[message.id] = index
+                message.ack()
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    returned: dict[str, int] = {}
+    try:
+        for run in range(3):
+            log = tmp_path / f"batches{run}.log"
+            producer = start("batches", str(root), "jobs", str(log), str(run * 100_000))
+            wait_for_line(producer, "batching")
+            lines = shuffle.randint(20, 60)
+
+            def enough(text: str, lines: int = lines) -> bool:
+                return text.count("\n") >= lines
+
+            text = kill_once_logged(producer, log, enough, f"{lines} batches")
+            for line in text.splitlines():
+                for pair in line.split():
+                    message_id, index = pair.split("=")
+                    returned[message_id] = int(index)
+    finally:
+        stop.set()
+        consumer.join(timeout=60)
+    assert not consumer.is_alive()
+    assert torn == []
+    missing = sorted(i for m, i in returned.items() if m not in got)
+    assert missing == []  # every message of a returned put_many was consumed
+    assert len(returned) > 100
+    with boxmq.open(root, fsync="never", abandon_after=0.0) as box:
+        box.sweep()
+        assert box.queue("jobs").counts().ready == 0  # nothing a kill left was made ready
+    assert not list((root / "jobs" / "working").iterdir())

@@ -7,6 +7,7 @@ python worker.py produce ROOT QUEUE OUT THREADS         # put until killed; log 
 python worker.py member ROOT FILTER NAME OUT N          # join a share group, lock N, hang
 python worker.py assure ROOT QUEUE OUT                  # assured+deliver 0, 1, ... until killed
 python worker.py cycle ROOT QUEUE OUT                   # put two, ack one, ... until killed
+python worker.py batches ROOT QUEUE OUT FIRST           # put_many from FIRST until killed; log each
 """
 
 from __future__ import annotations
@@ -97,6 +98,32 @@ def cycle(root: str, queue: str, out: str) -> None:
                 log.flush()
 
 
+def note_for(index: int) -> str | None:
+    """A property too long for a file name (a side file) on every third message."""
+    return f"{index}-" + "p" * 300 if index % 3 == 0 else None
+
+
+def batches(root: str, queue: str, out: str, first: int) -> None:
+    """put_many of 1 to 16 messages (some with a side file) again and again, under `always`;
+    each batch logged, its ids and indices, only after put_many returned."""
+    with boxmq.open(root, fsync="always") as box, open(out, "a") as log:
+        jobs = box.queue(queue)
+        print("batching", flush=True)
+        index = first
+        end = time.monotonic() + MAX_RUN
+        while time.monotonic() < end:
+            size = 1 + index % 16
+            items = []
+            for i in range(index, index + size):
+                note = note_for(i)
+                properties = None if note is None else {"note": note}
+                items.append(boxmq.Outgoing(body_for(i), properties=properties))
+            ids = jobs.put_many(items)
+            log.write(" ".join(f"{m}={i}" for i, m in enumerate(ids, start=index)) + "\n")
+            log.flush()
+            index += size
+
+
 def body_for(index: int) -> bytes:
     return (f"{index}:" + "x" * 4000).encode()  # several pages: a torn write would show
 
@@ -136,6 +163,8 @@ if __name__ == "__main__":
         assure(rest[0], rest[1], rest[2])
     elif command == "cycle":
         cycle(rest[0], rest[1], rest[2])
+    elif command == "batches":
+        batches(rest[0], rest[1], rest[2], int(rest[3]))
     elif command == "member":
         member(rest[0], rest[1], rest[2], rest[3], int(rest[4]))
     else:
