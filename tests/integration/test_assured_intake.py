@@ -3,6 +3,7 @@ limits."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import time
@@ -330,6 +331,48 @@ def test_each_subscription_gets_an_assured_message_once_wherever_deliver_was_kil
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert _kill_take_restart(root, monkeypatch, topic=True) > 4
+
+
+@pytest.mark.parametrize("topic", [False, True], ids=["queue", "topic"])
+def test_an_id_delivered_unremembered_names_a_new_message_wherever_deliver_was_killed(
+    root: Path, monkeypatch: pytest.MonkeyPatch, topic: bool
+) -> None:
+    """MQTT's PUBREL is `deliver(remember=False)`: after PUBCOMP the client may send a new
+    message under the packet id. Killed anywhere in that deliver (a SIGKILL of `boxmq
+    serve`), the restart must not take the id for delivered: the client's PUBREL again is
+    answered, and its next message under that id is stored and sent, not answered as a
+    repeat and dropped (its PUBCOMP then acknowledged a message nobody got)."""
+    step = 0
+    while True:
+        step += 1
+        data = root / f"killed-at-{step}"
+        box = boxmq.open(data, fsync="never")  # the kill is the process's: no flush matters
+        queue, to = (None, "counts/door") if topic else ("counts", None)
+        try:
+            dropbox = box.topics.attach_dropbox("counts/#", "keeper") if topic else None
+            box.assured("mqtt:door", "7", b"first", queue=queue, topic=to)
+            with monkeypatch.context() as dying:
+                kill_at(dying, step)
+                try:
+                    box.intake.deliver("mqtt:door", "7", remember=False, must_exist=True)
+                    killed = False
+                except Killed:
+                    killed = True
+        finally:
+            box.close()
+        with boxmq.open(data, fsync="never") as restarted:
+            if killed:  # the client sends its PUBREL again: answered, whatever it finds
+                with contextlib.suppress(ItemNotFound):
+                    restarted.intake.deliver("mqtt:door", "7", remember=False, must_exist=True)
+            stored = restarted.assured("mqtt:door", "7", b"second", queue=queue, topic=to)
+            assert stored, f"killed at step {step}: a new message taken for a repeat"
+            assert restarted.intake.deliver("mqtt:door", "7", remember=False, must_exist=True)
+        folder = Path(dropbox) if dropbox else data / "counts"
+        bodies = sorted(path.read_bytes() for path in (folder / "target").iterdir())
+        assert bodies == [b"first", b"second"], f"killed at step {step}"
+        if not killed:
+            assert step > 3
+            return
 
 
 def test_drop_pending_deletes_one_sources_files_and_frees_its_ids(box: boxmq.Box) -> None:
