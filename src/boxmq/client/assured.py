@@ -334,7 +334,7 @@ class AssuredIntake:
                 else:
                     due.append((len(outcomes), key, pending))
                     outcomes.append(True)
-            errors = self._mark_all([key for _, key, _ in due])
+            errors = self._mark_all([key for _, key, _ in due], remember=remember)
             marked = []
             for (index, key, pending), failure in zip(due, errors, strict=True):
                 if failure is None:
@@ -401,8 +401,10 @@ class AssuredIntake:
         self._books.restore(source, msg_id, size=stat.st_size, since=stat.st_ctime, delivered=False)
         self._pending[source, msg_id] = pending
 
-    def _mark_all(self, keys: list[tuple[str, str]]) -> list[OSError | None]:
-        """Write and flush the "delivered" marker of each key: each one's error, if any."""
+    def _mark_all(self, keys: list[tuple[str, str]], *, remember: bool) -> list[OSError | None]:
+        """Write and flush the "delivered" marker of each key: each one's error, if any.
+        remember=False is written in it: a restart finishes that deliver and forgets the id,
+        as the deliver would have once its messages were sent (`_restore`)."""
         if not keys:
             return []
         os.makedirs(self._markers, exist_ok=True)
@@ -412,7 +414,10 @@ class AssuredIntake:
             temporary = temporary_in(self._markers)
             try:
                 with open(temporary, "w") as out:
-                    json.dump({"source": source, "msg_id": msg_id}, out)
+                    record: dict[str, object] = {"source": source, "msg_id": msg_id}
+                    if not remember:
+                        record["remember"] = False
+                    json.dump(record, out)
             except OSError as error:
                 _delete_quietly([temporary])
                 errors[index] = error
@@ -547,14 +552,25 @@ class AssuredIntake:
         if self._restored:
             return
         self._restored = True
-        delivered = self._read_markers()
+        delivered, unremembered = self._read_markers()
         for key, since in delivered.items():
-            self._books.restore(key[0], key[1], size=0, since=since, delivered=True)
+            if key not in unremembered:
+                self._books.restore(key[0], key[1], size=0, since=since, delivered=True)
         for entry, queue, envelope, key in self._waiting():
             self._restore_pending(entry, queue, envelope, key, marked=key in delivered)
         # Copies to topics whose file left .incoming/working/ before the crash: every copy was
         # pending then, some may be out (and taken) already; the rest go out, none again.
         finish_pending(self._root, EXACTLY_ONCE_PENDING)
+        # A `deliver(remember=False)` the crash cut short after its marker (MQTT's PUBREL,
+        # killed before its PUBCOMP): its message is sent now, so its id is forgotten, as
+        # the deliver would have done. Remembered, the client's next message under the id
+        # (it may reuse the packet id once it has the PUBCOMP of the PUBREL it sends again)
+        # would pass for a repeat: answered, never stored, lost.
+        for key in unremembered:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._marker(*key))
+        if unremembered:
+            self._flush_forgotten()
 
     def _waiting(self) -> Iterator[tuple[os.DirEntry[str], str | None, Envelope, tuple[str, str]]]:
         """Each exactly-once message in working/ of the topics and of every queue: its entry,
@@ -602,16 +618,22 @@ class AssuredIntake:
             folder = os.path.dirname(entry.path)
             log.error("exactly once: %s stays in %s: %s", entry.name, folder, error)
 
-    def _read_markers(self) -> dict[tuple[str, str], float]:
+    def _read_markers(self) -> tuple[dict[tuple[str, str], float], set[tuple[str, str]]]:
+        """Each marker's key and time, and the keys of those written by a deliver that
+        remembers nothing (older markers say nothing of it: remembered)."""
         found = {}
+        unremembered = set()
         with contextlib.suppress(FileNotFoundError), os.scandir(self._markers) as entries:
             for entry in entries:
                 if entry.name.startswith("."):
                     continue
                 with contextlib.suppress(FileNotFoundError, ValueError), open(entry.path) as src:
                     data = json.load(src)
-                    found[str(data["source"]), str(data["msg_id"])] = entry.stat().st_mtime
-        return found
+                    key = str(data["source"]), str(data["msg_id"])
+                    found[key] = entry.stat().st_mtime
+                    if data.get("remember", True) is False:
+                        unremembered.add(key)
+        return found, unremembered
 
 
 def _publisher(source: str) -> str:
