@@ -30,6 +30,7 @@ from tests.integration.mqtt.clients import (
 
 from boxmq.mqtt.packets import Will
 from boxmq.mqtt.properties import Properties
+from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.session_record import SessionRecord, read_record, records_folder, write_record
 from boxmq.store.process import process_token
 from boxmq.store.topics import subscription_key, subscription_path
@@ -264,3 +265,40 @@ def test_a_will_whose_sent_record_the_disk_refused_is_not_sent_again_by_a_restar
         assert _watcher(third).nothing(2.5)
     finally:
         third.shutdown()
+
+
+def test_a_delayed_will_leaves_its_record_only_once_its_durable_copy_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGKILL may come at any moment: never may the record have dropped a Will sent while
+    the Will's file is not yet in a persistent subscriber's dropbox, or the restart sends it
+    to nobody. The Will's write is slowed here (a slow disk) to hold that moment open; its
+    record was written, without the Will, before that write ended."""
+    real = Publishing.write
+
+    def slow(self: Publishing, client_id: str, publish: Any, *args: Any) -> Any:
+        if publish.topic.startswith("will/"):
+            time.sleep(1.0)
+        return real(self, client_id, publish, *args)
+
+    monkeypatch.setattr(Publishing, "write", slow)
+    server = start_server(tmp_path / "root", fsync="always")
+    try:
+        keeper = paho(server, "keeper", clean=False, expiry=300)
+        keeper.subscribe("will/#", 1)
+        keeper.stop()  # away: the Will waits in its dropbox
+        target = next(server.root.glob("topic-root/*/.subscriptions/client.keeper/target"))
+        drop(_dying(server, "dying", 1))
+        deadline = time.monotonic() + WAIT
+        while not list(target.iterdir()):
+            assert time.monotonic() < deadline, "the Will never reached the dropbox"
+            record = read_record(str(server.root), "dying")
+            assert record is not None
+            assert record.will is not None, "the record dropped a Will not yet written"
+            time.sleep(0.01)
+        deadline = time.monotonic() + WAIT
+        while (record := read_record(str(server.root), "dying")) is not None and record.will:
+            assert time.monotonic() < deadline, "the record still holds the Will sent"
+            time.sleep(0.01)
+    finally:
+        server.shutdown()
