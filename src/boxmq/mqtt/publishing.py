@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Callable
@@ -477,16 +478,25 @@ class Publishing:
         return self._durable_routes.wanted(packet.topic)
 
     def publish_will(
-        self, client_id: str, username: str | None, will: Will, behind: Client | None = None
+        self,
+        client_id: str,
+        username: str | None,
+        will: Will,
+        behind: Client | None = None,
+        written: Callable[[], None] | None = None,
     ) -> None:
         """Publish a client's Will. `behind`: the connection whose end sends it, if known.
         While that one's disk work still runs or waits (a retained message is routed once
         written), the Will takes its turn after it: a Will goes out after everything its client
         published (MQTT 5.0 §3.1.2.5, §4.6), or subscribers would take "online" for its last
-        word. Without such work, it goes out at once."""
+        word. Without such work, it goes out at once. `written` runs on the loop once the
+        Will's disk work ended (at once without any): a session record drops the Will then,
+        not before, or a SIGKILL between the two lost it for the durable subscribers."""
         if not self._may_publish(username, client_id, will.topic):
             # As for a refused PUBLISH: the log says no, never that it went out.
             log.info("client %s may not publish its will to %s", client_id, will.topic)
+            if written is not None:
+                written()
             return
         log.info("client %s: sending its will to %s", client_id, will.topic)
         publish = Publish(
@@ -504,32 +514,43 @@ class Publishing:
         write = None
         if self._needs_disk(publish, None):
             write = partial(self.write, client_id, publish, order)
+        written = written or _nothing
+        turn = partial(self._will_turn, client_id, publish, order, written)
         if behind is not None and disk_work_ahead(behind):
             # Begun by whoever begins the jobs before it (batches.py): the batch running now,
             # at its end, or the read or the gathering wait that holds them.
-            behind.jobs.append(Job(write, partial(self._will_turn, client_id, publish, order)))
+            behind.jobs.append(Job(write, turn))
             return
         if write is not None and order is not None:
             # Retained: routed once written, as a client's retained PUBLISH is. Routed first,
             # a subscription made before the write ended was sent the topic's old retained
             # message ("online") and never the Will.
-            turn = partial(self._will_turn, client_id, publish, order)
             run_all(self._box.topics, [Job(write, turn)], self._pool, partial(_first, turn))
             return
         if write is not None:
-            written = self._pool.submit(write)
-            written.add_done_callback(partial(_tell_will_lost, client_id, will.topic))
+            loop = asyncio.get_running_loop()
+            done = self._pool.submit(write)
+            done.add_done_callback(partial(_tell_will_lost, client_id, will.topic))
+            done.add_done_callback(lambda _: loop.call_soon_threadsafe(written))
+        else:
+            written()
         # At once, whatever the disk does: a Will reaches whom it can (see _tell_will_lost).
         # Routed before its write, it reaches no subscription made after.
         self._delivery.route_memory(client_id, publish, None)
 
     def _will_turn(
-        self, client_id: str, publish: Publish, order: int | None, result: object
+        self,
+        client_id: str,
+        publish: Publish,
+        order: int | None,
+        written: Callable[[], None],
+        result: object,
     ) -> None:
         """A Will's turn in its client's disk work came, its write done if it had one: to the
         in-memory subscribers, whatever the disk did, as a Will sent at once does."""
         if isinstance(result, BaseException):
             _log_will_lost(client_id, publish.topic, result)
+        written()
         self._delivery.route_memory(client_id, publish, _written(order, result))
 
     # -- disk work (run by disk.run_all) ---------------------------------------------------------
@@ -648,6 +669,10 @@ class Publishing:
         expiry = stored_expiry(packet)
         room = partial(self._box.topics.topic_room, expires_in=expiry)
         return store_with_properties(packet, self._box.side_files, assured, room)
+
+
+def _nothing() -> None:
+    """What runs once a Will no record holds is written."""
 
 
 def _first(then: Callable[[object], None], results: list[object] | BaseException) -> None:

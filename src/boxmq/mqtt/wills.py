@@ -6,8 +6,9 @@ holds a Will waiting out its delay, so a restart of the broker sends it when due
 unless its client came back (here, or to another broker on this root: its record changed).
 
 A Will waiting in a session record (a delay, or a broker that died with its client connected)
-is removed from the record once sent, so that a restart does not send it again. If the disk
-refuses that record (full, failing), the Will stays in it:
+is removed from the record once sent and its write for the durable subscribers ended, so that
+a restart does not send it again, nor loses it (a kill between the two sends it again). If the
+disk refuses that record (full, failing), the Will stays in it:
 
 - this broker remembers that it sent it, so that it never sends it twice however the record
   reads (MQTT 5.0 §3.1.3.2.2: a Will is published once);
@@ -44,9 +45,14 @@ _RETRY_EVERY: Final = 1.0  # seconds between two tries of a refused record
 HoldsIt = Callable[[SessionRecord | None], bool]
 """Whether the record on disk now is still the one that holds the Will sent."""
 
-PublishWill = Callable[[str, str | None, Will, Client | None], None]
+PublishWill = Callable[[str, str | None, Will, Client | None, Callable[[], None]], None]
 """Publish a client's Will: (client id, its username, the Will, the connection whose end
-sends it if known, whose disk work goes first); publishing.py's."""
+sends it if known, whose disk work goes first, what to run once its disk work ended);
+publishing.py's."""
+
+
+def _nothing() -> None:
+    """What runs once a Will no record holds is written."""
 
 
 def will_delay(will: Will, expiry: int) -> int:
@@ -169,9 +175,17 @@ class Wills:
             or self._sent.already_sent(scheduled)  # its record could not say so
         ):
             return
-        self._publish_will(client_id, scheduled.username, will, None)
-        self._sent.sent(scheduled, away.will_unsent, now=self._clock.now())
+        # Its record drops it once it is written: a SIGKILL before then sends it again at
+        # the restart (at least once), where dropped first it was lost.
+        sent = functools.partial(self._sent_from, scheduled, away.will_unsent)
+        self._publish_will(client_id, scheduled.username, will, None, sent)
         self._flush()
+
+    def _sent_from(self, record: SessionRecord, holds_it: HoldsIt) -> None:
+        """The Will `record` holds was sent and written: the record without it is written,
+        unless its client came back meanwhile (or its session ended): that record is newer."""
+        if holds_it(read_record(self._root, record.client_id)):
+            self._sent.sent(record, holds_it, now=self._clock.now())
 
     def schedule(self, session: Session, will: Will, behind: Client) -> float | None:
         """The connection `behind` closed without DISCONNECT 0x00: its Will goes out now or
@@ -180,7 +194,7 @@ class Wills:
         delay = will_delay(will, session.expiry)
         client_id, username = session.client_id, session.username
         if not delay:
-            self._publish_will(client_id, username, will, behind)
+            self._publish_will(client_id, username, will, behind, _nothing)
             return None
         due = self._clock.now() + delay
 
@@ -190,11 +204,12 @@ class Wills:
             ours = record is not None and record.holder is None and record.will_due == due
             if record is not None and not ours and record.holder != self._token:
                 return  # its client came back to another broker on this root (or left it again)
-            self._publish_will(client_id, username, will, behind)
+            written: Callable[[], None] = _nothing
             if ours:
                 assert record is not None
                 sent = record
-                self._sent.sent(sent, lambda current: current == sent, now=self._clock.now())
+                written = functools.partial(self._sent_from, sent, lambda now: now == sent)
+            self._publish_will(client_id, username, will, behind, written)
             self._flush()
 
         self._delay(client_id, delay, send)
