@@ -382,3 +382,25 @@ def test_assured_names_its_own_argument_for_a_source_or_id_that_is_no_str(
     with pytest.raises(boxmq.InvalidArgument, match=f"^{says} is a str, not"):
         box.assured(source, msg_id, b"x", queue="jobs")
     assert box.queue("jobs").counts().uncommitted == 0
+
+
+@pytest.mark.parametrize("where", ["afile", "afile/sub", "link"])
+def test_a_root_where_a_file_stands_is_refused_naming_the_path_and_what_to_fix(
+    tmp_path: Path, where: str
+) -> None:
+    # makedirs' FileExistsError ("[Errno 17] File exists") or NotADirectoryError came out raw,
+    # naming neither what was wrong with the root nor what to do.
+    (tmp_path / "afile").write_bytes(b"a user's file")
+    (tmp_path / "link").symlink_to(tmp_path / "gone")
+    with pytest.raises(boxmq.InvalidArgument) as refused:
+        boxmq.open(tmp_path / where)
+    said = str(refused.value)
+    assert said.startswith(f"the root {tmp_path / where} ")
+    if where == "link":
+        assert f"a symbolic link to {tmp_path / 'gone'}, which is no folder" in said
+        assert "make that folder" in said
+    else:
+        assert f"{tmp_path / 'afile'} is a file, not a folder" in said
+        assert "give a folder's path, or move the file away" in said
+    assert (tmp_path / "afile").read_bytes() == b"a user's file"
+    assert not (tmp_path / "gone").exists()

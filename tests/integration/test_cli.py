@@ -503,8 +503,8 @@ def test_a_data_path_that_is_a_link_to_nothing_says_so(tmp_path: Path) -> None:
     done = boxmq_cli(tmp_path / "data", "put", "q", "x")
     assert done.returncode == 1
     assert done.stderr == (
-        f"boxmq put: {tmp_path / 'data'}: File exists: a symbolic link to {tmp_path / 'gone'}, "
-        "which is no folder; make that folder (or choose another --data folder)\n"
+        f"boxmq put: the root {tmp_path / 'data'} is a symbolic link to {tmp_path / 'gone'}, "
+        "which is no folder; make that folder, or give another path\n"
     )
 
 
@@ -513,6 +513,7 @@ def test_a_data_path_that_cannot_be_made_is_one_clear_line(tmp_path: Path) -> No
     done = boxmq_cli(tmp_path / "afile" / "sub", "put", "q", "x")
     assert done.returncode == 1
     assert str(tmp_path / "afile" / "sub") in done.stderr
+    assert f"{tmp_path / 'afile'} is a file, not a folder" in done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -74,7 +74,7 @@ class Box:
         group_dispatch: Mapping[str, Dispatch] | None = None,
     ) -> None:
         self.root = os.path.abspath(root)
-        os.makedirs(self.root, exist_ok=True)
+        _make_root(self.root)
         self.options = options
         self._group_dispatch = dict(group_dispatch or {})  # share group -> its strategy
         self._clock = clock
@@ -630,6 +630,32 @@ def _root_path(root: str | os.PathLike[str]) -> str:
             f"the root {path!r} is empty or holds NUL: give a folder's path ('.' for this one)"
         )
     return path
+
+
+def _make_root(root: str) -> None:
+    """Make the folder `root` (and its parents). Where a file stands in the way, makedirs'
+    FileExistsError or NotADirectoryError said neither which path nor what to do."""
+    try:
+        os.makedirs(root, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as error:
+        raise InvalidArgument(_in_the_way(root)) from error
+
+
+def _in_the_way(root: str) -> str:
+    """What stands where `root` (absolute) or one of its parents must be a folder."""
+    paths = [root]
+    while (parent := os.path.dirname(paths[-1])) != paths[-1]:
+        paths.append(parent)
+    blocker = next(
+        (p for p in reversed(paths) if os.path.lexists(p) and not os.path.isdir(p)), root
+    )
+    where = f"the root {root}" + ("" if blocker == root else f" cannot be made: {blocker}")
+    if os.path.islink(blocker):
+        return (
+            f"{where} is a symbolic link to {os.readlink(blocker)}, which is no folder; make "
+            "that folder, or give another path"
+        )
+    return f"{where} is a file, not a folder: give a folder's path, or move the file away"
 
 
 def dispatch_named(name: str) -> Dispatch:
