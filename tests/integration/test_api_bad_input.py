@@ -404,3 +404,28 @@ def test_a_root_where_a_file_stands_is_refused_naming_the_path_and_what_to_fix(
         assert "give a folder's path, or move the file away" in said
     assert (tmp_path / "afile").read_bytes() == b"a user's file"
     assert not (tmp_path / "gone").exists()
+
+
+@pytest.mark.parametrize("source", [5, None, b"sender", ("sender",)])
+def test_a_source_that_is_no_str_is_refused_by_the_exactly_once_intake_and_publish(
+    box: boxmq.Box, source: Any
+) -> None:
+    # deliver answered False, pending [] and drop_pending 0, as for a source with nothing
+    # stored, and publish(source=5) went out: a caller's mistake looked like an empty intake.
+    assert box.assured("sender", "1", b"kept", queue="jobs")
+    calls: list[tuple[Callable[[], object], str]] = [
+        (lambda: box.deliver(source, "1"), "source is a str"),
+        (lambda: box.deliver("sender", source), "msg_id is a str"),
+        (lambda: box.pending(source), "source is a str"),
+        (lambda: box.drop_pending(source), "source is a str"),
+    ]
+    if source is not None:  # publish's source is None by default: no publisher to skip
+        calls.append((lambda: box.publish("a/b", b"x", source=source), "source is a str or None"))
+    with box.subscribe("a/b", "worker") as subscriber:
+        for call, says in calls:
+            with pytest.raises(boxmq.InvalidArgument, match=f"^{says}"):
+                call()
+        assert subscriber.receive_nowait() is None
+    assert box.pending("sender") == ["1"]  # what was stored waits for its deliver, as it was
+    assert box.deliver("sender", "1")
+    assert box.queue("jobs").counts().ready == 1

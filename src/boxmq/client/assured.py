@@ -166,9 +166,7 @@ class AssuredIntake:
         # Before anything is reserved or written: a str body raised TypeError from the write,
         # its temporary left in working/, and an int one from len().
         data = body_bytes(body)
-        for what, given in (("source", source), ("msg_id", msg_id)):
-            if not isinstance(given, str):  # else named as boxmq's own property, bx_src
-                raise InvalidArgument(f"{what} is a str, not {type(given).__name__}: {given!r}")
+        _check_key(source, msg_id)  # else named as boxmq's own property, bx_src
         message = AssuredMessage(
             source,
             msg_id,
@@ -304,6 +302,7 @@ class AssuredIntake:
         an unknown id (never stored, expired, or swept away) raises ItemNotFound instead of
         returning False, so the sender can be told that the message is lost; a repeat of a
         delivered id still returns False."""
+        _check_key(source, msg_id)  # else False, as for an id never stored
         [outcome] = self.deliver_many([(source, msg_id)], remember=remember, must_exist=must_exist)
         if isinstance(outcome, BaseException):
             raise outcome
@@ -472,6 +471,7 @@ class AssuredIntake:
         envelope (the name in working/) and its body; None if nothing waits under it. For a
         sender that must know the message as it delivers it and no longer holds it in
         memory (an MQTT server restarted between PUBREC and PUBREL)."""
+        _check_key(source, msg_id)  # else None, as for an id never stored
         with self._lock:
             self._restore()
             pending = self._pending.get((source, msg_id))
@@ -487,6 +487,7 @@ class AssuredIntake:
         """The msg ids `source` stored (step 1) that wait for their `deliver`, as the files
         say now: a sender that moved here from a process that stopped finds what it stored
         there, and this process then delivers it (docs/pubsub.md, "One process per sender")."""
+        _check_key(source)  # else [], as for a source with nothing stored
         with self._lock:
             if self._restored:
                 self._reread(source)
@@ -517,6 +518,7 @@ class AssuredIntake:
         `deliver` will come, and its ids name new messages from now on. A file the file
         system refuses to delete is left behind (the first such OSError is raised once the
         others are gone): a restart takes it for pending again, and `expire` drops it."""
+        _check_key(source)  # else 0, as for a source with nothing stored
         with self._lock:
             self._restore()
             ids = self._books.drop_pending(source)
@@ -634,6 +636,15 @@ class AssuredIntake:
                     if data.get("remember", True) is False:
                         unremembered.add(key)
         return found, unremembered
+
+
+def _check_key(source: object, msg_id: object = "") -> None:
+    """InvalidArgument for a source or msg_id that is not a str: a tuple of the two is the
+    key of the books, which a 5 matches nowhere, so a caller's mistake was answered as an
+    intake with nothing stored (False, [] or 0)."""
+    for what, given in (("source", source), ("msg_id", msg_id)):
+        if not isinstance(given, str):
+            raise InvalidArgument(f"{what} is a str, not {type(given).__name__}: {given!r}")
 
 
 def _publisher(source: str) -> str:

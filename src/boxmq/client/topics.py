@@ -244,6 +244,9 @@ class Topics:
         validate_topic(topic)
         level = _qos(qos)
         check_given(properties, correlation_id, reply_to)
+        # No Local compares the source with a subscriber's client id: a 5 went out unnoticed.
+        if source is not None and not isinstance(source, str):
+            raise InvalidArgument(f"source is a str or None, not {type(source).__name__}")
         mqtt_fields.check(properties or {})
         data = body_bytes(body)
         envelope = self._envelope(
