@@ -429,3 +429,33 @@ def test_a_source_that_is_no_str_is_refused_by_the_exactly_once_intake_and_publi
     assert box.pending("sender") == ["1"]  # what was stored waits for its deliver, as it was
     assert box.deliver("sender", "1")
     assert box.queue("jobs").counts().ready == 1
+
+
+def test_an_empty_correlation_id_reply_to_or_type_is_stored_as_none_everywhere(
+    box: boxmq.Box, root: Path
+) -> None:
+    # The file name writes None and "" alike, as an empty field (DropboxMQ's "none"): "" names
+    # no queue or topic to reply to, correlates nothing and is no type, so it is no value.
+    empty: dict[str, Any] = {"correlation_id": "", "reply_to": "", "type": ""}
+    jobs = box.queue("jobs")
+    with (
+        box.subscribe("a/b", "durable") as durable,
+        box.subscribe("a/b", "memory", durable=False) as memory,
+    ):
+        jobs.put(b"x", **empty)
+        jobs.put_many([boxmq.Outgoing(b"y", **empty)])
+        box.publish("a/b", b"z", correlation_id="", reply_to="")
+        for subscriber in (durable, memory):  # each read "" (from memory), the files None
+            message = subscriber.receive(timeout=5)
+            assert message is not None
+            said = (message.correlation_id, message.reply_to, message.properties)
+            assert said == (None, None, {})
+            message.ack()
+    for peeked in jobs.peek():
+        assert (peeked.correlation_id, peeked.reply_to, peeked.properties) == (None, None, {})
+    while (got := jobs.get("worker")) is not None:
+        assert (got.correlation_id, got.reply_to, got.type) == (None, None, None)
+        got.ack()
+    names = [path.name for path in (root / "jobs" / "processed").iterdir()]
+    assert len(names) == 2
+    assert all(name.count(".") == 2 for name in names), names  # trailing empty fields left out

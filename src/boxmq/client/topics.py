@@ -394,8 +394,10 @@ class Topics:
             message_id=self._ids.new() if message_id is None else message_id,
             message_class=MessageClass.TEXT if text else MessageClass.BYTES,
             expiration=expiration,
-            correlation_id=correlation_id,
-            reply_to=reply_to,
+            # "" as None, as its name writes both (an empty field): a subscriber that got it
+            # from memory read "" where one that read the file read None.
+            correlation_id=correlation_id or None,
+            reply_to=reply_to or None,
             properties=(Property(TOPIC, PropertyType.STRING, topic), *user),
         )
 
