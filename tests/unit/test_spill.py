@@ -35,6 +35,7 @@ from boxmq.store.v5_properties import (
     CORRELATION_DATA,
     PAYLOAD_FORMAT,
     RESPONSE_TOPIC,
+    Decoded,
     V5Reader,
 )
 
@@ -123,7 +124,7 @@ def test_readers_see_what_they_saw_before_it_spilled(
     assert reader.properties(moved) == expected
 
 
-def test_a_reply_to_and_a_correlation_id_read_back_the_same_and_show_as_mqtt_names(
+def test_a_reply_to_and_a_correlation_id_read_back_the_same_and_add_no_property(
     tmp_path: Path,
 ) -> None:
     envelope = dataclasses.replace(
@@ -133,13 +134,32 @@ def test_a_reply_to_and_a_correlation_id_read_back_the_same_and_show_as_mqtt_nam
     moved, _ = spilled(envelope, sides, encode, MetadataTooLong("long"))
     reader = V5Reader(sides)
     assert (reader.reply_to(moved), reader.correlation_id(moved)) == ("replies/x", "req-7")
-    # Sent as Response Topic and Correlation Data, as the MQTT door sends them, which every
-    # reader shows under the `mqtt.*` names too, as for a request that came over MQTT v5.
-    assert reader.properties(moved) == {
-        RESPONSE_TOPIC: "replies/x",
-        CORRELATION_DATA: base64.b64encode(b"req-7").decode(),
-        "note": "y" * 200,
-    }
+    # The side file has them as Response Topic and Correlation Data, which a v5 subscriber
+    # gets (as it did before the spill), but they are the name's fields 5 and 6 again: shown
+    # as `mqtt.response-topic` and `mqtt.correlation-data` too, they were properties the
+    # message did not have before it spilled (docs/file-format.md: the same names and values).
+    assert reader.properties(moved) == {"note": "y" * 200}
+    assert reader.decoded(moved) == Decoded(
+        fields=(
+            (RESPONSE_TOPIC, "replies/x"),
+            (CORRELATION_DATA, base64.b64encode(b"req-7").decode()),
+        ),
+        user_properties=(("note", "y" * 200),),
+        response_topic="replies/x",
+        correlation_data=b"req-7",
+    )
+
+
+def test_a_producers_mqtt_fields_still_show_beside_a_spilled_message_without_a_reply_to(
+    tmp_path: Path,
+) -> None:
+    envelope = _envelope(note="y" * 200, **{RESPONSE_TOPIC: "r/1", CORRELATION_DATA: "AQI="})
+    sides = SideFiles(str(tmp_path))
+    moved, _ = spilled(envelope, sides, encode, MetadataTooLong("long"))
+    reader = V5Reader(sides)
+    assert reader.properties(moved) == reader.properties(envelope)
+    assert reader.reply_to(moved) == reader.reply_to(envelope) == "r/1"
+    assert reader.correlation_id(moved) == reader.correlation_id(envelope) == "\x01\x02"
 
 
 def test_typed_properties_stay_in_the_name_where_they_fit_and_leave_it_where_they_do_not(

@@ -20,6 +20,9 @@ What they see (docs/file-format.md, "MQTT v5 properties, as other readers see th
   (client/mqtt_fields.py);
 - the file name's own properties win over these, `mqtt.*` over a User Property of the same
   name, and nothing in boxmq's reserved `bx_*` names is ever shown.
+- a name with a reply-to or correlation id of its own (one whose properties spilled to a side
+  file: client/spill.py) shows them as those, not also as `mqtt.response-topic` and
+  `mqtt.correlation-data` (`_without_fields_of`).
 
 Invariants:
 - Reading never fails and never changes a file: properties that are not base64, not a
@@ -41,7 +44,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from boxmq.model import (
@@ -275,7 +278,10 @@ class V5Reader:
 
     def properties(self, envelope: Envelope) -> dict[str, PropertyValue]:
         """What `Message.properties` shows: see the module's docstring."""
-        return shown(envelope.user_properties(), self.decoded(envelope))
+        decoded = self.decoded(envelope)
+        if decoded is not None and (envelope.reply_to, envelope.correlation_id) != (None, None):
+            decoded = _without_fields_of(envelope, decoded)
+        return shown(envelope.user_properties(), decoded)
 
     def reply_to(self, envelope: Envelope) -> str | None:
         """What `Message.reply_to` shows: the name's own, else the Response Topic it goes to
@@ -325,6 +331,25 @@ class V5Reader:
         except ValueError as error:
             _warn(f"side file {key!r}", error)
             return None
+
+
+def _without_fields_of(envelope: Envelope, decoded: Decoded) -> Decoded:
+    """`decoded` less the Response Topic and Correlation Data that are the name's own reply-to
+    and correlation id: only a message whose properties spilled to a side file has both a
+    field 5 or 6 and v5 properties (the MQTT door writes neither field), and its side file
+    holds them as what a v5 subscriber gets (client/spill.py), made from those fields alone.
+    Shown as `mqtt.*` properties too, they were properties it did not have before it spilled
+    (docs/file-format.md, "Properties too long for the name")."""
+    own = {
+        name
+        for name, field in (
+            (RESPONSE_TOPIC, envelope.reply_to),
+            (CORRELATION_DATA, envelope.correlation_id),
+        )
+        if field is not None
+    }
+    fields = tuple((name, value) for name, value in decoded.fields if name not in own)
+    return replace(decoded, fields=fields)
 
 
 def _warn(what: str, error: ValueError) -> None:
