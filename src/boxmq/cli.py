@@ -60,6 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.name == "serve":
         # A usage error (exit 2, with serve's usage), said before the config is read and
         # the root recovered: not an error of the run (exit 1) after both.
+        if args.json:  # taken before, and it changed nothing: its log lines are for people
+            args.usage_error(
+                "--json: serve prints no output, only its log on stderr, as text; leave --json out"
+            )
         flags = (args.xmpp_server, args.xmpp_secret, args.xmpp_secret_file)
         if args.xmpp_component is None and (
             missing := without_component(*flags, args.xmpp_lock_timeout)

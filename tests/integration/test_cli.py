@@ -1510,6 +1510,23 @@ def test_serve_with_xmpp_flags_and_no_component_is_a_usage_error_saying_what_to_
     assert not root.exists()
 
 
+@pytest.mark.parametrize("where", ["after", "before"])
+def test_serve_with_json_is_a_usage_error_saying_serve_only_logs(root: Path, where: str) -> None:
+    """`serve --json` was taken and did nothing: serve prints no output, only its log."""
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(root)]
+    command += ["serve", "--json"] if where == "after" else ["--json", "serve"]
+    try:
+        done = subprocess.run([*command, "--no-mqtt"], capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail("serve started, --json ignored")
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: boxmq serve ")
+    assert "boxmq serve: error: --json: serve prints no output, only its log on stderr" in (
+        done.stderr
+    )
+    assert not root.exists()
+
+
 def test_peek_of_processing_shows_when_each_lock_ends_and_which_ended(root: Path) -> None:
     """A lock past its deadline still names its holder until a sweep sends the message
     back; peek says until when each lock runs, and which ended, so nobody takes it for held."""
