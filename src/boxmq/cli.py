@@ -388,9 +388,15 @@ def _parser() -> argparse.ArgumentParser:
         ("extend", _extend, "push a lock's deadline"),
     ):
         p = command(name, run, help)
-        p.add_argument("queue")
-        p.add_argument("id", help="the message id `get` printed")
-        p.add_argument("--consumer", default="cli")
+        _dropbox_arguments(p)
+        p.add_argument("id", help="the message id `get` (or `peek`) printed")
+        p.add_argument("--consumer", default="cli", help="the lock's holder (peek: LOCKED-BY)")
+        p.add_argument(
+            "--force",
+            action="store_true",
+            help="settle a subscription's message although the process its lock names runs "
+            "on another machine, which cannot be told alive from here",
+        )
         if name == "unlock":
             p.add_argument("--delay", type=_duration, default=0.0, metavar="DURATION")
         if name == "extend":
@@ -419,7 +425,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _dropbox_arguments(p: argparse.ArgumentParser) -> None:
-    """QUEUE, or a subscription as `boxmq ls` lists it (`peek`, `requeue` and `purge`)."""
+    """QUEUE, or a subscription as `boxmq ls` lists it (`peek`, `requeue`, `purge`, and the
+    settles: `ack`, `unlock`, `reject`, `extend`)."""
     p.add_argument("queue", help="a queue; or a share group, $share/GROUP/FILTER")
     p.add_argument(
         "--subscriber",
@@ -436,14 +443,23 @@ def _named(args: argparse.Namespace) -> dict[str, str]:
     return named
 
 
+def _is_subscription(args: argparse.Namespace, box: Box) -> bool:
+    """Whether `args` names a share group or a durable subscription, not a queue: a name that
+    is both a queue and a share group's ("$share/..." made a queue) is the queue."""
+    if args.subscriber is not None:
+        return True
+    return bool(args.queue.startswith("$share/") and args.queue not in box.queues())
+
+
+def _subscriber_words(args: argparse.Namespace) -> list[str]:
+    return [] if args.subscriber is None else ["--subscriber", args.subscriber]
+
+
 def _dropbox(args: argparse.Namespace, box: Box) -> Queue:
-    """The queue, share group or durable subscription `args` names: a name that is both a
-    queue and a share group's ("$share/..." made a queue) is the queue."""
+    """The queue, share group or durable subscription `args` names (`_is_subscription`)."""
     name, subscriber = args.queue, args.subscriber
-    if subscriber is not None:
+    if _is_subscription(args, box):
         return box.subscription(name, subscriber)
-    if name.startswith("$share/") and name not in box.queues():
-        return box.subscription(name)
     try:
         return box.queue(name, create=False)
     except QueueNotFound as error:
@@ -732,7 +748,11 @@ def _message_record(message: Message) -> dict[str, Any]:
 
 def _settle(verb: str) -> _Command:
     def run(args: argparse.Namespace, box: Box) -> int:
-        queue = box.queue(args.queue, create=False)
+        queue = _dropbox(args, box)
+        if _is_subscription(args, box):
+            from boxmq import cli_settle  # here: a queue's ack loads no MQTT module
+
+            cli_settle.check_no_live_holder(args, box, queue)
         dead = None
         try:
             if verb == "ack":
@@ -744,17 +764,19 @@ def _settle(verb: str) -> _Command:
             else:
                 queue.extend(args.id, args.consumer, seconds=args.by)
         except Conflict:
+            peek = ["boxmq", "peek", args.queue, *_subscriber_words(args)]
             raise Conflict(
                 args.id,
                 f"locked by another consumer than {args.consumer!r} "
-                f"(`{shlex.join(['boxmq', 'peek', args.queue, '--state', 'processing'])}` "
+                f"(`{shlex.join([*peek, '--state', 'processing'])}` "
                 "shows which; --consumer NAME settles as that one)",
             ) from None
+        done = {**_named(args), "id": args.id, "done": verb}
         if dead is not None:  # unlocked, but its next delivery would pass a limit
             line = f"{verb}: {args.id} went to error/ ({dead}), not back to target/"
-            _emit(args, {"queue": args.queue, "id": args.id, "done": verb, "dead": dead}, line)
+            _emit(args, {**done, "dead": dead}, line)
             return 0
-        _emit(args, {"queue": args.queue, "id": args.id, "done": verb}, f"{verb}: {args.id}")
+        _emit(args, done, f"{verb}: {args.id}")
         return 0
 
     return run

@@ -410,6 +410,46 @@ def test_dead_letters_of_a_share_group_and_a_subscription_are_peeked_and_requeue
         plain.close()
 
 
+def test_a_subscription_s_locked_message_is_settled_by_id_as_a_queue_s(root: Path) -> None:
+    """ack, unlock, reject and extend name a share group as peek does, a durable subscription
+    by its filter and --subscriber. A lock that names a process on another machine (which
+    cannot be told alive from here) is settled only with --force."""
+    with boxmq.open(root, fsync="never") as box:
+        group = box.subscribe("$share/etl/jobs/#", "w1", max_in_flight=2, process_bound=False)
+        plain = box.subscribe("jobs/#", "keeper", process_bound=False)
+        box.publish("jobs/1", b"one")
+        box.publish("jobs/2", b"two")
+        held = [group.receive(timeout=5), group.receive(timeout=5)]
+        kept = plain.receive(timeout=5)
+        assert None not in held
+        assert kept is not None
+        group.detach()  # its locks stay: a member that outlives this process
+        plain.detach()
+    first, second = (m.id for m in held if m is not None)
+    done = json.loads(ok(root, "--json", "ack", "$share/etl/jobs/#", first, "--consumer", "w1"))
+    assert done == {"queue": "$share/etl/jobs/#", "id": first, "done": "ack"}
+    keeper = ["jobs/#", kept.id, "--subscriber", "keeper"]
+    wrong = boxmq_cli(root, "unlock", *keeper, "--consumer", "cli")
+    assert wrong.returncode == 1
+    assert "boxmq peek 'jobs/#' --subscriber keeper --state processing" in wrong.stderr
+    done = json.loads(ok(root, "--json", "unlock", *keeper, "--consumer", "keeper"))
+    assert done == {"queue": "jobs/#", "subscriber": "keeper", "id": kept.id, "done": "unlock"}
+    [locked] = (root / "topic-root").rglob("share.etl/processing/*")
+    name, lock = split_lock(locked.name)
+    assert lock is not None
+    elsewhere = Lock(lock.owner, lock.deadline_ms, "elsewhere-4242-99")  # another host's process
+    locked.rename(locked.with_name(locked_name(name, elsewhere)))
+    unlock = ["unlock", "$share/etl/jobs/#", second, "--consumer", "w1"]
+    refused = boxmq_cli(root, *unlock)
+    assert refused.returncode == 1
+    said = "w1, whose lock names process 4242, and that process is on another machine"
+    assert said in refused.stderr
+    assert refused.stderr.endswith("If that process stopped for good, --force settles it\n")
+    assert ok(root, *unlock, "--force") == f"unlock: {second}\n"
+    ready = json.loads(ok(root, "--json", "peek", "$share/etl/jobs/#"))
+    assert [row["id"] for row in ready] == [second]
+
+
 def test_the_global_options_may_also_follow_the_command(tmp_path: Path) -> None:
     # `make run` says `boxmq serve --data ./data`; every command takes them in either place.
     where = tmp_path / "after"

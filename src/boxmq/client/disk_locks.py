@@ -100,6 +100,16 @@ class DiskSettler:
         if not self._box.move(State.PROCESSING, processing, State.PROCESSING, new):
             raise UnexpectedRequest(message_id, "the lock was taken away")
 
+    def lock_process(self, message_id: MessageId, consumer: ConsumerId) -> str | None:
+        """The process token of the lock `consumer` holds on the message ("": bound to no
+        process), None if it holds none."""
+        for _, name, lock in self._locked():
+            if lock is None or lock.owner != consumer:
+                continue
+            if envelope_of(name).message_id == message_id:
+                return lock.token
+        return None
+
     def _to_error(self, processing: str, name: str, why: str, count: int | None) -> None:
         """To error/, with `count` deliveries ended without an ack (None: as the name says)."""
         dead = dead_name(name, why, delivery_count=count)

@@ -218,7 +218,8 @@ class Lifetimes:
         # The broker died with the client connected, so no disconnect was recorded: the network
         # connection closed with it, and the restart is the first moment known after that (MQTT
         # 5.0 §3.1.2.11). Written, so a second restart does not start the countdown again.
-        away = replace(record, holder=None, disconnected_at=now)
+        # Nobody holds it in memory: a client's return takes it from the disk.
+        away = replace(record, holder=None, server=None, disconnected_at=now)
         if record.will is not None:  # the connection closed without DISCONNECT: a Will to send
             away = replace(away, will_due=now + will_delay(record.will, record.expiry))
         try:

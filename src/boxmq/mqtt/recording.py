@@ -86,6 +86,7 @@ class Recorder:
             session.client_id,
             session.expiry,
             holder=self._token if disconnected_at is None else None,
+            server=self._token,  # connected here, or away and kept here
             disconnected_at=disconnected_at,
             options=options,
             username=session.username,

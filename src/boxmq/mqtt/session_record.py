@@ -22,6 +22,12 @@ Invariants:
 - `holder` is the process token of the broker the client is connected to; None once the
   connection closed, at `disconnected_at` (wall clock, seconds since the epoch). A session
   away ends `expiry` seconds after that, one with expiry NEVER only on a clean start.
+- `server` is the process token of the broker that holds the session in memory: the one its
+  client is connected to, or the one it left, which keeps what it was sent (to send again)
+  until the session ends or its client returns. None when no broker holds it (a record
+  rewritten at a restart, or written by a boxmq before 2026-11-29): what tells `boxmq unlock`
+  and the other settles whether a running broker counts a message in flight as the
+  session's (cli_settle.py).
 - `will` is the Will of the connection (held or last closed) still to be sent: written at
   CONNECT, so that a broker killed while the client is connected finds it at its restart,
   and at close if the Will waits out a delay; None once it is sent, or if the connection
@@ -98,6 +104,7 @@ class SessionRecord:
     client_id: str
     expiry: int  # Session Expiry Interval in seconds; NEVER; 0 ends with the connection
     holder: str | None = None  # the broker process the client is connected to
+    server: str | None = None  # the broker process holding the session in memory
     disconnected_at: float | None = None  # when the client's connection closed
     options: Mapping[str, DeliveryOptions] = field(default_factory=dict)  # by filter
     username: str | None = None  # the client's, whose rights its Will is published with
@@ -165,6 +172,7 @@ def _to_json(record: SessionRecord) -> dict[str, Any]:
         "client_id": record.client_id,
         "expiry": record.expiry,
         "holder": record.holder,
+        "server": record.server,
         "disconnected_at": record.disconnected_at,
         "options": {
             text: {
@@ -225,6 +233,7 @@ def _from_json(data: Mapping[str, Any]) -> SessionRecord:
         }
         at = data.get("disconnected_at")
         holder = data.get("holder")
+        server = data.get("server")
         username = data.get("username")
         will = data.get("will")
         due = data.get("will_due")
@@ -233,6 +242,7 @@ def _from_json(data: Mapping[str, Any]) -> SessionRecord:
             client_id=str(data["client_id"]),
             expiry=int(data["expiry"]),
             holder=None if holder is None else str(holder),
+            server=None if server is None else str(server),
             disconnected_at=None if at is None else float(at),
             options=options,
             username=None if username is None else str(username),

@@ -54,6 +54,7 @@ _records = st.builds(
     ),
     expiry=st.integers(min_value=0, max_value=NEVER),
     holder=st.none() | st.text(max_size=30),
+    server=st.none() | st.text(max_size=30),
     disconnected_at=st.none() | st.floats(min_value=0, max_value=4e9),
     options=st.dictionaries(st.text(min_size=1, max_size=30), _options, max_size=4),
     username=st.none() | st.text(max_size=10),

@@ -1,0 +1,82 @@
+"""`boxmq ack|unlock|reject|extend` on a share group or a durable subscription: whether the
+message may be settled from here, or a running process still counts it as in flight.
+
+A message in flight to an MQTT session is held twice: by its lock on disk, and by the session
+in the memory of the `boxmq serve` that holds it (the packet id it went out under, to send
+again with DUP, and whose PUBACK settles it). Settled from here under that server's feet, the
+session would still count it as its own: it sends it again, or takes its client's answer for
+a message it no longer holds, while another member of the group gets it too. So a lock is
+settled only once no running process holds it that way:
+
+- a lock bound to a process (a non-persistent session's, its server's token; a `boxmq
+  subscribe` run's, a Python subscriber's) while that process runs;
+- a lock bound to none held by a persistent MQTT session (its name the session's, which its
+  record says: session_record.record_named) while the server that holds the session runs:
+  the one its client is connected to, or the one it left (`SessionRecord.server`).
+
+One that runs is known on this host only: on another machine sharing the root, the process
+cannot be told alive or dead, and `--force` settles all the same (the user knows that it
+stopped for good). One known to run is refused even so: its client answers, or its session
+ends (a clean start gives what it held to the other members), or the process is stopped.
+
+`cli` imports this module only for a subscription's settle: a queue's `ack` loads no MQTT
+module (tests/unit/test_light_imports.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from boxmq import cli_output as output
+from boxmq.client import Box, Queue
+from boxmq.errors import InvalidArgument
+from boxmq.mqtt.session_record import SessionRecord, record_named
+from boxmq.store.process import process_alive, token_pid
+
+__all__ = ["check_no_live_holder"]
+
+
+def check_no_live_holder(args: argparse.Namespace, box: Box, dropbox: Queue) -> None:
+    """InvalidArgument if the lock `args.consumer` holds on `args.id` in the subscription
+    `dropbox` is still counted as in flight by a running process (above); with `--force`,
+    only if that process is known to run."""
+    token = dropbox.lock_process(args.id, args.consumer)
+    if token is None:
+        return  # it holds no such lock: the settle itself says so (Conflict, unknown id)
+    if token:
+        process, who = token, f"{args.consumer}, whose lock names process {token_pid(token)}"
+    else:
+        record = record_named(box.root, args.consumer)
+        if record is None or not record.made(args.queue):
+            return  # no MQTT session's: `get`'s, a kept `subscribe` run's, the Python API's
+        process = record.server or record.holder or ""
+        if not process:
+            return  # no server holds its session: the one that did stopped, or restarted
+        who = f"the MQTT session of client {record.client_id} ({_held_by(record, process)})"
+    alive = process_alive(process)
+    if alive is False or (alive is None and args.force):
+        return
+    where = "still runs" if alive else "is on another machine (this one cannot tell if it runs)"
+    said = (
+        f"{args.id} is in flight to {who}, and that process {where}: settled from here, "
+        "under that process, an MQTT session would still count it as its own, and send it "
+        "to its client again, or take its answer for a message it no longer holds, while "
+        "another consumer gets it too"
+    )
+    if alive:
+        raise InvalidArgument(
+            f"{said}. Its client answers it, or ends its session (a clean start gives what it "
+            "held to the other members of a share group), or stop that process first"
+        )
+    raise InvalidArgument(f"{said}. If that process stopped for good, --force settles it")
+
+
+def _held_by(record: SessionRecord, process: str) -> str:
+    """Where the session is held, for the refusal: connected, or away and kept."""
+    pid = token_pid(process)
+    if record.holder is not None:
+        return f"its client connected to boxmq serve, process {pid}"
+    away = "its client away"
+    if record.disconnected_at is not None:
+        away += f" since {output.when(record.disconnected_at)}"
+    return f"{away}, its session kept by boxmq serve, process {pid}"
