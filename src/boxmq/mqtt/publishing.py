@@ -661,8 +661,7 @@ class Publishing:
         fit in its name (store_with_properties)."""
 
         def assured(properties: dict[str, str]) -> bool:
-            message = _assured_message(client_id, packet, properties)
-            return self._box.intake.assured(**message._asdict())
+            return self._box.intake.assured_one(_assured_message(client_id, packet, properties))
 
         # The names `assured` checks carry no retain flag (a retained QoS 2 message is
         # published at once instead: _publish_later).
