@@ -267,13 +267,12 @@ def test_a_will_whose_sent_record_the_disk_refused_is_not_sent_again_by_a_restar
         third.shutdown()
 
 
-def test_a_delayed_will_leaves_its_record_only_once_its_durable_copy_is_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _will_leaves_its_record_only_once_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay: int
 ) -> None:
     """A SIGKILL may come at any moment: never may the record have dropped a Will sent while
     the Will's file is not yet in a persistent subscriber's dropbox, or the restart sends it
-    to nobody. The Will's write is slowed here (a slow disk) to hold that moment open; its
-    record was written, without the Will, before that write ended."""
+    to nobody. The Will's write is slowed here (a slow disk) to hold that moment open."""
     real = Publishing.write
 
     def slow(self: Publishing, client_id: str, publish: Any, *args: Any) -> Any:
@@ -288,7 +287,7 @@ def test_a_delayed_will_leaves_its_record_only_once_its_durable_copy_is_written(
         keeper.subscribe("will/#", 1)
         keeper.stop()  # away: the Will waits in its dropbox
         target = next(server.root.glob("topic-root/*/.subscriptions/client.keeper/target"))
-        drop(_dying(server, "dying", 1))
+        drop(_dying(server, "dying", delay))
         deadline = time.monotonic() + WAIT
         while not list(target.iterdir()):
             assert time.monotonic() < deadline, "the Will never reached the dropbox"
@@ -302,3 +301,18 @@ def test_a_delayed_will_leaves_its_record_only_once_its_durable_copy_is_written(
             time.sleep(0.01)
     finally:
         server.shutdown()
+
+
+def test_a_delayed_will_leaves_its_record_only_once_its_durable_copy_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its record was written, without the Will, before the Will's write ended."""
+    _will_leaves_its_record_only_once_written(tmp_path, monkeypatch, 1)
+
+
+def test_a_will_without_delay_leaves_a_persistent_sessions_record_only_once_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sent at the close of its connection: the record written at that close dropped it
+    while its write ran."""
+    _will_leaves_its_record_only_once_written(tmp_path, monkeypatch, 0)
