@@ -780,6 +780,8 @@ class Broker:
             session.sent_before = dict(record.sent)
             session.sent_qos2_before = set(record.sent_qos2)
             session.outbox.reserve(session.sent_before.values())
+            # New ids go past every id the process before may have left with the client.
+            session.outbox.start_after((*record.releasing, *session.sent_before.values()))
         self._sessions[client_id] = session
         for text, subscription in found:
             if not self._may_keep(client_id, record, text):

@@ -318,6 +318,15 @@ class Outbox(Generic[T]):
         (`push_again`), so that no other message takes them first."""
         self._reserved.update(packet_ids)
 
+    def start_after(self, packet_ids: Iterable[int]) -> None:
+        """After a restart: new messages take ids after the highest of `packet_ids` (those
+        the session's record names), where a new process started again at 1. A client may
+        still hold an id the process before used (libmosquitto 2.0.11 keeps a second copy
+        of a QoS 2 PUBLISH sent again with DUP, and answers the next message under that id
+        with it: docs/mqtt.md); the ids past the last one used come round only after 65 535.
+        """
+        self._next_id = max(packet_ids, default=0) % _MAX_PACKET_ID + 1
+
     def unreserve(self) -> None:
         """Those not taken again by now are no one's any more (their messages were settled)."""
         self._reserved.clear()

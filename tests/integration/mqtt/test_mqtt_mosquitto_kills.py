@@ -3,15 +3,18 @@ paho) receives through the kills: a persistent subscriber and a persistent share
 two, each reconnecting by itself after each restart. Every message the publisher had PUBCOMP
 for must reach the subscriber and the group (at least once).
 
-They subscribe at QoS 1: libmosquitto 2.0.11 cannot receive QoS 2 across a server restart
-(docs/mqtt.md, "Shutdown and crashes"). test_mqtt_kills.py checks exactly once at QoS 2, with
-paho on both sides."""
+At QoS 1, and at QoS 2: libmosquitto 2.0.11 keeps a stale copy of a QoS 2 PUBLISH sent
+again after a restart, and takes the next message under its packet id for it (docs/mqtt.md,
+"Shutdown and crashes"), which boxmq's new ids after a restart keep clear of.
+test_mqtt_kills.py checks exactly once at QoS 2, with paho on both sides."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -36,8 +39,8 @@ PER_RUN = 40  # messages each server answers the publisher before it is killed, 
 LIMIT = 2000  # messages at most
 
 
-def _mosquitto_sub(port: int, client_id: str, filter: str) -> subprocess.Popen[str]:
-    command = ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(port), "-V", "5", "-q", "1"]
+def _mosquitto_sub(port: int, client_id: str, filter: str, qos: int) -> subprocess.Popen[str]:
+    command = ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(port), "-V", "5", "-q", str(qos)]
     command += ["-c", "-x", "3600", "-i", client_id, "-t", filter]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
@@ -109,19 +112,18 @@ def _acked_past(publisher: _Publisher, count: int) -> None:
     assert len(publisher.acked) >= count, "the publisher did not get going again"
 
 
-def test_mosquitto_sub_gets_every_acknowledged_message_through_sigkills_under_interval(
-    tmp_path: Path,
-) -> None:
-    mosquitto_tools()
+def _through_kills(tmp_path: Path, qos: int) -> tuple[set[str], Counter[str], Counter[str]]:
+    """What the publisher had PUBCOMP for, and what the plain subscriber and the group got
+    (waited for until they have it all, 60 s at most)."""
     shuffle = random.Random(1883)
     target, server = serve_fresh(tmp_path, "--fsync", "interval")
     lock = threading.Lock()
     plain: Counter[str] = Counter()
     group: Counter[str] = Counter()
     subscribers = [
-        _mosquitto_sub(target.port, "plain", "mk/#"),
-        _mosquitto_sub(target.port, "member1", "$share/g/mk/#"),
-        _mosquitto_sub(target.port, "member2", "$share/g/mk/#"),
+        _mosquitto_sub(target.port, "plain", "mk/#", qos),
+        _mosquitto_sub(target.port, "member1", "$share/g/mk/#", qos),
+        _mosquitto_sub(target.port, "member2", "$share/g/mk/#", qos),
     ]
     readers = [
         _collect(process.stdout, counter, lock)  # type: ignore[arg-type]
@@ -156,8 +158,7 @@ def test_mosquitto_sub_gets_every_acknowledged_message_through_sigkills_under_in
                     break
             time.sleep(0.1)
         with lock:
-            assert sorted(acked - set(plain)) == []
-            assert sorted(acked - set(group)) == []
+            return acked, plain.copy(), group.copy()
     finally:
         publisher.stop.set()
         for process in subscribers:
@@ -167,4 +168,143 @@ def test_mosquitto_sub_gets_every_acknowledged_message_through_sigkills_under_in
             reader.join(timeout=5)
         for process in subscribers:
             process.stdout.close()  # type: ignore[union-attr]
+        stop_process(server)
+
+
+def test_mosquitto_sub_gets_every_acknowledged_message_through_sigkills_under_interval(
+    tmp_path: Path,
+) -> None:
+    mosquitto_tools()
+    acked, plain, group = _through_kills(tmp_path, 1)
+    assert sorted(acked - set(plain)) == []
+    assert sorted(acked - set(group)) == []
+
+
+def test_mosquitto_sub_at_qos2_loses_nothing_through_sigkills(tmp_path: Path) -> None:
+    """libmosquitto keeps a stale copy of a QoS 2 PUBLISH sent again after a restart, and
+    takes the next message under its packet id for it (docs/mqtt.md): new ids after a
+    restart start past those the session's record names, so none comes round in this run.
+    Started at 1, one or two of ~160 messages went missing in each run."""
+    mosquitto_tools()
+    acked, plain, group = _through_kills(tmp_path, 2)
+    assert sorted(acked - set(plain)) == []
+    assert sorted(acked - set(group)) == []
+
+
+class _Gate(threading.Thread):
+    """A TCP relay from mosquitto_sub to the server that can swallow what the client sends
+    (`swallow`): what a server killed before it read its socket never got. `swallowed` counts
+    the chunks it took."""
+
+    def __init__(self, server_port: int) -> None:
+        super().__init__(daemon=True)
+        self.server_port = server_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.swallow = False
+        self.swallowed = 0
+
+    def run(self) -> None:
+        with contextlib.suppress(OSError):  # the listener closed: the test is over
+            while True:
+                client, _ = self.listener.accept()
+                try:
+                    server = socket.create_connection(("127.0.0.1", self.server_port))
+                except OSError:
+                    client.close()  # the server is down: the client tries again
+                    continue
+                for source, sink, gated in ((client, server, True), (server, client, False)):
+                    threading.Thread(
+                        target=self._pipe, args=(source, sink, gated), daemon=True
+                    ).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, gated: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if gated and self.swallow:
+                    self.swallowed += 1
+                    continue
+                sink.sendall(data)
+        for end in (source, sink):  # one side gone: the connection is over for both
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()
+
+
+def _publish_qos2(port: int, payload: str) -> None:
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    try:
+        info = client.publish("pk/t", payload, 2)
+        info.wait_for_publish(timeout=10)
+        assert info.is_published()
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def _lines_until(got: list[str], lock: threading.Lock, wanted: int, seconds: float) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with lock:
+            if len(got) >= wanted:
+                break
+        time.sleep(0.05)
+    with lock:
+        return list(got)
+
+
+def test_mosquitto_subs_stale_qos2_copy_does_not_take_the_next_message_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The libmosquitto bug made to happen (docs/mqtt.md): the PUBREC of "A" never reaches the
+    server, killed then; the restart sends "A" again under its packet id with DUP, which
+    libmosquitto keeps a second copy of. "B" must not go under that id: started again at 1, it
+    did, and mosquitto_sub printed "A" twice and never "B"."""
+    mosquitto_tools()
+    target, server = serve_fresh(tmp_path, "--fsync", "interval")
+    gate = _Gate(target.port)
+    gate.start()
+    command = ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(gate.port), "-V", "5", "-q", "2"]
+    command += ["-c", "-x", "3600", "-i", "stale", "-t", "pk/t"]
+    subscriber = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    lock = threading.Lock()
+    got: list[str] = []
+
+    def read() -> None:
+        for line in subscriber.stdout:  # type: ignore[union-attr]
+            with lock:
+                got.append(line.rstrip("\n"))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not list(target.root.glob("topic-root/*/.subscriptions/*")):
+            assert time.monotonic() < deadline, "mosquitto_sub did not subscribe"
+            time.sleep(0.05)
+        time.sleep(0.5)  # its SUBACK read
+        gate.swallow = True
+        _publish_qos2(target.port, "A")
+        deadline = time.monotonic() + 10
+        while not gate.swallowed:  # its PUBREC, which the server will never read
+            assert time.monotonic() < deadline, "mosquitto_sub did not answer the PUBLISH"
+            time.sleep(0.01)
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait(timeout=20)
+        gate.swallow = False
+        server = serve_process(target.root, target.port, "--fsync", "interval")
+        assert _lines_until(got, lock, 1, 30) == ["A"]  # sent again with DUP, then released
+        time.sleep(0.5)  # its PUBCOMP read: the packet id is free
+        _publish_qos2(target.port, "B")
+        assert _lines_until(got, lock, 2, 10) == ["A", "B"]
+    finally:
+        subscriber.terminate()
+        subscriber.wait(timeout=10)
+        reader.join(timeout=5)
+        subscriber.stdout.close()  # type: ignore[union-attr]
+        gate.listener.close()
         stop_process(server)

@@ -127,6 +127,28 @@ def test_what_a_restart_sends_again_takes_its_ids_back_with_dup_and_nobody_takes
     assert later.packet_id == 4  # 3 waits for its PUBCOMP
 
 
+def test_after_a_restart_new_ids_start_past_those_the_record_names() -> None:
+    """A client may hold a stale copy under an id the process before used (libmosquitto,
+    docs/mqtt.md): new messages start after the highest id the record names, not at 1."""
+    outbox: Outbox[str] = Outbox(window=4, limit=5)
+    outbox.expect_release([7])
+    outbox.reserve([3, 9])
+    outbox.start_after([7, 3, 9])
+    fresh = outbox.push(_msg(0), "new")
+    assert fresh is not None
+    assert fresh.packet_id == 10
+    wrapped: Outbox[str] = Outbox(window=4, limit=5)
+    wrapped.expect_release([1])
+    wrapped.start_after([65_535, 1])
+    ids = [wrapped.push(_msg(n), str(n)) for n in range(2)]
+    assert [p.packet_id for p in ids if p is not None] == [2, 3]  # round past 65 535, 1 in use
+    empty: Outbox[str] = Outbox(window=1, limit=5)
+    empty.start_after([])
+    first = empty.push(_msg(0), "m")
+    assert first is not None
+    assert first.packet_id == 1
+
+
 def test_a_refused_pubrec_ends_the_exchange() -> None:
     outbox: Outbox[str] = Outbox(window=5, limit=5)
     sent = outbox.push(_msg(1, qos=2), "m")
