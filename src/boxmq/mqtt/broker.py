@@ -96,7 +96,7 @@ from boxmq.mqtt.stored import (
     storable,
 )
 from boxmq.mqtt.subscribing import Subscribing, hold_the_rest
-from boxmq.mqtt.wills import Wills
+from boxmq.mqtt.wills import Wills, will_delay
 from boxmq.store.commit import FsyncPolicy
 from boxmq.store.process import process_token
 
@@ -335,18 +335,20 @@ class Broker:
         self._share_turns(session, take=False)
         will = None if client.clean_exit else session.will
         session.will = None
-        due = None if will is None else self._wills.schedule(session, will, client)
+        now = self._clock.now()
+        due = None if will is None else now + will_delay(will, session.expiry)
         if session.persistent:
-            # A Will waiting out its delay is written down: a restart sends it (resume_expiries).
-            record = self._records.record(
-                session,
-                disconnected_at=self._clock.now(),
-                will=None if due is None else will,
-                will_due=due,
-            )
-            self._records.save(client, record)
+            # The Will is written down, and stays until it went out and was written (Wills):
+            # a restart sends it (resume_expiries), at once if due. Dropped here, one sent at
+            # once was lost by a SIGKILL before its write for the durable subscribers ended.
+            record = self._records.record(session, disconnected_at=now, will=will, will_due=due)
+            self._records.save(client, record)  # before the Will: a job of `client`'s first
+            if will is not None:
+                self._wills.schedule(session, will, client, record)
             self._lifetimes.schedule_expiry(session)
         else:
+            if will is not None:
+                self._wills.schedule(session, will, client, None)
             if client.jobs:  # its last read's (a PUBREL before DISCONNECT): before the end's
                 self._batches.start(client)
             self._lifetimes.end(session)

@@ -5,10 +5,11 @@ after its Will Delay Interval (§3.1.3.2.2), which `Wills` times; a persistent s
 holds a Will waiting out its delay, so a restart of the broker sends it when due (`resume`),
 unless its client came back (here, or to another broker on this root: its record changed).
 
-A Will waiting in a session record (a delay, or a broker that died with its client connected)
-is removed from the record once sent and its write for the durable subscribers ended, so that
-a restart does not send it again, nor loses it (a kill between the two sends it again). If the
-disk refuses that record (full, failing), the Will stays in it:
+A Will waiting in a session record (a delay, a broker that died with its client connected, or
+one sent at once at the close of a persistent session's connection) is removed from the record
+once sent and its write for the durable subscribers ended, so that a restart does not send it
+again, nor loses it (a kill between the two sends it again). If the disk refuses that record
+(full, failing), the Will stays in it:
 
 - this broker remembers that it sent it, so that it never sends it twice however the record
   reads (MQTT 5.0 §3.1.3.2.2: a Will is published once);
@@ -60,6 +61,18 @@ def will_delay(will: Will, expiry: int) -> int:
     later than the end of the session (MQTT 5.0 §3.1.3.2.2); at once if that ends with it."""
     delay = will.properties.will_delay_interval or 0
     return delay if expiry == NEVER else min(delay, expiry)
+
+
+def _holds(recorded: SessionRecord, current: SessionRecord | None) -> bool:
+    """Whether `current`, read from disk, is still `recorded` as written at the close of
+    its connection, with its Will (compared by what changes: a new close has a new time)."""
+    return (
+        current is not None
+        and current.holder is None
+        and current.will is not None
+        and current.disconnected_at == recorded.disconnected_at
+        and current.will_due == recorded.will_due
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,16 +200,28 @@ class Wills:
         if holds_it(read_record(self._root, record.client_id)):
             self._sent.sent(record, holds_it, now=self._clock.now())
 
-    def schedule(self, session: Session, will: Will, behind: Client) -> float | None:
+    def schedule(
+        self, session: Session, will: Will, behind: Client, recorded: SessionRecord | None
+    ) -> None:
         """The connection `behind` closed without DISCONNECT 0x00: its Will goes out now or
-        after its delay, after what that connection published (publishing.py). Returns when
-        (wall clock) if later, None if sent now."""
+        after its delay, after what that connection published (publishing.py). `recorded`:
+        the record of a persistent session written at that close, which holds the Will and
+        when it is due; the Will leaves it once sent and written, unless the record changed
+        meanwhile (its client came back)."""
         delay = will_delay(will, session.expiry)
         client_id, username = session.client_id, session.username
         if not delay:
-            self._publish_will(client_id, username, will, behind, _nothing)
-            return None
-        due = self._clock.now() + delay
+            written: Callable[[], None] = _nothing
+            if recorded is not None:
+                written = functools.partial(
+                    self._sent_from, recorded, functools.partial(_holds, recorded)
+                )
+            self._publish_will(client_id, username, will, behind, written)
+            return
+        # Only a persistent session's Will waits (will_delay): its record holds when.
+        assert recorded is not None
+        due = recorded.will_due
+        assert due is not None
 
         def send() -> None:
             self.forget_timer(client_id)
@@ -213,7 +238,6 @@ class Wills:
             self._flush()
 
         self._delay(client_id, delay, send)
-        return due
 
     def _delay(self, client_id: str, delay: float, send: Callable[[], None]) -> None:
         self._timers[client_id] = (asyncio.get_running_loop().call_later(delay, send), send)
