@@ -16,11 +16,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
 
 import boxmq
 from boxmq.client.box import Box
@@ -321,6 +322,66 @@ def paho_properties(kind: int, **values: object) -> Any:
     for name, value in values.items():
         setattr(props, name, value)
     return props
+
+
+Label = TypeVar("Label")
+
+
+class AckedPublisher(threading.Thread, Generic[Label]):
+    """A paho v5 publisher on its own thread that notes which of its messages the server
+    acknowledged with success (PUBACK, PUBCOMP): `acked` holds the labels `publish` was given.
+    A subclass's `run` publishes, and stops when `stop` is set or the connection is gone."""
+
+    def __init__(self, port: int, client_id: str, *, persistent: bool = False) -> None:
+        super().__init__(daemon=True)
+        self.acked: set[Label] = set()
+        self.stop = threading.Event()
+        self._mids: dict[int, Label] = {}
+        self._early: set[int] = set()
+        self._lock = threading.Lock()
+        self.client = mqtt.Client(
+            CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5
+        )
+        self.client.on_publish = self._on_publish
+        if persistent:
+            props = paho_properties(PacketTypes.CONNECT, SessionExpiryInterval=3600)
+            self.client.connect("127.0.0.1", port, clean_start=False, properties=props)
+        else:
+            self.client.connect("127.0.0.1", port)
+        self.client.loop_start()
+        deadline = time.monotonic() + WAIT
+        while not self.client.is_connected() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def _on_publish(self, _c: Any, _u: Any, mid: int, reason: Any, _p: Any) -> None:
+        if not reason.is_failure:
+            with self._lock:
+                if mid in self._mids:
+                    self.acked.add(self._mids.pop(mid))
+                else:
+                    self._early.add(mid)  # answered before publish() returned its mid
+
+    def publish(self, topic: str, payload: bytes | str, qos: int, label: Label, **kw: Any) -> None:
+        info = self.client.publish(topic, payload, qos, **kw)
+        with self._lock:
+            if info.mid in self._early:
+                self._early.discard(info.mid)
+                self.acked.add(label)
+            else:
+                self._mids[info.mid] = label
+
+    def unanswered(self, sent: int) -> int:
+        """How many of `sent` messages are not acknowledged yet."""
+        with self._lock:
+            return sent - len(self.acked)
+
+    def running(self) -> bool:
+        return not self.stop.is_set() and self.client.is_connected()
+
+    def end(self) -> None:
+        self.stop.set()
+        self.join(timeout=10)
+        self.client.loop_stop()
 
 
 def keeper_target(server: RunningServer, filter: str) -> tuple[Paho, Path]:

@@ -10,20 +10,14 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
-import paho.mqtt.client as mqtt
 import pytest
-from paho.mqtt.enums import CallbackAPIVersion
-from paho.mqtt.packettypes import PacketTypes
 from tests.integration.mqtt.clients import (
-    WAIT,
+    AckedPublisher,
     paho,
-    paho_properties,
     serve_fresh,
     serve_process,
     stop_process,
@@ -37,61 +31,25 @@ LIMIT = 2000  # messages per stream at most; the kill comes well before
 AHEAD = 100  # messages a stream may have published and not yet seen acknowledged
 
 
-class _Stream(threading.Thread):
-    """A persistent paho publisher that records which messages the server acknowledged."""
+class _Stream(AckedPublisher[str]):
+    """A persistent publisher of numbered messages; `acked` holds their payloads."""
 
     def __init__(self, port: int, qos: int, topic: str = "crash/stream") -> None:
-        super().__init__(daemon=True)
+        super().__init__(port, f"pub{qos}", persistent=True)
         self.qos = qos
         self.topic = topic  # "{i}" in it: each message's own topic, its number
-        self.acked: set[str] = set()
-        self.stop = threading.Event()
-        self._mids: dict[int, str] = {}
-        self._early: set[int] = set()
-        self._lock = threading.Lock()
-        self.client = mqtt.Client(
-            CallbackAPIVersion.VERSION2, client_id=f"pub{qos}", protocol=mqtt.MQTTv5
-        )
-        self.client.on_publish = self._on_publish
-        props = paho_properties(PacketTypes.CONNECT, SessionExpiryInterval=3600)
-        self.client.connect("127.0.0.1", port, clean_start=False, properties=props)
-        self.client.loop_start()
-        deadline = time.monotonic() + WAIT
-        while not self.client.is_connected() and time.monotonic() < deadline:
-            time.sleep(0.01)
-
-    def _on_publish(self, _c: Any, _u: Any, mid: int, reason: Any, _p: Any) -> None:
-        if not reason.is_failure:
-            with self._lock:
-                if mid in self._mids:
-                    self.acked.add(self._mids[mid])
-                else:
-                    self._early.add(mid)  # acknowledged before publish() returned its mid
-
-    def _ahead(self, i: int) -> bool:
-        with self._lock:
-            return i - len(self.acked) >= AHEAD
 
     def run(self) -> None:
         for i in range(LIMIT):
             # A server slowed by a loaded machine must not let the stream run through all its
             # LIMIT messages before the kill: it stays at most AHEAD past what was acknowledged.
-            while self._ahead(i) and not self.stop.is_set() and self.client.is_connected():
+            while self.unanswered(i) >= AHEAD and self.running():
                 time.sleep(0.002)
-            if self.stop.is_set() or not self.client.is_connected():
+            if not self.running():
                 break
             payload = f"q{self.qos}-{i:05d}"
-            info = self.client.publish(self.topic.format(i=i), payload, self.qos)
-            with self._lock:
-                self._mids[info.mid] = payload
-                if info.mid in self._early:
-                    self.acked.add(payload)
+            self.publish(self.topic.format(i=i), payload, self.qos, payload)
             time.sleep(0.002)
-
-    def end(self) -> None:
-        self.stop.set()
-        self.join(timeout=10)
-        self.client.loop_stop()
 
 
 def _until_acked(streams: list[_Stream], count: int) -> None:

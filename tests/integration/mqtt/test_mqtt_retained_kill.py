@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
-import paho.mqtt.client as mqtt
 import pytest
-from paho.mqtt.enums import CallbackAPIVersion
-from tests.integration.mqtt.clients import WAIT, paho, serve_fresh, serve_process, stop_process
+from tests.integration.mqtt.clients import (
+    AckedPublisher,
+    paho,
+    serve_fresh,
+    serve_process,
+    stop_process,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -32,56 +34,22 @@ def _body(index: int) -> bytes:
     return b"" if index % 11 == 0 else f"{index}:".encode() + b"r" * 5000
 
 
-class _Retainer(threading.Thread):
-    """A paho publisher of retained messages; `acked`: the indices answered with success."""
+class _Retainer(AckedPublisher[int]):
+    """A publisher of retained messages; `acked`: the indices answered with success."""
 
     def __init__(self, port: int, qos: int) -> None:
-        super().__init__(daemon=True)
+        super().__init__(port, "retainer")
         self.qos = qos
         self.sent = 0
-        self.acked: set[int] = set()
-        self.stop = threading.Event()
-        self._mids: dict[int, int] = {}
-        self._early: set[int] = set()
-        self._lock = threading.Lock()
-        self.client = mqtt.Client(
-            CallbackAPIVersion.VERSION2, client_id="retainer", protocol=mqtt.MQTTv5
-        )
-        self.client.on_publish = self._on_publish
-        self.client.connect("127.0.0.1", port)
-        self.client.loop_start()
-        deadline = time.monotonic() + WAIT
-        while not self.client.is_connected() and time.monotonic() < deadline:
-            time.sleep(0.01)
-
-    def _on_publish(self, _c: Any, _u: Any, mid: int, reason: Any, _p: Any) -> None:
-        if not reason.is_failure:
-            with self._lock:
-                if mid in self._mids:
-                    self.acked.add(self._mids.pop(mid))
-                else:
-                    self._early.add(mid)  # answered before publish() returned its mid
 
     def run(self) -> None:
-        while self.sent < LIMIT and not self.stop.is_set() and self.client.is_connected():
-            with self._lock:
-                if self.sent - len(self.acked) >= AHEAD:
-                    time.sleep(0.002)
-                    continue
+        while self.sent < LIMIT and self.running():
+            if self.unanswered(self.sent) >= AHEAD:
+                time.sleep(0.002)
+                continue
             index = self.sent
-            info = self.client.publish(f"r/{index % TOPICS}", _body(index), self.qos, retain=True)
+            self.publish(f"r/{index % TOPICS}", _body(index), self.qos, index, retain=True)
             self.sent += 1
-            with self._lock:
-                if info.mid in self._early:
-                    self._early.discard(info.mid)
-                    self.acked.add(index)
-                else:
-                    self._mids[info.mid] = index
-
-    def end(self) -> None:
-        self.stop.set()
-        self.join(timeout=10)
-        self.client.loop_stop()
 
 
 @pytest.mark.parametrize("fsync", ["always", "interval"])
