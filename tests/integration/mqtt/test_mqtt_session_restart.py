@@ -316,3 +316,49 @@ def test_a_will_without_delay_leaves_a_persistent_sessions_record_only_once_writ
     """Sent at the close of its connection: the record written at that close dropped it
     while its write ran."""
     _will_leaves_its_record_only_once_written(tmp_path, monkeypatch, 0)
+
+
+def test_a_will_sent_at_a_takeover_leaves_the_record_only_once_its_durable_copy_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second CONNECT with the client id takes the session over: the old connection's Will
+    (no delay) goes out at once. The new connection's record, written at its CONNECT, held
+    nothing of it while its write ran (slowed, as above): a SIGKILL then lost it for every
+    persistent subscriber."""
+    real = Publishing.write
+
+    def slow(self: Publishing, client_id: str, publish: Any, *args: Any) -> Any:
+        if publish.topic.startswith("will/"):
+            time.sleep(1.0)
+        return real(self, client_id, publish, *args)
+
+    monkeypatch.setattr(Publishing, "write", slow)
+    server = start_server(tmp_path / "root", fsync="always")
+    try:
+        keeper = paho(server, "keeper", clean=False, expiry=300)
+        keeper.subscribe("will/#", 1)
+        keeper.stop()  # away: the Will waits in its dropbox
+        target = next(server.root.glob("topic-root/*/.subscriptions/client.keeper/target"))
+        _dying(server, "dying", 0).client.loop_stop()  # no reconnect of its own
+        taking: list[Paho] = []
+        taker = threading.Thread(
+            target=lambda: taking.append(paho(server, "dying", clean=False, expiry=60))
+        )
+        taker.start()
+        try:
+            deadline = time.monotonic() + WAIT
+            while not list(target.iterdir()):
+                assert time.monotonic() < deadline, "the Will never reached the dropbox"
+                record = read_record(str(server.root), "dying")
+                assert record is not None
+                assert record.will is not None, "the record dropped a Will not yet written"
+                time.sleep(0.01)
+        finally:
+            taker.join(WAIT)
+        assert taking, "the new connection was never accepted"
+        record = read_record(str(server.root), "dying")
+        assert record is not None
+        assert record.will is None  # the new connection's: it has none
+        assert record.holder is not None
+    finally:
+        server.shutdown()
