@@ -590,7 +590,23 @@ class Broker:
             # Present but expiry 0: a persistent session resumed to end with this connection;
             # its subscriptions are still on disk, so a crash must end it at the restart.
             # Its CONNACK waits for the record (flushed under fsync=always).
-            self._records.write(client, self._records.record(session), _nothing_told, hold=True)
+            # After the Will of a connection taken over is written (Wills.when_written): this
+            # record, without it, would lose it to a SIGKILL before. Its CONNACK waits.
+            client.holding += 1
+            reading = True  # the read that took this CONNECT begins its batch, if run at once
+
+            def record_it() -> None:
+                client.holding -= 1
+                self._out.dirty.add(client)
+                record = self._records.record(session)
+                self._records.write(client, record, _nothing_told, hold=True)
+                if not reading:  # later, on the Will's write: nothing else begins or sends
+                    if client.jobs:
+                        self._batches.start(client)
+                    self.flush()
+
+            self._wills.when_written(client_id, record_it)
+            reading = False
         connection.keep_alive = keep_alive
         connection.accepted = True
         requested = props.session_expiry_interval or 0
@@ -710,20 +726,12 @@ class Broker:
         old_client = self._links.get(client_id)
         if old_client is not None:
             log.info("client %s: taken over by a new connection", client_id)
-            old_session = old_client.session
-            if old_session is not None:
-                will = old_session.will
-                # §3.1.2.5: the old connection closes without DISCONNECT, so its Will goes
-                # out, unless it has a delay that the new connection now cancels (its session
-                # lives on). A session with expiry 0 ends with the old connection, whatever
-                # the new one asks: nothing resumes it, so nothing cancels its Will (§3.1.4).
-                if will is not None and (
-                    clean or not old_session.persistent or not will.properties.will_delay_interval
-                ):
-                    self._publishing.publish_will(
-                        old_session.client_id, old_session.username, will, old_client
-                    )
-                old_session.will = None
+            # §3.1.2.5: the old connection closes without DISCONNECT, so its Will goes out
+            # as at any such close (`closed`: written down in a persistent session's record
+            # until its write ended), unless it has a delay that the new connection now
+            # cancels below (its session lives on). A clean start ends the session, which
+            # sends it early; a session with expiry 0 ends with the old connection, whatever
+            # the new one asks: nothing resumes it, so nothing cancels its Will (§3.1.4).
             self._kick(old_client, _R.SESSION_TAKEN_OVER, "session taken over")
         if clean:  # §3.1.3.2.2: the old session ends now, so its delayed Will goes out
             self._wills.send_early(client_id)

@@ -8,7 +8,8 @@ unless its client came back (here, or to another broker on this root: its record
 A Will waiting in a session record (a delay, a broker that died with its client connected, or
 one sent at once at the close of a persistent session's connection) is removed from the record
 once sent and its write for the durable subscribers ended, so that a restart does not send it
-again, nor loses it (a kill between the two sends it again). If the disk refuses that record
+again, nor loses it (a kill between the two sends it again). A new connection that took the
+session over writes its record only then (`when_written`). If the disk refuses that record
 (full, failing), the Will stays in it:
 
 - this broker remembers that it sent it, so that it never sends it twice however the record
@@ -153,6 +154,9 @@ class Wills:
         # Delayed Wills: the timer, and what it runs (a clean start runs it early).
         self._timers: dict[str, tuple[asyncio.TimerHandle, Callable[[], None]]] = {}
         self._sent = SentWills(root)  # sent from records that still hold them
+        # A Will sent at once from a record (a persistent session's close): what waits for its
+        # write to end (`when_written`), per client id, for the latest one.
+        self._writing: dict[str, list[Callable[[], None]]] = {}
 
     def send_early(self, client_id: str) -> None:
         """The session ends now (a clean start): its delayed Will, if any, goes out now."""
@@ -213,9 +217,16 @@ class Wills:
         if not delay:
             written: Callable[[], None] = _nothing
             if recorded is not None:
-                written = functools.partial(
-                    self._sent_from, recorded, functools.partial(_holds, recorded)
-                )
+                waiting: list[Callable[[], None]] = []
+                self._writing[client_id] = waiting
+
+                def written() -> None:
+                    self._sent_from(recorded, functools.partial(_holds, recorded))
+                    if self._writing.get(client_id) is waiting:
+                        del self._writing[client_id]
+                    for then in waiting:
+                        then()
+
             self._publish_will(client_id, username, will, behind, written)
             return
         # Only a persistent session's Will waits (will_delay): its record holds when.
@@ -238,6 +249,16 @@ class Wills:
             self._flush()
 
         self._delay(client_id, delay, send)
+
+    def when_written(self, client_id: str, then: Callable[[], None]) -> None:
+        """Run `then` once the Will the client id's last connection sent at once from its
+        record was written (at once if none is being written): a new connection's record,
+        which holds its own Will, must not replace that record before (a takeover)."""
+        waiting = self._writing.get(client_id)
+        if waiting is None:
+            then()
+        else:
+            waiting.append(then)
 
     def _delay(self, client_id: str, delay: float, send: Callable[[], None]) -> None:
         self._timers[client_id] = (asyncio.get_running_loop().call_later(delay, send), send)
