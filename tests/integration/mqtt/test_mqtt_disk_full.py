@@ -22,6 +22,9 @@ from tests.diskfull import SmallDisk, small_disk
 from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, drop, paho, start_server
 from tests.integration.mqtt.raw import open_raw, publish_qos2, pubrel, read
 
+from boxmq.mqtt.publishing import Publishing
+from boxmq.mqtt.session_record import read_record
+
 QUOTA_EXCEEDED = 0x97
 REASON_STRING = 0x1F
 
@@ -238,3 +241,57 @@ def test_a_retained_publish_the_disk_refuses_keeps_the_previous_retained_message
     assert [p.name for p in (running.root / "topic-root" / ".retained").iterdir()] == [
         hashlib.sha256(b"t/r").hexdigest()
     ]
+
+
+def test_a_will_the_disk_refuses_stays_in_its_session_record_and_a_restart_sends_it(
+    disk: SmallDisk, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A persistent session's Will, due at once: its connection's close writes its record,
+    then the disk fills up, but for a page (room for the record again), and refuses the
+    Will's own write. The record keeps the Will, an ERROR line names the client, and the
+    restart once space is back sends it to the persistent subscriber, which went without."""
+    real = Publishing.write
+
+    def filling(self: Publishing, client_id: str, publish: Any, *args: Any) -> Any:
+        if publish.topic.startswith("will/"):
+            disk.fill(leave=1)
+        return real(self, client_id, publish, *args)
+
+    monkeypatch.setattr(Publishing, "write", filling)
+    root = disk.path / "root"
+    payload = os.urandom(20_000)  # five pages: more than the one left
+    first = start_server(root)
+    try:
+        keeper = paho(first, "keeper", clean=False, expiry=300)
+        keeper.subscribe("will/#", 1)
+        keeper.stop()  # away: the Will is for its dropbox
+        dying = paho(first, "dying", clean=False, expiry=300, will=("will/dying", payload, 1))
+        caplog.set_level(logging.ERROR, logger="boxmq.mqtt")
+        drop(dying)
+        assert _logged(caplog, "its Will to will/dying was not stored")
+        deadline = time.monotonic() + 1  # the record was written again right after, if at all
+        while time.monotonic() < deadline:
+            record = read_record(str(root), "dying")
+            assert record is not None
+            assert record.holder is None  # the close's
+            assert record.will is not None, "the record dropped a Will never stored"
+            assert record.will.payload == payload
+            time.sleep(0.05)
+        [kept] = _logged(caplog, "its session record keeps it")
+        assert "client dying" in kept
+    finally:
+        disk.free()
+        first.shutdown()
+    monkeypatch.undo()
+    second = start_server(root)
+    try:
+        keeper = paho(second, "keeper", clean=False, expiry=300)
+        will = keeper.next(timeout=WAIT)
+        assert (will.topic, will.payload) == ("will/dying", payload)
+        deadline = time.monotonic() + WAIT
+        while (record := read_record(str(root), "dying")) is not None and record.will:
+            assert time.monotonic() < deadline, "the record still holds the Will sent"
+            time.sleep(0.05)
+        keeper.stop()
+    finally:
+        second.shutdown()
