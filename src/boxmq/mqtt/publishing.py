@@ -27,7 +27,7 @@ import asyncio
 import logging
 import math
 from collections.abc import Callable
-from concurrent.futures import Executor, Future
+from concurrent.futures import CancelledError, Executor, Future
 from functools import partial
 
 from boxmq.client.assured import AssuredMessage
@@ -78,6 +78,10 @@ log = logging.getLogger("boxmq.mqtt")
 
 _R = ReasonCode
 
+WillWritten = Callable[[BaseException | None], None]
+"""What runs once a Will's disk work ended: with None if it was stored (or needed no disk),
+else with the failure."""
+
 
 def _tell_will_lost(client_id: str, topic: str, written: Future[None]) -> None:
     """A Will's disk write ended (in the worker thread). No client waits for a Will's answer,
@@ -92,7 +96,7 @@ def _log_will_lost(client_id: str, topic: str, error: BaseException) -> None:
     reason = store_failure(error) if isinstance(error, OSError) else error
     log.error(
         "client %s: its Will to %s was not stored, so its durable subscribers (persistent "
-        "sessions, share groups) will not get it: %s",
+        "sessions, share groups) did not get it: %s",
         client_id,
         topic,
         reason,
@@ -483,20 +487,21 @@ class Publishing:
         username: str | None,
         will: Will,
         behind: Client | None = None,
-        written: Callable[[], None] | None = None,
+        written: WillWritten | None = None,
     ) -> None:
         """Publish a client's Will. `behind`: the connection whose end sends it, if known.
         While that one's disk work still runs or waits (a retained message is routed once
         written), the Will takes its turn after it: a Will goes out after everything its client
         published (MQTT 5.0 §3.1.2.5, §4.6), or subscribers would take "online" for its last
         word. Without such work, it goes out at once. `written` runs on the loop once the
-        Will's disk work ended (at once without any): a session record drops the Will then,
-        not before, or a SIGKILL between the two lost it for the durable subscribers."""
+        Will's disk work ended (at once without any), with its failure if the disk refused
+        it: a session record drops the Will then, not before, or a SIGKILL between the two
+        lost it for the durable subscribers; and not at all if the disk refused it."""
         if not self._may_publish(username, client_id, will.topic):
             # As for a refused PUBLISH: the log says no, never that it went out.
             log.info("client %s may not publish its will to %s", client_id, will.topic)
             if written is not None:
-                written()
+                written(None)
             return
         log.info("client %s: sending its will to %s", client_id, will.topic)
         publish = Publish(
@@ -531,9 +536,9 @@ class Publishing:
             loop = asyncio.get_running_loop()
             done = self._pool.submit(write)
             done.add_done_callback(partial(_tell_will_lost, client_id, will.topic))
-            done.add_done_callback(lambda _: loop.call_soon_threadsafe(written))
+            done.add_done_callback(lambda done: loop.call_soon_threadsafe(written, _failure(done)))
         else:
-            written()
+            written(None)
         # At once, whatever the disk does: a Will reaches whom it can (see _tell_will_lost).
         # Routed before its write, it reaches no subscription made after.
         self._delivery.route_memory(client_id, publish, None)
@@ -543,14 +548,15 @@ class Publishing:
         client_id: str,
         publish: Publish,
         order: int | None,
-        written: Callable[[], None],
+        written: WillWritten,
         result: object,
     ) -> None:
         """A Will's turn in its client's disk work came, its write done if it had one: to the
         in-memory subscribers, whatever the disk did, as a Will sent at once does."""
-        if isinstance(result, BaseException):
-            _log_will_lost(client_id, publish.topic, result)
-        written()
+        failure = result if isinstance(result, BaseException) else None
+        if failure is not None:
+            _log_will_lost(client_id, publish.topic, failure)
+        written(failure)
         self._delivery.route_memory(client_id, publish, _written(order, result))
 
     # -- disk work (run by disk.run_all) ---------------------------------------------------------
@@ -670,8 +676,13 @@ class Publishing:
         return store_with_properties(packet, self._box.side_files, assured, room)
 
 
-def _nothing() -> None:
+def _nothing(_: BaseException | None) -> None:
     """What runs once a Will no record holds is written."""
+
+
+def _failure(done: Future[MessageId]) -> BaseException | None:
+    """Why a Will's write (ended) failed; None if it did not. Cancelled: never written."""
+    return CancelledError() if done.cancelled() else done.exception()
 
 
 def _first(then: Callable[[object], None], results: list[object] | BaseException) -> None:

@@ -31,9 +31,9 @@ Invariants:
 - `will` is the Will of the connection (held or last closed) still to be sent: written at
   CONNECT, so that a broker killed while the client is connected finds it at its restart,
   and at close (due then, or after its delay); None once it is sent and written for the
-  durable subscribers, or if the connection closed with DISCONNECT 0x00. `will_due` (wall
-  clock) is when it goes out: None while the connection is open (the delay counts from its
-  close).
+  durable subscribers (kept if the disk refused that write: a restart sends it again), or
+  if the connection closed with DISCONNECT 0x00. `will_due` (wall clock) is when it goes
+  out: None while the connection is open (the delay counts from its close).
 - `sent` names the stored messages (from its dropboxes) the session was sent and had not
   acknowledged when the record was written, with their packet ids: its locks outlive the
   broker, so a restarted one sends them again under those ids, with DUP (§4.4). It is written

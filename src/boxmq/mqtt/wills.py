@@ -9,8 +9,9 @@ A Will waiting in a session record (a delay, a broker that died with its client 
 one sent at once at the close of a persistent session's connection) is removed from the record
 once sent and its write for the durable subscribers ended, so that a restart does not send it
 again, nor loses it (a kill between the two sends it again). A new connection that took the
-session over writes its record only then (`when_written`). If the disk refuses that record
-(full, failing), the Will stays in it:
+session over writes its record only then (`when_written`). A Will whose own write the disk
+refused stays in the record, for a restart to send again (`_sent_from`). If the disk refuses
+that record (full, failing), the Will stays in it:
 
 - this broker remembers that it sent it, so that it never sends it twice however the record
   reads (MQTT 5.0 §3.1.3.2.2: a Will is published once);
@@ -47,13 +48,16 @@ _RETRY_EVERY: Final = 1.0  # seconds between two tries of a refused record
 HoldsIt = Callable[[SessionRecord | None], bool]
 """Whether the record on disk now is still the one that holds the Will sent."""
 
-PublishWill = Callable[[str, str | None, Will, Client | None, Callable[[], None]], None]
+WillWritten = Callable[[BaseException | None], None]
+"""What runs once a Will's disk work ended: with None if it was stored, else the failure."""
+
+PublishWill = Callable[[str, str | None, Will, Client | None, WillWritten], None]
 """Publish a client's Will: (client id, its username, the Will, the connection whose end
 sends it if known, whose disk work goes first, what to run once its disk work ended);
 publishing.py's."""
 
 
-def _nothing() -> None:
+def _nothing(_: BaseException | None) -> None:
     """What runs once a Will no record holds is written."""
 
 
@@ -198,9 +202,22 @@ class Wills:
         self._publish_will(client_id, scheduled.username, will, None, sent)
         self._flush()
 
-    def _sent_from(self, record: SessionRecord, holds_it: HoldsIt) -> None:
+    def _sent_from(
+        self, record: SessionRecord, holds_it: HoldsIt, failure: BaseException | None
+    ) -> None:
         """The Will `record` holds was sent and written: the record without it is written,
-        unless its client came back meanwhile (or its session ended): that record is newer."""
+        unless its client came back meanwhile (or its session ended): that record is newer.
+        Its write failed (`failure`: a full or failing disk), the record keeps it, so that a
+        restart sends it again, to the durable subscribers too; not this broker, which sent
+        it already to those in memory (a Will is published once)."""
+        if failure is not None:
+            log.error(
+                "client %s: its Will was not stored for its durable subscribers, and its "
+                "session record keeps it: a restart of the broker sends it again, unless the "
+                "client connects again before",
+                record.client_id,
+            )
+            return
         if holds_it(read_record(self._root, record.client_id)):
             self._sent.sent(record, holds_it, now=self._clock.now())
 
@@ -215,13 +232,13 @@ class Wills:
         delay = will_delay(will, session.expiry)
         client_id, username = session.client_id, session.username
         if not delay:
-            written: Callable[[], None] = _nothing
+            written: WillWritten = _nothing
             if recorded is not None:
                 waiting: list[Callable[[], None]] = []
                 self._writing[client_id] = waiting
 
-                def written() -> None:
-                    self._sent_from(recorded, functools.partial(_holds, recorded))
+                def written(failure: BaseException | None) -> None:
+                    self._sent_from(recorded, functools.partial(_holds, recorded), failure)
                     if self._writing.get(client_id) is waiting:
                         del self._writing[client_id]
                     for then in waiting:
@@ -240,7 +257,7 @@ class Wills:
             ours = record is not None and record.holder is None and record.will_due == due
             if record is not None and not ours and record.holder != self._token:
                 return  # its client came back to another broker on this root (or left it again)
-            written: Callable[[], None] = _nothing
+            written: WillWritten = _nothing
             if ours:
                 assert record is not None
                 sent = record
