@@ -1,0 +1,107 @@
+"""A persistent session whose client moves between two `boxmq serve` processes on one root
+(DESIGN.md §7): the server it left keeps the session in memory until its expiry, and must
+not end it under the other one, which the client came back to (its durable subscriptions
+deleted while in use), nor send its Will, nor deliver a message twice."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.integration.mqtt.clients import (
+    RunningServer,
+    drop,
+    free_port,
+    paho,
+    recorded_away,
+    serve_fresh,
+    serve_process,
+    stop_process,
+    subscriptions_on_disk,
+)
+
+EXPIRY = 2  # seconds: the session outlives each move, and the timer of the server left fires
+
+
+@pytest.fixture
+def two_servers(tmp_path: Path) -> Iterator[tuple[RunningServer, RunningServer]]:
+    first, process = serve_fresh(tmp_path)
+    second = RunningServer(first.root, None, "127.0.0.1", free_port(), None, None, None, None)  # type: ignore[arg-type]
+    other = serve_process(first.root, second.port)
+    try:
+        yield first, second
+    finally:
+        for each in (process, other):
+            stop_process(each)
+
+
+def test_a_session_moved_to_another_server_outlives_the_expiry_of_the_one_it_left(
+    two_servers: tuple[RunningServer, RunningServer],
+) -> None:
+    a, b = two_servers
+    root = a.root
+    watcher = paho(b, "watcher")
+    watcher.subscribe("wills/#", 1)
+    sender = paho(a, "sender")
+    roamer = paho(a, "roamer", clean=False, expiry=EXPIRY, will=("wills/roamer", b"gone", 1),
+                  will_delay=EXPIRY)  # fmt: skip
+    roamer.subscribe("news/#", 2)
+    drop(roamer)  # away from A, without DISCONNECT: its Will waits for its delay
+    recorded_away(root, "roamer")
+    sender.publish("news/1", b"while away", 2)
+    # Back within its expiry, to B: its session, and what came while it was away.
+    roamer = paho(b, "roamer", clean=False, expiry=EXPIRY, will=("wills/roamer", b"gone", 1),
+                  will_delay=EXPIRY)  # fmt: skip
+    assert roamer.session_present
+    assert roamer.next().payload == b"while away"
+    time.sleep(EXPIRY + 1.5)  # A's timers (the session's end, its Will) fire
+    assert ("news/#", None, "roamer") in subscriptions_on_disk(root)
+    sender.publish("news/2", b"after A's expiry", 2)
+    received = roamer.next()
+    assert (received.payload, received.qos) == (b"after A's expiry", 2)
+    assert roamer.nothing(within=1.0)  # once
+    assert watcher.nothing(within=0.5)  # no Will: the client is connected
+    # And back to A, which let go of it: the same session, from the disk.
+    drop(roamer)
+    recorded_away(root, "roamer")
+    roamer = paho(a, "roamer", clean=False, expiry=EXPIRY, will=("wills/roamer", b"gone", 1),
+                  will_delay=EXPIRY)  # fmt: skip
+    assert roamer.session_present
+    time.sleep(EXPIRY + 1.5)  # B's timers fire
+    assert ("news/#", None, "roamer") in subscriptions_on_disk(root)
+    sender.publish("news/3", b"after B's expiry", 2)
+    assert roamer.next().payload == b"after B's expiry"
+    assert roamer.nothing(within=1.0)
+    assert watcher.nothing(within=0.5)
+    roamer.stop()
+
+
+def test_a_quick_return_to_the_first_server_resumes_the_session_the_second_one_moved_on(
+    two_servers: tuple[RunningServer, RunningServer],
+) -> None:
+    """A to B and back to A within the expiry: A still holds the session in memory, as it
+    was when the client left it; what B delivered since is not sent again."""
+    a, b = two_servers
+    root = a.root
+    sender = paho(a, "sender")
+    roamer = paho(a, "roamer", clean=False, expiry=EXPIRY)
+    roamer.subscribe("news/#", 2)
+    roamer.stop()
+    recorded_away(root, "roamer")
+    roamer = paho(b, "roamer", clean=False, expiry=EXPIRY)
+    assert roamer.session_present
+    sender.publish("news/1", b"on B", 2)
+    assert roamer.next().payload == b"on B"
+    roamer.stop()
+    recorded_away(root, "roamer")
+    roamer = paho(a, "roamer", clean=False, expiry=EXPIRY)
+    assert roamer.session_present
+    assert roamer.nothing(within=1.0)  # B delivered it: not again
+    time.sleep(EXPIRY + 1.5)  # B's expiry passes
+    assert ("news/#", None, "roamer") in subscriptions_on_disk(root)
+    sender.publish("news/2", b"on A", 2)
+    assert roamer.next().payload == b"on A"
+    assert roamer.nothing(within=1.0)
+    roamer.stop()
