@@ -186,6 +186,29 @@ class Lifetimes:
                     self._box.unsubscribe(text, name)
         self._discard_session_state(client_id)
 
+    def held_elsewhere(self, record: SessionRecord | None) -> bool:
+        """Whether `record`, read from disk now, says that another broker on this root holds
+        the session (its client came back there): this one's copy in memory is stale."""
+        if record is None:
+            return False
+        other = record.server or record.holder  # `holder` alone: an older boxmq's record
+        return other is not None and other != self._token
+
+    def let_go(self, session: Session) -> None:
+        """The session lives on in another broker on this root: dropped from memory here
+        without ending it. Its durable subscriptions, its QoS 2 messages awaiting PUBREL,
+        its record and the locks of what it was sent stay, for that broker (detach)."""
+        client_id = session.client_id
+        log.info("client %s: its session is held by another server on this root now", client_id)
+        self._sessions.pop(client_id, None)
+        self.cancel_expiry(client_id)
+        self._wills.forget_timer(client_id)
+        self._memory.remove_subscriber(client_id)
+        session.outbox.clear()
+        session.stop_counting()
+        for subscriber in self._durable.pop(client_id, {}).values():
+            subscriber.detach()
+
     def resume_expiries(self) -> None:
         """At start: the persistent sessions on disk end when their records say, those whose
         time is up at once. The timers of the process before died with it; without this, a
@@ -256,9 +279,15 @@ class Lifetimes:
         def expire() -> None:
             self.expiries.pop(client_id, None)
             current = self._sessions.get(client_id)
-            if current is session and not session.connected:
-                log.info("client %s: session expired", client_id)
-                self.end(session)
+            if current is not session or session.connected:
+                return
+            if self.held_elsewhere(read_record(self._box.root, client_id)):
+                # Its client came back to another broker on this root, which holds the
+                # session now (and counts its expiry from the client's next close there).
+                self.let_go(session)
+                return
+            log.info("client %s: session expired", client_id)
+            self.end(session)
 
         self.expiries[client_id] = asyncio.get_running_loop().call_later(session.expiry, expire)
 
