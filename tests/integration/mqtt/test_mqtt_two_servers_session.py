@@ -21,6 +21,15 @@ from tests.integration.mqtt.clients import (
     stop_process,
     subscriptions_on_disk,
 )
+from tests.integration.mqtt.raw import (
+    open_raw,
+    pubcomp,
+    publishes,
+    pubrec,
+    read,
+    subscribe,
+    take_publishes,
+)
 
 EXPIRY = 2  # seconds: the session outlives each move, and the timer of the server left fires
 
@@ -105,3 +114,39 @@ def test_a_quick_return_to_the_first_server_resumes_the_session_the_second_one_m
     assert roamer.next().payload == b"on A"
     assert roamer.nothing(within=1.0)
     roamer.stop()
+
+
+def test_a_qos2_message_settled_on_the_second_server_is_not_sent_again_by_the_first(
+    two_servers: tuple[RunningServer, RunningServer],
+) -> None:
+    """In flight at QoS 2 when the client left A, sent again by B (same packet id, DUP) and
+    acknowledged there: A, which the client comes back to within the expiry, held it in
+    flight in memory, and must not send it again (a client that completed the exchange takes
+    it for a new message, and delivers it twice)."""
+    a, b = two_servers
+    root = a.root
+    roamer, _ = open_raw(a, "roamer", expiry=30)
+    try:
+        roamer.sendall(subscribe(1, "news/#", 2))
+        assert read(roamer)[0] == 0x90
+        sender = paho(a, "sender")
+        sender.publish("news/1", b"once", 2)
+        sender.stop()
+        [first] = take_publishes(roamer, 1)  # never answered
+        roamer.close()
+        recorded_away(root, "roamer")
+        roamer, present = open_raw(b, "roamer", expiry=30)
+        assert present
+        [again] = take_publishes(roamer, 1)
+        assert (again.payload, again.packet_id, again.dup) == (b"once", first.packet_id, True)
+        roamer.sendall(pubrec(again.packet_id))
+        assert read(roamer)[0] & 0xF0 == 0x60  # PUBREL
+        roamer.sendall(pubcomp(again.packet_id))
+        time.sleep(0.3)
+        roamer.close()
+        recorded_away(root, "roamer")
+        roamer, present = open_raw(a, "roamer", expiry=30)
+        assert present
+        assert publishes(roamer, within=1.0) == []
+    finally:
+        roamer.close()
