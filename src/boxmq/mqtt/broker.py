@@ -694,10 +694,21 @@ class Broker:
 
     def _record_of(self, client_id: str) -> SessionRecord | None:
         """The record on disk of a session this process does not hold (one it holds is
-        newer): read once per CONNECT, for its owner and then for resuming it."""
-        if client_id in self._sessions:
+        newer): read once per CONNECT, for its owner and then for resuming it. A session
+        held here whose client is away may have been resumed since by another broker on
+        this root (DESIGN.md §7): if its record says so, the copy here is stale (what it
+        was sent and has since acknowledged there would go out again), and is let go, to
+        be resumed from the disk like any other."""
+        session = self._sessions.get(client_id)
+        if session is None:
+            return read_record(self.box.root, client_id)
+        if session.connected:
             return None
-        return read_record(self.box.root, client_id)
+        record = read_record(self.box.root, client_id)
+        if not self._lifetimes.held_elsewhere(record):
+            return None
+        self._lifetimes.let_go(session)
+        return record
 
     def _belongs_to_another(
         self, client_id: str, username: str | None, record: SessionRecord | None
