@@ -23,6 +23,7 @@ from tests.integration.mqtt.clients import (
 )
 from tests.integration.mqtt.raw import (
     open_raw,
+    puback,
     pubcomp,
     publishes,
     pubrec,
@@ -30,6 +31,8 @@ from tests.integration.mqtt.raw import (
     subscribe,
     take_publishes,
 )
+
+from boxmq.mqtt.session_record import read_record
 
 EXPIRY = 2  # seconds: the session outlives each move, and the timer of the server left fires
 
@@ -150,3 +153,39 @@ def test_a_qos2_message_settled_on_the_second_server_is_not_sent_again_by_the_fi
         assert publishes(roamer, within=1.0) == []
     finally:
         roamer.close()
+
+
+def test_a_client_connected_to_both_servers_keeps_its_session_when_the_first_connection_ends(
+    two_servers: tuple[RunningServer, RunningServer],
+) -> None:
+    """The client connects to B while its connection to A is still open (a network that
+    changed under it, before A noticed). B cannot close A's connection (another process):
+    both stay open until A's closes; then A must not write the session as away and kept by
+    A over B's record, whose expiry then ended the session under B's client."""
+    a, b = two_servers
+    root = a.root
+    on_a, _ = open_raw(a, "roamer", expiry=EXPIRY)
+    on_b = None
+    try:
+        on_a.sendall(subscribe(1, "news/#", 1))
+        assert read(on_a)[0] == 0x90
+        on_b, present = open_raw(b, "roamer", expiry=EXPIRY)
+        assert present
+        taken = read_record(str(root), "roamer")
+        assert taken is not None
+        assert taken.holder is not None
+        on_a.close()
+        time.sleep(0.5)  # A sees the close
+        assert read_record(str(root), "roamer") == taken  # still B's, its client connected
+        time.sleep(EXPIRY + 1.0)  # A's expiry, had it kept the session, passes
+        assert ("news/#", None, "roamer") in subscriptions_on_disk(root)
+        sender = paho(a, "sender")
+        sender.publish("news/1", b"to B", 1)
+        [got] = take_publishes(on_b, 1)
+        assert got.payload == b"to B"
+        on_b.sendall(puback(got.packet_id))
+        sender.stop()
+    finally:
+        on_a.close()
+        if on_b is not None:
+            on_b.close()
