@@ -76,6 +76,7 @@ from boxmq.mqtt.packets import (
     Pubrel,
     Subscribe,
     Unsubscribe,
+    Will,
 )
 from boxmq.mqtt.properties import EMPTY, Properties
 from boxmq.mqtt.publishing import Publishing
@@ -337,7 +338,11 @@ class Broker:
         session.will = None
         now = self._clock.now()
         due = None if will is None else now + will_delay(will, session.expiry)
-        if session.persistent:
+        if session.persistent and self._lifetimes.held_elsewhere(
+            read_record(self.box.root, session.client_id)
+        ):
+            self._taken_elsewhere(client, session, will)
+        elif session.persistent:
             # The Will is written down, and stays until it went out and was written (Wills):
             # a restart sends it (resume_expiries), at once if due. Dropped here, one sent at
             # once was lost by a SIGKILL before its write for the durable subscribers ended.
@@ -353,6 +358,22 @@ class Broker:
                 self._batches.start(client)
             self._lifetimes.end(session)
         self.flush()
+
+    def _taken_elsewhere(self, client: Client, session: Session, will: Will | None) -> None:
+        """The connection closed after its client connected to another broker on this root,
+        which took the session (a process cannot close another's connection, so both were
+        open meanwhile): its record is that broker's now, and is not written over (this one
+        would count the session's expiry, and end it under the client connected there). The
+        session is let go, not ended; the Will of this connection goes out as at a takeover
+        here (§3.1.2.5), unless it has a delay, which the session living on cancels."""
+        log.info(
+            "client %s: its session was taken by another server on this root", session.client_id
+        )
+        if will is not None and not will.properties.will_delay_interval:
+            self._wills.schedule(session, will, client, None)
+        if client.jobs:  # its last read's disk work goes on, ahead of the Will's
+            self._batches.start(client)
+        self._lifetimes.let_go(session)
 
     def flush(self) -> None:
         self._out.flush()
