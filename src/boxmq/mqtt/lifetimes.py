@@ -13,6 +13,9 @@ Invariants:
   is done all the same (`session_end_step`).
 - A session found on disk at start ends only if its client has not come back since (here, or
   to another broker on this root: its record changed).
+- A session held here ends by its timer only if its record names no other broker: one that
+  does (its client came back there) is let go from memory, not ended (`let_go`), its
+  subscriptions, messages awaiting PUBREL, record and locks left to that broker.
 - What a session left awaiting PUBREL is discarded after the disk work of its connections
   (`after_disk_work`): a PUBREL read before the end goes on to the subscribers.
 """

@@ -24,7 +24,10 @@ Invariants:
   away ends `expiry` seconds after that, one with expiry NEVER only on a clean start.
 - `server` is the process token of the broker that holds the session in memory: the one its
   client is connected to, or the one it left, which keeps what it was sent (to send again)
-  until the session ends or its client returns. None when no broker holds it (a record
+  until the session ends or its client returns. A broker that holds a copy and finds
+  another named lets go of its copy without ending the session (Lifetimes.let_go): at its
+  expiry timer, at its client's return, at the close of a connection whose client
+  connected there meanwhile. None when no broker holds it (a record
   rewritten at a restart, or written by a boxmq before 2026-11-29): what tells `boxmq unlock`
   and the other settles whether a running broker counts a message in flight as the
   session's (cli_settle.py).
