@@ -403,6 +403,16 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--by", type=_positive_duration, default=30.0, metavar="DURATION")
 
     command("ls", _ls, "queues and their counts")
+
+    p = command("session", _session, "list the persistent MQTT sessions, or end one")
+    p.add_argument("action", choices=["ls", "end"], help="ls: every session; end: CLIENT_ID's")
+    p.add_argument("client_id", nargs="?", metavar="CLIENT_ID", help="the session to end")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="end it although the server holding it runs on another machine, which cannot "
+        "be told alive from here",
+    )
     cli_passwd.add_parser(sub)
 
     p = command("peek", _peek, "show messages without locking them")
@@ -783,6 +793,16 @@ def _settle(verb: str) -> _Command:
 
 
 _ack, _unlock, _reject, _extend = (_settle(v) for v in ("ack", "unlock", "reject", "extend"))
+
+
+def _session(args: argparse.Namespace, box: Box) -> int:
+    if (args.action == "end") != (args.client_id is not None):
+        args.usage_error("`session end` takes a CLIENT_ID, `session ls` none")
+    if args.force and args.action == "ls":
+        args.usage_error("--force goes with `session end`")
+    from boxmq import cli_session  # here: the MQTT door's record, which `ls` need not load
+
+    return cli_session.end(args, box) if args.action == "end" else cli_session.ls(args, box)
 
 
 def _ls(args: argparse.Namespace, box: Box) -> int:

@@ -1,0 +1,150 @@
+"""`boxmq session ls` and `boxmq session end CLIENT_ID`: the persistent MQTT sessions on the
+root, and the end of one whose client never comes back.
+
+A session with no expiry (MQTT 3.1.1 CleanSession 0, or v5 Session Expiry 0xFFFFFFFF) ends
+only on a clean start by its client: one that never returns keeps its durable subscriptions
+collecting on disk, and its share groups' messages in flight to it locked, for ever (their
+locks last as long as the session). `end` ends it as its expiry would
+(mqtt/lifetimes.py `forget_on_disk`): its durable subscriptions deleted, its share groups
+left (what it held goes to the other members), its QoS 2 messages awaiting PUBREL discarded,
+its record deleted, last, so that a step the disk refused is done again by a second run.
+
+Its Will, if one is still due, is discarded, not sent: from here it could reach the durable
+subscribers only, not the clients connected to a running `boxmq serve`, nor be checked
+against that server's ACL; the operator ending a session decides for its client, as a
+DISCONNECT 0x00 (no Will) would.
+
+A session that a running `boxmq serve` holds (its client connected, or away and kept in that
+server's memory, `SessionRecord.server`) is refused: that server would go on with its copy,
+write its record back, and count what the session was sent as its own (cli_settle.py). A
+server on another machine cannot be told alive: `--force` ends the session all the same.
+
+`cli` imports this module only for `session`: `put`, `get`, `ack` and `ls` load no MQTT
+module (tests/unit/test_light_imports.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from boxmq import cli_output as output
+from boxmq.client import Box
+from boxmq.errors import InvalidArgument, QueueNotFound
+from boxmq.mqtt.session import NEVER
+from boxmq.mqtt.session_record import SessionRecord, read_record, read_records, remove_record
+from boxmq.mqtt.stored import consumer_name, exactly_once_source
+from boxmq.store.process import process_alive, token_pid
+
+__all__ = ["end", "holding_server", "listed", "ls"]
+
+
+def ls(args: argparse.Namespace, box: Box) -> int:
+    sessions = [listed(r) for r in sorted(read_records(box.root), key=lambda r: r.client_id)]
+    if args.json:
+        output.out(output.to_json(sessions))
+        return 0
+    if not sessions:
+        return 0  # no header over nothing
+    output.table(
+        [
+            {
+                "CLIENT-ID": s["client_id"],
+                "STATE": _state(s),
+                "ENDS": s["ends"] or _never_or_after(s),
+                "SUBSCRIPTIONS": " ".join(s["subscriptions"]) or "-",
+            }
+            for s in sessions
+        ]
+    )
+    return 0
+
+
+def listed(record: SessionRecord) -> dict[str, Any]:
+    """One session as `ls --json` shows it: pids, not process tokens (a user reads them)."""
+    deadline = record.deadline()
+    return {
+        "client_id": record.client_id,
+        "connected_to": None if record.holder is None else token_pid(record.holder),
+        "kept_by": None if record.server is None else token_pid(record.server),
+        "away_since": None
+        if record.disconnected_at is None
+        else output.when(record.disconnected_at),
+        "expiry": None if record.expiry == NEVER else record.expiry,
+        "ends": None if deadline is None else output.when(deadline),
+        "subscriptions": sorted(record.options),
+        "will": None if record.will is None else record.will.topic,
+    }
+
+
+def _state(session: dict[str, Any]) -> str:
+    if session["connected_to"] is not None:
+        return f"connected to process {session['connected_to']}"
+    state = f"away since {session['away_since'] or '?'}"
+    if session["kept_by"] is not None:
+        state += f", kept by process {session['kept_by']}"
+    return state
+
+
+def _never_or_after(session: dict[str, Any]) -> str:
+    """ENDS of a session with no deadline yet: never, or its expiry after its client leaves."""
+    if session["expiry"] is None:
+        return "never"
+    return f"{session['expiry']}s after its client leaves"
+
+
+def holding_server(record: SessionRecord, *, force: bool) -> str | None:
+    """Why the session cannot be ended from here, or None: the server its client is
+    connected to, or that keeps it, still runs (or, without `force`, may run elsewhere)."""
+    for token, how in ((record.holder, "its client is connected to"), (record.server, "kept by")):
+        if token is None:
+            continue
+        alive = process_alive(token)
+        if alive is False or (alive is None and force):
+            continue
+        server = f"boxmq serve, process {token_pid(token)}"
+        if alive:
+            return (
+                f"session of client {record.client_id}: {how} {server}, which still runs and "
+                "holds it; its client connects once with a clean start to end it, or stop "
+                "that server first"
+            )
+        return (
+            f"session of client {record.client_id}: {how} {server} on another machine (this "
+            "one cannot tell if it runs); if that process stopped for good, --force ends it"
+        )
+    return None
+
+
+def end(args: argparse.Namespace, box: Box) -> int:
+    client_id = args.client_id
+    record = read_record(box.root, client_id)
+    if record is None:
+        raise QueueNotFound(f"no persistent MQTT session of client {client_id} (session ls)")
+    if (refused := holding_server(record, force=args.force)) is not None:
+        raise InvalidArgument(refused)
+    name = consumer_name(client_id)
+    ended = []
+    for text, _ in box.topics.subscribed(name):
+        if record.made(text):  # not one the CLI or the Python API kept under that name
+            box.unsubscribe(text, name)  # a share group left: what it held goes to the others
+            ended.append(text)
+    discarded = box.drop_pending(exactly_once_source(client_id))
+    remove_record(box.root, client_id)
+    will = None if record.will is None else record.will.topic
+    done = {
+        "client_id": client_id,
+        "done": "ended",
+        "subscriptions": sorted(ended),
+        "qos2_discarded": discarded,
+        "will_discarded": will,
+    }
+    text = f"ended the session of client {client_id}"
+    if ended:
+        text += f"; subscriptions ended: {' '.join(sorted(ended))}"
+    if discarded:
+        text += f"; {discarded} QoS 2 message(s) awaiting PUBREL discarded"
+    if will is not None:
+        text += f"; its Will to {will} discarded, not sent"
+    output.out(output.to_json(done) if args.json else text)
+    return 0

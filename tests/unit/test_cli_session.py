@@ -1,0 +1,109 @@
+"""`boxmq session`: how a session record is shown, when its end is refused, and an end on a
+root no server serves (tests/integration/mqtt/test_mqtt_cli_session_end.py has real servers)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import boxmq
+from boxmq import cli
+from boxmq.cli_session import holding_server, listed
+from boxmq.mqtt.packets import Will
+from boxmq.mqtt.properties import EMPTY
+from boxmq.mqtt.session import NEVER
+from boxmq.mqtt.session_record import DeliveryOptions, SessionRecord, read_record, write_record
+from boxmq.mqtt.stored import consumer_name
+from boxmq.store.process import process_token
+
+ALIVE = process_token()  # this test's process
+DEAD = f"{ALIVE.rsplit('-', 1)[0]}-1"  # this pid, another start: a process long gone
+ELSEWHERE = "0000beef-4242-1"  # another machine's
+AT = 1_800_000_000.0  # 2027-01-15T08:00:00+00:00
+
+
+def test_an_away_session_shows_when_it_ends_and_one_with_no_expiry_never_ends() -> None:
+    away = SessionRecord(
+        "c", 3600, server=DEAD, disconnected_at=AT, options={"a/#": DeliveryOptions()}
+    )
+    shown = listed(away)
+    assert shown["connected_to"] is None
+    assert shown["kept_by"] == DEAD.split("-")[1]
+    assert (shown["away_since"], shown["ends"]) == (
+        "2027-01-15T08:00:00+00:00",
+        "2027-01-15T09:00:00+00:00",
+    )
+    assert shown["subscriptions"] == ["a/#"]
+    forever = listed(SessionRecord("c", NEVER, disconnected_at=AT))
+    assert (forever["expiry"], forever["ends"]) == (None, None)
+
+
+def test_a_session_held_by_a_running_server_is_refused_even_with_force() -> None:
+    for record in (
+        SessionRecord("c", NEVER, holder=ALIVE, server=ALIVE),
+        SessionRecord("c", NEVER, server=ALIVE, disconnected_at=AT),
+    ):
+        for force in (False, True):
+            said = holding_server(record, force=force)
+            assert said is not None
+            assert f"process {os.getpid()}, which still runs" in said
+
+
+def test_a_server_gone_holds_nothing_and_one_elsewhere_needs_force() -> None:
+    assert holding_server(SessionRecord("c", NEVER, holder=DEAD, server=DEAD), force=False) is None
+    assert holding_server(SessionRecord("c", NEVER), force=False) is None
+    elsewhere = SessionRecord("c", NEVER, server=ELSEWHERE, disconnected_at=AT)
+    said = holding_server(elsewhere, force=False)
+    assert said is not None
+    assert "on another machine" in said
+    assert "--force" in said
+    assert holding_server(elsewhere, force=True) is None
+
+
+def test_end_deletes_the_session_s_subscriptions_and_record_and_discards_its_will(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = str(tmp_path)
+    will = Will("wills/c", b"gone", 1, False, EMPTY)
+    record = SessionRecord(
+        "c",
+        NEVER,
+        server=DEAD,
+        disconnected_at=AT,
+        options={"a/#": DeliveryOptions()},
+        will=will,
+        will_due=AT + 10**9,
+    )
+    with boxmq.open(root) as box:
+        box.subscribe("a/#", consumer_name("c"), durable=True).close()
+        box.subscribe(
+            "b/#", consumer_name("c"), durable=True
+        ).close()  # `subscribe --name c --keep`
+    write_record(root, record)
+    assert cli.main(["--data", root, "session", "ls"]) == 0
+    table = capsys.readouterr().out
+    assert "c " in table
+    assert "never" in table
+    assert "a/#" in table
+    assert cli.main(["--data", root, "--json", "session", "end", "c"]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert done == {
+        "client_id": "c",
+        "done": "ended",
+        "subscriptions": ["a/#"],
+        "qos2_discarded": 0,
+        "will_discarded": "wills/c",
+    }
+    assert read_record(root, "c") is None
+    with boxmq.open(root) as box:
+        assert [text for text, _ in box.topics.subscribed(consumer_name("c"))] == ["b/#"]
+
+
+def test_end_takes_a_client_id_and_ls_none(tmp_path: Path) -> None:
+    for words in (["session", "end"], ["session", "ls", "c"], ["session", "ls", "--force"]):
+        with pytest.raises(SystemExit) as exit:
+            cli.main(["--data", str(tmp_path), *words])
+        assert exit.value.code == 2
