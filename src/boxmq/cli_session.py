@@ -67,6 +67,8 @@ def listed(record: SessionRecord) -> dict[str, Any]:
         "client_id": record.client_id,
         "connected_to": None if record.holder is None else token_pid(record.holder),
         "kept_by": None if record.server is None else token_pid(record.server),
+        # Whether that server still runs: True, False, or None (another machine's, or none).
+        "server_running": _running(record.holder or record.server),
         "away_since": None
         if record.disconnected_at is None
         else output.when(record.disconnected_at),
@@ -77,12 +79,19 @@ def listed(record: SessionRecord) -> dict[str, Any]:
     }
 
 
+def _running(token: str | None) -> bool | None:
+    return None if token is None else process_alive(token)
+
+
 def _state(session: dict[str, Any]) -> str:
+    # A server killed (SIGKILL) left its name in the record: said, or the session would look
+    # held by a process that is gone, and `end` refused, which it is not.
+    gone = " (not running)" if session["server_running"] is False else ""
     if session["connected_to"] is not None:
-        return f"connected to process {session['connected_to']}"
+        return f"connected to process {session['connected_to']}{gone}"
     state = f"away since {session['away_since'] or '?'}"
     if session["kept_by"] is not None:
-        state += f", kept by process {session['kept_by']}"
+        state += f", kept by process {session['kept_by']}{gone}"
     return state
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import boxmq
 from boxmq import cli
-from boxmq.cli_session import holding_server, listed
+from boxmq.cli_session import _state, holding_server, listed
 from boxmq.mqtt.packets import Will
 from boxmq.mqtt.properties import EMPTY
 from boxmq.mqtt.session import NEVER
@@ -32,6 +32,8 @@ def test_an_away_session_shows_when_it_ends_and_one_with_no_expiry_never_ends() 
     shown = listed(away)
     assert shown["connected_to"] is None
     assert shown["kept_by"] == DEAD.split("-")[1]
+    assert shown["server_running"] is False  # killed: the table says "(not running)"
+    assert _state(shown).endswith(f"kept by process {shown['kept_by']} (not running)")
     assert (shown["away_since"], shown["ends"]) == (
         "2027-01-15T08:00:00+00:00",
         "2027-01-15T09:00:00+00:00",

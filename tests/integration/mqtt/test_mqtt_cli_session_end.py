@@ -86,13 +86,14 @@ def test_a_session_whose_client_never_returns_ends_and_its_message_goes_to_the_o
         "client_id",
         "connected_to",
         "kept_by",
+        "server_running",
         "away_since",
         "expiry",
         "ends",
         "subscriptions",
         "will",
     ]
-    assert listed["connected_to"] == pid
+    assert (listed["connected_to"], listed["server_running"]) == (pid, True)
     assert listed["ends"] is None  # counted from its client's leaving
     # 3.1.1: never by itself; v5: as long as the server allows (7 days unless configured)
     assert listed["expiry"] == (604800 if v5 else None)
