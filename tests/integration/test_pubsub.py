@@ -70,6 +70,29 @@ def test_a_client_with_shared_and_plain_subscriptions_gets_a_copy_through_each(
         assert bodies(plain) == ["x"]
 
 
+def test_a_subscriptions_message_names_it_as_boxmq_ls_and_the_cli_do_not_by_its_folder(
+    box: boxmq.Box,
+) -> None:
+    # Message.queue was the dropbox's absolute path for a durable subscription or a share
+    # group (a queue's message names the queue): nothing a user could give back to
+    # `box.subscription` or `boxmq peek`/`ack`. With `consumer` (the subscriber), it is.
+    member = box.subscribe("$share/g/sport/+", "a")
+    plain = box.subscribe("sport/#", "d")
+    box.publish("sport/tennis", "ace")
+    shared, own = member.receive_nowait(), plain.receive_nowait()
+    assert shared is not None
+    assert own is not None
+    assert (shared.queue, shared.consumer) == ("$share/g/sport/+", "a")
+    assert (own.queue, own.consumer) == ("sport/#", "d")
+    assert (member.queue, plain.queue) == ("$share/g/sport/+", "sport/#")
+    [held] = box.subscription(shared.queue).peek(state="processing")
+    assert held.envelope.message_id == shared.id
+    box.subscription(own.queue, own.consumer).ack(own.id, own.consumer)
+    shared.ack()
+    for subscriber in (member, plain):
+        subscriber.close()
+
+
 def test_fan_out_writes_the_body_once(box: boxmq.Box, root: Path) -> None:
     subscribers = [box.subscribe("t/#", f"s{i}") for i in range(5)]
     box.publish("t/x", b"y" * 10_000)
