@@ -128,9 +128,11 @@ class Box:
         are taken through `subscribe`, which knows its members; a `put` here would skip the
         topic's routing."""
         dropbox = self.topics.dropbox_of(filter, subscriber)
-        group = parse_filter(filter).share_group
+        parsed = parse_filter(filter)
         return self._queue_of(
-            filter, dropbox, lambda: self._live_queue(dropbox.path, dropbox, group)
+            filter,
+            dropbox,
+            lambda: self._live_queue(dropbox.path, dropbox, parsed.share_group, str(parsed)),
         )
 
     def _queue_of(self, name: str, dropbox: Dropbox, live: Callable[[], LiveQueue]) -> Queue:
@@ -178,7 +180,9 @@ class Box:
                     ids=self._ids,
                     clock=self._clock,
                     token=self._token,
-                    live_for=lambda dropbox, group: self._live_queue(dropbox.path, dropbox, group),
+                    live_for=lambda dropbox, group, shown: self._live_queue(
+                        dropbox.path, dropbox, group, shown
+                    ),
                     opened=self._live.get,
                     forget=self._forget_live,
                     spares=self._spares,
@@ -477,7 +481,12 @@ class Box:
                 age,
             )
 
-    def _live_queue(self, name: str, dropbox: Dropbox, group: str | None = None) -> LiveQueue:
+    def _live_queue(
+        self, name: str, dropbox: Dropbox, group: str | None = None, shown: str | None = None
+    ) -> LiveQueue:
+        """The engine of `dropbox` in this process; `shown`: a subscription's name for its
+        messages' `queue` (one dropbox is one filter and subscriber: whoever makes it first
+        gives the same)."""
         with self._lock:
             if self._closed:
                 raise self._refused()
@@ -488,7 +497,13 @@ class Box:
                     policy = replace(options.policy, dispatch=self._group_dispatch[group])
                     options = replace(options, policy=policy)
                 live = LiveQueue(
-                    name, dropbox, options=options, clock=self._clock, token=self._token, v5=self.v5
+                    name,
+                    dropbox,
+                    options=options,
+                    clock=self._clock,
+                    token=self._token,
+                    v5=self.v5,
+                    shown=shown,
                 )
                 self._live[dropbox.path] = live
             return live

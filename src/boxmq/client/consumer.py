@@ -21,7 +21,7 @@ class Consumer(Receiver):
     def __init__(self, live: LiveQueue, name: ConsumerId) -> None:
         self._live = live
         self.name = name
-        self.queue = live.name
+        self.queue = live.queue
         self._closed = False
 
     def receive(self, timeout: float | None = None) -> Message | None:

@@ -100,8 +100,12 @@ class LiveQueue:
         clock: Clock,
         token: str,
         v5: V5Reader | None = None,
+        shown: str | None = None,
     ) -> None:
-        self.name = name
+        self.name = name  # what the logs and errors say: a subscription's folder
+        # What its messages' `queue` says: the name a user gives back (`box.subscription`,
+        # `boxmq peek`): a subscription's filter, "$share/GROUP/FILTER" for a share group.
+        self.queue = name if shown is None else shown
         self.v5 = v5  # what its messages' `properties` decode MQTT v5 properties with
         self._box = box
         self._options = options
@@ -452,7 +456,7 @@ class LiveQueue:
                     continue
             envelope = self._claimed.pop(message_id, None) or envelope_of(lease.message.key)
             return Message(
-                self.name, envelope, body, consumer, lease.deadline, self, self.v5, lease.delivery
+                self.queue, envelope, body, consumer, lease.deadline, self, self.v5, lease.delivery
             )
         return None
 

@@ -76,7 +76,7 @@ __all__ = ["Publication", "PublishedEach", "Subscriber", "SubscriptionInfo", "To
 
 log = logging.getLogger("boxmq")
 
-_LiveFor = Callable[[Dropbox, str | None], LiveQueue]  # a dropbox, its share group
+_LiveFor = Callable[[Dropbox, str | None, str], LiveQueue]  # a dropbox, its group, its name
 _Opened = Callable[[str], LiveQueue | None]  # a dropbox's path: its live queue, if open here
 _Forget = Callable[[str], None]  # a dropbox's path: its live queue here closed and forgotten
 _Key = tuple[str | None, str | None, str]  # (share group, plain subscriber, filter)
@@ -641,7 +641,7 @@ class Topics:
             else:
                 path = self._register(subscription, token=token, owner=owner)
                 dropbox = Dropbox(path, self._committer, spares=self._spares)
-            live = self._live_for(dropbox, parsed.share_group)
+            live = self._live_for(dropbox, parsed.share_group, str(parsed))
             if live.attached(name):  # said here: attach's own names a consumer and a folder
                 raise InvalidArgument(
                     f"subscriber {subscriber!r} has {filter!r} open in this Box already: "
@@ -1154,8 +1154,8 @@ class Subscriber(Receiver):
 
     @property
     def queue(self) -> str:
-        """What the `Message.queue` of the messages it hands out names: its dropbox, or its
-        filter for a subscription in memory."""
+        """What the `Message.queue` of the messages it hands out names: its filter
+        ("$share/GROUP/FILTER" for a share group's member), as `box.subscription` takes it."""
         return self._consumer.queue if self._consumer is not None else str(self.filter)
 
     def detach(self) -> None:
