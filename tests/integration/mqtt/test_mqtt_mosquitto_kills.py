@@ -194,7 +194,8 @@ def test_mosquitto_sub_at_qos2_loses_nothing_through_sigkills(tmp_path: Path) ->
 class _Gate(threading.Thread):
     """A TCP relay from mosquitto_sub to the server that can swallow what the client sends
     (`swallow`): what a server killed before it read its socket never got. `swallowed` counts
-    the chunks it took."""
+    the chunks it took; `cut` drops the connections open (the client connects again by
+    itself), `accepted` counts them."""
 
     def __init__(self, server_port: int) -> None:
         super().__init__(daemon=True)
@@ -203,20 +204,29 @@ class _Gate(threading.Thread):
         self.port = self.listener.getsockname()[1]
         self.swallow = False
         self.swallowed = 0
+        self.accepted = 0
+        self.open: list[socket.socket] = []
 
     def run(self) -> None:
         with contextlib.suppress(OSError):  # the listener closed: the test is over
             while True:
                 client, _ = self.listener.accept()
+                self.accepted += 1
                 try:
                     server = socket.create_connection(("127.0.0.1", self.server_port))
                 except OSError:
                     client.close()  # the server is down: the client tries again
                     continue
+                self.open += [client, server]
                 for source, sink, gated in ((client, server, True), (server, client, False)):
                     threading.Thread(
                         target=self._pipe, args=(source, sink, gated), daemon=True
                     ).start()
+
+    def cut(self) -> None:
+        for end in self.open:
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
 
     def _pipe(self, source: socket.socket, sink: socket.socket, gated: bool) -> None:
         with contextlib.suppress(OSError):
@@ -255,13 +265,17 @@ def _lines_until(got: list[str], lock: threading.Lock, wanted: int, seconds: flo
         return list(got)
 
 
+@pytest.mark.parametrize("then", ["at once", "after a restart with none in flight"])
 def test_mosquitto_subs_stale_qos2_copy_does_not_take_the_next_message_after_a_restart(
-    tmp_path: Path,
+    tmp_path: Path, then: str
 ) -> None:
     """The libmosquitto bug made to happen (docs/mqtt.md): the PUBREC of "A" never reaches the
     server, killed then; the restart sends "A" again under its packet id with DUP, which
     libmosquitto keeps a second copy of. "B" must not go under that id: started again at 1, it
-    did, and mosquitto_sub printed "A" twice and never "B"."""
+    did, and mosquitto_sub printed "A" twice and never "B". Nor after a second restart whose
+    session record names no packet id (written when the client connected again, with nothing
+    in flight): the ids go on from the one it keeps (`next_packet_id`), where they started
+    at 1 again, and mosquitto_sub printed "A" twice and never "B"."""
     mosquitto_tools()
     target, server = serve_fresh(tmp_path, "--fsync", "interval")
     gate = _Gate(target.port)
@@ -299,6 +313,16 @@ def test_mosquitto_subs_stale_qos2_copy_does_not_take_the_next_message_after_a_r
         server = serve_process(target.root, target.port, "--fsync", "interval")
         assert _lines_until(got, lock, 1, 30) == ["A"]  # sent again with DUP, then released
         time.sleep(0.5)  # its PUBCOMP read: the packet id is free
+        if then != "at once":
+            gate.cut()  # (mosquitto_sub ends at a server's DISCONNECT: no SIGTERM here)
+            deadline = time.monotonic() + 10
+            while gate.accepted < 3:  # back: its CONNECT writes a record naming no id
+                assert time.monotonic() < deadline, "mosquitto_sub did not connect again"
+                time.sleep(0.05)
+            time.sleep(0.5)
+            os.kill(server.pid, signal.SIGKILL)
+            server.wait(timeout=20)
+            server = serve_process(target.root, target.port, "--fsync", "interval")
         _publish_qos2(target.port, "B")
         assert _lines_until(got, lock, 2, 10) == ["A", "B"]
     finally:

@@ -763,6 +763,42 @@ async def _exchange_qos2(pub: Peer, publish: Publish) -> None:
     pub.take()
 
 
+def test_a_restart_goes_on_with_the_packet_ids_where_a_clean_close_left_them(
+    tmp_path: Path,
+) -> None:
+    """A persistent session closed with nothing in flight: its record names no packet id, but
+    its client may still hold a stale copy under one it used (libmosquitto keeps one of a QoS 2
+    PUBLISH sent again with DUP, docs/mqtt.md). After a restart its new messages take the ids
+    after those, where they started again at 1 (session_record.py: `next_packet_id`)."""
+
+    async def first(broker: Broker) -> None:
+        device = _connect(broker, "device", expiry=600)
+        device.send(Subscribe(1, (Subscription("ids/#", 2),)))
+        await _until(lambda: any(isinstance(p, Suback) for p in device.inbox))
+        device.take()
+        pub = _connect(broker, "pub")
+        for n in range(1, 4):
+            await _exchange_qos2(pub, Publish(f"ids/{n}", b"m", 2, packet_id=n))
+            await _until(lambda: any(isinstance(p, Publish) for p in device.inbox))
+            [publish] = device.take()
+            assert isinstance(publish, Publish)
+            device.send(Pubrec(publish.packet_id or 0))
+            await _until(lambda: bool(device.inbox))
+            assert device.take() == [Pubrel(publish.packet_id or 0)]
+            device.send(Pubcomp(publish.packet_id or 0))
+        device.send(Disconnect())  # nothing in flight: the record names no packet id
+
+    async def then(broker: Broker) -> None:
+        device = _connect(broker, "device", expiry=600, clean=False)
+        pub = _connect(broker, "pub")
+        await _exchange_qos2(pub, Publish("ids/4", b"new", 2, packet_id=1))
+        await _until(lambda: any(isinstance(p, Publish) for p in device.inbox))
+        [publish] = [p for p in device.take() if isinstance(p, Publish)]
+        assert (publish.payload, publish.packet_id, publish.dup) == (b"new", 4, False)
+
+    _in_two_lives(tmp_path, first, then)
+
+
 @pytest.mark.parametrize("fsync", ["never", "always"])
 @pytest.mark.parametrize("then", ["disconnect", "close", "takeover"])
 def test_a_pubrel_read_just_before_the_session_ends_still_delivers_its_message(
