@@ -822,8 +822,13 @@ class Broker:
             session.sent_before = dict(record.sent)
             session.sent_qos2_before = set(record.sent_qos2)
             session.outbox.reserve(session.sent_before.values())
-            # New ids go past every id the process before may have left with the client.
-            session.outbox.start_after((*record.releasing, *session.sent_before.values()))
+            # New ids go on where the process before left off: the client may still hold one
+            # it used, in flight or not (its record written at a clean close names none).
+            # A record without it (an older boxmq's): past every id it names.
+            if record.next_packet_id is not None:
+                session.outbox.start_at(record.next_packet_id)
+            else:
+                session.outbox.start_after((*record.releasing, *session.sent_before.values()))
         self._sessions[client_id] = session
         for text, subscription in found:
             if not self._may_keep(client_id, record, text):

@@ -327,6 +327,18 @@ class Outbox(Generic[T]):
         """
         self._next_id = max(packet_ids, default=0) % _MAX_PACKET_ID + 1
 
+    @property
+    def next_id(self) -> int:
+        """The packet id the next new message takes, unless it is in use by then (the
+        session's record keeps it: `start_at`)."""
+        return self._next_id
+
+    def start_at(self, packet_id: int) -> None:
+        """After a restart: new messages go on from `packet_id`, the `next_id` of the
+        process before, as its session's record kept it (see `start_after`); an id still in
+        use is passed, as always."""
+        self._next_id = packet_id
+
     def unreserve(self) -> None:
         """Those not taken again by now are no one's any more (their messages were settled)."""
         self._reserved.clear()

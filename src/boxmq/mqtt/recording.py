@@ -100,6 +100,7 @@ class Recorder:
             ),
             sent_qos2=tuple(session.outbox.sent_qos2()),
             leaving=tuple(session.leaving),
+            next_packet_id=session.outbox.next_id,
         )
 
     def store(self, record: SessionRecord, *, flush: bool) -> None:

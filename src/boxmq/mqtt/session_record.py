@@ -53,6 +53,13 @@ Invariants:
   after the record was written (a positive PUBREC settles at once, and its PUBREL is
   recorded only before the write that sends it): it sends that PUBREL, rather than leave
   the client holding the id (and taking the next message under it for a repeat).
+- `next_packet_id` is the packet id the session's next new message takes, written with the
+  rest (no write of its own): a restarted broker goes on from there, not from 1, since a
+  client may still hold a stale copy under an id the process before used (libmosquitto,
+  docs/mqtt.md). QoS 1 messages sent after the last write took ids from it on, which a
+  restart gives out again (a client holds no copy of a QoS 1 message it acknowledged; the
+  record is written before each QoS 2 PUBLISH). A record without it (an older boxmq's) has
+  new ids start after the highest of `sent` and `releasing`.
 - A record is replaced by a rename: a reader sees the old one or the new one, never half.
 - Every field but `client_id` and `expiry` has a default, and unknown fields are ignored, so a
   record written by another boxmq version still loads.
@@ -121,6 +128,8 @@ class SessionRecord:
     # The share groups it unsubscribed from while it held some of their messages (left once
     # those are settled); None: written by a boxmq that did not keep them.
     leaving: tuple[str, ...] | None = None
+    # The packet id its next new message takes; None: written by a boxmq that did not keep it.
+    next_packet_id: int | None = None
 
     def made(self, text: str) -> bool:
         """Whether the subscription `text` (as subscribed, "$share/<group>/<filter>" for a
@@ -193,6 +202,7 @@ def _to_json(record: SessionRecord) -> dict[str, Any]:
         "sent": [list(pair) for pair in record.sent],
         "sent_qos2": list(record.sent_qos2),
         "leaving": None if record.leaving is None else list(record.leaving),
+        "next_packet_id": record.next_packet_id,
     }
 
 
@@ -242,6 +252,7 @@ def _from_json(data: Mapping[str, Any]) -> SessionRecord:
         will = data.get("will")
         due = data.get("will_due")
         leaving = data.get("leaving")
+        next_id = data.get("next_packet_id")
         return SessionRecord(
             client_id=str(data["client_id"]),
             expiry=int(data["expiry"]),
@@ -256,6 +267,7 @@ def _from_json(data: Mapping[str, Any]) -> SessionRecord:
             sent=tuple((str(m), _packet_id(i)) for m, i in data.get("sent", ())),
             sent_qos2=tuple(_packet_id(i) for i in data.get("sent_qos2", ())),
             leaving=None if leaving is None else tuple(str(text) for text in leaving),
+            next_packet_id=None if next_id is None else _packet_id(next_id),
         )
     except (KeyError, TypeError, AttributeError, binascii.Error, ProtocolViolation) as error:
         raise ValueError(f"not a session record: {error!r}") from None

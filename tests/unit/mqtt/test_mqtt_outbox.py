@@ -429,3 +429,17 @@ def test_an_acknowledgement_tells_whether_messages_wait_behind_the_window() -> N
     acked = outbox.acked(second.packet_id or 0, Stage.AWAIT_PUBACK, refused=False)
     assert not acked.waiting
     assert not outbox.waiting
+
+
+def test_after_a_restart_new_ids_go_on_from_the_one_the_record_kept() -> None:
+    """The record keeps `next_id` (session_record.py): a restart starts there, passing the
+    ids still in use, and a new outbox's is 1."""
+    assert Outbox[str](window=4, limit=5).next_id == 1
+    outbox: Outbox[str] = Outbox(window=4, limit=5)
+    outbox.expect_release([40])
+    outbox.reserve([41])
+    outbox.start_at(40)
+    fresh = outbox.push(_msg(0), "new")
+    assert fresh is not None
+    assert fresh.packet_id == 42
+    assert outbox.next_id == 43

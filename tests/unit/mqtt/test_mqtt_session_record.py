@@ -65,6 +65,7 @@ _records = st.builds(
         st.tuples(st.text(max_size=20), st.integers(min_value=1, max_value=65_535)), max_size=4
     ).map(tuple),
     sent_qos2=st.lists(st.integers(min_value=1, max_value=65_535), max_size=4).map(tuple),
+    next_packet_id=st.none() | st.integers(min_value=1, max_value=65_535),
 )
 
 
@@ -181,6 +182,7 @@ def test_a_record_with_only_the_first_fields_loads_with_the_defaults(tmp_path: P
     assert (record.username, record.will, record.will_due) == (None, None, None)
     assert record.releasing == ()
     assert record.sent == ()
+    assert record.next_packet_id is None  # a restart's new ids: past those it names
 
 
 @pytest.mark.parametrize("ids", ["[0]", "[65536]", '["7"]', "[true]", "7"])
