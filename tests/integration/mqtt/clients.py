@@ -170,6 +170,23 @@ def server(tmp_path: Path) -> Iterator[RunningServer]:
 # -- a paho client that hands what it gets to the test thread -------------------------------------
 
 
+Served = subprocess.Popen[bytes]
+
+
+@pytest.fixture
+def two_servers(tmp_path: Path) -> Iterator[tuple[RunningServer, RunningServer, Served]]:
+    """Two `boxmq serve` processes on one root (their addresses, as paho() takes them), and
+    the first's process, which a test may stop."""
+    first, process = serve_fresh(tmp_path)
+    second = RunningServer(first.root, None, "127.0.0.1", free_port(), None, None, None, None)  # type: ignore[arg-type]
+    other = serve_process(first.root, second.port)
+    try:
+        yield first, second, process
+    finally:
+        for each in (process, other):
+            stop_process(each)
+
+
 @dataclass
 class Received:
     topic: str

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from tests.integration.mqtt.clients import server
+from tests.integration.mqtt.clients import server, two_servers
 
-__all__ = ["server"]
+__all__ = ["server", "two_servers"]

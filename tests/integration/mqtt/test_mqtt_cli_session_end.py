@@ -9,21 +9,17 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.integration.mqtt.clients import (
     RunningServer,
+    Served,
     boxmq_cli,
     drop,
-    free_port,
     paho,
     publish_each,
     recorded_away,
-    serve_fresh,
-    serve_process,
-    stop_process,
     subscriptions_on_disk,
 )
 
@@ -31,20 +27,6 @@ from boxmq.mqtt.session import NEVER
 from boxmq.mqtt.session_record import read_record
 
 GROUP = "$share/workers/jobs/#"
-Served = subprocess.Popen[bytes]
-
-
-@pytest.fixture
-def two_servers(tmp_path: Path) -> Iterator[tuple[RunningServer, RunningServer, Served]]:
-    """Two `boxmq serve` processes on one root, and the first's process, which a test stops."""
-    first, process = serve_fresh(tmp_path)
-    second = RunningServer(first.root, None, "127.0.0.1", free_port(), None, None, None, None)  # type: ignore[arg-type]
-    other = serve_process(first.root, second.port)
-    try:
-        yield first, second, process
-    finally:
-        for each in (process, other):
-            stop_process(each)
 
 
 def _sessions(root: Path) -> dict[str, dict[str, object]]:

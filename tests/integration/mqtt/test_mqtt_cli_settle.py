@@ -9,39 +9,20 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.integration.mqtt.clients import (
     RunningServer,
+    Served,
     boxmq_cli,
-    free_port,
     paho,
     publish_each,
     recorded_away,
-    serve_fresh,
-    serve_process,
-    stop_process,
 )
 from tests.integration.mqtt.raw import open_raw, publishes, read, subscribe, take_publishes
 
 GROUP = "$share/workers/jobs/#"
-Served = subprocess.Popen[bytes]
-
-
-@pytest.fixture
-def two_servers(tmp_path: Path) -> Iterator[tuple[RunningServer, RunningServer, Served]]:
-    """Two `boxmq serve` processes on one root (their addresses, as paho() takes them), and
-    the first's process, which a test may stop."""
-    first, process = serve_fresh(tmp_path)
-    second = RunningServer(first.root, None, "127.0.0.1", free_port(), None, None, None, None)  # type: ignore[arg-type]
-    other = serve_process(first.root, second.port)
-    try:
-        yield first, second, process
-    finally:
-        for each in (process, other):
-            stop_process(each)
 
 
 def _in_flight(root: Path) -> dict[str, str]:

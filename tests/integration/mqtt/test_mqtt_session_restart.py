@@ -267,12 +267,9 @@ def test_a_will_whose_sent_record_the_disk_refused_is_not_sent_again_by_a_restar
         third.shutdown()
 
 
-def _will_leaves_its_record_only_once_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay: int
-) -> None:
-    """A SIGKILL may come at any moment: never may the record have dropped a Will sent while
-    the Will's file is not yet in a persistent subscriber's dropbox, or the restart sends it
-    to nobody. The Will's write is slowed here (a slow disk) to hold that moment open."""
+def _slow_will_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each Will's write (to topics under will/) takes a second more: a slow disk, which holds
+    open the moment a SIGKILL would find between a Will sent and its durable copy written."""
     real = Publishing.write
 
     def slow(self: Publishing, client_id: str, publish: Any, *args: Any) -> Any:
@@ -281,6 +278,15 @@ def _will_leaves_its_record_only_once_written(
         return real(self, client_id, publish, *args)
 
     monkeypatch.setattr(Publishing, "write", slow)
+
+
+def _will_leaves_its_record_only_once_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay: int
+) -> None:
+    """A SIGKILL may come at any moment: never may the record have dropped a Will sent while
+    the Will's file is not yet in a persistent subscriber's dropbox, or the restart sends it
+    to nobody. The Will's write is slowed here (a slow disk) to hold that moment open."""
+    _slow_will_writes(monkeypatch)
     server = start_server(tmp_path / "root", fsync="always")
     try:
         keeper = paho(server, "keeper", clean=False, expiry=300)
@@ -325,14 +331,7 @@ def test_a_will_sent_at_a_takeover_leaves_the_record_only_once_its_durable_copy_
     (no delay) goes out at once. The new connection's record, written at its CONNECT, held
     nothing of it while its write ran (slowed, as above): a SIGKILL then lost it for every
     persistent subscriber."""
-    real = Publishing.write
-
-    def slow(self: Publishing, client_id: str, publish: Any, *args: Any) -> Any:
-        if publish.topic.startswith("will/"):
-            time.sleep(1.0)
-        return real(self, client_id, publish, *args)
-
-    monkeypatch.setattr(Publishing, "write", slow)
+    _slow_will_writes(monkeypatch)
     server = start_server(tmp_path / "root", fsync="always")
     try:
         keeper = paho(server, "keeper", clean=False, expiry=300)

@@ -6,19 +6,13 @@ deleted while in use), nor send its Will, nor deliver a message twice."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from tests.integration.mqtt.clients import (
     RunningServer,
+    Served,
     drop,
-    free_port,
     paho,
     recorded_away,
-    serve_fresh,
-    serve_process,
-    stop_process,
     subscriptions_on_disk,
 )
 from tests.integration.mqtt.raw import (
@@ -37,22 +31,10 @@ from boxmq.mqtt.session_record import read_record
 EXPIRY = 2  # seconds: the session outlives each move, and the timer of the server left fires
 
 
-@pytest.fixture
-def two_servers(tmp_path: Path) -> Iterator[tuple[RunningServer, RunningServer]]:
-    first, process = serve_fresh(tmp_path)
-    second = RunningServer(first.root, None, "127.0.0.1", free_port(), None, None, None, None)  # type: ignore[arg-type]
-    other = serve_process(first.root, second.port)
-    try:
-        yield first, second
-    finally:
-        for each in (process, other):
-            stop_process(each)
-
-
 def test_a_session_moved_to_another_server_outlives_the_expiry_of_the_one_it_left(
-    two_servers: tuple[RunningServer, RunningServer],
+    two_servers: tuple[RunningServer, RunningServer, Served],
 ) -> None:
-    a, b = two_servers
+    a, b, _ = two_servers
     root = a.root
     watcher = paho(b, "watcher")
     watcher.subscribe("wills/#", 1)
@@ -91,11 +73,11 @@ def test_a_session_moved_to_another_server_outlives_the_expiry_of_the_one_it_lef
 
 
 def test_a_quick_return_to_the_first_server_resumes_the_session_the_second_one_moved_on(
-    two_servers: tuple[RunningServer, RunningServer],
+    two_servers: tuple[RunningServer, RunningServer, Served],
 ) -> None:
     """A to B and back to A within the expiry: A still holds the session in memory, as it
     was when the client left it; what B delivered since is not sent again."""
-    a, b = two_servers
+    a, b, _ = two_servers
     root = a.root
     sender = paho(a, "sender")
     roamer = paho(a, "roamer", clean=False, expiry=EXPIRY)
@@ -120,13 +102,13 @@ def test_a_quick_return_to_the_first_server_resumes_the_session_the_second_one_m
 
 
 def test_a_qos2_message_settled_on_the_second_server_is_not_sent_again_by_the_first(
-    two_servers: tuple[RunningServer, RunningServer],
+    two_servers: tuple[RunningServer, RunningServer, Served],
 ) -> None:
     """In flight at QoS 2 when the client left A, sent again by B (same packet id, DUP) and
     acknowledged there: A, which the client comes back to within the expiry, held it in
     flight in memory, and must not send it again (a client that completed the exchange takes
     it for a new message, and delivers it twice)."""
-    a, b = two_servers
+    a, b, _ = two_servers
     root = a.root
     roamer, _ = open_raw(a, "roamer", expiry=30)
     try:
@@ -156,13 +138,13 @@ def test_a_qos2_message_settled_on_the_second_server_is_not_sent_again_by_the_fi
 
 
 def test_a_client_connected_to_both_servers_keeps_its_session_when_the_first_connection_ends(
-    two_servers: tuple[RunningServer, RunningServer],
+    two_servers: tuple[RunningServer, RunningServer, Served],
 ) -> None:
     """The client connects to B while its connection to A is still open (a network that
     changed under it, before A noticed). B cannot close A's connection (another process):
     both stay open until A's closes; then A must not write the session as away and kept by
     A over B's record, whose expiry then ended the session under B's client."""
-    a, b = two_servers
+    a, b, _ = two_servers
     root = a.root
     on_a, _ = open_raw(a, "roamer", expiry=EXPIRY)
     on_b = None
