@@ -280,6 +280,15 @@ def _slow_will_writes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Publishing, "write", slow)
 
 
+def _keeper_away(server: RunningServer) -> Path:
+    """A persistent session subscribed to will/#, away: the `target/` of its dropbox, where a
+    Will for it waits."""
+    keeper = paho(server, "keeper", clean=False, expiry=300)
+    keeper.subscribe("will/#", 1)
+    keeper.stop()
+    return next(server.root.glob("topic-root/*/.subscriptions/client.keeper/target"))
+
+
 def _will_leaves_its_record_only_once_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay: int
 ) -> None:
@@ -289,10 +298,7 @@ def _will_leaves_its_record_only_once_written(
     _slow_will_writes(monkeypatch)
     server = start_server(tmp_path / "root", fsync="always")
     try:
-        keeper = paho(server, "keeper", clean=False, expiry=300)
-        keeper.subscribe("will/#", 1)
-        keeper.stop()  # away: the Will waits in its dropbox
-        target = next(server.root.glob("topic-root/*/.subscriptions/client.keeper/target"))
+        target = _keeper_away(server)
         drop(_dying(server, "dying", delay))
         deadline = time.monotonic() + WAIT
         while not list(target.iterdir()):
@@ -334,10 +340,7 @@ def test_a_will_sent_at_a_takeover_leaves_the_record_only_once_its_durable_copy_
     _slow_will_writes(monkeypatch)
     server = start_server(tmp_path / "root", fsync="always")
     try:
-        keeper = paho(server, "keeper", clean=False, expiry=300)
-        keeper.subscribe("will/#", 1)
-        keeper.stop()  # away: the Will waits in its dropbox
-        target = next(server.root.glob("topic-root/*/.subscriptions/client.keeper/target"))
+        target = _keeper_away(server)
         _dying(server, "dying", 0).client.loop_stop()  # no reconnect of its own
         taking: list[Paho] = []
         taker = threading.Thread(
