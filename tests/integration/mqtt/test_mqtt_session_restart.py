@@ -289,6 +289,17 @@ def _keeper_away(server: RunningServer) -> Path:
     return next(server.root.glob("topic-root/*/.subscriptions/client.keeper/target"))
 
 
+def _record_keeps_the_will_until_it_reaches(server: RunningServer, target: Path) -> None:
+    """Until the Will is in the keeper's dropbox, client `dying`'s record still holds it."""
+    deadline = time.monotonic() + WAIT
+    while not list(target.iterdir()):
+        assert time.monotonic() < deadline, "the Will never reached the dropbox"
+        record = read_record(str(server.root), "dying")
+        assert record is not None
+        assert record.will is not None, "the record dropped a Will not yet written"
+        time.sleep(0.01)
+
+
 def _will_leaves_its_record_only_once_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay: int
 ) -> None:
@@ -300,13 +311,7 @@ def _will_leaves_its_record_only_once_written(
     try:
         target = _keeper_away(server)
         drop(_dying(server, "dying", delay))
-        deadline = time.monotonic() + WAIT
-        while not list(target.iterdir()):
-            assert time.monotonic() < deadline, "the Will never reached the dropbox"
-            record = read_record(str(server.root), "dying")
-            assert record is not None
-            assert record.will is not None, "the record dropped a Will not yet written"
-            time.sleep(0.01)
+        _record_keeps_the_will_until_it_reaches(server, target)
         deadline = time.monotonic() + WAIT
         while (record := read_record(str(server.root), "dying")) is not None and record.will:
             assert time.monotonic() < deadline, "the record still holds the Will sent"
@@ -348,13 +353,7 @@ def test_a_will_sent_at_a_takeover_leaves_the_record_only_once_its_durable_copy_
         )
         taker.start()
         try:
-            deadline = time.monotonic() + WAIT
-            while not list(target.iterdir()):
-                assert time.monotonic() < deadline, "the Will never reached the dropbox"
-                record = read_record(str(server.root), "dying")
-                assert record is not None
-                assert record.will is not None, "the record dropped a Will not yet written"
-                time.sleep(0.01)
+            _record_keeps_the_will_until_it_reaches(server, target)
         finally:
             taker.join(WAIT)
         assert taking, "the new connection was never accepted"
