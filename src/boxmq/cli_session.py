@@ -68,7 +68,7 @@ def listed(record: SessionRecord) -> dict[str, Any]:
         "connected_to": None if record.holder is None else token_pid(record.holder),
         "kept_by": None if record.server is None else token_pid(record.server),
         # Whether that server still runs: True, False, or None (another machine's, or none).
-        "server_running": _running(record.holder or record.server),
+        "server_running": None if record.held_by is None else process_alive(record.held_by),
         "away_since": None
         if record.disconnected_at is None
         else output.when(record.disconnected_at),
@@ -77,10 +77,6 @@ def listed(record: SessionRecord) -> dict[str, Any]:
         "subscriptions": sorted(record.options),
         "will": None if record.will is None else record.will.topic,
     }
-
-
-def _running(token: str | None) -> bool | None:
-    return None if token is None else process_alive(token)
 
 
 def _state(session: dict[str, Any]) -> str:
@@ -105,24 +101,24 @@ def _never_or_after(session: dict[str, Any]) -> str:
 def holding_server(record: SessionRecord, *, force: bool) -> str | None:
     """Why the session cannot be ended from here, or None: the server its client is
     connected to, or that keeps it, still runs (or, without `force`, may run elsewhere)."""
-    for token, how in ((record.holder, "its client is connected to"), (record.server, "kept by")):
-        if token is None:
-            continue
-        alive = process_alive(token)
-        if alive is False or (alive is None and force):
-            continue
-        server = f"boxmq serve, process {token_pid(token)}"
-        if alive:
-            return (
-                f"session of client {record.client_id}: {how} {server}, which still runs and "
-                "holds it; its client connects once with a clean start to end it, or stop "
-                "that server first"
-            )
+    token = record.held_by
+    if token is None:
+        return None
+    alive = process_alive(token)
+    if alive is False or (alive is None and force):
+        return None
+    how = "its client is connected to" if record.holder is not None else "kept by"
+    server = f"boxmq serve, process {token_pid(token)}"
+    if alive:
         return (
-            f"session of client {record.client_id}: {how} {server} on another machine (this "
-            "one cannot tell if it runs); if that process stopped for good, --force ends it"
+            f"session of client {record.client_id}: {how} {server}, which still runs and "
+            "holds it; its client connects once with a clean start to end it, or stop "
+            "that server first"
         )
-    return None
+    return (
+        f"session of client {record.client_id}: {how} {server} on another machine (this "
+        "one cannot tell if it runs); if that process stopped for good, --force ends it"
+    )
 
 
 def end(args: argparse.Namespace, box: Box) -> int:

@@ -49,10 +49,11 @@ def check_no_live_holder(args: argparse.Namespace, box: Box, dropbox: Queue) -> 
         record = record_named(box.root, args.consumer)
         if record is None or not record.made(args.queue):
             return  # no MQTT session's: `get`'s, a kept `subscribe` run's, the Python API's
-        process = record.server or record.holder or ""
-        if not process:
+        held_by = record.held_by
+        if held_by is None:
             return  # no server holds its session: the one that did stopped, or restarted
-        who = f"the MQTT session of client {record.client_id} ({_held_by(record, process)})"
+        process = held_by
+        who = f"the MQTT session of client {record.client_id} ({_where_held(record, process)})"
     alive = process_alive(process)
     if alive is False or (alive is None and args.force):
         return
@@ -71,7 +72,7 @@ def check_no_live_holder(args: argparse.Namespace, box: Box, dropbox: Queue) -> 
     raise InvalidArgument(f"{said}. If that process stopped for good, --force settles it")
 
 
-def _held_by(record: SessionRecord, process: str) -> str:
+def _where_held(record: SessionRecord, process: str) -> str:
     """Where the session is held, for the refusal: connected, or away and kept."""
     pid = token_pid(process)
     if record.holder is not None:

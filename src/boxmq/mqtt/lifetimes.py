@@ -192,9 +192,7 @@ class Lifetimes:
     def held_elsewhere(self, record: SessionRecord | None) -> bool:
         """Whether `record`, read from disk now, says that another broker on this root holds
         the session (its client came back there): this one's copy in memory is stale."""
-        if record is None:
-            return False
-        other = record.server or record.holder  # `holder` alone: an older boxmq's record
+        other = None if record is None else record.held_by
         return other is not None and other != self._token
 
     def let_go(self, session: Session) -> None:

@@ -131,6 +131,14 @@ class SessionRecord:
     # The packet id its next new message takes; None: written by a boxmq that did not keep it.
     next_packet_id: int | None = None
 
+    @property
+    def held_by(self) -> str | None:
+        """The process token of the broker holding the session in memory (its client
+        connected there, or away and kept there), or None: `server`, or in a record of a boxmq
+        that did not write it, `holder` (a broker always writes both as itself when its client
+        is connected)."""
+        return self.server or self.holder
+
     def made(self, text: str) -> bool:
         """Whether the subscription `text` (as subscribed, "$share/<group>/<filter>" for a
         membership) found on disk under the session's name is the session's own: one its
