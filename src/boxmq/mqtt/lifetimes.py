@@ -173,11 +173,7 @@ class Lifetimes:
         groups left (their messages in flight go to the other members, MQTT-234), QoS 2
         messages awaiting PUBREL discarded."""
         client_id = session.client_id
-        self._sessions.pop(client_id, None)
-        self.cancel_expiry(client_id)
-        self._memory.remove_subscriber(client_id)
-        session.outbox.clear()
-        session.stop_counting()
+        self._drop_from_memory(session)
         name = consumer_name(client_id)
         for text, subscriber in self._durable.pop(client_id, {}).items():
             shared = parse_filter(text).shared
@@ -188,6 +184,17 @@ class Lifetimes:
                 with session_end_step(client_id, f"deleting its subscription to {text}"):
                     self._box.unsubscribe(text, name)
         self._discard_session_state(client_id)
+
+    def _drop_from_memory(self, session: Session) -> None:
+        """What both an end and a let-go do first: the session is no longer held here, its
+        expiry timer cancelled, its memory subscriptions dropped, its in-flight window and
+        its exactly-once counts forgotten."""
+        client_id = session.client_id
+        self._sessions.pop(client_id, None)
+        self.cancel_expiry(client_id)
+        self._memory.remove_subscriber(client_id)
+        session.outbox.clear()
+        session.stop_counting()
 
     def held_elsewhere(self, record: SessionRecord | None) -> bool:
         """Whether `record`, read from disk now, says that another broker on this root holds
@@ -201,12 +208,8 @@ class Lifetimes:
         its record and the locks of what it was sent stay, for that broker (detach)."""
         client_id = session.client_id
         log.info("client %s: its session is held by another server on this root now", client_id)
-        self._sessions.pop(client_id, None)
-        self.cancel_expiry(client_id)
+        self._drop_from_memory(session)
         self._wills.forget_timer(client_id)
-        self._memory.remove_subscriber(client_id)
-        session.outbox.clear()
-        session.stop_counting()
         for subscriber in self._durable.pop(client_id, {}).values():
             subscriber.detach()
 
