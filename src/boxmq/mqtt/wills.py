@@ -36,6 +36,7 @@ from boxmq.clock import Clock
 from boxmq.errors import store_failure
 from boxmq.mqtt.clients import Client
 from boxmq.mqtt.packets import Will
+from boxmq.mqtt.publishing import WillWritten
 from boxmq.mqtt.session import NEVER, Session
 from boxmq.mqtt.session_record import AwayAtStart, SessionRecord, read_record, write_record
 
@@ -47,9 +48,6 @@ _RETRY_EVERY: Final = 1.0  # seconds between two tries of a refused record
 
 HoldsIt = Callable[[SessionRecord | None], bool]
 """Whether the record on disk now is still the one that holds the Will sent."""
-
-WillWritten = Callable[[BaseException | None], None]
-"""What runs once a Will's disk work ended: with None if it was stored, else the failure."""
 
 PublishWill = Callable[[str, str | None, Will, Client | None, WillWritten], None]
 """Publish a client's Will: (client id, its username, the Will, the connection whose end
