@@ -429,11 +429,7 @@ class Box:
 
         Checked here, not at the sweep: a folder that is no path made every later sweep
         raise, and one outside the root had them delete others' `.tmp-*` files."""
-        path: object = folder
-        with contextlib.suppress(TypeError):  # not a path: refused below, as bytes are
-            path = os.fspath(folder)
-        if not isinstance(path, str):
-            raise InvalidArgument(f"a folder to sweep is a str or a path, not {folder!r}")
+        path = _str_path(folder, "a folder to sweep is a str or a path")
         folder = os.path.abspath(path)
         root = os.path.realpath(self.root)
         if os.path.commonpath([os.path.realpath(folder), root]) != root:
@@ -632,14 +628,22 @@ def open(
     )
 
 
+def _str_path(value: object, refused: str) -> str:
+    """`value` as a str path (a str, or a path of one); InvalidArgument("{refused}, not ...")
+    for anything else, where os.fspath or a later makedirs raised a TypeError (None, 5) or
+    took bytes."""
+    path = value
+    with contextlib.suppress(TypeError):
+        path = os.fspath(value)  # type: ignore[call-overload]
+    if not isinstance(path, str):
+        raise InvalidArgument(f"{refused}, not {value!r}")
+    return path
+
+
 def _root_path(root: str | os.PathLike[str]) -> str:
     """`root` as a str path; InvalidArgument for what is none: "" opened the current
     directory as the root, None, 5 or bytes raised a TypeError from os.fspath or makedirs."""
-    path: object = root
-    with contextlib.suppress(TypeError):
-        path = os.fspath(root)
-    if not isinstance(path, str):
-        raise InvalidArgument(f"the root is a folder's path, a str or a path, not {root!r}")
+    path = _str_path(root, "the root is a folder's path, a str or a path")
     if not path or "\0" in path:
         raise InvalidArgument(
             f"the root {path!r} is empty or holds NUL: give a folder's path ('.' for this one)"
