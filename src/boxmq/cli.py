@@ -371,7 +371,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--name", dest="subscriber", required=True, help="its subscriber name")
 
     p = command("get", _get, "lock the next ready message and print it")
-    p.add_argument("queue")
+    _dropbox_arguments(p)
     p.add_argument(
         "--lock",
         type=_positive_duration,
@@ -379,7 +379,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="lock timeout (default 30s)",
     )
-    p.add_argument("--consumer", default="cli")
+    p.add_argument(
+        "--consumer",
+        default="cli",
+        help="the lock's holder, whom ack, unlock, reject and extend name (default cli)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="take a durable subscription's message although the process reading it runs "
+        "on another machine, which cannot be told alive from here",
+    )
 
     for name, run, help in (
         ("ack", _ack, "done with a locked message: it moves to processed/"),
@@ -435,8 +445,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _dropbox_arguments(p: argparse.ArgumentParser) -> None:
-    """QUEUE, or a subscription as `boxmq ls` lists it (`peek`, `requeue`, `purge`, and the
-    settles: `ack`, `unlock`, `reject`, `extend`)."""
+    """QUEUE, or a subscription as `boxmq ls` lists it (`get`, `peek`, `requeue`, `purge`,
+    and the settles: `ack`, `unlock`, `reject`, `extend`)."""
     p.add_argument("queue", help="a queue; or a share group, $share/GROUP/FILTER")
     p.add_argument(
         "--subscriber",
@@ -711,15 +721,21 @@ def _unsubscribe(args: argparse.Namespace, box: Box) -> int:
 
 
 def _get(args: argparse.Namespace, box: Box) -> int:
-    message = box.queue(args.queue, create=False).get(args.consumer, lock_timeout=args.lock)
+    queue = _dropbox(args, box)
+    if _is_subscription(args, box):
+        from boxmq import cli_settle  # here: a queue's get loads no MQTT module
+
+        cli_settle.check_may_get(args, box)
+    message = queue.get(args.consumer, lock_timeout=args.lock)
     if message is None:
-        print(f"boxmq get: no message is ready in {args.queue!r}", file=sys.stderr)
+        whose = "" if args.subscriber is None else f" for subscriber {args.subscriber!r}"
+        print(f"boxmq get: no message is ready in {args.queue!r}{whose}", file=sys.stderr)
         return EMPTY
     if args.json:
-        record = _message_record(message) | output.json_body(message.body)
+        record = _message_record(message, args.subscriber) | output.json_body(message.body)
         output.out(output.to_json(record))
         return 0
-    record = _message_record(message)
+    record = _message_record(message, args.subscriber)
     record["id"] = shown(message.id)  # a name that is not UTF-8: its bytes as \xNN, as peek
     record["properties"] = _listed(message.properties)
     width = max(len(k) for k in record)
@@ -739,11 +755,15 @@ def _get(args: argparse.Namespace, box: Box) -> int:
     return 0
 
 
-def _message_record(message: Message) -> dict[str, Any]:
-    """What `get` prints before the body."""
-    return {
-        "id": message.id,
-        "queue": message.queue,
+def _message_record(message: Message, subscriber: str | None) -> dict[str, Any]:
+    """What `get` prints before the body: a subscription's message names its subscriber
+    (`--subscriber`, as the settles' --json does) and the topic it was published to."""
+    named: dict[str, Any] = {"id": message.id, "queue": message.queue}
+    if subscriber is not None:
+        named["subscriber"] = subscriber
+    if message.topic is not None:
+        named["topic"] = message.topic
+    return named | {
         "priority": message.priority,
         "delivery": message.delivery_count,
         "locked-by": message.consumer,

@@ -1,5 +1,5 @@
-"""`boxmq ack|unlock|reject|extend` on a share group or a durable subscription: whether the
-message may be settled from here, or a running process still counts it as in flight.
+"""`boxmq get|ack|unlock|reject|extend` on a share group or a durable subscription: whether
+a message may be locked or settled from here, or a running process counts on it.
 
 A message in flight to an MQTT session is held twice: by its lock on disk, and by the session
 in the memory of the `boxmq serve` that holds it (the packet id it went out under, to send
@@ -19,8 +19,29 @@ cannot be told alive or dead, and `--force` settles all the same (the user knows
 stopped for good). One known to run is refused even so: its client answers, or its session
 ends (a clean start gives what it held to the other members), or the process is stopped.
 
-`cli` imports this module only for a subscription's settle: a queue's `ack` loads no MQTT
-module (tests/unit/test_light_imports.py).
+`get` takes a ready message (target/), which no process holds yet: one rename claims it,
+and a member or a subscriber that tries to claim it too finds it gone, as competing
+consumers of a queue do (DESIGN.md §7). So:
+
+- a share group's: taken whoever its members and wherever they run; `get` is one more
+  consumer of the group, and what it locked comes back to them when its lock ends (the
+  sweeps of `boxmq serve`, a member's process, or the next `get`), or once unlocked;
+- a durable subscription's: refused while a process known to run reads it: a `boxmq
+  subscribe` run that removes it when it ends (SubscriptionRecord.owner), or the server
+  holding the MQTT session whose subscription it is (as above). It has one reader, which
+  takes its messages in order (MQTT 5.0 §4.6 for its client): taken from under it, one
+  would be missing from its stream, or come back after later ones. `--force` takes it when
+  that process runs on another machine, as for a settle. A reader that names no process on
+  disk (a kept `subscribe` run, a Python subscriber) cannot be known: `get` competes with
+  it, as in a group, the message still going to one of them only.
+
+Never under the name of a member or of the subscriber itself (`--consumer`): a lock bound
+to no process (`get`'s) under its name is that member's own again at its next start (a
+persistent MQTT session resumed, a kept `subscribe` run: LiveQueue.attach), and its message
+would go out to it while `get`'s user holds it too.
+
+`cli` imports this module only for a subscription's get or settle: a queue's `get` and `ack`
+load no MQTT module (tests/unit/test_light_imports.py).
 """
 
 from __future__ import annotations
@@ -31,9 +52,60 @@ from boxmq import cli_output as output
 from boxmq.client import Box, Queue
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.session_record import SessionRecord, record_named
+from boxmq.store.names import check_consumer_name
 from boxmq.store.process import process_alive, token_pid
 
-__all__ = ["check_no_live_holder"]
+__all__ = ["check_may_get", "check_no_live_holder"]
+
+
+def check_may_get(args: argparse.Namespace, box: Box) -> None:
+    """InvalidArgument if `boxmq get` may not lock a message of the share group or durable
+    subscription `args` names for `args.consumer` (above)."""
+    consumer = check_consumer_name(args.consumer)
+    if args.subscriber is None:
+        whose = "a member of the share group"
+        own = box.topics.has_subscription(args.queue, consumer)
+    else:
+        whose = "the subscriber of"
+        own = consumer == args.subscriber
+    if own:
+        raise InvalidArgument(
+            f"{consumer} is {whose} {args.queue}: a lock under its name would be its own "
+            "again at its next start (an MQTT session resumed, a kept subscribe run), and "
+            "its message sent to it while get holds it too. Give get another --consumer "
+            "(the default is cli)"
+        )
+    if args.subscriber is None:
+        return  # one more consumer of the group: no member counts on a ready message
+    process, who = _reader(args, box)
+    alive = None if not process else process_alive(process)
+    if not process or alive is False or (alive is None and args.force):
+        return
+    where = "still runs" if alive else "is on another machine (this one cannot tell if it runs)"
+    said = (
+        f"{args.queue} of {args.subscriber} is read by {who}, and that process {where}: a "
+        "durable subscription has one reader, which takes its messages in order, and get "
+        "would take one from under it"
+    )
+    if alive:
+        raise InvalidArgument(f"{said}. Let that reader take it, or stop that process first")
+    raise InvalidArgument(f"{said}. If that process stopped for good, --force takes it")
+
+
+def _reader(args: argparse.Namespace, box: Box) -> tuple[str, str]:
+    """The process known to read the durable subscription `args` names, as its token, and
+    who it is for the refusal; ("", "") for none known."""
+    record = box.topics.record_of(args.queue, args.subscriber)
+    if record is not None and record.owner:
+        return record.owner, f"process {token_pid(record.owner)}, which ends it when it ends"
+    session = record_named(box.root, args.subscriber)
+    if session is None or not session.made(args.queue) or session.held_by is None:
+        return "", ""
+    process = session.held_by
+    return (
+        process,
+        f"the MQTT session of client {session.client_id} ({_where_held(session, process)})",
+    )
 
 
 def check_no_live_holder(args: argparse.Namespace, box: Box, dropbox: Queue) -> None:

@@ -450,6 +450,130 @@ def test_a_subscription_s_locked_message_is_settled_by_id_as_a_queue_s(root: Pat
     assert [row["id"] for row in ready] == [second]
 
 
+_GROUP = "$share/etl/jobs/#"
+
+
+def test_get_locks_a_share_group_s_or_a_subscription_s_message_for_the_settles(
+    root: Path,
+) -> None:
+    """`get` names a share group as peek and the settles do, a durable subscription by its
+    filter and --subscriber: `get` then `ack` (or `reject`) by hand, as for a queue, the
+    message's topic (and the subscriber) said beside its queue. Before, `get` took a queue
+    only: nothing could lock a subscription's message from the command line."""
+    ok(root, "subscribe", _GROUP, "--name", "w1", "--keep", "--idle", "0")
+    ok(root, "subscribe", "jobs/#", "--name", "keeper", "--keep", "--idle", "0")
+    message_id = ok(root, "publish", "jobs/1", "one", "-p", "tenant=acme").strip()
+    got = json.loads(ok(root, "--json", "get", _GROUP, "--lock", "30s"))
+    assert list(got)[:3] == ["id", "queue", "topic"]
+    assert (got["id"], got["queue"], got["topic"], got["body"]) == (
+        message_id,
+        _GROUP,
+        "jobs/1",
+        "one",
+    )
+    assert (got["locked-by"], got["delivery"], got["properties"]) == ("cli", 1, {"tenant": "acme"})
+    [locked] = json.loads(ok(root, "--json", "peek", _GROUP, "--state", "processing"))
+    assert (locked["id"], locked["locked-by"]) == (message_id, "cli")
+    assert ok(root, "ack", _GROUP, message_id) == f"ack: {message_id}\n"
+    empty = boxmq_cli(root, "get", _GROUP)
+    assert (empty.returncode, empty.stdout) == (3, "")
+    assert empty.stderr == f"boxmq get: no message is ready in '{_GROUP}'\n"
+    text = ok(root, "get", "jobs/#", "--subscriber", "keeper")
+    header = dict(line.split(maxsplit=1) for line in text.split("\n\n")[0].splitlines())
+    assert (header["id"], header["queue"], header["subscriber"], header["topic"]) == (
+        message_id,
+        "jobs/#",
+        "keeper",
+        "jobs/1",
+    )
+    assert text.endswith("\n\none")
+    keeper = ["jobs/#", message_id, "--subscriber", "keeper"]
+    assert ok(root, "reject", *keeper) == f"reject: {message_id}\n"
+    empty = boxmq_cli(root, "get", "jobs/#", "--subscriber", "keeper")
+    assert (empty.returncode, empty.stderr) == (
+        3,
+        "boxmq get: no message is ready in 'jobs/#' for subscriber 'keeper'\n",
+    )
+    counts = {
+        row["subscription"]: row for row in json.loads(ok(root, "--json", "ls"))["subscriptions"]
+    }
+    assert (counts[_GROUP]["done"], counts["jobs/#"]["dead"]) == (1, 1)
+
+
+def test_what_get_locked_in_a_share_group_comes_back_when_its_lock_ends(root: Path) -> None:
+    """As a queue's: the next get (or a sweep of `boxmq serve`) sends it back to target/, a
+    delivery counted, for the group's members or the next get."""
+    ok(root, "subscribe", _GROUP, "--name", "w1", "--keep", "--idle", "0")
+    message_id = ok(root, "publish", "jobs/1", "one").strip()
+    first = json.loads(ok(root, "--json", "get", _GROUP, "--lock", "1s"))
+    assert first["id"] == message_id
+    time.sleep(1.2)  # past its lock, from before the get returned
+    again = json.loads(ok(root, "--json", "get", _GROUP, "--consumer", "other"))
+    assert (again["id"], again["delivery"], again["locked-by"]) == (message_id, 2, "other")
+
+
+def _one_line_refusal(done: subprocess.CompletedProcess[str], *said: str) -> None:
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr  # one line, no traceback
+    for words in said:
+        assert words in done.stderr, done.stderr
+
+
+def test_get_refuses_a_lock_a_subscriber_would_take_for_its_own(root: Path) -> None:
+    """A lock that names no process under a member's name (or the subscriber's) is taken back
+    by that member's next run, or its MQTT session's resume (a persistent one's locks are
+    its own again): the message would go to it while the lock's taker holds it too."""
+    ok(root, "subscribe", _GROUP, "--name", "w1", "--keep", "--idle", "0")
+    ok(root, "subscribe", "jobs/#", "--name", "keeper", "--keep", "--idle", "0")
+    ok(root, "publish", "jobs/1", "one")
+    _one_line_refusal(
+        boxmq_cli(root, "get", _GROUP, "--consumer", "w1"),
+        f"w1 is a member of the share group {_GROUP}",
+        "Give get another --consumer",
+    )
+    _one_line_refusal(
+        boxmq_cli(root, "get", "jobs/#", "--subscriber", "keeper", "--consumer", "keeper"),
+        "keeper is the subscriber of jobs/#",
+        "Give get another --consumer",
+    )
+    rows = json.loads(ok(root, "--json", "ls"))["subscriptions"]
+    assert [(row["ready"], row["locked"]) for row in rows] == [(1, 0), (1, 0)]  # untouched
+    _one_line_refusal(boxmq_cli(root, "get", "jobs/#"), "keeper: add --subscriber NAME")
+    _one_line_refusal(boxmq_cli(root, "get", "$share/nobody/jobs/#"), "no share group")
+    _one_line_refusal(
+        boxmq_cli(root, "get", "jobs/#", "--subscriber", "nobody"),
+        "no subscription of 'nobody' to 'jobs/#'",
+    )
+
+
+def test_get_refuses_a_durable_subscription_a_running_process_reads(root: Path) -> None:
+    """A durable subscription has one reader, which takes its messages in order: one that a
+    `boxmq subscribe` run reads (and removes when it ends) is not drained from under it
+    while it runs; on another machine, where it cannot be told alive, --force takes it."""
+    ok(root, "publish", "news/today", "first", "--retain")
+    with _subscribing(root, "--name", "reader") as sub:
+        try:
+            done = boxmq_cli(root, "get", "news/#", "--subscriber", "reader")
+            _one_line_refusal(done, f"news/# of reader is read by process {sub.pid}", "still runs")
+            deadline = time.monotonic() + 30
+            while json.loads(ok(root, "--json", "ls"))["subscriptions"][0]["done"] != 1:
+                assert time.monotonic() < deadline, "the run never acked what it printed"
+                time.sleep(0.05)
+        finally:
+            sub.kill()
+            sub.wait(timeout=30)
+    [record] = (root / "topic-root").rglob(".subscription")
+    data = json.loads(record.read_text())
+    data["owner"] = "elsewhere-4242-99"  # another host's process token (store/process.py)
+    record.write_text(json.dumps(data))
+    ok(root, "publish", "news/later", "second")
+    far = ["get", "news/#", "--subscriber", "reader"]
+    _one_line_refusal(
+        boxmq_cli(root, *far), "process 4242", "on another machine", "--force takes it"
+    )
+    assert ok(root, *far, "--force").endswith("\n\nsecond")
+
+
 def test_the_global_options_may_also_follow_the_command(tmp_path: Path) -> None:
     # `make run` says `boxmq serve --data ./data`; every command takes them in either place.
     where = tmp_path / "after"

@@ -42,7 +42,7 @@ _COMMANDS: dict[str, tuple[int, dict[str, st.SearchStrategy[str]]]] = {
     "publish": (2, _SENDING | {"--qos": _NUMBERS}),
     "subscribe": (1, {"--name": _WORDS, "--qos": _NUMBERS, "--count": _NUMBERS}),
     "unsubscribe": (1, {"--name": _WORDS}),
-    "get": (1, _SETTLING | {"--lock": _DURATIONS}),
+    "get": (1, _SETTLING | _FOLDERS | {"--lock": _DURATIONS}),
     "ack": (2, _SETTLING),
     "unlock": (2, _SETTLING | {"--delay": _DURATIONS}),
     "reject": (2, _SETTLING),

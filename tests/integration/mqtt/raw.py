@@ -48,10 +48,15 @@ def connect_packet(
     clean: bool = False,
     expiry: int = 300,
     will: tuple[str, bytes] | None = None,
+    receive_maximum: int | None = None,
 ) -> bytes:
     """MQTT 5 CONNECT with a Session Expiry Interval of `expiry` seconds; `will`: a retained
-    QoS 0 Will (topic, payload) without properties."""
-    properties = bytes([5, 0x11]) + expiry.to_bytes(4, "big")
+    QoS 0 Will (topic, payload) without properties; `receive_maximum`: how many QoS 1 and 2
+    messages the server may have in flight to it at once (§3.1.2.11.3)."""
+    properties = bytes([0x11]) + expiry.to_bytes(4, "big")
+    if receive_maximum is not None:
+        properties += bytes([0x21]) + receive_maximum.to_bytes(2, "big")
+    properties = bytes([len(properties)]) + properties
     flags = 0x02 if clean else 0x00
     payload = string(client_id)
     if will is not None:
@@ -127,10 +132,14 @@ def open_raw(
     clean: bool = False,
     expiry: int = 300,
     will: tuple[str, bytes] | None = None,
+    receive_maximum: int | None = None,
 ) -> tuple[socket.socket, bool]:
     """A connected socket, and whether its CONNACK said the session was present."""
     sock = socket.create_connection((running.host, running.port), timeout=WAIT)
-    sock.sendall(connect_packet(client_id, clean=clean, expiry=expiry, will=will))
+    connect = connect_packet(
+        client_id, clean=clean, expiry=expiry, will=will, receive_maximum=receive_maximum
+    )
+    sock.sendall(connect)
     kind, body = read(sock)
     assert kind == 0x20, hex(kind)  # CONNACK
     assert body[1] == 0, body.hex()

@@ -1,0 +1,132 @@
+"""`boxmq get` on a share group and on a durable subscription beside a real `boxmq serve`
+and real MQTT clients. In a share group, `get` is one more consumer: it takes a ready message
+from under the live members, and what it locked comes back to them, once, when it is unlocked
+or its lock ends; what it acks they never get. A durable subscription that an MQTT session
+reads is its client's: `get` is refused while the server holding that session runs, and
+takes its message once that server is gone. Before, `get` took a queue only."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.integration.mqtt.clients import (
+    RunningServer,
+    Served,
+    boxmq_cli,
+    publish_each,
+    recorded_away,
+    serve_fresh,
+    stop_process,
+)
+from tests.integration.mqtt.raw import (
+    open_raw,
+    puback,
+    publishes,
+    read,
+    subscribe,
+    take_publishes,
+)
+
+GROUP = "$share/workers/jobs/#"
+
+
+def _ok(root: Path, *args: str) -> str:
+    done = boxmq_cli(root, *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _got(root: Path, *args: str) -> dict[str, object]:
+    got: dict[str, object] = json.loads(_ok(root, "--json", "get", *args))
+    return got
+
+
+def _ready(root: Path, count: int) -> None:
+    """Wait until the group holds `count` ready messages (its server wrote them)."""
+    deadline = time.monotonic() + 30
+    while len(json.loads(_ok(root, "--json", "peek", GROUP))) != count:
+        assert time.monotonic() < deadline, f"not {count} ready in {GROUP}"
+        time.sleep(0.05)
+
+
+def test_get_is_one_more_consumer_of_a_share_group_whose_members_are_live(
+    tmp_path: Path,
+) -> None:
+    served, process = serve_fresh(tmp_path)
+    root = served.root
+    # A member that takes one message at a time (Receive Maximum 1), and holds its first:
+    # what comes after it waits in the group's target/, for get or for the member.
+    member, _ = open_raw(served, "busy", clean=True, expiry=0, receive_maximum=1)
+    try:
+        member.sendall(subscribe(1, GROUP, 1))
+        assert read(member)[0] == 0x90
+        publish_each(served, "jobs/1", [b"a", b"b", b"c", b"d"])
+        [held] = take_publishes(member, 1)
+        assert held.payload == b"a"
+        _ready(root, 3)
+        unlocked = _got(root, GROUP, "--lock", "30s")
+        timed_out = _got(root, GROUP, "--lock", "1s")
+        acked = _got(root, GROUP, "--lock", "30s")
+        assert [m["body"] for m in (unlocked, timed_out, acked)] == ["b", "c", "d"]
+        assert unlocked["topic"] == "jobs/1"
+        assert _ok(root, "ack", GROUP, str(acked["id"])) == f"ack: {acked['id']}\n"
+        assert _ok(root, "unlock", GROUP, str(unlocked["id"])) == f"unlock: {unlocked['id']}\n"
+        assert publishes(member, within=0.5) == []  # its window is full: nothing sent beside
+        member.sendall(puback(held.packet_id))
+        # The one unlocked at once, the other once its lock ended (the server's sweep): each
+        # to the member once, and never the one get acked.
+        came = []
+        for _ in range(2):
+            [each] = take_publishes(member, 1)
+            came.append(each.payload)
+            member.sendall(puback(each.packet_id))
+        assert sorted(came) == [b"b", b"c"]
+        assert publishes(member, within=1.5) == []
+        [row] = json.loads(_ok(root, "--json", "ls"))["subscriptions"]
+        assert (row["ready"], row["locked"]) == (0, 0)
+    finally:
+        member.close()
+        stop_process(process)
+
+
+def _refused(done: subprocess.CompletedProcess[str], *said: str) -> None:
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr  # one line, no traceback
+    for words in ("is read by the MQTT session of client keeper", "still runs", *said):
+        assert words in done.stderr, done.stderr
+
+
+def test_get_on_an_mqtt_session_s_subscription_waits_for_its_server_to_be_gone(
+    two_servers: tuple[RunningServer, RunningServer, Served],
+) -> None:
+    first, second, process = two_servers
+    root, pid = first.root, process.pid
+    named = ["jobs/#", "--subscriber", "keeper"]
+    get = ["get", *named]
+    keeper, _ = open_raw(first, "keeper", expiry=3600)  # a persistent session
+    try:
+        keeper.sendall(subscribe(1, "jobs/#", 1))
+        assert read(keeper)[0] == 0x90
+        _refused(boxmq_cli(root, *get), f"its client connected to boxmq serve, process {pid}")
+        keeper.close()  # away: its server keeps the session, and what comes for it
+        recorded_away(root, "keeper")
+        publish_each(first, "jobs/1", [b"job"])
+        kept = f"its session kept by boxmq serve, process {pid}"
+        _refused(boxmq_cli(root, *get), kept)
+        _refused(boxmq_cli(root, *get, "--force"), kept)  # known to run: no force
+        process.send_signal(signal.SIGTERM)  # it never starts again
+        process.wait(timeout=30)
+        got = _got(root, *named)
+        assert (got["body"], got["subscriber"], got["topic"]) == ("job", "keeper", "jobs/1")
+        assert _ok(root, "ack", *named, str(got["id"])) == f"ack: {got['id']}\n"
+        # Its client comes back, to the server still running: its session is there, and
+        # the message taken by hand is not sent to it.
+        keeper, present = open_raw(second, "keeper", expiry=3600)
+        assert present
+        assert publishes(keeper, within=1.0) == []
+    finally:
+        keeper.close()
