@@ -1,18 +1,23 @@
-"""A real full disk for tests: a small tmpfs mounted in the test, filled until the kernel says
-ENOSPC, then freed. Needs root (mount); skipped where the container does not allow it."""
+"""The file system's refusals, for real, for tests: a full disk (a small tmpfs mounted in the
+test, filled until the kernel says ENOSPC, then freed), a read-only one (the tmpfs remounted
+ro, then rw again), and a root another user may not change (a command run as nobody: root
+passes every permission check). Needs root (mount, setpriv); skipped where the container
+does not allow it."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
+import shutil
 import subprocess
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
-__all__ = ["SmallDisk", "small_disk"]
+__all__ = ["SmallDisk", "as_nobody", "shared_folder", "small_disk"]
 
 _SIZE = "8m"  # room for a root and its dropboxes; filled in well under a second
 
@@ -56,6 +61,16 @@ class SmallDisk:
     def free(self) -> None:
         self._filler.unlink(missing_ok=True)
 
+    @contextlib.contextmanager
+    def read_only(self) -> Iterator[None]:
+        """The disk mounted read-only for the block (EROFS), as the kernel does after errors;
+        writable again afterwards."""
+        subprocess.run(["mount", "-o", "remount,ro", str(self.path)], check=True)
+        try:
+            yield
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", str(self.path)], check=True)
+
 
 @contextlib.contextmanager
 def small_disk(folder: Path) -> Iterator[SmallDisk]:
@@ -72,3 +87,27 @@ def small_disk(folder: Path) -> Iterator[SmallDisk]:
         yield SmallDisk(folder)
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+_NOBODY = 65534
+
+
+def as_nobody(command: Sequence[str]) -> list[str]:
+    """`command` run as the user nobody, in no group: a root owned by root refuses it (EACCES)
+    what root itself is never refused."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("running a command as another user needs root and setpriv")
+    ids = [f"--reuid={_NOBODY}", f"--regid={_NOBODY}", "--clear-groups"]
+    return ["setpriv", *ids, *command]
+
+
+@contextlib.contextmanager
+def shared_folder() -> Iterator[Path]:
+    """A folder of root's, mode 0755, that nobody can reach (pytest's tmp_path is under a
+    folder of mode 0700): removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="boxmq-refusals-"))
+    try:
+        folder.chmod(0o755)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -234,18 +234,33 @@ class GenerationWatch:
     look)."""
 
     def __init__(self, root: str) -> None:
-        self._file = os.path.join(topic_root(root), _GENERATION)
+        self._root = root
+        self._folder = topic_root(root)
+        self._file = os.path.join(self._folder, _GENERATION)
         self._seen: tuple[int, int] | None = None  # nothing yet, as a root with no file
 
     def changed(self) -> bool:
-        if self._seen is None and not os.access(self._file, os.F_OK):
-            # Still no file (a root where no durable subscription was ever made): asked
-            # without the FileNotFoundError of a stat, which cost about 5,500 instructions.
+        if self._seen is None and self._absent():
             return False
         seen = _generation_at(self._file)
         if seen == self._seen:
             return False
         self._seen = seen
+        return True
+
+    def _absent(self) -> bool:
+        """Still no file (a root where no durable subscription was ever made): asked without
+        the FileNotFoundError of a stat, which cost about 5,500 instructions. os.access also
+        says no when this user may not look into the root or its topic root (EACCES): that
+        is no "no subscription", which let a publication there be dropped as sent to nobody,
+        so then the stat raises why."""
+        if os.access(self._file, os.F_OK):
+            return False
+        if os.access(self._folder, os.X_OK):
+            return True  # the folder can be looked into, and holds no file
+        if os.access(self._root, os.X_OK) and not os.access(self._folder, os.F_OK):
+            return True  # no topic root yet (a root of queues only)
+        _generation_at(self._file)  # raises what hides the file, if something does
         return True
 
 

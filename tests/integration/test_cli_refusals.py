@@ -1,0 +1,46 @@
+"""The CLI where the file system refuses, as a user meets it: a root another user may not
+look into or change (EACCES), a read-only file system (EROFS). The full disk's tests are in
+test_cli.py and mqtt/test_mqtt_disk_full.py. Each command says what failed, where, and what to
+fix (exit status 1, no traceback), and no stored message is lost or moved."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.diskfull import as_nobody, shared_folder
+from tests.integration.test_cli import ok
+
+
+def nobody(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`boxmq --data root ARGS` run as the user nobody."""
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never", *args]
+    return subprocess.run(as_nobody(command), capture_output=True, text=True, timeout=60)
+
+
+def refused(done: subprocess.CompletedProcess[str], command: str, where: Path) -> None:
+    assert done.returncode == 1, done
+    assert "Traceback" not in done.stderr, done.stderr
+    line = done.stderr.strip()
+    assert line.startswith(f"boxmq {command}: {where}"), line
+    assert "Permission denied: give this user access to it" in line, line
+
+
+def test_publish_to_a_root_its_user_may_not_look_into_is_refused_not_sent_to_nobody() -> None:
+    """os.access said "no generation file" for a root nobody may not search, so publish took
+    the topic for one without a durable subscription, printed an id and exited 0: the
+    message a kept subscription waits for was gone without a word."""
+    with shared_folder() as folder:
+        root = folder / "data"
+        ok(root, "subscribe", "t/#", "--name", "k1", "--keep", "--idle", "0.1s")
+        for private in (root, root / "topic-root"):
+            private.chmod(0o700)
+            refused(nobody(root, "publish", "t/a", "lost?"), "publish", private)
+            private.chmod(0o755)
+        [row] = json.loads(ok(root, "--json", "ls"))["subscriptions"]
+        assert row["ready"] == 0
+        assert nobody(root, "publish", "t/a", "seen").returncode == 1  # may not write there
+        ok(root, "publish", "t/a", "kept")
+        assert ok(root, "subscribe", "t/#", "--name", "k1", "--idle", "0.2s") == "t/a kept\n"
