@@ -44,3 +44,24 @@ def test_publish_to_a_root_its_user_may_not_look_into_is_refused_not_sent_to_nob
         assert nobody(root, "publish", "t/a", "seen").returncode == 1  # may not write there
         ok(root, "publish", "t/a", "kept")
         assert ok(root, "subscribe", "t/#", "--name", "k1", "--idle", "0.2s") == "t/a kept\n"
+
+
+def test_a_queue_its_user_may_not_look_into_is_told_as_such_not_as_missing() -> None:
+    """The state folders were looked for with os.path.isdir, which says False for EACCES
+    too: `get` said "no queue 'q' under <root> (see `boxmq ls`)" of a queue that is there.
+    `ls` leaves out what it may not look into (a file system's lost+found among others)."""
+    with shared_folder() as folder:
+        root = folder / "data"
+        ok(root, "put", "q", "one")
+        for private in (root, root / "q"):
+            private.chmod(0o700)
+            for command in (["get", "q"], ["peek", "q"], ["requeue", "q"], ["purge", "q"]):
+                refused(nobody(root, *command), command[0], root / "q" / "target")
+            if private != root:  # a root it may not read is refused as a whole
+                (lost_found := root / "lost+found").mkdir(mode=0o700)
+                listed = nobody(root, "ls")  # no row for either, and no failure
+                assert (listed.returncode, "QUEUE" in listed.stdout) == (0, False), listed
+                lost_found.rmdir()
+            private.chmod(0o755)
+        assert json.loads(ok(root, "--json", "ls"))["queues"][0]["ready"] == 1
+        assert nobody(root, "peek", "q").stdout.count("\n") == 2  # a header and the message

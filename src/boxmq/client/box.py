@@ -35,6 +35,7 @@ from boxmq.store.layout import (
     dropbox_folders,
     is_dropbox,
     list_dropboxes,
+    no_dropbox,
     queue_path,
 )
 from boxmq.store.process import process_token
@@ -116,7 +117,7 @@ class Box:
     def queue(self, name: str, *, create: bool = True) -> Queue:
         """The queue `name`; created (its folders made) unless `create=False`."""
         path = queue_path(self.root, name)
-        if not create and not is_dropbox(path):
+        if not create and no_dropbox(path):
             raise QueueNotFound(self._missing(name, path))
         dropbox = Dropbox(path, self._committer, create=create, spares=self._spares)
         return self._queue_of(name, dropbox, lambda: self._live_queue(name, dropbox))
@@ -351,7 +352,7 @@ class Box:
         """
         path = queue_path(self.root, name)
         self._forget_live(path)
-        if not is_dropbox(path):
+        if no_dropbox(path):
             return False
         shutil.rmtree(path, ignore_errors=True)
         return True

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from boxmq.errors import InvalidArgument, InvalidName, QueueNotFound
 from boxmq.store.commit import FsyncPolicy
-from boxmq.store.layout import State, is_dropbox, queue_path
+from boxmq.store.layout import State, no_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
 from boxmq.store.topics import subscription_key, subscription_path
 
@@ -222,7 +222,7 @@ def _existing_queue(root: str, queue: str) -> str:
         path = queue_path(root, queue)
     except InvalidName as error:
         raise InvalidArgument(f"boxmq data source: option 'queue': {error}") from None
-    if not is_dropbox(path):
+    if no_dropbox(path):
         raise QueueNotFound(
             f"boxmq data source: no queue {queue!r} under {root} "
             f"(`{shlex.join(['boxmq', '--data', root, 'ls'])}` lists "
@@ -246,7 +246,7 @@ def subscription_dropbox(root: str, subscription: str, consumer: str) -> str:
         path = subscription_path(root, filter, subscription_key(group, None if group else consumer))
     except InvalidName as error:
         raise InvalidArgument(f"boxmq data source: option 'subscription': {error}") from None
-    if not is_dropbox(path):
+    if no_dropbox(path):
         whose = f"share group {group!r}" if group else f"subscriber {consumer!r}"
         raise QueueNotFound(
             f"boxmq data source: no subscription {subscription!r} for {whose} under {root} "

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from boxmq.errors import QueueNotFound
 from boxmq.store.commit import Committer, Move
-from boxmq.store.layout import State, is_dropbox
+from boxmq.store.layout import State, no_dropbox
 from boxmq.store.names import Lock, distinct_name, locked_name, split_lock
 from boxmq.store.spares import Spares, remove_file, rename_noreplace, write_new
 from boxmq.store.temporaries import removed_on_failure, temporary_in
@@ -132,7 +132,7 @@ class Dropbox:
         if create:
             for directory in self._dirs.values():
                 os.makedirs(directory, exist_ok=True)
-        elif not is_dropbox(path):
+        elif no_dropbox(path):
             raise QueueNotFound(f"no queue at {path}")
         else:
             self._complete()

@@ -10,6 +10,7 @@ dot), which leaves them to boxmq's own bookkeeping.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from enum import Enum
 
@@ -22,6 +23,7 @@ __all__ = [
     "dropbox_folders",
     "is_dropbox",
     "list_dropboxes",
+    "no_dropbox",
     "open_folder",
     "queue_path",
 ]
@@ -55,6 +57,17 @@ def is_dropbox(path: str) -> bool:
     return os.path.isdir(os.path.join(path, State.TARGET.value))
 
 
+def no_dropbox(path: str) -> bool:
+    """`not is_dropbox(path)`, for telling a user "no such queue": a folder above `path` that
+    this user may not look into (EACCES) hides a queue that is there, so the OSError that
+    hides it is raised instead, naming the path and the errno."""
+    if is_dropbox(path):
+        return False
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        os.stat(os.path.join(path, State.TARGET.value))
+    return True
+
+
 def list_dropboxes(root: str) -> list[str]:
     """The queue names under `root`, sorted."""
     return [name for name, _ in dropbox_folders(root)]
@@ -74,6 +87,8 @@ def dropbox_folders(root: str) -> list[tuple[str, str]]:
         return []
     escaped, by_hand = [], []
     for entry in entries:
+        # A folder this user may not look into is left out, not refused: a root that is a
+        # file system's top has its lost+found, root's and of mode 0700.
         if entry.name == TOPIC_ROOT or not is_dropbox(entry.path):
             continue
         if (name := _escaped_name(entry.name)) is not None:
