@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import signal
 from collections.abc import Coroutine
 from typing import Any, Final
@@ -59,6 +61,23 @@ async def _sweep_again(box: Box) -> None:
     except OSError as error:
         log.error(
             "sweep of %s failed, tried again at the next one: %s", box.root, store_failure(error)
+        )
+
+
+def _check_writable(root: str) -> None:
+    """A root on a read-only file system let `serve` say "ready" and then refuse every
+    message, subscription and acknowledgement of every client (a recovery with nothing to
+    do writes nothing): refused at start instead, as a recovery that fails is. A root this
+    user may not write into is only warned of: its queues and topic root may still be
+    (an operator who keeps the root itself closed)."""
+    if os.statvfs(root).f_flag & os.ST_RDONLY:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), root)
+    if not os.access(root, os.W_OK | os.X_OK):
+        log.warning(
+            "%s: this user (uid %d) may not write into the root: whatever it would make "
+            "there (a new queue, topic root or session folder) is refused to its client",
+            root,
+            os.geteuid(),
         )
 
 
@@ -121,6 +140,7 @@ async def serve(
         log.info("new files found by inotify where the kernel gives it, else by polling")
     log.info("recovering: releasing locks of dead processes, cleaning abandoned files")
     await _sweep_once(box)
+    _check_writable(box.root)
     doors = []
     if mqtt is not None:
         from boxmq.mqtt.server import MqttServer

@@ -6,11 +6,14 @@ fix (exit status 1, no traceback), and no stored message is lost or moved."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.diskfull import as_nobody, shared_folder
+import pytest
+from tests.diskfull import as_nobody, shared_folder, small_disk
+from tests.integration.mqtt.clients import free_port, serve_process, stop_process
 from tests.integration.test_cli import ok
 
 
@@ -65,3 +68,26 @@ def test_a_queue_its_user_may_not_look_into_is_told_as_such_not_as_missing() -> 
             private.chmod(0o755)
         assert json.loads(ok(root, "--json", "ls"))["queues"][0]["ready"] == 1
         assert nobody(root, "peek", "q").stdout.count("\n") == 2  # a header and the message
+
+
+def test_serve_on_a_read_only_root_says_so_at_start(tmp_path: Path) -> None:
+    """A recovery with nothing to do writes nothing, so `serve` said "ready" and listened
+    on a root where every client's message, subscription and ack would be refused."""
+    with small_disk(tmp_path / "disk") as disk:
+        root = disk.path / "data"
+        ok(root, "put", "q", "kept")
+        with disk.read_only():
+            command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "serve"]
+            command += ["--mqtt", f"127.0.0.1:{free_port()}"]
+            try:
+                done = subprocess.run(command, capture_output=True, text=True, timeout=20)
+            except subprocess.TimeoutExpired:
+                pytest.fail("serve started on a read-only root")
+            assert done.returncode == 1, done.stderr
+            assert "Traceback" not in done.stderr
+            assert f"boxmq serve: {root}: Read-only file system: the file system is " in done.stderr
+            assert "ready" not in done.stderr
+            assert os.listdir(root / "q" / "target") != []
+        server = serve_process(root, free_port())  # remounted rw: it starts
+        stop_process(server)
+        assert ok(root, "get", "q").endswith("kept")
