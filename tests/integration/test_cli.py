@@ -1636,6 +1636,30 @@ def test_publish_retain_on_a_full_disk_names_the_file(tmp_path: Path) -> None:
         assert retained == "r/a first\n"
 
 
+def test_subscribe_on_a_full_disk_names_the_record_it_could_not_write(tmp_path: Path) -> None:
+    """The record's write was refused when its file closed, an OSError naming no file:
+    `boxmq subscribe: No space left on device: the disk is full; free some space`, without
+    where. No subscription is left, and one made once space is back gets what is sent."""
+    with small_disk(tmp_path / "disk") as disk:
+        root = disk.path / "data"
+        ok(root, "put", "q", "first")
+        disk.fill()
+        done = boxmq_cli(root, "subscribe", "u/#", "--name", "k2", "--keep", "--idle", "0.1s")
+        assert done.returncode == 1
+        line = done.stderr.strip()
+        folder = root / "topic-root" / "u%2F%23" / ".subscriptions" / "client.k2"
+        assert line.startswith(f"boxmq subscribe: {folder}/.tmp-"), line
+        assert line.endswith(
+            "No space left on device: the disk is full; free some space (or "
+            "choose another --data folder)"
+        ), line
+        disk.free()
+        assert json.loads(ok(root, "--json", "ls"))["subscriptions"] == []
+        ok(root, "subscribe", "u/#", "--name", "k2", "--keep", "--idle", "0.1s")
+        ok(root, "publish", "u/a", "second")
+        assert ok(root, "subscribe", "u/#", "--name", "k2", "--idle", "0.2s") == "u/a second\n"
+
+
 def test_serve_with_no_mqtt_and_mqtt_is_a_usage_error_naming_both(root: Path) -> None:
     """Not a broker that starts with no listener while --mqtt says where it should listen."""
     command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "serve"]

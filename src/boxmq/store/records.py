@@ -10,8 +10,9 @@ new folder is an entry of its parent). Under the other policies nothing is flush
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from boxmq.store.layout import open_folder
 from boxmq.store.temporaries import removed_on_failure, temporary_in
@@ -60,7 +61,7 @@ def replace_file(path: str, text: str, *, flush: bool) -> None:
     folder = os.path.dirname(path)
     temporary = temporary_in(folder)
     with removed_on_failure(temporary):
-        with open(temporary, "w", encoding="utf-8") as out:
+        with _named(temporary), open(temporary, "w", encoding="utf-8") as out:
             out.write(text)
             if flush:
                 out.flush()
@@ -73,10 +74,23 @@ def replace_file(path: str, text: str, *, flush: bool) -> None:
 def write_in_place(path: str, text: str, *, flush: bool) -> None:
     """Write `path` directly (a reader may see it empty for a moment: for files whose empty
     content means the same); with `flush`, the file and its folder are fsynced."""
-    with open(path, "w", encoding="utf-8") as out:
+    with _named(path), open(path, "w", encoding="utf-8") as out:
         out.write(text)
         if flush:
             out.flush()
             os.fsync(out.fileno())
     if flush:
         flush_directories([os.path.dirname(path)])
+
+
+@contextlib.contextmanager
+def _named(path: str) -> Iterator[None]:
+    """An OSError of the block with `path` as its file: a write refused when the file is
+    closed (ENOSPC, EDQUOT, EIO) names none, and `boxmq subscribe` on a full disk said
+    "No space left on device" without where."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is not None:
+            raise
+        raise OSError(error.errno, error.strerror, path) from error
