@@ -739,10 +739,27 @@ class LiveQueue:
     def _apply_all(self, effects: list[Effect]) -> bool:
         """Apply effects in order; True if a claim was lost (dispatch again)."""
         lost = False
-        for effect in effects:
-            # A claim is the common effect here: straight to its method, by exact type.
-            lost = (self._claim(effect) if type(effect) is Claim else self._apply(effect)) or lost
+        for done, effect in enumerate(effects):
+            try:
+                # A claim is the common effect here: straight to its method, by exact type.
+                lost = (
+                    self._claim(effect) if type(effect) is Claim else self._apply(effect)
+                ) or lost
+            except OSError:
+                self._unclaim(effects[done:])
+                raise
         return lost
+
+    def _unclaim(self, effects: list[Effect]) -> None:
+        """The claims among `effects` that the disk did not make, a rename refused (EROFS,
+        EACCES, EIO): taken back from the engine as claims lost, their files still in target/
+        offered again at the next look. Left in the engine, each held a consumer's slot with
+        no file behind it: its receives came back empty, and its close raised KeyError."""
+        for effect in effects:
+            if type(effect) is Claim:
+                self._known.pop(effect.message.key, None)  # else the rescan skips it
+                self._engine.claim_lost(effect.message.message_id)
+                self._next_scan = 0.0
 
     def _apply(self, effect: Effect) -> bool:
         """Apply one effect; True if a lock it acts on was gone: a claim lost to another

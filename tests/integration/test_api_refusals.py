@@ -1,0 +1,45 @@
+"""The embedded API where the file system refuses a move (a read-only file system, EROFS,
+made for real: a small tmpfs remounted ro, tests/diskfull.py): the call raises the OSError,
+no message is lost or moved, and everything goes on once the disk takes changes again.
+The full disk's tests are in test_cli.py and mqtt/test_mqtt_disk_full.py."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+from tests.diskfull import small_disk
+
+import boxmq
+
+
+def test_a_receive_the_disk_refuses_raises_and_the_consumer_goes_on_once_it_takes_changes(
+    tmp_path: Path,
+) -> None:
+    """The claim's rename failed after the engine had leased the message: the consumer's
+    slots stayed taken by messages with no file in processing/, so every later receive came
+    back empty, and closing the box raised KeyError."""
+    # spares=0: a spare's file kept open for writing makes the remount ro EBUSY
+    with (
+        small_disk(tmp_path / "disk") as disk,
+        boxmq.open(disk.path / "data", fsync="never", spares=0) as box,
+    ):
+        jobs = box.queue("jobs")
+        bodies = [b"one", b"two", b"three", b"four"]
+        for body in bodies:
+            jobs.put(body)
+        # Three claims at a time: those after the refused one were never tried either.
+        with jobs.consumer("c1", max_in_flight=3) as consumer:
+            with disk.read_only(), pytest.raises(OSError, match="Read-only") as refused:
+                consumer.receive(timeout=1)
+            assert refused.value.errno == errno.EROFS
+            assert jobs.counts().ready == 4  # nothing moved
+            got = []
+            while (message := consumer.receive(timeout=1)) is not None:
+                assert message.delivery_count == 1
+                got.append(message.body)
+                message.ack()
+            assert got == bodies
+        assert (jobs.counts().ready, jobs.counts().locked, jobs.counts().done) == (0, 0, 4)
+
