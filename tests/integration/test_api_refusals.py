@@ -43,3 +43,22 @@ def test_a_receive_the_disk_refuses_raises_and_the_consumer_goes_on_once_it_take
             assert got == bodies
         assert (jobs.counts().ready, jobs.counts().locked, jobs.counts().done) == (0, 0, 4)
 
+
+def test_an_ack_the_disk_refuses_raises_and_can_be_tried_again(tmp_path: Path) -> None:
+    """The engine ended the lease before the rename into processed/ failed: the message
+    stayed locked on disk, and the ack tried again said "no such message" (ItemNotFound)
+    until its lock ran out and it was delivered again."""
+    with (
+        small_disk(tmp_path / "disk") as disk,
+        boxmq.open(disk.path / "data", fsync="never", spares=0) as box,
+    ):
+        jobs = box.queue("jobs")
+        jobs.put("one")
+        with jobs.consumer("c1") as consumer:
+            message = consumer.receive(timeout=1)
+            assert message is not None
+            with disk.read_only(), pytest.raises(OSError, match="Read-only"):
+                message.ack()
+            assert (jobs.counts().locked, jobs.counts().done) == (1, 0)
+            message.ack()
+        assert (jobs.counts().locked, jobs.counts().done) == (0, 1)

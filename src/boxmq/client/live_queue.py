@@ -331,11 +331,17 @@ class LiveQueue:
             engine, now = self._engine, self._clock.now()
             if engine.due_by(now):  # else _expire has nothing to do: one call, not three
                 self._expire(now)  # a late answer finds its lock gone
-            message = engine.acked(message_id, consumer, delivery)
+            lease = engine.ended_by_ack(message_id, consumer, delivery)
             self._claimed.pop(message_id, None)  # acked before any receive took it
             if self._behind:
                 self._let_go(message_id)
-            self._finish(message_id, message.key)
+            try:
+                self._finish(message_id, lease.message.key)
+            except OSError:
+                # The move refused (read-only, EACCES, EIO): still locked, in memory as on
+                # disk, so the ack may be tried again; an ack by id then said no such message.
+                engine.unacked(lease)
+                raise
             if self._sleepers or self._watching:  # _wake_others' test, without its call
                 self._wake_others()
 
@@ -812,8 +818,12 @@ class LiveQueue:
         processing = self._locks.pop(message_id)
         keep = self._options.keep_processed
         # _on_lock's work, written out: no closure to make for the one ack of every message.
-        if self._box.finish(processing, name, keep=keep):
-            return
+        try:
+            if self._box.finish(processing, name, keep=keep):
+                return
+        except OSError:
+            self._locks[message_id] = processing  # where it still is
+            raise
         moved = self._moved(processing)  # another process extended it by id meanwhile?
         if moved is None or not self._box.finish(moved, name, keep=keep):
             raise UnexpectedRequest(message_id, "the lock was taken away")

@@ -90,6 +90,12 @@ class LeaseTable:
             self._compact()
         return lease
 
+    def restore(self, lease: Lease) -> None:
+        """Put back a lease `drop` returned, as it was (its delivery too)."""
+        if lease.message.message_id in self._leases:
+            raise InvalidArgument(f"{lease.message.message_id} is already leased")
+        self._store(lease)
+
     def drop(self, message_id: MessageId) -> Lease | None:
         lease = self._leases.pop(message_id, None)
         if lease is not None:

@@ -335,9 +335,15 @@ class QueueEngine:
     def acked(
         self, message_id: MessageId, consumer: ConsumerId, delivery: int | None = None
     ) -> Ready:
-        """`ack(...).message` without making the Finish (the live queue's ack needs only the
-        message, and a frozen value costs ~3,000 instructions to make): the same checks, the
-        same state after."""
+        """`ack(...).message` without making the Finish: the same checks, the same state
+        after."""
+        return self.ended_by_ack(message_id, consumer, delivery).message
+
+    def ended_by_ack(
+        self, message_id: MessageId, consumer: ConsumerId, delivery: int | None = None
+    ) -> Lease:
+        """`acked`, with the lease that ended (the live queue's ack needs only that, and a
+        frozen Finish costs ~3,000 instructions to make): `unacked` takes it back."""
         lease = self._leases.get(message_id)
         if (  # _held's usual answer, without its call (one per ack)
             lease is None
@@ -347,7 +353,13 @@ class QueueEngine:
             lease = self._held(message_id, consumer, delivery)  # the error, raised
         self._leases.drop(message_id)
         self._past.forget(message_id)
-        return lease.message
+        return lease
+
+    def unacked(self, lease: Lease) -> None:
+        """Undo `ended_by_ack`: the file system refused the ack's move (read-only, EACCES,
+        EIO), so the lease stands as it was, its holder may ack again, or it ends at its
+        deadline."""
+        self._leases.restore(lease)
 
     def unlock(
         self,
