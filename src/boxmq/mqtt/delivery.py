@@ -88,6 +88,8 @@ class Delivery:
         # Retained messages written and not yet routed, and who was sent them as retained.
         self.retained_window = RetainedWindow()
         self._drops = DropLog()  # messages dropped on full queues, logged sparingly
+        # (client id, filter) whose dropbox the file system refused to take from: told once.
+        self._refused: set[tuple[str, str]] = set()
 
     def defer_routes(self) -> bool:
         """Keep what `route_memory` is given until `route_deferred`: a publisher's PUBACKs
@@ -434,6 +436,11 @@ class Delivery:
                     messages = subscriber.receive_ready(most=room)
                 except Closed:
                     break
+                except OSError as error:
+                    self._refused_claim(session, text, error)
+                    break
+                if self._refused:
+                    self._claimed_again(session, text)
                 for message in messages:
                     self._hand(session, message, text, options)
                 if len(messages) < room:
@@ -443,6 +450,26 @@ class Delivery:
             self._release_settled(session)
             session.sent_before.clear()
             outbox.unreserve()
+
+    def _refused_claim(self, session: Session, text: str, error: OSError) -> None:
+        """The file system refused to move a message of the subscription `text` into
+        processing/ (read-only, EACCES, EIO): it stays in target/, and the next pump (each
+        tick at least) tries again. Raised, it closed the connection of whichever client's
+        read was being handled, the subscriber's at each of its reconnects."""
+        if (session.client_id, text) in self._refused:
+            return
+        self._refused.add((session.client_id, text))
+        log.error(
+            "client %s: messages of %s not sent, tried again at each tick: %s",
+            shown(session.client_id),
+            text,
+            store_failure(error),
+        )
+
+    def _claimed_again(self, session: Session, text: str) -> None:
+        if (session.client_id, text) in self._refused:
+            self._refused.discard((session.client_id, text))
+            log.info("client %s: messages of %s are sent again", shown(session.client_id), text)
 
     def _hand(
         self, session: Session, message: Message, text: str, options: SubscriptionOptions

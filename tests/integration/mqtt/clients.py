@@ -65,9 +65,11 @@ def start_server(
     group_dispatch: dict[str, str] | None = None,
     fsync: str = "never",
     clock: Clock | None = None,
+    spares: int = 256,
 ) -> RunningServer:
     """The server in a thread over `root`, on a free port; `clock`: the broker's (keep-alives,
-    expiries, Wills), by default the system's."""
+    expiries, Wills), by default the system's; `spares`: boxmq.open's (0: no file of the root
+    kept open for writing, which a remount read-only refuses, EBUSY)."""
     settings = settings or MqttSettings()
     settings = MqttSettings(
         listeners=(Listener("127.0.0.1", 0),),
@@ -75,7 +77,7 @@ def start_server(
         authenticator=settings.authenticator,
         authorizer=settings.authorizer,
     )
-    box = boxmq.open(root, fsync=fsync, group_dispatch=group_dispatch)
+    box = boxmq.open(root, fsync=fsync, group_dispatch=group_dispatch, spares=spares)
     server = MqttServer(box, settings, clock=clock)
     ready: queue.Queue[Any] = queue.Queue()
 

@@ -1,0 +1,54 @@
+"""A file system that turns read-only under the MQTT door (a small tmpfs remounted ro, as the
+kernel does after errors: tests/diskfull.py): the broker keeps its connections, says what
+the disk refused, and carries on with nothing lost once it is writable again. The full
+disk's tests are in test_mqtt_disk_full.py."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.diskfull import SmallDisk, small_disk
+from tests.integration.mqtt.clients import WAIT, RunningServer, paho, start_server
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[SmallDisk]:
+    with small_disk(tmp_path / "disk") as disk:
+        yield disk
+
+
+@pytest.fixture
+def running(disk: SmallDisk) -> Iterator[RunningServer]:
+    running = start_server(disk.path / "root", spares=0)
+    try:
+        yield running
+    finally:
+        running.shutdown()
+
+
+def test_a_session_whose_messages_cannot_be_claimed_stays_connected_and_gets_them_later(
+    running: RunningServer, disk: SmallDisk, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The claim's OSError went up through the read being handled, which closed that
+    connection: the subscriber's at each reconnect, so it never stayed connected while the
+    disk was read-only (and the claims behind the refused one were never made again)."""
+    subscriber = paho(running, "sub", clean=False, expiry=3600)
+    subscriber.subscribe("t/#", qos=1)
+    subscriber.stop()
+    publisher = paho(running, "pub")
+    for n in range(3):
+        publisher.client.publish("t/a", f"m{n}".encode(), qos=1).wait_for_publish(WAIT)
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"), disk.read_only():
+        subscriber = paho(running, "sub", clean=False, expiry=3600)
+        assert subscriber.nothing(within=0.8)
+        assert subscriber.disconnects.empty()
+    refused = [r for r in caplog.records if "messages of t/# not sent" in r.getMessage()]
+    assert len(refused) == 1, caplog.text  # told once, not at each tick
+    assert "EROFS (Read-only file system)" in refused[0].getMessage()
+    assert [subscriber.next().payload for _ in range(3)] == [b"m0", b"m1", b"m2"]
+    assert subscriber.nothing(within=0.3)
+    subscriber.stop()
+    publisher.stop()
