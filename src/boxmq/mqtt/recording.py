@@ -26,6 +26,8 @@ import logging
 from collections.abc import Callable, Iterable
 from functools import partial
 
+from boxmq.client.lifecycle import shown
+from boxmq.errors import store_failure
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client, Outgoing
 from boxmq.mqtt.disk import Job, no_answer
@@ -108,7 +110,12 @@ class Recorder:
         try:
             write_record(self._root, record, flush=flush)
         except OSError as error:
-            log.warning("client %s: session record not written: %s", record.client_id, error)
+            # In the words of the other refusals: what to fix, not "[Errno 30] ...".
+            log.warning(
+                "client %s: session record not written: %s",
+                shown(record.client_id),
+                store_failure(error),
+            )
 
     def save(self, client: Client, record: SessionRecord) -> None:
         """Write `record`, nobody waiting for it (a connection closed): not flushed, but after

@@ -52,3 +52,20 @@ def test_a_session_whose_messages_cannot_be_claimed_stays_connected_and_gets_the
     assert subscriber.nothing(within=0.3)
     subscriber.stop()
     publisher.stop()
+
+
+def test_a_session_record_the_disk_refuses_is_logged_with_what_to_fix(
+    running: RunningServer, disk: SmallDisk, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Logged as "[Errno 30] Read-only file system: '...'", where every other refusal of
+    the disk says which errno and what to do."""
+    with caplog.at_level(logging.WARNING, logger="boxmq.mqtt"), disk.read_only():
+        client = paho(running, "c1", clean=False, expiry=3600)
+        client.stop()
+    [line] = {r.getMessage() for r in caplog.records if "session record" in r.getMessage()}
+    where = running.root / ".mqtt"  # a root's first session: the folder is made first
+    assert line.startswith(f"client c1: session record not written: the store failed at {where}")
+    assert line.endswith(
+        "EROFS (Read-only file system); the file system is read-only "
+        "(remounted after errors?): check it, remount rw"
+    ), line
