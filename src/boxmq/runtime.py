@@ -52,16 +52,34 @@ async def _sweep_once(box: Box) -> None:
         log.info("%s", line)
 
 
-async def _sweep_again(box: Box) -> None:
+class _Failing:
+    """The errno that failed the last sweep, None once one ran: a read-only root failed
+    every sweep, and said so again each second."""
+
+    errno: int | None = None
+
+
+async def _sweep_again(box: Box, failing: _Failing) -> None:
     """A sweep of the timer: a file system that fails it now (EMFILE with every descriptor
-    taken by clients, EIO) is told and tried again at the next one, while the doors go on
-    serving; only the sweep at start, the recovery, ends `serve` when it fails."""
+    taken by clients, EIO, EROFS) is told and tried again at the next one, while the doors
+    go on serving; told again only for another errno, and once a sweep runs again. Only the
+    sweep at start, the recovery, ends `serve` when it fails."""
     try:
         await _sweep_once(box)
     except OSError as error:
-        log.error(
-            "sweep of %s failed, tried again at the next one: %s", box.root, store_failure(error)
-        )
+        code = error.errno or 0  # 0: an OSError with no errno, still a failure
+        if code != failing.errno:
+            log.error(
+                "sweep of %s failed, tried again at each next one (told again for another "
+                "error): %s",
+                box.root,
+                store_failure(error),
+            )
+        failing.errno = code
+        return
+    if failing.errno is not None:
+        failing.errno = None
+        log.info("sweep of %s runs again", box.root)
 
 
 def _check_writable(root: str) -> None:
@@ -156,12 +174,13 @@ async def serve(
         component.add_done_callback(lambda _: stop.set())  # a refused component ends serve
         doors.append(component)
     log.info("ready; sweeping every %gs", sweep_interval)
+    failing = _Failing()
     try:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=sweep_interval)
             if not stop.is_set():
-                await _sweep_again(box)
+                await _sweep_again(box, failing)
     finally:
         stop.set()
         await asyncio.gather(*doors)  # each finishes what it acknowledged, then closes

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,31 @@ def test_serve_on_a_read_only_root_says_so_at_start(tmp_path: Path) -> None:
         server = serve_process(root, free_port())  # remounted rw: it starts
         stop_process(server)
         assert ok(root, "get", "q").endswith("kept")
+
+
+def test_serve_s_sweeps_on_a_root_turned_read_only_are_told_once_and_run_again_after(
+    tmp_path: Path,
+) -> None:
+    """One ERROR line a sweep (each second by default, 3,600 an hour) while the root was
+    read-only; and nothing said when sweeps ran again."""
+    with small_disk(tmp_path / "disk") as disk:
+        root = disk.path  # serve's log, beside the root, is kept open: not on the disk
+        ok(root, "put", "q", "locked")
+        log = root.parent / "serve.log"
+        server = serve_process(root, free_port(), "--sweep-interval", "0.1")
+        try:
+            ok(root, "get", "q", "--lock", "2s")  # its lock ends while the disk is read-only
+            with disk.read_only():
+                deadline = time.monotonic() + 20
+                while log.read_text().count("ERROR") == 0 and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                time.sleep(0.5)  # five sweeps more
+            assert log.read_text().count("ERROR") == 1, log.read_text()
+            assert "EROFS (Read-only file system)" in log.read_text()
+            deadline = time.monotonic() + 20
+            while "runs again" not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert f"sweep of {root} runs again" in log.read_text()
+            assert json.loads(ok(root, "--json", "ls"))["queues"][0]["ready"] == 1
+        finally:
+            stop_process(server)
