@@ -6,6 +6,7 @@ The full disk's tests are in test_cli.py and mqtt/test_mqtt_disk_full.py."""
 from __future__ import annotations
 
 import errno
+import threading
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,33 @@ def test_an_ack_the_disk_refuses_raises_and_can_be_tried_again(tmp_path: Path) -
             assert (jobs.counts().locked, jobs.counts().done) == (1, 0)
             message.ack()
         assert (jobs.counts().locked, jobs.counts().done) == (0, 1)
+
+
+def test_a_close_the_disk_refuses_closes_everything_then_raises(tmp_path: Path) -> None:
+    """The first queue's release that failed ended Box.close there: a thread waiting in
+    another queue's receive waited forever, never told Closed."""
+    with small_disk(tmp_path / "disk") as disk:
+        box = boxmq.open(disk.path / "data", fsync="never", spares=0)
+        jobs, idle = box.queue("jobs"), box.queue("idle")
+        jobs.put("held")
+        holder = jobs.consumer("c1")
+        assert holder.receive(timeout=1) is not None
+        waiting = idle.consumer("c2")
+        told: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                waiting.receive(timeout=30)
+            except boxmq.Closed as error:
+                told.append(error)
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        with disk.read_only(), pytest.raises(OSError, match="Read-only"):
+            box.close()
+        thread.join(timeout=5)
+        assert not thread.is_alive()
+        assert len(told) == 1
+        with pytest.raises(boxmq.Closed):
+            jobs.put("after")
+        assert jobs.counts().locked == 1  # released at its deadline, by any process's sweep

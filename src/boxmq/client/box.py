@@ -510,18 +510,26 @@ class Box:
 
     def close(self) -> None:
         """Release every lock this box's consumers hold, then stop the committer: from then
-        on a put, a publish, a consumer or a subscription raises Closed."""
+        on a put, a publish, a consumer or a subscription raises Closed. A release the disk
+        refuses (a read-only root) closes the rest all the same, then raises: it left the
+        other queues' receives waiting forever, and the committer running."""
         with self._lock:
             self._closed = True
             live, self._live = list(self._live.values()), {}
             topics = self._topics
+        refused: OSError | None = None
         for queue in live:
-            queue.close()
+            try:
+                queue.close()
+            except OSError as error:
+                refused = refused or error
         if topics is not None:
             topics.close_memory()
         self._committer.close()
         if self._spares is not None:
             self._spares.close()  # its own files, for other processes to reuse
+        if refused is not None:
+            raise refused
 
     def __enter__(self) -> Box:
         return self

@@ -406,9 +406,16 @@ class LiveQueue:
         self._watcher.close()
 
     def close(self) -> None:
+        """Release what the consumers hold, and end their receives. A release the disk
+        refuses (read-only, EIO) stops none of the rest: the first such error is raised
+        once everything is closed, and what stays locked ends at its deadline."""
+        refused: OSError | None = None
         with self._mutex:
             for consumer in list(self._inbox):
-                self.detach(consumer)
+                try:
+                    self.detach(consumer)
+                except OSError as error:
+                    refused = refused or error
             self._closed = True
             # A receiving thread may be in the watcher's wait, the mutex released: closing the
             # watcher under it made it read a closed wake pipe (OSError EBADF, or a read of
@@ -421,6 +428,8 @@ class LiveQueue:
                 finally:
                     self._sleepers -= 1
         self._watcher.close()
+        if refused is not None:
+            raise refused
 
     # -- keeping the engine in step with the folder ------------------------------------------------
 
