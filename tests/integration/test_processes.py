@@ -374,3 +374,41 @@ def test_put_many_killed_mid_commit_while_another_process_consumes_loses_and_tea
         box.sweep()
         assert box.queue("jobs").counts().ready == 0  # nothing a kill left was made ready
     assert not list((root / "jobs" / "working").iterdir())
+
+
+# Subscribes and unsubscribes one durable subscription 1,000 times (or for 8 s).
+_CHURN = """
+import sys, time
+import boxmq
+with boxmq.open(sys.argv[1], fsync="never") as box:
+    deadline = time.monotonic() + 8
+    for _ in range(1000):
+        if time.monotonic() > deadline:
+            break
+        box.topics.subscribe("t/x", "s", process_bound=False).close()
+        box.topics.unsubscribe("t/x", "s")
+"""
+
+
+def test_subscriptions_listed_while_another_process_unsubscribes_never_fail_nor_linger(
+    root: Path,
+) -> None:
+    """`boxmq ls` lists the subscriptions while another process deletes one: a record read
+    just before the delete had the listing make the dropbox's folders again under the
+    deleting rmtree, a FileExistsError (a traceback for `boxmq ls`) or folders left behind."""
+    churn = subprocess.Popen(
+        [sys.executable, "-c", _CHURN, str(root)], env=os.environ.copy(), text=True
+    )
+    try:
+        with boxmq.open(root, fsync="never") as box:
+            listings = 0
+            while churn.poll() is None:
+                assert all(info.filter == "t/x" for info in box.topics.subscriptions())
+                listings += 1
+            assert churn.returncode == 0
+            assert box.topics.subscriptions() == []
+        assert listings > 0
+        assert list((root / "topic-root").glob("*/.subscriptions/*")) == []
+    finally:
+        churn.kill()
+        churn.wait(timeout=10)

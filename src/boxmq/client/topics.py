@@ -707,9 +707,16 @@ class Topics:
         """Every durable subscription and share group under the root, with its counts."""
         found = []
         for record, path in layout.read_records(self._root):
+            try:
+                # Never made here (create=False): a subscription whose last member left, or
+                # that was unsubscribed, right after its record was read is being deleted, and
+                # folders made again under that rmtree were a FileExistsError, or left behind.
+                dropbox = Dropbox(path, self._committer, create=False, spares=self._spares)
+            except QueueNotFound:
+                continue  # deleted right now: the next listing does not show it either
             parsed = TopicFilter(record.filter, record.group)
             members = tuple(sorted(layout.members(path))) if record.group else ()
-            counts = counts_of(Dropbox(path, self._committer, spares=self._spares))
+            counts = counts_of(dropbox)
             found.append(SubscriptionInfo(str(parsed), record.subscriber, members, counts))
         return sorted(found, key=lambda info: (info.filter, info.subscriber or ""))
 
