@@ -412,3 +412,56 @@ def test_subscriptions_listed_while_another_process_unsubscribes_never_fail_nor_
     finally:
         churn.kill()
         churn.wait(timeout=10)
+
+
+# Joins the share group $share/g/t/# as argv[2] and leaves it again, 400 times (or for 8 s);
+# prints what went wrong: a join that raised, or a member or record gone right after it.
+_JOIN_AND_LEAVE = """
+import collections, sys, time
+import boxmq
+me, wrong = sys.argv[2], collections.Counter()
+with boxmq.open(sys.argv[1], fsync="never") as box:
+    deadline = time.monotonic() + 8
+    for _ in range(400):
+        if time.monotonic() > deadline:
+            break
+        try:
+            member = box.subscribe("$share/g/t/#", me)
+        except OSError as error:
+            wrong[type(error).__name__] += 1
+            continue
+        if me not in box.topics.members_of("g", "t/#"):
+            wrong["member gone"] += 1
+        if box.topics.record_of("$share/g/t/#", me) is None:
+            wrong["record gone"] += 1
+        member.close()
+print(dict(wrong))
+"""
+
+
+def test_a_member_joining_a_share_group_its_last_member_leaves_in_another_process_stays(
+    root: Path,
+) -> None:
+    """Two processes join one share group and leave it, over and over: the last member out
+    deletes the group, and the other process's join came in between, its record and member
+    written into the folder the leave then deleted (a member of no group, its client told
+    the subscription stands, sent nothing), or its folder made under the rmtree (the join
+    raised FileNotFoundError). Joins and leaves now hold the group's folder with an flock."""
+    members = [
+        subprocess.Popen(
+            [sys.executable, "-c", _JOIN_AND_LEAVE, str(root), name],
+            stdout=subprocess.PIPE,
+            env=os.environ.copy(),
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
+    try:
+        said = [member.communicate(timeout=60)[0].strip() for member in members]
+    finally:
+        for member in members:
+            member.kill()
+            member.wait(timeout=10)
+    assert [member.returncode for member in members] == [0, 0]
+    assert said == ["{}", "{}"]
+    assert list((root / "topic-root").glob("*/.subscriptions/*")) == []

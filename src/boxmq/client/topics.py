@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -632,7 +633,7 @@ class Topics:
         owner = self._token if ends_with_process and not parsed.shared else ""
         token = None if process_bound else ""
         # Registered, opened and attached in one step of its dropbox (see __init__).
-        with self._dropboxes.held(self._path_of(parsed, name)):
+        with self._joining(self._path_of(parsed, name)):
             if not parsed.shared and send_retained:
                 with self._retained_lock.exclusive():  # see its comment in __init__
                     path = self._register(subscription, token=token, owner=owner)
@@ -677,7 +678,7 @@ class Topics:
         parsed = parse_filter(filter)
         name = check_consumer_name(subscriber, _SUBSCRIBER)
         subscription = Subscription(name, parsed, _qos(qos), True, no_local)
-        with self._dropboxes.held(self._path_of(parsed, name)):
+        with self._joining(self._path_of(parsed, name)):
             path = self._register(subscription, token=None if process_bound else "")
         if parsed.shared:
             self._grants[path, name] = subscription.qos  # its Subscriber's cap from now on
@@ -698,7 +699,7 @@ class Topics:
         subscription = Subscription(
             check_consumer_name(subscriber, _SUBSCRIBER), parsed, _qos(qos), True
         )
-        with self._dropboxes.held(self._path_of(parsed, subscription.subscriber)):
+        with self._joining(self._path_of(parsed, subscription.subscriber)):
             path = self._register(subscription, token="")
             Dropbox(path, self._committer, spares=self._spares)
         return path
@@ -841,6 +842,12 @@ class Topics:
         if changed:
             layout.bump_generation(self._root, flush=flush)
         return path
+
+    def _joining(self, path: str) -> AbstractContextManager[None]:
+        """Hold the dropbox at `path` for a join (its folder made first), against the threads
+        of this process and the other processes on the root that join or leave it."""
+        flush = self._committer.policy is FsyncPolicy.ALWAYS
+        return self._dropboxes.held(path, make=True, flush=flush)
 
     def _path_of(self, parsed: TopicFilter, subscriber: str | None) -> str:
         """The dropbox of a share group (whoever the member), or of a plain subscription."""

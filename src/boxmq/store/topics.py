@@ -21,13 +21,15 @@ Publishers in any process find every subscription by scanning this tree again wh
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
 import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
-from boxmq.store.layout import TOPIC_ROOT, State
+from boxmq.store.layout import TOPIC_ROOT, State, open_folder
 from boxmq.store.names import escape_segment, folder_segment, unescape_segment
 from boxmq.store.records import make_folders, replace_file, write_in_place
 from boxmq.store.temporaries import TEMPORARY_PREFIX
@@ -38,6 +40,8 @@ __all__ = [
     "bump_generation",
     "generation",
     "incoming_working",
+    "locked_folder",
+    "make_folder",
     "read_record",
     "read_records",
     "remove_if_abandoned",
@@ -121,11 +125,17 @@ def subscription_path(root: str, filter: str, key: str) -> str:
     )
 
 
+def make_folder(path: str, *, flush: bool = False) -> None:
+    """The folder of the subscription at `path`, and those above it, made if need be; with
+    `flush`, on disk when this returns (store/records.py)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(path))))
+    make_folders(path, flush=flush, within=root)
+
+
 def write_record(path: str, record: SubscriptionRecord, *, flush: bool = False) -> None:
     """Write (or replace) the record of the subscription at `path`, its folders made if need
     be; with `flush` (fsync=always), on disk when this returns (store/records.py)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(path))))
-    make_folders(path, flush=flush, within=root)
+    make_folder(path, flush=flush)
     for state in State:  # a dropbox before it is a subscription: a copy needs its target/
         os.makedirs(os.path.join(path, state.value), exist_ok=True)
     replace_file(os.path.join(path, _RECORD), json.dumps(_fields(record)), flush=flush)
@@ -212,6 +222,52 @@ def remove_if_abandoned(path: str, *, now: float, age: float) -> bool:
 
 def _raise(error: OSError) -> None:
     raise error
+
+
+# flock(2) refused where the file system keeps no such locks (some NFS setups): no lock.
+_NO_LOCKS = frozenset({errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL})
+
+
+@contextlib.contextmanager
+def locked_folder(path: str, *, make: bool = False, flush: bool = False) -> Iterator[bool]:
+    """Hold the folder of the subscription at `path` against every other process on the
+    root: an flock on the folder itself, so a share group's last member leaving in one process
+    (which deletes the folder) and a member joining in another come one wholly before the
+    other, never the join's record and member written into a folder the leave then deleted.
+
+    The lock is the folder's, not the path's: one taken on a folder another process deleted
+    meanwhile is let go and taken again on what the path holds now. `make`: the folder is
+    made first (a join; `flush` as `make_folder`); else one that is not there is not locked.
+    Yields whether the folder is there and held (True where the file system keeps no flocks:
+    held by this process alone, as before)."""
+    while True:
+        if make:
+            make_folder(path, flush=flush)
+        try:
+            fd = open_folder(path)
+        except FileNotFoundError:
+            if make:
+                continue  # deleted between its making and its opening: made again
+            yield False
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as error:
+                if error.errno not in _NO_LOCKS:
+                    raise
+            else:
+                try:
+                    now = os.stat(path)
+                except FileNotFoundError:
+                    continue  # deleted by the holder we waited for
+                held = os.fstat(fd)
+                if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+                    continue  # deleted by the holder we waited for, and made again since
+            yield True
+            return
+        finally:
+            os.close(fd)  # which lets go of the flock
 
 
 def remove_subscription(path: str) -> None:
