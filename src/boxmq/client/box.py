@@ -337,7 +337,7 @@ class Box:
         counts = {}
         for name, path in dropbox_folders(self.root):
             try:
-                dropbox = Dropbox(path, self._committer, create=False, spares=self._spares)
+                dropbox = Dropbox(path, self._committer, create=False, complete=False)
             except QueueNotFound:
                 continue  # deleted right now
             counts[name] = counts_of(dropbox)

@@ -709,10 +709,10 @@ class Topics:
         found = []
         for record, path in layout.read_records(self._root):
             try:
-                # Never made here (create=False): a subscription whose last member left, or
-                # that was unsubscribed, right after its record was read is being deleted, and
-                # folders made again under that rmtree were a FileExistsError, or left behind.
-                dropbox = Dropbox(path, self._committer, create=False, spares=self._spares)
+                # Nothing made here (create, complete): a subscription whose last member left,
+                # or that was unsubscribed, right after its record was read is being deleted,
+                # and folders made again under that rmtree were a FileExistsError, or stayed.
+                dropbox = Dropbox(path, self._committer, create=False, complete=False)
             except QueueNotFound:
                 continue  # deleted right now: the next listing does not show it either
             parsed = TopicFilter(record.filter, record.group)

@@ -115,7 +115,12 @@ class Dropbox:
         *,
         create: bool = True,
         spares: Spares | None = None,
+        complete: bool = True,
     ) -> None:
+        """`create`: make the folders; else QueueNotFound if there is no dropbox at `path`,
+        and, with `complete`, the state folders it lacks are made (`_complete`). A reader that
+        only counts (`boxmq ls`) passes complete=False: making a folder under an `rm -rf` of
+        the dropbox made the rm fail (Directory not empty) and left the dropbox behind."""
         self.path = path
         self._committer = committer
         self._spares = spares
@@ -134,7 +139,7 @@ class Dropbox:
                 os.makedirs(directory, exist_ok=True)
         elif no_dropbox(path):
             raise QueueNotFound(f"no queue at {path}")
-        else:
+        elif complete:
             self._complete()
 
     def _complete(self) -> None:
