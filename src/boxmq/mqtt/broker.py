@@ -302,10 +302,37 @@ class Broker:
         if not self._delivery.unrecorded:
             return
         unrecorded, self._delivery.unrecorded = self._delivery.unrecorded, {}
+        taken: list[Client] = []
         for client_id, session in unrecorded.items():
             client = self._links.get(client_id)
-            if client is not None and client.session is session:
-                self._records.ahead(client, self._records.record(session))
+            if client is None or client.session is not session:
+                continue
+            if self._records.replaced(client_id) and self._lifetimes.held_elsewhere(
+                read_record(self.box.root, client_id)
+            ):
+                taken.append(client)  # after the others' records: the kick writes them all
+                continue
+            self._records.ahead(client, self._records.record(session))
+        for client in taken:
+            self._taken_over_elsewhere(client)
+
+    def _taken_over_elsewhere(self, client: Client) -> None:
+        """The client of this open connection connected to another broker on this root since,
+        which took the session (its record names it): the connection is closed as at a
+        takeover here (MQTT-3.1.4-3, 0x8E to a v5 client) and the session let go (`closed`).
+        What it was about to be sent is dropped unsent: its record, which would name those
+        packet ids, is not written over the other broker's (whose client would then be left
+        to this one's expiry), and the messages stay locked to the session for its next
+        resumption from the disk, never sent on a connection its client may have left."""
+        session = client.session
+        assert session is not None
+        log.info(
+            "client %s: connected to another server on this root meanwhile: this connection "
+            "is closed",
+            session.client_id,
+        )
+        client.link.connection.data_to_send()  # dropped
+        self._kick(client, _R.SESSION_TAKEN_OVER, "session taken over by another server")
 
     def _after_disk_work(
         self, client_id: str, work: Callable[[], object], then: Callable[[object], None]

@@ -37,6 +37,7 @@ from boxmq.mqtt.session import Session, SubscriptionOptions
 from boxmq.mqtt.session_record import (
     DeliveryOptions,
     SessionRecord,
+    record_status,
     remove_record,
     write_record,
 )
@@ -58,6 +59,9 @@ class Recorder:
         self.flushed = flushed
         self._out = out
         self._batches = batches
+        # Client id -> (inode, mtime) of the record this broker wrote last (`replaced`).
+        self._written: dict[str, tuple[int, int]] = {}
+        self._queued: dict[str, int] = {}  # client id -> its record writes queued as jobs
 
     def record(
         self,
@@ -108,7 +112,7 @@ class Recorder:
     def store(self, record: SessionRecord, *, flush: bool) -> None:
         """A failure costs only what the record is for, so it is logged."""
         try:
-            write_record(self._root, record, flush=flush)
+            written = write_record(self._root, record, flush=flush)
         except OSError as error:
             # In the words of the other refusals: what to fix, not "[Errno 30] ...".
             log.warning(
@@ -116,6 +120,33 @@ class Recorder:
                 shown(record.client_id),
                 store_failure(error),
             )
+        else:
+            self._written[record.client_id] = (written.st_ino, written.st_mtime_ns)
+
+    def _storing(self, record: SessionRecord, flush: bool, then: Callable[[object], None]) -> Job:
+        """A job that stores `record`, then runs `then` on the loop. Until it has, the
+        record on disk is not replaced (`replaced`): this broker's word on the session is
+        on its way, and will be the last."""
+        client_id = record.client_id
+        self._queued[client_id] = self._queued.get(client_id, 0) + 1
+
+        def stored(result: object) -> None:
+            left = self._queued.pop(client_id) - 1
+            if left:
+                self._queued[client_id] = left
+            then(result)
+
+        return Job(partial(self.store, record, flush=flush), stored)
+
+    def replaced(self, client_id: str) -> bool:
+        """Whether the session's record on disk may not be the one this broker wrote last
+        (none of its writes being on their way): another broker on this root (or this one's
+        Wills, its restart) wrote it since, or it is gone. One stat: a caller reads the
+        record only then."""
+        if client_id in self._queued:
+            return False
+        now = record_status(self._root, client_id)
+        return now is None or (now.st_ino, now.st_mtime_ns) != self._written.get(client_id)
 
     def save(self, client: Client, record: SessionRecord) -> None:
         """Write `record`, nobody waiting for it (a connection closed): not flushed, but after
@@ -123,7 +154,7 @@ class Recorder:
         if not self.flushed or (client.tail is None and not client.jobs):
             self.store(record, flush=False)
             return
-        client.jobs.append(Job(partial(self.store, record, flush=False), no_answer))
+        client.jobs.append(self._storing(record, False, no_answer))
         self._batches.start(client)
 
     def remove(self, client_id: str) -> None:
@@ -133,6 +164,7 @@ class Recorder:
         record is written at once on the loop, and so is this."""
 
         def remove_now() -> None:
+            self._written.pop(client_id, None)
             with session_end_step(client_id, "deleting its session record"):
                 remove_record(self._root, client_id)
 
@@ -157,7 +189,7 @@ class Recorder:
             client.holding -= 1
             self._out.dirty.add(client)
 
-        client.jobs.append(Job(partial(self.store, record, flush=False), written))
+        client.jobs.append(self._storing(record, False, written))
         self._batches.start(client)
 
     def write(
@@ -190,5 +222,4 @@ class Recorder:
                 self._out.dirty.add(client)
             told()
 
-        flush = self.flushed
-        client.jobs.append(Job(partial(self.store, record, flush=flush), written))
+        client.jobs.append(self._storing(record, self.flushed, written))

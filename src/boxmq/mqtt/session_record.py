@@ -27,7 +27,9 @@ Invariants:
   until the session ends or its client returns. A broker that holds a copy and finds
   another named lets go of its copy without ending the session (Lifetimes.let_go): at its
   expiry timer, at its client's return, at the close of a connection whose client
-  connected there meanwhile. None when no broker holds it (a record
+  connected there meanwhile, and before writing the record ahead of a QoS 2 PUBLISH or a
+  PUBREL on such a connection, which it closes (broker._record_unrecorded: one stat of the
+  record, read only if another write replaced it). None when no broker holds it (a record
   rewritten at a restart, or written by a boxmq before 2026-11-29): what tells `boxmq unlock`
   and the other settles whether a running broker counts a message in flight as the
   session's (cli_settle.py).
@@ -93,6 +95,7 @@ __all__ = [
     "read_record",
     "read_records",
     "record_named",
+    "record_status",
     "records_folder",
     "remove_record",
     "write_record",
@@ -305,14 +308,24 @@ def _path(root: str, client_id: str) -> str:
     return os.path.join(records_folder(root), escape_segment(client_id))
 
 
-def write_record(root: str, record: SessionRecord, *, flush: bool = False) -> None:
+def write_record(root: str, record: SessionRecord, *, flush: bool = False) -> os.stat_result:
     """Replace the session's record. With `flush` (fsync=always, before its client is told:
     CONNACK, SUBACK, UNSUBACK), on disk when this returns. A refused write (disk full)
     leaves no temporary behind: the broker logs it and goes on, and writes one at every
-    CONNECT, SUBSCRIBE and disconnect."""
+    CONNECT, SUBSCRIBE and disconnect. Returns the file's status as written, which
+    `record_status` gives back until another write replaces it."""
     folder = records_folder(root)
     make_folders(folder, flush=flush, within=root)
-    replace_file(_path(root, record.client_id), json.dumps(_to_json(record)), flush=flush)
+    return replace_file(_path(root, record.client_id), json.dumps(_to_json(record)), flush=flush)
+
+
+def record_status(root: str, client_id: str) -> os.stat_result | None:
+    """The status of the session's record file now (None: there is none): one stat, where a
+    read parses the JSON."""
+    try:
+        return os.stat(_path(root, client_id))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def read_record(root: str, client_id: str) -> SessionRecord | None:

@@ -55,20 +55,24 @@ def _parents(folders: Iterable[str]) -> list[str]:
     return [os.path.dirname(folder) for folder in folders]
 
 
-def replace_file(path: str, text: str, *, flush: bool) -> None:
+def replace_file(path: str, text: str, *, flush: bool) -> os.stat_result:
     """Replace `path` with `text`: written aside (a temporary, deleted if this fails), then
-    renamed over it; with `flush`, fsynced before the rename and its folder after."""
+    renamed over it; with `flush`, fsynced before the rename and its folder after. Returns
+    the new file's status as written (a rename keeps its inode and mtime): a later stat of
+    `path` that differs says another writer replaced it since."""
     folder = os.path.dirname(path)
     temporary = temporary_in(folder)
     with removed_on_failure(temporary):
         with _named(temporary), open(temporary, "w", encoding="utf-8") as out:
             out.write(text)
+            out.flush()
             if flush:
-                out.flush()
                 os.fsync(out.fileno())
+            written = os.fstat(out.fileno())
         os.rename(temporary, path)
     if flush:
         flush_directories([folder])
+    return written
 
 
 def write_in_place(path: str, text: str, *, flush: bool) -> None:

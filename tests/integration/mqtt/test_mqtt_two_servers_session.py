@@ -171,3 +171,52 @@ def test_a_client_connected_to_both_servers_keeps_its_session_when_the_first_con
         on_a.close()
         if on_b is not None:
             on_b.close()
+
+
+def test_a_server_that_would_send_qos2_on_a_connection_whose_session_moved_closes_it(
+    two_servers: tuple[RunningServer, RunningServer, Served],
+) -> None:
+    """Connected to A and then to B, A's connection still open: A is about to send a QoS 2
+    message, which writes the session's record first. Written over B's, it named A again,
+    and when A's connection closed A kept the session as its own and ended it at its expiry
+    under the client connected to B (subscriptions deleted, nothing more delivered). A must
+    close its connection instead (0x8E Session taken over), the message left to the session."""
+    a, b, _ = two_servers
+    root = a.root
+    on_a, _ = open_raw(a, "roamer", expiry=EXPIRY)
+    on_b = None
+    try:
+        on_a.sendall(subscribe(1, "news/#", 2))
+        assert read(on_a)[0] == 0x90
+        on_b, present = open_raw(b, "roamer", expiry=EXPIRY)
+        assert present
+        taken = read_record(str(root), "roamer")
+        assert taken is not None
+        sender = paho(a, "sender")
+        for n in range(3):
+            sender.publish("news/1", f"m{n}".encode(), 2)
+        kind, body = read(on_a)
+        assert (kind, body[:1]) == (0xE0, b"\x8e"), (hex(kind), body.hex())  # no PUBLISH first
+        assert read(on_a) == (0, b"")  # closed
+        record = read_record(str(root), "roamer")
+        assert record is not None
+        assert (record.held_by, record.disconnected_at) == (taken.held_by, None)  # B's
+        got = {p.payload for p in publishes(on_b, within=1.0)}  # what B claimed
+        time.sleep(EXPIRY + 1.0)  # A's expiry, had it kept the session, passes
+        assert ("news/#", None, "roamer") in subscriptions_on_disk(root)
+        sender.publish("news/1", b"later", 2)
+        [later] = take_publishes(on_b, 1)
+        assert later.payload == b"later"
+        sender.stop()
+        # What A had claimed for its connection and never sent is the session's: it goes
+        # out at the session's next resumption from the disk (A let go of it).
+        on_b.close()
+        recorded_away(root, "roamer")
+        on_b, present = open_raw(a, "roamer", expiry=EXPIRY)
+        assert present
+        got |= {p.payload for p in publishes(on_b, within=2.0)}
+        assert got >= {b"m0", b"m1", b"m2"}
+    finally:
+        on_a.close()
+        if on_b is not None:
+            on_b.close()
