@@ -613,6 +613,7 @@ class Broker:
             client.link.close()
             return
         expiry = self._expiry_of(packet)
+        record = self._lifetimes.left_by_the_dead(record)
         keep_alive = _granted_keep_alive(packet.keep_alive, self.limits.max_keepalive, v5=v5)
         present, session = self._take_session(client_id, packet.clean_start, expiry, record)
         session.expiry = expiry

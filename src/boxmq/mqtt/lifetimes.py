@@ -16,6 +16,8 @@ Invariants:
 - A session held here ends by its timer only if its record names no other broker: one that
   does (its client came back there) is let go from memory, not ended (`let_go`), its
   subscriptions, messages awaiting PUBREL, record and locks left to that broker.
+- A CONNECT that finds its session's record naming a broker of this host that died takes
+  it on as a restart would (`left_by_the_dead`): away since now, its Will sent when due.
 - What a session left awaiting PUBREL is discarded after the disk work of its connections
   (`after_disk_work`): a PUBREL read before the end goes on to the subscribers.
 """
@@ -201,6 +203,29 @@ class Lifetimes:
         the session (its client came back there): this one's copy in memory is stale."""
         other = None if record is None else record.held_by
         return other is not None and other != self._token
+
+    def left_by_the_dead(self, record: SessionRecord | None) -> SessionRecord | None:
+        """`record`, read for a CONNECT of its client, as this broker takes it on: if it
+        names a broker of this host that died (SIGKILL), the client's connection there
+        closed with it, unseen, and that death is counted from now, as a restart does
+        (`_away_since_restart`: written away since now); the Will of that connection, or one
+        left waiting out its delay there, goes out when due, at once if it has no delay (or
+        is overdue). One with a delay still to run is cancelled by this CONNECT, which
+        resumes the session (MQTT 5.0 §3.1.3.2.2), unless it starts clean, which sends it."""
+        held = None if record is None else record.held_by
+        if held is None or held == self._token or process_alive(held) is not False:
+            return record
+        assert record is not None
+        now = self._clock.now()
+        away = self._away_since_restart(record, now)
+        assert away is not None  # its holder is None (it was away) or that dead broker
+        log.info(
+            "client %s: its session was held by a server of this host that died: taken over",
+            record.client_id,
+        )
+        if away.counted.will_due is not None:
+            self._wills.resume(away, now)
+        return away.counted
 
     def let_go(self, session: Session) -> None:
         """The session lives on in another broker on this root: dropped from memory here

@@ -276,6 +276,9 @@ class Wills:
             waiting.append(then)
 
     def _delay(self, client_id: str, delay: float, send: Callable[[], None]) -> None:
+        # One timer per client id: a Will resumed at start, and again at its client's return
+        # (Lifetimes.left_by_the_dead), is one Will.
+        self.forget_timer(client_id)
         self._timers[client_id] = (asyncio.get_running_loop().call_later(delay, send), send)
 
     def forget_timer(self, client_id: str) -> None:
