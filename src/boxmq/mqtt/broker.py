@@ -182,6 +182,9 @@ class Broker:
         self._clients: dict[Link, Client] = {}
         self._sessions: dict[str, Session] = {}
         self._links: dict[str, Client] = {}  # client id -> its connected client
+        # Connections whose CONNECT's record waits for the Will of the one they took over
+        # to be written (Wills.when_written), their packets held until then.
+        self._after_will: set[Client] = set()
         self._memory = MemoryRoutes()  # non-persistent sessions' plain subscriptions
         self._durable_routes = DurableRoutes(box)
         self._durable: dict[str, dict[str, Subscriber]] = {}  # client id -> filter -> dropbox
@@ -576,7 +579,7 @@ class Broker:
         if self._clients.get(client.link) is not client:
             return  # closed meanwhile
         self._answer_connect(client, packet, authenticated=authenticated, waited=waited)
-        if client.session is not None:
+        if client.session is not None and client not in self._after_will:
             self._resume(client)  # the packets held behind the CONNECT, and the CONNACK out
 
     def _answer_connect(
@@ -643,19 +646,28 @@ class Broker:
             # record, without it, would lose it to a SIGKILL before. Its CONNACK waits.
             client.holding += 1
             reading = True  # the read that took this CONNECT begins its batch, if run at once
+            self._after_will.add(client)
 
             def record_it() -> None:
                 client.holding -= 1
+                self._after_will.discard(client)
                 self._out.dirty.add(client)
                 record = self._records.record(session)
                 self._records.write(client, record, _nothing_told, hold=True)
                 if not reading:  # later, on the Will's write: nothing else begins or sends
                     if client.jobs:
                         self._batches.start(client)
+                    self._resume(client)  # the packets held behind the CONNECT (below)
                     self.flush()
 
             self._wills.when_written(client_id, record_it)
             reading = False
+            if client in self._after_will and client.held is None:
+                # The record being written holds the Will of the connection taken over: the
+                # packets behind this CONNECT wait for its record, which comes after that
+                # Will's write (a SUBSCRIBE's record, written first, dropped the Will from
+                # the disk while it was being written, and a SIGKILL then lost it).
+                hold_the_rest(client)
         connection.keep_alive = keep_alive
         connection.accepted = True
         requested = props.session_expiry_interval or 0

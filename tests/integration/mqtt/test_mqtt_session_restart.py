@@ -8,6 +8,7 @@ import errno
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ from tests.integration.mqtt.clients import (
     start_server,
     stop_process,
 )
+from tests.integration.mqtt.raw import connect_packet, read, subscribe
 
 from boxmq.mqtt.packets import Will
 from boxmq.mqtt.properties import Properties
@@ -362,4 +364,34 @@ def test_a_will_sent_at_a_takeover_leaves_the_record_only_once_its_durable_copy_
         assert record.will is None  # the new connection's: it has none
         assert record.holder is not None
     finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("fsync", ["always", "never"])
+def test_a_subscribe_before_the_connack_of_a_takeover_keeps_the_old_wills_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: str
+) -> None:
+    """As above, the new connection sending a SUBSCRIBE right behind its CONNECT, before
+    its CONNACK came (as a client that subscribes at once may): the SUBSCRIBE writes the
+    session's record too, and must not replace the one holding the old connection's Will
+    before that Will is written (a SIGKILL then would lose it)."""
+    _slow_will_writes(monkeypatch)
+    server = start_server(tmp_path / "root", fsync=fsync)
+    taker = None
+    try:
+        target = _keeper_away(server)
+        _dying(server, "dying", 0).client.loop_stop()  # no reconnect of its own
+        taker = socket.create_connection((server.host, server.port), timeout=WAIT)
+        taker.sendall(connect_packet("dying", expiry=60) + subscribe(1, "news/#", 1))
+        _record_keeps_the_will_until_it_reaches(server, target)
+        assert read(taker)[0] == 0x20  # CONNACK
+        assert read(taker)[0] == 0x90  # SUBACK
+        deadline = time.monotonic() + WAIT
+        while (record := read_record(str(server.root), "dying")) is None or record.will:
+            assert time.monotonic() < deadline, "the record still holds the Will sent"
+            time.sleep(0.01)
+        assert "news/#" in record.options  # the SUBSCRIBE's, written after
+    finally:
+        if taker is not None:
+            taker.close()
         server.shutdown()
