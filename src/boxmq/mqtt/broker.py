@@ -310,23 +310,34 @@ class Broker:
             client = self._links.get(client_id)
             if client is None or client.session is not session:
                 continue
-            if self._records.replaced(client_id) and self._lifetimes.held_elsewhere(
-                read_record(self.box.root, client_id)
-            ):
+            if self._taken_since(session):
                 taken.append(client)  # after the others' records: the kick writes them all
                 continue
             self._records.ahead(client, self._records.record(session))
         for client in taken:
+            # What it was about to be sent is dropped unsent: its record, which would name
+            # those packet ids, is not written, and the messages stay locked to the session
+            # for its next resumption from the disk, never sent on a connection its client
+            # may have left.
+            client.link.connection.data_to_send()
             self._taken_over_elsewhere(client)
 
+    def _taken_since(self, session: Session) -> bool:
+        """Whether the client of this connected persistent session connected to another
+        broker on this root since, which took the session (its record names it, this
+        connection still open: one process cannot close another's). Asked before this broker
+        writes the record while connected (a QoS 2 PUBLISH, a PUBREL, a SUBSCRIBE): written
+        over the other's, it named this broker again, which kept the session when this
+        connection closed and ended it at its expiry under the client connected there. One
+        stat, the record read only if another write replaced it."""
+        client_id = session.client_id
+        return self._records.replaced(client_id) and self._lifetimes.held_elsewhere(
+            read_record(self.box.root, client_id)
+        )
+
     def _taken_over_elsewhere(self, client: Client) -> None:
-        """The client of this open connection connected to another broker on this root since,
-        which took the session (its record names it): the connection is closed as at a
-        takeover here (MQTT-3.1.4-3, 0x8E to a v5 client) and the session let go (`closed`).
-        What it was about to be sent is dropped unsent: its record, which would name those
-        packet ids, is not written over the other broker's (whose client would then be left
-        to this one's expiry), and the messages stay locked to the session for its next
-        resumption from the disk, never sent on a connection its client may have left."""
+        """`_taken_since`: the connection is closed as at a takeover here (MQTT-3.1.4-3,
+        0x8E to a v5 client) and the session let go, its record left alone (`closed`)."""
         session = client.session
         assert session is not None
         log.info(
@@ -334,7 +345,6 @@ class Broker:
             "is closed",
             session.client_id,
         )
-        client.link.connection.data_to_send()  # dropped
         self._kick(client, _R.SESSION_TAKEN_OVER, "session taken over by another server")
 
     def _after_disk_work(
@@ -516,6 +526,9 @@ class Broker:
             self._publishing.released(client, session, packet.packet_id)
         elif kind is Subscribe:
             assert isinstance(packet, Subscribe)
+            if session.persistent and self._taken_since(session):
+                self._taken_over_elsewhere(client)  # its record, written, named this broker
+                return
             self._delivery.route_deferred_so_far()  # the PUBLISHes before it miss it
             self._subscribing.subscribe(client, session, packet)
             # Made at once on the loop (fsync never, interval), a durable subscription is in
@@ -524,6 +537,9 @@ class Broker:
             self._durable_routes.recheck()
         elif kind is Unsubscribe:
             assert isinstance(packet, Unsubscribe)
+            if session.persistent and self._taken_since(session):
+                self._taken_over_elsewhere(client)
+                return
             self._delivery.route_deferred_so_far()  # the PUBLISHes before it still meet it
             self._subscribing.unsubscribe(client, session, packet)
         elif kind is Pingreq:

@@ -27,8 +27,8 @@ Invariants:
   until the session ends or its client returns. A broker that holds a copy and finds
   another named lets go of its copy without ending the session (Lifetimes.let_go): at its
   expiry timer, at its client's return, at the close of a connection whose client
-  connected there meanwhile, and before writing the record ahead of a QoS 2 PUBLISH or a
-  PUBREL on such a connection, which it closes (broker._record_unrecorded: one stat of the
+  connected there meanwhile, and before writing the record on such a connection (a QoS 2
+  PUBLISH, a PUBREL, a SUBSCRIBE), which it closes (broker._taken_since: one stat of the
   record, read only if another write replaced it). None when no broker holds it (a record
   rewritten at a restart, or written by a boxmq before 2026-11-29): what tells `boxmq unlock`
   and the other settles whether a running broker counts a message in flight as the

@@ -286,3 +286,30 @@ def test_a_session_whose_server_died_ends_on_time_while_another_server_runs(
     time.sleep(EXPIRY + 1.0)
     assert ("news/#", None, "roamer") not in subscriptions_on_disk(root)
     assert read_record(str(root), "roamer") is None
+
+
+def test_a_subscribe_on_a_connection_whose_session_moved_closes_it(
+    two_servers: tuple[RunningServer, RunningServer, Served],
+) -> None:
+    """As above, with a SUBSCRIBE on A's connection, which writes the record too: A closes
+    that connection rather than write its name back over B's."""
+    a, b, _ = two_servers
+    root = a.root
+    on_a, _ = open_raw(a, "roamer", expiry=EXPIRY)
+    on_b = None
+    try:
+        on_a.sendall(subscribe(1, "news/#", 1))
+        assert read(on_a)[0] == 0x90
+        on_b, present = open_raw(b, "roamer", expiry=EXPIRY)
+        assert present
+        taken = read_record(str(root), "roamer")
+        assert taken is not None
+        on_a.sendall(subscribe(2, "other/#", 1))
+        kind, body = read(on_a)
+        assert (kind, body[:1]) == (0xE0, b"\x8e"), (hex(kind), body.hex())  # no SUBACK
+        assert read_record(str(root), "roamer") == taken
+        assert ("other/#", None, "roamer") not in subscriptions_on_disk(root)
+    finally:
+        on_a.close()
+        if on_b is not None:
+            on_b.close()
