@@ -23,6 +23,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable
 from functools import partial
 
@@ -37,7 +38,7 @@ from boxmq.mqtt.session import Session, SubscriptionOptions
 from boxmq.mqtt.session_record import (
     DeliveryOptions,
     SessionRecord,
-    record_status,
+    record_path,
     remove_record,
     write_record,
 )
@@ -62,6 +63,7 @@ class Recorder:
         # Client id -> (inode, mtime) of the record this broker wrote last (`replaced`).
         self._written: dict[str, tuple[int, int]] = {}
         self._queued: dict[str, int] = {}  # client id -> its record writes queued as jobs
+        self._paths: dict[str, str] = {}  # client id -> its record's path, for `replaced`
 
     def record(
         self,
@@ -145,8 +147,17 @@ class Recorder:
         record only then."""
         if client_id in self._queued:
             return False
-        now = record_status(self._root, client_id)
-        return now is None or (now.st_ino, now.st_mtime_ns) != self._written.get(client_id)
+        written = self._written.get(client_id)
+        if written is None:
+            return True
+        path = self._paths.get(client_id)
+        if path is None:
+            path = self._paths[client_id] = record_path(self._root, client_id)
+        try:
+            now = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return True
+        return (now.st_ino, now.st_mtime_ns) != written
 
     def save(self, client: Client, record: SessionRecord) -> None:
         """Write `record`, nobody waiting for it (a connection closed): not flushed, but after
@@ -165,6 +176,7 @@ class Recorder:
 
         def remove_now() -> None:
             self._written.pop(client_id, None)
+            self._paths.pop(client_id, None)
             with session_end_step(client_id, "deleting its session record"):
                 remove_record(self._root, client_id)
 
