@@ -313,7 +313,7 @@ def write_record(root: str, record: SessionRecord, *, flush: bool = False) -> os
     CONNACK, SUBACK, UNSUBACK), on disk when this returns. A refused write (disk full)
     leaves no temporary behind: the broker logs it and goes on, and writes one at every
     CONNECT, SUBSCRIBE and disconnect. Returns the file's status as written, which
-    `record_status` gives back until another write replaces it."""
+    a stat of `record_path` gives back until another write replaces it."""
     folder = records_folder(root)
     make_folders(folder, flush=flush, within=root)
     return replace_file(_path(root, record.client_id), json.dumps(_to_json(record)), flush=flush)

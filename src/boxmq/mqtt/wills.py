@@ -190,14 +190,18 @@ class Wills:
         self.forget_timer(client_id)
         if (
             client_id in self._sessions
+            or client_id in self._writing  # this one, sent already (resumed twice)
             or not away.will_unsent(read_record(self._root, client_id))
             or self._sent.already_sent(scheduled)  # its record could not say so
         ):
             return
         # Its record drops it once it is written: a SIGKILL before then sends it again at
-        # the restart (at least once), where dropped first it was lost.
+        # the restart (at least once), where dropped first it was lost. So does its client's
+        # return meanwhile: its CONNECT's record waits for that write (`when_written`).
         sent = functools.partial(self._sent_from, scheduled, away.will_unsent)
-        self._publish_will(client_id, scheduled.username, will, None, sent)
+        self._publish_will(
+            client_id, scheduled.username, will, None, self._waited_for(client_id, sent)
+        )
         self._flush()
 
     def _sent_from(
@@ -232,16 +236,10 @@ class Wills:
         if not delay:
             written: WillWritten = _nothing
             if recorded is not None:
-                waiting: list[Callable[[], None]] = []
-                self._writing[client_id] = waiting
-
-                def written(failure: BaseException | None) -> None:
-                    self._sent_from(recorded, functools.partial(_holds, recorded), failure)
-                    if self._writing.get(client_id) is waiting:
-                        del self._writing[client_id]
-                    for then in waiting:
-                        then()
-
+                holds = functools.partial(_holds, recorded)
+                written = self._waited_for(
+                    client_id, functools.partial(self._sent_from, recorded, holds)
+                )
             self._publish_will(client_id, username, will, behind, written)
             return
         # Only a persistent session's Will waits (will_delay): its record holds when.
@@ -264,6 +262,21 @@ class Wills:
             self._flush()
 
         self._delay(client_id, delay, send)
+
+    def _waited_for(self, client_id: str, written: WillWritten) -> WillWritten:
+        """`written`, for a Will sent at once from its record: until it has run, the client
+        id's next CONNECT waits to write its record (`when_written`)."""
+        waiting: list[Callable[[], None]] = []
+        self._writing[client_id] = waiting
+
+        def then_the_others(failure: BaseException | None) -> None:
+            written(failure)
+            if self._writing.get(client_id) is waiting:
+                del self._writing[client_id]
+            for then in waiting:
+                then()
+
+        return then_the_others
 
     def when_written(self, client_id: str, then: Callable[[], None]) -> None:
         """Run `then` once the Will the client id's last connection sent at once from its

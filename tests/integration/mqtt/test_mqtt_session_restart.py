@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -391,6 +392,35 @@ def test_a_subscribe_before_the_connack_of_a_takeover_keeps_the_old_wills_record
             assert time.monotonic() < deadline, "the record still holds the Will sent"
             time.sleep(0.01)
         assert "news/#" in record.options  # the SUBSCRIBE's, written after
+    finally:
+        if taker is not None:
+            taker.close()
+        server.shutdown()
+
+
+def test_a_client_back_after_its_server_died_keeps_that_connections_will_until_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record names a server of this host that died with the client connected (another
+    `boxmq serve` on the root, SIGKILLed): the client's CONNECT to this one sends that
+    connection's Will (lifetimes.left_by_the_dead), and the new record, without it, must
+    wait for the Will's write, as at a takeover (a SIGKILL before would lose it)."""
+    _slow_will_writes(monkeypatch)
+    server = start_server(tmp_path / "root", fsync="always")
+    taker = None
+    try:
+        target = _keeper_away(server)
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        token = process_token(dead.pid)
+        will = Will("will/dying", b"gone", qos=1)
+        record = SessionRecord("dying", 60, holder=token, server=token, will=will)
+        write_record(str(server.root), record)
+        taker = socket.create_connection((server.host, server.port), timeout=WAIT)
+        taker.sendall(connect_packet("dying", expiry=60))
+        _record_keeps_the_will_until_it_reaches(server, target)
+        kind, body = read(taker)
+        assert (kind, body[0]) == (0x20, 1)  # CONNACK, session present
     finally:
         if taker is not None:
             taker.close()
