@@ -152,6 +152,15 @@ def security_warnings(config: ServeConfig) -> list[str]:
             "name are refused: no client can connect (add users with boxmq passwd, then "
             "restart)"
         )
+    if isinstance(authorizer, Acl) and authorizer.anonymous and not authenticator.allow_anonymous:
+        # Rules written at the top of the file read as "for everyone"; they are for clients
+        # without a user name only, and this broker refuses those, so they allow nothing.
+        warnings.append(
+            f"{authorizer.path}: the {len(authorizer.anonymous)} rule(s) before the first "
+            f"`user` line (line {authorizer.anonymous[0].line}) are for clients without a user "
+            "name, which are refused (allow_anonymous = false): no client gets them (for rules "
+            "every client gets, write `pattern` instead of `topic`)"
+        )
     if isinstance(authorizer, Acl):
         # A section no client can log in as, a misspelt name most likely: its user is refused
         # what it was meant to be allowed, and nothing would say why.

@@ -437,6 +437,27 @@ def test_an_acl_section_of_a_user_the_password_file_lacks_is_warned_of(tmp_path:
     assert security_warnings(load_config(path)) == []
 
 
+def test_acl_rules_for_clients_without_a_user_name_that_none_may_be_are_warned_of(
+    tmp_path: Path,
+) -> None:
+    """Rules at the top of the file read as "for everyone"; they are for clients without a
+    user name only, and with allow_anonymous = false those are refused: they allow nothing."""
+    set_password(tmp_path / "passwd", "alice", b"wonder")
+    (tmp_path / "acl").write_text("# everyone\ntopic read public/#\nuser alice\ntopic alice/#\n")
+    path = _write(tmp_path, '[security]\npassword_file = "passwd"\nacl_file = "acl"\n')
+    [line] = security_warnings(load_config(path))
+    assert line == (
+        f"{tmp_path / 'acl'}: the 1 rule(s) before the first `user` line (line 2) are for "
+        "clients without a user name, which are refused (allow_anonymous = false): no client "
+        "gets them (for rules every client gets, write `pattern` instead of `topic`)"
+    )
+    anonymous = _write(
+        tmp_path,
+        '[security]\npassword_file = "passwd"\nacl_file = "acl"\nallow_anonymous = true\n',
+    )
+    assert security_warnings(load_config(anonymous)) == []
+
+
 def test_a_listener_is_logged_as_a_url_an_ipv6_address_in_brackets() -> None:
     """`mqtt://::1:1883` leaves the port to be guessed from the address (RFC 3986 §3.2.2)."""
     assert str(Listener("::1", 1883)) == "mqtt://[::1]:1883"
