@@ -135,15 +135,15 @@ def security_warnings(config: ServeConfig) -> list[str]:
     by_name = isinstance(authorizer, Acl) and (
         authorizer.users or any("%u" in rule.filter for rule in authorizer.patterns)
     )
+    warnings = _literal_placeholders(authorizer) if isinstance(authorizer, Acl) else []
     if authenticator is None and by_name:
-        return [
+        warnings.append(
             "the ACL gives rights by user name, and without a password_file nobody checks the "
             "user name a client claims: any client may take any user's rights (set "
             "[security] password_file)"
-        ]
+        )
     if not isinstance(authenticator, PasswordFile):
-        return []
-    warnings = []
+        return warnings
     if not authenticator.entries and not authenticator.allow_anonymous:
         # As allow_anonymous = false without a password file, which is refused: nobody could
         # connect. Warned of only, since a broker may start before its users are provisioned.
@@ -174,3 +174,16 @@ def security_warnings(config: ServeConfig) -> list[str]:
                     "the name)"
                 )
     return warnings
+
+
+def _literal_placeholders(acl: Acl) -> list[str]:
+    """A `topic` rule with %u or %c, which only `pattern` fills in: as written it names a
+    topic with a literal "%u" level, so the user it was meant for is refused."""
+    rules = [*acl.anonymous, *(rule for rules in acl.users.values() for rule in rules)]
+    return [
+        f"{acl.path}:{rule.line}: `topic {rule.access.value} {rule.filter}` is taken "
+        "literally: only `pattern` lines fill in %u (user name) and %c (client id); write "
+        f"`pattern {rule.access.value} {rule.filter}` if that was meant"
+        for rule in sorted(rules, key=lambda rule: rule.line)
+        if "%u" in rule.filter or "%c" in rule.filter
+    ]

@@ -458,6 +458,31 @@ def test_acl_rules_for_clients_without_a_user_name_that_none_may_be_are_warned_o
     assert security_warnings(load_config(anonymous)) == []
 
 
+def test_a_topic_rule_with_a_placeholder_only_patterns_fill_in_is_warned_of(
+    tmp_path: Path,
+) -> None:
+    """`topic readwrite users/%u/#` in alice's section allows the topic level "%u", not
+    "alice": she is refused her own topics, and nothing said why."""
+    set_password(tmp_path / "passwd", "alice", b"wonder")
+    (tmp_path / "acl").write_text(
+        "user alice\ntopic readwrite users/%u/#\ntopic read news/#\ntopic deny devices/%c\n"
+        "pattern read inbox/%u\n"
+    )
+    path = _write(tmp_path, '[security]\npassword_file = "passwd"\nacl_file = "acl"\n')
+    assert security_warnings(load_config(path)) == [
+        f"{tmp_path / 'acl'}:2: `topic readwrite users/%u/#` is taken literally: only "
+        "`pattern` lines fill in %u (user name) and %c (client id); write "
+        "`pattern readwrite users/%u/#` if that was meant",
+        f"{tmp_path / 'acl'}:4: `topic deny devices/%c` is taken literally: only `pattern` "
+        "lines fill in %u (user name) and %c (client id); write `pattern deny devices/%c` if "
+        "that was meant",
+    ]
+    (tmp_path / "acl").write_text("topic read users/%u/#\n")  # without a password file too
+    bare = _write(tmp_path, '[security]\nacl_file = "acl"\n')
+    [line] = security_warnings(load_config(bare))
+    assert line.startswith(f"{tmp_path / 'acl'}:1: `topic read users/%u/#` is taken literally")
+
+
 def test_a_listener_is_logged_as_a_url_an_ipv6_address_in_brackets() -> None:
     """`mqtt://::1:1883` leaves the port to be guessed from the address (RFC 3986 §3.2.2)."""
     assert str(Listener("::1", 1883)) == "mqtt://[::1]:1883"
