@@ -181,6 +181,13 @@ def _hint(error: OSError) -> str:
             " (a port below 1024 needs root, or the CAP_NET_BIND_SERVICE capability: "
             "choose another {listener})"
         )
+    if error.errno == errno.EINVAL and _is_bind(error):
+        # What Linux answers for a link-local IPv6 address without its interface: the same
+        # fe80:: address may be on every interface, so it names none.
+        return (
+            " (a link-local IPv6 address, fe80::..., needs the interface it is on after a %: "
+            "fe80::1%eth0; else choose another {listener})"
+        )
     return _HINTS_BY_ERRNO.get(error.errno or 0, "")
 
 
@@ -195,8 +202,12 @@ def _is_unknown_host(error: OSError) -> bool:
 def _is_denied_bind(error: OSError) -> bool:
     """A listener's bind that the system refused (a privileged port): asyncio's bind errors
     name the address in their text, and carry no file name, which every file's error has."""
-    bind = "bind" in (error.strerror or "")
-    return error.errno == errno.EACCES and error.filename is None and bind
+    return error.errno == errno.EACCES and _is_bind(error)
+
+
+def _is_bind(error: OSError) -> bool:
+    """asyncio's bind errors name the address in their text, and carry no file name."""
+    return error.filename is None and "bind" in (error.strerror or "")
 
 
 _HINTS_BY_ERRNO = {
@@ -624,10 +635,11 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _is_listener_error(error: OSError) -> bool:
     """An address a listener cannot have: in use, not this machine's, a port this user may
-    not listen on, or a host name that does not resolve."""
+    not listen on, a link-local address without its interface, or a host name that does not
+    resolve."""
     unknown_host = _is_unknown_host(error)
-    denied = _is_denied_bind(error)
-    return unknown_host or denied or error.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL)
+    refused = error.errno in (errno.EACCES, errno.EINVAL) and _is_bind(error)
+    return unknown_host or refused or error.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL)
 
 
 def _properties(texts: list[str]) -> dict[str, Property]:

@@ -75,7 +75,9 @@ def listener_setting(args: argparse.Namespace, config: ServeConfig, problem: str
         return "--mqtt HOST:PORT"
     if config.listeners_from_file:
         listeners = config.mqtt.listeners
-        named = [i for i, o in enumerate(listeners, 1) if repr((o.host, o.port)) in problem]
+        # An IPv6 address is shown with two more fields: ('::1', 1883, 0, 0).
+        shown = re.compile(r"\('([^']*)', (\d+)[,)]").findall(problem)
+        named = [i for i, o in enumerate(listeners, 1) if (o.host, str(o.port)) in shown]
         table = f"mqtt.listener[{named[0]}]" if len(named) == 1 else "[[mqtt.listener]]"
         return f"{table} in {config.source}"
     return "--mqtt HOST:PORT (or [[mqtt.listener]] in a --config file)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -9,6 +10,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 import boxmq
 from boxmq.model import DELIVERY_COUNT, ConsumerId, PropertyType
@@ -217,6 +220,43 @@ def test_a_host_that_is_no_host_name_names_its_address_and_setting(tmp_path: Pat
     assert line.startswith(f"boxmq serve: cannot resolve the host of address ('{long}', 0)")
     assert "not a host name (each part between dots is 1 to 63 characters)" in line
     assert f"choose another mqtt.listener[1] in {config}" in line
+
+
+def _link_local_without_interface_is_invalid() -> bool:
+    """Linux refuses a bind to fe80::1 without its interface with EINVAL, wherever IPv6 is."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("fe80::1", 0))
+    except OSError as error:
+        return error.errno == errno.EINVAL
+    return False
+
+
+@pytest.mark.skipif(not _link_local_without_interface_is_invalid(), reason="no IPv6 here")
+def test_a_link_local_address_without_its_interface_names_the_fix_and_setting(
+    tmp_path: Path,
+) -> None:
+    """`fe80::1` alone: "invalid argument", nothing said what to change, nor which listener
+    (an IPv6 address is shown as ('fe80::1', 0, 0, 0), which was not found among them)."""
+    config = tmp_path / "boxmq.toml"
+    config.write_text(
+        '[[mqtt.listener]]\nhost = "::1"\nport = 0\n\n[[mqtt.listener]]\nhost = "fe80::1"\n'
+        "port = 0\n"
+    )
+    done = _serve_refused(config, tmp_path)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    line = done.stderr.splitlines()[-1]  # after the start-up log
+    assert line == (
+        "boxmq serve: error while attempting to bind on address ('fe80::1', 0, 0, 0): invalid "
+        "argument (a link-local IPv6 address, fe80::..., needs the interface it is on after a "
+        f"%: fe80::1%eth0; else choose another mqtt.listener[2] in {config})"
+    )
+    done = _boxmq("serve", "--data", str(tmp_path / "data"), "--mqtt", "[fe80::1]:0")
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1].endswith(
+        "fe80::1%eth0; else choose another --mqtt HOST:PORT)"
+    )
 
 
 def test_serve_dead_letters_with_the_max_deliveries_of_its_config(tmp_path: Path) -> None:
