@@ -549,8 +549,10 @@ def _address(text: str) -> tuple[str, int]:
         # `::1` was read as host ':' and port 1, which then did not resolve.
         raise argparse.ArgumentTypeError(error)
     # isascii: isdigit() also takes other scripts' digits, and superscripts int() refuses
-    if not colon or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
+    if not colon or not (port.isascii() and port.isdigit()):
         raise argparse.ArgumentTypeError(f"{text!r}: use HOST:PORT, e.g. 127.0.0.1:1883")
+    if int(port) > 65535:  # as the file's port says, rather than a format that was right
+        raise argparse.ArgumentTypeError(f"{text!r}: port {port} is out of range: use 0 to 65535")
     if utf8_size(host) is None:  # a lone surrogate, which asyncio's resolver raised on
         raise argparse.ArgumentTypeError(
             f"{text!r}: the host is not valid Unicode: use HOST:PORT, e.g. 127.0.0.1:1883"

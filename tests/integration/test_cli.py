@@ -1390,6 +1390,9 @@ _LONG_LABEL = "--xmpp-server=" + "a" * 64 + ":5347"  # a host part over 63 chara
         # An IPv6 address without brackets: `::1` was host ':' and port 1, "cannot resolve".
         (("serve", "--mqtt", "::1"), "goes in brackets before the port: write [::1]:PORT"),
         (("serve", "--mqtt", "fe80::1"), "write [fe80::1]:PORT, e.g. [fe80::1]:1883"),
+        # It said "use HOST:PORT", which 127.0.0.1:99999 is.
+        (("serve", "--mqtt", "127.0.0.1:99999"), "port 99999 is out of range: use 0 to 65535"),
+        (("serve", "--mqtt", "[::1]:65536"), "port 65536 is out of range: use 0 to 65535"),
         (
             ("serve", "--no-mqtt", "--xmpp-component=x", "--xmpp-secret=s", "--xmpp-server=::1"),
             "'::1': an IPv6 address goes in brackets before the port",
