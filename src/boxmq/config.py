@@ -327,7 +327,9 @@ def _security(table: Table, base: Security) -> Security:
 
 def _mqtt(table: Table, base: MqttSettings) -> MqttSettings:
     listeners: list[Listener] = []
-    for index, item in enumerate(table.tables("listener"), start=1):
+    # `listener = []` reads as "no MQTT", but the default listener would have been opened.
+    none = "leave it out for the default, 127.0.0.1:1883, or run serve with --no-mqtt for none"
+    for index, item in enumerate(table.tables("listener", if_empty=none), start=1):
         listener = _listener(item)
         if listener.port and any(
             (o.host, o.port) == (listener.host, listener.port) for o in listeners

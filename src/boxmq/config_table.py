@@ -121,11 +121,15 @@ class Table:
             raise self.error(key, f"expected a table ([{self._key(key)}]), got {_kind(value)}")
         return Table(value, source=self._source, path=self._key(key))
 
-    def tables(self, key: str) -> Iterator[Table]:
-        """An array of tables ([[key]]), numbered from 1 in messages."""
+    def tables(self, key: str, *, if_empty: str) -> Iterator[Table]:
+        """An array of tables ([[key]]), numbered from 1 in messages. An empty one (`key = []`)
+        is refused with `if_empty`, what to write instead: it reads as "none", which the
+        default that a missing key gets is not."""
         value = self._take(key)
         if value is None:
             return
+        if value == []:
+            raise self.error(key, f"an empty list: {if_empty}")
         if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
             raise self.error(key, f"expected tables ([[{self._key(key)}]]), got {_kind(value)}")
         for index, item in enumerate(value, start=1):

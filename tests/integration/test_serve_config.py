@@ -89,6 +89,19 @@ def test_a_bad_config_file_is_one_line_naming_file_and_key(tmp_path: Path) -> No
     assert not (tmp_path / "data").exists()
 
 
+def test_an_empty_list_of_listeners_is_refused_not_the_default_opened(tmp_path: Path) -> None:
+    """`listener = []` reads as "no MQTT"; serve opened the default 127.0.0.1:1883 instead."""
+    config = tmp_path / "boxmq.toml"
+    config.write_text("[mqtt]\nlistener = []\n")
+    done = _serve_refused(config, tmp_path)
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"boxmq serve: {config}: mqtt.listener: an empty list: leave it out for the default, "
+        "127.0.0.1:1883, or run serve with --no-mqtt for none\n"
+    )
+    assert not (tmp_path / "data").exists()
+
+
 def test_a_nul_character_in_a_file_name_is_one_line_naming_file_and_key(tmp_path: Path) -> None:
     """TOML can write one (\\u0000) and no file name holds one: `data` was a traceback from
     the root's makedirs, `password_file` and `acl_file` one from their open()."""
