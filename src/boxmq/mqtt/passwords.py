@@ -22,6 +22,7 @@ import contextlib
 import fcntl
 import hashlib
 import hmac
+import logging
 import os
 import secrets
 import stat
@@ -57,6 +58,8 @@ _MAX_PBKDF2_ITERATIONS: Final = 10_000_000
 _SALT_BYTES: Final = 16
 _DIGEST_BYTES: Final = 32
 _COMMENT: Final = "#"
+
+log = logging.getLogger("boxmq.mqtt")
 
 
 def _b64(data: bytes) -> str:
@@ -233,6 +236,13 @@ class PasswordFile:
     path: Path
     entries: tuple[PasswordEntry, ...]
     allow_anonymous: bool = False
+    # The file as it was read (_identity), None when not read from a file: the file is read at
+    # start only, so a user added later by `boxmq passwd` is refused until a restart, and the
+    # log says why at the first refusal after each change.
+    read_as: tuple[int, int, int] | None = None
+    _told: list[tuple[int, int, int] | None] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
     # Checked for unknown users, so that they cost what a known one costs (same algorithm and
     # cost as the first entry); its salt and digest are random, so no password matches it.
     _decoy: PasswordEntry = field(init=False, repr=False, compare=False)
@@ -251,7 +261,9 @@ class PasswordFile:
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, allow_anonymous: bool = False) -> PasswordFile:
         source = Path(path)
-        return cls(source, tuple(_parse_entries(source, _read_lines(source))), allow_anonymous)
+        read_as = _identity(source)  # before the read: a change while it reads is told of
+        entries = tuple(_parse_entries(source, _read_lines(source)))
+        return cls(source, entries, allow_anonymous, read_as)
 
     def users(self) -> tuple[str, ...]:
         return tuple(e.username for e in self.entries)
@@ -262,14 +274,39 @@ class PasswordFile:
         entry = next((e for e in self.entries if e.username == username), None)
         if entry is None:
             self._decoy.matches(password or b"")  # timing must not reveal which names exist
-            return False
-        if password is None:
+        elif password is None:
             entry.matches(b"")  # the same work as a wrong password, or timing tells the name
-            return False
-        return entry.matches(password)
+        elif entry.matches(password):
+            return True
+        self._tell_if_changed()
+        return False
+
+    def _tell_if_changed(self) -> None:
+        """A warning when the file on disk is no longer the one read, once per change."""
+        if self.read_as is None:
+            return
+        now = _identity(self.path)
+        if now == self.read_as or now in self._told:
+            return
+        self._told[:] = [now]  # the version last told of, so a flood of refusals warns once
+        log.warning(
+            "the password file %s has changed since boxmq serve read it at start: it is read "
+            "at start only, so its changes are not in force (restart boxmq serve)",
+            self.path,
+        )
 
 
 # -- the file -------------------------------------------------------------------------------------
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """What tells one version of the file from another: `boxmq passwd` replaces it (a new
+    inode), an editor may rewrite it in place (a new mtime, often a new size)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None  # removed: a change too
+    return (found.st_ino, found.st_mtime_ns, found.st_size)
 
 
 def _read_lines(path: Path) -> list[str]:

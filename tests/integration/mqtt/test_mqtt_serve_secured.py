@@ -357,3 +357,47 @@ def test_packets_that_come_with_the_last_handshake_message_are_read(served: Serv
             assert alice.messages.get(timeout=WAIT) == ("alice/inbox/early", b"with the Finished")
     finally:
         alice.close()
+
+
+def test_a_user_added_while_serve_runs_is_refused_and_the_log_says_to_restart(
+    tmp_path: Path,
+) -> None:
+    """The password file is read at start only: carol, added by `boxmq passwd` meanwhile, was
+    refused as any wrong password is, and nothing told the operator why."""
+    set_password(tmp_path / "passwd", "alice", b"wonderland")
+    [port] = free_ports(1)
+    config = tmp_path / "boxmq.toml"
+    config.write_text(
+        f'data = "data"\n[[mqtt.listener]]\nport = {port}\n[security]\npassword_file = "passwd"\n'
+    )
+    command = [sys.executable, "-m", "boxmq.cli", "serve", "--config", str(config)]
+    served = Served(port, 0, tmp_path / "none.crt", tmp_path / "serve.log", 0)
+    with open(served.log, "w") as log:
+        server = subprocess.Popen(command, stderr=log)
+        try:
+            _wait_for_ports(server, tmp_path, port)
+            wrong = _connect(served, "alice", "wrong", tls=False)
+            wrong.close()
+            assert wrong.connack in CONNACK_REFUSED
+            assert "has changed" not in served.log.read_text()  # the file is as it was read
+            passwd = [sys.executable, "-m", "boxmq.cli", "passwd", str(tmp_path / "passwd")]
+            subprocess.run(
+                [*passwd, "carol", "--password", "rose"],
+                check=True,
+                capture_output=True,
+                timeout=60,
+            )
+            for _ in range(2):
+                carol = _connect(served, "carol", "rose", tls=False)
+                carol.close()
+                assert carol.connack in CONNACK_REFUSED
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=30)
+    told = [line for line in served.log.read_text().splitlines() if "has changed" in line]
+    assert len(told) == 1, told  # once per change, not once per refusal
+    assert told[0].endswith(
+        f"WARNING boxmq.mqtt: the password file {tmp_path / 'passwd'} has changed since boxmq "
+        "serve read it at start: it is read at start only, so its changes are not in force "
+        "(restart boxmq serve)"
+    )
