@@ -65,7 +65,7 @@ class Table:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int):  # bool is an int subclass
-            raise self.error(key, f"expected an integer, got {_kind(value)}")
+            raise self.error(key, f"expected an integer, got {_kind(value)}{_as_integer(value)}")
         if value < low or (high is not None and value > high):
             bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
             raise self.error(key, f"{value} is out of range: use {bounds}")
@@ -139,6 +139,18 @@ class Table:
         unknown = sorted(set(self._values) - self._used)
         if unknown:
             raise self.error(unknown[0], "unknown key (check its spelling and its table)")
+
+
+def _as_integer(value: object) -> str:
+    """How to write `value` as the integer it looks like (`port = "1883"`, `1883.0`, `1e4`,
+    which TOML reads as a string or a float), "" when it is none."""
+    if isinstance(value, float) and value.is_integer():
+        return f" ({value!r}): write {int(value)}, without a decimal point or exponent"
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        return f" ({value!r}): write {int(value)}, without quotes"
+    if isinstance(value, float):
+        return f" ({value!r})"
+    return ""
 
 
 def _kind(value: object) -> str:

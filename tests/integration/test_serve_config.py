@@ -102,6 +102,24 @@ def test_an_empty_list_of_listeners_is_refused_not_the_default_opened(tmp_path: 
     assert not (tmp_path / "data").exists()
 
 
+def test_an_integer_written_as_a_string_or_a_float_is_told_how_to_write_it(
+    tmp_path: Path,
+) -> None:
+    """`port = "1883"` and `port = 1883.0` look right to a person; "expected an integer, got a
+    string" left them to find the quotes or the point."""
+    config = tmp_path / "boxmq.toml"
+    for value, says in [
+        ('"1883"', "got a string ('1883'): write 1883, without quotes"),
+        ("1883.0", "got a number (1883.0): write 1883, without a decimal point or exponent"),
+    ]:
+        config.write_text(f"[[mqtt.listener]]\nport = {value}\n")
+        done = _serve_refused(config, tmp_path)
+        assert done.returncode == 1
+        assert done.stderr == (
+            f"boxmq serve: {config}: mqtt.listener[1].port: expected an integer, {says}\n"
+        )
+
+
 def test_a_nul_character_in_a_file_name_is_one_line_naming_file_and_key(tmp_path: Path) -> None:
     """TOML can write one (\\u0000) and no file name holds one: `data` was a traceback from
     the root's makedirs, `password_file` and `acl_file` one from their open()."""
