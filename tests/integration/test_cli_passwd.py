@@ -176,3 +176,33 @@ def test_stdin_of_more_than_one_line_is_refused_not_cut(tmp_path: Path) -> None:
     crlf = passwd(str(path), "bob", "--stdin", stdin="builder\r\n")  # one line, a DOS end
     assert crlf.returncode == 0, crlf.stderr
     assert PasswordFile.load(path).authenticate("bob", b"builder", "c")
+
+
+def test_a_plain_text_or_mosquitto_entry_is_named_and_mended_by_setting_it_again(
+    tmp_path: Path,
+) -> None:
+    """`alice:wonder` (mosquitto's users write that, then run `mosquitto_passwd -U`) or a hash
+    of mosquitto_passwd: the error said "expected the hash as ALGORITHM$COST$SALT$DIGEST",
+    and `boxmq passwd` refused to touch the file, so the line could only be edited by hand."""
+    path = tmp_path / "passwd"
+    path.write_text("# users\nalice:wonder\nbob:$7$101$YWJj$ZGVm\n")
+    refused = passwd(str(path), "carol", "--password", "rose")
+    assert refused.returncode == 1
+    assert refused.stderr == (
+        f"boxmq passwd: {path}:2: user 'alice' has no hash, only text (a password in plain "
+        "text?): the file holds hashes only; set the password with boxmq passwd FILE alice\n"
+    )
+    mended = passwd(str(path), "alice", "--password", "wonder")
+    assert mended.returncode == 1  # bob's line is still one it cannot read back
+    assert mended.stderr == (
+        f"boxmq passwd: {path}:3: a hash of mosquitto_passwd, which boxmq cannot check; set "
+        "the password with boxmq passwd FILE bob\n"
+    )
+    assert passwd(str(path), "bob", "--delete").returncode == 1  # alice's line, unmended
+    path.write_text("# users\nalice:wonder\n")
+    mended = passwd(str(path), "alice", "--password", "wonder")
+    assert mended.returncode == 0, mended.stderr
+    assert PasswordFile.load(path).authenticate("alice", b"wonder", "c")
+    path.write_text(path.read_text() + "bob:$7$101$YWJj$ZGVm\n")
+    assert passwd(str(path), "bob", "--delete").returncode == 0
+    assert PasswordFile.load(path).users() == ("alice",)

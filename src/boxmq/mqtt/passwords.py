@@ -111,6 +111,16 @@ class PasswordEntry:
             raise InvalidArgument("expected NAME:HASH")
         validate_username(username)
         parts = hashed.split("$")
+        # Two habits from mosquitto: `user:password` in plain text, to be hashed later by
+        # `mosquitto_passwd -U`, and its own hashes ($6$ SHA-512, $7$ PBKDF2-SHA512).
+        again = f"set the password with boxmq passwd FILE {username}"
+        if len(parts) == 1:
+            text = ", only text (a password in plain text?)" if hashed else ""
+            raise InvalidArgument(
+                f"user {username!r} has no hash{text}: the file holds hashes only; {again}"
+            )
+        if hashed.startswith(("$6$", "$7$")):
+            raise InvalidArgument(f"a hash of mosquitto_passwd, which boxmq cannot check; {again}")
         if len(parts) != 4:
             raise InvalidArgument("expected the hash as ALGORITHM$COST$SALT$DIGEST")
         algorithm, cost_text, salt, digest = parts
@@ -133,7 +143,7 @@ class PasswordEntry:
             # never log in, and nothing would say why.
             raise InvalidArgument(
                 f"the digest is {len(digest_bytes)} bytes, not {_DIGEST_BYTES}: the entry is "
-                "damaged (delete its line and set the password again with boxmq passwd)"
+                f"damaged; {again}"
             )
         return cls(username, algorithm, cost, salt_bytes, digest_bytes)
 
@@ -327,10 +337,14 @@ def _is_entry(line: str) -> bool:
     return bool(stripped) and not stripped.startswith(_COMMENT)
 
 
-def _parse_entries(path: Path, lines: list[str]) -> Iterable[PasswordEntry]:
+def _parse_entries(
+    path: Path, lines: list[str], *, replaced: int | None = None
+) -> Iterable[PasswordEntry]:
+    """The entries of `lines`, but the one at index `replaced`, which is being set again or
+    deleted: that is how a damaged entry, or a password in plain text, is mended."""
     seen: set[str] = set()
     for number, line in enumerate(lines, start=1):
-        if not _is_entry(line):
+        if not _is_entry(line) or number - 1 == replaced:
             continue
         try:
             entry = PasswordEntry.parse(line.strip())
@@ -348,8 +362,9 @@ def set_password(path: str | os.PathLike[str], username: str, password: bytes) -
     entry = hash_password(username, password)  # the slow part, outside the lock
     with _editing(target):
         lines = _read_lines(target) if target.exists() else []
-        list(_parse_entries(target, lines))  # never rewrite a file we cannot read back
         index = _find(lines, username)
+        # Never rewrite a file we cannot read back, but for the line being replaced.
+        list(_parse_entries(target, lines, replaced=index))
         if index is None:
             lines.append(str(entry))
         else:
@@ -363,8 +378,9 @@ def delete_user(path: str | os.PathLike[str], username: str) -> None:
     target = _followed(path)
     with _editing(target):
         lines = _read_lines(target)
-        list(_parse_entries(target, lines))  # never rewrite a file we cannot read back
         index = _find(lines, username)
+        # Never rewrite a file we cannot read back, but for the line being deleted.
+        list(_parse_entries(target, lines, replaced=index))
         if index is None:
             raise InvalidArgument(f"user {username!r} is not in {target}")
         del lines[index]
