@@ -596,6 +596,8 @@ def _serve(args: argparse.Namespace) -> int:
         logging.getLogger("boxmq.serve").info("%s", line)
     for line in cli_serve.security_warnings(config):
         logging.getLogger("boxmq.serve").warning("%s", line)
+    if replaced := cli_serve.replaced_listeners(args, config):
+        logging.getLogger("boxmq.serve").log(*replaced)
     with boxmq.open(
         config.data,
         fsync=config.fsync,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,6 +55,21 @@ def mqtt_settings(args: argparse.Namespace, settings: MqttSettings) -> MqttSetti
         listeners = tuple(Listener(host, port) for host, port in args.mqtt)
         return dataclasses.replace(settings, listeners=listeners)
     return settings
+
+
+def replaced_listeners(args: argparse.Namespace, config: ServeConfig) -> tuple[int, str] | None:
+    """The log line (and its level) that says the file's listeners are not opened, because
+    `--mqtt` or `--no-mqtt` replaced them; None when they are. A TLS listener that a flag
+    typed to try something took away is a warning: the broker is then plain TCP only."""
+    if not (args.mqtt or args.no_mqtt) or not config.listeners_from_file:
+        return None
+    dropped = config.mqtt.listeners
+    flag = "--no-mqtt" if args.no_mqtt else "--mqtt"
+    level = logging.WARNING if any(o.ssl is not None for o in dropped) else logging.INFO
+    shown = ", ".join(str(o) for o in dropped)
+    return level, (
+        f"{flag} replaces the [[mqtt.listener]] tables of {config.source}: {shown} not opened"
+    )
 
 
 def _check_flag_listeners(addresses: list[tuple[str, int]]) -> None:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.ports import free_ports
 
 import boxmq
 from boxmq.model import DELIVERY_COUNT, ConsumerId, PropertyType
@@ -118,6 +119,25 @@ def test_an_integer_written_as_a_string_or_a_float_is_told_how_to_write_it(
         assert done.stderr == (
             f"boxmq serve: {config}: mqtt.listener[1].port: expected an integer, {says}\n"
         )
+
+
+def test_listeners_of_the_file_that_a_flag_replaces_are_named_in_the_log(tmp_path: Path) -> None:
+    """`--mqtt` (or `--no-mqtt`) typed to try something took away every listener of the
+    file, a TLS one too, and the log showed only the new one."""
+    config = tmp_path / "boxmq.toml"
+    [port] = free_ports(1)
+    config.write_text(f'data = "data"\n[[mqtt.listener]]\nport = {port}\n')
+    log = _serve_until_ready(
+        "serve", "--config", str(config), "--mqtt", "127.0.0.1:0", cwd=tmp_path
+    )
+    assert (
+        f"INFO boxmq.serve: --mqtt replaces the [[mqtt.listener]] tables of {config}: "
+        f"mqtt://127.0.0.1:{port} not opened\n"
+    ) in log
+    log = _serve_until_ready("serve", "--config", str(config), "--no-mqtt", cwd=tmp_path)
+    assert f"--no-mqtt replaces the [[mqtt.listener]] tables of {config}" in log
+    log = _serve_until_ready("serve", "--config", str(config), cwd=tmp_path)
+    assert "replaces" not in log
 
 
 def test_a_nul_character_in_a_file_name_is_one_line_naming_file_and_key(tmp_path: Path) -> None:
