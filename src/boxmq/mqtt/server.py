@@ -322,6 +322,12 @@ _HANDSHAKE_REASONS: Final = {
     "PEER_DID_NOT_RETURN_A_CERTIFICATE": "the client sent no certificate, which this listener "
     "requires (tls.ca)",
     "NO_SHARED_CIPHER": "no cipher both sides accept",
+    # What a mosquitto client (libmosquitto) answers a certificate without the name it was
+    # told to connect to (-h 127.0.0.1 for a certificate of DNS:localhost); it then says only
+    # "A TLS error occurred", so this line is the operator's one clue.
+    "TLSV1_ALERT_INTERNAL_ERROR": "the client gave up on its side (a mosquitto client does "
+    "when the host it connects to is not a name in this server's certificate: connect to "
+    "one of those, or add the name to the certificate's subjectAltName)",
 }
 
 

@@ -401,3 +401,25 @@ def test_a_user_added_while_serve_runs_is_refused_and_the_log_says_to_restart(
         "serve read it at start: it is read at start only, so its changes are not in force "
         "(restart boxmq serve)"
     )
+
+
+@pytest.mark.skipif(shutil.which("mosquitto_pub") is None, reason="needs mosquitto_pub")
+def test_mosquitto_pub_to_a_host_not_named_in_the_certificate_is_logged_in_words(
+    served: Served,
+) -> None:
+    """The certificate names DNS:localhost only; mosquitto_pub -h 127.0.0.1 says "A TLS error
+    occurred", and the log said only "ssl: TLSV1_ALERT_INTERNAL_ERROR"."""
+    words = "TLS handshake failed: the client gave up on its side (a mosquitto client does"
+    before = served.log.read_text().count(words)
+    refused = subprocess.run(
+        ["mosquitto_pub", "-h", "127.0.0.1", "-p", str(served.tls), "-t", "x", "-m", "y",
+         "--cafile", str(served.ca), "-u", "alice", "-P", "wonderland"],
+        capture_output=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    deadline = time.monotonic() + WAIT
+    while served.log.read_text().count(words) == before:
+        assert time.monotonic() < deadline, served.log.read_text()
+        time.sleep(0.05)
+    [line] = [line for line in served.log.read_text().splitlines() if words in line][before:]
+    assert line.endswith("subjectAltName) (ssl: TLSV1_ALERT_INTERNAL_ERROR)")
