@@ -611,6 +611,8 @@ def _serve(args: argparse.Namespace) -> int:
         max_deliveries=config.max_deliveries,
     ) as box:
         mqtt = cli_serve.mqtt_settings(args, config.mqtt)
+        if open_to_all := cli_serve.open_to_the_network(mqtt):
+            logging.getLogger("boxmq.serve").warning("%s", open_to_all)
         xmpp = settings_from(
             args.xmpp_component,
             args.xmpp_server,

@@ -16,6 +16,7 @@ from tests.ports import free_ports
 
 import boxmq
 from boxmq.model import DELIVERY_COUNT, ConsumerId, PropertyType
+from boxmq.mqtt.passwords import set_password
 from boxmq.store.names import Lock, decode, encode, locked_name
 from boxmq.store.process import process_token
 
@@ -138,6 +139,28 @@ def test_listeners_of_the_file_that_a_flag_replaces_are_named_in_the_log(tmp_pat
     assert f"--no-mqtt replaces the [[mqtt.listener]] tables of {config}" in log
     log = _serve_until_ready("serve", "--config", str(config), cwd=tmp_path)
     assert "replaces" not in log
+
+
+def test_a_listener_other_machines_reach_without_a_password_file_is_warned_of(
+    tmp_path: Path,
+) -> None:
+    """`--mqtt 0.0.0.0:1883` to let a device in, and the broker was open to anyone on the
+    network, every topic readable and writable, with nothing in the log to say so."""
+    data = str(tmp_path / "data")
+    log = _serve_until_ready("serve", "--data", data, "--mqtt", "0.0.0.0:0", cwd=tmp_path)
+    assert (
+        "WARNING boxmq.serve: mqtt://0.0.0.0:0: other machines may reach this, and there is "
+        "no password_file: any client may connect there, and read and publish every topic (set "
+        "[security] password_file, or listen on 127.0.0.1)\n"
+    ) in log
+    for local in ("127.0.0.1:0", "localhost:0"):
+        log = _serve_until_ready("serve", "--data", data, "--mqtt", local, cwd=tmp_path)
+        assert "other machines may reach" not in log
+    set_password(tmp_path / "passwd", "alice", b"wonder")
+    config = tmp_path / "boxmq.toml"
+    config.write_text('[security]\npassword_file = "passwd"\n')
+    flags = ("serve", "--data", data, "--config", str(config), "--mqtt", "0.0.0.0:0")
+    assert "other machines may reach" not in _serve_until_ready(*flags, cwd=tmp_path)
 
 
 def test_a_nul_character_in_a_file_name_is_one_line_naming_file_and_key(tmp_path: Path) -> None:
