@@ -163,6 +163,25 @@ def test_a_listener_other_machines_reach_without_a_password_file_is_warned_of(
     assert "other machines may reach" not in _serve_until_ready(*flags, cwd=tmp_path)
 
 
+def test_a_misspelt_access_in_the_acl_stops_serve_rather_than_lose_a_deny(
+    tmp_path: Path,
+) -> None:
+    """`topic denny alice/secret/#` was a readwrite rule on a topic named "denny alice/...":
+    serve started, and alice could read alice/secret/#."""
+    set_password(tmp_path / "passwd", "alice", b"wonder")
+    acl = tmp_path / "acl"
+    acl.write_text("user alice\ntopic readwrite alice/#\ntopic denny alice/secret/#\n")
+    config = tmp_path / "boxmq.toml"
+    config.write_text('[security]\npassword_file = "passwd"\nacl_file = "acl"\n')
+    done = _serve_refused(config, tmp_path)
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"boxmq serve: {config}: [security]: {acl}:3: 'denny' is no access: expected read, "
+        "write, readwrite or deny before the filter (for a topic filter whose first level holds "
+        "a space, give its access first: readwrite denny alice/secret/#)\n"
+    )
+
+
 def test_a_nul_character_in_a_file_name_is_one_line_naming_file_and_key(tmp_path: Path) -> None:
     """TOML can write one (\\u0000) and no file name holds one: `data` was a traceback from
     the root's makedirs, `password_file` and `acl_file` one from their open()."""

@@ -192,6 +192,15 @@ def _rule(text: str, number: int) -> Rule:
                 f"give its access first: readwrite {first})"
             )
         access, text = Access(first), after
+    elif after and "/" not in first:
+        # `topic denny alice/secret/#` read as readwrite on the topic "denny alice/secret/#":
+        # the deny was lost, and alice read her secrets. A misspelt access is an error; a
+        # filter whose first level holds a space is written with its access first.
+        raise InvalidArgument(
+            f"{first!r} is no access: expected read, write, readwrite or deny before the "
+            f"filter (for a topic filter whose first level holds a space, give its access "
+            f"first: readwrite {text})"
+        )
     if not text:
         raise InvalidArgument("expected [read|write|readwrite|deny] FILTER")
     if text.startswith("$share/"):

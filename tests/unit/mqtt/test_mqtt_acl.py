@@ -110,6 +110,11 @@ def test_a_user_name_holding_a_placeholder_is_not_substituted_twice(tmp_path: Pa
         ("topic deny\n", "acl:1: 'deny' is an access with no topic filter after it"),
         ("user a\ntopic read \n", "acl:2: 'read' is an access with no topic filter"),
         ("pattern write\n", "acl:1: 'write' is an access with no topic filter"),
+        # A misspelt access was part of the filter, a readwrite rule: the deny was lost.
+        ("user a\ntopic denny a/secret/#\n", "acl:2: 'denny' is no access: expected read,"),
+        ("topic Read news/#\n", "acl:1: 'Read' is no access: expected read, write, readwr"),
+        ("pattern rw d/%c\n", "acl:1: 'rw' is no access: expected read, write, readwrite"),
+        ("topic my room/t\n", "acl:1: 'my' is no access: expected read, write, readwrite or"),
     ],
 )
 def test_parse_errors_name_the_file_and_the_line(tmp_path: Path, text: str, message: str) -> None:
