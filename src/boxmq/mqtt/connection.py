@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Final
 
-from boxmq.errors import PacketTooLarge, ProtocolViolation
+from boxmq.errors import MalformedPacket, PacketTooLarge, ProtocolViolation
 from boxmq.mqtt.codec import (
     POSITIVE_ACKS,
     connect_version,
@@ -77,6 +77,11 @@ _ACKS: Final = (Puback, Pubrec, Pubrel, Pubcomp)
 # its fixed header (at most 5).
 _NAME_AND_LEVEL: Final = 7
 _CONNECT_HEAD: Final = 5 + _NAME_AND_LEVEL
+# How other protocols begin, which a client on the wrong port sends where a CONNECT (0x10)
+# must come first: read as MQTT they were "CONNECT: fixed header flags 0b0110" (a TLS
+# ClientHello's record header, 0x16 0x03) or "PUBACK before CONNECT" (GET).
+_TLS_RECORD: Final = b"\x16\x03"
+_HTTP_METHODS: Final = (b"GET ", b"HEAD ", b"POST ", b"PUT ", b"DELETE ", b"OPTIONS ", b"PATCH ")
 # What a CONNACK over the client's Maximum Packet Size goes without (`_shortened`). The
 # four availabilities are sent as 1, which their absence means too (MQTT 5.0 §3.2.2.3: "if
 # not present, then ... supported"): an assigned client id and a told Session Expiry
@@ -189,6 +194,8 @@ class Connection:
 
     def _connect(self, frame: Frame) -> Connect:
         kind = frame[0]
+        if (other := _other_protocol(frame)) is not None:
+            raise MalformedPacket(other)
         if kind != _CONNECT:
             # Type 0 is reserved and has no name: PacketType(0) would raise ValueError.
             name = PacketType(kind).name if kind else "reserved packet type 0"
@@ -414,3 +421,20 @@ def _built(packet: Incoming) -> Packet:
         kind, packet_id = packet
         return kind(packet_id)
     return packet
+
+
+def _other_protocol(frame: Frame) -> str | None:
+    """What a first frame that is the start of TLS or HTTP is, in words; None otherwise. No
+    CONNECT begins so (its first byte is 0x10), so no client of MQTT is turned away by it."""
+    kind, flags, body = frame
+    if len(body) >= 0x80:  # a length of more than one byte: neither starts so
+        return None
+    start = bytes((kind << 4 | flags, len(body))) + bytes(body[:8])
+    if start.startswith(_TLS_RECORD):
+        return (
+            "a TLS handshake, not MQTT: this listener has no TLS (a client with TLS on the "
+            "plain port?)"
+        )
+    if start.startswith(_HTTP_METHODS):
+        return "an HTTP request, not MQTT"
+    return None

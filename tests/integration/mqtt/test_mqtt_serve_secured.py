@@ -423,3 +423,27 @@ def test_mosquitto_pub_to_a_host_not_named_in_the_certificate_is_logged_in_words
         time.sleep(0.05)
     [line] = [line for line in served.log.read_text().splitlines() if words in line][before:]
     assert line.endswith("subjectAltName) (ssl: TLSV1_ALERT_INTERNAL_ERROR)")
+
+
+@pytest.mark.skipif(shutil.which("mosquitto_pub") is None, reason="needs mosquitto_pub")
+def test_tls_or_http_on_the_plain_port_is_logged_as_such(served: Served) -> None:
+    """mosquitto_pub --cafile to the plain port was logged "CONNECT: fixed header flags
+    0b0110, not 0b0000" (a TLS record header read as MQTT), and a browser's GET as "PUBACK
+    before CONNECT"."""
+    refused = subprocess.run(
+        ["mosquitto_pub", "-h", "localhost", "-p", str(served.plain), "-t", "x", "-m", "y",
+         "--cafile", str(served.ca), "-u", "alice", "-P", "wonderland"],
+        capture_output=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    line = _logged(served, "a TLS handshake, not MQTT")
+    assert line.endswith(
+        ": closing: a TLS handshake, not MQTT: this listener has no TLS (a client with TLS on "
+        "the plain port?) (reason 0x81)"
+    )
+    with socket.create_connection(("127.0.0.1", served.plain), WAIT) as browser:
+        browser.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nAccept: */*\r\n\r\n" + b" " * 30)
+        assert browser.recv(100) == b""  # closed
+    assert _logged(served, "not MQTT (reason").endswith(
+        ": closing: an HTTP request, not MQTT (reason 0x81)"
+    )
