@@ -11,6 +11,7 @@ import dataclasses
 import ipaddress
 import logging
 import re
+import ssl
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -75,10 +76,11 @@ def replaced_listeners(args: argparse.Namespace, config: ServeConfig) -> tuple[i
 
 def open_to_the_network(mqtt: MqttSettings | None) -> str | None:
     """The warning for listeners that other machines may reach while any client may connect
-    (no password file): the safe default of 127.0.0.1 turned into a broker open to all."""
+    (no password file, no client certificate required): the safe default of 127.0.0.1
+    turned into a broker open to all."""
     if mqtt is None or mqtt.authenticator is not None:
         return None
-    reachable = [str(o) for o in mqtt.listeners if not _loopback(o.host)]
+    reachable = [str(o) for o in mqtt.listeners if not _loopback(o.host) and not _certified(o)]
     if not reachable:
         return None
     return (
@@ -87,6 +89,11 @@ def open_to_the_network(mqtt: MqttSettings | None) -> str | None:
         + ("what the ACL allows" if mqtt.authorizer is not None else "every topic")
         + " (set [security] password_file, or listen on 127.0.0.1)"
     )
+
+
+def _certified(listener: Listener) -> bool:
+    """A TLS listener that lets in only clients with a certificate its `ca` signed."""
+    return listener.ssl is not None and listener.ssl.verify_mode == ssl.CERT_REQUIRED
 
 
 def _loopback(host: str) -> bool:

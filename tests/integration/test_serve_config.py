@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -161,6 +162,27 @@ def test_a_listener_other_machines_reach_without_a_password_file_is_warned_of(
     config.write_text('[security]\npassword_file = "passwd"\n')
     flags = ("serve", "--data", data, "--config", str(config), "--mqtt", "0.0.0.0:0")
     assert "other machines may reach" not in _serve_until_ready(*flags, cwd=tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_a_listener_that_requires_client_certificates_is_not_called_open(tmp_path: Path) -> None:
+    """Its clients are those its CA signed: no password file needed for it to be closed."""
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-keyout", str(tmp_path / "server.key"), "-out", str(tmp_path / "server.crt")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    tls = 'cert = "server.crt", key = "server.key", ca = "server.crt"'
+    config = tmp_path / "boxmq.toml"
+    config.write_text(
+        f'data = "data"\n[[mqtt.listener]]\nhost = "0.0.0.0"\nport = 0\ntls = {{ {tls} }}\n'
+        f'[[mqtt.listener]]\nhost = "0.0.0.0"\nport = 0\n'
+        f"tls = {{ {tls}, require_client_cert = false }}\n"
+    )
+    log = _serve_until_ready("serve", "--config", str(config), cwd=tmp_path)
+    [warned] = [line for line in log.splitlines() if "other machines may reach" in line]
+    assert "WARNING boxmq.serve: mqtts://0.0.0.0:0: other machines" in warned  # only the second
 
 
 def test_a_misspelt_access_in_the_acl_stops_serve_rather_than_lose_a_deny(
