@@ -73,6 +73,7 @@ def test_every_setting(tmp_path: Path) -> None:
         connect_timeout = "3s"
         max_queued_bytes = 0
         max_subscriptions = 0
+        max_session_expiry = 0
 
         [exactly_once]
         max_pending_per_source = 5
@@ -99,7 +100,11 @@ def test_every_setting(tmp_path: Path) -> None:
     assert config.polling is True
     assert config.mqtt.listeners == (Listener("0.0.0.0", 1884), Listener("127.0.0.1", 0))
     assert config.mqtt.limits == Limits(
-        max_connections=7, connect_timeout=3.0, max_queued_bytes=0, max_subscriptions=0
+        max_connections=7,
+        connect_timeout=3.0,
+        max_queued_bytes=0,
+        max_subscriptions=0,
+        max_session_expiry=0,  # no v5 session outlives its connection
     )
     assert config.mqtt.response_information == "reply/%c/"
     assert config.exactly_once == ExactlyOnceLimits(
@@ -171,7 +176,7 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[mqtt.limits]\nreceive_maximum = 65536", "receive_maximum: 65536 is out of range: use"),
         ("[mqtt.limits]\ntopic_alias_maximum = 65536", "from 0 to 65535"),
         ("[mqtt.limits]\nmax_keepalive = 65536", "max_keepalive: 65536 is out of range"),
-        ("[mqtt.limits]\nmax_session_expiry = 4294967296", "from 1 to 4294967295"),
+        ("[mqtt.limits]\nmax_session_expiry = 4294967296", "from 0 to 4294967295"),
         ("[mqtt.limits]\nmax_packet_size = 268435456", "from 20 to 268435455"),
         # Written as --mqtt takes it: a resolver error would call it a host that does not resolve.
         ("[[mqtt.listener]]\nhost = '0.0.0.0:1883'", "[1].host: '0.0.0.0:1883' holds a port: wr"),

@@ -636,6 +636,7 @@ class Broker:
         keep_alive = _granted_keep_alive(packet.keep_alive, self.limits.max_keepalive, v5=v5)
         present, session = self._take_session(client_id, packet.clean_start, expiry, record)
         session.expiry = expiry
+        client.asked_expiry = props.session_expiry_interval or 0
         session.will = packet.will
         session.username = packet.username
         session.connected = True
@@ -978,7 +979,7 @@ class Broker:
         """What a DISCONNECT says of the session's end: its expiry, and whether its Will goes."""
         asked = packet.properties.session_expiry_interval
         if asked is not None:
-            if session.expiry == 0 and asked:
+            if client.asked_expiry == 0 and asked:
                 # Not a valid DISCONNECT: it deletes no Will (§3.14.2.2.2, MQTT-3.1.2-8).
                 raise ProtocolError(
                     "DISCONNECT sets a Session Expiry Interval after 0 (§3.14.2.2.2)"

@@ -61,6 +61,9 @@ class Client:
     opened: float  # when the socket was accepted: the CONNECT timeout counts from here
     session: Session | None = None
     clean_exit: bool = False  # DISCONNECT 0x00 came: no Will (MQTT 5.0 §3.1.2.5)
+    # The Session Expiry Interval its CONNECT asked for (v5), before max_session_expiry: a
+    # DISCONNECT may set one only if this was not 0 (§3.14.2.2.2), though ours may be 0.
+    asked_expiry: int = 0
     jobs: list[Job] = field(default_factory=list)  # disk work waiting for the next batch
     tail: asyncio.Future[None] | None = None  # the batch running now (one at a time, in order)
     paused: bool = False
