@@ -64,7 +64,7 @@ from boxmq.mqtt.passwords import PasswordFile
 from boxmq.mqtt.settings import Authenticator, Authorizer, Limits, Listener, MqttSettings
 from boxmq.mqtt.tls import TlsFileError, server_context
 
-__all__ = ["Security", "ServeConfig", "load_config", "mqtt_settings"]
+__all__ = ["Security", "ServeConfig", "load_config"]
 
 FSYNC_POLICIES: Final = ("always", "interval", "never")
 DISPATCH_STRATEGIES: Final = tuple(d.value for d in Dispatch)
@@ -108,8 +108,7 @@ class Security:
         if self.password_file is None:
             if anonymous is False:
                 raise InvalidArgument(
-                    "allow_anonymous = false needs a password_file in [security] "
-                    "(otherwise nobody could connect)"
+                    "false needs a password_file in [security] (otherwise nobody could connect)"
                 )
             return None  # no password file: anyone may connect
         return PasswordFile.load(self.password_file, allow_anonymous=bool(anonymous))
@@ -209,10 +208,17 @@ def load_config(
     security = _security(top.table("security"), base.security)
     mqtt = _mqtt(top.table("mqtt"), base.mqtt)
     top.finish()
+    # Each error names its key, as a TLS file's does: the file at fault, or allow_anonymous.
     try:
-        mqtt = mqtt_settings(mqtt, security)
+        authenticator = security.authenticator()
     except InvalidArgument as error:
-        raise InvalidArgument(f"{source}: [security]: {error}") from None
+        key = "allow_anonymous" if security.password_file is None else "password_file"
+        raise InvalidArgument(f"{source}: security.{key}: {error}") from None
+    try:
+        authorizer = security.authorizer()
+    except InvalidArgument as error:
+        raise InvalidArgument(f"{source}: security.acl_file: {error}") from None
+    mqtt = dataclasses.replace(mqtt, authenticator=authenticator, authorizer=authorizer)
     return ServeConfig(
         data=data if data is not None else base.data,
         fsync=fsync or base.fsync,
@@ -256,13 +262,6 @@ def _read_toml(source: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise InvalidArgument(f"{source}: not valid TOML: {error}") from None
-
-
-def mqtt_settings(base: MqttSettings, security: Security) -> MqttSettings:
-    """`base` with the authenticator and authorizer that `security` names, files read now."""
-    return dataclasses.replace(
-        base, authenticator=security.authenticator(), authorizer=security.authorizer()
-    )
 
 
 _BARE_KEY: Final = re.compile(r"[A-Za-z0-9_-]+")  # TOML writes other keys quoted

@@ -198,8 +198,11 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ('[security]\npassword_file = "pw\\u0000"', "password_file: a file name cannot hold a"),
         ('[security]\nacl_file = "acl\\u0000"', "security.acl_file: a file name cannot hold a"),
         ('data = "state\\u0000"', "data: a file name cannot hold a NUL character (\\u0000)"),
-        ("[security]\nallow_anonymous = false", "allow_anonymous = false needs a password_file"),
-        ("[security]\nacl_file = 'nope'", "ACL file"),
+        # The key whose file is wrong, as for TLS files, not only its table.
+        ("[security]\nallow_anonymous = false", "security.allow_anonymous: false needs a passw"),
+        ("[security]\nacl_file = 'nope'", "security.acl_file: ACL file "),
+        ("[security]\npassword_file = 'nope'", "security.password_file: password file "),
+        ("[security]\npassword_file = 'boxmq.toml'", "security.password_file: "),
         ("data = ", "not valid TOML: Invalid value (at line 1, column 8)"),
         # A group no $share/<group>/ can name: its strategy would never be used.
         ('[share_groups."etl/sensors/#"]\ndispatch = "sticky"', 'share_groups."etl/sensors/#": '),
