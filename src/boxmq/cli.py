@@ -51,6 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     words = joined_negative_durations(sys.argv[1:] if argv is None else argv)
     args, unknown = parser.parse_known_args(words)
+    if args.name == "serve" and "--json" in unknown:  # not an option of serve (_parser)
+        unknown.remove("--json")
+        args.json = True
     if unknown:
         # What parse_args says, but with the command's usage (`boxmq serve ... extra`): the
         # top-level usage names no option of the command.
@@ -224,7 +227,9 @@ _HINTS_BY_ERRNO = {
 }
 
 
-def _add_common(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+def _add_common(
+    parser: argparse.ArgumentParser, *, defaults: bool, json_output: bool = True
+) -> None:
     def default(value: object) -> object:
         return value if defaults else argparse.SUPPRESS
 
@@ -239,9 +244,10 @@ def _add_common(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
         choices=["always", "interval", "never"],
         help="when a put is on disk: always (default; group commit), interval, never",
     )
-    parser.add_argument(
-        "--json", action="store_true", default=default(False), help="machine-readable output"
-    )
+    if json_output:
+        parser.add_argument(
+            "--json", action="store_true", default=default(False), help="machine-readable output"
+        )
     parser.add_argument("-v", "--verbose", action="store_true", default=default(False))
 
 
@@ -261,6 +267,10 @@ def _parser() -> argparse.ArgumentParser:
     # default, so one given before the command stays unless it is given again after.
     common = _Parser(add_help=False)
     _add_common(common, defaults=False)
+    # serve prints nothing but its log: its --help does not offer --json, which main refuses
+    # (before or after serve) with a usage error saying why.
+    common_to_serve = _Parser(add_help=False)
+    _add_common(common_to_serve, defaults=False, json_output=False)
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     def command(name: str, run: _Command, help: str) -> argparse.ArgumentParser:
@@ -269,7 +279,7 @@ def _parser() -> argparse.ArgumentParser:
         return p
 
     help = "run the broker: recovery, lock timeouts, expiry, retention"
-    p = sub.add_parser("serve", help=help, description=help, parents=[common])
+    p = sub.add_parser("serve", help=help, description=help, parents=[common_to_serve])
     p.set_defaults(standalone=_serve, name="serve")  # it opens the root the config names
     p.add_argument("--config", metavar="FILE", help="a TOML file (see boxmq.example.toml)")
     p.add_argument(

@@ -1718,6 +1718,16 @@ def test_serve_with_json_is_a_usage_error_saying_serve_only_logs(root: Path, whe
     assert not root.exists()
 
 
+def test_serve_help_does_not_offer_json(root: Path) -> None:
+    """`boxmq serve --help` listed --json, which serve refuses (above): a user who read it
+    got a usage error for an option the help had offered."""
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "serve", "--help"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0
+    assert "--data" in done.stdout  # the options every command shares, --json left out
+    assert "--json" not in done.stdout
+
+
 def test_peek_of_processing_shows_when_each_lock_ends_and_which_ended(root: Path) -> None:
     """A lock past its deadline still names its holder until a sweep sends the message
     back; peek says until when each lock runs, and which ended, so nobody takes it for held."""
