@@ -35,10 +35,13 @@ consumers of a queue do (DESIGN.md §7). So:
   disk (a kept `subscribe` run, a Python subscriber) cannot be known: `get` competes with
   it, as in a group, the message still going to one of them only.
 
-Never under the name of a member or of the subscriber itself (`--consumer`): a lock bound
-to no process (`get`'s) under its name is that member's own again at its next start (a
-persistent MQTT session resumed, a kept `subscribe` run: LiveQueue.attach), and its message
-would go out to it while `get`'s user holds it too.
+`get`'s lock names no process, as a persistent MQTT session's or a kept `subscribe` run's
+does, but its token says it is `get`'s (GET_TOKEN): a member that joins under `--consumer`'s
+name later (the default `cli` is a fine client id) does not take it for its own at its start
+(LiveQueue.attach adopts the "" locks under its name), so the message never goes out to it
+while `get`'s user holds it too. A `--consumer` that is a member, or the subscriber itself, is
+refused all the same: `peek`'s LOCKED-BY and the settles' `--consumer` would not tell get's
+lock from that member's own.
 
 `cli` imports this module only for a subscription's get or settle: a queue's `get` and `ack`
 load no MQTT module (tests/unit/test_light_imports.py).
@@ -52,7 +55,7 @@ from boxmq import cli_output as output
 from boxmq.client import Box, Queue
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.session_record import SessionRecord, record_named
-from boxmq.store.names import check_consumer_name
+from boxmq.store.names import GET_TOKEN, check_consumer_name
 from boxmq.store.process import process_alive, token_pid
 
 __all__ = ["check_may_get", "check_no_live_holder"]
@@ -70,10 +73,9 @@ def check_may_get(args: argparse.Namespace, box: Box) -> None:
         own = consumer == args.subscriber
     if own:
         raise InvalidArgument(
-            f"{consumer} is {whose} {args.queue}: a lock under its name would be its own "
-            "again at its next start (an MQTT session resumed, a kept subscribe run), and "
-            "its message sent to it while get holds it too. Give get another --consumer "
-            "(the default is cli)"
+            f"{consumer} is {whose} {args.queue}: a lock under its name could not be told "
+            "from its own (peek's LOCKED-BY, the settles' --consumer). Give get "
+            "another --consumer (the default is cli)"
         )
     if args.subscriber is None:
         return  # one more consumer of the group: no member counts on a ready message
@@ -115,12 +117,14 @@ def check_no_live_holder(args: argparse.Namespace, box: Box, dropbox: Queue) -> 
     token = dropbox.lock_process(args.id, args.consumer)
     if token is None:
         return  # it holds no such lock: the settle itself says so (Conflict, unknown id)
+    if token == GET_TOKEN:
+        return  # `get`'s: no process counts on it, whoever joined under its name since
     if token:
         process, who = token, f"{args.consumer}, whose lock names process {token_pid(token)}"
     else:
         record = record_named(box.root, args.consumer)
         if record is None or not record.made(args.queue):
-            return  # no MQTT session's: `get`'s, a kept `subscribe` run's, the Python API's
+            return  # no MQTT session's: a kept `subscribe` run's, the Python API's
         held_by = record.held_by
         if held_by is None:
             return  # no server holds its session: the one that did stopped, or restarted

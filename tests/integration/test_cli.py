@@ -520,9 +520,8 @@ def _one_line_refusal(done: subprocess.CompletedProcess[str], *said: str) -> Non
 
 
 def test_get_refuses_a_lock_a_subscriber_would_take_for_its_own(root: Path) -> None:
-    """A lock that names no process under a member's name (or the subscriber's) is taken back
-    by that member's next run, or its MQTT session's resume (a persistent one's locks are
-    its own again): the message would go to it while the lock's taker holds it too."""
+    """A lock under a member's name (or the subscriber's) could not be told from that
+    member's own in peek's LOCKED-BY or by the settles' --consumer: refused, untouched."""
     ok(root, "subscribe", _GROUP, "--name", "w1", "--keep", "--idle", "0")
     ok(root, "subscribe", "jobs/#", "--name", "keeper", "--keep", "--idle", "0")
     ok(root, "publish", "jobs/1", "one")
@@ -544,6 +543,34 @@ def test_get_refuses_a_lock_a_subscriber_would_take_for_its_own(root: Path) -> N
         boxmq_cli(root, "get", "jobs/#", "--subscriber", "nobody"),
         "no subscription of 'nobody' to 'jobs/#'",
     )
+
+
+def test_a_member_joining_under_get_s_consumer_name_does_not_take_its_lock(root: Path) -> None:
+    """A lock `get` took (consumer `cli`, the default) stays get's when a member joins the
+    group under that name later, a kept `subscribe` run here (a persistent MQTT session's
+    resume is the same): before, that member took the lock for its own and was sent the
+    message while get's user held it too, and get's `ack` then found it gone."""
+    ok(root, "subscribe", _GROUP, "--name", "w1", "--keep", "--idle", "0")
+    message_id = ok(root, "publish", "jobs/1", "one").strip()
+    got = json.loads(ok(root, "--json", "get", _GROUP, "--lock", "30s"))
+    assert (got["id"], got["locked-by"]) == (message_id, "cli")
+    joined = boxmq_cli(
+        root,
+        "--json",
+        "subscribe",
+        _GROUP,
+        "--name",
+        "cli",
+        "--keep",
+        "--count",
+        "1",
+        "--idle",
+        "1s",
+    )
+    assert joined.stdout == "", joined.stdout  # nothing for it: get holds the only message
+    assert ok(root, "ack", _GROUP, message_id) == f"ack: {message_id}\n"
+    [row] = json.loads(ok(root, "--json", "ls"))["subscriptions"]
+    assert (row["ready"], row["locked"], row["done"]) == (0, 0, 1)
 
 
 def test_get_refuses_a_durable_subscription_a_running_process_reads(root: Path) -> None:

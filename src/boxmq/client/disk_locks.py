@@ -102,7 +102,7 @@ class DiskSettler:
 
     def lock_process(self, message_id: MessageId, consumer: ConsumerId) -> str | None:
         """The process token of the lock `consumer` holds on the message ("": bound to no
-        process), None if it holds none."""
+        process; GET_TOKEN: `get`'s, bound to none either), None if it holds none."""
         for _, name, lock in self._locked():
             if lock is None or lock.owner != consumer:
                 continue

@@ -47,6 +47,7 @@ from boxmq.store.commit import Move, discard_unsent, discard_unsent_file
 from boxmq.store.dropbox import Dropbox, NotAFile
 from boxmq.store.layout import State
 from boxmq.store.names import (
+    GET_TOKEN,
     Lock,
     check_consumer_name,
     check_priority,
@@ -346,9 +347,10 @@ class Queue:
         """Lock the next ready message for `consumer`, with no process bound to the lock.
 
         The lock lives until its deadline or until `ack`/`unlock`/`reject` by id, from any
-        process: this is what the CLI uses. Returns None if nothing is ready. Locks whose
-        deadline passed (or whose process died) go back to target/ first, as a server's sweep
-        would, so that queues work without `boxmq serve`.
+        process: this is what the CLI uses. It is `get`'s (GET_TOKEN): a subscriber that
+        joins under `consumer`'s name later does not take it for its own. Returns None if
+        nothing is ready. Locks whose deadline passed (or whose process died) go back to
+        target/ first, as a server's sweep would, so that queues work without `boxmq serve`.
         """
         holder = check_consumer_name(consumer)
         check_seconds("the lock timeout", lock_timeout)
@@ -358,7 +360,7 @@ class Queue:
             # From now, not from before the look at the folders, which may have taken longer
             # than the lock lasts (thousands of names, a busy machine).
             deadline = self._now() + lock_timeout
-            locked = locked_name(name, Lock(holder, int(deadline * 1000), ""))
+            locked = locked_name(name, Lock(holder, int(deadline * 1000), GET_TOKEN))
             processing = self._box.place(State.TARGET, name, State.PROCESSING, locked)
             if processing is None:
                 continue  # another consumer was faster

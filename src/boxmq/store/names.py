@@ -48,6 +48,7 @@ from boxmq.model import (
 )
 
 __all__ = [
+    "GET_TOKEN",
     "LOCK_RESERVE",
     "MAX_NAME",
     "MAX_OWNER",
@@ -103,6 +104,15 @@ class Lock:
     owner: ConsumerId  # the consumer holding it
     deadline_ms: int  # epoch ms when the lock times out
     token: str  # process token [A-Za-z0-9-]{0,30}: "" = no process bound, lives until deadline
+
+
+# The token of a lock `get` took (Queue.get, `boxmq get`): bound to no process, as "", but
+# never taken over by a consumer that outlives its process (a persistent MQTT session, a kept
+# subscribe run: LiveQueue.attach adopts the "" locks under its name), so that a member
+# joining a share group under get's consumer name is not sent what get's user holds. No
+# process token looks like it (they are `<host>-<pid>-<start>`): the sweeps leave it to its
+# deadline, as a lock of another machine's process.
+GET_TOKEN = "get"
 
 
 # --- text pieces ---------------------------------------------------------------------------

@@ -130,3 +130,30 @@ def test_get_on_an_mqtt_session_s_subscription_waits_for_its_server_to_be_gone(
         assert publishes(keeper, within=1.0) == []
     finally:
         keeper.close()
+
+
+def test_an_mqtt_client_joining_under_get_s_consumer_name_is_not_sent_what_get_holds(
+    tmp_path: Path,
+) -> None:
+    """A persistent MQTT session takes, when it joins, the locks that name no process under
+    its client id (those its server held for it before); `get`'s lock under `cli`, the
+    default --consumer, was taken so too by a client `cli` joining the group, and sent to it
+    while get's user held it, and `boxmq ack` then refused, that client's server running."""
+    served, process = serve_fresh(tmp_path)
+    root = served.root
+    _ok(root, "subscribe", GROUP, "--name", "w1", "--keep", "--idle", "0")
+    message_id = _ok(root, "publish", "jobs/1", "held").strip()
+    got = _got(root, GROUP, "--lock", "30s")
+    assert (got["id"], got["locked-by"]) == (message_id, "cli")
+    client, _ = open_raw(served, "cli", expiry=3600)
+    try:
+        client.sendall(subscribe(1, GROUP, 1))
+        assert read(client)[0] == 0x90
+        assert publishes(client, within=1.0) == []
+        assert _ok(root, "ack", GROUP, message_id) == f"ack: {message_id}\n"
+        publish_each(served, "jobs/2", [b"next"])  # and it is a member as any other
+        [sent] = take_publishes(client, 1)
+        assert sent.payload == b"next"
+    finally:
+        client.close()
+        stop_process(process)
