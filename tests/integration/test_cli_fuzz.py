@@ -35,18 +35,23 @@ _SENDING = {
     "--priority": _NUMBERS, "--expires-in": _DURATIONS, "-p": _PROPERTIES,
     "--correlation-id": _WORDS, "--reply-to": _WORDS, "--file": _WORDS,
 }  # fmt: skip
-_SETTLING = {"--consumer": st.one_of(st.just("cli"), _WORDS)}
-_FOLDERS = {"--subscriber": _WORDS}
+_SETTLING = {"--consumer": st.one_of(st.just("cli"), st.just("w"), _WORDS)}
+_FOLDERS = {"--subscriber": st.one_of(st.just("k"), _WORDS)}
+# What the root holds (see the test): a queue, a share group with member w, and k's durable
+# subscription, each with a message ready and one `get` locked (by cli).
+_THERE = st.sampled_from(["q", "$share/g/t", "t"])
+_LOCKED = "<the id get locked there>"  # a settle's ID, swapped for that message's own
+_SETTLES = frozenset({"ack", "unlock", "reject", "extend"})
 _COMMANDS: dict[str, tuple[int, dict[str, st.SearchStrategy[str]]]] = {
     "put": (2, _SENDING | {"--type": _WORDS}),
     "publish": (2, _SENDING | {"--qos": _NUMBERS}),
     "subscribe": (1, {"--name": _WORDS, "--qos": _NUMBERS, "--count": _NUMBERS}),
     "unsubscribe": (1, {"--name": _WORDS}),
     "get": (1, _SETTLING | _FOLDERS | {"--lock": _DURATIONS}),
-    "ack": (2, _SETTLING),
-    "unlock": (2, _SETTLING | {"--delay": _DURATIONS}),
-    "reject": (2, _SETTLING),
-    "extend": (2, _SETTLING | {"--by": _DURATIONS}),
+    "ack": (2, _SETTLING | _FOLDERS),
+    "unlock": (2, _SETTLING | _FOLDERS | {"--delay": _DURATIONS}),
+    "reject": (2, _SETTLING | _FOLDERS),
+    "extend": (2, _SETTLING | _FOLDERS | {"--by": _DURATIONS}),
     "ls": (0, {}),
     "peek": (1, _FOLDERS | {"--limit": _NUMBERS, "--state": st.sampled_from(["error", "x"])}),
     "requeue": (1, _FOLDERS | {"--from": st.sampled_from(["expired", "target"])}),
@@ -58,8 +63,10 @@ _COMMANDS: dict[str, tuple[int, dict[str, st.SearchStrategy[str]]]] = {
 def _command_lines(draw: st.DrawFn) -> list[str]:
     name = draw(st.sampled_from(sorted(_COMMANDS)))
     positionals, options = _COMMANDS[name]
-    # The first often the queue that is there, so that the rest is read, not refused first.
-    words = [name, *(draw(st.one_of(st.just("q"), _WORDS)) for _ in range(positionals))]
+    # The first often a folder that is there, so that the rest is read, not refused first.
+    words = [name, *(draw(st.one_of(_THERE, _WORDS)) for _ in range(positionals))]
+    if name in _SETTLES:  # often the id of a message locked there, to be settled for real
+        words[2] = draw(st.one_of(st.just(_LOCKED), _WORDS))
     if options:
         for option in draw(st.lists(st.sampled_from(sorted(options)), max_size=3)):
             words.append(f"{option}={draw(options[option])}")  # a value may start with -
@@ -88,7 +95,17 @@ def test_any_command_line_ends_in_a_status_and_one_line_never_an_exception(
         with boxmq.open(root, fsync="never") as box:  # a message ready, one locked by `cli`
             box.queue("q").put(b"ready")
             box.queue("q").put(b"locked")
-            box.queue("q").get()
+            locked = {"q": box.queue("q").get()}
+            for folder, member in (("$share/g/t", "w"), ("t", "k")):
+                box.subscribe(folder, member, process_bound=False).detach()  # kept: a member
+            box.publish("t", b"locked")
+            box.publish("t", b"ready")
+            locked["$share/g/t"] = box.subscription("$share/g/t").get()
+            locked["t"] = box.subscription("t", "k").get()
+        assert None not in locked.values()
+        if words[0] in _SETTLES and words[2] == _LOCKED:
+            message = locked.get(words[1])
+            words = [*words[:2], "nothing" if message is None else message.id, *words[3:]]
         argv = ["--data", root, "--fsync", "never", *words]
         try:
             status = cli.main(argv)
