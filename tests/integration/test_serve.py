@@ -7,6 +7,7 @@ import contextlib
 import errno
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -193,3 +194,69 @@ def test_sigusr1_logs_every_thread_s_stack_and_serving_goes_on(tmp_path: Path) -
         sock.close()
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=20) == 0
+
+
+_SERVE = (sys.executable, "-m", "boxmq.cli")
+
+
+@contextlib.contextmanager
+def _sweeping(root: Path) -> Iterator[None]:
+    """`boxmq serve` on `root`, sweeping every 10 ms, once it has swept (a message expired)."""
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("warm").put(b"expires at once", expires_in=0.001)
+    server = subprocess.Popen(
+        [
+            *_SERVE,
+            "--data",
+            str(root),
+            "serve",
+            "--sweep-interval",
+            "0.01",
+            "--mqtt",
+            "127.0.0.1:0",
+        ],
+        stderr=subprocess.DEVNULL,
+    )
+    with _reaped(server):
+        deadline = time.monotonic() + START
+        while not os.listdir(root / "warm" / "expired"):
+            assert time.monotonic() < deadline, "no sweep ran"
+            time.sleep(0.05)
+        yield
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=10) == 0
+
+
+def test_an_rm_rf_of_a_queue_while_serve_sweeps_deletes_it(root: Path) -> None:
+    """docs/cli.md deletes a queue with an `rm -rf` of its folder: each sweep of `boxmq serve`
+    made the state folders a queue lacked, so one the rm had just deleted came back under it,
+    and the rm failed (Directory not empty) and left the queue there (1 to 6 of 1,000 deletes)."""
+    failed = 0
+    with _sweeping(root):
+        deadline = time.monotonic() + 8
+        for _ in range(1000):
+            if time.monotonic() > deadline:
+                break
+            for state in ("working", "target", "processing", "processed", "error", "expired"):
+                os.makedirs(root / "q" / state, exist_ok=True)
+            try:
+                shutil.rmtree(root / "q")
+            except OSError:
+                failed += 1
+                shutil.rmtree(root / "q", ignore_errors=True)
+    assert failed == 0
+
+
+def test_delete_queue_while_serve_sweeps_deletes_it(root: Path) -> None:
+    """`Box.delete_queue` ignored what its rmtree could not delete: under a sweep that made
+    the state folders again it said True and left the queue there."""
+    left = 0
+    with _sweeping(root), boxmq.open(root, fsync="never") as box:
+        deadline = time.monotonic() + 8
+        for _ in range(1000):
+            if time.monotonic() > deadline:
+                break
+            box.queue("q").put(b"one")
+            assert box.delete_queue("q")
+            left += os.path.lexists(root / "q")
+    assert left == 0

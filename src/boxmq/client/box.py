@@ -390,9 +390,13 @@ class Box:
         reports = {}
         for name, path in boxes:
             try:
-                dropbox = Dropbox(path, self._committer, create=False, spares=self._spares)
+                # Not completed (no state folder made at the open), since an `rm -rf` of
+                # the queue may be under way: a move into a folder that is missing makes it.
+                dropbox = Dropbox(
+                    path, self._committer, create=False, spares=self._spares, complete=False
+                )
             except QueueNotFound:
-                continue  # a subscription being created or deleted right now
+                continue  # a queue or subscription being created or deleted right now
             reports[name] = sweep(
                 dropbox,
                 now=now,

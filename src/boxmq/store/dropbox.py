@@ -277,9 +277,30 @@ class Dropbox:
         """
         wanted = new_name or name
         prefixes = self._prefixes
-        if target is _PROCESSING:
-            return lock_apart(prefixes[source] + name, prefixes[target], wanted)
-        return move_apart(prefixes[source] + name, prefixes[target], wanted)
+        move = lock_apart if target is _PROCESSING else move_apart
+        placed = move(prefixes[source] + name, prefixes[target], wanted)
+        if placed is None and self._made_for(prefixes[source] + name, target):
+            placed = move(prefixes[source] + name, prefixes[target], wanted)
+        return placed
+
+    def _made_for(self, source: str, target: State) -> bool:
+        """A move of `source` found no file: if it is there and it is the `target` folder
+        that is missing (a dropbox made by hand, or by DropboxMQ: target/ alone makes a
+        queue), that folder is made, and True says to move again.
+
+        Made here, where a message needs it, not whenever the dropbox is opened: a sweep of
+        `boxmq serve` that completed every dropbox made the folders an `rm -rf` of a queue
+        had just deleted, and the rm failed (Directory not empty). One folder, never its
+        parents: a dropbox deleted whole is not made again."""
+        if not os.path.lexists(source):
+            return False
+        try:
+            os.mkdir(self._dirs[target])
+        except FileExistsError:
+            pass
+        except OSError:  # the dropbox is gone, or the root takes no changes: no move
+            return False
+        return True
 
     def claim(self, name: str, locked: str) -> str | None:
         """`place(State.TARGET, name, State.PROCESSING, locked)` in one call (one per

@@ -28,6 +28,29 @@ def test_opening_a_queue_with_only_target_makes_the_other_state_folders(tmp_path
         committer.close()
 
 
+def test_a_move_into_a_state_folder_not_made_yet_makes_it_and_no_other(tmp_path: Path) -> None:
+    # What a sweep opens is not completed (an `rm -rf` of the queue may be under way): the
+    # folder a message goes to is made at its move, and a dropbox deleted whole stays deleted.
+    (tmp_path / "half" / "target").mkdir(parents=True)
+    (tmp_path / "half" / "target" / "x").write_text("m")
+    (tmp_path / "half" / "target" / "y").write_text("m")
+    committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
+    try:
+        box = Dropbox(str(tmp_path / "half"), committer, create=False, complete=False)
+        assert os.listdir(tmp_path / "half") == ["target"]
+        assert box.move(State.TARGET, "x", State.EXPIRED)
+        assert box.place(State.TARGET, "y", State.PROCESSING, "y") == "y"
+        assert sorted(os.listdir(tmp_path / "half")) == ["expired", "processing", "target"]
+        assert not box.move(State.TARGET, "gone", State.ERROR)  # no message, no folder
+        assert not (tmp_path / "half" / "error").exists()
+        (tmp_path / "half" / "target" / "z").write_text("m")
+        os.rename(tmp_path / "half", tmp_path / "deleting")
+        assert not box.move(State.TARGET, "z", State.ERROR)
+        assert not (tmp_path / "half").exists()
+    finally:
+        committer.close()
+
+
 def test_a_missing_state_folder_reads_as_empty(tmp_path: Path) -> None:
     committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
     try:
