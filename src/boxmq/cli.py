@@ -7,6 +7,7 @@ Exit status: 0 done, 1 an error (the message says what to fix), 2 a usage error,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import faulthandler
 import io
@@ -460,6 +461,11 @@ def _parser() -> argparse.ArgumentParser:
     p = command("purge", _purge, "delete every message of one state folder")
     _dropbox_arguments(p)
     p.add_argument("--state", default="target", choices=["target", "processed", "error", "expired"])
+    p = command("delete", _delete, "delete a queue and every message in it")
+    p.add_argument("queue", help="a queue (a subscription ends with unsubscribe)")
+    p.add_argument(
+        "--force", action="store_true", help="delete it though consumers hold messages locked"
+    )
     for each in sub.choices.values():  # a usage error after the command shows its usage
         each.set_defaults(usage_error=each.error)
     return parser
@@ -946,6 +952,25 @@ def _purge(args: argparse.Namespace, box: Box) -> int:
         args,
         {**_named(args), "purged": removed},
         f"{args.queue}: {removed} message(s) deleted from {args.state}/",
+    )
+    return 0
+
+
+def _delete(args: argparse.Namespace, box: Box) -> int:
+    counts = box.queue(args.queue, create=False).counts()
+    if counts.locked and not args.force:
+        # Their consumers' acks would find no message, and a consumer still taking messages
+        # moves them under the delete: it should be stopped first (docs/cli.md).
+        raise Conflict(
+            f"{args.queue}: {counts.locked} message(s) locked by consumers; stop them (or "
+            "settle the messages) first, or --force deletes those with the rest"
+        )
+    messages = sum(dataclasses.astuple(counts))
+    box.delete_queue(args.queue)
+    _emit(
+        args,
+        {"queue": args.queue, "deleted": messages},
+        f"{args.queue}: deleted, with its {messages} message(s)",
     )
     return 0
 

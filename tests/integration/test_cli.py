@@ -82,6 +82,24 @@ def test_unlock_reject_requeue_peek_purge(root: Path) -> None:
     assert json.loads(ok(root, "--json", "purge", "jobs")) == {"queue": "jobs", "purged": 1}
 
 
+def test_delete_deletes_a_queue_and_refuses_one_whose_messages_are_locked(root: Path) -> None:
+    ok(root, "put", "jobs", "one")
+    ok(root, "put", "jobs", "two")
+    ok(root, "get", "jobs")
+    refused = boxmq_cli(root, "delete", "jobs")
+    assert refused.returncode == 1
+    assert "jobs: 1 message(s) locked by consumers" in refused.stderr
+    assert (root / "jobs" / "target").is_dir()
+    assert json.loads(ok(root, "--json", "delete", "jobs", "--force")) == {
+        "queue": "jobs",
+        "deleted": 2,
+    }
+    assert not (root / "jobs").exists()
+    missing = boxmq_cli(root, "delete", "jobs")
+    assert missing.returncode == 1
+    assert "no queue 'jobs'" in missing.stderr
+
+
 def test_get_lists_properties_as_peek_does(root: Path) -> None:
     """NAME=VALUE,... (not a Python dict), as peek lists them; for bytes that are not UTF-8
     see test_a_property_in_bytes_that_are_not_utf8_is_shown_sanely."""
@@ -1371,6 +1389,7 @@ def test_a_bad_subscribe_name_is_called_a_subscriber_name_not_a_consumer_name(
         ("get", "q"),
         ("ack", "q", "x"),
         ("purge", "q"),
+        ("delete", "q"),
         ("requeue", "q"),
         ("unsubscribe", "a/#", "--name", "x"),
     ],
