@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -37,6 +36,7 @@ from boxmq.store.layout import (
     list_dropboxes,
     no_dropbox,
     queue_path,
+    remove_dropbox,
 )
 from boxmq.store.process import process_token
 from boxmq.store.retained import RETAINED_DIR
@@ -352,10 +352,7 @@ class Box:
         """
         path = queue_path(self.root, name)
         self._forget_live(path)
-        if no_dropbox(path):
-            return False
-        shutil.rmtree(path, ignore_errors=True)
-        return True
+        return remove_dropbox(self.root, path)
 
     def _forget_live(self, path: str) -> None:
         """A dropbox about to be deleted (a queue, a plain subscription, a share group its last

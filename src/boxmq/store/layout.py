@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import uuid
 from enum import Enum
 
 from boxmq.errors import InvalidName
@@ -26,9 +28,12 @@ __all__ = [
     "no_dropbox",
     "open_folder",
     "queue_path",
+    "remove_dropbox",
 ]
 
 TOPIC_ROOT = "topic-root"
+# Where a dropbox being deleted is renamed first (remove_dropbox): no target/, so no queue.
+DELETING_DIR = ".deleting"
 
 
 class State(Enum):
@@ -65,6 +70,29 @@ def no_dropbox(path: str) -> bool:
         return False
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         os.stat(os.path.join(path, State.TARGET.value))
+    return True
+
+
+def remove_dropbox(root: str, path: str) -> bool:
+    """Delete the dropbox at `path` (under `root`) and every file in it; False if there was
+    none.
+
+    It is renamed into `<root>/.deleting/` first, then deleted there: one rename takes it
+    from its path at once, so a process moving a message in it meanwhile (a consumer of
+    another process, a sweep of `boxmq serve`) finds no file and makes no folder under the
+    delete. Deleted in place, a folder made or filled again under the rmtree made it fail
+    (Directory not empty) and left the dropbox there (a fifth of deletes beside a busy
+    consumer). What a process that died while deleting left there goes with the next delete."""
+    if no_dropbox(path):
+        return False
+    deleting = os.path.join(root, DELETING_DIR)
+    os.makedirs(deleting, exist_ok=True)
+    try:
+        os.rename(path, os.path.join(deleting, uuid.uuid4().hex))
+    except FileNotFoundError:
+        return False  # deleted by another process right now
+    for entry in os.scandir(deleting):  # this one, and any a dead process left
+        shutil.rmtree(entry.path, ignore_errors=True)
     return True
 
 
