@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import uuid
 from enum import Enum
 
 from boxmq.errors import InvalidName
@@ -88,7 +87,7 @@ def remove_dropbox(root: str, path: str) -> bool:
     deleting = os.path.join(root, DELETING_DIR)
     os.makedirs(deleting, exist_ok=True)
     try:
-        os.rename(path, os.path.join(deleting, uuid.uuid4().hex))
+        os.rename(path, os.path.join(deleting, os.urandom(16).hex()))
     except FileNotFoundError:
         return False  # deleted by another process right now
     for entry in os.scandir(deleting):  # this one, and any a dead process left
