@@ -44,6 +44,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Final
 
 from boxmq.client.box import Box
@@ -670,7 +671,9 @@ class Broker:
                 self._after_will.discard(client)
                 self._out.dirty.add(client)
                 record = self._records.record(session)
-                self._records.write(client, record, _nothing_told, hold=True)
+                # A session resumed has a record on disk already (a restart finds it).
+                refused = None if present else partial(self._record_refused, client, session)
+                self._records.write(client, record, _nothing_told, hold=True, refused=refused)
                 if not reading:  # later, on the Will's write: nothing else begins or sends
                     if client.jobs:
                         self._batches.start(client)
@@ -679,6 +682,8 @@ class Broker:
 
             self._wills.when_written(client_id, record_it)
             reading = False
+            if client.refused:  # its record, written at once, was refused: so is the CONNECT
+                return
             if client in self._after_will and client.held is None:
                 # The record being written holds the Will of the connection taken over: the
                 # packets behind this CONNECT wait for its record, which comes after that
@@ -722,6 +727,35 @@ class Broker:
         )
         self._delivery.resend(client, session)
         self._delivery.pump(session)
+
+    def _record_refused(self, client: Client, session: Session, error: OSError) -> None:
+        """The disk refused the first record of the persistent session a CONNECT made (full,
+        read-only): its CONNACK, still unsent, becomes a refusal (v5 0x97 for a full disk,
+        0x80 otherwise; 3.1.1 0x03), rather than tell the client a session is kept that the
+        next restart would not know. The session ends at once, as a clean one would, and the
+        CONNECT's Will goes nowhere (its connection was never accepted). A resumed session
+        is not refused: its last record stays on disk, and a restart finds it."""
+        failure = store_failure(error)
+        if self._links.get(session.client_id) is not client:
+            # Closed meanwhile (or taken over, the session another connection's now): its
+            # close dealt with the session, as with any whose record the disk refuses.
+            log.warning("client %s: session record not written: %s", session.client_id, failure)
+            return
+        reason = reason_for(failure)
+        connection = client.link.connection
+        log.warning(
+            "client %s refused: its session's record was not written (%s): %s",
+            session.client_id,
+            _reason_text(reason, connection.version or ProtocolVersion.V5),
+            failure,
+        )
+        connection.refuse(reason)
+        client.clean_exit = True  # the Will of a connection never accepted goes nowhere
+        client.refused = True
+        session.expiry = 0  # ends at the close, as a clean session
+        self.flush()
+        self.closed(client.link, "its CONNECT refused")
+        client.link.close()
 
     def _wait_for_earlier(self, client: Client, packet: Connect, *, authenticated: bool) -> bool:
         """A CONNECT that resumes a session from the disk (none in memory, clean start 0)

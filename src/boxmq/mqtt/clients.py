@@ -64,6 +64,7 @@ class Client:
     # The Session Expiry Interval its CONNECT asked for (v5), before max_session_expiry: a
     # DISCONNECT may set one only if this was not 0 (§3.14.2.2.2), though ours may be 0.
     asked_expiry: int = 0
+    refused: bool = False  # its CONNECT refused, its new session's record refused (broker.py)
     jobs: list[Job] = field(default_factory=list)  # disk work waiting for the next batch
     tail: asyncio.Future[None] | None = None  # the batch running now (one at a time, in order)
     paused: bool = False

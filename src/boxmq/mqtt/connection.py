@@ -373,6 +373,16 @@ class Connection:
         for packet in packets:
             self.send(packet)
 
+    def refuse(self, reason: ReasonCode) -> None:
+        """Take back the CONNACK still waiting here (and what followed it, none of it sent)
+        for one refusing the CONNECT with `reason`: its record was refused (recording.py)."""
+        version = self.version
+        assert version is not None
+        assert reason >= ReasonCode.UNSPECIFIED_ERROR
+        self._out = [encode(Connack(reason=reason), version)]
+        self.accepted = False
+        self.ended = True
+
     def data_to_send(self) -> list[bytes]:
         out, self._out = self._out, []
         return out

@@ -14,7 +14,9 @@ Invariants:
   once on the loop, unflushed.
 - A record written when a connection closes (`save`) goes after the records the client's disk
   work still writes, so that the last one says the last.
-- A record the disk refuses is logged: it costs only what the record is for.
+- A record the disk refuses is logged: it costs only what the record is for. The first one of
+  a new persistent session, at its CONNECT, is for the session itself: that CONNECT is
+  refused instead (`write`'s `refused`, broker.py), its CONNACK still unsent.
 - A session's record is removed after the record writes still queued for its client id
   (`remove`): one of them would write it back, and a restart would find the session (and
   send its Will).
@@ -111,24 +113,34 @@ class Recorder:
             next_packet_id=session.outbox.next_id,
         )
 
-    def store(self, record: SessionRecord, *, flush: bool) -> None:
-        """A failure costs only what the record is for, so it is logged."""
+    def store(self, record: SessionRecord, *, flush: bool, told: bool = True) -> OSError | None:
+        """A failure costs only what the record is for, so it is logged (unless `told`
+        False: its caller says it) and returned."""
         try:
             written = write_record(self._root, record, flush=flush)
         except OSError as error:
-            # In the words of the other refusals: what to fix, not "[Errno 30] ...".
-            log.warning(
-                "client %s: session record not written: %s",
-                shown(record.client_id),
-                store_failure(error),
-            )
-        else:
-            self._written[record.client_id] = (written.st_ino, written.st_mtime_ns)
+            if told:
+                # In the words of the other refusals: what to fix, not "[Errno 30] ...".
+                log.warning(
+                    "client %s: session record not written: %s",
+                    shown(record.client_id),
+                    store_failure(error),
+                )
+            return error
+        self._written[record.client_id] = (written.st_ino, written.st_mtime_ns)
+        return None
 
-    def _storing(self, record: SessionRecord, flush: bool, then: Callable[[object], None]) -> Job:
-        """A job that stores `record`, then runs `then` on the loop. Until it has, the
-        record on disk is not replaced (`replaced`): this broker's word on the session is
-        on its way, and will be the last."""
+    def _storing(
+        self,
+        record: SessionRecord,
+        flush: bool,
+        then: Callable[[object], None],
+        *,
+        told: bool = True,
+    ) -> Job:
+        """A job that stores `record`, then runs `then` on the loop with the refusal (an
+        OSError) or None. Until it has, the record on disk is not replaced (`replaced`): this
+        broker's word on the session is on its way, and will be the last."""
         client_id = record.client_id
         self._queued[client_id] = self._queued.get(client_id, 0) + 1
 
@@ -138,7 +150,7 @@ class Recorder:
                 self._queued[client_id] = left
             then(result)
 
-        return Job(partial(self.store, record, flush=flush), stored)
+        return Job(partial(self.store, record, flush=flush, told=told), stored)
 
     def replaced(self, client_id: str) -> bool:
         """Whether the session's record on disk may not be the one this broker wrote last
@@ -211,16 +223,21 @@ class Recorder:
         told: Callable[[], None],
         *,
         hold: bool = False,
+        refused: Callable[[OSError], None] | None = None,
     ) -> None:
         """Write `record` (a persistent session's; None: none to write), then run `told`,
         which answers the client: in order with its disk work, and flushed first under
         fsync=always, since the answer says the session is kept (DESIGN.md §5). `hold`:
         nothing at all reaches the client before (its CONNACK is waiting in its connection).
-        Under the other policies, written at once on the loop, unflushed, as before."""
+        Under the other policies, written at once on the loop, unflushed, as before.
+        `refused`: run instead of `told` if the disk refuses the record (which it then
+        logs), under every policy, the answer still unsent."""
         if not self.flushed:
-            if record is not None:
-                self.store(record, flush=False)
-            told()
+            error = None if record is None else self.store(record, flush=False, told=not refused)
+            if error is not None and refused is not None:
+                refused(error)
+            else:
+                told()
             return
         if record is None:
             client.jobs.append(Job(None, lambda _: told()))
@@ -228,10 +245,13 @@ class Recorder:
         if hold:
             client.holding += 1
 
-        def written(_: object) -> None:
+        def written(error: object) -> None:
             if hold:
                 client.holding -= 1
                 self._out.dirty.add(client)
-            told()
+            if isinstance(error, OSError) and refused is not None:
+                refused(error)
+            else:
+                told()
 
-        client.jobs.append(self._storing(record, self.flushed, written))
+        client.jobs.append(self._storing(record, self.flushed, written, told=not refused))

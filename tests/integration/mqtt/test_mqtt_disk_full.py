@@ -26,6 +26,7 @@ from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.session_record import read_record
 
 QUOTA_EXCEEDED = 0x97
+SERVER_UNAVAILABLE_V311 = 0x88  # return code 3, as paho gives it (its v5 name)
 REASON_STRING = 0x1F
 
 
@@ -100,8 +101,8 @@ def test_v5_qos2_on_a_full_disk_gets_a_pubrec_quota_exceeded_with_a_reason_strin
     running: RunningServer, disk: SmallDisk, connect: Callable[..., Paho]
 ) -> None:
     member = _group_member(connect)
+    sock, _ = open_raw(running, "raw-pub")  # its session's record written (refused after)
     disk.fill()
-    sock, _ = open_raw(running, "raw-pub")
     with sock:
         sock.sendall(publish_qos2("t/2", 7, b"exactly once"))
         kind, body = read(sock)
@@ -295,3 +296,54 @@ def test_a_will_the_disk_refuses_stays_in_its_session_record_and_a_restart_sends
         keeper.stop()
     finally:
         second.shutdown()
+
+
+@pytest.mark.parametrize("fsync", ["always", "never"])
+@pytest.mark.parametrize("v5", [True, False], ids=["v5", "v311"])
+def test_a_persistent_session_whose_record_the_disk_refuses_is_refused_at_connack(
+    disk: SmallDisk, fsync: str, v5: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its CONNACK said 0 (session kept) while its record was only logged as not written:
+    the next restart knew nothing of it. The CONNECT is refused now (v5 0x97, 3.1.1 0x03),
+    under each fsync policy (the CONNACK waits for the record under each); a clean session
+    still connects, and once space is back the session is made and outlives a restart."""
+    running = start_server(disk.path / "root", fsync=fsync)
+    try:
+        clean = paho(running, "clean", v5=v5)
+        clean.subscribe("w/#", qos=1)
+        disk.fill()
+        with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+            refused = paho(
+                running,
+                "kept",
+                v5=v5,
+                clean=False,
+                expiry=3600,
+                will=("w/kept", b"gone", 1),
+                expect=QUOTA_EXCEEDED if v5 else SERVER_UNAVAILABLE_V311,
+            )
+            refused.stop()
+        [line] = [r.getMessage() for r in caplog.records if "client kept refused" in r.getMessage()]
+        assert "ENOSPC (No space left on device); the file system is full" in line, line
+        assert not any("client kept connected" in r.getMessage() for r in caplog.records) or (
+            fsync == "always"  # told connected while its record was on its way
+        )
+        assert not any(r.getMessage().startswith("client kept: session") for r in caplog.records)
+        assert clean.nothing(within=0.3)  # the refused CONNECT's Will went nowhere
+        disk.free()
+        kept = paho(running, "kept", v5=v5, clean=False, expiry=3600)
+        assert not kept.session_present  # what the client was told: nothing kept
+        kept.subscribe("t/#", qos=1)
+        kept.stop()
+        clean.stop()
+    finally:
+        disk.free()
+        running.shutdown()
+    running = start_server(disk.path / "root", fsync=fsync)
+    try:
+        kept = paho(running, "kept", v5=v5, clean=False, expiry=3600)
+        assert kept.session_present
+        kept.stop()
+    finally:
+        running.shutdown()
+
