@@ -1,12 +1,14 @@
 """The embedded API where the file system refuses a move (a read-only file system, EROFS,
 made for real: a small tmpfs remounted ro, tests/diskfull.py): the call raises the OSError,
 no message is lost or moved, and everything goes on once the disk takes changes again.
-The full disk's tests are in test_cli.py and mqtt/test_mqtt_disk_full.py."""
+The full disk's tests are in test_cli.py and mqtt/test_mqtt_disk_full.py (and one here: a
+spare's refusal named)."""
 
 from __future__ import annotations
 
 import errno
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,36 @@ def test_a_close_the_disk_refuses_closes_everything_then_raises(tmp_path: Path) 
         with pytest.raises(boxmq.Closed):
             jobs.put("after")
         assert jobs.counts().locked == 1  # released at its deadline, by any process's sweep
+
+
+def test_a_put_or_publish_a_full_disk_refuses_in_a_spare_names_where_it_was_going(
+    tmp_path: Path,
+) -> None:
+    """Written into a spare file (one an ack gave back), the refusal named the spare,
+    '<root>/.spare/<process>+0/3: No space left', which says nothing of the queue."""
+    with (
+        small_disk(tmp_path / "disk") as disk,
+        boxmq.open(disk.path / "data", fsync="never", keep_processed=False) as box,
+    ):
+        root = disk.path / "data"
+        jobs = box.queue("jobs")
+        box.subscribe("t/#", "k1").close()  # kept: a publish to t/a is stored for it
+        for n in range(4):
+            jobs.put(f"small {n}")
+        with jobs.consumer("c1", max_in_flight=4) as consumer:
+            while (message := consumer.receive(timeout=0.5)) is not None:
+                message.ack()  # its file kept as a spare
+        disk.fill()
+        big = b"x" * 60_000
+        sends: list[tuple[Callable[[], object], Path]] = [
+            (lambda: jobs.put(big), root / "jobs" / "working"),
+            (lambda: box.publish("t/a", big), root / "topic-root" / ".incoming"),
+        ]
+        for send, where in sends:
+            with pytest.raises(OSError, match="No space left") as refused:
+                send()
+            assert refused.value.errno == errno.ENOSPC
+            assert refused.value.filename.startswith(f"{where}/"), refused.value.filename
+        disk.free()
+        jobs.put("after")
+        assert jobs.counts().ready == 1

@@ -70,7 +70,7 @@ from boxmq.store.names import check_consumer_name, decode_lenient, encode
 from boxmq.store.process import process_alive
 from boxmq.store.retained import Retained, RetainedStore
 from boxmq.store.side_files import SideFiles
-from boxmq.store.spares import Spares, write_new
+from boxmq.store.spares import Spares, named, write_new
 from boxmq.store.v5_properties import V5Reader
 
 __all__ = ["Publication", "PublishedEach", "Subscriber", "SubscriptionInfo", "Topics"]
@@ -560,13 +560,23 @@ class Topics:
             return Move(staging, None, copies)
         return Move(staging, None, copies, pending=layout.EXACTLY_ONCE_PENDING)
 
+    def _staging(self, envelope: Envelope) -> str:
+        """The path of a message's body in the root's incoming working/, where one not
+        written into a spare goes (`_write_staged` joins it itself: one call less a put)."""
+        return self._incoming + _SEP + layout.staging_name(envelope.message_id, self._token)
+
     def _write_staged(self, envelope: Envelope, body: bytes) -> str:
         """The body written once, in one of the spares' own files (store/spares.py) or else
         in the root's incoming working/: its path."""
         spares = self._spares
         # The pool lives in this root, so its own files rename into the root's dropboxes.
-        if spares is not None and (own := spares.write(body)) is not None:
-            return own
+        if spares is not None:
+            try:
+                own = spares.write(body)
+            except OSError as error:
+                raise named(error, self._staging(envelope)) from error
+            if own is not None:
+                return own
         # Joined by hand (os.path.join is Python code): no name here holds a separator.
         staging = self._incoming + _SEP + layout.staging_name(envelope.message_id, self._token)
         try:

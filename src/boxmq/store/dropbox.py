@@ -24,7 +24,7 @@ from boxmq.errors import QueueNotFound
 from boxmq.store.commit import Committer, Move
 from boxmq.store.layout import State, no_dropbox
 from boxmq.store.names import Lock, distinct_name, locked_name, split_lock
-from boxmq.store.spares import Spares, remove_file, rename_noreplace, write_new
+from boxmq.store.spares import Spares, named, remove_file, rename_noreplace, write_new
 from boxmq.store.temporaries import removed_on_failure, temporary_in
 
 __all__ = ["Dropbox", "Entry", "NotAFile", "move_apart"]
@@ -200,8 +200,13 @@ class Dropbox:
         if self._spares is not None:
             if self._reached is None:
                 self._reached = self._spares.reaches(self.path)
-            if self._reached and (own := self._spares.write(body, check=check)) is not None:
-                return own
+            if self._reached:
+                try:
+                    own = self._spares.write(body, check=check)
+                except OSError as error:
+                    raise named(error, self._working + name) from error
+                if own is not None:
+                    return own
         path = self._working + name
         write_new(path, body, self._spares)
         return path
