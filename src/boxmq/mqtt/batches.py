@@ -149,7 +149,7 @@ class Batches:
             try:
                 if isinstance(results, BaseException):
                     raise results
-                log_store_failures(name_of(client), results)
+                log_store_failures(name_of(client), jobs, results)
                 for job, result in zip(jobs, results, strict=True):
                     job.then(result)  # even for a client gone: its message still goes on
             except Exception as error:

@@ -56,6 +56,7 @@ class Job(NamedTuple):
     then: Callable[[object], None]
     publication: Publication | None = None  # may be done with its neighbours, in one commit
     together: Together | None = None  # done with its neighbours of the same function instead
+    logs: bool = False  # its `then` logs a refusal itself (a SUBSCRIBE's, naming the filter)
 
 
 def no_answer(_: object) -> None:
@@ -238,10 +239,17 @@ def _attempt_each(jobs: Sequence[Job]) -> list[object]:
     return results
 
 
-def log_store_failures(who: str, results: Sequence[object]) -> None:
+def log_store_failures(who: str, jobs: Sequence[Job], results: Sequence[object]) -> None:
     """One line per batch, however many of its messages the file system refused: a full
-    disk under a flood of publications must not flood the log too."""
+    disk under a flood of publications must not flood the log too. The refusals of jobs
+    that log their own (`Job.logs`) are left to them: one line each, not two."""
     failures = [result for result in results if isinstance(result, StoreFailed)]
+    if failures:  # looked at only then: nothing more per job in a batch the disk took
+        failures = [
+            result
+            for job, result in zip(jobs, results, strict=True)
+            if isinstance(result, StoreFailed) and not job.logs
+        ]
     if failures:
         log.error(
             "%s: %d of %d packet(s) of a batch not stored, the client is told: %s",

@@ -199,7 +199,7 @@ class Subscribing:
             if one.text not in session.subscriptions:  # held from now on, for the cap
                 session.adding.add(one.text)
             made = self._memory_made if work is None else self._subscription_made
-            jobs.append(Job(work, partial(made, session, one)))
+            jobs.append(Job(work, partial(made, session, one), logs=True))
         answer = partial(self._subscribed, client, session, packet.packet_id, wanted)
         record = (
             self._records.record(session, [(one.text, one.options) for one in wanted])
@@ -286,7 +286,9 @@ class Subscribing:
         client_id = session.client_id
         session.adding.discard(wanted.text)
         if isinstance(result, BoxMQError):
-            log.warning("client %s: subscribing to %s: %s", client_id, wanted.text, result)
+            # The one line of a refusal (disk.py leaves it to this one): ERROR for the disk's.
+            level = logging.ERROR if isinstance(result, StoreFailed) else logging.WARNING
+            log.log(level, "client %s: subscribing to %s: %s", client_id, wanted.text, result)
             wanted.reason, wanted.options = _refusal_of(result), None
             return
         assert wanted.options is not None
