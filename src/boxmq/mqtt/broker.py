@@ -123,6 +123,9 @@ _STAGE_OF: Final[Mapping[type[Puback | Pubrec | Pubrel | Pubcomp], Stage]] = {  
 
 _ACKS: Final = (tuple, Puback, Pubrec, Pubrel, Pubcomp)  # what `_handle` takes as an answer
 _LONGEST_KEEP_ALIVE: Final = 0xFFFF  # seconds: the most a CONNECT can ask (two bytes)
+# Seconds between the sweeps for sessions held by servers of this host that died
+# (Lifetimes.adopt_the_dead): a stat per record, read only if written since the last one.
+_ADOPT_EVERY: Final = 1.0
 
 
 def _stop_reading(client: Client) -> None:
@@ -255,6 +258,7 @@ class Broker:
             kick=self._kick,
             resume=self._resume,
         )
+        self._next_adoption = 0.0  # the next sweep for sessions of dead servers (tick)
         # A record's write that its process did not live to rename leaves a temporary there.
         box.sweep_temporaries_in(records_folder(box.root))
 
@@ -420,8 +424,9 @@ class Broker:
         self._out.flush()
 
     def tick(self, now: float) -> None:
-        """The timer: keep-alives, CONNECT timeouts, messages others dropped in dropboxes, and
-        the counts of messages full queues dropped."""
+        """The timer: keep-alives, CONNECT timeouts, messages others dropped in dropboxes, the
+        sessions of servers of this host that died, and the counts of messages full queues
+        dropped."""
         for client in list(self._clients.values()):
             connection = client.link.connection
             if client.session is None:
@@ -439,6 +444,9 @@ class Broker:
             if deadline is not None and now > deadline:
                 self._kick(client, _R.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
         self._wills.retry(now=now)
+        if now >= self._next_adoption:
+            self._next_adoption = now + _ADOPT_EVERY
+            self._lifetimes.adopt_the_dead()
         self._delivery.report_drops(now=now)
         self.pump_all()
         self.flush()

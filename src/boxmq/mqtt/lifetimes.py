@@ -18,6 +18,12 @@ Invariants:
   subscriptions, messages awaiting PUBREL, record and locks left to that broker.
 - A CONNECT that finds its session's record naming a broker of this host that died takes
   it on as a restart would (`left_by_the_dead`): away since now, its Will sent when due.
+- So does a running broker's sweep for a session whose client never comes back
+  (`adopt_the_dead`), under a claim (an flock) that one survivor of this host holds at a
+  time; the claimer reads the record again under it, and takes it on only if it still names
+  the dead broker, writing it first as no broker's: a second survivor, or a claimer's
+  successor after it died too, finds it taken, so its Will goes out once. A session whose
+  record names a broker alive, or of another host (it cannot be told), is left alone.
 - What a session left awaiting PUBREL is discarded after the disk work of its connections
   (`after_disk_work`): a PUBREL read before the end goes on to the subscribers.
 """
@@ -26,7 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import hashlib
 import logging
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from functools import partial
@@ -42,7 +51,10 @@ from boxmq.mqtt.session_record import (
     AwayAtStart,
     SessionRecord,
     read_record,
+    read_record_file,
     read_records,
+    record_path,
+    records_folder,
     write_record,
 )
 from boxmq.mqtt.stored import consumer_name, exactly_once_source
@@ -121,6 +133,13 @@ class Lifetimes:
         self._memory = memory
         self._durable = durable
         self.expiries: dict[str, asyncio.TimerHandle] = {}  # client id -> its session's end
+        # The sweep for sessions of dead brokers (`adopt_the_dead`): what each record file
+        # named when last read, by its name, with its inode and mtime, so that a sweep reads
+        # again only the records written since (a stat each, not a read and a JSON parse).
+        self._holders: dict[str, tuple[tuple[int, int], str | None]] = {}
+        self._sweep_failing: int | None = None  # the errno that failed the last sweep
+        self._looking = False  # a look through the records under way (`_dead_held`)
+        self._told_no_claim = False  # told once: claims fail on every sweep, for every record
 
     def forget_on_disk(self, client_id: str, record: SessionRecord | None) -> None:
         """A session this process holds nothing of ended (a clean start, or one found on disk
@@ -216,8 +235,14 @@ class Lifetimes:
         if held is None or held == self._token or process_alive(held) is not False:
             return record
         assert record is not None
-        now = self._clock.now()
-        away = self._away_since_restart(record, now)
+        # Under the claim a sweep takes it on with (`_adopt`), which may have done so since
+        # the record was read; held by a sweep now, waited for (a read and a write).
+        with self._claim(record_path(self._box.root, record.client_id), held, wait=True):
+            current = read_record(self._box.root, record.client_id)
+            if current is None or current.held_by != held:
+                return current  # taken on by another server's sweep: away, no broker's
+            now = self._clock.now()
+            away = self._away_since_restart(current, now)
         assert away is not None  # its holder is None (it was away) or that dead broker
         log.info(
             "client %s: its session was held by a server of this host that died: taken over",
@@ -245,19 +270,187 @@ class Lifetimes:
         now = self._clock.now()
         for found in read_records(self._box.root):
             away = self._away_since_restart(found, now)
-            if away is None:
-                continue
-            if away.counted.will_due is not None:
-                self._wills.resume(away, now)  # first: a Will due with the end goes before it
-            deadline = away.counted.deadline()
-            if deadline is None:
-                continue
-            if deadline <= now:
-                self._end_if_still_away(away)
-            else:
-                self.expiries[found.client_id] = asyncio.get_running_loop().call_later(
-                    deadline - now, self._end_if_still_away, away
+            if away is not None:
+                self._count(away, now)
+
+    def _count(self, away: AwayAtStart, now: float) -> None:
+        """A session away that no timer of this broker counts yet: its Will and its end are
+        timed from its record (`counted`)."""
+        if away.counted.will_due is not None:
+            self._wills.resume(away, now)  # first: a Will due with the end goes before it
+        deadline = away.counted.deadline()
+        if deadline is None:
+            return
+        client_id = away.counted.client_id
+        self.cancel_expiry(client_id)
+        if deadline <= now:
+            self._end_if_still_away(away)
+        else:
+            self.expiries[client_id] = asyncio.get_running_loop().call_later(
+                deadline - now, self._end_if_still_away, away
+            )
+
+    def adopt_the_dead(self) -> None:
+        """The sweep of a running broker: the sessions whose records name a broker of this
+        host that died (SIGKILL, a crash) with their clients connected or kept there, and
+        whose clients never came back, are taken on as a restart of that broker would
+        (`_adopt`). Without this, nothing sent their Wills or ended them until that root
+        was served again by a broker started on this host, and the messages of their share
+        groups stayed locked to them. The records are looked through in a worker thread
+        (`_dead_held`: 10,000 records took 40 ms, their first reading 260 ms), one look at
+        a time, and only those found are taken on, on the loop."""
+        if self._looking:
+            return
+        self._looking = True
+        looked = asyncio.get_running_loop().run_in_executor(None, self._dead_held)
+        looked.add_done_callback(self._adopt_found)
+
+    def _dead_held(self) -> list[tuple[str, str]]:
+        """(path, dead broker's token) of each record naming a broker of this host that died.
+        Each record is read only if written since the last look (its inode and mtime)."""
+        alive: dict[str, bool | None] = {}
+        seen: dict[str, tuple[tuple[int, int], str | None]] = {}
+        found: list[tuple[str, str]] = []
+        try:
+            entries = os.scandir(records_folder(self._box.root))
+        except FileNotFoundError:
+            return found  # no persistent session ever on this root
+        with entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue  # a record being written, or a claim
+                try:
+                    status = entry.stat()
+                except FileNotFoundError:
+                    continue  # its session ended now
+                key = (status.st_ino, status.st_mtime_ns)
+                known = self._holders.get(entry.name)
+                if known is not None and known[0] == key:
+                    held = known[1]
+                else:
+                    record = read_record_file(entry.path)
+                    held = None if record is None else record.held_by
+                seen[entry.name] = (key, held)
+                if held is None or held == self._token:
+                    continue
+                if held not in alive:
+                    alive[held] = process_alive(held)
+                if alive[held] is False:
+                    found.append((entry.path, held))
+        self._holders = seen
+        return found
+
+    def _adopt_found(self, looked: asyncio.Future[list[tuple[str, str]]]) -> None:
+        """On the loop: the sessions `_dead_held` found are taken on. A failing disk is told
+        once per errno, and tried again at the next sweep."""
+        self._looking = False
+        if looked.cancelled():
+            return
+        try:
+            for path, dead in looked.result():
+                self._adopt(path, dead)
+        except OSError as error:
+            if error.errno != self._sweep_failing:
+                log.error(
+                    "the sweep for sessions of dead servers in %s failed, tried again at "
+                    "each next one: %s",
+                    self._box.root,
+                    store_failure(error),
                 )
+            self._sweep_failing = error.errno
+            return
+        self._sweep_failing = None
+
+    def _adopt(self, path: str, dead: str) -> None:
+        """The session whose record is at `path` names `dead`, a broker of this host that
+        died: taken on under its claim (`_claim`), read again under it: still naming `dead`,
+        the record is written as a restart writes it (away since now, its Will due after
+        its delay, no broker's), and only then counted here. Another survivor that takes the
+        claim next reads it no longer naming `dead`, and lets it be; as does this one if
+        another took it first."""
+        with self._claim(path, dead, wait=False) as claimed:
+            if claimed is None and not self._told_no_claim:
+                self._told_no_claim = True
+                log.warning(
+                    "%s: no claim could be made beside it (a file system without flock, or "
+                    "refusing the file), so a session whose server died is left to the next "
+                    "boxmq serve started on this host",
+                    path,
+                )
+            if not claimed:
+                return
+            record = read_record_file(path)
+            if record is not None and record.held_by == dead:
+                self._take_on(record)
+
+    @contextlib.contextmanager
+    def _claim(self, path: str, dead: str, *, wait: bool) -> Iterator[bool | None]:
+        """The claim on the record at `path` naming `dead`, a broker of this host that died:
+        an flock of a file named for both, which the kernel lets go of if this process dies
+        too. Yields True when held, False if another holds it (without `wait`), None where
+        the file system keeps no flocks. Named for a dead broker, whose name no record takes
+        again, the file is deleted when let go: no later claimer can hold another one while
+        the record still names that broker. A CONNECT waits for it (`left_by_the_dead`):
+        another broker holds it for a read and a write of one record."""
+        name = os.path.basename(path)
+        digest = hashlib.sha256(name.encode()).hexdigest()[:32]  # a client id's name is long
+        claim = os.path.join(os.path.dirname(path), f".dead-{dead}-{digest}")
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        except OSError as error:
+            log.debug("%s: no claim: %s", claim, error)
+            yield None
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False  # another survivor of this host is taking it on now
+                return
+            except OSError as error:  # ENOLCK, EOPNOTSUPP: no flocks there
+                log.debug("%s: no claim: %s", claim, error)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(claim)
+                yield None
+                return
+            try:
+                yield True
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(claim)
+        finally:
+            os.close(fd)
+
+    def _take_on(self, record: SessionRecord) -> None:
+        """`record` names a broker of this host that died: written as a restart writes it,
+        and counted here, its Will sent when due."""
+        client_id = record.client_id
+        held = self._sessions.get(client_id)
+        if held is not None:
+            if held.connected:
+                return  # its client just connected here: this broker's record comes
+            # A stale copy: its client moved on to the broker that died, since.
+            self.let_go(held)
+        now = self._clock.now()
+        if record.holder is None:  # away already, and kept there: its times stand
+            away = replace(record, server=None)
+        else:
+            away = self._restarted(record, now)
+        try:
+            write_record(self._box.root, away)
+        except OSError as error:
+            log.warning(
+                "client %s: its session was held by a server of this host that died, and is "
+                "not taken on yet: writing its record failed: %s",
+                client_id,
+                store_failure(error),
+            )
+            return
+        log.info(
+            "client %s: its session was held by a server of this host that died: taken on",
+            client_id,
+        )
+        self._count(AwayAtStart(away, record), now)
 
     def _away_since_restart(self, record: SessionRecord, now: float) -> AwayAtStart | None:
         """A session whose client is away; None if its client is connected to another broker
@@ -270,10 +463,7 @@ class Lifetimes:
         # The broker died with the client connected, so no disconnect was recorded: the network
         # connection closed with it, and the restart is the first moment known after that (MQTT
         # 5.0 §3.1.2.11). Written, so a second restart does not start the countdown again.
-        # Nobody holds it in memory: a client's return takes it from the disk.
-        away = replace(record, holder=None, server=None, disconnected_at=now)
-        if record.will is not None:  # the connection closed without DISCONNECT: a Will to send
-            away = replace(away, will_due=now + will_delay(record.will, record.expiry))
+        away = self._restarted(record, now)
         try:
             write_record(self._box.root, away)
         except OSError as error:
@@ -286,6 +476,16 @@ class Lifetimes:
                 error,
             )
         return AwayAtStart(away, record)
+
+    @staticmethod
+    def _restarted(record: SessionRecord, now: float) -> SessionRecord:
+        """`record`, whose client was connected to a broker that died, as a restart counts
+        it: the connection closed, unseen, at `now`."""
+        # Nobody holds it in memory: a client's return takes it from the disk.
+        away = replace(record, holder=None, server=None, disconnected_at=now)
+        if record.will is not None:  # the connection closed without DISCONNECT: a Will to send
+            away = replace(away, will_due=now + will_delay(record.will, record.expiry))
+        return away
 
     def _end_if_still_away(self, away: AwayAtStart) -> None:
         """The end of a session found on disk at start, unless its client came back (here, or

@@ -30,9 +30,10 @@ Invariants:
   connected there meanwhile, and before writing the record on such a connection (a QoS 2
   PUBLISH, a PUBREL, a SUBSCRIBE), which it closes (broker._taken_since: one stat of the
   record, read only if another write replaced it). None when no broker holds it (a record
-  rewritten at a restart, or written by a boxmq before 2026-11-29): what tells `boxmq unlock`
-  and the other settles whether a running broker counts a message in flight as the
-  session's (cli_settle.py).
+  rewritten at a restart, or by a running broker that took it on from one of its host that
+  died: Lifetimes.adopt_the_dead, or written by a boxmq before 2026-11-29): what tells
+  `boxmq unlock` and the other settles whether a running broker counts a message in flight
+  as the session's (cli_settle.py).
 - `will` is the Will of the connection (held or last closed) still to be sent: written at
   CONNECT, so that a broker killed while the client is connected finds it at its restart,
   and at close (due then, or after its delay); None once it is sent and written for the
@@ -93,6 +94,7 @@ __all__ = [
     "DeliveryOptions",
     "SessionRecord",
     "read_record",
+    "read_record_file",
     "read_records",
     "record_named",
     "record_path",
@@ -361,6 +363,11 @@ def read_records(root: str) -> Iterator[SessionRecord]:
             record = _read(entry.path)
             if record is not None:
                 yield record
+
+
+def read_record_file(path: str) -> SessionRecord | None:
+    """The record in the file `path` of `records_folder` (None: gone, or not a record)."""
+    return _read(path)
 
 
 def _read(path: str) -> SessionRecord | None:

@@ -5,15 +5,22 @@ deleted while in use), nor send its Will, nor deliver a message twice."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
-import pytest
 from tests.integration.mqtt.clients import (
     RunningServer,
     Served,
     drop,
+    free_port,
     paho,
     recorded_away,
+    serve_process,
+    stop_process,
     subscriptions_on_disk,
 )
 from tests.integration.mqtt.raw import (
@@ -27,7 +34,7 @@ from tests.integration.mqtt.raw import (
     take_publishes,
 )
 
-from boxmq.mqtt.session_record import read_record
+from boxmq.mqtt.session_record import read_record, record_path, records_folder
 
 EXPIRY = 2  # seconds: the session outlives each move, and the timer of the server left fires
 
@@ -259,12 +266,6 @@ def test_a_client_back_on_the_surviving_server_gets_its_session_and_the_dead_one
             on_b.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a session held by a server that died is counted again only by the next boxmq "
-    "serve to start on its host: a running one adopting it needs a claim that two survivors "
-    "cannot both win (a design change, proposed in the report)",
-)
 def test_a_session_whose_server_died_ends_on_time_while_another_server_runs(
     two_servers: tuple[RunningServer, RunningServer, Served],
 ) -> None:
@@ -313,3 +314,93 @@ def test_a_subscribe_on_a_connection_whose_session_moved_closes_it(
         on_a.close()
         if on_b is not None:
             on_b.close()
+
+
+def _claim_path(root: Path, client_id: str, dead: str) -> Path:
+    """Where a survivor claims the session of `client_id` from `dead` (Lifetimes._claim)."""
+    name = os.path.basename(record_path(str(root), client_id))
+    digest = hashlib.sha256(name.encode()).hexdigest()[:32]
+    return Path(records_folder(str(root))) / f".dead-{dead}-{digest}"
+
+
+_HOLD_CLAIM = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_two_survivors_send_the_will_of_a_session_whose_server_died_once(
+    two_servers: tuple[RunningServer, RunningServer, Served], tmp_path: Path
+) -> None:
+    """A is killed with the client connected; B and C both run on the root, and only the
+    one that wins the claim takes the session on. A claimer that dies holding the claim
+    (here a process the test kills) leaves it to the next one."""
+    a, b, killed = two_servers
+    root = a.root
+    c = RunningServer(root, None, "127.0.0.1", free_port(), None, None, None, None)  # type: ignore[arg-type]
+    third = serve_process(root, c.port)
+    claimer = None
+    try:
+        watcher = paho(b, "watcher", clean=False, expiry=60)
+        watcher.subscribe("wills/#", 1)
+        on_a, _ = open_raw(a, "roamer", expiry=EXPIRY, will=("wills/roamer", b"gone"))
+        record = read_record(str(root), "roamer")
+        assert record is not None
+        assert record.holder is not None
+        claim = _claim_path(root, "roamer", record.holder)
+        claimer = subprocess.Popen(
+            [sys.executable, "-c", _HOLD_CLAIM, str(claim)], stdout=subprocess.PIPE
+        )
+        assert claimer.stdout is not None
+        assert claimer.stdout.readline() == b"held\n"
+        killed.kill()
+        killed.wait()
+        on_a.close()
+        assert watcher.nothing(within=3.0)  # B and C sweep, and find the session claimed
+        claimer.kill()
+        claimer.wait()
+        assert watcher.next(timeout=EXPIRY + 5.0).payload == b"gone"
+        assert watcher.nothing(within=3.0)  # once
+        assert not claim.exists()
+        time.sleep(EXPIRY + 1.0)
+        assert read_record(str(root), "roamer") is None
+        watcher.stop()
+    finally:
+        if claimer is not None:
+            if claimer.poll() is None:
+                claimer.kill()
+                claimer.wait()
+            assert claimer.stdout is not None
+            claimer.stdout.close()
+        stop_process(third)
+
+
+def test_a_share_groups_messages_held_by_a_session_whose_server_died_go_to_a_member_on_b(
+    two_servers: tuple[RunningServer, RunningServer, Served],
+) -> None:
+    """What the dead session was sent and never acknowledged stays locked to it until its
+    expiry (its client may come back for it), then goes to the group's member on B."""
+    a, b, killed = two_servers
+    on_a, _ = open_raw(a, "roamer", expiry=EXPIRY)
+    try:
+        on_a.sendall(subscribe(1, "$share/g/jobs/#", 1))
+        assert read(on_a)[0] == 0x90
+        sender = paho(b, "sender")
+        for n in range(2):
+            sender.publish(f"jobs/{n}", b"job %d" % n, 1)
+        taken = take_publishes(on_a, 2)  # never acknowledged
+        assert sorted(p.payload for p in taken) == [b"job 0", b"job 1"]
+        worker = paho(b, "worker", clean=False, expiry=60)
+        worker.subscribe("$share/g/jobs/#", 1)
+        killed.kill()
+        killed.wait()
+    finally:
+        on_a.close()
+    got = [worker.next(timeout=EXPIRY + 5.0).payload for _ in range(2)]
+    assert sorted(got) == [b"job 0", b"job 1"]
+    assert worker.nothing(within=1.0)  # once each
+    worker.stop()
+    sender.stop()
