@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -404,3 +406,55 @@ def test_a_share_groups_messages_held_by_a_session_whose_server_died_go_to_a_mem
     assert worker.nothing(within=1.0)  # once each
     worker.stop()
     sender.stop()
+
+
+def test_a_client_coming_back_while_its_dead_servers_session_is_claimed_keeps_it(
+    two_servers: tuple[RunningServer, RunningServer, Served],
+) -> None:
+    """A is killed; the client comes back to B while the session is claimed (by a claimer
+    the test then kills): B's CONNECT waits for the claim, takes the session over once (one
+    Will), and nothing ends it under the connected client when its expiry passes."""
+    a, b, killed = two_servers
+    root = a.root
+    watcher = paho(b, "watcher", clean=False, expiry=60)
+    watcher.subscribe("wills/#", 1)
+    on_a, _ = open_raw(a, "roamer", expiry=EXPIRY, will=("wills/roamer", b"gone"))
+    on_a.sendall(subscribe(1, "news/#", 1))
+    assert read(on_a)[0] == 0x90
+    record = read_record(str(root), "roamer")
+    assert record is not None
+    assert record.holder is not None
+    claim = _claim_path(root, "roamer", record.holder)
+    with subprocess.Popen(
+        [sys.executable, "-c", _HOLD_CLAIM, str(claim)], stdout=subprocess.PIPE
+    ) as claimer:
+        try:
+            assert claimer.stdout is not None
+            assert claimer.stdout.readline() == b"held\n"
+            killed.kill()
+            killed.wait()
+            on_a.close()
+            back: list[tuple[socket.socket, bool]] = []
+            connecting = threading.Thread(
+                target=lambda: back.append(open_raw(b, "roamer", expiry=EXPIRY))
+            )
+            connecting.start()
+            time.sleep(1.0)
+            assert not back  # its CONNECT waits for the claim
+        finally:
+            claimer.kill()
+    connecting.join(timeout=30)
+    on_b, present = back[0]
+    try:
+        assert present
+        assert watcher.next(timeout=5.0).payload == b"gone"
+        assert watcher.nothing(within=1.0)  # once
+        time.sleep(EXPIRY + 1.5)
+        assert ("news/#", None, "roamer") in subscriptions_on_disk(root)
+        sender = paho(b, "sender")
+        sender.publish("news/1", b"still here", 1)
+        assert take_publishes(on_b, 1)[0].payload == b"still here"
+        sender.stop()
+    finally:
+        on_b.close()
+    watcher.stop()
