@@ -1,0 +1,351 @@
+"""The rules of the MQTT-234 shared-subscription proposal (MQTT 5.0 §4.8.2) that no other
+real-client test checks, one test each, with paho-mqtt 5.0 and 3.1.1 clients."""
+
+from __future__ import annotations
+
+import queue
+import time
+from typing import Any
+
+import pytest
+from tests.integration.mqtt.clients import Paho, RunningServer, drop, paho
+from tests.integration.mqtt.raw import (
+    open_raw,
+    packet,
+    pubcomp,
+    pubrec,
+    read,
+    subscribe,
+    take_publishes,
+)
+
+VERSIONS = [pytest.param(True, id="v5"), pytest.param(False, id="v311")]
+
+
+def _codes(reasons: list[Any]) -> list[int]:
+    return [int(getattr(r, "value", r)) for r in reasons]
+
+
+def _drain(client: Paho, within: float = 0.5) -> list[bytes]:
+    """Every message the client received until none came for `within` seconds."""
+    got: list[bytes] = []
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            got.append(client.messages.get(timeout=0.05).payload)
+            deadline = time.monotonic() + within
+        except queue.Empty:
+            pass
+    return got
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+@pytest.mark.parametrize(
+    "bad",
+    ["$share/g", "$share//a", "$share/g/", "$share/+/a"],  # paho sends no "g+"
+)
+def test_a_share_filter_without_a_proper_share_name_or_filter_is_refused(
+    server: RunningServer, v5: bool, bad: str
+) -> None:
+    """MQTT-234 §4.9.2: a Shared Subscription's Topic Filter MUST contain a ShareName at least
+    one character long, without '/', '+' or '#', followed by a filter: SUBACK 0x8F Topic
+    Filter invalid (3.1.1: 0x80 Failure), and the connection stays."""
+    client = paho(server, "c", v5=v5)
+    assert _codes(client.subscribe(bad, 1)) == [0x8F if v5 else 0x80]
+    client.subscribe("ok", 1)
+    paho(server, "pub").publish("ok", b"still here", 1)
+    assert client.next().payload == b"still here"
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_an_empty_first_level_after_the_share_name_is_part_of_the_filter(
+    server: RunningServer, v5: bool
+) -> None:
+    """MQTT-234 example 2: "$share/consumer1//finance" matches what "/finance" matches."""
+    member = paho(server, "m", v5=v5)
+    assert _codes(member.subscribe("$share/consumer1//finance", 1)) == [1]
+    pub = paho(server, "pub")
+    pub.publish("finance", b"no", 1)
+    pub.publish("/finance", b"yes", 1)
+    assert member.next().payload == b"yes"
+    assert member.nothing()
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_two_groups_on_one_filter_and_a_plain_subscriber_each_get_a_copy(
+    server: RunningServer, v5: bool
+) -> None:
+    """MQTT-234 example 1: "$share/consumer1/sport/tennis/+" and "$share/consumer2/sport/
+    tennis/+" are distinct: each message goes to exactly one member of each, and to every
+    plain subscriber."""
+    one = [paho(server, f"one{i}", v5=v5) for i in range(2)]
+    two = [paho(server, f"two{i}", v5=v5) for i in range(2)]
+    for member in one:
+        member.subscribe("$share/consumer1/sport/tennis/+", 1)
+    for member in two:
+        member.subscribe("$share/consumer2/sport/tennis/+", 1)
+    plain = paho(server, "plain", v5=v5)
+    plain.subscribe("sport/tennis/+", 1)
+    pub = paho(server, "pub")
+    sent = [f"{i}".encode() for i in range(10)]
+    for payload in sent:
+        pub.publish("sport/tennis/player1", payload, 1)
+    assert sorted(_drain(one[0]) + _drain(one[1])) == sorted(sent)
+    assert sorted(_drain(two[0]) + _drain(two[1])) == sorted(sent)
+    assert _drain(plain) == sent
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_a_client_in_two_groups_and_a_plain_subscription_on_one_filter_gets_three_copies(
+    server: RunningServer, v5: bool
+) -> None:
+    """MQTT-234 note 7: each Shared Subscription is independent, and a client with a shared and
+    a non-shared subscription matching a message gets a copy through each; as the only member
+    of two groups with the same filter it gets one copy from each."""
+    client = paho(server, "c", v5=v5)
+    assert _codes(client.subscribe("$share/a/t/#", 1)) == [1]
+    assert _codes(client.subscribe("$share/b/t/#", 1)) == [1]
+    assert _codes(client.subscribe("t/#", 1)) == [1]
+    paho(server, "pub").publish("t/x", b"m", 1)
+    assert _drain(client) == [b"m", b"m", b"m"]
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_overlapping_filters_in_two_groups_each_take_the_message(
+    server: RunningServer, v5: bool
+) -> None:
+    """MQTT-234 note 7: two Shared Subscriptions with overlapping wildcard filters each process
+    a message that matches both; a group's filter keeps the meaning of '+' and '#'."""
+    hash_member = paho(server, "h", v5=v5)
+    hash_member.subscribe("$share/g1/s/#", 1)
+    plus_member = paho(server, "p", v5=v5)
+    plus_member.subscribe("$share/g2/s/+/t", 1)
+    pub = paho(server, "pub")
+    pub.publish("s/a/t", b"both", 1)
+    pub.publish("s/a/u", b"hash only", 1)
+    pub.publish("s", b"hash only too", 1)
+    assert _drain(hash_member) == [b"both", b"hash only", b"hash only too"]
+    assert _drain(plus_member) == [b"both"]
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_one_share_name_on_two_filters_is_two_groups(server: RunningServer, v5: bool) -> None:
+    """MQTT-234: "$share/consumer1//finance" and "$share/consumer1/sport/tennis/+" are distinct
+    shared subscriptions: no relationship is implied by the share name."""
+    finance = paho(server, "f", v5=v5)
+    finance.subscribe("$share/consumer1//finance", 1)
+    tennis = paho(server, "t", v5=v5)
+    tennis.subscribe("$share/consumer1/sport/tennis/+", 1)
+    pub = paho(server, "pub")
+    for i in range(4):
+        pub.publish("/finance", f"f{i}".encode(), 1)
+        pub.publish("sport/tennis/p", f"t{i}".encode(), 1)
+    assert _drain(finance) == [f"f{i}".encode() for i in range(4)]
+    assert _drain(tennis) == [f"t{i}".encode() for i in range(4)]
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_no_member_joining_an_existing_group_is_sent_retained_messages(
+    server: RunningServer, v5: bool
+) -> None:
+    """MQTT-234 (3.8.4): a Session added to an existing Shared Subscription is sent no retained
+    messages, a wildcard filter's included, though a plain subscription of the same client is;
+    what is published later it can expect."""
+    pub = paho(server, "pub")
+    pub.publish("cfg/a", b"retained a", 1, retain=True)
+    pub.publish("cfg/b", b"retained b", 1, retain=True)
+    first = paho(server, "first", v5=v5)
+    first.subscribe("$share/g/cfg/+", 1)
+    second = paho(server, "second", v5=v5)
+    second.subscribe("$share/g/cfg/+", 1)
+    assert first.nothing()
+    assert second.nothing()
+    second.subscribe("cfg/#", 1)  # the same client's plain subscription is sent them
+    got = sorted((m.payload, m.retain) for m in (second.next(), second.next()))
+    assert got == [(b"retained a", True), (b"retained b", True)]
+    pub.publish("cfg/a", b"new", 1)
+    fresh = _drain(first) + _drain(second)
+    assert sorted(fresh) == [b"new", b"new"]  # the plain copy, and the group's to one member
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_subscribing_again_to_a_group_changes_the_qos_and_one_unsubscribe_leaves(
+    server: RunningServer, v5: bool
+) -> None:
+    """MQTT-234 note 6: a second SUBSCRIBE to a group the session is in changes its Requested
+    QoS but does not make it a member twice (one copy of each message, not two), so its
+    first UNSUBSCRIBE leaves the group."""
+    member = paho(server, "m", v5=v5)
+    other = paho(server, "o", v5=v5)
+    other.subscribe("$share/g/q/#", 1)
+    assert _codes(member.subscribe("$share/g/q/#", 0)) == [0]
+    assert _codes(member.subscribe("$share/g/q/#", 2)) == [2]
+    other.unsubscribe("$share/g/q/#")
+    pub = paho(server, "pub")
+    for i in range(4):
+        pub.publish("q/x", f"{i}".encode(), 2)
+    got = [member.next() for _ in range(4)]
+    assert [m.payload for m in got] == [f"{i}".encode() for i in range(4)]
+    assert {m.qos for m in got} == {2}  # the QoS of the second SUBSCRIBE
+    assert member.nothing()  # one member, once: no second copy
+    member.unsubscribe("$share/g/q/#")
+    other.subscribe("$share/g/q/#", 1)  # the group lives on with the other client alone
+    for i in range(4):
+        pub.publish("q/x", f"after {i}".encode(), 1)
+    assert _drain(other) == [f"after {i}".encode() for i in range(4)]
+    assert member.nothing()
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_a_group_outlives_the_member_that_made_it(server: RunningServer, v5: bool) -> None:
+    """MQTT-234: a Shared Subscription survives when the Session that created it leaves, as
+    long as another is associated with it."""
+    maker = paho(server, "maker", v5=v5)
+    maker.subscribe("$share/g/w/#", 1)
+    joiner = paho(server, "joiner", v5=v5)
+    joiner.subscribe("$share/g/w/#", 1)
+    maker.stop()  # a clean session: it ends, and leaves the group
+    pub = paho(server, "pub")
+    for i in range(5):
+        pub.publish("w/x", f"{i}".encode(), 1)
+    assert _drain(joiner) == [f"{i}".encode() for i in range(5)]
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_a_group_whose_last_member_leaves_deletes_what_it_had_not_delivered(
+    server: RunningServer, v5: bool
+) -> None:
+    """MQTT-234: a Shared Subscription ends, and any undelivered messages associated with it
+    are deleted, when no Session is associated with it any more: a member made later makes a
+    new group, sent only what is published after it."""
+    member = paho(
+        server,
+        "slow",
+        v5=v5,
+        configure=lambda c: c.manual_ack_set(True),  # it acknowledges nothing
+        connect_properties={"ReceiveMaximum": 1} if v5 else None,
+    )
+    member.subscribe("$share/g/jobs/#", 1)
+    pub = paho(server, "pub")
+    for i in range(30):
+        pub.publish("jobs/x", f"old {i}".encode(), 1)
+    member.next()
+    drop(member)  # a clean session ends with its connection: the group with it
+    time.sleep(0.5)
+    again = paho(server, "again", v5=v5)
+    again.subscribe("$share/g/jobs/#", 1)
+    pub.publish("jobs/x", b"new", 1)
+    assert _drain(again) == [b"new"]
+
+
+@pytest.mark.parametrize("bad", ["$share/g+/a", "$share/g#/a", "$share/#"])
+def test_a_share_name_holding_a_wildcard_is_refused(server: RunningServer, bad: str) -> None:
+    """MQTT-234 §4.9.2: a ShareName does not include '+' or '#', nor a whole-level one (which
+    paho refuses to send, hence a raw client): SUBACK 0x8F Topic Filter invalid."""
+    client, _ = open_raw(server, "raw", clean=True, expiry=0)
+    try:
+        client.sendall(subscribe(1, bad, 1))
+        kind, body = read(client)
+        assert (kind, body[-1]) == (0x90, 0x8F), (hex(kind), body.hex())
+    finally:
+        client.close()
+
+
+def test_the_connack_says_shared_subscriptions_are_available(server: RunningServer) -> None:
+    """MQTT-234 (3.8.3): a server MAY support Shared Subscriptions; boxmq does, and says so
+    (MQTT 5.0 §3.2.2.3.15: Shared Subscription Available 1)."""
+    client = paho(server, "c")
+    assert client.connack_properties.SharedSubscriptionAvailable == 1
+
+
+def test_the_server_picks_the_members_in_turn(server: RunningServer) -> None:
+    """MQTT-234 note 1: the server chooses a member message by message, by its own criteria;
+    boxmq's default is round robin (docs/mqtt.md), so three members that acknowledge at once
+    get a third each."""
+    members = [paho(server, f"w{i}") for i in range(3)]
+    for member in members:
+        member.subscribe("$share/g/rr/#", 1)
+    pub = paho(server, "pub")
+    for i in range(30):
+        pub.publish("rr/x", f"{i}".encode(), 1)
+    counts = [len(_drain(member)) for member in members]
+    assert counts == [10, 10, 10]
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_a_negative_acknowledgement_is_never_sent_to_another_member(
+    server: RunningServer, qos: int
+) -> None:
+    """MQTT-234 note 5: if a member answers a PUBLISH with a negative PUBACK (PUBREC), the
+    server MUST discard the message and not send it to any other subscriber. boxmq keeps it in
+    the group's error/ (docs/mqtt.md), as a dead letter, not for the members. paho sends no
+    negative acknowledgement: a raw v5 client does."""
+    refuser, _ = open_raw(server, "refuser", clean=True, expiry=0)
+    try:
+        refuser.sendall(subscribe(1, "$share/g/neg/#", qos))
+        assert read(refuser)[0] == 0x90
+        other = paho(server, "other")
+        other.subscribe("$share/g/neg/#", qos)
+        pub = paho(server, "pub")
+        sent = [f"{i}".encode() for i in range(6)]
+        for payload in sent:
+            pub.publish("neg/x", payload, qos)
+        refused = take_publishes(refuser, 1)[0]
+        kind = 0x40 if qos == 1 else 0x50
+        refuser.sendall(packet(kind, refused.packet_id.to_bytes(2, "big") + b"\x80"))
+        refuser.close()  # its session ends: what it still held goes to the other member
+        got = _drain(other, within=1.0)
+        assert refused.payload not in got
+        assert sorted(got) == sorted(set(sent) - {refused.payload})
+    finally:
+        refuser.close()
+
+
+def test_a_qos2_message_whose_member_breaks_off_is_completed_with_it_when_it_returns(
+    server: RunningServer,
+) -> None:
+    """MQTT-234 note 3: a member whose connection breaks while it is sent a QoS 2 message
+    MUST get it when it reconnects (MQTT 5.0 §4.3.3), its session having lived on; the other
+    member is never sent it."""
+    away, _ = open_raw(server, "away", expiry=3600)
+    away.sendall(subscribe(1, "$share/g/exact/#", 2))
+    assert read(away)[0] == 0x90
+    other = paho(server, "other")
+    other.subscribe("$share/g/exact/#", 2)
+    pub = paho(server, "pub")
+    for i in range(2):  # one each, in turn
+        pub.publish("exact/x", f"{i}".encode(), 2)
+    [kept] = take_publishes(away, 1)  # no PUBREC
+    away.close()
+    [given] = _drain(other, within=1.0)
+    assert given != kept.payload
+    back, present = open_raw(server, "away", expiry=3600)
+    try:
+        assert present
+        [again] = take_publishes(back, 1)
+        assert (again.payload, again.dup) == (kept.payload, True)
+        back.sendall(pubrec(again.packet_id))
+        assert read(back) == (0x62, again.packet_id.to_bytes(2, "big"))  # PUBREL
+        back.sendall(pubcomp(again.packet_id))
+    finally:
+        back.close()
+    assert other.nothing()
+
+
+def test_a_qos2_message_whose_member_session_ends_before_pubrec_goes_to_another(
+    server: RunningServer,
+) -> None:
+    """MQTT-234 note 3: if the member's session ends before it reconnects the server MAY send
+    the message to another member; boxmq does (decided, docs/mqtt.md)."""
+    gone, _ = open_raw(server, "gone", clean=True, expiry=0)
+    gone.sendall(subscribe(1, "$share/g/exact/#", 2))
+    assert read(gone)[0] == 0x90
+    other = paho(server, "other")
+    other.subscribe("$share/g/exact/#", 2)
+    pub = paho(server, "pub")
+    for i in range(2):
+        pub.publish("exact/x", f"{i}".encode(), 2)
+    [taken] = take_publishes(gone, 1)  # no PUBREC
+    gone.close()  # Session Expiry 0: the session ends with the connection
+    assert sorted(_drain(other, within=1.0)) == [b"0", b"1"]
+    assert taken.payload in (b"0", b"1")
