@@ -204,3 +204,24 @@ def test_a_worker_killed_mid_stream_leaves_its_messages_to_the_others(
     while _members(server, "etl", "jobs/#") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _members(server, "etl", "jobs/#") == 0  # the group ended with its last member
+
+
+@pytest.mark.parametrize("version", ["mqttv311", "mqttv5"])
+def test_one_mosquitto_sub_in_two_groups_and_a_plain_subscription_gets_a_copy_from_each(
+    server: RunningServer, version: str
+) -> None:
+    """MQTT-234 note 7: each share group is independent of the others and of a plain
+    subscription, so a client that is the only member of two groups on t/# and subscribes to
+    t/# itself gets three copies of a message; the groups are sent no retained message."""
+    _pub_lines(server, "t/ready", 1, ["ready"], "-r")
+    sub = _sub(
+        server,
+        "-V",
+        version,
+        *("-t", "$share/a/t/#", "-t", "$share/b/t/#", "-t", "t/#"),  # one SUBSCRIBE
+        *("-q", "1", "-C", "4", "-F", "%p"),
+    )
+    _ready_line(sub)  # the plain subscription's retained copy: all three are in place
+    _pub_lines(server, "t/x", 1, ["m"], "-V", version)
+    out, _ = sub.communicate(timeout=60)
+    assert out.split() == ["m", "m", "m"]
