@@ -349,3 +349,26 @@ def test_a_qos2_message_whose_member_session_ends_before_pubrec_goes_to_another(
     gone.close()  # Session Expiry 0: the session ends with the connection
     assert sorted(_drain(other, within=1.0)) == [b"0", b"1"]
     assert taken.payload in (b"0", b"1")
+
+
+def test_a_group_whose_last_member_session_expires_away_deletes_what_it_held(
+    server: RunningServer,
+) -> None:
+    """MQTT-234: Sessions get detached from their Shared Subscriptions when they terminate,
+    and the group ends with its last one, deleting what it had not delivered: here a
+    persistent session (Session Expiry 1 s) away while the messages came."""
+    member = paho(server, "away", expiry=1)
+    member.subscribe("$share/g/held/#", 1)
+    assert server.box.topics.members_of("g", "held/#")
+    member.stop()
+    pub = paho(server, "pub")
+    for i in range(3):
+        pub.publish("held/x", f"old {i}".encode(), 1)
+    deadline = time.monotonic() + 10
+    while server.box.topics.members_of("g", "held/#"):
+        assert time.monotonic() < deadline, "the expired session is still a member"
+        time.sleep(0.05)
+    again = paho(server, "again")
+    again.subscribe("$share/g/held/#", 1)
+    pub.publish("held/x", b"new", 1)
+    assert _drain(again) == [b"new"]
