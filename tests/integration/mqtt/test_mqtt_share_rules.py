@@ -372,3 +372,19 @@ def test_a_group_whose_last_member_session_expires_away_deletes_what_it_held(
     again.subscribe("$share/g/held/#", 1)
     pub.publish("held/x", b"new", 1)
     assert _drain(again) == [b"new"]
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+@pytest.mark.parametrize("granted", [0, 1, 2])
+def test_a_member_is_sent_at_the_lower_of_its_granted_and_the_published_qos(
+    server: RunningServer, v5: bool, granted: int
+) -> None:
+    """MQTT-234: a Shared Subscription has a maximum QoS, like a plain one (MQTT 5.0 §3.8.4:
+    the lower of the granted and the published QoS), whatever QoS the message came at."""
+    member = paho(server, "m", v5=v5)
+    assert _codes(member.subscribe("$share/g/lvl/#", granted)) == [granted]
+    pub = paho(server, "pub")
+    for qos in (0, 1, 2):
+        pub.publish(f"lvl/{qos}", b"x", qos)
+    got = {m.topic: m.qos for m in (member.next(), member.next(), member.next())}
+    assert got == {f"lvl/{qos}": min(qos, granted) for qos in (0, 1, 2)}
