@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -361,3 +364,184 @@ def test_a_long_name_a_leaving_share_member_held_goes_to_error_and_says_so(
         assert os.listdir(group / "error") == [name]
     assert "to error/ (metadata-full)" in caplog.text
     assert "went back to the others" not in caplog.text
+
+
+# The DropboxMQ document, statement by statement, with real files and real `boxmq` processes.
+
+
+def cli_get(root: Path) -> dict[str, Any] | None:
+    """One `boxmq get --json` process: the message it locked, or None when none is ready."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "boxmq.cli",
+            f"--data={root}",
+            "--fsync=never",
+            "get",
+            "jobs",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if done.returncode == 3:
+        return None
+    assert done.returncode == 0, done.stderr
+    got: dict[str, Any] = json.loads(done.stdout)
+    return got
+
+
+def test_a_file_in_working_is_not_sent_however_long_its_producer_takes(
+    box: boxmq.Box, root: Path
+) -> None:
+    """'While the message file remains in the working directory, the message has not actually
+    been sent': a consumer never takes it, however often it looks."""
+    box.queue("jobs").put(b"warm-up")
+    assert cli_get(root) is not None
+    sh("printf 'half' > jobs/working/slow", root)
+    assert cli_get(root) is None
+    sh("printf ' and the rest' >> jobs/working/slow", root)
+    sh("mv jobs/working/slow jobs/target/4.slow.T", root)
+    got = cli_get(root)
+    assert got is not None
+    assert (got["id"], got["body"]) == ("slow", "half and the rest")
+
+
+def test_the_priorities_a_script_writes_order_delivery_across_the_whole_int_range(
+    box: boxmq.Box, root: Path
+) -> None:
+    """Field 1: -2^31..2^31-1, default 4 (a name not in the encoding, a missing field 1)."""
+    box.queue("jobs").put(b"warm-up", priority=5)
+    names = ["1.low.T", "-2147483648.min.T", "2147483647.max.T", "plain", ".dflt.T", "9.high.T"]
+    for name in names:
+        send(root, name, "x")
+    order = []
+    while (got := cli_get(root)) is not None:
+        order.append((got["priority"], got["id"]))
+    assert order[:3] == [(2147483647, "max"), (9, "high"), (5, order[2][1])]
+    assert sorted(order[3:5]) == [(4, "dflt"), (4, "plain")]
+    assert order[5:] == [(1, "low"), (-2147483648, "min")]
+
+
+def test_a_priority_outside_the_int_range_makes_the_name_one_not_in_the_encoding(
+    box: boxmq.Box, root: Path
+) -> None:
+    box.queue("jobs").put(b"warm-up", priority=0)
+    send(root, "2147483648.big.T", "x")
+    got = cli_get(root)
+    assert got is not None
+    assert (got["id"], got["priority"]) == ("2147483648.big.T", 4)
+
+
+def test_a_script_s_message_whose_expiration_passed_goes_to_expired_not_to_a_consumer(
+    box: boxmq.Box, root: Path
+) -> None:
+    """Field 4: epoch milliseconds; the expired/ folder holds what expired, body and name."""
+    box.queue("jobs").put(b"warm-up")
+    assert cli_get(root) is not None
+    send(root, "4.old.T.1140429211295", "stale")  # example 1's expiration: 2006
+    send(root, "4.new.T.32503680000000", "fresh")  # the year 3000
+    send(root, "4.none.T.0", "never")  # 0: no expiration
+    got = sorted(m["id"] for m in iter(lambda: cli_get(root), None))
+    assert got == ["new", "none"]
+    assert (root / "jobs" / "expired" / "4.old.T.1140429211295").read_bytes() == b"stale"
+
+
+def test_every_property_type_a_script_writes_reads_back_typed(box: boxmq.Box, root: Path) -> None:
+    """Field 8: name<T>=value pairs joined by &, names and values URL-encoded."""
+    jobs = box.queue("jobs")
+    jobs.put(b"warm-up")
+    props = "bB=true&yY=-128&hH=32767&iI=-2147483648&lL=9223372036854775807&fF=1.5&dD=12.5"
+    send(root, f"4.p.T.....{props}&a%26b%3DcS=x+y%25z", "typed")
+    with jobs.consumer("w", max_in_flight=5) as consumer:
+        message = next(m for m in acked(consumer, 2) if m.id == "p")
+    assert message.properties == {
+        "b": True,
+        "y": -128,
+        "h": 32767,
+        "i": -2147483648,
+        "l": 9223372036854775807,
+        "f": 1.5,
+        "d": 12.5,
+        "a&b=c": "x y%z",
+    }
+
+
+def test_every_message_class_a_script_writes_is_read_and_a_missing_one_is_bytes(
+    box: boxmq.Box, root: Path
+) -> None:
+    jobs = box.queue("jobs")
+    jobs.put(b"warm-up", priority=9)
+    for letter in "MBSPOT":
+        send(root, f"4.{letter}.{letter}", letter)
+    send(root, "4.none.", "none")
+    with jobs.consumer("w", max_in_flight=10) as consumer:
+        classes = {m.id: m.message_class.value for m in acked(consumer, 8)[1:]}
+    assert classes == {**{c: c for c in "MBSPOT"}, "none": "B"}
+
+
+def test_a_malformed_name_is_delivered_whole_as_its_id_with_default_metadata(
+    box: boxmq.Box, root: Path
+) -> None:
+    """'If no message identifier can be parsed, the entire message filename is used'."""
+    jobs = box.queue("jobs")
+    jobs.put(b"warm-up", priority=9)
+    for name in ("7.x.Q", "7.x.T.soon", "7..T", "7.x"):
+        send(root, name, name)
+    with jobs.consumer("w", max_in_flight=10) as consumer:
+        got = {(m.id, m.priority, m.message_class.value) for m in acked(consumer, 5)[1:]}
+    assert got == {(n, 4, "B") for n in ("7.x.Q", "7.x.T.soon", "7..T", "7.x")}
+
+
+def test_an_acked_message_stays_in_processed_and_a_rejected_one_in_error_as_sent(
+    box: boxmq.Box, root: Path
+) -> None:
+    """What a DropboxMQ reader finds after consumption: the body as sent, under a name that
+    still decodes to the message (a reject adds boxmq's own bx_ properties only)."""
+    jobs = box.queue("jobs")
+    jobs.put(b"warm-up")
+    send(root, "6.keep.T.....kS=v", "kept")
+    send(root, "6.bad.T.....kS=v", "refused")
+    with jobs.consumer("w", max_in_flight=10) as consumer:
+        for _ in range(3):
+            message = consumer.receive(timeout=5)
+            assert message is not None
+            if message.id == "bad":
+                message.reject()
+            else:
+                message.ack()
+    assert (root / "jobs" / "processed" / "6.keep.T.....kS=v").read_bytes() == b"kept"
+    (dead,) = os.listdir(root / "jobs" / "error")
+    assert (root / "jobs" / "error" / dead).read_bytes() == b"refused"
+    envelope = decode(dead)
+    assert (envelope.message_id, envelope.priority, envelope.user_properties()) == (
+        "bad",
+        6,
+        {"k": "v"},
+    )
+
+
+def test_two_boxmq_get_processes_racing_for_script_files_each_take_a_message_once(
+    box: boxmq.Box, root: Path
+) -> None:
+    """'Only one consumer will succeed' the move to processing/; the others go on scanning."""
+    box.queue("jobs").put(b"warm-up")
+    assert cli_get(root) is not None
+    for n in range(12):
+        send(root, f"4.m{n}.T", str(n))
+    script = "for i in 1 2 3 4 5 6 7 8; do boxmq_get || true; done"
+    cmd = f"{sys.executable} -m boxmq.cli --data {root} --fsync never get jobs --json"
+    racers = [
+        subprocess.Popen(
+            ["sh", "-c", f"boxmq_get() {{ {cmd}; }}; {script}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outs = [racer.communicate(timeout=120)[0] for racer in racers]
+    ids = [json.loads(line)["id"] for out in outs for line in out.splitlines()]
+    assert sorted(ids) == sorted(f"m{n}" for n in range(12))
