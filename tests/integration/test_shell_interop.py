@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -545,3 +546,57 @@ def test_two_boxmq_get_processes_racing_for_script_files_each_take_a_message_onc
     outs = [racer.communicate(timeout=120)[0] for racer in racers]
     ids = [json.loads(line)["id"] for out in outs for line in out.splitlines()]
     assert sorted(ids) == sorted(f"m{n}" for n in range(12))
+
+
+def test_a_working_file_still_being_written_outlives_abandon_after_and_an_untouched_one_not(
+    root: Path,
+) -> None:
+    """DropboxMQ lets a producer take as long as it needs; boxmq's sweep deletes a working/
+    file only once it has not changed for `abandon_after` (its ctime), so a slow writer keeps
+    its file and a crashed script's is cleaned up."""
+    with boxmq.open(root, fsync="never", abandon_after=2) as box:
+        box.queue("jobs").put(b"warm-up")
+        sh("printf a > jobs/working/crashed && printf a > jobs/working/slow", root)
+        time.sleep(2.5)
+        sh("printf b >> jobs/working/slow", root)  # still writing: its ctime moves
+        box.sweep()
+        assert sorted(os.listdir(root / "jobs" / "working")) == ["slow"]
+        sh("mv jobs/working/slow jobs/target/4.slow.T", root)
+        got = [m["body"] for m in iter(lambda: cli_get(root), None)]
+        assert sorted(got) == ["ab", "warm-up"]
+
+
+def test_a_file_in_routing_is_never_delivered(box: boxmq.Box, root: Path) -> None:
+    """boxmq has no content routes: routing/ is made for DropboxMQ's layout and left alone."""
+    box.queue("jobs").put(b"warm-up")
+    sh("printf r > jobs/working/r && mv jobs/working/r jobs/routing/4.routed.T", root)
+    got = [m["id"] for m in iter(lambda: cli_get(root), None)]
+    assert len(got) == 1
+    assert "routed" not in got
+    assert os.listdir(root / "jobs" / "routing") == ["4.routed.T"]
+
+
+def test_a_dropboxmq_topic_s_incoming_and_subscription_folders_are_not_boxmq_s(
+    box: boxmq.Box, root: Path
+) -> None:
+    """As docs/file-format.md says: a file in a topic's .incoming/target/ is not published, and
+    a `<subscription>.<connection>` folder is fed nothing; a subscription's target/ is."""
+    with box.subscribe("topic1", "sub1") as subscription:
+        topic = root / "topic-root" / "topic1"
+        (topic / ".incoming" / "working").mkdir(parents=True)
+        (topic / ".incoming" / "target").mkdir()
+        (topic / ".subscriptions" / "sub1.connection1" / "target").mkdir(parents=True)
+        sh("printf i > working/i && mv working/i target/4.in.T", topic / ".incoming")
+        box.publish("topic1", b"published")
+        own = topic / ".subscriptions" / "client.sub1"
+        sh("printf s > working/s && mv working/s target/4.dropped.T", own)
+        got = []
+        for _ in range(2):
+            message = subscription.receive(timeout=5)
+            assert message is not None
+            message.ack()
+            got.append(message.body)
+        assert sorted(got) == [b"published", b"s"]
+        assert subscription.receive(timeout=0.3) is None
+    assert os.listdir(topic / ".incoming" / "target") == ["4.in.T"]
+    assert os.listdir(topic / ".subscriptions" / "sub1.connection1" / "target") == []
