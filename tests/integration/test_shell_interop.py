@@ -600,3 +600,29 @@ def test_a_dropboxmq_topic_s_incoming_and_subscription_folders_are_not_boxmq_s(
         assert subscription.receive(timeout=0.3) is None
     assert os.listdir(topic / ".incoming" / "target") == ["4.in.T"]
     assert os.listdir(topic / ".subscriptions" / "sub1.connection1" / "target") == []
+
+
+def test_a_dropboxmq_consumer_s_claim_is_respected_for_five_minutes_then_redelivered(
+    root: Path,
+) -> None:
+    """A DropboxMQ consumer claims by moving the file into processing/ under its own name: no
+    boxmq consumer takes it, and the sweep gives it back only 5 minutes after the move (its
+    ctime), counted as a delivery that ended without an ack."""
+    clock = ManualClock(start=time.time())
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        jobs = box.queue("jobs")
+        jobs.put(b"warm-up")
+        send(root, "4.claimed.T", "held")
+        sh("mv jobs/target/4.claimed.T jobs/processing/4.claimed.T", root)
+        with jobs.consumer("w", max_in_flight=5) as consumer:
+            assert [m.id for m in acked(consumer, 1)] != ["claimed"]
+            assert consumer.receive_nowait() is None
+        clock.advance(290)
+        box.sweep()
+        assert os.listdir(root / "jobs" / "processing") == ["4.claimed.T"]
+        clock.advance(20)
+        box.sweep()
+        assert os.listdir(root / "jobs" / "processing") == []
+        with jobs.consumer("w") as consumer:
+            (message,) = acked(consumer, 1)
+        assert (message.id, message.body, message.delivery_count) == ("claimed", b"held", 2)
