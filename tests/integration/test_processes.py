@@ -556,4 +556,54 @@ def test_delete_queue_deletes_it_while_a_consumer_of_another_process_takes_messa
             assert consumer.stdout is not None
             consumer.stdout.close()
     assert left == 0
-    assert os.listdir(root / ".deleting") == []
+    assert not (root / ".deleting").exists()  # emptied, and removed with its last delete
+
+
+# Publishes to t/x, one message at a time, for the seconds given.
+_PUBLISH_LOOP = """
+import sys, time, boxmq
+with boxmq.open(sys.argv[1], fsync="never") as box:
+    print("ready", flush=True)
+    deadline = time.monotonic() + float(sys.argv[2])
+    while time.monotonic() < deadline:
+        box.publish("t/x", b"x")
+"""
+
+
+def test_unsubscribe_deletes_a_subscription_a_publisher_of_another_process_fans_out_into(
+    root: Path,
+) -> None:
+    """Deleted in place, a subscription a publication of another process fanned out into
+    under the rmtree (its pending copy's folder made again) made it fail (Directory not
+    empty), ignored: its folders stayed behind, with no record and a message in them."""
+    with boxmq.open(root, fsync="never") as box:
+        box.topics.subscribe("t/x", "s", process_bound=False).close()
+        publisher = subprocess.Popen(
+            [sys.executable, "-c", _PUBLISH_LOOP, str(root), "30"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=os.environ.copy(),
+            text=True,
+        )
+        try:
+            wait_for_line(publisher, "ready")
+            subscriptions = root / "topic-root" / "t%2Fx" / ".subscriptions"
+            left, deletes = 0, 0
+            deadline = time.monotonic() + 8
+            for _ in range(300):
+                if time.monotonic() > deadline:
+                    break
+                box.topics.subscribe("t/x", "s", process_bound=False).close()
+                time.sleep(0.01)  # a few publications into it
+                assert box.topics.unsubscribe("t/x", "s")
+                deletes += 1
+                left += subscriptions.exists() and any(subscriptions.iterdir())
+            assert publisher.poll() is None  # it published all along
+        finally:
+            publisher.kill()
+            publisher.wait(timeout=10)
+            assert publisher.stdout is not None
+            publisher.stdout.close()
+    assert deletes > 50
+    assert left == 0
+    assert not (root / ".deleting").exists()

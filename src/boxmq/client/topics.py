@@ -810,7 +810,7 @@ class Topics:
             # Its engine here goes with it (its locks, its view of the folder), so that the same
             # subscription made again is read afresh, its retained copies at once.
             self._forget(path)
-            layout.remove_subscription(path)
+            layout.remove_subscription(self._root, path)
         layout.bump_generation(self._root)
         return True
 
@@ -897,7 +897,7 @@ class Topics:
             if ended or ((live := self._opened(path)) is not None and live.idle()):
                 self._forget(path)
             if ended:
-                layout.remove_subscription(path)
+                layout.remove_subscription(self._root, path)
         layout.bump_generation(self._root)
         return was_member
 
@@ -1024,7 +1024,7 @@ class Topics:
                         layout.remove_member(path, member)
                 if not layout.members(path):
                     self._forget(path)
-                    layout.remove_subscription(path)
+                    layout.remove_subscription(self._root, path)
                     ended += 1
         if ended:
             layout.bump_generation(self._root)
@@ -1044,7 +1044,7 @@ class Topics:
             except QueueNotFound:
                 return 0  # removed right now, by its unsubscribe
             self._forget(path)
-            layout.remove_subscription(path)
+            layout.remove_subscription(self._root, path)
         log.warning(
             "subscription %s of %r ended: its process (%s) died without removing it; "
             "%d message(s) it held deleted",

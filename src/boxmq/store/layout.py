@@ -11,6 +11,7 @@ dot), which leaves them to boxmq's own bookkeeping.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 from enum import Enum
@@ -21,6 +22,7 @@ from boxmq.store.names import escape_segment, unescape_segment
 __all__ = [
     "TOPIC_ROOT",
     "State",
+    "clear_deleting",
     "dropbox_folders",
     "is_dropbox",
     "list_dropboxes",
@@ -28,6 +30,7 @@ __all__ = [
     "open_folder",
     "queue_path",
     "remove_dropbox",
+    "remove_folder",
 ]
 
 TOPIC_ROOT = "topic-root"
@@ -81,18 +84,45 @@ def remove_dropbox(root: str, path: str) -> bool:
     another process, a sweep of `boxmq serve`) finds no file and makes no folder under the
     delete. Deleted in place, a folder made or filled again under the rmtree made it fail
     (Directory not empty) and left the dropbox there (a fifth of deletes beside a busy
-    consumer). What a process that died while deleting left there goes with the next delete."""
+    consumer). What a process that died while deleting left there goes with the next delete,
+    or the next sweep (`clear_deleting`)."""
     if no_dropbox(path):
         return False
+    return remove_folder(root, path)
+
+
+def remove_folder(root: str, path: str) -> bool:
+    """Rename the folder at `path` into `<root>/.deleting/` and delete it there, with what
+    other deletes left (`remove_dropbox`). False if it was not there."""
     deleting = os.path.join(root, DELETING_DIR)
-    os.makedirs(deleting, exist_ok=True)
-    try:
-        os.rename(path, os.path.join(deleting, os.urandom(16).hex()))
-    except FileNotFoundError:
-        return False  # deleted by another process right now
-    for entry in os.scandir(deleting):  # this one, and any a dead process left
-        shutil.rmtree(entry.path, ignore_errors=True)
+    for _ in range(100):  # each retry follows another process's rmdir of an empty .deleting/
+        os.makedirs(deleting, exist_ok=True)
+        try:
+            os.rename(path, os.path.join(deleting, os.urandom(16).hex()))
+            break
+        except FileNotFoundError:
+            if not os.path.lexists(path):
+                return False  # deleted by another process right now
+    else:
+        raise FileNotFoundError(errno.ENOENT, "kept vanishing under the delete", deleting)
+    clear_deleting(root)
     return True
+
+
+def clear_deleting(root: str) -> None:
+    """Delete what is in `<root>/.deleting/` (the dropbox just renamed there, and any a
+    process killed while deleting left), then the folder itself, so that on most roots it is
+    not there: one scandir that finds nothing (a sweep of `boxmq serve` calls this)."""
+    deleting = os.path.join(root, DELETING_DIR)
+    try:
+        entries = list(os.scandir(deleting))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        shutil.rmtree(entry.path, ignore_errors=True)
+    # Another delete may have renamed a folder in meanwhile (ENOTEMPTY): it clears it.
+    with contextlib.suppress(OSError):
+        os.rmdir(deleting)
 
 
 def list_dropboxes(root: str) -> list[str]:

@@ -25,11 +25,10 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
-from boxmq.store.layout import TOPIC_ROOT, State, open_folder
+from boxmq.store.layout import TOPIC_ROOT, State, open_folder, remove_folder
 from boxmq.store.names import escape_segment, folder_segment, unescape_segment
 from boxmq.store.records import make_folders, replace_file, write_in_place
 from boxmq.store.temporaries import TEMPORARY_PREFIX
@@ -270,11 +269,19 @@ def locked_folder(path: str, *, make: bool = False, flush: bool = False) -> Iter
             os.close(fd)  # which lets go of the flock
 
 
-def remove_subscription(path: str) -> None:
-    """Delete a subscription and every message it holds (its last member left)."""
+def remove_subscription(root: str, path: str) -> None:
+    """Delete a subscription of `root` and every message it holds (its last member left, or
+    its unsubscribe). Its record goes first, so that publishers stop seeing it and a disk
+    that refuses (EIO) leaves it whole and says so; then its folder is renamed into
+    `<root>/.deleting/` in one step and deleted there (layout.remove_folder). Deleted in
+    place, a publication of another process fanning out into it, a requeue or a sweep moving
+    a message in it under the rmtree made it fail (Directory not empty) and left its folders
+    behind, a message in them, with no record. The flock a share group's join or leave holds
+    is the folder's: it goes with it, and a join waiting for it finds the path gone and makes
+    a new folder (`locked_folder`)."""
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(path, _RECORD))  # publishers stop seeing it first
-    shutil.rmtree(path, ignore_errors=True)
+        os.unlink(os.path.join(path, _RECORD))
+    remove_folder(root, path)
 
 
 def generation(root: str) -> tuple[int, int] | None:
