@@ -607,3 +607,50 @@ def test_unsubscribe_deletes_a_subscription_a_publisher_of_another_process_fans_
     assert deletes > 50
     assert left == 0
     assert not (root / ".deleting").exists()
+
+
+# Deletes the queue q, once it has said so.
+_DELETE = """
+import sys, boxmq
+with boxmq.open(sys.argv[1], fsync="never") as box:
+    print("deleting", flush=True)
+    box.delete_queue("q")
+"""
+
+
+def test_a_delete_killed_midway_leaves_the_queue_whole_or_gone_and_the_sweep_clears_it(
+    root: Path,
+) -> None:
+    """A process killed (SIGKILL) while deleting a big queue never leaves it half in place:
+    it is whole under its name, or gone from it. What the rmtree in .deleting/ had not
+    finished was left there until the next delete; a sweep (boxmq serve's) removes it."""
+    size = 20_000
+    leftovers = 0
+    with boxmq.open(root, fsync="never") as box:
+        for attempt in range(6):
+            if not (root / "q").exists():
+                box.queue("q").put_many([b"x"] * size)
+            deleter = subprocess.Popen(
+                [sys.executable, "-c", _DELETE, str(root)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=os.environ.copy(),
+                text=True,
+            )
+            try:
+                wait_for_line(deleter, "deleting")
+                time.sleep(0.05 * (attempt + 1))  # into its rmtree, or not yet
+            finally:
+                deleter.send_signal(signal.SIGKILL)
+                deleter.wait(timeout=10)
+                assert deleter.stdout is not None
+                deleter.stdout.close()
+            if (root / "q").exists():
+                assert len(os.listdir(root / "q" / "target")) == size  # whole
+            if (root / ".deleting").exists() and os.listdir(root / ".deleting"):
+                leftovers += 1
+                box.sweep()
+                assert not (root / ".deleting").exists()
+                if leftovers >= 2:
+                    break
+    assert leftovers  # a kill landed in the rmtree at least once

@@ -31,6 +31,7 @@ from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import (
     TOPIC_ROOT,
+    clear_deleting,
     dropbox_folders,
     is_dropbox,
     list_dropboxes,
@@ -409,6 +410,9 @@ class Box:
                 abandoned,
                 limits.working_ttl,
             )
+        # What a process killed while deleting a queue or subscription left: one scandir
+        # of a folder most roots lack. A delete under way there too is only helped along.
+        clear_deleting(self.root)
         # First: a stale temporary deleted would make its folder young again.
         self._remove_abandoned(subscriptions, now=now, age=limits.working_ttl)
         self._remove_stale_temporaries(
