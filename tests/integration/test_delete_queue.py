@@ -3,10 +3,16 @@ made again under the name starts afresh."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import boxmq
-from boxmq.errors import Closed
+from boxmq.errors import Closed, ItemNotFound, UnexpectedRequest
 
 
 def test_delete_closes_consumers_and_a_new_queue_starts_afresh(box: boxmq.Box) -> None:
@@ -26,3 +32,44 @@ def test_delete_closes_consumers_and_a_new_queue_starts_afresh(box: boxmq.Box) -
     assert message is not None
     assert message.body == b"new"
     fresh.close()
+
+
+def _delete_in_another_process(root: str, name: str) -> None:
+    code = "import sys, boxmq\nwith boxmq.open(sys.argv[1]) as b: b.delete_queue(sys.argv[2])"
+    subprocess.run([sys.executable, "-c", code, root, name], check=True, timeout=60)
+
+
+def test_a_settle_of_a_message_got_from_a_queue_another_process_deleted_says_so(
+    box: boxmq.Box,
+) -> None:
+    """A handle of Queue.get (the settles by files) and of a consumer (the engine) whose
+    queue another process deleted were told the lock was taken away, or no such message,
+    which sent their users looking for who took it."""
+    queue = box.queue("jobs")
+    queue.put_many([b"a", b"b", b"c", b"d", b"e"])
+    got = [queue.get("w") for _ in range(4)]
+    consumer = queue.consumer("c")
+    received = consumer.receive(timeout=5)
+    assert received is not None
+    assert all(message is not None for message in got)
+    _delete_in_another_process(box.root, "jobs")
+    deleted = f"its queue was deleted ({os.path.join(box.root, 'jobs')} is gone)"
+    for message, settle in zip(got, ("ack", "unlock", "reject", "extend"), strict=True):
+        assert message is not None
+        with pytest.raises(UnexpectedRequest, match=re.escape(deleted)):
+            getattr(message, settle)()
+    with pytest.raises(UnexpectedRequest, match=re.escape(deleted)):
+        received.ack()
+    consumer.close()
+
+
+def test_an_ack_by_id_on_a_queue_deleted_meanwhile_says_it_was_deleted(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    with boxmq.open(root) as box:
+        box.queue("jobs").put(b"a")
+        message = box.queue("jobs").get("w")
+        assert message is not None
+        settler = box.queue("jobs")
+        _delete_in_another_process(str(root), "jobs")
+        with pytest.raises(ItemNotFound, match="no such message: its queue was deleted"):
+            settler.ack(message.id, "w")

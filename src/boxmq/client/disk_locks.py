@@ -17,13 +17,13 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from boxmq.client.lifecycle import dead_name, envelope_of, released_or_dead
+from boxmq.client.lifecycle import dead_name, envelope_of, lock_gone, released_or_dead
 from boxmq.core import QueuePolicy, check_holder
 from boxmq.core.durations import check_seconds
-from boxmq.errors import InvalidArgument, UnexpectedRequest
+from boxmq.errors import InvalidArgument, ItemNotFound
 from boxmq.model import ConsumerId, MessageId
 from boxmq.store.dropbox import Dropbox
-from boxmq.store.layout import State
+from boxmq.store.layout import State, is_dropbox
 from boxmq.store.names import Lock, locked_name, split_lock
 
 __all__ = ["DiskSettler", "GotLock"]
@@ -48,7 +48,7 @@ class DiskSettler:
     def ack(self, message_id: MessageId, consumer: ConsumerId, delivery: str | None = None) -> None:
         name, processing, _ = self._held(message_id, consumer, delivery)
         if not self._box.finish(processing, name, keep=self._keep_processed):
-            raise UnexpectedRequest(message_id, "the lock was taken away")
+            raise lock_gone(message_id, self._box.path)
 
     def unlock(
         self,
@@ -76,7 +76,7 @@ class DiskSettler:
             return dead
         assert new is not None
         if not self._box.move(State.PROCESSING, processing, State.TARGET, new):
-            raise UnexpectedRequest(message_id, "the lock was taken away")
+            raise lock_gone(message_id, self._box.path)
         return None
 
     def reject(
@@ -98,7 +98,7 @@ class DiskSettler:
         name, processing, lock = self._held(message_id, consumer, delivery)
         new = locked_name(name, Lock(lock.owner, int((self._now() + seconds) * 1000), lock.token))
         if not self._box.move(State.PROCESSING, processing, State.PROCESSING, new):
-            raise UnexpectedRequest(message_id, "the lock was taken away")
+            raise lock_gone(message_id, self._box.path)
 
     def lock_process(self, message_id: MessageId, consumer: ConsumerId) -> str | None:
         """The process token of the lock `consumer` holds on the message ("": bound to no
@@ -114,7 +114,7 @@ class DiskSettler:
         """To error/, with `count` deliveries ended without an ack (None: as the name says)."""
         dead = dead_name(name, why, delivery_count=count)
         if not self._box.move(State.PROCESSING, processing, State.ERROR, dead):
-            raise UnexpectedRequest(envelope_of(name).message_id, "the lock was taken away")
+            raise lock_gone(envelope_of(name).message_id, self._box.path)
 
     def _held(
         self, message_id: MessageId, consumer: ConsumerId, delivery: str | None
@@ -148,6 +148,11 @@ class DiskSettler:
                     known=True,
                     past_holders=_past(envelope.last_holder, None, None),
                 )
+        if not is_dropbox(self._box.path):
+            if delivery is not None:  # a handle's: held, its lock gone with the queue
+                raise lock_gone(message_id, self._box.path)
+            gone = f"no such message: its queue was deleted ({self._box.path} is gone)"
+            raise ItemNotFound(message_id, gone)
         check_holder(message_id, consumer, holder=None, known=False, past_holders=())
         raise AssertionError("check_holder accepts no unknown message")  # pragma: no cover
 

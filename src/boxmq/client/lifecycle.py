@@ -12,7 +12,7 @@ import logging
 import os
 
 from boxmq.core import Ready
-from boxmq.errors import InvalidArgument, MetadataTooLong
+from boxmq.errors import InvalidArgument, MetadataTooLong, UnexpectedRequest
 from boxmq.model import (
     DEAD_REASON,
     DELIVERY_COUNT,
@@ -20,10 +20,11 @@ from boxmq.model import (
     NOT_BEFORE,
     ConsumerId,
     Envelope,
+    MessageId,
     PropertyType,
 )
 from boxmq.store.dropbox import Dropbox
-from boxmq.store.layout import State
+from boxmq.store.layout import State, is_dropbox
 from boxmq.store.names import MAX_NAME, decode_lenient, encode
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "PUT_NAME_LIMIT",
     "dead_name",
     "envelope_of",
+    "lock_gone",
     "ready_of",
     "redrive_name",
     "released_name",
@@ -194,3 +196,16 @@ def redrive_name(name: str, *, now: float) -> str:
         return encode(envelope, as_read=True)
     except MetadataTooLong:
         return name
+
+
+def lock_gone(message_id: MessageId, path: str) -> UnexpectedRequest:
+    """The error of a settle whose lock is no longer there: XEP-0254's unexpected-request
+    (the requester held the message, and its lock is gone), which still fits when the queue
+    or subscription at `path` was deleted under it; item-not-found would tell the consumer it
+    never had such a message. Deleted, it says so, rather than leave the consumer looking for
+    who took its lock."""
+    if not is_dropbox(path):
+        return UnexpectedRequest(
+            message_id, f"the lock was taken away: its queue was deleted ({path} is gone)"
+        )
+    return UnexpectedRequest(message_id, "the lock was taken away")

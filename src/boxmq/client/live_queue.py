@@ -22,6 +22,7 @@ from typing import TypeVar
 from boxmq.client.lifecycle import (
     dead_name,
     envelope_of,
+    lock_gone,
     ready_of,
     released_name,
     set_aside,
@@ -46,7 +47,7 @@ from boxmq.core import (
     Release,
     ReleaseReason,
 )
-from boxmq.errors import Closed, InvalidArgument, UnexpectedRequest
+from boxmq.errors import Closed, InvalidArgument
 from boxmq.ids import stamp_of
 from boxmq.model import ConsumerId, Envelope, MessageId
 from boxmq.store.dropbox import Dropbox, NotAFile
@@ -392,7 +393,7 @@ class LiveQueue:
             self._expire(now)  # a late answer finds its lock gone
             effect = decide(now)
             if self._apply(effect):  # another process settled or took the lock meanwhile
-                raise UnexpectedRequest(effect.message.message_id, "the lock was taken away")
+                raise lock_gone(effect.message.message_id, self._box.path)
             self._wake_others()
             return effect
 
@@ -819,7 +820,7 @@ class LiveQueue:
                 new = self._move_lock(old, _PROCESSING, wanted)
                 if not new:
                     self._forget(message.message_id)
-                    raise UnexpectedRequest(message.message_id, "the lock was taken away")
+                    raise lock_gone(message.message_id, self._box.path)
                 self._locks[message.message_id] = new
         return False
 
@@ -835,7 +836,7 @@ class LiveQueue:
             raise
         moved = self._moved(processing)  # another process extended it by id meanwhile?
         if moved is None or not self._box.finish(moved, name, keep=keep):
-            raise UnexpectedRequest(message_id, "the lock was taken away")
+            raise lock_gone(message_id, self._box.path)
 
     def _claim(self, effect: Claim) -> bool:
         """Rename target/ -> processing/ under the lock; True if another process won it."""
