@@ -654,3 +654,67 @@ def test_a_delete_killed_midway_leaves_the_queue_whole_or_gone_and_the_sweep_cle
                 if leftovers >= 2:
                     break
     assert leftovers  # a kill landed in the rmtree at least once
+
+
+# Joins the share group $share/g/t/# as argv[2] and leaves it again, for ever (its test kills
+# it), a message published to it now and then so that a leave deletes a group with messages.
+_JOIN_AND_LEAVE_FOR_EVER = """
+import sys, time
+import boxmq
+with boxmq.open(sys.argv[1], fsync="never") as box:
+    print("joining", flush=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        member = box.subscribe("$share/g/t/#", sys.argv[2])
+        box.publish("t/x", b"to a group about to go")
+        member.close()
+"""
+
+
+def test_a_process_killed_holding_a_share_group_s_flock_keeps_no_one_waiting(
+    root: Path,
+) -> None:
+    """A process joining a share group and leaving it (its last member: the leave deletes it)
+    holds the group's folder with an flock: SIGKILLed at varied moments in those steps, the
+    flock goes with it, and a member of another process joins at once, takes what is
+    published to the group after (once), and leaves it, deleting it."""
+    rng = random.Random(3)
+    deadline = time.monotonic() + 12
+    for attempt in range(8):
+        if time.monotonic() > deadline:
+            break
+        churn = subprocess.Popen(
+            [sys.executable, "-c", _JOIN_AND_LEAVE_FOR_EVER, str(root), "a"],
+            stdout=subprocess.PIPE,
+            env=os.environ.copy(),
+            text=True,
+        )
+        try:
+            wait_for_line(churn, "joining")
+            time.sleep(rng.uniform(0, 0.2))
+        finally:
+            churn.kill()
+            churn.wait(timeout=10)
+            assert churn.stdout is not None
+            churn.stdout.close()
+        joined: list[object] = []
+        with boxmq.open(root, fsync="never") as box:
+            joiner = threading.Thread(
+                target=lambda into=joined, box=box: into.append(box.subscribe("$share/g/t/#", "b")),
+                daemon=True,
+            )
+            joiner.start()
+            joiner.join(timeout=5)
+            assert joined, f"attempt {attempt}: the join waits for the killed process's flock"
+            member = joined[0]
+            assert isinstance(member, boxmq.Subscriber)
+            sent = box.publish("t/x", f"after kill {attempt}")
+            got = []
+            while (message := member.receive(timeout=0.5)) is not None:
+                got.append(message)
+                message.ack()
+            after = [m for m in got if m.body != b"to a group about to go"]
+            assert [m.id for m in after] == [sent], attempt
+            assert "b" in box.topics.members_of("g", "t/#")
+            member.close()  # the last live member, with "a" killed: or "a" is still a member
+    assert not (root / ".deleting").exists() or os.listdir(root / ".deleting") == []
