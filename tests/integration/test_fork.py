@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -140,3 +141,45 @@ def test_a_get_message_made_before_the_fork_may_be_settled_in_the_child(tmp_path
             got.ack()
     finally:
         box.close()
+
+
+def test_a_child_forked_while_a_share_group_join_holds_its_flock_does_not_keep_it(
+    tmp_path: Path,
+) -> None:
+    """A join or leave holds the share group's folder with an flock, which belongs to the open
+    file, shared with a child forked meanwhile: the child's copy kept the group locked after
+    the join let go (or its process was SIGKILLed), for as long as the child lived, and every
+    later join and leave of the group, in any process, waited for it (20 forks beside a join
+    and leave loop: stuck 8 s of 8). A forked child closes its copies."""
+    with boxmq.open(tmp_path / "data", fsync="never") as box:
+        keep = box.subscribe("$share/g/t/#", "p")  # the group and its folder stay
+        stop = threading.Event()
+
+        def churn() -> None:
+            while not stop.is_set():
+                box.subscribe("$share/g/t/#", "a").close()
+
+        churner = threading.Thread(target=churn, daemon=True)
+        churner.start()
+        children = []
+        try:
+            for _ in range(20):
+                time.sleep(0.01)
+                children.append(in_child(lambda: time.sleep(20)))
+            stop.set()
+            churner.join(timeout=5)
+            assert not churner.is_alive(), "a join or leave waits for a child's flock"
+            joined: list[boxmq.Subscriber] = []
+            joiner = threading.Thread(
+                target=lambda: joined.append(box.subscribe("$share/g/t/#", "b")), daemon=True
+            )
+            joiner.start()
+            joiner.join(timeout=5)
+            assert joined, "a join waits for a child's flock"
+            joined[0].close()
+        finally:
+            stop.set()
+            for pid in children:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+        keep.close()

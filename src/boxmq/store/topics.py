@@ -25,6 +25,7 @@ import errno
 import fcntl
 import json
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
@@ -226,6 +227,31 @@ def _raise(error: OSError) -> None:
 # flock(2) refused where the file system keeps no such locks (some NFS setups): no lock.
 _NO_LOCKS = frozenset({errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL})
 
+# The folders locked_folder has open, each fd's flock taken or about to be. An flock belongs to
+# the open file, which a fork shares with the child: the child's copy, never closed there,
+# kept the group locked after this process let go or was killed, for as long as the child
+# lived (a multiprocessing worker: for ever), and every join and leave of the group, here or
+# in any process on the root, waited for it. A forked child closes its copies first thing;
+# the lock (held across the fork) keeps an fd from being opened unseen while the fork is made.
+_open_folders: set[int] = set()
+_open_folders_lock = threading.Lock()
+
+
+def _close_open_folders_in_child() -> None:
+    for fd in _open_folders:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _open_folders.clear()
+    _open_folders_lock.release()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(
+        before=_open_folders_lock.acquire,
+        after_in_parent=_open_folders_lock.release,
+        after_in_child=_close_open_folders_in_child,
+    )
+
 
 @contextlib.contextmanager
 def locked_folder(path: str, *, make: bool = False, flush: bool = False) -> Iterator[bool]:
@@ -243,7 +269,9 @@ def locked_folder(path: str, *, make: bool = False, flush: bool = False) -> Iter
         if make:
             make_folder(path, flush=flush)
         try:
-            fd = open_folder(path)
+            with _open_folders_lock:
+                fd = open_folder(path)
+                _open_folders.add(fd)
         except FileNotFoundError:
             if make:
                 continue  # deleted between its making and its opening: made again
@@ -266,7 +294,10 @@ def locked_folder(path: str, *, make: bool = False, flush: bool = False) -> Iter
             yield True
             return
         finally:
-            os.close(fd)  # which lets go of the flock
+            with _open_folders_lock:
+                if fd in _open_folders:  # else closed in a child this thread forked
+                    _open_folders.discard(fd)
+                    os.close(fd)  # which lets go of the flock
 
 
 def remove_subscription(root: str, path: str) -> None:
