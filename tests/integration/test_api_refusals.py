@@ -7,6 +7,9 @@ spare's refusal named)."""
 from __future__ import annotations
 
 import errno
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -128,3 +131,87 @@ def test_a_put_or_publish_a_full_disk_refuses_in_a_spare_names_where_it_was_goin
         disk.free()
         jobs.put("after")
         assert jobs.counts().ready == 1
+
+
+# Receives the six messages of the queue jobs on argv[1] (bodies "0" to "5"), then acks the
+# one each line of its stdin names, saying "acked N" or "refused N <errno>"; its test kills it.
+_ACK_ON_REQUEST = """
+import sys
+import boxmq
+with boxmq.open(sys.argv[1], fsync="never", spares=0) as box:
+    consumer = box.queue("jobs").consumer("c", max_in_flight=6, lock_timeout=600)
+    held = {}
+    while len(held) < 6:
+        message = consumer.receive(timeout=10)
+        held[message.body.decode()] = message
+    print("holding", flush=True)
+    for line in sys.stdin:
+        body = line.strip()
+        try:
+            held[body].ack()
+        except OSError as error:
+            print("refused", body, error.errno, flush=True)
+        else:
+            print("acked", body, flush=True)
+"""
+
+
+@pytest.mark.parametrize("killed", ["read-only", "writable-again"])
+def test_a_consumer_killed_between_an_ack_the_disk_refused_and_its_retry_loses_nothing(
+    tmp_path: Path, killed: str
+) -> None:
+    """An ack the disk refused keeps its lease in memory until the move is made (tried again):
+    SIGKILLed in between, while the disk is still read-only or once it takes changes again,
+    the process leaves the message locked to a dead process, and the next consumer takes it
+    (once), as every message whose ack never returned; an ack that returned, at first or when
+    tried again, is done and never delivered again."""
+    with small_disk(tmp_path / "disk") as disk:
+        root = disk.path / "data"
+        with boxmq.open(root, fsync="never") as box:
+            box.queue("jobs").put_many([str(i).encode() for i in range(6)])
+        consumer = subprocess.Popen(
+            [sys.executable, "-c", _ACK_ON_REQUEST, str(root)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=os.environ.copy(),
+            text=True,
+        )
+        assert consumer.stdin is not None
+        assert consumer.stdout is not None
+
+        def ack(body: str) -> str:
+            assert consumer.stdin is not None
+            assert consumer.stdout is not None
+            consumer.stdin.write(body + "\n")
+            consumer.stdin.flush()
+            return consumer.stdout.readline().strip()
+
+        try:
+            assert consumer.stdout.readline().strip() == "holding"
+            assert ack("0") == "acked 0"
+            with disk.read_only():
+                assert ack("1") == f"refused 1 {errno.EROFS}"
+                assert ack("2") == f"refused 2 {errno.EROFS}"
+                if killed == "read-only":
+                    consumer.kill()
+                    consumer.wait(timeout=10)
+            if killed == "writable-again":
+                assert ack("2") == "acked 2"  # the same ack, tried again
+                consumer.kill()
+                consumer.wait(timeout=10)
+        finally:
+            consumer.kill()
+            consumer.wait(timeout=10)
+            consumer.stdin.close()
+            consumer.stdout.close()
+        acked = {"0", "2"} if killed == "writable-again" else {"0"}
+        with boxmq.open(root, fsync="never") as box:
+            jobs = box.queue("jobs")
+            got = []
+            with jobs.consumer("rescuer", max_in_flight=6) as rescuer:
+                while (message := rescuer.receive(timeout=2)) is not None:
+                    got.append(message.body.decode())
+                    message.ack()
+            assert sorted(got) == sorted({"1", "2", "3", "4", "5"} - acked)  # each once
+            counts = jobs.counts()
+            assert (counts.ready, counts.locked, counts.done) == (0, 0, 6)
