@@ -11,6 +11,7 @@ import hashlib
 import logging
 import os
 import queue
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +20,18 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pytest
 from tests.diskfull import SmallDisk, small_disk
-from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, drop, paho, start_server
+from tests.integration.mqtt.clients import (
+    WAIT,
+    Paho,
+    RunningServer,
+    drop,
+    free_port,
+    paho,
+    recorded_away,
+    serve_process,
+    start_server,
+    stop_process,
+)
 from tests.integration.mqtt.raw import open_raw, publish_qos2, pubrel, read
 
 from boxmq.mqtt.publishing import Publishing
@@ -372,3 +384,55 @@ def test_a_subscribe_the_disk_refuses_is_logged_once_naming_the_filter(
     assert len(errors) == 1, caplog.text
     assert errors[0].startswith("client keeper: subscribing to u/#: the store failed at "), errors
     assert "ENOSPC (No space left on device); the file system is full" in errors[0], errors
+
+
+def test_a_server_killed_right_after_refusing_a_connect_its_disk_refused_restarts_clean(
+    disk: SmallDisk,
+) -> None:
+    """`boxmq serve` refuses (0x97) a CONNECT asking for a persistent session whose record the
+    full disk refused, then is SIGKILLed: once there is space again the next serve starts,
+    knows nothing of that session (no record, half-written or whole; its Will sent nowhere),
+    and a durable subscriber gets each message acknowledged before (PUBACK) once."""
+    root, port = disk.path / "root", free_port()
+    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
+    server = serve_process(root, port)
+    try:
+        subscriber = paho(address, "sub", clean=False, expiry=3600)
+        subscriber.subscribe("t/#", 1)
+        subscriber.subscribe("w/#", 1)
+        subscriber.stop()
+        recorded_away(root, "sub")
+        publisher = paho(address, "pub")
+        for n in range(5):
+            publisher.publish("t/x", str(n), 1)  # each PUBACKed
+        publisher.stop()
+        disk.fill()
+        refused = paho(
+            address,
+            "kept",
+            clean=False,
+            expiry=3600,
+            will=("w/kept", b"gone", 1),
+            expect=QUOTA_EXCEEDED,
+        )
+        refused.stop()
+    finally:
+        server.send_signal(signal.SIGKILL)
+        server.wait(timeout=20)
+        disk.free()
+    assert read_record(str(root), "kept") is None
+    server = serve_process(root, port)
+    try:
+        subscriber = paho(address, "sub", clean=False, expiry=3600)
+        assert subscriber.session_present
+        got = [subscriber.next() for _ in range(5)]
+        assert sorted((m.topic, m.payload) for m in got) == [
+            ("t/x", str(n).encode()) for n in range(5)
+        ]
+        assert subscriber.nothing(within=0.5)  # nothing twice, and no Will
+        kept = paho(address, "kept", clean=False, expiry=3600)
+        assert not kept.session_present
+        kept.stop()
+        subscriber.stop()
+    finally:
+        stop_process(server)
