@@ -8,8 +8,11 @@ takes its message once that server is gone. Before, `get` took a queue only."""
 from __future__ import annotations
 
 import json
+import os
+import random
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -156,4 +159,51 @@ def test_an_mqtt_client_joining_under_get_s_consumer_name_is_not_sent_what_get_h
         assert sent.payload == b"next"
     finally:
         client.close()
+        stop_process(process)
+
+
+def test_a_get_killed_at_any_moment_leaves_its_message_to_the_live_member_once(
+    tmp_path: Path,
+) -> None:
+    """`boxmq get` on a share group, SIGKILLed at varied moments (before its claim, during
+    it, after it printed): what it locked (token `get`, bound to no process) comes back to
+    the live MQTT member when its lock ends, nothing stays locked, and the member gets every
+    message once."""
+    served, process = serve_fresh(tmp_path)
+    root = served.root
+    member, _ = open_raw(served, "busy", clean=True, expiry=0, receive_maximum=1)
+    payloads = [str(n).encode() for n in range(6)]
+    try:
+        member.sendall(subscribe(1, GROUP, 1))
+        assert read(member)[0] == 0x90
+        publish_each(served, "jobs/1", [b"held", *payloads])
+        [held] = take_publishes(member, 1)  # its window full: the rest wait for get
+        _ready(root, len(payloads))
+        rng = random.Random(5)
+        command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "get", GROUP]
+        finished = 0
+        for _ in range(6):
+            get = subprocess.Popen(
+                [*command, "--lock", "1s"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=os.environ.copy(),
+            )
+            time.sleep(rng.uniform(0.1, 0.8))
+            get.send_signal(signal.SIGKILL)
+            finished += get.wait(timeout=10) == 0
+        locked = json.loads(_ok(root, "--json", "peek", GROUP, "--state", "processing"))
+        assert finished + len(locked) > 1, "no get killed after its claim"  # the held one's
+        member.sendall(puback(held.packet_id))
+        got: list[bytes] = []
+        deadline = time.monotonic() + 15
+        while len(got) < len(payloads) and time.monotonic() < deadline:
+            for message in publishes(member, within=0.5):
+                got.append(message.payload)
+                member.sendall(puback(message.packet_id))
+        assert sorted(got) == payloads  # each once: none lost to a killed get, none twice
+        assert publishes(member, within=1.5) == []
+        assert json.loads(_ok(root, "--json", "peek", GROUP, "--state", "processing")) == []
+    finally:
+        member.close()
         stop_process(process)
