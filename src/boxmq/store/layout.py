@@ -96,7 +96,10 @@ def remove_folder(root: str, path: str) -> bool:
     other deletes left (`remove_dropbox`). False if it was not there."""
     deleting = os.path.join(root, DELETING_DIR)
     for _ in range(100):  # each retry follows another process's rmdir of an empty .deleting/
-        os.makedirs(deleting, exist_ok=True)
+        # Not makedirs(exist_ok=True): it raised FileExistsError when another process removed
+        # the folder between its mkdir's EEXIST and its check that a folder is there.
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(deleting)
         try:
             os.rename(path, os.path.join(deleting, os.urandom(16).hex()))
             break
