@@ -106,6 +106,30 @@ def test_extend_pushes_the_timeout() -> None:
     assert isinstance(release, Release)
 
 
+def test_a_timed_out_message_goes_to_the_next_consumer_not_back() -> None:
+    """XEP-0254 §4: a lock timeout sends the item to the "next" subscriber, as an unlock does;
+    sticky would give it straight back to the consumer that let it time out."""
+    engine = engine_with(A, B, policy=QueuePolicy(dispatch=Dispatch.STICKY, handoff=1.0))
+    engine.offer(ready("m1"), now=T0)
+    assert claimed(engine.dispatch(now=T0)) == [("m1", "a")]
+    [release] = engine.expire(now=T0 + 30)
+    engine.offer(reoffered(release), now=T0 + 30)
+    assert claimed(engine.dispatch(now=T0 + 30)) == [("m1", "b")]
+
+
+def test_a_single_consumer_gets_a_timed_out_message_back_after_the_handoff() -> None:
+    """With one subscriber the "next" one is itself: the message waits out the hand-off."""
+    engine = engine_with(A, policy=QueuePolicy(handoff=1.0))
+    engine.offer(ready("m1"), now=T0)
+    engine.dispatch(now=T0)
+    [release] = engine.expire(now=T0 + 30)
+    engine.offer(reoffered(release), now=T0 + 30)
+    assert engine.dispatch(now=T0 + 30) == []
+    [claim] = engine.dispatch(now=T0 + 31)
+    assert isinstance(claim, Claim)
+    assert (claim.holder, claim.message.delivery_count) == (A, 1)
+
+
 # -- unlock goes to the next consumer (XEP-0254 §2.4) ----------------------------------------
 
 
