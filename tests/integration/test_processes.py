@@ -114,6 +114,49 @@ def test_a_killed_consumer_s_locks_go_to_another_consumer(
     assert {i for i, count in got.items() if count == 2} == held  # the victim's, delivered again
 
 
+def where(queue: boxmq.Queue) -> set[tuple[str, str, str | None, float | None]]:
+    """Each message of `queue` in target/ or processing/: its id, state, holder and deadline."""
+    return {
+        (p.envelope.message_id, p.state.value, p.holder, p.lock_deadline)
+        for state in ("target", "processing")
+        for p in queue.peek(state=state)
+    }
+
+
+@pytest.mark.parametrize("verb", ["ack", "unlock", "reject", "extend"])
+def test_an_answer_by_id_from_another_process_gets_the_xep_0254_error_and_moves_nothing(
+    root: Path, tmp_path: Path, start: Callable[..., subprocess.Popen[str]], verb: str
+) -> None:
+    """XEP-0254 §2.3 (delete) and §2.4 (unlock) across processes: a message locked by a
+    consumer of another process is a conflict, one in target/ the requester never received is
+    forbidden, and an id the queue never had is item-not-found; none of them moves a file."""
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("jobs").put_many([b"0", b"1", b"2"])
+    held_log = tmp_path / "held.log"
+    holder = start("consume", str(root), "jobs", "w1", str(held_log), "--hold", "2")
+    wait_for_line(holder, "holding")
+    held = held_log.read_text().split()
+    with boxmq.open(root, fsync="never") as box:
+        jobs = box.queue("jobs")
+        before = where(jobs)
+        [waiting] = [message_id for message_id, _, _, deadline in before if deadline is None]
+        answer = getattr(jobs, verb)
+        extra = {"seconds": 5.0} if verb == "extend" else {}
+        cases = [
+            (held[0], "w2", boxmq.Conflict),
+            (held[1], "w2", boxmq.Conflict),
+            (waiting, "w1", boxmq.Forbidden),  # w1 holds others, never this one
+            (waiting, "w2", boxmq.Forbidden),
+            ("1700000000000000-0000000000", "w1", boxmq.ItemNotFound),
+        ]
+        for message_id, consumer, error in cases:
+            with pytest.raises(error) as info:
+                answer(message_id, consumer, **extra)
+            assert type(info.value) is error, (message_id, consumer)
+        assert where(jobs) == before
+    assert holder.poll() is None  # the holder was there throughout
+
+
 def kill_once_logged(
     process: subprocess.Popen[str], log: Path, enough: Callable[[str], bool], what: str
 ) -> str:
