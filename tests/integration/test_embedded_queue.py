@@ -629,6 +629,36 @@ def test_unlock_goes_to_the_next_consumer(manual_box: boxmq.Box) -> None:
         assert second.delivery_count == 2
 
 
+@pytest.mark.parametrize("ended", ["unlock", "timeout"])
+def test_a_message_given_back_keeps_its_place_before_newer_ones(
+    manual_box: boxmq.Box, clock: ManualClock, ended: str
+) -> None:
+    """XEP-0254 §2.4 and §4: an unlocked or timed-out item goes to the next subscriber; it
+    goes there first, ahead of the messages put after it, and its last holder, passed over,
+    takes the next one."""
+    jobs = manual_box.queue("jobs")
+    jobs.put_many([b"1", b"2", b"3", b"4"])
+    with (
+        jobs.consumer("a", max_in_flight=1, lock_timeout=10) as a,
+        jobs.consumer("b", max_in_flight=1, lock_timeout=60) as b,
+    ):
+        given_back, other = a.receive_nowait(), b.receive_nowait()
+        assert given_back is not None
+        assert other is not None
+        assert (given_back.text(), other.text()) == ("1", "2")
+        if ended == "unlock":
+            given_back.unlock()
+        else:
+            clock.advance(10)
+        other.ack()
+        again = b.receive_nowait()
+        assert again is not None
+        assert (again.text(), again.delivery_count) == ("1", 2)
+        newer = a.receive_nowait()
+        assert newer is not None
+        assert newer.text() == "3"
+
+
 def test_delayed_unlock_waits_and_holds_no_slot(manual_box: boxmq.Box, clock: ManualClock) -> None:
     jobs = manual_box.queue("jobs")
     jobs.put(b"slow")
