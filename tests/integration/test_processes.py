@@ -157,6 +157,41 @@ def test_an_answer_by_id_from_another_process_gets_the_xep_0254_error_and_moves_
     assert holder.poll() is None  # the holder was there throughout
 
 
+@pytest.mark.parametrize("verb", ["ack", "unlock", "reject", "extend"])
+def test_an_answer_by_id_after_the_lock_of_a_live_process_timed_out_is_unexpected(
+    root: Path, tmp_path: Path, start: Callable[..., subprocess.Popen[str]], verb: str
+) -> None:
+    """XEP-0254 §2.3, §2.4 and §4: once a lock timed out its holder no longer holds the item,
+    even while its process is alive and nothing has moved the file back yet; an answer by id
+    in its name from another process is unexpected-request, moves nothing, and the message
+    goes to the next consumer as a second delivery."""
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("jobs").put(b"0")
+    held_log = tmp_path / "held.log"
+    holder = start("consume", str(root), "jobs", "w1", str(held_log), "--hold", "1", "--lock", "1")
+    wait_for_line(holder, "holding")
+    [held] = held_log.read_text().split()
+    with boxmq.open(root, fsync="never") as box:
+        jobs = box.queue("jobs")
+        [locked] = jobs.peek(state="processing")
+        assert locked.lock_deadline is not None
+        time.sleep(max(0.0, locked.lock_deadline - time.time()) + 0.05)
+        extra = {"seconds": 5.0} if verb == "extend" else {}
+        with pytest.raises(boxmq.UnexpectedRequest) as info:
+            getattr(jobs, verb)(held, "w1", **extra)
+        assert type(info.value) is boxmq.UnexpectedRequest
+        assert [(p.envelope.message_id, p.holder) for p in jobs.peek(state="processing")] in (
+            [(held, "w1")],  # as it was, or back in target/ by the holder's own sweep
+            [],
+        )
+        with jobs.consumer("w2") as w2:
+            again = w2.receive(timeout=10)
+            assert again is not None
+            assert (again.id, again.delivery_count) == (held, 2)
+            again.ack()
+    assert holder.poll() is None  # the holder was alive throughout
+
+
 def kill_once_logged(
     process: subprocess.Popen[str], log: Path, enough: Callable[[str], bool], what: str
 ) -> str:

@@ -2,6 +2,7 @@
 
 python worker.py consume ROOT QUEUE NAME OUT            # ack all, log ids to OUT
 python worker.py consume ROOT QUEUE NAME OUT --hold N   # lock N, log them, hang
+python worker.py consume ... --lock S                   # a lock timeout of S s (60)
 python worker.py consume ROOT QUEUE NAME OUT --gate G   # say "ready", start once file G exists
 python worker.py produce ROOT QUEUE OUT THREADS         # put until killed; log what returned
 python worker.py member ROOT FILTER NAME OUT N          # join a share group, lock N, hang
@@ -23,10 +24,12 @@ IDLE_EXIT = 3.0  # a consumer stops after this long without a message
 MAX_RUN = 120.0  # and no worker ever outlives this
 
 
-def consume(root: str, queue: str, name: str, out: str, hold: int, gate: str | None) -> None:
+def consume(
+    root: str, queue: str, name: str, out: str, hold: int, gate: str | None, lock: float = 60.0
+) -> None:
     with boxmq.open(root, fsync="never") as box, open(out, "a") as log:
         jobs = box.queue(queue)
-        with jobs.consumer(name, max_in_flight=hold or 8, lock_timeout=60) as consumer:
+        with jobs.consumer(name, max_in_flight=hold or 8, lock_timeout=lock) as consumer:
             if gate is not None:  # so that a slow start-up does not leave the other all the work
                 print("ready", flush=True)
                 end = time.monotonic() + MAX_RUN
@@ -158,7 +161,8 @@ if __name__ == "__main__":
     if command == "consume":
         options = dict(zip(rest[4::2], rest[5::2], strict=True))
         hold = int(options.get("--hold", 0))
-        consume(rest[0], rest[1], rest[2], rest[3], hold, options.get("--gate"))
+        lock = float(options.get("--lock", 60))
+        consume(rest[0], rest[1], rest[2], rest[3], hold, options.get("--gate"), lock)
     elif command == "assure":
         assure(rest[0], rest[1], rest[2])
     elif command == "cycle":
