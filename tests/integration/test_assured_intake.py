@@ -559,3 +559,61 @@ def test_deliver_many_tells_a_repeat_of_a_message_it_failed_to_deliver_the_failu
     assert box.pending("door") == ["1"]
     assert box.intake.deliver_many([("door", "1"), ("door", "1")], remember=False) == [True, False]
     assert delivered(box) == [b"+1"]
+
+
+def test_a_repeat_under_a_pending_id_is_answered_and_the_first_message_kept(
+    box: boxmq.Box,
+) -> None:
+    """The QoS document: messages with the msgId of one held are "simply ignored", even when
+    their content differs; `deliver` sends the one first received."""
+    assert box.assured("door", "1", b"first", queue="counts") is True
+    assert box.assured("door", "1", b"other", queue="counts", priority=9) is False
+    assert box.queue("counts").counts().uncommitted == 1
+    assert box.deliver("door", "1") is True
+    assert delivered(box) == [b"first"]
+
+
+def test_a_restart_frees_no_room_the_pending_messages_take(root: Path) -> None:
+    """Memory attacks 2 and 3: a source cannot pass its limits, nor everyone the total,
+    by making the receiver restart; the pending messages read back count as before."""
+    limits = ExactlyOnceLimits(max_pending_per_source=2, max_pending_total=3)
+    with boxmq.open(root, fsync="never", exactly_once=limits) as box:
+        assert box.assured("greedy", "1", b"x", queue="counts")
+        assert box.assured("greedy", "2", b"x", topic="counts/door")
+        assert box.assured("modest", "1", b"y", queue="counts")
+    with boxmq.open(root, fsync="never", exactly_once=limits) as box:
+        with pytest.raises(boxmq.ResourceConstraint, match="max_pending_per_source"):
+            box.assured("greedy", "3", b"x", queue="counts")
+        with pytest.raises(boxmq.ResourceConstraint, match="max_pending_total"):
+            box.assured("third", "1", b"z", queue="counts")
+        assert box.assured("greedy", "1", b"x", queue="counts") is False  # repeats answered
+        assert box.deliver("greedy", "1") is True
+        assert box.assured("third", "1", b"z", queue="counts") is True  # room again
+        assert box.pending("greedy") == ["2"]
+
+
+def test_a_restart_keeps_the_clocks_of_done_ttl_and_pending_ttl(root: Path) -> None:
+    """How long a delivered msgId is remembered and a stored message waits for its deliver
+    count from the step, not from the restart that read them back."""
+    clock = ManualClock(time.time())
+    limits = ExactlyOnceLimits(done_ttl=100, pending_ttl=100)
+
+    def opened() -> boxmq.Box:
+        return boxmq.open(root, fsync="never", exactly_once=limits, clock=clock)
+
+    with opened() as box:
+        assert box.assured("s", "done", b"first", queue="counts")
+        assert box.deliver("s", "done")
+        assert box.assured("s", "waits", b"late", queue="counts")
+    clock.advance(60)
+    with opened() as box:
+        assert box.assured("s", "done", b"repeat", queue="counts") is False  # remembered
+        assert box.pending("s") == ["waits"]
+    clock.advance(60)  # 120 s after both steps, 60 s after the restart
+    with opened() as box:
+        box.sweep()
+        assert box.pending("s") == []
+        assert box.deliver("s", "waits") is False  # expired: never delivered
+        assert box.assured("s", "done", b"second", queue="counts") is True  # a new message
+        assert box.deliver("s", "done") is True
+        assert delivered(box) == [b"first", b"second"]
