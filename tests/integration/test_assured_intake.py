@@ -617,3 +617,19 @@ def test_a_restart_keeps_the_clocks_of_done_ttl_and_pending_ttl(root: Path) -> N
         assert box.assured("s", "done", b"second", queue="counts") is True  # a new message
         assert box.deliver("s", "done") is True
         assert delivered(box) == [b"first", b"second"]
+
+
+def test_ids_of_two_sources_that_join_alike_keep_their_own_delivery_record(root: Path) -> None:
+    """A delivery's record was named by a hash of source, NUL, msg_id, so ('a\\0b', 'c') and
+    ('a', 'b\\0c') shared one: the second deliver overwrote the first's, and after a restart
+    a late repeat of the first was stored and delivered again."""
+    first, second = ("a\0b", "c"), ("a", "b\0c")
+    with boxmq.open(root, fsync="never") as box:
+        for key in (first, second):
+            assert box.assured(*key, key[0].encode(), queue="counts")
+            assert box.deliver(*key)
+    with boxmq.open(root, fsync="never") as box:
+        for key in (first, second):
+            assert box.assured(*key, b"late", queue="counts") is False, key
+            assert box.deliver(*key) is False, key
+        assert sorted(delivered(box)) == [b"a", b"a\0b"]

@@ -440,8 +440,7 @@ class AssuredIntake:
             os.unlink(self._marker(source, msg_id))
 
     def _marker(self, source: str, msg_id: str) -> str:
-        digest = hashlib.sha256(f"{source}\0{msg_id}".encode()).hexdigest()
-        return os.path.join(self._markers, digest)
+        return os.path.join(self._markers, _marker_name(source, msg_id))
 
     def _send_all(self, pendings: list[_Pending]) -> list[OSError | None]:
         """Send each message on from working/, with one flush for a queue's and one for a
@@ -649,6 +648,19 @@ def _check_key(source: object, msg_id: object = "") -> None:
     for what, given in (("source", source), ("msg_id", msg_id)):
         if not isinstance(given, str):
             raise InvalidArgument(f"{what} is a str, not {type(given).__name__}: {given!r}")
+
+
+def _marker_name(source: str, msg_id: str) -> str:
+    """The name of the delivery record of (source, msg_id). Source, NUL, msg_id names one
+    key only when the source holds no NUL: ('a\\0b', 'c') and ('a', 'b\\0c') read alike, so
+    the second deliver overwrote the first's record and a restart forgot it. A source with a
+    NUL is hashed apart, behind a byte no UTF-8 text begins with; every other name is the
+    one an earlier boxmq gave it, so its records are still found (and removed) by name."""
+    if "\0" in source:
+        text = b"\xff" + json.dumps([source, msg_id]).encode()
+    else:
+        text = f"{source}\0{msg_id}".encode()
+    return hashlib.sha256(text).hexdigest()
 
 
 def _publisher(source: str) -> str:
