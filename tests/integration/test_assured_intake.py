@@ -633,3 +633,30 @@ def test_ids_of_two_sources_that_join_alike_keep_their_own_delivery_record(root:
             assert box.assured(*key, b"late", queue="counts") is False, key
             assert box.deliver(*key) is False, key
         assert sorted(delivered(box)) == [b"a", b"a\0b"]
+
+
+@pytest.mark.parametrize("bad", ["source", "msg_id"])
+def test_a_lone_surrogate_in_a_batch_is_refused_alone_and_the_others_kept(
+    box: boxmq.Box, bad: str
+) -> None:
+    """A source or msg_id no file can name (a lone surrogate, which has no UTF-8) raised
+    UnicodeEncodeError out of `assured_many`, after the messages before it were written and
+    given room: their files stayed in working/ and their ids reserved, never `received`."""
+    odd = {"source": ("\udc80", "1"), "msg_id": ("door", "\udc80")}[bad]
+    outcomes = box.intake.assured_many(
+        [
+            AssuredMessage("door", "0", b"before", queue="counts"),
+            AssuredMessage(*odd, b"odd", queue="counts"),
+            AssuredMessage("door", "2", b"after", queue="counts"),
+        ]
+    )
+    assert outcomes[0] is True
+    assert outcomes[2] is True
+    assert isinstance(outcomes[1], InvalidArgument)
+    assert f"{bad} has a lone surrogate" in str(outcomes[1])
+    with pytest.raises(InvalidArgument, match=f"{bad} has a lone surrogate"):
+        box.assured(*odd, b"odd", queue="counts")
+    assert box.deliver("door", "0")
+    assert box.deliver("door", "2")
+    assert sorted(delivered(box)) == [b"after", b"before"]
+    assert box.queue("counts").counts().uncommitted == 0

@@ -227,6 +227,7 @@ class AssuredIntake:
 
     def _stage(self, message: AssuredMessage) -> _Staged | None:
         """Reserve room for `message` in the books and write its file; None for a repeat."""
+        _check_key(message.source, message.msg_id)  # a door's message, not checked by `assured`
         source, msg_id, expires_in = message.source, message.msg_id, message.expires_in
         if expires_in is not None:
             check_seconds("expires_in", expires_in)
@@ -644,10 +645,17 @@ class AssuredIntake:
 def _check_key(source: object, msg_id: object = "") -> None:
     """InvalidArgument for a source or msg_id that is not a str: a tuple of the two is the
     key of the books, which a 5 matches nowhere, so a caller's mistake was answered as an
-    intake with nothing stored (False, [] or 0)."""
+    intake with nothing stored (False, [] or 0). And for one with a lone surrogate, which
+    neither a file name nor a delivery record can hold: its UnicodeEncodeError came out of
+    `assured_many` past the messages of the batch already written, left reserved."""
     for what, given in (("source", source), ("msg_id", msg_id)):
         if not isinstance(given, str):
             raise InvalidArgument(f"{what} is a str, not {type(given).__name__}: {given!r}")
+        if not given.isascii():
+            try:
+                given.encode()
+            except UnicodeEncodeError:
+                raise InvalidArgument(f"{what} has a lone surrogate: {given!r}") from None
 
 
 def _marker_name(source: str, msg_id: str) -> str:
