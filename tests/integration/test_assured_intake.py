@@ -660,3 +660,51 @@ def test_a_lone_surrogate_in_a_batch_is_refused_alone_and_the_others_kept(
     assert box.deliver("door", "2")
     assert sorted(delivered(box)) == [b"after", b"before"]
     assert box.queue("counts").counts().uncommitted == 0
+
+
+@pytest.mark.parametrize("reclaim", [False, True], ids=["new-id", "reclaimed-id"])
+@pytest.mark.parametrize("topic", [False, True], ids=["queue", "topic"])
+def test_an_assured_killed_anywhere_is_sent_once_after_the_senders_retry(
+    root: Path, monkeypatch: pytest.MonkeyPatch, topic: bool, reclaim: bool
+) -> None:
+    """Step 1 killed at each change it makes to the files (its `received` never sent): after
+    a restart the sender sends it again and then its `deliver`, and the message goes out
+    exactly once, whether the kill came before or after it was kept. With an id reclaimed
+    after an earlier delivery, the record of that delivery must not make the new message
+    pass for delivered, nor for a repeat."""
+    step = 0
+    while True:
+        step += 1
+        data = root / f"killed-at-{step}"
+        box = boxmq.open(data, fsync="never")
+        queue, to = (None, "counts/door") if topic else ("counts", None)
+        try:
+            dropbox = box.topics.attach_dropbox("counts/#", "keeper") if topic else None
+            if reclaim:
+                assert box.assured("door", "7", b"earlier", queue=queue, topic=to)
+                assert box.deliver("door", "7")
+            with monkeypatch.context() as dying:
+                kill_at(dying, step)
+                try:
+                    box.assured("door", "7", b"new", queue=queue, topic=to, reclaim=reclaim)
+                    killed = False
+                except Killed:
+                    killed = True
+        finally:
+            box.close()
+        with boxmq.open(data, fsync="never") as restarted:
+            if killed:  # no `received`: the sender sends step 1 again
+                restarted.assured("door", "7", b"new", queue=queue, topic=to, reclaim=reclaim)
+            assert restarted.pending("door") == ["7"], f"killed at step {step}"
+            assert restarted.deliver("door", "7", must_exist=True), f"killed at step {step}"
+            assert restarted.deliver("door", "7") is False
+        folder = Path(dropbox) if dropbox else data / "counts"
+        bodies = sorted(path.read_bytes() for path in (folder / "target").iterdir())
+        expected = [b"earlier", b"new"] if reclaim else [b"new"]
+        assert bodies == expected, f"killed at step {step}"
+        # A temporary the kill left behind is the sweep's, after abandon_after.
+        left = [name for name in _files_in(folder / "working") if not name.startswith(".tmp-")]
+        assert not left, f"killed at step {step}"
+        if not killed:
+            assert step > 1
+            return
