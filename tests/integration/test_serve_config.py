@@ -198,7 +198,7 @@ def test_a_misspelt_access_in_the_acl_stops_serve_rather_than_lose_a_deny(
     done = _serve_refused(config, tmp_path)
     assert done.returncode == 1
     assert done.stderr == (
-        f"boxmq serve: {config}: [security]: {acl}:3: 'denny' is no access: expected read, "
+        f"boxmq serve: {config}: security.acl_file: {acl}:3: 'denny' is no access: expected read, "
         "write, readwrite or deny before the filter (for a topic filter whose first level holds "
         "a space, give its access first: readwrite denny alice/secret/#)\n"
     )
