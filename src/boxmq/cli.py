@@ -180,7 +180,7 @@ def _hint(error: OSError) -> str:
     # getaddrinfo's errors (EAI_*) have numbers of their own, which errno's may share.
     if _is_unknown_host(error):
         return " (check the host name, or choose another {listener})"
-    if _is_denied_bind(error):
+    if error.errno == errno.EACCES and _is_bind(error):  # a privileged port
         return (
             " (a port below 1024 needs root, or the CAP_NET_BIND_SERVICE capability: "
             "choose another {listener})"
@@ -203,14 +203,9 @@ def _is_unknown_host(error: OSError) -> bool:
     return isinstance(error, socket.gaierror)
 
 
-def _is_denied_bind(error: OSError) -> bool:
-    """A listener's bind that the system refused (a privileged port): asyncio's bind errors
-    name the address in their text, and carry no file name, which every file's error has."""
-    return error.errno == errno.EACCES and _is_bind(error)
-
-
 def _is_bind(error: OSError) -> bool:
-    """asyncio's bind errors name the address in their text, and carry no file name."""
+    """A listener's bind that the system refused: asyncio's bind errors name the address in
+    their text, and carry no file name, which every file's error has."""
     return error.filename is None and "bind" in (error.strerror or "")
 
 
