@@ -52,9 +52,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     words = joined_negative_durations(sys.argv[1:] if argv is None else argv)
     args, unknown = parser.parse_known_args(words)
-    if args.name == "serve" and "--json" in unknown:  # not an option of serve (_parser)
-        unknown.remove("--json")
-        args.json = True
     if unknown:
         # What parse_args says, but with the command's usage (`boxmq serve ... extra`): the
         # top-level usage names no option of the command.
@@ -224,7 +221,7 @@ _HINTS_BY_ERRNO = {
 
 
 def _add_common(
-    parser: argparse.ArgumentParser, *, defaults: bool, json_output: bool = True
+    parser: argparse.ArgumentParser, *, defaults: bool, json_shown: bool = True
 ) -> None:
     def default(value: object) -> object:
         return value if defaults else argparse.SUPPRESS
@@ -240,10 +237,12 @@ def _add_common(
         choices=["always", "interval", "never"],
         help="when a put is on disk: always (default; group commit), interval, never",
     )
-    if json_output:
-        parser.add_argument(
-            "--json", action="store_true", default=default(False), help="machine-readable output"
-        )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=default(False),
+        help="machine-readable output" if json_shown else argparse.SUPPRESS,
+    )
     parser.add_argument("-v", "--verbose", action="store_true", default=default(False))
 
 
@@ -266,7 +265,7 @@ def _parser() -> argparse.ArgumentParser:
     # serve prints nothing but its log: its --help does not offer --json, which main refuses
     # (before or after serve) with a usage error saying why.
     common_to_serve = _Parser(add_help=False)
-    _add_common(common_to_serve, defaults=False, json_output=False)
+    _add_common(common_to_serve, defaults=False, json_shown=False)
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     def command(name: str, run: _Command, help: str) -> argparse.ArgumentParser:
