@@ -14,6 +14,7 @@ import contextlib
 import errno
 import os
 import shutil
+import stat
 from enum import Enum
 
 from boxmq.errors import InvalidName
@@ -68,11 +69,10 @@ def no_dropbox(path: str) -> bool:
     """`not is_dropbox(path)`, for telling a user "no such queue": a folder above `path` that
     this user may not look into (EACCES) hides a queue that is there, so the OSError that
     hides it is raised instead, naming the path and the errno."""
-    if is_dropbox(path):
-        return False
-    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-        os.stat(os.path.join(path, State.TARGET.value))
-    return True
+    try:
+        return not stat.S_ISDIR(os.stat(os.path.join(path, State.TARGET.value)).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
 
 
 def remove_dropbox(root: str, path: str) -> bool:
