@@ -32,6 +32,7 @@ __all__ = [
     "StoreFailed",
     "StoreFull",
     "UnexpectedRequest",
+    "naming",
     "store_failure",
 ]
 
@@ -150,3 +151,10 @@ class StoreFull(StoreFailed):
 def store_failure(error: OSError) -> StoreFailed:
     """The BoxMQError that a front-end answers for an OSError of the store."""
     return StoreFull(error) if error.errno in _FULL else StoreFailed(error)
+
+
+def naming(error: OSError, path: str) -> OSError:
+    """`error` (its errno and text) naming `path` as its file: the one the user knows, where
+    the error named none (a write refused at the file's close) or a file of boxmq's own (a
+    spare: '<root>/.spare/<process>+0/3' says nothing of the queue)."""
+    return OSError(error.errno, error.strerror, path)

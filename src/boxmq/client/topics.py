@@ -44,7 +44,14 @@ from boxmq.core import (
 )
 from boxmq.core.durations import check_seconds, check_wait
 from boxmq.core.queue import check_consumer_limits
-from boxmq.errors import Closed, InvalidArgument, InvalidName, MetadataTooLong, QueueNotFound
+from boxmq.errors import (
+    Closed,
+    InvalidArgument,
+    InvalidName,
+    MetadataTooLong,
+    QueueNotFound,
+    naming,
+)
 from boxmq.ids import IdFactory
 from boxmq.model import (
     PUBLISHED_RETAINED,
@@ -70,7 +77,7 @@ from boxmq.store.names import check_consumer_name, decode_lenient, encode
 from boxmq.store.process import process_alive
 from boxmq.store.retained import Retained, RetainedStore
 from boxmq.store.side_files import SideFiles
-from boxmq.store.spares import Spares, named, write_new
+from boxmq.store.spares import Spares, write_new
 from boxmq.store.v5_properties import V5Reader
 
 __all__ = ["Publication", "PublishedEach", "Subscriber", "SubscriptionInfo", "Topics"]
@@ -574,7 +581,7 @@ class Topics:
             try:
                 own = spares.write(body)
             except OSError as error:
-                raise named(error, self._staging(envelope)) from error
+                raise naming(error, self._staging(envelope)) from error
             if own is not None:
                 return own
         # Joined by hand (os.path.join is Python code): no name here holds a separator.

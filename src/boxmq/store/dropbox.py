@@ -20,11 +20,11 @@ import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from boxmq.errors import QueueNotFound
+from boxmq.errors import QueueNotFound, naming
 from boxmq.store.commit import Committer, Move
 from boxmq.store.layout import State, no_dropbox
 from boxmq.store.names import Lock, distinct_name, locked_name, split_lock
-from boxmq.store.spares import Spares, named, remove_file, rename_noreplace, write_new
+from boxmq.store.spares import Spares, remove_file, rename_noreplace, write_new
 from boxmq.store.temporaries import removed_on_failure, temporary_in
 
 __all__ = ["Dropbox", "Entry", "NotAFile", "move_apart"]
@@ -204,7 +204,7 @@ class Dropbox:
                 try:
                     own = self._spares.write(body, check=check)
                 except OSError as error:
-                    raise named(error, self._working + name) from error
+                    raise naming(error, self._working + name) from error
                 if own is not None:
                     return own
         path = self._working + name

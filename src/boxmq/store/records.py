@@ -14,6 +14,7 @@ import contextlib
 import os
 from collections.abc import Iterable, Iterator
 
+from boxmq.errors import naming
 from boxmq.store.layout import open_folder
 from boxmq.store.temporaries import removed_on_failure, temporary_in
 
@@ -97,4 +98,4 @@ def _named(path: str) -> Iterator[None]:
     except OSError as error:
         if error.filename is not None:
             raise
-        raise OSError(error.errno, error.strerror, path) from error
+        raise naming(error, path) from error

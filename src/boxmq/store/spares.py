@@ -53,7 +53,7 @@ from boxmq.forks import renew_in_children
 from boxmq.store import libc
 from boxmq.store.process import process_alive, process_token
 
-__all__ = ["SPARE_DIR", "Spares", "named", "remove_file", "rename_noreplace", "write_new"]
+__all__ = ["SPARE_DIR", "Spares", "remove_file", "rename_noreplace", "write_new"]
 
 SPARE_DIR = ".spare"
 _LOOK_INTERVAL = 1.0  # seconds between looks in the folder by a process that has no spare
@@ -382,13 +382,6 @@ class Spares:
         # The size is a bound, not a promise: the spare is truncated if it was larger.
         self._names.extend((path, _LARGEST) for path in found[: self.limit])
         return found
-
-
-def named(error: OSError, path: str) -> OSError:
-    """`error` of a write into a spare, naming instead the file the spare was to become: a
-    user reads '<root>/q/working/<id>: No space left', which says the queue, where the
-    spare's '<root>/.spare/<process>+0/3' says nothing of it."""
-    return OSError(error.errno, error.strerror, path)
 
 
 def write_new(path: str, body: bytes, spares: Spares | None) -> None:
