@@ -50,6 +50,7 @@ load no MQTT module (tests/unit/test_light_imports.py).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from boxmq import cli_output as output
 from boxmq.client import Box, Queue
@@ -80,18 +81,19 @@ def check_may_get(args: argparse.Namespace, box: Box) -> None:
     if args.subscriber is None:
         return  # one more consumer of the group: no member counts on a ready message
     process, who = _reader(args, box)
-    alive = None if not process else process_alive(process)
-    if not process or alive is False or (alive is None and args.force):
+    if not process:
         return
-    where = "still runs" if alive else "is on another machine (this one cannot tell if it runs)"
-    said = (
-        f"{args.queue} of {args.subscriber} is read by {who}, and that process {where}: a "
-        "durable subscription has one reader, which takes its messages in order, and get "
-        "would take one from under it"
+    _refuse_while_it_runs(
+        process,
+        lambda where: (
+            f"{args.queue} of {args.subscriber} is read by {who}, and that process {where}: a "
+            "durable subscription has one reader, which takes its messages in order, and get "
+            "would take one from under it"
+        ),
+        while_alive="Let that reader take it, or stop that process first",
+        forced="takes it",
+        force=args.force,
     )
-    if alive:
-        raise InvalidArgument(f"{said}. Let that reader take it, or stop that process first")
-    raise InvalidArgument(f"{said}. If that process stopped for good, --force takes it")
 
 
 def _reader(args: argparse.Namespace, box: Box) -> tuple[str, str]:
@@ -130,22 +132,38 @@ def check_no_live_holder(args: argparse.Namespace, box: Box, dropbox: Queue) -> 
             return  # no server holds its session: the one that did stopped, or restarted
         process = held_by
         who = f"the MQTT session of client {record.client_id} ({_where_held(record, process)})"
+    _refuse_while_it_runs(
+        process,
+        lambda where: (
+            f"{args.id} is in flight to {who}, and that process {where}: settled from here, "
+            "under that process, an MQTT session would still count it as its own, and send it "
+            "to its client again, or take its answer for a message it no longer holds, while "
+            "another consumer gets it too"
+        ),
+        while_alive="Its client answers it, or ends its session (a clean start gives what it "
+        "held to the other members of a share group), or stop that process first",
+        forced="settles it",
+        force=args.force,
+    )
+
+
+def _refuse_while_it_runs(
+    process: str,
+    said: Callable[[str], str],
+    *,
+    while_alive: str,
+    forced: str,
+    force: bool,
+) -> None:
+    """InvalidArgument, `said` of where `process` is, if that process is known to run, or if
+    it cannot be told (another machine's) and `force` was not given; nothing if it died."""
     alive = process_alive(process)
-    if alive is False or (alive is None and args.force):
+    if alive is False or (alive is None and force):
         return
     where = "still runs" if alive else "is on another machine (this one cannot tell if it runs)"
-    said = (
-        f"{args.id} is in flight to {who}, and that process {where}: settled from here, "
-        "under that process, an MQTT session would still count it as its own, and send it "
-        "to its client again, or take its answer for a message it no longer holds, while "
-        "another consumer gets it too"
-    )
     if alive:
-        raise InvalidArgument(
-            f"{said}. Its client answers it, or ends its session (a clean start gives what it "
-            "held to the other members of a share group), or stop that process first"
-        )
-    raise InvalidArgument(f"{said}. If that process stopped for good, --force settles it")
+        raise InvalidArgument(f"{said(where)}. {while_alive}")
+    raise InvalidArgument(f"{said(where)}. If that process stopped for good, --force {forced}")
 
 
 def _where_held(record: SessionRecord, process: str) -> str:
