@@ -28,6 +28,7 @@ __all__ = [
     "PacketTooLarge",
     "ProtocolViolation",
     "QueueNotFound",
+    "RecurringFailure",
     "ResourceConstraint",
     "StoreFailed",
     "StoreFull",
@@ -151,6 +152,25 @@ class StoreFull(StoreFailed):
 def store_failure(error: OSError) -> StoreFailed:
     """The BoxMQError that a front-end answers for an OSError of the store."""
     return StoreFull(error) if error.errno in _FULL else StoreFailed(error)
+
+
+class RecurringFailure:
+    """The failure a task repeated on a timer (a sweep each second) met at its last run, so
+    that a file system failing every run (read-only, EIO) is told once, not at each: `news`
+    says whether an error is worth telling (the first, or another errno), `recovered` whether
+    a run that succeeded ends a failure told."""
+
+    def __init__(self) -> None:
+        self._errno: int | None = None  # None: the last run succeeded
+
+    def news(self, error: OSError) -> bool:
+        code = error.errno or 0  # 0: an OSError with no errno, still a failure
+        told, self._errno = code != self._errno, code
+        return told
+
+    def recovered(self) -> bool:
+        failed, self._errno = self._errno is not None, None
+        return failed
 
 
 def naming(error: OSError, path: str) -> OSError:

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from boxmq.client.box import Box
 from boxmq.client.sweeps import SweepReport
-from boxmq.errors import store_failure
+from boxmq.errors import RecurringFailure, store_failure
 from boxmq.mqtt.settings import MqttSettings
 from boxmq.xmpp.settings import XmppSettings
 
@@ -52,14 +52,7 @@ async def _sweep_once(box: Box) -> None:
         log.info("%s", line)
 
 
-class _Failing:
-    """The errno that failed the last sweep, None once one ran: a read-only root failed
-    every sweep, and said so again each second."""
-
-    errno: int | None = None
-
-
-async def _sweep_again(box: Box, failing: _Failing) -> None:
+async def _sweep_again(box: Box, failing: RecurringFailure) -> None:
     """A sweep of the timer: a file system that fails it now (EMFILE with every descriptor
     taken by clients, EIO, EROFS) is told and tried again at the next one, while the doors
     go on serving; told again only for another errno, and once a sweep runs again. Only the
@@ -67,18 +60,15 @@ async def _sweep_again(box: Box, failing: _Failing) -> None:
     try:
         await _sweep_once(box)
     except OSError as error:
-        code = error.errno or 0  # 0: an OSError with no errno, still a failure
-        if code != failing.errno:
+        if failing.news(error):
             log.error(
                 "sweep of %s failed, tried again at each next one (told again for another "
                 "error): %s",
                 box.root,
                 store_failure(error),
             )
-        failing.errno = code
         return
-    if failing.errno is not None:
-        failing.errno = None
+    if failing.recovered():
         log.info("sweep of %s runs again", box.root)
 
 
@@ -174,7 +164,7 @@ async def serve(
         component.add_done_callback(lambda _: stop.set())  # a refused component ends serve
         doors.append(component)
     log.info("ready; sweeping every %gs", sweep_interval)
-    failing = _Failing()
+    failing = RecurringFailure()
     try:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):

@@ -44,7 +44,7 @@ from boxmq.client.box import Box
 from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
 from boxmq.core import parse_filter
-from boxmq.errors import store_failure
+from boxmq.errors import RecurringFailure, store_failure
 from boxmq.mqtt.routes import MemoryRoutes
 from boxmq.mqtt.session import NEVER, Session
 from boxmq.mqtt.session_record import (
@@ -137,7 +137,7 @@ class Lifetimes:
         # named when last read, by its name, with its inode and mtime, so that a sweep reads
         # again only the records written since (a stat each, not a read and a JSON parse).
         self._holders: dict[str, tuple[tuple[int, int], str | None]] = {}
-        self._sweep_failing: int | None = None  # the errno that failed the last sweep
+        self._sweep_failing = RecurringFailure()
         self._looking = False  # a look through the records under way (`_dead_held`)
         self._told_no_claim = False  # told once: claims fail on every sweep, for every record
 
@@ -350,16 +350,15 @@ class Lifetimes:
             for path, dead in looked.result():
                 self._adopt(path, dead)
         except OSError as error:
-            if error.errno != self._sweep_failing:
+            if self._sweep_failing.news(error):
                 log.error(
                     "the sweep for sessions of dead servers in %s failed, tried again at "
                     "each next one: %s",
                     self._box.root,
                     store_failure(error),
                 )
-            self._sweep_failing = error.errno
             return
-        self._sweep_failing = None
+        self._sweep_failing.recovered()
 
     def _adopt(self, path: str, dead: str) -> None:
         """The session whose record is at `path` names `dead`, a broker of this host that
