@@ -149,6 +149,20 @@ def test_a_qos2_message_settled_on_the_second_server_is_not_sent_again_by_the_fi
         roamer.close()
 
 
+def _on_both(
+    a: RunningServer, b: RunningServer, *, qos: int, expiry: int
+) -> tuple[socket.socket, socket.socket]:
+    """Client `roamer` connected to A and subscribed to news/# at `qos`, then connected to B
+    too, its connection to A still open (a network that changed under it, before A noticed):
+    the two connections, the session present on B."""
+    on_a, _ = open_raw(a, "roamer", expiry=expiry)
+    on_a.sendall(subscribe(1, "news/#", qos))
+    assert read(on_a)[0] == 0x90
+    on_b, present = open_raw(b, "roamer", expiry=expiry)
+    assert present
+    return on_a, on_b
+
+
 def test_a_client_connected_to_both_servers_keeps_its_session_when_the_first_connection_ends(
     two_servers: tuple[RunningServer, RunningServer, Served],
 ) -> None:
@@ -158,13 +172,8 @@ def test_a_client_connected_to_both_servers_keeps_its_session_when_the_first_con
     A over B's record, whose expiry then ended the session under B's client."""
     a, b, _ = two_servers
     root = a.root
-    on_a, _ = open_raw(a, "roamer", expiry=EXPIRY)
-    on_b = None
+    on_a, on_b = _on_both(a, b, qos=1, expiry=EXPIRY)
     try:
-        on_a.sendall(subscribe(1, "news/#", 1))
-        assert read(on_a)[0] == 0x90
-        on_b, present = open_raw(b, "roamer", expiry=EXPIRY)
-        assert present
         taken = read_record(str(root), "roamer")
         assert taken is not None
         assert taken.holder is not None
@@ -181,8 +190,7 @@ def test_a_client_connected_to_both_servers_keeps_its_session_when_the_first_con
         sender.stop()
     finally:
         on_a.close()
-        if on_b is not None:
-            on_b.close()
+        on_b.close()
 
 
 def test_a_server_that_would_send_qos2_on_a_connection_whose_session_moved_closes_it(
@@ -195,13 +203,8 @@ def test_a_server_that_would_send_qos2_on_a_connection_whose_session_moved_close
     close its connection instead (0x8E Session taken over), the message left to the session."""
     a, b, _ = two_servers
     root = a.root
-    on_a, _ = open_raw(a, "roamer", expiry=EXPIRY)
-    on_b = None
+    on_a, on_b = _on_both(a, b, qos=2, expiry=EXPIRY)
     try:
-        on_a.sendall(subscribe(1, "news/#", 2))
-        assert read(on_a)[0] == 0x90
-        on_b, present = open_raw(b, "roamer", expiry=EXPIRY)
-        assert present
         taken = read_record(str(root), "roamer")
         assert taken is not None
         sender = paho(a, "sender")
@@ -230,8 +233,7 @@ def test_a_server_that_would_send_qos2_on_a_connection_whose_session_moved_close
         assert got >= {b"m0", b"m1", b"m2"}
     finally:
         on_a.close()
-        if on_b is not None:
-            on_b.close()
+        on_b.close()
 
 
 def test_a_client_back_on_the_surviving_server_gets_its_session_and_the_dead_one_its_will(
@@ -300,13 +302,8 @@ def test_a_subscribe_on_a_connection_whose_session_moved_closes_it(
     that connection rather than write its name back over B's."""
     a, b, _ = two_servers
     root = a.root
-    on_a, _ = open_raw(a, "roamer", expiry=EXPIRY)
-    on_b = None
+    on_a, on_b = _on_both(a, b, qos=1, expiry=EXPIRY)
     try:
-        on_a.sendall(subscribe(1, "news/#", 1))
-        assert read(on_a)[0] == 0x90
-        on_b, present = open_raw(b, "roamer", expiry=EXPIRY)
-        assert present
         taken = read_record(str(root), "roamer")
         assert taken is not None
         on_a.sendall(subscribe(2, "other/#", 1))
@@ -316,8 +313,7 @@ def test_a_subscribe_on_a_connection_whose_session_moved_closes_it(
         assert ("other/#", None, "roamer") not in subscriptions_on_disk(root)
     finally:
         on_a.close()
-        if on_b is not None:
-            on_b.close()
+        on_b.close()
 
 
 def _claim_path(root: Path, client_id: str, dead: str) -> Path:
@@ -496,13 +492,8 @@ def test_a_server_killed_after_closing_a_connection_whose_session_moved_loses_no
     its sender) exactly once, before and after it leaves B and comes back, and a later one."""
     a, b, killed = two_servers
     root = a.root
-    on_a, _ = open_raw(a, "roamer", expiry=30)
-    on_b = None
+    on_a, on_b = _on_both(a, b, qos=2, expiry=30)
     try:
-        on_a.sendall(subscribe(1, "news/#", 2))
-        assert read(on_a)[0] == 0x90
-        on_b, present = open_raw(b, "roamer", expiry=30)
-        assert present
         sender = paho(a, "sender")  # A's own: it claims them for its connection at once
         for n in range(3):
             sender.publish("news/1", f"m{n}".encode(), 2)
@@ -526,5 +517,4 @@ def test_a_server_killed_after_closing_a_connection_whose_session_moved_loses_no
         assert len(fresh) == len(set(fresh)), got  # none taken twice as new
     finally:
         on_a.close()
-        if on_b is not None:
-            on_b.close()
+        on_b.close()
