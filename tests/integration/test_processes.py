@@ -37,13 +37,14 @@ def _load_worker() -> ModuleType:
 body_for: Callable[[int], bytes] = _load_worker().body_for
 
 
-@pytest.fixture
-def start() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+def _spawning(head: list[str]) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start `head + args` with its stdout read as text; what still runs at the test's end
+    is killed, and every pipe closed."""
     started: list[subprocess.Popen[str]] = []
 
     def run(*args: str) -> subprocess.Popen[str]:
         process = subprocess.Popen(
-            [sys.executable, WORKER, *args],
+            [*head, *args],
             stdout=subprocess.PIPE,
             text=True,
             env=os.environ.copy(),
@@ -58,6 +59,18 @@ def start() -> Iterator[Callable[..., subprocess.Popen[str]]]:
         process.wait(timeout=10)
         if process.stdout is not None:
             process.stdout.close()
+
+
+@pytest.fixture
+def start() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """tests/integration/worker.py with the arguments given."""
+    yield from _spawning([sys.executable, WORKER])
+
+
+@pytest.fixture
+def script() -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """`python -c SOURCE ARGS...`: the inline scripts of the tests below."""
+    yield from _spawning([sys.executable, "-c"])
 
 
 def wait_for_line(process: subprocess.Popen[str], expected: str) -> None:
@@ -469,27 +482,21 @@ with boxmq.open(sys.argv[1], fsync="never") as box:
 
 
 def test_subscriptions_listed_while_another_process_unsubscribes_never_fail_nor_linger(
-    root: Path,
+    root: Path, script: Callable[..., subprocess.Popen[str]]
 ) -> None:
     """`boxmq ls` lists the subscriptions while another process deletes one: a record read
     just before the delete had the listing make the dropbox's folders again under the
     deleting rmtree, a FileExistsError (a traceback for `boxmq ls`) or folders left behind."""
-    churn = subprocess.Popen(
-        [sys.executable, "-c", _CHURN, str(root)], env=os.environ.copy(), text=True
-    )
-    try:
-        with boxmq.open(root, fsync="never") as box:
-            listings = 0
-            while churn.poll() is None:
-                assert all(info.filter == "t/x" for info in box.topics.subscriptions())
-                listings += 1
-            assert churn.returncode == 0
-            assert box.topics.subscriptions() == []
-        assert listings > 0
-        assert list((root / "topic-root").glob("*/.subscriptions/*")) == []
-    finally:
-        churn.kill()
-        churn.wait(timeout=10)
+    churn = script(_CHURN, str(root))
+    with boxmq.open(root, fsync="never") as box:
+        listings = 0
+        while churn.poll() is None:
+            assert all(info.filter == "t/x" for info in box.topics.subscriptions())
+            listings += 1
+        assert churn.returncode == 0
+        assert box.topics.subscriptions() == []
+    assert listings > 0
+    assert list((root / "topic-root").glob("*/.subscriptions/*")) == []
 
 
 # Joins the share group $share/g/t/# as argv[2] and leaves it again, 400 times (or for 8 s);
@@ -518,28 +525,15 @@ print(dict(wrong))
 
 
 def test_a_member_joining_a_share_group_its_last_member_leaves_in_another_process_stays(
-    root: Path,
+    root: Path, script: Callable[..., subprocess.Popen[str]]
 ) -> None:
     """Two processes join one share group and leave it, over and over: the last member out
     deletes the group, and the other process's join came in between, its record and member
     written into the folder the leave then deleted (a member of no group, its client told
     the subscription stands, sent nothing), or its folder made under the rmtree (the join
     raised FileNotFoundError). Joins and leaves now hold the group's folder with an flock."""
-    members = [
-        subprocess.Popen(
-            [sys.executable, "-c", _JOIN_AND_LEAVE, str(root), name],
-            stdout=subprocess.PIPE,
-            env=os.environ.copy(),
-            text=True,
-        )
-        for name in ("a", "b")
-    ]
-    try:
-        said = [member.communicate(timeout=60)[0].strip() for member in members]
-    finally:
-        for member in members:
-            member.kill()
-            member.wait(timeout=10)
+    members = [script(_JOIN_AND_LEAVE, str(root), name) for name in ("a", "b")]
+    said = [member.communicate(timeout=60)[0].strip() for member in members]
     assert [member.returncode for member in members] == [0, 0]
     assert said == ["{}", "{}"]
     assert list((root / "topic-root").glob("*/.subscriptions/*")) == []
@@ -564,25 +558,18 @@ print(failed)
 """
 
 
-def test_boxmq_ls_makes_no_folder_under_an_rm_rf_of_a_queue(root: Path) -> None:
+def test_boxmq_ls_makes_no_folder_under_an_rm_rf_of_a_queue(
+    root: Path, script: Callable[..., subprocess.Popen[str]]
+) -> None:
     """`rm -rf` of a queue's folder (how docs/cli.md says to delete one) while `boxmq ls`
     counts the queues: the count made the state folders the queue lacked, so one the rm had
     just deleted came back under it, and the rm failed (Directory not empty) and left the
     queue there (5 to 8 % of 2,000 deletes)."""
-    remover = subprocess.Popen(
-        [sys.executable, "-c", _MAKE_AND_RM, str(root)],
-        stdout=subprocess.PIPE,
-        env=os.environ.copy(),
-        text=True,
-    )
-    try:
-        with boxmq.open(root, fsync="never") as box:
-            while remover.poll() is None:
-                assert set(box.counts()) <= {"q"}
-        assert remover.communicate(timeout=10)[0].strip() == "0"
-    finally:
-        remover.kill()
-        remover.wait(timeout=10)
+    remover = script(_MAKE_AND_RM, str(root))
+    with boxmq.open(root, fsync="never") as box:
+        while remover.poll() is None:
+            assert set(box.counts()) <= {"q"}
+    assert remover.communicate(timeout=10)[0].strip() == "0"
 
 
 # Locks the messages of the queue q and unlocks them again, for the seconds given.
@@ -603,36 +590,26 @@ with boxmq.open(sys.argv[1], fsync="never") as box:
 
 
 def test_delete_queue_deletes_it_while_a_consumer_of_another_process_takes_messages(
-    root: Path,
+    root: Path, script: Callable[..., subprocess.Popen[str]]
 ) -> None:
     """python.md: consumers in other processes find their folder gone. Deleted in place, the
     folder a consumer moved a message into under the rmtree made it fail (Directory not
     empty), ignored: delete_queue said True and left the queue (105 of 500 deletes)."""
     with boxmq.open(root, fsync="never") as box:
         box.queue("q").put_many([b"x"] * 50)
-        consumer = subprocess.Popen(
-            [sys.executable, "-c", _LOCK_AND_UNLOCK, str(root), "30"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=os.environ.copy(),
-            text=True,
-        )
-        try:
-            wait_for_line(consumer, "ready")
-            left = 0
-            deadline = time.monotonic() + 8
-            for _ in range(300):
-                if time.monotonic() > deadline:
-                    break
-                box.queue("q").put_many([b"x"] * 50)
-                assert box.delete_queue("q")
-                left += (root / "q").exists()
-            assert consumer.poll() is None  # it took messages all along
-        finally:
-            consumer.kill()
-            consumer.wait(timeout=10)
-            assert consumer.stdout is not None
-            consumer.stdout.close()
+        consumer = script(_LOCK_AND_UNLOCK, str(root), "30")
+        wait_for_line(consumer, "ready")
+        left = 0
+        deadline = time.monotonic() + 8
+        for _ in range(300):
+            if time.monotonic() > deadline:
+                break
+            box.queue("q").put_many([b"x"] * 50)
+            assert box.delete_queue("q")
+            left += (root / "q").exists()
+        assert consumer.poll() is None  # it took messages all along
+        consumer.kill()
+        consumer.wait(timeout=10)
     assert left == 0
     assert not (root / ".deleting").exists()  # emptied, and removed with its last delete
 
@@ -649,39 +626,29 @@ with boxmq.open(sys.argv[1], fsync="never") as box:
 
 
 def test_unsubscribe_deletes_a_subscription_a_publisher_of_another_process_fans_out_into(
-    root: Path,
+    root: Path, script: Callable[..., subprocess.Popen[str]]
 ) -> None:
     """Deleted in place, a subscription a publication of another process fanned out into
     under the rmtree (its pending copy's folder made again) made it fail (Directory not
     empty), ignored: its folders stayed behind, with no record and a message in them."""
     with boxmq.open(root, fsync="never") as box:
         box.topics.subscribe("t/x", "s", process_bound=False).close()
-        publisher = subprocess.Popen(
-            [sys.executable, "-c", _PUBLISH_LOOP, str(root), "30"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=os.environ.copy(),
-            text=True,
-        )
-        try:
-            wait_for_line(publisher, "ready")
-            subscriptions = root / "topic-root" / "t%2Fx" / ".subscriptions"
-            left, deletes = 0, 0
-            deadline = time.monotonic() + 8
-            for _ in range(300):
-                if time.monotonic() > deadline:
-                    break
-                box.topics.subscribe("t/x", "s", process_bound=False).close()
-                time.sleep(0.01)  # a few publications into it
-                assert box.topics.unsubscribe("t/x", "s")
-                deletes += 1
-                left += subscriptions.exists() and any(subscriptions.iterdir())
-            assert publisher.poll() is None  # it published all along
-        finally:
-            publisher.kill()
-            publisher.wait(timeout=10)
-            assert publisher.stdout is not None
-            publisher.stdout.close()
+        publisher = script(_PUBLISH_LOOP, str(root), "30")
+        wait_for_line(publisher, "ready")
+        subscriptions = root / "topic-root" / "t%2Fx" / ".subscriptions"
+        left, deletes = 0, 0
+        deadline = time.monotonic() + 8
+        for _ in range(300):
+            if time.monotonic() > deadline:
+                break
+            box.topics.subscribe("t/x", "s", process_bound=False).close()
+            time.sleep(0.01)  # a few publications into it
+            assert box.topics.unsubscribe("t/x", "s")
+            deletes += 1
+            left += subscriptions.exists() and any(subscriptions.iterdir())
+        assert publisher.poll() is None  # it published all along
+        publisher.kill()
+        publisher.wait(timeout=10)
     assert deletes > 50
     assert left == 0
     assert not (root / ".deleting").exists()
@@ -697,7 +664,7 @@ with boxmq.open(sys.argv[1], fsync="never") as box:
 
 
 def test_a_delete_killed_midway_leaves_the_queue_whole_or_gone_and_the_sweep_clears_it(
-    root: Path,
+    root: Path, script: Callable[..., subprocess.Popen[str]]
 ) -> None:
     """A process killed (SIGKILL) while deleting a big queue never leaves it half in place:
     it is whole under its name, or gone from it. What the rmtree in .deleting/ had not
@@ -708,21 +675,11 @@ def test_a_delete_killed_midway_leaves_the_queue_whole_or_gone_and_the_sweep_cle
         for attempt in range(6):
             if not (root / "q").exists():
                 box.queue("q").put_many([b"x"] * size)
-            deleter = subprocess.Popen(
-                [sys.executable, "-c", _DELETE, str(root)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                env=os.environ.copy(),
-                text=True,
-            )
-            try:
-                wait_for_line(deleter, "deleting")
-                time.sleep(0.05 * (attempt + 1))  # into its rmtree, or not yet
-            finally:
-                deleter.send_signal(signal.SIGKILL)
-                deleter.wait(timeout=10)
-                assert deleter.stdout is not None
-                deleter.stdout.close()
+            deleter = script(_DELETE, str(root))
+            wait_for_line(deleter, "deleting")
+            time.sleep(0.05 * (attempt + 1))  # into its rmtree, or not yet
+            deleter.send_signal(signal.SIGKILL)
+            deleter.wait(timeout=10)
             if (root / "q").exists():
                 assert len(os.listdir(root / "q" / "target")) == size  # whole
             if (root / ".deleting").exists() and os.listdir(root / ".deleting"):
@@ -750,7 +707,7 @@ with boxmq.open(sys.argv[1], fsync="never") as box:
 
 
 def test_a_process_killed_holding_a_share_group_s_flock_keeps_no_one_waiting(
-    root: Path,
+    root: Path, script: Callable[..., subprocess.Popen[str]]
 ) -> None:
     """A process joining a share group and leaving it (its last member: the leave deletes it)
     holds the group's folder with an flock: SIGKILLed at varied moments in those steps, the
@@ -761,20 +718,11 @@ def test_a_process_killed_holding_a_share_group_s_flock_keeps_no_one_waiting(
     for attempt in range(8):
         if time.monotonic() > deadline:
             break
-        churn = subprocess.Popen(
-            [sys.executable, "-c", _JOIN_AND_LEAVE_FOR_EVER, str(root), "a"],
-            stdout=subprocess.PIPE,
-            env=os.environ.copy(),
-            text=True,
-        )
-        try:
-            wait_for_line(churn, "joining")
-            time.sleep(rng.uniform(0, 0.2))
-        finally:
-            churn.kill()
-            churn.wait(timeout=10)
-            assert churn.stdout is not None
-            churn.stdout.close()
+        churn = script(_JOIN_AND_LEAVE_FOR_EVER, str(root), "a")
+        wait_for_line(churn, "joining")
+        time.sleep(rng.uniform(0, 0.2))
+        churn.kill()
+        churn.wait(timeout=10)
         joined: list[object] = []
         with boxmq.open(root, fsync="never") as box:
             joiner = threading.Thread(
