@@ -244,13 +244,14 @@ def _address(sock: socket.socket) -> str:
     return f"{host}:{port}"
 
 
-def _logged(served: Served, line: str) -> str:
-    """The first line of the server's log that holds `line`, once it is written."""
+def _logged(served: Served, line: str, *, after: int = 0) -> str:
+    """The first line of the server's log that holds `line`, after the `after` lines that
+    held it before, once it is written."""
     deadline = time.monotonic() + WAIT
     while True:
         found = [text for text in served.log.read_text().splitlines() if line in text]
-        if found:
-            return found[0]
+        if len(found) > after:
+            return found[after]
         assert time.monotonic() < deadline, f"{line!r} not in:\n{served.log.read_text()}"
         time.sleep(0.05)
 
@@ -309,10 +310,7 @@ def test_mosquitto_pub_with_the_wrong_ca_file_is_logged(served: Served) -> None:
         capture_output=True, timeout=30, check=False,
     )  # fmt: skip
     assert wrong.returncode != 0
-    deadline = time.monotonic() + WAIT
-    while served.log.read_text().count(words) == before:
-        assert time.monotonic() < deadline, served.log.read_text()
-        time.sleep(0.05)
+    _logged(served, words, after=before)
     right = subprocess.run(
         [*command, "--cafile", str(served.ca), "-u", "alice", "-P", "wonderland"],
         capture_output=True, timeout=30, check=False,
@@ -417,10 +415,7 @@ def test_mosquitto_pub_to_a_host_not_named_in_the_certificate_is_logged_in_words
         capture_output=True, timeout=30, check=False,
     )  # fmt: skip
     assert refused.returncode != 0
-    deadline = time.monotonic() + WAIT
-    while served.log.read_text().count(words) == before:
-        assert time.monotonic() < deadline, served.log.read_text()
-        time.sleep(0.05)
+    _logged(served, words, after=before)
     [line] = [line for line in served.log.read_text().splitlines() if words in line][before:]
     assert line.endswith("subjectAltName) (ssl: TLSV1_ALERT_INTERNAL_ERROR)")
 
