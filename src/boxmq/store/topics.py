@@ -332,6 +332,7 @@ class GenerationWatch:
         self._folder = topic_root(root)
         self._file = os.path.join(self._folder, _GENERATION)
         self._seen: tuple[int, int] | None = None  # nothing yet, as a root with no file
+        self._lookable = False  # the topic root found open to this user once (`_absent`)
 
     def changed(self) -> bool:
         if self._seen is None and self._absent():
@@ -347,10 +348,12 @@ class GenerationWatch:
         the FileNotFoundError of a stat, which cost about 5,500 instructions. os.access also
         says no when this user may not look into the root or its topic root (EACCES): that
         is no "no subscription", which let a publication there be dropped as sent to nobody,
-        so then the stat raises why."""
+        so then the stat raises why. The topic root found open once is not asked again: the
+        look comes once per read that publishes, and a folder's mode does not come and go."""
         if os.access(self._file, os.F_OK):
             return False
-        if os.access(self._folder, os.X_OK):
+        if self._lookable or os.access(self._folder, os.X_OK):
+            self._lookable = True
             return True  # the folder can be looked into, and holds no file
         if os.access(self._root, os.X_OK) and not os.access(self._folder, os.F_OK):
             return True  # no topic root yet (a root of queues only)
