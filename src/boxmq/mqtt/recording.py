@@ -113,13 +113,13 @@ class Recorder:
             next_packet_id=session.outbox.next_id,
         )
 
-    def store(self, record: SessionRecord, *, flush: bool, told: bool = True) -> OSError | None:
-        """A failure costs only what the record is for, so it is logged (unless `told`
+    def store(self, record: SessionRecord, *, flush: bool, logged: bool = True) -> OSError | None:
+        """A failure costs only what the record is for, so it is logged (unless `logged`
         False: its caller says it) and returned."""
         try:
             written = write_record(self._root, record, flush=flush)
         except OSError as error:
-            if told:
+            if logged:
                 # In the words of the other refusals: what to fix, not "[Errno 30] ...".
                 log.warning(
                     "client %s: session record not written: %s",
@@ -136,7 +136,7 @@ class Recorder:
         flush: bool,
         then: Callable[[object], None],
         *,
-        told: bool = True,
+        logged: bool = True,
     ) -> Job:
         """A job that stores `record`, then runs `then` on the loop with the refusal (an
         OSError) or None. Until it has, the record on disk is not replaced (`replaced`): this
@@ -150,7 +150,7 @@ class Recorder:
                 self._queued[client_id] = left
             then(result)
 
-        return Job(partial(self.store, record, flush=flush, told=told), stored)
+        return Job(partial(self.store, record, flush=flush, logged=logged), stored)
 
     def replaced(self, client_id: str) -> bool:
         """Whether the session's record on disk may not be the one this broker wrote last
@@ -233,7 +233,7 @@ class Recorder:
         `refused`: run instead of `told` if the disk refuses the record (which it then
         logs), under every policy, the answer still unsent."""
         if not self.flushed:
-            error = None if record is None else self.store(record, flush=False, told=not refused)
+            error = None if record is None else self.store(record, flush=False, logged=not refused)
             if error is not None and refused is not None:
                 refused(error)
             else:
@@ -254,4 +254,4 @@ class Recorder:
             else:
                 told()
 
-        client.jobs.append(self._storing(record, self.flushed, written, told=not refused))
+        client.jobs.append(self._storing(record, self.flushed, written, logged=not refused))
