@@ -4,7 +4,9 @@ limits."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
+import json
 import os
 import time
 from pathlib import Path
@@ -708,3 +710,24 @@ def test_an_assured_killed_anywhere_is_sent_once_after_the_senders_retry(
         if not killed:
             assert step > 1
             return
+
+
+def test_a_delivery_record_an_older_boxmq_named_for_a_source_with_a_nul_is_renamed(
+    root: Path,
+) -> None:
+    """boxmq before fd6c436 (2026-11-29) named the delivery record of a source holding a NUL
+    by sha256(source, NUL, msg_id), as it names every other. Read back by its content, it
+    was never removed by that name: a reclaimed id's new message was then taken, at the
+    next restart, for one delivered and not yet moved, and sent without its deliver."""
+    markers = root / ".exactly-once"
+    markers.mkdir(parents=True)
+    old_name = hashlib.sha256(b"a\0b\0c").hexdigest()  # the name boxmq 2026-11-22..29 gave it
+    (markers / old_name).write_text(json.dumps({"source": "a\0b", "msg_id": "c"}))
+    with boxmq.open(root, fsync="never") as box:
+        assert box.assured("a\0b", "c", b"late", queue="counts") is False  # still remembered
+        assert box.assured("a\0b", "c", b"new", queue="counts", reclaim=True) is True
+    with boxmq.open(root, fsync="never") as box:
+        assert delivered(box) == []  # waits for its deliver
+        assert box.deliver("a\0b", "c") is True
+        assert delivered(box) == [b"new"]
+    assert old_name not in os.listdir(markers)

@@ -637,6 +637,7 @@ class AssuredIntake:
                     data = json.load(src)
                     key = str(data["source"]), str(data["msg_id"])
                     found[key] = entry.stat().st_mtime
+                    _rename_older(entry, _marker_name(*key))
                     if data.get("remember", True) is False:
                         unremembered.add(key)
         return found, unremembered
@@ -669,6 +670,23 @@ def _marker_name(source: str, msg_id: str) -> str:
     else:
         text = f"{source}\0{msg_id}".encode()
     return hashlib.sha256(text).hexdigest()
+
+
+def _rename_older(entry: os.DirEntry[str], name: str) -> None:
+    """Give a delivery record the name this boxmq looks for. One written before fd6c436
+    for a source holding a NUL has the name every other source's record has: read back by
+    its content, it was never removed by name (a reclaim, a deliver that remembers
+    nothing), and at the next restart it passed a new message under its id for one
+    delivered, sent without its deliver. Not flushed: a crash undoes it, the next restart
+    does it again."""
+    if entry.name == name:
+        return
+    target = os.path.join(os.path.dirname(entry.path), name)
+    with contextlib.suppress(FileNotFoundError):
+        if os.path.lexists(target):  # written since by this boxmq: the newer of the two
+            os.unlink(entry.path)
+        else:
+            os.rename(entry.path, target)
 
 
 def _publisher(source: str) -> str:
