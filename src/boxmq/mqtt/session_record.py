@@ -74,6 +74,7 @@ import base64
 import binascii
 import contextlib
 import json
+import logging
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -88,6 +89,8 @@ from boxmq.mqtt.session import NEVER
 from boxmq.mqtt.stored import consumer_name
 from boxmq.store.names import escape_segment
 from boxmq.store.records import make_folders, replace_file
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "AwayAtStart",
@@ -355,12 +358,25 @@ def remove_record(root: str, client_id: str) -> None:
 
 
 def read_records(root: str) -> Iterator[SessionRecord]:
-    """Every session record under the root (those unreadable are skipped)."""
+    """Every session record under the root. One unreadable (damaged, or not written by a
+    boxmq) is skipped with a warning naming it: its session was left out of `boxmq session
+    ls` and never ended, its Will never sent, and nothing said why."""
     with contextlib.suppress(FileNotFoundError), os.scandir(records_folder(root)) as entries:
         for entry in entries:
             if entry.name.startswith("."):
                 continue  # a record being written
-            record = _read(entry.path)
+            try:
+                record = _read_strictly(entry.path)
+            except ValueError as error:
+                log.warning(
+                    "%s is no session record this boxmq reads (%s): its session is not "
+                    "listed, timed or ended, and its Will is not sent; the next connection "
+                    "of its client replaces it, or delete the file to forget the session "
+                    "(its subscriptions stay: `boxmq unsubscribe --name`)",
+                    entry.path,
+                    error,
+                )
+                continue
             if record is not None:
                 yield record
 
@@ -372,9 +388,15 @@ def read_record_file(path: str) -> SessionRecord | None:
 
 def _read(path: str) -> SessionRecord | None:
     try:
+        return _read_strictly(path)
+    except ValueError:
+        return None  # not ours, or damaged: the session is kept until its client comes back
+
+
+def _read_strictly(path: str) -> SessionRecord | None:
+    """The record in `path`, None if it is gone; ValueError if it is none."""
+    try:
         with open(path) as source:
             return _from_json(json.load(source))
     except (FileNotFoundError, NotADirectoryError):
         return None  # removed right now: the session ended
-    except ValueError:
-        return None  # not ours, or damaged: the session is kept until its client comes back

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import io
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -195,15 +196,26 @@ def test_a_record_whose_released_packet_ids_are_not_packet_ids_is_not_a_record(
     assert read_record(str(tmp_path), "bad") is None
 
 
-def test_a_damaged_record_is_skipped(tmp_path: Path) -> None:
+def test_a_damaged_record_is_skipped_with_a_warning_naming_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Skipped in silence, its session was missing from `boxmq session ls` and never ended,
+    its Will never sent, and nothing told the user which file to look at (found by an
+    upgrade hunt: a record this boxmq cannot read, from an older one or damaged)."""
     root = str(tmp_path)
     write_record(root, SessionRecord("good", 5))
     folder = tmp_path / ".mqtt" / "sessions"
     (folder / "half").write_text('{"client_id": "half", "exp')
     (folder / "other").write_text('{"client": "not a session"}')
     (folder / ".tmp-123").write_text("being written")
-    assert [r.client_id for r in read_records(root)] == ["good"]
+    with caplog.at_level(logging.WARNING, "boxmq.mqtt.session_record"):
+        assert [r.client_id for r in read_records(root)] == ["good"]
     assert sorted(os.listdir(folder)) == [".tmp-123", "good", "half", "other"]  # none removed
+    told = sorted(r.getMessage() for r in caplog.records)
+    assert len(told) == 2
+    for line, name in zip(told, ["half", "other"], strict=True):
+        assert line.startswith(f"{folder / name} is no session record this boxmq reads (")
+        assert "delete the file to forget the session" in line
 
 
 def test_the_deadline_counts_from_the_disconnect() -> None:
