@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import itertools
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -731,3 +732,22 @@ def test_a_delivery_record_an_older_boxmq_named_for_a_source_with_a_nul_is_renam
         assert box.deliver("a\0b", "c") is True
         assert delivered(box) == [b"new"]
     assert old_name not in os.listdir(markers)
+
+
+def test_a_delivery_record_that_is_none_is_skipped_with_a_warning_naming_it(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A damaged record was skipped in silence, and one holding JSON that is no object failed
+    every exactly-once call after a restart with a TypeError (found by an upgrade hunt)."""
+    markers = root / ".exactly-once"
+    markers.mkdir(parents=True)
+    (markers / "list").write_text("[1]")
+    (markers / "half").write_text('{"sou')
+    (markers / "keyless").write_text('{"source": "s"}')
+    with caplog.at_level(logging.WARNING, "boxmq.exactly_once"), boxmq.open(root) as box:
+        assert box.assured("s", "1", b"x", queue="counts") is True
+        assert box.deliver("s", "1") is True
+    told = sorted(r.getMessage() for r in caplog.records)
+    assert [line.split(" is no delivery record")[0] for line in told] == [
+        f"exactly once: {markers / name}" for name in ("half", "keyless", "list")
+    ]

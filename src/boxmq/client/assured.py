@@ -633,13 +633,29 @@ class AssuredIntake:
             for entry in entries:
                 if entry.name.startswith("."):
                     continue
-                with contextlib.suppress(FileNotFoundError, ValueError), open(entry.path) as src:
-                    data = json.load(src)
+                try:
+                    with open(entry.path) as src:
+                        data = json.load(src)
                     key = str(data["source"]), str(data["msg_id"])
+                    remember = data.get("remember", True)
                     found[key] = entry.stat().st_mtime
-                    _rename_older(entry, _marker_name(*key))
-                    if data.get("remember", True) is False:
-                        unremembered.add(key)
+                except FileNotFoundError:
+                    continue  # forgotten right now
+                except (ValueError, TypeError, KeyError, AttributeError) as error:
+                    # Skipped in silence, a damaged record let a late repeat of its id be
+                    # stored again without a word; one holding JSON that is no object (a
+                    # list) failed every exactly-once call with a TypeError.
+                    log.warning(
+                        "exactly once: %s is no delivery record (%r): skipped, so a late "
+                        "repeat of the id it stood for is taken for a new message; a sweep "
+                        "deletes it once done_ttl is past, or delete it",
+                        entry.path,
+                        error,
+                    )
+                    continue
+                _rename_older(entry, _marker_name(*key))
+                if remember is False:
+                    unremembered.add(key)
         return found, unremembered
 
 
