@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import re
@@ -890,3 +891,27 @@ def test_a_closed_subscriber_says_it_is_a_closed_subscriber_of_its_filter(
     with pytest.raises(boxmq.Closed, match=said):
         subscriber.set_limits(max_in_flight=2, lock_timeout=5)
     assert list(subscriber) == []  # iterating a closed one ends, as before
+
+
+def test_a_subscription_whose_record_is_unreadable_is_told_of_and_keeps_its_messages(
+    box: boxmq.Box, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its record read as that of a subscription being made: ls and the routing left it out,
+    its messages too, and nothing named the file (found by an upgrade hunt)."""
+    with box.subscribe("a/#", "kept", process_bound=False):
+        pass
+    box.publish("a/1", "before")
+    record = Path(layout.subscription_path(str(box.root), "a/#", "client.kept"), ".subscription")
+    record.write_text("")  # renamed into place, its data lost to a power cut (fsync never)
+    with caplog.at_level(logging.WARNING, "boxmq"):
+        assert box.topics.subscriptions() == []  # boxmq ls
+        box.publish("a/2", "skipped")
+        box.sweep()
+        box.sweep()  # told once by the sweeps
+    told = [r.getMessage() for r in caplog.records if str(record) in r.getMessage()]
+    assert len(told) == 2
+    assert all("no subscription record this boxmq reads" in line for line in told)
+    with box.subscribe("a/#", "kept", process_bound=False) as again:  # writes it again
+        message = again.receive(timeout=5)
+        assert message is not None
+        assert message.body == b"before"

@@ -50,6 +50,8 @@ from boxmq.store.topics import (
     remove_if_abandoned,
     remove_stale_staging,
     subscription_folders,
+    unreadable_record,
+    unreadable_told,
 )
 from boxmq.store.v5_properties import V5Reader
 
@@ -95,6 +97,7 @@ class Box:
         self.side_files = SideFiles(self.root)
         self.v5 = V5Reader(self.side_files)  # those properties, for readers that are not MQTT
         self._next_collect = 0.0  # when sweep() next looks for side files no message names
+        self._unreadable: set[tuple[str, str]] = set()  # subscription records told of (sweep)
         self._door_folders: tuple[str, ...] = ()  # of the doors' own records (sweep_temporaries_in)
         renew_in_children(self)
 
@@ -469,12 +472,16 @@ class Box:
 
     def _remove_abandoned(self, subscriptions: list[str], *, now: float, age: float) -> None:
         """The folders of subscriptions whose first record never landed: nothing else
-        deletes them (no scan of subscriptions sees a folder without its record)."""
-        removed = sum(
-            remove_if_abandoned(path, now=now, age=age)
-            for path in subscriptions
-            if read_record(path) is None
-        )
+        deletes them (no scan of subscriptions sees a folder without its record). One whose
+        record is there but unreadable is told of, once per reason."""
+        removed = 0
+        for path in subscriptions:
+            if read_record(path) is not None:
+                continue
+            removed += remove_if_abandoned(path, now=now, age=age)
+            if (unreadable := unreadable_record(path)) and unreadable not in self._unreadable:
+                self._unreadable.add(unreadable)
+                log.warning("%s", unreadable_told(*unreadable))
         if removed:
             log.warning(
                 "deleted %d subscription folder(s) without a record nor a message, older than "

@@ -724,7 +724,11 @@ class Topics:
     def subscriptions(self) -> list[SubscriptionInfo]:
         """Every durable subscription and share group under the root, with its counts."""
         found = []
-        for record, path in layout.read_records(self._root):
+        for path in layout.subscription_folders(self._root):
+            if (record := layout.read_record(path)) is None:
+                if unreadable := layout.unreadable_record(path):
+                    log.warning("%s", layout.unreadable_told(*unreadable))
+                continue  # or being made or deleted right now
             try:
                 # Nothing made here (create, complete): a subscription whose last member left,
                 # or that was unsubscribed, right after its record was read is being deleted,

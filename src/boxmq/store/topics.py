@@ -51,6 +51,8 @@ __all__ = [
     "subscription_folders",
     "subscription_key",
     "subscription_path",
+    "unreadable_record",
+    "unreadable_told",
     "write_record",
 ]
 
@@ -180,11 +182,48 @@ def read_record(path: str) -> SubscriptionRecord | None:
 
 def _read(path: str) -> SubscriptionRecord | None:
     try:
+        return _read_strictly(path)
+    except ValueError:
+        return None  # a record damaged or not ours: `unreadable_record` tells why
+
+
+def _read_strictly(path: str) -> SubscriptionRecord | None:
+    """The record in `path`, None if there is none; ValueError if the file is no record."""
+    try:
         with open(path) as source:
             data = json.load(source)
-    except (FileNotFoundError, NotADirectoryError, ValueError):
+    except (FileNotFoundError, NotADirectoryError):
         return None  # being created or removed right now: the next generation shows it
-    return SubscriptionRecord(**data)
+    if not isinstance(data, dict):
+        raise ValueError(f"JSON that is no object: {type(data).__name__}")
+    try:
+        return SubscriptionRecord(**data)
+    except TypeError:  # a field missing, or one no boxmq writes
+        raise ValueError(f"its fields are {', '.join(sorted(data)) or 'none'}") from None
+
+
+def unreadable_record(path: str) -> tuple[str, str] | None:
+    """(the record file, why) for the subscription at `path` whose record is there but is
+    no record this boxmq reads (damaged, edited by hand); None for one that is fine or has
+    none. Such a subscription is left out of every listing and routing: it read as one being
+    made, so its messages went unlisted and its publications elsewhere, and nothing said so;
+    a record holding JSON that is no object made ls and every publish fail."""
+    file = os.path.join(path, _RECORD)
+    try:
+        _read_strictly(file)
+    except ValueError as error:
+        return file, str(error)
+    return None
+
+
+def unreadable_told(file: str, why: str) -> str:
+    """What `boxmq ls` and the sweep of `boxmq serve` say of an `unreadable_record`."""
+    return (
+        f"{file} is no subscription record this boxmq reads ({why}): the subscription is not "
+        "listed and publications skip it, its messages kept; subscribing again to its filter "
+        "under its name (boxmq subscribe F --name S --keep, or a share group's member) "
+        "writes it again"
+    )
 
 
 def remove_if_abandoned(path: str, *, now: float, age: float) -> bool:

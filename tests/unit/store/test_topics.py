@@ -84,3 +84,31 @@ def test_a_generation_watch_tells_each_change_once(tmp_path: Path) -> None:
     assert not watch.changed()
     bump_generation(str(tmp_path))
     assert watch.changed()
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("", "Expecting value"),  # renamed into place, its data lost to a power cut (fsync never)
+        ("[1]", "JSON that is no object: list"),
+        ('{"filter": "a/#", "qos": 1}', "its fields are filter, qos"),
+    ],
+)
+def test_a_record_that_is_none_is_skipped_and_says_why(tmp_path: Path, text: str, why: str) -> None:
+    """Read as a subscription being made, it was left out of ls and of routing with nothing
+    said, and one holding JSON that is no object made ls and every publish fail with a
+    TypeError (found by an upgrade hunt)."""
+    root = str(tmp_path)
+    good = subscription_path(root, "a/#", "client.good")
+    bad = subscription_path(root, "a/#", "client.bad")
+    write_record(good, _RECORD)
+    os.makedirs(bad)
+    with open(os.path.join(bad, ".subscription"), "w") as out:
+        out.write(text)
+    assert [path for _, path in read_records(root)] == [good]
+    assert topics.unreadable_record(good) is None
+    told = topics.unreadable_record(bad)
+    assert told is not None
+    assert told[0] == os.path.join(bad, ".subscription")
+    assert told[1].startswith(why)
+    assert topics.unreadable_record(os.path.join(root, "none")) is None  # no record (yet)
