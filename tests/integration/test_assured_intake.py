@@ -751,3 +751,25 @@ def test_a_delivery_record_that_is_none_is_skipped_with_a_warning_naming_it(
     assert [line.split(" is no delivery record")[0] for line in told] == [
         f"exactly once: {markers / name}" for name in ("half", "keyless", "list")
     ]
+
+
+def test_a_queue_folder_made_by_hand_is_not_made_again_under_its_escaped_name(root: Path) -> None:
+    """The restore of the exactly-once intake opened every queue by the name `ls` gives it,
+    and a folder made by hand under a name that is not boxmq's escape of it (a hidden `.x`,
+    `50%off`) leads elsewhere: each start made an empty queue `%2Ex` beside `.x`, listed as
+    `.x` while the messages went under `.x (not escaped)` (found by an upgrade hunt)."""
+    for folder in (".x", "50%off"):
+        (root / folder / "target").mkdir(parents=True)
+        (root / folder / "target" / "4.m.T").write_text("m")
+    with boxmq.open(root, fsync="never") as box:
+        assert box.assured("s", "1", b"x", queue="counts") is True
+        box.sweep()
+        assert sorted(os.listdir(root)) == [".x", "50%off", "counts"]
+        assert {name: c.ready for name, c in box.counts().items()} == {
+            ".x": 1,
+            "50%off": 1,
+            "counts": 0,
+        }
+    with boxmq.open(root, fsync="never") as box:  # a restart finds the pending message
+        assert box.deliver("s", "1") is True
+        assert delivered(box) == [b"x"]

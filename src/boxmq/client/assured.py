@@ -58,7 +58,7 @@ from boxmq.model import (
 from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.fanout import finish_pending
-from boxmq.store.layout import State, list_dropboxes, queue_path
+from boxmq.store.layout import State, dropbox_folders, queue_path
 from boxmq.store.names import check_priority, decode_lenient, encode
 from boxmq.store.side_files import SideFiles
 from boxmq.store.temporaries import temporary_in
@@ -582,8 +582,16 @@ class AssuredIntake:
         """Each exactly-once message in working/ of the topics and of every queue: its entry,
         its destination (a queue, or None: the topic in the envelope), its envelope and its
         (source, msg_id). An ordinary producer's file there is passed over."""
-        for queue in [None, *list_dropboxes(self._root)]:
-            working = self._working_dir(queue)
+        folders = [(None, incoming_working(self._root))] + [
+            (queue, os.path.join(path, State.WORKING.value))
+            for queue, path in dropbox_folders(self._root)
+            # A queue folder made by hand under a name that is not boxmq's escape of it (a
+            # hidden `.x`, `50%off`) holds no exactly-once message, and its name leads to
+            # another folder: opening it by that name made an empty queue there (`%2Ex`
+            # beside `.x`) at the first exactly-once call of every start (a sweep's too).
+            if path == queue_path(self._root, queue)
+        ]
+        for queue, working in folders:
             with contextlib.suppress(FileNotFoundError), os.scandir(working) as entries:
                 for entry in entries:
                     envelope, reason = decode_lenient(entry.name)
