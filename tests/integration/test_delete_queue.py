@@ -73,3 +73,19 @@ def test_an_ack_by_id_on_a_queue_deleted_meanwhile_says_it_was_deleted(tmp_path:
         _delete_in_another_process(str(root), "jobs")
         with pytest.raises(ItemNotFound, match="no such message: its queue was deleted"):
             settler.ack(message.id, "w")
+
+
+def test_a_queue_folder_made_by_hand_as_deleting_keeps_its_messages(root: Path) -> None:
+    """A hidden folder made by hand is a queue (docs/file-format.md), so a DropboxMQ root may
+    hold one named `.deleting`, before boxmq took that name for the folders it deletes: each
+    sweep and each delete wiped its state folders and messages (found by an upgrade hunt)."""
+    target = root / ".deleting" / "target"
+    target.mkdir(parents=True)
+    (target / "4.kept.T").write_text("kept")
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("gone").put("x")
+        assert box.delete_queue("gone") is True
+        box.sweep()
+        assert os.listdir(target) == ["4.kept.T"]
+        assert box.counts()[".deleting"].ready == 1
+        assert os.listdir(root / ".deleting") == ["target"]  # and the state folders boxmq made

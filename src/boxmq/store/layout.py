@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 import stat
 from enum import Enum
@@ -101,7 +102,7 @@ def remove_folder(root: str, path: str) -> bool:
         with contextlib.suppress(FileExistsError):
             os.mkdir(deleting)
         try:
-            os.rename(path, os.path.join(deleting, os.urandom(16).hex()))
+            os.rename(path, os.path.join(deleting, os.urandom(_DELETED_BYTES).hex()))
             break
         except FileNotFoundError:
             if not os.path.lexists(path):
@@ -110,6 +111,10 @@ def remove_folder(root: str, path: str) -> bool:
         raise FileNotFoundError(errno.ENOENT, "kept vanishing under the delete", deleting)
     clear_deleting(root)
     return True
+
+
+_DELETED_BYTES = 16
+_DELETED = re.compile(f"[0-9a-f]{{{2 * _DELETED_BYTES}}}")  # the names remove_folder gives
 
 
 def clear_deleting(root: str) -> None:
@@ -122,7 +127,10 @@ def clear_deleting(root: str) -> None:
     except FileNotFoundError:
         return
     for entry in entries:
-        shutil.rmtree(entry.path, ignore_errors=True)
+        if _DELETED.fullmatch(entry.name):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        # Else not ours: `.deleting` is a queue made by hand (hidden folders are, before
+        # boxmq took this name), whose state folders and messages the sweep wiped.
     # Another delete may have renamed a folder in meanwhile (ENOTEMPTY): it clears it.
     with contextlib.suppress(OSError):
         os.rmdir(deleting)
