@@ -653,6 +653,36 @@ def test_a_subscriber_that_outlives_its_process_gets_back_what_it_held(
         again.close()
 
 
+@pytest.mark.parametrize("filter", ["jobs/#", "$share/g/jobs/#"])
+def test_a_subscriber_that_outlives_its_process_takes_back_what_another_process_left_it(
+    root: Path, filter: str
+) -> None:
+    """Subscribed under one name in two processes at once (an MQTT session whose client
+    connected to a second server before the first noticed): what the other received and
+    left locked to it (`detach`) is this one's again at `take_back`, in its order before
+    what was claimed here since and not received yet; what this one holds is not taken
+    twice, nor anything at a second look."""
+    with boxmq.open(root, fsync="never") as here, boxmq.open(root, fsync="never") as there:
+        mine = here.subscribe(filter, "device", process_bound=False, max_in_flight=10)
+        theirs = there.subscribe(filter, "device", process_bound=False)
+        here.publish("jobs/1", b"held here")
+        [held] = mine.receive_ready(most=1)
+        here.publish("jobs/1", b"theirs")
+        taken = theirs.receive(timeout=5)
+        assert taken is not None
+        assert taken.body == b"theirs"
+        theirs.detach()
+        for body in (b"later 1", b"later 2"):
+            here.publish("jobs/1", body)
+        assert [m.body for m in mine.receive_ready(most=1)] == [b"later 1"]  # 2 claimed
+        assert mine.take_back() == 1
+        assert mine.take_back() == 0
+        back = mine.receive_ready()
+        assert [(m.body, m.delivery_count) for m in back] == [(b"theirs", 1), (b"later 2", 1)]
+        assert held.body == b"held here"
+        held.ack()
+
+
 class _Pause:
     """Stops the first thread that calls `function` (before it runs) until `go` is set."""
 

@@ -46,6 +46,12 @@ class Consumer(Receiver):
     def resume(self) -> None:
         self._live.resume(self.name)
 
+    def take_back(self) -> int:
+        """For a consumer that outlives its process: what another process's consumer of our
+        name took and left locked to it since we attached is ours again (LiveQueue.take_back);
+        how many."""
+        return self._live.take_back(self.name)
+
     def holding(self) -> int:
         """How many messages we hold locked (received, or claimed for a receive to come)."""
         return self._live.holding(self.name)

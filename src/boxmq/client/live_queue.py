@@ -164,9 +164,37 @@ class LiveQueue:
                 self._outliving.add(consumer)
                 self._adopt(consumer)
 
-    def _adopt(self, consumer: ConsumerId) -> None:
+    def take_back(self, consumer: ConsumerId) -> int:
+        """For a consumer attached with outlives_process: the locks under its name that name
+        no process and that this process does not hold are its own again here, in its inbox
+        in their order (one look in processing/); how many. Another process's consumer of
+        that name took them since this one's attach, and closed keeping them: an MQTT
+        session whose client was connected to another server meanwhile. Those this process
+        holds, for this consumer or any other, are left as they are."""
+        with self._mutex:
+            if consumer not in self._outliving or consumer not in self._inbox:
+                return 0
+            inbox = self._inbox[consumer]
+            waiting = len(inbox)
+            found = self._adopt(consumer, "taken by another process meanwhile")
+            if found and waiting:  # behind what was claimed here since: put in order
+                ordered = sorted(inbox, key=self._dispatch_order)
+                inbox.clear()
+                inbox.extend(ordered)
+            return found
+
+    def _dispatch_order(self, message_id: MessageId) -> tuple[int, float, str]:
+        """Where a claimed message goes among others, as the engine dispatches them."""
+        lease = self._engine.lease(message_id)
+        if lease is None:
+            return (0, 0.0, "")  # its lock ended: `_take` skips it
+        message = lease.message
+        return (-message.priority, message.sequence, message.key)
+
+    def _adopt(self, consumer: ConsumerId, why: str = "held when its last process ended") -> int:
         """The locks of `consumer` that name no process, left in processing/ by a process
-        before this one (or by this one's consumer of that name, closed keeping them)."""
+        before this one (or by this one's consumer of that name, closed keeping them); how
+        many."""
         now_ms = self._clock.now() * 1000
         found = []
         for entry in self._box.scan(_PROCESSING):
@@ -176,7 +204,8 @@ class LiveQueue:
             if unusable(name) is not None:
                 continue  # the sweeps set it aside once its lock ends
             envelope = envelope_of(name)
-            if envelope.message_id in self._locks:
+            message_id = envelope.message_id
+            if message_id in self._locks or self._engine.lease(message_id) is not None:
                 continue  # held here already, by another name
             stamp = envelope.timestamp
             sequence = stamp / 1000 if stamp is not None else 0.0
@@ -184,16 +213,21 @@ class LiveQueue:
         for sequence, processing, name, envelope, deadline in sorted(found):
             ready = ready_of(name, envelope, sequence)
             self._engine.adopt(ready, consumer, deadline=deadline)
+            # Seen in target/ before the other process claimed it, it is no longer a name
+            # to skip there: given back unchanged, it is offered again.
+            self._known.pop(name, None)
             self._locks[envelope.message_id] = processing
             self._claimed[envelope.message_id] = envelope
             self._inbox[consumer].append(envelope.message_id)
         if found:
             log.info(
-                "%s: %d message(s) %s held when its last process ended are its own again",
+                "%s: %d message(s) %s %s are its own again",
                 self.name,
                 len(found),
                 consumer,
+                why,
             )
+        return len(found)
 
     def set_limits(self, consumer: ConsumerId, *, max_in_flight: int, lock_timeout: float) -> None:
         """New limits for an attached consumer: more room is used at its next receive."""

@@ -1175,6 +1175,13 @@ class Subscriber(Receiver):
         if self._consumer is not None:
             self._consumer.resume()
 
+    def take_back(self) -> int:
+        """For a subscriber with process_bound=False: the messages another process's
+        subscriber of its name and filter received since this one subscribed, and left
+        locked to it (`detach`), are its own again here, ahead of what it has not received
+        yet in their order; how many. One look at the dropbox's processing/."""
+        return 0 if self._consumer is None else self._consumer.take_back()
+
     def holding(self) -> int:
         """How many messages it holds locked (a memory subscription holds none)."""
         return 0 if self._consumer is None else self._consumer.holding()

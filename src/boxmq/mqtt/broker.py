@@ -100,7 +100,7 @@ from boxmq.mqtt.stored import (
 from boxmq.mqtt.subscribing import Subscribing, hold_the_rest
 from boxmq.mqtt.wills import Wills, will_delay
 from boxmq.store.commit import FsyncPolicy
-from boxmq.store.process import process_token
+from boxmq.store.process import process_alive, process_token
 
 __all__ = ["Broker", "Link"]
 
@@ -322,8 +322,8 @@ class Broker:
         for client in taken:
             # What it was about to be sent is dropped unsent: its record, which would name
             # those packet ids, is not written, and the messages stay locked to the session
-            # for its next resumption from the disk, never sent on a connection its client
-            # may have left.
+            # for its next resumption (from the disk, or by the server that took it:
+            # `_take_back`), never sent on a connection its client may have left.
             client.link.connection.data_to_send()
             self._taken_over_elsewhere(client)
 
@@ -878,11 +878,31 @@ class Broker:
             session = None
         elif session is None:
             session = self._session_from_disk(client_id, expiry, record)
+        elif session.taken_from is not None:
+            self._take_back(session)
         if session is not None:
             return True, session
         session = self._new_session(client_id)
         self._sessions[client_id] = session
         return False, session
+
+    def _take_back(self, session: Session) -> None:
+        """A session resumed from memory that this broker took from the disk while its
+        client's connection to another server was open (`Session.taken_from`): that server
+        may have claimed messages for the session since, and left them locked to it when it
+        let go (`_taken_over_elsewhere`, `_taken_elsewhere`), for a resumption from the
+        disk that a session held here never makes. They are taken back now, in their order
+        among what the session has to send, as that resumption takes them
+        (subscribing.attach); what this broker holds
+        for the session is left as it is (sent again by `Delivery.resend`). One look in
+        each subscription's processing/, for such sessions only; once that server is dead,
+        nothing more can come from it, and the looks stop."""
+        taken_from = session.taken_from
+        assert taken_from is not None
+        done = process_alive(taken_from) is False  # asked first: it claims nothing after
+        self._subscribing.take_back(session)  # each dropbox logs what it took back
+        if done:
+            session.taken_from = None
 
     def _new_session(self, client_id: str) -> Session:
         limits = self.limits
@@ -915,6 +935,10 @@ class Broker:
         saved = {} if record is None else record.options
         session = self._new_session(client_id)
         session.expiry = expiry  # before attaching: persistent memberships are not process-bound
+        if record is not None and record.holder not in (None, self._token):
+            # Its client is connected there still (a server that died is not named any
+            # more: `left_by_the_dead`), and may be sent messages there until it notices.
+            session.taken_from = record.holder
         if record is not None:
             session.outbox.expect_release(record.releasing)
             # Before the subscriptions take back their locks: those messages go out first.

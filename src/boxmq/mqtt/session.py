@@ -110,6 +110,10 @@ class Session:
         # under, by message id (the record's `sent`), to send them again under (outbox.py).
         self.sent_before: dict[str, int] = {}
         self.sent_qos2_before: set[int] = set()  # those of `sent_before` sent at QoS 2
+        # The server (its process token) whose connection of this client was open when this
+        # one took the session from the disk: it may claim messages for the session until it
+        # notices, and leave them locked to it (broker.py, `_take_back`). None for most.
+        self.taken_from: str | None = None
         self.will: Will | None = None
         self.username: str | None = None
         self.connected = False

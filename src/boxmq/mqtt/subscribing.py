@@ -435,6 +435,23 @@ class Subscribing:
         subscriber = self._open_durable(session, text, options, outlives=found)
         self._durable.setdefault(session.client_id, {})[text] = subscriber
 
+    def take_back(self, session: Session) -> None:
+        """Each durable subscription of the session takes back what another server's
+        subscriber of its name took since and left locked to it (Subscriber.take_back),
+        in its order among what the subscription has to send. One whose look the disk
+        refuses leaves them for the next time."""
+        for text, subscriber in self._durable.get(session.client_id, {}).items():
+            try:
+                subscriber.take_back()
+            except OSError as error:
+                log.error(
+                    "client %s: what another server left locked to its subscription to %s "
+                    "is not taken back: %s",
+                    session.client_id,
+                    text,
+                    store_failure(error),
+                )
+
     def fit_window(self, session: Session) -> None:
         """Each durable subscription of the session (a share group's membership included)
         takes as many messages at once as its client's window holds now: a resumed session's

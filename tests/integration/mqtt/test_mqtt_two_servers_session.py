@@ -14,7 +14,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 from tests.integration.mqtt.clients import (
     RunningServer,
     Served,
@@ -224,7 +223,8 @@ def test_a_server_that_would_send_qos2_on_a_connection_whose_session_moved_close
         assert later.payload == b"later"
         sender.stop()
         # What A had claimed for its connection and never sent is the session's: it goes
-        # out at the session's next resumption from the disk (A let go of it).
+        # out at the session's next resumption, here from the disk (A let go of it); B's
+        # from memory takes it back too (the last test here).
         on_b.close()
         recorded_away(root, "roamer")
         on_b, present = open_raw(a, "roamer", expiry=EXPIRY)
@@ -477,12 +477,6 @@ def _settled(sock: socket.socket, within: float) -> list[tuple[bytes, bool]]:
         sock.sendall(pubrec(packet_id))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="what A claimed for the connection it closed (m0) stays locked to the session, "
-    "for its next resumption from the disk: B resumes it from memory, so m0 waits, out of "
-    "order, for B's restart (the same with A left running; see the helper's report)",
-)
 def test_a_server_killed_after_closing_a_connection_whose_session_moved_loses_nothing(
     two_servers: tuple[RunningServer, RunningServer, Served],
 ) -> None:

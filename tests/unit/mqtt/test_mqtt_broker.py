@@ -1660,6 +1660,56 @@ def test_a_session_connected_to_another_running_broker_is_left_to_it(tmp_path: P
     _run(tmp_path, then, ManualClock(time.time() + 3600))
 
 
+def test_a_session_resumed_from_memory_takes_back_what_another_server_left_locked_to_it(
+    tmp_path: Path,
+) -> None:
+    """Taken from the disk while its client's connection to another server A was open (a
+    Box of its own on the root here, as A's): A claims a message for the session after that
+    and lets go of it unsent (0x8E, broker._taken_since), locked to the session, A left
+    running. The client leaves this broker and comes back: its session, resumed from
+    memory, takes it back and sends it, before a later one; what this broker has in flight
+    itself is sent again once (DUP), not taken a second time. Before, that message waited
+    for a restart of this broker."""
+    root = str(tmp_path / "root")
+    name = consumer_name("roamer")
+    at_a = SessionRecord(
+        "roamer",
+        60,
+        holder=process_token(os.getppid()),  # alive: its connection still open
+        server=process_token(os.getppid()),
+        options={"news/#": DeliveryOptions(qos=2)},
+    )
+
+    def payloads(peer: Peer) -> list[tuple[bytes, bool]]:
+        return [(p.payload, p.dup) for p in peer.take() if isinstance(p, Publish)]
+
+    async def test(broker: Broker) -> None:
+        with boxmq.open(root) as a:
+            on_a = a.topics.subscribe(
+                "news/#", name, qos=2, send_retained=False, process_bound=False
+            )
+            write_record(root, at_a)
+            roamer, connack = _connack(broker, "roamer", clean=False, session_expiry_interval=60)
+            assert connack.session_present
+            sender = _connect(broker, "sender")
+            sender.send(Publish("news/1", b"own", 1, packet_id=1))
+            await _until(lambda: any(isinstance(p, Publish) for p in roamer.inbox))
+            assert payloads(roamer) == [(b"own", False)]  # never answered
+            a.topics.publish("news/1", b"theirs", qos=2)
+            taken = on_a.receive(timeout=5.0)  # A claims it, as for its open connection
+            assert taken is not None
+            assert taken.body == b"theirs"
+            on_a.detach()  # A lets go of the session: the message stays locked to it
+            roamer.close()
+            sender.send(Publish("news/1", b"later", 1, packet_id=2))
+            back, connack = _connack(broker, "roamer", clean=False, session_expiry_interval=60)
+            assert connack.session_present
+            await _until(lambda: sum(isinstance(p, Publish) for p in back.inbox) >= 3)
+            assert payloads(back) == [(b"own", True), (b"theirs", False), (b"later", False)]
+
+    _run(tmp_path, test)
+
+
 def test_a_session_resumed_after_a_restart_with_expiry_0_ends_with_its_connection(
     tmp_path: Path,
 ) -> None:
