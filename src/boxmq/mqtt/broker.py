@@ -59,7 +59,7 @@ from boxmq.mqtt.clients import Client, Link, Outgoing
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job, no_answer
 from boxmq.mqtt.errors import ProtocolError
-from boxmq.mqtt.lifetimes import Lifetimes, session_made
+from boxmq.mqtt.lifetimes import CLAIMED, Lifetimes, session_made
 from boxmq.mqtt.outbox import Stage
 from boxmq.mqtt.packets import (
     Auth,
@@ -126,6 +126,10 @@ _LONGEST_KEEP_ALIVE: Final = 0xFFFF  # seconds: the most a CONNECT can ask (two 
 # Seconds between the sweeps for sessions held by servers of this host that died
 # (Lifetimes.adopt_the_dead): a stat per record, read only if written since the last one.
 _ADOPT_EVERY: Final = 1.0
+# A CONNECT whose session another server is taking on (`_wait_for_claim`): seconds between
+# two tries, and how long it waits before it is refused as server busy.
+_CLAIM_RETRY: Final = 0.05
+_CLAIM_PATIENCE: Final = 5.0
 
 
 def _stop_reading(client: Client) -> None:
@@ -641,7 +645,11 @@ class Broker:
             client.link.close()
             return
         expiry = self._expiry_of(packet)
-        record = self._lifetimes.left_by_the_dead(record)
+        taken = self._lifetimes.left_by_the_dead(record)
+        if taken is CLAIMED:
+            self._wait_for_claim(client, packet, authenticated=authenticated, waited=waited)
+            return
+        record = taken
         keep_alive = _granted_keep_alive(packet.keep_alive, self.limits.max_keepalive, v5=v5)
         present, session = self._take_session(client_id, packet.clean_start, expiry, record)
         session.expiry = expiry
@@ -789,6 +797,38 @@ class Broker:
 
         self._after_disk_work(client_id, lambda: None, answer)
         return True
+
+    def _wait_for_claim(
+        self, client: Client, packet: Connect, *, authenticated: bool, waited: bool
+    ) -> None:
+        """A CONNECT whose session another server of this host is taking on from one that
+        died (it holds the claim: Lifetimes.left_by_the_dead) is answered once it is done
+        (a read and a write of one record), its packets behind it held: tried again every
+        `_CLAIM_RETRY` seconds, the record read again. Never waited for on the loop: a
+        claimer stopped (SIGSTOP) or stuck on a slow NFS would freeze every client. Still
+        claimed after `_CLAIM_PATIENCE` seconds, it is refused as server busy (v5 0x89,
+        3.1.1 return code 3), for the client to try again."""
+        loop = asyncio.get_running_loop()
+        if client.claim_waited_since is None:
+            client.claim_waited_since = loop.time()
+        elif loop.time() - client.claim_waited_since >= _CLAIM_PATIENCE:
+            log.warning(
+                "%s refused: its session is being taken on by another server of this host "
+                "from one that died, which has held it for %gs (a server stopped?)",
+                _connecting(client, packet),
+                _CLAIM_PATIENCE,
+            )
+            self._out.send(client, Connack(reason=_R.SERVER_BUSY))
+            self.flush()
+            _stop_reading(client)
+            client.link.close()
+            return
+        if client.held is None:  # held already while its password was checked
+            hold_the_rest(client)
+        again = partial(
+            self._answer_held, client, packet, authenticated=authenticated, waited=waited
+        )
+        loop.call_later(_CLAIM_RETRY, again)
 
     def _response_information(self, packet: Connect, client_id: str) -> str | None:
         """What a client that asked for Response Information is told (MQTT 5.0 §3.1.2.11.7):

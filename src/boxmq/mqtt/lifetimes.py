@@ -17,7 +17,9 @@ Invariants:
   does (its client came back there) is let go from memory, not ended (`let_go`), its
   subscriptions, messages awaiting PUBREL, record and locks left to that broker.
 - A CONNECT that finds its session's record naming a broker of this host that died takes
-  it on as a restart would (`left_by_the_dead`): away since now, its Will sent when due.
+  it on as a restart would (`left_by_the_dead`): away since now, its Will sent when due;
+  under the same claim as a sweep (below), never waited for on the loop: held by another,
+  the CONNECT is tried again (broker._wait_for_claim).
 - So does a running broker's sweep for a session whose client never comes back
   (`adopt_the_dead`), under a claim (an flock) that one survivor of this host holds at a
   time; the claimer reads the record again under it, and takes it on only if it still names
@@ -38,7 +40,9 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from enum import Enum, auto
 from functools import partial
+from typing import Final
 
 from boxmq.client.box import Box
 from boxmq.client.topics import Subscriber
@@ -61,9 +65,18 @@ from boxmq.mqtt.stored import consumer_name, exactly_once_source
 from boxmq.mqtt.wills import Wills, will_delay
 from boxmq.store.process import process_alive
 
-__all__ = ["Lifetimes", "session_end_step", "session_made"]
+__all__ = ["CLAIMED", "Claimed", "Lifetimes", "session_end_step", "session_made"]
 
 log = logging.getLogger("boxmq.mqtt")
+
+
+class Claimed(Enum):
+    """What `Lifetimes.left_by_the_dead` says of a session another broker is taking on."""
+
+    CLAIMED = auto()
+
+
+CLAIMED: Final = Claimed.CLAIMED
 
 
 @contextlib.contextmanager
@@ -223,21 +236,26 @@ class Lifetimes:
         other = None if record is None else record.held_by
         return other is not None and other != self._token
 
-    def left_by_the_dead(self, record: SessionRecord | None) -> SessionRecord | None:
+    def left_by_the_dead(self, record: SessionRecord | None) -> SessionRecord | Claimed | None:
         """`record`, read for a CONNECT of its client, as this broker takes it on: if it
         names a broker of this host that died (SIGKILL), the client's connection there
         closed with it, unseen, and that death is counted from now, as a restart does
         (`_away_since_restart`: written away since now); the Will of that connection, or one
         left waiting out its delay there, goes out when due, at once if it has no delay (or
         is overdue). One with a delay still to run is cancelled by this CONNECT, which
-        resumes the session (MQTT 5.0 §3.1.3.2.2), unless it starts clean, which sends it."""
+        resumes the session (MQTT 5.0 §3.1.3.2.2), unless it starts clean, which sends it.
+        CLAIMED: another broker's sweep holds the claim on it (it is taking it on): the
+        caller asks again shortly, with the record read again."""
         held = None if record is None else record.held_by
         if held is None or held == self._token or process_alive(held) is not False:
             return record
         assert record is not None
         # Under the claim a sweep takes it on with (`_adopt`), which may have done so since
-        # the record was read; held by a sweep now, waited for (a read and a write).
-        with self._claim(record_path(self._box.root, record.client_id), held, wait=True):
+        # the record was read. Held by a sweep now, it is not waited for on the loop: a
+        # claimer stopped (SIGSTOP) or on a slow NFS would freeze every client of this one.
+        with self._claim(record_path(self._box.root, record.client_id), held) as got:
+            if got is False:
+                return CLAIMED
             current = read_record(self._box.root, record.client_id)
             if current is None or current.held_by != held:
                 return current  # taken on by another server's sweep: away, no broker's
@@ -367,7 +385,7 @@ class Lifetimes:
         its delay, no broker's), and only then counted here. Another survivor that takes the
         claim next reads it no longer naming `dead`, and lets it be; as does this one if
         another took it first."""
-        with self._claim(path, dead, wait=False) as claimed:
+        with self._claim(path, dead) as claimed:
             if claimed is None and not self._told_no_claim:
                 self._told_no_claim = True
                 log.warning(
@@ -383,14 +401,13 @@ class Lifetimes:
                 self._take_on(record)
 
     @contextlib.contextmanager
-    def _claim(self, path: str, dead: str, *, wait: bool) -> Iterator[bool | None]:
+    def _claim(self, path: str, dead: str) -> Iterator[bool | None]:
         """The claim on the record at `path` naming `dead`, a broker of this host that died:
         an flock of a file named for both, which the kernel lets go of if this process dies
-        too. Yields True when held, False if another holds it (without `wait`), None where
-        the file system keeps no flocks. Named for a dead broker, whose name no record takes
-        again, the file is deleted when let go: no later claimer can hold another one while
-        the record still names that broker. A CONNECT waits for it (`left_by_the_dead`):
-        another broker holds it for a read and a write of one record."""
+        too. Yields True when held, False if another holds it (never waited for, on the
+        loop), None where the file system keeps no flocks. Named for a dead broker, whose
+        name no record takes again, the file is deleted when let go: no later claimer can
+        hold another one while the record still names that broker."""
         name = os.path.basename(path)
         digest = hashlib.sha256(name.encode()).hexdigest()[:32]  # a client id's name is long
         claim = os.path.join(os.path.dirname(path), f".dead-{dead}-{digest}")
@@ -402,7 +419,7 @@ class Lifetimes:
             return
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 yield False  # another survivor of this host is taking it on now
                 return

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from tests.integration.mqtt.clients import (
+    WAIT,
     RunningServer,
     Served,
     drop,
@@ -22,10 +23,12 @@ from tests.integration.mqtt.clients import (
     paho,
     recorded_away,
     serve_process,
+    start_server,
     stop_process,
     subscriptions_on_disk,
 )
 from tests.integration.mqtt.raw import (
+    connect_packet,
     open_raw,
     puback,
     pubcomp,
@@ -37,7 +40,15 @@ from tests.integration.mqtt.raw import (
     take_publishes,
 )
 
-from boxmq.mqtt.session_record import read_record, record_path, records_folder
+from boxmq.mqtt import broker
+from boxmq.mqtt.session_record import (
+    SessionRecord,
+    read_record,
+    record_path,
+    records_folder,
+    write_record,
+)
+from boxmq.store.process import process_token
 
 EXPIRY = 2  # seconds: the session outlives each move, and the timer of the server left fires
 
@@ -512,3 +523,50 @@ def test_a_server_killed_after_closing_a_connection_whose_session_moved_loses_no
     finally:
         on_a.close()
         on_b.close()
+
+
+def test_a_claim_held_by_a_stopped_server_keeps_a_connect_waiting_but_not_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A record names a dead server of this host, and a process (standing for a server
+    stopped by SIGSTOP, or on a slow NFS) holds the claim on it. The CONNECT of its client
+    took the flock, blocking, on the loop: every other client of the server froze with it.
+    Now another client connects meanwhile, and that CONNECT is refused as server busy once
+    its patience ran out; with the claim let go, the client gets its session."""
+    monkeypatch.setattr(broker, "_CLAIM_PATIENCE", 1.0)
+    root = tmp_path / "root"
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    dead = process_token(finished.pid)
+    running = start_server(root)  # which takes on such records found at its start
+    os.makedirs(records_folder(str(root)), exist_ok=True)
+    claimer = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_CLAIM, str(_claim_path(root, "roamer", dead))],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert claimer.stdout is not None
+        assert claimer.stdout.readline() == b"held\n"
+        write_record(str(root), SessionRecord("roamer", 3600, holder=dead, server=dead))
+        with socket.create_connection((running.host, running.port), timeout=WAIT) as waiting:
+            waiting.sendall(connect_packet("roamer"))
+            time.sleep(0.2)  # its CONNECT read, and waiting for the claim
+            started = time.monotonic()
+            other = paho(running, "other")
+            assert time.monotonic() - started < 0.9  # before the waiting CONNECT's answer
+            other.stop()
+            kind, body = read(waiting)
+        assert (kind, body[1]) == (0x20, 0x89)  # CONNACK, server busy
+        [line] = [r.getMessage() for r in caplog.records if "taken on by another" in r.getMessage()]
+        assert line.startswith("client 'roamer' (no user name, from 127.0.0.1:"), line
+    finally:
+        claimer.kill()
+        claimer.wait()
+        assert claimer.stdout is not None
+        claimer.stdout.close()
+    try:
+        back, present = open_raw(running, "roamer")
+        back.close()
+        assert present
+    finally:
+        running.shutdown()
