@@ -120,15 +120,18 @@ class Recorder:
             written = write_record(self._root, record, flush=flush)
         except OSError as error:
             if logged:
-                # In the words of the other refusals: what to fix, not "[Errno 30] ...".
-                log.warning(
-                    "client %s: session record not written: %s",
-                    shown(record.client_id),
-                    store_failure(error),
-                )
+                self.not_written(record.client_id, error)
             return error
         self._written[record.client_id] = (written.st_ino, written.st_mtime_ns)
         return None
+
+    @staticmethod
+    def not_written(client_id: str, error: OSError) -> None:
+        """The log's line for a record the disk refused."""
+        # In the words of the other refusals: what to fix, not "[Errno 30] ...".
+        log.warning(
+            "client %s: session record not written: %s", shown(client_id), store_failure(error)
+        )
 
     def _storing(
         self,

@@ -102,6 +102,7 @@ class _Wanted:
     opened: bool = False  # its dropbox was made by this SUBSCRIBE, with its retained messages
     due: bool = False  # it gets the retained messages of its filter (Retain Handling)
     replaced: bool = False  # the same filter came again later in its SUBSCRIBE
+    failed: bool = False  # the disk refused it (and the log said so)
 
 
 def _holds_some(subscriber: Subscriber | None) -> bool:
@@ -201,6 +202,7 @@ class Subscribing:
             made = self._memory_made if work is None else self._subscription_made
             jobs.append(Job(work, partial(made, session, one), logs=True))
         answer = partial(self._subscribed, client, session, packet.packet_id, wanted)
+        refused = partial(self._record_refused, session, wanted, answer)
         record = (
             self._records.record(session, [(one.text, one.options) for one in wanted])
             if session.persistent
@@ -209,7 +211,7 @@ class Subscribing:
         if self._records.flushed and (jobs or record is not None):
             client.jobs += jobs
             hold_the_rest(client)
-            self._records.write(client, record, answer)
+            self._records.write(client, record, answer, refused=refused)
             return
         if jobs and later:
             # Nothing flushed, but the client's PUBLISHes read before this SUBSCRIBE are
@@ -217,11 +219,24 @@ class Subscribing:
             # UNSUBSCRIBE between them took away. Made after them, as under fsync=always.
             client.jobs += jobs
             hold_the_rest(client)
-            client.jobs.append(Job(None, lambda _: self._records.write(client, record, answer)))
+            client.jobs.append(
+                Job(None, lambda _: self._records.write(client, record, answer, refused=refused))
+            )
             return
         for job in jobs:  # nothing flushed: done at once on the loop, as before
             run_now(job)
-        self._records.write(client, record, answer)  # unflushed: stored at once, then answered
+        # Unflushed: stored at once, then answered.
+        self._records.write(client, record, answer, refused=refused)
+
+    def _record_refused(
+        self, session: Session, wanted: list[_Wanted], answer: Callable[[], None], error: OSError
+    ) -> None:
+        """The disk refused the session's record written for a SUBSCRIBE: said, unless it
+        refused a subscription of that SUBSCRIBE too, which said it already (one refusal of
+        the disk, one line); answered all the same (its SUBACK says what was made)."""
+        if not any(one.failed for one in wanted):
+            self._records.not_written(session.client_id, error)
+        answer()
 
     @staticmethod
     def _over_cap(
@@ -287,7 +302,8 @@ class Subscribing:
         session.adding.discard(wanted.text)
         if isinstance(result, BoxMQError):
             # The one line of a refusal (disk.py leaves it to this one): ERROR for the disk's.
-            level = logging.ERROR if isinstance(result, StoreFailed) else logging.WARNING
+            wanted.failed = isinstance(result, StoreFailed)
+            level = logging.ERROR if wanted.failed else logging.WARNING
             log.log(level, "client %s: subscribing to %s: %s", client_id, wanted.text, result)
             wanted.reason, wanted.options = _refusal_of(result), None
             return
