@@ -672,6 +672,22 @@ class Broker:
             # overtakes what the client sent before (MQTT 5.0 §4.6).
             client.jobs.append(Job(None, no_answer))
             self._batches.start(client)
+
+        def said_connected() -> None:
+            if self._links.get(client_id) is client:  # not refused nor closed meanwhile
+                log.info(
+                    "client %s connected from %s (MQTT %s, %s%s session%s)",
+                    client_id,
+                    client.link.peer,
+                    "5.0" if v5 else "3.1.1",
+                    "" if packet.username is None else f"user {packet.username!r}, ",
+                    "persistent" if session.persistent else "clean",
+                    ", resumed" if present else "",
+                )
+
+        # The first record of a new persistent session, which the disk may refuse, and the
+        # CONNECT with it (`_record_refused`): its client is said connected once it is written.
+        new_record = session.persistent and not present
         if session.persistent or present:
             # Present but expiry 0: a persistent session resumed to end with this connection;
             # its subscriptions are still on disk, so a crash must end it at the restart.
@@ -689,7 +705,8 @@ class Broker:
                 record = self._records.record(session)
                 # A session resumed has a record on disk already (a restart finds it).
                 refused = None if present else partial(self._record_refused, client, session)
-                self._records.write(client, record, _nothing_told, hold=True, refused=refused)
+                told = said_connected if new_record else _nothing_told
+                self._records.write(client, record, told, hold=True, refused=refused)
                 if not reading:  # later, on the Will's write: nothing else begins or sends
                     if client.jobs:
                         self._batches.start(client)
@@ -732,15 +749,8 @@ class Broker:
                 else EMPTY,
             ),
         )
-        log.info(
-            "client %s connected from %s (MQTT %s, %s%s session%s)",
-            client_id,
-            client.link.peer,
-            "5.0" if v5 else "3.1.1",
-            "" if packet.username is None else f"user {packet.username!r}, ",
-            "persistent" if session.persistent else "clean",
-            ", resumed" if present else "",
-        )
+        if not new_record:
+            said_connected()
         self._delivery.resend(client, session)
         self._delivery.pump(session)
 
