@@ -1,13 +1,14 @@
 """`boxmq session ls` and `boxmq session end CLIENT_ID`: the persistent MQTT sessions on the
 root, and the end of one whose client never comes back.
 
-A session with no expiry (MQTT 3.1.1 CleanSession 0, or v5 Session Expiry 0xFFFFFFFF) ends
-only on a clean start by its client: one that never returns keeps its durable subscriptions
-collecting on disk, and its share groups' messages in flight to it locked, for ever (their
-locks last as long as the session). `end` ends it as its expiry would
-(mqtt/lifetimes.py `forget_on_disk`): its durable subscriptions deleted, its share groups
-left (what it held goes to the other members), its QoS 2 messages awaiting PUBREL discarded,
-its record deleted, last, so that a step the disk refused is done again by a second run.
+A session with no expiry (v5 Session Expiry 0xFFFFFFFF, or MQTT 3.1.1 CleanSession 0, under
+`max_session_expiry = 4294967295`) ends only on a clean start by its client: one that never
+returns keeps its durable subscriptions collecting on disk, and its share groups' messages in
+flight to it locked, for ever (their locks last as long as the session); one with an expiry
+does so until then. `end` ends it as its expiry would (mqtt/lifetimes.py `forget_on_disk`):
+its durable subscriptions deleted, its share groups left (what it held goes to the other
+members), its QoS 2 messages awaiting PUBREL discarded, its record deleted, last, so that a
+step the disk refused is done again by a second run.
 
 Its Will, if one is still due, is discarded, not sent: from here it could reach the durable
 subscribers only, not the clients connected to a running `boxmq serve`, nor be checked

@@ -84,7 +84,7 @@ from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.reasons import ReasonCode, connect_return_code, reason_for
 from boxmq.mqtt.recording import Recorder
 from boxmq.mqtt.routes import DurableRoutes, MemoryRoutes
-from boxmq.mqtt.session import NEVER, Session, SubscriptionOptions
+from boxmq.mqtt.session import Session, SubscriptionOptions
 from boxmq.mqtt.session_record import (
     DeliveryOptions,
     SessionRecord,
@@ -897,7 +897,9 @@ class Broker:
             return min(
                 packet.properties.session_expiry_interval or 0, self.limits.max_session_expiry
             )
-        return 0 if packet.clean_start else NEVER  # 3.1.1: CleanSession 0 is kept until clean
+        # 3.1.1: CleanSession 0 asks for no end, as "never" does, and gets the same limit
+        # (mosquitto's persistent_client_expiration); it cannot be told in CONNACK.
+        return 0 if packet.clean_start else self.limits.max_session_expiry
 
     def _take_session(
         self, client_id: str, clean: bool, expiry: int, record: SessionRecord | None

@@ -4,7 +4,8 @@ Pure values and bookkeeping; the broker (broker.py and the parts it drives) does
 
 Invariants:
 - A session is persistent when its Session Expiry Interval is over 0 (a 3.1.1 CleanSession 0
-  session never expires: `NEVER`). A non-persistent session ends with its connection.
+  session's is `max_session_expiry`, `NEVER` only if that is). A non-persistent session ends
+  with its connection.
 - `subscriptions` maps the filter exactly as subscribed ("$share/g/a/#" included) to its
   options; subscribing again to the same filter replaces the options (MQTT 5.0 §3.8.4).
 - The filters a session holds, which `max_subscriptions` caps, are its `subscriptions`, the

@@ -73,8 +73,8 @@ __all__ = ["Subscribing", "hold_the_rest"]
 log = logging.getLogger("boxmq.mqtt")
 
 # MQTT has no ack timeout: a session's locks end with it (its end releases them), never by
-# time. A session may outlast any fixed timeout (a 3.1.1 one never expires, `max_session_expiry`
-# goes up to 0xFFFFFFFF, a client may stay connected for months): a lock that timed out first
+# time. A session may outlast any fixed timeout (`max_session_expiry` goes up to 0xFFFFFFFF,
+# never, a client may stay connected for months): a lock that timed out first
 # sent its message again, as new, beside the DUP its session's record resends. So the longest
 # deadline boxmq writes, a century (docs/mqtt.md, "Locks last as long as the session").
 _LOCK_TIMEOUT: Final = LONGEST

@@ -77,8 +77,8 @@ def test_a_session_whose_client_never_returns_ends_and_its_message_goes_to_the_o
     ]
     assert (listed["connected_to"], listed["server_running"]) == (pid, True)
     assert listed["ends"] is None  # counted from its client's leaving
-    # 3.1.1: never by itself; v5: as long as the server allows (7 days unless configured)
-    assert listed["expiry"] == (604800 if v5 else None)
+    # As long as the server allows (7 days unless configured), 3.1.1 CleanSession 0 too
+    assert listed["expiry"] == 604800
     assert listed["subscriptions"] == [GROUP, "alerts/#"]
     end = ("session", "end", "stuck")
     _refused(boxmq_cli(root, *end), f"its client is connected to boxmq serve, process {pid}")

@@ -95,7 +95,8 @@ def test_a_session_not_back_within_its_interval_after_a_restart_ends(tmp_path: P
     first = start_server(root)
     try:
         _away_with_identifier(first, "gone", "gone/#")
-        paho(first, "old", v5=False, clean=False).subscribe("kept/#", 1)  # 3.1.1: never expires
+        # 3.1.1: max_session_expiry, 7 days by default
+        paho(first, "old", v5=False, clean=False).subscribe("kept/#", 1)
     finally:
         first.shutdown()  # before the interval: the first server's timer dies with it
     second = start_server(root)

@@ -78,12 +78,13 @@ class Peer:
         self._reader = FrameReader(max_packet_size=1 << 20)
         self.inbox: list[Packet] = []
         self.pauses = self.resumes = 0  # calls of pause_reading and resume_reading
+        self.version = V5  # what `send` writes and `flush` reads
         assert broker.opened(self)
 
     def flush(self) -> None:
         for data in self.connection.data_to_send():
             self._reader.receive(data)
-        self.inbox += [decode(frame, V5) for frame in self._reader.frames()]
+        self.inbox += [decode(frame, self.version) for frame in self._reader.frames()]
 
     def close(self) -> None:
         self.closed = True
@@ -99,7 +100,7 @@ class Peer:
         pass
 
     def send(self, *packets: Packet) -> None:
-        data = b"".join(encode(packet, V5) for packet in packets)
+        data = b"".join(encode(packet, self.version) for packet in packets)
         self._broker.received(self, self.connection.receive(data, now=0))
         self._broker.flush()  # what the end of the loop iteration does
 
@@ -678,6 +679,25 @@ def test_a_session_expiry_of_never_is_capped_and_told_in_connack(tmp_path: Path)
         assert connack.properties.session_expiry_interval == limit
 
     _run(tmp_path, test)
+
+
+def test_a_311_persistent_session_ends_max_session_expiry_after_its_client_left(
+    tmp_path: Path,
+) -> None:
+    """CleanSession 0 asks for no end, as a v5 "never" does: it gets the same limit (it was
+    kept for ever under any value), written in its record for a restart to count."""
+    settings = MqttSettings(limits=Limits(max_session_expiry=600))
+
+    async def test(broker: Broker) -> None:
+        peer = Peer(broker)
+        peer.version = ProtocolVersion.V311
+        peer.send(Connect("old", ProtocolVersion.V311, clean_start=False))
+        assert peer.take() == [Connack()]
+        record = read_record(str(tmp_path / "root"), "old")
+        assert record is not None
+        assert record.expiry == 600
+
+    _run(tmp_path, test, settings=settings)
 
 
 def _in_two_lives(
