@@ -875,7 +875,7 @@ class Broker:
         if session.connected:
             return None
         record = read_record(self.box.root, client_id)
-        if not self._lifetimes.held_elsewhere(record):
+        if not self._lifetimes.moved_on(record):
             return None
         self._lifetimes.let_go(session)
         return record

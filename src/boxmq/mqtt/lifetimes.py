@@ -13,9 +13,11 @@ Invariants:
   is done all the same (`session_end_step`).
 - A session found on disk at start ends only if its client has not come back since (here, or
   to another broker on this root: its record changed).
-- A session held here ends by its timer only if its record names no other broker: one that
-  does (its client came back there) is let go from memory, not ended (`let_go`), its
-  subscriptions, messages awaiting PUBREL, record and locks left to that broker.
+- A session held here ends by its timer only if its record still names this broker: one
+  that names another (its client came back there), or none (another took it on from a
+  broker that died, or that one's restart did, and counts it), is let go from memory, not
+  ended (`let_go`), its subscriptions, messages awaiting PUBREL, record and locks left to
+  that broker (`moved_on`).
 - A CONNECT that finds its session's record naming a broker of this host that died takes
   it on as a restart would (`left_by_the_dead`): away since now, its Will sent when due;
   under the same claim as a sweep (below), never waited for on the loop: held by another,
@@ -235,6 +237,16 @@ class Lifetimes:
         the session (its client came back there): this one's copy in memory is stale."""
         other = None if record is None else record.held_by
         return other is not None and other != self._token
+
+    def moved_on(self, record: SessionRecord | None) -> bool:
+        """Whether `record`, read from disk now, says that this broker's copy of a session
+        whose client is away is stale: another broker holds it (`held_elsewhere`), or took
+        it on from one of this host that died, or at its restart, and counts it (a record
+        naming no broker: this one names itself in the record of every session it keeps).
+        The record naming no broker was taken for one no other holds: the copy here ended
+        the session at its own expiry, earlier than the record says, and was resumed from
+        at its client's return, with what it was sent here and acknowledged elsewhere."""
+        return record is not None and record.held_by != self._token
 
     def left_by_the_dead(self, record: SessionRecord | None) -> SessionRecord | Claimed | None:
         """`record`, read for a CONNECT of its client, as this broker takes it on: if it
@@ -526,9 +538,10 @@ class Lifetimes:
             current = self._sessions.get(client_id)
             if current is not session or session.connected:
                 return
-            if self.held_elsewhere(read_record(self._box.root, client_id)):
+            if self.moved_on(read_record(self._box.root, client_id)):
                 # Its client came back to another broker on this root, which holds the
-                # session now (and counts its expiry from the client's next close there).
+                # session now (and counts its expiry from the client's next close there),
+                # or one took it on from a broker that died and counts it.
                 self.let_go(session)
                 return
             log.info("client %s: session expired", client_id)

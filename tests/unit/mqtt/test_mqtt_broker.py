@@ -9,6 +9,7 @@ import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -698,6 +699,56 @@ def test_a_311_persistent_session_ends_max_session_expiry_after_its_client_left(
         assert record.expiry == 600
 
     _run(tmp_path, test, settings=settings)
+
+
+def _taken_on_elsewhere(root: Path, client_id: str) -> None:
+    """The session's record as another server writes it when it takes the session on from
+    one of its host that died (Lifetimes._take_on), or as that one's restart does: away
+    since now, held by no server, counted by the one that wrote it."""
+    record = read_record(str(root), client_id)
+    assert record is not None
+    write_record(str(root), replace(record, holder=None, server=None, disconnected_at=time.time()))
+
+
+def test_a_session_kept_here_and_taken_on_by_another_server_is_let_go_at_its_expiry(
+    tmp_path: Path,
+) -> None:
+    """Its client left this server for another on the root, which died; a third took the
+    session on (or the dead one's restart did), its record naming no server. This server's
+    copy is stale, but its expiry timer, counted from the client's leaving here, ended the
+    session before the time its record says (its subscriptions and record deleted): it
+    read a record naming no server as one no other holds. It lets go of its copy now."""
+
+    async def test(broker: Broker) -> None:
+        roamer = _connect(broker, "roamer", expiry=1)
+        roamer.send(Subscribe(1, (Subscription("news/#", 1),)))
+        roamer.take()
+        roamer.close()
+        _taken_on_elsewhere(tmp_path / "root", "roamer")
+        await _until(lambda: "roamer" not in broker._sessions)
+        assert read_record(str(tmp_path / "root"), "roamer") is not None
+        assert _subscribed(broker, consumer_name("roamer")) == ["news/#"]
+
+    _run(tmp_path, test)
+
+
+def test_a_session_kept_here_and_taken_on_by_another_server_is_resumed_from_the_disk(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As above, its client comes back here: the stale copy (what was sent from here,
+    since acknowledged there) is let go, and the session read from the disk."""
+
+    async def test(broker: Broker) -> None:
+        roamer = _connect(broker, "roamer", expiry=600)
+        roamer.close()
+        stale = broker._sessions["roamer"]
+        _taken_on_elsewhere(tmp_path / "root", "roamer")
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            _connect(broker, "roamer", expiry=600, clean=False)
+        assert broker._sessions["roamer"] is not stale
+        assert "client roamer: its session is held by another server" in caplog.text
+
+    _run(tmp_path, test)
 
 
 def _in_two_lives(
