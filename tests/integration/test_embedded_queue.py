@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -416,6 +418,33 @@ def test_lock_timeout_redelivers_and_the_late_ack_is_refused(
         with pytest.raises(boxmq.Conflict):
             manual_box.queue("jobs").ack(first.id, "nobody-else")
         again.ack()
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("durable", [False, True], ids=["consumer", "durable subscriber"])
+def test_a_receive_timeout_is_wall_time_on_a_manual_clock(
+    manual_box: boxmq.Box, clock: ManualClock, durable: bool
+) -> None:
+    """A test suite's box on a ManualClock: receive(timeout=...) comes back empty once that
+    much wall time passed, the clock not moved; it waited for the clock to get there, for
+    ever. The clock still times the lock of what it then receives."""
+    receiver: boxmq.Consumer | boxmq.Subscriber
+    send: Callable[[], str]
+    if durable:
+        receiver = manual_box.subscribe("news", "s", lock_timeout=10)
+        send = partial(manual_box.publish, "news", b"x")
+    else:
+        jobs = manual_box.queue("jobs")
+        receiver = jobs.consumer("w", lock_timeout=10)
+        send = partial(jobs.put, b"x")
+    with receiver:
+        started = clock.now()
+        assert receiver.receive(timeout=0.05) is None
+        assert clock.now() == started
+        send()
+        message = receiver.receive(timeout=0.05)
+        assert message is not None
+        assert message.lock_deadline == started + 10
 
 
 @pytest.mark.parametrize("operation", ["ack", "unlock", "reject", "extend"])

@@ -14,6 +14,7 @@ import math
 import os
 import random
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -307,7 +308,10 @@ class LiveQueue:
         return [self._engine.give_back(m, consumer) for m in unreceived]
 
     def receive(self, consumer: ConsumerId, timeout: float | None) -> Message | None:
-        end = None if timeout is None else self._clock.now() + timeout
+        # The timeout is how long the caller waits: wall time, not the box's clock, which a
+        # test's ManualClock holds still (a receive on it waited for ever). The clock still
+        # says when locks end and messages expire.
+        end = None if timeout is None else time.monotonic() + timeout
         with self._mutex:
             while True:
                 if consumer not in self._inbox or self._closed:  # _check_open, without a call
@@ -322,10 +326,10 @@ class LiveQueue:
                     self._expire(now)
                 if (delivery := self._take(consumer)) is not None:
                     return delivery
-                now = self._clock.now()
-                if end is not None and now >= end:
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
                     return None
-                self._wait(self._nap(now, end))
+                self._wait(self._nap(self._clock.now(), left))
 
     def receive_ready(self, consumer: ConsumerId, most: int | None = None) -> list[Message]:
         """What `receive(consumer, 0)` would return call after call (at most `most`), with
@@ -956,10 +960,12 @@ class LiveQueue:
 
     # -- waiting ---------------------------------------------------------------------------------
 
-    def _nap(self, now: float, end: float | None) -> float:
+    def _nap(self, now: float, left: float | None) -> float:
+        """How long to wait for news: until the next scan, sweep or deadline of the clock's,
+        at most `left` seconds (the receive's own wait, in wall time)."""
         limits = [self._next_scan - now, self._next_sweep - now]
-        if end is not None:
-            limits.append(end - now)
+        if left is not None:
+            limits.append(left)
         if (deadline := self._engine.next_deadline()) is not None:
             limits.append(deadline - now)
         return max(0.0, min(limits))
