@@ -66,15 +66,10 @@ def check_may_get(args: argparse.Namespace, box: Box) -> None:
     """InvalidArgument if `boxmq get` may not lock a message of the share group or durable
     subscription `args` names for `args.consumer` (above)."""
     consumer = check_consumer_name(args.consumer)
-    if args.subscriber is None:
-        whose = "a member of the share group"
-        own = box.topics.has_subscription(args.queue, consumer)
-    else:
-        whose = "the subscriber of"
-        own = consumer == args.subscriber
-    if own:
+    # Queue.get refuses it too, in the API's words: here first, in the command's.
+    if (whose := box.topics.reader_named(args.queue, args.subscriber, consumer)) is not None:
         raise InvalidArgument(
-            f"{consumer} is {whose} {args.queue}: a lock under its name could not be told "
+            f"{consumer} is {whose}: a lock under its name could not be told "
             "from its own (peek's LOCKED-BY, the settles' --consumer). Give get "
             "another --consumer (the default is cli)"
         )

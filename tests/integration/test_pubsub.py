@@ -94,6 +94,27 @@ def test_a_subscriptions_message_names_it_as_boxmq_ls_and_the_cli_do_not_by_its_
         subscriber.close()
 
 
+def test_get_refuses_a_lock_under_a_readers_name_as_boxmq_get_does(box: boxmq.Box) -> None:
+    """`get` on a share group under a member's name, or on a durable subscription under its
+    subscriber's, was taken by the API (`boxmq get` refused it): peek's holder and a settle by
+    consumer name could not tell that lock from the reader's own. Refused, nothing locked."""
+    with (
+        box.subscribe("$share/g/jobs/#", "w1") as member,
+        box.subscribe("jobs/#", "keeper") as keeper,
+    ):
+        member.pause()
+        keeper.pause()
+        box.publish("jobs/1", "one")
+        group, durable = box.subscription("$share/g/jobs/#"), box.subscription("jobs/#", "keeper")
+        with pytest.raises(boxmq.InvalidArgument, match="w1 is a member of the share group"):
+            group.get("w1")
+        with pytest.raises(boxmq.InvalidArgument, match="keeper is the subscriber of jobs/#"):
+            durable.get("keeper")
+        assert (group.counts().locked, durable.counts().locked) == (0, 0)
+        taken = [group.get(), durable.get("w1")]  # cli, and a name that is not keeper's
+        assert [m.consumer for m in taken if m is not None] == ["cli", "w1"]
+
+
 def test_fan_out_writes_the_body_once(box: boxmq.Box, root: Path) -> None:
     subscribers = [box.subscribe("t/#", f"s{i}") for i in range(5)]
     box.publish("t/x", b"y" * 10_000)

@@ -26,7 +26,7 @@ from boxmq.core.topics import is_share_name
 from boxmq.errors import Closed, InvalidArgument, QueueNotFound
 from boxmq.forks import renew_in_children
 from boxmq.ids import IdFactory
-from boxmq.model import MessageId, Property, PropertyValue
+from boxmq.model import ConsumerId, MessageId, Property, PropertyValue
 from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import (
@@ -131,16 +131,34 @@ class Box:
         `filter`, as a queue to inspect and repair: `counts`, `peek`, `requeue` (its dead
         letters back to its members), `purge`. QueueNotFound if there is none. Its messages
         are taken through `subscribe`, which knows its members; a `put` here would skip the
-        topic's routing."""
+        topic's routing. Its `get` refuses a consumer name that is one of its readers'."""
         dropbox = self.topics.dropbox_of(filter, subscriber)
         parsed = parse_filter(filter)
+
+        def check_getter(consumer: ConsumerId) -> None:
+            # As `boxmq get` refuses it: peek's holder and a settle by consumer name could not
+            # tell the lock from that reader's own (docs/cli.md).
+            if (whose := self.topics.reader_named(filter, subscriber, consumer)) is not None:
+                raise InvalidArgument(
+                    f"{consumer} is {whose}: a lock get took under its name could not be told "
+                    "from its own (peek's holder, a settle by consumer name). Get it under "
+                    "another consumer name (the default is cli)"
+                )
+
         return self._queue_of(
             filter,
             dropbox,
             lambda: self._live_queue(dropbox.path, dropbox, parsed.share_group, str(parsed)),
+            check_getter,
         )
 
-    def _queue_of(self, name: str, dropbox: Dropbox, live: Callable[[], LiveQueue]) -> Queue:
+    def _queue_of(
+        self,
+        name: str,
+        dropbox: Dropbox,
+        live: Callable[[], LiveQueue],
+        check_getter: Callable[[ConsumerId], None] | None = None,
+    ) -> Queue:
         """A queue, or a subscription seen as one, on `dropbox`; `live` makes (or finds) its
         engine in this process."""
         return Queue(
@@ -155,6 +173,7 @@ class Box:
             limits=self.options.limits,
             v5=self.v5,
             side_files=self.side_files,
+            check_getter=check_getter,
         )
 
     def _missing(self, name: str, path: str) -> str:

@@ -140,8 +140,11 @@ class Queue:
         limits: SweepLimits | None = None,
         v5: V5Reader | None = None,
         side_files: SideFiles | None = None,
+        check_getter: Callable[[ConsumerId], None] | None = None,
     ) -> None:
         self.name = name
+        # A subscription's: refuses a `get` under the name of one of its readers.
+        self._check_getter = check_getter
         self._box = box
         self._v5 = v5
         self._side_files = side_files  # for properties too long for a name (client/spill.py)
@@ -354,6 +357,8 @@ class Queue:
         """
         holder = check_consumer_name(consumer)
         check_seconds("the lock timeout", lock_timeout)
+        if self._check_getter is not None:
+            self._check_getter(holder)
         now = self._now()
         release_stale_locks(self._box, now=now, policy=self._policy, limits=self._limits)
         for name, envelope in self._ready_in_order(now):

@@ -809,6 +809,18 @@ class Topics:
             return subscriber in layout.members(path)
         return os.path.isdir(path)
 
+    def reader_named(self, filter: str, subscriber: str | None, consumer: str) -> str | None:
+        """Who `consumer` is to the share group `filter` (`subscriber` None) or to
+        `subscriber`'s durable subscription to it, as an error says it: "a member of the share
+        group <filter>", "the subscriber of <filter>"; None when it is neither. A lock taken
+        by hand (`get`) under such a name could not be told from that reader's own."""
+        if subscriber is None:
+            if self.has_subscription(filter, consumer):
+                return f"a member of the share group {filter}"
+        elif consumer == subscriber:
+            return f"the subscriber of {filter}"
+        return None
+
     def unsubscribe(self, filter: str, subscriber: str) -> bool:
         """End a durable subscription: its dropbox and undelivered messages are deleted."""
         parsed = parse_filter(filter)
