@@ -908,13 +908,17 @@ def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
     as NAME=VALUE,... in a table."""
     envelope = peeked.envelope
     visible = peeked.properties  # an MQTT v5 message's decoded too (store/v5_properties.py)
-    row: dict[str, Any] = {
-        "id": shown(envelope.message_id),  # a name that is not UTF-8: its bytes as \xNN
+    row: dict[str, Any] = {"id": shown(envelope.message_id)}  # not UTF-8: its bytes as \xNN
+    if (topic := peeked.topic) is not None:  # a subscription's message, as `get` names it
+        row["topic"] = topic
+    row |= {
         "priority": envelope.priority,
         "bytes": peeked.size,
         "deliveries": envelope.delivery_count,
-        "properties": visible if as_json else _listed(visible),
     }
+    if (dead := peeked.dead) is not None:  # error/: rejected, or why else (as `unlock` says)
+        row["dead"] = dead
+    row["properties"] = visible if as_json else _listed(visible)
     # As `get` shows them (an MQTT v5 request's too); only when set, as `subscribe --json`.
     if (correlation_id := peeked.correlation_id) is not None:
         row["correlation-id"] = correlation_id

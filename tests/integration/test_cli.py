@@ -384,6 +384,51 @@ def test_ls_shows_subscriptions_and_share_groups(root: Path) -> None:
     assert table[2].split()[:3] == ["alerts/#", "pager", "1"]
 
 
+def _in_process(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """`boxmq ARGS...`'s output, run in this process (no interpreter to start)."""
+    assert cli.main(["--data", str(root), "--fsync", "never", *args]) == 0
+    return capsys.readouterr().out
+
+
+def test_a_share_groups_rejected_message_is_kept_with_its_metadata_and_peek_says_why(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A member's reject (the API's nack; an MQTT member's negative PUBACK is the same) puts
+    the message in the group's error/ with all it came with. `ls` counts it dead, and `peek`
+    shows it with the topic it was published to and why it is there (as `get` shows the
+    topic, and `unlock` why): it showed neither, so a rejection could not be told from a
+    message that reached max_deliveries, nor which topic's messages the members refuse."""
+    group = "$share/etl/jobs/#"
+    with boxmq.open(root, fsync="never") as box, box.subscribe(group, "w1") as member:
+        sent = box.publish("jobs/1", b"poison", properties={"tenant": "acme"}, correlation_id="c")
+        message = member.receive(timeout=5)
+        assert message is not None
+        message.reject()
+        [dead] = box.subscription(group).peek(state="error")
+        assert (dead.envelope.message_id, dead.topic, dead.dead) == (sent, "jobs/1", "rejected")
+        assert (dead.properties, dead.correlation_id, dead.size) == ({"tenant": "acme"}, "c", 6)
+        [row] = json.loads(_in_process(root, capsys, "--json", "ls"))["subscriptions"]
+        assert (row["subscription"], row["ready"], row["locked"], row["dead"]) == (group, 0, 0, 1)
+        in_error = ("peek", group, "--state", "error")
+        [peeked] = json.loads(_in_process(root, capsys, "--json", *in_error))
+        assert peeked == {
+            "id": sent,
+            "topic": "jobs/1",
+            "priority": 4,
+            "bytes": 6,
+            "deliveries": 1,
+            "dead": "rejected",
+            "properties": {"tenant": "acme"},
+            "correlation-id": "c",
+        }
+        header, line = _in_process(root, capsys, *in_error).splitlines()
+        assert header.split() == [
+            *("ID", "TOPIC", "PRIORITY", "BYTES", "DELIVERIES", "DEAD", "PROPERTIES"),
+            "CORRELATION-ID",
+        ]
+        assert line.split() == [sent, "jobs/1", "4", "6", "1", "rejected", "tenant=acme", "c"]
+
+
 def test_dead_letters_of_a_share_group_and_a_subscription_are_peeked_and_requeued(
     root: Path,
 ) -> None:

@@ -33,6 +33,7 @@ from boxmq.core.durations import check_seconds
 from boxmq.errors import InvalidArgument, InvalidName, MetadataTooLong, QueueNotFound
 from boxmq.ids import IdFactory
 from boxmq.model import (
+    DEAD_REASON,
     RESERVED_PREFIX,
     ConsumerId,
     Envelope,
@@ -100,6 +101,18 @@ class Peeked:
     def properties(self) -> dict[str, PropertyValue]:
         """What `Message.properties` would show for it."""
         return properties_shown(self._v5, self.envelope)
+
+    @property
+    def topic(self) -> str | None:
+        """The topic a subscription's message was published to, as `Message.topic`."""
+        return self.envelope.topic
+
+    @property
+    def dead(self) -> str | None:
+        """error/: why it went there, as its name records it ("rejected", "max-deliveries",
+        "metadata-full"; None for a name that could not carry it, or one a script moved)."""
+        why = self.envelope.property_value(DEAD_REASON)
+        return why if isinstance(why, str) else None
 
     @property
     def correlation_id(self) -> str | None:

@@ -278,6 +278,8 @@ def test_a_share_members_negative_puback_sends_the_message_to_error(tmp_path: Pa
         member.send(Puback(delivered.packet_id, ReasonCode.UNSPECIFIED_ERROR))
         [info] = broker.box.topics.subscriptions()
         assert (info.counts.dead, info.counts.ready, info.counts.locked) == (1, 0, 0)
+        [dead] = broker.box.subscription("$share/g/t").peek(state="error")  # as `boxmq peek`
+        assert (dead.topic, dead.dead, dead.envelope.delivery_count) == ("t", "rejected", 1)
 
     _run(tmp_path, test)
 
