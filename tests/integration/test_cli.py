@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import datetime
 import errno
 import faulthandler
 import io
@@ -1842,6 +1843,33 @@ def test_peek_of_processing_shows_when_each_lock_ends_and_which_ended(root: Path
     [bob] = [line for line in table if " bob " in line]
     assert bob.endswith("(ended)")
     assert not alice.endswith("(ended)")
+
+
+def test_peek_says_a_lock_is_held_by_a_get_and_until_when(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lock `get` took (`boxmq get`, Queue.get) is held by hand: no running consumer of its
+    name settles it, only an ack by id or its deadline does. peek showed it as any
+    consumer's lock, the name alone; it says it is get's now, beside when it ends."""
+    with boxmq.open(root, fsync="never") as box:
+        jobs = box.queue("jobs")
+        jobs.put("running")
+        jobs.put("by hand")
+        with jobs.consumer("w") as consumer:
+            assert consumer.receive(timeout=5) is not None
+            got = jobs.get("alice", lock_timeout=3600)
+            assert got is not None
+            peeked = {str(p.holder): p for p in jobs.peek(state="processing")}
+            assert (peeked["alice"].by_get, peeked["w"].by_get) == (True, False)
+            processing = ("peek", "jobs", "--state", "processing")
+            rows = json.loads(_in_process(root, capsys, "--json", *processing))
+            by_holder = {row["locked-by"]: row for row in rows}
+            assert (by_holder["alice"]["by-get"], "by-get" in by_holder["w"]) == (True, False)
+            header, *lines = _in_process(root, capsys, *processing).splitlines()
+            assert header.split()[-2:] == ["LOCKED-BY", "LOCK-UNTIL"]
+            [line] = [line for line in lines if "alice" in line]
+            until = datetime.datetime.fromtimestamp(got.lock_deadline, datetime.UTC)
+            assert line.endswith(f"alice (get)  {until.isoformat(timespec='seconds')}")
 
 
 @pytest.mark.parametrize(

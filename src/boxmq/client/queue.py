@@ -96,6 +96,9 @@ class Peeked:
     # processing/: when its lock times out (epoch seconds), as the lock's name says; past it,
     # the message goes back to target/ at the next sweep (`boxmq serve`, a consumer's).
     lock_deadline: float | None = None
+    # processing/: the lock is `get`'s (Queue.get, `boxmq get`), bound to no process: it is
+    # held by hand until lock_deadline, or until settled by id, not by a consumer running.
+    by_get: bool = False
 
     @property
     def properties(self) -> dict[str, PropertyValue]:
@@ -469,7 +472,8 @@ class Queue:
             status = _status(entry.path)
             if status is not None:
                 holder, deadline = (lock.owner, lock.deadline_ms / 1000) if lock else (None, None)
-                peeked = Peeked(envelope, status.st_size, state, holder, self._v5, deadline)
+                by_get = lock is not None and lock.token == GET_TOKEN
+                peeked = Peeked(envelope, status.st_size, state, holder, self._v5, deadline, by_get)
                 # Within a priority as a consumer takes them (_ready_in_order).
                 sequence = _sequence(entry.path, envelope, status)
                 seen.append((-envelope.priority, sequence, name, peeked))
