@@ -89,3 +89,35 @@ def test_a_queue_folder_made_by_hand_as_deleting_keeps_its_messages(root: Path) 
         assert os.listdir(target) == ["4.kept.T"]
         assert box.counts()[".deleting"].ready == 1
         assert os.listdir(root / ".deleting") == ["target"]  # and the state folders boxmq made
+
+
+def test_a_message_locked_between_the_cli_deletes_check_and_its_rename_goes_with_the_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`boxmq delete` looks for locked messages, then renames the queue away: a consumer of
+    another process may lock one in between (docs/cli.md). Only that in-flight message goes
+    with the queue the user deleted, and its consumer is told at its ack, which cannot
+    pass for done; no folder is left or made again."""
+    from boxmq import cli
+    from boxmq.client.box import Box
+
+    root = tmp_path / "data"
+    with boxmq.open(root, fsync="never") as other:
+        jobs = other.queue("jobs")
+        jobs.put_many([b"a", b"b"])
+        consumer = other.queue("jobs").consumer("w")
+        delete, locked = Box.delete_queue, []
+
+        def after_a_lock(box: Box, name: str) -> bool:
+            locked.append(consumer.receive(timeout=5))  # after the check: nothing was locked
+            return delete(box, name)
+
+        monkeypatch.setattr(Box, "delete_queue", after_a_lock)
+        assert cli.main(["--data", str(root), "--fsync", "never", "delete", "jobs"]) == 0
+        [message] = locked
+        assert message is not None
+        with pytest.raises(UnexpectedRequest, match="its queue was deleted"):
+            message.ack()
+        assert consumer.receive(timeout=0) is None
+        assert not {"jobs", ".deleting"} & set(os.listdir(root))
+        consumer.close()
