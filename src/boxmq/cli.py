@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import errno
 import faulthandler
+import functools
 import io
 import logging
 import math
@@ -19,7 +20,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, BinaryIO, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import boxmq
 from boxmq import cli_output as output
@@ -253,29 +254,113 @@ class _Parser(argparse.ArgumentParser):
         super().error(output.said(message))
 
 
+_Arguments = Callable[[argparse.ArgumentParser], None]  # adds one command's arguments
+_Parents = Callable[[], list[argparse.ArgumentParser]]  # makes the parents of its parser
+
+
+def _common(*, json_shown: bool = True) -> list[argparse.ArgumentParser]:
+    """The common options after the command too (`boxmq serve --data DIR`): there they have no
+    default, so one given before the command stays unless it is given again after."""
+    common = _Parser(add_help=False)
+    _add_common(common, defaults=False, json_shown=json_shown)
+    return [common]
+
+
+if TYPE_CHECKING:  # generic in typeshed only
+    _SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
+else:
+    _SubParsers = argparse._SubParsersAction
+
+
+class _Commands(_SubParsers):
+    """COMMAND, whose parser is built when it is given, not before: building the seventeen
+    was 6 % of a `boxmq put`'s instructions (docs/benchmarks.md). The top-level help lists
+    each command by its name and one-line summary, which need no parser."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._later: dict[str, tuple[str, _Arguments, _Parents]] = {}  # name: how to build it
+        # Every name, for argparse's check of COMMAND and its "invalid choice" error (typeshed
+        # types them as argparse's own map of the parsers, which holds the built ones only).
+        self.choices = self._later  # type: ignore[assignment]
+
+    def add(
+        self,
+        name: str,
+        help: str,
+        arguments: _Arguments,
+        *,
+        common: _Parents = _common,
+    ) -> None:
+        self._later[name] = (help, arguments, common)
+        self._choices_actions.append(self._ChoicesPseudoAction(name, (), help))
+
+    def parser(self, name: str) -> argparse.ArgumentParser:
+        """`name`'s parser, built at its first use."""
+        if (built := self._name_parser_map.get(name)) is not None:
+            return built
+        help, arguments, common = self._later[name]
+        p = self.add_parser(name, description=help, parents=common())
+        p.set_defaults(name=name, usage_error=p.error)  # a usage error shows the command's usage
+        arguments(p)
+        return p
+
+    def parsers(self) -> dict[str, argparse.ArgumentParser]:
+        """Every command's parser (for the checks of the docs)."""
+        return {name: self.parser(name) for name in self._later}
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        if isinstance(values, list):  # [COMMAND, its arguments...], COMMAND one of choices
+            self.parser(values[0])
+        super().__call__(parser, namespace, values, option_string)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = _Parser(
         prog="boxmq", description="A message broker whose state is a directory of plain files."
     )
     _add_common(parser, defaults=True)
-    # The same options after the command too (`boxmq serve --data DIR`): there they have no
-    # default, so one given before the command stays unless it is given again after.
-    common = _Parser(add_help=False)
-    _add_common(common, defaults=False)
+    commands = parser.add_subparsers(required=True, metavar="COMMAND", action=_Commands)
+    assert isinstance(commands, _Commands)
     # serve prints nothing but its log: its --help does not offer --json, which main refuses
     # (before or after serve) with a usage error saying why.
-    common_to_serve = _Parser(add_help=False)
-    _add_common(common_to_serve, defaults=False, json_shown=False)
-    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+    commands.add(
+        "serve",
+        "run the broker: recovery, lock timeouts, expiry, retention",
+        _serve_arguments,
+        common=lambda: _common(json_shown=False),
+    )
+    commands.add("put", "send a message", _put_arguments)
+    commands.add(
+        "publish",
+        "publish to a topic: a copy to every matching subscription",
+        _publish_arguments,
+    )
+    commands.add("subscribe", "print messages of a topic filter as they come", _subscribe_arguments)
+    commands.add(
+        "unsubscribe", "end a kept subscription, and drop what it holds", _unsubscribe_arguments
+    )
+    commands.add("get", "lock the next ready message and print it", _get_arguments)
+    for verb, help in _SETTLES.items():
+        commands.add(verb, help, functools.partial(_settle_arguments, verb))
+    commands.add("ls", "queues and their counts", _ls_arguments)
+    commands.add("session", "list the persistent MQTT sessions, or end one", _session_arguments)
+    commands.add("passwd", cli_passwd.HELP, cli_passwd.add_arguments, common=list)
+    commands.add("peek", "show messages without locking them", _peek_arguments)
+    commands.add("requeue", "send dead (or expired/processed) messages back", _requeue_arguments)
+    commands.add("purge", "delete every message of one state folder", _purge_arguments)
+    commands.add("delete", "delete a queue and every message in it", _delete_arguments)
+    return parser
 
-    def command(name: str, run: _Command, help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help, description=help, parents=[common])
-        p.set_defaults(command=run, name=name)
-        return p
 
-    help = "run the broker: recovery, lock timeouts, expiry, retention"
-    p = sub.add_parser("serve", help=help, description=help, parents=[common_to_serve])
-    p.set_defaults(standalone=_serve, name="serve")  # it opens the root the config names
+def _serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(standalone=_serve)  # it opens the root the config names
     p.add_argument("--config", metavar="FILE", help="a TOML file (see boxmq.example.toml)")
     p.add_argument(
         "--sweep-interval", type=_positive_duration, metavar="DURATION", help="default 1s"
@@ -330,8 +415,9 @@ def _parser() -> argparse.ArgumentParser:
         help="unanswered XMPP deliveries go to the next subscriber after this (default 30s)",
     )
 
-    p = command("put", _put, "send a message")
-    p.set_defaults(creates_root=True)
+
+def _put_arguments(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(command=_put, creates_root=True)
     p.add_argument("queue")
     p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
     p.add_argument("--file", help="read the body from this file")
@@ -342,8 +428,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reply-to")
     p.add_argument("--type")
 
-    p = command("publish", _publish, "publish to a topic: a copy to every matching subscription")
-    p.set_defaults(creates_root=True)
+
+def _publish_arguments(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(command=_publish, creates_root=True)
     p.add_argument("topic")
     p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
     p.add_argument("--file", help="read the body from this file")
@@ -356,8 +443,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--reply-to", help="MQTT v5 subscribers get it as Response Topic")
 
-    p = command("subscribe", _subscribe, "print messages of a topic filter as they come")
-    p.set_defaults(creates_root=True)
+
+def _subscribe_arguments(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(command=_subscribe, creates_root=True)
     p.add_argument("filter", help="a topic filter (+ and # wildcards), or $share/GROUP/FILTER")
     p.add_argument(
         "--name",
@@ -382,11 +470,15 @@ def _parser() -> argparse.ArgumentParser:
         "after exiting; one kept earlier always stays (`boxmq unsubscribe` ends it)",
     )
 
-    p = command("unsubscribe", _unsubscribe, "end a kept subscription, and drop what it holds")
+
+def _unsubscribe_arguments(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(command=_unsubscribe)
     p.add_argument("filter", help="the filter it was made with (or $share/GROUP/FILTER)")
     p.add_argument("--name", dest="subscriber", required=True, help="its subscriber name")
 
-    p = command("get", _get, "lock the next ready message and print it")
+
+def _get_arguments(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(command=_get)
     _dropbox_arguments(p)
     p.add_argument(
         "--lock",
@@ -407,30 +499,39 @@ def _parser() -> argparse.ArgumentParser:
         "on another machine, which cannot be told alive from here",
     )
 
-    for name, run, help in (
-        ("ack", _ack, "done with a locked message: it moves to processed/"),
-        ("unlock", _unlock, "give a locked message back, to the next consumer"),
-        ("reject", _reject, "send a locked message to error/, no redelivery"),
-        ("extend", _extend, "push a lock's deadline"),
-    ):
-        p = command(name, run, help)
-        _dropbox_arguments(p)
-        p.add_argument("id", help="the message id `get` (or `peek`) printed")
-        p.add_argument("--consumer", default="cli", help="the lock's holder (peek: LOCKED-BY)")
-        p.add_argument(
-            "--force",
-            action="store_true",
-            help="settle a subscription's message although the process its lock names runs "
-            "on another machine, which cannot be told alive from here",
-        )
-        if name == "unlock":
-            p.add_argument("--delay", type=_duration, default=0.0, metavar="DURATION")
-        if name == "extend":
-            p.add_argument("--by", type=_positive_duration, default=30.0, metavar="DURATION")
 
-    command("ls", _ls, "queues and their counts")
+# The four settles of a locked message, with their one-line summaries.
+_SETTLES = {
+    "ack": "done with a locked message: it moves to processed/",
+    "unlock": "give a locked message back, to the next consumer",
+    "reject": "send a locked message to error/, no redelivery",
+    "extend": "push a lock's deadline",
+}
 
-    p = command("session", _session, "list the persistent MQTT sessions, or end one")
+
+def _settle_arguments(verb: str, p: argparse.ArgumentParser) -> None:
+    p.set_defaults(command=_settle(verb))
+    _dropbox_arguments(p)
+    p.add_argument("id", help="the message id `get` (or `peek`) printed")
+    p.add_argument("--consumer", default="cli", help="the lock's holder (peek: LOCKED-BY)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="settle a subscription's message although the process its lock names runs "
+        "on another machine, which cannot be told alive from here",
+    )
+    if verb == "unlock":
+        p.add_argument("--delay", type=_duration, default=0.0, metavar="DURATION")
+    if verb == "extend":
+        p.add_argument("--by", type=_positive_duration, default=30.0, metavar="DURATION")
+
+
+def _ls_arguments(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(command=_ls)
+
+
+def _session_arguments(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(command=_session)
     p.add_argument("action", choices=["ls", "end"], help="ls: every session; end: CLIENT_ID's")
     p.add_argument("client_id", nargs="?", metavar="CLIENT_ID", help="the session to end")
     p.add_argument(
@@ -439,30 +540,35 @@ def _parser() -> argparse.ArgumentParser:
         help="end it although the server holding it runs on another machine, which cannot "
         "be told alive from here",
     )
-    cli_passwd.add_parser(sub)
 
-    p = command("peek", _peek, "show messages without locking them")
+
+def _peek_arguments(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(command=_peek)
     _dropbox_arguments(p)
     p.add_argument("--state", default="target", choices=[s.value for s in State])
     p.add_argument("--limit", type=_positive_int, default=20)
 
-    p = command("requeue", _requeue, "send dead (or expired/processed) messages back")
+
+def _requeue_arguments(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(command=_requeue)
     _dropbox_arguments(p)
     p.add_argument(
         "--from", dest="source", default="error", choices=["error", "expired", "processed"]
     )
 
-    p = command("purge", _purge, "delete every message of one state folder")
+
+def _purge_arguments(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(command=_purge)
     _dropbox_arguments(p)
     p.add_argument("--state", default="target", choices=["target", "processed", "error", "expired"])
-    p = command("delete", _delete, "delete a queue and every message in it")
+
+
+def _delete_arguments(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(command=_delete)
     p.add_argument("queue", help="a queue (a subscription ends with unsubscribe)")
     p.add_argument(
         "--force", action="store_true", help="delete it though consumers hold messages locked"
     )
-    for each in sub.choices.values():  # a usage error after the command shows its usage
-        each.set_defaults(usage_error=each.error)
-    return parser
 
 
 def _dropbox_arguments(p: argparse.ArgumentParser) -> None:

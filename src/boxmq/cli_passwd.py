@@ -12,18 +12,17 @@ import argparse
 import getpass
 import json
 import sys
-from typing import Any
 
 from boxmq.core.topics import MQTT_STRING_MAX
 from boxmq.errors import InvalidArgument
 
-__all__ = ["add_parser", "run"]
+__all__ = ["HELP", "add_arguments", "run"]
+
+HELP = "add a user to an MQTT password file, change their password, or delete them"
 
 
-def add_parser(sub: Any) -> None:  # argparse's _SubParsersAction is private
-    help = "add a user to an MQTT password file, change their password, or delete them"
-    p: argparse.ArgumentParser = sub.add_parser("passwd", help=help, description=help)
-    p.set_defaults(standalone=run, name="passwd")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(standalone=run)
     p.add_argument("file", help="the password file (created, mode 0600, when missing)")
     p.add_argument("user")
     source = p.add_mutually_exclusive_group()

@@ -99,8 +99,8 @@ def test_every_docs_page_is_linked_from_the_readme() -> None:
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
     parser = cli._parser()
-    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return dict(sub.choices)
+    (commands,) = [a for a in parser._actions if isinstance(a, cli._Commands)]
+    return commands.parsers()
 
 
 def test_every_command_and_option_is_in_cli_md() -> None:

@@ -1,0 +1,73 @@
+"""The command line's parser: a command builds its own parser only (docs/benchmarks.md, "CLI
+start-up"), and what `--help` prints stays the same, byte for byte.
+
+cli_help.txt holds `boxmq --help` and every `boxmq COMMAND --help` at 80 columns, as Python
+3.11's argparse writes them. After changing a help on purpose, write it anew:
+`COLUMNS=80 PYTHONPATH=src python tests/unit/test_cli_parser.py > tests/unit/cli_help.txt`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from boxmq import cli
+
+HELPS = Path(__file__).with_name("cli_help.txt")
+
+
+def _commands(parser: argparse.ArgumentParser) -> cli._Commands:
+    (commands,) = [a for a in parser._actions if isinstance(a, cli._Commands)]
+    return commands
+
+
+def _help(*words: str) -> str:
+    """What `boxmq WORDS... --help` prints."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), pytest.raises(SystemExit) as exit:
+        cli.main([*words, "--help"])
+    assert exit.value.code == 0
+    return printed.getvalue()
+
+
+def _helps() -> str:
+    names = _commands(cli._parser()).choices
+    assert names is not None
+    return "".join(
+        f"$ {' '.join(['boxmq', *w, '--help'])}\n{_help(*w)}" for w in [(), *[(n,) for n in names]]
+    )
+
+
+@pytest.mark.skipif(
+    sys.version_info[:2] != (3, 11),
+    reason="cli_help.txt is what 3.11's argparse writes (make test's); others format it apart",
+)
+def test_every_help_is_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    assert _helps() == HELPS.read_text(encoding="utf-8")
+
+
+def test_a_command_builds_its_own_parser_only() -> None:
+    parser = cli._parser()
+    args = parser.parse_args(["--fsync", "never", "put", "jobs", "hi"])
+    assert (args.name, args.queue, args.body, args.fsync) == ("put", "jobs", "hi", "never")
+    assert list(_commands(parser)._name_parser_map) == ["put"]
+
+
+def test_the_top_level_help_lists_every_command_by_its_summary() -> None:
+    # what each command's own --help says under its usage
+    commands = _commands(cli._parser())
+    listed = {a.dest: a.help for a in commands._get_subactions()}
+    assert listed == {name: p.description for name, p in commands.parsers().items()}
+    assert len(listed) == 17
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("COLUMNS", "80")
+    sys.stdout.write(_helps())
