@@ -45,8 +45,9 @@ def ls(args: argparse.Namespace, box: Box) -> int:
     if args.json:
         output.out(output.to_json(sessions))
         return 0
-    if not sessions:
-        return 0  # no header over nothing
+    if not sessions:  # a line saying so, as `ls` and `peek` say it, not a silence
+        output.out(f"no persistent MQTT sessions under {box.root}")
+        return 0
     output.table(
         [
             {

@@ -104,6 +104,16 @@ def test_end_deletes_the_session_s_subscriptions_and_record_and_discards_its_wil
         assert [text for text, _ in box.topics.subscribed(consumer_name("c"))] == ["b/#"]
 
 
+def test_ls_says_there_is_none_as_ls_says_there_is_no_queue(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = str(tmp_path)
+    assert cli.main(["--data", root, "session", "ls"]) == 0
+    assert capsys.readouterr().out == f"no persistent MQTT sessions under {root}\n"
+    assert cli.main(["--data", root, "--json", "session", "ls"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
 def test_end_takes_a_client_id_and_ls_none(tmp_path: Path) -> None:
     for words in (["session", "end"], ["session", "ls", "c"], ["session", "ls", "--force"]):
         with pytest.raises(SystemExit) as exit:
