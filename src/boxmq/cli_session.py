@@ -127,7 +127,10 @@ def end(args: argparse.Namespace, box: Box) -> int:
     client_id = args.client_id
     record = read_record(box.root, client_id)
     if record is None:
-        raise QueueNotFound(f"no persistent MQTT session of client {client_id} (session ls)")
+        raise QueueNotFound(
+            f"no persistent MQTT session of client {client_id} under {box.root} "
+            "(see `boxmq session ls`)"  # as a queue that is not there: see `boxmq ls`
+        )
     if (refused := holding_server(record, force=args.force)) is not None:
         raise InvalidArgument(refused)
     name = consumer_name(client_id)

@@ -114,6 +114,18 @@ def test_ls_says_there_is_none_as_ls_says_there_is_no_queue(
     assert json.loads(capsys.readouterr().out) == []
 
 
+def test_end_of_no_session_names_the_root_and_what_lists_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # as `get` of no queue says `no queue 'q' under ROOT (see `boxmq ls`)`
+    root = str(tmp_path)
+    assert cli.main(["--data", root, "session", "end", "gone"]) == 1
+    assert capsys.readouterr().err == (
+        f"boxmq session: no persistent MQTT session of client gone under {root} "
+        "(see `boxmq session ls`)\n"
+    )
+
+
 def test_end_takes_a_client_id_and_ls_none(tmp_path: Path) -> None:
     for words in (["session", "end"], ["session", "ls", "c"], ["session", "ls", "--force"]):
         with pytest.raises(SystemExit) as exit:
