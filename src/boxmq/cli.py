@@ -36,7 +36,7 @@ from boxmq.cli_args import (
 from boxmq.client import Box, Message, Peeked, Queue, QueueCounts
 from boxmq.client.lifecycle import shown
 from boxmq.core.topics import utf8_size
-from boxmq.errors import BoxMQError, Conflict, InvalidArgument, QueueNotFound
+from boxmq.errors import BoxMQError, Conflict, Forbidden, InvalidArgument, QueueNotFound
 from boxmq.host_names import HOST_NAME_RULE, is_host_name
 from boxmq.model import Property
 from boxmq.store.layout import State
@@ -934,6 +934,15 @@ def _settle(verb: str) -> _Command:
                 f"locked by another consumer than {args.consumer!r} "
                 f"(`{shlex.join([*peek, '--state', 'processing'])}` "
                 "shows which; --consumer NAME settles as that one)",
+            ) from None
+        except Forbidden:
+            # Ready, or its lock ended: nobody holds it, and XEP-0254's "did not receive"
+            # alone left a user wondering what to do (`ack` of an id `put` printed).
+            get = shlex.join(["boxmq", "get", args.queue, *_subscriber_words(args)])
+            raise Forbidden(
+                args.id,
+                f"{args.consumer!r} did not receive this message, which no consumer holds "
+                f"(`{get}` locks the next ready message and prints its id)",
             ) from None
         done = {**_named(args), "id": args.id, "done": verb}
         if dead is not None:  # unlocked, but its next delivery would pass a limit

@@ -314,6 +314,22 @@ def test_ack_of_someone_else_s_lock_is_a_conflict(root: Path) -> None:
     ok(root, "ack", "jobs", message_id, "--consumer", "alice")
 
 
+def test_a_settle_of_a_message_nobody_holds_says_get_locks_it(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = ["--data", str(root), "--fsync", "never"]
+    assert cli.main([*data, "put", "night jobs", "x"]) == 0
+    message_id = capsys.readouterr().out.strip()
+    for verb in ("ack", "unlock", "reject", "extend"):
+        assert cli.main([*data, verb, "night jobs", message_id]) == 1
+        assert capsys.readouterr().err == (
+            f"boxmq {verb}: {message_id}: 'cli' did not receive this message, which no "
+            "consumer holds (`boxmq get 'night jobs'` locks the next ready message and "
+            "prints its id)\n"
+        )
+    assert json.loads(ok(root, "--json", "ls"))["queues"][0]["ready"] == 1  # left as it was
+
+
 def test_a_conflict_s_peek_command_is_quoted_for_a_shell(root: Path) -> None:
     # `boxmq peek night jobs --state processing` was two queue words to a shell.
     ok(root, "put", "night jobs", "x")
