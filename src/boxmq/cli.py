@@ -59,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.usage_error(f"unrecognized arguments: {' '.join(unknown)}")
     if empty := _empty_path(args):
         args.usage_error(empty)
+    if args.name in ("put", "publish") and args.file is not None and args.body is not None:
+        # A usage error (exit 2), as --mqtt with --no-mqtt, said before put makes the root.
+        args.usage_error("give the body either as BODY or with --file, not both")
     if args.name == "serve":
         # A usage error (exit 2, with serve's usage), said before the config is read and
         # the root recovered: not an error of the run (exit 1) after both.
@@ -798,9 +801,7 @@ MAX_BODY = 268_435_455
 
 
 def _body(args: argparse.Namespace) -> bytes:
-    if args.file is not None:
-        if args.body is not None:
-            raise InvalidArgument("give the body either as an argument or with --file, not both")
+    if args.file is not None:  # BODY is None: main refused both
         try:
             with open(args.file, "rb") as source:
                 return _bounded(source, f"--file {args.file}")

@@ -330,6 +330,23 @@ def test_a_settle_of_a_message_nobody_holds_says_get_locks_it(
     assert json.loads(ok(root, "--json", "ls"))["queues"][0]["ready"] == 1  # left as it was
 
 
+def test_a_body_given_twice_is_a_usage_error_that_makes_no_root(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    given = tmp_path / "body"
+    given.write_text("from the file")
+    for command in ("put", "publish"):
+        with pytest.raises(SystemExit) as exit:
+            cli.main(["--data", str(tmp_path / "data"), command, "q", "x", "--file", str(given)])
+        assert exit.value.code == 2
+        said = capsys.readouterr().err
+        assert f"usage: boxmq {command}" in said
+        assert said.endswith(
+            f"boxmq {command}: error: give the body either as BODY or with --file, not both\n"
+        )
+    assert not (tmp_path / "data").exists()
+
+
 def test_a_conflict_s_peek_command_is_quoted_for_a_shell(root: Path) -> None:
     # `boxmq peek night jobs --state processing` was two queue words to a shell.
     ok(root, "put", "night jobs", "x")
