@@ -1,7 +1,8 @@
 """`boxmq`: the command line. Human tables by default, `--json` for scripts.
 
 Exit status: 0 done, 1 an error (the message says what to fix), 2 a usage error,
-3 nothing to get (`get` on a queue with no ready message), 141 the reader of stdout left.
+3 nothing to get (`get` on a queue with no ready message), 141 the reader of stdout left,
+130, 143 and 129 stopped by SIGINT, SIGTERM or SIGHUP (`serve` stops cleanly: 0).
 """
 
 from __future__ import annotations
