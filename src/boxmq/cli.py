@@ -353,7 +353,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add("get", "lock the next ready message and print it", _get_arguments)
     for verb, help in _SETTLES.items():
         commands.add(verb, help, functools.partial(_settle_arguments, verb))
-    commands.add("ls", "queues and their counts", _ls_arguments)
+    commands.add("ls", "queues and subscriptions, with their counts", _ls_arguments)
     commands.add("session", "list the persistent MQTT sessions, or end one", _session_arguments)
     commands.add("passwd", cli_passwd.HELP, cli_passwd.add_arguments, common=list)
     commands.add("peek", "show messages without locking them", _peek_arguments)
