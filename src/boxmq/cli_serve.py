@@ -202,7 +202,7 @@ def security_warnings(config: ServeConfig) -> list[str]:
         # connect. Warned of only, since a broker may start before its users are provisioned.
         warnings.append(
             f"the password file {authenticator.path} has no user and clients without a user "
-            "name are refused: no client can connect (add users with boxmq passwd, then "
+            "name are refused: no client can connect (add users with `boxmq passwd`, then "
             "restart)"
         )
     if isinstance(authorizer, Acl) and authorizer.anonymous and not authenticator.allow_anonymous:

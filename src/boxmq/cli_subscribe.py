@@ -72,7 +72,7 @@ def subscribe(args: argparse.Namespace, box: Box) -> int:
             ends = shlex.join(["boxmq", "unsubscribe", args.filter, "--name", args.subscriber])
             print(
                 f"boxmq subscribe: reading the kept {what} {args.filter} of "
-                f"{args.subscriber}; it stays after this run ({ends} ends it)",
+                f"{args.subscriber}; it stays after this run (`{ends}` ends it)",
                 file=sys.stderr,
             )
         idle_until = None if args.idle is None else time.monotonic() + args.idle
@@ -91,7 +91,7 @@ def subscribe(args: argparse.Namespace, box: Box) -> int:
                         # the run would wait for it, forever without --idle.
                         raise QueueNotFound(
                             f"{args.filter} of {args.subscriber} was ended while this run "
-                            "read it (boxmq unsubscribe): nothing more can come to it"
+                            "read it (`boxmq unsubscribe`): nothing more can come to it"
                         )
                     continue
                 with stop.at_once():  # a write blocked on a full pipe ends at a signal
@@ -173,7 +173,7 @@ def _refuse_a_second_run(filter: str, subscriber: str, owner: str) -> None:
     raise InvalidArgument(
         f"{filter} of {subscriber} is read by another process ({pid}{where}), and ends with "
         f"it: give this run another --name ({hint})"
-        + ("" if alive else f", or end it with {shlex.join(ends)}")
+        + ("" if alive else f", or end it with `{shlex.join(ends)}`")
     )
 
 

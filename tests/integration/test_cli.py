@@ -1164,7 +1164,7 @@ def test_a_subscription_bound_to_another_machine_s_run_is_refused_with_a_command
     again = boxmq_cli(root, "subscribe", "news/#", "--name", "night reader", "--idle", "0")
     assert again.returncode == 1
     assert again.stderr.endswith(
-        ", or end it with boxmq unsubscribe 'news/#' --name 'night reader'\n"
+        ", or end it with `boxmq unsubscribe 'news/#' --name 'night reader'`\n"
     )
     assert "(4242 on another machine)" in again.stderr
 
@@ -1234,7 +1234,7 @@ def test_subscribe_s_note_on_a_kept_share_group_gives_a_command_a_shell_runs_as_
     ok(root, "subscribe", "$share/etl/jobs/#", "--name", "w 1", "--keep", "--idle", "0.1")
     done = boxmq_cli(root, "subscribe", "$share/etl/jobs/#", "--name", "w 1", "--idle", "0.1")
     assert done.returncode == 0, done.stderr
-    command = done.stderr.split("(", 1)[1].rsplit(" ends it)", 1)[0]
+    command = done.stderr.split("`")[1]  # (`boxmq unsubscribe ...` ends it)
     # The words bash makes of it, as it would run them.
     words = subprocess.run(
         ["bash", "-c", 'printf "%s\\n" ' + command], capture_output=True, text=True, timeout=60
@@ -1350,7 +1350,7 @@ def test_a_subscribe_whose_subscription_is_ended_elsewhere_stops_and_says_so(
         assert sub.stderr is not None
         assert sub.stderr.read() == (
             f"boxmq subscribe: {subscription} of live was ended while this run read it "
-            "(boxmq unsubscribe): nothing more can come to it\n"
+            "(`boxmq unsubscribe`): nothing more can come to it\n"
         )
     assert _subscribers(root) == ["other"]
 
