@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import boxmq
 from boxmq import cli_output as output
-from boxmq import cli_passwd
 from boxmq.cli_args import (
     FOREVER,
     Default,
@@ -41,7 +40,6 @@ from boxmq.errors import BoxMQError, Conflict, Forbidden, InvalidArgument, Queue
 from boxmq.host_names import HOST_NAME_RULE, is_host_name
 from boxmq.model import Property
 from boxmq.store.layout import State
-from boxmq.xmpp.settings import settings_from, without_component
 
 __all__ = ["main"]
 
@@ -66,6 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.name == "serve":
         # A usage error (exit 2, with serve's usage), said before the config is read and
         # the root recovered: not an error of the run (exit 1) after both.
+        from boxmq.xmpp.settings import without_component  # serve's: 1.3 % of a put
+
         if args.json:  # taken before, and it changed nothing: its log lines are for people
             args.usage_error(
                 "--json: serve prints no output, only its log on stderr, as text; leave --json out"
@@ -355,7 +355,12 @@ def _parser() -> argparse.ArgumentParser:
         commands.add(verb, help, functools.partial(_settle_arguments, verb))
     commands.add("ls", "queues and subscriptions, with their counts", _ls_arguments)
     commands.add("session", "list the persistent MQTT sessions, or end one", _session_arguments)
-    commands.add("passwd", cli_passwd.HELP, cli_passwd.add_arguments, common=list)
+    commands.add(
+        "passwd",
+        "add a user to an MQTT password file, change their password, or delete them",
+        _passwd_arguments,
+        common=list,  # it opens no root: no --data, no --fsync (docs/cli.md)
+    )
     commands.add("peek", "show messages without locking them", _peek_arguments)
     commands.add("requeue", "send dead (or expired/processed) messages back", _requeue_arguments)
     commands.add("purge", "delete every message of one state folder", _purge_arguments)
@@ -528,6 +533,14 @@ def _settle_arguments(verb: str, p: argparse.ArgumentParser) -> None:
         p.add_argument("--delay", type=_duration, default=0.0, metavar="DURATION")
     if verb == "extend":
         p.add_argument("--by", type=_positive_duration, default=30.0, metavar="DURATION")
+
+
+def _passwd_arguments(p: argparse.ArgumentParser) -> None:
+    # Imported here, where passwd is given: getpass and the MQTT user names' rules were 2.4 %
+    # of every `boxmq put`'s instructions.
+    from boxmq import cli_passwd
+
+    cli_passwd.add_arguments(p)
 
 
 def _ls_arguments(p: argparse.ArgumentParser) -> None:
@@ -708,6 +721,7 @@ def _serve(args: argparse.Namespace) -> int:
     # serve alone: imported at the top, they were 9 % of every `boxmq put`'s instructions.
     from boxmq import cli_serve
     from boxmq.runtime import run, serve
+    from boxmq.xmpp.settings import settings_from
 
     config = cli_serve.serve_config(args)
     if not args.verbose:

@@ -16,9 +16,7 @@ import sys
 from boxmq.core.topics import MQTT_STRING_MAX
 from boxmq.errors import InvalidArgument
 
-__all__ = ["HELP", "add_arguments", "run"]
-
-HELP = "add a user to an MQTT password file, change their password, or delete them"
+__all__ = ["add_arguments", "run"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

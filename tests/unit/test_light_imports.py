@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 # The broker's (serve), the MQTT codec, the config file's reader, TLS, the XMPP and Spark
-# doors; subprocess came with a search for the C library (store/libc.py), platform with uuid.
+# doors (the XMPP flags' checks too); subprocess came with a search for the C library
+# (store/libc.py), platform with uuid; passwd's getpass and rules came with its parser.
 HEAVY = (
     "asyncio",
     "ssl",
@@ -27,7 +28,9 @@ HEAVY = (
     "boxmq.config",
     "boxmq.cli_serve",
     "boxmq.mqtt",
-    "boxmq.xmpp.component",
+    "boxmq.xmpp",
+    "boxmq.cli_passwd",
+    "getpass",
     "boxmq.spark",
     "slixmpp",
     "pyspark",
