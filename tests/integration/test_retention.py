@@ -149,3 +149,20 @@ def test_a_subscription_folder_left_without_a_record_goes_once_old_if_it_holds_n
         assert ready.exists()
         assert pending.exists()
         assert [text for text, _ in box.topics.subscribed("s")] == ["t/#"]
+
+
+def test_a_sweep_deletes_the_retained_messages_that_expired(root: Path) -> None:
+    """An expired retained message is never sent; without this its file stayed for good, one
+    per topic (a status per device), and each one was read again at every subscription."""
+    clock = boxmq.ManualClock(time.time())
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        box.publish("status/a", b"on", retain=True, expires_in=10)
+        box.publish("status/b", b"on", retain=True, expires_in=1000)
+        box.publish("status/c", b"on", retain=True)
+        box.sweep()
+        assert len(os.listdir(root / "topic-root" / ".retained")) == 3  # none expired yet
+        clock.advance(61)  # past a's expiry, and past the next look for expired ones
+        box.sweep()
+        assert len(os.listdir(root / "topic-root" / ".retained")) == 2
+        kept = {envelope.topic for envelope, _ in box.topics.retained_matching("status/#")}
+        assert kept == {"status/b", "status/c"}

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from boxmq.client.live_queue import LiveOptions, LiveQueue
 from boxmq.client.queue import Queue, QueueCounts, counts_of
@@ -63,6 +63,8 @@ __all__ = ["Box", "open"]
 
 log = logging.getLogger("boxmq")
 
+RETAINED_EVERY: Final = 60.0  # seconds between sweeps' looks for expired retained messages
+
 
 class Box:
     def __init__(
@@ -98,6 +100,7 @@ class Box:
         self.v5 = V5Reader(self.side_files)  # those properties, for readers that are not MQTT
         self._next_collect = 0.0  # when sweep() next looks for side files no message names
         self._unreadable: set[tuple[str, str]] = set()  # subscription records told of (sweep)
+        self._next_retained = 0.0  # when sweep() next looks for expired retained messages
         self._door_folders: tuple[str, ...] = ()  # of the doors' own records (sweep_temporaries_in)
         renew_in_children(self)
 
@@ -441,6 +444,12 @@ class Box:
             [*(path for _, path in queues), *subscriptions], now=now, age=limits.working_ttl
         )
         self.intake.expire()
+        if now >= self._next_retained:
+            # Each retained message is read, as at a SUBSCRIBE: not every sweep. One expired
+            # is never sent meanwhile; this only gives its room back.
+            self._next_retained = now + RETAINED_EVERY
+            if expired := self.topics.remove_expired_retained(now):
+                log.info("deleted %d expired retained message(s)", expired)
         if now >= self._next_collect:
             # It lists every file of the root, so not every sweep; a file's grace period
             # (an hour) is what keeps it safe, not this rhythm.

@@ -1001,6 +1001,11 @@ class Topics:
             routed = self._router.route(topic, qos=QoS.EXACTLY_ONCE, source=source)
         return any(destination.durable for destination in routed)
 
+    def remove_expired_retained(self, now: float) -> int:
+        """Delete the retained messages whose Message Expiry passed (never sent any more):
+        how many."""
+        return self._retained.remove_if(lambda found: decode_lenient(found.name)[0].expired(now))
+
     def retained(self, topic: str) -> tuple[Envelope, bytes] | None:
         found = self._retained.get(topic)
         return None if found is None else (decode_lenient(found.name)[0], found.body)

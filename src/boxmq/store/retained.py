@@ -18,7 +18,7 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
@@ -97,6 +97,43 @@ class RetainedStore:
 
     def get(self, topic: str) -> Retained | None:
         return _load(self._path(topic))
+
+    def remove_if(self, stale: Callable[[Retained], bool]) -> int:
+        """Delete each retained message `stale` says so of (an expired one): how many. One
+        that a publisher, of this process or another, puts in place meanwhile stays."""
+        removed = 0
+        with contextlib.suppress(FileNotFoundError), os.scandir(self._dir) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                retained = _load(entry.path)
+                if retained is not None and stale(retained):
+                    removed += self._remove_stale(entry.path, stale)
+        # No flush, even under `always`: one that a power cut brings back is stale still,
+        # never sent, and deleted again.
+        return removed
+
+    def _remove_stale(self, path: str, stale: Callable[[Retained], bool]) -> int:
+        """Delete the retained message at `path` if it is stale still: 1, else 0. Moved aside
+        first and read again there, since a publisher may have replaced the one read: the
+        file moved is then fresh, and goes back (unless a newer one is in place already)."""
+        aside = temporary_in(self._dir)
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return 0  # deleted by its publisher meanwhile
+        try:
+            retained = _load(aside)
+            if retained is not None and stale(retained):
+                return 1
+            # Until this link the topic had no retained message to a subscriber that looked,
+            # and a delete acknowledged in between (a few system calls, on a topic whose
+            # message had just expired and been replaced) is undone by it.
+            with contextlib.suppress(FileExistsError):
+                os.link(aside, path)
+            return 0
+        finally:
+            _unlink_quietly(aside)
 
     def __iter__(self) -> Iterator[Retained]:
         with contextlib.suppress(FileNotFoundError), os.scandir(self._dir) as entries:
