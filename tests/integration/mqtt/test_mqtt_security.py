@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.mqtt.clients import WAIT, RunningServer, paho, start_server
+from tests.integration.mqtt.clients import WAIT, RunningServer, drop, paho, start_server
 
 from boxmq.mqtt.settings import Limits, MqttSettings
 
@@ -98,6 +98,42 @@ def test_publish_refused_with_puback_0x87_and_not_delivered(guarded: RunningServ
     assert acks.get(timeout=WAIT) == 0
     assert reader.next().payload == b"yes"
     assert reader.nothing(0.3)
+
+
+class NotIntruder(ReadOnlyPublic):
+    """As ReadOnlyPublic, but the client id "intruder" may publish nowhere."""
+
+    def can_publish(self, username: str | None, client_id: str, topic: str) -> bool:
+        return client_id != "intruder" and super().can_publish(username, client_id, topic)
+
+
+def test_a_retained_will_the_acl_refuses_replaces_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Will is checked when it is due, as a PUBLISH would be (its CONNECT is accepted): one
+    refused is sent to nobody, and, retained, does not replace the topic's retained message
+    (an intruder's "offline" would stand for the device's status for good)."""
+    settings = MqttSettings(authenticator=OnlyAlice(), authorizer=NotIntruder())
+    running = start_server(tmp_path / "root", settings)
+    try:
+        device = paho(running, "device", username="alice", password="secret")
+        device.publish("public/status", b"online", qos=1, retain=True)
+        reader = paho(running, "reader", username="alice", password="secret")
+        reader.subscribe("public/#", 1)
+        assert reader.next().payload == b"online"
+
+        def will(client: Any) -> None:
+            client.will_set("public/status", b"offline", 1, retain=True)
+
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            drop(paho(running, "intruder", username="alice", password="secret", configure=will))
+            assert reader.nothing(0.5)
+            late = paho(running, "late", username="alice", password="secret")
+            late.subscribe("public/#", 1)
+            assert late.next().payload == b"online"  # the topic's retained message, still
+        assert "client intruder may not publish its will to public/status" in caplog.messages
+    finally:
+        running.shutdown()
 
 
 def test_max_connections(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
