@@ -86,6 +86,7 @@ from boxmq.mqtt.recording import Recorder
 from boxmq.mqtt.routes import DurableRoutes, MemoryRoutes
 from boxmq.mqtt.session import Session, SubscriptionOptions
 from boxmq.mqtt.session_record import (
+    AwayAtStart,
     DeliveryOptions,
     SessionRecord,
     read_record,
@@ -917,6 +918,18 @@ class Broker:
             # the new one asks: nothing resumes it, so nothing cancels its Will (§3.1.4).
             self._kick(old_client, _R.SESSION_TAKEN_OVER, "session taken over")
         if clean:  # §3.1.3.2.2: the old session ends now, so its delayed Will goes out
+            now = self._clock.now()
+            if (
+                client_id not in self._sessions
+                and record is not None
+                and record.will_due is not None
+                and record.will_due > now
+            ):
+                # Left waiting out its delay by another server on this root (whose timer
+                # finds the record changed or gone, and lets it be): sent from the record.
+                # One due already is that server's to send (sent at the close, if it had no
+                # delay): sent here too, it could go out twice.
+                self._wills.resume(AwayAtStart(record, record), now)
             self._wills.send_early(client_id)
         self._wills.forget_timer(client_id)
         self._lifetimes.cancel_expiry(client_id)

@@ -251,8 +251,10 @@ class Wills:
             self.forget_timer(client_id)
             record = read_record(self._root, client_id)
             ours = record is not None and record.holder is None and record.will_due == due
-            if record is not None and not ours and record.holder != self._token:
-                return  # its client came back to another broker on this root (or left it again)
+            if record is None or (not ours and record.holder != self._token):
+                # Its client came back to another broker on this root (or left it again), or
+                # started clean there, which ended the session and sent this Will.
+                return
             written: WillWritten = _nothing
             if ours:
                 assert record is not None

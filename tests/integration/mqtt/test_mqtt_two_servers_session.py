@@ -94,6 +94,28 @@ def test_a_session_moved_to_another_server_outlives_the_expiry_of_the_one_it_lef
     roamer.stop()
 
 
+@pytest.mark.parametrize("expiry", [0, 60], ids=["new-session-expiry-0", "new-persistent"])
+def test_a_clean_start_on_the_other_server_sends_the_delayed_will_at_once_and_once(
+    two_servers: tuple[RunningServer, RunningServer, Served], expiry: int
+) -> None:
+    """A clean start ends the session, and a Will waiting out its delay goes out then (MQTT
+    5.0 §3.1.3.2.2). Across servers it was lost (the new session's record named B, and A's
+    timer let the Will be), or, when the new session kept no record, A sent it at its due
+    time. About 3 s: A's timer must fire to show that it sends nothing."""
+    a, b, _ = two_servers
+    watcher = paho(b, "watcher", clean=False, expiry=60)  # on disk: sent what either sends
+    watcher.subscribe("wills/#", 1)
+    roamer = paho(a, "roamer", clean=False, expiry=60, will=("wills/roamer", b"gone", 1),
+                  will_delay=2)  # fmt: skip
+    drop(roamer)
+    recorded_away(a.root, "roamer")
+    roamer = paho(b, "roamer", expiry=expiry)  # clean start
+    assert not roamer.session_present
+    assert watcher.next(timeout=1.5).payload == b"gone"  # at once, not after its delay
+    assert watcher.nothing(within=2.5)  # once: A's timer finds the session ended
+    roamer.stop()
+
+
 def test_a_quick_return_to_the_first_server_resumes_the_session_the_second_one_moved_on(
     two_servers: tuple[RunningServer, RunningServer, Served],
 ) -> None:
