@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from tests.integration.mqtt.clients import (
     WAIT,
     RunningServer,
