@@ -33,7 +33,7 @@ from boxmq.cli_args import (
     parse_integer,
     parse_property,
 )
-from boxmq.client import Box, Message, Peeked, Queue, QueueCounts
+from boxmq.client import Box, Message, Peeked, Queue, QueueCounts, mqtt_fields
 from boxmq.client.lifecycle import shown
 from boxmq.core.topics import utf8_size
 from boxmq.errors import BoxMQError, Conflict, Forbidden, InvalidArgument, QueueNotFound
@@ -61,6 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.name in ("put", "publish") and args.file is not None and args.body is not None:
         # A usage error (exit 2), as --mqtt with --no-mqtt, said before put makes the root.
         args.usage_error("give the body either as BODY or with --file, not both")
+    if args.name in ("put", "publish") and (twice := _given_twice(args.property)):
+        args.usage_error(f"property {twice!r} is given twice: give each name once")
     if args.name == "serve":
         # A usage error (exit 2, with serve's usage), said before the config is read and
         # the root recovered: not an error of the run (exit 1) after both.
@@ -431,7 +433,9 @@ def _put_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
     p.add_argument("--file", help="read the body from this file")
     p.add_argument("--priority", type=_integer, default=4, help="default 4; higher goes first")
-    p.add_argument("--property", "-p", action="append", default=[], metavar="NAME[:TYPE]=VALUE")
+    p.add_argument(
+        "--property", "-p", action="append", type=_property, default=[], metavar="NAME[:TYPE]=VALUE"
+    )
     p.add_argument("--expires-in", type=_positive_duration, metavar="DURATION")
     p.add_argument("--correlation-id")
     p.add_argument("--reply-to")
@@ -445,7 +449,9 @@ def _publish_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--file", help="read the body from this file")
     p.add_argument("--qos", type=_integer, default=1, choices=[0, 1, 2], help="default 1")
     p.add_argument("--retain", action="store_true", help="keep it as the topic's last value")
-    p.add_argument("--property", "-p", action="append", default=[], metavar="NAME[:TYPE]=VALUE")
+    p.add_argument(
+        "--property", "-p", action="append", type=_property, default=[], metavar="NAME[:TYPE]=VALUE"
+    )
     p.add_argument("--expires-in", type=_positive_duration, metavar="DURATION")
     p.add_argument(
         "--correlation-id", help="MQTT v5 subscribers get it as Correlation Data (UTF-8)"
@@ -782,20 +788,32 @@ def _is_listener_error(error: OSError) -> bool:
     return unknown_host or refused or error.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL)
 
 
-def _properties(texts: list[str]) -> dict[str, Property]:
-    """The -p options; a name given twice is refused, not quietly the last one kept."""
-    properties: dict[str, Property] = {}
-    for text in texts:
+def _property(text: str) -> tuple[str, Property]:
+    """One -p option, read as argparse reads the others: a value the user typed that is no
+    property (`n:int=x`, `mqtt.payload-format=2`) is a usage error (exit 2), said before the
+    body is read or the root made, as a bad --priority is; it was an error of the run (1)."""
+    try:
         name, value = parse_property(text)
-        if name in properties:
-            raise InvalidArgument(f"property {name!r} is given twice: give each name once")
-        properties[name] = value
-    return properties
+        mqtt_fields.check({name: value})  # an `mqtt.*` value MQTT v5 cannot carry
+    except InvalidArgument as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return name, value
+
+
+def _given_twice(properties: list[tuple[str, Property]]) -> str | None:
+    """The first name of the -p options given twice, None if none is: refused, not quietly
+    the last one kept."""
+    seen: set[str] = set()
+    for name, _ in properties:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
 
 
 def _put(args: argparse.Namespace, box: Box) -> int:
     body = _body(args)
-    properties = _properties(args.property)
+    properties = dict(args.property)  # each name once: main refused one given twice
     message_id = box.queue(args.queue).put(
         body,
         priority=args.priority,
@@ -843,7 +861,7 @@ def _bounded(source: BinaryIO, where: str) -> bytes:
 
 
 def _publish(args: argparse.Namespace, box: Box) -> int:
-    properties = _properties(args.property)
+    properties = dict(args.property)  # each name once: main refused one given twice
     message_id = box.publish(
         args.topic,
         _body(args),

@@ -125,11 +125,11 @@ def test_get_on_an_empty_queue_says_so_with_status_3(root: Path) -> None:
     [
         (("get", "nope"), 1, "no queue 'nope'"),
         (("get", "jobs", "--lock", "3x"), 2, "bad duration '3x'"),
-        (("put", "jobs", "x", "--property", "novalue"), 1, "use NAME=VALUE"),
-        (("put", "jobs", "x", "--property", "n:int=abc"), 1, "bad int value"),
-        (("put", "jobs", "x", "-p", "d:double=1e309"), 1, "1e309 does not fit a double"),
+        (("put", "jobs", "x", "--property", "novalue"), 2, "use NAME=VALUE"),
+        (("put", "jobs", "x", "--property", "n:int=abc"), 2, "bad int value"),
+        (("put", "jobs", "x", "-p", "d:double=1e309"), 2, "1e309 does not fit a double"),
         (("ack", "jobs", "no-such-id"), 1, "no-such-id"),
-        (("put", "jobs", "x", "-p", "a=1", "-p", "a=2"), 1, "property 'a' is given twice"),
+        (("put", "jobs", "x", "-p", "a=1", "-p", "a=2"), 2, "property 'a' is given twice"),
         (("unlock", "jobs", "x", "--delay", "-1"), 2, "bad duration"),
     ],
 )
@@ -141,6 +141,26 @@ def test_errors_are_one_clear_line_and_no_traceback(
     assert done.returncode == status
     assert says in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("put", "jobs", "x", "-p", "n:int=x"),
+        ("publish", "t", "x", "-p", "mqtt.payload-format=2"),
+        ("put", "jobs", "x", "-p", "a=1", "-p", "a=2"),
+    ],
+    ids=["bad-int", "bad-mqtt-value", "twice"],
+)
+def test_a_bad_property_is_a_usage_error_before_anything_is_done(
+    root: Path, args: tuple[str, ...]
+) -> None:
+    """A -p value the user typed that is no property is a usage error (2), as a bad
+    --priority is, said before the root is made or the body read: it was 1, after both."""
+    done = boxmq_cli(root, *args)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert f"usage: boxmq {args[0]}" in done.stderr
+    assert not root.exists()
 
 
 @pytest.mark.parametrize(
