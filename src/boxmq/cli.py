@@ -1073,6 +1073,8 @@ def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
         row["correlation-id"] = correlation_id
     if (reply_to := peeked.reply_to) is not None:
         row["reply-to"] = reply_to
+    if envelope.expiration:  # as `get` shows it: when it goes to expired/ unless taken
+        row["expires"] = output.expires(envelope.expiration)
     if peeked.holder is not None:
         # A lock `get` took is held by hand (settled by id, or ended by --lock), not by a
         # running consumer of that name: the table says so, --json with "by-get".

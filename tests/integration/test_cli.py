@@ -1715,6 +1715,24 @@ def test_peek_json_gives_properties_as_an_object_as_get_does(root: Path) -> None
     assert "tenant=a,b" in ok(root, "peek", "q")  # the table keeps NAME=VALUE
 
 
+def test_peek_shows_when_a_message_expires_as_get_does(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`get` showed `expires` and `peek` did not, neither in its table nor in --json: a queue's
+    messages could not be told from those about to go to expired/ without locking each."""
+    with boxmq.open(root, fsync="never") as box:
+        soon = box.queue("jobs").put(b"soon", priority=9, expires_in=3600)
+        box.queue("jobs").put(b"never")
+    rows = json.loads(_in_process(root, capsys, "--json", "peek", "jobs"))
+    assert [(row["id"], "expires" in row) for row in rows] == [(soon, True), (rows[1]["id"], False)]
+    header, first, second = _in_process(root, capsys, "peek", "jobs").splitlines()
+    assert "EXPIRES" in header.split()
+    got = json.loads(_in_process(root, capsys, "--json", "get", "jobs"))
+    assert (got["id"], got["expires"]) == (soon, rows[0]["expires"])
+    assert f"  {got['expires']}" in first
+    assert got["expires"] not in second
+
+
 def test_publish_with_mqtt_properties_too_long_for_a_name_keeps_them_in_a_side_file(
     root: Path,
 ) -> None:
