@@ -1060,10 +1060,13 @@ def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
     row: dict[str, Any] = {"id": shown(envelope.message_id)}  # not UTF-8: its bytes as \xNN
     if (topic := peeked.topic) is not None:  # a subscription's message, as `get` names it
         row["topic"] = topic
+    # A locked message counts the delivery under way, as `get` numbers it (`delivery 1` for
+    # the first): the name counts only those that ended without an ack, so peek said 0 there.
+    under_way = 1 if peeked.state is State.PROCESSING else 0
     row |= {
         "priority": envelope.priority,
         "bytes": peeked.size,
-        "deliveries": envelope.delivery_count,
+        "deliveries": envelope.delivery_count + under_way,
     }
     if (dead := peeked.dead) is not None:  # error/: rejected, or why else (as `unlock` says)
         row["dead"] = dead

@@ -1733,6 +1733,28 @@ def test_peek_shows_when_a_message_expires_as_get_does(
     assert got["expires"] not in second
 
 
+def test_peek_counts_a_locked_message_s_delivery_as_get_does(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`get` said `delivery 1` while `peek --state processing` said DELIVERIES 0 for the same
+    message: peek counts the delivery under way too, and the count goes on as get's does."""
+
+    def deliveries(state: str) -> int:
+        [row] = json.loads(_in_process(root, capsys, "--json", "peek", "q", "--state", state))
+        return int(row["deliveries"])
+
+    ok(root, "put", "q", "x")
+    assert deliveries("target") == 0
+    got = json.loads(_in_process(root, capsys, "--json", "get", "q"))
+    assert (got["delivery"], deliveries("processing")) == (1, 1)
+    _in_process(root, capsys, "unlock", "q", got["id"])
+    assert deliveries("target") == 1
+    got = json.loads(_in_process(root, capsys, "--json", "get", "q"))
+    assert (got["delivery"], deliveries("processing")) == (2, 2)
+    table = _in_process(root, capsys, "peek", "q", "--state", "processing").splitlines()
+    assert dict(zip(table[0].split(), table[1].split(), strict=False))["DELIVERIES"] == "2"
+
+
 def test_publish_with_mqtt_properties_too_long_for_a_name_keeps_them_in_a_side_file(
     root: Path,
 ) -> None:
