@@ -1122,8 +1122,11 @@ def _delete(args: argparse.Namespace, box: Box) -> int:
             f"{args.queue}: {counts.locked} message(s) locked by consumers; stop them (or "
             "settle the messages) first, or --force deletes those with the rest"
         )
-    messages = sum(dataclasses.astuple(counts))
-    box.delete_queue(args.queue)
+    # Counted as deleted, not as seen at the check above: a put or a lock in between is in.
+    deleted: list[QueueCounts] = []
+    if not box.delete_queue(args.queue, counted=deleted):  # another process deleted it first
+        raise QueueNotFound(f"no queue {args.queue!r}: another process deleted it meanwhile")
+    messages = sum(dataclasses.astuple(deleted[0]))
     _emit(
         args,
         {"queue": args.queue, "deleted": messages},

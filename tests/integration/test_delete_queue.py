@@ -3,11 +3,13 @@ made again under the name starts afresh."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,9 +110,9 @@ def test_a_message_locked_between_the_cli_deletes_check_and_its_rename_goes_with
         consumer = other.queue("jobs").consumer("w")
         delete, locked = Box.delete_queue, []
 
-        def after_a_lock(box: Box, name: str) -> bool:
+        def after_a_lock(box: Box, name: str, **options: Any) -> bool:
             locked.append(consumer.receive(timeout=5))  # after the check: nothing was locked
-            return delete(box, name)
+            return delete(box, name, **options)
 
         monkeypatch.setattr(Box, "delete_queue", after_a_lock)
         assert cli.main(["--data", str(root), "--fsync", "never", "delete", "jobs"]) == 0
@@ -121,3 +123,44 @@ def test_a_message_locked_between_the_cli_deletes_check_and_its_rename_goes_with
         assert consumer.receive(timeout=0) is None
         assert not {"jobs", ".deleting"} & set(os.listdir(root))
         consumer.close()
+
+
+def test_the_cli_delete_counts_what_it_deleted_not_what_its_check_saw(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`boxmq delete` said "deleted, with its N message(s)" with N counted at its check for
+    locks: a message put (or locked) by another process before the rename was deleted too,
+    and left out of N. It counts what the folder held once renamed away."""
+    from boxmq import cli
+    from boxmq.client.box import Box
+
+    root = tmp_path / "data"
+    with boxmq.open(root, fsync="never") as other:
+        other.queue("jobs").put_many([b"a", b"b"])
+        delete = Box.delete_queue
+
+        def after_a_put(box: Box, name: str, **options: Any) -> bool:
+            other.queue("jobs").put(b"put after the check")
+            return delete(box, name, **options)
+
+        monkeypatch.setattr(Box, "delete_queue", after_a_put)
+        argv = ["--data", str(root), "--fsync", "never", "--json", "delete", "jobs", "--force"]
+        assert cli.main(argv) == 0
+        assert json.loads(capsys.readouterr().out) == {"queue": "jobs", "deleted": 3}
+        other.queue("jobs").put(b"again")  # and one more put after the check
+        assert cli.main([*argv[:4], "delete", "jobs"]) == 0
+        assert capsys.readouterr().out == "jobs: deleted, with its 2 message(s)\n"
+
+
+def test_delete_queue_counts_what_it_deleted_in_each_state(box: boxmq.Box) -> None:
+    jobs = box.queue("jobs")
+    jobs.put_many([b"a", b"b", b"c"])
+    got = jobs.get("w")
+    assert got is not None
+    got.ack()
+    assert jobs.get("w") is not None
+    counted: list[boxmq.QueueCounts] = []
+    assert box.delete_queue("jobs", counted=counted) is True
+    assert [(c.ready, c.locked, c.done) for c in counted] == [(1, 1, 1)]
+    assert box.delete_queue("jobs", counted=counted) is False
+    assert len(counted) == 1  # nothing deleted, nothing counted

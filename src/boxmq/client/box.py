@@ -369,16 +369,26 @@ class Box:
             counts[name] = counts_of(dropbox)
         return counts
 
-    def delete_queue(self, name: str) -> bool:
+    def delete_queue(self, name: str, *, counted: list[QueueCounts] | None = None) -> bool:
         """Remove the queue `name` and every message in it; False if there was none.
 
         Its consumers in this process are closed first, and its engine here is forgotten, so a
         queue created again under the same name starts afresh (and is watched afresh).
-        Consumers in other processes find their folder gone.
+        Consumers in other processes find their folder gone. `counted`, when given (a list),
+        gets the counts of the messages deleted with it, as they were once its folder was
+        renamed away: a count taken before would miss what was put or locked meanwhile.
         """
+        if counted is not None and not callable(getattr(counted, "append", None)):
+            raise InvalidArgument(f"counted must be a list, not {type(counted).__name__}")
         path = queue_path(self.root, name)
         self._forget_live(path)
-        return remove_dropbox(self.root, path)
+
+        def count(moved: str) -> None:
+            if counted is not None:
+                taken = Dropbox(moved, self._committer, create=False, complete=False)
+                counted.append(counts_of(taken))
+
+        return remove_dropbox(self.root, path, taken=count)
 
     def _forget_live(self, path: str) -> None:
         """A dropbox about to be deleted (a queue, a plain subscription, a share group its last

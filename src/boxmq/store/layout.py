@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import stat
+from collections.abc import Callable
 from enum import Enum
 
 from boxmq.errors import InvalidName
@@ -76,7 +77,7 @@ def no_dropbox(path: str) -> bool:
         return True
 
 
-def remove_dropbox(root: str, path: str) -> bool:
+def remove_dropbox(root: str, path: str, *, taken: Callable[[str], None] | None = None) -> bool:
     """Delete the dropbox at `path` (under `root`) and every file in it; False if there was
     none.
 
@@ -86,30 +87,38 @@ def remove_dropbox(root: str, path: str) -> bool:
     delete. Deleted in place, a folder made or filled again under the rmtree made it fail
     (Directory not empty) and left the dropbox there (a fifth of deletes beside a busy
     consumer). What a process that died while deleting left there goes with the next delete,
-    or the next sweep (`clear_deleting`)."""
+    or the next sweep (`clear_deleting`). `taken`, when given, is called with the folder's
+    path in `.deleting/` before it is deleted there: what it holds then is what is deleted
+    (no process can move a message into it once it has left its path)."""
     if no_dropbox(path):
         return False
-    return remove_folder(root, path)
+    return remove_folder(root, path, taken=taken)
 
 
-def remove_folder(root: str, path: str) -> bool:
+def remove_folder(root: str, path: str, *, taken: Callable[[str], None] | None = None) -> bool:
     """Rename the folder at `path` into `<root>/.deleting/` and delete it there, with what
-    other deletes left (`remove_dropbox`). False if it was not there."""
+    other deletes left (`remove_dropbox`, which says what `taken` is). False if it was not
+    there."""
     deleting = os.path.join(root, DELETING_DIR)
     for _ in range(100):  # each retry follows another process's rmdir of an empty .deleting/
         # Not makedirs(exist_ok=True): it raised FileExistsError when another process removed
         # the folder between its mkdir's EEXIST and its check that a folder is there.
         with contextlib.suppress(FileExistsError):
             os.mkdir(deleting)
+        moved = os.path.join(deleting, os.urandom(_DELETED_BYTES).hex())
         try:
-            os.rename(path, os.path.join(deleting, os.urandom(_DELETED_BYTES).hex()))
+            os.rename(path, moved)
             break
         except FileNotFoundError:
             if not os.path.lexists(path):
                 return False  # deleted by another process right now
     else:
         raise FileNotFoundError(errno.ENOENT, "kept vanishing under the delete", deleting)
-    clear_deleting(root)
+    try:
+        if taken is not None:
+            taken(moved)
+    finally:  # deleted all the same: it has left its path, no one else can reach it
+        clear_deleting(root)
     return True
 
 
