@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from boxmq.client.box import Box
 from boxmq.client.sweeps import SweepReport
+from boxmq.core.durations import spelled
 from boxmq.errors import RecurringFailure, store_failure
 from boxmq.mqtt.settings import MqttSettings
 from boxmq.xmpp.settings import XmppSettings
@@ -141,7 +142,7 @@ async def serve(
     if retention is None:
         log.info("processed/ files are kept forever (processed_retention)")
     else:
-        log.info("processed/ files are deleted after %gs (processed_retention)", retention)
+        log.info("processed/ files are deleted after %s (processed_retention)", spelled(retention))
     if box.options.polling:
         log.info("new files found by polling (never inotify, as for a root shared over NFS)")
     else:
@@ -163,7 +164,7 @@ async def serve(
         component = asyncio.create_task(run_component(box, xmpp, stop), name="xmpp")
         component.add_done_callback(lambda _: stop.set())  # a refused component ends serve
         doors.append(component)
-    log.info("ready; sweeping every %gs", sweep_interval)
+    log.info("ready; sweeping every %s", spelled(sweep_interval))
     failing = RecurringFailure()
     try:
         while not stop.is_set():

@@ -70,7 +70,8 @@ def test_the_config_file_chooses_the_root_and_a_typed_flag_wins(tmp_path: Path) 
     log = _serve_until_ready("serve", "--config", str(config), cwd=tmp_path)
     assert (tmp_path / "state").is_dir()  # relative to the config file's folder
     assert "fsync=never" in log
-    assert "sweeping every 0.05s" in log
+    assert "sweeping every 50ms" in log  # as the config wrote it, not 0.05s
+    assert "processed/ files are deleted after 1d" in log  # the default, not 86400s
     assert not (tmp_path / "data").exists()  # the default root was not used
 
     flags = ("--data", str(tmp_path / "flag"), "--fsync", "interval", "serve", "--config")

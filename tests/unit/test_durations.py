@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmq.core.durations import LONGEST, check_seconds, check_wait
+from boxmq.cli_args import parse_duration
+from boxmq.core.durations import LONGEST, check_seconds, check_wait, spelled
 from boxmq.errors import InvalidArgument
 
 
@@ -61,3 +62,31 @@ def test_a_receive_timeout_past_a_century_waits_on() -> None:
         None,
         None,
     ]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (86_400.0, "1d"),
+        (129_600.0, "36h"),
+        (3_600.0, "1h"),
+        (600.0, "10m"),
+        (90.0, "90s"),
+        (1.0, "1s"),
+        (1.5, "1.5s"),
+        (0.05, "50ms"),
+        (0.3, "300ms"),
+        (0.0015, "1.5ms"),
+        (1_234_567.5, "1234567.5s"),
+        (LONGEST, "36500d"),
+    ],
+)
+def test_a_duration_is_spelled_as_the_docs_write_it(seconds: float, text: str) -> None:
+    """serve's log said "deleted after 86400s" of a retention set, and documented, as `1d`."""
+    assert spelled(seconds) == text
+
+
+@given(st.integers(min_value=1, max_value=int(LONGEST * 1000)))
+def test_a_spelled_duration_reads_back_as_itself(milliseconds: int) -> None:
+    seconds = milliseconds / 1000
+    assert math.isclose(parse_duration(spelled(seconds)), seconds, rel_tol=1e-9)

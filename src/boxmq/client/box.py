@@ -21,7 +21,7 @@ from boxmq.client.queue import Queue, QueueCounts, counts_of
 from boxmq.client.sweeps import SweepLimits, SweepReport, sweep
 from boxmq.clock import Clock, SystemClock
 from boxmq.core import Dispatch, ExactlyOnceLimits, QueuePolicy, parse_filter
-from boxmq.core.durations import check_seconds
+from boxmq.core.durations import check_seconds, spelled
 from boxmq.core.topics import is_share_name
 from boxmq.errors import Closed, InvalidArgument, QueueNotFound
 from boxmq.forks import renew_in_children
@@ -440,10 +440,10 @@ class Box:
             )
         if abandoned := remove_stale_staging(self.root, now=now, age=limits.working_ttl):
             log.warning(
-                "deleted %d publication staging file(s) older than %gs (a process died "
+                "deleted %d publication staging file(s) older than %s (a process died "
                 "while publishing)",
                 abandoned,
-                limits.working_ttl,
+                spelled(limits.working_ttl),
             )
         # What a process killed while deleting a queue or subscription left: one scandir
         # of a folder most roots lack. A delete under way there too is only helped along.
@@ -503,9 +503,9 @@ class Box:
         ]
         if removed := remove_stale_temporaries(folders, now=now, age=age):
             log.warning(
-                "deleted %d temporary file(s) older than %gs (a process died while writing)",
+                "deleted %d temporary file(s) older than %s (a process died while writing)",
                 removed,
-                age,
+                spelled(age),
             )
 
     def _remove_abandoned(self, subscriptions: list[str], *, now: float, age: float) -> None:
@@ -523,9 +523,9 @@ class Box:
         if removed:
             log.warning(
                 "deleted %d subscription folder(s) without a record nor a message, older than "
-                "%gs (a process died while subscribing)",
+                "%s (a process died while subscribing)",
                 removed,
-                age,
+                spelled(age),
             )
 
     def _live_queue(

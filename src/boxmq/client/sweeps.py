@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from boxmq.client.lifecycle import dead_name, envelope_of, released_or_dead, shown, unusable
 from boxmq.core import QueuePolicy
+from boxmq.core.durations import spelled
 from boxmq.model import SOURCE, ConsumerId, MessageId, timestamp_of
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
@@ -215,10 +216,10 @@ def sweep(
     )
     if abandoned:
         log.warning(
-            "%s: deleted %d uncommitted file(s) older than %gs in working/",
+            "%s: deleted %d uncommitted file(s) older than %s in working/",
             name,
             abandoned,
-            limits.working_ttl,
+            spelled(limits.working_ttl),
         )
     purged = 0
     if purge and limits.processed_retention is not None:

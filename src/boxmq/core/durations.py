@@ -12,7 +12,7 @@ import math
 
 from boxmq.errors import InvalidArgument
 
-__all__ = ["LONGEST", "check_seconds", "check_wait"]
+__all__ = ["LONGEST", "check_seconds", "check_wait", "spelled"]
 
 LONGEST = 100 * 365 * 86_400.0  # seconds: a century, the longest boxmq waits for anything
 
@@ -48,3 +48,21 @@ def check_wait(value: float | None) -> float | None:
             f"a receive timeout must be None or a number of seconds (0: do not wait), not {value!r}"
         )
     return None if value > LONGEST else value
+
+
+# The units a duration is written in (docs/cli.md, docs/configuration.md), largest first.
+_UNITS = (("d", 86_400.0), ("h", 3_600.0), ("m", 60.0), ("s", 1.0))
+
+
+def spelled(seconds: float) -> str:
+    """`seconds` as a duration is written in the docs and the config: in the largest unit that
+    makes it a whole number (86400 as `1d`, 90 as `90s`), else in seconds (`1.5s`), and under
+    a second in ms (`50ms`), never with an exponent. A log that said "deleted after 86400s"
+    of a retention set as "1d" left the reader to do the sum; so it reads as it was set."""
+    for unit, size in _UNITS:
+        count = seconds / size
+        whole = round(count)
+        if whole >= 1 and math.isclose(count, whole, rel_tol=1e-9):
+            return f"{whole}{unit}"
+    number, unit = (seconds, "s") if seconds >= 1 else (seconds * 1000, "ms")
+    return f"{number:.3f}".rstrip("0").rstrip(".") + unit

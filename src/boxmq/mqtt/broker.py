@@ -51,6 +51,7 @@ from boxmq.client.box import Box
 from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
 from boxmq.core import parse_filter
+from boxmq.core.durations import spelled
 from boxmq.core.topics import validate_topic
 from boxmq.errors import InvalidTopic, ProtocolViolation, store_failure
 from boxmq.mqtt.acl import substitute
@@ -439,9 +440,9 @@ class Broker:
                 # time must not hold its slot forever.
                 if now - client.opened > self.limits.connect_timeout:
                     log.info(
-                        "%s closed: no CONNECT within %gs",
+                        "%s closed: no CONNECT within %s",
                         client.link.peer,
-                        self.limits.connect_timeout,
+                        spelled(self.limits.connect_timeout),
                     )
                     client.link.close()
                 continue
@@ -825,9 +826,9 @@ class Broker:
         elif loop.time() - client.claim_waited_since >= _CLAIM_PATIENCE:
             log.warning(
                 "%s refused: its session is being taken on by another server of this host "
-                "from one that died, which has held it for %gs (a server stopped?)",
+                "from one that died, which has held it for %s (a server stopped?)",
                 _connecting(client, packet),
-                _CLAIM_PATIENCE,
+                spelled(_CLAIM_PATIENCE),
             )
             self._out.send(client, Connack(reason=_R.SERVER_BUSY))
             self.flush()

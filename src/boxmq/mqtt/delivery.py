@@ -31,6 +31,7 @@ from boxmq.client.lifecycle import shown
 from boxmq.client.message import Message
 from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
+from boxmq.core.durations import spelled
 from boxmq.core.topics import parse_filter
 from boxmq.errors import BoxMQError, Closed, LockError, store_failure
 from boxmq.mqtt.clients import Client, Outgoing
@@ -219,12 +220,12 @@ class Delivery:
             outbox = session.outbox
             log.warning(
                 "client %s: queue full (max_queued %d, max_queued_bytes %d), a QoS %d message "
-                "dropped; further drops are counted and logged every %gs",
+                "dropped; further drops are counted and logged every %s",
                 session.client_id,
                 outbox.limit,
                 outbox.byte_limit,
                 publish.qos,
-                self._drops.interval,
+                spelled(self._drops.interval),
             )
 
     def report_drops(self, *, now: float | None = None) -> None:
@@ -232,10 +233,10 @@ class Delivery:
         summaries = self._drops.flush() if now is None else self._drops.due(now=now)
         for summary in summaries:
             log.warning(
-                "client %s: queue full, %d more message(s) dropped in the last %gs",
+                "client %s: queue full, %d more message(s) dropped in the last %s",
                 summary.client_id,
                 summary.dropped,
-                self._drops.interval,
+                spelled(self._drops.interval),
             )
 
     def transmit(self, client: Client, session: Session, packets: list[Publish | Pubrel]) -> None:

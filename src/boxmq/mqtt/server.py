@@ -47,6 +47,7 @@ from typing import Final, cast
 
 from boxmq.client.box import Box
 from boxmq.clock import Clock, SystemClock
+from boxmq.core.durations import spelled
 from boxmq.errors import ProtocolViolation
 from boxmq.host_names import HOST_NAME_RULE
 from boxmq.mqtt.broker import Broker
@@ -345,7 +346,7 @@ def _handshake_failure(error: OSError, timeout: float) -> tuple[int, str]:
         words = _HANDSHAKE_REASONS.get(reason)
         return logging.INFO, f"{words} (ssl: {reason})" if words else f"ssl: {reason}"
     if isinstance(error, ConnectionAbortedError):  # start_tls's own timeout
-        return logging.INFO, f"no TLS handshake within {timeout:g}s"
+        return logging.INFO, f"no TLS handshake within {spelled(timeout)}"
     return logging.DEBUG, f"the client closed the connection ({error or type(error).__name__})"
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from boxmq.clock import Clock
+from boxmq.core.durations import spelled
 from boxmq.errors import store_failure
 from boxmq.mqtt.clients import Client
 from boxmq.mqtt.packets import Will
@@ -105,11 +106,11 @@ class SentWills:
             self._next_try = now + _RETRY_EVERY
             log.error(
                 "client %s: its Will was sent, but its session record, which still holds it, "
-                "could not be rewritten: %s; tried again every %gs, and a restart before it "
+                "could not be rewritten: %s; tried again every %s, and a restart before it "
                 "is written sends the Will again",
                 client_id,
                 store_failure(error),
-                _RETRY_EVERY,
+                spelled(_RETRY_EVERY),
             )
             return
         self._unrecorded.pop(client_id, None)

@@ -22,6 +22,7 @@ from slixmpp.jid import InvalidJID
 from slixmpp.xmlstream import StanzaBase
 
 from boxmq.client.box import Box
+from boxmq.core.durations import spelled
 from boxmq.errors import BoxMQError, InvalidArgument
 from boxmq.xmpp import ns
 from boxmq.xmpp.service import QueueService
@@ -163,7 +164,7 @@ class QueueComponent(ComponentXMPP):
         self.connected.clear()
         if self._stopping or self.refused:
             return
-        log.warning("XMPP server connection lost; reconnecting in %.1fs", self._delay)
+        log.warning("XMPP server connection lost; reconnecting in %s", spelled(self._delay))
         delay, self._delay = self._delay, min(self._delay * 2, self.settings.reconnect_max)
         asyncio.get_running_loop().call_later(delay, self._reconnect)
 
