@@ -36,8 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import logging
+import os
+import resource
 import socket
 import ssl
 import sys
@@ -48,7 +51,7 @@ from typing import Final, cast
 from boxmq.client.box import Box
 from boxmq.clock import Clock, SystemClock
 from boxmq.core.durations import spelled
-from boxmq.errors import ProtocolViolation
+from boxmq.errors import ProtocolViolation, RecurringFailure
 from boxmq.host_names import HOST_NAME_RULE
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.connection import Connection
@@ -350,6 +353,100 @@ def _handshake_failure(error: OSError, timeout: float) -> tuple[int, str]:
     return logging.DEBUG, f"the client closed the connection ({error or type(error).__name__})"
 
 
+# Accepting stops for a while when the process (or the system) is out of what a socket
+# needs: asyncio's own loop (3.11) logs a traceback and schedules a retry for each of up to
+# 100 accepts in a row that fail so, and each retry does the same (55,741 tracebacks in 17 s
+# under `ulimit -n 256` with 400 clients, docs/operations.md).
+_OUT_OF: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_ACCEPT_RETRY: Final = 0.25  # seconds between tries to accept while out of descriptors
+_BACKLOG: Final = 100  # connections waiting to be accepted (the kernel's queue); asyncio's
+
+
+def _out_of_words(error: OSError) -> str:
+    """What a failed accept ran out of, and where to raise it."""
+    if error.errno == errno.EMFILE:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return (
+            f"this process has too many open files (its limit, ulimit -n, is {soft}: raise "
+            "it, or lower [mqtt.limits] max_connections)"
+        )
+    if error.errno == errno.ENFILE:
+        return "the system has too many open files (raise fs.file-max)"
+    return f"out of memory for sockets ({error.strerror})"
+
+
+class _Listening:
+    """One listening socket, accepted from by us rather than by `asyncio.Server`: a socket
+    the process has no descriptor for leaves accepting paused for `_ACCEPT_RETRY` seconds,
+    told once (and once more when it accepts again); the clients it has are served meanwhile,
+    and the connections waiting stay in the kernel's queue until a descriptor is free."""
+
+    def __init__(
+        self, sock: socket.socket, url: str, factory: Callable[[], asyncio.BaseProtocol]
+    ) -> None:
+        self._sock = sock
+        self._url = url
+        self._factory = factory
+        self._loop = asyncio.get_running_loop()
+        self._failing = RecurringFailure()
+        self._retry: asyncio.TimerHandle | None = None
+        self._opening: set[asyncio.Task[object]] = set()  # accepted sockets being wrapped
+        sock.setblocking(False)
+        sock.listen(_BACKLOG)
+        self._loop.add_reader(sock.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        for _ in range(_BACKLOG):  # as asyncio's: other events get their turn after these
+            try:
+                conn, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                # Only with the kernel's queue empty is a shortage over: a descriptor freed
+                # by one client leaving, taken by the next waiting, is no end of it.
+                if self._failing.recovered():
+                    log.info("%s: accepting connections again", self._url)
+                return
+            except ConnectionAbortedError:
+                continue  # reset by the client before we took it
+            except OSError as error:
+                if error.errno not in _OUT_OF:
+                    raise  # the loop logs it; the listener goes on
+                self._pause(error)
+                return
+            conn.setblocking(False)
+            task = self._loop.create_task(self._loop.connect_accepted_socket(self._factory, conn))
+            self._opening.add(task)
+            task.add_done_callback(self._opened)
+
+    def _opened(self, task: asyncio.Task[object]) -> None:
+        self._opening.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # closed meanwhile
+            log.debug("%s: an accepted socket failed: %s", self._url, task.exception())
+
+    def _pause(self, error: OSError) -> None:
+        if self._failing.news(error):
+            log.error(
+                "%s: cannot accept a connection: %s: new clients wait in the kernel's "
+                "queue until connections close, those connected are served (told once)",
+                self._url,
+                _out_of_words(error),
+            )
+        self._loop.remove_reader(self._sock.fileno())
+        self._retry = self._loop.call_later(_ACCEPT_RETRY, self._resume)
+
+    def _resume(self) -> None:
+        self._retry = None
+        self._loop.add_reader(self._sock.fileno(), self._accept)
+
+    def close(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+        else:
+            self._loop.remove_reader(self._sock.fileno())
+        for task in self._opening:
+            task.cancel()
+        self._sock.close()
+
+
 class MqttServer:
     """The listeners of `settings`, one broker behind them, and its timer."""
 
@@ -357,7 +454,7 @@ class MqttServer:
         self._clock = clock or SystemClock()
         self.broker = Broker(box, settings, self._clock)
         self.settings = settings
-        self._servers: list[asyncio.Server] = []
+        self._listening: list[_Listening] = []
         self._read_buffer = memoryview(bytearray(_READ_SIZE))  # one loop: reads never overlap
         self._unread: set[_Protocol] = set()  # sockets not read now (_Protocol._read_or_not)
         self.handshakes: set[asyncio.Task[None]] = set()  # TLS handshakes under way
@@ -371,28 +468,32 @@ class MqttServer:
         self.broker.resume_expiries()  # before any client: one that returns cancels its own
         bound: list[tuple[str, int]] = []
         for listener in self.settings.listeners:
-            server = await self._listen(listener)
-            self._servers.append(server)
-            for sock in server.sockets:
+            for sock in await self._listen(listener):
                 host, port = sock.getsockname()[:2]
+                url = listener_url(host, port, tls=listener.ssl is not None)
+                self._listening.append(_Listening(sock, url, self._factory(listener)))
                 bound.append((host, port))
-                log.info(
-                    "MQTT listening on %s", listener_url(host, port, tls=listener.ssl is not None)
-                )
+                log.info("MQTT listening on %s", url)
         return bound
 
-    async def _listen(self, listener: Listener) -> asyncio.Server:
-        """A server socket for `listener`. A host name that does not resolve is reported with
-        the listener's address, as asyncio reports an address it cannot bind: getaddrinfo's
-        own message ("Name or service not known") names nothing to fix."""
-        loop = asyncio.get_running_loop()
+    def _factory(self, listener: Listener) -> Callable[[], asyncio.BaseProtocol]:
         context = listener.ssl
-        factory: Callable[[], asyncio.BaseProtocol] = (
-            self.protocol if context is None else lambda: _TlsHandshake(self, context)
-        )
+        return self.protocol if context is None else lambda: _TlsHandshake(self, context)
+
+    async def _listen(self, listener: Listener) -> list[socket.socket]:
+        """The sockets bound for `listener` (a host name may give several addresses), by
+        asyncio, which also says what it could not bind; we accept from them (`_Listening`).
+        A host name that does not resolve is reported with the listener's address, as asyncio
+        reports an address it cannot bind: getaddrinfo's own message ("Name or service not
+        known") names nothing to fix."""
+        loop = asyncio.get_running_loop()
         try:
-            return await loop.create_server(
-                factory, listener.host, listener.port, reuse_address=True
+            server = await loop.create_server(
+                asyncio.Protocol,
+                listener.host,
+                listener.port,
+                reuse_address=True,
+                start_serving=False,
             )
         except socket.gaierror as error:
             code, problem = error.errno, (error.strerror or str(error)).lower()
@@ -401,6 +502,11 @@ class MqttServer:
             # bind, on a label (the text between two dots) empty or over 63 characters.
             code = socket.EAI_NONAME
             problem = f"not a host name ({HOST_NAME_RULE})"
+        else:
+            # Copies of its sockets, ours to listen on; closing the server closes its own.
+            sockets = [socket.socket(fileno=os.dup(sock.fileno())) for sock in server.sockets]
+            server.close()
+            return sockets
         address = (listener.host, listener.port)
         raise socket.gaierror(code, f"cannot resolve the host of address {address!r}: {problem}")
 
@@ -425,13 +531,10 @@ class MqttServer:
     async def close(self) -> None:
         """Stop accepting, tell the clients, and finish the disk work under way: whatever a
         client was told is stored stays stored."""
-        for server in self._servers:
-            server.close()
+        for listening in self._listening:
+            listening.close()
+        self._listening = []
         for handshake in list(self.handshakes):
             handshake.cancel()  # start_tls closes its socket
         await self.broker.close()
-        for server in self._servers:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), timeout=5)
-        self._servers = []
         log.info("MQTT listeners closed")
