@@ -726,12 +726,14 @@ def _serve(args: argparse.Namespace) -> int:
     # The broker's modules (the config file's reader, TLS, the MQTT settings) are loaded by
     # serve alone: imported at the top, they were 9 % of every `boxmq put`'s instructions.
     from boxmq import cli_serve
-    from boxmq.runtime import run, serve
+    from boxmq.runtime import open_files_limit, run, serve
     from boxmq.xmpp.settings import settings_from
 
     config = cli_serve.serve_config(args)
     if not args.verbose:
         logging.getLogger().setLevel(config.logging_level)
+    # Before the root is opened: its spare files keep a share of the limit open (spares.py).
+    logging.getLogger("boxmq.serve").log(*open_files_limit())
     for line in cli_serve.describe_security(config):
         logging.getLogger("boxmq.serve").info("%s", line)
     for line in cli_serve.security_warnings(config):

@@ -13,6 +13,7 @@ import contextlib
 import errno
 import logging
 import os
+import resource
 import signal
 from collections.abc import Coroutine
 from typing import Any, Final
@@ -24,7 +25,7 @@ from boxmq.errors import RecurringFailure, store_failure
 from boxmq.mqtt.settings import MqttSettings
 from boxmq.xmpp.settings import XmppSettings
 
-__all__ = ["run", "serve"]
+__all__ = ["open_files_limit", "run", "serve"]
 
 log = logging.getLogger("boxmq.serve")
 
@@ -88,6 +89,26 @@ def _check_writable(root: str) -> None:
             root,
             os.geteuid(),
         )
+
+
+def open_files_limit() -> tuple[int, str]:
+    """Raise this process's soft limit of open files to its hard limit, as Go programs do
+    since Go 1.19 and as systemd advises: each MQTT client holds a descriptor, and the soft
+    limit is often 1024, kept low for programs that use select() (boxmq does not), where the
+    hard limit allows far more. The log level and line."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return logging.INFO, f"open files: at most {soft} (ulimit -n, the hard limit too)"
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError) as error:  # unlimited, over what the kernel allows
+        return logging.WARNING, (
+            f"open files: at most {soft} (ulimit -n): raising it to the hard limit failed: {error}"
+        )
+    return (
+        logging.INFO,
+        f"open files: at most {hard}, raised from {soft} (ulimit -n) to the hard limit",
+    )
 
 
 def run(main: Coroutine[Any, Any, None]) -> None:

@@ -113,12 +113,17 @@ def free_port() -> int:
 START = 60.0  # seconds a `boxmq serve` may take to listen: a loaded machine took over 20
 
 
-def serve_process(root: Path, port: int, *flags: str) -> subprocess.Popen[bytes]:
+def serve_process(
+    root: Path, port: int, *flags: str, open_files: tuple[int, int] | None = None
+) -> subprocess.Popen[bytes]:
     """`boxmq serve` on `root`, its MQTT door on `port`, once it listens (log: ../serve.log).
     Its start is waited for as long as a loaded machine takes (START: the interpreter, the
-    imports, the root's recovery), unless the process ends first."""
+    imports, the root's recovery), unless the process ends first. `open_files`: its (soft,
+    hard) limits of open files, set by prlimit(1) (a preexec_fn is unsafe beside threads)."""
     with open(root.parent / "serve.log", "ab") as log:  # the child keeps its own copy
         command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "serve"]
+        if open_files is not None:
+            command = ["prlimit", "--nofile={}:{}".format(*open_files), *command]
         command += ["--mqtt", f"127.0.0.1:{port}", "--sweep-interval", "0.5", *flags]
         process = subprocess.Popen(command, stderr=log)
     deadline = time.monotonic() + START

@@ -13,7 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.integration.mqtt.clients import WAIT, start_server
+from tests.integration.mqtt.clients import (
+    WAIT,
+    free_port,
+    serve_process,
+    start_server,
+    stop_process,
+)
 from tests.integration.mqtt.raw import connect_packet, read
 
 
@@ -68,3 +74,25 @@ def test_out_of_descriptors_accepting_waits_is_told_once_and_resumes(
     # asyncio's own accept loop told each of 100 accepts in a row, and again at each retry.
     assert not [r for r in caplog.records if r.name == "asyncio"]
     assert len(_messages(caplog, "accepting connections again")) == 1
+
+
+def _open_files(pid: int) -> tuple[int, int]:
+    """(soft, hard) limits of open files of process `pid`."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            soft, hard = line.split()[3:5]
+            return int(soft), int(hard)
+    raise AssertionError("no open-files line")
+
+
+def test_serve_raises_its_limit_of_open_files_to_the_hard_one_and_says_so(
+    tmp_path: Path,
+) -> None:
+    root, port = tmp_path / "root", free_port()
+    process = serve_process(root, port, open_files=(256, 512))
+    try:
+        assert _open_files(process.pid) == (512, 512)
+    finally:
+        stop_process(process)
+    log = (tmp_path / "serve.log").read_text()
+    assert "open files: at most 512, raised from 256 (ulimit -n) to the hard limit" in log
