@@ -360,6 +360,7 @@ def _handshake_failure(error: OSError, timeout: float) -> tuple[int, str]:
 _OUT_OF: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _ACCEPT_RETRY: Final = 0.25  # seconds between tries to accept while out of descriptors
 _BACKLOG: Final = 100  # connections waiting to be accepted (the kernel's queue); asyncio's
+_MOST_KEPT: Final = 256  # descriptors kept for files, at most (an eighth of the limit below)
 
 
 def _out_of_words(error: OSError) -> str:
@@ -375,6 +376,48 @@ def _out_of_words(error: OSError) -> str:
     return f"out of memory for sockets ({error.strerror})"
 
 
+class _Descriptors:
+    """The descriptors kept for the broker's files: a connection accepted on one of the last
+    `kept` below the limit of open files is closed at once, so that clients alone never take
+    every descriptor and leave a publication, a session's record or a sweep to fail with
+    EMFILE. The socket's own number tells how many are in use: the kernel gives the lowest
+    free one, so every descriptor below it is taken (no count of /proc/self/fd, which would
+    cost a look at every open file per accept)."""
+
+    def __init__(self) -> None:
+        self.limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)  # after serve raised it
+        self.kept = min(self.limit // 8, _MOST_KEPT)
+        self._refused = 0  # since the refusals began; 0 while none
+        self._told = False
+
+    @property
+    def connections(self) -> int:
+        """About the most connections the limit leaves room for."""
+        return max(0, self.limit - self.kept)
+
+    def admits(self, fd: int, url: str) -> bool:
+        if self.limit == resource.RLIM_INFINITY or fd < self.limit - self.kept:
+            if self._refused:
+                log.info(
+                    "%s: accepting connections again (%d refused meanwhile)", url, self._refused
+                )
+                self._refused = 0
+            return True
+        if not self._refused:
+            log.warning(
+                "%s: refusing new connections: %d of the %d descriptors this process may "
+                "open (ulimit -n) are in use, the last %d are kept for the broker's files "
+                "(told once, and again when connections are accepted again; raise the "
+                "limit, or lower [mqtt.limits] max_connections)",
+                url,
+                fd,
+                self.limit,
+                self.kept,
+            )
+        self._refused += 1
+        return False
+
+
 class _Listening:
     """One listening socket, accepted from by us rather than by `asyncio.Server`: a socket
     the process has no descriptor for leaves accepting paused for `_ACCEPT_RETRY` seconds,
@@ -382,11 +425,16 @@ class _Listening:
     and the connections waiting stay in the kernel's queue until a descriptor is free."""
 
     def __init__(
-        self, sock: socket.socket, url: str, factory: Callable[[], asyncio.BaseProtocol]
+        self,
+        sock: socket.socket,
+        url: str,
+        factory: Callable[[], asyncio.BaseProtocol],
+        descriptors: _Descriptors,
     ) -> None:
         self._sock = sock
         self._url = url
         self._factory = factory
+        self._descriptors = descriptors
         self._loop = asyncio.get_running_loop()
         self._failing = RecurringFailure()
         self._retry: asyncio.TimerHandle | None = None
@@ -412,6 +460,9 @@ class _Listening:
                     raise  # the loop logs it; the listener goes on
                 self._pause(error)
                 return
+            if not self._descriptors.admits(conn.fileno(), self._url):
+                conn.close()  # closed at once, as over max_connections: the client retries
+                continue
             conn.setblocking(False)
             task = self._loop.create_task(self._loop.connect_accepted_socket(self._factory, conn))
             self._opening.add(task)
@@ -467,14 +518,31 @@ class MqttServer:
         """Listen on every listener; the addresses bound (a port of 0 gets a free one)."""
         self.broker.resume_expiries()  # before any client: one that returns cancels its own
         bound: list[tuple[str, int]] = []
+        descriptors = _Descriptors()  # here: after serve raised the limit
+        self._tell_room(descriptors)
         for listener in self.settings.listeners:
             for sock in await self._listen(listener):
                 host, port = sock.getsockname()[:2]
                 url = listener_url(host, port, tls=listener.ssl is not None)
-                self._listening.append(_Listening(sock, url, self._factory(listener)))
+                self._listening.append(_Listening(sock, url, self._factory(listener), descriptors))
                 bound.append((host, port))
                 log.info("MQTT listening on %s", url)
         return bound
+
+    def _tell_room(self, descriptors: _Descriptors) -> None:
+        """A max_connections the limit of open files leaves no room for is warned of at
+        start, not found by the client it refuses."""
+        room, most = descriptors.connections, self.settings.limits.max_connections
+        if descriptors.limit != resource.RLIM_INFINITY and room < most:
+            log.warning(
+                "MQTT: about %d connections at most, not [mqtt.limits] max_connections = %d: "
+                "the limit of open files (ulimit -n) is %d, and %d of it are kept for the "
+                "broker's files (raise the hard limit: docs/operations.md)",
+                room,
+                most,
+                descriptors.limit,
+                descriptors.kept,
+            )
 
     def _factory(self, listener: Listener) -> Callable[[], asyncio.BaseProtocol]:
         context = listener.ssl

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import resource
 import socket
 import time
@@ -15,12 +16,20 @@ from pathlib import Path
 import pytest
 from tests.integration.mqtt.clients import (
     WAIT,
+    RunningServer,
     free_port,
     serve_process,
     start_server,
     stop_process,
 )
-from tests.integration.mqtt.raw import connect_packet, read
+from tests.integration.mqtt.raw import (
+    connect_packet,
+    open_raw,
+    publish,
+    read,
+    string,
+    subscribe,
+)
 
 
 @contextlib.contextmanager
@@ -96,3 +105,66 @@ def test_serve_raises_its_limit_of_open_files_to_the_hard_one_and_says_so(
         stop_process(process)
     log = (tmp_path / "serve.log").read_text()
     assert "open files: at most 512, raised from 256 (ulimit -n) to the hard limit" in log
+
+
+def _connected(port: int, client_id: str) -> tuple[socket.socket, bool]:
+    """A socket that sent a CONNECT, and whether a CONNACK came (False: closed at once, a
+    reset since the server did not read the CONNECT)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
+    sock.sendall(connect_packet(client_id, clean=True))
+    try:
+        return sock, read(sock)[0] == 0x20
+    except ConnectionResetError:
+        return sock, False
+
+
+def test_the_last_descriptors_are_kept_for_files_past_them_clients_are_refused_once_told(
+    tmp_path: Path,
+) -> None:
+    root, port = tmp_path / "root", free_port()
+    process = serve_process(root, port, open_files=(64, 64))  # 8 kept for files
+    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
+    others: list[socket.socket] = []
+    try:
+        reader, _ = open_raw(address, "reader")  # a persistent session: a dropbox on disk
+        reader.sendall(subscribe(1, "t", 1))
+        assert read(reader)[0] == 0x90  # SUBACK
+        while len(others) < 64:
+            sock, accepted = _connected(port, f"c{len(others)}")
+            if not accepted:
+                sock.close()
+                break
+            others.append(sock)
+        assert 40 < len(others) < 64
+        for _ in range(3):  # refused again, not told again
+            sock, accepted = _connected(port, "again")
+            sock.close()
+            assert not accepted
+        # The clients connected are served, and so is the disk: a QoS 1 message to a
+        # persistent session is stored (PUBACK 0) and delivered.
+        reader.sendall(publish("t", b"kept", qos=1, packet_id=7))
+        got = sorted([read(reader), read(reader)])  # its PUBACK, and the PUBLISH it sent
+        assert got[0] == (0x32, string("t") + b"\x00\x01\x00kept")  # QoS 1, packet id 1
+        assert got[1] == (0x40, b"\x00\x07")
+        others.pop().close()  # a descriptor free: accepted again
+        deadline = time.monotonic() + WAIT
+        while True:
+            sock, accepted = _connected(port, "late")
+            sock.close()
+            if accepted:
+                break
+            assert time.monotonic() < deadline, "no connection accepted again"
+            time.sleep(0.05)
+        reader.close()
+    finally:
+        for sock in others:
+            sock.close()
+        stop_process(process)
+    log = (tmp_path / "serve.log").read_text()
+    assert "about 56 connections at most, not [mqtt.limits] max_connections = 10000" in log
+    assert log.count("refusing new connections") == 1
+    assert "the last 8 are kept for the broker's files" in log
+    # 4 at least: one more for each try of "late" before the server saw a client leave.
+    [again] = re.findall(r"accepting connections again \((\d+) refused meanwhile\)", log)
+    assert int(again) >= 4
+    assert "EMFILE" not in log
