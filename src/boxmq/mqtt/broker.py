@@ -626,25 +626,33 @@ class Broker:
             log.info(
                 "%s refused: %s", _connecting(client, packet), _reason_text(refusal, packet.version)
             )
-            self._out.send(client, Connack(reason=refusal))
-            self.flush()
-            _stop_reading(client)
-            client.link.close()
+            self._refuse(client, refusal)
             return
         client_id = packet.client_id
         assigned = record = None
         if not client_id:
             client_id = assigned = f"auto-{uuid.uuid4().hex}"
-        elif self._belongs_to_another(
-            client_id, packet.username, record := self._record_of(client_id)
-        ):
+        else:
+            try:
+                record = self._record_of(client_id)
+            except OSError as error:
+                # EMFILE, EIO, EACCES: raised out of the read, it closed the socket without
+                # a CONNACK nor a word (asyncio logs an OSError of a read in debug mode only).
+                failure = store_failure(error)
+                reason = reason_for(failure)
+                log.error(
+                    "%s refused: its session's record could not be read (%s): %s",
+                    _connecting(client, packet),
+                    _reason_text(reason, packet.version),
+                    failure,
+                )
+                self._refuse(client, reason)
+                return
+        if assigned is None and self._belongs_to_another(client_id, packet.username, record):
             log.warning(
                 "%s refused: its session belongs to another user", _connecting(client, packet)
             )
-            self._out.send(client, Connack(reason=_R.CLIENT_IDENTIFIER_NOT_VALID))
-            self.flush()
-            _stop_reading(client)
-            client.link.close()
+            self._refuse(client, _R.CLIENT_IDENTIFIER_NOT_VALID)
             return
         expiry = self._expiry_of(packet)
         taken = self._lifetimes.left_by_the_dead(record)
@@ -863,6 +871,13 @@ class Broker:
         if packet.client_id and not storable(packet.client_id):
             return _R.CLIENT_IDENTIFIER_NOT_VALID
         return None
+
+    def _refuse(self, client: Client, reason: ReasonCode) -> None:
+        """Answer a CONNECT with a refusal and close: nothing more it sent is acted on."""
+        self._out.send(client, Connack(reason=reason))
+        self.flush()
+        _stop_reading(client)
+        client.link.close()
 
     def _record_of(self, client_id: str) -> SessionRecord | None:
         """The record on disk of a session this process does not hold (one it holds is

@@ -33,9 +33,9 @@ from tests.integration.mqtt.raw import (
 
 
 @contextlib.contextmanager
-def _no_descriptor_left() -> Iterator[None]:
-    """Every descriptor this process may open taken (a soft limit a little over those open,
-    and files opened up to it), given back at the end."""
+def _no_descriptor_left(free: int = 0) -> Iterator[None]:
+    """Every descriptor this process may open taken but `free` (a soft limit a little over
+    those open, and files opened up to it), given back at the end."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
     taken: list[int] = []
@@ -44,6 +44,8 @@ def _no_descriptor_left() -> Iterator[None]:
         with contextlib.suppress(OSError):  # EMFILE, the end
             while True:
                 taken.append(os.open(os.devnull, os.O_RDONLY))
+        for _ in range(free):
+            os.close(taken.pop())
         yield
     finally:
         for fd in taken:
@@ -83,6 +85,26 @@ def test_out_of_descriptors_accepting_waits_is_told_once_and_resumes(
     # asyncio's own accept loop told each of 100 accepts in a row, and again at each retry.
     assert not [r for r in caplog.records if r.name == "asyncio"]
     assert len(_messages(caplog, "accepting connections again")) == 1
+
+
+def test_a_connect_whose_session_record_cannot_be_read_is_refused_and_told(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    running = start_server(tmp_path / "root")
+    try:
+        with socket.socket() as client:
+            client.settimeout(WAIT)
+            with _no_descriptor_left(free=1):  # the socket's: none for the session's record
+                client.connect((running.host, running.port))
+                client.sendall(connect_packet("short"))  # a persistent session: its record
+                kind, body = read(client)
+            assert (kind, body[:2]) == (0x20, b"\x00\x80")  # CONNACK: unspecified error
+    finally:
+        running.shutdown()
+    [told] = _messages(caplog, "refused: its session's record could not be read")
+    assert "EMFILE" in told
+    assert "unspecified error (0x80)" in told
 
 
 def _open_files(pid: int) -> tuple[int, int]:
