@@ -103,7 +103,11 @@ class InotifyWatcher:
             os.close(self._fd)
             assert self._error is not None
             raise self._error
-        self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:  # EMFILE: the caller polls instead; the instance is not kept
+            os.close(self._fd)
+            raise
         self._poll = select.poll()
         self._poll.register(self._fd, select.POLLIN)
         self._poll.register(self._wake_read, select.POLLIN)
