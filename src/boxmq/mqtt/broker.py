@@ -265,6 +265,7 @@ class Broker:
             resume=self._resume,
         )
         self._next_adoption = 0.0  # the next sweep for sessions of dead servers (tick)
+        self._over_max = 0  # sockets refused at max_connections since the last one accepted
         # A record's write that its process did not live to rename leaves a temporary there.
         box.sweep_temporaries_in(records_folder(box.root))
 
@@ -272,14 +273,27 @@ class Broker:
 
     def opened(self, link: Link) -> bool:
         """A socket was accepted; False if over max_connections (close it)."""
-        if len(self._clients) >= self.limits.max_connections:
-            log.warning(
-                "%s refused: %d connection(s) already, [mqtt.limits] max_connections = %d",
-                link.peer,
-                len(self._clients),
-                self.limits.max_connections,
-            )
+        most = self.limits.max_connections
+        if len(self._clients) >= most:
+            # Told once: clients that reconnect in a loop would write a line per attempt.
+            if not self._over_max:
+                log.warning(
+                    "%s refused: %d connection(s) already, [mqtt.limits] max_connections = %d "
+                    "(told once, and again when connections are accepted again)",
+                    link.peer,
+                    len(self._clients),
+                    most,
+                )
+            self._over_max += 1
             return False
+        if self._over_max:
+            log.info(
+                "connections accepted again under [mqtt.limits] max_connections = %d "
+                "(%d refused meanwhile)",
+                most,
+                self._over_max,
+            )
+            self._over_max = 0
         self._clients[link] = Client(link, self._clock.now())
         return True
 

@@ -137,20 +137,26 @@ def test_a_retained_will_the_acl_refuses_replaces_nothing(
 
 
 def test_max_connections(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="boxmq.mqtt")
+    caplog.set_level(logging.INFO, logger="boxmq.mqtt")
     running = start_server(tmp_path / "root", MqttSettings(limits=Limits(max_connections=1)))
     try:
         first = paho(running, "one")
-        second = socket.create_connection((running.host, running.port), timeout=5)
-        with second, contextlib.suppress(ConnectionResetError):  # aborted: reset, or closed
-            assert second.recv(10) == b""
+        for _ in range(3):  # a client that tries again and again is told of once
+            second = socket.create_connection((running.host, running.port), timeout=5)
+            with second, contextlib.suppress(ConnectionResetError):  # aborted: reset, or closed
+                assert second.recv(10) == b""
         first.publish("still/works", b"x", 1)
         first.stop()
+        paho(running, "next").stop()  # its place free: accepted again, and that is told
     finally:
         running.shutdown()
-    [refused] = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    [refused] = [r.getMessage() for r in caplog.records if "refused:" in r.getMessage()]
     # The operator reads which setting to raise, as the config file spells it.
-    assert refused.endswith("refused: 1 connection(s) already, [mqtt.limits] max_connections = 1")
+    assert "refused: 1 connection(s) already, [mqtt.limits] max_connections = 1 (told once" in (
+        refused
+    )
+    [again] = [r.getMessage() for r in caplog.records if "accepted again under" in r.getMessage()]
+    assert again.endswith("max_connections = 1 (3 refused meanwhile)")
 
 
 class HeldHash:
