@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from tests.conftest import HeldFlush
+from tests.descriptors import no_descriptor_left
 
 import boxmq
 from boxmq.client.topics import Publication, Subscriber
@@ -966,3 +967,17 @@ def test_a_subscription_whose_record_is_unreadable_is_told_of_and_keeps_its_mess
         message = again.receive(timeout=5)
         assert message is not None
         assert message.body == b"before"
+
+
+def test_subscriptions_read_again_after_a_look_the_file_system_failed(tmp_path: Path) -> None:
+    """The look that finds a new durable subscription fails (EMFILE): the next one reads it
+    again. It had counted the change as seen and kept the routes from before, so a message
+    to the new subscription was routed nowhere (its MQTT publisher told it was stored) until
+    the subscriptions changed again."""
+    root = tmp_path / "root"
+    with boxmq.open(root) as broker, boxmq.open(root) as other:
+        assert not broker.topics.has_durable("news")
+        other.subscribe("news", "reader").close()  # durable: stays when its reader leaves
+        with no_descriptor_left(), pytest.raises(OSError, match="Too many open files"):
+            broker.topics.has_durable("news")
+        assert broker.topics.has_durable("news")

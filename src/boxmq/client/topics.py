@@ -1016,15 +1016,24 @@ class Topics:
         if not self._generation.changed():
             return
         router, paths = Router(), {}
-        for record, path in layout.read_records(self._root):
-            parsed = TopicFilter(record.filter, record.group)
-            members = list(layout.members(path)) if record.group else [record.subscriber or ""]
-            # A group whose members all left without a sweep yet still collects its messages.
-            for member in members or ["(no member)"]:
-                router.subscribe(
-                    Subscription(ConsumerId(member), parsed, QoS(record.qos), True, record.no_local)
-                )
-            paths[record.group, record.subscriber, record.filter] = path
+        try:
+            for record, path in layout.read_records(self._root):
+                parsed = TopicFilter(record.filter, record.group)
+                members = list(layout.members(path)) if record.group else [record.subscriber or ""]
+                # A group whose members all left without a sweep yet still collects its messages.
+                for member in members or ["(no member)"]:
+                    router.subscribe(
+                        Subscription(
+                            ConsumerId(member), parsed, QoS(record.qos), True, record.no_local
+                        )
+                    )
+                paths[record.group, record.subscriber, record.filter] = path
+        except OSError:
+            # Read again at the next look: the change counted as seen, the router kept from
+            # before it routed nothing to a subscription made since, whose messages the
+            # publishers were told were stored (a QoS 1 PUBACK 0), until the next change.
+            self._generation.forget()
+            raise
         for subscription, _ in self._memory.values():
             router.subscribe(subscription)
         self._router, self._paths = router, paths

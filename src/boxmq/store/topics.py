@@ -28,6 +28,7 @@ import os
 import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from typing import Final
 
 from boxmq.store.layout import TOPIC_ROOT, State, open_folder, remove_folder
 from boxmq.store.names import escape_segment, folder_segment, unescape_segment
@@ -360,6 +361,9 @@ def generation(root: str) -> tuple[int, int] | None:
     return _generation_at(os.path.join(topic_root(root), _GENERATION))
 
 
+_UNSEEN: Final = (-1, -1)  # no generation file's (inode, time): `changed` says yes after it
+
+
 class GenerationWatch:
     """Tells one reader whether the subscriptions on a root changed since it last asked: a
     stat of the generation file (an access while there is none), whose path is built once
@@ -381,6 +385,11 @@ class GenerationWatch:
             return False
         self._seen = seen
         return True
+
+    def forget(self) -> None:
+        """The next `changed` says yes: what the last change was read into failed (EMFILE,
+        EIO), and the reader must read it again, not keep what it had."""
+        self._seen = _UNSEEN
 
     def _absent(self) -> bool:
         """Still no file (a root where no durable subscription was ever made): asked without

@@ -3,17 +3,14 @@ accepting for a while, says so once, serves the clients it has, and accepts agai
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import re
-import resource
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.descriptors import no_descriptor_left
 from tests.integration.mqtt.clients import (
     WAIT,
     RunningServer,
@@ -32,27 +29,6 @@ from tests.integration.mqtt.raw import (
 )
 
 
-@contextlib.contextmanager
-def _no_descriptor_left(free: int = 0) -> Iterator[None]:
-    """Every descriptor this process may open taken but `free` (a soft limit a little over
-    those open, and files opened up to it), given back at the end."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
-    taken: list[int] = []
-    resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 16, hard))
-    try:
-        with contextlib.suppress(OSError):  # EMFILE, the end
-            while True:
-                taken.append(os.open(os.devnull, os.O_RDONLY))
-        for _ in range(free):
-            os.close(taken.pop())
-        yield
-    finally:
-        for fd in taken:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
 def _messages(caplog: pytest.LogCaptureFixture, words: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if words in r.getMessage()]
 
@@ -65,7 +41,7 @@ def test_out_of_descriptors_accepting_waits_is_told_once_and_resumes(
     try:
         with socket.socket() as client:
             client.settimeout(WAIT)
-            with _no_descriptor_left():
+            with no_descriptor_left():
                 # The kernel takes the connection into the listener's queue: no descriptor
                 # of the server's yet; its accept finds none left.
                 client.connect((running.host, running.port))
@@ -95,7 +71,7 @@ def test_a_connect_whose_session_record_cannot_be_read_is_refused_and_told(
     try:
         with socket.socket() as client:
             client.settimeout(WAIT)
-            with _no_descriptor_left(free=1):  # the socket's: none for the session's record
+            with no_descriptor_left(free=1):  # the socket's: none for the session's record
                 client.connect((running.host, running.port))
                 client.sendall(connect_packet("short"))  # a persistent session: its record
                 kind, body = read(client)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import resource
 import shutil
 import threading
 import time
@@ -12,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.descriptors import no_descriptor_left
 
 from boxmq.store.watch import Changes, InotifyWatcher, PollingWatcher, watch
 
@@ -220,19 +219,7 @@ def test_an_inotify_watcher_without_descriptors_for_its_pipe_keeps_none(tmp_path
     """Its inotify instance takes the last descriptor, its wake-up pipe finds none (EMFILE):
     the watcher is refused (`watch` polls instead) and holds nothing, neither the descriptor
     nor one of the 128 inotify instances a user may have."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
-    taken: list[int] = []
-    resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 16, hard))
-    try:
-        with contextlib.suppress(OSError):  # EMFILE, the end
-            while True:
-                taken.append(os.open(os.devnull, os.O_RDONLY))
-        os.close(taken.pop())  # one left: the instance's
+    with no_descriptor_left(free=1):  # the instance's
         with pytest.raises(OSError, match="Too many open files"):
             InotifyWatcher(str(tmp_path))
-        taken.append(os.open(os.devnull, os.O_RDONLY))  # the one left is free again
-    finally:
-        for fd in taken:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        os.close(os.open(os.devnull, os.O_RDONLY))  # the one left is free again

@@ -1,0 +1,33 @@
+"""A process out of file descriptors, for real, for tests: its soft limit lowered to a little
+over the descriptors open, and files opened up to it (the kernel then says EMFILE), all given
+back at the end. What runs in other threads of the test process (a server in a thread) meets
+the same limit, as a broker that ran out meets it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+from collections.abc import Iterator
+
+__all__ = ["no_descriptor_left"]
+
+
+@contextlib.contextmanager
+def no_descriptor_left(free: int = 0) -> Iterator[None]:
+    """Every descriptor this process may open taken but `free`."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+    taken: list[int] = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 16, hard))
+    try:
+        with contextlib.suppress(OSError):  # EMFILE, the end
+            while True:
+                taken.append(os.open(os.devnull, os.O_RDONLY))
+        for _ in range(free):
+            os.close(taken.pop())
+        yield
+    finally:
+        for fd in taken:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
