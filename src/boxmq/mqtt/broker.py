@@ -403,9 +403,7 @@ class Broker:
         session.will = None
         now = self._clock.now()
         due = None if will is None else now + will_delay(will, session.expiry)
-        if session.persistent and self._lifetimes.held_elsewhere(
-            read_record(self.box.root, session.client_id)
-        ):
+        if session.persistent and self._taken_meanwhile(session):
             self._taken_elsewhere(client, session, will)
         elif session.persistent:
             # The Will is written down, and stays until it went out and was written (Wills):
@@ -423,6 +421,23 @@ class Broker:
                 self._batches.start(client)
             self._lifetimes.end(session)
         self.flush()
+
+    def _taken_meanwhile(self, session: Session) -> bool:
+        """Whether another broker on this root took the session of a connection closing here
+        (its record names that broker). A record the file system cannot read now (EMFILE,
+        EIO) counts as this broker's: the close goes on as any other (record, Will, expiry),
+        where the error raised out of `closed` left it half done."""
+        try:
+            record = read_record(self.box.root, session.client_id)
+        except OSError as error:
+            log.warning(
+                "client %s: its session's record could not be read at its close (the session "
+                "stays this server's): %s",
+                session.client_id,
+                store_failure(error),
+            )
+            return False
+        return self._lifetimes.held_elsewhere(record)
 
     def _taken_elsewhere(self, client: Client, session: Session, will: Will | None) -> None:
         """The connection closed after its client connected to another broker on this root,

@@ -51,7 +51,7 @@ from typing import Final, cast
 from boxmq.client.box import Box
 from boxmq.clock import Clock, SystemClock
 from boxmq.core.durations import spelled
-from boxmq.errors import ProtocolViolation, RecurringFailure
+from boxmq.errors import ProtocolViolation, RecurringFailure, store_failure
 from boxmq.host_names import HOST_NAME_RULE
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.connection import Connection
@@ -119,6 +119,16 @@ class _Protocol(asyncio.BufferedProtocol):
             self._broker.received(self, self.connection.packets(data, self._clock.now()))
         except ProtocolViolation as error:
             self._fail(error)
+        except OSError as error:
+            # Disk work done on the loop (a look for the subscriptions on disk a PUBLISH may
+            # go to) that the file system failed (EMFILE, EIO): raised on, asyncio closed the
+            # socket without a word (it logs an OSError of a read in debug mode only).
+            failure = store_failure(error)
+            log.error("%s: closing: %s", self.peer, failure)
+            self.gone = True
+            self.flush()
+            self._broker.closed(self, f"closed by the server: {failure}")
+            self.close()
 
     def _fail(self, error: ProtocolViolation) -> None:
         reason = reason_for(error)

@@ -3,6 +3,7 @@ accepting for a while, says so once, serves the clients it has, and accepts agai
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import socket
@@ -81,6 +82,43 @@ def test_a_connect_whose_session_record_cannot_be_read_is_refused_and_told(
     [told] = _messages(caplog, "refused: its session's record could not be read")
     assert "EMFILE" in told
     assert "unspecified error (0x80)" in told
+
+
+def test_a_publish_the_disk_cannot_route_closes_its_connection_told_and_the_close_is_whole(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A QoS 1 PUBLISH whose look for durable subscriptions finds no descriptor: its client
+    is closed with an ERROR line (it resends: nothing was acknowledged), and the close of
+    its persistent session goes on though its record could not be read (the session is
+    kept, and resumed at the next CONNECT)."""
+    caplog.set_level(logging.INFO)
+    running = start_server(tmp_path / "root")
+    try:
+        sock, _ = open_raw(running, "p")
+        sock.sendall(subscribe(1, "a", 1))
+        assert read(sock)[0] == 0x90
+        sock.settimeout(WAIT)
+        with sock, no_descriptor_left():
+            sock.sendall(publish("a", b"x", qos=1, packet_id=2))
+            with contextlib.suppress(ConnectionResetError):
+                assert read(sock) == (0, b"")  # closed, no PUBACK
+        again, present = open_raw(running, "p")
+        with again:
+            assert present
+            again.sendall(publish("a", b"y", qos=1, packet_id=3))
+            got = sorted([read(again), read(again)])
+            assert got[0][0] == 0x32  # the PUBLISH to its subscription
+            assert got[0][1].endswith(b"y")
+            assert got[1] == (0x40, b"\x00\x03")
+    finally:
+        running.shutdown()
+    [told] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert ": closing: the store failed at" in told
+    assert "EMFILE" in told
+    [kept] = [r.getMessage() for r in caplog.records if "at its close" in r.getMessage()]
+    assert "the session stays this server's" in kept
+    # The close raised out of connection_lost, half done, and asyncio logged a traceback.
+    assert not [r for r in caplog.records if r.name == "asyncio"]
 
 
 def _open_files(pid: int) -> tuple[int, int]:
