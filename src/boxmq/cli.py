@@ -377,6 +377,12 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         "--sweep-interval", type=_positive_duration, metavar="DURATION", help="default 1s"
     )
     p.add_argument(
+        "--sys-interval",
+        type=_duration_or_zero,
+        metavar="DURATION",
+        help="how often the MQTT $SYS topics are published (default 10s); 0: never",
+    )
+    p.add_argument(
         "--keep-processed",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -654,6 +660,13 @@ def _positive_duration(text: str) -> float:
     seconds = _duration(text)
     if not seconds > 0:
         raise argparse.ArgumentTypeError(f"bad duration {text!r}: it must be more than zero")
+    return seconds
+
+
+def _duration_or_zero(text: str) -> float:
+    seconds = _duration(text)
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"bad duration {text!r}: it must be 0 or more")
     return seconds
 
 

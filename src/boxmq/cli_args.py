@@ -30,6 +30,7 @@ DURATION_OPTIONS = frozenset(
         "--idle",
         "--lock",
         "--sweep-interval",
+        "--sys-interval",
         "--xmpp-lock-timeout",
     }
 )

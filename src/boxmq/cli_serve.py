@@ -46,6 +46,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         keep_processed=args.keep_processed,
         processed_retention=args.processed_retention,
         polling=args.polling,
+        sys_interval=args.sys_interval,
     )
 
 

@@ -16,6 +16,7 @@
 
     [mqtt]
     response_information = "reply/%c/"  # told to v5 clients that ask (%c, %u filled in)
+    sys_interval = "10s"             # how often the $SYS topics are published; 0: never
 
     [[mqtt.listener]]                # one table per socket
     host = "0.0.0.0"
@@ -160,6 +161,7 @@ class ServeConfig:
         processed_retention: float | None = None,
         polling: bool | None = None,
         listeners: tuple[Listener, ...] | None = None,
+        sys_interval: float | None = None,
     ) -> ServeConfig:
         """This configuration with what the user typed on the command line (None: not typed).
         Listeners from a flag replace the file's listeners."""
@@ -178,6 +180,9 @@ class ServeConfig:
             changed = dataclasses.replace(changed, processed_retention=processed_retention)
         if polling is not None:
             changed = dataclasses.replace(changed, polling=polling)
+        if sys_interval is not None:
+            mqtt = dataclasses.replace(changed.mqtt, sys_interval=sys_interval)
+            changed = dataclasses.replace(changed, mqtt=mqtt)
         if listeners is not None:
             mqtt = dataclasses.replace(changed.mqtt, listeners=listeners)
             changed = dataclasses.replace(changed, mqtt=mqtt, listeners_from_file=False)
@@ -342,12 +347,14 @@ def _mqtt(table: Table, base: MqttSettings) -> MqttSettings:
         listeners.append(listener)
     limits = _limits(table.table("limits"), base.limits)
     response_information = _response_information(table)
+    sys_interval = table.seconds("sys_interval", zero=True)
     table.finish()
     return dataclasses.replace(
         base,
         listeners=tuple(listeners) or base.listeners,
         limits=limits,
         response_information=response_information or base.response_information,
+        sys_interval=base.sys_interval if sys_interval is None else sys_interval,
     )
 
 

@@ -195,6 +195,7 @@ _NEGATIVE_DURATIONS = [
     ("extend", "jobs", "x", "--by"),
     ("subscribe", "t/#", "--idle"),
     ("serve", "--sweep-interval"),
+    ("serve", "--sys-interval"),
     ("serve", "--xmpp-lock-timeout"),
 ]
 

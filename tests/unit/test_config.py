@@ -60,6 +60,7 @@ def test_every_setting(tmp_path: Path) -> None:
 
         [mqtt]
         response_information = "reply/%c/"
+        sys_interval = "1m"
 
         [[mqtt.listener]]
         host = "0.0.0.0"
@@ -107,6 +108,7 @@ def test_every_setting(tmp_path: Path) -> None:
         max_session_expiry=0,  # no v5 session outlives its connection
     )
     assert config.mqtt.response_information == "reply/%c/"
+    assert config.mqtt.sys_interval == 60.0
     assert config.exactly_once == ExactlyOnceLimits(
         max_pending_per_source=5,
         max_pending_total=0,
@@ -166,6 +168,7 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[mqtt]\nresponse_information = 'r/#'", "mqtt.response_information: topic name 'r/#' mu"),
         ("[mqtt]\nresponse_information = ''", "mqtt.response_information: a topic name must be"),
         ("[mqtt]\nresponse_information = 1", "mqtt.response_information: expected a string"),
+        ("[mqtt]\nsys_interval = -1", "mqtt.sys_interval: -1 is not 0 or more seconds"),
         ("[mqtt.limits]\nmax_connection = 1", "mqtt.limits.max_connection: unknown key"),
         ("[mqtt.limits]\nmax_connections = true", "max_connections: expected an integer, got a b"),
         ("[mqtt.limits]\nmax_inflight = 0", "mqtt.limits.max_inflight: 0 is out of range"),
@@ -497,3 +500,13 @@ def test_a_listener_is_logged_as_a_url_an_ipv6_address_in_brackets() -> None:
     assert str(Listener("0.0.0.0", 1884)) == "mqtt://0.0.0.0:1884"
     assert listener_url("::", 8883, tls=True) == "mqtts://[::]:8883"
     assert listener_url("broker.example", 8883, tls=True) == "mqtts://broker.example:8883"
+
+
+def test_a_sys_interval_of_0_turns_the_sys_topics_off_from_the_file_or_the_flag(
+    tmp_path: Path,
+) -> None:
+    config = load_config(_write(tmp_path, "[mqtt]\nsys_interval = 0\n"))
+    assert config.mqtt.sys_interval == 0.0
+    assert config.override(sys_interval=5.0).mqtt.sys_interval == 5.0  # the flag wins
+    assert ServeConfig().mqtt.sys_interval == 10.0
+    assert ServeConfig().override(sys_interval=0.0).mqtt.sys_interval == 0.0

@@ -47,12 +47,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Final
 
+import boxmq
 from boxmq.client.box import Box
 from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
 from boxmq.core import parse_filter
 from boxmq.core.durations import spelled
-from boxmq.core.topics import validate_topic
+from boxmq.core.topics import matches, validate_topic
 from boxmq.errors import InvalidTopic, ProtocolViolation, store_failure
 from boxmq.mqtt.acl import substitute
 from boxmq.mqtt.batches import Batches
@@ -100,6 +101,7 @@ from boxmq.mqtt.stored import (
     storable,
 )
 from boxmq.mqtt.subscribing import Subscribing, hold_the_rest
+from boxmq.mqtt.sys_topics import Figures, SysTopics, about_sys, send_sys
 from boxmq.mqtt.wills import Wills, will_delay
 from boxmq.store.commit import FsyncPolicy
 from boxmq.store.process import process_alive, process_token
@@ -190,6 +192,11 @@ class Broker:
         self.limits = settings.limits
         self._clock = clock
         self._clients: dict[Link, Client] = {}
+        sys_topics = SysTopics(
+            settings.sys_interval,
+            version=f"boxmq version {boxmq.__version__}",
+            started=clock.now(),
+        )
         self._sessions: dict[str, Session] = {}
         self._links: dict[str, Client] = {}  # client id -> its connected client
         # Connections whose CONNECT's record waits for the Will of the one they took over
@@ -263,9 +270,14 @@ class Broker:
             durable=self._durable,
             kick=self._kick,
             resume=self._resume,
+            sys_topics=sys_topics,
         )
         self._next_adoption = 0.0  # the next sweep for sessions of dead servers (tick)
         self._over_max = 0  # sockets refused at max_connections since the last one accepted
+        self._sys = sys_topics
+        # What the connections closed so far counted (Connection's counters), for $SYS: the
+        # open ones are added when the figures are taken.
+        self._retired = [0, 0, 0, 0]  # packets received, sent; bytes received, sent
         # A record's write that its process did not live to rename leaves a temporary there.
         box.sweep_temporaries_in(records_folder(box.root))
 
@@ -389,6 +401,7 @@ class Broker:
         client = self._clients.pop(link, None)
         if client is None:
             return
+        self._retire(link)
         _stop_reading(client)
         session = client.session
         if session is None or self._links.get(session.client_id) is not client:
@@ -483,8 +496,55 @@ class Broker:
             self._next_adoption = now + _ADOPT_EVERY
             self._lifetimes.adopt_the_dead()
         self._delivery.report_drops(now=now)
+        if self._sys.due(now):
+            self._publish_sys(now)
         self.pump_all()
         self.flush()
+
+    def _retire(self, link: Link) -> None:
+        """A connection closed: what it counted goes to the totals of the closed ones."""
+        connection, retired = link.connection, self._retired
+        retired[0] += connection.packets_received
+        retired[1] += connection.packets_sent
+        retired[2] += connection.bytes_received
+        retired[3] += connection.bytes_sent
+
+    def figures(self) -> Figures:
+        """This server's figures now, for $SYS: the closed connections' counts and the open
+        ones' (a sum over the connections and sessions, once an interval)."""
+        received, sent, read, written = self._retired
+        for link in self._clients:
+            connection = link.connection
+            received += connection.packets_received
+            sent += connection.packets_sent
+            read += connection.bytes_received
+            written += connection.bytes_sent
+        return Figures(
+            connected=len(self._links),
+            subscriptions=sum(len(s.subscriptions) for s in self._sessions.values()),
+            messages_received=received,
+            messages_sent=sent,
+            bytes_received=read,
+            bytes_sent=written,
+        )
+
+    def _publish_sys(self, now: float) -> None:
+        """The $SYS values that changed since the last interval, to the connected clients
+        whose subscriptions match them (sys_topics.py). A share group gets none: it is a
+        queue on disk, and these are never written."""
+        changed = self._sys.update(now, self.figures())
+        if not changed:
+            return
+        for client in self._links.values():
+            session = client.session
+            if session is None:
+                continue
+            for text, options in session.subscriptions.items():
+                if not about_sys(text):  # also every $share/...: never a $SYS filter
+                    continue
+                for topic, payload in changed:
+                    if matches(text, topic):
+                        send_sys(self._out, client, options, topic, payload, retained=False)
 
     def resume_expiries(self) -> None:
         """At start: the persistent sessions on disk end when their records say (lifetimes.py)."""

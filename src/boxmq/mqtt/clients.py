@@ -82,6 +82,7 @@ class Client:
     # Since when (the loop's time) its CONNECT waits for another server's claim on its
     # session (broker._wait_for_claim); None: it does not.
     claim_waited_since: float | None = None
+    told_sys: bool = False  # a PUBLISH of it to a $SYS topic was refused (logged once)
 
 
 Kick = Callable[[Client, ReasonCode, str], None]

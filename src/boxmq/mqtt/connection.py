@@ -2,7 +2,7 @@
 
 `receive(data, now)` frames and decodes what came and returns the packets the broker must act
 on; `send(packet)` encodes one for the client and `data_to_send()` takes everything encoded
-so far, so the edge writes once per read (one `writelines`). Nothing here awaits or reads a
+so far (`data_to_write()` joined), so the edge writes once per read. Nothing here awaits or reads a
 clock: `now` is passed in, and `deadline()` says when the connection has been silent too long.
 
 Invariants (the rules a single connection can check alone):
@@ -119,6 +119,12 @@ class Connection:
         # such as the answers to the packets held behind a SUBSCRIBE, handled at the close.
         self.ended = False
         self.problems = True  # Request Problem Information (MQTT 5.0 §3.1.2.11.7): Reason Strings
+        # What went through, for the server's $SYS figures (sys_topics.py): plain ints, one
+        # addition per read and per write (`data_to_write`, the edge's), none per packet:
+        # each cost about 150 instructions (an int object made), 0.3 % of a QoS 0 message.
+        self.bytes_received = 0
+        self.bytes_sent = 0
+        self.packets_sent = 0
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -132,6 +138,7 @@ class Connection:
         acts on them as it would have had they come alone. A view is copied before this
         returns: its buffer may take the next read at once."""
         self.last_heard = now
+        self.bytes_received += len(data)
         self._reader.receive(data)
         frames = self._reader.frames()
         if self.version is None:
@@ -386,6 +393,21 @@ class Connection:
     def data_to_send(self) -> list[bytes]:
         out, self._out = self._out, []
         return out
+
+    def data_to_write(self) -> bytes:
+        """`data_to_send` joined, and counted as sent (`bytes_sent`): what the edge writes.
+        Joined here as asyncio's `writelines` would join it, so the count is one `len`: a
+        sum of the pieces' lengths cost about 4,000 instructions per write of ten."""
+        out, self._out = self._out, []
+        data = b"".join(out)
+        self.bytes_sent += len(data)
+        self.packets_sent += len(out)
+        return data
+
+    @property
+    def packets_received(self) -> int:
+        """The packets read from the client so far, CONNECT included."""
+        return self._reader.frames_read
 
     @property
     def pending(self) -> bool:

@@ -169,7 +169,7 @@ class FrameReader:
     into one buffer and reuses it for the next read.
     """
 
-    __slots__ = ("_buffer", "_later", "_later_size", "_pos", "max_packet_size")
+    __slots__ = ("_buffer", "_later", "_later_size", "_pos", "frames_read", "max_packet_size")
 
     def __init__(self, *, max_packet_size: int) -> None:
         self._buffer = b""  # frames are read from here, starting at _pos
@@ -177,6 +177,7 @@ class FrameReader:
         self._later: list[bytes] = []  # chunks received after _buffer
         self._later_size = 0
         self.max_packet_size = max_packet_size  # whole packet, header included; may be lowered
+        self.frames_read = 0  # frames handed out by `frames`, for the server's $SYS figures
 
     def receive(self, data: bytes | bytearray | memoryview) -> None:
         if data:
@@ -188,51 +189,60 @@ class FrameReader:
         return len(self._buffer) - self._pos + self._later_size
 
     def frames(self) -> Iterator[Frame]:
-        limit = self.max_packet_size
-        most = limit - 2  # the largest body of a small packet
-        while True:
-            buffer, pos = self._buffer, self._pos
-            # Most packets are small (a one-byte Remaining Length) and whole in the buffer:
-            # those are read one after the other here, the buffer and position kept in locals.
-            length = len(buffer)
-            while pos + 1 < length and (body_length := buffer[pos + 1]) < 0x80:
-                end = pos + 2 + body_length
-                if end > length or body_length > most:
-                    break
+        """The whole frames received, one at a time; each counted in `frames_read` as it is
+        handed out (a small int in a local, added once the generator ends or is dropped: an
+        attribute added to per frame made an int object per frame)."""
+        count = 0
+        try:
+            limit = self.max_packet_size
+            most = limit - 2  # the largest body of a small packet
+            while True:
+                buffer, pos = self._buffer, self._pos
+                # Most packets are small (a one-byte Remaining Length) and whole in the buffer:
+                # those are read one after the other here, the buffer and position in locals.
+                length = len(buffer)
+                while pos + 1 < length and (body_length := buffer[pos + 1]) < 0x80:
+                    end = pos + 2 + body_length
+                    if end > length or body_length > most:
+                        break
+                    self._pos = end  # before the yield: a consumer may stop at any frame
+                    first = buffer[pos]
+                    count += 1
+                    yield first >> 4, first & 0x0F, buffer[pos + 2 : end]
+                    if self._pos != end:
+                        break  # cleared meanwhile (`clear`)
+                    pos = end
+                buffer, pos = self._buffer, self._pos
+                if pos == len(buffer):
+                    if not self._later:
+                        self._buffer, self._pos = b"", 0  # let the used chunk go
+                        return
+                    self._join()
+                    continue
+                if (header := remaining_length(buffer, pos)) is not None:
+                    body_length, header_size = header
+                elif self._later:
+                    self._join()
+                    continue
+                else:
+                    return
+                size = header_size + body_length
+                if size > limit:
+                    raise PacketTooLarge(
+                        f"a packet of {size} bytes is over the maximum packet size of {limit}"
+                    )
+                end = pos + size
+                if end > len(buffer):
+                    if self.buffered() < size:
+                        return  # wait: join once, when all of it is here
+                    self._join()
+                    continue
                 self._pos = end  # before the yield: a consumer may stop at any frame
                 first = buffer[pos]
-                yield first >> 4, first & 0x0F, buffer[pos + 2 : end]
-                if self._pos != end:
-                    break  # cleared meanwhile (`clear`)
-                pos = end
-            buffer, pos = self._buffer, self._pos
-            if pos == len(buffer):
-                if not self._later:
-                    self._buffer, self._pos = b"", 0  # let the used chunk go
-                    return
-                self._join()
-                continue
-            if (header := remaining_length(buffer, pos)) is not None:
-                body_length, header_size = header
-            elif self._later:
-                self._join()
-                continue
-            else:
-                return
-            size = header_size + body_length
-            if size > limit:
-                raise PacketTooLarge(
-                    f"a packet of {size} bytes is over the maximum packet size of {limit}"
-                )
-            end = pos + size
-            if end > len(buffer):
-                if self.buffered() < size:
-                    return  # wait: join once, when all of it is here
-                self._join()
-                continue
-            self._pos = end  # before the yield: a consumer may stop at any frame
-            first = buffer[pos]
-            yield first >> 4, first & 0x0F, buffer[pos + header_size : end]
+                count += 1
+                yield first >> 4, first & 0x0F, buffer[pos + header_size : end]
+        finally:
+            self.frames_read += count
 
     def clear(self) -> None:
         """Forget every byte not framed yet: `frames` ends at its next step, the one being

@@ -71,6 +71,7 @@ from boxmq.mqtt.stored import (
     store_with_properties,
     stored_expiry,
 )
+from boxmq.mqtt.sys_topics import about_sys
 
 __all__ = ["Publishing"]
 
@@ -135,8 +136,10 @@ class Publishing:
         self.held_totals = HeldTotals()  # every session's holds together (broker.py gives it)
 
     def publish(self, client: Client, session: Session, packet: Publish) -> None:
-        if not packet.topic:
-            raise ProtocolError("PUBLISH without a topic name (MQTT 5.0 §3.3.2.1)")
+        # One comparison for two rare cases, as cheap as the test for an empty topic alone:
+        # "" and every topic that begins with "$" (or a character before it) sort before "%".
+        if packet.topic < "%" and self._refused_topic(client, session, packet):
+            return
         qos, packet_id = packet.qos, packet.packet_id
         if qos == 2 and packet_id in session.awaiting_release:
             # A repeat: answered again, never routed twice.
@@ -160,6 +163,32 @@ class Publishing:
             self._publish_later(client, session, packet, disk)
         else:
             self._publish_now(client, session, packet)
+
+    def _refused_topic(self, client: Client, session: Session, packet: Publish) -> bool:
+        """Whether a PUBLISH to a topic that sorts before "%" is refused: one without a topic
+        closes the connection; one to a `$SYS` topic, whose values are this server's own
+        (sys_topics.py), is refused as an ACL refuses it, unless the ACL has a rule that lets
+        the client publish there (no ACL: always refused). Logged once per connection."""
+        topic = packet.topic
+        if not topic:
+            raise ProtocolError("PUBLISH without a topic name (MQTT 5.0 §3.3.2.1)")
+        if not about_sys(topic):
+            return False
+        authorizer = self._settings.authorizer
+        if authorizer is not None and authorizer.can_publish(
+            session.username, session.client_id, topic
+        ):
+            return False
+        if not client.told_sys:
+            client.told_sys = True
+            log.info(
+                "client %s may not publish to %s: $SYS topics are the server's own (an ACL "
+                "rule can allow it); further refusals on this connection are not logged",
+                session.client_id,
+                topic,
+            )
+        self._refuse_publish(client, session, packet, logged=True)
+        return True
 
     def _behind_its_write(self, client: Client, session: Session, packet: Publish) -> None:
         """A repeat of a retained QoS 2 PUBLISH still being written (its client reconnected,
@@ -332,10 +361,13 @@ class Publishing:
         else:
             self._kick(client, _R.UNSPECIFIED_ERROR, f"a PUBLISH was not stored: {error}")
 
-    def _refuse_publish(self, client: Client, session: Session, packet: Publish) -> None:
+    def _refuse_publish(
+        self, client: Client, session: Session, packet: Publish, *, logged: bool = False
+    ) -> None:
         """MQTT 5.0 §3.3.4: PUBACK/PUBREC 0x87; 3.1.1 has no way to say no, so it is
-        acknowledged and dropped (as mosquitto does)."""
-        log.info("client %s may not publish to %s", session.client_id, packet.topic)
+        acknowledged and dropped (as mosquitto does). `logged`: the caller said it."""
+        if not logged:
+            log.info("client %s may not publish to %s", session.client_id, packet.topic)
         packet_id = packet.packet_id
         if packet_id is None:
             return
@@ -497,7 +529,9 @@ class Publishing:
         Will's disk work ended (at once without any), with its failure if the disk refused
         it: a session record drops the Will then, not before, or a SIGKILL between the two
         lost it for the durable subscribers; and not at all if the disk refused it."""
-        if not self._may_publish(username, client_id, will.topic):
+        if not self._may_publish(username, client_id, will.topic) or (
+            self._settings.authorizer is None and about_sys(will.topic)  # as `_refused_topic`
+        ):
             # As for a refused PUBLISH: the log says no, never that it went out.
             log.info("client %s may not publish its will to %s", client_id, will.topic)
             if written is not None:

@@ -2,7 +2,7 @@
 streams).
 
 Each read is handed to the connection (sans-IO) and the broker in one go, and everything the
-read caused is written with one `writelines` per connection (broker.flush). A client that
+read caused is written with one `write` per connection (broker.flush). A client that
 cannot keep up is not buffered without end: QoS 1/2 wait behind its Receive Maximum, QoS 0
 messages are dropped while its socket's write buffer is over the high-water mark, and nothing
 more is read from it meanwhile (what it sends would only add answers to the pile: a PINGRESP
@@ -143,10 +143,10 @@ class _Protocol(asyncio.BufferedProtocol):
         self.close()
 
     def flush(self) -> None:
-        out = self.connection.data_to_send()
+        out = self.connection.data_to_write()
         transport = self._transport
         if out and transport is not None and not transport.is_closing():
-            transport.writelines(out)
+            transport.write(out)
 
     def close(self) -> None:
         """Close once what is buffered for the client is written, or `_LINGER` seconds

@@ -85,3 +85,5 @@ class MqttSettings:
     # What a v5 client that sets Request Response Information is told in CONNACK as the
     # basis of its response topics (MQTT 5.0 §3.2.2.3.15), %c and %u filled in; None: nothing.
     response_information: str | None = None
+    # Seconds between two publications of the $SYS topics (sys_topics.py); 0: none.
+    sys_interval: float = 10.0

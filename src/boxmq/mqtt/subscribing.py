@@ -67,6 +67,7 @@ from boxmq.mqtt.routes import MemoryRoutes
 from boxmq.mqtt.session import Session, SubscriptionOptions
 from boxmq.mqtt.settings import MqttSettings
 from boxmq.mqtt.stored import consumer_name, retained_publish
+from boxmq.mqtt.sys_topics import SysTopics, send_sys
 
 __all__ = ["Subscribing", "hold_the_rest"]
 
@@ -136,6 +137,7 @@ class Subscribing:
         durable: dict[str, dict[str, Subscriber]],
         kick: Kick,
         resume: Callable[[Client], None],
+        sys_topics: SysTopics,
     ) -> None:
         self._box = box
         self._settings = settings
@@ -148,6 +150,7 @@ class Subscribing:
         self._durable = durable
         self._kick = kick
         self._resume = resume
+        self._sys = sys_topics
 
     def subscribe(self, client: Client, session: Session, packet: Subscribe) -> None:
         """Each filter checked here; a durable one (persistent session, share group) is then
@@ -369,6 +372,11 @@ class Subscribing:
                 # If the store took it before the loop routed it, the routing must leave this
                 # subscription out: it has the message already (retained_window.py).
                 window.sent(publish.topic, session, text, envelope.message_id)
+        for one in wanted:  # this server's own, from memory (sys_topics.py)
+            options = one.options
+            if options is not None and not one.replaced and one.due:
+                for topic, payload in self._sys.matching(one.text):
+                    send_sys(self._out, client, options, topic, payload, retained=True)
         self._delivery.pump(session)
         self._resume_soon(client)
 

@@ -76,6 +76,7 @@ def start_server(
         limits=settings.limits,
         authenticator=settings.authenticator,
         authorizer=settings.authorizer,
+        sys_interval=settings.sys_interval,
     )
     box = boxmq.open(root, fsync=fsync, group_dispatch=group_dispatch, spares=spares)
     server = MqttServer(box, settings, clock=clock)

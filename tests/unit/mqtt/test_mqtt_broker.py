@@ -83,8 +83,7 @@ class Peer:
         assert broker.opened(self)
 
     def flush(self) -> None:
-        for data in self.connection.data_to_send():
-            self._reader.receive(data)
+        self._reader.receive(self.connection.data_to_write())  # as the server writes it
         self.inbox += [decode(frame, self.version) for frame in self._reader.frames()]
 
     def close(self) -> None:

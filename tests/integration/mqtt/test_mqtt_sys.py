@@ -1,0 +1,68 @@
+"""The `$SYS` topics of a real `boxmq serve`, seen by a paho client as a mosquitto user sees
+them, and a client's PUBLISH to one refused (sys_topics.py; docs/mqtt.md)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.integration.mqtt.clients import WAIT, Paho, Received, paho, serve_fresh, stop_process
+
+
+def _until(watcher: Paho, topic: str, test: Callable[[Received], bool]) -> Received:
+    """The first message to `topic` that passes `test`, within WAIT seconds."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        got = watcher.next()
+        if got.topic == topic and test(got):
+            return got
+    raise AssertionError(f"no such message to {topic}")
+
+
+def test_a_subscriber_sees_the_sys_topics_and_a_client_may_not_publish_to_them(
+    tmp_path: Path,
+) -> None:
+    running, process = serve_fresh(tmp_path, "--sys-interval", "500ms")
+    try:
+        watcher = paho(running, "watcher")
+        watcher.subscribe("$SYS/#")
+        _until(watcher, "$SYS/broker/version", lambda m: True)  # the server's first interval
+        late = paho(running, "late")
+        late.subscribe("$SYS/broker/#", 1)
+        first: dict[str, Received] = {}
+        while len(first) < 9:  # the latest of each at once, retained, from memory, at QoS 0
+            got = late.next()
+            assert got.retain, got
+            assert got.qos == 0, got
+            first.setdefault(got.topic, got)
+        late.stop()
+        assert first["$SYS/broker/version"].payload.startswith(b"boxmq version ")
+        assert first["$SYS/broker/uptime"].payload.endswith(b" seconds")
+
+        forger = paho(running, "forger")
+        acks: queue.Queue[Any] = queue.Queue()
+        forger.client.on_publish = lambda _c, _u, _mid, reason, _p: acks.put(reason)
+        forger.client.publish("$SYS/broker/clients/connected", b"forged", 1)
+        assert acks.get(timeout=WAIT).value == 0x87  # Not authorized
+        forger.client.publish("$SYS/broker/clients/connected", b"forged", 0)  # dropped
+
+        # The next intervals: live copies, not retained.
+        connected = _until(watcher, "$SYS/broker/clients/connected", lambda m: m.payload == b"2")
+        assert not connected.retain
+        received = _until(watcher, "$SYS/broker/messages/received", lambda m: True)
+        assert int(received.payload) >= 6  # 2 CONNECTs, a SUBSCRIBE, 2 PUBLISHes, ...
+        sent = _until(watcher, "$SYS/broker/bytes/sent", lambda m: True)
+        assert int(sent.payload) > int(first["$SYS/broker/bytes/sent"].payload)
+        while not watcher.messages.empty():
+            assert watcher.next().payload != b"forged"
+        for client in (watcher, forger):
+            client.stop()
+        # Kept in memory alone: nothing of them on disk.
+        on_disk = [name for _, _, names in os.walk(running.root) for name in names]
+        assert not [name for name in on_disk if "SYS" in name]
+    finally:
+        stop_process(process)
