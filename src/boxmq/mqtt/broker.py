@@ -136,6 +136,15 @@ _CLAIM_RETRY: Final = 0.05
 _CLAIM_PATIENCE: Final = 5.0
 
 
+def _waits_for_claim(client: Client) -> bool:
+    """Whether `client`'s CONNECT waits for another server's claim on its session (see
+    `Broker._wait_for_claim`), which answers it in time."""
+    since = client.claim_waited_since
+    if since is None:
+        return False
+    return asyncio.get_running_loop().time() - since <= _CLAIM_PATIENCE + 1.0
+
+
 def _stop_reading(client: Client) -> None:
     """Nothing more that `client` sent is acted on: its connection ends (a DISCONNECT, a
     refused CONNECT, a close by the server), and a client may send nothing after its
@@ -479,8 +488,11 @@ class Broker:
             connection = client.link.connection
             if client.session is None:
                 # From the opening, not the last byte: a socket that trickles a byte at a
-                # time must not hold its slot forever.
-                if now - client.opened > self.limits.connect_timeout:
+                # time must not hold its slot forever. One whose CONNECT came and waits for
+                # another server's claim is answered within `_CLAIM_PATIENCE` (a second more
+                # for a retry that failed, OSError, and left it waiting).
+                late = now - client.opened > self.limits.connect_timeout
+                if late and not _waits_for_claim(client):
                     log.info(
                         "%s closed: no CONNECT within %s",
                         client.link.peer,

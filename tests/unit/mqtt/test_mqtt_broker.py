@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
+import hashlib
 import logging
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -54,6 +57,7 @@ from boxmq.mqtt.session_record import (
     DeliveryOptions,
     SessionRecord,
     read_record,
+    record_path,
     remove_record,
     write_record,
 )
@@ -1780,6 +1784,46 @@ def test_a_session_resumed_from_memory_takes_back_what_another_server_left_locke
             assert payloads(back) == [(b"own", True), (b"theirs", False), (b"later", False)]
 
     _run(tmp_path, test)
+
+
+def test_a_connect_waiting_for_a_claim_is_not_closed_as_one_that_sent_none(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """connect_timeout closes a socket that sent no whole CONNECT. One whose CONNECT waits
+    for another server's claim on its session (broker._wait_for_claim, up to 5 s) sent it:
+    the tick past connect_timeout closed it all the same, logged "no CONNECT within", its
+    client told nothing, where it was to get its session once the claim was let go (or
+    server busy)."""
+    root = tmp_path / "root"
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    dead = process_token(finished.pid)
+    settings = MqttSettings(limits=Limits(connect_timeout=1.0))
+
+    async def test(broker: Broker) -> None:
+        write_record(str(root), SessionRecord("roamer", 3600, holder=dead, server=dead))
+        path = record_path(str(root), "roamer")
+        digest = hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:32]
+        claim = os.path.join(os.path.dirname(path), f".dead-{dead}-{digest}")
+        held = os.open(claim, os.O_CREAT | os.O_RDWR, 0o600)  # another server's claim
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            peer = Peer(broker)
+            props = Properties.build(session_expiry_interval=3600)
+            peer.send(Connect("roamer", V5, clean_start=False, properties=props))
+            assert peer.inbox == []  # waits for the claim
+            with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+                broker.tick(time.time() + 2.0)  # past connect_timeout
+            assert not peer.closed
+            assert "no CONNECT within" not in caplog.text
+        finally:
+            os.close(held)  # the claim let go
+        await _until(lambda: bool(peer.inbox))
+        [connack] = peer.take()
+        assert isinstance(connack, Connack)
+        assert (connack.reason, connack.session_present) == (ReasonCode.SUCCESS, True)
+
+    _run(tmp_path, test, settings=settings)
 
 
 def test_a_session_resumed_after_a_restart_with_expiry_0_ends_with_its_connection(
