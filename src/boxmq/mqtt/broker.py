@@ -939,10 +939,7 @@ class Broker:
                 _connecting(client, packet),
                 spelled(_CLAIM_PATIENCE),
             )
-            self._out.send(client, Connack(reason=_R.SERVER_BUSY))
-            self.flush()
-            _stop_reading(client)
-            client.link.close()
+            self._refuse(client, _R.SERVER_BUSY)
             return
         if client.held is None:  # held already while its password was checked
             hold_the_rest(client)
