@@ -122,18 +122,21 @@ class RetainedStore:
             os.rename(path, aside)
         except FileNotFoundError:
             return 0  # deleted by its publisher meanwhile
+        removed = 0
         try:
             retained = _load(aside)
-            if retained is not None and stale(retained):
-                return 1
-            # Until this link the topic had no retained message to a subscriber that looked,
-            # and a delete acknowledged in between (a few system calls, on a topic whose
-            # message had just expired and been replaced) is undone by it.
-            with contextlib.suppress(FileExistsError):
-                os.link(aside, path)
-            return 0
+            removed = int(retained is not None and stale(retained))
         finally:
+            # Put back unless stale still: a fresh one, or one whose read failed (EMFILE),
+            # which the failure would otherwise delete. Until this link the topic had no
+            # retained message to a subscriber that looked, and a delete acknowledged in
+            # between (a few system calls, on a topic whose message had just expired and
+            # been replaced) is undone by it.
+            if not removed:
+                with contextlib.suppress(FileExistsError):
+                    os.link(aside, path)
             _unlink_quietly(aside)
+        return removed
 
     def __iter__(self) -> Iterator[Retained]:
         with contextlib.suppress(FileNotFoundError), os.scandir(self._dir) as entries:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+
+import pytest
+from tests.descriptors import no_descriptor_left
 
 from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.retained import Retained, RetainedStore
@@ -39,6 +43,32 @@ def test_one_replaced_after_it_was_read_stays(tmp_path: Path) -> None:
             return found.name == "4.old.T"
 
         assert store.remove_if(stale) == 0
+        kept = store.get("a")
+        assert kept is not None
+        assert (kept.name, kept.body) == ("4.new.T", b"2")
+        assert sorted(p.name for p in (tmp_path / "topic-root" / ".retained").iterdir()) == [
+            Path(store._path("a")).name  # nothing left aside
+        ]
+    finally:
+        committer.close()
+
+
+def test_one_the_second_read_fails_on_is_put_back_not_deleted(tmp_path: Path) -> None:
+    """The read of the message moved aside fails (EMFILE: the broker's clients took the last
+    descriptors between the two reads): not known to be stale still, it goes back to its
+    topic, where the failure deleted it (a fresh one a publisher had put in place too)."""
+    committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
+    store = RetainedStore(str(tmp_path), committer)
+    try:
+        store.replace(store.stage("a", "4.new.T", b"2"))
+        with contextlib.ExitStack() as out_of_descriptors:
+
+            def stale(found: Retained) -> bool:  # read once: every descriptor taken then
+                out_of_descriptors.enter_context(no_descriptor_left())
+                return True
+
+            with pytest.raises(OSError, match="Too many open files"):
+                store.remove_if(stale)
         kept = store.get("a")
         assert kept is not None
         assert (kept.name, kept.body) == ("4.new.T", b"2")
