@@ -38,7 +38,7 @@ from boxmq.core import (
     Router,
     Subscription,
     TopicFilter,
-    matches,
+    matcher,
     parse_filter,
     validate_topic,
 )
@@ -982,9 +982,12 @@ class Topics:
     def _matching_retained(self, parsed: TopicFilter) -> Iterator[Retained]:
         if parsed.shared:
             return  # MQTT-234 B: never to shared subscriptions
-        for retained in self._retained:
-            if matches(parsed.filter, retained.topic):
+        if not _WILDCARDS.intersection(parsed.filter):  # one topic: its one file, by its name
+            retained = self._retained.get(parsed.filter)
+            if retained is not None and retained.topic == parsed.filter:
                 yield retained
+            return
+        yield from self._retained.matching(matcher(parsed.filter))
 
     def retained_matching(self, filter: str) -> list[tuple[Envelope, bytes]]:
         """The retained messages a new subscription to `filter` would get (none if shared)."""
@@ -1272,6 +1275,7 @@ def _qos(value: object) -> QoS:
 
 
 _LEVELS = tuple(QoS)  # by value: 0, 1, 2
+_WILDCARDS = frozenset("+#")  # a filter without them is a topic name: one retained file
 _SUBSCRIBER = "subscriber name"  # what a refused one is called: a subscriber's, not a consumer's
 _SEP = os.sep
 _INTO_TARGET = os.sep + State.TARGET.value + os.sep  # <dropbox> + this + <name>

@@ -30,7 +30,14 @@ from boxmq.core.queue import QueueEngine, QueuePolicy, QueueStats
 from boxmq.core.ready import Ready
 from boxmq.core.router import Destination, Router, Subscription, Unsubscribed, destination_name
 from boxmq.core.subscriptions import SubscriptionTree
-from boxmq.core.topics import TopicFilter, matches, parse_filter, validate_filter, validate_topic
+from boxmq.core.topics import (
+    TopicFilter,
+    matcher,
+    matches,
+    parse_filter,
+    validate_filter,
+    validate_topic,
+)
 
 __all__ = [
     "Ack",
@@ -67,6 +74,7 @@ __all__ = [
     "check_holder",
     "delivery_qos",
     "destination_name",
+    "matcher",
     "matches",
     "parse_filter",
     "validate_filter",

@@ -7,6 +7,12 @@ Topics can be longer than a file name, hence the hash. A new retained message re
 one with one rename; an empty body deletes it (MQTT 5.0 §3.3.1.3). Writes go through the
 committer, so they are as durable as the fsync policy says.
 
+A SUBSCRIBE reads only what it may send: the file of its topic when its filter has no
+wildcard, else the files of the topics it matches, known from their names. A name is the hash of
+its topic, so once read, the topic of a name is known for good: later listings tell which topics
+have a retained message now (a replacement or a delete by any process shows there at once), and
+only the matching ones are read again, for their current message (`RetainedStore.matching`).
+
 Replacing is two steps, `stage` then `replace`, so that a publisher can write the new message
 first and put it in place last, once the publication's copies are committed: a publication
 refused to its publisher (or cut short by a crash) never replaces the retained message.
@@ -49,9 +55,15 @@ class RetainedStore:
     def __init__(self, root: str, committer: Committer) -> None:
         self._dir = os.path.join(root, TOPIC_ROOT, RETAINED_DIR)
         self._committer = committer
+        # The topic of each file name read so far (and listed at the last look), so that a
+        # wildcard subscription reads only the files of the topics it matches. Never stale:
+        # a name stands for one topic (its hash); only whether it has a message, and which,
+        # change, and those are read from the folder each time. Replaced whole, never changed
+        # in place, so threads that look at once need no lock.
+        self._topics: dict[str, str] = {}
 
     def _path(self, topic: str) -> str:
-        return os.path.join(self._dir, hashlib.sha256(topic.encode()).hexdigest())
+        return os.path.join(self._dir, _file_name(topic))
 
     def stage(self, topic: str, name: str, body: bytes) -> Staged:
         """Write `body` beside the topic's retained message, which stays until `replace`
@@ -98,17 +110,49 @@ class RetainedStore:
     def get(self, topic: str) -> Retained | None:
         return _load(self._path(topic))
 
+    def matching(self, wanted: Callable[[str], bool]) -> Iterator[Retained]:
+        """The retained messages of the topics `wanted` takes, each read when it is reached.
+        One listing of the folder, and a read of each file that matches, or whose topic is not
+        known yet (20,000 topics: 20,000 reads the first time, then one per match)."""
+        known = self._topics
+        listed: dict[str, str] = {}
+        with contextlib.suppress(FileNotFoundError), os.scandir(self._dir) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                topic = known.get(entry.name)
+                if topic is not None:
+                    listed[entry.name] = topic
+                    if not wanted(topic):
+                        continue
+                retained = _load(entry.path)  # None: deleted since the listing, or damaged
+                if retained is None:
+                    continue
+                if _file_name(retained.topic) == entry.name:  # else not put there by a publish
+                    listed[entry.name] = retained.topic
+                if wanted(retained.topic):
+                    yield retained
+        self._topics = listed  # the names gone since are forgotten
+
     def remove_if(self, stale: Callable[[Retained], bool]) -> int:
         """Delete each retained message `stale` says so of (an expired one): how many. One
         that a publisher, of this process or another, puts in place meanwhile stays."""
         removed = 0
+        listed: dict[str, str] = {}
         with contextlib.suppress(FileNotFoundError), os.scandir(self._dir) as entries:
             for entry in entries:
                 if entry.name.startswith("."):
                     continue
                 retained = _load(entry.path)
-                if retained is not None and stale(retained):
+                if retained is None:
+                    continue
+                if stale(retained):
                     removed += self._remove_stale(entry.path, stale)
+                elif _file_name(retained.topic) == entry.name:
+                    listed[entry.name] = retained.topic
+        # Each topic read, known: a server's first wildcard SUBSCRIBE after its start-up sweep
+        # reads only the files it sends.
+        self._topics = listed
         # No flush, even under `always`: one that a power cut brings back is stale still,
         # never sent, and deleted again.
         return removed
@@ -138,13 +182,9 @@ class RetainedStore:
             _unlink_quietly(aside)
         return removed
 
-    def __iter__(self) -> Iterator[Retained]:
-        with contextlib.suppress(FileNotFoundError), os.scandir(self._dir) as entries:
-            for entry in entries:
-                if not entry.name.startswith("."):
-                    retained = _load(entry.path)
-                    if retained is not None:
-                        yield retained
+
+def _file_name(topic: str) -> str:
+    return hashlib.sha256(topic.encode()).hexdigest()
 
 
 def _load(path: str) -> Retained | None:

@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmq.core.topics import TopicFilter, matches, parse_filter, validate_filter, validate_topic
+from boxmq.core.topics import (
+    TopicFilter,
+    matcher,
+    matches,
+    parse_filter,
+    validate_filter,
+    validate_topic,
+)
 from boxmq.errors import InvalidArgument, InvalidTopic
 
 # (filter, topic, matches?) — the examples of MQTT 5.0 §4.7.1 and §4.7.2, and a few more.
@@ -49,6 +56,7 @@ def test_matches_the_spec_examples(filter: str, topic: str, expected: bool) -> N
     validate_filter(filter)
     validate_topic(topic)
     assert matches(filter, topic) is expected
+    assert matcher(filter)(topic) is expected
 
 
 @pytest.mark.parametrize(
@@ -196,3 +204,22 @@ def test_every_filter_round_trips(levels: list[str], hash_: bool, group: str) ->
     except InvalidTopic:
         return
     assert parse_filter(str(shared)) == shared
+
+
+# Levels that a regular expression would take for something else, and '$' first or not.
+TRICKY = ["", "a", "$SYS", "$", ".", "a.b", "*", "[a]", "\\", "\n", "ü"]
+
+
+@given(
+    st.lists(st.sampled_from([*TRICKY, "+"]), max_size=4),
+    st.booleans(),
+    st.lists(st.lists(st.sampled_from(TRICKY), min_size=1, max_size=5).map(_topic), max_size=8),
+)
+def test_matcher_agrees_with_the_reference_matcher(
+    levels: list[str], hash_: bool, topics: list[str]
+) -> None:
+    filter = _topic([*levels, "#"] if hash_ else levels) or "#"
+    compiled = matcher(validate_filter(filter))
+    for topic in filter.replace("+", "x").replace("#", "y"), *topics:
+        if topic:
+            assert compiled(topic) is matches(filter, topic), (filter, topic)

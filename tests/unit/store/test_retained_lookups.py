@@ -1,0 +1,107 @@
+"""A SUBSCRIBE reads only the retained files it may send, and never an old message: an exact
+topic its one file, a wildcard the files of the topics it matches (their topics known from an
+earlier listing), whatever another process replaced or deleted since."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import boxmq
+from boxmq.store.retained import RETAINED_DIR
+
+_opened: list[str] | None = None  # the paths opened while `_retained_opens` records
+
+
+def _audit(event: str, args: tuple[object, ...]) -> None:
+    if _opened is not None and event == "open" and RETAINED_DIR in str(args[0]):
+        _opened.append(str(args[0]))
+
+
+sys.addaudithook(_audit)  # for good (a hook cannot be removed): it records only when asked
+
+
+@contextmanager
+def _retained_opens() -> Iterator[list[str]]:
+    """The retained files opened (the real `open` calls, counted by Python's audit hook)."""
+    global _opened
+    _opened = []
+    try:
+        yield _opened
+    finally:
+        _opened = None
+
+
+def _bodies(subscriber: boxmq.Subscriber) -> dict[str, bytes]:
+    """The retained messages a memory subscription got, by topic."""
+    got = {}
+    while (message := subscriber.receive(timeout=0)) is not None:
+        assert message.topic is not None
+        got[message.topic] = message.body
+    subscriber.close()
+    return got
+
+
+def _twenty(box: boxmq.Box) -> None:
+    for n in range(20):
+        box.publish(f"dev/{n}/status", f"on {n}", retain=True)
+
+
+def test_an_exact_topic_opens_its_one_file(tmp_path: Path) -> None:
+    with boxmq.open(tmp_path, fsync="never") as box:
+        _twenty(box)
+        with _retained_opens() as opened:
+            got = _bodies(box.subscribe("dev/7/status", "m", durable=False))
+        assert got == {"dev/7/status": b"on 7"}
+        assert len(opened) == 1
+        with _retained_opens() as opened:
+            box.subscribe("dev/8/status", "d").close()  # a durable one: its copy on disk
+        assert len(opened) == 1
+        with _retained_opens() as opened:
+            assert _bodies(box.subscribe("dev/99/status", "m", durable=False)) == {}
+        assert len(opened) == 1  # not found
+
+
+def test_a_wildcard_opens_the_files_it_matches_once_their_topics_are_known(
+    tmp_path: Path,
+) -> None:
+    with boxmq.open(tmp_path, fsync="never") as box:
+        _twenty(box)
+        with _retained_opens() as opened:
+            assert len(_bodies(box.subscribe("dev/+/status", "m", durable=False))) == 20
+        assert len(opened) == 20  # the first look reads each
+        with _retained_opens() as opened:
+            got = _bodies(box.subscribe("dev/3/+", "m", durable=False))
+        assert got == {"dev/3/status": b"on 3"}
+        assert len(opened) == 1
+        with _retained_opens() as opened:
+            assert _bodies(box.subscribe("other/#", "m", durable=False)) == {}
+        assert opened == []
+
+
+_OTHER_PROCESS = """
+import sys, boxmq
+with boxmq.open(sys.argv[1], fsync="never") as box:
+    box.publish("dev/3/status", "off 3", retain=True)  # replaced
+    box.publish("dev/4/status", "", retain=True)  # deleted
+    box.publish("dev/40/status", "on 40", retain=True)  # new
+"""
+
+
+def test_what_another_process_replaced_or_deleted_is_seen(tmp_path: Path) -> None:
+    with boxmq.open(tmp_path, fsync="never") as box:
+        _twenty(box)
+        assert len(_bodies(box.subscribe("dev/+/status", "m", durable=False))) == 20
+        subprocess.run([sys.executable, "-c", _OTHER_PROCESS, str(tmp_path)], check=True)
+        got = _bodies(box.subscribe("dev/+/status", "m", durable=False))
+        assert len(got) == 20
+        assert (got["dev/3/status"], got["dev/40/status"]) == (b"off 3", b"on 40")
+        assert "dev/4/status" not in got
+        assert _bodies(box.subscribe("dev/3/+", "m", durable=False)) == {"dev/3/status": b"off 3"}
+        assert _bodies(box.subscribe("dev/4/+", "m", durable=False)) == {}
+        assert _bodies(box.subscribe("dev/3/status", "m", durable=False)) == {
+            "dev/3/status": b"off 3"
+        }
