@@ -970,8 +970,11 @@ class Topics:
     def _send_retained(self, parsed: TopicFilter, dropbox: Dropbox, granted: QoS) -> None:
         """A new plain subscription gets the retained messages it matches (§3.3.1.3)."""
         moves = []
+        now = self._clock.now()
         for retained in self._matching_retained(parsed):
             envelope, _ = decode_lenient(retained.name)
+            if envelope.expired(now):
+                continue  # never sent (MQTT 5.0 §3.3.2.3.3): a copy would only expire there
             envelope = envelope.with_property(RETAINED, PropertyType.BOOLEAN, True)
             qos = min(_qos(envelope.property_value(QOS)), granted)
             envelope = _at(envelope.without_property(QOS), QoS(qos))

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import boxmq
+from boxmq.clock import ManualClock
 from boxmq.store.retained import RETAINED_DIR
 
 _opened: list[str] | None = None  # the paths opened while `_retained_opens` records
@@ -105,3 +106,17 @@ def test_what_another_process_replaced_or_deleted_is_seen(tmp_path: Path) -> Non
         assert _bodies(box.subscribe("dev/3/status", "m", durable=False)) == {
             "dev/3/status": b"off 3"
         }
+
+
+def test_an_expired_retained_message_is_not_copied_to_a_new_durable_subscription(
+    tmp_path: Path,
+) -> None:
+    clock = ManualClock()
+    with boxmq.open(tmp_path, fsync="never", clock=clock) as box:
+        box.publish("dev/1/status", "on", retain=True, expires_in=10)
+        box.publish("dev/2/status", "on", retain=True)
+        clock.advance(11)
+        for filter, copied in (("dev/1/status", 0), ("dev/+/status", 1)):  # dev/2's
+            box.subscribe(filter, "d").close()
+            counts = box.subscription(filter, "d").counts()
+            assert (counts.ready, counts.expired) == (copied, 0)  # none made to expire there
