@@ -4,15 +4,20 @@ message at every sweep (or every look) showed only as time on a big one."""
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import boxmq
+from boxmq.client import box as box_module
 from boxmq.client import sweeps
 from boxmq.client.lifecycle import envelope_of as decode
 from boxmq.model import Envelope
+from boxmq.store.dropbox import Dropbox, Entry
+from boxmq.store.layout import State
 
 
 def test_a_sweep_decodes_only_the_names_whose_expiration_may_be_due(
@@ -38,3 +43,37 @@ def test_a_sweep_decodes_only_the_names_whose_expiration_may_be_due(
         assert box.sweep()["jobs"].expired == 4
         assert jobs.counts().ready == 2001
     assert len(decoded) == 4  # the three due and the script's; not the 2001 others
+
+
+def test_a_big_target_is_looked_through_for_expirations_in_proportion_to_its_size(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looked: list[str] = []
+    real = Dropbox.scan
+
+    def scan(self: Dropbox, state: State, strays: list[str] | None = None) -> Iterator[Entry]:
+        if state is State.TARGET:
+            looked.append(os.path.basename(self.path))
+        return real(self, state, strays)
+
+    monkeypatch.setattr(Dropbox, "scan", scan)
+    # 3,000 names as 300,000 are at the real rate: looked through every 3 s, not every sweep.
+    monkeypatch.setattr(box_module, "EXPIRY_NAMES_PER_SECOND", 1000)
+    clock = boxmq.ManualClock(time.time())
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        box.queue("jobs").put_many([b"x"] * 2999)
+        box.queue("jobs").put(b"soon", expires_in=0.5)
+        box.queue("small").put(b"soon", expires_in=0.5)
+        assert box.sweep()["jobs"].looked == 3000
+        small = []
+        for _ in range(5):
+            clock.advance(0.5)
+            reports = box.sweep()
+            assert reports["jobs"].expired == 0
+            small.append(reports["small"].expired)
+        assert small == [1, 0, 0, 0, 0]  # a small target/ is looked through at every sweep
+        assert looked.count("jobs") == 1
+        assert looked.count("small") == 6
+        clock.advance(0.5)
+        assert box.sweep()["jobs"].expired == 1  # 3 s after the last look
+        assert looked.count("jobs") == 2
