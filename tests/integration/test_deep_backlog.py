@@ -13,6 +13,7 @@ import pytest
 
 import boxmq
 from boxmq.client import box as box_module
+from boxmq.client import queue as queue_module
 from boxmq.client import sweeps
 from boxmq.client.lifecycle import envelope_of as decode
 from boxmq.model import Envelope
@@ -77,3 +78,25 @@ def test_a_big_target_is_looked_through_for_expirations_in_proportion_to_its_siz
         clock.advance(0.5)
         assert box.sweep()["jobs"].expired == 1  # 3 s after the last look
         assert looked.count("jobs") == 2
+
+
+def test_peek_with_a_limit_stats_only_the_messages_it_shows(
+    root: Path, box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = box.queue("jobs")
+    ids = jobs.put_many([b"x"] * 2000)
+    urgent = jobs.put(b"urgent", priority=9)
+    (root / "jobs" / "target" / "4.script-1.T").write_bytes(b"abc")  # no time: mtime
+    stated: list[str] = []
+    real = queue_module._status
+
+    def status(path: str) -> os.stat_result | None:
+        stated.append(path)
+        return real(path)
+
+    monkeypatch.setattr(queue_module, "_status", status)
+    shown = jobs.peek(limit=3)
+    assert [peeked.envelope.message_id for peeked in shown] == [urgent, ids[0], ids[1]]
+    assert [peeked.size for peeked in shown] == [6, 1, 1]
+    assert len(stated) == 1 + 3  # the script's file, for its order; then the three shown
+    assert len(jobs.peek()) == 2002

@@ -5,8 +5,9 @@ from __future__ import annotations
 import heapq
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TypeAlias
 
 from boxmq.client import mqtt_fields
 from boxmq.client.body import body_bytes
@@ -465,21 +466,41 @@ class Queue:
             # Sliced with it, -1 would drop the last message and 0 show none: say so instead.
             raise InvalidArgument(f"limit must be None or an int >= 1, not {limit!r}")
         state = state_of(state)
-        seen: list[tuple[int, float, str, Peeked]] = []
-        for entry in self._box.scan(state):
-            name, lock = split_lock(entry.name) if state is State.PROCESSING else (entry.name, None)
-            envelope = envelope_of(name)
-            status = _status(entry.path)
-            if status is not None:
-                holder, deadline = (lock.owner, lock.deadline_ms / 1000) if lock else (None, None)
-                by_get = lock is not None and lock.token == GET_TOKEN
-                peeked = Peeked(envelope, status.st_size, state, holder, self._v5, deadline, by_get)
+
+        def rows() -> Iterator[_PeekRow]:
+            for entry in self._box.scan(state):
+                name, lock = (
+                    split_lock(entry.name) if state is State.PROCESSING else (entry.name, None)
+                )
+                envelope = envelope_of(name)
+                status = None
+                if (stamp := envelope.timestamp) is not None:
+                    sequence = stamp / 1000
+                elif (status := _status(entry.path)) is not None:
+                    sequence = status.st_mtime
+                else:
+                    continue  # gone since the listing
                 # Within a priority as a consumer takes them (_ready_in_order).
-                sequence = _sequence(entry.path, envelope, status)
-                seen.append((-envelope.priority, sequence, name, peeked))
-        seen.sort(key=lambda row: row[:3])
-        ordered = [row[3] for row in seen]
-        return ordered[:limit] if limit is not None else ordered
+                yield (-envelope.priority, sequence, name), entry.path, envelope, lock, status
+
+        # With a limit, only that many rows are kept as the folder is read, and only the
+        # files shown are stat'ed for their size: `boxmq peek --limit 10` on 300,000 ready
+        # messages held and stat'ed all of them (3.5 s, 180 MB).
+        chosen = (
+            sorted(rows(), key=_peek_order)
+            if limit is None
+            else heapq.nsmallest(limit, rows(), key=_peek_order)
+        )
+        peeked = []
+        for _, path, envelope, lock, status in chosen:
+            if status is None and (status := _status(path)) is None:
+                continue  # gone since the listing
+            holder, deadline = (lock.owner, lock.deadline_ms / 1000) if lock else (None, None)
+            by_get = lock is not None and lock.token == GET_TOKEN
+            peeked.append(
+                Peeked(envelope, status.st_size, state, holder, self._v5, deadline, by_get)
+            )
+        return peeked
 
     def purge(self, *, state: State | str = State.TARGET) -> int:
         """Delete every message in one state folder; how many were deleted."""
@@ -553,17 +574,24 @@ def counts_of(box: Dropbox) -> QueueCounts:
     )
 
 
-def _sequence(path: str, envelope: Envelope, status: os.stat_result | None = None) -> float:
+def _sequence(path: str, envelope: Envelope) -> float:
     """What orders the message within its priority: its id's time, else (a name a script
-    wrote) the file's mtime, from `status` when the caller has the file's already."""
+    wrote) the file's mtime."""
     if (stamp := envelope.timestamp) is not None:
         return stamp / 1000
-    if status is not None:
-        return status.st_mtime
     try:
         return os.stat(path).st_mtime
     except FileNotFoundError:
         return 0.0
+
+
+_PeekRow: TypeAlias = tuple[
+    tuple[int, float, str], str, Envelope, Lock | None, os.stat_result | None
+]
+
+
+def _peek_order(row: _PeekRow) -> tuple[int, float, str]:
+    return row[0]
 
 
 def _status(path: str) -> os.stat_result | None:
