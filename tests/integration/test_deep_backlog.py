@@ -100,3 +100,29 @@ def test_peek_with_a_limit_stats_only_the_messages_it_shows(
     assert [peeked.size for peeked in shown] == [6, 1, 1]
     assert len(stated) == 1 + 3  # the script's file, for its order; then the three shown
     assert len(jobs.peek()) == 2002
+
+
+def test_a_sweep_decodes_no_name_of_a_lock_held_in_time(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decoded: list[str] = []
+
+    def envelope_of(name: str) -> Envelope:
+        decoded.append(name)
+        return decode(name)
+
+    monkeypatch.setattr(sweeps, "envelope_of", envelope_of)
+    clock = boxmq.ManualClock(time.time())
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        jobs = box.queue("jobs")
+        jobs.put_many([b"x"] * 2000)
+        with jobs.consumer("w", max_in_flight=2000, lock_timeout=60) as consumer:
+            held = consumer.receive_ready()
+            assert len(held) == 2000
+            # Another process's sweep: none of these locks is its own.
+            with boxmq.open(root, fsync="never", clock=clock) as other:
+                assert other.sweep()["jobs"].released == 0
+                assert decoded == []
+                clock.advance(61)
+                assert other.sweep()["jobs"].released == 2000
+                assert len(decoded) == 2000

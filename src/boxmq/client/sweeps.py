@@ -81,8 +81,17 @@ def release_stale_locks(
     """Release timed-out and orphaned locks; (released, dead-lettered). Skips our live leases."""
     released = dead = 0
     alive: dict[str, bool | None] = {}  # token -> its process lives: /proc read once per token
+    now_ms = now * 1000
     for entry in box.scan(State.PROCESSING):
         name, lock = split_lock(entry.name)
+        if (
+            lock is not None
+            and lock.deadline_ms > now_ms
+            and (not lock.token or _alive(alive, lock.token) is not False)
+        ):
+            # Held, in time, by a live process (or by none): most locks, left at every sweep
+            # without decoding their names (100,000 locks of a consumer took a second there).
+            continue
         envelope = envelope_of(name)
         if lock is not None and lock.token == own_token and envelope.message_id in own_ids:
             continue  # ours, and our engine's timer watches it
@@ -91,13 +100,11 @@ def release_stale_locks(
             if age is None or age < limits.foreign_lock_timeout:
                 continue
             why, holder = "lock without owner timed out", None
-        elif lock.deadline_ms <= now * 1000:
+        elif lock.deadline_ms <= now_ms:
             why, holder = f"lock of {lock.owner!r} timed out", lock.owner
-        elif lock.token and _alive(alive, lock.token) is False:
+        else:  # its process died (skipped above otherwise)
             # Gone, not declining it: nobody is passed over (effects.Release.passed_over).
             why, holder = f"process of {lock.owner!r} is gone", None
-        else:
-            continue
         if (unfit := unusable(name)) is not None:
             # Not UTF-8 (or too long to lock again): no name can carry its delivery count, and
             # no consumer could take it. Kept as it is, where people look.
