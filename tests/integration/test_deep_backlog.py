@@ -16,7 +16,8 @@ from boxmq.client import box as box_module
 from boxmq.client import queue as queue_module
 from boxmq.client import sweeps
 from boxmq.client.lifecycle import envelope_of as decode
-from boxmq.model import Envelope
+from boxmq.model import ConsumerId, Envelope
+from boxmq.store import names
 from boxmq.store.dropbox import Dropbox, Entry
 from boxmq.store.layout import State
 
@@ -126,3 +127,25 @@ def test_a_sweep_decodes_no_name_of_a_lock_held_in_time(
                 clock.advance(61)
                 assert other.sweep()["jobs"].released == 2000
                 assert len(decoded) == 2000
+
+
+def test_the_owner_of_many_locks_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    checked: list[str] = []
+    real = names.check_consumer_name
+
+    def check_consumer_name(name: str, what: str = "consumer name") -> ConsumerId:
+        checked.append(name)
+        return real(name, what)
+
+    monkeypatch.setattr(names, "check_consumer_name", check_consumer_name)
+    names._lock_owner.cache_clear()
+    locks = [
+        names.split_lock(f"4.{index}.T@worker%20{index % 3}@1796000000000@tok")[1]
+        for index in range(2000)
+    ]
+    assert {lock.owner for lock in locks if lock is not None} == {
+        "worker 0",
+        "worker 1",
+        "worker 2",
+    }
+    assert len(checked) == 3

@@ -510,11 +510,20 @@ def split_lock(name: str) -> tuple[str, Lock | None]:
         return name, None
     if len(deadline) > len(str(_MAX_DEADLINE)) or not _TOKEN.fullmatch(token):
         return name, None
-    try:
-        consumer = check_consumer_name(_unquote(owner, "owner"))
-    except (MalformedName, InvalidName):
+    if (consumer := _lock_owner(owner)) is None:
         return name, None  # not our suffix: e.g. a DropboxMQ consumer's file, or a shell script's
     return base, Lock(consumer, int(deadline), token)
+
+
+@functools.lru_cache(maxsize=4096)
+def _lock_owner(encoded: str) -> ConsumerId | None:
+    """The consumer a lock suffix names, None if it names none. The locks of a folder name
+    few consumers, and a sweep reads every lock in processing/ each second: each owner is
+    decoded and checked once, not once per lock."""
+    try:
+        return check_consumer_name(_unquote(encoded, "owner"))
+    except (MalformedName, InvalidName):
+        return None
 
 
 # --- destination directories ---------------------------------------------------------------
