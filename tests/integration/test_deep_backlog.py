@@ -4,6 +4,7 @@ message at every sweep (or every look) showed only as time on a big one."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -149,3 +150,28 @@ def test_the_owner_of_many_locks_is_decoded_once(monkeypatch: pytest.MonkeyPatch
         "worker 2",
     }
     assert len(checked) == 3
+
+
+def test_many_locks_timing_out_at_once_log_a_hundred_lines_and_a_count(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = boxmq.ManualClock(time.time())
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        jobs = box.queue("jobs")
+        jobs.put_many([b"x"] * 500)
+        with jobs.consumer("w", max_in_flight=500, lock_timeout=60) as consumer:
+            assert len(consumer.receive_ready()) == 500
+            with boxmq.open(root, fsync="never", clock=clock) as other:
+                clock.advance(61)
+                with caplog.at_level(logging.DEBUG, logger="boxmq.sweep"):
+                    assert other.sweep()["jobs"].released == 500
+    told = [r for r in caplog.records if r.name == "boxmq.sweep" and r.levelno >= logging.INFO]
+    assert len(told) == 101
+    assert (
+        told[-1]
+        .getMessage()
+        .endswith(
+            "400 more lock(s) released or sent to error/ in this sweep, each logged at DEBUG (-v)"
+        )
+    )
+    assert sum("redelivering" in r.getMessage() for r in caplog.records) == 500

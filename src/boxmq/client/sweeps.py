@@ -45,6 +45,8 @@ log = logging.getLogger("boxmq.sweep")
 # sweep under 20,000, every 20 s for 400,000: a name costs about 1 us to read and check).
 EXPIRY_NAMES_PER_SECOND: Final = 20_000
 
+_TOLD_EACH: Final = 100  # the releases of one sweep of a folder logged one by one at their level
+
 
 @dataclass(frozen=True, slots=True)
 class SweepLimits:
@@ -82,6 +84,7 @@ def release_stale_locks(
     released = dead = 0
     alive: dict[str, bool | None] = {}  # token -> its process lives: /proc read once per token
     now_ms = now * 1000
+    tell = _Teller()
     for entry in box.scan(State.PROCESSING):
         name, lock = split_lock(entry.name)
         if (
@@ -110,7 +113,7 @@ def release_stale_locks(
             # no consumer could take it. Kept as it is, where people look.
             if box.move(State.PROCESSING, entry.name, State.ERROR, name):
                 dead += 1
-                log.error("%s: %s; its name is %s: to error/", shown(name), why, unfit)
+                tell(logging.ERROR, "%s: %s; its name is %s: to error/", shown(name), why, unfit)
             continue
         count = envelope.delivery_count + 1
         new, lost = released_or_dead(
@@ -135,13 +138,47 @@ def release_stale_locks(
                     if lost == "max-deliveries"
                     else "its name cannot carry one more delivery"
                 )
-                log.warning("%s: %s; %s: to error/", envelope.message_id, why, said)
+                tell(logging.WARNING, "%s: %s; %s: to error/", envelope.message_id, why, said)
             continue
         assert new is not None  # released_or_dead gives the one or the other
         if box.move(State.PROCESSING, entry.name, State.TARGET, new):
             released += 1
-            log.info("%s: %s; redelivering (delivery %d)", envelope.message_id, why, count + 1)
+            tell(
+                logging.INFO,
+                "%s: %s; redelivering (delivery %d)",
+                envelope.message_id,
+                why,
+                count + 1,
+            )
+    tell.summary(box.path)
     return released, dead
+
+
+class _Teller:
+    """Tells the releases of one sweep of a folder one by one, the first `_TOLD_EACH` of
+    them at their level and the rest at DEBUG (`-v`), counted in one line at the end:
+    100,000 locks that timed out at once wrote 100,000 lines to the log in one sweep."""
+
+    def __init__(self) -> None:
+        self.told = 0
+        self.worst = logging.DEBUG  # the highest level among those not told at their own
+
+    def __call__(self, level: int, message: str, *args: object) -> None:
+        self.told += 1
+        if self.told > _TOLD_EACH:
+            self.worst = max(self.worst, level)
+            level = logging.DEBUG
+        log.log(level, message, *args)
+
+    def summary(self, folder: str) -> None:
+        if self.told > _TOLD_EACH:
+            log.log(
+                self.worst,
+                "%s: %d more lock(s) released or sent to error/ in this sweep, each logged "
+                "at DEBUG (-v)",
+                folder,
+                self.told - _TOLD_EACH,
+            )
 
 
 def release_locks_of(box: Dropbox, holder: ConsumerId) -> int:
