@@ -14,13 +14,14 @@ import pytest
 
 import boxmq
 from boxmq.client import box as box_module
+from boxmq.client import live_queue, sweeps
 from boxmq.client import queue as queue_module
-from boxmq.client import sweeps
 from boxmq.client.lifecycle import envelope_of as decode
 from boxmq.model import ConsumerId, Envelope
 from boxmq.store import names
 from boxmq.store.dropbox import Dropbox, Entry
 from boxmq.store.layout import State
+from boxmq.store.watch import PollingWatcher
 
 
 def test_a_sweep_decodes_only_the_names_whose_expiration_may_be_due(
@@ -175,3 +176,36 @@ def test_many_locks_timing_out_at_once_log_a_hundred_lines_and_a_count(
         )
     )
     assert sum("redelivering" in r.getMessage() for r in caplog.records) == 500
+
+
+def test_a_watcher_asking_for_a_rescan_at_every_look_reads_a_big_target_in_proportion(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # inotify's queue overflowing at every read (another process draining the same deep
+    # queue), or a polling timer that is always due: the watcher says "rescan" each time.
+    monkeypatch.setattr(live_queue, "watch", lambda directory, **_: PollingWatcher(0.0))
+    # 3,000 names as 60,000 are at the real rate: read again after 3 s, not at every look.
+    monkeypatch.setattr(live_queue, "RESCAN_NAMES_PER_SECOND", 1000)
+    looked: list[str] = []
+    real = Dropbox.scan
+
+    def scan(self: Dropbox, state: State, strays: list[str] | None = None) -> Iterator[Entry]:
+        if state is State.TARGET:
+            looked.append(os.path.basename(self.path))
+        return real(self, state, strays)
+
+    monkeypatch.setattr(Dropbox, "scan", scan)
+    clock = boxmq.ManualClock(time.time())
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        jobs = box.queue("jobs")
+        jobs.put_many([b"x"] * 3000)
+        with jobs.consumer("w") as consumer:
+            for _ in range(50):
+                clock.advance(0.01)  # past watch_interval: each receive looks at the watcher
+                message = consumer.receive(timeout=0)
+                assert message is not None
+                message.ack()
+            assert looked.count("jobs") == 1
+            clock.advance(2.6)  # 3 s after the first read
+            assert consumer.receive(timeout=0) is not None
+            assert looked.count("jobs") == 2

@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from boxmq.client.lifecycle import (
     dead_name,
@@ -88,6 +88,12 @@ class LiveOptions:
     keep_processed: bool = True  # ack moves to processed/ (else: deletes)
 
 
+# The names of target/ that one second between two reads of the whole folder pays for, when
+# the watcher asks for a rescan (inotify's queue overflowed, or the polling timer): at its
+# every look under 5,000 names, every 15 s for 300,000 (a name costs a few us to read, set
+# and compare).
+RESCAN_NAMES_PER_SECOND: Final = 20_000
+
 # Releases worth a line in the log: the holder did not give the message back itself.
 _TOLD = frozenset({ReleaseReason.TIMED_OUT, ReleaseReason.OWNER_GONE})
 
@@ -136,6 +142,9 @@ class LiveQueue:
         self._behind: set[MessageId] = set()
         self._outliving: set[ConsumerId] = set()  # consumers whose locks name no process
         self._next_scan = 0.0
+        # The earliest a watcher's "rescan" (inotify's queue overflowed, or polling's timer)
+        # reads target/ again: later for a big folder (see _scan).
+        self._rescan_after = 0.0
         self._next_sweep = 0.0
         self._closed = False
         self._forked = False  # abandoned in a forked child: every use is refused
@@ -683,11 +692,18 @@ class LiveQueue:
         return None if moved is None else moved[0]
 
     def _scan(self, now: float) -> None:
-        self._next_scan = now + self._options.rescan_interval
         self._sent.clear()
         self._behind.clear()  # what still waits is put back by its offer below
         strays: list[str] = []
         present = {entry.name for entry in self._box.scan(State.TARGET, strays)}
+        # A folder of N names is read again no sooner than N / RESCAN_NAMES_PER_SECOND s
+        # after this read, whatever asks: another process draining 300,000 messages beside
+        # this one overflowed inotify's queue while this one read them (2.5 s), and the
+        # watcher's "rescan" then made each receive read them again (polling's timer did, on
+        # its own, every 0.25 s). Meanwhile names another process took are found gone at
+        # their claim (a rename that finds nothing), and new ones wait for the next read.
+        self._rescan_after = now + len(present) / RESCAN_NAMES_PER_SECOND
+        self._next_scan = max(now + self._options.rescan_interval, self._rescan_after)
         set_aside_strays(self._box, self.name, strays)
         for name in self._known.keys() - present:
             self._engine.withdraw(self._known.pop(name).message_id)
@@ -731,7 +747,7 @@ class LiveQueue:
 
     def _absorb(self, changes: Changes) -> None:
         if changes.everything:
-            self._next_scan = 0.0
+            self._next_scan = min(self._next_scan, self._rescan_after)
             self._sent.clear()
             return
         known = self._known
