@@ -209,3 +209,40 @@ def test_a_watcher_asking_for_a_rescan_at_every_look_reads_a_big_target_in_propo
             clock.advance(2.6)  # 3 s after the first read
             assert consumer.receive(timeout=0) is not None
             assert looked.count("jobs") == 2
+
+
+def test_claims_lost_to_another_process_on_stale_news_lead_to_a_read_of_target(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The news of what another process took is lost (inotify's queue overflowed), and the
+    # next read is far off (3,000 names as 60,000 are at the real rate).
+    monkeypatch.setattr(live_queue, "watch", lambda directory, **_: PollingWatcher(0.0))
+    monkeypatch.setattr(live_queue, "RESCAN_NAMES_PER_SECOND", 1000)
+    lost: list[str] = []
+    real = Dropbox.claim
+
+    def claim(self: Dropbox, name: str, locked: str) -> str | None:
+        taken = real(self, name, locked)
+        if taken is None:
+            lost.append(name)
+        return taken
+
+    monkeypatch.setattr(Dropbox, "claim", claim)
+    clock = boxmq.ManualClock(time.time())
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        jobs = box.queue("jobs")
+        ids = jobs.put_many([b"x"] * 3000)
+        with jobs.consumer("w") as consumer:
+            first = consumer.receive(timeout=0)
+            assert first is not None
+            assert first.id == ids[0]
+            first.ack()
+            with boxmq.open(root, fsync="never", clock=clock) as other:
+                taker = other.queue("jobs").consumer("t", max_in_flight=2000)
+                assert len(taker.receive_ready()) == 2000
+                clock.advance(0.01)
+                following = consumer.receive(timeout=0)
+                assert following is not None
+                assert following.id == ids[2001]
+                taker.close()
+    assert len(lost) < 200  # a 16th of the names known, then a read; not the 2,000 taken

@@ -94,6 +94,11 @@ class LiveOptions:
 # and compare).
 RESCAN_NAMES_PER_SECOND: Final = 20_000
 
+# A read of target/ is due once the claims lost since the last one pass 1/16 of the names
+# known (and 16): a lost claim (a rename that finds nothing, then the next dispatch) costs
+# Python about what reading 16 names does.
+_LOST_PER_READ: Final = 16
+
 # Releases worth a line in the log: the holder did not give the message back itself.
 _TOLD = frozenset({ReleaseReason.TIMED_OUT, ReleaseReason.OWNER_GONE})
 
@@ -145,6 +150,7 @@ class LiveQueue:
         # The earliest a watcher's "rescan" (inotify's queue overflowed, or polling's timer)
         # reads target/ again: later for a big folder (see _scan).
         self._rescan_after = 0.0
+        self._lost = 0  # claims lost to other processes since the last read of target/
         self._next_sweep = 0.0
         self._closed = False
         self._forked = False  # abandoned in a forked child: every use is refused
@@ -703,6 +709,7 @@ class LiveQueue:
         # its own, every 0.25 s). Meanwhile names another process took are found gone at
         # their claim (a rename that finds nothing), and new ones wait for the next read.
         self._rescan_after = now + len(present) / RESCAN_NAMES_PER_SECOND
+        self._lost = 0
         self._next_scan = max(now + self._options.rescan_interval, self._rescan_after)
         set_aside_strays(self._box, self.name, strays)
         for name in self._known.keys() - present:
@@ -908,6 +915,13 @@ class LiveQueue:
         processing = self._box.claim(message.key, locked)
         if processing is None:
             self._engine.claim_lost(message.message_id)
+            self._lost += 1
+            if self._lost > max(_LOST_PER_READ, len(self._known) // _LOST_PER_READ):
+                # What we know of target/ is stale (its news was lost: see _scan), and the
+                # claims failing one by one on names another process took cost more than a
+                # read of the folder: two processes draining 300,000 messages, one lost 188,000
+                # claims for 1,500 won. Read it at the next look.
+                self._next_scan = 0.0
             # A file of its id may wait in target/ behind the name that was lost (another
             # process took that name and gave the message back under a new one before we
             # looked): offered at the look that follows, not at the next full rescan.
