@@ -9,6 +9,14 @@ timed again from their records (`resume_expiries`): the timers of the process be
 with it.
 
 Invariants:
+- A session away is counted (its end and its Will's delay timed) by one broker of its host
+  that runs: the one its record names (SessionRecord.counter), which holds it in memory
+  (`server`) or took it on (`counted_by`): at its start, from a broker that died (a sweep),
+  or at its client's CONNECT. A broker that takes one on writes its record so first, under
+  the claim (`_claim`) on it, read again under it. A start takes on only the sessions no
+  broker that runs counts (`_uncounted`), and a sweep those whose counter died: a start
+  that counted every session away, and a sweep that passed over those no broker held,
+  sent a Will twice (both it and the broker keeping the session), or never.
 - One step of an end on disk that fails (a full or failing disk) is logged, and the next one
   is done all the same (`session_end_step`).
 - A session found on disk at start ends only if its client has not come back since (here, or
@@ -18,16 +26,18 @@ Invariants:
   broker that died, or that one's restart did, and counts it), is let go from memory, not
   ended (`let_go`), its subscriptions, messages awaiting PUBREL, record and locks left to
   that broker (`moved_on`).
-- A CONNECT that finds its session's record naming a broker of this host that died takes
-  it on as a restart would (`left_by_the_dead`): away since now, its Will sent when due;
-  under the same claim as a sweep (below), never waited for on the loop: held by another,
-  the CONNECT is tried again (broker._wait_for_claim).
+- A CONNECT that finds its session counted by no broker that runs (its counter of this
+  host died, or none named) takes it on as a restart would (`left_by_the_dead`): away since
+  now if its client was connected to the dead one, its Will sent when due; under the same
+  claim as a sweep (below), never waited for on the loop: held by another, the CONNECT is
+  tried again (broker._wait_for_claim).
 - So does a running broker's sweep for a session whose client never comes back
-  (`adopt_the_dead`), under a claim (an flock) that one survivor of this host holds at a
-  time; the claimer reads the record again under it, and takes it on only if it still names
-  the dead broker, writing it first as no broker's: a second survivor, or a claimer's
-  successor after it died too, finds it taken, so its Will goes out once. A session whose
-  record names a broker alive, or of another host (it cannot be told), is left alone.
+  (`adopt_the_dead`), under a claim (an flock) that one broker of this host holds at a
+  time; the claimer reads the record again under it, and takes it on only if it is still
+  counted by the dead broker, writing it first as no broker's, counted by itself: a second
+  survivor, or a claimer's successor after it died too, finds it taken, so its Will goes
+  out once. A session whose record names a broker alive, or of another host (it cannot be
+  told), is left alone; so is one that names none (an older boxmq's): a start takes it on.
 - What a session left awaiting PUBREL is discarded after the disk work of its connections
   (`after_disk_work`): a PUBREL read before the end goes on to the subscribers.
 """
@@ -112,6 +122,15 @@ def session_made(client_id: str, record: SessionRecord | None, text: str) -> boo
         text,
     )
     return False
+
+
+def _whose(record: SessionRecord) -> str:
+    """Who counted the session of `record`, which no broker that runs counts, for the log."""
+    if record.held_by is not None:
+        return "was held by a server of this host that died"
+    if record.counted_by is not None:
+        return "was counted by a server of this host that died"
+    return "was counted by no server"
 
 
 AfterDiskWork = Callable[[str, Callable[[], object], Callable[[object], None]], bool]
@@ -249,38 +268,58 @@ class Lifetimes:
         return record is not None and record.held_by != self._token
 
     def left_by_the_dead(self, record: SessionRecord | None) -> SessionRecord | Claimed | None:
-        """`record`, read for a CONNECT of its client, as this broker takes it on: if it
-        names a broker of this host that died (SIGKILL), the client's connection there
-        closed with it, unseen, and that death is counted from now, as a restart does
-        (`_away_since_restart`: written away since now); the Will of that connection, or one
-        left waiting out its delay there, goes out when due, at once if it has no delay (or
-        is overdue). One with a delay still to run is cancelled by this CONNECT, which
-        resumes the session (MQTT 5.0 §3.1.3.2.2), unless it starts clean, which sends it.
-        CLAIMED: another broker's sweep holds the claim on it (it is taking it on): the
-        caller asks again shortly, with the record read again."""
-        held = None if record is None else record.held_by
-        if held is None or held == self._token or process_alive(held) is not False:
+        """`record`, read for a CONNECT of its client, as this broker takes it on: if no
+        broker that runs counts it (`_uncounted`: the one it names, `counter`, is of this
+        host and died, or it names none), it is taken on as a restart does (`_taken_on`):
+        a connection held by a broker that died (SIGKILL) closed with it, unseen, and that
+        death is counted from now; the Will of that connection, or one left waiting out its
+        delay, goes out when due, at once if it has no delay (or is overdue). One with a
+        delay still to run is cancelled by this CONNECT, which resumes the session (MQTT
+        5.0 §3.1.3.2.2), unless it starts clean, which sends it. CLAIMED: another broker
+        holds the claim on it (its sweep, its start or a CONNECT there is taking it on):
+        the caller asks again shortly, with the record read again."""
+        if record is None or not self._uncounted(record):
             return record
-        assert record is not None
-        # Under the claim a sweep takes it on with (`_adopt`), which may have done so since
-        # the record was read. Held by a sweep now, it is not waited for on the loop: a
-        # claimer stopped (SIGSTOP) or on a slow NFS would freeze every client of this one.
-        with self._claim(record_path(self._box.root, record.client_id), held) as got:
+        counter = record.counter
+        # Under the claim a sweep or a start takes it on with (`_claim_and_take`), which may
+        # have done so since the record was read. Held by another now, it is not waited for
+        # on the loop: a claimer stopped (SIGSTOP) or on a slow NFS would freeze every client.
+        with self._claim(record_path(self._box.root, record.client_id), counter) as got:
             if got is False:
                 return CLAIMED
             current = read_record(self._box.root, record.client_id)
-            if current is None or current.held_by != held:
-                return current  # taken on by another server's sweep: away, no broker's
+            if current is None or current.counter != counter:
+                return current  # taken on by another broker: away, counted there
             now = self._clock.now()
-            away = self._away_since_restart(current, now)
-        assert away is not None  # its holder is None (it was away) or that dead broker
-        log.info(
-            "client %s: its session was held by a server of this host that died: taken over",
-            record.client_id,
-        )
+            away = self._write_taken_on(current, now)
+        log.info("client %s: its session %s: taken over", record.client_id, _whose(current))
         if away.counted.will_due is not None:
             self._wills.resume(away, now)
         return away.counted
+
+    def _uncounted(
+        self,
+        record: SessionRecord,
+        *,
+        starting: bool = False,
+        alive: dict[str, bool | None] | None = None,
+    ) -> bool:
+        """Whether no broker that runs counts the session of `record` (here or elsewhere):
+        the one it names (`SessionRecord.counter`) is of this host and died, or it names none
+        (written by a boxmq before 2026-11-30). One of another host may run: it cannot be
+        told, and counts it. `starting`: this broker counts nothing yet, and a record naming
+        its process was written by a broker before it in the same process (a test's).
+        `alive`: what is known of each token already, added to (one look per broker)."""
+        counter = record.counter
+        if counter == self._token:
+            return starting
+        if counter is None:
+            return True
+        if alive is None:
+            return process_alive(counter) is False
+        if counter not in alive:
+            alive[counter] = process_alive(counter)
+        return alive[counter] is False
 
     def let_go(self, session: Session) -> None:
         """The session lives on in another broker on this root: dropped from memory here
@@ -294,14 +333,33 @@ class Lifetimes:
             subscriber.detach()
 
     def resume_expiries(self) -> None:
-        """At start: the persistent sessions on disk end when their records say, those whose
-        time is up at once. The timers of the process before died with it; without this, a
-        session whose client never returns would collect messages on disk forever."""
+        """At start: the persistent sessions on disk that no broker that runs counts end
+        when their records say, those whose time is up at once. The timers of the process
+        before died with it; without this, a session whose client never returns would
+        collect messages on disk forever. One that a broker that runs holds (connected or
+        kept there) or counts is left to it: both sent its Will, and both ended it."""
         now = self._clock.now()
+        alive: dict[str, bool | None] = {}
         for found in read_records(self._box.root):
-            away = self._away_since_restart(found, now)
-            if away is not None:
-                self._count(away, now)
+            if self._uncounted(found, starting=True, alive=alive):
+                away = self._claim_and_take(found, now)
+                if away is not None:
+                    self._count(away, now)
+
+    def _claim_and_take(self, record: SessionRecord, now: float) -> AwayAtStart | None:
+        """At start: `record`, which no broker that runs counts, taken on (`_taken_on`)
+        under its claim, read again under it; None if another broker holds the claim (it
+        is taking it on: its sweep, its start, a CONNECT of the client there) or took it on
+        since. Where the file system keeps no flocks, taken on all the same."""
+        counter = record.counter
+        path = record_path(self._box.root, record.client_id)
+        with self._claim(path, counter) as claimed:
+            if claimed is False:
+                return None
+            current = read_record_file(path)
+            if current is None or current.counter != counter:
+                return None
+            return self._write_taken_on(current, now)
 
     def _count(self, away: AwayAtStart, now: float) -> None:
         """A session away that no timer of this broker counts yet: its Will and its end are
@@ -336,8 +394,9 @@ class Lifetimes:
         looked.add_done_callback(self._adopt_found)
 
     def _dead_held(self) -> list[tuple[str, str]]:
-        """(path, dead broker's token) of each record naming a broker of this host that died.
-        Each record is read only if written since the last look (its inode and mtime)."""
+        """(path, dead broker's token) of each record whose counter (`SessionRecord.counter`:
+        the broker holding it, or else the one that took it on) is a broker of this host that
+        died. Each record is read only if written since the last look (its inode and mtime)."""
         alive: dict[str, bool | None] = {}
         seen: dict[str, tuple[tuple[int, int], str | None]] = {}
         found: list[tuple[str, str]] = []
@@ -359,7 +418,7 @@ class Lifetimes:
                     held = known[1]
                 else:
                     record = read_record_file(entry.path)
-                    held = None if record is None else record.held_by
+                    held = None if record is None else record.counter
                 seen[entry.name] = (key, held)
                 if held is None or held == self._token:
                     continue
@@ -391,12 +450,12 @@ class Lifetimes:
         self._sweep_failing.recovered()
 
     def _adopt(self, path: str, dead: str) -> None:
-        """The session whose record is at `path` names `dead`, a broker of this host that
-        died: taken on under its claim (`_claim`), read again under it: still naming `dead`,
-        the record is written as a restart writes it (away since now, its Will due after
-        its delay, no broker's), and only then counted here. Another survivor that takes the
-        claim next reads it no longer naming `dead`, and lets it be; as does this one if
-        another took it first."""
+        """The session whose record is at `path` is counted by `dead`, a broker of this host
+        that died (it held it, or had taken it on itself): taken on under its claim
+        (`_claim`), read again under it: still counted by `dead`, the record is written as a
+        restart writes it (`_taken_on`: counted here, no broker's), and only then counted
+        here. Another survivor that takes the claim next reads it counted here, and lets it
+        be; as does this one if another took it first."""
         with self._claim(path, dead) as claimed:
             if claimed is None and not self._told_no_claim:
                 self._told_no_claim = True
@@ -409,20 +468,21 @@ class Lifetimes:
             if not claimed:
                 return
             record = read_record_file(path)
-            if record is not None and record.held_by == dead:
+            if record is not None and record.counter == dead:
                 self._take_on(record)
 
     @contextlib.contextmanager
-    def _claim(self, path: str, dead: str) -> Iterator[bool | None]:
-        """The claim on the record at `path` naming `dead`, a broker of this host that died:
-        an flock of a file named for both, which the kernel lets go of if this process dies
-        too. Yields True when held, False if another holds it (never waited for, on the
-        loop), None where the file system keeps no flocks. Named for a dead broker, whose
-        name no record takes again, the file is deleted when let go: no later claimer can
-        hold another one while the record still names that broker."""
+    def _claim(self, path: str, dead: str | None) -> Iterator[bool | None]:
+        """The claim on the record at `path` counted by `dead`, a broker of this host that
+        died (None: by none, a record of an older boxmq): an flock of a file named for both,
+        which the kernel lets go of if this process dies too. Yields True when held, False
+        if another holds it (never waited for, on the loop), None where the file system
+        keeps no flocks. Named for a dead broker, whose name no record takes again, the file
+        is deleted when let go: no later claimer can hold another one while the record
+        still names that broker (and a claimer reads the record again under it)."""
         name = os.path.basename(path)
         digest = hashlib.sha256(name.encode()).hexdigest()[:32]  # a client id's name is long
-        claim = os.path.join(os.path.dirname(path), f".dead-{dead}-{digest}")
+        claim = os.path.join(os.path.dirname(path), f".dead-{dead or 'none'}-{digest}")
         try:
             fd = os.open(claim, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
         except OSError as error:
@@ -450,8 +510,8 @@ class Lifetimes:
             os.close(fd)
 
     def _take_on(self, record: SessionRecord) -> None:
-        """`record` names a broker of this host that died: written as a restart writes it,
-        and counted here, its Will sent when due."""
+        """`record` is counted by a broker of this host that died: written as a restart
+        writes it, and counted here, its Will sent when due."""
         client_id = record.client_id
         held = self._sessions.get(client_id)
         if held is not None:
@@ -460,57 +520,48 @@ class Lifetimes:
             # A stale copy: its client moved on to the broker that died, since.
             self.let_go(held)
         now = self._clock.now()
-        if record.holder is None:  # away already, and kept there: its times stand
-            away = replace(record, server=None)
-        else:
-            away = self._restarted(record, now)
+        away = self._taken_on(record, now)
         try:
             write_record(self._box.root, away)
         except OSError as error:
             log.warning(
-                "client %s: its session was held by a server of this host that died, and is "
-                "not taken on yet: writing its record failed: %s",
+                "client %s: its session %s, and is not taken on yet: writing its record failed: %s",
                 client_id,
+                _whose(record),
                 store_failure(error),
             )
             return
-        log.info(
-            "client %s: its session was held by a server of this host that died: taken on",
-            client_id,
-        )
+        log.info("client %s: its session %s: taken on", client_id, _whose(record))
         self._count(AwayAtStart(away, record), now)
 
-    def _away_since_restart(self, record: SessionRecord, now: float) -> AwayAtStart | None:
-        """A session whose client is away; None if its client is connected to another broker
-        on this root that still runs, or may run (another host: its own)."""
-        holder = record.holder
-        if holder is None:
-            return AwayAtStart(record, record)
-        if holder != self._token and process_alive(holder) is not False:
-            return None
-        # The broker died with the client connected, so no disconnect was recorded: the network
-        # connection closed with it, and the restart is the first moment known after that (MQTT
-        # 5.0 §3.1.2.11). Written, so a second restart does not start the countdown again.
-        away = self._restarted(record, now)
+    def _write_taken_on(self, record: SessionRecord, now: float) -> AwayAtStart:
+        """`record`, which no broker that runs counts, as this one takes it on (`_taken_on`),
+        written: so that another broker, starting or sweeping, leaves it to this one, and a
+        second restart does not start the countdown again. A failed write is logged: its end
+        and its Will keep their time here all the same (AwayAtStart.found)."""
+        away = self._taken_on(record, now)
         try:
             write_record(self._box.root, away)
         except OSError as error:
-            # Its end and its Will keep their time here all the same (AwayAtStart.found);
-            # only a restart before they come would count from itself again.
             log.warning(
-                "client %s: the restart's time not written into its session record, which "
-                "still says it was connected: %s; its session still ends on time",
+                "client %s: its session record not written as counted by this server (%s), "
+                "which still counts it: %s",
                 record.client_id,
-                error,
+                _whose(record),
+                store_failure(error),
             )
         return AwayAtStart(away, record)
 
-    @staticmethod
-    def _restarted(record: SessionRecord, now: float) -> SessionRecord:
-        """`record`, whose client was connected to a broker that died, as a restart counts
-        it: the connection closed, unseen, at `now`."""
-        # Nobody holds it in memory: a client's return takes it from the disk.
-        away = replace(record, holder=None, server=None, disconnected_at=now)
+    def _taken_on(self, record: SessionRecord, now: float) -> SessionRecord:
+        """`record`, which no broker that runs counts, as this one counts it (`counted_by`),
+        held by none in memory (a client's return takes it from the disk). Away already,
+        its times stand. Connected to a broker that died, no disconnect was recorded: the
+        network connection closed with it, and now is the first moment known after that
+        (MQTT 5.0 §3.1.2.11), its Will due after its delay."""
+        away = replace(record, holder=None, server=None, counted_by=self._token)
+        if record.holder is None:
+            return away
+        away = replace(away, disconnected_at=now)
         if record.will is not None:  # the connection closed without DISCONNECT: a Will to send
             away = replace(away, will_due=now + will_delay(record.will, record.expiry))
         return away

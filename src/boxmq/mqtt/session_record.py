@@ -35,6 +35,13 @@ Invariants:
   died: Lifetimes.adopt_the_dead, or written by a boxmq before 2026-11-29): what tells
   `boxmq unlock` and the other settles whether a running broker counts a message in flight
   as the session's (cli_settle.py).
+- `counted_by` is the process token of the broker that counts the session's end and its
+  Will's delay while none holds it (`server` None): the one that took it on at its start,
+  or from a broker of its host that died, or at its client's CONNECT (Lifetimes). One
+  counts it (`counter`: `server`, or else `counted_by`); when that one dies, a running
+  broker of its host takes it on, and no broker that starts counts it while that one runs.
+  None in a record that a broker holds (whose `server` counts it), and in one written by a
+  boxmq before 2026-11-30 that none holds: a broker that starts takes such a one on.
 - `will` is the Will of the connection (held or last closed) still to be sent: written at
   CONNECT, so that a broker killed while the client is connected finds it at its restart,
   and at close (due then, or after its delay); None once it is sent and written for the
@@ -139,6 +146,8 @@ class SessionRecord:
     leaving: tuple[str, ...] | None = None
     # The packet id its next new message takes; None: written by a boxmq that did not keep it.
     next_packet_id: int | None = None
+    # The broker counting its end and its Will while none holds it (`counter`).
+    counted_by: str | None = None
 
     @property
     def held_by(self) -> str | None:
@@ -147,6 +156,13 @@ class SessionRecord:
         that did not write it, `holder` (a broker always writes both as itself when its client
         is connected)."""
         return self.server or self.holder
+
+    @property
+    def counter(self) -> str | None:
+        """The process token of the broker that counts the session's end and its Will's
+        delay: the one holding it (`held_by`), or, if none does, the one that took it on
+        (`counted_by`); None if nothing names one (a record of a boxmq before 2026-11-30)."""
+        return self.held_by or self.counted_by
 
     def made(self, text: str) -> bool:
         """Whether the subscription `text` (as subscribed, "$share/<group>/<filter>" for a
@@ -220,6 +236,7 @@ def _to_json(record: SessionRecord) -> dict[str, Any]:
         "sent_qos2": list(record.sent_qos2),
         "leaving": None if record.leaving is None else list(record.leaving),
         "next_packet_id": record.next_packet_id,
+        "counted_by": record.counted_by,
     }
 
 
@@ -270,6 +287,7 @@ def _from_json(data: Mapping[str, Any]) -> SessionRecord:
         due = data.get("will_due")
         leaving = data.get("leaving")
         next_id = data.get("next_packet_id")
+        counted_by = data.get("counted_by")
         return SessionRecord(
             client_id=str(data["client_id"]),
             expiry=int(data["expiry"]),
@@ -285,6 +303,7 @@ def _from_json(data: Mapping[str, Any]) -> SessionRecord:
             sent_qos2=tuple(_packet_id(i) for i in data.get("sent_qos2", ())),
             leaving=None if leaving is None else tuple(str(text) for text in leaving),
             next_packet_id=None if next_id is None else _packet_id(next_id),
+            counted_by=None if counted_by is None else str(counted_by),
         )
     except (KeyError, TypeError, AttributeError, binascii.Error, ProtocolViolation) as error:
         raise ValueError(f"not a session record: {error!r}") from None

@@ -48,11 +48,13 @@ def connect_packet(
     clean: bool = False,
     expiry: int = 300,
     will: tuple[str, bytes] | None = None,
+    will_delay: int | None = None,
     receive_maximum: int | None = None,
 ) -> bytes:
     """MQTT 5 CONNECT with a Session Expiry Interval of `expiry` seconds; `will`: a retained
-    QoS 0 Will (topic, payload) without properties; `receive_maximum`: how many QoS 1 and 2
-    messages the server may have in flight to it at once (§3.1.2.11.3)."""
+    QoS 0 Will (topic, payload), with a Will Delay Interval of `will_delay` seconds if given;
+    `receive_maximum`: how many QoS 1 and 2 messages the server may have in flight to it at
+    once (§3.1.2.11.3)."""
     properties = bytes([0x11]) + expiry.to_bytes(4, "big")
     if receive_maximum is not None:
         properties += bytes([0x21]) + receive_maximum.to_bytes(2, "big")
@@ -62,7 +64,9 @@ def connect_packet(
     if will is not None:
         flags |= 0x04 | 0x20  # Will Flag, Will Retain (§3.1.2.5, §3.1.2.7)
         topic, message = will
-        payload += b"\x00" + string(topic) + len(message).to_bytes(2, "big") + message
+        will_properties = b"" if will_delay is None else b"\x18" + will_delay.to_bytes(4, "big")
+        payload += bytes([len(will_properties)]) + will_properties
+        payload += string(topic) + len(message).to_bytes(2, "big") + message
     variable = string("MQTT") + bytes([5, flags, 0, 30]) + properties
     return packet(0x10, variable + payload)
 
@@ -132,12 +136,18 @@ def open_raw(
     clean: bool = False,
     expiry: int = 300,
     will: tuple[str, bytes] | None = None,
+    will_delay: int | None = None,
     receive_maximum: int | None = None,
 ) -> tuple[socket.socket, bool]:
     """A connected socket, and whether its CONNACK said the session was present."""
     sock = socket.create_connection((running.host, running.port), timeout=WAIT)
     connect = connect_packet(
-        client_id, clean=clean, expiry=expiry, will=will, receive_maximum=receive_maximum
+        client_id,
+        clean=clean,
+        expiry=expiry,
+        will=will,
+        will_delay=will_delay,
+        receive_maximum=receive_maximum,
     )
     sock.sendall(connect)
     kind, body = read(sock)

@@ -23,6 +23,7 @@ from tests.integration.mqtt.clients import (
     free_port,
     paho,
     recorded_away,
+    serve_fresh,
     serve_process,
     start_server,
     stop_process,
@@ -593,3 +594,87 @@ def test_a_claim_held_by_a_stopped_server_keeps_a_connect_waiting_but_not_the_ot
         assert present
     finally:
         running.shutdown()
+
+
+def _ended(root: Path, client_id: str, within: float) -> bool:
+    """Whether the session of `client_id` ends within `within` s: its record and its
+    subscription to news/# deleted."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        subscribed = ("news/#", None, client_id) in subscriptions_on_disk(root)
+        if read_record(str(root), client_id) is None and not subscribed:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_server_started_beside_one_keeping_an_away_session_leaves_its_will_to_that_one(
+    tmp_path: Path,
+) -> None:
+    """A (boxmq serve) keeps the session of a client that left without DISCONNECT, its Will
+    delayed 1 s (its expiry); B starts on the root meanwhile (in the test's process: its start takes
+    less than the delay). B counted every session away it found at its start, this one
+    too, which A still counted: both sent the Will when due, and both ended the session.
+    B leaves it to A now: the Will comes once, and the session ends on time."""
+    a, process = serve_fresh(tmp_path)
+    b = None
+    try:
+        watcher = paho(a, "watcher", clean=False, expiry=60)
+        watcher.subscribe("wills/#", 1)
+        on_a, _ = open_raw(a, "roamer", expiry=1, will=("wills/roamer", b"gone"), will_delay=1)
+        on_a.sendall(subscribe(1, "news/#", 1))
+        assert read(on_a)[0] == 0x90
+        on_a.close()
+        recorded_away(a.root, "roamer")
+        b = start_server(a.root)
+        assert watcher.next(timeout=WAIT).payload == b"gone"
+        assert watcher.nothing(within=0.5)  # once (a second one came within ms)
+        assert _ended(a.root, "roamer", within=WAIT)
+        watcher.stop()
+    finally:
+        if b is not None:
+            b.shutdown()
+        stop_process(process)
+
+
+def test_a_session_taken_on_by_a_restart_is_taken_on_again_when_that_server_dies(
+    tmp_path: Path,
+) -> None:
+    """B runs (in the test's process, its sweep for dead servers held off until A's restart
+    took the session on: it would take it first). A is killed with the client connected,
+    and restarted: the restart counts the session, its record naming no server; then that
+    restart is killed too. B's sweep passed over records naming no server, so nothing sent
+    the Will or ended the session until another server started on the host. The record
+    names the server that counts it now, and B takes it on once that one died."""
+    a, process = serve_fresh(tmp_path)
+    b = start_server(a.root)
+    sweeps = b.server.broker
+    b.loop.call_soon_threadsafe(setattr, sweeps, "_next_adoption", float("inf"))  # held off
+    restarted = None
+    try:
+        watcher = paho(b, "watcher", clean=False, expiry=60)
+        watcher.subscribe("wills/#", 1)
+        on_a, _ = open_raw(a, "roamer", expiry=EXPIRY, will=("wills/roamer", b"gone"), will_delay=1)
+        on_a.sendall(subscribe(1, "news/#", 1))
+        assert read(on_a)[0] == 0x90
+        process.kill()
+        process.wait()
+        on_a.close()
+        restarted = serve_process(a.root, a.port)  # counts the session, from its start
+        restarted.kill()  # before its Will is due, most likely
+        restarted.wait()
+        record = read_record(str(a.root), "roamer")
+        assert record is not None
+        assert (record.server, record.holder) == (None, None)
+        assert record.disconnected_at is not None
+        b.loop.call_soon_threadsafe(setattr, sweeps, "_next_adoption", 0.0)  # at its next tick
+        assert watcher.next(timeout=WAIT).payload == b"gone"
+        assert watcher.nothing(within=0.5)  # once (a second one came within ms)
+        assert _ended(a.root, "roamer", within=EXPIRY + 3.0)
+        watcher.stop()
+    finally:
+        for each in (process, restarted):
+            if each is not None and each.poll() is None:
+                each.kill()
+                each.wait()
+        b.shutdown()

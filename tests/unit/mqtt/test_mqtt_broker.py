@@ -709,10 +709,12 @@ def test_a_311_persistent_session_ends_max_session_expiry_after_its_client_left(
 def _taken_on_elsewhere(root: Path, client_id: str) -> None:
     """The session's record as another server writes it when it takes the session on from
     one of its host that died (Lifetimes._take_on), or as that one's restart does: away
-    since now, held by no server, counted by the one that wrote it."""
+    since now, held by no server, counted by the one that wrote it (here a process of this
+    host that runs: this test's parent)."""
     record = read_record(str(root), client_id)
     assert record is not None
-    write_record(str(root), replace(record, holder=None, server=None, disconnected_at=time.time()))
+    taken = replace(record, holder=None, server=None, disconnected_at=time.time())
+    write_record(str(root), replace(taken, counted_by=process_token(os.getppid())))
 
 
 def test_a_session_kept_here_and_taken_on_by_another_server_is_let_go_at_its_expiry(
@@ -1665,6 +1667,68 @@ def test_a_session_connected_when_its_broker_died_counts_from_the_restart(
     killed = SessionRecord("killed", 60, holder=process_token(), options={"k/#": DeliveryOptions()})
     write_record(root, killed)
     _run(tmp_path, then, clock)
+
+
+def _dead_token() -> str:
+    """The process token of a process of this host that ran and ended."""
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    return process_token(finished.pid)
+
+
+def test_a_start_leaves_the_sessions_a_running_server_keeps_or_counts_to_it(
+    tmp_path: Path,
+) -> None:
+    """A server that starts counted every session away it found, those another server that
+    runs keeps in memory (its client left it) or took on and counts too: both sent the Will
+    when due, and both ended the session. It leaves those to that server now, and takes on
+    the one whose counter died, its record naming it as the counter."""
+    root = str(tmp_path / "root")
+    running = process_token(os.getppid())  # a process of this host that runs
+    will, long_ago = Will("status/x", b"gone"), time.time() - 3600
+    found = {
+        "kept": SessionRecord(
+            "kept", 60, server=running, disconnected_at=long_ago, will=will, will_due=long_ago
+        ),
+        "counted": SessionRecord(
+            "counted",
+            60,
+            disconnected_at=long_ago,
+            will=will,
+            will_due=long_ago,
+            counted_by=running,
+        ),
+        "orphan": SessionRecord(
+            "orphan", 600, disconnected_at=time.time(), counted_by=_dead_token()
+        ),
+    }
+    for record in found.values():
+        write_record(root, record)
+
+    async def test(broker: Broker) -> None:
+        for client_id in ("kept", "counted"):
+            assert read_record(root, client_id) == found[client_id]  # its Will unsent, not ended
+            assert client_id not in broker._lifetimes.expiries
+        assert read_record(root, "orphan") == replace(found["orphan"], counted_by=process_token())
+        assert "orphan" in broker._lifetimes.expiries
+
+    _run(tmp_path, test)
+
+
+def test_a_running_server_takes_on_a_session_whose_counter_died(tmp_path: Path) -> None:
+    """The server that took on a session away (from one that died, or at its restart) died
+    too: its record names no server as holding it, which the sweep of the servers still
+    running passed over, so that nothing ended the session until a server started. The
+    sweep takes it on now, here to end it at once (its time ran out meanwhile)."""
+    root = str(tmp_path / "root")
+    orphan = SessionRecord("orphan", 1, disconnected_at=time.time() - 10, counted_by=_dead_token())
+
+    async def test(broker: Broker) -> None:
+        write_record(root, orphan)
+        broker._lifetimes.adopt_the_dead()  # its timer's sweep
+        await _until(lambda: read_record(root, "orphan") is None)
+
+    _run(tmp_path, test)
 
 
 def _refuse_session_records(monkeypatch: pytest.MonkeyPatch, root: str) -> None:

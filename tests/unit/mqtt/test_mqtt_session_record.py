@@ -67,6 +67,7 @@ _records = st.builds(
     ).map(tuple),
     sent_qos2=st.lists(st.integers(min_value=1, max_value=65_535), max_size=4).map(tuple),
     next_packet_id=st.none() | st.integers(min_value=1, max_value=65_535),
+    counted_by=st.none() | st.text(max_size=30),
 )
 
 
@@ -184,6 +185,17 @@ def test_a_record_with_only_the_first_fields_loads_with_the_defaults(tmp_path: P
     assert record.releasing == ()
     assert record.sent == ()
     assert record.next_packet_id is None  # a restart's new ids: past those it names
+    assert (record.counted_by, record.counter) == (None, None)  # a start takes it on
+
+
+def test_the_server_holding_a_session_counts_it_else_the_one_that_took_it_on() -> None:
+    """`counter`: the broker that times the session's end and its Will (lifetimes.py)."""
+    kept = SessionRecord("dev", 60, server="b", counted_by="stale")
+    assert kept.counter == "b"
+    assert SessionRecord("dev", 60, holder="a", server="a").counter == "a"
+    assert SessionRecord("dev", 60, holder="a").counter == "a"  # an older boxmq's
+    taken = SessionRecord("dev", 60, disconnected_at=1.0, counted_by="c")
+    assert (taken.held_by, taken.counter) == (None, "c")
 
 
 @pytest.mark.parametrize("ids", ["[0]", "[65536]", '["7"]', "[true]", "7"])
