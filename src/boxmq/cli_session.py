@@ -69,8 +69,11 @@ def listed(record: SessionRecord) -> dict[str, Any]:
         "client_id": record.client_id,
         "connected_to": None if record.holder is None else token_pid(record.holder),
         "kept_by": None if record.server is None else token_pid(record.server),
-        # Whether that server still runs: True, False, or None (another machine's, or none).
-        "server_running": None if record.held_by is None else process_alive(record.held_by),
+        # Away and kept by none: the server that took it on, and counts its end and its Will.
+        "counted_by": None if record.counted_by is None else token_pid(record.counted_by),
+        # Whether that server (either) still runs: True, False, or None (another machine's,
+        # or none).
+        "server_running": None if record.counter is None else process_alive(record.counter),
         "away_since": None
         if record.disconnected_at is None
         else output.when(record.disconnected_at),
@@ -90,6 +93,8 @@ def _state(session: dict[str, Any]) -> str:
     state = f"away since {session['away_since'] or '?'}"
     if session["kept_by"] is not None:
         state += f", kept by process {session['kept_by']}{gone}"
+    elif session["counted_by"] is not None:
+        state += f", counted by process {session['counted_by']}{gone}"
     return state
 
 

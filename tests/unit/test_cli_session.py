@@ -43,6 +43,20 @@ def test_an_away_session_shows_when_it_ends_and_one_with_no_expiry_never_ends() 
     assert (forever["expiry"], forever["ends"]) == (None, None)
 
 
+def test_a_session_taken_on_by_a_server_shows_which_one_counts_it() -> None:
+    """Kept by none (a server took it on at its start, or from one that died): the one
+    that counts its end and its Will is shown, and an end is not refused (it holds nothing
+    of it in memory)."""
+    for counter, running in ((ALIVE, True), (DEAD, False)):
+        taken = SessionRecord("c", 3600, disconnected_at=AT, counted_by=counter)
+        shown = listed(taken)
+        assert (shown["kept_by"], shown["counted_by"]) == (None, counter.split("-")[1])
+        assert shown["server_running"] is running
+        gone = "" if running else " (not running)"
+        assert _state(shown).endswith(f"counted by process {shown['counted_by']}{gone}")
+        assert holding_server(taken, force=False) is None
+
+
 def test_a_session_held_by_a_running_server_is_refused_even_with_force() -> None:
     for record in (
         SessionRecord("c", NEVER, holder=ALIVE, server=ALIVE),

@@ -68,6 +68,7 @@ def test_a_session_whose_client_never_returns_ends_and_its_message_goes_to_the_o
         "client_id",
         "connected_to",
         "kept_by",
+        "counted_by",
         "server_running",
         "away_since",
         "expiry",
