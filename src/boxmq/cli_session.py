@@ -35,13 +35,16 @@ from boxmq.errors import InvalidArgument, QueueNotFound
 from boxmq.mqtt.session import NEVER
 from boxmq.mqtt.session_record import SessionRecord, read_record, read_records, remove_record
 from boxmq.mqtt.stored import consumer_name, exactly_once_source
+from boxmq.mqtt.succession import NONE, Chains
 from boxmq.store.process import process_alive, token_pid
 
 __all__ = ["end", "holding_server", "listed", "ls"]
 
 
 def ls(args: argparse.Namespace, box: Box) -> int:
-    sessions = [listed(r) for r in sorted(read_records(box.root), key=lambda r: r.client_id)]
+    chains = Chains(box.root, None)
+    records = sorted(read_records(box.root), key=lambda r: r.client_id)
+    sessions = [listed(r, chains) for r in records]
     if args.json:
         output.out(output.to_json(sessions))
         return 0
@@ -62,18 +65,24 @@ def ls(args: argparse.Namespace, box: Box) -> int:
     return 0
 
 
-def listed(record: SessionRecord) -> dict[str, Any]:
-    """One session as `ls --json` shows it: pids, not process tokens (a user reads them)."""
+def listed(record: SessionRecord, chains: Chains | None = None) -> dict[str, Any]:
+    """One session as `ls --json` shows it: pids, not process tokens (a user reads them).
+    Its counter is followed through the succession files of the root (`chains`)."""
     deadline = record.deadline()
+    follow = record.holder is None  # one connected to a dead server is taken on by itself
+    counter = record.counter if chains is None else chains.resolve(record.counter, follow=follow)
+    if counter == NONE:
+        counter = None  # named none, and taken on by none yet
     return {
         "client_id": record.client_id,
         "connected_to": None if record.holder is None else token_pid(record.holder),
         "kept_by": None if record.server is None else token_pid(record.server),
-        # Away and kept by none: the server that took it on, and counts its end and its Will.
-        "counted_by": None if record.counted_by is None else token_pid(record.counted_by),
-        # Whether that server (either) still runs: True, False, or None (another machine's,
+        # The server that took it on (at its start, or from one that died), and counts its
+        # end and its Will, if not the one holding it.
+        "counted_by": None if counter in (None, record.held_by) else token_pid(counter),
+        # Whether the one counting it still runs: True, False, or None (another machine's,
         # or none).
-        "server_running": None if record.counter is None else process_alive(record.counter),
+        "server_running": None if counter is None else process_alive(counter),
         "away_since": None
         if record.disconnected_at is None
         else output.when(record.disconnected_at),
@@ -88,13 +97,17 @@ def _state(session: dict[str, Any]) -> str:
     # A server killed (SIGKILL) left its name in the record: said, or the session would look
     # held by a process that is gone, and `end` refused, which it is not.
     gone = " (not running)" if session["server_running"] is False else ""
+    counted = session["counted_by"]
+    # Counted by another than the one it names: that one died, and the other took it on.
+    held_gone = " (not running)" if counted is not None else gone
     if session["connected_to"] is not None:
-        return f"connected to process {session['connected_to']}{gone}"
-    state = f"away since {session['away_since'] or '?'}"
-    if session["kept_by"] is not None:
-        state += f", kept by process {session['kept_by']}{gone}"
-    elif session["counted_by"] is not None:
-        state += f", counted by process {session['counted_by']}{gone}"
+        state = f"connected to process {session['connected_to']}{held_gone}"
+    else:
+        state = f"away since {session['away_since'] or '?'}"
+        if session["kept_by"] is not None:
+            state += f", kept by process {session['kept_by']}{held_gone}"
+    if counted is not None:
+        state += f", counted by process {counted}{gone}"
     return state
 
 

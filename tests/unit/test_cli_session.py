@@ -17,6 +17,7 @@ from boxmq.mqtt.properties import EMPTY
 from boxmq.mqtt.session import NEVER
 from boxmq.mqtt.session_record import DeliveryOptions, SessionRecord, read_record, write_record
 from boxmq.mqtt.stored import consumer_name
+from boxmq.mqtt.succession import NONE, Chains, claim
 from boxmq.store.process import process_token
 
 ALIVE = process_token()  # this test's process
@@ -55,6 +56,28 @@ def test_a_session_taken_on_by_a_server_shows_which_one_counts_it() -> None:
         gone = "" if running else " (not running)"
         assert _state(shown).endswith(f"counted by process {shown['counted_by']}{gone}")
         assert holding_server(taken, force=False) is None
+
+
+def test_a_session_kept_by_a_dead_server_shows_the_one_that_succeeded_it(tmp_path: Path) -> None:
+    """A server that takes on a dead one's sessions writes none of their records: it claims
+    that one's succession (mqtt/succession.py). The one counting a session is found by
+    following it, from the server the record names, or from none (an older boxmq's)."""
+    root = str(tmp_path)
+    kept = SessionRecord("c", 3600, server=DEAD, disconnected_at=AT)
+    older = SessionRecord("d", 3600, disconnected_at=AT)
+    for record in (kept, older):
+        write_record(root, record)
+    assert listed(older, Chains(root, None))["counted_by"] is None  # none took it on yet
+    for dead in (DEAD, NONE):
+        claim(root, dead, ALIVE)
+    chains = Chains(root, None)
+    shown = listed(kept, chains)
+    assert (shown["kept_by"], shown["counted_by"]) == (DEAD.split("-")[1], str(os.getpid()))
+    assert shown["server_running"] is True
+    assert _state(shown).endswith(
+        f"kept by process {shown['kept_by']} (not running), counted by process {os.getpid()}"
+    )
+    assert listed(older, chains)["counted_by"] == str(os.getpid())
 
 
 def test_a_session_held_by_a_running_server_is_refused_even_with_force() -> None:

@@ -11,12 +11,15 @@ with it.
 Invariants:
 - A session away is counted (its end and its Will's delay timed) by one broker of its host
   that runs: the one its record names (SessionRecord.counter), which holds it in memory
-  (`server`) or took it on (`counted_by`): at its start, from a broker that died (a sweep),
-  or at its client's CONNECT. A broker that takes one on writes its record so first, under
-  the claim (`_claim`) on it, read again under it. A start takes on only the sessions no
-  broker that runs counts (`_uncounted`), and a sweep those whose counter died: a start
-  that counted every session away, and a sweep that passed over those no broker held,
-  sent a Will twice (both it and the broker keeping the session), or never.
+  (`server`) or took it on (`counted_by`), followed through the succession files while it
+  is dead (succession.py). A start, or a sweep, takes on the sessions away that lead to a
+  dead broker whose succession none claimed by claiming it (`_succeed`: one link), and
+  writes none of their records: claiming and writing each took 1.5-2.8 s over 1,000. One
+  whose client was connected to a dead broker is taken on by itself, under the claim
+  (`_claim`) on its record, read again under it, and written (its connection closed then);
+  so is one at its client's CONNECT. A start that counted every session away, and a sweep
+  that passed over those no broker held, sent a Will twice (both it and the broker keeping
+  the session), or never.
 - One step of an end on disk that fails (a full or failing disk) is logged, and the next one
   is done all the same (`session_end_step`).
 - A session found on disk at start ends only if its client has not come back since (here, or
@@ -31,13 +34,17 @@ Invariants:
   now if its client was connected to the dead one, its Will sent when due; under the same
   claim as a sweep (below), never waited for on the loop: held by another, the CONNECT is
   tried again (broker._wait_for_claim).
-- So does a running broker's sweep for a session whose client never comes back
-  (`adopt_the_dead`), under a claim (an flock) that one broker of this host holds at a
-  time; the claimer reads the record again under it, and takes it on only if it is still
-  counted by the dead broker, writing it first as no broker's, counted by itself: a second
-  survivor, or a claimer's successor after it died too, finds it taken, so its Will goes
-  out once. A session whose record names a broker alive, or of another host (it cannot be
-  told), is left alone; so is one that names none (an older boxmq's): a start takes it on.
+- So does a running broker's sweep for a session connected to a broker that died, whose
+  client never comes back (`adopt_the_dead`), under a claim (an flock) that one broker of
+  this host holds at a time; the claimer reads the record again under it, and takes it on
+  only if it still names the dead broker, writing it first as no broker's, counted by
+  itself: a second survivor, or a claimer's successor after it died too, finds it taken,
+  so its Will goes out once. The sessions away it takes on by succession, as a start does.
+  A session whose record leads to a broker alive, or of another host (it cannot be told),
+  is left alone.
+- A broker counting a session from a record it did not write (its `found`) sends its Will
+  and ends it only if the record is still that one (AwayAtStart): its client's return to
+  another broker, or another broker taking it on by its claim, writes it.
 - What a session left awaiting PUBREL is discarded after the disk work of its connections
   (`after_disk_work`): a PUBREL read before the end goes on to the subscribers.
 """
@@ -74,8 +81,9 @@ from boxmq.mqtt.session_record import (
     write_record,
 )
 from boxmq.mqtt.stored import consumer_name, exactly_once_source
+from boxmq.mqtt.succession import NONE, Chains, claim
 from boxmq.mqtt.wills import Wills, will_delay
-from boxmq.store.process import process_alive
+from boxmq.store.process import token_pid
 
 __all__ = ["CLAIMED", "Claimed", "Lifetimes", "session_end_step", "session_made"]
 
@@ -124,6 +132,15 @@ def session_made(client_id: str, record: SessionRecord | None, text: str) -> boo
     return False
 
 
+CONNECTED: Final = ""
+"""`Lifetimes._orphans`'s key for the records of sessions connected to a broker that died."""
+
+
+def _named(token: str) -> str:
+    """A broker's token as the log says it."""
+    return "no server" if token == NONE else f"process {token_pid(token)}, which died"
+
+
 def _whose(record: SessionRecord) -> str:
     """Who counted the session of `record`, which no broker that runs counts, for the log."""
     if record.held_by is not None:
@@ -170,9 +187,9 @@ class Lifetimes:
         # The sweep for sessions of dead brokers (`adopt_the_dead`): what each record file
         # named when last read, by its name, with its inode and mtime, so that a sweep reads
         # again only the records written since (a stat each, not a read and a JSON parse).
-        self._holders: dict[str, tuple[tuple[int, int], str | None]] = {}
+        self._holders: dict[str, tuple[tuple[int, int], str | None, bool]] = {}
         self._sweep_failing = RecurringFailure()
-        self._looking = False  # a look through the records under way (`_dead_held`)
+        self._looking = False  # a look through the records under way (`_orphans`)
         self._told_no_claim = False  # told once: claims fail on every sweep, for every record
 
     def forget_on_disk(self, client_id: str, record: SessionRecord | None) -> None:
@@ -269,8 +286,9 @@ class Lifetimes:
 
     def left_by_the_dead(self, record: SessionRecord | None) -> SessionRecord | Claimed | None:
         """`record`, read for a CONNECT of its client, as this broker takes it on: if no
-        broker that runs counts it (`_uncounted`: the one it names, `counter`, is of this
-        host and died, or it names none), it is taken on as a restart does (`_taken_on`):
+        broker that runs counts it (`_counted`: the one it names, `counter`, followed
+        through the succession files, is of this host and died), it is taken on, written
+        (`_taken_on`):
         a connection held by a broker that died (SIGKILL) closed with it, unseen, and that
         death is counted from now; the Will of that connection, or one left waiting out its
         delay, goes out when due, at once if it has no delay (or is overdue). One with a
@@ -278,7 +296,7 @@ class Lifetimes:
         5.0 §3.1.3.2.2), unless it starts clean, which sends it. CLAIMED: another broker
         holds the claim on it (its sweep, its start or a CONNECT there is taking it on):
         the caller asks again shortly, with the record read again."""
-        if record is None or not self._uncounted(record):
+        if record is None or self._counted(record):
             return record
         counter = record.counter
         # Under the claim a sweep or a start takes it on with (`_claim_and_take`), which may
@@ -297,29 +315,12 @@ class Lifetimes:
             self._wills.resume(away, now)
         return away.counted
 
-    def _uncounted(
-        self,
-        record: SessionRecord,
-        *,
-        starting: bool = False,
-        alive: dict[str, bool | None] | None = None,
-    ) -> bool:
-        """Whether no broker that runs counts the session of `record` (here or elsewhere):
-        the one it names (`SessionRecord.counter`) is of this host and died, or it names none
-        (written by a boxmq before 2026-11-30). One of another host may run: it cannot be
-        told, and counts it. `starting`: this broker counts nothing yet, and a record naming
-        its process was written by a broker before it in the same process (a test's).
-        `alive`: what is known of each token already, added to (one look per broker)."""
-        counter = record.counter
-        if counter == self._token:
-            return starting
-        if counter is None:
-            return True
-        if alive is None:
-            return process_alive(counter) is False
-        if counter not in alive:
-            alive[counter] = process_alive(counter)
-        return alive[counter] is False
+    def _counted(self, record: SessionRecord) -> bool:
+        """Whether a broker that runs (or may: of another host) counts the session of
+        `record`, this one included: its counter, followed through the succession files."""
+        chains = Chains(self._box.root, self._token)
+        counter = chains.resolve(record.counter, follow=record.holder is None)
+        return counter == self._token or chains.alive(counter) is not False
 
     def let_go(self, session: Session) -> None:
         """The session lives on in another broker on this root: dropped from memory here
@@ -337,24 +338,87 @@ class Lifetimes:
         when their records say, those whose time is up at once. The timers of the process
         before died with it; without this, a session whose client never returns would
         collect messages on disk forever. One that a broker that runs holds (connected or
-        kept there) or counts is left to it: both sent its Will, and both ended it."""
+        kept there) or counts is left to it: both sent its Will, and both ended it. Those
+        of a dead broker are taken on with one claim of its succession (`_succeed`), not a
+        write each: 1,000 records claimed and written one by one took 1.5-2.8 s."""
         now = self._clock.now()
-        alive: dict[str, bool | None] = {}
+        chains = Chains(self._box.root, self._token)
+        orphans: dict[str, list[SessionRecord]] = {}
         for found in read_records(self._box.root):
-            if self._uncounted(found, starting=True, alive=alive):
-                away = self._claim_and_take(found, now)
-                if away is not None:
-                    self._count(away, now)
+            counter = chains.resolve(found.counter, follow=found.holder is None)
+            if counter == self._token:  # a broker before this one, in this process (a test's)
+                self._count_found(found, now)
+            elif chains.alive(counter) is not False:
+                continue  # counted by that one
+            elif found.holder is not None:
+                self._count_found(found, now)  # claimed and written, one by one
+            else:
+                orphans.setdefault(counter, []).append(found)
+        for dead, records in orphans.items():
+            if self._succeed(dead):
+                chains.won(dead, self._token)
+                for found in records:
+                    self._count_found(found, now)
+        self._drop_unneeded(chains)
 
-    def _claim_and_take(self, record: SessionRecord, now: float) -> AwayAtStart | None:
-        """At start: `record`, which no broker that runs counts, taken on (`_taken_on`)
-        under its claim, read again under it; None if another broker holds the claim (it
-        is taking it on: its sweep, its start, a CONNECT of the client there) or took it on
-        since. Where the file system keeps no flocks, taken on all the same."""
+    def _succeed(self, dead: str) -> bool:
+        """Whether this broker won the succession of `dead`, which no broker claimed when
+        looked (`succession.claim`): it counts every session whose counter leads to it."""
+        try:
+            won = claim(self._box.root, dead, self._token) == self._token
+        except OSError as error:
+            log.error(
+                "the sessions counted by %s, a server of this host that died, are not "
+                "taken on (tried again at the next sweep): claiming them failed: %s",
+                _named(dead),
+                store_failure(error),
+            )
+            return False
+        if won:
+            log.info("the sessions counted by %s are taken on", _named(dead))
+        return won
+
+    def _drop_unneeded(self, chains: Chains) -> None:
+        """The succession files no record leads through any more, deleted (`Chains`)."""
+        try:
+            chains.drop_unneeded()
+        except OSError as error:
+            log.debug("succession files left: %s", error)
+
+    def _count_found(self, found: SessionRecord, now: float, *, sweep: bool = False) -> None:
+        """`found`, which this broker counts from now on (its counter's successor), timed:
+        away already, counted as it is, its record not written (its client's return, or its
+        end, writes it). Its client connected to a broker that died, that connection closed
+        then: the record is written (`_claim_and_take`), so that a second restart does not
+        start the countdown again; unless another broker holds its claim (a CONNECT of the
+        client there, a sweep) or took it on since. Such a record names its dead holder
+        till then, which a sweep finds again: it is not followed through the successions
+        (`Chains.resolve`)."""
+        away = AwayAtStart(found, found) if found.holder is None else None
+        if away is None:
+            away = self._claim_and_take(found, now, sweep=sweep)
+        if away is not None:
+            self._count(away, now)
+
+    def _claim_and_take(
+        self, record: SessionRecord, now: float, *, sweep: bool = False
+    ) -> AwayAtStart | None:
+        """`record`, whose client was connected to a broker that died, taken on (`_taken_on`)
+        under its claim, read again under it, and written; None if another broker holds the
+        claim (a CONNECT of the client there, a sweep) or took it on since. Where the file
+        system keeps no flocks, a start takes it on all the same, a `sweep` leaves it."""
         counter = record.counter
         path = record_path(self._box.root, record.client_id)
         with self._claim(path, counter) as claimed:
-            if claimed is False:
+            if claimed is None and sweep and not self._told_no_claim:
+                self._told_no_claim = True
+                log.warning(
+                    "%s: no claim could be made beside it (a file system without flock, or "
+                    "refusing the file), so a session whose server died with its client "
+                    "connected is left to the next boxmq serve started on this host",
+                    path,
+                )
+            if claimed is False or (claimed is None and sweep):
                 return None
             current = read_record_file(path)
             if current is None or current.counter != counter:
@@ -379,27 +443,30 @@ class Lifetimes:
             )
 
     def adopt_the_dead(self) -> None:
-        """The sweep of a running broker: the sessions whose records name a broker of this
-        host that died (SIGKILL, a crash) with their clients connected or kept there, and
-        whose clients never came back, are taken on as a restart of that broker would
-        (`_adopt`). Without this, nothing sent their Wills or ended them until that root
-        was served again by a broker started on this host, and the messages of their share
-        groups stayed locked to them. The records are looked through in a worker thread
-        (`_dead_held`: 10,000 records took 40 ms, their first reading 260 ms), one look at
-        a time, and only those found are taken on, on the loop."""
+        """The sweep of a running broker: the sessions whose counters (followed through the
+        succession files) are brokers of this host that died (SIGKILL, a crash), with their
+        clients connected or kept there, or that took them on, and whose clients never came
+        back, are taken on as a restart would (`_adopt`). Without this, nothing sent their
+        Wills or ended them until that root was served again by a broker started on this
+        host, and the messages of their share groups stayed locked to them. The records are
+        looked through in a worker thread (`_orphans`: 10,000 records took 40 ms, their
+        first reading 260 ms), one look at a time, and only those found are taken on, on
+        the loop."""
         if self._looking:
             return
         self._looking = True
-        looked = asyncio.get_running_loop().run_in_executor(None, self._dead_held)
+        looked = asyncio.get_running_loop().run_in_executor(None, self._orphans)
         looked.add_done_callback(self._adopt_found)
 
-    def _dead_held(self) -> list[tuple[str, str]]:
-        """(path, dead broker's token) of each record whose counter (`SessionRecord.counter`:
-        the broker holding it, or else the one that took it on) is a broker of this host that
-        died. Each record is read only if written since the last look (its inode and mtime)."""
-        alive: dict[str, bool | None] = {}
-        seen: dict[str, tuple[tuple[int, int], str | None]] = {}
-        found: list[tuple[str, str]] = []
+    def _orphans(self) -> dict[str, list[tuple[str, str | None]]]:
+        """By the token of a broker of this host that died and whose succession none
+        claimed: (path, counter) of each record away whose counter leads to it; under
+        CONNECTED, those whose client was connected to a broker that died. Each record is
+        read only if written since the last look (its inode and mtime). The succession files
+        no record leads through any more are deleted."""
+        chains = Chains(self._box.root, self._token)
+        seen: dict[str, tuple[tuple[int, int], str | None, bool]] = {}
+        found: dict[str, list[tuple[str, str | None]]] = {}
         try:
             entries = os.scandir(records_folder(self._box.root))
         except FileNotFoundError:
@@ -407,7 +474,7 @@ class Lifetimes:
         with entries:
             for entry in entries:
                 if entry.name.startswith("."):
-                    continue  # a record being written, or a claim
+                    continue  # a record being written, a claim, a succession
                 try:
                     status = entry.stat()
                 except FileNotFoundError:
@@ -415,29 +482,34 @@ class Lifetimes:
                 key = (status.st_ino, status.st_mtime_ns)
                 known = self._holders.get(entry.name)
                 if known is not None and known[0] == key:
-                    held = known[1]
+                    _, counter, connected = known
                 else:
                     record = read_record_file(entry.path)
-                    held = None if record is None else record.counter
-                seen[entry.name] = (key, held)
-                if held is None or held == self._token:
-                    continue
-                if held not in alive:
-                    alive[held] = process_alive(held)
-                if alive[held] is False:
-                    found.append((entry.path, held))
+                    if record is None:
+                        continue  # ended now, or no record (said by `boxmq session ls`)
+                    counter, connected = record.counter, record.holder is not None
+                seen[entry.name] = (key, counter, connected)
+                dead = chains.resolve(counter, follow=not connected)
+                if dead != self._token and chains.alive(dead) is False:
+                    # One connected to a dead broker is taken on by itself (`_count_found`).
+                    found.setdefault(CONNECTED if connected else dead, []).append(
+                        (entry.path, counter)
+                    )
         self._holders = seen
+        chains.drop_unneeded()
         return found
 
-    def _adopt_found(self, looked: asyncio.Future[list[tuple[str, str]]]) -> None:
-        """On the loop: the sessions `_dead_held` found are taken on. A failing disk is told
+    def _adopt_found(self, looked: asyncio.Future[dict[str, list[tuple[str, str | None]]]]) -> None:
+        """On the loop: the sessions `_orphans` found are taken on. A failing disk is told
         once per errno, and tried again at the next sweep."""
         self._looking = False
         if looked.cancelled():
             return
         try:
-            for path, dead in looked.result():
-                self._adopt(path, dead)
+            for dead, records in looked.result().items():
+                if dead == CONNECTED or self._succeed(dead):
+                    for path, counter in records:
+                        self._adopt(path, counter)
         except OSError as error:
             if self._sweep_failing.news(error):
                 log.error(
@@ -449,27 +521,14 @@ class Lifetimes:
             return
         self._sweep_failing.recovered()
 
-    def _adopt(self, path: str, dead: str) -> None:
-        """The session whose record is at `path` is counted by `dead`, a broker of this host
-        that died (it held it, or had taken it on itself): taken on under its claim
-        (`_claim`), read again under it: still counted by `dead`, the record is written as a
-        restart writes it (`_taken_on`: counted here, no broker's), and only then counted
-        here. Another survivor that takes the claim next reads it counted here, and lets it
-        be; as does this one if another took it first."""
-        with self._claim(path, dead) as claimed:
-            if claimed is None and not self._told_no_claim:
-                self._told_no_claim = True
-                log.warning(
-                    "%s: no claim could be made beside it (a file system without flock, or "
-                    "refusing the file), so a session whose server died is left to the next "
-                    "boxmq serve started on this host",
-                    path,
-                )
-            if not claimed:
-                return
-            record = read_record_file(path)
-            if record is not None and record.counter == dead:
-                self._take_on(record)
+    def _adopt(self, path: str, counter: str | None) -> None:
+        """The session whose record at `path` named `counter`, which leads to a broker of
+        this host that died whose succession this one claimed (or which held it connected):
+        read again, and taken on if its counter is still that one (`_take_on`); another
+        broker took it on, or its client came back, since, otherwise."""
+        record = read_record_file(path)
+        if record is not None and record.counter == counter:
+            self._take_on(record)
 
     @contextlib.contextmanager
     def _claim(self, path: str, dead: str | None) -> Iterator[bool | None]:
@@ -510,8 +569,8 @@ class Lifetimes:
             os.close(fd)
 
     def _take_on(self, record: SessionRecord) -> None:
-        """`record` is counted by a broker of this host that died: written as a restart
-        writes it, and counted here, its Will sent when due."""
+        """`record`, counted by a broker of this host that died, whose succession this one
+        claimed: counted here, its Will sent when due (`_count_found`)."""
         client_id = record.client_id
         held = self._sessions.get(client_id)
         if held is not None:
@@ -519,20 +578,8 @@ class Lifetimes:
                 return  # its client just connected here: this broker's record comes
             # A stale copy: its client moved on to the broker that died, since.
             self.let_go(held)
-        now = self._clock.now()
-        away = self._taken_on(record, now)
-        try:
-            write_record(self._box.root, away)
-        except OSError as error:
-            log.warning(
-                "client %s: its session %s, and is not taken on yet: writing its record failed: %s",
-                client_id,
-                _whose(record),
-                store_failure(error),
-            )
-            return
         log.info("client %s: its session %s: taken on", client_id, _whose(record))
-        self._count(AwayAtStart(away, record), now)
+        self._count_found(record, self._clock.now(), sweep=True)
 
     def _write_taken_on(self, record: SessionRecord, now: float) -> AwayAtStart:
         """`record`, which no broker that runs counts, as this one takes it on (`_taken_on`),

@@ -32,14 +32,17 @@ Invariants:
   QoS 2 PUBLISH, a PUBREL, a SUBSCRIBE), which it closes (broker._taken_since: one stat of
   the record, read only if another write replaced it). None when no broker holds it (a record
   rewritten at a restart, or by a running broker that took it on from one of its host that
-  died: Lifetimes.adopt_the_dead, or written by a boxmq before 2026-11-29): what tells
-  `boxmq unlock` and the other settles whether a running broker counts a message in flight
-  as the session's (cli_settle.py).
+  died: Lifetimes.adopt_the_dead, or written by a boxmq before 2026-11-29), or naming a
+  broker that died (a session away that its successor took on, writing no record): what
+  tells `boxmq unlock` and the other settles whether a running broker counts a message in
+  flight as the session's (cli_settle.py).
 - `counted_by` is the process token of the broker that counts the session's end and its
-  Will's delay while none holds it (`server` None): the one that took it on at its start,
-  or from a broker of its host that died, or at its client's CONNECT (Lifetimes). One
-  counts it (`counter`: `server`, or else `counted_by`); when that one dies, a running
-  broker of its host takes it on, and no broker that starts counts it while that one runs.
+  Will's delay while none holds it (`server` None): the one that took it on with its
+  client connected to a broker of its host that died, or at its client's CONNECT
+  (Lifetimes). One counts it (`counter`: `server`, or else `counted_by`), or, once that one
+  died, its successor (succession.py: a broker that took on all its sessions away with one
+  file, writing none of their records); when that one dies, a running broker of its host
+  takes it on, and no broker that starts counts it while that one runs.
   None in a record that a broker holds (whose `server` counts it), and in one written by a
   boxmq before 2026-11-30 that none holds: a broker that starts takes such a one on.
 - `will` is the Will of the connection (held or last closed) still to be sent: written at
