@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import hashlib
 import logging
@@ -88,6 +89,9 @@ from boxmq.store.process import token_pid
 __all__ = ["CLAIMED", "Claimed", "Lifetimes", "session_end_step", "session_made"]
 
 log = logging.getLogger("boxmq.mqtt")
+# What flock raises where the file system keeps no flocks (NFS mounted nolock, some FUSE):
+# a claim is done without there. Any other errno is a failure of one try.
+_NO_FLOCKS: Final = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
 
 
 class Claimed(Enum):
@@ -351,7 +355,7 @@ class Lifetimes:
             elif chains.alive(counter) is not False:
                 continue  # counted by that one
             elif found.holder is not None:
-                self._count_found(found, now)  # claimed and written, one by one
+                self._count_at_start(found, now)  # claimed and written, one by one
             else:
                 orphans.setdefault(counter, []).append(found)
         for dead, records in orphans.items():
@@ -360,6 +364,20 @@ class Lifetimes:
                 for found in records:
                     self._count_found(found, now)
         self._drop_unneeded(chains)
+
+    def _count_at_start(self, found: SessionRecord, now: float) -> None:
+        """`found`, whose client was connected to a broker that died, taken on by the start;
+        one whose claim the file system refuses (EMFILE, EIO, EACCES) is left to the sweep,
+        which finds it again: a start does not fail for one record."""
+        try:
+            self._count_found(found, now)
+        except OSError as error:
+            log.error(
+                "the session of client %s, connected to a server of this host that died, is "
+                "not taken on at this start (tried again at the next sweep): %s",
+                found.client_id,
+                store_failure(error),
+            )
 
     def _succeed(self, dead: str) -> bool:
         """Whether this broker won the succession of `dead`, which no broker claimed when
@@ -536,25 +554,26 @@ class Lifetimes:
         died (None: by none, a record of an older boxmq): an flock of a file named for both,
         which the kernel lets go of if this process dies too. Yields True when held, False
         if another holds it (never waited for, on the loop), None where the file system
-        keeps no flocks. Named for a dead broker, whose name no record takes again, the file
-        is deleted when let go: no later claimer can hold another one while the record
-        still names that broker (and a claimer reads the record again under it)."""
+        keeps no flocks; raises OSError if this try failed. Named for a dead broker, whose name
+        no record takes again, the file is deleted when let go: no later claimer can hold
+        another one while the record still names that broker (and a claimer reads the record
+        again under it)."""
         name = os.path.basename(path)
         digest = hashlib.sha256(name.encode()).hexdigest()[:32]  # a client id's name is long
         claim = os.path.join(os.path.dirname(path), f".dead-{dead or 'none'}-{digest}")
-        try:
-            fd = os.open(claim, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-        except OSError as error:
-            log.debug("%s: no claim: %s", claim, error)
-            yield None
-            return
+        # Refused (EMFILE, EIO, EACCES), the open raises: this try failed, and the caller
+        # tries again (the next sweep; a CONNECT is refused). Taken for a file system with
+        # no flocks, a CONNECT took the session on unclaimed, its Will sent by a sweep too.
+        fd = os.open(claim, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 yield False  # another survivor of this host is taking it on now
                 return
-            except OSError as error:  # ENOLCK, EOPNOTSUPP: no flocks there
+            except OSError as error:
+                if error.errno not in _NO_FLOCKS:
+                    raise  # this try failed (EINTR, ENOMEM), not the file system
                 log.debug("%s: no claim: %s", claim, error)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(claim)

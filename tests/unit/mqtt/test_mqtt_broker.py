@@ -1936,6 +1936,51 @@ def test_a_connect_waiting_for_a_claim_is_not_closed_as_one_that_sent_none(
     _run(tmp_path, test, settings=settings)
 
 
+def _dead_token() -> str:
+    """The process token of a process of this host that ended: a server that died."""
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    return process_token(finished.pid)
+
+
+def _claim_path(root: Path, client_id: str, dead: str) -> str:
+    """Where a server claims the session of `client_id` from `dead` (Lifetimes._claim)."""
+    path = record_path(str(root), client_id)
+    digest = hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:32]
+    return os.path.join(os.path.dirname(path), f".dead-{dead}-{digest}")
+
+
+def test_a_claim_that_cannot_be_opened_fails_the_sweep_not_the_file_system(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The claim file refused (EISDIR here; EMFILE, EIO alike) was taken for a file system
+    without flocks: told so for good ("no claim could be made"), and a CONNECT took the
+    session on without a claim, its Will sent twice if a sweep took it too. Now this sweep
+    failed, said once, and the next one takes the session on."""
+    root = tmp_path / "root"
+    dead = _dead_token()
+
+    async def test(broker: Broker) -> None:
+        write_record(str(root), SessionRecord("roamer", 3600, holder=dead, server=dead))
+        claim = _claim_path(root, "roamer", dead)
+        os.mkdir(claim)  # open(O_RDWR) refuses it
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            broker.tick(time.time())
+            await _until(lambda: "sweep for sessions of dead servers" in caplog.text)
+        assert "no claim could be made" not in caplog.text
+        [error] = [r for r in caplog.records if "sweep for sessions" in r.getMessage()]
+        assert error.levelno == logging.ERROR
+        assert "Is a directory" in error.getMessage()
+        record = read_record(str(root), "roamer")
+        assert record is not None
+        assert record.held_by == dead  # not taken on unclaimed
+        os.rmdir(claim)
+        broker.tick(time.time() + 1.0)
+        await _until(lambda: read_record(str(root), "roamer").held_by is None)  # type: ignore[union-attr]
+
+    _run(tmp_path, test)
+
+
 def test_a_session_resumed_after_a_restart_with_expiry_0_ends_with_its_connection(
     tmp_path: Path,
 ) -> None:
