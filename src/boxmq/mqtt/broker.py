@@ -756,7 +756,22 @@ class Broker:
             self._refuse(client, _R.CLIENT_IDENTIFIER_NOT_VALID)
             return
         expiry = self._expiry_of(packet)
-        taken = self._lifetimes.left_by_the_dead(record)
+        try:
+            taken = self._lifetimes.left_by_the_dead(record)
+        except OSError as error:
+            # Its claim or its record under it (EMFILE, EIO): raised out of a claim's retry
+            # or a password's check, it went to the loop as a traceback, no CONNACK sent.
+            failure = store_failure(error)
+            reason = reason_for(failure)
+            log.error(
+                "%s refused: its session, held by a server of this host that died, could "
+                "not be taken on (%s): %s",
+                _connecting(client, packet),
+                _reason_text(reason, packet.version),
+                failure,
+            )
+            self._refuse(client, reason)
+            return
         if taken is CLAIMED:
             self._wait_for_claim(client, packet, authenticated=authenticated, waited=waited)
             return

@@ -1981,6 +1981,47 @@ def test_a_claim_that_cannot_be_opened_fails_the_sweep_not_the_file_system(
     _run(tmp_path, test)
 
 
+def test_a_connect_whose_dead_servers_session_cannot_be_claimed_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The claim on a session left by a server that died, or its record read under it,
+    failing (EISDIR here; EMFILE, EIO alike): the OSError went to the loop as a traceback
+    when the CONNECT was tried again after waiting for another server's claim, its client
+    never answered. Refused now (v5 0x80) with one ERROR line, at once or after the wait."""
+    root = tmp_path / "root"
+    dead = _dead_token()
+    props = Properties.build(session_expiry_interval=3600)
+
+    async def test(broker: Broker) -> None:
+        write_record(str(root), SessionRecord("roamer", 3600, holder=dead, server=dead))
+        claim = _claim_path(root, "roamer", dead)
+        held = os.open(claim, os.O_CREAT | os.O_RDWR, 0o600)  # another server's claim
+        fcntl.flock(held, fcntl.LOCK_EX)
+        waiting = Peer(broker)
+        waiting.send(Connect("roamer", V5, clean_start=False, properties=props))
+        assert waiting.inbox == []  # waits for the claim
+        os.unlink(claim)
+        os.close(held)  # let go, and the claim file refused from now on
+        os.mkdir(claim)
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            await _until(lambda: bool(waiting.inbox))
+            now = Peer(broker)  # and one that comes meanwhile: refused at once
+            now.send(Connect("roamer", V5, clean_start=False, properties=props))
+        for peer in (waiting, now):
+            [connack] = peer.take()
+            assert isinstance(connack, Connack)
+            assert connack.reason is ReasonCode.UNSPECIFIED_ERROR
+            assert peer.closed
+        told = [r for r in caplog.records if "could not be taken on" in r.getMessage()]
+        assert [r.levelno for r in told] == [logging.ERROR] * 2
+        assert "Is a directory" in told[0].getMessage()
+        record = read_record(str(root), "roamer")
+        assert record is not None
+        assert record.held_by == dead  # left for a later try
+
+    _run(tmp_path, test)
+
+
 def test_a_session_resumed_after_a_restart_with_expiry_0_ends_with_its_connection(
     tmp_path: Path,
 ) -> None:
