@@ -950,7 +950,8 @@ class Broker:
         elif loop.time() - client.claim_waited_since >= _CLAIM_PATIENCE:
             log.warning(
                 "%s refused: its session is being taken on by another server of this host "
-                "from one that died, which has held it for %s (a server stopped?)",
+                "from one that died, and its claim was still held after this CONNECT waited "
+                "%s (that server stopped?)",
                 _connecting(client, packet),
                 spelled(_CLAIM_PATIENCE),
             )

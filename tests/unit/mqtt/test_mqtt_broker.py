@@ -2022,6 +2022,39 @@ def test_a_connect_whose_dead_servers_session_cannot_be_claimed_is_refused(
     _run(tmp_path, test)
 
 
+def test_a_connect_refused_as_server_busy_says_how_long_it_waited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The WARNING said the other server "has held it for 5s": 5 s is how long this CONNECT
+    waited, the claim may have been held for hours."""
+    monkeypatch.setattr(broker_module, "_CLAIM_PATIENCE", 0.2)
+    root = tmp_path / "root"
+    dead = _dead_token()
+
+    async def test(broker: Broker) -> None:
+        write_record(str(root), SessionRecord("roamer", 3600, holder=dead, server=dead))
+        held = os.open(_claim_path(root, "roamer", dead), os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX)  # another server's claim
+            peer = Peer(broker)
+            props = Properties.build(session_expiry_interval=3600)
+            with caplog.at_level(logging.WARNING, "boxmq.mqtt"):
+                peer.send(Connect("roamer", V5, clean_start=False, properties=props))
+                await _until(lambda: bool(peer.inbox))
+        finally:
+            os.close(held)
+        [connack] = peer.take()
+        assert isinstance(connack, Connack)
+        assert connack.reason is ReasonCode.SERVER_BUSY
+        [line] = [r.getMessage() for r in caplog.records if "taken on by another" in r.getMessage()]
+        assert line.endswith(
+            "from one that died, and its claim was still held after this CONNECT waited "
+            "200ms (that server stopped?)"
+        ), line
+
+    _run(tmp_path, test)
+
+
 def test_a_session_resumed_after_a_restart_with_expiry_0_ends_with_its_connection(
     tmp_path: Path,
 ) -> None:
