@@ -46,6 +46,7 @@ import ssl
 import sys
 import termios
 from collections.abc import Callable
+from functools import partial
 from typing import Final, cast
 
 from boxmq.client.box import Box
@@ -476,11 +477,15 @@ class _Listening:
             conn.setblocking(False)
             task = self._loop.create_task(self._loop.connect_accepted_socket(self._factory, conn))
             self._opening.add(task)
-            task.add_done_callback(self._opened)
+            task.add_done_callback(partial(self._opened, conn))
 
-    def _opened(self, task: asyncio.Task[object]) -> None:
+    def _opened(self, conn: socket.socket, task: asyncio.Task[object]) -> None:
         self._opening.discard(task)
-        if not task.cancelled() and task.exception() is not None:  # closed meanwhile
+        if task.cancelled():
+            # By `close`: one cancelled before it started never took the socket, which was
+            # left open (a ResourceWarning at shutdown). Taken, its transport closes it too.
+            conn.close()
+        elif task.exception() is not None:  # closed meanwhile
             log.debug("%s: an accepted socket failed: %s", self._url, task.exception())
 
     def _pause(self, error: OSError) -> None:
