@@ -173,6 +173,22 @@ def test_a_record_is_found_by_its_subscriber_name_on_disk(tmp_path: Path, client
         assert record_named(root, other) is None, other
 
 
+def test_a_long_names_record_is_found_without_warning_of_the_unrelated_ones(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`boxmq subscribe --name <a long client id's name>` read every record to find its
+    own, and warned of each damaged one, files that had nothing to do with it."""
+    root = str(tmp_path)
+    client_id = "device-" + "7" * 40
+    record = SessionRecord(client_id, 60)
+    write_record(root, record)
+    (tmp_path / ".mqtt" / "sessions" / "half").write_text('{"client_id": "half", "exp')
+    with caplog.at_level(logging.WARNING, "boxmq.mqtt.session_record"):
+        assert record_named(root, consumer_name(client_id)) == record
+        assert record_named(root, consumer_name("device-" + "8" * 40)) is None
+    assert caplog.records == []
+
+
 def test_a_record_with_only_the_first_fields_loads_with_the_defaults(tmp_path: Path) -> None:
     folder = tmp_path / ".mqtt" / "sessions"
     folder.mkdir(parents=True)
