@@ -1936,13 +1936,6 @@ def test_a_connect_waiting_for_a_claim_is_not_closed_as_one_that_sent_none(
     _run(tmp_path, test, settings=settings)
 
 
-def _dead_token() -> str:
-    """The process token of a process of this host that ended: a server that died."""
-    finished = subprocess.Popen(["true"])
-    finished.wait()
-    return process_token(finished.pid)
-
-
 def _claim_path(root: Path, client_id: str, dead: str) -> str:
     """Where a server claims the session of `client_id` from `dead` (Lifetimes._claim)."""
     path = record_path(str(root), client_id)
