@@ -994,10 +994,13 @@ class Topics:
 
     def retained_matching(self, filter: str) -> list[tuple[Envelope, bytes]]:
         """The retained messages a new subscription to `filter` would get (none if shared)."""
-        return [
-            (decode_lenient(found.name)[0], found.body)
-            for found in self._matching_retained(parse_filter(filter))
-        ]
+        return list(self.retained_reading(filter))
+
+    def retained_reading(self, filter: str) -> Iterator[tuple[Envelope, bytes]]:
+        """`retained_matching`, each file read when it is reached: a caller may take a few
+        here and the rest in another thread (one thread at a time)."""
+        for found in self._matching_retained(parse_filter(filter)):
+            yield decode_lenient(found.name)[0], found.body
 
     def has_durable(self, topic: str, source: str | None = None) -> bool:
         """Whether a publish to `topic` by `source` would be written into any dropbox (a

@@ -19,6 +19,8 @@ Invariants:
   before a SUBSCRIBE or UNSUBSCRIBE of that read changes the subscriptions they meet.
 - A retained message routed after the retained store took it does not reach a subscription
   sent it (or a later one of its topic) as retained meanwhile (retained_window.py).
+- A copy routed to a subscription whose retained messages a worker is still reading waits in
+  `holding` (at most max_queued of them) and goes out after those, unless it is one of them.
 """
 
 from __future__ import annotations
@@ -88,6 +90,10 @@ class Delivery:
         self._deferred: list[tuple[str, Publish, Written | None]] | None = None
         # Retained messages written and not yet routed, and who was sent them as retained.
         self.retained_window = RetainedWindow()
+        # Subscriptions whose retained messages a worker is still reading (subscribing.py):
+        # what the routing brings them meanwhile waits here, with the id of a retained one,
+        # and goes out after those, as when they were read at once.
+        self.holding: dict[Key, list[tuple[Publish, str | None]]] = {}
         self._drops = DropLog()  # messages dropped on full queues, logged sparingly
         # (client id, filter) whose dropbox the file system refused to take from: told once.
         self._refused: set[tuple[str, str]] = set()
@@ -151,6 +157,7 @@ class Delivery:
         # the outbox gives its own), as it is for a subscriber that granted the same QoS.
         same = props is packet.properties and not packet.dup
         sessions = self._sessions
+        holding = self.holding
         for subscriber, text, granted in routes:
             session = sessions.get(subscriber)
             if session is None:
@@ -167,6 +174,14 @@ class Delivery:
                 out = packet
             else:
                 out = new_publish(topic, payload, qos, retain, False, None, props)
+            if holding:
+                held = holding.get((session, text))
+                if held is not None:
+                    if len(held) < session.outbox.limit:
+                        held.append((out, None if written is None else written.message_id))
+                    else:  # as a full queue does: what waits is bounded by max_queued
+                        self._tell_dropped(session, out)
+                    continue
             self.deliver(session, out, None)
 
     def _without(self, routes: list[Route], having: set[Key]) -> list[Route]:

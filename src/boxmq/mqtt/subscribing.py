@@ -25,16 +25,22 @@ Invariants:
   before anything is made for them, and those within it in the same packet are subscribed.
   A filter the session holds already may always be subscribed to again (it replaces it), so
   a session resumed with more than a lowered cap keeps what it has and adds nothing.
+- SUBACK goes before the retained messages of its subscriptions in memory (MQTT 5.0 §3.8.4).
+  Up to `_CHUNK` of a filter's are read on the loop; the rest by a worker, in chunks sent on
+  the loop as they come, while the client's later packets wait and what is routed to those
+  subscriptions is held until the last chunk (delivery.py): the client meets them in the
+  order it did when all were read at once on the loop, which held every client meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Final
 
@@ -104,6 +110,31 @@ class _Wanted:
     due: bool = False  # it gets the retained messages of its filter (Retain Handling)
     replaced: bool = False  # the same filter came again later in its SUBSCRIBE
     failed: bool = False  # the disk refused it (and the log said so)
+
+
+Found = tuple[Envelope, bytes]  # a retained message, as the retained store reads it
+
+# Retained messages read on the loop at a SUBSCRIBE before a worker reads the rest: one file
+# read costs about 9,000 instructions (docs/benchmarks.md, "Retained lookups (stop 40)").
+_CHUNK: Final = 100
+
+
+@dataclass(eq=False, slots=True)
+class _Read:
+    """The retained messages of one filter of a SUBSCRIBE, being read (`found`, one thread
+    at a time) and sent."""
+
+    text: str
+    options: SubscriptionOptions  # the subscription as made: another one stops the reading
+    found: Iterator[Found]
+    sent: dict[str, str] = field(default_factory=dict)  # topic -> id sent as retained
+    over: bool = False  # all read
+    stopped: bool = False  # told by the loop: no one to send them to any more
+
+    def take(self) -> list[Found]:
+        chunk = list(itertools.islice(self.found, _CHUNK))
+        self.over = len(chunk) < _CHUNK
+        return chunk
 
 
 def _holds_some(subscriber: Subscriber | None) -> bool:
@@ -343,7 +374,7 @@ class Subscribing:
             reasons = [r if r < _R.UNSPECIFIED_ERROR else _R.UNSPECIFIED_ERROR for r in reasons]
         self._out.send(client, Suback(packet_id, tuple(reasons)))
         on_disk: list[tuple[str, int]] = []  # (filter, QoS) of a persistent session's
-        retained: list[tuple[Envelope, bytes, str, SubscriptionOptions]] = []  # sent from memory
+        reads: list[_Read] = []  # sent from memory
         for one in wanted:
             options = one.options
             if options is None or one.replaced or not one.due:
@@ -352,8 +383,8 @@ class Subscribing:
                 if not one.opened:  # else they came with its dropbox (Topics.subscribe)
                     on_disk.append((one.text, options.qos))
                 continue
-            matching = self._box.topics.retained_matching(one.text)
-            retained += [(env, body, one.text, options) for env, body in matching]
+            found = self._box.topics.retained_reading(one.text)
+            reads.append(_Read(one.text, options, found))
         if on_disk:
             name = consumer_name(session.client_id)
 
@@ -363,15 +394,100 @@ class Subscribing:
                 return None
 
             client.jobs.append(Job(write, lambda _: self._delivery.pump(session)))
+        for read in reads:  # a few at once; more are read by a worker, off the loop
+            self._send_retained(session, read, read.take())
+        pending = [read for read in reads if not read.over]
+        if pending:
+            self._read_later(client, session, wanted, pending)
+            return
+        self._retained_sent(client, session, wanted)
+
+    def _send_retained(self, session: Session, read: _Read, chunk: list[Found]) -> None:
         now = self._clock.now()
         window = self._delivery.retained_window
-        for envelope, body, text, options in retained:
+        for envelope, body in chunk:
             if not envelope.expired(now):  # an expired retained message is not sent (§3.3.2.3.3)
-                publish = retained_publish(envelope, body, options, now, self._box.side_files)
+                publish = retained_publish(envelope, body, read.options, now, self._box.side_files)
                 self._delivery.deliver(session, publish, None)
                 # If the store took it before the loop routed it, the routing must leave this
                 # subscription out: it has the message already (retained_window.py).
-                window.sent(publish.topic, session, text, envelope.message_id)
+                window.sent(publish.topic, session, read.text, envelope.message_id)
+                read.sent[publish.topic] = envelope.message_id
+
+    def _read_later(
+        self, client: Client, session: Session, wanted: list[_Wanted], reads: list[_Read]
+    ) -> None:
+        """More retained messages than a chunk: a worker reads them (20,000 files took the
+        loop, every client with it, 6.5-9.8 s), each chunk sent on the loop as it comes. The
+        client's later packets wait, as for the disk work of a SUBSCRIBE, and what the
+        routing brings these subscriptions meanwhile waits in `Delivery.holding`, sent after
+        the retained messages, as when they were read at once."""
+        if client.held is None:
+            hold_the_rest(client)
+        holding = self._delivery.holding
+        for read in reads:
+            holding[session, read.text] = []
+        loop = asyncio.get_running_loop()
+
+        def work() -> object:  # in a worker thread
+            for read in reads:
+                while not (read.over or read.stopped):
+                    chunk = read.take()
+                    try:
+                        loop.call_soon_threadsafe(self._retained_chunk, session, read, chunk)
+                    except RuntimeError:  # the loop is closed: nobody left to send them to
+                        return None
+            return None
+
+        done = partial(self._retained_read, client, session, wanted, reads)
+        client.jobs.append(Job(work, done, logs=True))
+
+    def _reading(self, session: Session, read: _Read) -> bool:
+        """Whether the subscription `read` is for is still the one made (not ended with its
+        session, unsubscribed, or subscribed again): else its reading stops."""
+        if not read.stopped and (
+            self._sessions.get(session.client_id) is not session
+            or session.subscriptions.get(read.text) is not read.options
+        ):
+            read.stopped = True
+        return not read.stopped
+
+    def _retained_chunk(self, session: Session, read: _Read, chunk: list[Found]) -> None:
+        if self._reading(session, read):
+            self._send_retained(session, read, chunk)
+            self._out.flush_soon()  # not in a read's handling, nor a batch's, which do it
+
+    def _retained_read(
+        self,
+        client: Client,
+        session: Session,
+        wanted: list[_Wanted],
+        reads: list[_Read],
+        result: object,
+    ) -> None:
+        """On the loop, the worker's reading done: what the routing held for the
+        subscriptions goes out (not a message sent as retained already), then as at once."""
+        if isinstance(result, BoxMQError):
+            log.error(
+                "client %s: reading the retained messages of %s: %s",
+                session.client_id,
+                ", ".join(read.text for read in reads),
+                result,
+            )
+        live = self._sessions.get(session.client_id) is session
+        for read in reads:
+            held = self._delivery.holding.pop((session, read.text), [])
+            if not live:
+                continue
+            for publish, message_id in held:
+                if message_id is None or read.sent.get(publish.topic) != message_id:
+                    self._delivery.deliver(session, publish, None)
+        if live:
+            self._retained_sent(client, session, wanted)
+        else:
+            self._resume_soon(client)
+
+    def _retained_sent(self, client: Client, session: Session, wanted: list[_Wanted]) -> None:
         for one in wanted:  # this server's own, from memory (sys_topics.py)
             options = one.options
             if options is not None and not one.replaced and one.due:

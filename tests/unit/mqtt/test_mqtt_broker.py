@@ -36,6 +36,8 @@ from boxmq.mqtt.packets import (
     Connect,
     Disconnect,
     Packet,
+    Pingreq,
+    Pingresp,
     ProtocolVersion,
     Puback,
     Pubcomp,
@@ -1467,6 +1469,106 @@ def test_a_message_that_expires_while_queued_behind_a_slow_client_is_not_sent(
         assert first.packet_id is not None
         slow.send(Puback(first.packet_id))
         assert [p for p in slow.take() if isinstance(p, Publish)] == []
+
+    _run(tmp_path, test)
+
+
+class _GatedReading:
+    """`Topics.retained_reading`, whose reading in a thread other than the loop's stops after
+    `after` messages until `go` is set: the loop's turns while a worker reads are counted, not
+    timed. Read on the loop (as before the worker did), it never waits."""
+
+    def __init__(self, reading: Callable[[str], Any], after: int) -> None:
+        self._reading = reading
+        self._after = after
+        self.waiting = threading.Event()
+        self.go = threading.Event()
+
+    def __call__(self, topic_filter: str) -> Any:
+        for count, found in enumerate(self._reading(topic_filter)):
+            if count == self._after and threading.current_thread() is not threading.main_thread():
+                self.waiting.set()
+                self.go.wait(20)
+            yield found
+
+
+def _retained_topics(broker: Broker, count: int) -> set[bytes]:
+    for n in range(count):
+        broker.box.publish(f"dev/{n}/status", f"s{n}".encode(), qos=0, retain=True)
+    return {f"s{n}".encode() for n in range(count)}
+
+
+def test_a_big_retained_subscribe_is_read_off_the_loop_and_its_subscription_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2,000 retained topics: a SUBSCRIBE to dev/# is answered at once with a chunk of them,
+    the rest read by a worker, a chunk at a time; meanwhile the server answers another
+    client's PINGREQ, and what is published to the subscription waits until every retained
+    message is sent (a retained one sent already not twice). Was: all read on the loop, every
+    client of the server held for seconds with 20,000."""
+
+    async def test(broker: Broker) -> None:
+        expected = _retained_topics(broker, 2_000)
+        gated = _GatedReading(broker.box.topics.retained_reading, after=500)
+        monkeypatch.setattr(broker.box.topics, "retained_reading", gated)
+        sub = _connect(broker, "sub")
+        other = _connect(broker, "other")
+        sub.send(Subscribe(1, (Subscription("dev/#", 0),)))
+        first = sub.take()
+        assert isinstance(first[0], Suback)
+        got = [(p.payload, p.retain) for p in first[1:] if isinstance(p, Publish)]
+        assert 0 < len(got) < 500  # a chunk on the loop, the rest by a worker
+        await _until(gated.waiting.is_set)
+        await _until(lambda: len(got) + len(sub.inbox) >= 500)
+        other.send(Pingreq())
+        assert other.take() == [Pingresp()]  # the loop is free while the worker reads
+        other.send(Publish("dev/7/status", b"new", 1, retain=True, packet_id=1))
+        other.send(Publish("dev/new", b"live", 0))
+        [held] = broker._delivery.holding.values()
+        await _until(lambda: len(held) == 2)  # routed to the subscription, held
+        got += _publishes(sub)
+        assert len(got) == 500  # nothing more while the reading waits, nothing live
+        gated.go.set()
+        await _until(lambda: any(getattr(p, "payload", 0) == b"live" for p in sub.inbox))
+        await asyncio.sleep(0.05)  # whatever else would come
+        got += _publishes(sub)
+        retained = [payload for payload, retain in got if retain]
+        live = [payload for payload, retain in got if not retain]
+        assert len(retained) == len(set(retained)) == 2_000
+        if b"s7" in retained:  # read before "new" came: that one is sent live, after
+            assert set(retained) == expected
+            assert live == [b"new", b"live"]
+        else:  # read after: sent as retained, and not live again
+            assert set(retained) == expected - {b"s7"} | {b"new"}
+            assert live == [b"live"]
+        assert got[len(retained) :] == [(payload, False) for payload in live]
+
+    _run(tmp_path, test)
+
+
+def test_a_subscriber_gone_while_its_retained_messages_are_read_stops_the_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that disconnects while a worker reads its SUBSCRIBE's retained messages is
+    sent nothing more, what was held for it goes, and the reading stops at its next chunk."""
+
+    async def test(broker: Broker) -> None:
+        _retained_topics(broker, 1_000)
+        gated = _GatedReading(broker.box.topics.retained_reading, after=300)
+        monkeypatch.setattr(broker.box.topics, "retained_reading", gated)
+        sub = _connect(broker, "sub")
+        sub.send(Subscribe(1, (Subscription("dev/#", 1),)))
+        await _until(gated.waiting.is_set)
+        await _until(lambda: len(sub.inbox) >= 301)  # SUBACK, 300 before the wait
+        sub.take()
+        other = _connect(broker, "other")
+        other.send(Publish("dev/new", b"live", 0))
+        assert len(broker._delivery.holding[broker._sessions["sub"], "dev/#"]) == 1
+        sub.close()
+        gated.go.set()
+        await _until(lambda: not broker._delivery.holding)  # the reading is over
+        assert "sub" not in broker._sessions
+        assert sub.take() == []
 
     _run(tmp_path, test)
 
