@@ -134,11 +134,11 @@ def test_a_sweep_the_file_system_fails_is_told_and_serving_goes_on(
     with boxmq.open(root, fsync="never") as box:
         real = box.sweep
 
-        def sweep() -> dict[str, SweepReport]:  # in serve's worker thread
+        def sweep(*, full: bool = True) -> dict[str, SweepReport]:  # in serve's worker thread
             calls.append(len(calls) + 1)
             if len(calls) == 2:  # the first of the timer's: the one at start is the recovery
                 raise OSError(errno.EMFILE, "Too many open files")
-            report = real()
+            report = real(full=full)
             if len(calls) == 3:
                 loop, swept = told[0]
                 loop.call_soon_threadsafe(swept.set)

@@ -39,7 +39,7 @@ from boxmq.store.layout import (
     queue_path,
     remove_dropbox,
 )
-from boxmq.store.process import process_token
+from boxmq.store.process import process_alive, process_token
 from boxmq.store.retained import RETAINED_DIR
 from boxmq.store.side_files import COLLECT_EVERY, SideFiles, referenced
 from boxmq.store.spares import Spares
@@ -64,6 +64,9 @@ __all__ = ["Box", "open"]
 log = logging.getLogger("boxmq")
 
 RETAINED_EVERY: Final = 60.0  # seconds between sweeps' looks for expired retained messages
+# Seconds between the timer's sweeps that visit every subscription (Box.sweep): the others
+# visit only those where something is due, as far as this process can tell.
+FULL_SWEEP_EVERY: Final = 60.0
 
 
 class Box:
@@ -103,6 +106,14 @@ class Box:
         self._unreadable: set[tuple[str, str]] = set()  # subscription records told of (sweep)
         self._next_retained = 0.0  # when sweep() next looks for expired retained messages
         self._door_folders: tuple[str, ...] = ()  # of the doors' own records (sweep_temporaries_in)
+        # The sweeps between full passes (sweep(full=False)): when each subscription is due
+        # next, by path, with its name and the other processes whose locks it holds; the
+        # processes the subscriptions end with; the dropboxes this process published a copy
+        # with an expiry into since the last sweep.
+        self._next_full = 0.0
+        self._due: dict[str, tuple[str, float, frozenset[str]]] = {}
+        self._named: set[str] = set()
+        self._expiring: set[str] = set()
         renew_in_children(self)
 
     def renew_in_child(self) -> None:
@@ -216,6 +227,7 @@ class Box:
                     spares=self._spares,
                     v5=self.v5,
                     side_files=self.side_files,
+                    expiring=self._published_expiring,
                 )
             return self._topics
 
@@ -391,6 +403,12 @@ class Box:
 
         return remove_dropbox(self.root, path, taken=count)
 
+    def _published_expiring(self, paths: list[str]) -> None:
+        """Topics committed copies with an expiry into these dropboxes: the next sweep
+        visits them, and learns when those expire."""
+        with self._lock:
+            self._expiring.update(paths)
+
     def _forget_live(self, path: str) -> None:
         """A dropbox about to be deleted (a queue, a plain subscription, a share group its last
         member left): its consumers in this process are closed, and its engine here is
@@ -402,53 +420,34 @@ class Box:
         if live is not None:
             live.close()
 
-    def sweep(self) -> dict[str, SweepReport]:
+    def sweep(self, *, full: bool = True) -> dict[str, SweepReport]:
         """One round of housekeeping over every queue and subscription (what `boxmq serve`
         runs on a timer); share groups whose members all died, and subscriptions that were to
-        end with a process that died, are ended."""
+        end with a process that died, are ended.
+
+        full=False (serve's timer): every queue, but of the subscriptions only those where
+        something may be due: a lock's deadline or an expiry the last visit saw, a copy with
+        an expiry published by this process, a consumer here receiving, a process holding
+        locks or subscriptions that died; and every subscription once every FULL_SWEEP_EVERY
+        seconds, for what other processes did meanwhile. Offline MQTT sessions with nothing
+        due then cost nothing (docs/operations.md)."""
         now = self._clock.now()
-        queues = dropbox_folders(self.root)  # by path: a folder made by hand may not be escaped
-        self.topics.sweep_subscriptions()
-        subscriptions = list(subscription_folders(self.root))  # with a record or not (yet)
-        boxes = queues + [
-            (f"{record.filter} ({os.path.basename(path)})", path)
-            for path in subscriptions
-            if (record := read_record(path)) is not None
-        ]
         limits = self.options.limits
         retention, purge = limits.processed_retention, False
         if retention is not None and now >= self._next_purge:
             # processed/ is the big folder (a day of traffic, by default): looked through at
             # most every hundredth of the retention (a minute at most), not every sweep.
             purge, self._next_purge = True, now + min(60.0, retention / 100)
-        reports = {}
-        next_expiry, self._next_expiry = self._next_expiry, {}
-        for name, path in boxes:
-            try:
-                # Not completed (no state folder made at the open), since an `rm -rf` of
-                # the queue may be under way: a move into a folder that is missing makes it.
-                dropbox = Dropbox(
-                    path, self._committer, create=False, spares=self._spares, complete=False
-                )
-            except QueueNotFound:
-                continue  # a queue or subscription being created or deleted right now
-            expire = now >= (due := next_expiry.get(path, 0.0))
-            reports[name] = report = sweep(
-                dropbox,
-                now=now,
-                policy=self.options.policy,
-                limits=limits,
-                name=name,
-                purge=purge,
-                expire=expire,
-            )
-            if expire:
-                # A big target/ is looked through for expirations less often, in proportion
-                # to its size (a minute at most): 400,000 names take about 0.4 s, 40 % of a
-                # core at a sweep each second on a root where nothing happens. No consumer
-                # gets an expired message meanwhile (each process expires what it offers).
-                due = now + min(60.0, report.looked / EXPIRY_NAMES_PER_SECOND)
-            self._next_expiry[path] = due
+        queues = dropbox_folders(self.root)  # by path: a folder made by hand may not be escaped
+        with self._lock:
+            expiring, self._expiring = self._expiring, set()
+        try:
+            reports, subscriptions = self._visit(now, queues, expiring, full=full, purge=purge)
+        except BaseException:
+            # What it learnt of (copies with an expiry, subscribers gone) is lost with it:
+            # the next sweep visits every subscription.
+            self._next_full = 0.0
+            raise
         if abandoned := remove_stale_staging(self.root, now=now, age=limits.working_ttl):
             log.warning(
                 "deleted %d publication staging file(s) older than %s (a process died "
@@ -459,10 +458,12 @@ class Box:
         # What a process killed while deleting a queue or subscription left: one scandir
         # of a folder most roots lack. A delete under way there too is only helped along.
         clear_deleting(self.root)
-        # First: a stale temporary deleted would make its folder young again.
-        self._remove_abandoned(subscriptions, now=now, age=limits.working_ttl)
+        # The subscriptions' folders only at a full pass: they take a listing of them all.
+        if subscriptions is not None:
+            # First: a stale temporary deleted would make its folder young again.
+            self._remove_abandoned(subscriptions, now=now, age=limits.working_ttl)
         self._remove_stale_temporaries(
-            [*(path for _, path in queues), *subscriptions], now=now, age=limits.working_ttl
+            [*(path for _, path in queues), *(subscriptions or ())], now=now, age=limits.working_ttl
         )
         self.intake.expire()
         if now >= self._next_retained:
@@ -480,6 +481,115 @@ class Box:
             except OSError as error:  # the next round tries again; the rest of the sweep ran
                 log.warning("side files not collected this round: %s", error)
         return reports
+
+    def _visit(
+        self,
+        now: float,
+        queues: list[tuple[str, str]],
+        expiring: set[str],
+        *,
+        full: bool,
+        purge: bool,
+    ) -> tuple[dict[str, SweepReport], list[str] | None]:
+        """Sweep the queues and the subscriptions due (all of them in a full pass); the
+        reports, and in a full pass every subscription's folder."""
+        subscriptions: list[str] | None
+        if full or purge or now >= self._next_full:
+            boxes, subscriptions = self._every_subscription(now, queues)
+        else:
+            boxes = queues + self._due_subscriptions(now, expiring)
+            subscriptions = None
+        limits = self.options.limits
+        reports = {}
+        queue_paths = {path for _, path in queues}
+        for name, path in boxes:
+            try:
+                # Not completed (no state folder made at the open), since an `rm -rf` of
+                # the queue may be under way: a move into a folder that is missing makes it.
+                dropbox = Dropbox(
+                    path, self._committer, create=False, spares=self._spares, complete=False
+                )
+            except QueueNotFound:
+                self._due.pop(path, None)
+                self._next_expiry.pop(path, None)
+                continue  # a queue or subscription being created or deleted right now
+            expire = now >= (expiry := self._next_expiry.get(path, 0.0))
+            reports[name] = report = sweep(
+                dropbox,
+                now=now,
+                policy=self.options.policy,
+                limits=limits,
+                name=name,
+                purge=purge,
+                expire=expire,
+            )
+            if expire:
+                # A big target/ is looked through for expirations less often, in proportion
+                # to its size (a minute at most): 400,000 names take about 0.4 s, 40 % of a
+                # core at a sweep each second on a root where nothing happens. No consumer
+                # gets an expired message meanwhile (each process expires what it offers).
+                expiry = now + min(60.0, report.looked / EXPIRY_NAMES_PER_SECOND)
+            self._next_expiry[path] = expiry
+            if path not in queue_paths:
+                # Not looked through for expirations, it is due for that look at the latest.
+                due = report.due if expire else min(report.due, expiry)
+                self._due[path] = (name, due, report.holders - {self._token})
+        if subscriptions is not None:  # done: a pass the disk failed is made again next time
+            self._next_full = now + FULL_SWEEP_EVERY
+            # Those of folders deleted since are forgotten (every folder was visited).
+            visited = {path for _, path in boxes}
+            self._next_expiry = {p: t for p, t in self._next_expiry.items() if p in visited}
+        return reports, subscriptions
+
+    def _every_subscription(
+        self, now: float, queues: list[tuple[str, str]]
+    ) -> tuple[list[tuple[str, str]], list[str]]:
+        """A full pass: the dropboxes to visit (every queue and subscription), and every
+        subscription's folder, its record written or not."""
+        named: set[str] = set()
+        self.topics.sweep_subscriptions(named)
+        self._named = named - {self._token}
+        subscriptions = list(subscription_folders(self.root))  # with a record or not (yet)
+        self._due = {}  # made again from what this pass sees
+        with self._lock:
+            lives = list(self._live.values())
+        for live in lives:
+            live.wants_sweep()  # a rest before this pass is no news for the next one
+        boxes = queues + [
+            (f"{record.filter} ({os.path.basename(path)})", path)
+            for path in subscriptions
+            if (record := read_record(path)) is not None
+        ]
+        return boxes, subscriptions
+
+    def _due_subscriptions(self, now: float, expiring: set[str]) -> list[tuple[str, str]]:
+        """Between full passes: the subscriptions where something may be due (`sweep`)."""
+        alive: dict[str, bool] = {}
+
+        def dead(tokens: set[str] | frozenset[str]) -> bool:
+            for token in tokens:
+                if token not in alive:
+                    alive[token] = process_alive(token) is not False
+                if not alive[token]:
+                    return True
+            return False
+
+        if self._named and dead(self._named):
+            named: set[str] = set()
+            self.topics.sweep_subscriptions(named)
+            self._named = named - {self._token}
+        with self._lock:
+            lives = list(self._live.items())
+        receiving = {path for path, live in lives if live.wants_sweep()}
+        visits = []
+        for path, (name, due, holders) in list(self._due.items()):  # (a sweep of another thread)
+            if due <= now or path in expiring or path in receiving or dead(holders):
+                visits.append((name, path))
+        for path in (expiring | receiving) - self._due.keys():
+            # Made since the last full pass (or a queue, visited anyway: no record).
+            if (record := read_record(path)) is not None:
+                visits.append((f"{record.filter} ({os.path.basename(path)})", path))
+        return visits
 
     def sweep_temporaries_in(self, folder: str | os.PathLike[str]) -> None:
         """Have every sweep also delete the stale temporaries in `folder`: a door's own

@@ -46,6 +46,11 @@ class Consumer(Receiver):
     def resume(self) -> None:
         self._live.resume(self.name)
 
+    def rest(self) -> None:
+        """We receive nothing for a while (an MQTT client away): the queue's watcher is
+        closed once every consumer of it rests, until a receive (LiveQueue.rest)."""
+        self._live.rest(self.name)
+
     def take_back(self) -> int:
         """For a consumer that outlives its process: what another process's consumer of our
         name took and left locked to it since we attached is ours again (LiveQueue.take_back);

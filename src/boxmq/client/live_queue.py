@@ -55,7 +55,7 @@ from boxmq.store.dropbox import Dropbox, NotAFile
 from boxmq.store.layout import State
 from boxmq.store.names import Lock, lock_suffixed, locked_name, split_lock
 from boxmq.store.v5_properties import V5Reader
-from boxmq.store.watch import Changes, watch
+from boxmq.store.watch import Changes, Watcher, watch
 
 __all__ = ["LiveOptions", "LiveQueue"]
 
@@ -131,9 +131,10 @@ class LiveQueue:
         # functions around it, two calls more for each of the three entries per message.
         self._mutex = threading.RLock()  # reentrant: close() detaches its consumers
         self._cond = threading.Condition(self._mutex)
-        self._watcher = watch(
-            box.dir(State.TARGET), poll_interval=options.poll_interval, polling=options.polling
-        )
+        # None while every consumer rests (`rest`): opened again by the next receive.
+        self._watcher: Watcher | None = self._watch()
+        self._resting: set[ConsumerId] = set()  # consumers that receive nothing for now
+        self._rested = False  # one rested since the box's sweep last asked (`wants_sweep`)
         self._watching = False
         self._looked_at = -math.inf  # the clock when the watcher's news was last read
         self._sleepers = 0  # threads in self._cond.wait: the only ones notify_all can wake
@@ -272,6 +273,58 @@ class LiveQueue:
             self._apply_all(given_back)
             self._wake_others()
 
+    def rest(self, consumer: ConsumerId) -> None:
+        """`consumer` receives nothing for a while (an MQTT client away, its persistent
+        session kept). Once every consumer attached rests, the box's next sweep closes the
+        watcher (an inotify instance and a wake-up pipe: 3 descriptors, and one of the 128
+        inotify instances a user has): there, not here, since closing an inotify instance
+        waits for the kernel (milliseconds), and a client back within a sweep keeps it. The
+        next receive opens it again and reads target/ afresh, so what came meanwhile is
+        found. The box's sweeps then visit this dropbox only when something in it is due."""
+        with self._mutex:
+            if consumer in self._inbox:
+                self._resting.add(consumer)
+                self._rested = True
+
+    def _all_resting(self) -> bool:
+        return self._resting.issuperset(self._inbox)
+
+    def wants_sweep(self) -> bool:
+        """For the box's sweep (in its thread): whether a consumer here is receiving, or one
+        began to rest since the last call (what it holds is due at its locks' deadlines,
+        which the sweep that visits it then learns). A watcher every consumer rests from is
+        closed now."""
+        idle: Watcher | None = None
+        with self._mutex:
+            rested, self._rested = self._rested, False
+            receiving = bool(self._inbox) and not self._all_resting()
+            if rested and not receiving and not self._watching:
+                idle, self._watcher = self._watcher, None
+        if idle is not None:
+            idle.close()  # out of the mutex: a receive that comes meanwhile opens a new one
+        return rested or receiving
+
+    def watching(self) -> bool:
+        """Whether the watcher is open (its descriptors held)."""
+        return self._watcher is not None
+
+    def _watch(self) -> Watcher:
+        return watch(
+            self._box.dir(State.TARGET),
+            poll_interval=self._options.poll_interval,
+            polling=self._options.polling,
+        )
+
+    def _watcher_open(self) -> Watcher:
+        """The watcher, opened again after a rest: target/ is read again at the next look,
+        since nothing told of what landed meanwhile."""
+        watcher = self._watcher
+        if watcher is None:
+            watcher = self._watcher = self._watch()
+            self._next_scan = 0.0
+            self._sent.clear()
+        return watcher
+
     def attached(self, consumer: ConsumerId) -> bool:
         """Whether `consumer` is attached (open in this process)."""
         with self._mutex:
@@ -304,6 +357,7 @@ class LiveQueue:
             inbox = self._inbox.pop(consumer, None)
             if inbox is None:
                 return
+            self._resting.discard(consumer)
             effects = self._give_back(consumer, inbox)
             if keep_locks and consumer in self._outliving:
                 self._apply_all(effects)
@@ -457,7 +511,8 @@ class LiveQueue:
         self._mutex = threading.RLock()  # another thread may have held it at the fork
         self._cond = threading.Condition(self._mutex)
         self._closed = self._forked = True
-        self._watcher.close()
+        if self._watcher is not None:
+            self._watcher.close()
 
     def close(self) -> None:
         """Release what the consumers hold, and end their receives. A release the disk
@@ -474,14 +529,16 @@ class LiveQueue:
             # A receiving thread may be in the watcher's wait, the mutex released: closing the
             # watcher under it made it read a closed wake pipe (OSError EBADF, or a read of
             # whatever file took that descriptor number meanwhile). It leaves once woken.
-            while self._watching:
+            while self._watching and self._watcher is not None:
                 self._watcher.wakeup()
                 self._sleepers += 1
                 try:
                     self._cond.wait(0.1)
                 finally:
                     self._sleepers -= 1
-        self._watcher.close()
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None
         if refused is not None:
             raise refused
 
@@ -558,6 +615,8 @@ class LiveQueue:
         and one process's own puts do not cost a read of the watcher each."""
         now = self._clock.now()
         deferred = False
+        if self._resting:
+            self._resting.discard(consumer)  # it receives again: so does the watcher
         if not self._watching:  # else the thread that waits on the watcher reads it
             if 0.0 <= now - self._looked_at < self._options.watch_interval and (
                 self._engine.waiting()
@@ -573,7 +632,7 @@ class LiveQueue:
         """Absorb the news the watcher holds, without waiting for more; the time after it
         (thousands of names another process put take a while to decode)."""
         self._looked_at = now
-        changes = self._watcher.wait(0)
+        changes = self._watcher_open().wait(0)
         self._absorb(changes)
         return self._clock.now() if changes.names else now
 
@@ -1009,10 +1068,11 @@ class LiveQueue:
             finally:
                 self._sleepers -= 1
             return
+        watcher = self._watcher_open()
         self._watching = True
         self._mutex.release()
         try:
-            changes = self._watcher.wait(seconds)
+            changes = watcher.wait(seconds)
         finally:
             self._mutex.acquire()
             self._watching = False
@@ -1024,7 +1084,7 @@ class LiveQueue:
     def _wake_others(self) -> None:
         if self._sleepers:  # notify_all costs several Python calls even when nobody waits
             self._cond.notify_all()
-        if self._watching:
+        if self._watching and self._watcher is not None:
             self._watcher.wakeup()
 
 

@@ -16,8 +16,9 @@ rename finds nothing and the sweep goes on. Any number of processes may sweep on
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Container
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from boxmq.client.lifecycle import dead_name, envelope_of, released_or_dead, shown, unusable
@@ -31,6 +32,7 @@ from boxmq.store.process import process_alive
 
 __all__ = [
     "EXPIRY_NAMES_PER_SECOND",
+    "Pending",
     "SweepLimits",
     "SweepReport",
     "release_locks_of",
@@ -66,9 +68,25 @@ class SweepReport:
     abandoned: int = 0
     purged: int = 0
     looked: int = 0  # the names of target/ read for expirations (0: not looked through)
+    # What the sweep left that will need one later: the earliest time something there is due
+    # (a lock's deadline, an expiry, a working/ file's age), inf for nothing; and the tokens
+    # of the other processes of this host whose locks it holds, due at their death.
+    due: float = math.inf
+    holders: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
         return any((self.released, self.dead, self.expired, self.abandoned, self.purged))
+
+
+@dataclass(slots=True)
+class Pending:
+    """What a sweep of one dropbox saw that will need a sweep later (SweepReport.due)."""
+
+    due: float = math.inf
+    holders: set[str] = field(default_factory=set)
+
+    def at(self, when: float) -> None:
+        self.due = min(self.due, when)
 
 
 def release_stale_locks(
@@ -79,12 +97,15 @@ def release_stale_locks(
     limits: SweepLimits,
     own_token: str = "",
     own_ids: Container[MessageId] = (),
+    pending: Pending | None = None,
 ) -> tuple[int, int]:
-    """Release timed-out and orphaned locks; (released, dead-lettered). Skips our live leases."""
+    """Release timed-out and orphaned locks; (released, dead-lettered). Skips our live leases.
+    `pending`, when given, learns when the locks left are due."""
     released = dead = 0
     alive: dict[str, bool | None] = {}  # token -> its process lives: /proc read once per token
     now_ms = now * 1000
     tell = _Teller()
+    later = pending or Pending()
     for entry in box.scan(State.PROCESSING):
         name, lock = split_lock(entry.name)
         if (
@@ -94,13 +115,19 @@ def release_stale_locks(
         ):
             # Held, in time, by a live process (or by none): most locks, left at every sweep
             # without decoding their names (100,000 locks of a consumer took a second there).
+            later.at(lock.deadline_ms / 1000)
+            if lock.token and lock.token != own_token:
+                later.holders.add(lock.token)  # due at its death, as at its deadline
             continue
         envelope = envelope_of(name)
         if lock is not None and lock.token == own_token and envelope.message_id in own_ids:
             continue  # ours, and our engine's timer watches it
         if lock is None:
             age = box.age(State.PROCESSING, entry.name, now)
-            if age is None or age < limits.foreign_lock_timeout:
+            if age is None:
+                continue
+            if age < limits.foreign_lock_timeout:
+                later.at(now + limits.foreign_lock_timeout - age)
                 continue
             why, holder = "lock without owner timed out", None
         elif lock.deadline_ms <= now_ms:
@@ -213,47 +240,71 @@ def _alive(known: dict[str, bool | None], token: str) -> bool | None:
     return known[token]
 
 
-def expire_ready(box: Dropbox, *, now: float) -> tuple[int, int]:
+def expire_ready(box: Dropbox, *, now: float, pending: Pending | None = None) -> tuple[int, int]:
     """Move the ready messages whose expiration passed to expired/: (how many, how many
-    names target/ held)."""
+    names target/ held). `pending`, when given, learns when the first of those left expires."""
     expired = looked = 0
     now_ms = now * 1000
     for entry in box.scan(State.TARGET):
         looked += 1
-        if _not_due(entry.name, now_ms):
-            continue  # most names: no expiration, or one to come, seen without decoding
-        if envelope_of(entry.name).expired(now) and box.move(
-            State.TARGET, entry.name, State.EXPIRED
-        ):
+        ahead = _ahead_ms(entry.name, now_ms)
+        if ahead is not None:  # most names: no expiration, or one to come, seen undecoded
+            if pending is not None and ahead != math.inf:
+                pending.at(ahead / 1000)
+            continue
+        envelope = envelope_of(entry.name)
+        if not envelope.expired(now):
+            if envelope.expiration and pending is not None:
+                pending.at(envelope.expiration / 1000)
+            continue
+        if box.move(State.TARGET, entry.name, State.EXPIRED):
             expired += 1
     return expired, looked
 
 
 def _not_due(name: str, now_ms: float) -> bool:
-    """Whether the message named `name` cannot have expired by `now_ms`, read off its
-    expiration (the fourth field) without decoding the name: none (the field is missing or
-    empty), or digits of a time to come. Decoding every name of target/ at every sweep was
-    most of a sweep's work on a deep backlog. A name this cannot tell of (an expiration due,
-    or a field a script escaped) is decoded, so the answer is always the decoding's (a name
-    that does not decode has no expiration: it is never due either way)."""
+    """Whether the message named `name` cannot have expired by `now_ms` (`_ahead_ms`)."""
+    return _ahead_ms(name, now_ms) is not None
+
+
+def _ahead_ms(name: str, now_ms: float) -> float | None:
+    """When the message named `name` expires, if that is after `now_ms`, read off its
+    expiration (the fourth field) without decoding the name: inf for none (the field is
+    missing or empty), its time (ms) for digits of a time to come; None for a name this
+    cannot tell of (an expiration due, or a field a script escaped), which is decoded, so the
+    answer is always the decoding's (a name that does not decode has no expiration: it is
+    never due either way). Decoding every name of target/ at every sweep was most of a
+    sweep's work on a deep backlog."""
     fields = name.split(".", 4)
     if len(fields) < 4 or not (field := fields[3]):
-        return True
-    return field.isascii() and field.isdigit() and int(field) > now_ms
+        return math.inf
+    if field.isascii() and field.isdigit() and (ms := int(field)) > now_ms:
+        return float(ms)
+    return None
 
 
 def _remove_older(
-    box: Dropbox, state: State, *, now: float, age: float, assured_age: float | None = None
+    box: Dropbox,
+    state: State,
+    *,
+    now: float,
+    age: float,
+    assured_age: float | None = None,
+    pending: Pending | None = None,
 ) -> int:
     """Remove the files of `state` older than `age`; `assured_age`: the exactly-once
-    messages' instead (working/: they wait for their `deliver`, not for a commit)."""
+    messages' instead (working/: they wait for their `deliver`, not for a commit).
+    `pending`, when given, learns when the files left are due."""
     removed = 0
-    horizon_ms = (now - min(age, age if assured_age is None else assured_age)) * 1000
+    shortest = min(age, age if assured_age is None else assured_age)
+    horizon_ms = (now - shortest) * 1000
     for entry in box.scan(state):
         made = _made_ms(entry.name)
         if made is not None and made > horizon_ms:
             # Made within `age`, so it cannot have changed state before (a producer whose
             # clock runs ahead only delays its purge): no stat.
+            if pending is not None:
+                pending.at(made / 1000 + shortest)
             continue
         limit = age
         if assured_age is not None and _assured(entry.name):
@@ -261,6 +312,8 @@ def _remove_older(
         seen = box.age(state, entry.name, now)
         if seen is not None and seen > limit and box.remove(state, entry.name):
             removed += 1
+        elif seen is not None and pending is not None:
+            pending.at(now + limit - seen)
     return removed
 
 
@@ -287,10 +340,18 @@ def sweep(
     purge: bool = True,
     expire: bool = True,
 ) -> SweepReport:
-    released, dead = release_stale_locks(box, now=now, policy=policy, limits=limits)
-    expired, looked = expire_ready(box, now=now) if expire else (0, 0)
+    pending = Pending()
+    released, dead = release_stale_locks(
+        box, now=now, policy=policy, limits=limits, pending=pending
+    )
+    expired, looked = expire_ready(box, now=now, pending=pending) if expire else (0, 0)
     abandoned = _remove_older(
-        box, State.WORKING, now=now, age=limits.working_ttl, assured_age=limits.pending_ttl
+        box,
+        State.WORKING,
+        now=now,
+        age=limits.working_ttl,
+        assured_age=limits.pending_ttl,
+        pending=pending,
     )
     if abandoned:
         log.warning(
@@ -302,4 +363,15 @@ def sweep(
     purged = 0
     if purge and limits.processed_retention is not None:
         purged = _remove_older(box, State.PROCESSED, now=now, age=limits.processed_retention)
-    return SweepReport(released, dead, expired, abandoned, purged, looked)
+    # processed/ is not counted in `due`: its purge has its own rhythm (Box.sweep); nor are
+    # expirations when target/ was not looked through (`expire`): Box.sweep knows when it is.
+    return SweepReport(
+        released,
+        dead,
+        expired,
+        abandoned,
+        purged,
+        looked,
+        pending.due,
+        frozenset(pending.holders),
+    )

@@ -187,8 +187,12 @@ class Topics:
         spares: Spares | None = None,
         v5: V5Reader | None = None,
         side_files: SideFiles | None = None,
+        expiring: Callable[[list[str]], object] = lambda paths: None,
     ) -> None:
         self._root = root
+        # Told of the dropboxes that get a copy with an expiry: the box's sweeps visit them
+        # then, where they would visit a dropbox nobody reads only when something is due.
+        self._expiring = expiring
         self._v5 = v5
         self._side_files = side_files  # for properties too long for a name (client/spill.py)
         self._committer = committer
@@ -484,6 +488,8 @@ class Topics:
         offers: dict[str, tuple[LiveQueue, list[tuple[str, Envelope, bytes]]]] = {}
         opened = self._opened
         for envelope, body, route, names in planned:
+            if envelope.expiration and route.durable:  # committed: a sweep now finds them
+                self._expiring([path for _, path in route.durable])
             for destination, path in route.durable:
                 entry = offers.get(path)
                 if entry is None:
@@ -971,6 +977,7 @@ class Topics:
         """A new plain subscription gets the retained messages it matches (§3.3.1.3)."""
         moves = []
         now = self._clock.now()
+        expiring = False
         for retained in self._matching_retained(parsed):
             envelope, _ = decode_lenient(retained.name)
             if envelope.expired(now):
@@ -979,8 +986,11 @@ class Topics:
             qos = min(_qos(envelope.property_value(QOS)), granted)
             envelope = _at(envelope.without_property(QOS), QoS(qos))
             moves.append(dropbox.write_apart(encode(envelope, as_read=True), retained.body))
+            expiring = expiring or bool(envelope.expiration)
         if moves:
             dropbox.send(moves)
+            if expiring:
+                self._expiring([dropbox.path])
 
     def _matching_retained(self, parsed: TopicFilter) -> Iterator[Retained]:
         if parsed.shared:
@@ -1055,19 +1065,26 @@ class Topics:
         for inbox in inboxes:
             inbox.close()
 
-    def sweep_subscriptions(self) -> int:
+    def sweep_subscriptions(self, named: set[str] | None = None) -> int:
         """End what a dead process left: share-group members whose process died (a group
         left empty is deleted), and plain subscriptions that were to end with a process
-        that died without removing them (SubscriptionRecord.owner). How many ended."""
+        that died without removing them (SubscriptionRecord.owner). How many ended.
+        `named`, when given, gets the tokens of the processes the subscriptions left end
+        with: until one of them dies, another look finds nothing more to end."""
         ended = 0
         for record, path in list(layout.read_records(self._root)):
             if record.group is None:
-                ended += self._end_if_owner_died(record, path)
+                gone = self._end_if_owner_died(record, path)
+                ended += gone
+                if named is not None and record.owner and not gone:
+                    named.add(record.owner)
                 continue
             with self._dropboxes.held(path):  # not while a member of this process joins
                 for member, token in layout.members(path).items():
                     if token and process_alive(token) is False:
                         layout.remove_member(path, member)
+                    elif token and named is not None:
+                        named.add(token)
                 if not layout.members(path):
                     self._forget(path)
                     layout.remove_subscription(self._root, path)
@@ -1209,6 +1226,13 @@ class Subscriber(Receiver):
     def resume(self) -> None:
         if self._consumer is not None:
             self._consumer.resume()
+
+    def rest(self) -> None:
+        """It receives nothing for a while (its MQTT client is away, its session kept): its
+        dropbox's watcher is let go until the next receive, and the box's sweeps visit the
+        dropbox only when something in it is due (docs/operations.md)."""
+        if self._consumer is not None:
+            self._consumer.rest()
 
     def take_back(self) -> int:
         """For a subscriber with process_bound=False: the messages another process's

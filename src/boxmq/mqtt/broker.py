@@ -436,6 +436,8 @@ class Broker:
             if will is not None:
                 self._wills.schedule(session, will, client, record)
             self._lifetimes.schedule_expiry(session)
+            for subscriber in self._durable.get(session.client_id, {}).values():
+                subscriber.rest()  # its watcher's descriptors, until its client is back
         else:
             if will is not None:
                 self._wills.schedule(session, will, client, None)
@@ -563,10 +565,14 @@ class Broker:
         self._lifetimes.resume_expiries()
 
     def pump_all(self) -> None:
-        for client_id in list(self._durable):
-            session = self._sessions.get(client_id)
-            if session is not None and session.connected:
-                self._delivery.pump(session)
+        # Through the connected clients: the sessions with subscriptions on disk include every
+        # offline one, which the timer's 4 looks a second and each batch went through.
+        durable, sessions = self._durable, self._sessions
+        for client_id in list(self._links):
+            if client_id in durable:
+                session = sessions.get(client_id)
+                if session is not None and session.connected:
+                    self._delivery.pump(session)
 
     def _batch_ready(self) -> None:
         """A batch's messages are in their dropboxes, the commit's last flush (a journal
