@@ -262,11 +262,6 @@ def expire_ready(box: Dropbox, *, now: float, pending: Pending | None = None) ->
     return expired, looked
 
 
-def _not_due(name: str, now_ms: float) -> bool:
-    """Whether the message named `name` cannot have expired by `now_ms` (`_ahead_ms`)."""
-    return _ahead_ms(name, now_ms) is not None
-
-
 def _ahead_ms(name: str, now_ms: float) -> float | None:
     """When the message named `name` expires, if that is after `now_ms`, read off its
     expiration (the fourth field) without decoding the name: inf for none (the field is
