@@ -745,15 +745,7 @@ class Broker:
             except OSError as error:
                 # EMFILE, EIO, EACCES: raised out of the read, it closed the socket without
                 # a CONNACK nor a word (asyncio logs an OSError of a read in debug mode only).
-                failure = store_failure(error)
-                reason = reason_for(failure)
-                log.error(
-                    "%s refused: its session's record could not be read (%s): %s",
-                    _connecting(client, packet),
-                    _reason_text(reason, packet.version),
-                    failure,
-                )
-                self._refuse(client, reason)
+                self._refuse_failed(client, packet, "its session's record could not be read", error)
                 return
         if assigned is None and self._belongs_to_another(client_id, packet.username, record):
             log.warning(
@@ -767,16 +759,8 @@ class Broker:
         except OSError as error:
             # Its claim or its record under it (EMFILE, EIO): raised out of a claim's retry
             # or a password's check, it went to the loop as a traceback, no CONNACK sent.
-            failure = store_failure(error)
-            reason = reason_for(failure)
-            log.error(
-                "%s refused: its session, held by a server of this host that died, could "
-                "not be taken on (%s): %s",
-                _connecting(client, packet),
-                _reason_text(reason, packet.version),
-                failure,
-            )
-            self._refuse(client, reason)
+            why = "its session, held by a server of this host that died, could not be taken on"
+            self._refuse_failed(client, packet, why, error)
             return
         if taken is CLAIMED:
             self._wait_for_claim(client, packet, authenticated=authenticated, waited=waited)
@@ -991,6 +975,20 @@ class Broker:
         if packet.client_id and not storable(packet.client_id):
             return _R.CLIENT_IDENTIFIER_NOT_VALID
         return None
+
+    def _refuse_failed(self, client: Client, packet: Connect, why: str, error: OSError) -> None:
+        """Refuse a CONNECT the file system failed (`why`), with the reason code its errno
+        gives, in one ERROR line."""
+        failure = store_failure(error)
+        reason = reason_for(failure)
+        log.error(
+            "%s refused: %s (%s): %s",
+            _connecting(client, packet),
+            why,
+            _reason_text(reason, packet.version),
+            failure,
+        )
+        self._refuse(client, reason)
 
     def _refuse(self, client: Client, reason: ReasonCode) -> None:
         """Answer a CONNECT with a refusal and close: nothing more it sent is acted on."""
