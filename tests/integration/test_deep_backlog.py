@@ -24,9 +24,8 @@ from boxmq.store.layout import State
 from boxmq.store.watch import PollingWatcher
 
 
-def test_a_sweep_decodes_only_the_names_whose_expiration_may_be_due(
-    root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _decoded_by_sweeps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names the sweeps decode from now on, in the list returned."""
     decoded: list[str] = []
 
     def envelope_of(name: str) -> Envelope:
@@ -34,6 +33,13 @@ def test_a_sweep_decodes_only_the_names_whose_expiration_may_be_due(
         return decode(name)
 
     monkeypatch.setattr(sweeps, "envelope_of", envelope_of)
+    return decoded
+
+
+def test_a_sweep_decodes_only_the_names_whose_expiration_may_be_due(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decoded = _decoded_by_sweeps(monkeypatch)
     clock = boxmq.ManualClock(time.time())
     with boxmq.open(root, fsync="never", clock=clock) as box:
         jobs = box.queue("jobs")
@@ -108,13 +114,7 @@ def test_peek_with_a_limit_stats_only_the_messages_it_shows(
 def test_a_sweep_decodes_no_name_of_a_lock_held_in_time(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    decoded: list[str] = []
-
-    def envelope_of(name: str) -> Envelope:
-        decoded.append(name)
-        return decode(name)
-
-    monkeypatch.setattr(sweeps, "envelope_of", envelope_of)
+    decoded = _decoded_by_sweeps(monkeypatch)
     clock = boxmq.ManualClock(time.time())
     with boxmq.open(root, fsync="never", clock=clock) as box:
         jobs = box.queue("jobs")
