@@ -83,7 +83,8 @@ def assure(root: str, queue: str, out: str) -> None:
 
 def cycle(root: str, queue: str, out: str) -> None:
     """Put two messages and ack one, again and again: the acked files become spares (kept
-    open) that later puts write into. Each step is logged only after it returned."""
+    open) that later puts write into. Each step is logged only after it returned, and an ack
+    also before it is made ("R")."""
     with boxmq.open(root, fsync="always", keep_processed=False) as box, open(out, "a") as log:
         jobs = box.queue(queue)
         with jobs.consumer("cycler", max_in_flight=10**6, lock_timeout=600) as consumer:
@@ -96,6 +97,10 @@ def cycle(root: str, queue: str, out: str) -> None:
                     index += 1
                 message = consumer.receive(timeout=10)
                 assert message is not None
+                # Said before the ack too: killed between the ack and its line, the message
+                # is gone from the disk with no "A" to say why.
+                log.write(f"R {message.id}\n")
+                log.flush()
                 message.ack()
                 log.write(f"A {message.id}\n")
                 log.flush()
