@@ -5,6 +5,7 @@ deleted while in use), nor send its Will, nor deliver a message twice."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import socket
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -638,6 +640,38 @@ def test_a_server_started_beside_one_keeping_an_away_session_leaves_its_will_to_
         stop_process(process)
 
 
+@contextlib.contextmanager
+def _a_process_and_b_sweep_held(
+    tmp_path: Path,
+) -> Iterator[tuple[RunningServer, subprocess.Popen[bytes], RunningServer]]:
+    """A, a `boxmq serve` process, and B in the test's process, whose sweep for sessions of
+    dead servers waits for `_let_sweep` (else it would take a session on first); A killed,
+    and B stopped, at the end."""
+    a, process = serve_fresh(tmp_path)
+    b = start_server(a.root)
+    b.loop.call_soon_threadsafe(setattr, b.server.broker, "_next_adoption", float("inf"))
+    try:
+        yield a, process, b
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        b.shutdown()
+
+
+def _let_sweep(b: RunningServer) -> None:
+    """B's sweep for sessions of dead servers runs at its next tick."""
+    b.loop.call_soon_threadsafe(setattr, b.server.broker, "_next_adoption", 0.0)
+
+
+def _restart_killed(a: RunningServer) -> None:
+    """A restarted, which counts the sessions it finds from its start, then killed, before
+    a Will it counts is due, most likely."""
+    restarted = serve_process(a.root, a.port)
+    restarted.kill()
+    restarted.wait()
+
+
 def test_a_session_taken_on_by_a_restart_is_taken_on_again_when_that_server_dies(
     tmp_path: Path,
 ) -> None:
@@ -645,14 +679,9 @@ def test_a_session_taken_on_by_a_restart_is_taken_on_again_when_that_server_dies
     took the session on: it would take it first). A is killed with the client connected,
     and restarted: the restart counts the session, its record naming no server; then that
     restart is killed too. B's sweep passed over records naming no server, so nothing sent
-    the Will or ended the session until another server started on the host. The record
-    names the server that counts it now, and B takes it on once that one died."""
-    a, process = serve_fresh(tmp_path)
-    b = start_server(a.root)
-    sweeps = b.server.broker
-    b.loop.call_soon_threadsafe(setattr, sweeps, "_next_adoption", float("inf"))  # held off
-    restarted = None
-    try:
+    the Will or ended the session until another server started on the host. B takes it on
+    once the server that counts it died."""
+    with _a_process_and_b_sweep_held(tmp_path) as (a, process, b):
         watcher = paho(b, "watcher", clean=False, expiry=60)
         watcher.subscribe("wills/#", 1)
         on_a, _ = open_raw(a, "roamer", expiry=EXPIRY, will=("wills/roamer", b"gone"), will_delay=1)
@@ -661,24 +690,16 @@ def test_a_session_taken_on_by_a_restart_is_taken_on_again_when_that_server_dies
         process.kill()
         process.wait()
         on_a.close()
-        restarted = serve_process(a.root, a.port)  # counts the session, from its start
-        restarted.kill()  # before its Will is due, most likely
-        restarted.wait()
+        _restart_killed(a)
         record = read_record(str(a.root), "roamer")
         assert record is not None
         assert (record.server, record.holder) == (None, None)
         assert record.disconnected_at is not None
-        b.loop.call_soon_threadsafe(setattr, sweeps, "_next_adoption", 0.0)  # at its next tick
+        _let_sweep(b)
         assert watcher.next(timeout=WAIT).payload == b"gone"
         assert watcher.nothing(within=0.5)  # once (a second one came within ms)
         assert _ended(a.root, "roamer", within=EXPIRY + 3.0)
         watcher.stop()
-    finally:
-        for each in (process, restarted):
-            if each is not None and each.poll() is None:
-                each.kill()
-                each.wait()
-        b.shutdown()
 
 
 def test_a_session_away_a_restart_took_on_goes_to_a_survivor_when_that_restart_dies(
@@ -690,12 +711,7 @@ def test_a_session_away_a_restart_took_on_goes_to_a_survivor_when_that_restart_d
     killed too before the Will is due. B, running all along (its sweep held off until then),
     follows the record through A's succession to the dead restart, claims that one's, and
     sends the Will once."""
-    a, process = serve_fresh(tmp_path)
-    b = start_server(a.root)
-    sweeps = b.server.broker
-    b.loop.call_soon_threadsafe(setattr, sweeps, "_next_adoption", float("inf"))  # held off
-    restarted = None
-    try:
+    with _a_process_and_b_sweep_held(tmp_path) as (a, process, b):
         watcher = paho(b, "watcher", clean=False, expiry=60)
         watcher.subscribe("wills/#", 1)
         on_a, _ = open_raw(a, "roamer", expiry=EXPIRY, will=("wills/roamer", b"gone"), will_delay=2)
@@ -706,19 +722,11 @@ def test_a_session_away_a_restart_took_on_goes_to_a_survivor_when_that_restart_d
         found = read_record(str(a.root), "roamer")
         assert found is not None
         assert found.server is not None
-        restarted = serve_process(a.root, a.port)  # counts the session, from its start
-        restarted.kill()  # before its Will is due, most likely
-        restarted.wait()
+        _restart_killed(a)
         assert read_record(str(a.root), "roamer") == found  # not written
         assert successor(str(a.root), found.server) is not None  # the restart
-        b.loop.call_soon_threadsafe(setattr, sweeps, "_next_adoption", 0.0)  # at its next tick
+        _let_sweep(b)
         assert watcher.next(timeout=WAIT).payload == b"gone"
         assert watcher.nothing(within=0.5)  # once
         assert _ended(a.root, "roamer", within=EXPIRY + 3.0)
         watcher.stop()
-    finally:
-        for each in (process, restarted):
-            if each is not None and each.poll() is None:
-                each.kill()
-                each.wait()
-        b.shutdown()
