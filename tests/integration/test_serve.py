@@ -19,18 +19,12 @@ from typing import Any
 import pytest
 from tests.integration.mqtt.clients import START, serve_fresh
 from tests.integration.mqtt.raw import open_raw, read
+from tests.processes import dead_token
 
 import boxmq
 from boxmq import runtime
 from boxmq.client.sweeps import SweepReport
 from boxmq.store.names import Lock, decode, locked_name
-from boxmq.store.process import process_token
-
-
-def dead_token() -> str:
-    finished = subprocess.Popen(["true"])
-    finished.wait()
-    return process_token(finished.pid)
 
 
 @contextlib.contextmanager

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 from tests.ports import free_ports
+from tests.processes import dead_token
 
 import boxmq
 from boxmq.model import DELIVERY_COUNT, ConsumerId, PropertyType
 from boxmq.mqtt.passwords import set_password
 from boxmq.store.names import Lock, decode, encode, locked_name
-from boxmq.store.process import process_token
 
 
 def _serve_refused(config: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -383,9 +383,7 @@ def test_serve_dead_letters_with_the_max_deliveries_of_its_config(tmp_path: Path
         box.queue("jobs").put(b"tried four times")
     [name] = os.listdir(root / "jobs" / "target")
     counted = encode(decode(name).with_property(DELIVERY_COUNT, PropertyType.INT, 4))
-    finished = subprocess.Popen(["true"])
-    finished.wait()
-    lock = Lock(ConsumerId("w"), int((time.time() + 3600) * 1000), process_token(finished.pid))
+    lock = Lock(ConsumerId("w"), int((time.time() + 3600) * 1000), dead_token())
     os.rename(
         root / "jobs" / "target" / name, root / "jobs" / "processing" / locked_name(counted, lock)
     )

@@ -9,7 +9,6 @@ import logging
 import os
 import signal
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from tests.integration.mqtt.clients import (
     stop_process,
 )
 from tests.integration.mqtt.raw import connect_packet, read, subscribe
+from tests.processes import dead_token
 
 from boxmq.mqtt.packets import Will
 from boxmq.mqtt.properties import Properties
@@ -411,9 +411,7 @@ def test_a_client_back_after_its_server_died_keeps_that_connections_will_until_w
     taker = None
     try:
         target = _keeper_away(server)
-        dead = subprocess.Popen(["true"])
-        dead.wait()
-        token = process_token(dead.pid)
+        token = dead_token()
         will = Will("will/dying", b"gone", qos=1)
         record = SessionRecord("dying", 60, holder=token, server=token, will=will)
         write_record(str(server.root), record)

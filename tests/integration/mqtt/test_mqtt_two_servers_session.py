@@ -43,6 +43,7 @@ from tests.integration.mqtt.raw import (
     subscribe,
     take_publishes,
 )
+from tests.processes import dead_token
 
 from boxmq.mqtt import broker
 from boxmq.mqtt.session_record import (
@@ -53,7 +54,6 @@ from boxmq.mqtt.session_record import (
     write_record,
 )
 from boxmq.mqtt.succession import successor
-from boxmq.store.process import process_token
 
 EXPIRY = 2  # seconds: the session outlives each move, and the timer of the server left fires
 
@@ -562,9 +562,7 @@ def test_a_claim_held_by_a_stopped_server_keeps_a_connect_waiting_but_not_the_ot
     its patience ran out; with the claim let go, the client gets its session."""
     monkeypatch.setattr(broker, "_CLAIM_PATIENCE", 1.0)
     root = tmp_path / "root"
-    finished = subprocess.Popen(["true"])
-    finished.wait()
-    dead = process_token(finished.pid)
+    dead = dead_token()
     running = start_server(root)  # which takes on such records found at its start
     os.makedirs(records_folder(str(root)), exist_ok=True)
     claimer = subprocess.Popen(

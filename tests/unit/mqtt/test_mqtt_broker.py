@@ -8,7 +8,6 @@ import fcntl
 import hashlib
 import logging
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import HeldFlush
+from tests.processes import dead_token
 
 import boxmq
 from boxmq.clock import Clock, ManualClock, SystemClock
@@ -1772,13 +1772,6 @@ def test_a_session_connected_when_its_broker_died_counts_from_the_restart(
     _run(tmp_path, then, clock)
 
 
-def _dead_token() -> str:
-    """The process token of a process of this host that ran and ended."""
-    finished = subprocess.Popen(["true"])
-    finished.wait()
-    return process_token(finished.pid)
-
-
 def test_a_start_leaves_the_sessions_a_running_server_keeps_or_counts_to_it(
     tmp_path: Path,
 ) -> None:
@@ -1788,7 +1781,7 @@ def test_a_start_leaves_the_sessions_a_running_server_keeps_or_counts_to_it(
     the one whose counter died, by claiming that one's succession: its record unwritten."""
     root = str(tmp_path / "root")
     running = process_token(os.getppid())  # a process of this host that runs
-    dead = _dead_token()
+    dead = dead_token()
     will, long_ago = Will("status/x", b"gone"), time.time() - 3600
     found = {
         "kept": SessionRecord(
@@ -1826,7 +1819,7 @@ def test_a_start_follows_the_successions_and_takes_on_a_dead_servers_with_one_fi
     writes none of them; one leading to a server that runs (which took it on) is left to
     it, and the succession files no record leads through any more are deleted."""
     root = str(tmp_path / "root")
-    first, second, gone, stale = (_dead_token() for _ in range(4))
+    first, second, gone, stale = (dead_token() for _ in range(4))
     running = process_token(os.getppid())  # a process of this host that runs
     now = time.time()
     found = [SessionRecord(f"c{i}", 600, disconnected_at=now, counted_by=first) for i in range(3)]
@@ -1862,9 +1855,9 @@ def test_a_running_server_takes_on_a_session_whose_counter_died(tmp_path: Path) 
     running passed over, so that nothing ended the session until a server started. The
     sweep takes it on now, here to end it at once (its time ran out meanwhile)."""
     root = str(tmp_path / "root")
-    orphan = SessionRecord("orphan", 1, disconnected_at=time.time() - 10, counted_by=_dead_token())
+    orphan = SessionRecord("orphan", 1, disconnected_at=time.time() - 10, counted_by=dead_token())
     # Kept by one that died, taken on by another (its succession) that died too.
-    kept, successor_died = _dead_token(), _dead_token()
+    kept, successor_died = dead_token(), dead_token()
     chained = SessionRecord("chained", 1, server=kept, disconnected_at=time.time() - 10)
 
     async def test(broker: Broker) -> None:
@@ -2007,9 +2000,7 @@ def test_a_connect_waiting_for_a_claim_is_not_closed_as_one_that_sent_none(
     client told nothing, where it was to get its session once the claim was let go (or
     server busy)."""
     root = tmp_path / "root"
-    finished = subprocess.Popen(["true"])
-    finished.wait()
-    dead = process_token(finished.pid)
+    dead = dead_token()
     settings = MqttSettings(limits=Limits(connect_timeout=1.0))
 
     async def test(broker: Broker) -> None:
@@ -2053,7 +2044,7 @@ def test_a_claim_that_cannot_be_opened_fails_the_sweep_not_the_file_system(
     session on without a claim, its Will sent twice if a sweep took it too. Now this sweep
     failed, said once, and the next one takes the session on."""
     root = tmp_path / "root"
-    dead = _dead_token()
+    dead = dead_token()
 
     async def test(broker: Broker) -> None:
         write_record(str(root), SessionRecord("roamer", 3600, holder=dead, server=dead))
@@ -2084,7 +2075,7 @@ def test_a_connect_whose_dead_servers_session_cannot_be_claimed_is_refused(
     when the CONNECT was tried again after waiting for another server's claim, its client
     never answered. Refused now (v5 0x80) with one ERROR line, at once or after the wait."""
     root = tmp_path / "root"
-    dead = _dead_token()
+    dead = dead_token()
     props = Properties.build(session_expiry_interval=3600)
 
     async def test(broker: Broker) -> None:
@@ -2124,7 +2115,7 @@ def test_a_connect_refused_as_server_busy_says_how_long_it_waited(
     waited, the claim may have been held for hours."""
     monkeypatch.setattr(broker_module, "_CLAIM_PATIENCE", 0.2)
     root = tmp_path / "root"
-    dead = _dead_token()
+    dead = dead_token()
 
     async def test(broker: Broker) -> None:
         write_record(str(root), SessionRecord("roamer", 3600, holder=dead, server=dead))
