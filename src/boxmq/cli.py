@@ -743,16 +743,17 @@ def _serve(args: argparse.Namespace) -> int:
     from boxmq.xmpp.settings import settings_from
 
     config = cli_serve.serve_config(args)
+    log = logging.getLogger("boxmq.serve")
     if not args.verbose:
         logging.getLogger().setLevel(config.logging_level)
     # Before the root is opened: its spare files keep a share of the limit open (spares.py).
-    logging.getLogger("boxmq.serve").log(*open_files_limit())
+    log.log(*open_files_limit())
     for line in cli_serve.describe_security(config):
-        logging.getLogger("boxmq.serve").info("%s", line)
+        log.info("%s", line)
     for line in cli_serve.security_warnings(config):
-        logging.getLogger("boxmq.serve").warning("%s", line)
+        log.warning("%s", line)
     if replaced := cli_serve.replaced_listeners(args, config):
-        logging.getLogger("boxmq.serve").log(*replaced)
+        log.log(*replaced)
     with boxmq.open(
         config.data,
         fsync=config.fsync,
@@ -767,7 +768,7 @@ def _serve(args: argparse.Namespace) -> int:
     ) as box:
         mqtt = cli_serve.mqtt_settings(args, config.mqtt)
         if open_to_all := cli_serve.open_to_the_network(mqtt):
-            logging.getLogger("boxmq.serve").warning("%s", open_to_all)
+            log.warning("%s", open_to_all)
         xmpp = settings_from(
             args.xmpp_component,
             args.xmpp_server,
