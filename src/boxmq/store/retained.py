@@ -27,6 +27,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from boxmq.errors import naming
 from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
 from boxmq.store.layout import TOPIC_ROOT
 from boxmq.store.temporaries import temporary_in
@@ -79,7 +80,7 @@ class RetainedStore:
         except OSError as error:
             _unlink_quietly(temporary)
             if error.filename is None:  # a write or a close names no file: this one
-                raise OSError(error.errno, error.strerror, temporary) from error
+                raise naming(error, temporary) from error
             raise
         return Staged(self._path(topic), temporary)
 

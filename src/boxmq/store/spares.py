@@ -49,6 +49,7 @@ import threading
 import time
 from collections.abc import Iterable
 
+from boxmq.errors import naming
 from boxmq.forks import renew_in_children
 from boxmq.store import libc
 from boxmq.store.process import process_alive, process_token
@@ -406,7 +407,7 @@ def _rewrite(fd: int, path: str, body: bytes, old_size: int) -> None:
         os.close(fd)
         os.unlink(path)
         if isinstance(error, OSError) and error.filename is None:  # os.write names no file
-            raise OSError(error.errno, error.strerror, path) from error
+            raise naming(error, path) from error
         raise
 
 
