@@ -120,6 +120,11 @@ def _check_flag_listeners(addresses: list[tuple[str, int]]) -> None:
         seen.add((host, port))
 
 
+# The address in asyncio's bind error, `('127.0.0.1', 1883)`: its host and port. An IPv6
+# address is shown with two more fields: ('::1', 1883, 0, 0).
+_BIND_ADDRESS = re.compile(r"\('([^']*)', (\d+)[,)]")
+
+
 def listener_setting(args: argparse.Namespace, config: ServeConfig, problem: str) -> str:
     """Where the MQTT listener named in `problem` (asyncio's bind error, which shows the
     address as `('127.0.0.1', 1883)`) was set: a flag, a table of the file, or the default."""
@@ -127,8 +132,7 @@ def listener_setting(args: argparse.Namespace, config: ServeConfig, problem: str
         return "--mqtt HOST:PORT"
     if config.listeners_from_file:
         listeners = config.mqtt.listeners
-        # An IPv6 address is shown with two more fields: ('::1', 1883, 0, 0).
-        shown = re.compile(r"\('([^']*)', (\d+)[,)]").findall(problem)
+        shown = _BIND_ADDRESS.findall(problem)
         named = [i for i, o in enumerate(listeners, 1) if (o.host, str(o.port)) in shown]
         table = f"mqtt.listener[{named[0]}]" if len(named) == 1 else "[[mqtt.listener]]"
         return f"{table} in {config.source}"
@@ -141,8 +145,8 @@ def own_listeners_in_use(listeners: Sequence[Listener], problem: str) -> str:
     on that port: `--mqtt :1883 --mqtt 127.0.0.1:1883`, or `localhost` beside `127.0.0.1`, are
     different addresses to _check_flag_listeners and to the file's check, but the first one
     bound takes the second's address. "" when the port is this server's once."""
-    found = re.search(r"\('[^']*', (\d+)[,)]", problem)  # IPv6: ('::1', 1883, 0, 0)
-    port = int(found[1]) if found else 0
+    found = _BIND_ADDRESS.search(problem)
+    port = int(found[2]) if found else 0
     same = [listener for listener in listeners if port and listener.port == port]
     if len(same) < 2:
         return ""
