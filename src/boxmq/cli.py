@@ -1097,10 +1097,11 @@ def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
     if peeked.holder is not None:
         # A lock `get` took is held by hand (settled by id, or ended by --lock), not by a
         # running consumer of that name: the table says so, --json with "by-get".
-        by_get = peeked.by_get and not as_json
-        row["locked-by"] = f"{peeked.holder} (get)" if by_get else peeked.holder
+        row["locked-by"] = peeked.holder
         if peeked.by_get and as_json:
             row["by-get"] = True
+        elif peeked.by_get:
+            row["locked-by"] += " (get)"
     if (deadline := peeked.lock_deadline) is not None:
         # A lock past its deadline still names its holder until a sweep sends the message
         # back: the table says it ended, so nobody takes it for held (--json gives the time).
