@@ -442,7 +442,9 @@ class Box:
         with self._lock:
             expiring, self._expiring = self._expiring, set()
         try:
-            reports, subscriptions = self._visit(now, queues, expiring, full=full, purge=purge)
+            reports, subscriptions, recordless = self._visit(
+                now, queues, expiring, full=full, purge=purge
+            )
         except BaseException:
             # What it learnt of (copies with an expiry, subscribers gone) is lost with it:
             # the next sweep visits every subscription.
@@ -461,7 +463,7 @@ class Box:
         # The subscriptions' folders only at a full pass: they take a listing of them all.
         if subscriptions is not None:
             # First: a stale temporary deleted would make its folder young again.
-            self._remove_abandoned(subscriptions, now=now, age=limits.working_ttl)
+            self._remove_abandoned(recordless, now=now, age=limits.working_ttl)
         self._remove_stale_temporaries(
             [*(path for _, path in queues), *(subscriptions or ())], now=now, age=limits.working_ttl
         )
@@ -490,12 +492,14 @@ class Box:
         *,
         full: bool,
         purge: bool,
-    ) -> tuple[dict[str, SweepReport], list[str] | None]:
+    ) -> tuple[dict[str, SweepReport], list[str] | None, list[str]]:
         """Sweep the queues and the subscriptions due (all of them in a full pass); the
-        reports, and in a full pass every subscription's folder."""
+        reports, and in a full pass every subscription's folder and those without a record
+        readable then."""
         subscriptions: list[str] | None
+        recordless: list[str] = []
         if full or purge or now >= self._next_full:
-            boxes, subscriptions = self._every_subscription(now, queues)
+            boxes, subscriptions, recordless = self._every_subscription(now, queues)
         else:
             boxes = queues + self._due_subscriptions(now, expiring)
             subscriptions = None
@@ -539,13 +543,14 @@ class Box:
             # Those of folders deleted since are forgotten (every folder was visited).
             visited = {path for _, path in boxes}
             self._next_expiry = {p: t for p, t in self._next_expiry.items() if p in visited}
-        return reports, subscriptions
+        return reports, subscriptions, recordless
 
     def _every_subscription(
         self, now: float, queues: list[tuple[str, str]]
-    ) -> tuple[list[tuple[str, str]], list[str]]:
-        """A full pass: the dropboxes to visit (every queue and subscription), and every
-        subscription's folder, its record written or not."""
+    ) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+        """A full pass: the dropboxes to visit (every queue and subscription), every
+        subscription's folder, its record written or not, and those whose record was not
+        read (none yet, or unreadable: `_remove_abandoned`)."""
         named: set[str] = set()
         self.topics.sweep_subscriptions(named)
         self._named = named - {self._token}
@@ -555,12 +560,14 @@ class Box:
             lives = list(self._live.values())
         for live in lives:
             live.wants_sweep()  # a rest before this pass is no news for the next one
-        boxes = queues + [
-            (f"{record.filter} ({os.path.basename(path)})", path)
-            for path in subscriptions
-            if (record := read_record(path)) is not None
-        ]
-        return boxes, subscriptions
+        boxes = list(queues)
+        recordless = []
+        for path in subscriptions:
+            if (record := read_record(path)) is None:
+                recordless.append(path)
+            else:
+                boxes.append((f"{record.filter} ({os.path.basename(path)})", path))
+        return boxes, subscriptions, recordless
 
     def _due_subscriptions(self, now: float, expiring: set[str]) -> list[tuple[str, str]]:
         """Between full passes: the subscriptions where something may be due (`sweep`)."""
@@ -629,14 +636,14 @@ class Box:
                 spelled(age),
             )
 
-    def _remove_abandoned(self, subscriptions: list[str], *, now: float, age: float) -> None:
+    def _remove_abandoned(self, recordless: list[str], *, now: float, age: float) -> None:
         """The folders of subscriptions whose first record never landed: nothing else
         deletes them (no scan of subscriptions sees a folder without its record). One whose
-        record is there but unreadable is told of, once per reason."""
+        record is there but unreadable is told of, once per reason. `recordless`: the
+        folders whose record this full pass did not read (each read once a pass, not again
+        here: remove_if_abandoned leaves a folder whose record landed since)."""
         removed = 0
-        for path in subscriptions:
-            if read_record(path) is not None:
-                continue
+        for path in recordless:
             removed += remove_if_abandoned(path, now=now, age=age)
             if (unreadable := unreadable_record(path)) and unreadable not in self._unreadable:
                 self._unreadable.add(unreadable)
