@@ -45,6 +45,7 @@ from boxmq.store.side_files import COLLECT_EVERY, SideFiles, referenced
 from boxmq.store.spares import Spares
 from boxmq.store.temporaries import remove_stale_temporaries
 from boxmq.store.topics import (
+    SubscriptionRecord,
     incoming_working,
     read_record,
     remove_if_abandoned,
@@ -552,9 +553,13 @@ class Box:
         subscription's folder, its record written or not, and those whose record was not
         read (none yet, or unreadable: `_remove_abandoned`)."""
         named: set[str] = set()
-        self.topics.sweep_subscriptions(named)
+        kept: list[tuple[SubscriptionRecord, str]] = []
+        self.topics.sweep_subscriptions(named, kept)
         self._named = named - {self._token}
         subscriptions = list(subscription_folders(self.root))  # with a record or not (yet)
+        # Each record read once a pass: those sweep_subscriptions read and left are taken
+        # from it (a record's filter is its folder's, never changed by a rewrite).
+        recorded = {path: record for record, path in kept}
         self._due = {}  # made again from what this pass sees
         with self._lock:
             lives = list(self._live.values())
@@ -563,7 +568,8 @@ class Box:
         boxes = list(queues)
         recordless = []
         for path in subscriptions:
-            if (record := read_record(path)) is None:
+            record = recorded.get(path)
+            if record is None and (record := read_record(path)) is None:  # else made since
                 recordless.append(path)
             else:
                 boxes.append((f"{record.filter} ({os.path.basename(path)})", path))

@@ -1065,12 +1065,17 @@ class Topics:
         for inbox in inboxes:
             inbox.close()
 
-    def sweep_subscriptions(self, named: set[str] | None = None) -> int:
+    def sweep_subscriptions(
+        self,
+        named: set[str] | None = None,
+        kept: list[tuple[layout.SubscriptionRecord, str]] | None = None,
+    ) -> int:
         """End what a dead process left: share-group members whose process died (a group
         left empty is deleted), and plain subscriptions that were to end with a process
         that died without removing them (SubscriptionRecord.owner). How many ended.
         `named`, when given, gets the tokens of the processes the subscriptions left end
-        with: until one of them dies, another look finds nothing more to end."""
+        with: until one of them dies, another look finds nothing more to end. `kept`, when
+        given, gets the (record, path) of each subscription it read and left."""
         ended = 0
         for record, path in list(layout.read_records(self._root)):
             if record.group is None:
@@ -1078,6 +1083,8 @@ class Topics:
                 ended += gone
                 if named is not None and record.owner and not gone:
                     named.add(record.owner)
+                if kept is not None and not gone:
+                    kept.append((record, path))
                 continue
             with self._dropboxes.held(path):  # not while a member of this process joins
                 for member, token in layout.members(path).items():
@@ -1089,6 +1096,8 @@ class Topics:
                     self._forget(path)
                     layout.remove_subscription(self._root, path)
                     ended += 1
+                elif kept is not None:
+                    kept.append((record, path))
         if ended:
             layout.bump_generation(self._root)
         return ended
