@@ -1002,13 +1002,10 @@ class Topics:
             return
         yield from self._retained.matching(matcher(parsed.filter))
 
-    def retained_matching(self, filter: str) -> list[tuple[Envelope, bytes]]:
-        """The retained messages a new subscription to `filter` would get (none if shared)."""
-        return list(self.retained_reading(filter))
-
     def retained_reading(self, filter: str) -> Iterator[tuple[Envelope, bytes]]:
-        """`retained_matching`, each file read when it is reached: a caller may take a few
-        here and the rest in another thread (one thread at a time)."""
+        """The retained messages a new subscription to `filter` would get (none if shared),
+        each file read when it is reached: a caller may take a few here and the rest in
+        another thread (one thread at a time)."""
         for found in self._matching_retained(parse_filter(filter)):
             yield decode_lenient(found.name)[0], found.body
 
