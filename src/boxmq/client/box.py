@@ -499,14 +499,14 @@ class Box:
         readable then."""
         subscriptions: list[str] | None
         recordless: list[str] = []
+        queue_paths = {path for _, path in queues}
         if full or purge or now >= self._next_full:
             boxes, subscriptions, recordless = self._every_subscription(now, queues)
         else:
-            boxes = queues + self._due_subscriptions(now, expiring)
+            boxes = queues + self._due_subscriptions(now, expiring, queue_paths)
             subscriptions = None
         limits = self.options.limits
         reports = {}
-        queue_paths = {path for _, path in queues}
         for name, path in boxes:
             try:
                 # Not completed (no state folder made at the open), since an `rm -rf` of
@@ -575,8 +575,11 @@ class Box:
                 boxes.append((f"{record.filter} ({os.path.basename(path)})", path))
         return boxes, subscriptions, recordless
 
-    def _due_subscriptions(self, now: float, expiring: set[str]) -> list[tuple[str, str]]:
-        """Between full passes: the subscriptions where something may be due (`sweep`)."""
+    def _due_subscriptions(
+        self, now: float, expiring: set[str], queue_paths: set[str]
+    ) -> list[tuple[str, str]]:
+        """Between full passes: the subscriptions where something may be due (`sweep`);
+        `queue_paths`, the queues' folders, visited anyway."""
         alive: dict[str, bool] = {}
 
         def dead(tokens: set[str] | frozenset[str]) -> bool:
@@ -598,8 +601,9 @@ class Box:
         for path, (name, due, holders) in list(self._due.items()):  # (a sweep of another thread)
             if due <= now or path in expiring or path in receiving or dead(holders):
                 visits.append((name, path))
-        for path in (expiring | receiving) - self._due.keys():
-            # Made since the last full pass (or a queue, visited anyway: no record).
+        # Made since the last full pass. Not a queue: it has no record to read, and its
+        # consumer receiving put it here at every sweep (a failed open a second).
+        for path in (expiring | receiving) - self._due.keys() - queue_paths:
             if (record := read_record(path)) is not None:
                 visits.append((f"{record.filter} ({os.path.basename(path)})", path))
         return visits
