@@ -174,10 +174,7 @@ class Publishing:
             raise ProtocolError("PUBLISH without a topic name (MQTT 5.0 §3.3.2.1)")
         if not about_sys(topic):
             return False
-        authorizer = self._settings.authorizer
-        if authorizer is not None and authorizer.can_publish(
-            session.username, session.client_id, topic
-        ):
+        if self._may_publish(session.username, session.client_id, topic):
             return False
         if not client.told_sys:
             client.told_sys = True
@@ -502,8 +499,12 @@ class Publishing:
             client.jobs.append(Job(work, done))
 
     def _may_publish(self, username: str | None, client_id: str, topic: str) -> bool:
+        """Whether the ACL lets the client publish to `topic`; with none, to any topic but
+        a `$SYS` one (this server's own, sys_topics.py), which only an ACL rule allows."""
         authorizer = self._settings.authorizer
-        return authorizer is None or authorizer.can_publish(username, client_id, topic)
+        if authorizer is None:
+            return not about_sys(topic)
+        return authorizer.can_publish(username, client_id, topic)
 
     def _needs_disk(self, packet: Publish, publisher: Session | None) -> bool:
         """On the loop thread only: whether `packet` must be written before it is answered:
@@ -529,9 +530,7 @@ class Publishing:
         Will's disk work ended (at once without any), with its failure if the disk refused
         it: a session record drops the Will then, not before, or a SIGKILL between the two
         lost it for the durable subscribers; and not at all if the disk refused it."""
-        if not self._may_publish(username, client_id, will.topic) or (
-            self._settings.authorizer is None and about_sys(will.topic)  # as `_refused_topic`
-        ):
+        if not self._may_publish(username, client_id, will.topic):
             # As for a refused PUBLISH: the log says no, never that it went out.
             log.info("client %s may not publish its will to %s", client_id, will.topic)
             if written is not None:
