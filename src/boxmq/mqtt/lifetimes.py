@@ -323,8 +323,7 @@ class Lifetimes:
         """Whether a broker that runs (or may: of another host) counts the session of
         `record`, this one included: its counter, followed through the succession files."""
         chains = Chains(self._box.root, self._token)
-        counter = chains.resolve(record.counter, follow=record.holder is None)
-        return counter == self._token or chains.alive(counter) is not False
+        return chains.counts(chains.resolve(record.counter, follow=record.holder is None))
 
     def let_go(self, session: Session) -> None:
         """The session lives on in another broker on this root: dropped from memory here
@@ -508,7 +507,7 @@ class Lifetimes:
                     counter, connected = record.counter, record.holder is not None
                 seen[entry.name] = (key, counter, connected)
                 dead = chains.resolve(counter, follow=not connected)
-                if dead != self._token and chains.alive(dead) is False:
+                if not chains.counts(dead):
                     # One connected to a dead broker is taken on by itself (`_count_found`).
                     found.setdefault(CONNECTED if connected else dead, []).append(
                         (entry.path, counter)

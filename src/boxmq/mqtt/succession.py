@@ -100,6 +100,11 @@ class Chains:
             self._alive[token] = process_alive(token)
         return self._alive[token]
 
+    def counts(self, token: str) -> bool:
+        """Whether `token` is a broker that counts what leads to it: `me`, or one that runs
+        (or may: of another host)."""
+        return token == self._me or self.alive(token) is not False
+
     def resolve(self, counter: str | None, *, follow: bool = True) -> str:
         """The broker counting a session whose record names `counter`: `me`, another that
         runs (or may run), or a dead one whose succession none claimed (NONE included).
@@ -113,7 +118,7 @@ class Chains:
         followed: set[str] = set()
         while True:
             self.reached.add(token)
-            if token == self._me or self.alive(token) is not False:
+            if self.counts(token):
                 return token
             if token not in self._successors:
                 self._successors[token] = successor(self._root, token)
