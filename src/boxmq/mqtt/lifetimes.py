@@ -306,10 +306,11 @@ class Lifetimes:
         # Under the claim a sweep or a start takes it on with (`_claim_and_take`), which may
         # have done so since the record was read. Held by another now, it is not waited for
         # on the loop: a claimer stopped (SIGSTOP) or on a slow NFS would freeze every client.
-        with self._claim(record_path(self._box.root, record.client_id), counter) as got:
+        path = record_path(self._box.root, record.client_id)
+        with self._claim(path, counter) as got:
             if got is False:
                 return CLAIMED
-            current = read_record(self._box.root, record.client_id)
+            current = read_record_file(path)
             if current is None or current.counter != counter:
                 return current  # taken on by another broker: away, counted there
             now = self._clock.now()
