@@ -219,7 +219,8 @@ MALFORMED: list[tuple[str, ProtocolVersion, bytes, ReasonCode]] = [
         packet(0x82, b"\x00\x01\x00", s("a"), b"\x40"),
         R.MALFORMED_PACKET,
     ),
-    ("subscribe-qos-3", V5, packet(0x82, b"\x00\x01\x00", s("a"), b"\x03"), R.MALFORMED_PACKET),
+    ("subscribe-qos-3", V5, packet(0x82, b"\x00\x01\x00", s("a"), b"\x03"), R.PROTOCOL_ERROR),
+    ("subscribe-qos-3-311", V311, packet(0x82, b"\x00\x01", s("a"), b"\x03"), R.MALFORMED_PACKET),
     (
         "subscribe-retain-handling-3",
         V5,
