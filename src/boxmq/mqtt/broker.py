@@ -1141,7 +1141,9 @@ class Broker:
         if record is not None:
             session.outbox.expect_release(record.releasing)
             # Before the subscriptions take back their locks: those messages go out first.
-            session.sent_before = dict(record.sent)
+            session.sent_before = {
+                (queue, message_id): packet_id for message_id, packet_id, queue in record.sent
+            }
             session.sent_qos2_before = set(record.sent_qos2)
             session.outbox.reserve(session.sent_before.values())
             # New ids go on where the process before left off: the client may still hold one

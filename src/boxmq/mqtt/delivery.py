@@ -496,20 +496,21 @@ class Delivery:
             return
         now = self._clock.now()
         publish = publish_of(message, topic, options, now, self._box.side_files)
-        if message.envelope.expired(now) and not (
-            publish.qos == 2 and message.id in session.sent_before
-        ):
-            self._lapse(session, message)
+        before = _sent_before(session, message)
+        if message.envelope.expired(now) and not (publish.qos == 2 and before is not None):
+            self._lapse(session, message, before)
             return
         if publish.qos == 0:
             message.ack()
             self.deliver(session, publish, None)
-        elif session.sent_before and message.id in session.sent_before:
-            self._send_again(session, publish, message, now)
+        elif before is not None:
+            self._send_again(session, publish, message, before, now)
         else:
             self.deliver(session, publish, message)
 
-    def _lapse(self, session: Session, message: Message) -> None:
+    def _lapse(
+        self, session: Session, message: Message, before: tuple[str | None, str] | None
+    ) -> None:
         """A message taken back after a restart (one its session held, sent or queued,
         when the process before ended) whose Message Expiry Interval ran out meanwhile: not
         sent, as on a resumed session without a restart (outbox.py, `resend`), and given
@@ -517,7 +518,7 @@ class Delivery:
         client was sent is not here: it may hold its packet id, and gets it again with one
         second left. Its message file alone says its deadline, which `publish_of` would send
         as one second left however long ago it passed."""
-        packet_id = session.sent_before.pop(message.id, None)
+        packet_id = None if before is None else session.sent_before.pop(before)
         log.info(
             "client %s: message %s expired while its session was held over a restart%s",
             session.client_id,
@@ -547,14 +548,34 @@ class Delivery:
         if client is not None:
             self.transmit(client, session, [Pubrel(packet_id) for packet_id in gone])
 
-    def _send_again(self, session: Session, publish: Publish, message: Message, now: float) -> None:
+    def _send_again(
+        self,
+        session: Session,
+        publish: Publish,
+        message: Message,
+        before: tuple[str | None, str],
+        now: float,
+    ) -> None:
         """A message the process before this one sent and the client did not acknowledge:
         under its packet id again, with DUP (outbox.push_again)."""
-        packet_id = session.sent_before.pop(message.id)
+        packet_id = session.sent_before.pop(before)
         sent = session.outbox.push_again(publish, message, packet_id, now)
         client = self._links.get(session.client_id)
         if client is not None:
             self.transmit(client, session, [sent])
+
+
+def _sent_before(session: Session, message: Message) -> tuple[str | None, str] | None:
+    """Where a message taken from a dropbox is in `session.sent_before`, if the process
+    before sent it: by its subscription and id, or by its id alone in a record that names no
+    subscriptions (session_record.py, `sent`)."""
+    sent_before = session.sent_before
+    if not sent_before:  # every message but those of the first pumps after a restart
+        return None
+    for key in ((message.queue, message.id), (None, message.id)):
+        if key in sent_before:
+            return key
+    return None
 
 
 def _topic_to_send(message: Message, subscribed: str) -> str | None:

@@ -104,7 +104,7 @@ class Recorder:
             will_due=will_due,
             releasing=tuple(session.outbox.releasing()),
             sent=tuple(
-                (token.id, packet_id)
+                (token.id, packet_id, token.queue)
                 for packet_id, token in session.outbox.sent()
                 if token is not None
             ),

@@ -108,8 +108,11 @@ class Session:
         # to the same filter again (a new dropbox on the same path; delivery.py, `_left`).
         self.orphans: set[Message] = set()
         # After a restart: the packet ids the process before sent its messages in flight
-        # under, by message id (the record's `sent`), to send them again under (outbox.py).
-        self.sent_before: dict[str, int] = {}
+        # under, by subscription (a message's `queue`) and message id (the record's `sent`),
+        # to send them again under (outbox.py). One message matching two of its filters is
+        # in both dropboxes under one id, sent under two packet ids. The subscription is
+        # None in a record of a boxmq that did not write it (delivery.py, `_sent_before`).
+        self.sent_before: dict[tuple[str | None, str], int] = {}
         self.sent_qos2_before: set[int] = set()  # those of `sent_before` sent at QoS 2
         # The server (its process token) whose connection of this client was open when this
         # one took the session from the disk: it may claim messages for the session until it

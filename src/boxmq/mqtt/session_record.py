@@ -52,8 +52,14 @@ Invariants:
   if the connection closed with DISCONNECT 0x00. `will_due` (wall clock) is when it goes
   out: None while the connection is open (the delay counts from its close).
 - `sent` names the stored messages (from its dropboxes) the session was sent and had not
-  acknowledged when the record was written, with their packet ids: its locks outlive the
-  broker, so a restarted one sends them again under those ids, with DUP (§4.4). It is written
+  acknowledged when the record was written, with their packet ids and the subscription
+  (filter, or `$share/...`) each came from: its locks outlive the broker, so a restarted one
+  sends them again under those ids, with DUP (§4.4). A message matching two of the session's
+  filters is in both dropboxes under one message id, a copy sent under each packet id: by
+  the id alone, one copy took the other's packet id and the other went as new, a QoS 2 one
+  delivered twice. The subscriptions are kept in `sent_subscriptions`, a list beside `sent`
+  (whose pairs an older boxmq still reads); a record without it names none (None), and its
+  ids match a message in any of the session's dropboxes, as before. It is written
   at a close (and so at a graceful shutdown), and before each write to the client that sends
   a QoS 2 PUBLISH (unflushed: a killed broker's page cache keeps it; a power cut may lose the
   last one). So after a SIGKILL it names every QoS 2 message in flight, and a client that
@@ -141,8 +147,9 @@ class SessionRecord:
     will: Will | None = None  # the Will still to be sent
     will_due: float | None = None  # when: None while the client is connected
     releasing: tuple[int, ...] = ()  # QoS 2 packet ids sent PUBREL, awaiting PUBCOMP
-    # (message id, packet id) of the stored messages sent and not yet acknowledged
-    sent: tuple[tuple[str, int], ...] = ()
+    # (message id, packet id, subscription) of the stored messages sent and not yet
+    # acknowledged; the subscription is None in a record of a boxmq that did not write it.
+    sent: tuple[tuple[str, int, str | None], ...] = ()
     sent_qos2: tuple[int, ...] = ()  # those of `sent` sent at QoS 2, by packet id
     # The share groups it unsubscribed from while it held some of their messages (left once
     # those are settled); None: written by a boxmq that did not keep them.
@@ -235,7 +242,8 @@ def _to_json(record: SessionRecord) -> dict[str, Any]:
         "will": None if record.will is None else _will_to_json(record.will),
         "will_due": record.will_due,
         "releasing": list(record.releasing),
-        "sent": [list(pair) for pair in record.sent],
+        "sent": [[message_id, packet_id] for message_id, packet_id, _ in record.sent],
+        "sent_subscriptions": [queue for _, _, queue in record.sent],
         "sent_qos2": list(record.sent_qos2),
         "leaving": None if record.leaving is None else list(record.leaving),
         "next_packet_id": record.next_packet_id,
@@ -302,7 +310,7 @@ def _from_json(data: Mapping[str, Any]) -> SessionRecord:
             will=None if will is None else _will_from_json(will),
             will_due=None if due is None else float(due),
             releasing=tuple(_packet_id(i) for i in data.get("releasing", ())),
-            sent=tuple((str(m), _packet_id(i)) for m, i in data.get("sent", ())),
+            sent=_sent(data.get("sent", ()), data.get("sent_subscriptions")),
             sent_qos2=tuple(_packet_id(i) for i in data.get("sent_qos2", ())),
             leaving=None if leaving is None else tuple(str(text) for text in leaving),
             next_packet_id=None if next_id is None else _packet_id(next_id),
@@ -310,6 +318,18 @@ def _from_json(data: Mapping[str, Any]) -> SessionRecord:
         )
     except (KeyError, TypeError, AttributeError, binascii.Error, ProtocolViolation) as error:
         raise ValueError(f"not a session record: {error!r}") from None
+
+
+def _sent(pairs: Any, subscriptions: Any) -> tuple[tuple[str, int, str | None], ...]:
+    """`sent` read back: its pairs with the subscription beside each, None for all of them if
+    the record has no list of them, or one that does not match (written by another boxmq)."""
+    sent = [(str(m), _packet_id(i)) for m, i in pairs]
+    if type(subscriptions) is not list or len(subscriptions) != len(sent):
+        subscriptions = [None] * len(sent)
+    return tuple(
+        (m, i, None if queue is None else str(queue))
+        for (m, i), queue in zip(sent, subscriptions, strict=True)
+    )
 
 
 def _packet_id(value: Any) -> int:

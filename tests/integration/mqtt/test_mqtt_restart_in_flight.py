@@ -296,6 +296,41 @@ def test_qos2_messages_in_flight_when_the_server_is_killed_go_again_under_their_
         stop(server)
 
 
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_message_in_flight_from_two_overlapping_filters_goes_again_under_both_ids(
+    tmp_path: Path, how: signal.Signals
+) -> None:
+    """A message matching two filters of a session is in two of its dropboxes under one
+    message id, and was sent under two packet ids. The record named them by message id alone:
+    after a restart one copy went again under the other's packet id, and the other as a new
+    PUBLISH, which a QoS 2 client that had it delivers a second time (found by a differential
+    run against mosquitto)."""
+    target, server = serve_fresh(tmp_path)
+    try:
+        device = _subscribed(target, "device", "jobs/#", 2)
+        device.sendall(subscribe(2, "jobs/+", 2))
+        assert read(device)[0] == 0x90
+        publisher = paho(target, "publisher")
+        publisher.publish("jobs/1", b"held", 2)
+        publisher.stop()
+        held = take_publishes(device, 2)  # one copy per subscription, not answered
+        assert [m.payload for m in held] == [b"held", b"held"]
+        server.send_signal(how)  # SIGKILL: the device still connected, no close is written
+        server.wait(timeout=20)
+        device.close()
+        server = serve_process(target.root, target.port)
+        device, present = open_raw(target, "device", clean=False, expiry=300)
+        assert present
+        again = take_publishes(device, 2)
+        assert sorted(again) == sorted((m.payload, m.packet_id, True) for m in held)
+        for message in again:
+            device.sendall(pubrec(message.packet_id))
+        assert publishes(device, within=0.5) == []  # answers the PUBRELs; nothing else comes
+        device.close()
+    finally:
+        stop(server)
+
+
 def test_a_qos2_message_settled_by_a_pubrec_the_record_missed_gets_its_pubrel_after_a_kill(
     tmp_path: Path,
 ) -> None:

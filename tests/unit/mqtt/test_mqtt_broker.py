@@ -1324,7 +1324,7 @@ def test_a_persistent_session_record_names_qos2_packet_ids_before_they_are_sent(
         assert len(publishes) == len(pubrels) == 3
         for publish, record in publishes:
             assert record is not None
-            assert publish.packet_id in {packet_id for _, packet_id in record.sent}
+            assert publish.packet_id in {packet_id for _, packet_id, _ in record.sent}
         for pubrel, record in pubrels:
             assert record is not None
             assert pubrel.packet_id in record.releasing

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import logging
 import os
 import tempfile
@@ -63,7 +64,12 @@ _records = st.builds(
     will_due=st.none() | st.floats(min_value=0, max_value=4e9),
     releasing=st.lists(st.integers(min_value=1, max_value=65_535), max_size=4).map(tuple),
     sent=st.lists(
-        st.tuples(st.text(max_size=20), st.integers(min_value=1, max_value=65_535)), max_size=4
+        st.tuples(
+            st.text(max_size=20),
+            st.integers(min_value=1, max_value=65_535),
+            st.none() | st.text(max_size=20),
+        ),
+        max_size=4,
     ).map(tuple),
     sent_qos2=st.lists(st.integers(min_value=1, max_value=65_535), max_size=4).map(tuple),
     next_packet_id=st.none() | st.integers(min_value=1, max_value=65_535),
@@ -102,6 +108,22 @@ def test_a_record_keeps_its_will_binary_payload_and_properties(tmp_path: Path) -
     assert back.will.properties.will_delay_interval == 30
     assert back.will.properties.correlation_data == b"\x01\x02"
     assert back.will.properties.user_properties == (("k", "v"),)
+
+
+def test_a_record_without_the_subscriptions_of_what_it_sent_names_none(tmp_path: Path) -> None:
+    """A record of a boxmq before 2026-11-30 names the messages in flight by id alone: they
+    are taken back from whichever of the session's dropboxes holds them, as that boxmq did.
+    And the pairs of `sent` stay as they were, so that such a boxmq reads a newer record."""
+    folder = tmp_path / ".mqtt" / "sessions"
+    folder.mkdir(parents=True)
+    (folder / "old").write_text('{"client_id": "old", "expiry": 60, "sent": [["m1", 7]]}')
+    record = read_record(str(tmp_path), "old")
+    assert record is not None
+    assert record.sent == (("m1", 7, None),)
+    write_record(str(tmp_path), SessionRecord("new", 60, sent=(("m1", 7, "a/#"),)))
+    data = json.loads((folder / "new").read_text())
+    assert data["sent"] == [["m1", 7]]
+    assert data["sent_subscriptions"] == ["a/#"]
 
 
 def test_a_record_with_a_damaged_will_is_not_a_record(tmp_path: Path) -> None:
