@@ -128,7 +128,8 @@ _STAGE_OF: Final[Mapping[type[Puback | Pubrec | Pubrel | Pubcomp], Stage]] = {  
 _ACKS: Final = (tuple, Puback, Pubrec, Pubrel, Pubcomp)  # what `_handle` takes as an answer
 _LONGEST_KEEP_ALIVE: Final = 0xFFFF  # seconds: the most a CONNECT can ask (two bytes)
 # Seconds between the sweeps for sessions held by servers of this host that died
-# (Lifetimes.adopt_the_dead): a stat per record, read only if written since the last one.
+# (Lifetimes.adopt_the_dead): a stat of the records folder while nothing changed there and
+# no server of this host died, else a stat per record, read only if written since.
 _ADOPT_EVERY: Final = 1.0
 # A CONNECT whose session another server is taking on (`_wait_for_claim`): seconds between
 # two tries, and how long it waits before it is refused as server busy.

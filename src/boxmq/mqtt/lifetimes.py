@@ -59,7 +59,7 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from enum import Enum, auto
 from functools import partial
 from typing import Final
@@ -84,7 +84,7 @@ from boxmq.mqtt.session_record import (
 from boxmq.mqtt.stored import consumer_name, exactly_once_source
 from boxmq.mqtt.succession import NONE, Chains, claim
 from boxmq.mqtt.wills import Wills, will_delay
-from boxmq.store.process import token_pid
+from boxmq.store.process import process_alive, token_pid
 
 __all__ = ["CLAIMED", "Claimed", "Lifetimes", "session_end_step", "session_made"]
 
@@ -154,6 +154,33 @@ def _whose(record: SessionRecord) -> str:
     return "was counted by no server"
 
 
+# A records folder changed less than this before a look began may change again and keep its
+# mtime: the kernel stamps it from a clock that may lag time.time() by a tick (as
+# succession._MARGIN), and a coarser file system keeps it coarser. Such a look is not kept
+# as `_Quiet`: the next one looks at every record again.
+_SETTLED: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Quiet:
+    """What a look through every record that found nothing to take on saw: the records
+    folder (its inode and mtime, which a record written, replaced by a rename or deleted,
+    and a succession or claim file made or deleted, all change) and the brokers of this
+    host it found running (`Chains.running`). While the folder is the same and they all
+    run, a look would find nothing again: each second's look is a stat and a /proc read
+    per running broker, where a stat per record took 40 ms over 10,000. What a broker of
+    another host writes names it, which counts as long as it may run (Chains.counts): a
+    file system that caches a folder's attributes (NFS) may show such writes late, but
+    none makes a session this host must take on."""
+
+    folder: tuple[int, int]
+    running: frozenset[str]
+
+    def still(self, folder: tuple[int, int]) -> bool:
+        """Whether a look that sees the records folder as `folder` would find nothing."""
+        return folder == self.folder and all(process_alive(token) for token in self.running)
+
+
 AfterDiskWork = Callable[[str, Callable[[], object], Callable[[object], None]], bool]
 """`(client id, work, then)`: run `work` after the disk work of the client id's connections,
 and `then` with its result (or the error it raised) on the loop; False if none has any
@@ -194,6 +221,7 @@ class Lifetimes:
         self._holders: dict[str, tuple[tuple[int, int], str | None, bool]] = {}
         self._sweep_failing = RecurringFailure()
         self._looking = False  # a look through the records under way (`_orphans`)
+        self._quiet: _Quiet | None = None  # what the last look saw, if it found nothing
         self._told_no_claim = False  # told once: claims fail on every sweep, for every record
 
     def forget_on_disk(self, client_id: str, record: SessionRecord | None) -> None:
@@ -468,8 +496,8 @@ class Lifetimes:
         Wills or ended them until that root was served again by a broker started on this
         host, and the messages of their share groups stayed locked to them. The records are
         looked through in a worker thread (`_orphans`: 10,000 records took 40 ms, their
-        first reading 260 ms), one look at a time, and only those found are taken on, on
-        the loop."""
+        first reading 260 ms; one stat while nothing changed, `_Quiet`), one look at a
+        time, and only those found are taken on, on the loop."""
         if self._looking:
             return
         self._looking = True
@@ -479,16 +507,26 @@ class Lifetimes:
     def _orphans(self) -> dict[str, list[tuple[str, str | None]]]:
         """By the token of a broker of this host that died and whose succession none
         claimed: (path, counter) of each record away whose counter leads to it; under
-        CONNECTED, those whose client was connected to a broker that died. Each record is
-        read only if written since the last look (its inode and mtime). The succession files
-        no record leads through any more are deleted."""
+        CONNECTED, those whose client was connected to a broker that died. Nothing if the
+        last look found nothing and nothing changed since (`_Quiet`): one stat. Otherwise
+        each record is read only if written since the last look (its inode and mtime), and
+        the succession files no record leads through any more are deleted."""
         chains = Chains(self._box.root, self._token)
         seen: dict[str, tuple[tuple[int, int], str | None, bool]] = {}
         found: dict[str, list[tuple[str, str | None]]] = {}
+        folder = records_folder(self._box.root)
         try:
-            entries = os.scandir(records_folder(self._box.root))
+            listed = os.stat(folder)  # before the look: a change during it makes another
         except FileNotFoundError:
             return found  # no persistent session ever on this root
+        seeing = (listed.st_ino, listed.st_mtime_ns)
+        if self._quiet is not None and self._quiet.still(seeing):
+            return found
+        self._quiet = None
+        try:
+            entries = os.scandir(folder)
+        except FileNotFoundError:
+            return found
         with entries:
             for entry in entries:
                 if entry.name.startswith("."):
@@ -514,7 +552,11 @@ class Lifetimes:
                         (entry.path, counter)
                     )
         self._holders = seen
-        chains.drop_unneeded()
+        young = chains.drop_unneeded()
+        # Found some, the next look finds them again: taking them on may fail and change
+        # nothing (a failing disk, a claim another broker holds).
+        if not found and not young and listed.st_mtime < chains.started - _SETTLED:
+            self._quiet = _Quiet(seeing, chains.running())
         return found
 
     def _adopt_found(self, looked: asyncio.Future[dict[str, list[tuple[str, str | None]]]]) -> None:

@@ -133,11 +133,18 @@ class Chains:
         self._successors[dead] = me
         self.reached.add(me)
 
-    def drop_unneeded(self) -> None:
+    def running(self) -> frozenset[str]:
+        """The tokens this look found running (`alive`), `me` aside: only their deaths can
+        change what it found while no record and no succession file changes."""
+        return frozenset(token for token, alive in self._alive.items() if alive)
+
+    def drop_unneeded(self) -> bool:
         """Delete the succession files no chain of this look reached (its look at every
-        record done), those made before it began (and the temporaries a death left)."""
+        record done), those made before it began (and the temporaries a death left).
+        Whether one no chain reached was left for its youth: a later look deletes it."""
         folder = records_folder(self._root)
         before = self.started - _MARGIN
+        young = False
         with contextlib.suppress(FileNotFoundError), os.scandir(folder) as entries:
             for entry in entries:
                 name = entry.name
@@ -146,3 +153,6 @@ class Chains:
                 with contextlib.suppress(FileNotFoundError):
                     if entry.stat().st_mtime < before:
                         os.unlink(entry.path)
+                    else:
+                        young = True
+        return young
