@@ -449,16 +449,30 @@ class Broker:
 
     def _taken_meanwhile(self, session: Session) -> bool:
         """Whether another broker on this root took the session of a connection closing here
-        (its record names that broker). A record the file system cannot read now (EMFILE,
-        EIO) counts as this broker's: the close goes on as any other (record, Will, expiry),
-        where the error raised out of `closed` left it half done."""
+        (its record names that broker). One stat, as `_taken_since`: the record is read and
+        parsed only if another write replaced the one this broker wrote last (at every close
+        of a persistent session, before). A record the file system cannot stat or read now
+        (EMFILE, EIO) counts as this broker's: the close goes on as any other (record, Will,
+        expiry), where the error raised out of `closed` left it half done."""
+        client_id = session.client_id
         try:
-            record = read_record(self.box.root, session.client_id)
+            # A record write of this broker still queued (fsync=always: a SUBSCRIBE's, one
+            # before a QoS 2 PUBLISH) makes `replaced` say no without a look, and the session
+            # stays this broker's. Rightly: this close's record goes after that write
+            # (`save`), so the disk's last word names this broker whatever another wrote
+            # meanwhile, and the other lets go of the session at its next write or close
+            # (`_taken_since`, here), its client told to connect again. Had this close read
+            # the other's record and let go, the queued write, not yet done, then put back a
+            # record naming this broker as holding a connection since closed: no broker
+            # counted the session (its end, its Will) while this one ran.
+            if not self._records.replaced(client_id):
+                return False
+            record = read_record(self.box.root, client_id)
         except OSError as error:
             log.warning(
                 "client %s: its session's record could not be read at its close (the session "
                 "stays this server's): %s",
-                session.client_id,
+                client_id,
                 store_failure(error),
             )
             return False

@@ -156,10 +156,11 @@ class Recorder:
         return Job(partial(self.store, record, flush=flush, logged=logged), stored)
 
     def replaced(self, client_id: str) -> bool:
-        """Whether the session's record on disk may not be the one this broker wrote last
-        (none of its writes being on their way): another broker on this root (or this one's
-        Wills, its restart) wrote it since, or it is gone. One stat: a caller reads the
-        record only then."""
+        """Whether the session's record on disk may not be the one this broker wrote last:
+        another broker on this root (or this one's Wills, its restart) wrote it since, or it
+        is gone. One stat: a caller reads the record only then. No while one of this
+        broker's writes is on its way: that one replaces whatever is there now, and has the
+        last word (broker._taken_meanwhile says why a close may go by it)."""
         if client_id in self._queued:
             return False
         written = self._written.get(client_id)

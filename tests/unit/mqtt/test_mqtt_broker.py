@@ -26,7 +26,7 @@ from tests.processes import dead_token
 import boxmq
 from boxmq.clock import Clock, ManualClock, SystemClock
 from boxmq.model import PROPERTIES_FILE, MessageId
-from boxmq.mqtt import batches
+from boxmq.mqtt import batches, recording
 from boxmq.mqtt import broker as broker_module
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.broker import Broker
@@ -1941,6 +1941,79 @@ def test_the_look_for_dead_servers_sessions_lists_no_record_while_nothing_change
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_persistent_sessions_close_reads_its_record_only_if_another_wrote_it(
+    tmp_path: Path,
+) -> None:
+    """At every close of a persistent session the broker read and parsed its record, to
+    learn whether another server on the root took the session meanwhile. One stat now: the
+    record is read only if a write other than this broker's last one replaced it, and a
+    record naming another server that runs still has the session let go, not ended."""
+    root = str(tmp_path / "root")
+    other = process_token(os.getppid())  # a server of this host that runs
+
+    async def test(broker: Broker) -> None:
+        path = record_path(root, "roamer")
+        roamer = _connect(broker, "roamer", expiry=600)
+        with _audit_of(path) as opened:
+            roamer.close()
+        assert opened == []  # the stat told it is this broker's own
+        assert read_record(root, "roamer").held_by == process_token()  # type: ignore[union-attr]
+        roamer = _connect(broker, "roamer", expiry=600, clean=False)
+        taken = read_record(root, "roamer")
+        assert taken is not None
+        write_record(root, replace(taken, holder=other, server=other))  # its client went there
+        with _audit_of(path) as opened:
+            roamer.close()
+        assert opened == ["open"]
+        assert "roamer" not in broker._sessions  # let go
+        assert read_record(root, "roamer") == replace(taken, holder=other, server=other)
+
+    _run(tmp_path, test)
+
+
+def test_a_close_behind_a_queued_record_write_keeps_the_session_another_server_took(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fsync=always: the record write of a SUBSCRIBE is still queued when the client
+    connects to another server (which writes the record naming itself) and leaves this one.
+    The close does not read the record (`replaced` says no while a write is queued): that
+    write lands after the other server's, naming this one, so letting go of the session
+    would leave it counted by none; it keeps it, its record written after as this one's."""
+    root = str(tmp_path / "root")
+    me, other = process_token(), process_token(os.getppid())
+    entered, release = threading.Event(), threading.Event()
+    write = write_record  # as recording.py calls it
+
+    def held_write(root: str, record: SessionRecord, *, flush: bool = False) -> os.stat_result:
+        if record.options:  # the SUBSCRIBE's, on the disk thread
+            entered.set()
+            assert release.wait(5)
+        return write(root, record, flush=flush)
+
+    monkeypatch.setattr(recording, "write_record", held_write)
+
+    async def test(broker: Broker) -> None:
+        roamer = Peer(broker)
+        props = Properties.build(session_expiry_interval=600)
+        roamer.send(Connect("roamer", V5, clean_start=True, properties=props))
+        await _until(lambda: bool(roamer.inbox))  # its CONNACK, once its record is flushed
+        roamer.send(Subscribe(1, (Subscription("a/#", 1),)))
+        await asyncio.to_thread(entered.wait, 5)
+        taken = read_record(root, "roamer")
+        assert taken is not None
+        write_record(root, replace(taken, holder=other, server=other))  # connected there
+        roamer.close()
+        release.set()
+        await _until(lambda: broker._batches.last("roamer") is None)  # its disk work done
+        record = read_record(root, "roamer")
+        assert record is not None
+        assert (record.holder, record.server) == (None, me)  # away, kept here
+        assert "roamer" in broker._sessions
+        assert "roamer" in broker._lifetimes.expiries
+
+    _run(tmp_path, test, fsync="always")
 
 
 def _refuse_session_records(monkeypatch: pytest.MonkeyPatch, root: str) -> None:
