@@ -330,23 +330,16 @@ class Lifetimes:
         the caller asks again shortly, with the record read again."""
         if record is None or self._counted(record):
             return record
-        counter = record.counter
-        # Under the claim a sweep or a start takes it on with (`_claim_and_take`), which may
-        # have done so since the record was read. Held by another now, it is not waited for
-        # on the loop: a claimer stopped (SIGSTOP) or on a slow NFS would freeze every client.
-        path = record_path(self._box.root, record.client_id)
-        with self._claim(path, counter) as got:
-            if got is False:
-                return CLAIMED
-            current = read_record_file(path)
-            if current is None or current.counter != counter:
-                return current  # taken on by another broker: away, counted there
-            now = self._clock.now()
-            away = self._write_taken_on(current, now)
-        log.info("client %s: its session %s: taken over", record.client_id, _whose(current))
-        if away.counted.will_due is not None:
-            self._wills.resume(away, now)
-        return away.counted
+        now = self._clock.now()
+        # Under the claim a sweep or a start takes it on with, which may have done so since
+        # the record was read.
+        taken = self._take_under_claim(record, now, sweep=False)
+        if not isinstance(taken, AwayAtStart):
+            return taken  # CLAIMED, or taken on by another broker since (away, counted there)
+        log.info("client %s: its session %s: taken over", record.client_id, _whose(taken.found))
+        if taken.counted.will_due is not None:
+            self._wills.resume(taken, now)
+        return taken.counted
 
     def _counted(self, record: SessionRecord) -> bool:
         """Whether a broker that runs (or may: of another host) counts the session of
@@ -449,10 +442,22 @@ class Lifetimes:
     def _claim_and_take(
         self, record: SessionRecord, now: float, *, sweep: bool = False
     ) -> AwayAtStart | None:
+        """`record`, whose client was connected to a broker that died, taken on by a start
+        or a `sweep` (`_take_under_claim`); None if another broker holds the claim (a
+        CONNECT of the client there, a sweep) or took it on since."""
+        taken = self._take_under_claim(record, now, sweep=sweep)
+        return taken if isinstance(taken, AwayAtStart) else None
+
+    def _take_under_claim(
+        self, record: SessionRecord, now: float, *, sweep: bool
+    ) -> AwayAtStart | SessionRecord | Claimed | None:
         """`record`, whose client was connected to a broker that died, taken on (`_taken_on`)
-        under its claim, read again under it, and written; None if another broker holds the
-        claim (a CONNECT of the client there, a sweep) or took it on since. Where the file
-        system keeps no flocks, a start takes it on all the same, a `sweep` leaves it."""
+        under its claim, read again under it, and written; CLAIMED if another broker holds
+        the claim (a CONNECT of the client there, a sweep: never waited for, on the loop),
+        or the record as read again (None: gone) if another broker took it on, or its
+        client came back, since. Where the file system keeps no flocks, a start or a
+        CONNECT takes it on all the same, a `sweep` leaves it (None). The one way of both
+        `left_by_the_dead` (a CONNECT) and `_claim_and_take` (a start, a sweep)."""
         counter = record.counter
         path = record_path(self._box.root, record.client_id)
         with self._claim(path, counter) as claimed:
@@ -464,11 +469,13 @@ class Lifetimes:
                     "connected is left to the next boxmq serve started on this host",
                     path,
                 )
-            if claimed is False or (claimed is None and sweep):
+            if claimed is False:
+                return CLAIMED
+            if claimed is None and sweep:
                 return None
             current = read_record_file(path)
             if current is None or current.counter != counter:
-                return None
+                return current
             return self._write_taken_on(current, now)
 
     def _count(self, away: AwayAtStart, now: float) -> None:

@@ -34,6 +34,7 @@ from boxmq.mqtt.codec import decode, encode
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.framing import FrameReader
+from boxmq.mqtt.lifetimes import CLAIMED
 from boxmq.mqtt.packets import (
     Connack,
     Connect,
@@ -59,6 +60,7 @@ from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.session import Session, Token
 from boxmq.mqtt.session_record import (
+    AwayAtStart,
     DeliveryOptions,
     SessionRecord,
     read_record,
@@ -2178,6 +2180,59 @@ def _claim_path(root: Path, client_id: str, dead: str) -> str:
     path = record_path(str(root), client_id)
     digest = hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:32]
     return os.path.join(os.path.dirname(path), f".dead-{dead}-{digest}")
+
+
+def test_what_a_connect_and_a_sweep_get_of_a_session_whose_server_died(tmp_path: Path) -> None:
+    """`Lifetimes.left_by_the_dead` (a CONNECT) and `_claim_and_take` (a start, a sweep) take
+    on a session whose client was connected to a server that died, each under its claim,
+    and say what they found: the record itself if a server that runs counts it, CLAIMED or
+    None while another holds the claim, the record read again (None for the sweep) if it
+    was taken on since or is gone, and otherwise the record as taken on, written."""
+    root = str(tmp_path / "root")
+    dead, running = dead_token(), process_token(os.getppid())
+    clock = ManualClock(time.time())
+    will = Will("status/x", b"gone", properties=Properties.build(will_delay_interval=30))
+    found = SessionRecord("x", 600, holder=dead, server=dead, will=will)
+    now = clock.now()
+    taken = replace(
+        found,
+        holder=None,
+        server=None,
+        counted_by=process_token(),
+        disconnected_at=now,
+        will_due=now + 30,
+    )
+    moved = replace(found, holder=None, server=None, counted_by=running, disconnected_at=1.0)
+
+    async def test(broker: Broker) -> None:
+        lifetimes = broker._lifetimes
+        connect = lifetimes.left_by_the_dead
+        sweep = partial(lifetimes._claim_and_take, now=now, sweep=True)
+        assert connect(None) is None
+        counted = replace(found, holder=running, server=running)
+        assert connect(counted) is counted
+        write_record(root, found)
+        held = os.open(_claim_path(tmp_path / "root", "x", dead), os.O_CREAT | os.O_RDWR)
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX)  # another server's claim
+            assert connect(found) is CLAIMED
+            assert sweep(found) is None
+        finally:
+            os.close(held)
+        assert read_record(root, "x") == found
+        write_record(root, moved)  # another server took it on since it was read
+        assert (connect(found), sweep(found)) == (moved, None)
+        remove_record(root, "x")
+        assert (connect(found), sweep(found)) == (None, None)
+        write_record(root, found)
+        assert connect(found) == taken
+        assert read_record(root, "x") == taken
+        assert "x" in broker._wills._timers  # its Will, due in 30 s
+        write_record(root, found)
+        assert sweep(found) == AwayAtStart(taken, found)
+        assert read_record(root, "x") == taken
+
+    _run(tmp_path, test, clock)
 
 
 def test_a_claim_that_cannot_be_opened_fails_the_sweep_not_the_file_system(
