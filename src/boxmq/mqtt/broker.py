@@ -137,13 +137,11 @@ _CLAIM_RETRY: Final = 0.05
 _CLAIM_PATIENCE: Final = 5.0
 
 
-def _waits_for_claim(client: Client) -> bool:
+def _waits_for_claim(client: Client, now: float) -> bool:
     """Whether `client`'s CONNECT waits for another server's claim on its session (see
     `Broker._wait_for_claim`), which answers it in time."""
     since = client.claim_waited_since
-    if since is None:
-        return False
-    return asyncio.get_running_loop().time() - since <= _CLAIM_PATIENCE + 1.0
+    return since is not None and now - since <= _CLAIM_PATIENCE + 1.0
 
 
 def _stop_reading(client: Client) -> None:
@@ -509,7 +507,7 @@ class Broker:
                 # another server's claim is answered within `_CLAIM_PATIENCE` (a second more
                 # for a retry that failed, OSError, and left it waiting).
                 late = now - client.opened > self.limits.connect_timeout
-                if late and not _waits_for_claim(client):
+                if late and not _waits_for_claim(client, now):
                     log.info(
                         "%s closed: no CONNECT within %s",
                         client.link.peer,
@@ -948,11 +946,13 @@ class Broker:
         `_CLAIM_RETRY` seconds, the record read again. Never waited for on the loop: a
         claimer stopped (SIGSTOP) or stuck on a slow NFS would freeze every client. Still
         claimed after `_CLAIM_PATIENCE` seconds, it is refused as server busy (v5 0x89,
-        3.1.1 return code 3), for the client to try again."""
-        loop = asyncio.get_running_loop()
+        3.1.1 return code 3), for the client to try again. The patience is timed on the
+        broker's clock, as `tick` and connect_timeout are (a test's ManualClock drives it);
+        the tries are spaced on the loop's."""
+        now = self._clock.now()
         if client.claim_waited_since is None:
-            client.claim_waited_since = loop.time()
-        elif loop.time() - client.claim_waited_since >= _CLAIM_PATIENCE:
+            client.claim_waited_since = now
+        elif now - client.claim_waited_since >= _CLAIM_PATIENCE:
             log.warning(
                 "%s refused: its session is being taken on by another server of this host "
                 "from one that died, and its claim was still held after this CONNECT waited "
@@ -967,7 +967,7 @@ class Broker:
         again = partial(
             self._answer_held, client, packet, authenticated=authenticated, waited=waited
         )
-        loop.call_later(_CLAIM_RETRY, again)
+        asyncio.get_running_loop().call_later(_CLAIM_RETRY, again)
 
     def _response_information(self, packet: Connect, client_id: str) -> str | None:
         """What a client that asked for Response Information is told (MQTT 5.0 §3.1.2.11.7):

@@ -79,7 +79,7 @@ class Client:
     held: deque[Incoming] | None = None
     reading: Iterator[Incoming] | None = None  # the packets of the read being handled
     over_subscriptions: bool = False  # a SUBSCRIBE of it passed max_subscriptions (logged)
-    # Since when (the loop's time) its CONNECT waits for another server's claim on its
+    # Since when (the broker's clock) its CONNECT waits for another server's claim on its
     # session (broker._wait_for_claim); None: it does not.
     claim_waited_since: float | None = None
     told_sys: bool = False  # a PUBLISH of it to a $SYS topic was refused (logged once)
