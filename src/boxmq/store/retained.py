@@ -26,6 +26,7 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from boxmq.errors import naming
 from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
@@ -115,6 +116,28 @@ class RetainedStore:
         """The retained messages of the topics `wanted` takes, each read when it is reached.
         One listing of the folder, and a read of each file that matches, or whose topic is not
         known yet (20,000 topics: 20,000 reads the first time, then one per match)."""
+        return (found for _, found in self._scan(wanted, _load))
+
+    def remove_if(self, stale: Callable[[Retained], bool]) -> int:
+        """Delete each retained message `stale` says so of (an expired one): how many. One
+        that a publisher, of this process or another, puts in place meanwhile stays."""
+        removed = 0
+        # Each topic read is learnt: a server's first wildcard SUBSCRIBE after its start-up
+        # sweep reads only the files it sends.
+        for path, found in self._scan(_every, _load):
+            if stale(found):
+                removed += self._remove_stale(path, stale)
+        # No flush, even under `always`: one that a power cut brings back is stale still,
+        # never sent, and deleted again.
+        return removed
+
+    def _scan(
+        self, wanted: Callable[[str], bool], read: Callable[[str], _Read | None]
+    ) -> Iterator[tuple[str, _Read]]:
+        """The path of each file of the folder, and what `read` found there, whose topic
+        `wanted` takes, or is not known yet: one listing, the topic of each name learnt from
+        its first read, and the names gone since the last listing forgotten (once the listing
+        is read to its end)."""
         known = self._topics
         listed: dict[str, str] = {}
         with contextlib.suppress(FileNotFoundError), os.scandir(self._dir) as entries:
@@ -126,37 +149,14 @@ class RetainedStore:
                     listed[entry.name] = topic
                     if not wanted(topic):
                         continue
-                retained = _load(entry.path)  # None: deleted since the listing, or damaged
-                if retained is None:
+                found = read(entry.path)  # None: deleted since the listing, or damaged
+                if found is None:
                     continue
-                if _file_name(retained.topic) == entry.name:  # else not put there by a publish
-                    listed[entry.name] = retained.topic
-                if wanted(retained.topic):
-                    yield retained
-        self._topics = listed  # the names gone since are forgotten
-
-    def remove_if(self, stale: Callable[[Retained], bool]) -> int:
-        """Delete each retained message `stale` says so of (an expired one): how many. One
-        that a publisher, of this process or another, puts in place meanwhile stays."""
-        removed = 0
-        listed: dict[str, str] = {}
-        with contextlib.suppress(FileNotFoundError), os.scandir(self._dir) as entries:
-            for entry in entries:
-                if entry.name.startswith("."):
-                    continue
-                retained = _load(entry.path)
-                if retained is None:
-                    continue
-                if stale(retained):
-                    removed += self._remove_stale(entry.path, stale)
-                elif _file_name(retained.topic) == entry.name:
-                    listed[entry.name] = retained.topic
-        # Each topic read, known: a server's first wildcard SUBSCRIBE after its start-up sweep
-        # reads only the files it sends.
+                if _file_name(found.topic) == entry.name:  # else not put there by a publish
+                    listed[entry.name] = found.topic
+                if wanted(found.topic):
+                    yield entry.path, found
         self._topics = listed
-        # No flush, even under `always`: one that a power cut brings back is stale still,
-        # never sent, and deleted again.
-        return removed
 
     def _remove_stale(self, path: str, stale: Callable[[Retained], bool]) -> int:
         """Delete the retained message at `path` if it is stale still: 1, else 0. Moved aside
@@ -182,6 +182,18 @@ class RetainedStore:
                     os.link(aside, path)
             _unlink_quietly(aside)
         return removed
+
+
+class _Topical(Protocol):
+    @property
+    def topic(self) -> str: ...
+
+
+_Read = TypeVar("_Read", bound=_Topical)
+
+
+def _every(topic: str) -> bool:
+    return True
 
 
 def _file_name(topic: str) -> str:
