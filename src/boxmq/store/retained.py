@@ -2,7 +2,8 @@
 
     <root>/topic-root/.retained/<sha256 of the topic>
 
-Each file is one JSON header line (the topic and the message's encoded name) and then the body.
+Each file is one JSON header line (the topic and the message's encoded name) and then the body;
+the sweep, which looks for expired ones, reads the header line alone (`RetainedStore.remove_if`).
 Topics can be longer than a file name, hence the hash. A new retained message replaces the old
 one with one rename; an empty body deletes it (MQTT 5.0 §3.3.1.3). Writes go through the
 committer, so they are as durable as the fsync policy says.
@@ -33,7 +34,7 @@ from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
 from boxmq.store.layout import TOPIC_ROOT
 from boxmq.store.temporaries import temporary_in
 
-__all__ = ["RETAINED_DIR", "Retained", "RetainedStore", "Staged"]
+__all__ = ["RETAINED_DIR", "Retained", "RetainedHeader", "RetainedStore", "Staged"]
 
 RETAINED_DIR = ".retained"  # under topic-root/
 
@@ -43,6 +44,14 @@ class Retained:
     topic: str
     name: str  # the message's DropboxMQ name (its metadata)
     body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RetainedHeader:
+    """A retained message without its body: what its file's first line says."""
+
+    topic: str
+    name: str  # the message's DropboxMQ name (its metadata: its expiry among them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,13 +127,14 @@ class RetainedStore:
         known yet (20,000 topics: 20,000 reads the first time, then one per match)."""
         return (found for _, found in self._scan(wanted, _load))
 
-    def remove_if(self, stale: Callable[[Retained], bool]) -> int:
+    def remove_if(self, stale: Callable[[RetainedHeader], bool]) -> int:
         """Delete each retained message `stale` says so of (an expired one): how many. One
-        that a publisher, of this process or another, puts in place meanwhile stays."""
+        that a publisher, of this process or another, puts in place meanwhile stays. Only
+        each file's header is read, never its body."""
         removed = 0
         # Each topic read is learnt: a server's first wildcard SUBSCRIBE after its start-up
         # sweep reads only the files it sends.
-        for path, found in self._scan(_every, _load):
+        for path, found in self._scan(_every, _load_header):
             if stale(found):
                 removed += self._remove_stale(path, stale)
         # No flush, even under `always`: one that a power cut brings back is stale still,
@@ -158,7 +168,7 @@ class RetainedStore:
                     yield entry.path, found
         self._topics = listed
 
-    def _remove_stale(self, path: str, stale: Callable[[Retained], bool]) -> int:
+    def _remove_stale(self, path: str, stale: Callable[[RetainedHeader], bool]) -> int:
         """Delete the retained message at `path` if it is stale still: 1, else 0. Moved aside
         first and read again there, since a publisher may have replaced the one read: the
         file moved is then fresh, and goes back (unless a newer one is in place already)."""
@@ -169,8 +179,8 @@ class RetainedStore:
             return 0  # deleted by its publisher meanwhile
         removed = 0
         try:
-            retained = _load(aside)
-            removed = int(retained is not None and stale(retained))
+            header = _load_header(aside)
+            removed = int(header is not None and stale(header))
         finally:
             # Put back unless stale still: a fresh one, or one whose read failed (EMFILE),
             # which the failure would otherwise delete. Until this link the topic had no
@@ -206,20 +216,34 @@ def _load(path: str) -> Retained | None:
     except FileNotFoundError:
         return None
     header, _, body = data.partition(b"\n")
+    fields = _fields(header)
+    return None if fields is None else Retained(*fields, body)
+
+
+def _load_header(path: str) -> RetainedHeader | None:
+    try:
+        header = _read_header(path)
+    except FileNotFoundError:
+        return None
+    fields = _fields(header)
+    return None if fields is None else RetainedHeader(*fields)
+
+
+def _fields(header: bytes) -> tuple[str, str] | None:
+    """The topic and name a file's first line holds; None if it is damaged, as a power cut
+    can leave it under fsync interval or never (renamed, its data never written): passed by,
+    as if the topic had none, not read as the failure of every subscription its topic
+    matches. The topic's next retained message replaces it."""
     try:
         fields = json.loads(header)
-        return Retained(str(fields["topic"]), str(fields["name"]), body)
+        return str(fields["topic"]), str(fields["name"])
     except (ValueError, KeyError, TypeError):
-        # Damaged, as a power cut can leave it under fsync interval or never (renamed, its
-        # data never written): passed by, as if the topic had none, not read as the failure
-        # of every subscription its topic matches. The topic's next retained message
-        # replaces it.
         return None
 
 
 def _read(path: str) -> bytes:
     """The whole file: open, fstat, one read, close, where `open(path, "rb").read()` makes nine
-    system calls (a SUBSCRIBE to `#` reads each retained file, the sweep every file)."""
+    system calls (a SUBSCRIBE to `#` reads each retained file)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         size = os.fstat(fd).st_size
@@ -237,6 +261,31 @@ def _read(path: str) -> bytes:
 
 
 _ONE_READ = 1 << 30  # Linux reads at most 2 GiB - 4 KiB at once
+
+
+def _read_header(path: str) -> bytes:
+    """The file's first line, without its newline: a read of a page, which holds it unless
+    its topic is long (MQTT allows 65,535 bytes), and never the body beyond that page (the
+    sweep looks at every retained file for its expiry, a body of 1 MB among them)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunk = os.read(fd, _HEADER_READ)
+        line = chunk.partition(b"\n")[0]
+        if len(line) < len(chunk) or len(chunk) < _HEADER_READ:
+            return line  # the whole line, or all the file holds (damaged: no newline)
+        chunks = [chunk]
+        while chunk := os.read(fd, _LONG_HEADER_READ):
+            line = chunk.partition(b"\n")[0]
+            chunks.append(line)
+            if len(line) < len(chunk):
+                break
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+_HEADER_READ = 4096  # a page: a header of up to about 4,000 bytes in one read
+_LONG_HEADER_READ = 1 << 16
 
 
 def _unlink_quietly(path: str) -> None:

@@ -10,7 +10,7 @@ import pytest
 from tests.descriptors import no_descriptor_left
 
 from boxmq.store.commit import Committer, FsyncPolicy
-from boxmq.store.retained import Retained, RetainedStore
+from boxmq.store.retained import RetainedHeader, RetainedStore
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_one_replaced_after_it_was_read_stays(store: RetainedStore, tmp_path: Pa
     store.replace(store.stage("a", "4.old.T", b"1"))
     replaced: list[bool] = []
 
-    def stale(found: Retained) -> bool:
+    def stale(found: RetainedHeader) -> bool:
         if not replaced:
             replaced.append(True)
             store.replace(store.stage("a", "4.new.T", b"2"))
@@ -67,7 +67,7 @@ def test_one_the_second_read_fails_on_is_put_back_not_deleted(
     store.replace(store.stage("a", "4.new.T", b"2"))
     with contextlib.ExitStack() as out_of_descriptors:
 
-        def stale(found: Retained) -> bool:  # read once: every descriptor taken then
+        def stale(found: RetainedHeader) -> bool:  # read once: every descriptor taken then
             out_of_descriptors.enter_context(no_descriptor_left())
             return True
 
