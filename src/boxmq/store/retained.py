@@ -27,7 +27,7 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from boxmq.errors import naming
 from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
@@ -134,9 +134,13 @@ class RetainedStore:
         removed = 0
         # Each topic read is learnt: a server's first wildcard SUBSCRIBE after its start-up
         # sweep reads only the files it sends.
-        for path, found in self._scan(_every, _load_header):
-            if stale(found):
-                removed += self._remove_stale(path, stale)
+        # Every topic wanted: each file opened is yielded, so each descriptor is closed here.
+        for path, opened in self._scan(_every, _open_header):
+            try:
+                if stale(opened.header):
+                    removed += self._remove_judged(path, os.fstat(opened.fd))
+            finally:
+                os.close(opened.fd)
         # No flush, even under `always`: one that a power cut brings back is stale still,
         # never sent, and deleted again.
         return removed
@@ -168,30 +172,43 @@ class RetainedStore:
                     yield entry.path, found
         self._topics = listed
 
-    def _remove_stale(self, path: str, stale: Callable[[RetainedHeader], bool]) -> int:
-        """Delete the retained message at `path` if it is stale still: 1, else 0. Moved aside
-        first and read again there, since a publisher may have replaced the one read: the
-        file moved is then fresh, and goes back (unless a newer one is in place already)."""
+    def _remove_judged(self, path: str, judged: os.stat_result) -> int:
+        """Delete the file at `path` if it is still the one judged stale (`judged`, held open
+        by the caller, so that no new file can take its inode number): 1, else 0.
+
+        A publisher of any process may have replaced it since: a new inode at `path`, left
+        alone, untouched. If one lands in the two system calls between that look and the
+        move aside, the move takes it: it goes back, unless a newer one is in place already;
+        until then its topic has none to a subscriber that looks, and a delete acknowledged
+        in between is undone. Not deleted in place: no unlink says "only this inode"."""
+        try:
+            if not os.path.samestat(os.lstat(path), judged):
+                return 0  # replaced since it was read: the new one stays
+        except FileNotFoundError:
+            return 0  # deleted by its publisher meanwhile
         aside = temporary_in(self._dir)
         try:
             os.rename(path, aside)
         except FileNotFoundError:
-            return 0  # deleted by its publisher meanwhile
+            return 0
         removed = 0
         try:
-            header = _load_header(aside)
-            removed = int(header is not None and stale(header))
+            removed = int(os.path.samestat(os.lstat(aside), judged))
         finally:
-            # Put back unless stale still: a fresh one, or one whose read failed (EMFILE),
-            # which the failure would otherwise delete. Until this link the topic had no
-            # retained message to a subscriber that looked, and a delete acknowledged in
-            # between (a few system calls, on a topic whose message had just expired and
-            # been replaced) is undone by it.
-            if not removed:
+            if not removed:  # put back: a fresh one, or one not known to be the one judged
                 with contextlib.suppress(FileExistsError):
                     os.link(aside, path)
             _unlink_quietly(aside)
         return removed
+
+
+class _Opened(NamedTuple):
+    """A retained file's header, and the file held open (the sweep's judgement of it). A
+    tuple: a frozen dataclass's __init__ cost the sweep 4,500 instructions a file more."""
+
+    topic: str  # the header's, for `RetainedStore._scan`
+    header: RetainedHeader
+    fd: int
 
 
 class _Topical(Protocol):
@@ -220,13 +237,21 @@ def _load(path: str) -> Retained | None:
     return None if fields is None else Retained(*fields, body)
 
 
-def _load_header(path: str) -> RetainedHeader | None:
+def _open_header(path: str) -> _Opened | None:
+    """The file's header, and the file left open (for the caller to close), or None."""
     try:
-        header = _read_header(path)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
-    fields = _fields(header)
-    return None if fields is None else RetainedHeader(*fields)
+    try:
+        fields = _fields(_read_header(fd))
+    except BaseException:
+        os.close(fd)
+        raise
+    if fields is None:
+        os.close(fd)
+        return None
+    return _Opened(fields[0], RetainedHeader(*fields), fd)
 
 
 def _fields(header: bytes) -> tuple[str, str] | None:
@@ -263,25 +288,21 @@ def _read(path: str) -> bytes:
 _ONE_READ = 1 << 30  # Linux reads at most 2 GiB - 4 KiB at once
 
 
-def _read_header(path: str) -> bytes:
+def _read_header(fd: int) -> bytes:
     """The file's first line, without its newline: a read of a page, which holds it unless
     its topic is long (MQTT allows 65,535 bytes), and never the body beyond that page (the
     sweep looks at every retained file for its expiry, a body of 1 MB among them)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunk = os.read(fd, _HEADER_READ)
+    chunk = os.read(fd, _HEADER_READ)
+    line = chunk.partition(b"\n")[0]
+    if len(line) < len(chunk) or len(chunk) < _HEADER_READ:
+        return line  # the whole line, or all the file holds (damaged: no newline)
+    chunks = [chunk]
+    while chunk := os.read(fd, _LONG_HEADER_READ):
         line = chunk.partition(b"\n")[0]
-        if len(line) < len(chunk) or len(chunk) < _HEADER_READ:
-            return line  # the whole line, or all the file holds (damaged: no newline)
-        chunks = [chunk]
-        while chunk := os.read(fd, _LONG_HEADER_READ):
-            line = chunk.partition(b"\n")[0]
-            chunks.append(line)
-            if len(line) < len(chunk):
-                break
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+        chunks.append(line)
+        if len(line) < len(chunk):
+            break
+    return b"".join(chunks)
 
 
 _HEADER_READ = 4096  # a page: a header of up to about 4,000 bytes in one read

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from tests.descriptors import no_descriptor_left
 
 from boxmq.store.commit import Committer, FsyncPolicy
-from boxmq.store.retained import RetainedHeader, RetainedStore
+from boxmq.store.retained import RETAINED_DIR, RetainedHeader, RetainedStore
+
+# Called at each audited file call (open, rename, link, unlink) while a test puts them here:
+# another publisher's step, taken at a chosen point of the sweep.
+_on_file_calls: list[Callable[[str, tuple[object, ...]], None]] = []
+
+
+def _audit(event: str, args: tuple[object, ...]) -> None:
+    for call in list(_on_file_calls):
+        call(event, args)
+
+
+sys.addaudithook(_audit)  # for good (a hook cannot be removed): it calls only what is listed
 
 
 @pytest.fixture
@@ -58,19 +71,72 @@ def test_one_replaced_after_it_was_read_stays(store: RetainedStore, tmp_path: Pa
     _only_the_new_one_is_there(store, tmp_path)
 
 
-def test_one_the_second_read_fails_on_is_put_back_not_deleted(
+def test_a_delete_after_the_replacement_holds(store: RetainedStore, tmp_path: Path) -> None:
+    """A publisher replaces the message between the read that finds it stale and its delete,
+    then deletes it (an empty retained publication) at the sweep's next open, link or unlink
+    of a file there: the delete holds, and the new message was in place until then. The
+    sweep moved the new one aside to read it again, so a subscriber saw none, and the delete
+    found nothing to delete and was undone when the sweep put the new one back."""
+    store.replace(store.stage("a", "4.old.T", b"1"))
+    seen: list[str | None] = []  # what a subscriber found when the delete came
+
+    def publisher_deletes(event: str, args: tuple[object, ...]) -> None:
+        if event in {"open", "os.link", "os.remove"} and RETAINED_DIR in str(args[0]):
+            _on_file_calls.clear()  # once, and not for its own calls
+            found = store.get("a")
+            seen.append(None if found is None else found.name)
+            store.replace(store.stage("a", "4.del.T", b""))
+
+    def stale(found: RetainedHeader) -> bool:
+        if found.name == "4.old.T":
+            store.replace(store.stage("a", "4.new.T", b"2"))
+            _on_file_calls.append(publisher_deletes)
+        return found.name == "4.old.T"
+
+    try:
+        assert store.remove_if(stale) == 0
+    finally:
+        _on_file_calls.clear()
+    if not seen:  # the sweep touched no file after the replacement: the delete comes now
+        seen.append("4.new.T")
+        store.replace(store.stage("a", "4.del.T", b""))
+    assert store.get("a") is None
+    assert seen == ["4.new.T"]
+    assert list((tmp_path / "topic-root" / RETAINED_DIR).iterdir()) == []
+
+
+def test_one_replaced_just_before_the_move_aside_goes_back(
     store: RetainedStore, tmp_path: Path
 ) -> None:
-    """The read of the message moved aside fails (EMFILE: the broker's clients took the last
-    descriptors between the two reads): not known to be stale still, it goes back to its
-    topic, where the failure deleted it (a fresh one a publisher had put in place too)."""
-    store.replace(store.stage("a", "4.new.T", b"2"))
+    """The replacement lands between the sweep's look at the name and its move aside: the
+    file moved is not the one judged, and it goes back to its topic."""
+    store.replace(store.stage("a", "4.old.T", b"1"))
+
+    def publisher_replaces(event: str, args: tuple[object, ...]) -> None:
+        if event == "os.rename" and str(args[0]) == store._path("a"):
+            _on_file_calls.clear()
+            store.replace(store.stage("a", "4.new.T", b"2"))
+
+    def stale(found: RetainedHeader) -> bool:
+        _on_file_calls.append(publisher_replaces)
+        return found.name == "4.old.T"
+
+    try:
+        assert store.remove_if(stale) == 0
+    finally:
+        _on_file_calls.clear()
+    _only_the_new_one_is_there(store, tmp_path)
+
+
+def test_the_delete_needs_no_descriptor(store: RetainedStore, tmp_path: Path) -> None:
+    """Every descriptor is taken once the message is judged (the broker's clients took the
+    last ones): its delete opens no file, so it neither fails nor deletes anything unjudged."""
+    store.replace(store.stage("a", "4.old.T", b"1"))
     with contextlib.ExitStack() as out_of_descriptors:
 
-        def stale(found: RetainedHeader) -> bool:  # read once: every descriptor taken then
+        def stale(found: RetainedHeader) -> bool:
             out_of_descriptors.enter_context(no_descriptor_left())
             return True
 
-        with pytest.raises(OSError, match="Too many open files"):
-            store.remove_if(stale)
-    _only_the_new_one_is_there(store, tmp_path)
+        assert store.remove_if(stale) == 1
+    assert list((tmp_path / "topic-root" / RETAINED_DIR).iterdir()) == []
