@@ -70,7 +70,10 @@ class RetainedStore:
         # wildcard subscription reads only the files of the topics it matches. Never stale:
         # a name stands for one topic (its hash); only whether it has a message, and which,
         # change, and those are read from the folder each time. Replaced whole, never changed
-        # in place, so threads that look at once need no lock.
+        # in place, so threads that look at once need no lock. As big as the folder was at the
+        # last look read to its end (a name cleared or swept since goes at the next): 216
+        # bytes a topic, 21.6 MB for 100,000 `dev/<n>/status` (tracemalloc), half of it the
+        # names; keyed by the hash's 32 bytes it took 182, but 40 % more work at each look.
         self._topics: dict[str, str] = {}
 
     def _path(self, topic: str) -> str:

@@ -120,3 +120,23 @@ def test_an_expired_retained_message_is_not_copied_to_a_new_durable_subscription
             box.subscribe(filter, "d").close()
             counts = box.subscription(filter, "d").counts()
             assert (counts.ready, counts.expired) == (copied, 0)  # none made to expire there
+
+
+def test_the_topics_kept_are_those_of_the_folder(tmp_path: Path) -> None:
+    """What a box keeps to skip files (the topic of each name read) never outgrows the
+    folder: topics cleared by an empty retained publish, or by the sweep once expired, are
+    forgotten at the next look."""
+    clock = ManualClock()
+    with boxmq.open(tmp_path, fsync="never", clock=clock) as box:
+        _twenty(box)
+        box.publish("dev/99/status", "on", retain=True, expires_in=10)
+        assert len(_bodies(box.subscribe("dev/#", "m", durable=False))) == 21
+        assert len(box.topics._retained._topics) == 21
+        for n in range(10):
+            box.publish(f"dev/{n}/status", "", retain=True)
+        clock.advance(11)
+        assert box.topics.remove_expired_retained(clock.now()) == 1
+        assert len(_bodies(box.subscribe("dev/#", "m", durable=False))) == 10
+        assert sorted(box.topics._retained._topics.values()) == sorted(
+            f"dev/{n}/status" for n in range(10, 20)
+        )
