@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from boxmq.core.durations import LONGEST
+from boxmq.core.durations import LONGEST, written_seconds
 from boxmq.errors import InvalidArgument
 from boxmq.model import Property, PropertyType
 
@@ -48,9 +48,6 @@ class Default(str):
 
 _NEGATIVE = re.compile(r"-[0-9.]")
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-# Digits 0-9 only: `\d` and float() also take other scripts' digits ("\u0663", "\uff13").
-_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)?", re.ASCII)
 _TYPES = {
     "string": PropertyType.STRING,
     "int": PropertyType.INT,
@@ -86,13 +83,12 @@ def joined_negative_durations(argv: Sequence[str]) -> list[str]:
 
 def parse_duration(text: str) -> float:
     """'30s', '500ms', '10m', '2h', '1d' or a plain number of seconds."""
-    match = _DURATION.fullmatch(text.strip())
-    if match is None:
+    seconds = written_seconds(text)
+    if seconds is None:
         raise InvalidArgument(
             f"bad duration {text!r}: use a number of seconds in digits 0-9, or one with a "
             "unit: 500ms, 30s, 10m, 2h, 1d"
         )
-    seconds = float(match[1]) * _UNITS[match[2] or "s"]
     if seconds > LONGEST:  # infinity too: 400 digits make one
         raise InvalidArgument(f"bad duration {text!r}: at most {LONGEST / 86_400:g}d (100 years)")
     return seconds

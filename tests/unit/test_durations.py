@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boxmq.cli_args import parse_duration
-from boxmq.core.durations import LONGEST, check_seconds, check_wait, spelled
+from boxmq.core.durations import LONGEST, check_seconds, check_wait, spelled, written_seconds
 from boxmq.errors import InvalidArgument
 
 
@@ -90,3 +90,24 @@ def test_a_duration_is_spelled_as_the_docs_write_it(seconds: float, text: str) -
 def test_a_spelled_duration_reads_back_as_itself(milliseconds: int) -> None:
     seconds = milliseconds / 1000
     assert math.isclose(parse_duration(spelled(seconds)), seconds, rel_tol=1e-9)
+
+
+def test_a_duration_is_read_in_one_place_in_two_spellings() -> None:
+    # The command line and the config file take "2h"; the Spark options also "2 h" and "5.".
+    assert [written_seconds(t) for t in ("30", " 1.5 ", "500ms", "2h", "1d")] == [
+        30.0,
+        1.5,
+        0.5,
+        7200.0,
+        86400.0,
+    ]
+    assert [written_seconds(t) for t in ("2 h", "5.", "1e3", "-5", "\u0663", "5sec", "")] == [
+        None
+    ] * 7
+    assert [written_seconds(t, spaced=True) for t in ("2 h", "5.", " 90 s ", "1e3")] == [
+        7200.0,
+        5.0,
+        90.0,
+        None,
+    ]
+    assert written_seconds("9" * 400) == math.inf  # each caller says how long it takes

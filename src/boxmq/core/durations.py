@@ -1,5 +1,8 @@
 """Durations people give: lock timeouts, unlock delays, lock extensions, expiries.
 
+The units a duration is written in, and how such a string is read, are here once: the command
+line, the config file and the Spark options read them alike (docs/cli.md, docs/spark.md).
+
 Each becomes a deadline in epoch milliseconds, kept in a file name (a lock's deadline has 15
 digits) or a property (a delay's `bx_nb` is a long). So every one is checked here, once, before
 anything is moved: finite, positive, and at most `LONGEST`, far inside what those fields hold.
@@ -9,10 +12,11 @@ A duration that passes can never fail later, with its message already half-way s
 from __future__ import annotations
 
 import math
+import re
 
 from boxmq.errors import InvalidArgument
 
-__all__ = ["LONGEST", "check_seconds", "check_wait", "spelled"]
+__all__ = ["LONGEST", "check_seconds", "check_wait", "spelled", "written_seconds"]
 
 LONGEST = 100 * 365 * 86_400.0  # seconds: a century, the longest boxmq waits for anything
 
@@ -50,8 +54,22 @@ def check_wait(value: float | None) -> float | None:
     return None if value > LONGEST else value
 
 
-# The units a duration is written in (docs/cli.md, docs/configuration.md), largest first.
-_UNITS = (("d", 86_400.0), ("h", 3_600.0), ("m", 60.0), ("s", 1.0))
+# The units a duration is written in (docs/cli.md, docs/configuration.md, docs/spark.md).
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3_600.0, "d": 86_400.0}
+_UNIT = "|".join(_UNITS)
+# Digits 0-9 only: `\d` and float() also take other scripts' digits ("\u0663", "\uff13").
+_WRITTEN = re.compile(rf"([0-9]+(?:\.[0-9]+)?)({_UNIT})?", re.ASCII)
+# Spark's options have also taken "5." and a blank before the unit ("2 h") since they came.
+_SPACED = re.compile(rf"([0-9]+(?:\.[0-9]*)?)\s*({_UNIT})?")
+
+
+def written_seconds(text: str, *, spaced: bool = False) -> float | None:
+    """The seconds `text` writes: a number of seconds, or one with a unit ("500ms", "30s",
+    "10m", "2h", "1d"), blanks around it ignored; None if it is no duration. `spaced` also
+    takes a blank before the unit and a number ending in its point, as the Spark options do.
+    The number is not checked (400 digits make infinity): each caller says what it takes."""
+    match = (_SPACED if spaced else _WRITTEN).fullmatch(text.strip())
+    return None if match is None else float(match[1]) * _UNITS[match[2] or "s"]
 
 
 def spelled(seconds: float) -> str:
@@ -59,8 +77,8 @@ def spelled(seconds: float) -> str:
     makes it a whole number (86400 as `1d`, 90 as `90s`), else in seconds (`1.5s`), and under
     a second in ms (`50ms`), never with an exponent. A log that said "deleted after 86400s"
     of a retention set as "1d" left the reader to do the sum; so it reads as it was set."""
-    for unit, size in _UNITS:
-        count = seconds / size
+    for unit in ("d", "h", "m", "s"):
+        count = seconds / _UNITS[unit]
         whole = round(count)
         if whole >= 1 and math.isclose(count, whole, rel_tol=1e-9):
             return f"{whole}{unit}"

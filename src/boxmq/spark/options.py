@@ -9,11 +9,11 @@ imports pyspark, so the checks are tested without a JVM.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from boxmq.core.durations import written_seconds
 from boxmq.errors import InvalidArgument, InvalidName, QueueNotFound
 from boxmq.store.commit import FsyncPolicy
 from boxmq.store.layout import State, no_dropbox, queue_path
@@ -49,8 +49,6 @@ _KNOWN = {
     "write": (*_COMMON, "queue", "topic"),
 }
 _WHY = {"state": " (a stream reads what is ready: target/)"}
-_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*(ms|s|m|h|d)?\s*")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +145,8 @@ class _Options:
         value = self.text(name)
         if value is None:
             return default
-        match = _DURATION.fullmatch(value)
-        seconds = float(match[1]) * _UNITS[match[2]] if match else 0.0
-        if seconds <= 0:
+        seconds = written_seconds(value, spaced=True)
+        if seconds is None or seconds <= 0:
             raise InvalidArgument(
                 f"boxmq data source: option {name!r} is {value!r}; give a positive duration "
                 "in seconds, or with a unit: 90s, 30m, 12h, 1d"
