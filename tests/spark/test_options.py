@@ -57,6 +57,9 @@ R = "<the test's root>"
         ({"root": R, "queue": "sensors", "maxRecordsPerTrigger": "\uff14"}, InvalidArgument, "wh"),
         ({"root": R, "queue": "sensors", "maxBytesPerTrigger": "1_000"}, InvalidArgument, "whole"),
         ({"root": R, "queue": "sensors", "lockTimeout": "soon"}, InvalidArgument, "1d"),
+        # at most 100 years, as every duration; infinity failed the first batch (OverflowError)
+        ({"root": R, "queue": "sensors", "lockTimeout": "36501d"}, InvalidArgument, "100 y"),
+        ({"root": R, "queue": "sensors", "lockTimeout": "9" * 400}, InvalidArgument, "100 y"),
         ({"root": R, "queue": "sensors", "fsync": "sometimes"}, InvalidArgument, "interval"),
         ({"root": R, "queue": "sensors", "state": "done"}, InvalidArgument, "for a batch read"),
         ({"root": R, "queue": "sensors", "maxRecords": "5"}, InvalidArgument, "unknown option"),

@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from boxmq.core.durations import written_seconds
+from boxmq.core.durations import LONGEST, written_seconds
 from boxmq.errors import InvalidArgument, InvalidName, QueueNotFound
 from boxmq.store.commit import FsyncPolicy
 from boxmq.store.layout import State, no_dropbox, queue_path
@@ -150,6 +150,11 @@ class _Options:
             raise InvalidArgument(
                 f"boxmq data source: option {name!r} is {value!r}; give a positive duration "
                 "in seconds, or with a unit: 90s, 30m, 12h, 1d"
+            )
+        if seconds > LONGEST:  # infinity too (400 digits): the first batch raised OverflowError
+            raise InvalidArgument(
+                f"boxmq data source: option {name!r} is {value!r}; at most "
+                f"{LONGEST / 86_400:g}d (100 years)"
             )
         return seconds
 
