@@ -309,8 +309,14 @@ class Dropbox:
 
     def claim(self, name: str, locked: str) -> str | None:
         """`place(State.TARGET, name, State.PROCESSING, locked)` in one call (one per
-        message): the name the lock took in processing/, or None if the file was gone."""
-        return lock_apart(self._target + name, self._processing, locked)
+        message): the name the lock took in processing/, or None if the file was gone.
+        A processing/ deleted by hand is made again, as `place` does: a consumer took every
+        claim for lost to another process, and the messages stayed in target/."""
+        source = self._target + name
+        placed = lock_apart(source, self._processing, locked)
+        if placed is None and self._made_for(source, _PROCESSING):
+            placed = lock_apart(source, self._processing, locked)
+        return placed
 
     def finish(self, processing: str, name: str, *, keep: bool) -> bool:
         """An acknowledged message leaves processing/<processing>: to processed/<name> (its

@@ -51,6 +51,27 @@ def test_a_move_into_a_state_folder_not_made_yet_makes_it_and_no_other(tmp_path:
         committer.close()
 
 
+def test_a_claim_into_a_processing_folder_deleted_by_hand_makes_it(tmp_path: Path) -> None:
+    # As `place` does: a consumer took each such claim for lost, and the messages stayed.
+    (tmp_path / "q" / "target").mkdir(parents=True)
+    (tmp_path / "q" / "target" / "x").write_text("m")
+    committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
+    try:
+        box = Dropbox(str(tmp_path / "q"), committer, create=False)
+        os.rmdir(tmp_path / "q" / "processing")
+        assert box.claim("x", "x@c@1@") == "x@c@1@"
+        assert os.listdir(tmp_path / "q" / "processing") == ["x@c@1@"]
+        os.rename(tmp_path / "q" / "processing" / "x@c@1@", tmp_path / "q" / "target" / "x")
+        os.rmdir(tmp_path / "q" / "processing")
+        assert box.claim("gone", "gone@c@1@") is None  # lost: no folder made for it
+        assert not (tmp_path / "q" / "processing").exists()
+        os.rename(tmp_path / "q", tmp_path / "deleting")
+        assert box.claim("x", "x@c@1@") is None  # a dropbox deleted whole stays deleted
+        assert not (tmp_path / "q").exists()
+    finally:
+        committer.close()
+
+
 def test_a_missing_state_folder_reads_as_empty(tmp_path: Path) -> None:
     committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
     try:
