@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -58,6 +59,31 @@ def test_put_then_consume_and_ack_moves_the_file_to_processed(box: boxmq.Box, ro
         message.ack()
     assert files(root, "jobs", "processed") == [name]
     assert decode(name).message_id == message_id
+
+
+def test_state_folders_deleted_by_hand_are_made_again_by_a_claim_and_an_ack(
+    box: boxmq.Box, root: Path
+) -> None:
+    # A consumer took each claim for lost (the message stayed in target/), and each ack kept in
+    # processed/ said "the lock was taken away" (the message was redelivered at its deadline).
+    jobs = box.queue("jobs")
+    jobs.put(b"a")
+    jobs.put(b"b")
+    os.rmdir(root / "jobs" / "processing")
+    os.rmdir(root / "jobs" / "processed")
+    with jobs.consumer("worker-1") as consumer:
+        message = consumer.receive(timeout=0)
+        assert message is not None
+        assert message.body == b"a"
+        message.ack()
+    assert len(files(root, "jobs", "processed")) == 1
+    shutil.rmtree(root / "jobs" / "processed")  # to clear what was consumed
+    got = jobs.get()  # `boxmq get`'s way: a lock on disk, settled by name
+    assert got is not None
+    assert got.body == b"b"
+    got.ack()
+    assert len(files(root, "jobs", "processed")) == 1
+    assert files(root, "jobs", "processing") == files(root, "jobs", "target") == []
 
 
 @pytest.mark.parametrize("fsync", ["always", "interval", "never"])

@@ -323,7 +323,15 @@ class Dropbox:
         name without the lock) when `keep`, else deleted, its file a spare for a later put
         when the root keeps spares (store/spares.py). False if it was gone."""
         if keep:  # `move`'s work, without its two Enum lookups and two calls (one per ack)
-            return move_apart(self._processing + processing, self._processed, name) is not None
+            source = self._processing + processing
+            if move_apart(source, self._processed, name) is not None:
+                return True
+            # processed/ deleted by hand (to clear what was consumed): made again, as `move`
+            # does, or every ack said the lock was taken away and the message was redelivered.
+            return (
+                self._made_for(source, State.PROCESSED)
+                and move_apart(source, self._processed, name) is not None
+            )
         if self._spares is None:
             return remove_file(self._processing + processing)
         return self._spares.give(self._processing + processing)

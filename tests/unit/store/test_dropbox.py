@@ -72,6 +72,21 @@ def test_a_claim_into_a_processing_folder_deleted_by_hand_makes_it(tmp_path: Pat
         committer.close()
 
 
+def test_an_ack_kept_in_a_processed_folder_deleted_by_hand_makes_it(tmp_path: Path) -> None:
+    (tmp_path / "q" / "target").mkdir(parents=True)
+    committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
+    try:
+        box = Dropbox(str(tmp_path / "q"), committer, create=False)
+        (tmp_path / "q" / "processing" / "x@c@1@").write_text("m")
+        os.rmdir(tmp_path / "q" / "processed")
+        assert not box.finish("gone@c@1@", "gone", keep=True)  # no message, no folder
+        assert not (tmp_path / "q" / "processed").exists()
+        assert box.finish("x@c@1@", "x", keep=True)
+        assert os.listdir(tmp_path / "q" / "processed") == ["x"]
+    finally:
+        committer.close()
+
+
 def test_a_missing_state_folder_reads_as_empty(tmp_path: Path) -> None:
     committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
     try:
