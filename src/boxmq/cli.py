@@ -1131,15 +1131,18 @@ def _purge(args: argparse.Namespace, box: Box) -> int:
 
 
 def _delete(args: argparse.Namespace, box: Box) -> int:
-    counts = box.queue(args.queue, create=False).counts()
-    if counts.locked and not args.force:
+    queue = box.queue(args.queue, create=False)  # none: `no queue`, and nothing deleted
+    # Counted twice without --force, and both are needed: this count looks for locks before
+    # the rename, which cannot be undone (a put makes the queue again at its path at once);
+    # the one below says what went, counted where nothing more can come, so a message put or
+    # locked in between is in it, as it is in the delete. --force needs only the second.
+    if not args.force and (locked := queue.counts().locked):
         # Their consumers' acks would find no message, and a consumer still taking messages
         # moves them under the delete: it should be stopped first (docs/cli.md).
         raise Conflict(
-            f"{args.queue}: {counts.locked} message(s) locked by consumers; stop them (or "
+            f"{args.queue}: {locked} message(s) locked by consumers; stop them (or "
             "settle the messages) first, or --force deletes those with the rest"
         )
-    # Counted as deleted, not as seen at the check above: a put or a lock in between is in.
     deleted: list[QueueCounts] = []
     if not box.delete_queue(args.queue, counted=deleted):  # another process deleted it first
         raise QueueNotFound(f"no queue {args.queue!r}: another process deleted it meanwhile")
