@@ -161,11 +161,12 @@ class ServeConfig:
         keep_processed: bool | None = None,
         processed_retention: float | None = None,
         polling: bool | None = None,
-        listeners: tuple[Listener, ...] | None = None,
         sys_interval: float | None = None,
     ) -> ServeConfig:
         """This configuration with what the user typed on the command line (None: not typed).
-        Listeners from a flag replace the file's listeners."""
+        Not the listeners: `--mqtt` and `--no-mqtt` replace them when serve opens them
+        (cli_serve.mqtt_settings), so that the file's stay here for the line that says which
+        were not opened (cli_serve.replaced_listeners)."""
         changed = self
         if data is not None:
             changed = dataclasses.replace(changed, data=Path(data))
@@ -184,9 +185,6 @@ class ServeConfig:
         if sys_interval is not None:
             mqtt = dataclasses.replace(changed.mqtt, sys_interval=sys_interval)
             changed = dataclasses.replace(changed, mqtt=mqtt)
-        if listeners is not None:
-            mqtt = dataclasses.replace(changed.mqtt, listeners=listeners)
-            changed = dataclasses.replace(changed, mqtt=mqtt, listeners_from_file=False)
         return changed
 
 

@@ -257,15 +257,13 @@ def test_processed_retention_as_serve_opens_the_root_with_it(
 
 def test_flags_win_over_the_file(tmp_path: Path) -> None:
     config = load_config(_write(tmp_path, "fsync = 'never'\n[[mqtt.listener]]\nport = 1\n"))
-    flagged = config.override(
-        data="/elsewhere", fsync="always", sweep_interval=9.0, listeners=(Listener(port=2),)
-    )
+    flagged = config.override(data="/elsewhere", fsync="always", sweep_interval=9.0)
     assert (flagged.data, flagged.fsync, flagged.sweep_interval) == (
         Path("/elsewhere"),
         "always",
         9.0,
     )
-    assert flagged.mqtt.listeners == (Listener(port=2),)
+    assert flagged.mqtt.listeners == (Listener(port=1),)  # --mqtt replaces them at serve
     assert config.keep_processed is False  # a broker's default: acknowledged means gone
     assert config.override(keep_processed=True).keep_processed is True
     assert config.polling is False  # inotify unless told
