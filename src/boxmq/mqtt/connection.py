@@ -17,7 +17,7 @@ Invariants (the rules a single connection can check alone):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Final
 
@@ -375,10 +375,6 @@ class Connection:
             packet.packet_id,
             properties,
         )
-
-    def send_all(self, packets: Iterable[Packet]) -> None:
-        for packet in packets:
-            self.send(packet)
 
     def refuse(self, reason: ReasonCode) -> None:
         """Take back the CONNACK still waiting here (and what followed it, none of it sent)

@@ -187,6 +187,3 @@ class Session:
     def held_count(self) -> int:
         """How many distinct filters the session holds (`max_subscriptions` caps it)."""
         return len(self.subscriptions) + len(self.leaving) + len(self.adding)
-
-    def durable_filters(self) -> list[str]:
-        return [text for text, options in self.subscriptions.items() if options.durable]
