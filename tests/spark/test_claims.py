@@ -338,3 +338,26 @@ def test_a_name_that_is_not_utf8_goes_to_error_and_blocks_nobody(
     assert [os.fsencode(name) for name in _folder(box, "error")] == [bad]
     assert "moved to error/" in caplog.text  # not UTF-8 (the long one: too long first)
     assert queue.counts().dead == 1
+
+
+def test_state_folders_deleted_by_hand_are_made_again_by_the_claims_and_the_ack(
+    box: boxmq.Box, clock: ManualClock
+) -> None:
+    # As a consumer's claim, ack and expiry make them (store/dropbox.py): the stream did not
+    # start without processing/, nor did a task claim into it; an ack left its claims locked
+    # for lockTimeout (a day), then read again; an expired message was left in target/.
+    queue = box.queue("q")
+    queue.put("a")
+    queue.put("old", expires_in=1.0)
+    clock.advance(2.0)
+    dropbox = queue_path(box.root, "q")
+    for state in ("processing", "processed", "expired"):
+        os.rmdir(os.path.join(dropbox, state))
+    claims = _claims(box, clock)
+    end = claims.next_end(0, Budget())
+    assert _task(box, claims, 0, end) == [b"a"]
+    assert claims.ack(end) == 1
+    assert len(_folder(box, "processed")) == 1
+    assert len(_folder(box, "expired")) == 1
+    assert _folder(box, "processing") == _folder(box, "target") == []
+    claims.close()

@@ -43,7 +43,7 @@ from boxmq.model import ConsumerId
 from boxmq.spark.durable import write_json
 from boxmq.spark.plans import Plan, load_plans, remove_plans, write_plan
 from boxmq.store.commit import Committer, FsyncPolicy
-from boxmq.store.dropbox import Dropbox, move_apart
+from boxmq.store.dropbox import Dropbox, folder_made_for, move_apart
 from boxmq.store.layout import State
 from boxmq.store.names import MAX_NAME, Lock, decode_lenient, locked_name, split_lock
 
@@ -158,7 +158,12 @@ class Claims:
         for seq in acked:
             claim = self._pending.pop(seq)
             # Never over a file of that name: a producer may have reused it (move_apart).
-            if move_apart(processing + claim.locked, processed, claim.name) is None:
+            locked = processing + claim.locked
+            placed = move_apart(locked, processed, claim.name)
+            if placed is None and folder_made_for(locked, self._dirs[State.PROCESSED]):
+                # processed/ deleted by hand: it stayed locked until lockTimeout, then read again
+                placed = move_apart(locked, processed, claim.name)
+            if placed is None:
                 missing += 1
             else:
                 done += 1
@@ -300,7 +305,10 @@ class Claims:
                 return None  # released with a delay that has not passed
             priority, expiration, stamp = envelope.priority, envelope.expiration, envelope.timestamp
         if 0 < expiration <= now_ms:
-            move_apart(entry.path, self._dirs[State.EXPIRED] + os.sep, name)
+            expired = self._dirs[State.EXPIRED]
+            moved = move_apart(entry.path, expired + os.sep, name)
+            if moved is None and folder_made_for(entry.path, expired):  # as Dropbox.move does
+                move_apart(entry.path, expired + os.sep, name)
             return None
         if stamp is None:
             stamp = int(entry.stat(follow_symlinks=False).st_mtime * 1000)
@@ -318,7 +326,11 @@ class Claims:
                 if seq > self._acked:
                     self._pending[seq] = Claim(seq, name, plan.locked(index), plan.size(index))
         processing = self._dirs[State.PROCESSING]
-        with os.scandir(processing) as entries:
+        try:
+            entries = os.scandir(processing)
+        except FileNotFoundError:
+            return  # deleted by hand, so no claims: the first one makes it again (read_files)
+        with entries:
             for entry in entries:
                 name, lock = split_lock(entry.name)
                 if lock is None:

@@ -23,6 +23,7 @@ from boxmq.model import (
     property_text,
     timestamp_of,
 )
+from boxmq.store.dropbox import folder_made_for
 from boxmq.store.layout import State, open_folder
 from boxmq.store.names import PLAIN_ID, decode_lenient, split_lock
 from boxmq.store.side_files import SideFiles
@@ -228,15 +229,23 @@ def read_files(
     locked = state is State.PROCESSING
     folders: dict[str, int] = {}  # opened once: a name is looked up in it, not a whole path
 
-    def opened(path: str) -> int:
+    def opened(path: str, claim_from: str | None = None) -> int:
         fd = folders.get(path)
         if fd is None:
-            fd = folders[path] = open_folder(path)
+            try:
+                fd = open_folder(path)
+            except FileNotFoundError:
+                # processing/ deleted by hand: made again for the claims, as a consumer's
+                # claim makes it (Dropbox.claim); the task failed, and so did the query.
+                if claim_from is None or not folder_made_for(claim_from, path):
+                    raise
+                fd = open_folder(path)
+            folders[path] = fd
         return fd
 
     try:
         for ref in files:
-            folder = opened(ref.directory)
+            folder = opened(ref.directory, ref.claim_from)
             if ref.claim_from is not None and ref.message is not None:
                 _claim(ref.message, opened(ref.claim_from), ref.name, folder)
             body = _read(ref.name, folder)

@@ -27,7 +27,7 @@ from boxmq.store.names import Lock, distinct_name, locked_name, split_lock
 from boxmq.store.spares import Spares, remove_file, rename_noreplace, write_new
 from boxmq.store.temporaries import removed_on_failure, temporary_in
 
-__all__ = ["Dropbox", "Entry", "NotAFile", "move_apart"]
+__all__ = ["Dropbox", "Entry", "NotAFile", "folder_made_for", "move_apart"]
 
 # Read per claim: `State.PROCESSING` on Python 3.11 goes through Enum's metaclass (~860
 # instructions), a module global is one cached load.
@@ -81,6 +81,26 @@ def lock_apart(source: str, folder: str, name: str) -> str | None:
             chosen = _a_millisecond_later(chosen)
             continue
         return chosen
+
+
+def folder_made_for(source: str, folder: str) -> bool:
+    """A move of `source` into the state folder `folder` found no file: if it is there and it
+    is `folder` that is missing (a dropbox made by hand, or by DropboxMQ: target/ alone makes a
+    queue; or a state folder deleted by hand), that folder is made, and True says to move again.
+
+    Made where a message needs it, not whenever the dropbox is opened: a sweep of `boxmq
+    serve` that completed every dropbox made the folders an `rm -rf` of a queue had just
+    deleted, and the rm failed (Directory not empty). One folder, never its parents: a
+    dropbox deleted whole is not made again."""
+    if not os.path.lexists(source):
+        return False
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        pass
+    except OSError:  # the dropbox is gone, or the root takes no changes: no move
+        return False
+    return True
 
 
 def _a_millisecond_later(locked: str) -> str:
@@ -284,28 +304,9 @@ class Dropbox:
         prefixes = self._prefixes
         move = lock_apart if target is _PROCESSING else move_apart
         placed = move(prefixes[source] + name, prefixes[target], wanted)
-        if placed is None and self._made_for(prefixes[source] + name, target):
+        if placed is None and folder_made_for(prefixes[source] + name, self._dirs[target]):
             placed = move(prefixes[source] + name, prefixes[target], wanted)
         return placed
-
-    def _made_for(self, source: str, target: State) -> bool:
-        """A move of `source` found no file: if it is there and it is the `target` folder
-        that is missing (a dropbox made by hand, or by DropboxMQ: target/ alone makes a
-        queue), that folder is made, and True says to move again.
-
-        Made here, where a message needs it, not whenever the dropbox is opened: a sweep of
-        `boxmq serve` that completed every dropbox made the folders an `rm -rf` of a queue
-        had just deleted, and the rm failed (Directory not empty). One folder, never its
-        parents: a dropbox deleted whole is not made again."""
-        if not os.path.lexists(source):
-            return False
-        try:
-            os.mkdir(self._dirs[target])
-        except FileExistsError:
-            pass
-        except OSError:  # the dropbox is gone, or the root takes no changes: no move
-            return False
-        return True
 
     def claim(self, name: str, locked: str) -> str | None:
         """`place(State.TARGET, name, State.PROCESSING, locked)` in one call (one per
@@ -314,7 +315,7 @@ class Dropbox:
         claim for lost to another process, and the messages stayed in target/."""
         source = self._target + name
         placed = lock_apart(source, self._processing, locked)
-        if placed is None and self._made_for(source, _PROCESSING):
+        if placed is None and folder_made_for(source, self._dirs[_PROCESSING]):
             placed = lock_apart(source, self._processing, locked)
         return placed
 
@@ -329,7 +330,7 @@ class Dropbox:
             # processed/ deleted by hand (to clear what was consumed): made again, as `move`
             # does, or every ack said the lock was taken away and the message was redelivered.
             return (
-                self._made_for(source, State.PROCESSED)
+                folder_made_for(source, self._dirs[State.PROCESSED])
                 and move_apart(source, self._processed, name) is not None
             )
         if self._spares is None:
