@@ -52,6 +52,7 @@ from boxmq.client.box import Box
 from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
 from boxmq.core import parse_filter
+from boxmq.core.deadlines import Deadlines
 from boxmq.core.durations import spelled
 from boxmq.core.topics import matches, validate_topic
 from boxmq.errors import InvalidTopic, ProtocolViolation, store_failure
@@ -280,6 +281,9 @@ class Broker:
             resume=self._resume,
             sys_topics=sys_topics,
         )
+        # When each connection is next looked at by the timer: its CONNECT timeout, then its
+        # keep-alive. A tick looks at those due, not at every connection (`_look_at`).
+        self._timers: Deadlines[Client] = Deadlines()
         self._next_adoption = 0.0  # the next sweep for sessions of dead servers (tick)
         self._over_max = 0  # sockets refused at max_connections since the last one accepted
         self._sys = sys_topics
@@ -314,7 +318,8 @@ class Broker:
                 self._over_max,
             )
             self._over_max = 0
-        self._clients[link] = Client(link, self._clock.now())
+        client = self._clients[link] = Client(link, self._clock.now())
+        self._timers.set(client, client.opened + self.limits.connect_timeout)
         return True
 
     def received(self, link: Link, packets: Iterable[Incoming]) -> None:
@@ -409,6 +414,7 @@ class Broker:
         client = self._clients.pop(link, None)
         if client is None:
             return
+        self._timers.discard(client)
         self._retire(link)
         _stop_reading(client)
         session = client.session
@@ -499,25 +505,8 @@ class Broker:
         """The timer: keep-alives, CONNECT timeouts, messages others dropped in dropboxes, the
         sessions of servers of this host that died, and the counts of messages full queues
         dropped."""
-        for client in list(self._clients.values()):
-            connection = client.link.connection
-            if client.session is None:
-                # From the opening, not the last byte: a socket that trickles a byte at a
-                # time must not hold its slot forever. One whose CONNECT came and waits for
-                # another server's claim is answered within `_CLAIM_PATIENCE` (a second more
-                # for a retry that failed, OSError, and left it waiting).
-                late = now - client.opened > self.limits.connect_timeout
-                if late and not _waits_for_claim(client, now):
-                    log.info(
-                        "%s closed: no CONNECT within %s",
-                        client.link.peer,
-                        spelled(self.limits.connect_timeout),
-                    )
-                    client.link.close()
-                continue
-            deadline = connection.deadline()
-            if deadline is not None and now > deadline:
-                self._kick(client, _R.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
+        for client in self._timers.due(now):
+            self._look_at(client, now)
         self._wills.retry(now=now)
         if now >= self._next_adoption:
             self._next_adoption = now + _ADOPT_EVERY
@@ -527,6 +516,35 @@ class Broker:
             self._publish_sys(now)
         self.pump_all()
         self.flush()
+
+    def _look_at(self, client: Client, now: float) -> None:
+        """The timer's look at a connection whose time came (`_timers`): closed if it sent no
+        CONNECT in time, or nothing for 1.5 keep-alive periods; else looked at again when
+        that can be over. Every read moves a keep-alive's end (`Connection.last_heard`),
+        not this time: a client heard since is looked at once per period, not per read."""
+        if client.session is None:
+            # From the opening, not the last byte: a socket that trickles a byte at a
+            # time must not hold its slot forever. One whose CONNECT came and waits for
+            # another server's claim is answered within `_CLAIM_PATIENCE` (a second more
+            # for a retry that failed, OSError, and left it waiting): looked at each tick.
+            late = now - client.opened > self.limits.connect_timeout
+            if late and not _waits_for_claim(client, now):
+                log.info(
+                    "%s closed: no CONNECT within %s",
+                    client.link.peer,
+                    spelled(self.limits.connect_timeout),
+                )
+                client.link.close()
+            else:
+                self._timers.set(client, max(now, client.opened + self.limits.connect_timeout))
+            return
+        deadline = client.link.connection.deadline()
+        if deadline is None:
+            return  # no keep-alive: nothing to look at
+        if now > deadline:
+            self._kick(client, _R.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
+        else:
+            self._timers.set(client, deadline)
 
     def _retire(self, link: Link) -> None:
         """A connection closed: what it counted goes to the totals of the closed ones."""
@@ -581,6 +599,8 @@ class Broker:
         # Through the connected clients: the sessions with subscriptions on disk include every
         # offline one, which the timer's 4 looks a second and each batch went through.
         durable, sessions = self._durable, self._sessions
+        if not durable:  # no session has one: the look at each client would find none
+            return
         for client_id in list(self._links):
             if client_id in durable:
                 session = sessions.get(client_id)
@@ -853,6 +873,12 @@ class Broker:
                 # the disk while it was being written, and a SIGKILL then lost it).
                 hold_the_rest(client)
         connection.keep_alive = keep_alive
+        # Its CONNECT timeout is over; its keep-alive, if any, is looked at when it can end.
+        deadline = connection.deadline()
+        if deadline is None:
+            self._timers.discard(client)
+        else:
+            self._timers.set(client, deadline)
         connection.accepted = True
         requested = props.session_expiry_interval or 0
         self._out.send(

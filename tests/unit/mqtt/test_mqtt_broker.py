@@ -216,6 +216,38 @@ def test_max_keepalive_caps_what_a_v5_client_asks_none_included(
     _run(tmp_path, test, ManualClock(0), settings=settings)
 
 
+def test_the_timer_looks_at_a_keep_alive_again_when_it_can_end(tmp_path: Path) -> None:
+    """Keep Alive 10 s: a client silent since its CONNECT (at 0) is closed by the first tick
+    past 15 s; one heard at 12 s, looked at then and found alive, is closed by the first tick
+    past 27 s and not before; one without a keep-alive is never closed. The timer keeps when
+    each can end (core/deadlines.py) instead of looking at every connection at every tick: a
+    look put off and never made again would leave a silent client connected for good."""
+
+    async def test(broker: Broker) -> None:
+        peers = {name: Peer(broker) for name in ("silent", "talker", "forever")}
+        for name, peer in peers.items():
+            peer.send(
+                Connect(name, V5, clean_start=True, keep_alive=0 if name == "forever" else 10)
+            )
+            assert isinstance(peer.take()[0], Connack)
+        talker = peers["talker"]
+        broker.received(talker, talker.connection.packets(encode(Pingreq(), V5), 12.0))
+        broker.flush()
+        assert talker.take() == [Pingresp()]
+
+        def closed_by(now: float) -> list[str]:
+            broker.tick(now)
+            return [name for name, peer in peers.items() if peer.closed]
+
+        assert closed_by(14.9) == []
+        assert closed_by(15.1) == ["silent"]
+        assert closed_by(26.9) == ["silent"]
+        assert closed_by(27.1) == ["silent", "talker"]
+        assert closed_by(1e6) == ["silent", "talker"]
+
+    _run(tmp_path, test, ManualClock(0))
+
+
 def test_clean_sessions_exchange_qos1_in_memory_only(tmp_path: Path) -> None:
     async def test(broker: Broker) -> None:
         sub, pub = _connect(broker, "sub"), _connect(broker, "pub")
