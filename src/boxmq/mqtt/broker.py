@@ -1185,7 +1185,7 @@ class Broker:
             session.sent_before = {
                 (queue, message_id): packet_id for message_id, packet_id, queue in record.sent
             }
-            session.sent_qos2_before = set(record.sent_qos2)
+            session.sent_qos2_before = frozenset(record.sent_qos2)
             session.outbox.reserve(session.sent_before.values())
             # New ids go on where the process before left off: the client may still hold one
             # it used, in flight or not (its record written at a clean close names none).

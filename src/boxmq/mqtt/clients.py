@@ -53,7 +53,7 @@ class Link(Protocol):
         acknowledged (Nagle's algorithm, on by default) sends the rest of its window at once."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots: one per connection (many idle devices)
 class Client:
     """One connection's side of the broker."""
 

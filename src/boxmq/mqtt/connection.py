@@ -98,6 +98,31 @@ _CONNACK_OPTIONAL: Final = (
 
 
 class Connection:
+    # One per socket: slots, and the set of a v5 client's QoS 2 packet ids made when it
+    # sends one (None until then: an empty set takes 216 bytes; docs/benchmarks.md, "Many
+    # idle connections").
+    __slots__ = (
+        "_aliases",
+        "_open_qos2",
+        "_out",
+        "_out_aliases",
+        "_reader",
+        "_unanswered",
+        "accepted",
+        "bytes_received",
+        "bytes_sent",
+        "client_alias_maximum",
+        "client_max_packet_size",
+        "ended",
+        "keep_alive",
+        "last_heard",
+        "packets_sent",
+        "problems",
+        "receive_maximum",
+        "topic_alias_maximum",
+        "version",
+    )
+
     def __init__(
         self, *, max_packet_size: int, receive_maximum: int, topic_alias_maximum: int, now: float
     ) -> None:
@@ -112,7 +137,7 @@ class Connection:
         self.client_alias_maximum = 0  # how many aliases the client takes from us (v5)
         self._out_aliases: dict[str, int] = {}  # ours, for what we send it
         self._unanswered = 0  # QoS 1/2 PUBLISHes from the client we have not finished
-        self._open_qos2: set[int] = set()  # their QoS 2 packet ids: a repeat is not counted
+        self._open_qos2: set[int] | None = None  # their QoS 2 packet ids: a repeat counts once
         self._out: list[bytes] = []
         self.accepted = False  # a positive CONNACK was sent
         # A DISCONNECT was sent (or `closing` gave one): nothing may follow it (MQTT-3.14.4-1),
@@ -188,10 +213,14 @@ class Connection:
             # them less (batches.py), never disconnected for having many PUBLISHes in flight.
             if packet.qos == 1:
                 self._count_unanswered()
-            elif packet.qos == 2 and packet.packet_id not in self._open_qos2:
-                # A repeat before PUBREL is answered again (PUBREC) but finishes once.
-                self._open_qos2.add(packet.packet_id or 0)
-                self._count_unanswered()
+            elif packet.qos == 2:
+                open_qos2 = self._open_qos2
+                if open_qos2 is None:
+                    open_qos2 = self._open_qos2 = set()
+                if packet.packet_id not in open_qos2:
+                    # A repeat before PUBREL is answered again (PUBREC) but finishes once.
+                    open_qos2.add(packet.packet_id or 0)
+                    self._count_unanswered()
             mask = packet.properties.mask
             if mask >> PropertyId.SUBSCRIPTION_IDENTIFIER & 1:
                 raise ProtocolError("a PUBLISH from a client with a Subscription Identifier")
@@ -343,9 +372,10 @@ class Connection:
         packet id this connection never took (0x92, or one from before a reconnect), and
         must not free a place that a PUBLISH still holds (MQTT 5.0 §3.3.4)."""
         if qos2:
-            if packet_id not in self._open_qos2:
+            open_qos2 = self._open_qos2
+            if not open_qos2 or packet_id not in open_qos2:
                 return
-            self._open_qos2.remove(packet_id)
+            open_qos2.remove(packet_id)
         self._unanswered = max(0, self._unanswered - 1)
 
     def _unlearn_alias(self, aliases: int) -> None:

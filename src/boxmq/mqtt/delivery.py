@@ -44,7 +44,7 @@ from boxmq.mqtt.properties import subscription_identifier
 from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.retained_window import Key, RetainedWindow, Written
 from boxmq.mqtt.routes import MemoryRoutes, Route
-from boxmq.mqtt.session import Session, SubscriptionOptions, Token
+from boxmq.mqtt.session import NO_IDS, Session, SubscriptionOptions, Token
 from boxmq.mqtt.stored import NOT_FORWARDED, publish_of, unsendable_topic
 
 __all__ = ["Delivery"]
@@ -382,8 +382,9 @@ class Delivery:
         """Whether `message` came by a subscription the session holds no more (each of its
         durable subscriptions, those it is leaving included, has its subscriber here), or by
         one an UNSUBSCRIBE deleted though the same filter was subscribed again since."""
-        if message in session.orphans:
-            session.orphans.discard(message)  # settled the only way it can be
+        orphans = session.orphans
+        if orphans and message in orphans:
+            orphans.discard(message)  # settled the only way it can be
             return True
         subscribers = self._durable.get(session.client_id, {}).values()
         return all(subscriber.queue != message.queue for subscriber in subscribers)
@@ -536,7 +537,7 @@ class Delivery:
         (session_record.py, `sent_qos2`). Sent now; a client that had it answers PUBCOMP
         all the same (0x92 if it was done)."""
         gone = sorted(set(session.sent_before.values()) & session.sent_qos2_before)
-        session.sent_qos2_before = set()
+        session.sent_qos2_before = NO_IDS
         if not gone:
             return
         log.info(

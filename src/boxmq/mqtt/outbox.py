@@ -96,21 +96,40 @@ _RELEASED: Final[tuple[Acked[Any], Acked[Any]]] = (
 
 
 class Outbox(Generic[T]):
+    # Every session has one, most of them empty for good (an idle device's): slots, and the
+    # containers only some need made at their first use (None until then). An empty deque
+    # took 760 bytes, a set 216: 1.7 KiB of each idle connection's 6.5 (docs/benchmarks.md,
+    # "Many idle connections").
+    __slots__ = (
+        "_held",
+        "_in_flight",
+        "_next_id",
+        "_queued",
+        "_queued_bytes",
+        "_reserved",
+        "byte_limit",
+        "dropped",
+        "lapsed",
+        "limit",
+        "window",
+    )
+
     def __init__(self, *, window: int, limit: int, byte_limit: int = 0) -> None:
         self.window = window
         self.limit = limit
         self.byte_limit = byte_limit
         self._in_flight: dict[int, _Entry[T]] = {}
-        self._queued: deque[tuple[Publish, T, float]] = deque()  # with when it was queued
+        # Behind the window, with when each was queued; None until one is.
+        self._queued: deque[tuple[Publish, T, float]] | None = None
         self._queued_bytes = 0  # the payloads in `_queued`
         self._next_id = 1
-        self._reserved: set[int] = set()  # packet ids to be taken again (`reserve`)
-        self._held: deque[int] = deque()  # in flight, not resent yet: the window was full
+        self._reserved: set[int] | None = None  # packet ids to be taken again (`reserve`)
+        self._held: deque[int] | None = None  # in flight, not resent yet: the window was full
         self.dropped = 0
         self.lapsed: list[T] = []  # tokens of queued messages that expired before they left
 
     def __len__(self) -> int:
-        return len(self._in_flight) + len(self._queued)
+        return len(self._in_flight) + len(self._queued or ())
 
     @property
     def waiting(self) -> bool:
@@ -151,7 +170,10 @@ class Outbox(Generic[T]):
         while not self._room_for(size):
             if not self._drop_oldest_qos0():
                 raise OverflowError("the session's queue is full")
-        self._queued.append((publish, token, now))
+        queued = self._queued
+        if queued is None:
+            queued = self._queued = deque()
+        queued.append((publish, token, now))
         self._queued_bytes += size
         return None
 
@@ -211,11 +233,12 @@ class Outbox(Generic[T]):
             self._release_held(now, out)
             if self._held:
                 return out
-        while self._queued:
-            publish, token, queued = self._queued[0]
+        waiting = self._queued
+        while waiting:
+            publish, token, queued = waiting[0]
             if publish.qos and len(self._in_flight) >= self.window:
                 break
-            self._queued.popleft()
+            waiting.popleft()
             self._queued_bytes -= len(publish.payload)
             interval = publish.properties.message_expiry_interval
             if interval:
@@ -237,7 +260,7 @@ class Outbox(Generic[T]):
         repeat. PUBLISHes past the window (the client's Receive Maximum may be smaller than
         on its last connection) are held, and `ready()` gives them as acks free slots."""
         out: list[Publish | Pubrel] = []
-        self._held.clear()
+        self._held = None
         # Every id in flight takes a slot of the new window, a PUBREL's too (its PUBCOMP is
         # to come, MQTT-3.3.4-9); the PUBRELs go whatever the window, the PUBLISHes in it.
         slots = self.window - sum(
@@ -249,6 +272,8 @@ class Outbox(Generic[T]):
             if entry.publish is None or entry.stage is Stage.AWAIT_PUBCOMP:
                 out.append(Pubrel(packet_id))
             elif slots <= 0:
+                if self._held is None:
+                    self._held = deque()
                 self._held.append(packet_id)
             else:
                 again = self._again(packet_id, entry, now)
@@ -277,6 +302,7 @@ class Outbox(Generic[T]):
     def _release_held(self, now: float, out: list[tuple[Publish, T]]) -> None:
         # Held entries take no slot on this connection yet: those in flight here are the rest.
         held, in_flight = self._held, self._in_flight
+        assert held is not None  # called only while some are held
         while held and len(in_flight) - len(held) < self.window:
             packet_id = held.popleft()
             entry = in_flight.get(packet_id)
@@ -303,7 +329,7 @@ class Outbox(Generic[T]):
     def tokens(self) -> list[T]:
         """The token of each message held, in flight (until its PUBACK or PUBREC) or queued."""
         held = [entry.token for entry in self._in_flight.values() if entry.token is not None]
-        return held + [token for _, token, _ in self._queued]
+        return held + [token for _, token, _ in self._queued or ()]
 
     def sent_qos2(self) -> list[int]:
         """The packet ids among `sent()` of QoS 2 PUBLISHes (a PUBREC to come)."""
@@ -316,6 +342,8 @@ class Outbox(Generic[T]):
     def reserve(self, packet_ids: Iterable[int]) -> None:
         """After a restart: ids that messages sent by the process before will take again
         (`push_again`), so that no other message takes them first."""
+        if self._reserved is None:
+            self._reserved = set()
         self._reserved.update(packet_ids)
 
     def start_after(self, packet_ids: Iterable[int]) -> None:
@@ -341,13 +369,14 @@ class Outbox(Generic[T]):
 
     def unreserve(self) -> None:
         """Those not taken again by now are no one's any more (their messages were settled)."""
-        self._reserved.clear()
+        self._reserved = None
 
     def push_again(self, publish: Publish, token: T, packet_id: int, now: float = 0.0) -> Publish:
         """A message the process before this one sent under `packet_id` and the client did
         not acknowledge: in flight again under that id, with DUP set (MQTT 5.0 §4.4,
         MQTT-4.4.0-1, MQTT-3.3.1-1). The caller has a free slot for it."""
-        self._reserved.discard(packet_id)
+        if self._reserved is not None:
+            self._reserved.discard(packet_id)
         return self._in_flight_as(publish, token, packet_id, now, dup=True)
 
     def expect_release(self, packet_ids: Iterable[int]) -> None:
@@ -359,10 +388,9 @@ class Outbox(Generic[T]):
     def clear(self) -> list[T | None]:
         """The session ends: every token still held, in flight first, then queued."""
         tokens = [entry.token for entry in self._in_flight.values()]
-        tokens += [token for _, token, _ in self._queued]
+        tokens += [token for _, token, _ in self._queued or ()]
         self._in_flight.clear()
-        self._held.clear()
-        self._queued.clear()
+        self._held = self._queued = None
         self._queued_bytes = 0
         return tokens
 
@@ -388,14 +416,16 @@ class Outbox(Generic[T]):
         return numbered(publish, packet_id, dup=dup)
 
     def _room_for(self, size: int) -> bool:
-        if len(self._queued) >= self.limit:
+        if len(self._queued or ()) >= self.limit:
             return False
         return not self.byte_limit or self._queued_bytes + size <= self.byte_limit
 
     def _drop_oldest_qos0(self) -> bool:
-        for index, (publish, _, _) in enumerate(self._queued):
+        queued = self._queued
+        for index, (publish, _, _) in enumerate(queued or ()):
             if not publish.qos:
-                del self._queued[index]
+                assert queued is not None
+                del queued[index]
                 self._queued_bytes -= len(publish.payload)
                 self.dropped += 1
                 return True

@@ -145,7 +145,7 @@ class Publishing:
             # A repeat: answered again, never routed twice.
             self._out.send(client, Pubrec(packet_id))
             return
-        if qos == 2 and packet_id in session.writing:
+        if qos == 2 and session.writing and packet_id in session.writing:
             self._behind_its_write(client, session, packet)
             return
         if self._settings.authorizer is not None and not self._may_publish(
@@ -298,6 +298,7 @@ class Publishing:
             assert packet_id is not None
 
             def published(result: object) -> None:
+                assert session.writing is not None  # added to below
                 session.writing.discard(packet_id)
                 if isinstance(result, BoxMQError):
                     self._not_routed(packet, order)
@@ -308,6 +309,8 @@ class Publishing:
                 self._out.acknowledge(client, Pubrec, packet_id)
 
             order = self._order_of(packet)
+            if session.writing is None:
+                session.writing = set()
             session.writing.add(packet_id)
             client.jobs.append(Job(lambda: self.write(client_id, packet, order), published))
             return

@@ -76,6 +76,21 @@ class _Protocol(asyncio.BufferedProtocol):
     """One client socket; implements the broker's `Link`. `buffer` is the server's read
     buffer, shared by all its sockets: nothing may keep a view of it past a read."""
 
+    __slots__ = (  # one per connection (many idle devices)
+        "_broker",
+        "_buffer",
+        "_buffered",
+        "_clock",
+        "_held",
+        "_tcp",
+        "_transport",
+        "_unread",
+        "congested",
+        "connection",
+        "gone",
+        "peer",
+    )
+
     def __init__(
         self, broker: Broker, clock: Clock, buffer: memoryview, unread: set[_Protocol]
     ) -> None:

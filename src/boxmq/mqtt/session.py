@@ -28,9 +28,10 @@ from boxmq.client.message import Message
 from boxmq.mqtt.outbox import Outbox
 from boxmq.mqtt.packets import Publish, RetainHandling, Will
 
-__all__ = ["NEVER", "HeldTotals", "Release", "Session", "SubscriptionOptions", "Token"]
+__all__ = ["NEVER", "NO_IDS", "HeldTotals", "Release", "Session", "SubscriptionOptions", "Token"]
 
 _new_tuple = tuple.__new__
+NO_IDS: Final[frozenset[int]] = frozenset()  # one for all: CPython 3.11 makes each anew
 NEVER: Final = 0xFFFF_FFFF  # MQTT 5.0 §3.1.2.11.2: this Session Expiry Interval never expires
 
 Token = Message | None  # what an outbox entry settles: a locked message on disk, or nothing
@@ -74,6 +75,30 @@ class HeldTotals:
 
 
 class Session:
+    # One per connection, for good, most of them idle devices': slots, and the sets only some
+    # sessions use made at their first use (None until then: an empty set takes 216 bytes;
+    # docs/benchmarks.md, "Many idle connections").
+    __slots__ = (
+        "_expiry",
+        "_totals",
+        "adding",
+        "awaiting_release",
+        "client_id",
+        "connected",
+        "held_bytes",
+        "leaving",
+        "orphans",
+        "outbox",
+        "persistent",
+        "sent_before",
+        "sent_qos2_before",
+        "subscriptions",
+        "taken_from",
+        "username",
+        "will",
+        "writing",
+    )
+
     def __init__(
         self,
         client_id: str,
@@ -95,25 +120,25 @@ class Session:
         self._totals = totals  # where both count too, until the session ends
         # Packet ids of retained QoS 2 PUBLISHes being written at PUBLISH (a persistent
         # session's, publishing.py): a repeat read meanwhile waits for that write's end.
-        self.writing: set[int] = set()
+        self.writing: set[int] | None = None
         # Share groups unsubscribed while the session held some of their messages: paused
         # (they take nothing more) until those are settled, then closed (delivery.py); with
         # the options those go out with.
         self.leaving: dict[str, SubscriptionOptions] = {}
         # New filters of SUBSCRIBEs whose disk work is not done yet (subscribing.py): counted
         # as held, so that a SUBSCRIBE of a new connection meanwhile cannot pass the cap.
-        self.adding: set[str] = set()
+        self.adding: set[str] | None = None
         # What its subscriptions on disk sent (or queued) before an UNSUBSCRIBE deleted them:
         # its acknowledgements find no lock, as expected, even once the session subscribed
         # to the same filter again (a new dropbox on the same path; delivery.py, `_left`).
-        self.orphans: set[Message] = set()
+        self.orphans: set[Message] | None = None
         # After a restart: the packet ids the process before sent its messages in flight
         # under, by subscription (a message's `queue`) and message id (the record's `sent`),
         # to send them again under (outbox.py). One message matching two of its filters is
         # in both dropboxes under one id, sent under two packet ids. The subscription is
         # None in a record of a boxmq that did not write it (delivery.py, `_sent_before`).
         self.sent_before: dict[tuple[str | None, str], int] = {}
-        self.sent_qos2_before: set[int] = set()  # those of `sent_before` sent at QoS 2
+        self.sent_qos2_before = NO_IDS  # those of `sent_before` sent at QoS 2
         # The server (its process token) whose connection of this client was open when this
         # one took the session from the disk: it may claim messages for the session until it
         # notices, and leave them locked to it (broker.py, `_take_back`). None for most.
@@ -182,8 +207,9 @@ class Session:
     def holds(self, text: str) -> bool:
         """Whether `text` is one of the filters the session holds: subscribing to it again
         replaces that subscription, and adds none."""
-        return text in self.subscriptions or text in self.leaving or text in self.adding
+        adding = self.adding
+        return text in self.subscriptions or text in self.leaving or bool(adding and text in adding)
 
     def held_count(self) -> int:
         """How many distinct filters the session holds (`max_subscriptions` caps it)."""
-        return len(self.subscriptions) + len(self.leaving) + len(self.adding)
+        return len(self.subscriptions) + len(self.leaving) + len(self.adding or ())

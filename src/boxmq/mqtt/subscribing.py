@@ -232,6 +232,8 @@ class Subscribing:
             if work is None and not later:
                 continue  # made in memory, at once
             if one.text not in session.subscriptions:  # held from now on, for the cap
+                if session.adding is None:
+                    session.adding = set()
                 session.adding.add(one.text)
             made = self._memory_made if work is None else self._subscription_made
             jobs.append(Job(work, partial(made, session, one), logs=True))
@@ -333,7 +335,8 @@ class Subscribing:
         """On the loop, once the disk work of one filter is done: the subscription is the
         session's now, or the SUBACK says why not."""
         client_id = session.client_id
-        session.adding.discard(wanted.text)
+        if session.adding is not None:
+            session.adding.discard(wanted.text)
         if isinstance(result, BoxMQError):
             # The one line of a refusal (disk.py leaves it to this one): ERROR for the disk's.
             wanted.failed = isinstance(result, StoreFailed)
@@ -558,7 +561,8 @@ class Subscribing:
     def _memory_made(self, session: Session, wanted: _Wanted, _: object) -> None:
         """On the loop, once the client's disk work read before its SUBSCRIBE is done: the
         subscription in memory is made, unless its session ended meanwhile."""
-        session.adding.discard(wanted.text)
+        if session.adding is not None:
+            session.adding.discard(wanted.text)
         if self._sessions.get(session.client_id) is not session:
             return
         assert wanted.options is not None
@@ -659,6 +663,8 @@ class Subscribing:
             try:
                 if subscriber is not None:
                     queue = subscriber.queue
+                    if session.orphans is None:
+                        session.orphans = set()
                     session.orphans.update(
                         token
                         for token in session.outbox.tokens()

@@ -33,7 +33,7 @@ def test_a_share_group_it_is_leaving_and_a_filter_it_is_adding_are_held_too() ->
     session = _session()
     session.subscriptions["a"] = _OPTIONS
     session.leaving["$share/g/b"] = _OPTIONS
-    session.adding.add("c")
+    session.adding = {"c"}
     assert session.held_count() == 3
     assert all(session.holds(text) for text in ("a", "$share/g/b", "c"))
     assert not session.holds("d")
