@@ -760,6 +760,15 @@ class Topics:
                 found.append((str(TopicFilter(record.filter, record.group)), record))
         return found
 
+    def holds_any(self, subscriber: str) -> bool:
+        """Whether `subscriber` has a durable subscription or share-group membership, as the
+        root's subscriptions were at their last change read (one stat while none came since):
+        False spares a caller `subscribed`'s read of every subscription's record, which every
+        clean MQTT CONNECT made (a few names have some; most, a device's client id, none)."""
+        with self._lock:
+            self._refresh()
+            return any(s.durable for s in self._router.subscriptions_of(subscriber))
+
     def record_of(self, filter: str, subscriber: str) -> layout.SubscriptionRecord | None:
         """The record of `subscriber`'s durable subscription to `filter` (for
         "$share/<group>/<filter>", the group's, whoever its members), read from its own file,

@@ -230,7 +230,13 @@ class Lifetimes:
         subscriptions (those its `record` names, as the caller just read it: `session_made`),
         its QoS 2 messages awaiting PUBREL and its record."""
         name = consumer_name(client_id)
-        for text, _ in self._box.topics.subscribed(name):
+        topics = self._box.topics
+        # Without a record, the session owns none (`session_made`): the look is only for
+        # another's under its name, to be said, and is made only if the root has one.
+        if record is None and not topics.holds_any(name):
+            self._discard_session_state(client_id)
+            return
+        for text, _ in topics.subscribed(name):
             if not session_made(client_id, record, text):
                 continue
             with session_end_step(client_id, f"deleting its subscription to {text}"):

@@ -73,6 +73,7 @@ from boxmq.mqtt.settings import Limits, MqttSettings
 from boxmq.mqtt.stored import consumer_name
 from boxmq.mqtt.subscribing import Subscribing
 from boxmq.mqtt.succession import NONE, claim, successor
+from boxmq.store import topics as layout
 from boxmq.store.process import process_token
 
 V5 = ProtocolVersion.V5
@@ -246,6 +247,32 @@ def test_the_timer_looks_at_a_keep_alive_again_when_it_can_end(tmp_path: Path) -
         assert closed_by(1e6) == ["silent", "talker"]
 
     _run(tmp_path, test, ManualClock(0))
+
+
+def test_a_clean_connect_reads_no_subscription_record_when_its_id_has_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clean CONNECT without a session record looks for subscriptions on disk under its
+    client id only to say that another's is there (test_mqtt_adopt.py). It read the record
+    of every subscription on the root to find none, at each CONNECT: with 1,000 of them, a
+    device connecting read 1,000 files. It now asks the root's subscriptions as last read,
+    which a stat tells unchanged: read once, after the subscription below was made."""
+
+    async def test(broker: Broker) -> None:
+        broker.box.subscribe("backend/#", "backend").close()  # durable, someone else's
+        reads: list[str] = []
+        read_records = layout.read_records
+
+        def counted(root: str) -> Iterator[tuple[layout.SubscriptionRecord, str]]:
+            reads.append(root)
+            return read_records(root)
+
+        monkeypatch.setattr(layout, "read_records", counted)
+        for n in range(3):
+            _connect(broker, f"device-{n}").close()
+        assert len(reads) == 1
+
+    _run(tmp_path, test)
 
 
 def test_clean_sessions_exchange_qos1_in_memory_only(tmp_path: Path) -> None:
