@@ -440,6 +440,8 @@ class Delivery:
         if not subscribers or not session.connected:
             return
         outbox = session.outbox
+        if session.sent_before and not session.sent_before_taken:
+            self._send_before_again(session, subscribers)
         for text, subscriber in list(subscribers.items()):
             # One being left takes nothing new (paused): what it holds, after a restart.
             options = session.subscriptions.get(text) or session.leaving.get(text)
@@ -464,9 +466,58 @@ class Delivery:
                     break
         if session.sent_before and not outbox.waiting and outbox.free > 0:
             # Every message taken back had room to go: the ids left name settled ones.
-            self._release_settled(session)
-            session.sent_before.clear()
-            outbox.unreserve()
+            self._done_before(session)
+
+    def _send_before_again(self, session: Session, subscribers: dict[str, Subscriber]) -> None:
+        """After a restart, the first pump of the resumed session: what the process before
+        sent and the client did not acknowledge goes again first, in the order it was first
+        sent (its record lists them so), across subscriptions, and before anything new
+        (MQTT-4.6.0-1); those past the client's window are held in that order (outbox.py).
+        Each dropbox hands first the messages it took back at the restart (their locks last
+        as long as the session: subscribing.py), so one look at each finds all the session
+        held; those not sent again (queued, or a QoS 1 one sent since the record's last
+        write) follow as new, in their dropbox's order. Taken and sent one subscription after
+        the other, the copies of the first went before those of the second, and its new
+        messages before the second's copies too."""
+        session.sent_before_taken = True
+        places = {key: place for place, key in enumerate(session.sent_before)}
+        again: list[tuple[int, Message, str, SubscriptionOptions]] = []
+        after: list[tuple[Message, str, SubscriptionOptions]] = []
+        complete = True
+        for text, subscriber in list(subscribers.items()):
+            options = session.subscriptions.get(text) or session.leaving.get(text)
+            if options is None:
+                continue
+            # What it holds is what it took back: nothing was received from it yet.
+            held = subscriber.holding()
+            if not held:
+                continue
+            try:
+                messages = subscriber.receive_ready(most=held)
+            except Closed:
+                continue
+            except OSError as error:  # its copies go when `pump` can take them, as they come
+                self._refused_claim(session, text, error)
+                complete = False
+                continue
+            for message in messages:
+                before = _sent_before(session, message)
+                if before is None:
+                    after.append((message, text, options))
+                else:
+                    again.append((places[before], message, text, options))
+        again.sort(key=lambda taken: taken[0])
+        for _, message, text, options in again:
+            self._hand(session, message, text, options)
+        for message, text, options in after:
+            self._hand(session, message, text, options)
+        if complete:  # every message taken back was taken: the ids left name settled ones
+            self._done_before(session)
+
+    def _done_before(self, session: Session) -> None:
+        self._release_settled(session)
+        session.sent_before.clear()
+        session.outbox.unreserve()
 
     def _refused_claim(self, session: Session, text: str, error: OSError) -> None:
         """The file system refused to move a message of the subscription `text` into
@@ -558,11 +609,11 @@ class Delivery:
         now: float,
     ) -> None:
         """A message the process before this one sent and the client did not acknowledge:
-        under its packet id again, with DUP (outbox.push_again)."""
+        under its packet id again, with DUP (outbox.push_again), or held past the window."""
         packet_id = session.sent_before.pop(before)
         sent = session.outbox.push_again(publish, message, packet_id, now)
         client = self._links.get(session.client_id)
-        if client is not None:
+        if client is not None and sent is not None:  # None: past the window, held
             self.transmit(client, session, [sent])
 
 

@@ -371,13 +371,25 @@ class Outbox(Generic[T]):
         """Those not taken again by now are no one's any more (their messages were settled)."""
         self._reserved = None
 
-    def push_again(self, publish: Publish, token: T, packet_id: int, now: float = 0.0) -> Publish:
+    def push_again(
+        self, publish: Publish, token: T, packet_id: int, now: float = 0.0
+    ) -> Publish | None:
         """A message the process before this one sent under `packet_id` and the client did
         not acknowledge: in flight again under that id, with DUP set (MQTT 5.0 §4.4,
-        MQTT-4.4.0-1, MQTT-3.3.1-1). The caller has a free slot for it."""
+        MQTT-4.4.0-1, MQTT-3.3.1-1), the PUBLISH to send now. None past the window (the
+        client may come back with a smaller Receive Maximum): held, as by `resend`, and
+        given by `ready()` as slots free, before anything queued. Given in the order they
+        were first sent, they go in that order (MQTT-4.6.0-1)."""
         if self._reserved is not None:
             self._reserved.discard(packet_id)
-        return self._in_flight_as(publish, token, packet_id, now, dup=True)
+        stage = _AWAIT_PUBACK if publish.qos == 1 else _AWAIT_PUBREC
+        self._in_flight[packet_id] = _Entry(publish, token, stage, now)
+        if self._held or len(self._in_flight) > self.window:
+            if self._held is None:
+                self._held = deque()
+            self._held.append(packet_id)
+            return None
+        return numbered(publish, packet_id, dup=True)
 
     def expect_release(self, packet_ids: Iterable[int]) -> None:
         """After a restart: these packet ids await PUBCOMP (`releasing` of the process
@@ -407,13 +419,6 @@ class Outbox(Generic[T]):
         stage = _AWAIT_PUBACK if publish.qos == 1 else _AWAIT_PUBREC
         in_flight[packet_id] = _Entry(publish, token, stage, now)
         return packet_id
-
-    def _in_flight_as(
-        self, publish: Publish, token: T, packet_id: int, now: float, *, dup: bool
-    ) -> Publish:
-        stage = _AWAIT_PUBACK if publish.qos == 1 else _AWAIT_PUBREC
-        self._in_flight[packet_id] = _Entry(publish, token, stage, now)
-        return numbered(publish, packet_id, dup=dup)
 
     def _room_for(self, size: int) -> bool:
         if len(self._queued or ()) >= self.limit:

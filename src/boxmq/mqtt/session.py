@@ -91,6 +91,7 @@ class Session:
         "outbox",
         "persistent",
         "sent_before",
+        "sent_before_taken",
         "sent_qos2_before",
         "subscriptions",
         "taken_from",
@@ -139,6 +140,9 @@ class Session:
         # None in a record of a boxmq that did not write it (delivery.py, `_sent_before`).
         self.sent_before: dict[tuple[str | None, str], int] = {}
         self.sent_qos2_before = NO_IDS  # those of `sent_before` sent at QoS 2
+        # Whether its first pump took them, to send them in their order (delivery.py,
+        # `_send_before_again`): one a dropbox refused then comes when it can, as it comes.
+        self.sent_before_taken = False
         # The server (its process token) whose connection of this client was open when this
         # one took the session from the disk: it may claim messages for the session until it
         # notices, and leave them locked to it (broker.py, `_take_back`). None for most.

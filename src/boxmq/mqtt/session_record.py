@@ -54,19 +54,20 @@ Invariants:
   out: None while the connection is open (the delay counts from its close).
 - `sent` names the stored messages (from its dropboxes) the session was sent and had not
   acknowledged when the record was written, with their packet ids and the subscription
-  (filter, or `$share/...`) each came from: its locks outlive the broker, so a restarted one
-  sends them again under those ids, with DUP (§4.4). A message matching two of the session's
-  filters is in both dropboxes under one message id, a copy sent under each packet id: by
-  the id alone, one copy took the other's packet id and the other went as new, a QoS 2 one
-  delivered twice. The subscriptions are kept in `sent_subscriptions`, a list beside `sent`
-  (whose pairs an older boxmq still reads); a record without it names none (None), and its
-  ids match a message in any of the session's dropboxes, as before. It is written
-  at a close (and so at a graceful shutdown), and before each write to the client that sends
-  a QoS 2 PUBLISH (unflushed: a killed broker's page cache keeps it; a power cut may lose the
-  last one). So after a SIGKILL it names every QoS 2 message in flight, and a client that
-  has one never gets it under a new id (which it would deliver again). QoS 1 ones sent since
-  the last write go out under new ids (at least once allows a second delivery), and an id of
-  a message since settled names nothing.
+  (filter, or `$share/...`) each came from, in the order they were first sent: its locks
+  outlive the broker, so a restarted one sends them again under those ids, with DUP (§4.4),
+  in that order and before anything new (MQTT-4.6.0-1; delivery.py). A message matching two
+  of the session's filters is in both dropboxes under one message id, a copy sent under each
+  packet id: by the id alone, one copy took the other's packet id and the other went as new,
+  a QoS 2 one delivered twice. The subscriptions are kept in `sent_subscriptions`, a list
+  beside `sent` (whose pairs an older boxmq still reads); a record without it names none
+  (None), and its ids match a message in any of the session's dropboxes, as before. It is
+  written at a close (and so at a graceful shutdown), and before each write to the client
+  that sends a QoS 2 PUBLISH (unflushed: a killed broker's page cache keeps it; a power cut
+  may lose the last one). So after a SIGKILL it names every QoS 2 message in flight, and a
+  client that has one never gets it under a new id (which it would deliver again). QoS 1
+  ones sent since the last write go out under new ids (at least once allows a second
+  delivery), and an id of a message since settled names nothing.
 - `releasing` is written the same way: before each write that sends a PUBREL, when the
   connection closes, and at a graceful shutdown (which closes every connection).
 - `sent_qos2` names the packet ids of `sent` that went at QoS 2. A restarted broker that

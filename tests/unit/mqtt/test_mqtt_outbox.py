@@ -117,6 +117,7 @@ def test_what_a_restart_sends_again_takes_its_ids_back_with_dup_and_nobody_takes
     assert fresh is not None
     assert fresh.packet_id == 2  # 1 is to be sent again
     again = outbox.push_again(_msg(1, qos=2), "old", 3)
+    assert again is not None
     assert (again.packet_id, again.dup, again.qos) == (3, True, 2)
     assert outbox.sent() == [(2, "new"), (3, "old")]
     assert outbox.acked(3, Stage.AWAIT_PUBREC, refused=False).token == "old"
@@ -125,6 +126,31 @@ def test_what_a_restart_sends_again_takes_its_ids_back_with_dup_and_nobody_takes
     later = outbox.push(_msg(4), "later")
     assert later is not None
     assert later.packet_id == 4  # 3 waits for its PUBCOMP
+
+
+def test_what_a_restart_sends_again_past_the_window_is_held_and_goes_in_its_order() -> None:
+    """A client may come back after a restart with a smaller Receive Maximum than the
+    messages its session had in flight: those past it wait, in the order they were given
+    (first sent), and go before anything new as acknowledgements free slots (MQTT-4.6.0-1)."""
+    outbox: Outbox[str] = Outbox(window=2, limit=5)
+    outbox.reserve([5, 3, 9])
+    sent = [
+        outbox.push_again(_msg(n), f"old{n}", packet_id) for n, packet_id in enumerate([5, 3, 9])
+    ]
+    assert [None if p is None else (p.packet_id, p.dup) for p in sent] == [
+        (5, True),
+        (3, True),
+        None,
+    ]
+    assert outbox.free == 0
+    assert outbox.push(_msg(3), "new") is None  # queued behind the one held
+    assert outbox.sent() == [(5, "old0"), (3, "old1"), (9, "old2")]  # the record's order
+    outbox.acked(3, Stage.AWAIT_PUBACK, refused=False)
+    [(held, token)] = outbox.ready()
+    assert (held.packet_id, held.dup, token) == (9, True, "old2")
+    outbox.acked(5, Stage.AWAIT_PUBACK, refused=False)
+    [(new, token)] = outbox.ready()
+    assert (new.dup, token) == (False, "new")
 
 
 def test_after_a_restart_new_ids_start_past_those_the_record_names() -> None:
