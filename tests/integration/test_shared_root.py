@@ -7,6 +7,7 @@ from pathlib import Path
 from unittest.mock import ANY
 
 import pytest
+from tests.inotify import require_inotify
 from tests.integration.test_embedded_queue import files
 
 import boxmq
@@ -92,6 +93,8 @@ def test_a_holder_s_unlock_or_reject_after_another_box_settled_its_lock_is_refus
     it answers. An unlock or a reject after another process settled the lock by id returned
     as if done (a reject logged "to error/"), and the message the holder thought it had
     dead-lettered came back to it."""
+    if settled == "unlock":
+        require_inotify(root.parent)  # the holder is told of the message put back at once
     with (
         boxmq.open(root, fsync="never", clock=clock) as holder_box,
         boxmq.open(root, fsync="never", clock=clock) as cli_box,
@@ -278,6 +281,7 @@ def test_a_message_another_box_took_and_gave_back_before_a_look_is_not_left_for_
     (`boxmq get`) and gave it back under a new name. The Box still had the old name ready: its
     claim of it failed, and the new name waited behind it until the full rescan (5 s later),
     with w asking for it all along. Now the failed claim lets the new name be offered at once."""
+    require_inotify(root.parent)  # w is told of the new name at once
     with (
         boxmq.open(root, fsync="never", clock=clock) as box,
         boxmq.open(root, fsync="never", clock=clock) as cli_box,

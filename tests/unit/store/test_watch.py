@@ -11,18 +11,14 @@ from pathlib import Path
 
 import pytest
 from tests.descriptors import no_descriptor_left
+from tests.inotify import inotify_watcher
 
 from boxmq.store.watch import Changes, InotifyWatcher, PollingWatcher, watch
 
 
 @pytest.fixture
 def inotify(tmp_path: Path) -> InotifyWatcher:
-    watcher = watch(str(tmp_path), poll_interval=0.1)
-    if not isinstance(watcher, InotifyWatcher):
-        if os.environ.get("CI"):
-            pytest.fail("inotify is expected on the CI machine")
-        pytest.skip("no inotify on this system")
-    return watcher
+    return inotify_watcher(watch(str(tmp_path), poll_interval=0.1))
 
 
 def test_inotify_reports_renamed_linked_and_written_files(
@@ -131,12 +127,7 @@ def _folder_watcher(tmp_path: Path) -> tuple[Path, InotifyWatcher]:
     """A watcher of a dropbox's target/ (a folder with a parent of its own)."""
     folder = tmp_path / "box" / "target"
     folder.mkdir(parents=True)
-    watcher = watch(str(folder), poll_interval=0.1)
-    if not isinstance(watcher, InotifyWatcher):
-        if os.environ.get("CI"):
-            pytest.fail("inotify is expected on the CI machine")
-        pytest.skip("no inotify on this system")
-    return folder, watcher
+    return folder, inotify_watcher(watch(str(folder), poll_interval=0.1))
 
 
 def _until(watcher: InotifyWatcher, wanted: Callable[[Changes], bool]) -> list[Changes]:
@@ -202,9 +193,7 @@ def test_inotify_watches_a_folder_made_again_at_once_where_its_parent_stayed(
     comes to it, long before the next look on the timer (10 s here)."""
     folder = tmp_path / "box" / "target"
     folder.mkdir(parents=True)
-    watcher = watch(str(folder), poll_interval=10.0)
-    if not isinstance(watcher, InotifyWatcher):
-        pytest.skip("no inotify on this system")
+    watcher = inotify_watcher(watch(str(folder), poll_interval=10.0))
     os.rename(folder, tmp_path / "box" / "target.old")
     assert watcher.wait(1.0).everything  # its folder left: rescan (nothing there)
     assert watcher.wait(0).names == []
