@@ -10,8 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.inotify import inotify_watcher
 
 import boxmq
+from boxmq.store.watch import watch
 
 
 def warmed(root: Path, fsync: str) -> tuple[boxmq.Box, boxmq.Queue]:
@@ -183,3 +185,36 @@ def test_a_child_forked_while_a_share_group_join_holds_its_flock_does_not_keep_i
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
         keep.close()
+
+
+def test_a_child_watches_through_an_inotify_instance_of_its_own(tmp_path: Path) -> None:
+    """The process's one inotify instance is shared with a child forked from it: a child that
+    read it would take the parent's events, one that let go of a watch would end the
+    parent's. The child's watchers, those it inherits too, use an instance of its own."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    closed, kept = (inotify_watcher(watch(str(folder), poll_interval=60.0)) for _ in range(2))
+
+    def put(name: str) -> None:
+        (tmp_path / name).write_bytes(b"m")
+        os.rename(tmp_path / name, folder / name)
+
+    def child() -> None:
+        closed.close()  # the parent's watch of the folder stays
+        assert kept.wait(0).everything  # moved to the child's own instance: rescan
+        mine = watch(str(folder), poll_interval=60.0)
+        put("from-child")
+        assert mine.wait(5.0).names == ["from-child"]
+        assert kept.wait(5.0).names == ["from-child"]
+        mine.close()
+        kept.close()
+
+    assert waited(in_child(child)) == 0
+    put("from-parent")
+    told: list[str] = []
+    end = time.monotonic() + 5.0
+    while len(told) < 2 and time.monotonic() < end:
+        told += kept.wait(1.0).names
+    assert told == ["from-child", "from-parent"]
+    closed.close()
+    kept.close()

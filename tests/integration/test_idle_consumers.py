@@ -17,8 +17,8 @@ from boxmq.errors import Closed
 
 def _blocked(thread: threading.Thread) -> bool:
     """Whether `thread` sits in the queue's wait for news: its innermost Python call is the
-    watcher's poll or the condition the other consumers sleep on (both named `wait`, called
-    from `_wait`), not the scan before it."""
+    poll of the process's inotify instance (`poll`), or the condition the other consumers or
+    watchers sleep on (`wait`), called from a `_wait`, not the scan before it."""
     # CPython 3.11's sys._current_frames holds the interpreter's thread-state lock while it
     # makes frame objects; a collection started by one of those allocations that frees a
     # threading.local takes the same lock again and the process hangs (python/cpython#106883,
@@ -31,7 +31,7 @@ def _blocked(thread: threading.Thread) -> bool:
     frame = frames.get(thread.ident or 0)
     return (
         frame is not None
-        and frame.f_code.co_name == "wait"
+        and frame.f_code.co_name in ("poll", "wait")
         and frame.f_back is not None
         and frame.f_back.f_code.co_name == "_wait"
     )

@@ -276,9 +276,8 @@ class LiveQueue:
     def rest(self, consumer: ConsumerId) -> None:
         """`consumer` receives nothing for a while (an MQTT client away, its persistent
         session kept). Once every consumer attached rests, the box's next sweep closes the
-        watcher (an inotify instance and a wake-up pipe: 3 descriptors, and one of the 128
-        inotify instances a user has): there, not here, since closing an inotify instance
-        waits for the kernel (milliseconds), and a client back within a sweep keeps it. The
+        watcher (its watches in the process's inotify instance, and the news the instance
+        keeps for it): there, not here, so that a client back within a sweep keeps it. The
         next receive opens it again and reads target/ afresh, so what came meanwhile is
         found. The box's sweeps then visit this dropbox only when something in it is due."""
         with self._mutex:

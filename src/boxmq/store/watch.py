@@ -10,12 +10,19 @@ made again at that path by any process (a subscription ended and made again, a q
 and put to again, target/ recreated by hand). `InotifyWatcher` follows its path: told that
 the folder left it, it watches whatever folder is there now (or looks again on a timer until
 one is), and says "rescan".
+
+A process has one inotify instance, whatever its number of watchers (`_Inotify`): Linux gives
+a user 128 (`fs.inotify.max_user_instances`), and a broker reads hundreds of subscriptions at
+once. The kernel gives one watch to a folder however many watchers ask for it: the watch is
+kept until the last of them lets go, and its events go to each. An overflow of the one queue
+lost events of every watcher: each is told "rescan".
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import select
 import struct
@@ -25,9 +32,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from boxmq.forks import renew_in_children
 from boxmq.store import libc
 
 __all__ = ["Changes", "InotifyWatcher", "PollingWatcher", "Watcher", "watch"]
+
+log = logging.getLogger("boxmq.queue")
 
 _IN_CLOSE_WRITE = 0x00000008
 _IN_CREATE = 0x00000100
@@ -40,6 +50,7 @@ _IN_MOVE_SELF = 0x00000800
 _IN_IGNORED = 0x00008000  # the watch is gone: its inode was deleted (or the watch removed)
 _SELF = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED
 _IN_Q_OVERFLOW = 0x00004000
+_IN_MASK_ADD = 0x20000000  # to what the folder's watch asks already (another watcher's role)
 _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len
@@ -60,6 +71,9 @@ _FOLDER_MASK = _IN_MOVED_TO | _IN_CREATE | _IN_CLOSE_WRITE | _LEFT | _IN_DELETE_
 # the rmdir. And for a folder coming to the name (made, or renamed over it).
 _PARENT_MASK = _LEFT | _IN_CREATE | _IN_MOVED_TO | _IN_DELETE_SELF | _IN_MOVE_SELF
 _NO_WATCH = -1
+# Names a watcher keeps unread before it says "rescan" instead: what the kernel's queue holds by
+# default (fs.inotify.max_queued_events), as when each watcher had an instance of its own.
+_UNREAD = 16384
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,105 +95,281 @@ class Watcher(Protocol):
     def close(self) -> None: ...
 
 
-class InotifyWatcher:
-    """New files in one directory, by name, as the kernel reports them."""
+class _Watch:
+    """One folder's watch in the process's instance: the kernel gives one watch (one descriptor
+    number) per folder however many ask, so it is kept until the last watcher that asked lets
+    go, and its events go to each of them."""
 
-    def __init__(self, directory: str, *, retry_interval: float = 0.25) -> None:
-        if _INOTIFY_INIT is None or _INOTIFY_ADD is None:
-            raise OSError(errno.ENOSYS, "this system has no inotify")
+    __slots__ = ("folders", "parents")
+
+    def __init__(self) -> None:
+        self.folders: list[InotifyWatcher] = []  # watchers of this folder
+        self.parents: list[InotifyWatcher] = []  # watchers of a folder in it
+
+
+class _Inotify:
+    """The process's inotify instance, shared by all its watchers. There is no thread of its
+    own: whichever watcher waits first polls it (the poller) and hands each event to the
+    watchers of its folder, waking those that wait on their condition; when it stops waiting,
+    one of those polls in its place. A `wait(0)` reads what is there itself."""
+
+    def __init__(self) -> None:
+        assert _INOTIFY_INIT is not None
+        assert _INOTIFY_ADD is not None
         self._add = _INOTIFY_ADD
-        self._fd = _INOTIFY_INIT(_IN_NONBLOCK | _IN_CLOEXEC)
-        if self._fd < 0:
-            raise libc.last_error(directory)
-        self._path = os.fsencode(directory)
-        named = directory.rstrip(os.sep) or os.sep  # "q/target/" is the folder "target" too
-        self._parent = os.fsencode(os.path.dirname(named) or ".")
-        self._base = os.fsencode(os.path.basename(named))
-        self._folder_wd = self._parent_wd = _NO_WATCH
-        self._retry_interval = retry_interval
-        self._retry_at: float | None = None  # while the path holds no folder: when to look
-        self._error: OSError | None = None  # why the last look found no folder to watch
-        if not self._rewatch():
-            os.close(self._fd)
-            assert self._error is not None
-            raise self._error
-        try:
-            self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = _INOTIFY_INIT(_IN_NONBLOCK | _IN_CLOEXEC)
+        if fd < 0:
+            raise libc.last_error("inotify_init1")
+        try:  # for `wakeup` of the watcher that polls
+            self._kick = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         except OSError:  # EMFILE: the caller polls instead; the instance is not kept
-            os.close(self._fd)
+            os.close(fd)
             raise
+        self.fd = fd
+        self.lock = threading.Lock()  # the watches, the watchers' news, who polls
+        self.forked = False  # the parent's, in a forked child: touch nothing of it
+        self.poller: InotifyWatcher | None = None
+        self.followers: dict[InotifyWatcher, None] = {}  # waiting on their conditions
+        self.watchers: set[InotifyWatcher] = set()  # open: all told of an overflow
+        self._watches: dict[int, _Watch] = {}
         self._poll = select.poll()
-        self._poll.register(self._fd, select.POLLIN)
-        self._poll.register(self._wake_read, select.POLLIN)
+        self._poll.register(fd, select.POLLIN)
+        self._poll.register(self._kick, select.POLLIN)
+        renew_in_children(self)
 
-    def wait(self, timeout: float | None) -> Changes:
-        if timeout == 0:
-            # The descriptor does not block: a read answers what a poll would, in one call
-            # (a wake-up left in the pipe only makes the next blocking wait return early).
-            return self._read()
-        if self._retry_at is not None:  # no folder watched: look for one when due
-            due = max(0.0, self._retry_at - time.monotonic())
-            timeout = due if timeout is None else min(timeout, due)
-        millis = None if timeout is None else max(0, int(timeout * 1000 + 0.999))
-        ready = {fd for fd, _ in self._poll.poll(millis)}
-        if self._wake_read in ready:
-            while True:
-                try:
-                    os.read(self._wake_read, 4096)
-                except BlockingIOError:
-                    break
-        return self._read() if self._fd in ready or self._retry_at is not None else Changes()
+    def renew_in_child(self) -> None:
+        """In a forked child: reading the instance would take the parent's events, and
+        removing a watch would remove the parent's. The child's watchers use an instance of
+        its own, made at the first that needs one; the inherited ones move to it."""
+        global _process, _making, _refused
+        _process, _making, _refused = None, threading.Lock(), False
+        self.lock = threading.Lock()  # another thread may have held it at the fork
+        self.forked = True
+        self.poller, self.followers, self._watches = None, {}, {}
+        self.watchers = set()
+        os.close(self.fd)  # the child's copies: the parent's instance lives on
+        os.close(self._kick)
 
-    def wakeup(self) -> None:
-        with contextlib.suppress(BlockingIOError):  # the pipe is full of wake-ups already
-            os.write(self._wake_write, b"!")
+    def add(self, path: bytes, mask: int) -> int:
+        """The watch descriptor of the folder at `path` (-1, errno set, if none): the one
+        it has already, if another watcher asked, its events those both asked for."""
+        return int(self._add(self.fd, path, mask | _IN_MASK_ADD))
 
-    def _read(self) -> Changes:
-        # A name is kept as the event carries it, NUL padding and all (the same padding for
-        # the same name: a key as good as the name), and decoded only if it is reported: most
-        # names came and left between two reads (this process's puts, claimed at once).
-        names: dict[bytes, None] = {}  # in order of arrival, and quick to take one out of
-        gone: list[bytes] = []
-        everything = moved = False  # moved: the folder may have left its path
-        folder, parent = self._folder_wd, self._parent_wd
+    def hold(self, wd: int, watcher: InotifyWatcher, parent: bool) -> None:
+        watch = self._watches.get(wd)
+        if watch is None:
+            watch = self._watches[wd] = _Watch()
+        (watch.parents if parent else watch.folders).append(watcher)
+
+    def let_go(self, wd: int, watcher: InotifyWatcher, parent: bool) -> None:
+        watch = self._watches.get(wd)
+        if watch is None:  # _NO_WATCH, or one the kernel let go of (its folder deleted)
+            return
+        holders = watch.parents if parent else watch.folders
+        with contextlib.suppress(ValueError):
+            holders.remove(watcher)
+        if not watch.folders and not watch.parents:
+            del self._watches[wd]
+            if _INOTIFY_RM is not None:
+                _INOTIFY_RM(self.fd, wd)  # EINVAL if the kernel let go of it already
+
+    def drain(self, reader: InotifyWatcher | None) -> None:
+        """Hand out what the instance holds, without waiting."""
+        try:
+            data = os.read(self.fd, _BUFFER)
+        except BlockingIOError:
+            return
+        self.hand_out(data, reader)
+
+    def hand_out(self, data: bytes, reader: InotifyWatcher | None) -> None:
+        """Give each watcher its news in `data`, read by `reader`'s thread (and what more
+        the instance holds), and wake those that wait for it."""
+        # Who to wake, only if any waits: a lone receive's look (wait(0)) wakes nobody.
+        touched: set[InotifyWatcher] | None = (
+            set() if self.followers or self.poller is not None else None
+        )
+        watches = self._watches
         unpack, header = _EVENT.unpack_from, _EVENT.size
         while True:
-            try:
-                data = os.read(self._fd, _BUFFER)
-            except BlockingIOError:
-                break
-            drained = len(data) <= _BUFFER - _LARGEST_EVENT  # else more may wait: read again
             offset = 0
             while offset < len(data):
                 wd, mask, _, length = unpack(data, offset)
                 start = offset + header
                 offset = start + length
-                if mask & _IN_Q_OVERFLOW:
-                    everything = moved = True  # what was lost may be the folder's leaving
-                elif wd == folder:
+                watch = watches.get(wd)
+                if watch is None:
+                    if mask & _IN_Q_OVERFLOW:  # the queue is every watcher's: all lost news
+                        for watcher in self.watchers:
+                            watcher.lose()
+                            watcher.moved = True  # what was lost may be the folder's leaving
+                        if touched is not None:
+                            touched.update(self.watchers)
+                    continue  # else a watch let go of: old news
+                if mask & _IN_IGNORED:
+                    del watches[wd]  # the kernel let go of it: its folder was deleted
+                if folders := watch.folders:
                     if mask & _SELF:
-                        moved = True
+                        for watcher in folders:
+                            watcher.moved = True
                     elif length:
+                        # The name, NUL padding and all (see InotifyWatcher.names), for each
+                        # watcher of the folder: inlined, two events per message put and
+                        # taken in this process.
                         raw = data[start:offset]
-                        if not mask & _LEFT:
-                            names[raw] = None
-                        elif raw in names:
-                            del names[raw]
-                        else:
-                            gone.append(raw)
-                elif wd == parent and (
-                    mask & _SELF or data[start:offset].rstrip(b"\0") == self._base
-                ):
-                    moved = True
-                # else: a watch let go of (the folder before the one there now), or another
-                # name in the parent: old news, or none of ours
-            if drained:  # poll() is level-triggered: anything that comes later wakes it again
+                        came = not mask & _LEFT
+                        for watcher in folders:
+                            if watcher.everything:
+                                continue  # a rescan is due: names are no news
+                            names = watcher.names
+                            if came:
+                                names[raw] = None
+                                if len(names) > _UNREAD:
+                                    watcher.lose()
+                            elif raw in names:
+                                del names[raw]
+                            else:
+                                gone = watcher.gone
+                                gone.append(raw)
+                                if len(gone) > _UNREAD:
+                                    watcher.lose()
+                    if touched is not None:
+                        touched.update(folders)
+                if watch.parents and mask & (_PARENT_MASK | _SELF):
+                    name = data[start:offset].rstrip(b"\0")
+                    for watcher in watch.parents:
+                        if mask & _SELF or name == watcher.base:
+                            watcher.moved = True
+                            if touched is not None:
+                                touched.add(watcher)
+                    # else another name in the parent: none of its watchers'
+            if len(data) <= _BUFFER - _LARGEST_EVENT:  # else more may wait: read again
                 break
-        if moved or (self._retry_at is not None and time.monotonic() >= self._retry_at):
-            # What the old folder held is gone with it: the caller rescans (the new folder's
-            # files, those that came before its watch included).
-            watched = self._rewatch()
-            return Changes(everything=moved or watched)
+            try:
+                data = os.read(self.fd, _BUFFER)
+            except BlockingIOError:
+                break
+        for watcher in touched or ():
+            if watcher in self.followers:
+                watcher.cond.notify()
+            elif watcher is self.poller and watcher is not reader:
+                self.kick()  # it polls: the events it would have woken for were read here
+
+    def poll(self, poller: InotifyWatcher, timeout: float | None) -> None:
+        """Wait for events (or `poller`'s wakeup) with the lock released, then hand them
+        out."""
+        millis = None if timeout is None else max(0, int(timeout * 1000 + 0.999))
+        self.poller = poller
+        self.lock.release()
+        try:
+            ready = self._poll.poll(millis)
+        finally:
+            self.lock.acquire()
+            self.poller = None
+        for fd, _ in ready:
+            if fd == self._kick:
+                with contextlib.suppress(BlockingIOError):
+                    os.eventfd_read(self._kick)
+        self.drain(poller)
+
+    def kick(self) -> None:
+        os.eventfd_write(self._kick, 1)
+
+    def hand_over(self) -> None:
+        """The poller stops waiting: one of the watchers still waiting polls in its place."""
+        if self.poller is None and self.followers:
+            next(iter(self.followers)).cond.notify()
+
+
+_process: _Inotify | None = None  # made by the first watcher, kept for the process's life
+_making = threading.Lock()
+_refused = False  # the kernel refused this process an instance: said once in the log
+
+
+def _shared() -> _Inotify:
+    """The process's inotify instance: made at the first call, and after a fork in the
+    child at its first."""
+    global _process, _refused
+    if (shared := _process) is None:
+        with _making:
+            if (shared := _process) is None:
+                try:
+                    shared = _process = _Inotify()
+                except OSError as error:
+                    if not _refused:
+                        _refused = True
+                        log.warning(
+                            "no inotify instance for this process (%s: the user's "
+                            "fs.inotify.max_user_instances taken by other processes, or "
+                            "ulimit -n): its readers find new files by polling",
+                            error.strerror,
+                        )
+                    raise
+    return shared
+
+
+class InotifyWatcher:
+    """New files in one directory, by name, as the kernel reports them. Every watcher of a
+    process shares its one inotify instance (`_Inotify`): a user may have 128."""
+
+    def __init__(self, directory: str, *, retry_interval: float = 0.25) -> None:
+        if _INOTIFY_INIT is None or _INOTIFY_ADD is None:
+            raise OSError(errno.ENOSYS, "this system has no inotify")
+        self._inotify = inotify = _shared()
+        self.cond = threading.Condition(inotify.lock)  # for the news the poller hands out
+        self._path = os.fsencode(directory)
+        named = directory.rstrip(os.sep) or os.sep  # "q/target/" is the folder "target" too
+        self._parent = os.fsencode(os.path.dirname(named) or ".")
+        self.base = os.fsencode(os.path.basename(named))
+        self._folder_wd = self._parent_wd = _NO_WATCH
+        self._retry_interval = retry_interval
+        self._retry_at: float | None = None  # while the path holds no folder: when to look
+        self._error: OSError | None = None  # why the last look found no folder to watch
+        # The news the instance handed out since the last wait. A name is kept as the event
+        # carries it, NUL padding and all (the same padding for the same name: a key as good
+        # as the name), and decoded only if it is reported: most names came and left between
+        # two waits (this process's puts, claimed at once).
+        self.names: dict[bytes, None] = {}  # in order of arrival, and quick to take one out of
+        self.gone: list[bytes] = []  # left, and came before the last wait
+        self.moved = False  # the folder may have left its path
+        self.everything = False  # news was lost: rescan
+        self._woken = False
+        self._closed = False
+        with inotify.lock:
+            if not self._rewatch():
+                self._let_go()
+                assert self._error is not None
+                raise self._error
+            inotify.watchers.add(self)
+
+    def lose(self) -> None:
+        """News was lost (the instance's queue overflowed), or too much of it is unread
+        (`_UNREAD`): the caller rescans."""
+        self.everything = True
+        self.names.clear()
+        self.gone.clear()
+
+    def wait(self, timeout: float | None) -> Changes:
+        inotify = self._inotify
+        if inotify.forked:
+            inotify = self._move_to_child()
+        with inotify.lock:
+            if timeout != 0:
+                self._wait(inotify, timeout)
+            else:
+                # The descriptor does not block: what the kernel holds now is read in this
+                # thread, in one call when there is nothing (most receives' looks).
+                try:
+                    data = os.read(inotify.fd, _BUFFER)
+                except BlockingIOError:
+                    pass
+                else:
+                    inotify.hand_out(data, self)
+            if self.moved or self.everything or self._retry_at is not None:
+                return self._rescan()
+            names, gone = self.names, self.gone
+            if not names and not gone:
+                return Changes()
+            self.names, self.gone = {}, []
         # Decoded in loops of their own, not a function or comprehension per list: read at
         # every receive, a read's few names must not cost more than decoding them at once.
         came: list[str] = []
@@ -190,32 +380,108 @@ class InotifyWatcher:
         for raw in gone:
             if name := raw.rstrip(b"\0"):
                 left.append(name.decode(_FS_ENCODING, _FS_ERRORS))
-        return Changes(came, everything, left)
+        return Changes(came, False, left)
+
+    def _wait(self, inotify: _Inotify, timeout: float | None) -> None:
+        end = None if timeout is None else time.monotonic() + timeout
+        if self._retry_at is not None:  # no folder watched: look for one when due
+            end = self._retry_at if end is None else min(end, self._retry_at)
+        try:
+            while not (self._woken or self.moved or self.names or self.gone or self.everything):
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                if inotify.poller is None:
+                    inotify.poll(self, left)
+                else:
+                    inotify.followers[self] = None
+                    try:
+                        self.cond.wait(left)
+                    finally:
+                        del inotify.followers[self]
+        finally:
+            self._woken = False  # a wake-up before the wait ends it at once, as a pipe's did
+            inotify.hand_over()
+
+    def _rescan(self) -> Changes:
+        if self.moved or (self._retry_at is not None and time.monotonic() >= self._retry_at):
+            # What the old folder held is gone with it: the caller rescans (the new folder's
+            # files, those that came before its watch included).
+            moved = self.moved
+            watched = not self._closed and self._rewatch()
+            self.moved = self.everything = False  # what it said came before the rescan
+            self.names.clear()
+            self.gone.clear()
+            return Changes(everything=moved or watched)
+        if self.everything:
+            self.everything = False
+            return Changes(everything=True)
+        return Changes()  # no folder to watch yet, nor time to look again
+
+    def wakeup(self) -> None:
+        inotify = self._inotify
+        with inotify.lock:
+            self._rouse(inotify)
+
+    def _rouse(self, inotify: _Inotify) -> None:
+        """End this watcher's wait in another thread, or the next one. Under the lock."""
+        self._woken = True
+        if self in inotify.followers:
+            self.cond.notify()
+        elif inotify.poller is self:
+            inotify.kick()
 
     def _rewatch(self) -> bool:
         """Watch the folder at the path and its parent, whichever they are now, and let go
         of the watches of folders that left it; True if watched, else look again later (or
-        when the parent, if there is one, says that a folder came to the name)."""
-        parent = self._add(self._fd, self._parent, _PARENT_MASK)
-        folder = self._add(self._fd, self._path, _FOLDER_MASK) if parent >= 0 else _NO_WATCH
+        when the parent, if there is one, says that a folder came to the name). Under the
+        instance's lock."""
+        inotify = self._inotify
+        # What the instance holds came before this watch (another watcher's folder may be
+        # this one's, or its parent): its watchers' news, not this one's.
+        inotify.drain(self)
+        parent = inotify.add(self._parent, _PARENT_MASK)
+        folder = inotify.add(self._path, _FOLDER_MASK) if parent >= 0 else _NO_WATCH
         if folder < 0:
             self._error = libc.last_error(os.fsdecode(self._path))
-        for old in {self._folder_wd, self._parent_wd} - {folder, parent, _NO_WATCH}:
-            self._unwatch(old)
+        # Held before the old ones are let go: the same folder keeps its watch.
+        if parent >= 0:
+            inotify.hold(parent, self, True)
+        if folder >= 0:
+            inotify.hold(folder, self, False)
+        self._let_go()
         self._folder_wd, self._parent_wd = folder, parent
         watched = folder >= 0
         self._retry_at = None if watched else time.monotonic() + self._retry_interval
         return watched
 
-    def _unwatch(self, wd: int) -> None:
-        if _INOTIFY_RM is not None:
-            _INOTIFY_RM(self._fd, wd)  # EINVAL if the kernel let go of it already: as wanted
+    def _let_go(self) -> None:
+        self._inotify.let_go(self._folder_wd, self, False)
+        self._inotify.let_go(self._parent_wd, self, True)
+        self._folder_wd = self._parent_wd = _NO_WATCH
+
+    def _move_to_child(self) -> _Inotify:
+        """In a forked child, at its first wait: watch through the child's own instance, and
+        say "rescan" (what came meanwhile went to the parent's)."""
+        self._inotify = inotify = _shared()
+        self.cond = threading.Condition(inotify.lock)
+        with inotify.lock:
+            self._folder_wd = self._parent_wd = _NO_WATCH
+            self.moved = True
+            if not self._closed:
+                inotify.watchers.add(self)
+        return inotify
 
     def close(self) -> None:
-        if self._fd >= 0:
-            for fd in (self._fd, self._wake_read, self._wake_write):
-                os.close(fd)
-            self._fd = -1
+        inotify = self._inotify
+        with inotify.lock:
+            if self._closed:
+                return
+            self._closed = True
+            if not inotify.forked:  # else the watches are the parent's
+                self._let_go()
+            inotify.watchers.discard(self)
+            self._rouse(inotify)  # a wait in another thread ends, as a polling watcher's does
 
 
 class PollingWatcher:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import shutil
 import threading
 import time
@@ -13,7 +15,8 @@ import pytest
 from tests.descriptors import no_descriptor_left
 from tests.inotify import inotify_watcher
 
-from boxmq.store.watch import Changes, InotifyWatcher, PollingWatcher, watch
+from boxmq.store import watch as watch_module
+from boxmq.store.watch import Changes, InotifyWatcher, PollingWatcher, Watcher, watch
 
 
 @pytest.fixture
@@ -204,11 +207,148 @@ def test_inotify_watches_a_folder_made_again_at_once_where_its_parent_stayed(
     watcher.close()
 
 
-def test_an_inotify_watcher_without_descriptors_for_its_pipe_keeps_none(tmp_path: Path) -> None:
-    """Its inotify instance takes the last descriptor, its wake-up pipe finds none (EMFILE):
-    the watcher is refused (`watch` polls instead) and holds nothing, neither the descriptor
-    nor one of the 128 inotify instances a user may have."""
+def inotify_instances() -> int:
+    """The inotify instances this process holds open."""
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor, closed since
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return links.count("anon_inode:inotify")
+
+
+def test_three_hundred_watchers_share_one_inotify_instance_and_each_wakes(
+    tmp_path: Path, inotify: InotifyWatcher
+) -> None:
+    """Past the 128 instances a user may have, one per watcher, the 129th watcher polled: a
+    broker with 200 share groups or durable subscriptions read at once. All wait at once,
+    one polls the instance for the others; each wakes for the file that lands in its folder."""
+    folders = [tmp_path / f"q{index}" for index in range(300)]
+    for folder in folders:
+        folder.mkdir()
+    watchers = [watch(str(folder), poll_interval=60.0) for folder in folders]
+    assert all(isinstance(watcher, InotifyWatcher) for watcher in watchers)
+    assert inotify_instances() == 1
+    waiting = threading.Barrier(len(watchers) + 1)
+    told: dict[int, list[str]] = {}
+
+    def wait(index: int, watcher: Watcher) -> None:
+        waiting.wait()
+        names: list[str] = []
+        end = time.monotonic() + 10.0
+        while not names and time.monotonic() < end:
+            names = watcher.wait(end - time.monotonic()).names
+        told[index] = names
+
+    threads = [
+        threading.Thread(target=wait, args=(index, watcher))
+        for index, watcher in enumerate(watchers)
+    ]
+    for thread in threads:
+        thread.start()
+    waiting.wait()
+    for index, folder in enumerate(folders):
+        (folder / f"m{index}").write_bytes(b"m")
+    for thread in threads:
+        thread.join()
+    assert told == {index: [f"m{index}"] for index in range(len(folders))}
+    for watcher in watchers:
+        watcher.close()
+    inotify.close()
+
+
+def test_two_watchers_of_one_folder_share_its_watch_until_the_last_lets_go(
+    tmp_path: Path, inotify: InotifyWatcher
+) -> None:
+    """The kernel gives a folder one watch however many ask: each watcher is told of each
+    name, and one closing leaves the other its watch (it removed the other's)."""
+    other = watch(str(tmp_path), poll_interval=60.0)
+    assert isinstance(other, InotifyWatcher)
+    (tmp_path / "both").write_bytes(b"b")
+    assert inotify.wait(1.0).names == ["both"]
+    assert other.wait(1.0).names == ["both"]
+    inotify.close()
+    woken: list[Changes] = []
+    waiter = threading.Thread(target=lambda: woken.append(other.wait(5.0)))
+    waiter.start()
+    (tmp_path / "after").write_bytes(b"a")
+    waiter.join()
+    assert woken[0].names == ["after"]
+    other.close()
+
+
+class LatePoll:
+    """The instance's poll, entered only once the test says so: what a thread that lost the
+    processor between taking its turn to poll and polling does."""
+
+    def __init__(self, poll: select.poll) -> None:
+        self._poll = poll
+        self.polling = threading.Event()
+        self.go = threading.Event()
+
+    def poll(self, timeout: int | None) -> list[tuple[int, int]]:
+        self.polling.set()
+        self.go.wait()
+        return self._poll.poll(timeout)
+
+
+def test_news_read_by_another_thread_s_look_wakes_the_watcher_that_polls(
+    tmp_path: Path, inotify: InotifyWatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A receive's look (`wait(0)`) reads the instance itself: the events another watcher
+    was about to poll for are read there, and handed to it, which must wake."""
+    folder = tmp_path / "polled"
+    folder.mkdir()
+    polling = watch(str(folder), poll_interval=60.0)
+    late = LatePoll(watch_module._shared()._poll)
+    monkeypatch.setattr(watch_module._shared(), "_poll", late)
+    woken: list[Changes] = []
+    waiter = threading.Thread(target=lambda: woken.append(polling.wait(10.0)))
+    waiter.start()
+    assert late.polling.wait(5.0)
+    (folder / "m").write_bytes(b"m")
+    inotify.wait(0)  # reads the instance before the poller polls
+    sent = time.monotonic()
+    late.go.set()
+    waiter.join()
+    assert woken[0].names == ["m"]
+    assert time.monotonic() - sent < 5.0  # woken, not timed out
+    polling.close()
+    inotify.close()
+
+
+def test_a_watcher_takes_no_descriptor_of_its_own(tmp_path: Path, inotify: InotifyWatcher) -> None:
+    """It took three (an instance and a wake-up pipe): with none left, it polled."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (tmp_path / "new").write_bytes(b"n")
+    with no_descriptor_left():
+        watcher = watch(str(folder), poll_interval=60.0)
+        assert isinstance(watcher, InotifyWatcher)
+        os.rename(tmp_path / "new", folder / "new")
+        assert watcher.wait(1.0).names == ["new"]
+        watcher.close()
+    inotify.close()
+
+
+def test_an_inotify_instance_without_descriptors_for_its_wakeups_is_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The process's instance takes the last descriptor, its wake-ups' eventfd finds none
+    (EMFILE): the watcher is refused (`watch` polls instead) and the instance is closed,
+    neither the descriptor nor one of the 128 inotify instances a user may have kept. The
+    log says so, once: a reader that polled said nothing."""
+    monkeypatch.setattr(watch_module, "_process", None)  # as in a process that has none yet
+    monkeypatch.setattr(watch_module, "_refused", False)
+    held = inotify_instances()
     with no_descriptor_left(free=1):  # the instance's
         with pytest.raises(OSError, match="Too many open files"):
             InotifyWatcher(str(tmp_path))
+        assert isinstance(watch(str(tmp_path), poll_interval=60.0), PollingWatcher)
         os.close(os.open(os.devnull, os.O_RDONLY))  # the one left is free again
+    assert watch_module._process is None
+    assert inotify_instances() == held
+    [told] = [record for record in caplog.records if record.name == "boxmq.queue"]
+    assert told.levelname == "WARNING"
+    assert told.getMessage().startswith(
+        "no inotify instance for this process (Too many open files: "
+    )
