@@ -316,6 +316,29 @@ def test_news_read_by_another_thread_s_look_wakes_the_watcher_that_polls(
     inotify.close()
 
 
+def test_an_overflow_of_the_one_queue_tells_every_watcher_to_rescan(
+    tmp_path: Path, inotify: InotifyWatcher
+) -> None:
+    """The instance's queue is every watcher's: events past its length are lost to all,
+    those of a folder that had none of its own as well as they may be."""
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    if limit > 100_000:
+        pytest.skip(f"fs.inotify.max_queued_events is {limit}: too long a queue to fill here")
+    here, there, quiet = (tmp_path / name for name in ("here", "there", "quiet"))
+    for folder in (here, there, quiet):
+        folder.mkdir()
+    watchers = [watch(str(folder), poll_interval=60.0) for folder in (here, there, quiet)]
+    (here / "m").write_bytes(b"m")
+    for _ in range(limit // 2 + 1):  # two events a move, read by nobody meanwhile
+        os.rename(here / "m", there / "m")
+        os.rename(there / "m", here / "m")
+    assert [watcher.wait(0).everything for watcher in watchers] == [True, True, True]
+    assert [watcher.wait(0) for watcher in watchers] == [Changes()] * 3  # told once
+    for watcher in watchers:
+        watcher.close()
+    inotify.close()
+
+
 def test_a_watcher_takes_no_descriptor_of_its_own(tmp_path: Path, inotify: InotifyWatcher) -> None:
     """It took three (an instance and a wake-up pipe): with none left, it polled."""
     folder = tmp_path / "folder"
