@@ -98,7 +98,9 @@ def test_two_processes_share_ten_thousand_messages_each_exactly_once(
     seen = [line.split()[1] for log in logs for line in log.read_text().splitlines()]
     assert sorted(seen, key=int) == [str(i) for i in range(10_000)]  # all, and none twice
     counts = [len(log.read_text().splitlines()) for log in logs]
-    assert min(counts) > 1_000, f"one process did almost nothing: {counts}"
+    # Both took part. Not an even split: on a loaded machine one process may be scheduled
+    # far more than the other (9,808 against 192 was seen at a load of 6).
+    assert min(counts) > 0, f"one process did nothing: {counts}"
     with boxmq.open(root) as box:
         assert box.queue("jobs").counts().done == 10_000
 
