@@ -235,8 +235,10 @@ def _load(path: str) -> Retained | None:
         data = _read(path)
     except FileNotFoundError:
         return None
-    header, _, body = data.partition(b"\n")
-    fields = _fields(header)
+    header, newline, body = data.partition(b"\n")
+    # No newline: cut short after its header (damaged), not a message with an empty body,
+    # which MQTT reads as a delete (§3.3.1.3) and a subscriber would get as one.
+    fields = _fields(header) if newline else None
     return None if fields is None else Retained(*fields, body)
 
 
@@ -247,7 +249,8 @@ def _open_header(path: str) -> _Opened | None:
     except FileNotFoundError:
         return None
     try:
-        fields = _fields(_read_header(fd))
+        header = _read_header(fd)
+        fields = None if header is None else _fields(header)
     except BaseException:
         os.close(fd)
         raise
@@ -259,7 +262,8 @@ def _open_header(path: str) -> _Opened | None:
 
 def _fields(header: bytes) -> tuple[str, str] | None:
     """The topic and name a file's first line holds; None if it is damaged, as a power cut
-    can leave it under fsync interval or never (renamed, its data never written): passed by,
+    can leave it under fsync interval or never (renamed, its data never written, or only
+    part of it: a first line with no newline after it is damaged too): passed by,
     as if the topic had none, not read as the failure of every subscription its topic
     matches. The topic's next retained message replaces it."""
     try:
@@ -291,21 +295,20 @@ def _read(path: str) -> bytes:
 _ONE_READ = 1 << 30  # Linux reads at most 2 GiB - 4 KiB at once
 
 
-def _read_header(fd: int) -> bytes:
-    """The file's first line, without its newline: a read of a page, which holds it unless
-    its topic is long (MQTT allows 65,535 bytes), and never the body beyond that page (the
-    sweep looks at every retained file for its expiry, a body of 1 MB among them)."""
-    chunk = os.read(fd, _HEADER_READ)
-    line = chunk.partition(b"\n")[0]
-    if len(line) < len(chunk) or len(chunk) < _HEADER_READ:
-        return line  # the whole line, or all the file holds (damaged: no newline)
-    chunks = [chunk]
-    while chunk := os.read(fd, _LONG_HEADER_READ):
-        line = chunk.partition(b"\n")[0]
+def _read_header(fd: int) -> bytes | None:
+    """The file's first line, without its newline; None if the file holds no newline (cut
+    short: damaged). A read of a page, which holds the line unless its topic is long (MQTT
+    allows 65,535 bytes), and never the body beyond that page (the sweep looks at every
+    retained file for its expiry, a body of 1 MB among them)."""
+    chunks = []
+    size = _HEADER_READ
+    while chunk := os.read(fd, size):
+        line, newline, _ = chunk.partition(b"\n")
         chunks.append(line)
-        if len(line) < len(chunk):
-            break
-    return b"".join(chunks)
+        if newline:
+            return b"".join(chunks)
+        size = _LONG_HEADER_READ
+    return None
 
 
 _HEADER_READ = 4096  # a page: a header of up to about 4,000 bytes in one read

@@ -69,3 +69,25 @@ def test_a_damaged_header_is_passed_by(store: RetainedStore, tmp_path: Path) -> 
     (folder / "junk").write_bytes(b"\x00" * 10_000)
     assert store.remove_if(lambda found: True) == 1
     assert sorted(p.name for p in folder.iterdir()) == ["cut", "junk"]
+
+
+def test_a_header_cut_before_its_newline_is_no_message(
+    store: RetainedStore, tmp_path: Path
+) -> None:
+    """A file cut short right after its whole header is damaged, passed by as any other: read
+    as a message with an empty body, it would go to subscribers as a delete (MQTT 5.0
+    §3.3.1.3), and the sweep would judge it."""
+    store.replace(store.stage("a", "4.m1.T", b"1"))
+    cut = Path(store._path("b"))
+    cut.write_bytes(json.dumps({"topic": "b", "name": "4.m2.T"}).encode())
+    assert store.get("b") is None
+    assert [found.topic for found in store.matching(lambda topic: True)] == ["a"]
+    seen: list[str] = []
+
+    def stale(found: RetainedHeader) -> bool:
+        seen.append(found.topic)
+        return True
+
+    assert store.remove_if(stale) == 1
+    assert seen == ["a"]
+    assert cut.exists()
