@@ -1006,7 +1006,7 @@ class Topics:
             return  # MQTT-234 B: never to shared subscriptions
         if not _WILDCARDS.intersection(parsed.filter):  # one topic: its one file, by its name
             retained = self._retained.get(parsed.filter)
-            if retained is not None and retained.topic == parsed.filter:
+            if retained is not None:
                 yield retained
             return
         yield from self._retained.matching(matcher(parsed.filter))

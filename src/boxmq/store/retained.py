@@ -122,7 +122,10 @@ class RetainedStore:
             _unlink_quietly(staged.temporary)
 
     def get(self, topic: str) -> Retained | None:
-        return _load(self._path(topic))
+        found = _load(self._path(topic))
+        # Another topic's under this one's name (a file copied or edited by hand) is not
+        # this topic's, as a wildcard's look (`_scan`) passes it by.
+        return found if found is not None and found.topic == topic else None
 
     def matching(self, wanted: Callable[[str], bool]) -> Iterator[Retained]:
         """The retained messages of the topics `wanted` takes, each read when it is reached.
@@ -167,10 +170,12 @@ class RetainedStore:
                     if not wanted(topic):
                         continue
                 found = read(entry.path)  # None: deleted since the listing, or damaged
-                if found is None:
+                if found is None or _file_name(found.topic) != entry.name:
+                    # Not named for the topic it holds, it was not put there by a publish:
+                    # no topic's (`get` never finds it), and no retained message a delete
+                    # of its topic could clear. Passed by, never learnt: it may be replaced.
                     continue
-                if _file_name(found.topic) == entry.name:  # else not put there by a publish
-                    listed[entry.name] = found.topic
+                listed[entry.name] = found.topic
                 if wanted(found.topic):
                     yield entry.path, found
         self._topics = listed

@@ -4,11 +4,14 @@ earlier listing), whatever another process replaced or deleted since."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -140,3 +143,27 @@ def test_the_topics_kept_are_those_of_the_folder(tmp_path: Path) -> None:
         assert sorted(box.topics._retained._topics.values()) == sorted(
             f"dev/{n}/status" for n in range(10, 20)
         )
+
+
+def test_a_file_not_named_for_its_topic_goes_to_no_subscription(tmp_path: Path) -> None:
+    """A retained file is its topic's when named by the SHA-256 of the topic its header
+    holds (file-format.md), dropped by hand or not; under another name it was not put there
+    by a publish and no delete of its topic could clear it: an exact topic and a wildcard
+    both pass it by (before, a wildcard sent it, and a second message of its topic with it)."""
+    with boxmq.open(tmp_path, fsync="never") as box:
+        box.publish("dev/1/status", "on 1", retain=True)
+        folder = tmp_path / "topic-root" / RETAINED_DIR
+
+        def drop(file: str, topic: str, body: bytes) -> None:
+            name = f"4.byhand.T.....bx_topicS={quote(topic, safe='')}&bx_qosY=1"
+            header = json.dumps({"topic": topic, "name": name}).encode()
+            (folder / file).write_bytes(header + b"\n" + body)
+
+        drop(hashlib.sha256(b"dev/2/status").hexdigest(), "dev/2/status", b"by hand")
+        drop("dev-3", "dev/3/status", b"misnamed")
+        drop(hashlib.sha256(b"dev/4/status").hexdigest(), "dev/1/status", b"misnamed")
+        expected = {"dev/1/status": b"on 1", "dev/2/status": b"by hand"}
+        assert _bodies(box.subscribe("dev/+/status", "m", durable=False)) == expected
+        for n in (1, 2, 3, 4):
+            got = _bodies(box.subscribe(f"dev/{n}/status", "m", durable=False))
+            assert got == {k: v for k, v in expected.items() if k == f"dev/{n}/status"}
