@@ -523,7 +523,8 @@ class Lifetimes:
         CONNECTED, those whose client was connected to a broker that died. Nothing if the
         last look found nothing and nothing changed since (`_Quiet`): one stat. Otherwise
         each record is read only if written since the last look (its inode and mtime), and
-        the succession files no record leads through any more are deleted."""
+        the succession files no record leads through any more are deleted: one listing of
+        the folder for both."""
         chains = Chains(self._box.root, self._token)
         seen: dict[str, tuple[tuple[int, int], str | None, bool]] = {}
         found: dict[str, list[tuple[str, str | None]]] = {}
@@ -540,10 +541,12 @@ class Lifetimes:
             entries = os.scandir(folder)
         except FileNotFoundError:
             return found
+        hidden = []  # a record being written, a claim, a succession: for `drop_unneeded`
         with entries:
             for entry in entries:
                 if entry.name.startswith("."):
-                    continue  # a record being written, a claim, a succession
+                    hidden.append(entry)
+                    continue
                 try:
                     status = entry.stat()
                 except FileNotFoundError:
@@ -565,7 +568,7 @@ class Lifetimes:
                         (entry.path, counter)
                     )
         self._holders = seen
-        young = chains.drop_unneeded()
+        young = chains.drop_unneeded(hidden)  # the same listing: one of the folder a look
         # Found some, the next look finds them again: taking them on may fail and change
         # nothing (a failing disk, a claim another broker holds).
         if not found and not young and listed.st_mtime < chains.started - _SETTLED:

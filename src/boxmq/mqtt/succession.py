@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterable
 from typing import Final
 
 from boxmq.mqtt.session_record import records_folder
@@ -138,21 +139,30 @@ class Chains:
         change what it found while no record and no succession file changes."""
         return frozenset(token for token, alive in self._alive.items() if alive)
 
-    def drop_unneeded(self) -> bool:
+    def drop_unneeded(self, listed: Iterable[os.DirEntry[str]] | None = None) -> bool:
         """Delete the succession files no chain of this look reached (its look at every
-        record done), those made before it began (and the temporaries a death left).
+        record done), those made before it began (and the temporaries a death left), among
+        the entries of the records folder `listed` by that look (None: listed here).
         Whether one no chain reached was left for its youth: a later look deletes it."""
-        folder = records_folder(self._root)
+        if listed is None:
+            with (
+                contextlib.suppress(FileNotFoundError),
+                os.scandir(records_folder(self._root)) as entries,
+            ):
+                return self._drop_unneeded(entries)
+            return False
+        return self._drop_unneeded(listed)
+
+    def _drop_unneeded(self, listed: Iterable[os.DirEntry[str]]) -> bool:
         before = self.started - _MARGIN
         young = False
-        with contextlib.suppress(FileNotFoundError), os.scandir(folder) as entries:
-            for entry in entries:
-                name = entry.name
-                if not name.startswith(_PREFIX) or name[len(_PREFIX) :] in self.reached:
-                    continue
-                with contextlib.suppress(FileNotFoundError):
-                    if entry.stat().st_mtime < before:
-                        os.unlink(entry.path)
-                    else:
-                        young = True
+        for entry in listed:
+            name = entry.name
+            if not name.startswith(_PREFIX) or name[len(_PREFIX) :] in self.reached:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                if entry.stat().st_mtime < before:
+                    os.unlink(entry.path)
+                else:
+                    young = True
         return young
