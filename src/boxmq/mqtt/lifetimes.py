@@ -523,8 +523,8 @@ class Lifetimes:
         CONNECTED, those whose client was connected to a broker that died. Nothing if the
         last look found nothing and nothing changed since (`_Quiet`): one stat. Otherwise
         each record is read only if written since the last look (its inode and mtime), and
-        the succession files no record leads through any more are deleted: one listing of
-        the folder for both."""
+        the succession files no record leads through any more, and the claim files no
+        record needs, are deleted: one listing of the folder for all."""
         chains = Chains(self._box.root, self._token)
         seen: dict[str, tuple[tuple[int, int], str | None, bool]] = {}
         found: dict[str, list[tuple[str, str | None]]] = {}
@@ -569,6 +569,7 @@ class Lifetimes:
                     )
         self._holders = seen
         young = chains.drop_unneeded(hidden)  # the same listing: one of the folder a look
+        young = _drop_unneeded_claims(hidden, seen, chains.started) or young
         # Found some, the next look finds them again: taking them on may fail and change
         # nothing (a failing disk, a claim another broker holds).
         if not found and not young and listed.st_mtime < chains.started - _SETTLED:
@@ -615,10 +616,9 @@ class Lifetimes:
         keeps no flocks; raises OSError if this try failed. Named for a dead broker, whose name
         no record takes again, the file is deleted when let go: no later claimer can hold
         another one while the record still names that broker (and a claimer reads the record
-        again under it)."""
-        name = os.path.basename(path)
-        digest = hashlib.sha256(name.encode()).hexdigest()[:32]  # a client id's name is long
-        claim = os.path.join(os.path.dirname(path), f".dead-{dead or 'none'}-{digest}")
+        again under it). One a claimer left when it died holding it goes with a look that
+        finds no record naming it (`_drop_unneeded_claims`), or with its next claimer."""
+        claim = os.path.join(os.path.dirname(path), _claim_name(os.path.basename(path), dead))
         # Refused (EMFILE, EIO, EACCES), the open raises: this try failed, and the caller
         # tries again (the next sweep; a CONNECT is refused). Taken for a file system with
         # no flocks, a CONNECT took the session on unclaimed, its Will sent by a sweep too.
@@ -728,3 +728,70 @@ class Lifetimes:
         handle = self.expiries.pop(client_id, None)
         if handle is not None:
             handle.cancel()
+
+
+_CLAIM: Final = ".dead-"
+_DIGEST: Final = 32  # hex digits of a record's name's SHA-256 in its claim's name
+
+
+def _claim_name(record: str, dead: str | None) -> str:
+    """The name of the claim file (`Lifetimes._claim`) on the record file named `record`
+    counted by `dead` (None: by none)."""
+    digest = hashlib.sha256(record.encode()).hexdigest()[:_DIGEST]  # a client id's name is long
+    return f"{_CLAIM}{dead or NONE}-{digest}"
+
+
+def _drop_unneeded_claims(
+    listed: list[os.DirEntry[str]],
+    seen: dict[str, tuple[tuple[int, int], str | None, bool]],
+    started: float,
+) -> bool:
+    """Delete the claim files among the records folder's entries `listed` by a look begun at
+    `started` that a claimer left when it died holding one, and no claimer will use again:
+    made before that look began, not named for a record it `seen` (by name: its counter),
+    and held by no process. Such a claim was made once its dead broker had died, so the look
+    read each record after that death, and one that did not name that broker then never
+    will (a dead token is never named by a write). Whether one was left for its youth: a
+    later look deletes it."""
+    claims = [entry for entry in listed if entry.name.startswith(_CLAIM)]
+    if not claims:
+        return False
+    tokens = {entry.name[len(_CLAIM) : -_DIGEST - 1] for entry in claims}
+    needed = {
+        _claim_name(name, counter)
+        for name, (_, counter, _) in seen.items()
+        if (counter or NONE) in tokens  # a hash for those only, not every record's
+    }
+    before = started - _SETTLED  # as a succession file: its mtime from a lagging clock
+    young = False
+    for entry in claims:
+        if entry.name in needed:
+            continue
+        try:
+            if not entry.is_file(follow_symlinks=False):
+                continue  # made by hand: no claimer's
+            if entry.stat(follow_symlinks=False).st_mtime >= before:
+                young = True
+                continue
+            _drop_claim(entry.path)
+        except OSError as error:  # gone already (its claimer let go), or refused: left
+            log.debug("%s: claim file left: %s", entry.path, error)
+    return young
+
+
+def _drop_claim(path: str) -> None:
+    """Delete the claim file at `path` unless a process holds it (a claimer at work: it
+    deletes it when done). One that opened it just before, and holds it once deleted, reads
+    the record again under it, as every claimer does, and finds it moved on."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # never made again here
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        except OSError as error:
+            if error.errno not in _NO_FLOCKS:
+                raise
+        os.unlink(path)
+    finally:
+        os.close(fd)

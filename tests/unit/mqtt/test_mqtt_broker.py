@@ -2295,6 +2295,55 @@ def test_what_a_connect_and_a_sweep_get_of_a_session_whose_server_died(tmp_path:
     _run(tmp_path, test, clock)
 
 
+def test_a_claim_left_by_a_claimer_that_died_goes_once_no_record_needs_it(
+    tmp_path: Path,
+) -> None:
+    """A server that died holding the claim on a session (`Lifetimes._claim`) left its file,
+    which stayed for good once the session's record moved on: nothing deleted it. A look
+    for the sessions of dead servers deletes it now, unless a record still names that
+    server (a next claimer would take it over), a process holds it, or it is too young."""
+    root = tmp_path / "root"
+    folder = records_folder(str(root))
+    dead, running = dead_token(), process_token(os.getppid())
+    then = time.time() - 10
+
+    def old(path: str) -> None:
+        os.utime(path, (then, then))
+
+    def left(claims: dict[str, str]) -> set[str]:
+        return {client_id for client_id, path in claims.items() if os.path.exists(path)}
+
+    async def test(broker: Broker) -> None:
+        # Names the dead server, counted by its successor, which runs: no look finds it.
+        write_record(str(root), SessionRecord("named", 600, disconnected_at=1.0, counted_by=dead))
+        claim(str(root), dead, running)
+        for client_id in ("moved", "held"):  # its client came back to a server that runs
+            write_record(str(root), SessionRecord(client_id, 600, server=running))
+        claims = {
+            client_id: _claim_path(root, client_id, dead)
+            for client_id in ("named", "moved", "held", "ended", "young")
+        }
+        for client_id, path in claims.items():
+            os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+            if client_id != "young":
+                old(path)
+        held = os.open(claims["held"], os.O_RDWR)
+        fcntl.flock(held, fcntl.LOCK_EX)  # a claimer at work
+        look = broker._lifetimes._orphans
+        try:
+            old(folder)
+            assert look() == {}
+            assert left(claims) == {"named", "held", "young"}
+        finally:
+            os.close(held)
+        old(claims["young"])
+        old(folder)  # as the first look saw it: the young claim kept it from rest
+        assert look() == {}
+        assert left(claims) == {"named"}
+
+    _run(tmp_path, test)
+
+
 def test_a_claim_that_cannot_be_opened_fails_the_sweep_not_the_file_system(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
