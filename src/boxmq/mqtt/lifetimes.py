@@ -15,11 +15,11 @@ Invariants:
   is dead (succession.py). A start, or a sweep, takes on the sessions away that lead to a
   dead broker whose succession none claimed by claiming it (`_succeed`: one link), and
   writes none of their records: claiming and writing each took 1.5-2.8 s over 1,000. One
-  whose client was connected to a dead broker is taken on by itself, under the claim
-  (`_claim`) on its record, read again under it, and written (its connection closed then);
-  so is one at its client's CONNECT. A start that counted every session away, and a sweep
-  that passed over those no broker held, sent a Will twice (both it and the broker keeping
-  the session), or never.
+  whose client was connected to a dead broker is taken on by itself, under the claim on
+  its record (adoption.session_claim), read again under it, and written (its connection
+  closed then); so is one at its client's CONNECT. A start that counted every session
+  away, and a sweep that passed over those no broker held, sent a Will twice (both it and
+  the broker keeping the session), or never.
 - One step of an end on disk that fails (a full or failing disk) is logged, and the next one
   is done all the same (`session_end_step`).
 - A session found on disk at start ends only if its client has not come back since (here, or
@@ -35,13 +35,13 @@ Invariants:
   claim as a sweep (below), never waited for on the loop: held by another, the CONNECT is
   tried again (broker._wait_for_claim).
 - So does a running broker's sweep for a session connected to a broker that died, whose
-  client never comes back (`adopt_the_dead`), under a claim (an flock) that one broker of
-  this host holds at a time; the claimer reads the record again under it, and takes it on
-  only if it still names the dead broker, writing it first as no broker's, counted by
-  itself: a second survivor, or a claimer's successor after it died too, finds it taken,
-  so its Will goes out once. The sessions away it takes on by succession, as a start does.
-  A session whose record leads to a broker alive, or of another host (it cannot be told),
-  is left alone.
+  client never comes back (`adopt_the_dead`, which adoption.Orphans finds), under a claim
+  (an flock) that one broker of this host holds at a time; the claimer reads the record
+  again under it, and takes it on only if it still names the dead broker, writing it
+  first as no broker's, counted by itself: a second survivor, or a claimer's successor
+  after it died too, finds it taken, so its Will goes out once. The sessions away it
+  takes on by succession, as a start does. A session whose record leads to a broker
+  alive, or of another host (it cannot be told), is left alone.
 - A broker counting a session from a record it did not write (its `found`) sends its Will
   and ends it only if the record is still that one (AwayAtStart): its client's return to
   another broker, or another broker taking it on by its claim, writes it.
@@ -53,13 +53,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import fcntl
-import hashlib
 import logging
-import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import Enum, auto
 from functools import partial
 from typing import Final
@@ -69,6 +65,7 @@ from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock
 from boxmq.core import parse_filter
 from boxmq.errors import RecurringFailure, store_failure
+from boxmq.mqtt.adoption import CONNECTED, Orphans, session_claim
 from boxmq.mqtt.routes import MemoryRoutes
 from boxmq.mqtt.session import NEVER, Session
 from boxmq.mqtt.session_record import (
@@ -78,20 +75,16 @@ from boxmq.mqtt.session_record import (
     read_record_file,
     read_records,
     record_path,
-    records_folder,
     write_record,
 )
 from boxmq.mqtt.stored import consumer_name, exactly_once_source
 from boxmq.mqtt.succession import NONE, Chains, claim
 from boxmq.mqtt.wills import Wills, will_delay
-from boxmq.store.process import process_alive, token_pid
+from boxmq.store.process import token_pid
 
 __all__ = ["CLAIMED", "Claimed", "Lifetimes", "session_end_step", "session_made"]
 
 log = logging.getLogger("boxmq.mqtt")
-# What flock raises where the file system keeps no flocks (NFS mounted nolock, some FUSE):
-# a claim is done without there. Any other errno is a failure of one try.
-_NO_FLOCKS: Final = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
 
 
 class Claimed(Enum):
@@ -136,10 +129,6 @@ def session_made(client_id: str, record: SessionRecord | None, text: str) -> boo
     return False
 
 
-CONNECTED: Final = ""
-"""`Lifetimes._orphans`'s key for the records of sessions connected to a broker that died."""
-
-
 def _named(token: str) -> str:
     """A broker's token as the log says it."""
     return "no server" if token == NONE else f"process {token_pid(token)}, which died"
@@ -152,33 +141,6 @@ def _whose(record: SessionRecord) -> str:
     if record.counted_by is not None:
         return "was counted by a server of this host that died"
     return "was counted by no server"
-
-
-# A records folder changed less than this before a look began may change again and keep its
-# mtime: the kernel stamps it from a clock that may lag time.time() by a tick (as
-# succession._MARGIN), and a coarser file system keeps it coarser. Such a look is not kept
-# as `_Quiet`: the next one looks at every record again.
-_SETTLED: Final = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class _Quiet:
-    """What a look through every record that found nothing to take on saw: the records
-    folder (its inode and mtime, which a record written, replaced by a rename or deleted,
-    and a succession or claim file made or deleted, all change) and the brokers of this
-    host it found running (`Chains.running`). While the folder is the same and they all
-    run, a look would find nothing again: each second's look is a stat and a /proc read
-    per running broker, where a stat per record took 40 ms over 10,000. What a broker of
-    another host writes names it, which counts as long as it may run (Chains.counts): a
-    file system that caches a folder's attributes (NFS) may show such writes late, but
-    none makes a session this host must take on."""
-
-    folder: tuple[int, int]
-    running: frozenset[str]
-
-    def still(self, folder: tuple[int, int]) -> bool:
-        """Whether a look that sees the records folder as `folder` would find nothing."""
-        return folder == self.folder and all(process_alive(token) for token in self.running)
 
 
 AfterDiskWork = Callable[[str, Callable[[], object], Callable[[object], None]], bool]
@@ -215,13 +177,10 @@ class Lifetimes:
         self._memory = memory
         self._durable = durable
         self.expiries: dict[str, asyncio.TimerHandle] = {}  # client id -> its session's end
-        # The sweep for sessions of dead brokers (`adopt_the_dead`): what each record file
-        # named when last read, by its name, with its inode and mtime, so that a sweep reads
-        # again only the records written since (a stat each, not a read and a JSON parse).
-        self._holders: dict[str, tuple[tuple[int, int], str | None, bool]] = {}
+        # The sweep for sessions of dead brokers (`adopt_the_dead`), and what its looks saw.
+        self._orphans = Orphans(box.root, token)
         self._sweep_failing = RecurringFailure()
-        self._looking = False  # a look through the records under way (`_orphans`)
-        self._quiet: _Quiet | None = None  # what the last look saw, if it found nothing
+        self._looking = False  # a look through the records under way (`Orphans.look`)
         self._told_no_claim = False  # told once: claims fail on every sweep, for every record
 
     def forget_on_disk(self, client_id: str, record: SessionRecord | None) -> None:
@@ -466,7 +425,7 @@ class Lifetimes:
         `left_by_the_dead` (a CONNECT) and `_claim_and_take` (a start, a sweep)."""
         counter = record.counter
         path = record_path(self._box.root, record.client_id)
-        with self._claim(path, counter) as claimed:
+        with session_claim(path, counter) as claimed:
             if claimed is None and sweep and not self._told_no_claim:
                 self._told_no_claim = True
                 log.warning(
@@ -508,76 +467,17 @@ class Lifetimes:
         back, are taken on as a restart would (`_adopt`). Without this, nothing sent their
         Wills or ended them until that root was served again by a broker started on this
         host, and the messages of their share groups stayed locked to them. The records are
-        looked through in a worker thread (`_orphans`: 10,000 records took 40 ms, their
-        first reading 260 ms; one stat while nothing changed, `_Quiet`), one look at a
-        time, and only those found are taken on, on the loop."""
+        looked through in a worker thread (`Orphans.look`: 10,000 records took 40 ms, their
+        first reading 260 ms; one stat while nothing changed), one look at a time, and only
+        those found are taken on, on the loop."""
         if self._looking:
             return
         self._looking = True
-        looked = asyncio.get_running_loop().run_in_executor(None, self._orphans)
+        looked = asyncio.get_running_loop().run_in_executor(None, self._orphans.look)
         looked.add_done_callback(self._adopt_found)
 
-    def _orphans(self) -> dict[str, list[tuple[str, str | None]]]:
-        """By the token of a broker of this host that died and whose succession none
-        claimed: (path, counter) of each record away whose counter leads to it; under
-        CONNECTED, those whose client was connected to a broker that died. Nothing if the
-        last look found nothing and nothing changed since (`_Quiet`): one stat. Otherwise
-        each record is read only if written since the last look (its inode and mtime), and
-        the succession files no record leads through any more, and the claim files no
-        record needs, are deleted: one listing of the folder for all."""
-        chains = Chains(self._box.root, self._token)
-        seen: dict[str, tuple[tuple[int, int], str | None, bool]] = {}
-        found: dict[str, list[tuple[str, str | None]]] = {}
-        folder = records_folder(self._box.root)
-        try:
-            listed = os.stat(folder)  # before the look: a change during it makes another
-        except FileNotFoundError:
-            return found  # no persistent session ever on this root
-        seeing = (listed.st_ino, listed.st_mtime_ns)
-        if self._quiet is not None and self._quiet.still(seeing):
-            return found
-        self._quiet = None
-        try:
-            entries = os.scandir(folder)
-        except FileNotFoundError:
-            return found
-        hidden = []  # a record being written, a claim, a succession: for `drop_unneeded`
-        with entries:
-            for entry in entries:
-                if entry.name.startswith("."):
-                    hidden.append(entry)
-                    continue
-                try:
-                    status = entry.stat()
-                except FileNotFoundError:
-                    continue  # its session ended now
-                key = (status.st_ino, status.st_mtime_ns)
-                known = self._holders.get(entry.name)
-                if known is not None and known[0] == key:
-                    _, counter, connected = known
-                else:
-                    record = read_record_file(entry.path)
-                    if record is None:
-                        continue  # ended now, or no record (said by `boxmq session ls`)
-                    counter, connected = record.counter, record.holder is not None
-                seen[entry.name] = (key, counter, connected)
-                dead = chains.resolve(counter, follow=not connected)
-                if not chains.counts(dead):
-                    # One connected to a dead broker is taken on by itself (`_count_found`).
-                    found.setdefault(CONNECTED if connected else dead, []).append(
-                        (entry.path, counter)
-                    )
-        self._holders = seen
-        young = chains.drop_unneeded(hidden)  # the same listing: one of the folder a look
-        young = _drop_unneeded_claims(hidden, seen, chains.started) or young
-        # Found some, the next look finds them again: taking them on may fail and change
-        # nothing (a failing disk, a claim another broker holds).
-        if not found and not young and listed.st_mtime < chains.started - _SETTLED:
-            self._quiet = _Quiet(seeing, chains.running())
-        return found
-
     def _adopt_found(self, looked: asyncio.Future[dict[str, list[tuple[str, str | None]]]]) -> None:
-        """On the loop: the sessions `_orphans` found are taken on. A failing disk is told
+        """On the loop: the sessions `Orphans.look` found are taken on. A failing disk is told
         once per errno, and tried again at the next sweep."""
         self._looking = False
         if looked.cancelled():
@@ -606,44 +506,6 @@ class Lifetimes:
         record = read_record_file(path)
         if record is not None and record.counter == counter:
             self._take_on(record)
-
-    @contextlib.contextmanager
-    def _claim(self, path: str, dead: str | None) -> Iterator[bool | None]:
-        """The claim on the record at `path` counted by `dead`, a broker of this host that
-        died (None: by none, a record of an older boxmq): an flock of a file named for both,
-        which the kernel lets go of if this process dies too. Yields True when held, False
-        if another holds it (never waited for, on the loop), None where the file system
-        keeps no flocks; raises OSError if this try failed. Named for a dead broker, whose name
-        no record takes again, the file is deleted when let go: no later claimer can hold
-        another one while the record still names that broker (and a claimer reads the record
-        again under it). One a claimer left when it died holding it goes with a look that
-        finds no record naming it (`_drop_unneeded_claims`), or with its next claimer."""
-        claim = os.path.join(os.path.dirname(path), _claim_name(os.path.basename(path), dead))
-        # Refused (EMFILE, EIO, EACCES), the open raises: this try failed, and the caller
-        # tries again (the next sweep; a CONNECT is refused). Taken for a file system with
-        # no flocks, a CONNECT took the session on unclaimed, its Will sent by a sweep too.
-        fd = os.open(claim, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False  # another survivor of this host is taking it on now
-                return
-            except OSError as error:
-                if error.errno not in _NO_FLOCKS:
-                    raise  # this try failed (EINTR, ENOMEM), not the file system
-                log.debug("%s: no claim: %s", claim, error)
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(claim)
-                yield None
-                return
-            try:
-                yield True
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(claim)
-        finally:
-            os.close(fd)
 
     def _take_on(self, record: SessionRecord) -> None:
         """`record`, counted by a broker of this host that died, whose succession this one
@@ -728,70 +590,3 @@ class Lifetimes:
         handle = self.expiries.pop(client_id, None)
         if handle is not None:
             handle.cancel()
-
-
-_CLAIM: Final = ".dead-"
-_DIGEST: Final = 32  # hex digits of a record's name's SHA-256 in its claim's name
-
-
-def _claim_name(record: str, dead: str | None) -> str:
-    """The name of the claim file (`Lifetimes._claim`) on the record file named `record`
-    counted by `dead` (None: by none)."""
-    digest = hashlib.sha256(record.encode()).hexdigest()[:_DIGEST]  # a client id's name is long
-    return f"{_CLAIM}{dead or NONE}-{digest}"
-
-
-def _drop_unneeded_claims(
-    listed: list[os.DirEntry[str]],
-    seen: dict[str, tuple[tuple[int, int], str | None, bool]],
-    started: float,
-) -> bool:
-    """Delete the claim files among the records folder's entries `listed` by a look begun at
-    `started` that a claimer left when it died holding one, and no claimer will use again:
-    made before that look began, not named for a record it `seen` (by name: its counter),
-    and held by no process. Such a claim was made once its dead broker had died, so the look
-    read each record after that death, and one that did not name that broker then never
-    will (a dead token is never named by a write). Whether one was left for its youth: a
-    later look deletes it."""
-    claims = [entry for entry in listed if entry.name.startswith(_CLAIM)]
-    if not claims:
-        return False
-    tokens = {entry.name[len(_CLAIM) : -_DIGEST - 1] for entry in claims}
-    needed = {
-        _claim_name(name, counter)
-        for name, (_, counter, _) in seen.items()
-        if (counter or NONE) in tokens  # a hash for those only, not every record's
-    }
-    before = started - _SETTLED  # as a succession file: its mtime from a lagging clock
-    young = False
-    for entry in claims:
-        if entry.name in needed:
-            continue
-        try:
-            if not entry.is_file(follow_symlinks=False):
-                continue  # made by hand: no claimer's
-            if entry.stat(follow_symlinks=False).st_mtime >= before:
-                young = True
-                continue
-            _drop_claim(entry.path)
-        except OSError as error:  # gone already (its claimer let go), or refused: left
-            log.debug("%s: claim file left: %s", entry.path, error)
-    return young
-
-
-def _drop_claim(path: str) -> None:
-    """Delete the claim file at `path` unless a process holds it (a claimer at work: it
-    deletes it when done). One that opened it just before, and holds it once deleted, reads
-    the record again under it, as every claimer does, and finds it moved on."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # never made again here
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return
-        except OSError as error:
-            if error.errno not in _NO_FLOCKS:
-                raise
-        os.unlink(path)
-    finally:
-        os.close(fd)

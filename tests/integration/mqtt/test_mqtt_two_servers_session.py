@@ -356,7 +356,7 @@ def test_a_subscribe_on_a_connection_whose_session_moved_closes_it(
 
 
 def _claim_path(root: Path, client_id: str, dead: str) -> Path:
-    """Where a survivor claims the session of `client_id` from `dead` (Lifetimes._claim)."""
+    """Where a survivor claims the session of `client_id` from `dead` (adoption.session_claim)."""
     name = os.path.basename(record_path(str(root), client_id))
     digest = hashlib.sha256(name.encode()).hexdigest()[:32]
     return Path(records_folder(str(root))) / f".dead-{dead}-{digest}"

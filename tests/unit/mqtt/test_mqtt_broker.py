@@ -1964,7 +1964,7 @@ def _audit_of(path: str) -> Iterator[list[str]]:
 def test_the_look_for_dead_servers_sessions_lists_no_record_while_nothing_changed(
     tmp_path: Path,
 ) -> None:
-    """Each second's look for the sessions of dead servers (the sweep, `_orphans`) stat'ed
+    """Each second's look for the sessions of dead servers (the sweep, `Orphans.look`) stat'ed
     every record: 40 ms a look over 10,000 records, 4 % of a core for nothing. It lists
     them only if the records folder changed since its last look, which found nothing, or a
     server of this host it found running died; and such a look lists it once, for the
@@ -1980,7 +1980,7 @@ def test_the_look_for_dead_servers_sessions_lists_no_record_while_nothing_change
             write_record(root, record)
         old = time.time() - 10
         os.utime(folder, (old, old))  # its last change long before the looks
-        look = broker._lifetimes._orphans
+        look = broker._lifetimes._orphans.look
         with _audit_of(folder) as listed:
             assert look() == {}
             assert look() == {}  # one stat: nothing changed
@@ -2236,7 +2236,7 @@ def test_a_connect_waiting_for_a_claim_is_not_closed_as_one_that_sent_none(
 
 
 def _claim_path(root: Path, client_id: str, dead: str) -> str:
-    """Where a server claims the session of `client_id` from `dead` (Lifetimes._claim)."""
+    """Where a server claims the session of `client_id` from `dead` (adoption.session_claim)."""
     path = record_path(str(root), client_id)
     digest = hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:32]
     return os.path.join(os.path.dirname(path), f".dead-{dead}-{digest}")
@@ -2298,7 +2298,7 @@ def test_what_a_connect_and_a_sweep_get_of_a_session_whose_server_died(tmp_path:
 def test_a_claim_left_by_a_claimer_that_died_goes_once_no_record_needs_it(
     tmp_path: Path,
 ) -> None:
-    """A server that died holding the claim on a session (`Lifetimes._claim`) left its file,
+    """A server that died holding the claim on a session (`adoption.session_claim`) left its file,
     which stayed for good once the session's record moved on: nothing deleted it. A look
     for the sessions of dead servers deletes it now, unless a record still names that
     server (a next claimer would take it over), a process holds it, or it is too young."""
@@ -2329,7 +2329,7 @@ def test_a_claim_left_by_a_claimer_that_died_goes_once_no_record_needs_it(
                 old(path)
         held = os.open(claims["held"], os.O_RDWR)
         fcntl.flock(held, fcntl.LOCK_EX)  # a claimer at work
-        look = broker._lifetimes._orphans
+        look = broker._lifetimes._orphans.look
         try:
             old(folder)
             assert look() == {}
