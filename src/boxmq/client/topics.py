@@ -24,7 +24,7 @@ from boxmq.client.consumer import Consumer
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.memory import MemoryDelivery, MemoryInbox
-from boxmq.client.message import Message
+from boxmq.client.message import Message, qos_of
 from boxmq.client.path_locks import PathLocks
 from boxmq.client.queue import QueueCounts, counts_of
 from boxmq.client.receiver import Receiver
@@ -947,11 +947,11 @@ class Topics:
             self._memory[key] = (subscription, inbox)
         now = self._clock.now()
         for retained in self._matching_retained(subscription.filter):
-            envelope, _ = decode_lenient(retained.name)
+            envelope = _retained_envelope(retained)
             if envelope.expired(now):
                 continue  # not sent (MQTT 5.0 §3.3.2.3.3), as a dropbox's copy expires there
             flagged = envelope.with_property(RETAINED, PropertyType.BOOLEAN, True)
-            qos = min(_qos(envelope.property_value(QOS)), subscription.qos)  # as _send_retained
+            qos = min(qos_of(envelope.property_value(QOS)), subscription.qos)  # as _send_retained
             inbox.push(MemoryDelivery(_at(flagged, _LEVELS[qos]), retained.body))
 
         def close() -> None:
@@ -988,11 +988,11 @@ class Topics:
         now = self._clock.now()
         expiring = False
         for retained in self._matching_retained(parsed):
-            envelope, _ = decode_lenient(retained.name)
+            envelope = _retained_envelope(retained)
             if envelope.expired(now):
                 continue  # never sent (MQTT 5.0 §3.3.2.3.3): a copy would only expire there
             envelope = envelope.with_property(RETAINED, PropertyType.BOOLEAN, True)
-            qos = min(_qos(envelope.property_value(QOS)), granted)
+            qos = min(qos_of(envelope.property_value(QOS)), granted)
             envelope = _at(envelope.without_property(QOS), QoS(qos))
             moves.append(dropbox.write_apart(encode(envelope, as_read=True), retained.body))
             expiring = expiring or bool(envelope.expiration)
@@ -1016,7 +1016,7 @@ class Topics:
         each file read when it is reached: a caller may take a few here and the rest in
         another thread (one thread at a time)."""
         for found in self._matching_retained(parse_filter(filter)):
-            yield decode_lenient(found.name)[0], found.body
+            yield _retained_envelope(found), found.body
 
     def has_durable(self, topic: str, source: str | None = None) -> bool:
         """Whether a publish to `topic` by `source` would be written into any dropbox (a
@@ -1033,7 +1033,7 @@ class Topics:
 
     def retained(self, topic: str) -> tuple[Envelope, bytes] | None:
         found = self._retained.get(topic)
-        return None if found is None else (decode_lenient(found.name)[0], found.body)
+        return None if found is None else (_retained_envelope(found), found.body)
 
     # -- keeping the router in step with the folders ---------------------------------------------
 
@@ -1311,6 +1311,16 @@ class _AtMostOnce:
 
 
 _AT_MOST_ONCE = _AtMostOnce()
+
+
+def _retained_envelope(retained: Retained) -> Envelope:
+    """A retained message's metadata, from its name, with the topic its file is named for:
+    one written by hand with no `bx_topicS` in its name (or another) went to subscribers
+    with none, and over MQTT as a PUBLISH to an empty topic."""
+    envelope, _ = decode_lenient(retained.name)
+    if envelope.topic == retained.topic:
+        return envelope
+    return envelope.with_property(TOPIC, PropertyType.STRING, retained.topic)
 
 
 def _qos(value: object) -> QoS:

@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import boxmq
 from boxmq.clock import ManualClock
+from boxmq.model import QOS
 from boxmq.store.retained import RETAINED_DIR
 
 _opened: list[str] | None = None  # the paths opened while `_retained_opens` records
@@ -167,3 +168,30 @@ def test_a_file_not_named_for_its_topic_goes_to_no_subscription(tmp_path: Path) 
         for n in (1, 2, 3, 4):
             got = _bodies(box.subscribe(f"dev/{n}/status", "m", durable=False))
             assert got == {k: v for k, v in expected.items() if k == f"dev/{n}/status"}
+
+
+def test_a_retained_file_written_by_hand_with_the_least_name_is_sent(tmp_path: Path) -> None:
+    """One written by hand under its topic's hash whose name is `4.<id>.T` (no `bx_topicS`,
+    no `bx_qosY`, as a dropbox takes it): a subscribe that matched it failed ("qos None"),
+    and its message had no topic (over MQTT, a PUBLISH to an empty topic). It goes now,
+    to its topic, at QoS 1 at most, the default of a name without one."""
+    with boxmq.open(tmp_path, fsync="never") as box:
+        box.publish("dev/1/status", "on 1", retain=True)  # makes the folder
+        header = json.dumps({"topic": "dev/2/status", "name": "4.byhand.T"}).encode()
+        folder = tmp_path / "topic-root" / RETAINED_DIR
+        (folder / hashlib.sha256(b"dev/2/status").hexdigest()).write_bytes(header + b"\nhi")
+        for filter in ("dev/2/status", "dev/+/status"):
+            subscriber = box.subscribe(filter, "m", durable=False, qos=2)
+            got = {}
+            while (message := subscriber.receive(timeout=0)) is not None:
+                got[message.topic] = (message.body, message.qos)
+            subscriber.close()
+            assert got["dev/2/status"] == (b"hi", 1)
+            box.subscribe(filter, "d", qos=2).close()  # a durable one: its copy on disk
+            stored = {p.envelope.topic: p for p in box.subscription(filter, "d").peek()}
+            assert stored["dev/2/status"].envelope.property_value(QOS) == 1
+        found = box.topics.retained("dev/2/status")
+        assert found is not None
+        assert found[0].topic == "dev/2/status"
+        read = box.topics.retained_reading("dev/2/status")  # an MQTT SUBSCRIBE's
+        assert [envelope.topic for envelope, _ in read] == ["dev/2/status"]
