@@ -194,6 +194,15 @@ def server_context(
     try:
         context.load_cert_chain(cert_path, key_path, password=_refuse_encrypted_key)
     except ssl.SSLError as error:
+        if error.reason is None:
+            # OpenSSL's "PEM lib", with no reason: the key's block is there (_check_key) but
+            # does not decode (a line damaged by a copy, a truncated file), which is no
+            # mismatch: the operator would look for another key when this one needs a copy.
+            raise TlsFileError(
+                key_setting,
+                f"TLS key file {key_path} holds a private key that cannot be read "
+                "(damaged or cut short?): copy it again",
+            ) from None
         # KEY_VALUES_MISMATCH (same key type) or NO_CERTIFICATE_ASSIGNED (another type).
         raise TlsFileError(
             key_setting,

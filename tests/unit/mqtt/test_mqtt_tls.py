@@ -132,6 +132,9 @@ def test_errors_say_which_file_to_fix(tmp_path: Path) -> None:
     _, rsa_key = _self_signed(tmp_path, "rsa", key_type="rsa")
     junk = tmp_path / "junk.pem"
     junk.write_text("not pem\n")
+    damaged = tmp_path / "damaged.key"  # one line of its base64 changed
+    lines = key.read_text().splitlines(keepends=True)
+    damaged.write_text("".join([lines[0], "X" + lines[1][1:], *lines[2:]]))
     encrypted = tmp_path / "encrypted.key"
     _openssl("pkey", "-in", key, "-aes256", "-passout", "pass:secret", "-out", encrypted)
     cases = [
@@ -141,6 +144,7 @@ def test_errors_say_which_file_to_fix(tmp_path: Path) -> None:
         ((cert, junk, None), r"key file .*junk.pem holds no PEM private key"),
         ((cert, other_key, None), r"key .*other.key does not belong to the certificate"),
         ((cert, rsa_key, None), r"key .*rsa.key does not belong to the certificate"),
+        ((cert, damaged, None), r"key file .*damaged.key holds a private key that cannot be"),
         ((cert, encrypted, None), r"encrypted.key is encrypted with a passphrase"),
         ((cert, key, junk), r"CA file .*junk.pem holds no PEM certificate"),
         ((cert, key, tmp_path / "missing-ca.pem"), r"CA file .*missing-ca.pem does not exist"),
