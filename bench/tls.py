@@ -1,0 +1,401 @@
+"""MQTT over TLS: boxmq beside mosquitto in one run, each with a plain and a TLS listener that
+requires a client certificate (the CA, server and client certificates are made with the
+`openssl` CLI at start).
+
+    .venv/bin/python bench/tls.py                 # 1,000 connections, 30,000 QoS 1 messages
+    .venv/bin/python bench/tls.py --connections 200 --messages 5000    # a smoke run
+
+Two cases, each on the plain listener and then on the TLS one, so that what TLS adds shows
+beside what the broker costs without it:
+
+- `connections`: N clients (a Python asyncio client, 50 at a time) each open a socket, finish
+  the TLS handshake (TLS 1.3, P-256 certificates), send an MQTT 3.1.1 CONNECT and read its
+  CONNACK, and stay connected until all N are. The broker's CPU (/proc/<pid>/stat, utime +
+  stime) and resident memory (VmRSS) are read before the first and after the last, and shown
+  per connection; then they all close.
+- `qos1`: one `mosquitto_sub -q 1` and one `mosquitto_pub -q 1 -l` (32-byte lines, in runs of
+  50,000: 16-bit packet ids), both with `--cafile --cert --key` on the TLS listener; the
+  clock runs from the first line published to the last one printed, each run bounded by
+  `--budget` seconds. Broker CPU per message beside the rate.
+
+boxmq runs from the `src/` beside this folder (`boxmq serve --config`, fsync always as in
+bench/mqtt.py), mosquitto (Debian's) with `persistence false`, `max_queued_messages 0`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from machine import Source, interpreter
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+CHUNK = 50_000  # lines per mosquitto_pub run at QoS 1 (16-bit packet ids)
+AT_ONCE = 50  # connections opened at the same time in `connections`
+TICK = os.sysconf("SC_CLK_TCK")
+CONNECT = bytes.fromhex("100c00044d5154540402003c0000")  # 3.1.1, clean, keep-alive 60, id ""
+CONNACK = bytes.fromhex("20020000")
+
+
+@dataclass(frozen=True)
+class Certificates:
+    ca: Path
+    server: tuple[Path, Path]
+    client: tuple[Path, Path]
+
+
+@dataclass(frozen=True)
+class Ports:
+    plain: int
+    tls: int
+
+
+def _openssl(*args: str | Path) -> None:
+    subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True, timeout=60)
+
+
+def _certificates(folder: Path) -> Certificates:
+    """A CA, a server certificate for localhost and 127.0.0.1, a client certificate."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    ca, ca_key = folder / "ca.crt", folder / "ca.key"
+    _openssl("req", "-x509", *ec, "-days", "2", "-subj", "/CN=bench-ca", "-keyout", ca_key,
+             "-out", ca)  # fmt: skip
+    made = []
+    for name, extra in (("server", "subjectAltName=DNS:localhost,IP:127.0.0.1"), ("client", "")):
+        cert, key, request = folder / f"{name}.crt", folder / f"{name}.key", folder / "req.csr"
+        _openssl("req", *ec, "-subj", f"/CN={name}", "-keyout", key, "-out", request)
+        extension = folder / "ext.cnf"
+        extension.write_text(extra + "\n")
+        _openssl("x509", "-req", "-in", request, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
+                 "-days", "2", "-extfile", extension, "-out", cert)  # fmt: skip
+        key.chmod(0o644)  # mosquitto reads it as the user it drops to
+        made.append((cert, key))
+    folder.chmod(0o755)
+    return Certificates(ca, made[0], made[1])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _start_boxmq(ports: Ports, certs: Certificates, folder: Path) -> subprocess.Popen[bytes]:
+    config = folder / "boxmq.toml"
+    server, key = certs.server
+    config.write_text(
+        f'[[mqtt.listener]]\nhost = "127.0.0.1"\nport = {ports.plain}\n'
+        f'[[mqtt.listener]]\nhost = "127.0.0.1"\nport = {ports.tls}\n'
+        f'tls = {{ cert = "{server}", key = "{key}", ca = "{certs.ca}" }}\n'
+        "[mqtt.limits]\nmax_connections = 100000\n"
+    )
+    environment = {**os.environ, "PYTHONPATH": str(SRC)}
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(folder / "data")]
+    command += ["--fsync", "always", "serve", "--config", str(config)]
+    return subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=_log(folder, "boxmq"), env=environment
+    )
+
+
+def _start_mosquitto(ports: Ports, certs: Certificates, folder: Path) -> subprocess.Popen[bytes]:
+    config = folder / "mosquitto.conf"
+    server, key = certs.server
+    config.write_text(
+        "per_listener_settings false\nallow_anonymous true\npersistence false\n"
+        "max_queued_messages 0\n"  # the default, 1000, silently drops QoS 1 under this load
+        "log_dest stderr\nlog_type error\nlog_type warning\n"
+        f"listener {ports.plain} 127.0.0.1\n"
+        f"listener {ports.tls} 127.0.0.1\n"
+        f"cafile {certs.ca}\ncertfile {server}\nkeyfile {key}\nrequire_certificate true\n"
+    )
+    return subprocess.Popen(
+        ["/usr/sbin/mosquitto", "-c", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=_log(folder, "mosquitto"),
+    )
+
+
+BROKERS: dict[str, Callable[[Ports, Certificates, Path], subprocess.Popen[bytes]]] = {
+    "boxmq": _start_boxmq,
+    "mosquitto": _start_mosquitto,
+}
+
+
+def _log(folder: Path, name: str) -> int:
+    return os.open(folder / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+
+@contextlib.contextmanager
+def _running(name: str, certs: Certificates, folder: Path) -> Iterator[tuple[Ports, int]]:
+    """The broker on two free ports: yields (ports, pid) once both accept connections."""
+    ports = Ports(_free_port(), _free_port())
+    process = BROKERS[name](ports, certs, folder)
+    try:
+        deadline = time.monotonic() + 30
+        for port in (ports.plain, ports.tls):
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"{name} exited at start; see {folder}")
+                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{name} did not listen within 30 s; see {folder}")
+                time.sleep(0.1)
+        yield ports, process.pid
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (proc(5) fields 14, 15)
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+# -- connections ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Connections:
+    broker: str
+    listener: str
+    count: int
+    seconds: float
+    cpu: float  # broker CPU seconds while they connected
+    rss_kib: int  # broker resident memory they added
+
+
+async def _connect_all(
+    port: int, count: int, context: ssl.SSLContext | None
+) -> list[asyncio.StreamWriter]:
+    """`count` MQTT connections, each past its CONNACK; their writers (closed by the caller)."""
+    writers: list[asyncio.StreamWriter] = []
+    limit = asyncio.Semaphore(AT_ONCE)
+
+    async def one() -> None:
+        async with limit:
+            hostname = "localhost" if context is not None else None
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=context, server_hostname=hostname
+            )
+            writer.write(CONNECT)
+            if await asyncio.wait_for(reader.readexactly(4), 30) != CONNACK:
+                raise RuntimeError("no CONNACK")
+            writers.append(writer)
+
+    await asyncio.gather(*(one() for _ in range(count)))
+    return writers
+
+
+async def _close_all(writers: list[asyncio.StreamWriter]) -> None:
+    for writer in writers:
+        writer.close()
+    await asyncio.sleep(0.5)
+
+
+def run_connections(
+    name: str, pid: int, listener: str, port: int, count: int, context: ssl.SSLContext | None
+) -> Connections:
+    async def run() -> Connections:
+        cpu, rss, start = _cpu_seconds(pid), _rss_kib(pid), time.monotonic()
+        writers = await asyncio.wait_for(_connect_all(port, count, context), 300)
+        seconds = time.monotonic() - start
+        await asyncio.sleep(0.5)  # the broker's last reads and logs
+        result = Connections(
+            name, listener, count, seconds, _cpu_seconds(pid) - cpu, _rss_kib(pid) - rss
+        )
+        await _close_all(writers)
+        return result
+
+    return asyncio.run(run())
+
+
+# -- qos1 -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rate:
+    broker: str
+    listener: str
+    delivered: int
+    wanted: int
+    seconds: float
+    cpu: float
+
+    @property
+    def rate(self) -> float:
+        return self.delivered / self.seconds if self.seconds > 0 else 0.0
+
+
+def _client_options(certs: Certificates, port: int, tls: bool) -> list[str]:
+    if not tls:
+        return ["-h", "127.0.0.1", "-p", str(port)]
+    cert, key = certs.client
+    return ["-h", "localhost", "-p", str(port), "--cafile", str(certs.ca),
+            "--cert", str(cert), "--key", str(key)]  # fmt: skip
+
+
+def run_qos1(
+    name: str, pid: int, listener: str, options: list[str], messages: int, budget: float
+) -> Rate:
+    topic = f"bench/tls/{listener}"
+    subscriber = subprocess.Popen(
+        ["timeout", "-k", "5", str(budget + 60), "mosquitto_sub", *options, "-q", "1",
+         "-t", topic, "-t", f"{topic}/ready"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    counted = [0]
+    ready = threading.Event()
+    done = threading.Event()
+    last = [time.monotonic()]
+
+    def follow() -> None:
+        assert subscriber.stdout is not None
+        for line in subscriber.stdout:
+            if line.startswith(b"ready"):
+                ready.set()
+                continue
+            counted[0] += 1
+            last[0] = time.monotonic()
+            if counted[0] >= messages:
+                done.set()
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.is_set() and time.monotonic() < deadline:  # its subscription is live
+            subprocess.run(
+                ["mosquitto_pub", *options, "-q", "1", "-t", f"{topic}/ready", "-m", "ready"],
+                check=True,
+                timeout=20,
+            )
+            ready.wait(0.5)
+        runs = [
+            b"".join(b"%032d\n" % n for n in range(first, min(first + CHUNK, messages)))
+            for first in range(0, messages, CHUNK)
+        ]
+        cpu, start = _cpu_seconds(pid), time.monotonic()
+        stop = start + budget
+        for lines in runs:
+            left = max(0.1, stop - time.monotonic())
+            subprocess.run(
+                ["timeout", "-k", "5", f"{left:.1f}", "mosquitto_pub", *options, "-q", "1",
+                 "-t", topic, "-l"],
+                input=lines,
+                stdout=subprocess.DEVNULL,
+            )  # fmt: skip
+        while not done.wait(0.2) and time.monotonic() < stop and time.monotonic() - last[0] < 15:
+            pass
+        end = last[0] if done.is_set() else min(time.monotonic(), stop)
+        return Rate(name, listener, counted[0], messages, end - start, _cpu_seconds(pid) - cpu)
+    finally:
+        subscriber.terminate()
+        try:
+            subscriber.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            subscriber.kill()
+            subscriber.wait()
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+def _client_context(certs: Certificates) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=certs.ca)
+    context.load_cert_chain(*certs.client)
+    return context
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--connections", type=int, default=1000)
+    parser.add_argument("--messages", type=int, default=30_000)
+    parser.add_argument("--budget", type=float, default=90.0, help="seconds per QoS 1 run")
+    parser.add_argument("--brokers", default="boxmq,mosquitto")
+    args = parser.parse_args()
+    for tool in ("openssl", "mosquitto_pub", "mosquitto_sub", "timeout", "/usr/sbin/mosquitto"):
+        if shutil.which(tool) is None:
+            print(f"bench/tls: {tool} is missing (apt-get install openssl mosquitto-clients)")
+            return 1
+    source = Source()
+    print(f"load average at start: {Path('/proc/loadavg').read_text().split()[:3]}")
+    print(f"{source.describe()}; {os.cpu_count()} CPUs; {interpreter()}; {ssl.OPENSSL_VERSION}")
+    connections: list[Connections] = []
+    rates: list[Rate] = []
+    with tempfile.TemporaryDirectory(prefix="bench-tls-") as scratch:
+        certs = _certificates(Path(scratch))
+        context = _client_context(certs)
+        for name in (n.strip() for n in args.brokers.split(",")):
+            folder = Path(scratch) / name
+            folder.mkdir()
+            with _running(name, certs, folder) as (ports, pid):
+                for listener, port, tls in (
+                    ("plain", ports.plain, False),
+                    ("tls", ports.tls, True),
+                ):
+                    found = run_connections(
+                        name, pid, listener, port, args.connections, context if tls else None
+                    )
+                    connections.append(found)
+                    print(f"  {name} {listener} connections: {found.seconds:.1f} s", flush=True)
+                for listener, port, tls in (
+                    ("plain", ports.plain, False),
+                    ("tls", ports.tls, True),
+                ):
+                    options = _client_options(certs, port, tls)
+                    rate = run_qos1(name, pid, listener, options, args.messages, args.budget)
+                    rates.append(rate)
+                    print(f"  {name} {listener} qos1: {rate.rate:,.0f} msg/s", flush=True)
+    print()
+    print(f"{args.connections} connections (CONNECT, CONNACK; held until all are in):")
+    print("| broker | listener | seconds | broker CPU ms/conn | broker RSS KiB/conn |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for c in connections:
+        print(
+            f"| {c.broker} | {c.listener} | {c.seconds:.1f} | {1000 * c.cpu / c.count:.2f} "
+            f"| {c.rss_kib / c.count:.1f} |"
+        )
+    print()
+    print(
+        f"QoS 1, {args.messages:,} messages of 32 bytes, one mosquitto_pub -l, one mosquitto_sub:"
+    )
+    print("| broker | listener | msg/s | broker CPU µs/msg | delivered |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for r in rates:
+        per = 1e6 * r.cpu / r.delivered if r.delivered else 0.0
+        print(
+            f"| {r.broker} | {r.listener} | {r.rate:,.0f} | {per:.0f} | {r.delivered}/{r.wanted} |"
+        )
+    print(f"load average at end: {Path('/proc/loadavg').read_text().split()[:3]}")
+    return source.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
