@@ -30,6 +30,14 @@ a failed handshake is logged with the peer and ssl's reason: under `create_serve
 asyncio drops one without a word outside its debug mode, and an operator could not tell why a
 client with the wrong CA, no certificate or no TLS at all never connected. A plain listener is
 as before.
+
+A TLS socket reads its encrypted bytes into a buffer of asyncio's SSL protocol: 256 KiB of its
+own per socket, zeroed when made, so resident (1,000 TLS clients held 287 MB where plain ones
+held 5 MB, docs/benchmarks.md "TLS (stop 41)"). What a read brings is copied into the
+protocol's MemoryBIO at once (`buffer_updated`), so, as for the plain reads, one buffer serves
+every TLS socket of the loop: each handshake that succeeds hands its own back
+(`MqttServer.share_tls_buffer`). A socket still in its handshake keeps its own, for at most
+`connect_timeout`.
 """
 
 from __future__ import annotations
@@ -294,6 +302,7 @@ class _TlsHandshake(asyncio.Protocol):
             return
         if tls is None:  # closed meanwhile
             return
+        self._server.share_tls_buffer(tls)
         protocol = self._server.protocol()
         self._next = protocol
         tls.set_protocol(protocol)
@@ -539,10 +548,25 @@ class MqttServer:
         self._read_buffer = memoryview(bytearray(_READ_SIZE))  # one loop: reads never overlap
         self._unread: set[_Protocol] = set()  # sockets not read now (_Protocol._read_or_not)
         self.handshakes: set[asyncio.Task[None]] = set()  # TLS handshakes under way
+        self._tls_buffer: bytearray | None = None  # the TLS sockets' reads (share_tls_buffer)
 
     def protocol(self) -> _Protocol:
         """The protocol of a client's socket (after its TLS handshake, on a TLS listener)."""
         return _Protocol(self.broker, self._clock, self._read_buffer, self._unread)
+
+    def share_tls_buffer(self, tls: asyncio.BaseTransport) -> None:
+        """Give the SSL protocol under `tls` the loop's one buffer for encrypted reads in place
+        of its own (see the module's docstring). asyncio's SSL protocol (3.11 on) keeps it in
+        `_ssl_buffer`, asks for reads of its length, and copies each read out before the next:
+        another loop's (uvloop's) is left as it is."""
+        ssl_protocol = getattr(tls, "_ssl_protocol", None)
+        own = getattr(ssl_protocol, "_ssl_buffer", None)
+        if ssl_protocol is None or not isinstance(own, bytearray):
+            return
+        if self._tls_buffer is None or len(self._tls_buffer) < len(own):
+            self._tls_buffer = bytearray(len(own))  # shorter, and get_buffer would make another
+        ssl_protocol._ssl_buffer = self._tls_buffer
+        ssl_protocol._ssl_buffer_view = memoryview(self._tls_buffer)
 
     async def start(self) -> list[tuple[str, int]]:
         """Listen on every listener; the addresses bound (a port of 0 gets a free one)."""
