@@ -6,6 +6,9 @@ at once, and the drops after it are counted and told as one line per client per 
 ("N more dropped in the last 10 s"), for as long as they go on. An interval without a drop
 ends the run: the next drop is a first again.
 
+The same counts serve failed TLS handshakes (server.py), by client address and reason in
+place of a client id: a device that retries every second with an expired certificate.
+
 Sans-IO: the caller passes `now` and writes the lines. No count is lost: every drop is
 either told as a first or counted into a later summary, and `flush` hands over what is
 still counted (at shutdown).

@@ -64,6 +64,7 @@ from boxmq.errors import ProtocolViolation, RecurringFailure, store_failure
 from boxmq.host_names import HOST_NAME_RULE
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.connection import Connection
+from boxmq.mqtt.drops import DropLog
 from boxmq.mqtt.reasons import reason_for
 from boxmq.mqtt.settings import Listener, MqttSettings, listener_url
 
@@ -296,8 +297,7 @@ class _TlsHandshake(asyncio.Protocol):
                 ssl_handshake_timeout=timeout,
             )
         except OSError as error:  # ssl.SSLError, the timeout's ConnectionAbortedError, EOF
-            level, words = _handshake_failure(error, timeout)
-            log.log(level, "%s: TLS handshake failed: %s", peer, words)
+            self._server.handshake_failed(transport, peer, *_handshake_failure(error, timeout))
             transport.abort()  # start_tls closed it: nothing is left to write
             return
         if tls is None:  # closed meanwhile
@@ -549,10 +549,40 @@ class MqttServer:
         self._unread: set[_Protocol] = set()  # sockets not read now (_Protocol._read_or_not)
         self.handshakes: set[asyncio.Task[None]] = set()  # TLS handshakes under way
         self._tls_buffer: bytearray | None = None  # the TLS sockets' reads (share_tls_buffer)
+        # Failed handshakes by client address and reason: a client that retries every second
+        # with an expired certificate is told once, then counted (handshake_failed).
+        self._failed_handshakes = DropLog()
 
     def protocol(self) -> _Protocol:
         """The protocol of a client's socket (after its TLS handshake, on a TLS listener)."""
         return _Protocol(self.broker, self._clock, self._read_buffer, self._unread)
+
+    def handshake_failed(
+        self, transport: asyncio.BaseTransport, peer: str, level: int, words: str
+    ) -> None:
+        """Log a failed TLS handshake: the first from a client address for a reason at once,
+        with its port; those after it from there for that reason counted, and told as one
+        line per `DropLog.interval` while they go on (`tell_failed_handshakes`)."""
+        if level < logging.INFO:  # a closed socket, a port check: not counted, rarely shown
+            log.log(level, "%s: TLS handshake failed: %s", peer, words)
+            return
+        address = transport.get_extra_info("peername")
+        host = address[0] if isinstance(address, tuple) else peer
+        if self._failed_handshakes.dropped(f"{host}: {words}", now=self._clock.now()):
+            log.log(level, "%s: TLS handshake failed: %s", peer, words)
+
+    def tell_failed_handshakes(self, *, now: float | None = None) -> None:
+        """Log the failed handshakes counted in the intervals over by `now` (None: all)."""
+        counts = self._failed_handshakes
+        for summary in counts.flush() if now is None else counts.due(now=now):
+            host, _, words = summary.client_id.partition(": ")
+            log.info(
+                "%s: %d more TLS handshake(s) failed in the last %s: %s",
+                host,
+                summary.dropped,
+                spelled(counts.interval),
+                words,
+            )
 
     def share_tls_buffer(self, tls: asyncio.BaseTransport) -> None:
         """Give the SSL protocol under `tls` the loop's one buffer for encrypted reads in place
@@ -641,6 +671,7 @@ class MqttServer:
                 now = self._clock.now()
                 self._heard_unread(now)
                 self.broker.tick(now)
+                self.tell_failed_handshakes(now=now)
         finally:
             await self.close()
 
@@ -658,5 +689,6 @@ class MqttServer:
         self._listening = []
         for handshake in list(self.handshakes):
             handshake.cancel()  # start_tls closes its socket
+        self.tell_failed_handshakes()
         await self.broker.close()
         log.info("MQTT listeners closed")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import boxmq
+from boxmq.clock import ManualClock
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt import tls
 from boxmq.mqtt.server import MqttServer
@@ -254,3 +255,50 @@ def test_tls_clients_share_one_read_buffer(tmp_path: Path) -> None:
             box.close()
 
     assert asyncio.run(grown_per_client()) < 64 << 10
+
+
+def _not_tls(port: int, count: int) -> None:
+    """`count` plain-TCP clients on a TLS port, each read to its end: the server is done."""
+    for _ in range(count):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            client.sendall(_CONNECT)
+            assert client.recv(100) == b""
+
+
+def test_a_client_retrying_a_failing_handshake_is_told_once_then_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A device that retries every second with an expired certificate wrote a line a try."""
+    cert, key = _self_signed(tmp_path, "localhost")
+    listener = Listener("127.0.0.1", 0, ssl=server_context(cert, key))
+    clock = ManualClock()
+    failed = "TLS handshake failed: not TLS (a client without TLS on the TLS port?)"
+
+    def told() -> list[str]:
+        return [m for m in caplog.messages if "TLS handshake" in m]
+
+    async def run() -> None:
+        box = boxmq.open(tmp_path / "root", fsync="never")
+        server = MqttServer(box, MqttSettings(listeners=(listener,)), clock=clock)
+        try:
+            [(_, port)] = await server.start()
+            await asyncio.to_thread(_not_tls, port, 3)
+            [line] = told()
+            assert line.startswith("127.0.0.1:")
+            assert failed in line
+            clock.advance(10)
+            server.tell_failed_handshakes(now=clock.now())
+            assert told()[1].startswith(
+                f"127.0.0.1: 2 more TLS handshake(s) failed in the last 10s: {failed[22:]}"
+            )
+            clock.advance(10)
+            server.tell_failed_handshakes(now=clock.now())  # none since: the run is over
+            await asyncio.to_thread(_not_tls, port, 1)
+            assert len(told()) == 3
+            assert failed in told()[2]
+        finally:
+            await server.close()
+            box.close()
+
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+        asyncio.run(run())
