@@ -370,13 +370,23 @@ _HANDSHAKE_REASONS: Final = {
 }
 
 
+# OpenSSL's verify codes (x509_vfy.h) for a client certificate no CA of the listener signed:
+# "unable to get local issuer certificate" does not say which CA, nor whose is missing.
+_NOT_FROM_THE_CA: Final = {
+    18: " (it signed itself; give the client one signed by a CA of tls.ca)",  # DEPTH_ZERO_...
+    19: " (its chain ends in a CA that is not in tls.ca)",  # SELF_SIGNED_CERT_IN_CHAIN
+    20: " (its issuer is not in tls.ca: a certificate of another CA?)",  # ..._LOCALLY
+}
+
+
 def _handshake_failure(error: OSError, timeout: float) -> tuple[int, str]:
     """The log level and the words for a TLS handshake that failed with `error`: INFO, as a
     refused CONNECT, for what a client did; DEBUG for a socket closed before or during the
     handshake (a port check), as a plain socket closed without a CONNECT is not logged."""
     if isinstance(error, ssl.SSLCertVerificationError):  # the client's certificate
+        why = _NOT_FROM_THE_CA.get(error.verify_code, "")
         return logging.INFO, (
-            f"the client's certificate is not accepted: {error.verify_message} "
+            f"the client's certificate is not accepted: {error.verify_message}{why} "
             f"(ssl: {error.reason})"
         )
     if isinstance(error, ssl.SSLError):

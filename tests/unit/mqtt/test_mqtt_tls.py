@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import socket
@@ -302,3 +303,46 @@ def test_a_client_retrying_a_failing_handshake_is_told_once_then_counted(
 
     with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
         asyncio.run(run())
+
+
+def _with_certificate(port: int, trust: Path, cert: tuple[Path, Path]) -> None:
+    """A client with `cert`, read to its end: TLS 1.3 tells it of a refusal after its side
+    of the handshake."""
+    plain = socket.create_connection(("127.0.0.1", port), timeout=10)
+    with (
+        contextlib.suppress(ssl.SSLError, ConnectionError),
+        _client(trust, cert).wrap_socket(plain, server_hostname="localhost") as client,
+    ):
+        client.sendall(_CONNECT)
+        client.recv(4)
+
+
+def test_a_client_certificate_of_another_ca_is_said_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """OpenSSL says "unable to get local issuer certificate" or "self-signed certificate": the
+    log says that tls.ca does not hold the CA that signed it."""
+    cert, key = _self_signed(tmp_path, "localhost")
+    ca = _self_signed(tmp_path, "clients-ca")
+    other = _signed_by(tmp_path, "device-of-another-ca", _self_signed(tmp_path, "another-ca"))
+    own = _self_signed(tmp_path, "device-on-its-own")
+    listener = Listener("127.0.0.1", 0, ssl=server_context(cert, key, ca=ca[0]))
+
+    async def run() -> None:
+        box = boxmq.open(tmp_path / "root", fsync="never")
+        server = MqttServer(box, MqttSettings(listeners=(listener,)))
+        try:
+            [(_, port)] = await server.start()
+            await asyncio.to_thread(_with_certificate, port, cert, other)
+            await asyncio.to_thread(_with_certificate, port, cert, own)
+            if server.handshakes:  # the server's side of the last one, which logs it
+                await asyncio.wait(set(server.handshakes))
+        finally:
+            await server.close()
+            box.close()
+
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+        asyncio.run(run())
+    failed = [m for m in caplog.messages if "handshake failed" in m]
+    assert "unable to get local issuer certificate (its issuer is not in tls.ca" in failed[0]
+    assert "self-signed certificate (it signed itself; give the client one signed" in failed[1]
