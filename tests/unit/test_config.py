@@ -335,7 +335,7 @@ def test_a_tls_error_names_the_key_of_the_file_at_fault(tmp_path: Path) -> None:
         ("cert = 'a.crt', key = 'none.key'", "tls.key: TLS key file"),
         ("cert = 'a.crt', key = 'junk.pem'", "tls.key: TLS key file"),
         ("cert = 'a.crt', key = 'b.key'", "tls.key: TLS key"),  # not a.crt's key
-        ("cert = 'a.crt'", "tls.cert: TLS key file"),  # no key in the certificate's file
+        ("cert = 'a.crt'", "tls.key: no TLS key: set `key`"),  # and none in the certificate's file
         ("cert = 'a.crt', key = 'a.key', ca = 'none.pem'", "tls.ca: TLS CA file"),
         ("cert = 'a.crt', key = 'a.key', ca = 'junk.pem'", "tls.ca: TLS CA file"),
     ]

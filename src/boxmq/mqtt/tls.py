@@ -161,6 +161,14 @@ def _check_key(path: Path, setting: str) -> None:
             f"TLS key {path} is encrypted with a passphrase: the broker starts unattended, "
             "so give it an unencrypted key (openssl pkey -in KEY -out NEW_KEY)",
         )
+    if "PRIVATE KEY-----" not in text and setting == "cert":
+        # No `key` given: the key was looked for in the certificate's file, which the
+        # operator never named as a key file ("TLS key file server.crt" would puzzle).
+        raise TlsFileError(
+            "key",
+            f"no TLS key: set `key` to the file of the certificate's private key "
+            f"({path} holds none, where a key given with its certificate would be)",
+        )
     if "PRIVATE KEY-----" not in text:
         raise TlsFileError(
             setting,

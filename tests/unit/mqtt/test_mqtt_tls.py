@@ -149,6 +149,7 @@ def test_errors_say_which_file_to_fix(tmp_path: Path) -> None:
         ((cert, tmp_path / "missing.key", None), r"key file .*missing.key does not exist"),
         ((junk, key, None), r"certificate file .*junk.pem holds no PEM certificate"),
         ((cert, junk, None), r"key file .*junk.pem holds no PEM private key"),
+        ((cert, None, None), r"no TLS key: set `key` to the file of .*localhost.crt holds none"),
         ((cert, other_key, None), r"key .*other.key does not belong to the certificate"),
         ((cert, rsa_key, None), r"key .*rsa.key does not belong to the certificate"),
         ((cert, damaged, None), r"key file .*damaged.key holds a private key that cannot be"),
@@ -164,6 +165,9 @@ def test_errors_say_which_file_to_fix(tmp_path: Path) -> None:
     for (c, k, ca), message in cases:
         with pytest.raises(InvalidArgument, match=message):
             server_context(c, k, ca=ca)
+    with pytest.raises(tls.TlsFileError) as caught:
+        server_context(cert)  # no key, and none in the certificate's file: `key` is missing
+    assert caught.value.setting == "key"
 
 
 def test_an_error_of_the_system_reading_a_file_names_the_file_and_its_setting(
