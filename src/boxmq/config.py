@@ -381,11 +381,11 @@ def _listener(table: Table) -> Listener:
         _check_host(table, host)
     host = host or Listener.host
     port = table.integer("port", low=0, high=65_535)
-    tls = _tls(table.table("tls")) if table.has("tls") else None
+    tls, identity = _tls(table.table("tls")) if table.has("tls") else (None, False)
     table.finish()
     if port is None:
         port = 8883 if tls is not None else Listener.port  # the IANA ports for MQTT
-    return Listener(host=host, port=port, ssl=tls)
+    return Listener(host=host, port=port, ssl=tls, identity_as_username=identity)
 
 
 def _check_host(table: Table, host: str) -> None:
@@ -405,11 +405,13 @@ def _check_host(table: Table, host: str) -> None:
         )
 
 
-def _tls(table: Table) -> ssl.SSLContext:
+def _tls(table: Table) -> tuple[ssl.SSLContext, bool]:
+    """The listener's context, and whether its client certificates name their users."""
     cert = table.path("cert")
     key = table.path("key")
     ca = table.path("ca")
     require = table.boolean("require_client_cert")
+    identity = table.boolean("identity_as_username")
     table.finish()
     if cert is None:
         raise table.error("cert", "a TLS listener needs a certificate file")
@@ -421,8 +423,16 @@ def _tls(table: Table) -> ssl.SSLContext:
             "require_client_cert = true needs the CA file that signs client certificates: "
             "set tls.ca (or drop require_client_cert)",
         )
+    if identity and (ca is None or require is False):
+        # A client without a certificate would have no user name, and no password is asked.
+        raise table.error(
+            "identity_as_username",
+            "takes the user name from a client certificate, which needs tls.ca "
+            "(and require_client_cert left true)",
+        )
     try:
-        return server_context(cert, key, ca=ca, require_client_cert=require is not False)
+        context = server_context(cert, key, ca=ca, require_client_cert=require is not False)
+        return context, identity is True
     except TlsFileError as error:
         raise table.error(error.setting, str(error)) from None
 

@@ -164,6 +164,10 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
             "[[mqtt.listener]]\ntls = { cert = 'c.pem', require_client_cert = true }",
             "mqtt.listener[1].tls.ca: require_client_cert = true needs the CA file",
         ),
+        (
+            "[[mqtt.listener]]\ntls = { cert = 'c.pem', identity_as_username = true }",
+            "tls.identity_as_username: takes the user name from a client certificate, which needs",
+        ),
         ("[[mqtt.listener]]\nport=1\n[[mqtt.listener]]\nport=1", "listener[2]: 127.0.0.1:1 is"),
         ("[mqtt]\nresponse_information = 'r/#'", "mqtt.response_information: topic name 'r/#' mu"),
         ("[mqtt]\nresponse_information = ''", "mqtt.response_information: a topic name must be"),
@@ -376,7 +380,7 @@ def test_the_example_shows_every_key_of_the_settings() -> None:
         "ServeConfig": {"source", "listeners_from_file", "group_dispatch", "exactly_once"}
         | {"security", "mqtt"},
         "MqttSettings": {"listeners", "limits", "authenticator", "authorizer"},
-        "Listener": {"ssl"},  # written tls = {...}
+        "Listener": {"ssl", "identity_as_username"},  # written tls = {...}, with it
         "Security": set(),
     }
     for settings in (ServeConfig, MqttSettings, Listener, Security):
@@ -384,7 +388,7 @@ def test_the_example_shows_every_key_of_the_settings() -> None:
         missing = _names(settings) - not_keys[name] - written
         assert not missing, f"{name}: {sorted(missing)} not in boxmq.example.toml"
     tables = ["[share_groups.", "[mqtt]", "[[mqtt.listener]]", "[mqtt.limits]", "[security]"]
-    for table in [*tables, "[exactly_once]", "tls = {"]:
+    for table in [*tables, "[exactly_once]", "tls = {", "identity_as_username = true"]:
         assert table in text
 
 

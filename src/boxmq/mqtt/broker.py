@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -710,6 +711,13 @@ class Broker:
     # -- CONNECT -----------------------------------------------------------------------------------
 
     def _connect(self, client: Client, packet: Connect) -> None:
+        identity = client.link.identity
+        if identity is not None:
+            # Its certificate, which the listener's CA signed, says who it is: the user name
+            # and password it sent are not asked (a password file has no entry to check).
+            packet = dataclasses.replace(packet, username=identity, password=None)
+            self._answer_connect(client, packet, authenticated=True)
+            return
         authenticator = self.settings.authenticator
         if authenticator is None or packet.properties.authentication_method is not None:
             self._answer_connect(client, packet, authenticated=authenticator is None)

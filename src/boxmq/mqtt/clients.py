@@ -36,6 +36,7 @@ class Link(Protocol):
 
     connection: Connection
     peer: str
+    identity: str | None  # the user name its TLS certificate gives (identity_as_username)
     congested: bool  # its write buffer is over the high-water mark
 
     def flush(self) -> None:

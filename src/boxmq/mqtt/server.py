@@ -115,6 +115,7 @@ class _Protocol(asyncio.BufferedProtocol):
             now=clock.now(),
         )
         self.peer = "?"
+        self.identity: str | None = None  # the user name its certificate gives (Link)
         self.gone = False  # refused at connection_made, or closed for a protocol error
         self.congested = False
         self._held = False  # the broker paused reading (`pause_reading`)
@@ -267,9 +268,10 @@ class _TlsHandshake(asyncio.Protocol):
     `_Protocol` then gets in order. After that it passes on what still comes to it.
     """
 
-    def __init__(self, server: MqttServer, context: ssl.SSLContext) -> None:
+    def __init__(self, server: MqttServer, context: ssl.SSLContext, identity: bool) -> None:
         self._server = server
         self._context = context
+        self._identity = identity  # the certificate's Common Name is the user name
         self._early: list[bytes | None] = []  # bytes, or None for the end of the stream
         self._lost: list[Exception | None] = []  # connection_lost's argument, once lost
         self._next: _Protocol | None = None
@@ -304,6 +306,16 @@ class _TlsHandshake(asyncio.Protocol):
             return
         self._server.share_tls_buffer(tls)
         protocol = self._server.protocol()
+        if self._identity:
+            protocol.identity = _common_name(tls.get_extra_info("peercert"))
+            if protocol.identity is None:
+                log.info(
+                    "%s: closing: the client's certificate has no Common Name, which this "
+                    "listener takes as its user name (identity_as_username)",
+                    peer,
+                )
+                tls.abort()
+                return
         self._next = protocol
         tls.set_protocol(protocol)
         protocol.connection_made(tls)
@@ -335,6 +347,16 @@ class _TlsHandshake(asyncio.Protocol):
             self._lost.append(exc)
         else:
             self._next.connection_lost(exc)
+
+
+def _common_name(certificate: object) -> str | None:
+    """The last Common Name of a certificate's subject, as `SSLSocket.getpeercert` gives it
+    (a tuple of RDNs, each of (name, value) pairs); None if it has none."""
+    if not isinstance(certificate, dict):
+        return None
+    subject = certificate.get("subject", ())
+    names = [value for rdn in subject for name, value in rdn if name == "commonName"]
+    return names[-1] if names else None
 
 
 def _feed(protocol: _Protocol, data: bytes) -> None:
@@ -640,7 +662,9 @@ class MqttServer:
 
     def _factory(self, listener: Listener) -> Callable[[], asyncio.BaseProtocol]:
         context = listener.ssl
-        return self.protocol if context is None else lambda: _TlsHandshake(self, context)
+        if context is None:
+            return self.protocol
+        return lambda: _TlsHandshake(self, context, listener.identity_as_username)
 
     async def _listen(self, listener: Listener) -> list[socket.socket]:
         """The sockets bound for `listener` (a host name may give several addresses), by

@@ -29,6 +29,10 @@ class Listener:
     host: str = "127.0.0.1"
     port: int = 1883
     ssl: ssl.SSLContext | None = None
+    # TLS with a required client certificate: its subject's Common Name is the client's user
+    # name, and the CONNECT's user name and password are not asked (mosquitto's
+    # use_identity_as_username).
+    identity_as_username: bool = False
 
     def __str__(self) -> str:
         return listener_url(self.host, self.port, tls=self.ssl is not None)

@@ -26,6 +26,7 @@ class _Link:
         )
         self.peer = "test"
         self.congested = False
+        self.identity: str | None = None
         self.quick_acks = 0
 
     def flush(self) -> None:

@@ -88,6 +88,7 @@ class Peer:
         )
         self.peer = "memory"
         self.congested = False
+        self.identity: str | None = None
         self.closed = False
         self._broker = broker
         self._reader = FrameReader(max_packet_size=1 << 20)

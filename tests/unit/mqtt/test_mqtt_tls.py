@@ -20,6 +20,8 @@ import boxmq
 from boxmq.clock import ManualClock
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt import tls
+from boxmq.mqtt.acl import Acl
+from boxmq.mqtt.passwords import PasswordFile
 from boxmq.mqtt.server import MqttServer
 from boxmq.mqtt.settings import Listener, MqttSettings
 from boxmq.mqtt.tls import server_context
@@ -43,11 +45,13 @@ def _self_signed(folder: Path, name: str, *, key_type: str = "ec") -> tuple[Path
     return cert, key
 
 
-def _signed_by(folder: Path, name: str, ca: tuple[Path, Path]) -> tuple[Path, Path]:
+def _signed_by(
+    folder: Path, name: str, ca: tuple[Path, Path], *, subject: str | None = None
+) -> tuple[Path, Path]:
     cert, key, request = folder / f"{name}.crt", folder / f"{name}.key", folder / f"{name}.csr"
     _openssl(
         "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-        "-subj", f"/CN={name}", "-keyout", key, "-out", request,
+        "-subj", subject or f"/CN={name}", "-keyout", key, "-out", request,
     )  # fmt: skip
     _openssl(
         "x509", "-req", "-in", request, "-CA", ca[0], "-CAkey", ca[1], "-CAcreateserial",
@@ -350,3 +354,67 @@ def test_a_client_certificate_of_another_ca_is_said_so(
     failed = [m for m in caplog.messages if "handshake failed" in m]
     assert "unable to get local issuer certificate (its issuer is not in tls.ca" in failed[0]
     assert "self-signed certificate (it signed itself; give the client one signed" in failed[1]
+
+
+def _utf8(text: str) -> bytes:
+    return len(text.encode()).to_bytes(2, "big") + text.encode()
+
+
+def _packet(first: int, body: bytes) -> bytes:
+    assert len(body) < 128  # one byte of remaining length
+    return bytes([first, len(body)]) + body
+
+
+def test_a_client_certificate_names_its_user_for_the_acl(tmp_path: Path) -> None:
+    """identity_as_username: the certificate's Common Name is the user name %u stands for,
+    whatever user name and password the CONNECT brings (the password file knows nobody)."""
+    cert, key = _self_signed(tmp_path, "localhost")
+    ca = _self_signed(tmp_path, "clients-ca")
+    alice = _signed_by(tmp_path, "alice", ca)
+    nameless = _signed_by(tmp_path, "nameless", ca, subject="/O=devices")  # no Common Name
+    (tmp_path / "passwd").write_text("")
+    (tmp_path / "acl").write_text("pattern readwrite users/%u/#\n")
+    context = server_context(cert, key, ca=ca[0])
+    listener = Listener("127.0.0.1", 0, ssl=context, identity_as_username=True)
+    settings = MqttSettings(
+        listeners=(listener,),
+        authenticator=PasswordFile.load(tmp_path / "passwd"),
+        authorizer=Acl.load(tmp_path / "acl"),
+    )
+    connect = _packet(  # 3.1.1, clean, user name "mallory" and a password
+        0x10, _utf8("MQTT") + bytes([4, 0xC2, 0, 60]) + _utf8("") + _utf8("mallory") + _utf8("x")
+    )
+    subscribe = _packet(
+        0x82, b"\x00\x01" + _utf8("users/alice/#") + b"\0" + _utf8("users/bob/#") + b"\0"
+    )
+
+    def as_alice(port: int) -> bytes:
+        plain = socket.create_connection(("127.0.0.1", port), timeout=10)
+        with _client(cert, alice).wrap_socket(plain, server_hostname="localhost") as client:
+            client.sendall(connect)
+            assert client.recv(4) == _CONNACK
+            client.sendall(subscribe)
+            return client.recv(6)
+
+    def as_nameless(port: int) -> bytes:
+        plain = socket.create_connection(("127.0.0.1", port), timeout=10)
+        with _client(cert, nameless).wrap_socket(plain, server_hostname="localhost") as client:
+            with contextlib.suppress(ssl.SSLError, ConnectionError):
+                client.sendall(connect)
+                return client.recv(4)  # closed after its handshake: no CONNACK
+            return b""
+
+    async def run() -> tuple[bytes, bytes]:
+        box = boxmq.open(tmp_path / "root", fsync="never")
+        server = MqttServer(box, settings)
+        try:
+            [(_, port)] = await server.start()
+            answers = await asyncio.to_thread(as_alice, port)
+            return answers, await asyncio.to_thread(as_nameless, port)
+        finally:
+            await server.close()
+            box.close()
+
+    answers, nameless_answer = asyncio.run(run())
+    assert answers == bytes.fromhex("9004 0001 00 80")  # alice's, not bob's
+    assert nameless_answer == b""
