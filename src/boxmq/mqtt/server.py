@@ -97,6 +97,7 @@ class _Protocol(asyncio.BufferedProtocol):
         "congested",
         "connection",
         "gone",
+        "identity",
         "peer",
     )
 
