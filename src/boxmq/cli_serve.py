@@ -171,6 +171,14 @@ def describe_security(config: ServeConfig) -> list[str]:
         who = "authentication: none (no password_file): any client may connect"
     else:
         who = f"authentication: {type(authenticator).__name__}"
+    by_certificate = [str(o) for o in config.mqtt.listeners if o.identity_as_username]
+    if by_certificate:
+        # Those take the user name from the certificate and ask no password: the line above
+        # alone read as if every client of theirs were checked against the password file.
+        who += (
+            f"; on {', '.join(by_certificate)}: the user name is the client certificate's "
+            "Common Name, and no password is asked"
+        )
     if isinstance(authorizer, Acl):
         # Each part of the file counted: an ACL of rules for clients without a user name
         # alone read "0 user section(s), 0 pattern(s)", as if it were empty.

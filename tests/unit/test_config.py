@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
+import ssl
 import subprocess
 import tempfile
 import tomllib
@@ -406,6 +407,27 @@ def test_the_start_up_line_of_the_acl_counts_each_part_of_it(tmp_path: Path) -> 
     acl.write_text("topic read public/#\nuser alice\ntopic alice/#\npattern read %c/in\n")
     [_, _, line] = describe_security(load_config(path))
     assert "(1 rule(s) for clients without a user name, 1 user section(s), 1 pattern(s))" in line
+
+
+def test_the_start_up_line_names_the_listeners_that_take_the_user_name_from_a_certificate(
+    tmp_path: Path,
+) -> None:
+    """A listener with identity_as_username asks no password: the start-up line says so, where
+    it read as if every client were checked against the password file."""
+    config = load_config(_write(tmp_path, ""))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    listeners = (
+        Listener(port=1883),
+        Listener(port=8883, ssl=context, identity_as_username=True),
+    )
+    config = dataclasses.replace(config, mqtt=dataclasses.replace(config.mqtt, listeners=listeners))
+    [_, who, _] = describe_security(config)
+    assert who.endswith(
+        "; on mqtts://127.0.0.1:8883: the user name is the client certificate's Common Name, "
+        "and no password is asked"
+    )
+    [_, plain, _] = describe_security(load_config(_write(tmp_path, "")))
+    assert "certificate" not in plain
 
 
 def test_an_acl_by_user_name_without_a_password_file_is_warned_of(tmp_path: Path) -> None:
