@@ -89,8 +89,8 @@ def test_a_publish_the_disk_cannot_route_closes_its_connection_told_and_the_clos
 ) -> None:
     """A QoS 1 PUBLISH whose look for durable subscriptions finds no descriptor: its client
     is closed with an ERROR line (it resends: nothing was acknowledged), and the close of
-    its persistent session goes on though its record could not be read (the session is
-    kept, and resumed at the next CONNECT)."""
+    its persistent session goes on whole with no descriptor left (the session is kept, and
+    resumed at the next CONNECT)."""
     caplog.set_level(logging.INFO)
     running = start_server(tmp_path / "root")
     try:
@@ -115,8 +115,9 @@ def test_a_publish_the_disk_cannot_route_closes_its_connection_told_and_the_clos
     [told] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert ": closing: the store failed at" in told
     assert "EMFILE" in told
-    [kept] = [r.getMessage() for r in caplog.records if "at its close" in r.getMessage()]
-    assert "the session stays this server's" in kept
+    # The close's look at its record is one stat now (broker._taken_meanwhile), which needs
+    # no descriptor: no read for EMFILE to fail, so no line says the session stays; that it
+    # stayed is `present` above.
     # The close raised out of connection_lost, half done, and asyncio logged a traceback.
     assert not [r for r in caplog.records if r.name == "asyncio"]
 
