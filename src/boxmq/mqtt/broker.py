@@ -287,6 +287,7 @@ class Broker:
         self._timers: Deadlines[Client] = Deadlines()
         self._next_adoption = 0.0  # the next sweep for sessions of dead servers (tick)
         self._over_max = 0  # sockets refused at max_connections since the last one accepted
+        self.handshaking = 0  # TLS handshakes under way: connections for max_connections
         self._sys = sys_topics
         # What the connections closed so far counted (Connection's counters), for $SYS: the
         # open ones are added when the figures are taken.
@@ -298,15 +299,39 @@ class Broker:
 
     def opened(self, link: Link) -> bool:
         """A socket was accepted; False if over max_connections (close it)."""
+        if not self._room_for(link.peer):
+            return False
+        client = self._clients[link] = Client(link, self._clock.now())
+        self._timers.set(client, client.opened + self.limits.connect_timeout)
+        return True
+
+    def handshake_started(self, peer: str) -> bool:
+        """A socket of a TLS listener was accepted; False if over max_connections (close it).
+        Its handshake counts as a connection until `handshake_ended`: each holds memory and a
+        descriptor for up to connect_timeout, so stalled ones must not go past the limit."""
+        if not self._room_for(peer):
+            return False
+        self.handshaking += 1
+        return True
+
+    def handshake_ended(self) -> None:
+        """A handshake counted by `handshake_started` is over (its connection, if it made
+        one, is counted by `opened` from now on)."""
+        self.handshaking -= 1
+
+    def _room_for(self, peer: str) -> bool:
+        """Whether one more connection fits under max_connections; told once while not."""
         most = self.limits.max_connections
-        if len(self._clients) >= most:
+        taken = len(self._clients) + self.handshaking
+        if taken >= most:
             # Told once: clients that reconnect in a loop would write a line per attempt.
             if not self._over_max:
                 log.warning(
-                    "%s refused: %d connection(s) already, [mqtt.limits] max_connections = %d "
+                    "%s refused: %d connection(s) already%s, [mqtt.limits] max_connections = %d "
                     "(told once, and again when connections are accepted again)",
-                    link.peer,
-                    len(self._clients),
+                    peer,
+                    taken,
+                    f" ({self.handshaking} in their TLS handshake)" if self.handshaking else "",
                     most,
                 )
             self._over_max += 1
@@ -319,8 +344,6 @@ class Broker:
                 self._over_max,
             )
             self._over_max = 0
-        client = self._clients[link] = Client(link, self._clock.now())
-        self._timers.set(client, client.opened + self.limits.connect_timeout)
         return True
 
     def received(self, link: Link, packets: Iterable[Incoming]) -> None:

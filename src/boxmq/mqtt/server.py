@@ -35,9 +35,10 @@ A TLS socket reads its encrypted bytes into a buffer of asyncio's SSL protocol: 
 own per socket, zeroed when made, so resident (1,000 TLS clients held 287 MB where plain ones
 held 5 MB, docs/benchmarks.md "TLS (stop 41)"). What a read brings is copied into the
 protocol's MemoryBIO at once (`buffer_updated`), so, as for the plain reads, one buffer serves
-every TLS socket of the loop: each handshake that succeeds hands its own back
-(`MqttServer.share_tls_buffer`). A socket still in its handshake keeps its own, for at most
-`connect_timeout`.
+every TLS socket of the loop, from the start of its handshake (`MqttServer.share_tls_buffer`):
+the buffer asyncio makes for each is dropped before its first read, so 1,000 sockets stalled
+in their handshake hold 93 MB, not 308. They count as connections for max_connections too,
+so they cannot pile up past it, each with its descriptor and ssl's state, for `connect_timeout`.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ import sys
 import termios
 from collections.abc import Callable
 from functools import partial
-from typing import Final, cast
+from typing import Any, Final, cast
 
 from boxmq.client.box import Box
 from boxmq.clock import Clock, SystemClock
@@ -267,6 +268,9 @@ class _TlsHandshake(asyncio.Protocol):
     the TLS transport's, and keeps what the TLS transport hands it before `_Protocol` is made
     (a client's CONNECT may come with its last handshake message, and its end too), which
     `_Protocol` then gets in order. After that it passes on what still comes to it.
+
+    Its handshake counts as a connection for max_connections until it ends (the broker's
+    `handshake_started`, `handshake_ended`): one past the limit is closed at once.
     """
 
     def __init__(self, server: MqttServer, context: ssl.SSLContext, identity: bool) -> None:
@@ -277,20 +281,35 @@ class _TlsHandshake(asyncio.Protocol):
         self._lost: list[Exception | None] = []  # connection_lost's argument, once lost
         self._next: _Protocol | None = None
         self._task: asyncio.Task[None] | None = None
+        self._counted = False  # its handshake counts against max_connections (`_uncount`)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)
         transport.pause_reading()  # the TLS transport reads from here: nothing may come first
         peer = transport.get_extra_info("peername")
         shown = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if not self._server.broker.handshake_started(shown):
+            transport.abort()
+            return
+        self._counted = True
         self._task = asyncio.get_running_loop().create_task(self._handshake(transport, shown))
         self._server.handshakes.add(self._task)
         self._task.add_done_callback(self._server.handshakes.discard)
+        self._task.add_done_callback(self._uncount)  # cancelled by `close` before it ran
+
+    def _uncount(self, _: object = None) -> None:
+        if self._counted:
+            self._counted = False
+            self._server.broker.handshake_ended()
 
     async def _handshake(self, transport: asyncio.Transport, peer: str) -> None:
         timeout = self._server.settings.limits.connect_timeout
+        loop = asyncio.get_running_loop()
+        # start_tls puts its SSL protocol on the socket at once and queues the socket's first
+        # read after this callback: the protocol reads into the shared buffer from the start.
+        loop.call_soon(self._server.share_tls_buffer, transport)
         try:
-            tls = await asyncio.get_running_loop().start_tls(
+            tls = await loop.start_tls(
                 transport,
                 self,
                 self._context,
@@ -303,9 +322,10 @@ class _TlsHandshake(asyncio.Protocol):
             self._server.handshake_failed(transport, peer, *_handshake_failure(error, timeout))
             transport.abort()  # start_tls closed it: nothing is left to write
             return
+        finally:
+            self._uncount()  # before `_Protocol` counts itself as a connection (`opened`)
         if tls is None:  # closed meanwhile
             return
-        self._server.share_tls_buffer(tls)
         protocol = self._server.protocol()
         if self._identity:
             protocol.identity = _common_name(tls.get_extra_info("peercert"))
@@ -617,14 +637,15 @@ class MqttServer:
                 words,
             )
 
-    def share_tls_buffer(self, tls: asyncio.BaseTransport) -> None:
-        """Give the SSL protocol under `tls` the loop's one buffer for encrypted reads in place
-        of its own (see the module's docstring). asyncio's SSL protocol (3.11 on) keeps it in
-        `_ssl_buffer`, asks for reads of its length, and copies each read out before the next:
-        another loop's (uvloop's) is left as it is."""
-        ssl_protocol = getattr(tls, "_ssl_protocol", None)
+    def share_tls_buffer(self, transport: asyncio.BaseTransport) -> None:
+        """Give the SSL protocol that `start_tls` put on the TCP `transport` the loop's one
+        buffer for encrypted reads in place of its own (see the module's docstring). asyncio's
+        SSL protocol (3.11 on) keeps it in `_ssl_buffer`, asks for reads of its length, and
+        copies each read into its MemoryBIO in `buffer_updated`, before the next read, in its
+        handshake as after it: another loop's (uvloop's) is left as it is."""
+        ssl_protocol: Any = transport.get_protocol()  # asyncio's private attributes, below
         own = getattr(ssl_protocol, "_ssl_buffer", None)
-        if ssl_protocol is None or not isinstance(own, bytearray):
+        if not isinstance(own, bytearray):
             return
         if self._tls_buffer is None or len(self._tls_buffer) < len(own):
             self._tls_buffer = bytearray(len(own))  # shorter, and get_buffer would make another

@@ -11,8 +11,10 @@ import ssl
 import subprocess
 import time
 import tracemalloc
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Final
 
 import pytest
 
@@ -23,7 +25,7 @@ from boxmq.mqtt import tls
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
 from boxmq.mqtt.server import MqttServer
-from boxmq.mqtt.settings import Listener, MqttSettings
+from boxmq.mqtt.settings import Limits, Listener, MqttSettings
 from boxmq.mqtt.tls import server_context
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
@@ -264,6 +266,97 @@ def test_tls_clients_share_one_read_buffer(tmp_path: Path) -> None:
             box.close()
 
     assert asyncio.run(grown_per_client()) < 64 << 10
+
+
+_STALLED: Final = bytes.fromhex("160301")  # a TLS record's header cut short: no ClientHello
+
+
+def _stall(port: int, count: int) -> list[socket.socket]:
+    """`count` sockets that begin a ClientHello and send no more (closed by the caller)."""
+    stalled = []
+    for _ in range(count):
+        client = socket.create_connection(("127.0.0.1", port), timeout=10)
+        client.sendall(_STALLED)
+        stalled.append(client)
+    return stalled
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Wait, a few milliseconds at a time, for what the server does on its own loop."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("timed out")
+
+
+def test_tls_handshakes_under_way_count_against_max_connections(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Sockets stalled in their handshake did not count: 2,000 of them held 500 MB and their
+    descriptors past max_connections until connect_timeout. Now one past it is closed at
+    once, and a client gets in once a stalled socket's connect_timeout closes it."""
+    cert, key = _self_signed(tmp_path, "localhost")
+    listener = Listener("127.0.0.1", 0, ssl=server_context(cert, key))
+    limits = Limits(max_connections=5, connect_timeout=0.5)
+
+    async def run() -> None:
+        box = boxmq.open(tmp_path / "root", fsync="never")
+        server = MqttServer(box, MqttSettings(listeners=(listener,), limits=limits))
+        try:
+            [(_, port)] = await server.start()
+            stalled = await asyncio.to_thread(_stall, port, 5)
+            await _until(lambda: server.broker.handshaking == 5)
+            [refused] = await asyncio.to_thread(_stall, port, 1)
+            with contextlib.suppress(ConnectionResetError):  # closed with its byte unread
+                assert await asyncio.to_thread(refused.recv, 1) == b""  # at once, not in 0.5 s
+            assert server.broker.handshaking == 5
+            [line] = [m for m in caplog.messages if "max_connections" in m]
+            assert "refused: 5 connection(s) already (5 in their TLS handshake)" in line
+            await _until(lambda: server.broker.handshaking == 0)  # their connect_timeout
+            [client] = await asyncio.to_thread(_mqtt_over_tls, port, cert, 1)
+            assert server.broker.handshaking == 0  # the client counts as one connection
+            for sock in [*stalled, refused, client]:
+                sock.close()
+        finally:
+            await server.close()
+            box.close()
+
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+        asyncio.run(run())
+
+
+def test_tls_handshakes_under_way_share_the_read_buffer(tmp_path: Path) -> None:
+    """Each socket in its handshake held 256 KiB of asyncio's own to read into (zeroed, so
+    resident: 1,000 stalled ones held 308 MB) until it ended: it reads into the shared one
+    from the start now."""
+    cert, key = _self_signed(tmp_path, "localhost")
+    listener = Listener("127.0.0.1", 0, ssl=server_context(cert, key))
+
+    async def grown_per_handshake() -> float:
+        box = boxmq.open(tmp_path / "root", fsync="never")
+        server = MqttServer(box, MqttSettings(listeners=(listener,)))
+        try:
+            [(_, port)] = await server.start()
+            stalled = await asyncio.to_thread(_stall, port, 1)  # makes the shared buffer
+            await _until(lambda: server.broker.handshaking == 1)
+            tracemalloc.start()
+            try:
+                stalled += await asyncio.to_thread(_stall, port, 8)
+                await _until(lambda: server.broker.handshaking == 9)
+                await asyncio.sleep(0.05)  # their ClientHello's first bytes read
+                grown = tracemalloc.get_traced_memory()[0]
+            finally:
+                tracemalloc.stop()
+            for sock in stalled:
+                sock.close()
+            return grown / 8
+        finally:
+            await server.close()
+            box.close()
+
+    assert asyncio.run(grown_per_handshake()) < 32 << 10
 
 
 def _not_tls(port: int, count: int) -> None:
