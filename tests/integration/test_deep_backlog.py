@@ -246,3 +246,45 @@ def test_claims_lost_to_another_process_on_stale_news_lead_to_a_read_of_target(
                 assert following.id == ids[2001]
                 taker.close()
     assert len(lost) < 200  # a 16th of the names known, then a read; not the 2,000 taken
+
+
+def test_a_consumer_decodes_only_a_front_and_keeps_the_order_of_all(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A front of 5 over 40 names, as one of 256 over a deep queue: the rest wait as bare
+    # names, while this process and another put urgent and late messages meanwhile, and some
+    # that expire (decoded at once, wherever they rank: they wait behind the names kept).
+    monkeypatch.setattr(live_queue, "FRONT", 5)
+    clock = boxmq.ManualClock(time.time())
+    waiting: dict[str, int] = {}  # message id: priority
+
+    def put(queue: boxmq.Queue, priority: int, expires_in: float | None = None) -> None:
+        waiting[queue.put(b"x", priority=priority, expires_in=expires_in)] = priority
+
+    with (
+        boxmq.open(root, fsync="never", clock=clock) as box,
+        boxmq.open(root, fsync="never", clock=clock) as other,
+    ):
+        jobs, theirs = box.queue("jobs"), other.queue("jobs")
+        for index in range(40):
+            put(jobs, (4, 4, 1, 7)[index % 4], expires_in=3600 if index % 10 == 9 else None)
+        with jobs.consumer("w") as consumer:
+            decoded, cold = [], []
+            for step in range(90):  # the 40, and the 50 put meanwhile
+                if step % 4 == 3 and step < 40:
+                    put(jobs, 9)  # ours, urgent
+                    put(jobs, 0)  # ours, after everything
+                    put(theirs, 8)  # another process's (the watcher's news)
+                    put(theirs, 4)
+                    put(theirs, 0, expires_in=3600)
+                clock.advance(0.01)  # past watch_interval: the receive reads the news
+                message = consumer.receive(timeout=0)
+                assert message is not None
+                assert message.id == min(waiting, key=lambda id: (-waiting[id], id))
+                del waiting[message.id]
+                message.ack()
+                decoded.append(len(consumer._live._known))
+                cold.append(len(consumer._live._cold))
+            assert consumer.receive(timeout=0) is None
+    assert max(decoded) <= 20  # the front, and those that expire
+    assert max(cold) >= 30

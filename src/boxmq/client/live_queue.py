@@ -9,10 +9,12 @@ waiting watches the folder for the others, and claims made for a consumer land i
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import os
 import random
+import re
 import threading
 import time
 from collections import deque
@@ -38,6 +40,7 @@ from boxmq.core import (
     Claim,
     DeadLetter,
     DeadReason,
+    Dispatch,
     Effect,
     Expire,
     Extend,
@@ -99,6 +102,18 @@ RESCAN_NAMES_PER_SECOND: Final = 20_000
 # Python about what reading 16 names does.
 _LOST_PER_READ: Final = 16
 
+# A deep backlog's names are kept undecoded (a string each, ~100 bytes, where a decoded one
+# costs ~650): only the best FRONT or so of target/ are offered to the engine, decoded, and
+# the rest wait as names (`_cold`), in the engine's order, until the front runs low.
+FRONT: Final = 256
+
+# The names a put without metadata writes with an id of IdFactory's (`4.<id>.B`: no
+# expiration, no properties, a priority spelt as str(int) writes it), ranked without their
+# envelope: within one priority, their order as strings is the engine's (the id's 16 digits
+# start with its time in ms, then ties by name).
+_PLAIN = re.compile(r"(0|-?[1-9][0-9]{0,9})\.[0-9]{16}-[0-9]+\.[MBSPOT]")
+_INT32 = (-(2**31), 2**31 - 1)
+
 # Releases worth a line in the log: the holder did not give the message back itself.
 _TOLD = frozenset({ReleaseReason.TIMED_OUT, ReleaseReason.OWNER_GONE})
 
@@ -140,6 +155,15 @@ class LiveQueue:
         self._sleepers = 0  # threads in self._cond.wait: the only ones notify_all can wake
         self._known: dict[str, Envelope] = {}  # target/ names offered to the engine, decoded
         self._sent: set[str] = set()  # names this process put and offered: the watcher's skip
+        # Plain names of target/ (_PLAIN) known but kept out of the engine, undecoded: each
+        # ranks after every name the engine may hand out (its horizon is their best), and
+        # the best are offered (`_promote`) when the engine runs short of names before it.
+        self._cold: set[str] = set()
+        self._cold_order: dict[int, list[str]] = {}  # by priority, a heap (stale ones skipped)
+        self._cold_moved = False  # a name went cold since the engine's horizon was set
+        # Not under hash-by-key: a consumer's lane is known only once a name is decoded, so
+        # one whose lane ran dry would not ask for more while the others have some.
+        self._cold_kept = options.policy.dispatch is not Dispatch.HASH_BY_KEY
         self._claimed: dict[MessageId, Envelope] = {}  # claimed, not yet taken by a receive
         self._bodies: dict[str, bytes] = {}  # small bodies of our puts, by target/ name
         self._locks: dict[MessageId, str] = {}  # our leases: their processing/ names
@@ -233,6 +257,7 @@ class LiveQueue:
             # Seen in target/ before the other process claimed it, it is no longer a name
             # to skip there: given back unchanged, it is offered again.
             self._known.pop(name, None)
+            self._cold.discard(name)
             self._locks[envelope.message_id] = processing
             self._claimed[envelope.message_id] = envelope
             self._inbox[consumer].append(envelope.message_id)
@@ -658,10 +683,19 @@ class LiveQueue:
             # receive hands it out.
             now = self._clock.now()
         moved = self._engine.due_by(now) and self._expire(now)  # one look when nothing is due
+        engine = self._engine
         while True:
-            claims = self._engine.dispatch(now=now)
+            if self._cold_moved:
+                self._promote(now)
+            claims = engine.dispatch(now=now)
             moved = moved or bool(claims)
-            if not self._apply_all(claims):
+            lost = self._apply_all(claims)
+            if engine.held_at_horizon():
+                # A consumer with room found nothing before the horizon (which may be a
+                # name gone since): the best names kept cold are offered, and it goes on.
+                self._promote(now, wanted=True)
+                continue
+            if not lost:
                 break  # else a claim was lost to another process: its slot is free again
             # Each failed rename took a while: the next claims are locked from now.
             now = self._clock.now()
@@ -772,17 +806,87 @@ class LiveQueue:
         set_aside_strays(self._box, self.name, strays)
         for name in self._known.keys() - present:
             self._engine.withdraw(self._known.pop(name).message_id)
-        for name in present - self._known.keys():
+        cold = self._cold
+        if cold:
+            cold &= present
+            self._cold_moved = True
+            if sum(map(len, self._cold_order.values())) > 2 * len(cold) + FRONT:
+                for heap in self._cold_order.values():  # names gone since: dropped at last
+                    heap[:] = [name for name in dict.fromkeys(heap) if name in cold]
+                    heapq.heapify(heap)
+        new = present - self._known.keys()
+        new -= cold
+        for name in new:
             self._offer(name, now)
 
-    def _offer(self, name: str, now: float) -> None:
-        if name in self._known:
+    def _offer(self, name: str, now: float, *, cold: bool = True) -> None:
+        """Offer a name of target/ to the engine, or keep it cold (`_cold`) if `cold` allows
+        and it is plain, and the engine holds a front's worth, or others are cold already."""
+        if name in self._known or name in self._cold:
             return
         if (why := unusable(name)) is not None:
             # It can never be claimed (no id, or no room for a lock suffix): it goes where
             # people look, rather than block the messages behind it.
             set_aside(self._box, self.name, name, why)
             return
+        if (
+            cold
+            and self._cold_kept
+            and (self._cold or len(self._known) >= FRONT)
+            and self._keep_cold(name)
+        ):
+            return
+        self._offer_decoded(name, now)
+
+    def _keep_cold(self, name: str) -> bool:
+        """Keep a plain name cold: True; False if it is not plain (it is decoded)."""
+        plain = _PLAIN.fullmatch(name)
+        if plain is None or not _INT32[0] <= (priority := int(plain[1])) <= _INT32[1]:
+            return False
+        self._cold.add(name)
+        heap = self._cold_order.get(priority)
+        if heap is None:
+            heap = self._cold_order[priority] = []
+        heapq.heappush(heap, name)
+        self._cold_moved = True
+        return True
+
+    def _cold_top(self) -> tuple[int, list[str]] | None:
+        """The priority and heap of the best cold name (its heap's top), stale tops dropped."""
+        cold, best = self._cold, None
+        for priority, heap in self._cold_order.items():
+            while heap and heap[0] not in cold:
+                heapq.heappop(heap)
+            if heap and (best is None or priority > best[0]):
+                best = (priority, heap)
+        return best
+
+    def _promote(self, now: float, *, wanted: bool = False) -> None:
+        """Offer the best cold names to the engine, decoded, if it wants them or holds less
+        than half a front (a front's worth, at least a quarter of one); then move the horizon
+        to the best name left cold."""
+        engine = self._engine
+        if wanted or len(self._known) < FRONT // 2:
+            count = max(FRONT - len(self._known), FRONT // 4, 1)
+            cold = self._cold
+            while count > 0 and (top := self._cold_top()) is not None:
+                heap = top[1]  # the best priority's until it runs out
+                while count > 0 and heap:
+                    name = heapq.heappop(heap)
+                    if name in cold:
+                        cold.remove(name)
+                        self._offer_decoded(name, now)
+                        count -= 1
+        self._cold_moved = False
+        top = self._cold_top()
+        if top is None:
+            engine.hold_from(None)
+            return
+        priority, name = top[0], top[1][0]
+        at = name.index(".") + 1
+        engine.hold_from((-priority, int(name[at : at + 13]) / 1000, name))
+
+    def _offer_decoded(self, name: str, now: float) -> None:
         envelope = envelope_of(name)
         message_id = envelope.message_id
         if (lease := self._engine.lease(message_id)) is not None:
@@ -827,6 +931,8 @@ class LiveQueue:
                 self._engine.withdraw(envelope.message_id)
                 if self._behind and self._engine.lease(envelope.message_id) is None:
                     self._let_go(envelope.message_id)
+            elif self._cold:
+                self._cold.discard(name)  # its heap's entry is skipped when it comes up
         now = None  # read once, and only for a name to offer (most are our own puts)
         sent = self._sent
         for name in changes.names:
@@ -860,8 +966,14 @@ class LiveQueue:
             engine = self._engine
             if len(bodies) + len(messages) > _CACHED_BODIES:
                 bodies.clear()
+            known, cold = self._known, self._cold
             for name, envelope, body in messages:
-                if name in self._known:
+                if name in known or name in cold:
+                    continue
+                if (cold or len(known) >= FRONT) and self._cold_kept and self._keep_cold(name):
+                    # Decoded again when it nears the front (its id decides then, as the
+                    # watcher's news would, whether the engine has it already).
+                    self._sent.add(name)
                     continue
                 sequence = stamp_of(envelope.message_id) / 1000
                 if not engine.offer_new(ready_of(name, envelope, sequence), now=now):
@@ -974,7 +1086,8 @@ class LiveQueue:
         if processing is None:
             self._engine.claim_lost(message.message_id)
             self._lost += 1
-            if self._lost > max(_LOST_PER_READ, len(self._known) // _LOST_PER_READ):
+            known = len(self._known) + len(self._cold)
+            if self._lost > max(_LOST_PER_READ, known // _LOST_PER_READ):
                 # What we know of target/ is stale (its news was lost: see _scan), and the
                 # claims failing one by one on names another process took cost more than a
                 # read of the folder: two processes draining 300,000 messages, one lost 188,000
@@ -1013,7 +1126,7 @@ class LiveQueue:
                 effect.reason.name.lower().replace("_", " "),
                 effect.holder,
             )
-        self._offer(placed, self._clock.now())
+        self._offer(placed, self._clock.now(), cold=False)
         return False
 
     def _unqueue(self, message_id: MessageId, holder: ConsumerId | None) -> None:

@@ -44,7 +44,7 @@ from boxmq.core.effects import (
 )
 from boxmq.core.leases import Lease, LeaseTable
 from boxmq.core.ownership import PastHolders, check_holder
-from boxmq.core.ready import Lane, Ready, ReadySet
+from boxmq.core.ready import Lane, Rank, Ready, ReadySet
 from boxmq.errors import InvalidArgument
 from boxmq.model import ConsumerId, MessageId
 
@@ -224,12 +224,26 @@ class QueueEngine:
         if message_id in self._leases:
             self._leases.extend(message_id, deadline=deadline)
 
+    def hold_from(self, horizon: Rank | None) -> None:
+        """Hand out nothing that ranks at or after `horizon` (None: anything), as the runtime
+        keeps the names of a deep backlog outside the engine, the best of them at `horizon`
+        (see ReadySet)."""
+        self._ready.horizon = horizon
+        self._ready.held_at_horizon = False
+
+    def held_at_horizon(self) -> bool:
+        """True if a dispatch since `hold_from` ran out of messages before the horizon while a
+        consumer had room, or found none waiting: the runtime has more to offer."""
+        return self._ready.held_at_horizon
+
     # -- time -----------------------------------------------------------------------------
 
     def dispatch(self, *, now: float) -> list[Effect]:
         """Hand out ready messages to consumers with free slots (XEP-0254 §2.2)."""
         effects: list[Effect] = [] if now < self._ready.next_due else self._tick(now)
         if not self._ready.waiting():
+            if self._ready.horizon is not None:
+                self._ready.held_at_horizon = True  # the runtime may have more to offer
             return effects  # nothing to hand out: the common case of a consumer's poll
         if len(self._consumers) == 1 and self._picker.rotates:  # no other to share with
             (consumer,) = self._consumers

@@ -12,6 +12,12 @@ Invariants:
 - Heaps are pruned lazily: an item whose generation no longer matches its entry is ignored.
 - Everything timed (not_before, expiration, handoff ends) sits in a heap, so `tick`,
   `pop_expired` and `next_deadline` never scan the whole backlog.
+- A *horizon* (set by the caller, None by default) holds back what ranks at or after it: `drain`
+  and `take_for` hand out only lane items that rank before it, in the lane's order (priority,
+  sequence, key); one that wanted more than there was before it (room was left) says so in
+  `held_at_horizon`. A caller that keeps further messages
+  outside the set (a deep backlog's names, not decoded) sets it to the best of those, so that
+  none is handed out ahead of one it keeps.
 - `next_due` is the earliest time at the top of those three heaps (stale or not; math.inf
   when all are empty), kept at every push and pop: `due_by(now)` is `next_due <= now`.
 """
@@ -27,7 +33,7 @@ from typing import TypeAlias
 
 from boxmq.model import DEFAULT_PRIORITY, ConsumerId, MessageId, cheap_init
 
-__all__ = ["Lane", "Ready", "ReadySet"]
+__all__ = ["Lane", "Rank", "Ready", "ReadySet"]
 
 Lane: TypeAlias = ConsumerId | None  # the consumer a partitioned lane feeds; None: the one lane
 
@@ -65,6 +71,7 @@ class _Entry:
 
 _Timed = tuple[float, int, MessageId]  # (when, generation, message id)
 _Queued = tuple[int, float, str, MessageId, int]  # (-priority, sequence, key, id, generation)
+Rank: TypeAlias = tuple[int, float, str]  # (-priority, sequence, key): a lane's order
 
 
 def _one_lane(ready: Ready) -> Lane:
@@ -87,6 +94,10 @@ class ReadySet:
         # and ack (a call to due_by costs several times the comparison).
         self.next_due = math.inf
         self._generations = itertools.count()
+        # Nothing ranked at or after it is handed out (None: no horizon); True once a drain or
+        # take with room left ran out of what ranks before it, until the horizon is set again.
+        self.horizon: Rank | None = None
+        self.held_at_horizon = False
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -197,12 +208,19 @@ class ReadySet:
         A message for which `visit` returns True is taken out of the set; the others keep their
         place. `visit` must not change this set.
         """
+        horizon = self.horizon
         heap = self._lanes.get(lane)
         if not heap:
+            if horizon is not None and not until():
+                self.held_at_horizon = True  # wanted more than there is before it
             return
         skipped: list[_Queued] = []
         try:
-            while heap and not until():
+            while not until():
+                if not heap or (horizon is not None and heap[0] > horizon):
+                    if horizon is not None:
+                        self.held_at_horizon = True
+                    break
                 item = heapq.heappop(heap)
                 entry = self._live(item[3], item[4])
                 if entry is None:
@@ -220,11 +238,18 @@ class ReadySet:
         only consumer with room: what `drain` would give it, without a call per message. A
         message it held last waits out its handoff (XEP-0254 §2.4) and keeps its place."""
         taken: list[Ready] = []
+        horizon = self.horizon
         heap = self._lanes.get(lane)
         if not heap:
+            if horizon is not None and room > 0:
+                self.held_at_horizon = True  # wanted more than there is before it
             return taken
         entries, skipped = self._entries, []
-        while heap and len(taken) < room:
+        while len(taken) < room:
+            if not heap or (horizon is not None and heap[0] > horizon):
+                if horizon is not None:
+                    self.held_at_horizon = True
+                break
             item = heapq.heappop(heap)
             entry = entries.get(item[3])
             if entry is None or entry.generation != item[4]:

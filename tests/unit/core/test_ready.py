@@ -180,3 +180,53 @@ def test_next_due_is_the_earliest_top_of_the_timed_heaps(
         tops = [heap[0][0] for heap in heaps if heap]
         assert ready_set.next_due == min(tops, default=math.inf)
         assert ready_set.due_by(now) == any(top <= now for top in tops)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 5), st.booleans()),
+        min_size=1,
+        max_size=30,
+    ),
+    st.integers(0, 29),
+    st.booleans(),
+)
+def test_a_horizon_holds_back_what_ranks_after_it_and_the_order_is_kept(
+    messages: list[tuple[int, int, bool]], at: int, by_drain: bool
+) -> None:
+    """The live queue keeps a deep backlog's plain names out of the set, their best at the
+    horizon; some others (say delayed once) rank after it but are in the set. What comes out
+    before the horizon, then the rest once those kept out are put, is the order of them all."""
+    every = [
+        (ready(f"m{i:02}", priority=priority, sequence=float(sequence)), kept)
+        for i, (priority, sequence, kept) in enumerate(messages)
+    ]
+
+    def rank(message: Ready) -> tuple[int, float, str]:
+        return (-message.priority, message.sequence, message.key)
+
+    in_order = [message.message_id for message, _ in sorted(every, key=lambda m: rank(m[0]))]
+    horizon_at = sorted(rank(message) for message, _ in every)[at % len(every)]
+    outside = [message for message, kept in every if kept and rank(message) >= horizon_at]
+    ready_set = ReadySet(handoff=1.0)
+    for message, _ in every:
+        if message not in outside:
+            ready_set.put(message, now=T0)
+    ready_set.horizon = horizon_at
+
+    def take() -> list[str]:
+        if by_drain:
+            return take_all(ready_set)
+        return [m.message_id for m in ready_set.take_for(None, ConsumerId("c"), 99, now=T0)]
+
+    before = take()
+    assert all(
+        rank(ready_set_message) < horizon_at
+        for ready_set_message, _ in every
+        if ready_set_message.message_id in before
+    )
+    assert ready_set.held_at_horizon  # room was left: it wants what is kept out
+    for message in outside:
+        ready_set.put(message, now=T0)
+    ready_set.horizon = None
+    assert before + take() == in_order
