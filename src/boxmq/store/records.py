@@ -11,6 +11,7 @@ new folder is an entry of its parent). Under the other policies nothing is flush
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Iterable, Iterator
 
@@ -25,16 +26,36 @@ def make_folders(path: str, *, flush: bool, within: str) -> None:
     """`os.makedirs(path, exist_ok=True)`; with `flush`, each folder made (up to `within`,
     which must exist) is on disk after: its parent is fsynced."""
     if not flush:
-        os.makedirs(path, exist_ok=True)
+        _makedirs(path)
         return
     made: list[str] = []  # which folders are new: only their parents need a flush
     folder = path
     while folder != within and not os.path.isdir(folder):
         made.append(folder)
         folder = os.path.dirname(folder)
-    os.makedirs(path, exist_ok=True)
+    _makedirs(path)
     if made:
         flush_directories(_parents(reversed(made)))
+
+
+_TRIES = 1000  # makes of a folder another process deletes each time before one is taken
+
+
+def _makedirs(path: str) -> None:
+    """`os.makedirs(path, exist_ok=True)`, made again if another process made the folder and
+    deleted it between the two looks makedirs takes (its mkdir found it there, its isdir no
+    longer): a share group's last member leaving in one process while a member joins in
+    another raised FileExistsError out of the join (1 in 12 runs of a test that does 400)."""
+    for _ in range(_TRIES):
+        try:
+            os.makedirs(path, exist_ok=True)
+            return
+        except FileExistsError:
+            if os.path.isdir(path):
+                return  # made again meanwhile
+            if os.path.lexists(path):
+                raise  # a file there, not a folder
+    raise FileExistsError(errno.EEXIST, f"made {_TRIES} times and deleted each time", path)
 
 
 def flush_directories(directories: Iterable[str]) -> None:
