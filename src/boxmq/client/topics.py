@@ -760,6 +760,35 @@ class Topics:
                 found.append((str(TopicFilter(record.filter, record.group)), record))
         return found
 
+    def subscribed_among(
+        self, subscriber: str, texts: Iterable[str]
+    ) -> list[tuple[str, layout.SubscriptionRecord]]:
+        """`subscribed`, of the filters `texts` (as subscribed) alone: a look at each one's
+        own folder (its record, and for a share group this member's file), where
+        `subscribed` reads the record of every subscription on the root. For a caller that
+        knows what it may hold: an MQTT session's record names its filters."""
+        found = []
+        for text in dict.fromkeys(texts):
+            try:
+                parsed = parse_filter(text)
+                path = self._path_of(parsed, None if parsed.shared else subscriber)
+            except InvalidArgument:
+                continue  # no folder holds it: no subscription under it on disk
+            record = layout.read_record(path)
+            if (
+                record is None  # none, or a record damaged: `subscribed` leaves it out too
+                or record.filter != parsed.filter  # a shortened folder name's other owner
+                or record.group != parsed.share_group
+            ):
+                continue
+            if (
+                record.subscriber == subscriber
+                if record.group is None
+                else layout.is_member(path, subscriber)
+            ):
+                found.append((str(TopicFilter(record.filter, record.group)), record))
+        return found
+
     def holds_any(self, subscriber: str) -> bool:
         """Whether `subscriber` has a durable subscription or share-group membership, as the
         root's subscriptions were at their last change read (one stat while none came since):

@@ -442,6 +442,12 @@ def remove_member(path: str, member: str) -> None:
         os.unlink(os.path.join(members_path(path), escape_segment(member)))
 
 
+def is_member(path: str, member: str) -> bool:
+    """Whether `member` is registered in the share group at `path` (one look at its file,
+    where `members` reads every member's)."""
+    return os.path.isfile(os.path.join(members_path(path), escape_segment(member)))
+
+
 def members(path: str) -> dict[str, str]:
     """member -> process token."""
     found = {}

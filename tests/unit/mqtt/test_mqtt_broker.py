@@ -1938,26 +1938,33 @@ def test_a_running_server_takes_on_a_session_whose_counter_died(tmp_path: Path) 
     _run(tmp_path, test)
 
 
-_audited: tuple[str, list[str]] | None = None  # (path, its events) while `_audit` records
+# (path, whether the files below it are meant, what was seen) while `_audit` records
+_audited: tuple[str, bool, list[str]] | None = None
 _auditing = False
 
 
 def _audit(event: str, args: tuple[object, ...]) -> None:
-    if _audited is not None and event in ("open", "os.scandir") and args[0] == _audited[0]:
-        _audited[1].append(event)
+    if _audited is None or event not in ("open", "os.scandir"):
+        return
+    path, below, seen = _audited
+    if args[0] == path:
+        seen.append(event)
+    elif below and isinstance(args[0], str) and args[0].startswith(path + os.sep):
+        seen.append(f"{event} {os.path.relpath(args[0], path)}")
 
 
 @contextlib.contextmanager
-def _audit_of(path: str) -> Iterator[list[str]]:
+def _audit_of(path: str, *, below: bool = False) -> Iterator[list[str]]:
     """The events "open" and "os.scandir" of `path` in this process (the real calls, told
-    by Python's audit hook: installed once, for good, since a hook cannot be removed)."""
+    by Python's audit hook: installed once, for good, since a hook cannot be removed); with
+    `below`, those of the files and folders under it too, each with its path from there."""
     global _audited, _auditing
     if not _auditing:
         sys.addaudithook(_audit)
         _auditing = True
-    _audited = (path, [])
+    _audited = (path, below, [])
     try:
-        yield _audited[1]
+        yield _audited[2]
     finally:
         _audited = None
 
@@ -2004,6 +2011,45 @@ def test_the_look_for_dead_servers_sessions_lists_no_record_while_nothing_change
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_persistent_connect_after_a_restart_reads_only_its_own_subscriptions_records(
+    tmp_path: Path,
+) -> None:
+    """After a restart each persistent session's return read the record of every
+    subscription on the root to find its own: 10,000 devices coming back read 10^8 records.
+    It reads those its session's record names: a plain subscription's, a share group's
+    (and its own member file there). A client with no record (its first CONNECT) reads none
+    while no subscription on the root is under its name."""
+    root = str(tmp_path / "root")
+    topic_root = os.path.join(root, "topic-root")
+
+    async def first(broker: Broker) -> None:
+        for n in range(20):
+            device = _connect(broker, f"d{n}", expiry=600)
+            device.send(Subscribe(1, (Subscription(f"dev/{n}/#", 1),)))
+            if n == 3:
+                device.send(Subscribe(2, (Subscription("$share/g/all/#", 1),)))
+            device.close()
+
+    async def then(broker: Broker) -> None:
+        await _publish(broker, "dev/3/x", b"one", 1)  # routing reads them all, once
+        with _audit_of(topic_root, below=True) as seen:
+            device = _connect(broker, "d3", expiry=600, clean=False)
+        # Each read by the look, then by the opening of its dropbox; no other one.
+        records = {event.split()[1].split(os.sep)[0] for event in seen if _of_record(event)}
+        assert records == {"all%2F%23", "dev%2F3%2F%23"}, seen
+        await _until(lambda: any(isinstance(p, Publish) for p in device.inbox))
+        assert sorted(_subscribed(broker, consumer_name("d3"))) == ["$share/g/all/#", "dev/3/#"]
+        with _audit_of(topic_root, below=True) as seen:
+            _connect(broker, "new", expiry=600, clean=False)
+        assert not [event for event in seen if _of_record(event)]
+
+    _in_two_lives(tmp_path, first, then)
+
+
+def _of_record(event: str) -> bool:
+    return event.startswith("open ") and event.endswith(os.sep + ".subscription")
 
 
 def test_a_persistent_sessions_close_reads_its_record_only_if_another_wrote_it(
