@@ -1788,6 +1788,34 @@ def test_a_client_with_no_session_record_takes_its_old_subscription_back_by_subs
     _run(tmp_path, then)
 
 
+def test_an_older_boxmqs_record_keeps_a_membership_it_does_not_name_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A record of a boxmq that did not list the share groups being left owns every
+    membership under its name (SessionRecord.made): the look at the filters its record
+    names alone would not find one it left, so such a record's session scans them all. The
+    membership is found as one being left, and, holding no message, left at once."""
+
+    async def first(broker: Broker) -> None:
+        member = _connect(broker, "member", expiry=600)
+        member.send(Subscribe(1, (Subscription("$share/g/x/#", 1), Subscription("own/#", 1))))
+        member.close()
+
+    async def then(broker: Broker) -> None:
+        assert sorted(_subscribed(broker, consumer_name("member"))) == ["$share/g/x/#", "own/#"]
+        _connect(broker, "member", expiry=600, clean=False)
+        assert list(broker._sessions["member"].subscriptions) == ["own/#"]
+        assert _subscribed(broker, consumer_name("member")) == ["own/#"]
+
+    _run(tmp_path, first)
+    root = str(tmp_path / "root")
+    record = read_record(root, "member")
+    assert record is not None
+    options = {"own/#": record.options["own/#"]}
+    write_record(root, replace(record, options=options, leaving=None))
+    _run(tmp_path, then)
+
+
 def test_a_session_whose_time_ran_out_while_the_broker_was_down_ends_at_start(
     tmp_path: Path,
 ) -> None:
