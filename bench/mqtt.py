@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -40,13 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from machine import Source, interpreter
+from processes import cpu_seconds, free_port, stop
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"  # brokers' folders and logs while they run; removed afterwards
 VENV_BIN = Path(sys.executable).parent
 CHUNK = 50_000  # lines per mosquitto_pub run at QoS 1/2 (16-bit packet ids)
 STALL = 15.0  # seconds without a new message: the case is INCOMPLETE
-TICK = os.sysconf("SC_CLK_TCK")
 V5_SUB = ["-V", "mqttv5", "-D", "connect", "receive-maximum", "65535"]
 
 
@@ -86,13 +85,6 @@ class Broker:
     name: str
     start: Callable[[int, Path], subprocess.Popen[bytes]]
     mqtt5: bool  # shared subscriptions need MQTT 5 subscribers ($share on 3.1.1 is an extension)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _start_boxmq(fsync: str) -> Callable[[int, Path], subprocess.Popen[bytes]]:
@@ -168,7 +160,7 @@ def _brokers(fsync: str) -> dict[str, Broker]:
 @contextlib.contextmanager
 def _running(broker: Broker, folder: Path) -> Iterator[tuple[int, int]]:
     """The broker on a free port: yields (port, pid) once it accepts connections."""
-    port = _free_port()
+    port = free_port()
     process = broker.start(port, folder)
     try:
         deadline = time.monotonic() + 30
@@ -182,20 +174,10 @@ def _running(broker: Broker, folder: Path) -> Iterator[tuple[int, int]]:
             time.sleep(0.1)
         yield port, process.pid
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 # -- measuring ------------------------------------------------------------------------------------
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (proc(5) fields 14, 15)
 
 
 def _machine_busy_ticks() -> tuple[int, int]:
@@ -279,7 +261,7 @@ def run_case(broker: Broker, port: int, pid: int, case: Case, budget: float) -> 
             b"".join(b"%032d\n" % n for n in range(first, min(first + chunk, case.messages)))
             for first in range(0, case.messages, chunk)
         ]
-        cpu_before, (busy_before, total_before) = _cpu_seconds(pid), _machine_busy_ticks()
+        cpu_before, (busy_before, total_before) = cpu_seconds(pid), _machine_busy_ticks()
         start = time.monotonic()
         stop = start + budget
         for lines in runs:
@@ -290,7 +272,7 @@ def run_case(broker: Broker, port: int, pid: int, case: Case, budget: float) -> 
             if now - counter.last > STALL or now > stop:
                 break
         end = counter.done_at or min(time.monotonic(), stop)
-        cpu = _cpu_seconds(pid) - cpu_before
+        cpu = cpu_seconds(pid) - cpu_before
         busy_after, total_after = _machine_busy_ticks()
         cores = os.cpu_count() or 1
         busy = cores * (busy_after - busy_before) / max(1, total_after - total_before)

@@ -22,7 +22,6 @@ import asyncio
 import os
 import resource
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -33,8 +32,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from machine import Source, interpreter
+from processes import cpu_seconds, free_port, rss_kib, stop
 
-TICK = os.sysconf("SC_CLK_TCK")
 BATCH = 200  # connections a client opens at once
 
 
@@ -73,25 +72,12 @@ async def _client(port: int, count: int, prefix: str) -> None:
 
 def _stat(pid: int) -> tuple[float, int, int]:
     """CPU seconds, VmRSS in KiB, open descriptors."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    cpu = (int(fields[11]) + int(fields[12])) / TICK
-    rss = 0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            rss = int(line.split()[1])
-    return cpu, rss, len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    return cpu_seconds(pid), rss_kib(pid), len(os.listdir(f"/proc/{pid}/fd"))
 
 
 @contextmanager
 def _broker(name: str, folder: Path, subscriptions: int) -> Iterator[tuple[int, int]]:
-    port = _free_port()
+    port = free_port()
     if name == "boxmq" and subscriptions:  # durable ones of other consumers, on the root
         import boxmq
 
@@ -122,12 +108,7 @@ def _broker(name: str, folder: Path, subscriptions: int) -> Iterator[tuple[int, 
             raise RuntimeError(f"{name} exited at start; see {folder}")
         yield port, process.pid
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
         log.close()
 
 

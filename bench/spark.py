@@ -52,6 +52,7 @@ from pyspark.sql import DataFrame, SparkSession
 import boxmq
 import boxmq.spark
 from boxmq.store.layout import queue_path
+from processes import free_port
 
 TEMPLATE = "template"
 QUICK_MESSAGES = 10_000
@@ -255,13 +256,6 @@ def _report(results: list[Result], messages: int, size: int) -> None:
 LATENCY_GROUP = "$share/latency/bench/#"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def _serve(root: str, port: int) -> Iterator[None]:
     command = [sys.executable, "-m", "boxmq", "--data", root, "serve"]
@@ -320,7 +314,7 @@ def _latency(spark: SparkSession, base: str, rate: float, seconds: float) -> lis
         with lock:
             seen.extend(now - json.loads(body)["sent"] for body in bodies)
 
-    port = _free_port()
+    port = free_port()
     with _serve(root, port):
         query = (
             spark.readStream.format("boxmq")

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -42,11 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from machine import Source, interpreter
+from processes import cpu_seconds, free_port, rss_kib, stop
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 CHUNK = 50_000  # lines per mosquitto_pub run at QoS 1 (16-bit packet ids)
 AT_ONCE = 50  # connections opened at the same time in `connections`
-TICK = os.sysconf("SC_CLK_TCK")
 CONNECT = bytes.fromhex("100c00044d5154540402003c0000")  # 3.1.1, clean, keep-alive 60, id ""
 CONNACK = bytes.fromhex("20020000")
 
@@ -86,13 +85,6 @@ def _certificates(folder: Path) -> Certificates:
         made.append((cert, key))
     folder.chmod(0o755)
     return Certificates(ca, made[0], made[1])
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _start_boxmq(ports: Ports, certs: Certificates, folder: Path) -> subprocess.Popen[bytes]:
@@ -143,7 +135,7 @@ def _log(folder: Path, name: str) -> int:
 @contextlib.contextmanager
 def _running(name: str, certs: Certificates, folder: Path) -> Iterator[tuple[Ports, int]]:
     """The broker on two free ports: yields (ports, pid) once both accept connections."""
-    ports = Ports(_free_port(), _free_port())
+    ports = Ports(free_port(), free_port())
     process = BROKERS[name](ports, certs, folder)
     try:
         deadline = time.monotonic() + 30
@@ -158,24 +150,7 @@ def _running(name: str, certs: Certificates, folder: Path) -> Iterator[tuple[Por
                 time.sleep(0.1)
         yield ports, process.pid
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (proc(5) fields 14, 15)
-
-
-def _rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
+        stop(process)
 
 
 # -- connections ----------------------------------------------------------------------------------
@@ -223,12 +198,12 @@ def run_connections(
     name: str, pid: int, listener: str, port: int, count: int, context: ssl.SSLContext | None
 ) -> Connections:
     async def run() -> Connections:
-        cpu, rss, start = _cpu_seconds(pid), _rss_kib(pid), time.monotonic()
+        cpu, rss, start = cpu_seconds(pid), rss_kib(pid), time.monotonic()
         writers = await asyncio.wait_for(_connect_all(port, count, context), 300)
         seconds = time.monotonic() - start
         await asyncio.sleep(0.5)  # the broker's last reads and logs
         result = Connections(
-            name, listener, count, seconds, _cpu_seconds(pid) - cpu, _rss_kib(pid) - rss
+            name, listener, count, seconds, cpu_seconds(pid) - cpu, rss_kib(pid) - rss
         )
         await _close_all(writers)
         return result
@@ -301,7 +276,7 @@ def run_qos1(
             b"".join(b"%032d\n" % n for n in range(first, min(first + CHUNK, messages)))
             for first in range(0, messages, CHUNK)
         ]
-        cpu, start = _cpu_seconds(pid), time.monotonic()
+        cpu, start = cpu_seconds(pid), time.monotonic()
         stop = start + budget
         for lines in runs:
             left = max(0.1, stop - time.monotonic())
@@ -314,7 +289,7 @@ def run_qos1(
         while not done.wait(0.2) and time.monotonic() < stop and time.monotonic() - last[0] < 15:
             pass
         end = last[0] if done.is_set() else min(time.monotonic(), stop)
-        return Rate(name, listener, counted[0], messages, end - start, _cpu_seconds(pid) - cpu)
+        return Rate(name, listener, counted[0], messages, end - start, cpu_seconds(pid) - cpu)
     finally:
         subscriber.terminate()
         try:

@@ -1,0 +1,47 @@
+"""What the broker benchmarks share about the processes they start: a free port, a process's
+CPU time and memory from /proc, and its stop. Not a benchmark (bench/README.md)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+__all__ = ["cpu_seconds", "free_port", "rss_kib", "stop"]
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 nothing listens on now (another process may take it before the
+    broker binds it: a start checks that its own process answered)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's user and system time so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime (proc(5) fields 14, 15)
+
+
+def rss_kib(pid: int) -> int:
+    """The process's resident memory (VmRSS), in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (a broker's graceful stop), then SIGKILL if it is not over within 20 s."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
