@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from machine import Source, interpreter
-from processes import cpu_seconds, free_port, stop
+from processes import cpu_seconds, free_port, listening, stop
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"  # brokers' folders and logs while they run; removed afterwards
@@ -163,15 +162,7 @@ def _running(broker: Broker, folder: Path) -> Iterator[tuple[int, int]]:
     port = free_port()
     process = broker.start(port, folder)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"{broker.name} exited at start; see {folder}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{broker.name} did not listen within 30 s; see {folder}")
-            time.sleep(0.1)
+        listening(process, broker.name, folder, port)
         yield port, process.pid
     finally:
         stop(process)

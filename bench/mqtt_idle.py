@@ -22,7 +22,6 @@ import asyncio
 import os
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from machine import Source, interpreter
-from processes import cpu_seconds, free_port, rss_kib, stop
+from processes import cpu_seconds, free_port, listening, rss_kib, stop
 
 BATCH = 200  # connections a client opens at once
 
@@ -94,15 +93,7 @@ def _broker(name: str, folder: Path, subscriptions: int) -> Iterator[tuple[int, 
         command = ["/usr/sbin/mosquitto", "-c", str(config)]
     process = subprocess.Popen(command, stdout=log, stderr=log)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{name} did not start; see {folder}")
-            try:
-                socket.create_connection(("127.0.0.1", port), 1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        listening(process, name, folder, port)
         time.sleep(1)  # its start-up work done
         if process.poll() is not None:  # another process took the port: it answered above
             raise RuntimeError(f"{name} exited at start; see {folder}")

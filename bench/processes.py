@@ -1,5 +1,6 @@
-"""What the broker benchmarks share about the processes they start: a free port, a process's
-CPU time and memory from /proc, and its stop. Not a benchmark (bench/README.md)."""
+"""What the broker benchmarks share about the processes they start: a free port, the wait until
+it listens, a process's CPU time and memory from /proc, and its stop. Not a benchmark
+(bench/README.md)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import os
 import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
-__all__ = ["cpu_seconds", "free_port", "rss_kib", "stop"]
+__all__ = ["cpu_seconds", "free_port", "listening", "rss_kib", "stop"]
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -21,6 +23,24 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def listening(process: subprocess.Popen[bytes], name: str, log: Path, *ports: int) -> None:
+    """Returns once each of `ports` on 127.0.0.1 accepts a connection; raises if `process`
+    (the broker `name`, logging in `log`) exits first or does not listen within 30 s."""
+    deadline = time.monotonic() + 30
+    for port in ports:
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited at start; see {log}")
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} did not listen within 30 s; see {log}")
+            time.sleep(0.1)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -41,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from machine import Source, interpreter
-from processes import cpu_seconds, free_port, rss_kib, stop
+from processes import cpu_seconds, free_port, listening, rss_kib, stop
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 CHUNK = 50_000  # lines per mosquitto_pub run at QoS 1 (16-bit packet ids)
@@ -138,16 +137,7 @@ def _running(name: str, certs: Certificates, folder: Path) -> Iterator[tuple[Por
     ports = Ports(free_port(), free_port())
     process = BROKERS[name](ports, certs, folder)
     try:
-        deadline = time.monotonic() + 30
-        for port in (ports.plain, ports.tls):
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"{name} exited at start; see {folder}")
-                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{name} did not listen within 30 s; see {folder}")
-                time.sleep(0.1)
+        listening(process, name, folder, ports.plain, ports.tls)
         yield ports, process.pid
     finally:
         stop(process)
