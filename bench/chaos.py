@@ -41,6 +41,8 @@ from paho.mqtt.client import ConnectFlags
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
 
+from processes import free_port
+
 PY = sys.executable
 HERE = os.path.abspath(__file__)
 SRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "src")
@@ -243,12 +245,6 @@ ROLES = {
 }
 
 # ---------------------------------------------------------------- orchestration
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Proc:
