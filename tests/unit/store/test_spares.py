@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.processes import dead_token
 
 from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.dropbox import Dropbox
@@ -223,19 +222,6 @@ def test_a_process_that_only_puts_reuses_what_an_acking_process_leaves(
     assert producer.take(str(tmp_path / "fourth")) is None  # the consumer's own one stays its own
 
 
-def dead_token() -> str:
-    """The token of a process that has ended (a child that ran and exited)."""
-    child = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    token = process_token(int(child.stdout))
-    assert process_alive(token) is False
-    return token
-
-
 def test_a_put_writes_an_own_spare_in_place_and_renames_it_straight_into_target(
     tmp_path: Path,
 ) -> None:
@@ -269,7 +255,9 @@ def test_another_pool_never_takes_an_own_spare_of_a_live_process(tmp_path: Path)
 
 
 def test_the_own_spares_of_a_process_that_died_are_adopted(tmp_path: Path) -> None:
-    crashed = Spares(str(tmp_path), dead_token())
+    token = dead_token()
+    assert process_alive(token) is False
+    crashed = Spares(str(tmp_path), token)
     for index in range(3):
         crashed.give(finished(tmp_path, f"m{index}", b"old"))
     inodes = {os.stat(path).st_ino for path in pool(tmp_path)}
