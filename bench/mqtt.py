@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from machine import Source, interpreter
-from processes import cpu_seconds, free_port, listening, stop
+from processes import cpu_seconds, free_port, listening, log_file, stop
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"  # brokers' folders and logs while they run; removed afterwards
@@ -90,7 +90,9 @@ def _start_boxmq(fsync: str) -> Callable[[int, Path], subprocess.Popen[bytes]]:
     def start(port: int, folder: Path) -> subprocess.Popen[bytes]:
         command = [sys.executable, "-m", "boxmq.cli", "--data", str(folder / "data")]
         command += ["--fsync", fsync, "serve", "--mqtt", f"127.0.0.1:{port}"]
-        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=_log(folder, "boxmq"))
+        return subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=log_file(folder, "boxmq")
+        )
 
     return start
 
@@ -107,7 +109,7 @@ def _start_mosquitto(port: int, folder: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         ["/usr/sbin/mosquitto", "-c", str(config)],
         stdout=subprocess.DEVNULL,
-        stderr=_log(folder, "mosquitto"),
+        stderr=log_file(folder, "mosquitto"),
     )
 
 
@@ -122,12 +124,8 @@ def _start_amqtt(port: int, folder: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [str(VENV_BIN / "amqtt"), "-c", str(config)],
         stdout=subprocess.DEVNULL,
-        stderr=_log(folder, "amqtt"),
+        stderr=log_file(folder, "amqtt"),
     )
-
-
-def _log(folder: Path, name: str) -> int:
-    return os.open(folder / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
 
 def _unavailable(name: str, fsync: str) -> str | None:

@@ -1,6 +1,6 @@
-"""What the broker benchmarks share about the processes they start: a free port, the wait until
-it listens, a process's CPU time and memory from /proc, and its stop. Not a benchmark
-(bench/README.md)."""
+"""What the broker benchmarks share about the processes they start: a free port, a log file,
+the wait until it listens, a process's CPU time and memory from /proc, and its stop. Not a
+benchmark (bench/README.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["cpu_seconds", "free_port", "listening", "rss_kib", "stop"]
+__all__ = ["cpu_seconds", "free_port", "listening", "log_file", "rss_kib", "stop"]
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -23,6 +23,11 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def log_file(folder: Path, name: str) -> int:
+    """A descriptor of `folder`/`name`.log, emptied, for a broker's output (Popen's stderr)."""
+    return os.open(folder / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
 
 def listening(process: subprocess.Popen[bytes], name: str, log: Path, *ports: int) -> None:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from machine import Source, interpreter
-from processes import cpu_seconds, free_port, listening, rss_kib, stop
+from processes import cpu_seconds, free_port, listening, log_file, rss_kib, stop
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 CHUNK = 50_000  # lines per mosquitto_pub run at QoS 1 (16-bit packet ids)
@@ -99,7 +99,7 @@ def _start_boxmq(ports: Ports, certs: Certificates, folder: Path) -> subprocess.
     command = [sys.executable, "-m", "boxmq.cli", "--data", str(folder / "data")]
     command += ["--fsync", "always", "serve", "--config", str(config)]
     return subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=_log(folder, "boxmq"), env=environment
+        command, stdout=subprocess.DEVNULL, stderr=log_file(folder, "boxmq"), env=environment
     )
 
 
@@ -117,7 +117,7 @@ def _start_mosquitto(ports: Ports, certs: Certificates, folder: Path) -> subproc
     return subprocess.Popen(
         ["/usr/sbin/mosquitto", "-c", str(config)],
         stdout=subprocess.DEVNULL,
-        stderr=_log(folder, "mosquitto"),
+        stderr=log_file(folder, "mosquitto"),
     )
 
 
@@ -125,10 +125,6 @@ BROKERS: dict[str, Callable[[Ports, Certificates, Path], subprocess.Popen[bytes]
     "boxmq": _start_boxmq,
     "mosquitto": _start_mosquitto,
 }
-
-
-def _log(folder: Path, name: str) -> int:
-    return os.open(folder / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
 
 @contextlib.contextmanager
