@@ -43,7 +43,7 @@ from boxmq.model import ConsumerId
 from boxmq.spark.durable import write_json
 from boxmq.spark.plans import Plan, load_plans, remove_plans, write_plan
 from boxmq.store.commit import Committer, FsyncPolicy
-from boxmq.store.dropbox import Dropbox, folder_made_for, move_apart
+from boxmq.store.dropbox import Dropbox, move_apart, moved_into_made_folder
 from boxmq.store.layout import State
 from boxmq.store.names import MAX_NAME, Lock, decode_lenient, locked_name, split_lock
 
@@ -160,9 +160,9 @@ class Claims:
             # Never over a file of that name: a producer may have reused it (move_apart).
             locked = processing + claim.locked
             placed = move_apart(locked, processed, claim.name)
-            if placed is None and folder_made_for(locked, self._dirs[State.PROCESSED]):
+            if placed is None:
                 # processed/ deleted by hand: it stayed locked until lockTimeout, then read again
-                placed = move_apart(locked, processed, claim.name)
+                placed = moved_into_made_folder(move_apart, locked, processed, claim.name)
             if placed is None:
                 missing += 1
             else:
@@ -306,9 +306,8 @@ class Claims:
             priority, expiration, stamp = envelope.priority, envelope.expiration, envelope.timestamp
         if 0 < expiration <= now_ms:
             expired = self._dirs[State.EXPIRED]
-            moved = move_apart(entry.path, expired + os.sep, name)
-            if moved is None and folder_made_for(entry.path, expired):  # as Dropbox.move does
-                move_apart(entry.path, expired + os.sep, name)
+            if move_apart(entry.path, expired + os.sep, name) is None:  # as Dropbox.move does
+                moved_into_made_folder(move_apart, entry.path, expired + os.sep, name)
             return None
         if stamp is None:
             stamp = int(entry.stat(follow_symlinks=False).st_mtime * 1000)

@@ -17,7 +17,7 @@ import io
 import itertools
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from boxmq.errors import QueueNotFound, naming
@@ -27,7 +27,14 @@ from boxmq.store.names import Lock, distinct_name, locked_name, split_lock
 from boxmq.store.spares import Spares, remove_file, rename_noreplace, write_new
 from boxmq.store.temporaries import removed_on_failure, temporary_in
 
-__all__ = ["Dropbox", "Entry", "NotAFile", "folder_made_for", "move_apart"]
+__all__ = [
+    "Dropbox",
+    "Entry",
+    "NotAFile",
+    "folder_made_for",
+    "move_apart",
+    "moved_into_made_folder",
+]
 
 # Read per claim: `State.PROCESSING` on Python 3.11 goes through Enum's metaclass (~860
 # instructions), a module global is one cached load.
@@ -101,6 +108,17 @@ def folder_made_for(source: str, folder: str) -> bool:
     except OSError:  # the dropbox is gone, or the root takes no changes: no move
         return False
     return True
+
+
+def moved_into_made_folder(
+    move: Callable[[str, str, str], str | None], source: str, folder: str, name: str
+) -> str | None:
+    """After `move(source, folder, name)` found no file (`folder` ends with a separator):
+    the move again once `folder_made_for` made a missing folder, else None. Called only then,
+    so that a move that succeeds (one per claim and per ack) pays nothing for it."""
+    if not folder_made_for(source, folder[:-1]):
+        return None
+    return move(source, folder, name)
 
 
 def _a_millisecond_later(locked: str) -> str:
@@ -304,8 +322,8 @@ class Dropbox:
         prefixes = self._prefixes
         move = lock_apart if target is _PROCESSING else move_apart
         placed = move(prefixes[source] + name, prefixes[target], wanted)
-        if placed is None and folder_made_for(prefixes[source] + name, self._dirs[target]):
-            placed = move(prefixes[source] + name, prefixes[target], wanted)
+        if placed is None:
+            return moved_into_made_folder(move, prefixes[source] + name, prefixes[target], wanted)
         return placed
 
     def claim(self, name: str, locked: str) -> str | None:
@@ -315,8 +333,8 @@ class Dropbox:
         claim for lost to another process, and the messages stayed in target/."""
         source = self._target + name
         placed = lock_apart(source, self._processing, locked)
-        if placed is None and folder_made_for(source, self._dirs[_PROCESSING]):
-            placed = lock_apart(source, self._processing, locked)
+        if placed is None:
+            return moved_into_made_folder(lock_apart, source, self._processing, locked)
         return placed
 
     def finish(self, processing: str, name: str, *, keep: bool) -> bool:
@@ -329,10 +347,7 @@ class Dropbox:
                 return True
             # processed/ deleted by hand (to clear what was consumed): made again, as `move`
             # does, or every ack said the lock was taken away and the message was redelivered.
-            return (
-                folder_made_for(source, self._dirs[State.PROCESSED])
-                and move_apart(source, self._processed, name) is not None
-            )
+            return moved_into_made_folder(move_apart, source, self._processed, name) is not None
         if self._spares is None:
             return remove_file(self._processing + processing)
         return self._spares.give(self._processing + processing)
