@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from tests.descriptors import no_descriptor_left
 
-from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.retained import RETAINED_DIR, RetainedHeader, RetainedStore
 
 # Called at each audited file call (open, rename, link, unlink) while a test puts them here:
@@ -24,15 +22,6 @@ def _audit(event: str, args: tuple[object, ...]) -> None:
 
 
 sys.addaudithook(_audit)  # for good (a hook cannot be removed): it calls only what is listed
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[RetainedStore]:
-    committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
-    try:
-        yield RetainedStore(str(tmp_path), committer)
-    finally:
-        committer.close()
 
 
 def _only_the_new_one_is_there(store: RetainedStore, tmp_path: Path) -> None:

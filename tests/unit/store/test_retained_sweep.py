@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.retained import RetainedHeader, RetainedStore
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[RetainedStore]:
-    committer = Committer(str(tmp_path), FsyncPolicy.NEVER)
-    try:
-        yield RetainedStore(str(tmp_path), committer)
-    finally:
-        committer.close()
 
 
 def _bytes_read() -> int:
