@@ -572,7 +572,7 @@ class Box:
             if record is None and (record := read_record(path)) is None:  # else made since
                 recordless.append(path)
             else:
-                boxes.append((f"{record.filter} ({os.path.basename(path)})", path))
+                boxes.append((_swept_as(record, path), path))
         return boxes, subscriptions, recordless
 
     def _due_subscriptions(
@@ -605,7 +605,7 @@ class Box:
         # consumer receiving put it here at every sweep (a failed open a second).
         for path in (expiring | receiving) - self._due.keys() - queue_paths:
             if (record := read_record(path)) is not None:
-                visits.append((f"{record.filter} ({os.path.basename(path)})", path))
+                visits.append((_swept_as(record, path), path))
         return visits
 
     def sweep_temporaries_in(self, folder: str | os.PathLike[str]) -> None:
@@ -729,6 +729,12 @@ class Box:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _swept_as(record: SubscriptionRecord, path: str) -> str:
+    """A subscription's name in a sweep's reports, the same in a full pass and between them:
+    its filter and its folder's name (two subscriptions may share a filter)."""
+    return f"{record.filter} ({os.path.basename(path)})"
 
 
 def open(
