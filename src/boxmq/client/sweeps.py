@@ -240,21 +240,21 @@ def _alive(known: dict[str, bool | None], token: str) -> bool | None:
     return known[token]
 
 
-def expire_ready(box: Dropbox, *, now: float, pending: Pending | None = None) -> tuple[int, int]:
+def expire_ready(box: Dropbox, *, now: float, pending: Pending) -> tuple[int, int]:
     """Move the ready messages whose expiration passed to expired/: (how many, how many
-    names target/ held). `pending`, when given, learns when the first of those left expires."""
+    names target/ held). `pending` learns when the first of those left expires."""
     expired = looked = 0
     now_ms = now * 1000
     for entry in box.scan(State.TARGET):
         looked += 1
         ahead = _ahead_ms(entry.name, now_ms)
         if ahead is not None:  # most names: no expiration, or one to come, seen undecoded
-            if pending is not None and ahead != math.inf:
+            if ahead != math.inf:
                 pending.at(ahead / 1000)
             continue
         envelope = envelope_of(entry.name)
         if not envelope.expired(now):
-            if envelope.expiration and pending is not None:
+            if envelope.expiration:
                 pending.at(envelope.expiration / 1000)
             continue
         if box.move(State.TARGET, entry.name, State.EXPIRED):
