@@ -1253,13 +1253,10 @@ class Broker:
                 retain_as_published=delivery.retain_as_published,
                 identifier=delivery.identifier,
             )
+            (session.leaving if leaving else session.subscriptions)[text] = options
+            self._subscribing.attach(session, text, options, found=True)
             if leaving:
-                session.leaving[text] = options
-                self._subscribing.attach(session, text, options, found=True)
                 self._durable[client_id][text].pause(keep_claimed=True)  # it holds those
-            else:
-                session.subscriptions[text] = options
-                self._subscribing.attach(session, text, options, found=True)
         if session.leaving:
             self._delivery.close_drained(session)  # those that hold nothing any more
         log.info(
