@@ -478,9 +478,9 @@ class Broker:
 
     def _taken_meanwhile(self, session: Session) -> bool:
         """Whether another broker on this root took the session of a connection closing here
-        (its record names that broker). One stat, as `_taken_since`: the record is read and
-        parsed only if another write replaced the one this broker wrote last (at every close
-        of a persistent session, before). A record the file system cannot stat or read now
+        (its record names that broker): `_taken_since`, one stat, the record read and parsed
+        only if another write replaced the one this broker wrote last (at every close of a
+        persistent session, before). A record the file system cannot stat or read now
         (EMFILE, EIO) counts as this broker's: the close goes on as any other (record, Will,
         expiry), where the error raised out of `closed` left it half done."""
         client_id = session.client_id
@@ -494,9 +494,7 @@ class Broker:
             # the other's record and let go, the queued write, not yet done, then put back a
             # record naming this broker as holding a connection since closed: no broker
             # counted the session (its end, its Will) while this one ran.
-            if not self._records.replaced(client_id):
-                return False
-            record = read_record(self.box.root, client_id)
+            return self._taken_since(session)
         except OSError as error:
             log.warning(
                 "client %s: its session's record could not be read at its close (the session "
@@ -505,7 +503,6 @@ class Broker:
                 store_failure(error),
             )
             return False
-        return self._lifetimes.held_elsewhere(record)
 
     def _taken_elsewhere(self, client: Client, session: Session, will: Will | None) -> None:
         """The connection closed after its client connected to another broker on this root,
