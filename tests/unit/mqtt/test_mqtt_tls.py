@@ -11,7 +11,7 @@ import ssl
 import subprocess
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Final
@@ -224,6 +224,21 @@ _CONNECT = bytes.fromhex("100c00044d5154540402003c0000")  # 3.1.1, clean, keep-a
 _CONNACK = bytes.fromhex("20020000")
 
 
+@contextlib.asynccontextmanager
+async def _serving(
+    tmp_path: Path, settings: MqttSettings, clock: ManualClock | None = None
+) -> AsyncIterator[tuple[MqttServer, int]]:
+    """A server of `settings` on a root of its own, and the port of its one listener."""
+    box = boxmq.open(tmp_path / "root", fsync="never")
+    server = MqttServer(box, settings, clock=clock)
+    try:
+        [(_, port)] = await server.start()
+        yield server, port
+    finally:
+        await server.close()
+        box.close()
+
+
 def _mqtt_over_tls(port: int, trust: Path, count: int) -> list[ssl.SSLSocket]:
     """`count` clients past their CONNACK: blocking sockets, whose buffers are OpenSSL's
     (asyncio's would be traced beside the server's)."""
@@ -246,10 +261,7 @@ def test_tls_clients_share_one_read_buffer(tmp_path: Path) -> None:
     listener = Listener("127.0.0.1", 0, ssl=server_context(cert, key))
 
     async def grown_per_client() -> float:
-        box = boxmq.open(tmp_path / "root", fsync="never")
-        server = MqttServer(box, MqttSettings(listeners=(listener,)))
-        try:
-            [(_, port)] = await server.start()
+        async with _serving(tmp_path, MqttSettings(listeners=(listener,))) as (_, port):
             clients = await asyncio.to_thread(_mqtt_over_tls, port, cert, 1)  # makes the shared
             tracemalloc.start()
             try:
@@ -261,9 +273,6 @@ def test_tls_clients_share_one_read_buffer(tmp_path: Path) -> None:
             for client in clients:
                 client.close()
             return grown / 8
-        finally:
-            await server.close()
-            box.close()
 
     assert asyncio.run(grown_per_client()) < 64 << 10
 
@@ -302,10 +311,10 @@ def test_tls_handshakes_under_way_count_against_max_connections(
     limits = Limits(max_connections=5, connect_timeout=0.5)
 
     async def run() -> None:
-        box = boxmq.open(tmp_path / "root", fsync="never")
-        server = MqttServer(box, MqttSettings(listeners=(listener,), limits=limits))
-        try:
-            [(_, port)] = await server.start()
+        async with _serving(tmp_path, MqttSettings(listeners=(listener,), limits=limits)) as (
+            server,
+            port,
+        ):
             stalled = await asyncio.to_thread(_stall, port, 5)
             await _until(lambda: server.broker.handshaking == 5)
             [refused] = await asyncio.to_thread(_stall, port, 1)
@@ -319,9 +328,6 @@ def test_tls_handshakes_under_way_count_against_max_connections(
             assert server.broker.handshaking == 0  # the client counts as one connection
             for sock in [*stalled, refused, client]:
                 sock.close()
-        finally:
-            await server.close()
-            box.close()
 
     with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
         asyncio.run(run())
@@ -335,10 +341,7 @@ def test_tls_handshakes_under_way_share_the_read_buffer(tmp_path: Path) -> None:
     listener = Listener("127.0.0.1", 0, ssl=server_context(cert, key))
 
     async def grown_per_handshake() -> float:
-        box = boxmq.open(tmp_path / "root", fsync="never")
-        server = MqttServer(box, MqttSettings(listeners=(listener,)))
-        try:
-            [(_, port)] = await server.start()
+        async with _serving(tmp_path, MqttSettings(listeners=(listener,))) as (server, port):
             stalled = await asyncio.to_thread(_stall, port, 1)  # makes the shared buffer
             await _until(lambda: server.broker.handshaking == 1)
             tracemalloc.start()
@@ -352,9 +355,6 @@ def test_tls_handshakes_under_way_share_the_read_buffer(tmp_path: Path) -> None:
             for sock in stalled:
                 sock.close()
             return grown / 8
-        finally:
-            await server.close()
-            box.close()
 
     assert asyncio.run(grown_per_handshake()) < 32 << 10
 
@@ -380,10 +380,7 @@ def test_a_client_retrying_a_failing_handshake_is_told_once_then_counted(
         return [m for m in caplog.messages if "TLS handshake" in m]
 
     async def run() -> None:
-        box = boxmq.open(tmp_path / "root", fsync="never")
-        server = MqttServer(box, MqttSettings(listeners=(listener,)), clock=clock)
-        try:
-            [(_, port)] = await server.start()
+        async with _serving(tmp_path, MqttSettings(listeners=(listener,)), clock) as (server, port):
             await asyncio.to_thread(_not_tls, port, 3)
             [line] = told()
             assert line.startswith("127.0.0.1:")
@@ -398,9 +395,6 @@ def test_a_client_retrying_a_failing_handshake_is_told_once_then_counted(
             await asyncio.to_thread(_not_tls, port, 1)
             assert len(told()) == 3
             assert failed in told()[2]
-        finally:
-            await server.close()
-            box.close()
 
     with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
         asyncio.run(run())
@@ -430,17 +424,11 @@ def test_a_client_certificate_of_another_ca_is_said_so(
     listener = Listener("127.0.0.1", 0, ssl=server_context(cert, key, ca=ca[0]))
 
     async def run() -> None:
-        box = boxmq.open(tmp_path / "root", fsync="never")
-        server = MqttServer(box, MqttSettings(listeners=(listener,)))
-        try:
-            [(_, port)] = await server.start()
+        async with _serving(tmp_path, MqttSettings(listeners=(listener,))) as (server, port):
             await asyncio.to_thread(_with_certificate, port, cert, other)
             await asyncio.to_thread(_with_certificate, port, cert, own)
             if server.handshakes:  # the server's side of the last one, which logs it
                 await asyncio.wait(set(server.handshakes))
-        finally:
-            await server.close()
-            box.close()
 
     with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
         asyncio.run(run())
@@ -498,15 +486,9 @@ def test_a_client_certificate_names_its_user_for_the_acl(tmp_path: Path) -> None
             return b""
 
     async def run() -> tuple[bytes, bytes]:
-        box = boxmq.open(tmp_path / "root", fsync="never")
-        server = MqttServer(box, settings)
-        try:
-            [(_, port)] = await server.start()
+        async with _serving(tmp_path, settings) as (_, port):
             answers = await asyncio.to_thread(as_alice, port)
             return answers, await asyncio.to_thread(as_nameless, port)
-        finally:
-            await server.close()
-            box.close()
 
     answers, nameless_answer = asyncio.run(run())
     assert answers == bytes.fromhex("9004 0001 00 80")  # alice's, not bob's
