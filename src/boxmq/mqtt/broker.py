@@ -147,6 +147,21 @@ def _waits_for_claim(client: Client, now: float) -> bool:
     return since is not None and now - since <= _CLAIM_PATIENCE + 1.0
 
 
+_Counts = tuple[int, int, int, int]  # packets received, sent; bytes received, sent
+
+
+def _counted(totals: _Counts, link: Link) -> _Counts:
+    """`totals` with what the connection of `link` counted added (for $SYS)."""
+    connection = link.connection
+    received, sent, read, written = totals
+    return (
+        received + connection.packets_received,
+        sent + connection.packets_sent,
+        read + connection.bytes_received,
+        written + connection.bytes_sent,
+    )
+
+
 def _stop_reading(client: Client) -> None:
     """Nothing more that `client` sent is acted on: its connection ends (a DISCONNECT, a
     refused CONNECT, a close by the server), and a client may send nothing after its
@@ -292,7 +307,7 @@ class Broker:
         self._sys = sys_topics
         # What the connections closed so far counted (Connection's counters), for $SYS: the
         # open ones are added when the figures are taken.
-        self._retired = [0, 0, 0, 0]  # packets received, sent; bytes received, sent
+        self._retired: _Counts = (0, 0, 0, 0)
         # A record's write that its process did not live to rename leaves a temporary there.
         box.sweep_temporaries_in(records_folder(box.root))
 
@@ -570,22 +585,15 @@ class Broker:
 
     def _retire(self, link: Link) -> None:
         """A connection closed: what it counted goes to the totals of the closed ones."""
-        connection, retired = link.connection, self._retired
-        retired[0] += connection.packets_received
-        retired[1] += connection.packets_sent
-        retired[2] += connection.bytes_received
-        retired[3] += connection.bytes_sent
+        self._retired = _counted(self._retired, link)
 
     def figures(self) -> Figures:
         """This server's figures now, for $SYS: the closed connections' counts and the open
         ones' (a sum over the connections and sessions, once an interval)."""
-        received, sent, read, written = self._retired
+        totals = self._retired
         for link in self._clients:
-            connection = link.connection
-            received += connection.packets_received
-            sent += connection.packets_sent
-            read += connection.bytes_received
-            written += connection.bytes_sent
+            totals = _counted(totals, link)
+        received, sent, read, written = totals
         return Figures(
             connected=len(self._links),
             subscriptions=sum(len(s.subscriptions) for s in self._sessions.values()),
