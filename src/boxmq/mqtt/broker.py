@@ -62,6 +62,7 @@ from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client, Link, Outgoing
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job, no_answer
+from boxmq.mqtt.drops import Refusals
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.lifetimes import CLAIMED, Lifetimes, session_made
 from boxmq.mqtt.outbox import Stage
@@ -302,7 +303,7 @@ class Broker:
         # keep-alive. A tick looks at those due, not at every connection (`_look_at`).
         self._timers: Deadlines[Client] = Deadlines()
         self._next_adoption = 0.0  # the next sweep for sessions of dead servers (tick)
-        self._over_max = 0  # sockets refused at max_connections since the last one accepted
+        self._over_max = Refusals()  # sockets refused at max_connections
         self.handshaking = 0  # TLS handshakes under way: connections for max_connections
         self._sys = sys_topics
         # What the connections closed so far counted (Connection's counters), for $SYS: the
@@ -340,8 +341,7 @@ class Broker:
         most = self.limits.max_connections
         taken = len(self._clients) + self.handshaking
         if taken >= most:
-            # Told once: clients that reconnect in a loop would write a line per attempt.
-            if not self._over_max:
+            if self._over_max.refused():
                 log.warning(
                     "%s refused: %d connection(s) already%s, [mqtt.limits] max_connections = %d "
                     "(told once, and again when connections are accepted again)",
@@ -350,16 +350,14 @@ class Broker:
                     f" ({self.handshaking} in their TLS handshake)" if self.handshaking else "",
                     most,
                 )
-            self._over_max += 1
             return False
-        if self._over_max:
+        if refused := self._over_max.accepted():
             log.info(
                 "connections accepted again under [mqtt.limits] max_connections = %d "
                 "(%d refused meanwhile)",
                 most,
-                self._over_max,
+                refused,
             )
-            self._over_max = 0
         return True
 
     def received(self, link: Link, packets: Iterable[Incoming]) -> None:

@@ -8,6 +8,8 @@ ends the run: the next drop is a first again.
 
 The same counts serve failed TLS handshakes (server.py), by client address and reason in
 place of a client id: a device that retries every second with an expired certificate.
+Connections refused at a limit (`Refusals`) are told once while the limit holds, and counted
+till one is accepted again.
 
 Sans-IO: the caller passes `now` and writes the lines. No count is lost: every drop is
 either told as a first or counted into a later summary, and `flush` hands over what is
@@ -19,9 +21,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["DropLog", "Summary"]
+__all__ = ["DropLog", "Refusals", "Summary"]
 
 INTERVAL: Final = 10.0  # seconds between two summary lines for one client
+
+
+class Refusals:
+    """Connections refused while a limit is reached (max_connections, the descriptors kept
+    for files): the first refusal of a run is told, those after it counted, and the count
+    told when a connection is accepted again: clients that reconnect in a loop would write
+    a line per attempt."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0  # refused since the run began; 0 while none
+
+    def refused(self) -> bool:
+        """Count one refusal; whether it begins a run (and is to be told)."""
+        self.count += 1
+        return self.count == 1
+
+    def accepted(self) -> int:
+        """One is accepted: the run's refusals, which end (0: none to tell)."""
+        count, self.count = self.count, 0
+        return count
 
 
 @dataclass(slots=True)

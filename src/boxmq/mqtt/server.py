@@ -65,7 +65,7 @@ from boxmq.errors import ProtocolViolation, RecurringFailure, store_failure
 from boxmq.host_names import HOST_NAME_RULE
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.connection import Connection
-from boxmq.mqtt.drops import DropLog
+from boxmq.mqtt.drops import DropLog, Refusals
 from boxmq.mqtt.reasons import reason_for
 from boxmq.mqtt.settings import Listener, MqttSettings, listener_url
 
@@ -475,8 +475,7 @@ class _Descriptors:
     def __init__(self) -> None:
         self.limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)  # after serve raised it
         self.kept = min(self.limit // 8, _MOST_KEPT)
-        self._refused = 0  # since the refusals began; 0 while none
-        self._told = False
+        self._refused = Refusals()
 
     @property
     def connections(self) -> int:
@@ -485,13 +484,10 @@ class _Descriptors:
 
     def admits(self, fd: int, url: str) -> bool:
         if self.limit == resource.RLIM_INFINITY or fd < self.limit - self.kept:
-            if self._refused:
-                log.info(
-                    "%s: accepting connections again (%d refused meanwhile)", url, self._refused
-                )
-                self._refused = 0
+            if refused := self._refused.accepted():
+                log.info("%s: accepting connections again (%d refused meanwhile)", url, refused)
             return True
-        if not self._refused:
+        if self._refused.refused():
             log.warning(
                 "%s: refusing new connections: %d of the %d descriptors this process may "
                 "open (ulimit -n) are in use, the last %d are kept for the broker's files "
@@ -502,7 +498,6 @@ class _Descriptors:
                 self.limit,
                 self.kept,
             )
-        self._refused += 1
         return False
 
 
