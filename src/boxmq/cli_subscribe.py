@@ -168,11 +168,10 @@ def _refuse_a_second_run(filter: str, subscriber: str, owner: str) -> None:
         return
     pid = token_pid(owner)
     where = "" if alive else " on another machine"
-    hint = "a member of its own" if filter.startswith("$share/") else "each name gets every message"
     ends = ["boxmq", "unsubscribe", filter, "--name", subscriber]  # quoted below, for a shell
     raise InvalidArgument(
         f"{filter} of {subscriber} is read by another process ({pid}{where}), and ends with "
-        f"it: give this run another --name ({hint})"
+        f"it: give this run another --name ({_what_another_name_gets(filter)})"
         + ("" if alive else f", or end it with `{shlex.join(ends)}`")
     )
 
@@ -202,8 +201,14 @@ def _refuse_an_mqtt_session(box: Box, filter: str, subscriber: str, *, unsubscri
     raise InvalidArgument(
         f"{what}: its subscriptions and what they hold are its client's, and this run would "
         "take its messages or give it ones it never subscribed to. Give this run another "
-        "--name (each name gets every message)"
+        f"--name ({_what_another_name_gets(filter)})"
     )
+
+
+def _what_another_name_gets(filter: str) -> str:
+    """What a run under another --name gets, for the refusals that ask for one: a member of a
+    share group shares the group's messages with the others, it does not get every one."""
+    return "a member of its own" if filter.startswith("$share/") else "each name gets every message"
 
 
 def _session_state(record: SessionRecord) -> str:
