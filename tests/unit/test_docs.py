@@ -91,6 +91,20 @@ def test_a_link_that_says_above_or_below_points_that_way() -> None:
     assert wrong == []
 
 
+def test_every_table_starts_with_its_header_and_separator() -> None:
+    """A table row after a paragraph is no table on GitHub but a line of pipes: rows added at
+    the end of operations.md's sweep table, below a paragraph put in after it, read so."""
+    separator = re.compile(r"^\|( *:?-+:? *\|)+ *$")
+    stray = []
+    for page in PAGES:
+        lines = _prose(page).splitlines()
+        for at, line in enumerate(lines):
+            starts = line.startswith("|") and not (at and lines[at - 1].startswith("|"))
+            if starts and not separator.match(lines[at + 1] if at + 1 < len(lines) else ""):
+                stray.append(f"{page.name}: {line[:60]}")
+    assert stray == []
+
+
 def test_every_docs_page_is_linked_from_the_readme() -> None:
     readme = _prose(REPO / "README.md")
     unlinked = [p.name for p in sorted(DOCS.glob("*.md")) if f"](docs/{p.name}" not in readme]
