@@ -168,6 +168,24 @@ def test_a_state_may_be_named_by_its_folder(box: boxmq.Box) -> None:
     assert jobs.purge(state="target") == 1
 
 
+def test_lock_process_tells_get_s_lock_from_a_consumer_s(box: boxmq.Box) -> None:
+    """As docs/python.md says: "get" for a lock `get` took (what `boxmq unlock` reads to let
+    it be settled whoever joined under its name), a consumer's own process token, None for
+    a consumer that holds no lock on it. The docs said "" for `get`'s."""
+    jobs = box.queue("jobs")
+    jobs.put_many([b"a", b"b"])
+    got = jobs.get()
+    assert got is not None
+    assert jobs.lock_process(got.id) == "get"
+    assert jobs.lock_process(got.id, "worker-1") is None
+    with jobs.consumer("worker-1") as consumer:
+        held = consumer.receive(timeout=5)
+        assert held is not None
+        token = jobs.lock_process(held.id, "worker-1")
+        assert token is not None
+        assert token.split("-")[1] == str(os.getpid())
+
+
 def test_a_paused_consumer_gives_back_what_it_has_not_received_as_it_was(
     box: boxmq.Box, root: Path
 ) -> None:

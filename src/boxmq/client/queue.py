@@ -433,8 +433,9 @@ class Queue:
 
     def lock_process(self, message_id: str, consumer: str = "cli") -> str | None:
         """The process the lock `consumer` holds on `message_id` is bound to, as its process
-        token (docs/file-format.md, the lock suffix): "" for a lock bound to no process
-        (`get`'s, a persistent MQTT session's), None if `consumer` holds no lock on it. What
+        token (docs/file-format.md, the lock suffix): GET_TOKEN ("get") for `get`'s, "" for
+        another lock bound to no process (a persistent MQTT session's), None if `consumer`
+        holds no lock on it. What
         tells `boxmq unlock` whether a running process counts the message as in flight."""
         return self._disk.lock_process(MessageId(message_id), check_consumer_name(consumer))
 
