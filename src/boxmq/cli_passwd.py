@@ -91,8 +91,14 @@ def _password(args: argparse.Namespace) -> str:
     elif args.stdin:
         password = _password_from_stdin()
     elif sys.stdin.isatty():
-        password = getpass.getpass(f"password for {args.user}: ")
-        if getpass.getpass("again: ") != password:
+        try:
+            password = getpass.getpass(f"password for {args.user}: ")
+            again = getpass.getpass("again: ")
+        except EOFError:  # Ctrl-D at the prompt: getpass raised it, shown as a traceback
+            if sys.stderr.isatty():
+                sys.stderr.write("\n")  # the prompt's line is left open: the error on its own
+            raise InvalidArgument("no password typed (Ctrl-D); nothing changed") from None
+        if again != password:
             raise InvalidArgument("the two passwords differ; nothing changed")
     else:
         raise InvalidArgument("no terminal to ask on: give --password, or --stdin and pipe it in")

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from boxmq.mqtt.passwords import PasswordFile
 
 
@@ -73,6 +75,43 @@ def test_a_file_behind_a_symbolic_link_is_rewritten_and_the_link_kept(tmp_path: 
     assert link.is_symlink()
     assert PasswordFile.load(real).users() == ("bob",)
     assert sorted(p.name for p in tmp_path.glob("secrets/*")) == ["passwd"]  # no temporary
+
+
+def _at_the_prompt(path: Path, *typed: bytes) -> subprocess.CompletedProcess[str]:
+    """`boxmq passwd FILE alice` asking on a terminal (a pseudo-terminal of its own session,
+    where getpass prompts on stderr), each of `typed` sent once a prompt is shown."""
+    main, terminal = os.openpty()
+    command = [sys.executable, "-m", "boxmq.cli", "passwd", str(path), "alice"]
+    with subprocess.Popen(
+        command,
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # no controlling terminal: getpass asks on stdin, not /dev/tty
+    ) as run:
+        os.close(terminal)
+        assert run.stderr is not None
+        for keys in typed:
+            shown = b""
+            while not shown.endswith(b": "):  # getpass flushes the terminal's input first
+                shown += run.stderr.read(1) or pytest.fail(f"no prompt, only {shown!r}")
+            os.write(main, keys)
+        out, err = run.communicate(timeout=60)
+    os.close(main)
+    return subprocess.CompletedProcess(command, run.returncode, out.decode(), err.decode())
+
+
+def test_the_prompt_asks_twice_and_ctrl_d_there_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "passwd"
+    added = _at_the_prompt(path, b"wonder\n", b"wonder\n")
+    assert (added.returncode, added.stdout) == (0, f"added user alice in {path}\n"), added.stderr
+    assert PasswordFile.load(path).authenticate("alice", b"wonder", "c")
+    ended = _at_the_prompt(path, b"\x04")  # Ctrl-D: a traceback of getpass's EOFError before
+    assert (ended.returncode, ended.stderr) == (
+        1,
+        "boxmq passwd: no password typed (Ctrl-D); nothing changed\n",
+    )
+    assert PasswordFile.load(path).authenticate("alice", b"wonder", "c")
 
 
 def test_errors_are_one_clear_line(tmp_path: Path) -> None:
