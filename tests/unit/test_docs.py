@@ -111,6 +111,15 @@ def test_every_docs_page_is_linked_from_the_readme() -> None:
     assert unlinked == []
 
 
+def test_every_module_and_package_of_boxmq_is_in_development_md_s_layout() -> None:
+    """cli_session.py and cli_settle.py were missing from it."""
+    layout = (DOCS / "development.md").read_text(encoding="utf-8")
+    top = REPO / "src" / "boxmq"
+    names = [p.name for p in top.glob("*.py") if p.name != "__init__.py"]
+    names += [f"{p.name}/" for p in top.iterdir() if (p / "__init__.py").exists()]
+    assert [n for n in sorted(names) if not re.search(rf"(?<![\w/]){re.escape(n)}", layout)] == []
+
+
 def _commands() -> dict[str, argparse.ArgumentParser]:
     parser = cli._parser()
     (commands,) = [a for a in parser._actions if isinstance(a, cli._Commands)]
