@@ -20,8 +20,10 @@ Java 17. Everything runs on this machine, on loopback:
    a PNG plot of the windows and the occupancy is written.
 
 The sensors publish in two rounds of event time (the second closes the windows the first left
-open: a window is written once the watermark has passed its end). Run it again with the same
---dir and it goes on where it stopped: the checkpoints make every event count once.
+open: a window is written once the watermark has passed its end); the second round's streams
+go on from the first's checkpoints, so every event counts once. Each run takes a --dir of its
+own (`make demo` names one by the time): one that holds an earlier run's results is refused,
+since what Spark counts there is compared with this run's simulation alone.
 """
 
 from __future__ import annotations
