@@ -1225,18 +1225,22 @@ class Broker:
         if record is not None:
             session.outbox.expect_release(record.releasing)
             # Before the subscriptions take back their locks: those messages go out first.
-            session.sent_before = {
-                (queue, message_id): packet_id for message_id, packet_id, queue in record.sent
-            }
+            for message_id, packet_id, queue in record.sent:
+                if (queue, message_id) in session.sent_before:  # an older record's copy
+                    session.sent_before_repeated.setdefault(message_id, []).append(packet_id)
+                else:
+                    session.sent_before[queue, message_id] = packet_id
             session.sent_qos2_before = frozenset(record.sent_qos2)
-            session.outbox.reserve(session.sent_before.values())
+            session.outbox.reserve(packet_id for _, packet_id, _ in record.sent)
             # New ids go on where the process before left off: the client may still hold one
             # it used, in flight or not (its record written at a clean close names none).
             # A record without it (an older boxmq's): past every id it names.
             if record.next_packet_id is not None:
                 session.outbox.start_at(record.next_packet_id)
             else:
-                session.outbox.start_after((*record.releasing, *session.sent_before.values()))
+                session.outbox.start_after(
+                    (*record.releasing, *(packet_id for _, packet_id, _ in record.sent))
+                )
         self._sessions[client_id] = session
         for text, subscription in found:
             if not self._may_keep(client_id, record, text):

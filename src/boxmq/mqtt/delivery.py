@@ -26,6 +26,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+from itertools import chain
 from typing import Final
 
 from boxmq.client.box import Box
@@ -517,6 +518,7 @@ class Delivery:
     def _done_before(self, session: Session) -> None:
         self._release_settled(session)
         session.sent_before.clear()
+        session.sent_before_repeated.clear()
         session.outbox.unreserve()
 
     def _refused_claim(self, session: Session, text: str, error: OSError) -> None:
@@ -570,7 +572,7 @@ class Delivery:
         client was sent is not here: it may hold its packet id, and gets it again with one
         second left. Its message file alone says its deadline, which `publish_of` would send
         as one second left however long ago it passed."""
-        packet_id = None if before is None else session.sent_before.pop(before)
+        packet_id = None if before is None else _taken(session, before)
         log.info(
             "client %s: message %s expired while its session was held over a restart%s",
             session.client_id,
@@ -587,7 +589,8 @@ class Delivery:
         PUBRELs may never have gone out, and the client holds their ids until one comes
         (session_record.py, `sent_qos2`). Sent now; a client that had it answers PUBCOMP
         all the same (0x92 if it was done)."""
-        gone = sorted(set(session.sent_before.values()) & session.sent_qos2_before)
+        left = {*session.sent_before.values(), *chain(*session.sent_before_repeated.values())}
+        gone = sorted(left & session.sent_qos2_before)
         session.sent_qos2_before = NO_IDS
         if not gone:
             return
@@ -610,7 +613,7 @@ class Delivery:
     ) -> None:
         """A message the process before this one sent and the client did not acknowledge:
         under its packet id again, with DUP (outbox.push_again), or held past the window."""
-        packet_id = session.sent_before.pop(before)
+        packet_id = _taken(session, before)
         sent = session.outbox.push_again(publish, message, packet_id, now)
         client = self._links.get(session.client_id)
         if client is not None and sent is not None:  # None: past the window, held
@@ -628,6 +631,20 @@ def _sent_before(session: Session, message: Message) -> tuple[str | None, str] |
         if key in sent_before:
             return key
     return None
+
+
+def _taken(session: Session, before: tuple[str | None, str]) -> int:
+    """The packet id `before` names in `session.sent_before`, taken for the copy being sent.
+    A record that names no subscriptions lists a message matching two of the session's
+    filters once per copy, under one id: the next copy takes the next packet id it lists,
+    so that both go again under their own, where one went as new and its client, holding
+    both, had a QoS 2 message a third time (session_record.py, `sent`)."""
+    packet_id = session.sent_before.pop(before)
+    queue, message_id = before
+    repeated = session.sent_before_repeated.get(message_id) if queue is None else None
+    if repeated:
+        session.sent_before[before] = repeated.pop(0)
+    return packet_id
 
 
 def _topic_to_send(message: Message, subscribed: str) -> str | None:

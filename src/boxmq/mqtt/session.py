@@ -91,6 +91,7 @@ class Session:
         "outbox",
         "persistent",
         "sent_before",
+        "sent_before_repeated",
         "sent_before_taken",
         "sent_qos2_before",
         "subscriptions",
@@ -139,6 +140,9 @@ class Session:
         # in both dropboxes under one id, sent under two packet ids. The subscription is
         # None in a record of a boxmq that did not write it (delivery.py, `_sent_before`).
         self.sent_before: dict[tuple[str | None, str], int] = {}
+        # Such a record names the copies of one message by its id alone: the packet ids of
+        # its copies after the first, taken in turn under the one key (delivery.py, `_taken`).
+        self.sent_before_repeated: dict[str, list[int]] = {}
         self.sent_qos2_before = NO_IDS  # those of `sent_before` sent at QoS 2
         # Whether its first pump took them, to send them in their order (delivery.py,
         # `_send_before_again`): one a dropbox refused then comes when it can, as it comes.

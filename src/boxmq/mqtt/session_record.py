@@ -61,7 +61,8 @@ Invariants:
   packet id: by the id alone, one copy took the other's packet id and the other went as new,
   a QoS 2 one delivered twice. The subscriptions are kept in `sent_subscriptions`, a list
   beside `sent` (whose pairs an older boxmq still reads); a record without it names none
-  (None), and its ids match a message in any of the session's dropboxes, as before. It is
+  (None), and its ids match a message in any of the session's dropboxes, the copies of one
+  message taking its packet ids in turn (delivery.py, `_taken`). It is
   written at a close (and so at a graceful shutdown), and before each write to the client
   that sends a QoS 2 PUBLISH (unflushed: a killed broker's page cache keeps it; a power cut
   may lose the last one). So after a SIGKILL it names every QoS 2 message in flight, and a

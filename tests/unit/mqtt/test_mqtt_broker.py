@@ -9,6 +9,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -1814,6 +1815,30 @@ def test_an_older_boxmqs_record_keeps_a_membership_it_does_not_name_after_a_rest
     options = {"own/#": record.options["own/#"]}
     write_record(root, replace(record, options=options, leaving=None))
     _run(tmp_path, then)
+
+
+def test_an_older_boxmqs_message_in_flight_from_two_filters_goes_again_under_both_ids(
+    tmp_path: Path,
+) -> None:
+    """A root written by boxmq 090cabb (stop 40), stopped with SIGTERM: its session record
+    names a QoS 2 message in flight from two overlapping filters (q2/# and q2/+) twice, by
+    message id alone, under packet ids 1 and 2. The copy of one dropbox went again under id
+    2 and the other as a new PUBLISH under id 3, which the client, holding both, delivers a
+    third time (found by an upgrade hunt)."""
+    fixture = Path(__file__).parent / "fixtures" / "overlapping-in-flight-090cabb"
+    shutil.copytree(fixture, tmp_path / "root")
+    left = read_record(str(tmp_path / "root"), "s3")
+    assert left is not None
+    assert left.disconnected_at is not None
+
+    async def then(broker: Broker) -> None:
+        peer, connack = _connack(broker, "s3", clean=False, session_expiry_interval=3600)
+        assert connack.session_present
+        await _until(lambda: len(peer.inbox) >= 2)
+        again = [(p.payload, p.packet_id, p.dup) for p in peer.take() if isinstance(p, Publish)]
+        assert sorted(again) == [(b"q2/a", 1, True), (b"q2/a", 2, True)]
+
+    _run(tmp_path, then, ManualClock(left.disconnected_at + 5))
 
 
 def test_a_session_whose_time_ran_out_while_the_broker_was_down_ends_at_start(
