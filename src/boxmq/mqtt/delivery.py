@@ -572,7 +572,7 @@ class Delivery:
         client was sent is not here: it may hold its packet id, and gets it again with one
         second left. Its message file alone says its deadline, which `publish_of` would send
         as one second left however long ago it passed."""
-        packet_id = None if before is None else _taken(session, before)
+        packet_id = None if before is None else _taken(session, before, qos2=False)
         log.info(
             "client %s: message %s expired while its session was held over a restart%s",
             session.client_id,
@@ -613,7 +613,7 @@ class Delivery:
     ) -> None:
         """A message the process before this one sent and the client did not acknowledge:
         under its packet id again, with DUP (outbox.push_again), or held past the window."""
-        packet_id = _taken(session, before)
+        packet_id = _taken(session, before, qos2=publish.qos == 2)
         sent = session.outbox.push_again(publish, message, packet_id, now)
         client = self._links.get(session.client_id)
         if client is not None and sent is not None:  # None: past the window, held
@@ -633,17 +633,21 @@ def _sent_before(session: Session, message: Message) -> tuple[str | None, str] |
     return None
 
 
-def _taken(session: Session, before: tuple[str | None, str]) -> int:
-    """The packet id `before` names in `session.sent_before`, taken for the copy being sent.
-    A record that names no subscriptions lists a message matching two of the session's
-    filters once per copy, under one id: the next copy takes the next packet id it lists,
-    so that both go again under their own, where one went as new and its client, holding
-    both, had a QoS 2 message a third time (session_record.py, `sent`)."""
-    packet_id = session.sent_before.pop(before)
+def _taken(session: Session, before: tuple[str | None, str], qos2: bool) -> int:
+    """The packet id `before` names in `session.sent_before`, taken for a copy going again at
+    QoS 2 or not (`qos2`). A record that names no subscriptions lists a message matching two
+    of the session's filters once per copy, under one id: each copy takes one of its packet
+    ids in turn, one that went at its QoS first, so that both go again under their own, where
+    one went as new and its client, holding both, had a QoS 2 message a third time, and no
+    QoS 1 copy takes the id of a QoS 2 one the client holds (session_record.py, `sent`)."""
     queue, message_id = before
     repeated = session.sent_before_repeated.get(message_id) if queue is None else None
-    if repeated:
-        session.sent_before[before] = repeated.pop(0)
+    if not repeated:
+        return session.sent_before.pop(before)
+    ids = [session.sent_before[before], *repeated]
+    packet_id = next((i for i in ids if (i in session.sent_qos2_before) is qos2), ids[0])
+    ids.remove(packet_id)
+    session.sent_before[before], repeated[:] = ids[0], ids[1:]
     return packet_id
 
 
