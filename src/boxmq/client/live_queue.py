@@ -51,7 +51,8 @@ from boxmq.core import (
     Release,
     ReleaseReason,
 )
-from boxmq.errors import Closed, InvalidArgument
+from boxmq.core.durations import LONGEST
+from boxmq.errors import Closed, InvalidArgument, UnexpectedRequest
 from boxmq.ids import stamp_of
 from boxmq.model import ConsumerId, Envelope, MessageId
 from boxmq.store.dropbox import Dropbox, NotAFile
@@ -261,6 +262,15 @@ class LiveQueue:
             self._locks[envelope.message_id] = processing
             self._claimed[envelope.message_id] = envelope
             self._inbox[consumer].append(envelope.message_id)
+        if found and self._engine.lock_timeout(consumer) >= LONGEST:
+            # A lock its consumer's timeout makes last a century (an MQTT session's: only
+            # its end releases it) that ends within half of one was written by a boxmq
+            # before 2026-11-29, which gave such locks 7 days: a sweep would release it on
+            # day 8, and the session get its message again as new beside its DUP resend.
+            soon = now_ms / 1000 + LONGEST / 2
+            for _, _, _, envelope, deadline in found:
+                if deadline < soon:
+                    self._lengthen(consumer, envelope.message_id)
         if found:
             log.info(
                 "%s: %d message(s) %s %s are its own again",
@@ -270,6 +280,23 @@ class LiveQueue:
                 why,
             )
         return len(found)
+
+    def _lengthen(self, consumer: ConsumerId, message_id: MessageId) -> None:
+        """Renew a lock `_adopt` took back for its consumer's lock timeout from now, on disk
+        too (any process's sweep reads its deadline there). One the disk refuses to rename
+        keeps the deadline it had, said once here."""
+        effect = self._engine.extend(message_id, consumer, now=self._clock.now())
+        try:
+            self._apply(effect)
+        except OSError as error:
+            log.warning(
+                "%s: the lock of %s could not be renewed, it ends at its deadline: %s",
+                self.name,
+                message_id,
+                error,
+            )
+        except UnexpectedRequest:
+            pass  # another process settled it since the look: the next receive skips it
 
     def set_limits(self, consumer: ConsumerId, *, max_in_flight: int, lock_timeout: float) -> None:
         """New limits for an attached consumer: more room is used at its next receive."""

@@ -430,6 +430,9 @@ class QueueEngine:
     def lease(self, message_id: MessageId) -> Lease | None:
         return self._leases.get(message_id)
 
+    def lock_timeout(self, consumer: ConsumerId) -> float:
+        return self._consumers[consumer].lock_timeout
+
     def ready_key(self, message_id: MessageId) -> str | None:
         """The key (file name) of the ready message with this id, if one is."""
         ready = self._ready.get(message_id)

@@ -2846,6 +2846,48 @@ def test_a_sessions_message_in_flight_stays_its_own_past_seven_days(
     asyncio.run(main())
 
 
+def test_an_older_boxmqs_seven_day_lock_of_a_session_lasts_as_long_as_it_once_resumed(
+    tmp_path: Path,
+) -> None:
+    """A root written by boxmq d0e0878 (before 2026-11-29's century-long session locks),
+    stopped with SIGTERM: the QoS 2 message its session s1 was sent and did not answer is
+    locked to it for 7 days. Resumed by this boxmq, the lock kept that deadline: on day 8 it
+    went back to target/ and came again as a new PUBLISH beside the DUP resend, a QoS 2
+    duplicate (found by an upgrade hunt)."""
+    shutil.copytree(Path(__file__).parent / "fixtures" / "week-lock-d0e0878", tmp_path / "root")
+    left = read_record(str(tmp_path / "root"), "s1")
+    assert left is not None
+    assert left.disconnected_at is not None
+    month = 30 * 86_400
+    clock = ManualClock(left.disconnected_at + 5)
+    settings = MqttSettings(limits=Limits(max_session_expiry=month))
+
+    async def test(broker: Broker) -> None:
+        holder = _connect(broker, "s1", expiry=month, clean=False)
+        await _until(lambda: any(isinstance(p, Publish) for p in holder.inbox))
+        again = [(p.payload, p.dup, p.packet_id) for p in holder.take() if isinstance(p, Publish)]
+        assert again == [(b"d3", True, 4)]
+        clock.advance(8 * 86_400)
+        broker.tick(clock.now())
+        broker.box.sweep()  # as boxmq serve's, or another process's on the root
+        for _ in range(3):  # a lock that timed out brings it again (as new) within a second
+            await asyncio.sleep(0.1)
+            clock.advance(1)
+            broker.tick(clock.now())
+        assert [p for p in holder.take() if isinstance(p, Publish)] == []
+
+    async def main() -> None:
+        with boxmq.open(tmp_path / "root", fsync="never", clock=clock) as box:
+            broker = Broker(box, settings, clock)
+            broker.resume_expiries()
+            try:
+                await test(broker)
+            finally:
+                await broker.close()
+
+    asyncio.run(main())
+
+
 def test_offline_persistent_sessions_hold_no_watcher_and_are_not_swept(tmp_path: Path) -> None:
     """Each offline session's subscription kept an inotify watcher (3 descriptors, one of
     the 128 instances a user has), and every sweep of `serve` read its record and scanned
