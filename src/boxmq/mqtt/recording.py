@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 
 from boxmq.client.lifecycle import shown
@@ -103,12 +103,8 @@ class Recorder:
             will=session.will if disconnected_at is None else will,
             will_due=will_due,
             releasing=tuple(session.outbox.releasing()),
-            sent=tuple(
-                (token.id, packet_id, token.queue)
-                for packet_id, token in session.outbox.sent()
-                if token is not None
-            ),
-            sent_qos2=tuple(session.outbox.sent_qos2()),
+            sent=(*_sent_before(session), *_sent(session)),
+            sent_qos2=(*_sent_qos2_before(session), *session.outbox.sent_qos2()),
             leaving=tuple(session.leaving),
             next_packet_id=session.outbox.next_id,
         )
@@ -259,3 +255,31 @@ class Recorder:
                 told()
 
         client.jobs.append(self._storing(record, self.flushed, written, logged=not refused))
+
+
+def _sent(session: Session) -> Iterator[tuple[str, int, str | None]]:
+    """(message id, packet id, subscription) of each stored message in flight."""
+    for packet_id, token in session.outbox.sent():
+        if token is not None:
+            yield token.id, packet_id, token.queue
+
+
+def _sent_before(session: Session) -> Iterator[tuple[str, int, str | None]]:
+    """After a restart, what the process before sent and the session has not taken back yet
+    (`Session.sent_before`): named as the record it came from named it, ahead of what is in
+    flight now (it was sent first). The record written at a resuming CONNECT, before its
+    first pump, named none of it: a SIGKILL then left locked messages no record named, so
+    the next restart sent its QoS 2 ones again under new packet ids without DUP (delivered
+    twice by a client that had them) and never sent the PUBREL of one settled meanwhile,
+    whose id the client then held for good."""
+    for (queue, message_id), packet_id in session.sent_before.items():
+        yield message_id, packet_id, queue
+
+
+def _sent_qos2_before(session: Session) -> Iterator[int]:
+    """Those of `_sent_before` the process before sent at QoS 2."""
+    at_qos2 = session.sent_qos2_before
+    if at_qos2:
+        for packet_id in session.sent_before.values():
+            if packet_id in at_qos2:
+                yield packet_id

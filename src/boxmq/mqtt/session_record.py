@@ -68,7 +68,9 @@ Invariants:
   may lose the last one). So after a SIGKILL it names every QoS 2 message in flight, and a
   client that has one never gets it under a new id (which it would deliver again). QoS 1
   ones sent since the last write go out under new ids (at least once allows a second
-  delivery), and an id of a message since settled names nothing.
+  delivery), and an id of a message since settled names nothing. A session resumed after a
+  restart names what its record named until it has sent those again (`sent_qos2` too):
+  the record its CONNECT writes comes before the pump that sends them.
 - `releasing` is written the same way: before each write that sends a PUBREL, when the
   connection closes, and at a graceful shutdown (which closes every connection).
 - `sent_qos2` names the packet ids of `sent` that went at QoS 2. A restarted broker that

@@ -115,14 +115,20 @@ START = 60.0  # seconds a `boxmq serve` may take to listen: a loaded machine too
 
 
 def serve_process(
-    root: Path, port: int, *flags: str, open_files: tuple[int, int] | None = None
+    root: Path,
+    port: int,
+    *flags: str,
+    open_files: tuple[int, int] | None = None,
+    program: tuple[str, ...] = ("-m", "boxmq.cli"),
 ) -> subprocess.Popen[bytes]:
     """`boxmq serve` on `root`, its MQTT door on `port`, once it listens (log: ../serve.log).
     Its start is waited for as long as a loaded machine takes (START: the interpreter, the
     imports, the root's recovery), unless the process ends first. `open_files`: its (soft,
-    hard) limits of open files, set by prlimit(1) (a preexec_fn is unsafe beside threads)."""
+    hard) limits of open files, set by prlimit(1) (a preexec_fn is unsafe beside threads).
+    `program`: what the interpreter runs, given the command line (`-c` and a script that
+    calls boxmq.cli.main, to stop the server at a chosen point)."""
     with open(root.parent / "serve.log", "ab") as log:  # the child keeps its own copy
-        command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "serve"]
+        command = [sys.executable, *program, "--data", str(root), "serve"]
         if open_files is not None:
             command = ["prlimit", "--nofile={}:{}".format(*open_files), *command]
         command += ["--mqtt", f"127.0.0.1:{port}", "--sweep-interval", "0.5", *flags]

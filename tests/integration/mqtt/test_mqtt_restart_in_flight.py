@@ -24,6 +24,7 @@ from tests.integration.mqtt.clients import (
 )
 from tests.integration.mqtt.clients import stop_process as stop
 from tests.integration.mqtt.raw import (
+    connect_packet,
     open_raw,
     packet,
     puback,
@@ -461,5 +462,60 @@ def test_a_share_group_left_holding_a_message_that_expires_over_a_restart_is_lef
         assert publishes(leaver, within=1.0) == []
         assert not (members / "leaver").exists()  # the group's last member: it ended too
         leaver.close()
+    finally:
+        stop(server)
+
+
+# `boxmq serve`, killed (SIGKILL) by itself once it has written the first record of the
+# client "device" connected to it: the record a resuming CONNECT writes, before its first
+# pump sends what the session had in flight (and writes the record again).
+_KILLED_AT_CONNECT = """
+import os, signal, sys
+from boxmq import cli
+from boxmq.mqtt import recording
+write = recording.write_record
+def write_record(root, record, *, flush):
+    written = write(root, record, flush=flush)
+    if record.client_id == "device" and record.holder is not None:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return written
+recording.write_record = write_record
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_a_kill_between_a_resuming_connects_record_and_its_resend_keeps_the_qos2_ids(
+    tmp_path: Path,
+) -> None:
+    """The record a CONNECT writes when it resumes a session after a restart named nothing
+    in flight: what the process before had sent was named again only once the first pump
+    took it back. A SIGKILL in between left its messages locked and no record naming them:
+    the next restart sent them as new PUBLISHes, new ids and no DUP, which a QoS 2 client
+    that had them delivers twice (and one settled meanwhile never got its PUBREL)."""
+    target, server = serve_fresh(tmp_path)
+    try:
+        device = _subscribed(target, "device", "jobs/#", 2)
+        publisher = paho(target, "publisher")
+        for n in range(1, 3):
+            publisher.publish(f"jobs/{n}", f"held{n}".encode(), 2)
+        publisher.stop()
+        held = take_publishes(device, 2)  # not answered: the device holds them and their ids
+        stop(server)  # its record of the device names them, and under which ids
+        device.close()
+        server = serve_process(target.root, target.port, program=("-c", _KILLED_AT_CONNECT))
+        device = socket.create_connection((target.host, target.port), timeout=20)
+        device.sendall(connect_packet("device", clean=False, expiry=300))
+        assert read(device) == (0, b"")  # killed before its CONNACK
+        assert server.wait(timeout=20) == -signal.SIGKILL
+        device.close()
+        server = serve_process(target.root, target.port)
+        device, present = open_raw(target, "device", clean=False, expiry=300)
+        assert present
+        again = take_publishes(device, 2)
+        assert again == [(m.payload, m.packet_id, True) for m in held]
+        for message in again:
+            device.sendall(pubrec(message.packet_id))
+        assert publishes(device, within=0.5) == []  # answers the PUBRELs; nothing else comes
+        device.close()
     finally:
         stop(server)
