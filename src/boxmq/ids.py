@@ -16,7 +16,7 @@ import threading
 
 from boxmq.clock import Clock
 from boxmq.forks import renew_in_children
-from boxmq.model import MessageId
+from boxmq.model import MessageId, timestamp_of
 
 __all__ = ["IdFactory", "stamp_of"]
 
@@ -45,6 +45,15 @@ class IdFactory:
         # 33 random bits are below 10^10: ten digits, as DropboxMQ's ids have. (printf-style:
         # half the cost of an f-string with two format specs.)
         return MessageId("%016d-%010d" % (stamp, self._rng.getrandbits(33)))  # noqa: UP031
+
+    def beside(self, message_id: MessageId) -> MessageId:
+        """A new id that takes `message_id`'s place in a queue's order (its stamp, if it has
+        the shape `new` gives ids), for a copy of that message that must be a message of its
+        own; `new()` for an id without a stamp. The order is (priority, stamp, file name): a
+        new id put a copy after every message queued since the original."""
+        if timestamp_of(message_id) is None:
+            return self.new()
+        return MessageId("%s-%010d" % (message_id[:16], self._rng.getrandbits(33)))  # noqa: UP031
 
 
 def stamp_of(message_id: MessageId) -> int:

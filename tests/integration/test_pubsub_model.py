@@ -37,7 +37,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import hypothesis.strategies as st
 from hypothesis import event, settings
@@ -336,10 +336,23 @@ class PubSubModel(RuleBasedStateMachine):
     @precondition(lambda self: self.plain)
     @rule(data=st.data(), qos=st.integers(0, 2))
     def send_retained(self, data: st.DataObject, qos: int) -> None:
+        """Copies of messages of their own, each under an id beside its original's (the same
+        stamp, IdFactory.beside): the subscription may hold the live copy, which the copy
+        sent again must not wait behind. Their ids are read from target/."""
         subscriber, filter = data.draw(st.sampled_from(sorted(self.plain)))
-        waiting = self.waiting_retained(filter, subscriber)
+        before = {p.envelope.message_id for p in self.peek(filter, subscriber, State.TARGET)}
         self.box.topics.send_retained(filter, subscriber, qos=qos)
-        self.sent_retained(self.plain[subscriber, filter], filter, qos, waiting)
+        made = {
+            (p.envelope.message_id[:16], p.envelope.topic): p.envelope.message_id
+            for p in self.peek(filter, subscriber, State.TARGET)
+            if p.envelope.message_id not in before
+        }
+        durable = self.plain[subscriber, filter]
+        for copy in self.retained_copies(filter, qos):
+            own = made.pop((copy.message_id[:16], copy.topic))
+            assert own != copy.message_id, copy
+            durable.add(replace(copy, message_id=own))
+        assert not made, made
 
     def waiting_retained(self, filter: str, subscriber: str) -> set[tuple[str, int]]:
         """The retained copies waiting in target/, by id and QoS: a copy sent again under the
@@ -385,10 +398,12 @@ class PubSubModel(RuleBasedStateMachine):
                 assert message is None, (key, message)
                 return
             assert message is not None, (key, "got nothing", durable.pending[0])
-            # A live copy and a retained copy of one publication share its id: either first.
-            oldest = durable.pending[0].message_id
-            same = [c for c in durable.pending if c.message_id == oldest]
-            copy = next((c for c in same if c.retained == message.retained), same[0])
+            # A live copy and a retained copy of one publication share its id, or its stamp
+            # (`send_retained`): either first.
+            oldest = durable.pending[0].message_id[:16]
+            same = [c for c in durable.pending if c.message_id[:16] == oldest]
+            mine = [c for c in same if c.message_id == message.id] or same
+            copy = next((c for c in mine if c.retained == message.retained), mine[0])
             granted = None
         else:
             _, group_name, proper = filter.split("/", 2)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from boxmq.clock import Clock
 from boxmq.ids import IdFactory
-from boxmq.model import _DROPBOXMQ_ID, timestamp_of
+from boxmq.model import _DROPBOXMQ_ID, MessageId, timestamp_of
 
 
 class _Frozen(Clock):
@@ -75,3 +75,17 @@ def test_an_id_carries_the_clock_s_time_unless_that_would_go_backwards(
         stamp = int(ids.new().split("-")[0])
         assert stamp == max(int(now * 1000) * 1000, last + 1)
         last = stamp
+
+
+def test_an_id_beside_another_keeps_its_stamp_and_is_another() -> None:
+    """A copy that must be a message of its own (a retained message sent again to a
+    subscription holding its live copy) takes its original's place in the order."""
+    ids = IdFactory(_Frozen())
+    original = ids.new()
+    beside = ids.beside(original)
+    assert beside != original
+    assert _DROPBOXMQ_ID.fullmatch(beside)
+    assert timestamp_of(beside) == timestamp_of(original)
+    assert beside[:16] == original[:16]
+    chosen = MessageId("chosen-by-a-producer")  # no stamp to keep: a new id
+    assert _DROPBOXMQ_ID.fullmatch(ids.beside(chosen))

@@ -1009,10 +1009,18 @@ class Topics:
         path = self._path_of(parsed, check_consumer_name(subscriber, _SUBSCRIBER))
         dropbox = Dropbox(path, self._committer, create=False, spares=self._spares)
         with self._retained_lock.exclusive():  # never an older retained message after a newer one
-            self._send_retained(parsed, dropbox, _qos(qos))
+            self._send_retained(parsed, dropbox, _qos(qos), apart=True)
 
-    def _send_retained(self, parsed: TopicFilter, dropbox: Dropbox, granted: QoS) -> None:
-        """A new plain subscription gets the retained messages it matches (§3.3.1.3)."""
+    def _send_retained(
+        self, parsed: TopicFilter, dropbox: Dropbox, granted: QoS, *, apart: bool = False
+    ) -> None:
+        """A new plain subscription gets the retained messages it matches (§3.3.1.3).
+        `apart`: each copy under an id of its own, beside the message's (IdFactory.beside),
+        for a subscription that may hold its live copy: a SUBSCRIBE that replaces one sends
+        them again (MQTT-3.8.4-4), and under the message's own id the copy waited, unsent,
+        until the client acknowledged the live one in flight (the queue holds one message
+        per id). A new subscription's copies keep it, as they did: the lock keeps publishes
+        from routing to it before its retained messages are in it."""
         moves = []
         now = self._clock.now()
         expiring = False
@@ -1023,6 +1031,8 @@ class Topics:
             envelope = envelope.with_property(RETAINED, PropertyType.BOOLEAN, True)
             qos = min(qos_of(envelope.property_value(QOS)), granted)
             envelope = _at(envelope.without_property(QOS), QoS(qos))
+            if apart:
+                envelope = replace(envelope, message_id=self._ids.beside(envelope.message_id))
             moves.append(dropbox.write_apart(encode(envelope, as_read=True), retained.body))
             expiring = expiring or bool(envelope.expiration)
         if moves:

@@ -491,6 +491,52 @@ def test_subscribing_again_does_not_interrupt_a_message_in_flight(tmp_path: Path
     _run(tmp_path, test)
 
 
+@pytest.mark.parametrize("qos", [1, 2])
+@pytest.mark.parametrize("expiry", [0, 600], ids=["memory", "dropbox"])
+def test_subscribing_again_sends_the_retained_message_whose_live_copy_is_in_flight(
+    tmp_path: Path, qos: int, expiry: int
+) -> None:
+    """MQTT-3.8.4-4: a SUBSCRIBE that replaces a subscription sends its retained messages
+    again (Retain Handling 0, MQTT-3.3.1-9: at the time of the subscribe). A persistent
+    session's copy went into its dropbox under the message's own id, that of the live copy
+    in flight: it waited there, unsent, until the client acknowledged the live one."""
+
+    async def test(broker: Broker) -> None:
+        sub = _connect(broker, "sub", expiry=expiry)
+        sub.send(Subscribe(1, (Subscription("rs/#", qos),)))
+        await _until(lambda: any(isinstance(p, Suback) for p in sub.inbox))
+        sub.take()
+        pub = _connect(broker, "pub")
+        pub.send(Publish("rs/a", b"kept", qos, retain=True, packet_id=1))
+        if qos == 2:
+            await _until(lambda: pub.inbox == [Pubrec(1)])
+            pub.send(Pubrel(1))
+        await _until(lambda: any(isinstance(p, Publish) for p in sub.inbox))
+        [live] = sub.take()
+        assert isinstance(live, Publish)
+        assert (live.payload, live.retain) == (b"kept", False)  # not acknowledged: in flight
+        sub.send(Subscribe(2, (Subscription("rs/#", qos),)))
+        await _until(lambda: any(isinstance(p, Publish) for p in sub.inbox))
+        suback, again = sub.take()
+        assert suback == Suback(2, (ReasonCode(qos),))
+        assert isinstance(again, Publish)
+        assert (again.payload, again.retain, again.dup) == (b"kept", True, False)
+        assert again.packet_id not in (None, live.packet_id)
+        for packet_id in (live.packet_id or 0, again.packet_id or 0):
+            if qos == 1:
+                sub.send(Puback(packet_id))
+            else:
+                sub.send(Pubrec(packet_id))
+                assert sub.take() == [Pubrel(packet_id)]
+                sub.send(Pubcomp(packet_id))
+        await asyncio.sleep(0.3)  # a third copy would come within a pump or two
+        assert [p for p in sub.take() if isinstance(p, Publish)] == []
+        for info in broker.box.topics.subscriptions():
+            assert (info.counts.ready, info.counts.locked, info.counts.dead) == (0, 0, 0)
+
+    _run(tmp_path, test)
+
+
 @pytest.mark.parametrize("persistent", [False, True], ids=["memory", "dropbox"])
 def test_a_publish_over_the_clients_maximum_packet_size_is_done_with_as_if_sent(
     tmp_path: Path, persistent: bool
