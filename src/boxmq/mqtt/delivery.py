@@ -588,9 +588,13 @@ class Delivery:
         were settled by a PUBREC the process before read after writing that record; their
         PUBRELs may never have gone out, and the client holds their ids until one comes
         (session_record.py, `sent_qos2`). Sent now; a client that had it answers PUBCOMP
-        all the same (0x92 if it was done)."""
-        left = {*session.sent_before.values(), *chain(*session.sent_before_repeated.values())}
-        gone = sorted(left & session.sent_qos2_before)
+        all the same (0x92 if it was done). In the order they were sent, as the client sent
+        their PUBRECs (MQTT-4.6.0-3), which their PUBRELs follow (MQTT-4.6.0-4): sorted by
+        packet id, ids that wrapped (65535, then 1) went the other way. An older record's
+        further copies of one message (`sent_before_repeated`) come after."""
+        at_qos2 = session.sent_qos2_before
+        left = chain(session.sent_before.values(), *session.sent_before_repeated.values())
+        gone = [packet_id for packet_id in left if packet_id in at_qos2]
         session.sent_qos2_before = NO_IDS
         if not gone:
             return

@@ -993,6 +993,47 @@ def test_a_restart_goes_on_with_the_packet_ids_where_a_clean_close_left_them(
     _in_two_lives(tmp_path, first, then)
 
 
+def test_pubrels_for_messages_settled_before_a_restart_go_in_the_order_they_were_sent(
+    tmp_path: Path,
+) -> None:
+    """MQTT-4.6.0-4: PUBRELs go in the order their PUBRECs came, which a client sends in the
+    order it got the PUBLISHes (MQTT-4.6.0-3). After a restart, the QoS 2 messages a record
+    names as sent whose files are gone were settled by PUBRECs read after that record, and
+    are sent PUBREL: in the order the record lists them, where they went sorted by packet
+    id, so ids that wrapped (65535, then 1) went 1 first."""
+
+    async def first(broker: Broker) -> None:
+        device = _connect(broker, "device", expiry=600)
+        device.send(Subscribe(1, (Subscription("jobs/#", 2),)))
+        await _until(lambda: any(isinstance(p, Suback) for p in device.inbox))
+        for n in range(2):
+            await _publish(broker, f"jobs/{n}", b"m", 2)
+        await _until(lambda: sum(isinstance(p, Publish) for p in device.inbox) == 2)
+        device.send(Disconnect())  # its record names both, not answered
+
+    _run(tmp_path, first)
+    root = tmp_path / "root"
+    record = read_record(str(root), "device")
+    assert record is not None
+    assert len(record.sent) == 2
+    # As if sent under the last id and the first, and each PUBREC read after the record
+    # was written: their files gone (settled), no PUBREL recorded.
+    (m0, _, q0), (m1, _, q1) = record.sent
+    sent = ((m0, 65_535, q0), (m1, 1, q1))
+    write_record(str(root), replace(record, sent=sent, sent_qos2=(65_535, 1)))
+    for folder, _, names in os.walk(root / "topic-root"):
+        if folder.endswith(os.sep + "processing"):
+            for name in names:
+                os.unlink(os.path.join(folder, name))
+
+    async def then(broker: Broker) -> None:
+        device = _connect(broker, "device", expiry=600, clean=False)
+        await _until(lambda: len(device.inbox) == 2)
+        assert device.take() == [Pubrel(65_535), Pubrel(1)]
+
+    _run(tmp_path, then)
+
+
 @pytest.mark.parametrize("fsync", ["never", "always"])
 @pytest.mark.parametrize("then", ["disconnect", "close", "takeover"])
 def test_a_pubrel_read_just_before_the_session_ends_still_delivers_its_message(
