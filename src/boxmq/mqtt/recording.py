@@ -28,6 +28,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
+from itertools import chain
 
 from boxmq.client.lifecycle import shown
 from boxmq.errors import store_failure
@@ -274,12 +275,16 @@ def _sent_before(session: Session) -> Iterator[tuple[str, int, str | None]]:
     whose id the client then held for good."""
     for (queue, message_id), packet_id in session.sent_before.items():
         yield message_id, packet_id, queue
+    for message_id, packet_ids in session.sent_before_repeated.items():  # an older record's
+        for packet_id in packet_ids:
+            yield message_id, packet_id, None
 
 
 def _sent_qos2_before(session: Session) -> Iterator[int]:
     """Those of `_sent_before` the process before sent at QoS 2."""
     at_qos2 = session.sent_qos2_before
     if at_qos2:
-        for packet_id in session.sent_before.values():
+        left = chain(session.sent_before.values(), *session.sent_before_repeated.values())
+        for packet_id in left:
             if packet_id in at_qos2:
                 yield packet_id

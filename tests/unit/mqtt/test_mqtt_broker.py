@@ -1939,6 +1939,19 @@ def test_an_older_boxmqs_message_in_flight_from_two_filters_goes_again_under_bot
     _run(tmp_path, then, ManualClock(left.disconnected_at + 5))
 
 
+def test_a_resuming_connects_record_names_an_older_records_repeated_ids() -> None:
+    """The record written at a resuming CONNECT, before its first pump, names what the
+    process before had in flight; an older record's further copies of one message (its
+    repeated ids, `Session.sent_before_repeated`) with them, or a SIGKILL in that window left
+    the next start one id short, the copy going as new."""
+    session = Session("s3", window=10, queue_limit=10)
+    session.sent_before[None, "m1"] = 1
+    session.sent_before_repeated["m1"] = [2]
+    session.sent_qos2_before = frozenset({1, 2})
+    assert list(recording._sent_before(session)) == [("m1", 1, None), ("m1", 2, None)]
+    assert list(recording._sent_qos2_before(session)) == [1, 2]
+
+
 def test_a_session_whose_time_ran_out_while_the_broker_was_down_ends_at_start(
     tmp_path: Path,
 ) -> None:
