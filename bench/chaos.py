@@ -1,6 +1,7 @@
 """Chaos run: producers, consumers, `boxmq serve` and MQTT clients on one root, SIGKILLed at random.
 
 python bench/chaos.py run --seed 1 --fsync always [--seconds 75] [--dir DIR]
+    [--backlog N] [--threads] [--qos2]
 
 Not a test (no CI runs it): about 90 s a run. On one root: 2-3 producers (put, put_many), 2-3
 consumers (max_in_flight 5, lock_timeout 2 s), `boxmq serve` with a QoS 1 publisher and a
@@ -13,19 +14,39 @@ drained, and the invariants checked: every returned put and every PUBACKed publi
 nothing delivered after its ack returned, every stored file's name decodes and its body
 matches its checksum, nothing left in processing/ nor, past abandon_after, in working/. It
 prints the kills by role and the counts, and ends with `RESULT ... violations=N` (exit 1 if
-N > 0). Bounded: the chaos lasts --seconds (<= 120), the drain at most 40 s, every loop is
-bounded in count and time, and every process started is killed at the end; the root and the
-logs stay in --dir for a look.
+N > 0). A `boxmq serve` that does not listen at the start or at the drain stops the run
+with an error (exit 1), not as every client's failures.
+
+The options add what the default run does not reach:
+- `--backlog N`: the producers run ahead (put_many of up to 40) until the queue holds about N
+  ready messages, past the FRONT of 256 that a consumer decodes (client/live_queue.py): plain
+  names of priorities 0-9 kept cold, one put in five with an expiry (decoded, hot), one in
+  twenty of those expiring after 3 s (they must then be in expired/, and only they); the
+  consumers unlock half of what they give back with a delay of 0.2-1.5 s.
+- `--threads`: a second queue, kept short (one put in eight), and a process of three consumer
+  threads (two on the first queue, one on the second: one inotify instance, its waits handed
+  from thread to thread, store/watch.py) beside a one-thread consumer of the second queue.
+- `--qos2`: a QoS 2 publisher (raw MQTT 3.1.1: see `role_publisher2` for why not paho) and a
+  persistent QoS 2 subscriber of its topics, never killed, checked for exactly once (every
+  PUBCOMPed publish delivered, none twice) across the server's kills; a retained publisher
+  (QoS 1, one at a time, 8 topics) whose topics must each retain, after the drain, their
+  last PUBACKed message or one sent after it.
+
+Bounded: the chaos lasts --seconds (<= 120), the drain at most 40 s (more with a backlog),
+every loop is bounded in count and time, and every process started is killed at the end; the
+root and the logs stay in --dir for a look.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import hashlib
 import logging
 import os
 import random
+import select
 import shutil
 import signal
 import socket
@@ -35,18 +56,25 @@ import tempfile
 import threading
 import time
 import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.client import ConnectFlags
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
 
-from processes import free_port
+from processes import free_port, listening
+
+if TYPE_CHECKING:
+    from boxmq import Consumer
 
 PY = sys.executable
 HERE = os.path.abspath(__file__)
 SRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "src")
 QUEUE = "chaos"
+QUEUE_B = "chaos-b"  # --threads: a second queue, kept short
+RETAINED_KEYS = 8
 LOCK_TIMEOUT = 2.0
 
 
@@ -71,6 +99,7 @@ def check_body(body: bytes | bytearray) -> str | None:
 class Log:
     def __init__(self, path: str) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.write("B", os.getpid(), now())  # a start: what follows is this process's
 
     def write(self, *fields: object) -> None:
         os.write(self.fd, (" ".join(str(f) for f in fields) + "\n").encode())
@@ -81,35 +110,52 @@ class Log:
 
 def role_producer(a: argparse.Namespace) -> None:
     import boxmq
-
-    log = Log(a.log)
-    rng = random.Random(f"{a.name}.{a.inc}")
-    q = boxmq.open(a.root, fsync=a.fsync, max_deliveries=None).queue(QUEUE)
-    seq = 0
-    for _ in range(1_000_000):
-        if time.time() > a.until:
-            break
-        if rng.random() < 0.5:
-            tag = f"{a.name}.{a.inc}.{seq}"
-            seq += 1
-            mid = q.put(body_for(tag, rng))
-            log.write("P", mid, tag, now())
-        else:
-            tags = [f"{a.name}.{a.inc}.{seq + i}" for i in range(rng.randint(1, 6))]
-            seq += len(tags)
-            ids = q.put_many([body_for(t, rng) for t in tags])
-            for mid, tag in zip(ids, tags, strict=True):
-                log.write("P", mid, tag, now())
-        time.sleep(rng.uniform(0.01, 0.06))
-
-
-def role_consumer(a: argparse.Namespace) -> None:
-    import boxmq
+    from boxmq import Outgoing
 
     log = Log(a.log)
     rng = random.Random(f"{a.name}.{a.inc}")
     box = boxmq.open(a.root, fsync=a.fsync, max_deliveries=None)
-    c = box.queue(QUEUE).consumer(a.name, max_in_flight=5, lock_timeout=a.lock_timeout)
+    queues = [box.queue(QUEUE), *([box.queue(QUEUE_B)] if a.threads else [])]
+    seq = 0
+    for _ in range(1_000_000):
+        if time.time() > a.until:
+            break
+        # --threads: one put in eight goes to the second queue, kept short so its consumers wait.
+        q = queues[-1] if a.threads and rng.random() < 0.125 else queues[0]
+        if a.backlog and q is queues[0] and q.counts().ready > a.backlog:
+            time.sleep(0.05)  # ahead enough: the deep backlog stays about --backlog deep
+            continue
+        single = rng.random() < 0.5
+        count = 1 if single else rng.randint(1, 40 if a.backlog else 6)
+        tags = [f"{a.name}.{a.inc}.{seq + i}" for i in range(count)]
+        seq += count
+        # --backlog: priorities 0-9 (plain names: kept cold past FRONT), one in five with an
+        # expiry (decoded at once: hot), one in twenty of those short enough to expire.
+        expiry, priority = [0.0] * count, [4] * count
+        if a.backlog:
+            for i in range(count):
+                priority[i] = rng.randint(0, 9)
+                if rng.random() < 0.2:
+                    expiry[i] = 3.0 if rng.random() < 0.05 else 3600.0
+        if single:
+            body = body_for(tags[0], rng)
+            ids = [q.put(body, priority=priority[0], expires_in=expiry[0] or None)]
+        else:
+            out = [
+                Outgoing(body_for(t, rng), priority=pr, expires_in=ex or None)
+                for t, pr, ex in zip(tags, priority, expiry, strict=True)
+            ]
+            ids = q.put_many(out)
+        for mid, tag, ex in zip(ids, tags, expiry, strict=True):
+            log.write("P", mid, tag, now(), ex)
+        time.sleep(rng.uniform(0.01, 0.06))
+
+
+def consume(a: argparse.Namespace, log: Log, rng: random.Random, c: Consumer) -> None:
+    """Receive up to 5, then ack, unlock (some with a delay, --backlog) or sit on them."""
+    import boxmq
+
+    idle_since = time.time()
     for _ in range(1_000_000):
         if time.time() > a.until:
             break
@@ -121,14 +167,17 @@ def role_consumer(a: argparse.Namespace) -> None:
             tag = check_body(m.body)
             log.write("R", m.id, tag or "BAD", now(), m.delivery_count)
             held.append(m)
-        if a.drain and not held:
-            break
+        if held:
+            idle_since = time.time()
+        elif a.drain and time.time() - idle_since > 3:
+            break  # 3 s with nothing: past any unlock's delay too
         if not a.drain and rng.random() < 0.03:
             time.sleep(LOCK_TIMEOUT + 0.5)  # let the locks run out under us
         for m in held:
             if not a.drain and rng.random() < 0.1:
+                delay = rng.uniform(0.2, 1.5) if a.backlog and rng.random() < 0.5 else 0.0
                 try:
-                    m.unlock()
+                    m.unlock(delay)
                     log.write("U", m.id, now())
                 except boxmq.BoxMQError as e:
                     log.write("E", m.id, type(e).__name__, now())
@@ -139,15 +188,41 @@ def role_consumer(a: argparse.Namespace) -> None:
             except boxmq.BoxMQError as e:
                 log.write("E", m.id, type(e).__name__, now())
         if not a.drain:
-            time.sleep(rng.random() * 0.02)
+            time.sleep(rng.random() * (0.1 if a.backlog else 0.02))
+
+
+def role_consumer(a: argparse.Namespace) -> None:
+    import boxmq
+
+    box = boxmq.open(a.root, fsync=a.fsync, max_deliveries=None)
+    c = box.queue(a.queue).consumer(a.name, max_in_flight=5, lock_timeout=a.lock_timeout)
+    consume(a, Log(a.log), random.Random(f"{a.name}.{a.inc}"), c)
     c.close()
 
 
-def mqtt_client(client_id: str) -> mqtt.Client:
+def role_consumers3(a: argparse.Namespace) -> None:
+    """Three consumer threads in one process, two on QUEUE and one on QUEUE_B: one inotify
+    instance, its poller handing over to a follower when killed mid-wait."""
+    import boxmq
+
+    box = boxmq.open(a.root, fsync=a.fsync, max_deliveries=None)
+    log = Log(a.log)
+    threads = []
+    for i, queue in enumerate((QUEUE, QUEUE, QUEUE_B)):
+        c = box.queue(queue).consumer(f"{a.name}t{i}", max_in_flight=5, lock_timeout=a.lock_timeout)
+        rng = random.Random(f"{a.name}.{a.inc}.{i}")
+        threads.append(threading.Thread(target=consume, args=(a, log, rng, c), daemon=True))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def mqtt_client(client_id: str, clean: bool = False) -> mqtt.Client:
     c = mqtt.Client(
         callback_api_version=CallbackAPIVersion.VERSION2,
         client_id=client_id,
-        clean_session=False,
+        clean_session=clean,
         protocol=mqtt.MQTTv311,
     )
     c.reconnect_delay_set(0.1, 0.5)  # type: ignore[arg-type]  # annotated int, sleeps a float
@@ -155,9 +230,12 @@ def mqtt_client(client_id: str) -> mqtt.Client:
 
 
 def role_publisher(a: argparse.Namespace) -> None:
+    """QoS 1 on chaos/t0-3 (`pub`); --qos2: retained QoS 1 on ret/k0-7, one at a time so
+    each key's last PUBACK is its last publish (`ret`)."""
     log = Log(a.log)
     rng = random.Random(f"{a.name}.{a.inc}")
-    c = mqtt_client("chaos-pub")
+    window, retain = {"pub": (20, False), "ret": (1, True)}[a.name]
+    c = mqtt_client(f"chaos-{a.name}")
     pending: dict[int, str] = {}
     connected = [False]
 
@@ -179,40 +257,157 @@ def role_publisher(a: argparse.Namespace) -> None:
         log.write("K", tag, now())
 
     c.on_connect, c.on_disconnect, c.on_publish = on_connect, on_disconnect, on_publish
-    c.max_inflight_messages_set(20)
+    c.max_inflight_messages_set(window)
     c.connect_async("127.0.0.1", a.port, keepalive=5)
     c.loop_start()
     seq = 0
     for _ in range(1_000_000):
         if time.time() > a.until:
             break
-        if not connected[0] or len(pending) >= 20:
+        if not connected[0] or len(pending) >= window:
             time.sleep(0.01)
             continue
         tag = f"{a.name}.{a.inc}.{seq}"
         seq += 1
-        info = c.publish(f"chaos/t{seq % 4}", body_for(tag, rng), qos=1)
+        topic = f"ret/k{seq % RETAINED_KEYS}" if retain else f"chaos/t{seq % 4}"
+        info = c.publish(topic, body_for(tag, rng), qos=1, retain=retain)
         with lock:
             if info.mid in early:
                 early.discard(info.mid)
                 log.write("K", tag, now())
             else:
                 pending[info.mid] = tag
-        time.sleep(0.005)
+        time.sleep(0.05 if retain else 0.005)
     c.loop_stop()
 
 
-def role_subscriber(a: argparse.Namespace) -> None:
+def _packet(first: int, body: bytes) -> bytes:
+    """An MQTT packet: its first byte, its Remaining Length, its body."""
+    length, n = bytearray(), len(body)
+    while True:
+        n, digit = divmod(n, 128)
+        length.append(digit | (0x80 if n else 0))
+        if not n:
+            return bytes([first]) + bytes(length) + body
+
+
+def _packets(buffer: bytearray) -> list[tuple[int, bytes]]:
+    """The whole packets at the start of `buffer` (taken out of it): (first byte, body)."""
+    out: list[tuple[int, bytes]] = []
+    while len(buffer) >= 2:
+        length, shift, i = 0, 0, 1
+        while True:
+            if i >= len(buffer):
+                return out
+            length += (buffer[i] & 0x7F) << shift
+            shift += 7
+            i += 1
+            if not buffer[i - 1] & 0x80:
+                break
+        if len(buffer) < i + length:
+            return out
+        out.append((buffer[0], bytes(buffer[i : i + length])))
+        del buffer[: i + length]
+    return out
+
+
+def role_publisher2(a: argparse.Namespace) -> None:
+    """QoS 2 on q2/t0-3 (`pub2`), 20 in flight, over a raw MQTT 3.1.1 socket: paho 2.2
+    sends a PUBLISH again, as new, after its PUBREL when a reconnect takes more than one
+    attempt (`_messages_reconnect_reset_out` turns `resend_pubrel` into `publish`), which
+    MQTT-4.3.3 forbids and which a server rightly takes for a new message (docs/mqtt.md, "A
+    paho-mqtt bug that looks like a duplicate"): with paho here, a first run saw 3 QoS 2
+    messages delivered twice, each a PUBLISH paho sent again after its PUBREL. This one resends
+    a PUBLISH (DUP) until its PUBREC, then only the PUBREL until its PUBCOMP. A client id of
+    its own each start: the state of its packet ids dies with the process."""
     log = Log(a.log)
-    c = mqtt_client(f"chaos-{a.name}")
+    rng = random.Random(f"{a.name}.{a.inc}")
+    client_id = f"chaos-{a.name}-{a.inc}".encode()
+    # Protocol level 4 (3.1.1), flags 0 (clean session 0), keep alive 0 (none).
+    connect = b"\x00\x04MQTT\x04\x00\x00\x00" + len(client_id).to_bytes(2) + client_id
+    flight: dict[int, tuple[str, bytes, bool]] = {}  # packet id: tag, PUBLISH, PUBREC'd
+    seq, next_id = 0, 1
+    sock: socket.socket | None = None
+    buffer = bytearray()
+    for _ in range(10_000_000):
+        if time.time() > a.until:
+            break
+        if sock is None:
+            try:
+                sock = socket.create_connection(("127.0.0.1", a.port), timeout=2)
+                sock.sendall(_packet(0x10, connect))
+                buffer.clear()
+                while not (got := _packets(buffer)):
+                    data = sock.recv(4096)
+                    if not data:
+                        raise ConnectionError("closed before CONNACK")
+                    buffer += data
+                if got[0][0] != 0x20 or got[0][1][1] != 0:
+                    raise ConnectionError(f"CONNACK {got[0]!r}")
+                for packet_id, (_tag, publish, released) in flight.items():  # in sent order
+                    pid = packet_id.to_bytes(2)
+                    sock.sendall(_packet(0x62, pid) if released else _packet(0x3C, publish))
+            except OSError:
+                if sock is not None:
+                    sock.close()
+                sock = None
+                time.sleep(0.1)
+                continue
+        try:
+            if len(flight) < 20:
+                while next_id in flight:
+                    next_id = next_id % 65535 + 1
+                tag = f"{a.name}.{a.inc}.{seq}"
+                topic = f"q2/t{(seq + 1) % 4}".encode()
+                seq += 1
+                pid = next_id.to_bytes(2)
+                publish = len(topic).to_bytes(2) + topic + pid + body_for(tag, rng)
+                flight[next_id] = (tag, publish, False)
+                next_id = next_id % 65535 + 1
+                sock.sendall(_packet(0x34, publish))
+            ready, _, _ = select.select([sock], [], [], 0.005)
+            if ready:
+                data = sock.recv(65536)
+                if not data:
+                    raise ConnectionError("closed")
+                buffer += data
+                for first, body in _packets(buffer):
+                    packet_id = int.from_bytes(body[:2])
+                    if first >> 4 == 5:  # PUBREC: the PUBREL from now on, never the PUBLISH
+                        entry = flight.get(packet_id)
+                        if entry is not None:
+                            flight[packet_id] = (entry[0], entry[1], True)
+                        sock.sendall(_packet(0x62, body[:2]))
+                    elif first >> 4 == 7 and packet_id in flight:  # PUBCOMP
+                        log.write("K", flight.pop(packet_id)[0], now())
+        except OSError:
+            sock.close()
+            sock = None
+    if sock is not None:
+        sock.close()
+
+
+def role_subscriber(a: argparse.Namespace) -> None:
+    """A persistent member of `$share/g/#` at QoS 1 (`sub0`, `sub1`); --qos2: a persistent
+    QoS 2 subscriber of q2/# (`sub2`), never killed (paho delivers a QoS 2 message at its
+    PUBREL and keeps what awaits one in memory only), which ends, after the chaos, only once
+    connected and idle for 3 s; `retcheck`, a clean session reading ret/#'s retained ones."""
+    log = Log(a.log)
+    filt, qos = {"sub2": ("q2/#", 2), "retcheck": ("ret/#", 1)}.get(a.name, ("$share/g/#", 1))
+    c = mqtt_client(f"chaos-{a.name}", clean=a.name == "retcheck")
     last = [time.time()]
+    connected_at = [0.0]
 
     def on_connect(
         client: mqtt.Client, _u: object, flags: ConnectFlags, rc: ReasonCode, _p: object
     ) -> None:
         if not rc.is_failure:
             log.write("C", flags.session_present, now())
-            client.subscribe("$share/g/#", qos=1)
+            connected_at[0] = time.time()
+            client.subscribe(filt, qos=qos)
+
+    def on_disconnect(client: mqtt.Client, _u: object, _f: object, _rc: object, _p: object) -> None:
+        connected_at[0] = 0.0
 
     def on_message(client: mqtt.Client, _u: object, msg: mqtt.MQTTMessage) -> None:
         last[0] = time.time()
@@ -224,6 +419,7 @@ def role_subscriber(a: argparse.Namespace) -> None:
         log.write("S", rcs[0], now())
 
     c.on_connect, c.on_message, c.on_subscribe = on_connect, on_message, on_subscribe
+    c.on_disconnect = on_disconnect
     c.connect_async("127.0.0.1", a.port, keepalive=5)
     c.loop_start()
     start = time.time()
@@ -231,8 +427,11 @@ def role_subscriber(a: argparse.Namespace) -> None:
         t = time.time()
         if t > a.until or (a.drain and t - last[0] > 3 and t - start > 4):
             break
+        idle = t - max(last[0], connected_at[0])
+        if a.idle_after and t > a.idle_after and connected_at[0] and idle > 3:
+            break
         time.sleep(0.05)
-    if a.drain:
+    if a.drain or a.idle_after:
         c.disconnect()
     c.loop_stop()
 
@@ -240,6 +439,8 @@ def role_subscriber(a: argparse.Namespace) -> None:
 ROLES = {
     "producer": role_producer,
     "consumer": role_consumer,
+    "consumers3": role_consumers3,
+    "publisher2": role_publisher2,
     "publisher": role_publisher,
     "subscriber": role_subscriber,
 }
@@ -248,12 +449,13 @@ ROLES = {
 
 
 class Proc:
-    def __init__(self, name: str, role: str, run: Run) -> None:
-        self.name, self.role, self.run = name, role, run
+    def __init__(self, name: str, role: str, run: Run, queue: str = QUEUE) -> None:
+        self.name, self.role, self.run, self.queue = name, role, run, queue
         self.inc = 0
         self.p: subprocess.Popen[bytes] | None = None
+        self.err = os.path.join(run.logs, f"{name}.err")
 
-    def start(self, until: float, drain: bool = False) -> None:
+    def start(self, until: float, drain: bool = False, idle_after: float = 0.0) -> None:
         r = self.run
         self.inc += 1
         if self.role == "serve":
@@ -264,10 +466,20 @@ class Proc:
             cmd += ["--root", r.root, "--log", os.path.join(r.logs, f"{self.name}.log")]
             cmd += ["--fsync", r.fsync, "--until", str(until), "--port", str(r.port)]
             cmd += ["--lock-timeout", str(30.0 if drain else LOCK_TIMEOUT)]
+            cmd += ["--queue", self.queue, "--backlog", str(r.backlog)]
+            cmd += ["--idle-after", str(idle_after)]
+            if r.threads:
+                cmd.append("--threads")
             if drain:
                 cmd.append("--drain")
-        with open(os.path.join(r.logs, f"{self.name}.err"), "ab") as err:
+        # Appended to by each start of the role; closed here, the child keeps its own copy.
+        with open(self.err, "ab") as err:
             self.p = subprocess.Popen(cmd, stdout=err, stderr=err, start_new_session=True)
+
+    def listening(self) -> None:
+        """`boxmq serve` listens, or the run stops here saying so (not as every role's errors)."""
+        assert self.p is not None
+        listening(self.p, self.name, Path(self.err), self.run.port)
 
     def kill(self) -> None:
         if self.p is not None and self.p.poll() is None:
@@ -279,6 +491,7 @@ class Proc:
 class Run:
     def __init__(self, a: argparse.Namespace) -> None:
         self.seed, self.fsync = a.seed, a.fsync
+        self.backlog, self.threads, self.qos2 = a.backlog, a.threads, a.qos2
         where = a.dir or os.path.join(tempfile.gettempdir(), f"boxmq-chaos-{a.seed}-{a.fsync}")
         self.dir = os.path.abspath(where)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -287,16 +500,7 @@ class Run:
         os.makedirs(self.logs)
         self.port = free_port()
         self.seconds = min(a.seconds, 120)
-
-
-def wait_port(port: int, limit: float) -> bool:
-    end = time.time() + limit
-    while time.time() < end:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return True
-        time.sleep(0.05)
-    return False
+        self.depths = [0]  # QUEUE's target/ at each kill
 
 
 def chaos(a: argparse.Namespace) -> int:
@@ -305,18 +509,31 @@ def chaos(a: argparse.Namespace) -> int:
     procs = [Proc("serve", "serve", run)]
     procs += [Proc(f"p{i}", "producer", run) for i in range(rng.choice((2, 3)))]
     procs += [Proc(f"c{i}", "consumer", run) for i in range(rng.choice((2, 3)))]
+    if run.threads:
+        procs += [Proc("ct", "consumers3", run), Proc("cb", "consumer", run, QUEUE_B)]
     procs += [Proc("pub", "publisher", run), Proc("sub0", "subscriber", run)]
     procs += [Proc("sub1", "subscriber", run)]
+    if run.qos2:
+        procs += [Proc("pub2", "publisher2", run), Proc("ret", "publisher", run)]
+    sub2 = Proc("sub2", "subscriber", run) if run.qos2 else None  # never killed (role_subscriber)
     kills: collections.Counter[str] = collections.Counter()
+    kill_log = Log(os.path.join(run.logs, "kills.log"))
     until = time.time() + run.seconds
-    print(f"seed {a.seed} fsync {run.fsync} dir {run.dir} roles {[p.name for p in procs]}")
+    print(
+        f"seed {a.seed} fsync {run.fsync} backlog {run.backlog} threads {run.threads} "
+        f"qos2 {run.qos2} dir {run.dir} roles {[p.name for p in procs]}",
+        flush=True,
+    )
     try:
         procs[0].start(until)
-        wait_port(run.port, 10)
+        procs[0].listening()
         # The share group first: a publish before it exists has nobody to go to.
-        subs = [p for p in procs if p.role == "subscriber"]
+        subs = [p for p in procs if p.role == "subscriber"] + ([sub2] if sub2 else [])
         for p in subs:
-            p.start(until + 5)  # the killer ends first; the roles run on a little
+            if p is sub2:
+                p.start(until + 120, idle_after=until)  # on through the drain's serve
+            else:
+                p.start(until + 5)  # the killer ends first; the roles run on a little
         for _ in range(200):
             logs = [read_log(os.path.join(run.logs, f"{p.name}.log")) for p in subs]
             if all(any(f[0] == "S" for f in lines) for lines in logs):
@@ -331,16 +548,27 @@ def chaos(a: argparse.Namespace) -> int:
             time.sleep(rng.uniform(a.kill_min, a.kill_max))
             victim = rng.choice(procs)
             victim.kill()
-            kills[victim.role] += 1
+            kill_log.write("X", victim.name, now())
+            kills[victim.role if victim.role != "publisher" else victim.name] += 1
             died = [p.name for p in procs if p.p is not None and p.p.poll() not in (None, -9)]
             if died:
                 print("exited by itself:", died, flush=True)
             victim.start(until + 5)
+            with contextlib.suppress(FileNotFoundError):  # no put yet
+                run.depths.append(len(os.listdir(os.path.join(run.root, QUEUE, "target"))))
+    except BaseException:
+        if sub2 is not None:
+            sub2.kill()
+        raise
     finally:
         for p in procs:
             p.kill()  # SIGKILL all at once, wherever they are
     print("kills by role:", dict(kills), flush=True)
-    return check(run, procs, kills)
+    try:
+        return check(run, procs, kills, sub2)
+    finally:
+        if sub2 is not None:
+            sub2.kill()
 
 
 def scan(run: Run) -> tuple[list[str], dict[str, int]]:
@@ -357,6 +585,11 @@ def scan(run: Run) -> tuple[list[str], dict[str, int]]:
         for f in files:
             path = os.path.join(folder, f)
             counts[state] += 1
+            if state == "working" and os.path.basename(os.path.dirname(folder)) == ".incoming":
+                # QoS 2 stored at PUBLISH, awaiting a PUBREL: of a killed pub2's session (a
+                # client id each start), which never returns nor ends (MQTT 3.1.1): by design.
+                counts["awaiting_pubrel"] += 1
+                continue
             if state == "working":
                 age = time.time() - os.stat(path).st_mtime
                 counts["working_older_than_5s"] += age > 5
@@ -390,7 +623,7 @@ def read_log(path: str) -> list[list[str]]:
     return [ln.split() for ln in lines if ln]
 
 
-def check(run: Run, procs: list[Proc], kills: collections.Counter[str]) -> int:
+def check(run: Run, procs: list[Proc], kills: collections.Counter[str], sub2: Proc | None) -> int:
     import boxmq
 
     problems: list[str] = []
@@ -411,53 +644,74 @@ def check(run: Run, procs: list[Proc], kills: collections.Counter[str]) -> int:
     found, counts = scan(run)
     problems += found
     print("files after kill+sweep:", counts, flush=True)
-    q = box.queue(QUEUE)
-    left = q.peek(state="processing")
-    if left:
-        problems.append(f"{len(left)} files in {QUEUE}/processing after the locks expired + sweep")
+    queues = [QUEUE, *([QUEUE_B] if run.threads else [])]
+    for name in queues:
+        q = box.queue(name)
+        left = q.peek(state="processing")
+        if left:
+            problems.append(
+                f"{len(left)} files in {name}/processing after the locks expired + sweep"
+            )
+        errors = q.peek(state="error")
+        if errors:
+            notes.append(f"{len(errors)} {name} messages in error/ (requeued for the drain)")
+            q.requeue()
     for folder, _dirs, files in os.walk(run.root):
         rel = os.path.relpath(folder, run.root)
-        if os.path.basename(folder) == "processing" and not rel.startswith(QUEUE + "/"):
-            for f in files:
-                notes.append(f"after kill+sweep, held by an MQTT session: {folder}/{f[:40]}...")
-    errors = q.peek(state="error")
-    if errors:
-        notes.append(f"{len(errors)} queue messages in error/ (requeued for the drain)")
-        q.requeue()
+        if os.path.basename(folder) == "processing" and rel.split("/")[0] not in queues and files:
+            notes.append(f"after kill+sweep, {len(files)} held by MQTT sessions in {rel}")
     box.close()
 
     drain_start = time.time()
-    # Drain the queue with a generous lock.
-    drain_q = Proc("cdrain", "consumer", run)
-    # Drain the MQTT sessions: serve again, both subscribers reconnect their sessions.
+    # Drain the queues with a generous lock; the MQTT sessions: serve again, both share group
+    # members reconnect their sessions (and sub2, still running, its own).
+    drains = [Proc("cdrain", "consumer", run)]
+    if run.threads:
+        drains.append(Proc("cdrainb", "consumer", run, QUEUE_B))
     serve = procs[0]
     subs = [Proc(f"sub{i}", "subscriber", run) for i in range(2)]
+    retcheck = Proc("retcheck", "subscriber", run)
+    limit = 40 + (run.backlog / 50 if run.backlog else 0)  # a deep backlog takes its time
     try:
-        drain_q.start(time.time() + 30, drain=True)
+        for d in drains:
+            d.start(time.time() + limit - 10, drain=True)
         serve.start(0)
-        wait_port(run.port, 10)
+        serve.listening()
         for s in subs:
             s.inc = 100
             s.start(time.time() + 30, drain=True)
-        for p in [drain_q, *subs]:
+        waited = [*drains, *subs, *([sub2] if sub2 else [])]
+        for p in waited:
             try:
-                p.p.wait(40)  # type: ignore[union-attr]
+                p.p.wait(max(1.0, drain_start + limit - time.time()))  # type: ignore[union-attr]
             except subprocess.TimeoutExpired:
-                notes.append(f"{p.name} drain did not end in 40 s")
+                notes.append(f"{p.name} drain did not end in {limit:.0f} s")
+        if run.qos2:
+            retcheck.start(time.time() + 30, drain=True)
+            try:
+                retcheck.p.wait(40)  # type: ignore[union-attr]
+            except subprocess.TimeoutExpired:
+                notes.append("retcheck did not end in 40 s")
     finally:
-        for p in [drain_q, *subs, serve]:
+        for p in [*drains, *subs, retcheck, serve]:
             p.kill()
 
     print(f"drain done in {time.time() - drain_start:.1f} s", flush=True)
     # Queue invariants.
     put: dict[str, str] = {}
+    expiring: set[str] = set()
     for p in procs:
         if p.role == "producer":
             for line in read_log(os.path.join(run.logs, f"{p.name}.log")):
+                if line[0] != "P":
+                    continue
                 put[line[1]] = line[2]
+                if len(line) > 4 and 0 < float(line[4]) < 60:
+                    expiring.add(line[1])
     events: list[tuple[int, str, str, str]] = []  # (time, kind, id, who)
     bad_bodies = 0
-    for name in [p.name for p in procs if p.role == "consumer"] + ["cdrain"]:
+    consumers = [p.name for p in procs if p.role in ("consumer", "consumers3")]
+    for name in consumers + [d.name for d in drains]:
         for line in read_log(os.path.join(run.logs, f"{name}.log")):
             if line[0] == "R":
                 events.append((int(line[3]), "R", line[1], name))
@@ -480,22 +734,36 @@ def check(run: Run, procs: list[Proc], kills: collections.Counter[str]) -> int:
             deliveries[mid] += 1
             if mid in acked_at:
                 problems.append(f"{mid} delivered to {who} after its ack by {acked_at[mid][1]}")
-    lost = [m for m in put if m not in acked_at]
+    expired = ids_in(run, "expired")
+    # An ack() that a kill cut short after its rename (during its flush, or before its log
+    # line): the message is done, though no consumer saw the ack return.
+    cut = {m for m in ids_in(run, "processed") if m in put and m not in acked_at}
+    lost = [m for m in put if m not in acked_at and m not in expired and m not in cut]
     if lost:
-        problems.append(f"{len(lost)} returned puts never acked, e.g. {lost[:3]}")
+        problems.append(f"{len(lost)} returned puts never acked nor expired, e.g. {lost[:3]}")
+    not_delivered = sorted(m for m in cut if not deliveries[m])
+    if not_delivered:
+        problems.append(f"{len(not_delivered)} in processed/, never delivered: {not_delivered[:3]}")
+    wrongly = [m for m in expired if m in put and m not in expiring]
+    if wrongly:
+        problems.append(f"{len(wrongly)} puts without a short expiry in expired/: {wrongly[:3]}")
     unknown = [m for m in acked_at if m not in put]
     redelivered = sum(1 for n in deliveries.values() if n > 1)
     print(
-        f"queue: {len(put)} puts returned, {len(acked_at)} acked, {len(events)} events, "
+        f"queue: {len(put)} puts returned ({len(expiring)} with a 3 s expiry, "
+        f"{len(expired)} expired), {len(acked_at)} acked, {len(events)} events, "
         f"{redelivered} delivered more than once, {len(unknown)} acked not in a put log "
-        "(puts whose log line a kill cut off)",
+        f"(puts whose log line a kill cut off), {len(cut)} acked by an ack() a kill cut short",
         flush=True,
     )
+    if run.backlog:
+        print(f"{QUEUE}'s ready messages at the kills: up to {max(run.depths)}", flush=True)
 
     # MQTT invariants.
     acked_pub = set()
     for line in read_log(os.path.join(run.logs, "pub.log")):
-        acked_pub.add(line[1])
+        if line[0] == "K":
+            acked_pub.add(line[1])
     got: collections.Counter[str] = collections.Counter()
     bad_mqtt = 0
     for name in ("sub0", "sub1"):
@@ -513,6 +781,8 @@ def check(run: Run, procs: list[Proc], kills: collections.Counter[str]) -> int:
         f"{sum(got.values())} deliveries, {sum(1 for n in got.values() if n > 1)} more than once",
         flush=True,
     )
+    if run.qos2:
+        problems += check_qos2_retained(run)
     found, counts = scan(run)
     problems += found
     print("files after drain:", counts, flush=True)
@@ -536,6 +806,65 @@ def check(run: Run, procs: list[Proc], kills: collections.Counter[str]) -> int:
     return 1 if problems else 0
 
 
+def check_qos2_retained(run: Run) -> list[str]:
+    """QoS 2: every PUBCOMPed publish delivered to sub2, and no publish delivered twice.
+    Retained: each key's retained message, read after the drain, is its last PUBACKed one
+    or one sent after it (one publish at a time: sent after is PUBACKed after)."""
+    problems: list[str] = []
+    completed = {line[1] for line in read_log(os.path.join(run.logs, "pub2.log")) if line[0] == "K"}
+    got: collections.Counter[str] = collections.Counter()
+    for line in read_log(os.path.join(run.logs, "sub2.log")):
+        if line[0] == "M":
+            got[line[1]] += 1
+    if got["BAD"]:
+        problems.append(f"{got['BAD']} QoS 2 deliveries with a damaged payload")
+    missing = sorted(completed - set(got))
+    if missing:
+        problems.append(f"{len(missing)} PUBCOMPed QoS 2 publishes never delivered: {missing[:5]}")
+    twice = sorted(t for t, n in got.items() if n > 1 and t != "BAD")
+    if twice:
+        problems.append(f"{len(twice)} QoS 2 publishes delivered more than once: {twice[:5]}")
+
+    def order(tag: str) -> tuple[int, int]:
+        _name, inc, seq = tag.split(".")
+        return int(inc), int(seq)
+
+    last_acked: dict[int, tuple[int, int]] = {}
+    for line in read_log(os.path.join(run.logs, "ret.log")):
+        if line[0] != "K":
+            continue
+        inc, seq = order(line[1])
+        key = (seq + 1) % RETAINED_KEYS  # role_publisher numbers from 1 in the topic
+        last_acked[key] = max(last_acked.get(key, (0, -1)), (inc, seq))
+    kept: dict[int, str] = {}
+    for line in read_log(os.path.join(run.logs, "retcheck.log")):
+        if line[0] == "M":
+            kept[int(line[2].rpartition("/k")[2])] = line[1]
+    for key, acked in sorted(last_acked.items()):
+        tag = kept.get(key)
+        if tag is None or tag == "BAD" or order(tag) < acked:
+            problems.append(f"ret/k{key} retains {tag}, last PUBACKed {acked}")
+    print(
+        f"qos2: {len(completed)} PUBCOMPed, {len(got)} distinct delivered to sub2, "
+        f"{sum(got.values())} deliveries; retained: {len(last_acked)} keys PUBACKed, "
+        f"{len(kept)} read back",
+        flush=True,
+    )
+    return problems
+
+
+def ids_in(run: Run, state: str) -> set[str]:
+    """The ids of the messages in one state folder of the queues."""
+    from boxmq.store.names import decode, split_lock
+
+    ids: set[str] = set()
+    for queue in (QUEUE, QUEUE_B):
+        folder = os.path.join(run.root, queue, state)
+        for f in os.listdir(folder) if os.path.isdir(folder) else ():
+            ids.add(decode(split_lock(f)[0]).message_id)
+    return ids
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -546,6 +875,9 @@ def main() -> int:
     c.add_argument("--dir")
     c.add_argument("--kill-min", type=float, default=0.5)
     c.add_argument("--kill-max", type=float, default=3.0)
+    c.add_argument("--backlog", type=int, default=0, help="keep the queue about N deep")
+    c.add_argument("--threads", action="store_true", help="3 consumer threads in one process")
+    c.add_argument("--qos2", action="store_true", help="QoS 2 and retained publishers")
     r = sub.add_parser("role")
     r.add_argument("role", choices=sorted(ROLES))
     for opt in ("--name", "--root", "--log", "--fsync"):
@@ -555,6 +887,10 @@ def main() -> int:
     r.add_argument("--port", type=int, default=0)
     r.add_argument("--lock-timeout", type=float, default=LOCK_TIMEOUT)
     r.add_argument("--drain", action="store_true")
+    r.add_argument("--queue", default=QUEUE)
+    r.add_argument("--backlog", type=int, default=0)
+    r.add_argument("--threads", action="store_true")
+    r.add_argument("--idle-after", type=float, default=0.0)
     a = ap.parse_args()
     if a.cmd == "role":
         ROLES[a.role](a)
