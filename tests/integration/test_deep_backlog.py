@@ -11,12 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import boxmq
 from boxmq.client import box as box_module
 from boxmq.client import live_queue, sweeps
 from boxmq.client import queue as queue_module
 from boxmq.client.lifecycle import envelope_of as decode
+from boxmq.client.topics import Publication
 from boxmq.model import ConsumerId, Envelope
 from boxmq.store import names
 from boxmq.store.dropbox import Dropbox, Entry
@@ -288,3 +291,95 @@ def test_a_consumer_decodes_only_a_front_and_keeps_the_order_of_all(
             assert consumer.receive(timeout=0) is None
     assert max(decoded) <= 20  # the front, and those that expire
     assert max(cold) >= 30
+
+
+_NOW_MS = 1_796_018_477_450  # the clock of the drains below, in ms
+_PRIORITIES = st.sampled_from([0, 4, 4, 4, 7])
+# What follows a name's id: none (a plain put), a publication's copy, and names decoded at
+# once wherever they rank (a released one: a delivery count, a last holder, a delay passed;
+# one that expires later).
+_TAILS = st.sampled_from(
+    [
+        ".B",
+        ".B.....bx_topicS=sensors%2Fa&bx_qosY=1",
+        ".T.....bx_topicS=sensors%2Fb&bx_qosY=2&bx_v5S=JgAB",
+        ".B.....bx_topicS=sensors%2Fa&bx_qosY=1&bx_dcI=1",
+        ".B.....bx_topicS=sensors%2Fa&bx_dcI=2&bx_lastS=other",
+        f".B.....bx_topicS=sensors%2Fa&bx_nbL={_NOW_MS - 5}",
+        f".B.{_NOW_MS + 3_600_000}....bx_topicS=sensors%2Fa",
+    ]
+)
+_BACKLOG_NAME = st.one_of(
+    st.builds(
+        lambda priority, ms, tail, rest: f"{priority}.{_NOW_MS - ms:013d}{rest}{tail}",
+        _PRIORITIES,
+        st.integers(0, 3),  # few milliseconds: many ties, ordered by name
+        _TAILS,
+        st.from_regex(r"[0-9]{3}-[0-9]{1,4}", fullmatch=True),
+    ),
+    st.builds(
+        lambda priority, number: f"{priority}.job-{number}.B", _PRIORITIES, st.integers(0, 9)
+    ),
+)
+
+
+def _drain_order(root: Path, front: int) -> list[str]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(live_queue, "FRONT", front)
+        clock = boxmq.ManualClock(_NOW_MS / 1000)
+        with (
+            boxmq.open(root, fsync="never", clock=clock) as box,
+            box.queue("jobs").consumer("w") as consumer,
+        ):
+            order: list[str] = []
+            while (message := consumer.receive(timeout=0)) is not None:
+                order.append(message.id)
+                message.ack()
+            return order
+
+
+@settings(max_examples=30, deadline=None)
+@given(names=st.lists(_BACKLOG_NAME, min_size=1, max_size=60, unique_by=lambda n: n.split(".")[1]))
+def test_a_mixed_backlog_drains_in_one_order_with_a_small_front_or_none(
+    tmp_path_factory: pytest.TempPathFactory, names: list[str]
+) -> None:
+    # A front of 3 keeps most names cold (bare strings, ranked from the name), a front larger
+    # than the backlog none: the engine's order, which the two drains must both be.
+    roots = [tmp_path_factory.mktemp("root") for _ in range(2)]
+    for root in roots:
+        with boxmq.open(root, fsync="never") as box:
+            box.queue("jobs")
+        for index, name in enumerate(names):
+            path = root / "jobs" / "target" / name
+            path.write_bytes(b"x")
+            os.utime(path, (_NOW_MS / 1000 - 60 + index, _NOW_MS / 1000 - 60 + index))
+    small, whole = _drain_order(roots[0], 3), _drain_order(roots[1], 10_000)
+    assert small == whole
+    assert len(whole) == len(names)
+
+
+def test_a_share_groups_deep_backlog_stays_cold_and_goes_round(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every copy a share group gets carries its topic: with a front of 5, the 60 waiting wait
+    # as bare names, and the two members still take turns, each in the order published.
+    monkeypatch.setattr(live_queue, "FRONT", 5)
+    with boxmq.open(root, fsync="never") as box:
+        members = [box.subscribe("$share/etl/sensors/#", name) for name in ("a", "b")]
+        box.topics.publish_many([Publication(f"sensors/{i % 3}", b"%d" % i) for i in range(60)])
+        got: list[tuple[str, int]] = []
+        cold = []
+        for _ in range(30):
+            for member in members:
+                message = member.receive(timeout=5)
+                assert message is not None
+                got.append((member.name, int(message.body)))
+                assert member._consumer is not None  # a durable one, not a memory inbox
+                cold.append(len(member._consumer._live._cold))
+                message.ack()
+        assert all(member.receive(timeout=0) is None for member in members)
+        for member in members:
+            member.close()
+    assert [number for _, number in got] == list(range(60))
+    assert [name for name, _ in got] == ["a", "b"] * 30
+    assert max(cold) >= 50

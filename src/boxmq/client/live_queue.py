@@ -54,14 +54,21 @@ from boxmq.core import (
 from boxmq.core.durations import LONGEST
 from boxmq.errors import Closed, InvalidArgument, UnexpectedRequest
 from boxmq.ids import stamp_of
-from boxmq.model import ConsumerId, Envelope, MessageId
+from boxmq.model import (
+    DELIVERY_COUNT,
+    LAST_HOLDER,
+    NOT_BEFORE,
+    ConsumerId,
+    Envelope,
+    MessageId,
+)
 from boxmq.store.dropbox import Dropbox, NotAFile
 from boxmq.store.layout import State
 from boxmq.store.names import Lock, lock_suffixed, locked_name, split_lock
 from boxmq.store.v5_properties import V5Reader
 from boxmq.store.watch import Changes, Watcher, watch
 
-__all__ = ["LiveOptions", "LiveQueue"]
+__all__ = ["LiveOptions", "LiveQueue", "ranked_priority"]
 
 log = logging.getLogger("boxmq.queue")
 
@@ -108,12 +115,38 @@ _LOST_PER_READ: Final = 16
 # the rest wait as names (`_cold`), in the engine's order, until the front runs low.
 FRONT: Final = 256
 
-# The names a put without metadata writes with an id of IdFactory's (`4.<id>.B`: no
-# expiration, no properties, a priority spelt as str(int) writes it), ranked without their
-# envelope: within one priority, their order as strings is the engine's (the id's 16 digits
-# start with its time in ms, then ties by name).
-_PLAIN = re.compile(r"(0|-?[1-9][0-9]{0,9})\.[0-9]{16}-[0-9]+\.[MBSPOT]")
+# The names ranked without their envelope: an id of IdFactory's, a priority spelt as str(int)
+# writes it, no expiration, correlation id, reply-to or type, and none of the properties a
+# release writes (a delay and a last holder decide when and to whom it goes; a delivery count
+# marks a rare name, decoded at once as before). So what a put without metadata writes
+# (`4.<id>.B`), and a publication's copy in a share group or a subscription
+# (`4.<id>.B.....bx_topicS=...&bx_qosY=1`, an MQTT v5 message's properties too). Within one
+# priority their order as strings is the engine's (the id's 16 digits start with its time in
+# ms, then ties by name). Each property must decode as it is written, or the whole name
+# would read as an id with default metadata: a name with no escape (with one it could be a
+# reserved name spelt otherwise, `bx%5Fnb`), and a value its type reads whatever its digits
+# (a float, or a number that may be out of its type's range, is decoded). The group key of
+# hash-by-key is not read here: under it nothing is kept cold.
+_VALUE = (
+    # A string's escapes as an unrolled loop: an alternative per character costs sre 4x.
+    r"(?:S=[A-Za-z0-9_-]*(?:%[0-9A-Fa-f]{2}[A-Za-z0-9_-]*)*|B=(?:true|false)|Y=-?[0-9]{1,2}"
+    r"|H=-?[0-9]{1,4}|I=-?[0-9]{1,9}|L=-?[0-9]{1,18})"
+)
+_RESERVED = "|".join(re.escape(name) for name in (NOT_BEFORE, DELIVERY_COUNT, LAST_HOLDER))
+_PAIR = rf"(?!(?:{_RESERVED})[BYHILFDS]=)[A-Za-z0-9_-]+{_VALUE}"
+_RANKED = re.compile(
+    rf"(0|-?[1-9][0-9]{{0,9}})\.[0-9]{{16}}-[0-9]+\.[MBSPOT](?:\.\.\.\.\.{_PAIR}(?:&{_PAIR})*)?"
+)
 _INT32 = (-(2**31), 2**31 - 1)
+
+
+def ranked_priority(name: str) -> int | None:
+    """The priority of a name that ranks from the name alone (_RANKED), else None."""
+    ranked = _RANKED.fullmatch(name)
+    if ranked is None or not _INT32[0] <= (priority := int(ranked[1])) <= _INT32[1]:
+        return None
+    return priority
+
 
 # Releases worth a line in the log: the holder did not give the message back itself.
 _TOLD = frozenset({ReleaseReason.TIMED_OUT, ReleaseReason.OWNER_GONE})
@@ -156,9 +189,10 @@ class LiveQueue:
         self._sleepers = 0  # threads in self._cond.wait: the only ones notify_all can wake
         self._known: dict[str, Envelope] = {}  # target/ names offered to the engine, decoded
         self._sent: set[str] = set()  # names this process put and offered: the watcher's skip
-        # Plain names of target/ (_PLAIN) known but kept out of the engine, undecoded: each
-        # ranks after every name the engine may hand out (its horizon is their best), and
-        # the best are offered (`_promote`) when the engine runs short of names before it.
+        # Names of target/ that rank from the name alone (_RANKED), known but kept out of the
+        # engine, undecoded: each ranks after every name the engine may hand out (its horizon
+        # is their best), and the best are offered (`_promote`) when the engine runs short of
+        # names before it.
         self._cold: set[str] = set()
         self._cold_order: dict[int, list[str]] = {}  # by priority, a heap (stale ones skipped)
         self._cold_moved = False  # a name went cold since the engine's horizon was set
@@ -848,7 +882,8 @@ class LiveQueue:
 
     def _offer(self, name: str, now: float, *, cold: bool = True) -> None:
         """Offer a name of target/ to the engine, or keep it cold (`_cold`) if `cold` allows
-        and it is plain, and the engine holds a front's worth, or others are cold already."""
+        and its name ranks it (_RANKED), and the engine holds a front's worth, or others are
+        cold already."""
         if name in self._known or name in self._cold:
             return
         if (why := unusable(name)) is not None:
@@ -866,9 +901,8 @@ class LiveQueue:
         self._offer_decoded(name, now)
 
     def _keep_cold(self, name: str) -> bool:
-        """Keep a plain name cold: True; False if it is not plain (it is decoded)."""
-        plain = _PLAIN.fullmatch(name)
-        if plain is None or not _INT32[0] <= (priority := int(plain[1])) <= _INT32[1]:
+        """Keep a name cold: True; False if its name does not rank it (it is decoded)."""
+        if (priority := ranked_priority(name)) is None:
             return False
         self._cold.add(name)
         heap = self._cold_order.get(priority)
