@@ -94,6 +94,9 @@ class Box:
         self._spares = Spares(self.root, self._token, limit=spares) if spares > 0 else None
         self._lock = threading.Lock()
         self._live: dict[str, LiveQueue] = {}  # by dropbox path
+        # Called with the consumers of a dropbox this process just put messages in, from the
+        # thread that put them (LiveQueue.sent): an MQTT broker's `pump_all` takes those.
+        self._listeners: list[Callable[[list[ConsumerId]], object]] = []
         self._topics: Topics | None = None
         self._intake: AssuredIntake | None = None
         self._exactly_once = exactly_once
@@ -127,6 +130,7 @@ class Box:
         for live in self._live.values():
             live.abandon_in_child()
         self._live = {}
+        self._listeners = []  # the parent's broker, which a child's puts are no news to
         self._topics = None
         self._intake = None
 
@@ -689,9 +693,22 @@ class Box:
                     token=self._token,
                     v5=self.v5,
                     shown=shown,
+                    listeners=self._listeners,
                 )
                 self._live[dropbox.path] = live
             return live
+
+    def listen_offered(self, listener: Callable[[list[ConsumerId]], object]) -> None:
+        """Have `listener` told the consumers attached in this process to a queue or
+        subscription that this process just put messages in (from the putting thread: it
+        must be quick and thread-safe). Other processes' messages are not told: a receive
+        reads them from the watcher."""
+        self._listeners.append(listener)
+
+    def forget_offered(self, listener: Callable[[list[ConsumerId]], object]) -> None:
+        """`listener` is told no more (`listen_offered`)."""
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(listener)
 
     def _refused(self) -> Closed:
         return Closed(f"this box of {self.root} is closed: open the root again")

@@ -163,8 +163,13 @@ class LiveQueue:
         token: str,
         v5: V5Reader | None = None,
         shown: str | None = None,
+        listeners: list[Callable[[list[ConsumerId]], object]] | None = None,
     ) -> None:
         self.name = name  # what the logs and errors say: a subscription's folder
+        # Told the consumers attached when this process's own puts are offered (`sent`): a
+        # broker pumps those, not every one of its thousands of subscribers, after a batch.
+        # The box's list, shared: one added later is told too (Box.listen_offered).
+        self._listeners = [] if listeners is None else listeners
         # What its messages' `queue` says: the name a user gives back (`box.subscription`,
         # `boxmq peek`): a subscription's filter, "$share/GROUP/FILTER" for a share group.
         self.queue = name if shown is None else shown
@@ -1043,6 +1048,10 @@ class LiveQueue:
                     bodies[name] = body
                 self._known[name] = envelope
                 self._sent.add(name)
+            consumers = list(self._inbox) if self._listeners and messages else None
+        if consumers:  # outside the mutex: a listener never waits for this queue's
+            for listener in self._listeners:
+                listener(consumers)
 
     def _apply_all(self, effects: list[Effect]) -> bool:
         """Apply effects in order; True if a claim was lost (dispatch again)."""

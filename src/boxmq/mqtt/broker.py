@@ -43,6 +43,7 @@ import contextlib
 import dataclasses
 import logging
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
@@ -232,6 +233,13 @@ class Broker:
         self._memory = MemoryRoutes()  # non-persistent sessions' plain subscriptions
         self._durable_routes = DurableRoutes(box)
         self._durable: dict[str, dict[str, Subscriber]] = {}  # client id -> filter -> dropbox
+        # The consumers of the dropboxes this process put messages in (Box.listen_offered,
+        # from the disk threads), until `pump_all` takes them; and the connected clients by
+        # their consumer name (stored.consumer_name), which those are.
+        self._offered: deque[str] = deque()
+        self._named: dict[str, str] = {}
+        self._listener = self._offered.extend
+        box.listen_offered(self._listener)
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
         # Password checks: two at a time at most, beside the loop and the disk work.
         self._checks = ThreadPoolExecutor(max_workers=2, thread_name_prefix="boxmq-mqtt-auth")
@@ -461,6 +469,7 @@ class Broker:
         if client.held:
             self._held_at_close(client, session)
         del self._links[session.client_id]
+        self._named.pop(consumer_name(session.client_id), None)
         session.connected = False
         log.info("client %s disconnected (%s)", session.client_id, reason)
         self._share_turns(session, take=False)
@@ -549,7 +558,7 @@ class Broker:
         self._delivery.report_drops(now=now)
         if self._sys.due(now):
             self._publish_sys(now)
-        self.pump_all()
+        self.pump_all(every=True)
         self.flush()
 
     def _look_at(self, client: Client, now: float) -> None:
@@ -623,14 +632,42 @@ class Broker:
         """At start: the persistent sessions on disk end when their records say (lifetimes.py)."""
         self._lifetimes.resume_expiries()
 
-    def pump_all(self) -> None:
+    def pump_all(self, *, every: bool = False) -> None:
+        """The connected sessions with durable subscriptions take what they have room for:
+        those whose dropboxes this process put messages in since the last call (after each
+        disk batch, `_offered`), or `every` one (each tick: what other processes dropped in
+        them, which only a receive's look at the watcher finds, locks that timed out, claims
+        the file system refused). One QoS 1 message to one of 4,000 connected devices cost a
+        walk of 4,000 pumps per batch (docs/benchmarks.md, "Many connected persistent
+        sessions"). A session whose acknowledgements freed slots is refilled at the end of
+        its read (Delivery.refill); one that resumes, or subscribes, is pumped then. Which
+        order the sessions take decides no share group member's share: the messages of a
+        group's dropbox are handed to its members by its engine's dispatch (round-robin by
+        default) at the first member's look, whichever it is, and each takes its own (every
+        member here is told of the group's messages); every session pumped is written out at
+        the same flush."""
+        offered = self._offered
+        if every:
+            offered.clear()  # what a disk thread adds from here on is pumped by the next call
+            self._pump_every()
+            return
+        if not offered:
+            return
+        names: set[str] = set()
+        for _ in range(len(offered)):  # the disk threads only append: popleft is safe
+            names.add(offered.popleft())
+        durable, named, sessions = self._durable, self._named, self._sessions
+        for name in names:
+            client_id = named.get(name)
+            if client_id is not None and client_id in durable:
+                session = sessions.get(client_id)
+                if session is not None and session.connected:
+                    self._delivery.pump(session)
+
+    def _pump_every(self) -> None:
         # Through the fewer of the sessions with subscriptions on disk (every offline one among
         # them) and the connected clients (every clean one among them): 4,000 idle devices
-        # beside one durable subscriber cost each tick (4 a second) and each disk batch a
-        # walk of 4,000. Which order the walk takes decides no share group member's share:
-        # the messages of a group's dropbox are handed to its members by its engine's
-        # dispatch (round-robin by default) at the first member's look, whichever it is, and
-        # each takes its own; every session pumped is written out at the same flush.
+        # beside one durable subscriber cost each tick (4 a second) a walk of 4,000.
         durable, links, sessions = self._durable, self._links, self._sessions
         if not durable:  # no session has one: the look at each client would find none
             return
@@ -676,6 +713,7 @@ class Broker:
                 subscriber.detach()  # dropboxes, groups, a persistent session's locks stay
         self._pool.shutdown(wait=True)
         self._checks.shutdown(wait=False, cancel_futures=True)
+        self.box.forget_offered(self._listener)
 
     # -- dispatch ----------------------------------------------------------------------------------
 
@@ -853,6 +891,7 @@ class Broker:
             self._subscribing.fit_window(session)
         client.session = session
         self._links[client_id] = client
+        self._named[consumer_name(client_id)] = client_id
         earlier = self._batches.last(client_id)
         if earlier is not None and earlier is not client:
             # A connection of this client id before this one still has disk work: an empty

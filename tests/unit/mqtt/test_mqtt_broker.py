@@ -329,6 +329,43 @@ def test_persistent_session_messages_wait_in_its_dropbox(tmp_path: Path) -> None
     _run(tmp_path, test)
 
 
+def test_a_message_to_one_of_many_persistent_sessions_pumps_that_one_alone(
+    tmp_path: Path,
+) -> None:
+    """After a disk batch, the connected persistent sessions whose dropboxes got messages
+    are pumped, not every one: a QoS 1 command to one of 4,000 connected devices walked all
+    4,000 (docs/benchmarks.md, "Many connected persistent sessions"). Counted, not timed."""
+
+    async def test(broker: Broker) -> None:
+        devices = []
+        for number in range(20):
+            device = _connect(broker, f"dev{number}", expiry=600, clean=False)
+            device.send(Subscribe(1, (Subscription(f"dev/{number}/cmd", 1),)))
+            await _until(lambda d=device: any(isinstance(p, Suback) for p in d.inbox))  # type: ignore[misc]
+            device.take()
+            devices.append(device)
+        pub = _connect(broker, "pub")
+        pumped: list[str] = []
+        pump = broker._delivery.pump
+
+        def counted(session: Session) -> None:
+            pumped.append(session.client_id)
+            pump(session)
+
+        broker._delivery.pump = counted  # type: ignore[method-assign]
+        for packet_id in (1, 2):
+            pub.send(Publish("dev/7/cmd", b"go", 1, packet_id=packet_id))
+            await _until(lambda i=packet_id: Puback(i) in pub.inbox)  # type: ignore[misc]
+        await _until(lambda: len(devices[7].inbox) == 2)
+        assert [p.payload for p in devices[7].take() if isinstance(p, Publish)] == [b"go"] * 2
+        assert set(pumped) == {"dev7"}, pumped
+        assert not any(device.inbox for device in devices)
+        broker.pump_all(every=True)  # the timer's walk still looks at each of them
+        assert len(pumped) >= 20
+
+    _run(tmp_path, test)
+
+
 def test_takeover_disconnects_the_old_connection_with_0x8e(tmp_path: Path) -> None:
     async def test(broker: Broker) -> None:
         first = _connect(broker, "same")
