@@ -141,8 +141,9 @@ class _Inotify:
         """In a forked child: reading the instance would take the parent's events, and
         removing a watch would remove the parent's. The child's watchers use an instance of
         its own, made at the first that needs one; the inherited ones move to it."""
-        global _process, _making, _refused
-        _process, _making, _refused = None, threading.Lock(), False
+        global _process, _making
+        _process, _making = None, threading.Lock()
+        _told.clear()  # the child's log is told again
         self.lock = threading.Lock()  # another thread may have held it at the fork
         self.forked = True
         self.poller, self.followers, self._watches = None, {}, {}
@@ -154,6 +155,11 @@ class _Inotify:
         """The watch descriptor of the folder at `path` (-1, errno set, if none): the one
         it has already, if another watcher asked, its events those both asked for."""
         return int(self._add(self.fd, path, mask | _IN_MASK_ADD))
+
+    def holds(self, wd: int) -> bool:
+        """Whether a watcher of this process holds the watch `wd` (else the kernel just
+        made it)."""
+        return wd in self._watches
 
     def hold(self, wd: int, watcher: InotifyWatcher, parent: bool) -> None:
         watch = self._watches.get(wd)
@@ -282,29 +288,112 @@ class _Inotify:
 
 _process: _Inotify | None = None  # made by the first watcher, kept for the process's life
 _making = threading.Lock()
-_refused = False  # the kernel refused this process an instance: said once in the log
+# Why readers of this process poll instead of being woken, said once each in the log, and the
+# end of it once if it ends: cause -> whether its end was said. The causes: "instance" (the
+# kernel refused an instance), "watches" (fs.inotify.max_user_watches reached), "missing" (no
+# folder at a path read, whose end is each folder's: not said), "system" (no inotify), or
+# the errno's name of another refused watch.
+_told: dict[str, bool] = {}
+_MAX_WATCHES = "/proc/sys/fs/inotify/max_user_watches"
+
+
+def _polls(cause: str, level: int, message: str, *args: object) -> None:
+    """Say in the log why readers poll, once per process for each cause."""
+    if cause not in _told:
+        _told[cause] = False
+        log.log(level, message, *args)
+
+
+def _works_again(cause: str, message: str, *args: object) -> None:
+    """Say once that a cause of polling said before has ended."""
+    if _told.get(cause) is False:
+        _told[cause] = True
+        log.info(message, *args)
+
+
+def _max_watches() -> str:
+    try:
+        with open(_MAX_WATCHES) as limit:
+            return limit.read().strip()
+    except OSError:
+        return "?"
 
 
 def _shared() -> _Inotify:
     """The process's inotify instance: made at the first call, and after a fork in the
     child at its first."""
-    global _process, _refused
+    global _process
     if (shared := _process) is None:
         with _making:
             if (shared := _process) is None:
                 try:
                     shared = _process = _Inotify()
                 except OSError as error:
-                    if not _refused:
-                        _refused = True
-                        log.warning(
-                            "no inotify instance for this process (%s: the user's "
-                            "fs.inotify.max_user_instances taken by other processes, or "
-                            "ulimit -n): its readers find new files by polling",
-                            error.strerror,
-                        )
+                    _polls(
+                        "instance",
+                        logging.WARNING,
+                        "no inotify instance for this process (%s: the user's "
+                        "fs.inotify.max_user_instances taken by other processes, or "
+                        "ulimit -n): its readers find new files by polling",
+                        error.strerror,
+                    )
                     raise
+                _works_again(
+                    "instance",
+                    "an inotify instance for this process at last: readers opened from now on "
+                    "are woken by inotify (those opened before poll until they are opened again)",
+                )
     return shared
+
+
+def _refused_watch(error: OSError, interval: float) -> None:
+    """Say why a folder cannot be watched (`error`, from inotify_add_watch), once per cause:
+    its readers poll it every `interval` seconds. Called at each look again of a watcher
+    without a watch: a cause said already costs a lookup."""
+    code = error.errno or 0
+    if code == errno.ENOSPC:
+        cause = "watches"
+    elif code in (errno.ENOENT, errno.ENOTDIR):
+        cause = "missing"
+    else:
+        cause = errno.errorcode.get(code, "other")
+    if cause in _told:
+        return
+    path = error.filename
+    if cause == "watches":
+        # Each folder read takes two watches, its own and its parent's: raising the limit
+        # is the fix (the sysctl applies at once, to processes already running).
+        _polls(
+            cause,
+            logging.WARNING,
+            "inotify watch limit reached (fs.inotify.max_user_watches = %s, first refused "
+            "for %s): folders beyond it are polled every %g s, which costs latency and CPU; "
+            "raise it with `sysctl fs.inotify.max_user_watches=N` (two watches per queue or "
+            "subscription read at once, for all of the user's processes; in /etc/sysctl.d/ "
+            "to keep it after a reboot)",
+            _max_watches(),
+            path,
+            interval,
+        )
+    elif cause == "missing":
+        _polls(
+            cause,
+            logging.INFO,
+            "%s is missing (deleted, or not made yet): its readers look in it every %g s, "
+            "by polling; another missing folder is not said again",
+            path,
+            interval,
+        )
+    else:
+        _polls(
+            cause,
+            logging.WARNING,
+            "cannot watch %s with inotify (%s): its readers find new files by polling every "
+            "%g s; others refused for the same reason are not said again",
+            path,
+            error.strerror,
+            interval,
+        )
 
 
 class InotifyWatcher:
@@ -412,7 +501,10 @@ class InotifyWatcher:
             self.moved = self.everything = False  # what it said came before the rescan
             self.names.clear()
             self.gone.clear()
-            return Changes(everything=moved or watched)
+            # A folder there that the kernel would not watch (its watch limit reached) is
+            # polled: rescanned at each look, or what lands in it waited for the reader's
+            # next full rescan.
+            return Changes(everything=moved or watched or self._unwatchable())
         if self.everything:
             self.everything = False
             return Changes(everything=True)
@@ -444,6 +536,17 @@ class InotifyWatcher:
         folder = inotify.add(self._path, _FOLDER_MASK) if parent >= 0 else _NO_WATCH
         if folder < 0:
             self._error = libc.last_error(os.fsdecode(self._path))
+            _refused_watch(self._error, self._retry_interval)
+        else:
+            self._error = None
+            if _told.get("watches") is False and not inotify.holds(folder):
+                _works_again(
+                    "watches",
+                    "inotify watches to be had again (fs.inotify.max_user_watches = %s): "
+                    "folders that could not be watched are watched at their next look; "
+                    "readers opened meanwhile poll until they are opened again",
+                    _max_watches(),
+                )
         # Held before the old ones are let go: the same folder keeps its watch.
         if parent >= 0:
             inotify.hold(parent, self, True)
@@ -454,6 +557,11 @@ class InotifyWatcher:
         watched = folder >= 0
         self._retry_at = None if watched else time.monotonic() + self._retry_interval
         return watched
+
+    def _unwatchable(self) -> bool:
+        """The last look found a folder at the path, which could not be watched."""
+        error = self._error
+        return error is not None and error.errno not in (errno.ENOENT, errno.ENOTDIR)
 
     def _let_go(self) -> None:
         self._inotify.let_go(self._folder_wd, self, False)
@@ -515,6 +623,7 @@ def watch(directory: str, *, poll_interval: float, polling: bool = False) -> Wat
     if not polling:
         try:
             return InotifyWatcher(directory, retry_interval=poll_interval)
-        except OSError:
-            pass  # e.g. the inotify instance limit: fall back to polling
+        except OSError as error:  # said in the log once per cause (`_polls`)
+            if error.errno == errno.ENOSYS:
+                _polls("system", logging.INFO, "no inotify on this system: readers poll")
     return PollingWatcher(poll_interval)

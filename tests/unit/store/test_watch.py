@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import logging
 import os
 import select
 import shutil
@@ -361,7 +364,7 @@ def test_an_inotify_instance_without_descriptors_for_its_wakeups_is_not_kept(
     neither the descriptor nor one of the 128 inotify instances a user may have kept. The
     log says so, once: a reader that polled said nothing."""
     monkeypatch.setattr(watch_module, "_process", None)  # as in a process that has none yet
-    monkeypatch.setattr(watch_module, "_refused", False)
+    monkeypatch.setattr(watch_module, "_told", {})
     held = inotify_instances()
     with no_descriptor_left(free=1):  # the instance's
         with pytest.raises(OSError, match="Too many open files"):
@@ -375,3 +378,89 @@ def test_an_inotify_instance_without_descriptors_for_its_wakeups_is_not_kept(
     assert told.getMessage().startswith(
         "no inotify instance for this process (Too many open files: "
     )
+
+
+def _told(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "boxmq.queue"]
+
+
+def test_a_missing_folder_is_polled_and_said_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A folder that does not exist cannot be watched: its reader polls, which the log did
+    not say. Said once per process, not once per folder (a deleted queue's readers)."""
+    monkeypatch.setattr(watch_module, "_told", {})
+    caplog.set_level(logging.INFO, logger="boxmq.queue")
+    missing = [tmp_path / name / "target" for name in ("gone", "also-gone")]
+    assert all(isinstance(watch(str(path), poll_interval=5.0), PollingWatcher) for path in missing)
+    [(level, text)] = _told(caplog)
+    assert level == "INFO"
+    assert text.startswith(f"{missing[0]} is missing (deleted, or not made yet): ")
+    assert "every 5 s" in text
+
+
+def _refuse_watches(fd: int, path: bytes, mask: int) -> int:
+    """inotify_add_watch as it fails once the user's fs.inotify.max_user_watches are taken."""
+    ctypes.set_errno(errno.ENOSPC)
+    return -1
+
+
+def test_the_watch_limit_reached_is_said_once_with_its_fix_and_its_end_once(
+    tmp_path: Path,
+    inotify: InotifyWatcher,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """100,000 subscriptions read at once take 200,000 watches: past the kernel's limit
+    (ENOSPC from inotify_add_watch) their readers polled, slower and dearer, and the log said
+    nothing. No test can reach the limit on demand without changing the machine's sysctl, so
+    the add-watch call is replaced by one that fails as the kernel's does."""
+    monkeypatch.setattr(watch_module, "_told", {})
+    caplog.set_level(logging.INFO, logger="boxmq.queue")
+    folders = [tmp_path / f"q{index}" for index in range(3)]
+    for folder in folders:
+        folder.mkdir()
+    kernel_add = watch_module._shared()._add
+    monkeypatch.setattr(watch_module._shared(), "_add", _refuse_watches)
+    polled = [watch(str(folder), poll_interval=0.5) for folder in folders[:2]]
+    assert all(isinstance(watcher, PollingWatcher) for watcher in polled)
+    limit = Path("/proc/sys/fs/inotify/max_user_watches").read_text().strip()
+    [(level, text)] = _told(caplog)
+    assert level == "WARNING"
+    assert text.startswith(f"inotify watch limit reached (fs.inotify.max_user_watches = {limit}")
+    assert "polled every 0.5 s" in text
+    assert "sysctl fs.inotify.max_user_watches=" in text
+    monkeypatch.setattr(watch_module._shared(), "_add", kernel_add)
+    watcher = watch(str(folders[2]), poll_interval=0.5)
+    assert isinstance(watcher, InotifyWatcher)
+    assert [level for level, _ in _told(caplog)] == ["WARNING", "INFO"]
+    assert _told(caplog)[1][1].startswith("inotify watches to be had again")
+    watcher.close()
+    inotify.close()
+
+
+def test_a_folder_made_again_past_the_watch_limit_is_polled_until_it_is_watched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reader's folder deleted and made again (an unsubscribe and a new subscribe) when no
+    watch is left: the reader looked for it on a timer and found it, but unwatched, and said
+    "nothing new" at each look, so that what landed in it waited for the reader's next full
+    rescan. It says "rescan" at each look now, until a watch is to be had. The add-watch
+    call is replaced as above: the limit cannot be reached on demand."""
+    monkeypatch.setattr(watch_module, "_told", {})
+    caplog.set_level(logging.INFO, logger="boxmq.queue")
+    folder, watcher = _folder_watcher(tmp_path)  # looks again every 0.1 s
+    kernel_add = watch_module._shared()._add
+    monkeypatch.setattr(watch_module._shared(), "_add", _refuse_watches)
+    shutil.rmtree(folder)
+    folder.mkdir()
+    assert _until(watcher, lambda changes: changes.everything)  # it left: rescan
+    time.sleep(0.15)
+    assert watcher.wait(1.0).everything  # polled: rescan at the next look
+    assert [level for level, _ in _told(caplog)] == ["WARNING"]
+    monkeypatch.setattr(watch_module._shared(), "_add", kernel_add)
+    assert watcher.wait(1.0).everything  # watched again
+    (folder / "new").write_bytes(b"n")
+    assert _until(watcher, lambda changes: "new" in changes.names)
+    assert [level for level, _ in _told(caplog)] == ["WARNING", "INFO"]
+    watcher.close()
