@@ -137,6 +137,19 @@ def _stop_on(sig: signal.Signals, stop: asyncio.Event) -> None:
     stop.set()
 
 
+def _processed_said(keep: bool, retention: float | None) -> str:
+    """What becomes of processed/ files, said at start: the sweeps apply the retention to
+    every queue of the root, but with `keep` false this server's clients put nothing there
+    (it said "processed/ files are deleted after 1d" all the same)."""
+    fate = "kept forever" if retention is None else f"deleted after {spelled(retention)}"
+    if keep:
+        return f"processed/ files are {fate} (processed_retention)"
+    return (
+        "processed/ gets nothing from this server's clients (keep_processed = false); what "
+        f"other programs on the root acknowledge there is {fate} (processed_retention)"
+    )
+
+
 async def serve(
     box: Box,
     *,
@@ -161,11 +174,9 @@ async def serve(
         box.fsync.value,
         "kept in processed/" if box.options.keep_processed else "deleted (keep_processed = false)",
     )
-    retention = box.options.limits.processed_retention
-    if retention is None:
-        log.info("processed/ files are kept forever (processed_retention)")
-    else:
-        log.info("processed/ files are deleted after %s (processed_retention)", spelled(retention))
+    log.info(
+        "%s", _processed_said(box.options.keep_processed, box.options.limits.processed_retention)
+    )
     if box.options.polling:
         log.info("new files found by polling (never inotify, as for a root shared over NFS)")
     else:

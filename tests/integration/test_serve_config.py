@@ -71,7 +71,7 @@ def test_the_config_file_chooses_the_root_and_a_typed_flag_wins(tmp_path: Path) 
     assert (tmp_path / "state").is_dir()  # relative to the config file's folder
     assert "fsync=never" in log
     assert "sweeping every 50ms" in log  # as the config wrote it, not 0.05s
-    assert "processed/ files are deleted after 1d" in log  # the default, not 86400s
+    assert "acknowledge there is deleted after 1d" in log  # the default, not 86400s
     assert not (tmp_path / "data").exists()  # the default root was not used
 
     flags = ("--data", str(tmp_path / "flag"), "--fsync", "interval", "serve", "--config")
@@ -416,11 +416,11 @@ def test_serve_keeps_processed_files_as_long_as_its_config_says(tmp_path: Path) 
     config = tmp_path / "boxmq.toml"
     config.write_text('data = "state"\nfsync = "never"\nprocessed_retention = "forever"\n')
     log = _serve_until_ready("serve", "--config", str(config), "--no-mqtt", cwd=tmp_path)
-    assert "processed/ files are kept forever" in log
+    assert "acknowledge there is kept forever" in log
     assert sorted(os.listdir(root / "audit" / "processed")) == names
     flags = ("--no-mqtt", "--processed-retention", "1s")  # a typed flag wins over the file
     log = _serve_until_ready("serve", "--config", str(config), *flags, cwd=tmp_path)
-    assert "processed/ files are deleted after 1s" in log
+    assert "acknowledge there is deleted after 1s" in log
     assert os.listdir(root / "audit" / "processed") == []
 
 

@@ -1,0 +1,37 @@
+"""What `boxmq serve` says at start of what it does."""
+
+from __future__ import annotations
+
+import pytest
+
+from boxmq.runtime import _processed_said
+
+
+@pytest.mark.parametrize(
+    ("keep", "retention", "said"),
+    [
+        (True, 86400.0, "processed/ files are deleted after 1d (processed_retention)"),
+        (True, None, "processed/ files are kept forever (processed_retention)"),
+        (
+            False,
+            86400.0,
+            "processed/ gets nothing from this server's clients (keep_processed = false); what "
+            "other programs on the root acknowledge there is deleted after 1d "
+            "(processed_retention)",
+        ),
+        (
+            False,
+            None,
+            "processed/ gets nothing from this server's clients (keep_processed = false); what "
+            "other programs on the root acknowledge there is kept forever (processed_retention)",
+        ),
+    ],
+)
+def test_the_processed_line_says_what_the_configuration_does(
+    keep: bool, retention: float | None, said: str
+) -> None:
+    """With keep_processed = false (serve's default) an ack deletes, and nothing of this
+    server's clients goes to processed/: the line said "processed/ files are deleted after 1d"
+    all the same, as if their messages were kept a day. The retention still holds for what
+    other programs (the embedded API, `boxmq ack`) leave there."""
+    assert _processed_said(keep, retention) == said
