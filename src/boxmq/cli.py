@@ -1150,9 +1150,17 @@ def _delete(args: argparse.Namespace, box: Box) -> int:
     _emit(
         args,
         {"queue": args.queue, "deleted": messages},
-        f"{args.queue}: deleted, with its {messages} message(s)",
+        f"{args.queue}: deleted, with its {messages} message(s){_by_state(deleted[0])}",
     )
     return 0
+
+
+def _by_state(counts: QueueCounts) -> str:
+    """The states of the messages counted, as `ls` names them: the done ones (processed/)
+    were consumed already, the others never will be now."""
+    held = {**_counts(counts), "uncommitted": counts.uncommitted}
+    said = ", ".join(f"{number} {state}" for state, number in held.items() if number)
+    return f" ({said})" if said else ""
 
 
 # -- output ---------------------------------------------------------------------------------------

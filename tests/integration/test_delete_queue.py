@@ -149,7 +149,7 @@ def test_the_cli_delete_counts_what_it_deleted_not_what_its_check_saw(
         assert json.loads(capsys.readouterr().out) == {"queue": "jobs", "deleted": 3}
         other.queue("jobs").put(b"again")  # and one more put after the check
         assert cli.main([*argv[:4], "delete", "jobs"]) == 0
-        assert capsys.readouterr().out == "jobs: deleted, with its 2 message(s)\n"
+        assert capsys.readouterr().out == "jobs: deleted, with its 2 message(s) (2 ready)\n"
 
 
 def test_delete_queue_counts_what_it_deleted_in_each_state(box: boxmq.Box) -> None:
@@ -164,3 +164,26 @@ def test_delete_queue_counts_what_it_deleted_in_each_state(box: boxmq.Box) -> No
     assert [(c.ready, c.locked, c.done) for c in counted] == [(1, 1, 1)]
     assert box.delete_queue("jobs", counted=counted) is False
     assert len(counted) == 1  # nothing deleted, nothing counted
+
+
+def test_the_cli_delete_says_which_states_its_messages_were_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`deleted, with its 4 message(s)` counted the done ones (processed/, consumed already:
+    a day of them under keep_processed) as if they were lost with the ready, locked and dead
+    ones; it says each state as `boxmq ls` names it."""
+    from boxmq import cli
+
+    root = tmp_path / "data"
+    with boxmq.open(root, fsync="never") as box:
+        jobs = box.queue("jobs")
+        jobs.put_many([b"done", b"dead", b"locked", b"ready"])
+        for settle in ("ack", "reject", None):
+            got = jobs.get("w")
+            assert got is not None
+            if settle is not None:
+                getattr(got, settle)()
+    argv = ["--data", str(root), "--fsync", "never", "delete", "jobs", "--force"]
+    assert cli.main(argv) == 0
+    said = "jobs: deleted, with its 4 message(s) (1 ready, 1 locked, 1 done, 1 dead)\n"
+    assert capsys.readouterr().out == said
