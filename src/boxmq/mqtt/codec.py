@@ -181,7 +181,7 @@ def _decode_connect(body: bytes, _: ProtocolVersion) -> Connect:
     name, pos = read_utf8(body, 0, "CONNECT protocol name")
     level, pos = _byte(body, pos, "CONNECT protocol level")
     if name == _MQTT31_NAME:
-        raise UnsupportedProtocolVersion(level)
+        raise UnsupportedProtocolVersion(level, name)
     if name != _PROTOCOL_NAME:
         raise MalformedPacket(f"CONNECT: protocol name {name!r} is not 'MQTT' (§3.1.2.1)")
     if level not in (_V311, _V5):

@@ -44,9 +44,20 @@ class UnsupportedProtocolVersion(MalformedPacket):
     The server answers with CONNACK 0x84 (v5) or return code 0x01 (3.1.1 §3.1.2.2).
     """
 
-    def __init__(self, level: int) -> None:
+    def __init__(self, level: int, name: str = "MQTT") -> None:
         self.level = level
-        super().__init__(f"CONNECT: protocol level {level} is not supported (only 4 and 5)")
+        hint = ""
+        if name != "MQTT":  # "MQIsdp": MQTT 3.1, whatever the level says
+            what = f"MQTT 3.1 (protocol name {name!r}, level {level})"
+        elif level & 0x80 and (level & 0x7F) in (3, 4, 5):
+            # a level we know with the top bit set: a mosquitto bridge announcing itself
+            what = f"protocol level {level} ({level & 0x7F} with a mosquitto bridge's bit)"
+            hint = ": give the bridge bridge_protocol_version mqttv50, or try_private false"
+        else:
+            what = f"protocol level {level}"
+        super().__init__(
+            f"CONNECT: {what} is not supported (only 3.1.1, level 4, and 5.0, level 5){hint}"
+        )
 
 
 class ClientIdNotValid(MalformedPacket):

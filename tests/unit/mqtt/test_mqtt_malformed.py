@@ -308,6 +308,25 @@ def test_unsupported_versions_carry_their_level() -> None:
 
 
 @pytest.mark.parametrize(
+    ("level", "name", "said"),
+    [
+        (3, "MQIsdp", "MQTT 3.1 (protocol name 'MQIsdp', level 3) is not supported"),
+        # an MQTT 3.1 name is 3.1 whatever its level: "level 4 is not supported" was wrong
+        (4, "MQIsdp", "MQTT 3.1 (protocol name 'MQIsdp', level 4) is not supported"),
+        # a mosquitto bridge's first CONNECT (try_private, its default): 4 with the top bit
+        (0x84, "MQTT", "132 (4 with a mosquitto bridge's bit) is not supported"),
+        (6, "MQTT", "protocol level 6 is not supported (only 3.1.1, level 4, and 5.0"),
+    ],
+)
+def test_an_unsupported_version_is_named_in_the_log(level: int, name: str, said: str) -> None:
+    """What `boxmq serve` logs when it refuses a CONNECT (return code 0x01): the log is all a
+    user sees of why an old device or a mosquitto bridge does not connect."""
+    with pytest.raises(MalformedPacket) as caught:
+        decode_all(connect(level, 0x02, s("c"), name=name), V311)
+    assert said in str(caught.value)
+
+
+@pytest.mark.parametrize(
     ("version", "data"),
     [
         (V5, connect(5, 0xC0, s("c"), s("u"))),  # user flag set, user name missing
