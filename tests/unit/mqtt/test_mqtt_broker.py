@@ -831,6 +831,36 @@ def test_an_invalid_disconnect_does_not_delete_the_will(tmp_path: Path) -> None:
     _run(tmp_path, test)
 
 
+@pytest.mark.parametrize(
+    ("reason", "sent"),
+    [
+        (ReasonCode.NORMAL_DISCONNECTION, False),
+        (ReasonCode.DISCONNECT_WITH_WILL_MESSAGE, True),
+        (ReasonCode.UNSPECIFIED_ERROR, True),
+        (ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, True),
+    ],
+)
+def test_only_a_normal_disconnect_discards_the_will(
+    tmp_path: Path, reason: ReasonCode, sent: bool
+) -> None:
+    """MQTT 5.0 §3.1.2.5: the Will goes out when the client "closes the Network Connection
+    without first sending a DISCONNECT packet with a Reason Code 0x00"; only 0x00 discards it
+    (MQTT-3.14.4-3). mosquitto 2.0.11 sends it on 0x04 alone (docs/mqtt.md, "Coming from
+    mosquitto"), so a client that says 0x80 on its way out gets different Wills from each."""
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
+        device = Peer(broker)
+        device.send(Connect("dev", V5, clean_start=True, will=Will("will/dev", b"gone")))
+        device.send(Disconnect(reason))
+        device.close()
+        await asyncio.sleep(0.1)
+        got = [p.payload for p in watcher.take() if isinstance(p, Publish)]
+        assert got == ([b"gone"] if sent else [])
+
+    _run(tmp_path, test)
+
+
 def test_a_session_expiry_of_never_is_capped_and_told_in_connack(tmp_path: Path) -> None:
     async def test(broker: Broker) -> None:
         _, connack = _connack(broker, "forever", session_expiry_interval=0xFFFF_FFFF)
