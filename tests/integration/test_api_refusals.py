@@ -215,3 +215,39 @@ def test_a_consumer_killed_between_an_ack_the_disk_refused_and_its_retry_loses_n
             assert sorted(got) == sorted({"1", "2", "3", "4", "5"} - acked)  # each once
             counts = jobs.counts()
             assert (counts.ready, counts.locked, counts.done) == (0, 0, 6)
+
+
+def test_an_ack_that_deletes_on_a_disk_out_of_inodes_frees_one_for_the_next_put(
+    tmp_path: Path,
+) -> None:
+    """A root filled to its last inode before any ack had no `.spare/`, and the ack that
+    deletes (keep_processed=False) renames into it: making the folder raised ENOSPC, so
+    every ack failed, the messages stayed locked, and the disk stayed full for good."""
+    with (
+        small_disk(tmp_path / "disk", inodes=64) as disk,
+        boxmq.open(disk.path / "data", fsync="never", keep_processed=False) as box,
+    ):
+        jobs = box.queue("jobs")
+        sent = _put_until_full(jobs)
+        with jobs.consumer("c1") as consumer:
+            first = consumer.receive(timeout=1)
+            assert first is not None
+            assert first.id == sent[0]
+            first.ack()  # no inode for .spare/: the file is deleted instead
+            sent.append(jobs.put(b"again"))  # ... which gives the put its inode
+            got = [first.id]
+            while len(got) < len(sent) and (message := consumer.receive(timeout=1)):
+                got.append(message.id)
+                message.ack()
+        assert sorted(got) == sorted(sent)
+        assert jobs.counts().locked == 0
+
+
+def _put_until_full(queue: boxmq.Queue) -> list[str]:
+    """Put small messages until the disk refuses one with ENOSPC: the ids of those sent."""
+    sent: list[str] = []
+    with pytest.raises(OSError, match="No space left") as full:  # noqa: PT012 (a loop)
+        while len(sent) < 1000:
+            sent.append(queue.put(b"x%d" % len(sent)))
+    assert full.value.errno == errno.ENOSPC
+    return sent

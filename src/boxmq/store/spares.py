@@ -67,6 +67,7 @@ _OWN = "+"  # .spare/<process token>+<n>/: one pool's own spares (a token holds 
 _POOLS = itertools.count()  # tells apart the pools of one process (one per open root)
 _NO_FD = -1
 _MOST_KEPT_FDS = 128  # descriptors a pool keeps open for messages out, at most
+_FULL = (errno.ENOSPC, errno.EDQUOT)  # the disk has no room (blocks or inodes) for a spare
 _KEEP_TRIES = 3  # renames into a spare folder that is being deleted, before deleting instead
 
 
@@ -303,12 +304,21 @@ class Spares:
             except FileNotFoundError:
                 if os.path.isdir(folder):
                     return False  # the file was gone
-                # FileNotFoundError: `rm -rf .spare/` came between two of its levels.
-                with contextlib.suppress(FileNotFoundError):
+                try:
                     os.makedirs(folder, exist_ok=True)
+                except FileNotFoundError:  # `rm -rf .spare/` came between two of its levels
+                    pass
+                except OSError as error:
+                    if error.errno not in _FULL:
+                        raise
+                    # No inode or block left for the folder: deleting the file frees one,
+                    # where raising would leave the message locked and the disk full.
+                    return remove_file(path)
                 continue
             except OSError as error:
-                if error.errno == errno.EXDEV:  # a dropbox mounted on another file system
+                # Another file system (a dropbox mounted elsewhere), or a full one, whose
+                # folder needed a block more for the name: deleted instead.
+                if error.errno == errno.EXDEV or error.errno in _FULL:
                     return remove_file(path)
                 raise
             return spare
