@@ -316,11 +316,14 @@ class Publishing:
             return
 
         def written(result: object) -> None:
-            if isinstance(result, BoxMQError):
+            if isinstance(result, BoxMQError) and packet_id is not None:
                 self._not_routed(packet, order)
-                if packet_id is not None:
-                    self._send_error(client, Puback(packet_id), result)
+                self._send_error(client, Puback(packet_id), result)
                 return
+            # QoS 0 whose copies the disk refused: its sender is told nothing and sends it
+            # never again, so it goes to the subscribers served from memory all the same, as
+            # a Will does (dropped for them too, a full disk stopped every QoS 0 feed to a
+            # topic that one persistent session or share group also subscribed to).
             self._delivery.route_memory(client_id, packet, _written(order, result))
             if packet_id is not None:
                 self._out.acknowledge(client, Puback, packet_id)

@@ -434,3 +434,26 @@ def test_a_server_killed_right_after_refusing_a_connect_its_disk_refused_restart
         subscriber.stop()
     finally:
         stop_process(server)
+
+
+def test_a_qos0_publish_the_disk_refuses_still_reaches_the_subscribers_in_memory(
+    running: RunningServer, disk: SmallDisk, connect: Callable[..., Paho]
+) -> None:
+    """Its copies for the share group refused, the message was dropped for everyone: one
+    persistent session or share group on a topic stopped every QoS 0 feed to the clean
+    sessions subscribed to it, as long as the disk was full (found by the full-disk hunt)."""
+    member = _group_member(connect)
+    watcher = connect("watcher")
+    watcher.subscribe("t/#", qos=0)  # a clean session: served from memory
+    publisher = connect("pub")
+    disk.fill()
+    publisher.client.publish("t/0", b"live reading", qos=0)
+    publisher.client.publish("t/0", b"retained reading", qos=0, retain=True)
+    assert watcher.next().payload == b"live reading"
+    assert watcher.next().payload == b"retained reading"
+    assert _working_files(running.root) == []
+    assert member.nothing(within=0.2)
+    disk.free()
+    late = connect("late")  # the retained store kept nothing of the refused one
+    late.subscribe("t/0", qos=0)
+    assert late.nothing(within=0.2)
