@@ -39,7 +39,7 @@ from boxmq.clock import Clock
 from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits
 from boxmq.core.durations import check_seconds
 from boxmq.core.topics import validate_topic
-from boxmq.errors import BoxMQError, InvalidArgument, ItemNotFound, MetadataTooLong
+from boxmq.errors import BoxMQError, InvalidArgument, ItemNotFound, MetadataTooLong, naming
 from boxmq.ids import IdFactory
 from boxmq.model import (
     MQTT_SOURCE_PREFIX,
@@ -286,8 +286,10 @@ class AssuredIntake:
         try:
             with open(temporary, "wb") as out:
                 out.write(message.body)
-        except OSError:
+        except OSError as error:
             _delete_quietly([temporary])
+            if error.filename is None:  # refused at the close's flush: say where, not just ENOSPC
+                raise naming(error, temporary) from error
             raise
         key = (message.source, message.msg_id)
         return _Staged(key, Move(temporary, path), _Pending(path, queue, envelope))

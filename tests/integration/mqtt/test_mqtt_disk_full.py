@@ -122,6 +122,8 @@ def test_v5_qos2_on_a_full_disk_gets_a_pubrec_quota_exceeded_with_a_reason_strin
         assert body[:3] == b"\x00\x07" + bytes([QUOTA_EXCEEDED])
         assert bytes([REASON_STRING]) in body[4:]
         assert b"ENOSPC" in body
+        # Where: the write was refused at its file's close, an OSError that names no file.
+        assert f"{running.root}/topic-root/.incoming/working/.tmp-".encode() in body
     assert _working_files(running.root) == []
     assert member.nothing(within=0.5)
 
