@@ -372,8 +372,8 @@ class Lifetimes:
             won = claim(self._box.root, dead, self._token) == self._token
         except OSError as error:
             log.error(
-                "the sessions counted by %s, a server of this host that died, are not "
-                "taken on (tried again at the next sweep): claiming them failed: %s",
+                "the sessions counted by %s (a server of this host) are not taken on "
+                "(tried again at the next sweep): claiming them failed: %s",
                 _named(dead),
                 store_failure(error),
             )

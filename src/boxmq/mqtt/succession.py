@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterable
 from typing import Final
 
+from boxmq.errors import naming
 from boxmq.mqtt.session_record import records_folder
 from boxmq.store.process import process_alive
 
@@ -65,10 +66,17 @@ def claim(root: str, dead: str, me: str) -> str:
     Raises OSError if it cannot be made (a failing disk): nothing is taken on then."""
     path = _path(root, dead)
     temporary = f"{path}.{me}.tmp"  # deleted by `drop_unneeded` if this process dies here
-    with open(temporary, "w", encoding="utf-8") as file:
-        file.write(me)
-        file.flush()
-        os.fsync(file.fileno())  # a successor no power cut loses: one per dead broker
+    try:
+        with open(temporary, "w", encoding="utf-8") as file:
+            file.write(me)
+            file.flush()
+            os.fsync(file.fileno())  # a successor no power cut loses: one per dead broker
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if error.filename is None:  # a full disk refused the flush: the log says where
+            raise naming(error, temporary) from error
+        raise
     try:
         os.link(temporary, path)
     except FileExistsError:

@@ -459,3 +459,43 @@ def test_a_qos0_publish_the_disk_refuses_still_reaches_the_subscribers_in_memory
     late = connect("late")  # the retained store kept nothing of the refused one
     late.subscribe("t/0", qos=0)
     assert late.nothing(within=0.2)
+
+
+def test_serve_restarted_on_a_full_disk_starts_and_takes_its_sessions_on_once_space_is_back(
+    disk: SmallDisk, tmp_path: Path
+) -> None:
+    """A persistent session away when `boxmq serve` stopped is counted by the next start,
+    which claims it with a file: on a full disk the start goes on, and its ERROR line said
+    `the sessions counted by process N, which died, a server of this host that died, are not
+    taken on ...: the store failed: ENOSPC`, twice "died" and no file; it names the file
+    now, and the session is there once space is back (found by the full-disk hunt)."""
+    (tmp_path / "logs").mkdir()
+    root, port = tmp_path / "logs" / "root", free_port()  # its serve.log off the full disk
+    root.symlink_to(disk.path, target_is_directory=True)
+    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
+    server = serve_process(root, port)
+    try:
+        subscriber = paho(address, "sub", clean=False, expiry=3600)
+        subscriber.subscribe("t/#", 1)
+        subscriber.stop()
+        recorded_away(root, "sub")
+        publisher = paho(address, "pub")
+        publisher.publish("t/x", "kept", 1)  # PUBACKed
+        publisher.stop()
+        disk.fill()
+    finally:
+        stop_process(server)
+    server = serve_process(root, port)  # listening: it started, on the full disk
+    try:
+        log = (tmp_path / "logs" / "serve.log").read_text()
+        [line] = [line for line in log.splitlines() if "claiming them failed" in line]
+        assert "died, a server" not in line, line
+        assert f"the store failed at {root}/.mqtt/sessions/" in line, line
+        assert "ENOSPC (No space left on device); the file system is full" in line, line
+        disk.free()
+        subscriber = paho(address, "sub", clean=False, expiry=3600)
+        assert subscriber.session_present
+        assert subscriber.next().payload == b"kept"
+        subscriber.stop()
+    finally:
+        stop_process(server)
