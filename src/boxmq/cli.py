@@ -220,7 +220,8 @@ _HINTS_BY_ERRNO = {
     errno.EEXIST: ": it is a file, not a folder",
     errno.ENOTDIR: ": a file stands where a folder must be",
     errno.ENOENT: ": it does not exist and cannot be made here",
-    errno.ENOSPC: ": the disk is full; free some space",
+    # df -h may show room left on a disk out of inodes (many small files: one a message).
+    errno.ENOSPC: ": the disk is full (df -h), or out of inodes (df -i); free some space",
     errno.EDQUOT: ": the disk quota is used up; free some space",
     errno.EADDRINUSE: " (another program listens there: stop it, or choose another {listener})",
     errno.EADDRNOTAVAIL: " (this machine has no such address: choose another {listener})",

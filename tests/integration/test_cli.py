@@ -1817,7 +1817,8 @@ def test_publish_retain_on_a_full_disk_names_the_file(tmp_path: Path) -> None:
         line = done.stderr.strip()
         assert line.startswith(f"boxmq publish: {root / 'topic-root' / '.retained'}/"), line
         assert line.endswith(
-            "No space left on device: the disk is full; free some space (or "
+            "No space left on device: the disk is full (df -h), or out of inodes (df -i); "
+            "free some space (or "
             "choose another --data folder)"
         ), line
         disk.free()
@@ -1839,7 +1840,8 @@ def test_subscribe_on_a_full_disk_names_the_record_it_could_not_write(tmp_path: 
         folder = root / "topic-root" / "u%2F%23" / ".subscriptions" / "client.k2"
         assert line.startswith(f"boxmq subscribe: {folder}/.tmp-"), line
         assert line.endswith(
-            "No space left on device: the disk is full; free some space (or "
+            "No space left on device: the disk is full (df -h), or out of inodes (df -i); "
+            "free some space (or "
             "choose another --data folder)"
         ), line
         disk.free()
