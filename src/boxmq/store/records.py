@@ -19,7 +19,7 @@ from boxmq.errors import naming
 from boxmq.store.layout import open_folder
 from boxmq.store.temporaries import removed_on_failure, temporary_in
 
-__all__ = ["flush_directories", "make_folders", "replace_file", "write_in_place"]
+__all__ = ["flush_directories", "make_folders", "replace_file"]
 
 
 def make_folders(path: str, *, flush: bool, within: str) -> None:
@@ -77,13 +77,15 @@ def _parents(folders: Iterable[str]) -> list[str]:
     return [os.path.dirname(folder) for folder in folders]
 
 
-def replace_file(path: str, text: str, *, flush: bool) -> os.stat_result:
+def replace_file(path: str, text: str, *, flush: bool, aside: str | None = None) -> os.stat_result:
     """Replace `path` with `text`: written aside (a temporary, deleted if this fails), then
     renamed over it; with `flush`, fsynced before the rename and its folder after. Returns
     the new file's status as written (a rename keeps its inode and mtime): a later stat of
-    `path` that differs says another writer replaced it since."""
+    `path` that differs says another writer replaced it since. `aside`: the folder of the
+    temporary (on the same file system), where `path`'s own folder must hold no other file
+    for its readers."""
     folder = os.path.dirname(path)
-    temporary = temporary_in(folder)
+    temporary = temporary_in(aside or folder)
     with removed_on_failure(temporary):
         with _named(temporary), open(temporary, "w", encoding="utf-8") as out:
             out.write(text)
@@ -95,18 +97,6 @@ def replace_file(path: str, text: str, *, flush: bool) -> os.stat_result:
     if flush:
         flush_directories([folder])
     return written
-
-
-def write_in_place(path: str, text: str, *, flush: bool) -> None:
-    """Write `path` directly (a reader may see it empty for a moment: for files whose empty
-    content means the same); with `flush`, the file and its folder are fsynced."""
-    with _named(path), open(path, "w", encoding="utf-8") as out:
-        out.write(text)
-        if flush:
-            out.flush()
-            os.fsync(out.fileno())
-    if flush:
-        flush_directories([os.path.dirname(path)])
 
 
 @contextlib.contextmanager

@@ -32,7 +32,7 @@ from typing import Final
 
 from boxmq.store.layout import TOPIC_ROOT, State, open_folder, remove_folder
 from boxmq.store.names import escape_segment, folder_segment, unescape_segment
-from boxmq.store.records import make_folders, replace_file, write_in_place
+from boxmq.store.records import make_folders, replace_file
 from boxmq.store.temporaries import TEMPORARY_PREFIX
 
 __all__ = [
@@ -434,7 +434,11 @@ def add_member(path: str, member: str, token: str, *, flush: bool = False) -> No
     none); with `flush`, on disk when this returns."""
     folder = members_path(path)
     make_folders(folder, flush=flush, within=path)
-    write_in_place(os.path.join(folder, escape_segment(member)), token, flush=flush)
+    # Written aside, then renamed in: written in place, a full disk refused the token after
+    # the file was made (or emptied), and an empty file is a member bound to no process,
+    # which kept the group, and what was published to it, after its real members left.
+    file = os.path.join(folder, escape_segment(member))
+    replace_file(file, token, flush=flush, aside=path)
 
 
 def remove_member(path: str, member: str) -> None:

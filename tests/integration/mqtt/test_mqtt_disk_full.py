@@ -36,6 +36,7 @@ from tests.integration.mqtt.raw import open_raw, publish_qos2, pubrel, read
 
 from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.session_record import read_record
+from boxmq.store.topics import members
 
 QUOTA_EXCEEDED = 0x97
 SERVER_UNAVAILABLE_V311 = 0x88  # return code 3, as paho gives it (its v5 name)
@@ -499,3 +500,25 @@ def test_serve_restarted_on_a_full_disk_starts_and_takes_its_sessions_on_once_sp
         subscriber.stop()
     finally:
         stop_process(server)
+
+
+def test_a_share_group_join_the_disk_refuses_leaves_no_member_that_keeps_the_group(
+    running: RunningServer, disk: SmallDisk, connect: Callable[..., Paho]
+) -> None:
+    """The member's file was made, then its process token refused (SUBACK 0x97): the empty
+    file left was a member bound to no process, so the group outlived its last member's
+    leaving and kept everything published to it, on a disk that was full (found by the
+    full-disk hunt)."""
+    first = connect("first")
+    first.subscribe("$share/g/x/#", qos=1)
+    group = running.root / "topic-root" / "x%2F%23" / ".subscriptions" / "share.g"
+    disk.fill()
+    [reason] = connect("second").subscribe("$share/g/x/#", qos=1)
+    assert int(reason.value) == QUOTA_EXCEEDED
+    assert set(members(str(group))) == {"first"}
+    disk.free()
+    first.stop()
+    deadline = time.monotonic() + WAIT
+    while group.exists():  # the last member out deletes the group
+        assert time.monotonic() < deadline, f"members left: {members(str(group))}"
+        time.sleep(0.02)
