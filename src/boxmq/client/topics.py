@@ -225,6 +225,9 @@ class Topics:
         self._grants: dict[tuple[str, ConsumerId], QoS] = {}
         self._router = Router()
         self._paths: dict[_Key, str] = {}  # durable subscription -> its dropbox
+        # Dropbox -> its subscription and the router's entries for it, replaced when a change
+        # names that dropbox (_refresh).
+        self._routed: dict[str, tuple[_Key, list[Subscription]]] = {}
         self._memory: dict[tuple[str, str], tuple[Subscription, MemoryInbox]] = {}
         self._incoming = layout.incoming_working(root)
         self._generation = layout.GenerationWatch(root)  # looked at by every _refresh
@@ -878,7 +881,7 @@ class Topics:
             # subscription made again is read afresh, its retained copies at once.
             self._forget(path)
             layout.remove_subscription(self._root, path)
-        layout.bump_generation(self._root)
+        layout.bump_generation(self._root, path=path)
         return True
 
     def _register(
@@ -917,7 +920,7 @@ class Topics:
                 layout.add_member(path, member, bound, flush=flush)
                 changed = True
         if changed:
-            layout.bump_generation(self._root, flush=flush)
+            layout.bump_generation(self._root, flush=flush, path=path)
         return path
 
     def _joining(self, path: str) -> AbstractContextManager[None]:
@@ -965,7 +968,7 @@ class Topics:
                 self._forget(path)
             if ended:
                 layout.remove_subscription(self._root, path)
-        layout.bump_generation(self._root)
+        layout.bump_generation(self._root, path=path)
         return was_member
 
     def _subscribe_in_memory(self, subscription: Subscription) -> Subscriber:
@@ -1077,30 +1080,73 @@ class Topics:
     # -- keeping the router in step with the folders ---------------------------------------------
 
     def _refresh(self) -> None:
-        if not self._generation.changed():
+        change = self._generation.change()
+        if change is None:
             return
-        router, paths = Router(), {}
         try:
-            for record, path in layout.read_records(self._root):
-                parsed = TopicFilter(record.filter, record.group)
-                members = list(layout.members(path)) if record.group else [record.subscriber or ""]
-                # A group whose members all left without a sweep yet still collects its messages.
-                for member in members or ["(no member)"]:
-                    router.subscribe(
-                        Subscription(
-                            ConsumerId(member), parsed, QoS(record.qos), True, record.no_local
-                        )
-                    )
-                paths[record.group, record.subscriber, record.filter] = path
+            if change.paths is None:
+                self._read_all()
+            else:
+                for path in change.paths:
+                    self._read_again(path)
         except OSError:
             # Read again at the next look: the change counted as seen, the router kept from
             # before it routed nothing to a subscription made since, whose messages the
             # publishers were told were stored (a QoS 1 PUBACK 0), until the next change.
             self._generation.forget()
             raise
+
+    def _read_all(self) -> None:
+        """The router made anew from every subscription on disk (and this process's memory
+        subscriptions)."""
+        router: Router = Router()
+        paths: dict[_Key, str] = {}
+        routed: dict[str, tuple[_Key, list[Subscription]]] = {}
+        for record, path in layout.read_records(self._root):
+            self._add(router, paths, routed, record, path)
         for subscription, _ in self._memory.values():
             router.subscribe(subscription)
-        self._router, self._paths = router, paths
+        self._router, self._paths, self._routed = router, paths, routed
+
+    def _read_again(self, path: str) -> None:
+        """The one subscription at `path` changed (made, ended, a member joined or left):
+        its routing entries are replaced by what its folder holds now."""
+        touched: list[Subscription] = []
+        if (before := self._routed.pop(path, None)) is not None:
+            key, touched = before
+            del self._paths[key]
+            for subscription in touched:
+                self._router.unsubscribe(subscription.subscriber, subscription.filter)
+        if (record := layout.read_record(path)) is not None:
+            touched = touched + self._add(self._router, self._paths, self._routed, record, path)
+        for subscription in touched:
+            # A memory subscription of this process under the same name and filter as a
+            # durable one (made by another process) keeps its place, as `_read_all` leaves it.
+            if memory := self._memory.get((subscription.subscriber, str(subscription.filter))):
+                self._router.subscribe(memory[0])
+
+    def _add(
+        self,
+        router: Router,
+        paths: dict[_Key, str],
+        routed: dict[str, tuple[_Key, list[Subscription]]],
+        record: layout.SubscriptionRecord,
+        path: str,
+    ) -> list[Subscription]:
+        """The subscription at `path` routed: its entries, one per member of a group."""
+        parsed = TopicFilter(record.filter, record.group)
+        members = list(layout.members(path)) if record.group else [record.subscriber or ""]
+        # A group whose members all left without a sweep yet still collects its messages.
+        subscriptions = [
+            Subscription(ConsumerId(member), parsed, QoS(record.qos), True, record.no_local)
+            for member in members or ["(no member)"]
+        ]
+        for subscription in subscriptions:
+            router.subscribe(subscription)
+        key = (record.group, record.subscriber, record.filter)
+        paths[key] = path
+        routed[path] = key, subscriptions
+        return subscriptions
 
     def close_memory(self) -> None:
         """End every memory subscription's receive (the box closes): a thread waiting in

@@ -1,7 +1,8 @@
 """Where topics live on disk: subscriptions as dropboxes, and the registry of them.
 
     <root>/topic-root/
-        .generation                          replaced on every subscribe/unsubscribe
+        .generation                          replaced on every subscribe/unsubscribe (its count
+                                             and the subscriptions the last changes touched)
         .incoming/working/                   exactly-once messages to topics, awaiting `deliver`,
                                              and publications' staging files (.fanout-*)
         .retained/                           the last retained message of each topic
@@ -14,8 +15,13 @@
 
 `<filter>` is the topic filter escaped as one folder name; `<key>` is `share.<group>` for a
 share group and `client.<subscriber>` for a plain durable subscription, escaped the same way.
-Publishers in any process find every subscription by scanning this tree again whenever
-`.generation` changes (a rename gives it a new inode, which one stat sees).
+Publishers in any process see that the subscriptions changed when `.generation` does (a
+rename gives it a new inode, which one stat sees). It holds a count of the changes and the
+subscriptions the last `_KEPT` of them touched, the latest first ("<count>\n<filter
+folder>/.subscriptions/<key>\n..."; an empty line for a change of several, a sweep's), written
+under an flock of the topic root so that no two changes get one count: a reader that saw one
+of those counts reads again the subscriptions changed since; one further behind, or that finds
+an empty line among them or no count (a version before counts), scans the whole tree again.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from boxmq.store.temporaries import TEMPORARY_PREFIX
 
 __all__ = [
     "EXACTLY_ONCE_PENDING",
+    "Change",
     "SubscriptionRecord",
     "bump_generation",
     "generation",
@@ -362,6 +369,18 @@ def generation(root: str) -> tuple[int, int] | None:
 
 
 _UNSEEN: Final = (-1, -1)  # no generation file's (inode, time): `changed` says yes after it
+_KEPT: Final = 64  # changes the generation file names: a reader this far behind reads them
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What changed since a reader last looked: the subscription folders to read again, or
+    None: every subscription (read the tree again)."""
+
+    paths: tuple[str, ...] | None
+
+
+_EVERYTHING: Final = Change(None)
 
 
 class GenerationWatch:
@@ -375,6 +394,7 @@ class GenerationWatch:
         self._folder = topic_root(root)
         self._file = os.path.join(self._folder, _GENERATION)
         self._seen: tuple[int, int] | None = None  # nothing yet, as a root with no file
+        self._count: int | None = None  # the count of the change last seen, if read
         self._lookable = False  # the topic root found open to this user once (`_absent`)
 
     def changed(self) -> bool:
@@ -386,10 +406,42 @@ class GenerationWatch:
         self._seen = seen
         return True
 
+    def change(self) -> Change | None:
+        """What changed since the last call (None: nothing). The subscription folders the
+        changes since the count seen before named, when the file still names them all: a
+        reader that kept every subscription from before reads only those again, where a scan
+        of the tree read every record (O(subscriptions) at each subscribe: 10,000 persistent
+        sessions subscribing at connect made 50 million record reads). Else everything."""
+        if self._seen is None and self._absent():
+            return None
+        if _generation_at(self._file) == self._seen:
+            return None
+        before, self._count = self._count, None
+        try:
+            with open(self._file, encoding="utf-8") as source:
+                status = os.fstat(source.fileno())
+                text = source.read()
+        except FileNotFoundError:
+            self._seen = None  # gone (a root emptied by hand): read the tree
+            return _EVERYTHING
+        self._seen = status.st_ino, status.st_mtime_ns
+        count, *named = text.split("\n")
+        if not count.isdigit():
+            return _EVERYTHING  # written by a version before counts
+        self._count = int(count)
+        if before is None or not 0 < self._count - before <= len(named):
+            return _EVERYTHING
+        since = named[: self._count - before]
+        if "" in since:
+            return _EVERYTHING  # a change of several subscriptions
+        return Change(tuple(os.path.join(self._folder, path) for path in dict.fromkeys(since)))
+
     def forget(self) -> None:
-        """The next `changed` says yes: what the last change was read into failed (EMFILE,
-        EIO), and the reader must read it again, not keep what it had."""
+        """The next `changed` says yes, and `change` says everything: what the last change
+        was read into failed (EMFILE, EIO), and the reader must read it again, not keep
+        what it had."""
         self._seen = _UNSEEN
+        self._count = None
 
     def _absent(self) -> bool:
         """Still no file (a root where no durable subscription was ever made): asked without
@@ -417,12 +469,51 @@ def _generation_at(file: str) -> tuple[int, int] | None:
     return stat.st_ino, stat.st_mtime_ns
 
 
-def bump_generation(root: str, *, flush: bool = False) -> None:
-    """Tell every process that the subscriptions changed. With `flush`, the topic root's
-    folder is fsynced after: a new filter's folder is one of its entries."""
+def bump_generation(root: str, *, flush: bool = False, path: str | None = None) -> None:
+    """Tell every process that the subscriptions changed: the one at `path` (its folder),
+    or any (None). With `flush`, the topic root's folder is fsynced after: a new filter's
+    folder is one of its entries."""
     base = topic_root(root)
     make_folders(base, flush=flush, within=root)
-    replace_file(os.path.join(base, _GENERATION), "", flush=flush)
+    file = os.path.join(base, _GENERATION)
+    with _counting(base) as counted:
+        if not counted:  # two changes could get one count: no reader may trust a count
+            replace_file(file, "", flush=flush)
+            return
+        try:
+            with open(file, encoding="utf-8") as source:
+                count, *named = source.read().split("\n")
+        except FileNotFoundError:
+            count, named = "", []
+        if not count.isdigit():
+            count, named = "0", []  # a version before counts wrote it
+        changed = "" if path is None else os.path.relpath(path, base)
+        kept = "\n".join([changed, *named[: _KEPT - 1]])
+        replace_file(file, f"{int(count) + 1}\n{kept}", flush=flush)
+
+
+@contextlib.contextmanager
+def _counting(base: str) -> Iterator[bool]:
+    """The topic root's flock, held by one change of the generation at a time in every
+    process (its fd closed in a child forked meanwhile, as `locked_folder`'s). Yields False
+    where the file system keeps no flocks."""
+    with _open_folders_lock:
+        fd = open_folder(base)
+        _open_folders.add(fd)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as error:
+            if error.errno not in _NO_LOCKS:
+                raise
+            yield False
+        else:
+            yield True
+    finally:
+        with _open_folders_lock:
+            if fd in _open_folders:
+                _open_folders.discard(fd)
+                os.close(fd)
 
 
 def members_path(path: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,63 @@ def test_a_generation_watch_tells_each_change_once(tmp_path: Path) -> None:
     assert not watch.changed()
     bump_generation(str(tmp_path))
     assert watch.changed()
+
+
+def test_a_generation_watch_names_the_subscriptions_changed_since_it_looked(
+    tmp_path: Path,
+) -> None:
+    root = str(tmp_path)
+    one, two = (subscription_path(root, "a/#", f"client.{name}") for name in ("one", "two"))
+    watch = topics.GenerationWatch(root)
+    assert watch.change() is None  # no subscription was ever made
+    bump_generation(root, path=one)
+    assert watch.change() == topics.Change(None)  # the first look reads everything
+    assert watch.change() is None
+    bump_generation(root, path=two)
+    assert watch.change() == topics.Change((two,))
+    bump_generation(root, path=one)
+    bump_generation(root, path=two)
+    bump_generation(root, path=one)
+    assert watch.change() == topics.Change((one, two))  # the latest first, each once
+    bump_generation(root, path=two)
+    bump_generation(root)  # several (a sweep)
+    assert watch.change() == topics.Change(None)
+    for _ in range(topics._KEPT + 1):
+        bump_generation(root, path=one)
+    assert watch.change() == topics.Change(None)  # further behind than the file tells
+    bump_generation(root, path=one)
+    assert watch.change() == topics.Change((one,))
+    older = tmp_path / "older"
+    older.write_text("")  # as a version before counts replaces it
+    os.replace(older, os.path.join(topic_root(root), ".generation"))
+    assert watch.change() == topics.Change(None)
+    bump_generation(root, path=two)  # counted from 1 again
+    assert watch.change() == topics.Change(None)
+    bump_generation(root, path=one)
+    assert watch.change() == topics.Change((one,))
+    watch.forget()  # what it was read into failed
+    assert watch.change() == topics.Change(None)
+
+
+def test_changes_made_at_once_each_get_their_own_count(tmp_path: Path) -> None:
+    """Two changes with one count: a reader that saw the count before would read the
+    subscription one names, never the other's."""
+    root = str(tmp_path)
+    bump_generation(root)
+    ready = threading.Barrier(4)
+
+    def bumps(name: str) -> None:
+        ready.wait()
+        for _ in range(25):
+            bump_generation(root, path=subscription_path(root, "a/#", f"client.{name}"))
+
+    threads = [threading.Thread(target=bumps, args=(str(n),)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    with open(os.path.join(topic_root(root), ".generation")) as counted:
+        assert counted.read().partition("\n")[0] == "101"
 
 
 @pytest.mark.parametrize(

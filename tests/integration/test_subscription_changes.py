@@ -1,0 +1,112 @@
+"""A subscription made or ended is read again alone by the other boxes on the root: each
+change read every record on disk again (10,000 persistent sessions subscribing at connect
+made 50 million record reads in a broker)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import boxmq
+from boxmq.store import topics as layout
+
+
+class Reads:
+    """The subscription records read (layout.read_record, which the scan calls for each)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def taken(self) -> int:
+        count, self.count = self.count, 0
+        return count
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Reads:
+    counted, read = Reads(), layout.read_record
+
+    def counting(path: str) -> layout.SubscriptionRecord | None:
+        counted.count += 1
+        return read(path)
+
+    monkeypatch.setattr(layout, "read_record", counting)
+    return counted
+
+
+@pytest.fixture
+def boxes(root: Path) -> Iterator[tuple[boxmq.Box, boxmq.Box]]:
+    with boxmq.open(root, fsync="never") as changer, boxmq.open(root, fsync="never") as router:
+        yield changer, router
+
+
+def test_each_subscribe_and_unsubscribe_reads_one_record(
+    boxes: tuple[boxmq.Box, boxmq.Box], reads: Reads
+) -> None:
+    changer, router = boxes
+    for device in range(30):
+        changer.topics.attach_dropbox(f"dev/{device}/#", f"d{device}")
+    assert router.topics.has_durable("dev/0/x")
+    assert reads.taken() >= 30  # the first look reads them all
+    for device in range(30, 40):
+        assert not router.topics.has_durable(f"dev/{device}/x")
+        changer.topics.attach_dropbox(f"dev/{device}/#", f"d{device}")
+        reads.taken()  # the changer's own look at the record it writes
+        assert router.topics.has_durable(f"dev/{device}/x")
+        assert reads.taken() == 1
+    for device in range(0, 40, 4):
+        changer.topics.unsubscribe(f"dev/{device}/#", f"d{device}")
+        reads.taken()
+        assert not router.topics.has_durable(f"dev/{device}/x")
+        assert router.topics.has_durable(f"dev/{device + 1}/x")
+        assert reads.taken() == 1
+    # Changes between two looks (a burst of subscribes): each read once.
+    for device in range(100, 110):
+        changer.topics.attach_dropbox(f"dev/{device}/#", f"d{device}")
+    reads.taken()
+    assert all(router.topics.has_durable(f"dev/{device}/x") for device in range(100, 110))
+    assert reads.taken() == 10
+
+
+def test_a_share_group_joined_and_left_elsewhere_is_routed_as_it_stands(
+    boxes: tuple[boxmq.Box, boxmq.Box], reads: Reads
+) -> None:
+    changer, router = boxes
+    changer.topics.attach_dropbox("other/#", "o")
+    a = changer.subscribe("$share/g/jobs/#", "a", qos=0)
+    assert router.topics.has_durable("jobs/1")
+    assert reads.taken() >= 2
+    b = changer.subscribe("$share/g/jobs/#", "b", qos=1)
+    reads.taken()
+    assert router.topics.has_durable("jobs/1")
+    assert reads.taken() == 1
+    router.publish("jobs/1", b"one", qos=1)  # into the group's one dropbox
+    got = next(m for _ in range(100) for member in (a, b) if (m := member.receive(timeout=0.05)))
+    assert got.body == b"one"
+    got.ack()
+    a.close()
+    assert router.topics.has_durable("jobs/1")
+    assert reads.taken() == 1
+    b.close()  # the last member: the group ends
+    assert not router.topics.has_durable("jobs/1")
+    assert router.topics.has_durable("other/1")
+    assert reads.taken() == 1
+
+
+def test_a_memory_subscription_keeps_its_place_beside_a_durable_one_of_its_name_elsewhere(
+    boxes: tuple[boxmq.Box, boxmq.Box],
+) -> None:
+    """A memory subscription here, a durable one of the same subscriber and filter made and
+    ended by another process: this process's publications go to the memory one throughout,
+    as a scan of every record leaves it."""
+    changer, router = boxes
+    router.topics.has_durable("m/1")
+    with router.subscribe("m/#", "s", durable=False) as memory:
+        changer.topics.attach_dropbox("m/#", "s")
+        router.publish("m/1", b"one", qos=0)
+        changer.topics.unsubscribe("m/#", "s")
+        router.publish("m/2", b"two", qos=0)
+        got = [memory.receive(timeout=1), memory.receive(timeout=1)]
+    assert [m.body for m in got if m is not None] == [b"one", b"two"]
