@@ -1,0 +1,291 @@
+"""Many subscriptions: N MQTT 5 clients each subscribe to `dev/<i>/#` at QoS 1 (persistent
+sessions: durable subscriptions in boxmq; or clean ones: memory subscriptions), then one
+publisher sends K messages at QoS 0 and K at QoS 1 to random `dev/<i>/x` topics, against
+boxmq and mosquitto in one run.
+
+    .venv/bin/python bench/mqtt_topics.py                     # N = 1000, 5000; K = 20000
+    .venv/bin/python bench/mqtt_topics.py --clients 10000 --brokers boxmq
+
+Figures per broker and case: the seconds until every SUBACK, while another client publishes
+`--beside` messages a second to topics nobody subscribes to (each one routed), and the
+broker's CPU then per subscription; its CPU for 5 s with every client connected and quiet;
+and its CPU per message published (until every subscriber got its copies). A raw asyncio
+client (not thousands of paho threads) speaks MQTT 5 on 127.0.0.1; each broker runs as a
+subprocess on a free port, boxmq on a fresh data folder under /dev/shm when it exists.
+Every wait is bounded (--budget seconds per phase): a phase that runs out says TIMEOUT
+beside its figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from processes import cpu_seconds, free_port, listening, log_file, stop
+
+_SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
+_BATCH = 200  # connections opened at once
+_IDLE = 5.0  # seconds the broker's CPU is read with every client connected and quiet
+
+
+def _packet(kind: int, body: bytes) -> bytes:
+    length, size = b"", len(body)
+    while True:
+        byte, size = size & 0x7F, size >> 7
+        length += bytes([byte | (0x80 if size else 0)])
+        if not size:
+            return bytes([kind]) + length + body
+
+
+def _string(text: str) -> bytes:
+    return len(text).to_bytes(2, "big") + text.encode()
+
+
+def _connect(client_id: str, clean: bool) -> bytes:
+    expiry = 0 if clean else 3600
+    properties = bytes([0x11]) + expiry.to_bytes(4, "big")
+    properties += bytes([0x21]) + (100).to_bytes(2, "big")  # Receive Maximum
+    flags = 0x02 if clean else 0x00
+    body = _string("MQTT") + bytes([5, flags]) + (60).to_bytes(2, "big")
+    body += bytes([len(properties)]) + properties + _string(client_id)
+    return _packet(0x10, body)
+
+
+def _subscribe(packet_id: int, filter: str, qos: int) -> bytes:
+    return _packet(0x82, packet_id.to_bytes(2, "big") + b"\x00" + _string(filter) + bytes([qos]))
+
+
+def _publish(topic: str, payload: bytes, qos: int, packet_id: int) -> bytes:
+    body = _string(topic) + (packet_id.to_bytes(2, "big") if qos else b"") + b"\x00" + payload
+    return _packet(0x30 | (qos << 1), body)
+
+
+async def _read(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    first = (await reader.readexactly(1))[0]
+    size, shift = 0, 0
+    while True:
+        byte = (await reader.readexactly(1))[0]
+        size |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    return first, await reader.readexactly(size)
+
+
+@dataclass
+class Device:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    got: int = 0
+
+
+class Run:
+    def __init__(self, port: int, clean: bool, budget: float) -> None:
+        self.port, self.clean, self.budget = port, clean, budget
+        self.devices: list[Device] = []
+        self.received = 0
+        self.arrived = asyncio.Event()
+        self.wanted = 0
+
+    async def open_device(self, i: int) -> Device:
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port, limit=1 << 16)
+        writer.write(_connect(f"dev{i}", self.clean))
+        kind, _ = await _read(reader)
+        assert kind >> 4 == 2, kind
+        writer.write(_subscribe(1, f"dev/{i}/#", 1))
+        kind, body = await _read(reader)
+        assert kind >> 4 == 9, kind
+        assert body[-1] == 1, body  # granted QoS 1
+        return Device(reader, writer)
+
+    async def subscribe_all(self, n: int, beside: float) -> None:
+        """`beside`: messages a second another client publishes meanwhile (to topics nobody
+        subscribes to: each one routed, none delivered)."""
+        publisher = asyncio.create_task(self.publish_beside(beside)) if beside else None
+        try:
+            for start in range(0, n, _BATCH):
+                batch = range(start, min(n, start + _BATCH))
+                self.devices += await asyncio.gather(*(self.open_device(i) for i in batch))
+        finally:
+            if publisher is not None:
+                publisher.cancel()
+
+    async def publish_beside(self, rate: float) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        writer.write(_connect("beside", True))
+        await _read(reader)
+        try:
+            for n in range(1_000_000):
+                writer.write(_publish(f"status/{n}", b"up", 0, 0))
+                await asyncio.sleep(1 / rate)
+        finally:
+            writer.close()
+
+    async def listen(self, device: Device) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                kind, body = await _read(device.reader)
+                if kind >> 4 != 3:
+                    continue
+                if (kind >> 1) & 3:
+                    topic_end = 2 + int.from_bytes(body[:2], "big")
+                    packet_id = body[topic_end : topic_end + 2]
+                    device.writer.write(_packet(0x40, packet_id + b"\x00"))
+                self.received += 1
+                if self.received >= self.wanted:
+                    self.arrived.set()
+
+    async def publish(self, topics: list[str], qos: int) -> bool:
+        """Every topic published once; True when every copy arrived within the budget."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        writer.write(_connect(f"pub{qos}-{random.random()}", True))
+        await _read(reader)
+        self.received, self.wanted = 0, len(topics)
+        self.arrived.clear()
+        acked = 0
+        window = 100  # boxmq's Receive Maximum: more unanswered QoS 1 PUBLISHes close
+        for n, topic in enumerate(topics):
+            writer.write(_publish(topic, b"x" * 32, qos, n % 65535 + 1))
+            if qos and n + 1 - acked >= window:
+                await writer.drain()
+                while n + 1 - acked >= window:
+                    kind, _ = await asyncio.wait_for(_read(reader), self.budget)
+                    acked += kind >> 4 == 4
+            elif n % 500 == 499:
+                await writer.drain()
+        await writer.drain()
+        try:
+            await asyncio.wait_for(self.arrived.wait(), self.budget)
+            done = True
+        except TimeoutError:
+            done = False
+        writer.close()
+        return done
+
+
+@dataclass
+class Figures:
+    broker: str
+    clients: int
+    clean: bool
+    subscribe_s: float = 0.0
+    subscribe_cpu: float = 0.0
+    idle_cpu: float = 0.0  # share of a core
+    per_message_us: dict[int, float] | None = None
+    note: str = ""
+
+
+async def _case(
+    pid: int, port: int, figures: Figures, messages: int, budget: float, beside: float
+) -> None:
+    run = Run(port, figures.clean, budget)
+    cpu, started = cpu_seconds(pid), time.monotonic()
+    try:
+        await asyncio.wait_for(run.subscribe_all(figures.clients, beside), budget)
+    except TimeoutError:
+        figures.note = f"TIMEOUT after {len(run.devices)} subscriptions"
+        return
+    finally:
+        figures.subscribe_s = time.monotonic() - started
+        figures.subscribe_cpu = cpu_seconds(pid) - cpu
+    listeners = [asyncio.create_task(run.listen(device)) for device in run.devices]
+    cpu = cpu_seconds(pid)
+    await asyncio.sleep(_IDLE)  # every client connected, nothing published
+    figures.idle_cpu = (cpu_seconds(pid) - cpu) / _IDLE
+    figures.per_message_us = {}
+    rng = random.Random(42)
+    for qos in (0, 1):
+        topics = [f"dev/{rng.randrange(figures.clients)}/x" for _ in range(messages)]
+        cpu = cpu_seconds(pid)
+        if not await run.publish(topics, qos):
+            figures.note += f" qos{qos}: {run.received}/{messages} arrived"
+        figures.per_message_us[qos] = (cpu_seconds(pid) - cpu) / messages * 1e6
+    for task in listeners:
+        task.cancel()
+    for device in run.devices:
+        device.writer.close()
+
+
+def _start(broker: str, port: int, folder: Path, fsync: str) -> subprocess.Popen[bytes]:
+    if broker == "mosquitto":
+        config = folder / "mosquitto.conf"
+        config.write_text(
+            f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
+            "max_queued_messages 0\nlog_dest stderr\nlog_type error\nlog_type warning\n"
+        )
+        command = ["/usr/sbin/mosquitto", "-c", str(config)]
+    else:
+        config = folder / "boxmq.toml"
+        config.write_text("[mqtt.limits]\nmax_connections = 30000\n")
+        command = [sys.executable, "-m", "boxmq.cli", "--data", str(folder / "data")]
+        command += ["--fsync", fsync, "serve", "--config", str(config)]
+        command += ["--mqtt", f"127.0.0.1:{port}", "--sys-interval", "0"]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log_file(folder, broker))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", default="1000,5000", help="N values, comma-separated")
+    parser.add_argument("--messages", type=int, default=20_000, help="K per QoS")
+    parser.add_argument("--brokers", default="boxmq,mosquitto")
+    parser.add_argument("--sessions", default="persistent,clean")
+    parser.add_argument("--fsync", default="always")
+    parser.add_argument("--budget", type=float, default=300.0, help="seconds per phase")
+    parser.add_argument(
+        "--beside", type=float, default=50.0, help="msg/s published while they subscribe"
+    )
+    args = parser.parse_args()
+    results = []
+    for n in (int(text) for text in args.clients.split(",")):
+        for sessions in args.sessions.split(","):
+            for broker in args.brokers.split(","):
+                figures = Figures(broker, n, sessions == "clean")
+                folder = Path(tempfile.mkdtemp(prefix="mqtt-topics-", dir=_SCRATCH))
+                port = free_port()
+                process = _start(broker, port, folder, args.fsync)
+                try:
+                    listening(process, broker, folder / f"{broker}.log", port)
+                    case = _case(
+                        process.pid, port, figures, args.messages, args.budget, args.beside
+                    )
+                    asyncio.run(case)
+                except Exception:
+                    print((folder / f"{broker}.log").read_text()[-3000:], file=sys.stderr)
+                    raise
+                finally:
+                    stop(process)
+                    shutil.rmtree(folder, ignore_errors=True)
+                results.append(figures)
+                _print(figures)
+    print()
+    print(
+        f"{'broker':<10} {'N':>6} {'sessions':<10} {'SUBACKs s':>10} {'CPU/sub ms':>11} "
+        f"{'idle CPU %':>10} {'CPU/msg QoS0 us':>16} {'QoS1 us':>9}  note"
+    )
+    for figures in results:
+        _print(figures)
+
+
+def _print(f: Figures) -> None:
+    per = f.per_message_us or {}
+    cells = [f"{per[q]:9.0f}" if q in per else f"{'-':>9}" for q in (0, 1)]
+    print(
+        f"{f.broker:<10} {f.clients:>6} {'clean' if f.clean else 'persistent':<10} "
+        f"{f.subscribe_s:10.1f} {f.subscribe_cpu / f.clients * 1e3:11.2f} "
+        f"{f.idle_cpu * 100:10.0f} {cells[0]:>16} {cells[1]}  {f.note}",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
