@@ -16,8 +16,8 @@ Anything else is refused: with an ACL file, the default is no.
 
 Invariants: a pattern whose %u or %c value holds '+', '#' or '/' is skipped for that client
 (it would widen the rule or reach into another client's levels), and so is a %u pattern for
-a client without a user name. Rules are checked when the file is read; an error names the
-file and the line.
+a client without a user name, and one whose value would make its first level a `$` one.
+Rules are checked when the file is read; an error names the file and the line.
 """
 
 from __future__ import annotations
@@ -230,10 +230,13 @@ def _substitute(rule: Rule, username: str | None, client_id: str) -> Rule | None
 def substitute(template: str, username: str | None, client_id: str) -> str | None:
     """`template` with %u (user name) and %c (client id) filled in for one client; None when
     a value it needs is missing, or holds '+', '#' or '/' (it would widen a filter or reach
-    into another client's levels)."""
+    into another client's levels), or when it would start a filter with '$' that the
+    template does not (client id `$SYS` and `%c/#`: the server's own topics, MQTT 5.0 §4.7.2,
+    which only a rule written so may give)."""
     values = {"%u": username, "%c": client_id}
     needed = [values[p] for p in _PLACEHOLDERS if p in template]
     if any(not value or any(c in value for c in _UNSAFE_IN_VALUE) for value in needed):
         return None
     # One pass, so that a user name holding "%c" is not substituted again.
-    return _PLACEHOLDER.sub(lambda m: values[m[0]] or "", template)
+    text = _PLACEHOLDER.sub(lambda m: values[m[0]] or "", template)
+    return None if text.startswith("$") and not template.startswith("$") else text

@@ -91,6 +91,20 @@ def test_a_client_id_with_wildcards_or_levels_gets_no_pattern_rule(
     assert not acl.can_publish(None, client_id, "devices/a/b/x")
 
 
+@pytest.mark.parametrize("client_id", ["$SYS", "$share", "$x"])
+def test_a_value_never_makes_a_patterns_first_level_a_dollar_one(client_id: str) -> None:
+    # Client id "$SYS" made `%c/#` the rule `$SYS/#`: it could publish the server's own
+    # figures ($SYS/broker/clients/connected) to every client reading them.
+    acl = Acl.parse("pattern readwrite %c/#\npattern read %u/%c\n", Path("acl"))
+    assert not acl.can_publish(None, client_id, f"{client_id}/broker/clients/connected")
+    assert not acl.can_subscribe(None, client_id, f"{client_id}/#")
+    assert not acl.can_subscribe("$SYS", "c", "$SYS/c")
+    assert acl.can_publish(None, "c", "c/broker")
+    assert acl.can_subscribe("u", "c", "u/c")
+    written = Acl.parse("pattern read $SYS/%c/#\n", Path("acl"))  # a rule written so gives it
+    assert written.can_subscribe(None, "c", "$SYS/c/x")
+
+
 def test_a_user_name_holding_a_placeholder_is_not_substituted_twice(tmp_path: Path) -> None:
     acl = Acl.parse("pattern read u/%u/c/%c\n", tmp_path / "acl")
     assert acl.can_subscribe("%c", "id", "u/%c/c/id")
@@ -221,8 +235,8 @@ def test_publish_agrees_with_the_naive_reading(lines: list[str], levels: list[st
 @given(
     st.sampled_from(Access),
     st.sampled_from(("d/%c/#", "u/%u/+", "%u/%c", "x/%c")),
-    st.text(alphabet="ab+#/%cu", min_size=1, max_size=4),
-    st.text(alphabet="ab+#/%cu", min_size=1, max_size=4) | st.none(),
+    st.text(alphabet="ab+#/%cu$", min_size=1, max_size=4),
+    st.text(alphabet="ab+#/%cu$", min_size=1, max_size=4) | st.none(),
     filters(),
 )
 def test_a_pattern_acts_as_its_literal_substitution_or_not_at_all(
@@ -234,6 +248,7 @@ def test_a_pattern_acts_as_its_literal_substitution_or_not_at_all(
     safe = all(v and not any(c in v for c in "+#/") for v in used)
     literal = pattern.replace("%u", "\0u").replace("%c", "\0c")
     literal = literal.replace("\0u", username or "").replace("\0c", client_id)
+    safe = safe and not literal.startswith("$")  # no value opens the server's `$` topics
     reference = Acl.parse(f"topic {access.value} {literal}\n" if safe else "", Path("acl"))
     topic = wanted.replace("+", "a").replace("#", "b")
     assert acl.can_subscribe(username, client_id, wanted) == reference.can_subscribe(
