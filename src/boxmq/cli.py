@@ -16,6 +16,7 @@ import io
 import logging
 import math
 import os
+import re
 import shlex
 import signal
 import sys
@@ -48,6 +49,22 @@ SIGPIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for a tool whose rea
 _Command = Callable[[argparse.Namespace, Box], int]
 
 
+# What a client chooses (a client id, a user name, a topic: MQTT lets them hold line breaks)
+# is written into log lines; a line break there began a line of its own, one that read as the
+# broker's (`client x<LF>... INFO boxmq.mqtt: client admin connected from ...`), and an escape
+# sequence could rewrite a terminal's screen. They are written escaped as repr() does: \n,
+# \x1b, \u2028. Tracebacks, added after the message, keep their lines.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+class OneLineFormatter(logging.Formatter):
+    """A log record's message on one line, however it was made."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = _CONTROL.sub(lambda m: repr(m[0])[1:-1], record.message)
+        return super().formatMessage(record)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     words = joined_negative_durations(sys.argv[1:] if argv is None else argv)
@@ -77,11 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             missing := without_component(*flags, args.xmpp_lock_timeout)
         ):
             args.usage_error(missing)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    log = logging.StreamHandler(sys.stderr)
+    log.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[log])
     if sys.stdout is None and args.name != "serve":  # `>&-`: fd 1 closed, print() a no-op
         # Refused before anything is done: `subscribe` would ack each message it never
         # printed, `get` lock one nobody sees, `put` send one whose id nobody learns.

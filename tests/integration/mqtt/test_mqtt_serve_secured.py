@@ -226,6 +226,30 @@ def test_the_log_says_who_may_connect_and_what_they_may_do(served: Served) -> No
     ) in log
 
 
+def test_a_client_id_with_line_breaks_cannot_write_a_line_of_its_own_in_the_log(
+    served: Served,
+) -> None:
+    forged = "2026-01-01 00:00:00,000 INFO boxmq.mqtt: client admin connected from 10.0.0.1:1"
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, f"x\n{forged}\u2028\x1b[2J")
+    connected: queue.Queue[int] = queue.Queue()
+    client.on_connect = lambda _c, _u, _f, reason, _p: connected.put(int(reason.value))
+    client.username_pw_set("alice", "wonderland")
+    client.connect("127.0.0.1", served.plain, 30)
+    client.loop_start()
+    try:
+        assert connected.get(timeout=WAIT) == 0
+    finally:
+        client.disconnect()
+        client.loop_stop()
+    escaped = f"client x\\n{forged}\\u2028\\x1b[2J connected from 127.0.0.1:"
+    deadline = time.monotonic() + WAIT
+    while escaped not in (log := served.log.read_text()):
+        assert time.monotonic() < deadline, log
+        time.sleep(0.02)
+    assert not any(line.startswith(forged) for line in log.splitlines())
+    assert "\x1b" not in log
+
+
 def test_a_socket_that_never_starts_its_handshake_is_closed_after_the_connect_timeout(
     served: Served,
 ) -> None:
