@@ -10,8 +10,10 @@ import argparse
 import dataclasses
 import ipaddress
 import logging
+import os
 import re
 import ssl
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -202,6 +204,10 @@ def security_warnings(config: ServeConfig) -> list[str]:
         authorizer.users or any("%u" in rule.filter for rule in authorizer.patterns)
     )
     warnings = _literal_placeholders(authorizer) if isinstance(authorizer, Acl) else []
+    if isinstance(authenticator, PasswordFile):
+        warnings += _loose_mode(authenticator.path, "password file", stat.S_IROTH | _WRITABLE)
+    if isinstance(authorizer, Acl):
+        warnings += _loose_mode(authorizer.path, "ACL file", _WRITABLE)
     if authenticator is None and by_name:
         warnings.append(
             "the ACL gives rights by user name, and without a password_file nobody checks the "
@@ -240,6 +246,32 @@ def security_warnings(config: ServeConfig) -> list[str]:
                     "the name)"
                 )
     return warnings
+
+
+# Who besides the owner may change a file: its group, or everyone.
+_WRITABLE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def _loose_mode(path: Path, what: str, loose: int) -> list[str]:
+    """A warning when users of the machine other than the file's owner may read the password
+    file's hashes (an offline guess at each password, with no log line and no scrypt cost
+    on the broker), or may write either file (add a user, give one any right), which takes
+    effect at the next start. mosquitto warns of such a password file too."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return []  # read at start just now; a file gone since is not this warning's matter
+    if not mode & loose:
+        return []
+    can = " and ".join(
+        verb
+        for bits, verb in ((stat.S_IROTH, "read"), (_WRITABLE, "change"))
+        if mode & loose & bits
+    )
+    return [
+        f"the {what} {path} has mode {mode:04o}: users of this machine other than its owner "
+        f"may {can} it (chmod {mode & ~loose:04o} {path})"
+    ]
 
 
 def _literal_placeholders(acl: Acl) -> list[str]:

@@ -448,6 +448,7 @@ def test_an_acl_by_user_name_without_a_password_file_is_warned_of(tmp_path: Path
 
 def test_a_password_file_without_users_that_lets_nobody_in_is_warned_of(tmp_path: Path) -> None:
     (tmp_path / "passwd").write_text("# users, none yet\n")
+    (tmp_path / "passwd").chmod(0o600)
     path = _write(tmp_path, '[security]\npassword_file = "passwd"\n')
     [line] = security_warnings(load_config(path))
     assert f"the password file {tmp_path / 'passwd'} has no user" in line
@@ -455,6 +456,33 @@ def test_a_password_file_without_users_that_lets_nobody_in_is_warned_of(tmp_path
     anonymous = _write(tmp_path, '[security]\npassword_file = "passwd"\nallow_anonymous = true\n')
     assert security_warnings(load_config(anonymous)) == []  # anonymous clients get in
     set_password(tmp_path / "passwd", "alice", b"wonder")
+    assert security_warnings(load_config(path)) == []
+
+
+def test_a_password_file_others_may_read_and_files_they_may_change_are_warned_of(
+    tmp_path: Path,
+) -> None:
+    """Its hashes let anyone who reads them guess passwords offline, and a file others may
+    write lets them add a user or a right at the next start: mosquitto warns too."""
+    set_password(tmp_path / "passwd", "alice", b"wonder")  # 0600
+    (tmp_path / "acl").write_text("user alice\ntopic alice/#\n")
+    (tmp_path / "acl").chmod(0o644)  # anyone may read an ACL
+    path = _write(tmp_path, '[security]\npassword_file = "passwd"\nacl_file = "acl"\n')
+    assert security_warnings(load_config(path)) == []
+    (tmp_path / "passwd").chmod(0o644)
+    (tmp_path / "acl").chmod(0o664)
+    passwd, acl = tmp_path / "passwd", tmp_path / "acl"
+    assert security_warnings(load_config(path)) == [
+        f"the password file {passwd} has mode 0644: users of this machine other than its "
+        f"owner may read it (chmod 0640 {passwd})",
+        f"the ACL file {acl} has mode 0664: users of this machine other than its owner may "
+        f"change it (chmod 0644 {acl})",
+    ]
+    (tmp_path / "passwd").chmod(0o666)
+    [line, _] = security_warnings(load_config(path))
+    assert f"may read and change it (chmod 0640 {passwd})" in line
+    (tmp_path / "passwd").chmod(0o640)  # a group the broker runs in
+    (tmp_path / "acl").chmod(0o640)
     assert security_warnings(load_config(path)) == []
 
 
