@@ -17,9 +17,14 @@ from boxmq.client.box import Box
 from boxmq.core import QoS, Router, Subscription, TopicFilter
 from boxmq.store.topics import GenerationWatch
 
-__all__ = ["DurableRoutes", "MemoryRoutes", "Route"]
+__all__ = ["LONGEST_CACHED", "DurableRoutes", "MemoryRoutes", "Route"]
 
 _MAX_CACHED: Final = 65_536  # topics remembered before the cache starts over
+# A longer topic is answered afresh each time, not remembered: the cache would hold up to
+# 65,536 topics of 65,535 bytes, 4.3 GB a client sending distinct ones filled in seconds and
+# left held. Device topics are far shorter; 65,536 keys of 256 characters are 17 MB (67 MB
+# of characters past U+FFFF, which Python stores in 4 bytes each).
+LONGEST_CACHED: Final = 256
 
 Route = tuple[str, str, int]  # (subscriber, filter as subscribed, granted QoS)
 
@@ -53,7 +58,8 @@ class MemoryRoutes:
                 (d.subscriber or "", str(d.filter), int(d.qos))
                 for d in self._router.route(topic, qos=QoS.EXACTLY_ONCE)
             ]
-            self._cache[topic] = routes
+            if len(topic) <= LONGEST_CACHED:
+                self._cache[topic] = routes
         return routes
 
 
@@ -82,5 +88,7 @@ class DurableRoutes:
             if len(self._cache) >= _MAX_CACHED:
                 self._cache.clear()
             # No Local is left to the fan-out itself: a copy it skips is simply not written.
-            wanted = self._cache[topic] = self._box.topics.has_durable(topic)
+            wanted = self._box.topics.has_durable(topic)
+            if len(topic) <= LONGEST_CACHED:
+                self._cache[topic] = wanted
         return wanted
