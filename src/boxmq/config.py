@@ -71,9 +71,9 @@ FSYNC_POLICIES: Final = ("always", "interval", "never")
 DISPATCH_STRATEGIES: Final = tuple(d.value for d in Dispatch)
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 # The least each integer limit may be; 1 for those not named. 0: no aliases (MQTT 5.0
-# §3.2.2.3.8); no byte limit on a session's queue; no cap on the subscriptions of a session; no
-# session outlives its connection (a v5 client told in CONNACK, §3.2.2.3.2; a 3.1.1 one, which
-# asks for no expiry, gets this one all the same). A
+# §3.2.2.3.8); no byte limit on a session's queue; no cap on the subscriptions of a session, nor
+# on the levels of their filters; no session outlives its connection (a v5 client told in
+# CONNACK, §3.2.2.3.2; a 3.1.1 one, which asks for no expiry, gets this one all the same). A
 # Maximum Packet Size under 20 bytes leaves no room for a CONNECT with a client id and a user
 # name, let alone a PUBLISH: the broker would start and refuse every client (mosquitto forbids
 # it below 20 for the same reason).
@@ -81,6 +81,7 @@ LIMITS_LOWEST: Final = {
     "topic_alias_maximum": 0,
     "max_queued_bytes": 0,
     "max_subscriptions": 0,
+    "max_topic_levels": 0,
     "max_session_expiry": 0,
     "max_packet_size": 20,
 }

@@ -75,6 +75,7 @@ def test_every_setting(tmp_path: Path) -> None:
         connect_timeout = "3s"
         max_queued_bytes = 0
         max_subscriptions = 0
+        max_topic_levels = 0
         max_session_expiry = 0
 
         [exactly_once]
@@ -106,6 +107,7 @@ def test_every_setting(tmp_path: Path) -> None:
         connect_timeout=3.0,
         max_queued_bytes=0,
         max_subscriptions=0,
+        max_topic_levels=0,
         max_session_expiry=0,  # no v5 session outlives its connection
     )
     assert config.mqtt.response_information == "reply/%c/"

@@ -80,6 +80,7 @@ class Client:
     held: deque[Incoming] | None = None
     reading: Iterator[Incoming] | None = None  # the packets of the read being handled
     over_subscriptions: bool = False  # a SUBSCRIBE of it passed max_subscriptions (logged)
+    too_deep: bool = False  # a SUBSCRIBE of it passed max_topic_levels (logged)
     # Since when (the broker's clock) its CONNECT waits for another server's claim on its
     # session (broker._wait_for_claim); None: it does not.
     claim_waited_since: float | None = None

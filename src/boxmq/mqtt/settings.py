@@ -62,6 +62,9 @@ class Limits:
     # Distinct filters one session may hold (share groups included): each durable one is a
     # dropbox on disk, kept after the client leaves; 0: no limit.
     max_subscriptions: int = 1000
+    # Levels of a filter a client may subscribe to: the server's index of filters holds an
+    # entry per level (~300 bytes), and `a` followed by 65,000 slashes was 19 MB; 0: no limit.
+    max_topic_levels: int = 128
     connect_timeout: float = 10.0  # seconds a socket may stay open without a CONNECT
     max_keepalive: int = 65_535  # seconds; a v5 client asking more, or 0 (none), is told ours
     max_session_expiry: int = 7 * 24 * 3600  # seconds

@@ -197,7 +197,7 @@ class Subscribing:
         cap = self._settings.limits.max_subscriptions
         room = cap - session.held_count() if cap else None  # None: no cap
         for request in packet.subscriptions:
-            one = self._checked(session, request, identifier)
+            one = self._checked(client, session, request, identifier)
             wanted.append(one)
             if one.options is None:
                 continue
@@ -298,8 +298,30 @@ class Subscribing:
             cap,
         )
 
+    @staticmethod
+    def _too_deep(client: Client, session: Session, filter: str, deepest: int) -> None:
+        """The first filter of a connection past `max_topic_levels` logged (the start of it:
+        it may be 65,535 bytes), the others at debug level, so that a client that keeps
+        trying does not flood the log."""
+        levels = filter.count("/") + 1
+        shown = filter if len(filter) <= 100 else f"{filter[:100]}..."
+        if client.too_deep:
+            log.debug(
+                "client %s may not subscribe to %s: %d levels", session.client_id, shown, levels
+            )
+            return
+        client.too_deep = True
+        log.warning(
+            "client %s: subscribing to %s refused: its filter has %d levels, over [mqtt.limits] "
+            "max_topic_levels = %d; further refusals on this connection are not logged",
+            session.client_id,
+            shown,
+            levels,
+            deepest,
+        )
+
     def _checked(
-        self, session: Session, request: SubscribeRequest, identifier: int | None
+        self, client: Client, session: Session, request: SubscribeRequest, identifier: int | None
     ) -> _Wanted:
         """One filter of a SUBSCRIBE, with its options if it may be subscribed to, or the
         reason it may not."""
@@ -307,6 +329,11 @@ class Subscribing:
         try:
             parsed = parse_filter(text)
         except InvalidArgument:
+            return _Wanted(text, _R.TOPIC_FILTER_INVALID)
+        deepest = self._settings.limits.max_topic_levels
+        if deepest and parsed.filter.count("/") >= deepest:
+            # 0x8F: "correctly formed but not allowed for this Client" (MQTT 5.0 §3.9.3).
+            self._too_deep(client, session, parsed.filter, deepest)
             return _Wanted(text, _R.TOPIC_FILTER_INVALID)
         if parsed.shared and request.no_local:
             raise ProtocolError(f"{text}: No Local on a shared subscription (§3.8.3.1)")

@@ -2969,6 +2969,58 @@ def test_max_subscriptions_0_is_no_limit(tmp_path: Path) -> None:
     _run(tmp_path, test, settings=_capped(0))
 
 
+def test_a_filter_past_max_topic_levels_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The index of filters holds an entry per level: `a` and 65,000 slashes took 19 MB of
+    the server's memory, so a client's 1000 subscriptions could take 19 GB. A share group's
+    prefix is not counted; a refused filter is in no route."""
+    invalid = ReasonCode.TOPIC_FILTER_INVALID
+
+    async def test(broker: Broker) -> None:
+        sub = _connect(broker, "sub")
+        wanted = ("a/b/c", "a/b/c/d", "$share/g/a/b/c", "a/b/+/#", "//", "x" + "/" * 65_000)
+        with caplog.at_level(logging.DEBUG, "boxmq.mqtt"):
+            sub.send(Subscribe(1, tuple(Subscription(text, 1) for text in wanted)))
+            assert sub.take() == [Suback(1, (_Q1, invalid, _Q1, invalid, _Q1, invalid))]
+        [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert warning == (
+            "client sub: subscribing to a/b/c/d refused: its filter has 4 levels, over "
+            "[mqtt.limits] max_topic_levels = 3; further refusals on this connection are not "
+            "logged"
+        )
+        assert "x/////" in caplog.text
+        assert "/" * 101 not in caplog.text  # its start only
+        assert len(broker._memory) == 2  # a/b/c and //: the refused ones are not routed
+        pub = _connect(broker, "pub")
+        pub.send(Publish("a/b/c/d", b"deep", 1, packet_id=1))
+        pub.send(Publish("a/b/c", b"ok", 1, packet_id=2))
+        await _until(lambda: any(isinstance(p, Publish) for p in sub.inbox))
+        await asyncio.sleep(0.1)  # the share group's copy comes from the disk
+        got = [p.payload for p in sub.take() if isinstance(p, Publish)]
+        assert b"ok" in got
+        assert b"deep" not in got
+
+    _run(tmp_path, test, settings=MqttSettings(limits=Limits(max_topic_levels=3)))
+
+
+@pytest.mark.parametrize(
+    ("cap", "levels", "allowed"), [(None, 128, True), (None, 129, False), (0, 5000, True)]
+)
+def test_max_topic_levels_is_128_by_default_and_0_is_no_limit(
+    tmp_path: Path, cap: int | None, levels: int, allowed: bool
+) -> None:
+    limits = Limits() if cap is None else Limits(max_topic_levels=cap)
+    reason = _Q1 if allowed else ReasonCode.TOPIC_FILTER_INVALID
+
+    async def test(broker: Broker) -> None:
+        sub = _connect(broker, "sub")
+        sub.send(Subscribe(1, (Subscription("/".join("l" * levels), 1),)))
+        assert sub.take() == [Suback(1, (reason,))]
+
+    _run(tmp_path, test, settings=MqttSettings(limits=limits))
+
+
 @pytest.mark.parametrize("away", [False, True], ids=["connected", "away"])
 def test_a_sessions_message_in_flight_stays_its_own_past_seven_days(
     tmp_path: Path, away: bool
