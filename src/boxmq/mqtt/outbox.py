@@ -32,7 +32,7 @@ from enum import Enum, auto
 from typing import Any, Final, Generic, NamedTuple, TypeVar, cast
 
 from boxmq.mqtt.errors import ProtocolError
-from boxmq.mqtt.packets import Publish, Pubrel, numbered, with_expiry
+from boxmq.mqtt.packets import Publish, Pubrel, held_size, numbered, with_expiry
 from boxmq.mqtt.reasons import ReasonCode
 
 __all__ = ["Acked", "Outbox", "Stage"]
@@ -121,7 +121,7 @@ class Outbox(Generic[T]):
         self._in_flight: dict[int, _Entry[T]] = {}
         # Behind the window, with when each was queued; None until one is.
         self._queued: deque[tuple[Publish, T, float]] | None = None
-        self._queued_bytes = 0  # the payloads in `_queued`
+        self._queued_bytes = 0  # the messages in `_queued` (`held_size`)
         self._next_id = 1
         self._reserved: set[int] | None = None  # packet ids to be taken again (`reserve`)
         self._held: deque[int] | None = None  # in flight, not resent yet: the window was full
@@ -166,7 +166,7 @@ class Outbox(Generic[T]):
                 return 0
             if len(self._in_flight) < self.window:
                 return self._take_id(publish, token, now)
-        size = len(publish.payload)
+        size = held_size(publish)
         while not self._room_for(size):
             if not self._drop_oldest_qos0():
                 raise OverflowError("the session's queue is full")
@@ -239,7 +239,7 @@ class Outbox(Generic[T]):
             if publish.qos and len(self._in_flight) >= self.window:
                 break
             waiting.popleft()
-            self._queued_bytes -= len(publish.payload)
+            self._queued_bytes -= held_size(publish)
             interval = publish.properties.message_expiry_interval
             if interval:
                 left = math.ceil(interval - (now - queued))
@@ -431,7 +431,7 @@ class Outbox(Generic[T]):
             if not publish.qos:
                 assert queued is not None
                 del queued[index]
-                self._queued_bytes -= len(publish.payload)
+                self._queued_bytes -= held_size(publish)
                 self.dropped += 1
                 return True
         return False

@@ -43,6 +43,7 @@ __all__ = [
     "Unsubscribe",
     "Will",
     "ack_builder",
+    "held_size",
     "new_publish",
     "numbered",
     "with_expiry",
@@ -109,6 +110,14 @@ class Publish:
     dup: bool = False
     packet_id: int | None = None
     properties: Properties = EMPTY
+
+
+def held_size(publish: Publish) -> int:
+    """What a PUBLISH held in memory weighs against the limits in bytes (`max_queued_bytes`,
+    the exactly-once ones): its payload, and its topic and properties too, which a client may
+    fill up to the packet size with an empty payload (8 User Properties of 60 KB each: 300
+    such messages queued for a subscriber under max_queued_bytes = 16 MiB held 156 MB)."""
+    return len(publish.payload) + len(publish.topic) + len(publish.properties.raw)
 
 
 @dataclass(frozen=True, slots=True)

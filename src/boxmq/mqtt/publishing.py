@@ -53,6 +53,7 @@ from boxmq.mqtt.packets import (
     Publish,
     Pubrec,
     Will,
+    held_size,
     with_expiry,
 )
 from boxmq.mqtt.properties import EMPTY, Properties, PropertyId
@@ -216,7 +217,7 @@ class Publishing:
         (3.1.1: the close). Four comparisons a message."""
         packet_id = packet.packet_id
         assert packet_id is not None
-        size = len(packet.payload)
+        size = held_size(packet)
         totals = self.held_totals
         if (
             len(session.awaiting_release) >= self._held_limit

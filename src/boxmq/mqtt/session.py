@@ -26,7 +26,7 @@ from typing import Final, NamedTuple
 
 from boxmq.client.message import Message
 from boxmq.mqtt.outbox import Outbox
-from boxmq.mqtt.packets import Publish, RetainHandling, Will
+from boxmq.mqtt.packets import Publish, RetainHandling, Will, held_size
 
 __all__ = ["NEVER", "NO_IDS", "HeldTotals", "Release", "Session", "SubscriptionOptions", "Token"]
 
@@ -178,9 +178,9 @@ class Session:
         message_id: str | None = None,
     ) -> None:
         earlier = self.awaiting_release.get(packet_id)
-        size = 0 if publish is None else len(publish.payload)
+        size = 0 if publish is None else held_size(publish)
         if earlier is not None and earlier.publish is not None:
-            size -= len(earlier.publish.payload)
+            size -= held_size(earlier.publish)
         self.held_bytes += size
         totals = self._totals
         if totals is not None:
@@ -195,7 +195,7 @@ class Session:
         """The PUBREL for `packet_id`: what to deliver (None: not known in this process)."""
         held = self.awaiting_release.pop(packet_id, None)
         if held is not None:
-            size = 0 if held.publish is None else len(held.publish.payload)
+            size = 0 if held.publish is None else held_size(held.publish)
             self.held_bytes -= size
             totals = self._totals
             if totals is not None:

@@ -58,7 +58,7 @@ class Limits:
     receive_maximum: int = 100  # QoS 1/2 PUBLISHes a client may have unacknowledged to us
     max_inflight: int = 100  # QoS 1/2 deliveries unacknowledged by a client (≤ its own maximum)
     max_queued: int = 10_000  # messages queued in memory per session, behind its in-flight window
-    max_queued_bytes: int = 64 << 20  # their payloads' bytes; 0: no limit
+    max_queued_bytes: int = 64 << 20  # their bytes (payload, topic, properties); 0: no limit
     # Distinct filters one session may hold (share groups included): each durable one is a
     # dropbox on disk, kept after the client leaves; 0: no limit.
     max_subscriptions: int = 1000

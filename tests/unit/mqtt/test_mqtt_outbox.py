@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.outbox import Outbox, Stage
 from boxmq.mqtt.packets import Publish, Pubrel
+from boxmq.mqtt.properties import Properties
 from boxmq.mqtt.reasons import ReasonCode
 
 
@@ -295,20 +296,38 @@ def test_a_resent_message_carries_what_is_left_of_its_expiry() -> None:
     assert len(outbox) == 3  # the expired one's packet id is free
 
 
-def test_the_queue_holds_at_most_byte_limit_bytes_of_payload() -> None:
+def test_the_queue_holds_at_most_byte_limit_bytes_of_messages() -> None:
     """A subscriber that stops reading must not hold max_queued times max_packet_size: past the
-    byte limit the oldest QoS 0 messages go first, then a new one is refused."""
-    outbox: Outbox[int] = Outbox(window=1, limit=100, byte_limit=10)
+    byte limit the oldest QoS 0 messages go first, then a new one is refused. A message
+    weighs its payload and its topic ("t": 1 byte here)."""
+    outbox: Outbox[int] = Outbox(window=1, limit=100, byte_limit=12)
     assert outbox.push(Publish("t", b"in flight", 1), 0) is not None
-    assert outbox.push(Publish("t", b"q1-b", 1), 1) is None  # 4 bytes queued
-    assert outbox.push(Publish("t", b"q0-a", 0), 2) is None  # 8, behind the QoS 1 one
-    assert outbox.push(Publish("t", b"q1-cc", 1), 3) is None  # 13 > 10: the QoS 0 one goes
+    assert outbox.push(Publish("t", b"q1-b", 1), 1) is None  # 5 bytes queued
+    assert outbox.push(Publish("t", b"q0-a", 0), 2) is None  # 10, behind the QoS 1 one
+    assert outbox.push(Publish("t", b"q1-cc", 1), 3) is None  # 16 > 12: the QoS 0 one goes
     assert outbox.dropped == 1
     with pytest.raises(OverflowError):
-        outbox.push(Publish("t", b"q1-d", 1), 4)  # 13 > 10, no QoS 0 left to drop
+        outbox.push(Publish("t", b"q1-d", 1), 4)  # 16 > 12, no QoS 0 left to drop
     outbox.acked(1, Stage.AWAIT_PUBACK, refused=False)
-    assert [p.payload for p, _ in outbox.ready()] == [b"q1-b"]  # 5 bytes left queued
-    assert outbox.push(Publish("t", b"q1-dd", 1), 4) is None  # 10: room again
+    assert [p.payload for p, _ in outbox.ready()] == [b"q1-b"]  # 6 bytes left queued
+    assert outbox.push(Publish("t", b"q1-dd", 1), 4) is None  # 12: room again
+
+
+def test_the_topic_and_properties_of_a_queued_message_count_against_byte_limit() -> None:
+    """A v5 publisher may fill a packet with User Properties and send no payload: counted by
+    payload alone, 300 such messages of 480 KB were queued under a limit of 16 MiB."""
+    heavy = Properties.build(user_properties=(("k", "v" * 1000),))
+    outbox: Outbox[int] = Outbox(window=1, limit=100, byte_limit=3000)
+    assert outbox.push(Publish("t", b"", 1), 0) is not None  # in flight
+    assert outbox.push(Publish("t", b"", 1, properties=heavy), 1) is None
+    assert outbox.push(Publish("t", b"", 1, properties=heavy), 2) is None
+    with pytest.raises(OverflowError):
+        outbox.push(Publish("t", b"", 1, properties=heavy), 3)
+    with pytest.raises(OverflowError):
+        outbox.push(Publish("t" * 1000, b"", 1), 3)
+    outbox.acked(1, Stage.AWAIT_PUBACK, refused=False)
+    assert len(outbox.ready()) == 1  # one leaves the queue: its room is back
+    assert outbox.push(Publish("t" * 1000, b"", 1), 3) is None
 
 
 def test_a_resend_past_a_smaller_receive_maximum_holds_the_rest_until_slots_free() -> None:

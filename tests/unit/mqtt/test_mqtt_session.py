@@ -41,7 +41,8 @@ def test_a_share_group_it_is_leaving_and_a_filter_it_is_adding_are_held_too() ->
 
 def test_the_totals_count_what_every_live_session_holds_until_its_pubrel() -> None:
     """A repeat replaces its PUBLISH (its bytes, not its count); a PUBREL takes it out; a
-    session's end takes out what it still holds, and what it holds after counts no more."""
+    session's end takes out what it still holds, and what it holds after counts no more. A
+    message weighs its payload, its topic ("t": 1 byte) and its properties."""
     totals = HeldTotals()
     one = Session("one", window=10, queue_limit=10, totals=totals)
     two = Session("two", window=10, queue_limit=10, totals=totals)
@@ -49,13 +50,13 @@ def test_the_totals_count_what_every_live_session_holds_until_its_pubrel() -> No
     one.hold_for_release(1, Publish("t", b"123", 2))  # a repeat
     one.hold_for_release(2, None, stored=True)  # known by its id only (after a restart)
     two.hold_for_release(1, Publish("t", b"1234567", 2))
-    assert (totals.count, totals.held_bytes) == (3, 10)
+    assert (totals.count, totals.held_bytes) == (3, 12)
     assert one.release(1) is not None
     assert one.release(1) is None  # released before: nothing more to take out
-    assert (totals.count, totals.held_bytes) == (2, 7)
+    assert (totals.count, totals.held_bytes) == (2, 8)
     two.stop_counting()
     assert (totals.count, totals.held_bytes) == (1, 0)
     two.hold_for_release(2, Publish("t", b"late", 2))  # its last read's, after its end
     assert two.release(1) is not None
     assert (totals.count, totals.held_bytes) == (1, 0)
-    assert (two.held_bytes, len(two.awaiting_release)) == (4, 1)
+    assert (two.held_bytes, len(two.awaiting_release)) == (5, 1)
