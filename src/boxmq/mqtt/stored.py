@@ -392,7 +392,11 @@ def _properties(
         return _inline(inline)
     if key is not None:
         kept = side_files.get(key) if isinstance(key, str) else None
-        return EMPTY if kept is None else _side_file(kept, key)
+        if kept is None:
+            return EMPTY
+        if len(kept) > _LARGEST_REMEMBERED:
+            return _checked(kept, f"side file {key}")  # not held by the cache below
+        return _side_file(kept, key)
     if users or envelope.reply_to or envelope.correlation_id:
         return _built(envelope, users)
     return EMPTY
@@ -412,6 +416,11 @@ def _inline(packed: str) -> Properties:
     except ValueError:
         return _unusable(f"{V5_PROPERTIES} {packed}", "it is not base64")
     return _checked(raw, f"{V5_PROPERTIES} {packed}")
+
+
+# Side files larger than this are checked at each read, not remembered: the cache below
+# holds its keys' bytes and their properties, and 256 of 1 MiB each were 512 MB held for good.
+_LARGEST_REMEMBERED = 64 << 10
 
 
 @functools.lru_cache(maxsize=256)

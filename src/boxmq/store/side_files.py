@@ -50,6 +50,9 @@ _KEY = re.compile(r"[0-9a-f]{32}")
 _NAMED = re.compile(re.escape(PROPERTIES_FILE + PropertyType.STRING.value) + r"=([0-9a-f]{32})")
 _DOOMED = ".gc-"  # a file `collect` is deciding about: renamed out of the way first
 _CACHED = 256  # files kept in memory: a fan-out's copies are read back one after another
+# and their bytes, together, past the newest: a file may be as large as a packet (1 MiB), and
+# 256 of them, a client's 256 messages of large properties, stayed held for good.
+_CACHED_BYTES = 16 << 20
 _WARNED = 1024  # missing keys remembered so each is logged once
 
 
@@ -60,6 +63,7 @@ class SideFiles:
         self.path = os.path.join(root, SIDE_DIR)
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, bytes] = OrderedDict()
+        self._cached_bytes = 0
         self._warned: set[str] = set()
 
     def put(self, data: bytes) -> str:
@@ -128,10 +132,12 @@ class SideFiles:
 
     def _remember(self, key: str, data: bytes) -> None:
         with self._lock:
-            self._cache[key] = data
-            self._cache.move_to_end(key)
-            if len(self._cache) > _CACHED:
-                self._cache.popitem(last=False)
+            cache = self._cache
+            self._cached_bytes += len(data) - len(cache.get(key, b""))
+            cache[key] = data
+            cache.move_to_end(key)
+            while len(cache) > _CACHED or (len(cache) > 1 and self._cached_bytes > _CACHED_BYTES):
+                self._cached_bytes -= len(cache.popitem(last=False)[1])
 
     def _warn_missing(self, key: str) -> None:
         with self._lock:

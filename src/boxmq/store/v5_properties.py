@@ -97,6 +97,7 @@ _RESPONSE_TOPIC_ID: Final = 0x08
 _STRING_MAX: Final = 0xFFFF  # bytes in an MQTT string or binary value (§1.5.4, §1.5.6)
 FORMATS: Final = {0: "bytes", 1: "utf-8"}  # Payload Format Indicator, as readers show it
 _REMEMBERED = 1024  # property blobs decoded and remembered (a bad one: logged once meanwhile)
+_LARGEST_REMEMBERED = 64 << 10  # bytes of a side file remembered decoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +317,14 @@ class V5Reader:
         if not isinstance(key, str) or self._side_files is None:
             return None
         raw = self._side_files.get(key)  # None: missing, logged once by SideFiles
-        return None if raw is None else self._in_file(key, raw)
+        if raw is None:
+            return None
+        # A large one is decoded at each read, not remembered (1024 of 1 MiB were 2 GB held).
+        return (
+            self._decode_file(key, raw)
+            if len(raw) > _LARGEST_REMEMBERED
+            else self._in_file(key, raw)
+        )
 
     def _decode_inline(self, text: str) -> Decoded | None:
         try:

@@ -1,5 +1,6 @@
-"""What the broker remembers per topic (routes, ACL decisions) is bounded in bytes, not only
-in entries: a client publishing to many distinct long topics cannot make it hold gigabytes."""
+"""What the broker remembers per topic (routes, ACL decisions) or per message properties (side
+files) is bounded in bytes, not only in entries: a client publishing to many distinct long
+topics, or many messages of large properties, cannot make it hold gigabytes."""
 
 from __future__ import annotations
 
@@ -11,9 +12,20 @@ import pytest
 
 import boxmq
 from boxmq.core import QoS, Subscription, parse_filter
-from boxmq.model import ConsumerId
+from boxmq.model import (
+    PROPERTIES_FILE,
+    ConsumerId,
+    Envelope,
+    MessageId,
+    Property,
+    PropertyType,
+)
 from boxmq.mqtt.acl import Acl
+from boxmq.mqtt.properties import Properties
 from boxmq.mqtt.routes import DurableRoutes, MemoryRoutes
+from boxmq.mqtt.stored import _properties_of
+from boxmq.store.side_files import SideFiles
+from boxmq.store.v5_properties import V5Reader
 
 TOPICS = 200
 LONG = 60_000  # characters: each of the 65,536 topics a cache kept could be this long
@@ -55,3 +67,31 @@ def test_durable_routes_of_long_topics_are_not_kept(tmp_path: Path, subscribed: 
         routes = DurableRoutes(box)
         assert _held_after(routes.wanted) < LONG * 5
         assert routes.wanted("dev/" + "x" * LONG) is subscribed
+
+
+def test_large_side_files_are_not_held_by_the_property_caches(tmp_path: Path) -> None:
+    """Properties too long for a file name go to a side file, up to a packet's size: the
+    caches of their bytes and of what they decode to held 256 and 1024 of them for good."""
+    side_files = SideFiles(str(tmp_path))
+    reader = V5Reader(side_files)
+
+    def read(number: int) -> None:
+        value = str(number).ljust(60_000, "v")  # 15 of them: 900 KB, as a packet of 1 MiB
+        raw = Properties.build(user_properties=(("k", value),) * 15).raw
+        key = side_files.put(raw)
+        envelope = Envelope(
+            MessageId(f"m{number}"),
+            properties=(Property(PROPERTIES_FILE, PropertyType.STRING, key),),
+        )
+        assert reader.decoded(envelope) is not None
+        assert len(_properties_of(envelope, side_files).raw) == len(raw)
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for number in range(40):
+            read(number)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 17 * 2**20  # SideFiles' own 16 MiB, not 40 blobs (34 MiB) in each cache

@@ -63,6 +63,20 @@ def test_get_serves_from_its_cache_and_checks_what_it_reads(tmp_path: Path) -> N
     assert fresh.get("../../etc/passwd") is None  # a key from a name made by hand
 
 
+def test_the_cache_holds_16_mib_of_files_and_always_the_newest(tmp_path: Path) -> None:
+    """A file may be as large as a packet: 256 of 1 MiB each stayed held for good."""
+    side = SideFiles(str(tmp_path))
+    keys = [side.put(bytes([n]) * (1 << 20)) for n in range(20)]
+    for key in keys:
+        os.unlink(os.path.join(side.path, key))  # what get() serves now comes from the cache
+    served = [side.get(key) is not None for key in reversed(keys)]
+    assert served == [True] * 16 + [False] * 4  # the newest 16 MiB
+    huge = side.put(b"h" * (20 << 20))  # over the whole budget, alone: kept, as the newest
+    os.unlink(os.path.join(side.path, huge))
+    assert side.get(huge) == b"h" * (20 << 20)
+    assert side.get(keys[-1]) is None  # it took the others' room
+
+
 def test_collect_deletes_old_unnamed_files_only(tmp_path: Path) -> None:
     side = SideFiles(str(tmp_path))
     named_old, unnamed_old, unnamed_young = (side.put(d) for d in (b"a", b"b", b"c"))
