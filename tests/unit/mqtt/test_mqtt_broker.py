@@ -2969,6 +2969,46 @@ def test_max_subscriptions_0_is_no_limit(tmp_path: Path) -> None:
     _run(tmp_path, test, settings=_capped(0))
 
 
+class _TimedChecks:
+    """An authenticator whose every check takes a while (as scrypt's 40-90 ms do), and that
+    notes whose CONNECT it checked, in order."""
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+
+    def authenticate(self, username: str | None, password: bytes | None, client_id: str) -> bool:
+        self.order.append(client_id)
+        time.sleep(0.01)
+        return password == b"secret"
+
+
+def test_password_checks_take_turns_by_address(tmp_path: Path) -> None:
+    """A host sending CONNECTs with guessed passwords kept every other client's login behind
+    its own: 100 of them held a right password 6.5-9.3 s, near connect_timeout. Another address
+    waits for the checks under way and at most one more of that host's."""
+    checks = _TimedChecks()
+
+    async def test(broker: Broker) -> None:
+        guesses = []
+        for n in range(12):
+            guess = Peer(broker)
+            guess.peer = f"10.0.0.1:{4000 + n}"
+            guess.send(Connect(f"guess{n}", V5, username="alice", password=b"guess"))
+            guesses.append(guess)
+        right = Peer(broker)
+        right.peer = "10.0.0.2:5000"
+        right.send(Connect("right", V5, username="alice", password=b"secret"))
+        await _until(lambda: all(peer.inbox for peer in (*guesses, right)))
+        [connack] = right.take()
+        assert isinstance(connack, Connack)
+        assert connack.reason is ReasonCode.SUCCESS
+        assert checks.order.index("right") <= 3  # 2 under way, then one guess, then it
+        assert checks.order[:3] == ["guess0", "guess1", "guess2"]  # one host's in order
+        assert sorted(checks.order) == sorted([f"guess{n}" for n in range(12)] + ["right"])
+
+    _run(tmp_path, test, settings=MqttSettings(authenticator=checks))
+
+
 def test_a_filter_past_max_topic_levels_is_refused(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
