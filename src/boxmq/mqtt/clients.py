@@ -85,6 +85,11 @@ class Client:
     # session (broker._wait_for_claim); None: it does not.
     claim_waited_since: float | None = None
     told_sys: bool = False  # a PUBLISH of it to a $SYS topic was refused (logged once)
+    # The ACL refused a PUBLISH or a SUBSCRIBE of it, or the store a PUBLISH (logged once
+    # each, the others at debug level: a client refused in a loop wrote a line a message).
+    told_publish: bool = False
+    told_subscribe: bool = False
+    told_not_stored: bool = False
 
 
 Kick = Callable[[Client, ReasonCode, str], None]

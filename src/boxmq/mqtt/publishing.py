@@ -355,8 +355,16 @@ class Publishing:
         """A negative PUBACK/PUBREC (MQTT 5.0 §3.4.2.1, §3.5.2.1). 3.1.1 has none, and a
         server must not acknowledge what it did not store: the connection closes, and the
         client sends the message again once it reconnects (3.1.1 §4.4)."""
-        if not isinstance(error, StoreFailed):  # those are logged once per batch
-            log.warning("PUBLISH refused: %s", error)
+        stored_failed = isinstance(error, StoreFailed)  # those are logged once per batch
+        if not stored_failed and client.told_not_stored:
+            log.debug("PUBLISH refused: %s", error)
+        elif not stored_failed:
+            client.told_not_stored = True
+            log.warning(
+                "PUBLISH refused: %s; further such refusals on this connection are logged at "
+                "debug level",
+                error,
+            )
         connection = client.link.connection
         if connection.version is ProtocolVersion.V5:
             # §3.1.2.11.7: no Reason String for a client that asked for no problem information
@@ -370,8 +378,16 @@ class Publishing:
     ) -> None:
         """MQTT 5.0 §3.3.4: PUBACK/PUBREC 0x87; 3.1.1 has no way to say no, so it is
         acknowledged and dropped (as mosquitto does). `logged`: the caller said it."""
-        if not logged:
-            log.info("client %s may not publish to %s", session.client_id, packet.topic)
+        if not logged and client.told_publish:
+            log.debug("client %s may not publish to %s", session.client_id, packet.topic)
+        elif not logged:
+            client.told_publish = True
+            log.info(
+                "client %s may not publish to %s; further refusals of its PUBLISHes on this "
+                "connection are logged at debug level",
+                session.client_id,
+                packet.topic,
+            )
         packet_id = packet.packet_id
         if packet_id is None:
             return

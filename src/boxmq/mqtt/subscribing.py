@@ -341,7 +341,16 @@ class Subscribing:
         if authorizer is not None and not authorizer.can_subscribe(
             session.username, session.client_id, text
         ):
-            log.info("client %s may not subscribe to %s", session.client_id, text)
+            if client.told_subscribe:
+                log.debug("client %s may not subscribe to %s", session.client_id, text)
+            else:
+                client.told_subscribe = True
+                log.info(
+                    "client %s may not subscribe to %s; further refusals of its filters on "
+                    "this connection are logged at debug level",
+                    session.client_id,
+                    text,
+                )
             return _Wanted(text, _R.NOT_AUTHORIZED)
         held = session.subscriptions.get(text)
         options = SubscriptionOptions(

@@ -2969,6 +2969,51 @@ def test_max_subscriptions_0_is_no_limit(tmp_path: Path) -> None:
     _run(tmp_path, test, settings=_capped(0))
 
 
+def test_refusals_of_one_connection_are_logged_once_each(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client whose PUBLISHes or SUBSCRIBEs the ACL refuses, or the store (here: topics too
+    long for a file name), wrote one log line each, as fast as it sent them. The first of each
+    kind on a connection is told, the others at debug level; a new connection is told again."""
+    acl = Acl.parse("pattern readwrite %c/#\n", tmp_path / "acl")
+    long_topic = "c/" + "é" * 200  # too long for the message's file name, escaped
+
+    async def test(broker: Broker) -> None:
+        for attempt in range(2):
+            client = _connect(broker, "c", expiry=60)
+            client.send(Subscribe(100, (Subscription("c/#", 1),)))  # durable: to the disk
+            await _until(lambda: bool(client.take()))  # noqa: B023 (awaited here)
+            for n in range(5):
+                client.send(
+                    Publish(f"other/{n}", b"x", 1, packet_id=3 * n + 1),
+                    Subscribe(3 * n + 2, (Subscription(f"other/{n}", 1),)),
+                    Publish(long_topic, b"x", 1, packet_id=3 * n + 3),
+                )
+            await _until(lambda: len(client.inbox) >= 15)  # noqa: B023 (awaited here)
+            client.close()
+            told = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+            refusals = [m for m in told if "may not" in m or "PUBLISH refused" in m]
+            assert len(refusals) == 3 * (attempt + 1), refusals  # one of each kind
+
+    with caplog.at_level(logging.DEBUG, "boxmq.mqtt"):
+        _run(tmp_path, test, settings=MqttSettings(authorizer=acl))
+    assert (
+        "client c may not publish to other/0; further refusals of its PUBLISHes on this "
+        "connection are logged at debug level" in caplog.messages
+    )
+    assert (
+        "client c may not subscribe to other/0; further refusals of its filters on this "
+        "connection are logged at debug level" in caplog.messages
+    )
+    assert "client c may not publish to other/4" in caplog.messages  # at debug level
+    debug = [
+        r
+        for r in caplog.records
+        if r.levelno == logging.DEBUG and "PUBLISH refused" in r.getMessage()
+    ]
+    assert len(debug) == 8  # 5 a connection, the first of each told
+
+
 class _TimedChecks:
     """An authenticator whose every check takes a while (as scrypt's 40-90 ms do), and that
     notes whose CONNECT it checked, in order."""
