@@ -376,9 +376,11 @@ def _refused_watch(error: OSError, interval: float) -> None:
             interval,
         )
     elif cause == "missing":
+        # Debug only: a folder deleted on purpose (a queue, an unsubscribe) is missing under
+        # its last readers, and `boxmq subscribe` prints INFO lines above its own answer.
         _polls(
             cause,
-            logging.INFO,
+            logging.DEBUG,
             "%s is missing (deleted, or not made yet): its readers look in it every %g s, "
             "by polling; another missing folder is not said again",
             path,

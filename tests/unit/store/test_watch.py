@@ -390,11 +390,11 @@ def test_a_missing_folder_is_polled_and_said_once(
     """A folder that does not exist cannot be watched: its reader polls, which the log did
     not say. Said once per process, not once per folder (a deleted queue's readers)."""
     monkeypatch.setattr(watch_module, "_told", {})
-    caplog.set_level(logging.INFO, logger="boxmq.queue")
+    caplog.set_level(logging.DEBUG, logger="boxmq.queue")
     missing = [tmp_path / name / "target" for name in ("gone", "also-gone")]
     assert all(isinstance(watch(str(path), poll_interval=5.0), PollingWatcher) for path in missing)
     [(level, text)] = _told(caplog)
-    assert level == "INFO"
+    assert level == "DEBUG"
     assert text.startswith(f"{missing[0]} is missing (deleted, or not made yet): ")
     assert "every 5 s" in text
 
