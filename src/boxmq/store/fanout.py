@@ -22,7 +22,7 @@ import os
 from collections.abc import Sequence
 
 from boxmq.store.layout import State
-from boxmq.store.topics import subscription_folders
+from boxmq.store.topics import has_record, subscription_folders
 
 __all__ = ["finish_pending", "send_through_pending"]
 
@@ -53,15 +53,18 @@ def finish_pending(root: str, pending: str) -> list[str]:
     a file still staged must be linked again, not renamed). The pending folders it emptied,
     for the caller to remove if they are its own."""
     emptied = []
-    # Every subscription folder, its record not read: a folder is all this needs (one whose
-    # record cannot be read keeps no copy in working/), and for 10,000 subscriptions the
-    # call took 823 M instructions with their records opened and parsed, 150 M without
-    # (docs/benchmarks.md).
+    # Every subscription folder, its record not read: for 10,000 subscriptions the call took
+    # 823 M instructions with their records opened and parsed, 150 M without
+    # (docs/benchmarks.md). A folder with no record (a subscribe died before writing it) is
+    # no subscription: what it holds is left for the sweep's rules (`remove_if_abandoned`
+    # keeps a folder that holds a message), not made ready in it.
     for dropbox in subscription_folders(root):
         folder = os.path.join(dropbox, State.WORKING.value, pending)
         try:
             names = os.listdir(folder)
         except FileNotFoundError:
+            continue
+        if names and not has_record(dropbox):
             continue
         for copy in names:
             with contextlib.suppress(FileNotFoundError):

@@ -47,6 +47,7 @@ __all__ = [
     "SubscriptionRecord",
     "bump_generation",
     "generation",
+    "has_record",
     "incoming_working",
     "locked_folder",
     "make_folder",
@@ -183,6 +184,12 @@ def subscription_folders(root: str) -> Iterator[str]:
                     yield key.path
 
 
+def has_record(path: str) -> bool:
+    """Whether the folder at `path` is a subscription's: its record is there, readable or not
+    (a folder without one is what a subscribe that died left, `remove_if_abandoned`)."""
+    return os.path.lexists(os.path.join(path, _RECORD))
+
+
 def read_record(path: str) -> SubscriptionRecord | None:
     """The record of the subscription at `path`; None if it has none (yet, or any more)."""
     return _read(os.path.join(path, _RECORD))
@@ -243,7 +250,7 @@ def remove_if_abandoned(path: str, *, now: float, age: float) -> bool:
     Its folders go one by one with rmdir, never with their contents: a subscribe or a file
     arriving meanwhile keeps what it needs (a subscribe whose folder went just before its
     record fails, and says so)."""
-    if os.path.lexists(os.path.join(path, _RECORD)):
+    if has_record(path):
         return False
     folders: list[str] = []
     temporaries: list[str] = []
