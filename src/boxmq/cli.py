@@ -764,9 +764,10 @@ def _serve(args: argparse.Namespace) -> int:
         logging.getLogger().setLevel(config.logging_level)
     # Before the root is opened: its spare files keep a share of the limit open (spares.py).
     log.log(*open_files_limit())
-    for line in cli_serve.describe_security(config):
+    mqtt = cli_serve.mqtt_settings(args, config.mqtt)
+    for line in cli_serve.describe_security(config, mqtt=mqtt is not None):
         log.info("%s", line)
-    for line in cli_serve.security_warnings(config):
+    for line in cli_serve.security_warnings(config, mqtt=mqtt is not None):
         log.warning("%s", line)
     if replaced := cli_serve.replaced_listeners(args, config):
         log.log(*replaced)
@@ -782,7 +783,6 @@ def _serve(args: argparse.Namespace) -> int:
         group_dispatch=dict(config.group_dispatch),
         max_deliveries=config.max_deliveries,
     ) as box:
-        mqtt = cli_serve.mqtt_settings(args, config.mqtt)
         if open_to_all := cli_serve.open_to_the_network(mqtt):
             log.warning("%s", open_to_all)
         xmpp = settings_from(

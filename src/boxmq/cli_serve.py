@@ -160,8 +160,13 @@ def own_listeners_in_use(listeners: Sequence[Listener], problem: str) -> str:
     )
 
 
-def describe_security(config: ServeConfig) -> list[str]:
-    """What a client meets at the MQTT door, in words, for the start-up log."""
+def describe_security(config: ServeConfig, *, mqtt: bool = True) -> list[str]:
+    """What a client meets at the MQTT door, in words, for the start-up log; nothing of it
+    when there is no door (`mqtt` false: `--no-mqtt`), where "any client may connect" told
+    of clients that cannot."""
+    source = f"config: {config.source}" if config.source else "config: none (defaults and flags)"
+    if not mqtt:
+        return [source]
     authenticator, authorizer = config.mqtt.authenticator, config.mqtt.authorizer
     if isinstance(authenticator, PasswordFile):
         anonymous = "accepted" if authenticator.allow_anonymous else "refused"
@@ -193,12 +198,14 @@ def describe_security(config: ServeConfig) -> list[str]:
         what = "authorization: none (no acl_file): every client may publish and subscribe to all"
     else:
         what = f"authorization: {type(authorizer).__name__}"
-    source = f"config: {config.source}" if config.source else "config: none (defaults and flags)"
     return [source, who, what]
 
 
-def security_warnings(config: ServeConfig) -> list[str]:
-    """What in the security settings is weaker than it looks, for the start-up log."""
+def security_warnings(config: ServeConfig, *, mqtt: bool = True) -> list[str]:
+    """What in the security settings is weaker than it looks, for the start-up log; none
+    without an MQTT door (`mqtt` false), which alone reads those settings."""
+    if not mqtt:
+        return []
     authenticator, authorizer = config.mqtt.authenticator, config.mqtt.authorizer
     by_name = isinstance(authorizer, Acl) and (
         authorizer.users or any("%u" in rule.filter for rule in authorizer.patterns)

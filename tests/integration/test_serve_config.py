@@ -143,6 +143,22 @@ def test_listeners_of_the_file_that_a_flag_replaces_are_named_in_the_log(tmp_pat
     assert "replaces" not in log
 
 
+def test_serve_without_mqtt_says_nothing_of_mqtt_clients(tmp_path: Path) -> None:
+    """`--no-mqtt` logged "authentication: none (no password_file): any client may connect",
+    and the warnings of an ACL no client can meet, for a door that is not opened."""
+    (tmp_path / "acl").write_text("user alice\ntopic alice/#\n")
+    config = tmp_path / "boxmq.toml"
+    config.write_text('data = "data"\n[security]\nacl_file = "acl"\n')
+    log = _serve_until_ready("serve", "--config", str(config), "--no-mqtt", cwd=tmp_path)
+    assert f"INFO boxmq.serve: config: {config}\n" in log
+    for mqtt_only in ("authentication", "authorization", "password_file", "boxmq.mqtt"):
+        assert mqtt_only not in log
+    flags = ("serve", "--config", str(config), "--mqtt", "127.0.0.1:0")
+    log = _serve_until_ready(*flags, cwd=tmp_path)
+    assert "authentication: none" in log
+    assert "any client may take any user's rights" in log
+
+
 def test_a_listener_other_machines_reach_without_a_password_file_is_warned_of(
     tmp_path: Path,
 ) -> None:
