@@ -783,8 +783,6 @@ def _serve(args: argparse.Namespace) -> int:
         group_dispatch=dict(config.group_dispatch),
         max_deliveries=config.max_deliveries,
     ) as box:
-        if open_to_all := cli_serve.open_to_the_network(mqtt):
-            log.warning("%s", open_to_all)
         xmpp = settings_from(
             args.xmpp_component,
             args.xmpp_server,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import ipaddress
 import logging
 import os
 import re
@@ -75,39 +74,6 @@ def replaced_listeners(args: argparse.Namespace, config: ServeConfig) -> tuple[i
     return level, (
         f"{flag} replaces the [[mqtt.listener]] tables of {config.source}: {shown} not opened"
     )
-
-
-def open_to_the_network(mqtt: MqttSettings | None) -> str | None:
-    """The warning for listeners that other machines may reach while any client may connect
-    (no password file, no client certificate required): the safe default of 127.0.0.1
-    turned into a broker open to all."""
-    if mqtt is None or mqtt.authenticator is not None:
-        return None
-    reachable = [str(o) for o in mqtt.listeners if not _loopback(o.host) and not _certified(o)]
-    if not reachable:
-        return None
-    return (
-        f"{', '.join(reachable)}: other machines may reach this, and there is no "
-        "password_file: any client may connect there, and read and publish "
-        + ("what the ACL allows" if mqtt.authorizer is not None else "every topic")
-        + " (set [security] password_file, or listen on 127.0.0.1)"
-    )
-
-
-def _certified(listener: Listener) -> bool:
-    """A TLS listener that lets in only clients with a certificate its `ca` signed."""
-    return listener.ssl is not None and listener.ssl.verify_mode == ssl.CERT_REQUIRED
-
-
-def _loopback(host: str) -> bool:
-    """True for an address of this machine alone (127.0.0.0/8, ::1, localhost); a host name
-    or an address of an interface may be reached from elsewhere."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.partition("%")[0]).is_loopback
-    except ValueError:
-        return False
 
 
 def _check_flag_listeners(addresses: list[tuple[str, int]]) -> None:

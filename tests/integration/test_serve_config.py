@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import signal
 import socket
@@ -166,8 +167,9 @@ def test_a_listener_other_machines_reach_without_a_password_file_is_warned_of(
     network, every topic readable and writable, with nothing in the log to say so."""
     data = str(tmp_path / "data")
     log = _serve_until_ready("serve", "--data", data, "--mqtt", "0.0.0.0:0", cwd=tmp_path)
+    [url] = re.findall(r"MQTT listening on (\S+)", log)  # the port bound, not 0
     assert (
-        "WARNING boxmq.serve: mqtt://0.0.0.0:0: other machines may reach this, and there is "
+        f"WARNING boxmq.mqtt: {url}: other machines may reach this, and there is "
         "no password_file: any client may connect there, and read and publish every topic (set "
         "[security] password_file, or listen on 127.0.0.1)\n"
     ) in log
@@ -199,7 +201,8 @@ def test_a_listener_that_requires_client_certificates_is_not_called_open(tmp_pat
     )
     log = _serve_until_ready("serve", "--config", str(config), cwd=tmp_path)
     [warned] = [line for line in log.splitlines() if "other machines may reach" in line]
-    assert "WARNING boxmq.serve: mqtts://0.0.0.0:0: other machines" in warned  # only the second
+    second = re.findall(r"MQTT listening on (\S+)", log)[1]
+    assert f"WARNING boxmq.mqtt: {second}: other machines" in warned  # only the second
 
 
 def test_a_misspelt_access_in_the_acl_stops_serve_rather_than_lose_a_deny(
@@ -336,6 +339,8 @@ def test_a_host_that_does_not_resolve_names_its_address_and_setting(tmp_path: Pa
     assert "Traceback" not in done.stderr
     assert "('mqtt.example.invalid', 0)" in line
     assert "choose another --mqtt HOST:PORT" in line
+    # Not first called open to the network: a listener that never listened reaches nobody.
+    assert "WARNING" not in done.stderr
 
 
 def test_a_host_that_is_no_host_name_names_its_address_and_setting(tmp_path: Path) -> None:

@@ -67,7 +67,13 @@ from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.drops import DropLog, Refusals
 from boxmq.mqtt.reasons import reason_for
-from boxmq.mqtt.settings import Listener, MqttSettings, listener_url
+from boxmq.mqtt.settings import (
+    Listener,
+    MqttSettings,
+    listener_url,
+    open_to_anyone,
+    open_warning,
+)
 
 __all__ = ["MqttServer"]
 
@@ -653,6 +659,7 @@ class MqttServer:
         bound: list[tuple[str, int]] = []
         descriptors = _Descriptors()  # here: after serve raised the limit
         self._tell_room(descriptors)
+        open_to_all: list[str] = []
         for listener in self.settings.listeners:
             for sock in await self._listen(listener):
                 host, port = sock.getsockname()[:2]
@@ -660,6 +667,12 @@ class MqttServer:
                 self._listening.append(_Listening(sock, url, self._factory(listener), descriptors))
                 bound.append((host, port))
                 log.info("MQTT listening on %s", url)
+                if open_to_anyone(self.settings, listener, host):
+                    open_to_all.append(url)
+        # Once every listener is bound: before, a host that then did not resolve was called
+        # open to the network, a line before the error that stopped serve.
+        if open_to_all:
+            log.warning("%s", open_warning(self.settings, open_to_all))
         return bound
 
     def _tell_room(self, descriptors: _Descriptors) -> None:

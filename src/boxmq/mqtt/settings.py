@@ -7,7 +7,9 @@ so that the password file and the ACL file (or a test's stand-in) plug in the sa
 
 from __future__ import annotations
 
+import ipaddress
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -19,6 +21,8 @@ __all__ = [
     "MqttSettings",
     "host_port",
     "listener_url",
+    "open_to_anyone",
+    "open_warning",
 ]
 
 
@@ -47,6 +51,31 @@ def host_port(host: str, port: int) -> str:
     """`host:port`, an IPv6 address in brackets as URLs write it (RFC 3986 §3.2.2): `[::1]:1883`,
     not `::1:1883`, whose port cannot be told from the address."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def open_to_anyone(settings: MqttSettings, listener: Listener, address: str) -> bool:
+    """True for a socket of `listener` bound on `address` that other machines may reach while
+    any client may connect (no password file, no client certificate required): the safe
+    default of 127.0.0.1 turned into a broker open to all. The address bound, not the host
+    written: a host name is known to be this machine's alone only once it is resolved."""
+    if settings.authenticator is not None or _certified(listener):
+        return False
+    return not ipaddress.ip_address(address.partition("%")[0]).is_loopback
+
+
+def open_warning(settings: MqttSettings, urls: Sequence[str]) -> str:
+    """The warning for the listeners `open_to_anyone` found, `urls` their addresses."""
+    return (
+        f"{', '.join(urls)}: other machines may reach this, and there is no "
+        "password_file: any client may connect there, and read and publish "
+        + ("what the ACL allows" if settings.authorizer is not None else "every topic")
+        + " (set [security] password_file, or listen on 127.0.0.1)"
+    )
+
+
+def _certified(listener: Listener) -> bool:
+    """A TLS listener that lets in only clients with a certificate its `ca` signed."""
+    return listener.ssl is not None and listener.ssl.verify_mode == ssl.CERT_REQUIRED
 
 
 @dataclass(frozen=True)
