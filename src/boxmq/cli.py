@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Refused before anything is done: `subscribe` would ack each message it never
         # printed, `get` lock one nobody sees, `put` send one whose id nobody learns.
         print(
-            f"boxmq {args.name}: the standard output is closed, so nothing it prints could be "
+            f"{_said_by(args)}: the standard output is closed, so nothing it prints could be "
             "read: give it one (>/dev/null to discard what it prints)",
             file=sys.stderr,
         )
@@ -117,10 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             output.flush()  # here, where a closed pipe is caught, not at exit
         return status
     except BoxMQError as error:
-        print(output.said(f"boxmq {args.name}: {error}"), file=sys.stderr)
+        print(output.said(f"{_said_by(args)}: {error}"), file=sys.stderr)
         return 1
     except output.OutputError as error:
-        print(f"boxmq {args.name}: {error}{_OUTPUT_LOST.get(args.name, '')}", file=sys.stderr)
+        print(f"{_said_by(args)}: {error}{_OUTPUT_LOST.get(args.name, '')}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         # The reader left (`boxmq get q | head -1`): quiet, as a Unix tool killed by SIGPIPE.
@@ -129,9 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # nothing more to flush at exit
         return SIGPIPE_STATUS
     except OSError as error:
-        print(
-            output.said(f"boxmq {args.name}: {_os_error(error, str(args.data))}"), file=sys.stderr
-        )
+        print(output.said(f"{_said_by(args)}: {_os_error(error, str(args.data))}"), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -148,6 +146,14 @@ def _empty_path(args: argparse.Namespace) -> str:
     if isinstance(args.data, Default):
         return "$BOXMQ_DATA is empty: give it the root folder, or unset it for ./data"
     return "--data is empty: give the root folder, e.g. --data ./data"
+
+
+def _said_by(args: argparse.Namespace) -> str:
+    """What an error line starts with: the command as typed, `boxmq put`, and with its action
+    for `session` (`boxmq session end`), whose actions do different things."""
+    if args.name == "session":
+        return f"boxmq session {args.action}"
+    return f"boxmq {args.name}"
 
 
 def _run(args: argparse.Namespace) -> int:

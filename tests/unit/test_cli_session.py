@@ -158,9 +158,13 @@ def test_end_of_no_session_names_the_root_and_what_lists_them(
     root = str(tmp_path)
     assert cli.main(["--data", root, "session", "end", "gone"]) == 1
     assert capsys.readouterr().err == (
-        f"boxmq session: no persistent MQTT session of client gone under {root} "
+        f"boxmq session end: no persistent MQTT session of client gone under {root} "
         "(see `boxmq session ls`)\n"
     )
+    # Named as typed, as every command's error is: `boxmq session:` told not which action.
+    (tmp_path / "file").write_text("")
+    assert cli.main(["--data", str(tmp_path / "file"), "session", "ls"]) == 1
+    assert capsys.readouterr().err.startswith(f"boxmq session ls: no folder {tmp_path / 'file'}")
 
 
 def test_end_takes_a_client_id_and_ls_none(tmp_path: Path) -> None:
