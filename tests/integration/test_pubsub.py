@@ -183,6 +183,31 @@ def test_unsubscribe_from_a_share_group_says_whether_it_was_a_member(
     assert box.unsubscribe("$share/g/jobs", "a") is False
 
 
+def test_the_last_subscription_to_a_filter_takes_its_folder_with_it(
+    box: boxmq.Box, root: Path
+) -> None:
+    """A share group's end left its filter's folders behind, one empty pair per filter ever
+    subscribed (`topic-root/sensors%2F%2B%2Ftemp/.subscriptions/`); another subscription to
+    the filter keeps them, and a subscribe after makes them again."""
+    topic_root = root / "topic-root"
+
+    def filters() -> list[str]:
+        return sorted(p.name for p in topic_root.iterdir() if not p.name.startswith("."))
+
+    member = box.subscribe("$share/g/sensors/+/temp", "a")
+    plain = box.subscribe("sensors/+/temp", "p", durable=True)
+    assert filters() == ["sensors%2F%2B%2Ftemp"]
+    member.close()  # the group's last member: the group ends, the plain subscription stays
+    assert filters() == ["sensors%2F%2B%2Ftemp"]
+    plain.close()
+    assert box.unsubscribe("sensors/+/temp", "p") is True
+    assert filters() == []
+    with box.subscribe("$share/g/sensors/+/temp", "b") as again:
+        box.publish("sensors/1/temp", b"21")
+        assert bodies(again) == ["21"]
+    assert filters() == []
+
+
 def test_retained_last_per_topic_deleted_by_empty_never_to_shared(
     root: Path, box: boxmq.Box
 ) -> None:

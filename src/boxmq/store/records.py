@@ -23,38 +23,52 @@ __all__ = ["flush_directories", "make_folders", "replace_file"]
 
 
 def make_folders(path: str, *, flush: bool, within: str) -> None:
-    """`os.makedirs(path, exist_ok=True)`; with `flush`, each folder made (up to `within`,
-    which must exist) is on disk after: its parent is fsynced."""
-    if not flush:
-        _makedirs(path)
-        return
-    made: list[str] = []  # which folders are new: only their parents need a flush
-    folder = path
-    while folder != within and not os.path.isdir(folder):
-        made.append(folder)
-        folder = os.path.dirname(folder)
-    _makedirs(path)
-    if made:
-        flush_directories(_parents(reversed(made)))
+    """`os.makedirs(path, exist_ok=True)`; with `flush`, each folder made below `within` is on
+    disk after: its parent is fsynced."""
+    if os.path.isdir(path):
+        return  # the common case, one look
+    made = _makedirs(path)
+    if flush and made:
+        inside = within.rstrip(os.sep) + os.sep
+        flush_directories(_parents(folder for folder in made if folder.startswith(inside)))
 
 
 _TRIES = 1000  # makes of a folder another process deletes each time before one is taken
 
 
-def _makedirs(path: str) -> None:
-    """`os.makedirs(path, exist_ok=True)`, made again if another process made the folder and
-    deleted it between the two looks makedirs takes (its mkdir found it there, its isdir no
-    longer): a share group's last member leaving in one process while a member joins in
-    another raised FileExistsError out of the join (1 in 12 runs of a test that does 400)."""
+def _makedirs(path: str) -> list[str]:
+    """`os.makedirs(path, exist_ok=True)`, and the folders it made, topmost first. A folder
+    another process deletes between two steps is made again, and those under it: an empty
+    filter's folder its last subscription's end removes (topics.remove_subscription) as a
+    subscribe makes its folder in it, which is then refused (FileNotFoundError); a share
+    group's folder its last member's leave deletes as a member joins, found there by mkdir
+    and gone at makedirs' look (FileExistsError out of the join, 1 in 12 runs of a test that
+    does 400). Each try looks again for what is missing, so that every folder made is told
+    (`flush` fsyncs their parents)."""
+    made: list[str] = []
     for _ in range(_TRIES):
+        missing = []
+        folder = path
+        while not os.path.isdir(folder):
+            missing.append(folder)
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                break
+            folder = parent
         try:
-            os.makedirs(path, exist_ok=True)
-            return
-        except FileExistsError:
-            if os.path.isdir(path):
-                return  # made again meanwhile
-            if os.path.lexists(path):
-                raise  # a file there, not a folder
+            for folder in reversed(missing):
+                try:
+                    os.mkdir(folder)
+                except FileExistsError:
+                    if os.path.isdir(folder):
+                        continue  # made by another process meanwhile
+                    if os.path.lexists(folder):
+                        raise  # a file there, not a folder
+                    raise FileNotFoundError(errno.ENOENT, "made and deleted", folder) from None
+                made.append(folder)
+            return made
+        except FileNotFoundError:
+            continue  # a folder above deleted meanwhile: look again
     raise FileExistsError(errno.EEXIST, f"made {_TRIES} times and deleted each time", path)
 
 

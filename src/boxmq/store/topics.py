@@ -271,6 +271,7 @@ def remove_if_abandoned(path: str, *, now: float, age: float) -> bool:
             os.rmdir(folder)
     except OSError:  # gone already, or something arrived (ENOTEMPTY): left as it is
         return False
+    _remove_empty_filter(path)
     return True
 
 
@@ -367,6 +368,22 @@ def remove_subscription(root: str, path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(path, _RECORD))
     remove_folder(root, path)
+    _remove_empty_filter(path)
+
+
+def _remove_empty_filter(path: str) -> None:
+    """The folders of the filter of the subscription at `path`, once it left them, if it was
+    the filter's last: they stayed behind, one pair per filter ever subscribed. rmdir takes
+    an empty folder only, so another subscription to the filter keeps them; and a subscribe
+    (or a share group's join) in another process making its folder in them as they go makes
+    them again (records.make_folders), as a join waiting for the group's flock makes again
+    the group's folder the last member's leave deleted (`locked_folder`)."""
+    holder = os.path.dirname(path)
+    for folder in (holder, os.path.dirname(holder)):
+        try:
+            os.rmdir(folder)
+        except OSError:  # another subscription is there (ENOTEMPTY), or it is gone already
+            return
 
 
 def generation(root: str) -> tuple[int, int] | None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from boxmq.store import records
 from boxmq.store.records import make_folders
 
 
@@ -37,3 +38,34 @@ def test_a_file_where_the_folder_goes_is_still_an_error(tmp_path: Path) -> None:
     (tmp_path / "a").write_text("")
     with pytest.raises(FileExistsError):
         make_folders(os.fspath(tmp_path / "a"), flush=False, within=os.fspath(tmp_path))
+
+
+@pytest.mark.parametrize("flush", [False, True])
+def test_a_folder_above_deleted_by_another_process_as_one_is_made_in_it_is_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flush: bool
+) -> None:
+    """A filter's folders, empty, deleted by the end of its last subscription in another
+    process after a subscribe here found them there and before it made its folder in them
+    (topics.remove_subscription): made again, all of them on disk with `flush`."""
+    within = tmp_path / "root"
+    filter = within / "topic-root" / "t"
+    path = filter / ".subscriptions" / "share.g"
+    path.parent.mkdir(parents=True)
+    real_mkdir = os.mkdir
+    flushed: list[str] = []
+    raced: list[str] = []
+
+    def mkdir(name: str | os.PathLike[str], mode: int = 0o777) -> None:
+        if os.fspath(name) == os.fspath(path) and not raced:
+            raced.append(os.fspath(name))
+            os.rmdir(path.parent)  # the other process's end: the filter's folders go
+            os.rmdir(filter)
+        real_mkdir(name, mode)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    monkeypatch.setattr(records, "flush_directories", flushed.extend)
+    make_folders(os.fspath(path), flush=flush, within=os.fspath(within))
+    assert raced
+    assert path.is_dir()
+    if flush:  # each folder made again is an entry of its parent, fsynced
+        assert set(flushed) == {str(filter.parent), str(filter), str(path.parent)}
