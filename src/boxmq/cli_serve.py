@@ -11,7 +11,6 @@ import dataclasses
 import logging
 import os
 import re
-import ssl
 import stat
 from collections.abc import Sequence
 from pathlib import Path
