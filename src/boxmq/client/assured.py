@@ -15,7 +15,9 @@ from `<root>/.exactly-once/`. A crash between marker and move is finished at res
 never sends a copy twice: to a queue the move is one rename (done or not); to topics the
 copies pass through each subscription's `working/.exactly-once/` (store/fanout.py), so a file
 still staged has no copy out yet and is sent again, and the copies of a file gone are renamed
-out of their pending folders.
+out of their pending folders. A message to a topic stored retained (MQTT's retain flag, kept
+in its name) replaces the topic's retained message before its copies go, while its file is
+still staged: a crash in between sends it again at restart, its retained message with it.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ __all__ = ["AssuredIntake", "AssuredMessage", "Outcome"]
 log = logging.getLogger("boxmq.exactly_once")
 
 # Publish each (envelope, file in working/, source), its copies flushed together: each error.
-_FanOut = Callable[[Sequence[tuple[Envelope, str, str]]], list[OSError | None]]
+# The flag: a retained one among them is superseded (replaces no retained message).
+_FanOut = Callable[[Sequence[tuple[Envelope, str, str]], bool], list[OSError | None]]
 
 
 class AssuredMessage(NamedTuple):
@@ -316,11 +319,21 @@ class AssuredIntake:
         return outcome
 
     def deliver_many(
-        self, keys: Sequence[tuple[str, str]], *, remember: bool = True, must_exist: bool = False
+        self,
+        keys: Sequence[tuple[str, str]],
+        *,
+        remember: bool = True,
+        must_exist: bool = False,
+        superseded: bool = False,
     ) -> list[Outcome]:
         """Step 2 for several (source, msg_id), in order: each one's outcome, what `deliver`
         would return for it or the error it would raise. Their markers are flushed together,
-        then their messages sent together: two flushes for them all, not two each."""
+        then their messages sent together: two flushes for them all, not two each.
+
+        A message to a topic stored retained (its `assured` properties say so: MQTT's
+        retain flag) replaces the topic's retained message as it is sent, unless
+        `superseded` (its sender knows a later one is in place); a crash after its marker
+        does both at the restart (Topics.send_files)."""
         outcomes: list[Outcome] = []
         with self._lock:
             self._restore()
@@ -347,7 +360,7 @@ class AssuredIntake:
                     marked.append((index, key, pending))
                 else:
                     outcomes[index] = self._not_delivered(key, pending, failure, must_exist)
-            errors = self._send_all([pending for _, _, pending in marked])
+            errors = self._send_all([pending for _, _, pending in marked], superseded)
             forgotten = False
             for (index, key, pending), failure in zip(marked, errors, strict=True):
                 if failure is not None:
@@ -445,7 +458,7 @@ class AssuredIntake:
     def _marker(self, source: str, msg_id: str) -> str:
         return os.path.join(self._markers, _marker_name(source, msg_id))
 
-    def _send_all(self, pendings: list[_Pending]) -> list[OSError | None]:
+    def _send_all(self, pendings: list[_Pending], superseded: bool = False) -> list[OSError | None]:
         """Send each message on from working/, with one flush for a queue's and one for a
         topic's: each one's error, if any (nothing of that one sent)."""
         errors: list[OSError | None] = [None] * len(pendings)
@@ -457,7 +470,7 @@ class AssuredIntake:
                 errors[index] = error
         if to_topics:
             files = [self._as_file(pendings[i]) for i in to_topics]
-            for index, error in zip(to_topics, self._fan_out(files), strict=True):
+            for index, error in zip(to_topics, self._fan_out(files, superseded), strict=True):
                 errors[index] = error
         return errors
 
@@ -488,6 +501,15 @@ class AssuredIntake:
                 return pending.envelope, file.read()
         except FileNotFoundError:  # delivered or dropped meanwhile
             return None
+
+    def message_id(self, source: str, msg_id: str) -> str | None:
+        """The id of the message `source` stored under `msg_id` that waits for its
+        `deliver` (its copies will have it), or None: for a sender that must know which
+        message it delivers, as an MQTT server routing a retained one."""
+        with self._lock:
+            self._restore()
+            pending = self._pending.get((source, msg_id))
+        return None if pending is None else pending.envelope.message_id
 
     def pending(self, source: str) -> list[str]:
         """The msg ids `source` stored (step 1) that wait for their `deliver`, as the files

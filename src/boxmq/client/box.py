@@ -311,7 +311,9 @@ class Box:
                     ids=self._ids,
                     clock=self._clock,
                     limits=self._exactly_once,
-                    fan_out=lambda files: self.topics.send_files(files),
+                    fan_out=lambda files, superseded: self.topics.send_files(
+                        files, superseded=superseded
+                    ),
                     side_files=self.side_files,
                 )
             return self._intake

@@ -336,14 +336,31 @@ class Topics:
                 raise
             self._retained.replace(staged)
 
-    def send_files(self, files: Sequence[tuple[Envelope, str, str | None]]) -> list[OSError | None]:
+    def send_files(
+        self, files: Sequence[tuple[Envelope, str, str | None]], *, superseded: bool = False
+    ) -> list[OSError | None]:
         """Publish files already written and flushed (exactly-once messages on `deliver`),
         each `(envelope, path, source)`, in order, their copies flushed together: each one's
         error (none of its copies sent), or None.
 
         The copies pass through each subscription's `working/.exactly-once/` (store/fanout.py),
         so that sending a file again after a crash never sends a copy twice (the copies a
-        crash left pending are finished by `store.fanout.finish_pending`)."""
+        crash left pending are finished by `store.fanout.finish_pending`).
+
+        A file published retained (its envelope says so) replaces its topic's retained
+        message before its copies go (unless `superseded`: a later one is in place): the
+        file stays in working/ until its copies are pending, so a crash in between leaves
+        it there, and the restart that sends it again replaces the retained message again
+        (the same message), never leaving copies out without it."""
+        retained = not superseded and any(_published_retained(e) for e, _, _ in files)
+        if not retained:
+            return self._send_files(files, retained=False)
+        with self._retained_lock.shared():  # as a retained publish: see its comment in __init__
+            return self._send_files(files, retained=True)
+
+    def _send_files(
+        self, files: Sequence[tuple[Envelope, str, str | None]], *, retained: bool
+    ) -> list[OSError | None]:
         errors: list[OSError | None] = [None] * len(files)
         planned: list[tuple[int, _Planned]] = []
         moves: list[list[Move]] = []
@@ -355,6 +372,12 @@ class Topics:
                 errors[index] = error
                 continue
             assert envelope.topic is not None
+            if retained and _published_retained(envelope):
+                try:
+                    self._replace_retained(envelope, data)
+                except OSError as error:
+                    errors[index] = error
+                    continue
             route = self._destinations(envelope.topic, QoS.EXACTLY_ONCE, source)
             names = _names(envelope, route.levels)
             move = self._staged(envelope, data, path, route.durable, names)
@@ -367,6 +390,12 @@ class Topics:
                 sent.append(plan)
         self._hand_over(sent)
         return errors
+
+    def _replace_retained(self, envelope: Envelope, data: bytes) -> None:
+        """An exactly-once file published retained becomes its topic's retained message."""
+        assert envelope.topic is not None
+        name = _names(envelope, (QoS.EXACTLY_ONCE,))[QoS.EXACTLY_ONCE]
+        self._retained.replace(self._retained.stage(envelope.topic, name, data))
 
     def copies(self, envelope: Envelope) -> list[tuple[str, str]]:
         """Where `send_files` would put the copies of `envelope` (published at QoS 2, from no
@@ -1439,3 +1468,9 @@ def _names(envelope: Envelope, levels: Iterable[QoS]) -> dict[QoS, str]:
 
 
 _TOO_LONG = "use a shorter topic or fewer properties"
+
+
+def _published_retained(envelope: Envelope) -> bool:
+    """Whether a message was published retained (an exactly-once file keeps the flag in
+    its name from its PUBLISH to its PUBREL)."""
+    return envelope.property_value(PUBLISHED_RETAINED) is True

@@ -13,6 +13,8 @@ Invariants:
   (flushed per the fsync policy); what the disk refused is answered with a failure (v5) or
   the connection closed (3.1.1), never acknowledged.
 - A QoS 2 message is routed once: a repeat of its PUBLISH is answered again, never routed.
+  A persistent session's retained one waits in the exactly-once intake for its PUBREL, as
+  its others do, and replaces the retained message there (`_deliver_retained`).
 - A client's Will goes to subscribers after what the client published before its connection
   ended: while that one's disk work runs or waits, the Will is the last of it. A retained
   Will, like a retained PUBLISH, goes to them once written.
@@ -26,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import CancelledError, Executor, Future
 from functools import partial
 
@@ -41,7 +43,7 @@ from boxmq.errors import (
     StoreFailed,
     store_failure,
 )
-from boxmq.model import MessageId
+from boxmq.model import PUBLISHED_RETAINED, MessageId, PropertyValue
 from boxmq.mqtt.clients import Client, Kick, Outgoing, disk_work_ahead
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job, run_all
@@ -146,9 +148,6 @@ class Publishing:
             # A repeat: answered again, never routed twice.
             self._out.send(client, Pubrec(packet_id))
             return
-        if qos == 2 and session.writing and packet_id in session.writing:
-            self._behind_its_write(client, session, packet)
-            return
         if self._settings.authorizer is not None and not self._may_publish(
             session.username, session.client_id, packet.topic
         ):  # the call only when there is someone to ask: this runs once per message
@@ -187,13 +186,6 @@ class Publishing:
             )
         self._refuse_publish(client, session, packet, logged=True)
         return True
-
-    def _behind_its_write(self, client: Client, session: Session, packet: Publish) -> None:
-        """A repeat of a retained QoS 2 PUBLISH still being written (its client reconnected,
-        or sent it again at once): it waits for that write, behind it in the client's jobs.
-        A method of its own: a lambda in `publish` made each of its calls build a cell for
-        every variable the lambda reads, about 800 instructions a message."""
-        client.jobs.append(Job(None, lambda _: self._after_write(client, session, packet)))
 
     def _publish_now(self, client: Client, session: Session, packet: Publish) -> None:
         qos = packet.qos
@@ -258,7 +250,11 @@ class Publishing:
         if not disk:
             client.jobs.append(Job(None, lambda _: self._publish_now(client, session, packet)))
             return
-        if packet.qos == 2 and not packet.retain:
+        if packet.qos == 2 and (not packet.retain or session.persistent):
+            # Into the exactly-once intake, a persistent publisher's retained one too (its
+            # retain flag kept there, the retained store replaced at its PUBREL): what got
+            # PUBREC survives a restart, a repeat after one is answered, never routed again,
+            # and it goes on at its PUBREL in its turn among its client's others.
             assert packet_id is not None
 
             def stored(result: object) -> None:
@@ -283,37 +279,15 @@ class Publishing:
                 )
             )
             return
-        if packet.qos == 2 and not session.persistent:
-            # Retained QoS 2 is written at PUBREL: the retained store has no working/ step.
+        if packet.qos == 2:
+            # A non-persistent session's retained QoS 2 is written at PUBREL, not kept on
+            # disk until then: its session, and so its PUBREL, does not outlive a restart.
             # Its id is made now, in its turn among its client's disk work, as the intake's
             # are for the QoS 2 PUBLISHes around it: a subscription orders by id, and one
             # made at PUBREL would put it behind those sent after it (MQTT-4.6.0-6).
             client.jobs.append(
                 Job(self._box.topics.new_id, partial(self._hold_retained, client, session, packet))
             )
-            return
-        if packet.qos == 2:
-            # A persistent publisher expects what got PUBREC to survive a restart, and the
-            # retained store has no working/ step: so it is published now, before PUBREC (the
-            # "deliver on PUBLISH" way MQTT allows), and PUBREL only completes the exchange.
-            assert packet_id is not None
-
-            def published(result: object) -> None:
-                assert session.writing is not None  # added to below
-                session.writing.discard(packet_id)
-                if isinstance(result, BoxMQError):
-                    self._not_routed(packet, order)
-                    self._send_error(client, Pubrec(packet_id), result)
-                    return
-                self._delivery.route_memory(client_id, packet, _written(order, result))
-                session.hold_for_release(packet_id, None)  # a repeat is answered, not routed
-                self._out.acknowledge(client, Pubrec, packet_id)
-
-            order = self._order_of(packet)
-            if session.writing is None:
-                session.writing = set()
-            session.writing.add(packet_id)
-            client.jobs.append(Job(lambda: self.write(client_id, packet, order), published))
             return
 
         def written(result: object) -> None:
@@ -341,15 +315,6 @@ class Publishing:
         id made in its turn (`message_id`): PUBREC."""
         assert isinstance(message_id, str)
         self._hold(client, session, packet, message_id)
-
-    def _after_write(self, client: Client, session: Session, packet: Publish) -> None:
-        """A repeated retained QoS 2 PUBLISH, once the write of the first ended: answered as a
-        repeat if that was published, else published now (the first failed: its PUBREC
-        said so to a connection that may be gone)."""
-        if packet.packet_id in session.awaiting_release:
-            self._out.send(client, Pubrec(packet.packet_id))
-        else:
-            self.publish(client, session, packet)
 
     def _send_error(self, client: Client, ack: Puback | Pubrec, error: BoxMQError) -> None:
         """A negative PUBACK/PUBREC (MQTT 5.0 §3.4.2.1, §3.5.2.1). 3.1.1 has none, and a
@@ -482,6 +447,9 @@ class Publishing:
         def work() -> object:
             if from_disk:
                 return self._deliver_kept(client_id, packet_id, kept)
+            if on_disk and order is not None:
+                assert publish is not None
+                return self._deliver_retained(client_id, packet_id, publish.topic, order)
             if on_disk:
                 return self._box.deliver(
                     exactly_once_source(client_id), str(packet_id), remember=False, must_exist=True
@@ -513,8 +481,8 @@ class Publishing:
                 self._delivery.route_memory(client_id, kept[0])
             self._out.send(client, Pubcomp(packet_id, reason))
 
-        if from_disk:  # after a restart: alone, as it reads the message first
-            client.jobs.append(Job(work, done))
+        if from_disk or order is not None:  # after a restart (it reads the message first), or
+            client.jobs.append(Job(work, done))  # retained (in its topic's turn): alone
         elif on_disk:  # with the neighbours' PUBRELs: their markers and moves share flushes
             key = (exactly_once_source(client_id), str(packet_id))
             client.jobs.append(Job(work, done, None, (self._deliver_many, key)))
@@ -693,6 +661,21 @@ class Publishing:
             kept.append(publish)
         return delivered
 
+    def _deliver_retained(self, client_id: str, packet_id: int, topic: str, order: int) -> object:
+        """A PUBREL's delivery of a retained message stored at its PUBLISH: its copies, and
+        its topic's retained message replaced unless a later one is in place (`write`'s
+        turn). Its id, for the routing (retained_window.py); False for a repeat."""
+        source, msg_id = exactly_once_source(client_id), str(packet_id)
+        intake = self._box.intake
+        with self._retained_order.turn(topic, order) as newest:
+            message_id = intake.message_id(source, msg_id)  # before the deliver forgets it
+            [outcome] = intake.deliver_many(
+                [(source, msg_id)], remember=False, must_exist=True, superseded=not newest
+            )
+            if isinstance(outcome, BaseException):
+                raise outcome  # inside the turn: a failed one does not count as written
+        return message_id if outcome is True and message_id is not None else outcome
+
     def _deliver_many(self, keys: list[tuple[str, str]]) -> list[object]:
         """PUBRELs of QoS 2 messages stored at their PUBLISH: out of the intake together."""
         return list(self._box.intake.deliver_many(keys, remember=False, must_exist=True))
@@ -725,10 +708,8 @@ class Publishing:
         def assured(properties: dict[str, str]) -> bool:
             return self._box.intake.assured_one(_assured_message(client_id, packet, properties))
 
-        # The names `assured` checks carry no retain flag (a retained QoS 2 message is
-        # published at once instead: _publish_later).
         expiry = stored_expiry(packet)
-        room = partial(self._box.topics.topic_room, expires_in=expiry)
+        room = partial(self._box.topics.topic_room, expires_in=expiry, retain=packet.retain)
         return store_with_properties(packet, self._box.side_files, assured, room)
 
 
@@ -758,12 +739,15 @@ def _assured_message(client_id: str, packet: Publish, properties: dict[str, str]
     """A QoS 2 PUBLISH as the exactly-once intake takes it, its Message Expiry Interval
     counting from now (its copies carry what is left of it, MQTT 5.0 §3.3.2.3.3)."""
     expiry = stored_expiry(packet)
+    given: Mapping[str, PropertyValue] = properties
+    if packet.retain:  # kept in its name until its PUBREL, which replaces the retained one
+        given = {**properties, PUBLISHED_RETAINED: True}
     return AssuredMessage(
         exactly_once_source(client_id),
         str(packet.packet_id),
         packet.payload,
         topic=packet.topic,
-        properties=properties,
+        properties=given,
         expires_in=expiry,
     )
 

@@ -98,7 +98,6 @@ class Session:
         "taken_from",
         "username",
         "will",
-        "writing",
     )
 
     def __init__(
@@ -120,9 +119,6 @@ class Session:
         self.awaiting_release: dict[int, Release] = {}
         self.held_bytes = 0  # payload bytes of the PUBLISHes `awaiting_release` keeps
         self._totals = totals  # where both count too, until the session ends
-        # Packet ids of retained QoS 2 PUBLISHes being written at PUBLISH (a persistent
-        # session's, publishing.py): a repeat read meanwhile waits for that write's end.
-        self.writing: set[int] | None = None
         # Share groups unsubscribed while the session held some of their messages: paused
         # (they take nothing more) until those are settled, then closed (delivery.py); with
         # the options those go out with.

@@ -348,7 +348,8 @@ def released_publish(
     if envelope.expired(now) or not envelope.topic:
         return None
     props = _remaining_expiry(_properties_of(envelope, side_files), envelope, now)
-    return new_publish(envelope.topic, body, 2, False, False, None, props)
+    retain = envelope.property_value(PUBLISHED_RETAINED) is True  # kept in its name
+    return new_publish(envelope.topic, body, 2, retain, False, None, props)
 
 
 @functools.lru_cache(maxsize=1024)

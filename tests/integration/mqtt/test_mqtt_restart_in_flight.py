@@ -17,6 +17,7 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from tests.integration.mqtt.clients import (
     RunningServer,
+    free_port,
     paho,
     paho_properties,
     serve_fresh,
@@ -32,6 +33,7 @@ from tests.integration.mqtt.raw import (
     publish_fields,
     publishes,
     pubrec,
+    pubrel,
     read,
     string,
     subscribe,
@@ -517,5 +519,119 @@ def test_a_kill_between_a_resuming_connects_record_and_its_resend_keeps_the_qos2
             device.sendall(pubrec(message.packet_id))
         assert publishes(device, within=0.5) == []  # answers the PUBRELs; nothing else comes
         device.close()
+    finally:
+        stop(server)
+
+
+# `boxmq serve`, killed (SIGKILL) by itself as it is about to send its first PUBREC: the QoS 2
+# PUBLISH it answers is on disk, and its client never learns so.
+_KILLED_AT_PUBREC = """
+import os, signal, sys
+from boxmq import cli
+from boxmq.mqtt.clients import Outgoing
+acknowledge = Outgoing.acknowledge
+def killed(self, client, kind, packet_id):
+    if kind.__name__ == "Pubrec":
+        os.kill(os.getpid(), signal.SIGKILL)
+    acknowledge(self, client, kind, packet_id)
+Outgoing.acknowledge = killed
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+# Killed by itself once it has replaced a retained message: for a persistent session's
+# retained QoS 2 one, at its PUBREL, between that replacement and the copies.
+_KILLED_AT_RETAINED = """
+import os, signal, sys
+from boxmq import cli
+from boxmq.store.retained import RetainedStore
+replace = RetainedStore.replace
+def killed(self, staged):
+    replace(self, staged)
+    os.kill(os.getpid(), signal.SIGKILL)
+RetainedStore.replace = killed
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def _retained_qos2(topic: str, payload: bytes, packet_id: int, *, dup: bool = False) -> bytes:
+    """A v5 QoS 2 PUBLISH with RETAIN set, without properties."""
+    body = string(topic) + packet_id.to_bytes(2, "big") + b"\x00" + payload
+    return packet(0x35 | (0x08 if dup else 0), body)
+
+
+def _served(tmp_path: Path, program: str) -> tuple[RunningServer, subprocess.Popen[bytes]]:
+    """`boxmq serve` on a new root, as `program` runs it (`-c`)."""
+    root, port = tmp_path / "root", free_port()
+    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
+    return address, serve_process(root, port, program=("-c", program))
+
+
+def _retained_once(target: RunningServer) -> None:
+    """The away subscriber "sub" of ret/# gets the message once; a new subscriber gets it as
+    the topic's retained message."""
+    sub, present = open_raw(target, "sub", clean=False)
+    assert present
+    assert _exactly(sub, 1) == [b"v"]
+    sub.close()
+    late, _ = open_raw(target, "late", clean=True)
+    late.sendall(subscribe(1, "ret/#", 1))
+    assert read(late)[0] == 0x90
+    kind, body = read(late)
+    assert kind & 0xF1 == 0x31, hex(kind)  # a PUBLISH, retained
+    assert publish_fields(body)[0] == b"v"
+    late.close()
+
+
+def test_a_retained_qos2_message_repeated_after_a_kill_before_its_pubrec_goes_once(
+    tmp_path: Path,
+) -> None:
+    """A persistent session's retained QoS 2 PUBLISH was written and routed at once, before
+    its PUBREC; a SIGKILL before that PUBREC went out lost the knowledge, and the client's
+    repeat (DUP) after the restart was routed a second time: a subscriber got it twice. It
+    waits in the exactly-once intake for its PUBREL now, as any QoS 2 message does."""
+    target, server = _served(tmp_path, _KILLED_AT_PUBREC)
+    try:
+        _subscribed(target, "sub", "ret/#", 2).close()
+        publisher, _ = open_raw(target, "pub", clean=False)
+        publisher.sendall(_retained_qos2("ret/1", b"v", 1))
+        assert read(publisher) == (0, b"")  # killed before its PUBREC
+        assert server.wait(timeout=20) == -signal.SIGKILL
+        publisher.close()
+        server = serve_process(target.root, target.port)
+        publisher, present = open_raw(target, "pub", clean=False)
+        assert present
+        publisher.sendall(_retained_qos2("ret/1", b"v", 1, dup=True))
+        assert read(publisher) == (0x50, b"\x00\x01")  # PUBREC
+        publisher.sendall(pubrel(1))
+        assert read(publisher) == (0x70, b"\x00\x01")  # PUBCOMP
+        publisher.close()
+        _retained_once(target)
+    finally:
+        stop(server)
+
+
+def test_a_kill_between_a_retained_qos2_messages_retained_store_and_its_copies_is_finished(
+    tmp_path: Path,
+) -> None:
+    """At its PUBREL, a persistent session's retained QoS 2 message replaces its topic's
+    retained message, then its copies go out of the intake: a SIGKILL in between leaves it
+    there, marked delivered, and the restart sends its copies (once) and keeps it retained."""
+    target, server = _served(tmp_path, _KILLED_AT_RETAINED)
+    try:
+        _subscribed(target, "sub", "ret/#", 2).close()
+        publisher, _ = open_raw(target, "pub", clean=False)
+        publisher.sendall(_retained_qos2("ret/1", b"v", 1))
+        assert read(publisher) == (0x50, b"\x00\x01")  # PUBREC
+        publisher.sendall(pubrel(1))
+        assert read(publisher) == (0, b"")  # killed before its PUBCOMP
+        assert server.wait(timeout=20) == -signal.SIGKILL
+        publisher.close()
+        server = serve_process(target.root, target.port)
+        publisher, present = open_raw(target, "pub", clean=False)
+        assert present
+        publisher.sendall(pubrel(1))
+        assert read(publisher)[0] == 0x70  # PUBCOMP (0x92: delivered at the restart)
+        publisher.close()
+        _retained_once(target)
     finally:
         stop(server)

@@ -1397,9 +1397,10 @@ def test_the_wait_for_pubrel_counts_against_a_qos2_messages_expiry(
 def test_a_retained_qos2_message_sent_again_during_its_write_is_routed_once(
     tmp_path: Path, reconnect: bool
 ) -> None:
-    """A persistent session's retained QoS 2 message is written and routed at its PUBLISH.
-    Its repeat (DUP), read before that write ended (the client reconnected, or sent it again
-    at once), found no trace of it yet, and was written and routed a second time."""
+    """A persistent session's retained QoS 2 message was written and routed at its PUBLISH:
+    its repeat (DUP), read before that write ended (the client reconnected, or sent it again
+    at once), found no trace of it yet, and was written and routed a second time. It goes
+    through the exactly-once intake now, which answers such a repeat without storing it."""
 
     async def test(broker: Broker) -> None:
         sub = _subscriber(broker, "sub", "r/#", 2)
@@ -1554,7 +1555,15 @@ def test_a_persistent_session_record_names_qos2_packet_ids_before_they_are_sent(
 
 
 def test_a_retained_qos2_message_that_got_pubrec_survives_a_restart(tmp_path: Path) -> None:
+    """A persistent session's retained QoS 2 message waits in the exactly-once intake, its
+    retain flag with it, for its PUBREL, which after a restart sends it on once, as
+    retained: its repeat (DUP) after the restart is answered, not routed again (it was
+    routed at its PUBLISH, and a restart before PUBREC forgot so: a second copy)."""
+
     async def first(broker: Broker) -> None:
+        keeper = _connect(broker, "keeper", expiry=600)
+        keeper.send(Subscribe(1, (Subscription("ret/#", 2),)))
+        keeper.send(Disconnect())
         pub = _connect(broker, "pubp", expiry=600)
         pub.send(Publish("ret/q2", b"kept", 2, retain=True, packet_id=11))
         await _until(lambda: bool(pub.inbox))
@@ -1563,6 +1572,17 @@ def test_a_retained_qos2_message_that_got_pubrec_survives_a_restart(tmp_path: Pa
         assert pub.take() == [Pubrec(11)]  # a repeat: answered again
 
     async def then(broker: Broker) -> None:
+        pub = _connect(broker, "pubp", expiry=600, clean=False)
+        pub.send(Publish("ret/q2", b"kept", 2, retain=True, dup=True, packet_id=11))
+        await _until(lambda: bool(pub.inbox))
+        assert pub.take() == [Pubrec(11)]
+        pub.send(Pubrel(11))
+        await _until(lambda: bool(pub.inbox))
+        assert pub.take() == [Pubcomp(11)]
+        keeper = _connect(broker, "keeper", expiry=600, clean=False)
+        await _until(lambda: any(isinstance(p, Publish) for p in keeper.inbox))
+        await asyncio.sleep(0.2)  # a second copy, if any, follows its first at once
+        assert [p.payload for p in keeper.take() if isinstance(p, Publish)] == [b"kept"]
         late = _connect(broker, "late")
         late.send(Subscribe(1, (Subscription("ret/#", 2),)))
         await _until(lambda: any(isinstance(p, Publish) for p in late.inbox))
@@ -1597,6 +1617,24 @@ class _HeldWrites:
                 self.release[packet.topic].wait(20)
 
 
+class _HeldDelivers:
+    """`Publishing._deliver_retained` held as `_HeldWrites` holds a write: a persistent
+    session's retained QoS 2 message, sent on out of the intake at its PUBREL."""
+
+    def __init__(self, deliver: Callable[[str, int, str, int], object], *topics: str) -> None:
+        self._deliver = deliver
+        self.done = {topic: threading.Event() for topic in topics}
+        self.release = {topic: threading.Event() for topic in topics}
+
+    def __call__(self, client_id: str, packet_id: int, topic: str, order: int) -> object:
+        try:
+            return self._deliver(client_id, packet_id, topic, order)
+        finally:
+            if topic in self.done:
+                self.done[topic].set()
+                self.release[topic].wait(20)
+
+
 def _publishes(peer: Peer) -> list[tuple[bytes, bool]]:
     return [(p.payload, p.retain) for p in peer.take() if isinstance(p, Publish)]
 
@@ -1604,7 +1642,7 @@ def _publishes(peer: Peer) -> list[tuple[bytes, bool]]:
 @pytest.mark.parametrize(
     ("qos", "expiry"),
     [(0, 0), (1, 0), (2, 0), (2, 600)],
-    ids=["qos0", "qos1", "qos2-written-at-pubrel", "qos2-persistent-written-at-publish"],
+    ids=["qos0", "qos1", "qos2-written-at-pubrel", "qos2-persistent-stored-at-publish"],
 )
 def test_a_subscribe_while_a_retained_message_is_written_gets_it_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qos: int, expiry: int
@@ -1614,13 +1652,18 @@ def test_a_subscribe_while_a_retained_message_is_written_gets_it_once(
     before gets it live once, and what is published after the SUBSCRIBE goes out live."""
 
     async def test(broker: Broker) -> None:
-        held = _HeldWrites(broker._publishing.write, "r/t")
-        monkeypatch.setattr(broker._publishing, "write", held)
+        held: _HeldWrites | _HeldDelivers
+        if expiry:  # in the intake since its PUBLISH: sent on (and retained) at its PUBREL
+            held = _HeldDelivers(broker._publishing._deliver_retained, "r/t")
+            monkeypatch.setattr(broker._publishing, "_deliver_retained", held)
+        else:
+            held = _HeldWrites(broker._publishing.write, "r/t")
+            monkeypatch.setattr(broker._publishing, "write", held)
         early = _subscriber(broker, "early", "r/#", 2)
         pub = _connect(broker, "pub", expiry=expiry)
         late = _connect(broker, "late")
         pub.send(Publish("r/t", b"one", qos, retain=True, packet_id=None if qos == 0 else 1))
-        if qos == 2 and not expiry:
+        if qos == 2:
             await _until(lambda: bool(pub.inbox))
             assert pub.take() == [Pubrec(1)]
             pub.send(Pubrel(1))
