@@ -443,10 +443,13 @@ class Publishing:
         # before it is delivered (`work`).
         from_disk = on_disk and (held is None or held.publish is None)
         kept: list[Publish] = []
+        # Its place among retained messages, should working/ say it is one: taken here, on
+        # the loop, as the PUBREL is received (retained_order.py).
+        number = self._retained_order.take() if from_disk else 0
 
         def work() -> object:
             if from_disk:
-                return self._deliver_kept(client_id, packet_id, kept)
+                return self._deliver_kept(client_id, packet_id, kept, number)
             if on_disk and order is not None:
                 assert publish is not None
                 return self._deliver_retained(client_id, packet_id, publish.topic, order)
@@ -640,12 +643,14 @@ class Publishing:
         room = partial(self._box.topics.topic_room, expires_in=expiry, retain=packet.retain)
         return store_with_properties(packet, self._box.side_files, publish, room)
 
-    def _deliver_kept(self, client_id: str, packet_id: int, kept: list[Publish]) -> object:
+    def _deliver_kept(
+        self, client_id: str, packet_id: int, kept: list[Publish], number: int
+    ) -> object:
         """A PUBREL's delivery out of the intake when the server no longer holds its PUBLISH
         (it restarted since): the message as working/ keeps it is put in `kept` first, for
         the subscribers in memory, who got it at the PUBREL without a restart. A file that
         cannot be read leaves them without it; the durable subscriptions get it all the
-        same."""
+        same. A retained one takes its topic's turn as `number` (`_deliver_retained`)."""
         source, msg_id = exactly_once_source(client_id), str(packet_id)
         try:
             found = self._box.intake.peek(source, msg_id)
@@ -656,7 +661,11 @@ class Publishing:
         publish = None
         if found is not None:
             publish = released_publish(*found, self._clock.now(), self._box.side_files)
-        delivered = self._box.deliver(source, msg_id, remember=False, must_exist=True)
+        if publish is not None and publish.retain:
+            outcome = self._deliver_retained(client_id, packet_id, publish.topic, number)
+            delivered = True if isinstance(outcome, str) else outcome
+        else:
+            delivered = self._box.deliver(source, msg_id, remember=False, must_exist=True)
         if publish is not None:
             kept.append(publish)
         return delivered
