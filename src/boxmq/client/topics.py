@@ -352,11 +352,12 @@ class Topics:
         file stays in working/ until its copies are pending, so a crash in between leaves
         it there, and the restart that sends it again replaces the retained message again
         (the same message), never leaving copies out without it."""
-        retained = not superseded and any(_published_retained(e) for e, _, _ in files)
-        if not retained:
-            return self._send_files(files, retained=False)
-        with self._retained_lock.shared():  # as a retained publish: see its comment in __init__
-            return self._send_files(files, retained=True)
+        if not superseded:
+            for envelope, _, _ in files:  # a loop, not any() of a generator: half its cost
+                if envelope.property_value(PUBLISHED_RETAINED) is True:
+                    with self._retained_lock.shared():  # see its comment in __init__
+                        return self._send_files(files, retained=True)
+        return self._send_files(files, retained=False)
 
     def _send_files(
         self, files: Sequence[tuple[Envelope, str, str | None]], *, retained: bool
