@@ -8,9 +8,13 @@ per queue for its consumers; `close()` releases whatever they still hold.
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import logging
 import os
 import threading
+import weakref
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import TracebackType
@@ -55,6 +59,7 @@ from boxmq.store.topics import (
     unreadable_told,
 )
 from boxmq.store.v5_properties import V5Reader
+from boxmq.store.watch import read_news
 
 if TYPE_CHECKING:  # imported where first used: see Box.topics
     from boxmq.client.assured import AssuredIntake
@@ -95,8 +100,16 @@ class Box:
         self._lock = threading.Lock()
         self._live: dict[str, LiveQueue] = {}  # by dropbox path
         # Called with the consumers of a dropbox this process just put messages in, from the
-        # thread that put them (LiveQueue.sent): an MQTT broker's `pump_all` takes those.
+        # thread that put them (LiveQueue.sent), and with those of a dropbox that may have
+        # something new for them (`read_news`): an MQTT broker's `pump_all` takes those.
         self._listeners: list[Callable[[list[ConsumerId]], object]] = []
+        # The live queues' reminders (LiveQueue._remind_when_due), as they ask, from any
+        # thread; and those `read_news` took, by time (a count breaks ties). A queue is
+        # held weakly: one closed and forgotten is no reason to keep it.
+        self._asked: deque[tuple[float, int, weakref.ref[LiveQueue]]] = deque()
+        self._reminders: list[tuple[float, int, weakref.ref[LiveQueue]]] = []
+        self._reminder_numbers = itertools.count()
+        self._reading = threading.Lock()  # the reminders' heap
         self._topics: Topics | None = None
         self._intake: AssuredIntake | None = None
         self._exactly_once = exactly_once
@@ -131,6 +144,8 @@ class Box:
             live.abandon_in_child()
         self._live = {}
         self._listeners = []  # the parent's broker, which a child's puts are no news to
+        self._asked, self._reminders = deque(), []  # the parent's queues'
+        self._reading = threading.Lock()
         self._topics = None
         self._intake = None
 
@@ -696,6 +711,7 @@ class Box:
                     v5=self.v5,
                     shown=shown,
                     listeners=self._listeners,
+                    remind=self._remind,
                 )
                 self._live[dropbox.path] = live
             return live
@@ -711,6 +727,33 @@ class Box:
         """`listener` is told no more (`listen_offered`)."""
         with contextlib.suppress(ValueError):
             self._listeners.remove(listener)
+
+    def read_news(self) -> None:
+        """For a process that never waits in a receive but receives with `receive_ready`
+        from those its `listen_offered` listeners name (an MQTT broker): tell them the
+        consumers of each queue and subscription open here that may have something new,
+        with no look at the others. Those whose folders had files come or go since their
+        last receive (what other processes put: one read of the process's inotify
+        instance, store/watch.py), and those whose engine has something due now (a lock's
+        end, a delayed message: each asks when it has one) or whose folder is polled (no
+        inotify: told at each call). What they got back from another consumer (a detach, an
+        unlock) was told as it came. A look at each of its receivers now and then is still
+        their caller's, for what a watch misses (the receive's own rescans and sweeps)."""
+        read_news()
+        now = self._clock.now()
+        due: list[LiveQueue] = []
+        with self._reading:
+            asked, reminders = self._asked, self._reminders
+            while asked:
+                heapq.heappush(reminders, asked.popleft())
+            while reminders and reminders[0][0] <= now:
+                if (live := heapq.heappop(reminders)[2]()) is not None:
+                    due.append(live)
+        for live in due:  # out of the lock: each takes its own
+            live.tell()
+
+    def _remind(self, when: float, live: LiveQueue) -> None:
+        self._asked.append((when, next(self._reminder_numbers), weakref.ref(live)))
 
     def _refused(self) -> Closed:
         return Closed(f"this box of {self.root} is closed: open the root again")

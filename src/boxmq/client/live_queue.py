@@ -148,6 +148,11 @@ def ranked_priority(name: str) -> int | None:
     return priority
 
 
+# How far ahead a queue asks its box for a reminder of its next deadline (`_remind_when_due`):
+# a persistent MQTT session's locks end in a century, and each reminder holds its place
+# until then.
+_REMIND_WITHIN: Final = 3600.0
+
 # Releases worth a line in the log: the holder did not give the message back itself.
 _TOLD = frozenset({ReleaseReason.TIMED_OUT, ReleaseReason.OWNER_GONE})
 
@@ -164,12 +169,18 @@ class LiveQueue:
         v5: V5Reader | None = None,
         shown: str | None = None,
         listeners: list[Callable[[list[ConsumerId]], object]] | None = None,
+        remind: Callable[[float, LiveQueue], object] | None = None,
     ) -> None:
         self.name = name  # what the logs and errors say: a subscription's folder
         # Told the consumers attached when this process's own puts are offered (`sent`): a
         # broker pumps those, not every one of its thousands of subscribers, after a batch.
         # The box's list, shared: one added later is told too (Box.listen_offered).
         self._listeners = [] if listeners is None else listeners
+        # For those listeners, who look only at the queues with news (`tell`): asked to
+        # `tell` at a time the engine has something due (a lock's end, a delayed message),
+        # or at once while the watcher polls. `_reminded`: the earliest asked for, if to come.
+        self._remind = remind
+        self._reminded = -math.inf
         # What its messages' `queue` says: the name a user gives back (`box.subscription`,
         # `boxmq peek`): a subscription's filter, "$share/GROUP/FILTER" for a share group.
         self.queue = name if shown is None else shown
@@ -363,6 +374,8 @@ class LiveQueue:
             inbox.clear()
             self._apply_all(given_back)
             self._wake_others()
+            if given_back:
+                self.tell()  # to the other consumers, whose receives they go to now
 
     def rest(self, consumer: ConsumerId) -> None:
         """`consumer` receives nothing for a while (an MQTT client away, its persistent
@@ -399,11 +412,25 @@ class LiveQueue:
         return self._watcher is not None
 
     def _watch(self) -> Watcher:
-        return watch(
+        watcher = watch(
             self._box.dir(State.TARGET),
             poll_interval=self._options.poll_interval,
             polling=self._options.polling,
         )
+        watcher.on_news = self.tell  # what other processes dropped (watch.read_news)
+        return watcher
+
+    def tell(self) -> None:
+        """Tell the listeners (Box.listen_offered) the consumers attached here: the queue
+        may have something for them (news the watcher has, a deadline come, messages given
+        back), which their next receive finds."""
+        if not self._listeners:
+            return
+        with self._mutex:
+            consumers = list(self._inbox)
+        if consumers:
+            for listener in self._listeners:
+                listener(consumers)
 
     def _watcher_open(self) -> Watcher:
         """The watcher, opened again after a rest: target/ is read again at the next look,
@@ -460,6 +487,8 @@ class LiveQueue:
                 self._apply_all(effects)
             self._outliving.discard(consumer)
             self._wake_others()
+            if effects:
+                self.tell()  # to the other consumers, whose receives they go to now
 
     def _give_back(self, consumer: ConsumerId, inbox: deque[MessageId]) -> list[Effect]:
         """The claims in `inbox` still leased to `consumer` (none timed out), handed back."""
@@ -592,6 +621,8 @@ class LiveQueue:
             if self._apply(effect):  # another process settled or took the lock meanwhile
                 raise lock_gone(effect.message.message_id, self._box.path)
             self._wake_others()
+            if isinstance(effect, Release):
+                self.tell()  # back in target/: for any consumer, now or at its delay's end
             return effect
 
     def abandon_in_child(self) -> None:
@@ -771,6 +802,29 @@ class LiveQueue:
             # Only news wakes the other consumers: waking them for nothing made two idle
             # consumer threads wake each other in turn, forever (a core's worth of CPU).
             self._wake_others()
+        if self._remind is not None and self._listeners:
+            self._remind_when_due(now)
+
+    def _remind_when_due(self, now: float) -> None:
+        """Ask to be told (`tell`) when the engine next has something due, within an hour
+        (later ones are asked for by a look closer to them); at the next sweep of
+        processing/ while this process holds locks (another process may settle or extend
+        one by id: `_reconcile`, which the watch of target/ does not see); at once, while
+        the watcher polls: only a look finds what came. One reminder at a time, unless an
+        earlier one is due."""
+        watcher = self._watcher
+        if watcher is not None and watcher.polls:
+            due: float | None = now
+        else:
+            due = self._engine.next_deadline()
+            if self._locks and (due is None or self._next_sweep < due):
+                due = self._next_sweep
+        if due is None or due - now > _REMIND_WITHIN:
+            return
+        if due < self._reminded or self._reminded <= now:
+            self._reminded = due
+            assert self._remind is not None
+            self._remind(due, self)
 
     def _expire(self, now: float) -> bool:
         """End the locks whose deadline passed and expire what is due; True if any. A claim

@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -143,6 +144,10 @@ _CLAIM_RETRY: Final = 0.05
 _CLAIM_PATIENCE: Final = 5.0
 _CHECKERS: Final = 2  # password checks at once, each in a thread of its own
 _Check = tuple[Callable[[], bool], Callable[[Future[bool]], None]]  # a check, and its answer
+# Seconds in which the ticks pump each connected persistent session in turn, news or not
+# (`_walk_on`): for what no news tells, a live queue's rescan of target/ (each 5 s) and
+# sweep of processing/ (each 1 s while pumped) among them.
+_WALK_EVERY: Final = 5.0
 
 
 def _waits_for_claim(client: Client, now: float) -> bool:
@@ -243,6 +248,11 @@ class Broker:
         self._named: dict[str, str] = {}
         self._listener = self._offered.extend
         box.listen_offered(self._listener)
+        # The ticks' walk through the connected sessions with durable subscriptions
+        # (`_walk_on`): the client ids of this round, how far it went, and when.
+        self._walk: list[str] = []
+        self._walk_at = 0
+        self._walked = clock.now()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
         # Password checks: two at a time at most, beside the loop and the disk work.
         self._checks = ThreadPoolExecutor(
@@ -568,7 +578,14 @@ class Broker:
         self._delivery.report_drops(now=now)
         if self._sys.due(now):
             self._publish_sys(now)
-        self.pump_all(every=True)
+        # What other processes dropped, locks and delays that ended: the sessions with news
+        # join `_offered`, read at once for all of them. A look at each of 4,000 idle
+        # sessions (a read of the inotify instance each) kept 40 % of a core busy.
+        self.box.read_news()
+        self.pump_all()
+        for client_id in self._delivery.refused():  # claims the file system refused: again
+            self._pump_connected(client_id)
+        self._walk_on(now)
         self.flush()
 
     def _look_at(self, client: Client, now: float) -> None:
@@ -642,50 +659,57 @@ class Broker:
         """At start: the persistent sessions on disk end when their records say (lifetimes.py)."""
         self._lifetimes.resume_expiries()
 
-    def pump_all(self, *, every: bool = False) -> None:
+    def pump_all(self) -> None:
         """The connected sessions with durable subscriptions take what they have room for:
-        those whose dropboxes this process put messages in since the last call (after each
-        disk batch, `_offered`), or `every` one (each tick: what other processes dropped in
-        them, which only a receive's look at the watcher finds, locks that timed out, claims
-        the file system refused). One QoS 1 message to one of 4,000 connected devices cost a
-        walk of 4,000 pumps per batch (docs/benchmarks.md, "Many connected persistent
-        sessions"). A session whose acknowledgements freed slots is refilled at the end of
-        its read (Delivery.refill); one that resumes, or subscribes, is pumped then. Which
-        order the sessions take decides no share group member's share: the messages of a
-        group's dropbox are handed to its members by its engine's dispatch (round-robin by
-        default) at the first member's look, whichever it is, and each takes its own (every
-        member here is told of the group's messages); every session pumped is written out at
-        the same flush."""
+        those whose dropboxes may have something new for them since the last call
+        (`_offered`): this process put messages in them (after each disk batch), or the
+        box's `read_news` told of them (each tick: what other processes dropped, locks and
+        delays that ended), or another consumer gave messages back (a share group member
+        that left). One QoS 1 message to one of 4,000 connected devices cost a walk of
+        4,000 pumps per batch, and each tick a walk of 4,000 (docs/benchmarks.md, "Many
+        connected persistent sessions"). A session whose acknowledgements freed slots is
+        refilled at the end of its read (Delivery.refill); one that resumes, or subscribes,
+        is pumped then. Which order the sessions take decides no share group member's
+        share: the messages of a group's dropbox are handed to its members by its engine's
+        dispatch (round-robin by default) at the first member's look, whichever it is, and
+        each takes its own (every member here is told of the group's messages); every
+        session pumped is written out at the same flush."""
         offered = self._offered
-        if every:
-            offered.clear()  # what a disk thread adds from here on is pumped by the next call
-            self._pump_every()
-            return
         if not offered:
             return
         names: set[str] = set()
         for _ in range(len(offered)):  # the disk threads only append: popleft is safe
             names.add(offered.popleft())
-        durable, named, sessions = self._durable, self._named, self._sessions
+        named = self._named
         for name in names:
             client_id = named.get(name)
-            if client_id is not None and client_id in durable:
-                session = sessions.get(client_id)
-                if session is not None and session.connected:
-                    self._delivery.pump(session)
+            if client_id is not None:
+                self._pump_connected(client_id)
 
-    def _pump_every(self) -> None:
-        # Through the fewer of the sessions with subscriptions on disk (every offline one among
-        # them) and the connected clients (every clean one among them): 4,000 idle devices
-        # beside one durable subscriber cost each tick (4 a second) a walk of 4,000.
-        durable, links, sessions = self._durable, self._links, self._sessions
-        if not durable:  # no session has one: the look at each client would find none
-            return
-        for client_id in list(durable if len(durable) < len(links) else links):
-            if client_id in durable:
-                session = sessions.get(client_id)
-                if session is not None and session.connected:
-                    self._delivery.pump(session)
+    def _pump_connected(self, client_id: str) -> None:
+        if client_id in self._durable:
+            session = self._sessions.get(client_id)
+            if session is not None and session.connected:
+                self._delivery.pump(session)
+
+    def _walk_on(self, now: float) -> None:
+        """Pump the next connected sessions with durable subscriptions, news or not: each
+        once per `_WALK_EVERY` seconds, a share of them at each tick (all at once, 4,000
+        looks of 30-120 us would hold the loop a tenth of a second or more). For what no
+        news tells: the rescans and sweeps a live queue makes as it is pumped."""
+        walk = self._walk
+        if self._walk_at >= len(walk):  # a new round, through those there are now
+            durable, links = self._durable, self._links
+            # Through the fewer of the sessions with subscriptions on disk (every offline one
+            # among them) and the connected clients (every clean one among them).
+            self._walk = walk = list(durable if len(durable) < len(links) else links)
+            self._walk_at = 0
+        share = min(1.0, max(0.0, now - self._walked) / _WALK_EVERY)
+        self._walked = now
+        start = self._walk_at
+        self._walk_at = end = start + max(1, math.ceil(len(walk) * share))
+        for client_id in walk[start:end]:
+            self._pump_connected(client_id)
 
     def _batch_ready(self) -> None:
         """A batch's messages are in their dropboxes, the commit's last flush (a journal

@@ -128,6 +128,11 @@ class Delivery:
             finally:
                 self._deferred = []
 
+    def refused(self) -> list[str]:
+        """The client ids of the sessions with a dropbox the file system refused to take
+        messages from (`_refused_claim`): tried again at each tick, until it lets them."""
+        return list({client_id for client_id, _ in self._refused})
+
     def refill(self) -> None:
         """At the end of a read: the sessions whose acks freed slots take more messages."""
         settled, self.settled = self.settled, {}

@@ -29,13 +29,14 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from boxmq.forks import renew_in_children
 from boxmq.store import libc
 
-__all__ = ["Changes", "InotifyWatcher", "PollingWatcher", "Watcher", "watch"]
+__all__ = ["Changes", "InotifyWatcher", "PollingWatcher", "Watcher", "read_news", "watch"]
 
 log = logging.getLogger("boxmq.queue")
 
@@ -84,6 +85,17 @@ class Changes:
 
 
 class Watcher(Protocol):
+    # Called (with no lock held) by `read_news` when news came that no `wait` read yet:
+    # for a caller that never blocks on its watchers (an MQTT broker's thousands of
+    # sessions) and looks only at those with news. A polling watcher has none to tell.
+    on_news: Callable[[], object] | None
+
+    @property
+    def polls(self) -> bool:
+        """Whether only a `wait` finds news, on a timer (no watch is held): `on_news` is
+        never called, and its owner must look at least every poll interval."""
+        ...
+
     def wait(self, timeout: float | None) -> Changes:
         """Block until something lands, `wakeup` is called, or `timeout` seconds pass."""
         ...
@@ -131,6 +143,8 @@ class _Inotify:
         self.poller: InotifyWatcher | None = None
         self.followers: dict[InotifyWatcher, None] = {}  # waiting on their conditions
         self.watchers: set[InotifyWatcher] = set()  # open: all told of an overflow
+        # Handed news by another watcher's read since their own last wait (`read_news`).
+        self.pending: set[InotifyWatcher] = set()
         self._watches: dict[int, _Watch] = {}
         self._poll = select.poll()
         self._poll.register(fd, select.POLLIN)
@@ -147,7 +161,7 @@ class _Inotify:
         self.lock = threading.Lock()  # another thread may have held it at the fork
         self.forked = True
         self.poller, self.followers, self._watches = None, {}, {}
-        self.watchers = set()
+        self.watchers, self.pending = set(), set()
         os.close(self.fd)  # the child's copies: the parent's instance lives on
         os.close(self._kick)
 
@@ -189,11 +203,9 @@ class _Inotify:
 
     def hand_out(self, data: bytes, reader: InotifyWatcher | None) -> None:
         """Give each watcher its news in `data`, read by `reader`'s thread (and what more
-        the instance holds), and wake those that wait for it."""
-        # Who to wake, only if any waits: a lone receive's look (wait(0)) wakes nobody.
-        touched: set[InotifyWatcher] | None = (
-            set() if self.followers or self.poller is not None else None
-        )
+        the instance holds), wake those that wait for it, and note the others as pending
+        (`read_news`)."""
+        touched: set[InotifyWatcher] = set()
         watches = self._watches
         unpack, header = _EVENT.unpack_from, _EVENT.size
         while True:
@@ -208,8 +220,7 @@ class _Inotify:
                         for watcher in self.watchers:
                             watcher.lose()
                             watcher.moved = True  # what was lost may be the folder's leaving
-                        if touched is not None:
-                            touched.update(self.watchers)
+                        touched.update(self.watchers)
                     continue  # else a watch let go of: old news
                 if mask & _IN_IGNORED:
                     del watches[wd]  # the kernel let go of it: its folder was deleted
@@ -238,15 +249,13 @@ class _Inotify:
                                 gone.append(raw)
                                 if len(gone) > _UNREAD:
                                     watcher.lose()
-                    if touched is not None:
-                        touched.update(folders)
+                    touched.update(folders)
                 if watch.parents and mask & (_PARENT_MASK | _SELF):
                     name = data[start:offset].rstrip(b"\0")
                     for watcher in watch.parents:
                         if mask & _SELF or name == watcher.base:
                             watcher.moved = True
-                            if touched is not None:
-                                touched.add(watcher)
+                            touched.add(watcher)
                     # else another name in the parent: none of its watchers'
             if len(data) <= _BUFFER - _LARGEST_EVENT:  # else more may wait: read again
                 break
@@ -254,10 +263,16 @@ class _Inotify:
                 data = os.read(self.fd, _BUFFER)
             except BlockingIOError:
                 break
-        for watcher in touched or ():
+        if not touched:
+            return
+        touched.discard(reader)  # it takes its news now
+        self.pending |= touched
+        if not self.followers and self.poller is None:
+            return  # nobody waits: a lone receive's look (wait(0)) wakes nobody
+        for watcher in touched:
             if watcher in self.followers:
                 watcher.cond.notify()
-            elif watcher is self.poller and watcher is not reader:
+            elif watcher is self.poller:
                 self.kick()  # it polls: the events it would have woken for were read here
 
     def poll(self, poller: InotifyWatcher, timeout: float | None) -> None:
@@ -425,12 +440,18 @@ class InotifyWatcher:
         self.everything = False  # news was lost: rescan
         self._woken = False
         self._closed = False
+        self.on_news: Callable[[], object] | None = None
         with inotify.lock:
             if not self._rewatch():
                 self._let_go()
                 assert self._error is not None
                 raise self._error
             inotify.watchers.add(self)
+
+    @property
+    def polls(self) -> bool:
+        """While no folder is at its path, it looks for one on a timer, at a `wait`."""
+        return self._retry_at is not None
 
     def lose(self) -> None:
         """News was lost (the instance's queue overflowed), or too much of it is unread
@@ -444,6 +465,7 @@ class InotifyWatcher:
         if inotify.forked:
             inotify = self._move_to_child()
         with inotify.lock:
+            inotify.pending.discard(self)
             if timeout != 0:
                 self._wait(inotify, timeout)
             else:
@@ -591,11 +613,15 @@ class InotifyWatcher:
             if not inotify.forked:  # else the watches are the parent's
                 self._let_go()
             inotify.watchers.discard(self)
+            inotify.pending.discard(self)
             self._rouse(inotify)  # a wait in another thread ends, as a polling watcher's does
 
 
 class PollingWatcher:
     """Naps, then says "rescan" at most once per interval (a rescan costs a directory scan)."""
+
+    polls = True
+    on_news: Callable[[], object] | None = None  # never called: only a wait finds news
 
     def __init__(self, interval: float) -> None:
         self._interval = interval
@@ -618,6 +644,25 @@ class PollingWatcher:
 
     def close(self) -> None:
         self._woken.set()
+
+
+def read_news() -> None:
+    """Read the process's inotify instance now, without waiting, and call the `on_news` of
+    each watcher it gave news that no `wait` of that watcher read yet (once: the next call
+    tells it again only of news that came since). For a process that does not wait on its
+    watchers but looks at them in turn: an MQTT broker with thousands of connected
+    sessions reads the instance once per tick, then looks at those with news alone, where
+    a look at each (a read of the instance) cost 30-120 us (docs/benchmarks.md, "Many
+    connected persistent sessions")."""
+    inotify = _process
+    if inotify is None or inotify.forked:
+        return  # no watcher yet; or the parent's, which a child's watcher moves from at its wait
+    with inotify.lock:
+        inotify.drain(None)
+        pending, inotify.pending = inotify.pending, set()
+    for watcher in pending:  # out of the lock: a callback may take its owner's
+        if (told := watcher.on_news) is not None:
+            told()
 
 
 def watch(directory: str, *, poll_interval: float, polling: bool = False) -> Watcher:
