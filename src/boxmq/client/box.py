@@ -449,10 +449,11 @@ class Box:
 
         full=False (serve's timer): every queue, but of the subscriptions only those where
         something may be due: a lock's deadline or an expiry the last visit saw, a copy with
-        an expiry published by this process, a consumer here receiving, a process holding
-        locks or subscriptions that died; and every subscription once every FULL_SWEEP_EVERY
-        seconds, for what other processes did meanwhile. Offline MQTT sessions with nothing
-        due then cost nothing (docs/operations.md)."""
+        an expiry published by this process, a consumer here receiving from it where
+        something changed since (LiveQueue.wants_sweep), a process holding locks or
+        subscriptions that died; and every subscription once every FULL_SWEEP_EVERY seconds,
+        for what other processes did meanwhile. Offline MQTT sessions, and connected ones,
+        with nothing due then cost nothing (docs/operations.md)."""
         now = self._clock.now()
         limits = self.options.limits
         retention, purge = limits.processed_retention, False
