@@ -57,6 +57,7 @@ class Job(NamedTuple):
     publication: Publication | None = None  # may be done with its neighbours, in one commit
     together: Together | None = None  # done with its neighbours of the same function instead
     logs: bool = False  # its `then` logs a refusal itself (a SUBSCRIBE's, naming the filter)
+    answered: bool = True  # a refusal reaches the client; not a QoS 0 PUBLISH's (no ack)
 
 
 def no_answer(_: object) -> None:
@@ -250,11 +251,29 @@ def log_store_failures(who: str, jobs: Sequence[Job], results: Sequence[object])
             for job, result in zip(jobs, results, strict=True)
             if isinstance(result, StoreFailed) and not job.logs
         ]
-    if failures:
-        log.error(
-            "%s: %d of %d packet(s) of a batch not stored, the client is told: %s",
-            who,
-            len(failures),
-            len(results),
-            failures[0],
-        )
+    if not failures:
+        return
+    quiet = sum(
+        1
+        for job, result in zip(jobs, results, strict=True)
+        if isinstance(result, StoreFailed) and not job.logs and not job.answered
+    )
+    # A QoS 0 PUBLISH has no acknowledgement to refuse: its sender never hears of it, and
+    # the subscribers served from memory get it all the same (publishing.py).
+    if not quiet:
+        told = "the client is told"
+    elif quiet == len(failures):
+        told = "QoS 0 PUBLISH(es), the client not told (no acknowledgement), sent only to the "
+        told += "subscribers served from memory"
+    else:
+        told = f"the client is told of {len(failures) - quiet}; the other {quiet} QoS 0 "
+        told += "PUBLISH(es), not told (no acknowledgement), sent only to the subscribers "
+        told += "served from memory"
+    log.error(
+        "%s: %d of %d packet(s) of a batch not stored, %s: %s",
+        who,
+        len(failures),
+        len(results),
+        told,
+        failures[0],
+    )

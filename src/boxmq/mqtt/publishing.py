@@ -306,7 +306,8 @@ class Publishing:
         # A retained message is written alone: publish_many has no retained store to keep it.
         batched = None if packet.retain else publication_of(client_id, packet, self._box.side_files)
         order = self._order_of(packet)
-        client.jobs.append(Job(lambda: self.write(client_id, packet, order), written, batched))
+        work = partial(self.write, client_id, packet, order)
+        client.jobs.append(Job(work, written, batched, answered=packet_id is not None))
 
     def _hold_retained(
         self, client: Client, session: Session, packet: Publish, message_id: object
@@ -551,7 +552,7 @@ class Publishing:
         if behind is not None and disk_work_ahead(behind):
             # Begun by whoever begins the jobs before it (batches.py): the batch running now,
             # at its end, or the read or the gathering wait that holds them.
-            behind.jobs.append(Job(write, turn))
+            behind.jobs.append(Job(write, turn, logs=True))  # _will_turn says a failure
             return
         if write is not None and order is not None:
             # Retained: routed once written, as a client's retained PUBLISH is. Routed first,
