@@ -130,8 +130,12 @@ def session_made(client_id: str, record: SessionRecord | None, text: str) -> boo
 
 
 def _named(token: str) -> str:
-    """A broker's token as the log says it."""
-    return "no server" if token == NONE else f"process {token_pid(token)}, which died"
+    """The token of a broker that no longer runs, as the log says it. Not "died": a server
+    stopped by SIGTERM leaves the same records (disconnected_at, held by none) as the
+    sessions away when one was killed, so the files cannot tell the two apart."""
+    if token == NONE:
+        return "no server"
+    return f"process {token_pid(token)} (a server of this host that no longer runs)"
 
 
 def _whose(record: SessionRecord) -> str:
@@ -139,7 +143,7 @@ def _whose(record: SessionRecord) -> str:
     if record.held_by is not None:
         return "was held by a server of this host that died"
     if record.counted_by is not None:
-        return "was counted by a server of this host that died"
+        return "was counted by a server of this host that no longer runs"  # stopped, or died
     return "was counted by no server"
 
 
@@ -372,8 +376,8 @@ class Lifetimes:
             won = claim(self._box.root, dead, self._token) == self._token
         except OSError as error:
             log.error(
-                "the sessions counted by %s (a server of this host) are not taken on "
-                "(tried again at the next sweep): claiming them failed: %s",
+                "the sessions counted by %s are not taken on (tried again at the next "
+                "sweep): claiming them failed: %s",
                 _named(dead),
                 store_failure(error),
             )

@@ -75,7 +75,7 @@ from boxmq.mqtt.stored import consumer_name
 from boxmq.mqtt.subscribing import Subscribing
 from boxmq.mqtt.succession import NONE, claim, successor
 from boxmq.store import topics as layout
-from boxmq.store.process import process_token
+from boxmq.store.process import process_token, token_pid
 from boxmq.store.topics import subscription_key, subscription_path
 from boxmq.store.watch import Changes, InotifyWatcher
 
@@ -2309,6 +2309,32 @@ def test_a_running_server_takes_on_a_session_whose_counter_died(tmp_path: Path) 
         assert successor(root, successor_died) == process_token()
 
     _run(tmp_path, test)
+
+
+def test_a_server_that_stopped_is_not_said_to_have_died(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server stopped by SIGTERM writes its sessions away (disconnected_at, held by none),
+    as the sessions away when one was killed are: the server that took them on called it
+    "process N, which died" all the same."""
+    root = str(tmp_path / "root")
+    away = time.time() - 10
+    stopped, later = dead_token(), dead_token()
+    write_record(root, SessionRecord("a", 3600, disconnected_at=away, counted_by=stopped))
+
+    async def test(broker: Broker) -> None:  # its start took "a" on; "b" comes after it
+        write_record(root, SessionRecord("b", 3600, disconnected_at=away, counted_by=later))
+        _connect(broker, "b", expiry=3600, clean=False)
+
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+        _run(tmp_path, test)
+    lines = [r.getMessage() for r in caplog.records if "taken" in r.getMessage()]
+    assert lines == [
+        f"the sessions counted by process {token_pid(stopped)} (a server of this host that "
+        "no longer runs) are taken on",
+        "client b: its session was counted by a server of this host that no longer runs: "
+        "taken over",
+    ]
 
 
 # (path, whether the files below it are meant, what was seen) while `_audit` records
