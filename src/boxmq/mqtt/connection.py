@@ -55,7 +55,7 @@ from boxmq.mqtt.packets import (
     new_publish,
 )
 from boxmq.mqtt.properties import EMPTY, Properties, PropertyId
-from boxmq.mqtt.reasons import ReasonCode, reason_for
+from boxmq.mqtt.reasons import ReasonCode, connect_return_code, reason_for
 
 __all__ = ["Connection", "ReceiveMaximumExceeded"]
 
@@ -441,22 +441,25 @@ class Connection:
 
     # -- closing ---------------------------------------------------------------------------------
 
-    def closing(self, error: ProtocolViolation) -> bytes:
-        """What to send before closing for `error`. Before a CONNACK: a CONNACK with the reason
-        when the version allows one (v5 always; 3.1.1 for a bad protocol level or client id,
-        3.1.1 §3.2.2.3). After it: a v5 DISCONNECT with the reason; in 3.1.1 nothing, the
+    def closing(self, error: ProtocolViolation) -> tuple[bytes, str]:
+        """What to send before closing for `error`, and what the client is told by it, for
+        the log. Before a CONNACK: a CONNACK with the reason when the version allows one (v5
+        always; 3.1.1, as its return code, for a bad protocol level or client id, 3.1.1
+        §3.2.2.3). After it: a v5 DISCONNECT with the reason; in 3.1.1 nothing, the
         connection is just closed (3.1.1 §4.8)."""
         reason = reason_for(error)
         self.ended = True
         if not self.accepted:
             if self.version is ProtocolVersion.V5:
-                return encode(Connack(reason=reason), ProtocolVersion.V5)
+                return encode(Connack(reason=reason), ProtocolVersion.V5), f"CONNACK {reason:#04x}"
             if isinstance(error, (UnsupportedProtocolVersion, ClientIdNotValid)):
-                return encode(Connack(reason=reason), ProtocolVersion.V311)
-            return b""
+                code = connect_return_code(reason)
+                told = f"CONNACK return code {code:#04x}"
+                return encode(Connack(reason=reason), ProtocolVersion.V311), told
+            return b"", "nothing sent"
         if self.version is ProtocolVersion.V5:
-            return encode(Disconnect(reason), ProtocolVersion.V5)
-        return b""
+            return encode(Disconnect(reason), ProtocolVersion.V5), f"DISCONNECT {reason:#04x}"
+        return b"", "nothing sent"
 
 
 def _shortened(packet: Packet) -> Packet:

@@ -66,7 +66,6 @@ from boxmq.host_names import HOST_NAME_RULE
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.drops import DropLog, Refusals
-from boxmq.mqtt.reasons import reason_for
 from boxmq.mqtt.settings import (
     Listener,
     MqttSettings,
@@ -165,11 +164,10 @@ class _Protocol(asyncio.BufferedProtocol):
             self.close()
 
     def _fail(self, error: ProtocolViolation) -> None:
-        reason = reason_for(error)
-        log.info("%s: closing: %s (reason %#04x)", self.peer, error, reason)
         self.gone = True
         self.flush()
-        goodbye = self.connection.closing(error)
+        goodbye, told = self.connection.closing(error)
+        log.info("%s: closing: %s (%s)", self.peer, error, told)
         transport = self._transport
         if transport is not None and goodbye and not transport.is_closing():
             transport.write(goodbye)

@@ -100,30 +100,45 @@ def test_v311_is_closed_without_a_word(server: RunningServer, bad: bytes) -> Non
 
 
 @pytest.mark.parametrize(
-    ("connect", "answer"),
+    ("connect", "answer", "told"),
     [
         # MQTT 3.1 ("MQIsdp", level 3) and an unknown level: return code 0x01 (3.1.1 §3.1.2.2)
         (
             bytes.fromhex("1012 00064d514973647003 02001e 0004 63616661".replace(" ", "")),
             "20020001",
+            "CONNACK return code 0x01",
         ),
-        (bytes.fromhex("1010 00044d515454 07 02 001e 0004 63616661".replace(" ", "")), "20020001"),
+        (
+            bytes.fromhex("1010 00044d515454 07 02 001e 0004 63616661".replace(" ", "")),
+            "20020001",
+            "CONNACK return code 0x01",
+        ),
         # 3.1.1: an empty client id needs CleanSession 1 (§3.1.3.1): 0x02
-        (bytes.fromhex("100c 00044d515454 04 00 001e 0000".replace(" ", "")), "20020002"),
+        (
+            bytes.fromhex("100c 00044d515454 04 00 001e 0000".replace(" ", "")),
+            "20020002",
+            "CONNACK return code 0x02",
+        ),
         # a packet before CONNECT: closed, nothing said
-        (PUBLISH_QOS3, ""),
+        (PUBLISH_QOS3, "", "nothing sent"),
         # v5 CONNECT with bad UTF-8 in the client id: CONNACK 0x81
         (
             bytes.fromhex("1011 00044d515454 05 02 001e 00 0004 ff616661".replace(" ", "")),
             "2003008100",
+            "CONNACK 0x81",
         ),
         # a CONNECT over the maximum packet size (2 MB announced; the limit is 1 MB), refused
         # from its fixed header: v5 CONNACK 0x95 (MQTT 5.0 §3.2.2.2), 3.1.1 closed
         (
             bytes.fromhex("10ffff7f 00044d515454 05 02 001e 00 0004 63616661".replace(" ", "")),
             "2003009500",
+            "CONNACK 0x95",
         ),
-        (bytes.fromhex("10ffff7f 00044d515454 04 02 001e 0004 63616661".replace(" ", "")), ""),
+        (
+            bytes.fromhex("10ffff7f 00044d515454 04 02 001e 0004 63616661".replace(" ", "")),
+            "",
+            "nothing sent",
+        ),
     ],
     ids=[
         "mqtt-3.1",
@@ -136,9 +151,14 @@ def test_v311_is_closed_without_a_word(server: RunningServer, bad: bytes) -> Non
     ],
 )
 def test_a_bad_connect_is_answered_then_closed(
-    server: RunningServer, connect: bytes, answer: str
+    server: RunningServer, connect: bytes, answer: str, told: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    assert _exchange(server, connect).hex() == answer
+    """The log line says what the client got: it said "(reason 0x84)" for a 3.1.1 client
+    sent return code 0x01, and a reason code for one sent nothing."""
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+        assert _exchange(server, connect).hex() == answer
+    [line] = [r.getMessage() for r in caplog.records if ": closing: " in r.getMessage()]
+    assert line.endswith(f" ({told})"), line
 
 
 @pytest.mark.parametrize("trickle", [False, True], ids=["silent", "a-byte-at-a-time"])

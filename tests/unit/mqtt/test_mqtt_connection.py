@@ -85,7 +85,7 @@ def test_the_first_packet_must_be_connect() -> None:
     connection = Connection(max_packet_size=1024, receive_maximum=2, topic_alias_maximum=4, now=0)
     with pytest.raises(ProtocolError):
         connection.receive(_publish("a"), now=0)
-    assert connection.closing(ProtocolError("x")) == b""  # nobody to tell: no version yet
+    assert connection.closing(ProtocolError("x")) == (b"", "nothing sent")  # no version yet
 
 
 def test_nothing_is_sent_after_a_disconnect() -> None:
@@ -103,7 +103,7 @@ def test_nothing_is_sent_after_a_disconnect() -> None:
 def test_nothing_is_sent_after_the_disconnect_of_a_protocol_error() -> None:
     connection = _connected()
     goodbye = connection.closing(ProtocolError("x"))
-    assert goodbye == encode(Disconnect(ReasonCode.PROTOCOL_ERROR), V5)
+    assert goodbye == (encode(Disconnect(ReasonCode.PROTOCOL_ERROR), V5), "DISCONNECT 0x82")
     connection.acknowledge(Pubcomp, 2)
     connection.send(Pubcomp(1, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
     assert connection.data_to_send() == []
@@ -133,15 +133,15 @@ def test_a_connect_over_the_maximum_packet_size_is_answered_in_its_version(
     with pytest.raises(PacketTooLarge):  # noqa: PT012 - the bytes come in pieces
         for start in range(0, len(connect), step):
             connection.receive(connect[start : start + step], now=0)
-    assert connection.closing(PacketTooLarge("x")) == answer
+    assert connection.closing(PacketTooLarge("x"))[0] == answer
 
 
 def test_a_second_connect_is_a_protocol_error() -> None:
     connection = _connected()
     with pytest.raises(ProtocolError) as caught:
         connection.receive(encode(Connect("c", V5), V5), now=1)
-    goodbye = connection.closing(caught.value)
-    assert (goodbye[0], goodbye[2]) == (0xE0, 0x82)  # DISCONNECT, Protocol Error
+    goodbye, told = connection.closing(caught.value)
+    assert (goodbye[0], goodbye[2], told) == (0xE0, 0x82, "DISCONNECT 0x82")  # Protocol Error
 
 
 def test_topic_aliases_are_resolved_and_removed() -> None:
@@ -169,7 +169,7 @@ def test_receive_maximum_counts_unanswered_publishes() -> None:
     connection.receive(_publish("a", qos=1, packet_id=3), now=1)
     with pytest.raises(ReceiveMaximumExceeded) as caught:
         connection.receive(_publish("a", qos=1, packet_id=4), now=1)
-    assert connection.closing(caught.value)[2] == 0x93
+    assert connection.closing(caught.value)[0][2] == 0x93
 
 
 def test_v311_has_no_receive_maximum() -> None:
@@ -251,7 +251,7 @@ def test_a_publish_that_cannot_be_encoded_raises_and_leaves_no_alias_behind() ->
 
 def test_v311_is_closed_without_a_word() -> None:
     connection = _connected(V311)
-    assert connection.closing(ProtocolError("x")) == b""
+    assert connection.closing(ProtocolError("x")) == (b"", "nothing sent")
 
 
 @given(st.binary(max_size=200), st.integers(1, 9))
