@@ -86,6 +86,28 @@ def test_v5_is_told_why_with_a_disconnect(server: RunningServer, bad: bytes, rea
     assert answer[2] == reason
 
 
+def _connect_with_will(v5: bool) -> bytes:
+    """A CONNECT of client "cafa" (clean, keep alive 30 s) whose QoS 0 Will is "gone" to w/x."""
+    header = bytes.fromhex("00044d515454 05 06 001e 00" if v5 else "00044d515454 04 06 001e")
+    will = bytes.fromhex("00" if v5 else "") + b"\x00\x03w/x" + b"\x00\x04gone"
+    body = header + b"\x00\x04cafa" + will
+    return bytes([0x10, len(body)]) + body
+
+
+@pytest.mark.parametrize("v5", [True, False], ids=["v5", "v311"])
+def test_a_second_connect_sends_the_will(server: RunningServer, v5: bool) -> None:
+    """A second CONNECT is a protocol error (MQTT-3.1.0-2), and a connection closed for one
+    sends its Will (MQTT 5.0 §3.1.2.5, 3.1.1 §3.1.2.5)."""
+    watcher = paho(server, "watcher")
+    watcher.subscribe("w/#", 0)
+    second = V5_CONNECT if v5 else V311_CONNECT
+    answer = _after_connack(_exchange(server, _connect_with_will(v5), second))
+    assert (answer[:1], answer[2:3]) == ((b"\xe0", b"\x82") if v5 else (b"", b""))  # or closed
+    will = watcher.next()
+    assert (will.topic, will.payload) == ("w/x", b"gone")
+    watcher.stop()
+
+
 V311_CASES = [
     *V5_CASES[:8],
     ("a second CONNECT", V311_CONNECT, 0),
