@@ -771,7 +771,7 @@ def _serve(args: argparse.Namespace) -> int:
     # Before the root is opened: its spare files keep a share of the limit open (spares.py).
     log.log(*open_files_limit())
     mqtt = cli_serve.mqtt_settings(args, config.mqtt)
-    for line in cli_serve.describe_security(config, mqtt=mqtt is not None):
+    for line in cli_serve.describe_security(config, mqtt):
         log.info("%s", line)
     for line in cli_serve.security_warnings(config, mqtt=mqtt is not None):
         log.warning("%s", line)

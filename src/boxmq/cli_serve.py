@@ -125,14 +125,16 @@ def own_listeners_in_use(listeners: Sequence[Listener], problem: str) -> str:
     )
 
 
-def describe_security(config: ServeConfig, *, mqtt: bool = True) -> list[str]:
-    """What a client meets at the MQTT door, in words, for the start-up log; nothing of it
-    when there is no door (`mqtt` false: `--no-mqtt`), where "any client may connect" told
-    of clients that cannot."""
+def describe_security(config: ServeConfig, mqtt: MqttSettings | None) -> list[str]:
+    """What a client meets at the MQTT door, in words, for the start-up log, at the
+    listeners served: `mqtt` as `mqtt_settings` made it, whose `--mqtt` listeners replace
+    the file's (its identity_as_username ones were said of a door not opened). Nothing of
+    it when there is no door (None: `--no-mqtt`), where "any client may connect" told of
+    clients that cannot."""
     source = f"config: {config.source}" if config.source else "config: none (defaults and flags)"
-    if not mqtt:
+    if mqtt is None:
         return [source]
-    authenticator, authorizer = config.mqtt.authenticator, config.mqtt.authorizer
+    authenticator, authorizer = mqtt.authenticator, mqtt.authorizer
     if isinstance(authenticator, PasswordFile):
         anonymous = "accepted" if authenticator.allow_anonymous else "refused"
         who = (
@@ -143,7 +145,7 @@ def describe_security(config: ServeConfig, *, mqtt: bool = True) -> list[str]:
         who = "authentication: none (no password_file): any client may connect"
     else:
         who = f"authentication: {type(authenticator).__name__}"
-    by_certificate = [str(o) for o in config.mqtt.listeners if o.identity_as_username]
+    by_certificate = [str(o) for o in mqtt.listeners if o.identity_as_username]
     if by_certificate:
         # Those take the user name from the certificate and ask no password: the line above
         # alone read as if every client of theirs were checked against the password file.

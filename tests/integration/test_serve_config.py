@@ -185,7 +185,9 @@ def test_a_listener_other_machines_reach_without_a_password_file_is_warned_of(
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
 def test_a_listener_that_requires_client_certificates_is_not_called_open(tmp_path: Path) -> None:
-    """Its clients are those its CA signed: no password file needed for it to be closed."""
+    """Its clients are those its CA signed: no password file needed for it to be closed.
+    One that takes the user name from the certificate is said to; not once `--mqtt`
+    replaced it, which the start-up line went on naming."""
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
          "-nodes", "-days", "1", "-subj", "/CN=localhost",
@@ -195,7 +197,8 @@ def test_a_listener_that_requires_client_certificates_is_not_called_open(tmp_pat
     tls = 'cert = "server.crt", key = "server.key", ca = "server.crt"'
     config = tmp_path / "boxmq.toml"
     config.write_text(
-        f'data = "data"\n[[mqtt.listener]]\nhost = "0.0.0.0"\nport = 0\ntls = {{ {tls} }}\n'
+        f'data = "data"\n[[mqtt.listener]]\nhost = "0.0.0.0"\nport = 0\n'
+        f"tls = {{ {tls}, identity_as_username = true }}\n"
         f'[[mqtt.listener]]\nhost = "0.0.0.0"\nport = 0\n'
         f"tls = {{ {tls}, require_client_cert = false }}\n"
     )
@@ -203,6 +206,10 @@ def test_a_listener_that_requires_client_certificates_is_not_called_open(tmp_pat
     [warned] = [line for line in log.splitlines() if "other machines may reach" in line]
     second = re.findall(r"MQTT listening on (\S+)", log)[1]
     assert f"WARNING boxmq.mqtt: {second}: other machines" in warned  # only the second
+    by_certificate = "the user name is the client certificate's Common Name"
+    assert by_certificate in log
+    flags = ("serve", "--config", str(config), "--mqtt", "127.0.0.1:0")
+    assert by_certificate not in _serve_until_ready(*flags, cwd=tmp_path)
 
 
 def test_a_misspelt_access_in_the_acl_stops_serve_rather_than_lose_a_deny(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import re
 import shutil
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmq.cli_serve import describe_security, security_warnings
+from boxmq.cli_serve import describe_security, mqtt_settings, security_warnings
 from boxmq.config import LIMITS_HIGHEST, LIMITS_LOWEST, Security, ServeConfig, load_config
 from boxmq.core import ExactlyOnceLimits
 from boxmq.errors import InvalidArgument
@@ -31,6 +32,11 @@ def _write(folder: Path, text: str) -> Path:
     path = folder / "boxmq.toml"
     path.write_text(text)
     return path
+
+
+def _served(config: ServeConfig) -> tuple[ServeConfig, MqttSettings]:
+    """`describe_security`'s arguments for a serve with the listeners of `config`."""
+    return config, config.mqtt
 
 
 def test_an_empty_file_keeps_the_defaults(tmp_path: Path) -> None:
@@ -401,13 +407,13 @@ def test_the_start_up_line_of_the_acl_counts_each_part_of_it(tmp_path: Path) -> 
     acl = tmp_path / "acl"
     acl.write_text("topic read public/#\ntopic write sensors/#\n")
     path = _write(tmp_path, '[security]\nacl_file = "acl"\n')
-    [_, _, line] = describe_security(load_config(path))
+    [_, _, line] = describe_security(*_served(load_config(path)))
     assert line == (
         f"authorization: {acl} (2 rule(s) for clients without a user name, 0 user section(s), "
         "0 pattern(s)); anything not allowed is refused"
     )
     acl.write_text("topic read public/#\nuser alice\ntopic alice/#\npattern read %c/in\n")
-    [_, _, line] = describe_security(load_config(path))
+    [_, _, line] = describe_security(*_served(load_config(path)))
     assert "(1 rule(s) for clients without a user name, 1 user section(s), 1 pattern(s))" in line
 
 
@@ -423,13 +429,17 @@ def test_the_start_up_line_names_the_listeners_that_take_the_user_name_from_a_ce
         Listener(port=8883, ssl=context, identity_as_username=True),
     )
     config = dataclasses.replace(config, mqtt=dataclasses.replace(config.mqtt, listeners=listeners))
-    [_, who, _] = describe_security(config)
+    [_, who, _] = describe_security(config, config.mqtt)
     assert who.endswith(
         "; on mqtts://127.0.0.1:8883: the user name is the client certificate's Common Name, "
         "and no password is asked"
     )
-    [_, plain, _] = describe_security(load_config(_write(tmp_path, "")))
+    [_, plain, _] = describe_security(*_served(load_config(_write(tmp_path, ""))))
     assert "certificate" not in plain
+    # `--mqtt 127.0.0.1:1883` replaced the file's listeners: its 8883 was still named
+    flags = argparse.Namespace(no_mqtt=False, mqtt=[("127.0.0.1", 1883)])
+    [_, who, _] = describe_security(config, mqtt_settings(flags, config.mqtt))
+    assert "certificate" not in who
 
 
 def test_an_acl_by_user_name_without_a_password_file_is_warned_of(tmp_path: Path) -> None:
