@@ -298,6 +298,21 @@ def test_closing_a_consumer_counts_only_the_deliveries_it_received(
         assert (again.text(), again.delivery_count) == ("m6", 2)
 
 
+def test_a_box_closed_over_a_received_message_counts_its_delivery(root: Path) -> None:
+    """A process that received a message and closed its box without settling it (a job
+    that gives up, a service stopped) had it delivered: after max deliveries of those it is
+    in error/, not offered for ever."""
+    with boxmq.open(root, fsync="never", max_deliveries=2) as box:
+        box.queue("jobs").put(b"poison")
+    for count in (1, 2):
+        with boxmq.open(root, fsync="never", max_deliveries=2) as box:
+            message = box.queue("jobs").consumer("job").receive(timeout=5)
+            assert message is not None
+            assert message.delivery_count == count
+    assert len(files(root, "jobs", "error")) == 1
+    assert files(root, "jobs", "target") == []
+
+
 def test_priority_order_then_fifo(box: boxmq.Box) -> None:
     jobs = box.queue("jobs")
     for index, priority in enumerate([4, 9, 4, 0, 9]):

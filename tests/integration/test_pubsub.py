@@ -700,6 +700,43 @@ def test_a_subscriber_that_outlives_its_process_gets_back_what_it_held(
         again.close()
 
 
+@pytest.mark.parametrize(
+    ("filter", "ends"),
+    [
+        *[(f, e) for f in ("jobs/#", "$share/g/jobs/#") for e in ("detach", "box close")],
+        ("jobs/#", "close"),  # a share group's last member's close ends the group
+    ],
+)
+def test_what_a_subscriber_took_back_and_did_not_receive_again_was_still_delivered(
+    root: Path, filter: str, ends: str
+) -> None:
+    """A message that a subscriber with process_bound=False took back at its subscribe (it
+    received it in an earlier process) is a delivered one until it is settled, received
+    here again or not: `detach` leaves it locked to it, as it left it the first time, and a
+    close releases it with its delivery counted (it went back unchanged, in a loop of
+    restarts a message never acknowledged was offered for ever without reaching error/)."""
+    with boxmq.open(root, fsync="never") as first:
+        subscriber = first.subscribe(filter, "device", process_bound=False)
+        first.publish("jobs/1", b"held")
+        assert subscriber.receive(timeout=5) is not None
+        subscriber.detach()
+        again = first.subscribe(filter, "device", process_bound=False)
+        assert again.holding() == 1  # taken back, not received again
+        if ends == "detach":
+            again.detach()
+        elif ends == "close":
+            again.close()
+    processing = [f for _, _, files in os.walk(root / "topic-root") for f in files if "@" in f]
+    assert len(processing) == (1 if ends == "detach" else 0)
+    with boxmq.open(root, fsync="never") as second:
+        last = second.subscribe(filter, "device", process_bound=False)
+        back = last.receive(timeout=5)
+        assert back is not None
+        assert (back.body, back.delivery_count) == (b"held", 1 if ends == "detach" else 2)
+        back.ack()
+        last.close()
+
+
 @pytest.mark.parametrize("filter", ["jobs/#", "$share/g/jobs/#"])
 def test_a_subscriber_that_outlives_its_process_takes_back_what_another_process_left_it(
     root: Path, filter: str

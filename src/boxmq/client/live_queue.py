@@ -219,6 +219,10 @@ class LiveQueue:
         # one whose lane ran dry would not ask for more while the others have some.
         self._cold_kept = options.policy.dispatch is not Dispatch.HASH_BY_KEY
         self._claimed: dict[MessageId, Envelope] = {}  # claimed, not yet taken by a receive
+        # Of those, the ones `_adopt` took back: received by a process before (or by this
+        # one's consumer of that name, detached), so delivered already. Never given back
+        # unchanged as a claim nobody saw: `detach` keeps their locks, a release counts them.
+        self._adopted: set[MessageId] = set()
         self._bodies: dict[str, bytes] = {}  # small bodies of our puts, by target/ name
         self._locks: dict[MessageId, str] = {}  # our leases: their processing/ names
         self._inbox: dict[ConsumerId, deque[MessageId]] = {}
@@ -315,6 +319,7 @@ class LiveQueue:
             self._cold.discard(name)
             self._locks[envelope.message_id] = processing
             self._claimed[envelope.message_id] = envelope
+            self._adopted.add(envelope.message_id)
             self._inbox[consumer].append(envelope.message_id)
         if found and self._engine.lock_timeout(consumer) >= LONGEST:
             # A lock its consumer's timeout makes last a century (an MQTT session's: only
@@ -375,7 +380,9 @@ class LiveQueue:
             if keep_claimed:
                 return
             given_back = self._give_back(consumer, inbox)
+            kept = [m for m in inbox if m in self._adopted]  # received: they stay its own
             inbox.clear()
+            inbox.extend(kept)
             self._apply_all(given_back)
             self._wake_others()
             if given_back:
@@ -492,6 +499,7 @@ class LiveQueue:
                 for lease in self._engine.leases_of(consumer):
                     self._locks.pop(lease.message.message_id, None)
                     self._claimed.pop(lease.message.message_id, None)
+                    self._adopted.discard(lease.message.message_id)
                 self._engine.forget_consumer(consumer)
             else:
                 effects += self._engine.remove_consumer(consumer, now=self._clock.now())
@@ -502,8 +510,13 @@ class LiveQueue:
                 self.tell()  # to the other consumers, whose receives they go to now
 
     def _give_back(self, consumer: ConsumerId, inbox: deque[MessageId]) -> list[Effect]:
-        """The claims in `inbox` still leased to `consumer` (none timed out), handed back."""
-        unreceived = [m for m in inbox if _holder(self._engine.lease(m)) == consumer]
+        """The claims in `inbox` still leased to `consumer` (none timed out) that it never
+        received, handed back: not those `_adopt` took back, which it did."""
+        unreceived = [
+            m
+            for m in inbox
+            if m not in self._adopted and _holder(self._engine.lease(m)) == consumer
+        ]
         return [self._engine.give_back(m, consumer) for m in unreceived]
 
     def receive(self, consumer: ConsumerId, timeout: float | None) -> Message | None:
@@ -571,6 +584,8 @@ class LiveQueue:
                 self._expire(now)  # a late answer finds its lock gone
             lease = engine.ended_by_ack(message_id, consumer, delivery)
             self._claimed.pop(message_id, None)  # acked before any receive took it
+            if self._adopted:  # mostly empty: no call per ack
+                self._adopted.discard(message_id)
             if self._behind:
                 self._let_go(message_id)
             try:
@@ -713,6 +728,8 @@ class LiveQueue:
                     self._expire(self._clock.now())
                     continue
             envelope = self._claimed.pop(message_id, None) or envelope_of(lease.message.key)
+            if self._adopted:  # mostly empty: no call per receive
+                self._adopted.discard(message_id)
             return Message(
                 self.queue, envelope, body, consumer, lease.deadline, self, self.v5, lease.delivery
             )
@@ -851,8 +868,9 @@ class LiveQueue:
         return bool(expired)
 
     def _unreceived(self, lease: Lease) -> bool:
+        message_id = lease.message.message_id
         inbox = self._inbox.get(lease.holder)
-        return inbox is not None and lease.message.message_id in inbox
+        return inbox is not None and message_id in inbox and message_id not in self._adopted
 
     def _reconcile(self) -> None:
         """Our locks as processing/ shows them. One renamed there was extended by id from
@@ -868,6 +886,7 @@ class LiveQueue:
         for message_id in missing:
             del self._locks[message_id]
             self._claimed.pop(message_id, None)
+            self._adopted.discard(message_id)
             self._let_go(message_id)
             if (lease := self._engine.lock_lost(message_id)) is not None:
                 self._unqueue(message_id, lease.holder)
@@ -1161,6 +1180,8 @@ class LiveQueue:
         message = effect.message
         if not isinstance(effect, Extend):
             self._claimed.pop(message.message_id, None)  # a lock that ends before any receive
+            if self._adopted:  # mostly empty: no call per settle
+                self._adopted.discard(message.message_id)
             if not isinstance(effect, Expire):
                 self._unqueue(message.message_id, effect.holder)
             if self._behind:
@@ -1297,6 +1318,7 @@ class LiveQueue:
         self._let_go(message_id)
         self._locks.pop(message_id, None)
         self._claimed.pop(message_id, None)
+        self._adopted.discard(message_id)
         self._engine.claim_lost(message_id)
 
     # -- waiting ---------------------------------------------------------------------------------

@@ -1392,7 +1392,10 @@ class Subscriber(Receiver):
     def detach(self) -> None:
         """Stop receiving here but stay subscribed (an MQTT session that lives on elsewhere):
         a share group keeps this member, and the locks held are released, unless it was
-        subscribed with process_bound=False: then what it received stays locked to it."""
+        subscribed with process_bound=False: then what it received stays locked to it, what
+        its subscribe took back included, received here again or not. Only detach keeps
+        them: a close (this Subscriber's, or its Box's before a detach) releases them, each
+        delivery counted."""
         if not self._closed:
             self._closed = True
             if self._consumer is not None:
