@@ -41,6 +41,8 @@ from boxmq.errors import BoxMQError, Conflict, Forbidden, InvalidArgument, Queue
 from boxmq.host_names import HOST_NAME_RULE, is_host_name
 from boxmq.model import Property
 from boxmq.store.layout import State
+from boxmq.store.names import GET_TOKEN
+from boxmq.store.process import process_alive, token_pid
 
 __all__ = ["main"]
 
@@ -1160,8 +1162,8 @@ def _delete(args: argparse.Namespace, box: Box) -> int:
         # Their consumers' acks would find no message, and a consumer still taking messages
         # moves them under the delete: it should be stopped first (docs/cli.md).
         raise Conflict(
-            f"{args.queue}: {locked} message(s) locked by consumers; stop them (or "
-            "settle the messages) first, or --force deletes those with the rest"
+            f"{args.queue}: {locked} message(s) locked{_held_by(queue.lock_processes())}; "
+            "or --force deletes those with the rest"
         )
     deleted: list[QueueCounts] = []
     if not box.delete_queue(args.queue, counted=deleted):  # another process deleted it first
@@ -1173,6 +1175,47 @@ def _delete(args: argparse.Namespace, box: Box) -> int:
         f"{args.queue}: deleted, with its {messages} message(s){_by_state(deleted[0])}",
     )
     return 0
+
+
+def _held_by(tokens: list[str]) -> str:
+    """Who holds the locks of `tokens` (Queue.lock_processes) and what ends them, for
+    `delete`'s refusal: only a running consumer is to be stopped; the locks of a process
+    that died are for a sweep to release, and the others end when settled or timed out."""
+    running: list[str] = []
+    dead: list[str] = []
+    by_get = unbound = 0
+    for token in tokens:
+        if token == GET_TOKEN:
+            by_get += 1
+        elif not token or (alive := process_alive(token)) is None:
+            unbound += 1  # a persistent MQTT session's, a kept subscriber's, another host's
+        else:
+            (running if alive else dead).append(token_pid(token))
+    said = []
+    if running:
+        said.append(
+            f"{len(running)} by running process(es) {_pids(running)}: stop them "
+            "(or settle the messages)"
+        )
+    if dead:
+        said.append(
+            f"{len(dead)} by process(es) {_pids(dead)} that ended: the next sweep of "
+            "`boxmq serve` sends them back (or wait for their lock to end)"
+        )
+    if by_get:
+        said.append(f"{by_get} by `boxmq get`: settle them by id (ack, unlock)")
+    if unbound:
+        said.append(
+            f"{unbound} bound to no process of this machine: settle them by id, or wait "
+            "for their lock to end"
+        )
+    if not said:  # settled since they were counted
+        return " by consumers: stop them (or settle the messages)"
+    return ": " + "; ".join(said)
+
+
+def _pids(pids: list[str]) -> str:
+    return ", ".join(sorted(set(pids), key=lambda pid: (len(pid), pid)))
 
 
 def _by_state(counts: QueueCounts) -> str:

@@ -24,7 +24,9 @@ from tests.diskfull import small_disk
 import boxmq
 from boxmq import cli
 from boxmq.cli_args import DURATION_OPTIONS, joined_negative_durations
+from boxmq.model import ConsumerId
 from boxmq.store.names import Lock, decode, locked_name, split_lock
+from boxmq.store.process import process_token
 
 
 def boxmq_cli(root: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -89,7 +91,7 @@ def test_delete_deletes_a_queue_and_refuses_one_whose_messages_are_locked(root: 
     ok(root, "get", "jobs")
     refused = boxmq_cli(root, "delete", "jobs")
     assert refused.returncode == 1
-    assert "jobs: 1 message(s) locked by consumers" in refused.stderr
+    assert "jobs: 1 message(s) locked: 1 by `boxmq get`: settle them by id" in refused.stderr
     assert (root / "jobs" / "target").is_dir()
     assert json.loads(ok(root, "--json", "delete", "jobs", "--force")) == {
         "queue": "jobs",
@@ -99,6 +101,32 @@ def test_delete_deletes_a_queue_and_refuses_one_whose_messages_are_locked(root: 
     missing = boxmq_cli(root, "delete", "jobs")
     assert missing.returncode == 1
     assert "no queue 'jobs'" in missing.stderr
+
+
+def test_delete_refused_for_locks_tells_running_processes_from_dead_ones(root: Path) -> None:
+    """Only a running consumer is to be stopped: the locks of one that died are released by
+    the next sweep of `boxmq serve`, and one bound to no process ends when settled."""
+    ended = subprocess.Popen(["sleep", "60"])
+    dead = process_token(ended.pid)
+    ended.kill()
+    ended.wait()
+    with boxmq.open(root) as box:
+        box.queue("jobs").put_many([b"m0", b"m1", b"m2", b"m3"])
+    deadline = int(time.time() + 600) * 1000
+    holders = [process_token(), dead, dead, ""]
+    for name, token in zip(sorted(os.listdir(root / "jobs" / "target")), holders, strict=True):
+        locked = locked_name(name, Lock(ConsumerId("worker"), deadline, token))
+        os.rename(root / "jobs" / "target" / name, root / "jobs" / "processing" / locked)
+    refused = boxmq_cli(root, "delete", "jobs")
+    assert refused.returncode == 1
+    assert refused.stderr.strip().endswith(
+        f"jobs: 4 message(s) locked: 1 by running process(es) {os.getpid()}: stop them (or "
+        f"settle the messages); 2 by process(es) {ended.pid} that ended: the next sweep of "
+        "`boxmq serve` sends them back (or wait for their lock to end); 1 bound to no "
+        "process of this machine: settle them by id, or wait for their lock to end; or "
+        "--force deletes those with the rest"
+    )
+    assert len(os.listdir(root / "jobs" / "processing")) == 4
 
 
 def test_get_lists_properties_as_peek_does(root: Path) -> None:

@@ -439,6 +439,19 @@ class Queue:
         tells `boxmq unlock` whether a running process counts the message as in flight."""
         return self._disk.lock_process(MessageId(message_id), check_consumer_name(consumer))
 
+    def lock_processes(self) -> list[str]:
+        """The process token of each lock in processing/, as `lock_process` gives one
+        (GET_TOKEN for `get`'s, "" for one bound to no process): what tells `boxmq delete`
+        whether a running process holds them."""
+        from boxmq.store.names import split_lock
+
+        tokens = []
+        for entry in self._box.scan(State.PROCESSING):
+            _, lock = split_lock(entry.name)
+            if lock is not None:
+                tokens.append(lock.token)
+        return tokens
+
     # -- inspecting and repairing ----------------------------------------------------------------
 
     @property
