@@ -64,6 +64,7 @@ from paho.mqtt.client import ConnectFlags
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
 
+from mqtt_wire import packet
 from processes import free_port, listening
 
 if TYPE_CHECKING:
@@ -281,16 +282,6 @@ def role_publisher(a: argparse.Namespace) -> None:
     c.loop_stop()
 
 
-def _packet(first: int, body: bytes) -> bytes:
-    """An MQTT packet: its first byte, its Remaining Length, its body."""
-    length, n = bytearray(), len(body)
-    while True:
-        n, digit = divmod(n, 128)
-        length.append(digit | (0x80 if n else 0))
-        if not n:
-            return bytes([first]) + bytes(length) + body
-
-
 def _packets(buffer: bytearray) -> list[tuple[int, bytes]]:
     """The whole packets at the start of `buffer` (taken out of it): (first byte, body)."""
     out: list[tuple[int, bytes]] = []
@@ -335,7 +326,7 @@ def role_publisher2(a: argparse.Namespace) -> None:
         if sock is None:
             try:
                 sock = socket.create_connection(("127.0.0.1", a.port), timeout=2)
-                sock.sendall(_packet(0x10, connect))
+                sock.sendall(packet(0x10, connect))
                 buffer.clear()
                 while not (got := _packets(buffer)):
                     data = sock.recv(4096)
@@ -346,7 +337,7 @@ def role_publisher2(a: argparse.Namespace) -> None:
                     raise ConnectionError(f"CONNACK {got[0]!r}")
                 for packet_id, (_tag, publish, released) in flight.items():  # in sent order
                     pid = packet_id.to_bytes(2)
-                    sock.sendall(_packet(0x62, pid) if released else _packet(0x3C, publish))
+                    sock.sendall(packet(0x62, pid) if released else packet(0x3C, publish))
             except OSError:
                 if sock is not None:
                     sock.close()
@@ -364,7 +355,7 @@ def role_publisher2(a: argparse.Namespace) -> None:
                 publish = len(topic).to_bytes(2) + topic + pid + body_for(tag, rng)
                 flight[next_id] = (tag, publish, False)
                 next_id = next_id % 65535 + 1
-                sock.sendall(_packet(0x34, publish))
+                sock.sendall(packet(0x34, publish))
             ready, _, _ = select.select([sock], [], [], 0.005)
             if ready:
                 data = sock.recv(65536)
@@ -377,7 +368,7 @@ def role_publisher2(a: argparse.Namespace) -> None:
                         entry = flight.get(packet_id)
                         if entry is not None:
                             flight[packet_id] = (entry[0], entry[1], True)
-                        sock.sendall(_packet(0x62, body[:2]))
+                        sock.sendall(packet(0x62, body[:2]))
                     elif first >> 4 == 7 and packet_id in flight:  # PUBCOMP
                         log.write("K", flight.pop(packet_id)[0], now())
         except OSError:

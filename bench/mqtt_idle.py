@@ -31,22 +31,22 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from machine import Source, interpreter
+from mqtt_wire import packet, string
 from processes import cpu_seconds, free_port, listening, rss_kib, stop
 
 BATCH = 200  # connections a client opens at once
 
 
-def _connect_packet(client_id: bytes, keep_alive: int) -> bytes:
-    body = b"\x00\x04MQTT\x04\x02" + keep_alive.to_bytes(2, "big")
-    body += len(client_id).to_bytes(2, "big") + client_id
-    assert len(body) < 128  # a remaining length of one byte
-    return bytes((0x10, len(body))) + body
+def _connect_packet(client_id: str, keep_alive: int) -> bytes:
+    """MQTT 3.1.1 (level 4), clean session."""
+    body = string("MQTT") + bytes([4, 0x02]) + keep_alive.to_bytes(2, "big") + string(client_id)
+    return packet(0x10, body)
 
 
 async def _one(port: int, client_id: str) -> asyncio.StreamWriter | None:
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 30)
-        writer.write(_connect_packet(client_id.encode(), 60))
+        writer.write(_connect_packet(client_id, 60))
         connack = await asyncio.wait_for(reader.readexactly(4), 30)
     except (OSError, asyncio.IncompleteReadError, TimeoutError):
         return None

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mqtt_wire import packet, string
 from processes import cpu_seconds, free_port, listening, log_file, stop
 
 _SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -38,36 +39,23 @@ _BATCH = 200  # connections opened at once
 _IDLE = 5.0  # seconds the broker's CPU is read with every client connected and quiet
 
 
-def _packet(kind: int, body: bytes) -> bytes:
-    length, size = b"", len(body)
-    while True:
-        byte, size = size & 0x7F, size >> 7
-        length += bytes([byte | (0x80 if size else 0)])
-        if not size:
-            return bytes([kind]) + length + body
-
-
-def _string(text: str) -> bytes:
-    return len(text).to_bytes(2, "big") + text.encode()
-
-
 def _connect(client_id: str, clean: bool) -> bytes:
     expiry = 0 if clean else 3600
     properties = bytes([0x11]) + expiry.to_bytes(4, "big")
     properties += bytes([0x21]) + (100).to_bytes(2, "big")  # Receive Maximum
     flags = 0x02 if clean else 0x00
-    body = _string("MQTT") + bytes([5, flags]) + (60).to_bytes(2, "big")
-    body += bytes([len(properties)]) + properties + _string(client_id)
-    return _packet(0x10, body)
+    body = string("MQTT") + bytes([5, flags]) + (60).to_bytes(2, "big")
+    body += bytes([len(properties)]) + properties + string(client_id)
+    return packet(0x10, body)
 
 
 def _subscribe(packet_id: int, filter: str, qos: int) -> bytes:
-    return _packet(0x82, packet_id.to_bytes(2, "big") + b"\x00" + _string(filter) + bytes([qos]))
+    return packet(0x82, packet_id.to_bytes(2, "big") + b"\x00" + string(filter) + bytes([qos]))
 
 
 def _publish(topic: str, payload: bytes, qos: int, packet_id: int) -> bytes:
-    body = _string(topic) + (packet_id.to_bytes(2, "big") if qos else b"") + b"\x00" + payload
-    return _packet(0x30 | (qos << 1), body)
+    body = string(topic) + (packet_id.to_bytes(2, "big") if qos else b"") + b"\x00" + payload
+    return packet(0x30 | (qos << 1), body)
 
 
 async def _read(reader: asyncio.StreamReader) -> tuple[int, bytes]:
@@ -140,7 +128,7 @@ class Run:
                 if (kind >> 1) & 3:
                     topic_end = 2 + int.from_bytes(body[:2], "big")
                     packet_id = body[topic_end : topic_end + 2]
-                    device.writer.write(_packet(0x40, packet_id + b"\x00"))
+                    device.writer.write(packet(0x40, packet_id + b"\x00"))
                 self.received += 1
                 if self.received >= self.wanted:
                     self.arrived.set()
