@@ -21,6 +21,7 @@ import shlex
 import signal
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
@@ -1181,25 +1182,25 @@ def _held_by(tokens: list[str]) -> str:
     """Who holds the locks of `tokens` (Queue.lock_processes) and what ends them, for
     `delete`'s refusal: only a running consumer is to be stopped; the locks of a process
     that died are for a sweep to release, and the others end when settled or timed out."""
-    running: list[str] = []
-    dead: list[str] = []
+    running: Counter[str] = Counter()  # pid: its locks
+    dead: Counter[str] = Counter()
     by_get = unbound = 0
-    for token in tokens:
+    for token, locks in Counter(tokens).items():  # a process asked about once, not per lock
         if token == GET_TOKEN:
-            by_get += 1
+            by_get += locks
         elif not token or (alive := process_alive(token)) is None:
-            unbound += 1  # a persistent MQTT session's, a kept subscriber's, another host's
+            unbound += locks  # a persistent MQTT session's, a kept subscriber's, another host's
         else:
-            (running if alive else dead).append(token_pid(token))
+            (running if alive else dead)[token_pid(token)] += locks
     said = []
     if running:
         said.append(
-            f"{len(running)} by running process(es) {_pids(running)}: stop them "
+            f"{running.total()} by running process(es) {_pids(running)}: stop them "
             "(or settle the messages)"
         )
     if dead:
         said.append(
-            f"{len(dead)} by process(es) {_pids(dead)} that ended: the next sweep of "
+            f"{dead.total()} by process(es) {_pids(dead)} that ended: the next sweep of "
             "`boxmq serve` sends them back (or wait for their lock to end)"
         )
     if by_get:
@@ -1214,8 +1215,8 @@ def _held_by(tokens: list[str]) -> str:
     return ": " + "; ".join(said)
 
 
-def _pids(pids: list[str]) -> str:
-    return ", ".join(sorted(set(pids), key=lambda pid: (len(pid), pid)))
+def _pids(pids: Counter[str]) -> str:
+    return ", ".join(sorted(pids, key=lambda pid: (len(pid), pid)))
 
 
 def _by_state(counts: QueueCounts) -> str:
