@@ -776,7 +776,7 @@ def _serve(args: argparse.Namespace) -> int:
     mqtt = cli_serve.mqtt_settings(args, config.mqtt)
     for line in cli_serve.describe_security(config, mqtt):
         log.info("%s", line)
-    for line in cli_serve.security_warnings(config, mqtt=mqtt is not None):
+    for line in cli_serve.security_warnings(mqtt):
         log.warning("%s", line)
     if replaced := cli_serve.replaced_listeners(args, config):
         log.log(*replaced)

@@ -168,12 +168,13 @@ def describe_security(config: ServeConfig, mqtt: MqttSettings | None) -> list[st
     return [source, who, what]
 
 
-def security_warnings(config: ServeConfig, *, mqtt: bool = True) -> list[str]:
-    """What in the security settings is weaker than it looks, for the start-up log; none
-    without an MQTT door (`mqtt` false), which alone reads those settings."""
-    if not mqtt:
+def security_warnings(mqtt: MqttSettings | None) -> list[str]:
+    """What in the security settings is weaker than it looks, for the start-up log; `mqtt`
+    as `describe_security` takes it: none without an MQTT door (None), which alone reads
+    those settings."""
+    if mqtt is None:
         return []
-    authenticator, authorizer = config.mqtt.authenticator, config.mqtt.authorizer
+    authenticator, authorizer = mqtt.authenticator, mqtt.authorizer
     by_name = isinstance(authorizer, Acl) and (
         authorizer.users or any("%u" in rule.filter for rule in authorizer.patterns)
     )

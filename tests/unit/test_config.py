@@ -450,25 +450,25 @@ def test_an_acl_by_user_name_without_a_password_file_is_warned_of(tmp_path: Path
     warned = {}
     for acl in ("by_name", "by_pattern", "by_client"):
         path = _write(tmp_path, f'[security]\nacl_file = "{acl}"\n')
-        warned[acl] = security_warnings(load_config(path))
+        warned[acl] = security_warnings(load_config(path).mqtt)
     assert [bool(lines) for lines in warned.values()] == [True, True, False]
     assert "set [security] password_file" in warned["by_name"][0]
     set_password(tmp_path / "passwd", "alice", b"wonder")
     checked = _write(tmp_path, '[security]\nacl_file = "by_name"\npassword_file = "passwd"\n')
-    assert security_warnings(load_config(checked)) == []
+    assert security_warnings(load_config(checked).mqtt) == []
 
 
 def test_a_password_file_without_users_that_lets_nobody_in_is_warned_of(tmp_path: Path) -> None:
     (tmp_path / "passwd").write_text("# users, none yet\n")
     (tmp_path / "passwd").chmod(0o600)
     path = _write(tmp_path, '[security]\npassword_file = "passwd"\n')
-    [line] = security_warnings(load_config(path))
+    [line] = security_warnings(load_config(path).mqtt)
     assert f"the password file {tmp_path / 'passwd'} has no user" in line
     assert "no client can connect" in line
     anonymous = _write(tmp_path, '[security]\npassword_file = "passwd"\nallow_anonymous = true\n')
-    assert security_warnings(load_config(anonymous)) == []  # anonymous clients get in
+    assert security_warnings(load_config(anonymous).mqtt) == []  # anonymous clients get in
     set_password(tmp_path / "passwd", "alice", b"wonder")
-    assert security_warnings(load_config(path)) == []
+    assert security_warnings(load_config(path).mqtt) == []
 
 
 def test_a_password_file_others_may_read_and_files_they_may_change_are_warned_of(
@@ -480,22 +480,22 @@ def test_a_password_file_others_may_read_and_files_they_may_change_are_warned_of
     (tmp_path / "acl").write_text("user alice\ntopic alice/#\n")
     (tmp_path / "acl").chmod(0o644)  # anyone may read an ACL
     path = _write(tmp_path, '[security]\npassword_file = "passwd"\nacl_file = "acl"\n')
-    assert security_warnings(load_config(path)) == []
+    assert security_warnings(load_config(path).mqtt) == []
     (tmp_path / "passwd").chmod(0o644)
     (tmp_path / "acl").chmod(0o664)
     passwd, acl = tmp_path / "passwd", tmp_path / "acl"
-    assert security_warnings(load_config(path)) == [
+    assert security_warnings(load_config(path).mqtt) == [
         f"the password file {passwd} has mode 0644: users of this machine other than its "
         f"owner may read it (chmod 0640 {passwd})",
         f"the ACL file {acl} has mode 0664: users of this machine other than its owner may "
         f"change it (chmod 0644 {acl})",
     ]
     (tmp_path / "passwd").chmod(0o666)
-    [line, _] = security_warnings(load_config(path))
+    [line, _] = security_warnings(load_config(path).mqtt)
     assert f"may read and change it (chmod 0640 {passwd})" in line
     (tmp_path / "passwd").chmod(0o640)  # a group the broker runs in
     (tmp_path / "acl").chmod(0o640)
-    assert security_warnings(load_config(path)) == []
+    assert security_warnings(load_config(path).mqtt) == []
 
 
 def test_an_acl_section_of_a_user_the_password_file_lacks_is_warned_of(tmp_path: Path) -> None:
@@ -503,13 +503,13 @@ def test_an_acl_section_of_a_user_the_password_file_lacks_is_warned_of(tmp_path:
     set_password(tmp_path / "passwd", "alice", b"wonder")
     (tmp_path / "acl").write_text("user alice\ntopic alice/#\n\nuser alcie\ntopic read news/#\n")
     path = _write(tmp_path, '[security]\npassword_file = "passwd"\nacl_file = "acl"\n')
-    [line] = security_warnings(load_config(path))
+    [line] = security_warnings(load_config(path).mqtt)
     assert line == (
         f"{tmp_path / 'acl'}: the section of user 'alcie' (line 5) names no user of the "
         f"password file {tmp_path / 'passwd'}: no client gets its rules (check the name)"
     )
     set_password(tmp_path / "passwd", "alcie", b"x")
-    assert security_warnings(load_config(path)) == []
+    assert security_warnings(load_config(path).mqtt) == []
 
 
 def test_acl_rules_for_clients_without_a_user_name_that_none_may_be_are_warned_of(
@@ -520,7 +520,7 @@ def test_acl_rules_for_clients_without_a_user_name_that_none_may_be_are_warned_o
     set_password(tmp_path / "passwd", "alice", b"wonder")
     (tmp_path / "acl").write_text("# everyone\ntopic read public/#\nuser alice\ntopic alice/#\n")
     path = _write(tmp_path, '[security]\npassword_file = "passwd"\nacl_file = "acl"\n')
-    [line] = security_warnings(load_config(path))
+    [line] = security_warnings(load_config(path).mqtt)
     assert line == (
         f"{tmp_path / 'acl'}: the 1 rule(s) before the first `user` line (line 2) are for "
         "clients without a user name, which are refused (allow_anonymous = false): no client "
@@ -530,7 +530,7 @@ def test_acl_rules_for_clients_without_a_user_name_that_none_may_be_are_warned_o
         tmp_path,
         '[security]\npassword_file = "passwd"\nacl_file = "acl"\nallow_anonymous = true\n',
     )
-    assert security_warnings(load_config(anonymous)) == []
+    assert security_warnings(load_config(anonymous).mqtt) == []
 
 
 def test_a_topic_rule_with_a_placeholder_only_patterns_fill_in_is_warned_of(
@@ -544,7 +544,7 @@ def test_a_topic_rule_with_a_placeholder_only_patterns_fill_in_is_warned_of(
         "pattern read inbox/%u\n"
     )
     path = _write(tmp_path, '[security]\npassword_file = "passwd"\nacl_file = "acl"\n')
-    assert security_warnings(load_config(path)) == [
+    assert security_warnings(load_config(path).mqtt) == [
         f"{tmp_path / 'acl'}:2: `topic readwrite users/%u/#` is taken literally: only "
         "`pattern` lines fill in %u (user name) and %c (client id); write "
         "`pattern readwrite users/%u/#` if that was meant",
@@ -554,7 +554,7 @@ def test_a_topic_rule_with_a_placeholder_only_patterns_fill_in_is_warned_of(
     ]
     (tmp_path / "acl").write_text("topic read users/%u/#\n")  # without a password file too
     bare = _write(tmp_path, '[security]\nacl_file = "acl"\n')
-    [line] = security_warnings(load_config(bare))
+    [line] = security_warnings(load_config(bare).mqtt)
     assert line.startswith(f"{tmp_path / 'acl'}:1: `topic read users/%u/#` is taken literally")
 
 
