@@ -282,12 +282,13 @@ def _raise(error: OSError) -> None:
 # flock(2) refused where the file system keeps no such locks (some NFS setups): no lock.
 _NO_LOCKS = frozenset({errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL})
 
-# The folders locked_folder has open, each fd's flock taken or about to be. An flock belongs to
-# the open file, which a fork shares with the child: the child's copy, never closed there,
-# kept the group locked after this process let go or was killed, for as long as the child
-# lived (a multiprocessing worker: for ever), and every join and leave of the group, here or
-# in any process on the root, waited for it. A forked child closes its copies first thing;
-# the lock (held across the fork) keeps an fd from being opened unseen while the fork is made.
+# The folders `_open_held` has open (locked_folder, _counting), each fd's flock taken or
+# about to be. An flock belongs to the open file, which a fork shares with the child: the
+# child's copy, never closed there, kept the group locked after this process let go or was
+# killed, for as long as the child lived (a multiprocessing worker: for ever), and every join
+# and leave of the group, here or in any process on the root, waited for it. A forked child
+# closes its copies first thing; the lock (held across the fork) keeps an fd from being
+# opened unseen while the fork is made.
 _open_folders: set[int] = set()
 _open_folders_lock = threading.Lock()
 
@@ -324,21 +325,14 @@ def locked_folder(path: str, *, make: bool = False, flush: bool = False) -> Iter
         if make:
             make_folder(path, flush=flush)
         try:
-            with _open_folders_lock:
-                fd = open_folder(path)
-                _open_folders.add(fd)
+            fd = _open_held(path)
         except FileNotFoundError:
             if make:
                 continue  # deleted between its making and its opening: made again
             yield False
             return
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError as error:
-                if error.errno not in _NO_LOCKS:
-                    raise
-            else:
+            if _flock(fd):
                 try:
                     now = os.stat(path)
                 except FileNotFoundError:
@@ -349,10 +343,35 @@ def locked_folder(path: str, *, make: bool = False, flush: bool = False) -> Iter
             yield True
             return
         finally:
-            with _open_folders_lock:
-                if fd in _open_folders:  # else closed in a child this thread forked
-                    _open_folders.discard(fd)
-                    os.close(fd)  # which lets go of the flock
+            _close_held(fd)
+
+
+def _open_held(path: str) -> int:
+    """The folder at `path` opened for its flock, its fd closed in a child forked while it
+    is open (`_open_folders`)."""
+    with _open_folders_lock:
+        fd = open_folder(path)
+        _open_folders.add(fd)
+    return fd
+
+
+def _flock(fd: int) -> bool:
+    """Take the flock of `fd`, waiting for it; False where the file system keeps no flocks."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as error:
+        if error.errno not in _NO_LOCKS:
+            raise
+        return False
+    return True
+
+
+def _close_held(fd: int) -> None:
+    """Close an fd of `_open_held`, which lets go of its flock."""
+    with _open_folders_lock:
+        if fd in _open_folders:  # else closed in a child this thread forked
+            _open_folders.discard(fd)
+            os.close(fd)
 
 
 def remove_subscription(root: str, path: str) -> None:
@@ -521,23 +540,11 @@ def _counting(base: str) -> Iterator[bool]:
     """The topic root's flock, held by one change of the generation at a time in every
     process (its fd closed in a child forked meanwhile, as `locked_folder`'s). Yields False
     where the file system keeps no flocks."""
-    with _open_folders_lock:
-        fd = open_folder(base)
-        _open_folders.add(fd)
+    fd = _open_held(base)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as error:
-            if error.errno not in _NO_LOCKS:
-                raise
-            yield False
-        else:
-            yield True
+        yield _flock(fd)
     finally:
-        with _open_folders_lock:
-            if fd in _open_folders:
-                _open_folders.discard(fd)
-                os.close(fd)
+        _close_held(fd)
 
 
 def members_path(path: str) -> str:
