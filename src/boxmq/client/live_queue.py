@@ -1135,10 +1135,8 @@ class LiveQueue:
                     bodies[name] = body
                 self._known[name] = envelope
                 self._sent.add(name)
-            consumers = list(self._inbox) if self._listeners and messages else None
-        if consumers:  # outside the mutex: a listener never waits for this queue's
-            for listener in self._listeners:
-                listener(consumers)
+        if messages:
+            self.tell()  # outside the mutex: a listener never waits for this queue's
 
     def _apply_all(self, effects: list[Effect]) -> bool:
         """Apply effects in order; True if a claim was lost (dispatch again)."""
