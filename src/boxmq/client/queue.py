@@ -56,6 +56,7 @@ from boxmq.store.names import (
     encode,
     locked_name,
     plain_name,
+    split_lock,
 )
 from boxmq.store.side_files import SideFiles
 from boxmq.store.v5_properties import (
@@ -443,8 +444,6 @@ class Queue:
         """The process token of each lock in processing/, as `lock_process` gives one
         (GET_TOKEN for `get`'s, "" for one bound to no process): what tells `boxmq delete`
         whether a running process holds them."""
-        from boxmq.store.names import split_lock
-
         tokens = []
         for entry in self._box.scan(State.PROCESSING):
             _, lock = split_lock(entry.name)
@@ -472,8 +471,6 @@ class Queue:
     def peek(self, *, state: State | str = State.TARGET, limit: int | None = None) -> list[Peeked]:
         """Messages in one state folder without locking them, in delivery order for target/;
         at most `limit` (an int >= 1) of them, or all with None."""
-        from boxmq.store.names import split_lock
-
         if limit is not None and (
             isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
         ):
