@@ -14,7 +14,6 @@ import logging
 import os
 import threading
 import weakref
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import TracebackType
@@ -103,10 +102,9 @@ class Box:
         # thread that put them (LiveQueue.sent), and with those of a dropbox that may have
         # something new for them (`read_news`): an MQTT broker's `pump_all` takes those.
         self._listeners: list[Callable[[list[ConsumerId]], object]] = []
-        # The live queues' reminders (LiveQueue._remind_when_due), as they ask, from any
-        # thread; and those `read_news` took, by time (a count breaks ties). A queue is
-        # held weakly: one closed and forgotten is no reason to keep it.
-        self._asked: deque[tuple[float, int, weakref.ref[LiveQueue]]] = deque()
+        # The live queues' reminders (LiveQueue._remind_when_due), asked for from any thread,
+        # by time (a count breaks ties). A queue is held weakly: one closed and forgotten is
+        # no reason to keep it.
         self._reminders: list[tuple[float, int, weakref.ref[LiveQueue]]] = []
         self._reminder_numbers = itertools.count()
         self._reading = threading.Lock()  # the reminders' heap
@@ -144,7 +142,7 @@ class Box:
             live.abandon_in_child()
         self._live = {}
         self._listeners = []  # the parent's broker, which a child's puts are no news to
-        self._asked, self._reminders = deque(), []  # the parent's queues'
+        self._reminders = []  # the parent's queues'
         self._reading = threading.Lock()
         self._topics = None
         self._intake = None
@@ -744,9 +742,7 @@ class Box:
         now = self._clock.now()
         due: list[LiveQueue] = []
         with self._reading:
-            asked, reminders = self._asked, self._reminders
-            while asked:
-                heapq.heappush(reminders, asked.popleft())
+            reminders = self._reminders
             while reminders and reminders[0][0] <= now:
                 if (live := heapq.heappop(reminders)[2]()) is not None:
                     due.append(live)
@@ -754,7 +750,8 @@ class Box:
             live.tell()
 
     def _remind(self, when: float, live: LiveQueue) -> None:
-        self._asked.append((when, next(self._reminder_numbers), weakref.ref(live)))
+        with self._reading:
+            heapq.heappush(self._reminders, (when, next(self._reminder_numbers), weakref.ref(live)))
 
     def _refused(self) -> Closed:
         return Closed(f"this box of {self.root} is closed: open the root again")
