@@ -52,7 +52,7 @@ def _makedirs(path: str) -> list[str]:
         while not os.path.isdir(folder):
             missing.append(folder)
             parent = os.path.dirname(folder)
-            if parent == folder:
+            if not parent or parent == folder:  # "" above a relative path's top: the cwd
                 break
             folder = parent
         try:

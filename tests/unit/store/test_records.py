@@ -69,3 +69,14 @@ def test_a_folder_above_deleted_by_another_process_as_one_is_made_in_it_is_made_
     assert path.is_dir()
     if flush:  # each folder made again is an entry of its parent, fsynced
         assert set(flushed) == {str(filter.parent), str(filter), str(path.parent)}
+
+
+def test_a_relative_path_whose_top_folder_is_missing_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """os.makedirs makes `rel/a/b` in the current folder; the look for what is missing went
+    up to "" there, whose mkdir failed, and the make was tried 1000 times, then refused
+    (found by a second read)."""
+    monkeypatch.chdir(tmp_path)
+    make_folders("rel/a/b", flush=True, within="rel")
+    assert (tmp_path / "rel" / "a" / "b").is_dir()
