@@ -26,7 +26,6 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from itertools import chain
 from typing import Final
 
 from boxmq.client.box import Box
@@ -597,9 +596,7 @@ class Delivery:
         their PUBRECs (MQTT-4.6.0-3), which their PUBRELs follow (MQTT-4.6.0-4): sorted by
         packet id, ids that wrapped (65535, then 1) went the other way. An older record's
         further copies of one message (`sent_before_repeated`) come after."""
-        at_qos2 = session.sent_qos2_before
-        left = chain(session.sent_before.values(), *session.sent_before_repeated.values())
-        gone = [packet_id for packet_id in left if packet_id in at_qos2]
+        gone = session.qos2_sent_before()
         session.sent_qos2_before = NO_IDS
         if not gone:
             return

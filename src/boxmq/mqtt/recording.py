@@ -28,7 +28,6 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
-from itertools import chain
 
 from boxmq.client.lifecycle import shown
 from boxmq.errors import store_failure
@@ -105,7 +104,7 @@ class Recorder:
             will_due=will_due,
             releasing=tuple(session.outbox.releasing()),
             sent=(*_sent_before(session), *_sent(session)),
-            sent_qos2=(*_sent_qos2_before(session), *session.outbox.sent_qos2()),
+            sent_qos2=(*session.qos2_sent_before(), *session.outbox.sent_qos2()),
             leaving=tuple(session.leaving),
             next_packet_id=session.outbox.next_id,
         )
@@ -278,13 +277,3 @@ def _sent_before(session: Session) -> Iterator[tuple[str, int, str | None]]:
     for message_id, packet_ids in session.sent_before_repeated.items():  # an older record's
         for packet_id in packet_ids:
             yield message_id, packet_id, None
-
-
-def _sent_qos2_before(session: Session) -> Iterator[int]:
-    """Those of `_sent_before` the process before sent at QoS 2."""
-    at_qos2 = session.sent_qos2_before
-    if at_qos2:
-        left = chain(session.sent_before.values(), *session.sent_before_repeated.values())
-        for packet_id in left:
-            if packet_id in at_qos2:
-                yield packet_id

@@ -22,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 from typing import Final, NamedTuple
 
 from boxmq.client.message import Message
@@ -207,6 +208,15 @@ class Session:
         if totals is not None:
             totals.count -= len(self.awaiting_release)
             totals.held_bytes -= self.held_bytes
+
+    def qos2_sent_before(self) -> list[int]:
+        """The packet ids of `sent_before` (and of `sent_before_repeated`, after those) that
+        the process before sent at QoS 2 (`sent_qos2_before`), in the order they were sent."""
+        at_qos2 = self.sent_qos2_before
+        if not at_qos2:
+            return []
+        left = chain(self.sent_before.values(), *self.sent_before_repeated.values())
+        return [packet_id for packet_id in left if packet_id in at_qos2]
 
     def holds(self, text: str) -> bool:
         """Whether `text` is one of the filters the session holds: subscribing to it again

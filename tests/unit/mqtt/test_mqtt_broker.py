@@ -2158,7 +2158,7 @@ def test_a_resuming_connects_record_names_an_older_records_repeated_ids() -> Non
     session.sent_before_repeated["m1"] = [2]
     session.sent_qos2_before = frozenset({1, 2})
     assert list(recording._sent_before(session)) == [("m1", 1, None), ("m1", 2, None)]
-    assert list(recording._sent_qos2_before(session)) == [1, 2]
+    assert session.qos2_sent_before() == [1, 2]
 
 
 def test_a_session_whose_time_ran_out_while_the_broker_was_down_ends_at_start(
