@@ -244,36 +244,32 @@ def log_store_failures(who: str, jobs: Sequence[Job], results: Sequence[object])
     """One line per batch, however many of its messages the file system refused: a full
     disk under a flood of publications must not flood the log too. The refusals of jobs
     that log their own (`Job.logs`) are left to them: one line each, not two."""
-    failures = [result for result in results if isinstance(result, StoreFailed)]
-    if failures:  # looked at only then: nothing more per job in a batch the disk took
-        failures = [
-            result
-            for job, result in zip(jobs, results, strict=True)
-            if isinstance(result, StoreFailed) and not job.logs
-        ]
-    if not failures:
-        return
-    quiet = sum(
-        1
+    if not any(isinstance(result, StoreFailed) for result in results):
+        return  # nothing more per job in a batch the disk took
+    failed = [
+        (job, result)
         for job, result in zip(jobs, results, strict=True)
-        if isinstance(result, StoreFailed) and not job.logs and not job.answered
-    )
+        if isinstance(result, StoreFailed) and not job.logs
+    ]
+    if not failed:
+        return
+    quiet = sum(1 for job, _ in failed if not job.answered)
     # A QoS 0 PUBLISH has no acknowledgement to refuse: its sender never hears of it, and
     # the subscribers served from memory get it all the same (publishing.py).
     if not quiet:
         told = "the client is told"
-    elif quiet == len(failures):
+    elif quiet == len(failed):
         told = "QoS 0 PUBLISH(es), the client not told (no acknowledgement), sent only to the "
         told += "subscribers served from memory"
     else:
-        told = f"the client is told of {len(failures) - quiet}; the other {quiet} QoS 0 "
+        told = f"the client is told of {len(failed) - quiet}; the other {quiet} QoS 0 "
         told += "PUBLISH(es), not told (no acknowledgement), sent only to the subscribers "
         told += "served from memory"
     log.error(
         "%s: %d of %d packet(s) of a batch not stored, %s: %s",
         who,
-        len(failures),
+        len(failed),
         len(results),
         told,
-        failures[0],
+        failed[0][1],
     )
