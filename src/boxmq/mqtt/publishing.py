@@ -485,13 +485,12 @@ class Publishing:
                 self._delivery.route_memory(client_id, kept[0])
             self._out.send(client, Pubcomp(packet_id, reason))
 
-        if from_disk or order is not None:  # after a restart (it reads the message first), or
-            client.jobs.append(Job(work, done))  # retained (in its topic's turn): alone
-        elif on_disk:  # with the neighbours' PUBRELs: their markers and moves share flushes
+        if on_disk and not from_disk and order is None:
+            # With the neighbours' PUBRELs: their markers and moves share flushes.
             key = (exactly_once_source(client_id), str(packet_id))
             client.jobs.append(Job(work, done, None, (self._deliver_many, key)))
-        else:
-            client.jobs.append(Job(work, done))
+        else:  # alone: after a restart (it reads the message first), retained (in its
+            client.jobs.append(Job(work, done))  # topic's turn), or not stored at all
 
     def _may_publish(self, username: str | None, client_id: str, topic: str) -> bool:
         """Whether the ACL lets the client publish to `topic`; with none, to any topic but
