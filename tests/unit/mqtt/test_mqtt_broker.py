@@ -134,9 +134,13 @@ def _run(
     *,
     fsync: str = "never",
     settings: MqttSettings | None = None,
+    box_clock: bool = False,
 ) -> None:
+    """`test` run on a broker over the root in `tmp_path`; `box_clock`: the Box reads `clock`
+    too (its locks' deadlines), not the system's."""
+
     async def main() -> None:
-        with boxmq.open(tmp_path / "root", fsync=fsync) as box:
+        with boxmq.open(tmp_path / "root", fsync=fsync, clock=clock if box_clock else None) as box:
             broker = Broker(box, settings or MqttSettings(), clock or SystemClock())
             broker.resume_expiries()  # as MqttServer.start does
             try:
@@ -3306,16 +3310,7 @@ def test_a_sessions_message_in_flight_stays_its_own_past_seven_days(
         got = [(p.payload, p.dup, p.packet_id) for p in holder.take() if isinstance(p, Publish)]
         assert got == ([(b"kept", True, sent.packet_id)] if away else [])
 
-    async def main() -> None:
-        with boxmq.open(tmp_path / "root", fsync="never", clock=clock) as box:
-            broker = Broker(box, settings, clock)
-            broker.resume_expiries()
-            try:
-                await test(broker)
-            finally:
-                await broker.close()
-
-    asyncio.run(main())
+    _run(tmp_path, test, clock, settings=settings, box_clock=True)
 
 
 def test_an_older_boxmqs_seven_day_lock_of_a_session_lasts_as_long_as_it_once_resumed(
@@ -3348,16 +3343,7 @@ def test_an_older_boxmqs_seven_day_lock_of_a_session_lasts_as_long_as_it_once_re
             broker.tick(clock.now())
         assert [p for p in holder.take() if isinstance(p, Publish)] == []
 
-    async def main() -> None:
-        with boxmq.open(tmp_path / "root", fsync="never", clock=clock) as box:
-            broker = Broker(box, settings, clock)
-            broker.resume_expiries()
-            try:
-                await test(broker)
-            finally:
-                await broker.close()
-
-    asyncio.run(main())
+    _run(tmp_path, test, clock, settings=settings, box_clock=True)
 
 
 def test_offline_persistent_sessions_hold_no_watcher_and_are_not_swept(tmp_path: Path) -> None:
