@@ -156,12 +156,15 @@ def recorded_away(root: Path, client_id: str) -> None:
         time.sleep(0.02)
 
 
-def serve_fresh(folder: Path, *flags: str) -> tuple[RunningServer, subprocess.Popen[bytes]]:
+def serve_fresh(
+    folder: Path, *flags: str, program: tuple[str, ...] = ("-m", "boxmq.cli")
+) -> tuple[RunningServer, subprocess.Popen[bytes]]:
     """`boxmq serve` on a new root in `folder`, on a free port; and its address as `paho()`
-    takes it (`.root`, `.port`; none of the in-thread server's parts)."""
+    takes it (`.root`, `.port`; none of the in-thread server's parts). `program`: as
+    `serve_process` takes it."""
     root, port = folder / "root", free_port()
     address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
-    return address, serve_process(root, port, *flags)
+    return address, serve_process(root, port, *flags, program=program)
 
 
 def stop_process(process: subprocess.Popen[bytes]) -> None:

@@ -25,9 +25,9 @@ from tests.integration.mqtt.clients import (
     Paho,
     RunningServer,
     drop,
-    free_port,
     paho,
     recorded_away,
+    serve_fresh,
     serve_process,
     start_server,
     stop_process,
@@ -394,9 +394,8 @@ def test_a_server_killed_right_after_refusing_a_connect_its_disk_refused_restart
     full disk refused, then is SIGKILLed: once there is space again the next serve starts,
     knows nothing of that session (no record, half-written or whole; its Will sent nowhere),
     and a durable subscriber gets each message acknowledged before (PUBACK) once."""
-    root, port = disk.path / "root", free_port()
-    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
-    server = serve_process(root, port)
+    address, server = serve_fresh(disk.path)
+    root, port = address.root, address.port
     try:
         subscriber = paho(address, "sub", clean=False, expiry=3600)
         subscriber.subscribe("t/#", 1)
@@ -470,11 +469,10 @@ def test_serve_restarted_on_a_full_disk_starts_and_takes_its_sessions_on_once_sp
     `the sessions counted by process N, which died, a server of this host that died, are not
     taken on ...: the store failed: ENOSPC`, twice "died" and no file; it names the file
     now, and the session is there once space is back (found by the full-disk hunt)."""
-    (tmp_path / "logs").mkdir()
-    root, port = tmp_path / "logs" / "root", free_port()  # its serve.log off the full disk
-    root.symlink_to(disk.path, target_is_directory=True)
-    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
-    server = serve_process(root, port)
+    (tmp_path / "logs").mkdir()  # its serve.log off the full disk, its root a link to it
+    (tmp_path / "logs" / "root").symlink_to(disk.path, target_is_directory=True)
+    address, server = serve_fresh(tmp_path / "logs")
+    root, port = address.root, address.port
     try:
         subscriber = paho(address, "sub", clean=False, expiry=3600)
         subscriber.subscribe("t/#", 1)

@@ -17,7 +17,6 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from tests.integration.mqtt.clients import (
     RunningServer,
-    free_port,
     paho,
     paho_properties,
     serve_fresh,
@@ -557,13 +556,6 @@ def _retained_qos2(topic: str, payload: bytes, packet_id: int, *, dup: bool = Fa
     return packet(0x35 | (0x08 if dup else 0), body)
 
 
-def _served(tmp_path: Path, program: str) -> tuple[RunningServer, subprocess.Popen[bytes]]:
-    """`boxmq serve` on a new root, as `program` runs it (`-c`)."""
-    root, port = tmp_path / "root", free_port()
-    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
-    return address, serve_process(root, port, program=("-c", program))
-
-
 def _retained_once(target: RunningServer) -> None:
     """The away subscriber "sub" of ret/# gets the message once; a new subscriber gets it as
     the topic's retained message."""
@@ -587,7 +579,7 @@ def test_a_retained_qos2_message_repeated_after_a_kill_before_its_pubrec_goes_on
     its PUBREC; a SIGKILL before that PUBREC went out lost the knowledge, and the client's
     repeat (DUP) after the restart was routed a second time: a subscriber got it twice. It
     waits in the exactly-once intake for its PUBREL now, as any QoS 2 message does."""
-    target, server = _served(tmp_path, _KILLED_AT_PUBREC)
+    target, server = serve_fresh(tmp_path, program=("-c", _KILLED_AT_PUBREC))
     try:
         _subscribed(target, "sub", "ret/#", 2).close()
         publisher, _ = open_raw(target, "pub", clean=False)
@@ -614,7 +606,7 @@ def test_a_kill_between_a_retained_qos2_messages_retained_store_and_its_copies_i
     """At its PUBREL, a persistent session's retained QoS 2 message replaces its topic's
     retained message, then its copies go out of the intake: a SIGKILL in between leaves it
     there, marked delivered, and the restart sends its copies (once) and keeps it retained."""
-    target, server = _served(tmp_path, _KILLED_AT_RETAINED)
+    target, server = serve_fresh(tmp_path, program=("-c", _KILLED_AT_RETAINED))
     try:
         _subscribed(target, "sub", "ret/#", 2).close()
         publisher, _ = open_raw(target, "pub", clean=False)

@@ -12,8 +12,8 @@ import pytest
 from tests.integration.mqtt.clients import (
     WAIT,
     RunningServer,
-    free_port,
     paho,
+    serve_fresh,
     serve_process,
     stop_process,
 )
@@ -51,10 +51,8 @@ def _taken(sock: socket.socket, count: int, *, ack: bool) -> list[bytes]:
 def test_messages_left_unacknowledged_come_back_first_after_a_restart(
     tmp_path: Path, stop: signal.Signals
 ) -> None:
-    root, port = tmp_path / "root", free_port()
-    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
+    address, server = serve_fresh(tmp_path)
     sent = [f"m{n}".encode() for n in range(10)]
-    server = serve_process(root, port)
     try:
         subscriber, _ = open_raw(address, "in-order")
         subscriber.sendall(subscribe(1, "order/t", 1))
@@ -70,7 +68,7 @@ def test_messages_left_unacknowledged_come_back_first_after_a_restart(
     finally:
         server.send_signal(stop)
         server.wait(timeout=20)
-    server = serve_process(root, port)
+    server = serve_process(address.root, address.port)
     back, present = open_raw(address, "in-order")
     try:
         assert present
@@ -166,9 +164,7 @@ def test_what_two_subscriptions_had_in_flight_goes_again_in_its_order_after_a_re
 ) -> None:
     """After a restart, the copies in flight went again one subscription after the other
     (a/# first: m0 m2 m5, then b/#), and a/#'s new message before b/#'s copies sent again."""
-    root, port = tmp_path / "root", free_port()
-    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
-    server = serve_process(root, port)
+    address, server = serve_fresh(tmp_path)
     device: socket.socket | None = None
     try:
         device = _device(address, v5=v5)
@@ -176,7 +172,7 @@ def test_what_two_subscriptions_had_in_flight_goes_again_in_its_order_after_a_re
         server.send_signal(stop)  # SIGKILL: the device still connected, no close is written
         server.wait(timeout=20)
         device.close()
-        server = serve_process(root, port)
+        server = serve_process(address.root, address.port)
         _new_ones(address)
         device, present = _open(address, v5=v5)
         assert present
@@ -211,9 +207,7 @@ def test_what_two_subscriptions_had_in_flight_goes_in_its_order_through_a_smalle
     """A client back after a restart with a Receive Maximum of 1 gets what was in flight one
     at a time, each as the one before is answered, still in the order first sent, then the
     new ones."""
-    root, port = tmp_path / "root", free_port()
-    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
-    server = serve_process(root, port)
+    address, server = serve_fresh(tmp_path)
     device: socket.socket | None = None
     try:
         device = _device(address, v5=True)
@@ -221,7 +215,7 @@ def test_what_two_subscriptions_had_in_flight_goes_in_its_order_through_a_smalle
         device.close()
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=20)
-        server = serve_process(root, port)
+        server = serve_process(address.root, address.port)
         _new_ones(address)
         device, present = open_raw(address, "device", receive_maximum=1)
         assert present
