@@ -746,6 +746,9 @@ class Broker:
             for subscriber in self._durable.pop(session.client_id, {}).values():
                 subscriber.detach()  # dropboxes, groups, a persistent session's locks stay
         self._pool.shutdown(wait=True)
+        # What waits its turn is dropped, as cancel_futures drops what waits in the pool: a
+        # check under way that ends now would give the next one to the shut-down pool.
+        self._waiting_checks = FairQueue()
         self._checks.shutdown(wait=False, cancel_futures=True)
         self.box.forget_offered(self._listener)
 
