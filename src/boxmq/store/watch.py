@@ -75,6 +75,12 @@ _NO_WATCH = -1
 # Names a watcher keeps unread before it says "rescan" instead: what the kernel's queue holds by
 # default (fs.inotify.max_queued_events), as when each watcher had an instance of its own.
 _UNREAD = 16384
+# A reader refused inotify (no instance, no watch, no folder) polls, and tries inotify again
+# after a second, then twice as long each time, at most once a minute: a broker that started
+# while the machine was full is woken by inotify again once it has room, and a try refused
+# again costs a system call or two, less than a poll's directory scan.
+_RETRY_FIRST = 1.0
+_RETRY_MOST = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +111,21 @@ class Watcher(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class _Backoff:
+    """When a reader refused inotify tries it again: `_RETRY_FIRST` seconds after `now`, and
+    after each try refused again twice as long as before, at most `_RETRY_MOST`."""
+
+    __slots__ = ("_delay", "due")
+
+    def __init__(self, *, now: float) -> None:
+        self._delay = _RETRY_FIRST
+        self.due = now + self._delay
+
+    def refused(self, *, now: float) -> None:
+        self._delay = min(self._delay * 2, _RETRY_MOST)
+        self.due = now + self._delay
 
 
 class _Watch:
@@ -355,8 +376,8 @@ def _shared() -> _Inotify:
                     raise
                 _works_again(
                     "instance",
-                    "an inotify instance for this process at last: readers opened from now on "
-                    "are woken by inotify (those opened before poll until they are opened again)",
+                    "an inotify instance for this process at last: its readers are woken by "
+                    "inotify again, those that polled from their next try (within a minute)",
                 )
     return shared
 
@@ -567,8 +588,8 @@ class InotifyWatcher:
                 _works_again(
                     "watches",
                     "inotify watches to be had again (fs.inotify.max_user_watches = %s): "
-                    "folders that could not be watched are watched at their next look; "
-                    "readers opened meanwhile poll until they are opened again",
+                    "folders that could not be watched are watched from their readers' next "
+                    "try (within a minute)",
                     _max_watches(),
                 )
         # Held before the old ones are let go: the same folder keeps its watch.
@@ -646,6 +667,87 @@ class PollingWatcher:
         self._woken.set()
 
 
+class _Refused:
+    """A reader's watcher when inotify was refused it (no instance for the process, no watch
+    left, no folder at its path): it polls, and tries inotify again when `_Backoff` says, as
+    a watcher does whose folder was made again (`InotifyWatcher._rewatch`). Once watched, it
+    says "rescan" (the watch is made before: a file that landed meanwhile is in that rescan,
+    or in the watch's news) and waits on the watch from then on. A reader that polled for
+    the whole life of a broker started while the machine was full (its 128 instances taken)
+    is woken again within a minute of there being room."""
+
+    def __init__(self, directory: str, *, poll_interval: float) -> None:
+        self._directory = directory
+        self._interval = poll_interval
+        self._polling = PollingWatcher(poll_interval)
+        self._watched: InotifyWatcher | None = None
+        self._backoff = _Backoff(now=time.monotonic())
+        self._trying = threading.Lock()  # held by the thread trying
+        self._closed = False
+        self._on_news: Callable[[], object] | None = None
+
+    @property
+    def on_news(self) -> Callable[[], object] | None:
+        return self._on_news
+
+    @on_news.setter
+    def on_news(self, told: Callable[[], object] | None) -> None:
+        self._on_news = told
+        if (watched := self._watched) is not None:
+            watched.on_news = told
+
+    @property
+    def polls(self) -> bool:
+        watched = self._watched
+        return watched is None or watched.polls
+
+    def wait(self, timeout: float | None) -> Changes:
+        if (watched := self._watched) is not None:
+            return watched.wait(timeout)
+        if not self._closed and time.monotonic() >= self._backoff.due and self._try():
+            return Changes(everything=True)
+        # A nap of a poll interval at most: the next try is late by no more.
+        return self._polling.wait(timeout)
+
+    def _try(self) -> bool:
+        """Watch with inotify if it is to be had now; True if watched (by this thread's try or
+        another's)."""
+        # Not waited for: a thread that finds another trying polls meanwhile (and a child
+        # forked during a try, which holds it for ever, polls).
+        if not self._trying.acquire(blocking=False):
+            return False
+        try:
+            if self._watched is not None:
+                return True
+            now = time.monotonic()
+            if now < self._backoff.due:
+                return False
+            try:  # said in the log once per cause, and its end once (`_works_again`)
+                watched = InotifyWatcher(self._directory, retry_interval=self._interval)
+            except OSError:
+                self._backoff.refused(now=now)
+                return False
+            watched.on_news = self._on_news
+            self._watched = watched
+        finally:
+            self._trying.release()
+        if self._closed:  # closed during the try, which close() did not see: let go of it
+            watched.close()
+        self._polling.close()  # a wait polling in another thread ends, to wait on the watch
+        return True
+
+    def wakeup(self) -> None:
+        if (watched := self._watched) is not None:
+            watched.wakeup()
+        self._polling.wakeup()
+
+    def close(self) -> None:
+        self._closed = True  # before it looks for a watcher: a try after it closes its own
+        if (watched := self._watched) is not None:
+            watched.close()
+        self._polling.close()
+
+
 def read_news() -> None:
     """Read the process's inotify instance now, without waiting, and call the `on_news` of
     each watcher it gave news that no `wait` of that watcher read yet (once: the next call
@@ -666,11 +768,13 @@ def read_news() -> None:
 
 
 def watch(directory: str, *, poll_interval: float, polling: bool = False) -> Watcher:
-    """The best watcher for `directory`: inotify if we can, polling if asked or if we cannot."""
+    """The best watcher for `directory`: inotify if we can; polling if asked, or if we cannot,
+    trying inotify again now and then if it was refused (`_Refused`)."""
     if not polling:
         try:
             return InotifyWatcher(directory, retry_interval=poll_interval)
         except OSError as error:  # said in the log once per cause (`_polls`)
-            if error.errno == errno.ENOSYS:
-                _polls("system", logging.INFO, "no inotify on this system: readers poll")
+            if error.errno != errno.ENOSYS:
+                return _Refused(directory, poll_interval=poll_interval)
+            _polls("system", logging.INFO, "no inotify on this system: readers poll")
     return PollingWatcher(poll_interval)

@@ -5,19 +5,21 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import itertools
 import logging
 import os
 import select
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from tests.descriptors import no_descriptor_left
 from tests.inotify import inotify_watcher
 
+from boxmq import forks
 from boxmq.store import watch as watch_module
 from boxmq.store.watch import Changes, InotifyWatcher, PollingWatcher, Watcher, watch
 
@@ -369,7 +371,7 @@ def test_an_inotify_instance_without_descriptors_for_its_wakeups_is_not_kept(
     with no_descriptor_left(free=1):  # the instance's
         with pytest.raises(OSError, match="Too many open files"):
             InotifyWatcher(str(tmp_path))
-        assert isinstance(watch(str(tmp_path), poll_interval=60.0), PollingWatcher)
+        assert watch(str(tmp_path), poll_interval=60.0).polls
         os.close(os.open(os.devnull, os.O_RDONLY))  # the one left is free again
     assert watch_module._process is None
     assert inotify_instances() == held
@@ -392,7 +394,7 @@ def test_a_missing_folder_is_polled_and_said_once(
     monkeypatch.setattr(watch_module, "_told", {})
     caplog.set_level(logging.DEBUG, logger="boxmq.queue")
     missing = [tmp_path / name / "target" for name in ("gone", "also-gone")]
-    assert all(isinstance(watch(str(path), poll_interval=5.0), PollingWatcher) for path in missing)
+    assert all(watch(str(path), poll_interval=5.0).polls for path in missing)
     [(level, text)] = _told(caplog)
     assert level == "DEBUG"
     assert text.startswith(f"{missing[0]} is missing (deleted, or not made yet): ")
@@ -423,7 +425,7 @@ def test_the_watch_limit_reached_is_said_once_with_its_fix_and_its_end_once(
     kernel_add = watch_module._shared()._add
     monkeypatch.setattr(watch_module._shared(), "_add", _refuse_watches)
     polled = [watch(str(folder), poll_interval=0.5) for folder in folders[:2]]
-    assert all(isinstance(watcher, PollingWatcher) for watcher in polled)
+    assert all(watcher.polls for watcher in polled)
     limit = Path("/proc/sys/fs/inotify/max_user_watches").read_text().strip()
     [(level, text)] = _told(caplog)
     assert level == "WARNING"
@@ -436,7 +438,105 @@ def test_the_watch_limit_reached_is_said_once_with_its_fix_and_its_end_once(
     assert [level for level, _ in _told(caplog)] == ["WARNING", "INFO"]
     assert _told(caplog)[1][1].startswith("inotify watches to be had again")
     watcher.close()
+    for watcher in polled:
+        watcher.close()
     inotify.close()
+
+
+def test_a_reader_refused_a_watch_is_watched_once_watches_are_to_be_had(
+    tmp_path: Path,
+    inotify: InotifyWatcher,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A reader opened past the watch limit polled until it was opened again: one whose MQTT
+    client stays connected polled for the broker's whole life, however many watches were
+    freed since (the sysctl raised, other processes gone). It tries again now and then, and
+    once watched says "rescan": a file that landed before the watch is in that rescan, one
+    after in the watch's news."""
+    monkeypatch.setattr(watch_module, "_told", {})
+    caplog.set_level(logging.INFO, logger="boxmq.queue")
+    kernel_add = watch_module._shared()._add
+    tries: list[bytes] = []
+
+    def refuse(fd: int, path: bytes, mask: int) -> int:
+        tries.append(path)
+        return _refuse_watches(fd, path, mask)
+
+    monkeypatch.setattr(watch_module._shared(), "_add", refuse)
+    monkeypatch.setattr(watch_module, "_RETRY_FIRST", 3600.0)
+    first = watch(str(tmp_path / "q"), poll_interval=60.0)  # no folder there yet, either
+    assert first.polls
+    assert [first.wait(0) for _ in range(100)] == [Changes()] * 100  # no try before it is due
+    assert len(tries) == 1  # the open's (its parent's watch refused: no more)
+    first.close()
+    monkeypatch.setattr(watch_module, "_RETRY_FIRST", 0.0)  # a try at each look from now on
+    watcher = watch(str(tmp_path / "q"), poll_interval=60.0)
+    assert watcher.wait(0) == Changes()  # tried, refused again: it polls, said once
+    assert len(tries) == 3
+    (tmp_path / "q").mkdir()
+    monkeypatch.setattr(watch_module._shared(), "_add", kernel_add)
+    (tmp_path / "q" / "early").write_bytes(b"e")
+    assert watcher.wait(0).everything  # watched: rescan, which finds "early"
+    assert not watcher.polls
+    (tmp_path / "q" / "late").write_bytes(b"l")
+    assert watcher.wait(1.0).names == ["late"]
+    assert [level for level, _ in _told(caplog)] == ["WARNING", "INFO"]
+    assert _told(caplog)[1][1].startswith("inotify watches to be had again")
+    watcher.close()
+    inotify.close()
+
+
+@pytest.fixture
+def no_instance_yet(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """As in a process that has no inotify instance yet: the one a test makes is closed after
+    it, the process's own comes back."""
+    monkeypatch.setattr(watch_module, "_process", None)
+    yield
+    if (made := watch_module._process) is not None:
+        forks._holders.discard(made)  # a child forked later must not close the numbers again
+        os.close(made.fd)
+        os.close(made._kick)
+
+
+def test_a_reader_refused_an_instance_is_woken_by_inotify_once_there_is_room(
+    tmp_path: Path,
+    no_instance_yet: None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A broker started while the user's 128 inotify instances were taken (or without a
+    descriptor left) polled for its whole life: each of its readers polled until it was
+    opened again, though other processes had closed theirs. Each tries again now and then,
+    and the log says once that the instance was made."""
+    monkeypatch.setattr(watch_module, "_told", {})
+    monkeypatch.setattr(watch_module, "_RETRY_FIRST", 0.0)  # a try at each look
+    caplog.set_level(logging.INFO, logger="boxmq.queue")
+    with no_descriptor_left():
+        watcher = watch(str(tmp_path), poll_interval=60.0)
+        polled = watcher.polls
+        assert watcher.wait(0) == Changes()  # tried, refused again: it polls, said once
+    (tmp_path / "early").write_bytes(b"e")
+    assert watcher.wait(0).everything  # watched: rescan, which finds "early"
+    assert (polled, watcher.polls) == (True, False)
+    (tmp_path / "late").write_bytes(b"l")
+    assert watcher.wait(1.0).names == ["late"]
+    told = _told(caplog)
+    assert [level for level, _ in told] == ["WARNING", "INFO"]
+    assert told[0][1].startswith("no inotify instance for this process (Too many open files")
+    assert told[1][1].startswith("an inotify instance for this process at last")
+    watcher.close()
+
+
+def test_a_refused_reader_tries_again_ever_later_at_most_once_a_minute() -> None:
+    backoff = watch_module._Backoff(now=100.0)
+    dues = [backoff.due]
+    for _ in range(8):
+        backoff.refused(now=dues[-1])
+        dues.append(backoff.due)
+    assert dues[0] == 101.0  # a second after the refusal
+    waits = [2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
+    assert [later - due for due, later in itertools.pairwise(dues)] == waits
 
 
 def test_a_folder_made_again_past_the_watch_limit_is_polled_until_it_is_watched(
