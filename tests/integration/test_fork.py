@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -10,10 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.descriptors import no_descriptor_left
 from tests.inotify import inotify_watcher
 
 import boxmq
-from boxmq.store.watch import watch
+from boxmq.store import watch as watch_module
+from boxmq.store.watch import Changes, watch
 
 
 def warmed(root: Path, fsync: str) -> tuple[boxmq.Box, boxmq.Queue]:
@@ -217,4 +220,38 @@ def test_a_child_watches_through_an_inotify_instance_of_its_own(tmp_path: Path) 
         told += kept.wait(1.0).names
     assert told == ["from-child", "from-parent"]
     closed.close()
+    kept.close()
+
+
+def test_a_child_refused_an_inotify_instance_polls_says_so_once_and_watches_once_there_is_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A watcher made before the fork makes the child's own instance at its first wait there:
+    refused it (the user's 128 taken, or here the child's descriptors, its RLIMIT_NOFILE),
+    the wait raised OSError. It polls, the log says why once, and it tries again now and
+    then: watched once there is room, it says "rescan" (the file that landed meanwhile)."""
+    monkeypatch.setattr(watch_module, "_RETRY_FIRST", 0.0)  # a try at each look
+    caplog.set_level(logging.INFO, logger="boxmq.queue")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    kept = inotify_watcher(watch(str(folder), poll_interval=60.0))
+
+    def child() -> None:
+        caplog.clear()  # the child's copy: the parent's records are not its own
+        with no_descriptor_left():
+            assert kept.wait(0).everything  # what came before went to the parent's
+            polled = kept.polls
+            assert kept.wait(0) == Changes()  # tried again, refused again: it polls
+        (folder / "early").write_bytes(b"e")
+        assert kept.wait(0).everything  # watched: rescan, which finds "early"
+        assert (polled, kept.polls) == (True, False)
+        (folder / "late").write_bytes(b"l")
+        assert kept.wait(5.0).names == ["late"]
+        told = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "boxmq.queue"]
+        assert [level for level, _ in told] == ["WARNING", "INFO"]
+        assert told[0][1].startswith("no inotify instance for this process (Too many open files")
+        assert told[1][1].startswith("an inotify instance for this process at last")
+        kept.close()
+
+    assert waited(in_child(child)) == 0
     kept.close()

@@ -461,6 +461,10 @@ class InotifyWatcher:
         self.everything = False  # news was lost: rescan
         self._woken = False
         self._closed = False
+        # In a forked child the kernel refused an instance of its own: it polls meanwhile, and
+        # tries for one again when `_backoff` says (`_move_to_child`).
+        self._polling: PollingWatcher | None = None
+        self._backoff: _Backoff | None = None
         self.on_news: Callable[[], object] | None = None
         with inotify.lock:
             if not self._rewatch():
@@ -471,8 +475,9 @@ class InotifyWatcher:
 
     @property
     def polls(self) -> bool:
-        """While no folder is at its path, it looks for one on a timer, at a `wait`."""
-        return self._retry_at is not None
+        """While no folder is at its path, it looks for one on a timer, at a `wait`; while
+        a forked child has no instance, it polls."""
+        return self._retry_at is not None or self._polling is not None
 
     def lose(self) -> None:
         """News was lost (the instance's queue overflowed), or too much of it is unread
@@ -484,7 +489,10 @@ class InotifyWatcher:
     def wait(self, timeout: float | None) -> Changes:
         inotify = self._inotify
         if inotify.forked:
-            inotify = self._move_to_child()
+            child = self._move_to_child()
+            if child is None:
+                return self._poll_in_child(timeout)
+            inotify = child
         with inotify.lock:
             inotify.pending.discard(self)
             if timeout != 0:
@@ -559,6 +567,8 @@ class InotifyWatcher:
         inotify = self._inotify
         with inotify.lock:
             self._rouse(inotify)
+        if (polling := self._polling) is not None:
+            polling.wakeup()
 
     def _rouse(self, inotify: _Inotify) -> None:
         """End this watcher's wait in another thread, or the next one. Under the lock."""
@@ -613,17 +623,48 @@ class InotifyWatcher:
         self._inotify.let_go(self._parent_wd, self, True)
         self._folder_wd = self._parent_wd = _NO_WATCH
 
-    def _move_to_child(self) -> _Inotify:
+    def _move_to_child(self) -> _Inotify | None:
         """In a forked child, at its first wait: watch through the child's own instance, and
-        say "rescan" (what came meanwhile went to the parent's)."""
-        self._inotify = inotify = _shared()
+        say "rescan" (what came meanwhile went to the parent's). None if the kernel refuses
+        the child an instance (said once in the log, `_shared`): the watcher polls, and
+        tries again when `_backoff` says."""
+        now = time.monotonic()
+        backoff = self._backoff
+        if backoff is not None and now < backoff.due:
+            return None
+        try:
+            inotify = _shared()
+        except OSError:
+            if backoff is None:
+                self._backoff = _Backoff(now=now)
+                self._polling = PollingWatcher(self._retry_interval)
+                self.everything = True  # what came before went to the parent's: rescan
+            else:
+                backoff.refused(now=now)
+            return None
+        self._inotify = inotify
         self.cond = threading.Condition(inotify.lock)
         with inotify.lock:
             self._folder_wd = self._parent_wd = _NO_WATCH
+            # The watch is made at this wait's `_rescan`, before it says "rescan": a file
+            # that landed while the watcher polled is in that rescan, or in its news.
             self.moved = True
             if not self._closed:
                 inotify.watchers.add(self)
+        if (polling := self._polling) is not None:
+            self._polling = self._backoff = None
+            polling.close()  # a wait polling in another thread ends, to wait on the watch
         return inotify
+
+    def _poll_in_child(self, timeout: float | None) -> Changes:
+        """A wait in a forked child the kernel refused an instance: a poll."""
+        polling = self._polling
+        if polling is None:  # another thread's wait has just moved it to the child's instance
+            return Changes(everything=True)
+        if self.everything:
+            self.everything = False
+            return Changes(everything=True)
+        return polling.wait(timeout)
 
     def close(self) -> None:
         inotify = self._inotify
@@ -636,6 +677,8 @@ class InotifyWatcher:
             inotify.watchers.discard(self)
             inotify.pending.discard(self)
             self._rouse(inotify)  # a wait in another thread ends, as a polling watcher's does
+        if (polling := self._polling) is not None:
+            polling.close()
 
 
 class PollingWatcher:
