@@ -17,7 +17,8 @@ copies pass through each subscription's `working/.exactly-once/` (store/fanout.p
 still staged has no copy out yet and is sent again, and the copies of a file gone are renamed
 out of their pending folders. A message to a topic stored retained (MQTT's retain flag, kept
 in its name) replaces the topic's retained message before its copies go, while its file is
-still staged: a crash in between sends it again at restart, its retained message with it.
+still staged: a crash in between sends it again at restart, its retained message with it,
+unless the topic's retained message was written since the marker (a later one stays).
 """
 
 from __future__ import annotations
@@ -71,8 +72,9 @@ __all__ = ["AssuredIntake", "AssuredMessage", "Outcome"]
 log = logging.getLogger("boxmq.exactly_once")
 
 # Publish each (envelope, file in working/, source), its copies flushed together: each error.
-# The flag: a retained one among them is superseded (replaces no retained message).
-_FanOut = Callable[[Sequence[tuple[Envelope, str, str]], bool], list[OSError | None]]
+# The flag: a retained one among them is superseded (replaces no retained message). The time:
+# a restart's, when their `deliver` was marked (Topics.send_files's `marked_at`), else None.
+_FanOut = Callable[[Sequence[tuple[Envelope, str, str]], bool, float | None], list[OSError | None]]
 
 
 class AssuredMessage(NamedTuple):
@@ -458,9 +460,12 @@ class AssuredIntake:
     def _marker(self, source: str, msg_id: str) -> str:
         return os.path.join(self._markers, _marker_name(source, msg_id))
 
-    def _send_all(self, pendings: list[_Pending], superseded: bool = False) -> list[OSError | None]:
+    def _send_all(
+        self, pendings: list[_Pending], superseded: bool = False, marked_at: float | None = None
+    ) -> list[OSError | None]:
         """Send each message on from working/, with one flush for a queue's and one for a
-        topic's: each one's error, if any (nothing of that one sent)."""
+        topic's: each one's error, if any (nothing of that one sent). `marked_at`: for a
+        restart's, when their `deliver` was marked (a later retained message stays)."""
         errors: list[OSError | None] = [None] * len(pendings)
         to_queues = [i for i, pending in enumerate(pendings) if pending.queue is not None]
         to_topics = [i for i, pending in enumerate(pendings) if pending.queue is None]
@@ -470,7 +475,8 @@ class AssuredIntake:
                 errors[index] = error
         if to_topics:
             files = [self._as_file(pendings[i]) for i in to_topics]
-            for index, error in zip(to_topics, self._fan_out(files, superseded), strict=True):
+            sent = self._fan_out(files, superseded, marked_at)
+            for index, error in zip(to_topics, sent, strict=True):
                 errors[index] = error
         return errors
 
@@ -537,8 +543,7 @@ class AssuredIntake:
         for entry, queue, envelope, key in self._waiting():
             if key[0] != source or entry.path in known or key in self._pending:
                 continue
-            marked = os.path.lexists(self._marker(*key))
-            self._restore_pending(entry, queue, envelope, key, marked=marked)
+            self._restore_pending(entry, queue, envelope, key, marked_at=self._marked_at(key))
 
     def drop_pending(self, source: str) -> int:
         """Delete every message `source` stored (step 1) that waits for its `deliver`, and
@@ -587,7 +592,7 @@ class AssuredIntake:
             if key not in unremembered:
                 self._books.restore(key[0], key[1], size=0, since=since, delivered=True)
         for entry, queue, envelope, key in self._waiting():
-            self._restore_pending(entry, queue, envelope, key, marked=key in delivered)
+            self._restore_pending(entry, queue, envelope, key, marked_at=delivered.get(key))
         # Copies to topics whose file left .incoming/working/ before the crash: every copy was
         # pending then, some may be out (and taken) already; the rest go out, none again.
         finish_pending(self._root, EXACTLY_ONCE_PENDING)
@@ -631,12 +636,14 @@ class AssuredIntake:
         envelope: Envelope,
         key: tuple[str, str],
         *,
-        marked: bool,
+        marked_at: float | None,
     ) -> None:
-        """Take a message of `_waiting` into the books, or send it if it is `marked`
-        delivered (the crash came between the marker and the move). One that cannot be is
-        logged and stays in working/: it must not keep the others from their books (their
-        repeats would pass for new, their deliver for done)."""
+        """Take a message of `_waiting` into the books, or send it if it was marked
+        delivered (the crash came between the marker and the move), at `marked_at`: a
+        retained message of its topic written since stays, as the `deliver` would have
+        kept it (Topics.send_files). One that cannot be is logged and stays in working/: it
+        must not keep the others from their books (their repeats would pass for new, their
+        deliver for done)."""
         try:
             if queue is None:
                 # A topic's: one that no publish could take, kept by a version before
@@ -644,8 +651,8 @@ class AssuredIntake:
                 # all), is refused here, not at its send.
                 validate_topic(envelope.topic or "")
             pending = _Pending(entry.path, queue, envelope)
-            if marked:
-                [failure] = self._send_all([pending])
+            if marked_at is not None:
+                [failure] = self._send_all([pending], marked_at=marked_at)
                 if failure is not None:
                     raise failure
                 return
@@ -655,6 +662,13 @@ class AssuredIntake:
         except (BoxMQError, OSError) as error:
             folder = os.path.dirname(entry.path)
             log.error("exactly once: %s stays in %s: %s", entry.name, folder, error)
+
+    def _marked_at(self, key: tuple[str, str]) -> float | None:
+        """When the "delivered" marker of `key` was written; None if there is none."""
+        try:
+            return os.lstat(self._marker(*key)).st_mtime
+        except FileNotFoundError:
+            return None
 
     def _read_markers(self) -> tuple[dict[tuple[str, str], float], set[tuple[str, str]]]:
         """Each marker's key and time, and the keys of those written by a deliver that

@@ -324,8 +324,8 @@ class Box:
                     ids=self._ids,
                     clock=self._clock,
                     limits=self._exactly_once,
-                    fan_out=lambda files, superseded: self.topics.send_files(
-                        files, superseded=superseded
+                    fan_out=lambda files, superseded, marked_at: self.topics.send_files(
+                        files, superseded=superseded, marked_at=marked_at
                     ),
                     side_files=self.side_files,
                 )

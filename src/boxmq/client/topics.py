@@ -337,7 +337,11 @@ class Topics:
             self._retained.replace(staged)
 
     def send_files(
-        self, files: Sequence[tuple[Envelope, str, str | None]], *, superseded: bool = False
+        self,
+        files: Sequence[tuple[Envelope, str, str | None]],
+        *,
+        superseded: bool = False,
+        marked_at: float | None = None,
     ) -> list[OSError | None]:
         """Publish files already written and flushed (exactly-once messages on `deliver`),
         each `(envelope, path, source)`, in order, their copies flushed together: each one's
@@ -351,16 +355,24 @@ class Topics:
         message before its copies go (unless `superseded`: a later one is in place): the
         file stays in working/ until its copies are pending, so a crash in between leaves
         it there, and the restart that sends it again replaces the retained message again
-        (the same message), never leaving copies out without it."""
+        (the same message), never leaving copies out without it.
+
+        marked_at: for such a restart, when the files' `deliver` was marked (the marker's
+        st_mtime): a retained message written since (the file itself before the crash, or a
+        later one another process published meanwhile) stays."""
         if not superseded:
             for envelope, _, _ in files:  # a loop, not any() of a generator: half its cost
                 if envelope.property_value(PUBLISHED_RETAINED) is True:
                     with self._retained_lock.shared():  # see its comment in __init__
-                        return self._send_files(files, retained=True)
+                        return self._send_files(files, retained=True, marked_at=marked_at)
         return self._send_files(files, retained=False)
 
     def _send_files(
-        self, files: Sequence[tuple[Envelope, str, str | None]], *, retained: bool
+        self,
+        files: Sequence[tuple[Envelope, str, str | None]],
+        *,
+        retained: bool,
+        marked_at: float | None = None,
     ) -> list[OSError | None]:
         errors: list[OSError | None] = [None] * len(files)
         planned: list[tuple[int, _Planned]] = []
@@ -375,7 +387,7 @@ class Topics:
             assert envelope.topic is not None
             if retained and _published_retained(envelope):
                 try:
-                    self._replace_retained(envelope, data)
+                    self._replace_retained(envelope, data, marked_at)
                 except OSError as error:
                     errors[index] = error
                     continue
@@ -392,9 +404,19 @@ class Topics:
         self._hand_over(sent)
         return errors
 
-    def _replace_retained(self, envelope: Envelope, data: bytes) -> None:
-        """An exactly-once file published retained becomes its topic's retained message."""
+    def _replace_retained(self, envelope: Envelope, data: bytes, marked_at: float | None) -> None:
+        """An exactly-once file published retained becomes its topic's retained message,
+        unless a restart finishes its `deliver` marked at `marked_at` and the topic's was
+        written since: MQTT keeps the last one received (MQTT-3.3.1-5), and this one was
+        received (its PUBREL) before that one was written."""
         assert envelope.topic is not None
+        if marked_at is not None and self._retained.written_since(envelope.topic, marked_at):
+            log.info(
+                "%s: a retained message written since this restart's delivery of an older "
+                "one was marked stays in place",
+                envelope.topic,
+            )
+            return
         name = _names(envelope, (QoS.EXACTLY_ONCE,))[QoS.EXACTLY_ONCE]
         self._retained.replace(self._retained.stage(envelope.topic, name, data))
 

@@ -121,6 +121,16 @@ class RetainedStore:
         if staged.temporary is not None:
             _unlink_quietly(staged.temporary)
 
+    def written_since(self, topic: str, when: float) -> bool:
+        """Whether the topic's retained message was written at `when` or after (a file time,
+        st_mtime, of the same file system): a message whose publication was decided at
+        `when` and is finished only now, after a restart, must not replace it. False if the
+        topic has none (a delete leaves no time behind: it is replaced)."""
+        try:
+            return os.stat(self._path(topic)).st_mtime >= when
+        except FileNotFoundError:
+            return False
+
     def get(self, topic: str) -> Retained | None:
         found = _load(self._path(topic))
         # Another topic's under this one's name (a file copied or edited by hand) is not

@@ -1,0 +1,93 @@
+"""A persistent session's retained QoS 2 message finished after a restart is the topic's retained
+message only if it is still the last one received (MQTT-3.3.1-5).
+
+Its PUBREL is marked delivered, then it replaces the topic's retained message, then its copies
+go: a SIGKILL in between leaves the rest to the next start. That start replaced the retained
+message whatever was published meanwhile.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+from pathlib import Path
+
+import pytest
+from tests.integration.mqtt.clients import serve_fresh, serve_process
+from tests.integration.mqtt.clients import stop_process as stop
+from tests.integration.mqtt.raw import (
+    open_raw,
+    packet,
+    publish_fields,
+    pubrel,
+    read,
+    string,
+    subscribe,
+)
+
+import boxmq
+
+# `boxmq serve`, killed (SIGKILL) by itself as the PUBREL of a retained QoS 2 message,
+# marked delivered, is about to replace the topic's retained message ("before"), or once it
+# has and its copies are still to go ("after").
+_KILLED_AT_RETAINED = """
+import os, signal, sys
+from boxmq import cli
+from boxmq.store.retained import RetainedStore
+replace = RetainedStore.replace
+def killed(self, staged):
+    if {after}:
+        replace(self, staged)
+    os.kill(os.getpid(), signal.SIGKILL)
+RetainedStore.replace = killed
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def _retained_qos2(topic: str, payload: bytes, packet_id: int) -> bytes:
+    """A v5 QoS 2 PUBLISH with RETAIN set, without properties."""
+    return packet(0x35, string(topic) + packet_id.to_bytes(2, "big") + b"\x00" + payload)
+
+
+def _retained(sock: socket.socket, filter: str) -> list[bytes]:
+    """SUBSCRIBE `filter` at QoS 1: the payloads of the retained messages sent for it (each
+    with RETAIN set), read until half a second of silence."""
+    sock.sendall(subscribe(1, filter, 1))
+    assert read(sock)[0] == 0x90  # SUBACK
+    sock.settimeout(0.5)
+    got: list[bytes] = []
+    while True:
+        try:
+            kind, body = read(sock)
+        except TimeoutError:
+            return got
+        assert kind & 0xF0 == 0x30, hex(kind)
+        assert kind & 0x01, "sent live, not as retained"
+        got.append(publish_fields(body)[0])
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
+def test_a_retained_message_published_while_the_server_was_down_outlives_its_recovery(
+    tmp_path: Path, after: bool
+) -> None:
+    """A retained QoS 2 PUBLISH, a SIGKILL at its PUBREL, then a retained message of the same
+    topic from the embedded API while the server is down: the restart finishes the PUBREL but
+    keeps the newer message retained (it put back the older one, for good)."""
+    script = _KILLED_AT_RETAINED.format(after=after)
+    target, server = serve_fresh(tmp_path, program=("-c", script))
+    try:
+        publisher, _ = open_raw(target, "pub", clean=False)
+        publisher.sendall(_retained_qos2("ret/1", b"old", 1))
+        assert read(publisher) == (0x50, b"\x00\x01")  # PUBREC
+        publisher.sendall(pubrel(1))
+        assert read(publisher) == (0, b"")  # killed before its PUBCOMP
+        assert server.wait(timeout=20) == -signal.SIGKILL
+        publisher.close()
+        with boxmq.open(target.root) as box:
+            box.publish("ret/1", b"new", retain=True)
+        server = serve_process(target.root, target.port)
+        late, _ = open_raw(target, "late", clean=True, expiry=0)
+        assert _retained(late, "ret/#") == [b"new"]
+        late.close()
+    finally:
+        stop(server)
