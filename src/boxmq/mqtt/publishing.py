@@ -445,8 +445,13 @@ class Publishing:
         from_disk = on_disk and (held is None or held.publish is None)
         kept: list[Publish] = []
         # Its place among retained messages, should working/ say it is one: taken here, on
-        # the loop, as the PUBREL is received (retained_order.py).
-        number = self._retained_order.take() if from_disk else 0
+        # the loop, as the PUBREL is received (retained_order.py), and in flight for a topic
+        # known once it is read: a SUBSCRIBE sent it as retained meanwhile is not sent it live
+        # too (retained_window.py).
+        number = 0
+        if from_disk:
+            number = self._retained_order.take()
+            self._delivery.retained_window.taken(None, number)
 
         def work() -> object:
             if from_disk:
@@ -465,6 +470,11 @@ class Publishing:
             return True
 
         def done(result: object) -> None:
+            # Read from disk and delivered now (True; a retained one: its id): routed below,
+            # with its number if retained; else that number goes.
+            sent_kept = bool(kept) and (result is True or isinstance(result, str))
+            if from_disk and not (sent_kept and kept[0].retain):
+                self._delivery.retained_window.dropped(None, number)
             reason = _R.SUCCESS
             if isinstance(result, ItemNotFound):  # never stored, expired, or released before
                 log.info("client %s: PUBREL %d names no stored message", client_id, packet_id)
@@ -481,8 +491,11 @@ class Publishing:
                 log.warning("client %s: PUBREL %d failed: %s", client_id, packet_id, result)
             if publish is not None:
                 self._delivery.route_memory(client_id, publish, _written(order, result))
-            elif kept and result is True:
-                self._delivery.route_memory(client_id, kept[0])
+            elif sent_kept:
+                [read] = kept
+                self._delivery.route_memory(
+                    client_id, read, _written(number if read.retain else None, result)
+                )
             self._out.send(client, Pubcomp(packet_id, reason))
 
         if on_disk and not from_disk and order is None:
@@ -650,7 +663,8 @@ class Publishing:
         (it restarted since): the message as working/ keeps it is put in `kept` first, for
         the subscribers in memory, who got it at the PUBREL without a restart. A file that
         cannot be read leaves them without it; the durable subscriptions get it all the
-        same. A retained one takes its topic's turn as `number` (`_deliver_retained`)."""
+        same. A retained one takes its topic's turn as `number` (`_deliver_retained`), and
+        tells its id if delivered, for its routing (retained_window.py)."""
         source, msg_id = exactly_once_source(client_id), str(packet_id)
         try:
             found = self._box.intake.peek(source, msg_id)
@@ -662,8 +676,7 @@ class Publishing:
         if found is not None:
             publish = released_publish(*found, self._clock.now(), self._box.side_files)
         if publish is not None and publish.retain:
-            outcome = self._deliver_retained(client_id, packet_id, publish.topic, number)
-            delivered = True if isinstance(outcome, str) else outcome
+            delivered = self._deliver_retained(client_id, packet_id, publish.topic, number)
         else:
             delivered = self._box.deliver(source, msg_id, remember=False, must_exist=True)
         if publish is not None:

@@ -10,12 +10,17 @@ a later one, as retained (`routed`). A topic's records go once none of its messa
 flight; with none in flight (the common case) nothing is recorded.
 
 A message's place is its number in the order of retained messages (retained_order.py), known
-once its routing comes. Left: a subscription sent a message whose routing is yet to come, when
+once its routing comes. A PUBREL after a restart names a message the server reads from disk
+(publishing.py, `_deliver_kept`): whether it is retained, and of which topic, is known only
+once its write is done, so its number is taken for no topic (`taken(None, ...)`), and while
+one such is in flight every topic's SUBSCRIBEs are recorded, as if each had a message in
+flight. Left: a subscription sent a message whose routing is yet to come, when
 an earlier one (slower, or superseded) is routed first, gets the earlier one live after it: an
 older message after the newer, never one message twice.
 
 Invariants (all on the loop):
-- Every number `taken` for a topic is then `routed` or `dropped` once (publishing.py).
+- Every number `taken` for a topic, or for none, is then `routed` or `dropped` once
+  (publishing.py); one taken for none is routed under its topic or dropped for none.
 - A record names a session object and a filter, never a client id: a later session of the
   client, which was sent nothing, loses nothing.
 """
@@ -42,22 +47,33 @@ class RetainedWindow:
         self._unrouted: dict[str, set[int]] = {}  # topic -> numbers taken, not yet routed
         self._sent: dict[str, dict[Key, str]] = {}  # topic -> subscription -> id sent retained
         self._numbers: dict[str, dict[str, int]] = {}  # topic -> id -> number, those routed
+        self._unplaced: set[int] = set()  # numbers taken for no topic yet, not yet routed
 
-    def taken(self, topic: str, number: int) -> None:
-        """A retained message for `topic` was numbered: it is in flight until routed."""
-        self._unrouted.setdefault(topic, set()).add(number)
+    def taken(self, topic: str | None, number: int) -> None:
+        """A retained message for `topic` was numbered: it is in flight until routed. None:
+        a message that may be a retained one, of a topic not known yet."""
+        if topic is None:
+            self._unplaced.add(number)
+        else:
+            self._unrouted.setdefault(topic, set()).add(number)
 
     def sent(self, topic: str, session: object, text: str, message_id: str) -> None:
         """The subscription of `session` to `text` was sent `topic`'s retained message
-        `message_id`: kept only while a retained message of the topic is in flight."""
-        if topic in self._unrouted:
+        `message_id`: kept only while a retained message of the topic (or of a topic not
+        known yet) is in flight."""
+        if topic in self._unrouted or self._unplaced:
             self._sent.setdefault(topic, {})[(session, text)] = message_id
 
     def routed(self, topic: str, written: Written) -> set[Key]:
         """The message `written` is routed now: the subscriptions it must not reach, since
         they were sent it, or a later one of its topic, as retained."""
         having: set[Key] = set()
-        numbers = self._numbers.setdefault(topic, {}) if topic in self._unrouted else None
+        placed = written.number in self._unplaced
+        if placed:  # its topic known at last
+            self._unplaced.discard(written.number)
+            self._unrouted.setdefault(topic, set()).add(written.number)
+        in_flight = topic in self._unrouted or self._unplaced
+        numbers = self._numbers.setdefault(topic, {}) if in_flight else None
         if numbers is not None and written.message_id is not None:
             numbers[written.message_id] = written.number
         sent = self._sent.get(topic)
@@ -67,15 +83,31 @@ class RetainedWindow:
             number = written.number
             having = {key for key, sent_id in sent.items() if numbers.get(sent_id, -1) >= number}
         self.dropped(topic, written.number)
+        if placed and not self._unplaced:
+            self._forget_unplaced()
         return having
 
-    def dropped(self, topic: str, number: int) -> None:
-        """The message numbered `number` will not be routed (its write failed), or was."""
+    def dropped(self, topic: str | None, number: int) -> None:
+        """The message numbered `number` will not be routed (its write failed, or it is no
+        retained message: `topic` None for one taken for none), or was."""
+        if topic is None:
+            self._unplaced.discard(number)
+            if not self._unplaced:
+                self._forget_unplaced()
+            return
         unrouted = self._unrouted.get(topic)
         if unrouted is None:
             return
         unrouted.discard(number)
         if not unrouted:
             del self._unrouted[topic]
-            self._sent.pop(topic, None)
-            self._numbers.pop(topic, None)
+            if not self._unplaced:
+                self._sent.pop(topic, None)
+                self._numbers.pop(topic, None)
+
+    def _forget_unplaced(self) -> None:
+        """None taken for no topic is in flight now: the records kept for those go, but
+        those of the topics with a message of their own in flight."""
+        for records in (self._sent, self._numbers):
+            for topic in [topic for topic in records if topic not in self._unrouted]:
+                del records[topic]

@@ -1,19 +1,22 @@
 """A persistent session's retained QoS 2 message finished after a restart is the topic's retained
-message only if it is still the last one received (MQTT-3.3.1-5).
+message only if it is still the last one received (MQTT-3.3.1-5), and a subscriber gets it once.
 
 Its PUBREL is marked delivered, then it replaces the topic's retained message, then its copies
 go: a SIGKILL in between leaves the rest to the next start. That start replaced the retained
-message whatever was published meanwhile.
+message whatever was published meanwhile; and a PUBREL after a restart, whose message the
+server reads from disk, was sent live to a subscription that had just been sent it as retained.
 """
 
 from __future__ import annotations
 
 import signal
 import socket
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
-from tests.integration.mqtt.clients import serve_fresh, serve_process
+from tests.integration.mqtt.clients import serve_fresh, serve_process, start_server
 from tests.integration.mqtt.clients import stop_process as stop
 from tests.integration.mqtt.raw import (
     open_raw,
@@ -26,6 +29,7 @@ from tests.integration.mqtt.raw import (
 )
 
 import boxmq
+from boxmq.client.assured import AssuredIntake, Outcome
 
 # `boxmq serve`, killed (SIGKILL) by itself as the PUBREL of a retained QoS 2 message,
 # marked delivered, is about to replace the topic's retained message ("before"), or once it
@@ -91,3 +95,53 @@ def test_a_retained_message_published_while_the_server_was_down_outlives_its_rec
         late.close()
     finally:
         stop(server)
+
+
+def test_a_subscriber_that_comes_while_a_pubrel_after_a_restart_is_written_gets_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PUBREL after a restart sends on its retained message as working/ keeps it: the
+    retained store replaced by a worker, then the subscribers in memory. A SUBSCRIBE the loop
+    handles in between is sent it as retained, and was sent it live again: twice."""
+    root = tmp_path / "root"
+    running = start_server(root)
+    try:
+        publisher, _ = open_raw(running, "pub", clean=False)
+        publisher.sendall(_retained_qos2("ret/1", b"v", 1))
+        assert read(publisher) == (0x50, b"\x00\x01")  # PUBREC: in the intake
+        publisher.close()
+    finally:
+        running.shutdown()
+    replaced, go = threading.Event(), threading.Event()
+    deliver_many = AssuredIntake.deliver_many
+
+    def held(self: AssuredIntake, *args: Any, **kwargs: Any) -> list[Outcome]:
+        """The PUBREL's delivery, its retained message replaced: done, but not yet told to
+        the loop, which routes it."""
+        outcomes = deliver_many(self, *args, **kwargs)
+        replaced.set()
+        go.wait(timeout=10)
+        return outcomes
+
+    monkeypatch.setattr(AssuredIntake, "deliver_many", held)
+    running = start_server(root)
+    try:
+        publisher, present = open_raw(running, "pub", clean=False)
+        assert present
+        publisher.sendall(pubrel(1))
+        assert replaced.wait(timeout=10)
+        late, _ = open_raw(running, "late", clean=True, expiry=0)
+        late.sendall(subscribe(1, "ret/#", 1))
+        assert read(late)[0] == 0x90  # SUBACK
+        kind, body = read(late)
+        assert (kind & 0xF1, publish_fields(body)[0]) == (0x31, b"v")  # retained
+        go.set()
+        assert read(publisher)[0] == 0x70  # PUBCOMP
+        late.settimeout(0.5)
+        with pytest.raises(TimeoutError):  # nothing more: not "v" again, live
+            read(late)
+        publisher.close()
+        late.close()
+    finally:
+        go.set()
+        running.shutdown()

@@ -51,3 +51,23 @@ def test_the_records_of_a_topic_go_once_nothing_of_it_is_in_flight() -> None:
     window.sent("u", A, "u", "id3")
     assert window.routed("u", Written(3, None)) == set()  # a write that told no id
     assert window.routed("u", Written(3, "id3")) == set()  # routed already: nothing kept
+
+
+def test_a_message_of_a_topic_not_known_yet_is_left_out_where_it_was_sent_retained() -> None:
+    window = RetainedWindow()
+    window.taken(None, 1)  # a PUBREL after a restart: its message is read from disk
+    window.sent("t", A, "t/#", "id1")  # its write replaced the retained one, then a SUBSCRIBE
+    window.sent("t", B, "t/#", "old")
+    assert window.routed("t", Written(1, "id1")) == {(A, "t/#")}
+
+
+def test_the_records_kept_for_a_message_of_no_topic_yet_go_once_it_is_not_retained() -> None:
+    window = RetainedWindow()
+    window.taken(None, 1)
+    window.taken("u", 2)
+    window.sent("t", A, "t", "id0")
+    window.sent("u", A, "u", "id2")
+    window.dropped(None, 1)  # no retained message after all
+    window.taken("t", 3)
+    assert window.routed("t", Written(3, "id0")) == set()  # the record went with it
+    assert window.routed("u", Written(2, "id2")) == {(A, "u")}  # u's is kept for its own
