@@ -29,8 +29,9 @@ The options add what the default run does not reach:
 - `--qos2`: a QoS 2 publisher (raw MQTT 3.1.1: see `role_publisher2` for why not paho) and a
   persistent QoS 2 subscriber of its topics, never killed, checked for exactly once (every
   PUBCOMPed publish delivered, none twice) across the server's kills; a retained publisher
-  (QoS 1, one at a time, 8 topics) whose topics must each retain, after the drain, their
-  last PUBACKed message or one sent after it.
+  (QoS 1 and 2 at random, one at a time, 8 topics; its QoS 2 ones go through the
+  exactly-once intake, its session being persistent) whose topics must each retain, after
+  the drain, their last acknowledged (PUBACK, PUBCOMP) message or one sent after it.
 
 Bounded: the chaos lasts --seconds (<= 120), the drain at most 40 s (more with a backlog),
 every loop is bounded in count and time, and every process started is killed at the end; the
@@ -231,12 +232,15 @@ def mqtt_client(client_id: str, clean: bool = False) -> mqtt.Client:
 
 
 def role_publisher(a: argparse.Namespace) -> None:
-    """QoS 1 on chaos/t0-3 (`pub`); --qos2: retained QoS 1 on ret/k0-7, one at a time so
-    each key's last PUBACK is its last publish (`ret`)."""
+    """QoS 1 on chaos/t0-3 (`pub`); --qos2: retained QoS 1 or 2 (at random) on ret/k0-7, one
+    at a time so each key's last PUBACK or PUBCOMP is its last publish (`ret`). The retained
+    one takes a client id of its own each start, as `role_publisher2` does: a new process
+    numbers its packets from 1 again, and a QoS 2 PUBLISH under an id the server holds for
+    the session awaiting its PUBREL is rightly taken for a repeat of the killed one's."""
     log = Log(a.log)
     rng = random.Random(f"{a.name}.{a.inc}")
     window, retain = {"pub": (20, False), "ret": (1, True)}[a.name]
-    c = mqtt_client(f"chaos-{a.name}")
+    c = mqtt_client(f"chaos-{a.name}-{a.inc}" if retain else f"chaos-{a.name}")
     pending: dict[int, str] = {}
     connected = [False]
 
@@ -271,7 +275,8 @@ def role_publisher(a: argparse.Namespace) -> None:
         tag = f"{a.name}.{a.inc}.{seq}"
         seq += 1
         topic = f"ret/k{seq % RETAINED_KEYS}" if retain else f"chaos/t{seq % 4}"
-        info = c.publish(topic, body_for(tag, rng), qos=1, retain=retain)
+        qos = rng.choice((1, 2)) if retain else 1
+        info = c.publish(topic, body_for(tag, rng), qos=qos, retain=retain)
         with lock:
             if info.mid in early:
                 early.discard(info.mid)
@@ -799,8 +804,9 @@ def check(run: Run, procs: list[Proc], kills: collections.Counter[str], sub2: Pr
 
 def check_qos2_retained(run: Run) -> list[str]:
     """QoS 2: every PUBCOMPed publish delivered to sub2, and no publish delivered twice.
-    Retained: each key's retained message, read after the drain, is its last PUBACKed one
-    or one sent after it (one publish at a time: sent after is PUBACKed after)."""
+    Retained: each key's retained message, read after the drain, is its last acknowledged
+    (PUBACK, PUBCOMP) one or one sent after it (one publish at a time: sent after is
+    acknowledged after)."""
     problems: list[str] = []
     completed = {line[1] for line in read_log(os.path.join(run.logs, "pub2.log")) if line[0] == "K"}
     got: collections.Counter[str] = collections.Counter()
@@ -834,10 +840,10 @@ def check_qos2_retained(run: Run) -> list[str]:
     for key, acked in sorted(last_acked.items()):
         tag = kept.get(key)
         if tag is None or tag == "BAD" or order(tag) < acked:
-            problems.append(f"ret/k{key} retains {tag}, last PUBACKed {acked}")
+            problems.append(f"ret/k{key} retains {tag}, last acknowledged {acked}")
     print(
         f"qos2: {len(completed)} PUBCOMPed, {len(got)} distinct delivered to sub2, "
-        f"{sum(got.values())} deliveries; retained: {len(last_acked)} keys PUBACKed, "
+        f"{sum(got.values())} deliveries; retained: {len(last_acked)} keys acknowledged, "
         f"{len(kept)} read back",
         flush=True,
     )
