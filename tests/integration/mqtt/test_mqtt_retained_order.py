@@ -208,3 +208,44 @@ def test_a_persistent_publishers_retained_qos2_message_keeps_its_place_for_a_con
         subscriber.close()
     finally:
         running.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("expiry", "restart"),
+    [(0, False), (300, False), (300, True)],
+    ids=["clean-publisher", "persistent-publisher", "persistent-publisher-restarted"],
+)
+def test_a_retained_qos2_message_is_received_at_its_pubrel_after_one_sent_meanwhile(
+    tmp_path: Path, expiry: int, restart: bool
+) -> None:
+    """MQTT-3.3.1-5 while a retained QoS 2 message awaits its PUBREL and another client's
+    retained QoS 1 message to its topic comes: the server receives the QoS 2 one at its
+    PUBREL, where it sends it on (the subscribers got the QoS 1 one first), so it is the one
+    kept (docs/mqtt.md); also when the server restarted in between and reads it from
+    working/ at its PUBREL, the QoS 1 one having been written since."""
+    root = tmp_path / "root"
+    running = start_server(root)
+    try:
+        publisher, _ = open_raw(running, "pub", clean=True, expiry=expiry)
+        publisher.sendall(retained("state/1", b"qos2", qos=2, packet_id=1))
+        assert read(publisher) == (0x50, b"\x00\x01")  # PUBREC
+        if restart:
+            publisher.close()
+            running.shutdown()
+            running = start_server(root)
+            publisher, present = open_raw(running, "pub", expiry=expiry)
+            assert present
+        other, _ = open_raw(running, "other", clean=True, expiry=0)
+        other.sendall(retained("state/1", b"qos1", qos=1, packet_id=1))
+        read_kind(other, 0x40)  # PUBACK: written
+        other.close()
+        publisher.sendall(pubrel(1))
+        read_kind(publisher, 0x70)  # PUBCOMP
+        publisher.close()
+        reader = paho(running, "reader")
+        reader.subscribe("state/#", 0)
+        assert reader.next().payload == b"qos2"
+        assert reader.nothing(within=0.5)
+        reader.stop()
+    finally:
+        running.shutdown()
