@@ -31,18 +31,21 @@ from tests.integration.mqtt.raw import (
 import boxmq
 from boxmq.client.assured import AssuredIntake, Outcome
 
-# `boxmq serve`, killed (SIGKILL) by itself as the PUBREL of a retained QoS 2 message,
-# marked delivered, is about to replace the topic's retained message ("before"), or once it
-# has and its copies are still to go ("after").
+# `boxmq serve`, killed (SIGKILL) by itself at its `at`th replacement of a retained message:
+# as the PUBREL of a retained QoS 2 message, marked delivered, is about to replace the topic's
+# retained message ("before"), or once it has and its copies are still to go ("after").
 _KILLED_AT_RETAINED = """
 import os, signal, sys
 from boxmq import cli
 from boxmq.store.retained import RetainedStore
 replace = RetainedStore.replace
+count = [0]
 def killed(self, staged):
-    if {after}:
+    count[0] += 1
+    if count[0] < {at} or {after}:
         replace(self, staged)
-    os.kill(os.getpid(), signal.SIGKILL)
+    if count[0] == {at}:
+        os.kill(os.getpid(), signal.SIGKILL)
 RetainedStore.replace = killed
 sys.exit(cli.main(sys.argv[1:]))
 """
@@ -77,7 +80,7 @@ def test_a_retained_message_published_while_the_server_was_down_outlives_its_rec
     """A retained QoS 2 PUBLISH, a SIGKILL at its PUBREL, then a retained message of the same
     topic from the embedded API while the server is down: the restart finishes the PUBREL but
     keeps the newer message retained (it put back the older one, for good)."""
-    script = _KILLED_AT_RETAINED.format(after=after)
+    script = _KILLED_AT_RETAINED.format(at=1, after=after)
     target, server = serve_fresh(tmp_path, program=("-c", script))
     try:
         publisher, _ = open_raw(target, "pub", clean=False)
@@ -92,6 +95,35 @@ def test_a_retained_message_published_while_the_server_was_down_outlives_its_rec
         server = serve_process(target.root, target.port)
         late, _ = open_raw(target, "late", clean=True, expiry=0)
         assert _retained(late, "ret/#") == [b"new"]
+        late.close()
+    finally:
+        stop(server)
+
+
+def test_a_retained_message_received_before_the_pubrel_is_replaced_by_its_recovery(
+    tmp_path: Path,
+) -> None:
+    """A retained QoS 1 message comes while a retained QoS 2 one awaits its PUBREL, which a
+    SIGKILL cuts short before its retained store: the restart that finishes it replaces the
+    QoS 1 one, as its PUBREL would have (a QoS 2 message is received at its PUBREL), though
+    its id, made at its PUBLISH, is the older of the two."""
+    script = _KILLED_AT_RETAINED.format(at=2, after=False)
+    target, server = serve_fresh(tmp_path, program=("-c", script))
+    try:
+        publisher, _ = open_raw(target, "pub", clean=False)
+        publisher.sendall(_retained_qos2("ret/1", b"qos2", 1))
+        assert read(publisher) == (0x50, b"\x00\x01")  # PUBREC
+        other, _ = open_raw(target, "other", clean=True, expiry=0)
+        other.sendall(packet(0x33, string("ret/1") + b"\x00\x01\x00qos1"))  # QoS 1, retained
+        assert read(other) == (0x40, b"\x00\x01")  # PUBACK: its retained store replaced
+        other.close()
+        publisher.sendall(pubrel(1))
+        assert read(publisher) == (0, b"")  # killed before its PUBCOMP
+        assert server.wait(timeout=20) == -signal.SIGKILL
+        publisher.close()
+        server = serve_process(target.root, target.port)
+        late, _ = open_raw(target, "late", clean=True, expiry=0)
+        assert _retained(late, "ret/#") == [b"qos2"]
         late.close()
     finally:
         stop(server)
