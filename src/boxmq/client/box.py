@@ -101,7 +101,7 @@ class Box:
         # Called with the consumers of a dropbox this process just put messages in, from the
         # thread that put them (LiveQueue.sent), and with those of a dropbox that may have
         # something new for them (`read_news`): an MQTT broker's `pump_all` takes those.
-        self._listeners: list[Callable[[list[ConsumerId]], object]] = []
+        self._listeners: list[Callable[[list[ConsumerId], str], object]] = []
         # The live queues' reminders (LiveQueue._remind_when_due), asked for from any thread,
         # by time (a count breaks ties). A queue is held weakly: one closed and forgotten is
         # no reason to keep it.
@@ -715,14 +715,14 @@ class Box:
                 self._live[dropbox.path] = live
             return live
 
-    def listen_offered(self, listener: Callable[[list[ConsumerId]], object]) -> None:
+    def listen_offered(self, listener: Callable[[list[ConsumerId], str], object]) -> None:
         """Have `listener` told the consumers attached in this process to a queue or
-        subscription that this process just put messages in (from the putting thread: it
-        must be quick and thread-safe). Other processes' messages are not told: a receive
-        reads them from the watcher."""
+        subscription that this process just put messages in, and the `queue` that its
+        messages name (from the putting thread: it must be quick and thread-safe). Other
+        processes' messages are not told: a receive reads them from the watcher."""
         self._listeners.append(listener)
 
-    def forget_offered(self, listener: Callable[[list[ConsumerId]], object]) -> None:
+    def forget_offered(self, listener: Callable[[list[ConsumerId], str], object]) -> None:
         """`listener` is told no more (`listen_offered`)."""
         with contextlib.suppress(ValueError):
             self._listeners.remove(listener)

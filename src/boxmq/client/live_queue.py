@@ -168,7 +168,7 @@ class LiveQueue:
         token: str,
         v5: V5Reader | None = None,
         shown: str | None = None,
-        listeners: list[Callable[[list[ConsumerId]], object]] | None = None,
+        listeners: list[Callable[[list[ConsumerId], str], object]] | None = None,
         remind: Callable[[float, LiveQueue], object] | None = None,
     ) -> None:
         self.name = name  # what the logs and errors say: a subscription's folder
@@ -439,16 +439,16 @@ class LiveQueue:
         return watcher
 
     def tell(self) -> None:
-        """Tell the listeners (Box.listen_offered) the consumers attached here: the queue
-        may have something for them (news the watcher has, a deadline come, messages given
-        back), which their next receive finds."""
+        """Tell the listeners (Box.listen_offered) the consumers attached here, and the
+        `queue` their messages name: the queue may have something for them (news the
+        watcher has, a deadline come, messages given back), which their next receive finds."""
         if not self._listeners:
             return
         with self._mutex:
             consumers = list(self._inbox)
         if consumers:
             for listener in self._listeners:
-                listener(consumers)
+                listener(consumers, self.queue)
 
     def _watcher_open(self) -> Watcher:
         """The watcher, opened again after a rest: target/ is read again at the next look,

@@ -1295,6 +1295,10 @@ class Subscriber(Receiver):
         self._granted = granted
         self._v5 = v5
         self._consumer = consumer
+        # What the `Message.queue` of the messages it hands out names: its filter
+        # ("$share/GROUP/FILTER" for a share group's member), as `box.subscription` takes it.
+        # An attribute: a broker's pump reads it for each of a session's subscriptions.
+        self.queue = consumer.queue if consumer is not None else str(filter)
         self._inbox = inbox
         self._on_close = on_close
         self._closed = False
@@ -1404,12 +1408,6 @@ class Subscriber(Receiver):
         if self._consumer is not None:
             self._consumer.close()  # its locks go to the other members at once
         self._on_close()
-
-    @property
-    def queue(self) -> str:
-        """What the `Message.queue` of the messages it hands out names: its filter
-        ("$share/GROUP/FILTER" for a share group's member), as `box.subscription` takes it."""
-        return self._consumer.queue if self._consumer is not None else str(self.filter)
 
     def detach(self) -> None:
         """Stop receiving here but stay subscribed (an MQTT session that lives on elsewhere):

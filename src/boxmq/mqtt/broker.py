@@ -59,6 +59,7 @@ from boxmq.core.deadlines import Deadlines
 from boxmq.core.durations import spelled
 from boxmq.core.topics import matches, validate_topic
 from boxmq.errors import InvalidTopic, ProtocolViolation, store_failure
+from boxmq.model import ConsumerId
 from boxmq.mqtt.acl import substitute
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client, Link, Outgoing
@@ -241,12 +242,12 @@ class Broker:
         self._memory = MemoryRoutes()  # non-persistent sessions' plain subscriptions
         self._durable_routes = DurableRoutes(box)
         self._durable: dict[str, dict[str, Subscriber]] = {}  # client id -> filter -> dropbox
-        # The consumers of the dropboxes this process put messages in (Box.listen_offered,
-        # from the disk threads), until `pump_all` takes them; and the connected clients by
-        # their consumer name (stored.consumer_name), which those are.
-        self._offered: deque[str] = deque()
+        # The consumers of the dropboxes this process put messages in, with those dropboxes'
+        # `queue` (Box.listen_offered, from the disk threads), until `pump_all` takes them;
+        # and the connected clients by their consumer name (stored.consumer_name), which
+        # those are.
+        self._offered: deque[tuple[str, str]] = deque()
         self._named: dict[str, str] = {}
-        self._listener = self._offered.extend
         box.listen_offered(self._listener)
         # The ticks' walk through the connected sessions with durable subscriptions
         # (`_walk_on`): the client ids of this round, how far it went, and when.
@@ -677,20 +678,26 @@ class Broker:
         offered = self._offered
         if not offered:
             return
-        names: set[str] = set()
+        news: dict[str, set[str]] = {}  # consumer name -> the queues with news for it
         for _ in range(len(offered)):  # the disk threads only append: popleft is safe
-            names.add(offered.popleft())
+            name, queue = offered.popleft()
+            news.setdefault(name, set()).add(queue)
         named = self._named
-        for name in names:
+        for name, queues in news.items():
             client_id = named.get(name)
             if client_id is not None:
-                self._pump_connected(client_id)
+                self._pump_connected(client_id, queues)
 
-    def _pump_connected(self, client_id: str) -> None:
+    def _listener(self, consumers: list[ConsumerId], queue: str) -> None:
+        """Box.listen_offered's, from any thread: one extend of a deque by a list is atomic."""
+        self._offered.extend([(consumer, queue) for consumer in consumers])
+
+    def _pump_connected(self, client_id: str, news: set[str] | None = None) -> None:
+        """`news`: the queues to look into (and those its window cut short); None: all."""
         if client_id in self._durable:
             session = self._sessions.get(client_id)
             if session is not None and session.connected:
-                self._delivery.pump(session)
+                self._delivery.pump(session, news)
 
     def _walk_on(self, now: float) -> None:
         """Pump the next connected sessions with durable subscriptions, news or not: each

@@ -26,6 +26,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Final
 
 from boxmq.client.box import Box
@@ -136,7 +137,7 @@ class Delivery:
         """At the end of a read: the sessions whose acks freed slots take more messages."""
         settled, self.settled = self.settled, {}
         for session in settled.values():
-            self.pump(session)
+            self.pump(session, ())  # those the acks named, and those the window cut short
 
     def route_memory(self, source: str, packet: Publish, written: Written | None = None) -> None:
         """Copies for the in-memory subscriptions of connected non-persistent sessions.
@@ -421,6 +422,9 @@ class Delivery:
         # A message in memory has no token (nor has a PUBCOMP): nothing to settle, no call.
         if token is not None:
             self._settle(session, token, refused=refused)
+            if session.dry:
+                # A slot of its consumer is free: its dropbox may give it one more now.
+                session.dry.discard(token.queue)
         if session.leaving:
             self.close_drained(session)
         self.settled[session.client_id] = session  # its freed slots are filled after the read
@@ -439,15 +443,30 @@ class Delivery:
                 if token is not None:
                     _give_back(token)
 
-    def pump(self, session: Session) -> None:
-        """Take messages out of the session's dropboxes while it has room in flight."""
+    def pump(self, session: Session, news: Iterable[str] | None = None) -> None:
+        """Take messages out of the session's dropboxes while it has room in flight: out of
+        each of them, or with `news` (the `queue` of the dropboxes that may have something
+        new: none for a refill after acknowledgements) out of those and of the ones whose
+        last look was cut short by the window, not of those found dry since. A member of
+        1,000 share groups looked into each of its 100 dropboxes (10 us each) at every
+        PUBACK: 1.2 ms of CPU per QoS 1 message (docs/benchmarks.md, "Many share groups")."""
         subscribers = self._durable.get(session.client_id)
         if not subscribers or not session.connected:
             return
         outbox = session.outbox
         if session.sent_before and not session.sent_before_taken:
             self._send_before_again(session, subscribers)
+        dry = session.dry
+        if dry is None:
+            dry = session.dry = set()
+        if news is None:
+            dry.clear()
+        else:
+            dry.difference_update(news)
         for text, subscriber in list(subscribers.items()):
+            queue = subscriber.queue
+            if queue in dry:
+                continue  # nothing more there at its last look, and no news of it since
             # One being left takes nothing new (paused): what it holds, after a restart.
             options = session.subscriptions.get(text) or session.leaving.get(text)
             if options is None:
@@ -468,6 +487,9 @@ class Delivery:
                 for message in messages:
                     self._hand(session, message, text, options)
                 if len(messages) < room:
+                    # Nothing more now: what comes later comes with news (Box.listen_offered:
+                    # a put, a lock given back or ended, another process's file).
+                    dry.add(queue)
                     break
         if session.sent_before and not outbox.waiting and outbox.free > 0:
             # Every message taken back had room to go: the ids left name settled ones.
