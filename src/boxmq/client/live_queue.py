@@ -647,6 +647,10 @@ class LiveQueue:
             if self._apply(effect):  # another process settled or took the lock meanwhile
                 raise lock_gone(effect.message.message_id, self._box.path)
             self._wake_others()
+            if self._remind is not None and self._listeners:
+                # An extend may end the lock before the reminder asked for (its sweep's),
+                # and no receive need come to ask again.
+                self._remind_when_due(now)
             if isinstance(effect, Release):
                 self.tell()  # back in target/: for any consumer, now or at its delay's end
             return effect

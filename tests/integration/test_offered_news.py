@@ -1,0 +1,176 @@
+"""What a box tells its `listen_offered` listeners, driven as an MQTT broker drives it: each
+tick reads the news (`Box.read_news`) and pumps only the consumers told of
+(`receive_ready`). A queue's deadlines (a lock's end, an unlock's delay) make no file event:
+the queue's reminder (LiveQueue._remind_when_due, the box's heap) is all that tells of them,
+and else only the broker's walk, every 5 s, would find them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import boxmq
+from boxmq.client.consumer import Consumer
+from boxmq.clock import ManualClock
+from boxmq.model import ConsumerId
+
+Told = list[list[ConsumerId]]
+
+
+@pytest.fixture
+def told(manual_box: boxmq.Box) -> Iterator[Told]:
+    """The consumers each listener call named, in order."""
+    calls: Told = []
+    manual_box.listen_offered(calls.append)
+    yield calls
+    manual_box.forget_offered(calls.append)
+
+
+def tick(box: boxmq.Box, told: Told, consumer: Consumer) -> list[boxmq.Message]:
+    """One broker tick: read the news, pump `consumer` if it was told of (once)."""
+    told.clear()
+    box.read_news()
+    return consumer.receive_ready() if any("c1" in names for names in told) else []
+
+
+def settled(box: boxmq.Box, told: Told, consumer: Consumer) -> None:
+    """Ticks until no news is left of the files moved so far (the put's, the claim's, a
+    release's): what follows is told by reminders alone."""
+    for _ in range(5):
+        assert tick(box, told, consumer) == []
+        if not told:
+            return
+    raise AssertionError(f"news never ran dry: {told}")
+
+
+def test_a_lock_that_ends_is_told_at_its_deadline(
+    manual_box: boxmq.Box, clock: ManualClock, told: Told
+) -> None:
+    # Shorter than the sweep of processing/ (1 s), so only the deadline's own reminder tells.
+    queue = manual_box.queue("q")
+    consumer = queue.consumer("c1", lock_timeout=0.5)
+    queue.put(b"hi")
+    [first] = tick(manual_box, told, consumer)
+    settled(manual_box, told, consumer)
+    clock.advance(0.25)
+    assert tick(manual_box, told, consumer) == []
+    assert told == []  # no news, no reminder: not yet due
+    clock.advance(0.25)
+    assert tick(manual_box, told, consumer) == []  # timed out: back in target/ (handoff)
+    assert told == [["c1"]]  # told once, by the reminder, exactly at the deadline
+    settled(manual_box, told, consumer)
+    clock.advance(1.0)  # its handoff to another consumer is over: c1's again
+    [again] = tick(manual_box, told, consumer)
+    assert again.id == first.id
+    assert again.delivery_count == first.delivery_count + 1
+
+
+def test_an_unlock_delay_is_told_when_it_ends(
+    manual_box: boxmq.Box, clock: ManualClock, told: Told
+) -> None:
+    queue = manual_box.queue("q")
+    consumer = queue.consumer("c1", lock_timeout=30.0)
+    queue.put(b"hi")
+    [first] = tick(manual_box, told, consumer)
+    settled(manual_box, told, consumer)
+    first.unlock(delay=3.0)
+    settled(manual_box, told, consumer)
+    # Told once meanwhile, at the sweep the lock asked for (1 s): that look asks for the
+    # delay's end, which the queue's earlier reminder stood for until then.
+    for _ in range(11):  # quarters, exact in binary: the clock lands on the delay's end
+        clock.advance(0.25)
+        assert tick(manual_box, told, consumer) == []
+    clock.advance(0.25)
+    [again] = tick(manual_box, told, consumer)
+    assert told == [["c1"]]
+    assert again.id == first.id
+
+
+def test_a_reminder_is_asked_once(manual_box: boxmq.Box, clock: ManualClock, told: Told) -> None:
+    queue = manual_box.queue("q")
+    consumer = queue.consumer("c1", lock_timeout=30.0)
+    queue.put(b"hi")
+    [first] = tick(manual_box, told, consumer)
+    settled(manual_box, told, consumer)
+    first.unlock(delay=3.0)
+    settled(manual_box, told, consumer)
+    for _ in range(5):  # looks that find the same deadline ask for no other reminder
+        assert consumer.receive_ready() == []
+    clock.advance(3.0)
+    told.clear()
+    manual_box.read_news()
+    assert told == [["c1"]]
+
+
+def test_a_shortened_lock_is_told_at_its_new_deadline(
+    manual_box: boxmq.Box, clock: ManualClock, told: Told
+) -> None:
+    queue = manual_box.queue("q")
+    consumer = queue.consumer("c1", lock_timeout=30.0)
+    queue.put(b"hi")
+    [first] = tick(manual_box, told, consumer)
+    settled(manual_box, told, consumer)
+    first.extend(0.5)
+    clock.advance(0.5)
+    assert tick(manual_box, told, consumer) == []
+    assert told == [["c1"]]
+    assert queue.counts().locked == 0
+
+
+def test_a_closed_consumer_is_told_of_nothing(
+    manual_box: boxmq.Box, clock: ManualClock, told: Told
+) -> None:
+    queue = manual_box.queue("q")
+    consumer = queue.consumer("c1", lock_timeout=0.5)
+    queue.put(b"hi")
+    assert len(tick(manual_box, told, consumer)) == 1
+    settled(manual_box, told, consumer)
+    consumer.close()  # its reminder was asked for: nobody is left to tell at its time
+    manual_box.read_news()
+    told.clear()
+    clock.advance(0.5)
+    manual_box.read_news()
+    assert told == []
+
+
+def test_a_deleted_queue_is_told_of_nothing(
+    manual_box: boxmq.Box, clock: ManualClock, told: Told
+) -> None:
+    queue = manual_box.queue("q")
+    consumer = queue.consumer("c1", lock_timeout=0.5)
+    queue.put(b"hi")
+    assert len(tick(manual_box, told, consumer)) == 1
+    settled(manual_box, told, consumer)
+    assert manual_box.delete_queue("q")
+    again = manual_box.queue("q").consumer("c1", lock_timeout=30.0)  # same name, afresh
+    assert again.receive_ready() == []
+    manual_box.read_news()
+    told.clear()
+    clock.advance(0.5)
+    manual_box.read_news()
+    assert told == []
+
+
+def test_a_polled_queue_is_told_at_every_tick(
+    root: Path, clock: ManualClock, tmp_path: Path
+) -> None:
+    # No watch: only a look finds what another process dropped, so each tick looks.
+    with boxmq.open(root, fsync="never", clock=clock, polling=True) as box:
+        calls: Told = []
+        box.listen_offered(calls.append)
+        consumer = box.queue("q").consumer("c1")
+        assert consumer.receive_ready() == []  # a broker pumps a consumer it opens
+        for _ in range(3):
+            clock.advance(0.25)
+            assert tick(box, calls, consumer) == []
+            assert calls == [["c1"]]
+        dropped = tmp_path / "dropped"  # a script's message, the shell way
+        dropped.write_bytes(b"from a script")
+        dropped.rename(root / "q" / "target" / "4.from-script.T")
+        clock.advance(0.25)
+        assert tick(box, calls, consumer) == []  # this look reads the folder once it's due
+        clock.advance(5.0)
+        [message] = tick(box, calls, consumer)
+        assert message.body == b"from a script"
