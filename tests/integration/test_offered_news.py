@@ -2,11 +2,14 @@
 tick reads the news (`Box.read_news`) and pumps only the consumers told of
 (`receive_ready`). A queue's deadlines (a lock's end, an unlock's delay) make no file event:
 the queue's reminder (LiveQueue._remind_when_due, the box's heap) is all that tells of them,
-and else only the broker's walk, every 5 s, would find them."""
+and else only the broker's walk, every 5 s, would find them. Listeners are called with no
+lock of the queue held: one that calls back into it must not wait for itself."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -174,3 +177,53 @@ def test_a_polled_queue_is_told_at_every_tick(
         clock.advance(5.0)
         [message] = tick(box, calls, consumer)
         assert message.body == b"from a script"
+
+
+# -- listeners call back ---------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def calling_back(box: boxmq.Box, act: Callable[[], object]) -> Iterator[list[bool]]:
+    """While in the block, a listener that makes another thread call `act` (a call into
+    the queue) and waits for it at most 5 s: whether each such call ended in time. Under
+    the queue's mutex it could not until the listener returned. Its threads are waited
+    for at the end of the block, once the listener let go."""
+    ended: list[bool] = []
+    helpers: list[threading.Thread] = []
+
+    def listener(consumers: list[ConsumerId]) -> None:
+        helper = threading.Thread(target=act, daemon=True)
+        helpers.append(helper)
+        helper.start()
+        helper.join(5.0)
+        ended.append(not helper.is_alive())
+
+    box.listen_offered(listener)
+    try:
+        yield ended
+    finally:
+        box.forget_offered(listener)
+        for helper in helpers:
+            helper.join(5.0)
+
+
+@pytest.mark.parametrize("how", ["unlock", "pause", "close", "put"])
+def test_a_listener_may_call_into_the_queue(manual_box: boxmq.Box, how: str) -> None:
+    queue = manual_box.queue("q")
+    first = queue.consumer("c1", max_in_flight=2)
+    queue.put_many([b"one", b"two"])
+    [message] = first.receive_ready(most=1)  # the other one is claimed for it, not received
+    other = queue.consumer("c2")
+    got: list[boxmq.Message] = []
+    with calling_back(manual_box, lambda: got.extend(other.receive_ready())) as ended:
+        if how == "unlock":
+            message.unlock()
+        elif how == "pause":
+            first.pause()
+        elif how == "close":
+            first.close()
+        else:
+            queue.put(b"three")
+    assert ended
+    assert all(ended)  # never waited for the thread that told it
+    assert got  # and what was told of is there for the other consumer

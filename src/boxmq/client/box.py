@@ -719,7 +719,9 @@ class Box:
         """Have `listener` told the consumers attached in this process to a queue or
         subscription that this process just put messages in, and the `queue` that its
         messages name (from the putting thread: it must be quick and thread-safe). Other
-        processes' messages are not told: a receive reads them from the watcher."""
+        processes' messages are not told: a receive reads them from the watcher. It is
+        called with no lock of the box or the queue held, so it may call back into them (a
+        receive, from its thread or another)."""
         self._listeners.append(listener)
 
     def forget_offered(self, listener: Callable[[list[ConsumerId], str], object]) -> None:

@@ -175,6 +175,9 @@ class LiveQueue:
         # Told the consumers attached when this process's own puts are offered (`sent`): a
         # broker pumps those, not every one of its thousands of subscribers, after a batch.
         # The box's list, shared: one added later is told too (Box.listen_offered).
+        # Always called with this queue's mutex free (`tell` after the `with`, never in
+        # it): a listener may call back into the queue, from its thread or another it
+        # waits for, and a slow one holds up no other thread's receive or ack.
         self._listeners = [] if listeners is None else listeners
         # For those listeners, who look only at the queues with news (`tell`): asked to
         # `tell` at a time the engine has something due (a lock's end, a delayed message),
@@ -385,8 +388,8 @@ class LiveQueue:
             inbox.extend(kept)
             self._apply_all(given_back)
             self._wake_others()
-            if given_back:
-                self.tell()  # to the other consumers, whose receives they go to now
+        if given_back:
+            self.tell()  # to the other consumers, whose receives they go to now
 
     def rest(self, consumer: ConsumerId) -> None:
         """`consumer` receives nothing for a while (an MQTT client away, its persistent
@@ -441,7 +444,9 @@ class LiveQueue:
     def tell(self) -> None:
         """Tell the listeners (Box.listen_offered) the consumers attached here, and the
         `queue` their messages name: the queue may have something for them (news the
-        watcher has, a deadline come, messages given back), which their next receive finds."""
+        watcher has, a deadline come, messages given back), which their next receive finds.
+        Never called under the mutex (see `_listeners`): it is taken here only to read who
+        is attached."""
         if not self._listeners:
             return
         with self._mutex:
@@ -489,25 +494,30 @@ class LiveQueue:
         keep_locks, for a consumer that outlives its process (`attach`): what it received
         stays locked on disk, for a later process to go on with; the rest goes back."""
         with self._mutex:
-            inbox = self._inbox.pop(consumer, None)
-            if inbox is None:
-                return
-            self._resting.discard(consumer)
-            effects = self._give_back(consumer, inbox)
-            if keep_locks and consumer in self._outliving:
-                self._apply_all(effects)
-                for lease in self._engine.leases_of(consumer):
-                    self._locks.pop(lease.message.message_id, None)
-                    self._claimed.pop(lease.message.message_id, None)
-                    self._adopted.discard(lease.message.message_id)
-                self._engine.forget_consumer(consumer)
-            else:
-                effects += self._engine.remove_consumer(consumer, now=self._clock.now())
-                self._apply_all(effects)
-            self._outliving.discard(consumer)
-            self._wake_others()
-            if effects:
-                self.tell()  # to the other consumers, whose receives they go to now
+            released = self._detach(consumer, keep_locks=keep_locks)
+        if released:
+            self.tell()  # to the other consumers, whose receives they go to now
+
+    def _detach(self, consumer: ConsumerId, *, keep_locks: bool = False) -> bool:
+        """`detach`'s work, under the mutex; whether it gave messages back (to be told)."""
+        inbox = self._inbox.pop(consumer, None)
+        if inbox is None:
+            return False
+        self._resting.discard(consumer)
+        effects = self._give_back(consumer, inbox)
+        if keep_locks and consumer in self._outliving:
+            self._apply_all(effects)
+            for lease in self._engine.leases_of(consumer):
+                self._locks.pop(lease.message.message_id, None)
+                self._claimed.pop(lease.message.message_id, None)
+                self._adopted.discard(lease.message.message_id)
+            self._engine.forget_consumer(consumer)
+        else:
+            effects += self._engine.remove_consumer(consumer, now=self._clock.now())
+            self._apply_all(effects)
+        self._outliving.discard(consumer)
+        self._wake_others()
+        return bool(effects)
 
     def _give_back(self, consumer: ConsumerId, inbox: deque[MessageId]) -> list[Effect]:
         """The claims in `inbox` still leased to `consumer` (none timed out) that it never
@@ -651,9 +661,9 @@ class LiveQueue:
                 # An extend may end the lock before the reminder asked for (its sweep's),
                 # and no receive need come to ask again.
                 self._remind_when_due(now)
-            if isinstance(effect, Release):
-                self.tell()  # back in target/: for any consumer, now or at its delay's end
-            return effect
+        if isinstance(effect, Release):
+            self.tell()  # back in target/: for any consumer, now or at its delay's end
+        return effect
 
     def abandon_in_child(self) -> None:
         """In a forked child: this queue's locks and watcher are the parent's. Stop watching
@@ -671,9 +681,12 @@ class LiveQueue:
         once everything is closed, and what stays locked ends at its deadline."""
         refused: OSError | None = None
         with self._mutex:
+            # `_detach`, not `detach`: the consumers given back what another one held all
+            # leave too, so nobody is left to tell (and a listener is never called here,
+            # under the mutex).
             for consumer in list(self._inbox):
                 try:
-                    self.detach(consumer)
+                    self._detach(consumer)
                 except OSError as error:
                     refused = refused or error
             self._closed = True
