@@ -1155,15 +1155,16 @@ def _purge(args: argparse.Namespace, box: Box) -> int:
 
 def _delete(args: argparse.Namespace, box: Box) -> int:
     queue = box.queue(args.queue, create=False)  # none: `no queue`, and nothing deleted
-    # Counted twice without --force, and both are needed: this count looks for locks before
-    # the rename, which cannot be undone (a put makes the queue again at its path at once);
-    # the one below says what went, counted where nothing more can come, so a message put or
-    # locked in between is in it, as it is in the delete. --force needs only the second.
-    if not args.force and (locked := queue.counts().locked):
+    # Looked at twice without --force, and both are needed: this look (processing/ alone,
+    # once: it counts the locks and says who holds them) comes before the rename, which
+    # cannot be undone (a put makes the queue again at its path at once); the count below
+    # says what went, counted where nothing more can come, so a message put or locked in
+    # between is in it, as it is in the delete. --force needs only the second.
+    if not args.force and (locks := queue.lock_processes()):
         # Their consumers' acks would find no message, and a consumer still taking messages
         # moves them under the delete: it should be stopped first (docs/cli.md).
         raise Conflict(
-            f"{args.queue}: {locked} message(s) locked{_held_by(queue.lock_processes())}; "
+            f"{args.queue}: {len(locks)} message(s) locked{_held_by(locks)}; "
             "or --force deletes those with the rest"
         )
     deleted: list[QueueCounts] = []
@@ -1178,15 +1179,18 @@ def _delete(args: argparse.Namespace, box: Box) -> int:
     return 0
 
 
-def _held_by(tokens: list[str]) -> str:
-    """Who holds the locks of `tokens` (Queue.lock_processes) and what ends them, for
-    `delete`'s refusal: only a running consumer is to be stopped; the locks of a process
-    that died are for a sweep to release, and the others end when settled or timed out."""
+def _held_by(tokens: list[str | None]) -> str:
+    """Who holds the locks of `tokens` (Queue.lock_processes, one at least) and what ends
+    them, for `delete`'s refusal: only a running consumer is to be stopped; the locks of a
+    process that died are for a sweep to release, and the others end when settled or timed
+    out; a claim with no lock, when whatever made it moves it on."""
     running: Counter[str] = Counter()  # pid: its locks
     dead: Counter[str] = Counter()
-    by_get = unbound = 0
+    by_get = unbound = unnamed = 0
     for token, locks in Counter(tokens).items():  # a process asked about once, not per lock
-        if token == GET_TOKEN:
+        if token is None:
+            unnamed += locks
+        elif token == GET_TOKEN:
             by_get += locks
         elif not token or (alive := process_alive(token)) is None:
             unbound += locks  # a persistent MQTT session's, a kept subscriber's, another host's
@@ -1210,8 +1214,11 @@ def _held_by(tokens: list[str]) -> str:
             f"{unbound} bound to no process of this machine: settle them by id, or wait "
             "for their lock to end"
         )
-    if not said:  # settled since they were counted
-        return " by consumers: stop them (or settle the messages)"
+    if unnamed:
+        said.append(
+            f"{unnamed} claimed with no lock in their name (a script's or DropboxMQ's): "
+            "stop what claimed them"
+        )
     return ": " + "; ".join(said)
 
 

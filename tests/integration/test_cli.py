@@ -129,6 +129,21 @@ def test_delete_refused_for_locks_tells_running_processes_from_dead_ones(root: P
     assert len(os.listdir(root / "jobs" / "processing")) == 4
 
 
+def test_delete_refused_for_a_claim_with_no_lock_says_so(root: Path) -> None:
+    """A file a script (or DropboxMQ) moved into processing/ carries no lock: it is counted
+    with the locks, in the same one look at the folder, and said apart."""
+    ok(root, "put", "jobs", "one")
+    [name] = os.listdir(root / "jobs" / "target")
+    os.rename(root / "jobs" / "target" / name, root / "jobs" / "processing" / name)
+    refused = boxmq_cli(root, "delete", "jobs")
+    assert refused.returncode == 1
+    assert refused.stderr.strip().endswith(
+        "jobs: 1 message(s) locked: 1 claimed with no lock in their name (a script's or "
+        "DropboxMQ's): stop what claimed them; or --force deletes those with the rest"
+    )
+    assert os.listdir(root / "jobs" / "processing") == [name]
+
+
 def test_get_lists_properties_as_peek_does(root: Path) -> None:
     """NAME=VALUE,... (not a Python dict), as peek lists them; for bytes that are not UTF-8
     see test_a_property_in_bytes_that_are_not_utf8_is_shown_sanely."""

@@ -440,15 +440,16 @@ class Queue:
         tells `boxmq unlock` whether a running process counts the message as in flight."""
         return self._disk.lock_process(MessageId(message_id), check_consumer_name(consumer))
 
-    def lock_processes(self) -> list[str]:
-        """The process token of each lock in processing/, as `lock_process` gives one
-        (GET_TOKEN for `get`'s, "" for one bound to no process): what tells `boxmq delete`
-        whether a running process holds them."""
-        tokens = []
+    def lock_processes(self) -> list[str | None]:
+        """The process token of each file in processing/, as `lock_process` gives one
+        (GET_TOKEN for `get`'s, "" for one bound to no process), None for a file whose name
+        has no lock (a script's claim, or DropboxMQ's): what tells `boxmq delete`, in one
+        look at the folder, how many messages are locked and whether a running process
+        holds them."""
+        tokens: list[str | None] = []
         for entry in self._box.scan(State.PROCESSING):
             _, lock = split_lock(entry.name)
-            if lock is not None:
-                tokens.append(lock.token)
+            tokens.append(None if lock is None else lock.token)
         return tokens
 
     # -- inspecting and repairing ----------------------------------------------------------------
