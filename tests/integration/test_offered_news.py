@@ -19,16 +19,22 @@ from boxmq.client.consumer import Consumer
 from boxmq.clock import ManualClock
 from boxmq.model import ConsumerId
 
-Told = list[list[ConsumerId]]
+
+class Told(list[list[ConsumerId]]):
+    """A listener that keeps the consumers each call named, in order (the queue it names
+    is the one these tests drive)."""
+
+    def __call__(self, consumers: list[ConsumerId], queue: str) -> None:
+        self.append(consumers)
 
 
 @pytest.fixture
 def told(manual_box: boxmq.Box) -> Iterator[Told]:
     """The consumers each listener call named, in order."""
-    calls: Told = []
-    manual_box.listen_offered(calls.append)
+    calls = Told()
+    manual_box.listen_offered(calls)
     yield calls
-    manual_box.forget_offered(calls.append)
+    manual_box.forget_offered(calls)
 
 
 def tick(box: boxmq.Box, told: Told, consumer: Consumer) -> list[boxmq.Message]:
@@ -161,8 +167,8 @@ def test_a_polled_queue_is_told_at_every_tick(
 ) -> None:
     # No watch: only a look finds what another process dropped, so each tick looks.
     with boxmq.open(root, fsync="never", clock=clock, polling=True) as box:
-        calls: Told = []
-        box.listen_offered(calls.append)
+        calls = Told()
+        box.listen_offered(calls)
         consumer = box.queue("q").consumer("c1")
         assert consumer.receive_ready() == []  # a broker pumps a consumer it opens
         for _ in range(3):
@@ -191,7 +197,7 @@ def calling_back(box: boxmq.Box, act: Callable[[], object]) -> Iterator[list[boo
     ended: list[bool] = []
     helpers: list[threading.Thread] = []
 
-    def listener(consumers: list[ConsumerId]) -> None:
+    def listener(consumers: list[ConsumerId], queue: str) -> None:
         helper = threading.Thread(target=act, daemon=True)
         helpers.append(helper)
         helper.start()
