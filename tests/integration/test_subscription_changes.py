@@ -110,3 +110,24 @@ def test_a_memory_subscription_keeps_its_place_beside_a_durable_one_of_its_name_
         router.publish("m/2", b"two", qos=0)
         got = [memory.receive(timeout=1), memory.receive(timeout=1)]
     assert [m.body for m in got if m is not None] == [b"one", b"two"]
+
+
+def test_a_burst_of_a_boxs_own_subscribes_reads_no_other_record(root: Path, reads: Reads) -> None:
+    """More of its own changes between two looks than the generation file names (a broker's
+    200 devices subscribing at once): each record read as it is written, none again at the
+    look (it read every record on the root then)."""
+    with boxmq.open(root, fsync="never") as box:
+        for device in range(10):
+            box.topics.attach_dropbox(f"dev/{device}/#", f"d{device}")
+        assert box.topics.has_durable("dev/0/x")
+        reads.taken()
+        for device in range(10, 110):  # over layout._KEPT
+            box.topics.attach_dropbox(f"dev/{device}/#", f"d{device}")
+        assert reads.taken() == 200  # each record: a look before it is written, a read after
+        assert all(box.topics.has_durable(f"dev/{device}/x") for device in range(110))
+        assert reads.taken() == 0
+        for device in range(0, 110, 2):
+            box.topics.unsubscribe(f"dev/{device}/#", f"d{device}")
+        assert not box.topics.has_durable("dev/0/x")
+        assert box.topics.has_durable("dev/1/x")
+        assert reads.taken() == 55

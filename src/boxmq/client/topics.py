@@ -933,7 +933,7 @@ class Topics:
             # subscription made again is read afresh, its retained copies at once.
             self._forget(path)
             layout.remove_subscription(self._root, path)
-        layout.bump_generation(self._root, path=path)
+        self._changed(path)
         return True
 
     def _register(
@@ -972,7 +972,7 @@ class Topics:
                 layout.add_member(path, member, bound, flush=flush)
                 changed = True
         if changed:
-            layout.bump_generation(self._root, flush=flush, path=path)
+            self._changed(path, flush=flush)
         return path
 
     def _joining(self, path: str) -> AbstractContextManager[None]:
@@ -1020,7 +1020,7 @@ class Topics:
                 self._forget(path)
             if ended:
                 layout.remove_subscription(self._root, path)
-        layout.bump_generation(self._root, path=path)
+        self._changed(path)
         return was_member
 
     def _subscribe_in_memory(self, subscription: Subscription) -> Subscriber:
@@ -1147,6 +1147,21 @@ class Topics:
             # publishers were told were stored (a QoS 1 PUBACK 0), until the next change.
             self._generation.forget()
             raise
+
+    def _changed(self, path: str, *, flush: bool = False) -> None:
+        """Tell every process that the subscription at `path` changed (the generation), and
+        keep this one's router in step with it while it saw every change before: its folder
+        read again here, not at the next look, where a burst of this process's own changes
+        (over `layout._KEPT`) between two looks read every record on the root again."""
+        counted = layout.bump_generation(self._root, flush=flush, path=path)
+        if counted is None:
+            return
+        with self._lock:
+            if self._generation.caught_up(counted):
+                try:
+                    self._read_again(path)
+                except OSError:
+                    self._generation.forget()  # the next look reads every record again
 
     def _read_all(self) -> None:
         """The router made anew from every subscription on disk (and this process's memory

@@ -174,7 +174,10 @@ class Dropbox:
         self._processed = self._prefixes[State.PROCESSED]
         if create:
             for directory in self._dirs.values():
-                os.makedirs(directory, exist_ok=True)
+                # One look where the folder is there (a subscription's, made with its
+                # record): makedirs looked at the parent, tried a mkdir and looked again.
+                if not os.path.isdir(directory):
+                    os.makedirs(directory, exist_ok=True)
         elif no_dropbox(path):
             raise QueueNotFound(f"no queue at {path}")
         elif complete:

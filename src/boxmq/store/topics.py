@@ -44,6 +44,7 @@ from boxmq.store.temporaries import TEMPORARY_PREFIX
 __all__ = [
     "EXACTLY_ONCE_PENDING",
     "Change",
+    "Counted",
     "SubscriptionRecord",
     "bump_generation",
     "generation",
@@ -148,7 +149,14 @@ def write_record(path: str, record: SubscriptionRecord, *, flush: bool = False) 
     be; with `flush` (fsync=always), on disk when this returns (store/records.py)."""
     make_folder(path, flush=flush)
     for state in State:  # a dropbox before it is a subscription: a copy needs its target/
-        os.makedirs(os.path.join(path, state.value), exist_ok=True)
+        folder = os.path.join(path, state.value)
+        try:
+            os.mkdir(folder)  # in `path`, just made: makedirs looked at it before each
+        except FileExistsError:
+            if not os.path.isdir(folder):
+                raise
+        except FileNotFoundError:  # `path` deleted since (by hand: its holder waits)
+            os.makedirs(folder, exist_ok=True)
     replace_file(os.path.join(path, _RECORD), json.dumps(_fields(record)), flush=flush)
 
 
@@ -479,6 +487,17 @@ class GenerationWatch:
             return _EVERYTHING  # a change of several subscriptions
         return Change(tuple(os.path.join(self._folder, path) for path in dict.fromkeys(since)))
 
+    def caught_up(self, counted: Counted) -> bool:
+        """This reader's own process made the change `counted` (and reads its folder again
+        itself): True if the reader had seen every change before it, and now counts it seen
+        too, as a look at the file would. A process making subscriptions faster than it
+        looks (a broker's burst of persistent devices, 200 at once) fell more than `_KEPT`
+        changes behind its own, and read every record again at its next look."""
+        if self._count is None or self._count != counted.count - 1:
+            return False  # changes it never saw came before: its next look reads the file
+        self._count, self._seen = counted.count, counted.seen
+        return True
+
     def forget(self) -> None:
         """The next `changed` says yes, and `change` says everything: what the last change
         was read into failed (EMFILE, EIO), and the reader must read it again, not keep
@@ -512,17 +531,27 @@ def _generation_at(file: str) -> tuple[int, int] | None:
     return stat.st_ino, stat.st_mtime_ns
 
 
-def bump_generation(root: str, *, flush: bool = False, path: str | None = None) -> None:
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """A change `bump_generation` counted: its count, and the generation file it wrote as
+    a stat shows it (inode, mtime) while no later change replaced it."""
+
+    count: int
+    seen: tuple[int, int]
+
+
+def bump_generation(root: str, *, flush: bool = False, path: str | None = None) -> Counted | None:
     """Tell every process that the subscriptions changed: the one at `path` (its folder),
     or any (None). With `flush`, the topic root's folder is fsynced after: a new filter's
-    folder is one of its entries."""
+    folder is one of its entries. The change as counted, None where no count can be
+    trusted (a file system without flocks)."""
     base = topic_root(root)
     make_folders(base, flush=flush, within=root)
     file = os.path.join(base, _GENERATION)
     with _counting(base) as counted:
         if not counted:  # two changes could get one count: no reader may trust a count
             replace_file(file, "", flush=flush)
-            return
+            return None
         try:
             with open(file, encoding="utf-8") as source:
                 count, *named = source.read().split("\n")
@@ -532,7 +561,8 @@ def bump_generation(root: str, *, flush: bool = False, path: str | None = None) 
             count, named = "0", []  # a version before counts wrote it
         changed = "" if path is None else os.path.relpath(path, base)
         kept = "\n".join([changed, *named[: _KEPT - 1]])
-        replace_file(file, f"{int(count) + 1}\n{kept}", flush=flush)
+        written = replace_file(file, f"{int(count) + 1}\n{kept}", flush=flush)
+        return Counted(int(count) + 1, (written.st_ino, written.st_mtime_ns))
 
 
 @contextlib.contextmanager
