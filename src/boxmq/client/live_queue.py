@@ -34,7 +34,7 @@ from boxmq.client.lifecycle import (
     unusable,
 )
 from boxmq.client.message import Message
-from boxmq.client.sweeps import SweepLimits, release_stale_locks
+from boxmq.client.sweeps import Pending, SweepLimits, release_stale_locks
 from boxmq.clock import Clock
 from boxmq.core import (
     Claim,
@@ -104,6 +104,11 @@ class LiveOptions:
 # every look under 5,000 names, every 15 s for 300,000 (a name costs a few us to read, set
 # and compare).
 RESCAN_NAMES_PER_SECOND: Final = 20_000
+
+# A state folder that changed less than this before a look may change again and keep its
+# mtime (the kernel stamps it from a clock that lags time.time() by up to a tick; coarser
+# file systems keep it coarser): its mtime then proves nothing, and the next look reads it.
+_SETTLED: Final = 1.0
 
 # A read of target/ is due once the claims lost since the last one pass 1/16 of the names
 # known (and 16): a lost claim (a rename that finds nothing, then the next dispatch) costs
@@ -238,6 +243,14 @@ class LiveQueue:
         self._rescan_after = 0.0
         self._lost = 0  # claims lost to other processes since the last read of target/
         self._next_sweep = 0.0
+        # What the last read of target/, and the last sweep of processing/ that found it
+        # empty, saw of the folder (`_settled`), and the time the read set for the next:
+        # while a periodic look (the walk of an MQTT broker's idle sessions, each 5 s) finds
+        # the same, nothing came, left or was renamed there since, and one stat stands for
+        # the read (`_hand_out`).
+        self._target_seen: tuple[int, int] | None = None
+        self._scanned_next = -1.0
+        self._empty_processing: tuple[int, int] | None = None
         self._closed = False
         self._forked = False  # abandoned in a forked child: every use is refused
 
@@ -806,19 +819,20 @@ class LiveQueue:
         looked = False
         if now >= self._next_sweep:
             self._next_sweep = now + self._options.sweep_interval
-            release_stale_locks(
-                self._box,
-                now=now,
-                policy=self._options.policy,
-                limits=self._options.limits,
-                own_token=self._token,
-                own_ids=self._locks,
-            )
-            self._reconcile()
-            looked = True
+            if self._locks or not self._still(self._empty_processing, State.PROCESSING):
+                self._sweep(now)
+                looked = True
         if now >= self._next_scan:  # after the sweep: what it sent back to target/ is offered
-            self._scan(now)
-            looked = True
+            if (
+                self._next_scan == self._scanned_next  # the periodic one, nothing asked sooner
+                and not self._behind
+                and not self._cold
+                and self._still(self._target_seen, State.TARGET)
+            ):
+                self._next_scan = self._scanned_next = now + self._options.rescan_interval
+            else:
+                self._scan(now)
+                looked = True
         if looked:
             # Long folders (and a busy machine) may take longer to read than a lock lasts:
             # what is claimed below is locked from now, or its lock could end before the
@@ -956,10 +970,58 @@ class LiveQueue:
         moved = found.get(_lock_key(processing))
         return None if moved is None else moved[0]
 
+    def _sweep(self, now: float) -> None:
+        """Release the locks in processing/ that ended or whose process died; then ours as
+        processing/ shows them. Found empty where it had not changed for a while, and with
+        none of ours, it is not read again while it stays so (`_still`)."""
+        seen = self._settled(State.PROCESSING)
+        later = Pending()
+        released, dead = release_stale_locks(
+            self._box,
+            now=now,
+            policy=self._options.policy,
+            limits=self._options.limits,
+            own_token=self._token,
+            own_ids=self._locks,
+            pending=later,
+        )
+        # With none of ours, a file there is either released (the folder changes) or due
+        # later (`later` learns when): neither, and the folder held none.
+        empty = not (self._locks or released or dead or later.holders) and later.due == math.inf
+        self._empty_processing = seen if empty else None
+        self._reconcile()
+
+    def _settled(self, state: State) -> tuple[int, int] | None:
+        """The inode and mtime of a state folder, taken before a read of it, when it last
+        changed over `_SETTLED` s ago and inotify watches this dropbox: a later stat that
+        finds the same says nothing was made, renamed or deleted there since. None
+        otherwise: a polling watcher's file system may cache a folder's attributes (NFS)."""
+        watcher = self._watcher
+        if watcher is None or watcher.polls:
+            return None
+        try:
+            status = os.stat(self._box.dir(state))
+        except OSError:
+            return None
+        if status.st_mtime > time.time() - _SETTLED:
+            return None
+        return status.st_ino, status.st_mtime_ns
+
+    def _still(self, seen: tuple[int, int] | None, state: State) -> bool:
+        """Whether the state folder is as `seen` (see `_settled`) still: one stat."""
+        if seen is None:
+            return False
+        try:
+            status = os.stat(self._box.dir(state))
+        except OSError:
+            return False
+        return (status.st_ino, status.st_mtime_ns) == seen
+
     def _scan(self, now: float) -> None:
         self._sent.clear()
         self._behind.clear()  # what still waits is put back by its offer below
         strays: list[str] = []
+        self._target_seen = self._settled(State.TARGET)
         present = {entry.name for entry in self._box.scan(State.TARGET, strays)}
         # A folder of N names is read again no sooner than N / RESCAN_NAMES_PER_SECOND s
         # after this read, whatever asks: another process draining 300,000 messages beside
@@ -970,6 +1032,7 @@ class LiveQueue:
         self._rescan_after = now + len(present) / RESCAN_NAMES_PER_SECOND
         self._lost = 0
         self._next_scan = max(now + self._options.rescan_interval, self._rescan_after)
+        self._scanned_next = self._next_scan
         set_aside_strays(self._box, self.name, strays)
         for name in self._known.keys() - present:
             self._engine.withdraw(self._known.pop(name).message_id)
