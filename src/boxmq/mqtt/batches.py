@@ -150,10 +150,25 @@ class Batches:
                 if isinstance(results, BaseException):
                     raise results
                 log_store_failures(name_of(client), jobs, results)
+                failed: list[Exception] = []
                 for job, result in zip(jobs, results, strict=True):
-                    job.then(result)  # even for a client gone: its message still goes on
+                    try:
+                        job.then(result)  # even for a client gone: its message still goes on
+                    except Exception as error:
+                        # A bug in one answer: the later ones still route their messages
+                        # and answer their clients, who would wait for a PUBACK for ever.
+                        failed.append(error)
+                if failed:
+                    log.error(
+                        "answering disk work for %s failed (%d of %d answers): %r",
+                        client.link.peer,
+                        len(failed),
+                        len(jobs),
+                        failed[0],
+                        exc_info=failed[0],
+                    )
             except Exception as error:
-                log.error("disk work for %s failed: %r", client.link.peer, error)
+                log.error("disk work for %s failed: %r", client.link.peer, error, exc_info=error)
             finally:
                 tail.set_result(None)
                 self._finished(client)

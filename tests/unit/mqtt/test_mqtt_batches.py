@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import pytest
 
 import boxmq
 from boxmq.mqtt.batches import Batches
@@ -182,3 +185,32 @@ def test_without_flushes_nothing_waits_to_be_gathered(tmp_path: Path) -> None:
         assert run.link.quick_acks == 0
 
     _run(tmp_path, test, fsync="never")
+
+
+def test_an_answer_that_raises_does_not_starve_the_later_ones(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A `then` that raised (a bug) skipped the batch's later answers: their messages were
+    not routed, their numbers in a retained window never ended, and their clients waited
+    for their PUBACKs. The others are given; the failure is logged once, with its
+    traceback."""
+
+    async def test(run: _Run) -> None:
+        def broken(_result: object) -> None:
+            raise RuntimeError("a bug in an answer")
+
+        run.client.jobs.append(Job(None, run._answer(1)))
+        run.client.jobs.append(Job(None, broken))
+        run.read(3, 4)
+        await _settled(run, 1)
+        assert run.answers == [1, 3, 4]
+
+    caplog.set_level(logging.ERROR, logger="boxmq.mqtt")
+    _run(tmp_path, test, fsync="never")
+    [record] = [r for r in caplog.records if r.name == "boxmq.mqtt"]
+    assert record.getMessage() == (
+        "answering disk work for test failed (1 of 4 answers): RuntimeError('a bug in an answer')"
+    )
+    assert record.exc_info is not None
+    assert record.exc_info[1] is not None
+    assert str(record.exc_info[1]) == "a bug in an answer"
