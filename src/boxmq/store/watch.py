@@ -176,8 +176,9 @@ class _Inotify:
         """In a forked child: reading the instance would take the parent's events, and
         removing a watch would remove the parent's. The child's watchers use an instance of
         its own, made at the first that needs one; the inherited ones move to it."""
-        global _process, _making
+        global _process, _making, _instance_retry, _instance_refused
         _process, _making = None, threading.Lock()
+        _instance_retry = _instance_refused = None  # the child asks for its own at once
         _told.clear()  # the child's log is told again
         self.lock = threading.Lock()  # another thread may have held it at the fork
         self.forked = True
@@ -324,6 +325,11 @@ class _Inotify:
 
 _process: _Inotify | None = None  # made by the first watcher, kept for the process's life
 _making = threading.Lock()
+# While the kernel refuses the process an instance: when to ask again, for all its readers
+# (one inotify_init1 per try, not one per reader), and the refusal, which those that ask
+# before then are given again.
+_instance_retry: _Backoff | None = None
+_instance_refused: OSError | None = None
 # Why readers of this process poll instead of being woken, said once each in the log, and the
 # end of it once if it ends: cause -> whether its end was said. The causes: "instance" (the
 # kernel refused an instance), "watches" (fs.inotify.max_user_watches reached), "missing" (no
@@ -357,14 +363,24 @@ def _max_watches() -> str:
 
 def _shared() -> _Inotify:
     """The process's inotify instance: made at the first call, and after a fork in the
-    child at its first."""
-    global _process
+    child at its first. Refused, it is asked for again when `_instance_retry` says, whoever
+    asks: a call before then raises the refusal again (`_instance_due`)."""
+    global _process, _instance_retry, _instance_refused
     if (shared := _process) is None:
         with _making:
             if (shared := _process) is None:
+                now = time.monotonic()
+                retry, refused = _instance_retry, _instance_refused
+                if retry is not None and refused is not None and now < retry.due:
+                    raise OSError(refused.errno, refused.strerror)
                 try:
                     shared = _process = _Inotify()
                 except OSError as error:
+                    if retry is None:
+                        _instance_retry = _Backoff(now=now)
+                    else:
+                        retry.refused(now=now)
+                    _instance_refused = error
                     _polls(
                         "instance",
                         logging.WARNING,
@@ -374,12 +390,19 @@ def _shared() -> _Inotify:
                         error.strerror,
                     )
                     raise
+                _instance_retry = _instance_refused = None
                 _works_again(
                     "instance",
                     "an inotify instance for this process at last: its readers are woken by "
                     "inotify again, those that polled from their next try (within a minute)",
                 )
     return shared
+
+
+def _instance_due() -> float | None:
+    """While the process has no instance: when it is asked for again (`_shared`)."""
+    retry = _instance_retry
+    return None if _process is not None or retry is None else retry.due
 
 
 def _refused_watch(error: OSError, interval: float) -> None:
@@ -636,11 +659,13 @@ class InotifyWatcher:
             inotify = _shared()
         except OSError:
             if backoff is None:
-                self._backoff = _Backoff(now=now)
+                backoff = self._backoff = _Backoff(now=now)
                 self._polling = PollingWatcher(self._retry_interval)
                 self.everything = True  # what came before went to the parent's: rescan
             else:
                 backoff.refused(now=now)
+            if (due := _instance_due()) is not None:
+                backoff.due = due  # the child's next ask, for all its watchers
             return None
         self._inotify = inotify
         self.cond = threading.Condition(inotify.lock)
@@ -769,6 +794,8 @@ class _Refused:
                 watched = InotifyWatcher(self._directory, retry_interval=self._interval)
             except OSError:
                 self._backoff.refused(now=now)
+                if (due := _instance_due()) is not None:
+                    self._backoff.due = due  # the process's next ask, for all its readers
                 return False
             watched.on_news = self._on_news
             self._watched = watched

@@ -492,6 +492,8 @@ def no_instance_yet(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """As in a process that has no inotify instance yet: the one a test makes is closed after
     it, the process's own comes back."""
     monkeypatch.setattr(watch_module, "_process", None)
+    monkeypatch.setattr(watch_module, "_instance_retry", None)
+    monkeypatch.setattr(watch_module, "_instance_refused", None)
     yield
     if (made := watch_module._process) is not None:
         forks._holders.discard(made)  # a child forked later must not close the numbers again
@@ -526,6 +528,66 @@ def test_a_reader_refused_an_instance_is_woken_by_inotify_once_there_is_room(
     assert told[0][1].startswith("no inotify instance for this process (Too many open files")
     assert told[1][1].startswith("an inotify instance for this process at last")
     watcher.close()
+
+
+class _Clock:
+    """time.monotonic for watch.py, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_readers_refused_an_instance_ask_for_one_together(
+    tmp_path: Path, no_instance_yet: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each polling reader refused an instance asked the kernel for one on its own: a
+    broker's hundreds of subscriptions made hundreds of failed inotify_init1 calls a minute.
+    The process asks when due, once for all of them, and each reader watches at its next
+    look after the instance is made."""
+    real_init = watch_module._INOTIFY_INIT
+    assert real_init is not None
+    asked: list[int] = []
+
+    def init(flags: int) -> int:
+        asked.append(flags)
+        return int(real_init(flags))
+
+    monkeypatch.setattr(watch_module, "_INOTIFY_INIT", init)
+    monkeypatch.setattr(watch_module, "_told", {})
+    clock = _Clock()
+    monkeypatch.setattr(watch_module, "time", clock)
+    folders = [tmp_path / f"q{index}" for index in range(3)]
+    for folder in folders:
+        folder.mkdir()
+
+    def look() -> list[Changes]:
+        return [reader.wait(0) for reader in readers]
+
+    with no_descriptor_left():
+        readers = [watch(str(folder), poll_interval=60.0) for folder in folders]
+        assert len(asked) == 1  # the first open's: the others were given its refusal
+        assert look() == [Changes()] * 3  # not due yet
+        clock.now += 1.0
+        assert look() == [Changes()] * 3  # due: the first look asks, refused again
+        assert len(asked) == 2
+        clock.now += 1.0
+        assert look() == [Changes()] * 3  # two seconds after that refusal, not one
+        assert len(asked) == 2
+        clock.now += 1.0
+        assert look() == [Changes()] * 3
+        assert len(asked) == 3
+    clock.now += 4.0
+    assert all(changes.everything for changes in look())  # watched: rescan
+    assert len(asked) == 4
+    assert not any(reader.polls for reader in readers)
+    monkeypatch.setattr(watch_module, "time", time)  # the wait below times out by it
+    (folders[1] / "late").write_bytes(b"l")
+    assert readers[1].wait(1.0).names == ["late"]
+    for reader in readers:
+        reader.close()
 
 
 def test_a_refused_reader_tries_again_ever_later_at_most_once_a_minute() -> None:
