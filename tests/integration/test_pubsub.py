@@ -663,6 +663,49 @@ def test_a_publication_offered_in_process_is_the_message_its_file_names(
             message.ack()
 
 
+def test_a_member_given_another_process_s_message_by_another_member_s_look_is_told(
+    root: Path, box: boxmq.Box
+) -> None:
+    """A broker's share-group members receive only when told (`listen_offered`). One
+    member's look read the files another process put and claimed some for a second member
+    of this process; a next look (the first one's ack) read the news of those claims, so
+    the broker's read_news told nobody, and the second member's messages waited for its
+    next ack or the broker's walk (5 s). It is told at the claim (found by a share-group
+    hunt)."""
+    told: list[tuple[list[str], str]] = []
+    box.listen_offered(lambda consumers, queue: told.append((list(consumers), queue)))
+    first = box.subscribe("$share/g/t", "first", max_in_flight=1)
+    second = box.subscribe("$share/g/t", "second", max_in_flight=1)
+    assert first.receive_ready() == second.receive_ready() == []
+    with boxmq.open(root, fsync="never") as other:
+        other.topics.publish_many([Publication("t", b"1"), Publication("t", b"2")])
+    [taken] = first.receive_ready()  # "2" is claimed for `second`, round-robin
+    taken.ack()
+    assert first.receive_ready() == []  # reads the news of the claims
+    box.read_news()
+    assert (["second"], "$share/g/t") in told
+    assert [m.body for m in second.receive_ready()] == [b"2"]
+    first.close()
+    second.close()
+
+
+def test_a_member_given_this_process_s_message_by_another_member_s_look_is_told_once(
+    box: boxmq.Box,
+) -> None:
+    """This process's puts tell every member (`sent`): a claim for a member is not told
+    again, which would pump it twice per message."""
+    told: list[tuple[list[str], str]] = []
+    box.listen_offered(lambda consumers, queue: told.append((list(consumers), queue)))
+    first = box.subscribe("$share/g/t", "first", max_in_flight=1)
+    second = box.subscribe("$share/g/t", "second", max_in_flight=1)
+    box.topics.publish_many([Publication("t", b"1"), Publication("t", b"2")])
+    assert [m.body for m in first.receive_ready()] == [b"1"]
+    assert told == [(["first", "second"], "$share/g/t")]
+    assert [m.body for m in second.receive_ready()] == [b"2"]
+    first.close()
+    second.close()
+
+
 def test_a_share_group_in_this_process_takes_a_publication_without_reading_its_file(
     box: boxmq.Box, file_reads: list[str]
 ) -> None:

@@ -216,6 +216,7 @@ class LiveQueue:
         self._sleepers = 0  # threads in self._cond.wait: the only ones notify_all can wake
         self._known: dict[str, Envelope] = {}  # target/ names offered to the engine, decoded
         self._sent: set[str] = set()  # names this process put and offered: the watcher's skip
+        self._found = 0  # names of the folder offered, not by `sent`: see `_tell_others`
         # Names of target/ that rank from the name alone (_RANKED), known but kept out of the
         # engine, undecoded: each ranks after every name the engine may hand out (its horizon
         # is their best), and the best are offered (`_promote`) when the engine runs short of
@@ -794,6 +795,7 @@ class LiveQueue:
         and one process's own puts do not cost a read of the watcher each."""
         now = self._clock.now()
         deferred = False
+        found = self._found
         if self._resting:
             self._resting.discard(consumer)  # it receives again: so does the watcher
         if not self._watching:  # else the thread that waits on the watcher reads it
@@ -803,9 +805,9 @@ class LiveQueue:
                 deferred = True
             else:
                 now = self._look(now)
-        self._hand_out(now)
+        self._hand_out(now, consumer, found)
         if deferred and not self._inbox[consumer]:
-            self._hand_out(self._look(now))
+            self._hand_out(self._look(now), consumer, found)
 
     def _look(self, now: float) -> float:
         """Absorb the news the watcher holds, without waiting for more; the time after it
@@ -815,7 +817,10 @@ class LiveQueue:
         self._absorb(changes)
         return self._clock.now() if changes.names else now
 
-    def _hand_out(self, now: float) -> None:
+    def _hand_out(self, now: float, pumping: ConsumerId, found: int) -> None:
+        """Claim what waits for the consumers with room, for `pumping`'s receive, whose pump
+        began when `_found` was `found`: the others it claimed for are told if names read
+        from the folder were offered since (`_tell_others`)."""
         looked = False
         if now >= self._next_sweep:
             self._next_sweep = now + self._options.sweep_interval
@@ -840,11 +845,17 @@ class LiveQueue:
             now = self._clock.now()
         moved = self._engine.due_by(now) and self._expire(now)  # one look when nothing is due
         engine = self._engine
+        others: list[ConsumerId] | None = None
         while True:
             if self._cold_moved:
                 self._promote(now)
             claims = engine.dispatch(now=now)
             moved = moved or bool(claims)
+            if claims and self._found != found and self._listeners:
+                # Not for this process's puts alone (no offer from the folder): one is told
+                # to every consumer already (`sent`), and a tell more is a pump more.
+                others = others or []
+                others += [c.holder for c in claims if type(c) is Claim and c.holder != pumping]
             lost = self._apply_all(claims)
             if engine.held_at_horizon():
                 # A consumer with room found nothing before the horizon (which may be a
@@ -861,8 +872,22 @@ class LiveQueue:
             # Only news wakes the other consumers: waking them for nothing made two idle
             # consumer threads wake each other in turn, forever (a core's worth of CPU).
             self._wake_others()
+        if others:
+            self._tell_others(others)
         if self._remind is not None and self._listeners:
             self._remind_when_due(now)
+
+    def _tell_others(self, others: list[ConsumerId]) -> None:
+        """Tell the listeners of the consumers that another's receive claimed messages for,
+        when it offered the engine names read from the folder: they receive only when told
+        (an MQTT broker's share-group members, `receive_ready`). The news of those files
+        (another process's) was this receive's read, and that of the claims (their files
+        leaving target/) might be the next receive's, before the broker asks (`read_news`),
+        which then told nobody: the messages waited for their member's next ack or the
+        broker's walk (5 s). This process's puts told every consumer already (`sent`)."""
+        told = list(dict.fromkeys(others))
+        for listener in self._listeners:
+            listener(told, self.queue)
 
     def _remind_when_due(self, now: float) -> None:
         """Ask to be told (`tell`) when the engine next has something due, within an hour
@@ -1117,6 +1142,7 @@ class LiveQueue:
         engine.hold_from((-priority, int(name[at : at + 13]) / 1000, name))
 
     def _offer_decoded(self, name: str, now: float) -> None:
+        self._found += 1
         envelope = envelope_of(name)
         message_id = envelope.message_id
         if (lease := self._engine.lease(message_id)) is not None:
