@@ -291,6 +291,7 @@ class Publishing:
             return
 
         def written(result: object) -> None:
+            self._written_in_order(order)
             if isinstance(result, BoxMQError) and packet_id is not None:
                 self._not_routed(packet, order)
                 self._send_error(client, Puback(packet_id), result)
@@ -470,6 +471,7 @@ class Publishing:
             return True
 
         def done(result: object) -> None:
+            self._written_in_order(order)
             # Read from disk and delivered now (True; a retained one: its id): routed below,
             # with its number if retained; else that number goes.
             sent_kept = bool(kept) and (result is True or isinstance(result, str))
@@ -593,6 +595,7 @@ class Publishing:
     ) -> None:
         """A Will's turn in its client's disk work came, its write done if it had one: to the
         in-memory subscribers, whatever the disk did, as a Will sent at once does."""
+        self._written_in_order(order)
         failure = result if isinstance(result, BaseException) else None
         if failure is not None:
             _log_will_lost(client_id, publish.topic, failure)
@@ -610,6 +613,12 @@ class Publishing:
         order = self._retained_order.take()
         self._delivery.retained_window.taken(packet.topic, order)
         return order
+
+    def _written_in_order(self, order: int | None) -> None:
+        """On the loop, once the disk work of the message numbered `order` is over: no turn
+        of it is to come (retained_order.py forgets what it kept for it)."""
+        if order is not None:
+            self._retained_order.release(order)
 
     def _not_routed(self, packet: Publish, order: int | None) -> None:
         """A retained message numbered `order` whose write failed: it will not be routed."""
@@ -665,6 +674,14 @@ class Publishing:
         cannot be read leaves them without it; the durable subscriptions get it all the
         same. A retained one takes its topic's turn as `number` (`_deliver_retained`), and
         tells its id if delivered, for its routing (retained_window.py)."""
+        try:
+            return self._deliver_kept_in_turn(client_id, packet_id, kept, number)
+        finally:
+            self._retained_order.release(number)  # its turn, if it had one, is over
+
+    def _deliver_kept_in_turn(
+        self, client_id: str, packet_id: int, kept: list[Publish], number: int
+    ) -> object:
         source, msg_id = exactly_once_source(client_id), str(packet_id)
         try:
             found = self._box.intake.peek(source, msg_id)

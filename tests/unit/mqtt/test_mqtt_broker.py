@@ -720,6 +720,30 @@ def test_subscribing_again_sends_the_retained_message_whose_live_copy_is_in_flig
     _run(tmp_path, test)
 
 
+def test_retained_messages_to_many_topics_leave_nothing_kept_per_topic(tmp_path: Path) -> None:
+    """Each retained PUBLISH (QoS 0, 1, 2, and a Will) to a topic of its own left a lock and
+    a number in retained_order.py for as long as the server ran (found by bench/soak.py)."""
+
+    async def test(broker: Broker) -> None:
+        pub = _connect(broker, "pub")
+        for n in range(30):
+            qos, packet_id = n % 3, (n + 1 if n % 3 else None)
+            pub.send(Publish(f"state/{n}", b"on", qos, retain=True, packet_id=packet_id))
+            if qos == 2:
+                assert packet_id is not None
+                await _until(lambda p=packet_id: Pubrec(p) in pub.inbox)  # type: ignore[misc]
+                pub.send(Pubrel(packet_id))
+        await _until(lambda: Pubcomp(30) in pub.inbox)  # the last, n = 29
+        device = Peer(broker)
+        device.send(Connect("dev", V5, clean_start=True, will=Will("state/dev", b"gone", 1, True)))
+        device.close()
+        await _until(lambda: broker.box.topics.retained("state/dev") is not None)
+        await asyncio.sleep(0.05)  # the Will's turn runs on the loop after its write
+        assert broker._publishing._retained_order.held() == 0
+
+    _run(tmp_path, test)
+
+
 @pytest.mark.parametrize("persistent", [False, True], ids=["memory", "dropbox"])
 def test_a_publish_over_the_clients_maximum_packet_size_is_done_with_as_if_sent(
     tmp_path: Path, persistent: bool

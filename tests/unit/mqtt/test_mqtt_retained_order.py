@@ -1,0 +1,56 @@
+"""The order of retained writes (retained_order.py): a write older than its topic's newest
+replaces nothing, and what is kept for that goes once no older write can come."""
+
+from __future__ import annotations
+
+from boxmq.mqtt.retained_order import RetainedOrder
+
+
+def _write(order: RetainedOrder, topic: str, number: int) -> bool:
+    with order.turn(topic, number) as newest:
+        return newest
+
+
+def test_a_topic_written_is_forgotten_once_no_older_write_can_come() -> None:
+    """A server whose devices each publish their state, retained, to a topic of their own
+    kept a lock and a number for every topic it ever saw (bench/soak.py)."""
+    order = RetainedOrder()
+    for n in range(500):
+        assert _write(order, f"dev/{n}/state", order.take())
+    assert order.held() == 0
+
+
+def test_an_older_write_that_comes_last_still_replaces_nothing() -> None:
+    order = RetainedOrder()
+    older, newer = order.take(), order.take()
+    assert _write(order, "t", newer)
+    for n in range(50):  # other topics come and go meanwhile
+        assert _write(order, f"other/{n}", order.take())
+    assert not _write(order, "t", older)  # what `older` blocked is forgotten now
+    assert order.held() == 0
+    assert _write(order, "t", order.take())
+
+
+def test_a_number_whose_message_is_no_retained_one_is_released() -> None:
+    """A PUBREL after a restart takes a number before it knows its message: one that is no
+    retained message has no turn, and its release lets the topics before it go."""
+    order = RetainedOrder()
+    unknown = order.take()
+    assert _write(order, "t", order.take())
+    assert order.held() == 1  # `unknown` might have been an older write of "t"
+    order.release(unknown)
+    assert order.held() == 0
+
+
+def test_a_failed_write_is_forgotten_too_and_does_not_count() -> None:
+    order = RetainedOrder()
+    assert _write(order, "t", order.take())
+    first = order.take()
+    try:
+        with order.turn("t", first) as newest:
+            assert newest
+            raise OSError("disk full")
+    except OSError:
+        pass
+    assert order.held() == 0
+    assert _write(order, "t", order.take())
