@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -46,6 +49,27 @@ def test_stale_items_are_dropped_once_they_outnumber_the_keys() -> None:
     deadlines.set(-1, 2000.0)
     assert len(deadlines._heap) <= 2 * len(deadlines) + 4
     assert deadlines.due(5000.0) == [-1]
+
+
+class _Connection:
+    """A key that can be watched for its release."""
+
+
+def test_a_key_discarded_or_set_again_is_not_held_by_its_stale_item() -> None:
+    """A closed connection's client (its session, its buffers) stayed in the broker's timer
+    heap until its keep-alive would have ended (found by bench/soak.py)."""
+    deadlines: Deadlines[_Connection] = Deadlines()
+    gone, moved = _Connection(), _Connection()
+    deadlines.set(gone, 100.0)
+    deadlines.set(moved, 200.0)
+    deadlines.set(moved, 300.0)  # its item at 200 is stale
+    deadlines.discard(moved)
+    deadlines.discard(gone)
+    watched = [weakref.ref(gone), weakref.ref(moved)]
+    del gone, moved
+    gc.collect()
+    assert [ref() for ref in watched] == [None, None]
+    assert deadlines.due(1000.0) == []
 
 
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 20) | st.none()), max_size=60))
