@@ -458,6 +458,39 @@ def test_a_receive_that_gets_nothing_from_memory_reads_the_watcher_at_once(
         assert [m.body for m in more] == [b"more"]
 
 
+def test_this_process_s_own_puts_and_claims_are_no_news_to_its_listeners(
+    manual_box: boxmq.Box, root: Path
+) -> None:
+    """Box.read_news (an MQTT broker's tick) tells the listeners of a queue whose watcher
+    had news only if another process's files brought some: this process's puts were told
+    as they were put, and its claims and acks bring nothing to take. Each of them made the
+    broker's next tick look into the queue again for nothing (docs/benchmarks.md, "Many
+    share groups"). A file dropped by a script is still told."""
+    told: list[str] = []
+    manual_box.listen_offered(lambda consumers, queue: told.append(queue))
+    jobs = manual_box.queue("jobs")
+    with jobs.consumer("w", max_in_flight=2) as consumer:
+        assert consumer.receive_ready() == []  # the first look at target/
+        for round in range(3):
+            jobs.put_many([b"a%d" % round, b"b%d" % round])  # told once, as put
+            received = consumer.receive_ready()  # claimed after its look at the watcher
+            assert [m.body for m in received] == [b"a%d" % round, b"b%d" % round]
+            for message in received:
+                message.ack()
+            jobs.put(b"c%d" % round)  # put, claimed and acked between two reads
+            [message] = consumer.receive_ready()
+            message.ack()
+        assert told == ["jobs"] * 6
+        told.clear()
+        manual_box.read_news()
+        assert told == []
+        put_file(root / "jobs" / "target", "4.from-a-script.T", b"dropped")
+        manual_box.read_news()
+        assert told == ["jobs"]
+        [dropped] = consumer.receive_ready()
+        assert dropped.body == b"dropped"
+
+
 def test_lock_timeout_redelivers_and_the_late_ack_is_refused(
     manual_box: boxmq.Box, clock: ManualClock
 ) -> None:

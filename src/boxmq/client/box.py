@@ -734,8 +734,9 @@ class Box:
         from those its `listen_offered` listeners name (an MQTT broker): tell them the
         consumers of each queue and subscription open here that may have something new,
         with no look at the others. Those whose folders had files come or go since their
-        last receive (what other processes put: one read of the process's inotify
-        instance, store/watch.py), and those whose engine has something due now (a lock's
+        last receive (what other processes put or took: one read of the process's inotify
+        instance, store/watch.py; this process's own puts, told as they were put, and its
+        own claims are no news), and those whose engine has something due now (a lock's
         end, a delayed message: each asks when it has one) or whose folder is polled (no
         inotify: told at each call). What they got back from another consumer (a detach, an
         unlock) was told as it came. A look at each of its receivers now and then is still

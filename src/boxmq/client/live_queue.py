@@ -452,8 +452,31 @@ class LiveQueue:
             poll_interval=self._options.poll_interval,
             polling=self._options.polling,
         )
-        watcher.on_news = self.tell  # what other processes dropped (watch.read_news)
+        watcher.on_news = self._news  # what other processes dropped (watch.read_news)
         return watcher
+
+    def _news(self) -> None:
+        """The watcher's `on_news` (Box.read_news: an MQTT broker's tick): its news taken in
+        now, and the listeners told only if a receive has something to do with it. Much of
+        what the watch of target/ reports is this process's own doing: its puts, offered
+        as they were put (`sent`, which told the listeners then), and its claims, names it
+        knows no more. Told, each made a tick pump the consumers of the dropbox (both
+        members of a share group) for looks that found nothing (docs/benchmarks.md, "Many
+        share groups"). Another process's file is a name this process did not put: told."""
+        if not self._listeners:
+            return  # nobody to tell: the next receive reads it
+        with self._mutex:
+            watcher = self._watcher
+            # A thread waits on the watcher (an embedded consumer): that thread reads it.
+            told = watcher is None or self._watching
+            if watcher is not None and not told:
+                self._looked_at = self._clock.now()
+                try:
+                    told = self._absorb(watcher.wait(0))
+                except OSError:  # a stray the disk refused to set aside: the receive meets it
+                    told = True
+        if told:
+            self.tell()
 
     def tell(self) -> None:
         """Tell the listeners (Box.listen_offered) the consumers attached here, and the
@@ -1170,13 +1193,17 @@ class LiveQueue:
         self._known[name] = envelope
         self._engine.offer(ready_of(name, envelope, sequence), now=now)
 
-    def _absorb(self, changes: Changes) -> None:
+    def _absorb(self, changes: Changes) -> bool:
+        """Take in the watcher's news; True unless all of it was this process's own doing
+        (its puts, offered already, and names it knows no more: its claims), which gives a
+        receive nothing new (`_news`)."""
         if changes.names or changes.gone or changes.everything:
             self._stirred = True
         if changes.everything:
             self._next_scan = min(self._next_scan, self._rescan_after)
             self._sent.clear()
-            return
+            return True
+        news = False
         known = self._known
         # A name both gone and come left and came back since the last read (Changes): it is
         # there, as known (a claim given back unchanged, ours or another process's). Taken
@@ -1186,6 +1213,7 @@ class LiveQueue:
             if name in back:
                 continue
             if (envelope := known.pop(name, None)) is not None:
+                news = True
                 self._engine.withdraw(envelope.message_id)
                 if self._behind and self._engine.lease(envelope.message_id) is None:
                     self._let_go(envelope.message_id)
@@ -1197,9 +1225,11 @@ class LiveQueue:
             if name in sent:
                 sent.discard(name)  # offered when it was put (it may be claimed, even done)
             else:
+                news = True
                 if now is None:
                     now = self._clock.now()
                 self._offer(name, now)
+        return news
 
     def sent(self, messages: list[tuple[str, Envelope, bytes]]) -> None:
         """Names this process just committed to target/, with their envelopes and ids that

@@ -413,6 +413,33 @@ def test_a_member_of_many_share_groups_looks_into_the_groups_with_news_alone(
     _run(tmp_path, test)
 
 
+def test_a_tick_after_this_server_s_own_deliveries_tells_no_session(tmp_path: Path) -> None:
+    """The watch of a share group's dropbox reports the server's own moves (each copy put
+    in target/, each claim out of it), which the member's receives, served from memory
+    (the box's clock stands still: within watch_interval), did not read: the tick told the
+    group's members of them, each pumped for a look that found nothing (docs/benchmarks.md,
+    "Many share groups"). Counted: what the tick's read of the watches tells (`_offered`)."""
+
+    async def test(broker: Broker) -> None:
+        member = _subscriber(broker, "a", "$share/g/t", 0)
+        pub = _connect(broker, "pub")
+        for packet_id in range(1, 6):
+            pub.send(Publish("t", b"m%d" % packet_id, 1, packet_id=packet_id))
+            await _until(lambda i=packet_id: Puback(i) in pub.inbox)  # type: ignore[misc]
+        got: list[bytes] = []
+
+        def delivered() -> bool:
+            got.extend(p.payload for p in member.take() if isinstance(p, Publish))
+            return len(got) == 5
+
+        await _until(delivered)
+        broker.pump_all()  # what the puts told as they were made
+        broker.box.read_news()  # the tick's read of the watches
+        assert not broker._offered, list(broker._offered)
+
+    _run(tmp_path, test, ManualClock(0), box_clock=True)
+
+
 def test_an_idle_tick_looks_at_the_sessions_with_news_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
