@@ -319,12 +319,9 @@ class Delivery:
         return [publish for publish, _ in self._ready(session)]
 
     def resend(self, client: Client, session: Session) -> None:
-        """What a resumed session had in flight, sent again (MQTT 5.0 §4.4); the slots of
-        those whose Message Expiry Interval ran out meanwhile go to what waits behind."""
-        outbox = session.outbox
-        self.transmit(client, session, outbox.resend(self._clock.now()))
-        if outbox.lapsed:
-            self.transmit(client, session, [publish for publish, _ in self._ready(session)])
+        """What a resumed session had in flight, sent again (MQTT 5.0 §4.4), those whose
+        Message Expiry Interval ran out meanwhile too (outbox.py, `resend`)."""
+        self.transmit(client, session, session.outbox.resend(self._clock.now()))
 
     def _ready(self, session: Session) -> list[tuple[Publish, Token]]:
         """What may leave the session's queue now; those whose Message Expiry Interval ran
@@ -577,8 +574,8 @@ class Delivery:
         now = self._clock.now()
         publish = publish_of(message, topic, options, now, self._box.side_files)
         before = _sent_before(session, message)
-        if message.envelope.expired(now) and not (publish.qos == 2 and before is not None):
-            self._lapse(session, message, before)
+        if before is None and message.envelope.expired(now):
+            self._lapse(session, message)
             return
         if publish.qos == 0:
             message.ack()
@@ -588,22 +585,18 @@ class Delivery:
         else:
             self.deliver(session, publish, message)
 
-    def _lapse(
-        self, session: Session, message: Message, before: tuple[str | None, str] | None
-    ) -> None:
-        """A message taken back after a restart (one its session held, sent or queued,
-        when the process before ended) whose Message Expiry Interval ran out meanwhile: not
-        sent, as on a resumed session without a restart (outbox.py, `resend`), and given
-        back, so its dropbox moves it to expired/ (MQTT 5.0 §3.3.2.3.3). A QoS 2 one the
-        client was sent is not here: it may hold its packet id, and gets it again with one
-        second left. Its message file alone says its deadline, which `publish_of` would send
-        as one second left however long ago it passed."""
-        packet_id = None if before is None else _taken(session, before, qos2=False)
+    def _lapse(self, session: Session, message: Message) -> None:
+        """A message taken from a dropbox and never sent to this client (one its session
+        queued when the process before ended, or one whose deadline passed as it was
+        taken) whose Message Expiry Interval ran out: not sent, as a queued one in memory
+        is not (outbox.py, `ready`), and given back, so its dropbox moves it to expired/
+        (MQTT 5.0 §3.3.2.3.3, MQTT-3.3.2-5). One the process before sent goes again, with
+        one second left, as on a resumed session without a restart (outbox.py, `resend`):
+        its onward delivery had started."""
         log.info(
-            "client %s: message %s expired while its session was held over a restart%s",
+            "client %s: message %s expired while its session was held",
             session.client_id,
             shown(message.id),
-            "" if packet_id is None else f": not sent again under packet id {packet_id}",
         )
         _give_back(message)
         if session.leaving:  # a share group it left may have waited for this one alone

@@ -19,7 +19,9 @@ Invariants:
   past it are *held*: in flight under their ids, not on this connection's wire, and `ready()`
   sends them (DUP) as slots free, before anything queued.
 - A queued message with a Message Expiry Interval leaves `ready` with what is left of it, or
-  not at all once it is over (MQTT 5.0 §3.3.2.3.3); the tokens of those go to `lapsed`.
+  not at all once it is over (MQTT 5.0 §3.3.2.3.3); the tokens of those go to `lapsed`. One
+  sent already is always sent again (`resend`), with at least a second left: its onward
+  delivery had started (MQTT-3.3.2-5), and a resumed session resends it (MQTT-4.4.0-1).
 """
 
 from __future__ import annotations
@@ -253,12 +255,13 @@ class Outbox(Generic[T]):
 
     def resend(self, now: float = 0.0) -> list[Publish | Pubrel]:
         """What a resumed session sends first, in order (MQTT 5.0 §4.4). A PUBLISH with a
-        Message Expiry Interval carries what is left of it (§3.3.2.3.3). One at QoS 1 whose
-        interval is over is not sent again, its token in `lapsed` (the client holds nothing
-        of it); one at QoS 2 is, with one second left: the client may hold its packet id
-        until the exchange ends, and would take the next message under that id for a
-        repeat. PUBLISHes past the window (the client's Receive Maximum may be smaller than
-        on its last connection) are held, and `ready()` gives them as acks free slots."""
+        Message Expiry Interval carries what is left of it (§3.3.2.3.3), one whose interval
+        is over one second: the server MUST resend every unacknowledged PUBLISH
+        (MQTT-4.4.0-1), and may delete an expired copy only before its onward delivery
+        started (MQTT-3.3.2-5); the client may hold its packet id meanwhile, and a QoS 2
+        client would take the next message under that id for a repeat. PUBLISHes past the
+        window (the client's Receive Maximum may be smaller than on its last connection) are
+        held, and `ready()` gives them as acks free slots."""
         out: list[Publish | Pubrel] = []
         self._held = None
         # Every id in flight takes a slot of the new window, a PUBREL's too (its PUBCOMP is
@@ -276,28 +279,9 @@ class Outbox(Generic[T]):
                     self._held = deque()
                 self._held.append(packet_id)
             else:
-                again = self._again(packet_id, entry, now)
-                if again is not None:
-                    out.append(again)
-                    slots -= 1
+                out.append(_again(packet_id, entry, now))
+                slots -= 1
         return out
-
-    def _again(self, packet_id: int, entry: _Entry[T], now: float) -> Publish | None:
-        """An entry's PUBLISH sent again (DUP), with what is left of its expiry; None for a
-        QoS 1 one past it, whose id is freed and token put in `lapsed` (see `resend`)."""
-        publish = entry.publish
-        assert publish is not None  # not a PUBREL's entry
-        interval = publish.properties.message_expiry_interval
-        if interval:
-            left = math.ceil(interval - (now - entry.sent))
-            if left <= 0 and entry.stage is Stage.AWAIT_PUBACK:
-                del self._in_flight[packet_id]
-                if entry.token is not None:
-                    self.lapsed.append(entry.token)
-                return None
-            if left < interval:
-                publish = with_expiry(publish, max(left, 1))
-        return replace(publish, dup=True, packet_id=packet_id)
 
     def _release_held(self, now: float, out: list[tuple[Publish, T]]) -> None:
         # Held entries take no slot on this connection yet: those in flight here are the rest.
@@ -308,9 +292,8 @@ class Outbox(Generic[T]):
             entry = in_flight.get(packet_id)
             if entry is None or entry.stage is Stage.AWAIT_PUBCOMP:
                 continue  # acknowledged meanwhile (the client had it from before)
-            again = self._again(packet_id, entry, now)
-            if again is not None:
-                out.append((again, cast(T, entry.token)))  # not a PUBCOMP's: it has its token
+            # Not a PUBCOMP's entry: it has its token.
+            out.append((_again(packet_id, entry, now), cast(T, entry.token)))
 
     def releasing(self) -> list[int]:
         """The packet ids whose PUBREL was sent and not completed: a restart must send those
@@ -435,3 +418,16 @@ class Outbox(Generic[T]):
                 self.dropped += 1
                 return True
         return False
+
+
+def _again(packet_id: int, entry: _Entry[Any], now: float) -> Publish:
+    """An entry's PUBLISH sent again (DUP), with what is left of its expiry, at least a
+    second (see `Outbox.resend`)."""
+    publish = entry.publish
+    assert publish is not None  # not a PUBREL's entry
+    interval = publish.properties.message_expiry_interval
+    if interval:
+        left = math.ceil(interval - (now - entry.sent))
+        if left < interval:
+            publish = with_expiry(publish, max(left, 1))
+    return replace(publish, dup=True, packet_id=packet_id)

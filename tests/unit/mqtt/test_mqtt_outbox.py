@@ -280,20 +280,40 @@ def test_a_queued_message_leaves_with_what_is_left_of_its_expiry_or_not_at_all()
 
 
 def test_a_resent_message_carries_what_is_left_of_its_expiry() -> None:
-    """MQTT 5.0 §3.3.2.3.3 for a PUBLISH sent again (DUP) once its session resumes: QoS 1
-    past its interval is not sent again, QoS 2 is, with a second left (its exchange must
-    end, or the client would take the next message under its packet id for a repeat)."""
+    """MQTT 5.0 §3.3.2.3.3 for a PUBLISH sent again (DUP) once its session resumes; one past
+    its interval goes with a second left, at QoS 1 as at QoS 2: every unacknowledged PUBLISH
+    is resent (MQTT-4.4.0-1), its onward delivery had started (MQTT-3.3.2-5). A QoS 1 one
+    was dropped."""
     outbox: Outbox[int] = Outbox(window=5, limit=10)
     for n, seconds, qos in [(1, 20, 1), (2, 3, 1), (3, 3, 2), (4, 0, 1)]:
         outbox.push(_expiring(n, seconds, qos) if seconds else _msg(n), n, now=100.0)
     resent = [p for p in outbox.resend(now=104.5) if isinstance(p, Publish)]
     assert [(p.payload, p.dup, p.properties.message_expiry_interval) for p in resent] == [
         (b"1", True, 16),  # 20 - 4.5, rounded up
+        (b"2", True, 1),
         (b"3", True, 1),
         (b"4", True, None),
     ]
-    assert outbox.lapsed == [2]
-    assert len(outbox) == 3  # the expired one's packet id is free
+    assert [p.packet_id for p in resent] == [1, 2, 3, 4]  # their own ids
+    assert outbox.lapsed == []
+    assert len(outbox) == 4
+
+
+def test_a_held_message_past_its_expiry_is_resent_as_slots_free() -> None:
+    """A QoS 1 PUBLISH held past a smaller Receive Maximum at the resume, whose interval ran
+    out, goes when a slot frees (DUP, a second left), under its id: it was dropped."""
+    outbox: Outbox[int] = Outbox(window=2, limit=10)
+    for n in (1, 2):
+        outbox.push(_expiring(n, 3), n, now=100.0)
+    outbox.window = 1  # the client came back with Receive Maximum 1
+    [first] = outbox.resend(now=104.5)
+    assert isinstance(first, Publish)
+    assert first.packet_id == 1
+    outbox.acked(1, Stage.AWAIT_PUBACK, refused=False)
+    [(held, token)] = outbox.ready(now=105.0)
+    assert (held.packet_id, held.dup, held.properties.message_expiry_interval) == (2, True, 1)
+    assert token == 2
+    assert outbox.lapsed == []
 
 
 def test_the_queue_holds_at_most_byte_limit_bytes_of_messages() -> None:
