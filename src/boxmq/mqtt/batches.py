@@ -8,7 +8,9 @@ Invariants:
   their order. What arrives meanwhile waits and goes in the next one.
 - Past `_BACKLOG_HIGH` jobs waiting, the client is not read, until they halve (and no
   SUBSCRIBE holds its packets back).
-- A batch's answers are given even for a client gone: its messages still go on.
+- A batch's answers are given even for a client gone: its messages still go on; and each
+  job is answered even when disk work raised a bug (disk.py's `WorkFailed`, answered as a
+  store failure), where no job's was and its client waited for ever.
 - One client id's disk work runs in the order of its connections: a new connection's (a
   takeover, a reconnect) waits until the one before has none left (`last`). So a PUBREL
   read before a session ended is delivered before that end discards what was left
@@ -145,10 +147,8 @@ class Batches:
         client.tail = tail
         self._working.add(client)
 
-        def done(results: list[object] | BaseException) -> None:
+        def done(results: list[object]) -> None:
             try:
-                if isinstance(results, BaseException):
-                    raise results
                 log_store_failures(name_of(client), jobs, results)
                 failed: list[Exception] = []
                 for job, result in zip(jobs, results, strict=True):

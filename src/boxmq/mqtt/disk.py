@@ -16,6 +16,11 @@ Invariants:
   for its own commit.
 - A job the file system failed (ENOSPC, EIO, EROFS, EMFILE, ...) gets a StoreFailed as its
   result, never an OSError, and nothing of its message is kept: each one is answered.
+- A job whose work raised anything else (a bug) gets a `WorkFailed`, a StoreFailed, and
+  the jobs after it are done as usual; a run done by one call fails whole, and a bug in
+  this module's own steps fails every job not done yet. Every job is answered, so no client
+  waits for ever for its PUBACK, PUBREC, PUBCOMP or SUBACK. The bug is logged once, with
+  its traceback.
 
 Why the loop writes: when a worker thread wrote the publications, it and the loop (which claims,
 reads and settles the same messages for their subscribers) traded the interpreter lock at every
@@ -36,7 +41,15 @@ from typing import Any, NamedTuple
 from boxmq.client.topics import Publication, Topics
 from boxmq.errors import BoxMQError, StoreFailed, store_failure
 
-__all__ = ["Job", "Together", "log_store_failures", "no_answer", "run_all", "run_now"]
+__all__ = [
+    "Job",
+    "Together",
+    "WorkFailed",
+    "log_store_failures",
+    "no_answer",
+    "run_all",
+    "run_now",
+]
 
 log = logging.getLogger("boxmq.mqtt")
 
@@ -45,6 +58,20 @@ Together = tuple[Callable[[list[Any]], list[object]], Any]
 """A job's part of work done for several at once: the function, called with its neighbours'
 items in order, returns each one's result in order (an OSError of one is its result); and
 this job's item."""
+
+
+class WorkFailed(StoreFailed):
+    """Disk work that raised what no store failure raises (a bug, logged with its traceback
+    where it happened): answered as a store failure, so that its client is told it was not
+    stored (a v5 PUBACK or PUBREC 0x80; a 3.1.1 connection closed, so that its client sends
+    it again) instead of waiting for an answer that never comes. Whether some of it was
+    written is not known: at worst the client's next try is a duplicate (QoS 1), or is
+    answered as a repeat (the exactly-once intake)."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.errno = 0
+        self.path = None
+        BoxMQError.__init__(self, f"the server failed unexpectedly ({type(error).__name__})")
 
 
 class Job(NamedTuple):
@@ -65,8 +92,8 @@ def no_answer(_: object) -> None:
     place in line (batches.py)."""
 
 
-Results = Callable[[list[object] | BaseException], None]
-"""Told once, on the loop: each job's result in order, or the exception of a bug."""
+Results = Callable[[list[object]], None]
+"""Told once, on the loop: each job's result in order (a bug's jobs: a `WorkFailed`)."""
 
 
 def run_all(
@@ -111,7 +138,8 @@ class _Run:
         self.begun = True  # in `run_all` still: `done` is told on the loop's next turn
 
     def go(self, start: int) -> None:
-        """Begin with the run at `start` (or finish); a bug ends the batch, told to `done`."""
+        """Begin with the run at `start` (or finish). A bug here fails the jobs not done
+        yet (`_failed`), and the batch ends."""
         try:
             jobs = self._jobs
             while start < len(jobs):
@@ -129,16 +157,20 @@ class _Run:
                     self._each_in_pool(start, end)
                     return  # goes on once done
                 start = end
-        except Exception as error:  # a bug: the batch is not answered (Batches logs it)
-            self._finish(error)
-            return
-        self._finish(self._results)
+        except Exception as error:
+            self._failed(start, len(self._jobs), error)
+        self._finish()
 
-    def _finish(self, outcome: list[object] | BaseException) -> None:
+    def _failed(self, start: int, end: int, error: Exception) -> None:
+        """A bug met by jobs start..end: each of them is answered with a `WorkFailed`. It
+        skipped the whole batch's answers, and their clients waited for ever."""
+        self._results[start:end] = [_unexpected(error, end - start)] * (end - start)
+
+    def _finish(self) -> None:
         if self.begun:  # never inside the caller's own call
-            self._loop.call_soon(self._done, outcome)
+            self._loop.call_soon(self._done, self._results)
         else:
-            self._done(outcome)
+            self._done(self._results)
 
     def _publish(self, start: int, end: int) -> bool:
         """Write the run here; False if it is already answered (a failed write), True if it
@@ -192,9 +224,8 @@ class _Run:
     def _pooled(self, start: int, end: int, future: Future[list[object]]) -> None:
         try:
             self._results[start:end] = future.result()
-        except Exception as error:  # a bug in a job's work
-            self._finish(error)
-            return
+        except Exception as error:  # a bug in a job's work: the runs after it go on
+            self._failed(start, end, error)
         self.go(end)
 
 
@@ -224,6 +255,8 @@ def _attempt_together(do: Callable[[list[Any]], list[object]], items: list[Any])
         return [error] * len(items)
     except OSError as error:
         return [store_failure(error)] * len(items)
+    except Exception as error:  # a bug
+        return [_unexpected(error, len(items))] * len(items)
     return [store_failure(r) if isinstance(r, OSError) else r for r in results]
 
 
@@ -237,7 +270,21 @@ def _attempt_each(jobs: Sequence[Job]) -> list[object]:
             results.append(error)
         except OSError as error:
             results.append(store_failure(error))
+        except Exception as error:  # a bug: this job alone, the next ones are done
+            results.append(_unexpected(error, 1))
     return results
+
+
+def _unexpected(error: Exception, jobs: int) -> WorkFailed:
+    """The answer of `jobs` job(s) whose work raised `error` (a bug), logged here with its
+    traceback: once, however many jobs it fails."""
+    log.error(
+        "disk work failed unexpectedly, %d job(s) answered as not stored: %r",
+        jobs,
+        error,
+        exc_info=error,
+    )
+    return WorkFailed(error)
 
 
 def log_store_failures(who: str, jobs: Sequence[Job], results: Sequence[object]) -> None:

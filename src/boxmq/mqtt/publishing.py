@@ -761,9 +761,9 @@ def _failure(done: Future[MessageId]) -> BaseException | None:
     return CancelledError() if done.cancelled() else done.exception()
 
 
-def _first(then: Callable[[object], None], results: list[object] | BaseException) -> None:
-    """`run_all`'s answer for one job: `then` gets its result (or the exception of a bug)."""
-    then(results if isinstance(results, BaseException) else results[0])
+def _first(then: Callable[[object], None], results: list[object]) -> None:
+    """`run_all`'s answer for one job: `then` gets its result."""
+    then(results[0])
 
 
 def _written(order: int | None, result: object) -> Written | None:

@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 import boxmq
+from boxmq.errors import StoreFailed
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client
 from boxmq.mqtt.connection import Connection
-from boxmq.mqtt.disk import Job
+from boxmq.mqtt.disk import Job, WorkFailed
+from boxmq.mqtt.reasons import ReasonCode, reason_for
 
 GATHER = 0.05  # long enough that a test's own steps all happen within it
 
@@ -214,3 +216,50 @@ def test_an_answer_that_raises_does_not_starve_the_later_ones(
     assert record.exc_info is not None
     assert record.exc_info[1] is not None
     assert str(record.exc_info[1]) == "a bug in an answer"
+
+
+def test_disk_work_that_raises_unexpectedly_answers_each_of_its_jobs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job's store call that raised what no store failure raises (a bug: not an OSError,
+    not a BoxMQError) failed the whole batch: no job's answer ran, so its clients never got
+    their PUBACK or PUBREC and waited for ever. Each job is answered: those the bug met
+    with a WorkFailed (a StoreFailed: a v5 client gets 0x80, a 3.1.1 one is closed and
+    sends again, publishing.py), the others with their own results; the bug is logged with
+    its traceback, once per call it broke."""
+    answers: list[tuple[int, object]] = []
+
+    def answer(n: int) -> Callable[[object], None]:
+        return lambda result: answers.append((n, result))
+
+    def broken() -> object:
+        raise RuntimeError("a bug in a store call")
+
+    def broken_together(items: list[object]) -> list[object]:
+        raise KeyError("a bug in a call for several")
+
+    async def test(run: _Run) -> None:
+        run.client.jobs += [
+            Job(lambda: "stored 1", answer(1)),
+            Job(broken, answer(2)),
+            Job(lambda: "stored 3", answer(3)),
+            Job(None, answer(4), None, (broken_together, 4)),
+            Job(None, answer(5), None, (broken_together, 5)),
+            Job(lambda: "stored 6", answer(6)),
+        ]
+        run.under_test.received(run.client)
+        await _settled(run, 1)
+
+    caplog.set_level(logging.ERROR, logger="boxmq.mqtt")
+    _run(tmp_path, test, fsync="never")
+    assert [n for n, _ in answers] == [1, 2, 3, 4, 5, 6]
+    results = dict(answers)
+    assert [results[n] for n in (1, 3, 6)] == ["stored 1", "stored 3", "stored 6"]
+    for n in (2, 4, 5):
+        failed = results[n]
+        assert isinstance(failed, WorkFailed)
+        assert isinstance(failed, StoreFailed)
+        assert reason_for(failed) is ReasonCode.UNSPECIFIED_ERROR  # a v5 PUBACK 0x80
+    assert str(results[2]) == "the server failed unexpectedly (RuntimeError)"
+    bugs = [r for r in caplog.records if r.exc_info is not None and r.exc_info[1] is not None]
+    assert [type(r.exc_info[1]) for r in bugs if r.exc_info] == [RuntimeError, KeyError]

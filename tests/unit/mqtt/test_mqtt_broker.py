@@ -1419,6 +1419,51 @@ def test_a_pubrel_on_a_new_connection_then_the_sessions_end_delivers_its_message
     _run(tmp_path, test)
 
 
+@pytest.mark.parametrize("version", [V5, ProtocolVersion.V311], ids=["v5", "v311"])
+def test_a_publish_whose_store_call_fails_unexpectedly_is_answered_as_not_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: ProtocolVersion
+) -> None:
+    """A store call that raised what no store failure raises (a bug) left every PUBLISH of
+    its batch unanswered: the client waited for its PUBACK for ever. It is answered as a
+    store failure: a v5 PUBACK 0x80, the others of the batch as they went; a 3.1.1 client,
+    which has no negative PUBACK, is closed so that it sends the message again (§4.4)."""
+    write = Publishing.write
+
+    def broken_write(
+        self: Publishing,
+        client_id: str,
+        packet: Publish,
+        order: int | None = None,
+        message_id: str | None = None,
+    ) -> MessageId:
+        if packet.topic == "broken":
+            raise RuntimeError("a bug in a store call")
+        return write(self, client_id, packet, order, message_id)
+
+    monkeypatch.setattr(Publishing, "write", broken_write)
+
+    async def test(broker: Broker) -> None:
+        pub = Peer(broker)
+        pub.version = version
+        pub.send(Connect("pub", version, clean_start=True))
+        assert isinstance(pub.take()[0], Connack)
+        pub.send(  # retained: each written alone (Publishing.write), in one batch
+            Publish("broken", b"x", 1, retain=True, packet_id=1),
+            Publish("fine", b"x", 1, retain=True, packet_id=2),
+        )
+        if version is ProtocolVersion.V311:
+            await _until(lambda: pub.closed)
+            return
+        await _until(lambda: len(pub.inbox) == 2)
+        acks = pub.take()
+        assert [(a.packet_id, a.reason) for a in acks if isinstance(a, Puback)] == [
+            (1, ReasonCode.UNSPECIFIED_ERROR),
+            (2, ReasonCode.SUCCESS),
+        ]
+
+    _run(tmp_path, test)
+
+
 @pytest.mark.parametrize("then", ["disconnect", "takeover"])
 def test_packets_held_behind_a_subscribe_still_count_when_the_connection_ends(
     tmp_path: Path, then: str
