@@ -21,6 +21,7 @@ from typing import Final
 from xml.etree.ElementTree import Element
 
 from boxmq.client.box import Box
+from boxmq.client.consumer import Consumer
 from boxmq.client.message import Message
 from boxmq.client.queue import Queue
 from boxmq.client.receiver import Receiver
@@ -87,6 +88,8 @@ FEATURES: Final = (
 QUEUE_REQUESTS: Final = "pubsub#queue_requests"
 SHARE_GROUP: Final = "xmpp"  # the XMPP subscribers of a topic node: $share/xmpp/<node>
 SILENT_TIMEOUTS: Final = 3  # lock timeouts in a row, nothing answered: the subscriber is gone
+# Seconds between looks for queues another process deleted (`boxmq delete`), as sweeps go
+DELETED_CHECK: Final = 1.0
 QOS_LEVEL: Final = "boxmq#qos"  # how notifications are sent: docs/xmpp.md, QoS
 NODE_CONFIG: Final = ns.PUBSUB + "#node_config"
 _CONFIGURATION_REQUIRED: Final = Condition("modify", "not-acceptable", "configuration-required")
@@ -124,6 +127,7 @@ class QueueService:
         self._touched: set[str] = set()  # nodes whose deliveries may have changed
         self._puts: dict[str, list[tuple[Iq, bytes]]] = {}  # publishes awaiting one commit
         self._store_failures: list[StoreFailed] = []  # logged once, at the batch's end
+        self._next_deleted_check = 0.0
 
     # -- what the component feeds in -------------------------------------------------------------
 
@@ -182,7 +186,12 @@ class QueueService:
         self._reliable.answer(element, self._now())
 
     def expire(self, now: float) -> None:
-        """XEP-0254 §4: a lock that timed out: unlock notification, then the next subscriber."""
+        """XEP-0254 §4: a lock that timed out: unlock notification, then the next subscriber.
+        Now and then also the queues that another process deleted under their subscribers."""
+        if now >= self._next_deleted_check:
+            self._next_deleted_check = now + DELETED_CHECK
+            for node in {s.node for s in self._subscriptions.all()} & self._queues.keys():
+                self._deleted_elsewhere(node)
         for subscription, message in self._subscriptions.timed_out(now):
             self._reliable.cancel(subscription.jid, message.id)
             _quietly(message.unlock)  # the engine may have released it already
@@ -279,6 +288,11 @@ class QueueService:
             try:
                 ids = self._queue(node).put_many([body for _, body in pending])
             except BoxMQError as error:
+                if isinstance(error, QueueNotFound) and self._deleted_elsewhere(node):
+                    # the node is the topic of that name now (docs/xmpp.md): published there
+                    for iq, body in pending:
+                        self._publish_to_topic(iq, node, body)
+                    continue
                 for iq, _ in pending:
                     self._send(render.error(iq, condition_for(error), text=str(error)))
                 continue
@@ -293,6 +307,16 @@ class QueueService:
             for (iq, _), item_id in zip(pending, ids, strict=True):
                 self._send(_published(iq, node, item_id))
         self._log_store_failures()
+
+    def _publish_to_topic(self, iq: Iq, node: str, body: bytes) -> None:
+        try:
+            item_id = self._box.publish(node, body, qos=1, source=iq.sender)
+        except BoxMQError as error:
+            self._send(render.error(iq, condition_for(error), text=str(error)))
+        except OSError as error:
+            self._refuse_unstored([iq], store_failure(error))
+        else:
+            self._send(_published(iq, node, item_id))
 
     def _refuse_unstored(self, iqs: list[Iq], error: StoreFailed) -> None:
         """internal-server-error, or resource-constraint for a full disk, both of type wait:
@@ -345,6 +369,7 @@ class QueueService:
     def _subscribe(self, iq: Iq, request: Subscribe) -> str:
         if bare(request.jid) != bare(iq.sender):
             raise StanzaError(_INVALID_JID, "subscribe your own JID")
+        self._deleted_elsewhere(request.node)  # else a subscription to a queue that is gone
         existing = self._subscriptions.get(iq.sender, request.node)
         if existing is None:
             count = _queue_requests(iq, request)
@@ -552,6 +577,25 @@ class QueueService:
             log.info(
                 "%s: %s not acknowledged by %s", subscription.node, message.id, subscription.jid
             )
+
+    def _deleted_elsewhere(self, node: str) -> bool:
+        """Whether another process deleted the queue `node` (`boxmq delete`) since it was
+        looked up here; if so its subscribers here are told and unsubscribed, as for a delete
+        over XMPP (XEP-0060 §8.4.2), and the node is looked up again at its next request.
+        Without this the node stayed a queue here: every publish to it refused, every
+        subscribe to it answered with a subscription to nothing."""
+        if node not in self._queues or is_dropbox(queue_path(self._box.root, node)):
+            return False
+        del self._queues[node]
+        for subscription in self._subscriptions.of_node(node):
+            if isinstance(subscription.consumer, Consumer):  # a topic's member stays
+                self._send(
+                    render.event_delete(
+                        next(self._ids), self.domain, subscription.jid, subscription.node
+                    )
+                )
+                self._end(subscription)
+        return True
 
     def _end(self, subscription: Subscription) -> None:
         for item in subscription.held:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from xml.etree import ElementTree as ET
@@ -140,6 +141,53 @@ def test_delete_tells_the_subscribers_before_their_subscriptions_end(wire: Wire)
     deleted = notice.find(f"{{{ns.PUBSUB_EVENT}}}event/{{{ns.PUBSUB_EVENT}}}delete")
     assert deleted is not None
     assert deleted.get("node") == "jobs"
+
+
+def _deletes(wire: Wire) -> list[str]:
+    """To whom a <delete node='jobs'/> event went."""
+    path = f"{{{ns.PUBSUB_EVENT}}}event/{{{ns.PUBSUB_EVENT}}}delete"
+    return [s.get("to", "") for s in wire.take() if s.find(path) is not None]
+
+
+def test_a_queue_deleted_by_another_process_is_a_topic_node_again(wire: Wire, root: Path) -> None:
+    # `boxmq delete jobs` while `boxmq serve` runs the door: the door kept the node a queue,
+    # refused every publish to it (item-not-found, "box.queue('jobs') makes it again") and
+    # answered a subscribe with a subscription to the deleted queue. docs/xmpp.md: a node
+    # that names no queue is the topic of that name.
+    wire.create()
+    wire.subscribe(BOB, 1)
+    wire.publish()
+    wire.events()
+    with boxmq.open(root, fsync="never") as other:  # another process's box
+        other.delete_queue("jobs")
+    wire.publish()  # published to the topic `jobs`: no subscriber of it, so dropped
+    assert _deletes(wire) == [BOB]  # told as for a delete over XMPP, then unsubscribed
+    assert wire.subscribe(BOB, 1).get("type") == "result"  # the topic's, now
+    item = wire.publish()
+    assert wire.events() == [(BOB, "item", item)]
+
+
+def test_a_queue_deleted_by_another_process_ends_its_subscriptions_here(
+    wire: Wire, root: Path
+) -> None:
+    wire.create()
+    wire.subscribe(BOB, 1)
+    with boxmq.open(root, fsync="never") as other:
+        other.delete_queue("jobs")
+    assert wire.subscribe(ALICE, 1).get("type") == "result"  # to the topic
+    assert _deletes(wire) == [BOB]
+    item = wire.publish()
+    assert wire.events() == [(ALICE, "item", item)]
+
+
+def test_the_timer_finds_a_queue_deleted_by_another_process(wire: Wire, root: Path) -> None:
+    # no request to the node at all: the timer's round finds it (once a second, as sweeps go)
+    wire.create()
+    wire.subscribe(BOB, 1)
+    with boxmq.open(root, fsync="never") as other:
+        other.delete_queue("jobs")
+    wire.service.expire(time.time() + 2)
+    assert _deletes(wire) == [BOB]
 
 
 def _wrapped(kind: str, msg_id: str | None, body: str) -> str:
