@@ -196,7 +196,12 @@ class QueueService:
             self._reliable.cancel(subscription.jid, message.id)
             _quietly(message.unlock)  # the engine may have released it already
             self._notify_unlock(subscription, message.id)
-            subscription.timeouts += 1
+            # Locks given before the last timeout that counted end with it, or just after:
+            # one silence, not several, or a subscriber slow on one batch of queue_requests
+            # >= 3 items would be taken for gone at its first timeout.
+            if message.lock_deadline - self._lock_timeout >= subscription.silent_at:
+                subscription.timeouts += 1
+                subscription.silent_at = now
             if subscription.timeouts >= SILENT_TIMEOUTS and not subscription.closed:
                 # Its unavailable presence was lost (the component was away when it left, or
                 # it never sent directed presence): stop feeding it items that only time out,

@@ -35,6 +35,7 @@ class Subscription:
     held: dict[str, Message] = field(default_factory=dict)  # item id -> its locked delivery
     closed: bool = False
     timeouts: int = 0  # deliveries in a row that timed out unanswered
+    silent_at: float = float("-inf")  # when the last of those timed out
 
 
 class Subscriptions:

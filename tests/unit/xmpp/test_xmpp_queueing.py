@@ -462,6 +462,38 @@ def test_a_subscriber_that_lets_three_locks_time_out_in_a_row_is_unsubscribed(
     wire.service.close()
 
 
+def test_the_locks_of_one_batch_that_time_out_together_count_as_one_silence(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    # XEP-0254 §4 asks only for the unlock notifications and the next subscriber. A worker
+    # that subscribed with queue_requests 5 (as §2.1's Listing 2 does) and was slow on its
+    # first five items was unsubscribed when they timed out together, five timeouts "in a
+    # row", and never told: it waited for items that never came.
+    wire = Wire(manual_box, lock_timeout=10)
+    wire.create()
+    wire.subscribe(ALICE, 5)
+    for _ in range(5):
+        wire.publish()
+
+    def held_now() -> list[str]:
+        return [item for to, what, item in wire.events() if what == "item" and to == ALICE]
+
+    def time_out() -> None:
+        clock.advance(10)
+        wire.service.expire(clock.now())
+        clock.advance(1)  # the handoff: what it let go waits a second for another subscriber
+
+    assert len(held_now()) == 5
+    time_out()
+    assert len(held_now()) == 5  # one silence: still subscribed, the five again
+    time_out()
+    assert len(held_now()) == 5  # two
+    time_out()  # the third round in a row: treated as gone
+    assert held_now() == []
+    assert manual_box.queue("jobs").counts().ready == 5
+    wire.service.close()
+
+
 def test_after_a_request_only_the_nodes_it_touched_are_polled(wire: Wire, box: boxmq.Box) -> None:
     wire.create("mail")
     wire.subscribe(ALICE, 5)
