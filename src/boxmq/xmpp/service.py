@@ -433,6 +433,7 @@ class QueueService:
         node = _node_of(iq.to)
         self._touched.add(node)
         body = _stamped(request.message, sender=iq.sender, to=iq.to)
+        self._deleted_elsewhere(node)  # else a put into a queue that is gone
         queue = self._is_queue(node)
         if isinstance(request, QosAcknowledged):
             if queue:

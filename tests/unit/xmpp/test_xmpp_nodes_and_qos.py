@@ -190,6 +190,24 @@ def test_the_timer_finds_a_queue_deleted_by_another_process(wire: Wire, root: Pa
     assert _deletes(wire) == [BOB]
 
 
+def test_qos_to_a_queue_deleted_by_another_process_goes_to_the_topic(
+    wire: Wire, root: Path, box: boxmq.Box
+) -> None:
+    # acknowledged was refused item-not-found ("box.queue('jobs') makes it again"), and
+    # assured made the deleted queue again, where a node that names no queue is a topic
+    wire.create()
+    wire.publish()
+    with boxmq.open(root, fsync="never") as other:
+        other.delete_queue("jobs")
+    reply = wire.iq(CAROL, _wrapped("acknowledged", None, "1"), to=NODE_AT)
+    assert reply.get("type") == "result"
+    reply = wire.iq(CAROL, _wrapped("assured", "m1", "2"), to=NODE_AT)
+    assert reply.find(ns.tag(ns.QOS, "received")) is not None
+    deliver = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='m1'/>", to=NODE_AT)
+    assert deliver.get("type") == "result"
+    assert "jobs" not in box.queues()  # published to the topic (no subscriber: dropped)
+
+
 def _wrapped(kind: str, msg_id: str | None, body: str) -> str:
     at = f" msgId='{msg_id}'" if msg_id else ""
     return (
