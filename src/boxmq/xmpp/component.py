@@ -111,7 +111,8 @@ class QueueComponent(ComponentXMPP):
     def _poll(self) -> None:
         self._poll_pending = False
         self.service.flush()  # the batch's publishes, one commit per queue
-        self.service.poll_touched()
+        if self.connected.is_set():  # else the timer's round after the reconnect
+            self.service.poll_touched()
 
     # -- stanzas out -------------------------------------------------------------------------
 
@@ -197,7 +198,11 @@ class QueueComponent(ComponentXMPP):
             try:
                 self.service.flush()
                 self.service.expire(time.time())
-                self.service.poll()
+                # Nothing is taken while disconnected: each item would be locked to a
+                # subscriber who cannot hear of it, time out unseen, a delivery closer to
+                # error/, and each subscriber would look silent, then gone.
+                if self.connected.is_set():
+                    self.service.poll()
             except Exception:  # a bug must not stop the one timer: timeouts depend on it
                 log.exception("lock timeouts and deliveries")
 
