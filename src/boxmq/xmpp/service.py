@@ -481,6 +481,14 @@ class QueueService:
         path = queue_path(self._box.root, request.node)  # InvalidName: bad-request
         if is_dropbox(path):
             raise StanzaError(_NODE_EXISTS, f"node {request.node!r} exists")
+        self._deleted_elsewhere(request.node)  # its queue's subscribers are not the topic's
+        if subscribers := len(self._subscriptions.of_node(request.node)):
+            # A topic node exists while it has subscribers here: a queue of its name would
+            # take every publish to the node from them.
+            raise StanzaError(
+                _NODE_EXISTS,
+                f"node {request.node!r} exists: a topic with {subscribers} subscriber(s) here",
+            )
         queue = self._queues[request.node] = self._box.queue(request.node)
         queue.set_owner(bare(iq.sender))  # XEP-0060 §8.1: the creator owns the node
         return render.result(iq)

@@ -67,6 +67,21 @@ def test_create_twice_is_conflict_and_a_bad_name_is_bad_request(wire: Wire) -> N
     assert condition(wire.create("topic-root")) == ("modify", "bad-request")
 
 
+def test_create_of_a_topic_node_that_has_subscribers_is_conflict(wire: Wire) -> None:
+    # A topic node exists while it has subscribers here (docs/xmpp.md). Its create made a
+    # queue of that name, which took every later publish to the node: its subscribers got
+    # nothing more, and subscribing again answered their topic subscription as it was.
+    wire.subscribe(BOB, 2, node="news")
+    first = wire.publish(node="news")
+    assert wire.events() == [(BOB, "item", first)]
+    assert condition(wire.create("news")) == ("cancel", "conflict")
+    item = wire.publish(node="news")
+    assert wire.events() == [(BOB, "item", item)]  # still the topic's
+    unsubscribe = f"<pubsub xmlns='{PS}'><unsubscribe node='news' jid='bob@localhost'/></pubsub>"
+    assert wire.iq(BOB, unsubscribe).get("type") == "result"
+    assert wire.create("news").get("type") == "result"  # nobody's topic any more
+
+
 def test_configure_returns_the_form_and_accepts_a_submission(wire: Wire) -> None:
     wire.create()
     reply = wire.iq(ALICE, f"<pubsub xmlns='{OWNER}'><configure node='jobs'/></pubsub>", type="get")
