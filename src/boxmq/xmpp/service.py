@@ -90,6 +90,12 @@ SHARE_GROUP: Final = "xmpp"  # the XMPP subscribers of a topic node: $share/xmpp
 SILENT_TIMEOUTS: Final = 3  # lock timeouts in a row, nothing answered: the subscriber is gone
 # Seconds between looks for queues another process deleted (`boxmq delete`), as sweeps go
 DELETED_CHECK: Final = 1.0
+# Prosody's component_stanza_size_limit (512 KiB by default): a bigger stanza from the
+# component ends its stream. An item must leave room for its event's envelope (addresses,
+# a QoS iq around it); a body of up to 256 KiB, what a client can publish, always fits.
+MAX_STANZA: Final = 512 * 1024
+MAX_ITEM: Final = MAX_STANZA - 8 * 1024  # bytes of <item>...</item>
+_SURELY_FITS: Final = MAX_ITEM // 4  # characters: 4 bytes each at most in UTF-8
 QOS_LEVEL: Final = "boxmq#qos"  # how notifications are sent: docs/xmpp.md, QoS
 NODE_CONFIG: Final = ns.PUBSUB + "#node_config"
 _CONFIGURATION_REQUIRED: Final = Condition("modify", "not-acceptable", "configuration-required")
@@ -162,10 +168,13 @@ class QueueService:
         if subscription.closed:
             _quietly(message.unlock)  # it left meanwhile: the lock went back already
             return
-        self._subscriptions.hold(subscription, message)
         item_id = message.id
         # Quoted: a file a script dropped may carry any id (`4.a%27b.T` is `a'b`).
         item = f"<item id={_attr(item_id)}>{payload_of(message)}</item>"
+        if len(item) > _SURELY_FITS and (size := len(item.encode())) > MAX_ITEM:
+            self._too_large(subscription.node, message, size)
+            return
+        self._subscriptions.hold(subscription, message)
         level = subscription.qos
         jid, node = subscription.jid, subscription.node
         if level is Level.UNACKNOWLEDGED:  # a plain message: nothing to retry or fail
@@ -581,6 +590,23 @@ class QueueService:
         self._send(
             render.event(next(self._ids), self.domain, subscription.jid, subscription.node, notice)
         )
+
+    def _too_large(self, node: str, message: Message, size: int) -> None:
+        """An item no XMPP server would take from the component (put by the API, the CLI or
+        MQTT): sent, it would end the component's stream at each try, everyone's
+        notifications in flight with it. It goes to error/, where `boxmq requeue` finds it."""
+        log.warning(
+            "%s: %s is %d bytes as an XMPP item, over the %d a component's stanza may carry "
+            "(Prosody's component_stanza_size_limit): moved to error/, not sent",
+            node,
+            message.id,
+            size,
+            MAX_STANZA,
+        )
+        try:
+            message.reject()
+        except BoxMQError as error:  # taken back meanwhile: it comes round again
+            log.debug("ignored: %s", error)
 
     def _undeliverable(self, subscription: Subscription, message: Message) -> None:
         """The subscriber never acknowledged (or refused) the item: it is told, as for a lock

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from xml.etree import ElementTree as ET
@@ -492,6 +493,27 @@ def test_the_locks_of_one_batch_that_time_out_together_count_as_one_silence(
     assert held_now() == []
     assert manual_box.queue("jobs").counts().ready == 5
     wire.service.close()
+
+
+def test_an_item_over_the_servers_stanza_limit_goes_to_error_not_to_the_stream(
+    wire: Wire, box: boxmq.Box, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A 450 kB body put by the API (or MQTT) is 600 kB of base64 in its event, over
+    # Prosody's 512 KiB for a component's stanzas: Prosody ended the component's stream
+    # (not-well-formed) at each try, every lock timeout, taking every other subscriber's
+    # notifications in flight with it, until the item reached its maximum of deliveries.
+    wire.create()
+    jobs = box.queue("jobs")
+    big = jobs.put(bytes(range(256)) * 1760)
+    small = jobs.put(b"small")
+    wire.subscribe(ALICE, 2)
+    with caplog.at_level(logging.WARNING, logger="boxmq.xmpp"):
+        assert wire.events() == [(ALICE, "item", small)]
+    assert jobs.counts().dead == 1
+    assert [p.envelope.message_id for p in jobs.peek(state="error")] == [big]
+    [warning] = [r.getMessage() for r in caplog.records if "stanza" in r.getMessage()]
+    assert big in warning
+    assert "moved to error/" in warning
 
 
 def test_after_a_request_only_the_nodes_it_touched_are_polled(wire: Wire, box: boxmq.Box) -> None:
