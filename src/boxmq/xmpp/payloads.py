@@ -2,7 +2,8 @@
 
 Bodies published over XMPP are the item's payload element as XML text, delivered as is.
 Anything else (a put from the embedded API or the CLI, a file a script dropped) is wrapped:
-UTF-8 text in <text xmlns='urn:boxmq:0'>, other bytes base64 in <data xmlns='urn:boxmq:0'>.
+UTF-8 text in <text xmlns='urn:boxmq:0'>, other bytes (and text with characters XML cannot
+carry, such as control characters) base64 in <data xmlns='urn:boxmq:0'>.
 A body is only passed through once it parses as one element in the XML an XMPP stream allows
 (RFC 6120 §11.1: no XML declaration, DTD, comment or processing instruction): a stray '<' in
 a text file, or a whole XML document, must never break the component's stream.
@@ -16,21 +17,27 @@ from typing import Final
 from xml.parsers import expat
 from xml.sax.saxutils import escape
 
-from boxmq.client.message import Message
-
 __all__ = ["BOXMQ_NS", "payload_of"]
 
 BOXMQ_NS: Final = "urn:boxmq:0"
 
 
-def payload_of(message: Message) -> str:
-    body = message.body
+def payload_of(body: bytes) -> str:
     if body[:1] == b"<" and (_PLAIN_ELEMENT.fullmatch(body) or _is_one_element(body)):
         return body.decode()
     try:
-        return f"<text xmlns='{BOXMQ_NS}'>{escape(body.decode())}</text>"
+        text = body.decode()
     except UnicodeDecodeError:
-        return f"<data xmlns='{BOXMQ_NS}'>{base64.b64encode(body).decode()}</data>"
+        text = None
+    if text is not None and not _NOT_XML.search(text):
+        return f"<text xmlns='{BOXMQ_NS}'>{escape(text)}</text>"
+    return f"<data xmlns='{BOXMQ_NS}'>{base64.b64encode(body).decode()}</data>"
+
+
+# UTF-8 that XML 1.0 cannot carry, escaped or not (§2.2 Char): the C0 controls but tab, line
+# feed and carriage return, and U+FFFE, U+FFFF. b"\x01\x02\x03" decodes; sent as <text/>,
+# it made Prosody end the component's stream (not-well-formed) at each try.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 # The shape render.xml_of gives a publish's usual payload, `<job xmlns="urn:x">text</job>`,

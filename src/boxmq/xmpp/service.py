@@ -170,7 +170,7 @@ class QueueService:
             return
         item_id = message.id
         # Quoted: a file a script dropped may carry any id (`4.a%27b.T` is `a'b`).
-        item = f"<item id={_attr(item_id)}>{payload_of(message)}</item>"
+        item = f"<item id={_attr(item_id)}>{payload_of(message.body)}</item>"
         if len(item) > _SURELY_FITS and (size := len(item.encode())) > MAX_ITEM:
             self._too_large(subscription.node, message, size)
             return
