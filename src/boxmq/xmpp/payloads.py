@@ -17,7 +17,7 @@ from typing import Final
 from xml.parsers import expat
 from xml.sax.saxutils import escape
 
-__all__ = ["BOXMQ_NS", "payload_of"]
+__all__ = ["BOXMQ_NS", "NOT_XML", "payload_of"]
 
 BOXMQ_NS: Final = "urn:boxmq:0"
 
@@ -29,7 +29,7 @@ def payload_of(body: bytes) -> str:
         text = body.decode()
     except UnicodeDecodeError:
         text = None
-    if text is not None and not _NOT_XML.search(text):
+    if text is not None and not NOT_XML.search(text):
         return f"<text xmlns='{BOXMQ_NS}'>{escape(text)}</text>"
     return f"<data xmlns='{BOXMQ_NS}'>{base64.b64encode(body).decode()}</data>"
 
@@ -37,7 +37,7 @@ def payload_of(body: bytes) -> str:
 # UTF-8 that XML 1.0 cannot carry, escaped or not (§2.2 Char): the C0 controls but tab, line
 # feed and carriage return, and U+FFFE, U+FFFF. b"\x01\x02\x03" decodes; sent as <text/>,
 # it made Prosody end the component's stream (not-well-formed) at each try.
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 # The shape render.xml_of gives a publish's usual payload, `<job xmlns="urn:x">text</job>`,

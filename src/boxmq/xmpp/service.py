@@ -44,7 +44,7 @@ from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
 from boxmq.xmpp.conditions import INTERNAL, Condition, condition_for
 from boxmq.xmpp.errors import StanzaError
-from boxmq.xmpp.payloads import payload_of
+from boxmq.xmpp.payloads import NOT_XML, payload_of
 from boxmq.xmpp.qos_out import Level, ReliableSender
 from boxmq.xmpp.requests import (
     Configure,
@@ -169,10 +169,19 @@ class QueueService:
             _quietly(message.unlock)  # it left meanwhile: the lock went back already
             return
         item_id = message.id
+        if not (item_id.isascii() and item_id.isprintable()) and NOT_XML.search(item_id):
+            # a file a script dropped, `4.a%01b.T`: no escape writes it in XML
+            self._unsendable(subscription.node, message, "its id holds a character XML lacks")
+            return
         # Quoted: a file a script dropped may carry any id (`4.a%27b.T` is `a'b`).
         item = f"<item id={_attr(item_id)}>{payload_of(message.body)}</item>"
         if len(item) > _SURELY_FITS and (size := len(item.encode())) > MAX_ITEM:
-            self._too_large(subscription.node, message, size)
+            self._unsendable(
+                subscription.node,
+                message,
+                f"it is {size} bytes as an XMPP item, over the {MAX_STANZA} a component's "
+                "stanza may carry (Prosody's component_stanza_size_limit)",
+            )
             return
         self._subscriptions.hold(subscription, message)
         level = subscription.qos
@@ -591,18 +600,11 @@ class QueueService:
             render.event(next(self._ids), self.domain, subscription.jid, subscription.node, notice)
         )
 
-    def _too_large(self, node: str, message: Message, size: int) -> None:
-        """An item no XMPP server would take from the component (put by the API, the CLI or
-        MQTT): sent, it would end the component's stream at each try, everyone's
+    def _unsendable(self, node: str, message: Message, why: str) -> None:
+        """An item no XMPP server would take from the component (put by the API, the CLI,
+        MQTT or a script): sent, it would end the component's stream at each try, everyone's
         notifications in flight with it. It goes to error/, where `boxmq requeue` finds it."""
-        log.warning(
-            "%s: %s is %d bytes as an XMPP item, over the %d a component's stanza may carry "
-            "(Prosody's component_stanza_size_limit): moved to error/, not sent",
-            node,
-            message.id,
-            size,
-            MAX_STANZA,
-        )
+        log.warning("%s: %r not sent, moved to error/: %s", node, message.id, why)
         try:
             message.reject()
         except BoxMQError as error:  # taken back meanwhile: it comes round again

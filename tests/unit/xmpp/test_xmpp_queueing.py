@@ -363,6 +363,23 @@ def test_an_item_id_from_a_dropped_file_is_escaped(wire: Wire, box: boxmq.Box) -
     assert wire.events() == [(ALICE, "retract", "a'b<c&d")]
 
 
+def test_an_item_id_that_xml_cannot_carry_goes_to_error(
+    wire: Wire, box: boxmq.Box, caplog: pytest.LogCaptureFixture
+) -> None:
+    # `4.a%01b.T` decodes to the id "a\x01b": no escape writes it in XML, so the event
+    # broke the stream (Prosody: not-well-formed) at each try, and no client could have
+    # named it in a retract anyway.
+    wire.subscribe(ALICE, 2)
+    target = Path(box.root) / "jobs" / "target"
+    (target / "4.a%01b.T").write_bytes(b"<job xmlns='urn:example'/>")
+    (target / "4.ok.T").write_bytes(b"<job xmlns='urn:example'/>")
+    wire.service.poll()
+    with caplog.at_level(logging.WARNING, logger="boxmq.xmpp"):
+        assert wire.events() == [(ALICE, "item", "ok")]
+    assert [p.envelope.message_id for p in box.queue("jobs").peek(state="error")] == ["a\x01b"]
+    assert any("moved to error/" in r.getMessage() for r in caplog.records)
+
+
 def test_a_request_in_an_unknown_namespace_is_service_unavailable(wire: Wire) -> None:
     reply = wire.iq(ALICE, "<query xmlns='urn:example:nothing'/>", type="get")
     assert condition(reply) == ("cancel", "service-unavailable")  # RFC 6120 §8.4
