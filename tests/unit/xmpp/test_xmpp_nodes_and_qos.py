@@ -61,6 +61,19 @@ def test_disco_items_lists_nodes_and_a_nodes_waiting_items(wire: Wire) -> None:
     assert (listed.get("jid"), listed.get("name"), listed.get("node")) == (SERVICE, item, None)
 
 
+def test_disco_items_leaves_out_the_names_xml_cannot_carry(wire: Wire, box: boxmq.Box) -> None:
+    # A queue made by the API as "a\x01b", a file a script dropped as `4.c%01d.T`: written
+    # in the answer, either broke the component's stream (Prosody: not-well-formed).
+    wire.create("jobs")
+    box.queue("a\x01b")
+    (Path(box.root) / "jobs" / "target" / "4.c%01d.T").write_bytes(b"x")
+    item = wire.publish()
+    reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_ITEMS}'/>", type="get")
+    assert [i.get("node") for i in reply.iter(ns.tag(ns.DISCO_ITEMS, "item"))] == ["jobs"]
+    reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_ITEMS}' node='jobs'/>", type="get")
+    assert [i.get("name") for i in reply.iter(ns.tag(ns.DISCO_ITEMS, "item"))] == [item]
+
+
 def test_create_twice_is_conflict_and_a_bad_name_is_bad_request(wire: Wire) -> None:
     assert wire.create().get("type") == "result"
     assert condition(wire.create()) == ("cancel", "conflict")
