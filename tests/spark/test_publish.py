@@ -87,6 +87,21 @@ def test_a_commit_cut_short_is_finished_by_the_replay_from_its_own_files(
     assert _bodies(box, "out") == ["a", "b", "c", "d"]
 
 
+def test_a_queue_deleted_under_a_running_sink_is_made_again_by_its_next_batch(
+    box: boxmq.Box,
+) -> None:
+    """As a put makes a missing queue: the next batch's staging made out/working/ again, but
+    its commit found no target/ and took that for "published before a crash", so it recorded
+    the batch and deleted its messages (found by a Spark hunt)."""
+    destination = Destination(box.root, "out")
+    ensure_queue(destination)
+    assert box.delete_queue("out")  # `boxmq delete out --force` between two batches
+    staged = [_stage(destination, "job", 4, "0-0", ["a", "b"])]
+
+    assert Publisher(destination, FsyncPolicy.NEVER).commit("job", 4, staged) == 2
+    assert _bodies(box, "out") == ["a", "b"]
+
+
 def test_abort_drops_the_attempt_but_not_a_commit_in_progress(box: boxmq.Box) -> None:
     destination = Destination(box.root, "out")
     ensure_queue(destination)

@@ -187,7 +187,14 @@ class Publisher:
         for path, name in staged:
             # One rename: a replay finds the file either still staged or published. A name
             # already in target/ (the same message_id and metadata) is replaced: one message.
-            with contextlib.suppress(FileNotFoundError):  # published before a crash
+            try:
+                Move(path, os.path.join(target, name)).apply()
+            except FileNotFoundError:
+                if not os.path.lexists(path):
+                    continue  # published before a crash
+                # The queue was deleted under the running query (its staging made working/
+                # again): made again, as a put makes it ("made if missing", docs/spark.md).
+                ensure_queue(self._destination)
                 Move(path, os.path.join(target, name)).apply()
 
     def _to_topics(self, staged: list[tuple[str, str]], pending: str) -> None:
