@@ -361,3 +361,45 @@ def test_state_folders_deleted_by_hand_are_made_again_by_the_claims_and_the_ack(
     assert len(_folder(box, "expired")) == 1
     assert _folder(box, "processing") == _folder(box, "target") == []
     claims.close()
+
+
+def test_a_queue_deleted_under_a_running_stream_reads_as_empty_until_a_put_makes_it_again(
+    box: boxmq.Box, clock: ManualClock
+) -> None:
+    # As a consumer of another process finds it gone (docs/operations.md): `boxmq delete q`
+    # between two batches failed the query with FileNotFoundError (found by a Spark hunt).
+    box.queue("q").put("a")
+    claims = _claims(box, clock)
+    first = claims.next_end(0, Budget())
+    assert _task(box, claims, 0, first) == [b"a"]
+    claims.ack(first)
+    assert box.delete_queue("q")
+
+    assert claims.next_end(first, Budget()) == first  # nothing to read, and no error
+    assert claims.snapshot() == frozenset()  # Trigger.AvailableNow's look
+    box.queue("q").put("b")
+    end = claims.next_end(first, Budget())
+    assert _task(box, claims, first, end) == [b"b"]
+    claims.close()
+
+
+def test_a_subscription_ended_under_a_running_stream_fails_it_saying_so(
+    box: boxmq.Box, clock: ManualClock
+) -> None:
+    # Nothing makes it again (a publish routes to registered subscriptions only): reading it
+    # as empty would wait for ever; a restarted query registers it again.
+    dropbox = box.topics.attach_dropbox("t/#", "spark")
+    claims = Claims(
+        box.root,
+        dropbox,
+        "spark",
+        lock_timeout=DAY,
+        flush=False,
+        now=clock.now,
+        wait=0.3,
+        subscription="t/#",
+    )
+    assert box.unsubscribe("t/#", "spark")
+    with pytest.raises(boxmq.QueueNotFound, match="'t/#' of 'spark' was ended under the running"):
+        claims.next_end(0, Budget())
+    claims.close()

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from boxmq.client.lifecycle import set_aside, unusable
-from boxmq.errors import BoxMQError, InvalidArgument
+from boxmq.errors import BoxMQError, InvalidArgument, QueueNotFound
 from boxmq.model import ConsumerId
 from boxmq.spark.durable import write_json
 from boxmq.spark.plans import Plan, load_plans, remove_plans, write_plan
@@ -109,9 +109,11 @@ class Claims:
         flush: bool,
         now: Callable[[], float] = time.time,
         wait: float = 10.0,
+        subscription: str | None = None,
     ) -> None:
         self.stream = stream_id(dropbox, consumer)
         self._dropbox = dropbox
+        self._subscription = subscription  # the option, when the dropbox is a subscription's
         self._dirs = {state: os.path.join(dropbox, state.value) for state in State}
         self._state = state_dir(root, self.stream)
         self._plans_dir = os.path.join(self._state, "plans")
@@ -186,7 +188,12 @@ class Claims:
 
     def snapshot(self) -> frozenset[str]:
         """What is ready now: Trigger.AvailableNow reads these and no later arrivals."""
-        with os.scandir(self._dirs[State.TARGET]) as entries:
+        try:
+            entries = os.scandir(self._dirs[State.TARGET])
+        except FileNotFoundError:
+            self._gone()
+            return frozenset()
+        with entries:
             return frozenset(entry.name for entry in entries)
 
     def high_water(self) -> int:
@@ -258,7 +265,12 @@ class Claims:
         # Planned earlier and not claimed yet (a plan Spark never logged): they keep their
         # numbers and come first (next_end), so they are not numbered again here.
         planned = {claim.name for claim in self._pending.values()}
-        with os.scandir(self._dirs[State.TARGET]) as entries:
+        try:
+            listing = os.scandir(self._dirs[State.TARGET])
+        except FileNotFoundError:
+            self._gone()
+            return []
+        with listing as entries:
             for entry in entries:
                 name = entry.name
                 if only is not None and name not in only:
@@ -284,6 +296,17 @@ class Claims:
             return heapq.nsmallest(limit + 100, found)
         found.sort()
         return found
+
+    def _gone(self) -> None:
+        """target/ is missing. A queue deleted under the running query reads as empty until a
+        put makes it again, as for any consumer of it (docs/operations.md); a subscription
+        ended under it (unsubscribe) would get nothing more, ever: that query fails."""
+        if self._subscription is not None:
+            raise QueueNotFound(
+                f"boxmq source: subscription {self._subscription!r} of "
+                f"{self._meta['consumer']!r} was ended under the running query (unsubscribe, "
+                "or a share group's last member left); restart the query to register it again"
+            ) from None  # called while the FileNotFoundError is handled: not its cause
 
     def _set_aside(self, name: str, why: str) -> None:
         """target/<name>, which no row can carry, to error/ under the same name, logged."""

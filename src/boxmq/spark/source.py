@@ -184,6 +184,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._options.consumer,
                 lock_timeout=self._options.lock_timeout,
                 flush=self._options.fsync is not FsyncPolicy.NEVER,
+                subscription=self._options.subscription,
             )
         return self._claims
 
