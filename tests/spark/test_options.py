@@ -156,7 +156,7 @@ def test_a_subscription_is_found_without_subscribing(root: str) -> None:
         ({"queue": "a", "topic": "b"}, {"body"}, "not both"),
         ({}, {"body"}, "say where the messages go"),
         ({"queue": " "}, {"body"}, "empty"),
-        ({"queue": "q", "state": "target"}, {"body"}, "is for a batch read"),
+        ({"queue": "q", "state": "target"}, {"body"}, "is for a batch read, not a write$"),
     ],
 )
 def test_a_bad_sink_option_says_what_to_fix(

@@ -112,7 +112,7 @@ class _Options:
                 if other != "read" and key in {name.lower() for name in names}:
                     raise InvalidArgument(
                         f"boxmq data source: option {key!r} is for a {other}, not a {role}"
-                        + _WHY.get(key, "")
+                        + (_WHY.get(key, "") if role == "stream read" else "")
                     )
         if unknown:
             raise InvalidArgument(
