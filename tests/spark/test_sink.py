@@ -179,3 +179,8 @@ def test_a_sink_needs_a_body_column_and_appends_only(
         finish(start("message_id AS value", "append"))
     with pytest.raises(Exception, match="outputMode\\('complete'\\)"):
         finish(start("count(*) AS body", "complete"))
+    # A batch write in mode("overwrite") once appended: the queue's earlier messages stayed.
+    overwrite = spark.createDataFrame([("y",)], "body string").write.format("boxmq")
+    with pytest.raises(Exception, match="mode\\('overwrite'\\) would not replace"):
+        overwrite.option("root", root).option("queue", "out").mode("overwrite").save()
+    assert not os.path.isdir(queue_path(root, "out"))

@@ -303,6 +303,11 @@ class BoxMQDataSource(DataSource):
         return _StreamReader(options, dropbox, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:  # appending instead would leave the old messages beside the new ones
+            raise InvalidArgument(
+                "boxmq sink: mode('overwrite') would not replace the messages already there, "
+                "only add to them; use mode('append')"
+            )
         return BoxMQBatchWriter(sink_options(self.options, _names(schema)), columns_of(schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
