@@ -169,3 +169,15 @@ def test_reply_to_correlation_id_and_properties_are_what_message_shows(tmp_path:
     assert columns.values[COLUMNS.index("reply_to")] == ["r/2", None]
     assert columns.values[COLUMNS.index("correlation_id")] == ["req-7", None]
     assert columns.values[COLUMNS.index("properties")][1] == [("k", "\\xff")]
+
+
+def test_a_chunk_ends_once_its_bodies_reach_the_byte_bound(tmp_path: Path) -> None:
+    """A chunk is one Arrow batch, whose binary column holds at most 2 GiB: ten thousand rows
+    of large messages made a ChunkedArray, and the task failed with a TypeError (found by a
+    Spark hunt; shown with two 1.1 GiB bodies, too big for this suite)."""
+    names = [encode(Envelope(MessageId(f"1795335668836000-{n}"))) for n in range(5)]
+    for name, size in zip(names, (600, 500, 3000, 10, 10), strict=True):
+        (tmp_path / name).write_bytes(b"x" * size)
+    files = [FileRef(str(tmp_path), name) for name in names]
+    chunks = read_files(files, "q", State.TARGET, chunk=100, chunk_bytes=1000)
+    assert [len(columns) for columns in chunks] == [2, 1, 2]  # 1100, 3000 alone, 20

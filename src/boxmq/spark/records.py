@@ -215,10 +215,22 @@ class Columns:
             column.clear()
 
 
+# Body bytes per chunk: a chunk becomes one Arrow batch, whose binary column holds at most
+# 2 GiB (pyarrow then returns a ChunkedArray, which no RecordBatch takes: the task failed).
+CHUNK_BYTES = 256 << 20
+
+
 def read_files(
-    files: list[FileRef], destination: str, state: State, *, chunk: int, root: str | None = None
+    files: list[FileRef],
+    destination: str,
+    state: State,
+    *,
+    chunk: int,
+    root: str | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
 ) -> Iterator[Columns]:
-    """The messages of `files`, `chunk` rows at a time; files that are gone are skipped.
+    """The messages of `files`, `chunk` rows at a time, fewer once their bodies reach
+    `chunk_bytes` (one message alone at least); files that are gone are skipped.
 
     A file can vanish between the listing and the read (another consumer, a sweeper, an ack):
     a batch read is a snapshot of whatever is still there when it is read. `root` is where
@@ -228,6 +240,7 @@ def read_files(
     columns = Columns(destination, state, mqtt=mqtt)
     locked = state is State.PROCESSING
     folders: dict[str, int] = {}  # opened once: a name is looked up in it, not a whole path
+    size = 0  # body bytes in `columns`
 
     def opened(path: str, claim_from: str | None = None) -> int:
         fd = folders.get(path)
@@ -256,9 +269,10 @@ def read_files(
             else:
                 name = _unlocked(ref.name) if locked else ref.name
             columns.add(name, body, functools.partial(_mtime, ref.name, folder))
-            if len(columns) >= chunk:
+            size += len(body)
+            if len(columns) >= chunk or size >= chunk_bytes:
                 yield columns
-                columns = Columns(destination, state, mqtt=mqtt)
+                columns, size = Columns(destination, state, mqtt=mqtt), 0
         if len(columns):
             yield columns
     finally:
