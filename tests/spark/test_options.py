@@ -107,7 +107,7 @@ def test_a_missing_root_names_a_command_that_makes_it(tmp_path: Path) -> None:
     ("options", "says"),
     [
         ({"queue": "sensors", "state": "finished"}, "processed"),
-        ({"queue": "sensors", "lockTimeout": "1d"}, "is for a stream read"),
+        ({"queue": "sensors", "locktimeout": "1d"}, "'lockTimeout' is for a stream read"),
         ({"subscription": "$share/etl"}, "'\\$share/<group>/<filter>'"),
         ({"subscription": "$share/etl/sensors/#"}, "no subscription"),
     ],
@@ -157,6 +157,8 @@ def test_a_subscription_is_found_without_subscribing(root: str) -> None:
         ({}, {"body"}, "say where the messages go"),
         ({"queue": " "}, {"body"}, "empty"),
         ({"queue": "q", "state": "target"}, {"body"}, "is for a batch read, not a write$"),
+        ({"queue": "q", "subscription": "a/#"}, {"body"}, "is for a read, not a write"),
+        ({"queue": "q", "maxrecordspertrigger": "5"}, {"body"}, "'maxRecordsPerTrigger' is for"),
     ],
 )
 def test_a_bad_sink_option_says_what_to_fix(

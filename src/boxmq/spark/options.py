@@ -108,12 +108,19 @@ class _Options:
             if key not in known and key not in _FROM_SPARK and not key.startswith("spark.")
         )
         for key in unknown:
-            for other, names in _KNOWN.items():
-                if other != "read" and key in {name.lower() for name in names}:
-                    raise InvalidArgument(
-                        f"boxmq data source: option {key!r} is for a {other}, not a {role}"
-                        + (_WHY.get(key, "") if role == "stream read" else "")
-                    )
+            # Named as users write it (Spark hands over lower case); "a read" when both take it.
+            roles = [
+                other
+                for other, names in _KNOWN.items()
+                if other != "read" and key in {name.lower() for name in names}
+            ]
+            if roles:
+                name = next(n for n in _KNOWN["read"] + _KNOWN["write"] if n.lower() == key)
+                other = "read" if roles == ["batch read", "stream read"] else roles[0]
+                raise InvalidArgument(
+                    f"boxmq data source: option {name!r} is for a {other}, not a {role}"
+                    + (_WHY.get(key, "") if role == "stream read" else "")
+                )
         if unknown:
             raise InvalidArgument(
                 f"boxmq data source: unknown option(s) {', '.join(unknown)} for a {role}; "
