@@ -56,6 +56,8 @@ R = "<the test's root>"
         ({"root": R, "queue": "sensors", "numPartitions": "\u0663"}, InvalidArgument, "whole"),
         ({"root": R, "queue": "sensors", "maxRecordsPerTrigger": "\uff14"}, InvalidArgument, "wh"),
         ({"root": R, "queue": "sensors", "maxBytesPerTrigger": "1_000"}, InvalidArgument, "whole"),
+        # a positive whole number refused: the message says which bound it broke
+        ({"root": R, "queue": "s", "maxBytesPerTrigger": "1" * 19}, InvalidArgument, "most 18"),
         ({"root": R, "queue": "sensors", "lockTimeout": "soon"}, InvalidArgument, "1d"),
         # at most 100 years, as every duration; infinity failed the first batch (OverflowError)
         ({"root": R, "queue": "sensors", "lockTimeout": "36501d"}, InvalidArgument, "100 y"),

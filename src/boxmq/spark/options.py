@@ -144,7 +144,8 @@ class _Options:
         number = int(digits) if digits.isascii() and digits.isdigit() and len(digits) < 19 else 0
         if number <= 0:
             raise InvalidArgument(
-                f"boxmq data source: option {name!r} is {value!r}; give a positive whole number"
+                f"boxmq data source: option {name!r} is {value!r}; give a positive whole number "
+                "in the digits 0-9, at most 18 of them"
             )
         return number
 
