@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import datetime
 import os
 import shlex
@@ -16,6 +17,7 @@ import boxmq
 from boxmq.errors import InvalidArgument, MetadataTooLong, QueueNotFound
 from boxmq.ids import IdFactory
 from boxmq.model import MessageClass
+from boxmq.mqtt.stored import _properties_of
 from boxmq.spark import messages
 from boxmq.spark.options import (
     DEFAULT_LOCK_TIMEOUT,
@@ -280,3 +282,34 @@ def test_a_row_that_cannot_fit_even_with_a_side_file_names_what_to_shorten(tmp_p
     row: dict[str, object] = {"body": b"x", "reply_to": "r" * 80, "properties": {"n": "y" * 99}}
     with pytest.raises(MetadataTooLong, match=r"in a side file.*shorten the reply-to"):
         _message(row, side_files=SideFiles(str(tmp_path)))
+
+
+def test_a_row_read_from_an_mqtt_v5_request_is_written_back_with_its_exact_correlation_data(
+    tmp_path: Path,
+) -> None:
+    """Its correlation_id and reply_to columns show its Correlation Data and Response Topic,
+    which its properties carry too: written back to a topic, both went into the name, which
+    no longer fitted beside the side file's key with an expiration (MetadataTooLong), and the
+    name's correlation id won, so a v5 subscriber got the base64 text of binary Correlation
+    Data, not its bytes (found by a Spark hunt)."""
+    data = b"\x00\xffcd"
+    text = base64.b64encode(data).decode()  # what both columns show for binary data
+    row: dict[str, object] = {
+        "body": b"x",
+        "correlation_id": text,
+        "reply_to": "replies/x",
+        "expiration": datetime.datetime(2031, 1, 2, 3, 4, 5),
+        "properties": {
+            "mqtt.correlation-data": text,
+            "mqtt.response-topic": "replies/x",
+            "mqtt.content-type": "application/json",
+            "room": "r1",
+        },
+    }
+    sides = SideFiles(str(tmp_path))
+    envelope, _ = _message(row, "back/x", sides)
+
+    sent = _properties_of(envelope, sides)  # what an MQTT v5 subscriber gets
+    assert (sent.correlation_data, sent.response_topic) == (data, "replies/x")
+    reader = V5Reader(sides)  # and what the columns show, read again
+    assert (reader.correlation_id(envelope), reader.reply_to(envelope)) == (text, "replies/x")

@@ -11,9 +11,10 @@ otherwise drop data silently). Nothing here imports pyspark: the sink describes 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from boxmq.client import mqtt_fields
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
@@ -31,6 +32,12 @@ from boxmq.model import (
 )
 from boxmq.store.names import encode
 from boxmq.store.side_files import SideFiles
+from boxmq.store.v5_properties import (
+    CORRELATION_DATA,
+    RESPONSE_TOPIC,
+    correlation_bytes,
+    correlation_text,
+)
 
 __all__ = ["Layout", "check_topic", "layout_of", "message_of"]
 
@@ -163,7 +170,31 @@ def message_of(
         type=_text(row, layout.type, "type"),
         properties=properties,
     )
+    envelope = _without_v5_echoes(envelope)
     return _fitted(envelope, topic is not None, side_files), body
+
+
+def _without_v5_echoes(envelope: Envelope) -> Envelope:
+    """`envelope` less a correlation id and reply-to that only show what its `mqtt.*`
+    properties carry (a row read from an MQTT v5 request shows its Correlation Data and
+    Response Topic in both places): the properties keep the exact bytes, where the name's
+    correlation id, which wins for v5 subscribers, is the base64 text of binary data; and
+    the name keeps its room (store/v5_properties.py: readers show the same columns)."""
+    correlation = envelope.property_value(CORRELATION_DATA)
+    response = envelope.property_value(RESPONSE_TOPIC)
+    drop_correlation = False
+    if isinstance(correlation, str) and envelope.correlation_id is not None:
+        with contextlib.suppress(ValueError):  # not base64: mqtt_fields refused it already
+            shown = correlation_text(correlation_bytes(correlation))
+            drop_correlation = shown == envelope.correlation_id
+    drop_reply = isinstance(response, str) and response == envelope.reply_to
+    if not (drop_correlation or drop_reply):
+        return envelope
+    return replace(
+        envelope,
+        correlation_id=None if drop_correlation else envelope.correlation_id,
+        reply_to=None if drop_reply else envelope.reply_to,
+    )
 
 
 def _body(value: object) -> bytes:
