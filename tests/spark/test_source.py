@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import datetime
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from boxmq.clock import ManualClock
 from boxmq.model import PROPERTIES_FILE, V5_PROPERTIES, Envelope, MessageId, Property, PropertyType
 from boxmq.mqtt.properties import Properties
 from boxmq.spark import COLUMNS
-from boxmq.spark.source import FilesPartition, _split
+from boxmq.spark.source import STRUCT, BoxMQDataSource, FilesPartition, _split
 from boxmq.store.layout import queue_path
 from boxmq.store.names import encode
 from boxmq.store.side_files import SideFiles
@@ -153,6 +154,24 @@ def test_tasks_share_a_batch_in_contiguous_chunks() -> None:
     assert [list(chunk) for chunk in _split(names, 3)] == [names[:3], names[3:5], names[5:]]
     assert _split(names[:1], 4) == [names[:1]]
     assert repr(FilesPartition("/d", names, "q", "target")) == "FilesPartition('/d', 7 files)"
+
+
+def test_a_state_folder_the_queue_lacks_or_lost_reads_as_empty(root: str) -> None:
+    """As every boxmq reader finds it (Dropbox.scan): DropboxMQ's target/ alone makes a queue,
+    and `rm -rf q/processed` clears what was consumed (docs/operations.md); a batch read of
+    it failed with FileNotFoundError, at planning, or in the task when the queue was deleted
+    after planning (found by a Spark hunt). No JVM: the reader's own methods."""
+    with boxmq.open(root) as box:
+        box.queue("q").put("a")
+    shutil.rmtree(Path(queue_path(root, "q"), "processed"))
+    reader = BoxMQDataSource({"root": root, "queue": "q", "state": "processed"}).reader(STRUCT)
+    assert [list(reader.read(p)) for p in reader.partitions()] == [[]]
+
+    reader = BoxMQDataSource({"root": root, "queue": "q"}).reader(STRUCT)
+    partitions = reader.partitions()  # planned: one message in target/
+    with boxmq.open(root) as box:
+        assert box.delete_queue("q")
+    assert [list(reader.read(p)) for p in partitions] == [[]]
 
 
 # -- the stream ----------------------------------------------------------------------------------

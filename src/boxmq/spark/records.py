@@ -239,28 +239,33 @@ def read_files(
     mqtt = MqttProperties(root)
     columns = Columns(destination, state, mqtt=mqtt)
     locked = state is State.PROCESSING
-    folders: dict[str, int] = {}  # opened once: a name is looked up in it, not a whole path
+    folders: dict[str, int | None] = {}  # opened once: a name is looked up in it, not a path
     size = 0  # body bytes in `columns`
 
-    def opened(path: str, claim_from: str | None = None) -> int:
-        fd = folders.get(path)
-        if fd is None:
-            try:
+    def opened(path: str, claim_from: str | None = None) -> int | None:
+        """The folder, open; None when it is gone (its queue deleted: so are its files)."""
+        if path in folders:
+            return folders[path]
+        try:
+            fd: int | None = open_folder(path)
+        except FileNotFoundError:
+            fd = None
+            # processing/ deleted by hand: made again for the claims, as a consumer's claim
+            # makes it (Dropbox.claim); the task failed, and so did the query.
+            if claim_from is not None and folder_made_for(claim_from, path):
                 fd = open_folder(path)
-            except FileNotFoundError:
-                # processing/ deleted by hand: made again for the claims, as a consumer's
-                # claim makes it (Dropbox.claim); the task failed, and so did the query.
-                if claim_from is None or not folder_made_for(claim_from, path):
-                    raise
-                fd = open_folder(path)
-            folders[path] = fd
+        folders[path] = fd
         return fd
 
     try:
         for ref in files:
             folder = opened(ref.directory, ref.claim_from)
+            if folder is None:
+                continue
             if ref.claim_from is not None and ref.message is not None:
-                _claim(ref.message, opened(ref.claim_from), ref.name, folder)
+                source = opened(ref.claim_from)
+                if source is not None:
+                    _claim(ref.message, source, ref.name, folder)
             body = _read(ref.name, folder)
             if body is None:
                 continue
@@ -276,8 +281,9 @@ def read_files(
         if len(columns):
             yield columns
     finally:
-        for folder in folders.values():
-            os.close(folder)
+        for fd in folders.values():
+            if fd is not None:
+                os.close(fd)
 
 
 def _unlocked(name: str) -> str:
