@@ -517,30 +517,34 @@ class AssuredIntake:
             pending = self._pending.get((source, msg_id))
         return None if pending is None else pending.envelope.message_id
 
-    def pending(self, source: str) -> list[str]:
+    def pending(self, source: str, *, queues: bool = True) -> list[str]:
         """The msg ids `source` stored (step 1) that wait for their `deliver`, as the files
         say now: a sender that moved here from a process that stopped finds what it stored
-        there, and this process then delivers it (docs/pubsub.md, "One process per sender")."""
+        there, and this process then delivers it (docs/pubsub.md, "One process per sender").
+        queues=False: for a sender that stores to topics only (an MQTT client), whose
+        messages no queue's working/ holds: those are not listed (one folder, not one a
+        queue, at each of its arrivals)."""
         _check_key(source)  # else [], as for a source with nothing stored
         with self._lock:
             if self._restored:
-                self._reread(source)
+                self._reread(source, queues=queues)
             else:
                 self._restore()
             return [msg_id for (owner, msg_id) in self._pending if owner == source]
 
-    def _reread(self, source: str) -> None:
+    def _reread(self, source: str, *, queues: bool) -> None:
         """Read the files of `source` again, as `_restore` read everyone's at the first use:
         what another process stored for it since is pending here too, and what left
         working/ meanwhile (delivered or dropped there) is pending no more. One scan of
-        working/ of every queue and of the topics: a sender's arrival, not a message's."""
+        working/ of the topics and (`queues`) of every queue: a sender's arrival, not a
+        message's."""
         mine = [(key, pending) for key, pending in self._pending.items() if key[0] == source]
         for key, pending in mine:
             if not os.path.lexists(pending.path):
                 self._books.forget(*key)
                 del self._pending[key]
         known = {pending.path for pending in self._pending.values()}
-        for entry, queue, envelope, key in self._waiting():
+        for entry, queue, envelope, key in self._waiting(queues=queues):
             if key[0] != source or entry.path in known or key in self._pending:
                 continue
             self._restore_pending(entry, queue, envelope, key, marked_at=self._marked_at(key))
@@ -607,13 +611,15 @@ class AssuredIntake:
         if unremembered:
             self._flush_forgotten()
 
-    def _waiting(self) -> Iterator[tuple[os.DirEntry[str], str | None, Envelope, tuple[str, str]]]:
-        """Each exactly-once message in working/ of the topics and of every queue: its entry,
-        its destination (a queue, or None: the topic in the envelope), its envelope and its
-        (source, msg_id). An ordinary producer's file there is passed over."""
+    def _waiting(
+        self, *, queues: bool = True
+    ) -> Iterator[tuple[os.DirEntry[str], str | None, Envelope, tuple[str, str]]]:
+        """Each exactly-once message in working/ of the topics and (`queues`) of every queue:
+        its entry, its destination (a queue, or None: the topic in the envelope), its
+        envelope and its (source, msg_id). An ordinary producer's file there is passed over."""
         folders = [(None, incoming_working(self._root))] + [
             (queue, os.path.join(path, State.WORKING.value))
-            for queue, path in dropbox_folders(self._root)
+            for queue, path in (dropbox_folders(self._root) if queues else ())
             # A queue folder made by hand under a name that is not boxmq's escape of it (a
             # hidden `.x`, `50%off`) holds no exactly-once message, and its name leads to
             # another folder: opening it by that name made an empty queue there (`%2Ex`

@@ -1310,7 +1310,9 @@ class Broker:
             for text, s in self._subscribed_on_disk(client_id, record)
             if session_made(client_id, record, text)
         ]
-        unreleased = self.box.pending(exactly_once_source(client_id))
+        # Its QoS 2 messages are the topics' (never a queue's): their working/ alone is
+        # listed, not each queue's too, on the loop at each such CONNECT.
+        unreleased = self.box.intake.pending(exactly_once_source(client_id), queues=False)
         if not found and not unreleased and record is None:
             return None
         saved = {} if record is None else record.options

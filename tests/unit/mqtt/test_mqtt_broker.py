@@ -25,6 +25,8 @@ from tests.conftest import HeldFlush
 from tests.processes import dead_token
 
 import boxmq
+from boxmq.client import assured as assured_module
+from boxmq.client.assured import AssuredMessage
 from boxmq.client.message import Message
 from boxmq.client.topics import Publication, Subscriber
 from boxmq.clock import Clock, ManualClock, SystemClock
@@ -73,9 +75,10 @@ from boxmq.mqtt.session_record import (
     write_record,
 )
 from boxmq.mqtt.settings import Limits, MqttSettings
-from boxmq.mqtt.stored import consumer_name
+from boxmq.mqtt.stored import consumer_name, exactly_once_source
 from boxmq.mqtt.subscribing import Subscribing
 from boxmq.mqtt.succession import NONE, claim, successor
+from boxmq.store import layout as store_layout
 from boxmq.store import topics as layout
 from boxmq.store.process import process_token, token_pid
 from boxmq.store.topics import subscription_key, subscription_path
@@ -281,6 +284,41 @@ def test_a_clean_connect_reads_no_subscription_record_when_its_id_has_none(
         for n in range(3):
             _connect(broker, f"device-{n}").close()
         assert len(reads) == 1
+
+    _run(tmp_path, test)
+
+
+def test_a_persistent_connect_lists_the_topics_intake_alone_for_its_qos2_messages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A persistent CONNECT of a session this process does not know looks in the
+    exactly-once intake for the QoS 2 messages its client left (on another server of the
+    root, say): it listed the root and every queue's working/, on the loop, at each one
+    (1,000 queues: 1,000 listings a device). A client's QoS 2 messages go to topics only:
+    the topics' working/ alone is listed, and one stored elsewhere is still found."""
+
+    async def test(broker: Broker) -> None:
+        for i in range(3):
+            broker.box.queue(f"q{i}")
+        _connect(broker, "first", expiry=600).close()  # the intake's first use reads all
+        with boxmq.open(tmp_path / "root", fsync="never") as other:  # another server's
+            source = exactly_once_source("device-9")
+            assert other.intake.assured_one(AssuredMessage(source, "7", b"x", topic="t"))
+        listed: list[str] = []
+        folders = store_layout.dropbox_folders
+
+        def counted(root: str) -> list[tuple[str, str]]:
+            listed.append(root)
+            return folders(root)
+
+        monkeypatch.setattr(assured_module, "dropbox_folders", counted)
+        for n in range(3):
+            _connect(broker, f"device-{n}", expiry=600).close()
+        device = _connect(broker, "device-9", expiry=600, clean=False)
+        assert listed == []
+        device.send(Pubrel(7))
+        await _until(lambda: bool(device.inbox))
+        assert device.take() == [Pubcomp(7)]  # found: released, not 0x92 (not found)
 
     _run(tmp_path, test)
 
