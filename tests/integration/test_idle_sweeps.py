@@ -4,6 +4,8 @@ is due (Box.sweep(full=False)): the dropboxes a sweep visits are the keys of its
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -164,3 +166,82 @@ def test_an_idle_subscribers_periodic_looks_read_no_folder_that_stayed_as_it_was
         clock.advance(6)
         [got] = reader.receive_ready()
         assert got.body == b"dropped"
+
+
+def test_a_sweep_asks_only_the_live_queues_something_stirred_whether_they_want_a_visit(
+    root: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve's sweep asked each live queue whether it wanted a visit, every second: with
+    4,000 MQTT devices connected and quiet, as much as the rest of their idle walk. Those
+    with nothing new since the last ask are not asked (they would say no)."""
+    asked: Counter[str] = Counter()
+    wants_sweep = LiveQueue.wants_sweep
+
+    def counted(self: LiveQueue) -> bool:
+        asked[self.queue] += 1
+        return wants_sweep(self)
+
+    monkeypatch.setattr(LiveQueue, "wants_sweep", counted)
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        readers = [box.subscribe(f"dev/{i}/cmd", f"dev{i}", lock_timeout=5) for i in range(20)]
+        box.sweep(full=False)  # a full pass: each one is new
+        assert len(asked) == 20
+        asked.clear()
+        clock.advance(1)
+        assert box.sweep(full=False) == {}
+        assert not asked
+        box.publish("dev/3/cmd", b"news")
+        assert list(box.sweep(full=False)) == [_name(3)]  # its reader receiving: visited
+        assert list(asked) == ["dev/3/cmd"]
+        held = readers[4].receive(0)
+        assert held is None
+        box.publish("dev/4/cmd", b"held")
+        assert (held := readers[4].receive(0)) is not None
+        readers[4].rest()
+        asked.clear()
+        clock.advance(1)
+        assert list(box.sweep(full=False)) == [_name(4)]  # the visit after the rest
+        assert list(asked) == ["dev/4/cmd"]
+        asked.clear()
+        clock.advance(1)
+        assert box.sweep(full=False) == {}
+        assert not asked
+        for reader in readers:
+            reader.detach()
+
+
+def test_a_subscription_whose_lock_holder_died_is_visited_between_full_passes(
+    root: Path, clock: ManualClock
+) -> None:
+    """The sweeps between full passes find the subscriptions due without looking at each
+    one: one where a process that died holds a lock is still visited at the next sweep."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys, boxmq\n"
+            f"box = boxmq.open({str(root)!r}, fsync='never')\n"
+            "reader = box.subscribe('dev/5/cmd', 'dev5', lock_timeout=3600)\n"
+            "print('subscribed', flush=True)\n"
+            "assert reader.receive(10) is not None\n"
+            "print('held', flush=True)\n"
+            "sys.stdin.read()\n"
+            "os._exit(0)  # its lock left behind, as by a SIGKILL\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdin is not None
+    assert holder.stdout is not None
+    with holder, boxmq.open(root, fsync="never", clock=clock) as box:
+        _offline(box, 5)
+        assert holder.stdout.readline() == "subscribed\n"
+        box.publish("dev/5/cmd", b"held")
+        assert holder.stdout.readline() == "held\n"
+        box.sweep(full=False)  # the full pass: the lock's holder runs
+        holder.stdin.close()
+        assert holder.wait(10) == 0
+        clock.advance(1)
+        [(name, report)] = box.sweep(full=False).items()
+        assert (name, report.released) == (_name(5), 1)

@@ -11,6 +11,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+import math
 import os
 import threading
 import weakref
@@ -108,6 +109,12 @@ class Box:
         self._reminders: list[tuple[float, int, weakref.ref[LiveQueue]]] = []
         self._reminder_numbers = itertools.count()
         self._reading = threading.Lock()  # the reminders' heap
+        # The live queues that may want the sweep's visit (LiveQueue.wants_sweep): each adds
+        # itself when something makes it want one, so the sweep asks those, not each of the
+        # thousands an MQTT broker's connected sessions keep (4,000 asks a second cost as
+        # much as the rest of their idle walk). Its lock is taken under a queue's mutex.
+        self._wanting: set[LiveQueue] = set()
+        self._wanting_lock = threading.Lock()
         self._topics: Topics | None = None
         self._intake: AssuredIntake | None = None
         self._exactly_once = exactly_once
@@ -127,6 +134,11 @@ class Box:
         # with an expiry into since the last sweep.
         self._next_full = 0.0
         self._due: dict[str, tuple[str, float, frozenset[str]]] = {}
+        # Of `_due`, for a sweep to find what is due without looking at every subscription
+        # (thousands of MQTT sessions'): the times (a heap; one replaced since is passed
+        # over), and those where other processes hold locks (whose deaths make them due).
+        self._due_times: list[tuple[float, str]] = []
+        self._held_by_others: set[str] = set()
         self._named: set[str] = set()
         self._expiring: set[str] = set()
         renew_in_children(self)
@@ -144,6 +156,8 @@ class Box:
         self._listeners = []  # the parent's broker, which a child's puts are no news to
         self._reminders = []  # the parent's queues'
         self._reading = threading.Lock()
+        self._wanting = set()
+        self._wanting_lock = threading.Lock()
         self._topics = None
         self._intake = None
 
@@ -536,6 +550,7 @@ class Box:
                 )
             except QueueNotFound:
                 self._due.pop(path, None)
+                self._held_by_others.discard(path)
                 self._next_expiry.pop(path, None)
                 continue  # a queue or subscription being created or deleted right now
             expire = now >= (expiry := self._next_expiry.get(path, 0.0))
@@ -558,7 +573,7 @@ class Box:
             if path not in queue_paths:
                 # Not looked through for expirations, it is due for that look at the latest.
                 due = report.due if expire else min(report.due, expiry)
-                self._due[path] = (name, due, report.holders - {self._token})
+                self._keep_due(path, name, due, report.holders - {self._token})
         if subscriptions is not None:  # done: a pass the disk failed is made again next time
             self._next_full = now + FULL_SWEEP_EVERY
             # Those of folders deleted since are forgotten (every folder was visited).
@@ -580,11 +595,8 @@ class Box:
         # Each record read once a pass: those sweep_subscriptions read and left are taken
         # from it (a record's filter is its folder's, never changed by a rewrite).
         recorded = {path: record for record, path in kept}
-        self._due = {}  # made again from what this pass sees
-        with self._lock:
-            lives = list(self._live.values())
-        for live in lives:
-            live.wants_sweep()  # a rest before this pass is no news for the next one
+        self._due, self._due_times, self._held_by_others = {}, [], set()  # made again
+        self._wanting_visits()  # a rest before this pass is no news for the next one
         boxes = list(queues)
         recordless = []
         for path in subscriptions:
@@ -614,11 +626,18 @@ class Box:
             named: set[str] = set()
             self.topics.sweep_subscriptions(named)
             self._named = named - {self._token}
-        with self._lock:
-            lives = list(self._live.items())
-        receiving = {path for path, live in lives if live.wants_sweep()}
+        receiving = self._wanting_visits()
+        maybe = expiring | receiving
+        times = self._due_times
+        with self._lock:  # (a sweep of another thread pops too)
+            while times and times[0][0] <= now:
+                maybe.add(heapq.heappop(times)[1])
+        maybe.update(self._held_by_others)
         visits = []
-        for path, (name, due, holders) in list(self._due.items()):  # (a sweep of another thread)
+        for path in maybe:
+            if (entry := self._due.get(path)) is None:
+                continue  # made since the last full pass (below), or gone
+            name, due, holders = entry
             if due <= now or path in expiring or path in receiving or dead(holders):
                 visits.append((name, path))
         # Made since the last full pass. Not a queue: it has no record to read, and its
@@ -627,6 +646,29 @@ class Box:
             if (record := read_record(path)) is not None:
                 visits.append((_swept_as(record, path), path))
         return visits
+
+    def _keep_due(self, path: str, name: str, due: float, holders: frozenset[str]) -> None:
+        """What a visit of the subscription at `path` found due (`_due`)."""
+        self._due[path] = (name, due, holders)
+        if due < math.inf:
+            heapq.heappush(self._due_times, (due, path))
+        if holders:
+            self._held_by_others.add(path)
+        else:
+            self._held_by_others.discard(path)
+
+    def _wanting_visits(self) -> set[str]:
+        """The folders of the live queues that want a visit (LiveQueue.wants_sweep), asked
+        only of those that said they may since the last ask: the others would say no."""
+        with self._wanting_lock:
+            wanting, self._wanting = self._wanting, set()
+        with self._lock:  # one forgotten since (its queue deleted) is not asked
+            asked = [live for live in wanting if self._live.get(live.path) is live]
+        return {live.path for live in asked if live.wants_sweep()}
+
+    def _may_want_visit(self, live: LiveQueue) -> None:
+        with self._wanting_lock:
+            self._wanting.add(live)
 
     def sweep_temporaries_in(self, folder: str | os.PathLike[str]) -> None:
         """Have every sweep also delete the stale temporaries in `folder`: a door's own
@@ -711,6 +753,7 @@ class Box:
                     shown=shown,
                     listeners=self._listeners,
                     remind=self._remind,
+                    stirred=self._may_want_visit,
                 )
                 self._live[dropbox.path] = live
             return live

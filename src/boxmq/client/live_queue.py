@@ -175,6 +175,7 @@ class LiveQueue:
         shown: str | None = None,
         listeners: list[Callable[[list[ConsumerId], str], object]] | None = None,
         remind: Callable[[float, LiveQueue], object] | None = None,
+        stirred: Callable[[LiveQueue], object] | None = None,
     ) -> None:
         self.name = name  # what the logs and errors say: a subscription's folder
         # Told the consumers attached when this process's own puts are offered (`sent`): a
@@ -193,6 +194,7 @@ class LiveQueue:
         # `boxmq peek`): a subscription's filter, "$share/GROUP/FILTER" for a share group.
         self.queue = name if shown is None else shown
         self.v5 = v5  # what its messages' `properties` decode MQTT v5 properties with
+        self.path = box.path  # its dropbox's folder
         self._box = box
         self._options = options
         self._clock = clock
@@ -211,6 +213,11 @@ class LiveQueue:
         # Its folders changed since that ask (a put, claim, settlement or expiry here, news
         # of another process's files): a receiving consumer's dropbox is swept then.
         self._stirred = True
+        # Told when `_rested` or `_stirred` becomes true (`_stir`): the box's sweep asks
+        # `wants_sweep` of those told since its last ask only (the others would say no).
+        self._told_stirred = stirred
+        if stirred is not None:
+            stirred(self)
         self._watching = False
         self._looked_at = -math.inf  # the clock when the watcher's news was last read
         self._sleepers = 0  # threads in self._cond.wait: the only ones notify_all can wake
@@ -276,7 +283,8 @@ class LiveQueue:
                 consumer, max_in_flight=max_in_flight, lock_timeout=lock_timeout
             )
             self._inbox[consumer] = deque()
-            self._stirred = True  # the next sweep learns of what it holds
+            if not self._stirred:  # the next sweep learns of what it holds
+                self._stir()
             if outlives_process:
                 self._outliving.add(consumer)
                 self._adopt(consumer)
@@ -415,7 +423,17 @@ class LiveQueue:
         with self._mutex:
             if consumer in self._inbox:
                 self._resting.add(consumer)
-                self._rested = True
+                if not self._rested:
+                    self._rested = True
+                    if self._told_stirred is not None:
+                        self._told_stirred(self)
+
+    def _stir(self) -> None:
+        """Its folders changed: the box's next sweep asks `wants_sweep` (told once, until
+        that ask)."""
+        self._stirred = True
+        if self._told_stirred is not None:
+            self._told_stirred(self)
 
     def _all_resting(self) -> bool:
         return self._resting.issuperset(self._inbox)
@@ -1197,8 +1215,8 @@ class LiveQueue:
         """Take in the watcher's news; True unless all of it was this process's own doing
         (its puts, offered already, and names it knows no more: its claims), which gives a
         receive nothing new (`_news`)."""
-        if changes.names or changes.gone or changes.everything:
-            self._stirred = True
+        if (changes.names or changes.gone or changes.everything) and not self._stirred:
+            self._stir()
         if changes.everything:
             self._next_scan = min(self._next_scan, self._rescan_after)
             self._sent.clear()
@@ -1249,7 +1267,8 @@ class LiveQueue:
         hold a name the engine does not (a claim given back under it was then never
         offered again)."""
         with self._mutex:
-            self._stirred = True
+            if not self._stirred:
+                self._stir()
             now = self._clock.now()
             bodies = self._bodies
             engine = self._engine
@@ -1306,7 +1325,8 @@ class LiveQueue:
     def _apply(self, effect: Effect) -> bool:
         """Apply one effect; True if a lock it acts on was gone: a claim lost to another
         process, or a lock another process settled or took since (its move found no file)."""
-        self._stirred = True
+        if not self._stirred:
+            self._stir()
         # Claims and finishes are one each per message: tested first, by exact type (a match
         # statement's class patterns cost several attribute lookups per case).
         if type(effect) is Claim:
@@ -1354,7 +1374,8 @@ class LiveQueue:
         return False
 
     def _finish(self, message_id: MessageId, name: str) -> None:
-        self._stirred = True
+        if not self._stirred:
+            self._stir()
         processing = self._locks.pop(message_id)
         keep = self._options.keep_processed
         # _on_lock's work, written out: no closure to make for the one ack of every message.
