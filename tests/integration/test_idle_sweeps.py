@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 import boxmq
+from boxmq.client import box as box_module
 from boxmq.client.box import FULL_SWEEP_EVERY
 from boxmq.client.live_queue import LiveQueue
 from boxmq.clock import ManualClock
+from boxmq.store import temporaries
 from boxmq.store.dropbox import Dropbox, Entry
 from boxmq.store.layout import State
 
@@ -208,6 +210,51 @@ def test_a_sweep_asks_only_the_live_queues_something_stirred_whether_they_want_a
         assert not asked
         for reader in readers:
             reader.detach()
+
+
+def test_the_doors_records_and_the_topic_root_are_looked_through_at_full_passes(
+    root: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An MQTT broker's session records (one file a persistent session) and the topic root
+    (a folder a filter) were listed at every sweep, each second, for temporaries an hour
+    old: at the full pass (a minute) is as good."""
+    listed: Counter[str] = Counter()
+    remove = temporaries.remove_stale_temporaries
+
+    def counted(folders: list[str], *, now: float, age: float) -> int:
+        listed.update(folders)
+        return remove(folders, now=now, age=age)
+
+    monkeypatch.setattr(box_module, "remove_stale_temporaries", counted)
+    sessions = root / "records"
+    sessions.mkdir(parents=True)
+    with boxmq.open(root, fsync="never", clock=clock, abandon_after=10) as box:
+        box.sweep_temporaries_in(sessions)
+        (root / "topic-root").mkdir(exist_ok=True)
+        box.sweep(full=False)  # the first is a full pass
+        topic_root = str(root / "topic-root")
+        assert (listed[str(sessions)], listed[topic_root]) == (1, 1)
+        stale = [sessions / ".tmp-dead", root / "topic-root" / ".tmp-dead"]
+        past = clock.now() - 60
+        for path in stale:
+            path.write_bytes(b"")
+            os.utime(path, (past, past))
+        for _ in range(3):
+            clock.advance(1)
+            box.sweep(full=False)
+        assert (listed[str(sessions)], listed[topic_root]) == (1, 1)
+        clock.advance(FULL_SWEEP_EVERY)
+        box.sweep(full=False)
+        assert (listed[str(sessions)], listed[topic_root]) == (2, 2)
+        assert not any(path.exists() for path in stale)
+        # One given later is looked through at the next sweep (what a crash left), once.
+        later = root / "later"
+        later.mkdir()
+        box.sweep_temporaries_in(later)
+        for _ in range(2):
+            clock.advance(1)
+            box.sweep(full=False)
+        assert (listed[str(sessions)], listed[str(later)]) == (2, 1)
 
 
 def test_a_subscription_whose_lock_holder_died_is_visited_between_full_passes(

@@ -128,6 +128,7 @@ class Box:
         self._unreadable: set[tuple[str, str]] = set()  # subscription records told of (sweep)
         self._next_retained = 0.0  # when sweep() next looks for expired retained messages
         self._door_folders: tuple[str, ...] = ()  # of the doors' own records (sweep_temporaries_in)
+        self._new_door_folders: tuple[str, ...] = ()  # not looked through yet: at the next sweep
         # The sweeps between full passes (sweep(full=False)): when each subscription is due
         # next, by path, with its name and the other processes whose locks it holds; the
         # processes the subscriptions end with; the dropboxes this process published a copy
@@ -500,7 +501,10 @@ class Box:
             # First: a stale temporary deleted would make its folder young again.
             self._remove_abandoned(recordless, now=now, age=limits.working_ttl)
         self._remove_stale_temporaries(
-            [*(path for _, path in queues), *(subscriptions or ())], now=now, age=limits.working_ttl
+            [*(path for _, path in queues), *(subscriptions or ())],
+            now=now,
+            age=limits.working_ttl,
+            full=subscriptions is not None,
         )
         self.intake.expire()
         if now >= self._next_retained:
@@ -671,8 +675,9 @@ class Box:
             self._wanting.add(live)
 
     def sweep_temporaries_in(self, folder: str | os.PathLike[str]) -> None:
-        """Have every sweep also delete the stale temporaries in `folder`: a door's own
-        records under the root (MQTT's sessions), of which the box knows nothing.
+        """Have the next sweep and every full one (a minute apart in serve) also delete the
+        stale temporaries in `folder`: a door's own records under the root (MQTT's
+        sessions), of which the box knows nothing.
 
         Checked here, not at the sweep: a folder that is no path made every later sweep
         raise, and one outside the root had them delete others' `.tmp-*` files."""
@@ -687,20 +692,32 @@ class Box:
         with self._lock:
             if folder not in self._door_folders:
                 self._door_folders = (*self._door_folders, folder)
+                self._new_door_folders = (*self._new_door_folders, folder)
 
-    def _remove_stale_temporaries(self, dropboxes: list[str], *, now: float, age: float) -> None:
+    def _remove_stale_temporaries(
+        self, dropboxes: list[str], *, now: float, age: float, full: bool
+    ) -> None:
         """What writes of whole files left when their process died before the rename: in
         the dropboxes (settings, subscription records) and the root's own folders (the topic
-        root's generation, the retained store, ...), and the doors' records."""
+        root's generation, the retained store, ...), and the doors' records. Those and the
+        topic root hold a file or folder a session or filter (an MQTT broker's thousands):
+        listed at a full pass only, not each second, for a file `abandon_after` old (an
+        hour by default), a minute later is as good."""
         folders = [
             *dropboxes,
-            os.path.join(self.root, TOPIC_ROOT),
             os.path.join(self.root, TOPIC_ROOT, RETAINED_DIR),
             incoming_working(self.root),  # an exactly-once message's, before its `received`
             self.side_files.path,
             self.intake.markers,
-            *self._door_folders,
         ]
+        with self._lock:
+            # One just given is looked through at the next sweep (what a crash before this
+            # start left), full pass or not.
+            doors = self._door_folders if full else self._new_door_folders
+            self._new_door_folders = ()
+        if full:
+            folders.append(os.path.join(self.root, TOPIC_ROOT))
+        folders += doors
         if removed := remove_stale_temporaries(folders, now=now, age=age):
             log.warning(
                 "deleted %d temporary file(s) older than %s (a process died while writing)",
