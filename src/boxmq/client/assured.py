@@ -18,7 +18,8 @@ still staged has no copy out yet and is sent again, and the copies of a file gon
 out of their pending folders. A message to a topic stored retained (MQTT's retain flag, kept
 in its name) replaces the topic's retained message before its copies go, while its file is
 still staged: a crash in between sends it again at restart, its retained message with it,
-unless the topic's retained message was written since the marker (a later one stays).
+unless the topic's retained message was written or deleted since the marker, which records
+which retained file was in place (a later one stays).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from boxmq.errors import BoxMQError, InvalidArgument, ItemNotFound, MetadataTooL
 from boxmq.ids import IdFactory
 from boxmq.model import (
     MQTT_SOURCE_PREFIX,
+    PUBLISHED_RETAINED,
     QOS,
     SOURCE,
     SOURCE_MESSAGE_ID,
@@ -63,18 +65,20 @@ from boxmq.store.dropbox import Dropbox
 from boxmq.store.fanout import finish_pending
 from boxmq.store.layout import State, dropbox_folders, queue_path
 from boxmq.store.names import check_priority, decode_lenient, encode
+from boxmq.store.retained import Marked, Version
 from boxmq.store.side_files import SideFiles
 from boxmq.store.temporaries import temporary_in
-from boxmq.store.topics import EXACTLY_ONCE_PENDING, incoming_working
+from boxmq.store.topics import EXACTLY_ONCE_PENDING, exactly_once_markers, incoming_working
 
 __all__ = ["AssuredIntake", "AssuredMessage", "Outcome"]
 
 log = logging.getLogger("boxmq.exactly_once")
 
 # Publish each (envelope, file in working/, source), its copies flushed together: each error.
-# The flag: a retained one among them is superseded (replaces no retained message). The time:
-# a restart's, when their `deliver` was marked (Topics.send_files's `marked_at`), else None.
-_FanOut = Callable[[Sequence[tuple[Envelope, str, str]], bool, float | None], list[OSError | None]]
+# The flag: a retained one among them is superseded (replaces no retained message). The mark:
+# a restart's, when their `deliver` was marked and the retained file then (Topics.send_files's
+# `marked`), else None.
+_FanOut = Callable[[Sequence[tuple[Envelope, str, str]], bool, Marked | None], list[OSError | None]]
 
 
 class AssuredMessage(NamedTuple):
@@ -125,6 +129,7 @@ class AssuredIntake:
         limits: ExactlyOnceLimits,
         fan_out: _FanOut,
         side_files: SideFiles | None = None,
+        retained_version: Callable[[str], Version | None] | None = None,
     ) -> None:
         self._root = root
         self._side_files = side_files  # for properties too long for a name (client/spill.py)
@@ -132,11 +137,15 @@ class AssuredIntake:
         self._ids = ids
         self._clock = clock
         self._fan_out = fan_out
+        # Which retained file a topic has (Topics.retained_version): written in the marker of
+        # a retained message's `deliver`, for a restart that finishes it (`_restore_pending`).
+        self._retained_version = retained_version
         self._books = ExactlyOnce(limits)
         self._pending: dict[tuple[str, str], _Pending] = {}
-        self._markers = os.path.join(root, ".exactly-once")
+        self._markers = exactly_once_markers(root)
         self._lock = threading.Lock()
         self._restored = False
+        self._oldest_marker: float | None = None
 
     @property
     def limits(self) -> ExactlyOnceLimits:
@@ -355,7 +364,9 @@ class AssuredIntake:
                 else:
                     due.append((len(outcomes), key, pending))
                     outcomes.append(True)
-            errors = self._mark_all([key for _, key, _ in due], remember=remember)
+            marking = [key for _, key, _ in due]
+            retained = [None if superseded else self._retained_topic(p) for _, _, p in due]
+            errors = self._mark_all(marking, remember=remember, retained=retained)
             marked = []
             for (index, key, pending), failure in zip(due, errors, strict=True):
                 if failure is None:
@@ -422,10 +433,22 @@ class AssuredIntake:
         self._books.restore(source, msg_id, size=stat.st_size, since=stat.st_ctime, delivered=False)
         self._pending[source, msg_id] = pending
 
-    def _mark_all(self, keys: list[tuple[str, str]], *, remember: bool) -> list[OSError | None]:
+    def _retained_topic(self, pending: _Pending) -> str | None:
+        """The topic whose retained message `pending` replaces at its `deliver`, if any."""
+        envelope = pending.envelope
+        if pending.queue is None and envelope.property_value(PUBLISHED_RETAINED) is True:
+            return envelope.topic
+        return None
+
+    def _mark_all(
+        self, keys: list[tuple[str, str]], *, remember: bool, retained: Sequence[str | None]
+    ) -> list[OSError | None]:
         """Write and flush the "delivered" marker of each key: each one's error, if any.
         remember=False is written in it: a restart finishes that deliver and forgets the id,
-        as the deliver would have once its messages were sent (`_restore`)."""
+        as the deliver would have once its messages were sent (`_restore`). So is the version
+        of the retained file of the topic `retained` names for it (null: none), looked at
+        before the marker is written: a restart that finishes the deliver replaces it only if
+        it is still the one in place (`Marked`), whatever the clock's ticks."""
         if not keys:
             return []
         os.makedirs(self._markers, exist_ok=True)
@@ -438,6 +461,9 @@ class AssuredIntake:
                     record: dict[str, object] = {"source": source, "msg_id": msg_id}
                     if not remember:
                         record["remember"] = False
+                    topic = retained[index]
+                    if topic is not None and self._retained_version is not None:
+                        record["retained"] = self._retained_version(topic)
                     json.dump(record, out)
             except OSError as error:
                 _delete_quietly([temporary])
@@ -461,11 +487,11 @@ class AssuredIntake:
         return os.path.join(self._markers, _marker_name(source, msg_id))
 
     def _send_all(
-        self, pendings: list[_Pending], superseded: bool = False, marked_at: float | None = None
+        self, pendings: list[_Pending], superseded: bool = False, marked: Marked | None = None
     ) -> list[OSError | None]:
         """Send each message on from working/, with one flush for a queue's and one for a
-        topic's: each one's error, if any (nothing of that one sent). `marked_at`: for a
-        restart's, when their `deliver` was marked (a later retained message stays)."""
+        topic's: each one's error, if any (nothing of that one sent). `marked`: for a
+        restart's, their `deliver`'s marker (a retained message written since stays)."""
         errors: list[OSError | None] = [None] * len(pendings)
         to_queues = [i for i, pending in enumerate(pendings) if pending.queue is not None]
         to_topics = [i for i, pending in enumerate(pendings) if pending.queue is None]
@@ -475,7 +501,7 @@ class AssuredIntake:
                 errors[index] = error
         if to_topics:
             files = [self._as_file(pendings[i]) for i in to_topics]
-            sent = self._fan_out(files, superseded, marked_at)
+            sent = self._fan_out(files, superseded, marked)
             for index, error in zip(to_topics, sent, strict=True):
                 errors[index] = error
         return errors
@@ -547,7 +573,7 @@ class AssuredIntake:
         for entry, queue, envelope, key in self._waiting(queues=queues):
             if key[0] != source or entry.path in known or key in self._pending:
                 continue
-            self._restore_pending(entry, queue, envelope, key, marked_at=self._marked_at(key))
+            self._restore_pending(entry, queue, envelope, key, marked=self._marked(key))
 
     def drop_pending(self, source: str) -> int:
         """Delete every message `source` stored (step 1) that waits for its `deliver`, and
@@ -576,13 +602,25 @@ class AssuredIntake:
             self._forget_markers()
             return len(dropped)
 
+    @property
+    def oldest_marker(self) -> float | None:
+        """The st_mtime of the oldest "delivered" marker (or one being written) the last
+        `expire` left; None if none, or before the first `expire`. A retained tombstone
+        older than it tells no restart anything (`Marked`): it may go."""
+        return self._oldest_marker
+
     def _forget_markers(self) -> None:
         limit = self._clock.now() - self._books.limits.done_ttl
+        oldest: float | None = None
         with contextlib.suppress(FileNotFoundError), os.scandir(self._markers) as entries:
             for entry in entries:
                 with contextlib.suppress(FileNotFoundError):
-                    if entry.stat().st_mtime < limit:
+                    written = entry.stat().st_mtime
+                    if written < limit:
                         os.unlink(entry.path)
+                    elif oldest is None or written < oldest:
+                        oldest = written
+        self._oldest_marker = oldest
 
     # -- restart ---------------------------------------------------------------------------------
 
@@ -592,11 +630,11 @@ class AssuredIntake:
             return
         self._restored = True
         delivered, unremembered = self._read_markers()
-        for key, since in delivered.items():
+        for key, marked in delivered.items():
             if key not in unremembered:
-                self._books.restore(key[0], key[1], size=0, since=since, delivered=True)
+                self._books.restore(key[0], key[1], size=0, since=marked.at, delivered=True)
         for entry, queue, envelope, key in self._waiting():
-            self._restore_pending(entry, queue, envelope, key, marked_at=delivered.get(key))
+            self._restore_pending(entry, queue, envelope, key, marked=delivered.get(key))
         # Copies to topics whose file left .incoming/working/ before the crash: every copy was
         # pending then, some may be out (and taken) already; the rest go out, none again.
         finish_pending(self._root, EXACTLY_ONCE_PENDING)
@@ -642,12 +680,12 @@ class AssuredIntake:
         envelope: Envelope,
         key: tuple[str, str],
         *,
-        marked_at: float | None,
+        marked: Marked | None,
     ) -> None:
-        """Take a message of `_waiting` into the books, or send it if it was marked
-        delivered (the crash came between the marker and the move), at `marked_at`: a
-        retained message of its topic written since stays, as the `deliver` would have
-        kept it (Topics.send_files). One that cannot be is logged and stays in working/: it
+        """Take a message of `_waiting` into the books, or send it if it was `marked`
+        delivered (the crash came between the marker and the move): a retained message of
+        its topic written (or deleted) since stays, as the `deliver` would have kept it
+        (Topics.send_files). One that cannot be is logged and stays in working/: it
         must not keep the others from their books (their repeats would pass for new, their
         deliver for done)."""
         try:
@@ -657,8 +695,8 @@ class AssuredIntake:
                 # all), is refused here, not at its send.
                 validate_topic(envelope.topic or "")
             pending = _Pending(entry.path, queue, envelope)
-            if marked_at is not None:
-                [failure] = self._send_all([pending], marked_at=marked_at)
+            if marked is not None:
+                [failure] = self._send_all([pending], marked=marked)
                 if failure is not None:
                     raise failure
                 return
@@ -669,16 +707,23 @@ class AssuredIntake:
             folder = os.path.dirname(entry.path)
             log.error("exactly once: %s stays in %s: %s", entry.name, folder, error)
 
-    def _marked_at(self, key: tuple[str, str]) -> float | None:
-        """When the "delivered" marker of `key` was written; None if there is none."""
+    def _marked(self, key: tuple[str, str]) -> Marked | None:
+        """The "delivered" marker of `key`, as `_read_markers` reads it; None if there is
+        none. One that is no such record marks it all the same, its times deciding."""
+        path = self._marker(*key)
         try:
-            return os.lstat(self._marker(*key)).st_mtime
+            at = os.stat(path).st_mtime
+            with open(path) as src:
+                data = json.load(src)
         except FileNotFoundError:
             return None
+        except ValueError:
+            return Marked(at, recorded=False)
+        return _as_marked(data if isinstance(data, dict) else {}, at)
 
-    def _read_markers(self) -> tuple[dict[tuple[str, str], float], set[tuple[str, str]]]:
-        """Each marker's key and time, and the keys of those written by a deliver that
-        remembers nothing (older markers say nothing of it: remembered)."""
+    def _read_markers(self) -> tuple[dict[tuple[str, str], Marked], set[tuple[str, str]]]:
+        """Each marker's key, time and retained version, and the keys of those written by a
+        deliver that remembers nothing (older markers say nothing of it: remembered)."""
         found = {}
         unremembered = set()
         with contextlib.suppress(FileNotFoundError), os.scandir(self._markers) as entries:
@@ -690,7 +735,7 @@ class AssuredIntake:
                         data = json.load(src)
                     key = str(data["source"]), str(data["msg_id"])
                     remember = data.get("remember", True)
-                    found[key] = entry.stat().st_mtime
+                    found[key] = _as_marked(data, entry.stat().st_mtime)
                 except FileNotFoundError:
                     continue  # forgotten right now
                 except (ValueError, TypeError, KeyError, AttributeError) as error:
@@ -709,6 +754,18 @@ class AssuredIntake:
                 if remember is False:
                     unremembered.add(key)
         return found, unremembered
+
+
+def _as_marked(record: Mapping[str, object], at: float) -> Marked:
+    """A marker's record, written at `at`, and the retained version it holds: a list of
+    three ints, or null for no retained file. A boxmq before 2026-11-30 wrote none, and one
+    edited into something else is taken as none written: the times decide."""
+    version = record.get("retained", ())
+    if version is None:
+        return Marked(at, recorded=True)
+    if isinstance(version, list) and len(version) == 3 and all(type(n) is int for n in version):
+        return Marked(at, recorded=True, version=(version[0], version[1], version[2]))
+    return Marked(at, recorded=False)
 
 
 def _check_key(source: object, msg_id: object = "") -> None:

@@ -70,6 +70,7 @@ __all__ = ["Box", "open"]
 log = logging.getLogger("boxmq")
 
 RETAINED_EVERY: Final = 60.0  # seconds between sweeps' looks for expired retained messages
+TOMBSTONE_AGE: Final = 300.0  # seconds a retained delete's tombstone stays at least
 # Seconds between the timer's sweeps that visit every subscription (Box.sweep): the others
 # visit only those where something is due, as far as this process can tell.
 FULL_SWEEP_EVERY: Final = 60.0
@@ -339,10 +340,11 @@ class Box:
                     ids=self._ids,
                     clock=self._clock,
                     limits=self._exactly_once,
-                    fan_out=lambda files, superseded, marked_at: self.topics.send_files(
-                        files, superseded=superseded, marked_at=marked_at
+                    fan_out=lambda files, superseded, marked: self.topics.send_files(
+                        files, superseded=superseded, marked=marked
                     ),
                     side_files=self.side_files,
+                    retained_version=lambda topic: self.topics.retained_version(topic),
                 )
             return self._intake
 
@@ -511,7 +513,14 @@ class Box:
             # Each retained message is read, as at a SUBSCRIBE: not every sweep. One expired
             # is never sent meanwhile; this only gives its room back.
             self._next_retained = now + RETAINED_EVERY
-            if expired := self.topics.remove_expired_retained(now):
+            # A delete's tombstone tells a restart that finishes a retained publication
+            # marked before it that a delete came since: kept while a marker may be older
+            # (the expire above listed them), and for TOMBSTONE_AGE, for one whose deliver
+            # looked at the retained file before it and is still writing its marker.
+            before = now - TOMBSTONE_AGE
+            if (oldest := self.intake.oldest_marker) is not None:
+                before = min(before, oldest)
+            if expired := self.topics.remove_expired_retained(now, tombstones_before=before):
                 log.info("deleted %d expired retained message(s)", expired)
         if now >= self._next_collect:
             # It lists every file of the root, so not every sweep; a file's grace period

@@ -75,7 +75,7 @@ from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
 from boxmq.store.names import check_consumer_name, decode_lenient, encode
 from boxmq.store.process import process_alive
-from boxmq.store.retained import Retained, RetainedStore
+from boxmq.store.retained import Marked, Retained, RetainedStore, Version
 from boxmq.store.side_files import SideFiles
 from boxmq.store.spares import Spares, write_new
 from boxmq.store.v5_properties import V5Reader
@@ -341,7 +341,7 @@ class Topics:
         files: Sequence[tuple[Envelope, str, str | None]],
         *,
         superseded: bool = False,
-        marked_at: float | None = None,
+        marked: Marked | None = None,
     ) -> list[OSError | None]:
         """Publish files already written and flushed (exactly-once messages on `deliver`),
         each `(envelope, path, source)`, in order, their copies flushed together: each one's
@@ -357,14 +357,14 @@ class Topics:
         it there, and the restart that sends it again replaces the retained message again
         (the same message), never leaving copies out without it.
 
-        marked_at: for such a restart, when the files' `deliver` was marked (the marker's
-        st_mtime): a retained message written since (the file itself before the crash, or a
-        later one another process published meanwhile) stays."""
+        marked: for such a restart, when the files' `deliver` was marked and which retained
+        file was in place then: a retained message or a delete written since (the file
+        itself before the crash, or a later one another process published meanwhile) stays."""
         if not superseded:
             for envelope, _, _ in files:  # a loop, not any() of a generator: half its cost
                 if envelope.property_value(PUBLISHED_RETAINED) is True:
                     with self._retained_lock.shared():  # see its comment in __init__
-                        return self._send_files(files, retained=True, marked_at=marked_at)
+                        return self._send_files(files, retained=True, marked=marked)
         return self._send_files(files, retained=False)
 
     def _send_files(
@@ -372,7 +372,7 @@ class Topics:
         files: Sequence[tuple[Envelope, str, str | None]],
         *,
         retained: bool,
-        marked_at: float | None = None,
+        marked: Marked | None = None,
     ) -> list[OSError | None]:
         errors: list[OSError | None] = [None] * len(files)
         planned: list[tuple[int, _Planned]] = []
@@ -387,7 +387,7 @@ class Topics:
             assert envelope.topic is not None
             if retained and _published_retained(envelope):
                 try:
-                    self._replace_retained(envelope, data, marked_at)
+                    self._replace_retained(envelope, data, marked)
                 except OSError as error:
                     errors[index] = error
                     continue
@@ -404,16 +404,16 @@ class Topics:
         self._hand_over(sent)
         return errors
 
-    def _replace_retained(self, envelope: Envelope, data: bytes, marked_at: float | None) -> None:
+    def _replace_retained(self, envelope: Envelope, data: bytes, marked: Marked | None) -> None:
         """An exactly-once file published retained becomes its topic's retained message,
-        unless a restart finishes its `deliver` marked at `marked_at` and the topic's was
-        written since: MQTT keeps the last one received (MQTT-3.3.1-5), and this one was
-        received (its PUBREL) before that one was written."""
+        unless a restart finishes its `deliver` `marked` before a crash and the topic's
+        retained message was written or deleted since: MQTT keeps the last one received
+        (MQTT-3.3.1-5), and this one was received (its PUBREL) before that write."""
         assert envelope.topic is not None
-        if marked_at is not None and self._retained.written_since(envelope.topic, marked_at):
+        if marked is not None and self._retained.written_since(envelope.topic, marked):
             log.info(
-                "%s: a retained message written since this restart's delivery of an older "
-                "one was marked stays in place",
+                "%s: a retained message (or a delete) written since this restart's delivery "
+                "of an older one was marked stays in place",
                 envelope.topic,
             )
             return
@@ -1120,10 +1120,19 @@ class Topics:
             routed = self._router.route(topic, qos=QoS.EXACTLY_ONCE, source=source)
         return any(destination.durable for destination in routed)
 
-    def remove_expired_retained(self, now: float) -> int:
+    def remove_expired_retained(self, now: float, *, tombstones_before: float | None = None) -> int:
         """Delete the retained messages whose Message Expiry passed (never sent any more):
-        how many."""
-        return self._retained.remove_if(lambda found: decode_lenient(found.name)[0].expired(now))
+        how many; and the deletes' tombstones written before `tombstones_before`, if given
+        (RetainedStore.remove_if)."""
+        return self._retained.remove_if(
+            lambda found: decode_lenient(found.name)[0].expired(now),
+            tombstones_before=tombstones_before,
+        )
+
+    def retained_version(self, topic: str) -> Version | None:
+        """Which file the topic's retained file is now, for an exactly-once `deliver` to
+        write in its marker (see `send_files`'s `marked`); None if there is none."""
+        return self._retained.version(topic)
 
     def retained(self, topic: str) -> tuple[Envelope, bytes] | None:
         found = self._retained.get(topic)

@@ -47,6 +47,7 @@ __all__ = [
     "Counted",
     "SubscriptionRecord",
     "bump_generation",
+    "exactly_once_markers",
     "generation",
     "has_record",
     "incoming_working",
@@ -93,6 +94,11 @@ def topic_root(root: str) -> str:
 def incoming_working(root: str) -> str:
     """The folder of exactly-once messages to topics before `deliver`, and of staging files."""
     return os.path.join(topic_root(root), ".incoming", State.WORKING.value)
+
+
+def exactly_once_markers(root: str) -> str:
+    """The folder of the exactly-once "delivered" markers (client/assured.py)."""
+    return os.path.join(root, ".exactly-once")
 
 
 # Where, in a subscription's working/, the copies of an exactly-once message wait between the

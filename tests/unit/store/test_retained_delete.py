@@ -1,15 +1,28 @@
-"""A retained message's delete is as durable as its replacement under each fsync policy."""
+"""A retained message's delete is as durable as its replacement under each fsync policy. While
+an exactly-once marker is on the root, it leaves a tombstone, an empty file in its place: no
+retained message to every reader, but a write a restart that finishes a retained publication
+marked before it can see (`written_since`), swept once no marker is older.
+"""
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
+import boxmq
+from boxmq.client.box import RETAINED_EVERY
+from boxmq.clock import ManualClock
 from boxmq.store import retained
 from boxmq.store.commit import Committer, FsyncPolicy, flush_directories
-from boxmq.store.retained import RetainedStore
+from boxmq.store.retained import Marked, RetainedStore
+
+
+def _folder(tmp_path: Path) -> Path:
+    return tmp_path / "topic-root" / retained.RETAINED_DIR
 
 
 def _flushed_folders(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -42,3 +55,104 @@ def test_a_delete_flushes_the_folder_under_always_only(
         assert flushed == (expected if policy is FsyncPolicy.ALWAYS else [])
     finally:
         committer.close()
+
+
+def _a_marker(root: Path) -> None:
+    """A "delivered" marker on the root, as a PUBREL cut short by a crash leaves it."""
+    (root / ".exactly-once").mkdir(exist_ok=True)
+    (root / ".exactly-once" / ("0" * 64)).write_text('{"source": "s", "msg_id": "1"}')
+
+
+@pytest.mark.parametrize("policy", [FsyncPolicy.ALWAYS, FsyncPolicy.NEVER])
+def test_a_delete_while_a_marker_is_there_leaves_a_tombstone(
+    tmp_path: Path, policy: FsyncPolicy
+) -> None:
+    """An empty body puts a tombstone in place through the committer, as a replacement; a
+    delete of a topic with none writes one too. Every reader finds no message there."""
+    committer = Committer(str(tmp_path), policy)
+    store = RetainedStore(str(tmp_path), committer)
+    _a_marker(tmp_path)
+    try:
+        store.replace(store.stage("a/b", "4.m1.T", b"21.5"))
+        store.replace(store.stage("a/b", "4.m2.T", b""))  # an empty body deletes it
+        assert store.get("a/b") is None
+        assert list(store.matching(lambda topic: True)) == []
+        assert store.remove_if(lambda found: True) == 0
+        [tombstone] = _folder(tmp_path).iterdir()
+        assert tombstone.stat().st_size == 0
+        store.replace(store.stage("c", "4.m3.T", b""))  # none to delete: a tombstone all the same
+        assert store.get("c") is None
+        assert store.version("c") is not None
+    finally:
+        committer.close()
+
+
+def test_a_restart_tells_a_write_since_its_marker_by_the_version_not_the_time(
+    store: RetainedStore, tmp_path: Path
+) -> None:
+    """A marker that records the retained file in place when it was written: the same file
+    later is no write since, whatever the times say (a tick shared with the marker, or a file
+    system of 1 s timestamps); another file, a tombstone too, is."""
+    _a_marker(tmp_path)
+    store.replace(store.stage("t", "4.m1.T", b"before"))
+    seen = store.version("t")
+    later = os.stat(_folder(tmp_path) / os.listdir(_folder(tmp_path))[0]).st_mtime
+    marked = Marked(later - 10.0, recorded=True, version=seen)  # the marker's time is older
+    assert not store.written_since("t", marked)
+    store.replace(store.stage("t", "4.m2.T", b""))  # a delete
+    assert store.written_since("t", marked)
+    assert store.written_since("t", Marked(later - 10.0, recorded=True, version=None))
+    # A marker of an older boxmq records nothing: the times decide, as they did.
+    assert store.written_since("t", Marked(later - 10.0, recorded=False))
+    assert not store.written_since("t", Marked(later + 10.0, recorded=False))
+
+
+def test_a_tombstone_goes_once_older_than_the_sweep_is_told(
+    store: RetainedStore, tmp_path: Path
+) -> None:
+    """Only tombstones written before `tombstones_before`, not a message or a damaged file.
+    One swept that a marker recorded was no write since it, nor is an expired message swept:
+    no publication (a restart that finished a retained QoS 2 message's PUBREL left its topic
+    without one)."""
+    _a_marker(tmp_path)
+    folder = _folder(tmp_path)
+    store.replace(store.stage("old", "4.m1.T", b""))
+    store.replace(store.stage("kept", "4.m2.T", b"1"))
+    (folder / "damaged").write_bytes(b'{"topic": "x"')
+    for path in folder.iterdir():
+        os.utime(path, (1000.0, 1000.0))
+    tombstone, message = store.version("old"), store.version("kept")
+    store.replace(store.stage("young", "4.m3.T", b""))
+    assert store.remove_if(lambda found: False, tombstones_before=1000.0) == 0
+    assert len(os.listdir(folder)) == 4  # none written before 1000.0
+    assert store.remove_if(lambda found: False, tombstones_before=2000.0) == 0  # uncounted
+    assert store.version("old") is None
+    assert store.version("young") is not None
+    assert store.get("kept") is not None
+    assert (folder / "damaged").exists()
+    assert not store.written_since("old", Marked(999.0, recorded=True, version=tombstone))
+    assert store.remove_if(lambda found: found.topic == "kept") == 1  # expired
+    assert store.version("kept") is None
+    assert not store.written_since("kept", Marked(999.0, recorded=True, version=message))
+
+
+def test_the_sweep_keeps_a_tombstone_while_a_marker_is_older(tmp_path: Path) -> None:
+    """`boxmq serve`'s sweep deletes a tombstone older than 5 minutes and than every
+    "delivered" marker: one older than it may be of a publication a restart still finishes."""
+    clock = ManualClock(time.time())
+    with boxmq.open(tmp_path, fsync="never", clock=clock) as box:
+        assert box.assured("door", "1", b"+1", queue="counts")
+        assert box.deliver("door", "1")  # remembered: its marker stays for done_ttl
+        box.publish("t", b"", retain=True)
+        [tombstone] = _folder(tmp_path).iterdir()
+        [marker] = (tmp_path / ".exactly-once").iterdir()
+        written = time.time() - 600
+        os.utime(tombstone, (written, written))
+        os.utime(marker, (written - 1, written - 1))
+        box.sweep()
+        assert tombstone.exists()
+        os.utime(marker)  # written now: after the tombstone
+        clock.advance(RETAINED_EVERY)
+        box.sweep()
+        assert not tombstone.exists()
+        assert box.topics.retained("t") is None
