@@ -23,12 +23,14 @@ from boxmq.xmpp.settings import XmppSettings
 PS = ns.PUBSUB
 _EVENT = ns.tag(ns.PUBSUB_EVENT, "event")
 _ITEMS = ns.tag(ns.PUBSUB_EVENT, "items")
+_DELETE = ns.tag(ns.PUBSUB_EVENT, "delete")
+_SUBSCRIPTION = ns.tag(ns.PUBSUB_EVENT, "subscription")
 TIMEOUT = 20.0  # any one wait in these tests
 
 
 @dataclass(frozen=True)
 class Event:
-    what: str  # item, retract or unlock
+    what: str  # item, retract or unlock; delete (item: the node) or subscription (its state)
     item: str
     payload: ET.Element | None
 
@@ -106,7 +108,14 @@ class Client(ClientXMPP):
         reply.send()  # type: ignore[no-untyped-call]
 
     def _take_events(self, message: ET.Element) -> None:
-        items = message.find(_EVENT).find(_ITEMS)  # type: ignore[union-attr]
+        event_element = message.find(_EVENT)
+        assert event_element is not None
+        for child in event_element:  # XEP-0060 §8.4.2 and §8.8.4: no <items/> around them
+            if child.tag == _DELETE:
+                self.events.put_nowait(Event("delete", child.get("node", ""), None))
+            elif child.tag == _SUBSCRIPTION:
+                self.events.put_nowait(Event("subscription", child.get("subscription", ""), child))
+        items = event_element.find(_ITEMS)
         for child in list(items) if items is not None else []:
             what = child.tag.rsplit("}", 1)[-1]
             event = Event(what, child.get("id", ""), child[0] if len(child) else None)

@@ -17,6 +17,7 @@ from boxmq.xmpp import ns
 
 SCENARIO_SECONDS = 60
 UNEXPECTED = "{urn:ietf:params:xml:ns:xmpp-stanzas}unexpected-request"
+ITEM_NOT_FOUND = "{urn:ietf:params:xml:ns:xmpp-stanzas}item-not-found"
 
 
 def run(scenario: Coroutine[Any, Any, None]) -> None:
@@ -186,6 +187,28 @@ def test_a_lock_that_times_out_goes_to_the_next_subscriber(
             assert (await bob.next_event()).item == item
             late = await alice.retract(item)
             assert late.find(f".//{UNEXPECTED}") is not None
+
+    run(scenario())
+    box.close()
+
+
+def test_a_queue_deleted_by_the_api_of_this_process_tells_its_subscribers(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # box.delete_queue in the process that runs the door ended its XMPP subscriptions with
+    # no word (the consumer found closed), where a delete by another process sent them the
+    # <delete/> event: a live client waited for items for ever.
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice") as [alice]:
+            await alice.subscribe(1)
+            assert box.delete_queue("jobs")
+            event = await asyncio.wait_for(alice.events.get(), 5)
+            assert (event.what, event.item) == ("delete", "jobs")
+            # unsubscribed, and the node is the topic `jobs` now, as after another's delete
+            reply = await alice.request(
+                f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
+            )
+            assert reply.find(f".//{ITEM_NOT_FOUND}") is not None
 
     run(scenario())
     box.close()

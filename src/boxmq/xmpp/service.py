@@ -249,8 +249,12 @@ class QueueService:
                 continue
             try:
                 messages = subscription.consumer.receive_ready()
-            except Closed:  # its queue was deleted under it: the subscription ends
-                self._end(subscription)
+            except Closed:
+                # Its queue was deleted under it by this process (box.delete_queue closes
+                # the queue's consumers here first): told as for a delete over XMPP.
+                self._deleted_elsewhere(subscription.node)
+                if not subscription.closed:  # the box was closed, or the queue made again
+                    self._end(subscription)
                 continue
             except BoxMQError as error:  # a file swept away under us: try again later
                 log.warning("%s for %s: %s", subscription.node, subscription.jid, error)
@@ -627,9 +631,10 @@ class QueueService:
             )
 
     def _deleted_elsewhere(self, node: str) -> bool:
-        """Whether another process deleted the queue `node` (`boxmq delete`) since it was
-        looked up here; if so its subscribers here are told and unsubscribed, as for a delete
-        over XMPP (XEP-0060 §8.4.2), and the node is looked up again at its next request.
+        """Whether another process (`boxmq delete`), or this one's API (box.delete_queue),
+        deleted the queue `node` since it was looked up here; if so its subscribers here are
+        told and unsubscribed, as for a delete over XMPP (XEP-0060 §8.4.2), and the node is
+        looked up again at its next request.
         Without this the node stayed a queue here: every publish to it refused, every
         subscribe to it answered with a subscription to nothing."""
         if node not in self._queues or is_dropbox(queue_path(self._box.root, node)):

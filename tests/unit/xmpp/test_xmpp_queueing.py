@@ -442,11 +442,13 @@ def test_a_queue_deleted_behind_the_doors_back_ends_its_subscriptions(
 ) -> None:
     wire.subscribe(ALICE, 1)
     assert box.delete_queue("jobs")
-    assert wire.service.poll() == 0  # no error: the subscription just ends
+    assert wire.service.poll() == 0  # no error: the subscription ends, and alice is told
+    deleted = f"{{{ns.PUBSUB_EVENT}}}event/{{{ns.PUBSUB_EVENT}}}delete"
+    assert [s.get("to") for s in wire.take() if s.find(deleted) is not None] == [ALICE]
     reply = wire.iq(
         ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
     )
-    assert condition(reply) == ("cancel", "unexpected-request")
+    assert condition(reply) == ("cancel", "item-not-found")  # the topic `jobs` now
 
 
 def test_a_subscriber_that_lets_three_locks_time_out_in_a_row_is_unsubscribed(
