@@ -6,10 +6,11 @@ import asyncio
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree as ET
 
 import pytest
 from slixmpp.xmlstream.handler import Callback
-from tests.xmpp.clients import PS, _QosRequests, clients, component
+from tests.xmpp.clients import PS, Client, _QosRequests, clients, component
 from tests.xmpp.server import SERVICE, Prosody
 
 import boxmq
@@ -204,11 +205,59 @@ def test_a_queue_deleted_by_the_api_of_this_process_tells_its_subscribers(
             assert box.delete_queue("jobs")
             event = await asyncio.wait_for(alice.events.get(), 5)
             assert (event.what, event.item) == ("delete", "jobs")
+            assert (await alice.next_event()).item == "none"  # its subscription's state
             # unsubscribed, and the node is the topic `jobs` now, as after another's delete
             reply = await alice.request(
                 f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
             )
             assert reply.find(f".//{ITEM_NOT_FOUND}") is not None
+
+    run(scenario())
+    box.close()
+
+
+async def _subscription_ended(user: Client) -> ET.Element:
+    """The subscription-state notification (XEP-0060 §8.8.4) that `user` gets next, after any
+    items and unlock notifications."""
+    while (event := await asyncio.wait_for(user.events.get(), 5)).what != "subscription":
+        assert event.what in ("item", "unlock"), event
+    assert event.payload is not None
+    assert (event.item, event.payload.get("node")) == ("none", "jobs")
+    return event.payload
+
+
+def test_a_subscriber_dropped_after_three_silences_is_told(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # After three lock timeouts in a row the service unsubscribed a subscriber and sent it
+    # nothing: a client still connected (slow, or its handler stuck) waited for items for
+    # ever. It now gets <subscription subscription='none'/> and may subscribe again.
+    async def scenario() -> None:
+        async with (
+            component(prosody, box, lock_timeout=0.2),
+            clients(prosody, "alice", "carol") as [alice, carol],
+        ):
+            await alice.subscribe(1)
+            for n in range(3):
+                await carol.publish(f"<job xmlns='urn:example'>{n}</job>")
+            state = await _subscription_ended(alice)
+            assert state.get("jid") == "alice@localhost"
+            assert (await alice.subscribe(1)).get("type") == "result"  # it may come back
+
+    run(scenario())
+    box.close()
+
+
+def test_a_subscriber_still_connected_when_the_component_stops_is_told(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # Subscriptions are not kept across a restart of the component: a client that stayed
+    # connected was never told, and after the restart waited for items for ever.
+    async def scenario() -> None:
+        async with clients(prosody, "alice") as [alice]:
+            async with component(prosody, box):
+                await alice.subscribe(1)
+            await _subscription_ended(alice)
 
     run(scenario())
     box.close()

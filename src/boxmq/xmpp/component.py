@@ -213,6 +213,7 @@ class QueueComponent(ComponentXMPP):
             await self._timer
         self.service.flush()  # publishes of the last batch are stored and answered
         self.service.close()  # every subscriber's locks go back to target/
+        self._flush()  # and each is told its subscription ended, before the stream's end
         if self.transport is not None:
             await self.disconnect(wait=1.0)
 

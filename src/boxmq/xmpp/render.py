@@ -27,6 +27,7 @@ __all__ = [
     "error",
     "event",
     "event_delete",
+    "event_subscription",
     "form",
     "iq_set",
     "recurring_attr",
@@ -138,6 +139,19 @@ def event(
         f"from={recurring_attr(sender)}><event xmlns='{ns.PUBSUB_EVENT}'>"
         f"<items node={recurring_attr(node)}>{inner}</items>"
         "</event></message>"
+    )
+
+
+def event_subscription(
+    message_id: str, sender: str, to: str, node: str, jid: str, subid: str, state: str
+) -> str:
+    """The pubsub#event that tells a subscriber its subscription is now `state` (`none`: the
+    service ended it; XEP-0060 §8.8.4, "Notification of Subscription State Changes")."""
+    return (
+        f"<message id={attr(message_id)} to={recurring_attr(to)} "
+        f"from={recurring_attr(sender)}><event xmlns='{ns.PUBSUB_EVENT}'>"
+        f"<subscription node={recurring_attr(node)} jid={recurring_attr(jid)} "
+        f"subid={attr(subid)} subscription={attr(state)}/></event></message>"
     )
 
 

@@ -82,6 +82,7 @@ FEATURES: Final = (
     ns.PUBSUB + "#publish",
     ns.PUBSUB + "#retract-items",
     ns.PUBSUB + "#subscribe",
+    ns.PUBSUB + "#subscription-notifications",  # XEP-0060: a MUST for who sends them
     ns.QUEUEING,
     ns.QOS,
 )
@@ -227,7 +228,7 @@ class QueueService:
                 log.info(
                     "%s: %s answered nothing: unsubscribed", subscription.node, subscription.jid
                 )
-                self._end(subscription)
+                self._drop(subscription)
         self._reliable.retry(now)
 
     def next_deadline(self) -> float | None:
@@ -254,7 +255,7 @@ class QueueService:
                 # the queue's consumers here first): told as for a delete over XMPP.
                 self._deleted_elsewhere(subscription.node)
                 if not subscription.closed:  # the box was closed, or the queue made again
-                    self._end(subscription)
+                    self._drop(subscription)
                 continue
             except BoxMQError as error:  # a file swept away under us: try again later
                 log.warning("%s for %s: %s", subscription.node, subscription.jid, error)
@@ -265,8 +266,10 @@ class QueueService:
         return taken
 
     def close(self) -> None:
+        """The component stops: subscriptions are not kept across a restart, so each
+        subscriber is told that its subscription ended (it subscribes again)."""
         for subscription in self._subscriptions.all():
-            self._end(subscription)
+            self._drop(subscription)
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -529,7 +532,7 @@ class QueueService:
             self._send(
                 render.event_delete(next(self._ids), self.domain, subscription.jid, request.node)
             )
-            self._end(subscription)
+            self._drop(subscription)
         self._queues.pop(request.node, None)
         self._box.delete_queue(request.node)
         return render.result(iq)
@@ -647,8 +650,26 @@ class QueueService:
                         next(self._ids), self.domain, subscription.jid, subscription.node
                     )
                 )
-                self._end(subscription)
+                self._drop(subscription)
         return True
+
+    def _drop(self, subscription: Subscription) -> None:
+        """The service ends a subscription its subscriber did not end (three silences, its
+        queue deleted, the component stopping): ended, and the subscriber is told (XEP-0060
+        §8.8.4), else a client still connected would wait for items for ever. Not for one
+        that left (unavailable presence, a bounce): nobody is there to hear it."""
+        self._end(subscription)
+        self._send(
+            render.event_subscription(
+                next(self._ids),
+                self.domain,
+                subscription.jid,
+                subscription.node,
+                bare(subscription.jid),
+                consumer_name(subscription.jid),
+                "none",
+            )
+        )
 
     def _end(self, subscription: Subscription) -> None:
         for item in subscription.held:

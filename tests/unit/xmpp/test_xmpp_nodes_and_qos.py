@@ -164,11 +164,19 @@ def test_delete_tells_the_subscribers_before_their_subscriptions_end(wire: Wire)
     wire.create()
     wire.subscribe(BOB, 1)
     assert _delete(wire, ALICE).get("type") == "result"
-    [notice] = [s for s in wire.take() if s.find(f"{{{ns.PUBSUB_EVENT}}}event") is not None]
-    assert notice.get("to") == BOB
+    notice, ended = [s for s in wire.take() if s.find(f"{{{ns.PUBSUB_EVENT}}}event") is not None]
+    assert notice.get("to") == ended.get("to") == BOB
     deleted = notice.find(f"{{{ns.PUBSUB_EVENT}}}event/{{{ns.PUBSUB_EVENT}}}delete")
     assert deleted is not None
     assert deleted.get("node") == "jobs"
+    # then the subscription's new state, as after every end the service decides
+    state = ended.find(f"{{{ns.PUBSUB_EVENT}}}event/{{{ns.PUBSUB_EVENT}}}subscription")
+    assert state is not None
+    assert (state.get("node"), state.get("jid"), state.get("subscription")) == (
+        "jobs",
+        "bob@localhost",
+        "none",
+    )
 
 
 def _deletes(wire: Wire) -> list[str]:

@@ -476,7 +476,13 @@ def test_a_subscriber_that_lets_three_locks_time_out_in_a_row_is_unsubscribed(
     assert len(held_now()) == 1  # two silent timeouts in a row: still subscribed
     time_out()
     assert len(held_now()) == 1
-    time_out()  # the third in a row: treated as gone
+    time_out()  # the third in a row: treated as gone...
+    # ...and told so (XEP-0060 §8.8.4), after the unlock notification: a live client waited
+    # for items for ever
+    path = f"{{{ns.PUBSUB_EVENT}}}event/{{{ns.PUBSUB_EVENT}}}subscription"
+    [(to, state)] = [(s.get("to"), s.find(path)) for s in wire.take() if s.find(path) is not None]
+    assert state is not None
+    assert (to, state.get("node"), state.get("subscription")) == (ALICE, "jobs", "none")
     assert held_now() == []
     assert manual_box.queue("jobs").counts().ready == 3  # everything back, one done
     wire.service.close()
