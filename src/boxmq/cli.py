@@ -94,7 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         flags = (args.xmpp_server, args.xmpp_secret, args.xmpp_secret_file)
         if args.xmpp_component is None and (
-            missing := without_component(*flags, args.xmpp_lock_timeout)
+            missing := without_component(
+                *flags, args.xmpp_lock_timeout, args.xmpp_stanza_size_limit
+            )
         ):
             args.usage_error(missing)
     log = logging.StreamHandler(sys.stderr)
@@ -456,6 +458,12 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="unanswered XMPP deliveries go to the next subscriber after this (default 30s)",
     )
+    p.add_argument(
+        "--xmpp-stanza-size-limit",
+        type=_stanza_size_limit,
+        metavar="BYTES",
+        help="the server's component_stanza_size_limit, if raised (default 524288)",
+    )
 
 
 def _put_arguments(p: argparse.ArgumentParser) -> None:
@@ -719,6 +727,15 @@ def _positive_int(text: str) -> int:
     return number
 
 
+def _stanza_size_limit(text: str) -> int:
+    from boxmq.xmpp.settings import stanza_size_refusal  # serve's alone, as settings_from
+
+    limit = _integer(text)
+    if (refused := stanza_size_refusal(limit)) is not None:
+        raise argparse.ArgumentTypeError(refused)
+    return limit
+
+
 def _address(text: str) -> tuple[str, int]:
     host, colon, port = text.rpartition(":")
     unbracketed = ":" in host and not (host.startswith("[") and host.endswith("]"))
@@ -798,6 +815,7 @@ def _serve(args: argparse.Namespace) -> int:
             secret=args.xmpp_secret,
             secret_file=args.xmpp_secret_file,
             lock_timeout=args.xmpp_lock_timeout,
+            stanza_size_limit=args.xmpp_stanza_size_limit,
             environ=os.environ,
         )
         # A broker that seems stuck shows where each thread waits, and goes on serving:

@@ -190,10 +190,10 @@ async def clients(server: Prosody, *users: str) -> AsyncIterator[list[Client]]:
 
 @contextlib.asynccontextmanager
 async def component(
-    server: Prosody, box: boxmq.Box, *, lock_timeout: float = 30.0
+    server: Prosody, box: boxmq.Box, *, lock_timeout: float = 30.0, **more: int
 ) -> AsyncIterator[QueueComponent]:
     settings = XmppSettings(
-        SERVICE, "127.0.0.1", server.component_port, SECRET, lock_timeout=lock_timeout
+        SERVICE, "127.0.0.1", server.component_port, SECRET, lock_timeout=lock_timeout, **more
     )
     running = QueueComponent(box, settings)
     running.connect()

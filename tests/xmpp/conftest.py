@@ -32,3 +32,11 @@ def prosody(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prosody]:
         pytest.skip(reason)
     with run_prosody(tmp_path_factory.mktemp("prosody")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def roomy_prosody(prosody: Prosody, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prosody]:
+    """A second Prosody, its component_stanza_size_limit raised to 1 MiB (`prosody` first:
+    its skip rules)."""
+    with run_prosody(tmp_path_factory.mktemp("roomy"), component_stanza_size_limit=2**20) as server:
+        yield server

@@ -53,7 +53,10 @@ def _accepts(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def run_prosody(folder: Path) -> Iterator[Prosody]:
+def run_prosody(
+    folder: Path, *, component_stanza_size_limit: int = 512 * 1024
+) -> Iterator[Prosody]:
+    """`component_stanza_size_limit`: Prosody's default unless a test raises it."""
     c2s_port, component_port = free_ports(2)
     server = Prosody(c2s_port, component_port, folder)
     (folder / "certs").mkdir(parents=True, exist_ok=True)
@@ -65,6 +68,7 @@ def run_prosody(folder: Path) -> Iterator[Prosody]:
         "BOXMQ_C2S_PORT": str(server.c2s_port),
         "BOXMQ_COMPONENT_PORT": str(server.component_port),
         "BOXMQ_COMPONENT_SECRET": SECRET,
+        "BOXMQ_COMPONENT_STANZA_SIZE_LIMIT": str(component_stanza_size_limit),
         # As root the binary refuses to start unless told (and then half-starts): tell it.
         "BOXMQ_PROSODY_AS_ROOT": "1" if os.geteuid() == 0 else "0",
     }

@@ -30,7 +30,7 @@ def run(scenario: Coroutine[Any, Any, None]) -> None:
     asyncio.run(asyncio.wait_for(scenario, SCENARIO_SECONDS))
 
 
-def _serve(prosody: Prosody, data: Path, secret: str = SECRET) -> subprocess.Popen[str]:
+def _serve(prosody: Prosody, data: Path, secret: str = SECRET, *more: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -46,6 +46,7 @@ def _serve(prosody: Prosody, data: Path, secret: str = SECRET) -> subprocess.Pop
             SERVICE,
             "--xmpp-server",
             f"127.0.0.1:{prosody.component_port}",
+            *more,
         ],
         env={**os.environ, "BOXMQ_XMPP_SECRET": secret},
         stdout=subprocess.PIPE,
@@ -129,6 +130,35 @@ def test_a_wrong_secret_stops_serve_with_a_message_that_says_what_to_fix(
     assert "not-authorized" in refused[-1]
     assert "component_secret" in refused[-1]
     assert "BOXMQ_XMPP_SECRET" in refused[-1]
+
+
+def test_serve_with_the_servers_raised_stanza_limit_sends_items_up_to_it(
+    roomy_prosody: Prosody, tmp_path: Path
+) -> None:
+    # 512 KiB was fixed in the component: with Prosody's component_stanza_size_limit raised
+    # to 1 MiB, a 600 kB item put by the API still went to error/, never sent.
+    data = tmp_path / "data"
+    with boxmq.open(data, fsync="never") as box:
+        item = box.queue("jobs").put(b"x" * 600_000)
+    process = _serve(roomy_prosody, data, SECRET, "--xmpp-stanza-size-limit", str(2**20))
+
+    async def scenario() -> None:
+        async with clients(roomy_prosody, "alice") as [alice]:
+            await _wait_for_service(alice)
+            await alice.subscribe(1)
+            event = await asyncio.wait_for(alice.events.get(), 5)
+            assert (event.what, event.item) == ("item", item)
+            assert event.payload is not None
+            assert event.payload.text == "x" * 600_000
+            assert (await alice.retract(item)).get("type") == "result"
+
+    try:
+        run(scenario())
+    finally:
+        process.terminate()
+        output, _ = process.communicate(timeout=10)
+    assert process.returncode == 0, output
+    assert "error/" not in output, output
 
 
 def test_the_component_reconnects_and_keeps_its_subscribers(

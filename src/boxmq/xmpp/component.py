@@ -70,6 +70,7 @@ class QueueComponent(ComponentXMPP):
             domain=settings.component,
             send=self._send,
             lock_timeout=settings.lock_timeout,
+            stanza_size_limit=settings.stanza_size_limit,
         )
         self.add_event_handler("session_start", self._started)
         self.add_event_handler("disconnected", self._disconnected)

@@ -66,6 +66,7 @@ from boxmq.xmpp.requests import (
     parse_iq,
     parse_request,
 )
+from boxmq.xmpp.settings import ENVELOPE, STANZA_SIZE_LIMIT, stanza_size_refusal
 from boxmq.xmpp.subscriptions import Subscription, Subscriptions, consumer_name
 
 __all__ = ["FEATURES", "QueueService"]
@@ -91,12 +92,6 @@ SHARE_GROUP: Final = "xmpp"  # the XMPP subscribers of a topic node: $share/xmpp
 SILENT_TIMEOUTS: Final = 3  # lock timeouts in a row, nothing answered: the subscriber is gone
 # Seconds between looks for queues another process deleted (`boxmq delete`), as sweeps go
 DELETED_CHECK: Final = 1.0
-# Prosody's component_stanza_size_limit (512 KiB by default): a bigger stanza from the
-# component ends its stream. An item must leave room for its event's envelope (addresses,
-# a QoS iq around it); a body of up to 256 KiB, what a client can publish, always fits.
-MAX_STANZA: Final = 512 * 1024
-MAX_ITEM: Final = MAX_STANZA - 8 * 1024  # bytes of <item>...</item>
-_SURELY_FITS: Final = MAX_ITEM // 4  # characters: 4 bytes each at most in UTF-8
 QOS_LEVEL: Final = "boxmq#qos"  # how notifications are sent: docs/xmpp.md, QoS
 NODE_CONFIG: Final = ns.PUBSUB + "#node_config"
 _CONFIGURATION_REQUIRED: Final = Condition("modify", "not-acceptable", "configuration-required")
@@ -118,10 +113,13 @@ class QueueService:
         domain: str,
         send: Send,
         lock_timeout: float = 30.0,
+        stanza_size_limit: int = STANZA_SIZE_LIMIT,
         now: Callable[[], float] = time.time,
     ) -> None:
         if lock_timeout <= 0:
             raise InvalidArgument("the lock timeout must be a positive number of seconds")
+        if (refused := stanza_size_refusal(stanza_size_limit)) is not None:
+            raise InvalidArgument(refused)
         self.domain = domain
         self._box = box
         self._send = send
@@ -135,6 +133,12 @@ class QueueService:
         self._puts: dict[str, list[tuple[Iq, bytes]]] = {}  # publishes awaiting one commit
         self._store_failures: list[StoreFailed] = []  # logged once, at the batch's end
         self._next_deleted_check = 0.0
+        # A bigger stanza from the component ends its stream (Prosody: not-well-formed). An
+        # item leaves room for its event's envelope; with Prosody's default a body of up to
+        # 256 KiB, what a client can publish, always fits.
+        self._stanza_size_limit = stanza_size_limit
+        self._max_item = stanza_size_limit - ENVELOPE  # bytes of <item>...</item>
+        self._surely_fits = self._max_item // 4  # characters: 4 bytes each at most in UTF-8
 
     # -- what the component feeds in -------------------------------------------------------------
 
@@ -176,12 +180,13 @@ class QueueService:
             return
         # Quoted: a file a script dropped may carry any id (`4.a%27b.T` is `a'b`).
         item = f"<item id={_attr(item_id)}>{payload_of(message.body)}</item>"
-        if len(item) > _SURELY_FITS and (size := len(item.encode())) > MAX_ITEM:
+        if len(item) > self._surely_fits and (size := len(item.encode())) > self._max_item:
             self._unsendable(
                 subscription.node,
                 message,
-                f"it is {size} bytes as an XMPP item, over the {MAX_STANZA} a component's "
-                "stanza may carry (Prosody's component_stanza_size_limit)",
+                f"it is {size} bytes as an XMPP item, over the {self._stanza_size_limit} a "
+                "component's stanza may carry (Prosody's component_stanza_size_limit; "
+                "--xmpp-stanza-size-limit if the server's was raised)",
             )
             return
         self._subscriptions.hold(subscription, message)

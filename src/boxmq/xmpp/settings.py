@@ -9,7 +9,32 @@ from boxmq.core.topics import utf8_size
 from boxmq.errors import InvalidArgument
 from boxmq.host_names import HOST_NAME_RULE, is_host_name
 
-__all__ = ["SECRET_ENV", "XmppSettings", "settings_from", "without_component"]
+__all__ = [
+    "ENVELOPE",
+    "SECRET_ENV",
+    "STANZA_SIZE_LIMIT",
+    "XmppSettings",
+    "settings_from",
+    "stanza_size_refusal",
+    "without_component",
+]
+
+# Prosody's component_stanza_size_limit by default: a bigger stanza from the component ends
+# its stream. A server set to take more (or less) needs the same number here.
+STANZA_SIZE_LIMIT = 512 * 1024
+ENVELOPE = 8 * 1024  # room an item leaves for its event: addresses, a QoS iq around it
+_SMALLEST = 2 * ENVELOPE
+
+
+def stanza_size_refusal(limit: object) -> str | None:
+    """Why `limit` cannot be the server's stanza size limit for the component, else None."""
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit >= _SMALLEST:
+        return None
+    return (
+        f"{limit!r} is no stanza size limit: give the XMPP server's limit for the component "
+        f"in bytes (Prosody's component_stanza_size_limit, {STANZA_SIZE_LIMIT} by default), "
+        f"at least {_SMALLEST}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +45,7 @@ class XmppSettings:
     secret: str
     lock_timeout: float = 30.0  # XEP-0254 §4: unanswered deliveries go to the next subscriber
     reconnect_max: float = 30.0  # the longest wait between reconnect attempts
+    stanza_size_limit: int = STANZA_SIZE_LIMIT  # the server's, for what the component sends
 
     def __post_init__(self) -> None:
         if not self.component or "@" in self.component or "/" in self.component:
@@ -40,6 +66,8 @@ class XmppSettings:
             raise InvalidArgument("the component secret is empty")
         if self.lock_timeout <= 0:
             raise InvalidArgument("the lock timeout must be a positive number of seconds")
+        if (refused := stanza_size_refusal(self.stanza_size_limit)) is not None:
+            raise InvalidArgument(f"--xmpp-stanza-size-limit {refused}")
 
 
 SECRET_ENV = "BOXMQ_XMPP_SECRET"
@@ -50,6 +78,7 @@ def without_component(
     secret: str | None,
     secret_file: str | None,
     lock_timeout: float | None,
+    stanza_size_limit: int | None = None,
 ) -> str | None:
     """What to add when --xmpp-* flags are given without --xmpp-component, else None: they
     would be ignored without a word, and serve would run with no XMPP door."""
@@ -60,6 +89,7 @@ def without_component(
             ("--xmpp-secret", secret),
             ("--xmpp-secret-file", secret_file),
             ("--xmpp-lock-timeout", lock_timeout),
+            ("--xmpp-stanza-size-limit", stanza_size_limit),
         )
         if value is not None
     ]
@@ -77,6 +107,7 @@ def settings_from(
     secret_file: str | None,
     environ: Mapping[str, str],
     lock_timeout: float | None = None,
+    stanza_size_limit: int | None = None,
 ) -> XmppSettings | None:
     """`boxmq serve`'s --xmpp-* flags as settings; None when no component is asked for.
 
@@ -84,7 +115,8 @@ def settings_from(
     (the last one shows on the process list: the others are for production).
     """
     if component is None:
-        if (missing := without_component(server, secret, secret_file, lock_timeout)) is not None:
+        missing = without_component(server, secret, secret_file, lock_timeout, stanza_size_limit)
+        if missing is not None:
             raise InvalidArgument(missing)
         return None
     if secret_file is not None:
@@ -109,5 +141,10 @@ def settings_from(
         )
     host, port = server if server is not None else ("127.0.0.1", 5347)
     return XmppSettings(
-        component, host, port, secret, lock_timeout=lock_timeout if lock_timeout else 30.0
+        component,
+        host,
+        port,
+        secret,
+        lock_timeout=lock_timeout if lock_timeout else 30.0,
+        stanza_size_limit=STANZA_SIZE_LIMIT if stanza_size_limit is None else stanza_size_limit,
     )

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from boxmq import cli
 from boxmq.errors import InvalidArgument
-from boxmq.xmpp.settings import SECRET_ENV, settings_from
+from boxmq.xmpp.settings import SECRET_ENV, XmppSettings, settings_from
 
 
 def test_no_component_no_xmpp() -> None:
@@ -84,3 +85,45 @@ def test_the_lock_timeout_is_passed_on() -> None:
     )
     assert settings is not None
     assert settings.lock_timeout == 2.5
+
+
+def test_the_stanza_size_limit_is_passed_on_and_prosodys_by_default() -> None:
+    def limit(given: int | None) -> int:
+        settings = settings_from(
+            "q.example.org", None, secret="s", secret_file=None, environ={}, stanza_size_limit=given
+        )
+        assert settings is not None
+        return settings.stanza_size_limit
+
+    assert limit(None) == 512 * 1024  # Prosody's component_stanza_size_limit
+    assert limit(4 * 1024 * 1024) == 4 * 1024 * 1024
+
+
+@pytest.mark.parametrize("limit", [0, -1, 16383, True, 2.5e6, "1MiB"])
+def test_a_stanza_size_limit_that_is_none_says_what_to_give(limit: object) -> None:
+    # from Python, where no --xmpp-stanza-size-limit parser stands before it
+    with pytest.raises(InvalidArgument) as caught:
+        XmppSettings("q.example.org", "127.0.0.1", 5347, "s", stanza_size_limit=limit)  # type: ignore[arg-type]
+    assert str(caught.value) == (
+        f"--xmpp-stanza-size-limit {limit!r} is no stanza size limit: give the XMPP server's "
+        "limit for the component in bytes (Prosody's component_stanza_size_limit, 524288 by "
+        "default), at least 16384"
+    )
+
+
+@pytest.mark.parametrize("given", ["100", "1MiB", "5_000_000"])
+def test_serve_refuses_a_bad_stanza_size_limit_as_a_usage_error(
+    given: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["serve", "--xmpp-component", "q.x", "--xmpp-stanza-size-limit", given])
+    assert exit.value.code == 2
+    assert "argument --xmpp-stanza-size-limit: " in capsys.readouterr().err
+
+
+def test_the_stanza_size_limit_without_the_component_is_refused_by_name() -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        settings_from(
+            None, None, secret=None, secret_file=None, environ={}, stanza_size_limit=2**20
+        )
+    assert str(caught.value) == "--xmpp-stanza-size-limit needs --xmpp-component NAME"

@@ -34,6 +34,10 @@ network_settings = { nagle = false; opportunistic_writes = true }
 -- CI runs as root; the prosody binary would refuse (and half-start) without this.
 run_as_root = ENV_BOXMQ_PROSODY_AS_ROOT == "1"
 
+-- 512 KiB (Prosody's default) unless a test raises it, as boxmq's --xmpp-stanza-size-limit.
+-- Global: mod_component reads it once for every component (a Component section's is ignored).
+component_stanza_size_limit = tonumber(ENV_BOXMQ_COMPONENT_STANZA_SIZE_LIMIT)
+
 VirtualHost "localhost"
 
 -- Prosody's own pubsub, for bench/xmpp.py's comparison.
