@@ -14,11 +14,12 @@ import logging
 import math
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from boxmq.client.live_queue import LiveOptions, LiveQueue
 from boxmq.client.queue import Queue, QueueCounts, counts_of
@@ -35,6 +36,7 @@ from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import (
     TOPIC_ROOT,
+    State,
     clear_deleting,
     dropbox_folders,
     is_dropbox,
@@ -143,6 +145,11 @@ class Box:
         self._held_by_others: set[str] = set()
         self._named: set[str] = set()
         self._expiring: set[str] = set()
+        # The queues a visit left with nothing to do before a time, by path: what their
+        # processing/ and target/ were then (inode, mtime), that time and the other processes
+        # whose locks they hold. A sweep between full passes passes such a queue by while
+        # both stay as they were (two stats, `_unchanged`).
+        self._quiet: dict[str, _Quiet] = {}
         renew_in_children(self)
 
     def renew_in_child(self) -> None:
@@ -462,13 +469,15 @@ class Box:
         runs on a timer); share groups whose members all died, and subscriptions that were to
         end with a process that died, are ended.
 
-        full=False (serve's timer): every queue, but of the subscriptions only those where
-        something may be due: a lock's deadline or an expiry the last visit saw, a copy with
-        an expiry published by this process, a consumer here receiving from it where
-        something changed since (LiveQueue.wants_sweep), a process holding locks or
-        subscriptions that died; and every subscription once every FULL_SWEEP_EVERY seconds,
-        for what other processes did meanwhile. Offline MQTT sessions, and connected ones,
-        with nothing due then cost nothing (docs/operations.md)."""
+        full=False (serve's timer): every queue but those whose folders stayed as their
+        last visit saw them, with nothing due yet (`_unchanged`: two stats each); of the
+        subscriptions only those where something may be due: a lock's deadline or an expiry
+        the last visit saw, a copy with an expiry published by this process, a consumer here
+        receiving from it where something changed since (LiveQueue.wants_sweep), a process
+        holding locks or subscriptions that died; and every queue and subscription once
+        every FULL_SWEEP_EVERY seconds, for what other processes did meanwhile. Offline MQTT
+        sessions, connected ones and idle queues with nothing due then cost next to nothing
+        (docs/operations.md)."""
         now = self._clock.now()
         limits = self.options.limits
         retention, purge = limits.processed_retention, False
@@ -503,7 +512,8 @@ class Box:
             # First: a stale temporary deleted would make its folder young again.
             self._remove_abandoned(recordless, now=now, age=limits.working_ttl)
         self._remove_stale_temporaries(
-            [*(path for _, path in queues), *(subscriptions or ())],
+            # The dropboxes' own folders at the full pass too: an hour old, a minute later.
+            [*(path for _, path in queues), *subscriptions] if subscriptions is not None else [],
             now=now,
             age=limits.working_ttl,
             full=subscriptions is not None,
@@ -549,12 +559,25 @@ class Box:
         queue_paths = {path for _, path in queues}
         if full or purge or now >= self._next_full:
             boxes, subscriptions, recordless = self._every_subscription(now, queues)
+            quiet: dict[str, _Quiet] = {}
         else:
-            boxes = queues + self._due_subscriptions(now, expiring, queue_paths)
+            quiet = self._quiet
+            boxes = [
+                *(queue for queue in queues if not _unchanged(quiet.get(queue[1]), now)),
+                *self._due_subscriptions(now, expiring, queue_paths),
+            ]
             subscriptions = None
+        # What the visits below find is kept, for the queues (a full pass makes it again).
+        self._quiet = quiet
+        settle = not self.options.polling
         limits = self.options.limits
         reports = {}
         for name, path in boxes:
+            quiet.pop(path, None)
+            # Taken before the visit: a change made during it (by another process) is one
+            # the next sweep finds. Not on a polling root (NFS may cache a folder's mtime).
+            folders = [os.path.join(path, _PROCESSING), os.path.join(path, _TARGET)]
+            seen = _settled(folders) if settle and path in queue_paths else None
             try:
                 # Not completed (no state folder made at the open), since an `rm -rf` of
                 # the queue may be under way: a move into a folder that is missing makes it.
@@ -583,9 +606,11 @@ class Box:
                 # gets an expired message meanwhile (each process expires what it offers).
                 expiry = now + min(60.0, report.looked / EXPIRY_NAMES_PER_SECOND)
             self._next_expiry[path] = expiry
+            # Not looked through for expirations, it is due for that look at the latest.
+            due = report.due if expire else min(report.due, expiry)
+            if seen is not None and not report:  # (what it did changed its folders)
+                quiet[path] = _Quiet(folders, seen, due, report.holders - {self._token})
             if path not in queue_paths:
-                # Not looked through for expirations, it is due for that look at the latest.
-                due = report.due if expire else min(report.due, expiry)
                 self._keep_due(path, name, due, report.holders - {self._token})
         if subscriptions is not None:  # done: a pass the disk failed is made again next time
             self._next_full = now + FULL_SWEEP_EVERY
@@ -861,6 +886,71 @@ class Box:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+_PROCESSING, _TARGET = State.PROCESSING.value, State.TARGET.value
+
+# A folder's inode and mtime (ns), or None where there is none.
+_Seen = tuple[int, int] | None
+
+# A folder that changed less than this before a look may change again and keep its mtime
+# (the kernel stamps it from a clock that lags time.time() by up to a tick; coarser file
+# systems keep it coarser): its mtime then proves nothing (as live_queue.py's periodic look).
+_SETTLED: Final = 1.0
+
+
+def _seen(folders: list[str]) -> list[_Seen]:
+    seen: list[_Seen] = []
+    for folder in folders:
+        try:
+            status = os.stat(folder)
+        except OSError:
+            seen.append(None)
+        else:
+            seen.append((status.st_ino, status.st_mtime_ns))
+    return seen
+
+
+def _settled(folders: list[str]) -> list[_Seen] | None:
+    """What the folders are (`_seen`) when each last changed over `_SETTLED` s ago: a later
+    look that finds the same says nothing was made, renamed or deleted in them since. None
+    otherwise, and where one is missing."""
+    before = time.time() - _SETTLED
+    seen: list[_Seen] = []
+    for folder in folders:
+        try:
+            status = os.stat(folder)
+        except OSError:
+            return None
+        if status.st_mtime > before:
+            return None
+        seen.append((status.st_ino, status.st_mtime_ns))
+    return seen
+
+
+class _Quiet(NamedTuple):
+    """A queue whose last visit found nothing to do before `due`: what its processing/ and
+    target/ (`folders`) were before it (`_settled`), and the other processes whose locks
+    it holds."""
+
+    folders: list[str]
+    seen: list[_Seen]
+    due: float
+    holders: frozenset[str]
+
+
+def _unchanged(quiet: _Quiet | None, now: float) -> bool:
+    """Whether a sweep between full passes may pass the queue by: its last visit found
+    nothing to do before a time not reached, no process holding a lock in it died since,
+    and its processing/ and target/ are as they were then (two stats), so that a visit
+    would list them to find the same locks, expiries and working/ files. What a producer
+    that died left in working/ alone waits for the full pass (it is an hour old before it
+    is due)."""
+    if quiet is None or now >= quiet.due:
+        return False
+    if quiet.holders and any(process_alive(token) is False for token in quiet.holders):
+        return False
+    return _seen(quiet.folders) == quiet.seen
 
 
 def _swept_as(record: SubscriptionRecord, path: str) -> str:
