@@ -18,7 +18,7 @@ from boxmq.client import box as box_module
 from boxmq.client.box import FULL_SWEEP_EVERY
 from boxmq.client.live_queue import LiveQueue
 from boxmq.clock import ManualClock
-from boxmq.store import temporaries
+from boxmq.store import layout, temporaries
 from boxmq.store.dropbox import Dropbox, Entry
 from boxmq.store.layout import State
 
@@ -408,3 +408,45 @@ def test_a_queue_whose_lock_holder_died_is_visited_between_full_passes(
         clock.advance(1)
         [(name, report)] = box.sweep(full=False).items()
         assert (name, report.dead or report.released) == ("jobs", 1)
+
+
+def test_between_full_passes_a_sweep_lists_the_root_again_only_when_it_changed(
+    root: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each sweep listed the root for its queues, a stat and an unescape a queue (10,000:
+    about as much as the stats of their folders). A root that stayed as it was has the same
+    queues, but for a folder made by hand that got its target/ since."""
+    listings = 0
+    folders = layout.dropbox_folders
+
+    def counted(at: str, *others: list[str]) -> list[tuple[str, str]]:
+        nonlocal listings
+        listings += 1
+        return folders(at, *others)
+
+    monkeypatch.setattr(box_module, "dropbox_folders", counted)
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        for i in range(5):
+            box.queue(f"q{i}")
+        (root / "by-hand").mkdir()  # target/ comes later (a slow script)
+        _settle([root])
+        box.sweep(full=False)  # a full pass lists it
+        for _ in range(3):
+            clock.advance(1)
+            box.sweep(full=False)
+        assert listings == 1
+        (root / "by-hand" / "target").mkdir()
+        assert "by-hand" in box.sweep(full=False)
+        assert listings == 2
+        box.queue("q5").put(b"new")  # the root changed
+        assert "q5" in box.sweep(full=False)
+        assert listings == 3
+        box.delete_queue("q5")
+        _settle([root])
+        assert "q5" not in box.sweep(full=False)
+        clock.advance(1)
+        box.sweep(full=False)
+        assert listings == 4
+        clock.advance(FULL_SWEEP_EVERY)
+        box.sweep(full=False)
+        assert listings == 5

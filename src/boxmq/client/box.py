@@ -150,6 +150,9 @@ class Box:
         # whose locks they hold. A sweep between full passes passes such a queue by while
         # both stay as they were (two stats, `_unchanged`).
         self._quiet: dict[str, _Quiet] = {}
+        # The root's queues as last listed, with what the root was then (`_settled`) and
+        # its other folders (`_queue_folders`).
+        self._listed: tuple[list[_Seen], list[tuple[str, str]], list[str]] | None = None
         renew_in_children(self)
 
     def renew_in_child(self) -> None:
@@ -485,7 +488,8 @@ class Box:
             # processed/ is the big folder (a day of traffic, by default): looked through at
             # most every hundredth of the retention (a minute at most), not every sweep.
             purge, self._next_purge = True, now + min(60.0, retention / 100)
-        queues = dropbox_folders(self.root)  # by path: a folder made by hand may not be escaped
+        # By path: a folder made by hand may not be escaped.
+        queues = self._queue_folders(fresh=full or purge or now >= self._next_full)
         with self._lock:
             expiring, self._expiring = self._expiring, set()
         try:
@@ -541,6 +545,23 @@ class Box:
             except OSError as error:  # the next round tries again; the rest of the sweep ran
                 log.warning("side files not collected this round: %s", error)
         return reports
+
+    def _queue_folders(self, *, fresh: bool) -> list[tuple[str, str]]:
+        """dropbox_folders(root), each sweep: 10,000 queues took a stat and an unescape
+        each, a second. Between full passes, a root as it was at the last listing (one stat,
+        `_settled`), of which no other entry became a queue since (a folder made by hand,
+        then its target/), has the same queues: a queue deleted, made or renamed changes
+        the root. One whose target/ went (by hand) is visited still, and found no queue."""
+        listed, polled = self._listed, self.options.polling
+        if not fresh and not polled and listed is not None:
+            seen, queues, others = listed
+            if _seen([self.root]) == seen and not any(map(is_dropbox, others)):
+                return queues
+        settled = _settled([self.root])  # before the listing: a change meanwhile is seen next
+        others = []
+        queues = dropbox_folders(self.root, others)
+        self._listed = None if settled is None or polled else (settled, queues, others)
+        return queues
 
     def _visit(
         self,

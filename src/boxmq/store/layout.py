@@ -150,14 +150,15 @@ def list_dropboxes(root: str) -> list[str]:
     return [name for name, _ in dropbox_folders(root)]
 
 
-def dropbox_folders(root: str) -> list[tuple[str, str]]:
+def dropbox_folders(root: str, others: list[str] | None = None) -> list[tuple[str, str]]:
     """(name, path) of every queue under `root`, sorted by name. A folder made by hand whose
     name is not the escaped form of any name (e.g. "50%off", "a%41": escaped, "aA" would be
     "aA") is named as it is on disk, bytes that are not UTF-8 as \\xNN, and " (not escaped)"
     after that when a queue's own folder has that name ("50%25off"), so that no two are named
     alike: such a name does not lead back to its folder, so use the path. A hidden folder
     made by hand (".x": boxmq's own is "%2Ex") is one of those; the root's other hidden
-    folders (.spare, .properties, .mqtt, ...) hold no target/, so they are no queue."""
+    folders (.spare, .properties, .mqtt, ...) hold no target/, so they are no queue.
+    `others`, when given, gets the path of each other entry (the topic root's aside)."""
     try:
         entries = list(os.scandir(root))
     except FileNotFoundError:
@@ -166,7 +167,11 @@ def dropbox_folders(root: str) -> list[tuple[str, str]]:
     for entry in entries:
         # A folder this user may not look into is left out, not refused: a root that is a
         # file system's top has its lost+found, root's and of mode 0700.
-        if entry.name == TOPIC_ROOT or not is_dropbox(entry.path):
+        if entry.name == TOPIC_ROOT:
+            continue
+        if not is_dropbox(entry.path):
+            if others is not None:
+                others.append(entry.path)
             continue
         if (name := _escaped_name(entry.name)) is not None:
             escaped.append((name, entry.path))
