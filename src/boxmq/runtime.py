@@ -61,7 +61,8 @@ async def _sweep_again(box: Box, failing: RecurringFailure) -> None:
     sweep at start, the recovery, ends `serve` when it fails."""
     try:
         # Between its full passes, a minute apart, a sweep visits only the subscriptions
-        # where something may be due: offline sessions with nothing due cost nothing.
+        # where something may be due, and the queues that changed or have something due:
+        # offline sessions and idle queues cost next to nothing.
         await _sweep_once(box, full=False)
     except OSError as error:
         if failing.news(error):
