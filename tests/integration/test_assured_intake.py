@@ -21,7 +21,8 @@ from boxmq.clock import ManualClock
 from boxmq.core import ExactlyOnceLimits
 from boxmq.errors import InvalidArgument, ItemNotFound, MetadataTooLong
 from boxmq.model import GROUP_KEY as GROUP
-from boxmq.model import SOURCE, SOURCE_MESSAGE_ID
+from boxmq.model import PUBLISHED_RETAINED, SOURCE, SOURCE_MESSAGE_ID
+from boxmq.store.retained import RETAINED_DIR
 
 ORDERS = sorted(set(itertools.permutations("AADD")))  # A: assured, D: deliver (each twice)
 
@@ -773,3 +774,43 @@ def test_a_queue_folder_made_by_hand_is_not_made_again_under_its_escaped_name(ro
     with boxmq.open(root, fsync="never") as box:  # a restart finds the pending message
         assert box.deliver("s", "1") is True
         assert delivered(box) == [b"x"]
+
+
+def test_a_superseded_retained_deliver_finished_by_a_restart_replaces_nothing(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retained message's `deliver` told that a later retained message of its topic is in
+    place (superseded: an MQTT PUBREL whose disk work came after a later retained PUBLISH's)
+    sends its copies and replaces nothing; a crash between its marker and its send left the
+    restart to replace the later one with it, for good, as the marker said nothing of it and
+    the later file was older than the marker (found by an upgrade hunt)."""
+    retained = {PUBLISHED_RETAINED: True}
+    with boxmq.open(root, fsync="never") as box:
+        box.subscribe("ret/#", "sub").close()
+        assert box.intake.assured_one(
+            AssuredMessage("mqtt:pub", "1", b"older", topic="ret/1", properties=retained)
+        )
+        box.publish("ret/1", b"later", retain=True)
+        later = root / "topic-root" / RETAINED_DIR / hashlib.sha256(b"ret/1").hexdigest()
+        written = later.stat().st_mtime - 10.0  # well before the marker, whatever the clock
+        os.utime(later, (written, written))
+
+        def killed(*args: object, **kwargs: object) -> None:
+            raise Killed  # the process dies once the marker is written, before the send
+
+        monkeypatch.setattr(box.topics, "send_files", killed)
+        with pytest.raises(Killed):
+            box.intake.deliver_many(
+                [("mqtt:pub", "1")], remember=False, must_exist=True, superseded=True
+            )
+        monkeypatch.undo()
+    with boxmq.open(root, fsync="never") as box:
+        box.intake.expire()  # the restart: the marked deliver is finished
+        found = box.topics.retained("ret/1")
+        assert found is not None
+        assert found[1] == b"later"
+        with box.subscribe("ret/#", "sub") as sub:
+            message = sub.receive_nowait()
+            assert message is not None
+            assert message.body == b"older"  # its copy went
+            message.ack()

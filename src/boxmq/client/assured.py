@@ -365,8 +365,10 @@ class AssuredIntake:
                     due.append((len(outcomes), key, pending))
                     outcomes.append(True)
             marking = [key for _, key, _ in due]
-            retained = [None if superseded else self._retained_topic(p) for _, _, p in due]
-            errors = self._mark_all(marking, remember=remember, retained=retained)
+            retained = [self._retained_topic(p) for _, _, p in due]
+            errors = self._mark_all(
+                marking, remember=remember, retained=retained, superseded=superseded
+            )
             marked = []
             for (index, key, pending), failure in zip(due, errors, strict=True):
                 if failure is None:
@@ -441,14 +443,22 @@ class AssuredIntake:
         return None
 
     def _mark_all(
-        self, keys: list[tuple[str, str]], *, remember: bool, retained: Sequence[str | None]
+        self,
+        keys: list[tuple[str, str]],
+        *,
+        remember: bool,
+        retained: Sequence[str | None],
+        superseded: bool = False,
     ) -> list[OSError | None]:
         """Write and flush the "delivered" marker of each key: each one's error, if any.
         remember=False is written in it: a restart finishes that deliver and forgets the id,
         as the deliver would have once its messages were sent (`_restore`). So is the version
         of the retained file of the topic `retained` names for it (null: none), looked at
         before the marker is written: a restart that finishes the deliver replaces it only if
-        it is still the one in place (`Marked`), whatever the clock's ticks."""
+        it is still the one in place (`Marked`), whatever the clock's ticks; or, `superseded`
+        (a later one is in place), that it replaces none: the restart sends its copies
+        alone, where the times (the later file older than the marker) let it replace that
+        one."""
         if not keys:
             return []
         os.makedirs(self._markers, exist_ok=True)
@@ -462,7 +472,9 @@ class AssuredIntake:
                     if not remember:
                         record["remember"] = False
                     topic = retained[index]
-                    if topic is not None and self._retained_version is not None:
+                    if topic is not None and superseded:
+                        record["superseded"] = True
+                    elif topic is not None and self._retained_version is not None:
                         record["retained"] = self._retained_version(topic)
                     json.dump(record, out)
             except OSError as error:
@@ -696,7 +708,7 @@ class AssuredIntake:
                 validate_topic(envelope.topic or "")
             pending = _Pending(entry.path, queue, envelope)
             if marked is not None:
-                [failure] = self._send_all([pending], marked=marked)
+                [failure] = self._send_all([pending], marked.superseded, marked)
                 if failure is not None:
                     raise failure
                 return
@@ -759,7 +771,10 @@ class AssuredIntake:
 def _as_marked(record: Mapping[str, object], at: float) -> Marked:
     """A marker's record, written at `at`, and the retained version it holds: a list of
     three ints, or null for no retained file. A boxmq before 2026-11-30 wrote none, and one
-    edited into something else is taken as none written: the times decide."""
+    edited into something else is taken as none written: the times decide. `superseded`
+    true: the deliver replaced no retained message (a later one was in place)."""
+    if record.get("superseded") is True:
+        return Marked(at, recorded=True, superseded=True)
     version = record.get("retained", ())
     if version is None:
         return Marked(at, recorded=True)

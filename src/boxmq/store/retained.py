@@ -91,11 +91,13 @@ class Marked:
     """A publication decided before a crash and finished by a restart (an exactly-once
     `deliver` marked): when its marker was written, and which retained file of its topic was
     in place then (`RetainedStore.version`: None if none), if the marker says (a boxmq
-    before 2026-11-30 wrote none: `recorded` False)."""
+    before 2026-11-30 wrote none: `recorded` False). `superseded`: its deliver was told a
+    later retained message is in place, and replaces none."""
 
     at: float  # the marker's st_mtime
     recorded: bool
     version: Version | None = None
+    superseded: bool = False
 
 
 class RetainedStore:
