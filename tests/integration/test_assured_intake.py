@@ -814,3 +814,46 @@ def test_a_superseded_retained_deliver_finished_by_a_restart_replaces_nothing(
             assert message is not None
             assert message.body == b"older"  # its copy went
             message.ack()
+
+
+@pytest.mark.parametrize("since", [None, b"", b"newer"], ids=["nothing", "delete", "message"])
+def test_a_retained_deliver_marked_by_an_older_boxmq_is_finished_by_the_times(
+    root: Path, monkeypatch: pytest.MonkeyPatch, since: bytes | None
+) -> None:
+    """A root of 58be21f (2026-11-29) whose server died between a retained QoS 2 PUBREL's
+    marker, which records no retained file, and its send, opened by this boxmq: the restart
+    replaces the retained message in place before the marker, and keeps a message or a
+    delete (a tombstone, the marker being on the root) published since by this boxmq."""
+    retained = {PUBLISHED_RETAINED: True}
+    path = root / "topic-root" / RETAINED_DIR / hashlib.sha256(b"ret/1").hexdigest()
+    with boxmq.open(root, fsync="never") as box:
+        box.publish("ret/1", b"before", retain=True)
+        written = path.stat().st_mtime - 10.0
+        os.utime(path, (written, written))  # well before the marker, whatever the clock
+        assert box.intake.assured_one(
+            AssuredMessage("mqtt:pub", "1", b"marked", topic="ret/1", properties=retained)
+        )
+
+        def killed(*args: object, **kwargs: object) -> None:
+            raise Killed
+
+        monkeypatch.setattr(box.topics, "send_files", killed)
+        with pytest.raises(Killed):
+            box.intake.deliver_many([("mqtt:pub", "1")], remember=False, must_exist=True)
+        monkeypatch.undo()
+    [marker] = (root / ".exactly-once").glob("[!.]*")
+    record = json.loads(marker.read_text())
+    stat = marker.stat()
+    del record["retained"]  # as 58be21f wrote it
+    marker.write_text(json.dumps(record))
+    os.utime(marker, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    if since is not None:
+        with boxmq.open(root, fsync="never") as box:
+            box.publish("ret/1", since, retain=True)
+        if not since:
+            assert path.stat().st_size == 0  # a tombstone
+    with boxmq.open(root, fsync="never") as box:
+        box.intake.expire()  # the restart: the marked deliver is finished
+        found = box.topics.retained("ret/1")
+        expected = b"marked" if since is None else since or None
+        assert (found and found[1]) == expected
