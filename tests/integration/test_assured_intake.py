@@ -754,6 +754,63 @@ def test_a_delivery_record_that_is_none_is_skipped_with_a_warning_naming_it(
     ]
 
 
+def _killed_after_its_marker(box: boxmq.Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`deliver` of ("s", "1"), killed once its marker is in place, before the move."""
+    with monkeypatch.context() as dying:
+        kill_at(dying, 3)  # the markers' folder made, the marker renamed into it
+        with pytest.raises(Killed):
+            box.deliver("s", "1")
+
+
+def test_a_restart_that_sweeps_first_sends_a_message_marked_delivered(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process killed between a `deliver`'s marker and its move, restarted past pending_ttl
+    from its `assured`: working/'s sweep, before the books were read, deleted the message as
+    one whose `deliver` never came, and the marker then answered the sender's repeated
+    `deliver` as done: lost, and its sender told it was delivered."""
+    clock = ManualClock(time.time())
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        assert box.assured("s", "1", b"x", queue="counts")
+        clock.advance(3000.0)
+        _killed_after_its_marker(box, monkeypatch)
+    clock.advance(700.0)
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        box.sweep()
+        assert delivered(box) == [b"x"]
+        assert box.deliver("s", "1") is False  # its repeat: nothing sent again
+
+
+@pytest.mark.parametrize("record", ["current", "older"])
+def test_another_process_keeps_the_marker_of_a_message_still_waiting_past_done_ttl(
+    root: Path, monkeypatch: pytest.MonkeyPatch, record: str
+) -> None:
+    """A process killed between a `deliver`'s marker and its move, and another on the root
+    sweeping past done_ttl before it restarts: it deleted the marker as an old one, and the
+    restart took the message for one whose `deliver` never came (and a queue's sweep deleted
+    the message past pending_ttl). A marker of a boxmq before 2026-11-30 names no file: the
+    sweep looks for its message in working/."""
+    clock = ManualClock(time.time())
+    with boxmq.open(root, fsync="never", clock=clock) as other:
+        other.sweep()  # its books read before the message was stored
+        with boxmq.open(root, fsync="never", clock=clock) as box:
+            assert box.assured("s", "1", b"x", queue="counts")
+            _killed_after_its_marker(box, monkeypatch)
+        [marker] = (root / ".exactly-once").glob("[!.]*")
+        if record == "older":
+            marker.write_text(json.dumps({"source": "s", "msg_id": "1"}))
+        clock.advance(3601.0)  # past done_ttl and pending_ttl
+        other.sweep()
+        assert marker.exists()
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        box.sweep()  # what `boxmq serve` runs at its start
+        assert delivered(box) == [b"x"]
+        clock.advance(3601.0)
+        box.sweep()
+        assert not marker.exists()  # sent: forgotten past done_ttl
+        assert delivered(box) == []
+
+
 def test_a_queue_folder_made_by_hand_is_not_made_again_under_its_escaped_name(root: Path) -> None:
     """The restore of the exactly-once intake opened every queue by the name `ls` gives it,
     and a folder made by hand under a name that is not boxmq's escape of it (a hidden `.x`,

@@ -25,7 +25,6 @@ which retained file was in place (a later one stays).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -68,7 +67,12 @@ from boxmq.store.names import check_priority, decode_lenient, encode
 from boxmq.store.retained import Marked, Version
 from boxmq.store.side_files import SideFiles
 from boxmq.store.temporaries import temporary_in
-from boxmq.store.topics import EXACTLY_ONCE_PENDING, exactly_once_markers, incoming_working
+from boxmq.store.topics import (
+    EXACTLY_ONCE_PENDING,
+    exactly_once_markers,
+    incoming_working,
+    marker_name,
+)
 
 __all__ = ["AssuredIntake", "AssuredMessage", "Outcome"]
 
@@ -364,11 +368,8 @@ class AssuredIntake:
                 else:
                     due.append((len(outcomes), key, pending))
                     outcomes.append(True)
-            marking = [key for _, key, _ in due]
-            retained = [self._retained_topic(p) for _, _, p in due]
-            errors = self._mark_all(
-                marking, remember=remember, retained=retained, superseded=superseded
-            )
+            marking = [(key, pending) for _, key, pending in due]
+            errors = self._mark_all(marking, remember=remember, superseded=superseded)
             marked = []
             for (index, key, pending), failure in zip(due, errors, strict=True):
                 if failure is None:
@@ -444,34 +445,35 @@ class AssuredIntake:
 
     def _mark_all(
         self,
-        keys: list[tuple[str, str]],
+        keys: list[tuple[tuple[str, str], _Pending]],
         *,
         remember: bool,
-        retained: Sequence[str | None],
-        superseded: bool = False,
+        superseded: bool,
     ) -> list[OSError | None]:
-        """Write and flush the "delivered" marker of each key: each one's error, if any.
-        remember=False is written in it: a restart finishes that deliver and forgets the id,
-        as the deliver would have once its messages were sent (`_restore`). So is the version
-        of the retained file of the topic `retained` names for it (null: none), looked at
-        before the marker is written: a restart that finishes the deliver replaces it only if
-        it is still the one in place (`Marked`), whatever the clock's ticks; or, `superseded`
-        (a later one is in place), that it replaces none: the restart sends its copies
-        alone, where the times (the later file older than the marker) let it replace that
-        one."""
+        """Write and flush the "delivered" marker of each key, its message's file named in
+        it (relative to the root: while that file waits in working/, the marker stays,
+        `_forget_markers`): each one's error, if any. remember=False is written in it: a
+        restart finishes that deliver and forgets the id, as the deliver would have once its
+        messages were sent (`_restore`). So is, for a retained message, the version of its
+        topic's retained file (null: none), looked at before the marker is written: a
+        restart that finishes the deliver replaces it only if it is still the one in place
+        (`Marked`), whatever the clock's ticks; or, `superseded` (a later one is in place),
+        that it replaces none: the restart sends its copies alone, where the times (the later
+        file older than the marker) would let it replace that one."""
         if not keys:
             return []
         os.makedirs(self._markers, exist_ok=True)
         errors: list[OSError | None] = [None] * len(keys)
         moves: list[list[Move]] = []
-        for index, (source, msg_id) in enumerate(keys):
+        for index, ((source, msg_id), pending) in enumerate(keys):
             temporary = temporary_in(self._markers)
             try:
                 with open(temporary, "w") as out:
                     record: dict[str, object] = {"source": source, "msg_id": msg_id}
                     if not remember:
                         record["remember"] = False
-                    topic = retained[index]
+                    record["file"] = os.path.relpath(pending.path, self._root)
+                    topic = self._retained_topic(pending)
                     if topic is not None and superseded:
                         record["superseded"] = True
                     elif topic is not None and self._retained_version is not None:
@@ -496,7 +498,7 @@ class AssuredIntake:
             os.unlink(self._marker(source, msg_id))
 
     def _marker(self, source: str, msg_id: str) -> str:
-        return os.path.join(self._markers, _marker_name(source, msg_id))
+        return os.path.join(self._markers, marker_name(source, msg_id))
 
     def _send_all(
         self, pendings: list[_Pending], superseded: bool = False, marked: Marked | None = None
@@ -622,17 +624,54 @@ class AssuredIntake:
         return self._oldest_marker
 
     def _forget_markers(self) -> None:
+        """Delete the markers past done_ttl, but not one whose message still waits in
+        working/: a process killed between the marker and the send (another than this one,
+        whose books were read before) left it, and only the marker tells its restart that
+        the `deliver` came. Deleted, the message passed for one whose `deliver` never came:
+        sent only if its sender sent its `deliver` again before pending_ttl from its
+        `assured`, else dropped, though its sender was done with it."""
         limit = self._clock.now() - self._books.limits.done_ttl
+        old: list[tuple[os.DirEntry[str], float]] = []
         oldest: float | None = None
         with contextlib.suppress(FileNotFoundError), os.scandir(self._markers) as entries:
             for entry in entries:
                 with contextlib.suppress(FileNotFoundError):
                     written = entry.stat().st_mtime
                     if written < limit:
-                        os.unlink(entry.path)
+                        old.append((entry, written))
                     elif oldest is None or written < oldest:
                         oldest = written
+        scanned: set[str] | None = None  # the marker names of what waits, if listed
+        for entry, written in old:
+            if (waits := self._waits(entry.path)) is None:
+                # A marker that names no file (a boxmq before 2026-11-30's, or damaged):
+                # one scan of working/ for them all, after the listing (a message that
+                # leaves it meanwhile was sent, and its marker may go).
+                if scanned is None:
+                    scanned = {marker_name(*key) for _, _, _, key in self._waiting()}
+                waits = entry.name in scanned
+            if waits:
+                if oldest is None or written < oldest:
+                    oldest = written
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
         self._oldest_marker = oldest
+
+    def _waits(self, marker: str) -> bool | None:
+        """Whether the message file `marker` names still waits in working/; None if it
+        names none."""
+        try:
+            with open(marker) as src:
+                record = json.load(src)
+        except FileNotFoundError:
+            return False  # forgotten meanwhile (a reclaim)
+        except ValueError:
+            return None
+        file = record.get("file") if isinstance(record, dict) else None
+        if not isinstance(file, str):
+            return None
+        return os.path.lexists(os.path.join(self._root, file))
 
     # -- restart ---------------------------------------------------------------------------------
 
@@ -762,7 +801,7 @@ class AssuredIntake:
                         error,
                     )
                     continue
-                _rename_older(entry, _marker_name(*key))
+                _rename_older(entry, marker_name(*key))
                 if remember is False:
                     unremembered.add(key)
         return found, unremembered
@@ -797,19 +836,6 @@ def _check_key(source: object, msg_id: object = "") -> None:
                 given.encode()
             except UnicodeEncodeError:
                 raise InvalidArgument(f"{what} has a lone surrogate: {given!r}") from None
-
-
-def _marker_name(source: str, msg_id: str) -> str:
-    """The name of the delivery record of (source, msg_id). Source, NUL, msg_id names one
-    key only when the source holds no NUL: ('a\\0b', 'c') and ('a', 'b\\0c') read alike, so
-    the second deliver overwrote the first's record and a restart forgot it. A source with a
-    NUL is hashed apart, behind a byte no UTF-8 text begins with; every other name is the
-    one an earlier boxmq gave it, so its records are still found (and removed) by name."""
-    if "\0" in source:
-        text = b"\xff" + json.dumps([source, msg_id]).encode()
-    else:
-        text = f"{source}\0{msg_id}".encode()
-    return hashlib.sha256(text).hexdigest()
 
 
 def _rename_older(entry: os.DirEntry[str], name: str) -> None:

@@ -619,6 +619,7 @@ class Box:
                 name=name,
                 purge=purge,
                 expire=expire,
+                markers=self.intake.markers,
             )
             if expire:
                 # A big target/ is looked through for expirations less often, in proportion

@@ -6,7 +6,8 @@
 - files left in working/ by a producer that never committed them: deleted by age, never sent
   (an exactly-once message waiting there for its `deliver` is the intake's: deleted only
   after `pending_ttl`, as its own sweep does, or a sender's message acknowledged as received
-  was lost an hour in, whatever `pending_ttl` said);
+  was lost an hour in, whatever `pending_ttl` said), and never while marked delivered: its
+  `deliver` came, and a process killed before it moved the message left it to a restart;
 - processed/ files older than the retention: deleted.
 
 Every move is one rename of the file as it was seen; if another process moved it first the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Final
@@ -24,11 +26,12 @@ from typing import Final
 from boxmq.client.lifecycle import dead_name, envelope_of, released_or_dead, shown, unusable
 from boxmq.core import QueuePolicy
 from boxmq.core.durations import spelled
-from boxmq.model import SOURCE, ConsumerId, MessageId, timestamp_of
+from boxmq.model import SOURCE, SOURCE_MESSAGE_ID, ConsumerId, Envelope, MessageId, timestamp_of
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
 from boxmq.store.names import decode_lenient, split_lock
 from boxmq.store.process import process_alive
+from boxmq.store.topics import marker_name
 
 __all__ = [
     "EXPIRY_NAMES_PER_SECOND",
@@ -285,11 +288,13 @@ def _remove_older(
     now: float,
     age: float,
     assured_age: float | None = None,
+    markers: str | None = None,
     pending: Pending | None = None,
 ) -> int:
     """Remove the files of `state` older than `age`; `assured_age`: the exactly-once
-    messages' instead (working/: they wait for their `deliver`, not for a commit).
-    `pending`, when given, learns when the files left are due."""
+    messages' instead (working/: they wait for their `deliver`, not for a commit), but not
+    one with a "delivered" marker in `markers`. `pending`, when given, learns when the
+    files left are due."""
     removed = 0
     shortest = min(age, age if assured_age is None else assured_age)
     horizon_ms = (now - shortest) * 1000
@@ -302,9 +307,15 @@ def _remove_older(
                 pending.at(made / 1000 + shortest)
             continue
         limit = age
-        if assured_age is not None and _assured(entry.name):
+        assured = _assured(entry.name) if assured_age is not None else None
+        if assured is not None and assured_age is not None:
             limit = assured_age
         seen = box.age(state, entry.name, now)
+        if seen is not None and seen > limit and _marked(markers, assured):
+            # Its `deliver` was marked by a process killed before the move: a restart (or its
+            # sender's arrival in another process) sends it. Deleted, it was lost, and the
+            # marker answered its sender's repeated `deliver` as done.
+            continue
         if seen is not None and seen > limit and box.remove(state, entry.name):
             removed += 1
         elif seen is not None and pending is not None:
@@ -312,10 +323,23 @@ def _remove_older(
     return removed
 
 
-def _assured(name: str) -> bool:
-    """Whether the file is an exactly-once message (its name carries its sender)."""
+def _assured(name: str) -> Envelope | None:
+    """The envelope of an exactly-once message's file (its name carries its sender); None
+    for another file."""
     envelope, reason = decode_lenient(name)
-    return reason is None and envelope.property_value(SOURCE) is not None
+    if reason is not None or envelope.property_value(SOURCE) is None:
+        return None
+    return envelope
+
+
+def _marked(markers: str | None, assured: Envelope | None) -> bool:
+    """Whether the exactly-once message `assured` has a "delivered" marker in `markers`."""
+    if markers is None or assured is None:
+        return False
+    source, msg_id = assured.property_value(SOURCE), assured.property_value(SOURCE_MESSAGE_ID)
+    if not isinstance(source, str) or not isinstance(msg_id, str):
+        return False
+    return os.path.lexists(os.path.join(markers, marker_name(source, msg_id)))
 
 
 def _made_ms(name: str) -> int | None:
@@ -334,7 +358,9 @@ def sweep(
     name: str,
     purge: bool = True,
     expire: bool = True,
+    markers: str | None = None,
 ) -> SweepReport:
+    """`markers`: the folder of the exactly-once "delivered" markers of the root."""
     pending = Pending()
     released, dead = release_stale_locks(
         box, now=now, policy=policy, limits=limits, pending=pending
@@ -346,6 +372,7 @@ def sweep(
         now=now,
         age=limits.working_ttl,
         assured_age=limits.pending_ttl,
+        markers=markers,
         pending=pending,
     )
     if abandoned:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import threading
@@ -53,6 +54,7 @@ __all__ = [
     "incoming_working",
     "locked_folder",
     "make_folder",
+    "marker_name",
     "read_record",
     "read_records",
     "remove_if_abandoned",
@@ -99,6 +101,20 @@ def incoming_working(root: str) -> str:
 def exactly_once_markers(root: str) -> str:
     """The folder of the exactly-once "delivered" markers (client/assured.py)."""
     return os.path.join(root, ".exactly-once")
+
+
+def marker_name(source: str, msg_id: str) -> str:
+    """The name of the "delivered" marker of (source, msg_id) in `exactly_once_markers`.
+    Source, NUL, msg_id names one key only when the source holds no NUL: ('a\\0b', 'c') and
+    ('a', 'b\\0c') read alike, so the second deliver overwrote the first's record and a
+    restart forgot it. A source with a NUL is hashed apart, behind a byte no UTF-8 text
+    begins with; every other name is the one an earlier boxmq gave it, so its records are
+    still found (and removed) by name."""
+    if "\0" in source:
+        text = b"\xff" + json.dumps([source, msg_id]).encode()
+    else:
+        text = f"{source}\0{msg_id}".encode()
+    return hashlib.sha256(text).hexdigest()
 
 
 # Where, in a subscription's working/, the copies of an exactly-once message wait between the

@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -217,3 +218,35 @@ def test_a_subscriber_that_comes_while_a_pubrel_after_a_restart_is_written_gets_
     finally:
         go.set()
         running.shutdown()
+
+
+def test_a_pubrel_cut_short_is_finished_by_a_restart_after_done_ttl(tmp_path: Path) -> None:
+    """A SIGKILL after a QoS 2 message's PUBREL was marked delivered, and another process on
+    the root (here the embedded API) sweeping past done_ttl while the server is down: its
+    sweep deleted the marker as an old one, though its message still waited in working/, so
+    the restart took it for one whose PUBREL never came. It was never sent (here: never the
+    topic's retained message) unless the client sent its PUBREL again before pending_ttl
+    from its PUBLISH (done_ttl's default is pending_ttl's: already past)."""
+    script = _KILLED_AT_RETAINED.format(at=1, after=False)
+    target, server = serve_fresh(tmp_path, program=("-c", script))
+    clock = boxmq.ManualClock(time.time())
+    other = boxmq.open(target.root, clock=clock)
+    try:
+        other.intake.expire()  # its books read before the crash: the marker is none of its
+        publisher, _ = open_raw(target, "pub", clean=False)
+        publisher.sendall(_retained_qos2("ret/1", b"old", 1))
+        assert read(publisher) == (0x50, b"\x00\x01")  # PUBREC
+        publisher.sendall(pubrel(1))
+        assert read(publisher) == (0, b"")  # killed before its PUBCOMP
+        assert server.wait(timeout=20) == -signal.SIGKILL
+        publisher.close()
+        clock.advance(other.intake.limits.done_ttl + 1)
+        other.intake.expire()  # what its sweep runs
+        other.close()
+        server = serve_process(target.root, target.port)
+        late, _ = open_raw(target, "late", clean=True, expiry=0)
+        assert _retained(late, "ret/#") == [b"old"]
+        late.close()
+    finally:
+        other.close()
+        stop(server)
