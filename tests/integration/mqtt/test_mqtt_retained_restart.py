@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -250,3 +252,36 @@ def test_a_pubrel_cut_short_is_finished_by_a_restart_after_done_ttl(tmp_path: Pa
     finally:
         other.close()
         stop(server)
+
+
+# The PUBREL of a retained QoS 2 message whose turn came after a later retained message of its
+# topic was written (`deliver_many(superseded=True)`, as mqtt/publishing.py's turns call it),
+# killed (SIGKILL) once marked delivered, before its copies go.
+_KILLED_SUPERSEDED = """
+import os, signal, sys
+import boxmq
+from boxmq.client.topics import Topics
+from boxmq.model import PUBLISHED_RETAINED
+box = boxmq.open(sys.argv[1], fsync="never")
+assert box.assured("mqtt:pub", "1", b"old", topic="ret/1", properties={PUBLISHED_RETAINED: True})
+box.publish("ret/1", b"new", retain=True)
+def killed(self, *args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+Topics.send_files = killed
+box.intake.deliver_many([("mqtt:pub", "1")], remember=False, superseded=True)
+"""
+
+
+def test_a_superseded_pubrel_cut_short_leaves_the_later_retained_message(tmp_path: Path) -> None:
+    """A retained QoS 2 message whose PUBREL came once a later retained message was in place
+    is sent without replacing it; a SIGKILL before its copies went left its marker without
+    the retained file's version, so the restart that sent them told by the times, and put
+    it back over the later one, written before the marker."""
+    root = tmp_path / "root"
+    done = subprocess.run([sys.executable, "-c", _KILLED_SUPERSEDED, str(root)], timeout=60)
+    assert done.returncode == -signal.SIGKILL
+    with boxmq.open(root, fsync="never") as box:
+        assert box.intake.pending("mqtt:pub") == []  # finished: its copies sent
+        found = box.topics.retained("ret/1")
+        assert found is not None
+        assert found[1] == b"new"
