@@ -811,6 +811,30 @@ def test_another_process_keeps_the_marker_of_a_message_still_waiting_past_done_t
         assert delivered(box) == []
 
 
+@pytest.mark.parametrize("found_by", ["restart", "reread"])
+def test_a_damaged_marker_of_a_waiting_message_delivers_it_once(root: Path, found_by: str) -> None:
+    """A marker is written only by a `deliver`, named for its id: one damaged (a power cut
+    under `fsync never`) whose message still waits in working/ marks a `deliver` whose
+    message was never sent. A restart took it for none: the message waited for a `deliver`
+    its sender need not send again, dropped after pending_ttl; while `pending` (a sender
+    arriving from another process) read it as delivered and sent it."""
+    with boxmq.open(root, fsync="never") as other:
+        other.intake.pending("s")  # read before the message was stored
+        with boxmq.open(root, fsync="never") as box:
+            assert box.assured("s", "1", b"x", queue="counts")
+        marker = root / ".exactly-once" / hashlib.sha256(b"s\0" + b"1").hexdigest()
+        marker.parent.mkdir()
+        marker.write_text('{"source": "s", "ms')  # cut short
+        if found_by == "reread":
+            assert other.pending("s") == []
+            assert delivered(other) == [b"x"]
+    with boxmq.open(root, fsync="never") as box:
+        assert box.pending("s") == []
+        assert delivered(box) == ([b"x"] if found_by == "restart" else [])
+        assert box.deliver("s", "1") is False  # its repeat: nothing sent again
+        assert delivered(box) == []
+
+
 def test_a_queue_folder_made_by_hand_is_not_made_again_under_its_escaped_name(root: Path) -> None:
     """The restore of the exactly-once intake opened every queue by the name `ls` gives it,
     and a folder made by hand under a name that is not boxmq's escape of it (a hidden `.x`,

@@ -680,12 +680,15 @@ class AssuredIntake:
         if self._restored:
             return
         self._restored = True
-        delivered, unremembered = self._read_markers()
+        delivered, unremembered, damaged = self._read_markers()
         for key, marked in delivered.items():
             if key not in unremembered:
                 self._books.restore(key[0], key[1], size=0, since=marked.at, delivered=True)
         for entry, queue, envelope, key in self._waiting():
-            self._restore_pending(entry, queue, envelope, key, marked=delivered.get(key))
+            mark = delivered.get(key)
+            if mark is None and (at := damaged.get(marker_name(*key))) is not None:
+                mark = Marked(at, recorded=False)  # as `_marked` reads it (`_reread`)
+            self._restore_pending(entry, queue, envelope, key, marked=mark)
         # Copies to topics whose file left .incoming/working/ before the crash: every copy was
         # pending then, some may be out (and taken) already; the rest go out, none again.
         finish_pending(self._root, EXACTLY_ONCE_PENDING)
@@ -760,7 +763,10 @@ class AssuredIntake:
 
     def _marked(self, key: tuple[str, str]) -> Marked | None:
         """The "delivered" marker of `key`, as `_read_markers` reads it; None if there is
-        none. One that is no such record marks it all the same, its times deciding."""
+        none. One that is no such record marks it all the same, its times deciding: only a
+        `deliver` writes a file under that name, and its message, still in working/, was
+        never sent (a damaged marker taken for none left it waiting for a `deliver` its
+        sender need not send again, dropped after pending_ttl)."""
         path = self._marker(*key)
         try:
             at = os.stat(path).st_mtime
@@ -772,11 +778,16 @@ class AssuredIntake:
             return Marked(at, recorded=False)
         return _as_marked(data if isinstance(data, dict) else {}, at)
 
-    def _read_markers(self) -> tuple[dict[tuple[str, str], Marked], set[tuple[str, str]]]:
-        """Each marker's key, time and retained version, and the keys of those written by a
-        deliver that remembers nothing (older markers say nothing of it: remembered)."""
+    def _read_markers(
+        self,
+    ) -> tuple[dict[tuple[str, str], Marked], set[tuple[str, str]], dict[str, float]]:
+        """Each marker's key, time and retained version; the keys of those written by a
+        deliver that remembers nothing (older markers say nothing of it: remembered); and
+        the name and time of each that is no such record, which still marks the key it is
+        named for (`_marked`)."""
         found = {}
         unremembered = set()
+        damaged = {}
         with contextlib.suppress(FileNotFoundError), os.scandir(self._markers) as entries:
             for entry in entries:
                 if entry.name.startswith("."):
@@ -794,17 +805,20 @@ class AssuredIntake:
                     # stored again without a word; one holding JSON that is no object (a
                     # list) failed every exactly-once call with a TypeError.
                     log.warning(
-                        "exactly once: %s is no delivery record (%r): skipped, so a late "
-                        "repeat of the id it stood for is taken for a new message; a sweep "
-                        "deletes it once done_ttl is past, or delete it",
+                        "exactly once: %s is no delivery record (%r): a message waiting in "
+                        "working/ under the id it is named for is sent as delivered, but a "
+                        "late repeat of that id is taken for a new message; a sweep deletes "
+                        "it once done_ttl is past, or delete it",
                         entry.path,
                         error,
                     )
+                    with contextlib.suppress(FileNotFoundError):
+                        damaged[entry.name] = entry.stat().st_mtime
                     continue
                 _rename_older(entry, marker_name(*key))
                 if remember is False:
                     unremembered.add(key)
-        return found, unremembered
+        return found, unremembered, damaged
 
 
 def _as_marked(record: Mapping[str, object], at: float) -> Marked:
