@@ -754,12 +754,14 @@ def test_a_delivery_record_that_is_none_is_skipped_with_a_warning_naming_it(
     ]
 
 
-def _killed_after_its_marker(box: boxmq.Box, monkeypatch: pytest.MonkeyPatch) -> None:
+def _killed_after_its_marker(
+    box: boxmq.Box, monkeypatch: pytest.MonkeyPatch, *, remember: bool = True
+) -> None:
     """`deliver` of ("s", "1"), killed once its marker is in place, before the move."""
     with monkeypatch.context() as dying:
         kill_at(dying, 3)  # the markers' folder made, the marker renamed into it
         with pytest.raises(Killed):
-            box.deliver("s", "1")
+            box.deliver("s", "1", remember=remember)
 
 
 def test_a_restart_that_sweeps_first_sends_a_message_marked_delivered(
@@ -809,6 +811,30 @@ def test_another_process_keeps_the_marker_of_a_message_still_waiting_past_done_t
         box.sweep()
         assert not marker.exists()  # sent: forgotten past done_ttl
         assert delivered(box) == []
+
+
+@pytest.mark.parametrize("remember", [True, False], ids=["remembered", "forgotten"])
+def test_a_deliver_finished_at_its_senders_arrival_is_remembered_as_at_a_restart(
+    root: Path, monkeypatch: pytest.MonkeyPatch, remember: bool
+) -> None:
+    """`pending` of a sender arriving from a process killed after its `deliver`'s marker sent
+    the message but left its id unknown: a repeat of the `deliver` was told the message was
+    lost (ItemNotFound), where a restart answers it as done; and the marker of a `deliver`
+    that remembers nothing (MQTT's PUBREL) stayed behind, where a restart deletes it."""
+    with boxmq.open(root, fsync="never") as other:
+        other.pending("s")  # read before the message was stored
+        with boxmq.open(root, fsync="never") as box:
+            assert box.assured("s", "1", b"x", queue="counts")
+            _killed_after_its_marker(box, monkeypatch, remember=remember)
+        [marker] = (root / ".exactly-once").glob("[!.]*")
+        assert other.pending("s") == []
+        assert delivered(other) == [b"x"]
+        if remember:
+            assert other.deliver("s", "1", must_exist=True) is False  # a repeat
+        else:
+            assert not marker.exists()
+            with pytest.raises(ItemNotFound):  # as after a restart: the id names nothing
+                other.deliver("s", "1", must_exist=True)
 
 
 @pytest.mark.parametrize("found_by", ["restart", "reread"])

@@ -584,10 +584,24 @@ class AssuredIntake:
                 self._books.forget(*key)
                 del self._pending[key]
         known = {pending.path for pending in self._pending.values()}
+        forgotten = False
         for entry, queue, envelope, key in self._waiting(queues=queues):
             if key[0] != source or entry.path in known or key in self._pending:
                 continue
-            self._restore_pending(entry, queue, envelope, key, marked=self._marked(key))
+            marked, remember = self._marked(key) or (None, None)
+            if self._restore_pending(entry, queue, envelope, key, marked=marked):
+                # What `_restore` does once it finished a `deliver`: its id remembered, a
+                # repeat of the `deliver` answered as done (not as an unknown id, which
+                # tells the sender its message is lost), or forgotten with its marker.
+                assert marked is not None
+                if remember:
+                    self._books.restore(*key, size=0, since=marked.at, delivered=True)
+                elif remember is False:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self._marker(*key))
+                    forgotten = True
+        if forgotten:
+            self._flush_forgotten()
 
     def drop_pending(self, source: str) -> int:
         """Delete every message `source` stored (step 1) that waits for its `deliver`, and
@@ -735,13 +749,13 @@ class AssuredIntake:
         key: tuple[str, str],
         *,
         marked: Marked | None,
-    ) -> None:
+    ) -> bool:
         """Take a message of `_waiting` into the books, or send it if it was `marked`
         delivered (the crash came between the marker and the move): a retained message of
         its topic written (or deleted) since stays, as the `deliver` would have kept it
         (Topics.send_files). One that cannot be is logged and stays in working/: it
         must not keep the others from their books (their repeats would pass for new, their
-        deliver for done)."""
+        deliver for done). True if it sent it."""
         try:
             if queue is None:
                 # A topic's: one that no publish could take, kept by a version before
@@ -753,17 +767,19 @@ class AssuredIntake:
                 [failure] = self._send_all([pending], marked.superseded, marked)
                 if failure is not None:
                     raise failure
-                return
+                return True
             stat = entry.stat()
             self._books.restore(*key, size=stat.st_size, since=stat.st_ctime, delivered=False)
             self._pending[key] = pending
         except (BoxMQError, OSError) as error:
             folder = os.path.dirname(entry.path)
             log.error("exactly once: %s stays in %s: %s", entry.name, folder, error)
+        return False
 
-    def _marked(self, key: tuple[str, str]) -> Marked | None:
-        """The "delivered" marker of `key`, as `_read_markers` reads it; None if there is
-        none. One that is no such record marks it all the same, its times deciding: only a
+    def _marked(self, key: tuple[str, str]) -> tuple[Marked, bool | None] | None:
+        """The "delivered" marker of `key`, as `_read_markers` reads it, and whether its
+        `deliver` remembers the id; None if there is none. One that is no such record marks
+        it all the same, its times deciding, remembering nothing it can tell (None): only a
         `deliver` writes a file under that name, and its message, still in working/, was
         never sent (a damaged marker taken for none left it waiting for a `deliver` its
         sender need not send again, dropped after pending_ttl)."""
@@ -775,8 +791,10 @@ class AssuredIntake:
         except FileNotFoundError:
             return None
         except ValueError:
-            return Marked(at, recorded=False)
-        return _as_marked(data if isinstance(data, dict) else {}, at)
+            return Marked(at, recorded=False), None
+        if not isinstance(data, dict) or "source" not in data or "msg_id" not in data:
+            return Marked(at, recorded=False), None
+        return _as_marked(data, at), data.get("remember", True) is not False
 
     def _read_markers(
         self,
