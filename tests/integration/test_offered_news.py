@@ -237,3 +237,23 @@ def test_a_listener_may_call_into_the_queue(manual_box: boxmq.Box, how: str) -> 
     assert ended
     assert all(ended)  # never waited for the thread that told it
     assert got  # and what was told of is there for the other consumer
+
+
+def test_has_more_says_what_a_receive_finds_that_no_news_tells(
+    manual_box: boxmq.Box, clock: ManualClock, told: Told
+) -> None:
+    """What a broker asks before it looks again after a PUBACK (delivery.py, `acked`): a
+    message that waited while its consumer was full, a lock come to its end; not what was
+    taken already (docs/benchmarks.md, "Many share groups")."""
+    queue = manual_box.queue("q")
+    consumer = queue.consumer("c1", lock_timeout=0.5)  # one in flight at most
+    first = put_one(queue, told, consumer)
+    assert not consumer.has_more()
+    queue.put(b"second")  # waits: its consumer is full
+    assert consumer.has_more()
+    first.ack()
+    [second] = consumer.receive_ready()
+    assert second.body == b"second"
+    assert not consumer.has_more()
+    clock.advance(0.5)  # its lock ends: the next receive gives it back (a rename)
+    assert consumer.has_more()

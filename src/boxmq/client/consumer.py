@@ -61,6 +61,10 @@ class Consumer(Receiver):
         """How many messages we hold locked (received, or claimed for a receive to come)."""
         return self._live.holding(self.name)
 
+    def has_more(self) -> bool:
+        """Whether a receive might get something no news told of (LiveQueue.has_more)."""
+        return self._live.has_more(self.name)
+
     def close(self, *, keep_locks: bool = False) -> None:
         """keep_locks: for a consumer that outlives its process (a subscriber with
         process_bound=False), what it received stays locked to it, on disk."""

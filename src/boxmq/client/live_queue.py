@@ -621,6 +621,29 @@ class LiveQueue:
                 ready.append(delivery)
             return ready
 
+    def has_more(self, consumer: ConsumerId) -> bool:
+        """Whether a receive of `consumer` might get something now that no news told of: a
+        claim waits in its inbox, a message the engine has not handed out (every consumer
+        was full, or it came while it was), a deadline passed, names kept cold or waiting
+        behind a lock, a read of target/ asked for, or a watcher that only a look reads
+        (polling, or closed while every consumer rested). False: what comes next comes with
+        news (`tell`: a put, a lock ended or given back, another process's file at the
+        tick), so a broker need not look after each acknowledgement (docs/benchmarks.md,
+        "Many share groups")."""
+        with self._mutex:
+            inbox = self._inbox.get(consumer)
+            watcher = self._watcher
+            return (
+                inbox is None  # closed: the receive says so
+                or bool(inbox)
+                or watcher is None
+                or watcher.polls
+                or self._engine.waiting()
+                or self._engine.due_by(self._clock.now())
+                or bool(self._cold or self._behind)
+                or self._next_scan != self._scanned_next  # a read asked for, not the periodic
+            )
+
     def _check_open(self, consumer: ConsumerId) -> None:
         if consumer not in self._inbox or self._closed:
             raise self._closed_error(consumer)

@@ -1425,6 +1425,11 @@ class Subscriber(Receiver):
         """How many messages it holds locked (a memory subscription holds none)."""
         return 0 if self._consumer is None else self._consumer.holding()
 
+    def has_more(self) -> bool:
+        """Whether a receive might get something no news told of (LiveQueue.has_more); a
+        memory subscription's inbox is looked at by every receive."""
+        return self._consumer is None or self._consumer.has_more()
+
     def close(self) -> None:
         if self._closed:
             return

@@ -419,9 +419,13 @@ class Delivery:
         # A message in memory has no token (nor has a PUBCOMP): nothing to settle, no call.
         if token is not None:
             self._settle(session, token, refused=refused)
-            if session.dry:
-                # A slot of its consumer is free: its dropbox may give it one more now.
-                session.dry.discard(token.queue)
+            dry = session.dry
+            if dry and (found := dry.get(token.queue)) is not None and found.has_more():
+                # A slot of its consumer is free and its dropbox holds what it may fill it
+                # with (a message that waited while every member was full). Not otherwise:
+                # what comes next comes with news, and a look at each PUBACK was a third of
+                # a share group's looks (docs/benchmarks.md, "Many share groups").
+                del dry[token.queue]
         if session.leaving:
             self.close_drained(session)
         self.settled[session.client_id] = session  # its freed slots are filled after the read
@@ -455,11 +459,12 @@ class Delivery:
             self._send_before_again(session, subscribers)
         dry = session.dry
         if dry is None:
-            dry = session.dry = set()
+            dry = session.dry = {}
         if news is None:
             dry.clear()
         else:
-            dry.difference_update(news)
+            for queue in news:
+                dry.pop(queue, None)
         for text, subscriber in list(subscribers.items()):
             queue = subscriber.queue
             if queue in dry:
@@ -486,7 +491,7 @@ class Delivery:
                 if len(messages) < room:
                     # Nothing more now: what comes later comes with news (Box.listen_offered:
                     # a put, a lock given back or ended, another process's file).
-                    dry.add(queue)
+                    dry[queue] = subscriber
                     break
         if session.sent_before and not outbox.waiting and outbox.free > 0:
             # Every message taken back had room to go: the ids left name settled ones.

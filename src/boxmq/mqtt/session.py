@@ -26,6 +26,7 @@ from itertools import chain
 from typing import Final, NamedTuple
 
 from boxmq.client.message import Message
+from boxmq.client.topics import Subscriber
 from boxmq.mqtt.outbox import Outbox
 from boxmq.mqtt.packets import Publish, RetainHandling, Will, held_size
 
@@ -132,11 +133,12 @@ class Session:
         # its acknowledgements find no lock, as expected, even once the session subscribed
         # to the same filter again (a new dropbox on the same path; delivery.py, `_left`).
         self.orphans: set[Message] | None = None
-        # The durable subscriptions (by their messages' `queue`) whose last look found no
-        # more than it took: a pump that news did not name skips them until news, or an
-        # acknowledgement of one of theirs, names them again (delivery.py, `pump`). None
-        # until its first pump with a durable subscription.
-        self.dry: set[str] | None = None
+        # The durable subscriptions (their subscribers, by their messages' `queue`) whose
+        # last look found no more than it took: a pump that news did not name skips them
+        # until news names them again, or an acknowledgement of one of theirs frees a slot
+        # that its dropbox has something for (delivery.py, `pump` and `acked`). None until
+        # its first pump with a durable subscription.
+        self.dry: dict[str, Subscriber] | None = None
         # After a restart: the packet ids the process before sent its messages in flight
         # under, by subscription (a message's `queue`) and message id (the record's `sent`),
         # to send them again under (outbox.py). One message matching two of its filters is

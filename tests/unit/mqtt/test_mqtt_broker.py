@@ -451,6 +451,41 @@ def test_a_member_of_many_share_groups_looks_into_the_groups_with_news_alone(
     _run(tmp_path, test)
 
 
+def test_a_puback_looks_into_its_share_group_only_when_something_waits_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two members of a share group get QoS 1 messages one at a time: each put tells both
+    (one claims it, the other finds nothing), and a PUBACK that frees a slot of a dropbox
+    with nothing waiting in it looks no more: that look was a third of a share group's at
+    1,000 groups (docs/benchmarks.md, "Many share groups"). Counted, not timed."""
+
+    async def test(broker: Broker) -> None:
+        looked: list[str] = []
+        receive_ready = Subscriber.receive_ready
+
+        def counted(subscriber: Subscriber, *, most: int | None = None) -> list[Message]:
+            looked.append(subscriber.queue)
+            return receive_ready(subscriber, most=most)
+
+        members = [_subscriber(broker, name, "$share/g/t", 1) for name in ("a", "b")]
+        monkeypatch.setattr(Subscriber, "receive_ready", counted)
+        pub = _connect(broker, "pub")
+        got: list[bytes] = []
+        for packet_id in range(1, 11):
+            pub.send(Publish("t", b"%d" % packet_id, 1, packet_id=packet_id))
+            await _until(lambda: any(isinstance(p, Publish) for m in members for p in m.inbox))
+            for member in members:
+                for publish in member.take():
+                    assert isinstance(publish, Publish)
+                    assert publish.packet_id is not None
+                    got.append(publish.payload)
+                    member.send(Puback(publish.packet_id))
+        assert got == [b"%d" % n for n in range(1, 11)]
+        assert len(looked) <= 20, len(looked)  # the put's two, none at the PUBACK
+
+    _run(tmp_path, test)
+
+
 def test_a_tick_after_this_server_s_own_deliveries_tells_no_session(tmp_path: Path) -> None:
     """The watch of a share group's dropbox reports the server's own moves (each copy put
     in target/, each claim out of it), which the member's receives, served from memory
