@@ -626,9 +626,10 @@ class LiveQueue:
         claim waits in its inbox, a message the engine has not handed out (every consumer
         was full, or it came while it was), a deadline passed, names kept cold or waiting
         behind a lock, a read of target/ asked for, or a watcher that only a look reads
-        (polling, or closed while every consumer rested). False: what comes next comes with
-        news (`tell`: a put, a lock ended or given back, another process's file at the
-        tick), so a broker need not look after each acknowledgement (docs/benchmarks.md,
+        (polling, closed while every consumer rested, or read by a thread waiting on it).
+        False: what comes next comes with news (`tell`: a put, a lock ended or given back,
+        another process's file at the tick), so a broker need not look after a PUBACK, nor
+        a group's member told of a put another member's look claimed (docs/benchmarks.md,
         "Many share groups")."""
         with self._mutex:
             inbox = self._inbox.get(consumer)
@@ -638,6 +639,7 @@ class LiveQueue:
                 or bool(inbox)
                 or watcher is None
                 or watcher.polls
+                or self._watching  # a thread waits on the watcher: it, not a tick, reads it
                 or self._engine.waiting()
                 or self._engine.due_by(self._clock.now())
                 or bool(self._cold or self._behind)

@@ -454,10 +454,13 @@ def test_a_member_of_many_share_groups_looks_into_the_groups_with_news_alone(
 def test_a_puback_looks_into_its_share_group_only_when_something_waits_there(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two members of a share group get QoS 1 messages one at a time: each put tells both
-    (one claims it, the other finds nothing), and a PUBACK that frees a slot of a dropbox
-    with nothing waiting in it looks no more: that look was a third of a share group's at
-    1,000 groups (docs/benchmarks.md, "Many share groups"). Counted, not timed."""
+    """Two members of a share group get QoS 1 messages one at a time: each put tells both,
+    and the one pumped first looks and claims it, for itself or (every other message, the
+    engine takes turns) for the other, which then looks to take it; a member whose look
+    would find nothing (the message claimed for the first) does not look, nor does a PUBACK
+    that frees a slot of a dropbox with nothing waiting in it. 30 looks for 10 messages
+    before, at 1,000 groups 3.1 a message (docs/benchmarks.md, "Many share groups").
+    Counted, not timed."""
 
     async def test(broker: Broker) -> None:
         looked: list[str] = []
@@ -481,7 +484,7 @@ def test_a_puback_looks_into_its_share_group_only_when_something_waits_there(
                     got.append(publish.payload)
                     member.send(Puback(publish.packet_id))
         assert got == [b"%d" % n for n in range(1, 11)]
-        assert len(looked) <= 20, len(looked)  # the put's two, none at the PUBACK
+        assert len(looked) <= 15, len(looked)  # one or two a put, none at the PUBACK
 
     _run(tmp_path, test)
 
