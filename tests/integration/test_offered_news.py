@@ -257,3 +257,18 @@ def test_has_more_says_what_a_receive_finds_that_no_news_tells(
     assert not consumer.has_more()
     clock.advance(0.5)  # its lock ends: the next receive gives it back (a rename)
     assert consumer.has_more()
+
+
+def test_has_more_says_a_sweep_is_due_while_the_consumer_holds_locks(
+    manual_box: boxmq.Box, clock: ManualClock, told: Told
+) -> None:
+    """The reminder a queue holding locks asks for its next sweep of processing/ (another
+    process may have acked or extended one by id) tells its consumers; has_more says
+    there is something to look for then, or the broker's pump would not look."""
+    queue = manual_box.queue("q")
+    consumer = queue.consumer("c1", lock_timeout=3600)
+    put_one(queue, told, consumer)
+    settled(manual_box, told, consumer)
+    assert not consumer.has_more()
+    clock.advance(1.0)  # the sweep's interval
+    assert consumer.has_more()

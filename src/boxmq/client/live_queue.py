@@ -624,8 +624,9 @@ class LiveQueue:
     def has_more(self, consumer: ConsumerId) -> bool:
         """Whether a receive of `consumer` might get something now that no news told of: a
         claim waits in its inbox, a message the engine has not handed out (every consumer
-        was full, or it came while it was), a deadline passed, names kept cold or waiting
-        behind a lock, a read of target/ asked for, or a watcher that only a look reads
+        was full, or it came while it was), a deadline passed, a sweep of processing/ due
+        while it holds locks, names kept cold or waiting behind a lock, a read of target/
+        asked for, or a watcher that only a look reads
         (polling, closed while every consumer rested, or read by a thread waiting on it).
         False: what comes next comes with news (`tell`: a put, a lock ended or given back,
         another process's file at the tick), so a broker need not look after a PUBACK, nor
@@ -641,7 +642,10 @@ class LiveQueue:
                 or watcher.polls
                 or self._watching  # a thread waits on the watcher: it, not a tick, reads it
                 or self._engine.waiting()
-                or self._engine.due_by(self._clock.now())
+                or self._engine.due_by(now := self._clock.now())
+                # The sweep it holds locks for (the reminder `_remind_when_due` asks): another
+                # process may have settled or extended one of them by id (`_reconcile`).
+                or bool(self._locks and now >= self._next_sweep)
                 or bool(self._cold or self._behind)
                 or self._next_scan != self._scanned_next  # a read asked for, not the periodic
             )
