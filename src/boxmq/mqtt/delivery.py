@@ -420,12 +420,15 @@ class Delivery:
         if token is not None:
             self._settle(session, token, refused=refused)
             dry = session.dry
-            if dry and (found := dry.get(token.queue)) is not None and found.has_more():
+            if dry and (found := dry.get(token.queue)) is not None and found[1].has_more():
                 # A slot of its consumer is free and its dropbox holds what it may fill it
-                # with (a message that waited while every member was full). Not otherwise:
-                # what comes next comes with news, and a look at each PUBACK was a third of
-                # a share group's looks (docs/benchmarks.md, "Many share groups").
+                # with (a message that waited while every member was full): the refill looks
+                # (`cut`). Not otherwise: what comes next comes with news, and a look at
+                # each PUBACK was a third of a share group's looks (docs/benchmarks.md,
+                # "Many share groups").
                 del dry[token.queue]
+                if session.cut is not None:
+                    session.cut[token.queue] = found
         if session.leaving:
             self.close_drained(session)
         self.settled[session.client_id] = session  # its freed slots are filled after the read
@@ -458,15 +461,16 @@ class Delivery:
         outbox = session.outbox
         if session.sent_before and not session.sent_before_taken:
             self._send_before_again(session, subscribers)
-        dry = session.dry
-        if dry is None:
-            dry = session.dry = {}
+        dry, cut = session.dry, session.cut
+        if dry is None or cut is None:
+            dry, cut = session.dry, session.cut = {}, {}
         if news is None:
             dry.clear()
+            cut.clear()
+            chosen = list(subscribers.items())
         else:
-            for queue in news:
-                dry.pop(queue, None)
-        for text, subscriber in list(subscribers.items()):
+            chosen = _chosen(subscribers, dry, cut, news)
+        for text, subscriber in chosen:
             queue = subscriber.queue
             if queue in dry:
                 continue  # nothing more there at its last look, and no news of it since
@@ -482,14 +486,17 @@ class Delivery:
                     # Told of, but taken since: a put tells every member of its group, and
                     # the look of the one before this one claimed it. Its look found nothing
                     # (half of a share group's looks); what comes later comes with news.
-                    dry[queue] = subscriber
+                    dry[queue] = (text, subscriber)
+                    cut.pop(queue, None)
                     break
                 try:
                     messages = subscriber.receive_ready(most=room)
                 except Closed:
+                    cut.pop(queue, None)
                     break
                 except OSError as error:
                     self._refused_claim(session, text, error)
+                    cut[queue] = (text, subscriber)  # tried again at the next pump too
                     break
                 if self._refused:
                     self._claimed_again(session, text)
@@ -498,8 +505,11 @@ class Delivery:
                 if len(messages) < room:
                     # Nothing more now: what comes later comes with news (Box.listen_offered:
                     # a put, a lock given back or ended, another process's file).
-                    dry[queue] = subscriber
+                    dry[queue] = (text, subscriber)
+                    cut.pop(queue, None)
                     break
+            else:  # the window is full: the next pump looks again, news or not
+                cut[queue] = (text, subscriber)
         if session.sent_before and not outbox.waiting and outbox.free > 0:
             # Every message taken back had room to go: the ids left name settled ones.
             self._done_before(session)
@@ -737,3 +747,30 @@ def _to_error(message: Message) -> None:
         message.reject()
     except BoxMQError as error:
         log.warning("message %s: moving it to error/: %s", shown(message.id), error)
+
+
+def _chosen(
+    subscribers: dict[str, Subscriber],
+    dry: dict[str, tuple[str, Subscriber]],
+    cut: dict[str, tuple[str, Subscriber]],
+    news: Iterable[str],
+) -> list[tuple[str, Subscriber]]:
+    """The subscriptions a pump with `news` looks into: those whose last look the window cut
+    short, and those news names (no longer dry); not the others, so that a member of 100
+    share groups does not go through all 100 at each PUBACK and each put (21 us a pump on
+    the machine of docs/benchmarks.md, "Many share groups"). A subscription news names
+    that no look has sorted yet (new, or subscribed again since) has every one looked
+    through, as a pump without news does."""
+    chosen = {}
+    for queue, (text, subscriber) in list(cut.items()):
+        if subscribers.get(text) is subscriber:
+            chosen[queue] = (text, subscriber)
+        else:
+            del cut[queue]  # left, or replaced by a subscription of the same filter
+    told = [(queue, dry.pop(queue, None)) for queue in news]  # dry no more, whichever way
+    for queue, found in told:
+        entry = found or chosen.get(queue)
+        if entry is None or subscribers.get(entry[0]) is not entry[1]:
+            return list(subscribers.items())
+        chosen[queue] = entry
+    return list(chosen.values())

@@ -87,6 +87,7 @@ class Session:
         "awaiting_release",
         "client_id",
         "connected",
+        "cut",
         "dry",
         "held_bytes",
         "leaving",
@@ -133,12 +134,15 @@ class Session:
         # its acknowledgements find no lock, as expected, even once the session subscribed
         # to the same filter again (a new dropbox on the same path; delivery.py, `_left`).
         self.orphans: set[Message] | None = None
-        # The durable subscriptions (their subscribers, by their messages' `queue`) whose
-        # last look found no more than it took: a pump that news did not name skips them
-        # until news names them again, or an acknowledgement of one of theirs frees a slot
-        # that its dropbox has something for (delivery.py, `pump` and `acked`). None until
-        # its first pump with a durable subscription.
-        self.dry: dict[str, Subscriber] | None = None
+        # The durable subscriptions (their filters and subscribers, by their messages'
+        # `queue`) whose last look found no more than it took: a pump that news did not
+        # name skips them until news names them again, or an acknowledgement of one of
+        # theirs frees a slot that its dropbox has something for (delivery.py, `pump` and
+        # `acked`). `cut`: those whose last look the window cut short, which every pump
+        # looks into again; a pump with news looks into those and the ones news names
+        # alone. None until its first pump with a durable subscription.
+        self.dry: dict[str, tuple[str, Subscriber]] | None = None
+        self.cut: dict[str, tuple[str, Subscriber]] | None = None
         # After a restart: the packet ids the process before sent its messages in flight
         # under, by subscription (a message's `queue`) and message id (the record's `sent`),
         # to send them again under (outbox.py). One message matching two of its filters is
