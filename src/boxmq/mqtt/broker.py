@@ -407,11 +407,6 @@ class Broker:
             client.reading = None
             if self._delivery.settled:
                 self._delivery.refill()
-                if self._offered:
-                    # The members a refill's look claimed a share group's messages for (read
-                    # from another process's files: LiveQueue._tell_others) take them now, not
-                    # at the next tick (up to 0.25 s later), as do those the disk told of.
-                    self.pump_all()
             if client.jobs:
                 self._batches.received(client)
             self._out.flush_first(client)

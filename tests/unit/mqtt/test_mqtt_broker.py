@@ -28,7 +28,7 @@ import boxmq
 from boxmq.client import assured as assured_module
 from boxmq.client.assured import AssuredMessage
 from boxmq.client.message import Message
-from boxmq.client.topics import Publication, Subscriber
+from boxmq.client.topics import Subscriber
 from boxmq.clock import Clock, ManualClock, SystemClock
 from boxmq.model import PROPERTIES_FILE, MessageId
 from boxmq.mqtt import batches, recording
@@ -654,50 +654,6 @@ def test_what_a_share_group_member_that_left_held_goes_to_another_at_the_next_pu
         await _until(sent_on)
 
     _run(tmp_path, test)
-
-
-def test_a_member_a_refills_look_claimed_for_is_sent_its_message_in_that_read(
-    tmp_path: Path,
-) -> None:
-    """A share group's member whose PUBACK freed a slot looks into the group's dropbox at
-    the end of that read (the refill); a look that reads another process's files claims
-    some for the other members, and tells them (LiveQueue._tell_others). Those were pumped
-    at the next tick only, up to 0.25 s later: they are sent in the read of the PUBACK, with
-    no tick between."""
-    clock = ManualClock(1000.0)
-
-    async def test(broker: Broker) -> None:
-        members: dict[str, Peer] = {}
-        for name in ("a", "b"):
-            member = Peer(broker)
-            props = Properties.build(receive_maximum=1)
-            member.send(Connect(name, V5, clean_start=True, properties=props))
-            member.send(Subscribe(1, (Subscription("$share/g/t", 1),)))
-            await _until(lambda m=member: any(isinstance(p, Suback) for p in m.inbox))  # type: ignore[misc]
-            member.take()
-            members[name] = member
-
-        def sent(member: Peer) -> list[Publish]:
-            return [p for p in member.take() if isinstance(p, Publish)]
-
-        with boxmq.open(tmp_path / "root", fsync="never") as other:  # another process
-            other.topics.publish_many([Publication("t", b"1")])
-            held: dict[str, list[Publish]] = {}
-
-            def one_sent() -> bool:
-                broker.tick(clock.now())  # its read_news tells the members
-                held.update((name, got) for name, m in members.items() if (got := sent(m)))
-                return bool(held)
-
-            await _until(one_sent)
-            [(name, [first])] = held.items()
-            idle = members["b" if name == "a" else "a"]
-            other.topics.publish_many([Publication("t", b"2"), Publication("t", b"3")])
-            members[name].send(Puback(first.packet_id or 0))  # no tick from here
-            [mine], [its] = sent(members[name]), sent(idle)  # one each, round-robin
-            assert sorted([mine.payload, its.payload]) == [b"2", b"3"]
-
-    _run(tmp_path, test, clock)
 
 
 def test_takeover_disconnects_the_old_connection_with_0x8e(tmp_path: Path) -> None:
