@@ -20,6 +20,7 @@ from tests.descriptors import no_descriptor_left
 
 import boxmq
 from boxmq.client.topics import Publication, Subscriber
+from boxmq.model import ConsumerId
 from boxmq.store import topics as layout
 
 
@@ -685,6 +686,39 @@ def test_a_member_given_another_process_s_message_by_another_member_s_look_is_to
     box.read_news()
     assert (["second"], "$share/g/t") in told
     assert [m.body for m in second.receive_ready()] == [b"2"]
+    first.close()
+    second.close()
+
+
+def test_a_member_told_by_another_member_s_look_may_receive_from_the_listener(
+    root: Path, box: boxmq.Box
+) -> None:
+    """Listeners are called with the queue's mutex free (live_queue.py): one that has another
+    thread receive for the member told, and waits for it, does not wait for itself. The
+    tell of another member's claims came from inside the look, under the mutex, where the
+    thread waited until the listener gave up."""
+    second = box.subscribe("$share/g/t", "second", max_in_flight=1)
+    got: list[bytes] = []
+    ended: list[bool] = []
+
+    def listener(consumers: list[ConsumerId], queue: str) -> None:
+        if "second" in consumers:
+            helper = threading.Thread(
+                target=lambda: got.extend(m.body for m in second.receive_ready()), daemon=True
+            )
+            helper.start()
+            helper.join(5.0)
+            ended.append(not helper.is_alive())
+
+    box.listen_offered(listener)
+    first = box.subscribe("$share/g/t", "first", max_in_flight=1)
+    assert first.receive_ready() == second.receive_ready() == []
+    with boxmq.open(root, fsync="never") as other:
+        other.topics.publish_many([Publication("t", b"1"), Publication("t", b"2")])
+    [taken] = first.receive_ready()  # the other is claimed for `second`, which is told
+    box.forget_offered(listener)
+    assert ended == [True]
+    assert [taken.body, *got] in ([b"1", b"2"], [b"2", b"1"])
     first.close()
     second.close()
 

@@ -224,6 +224,7 @@ class LiveQueue:
         self._known: dict[str, Envelope] = {}  # target/ names offered to the engine, decoded
         self._sent: set[str] = set()  # names this process put and offered: the watcher's skip
         self._found = 0  # names of the folder offered, not by `sent`: see `_tell_others`
+        self._untold: list[ConsumerId] = []  # those to tell once the mutex is free (_hand_out)
         # Names of target/ that rank from the name alone (_RANKED), known but kept out of the
         # engine, undecoded: each ranks after every name the engine may hand out (its horizon
         # is their best), and the best are offered (`_promote`) when the engine runs short of
@@ -589,6 +590,12 @@ class LiveQueue:
         # test's ManualClock holds still (a receive on it waited for ever). The clock still
         # says when locks end and messages expire.
         end = None if timeout is None else time.monotonic() + timeout
+        try:
+            return self._receive(consumer, end)
+        finally:
+            self._tell_others()
+
+    def _receive(self, consumer: ConsumerId, end: float | None) -> Message | None:
         with self._mutex:
             while True:
                 if consumer not in self._inbox or self._closed:  # _check_open, without a call
@@ -619,7 +626,8 @@ class LiveQueue:
                 delivery := self._take_live(consumer)
             ) is not None:
                 ready.append(delivery)
-            return ready
+        self._tell_others()
+        return ready
 
     def has_more(self, consumer: ConsumerId) -> bool:
         """Whether a receive of `consumer` might get something now that no news told of: a
@@ -943,19 +951,23 @@ class LiveQueue:
             # consumer threads wake each other in turn, forever (a core's worth of CPU).
             self._wake_others()
         if others:
-            self._tell_others(others)
+            self._untold += others  # told once the receive lets go of the mutex
         if self._remind is not None and self._listeners:
             self._remind_when_due(now)
 
-    def _tell_others(self, others: list[ConsumerId]) -> None:
+    def _tell_others(self) -> None:
         """Tell the listeners of the consumers that another's receive claimed messages for,
         when it offered the engine names read from the folder: they receive only when told
         (an MQTT broker's share-group members, `receive_ready`). The news of those files
         (another process's) was this receive's read, and that of the claims (their files
         leaving target/) might be the next receive's, before the broker asks (`read_news`),
         which then told nobody: the messages waited for their member's next ack or the
-        broker's walk (5 s). This process's puts told every consumer already (`sent`)."""
-        told = list(dict.fromkeys(others))
+        broker's walk (5 s). This process's puts told every consumer already (`sent`).
+        Called by the receive once it let go of the mutex, as every listener is."""
+        if not self._untold:
+            return
+        with self._mutex:
+            told, self._untold = list(dict.fromkeys(self._untold)), []
         for listener in self._listeners:
             listener(told, self.queue)
 
