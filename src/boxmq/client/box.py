@@ -14,7 +14,6 @@ import logging
 import math
 import os
 import threading
-import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -36,14 +35,17 @@ from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import (
     TOPIC_ROOT,
+    FolderSeen,
     State,
     clear_deleting,
     dropbox_folders,
+    folder_seen,
     is_dropbox,
     list_dropboxes,
     no_dropbox,
     queue_path,
     remove_dropbox,
+    settled_seen,
 )
 from boxmq.store.process import process_alive, process_token
 from boxmq.store.retained import RETAINED_DIR
@@ -913,40 +915,22 @@ class Box:
 _PROCESSING, _TARGET = State.PROCESSING.value, State.TARGET.value
 
 # A folder's inode and mtime (ns), or None where there is none.
-_Seen = tuple[int, int] | None
-
-# A folder that changed less than this before a look may change again and keep its mtime
-# (the kernel stamps it from a clock that lags time.time() by up to a tick; coarser file
-# systems keep it coarser): its mtime then proves nothing (as live_queue.py's periodic look).
-_SETTLED: Final = 1.0
+_Seen = FolderSeen | None
 
 
 def _seen(folders: list[str]) -> list[_Seen]:
-    seen: list[_Seen] = []
-    for folder in folders:
-        try:
-            status = os.stat(folder)
-        except OSError:
-            seen.append(None)
-        else:
-            seen.append((status.st_ino, status.st_mtime_ns))
-    return seen
+    return [folder_seen(folder) for folder in folders]
 
 
 def _settled(folders: list[str]) -> list[_Seen] | None:
-    """What the folders are (`_seen`) when each last changed over `_SETTLED` s ago: a later
+    """What the folders are (`_seen`) when each last changed over `SETTLED` s ago: a later
     look that finds the same says nothing was made, renamed or deleted in them since. None
     otherwise, and where one is missing."""
-    before = time.time() - _SETTLED
     seen: list[_Seen] = []
     for folder in folders:
-        try:
-            status = os.stat(folder)
-        except OSError:
+        if (found := settled_seen(folder)) is None:
             return None
-        if status.st_mtime > before:
-            return None
-        seen.append((status.st_ino, status.st_mtime_ns))
+        seen.append(found)
     return seen
 
 

@@ -63,7 +63,7 @@ from boxmq.model import (
     MessageId,
 )
 from boxmq.store.dropbox import Dropbox, NotAFile
-from boxmq.store.layout import State
+from boxmq.store.layout import FolderSeen, State, folder_seen, settled_seen
 from boxmq.store.names import Lock, lock_suffixed, locked_name, split_lock
 from boxmq.store.v5_properties import V5Reader
 from boxmq.store.watch import Changes, Watcher, watch
@@ -104,11 +104,6 @@ class LiveOptions:
 # every look under 5,000 names, every 15 s for 300,000 (a name costs a few us to read, set
 # and compare).
 RESCAN_NAMES_PER_SECOND: Final = 20_000
-
-# A state folder that changed less than this before a look may change again and keep its
-# mtime (the kernel stamps it from a clock that lags time.time() by up to a tick; coarser
-# file systems keep it coarser): its mtime then proves nothing, and the next look reads it.
-_SETTLED: Final = 1.0
 
 # A read of target/ is due once the claims lost since the last one pass 1/16 of the names
 # known (and 16): a lost claim (a rename that finds nothing, then the next dispatch) costs
@@ -257,9 +252,9 @@ class LiveQueue:
         # while a periodic look (the walk of an MQTT broker's idle sessions, each 5 s) finds
         # the same, nothing came, left or was renamed there since, and one stat stands for
         # the read (`_hand_out`).
-        self._target_seen: tuple[int, int] | None = None
+        self._target_seen: FolderSeen | None = None
         self._scanned_next = -1.0
-        self._empty_processing: tuple[int, int] | None = None
+        self._empty_processing: FolderSeen | None = None
         self._closed = False
         self._forked = False  # abandoned in a forked child: every use is refused
 
@@ -1098,31 +1093,19 @@ class LiveQueue:
         self._empty_processing = seen if empty else None
         self._reconcile()
 
-    def _settled(self, state: State) -> tuple[int, int] | None:
-        """The inode and mtime of a state folder, taken before a read of it, when it last
-        changed over `_SETTLED` s ago and inotify watches this dropbox: a later stat that
-        finds the same says nothing was made, renamed or deleted there since. None
-        otherwise: a polling watcher's file system may cache a folder's attributes (NFS)."""
+    def _settled(self, state: State) -> FolderSeen | None:
+        """What a state folder is (layout.settled_seen), taken before a read of it, when
+        inotify watches this dropbox: a later stat that finds the same says nothing was made,
+        renamed or deleted there since. None otherwise: a polling watcher's file system may
+        cache a folder's attributes (NFS)."""
         watcher = self._watcher
         if watcher is None or watcher.polls:
             return None
-        try:
-            status = os.stat(self._box.dir(state))
-        except OSError:
-            return None
-        if status.st_mtime > time.time() - _SETTLED:
-            return None
-        return status.st_ino, status.st_mtime_ns
+        return settled_seen(self._box.dir(state))
 
-    def _still(self, seen: tuple[int, int] | None, state: State) -> bool:
+    def _still(self, seen: FolderSeen | None, state: State) -> bool:
         """Whether the state folder is as `seen` (see `_settled`) still: one stat."""
-        if seen is None:
-            return False
-        try:
-            status = os.stat(self._box.dir(state))
-        except OSError:
-            return False
-        return (status.st_ino, status.st_mtime_ns) == seen
+        return seen is not None and folder_seen(self._box.dir(state)) == seen
 
     def _scan(self, now: float) -> None:
         self._sent.clear()

@@ -16,17 +16,22 @@ import os
 import re
 import shutil
 import stat
+import time
 from collections.abc import Callable
 from enum import Enum
+from typing import Final
 
 from boxmq.errors import InvalidName
 from boxmq.store.names import escape_segment, unescape_segment
 
 __all__ = [
+    "SETTLED",
     "TOPIC_ROOT",
+    "FolderSeen",
     "State",
     "clear_deleting",
     "dropbox_folders",
+    "folder_seen",
     "is_dropbox",
     "list_dropboxes",
     "no_dropbox",
@@ -34,6 +39,7 @@ __all__ = [
     "queue_path",
     "remove_dropbox",
     "remove_folder",
+    "settled_seen",
 ]
 
 TOPIC_ROOT = "topic-root"
@@ -199,3 +205,35 @@ def open_folder(path: str) -> int:
     """A file descriptor of the folder `path`: for calls relative to it (`dir_fd=`, which walk
     one name instead of a whole path) and for fsync. The caller closes it."""
     return os.open(path, _FOLDER_FLAGS)
+
+
+# A folder's inode and mtime (ns): a later stat that finds the same says nothing was made,
+# renamed or deleted in it since, once it is `settled_seen`.
+FolderSeen = tuple[int, int]
+
+# A folder that changed less than this before a look may change again and keep its mtime
+# (the kernel stamps it from a clock that lags time.time() by up to a tick; coarser file
+# systems keep it coarser): its mtime then proves nothing, and the next look reads it.
+SETTLED: Final = 1.0
+
+
+def folder_seen(path: str) -> FolderSeen | None:
+    """The folder's inode and mtime now (one stat); None where there is none."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_ino, status.st_mtime_ns
+
+
+def settled_seen(path: str) -> FolderSeen | None:
+    """The folder's inode and mtime (`folder_seen`), taken before a read of it, when it last
+    changed over `SETTLED` s ago; None otherwise, and where there is none. Not on a polled
+    file system: it may cache a folder's attributes (NFS)."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    if status.st_mtime > time.time() - SETTLED:
+        return None
+    return status.st_ino, status.st_mtime_ns
