@@ -64,14 +64,23 @@ def settled(box: boxmq.Box, told: Told, consumer: Consumer) -> None:
     raise AssertionError(f"news never ran dry: {told}")
 
 
+def held_one(
+    box: boxmq.Box, told: Told, *, lock_timeout: float
+) -> tuple[boxmq.Queue, Consumer, boxmq.Message]:
+    """Queue "q" and its consumer "c1", holding the one message put (`put_one`), once no
+    news is left of it (`settled`)."""
+    queue = box.queue("q")
+    consumer = queue.consumer("c1", lock_timeout=lock_timeout)
+    first = put_one(queue, told, consumer)
+    settled(box, told, consumer)
+    return queue, consumer, first
+
+
 def test_a_lock_that_ends_is_told_at_its_deadline(
     manual_box: boxmq.Box, clock: ManualClock, told: Told
 ) -> None:
     # Shorter than the sweep of processing/ (1 s), so only the deadline's own reminder tells.
-    queue = manual_box.queue("q")
-    consumer = queue.consumer("c1", lock_timeout=0.5)
-    first = put_one(queue, told, consumer)
-    settled(manual_box, told, consumer)
+    _queue, consumer, first = held_one(manual_box, told, lock_timeout=0.5)
     clock.advance(0.25)
     assert tick(manual_box, told, consumer) == []
     assert told == []  # no news, no reminder: not yet due
@@ -88,10 +97,7 @@ def test_a_lock_that_ends_is_told_at_its_deadline(
 def test_an_unlock_delay_is_told_when_it_ends(
     manual_box: boxmq.Box, clock: ManualClock, told: Told
 ) -> None:
-    queue = manual_box.queue("q")
-    consumer = queue.consumer("c1", lock_timeout=30.0)
-    first = put_one(queue, told, consumer)
-    settled(manual_box, told, consumer)
+    _queue, consumer, first = held_one(manual_box, told, lock_timeout=30.0)
     first.unlock(delay=3.0)
     settled(manual_box, told, consumer)
     # Told once meanwhile, at the sweep the lock asked for (1 s): that look asks for the
@@ -106,10 +112,7 @@ def test_an_unlock_delay_is_told_when_it_ends(
 
 
 def test_a_reminder_is_asked_once(manual_box: boxmq.Box, clock: ManualClock, told: Told) -> None:
-    queue = manual_box.queue("q")
-    consumer = queue.consumer("c1", lock_timeout=30.0)
-    first = put_one(queue, told, consumer)
-    settled(manual_box, told, consumer)
+    _queue, consumer, first = held_one(manual_box, told, lock_timeout=30.0)
     first.unlock(delay=3.0)
     settled(manual_box, told, consumer)
     for _ in range(5):  # looks that find the same deadline ask for no other reminder
@@ -123,10 +126,7 @@ def test_a_reminder_is_asked_once(manual_box: boxmq.Box, clock: ManualClock, tol
 def test_a_shortened_lock_is_told_at_its_new_deadline(
     manual_box: boxmq.Box, clock: ManualClock, told: Told
 ) -> None:
-    queue = manual_box.queue("q")
-    consumer = queue.consumer("c1", lock_timeout=30.0)
-    first = put_one(queue, told, consumer)
-    settled(manual_box, told, consumer)
+    queue, consumer, first = held_one(manual_box, told, lock_timeout=30.0)
     first.extend(0.5)
     clock.advance(0.5)
     assert tick(manual_box, told, consumer) == []
@@ -137,10 +137,7 @@ def test_a_shortened_lock_is_told_at_its_new_deadline(
 def test_a_closed_consumer_is_told_of_nothing(
     manual_box: boxmq.Box, clock: ManualClock, told: Told
 ) -> None:
-    queue = manual_box.queue("q")
-    consumer = queue.consumer("c1", lock_timeout=0.5)
-    put_one(queue, told, consumer)
-    settled(manual_box, told, consumer)
+    _queue, consumer, _first = held_one(manual_box, told, lock_timeout=0.5)
     consumer.close()  # its reminder was asked for: nobody is left to tell at its time
     manual_box.read_news()
     told.clear()
@@ -152,10 +149,7 @@ def test_a_closed_consumer_is_told_of_nothing(
 def test_a_deleted_queue_is_told_of_nothing(
     manual_box: boxmq.Box, clock: ManualClock, told: Told
 ) -> None:
-    queue = manual_box.queue("q")
-    consumer = queue.consumer("c1", lock_timeout=0.5)
-    put_one(queue, told, consumer)
-    settled(manual_box, told, consumer)
+    _queue, _consumer, _first = held_one(manual_box, told, lock_timeout=0.5)  # kept open
     assert manual_box.delete_queue("q")
     again = manual_box.queue("q").consumer("c1", lock_timeout=30.0)  # same name, afresh
     assert again.receive_ready() == []
@@ -265,10 +259,7 @@ def test_has_more_says_a_sweep_is_due_while_the_consumer_holds_locks(
     """The reminder a queue holding locks asks for its next sweep of processing/ (another
     process may have acked or extended one by id) tells its consumers; has_more says
     there is something to look for then, or the broker's pump would not look."""
-    queue = manual_box.queue("q")
-    consumer = queue.consumer("c1", lock_timeout=3600)
-    put_one(queue, told, consumer)
-    settled(manual_box, told, consumer)
+    _queue, consumer, _first = held_one(manual_box, told, lock_timeout=3600)
     assert not consumer.has_more()
     clock.advance(1.0)  # the sweep's interval
     assert consumer.has_more()
