@@ -257,27 +257,36 @@ def test_the_doors_records_and_the_topic_root_are_looked_through_at_full_passes(
         assert (listed[str(sessions)], listed[str(later)]) == (2, 1)
 
 
-def test_a_subscription_whose_lock_holder_died_is_visited_between_full_passes(
-    root: Path, clock: ManualClock
-) -> None:
-    """The sweeps between full passes find the subscriptions due without looking at each
-    one: one where a process that died holds a lock is still visited at the next sweep."""
-    holder = subprocess.Popen(
+def _lock_holder(root: Path, reader: str, ready: str) -> subprocess.Popen[str]:
+    """Another process that opens `reader` (an expression on its `box`), says `ready`,
+    takes a message and says "held", then exits when its stdin closes, its lock left
+    behind, as by a SIGKILL."""
+    return subprocess.Popen(
         [
             sys.executable,
             "-c",
             "import os, sys, boxmq\n"
             f"box = boxmq.open({str(root)!r}, fsync='never')\n"
-            "reader = box.subscribe('dev/5/cmd', 'dev5', lock_timeout=3600)\n"
-            "print('subscribed', flush=True)\n"
+            f"reader = {reader}\n"
+            f"print({ready!r}, flush=True)\n"
             "assert reader.receive(10) is not None\n"
             "print('held', flush=True)\n"
             "sys.stdin.read()\n"
-            "os._exit(0)  # its lock left behind, as by a SIGKILL\n",
+            "os._exit(0)\n",
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+    )
+
+
+def test_a_subscription_whose_lock_holder_died_is_visited_between_full_passes(
+    root: Path, clock: ManualClock
+) -> None:
+    """The sweeps between full passes find the subscriptions due without looking at each
+    one: one where a process that died holds a lock is still visited at the next sweep."""
+    holder = _lock_holder(
+        root, "box.subscribe('dev/5/cmd', 'dev5', lock_timeout=3600)", "subscribed"
     )
     assert holder.stdin is not None
     assert holder.stdout is not None
@@ -376,23 +385,7 @@ def test_a_queue_whose_lock_holder_died_is_visited_between_full_passes(
 ) -> None:
     """A queue passed by while its folders stay as they were is still visited at the next
     sweep when a process that holds a lock in it dies (its lock is released at once)."""
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import os, sys, boxmq\n"
-            f"box = boxmq.open({str(root)!r}, fsync='never')\n"
-            "reader = box.queue('jobs').consumer('w', lock_timeout=3600)\n"
-            "print('reading', flush=True)\n"
-            "assert reader.receive(10) is not None\n"
-            "print('held', flush=True)\n"
-            "sys.stdin.read()\n"
-            "os._exit(0)  # its lock left behind, as by a SIGKILL\n",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = _lock_holder(root, "box.queue('jobs').consumer('w', lock_timeout=3600)", "reading")
     assert holder.stdin is not None
     assert holder.stdout is not None
     with holder, boxmq.open(root, fsync="never", clock=clock) as box:
