@@ -219,10 +219,11 @@ class RetainedStore:
         removed = 0
 
         def read(path: str) -> _Opened | None:
-            opened = _open_header(path)
-            if opened is None and tombstones_before is not None:
-                self._remove_tombstone(path, tombstones_before)
-            return opened
+            return _open_header(path, headerless)
+
+        def headerless(path: str, fd: int) -> None:
+            if tombstones_before is not None:
+                self._remove_tombstone(path, fd, tombstones_before)
 
         # Each topic read is learnt: a server's first wildcard SUBSCRIBE after its start-up
         # sweep reads only the files it sends.
@@ -266,19 +267,13 @@ class RetainedStore:
                     yield entry.path, found
         self._topics = listed
 
-    def _remove_tombstone(self, path: str, before: float) -> None:
-        """Delete the file at `path` if it is a tombstone written before `before` (a file
-        without a header that is not empty, damaged, stays until its topic's next write)."""
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return
-        try:
-            judged = os.fstat(fd)
-            if judged.st_size == 0 and judged.st_mtime < before:
-                self._remove_judged(path, judged)
-        finally:
-            os.close(fd)
+    def _remove_tombstone(self, path: str, fd: int, before: float) -> None:
+        """Delete the file at `path`, open at `fd`, if it is a tombstone written before
+        `before` (a file without a header that is not empty, damaged, stays until its
+        topic's next write)."""
+        judged = os.fstat(fd)
+        if judged.st_size == 0 and judged.st_mtime < before:
+            self._remove_judged(path, judged)
 
     def _remove_judged(self, path: str, judged: os.stat_result) -> int:
         """Delete the file at `path` if it is still the one judged stale (`judged`, held open
@@ -362,8 +357,12 @@ def _load(path: str) -> Retained | None:
     return None if fields is None else Retained(*fields, body)
 
 
-def _open_header(path: str) -> _Opened | None:
-    """The file's header, and the file left open (for the caller to close), or None."""
+def _open_header(
+    path: str, headerless: Callable[[str, int], object] | None = None
+) -> _Opened | None:
+    """The file's header, and the file left open (for the caller to close), or None; one
+    without a header (a tombstone, or damaged) is given to `headerless` with its descriptor
+    before it is closed."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -375,7 +374,11 @@ def _open_header(path: str) -> _Opened | None:
         os.close(fd)
         raise
     if fields is None:
-        os.close(fd)
+        try:
+            if headerless is not None:
+                headerless(path, fd)
+        finally:
+            os.close(fd)
         return None
     return _Opened(fields[0], RetainedHeader(*fields), fd)
 
