@@ -38,7 +38,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mqtt_wire import packet, string
+from mqtt_wire import connect5, packet, publish5, read_packet, read_varint, string, varint
 from processes import cpu_seconds, free_port, listening, log_file, stop
 
 _SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -47,68 +47,22 @@ _WINDOW = 100  # QoS 1 PUBLISHes the publisher keeps unanswered (boxmq's Receive
 _OVERLAP = ("s/#", "s/+/t", "s/+/+")
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        n, digit = divmod(n, 128)
-        out.append(digit | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _read_varint(body: bytes, at: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        byte = body[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, at
-
-
-def _connect(client_id: str, clean: bool) -> bytes:
-    expiry = 0 if clean else 3600
-    properties = bytes([0x11]) + expiry.to_bytes(4, "big")
-    properties += bytes([0x21]) + _WINDOW.to_bytes(2, "big")  # Receive Maximum
-    body = string("MQTT") + bytes([5, 0x02 if clean else 0x00]) + (60).to_bytes(2, "big")
-    body += bytes([len(properties)]) + properties + string(client_id)
-    return packet(0x10, body)
-
-
 def _subscribe(packet_id: int, filter: str, identifier: int) -> bytes:
-    properties = b"\x0b" + _varint(identifier)
-    body = packet_id.to_bytes(2, "big") + _varint(len(properties)) + properties
+    properties = b"\x0b" + varint(identifier)
+    body = packet_id.to_bytes(2, "big") + varint(len(properties)) + properties
     return packet(0x82, body + string(filter) + b"\x01")
-
-
-def _publish(topic: str, payload: bytes, qos: int, packet_id: int) -> bytes:
-    body = string(topic) + (packet_id.to_bytes(2, "big") if qos else b"") + b"\x00" + payload
-    return packet(0x30 | (qos << 1), body)
-
-
-async def _read(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    first = (await reader.readexactly(1))[0]
-    size, shift = 0, 0
-    while True:
-        byte = (await reader.readexactly(1))[0]
-        size |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            break
-    return first, await reader.readexactly(size)
 
 
 def _groups_of(body: bytes, qos: int) -> tuple[list[int], bytes]:
     """The Subscription Identifiers of a received PUBLISH's body, and its payload."""
     at = 2 + int.from_bytes(body[:2], "big") + (2 if qos else 0)
-    length, at = _read_varint(body, at)
+    length, at = read_varint(body, at)
     end, identifiers = at + length, []
     while at < end:
         kind = body[at]
         if kind != 0x0B:  # nothing else is sent to these clients
             raise ValueError(f"a PUBLISH with property {kind:#x}")
-        identifier, at = _read_varint(body, at + 1)
+        identifier, at = read_varint(body, at + 1)
         identifiers.append(identifier)
     return identifiers, body[end:]
 
@@ -151,15 +105,15 @@ class Run:
 
     async def open_member(self, i: int) -> Member:
         reader, writer = await asyncio.open_connection("127.0.0.1", self.port, limit=1 << 16)
-        writer.write(_connect(f"member{i}", self.figures.clean))
-        kind, _ = await _read(reader)
+        writer.write(connect5(f"member{i}", self.figures.clean, _WINDOW))
+        kind, _ = await read_packet(reader)
         assert kind >> 4 == 2, kind
         return Member(reader, writer)
 
     async def join(self, member: Member, groups: list[int]) -> None:
         for n, j in enumerate(groups):
             member.writer.write(_subscribe(n % 65535 + 1, self.filter_of(j), j + 1))
-            kind, body = await _read(member.reader)
+            kind, body = await read_packet(member.reader)
             assert kind >> 4 == 9, kind
             assert body[-1] == 1, body  # granted QoS 1
 
@@ -176,7 +130,7 @@ class Run:
     async def listen(self, member: Member) -> None:
         with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
             while True:
-                kind, body = await _read(member.reader)
+                kind, body = await read_packet(member.reader)
                 if kind >> 4 != 3:
                     continue
                 qos = (kind >> 1) & 3
@@ -195,17 +149,17 @@ class Run:
         """Every topic published once (payload: its qos and number); True when `expected`
         copies arrived within the budget."""
         reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        writer.write(_connect(f"pub{qos}-{random.random()}", True))
-        await _read(reader)
+        writer.write(connect5(f"pub{qos}-{random.random()}", True, _WINDOW))
+        await read_packet(reader)
         self.received, self.wanted = 0, expected
         self.arrived.clear()
         acked = 0
         for n, topic in enumerate(topics):
-            writer.write(_publish(topic, f"{qos}:{n}".encode(), qos, n % 65535 + 1))
+            writer.write(publish5(topic, f"{qos}:{n}".encode(), qos, n % 65535 + 1))
             if qos and n + 1 - acked >= _WINDOW:
                 await writer.drain()
                 while n + 1 - acked >= _WINDOW:
-                    kind, _ = await asyncio.wait_for(_read(reader), self.budget)
+                    kind, _ = await asyncio.wait_for(read_packet(reader), self.budget)
                     acked += kind >> 4 == 4
             elif n % 500 == 499:
                 await writer.drain()

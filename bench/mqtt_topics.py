@@ -31,43 +31,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mqtt_wire import packet, string
+from mqtt_wire import connect5, packet, publish5, read_packet, string
 from processes import cpu_seconds, free_port, listening, log_file, stop
 
 _SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
 _BATCH = 200  # connections opened at once
 _IDLE = 5.0  # seconds the broker's CPU is read with every client connected and quiet
-
-
-def _connect(client_id: str, clean: bool) -> bytes:
-    expiry = 0 if clean else 3600
-    properties = bytes([0x11]) + expiry.to_bytes(4, "big")
-    properties += bytes([0x21]) + (100).to_bytes(2, "big")  # Receive Maximum
-    flags = 0x02 if clean else 0x00
-    body = string("MQTT") + bytes([5, flags]) + (60).to_bytes(2, "big")
-    body += bytes([len(properties)]) + properties + string(client_id)
-    return packet(0x10, body)
+_WINDOW = 100  # Receive Maximum each client gives (boxmq's own)
 
 
 def _subscribe(packet_id: int, filter: str, qos: int) -> bytes:
     return packet(0x82, packet_id.to_bytes(2, "big") + b"\x00" + string(filter) + bytes([qos]))
-
-
-def _publish(topic: str, payload: bytes, qos: int, packet_id: int) -> bytes:
-    body = string(topic) + (packet_id.to_bytes(2, "big") if qos else b"") + b"\x00" + payload
-    return packet(0x30 | (qos << 1), body)
-
-
-async def _read(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    first = (await reader.readexactly(1))[0]
-    size, shift = 0, 0
-    while True:
-        byte = (await reader.readexactly(1))[0]
-        size |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            break
-    return first, await reader.readexactly(size)
 
 
 @dataclass
@@ -87,11 +61,11 @@ class Run:
 
     async def open_device(self, i: int) -> Device:
         reader, writer = await asyncio.open_connection("127.0.0.1", self.port, limit=1 << 16)
-        writer.write(_connect(f"dev{i}", self.clean))
-        kind, _ = await _read(reader)
+        writer.write(connect5(f"dev{i}", self.clean, _WINDOW))
+        kind, _ = await read_packet(reader)
         assert kind >> 4 == 2, kind
         writer.write(_subscribe(1, f"dev/{i}/#", 1))
-        kind, body = await _read(reader)
+        kind, body = await read_packet(reader)
         assert kind >> 4 == 9, kind
         assert body[-1] == 1, body  # granted QoS 1
         return Device(reader, writer)
@@ -110,11 +84,11 @@ class Run:
 
     async def publish_beside(self, rate: float) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        writer.write(_connect("beside", True))
-        await _read(reader)
+        writer.write(connect5("beside", True, _WINDOW))
+        await read_packet(reader)
         try:
             for n in range(1_000_000):
-                writer.write(_publish(f"status/{n}", b"up", 0, 0))
+                writer.write(publish5(f"status/{n}", b"up", 0, 0))
                 await asyncio.sleep(1 / rate)
         finally:
             writer.close()
@@ -122,7 +96,7 @@ class Run:
     async def listen(self, device: Device) -> None:
         with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
             while True:
-                kind, body = await _read(device.reader)
+                kind, body = await read_packet(device.reader)
                 if kind >> 4 != 3:
                     continue
                 if (kind >> 1) & 3:
@@ -136,18 +110,18 @@ class Run:
     async def publish(self, topics: list[str], qos: int) -> bool:
         """Every topic published once; True when every copy arrived within the budget."""
         reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        writer.write(_connect(f"pub{qos}-{random.random()}", True))
-        await _read(reader)
+        writer.write(connect5(f"pub{qos}-{random.random()}", True, _WINDOW))
+        await read_packet(reader)
         self.received, self.wanted = 0, len(topics)
         self.arrived.clear()
         acked = 0
         window = 100  # boxmq's Receive Maximum: more unanswered QoS 1 PUBLISHes close
         for n, topic in enumerate(topics):
-            writer.write(_publish(topic, b"x" * 32, qos, n % 65535 + 1))
+            writer.write(publish5(topic, b"x" * 32, qos, n % 65535 + 1))
             if qos and n + 1 - acked >= window:
                 await writer.drain()
                 while n + 1 - acked >= window:
-                    kind, _ = await asyncio.wait_for(_read(reader), self.budget)
+                    kind, _ = await asyncio.wait_for(read_packet(reader), self.budget)
                     acked += kind >> 4 == 4
             elif n % 500 == 499:
                 await writer.drain()
