@@ -33,7 +33,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -188,13 +188,7 @@ class Claims:
 
     def snapshot(self) -> frozenset[str]:
         """What is ready now: Trigger.AvailableNow reads these and no later arrivals."""
-        try:
-            entries = os.scandir(self._dirs[State.TARGET])
-        except FileNotFoundError:
-            self._gone()
-            return frozenset()
-        with entries:
-            return frozenset(entry.name for entry in entries)
+        return frozenset(entry.name for entry in self._ready())
 
     def high_water(self) -> int:
         return max([self._hwm, *self._pending])
@@ -265,37 +259,41 @@ class Claims:
         # Planned earlier and not claimed yet (a plan Spark never logged): they keep their
         # numbers and come first (next_end), so they are not numbered again here.
         planned = {claim.name for claim in self._pending.values()}
-        try:
-            listing = os.scandir(self._dirs[State.TARGET])
-        except FileNotFoundError:
-            self._gone()
-            return []
-        with listing as entries:
-            for entry in entries:
-                name = entry.name
-                if only is not None and name not in only:
+        for entry in self._ready():
+            name = entry.name
+            if only is not None and name not in only:
+                continue
+            if name in planned:
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            if not name.isascii() or len(name) > MAX_NAME:
+                why = unusable(name)  # not UTF-8, or too long to carry a lock
+                if why is not None:
+                    self._set_aside(name, why)  # as a queue consumer does: never claimed
                     continue
-                if name in planned:
-                    continue
-                if not entry.is_file(follow_symlinks=False):
-                    continue
-                if not name.isascii() or len(name) > MAX_NAME:
-                    why = unusable(name)  # not UTF-8, or too long to carry a lock
-                    if why is not None:
-                        self._set_aside(name, why)  # as a queue consumer does: never claimed
-                        continue
-                key = self._order(entry, now_ms)
-                if key is None:
-                    continue
-                # Sizes matter for maxBytesPerTrigger only; a stat per file is not free.
-                size = entry.stat(follow_symlinks=False).st_size if sized else 0
-                found.append((*key, size))
+            key = self._order(entry, now_ms)
+            if key is None:
+                continue
+            # Sizes matter for maxBytesPerTrigger only; a stat per file is not free.
+            size = entry.stat(follow_symlinks=False).st_size if sized else 0
+            found.append((*key, size))
         if limit is not None and limit < len(found) // 4:
             # A small batch out of a big backlog: no need to sort all of it. Extra candidates
             # stand in for those another consumer takes first.
             return heapq.nsmallest(limit + 100, found)
         found.sort()
         return found
+
+    def _ready(self) -> Iterator[os.DirEntry[str]]:
+        """The entries of target/; none when it is missing (_gone: what that means)."""
+        try:
+            entries = os.scandir(self._dirs[State.TARGET])
+        except FileNotFoundError:
+            self._gone()
+            return
+        with entries:
+            yield from entries
 
     def _gone(self) -> None:
         """target/ is missing. A queue deleted under the running query reads as empty until a

@@ -135,13 +135,10 @@ class _BatchReader(DataSourceReader):
         # Listed once, when the DataFrame is made: re-create it to see later files (§7.8).
         directory = os.path.join(self._options.dropbox, self._options.state.value)
         try:
-            entries = os.scandir(directory)
-        except FileNotFoundError:  # a folder nobody made yet, or deleted: holds nothing
-            entries = None
-        names: list[str] = []
-        if entries is not None:
-            with entries:
+            with os.scandir(directory) as entries:
                 names = sorted(e.name for e in entries if e.is_file(follow_symlinks=False))
+        except FileNotFoundError:  # a folder nobody made yet, or deleted: holds nothing
+            names = []
         chunks = _split(names, self._options.num_partitions)
         state = self._options.state.value
         destination, root = self._options.destination, self._options.root
