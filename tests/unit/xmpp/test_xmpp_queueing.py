@@ -460,22 +460,19 @@ def test_a_subscriber_that_lets_three_locks_time_out_in_a_row_is_unsubscribed(
     for _ in range(4):
         wire.publish()
 
-    def held_now() -> list[str]:
-        return [item for to, what, item in wire.events() if what == "item" and to == ALICE]
-
     def time_out() -> None:
         clock.advance(10)
         wire.service.expire(clock.now())
 
-    assert len(held_now()) == 1
+    assert len(wire.items_to(ALICE)) == 1
     time_out()  # one silent timeout...
-    [second] = held_now()
+    [second] = wire.items_to(ALICE)
     assert wire.retract(ALICE, second).get("type") == "result"  # ...then an answer: count reset
-    assert len(held_now()) == 1
+    assert len(wire.items_to(ALICE)) == 1
     time_out()
-    assert len(held_now()) == 1  # two silent timeouts in a row: still subscribed
+    assert len(wire.items_to(ALICE)) == 1  # two silent timeouts in a row: still subscribed
     time_out()
-    assert len(held_now()) == 1
+    assert len(wire.items_to(ALICE)) == 1
     time_out()  # the third in a row: treated as gone...
     # ...and told so (XEP-0060 §8.8.4), after the unlock notification: a live client waited
     # for items for ever
@@ -483,7 +480,7 @@ def test_a_subscriber_that_lets_three_locks_time_out_in_a_row_is_unsubscribed(
     [(to, state)] = [(s.get("to"), s.find(path)) for s in wire.take() if s.find(path) is not None]
     assert state is not None
     assert (to, state.get("node"), state.get("subscription")) == (ALICE, "jobs", "none")
-    assert held_now() == []
+    assert wire.items_to(ALICE) == []
     assert manual_box.queue("jobs").counts().ready == 3  # everything back, one done
     wire.service.close()
 
@@ -501,21 +498,18 @@ def test_the_locks_of_one_batch_that_time_out_together_count_as_one_silence(
     for _ in range(5):
         wire.publish()
 
-    def held_now() -> list[str]:
-        return [item for to, what, item in wire.events() if what == "item" and to == ALICE]
-
     def time_out() -> None:
         clock.advance(10)
         wire.service.expire(clock.now())
         clock.advance(1)  # the handoff: what it let go waits a second for another subscriber
 
-    assert len(held_now()) == 5
+    assert len(wire.items_to(ALICE)) == 5
     time_out()
-    assert len(held_now()) == 5  # one silence: still subscribed, the five again
+    assert len(wire.items_to(ALICE)) == 5  # one silence: still subscribed, the five again
     time_out()
-    assert len(held_now()) == 5  # two
+    assert len(wire.items_to(ALICE)) == 5  # two
     time_out()  # the third round in a row: treated as gone
-    assert held_now() == []
+    assert wire.items_to(ALICE) == []
     assert manual_box.queue("jobs").counts().ready == 5
     wire.service.close()
 

@@ -66,6 +66,10 @@ class Wire:
                 )
         return found
 
+    def items_to(self, jid: str) -> list[str]:
+        """The ids of the items sent to `jid` since the last look (after a poll)."""
+        return [item for to, what, item in self.events() if what == "item" and to == jid]
+
     # -- requests by name ----------------------------------------------------------------------
 
     def create(self, node: str = "jobs") -> ET.Element:
