@@ -176,6 +176,15 @@ class Client(ClientXMPP):
         return await asyncio.wait_for(self.events.get(), TIMEOUT)
 
 
+async def first_to_hear(*users: Client) -> Client:
+    """The first of `users` with an event waiting (still there for it to take)."""
+    while True:
+        for user in users:
+            if not user.events.empty():
+                return user
+        await asyncio.sleep(0.01)
+
+
 @contextlib.asynccontextmanager
 async def clients(server: Prosody, *users: str) -> AsyncIterator[list[Client]]:
     started = [Client(server, user) for user in users]

@@ -10,7 +10,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 from slixmpp.xmlstream.handler import Callback
-from tests.xmpp.clients import PS, Client, _QosRequests, clients, component
+from tests.xmpp.clients import PS, Client, _QosRequests, clients, component, first_to_hear
 from tests.xmpp.server import SERVICE, Prosody
 
 import boxmq
@@ -86,7 +86,7 @@ def test_unlock_hands_the_item_to_the_other_subscriber(prosody: Prosody, box: bo
             await alice.subscribe(1)
             await bob.subscribe(1)
             item = await carol.publish("<job xmlns='urn:example'>x</job>")
-            first = await asyncio.wait_for(_first_of(alice, bob), 20)
+            first = await asyncio.wait_for(first_to_hear(alice, bob), 20)
             other = bob if first is alice else alice
             assert (await first.next_event()).item == item
             assert (await first.unlock(item)).get("type") == "result"
@@ -136,14 +136,6 @@ def test_another_user_cannot_answer_a_subscribers_qos_notification(
 
     run(scenario())
     box.close()
-
-
-async def _first_of(*users: Any) -> Any:
-    while True:
-        for user in users:
-            if not user.events.empty():
-                return user
-        await asyncio.sleep(0.01)
 
 
 def test_a_subscriber_whose_connection_drops_loses_its_items_to_the_other(

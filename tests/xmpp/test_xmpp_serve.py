@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.xmpp.clients import TIMEOUT, clients, component
+from tests.xmpp.clients import TIMEOUT, clients, component, first_to_hear
 from tests.xmpp.server import SECRET, SERVICE, Prosody
 
 import boxmq
@@ -212,19 +212,12 @@ def test_nothing_is_delivered_while_the_component_is_disconnected(
             assert not running.connected.is_set()
             assert jobs.counts().ready == 1  # waiting, not locked to someone who cannot hear
             await asyncio.wait_for(running.connected.wait(), TIMEOUT)
-            first = await asyncio.wait_for(_first_event(alice, bob), TIMEOUT)
+            heard = await asyncio.wait_for(first_to_hear(alice, bob), TIMEOUT)
+            first = heard.events.get_nowait()
             assert first.item == item
 
     run(scenario())
     box.close()
-
-
-async def _first_event(*users: Any) -> Any:
-    while True:
-        for user in users:
-            if not user.events.empty():
-                return user.events.get_nowait()
-        await asyncio.sleep(0.01)
 
 
 def _assured(kind: str, msg_id: str, body: str = "") -> str:
