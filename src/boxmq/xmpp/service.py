@@ -534,10 +534,7 @@ class QueueService:
         §8.4.2), then unsubscribed."""
         self._check_owner(iq, self._queue(request.node), "delete")
         for subscription in self._subscriptions.of_node(request.node):
-            self._send(
-                render.event_delete(next(self._ids), self.domain, subscription.jid, request.node)
-            )
-            self._drop(subscription)
+            self._drop_deleted(subscription)
         self._queues.pop(request.node, None)
         self._box.delete_queue(request.node)
         return render.result(iq)
@@ -650,13 +647,16 @@ class QueueService:
         del self._queues[node]
         for subscription in self._subscriptions.of_node(node):
             if isinstance(subscription.consumer, Consumer):  # a topic's member stays
-                self._send(
-                    render.event_delete(
-                        next(self._ids), self.domain, subscription.jid, subscription.node
-                    )
-                )
-                self._drop(subscription)
+                self._drop_deleted(subscription)
         return True
+
+    def _drop_deleted(self, subscription: Subscription) -> None:
+        """Its node was deleted: the subscriber is told so (XEP-0060 §8.4.2), then that its
+        subscription ended."""
+        self._send(
+            render.event_delete(next(self._ids), self.domain, subscription.jid, subscription.node)
+        )
+        self._drop(subscription)
 
     def _drop(self, subscription: Subscription) -> None:
         """The service ends a subscription its subscriber did not end (three silences, its
