@@ -30,7 +30,6 @@ import contextlib
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,12 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mqtt_wire import connect5, packet, publish5, read_packet, read_varint, string, varint
-from processes import cpu_seconds, free_port, listening, log_file, stop
+from processes import cpu_seconds, free_port, listening, start_broker, stop
 
 _SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
 _POOL = 20  # member clients at most; group j has members j % pool and (j + 1) % pool
 _WINDOW = 100  # QoS 1 PUBLISHes the publisher keeps unanswered (boxmq's Receive Maximum)
 _OVERLAP = ("s/#", "s/+/t", "s/+/+")
+_MOSQUITTO = "max_inflight_messages 100\n"  # config lines beside start_broker's
+_BOXMQ = "[mqtt.limits]\nmax_subscriptions = 0\n"  # its config file
 
 
 def _subscribe(packet_id: int, filter: str, identifier: int) -> bytes:
@@ -215,24 +216,6 @@ async def _case(pid: int, port: int, figures: Figures, messages: int, budget: fl
         member.writer.close()
 
 
-def _start(broker: str, port: int, folder: Path, fsync: str) -> subprocess.Popen[bytes]:
-    if broker == "mosquitto":
-        config = folder / "mosquitto.conf"
-        config.write_text(
-            f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
-            "max_queued_messages 0\nmax_inflight_messages 100\n"
-            "log_dest stderr\nlog_type error\nlog_type warning\n"
-        )
-        command = ["/usr/sbin/mosquitto", "-c", str(config)]
-    else:
-        config = folder / "boxmq.toml"
-        config.write_text("[mqtt.limits]\nmax_subscriptions = 0\n")
-        command = [sys.executable, "-m", "boxmq.cli", "--data", str(folder / "data")]
-        command += ["--fsync", fsync, "serve", "--config", str(config)]
-        command += ["--mqtt", f"127.0.0.1:{port}", "--sys-interval", "0"]
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log_file(folder, broker))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--groups", default="1,10,100,1000", help="G values, comma-separated")
@@ -251,7 +234,9 @@ def main() -> None:
                     figures = Figures(broker, g, filters, sessions == "clean")
                     folder = Path(tempfile.mkdtemp(prefix="mqtt-groups-", dir=_SCRATCH))
                     port = free_port()
-                    process = _start(broker, port, folder, args.fsync)
+                    process = start_broker(
+                        broker, port, folder, args.fsync, mosquitto=_MOSQUITTO, boxmq=_BOXMQ
+                    )
                     try:
                         listening(process, broker, folder / f"{broker}.log", port)
                         asyncio.run(_case(process.pid, port, figures, args.messages, args.budget))

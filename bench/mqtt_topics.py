@@ -24,7 +24,6 @@ import contextlib
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,12 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mqtt_wire import connect5, packet, publish5, read_packet, string
-from processes import cpu_seconds, free_port, listening, log_file, stop
+from processes import cpu_seconds, free_port, listening, start_broker, stop
 
 _SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
 _BATCH = 200  # connections opened at once
 _IDLE = 5.0  # seconds the broker's CPU is read with every client connected and quiet
 _WINDOW = 100  # Receive Maximum each client gives (boxmq's own)
+_MOSQUITTO = ""  # config lines beside start_broker's
+_BOXMQ = "[mqtt.limits]\nmax_connections = 30000\n"  # its config file
 
 
 def _subscribe(packet_id: int, filter: str, qos: int) -> bytes:
@@ -178,23 +179,6 @@ async def _case(
         device.writer.close()
 
 
-def _start(broker: str, port: int, folder: Path, fsync: str) -> subprocess.Popen[bytes]:
-    if broker == "mosquitto":
-        config = folder / "mosquitto.conf"
-        config.write_text(
-            f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
-            "max_queued_messages 0\nlog_dest stderr\nlog_type error\nlog_type warning\n"
-        )
-        command = ["/usr/sbin/mosquitto", "-c", str(config)]
-    else:
-        config = folder / "boxmq.toml"
-        config.write_text("[mqtt.limits]\nmax_connections = 30000\n")
-        command = [sys.executable, "-m", "boxmq.cli", "--data", str(folder / "data")]
-        command += ["--fsync", fsync, "serve", "--config", str(config)]
-        command += ["--mqtt", f"127.0.0.1:{port}", "--sys-interval", "0"]
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log_file(folder, broker))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", default="1000,5000", help="N values, comma-separated")
@@ -214,7 +198,9 @@ def main() -> None:
                 figures = Figures(broker, n, sessions == "clean")
                 folder = Path(tempfile.mkdtemp(prefix="mqtt-topics-", dir=_SCRATCH))
                 port = free_port()
-                process = _start(broker, port, folder, args.fsync)
+                process = start_broker(
+                    broker, port, folder, args.fsync, mosquitto=_MOSQUITTO, boxmq=_BOXMQ
+                )
                 try:
                     listening(process, broker, folder / f"{broker}.log", port)
                     case = _case(

@@ -1,6 +1,6 @@
 """What the broker benchmarks share about the processes they start: a free port, a log file,
-the wait until it listens, a process's CPU time and memory from /proc, and its stop. Not a
-benchmark (bench/README.md)."""
+an MQTT broker's start, the wait until it listens, a process's CPU time and memory from
+/proc, and its stop. Not a benchmark (bench/README.md)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,19 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
-__all__ = ["cpu_seconds", "free_port", "listening", "log_file", "rss_kib", "stop"]
+__all__ = [
+    "cpu_seconds",
+    "free_port",
+    "listening",
+    "log_file",
+    "rss_kib",
+    "start_broker",
+    "stop",
+]
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -28,6 +37,29 @@ def free_port() -> int:
 def log_file(folder: Path, name: str) -> int:
     """A descriptor of `folder`/`name`.log, emptied, for a broker's output (Popen's stderr)."""
     return os.open(folder / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+
+def start_broker(
+    broker: str, port: int, folder: Path, fsync: str, *, mosquitto: str, boxmq: str
+) -> subprocess.Popen[bytes]:
+    """`broker`, mosquitto or boxmq, on 127.0.0.1:`port`, logging to `folder`/<broker>.log:
+    mosquitto in memory with no cap on queued messages and the config lines `mosquitto`
+    more; boxmq's `serve --mqtt` on `folder`/data under `fsync`, no $SYS, with `boxmq` as
+    its config file."""
+    if broker == "mosquitto":
+        config = folder / "mosquitto.conf"
+        config.write_text(
+            f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
+            "max_queued_messages 0\nlog_dest stderr\nlog_type error\nlog_type warning\n" + mosquitto
+        )
+        command = ["/usr/sbin/mosquitto", "-c", str(config)]
+    else:
+        config = folder / "boxmq.toml"
+        config.write_text(boxmq)
+        command = [sys.executable, "-m", "boxmq.cli", "--data", str(folder / "data")]
+        command += ["--fsync", fsync, "serve", "--config", str(config)]
+        command += ["--mqtt", f"127.0.0.1:{port}", "--sys-interval", "0"]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log_file(folder, broker))
 
 
 def listening(process: subprocess.Popen[bytes], name: str, log: Path, *ports: int) -> None:
