@@ -429,23 +429,10 @@ def test_a_member_of_many_share_groups_looks_into_the_groups_with_news_alone(
 
         monkeypatch.setattr(Subscriber, "receive_ready", counted)
         member = _connect(broker, "member")
-        for n in range(40):
-            member.send(Subscribe(n + 1, (Subscription(f"$share/g{n}/dev/{n}/#", 1),)))
-            await _until(lambda: any(isinstance(p, Suback) for p in member.inbox))
-            member.take()
+        await _join_forty_groups(member)
         assert len(looked) == 40, len(looked)  # one look into each new group
         looked.clear()
-        pub = _connect(broker, "pub")
-        got: list[bytes] = []
-        for packet_id in range(1, 11):
-            pub.send(Publish("dev/7/x", b"%d" % packet_id, 1, packet_id=packet_id))
-            await _until(lambda: any(isinstance(p, Publish) for p in member.inbox))
-            for publish in member.take():
-                assert isinstance(publish, Publish)
-                assert publish.packet_id is not None
-                got.append(publish.payload)
-                member.send(Puback(publish.packet_id))
-        assert got == [b"%d" % n for n in range(1, 11)]
+        await _ten_acknowledged(_connect(broker, "pub"), "dev/7/x", [member])
         assert set(looked) == {"$share/g7/dev/7/#"}, sorted(set(looked))[:5]
 
     _run(tmp_path, test)
@@ -472,21 +459,34 @@ def test_a_puback_looks_into_its_share_group_only_when_something_waits_there(
 
         members = [_subscriber(broker, name, "$share/g/t", 1) for name in ("a", "b")]
         monkeypatch.setattr(Subscriber, "receive_ready", counted)
-        pub = _connect(broker, "pub")
-        got: list[bytes] = []
-        for packet_id in range(1, 11):
-            pub.send(Publish("t", b"%d" % packet_id, 1, packet_id=packet_id))
-            await _until(lambda: any(isinstance(p, Publish) for m in members for p in m.inbox))
-            for member in members:
-                for publish in member.take():
-                    assert isinstance(publish, Publish)
-                    assert publish.packet_id is not None
-                    got.append(publish.payload)
-                    member.send(Puback(publish.packet_id))
-        assert got == [b"%d" % n for n in range(1, 11)]
+        await _ten_acknowledged(_connect(broker, "pub"), "t", members)
         assert len(looked) <= 15, len(looked)  # one or two a put, none at the PUBACK
 
     _run(tmp_path, test)
+
+
+async def _join_forty_groups(member: Peer) -> None:
+    """`member` joins the share groups g0 to g39 (of dev/0/# to dev/39/#), a SUBSCRIBE each."""
+    for n in range(40):
+        member.send(Subscribe(n + 1, (Subscription(f"$share/g{n}/dev/{n}/#", 1),)))
+        await _until(lambda: any(isinstance(p, Suback) for p in member.inbox))
+        member.take()
+
+
+async def _ten_acknowledged(pub: Peer, topic: str, members: list[Peer]) -> None:
+    """Ten QoS 1 messages to `topic`, one at a time, each acknowledged by the member it
+    reached: all ten reach them, in order."""
+    got: list[bytes] = []
+    for packet_id in range(1, 11):
+        pub.send(Publish(topic, b"%d" % packet_id, 1, packet_id=packet_id))
+        await _until(lambda: any(isinstance(p, Publish) for m in members for p in m.inbox))
+        for member in members:
+            for publish in member.take():
+                assert isinstance(publish, Publish)
+                assert publish.packet_id is not None
+                got.append(publish.payload)
+                member.send(Puback(publish.packet_id))
+    assert got == [b"%d" % n for n in range(1, 11)]
 
 
 class _Walked(dict[str, Subscriber]):
@@ -509,22 +509,9 @@ def test_a_pump_with_news_goes_through_the_subscriptions_it_names_alone(
 
     async def test(broker: Broker) -> None:
         member = _connect(broker, "member")
-        for n in range(40):
-            member.send(Subscribe(n + 1, (Subscription(f"$share/g{n}/dev/{n}/#", 1),)))
-            await _until(lambda: any(isinstance(p, Suback) for p in member.inbox))
-            member.take()
+        await _join_forty_groups(member)
         walked = broker._durable["member"] = _Walked(broker._durable["member"])
-        pub = _connect(broker, "pub")
-        got: list[bytes] = []
-        for packet_id in range(1, 11):
-            pub.send(Publish("dev/7/x", b"%d" % packet_id, 1, packet_id=packet_id))
-            await _until(lambda: any(isinstance(p, Publish) for p in member.inbox))
-            for publish in member.take():
-                assert isinstance(publish, Publish)
-                assert publish.packet_id is not None
-                got.append(publish.payload)
-                member.send(Puback(publish.packet_id))
-        assert got == [b"%d" % n for n in range(1, 11)]
+        await _ten_acknowledged(_connect(broker, "pub"), "dev/7/x", [member])
         assert walked.walks == 0, walked.walks
 
     _run(tmp_path, test)
