@@ -16,11 +16,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.mqtt.clients import serve_fresh, serve_process, start_server
+from tests.integration.mqtt.clients import RunningServer, serve_fresh, serve_process, start_server
 from tests.integration.mqtt.clients import stop_process as stop
 from tests.integration.mqtt.raw import (
     open_raw,
@@ -61,6 +62,35 @@ def _retained_qos2(topic: str, payload: bytes, packet_id: int) -> bytes:
     return packet(0x35, string(topic) + packet_id.to_bytes(2, "big") + b"\x00" + payload)
 
 
+def _killed_at_pubrel(
+    target: RunningServer,
+    server: subprocess.Popen[bytes],
+    payload: bytes,
+    *,
+    meanwhile: Callable[[RunningServer], None] | None = None,
+) -> None:
+    """A retained QoS 2 message of ret/1 published by the persistent session "pub", PUBREC,
+    `meanwhile` done, then its PUBREL, at which the server (`_KILLED_AT_RETAINED`) kills
+    itself before its PUBCOMP."""
+    publisher, _ = open_raw(target, "pub", clean=False)
+    publisher.sendall(_retained_qos2("ret/1", payload, 1))
+    assert read(publisher) == (0x50, b"\x00\x01")  # PUBREC
+    if meanwhile is not None:
+        meanwhile(target)
+    publisher.sendall(pubrel(1))
+    assert read(publisher) == (0, b"")  # killed before its PUBCOMP
+    assert server.wait(timeout=20) == -signal.SIGKILL
+    publisher.close()
+
+
+def _retained_qos1(target: RunningServer) -> None:
+    """A retained QoS 1 message of ret/1, b"qos1", acknowledged: its retained store done."""
+    other, _ = open_raw(target, "other", clean=True, expiry=0)
+    other.sendall(packet(0x33, string("ret/1") + b"\x00\x01\x00qos1"))  # QoS 1, retained
+    assert read(other) == (0x40, b"\x00\x01")  # PUBACK: its retained store replaced
+    other.close()
+
+
 def _retained(sock: socket.socket, filter: str) -> list[bytes]:
     """SUBSCRIBE `filter` at QoS 1: the payloads of the retained messages sent for it (each
     with RETAIN set), read until half a second of silence."""
@@ -91,13 +121,7 @@ def test_a_retained_message_published_while_the_server_was_down_outlives_its_rec
     script = _KILLED_AT_RETAINED.format(at=1, after=after)
     target, server = serve_fresh(tmp_path, program=("-c", script))
     try:
-        publisher, _ = open_raw(target, "pub", clean=False)
-        publisher.sendall(_retained_qos2("ret/1", b"old", 1))
-        assert read(publisher) == (0x50, b"\x00\x01")  # PUBREC
-        publisher.sendall(pubrel(1))
-        assert read(publisher) == (0, b"")  # killed before its PUBCOMP
-        assert server.wait(timeout=20) == -signal.SIGKILL
-        publisher.close()
+        _killed_at_pubrel(target, server, b"old")
         with boxmq.open(target.root) as box:
             box.publish("ret/1", later, retain=True)
         server = serve_process(target.root, target.port)
@@ -118,17 +142,7 @@ def test_a_retained_message_received_before_the_pubrel_is_replaced_by_its_recove
     script = _KILLED_AT_RETAINED.format(at=2, after=False)
     target, server = serve_fresh(tmp_path, program=("-c", script))
     try:
-        publisher, _ = open_raw(target, "pub", clean=False)
-        publisher.sendall(_retained_qos2("ret/1", b"qos2", 1))
-        assert read(publisher) == (0x50, b"\x00\x01")  # PUBREC
-        other, _ = open_raw(target, "other", clean=True, expiry=0)
-        other.sendall(packet(0x33, string("ret/1") + b"\x00\x01\x00qos1"))  # QoS 1, retained
-        assert read(other) == (0x40, b"\x00\x01")  # PUBACK: its retained store replaced
-        other.close()
-        publisher.sendall(pubrel(1))
-        assert read(publisher) == (0, b"")  # killed before its PUBCOMP
-        assert server.wait(timeout=20) == -signal.SIGKILL
-        publisher.close()
+        _killed_at_pubrel(target, server, b"qos2", meanwhile=_retained_qos1)
         server = serve_process(target.root, target.port)
         late, _ = open_raw(target, "late", clean=True, expiry=0)
         assert _retained(late, "ret/#") == [b"qos2"]
@@ -148,17 +162,7 @@ def test_a_retained_message_written_in_the_same_clock_tick_as_the_pubrel_is_repl
     script = _KILLED_AT_RETAINED.format(at=2, after=False)
     target, server = serve_fresh(tmp_path, program=("-c", script))
     try:
-        publisher, _ = open_raw(target, "pub", clean=False)
-        publisher.sendall(_retained_qos2("ret/1", b"qos2", 1))
-        assert read(publisher) == (0x50, b"\x00\x01")  # PUBREC
-        other, _ = open_raw(target, "other", clean=True, expiry=0)
-        other.sendall(packet(0x33, string("ret/1") + b"\x00\x01\x00qos1"))  # QoS 1, retained
-        assert read(other) == (0x40, b"\x00\x01")  # PUBACK: its retained store replaced
-        other.close()
-        publisher.sendall(pubrel(1))
-        assert read(publisher) == (0, b"")  # killed before its PUBCOMP
-        assert server.wait(timeout=20) == -signal.SIGKILL
-        publisher.close()
+        _killed_at_pubrel(target, server, b"qos2", meanwhile=_retained_qos1)
         # Beside each, the QoS 2 message staged and a temporary: their names start with a dot.
         [retained] = (Path(target.root) / "topic-root" / RETAINED_DIR).glob("[!.]*")
         [marker] = (Path(target.root) / ".exactly-once").glob("[!.]*")
@@ -235,13 +239,7 @@ def test_a_pubrel_cut_short_is_finished_by_a_restart_after_done_ttl(tmp_path: Pa
     other = boxmq.open(target.root, clock=clock)
     try:
         other.intake.expire()  # its books read before the crash: the marker is none of its
-        publisher, _ = open_raw(target, "pub", clean=False)
-        publisher.sendall(_retained_qos2("ret/1", b"old", 1))
-        assert read(publisher) == (0x50, b"\x00\x01")  # PUBREC
-        publisher.sendall(pubrel(1))
-        assert read(publisher) == (0, b"")  # killed before its PUBCOMP
-        assert server.wait(timeout=20) == -signal.SIGKILL
-        publisher.close()
+        _killed_at_pubrel(target, server, b"old")
         clock.advance(other.intake.limits.done_ttl + 1)
         other.intake.expire()  # what its sweep runs
         other.close()
