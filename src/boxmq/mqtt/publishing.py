@@ -472,6 +472,8 @@ class Publishing:
 
         def done(result: object) -> None:
             self._written_in_order(order)
+            if from_disk:  # its turn, if it had one, is over; so is it if its work never ran
+                self._written_in_order(number)
             # Read from disk and delivered now (True; a retained one: its id): routed below,
             # with its number if retained; else that number goes.
             sent_kept = bool(kept) and (result is True or isinstance(result, str))
@@ -673,15 +675,8 @@ class Publishing:
         the subscribers in memory, who got it at the PUBREL without a restart. A file that
         cannot be read leaves them without it; the durable subscriptions get it all the
         same. A retained one takes its topic's turn as `number` (`_deliver_retained`), and
-        tells its id if delivered, for its routing (retained_window.py)."""
-        try:
-            return self._deliver_kept_in_turn(client_id, packet_id, kept, number)
-        finally:
-            self._retained_order.release(number)  # its turn, if it had one, is over
-
-    def _deliver_kept_in_turn(
-        self, client_id: str, packet_id: int, kept: list[Publish], number: int
-    ) -> object:
+        tells its id if delivered, for its routing (retained_window.py). `number` is released
+        on the loop once this is done, as every write's (`_written_in_order`)."""
         source, msg_id = exactly_once_source(client_id), str(packet_id)
         try:
             found = self._box.intake.peek(source, msg_id)
