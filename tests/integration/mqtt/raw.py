@@ -71,11 +71,20 @@ def connect_packet(
     return packet(0x10, variable + payload)
 
 
-def publish(topic: str, payload: bytes, *, qos: int = 0, packet_id: int | None = None) -> bytes:
+def publish(
+    topic: str,
+    payload: bytes,
+    *,
+    qos: int = 0,
+    packet_id: int | None = None,
+    retain: bool = False,
+    dup: bool = False,
+) -> bytes:
     """MQTT 5 PUBLISH without properties; a packet id is given for QoS 1 and 2 only."""
     assert (qos == 0) is (packet_id is None), "a packet id is for QoS 1 and 2"
     ident = b"" if packet_id is None else packet_id.to_bytes(2, "big")
-    return packet(0x30 | qos << 1, string(topic) + ident + b"\x00" + payload)
+    flags = qos << 1 | (0x08 if dup else 0) | (0x01 if retain else 0)
+    return packet(0x30 | flags, string(topic) + ident + b"\x00" + payload)
 
 
 def publish_qos2(topic: str, packet_id: int, payload: bytes) -> bytes:

@@ -30,6 +30,7 @@ from tests.integration.mqtt.raw import (
     packet,
     puback,
     pubcomp,
+    publish,
     publish_fields,
     publishes,
     pubrec,
@@ -558,12 +559,6 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
-def _retained_qos2(topic: str, payload: bytes, packet_id: int, *, dup: bool = False) -> bytes:
-    """A v5 QoS 2 PUBLISH with RETAIN set, without properties."""
-    body = string(topic) + packet_id.to_bytes(2, "big") + b"\x00" + payload
-    return packet(0x35 | (0x08 if dup else 0), body)
-
-
 def _retained_once(target: RunningServer) -> None:
     """The away subscriber "sub" of ret/# gets the message once; a new subscriber gets it as
     the topic's retained message."""
@@ -591,14 +586,14 @@ def test_a_retained_qos2_message_repeated_after_a_kill_before_its_pubrec_goes_on
     try:
         _subscribed(target, "sub", "ret/#", 2).close()
         publisher, _ = open_raw(target, "pub", clean=False)
-        publisher.sendall(_retained_qos2("ret/1", b"v", 1))
+        publisher.sendall(publish("ret/1", b"v", qos=2, packet_id=1, retain=True))
         assert read(publisher) == (0, b"")  # killed before its PUBREC
         assert server.wait(timeout=20) == -signal.SIGKILL
         publisher.close()
         server = serve_process(target.root, target.port)
         publisher, present = open_raw(target, "pub", clean=False)
         assert present
-        publisher.sendall(_retained_qos2("ret/1", b"v", 1, dup=True))
+        publisher.sendall(publish("ret/1", b"v", qos=2, packet_id=1, retain=True, dup=True))
         assert read(publisher) == (0x50, b"\x00\x01")  # PUBREC
         publisher.sendall(pubrel(1))
         assert read(publisher) == (0x70, b"\x00\x01")  # PUBCOMP
@@ -618,7 +613,7 @@ def test_a_kill_between_a_retained_qos2_messages_retained_store_and_its_copies_i
     try:
         _subscribed(target, "sub", "ret/#", 2).close()
         publisher, _ = open_raw(target, "pub", clean=False)
-        publisher.sendall(_retained_qos2("ret/1", b"v", 1))
+        publisher.sendall(publish("ret/1", b"v", qos=2, packet_id=1, retain=True))
         assert read(publisher) == (0x50, b"\x00\x01")  # PUBREC
         publisher.sendall(pubrel(1))
         assert read(publisher) == (0, b"")  # killed before its PUBCOMP

@@ -25,11 +25,10 @@ from tests.integration.mqtt.clients import RunningServer, serve_fresh, serve_pro
 from tests.integration.mqtt.clients import stop_process as stop
 from tests.integration.mqtt.raw import (
     open_raw,
-    packet,
+    publish,
     publish_fields,
     pubrel,
     read,
-    string,
     subscribe,
 )
 
@@ -57,11 +56,6 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
-def _retained_qos2(topic: str, payload: bytes, packet_id: int) -> bytes:
-    """A v5 QoS 2 PUBLISH with RETAIN set, without properties."""
-    return packet(0x35, string(topic) + packet_id.to_bytes(2, "big") + b"\x00" + payload)
-
-
 def _killed_at_pubrel(
     target: RunningServer,
     server: subprocess.Popen[bytes],
@@ -73,7 +67,7 @@ def _killed_at_pubrel(
     `meanwhile` done, then its PUBREL, at which the server (`_KILLED_AT_RETAINED`) kills
     itself before its PUBCOMP."""
     publisher, _ = open_raw(target, "pub", clean=False)
-    publisher.sendall(_retained_qos2("ret/1", payload, 1))
+    publisher.sendall(publish("ret/1", payload, qos=2, packet_id=1, retain=True))
     assert read(publisher) == (0x50, b"\x00\x01")  # PUBREC
     if meanwhile is not None:
         meanwhile(target)
@@ -86,7 +80,7 @@ def _killed_at_pubrel(
 def _retained_qos1(target: RunningServer) -> None:
     """A retained QoS 1 message of ret/1, b"qos1", acknowledged: its retained store done."""
     other, _ = open_raw(target, "other", clean=True, expiry=0)
-    other.sendall(packet(0x33, string("ret/1") + b"\x00\x01\x00qos1"))  # QoS 1, retained
+    other.sendall(publish("ret/1", b"qos1", qos=1, packet_id=1, retain=True))
     assert read(other) == (0x40, b"\x00\x01")  # PUBACK: its retained store replaced
     other.close()
 
@@ -186,7 +180,7 @@ def test_a_subscriber_that_comes_while_a_pubrel_after_a_restart_is_written_gets_
     running = start_server(root)
     try:
         publisher, _ = open_raw(running, "pub", clean=False)
-        publisher.sendall(_retained_qos2("ret/1", b"v", 1))
+        publisher.sendall(publish("ret/1", b"v", qos=2, packet_id=1, retain=True))
         assert read(publisher) == (0x50, b"\x00\x01")  # PUBREC: in the intake
         publisher.close()
     finally:
