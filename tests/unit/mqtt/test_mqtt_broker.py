@@ -420,14 +420,7 @@ def test_a_member_of_many_share_groups_looks_into_the_groups_with_news_alone(
     its joins (docs/benchmarks.md, "Many share groups"). Counted, not timed."""
 
     async def test(broker: Broker) -> None:
-        looked: list[str] = []
-        receive_ready = Subscriber.receive_ready
-
-        def counted(subscriber: Subscriber, *, most: int | None = None) -> list[Message]:
-            looked.append(subscriber.queue)
-            return receive_ready(subscriber, most=most)
-
-        monkeypatch.setattr(Subscriber, "receive_ready", counted)
+        looked = _looks(monkeypatch)
         member = _connect(broker, "member")
         await _join_forty_groups(member)
         assert len(looked) == 40, len(looked)  # one look into each new group
@@ -450,19 +443,25 @@ def test_a_puback_looks_into_its_share_group_only_when_something_waits_there(
     Counted, not timed."""
 
     async def test(broker: Broker) -> None:
-        looked: list[str] = []
-        receive_ready = Subscriber.receive_ready
-
-        def counted(subscriber: Subscriber, *, most: int | None = None) -> list[Message]:
-            looked.append(subscriber.queue)
-            return receive_ready(subscriber, most=most)
-
         members = [_subscriber(broker, name, "$share/g/t", 1) for name in ("a", "b")]
-        monkeypatch.setattr(Subscriber, "receive_ready", counted)
+        looked = _looks(monkeypatch)
         await _ten_acknowledged(_connect(broker, "pub"), "t", members)
         assert len(looked) <= 15, len(looked)  # one or two a put, none at the PUBACK
 
     _run(tmp_path, test)
+
+
+def _looks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """From now on, the `queue` of each dropbox a subscriber looks into (`receive_ready`)."""
+    looked: list[str] = []
+    receive_ready = Subscriber.receive_ready
+
+    def counted(subscriber: Subscriber, *, most: int | None = None) -> list[Message]:
+        looked.append(subscriber.queue)
+        return receive_ready(subscriber, most=most)
+
+    monkeypatch.setattr(Subscriber, "receive_ready", counted)
+    return looked
 
 
 async def _join_forty_groups(member: Peer) -> None:
