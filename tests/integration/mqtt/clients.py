@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import queue
+import random
 import shutil
 import signal
 import socket
@@ -104,14 +105,44 @@ def start_server(
     return RunningServer(root, box, host, port, server, loop, stop, thread)
 
 
+# Where free_port() picks: below the ports the kernel gives a connection as its own
+# (ip_local_port_range, 32768-60999 by default). A port picked by bind(("127.0.0.1", 0)) came
+# from that range, and between a SIGKILL of `boxmq serve` and its restart on the same port a
+# connection of another test (or a paho client of the test itself, reconnecting to that very
+# port: TCP's self-connect) took it as its own: the restart failed, "address already in use".
+_LOWEST_PORT = 10000
+_pick = random.SystemRandom()  # not `random`'s: pytest-randomly seeds it alike in each worker
+
+
+def _ephemeral_start() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+            return int(ranges.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
+    """A port on 127.0.0.1 that nothing holds now, outside the kernel's range for a
+    connection's own port, so that only a server listening there can take it from a test
+    that restarts `boxmq serve` on it (else, as bind(0) picks, where the range leaves none)."""
+    top = _ephemeral_start()
+    for _ in range(100 if top - _LOWEST_PORT >= 1000 else 0):
+        port = _pick.randrange(_LOWEST_PORT, top)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:  # held, or a TIME_WAIT of a server that was there: another one
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        found: int = sock.getsockname()[1]
+        return found
 
 
 START = 60.0  # seconds a `boxmq serve` may take to listen: a loaded machine took over 20
+IN_USE_TRIES = 5  # starts on a port another socket holds for a moment (its bind check)
 
 
 def serve_process(
@@ -123,28 +154,44 @@ def serve_process(
 ) -> subprocess.Popen[bytes]:
     """`boxmq serve` on `root`, its MQTT door on `port`, once it listens (log: ../serve.log).
     Its start is waited for as long as a loaded machine takes (START: the interpreter, the
-    imports, the root's recovery), unless the process ends first. `open_files`: its (soft,
-    hard) limits of open files, set by prlimit(1) (a preexec_fn is unsafe beside threads).
-    `program`: what the interpreter runs, given the command line (`-c` and a script that
-    calls boxmq.cli.main, to stop the server at a chosen point)."""
-    with open(root.parent / "serve.log", "ab") as log:  # the child keeps its own copy
-        command = [sys.executable, *program, "--data", str(root), "serve"]
-        if open_files is not None:
-            command = ["prlimit", "--nofile={}:{}".format(*open_files), *command]
-        command += ["--mqtt", f"127.0.0.1:{port}", "--sweep-interval", "0.5", *flags]
-        process = subprocess.Popen(command, stderr=log)
-    deadline = time.monotonic() + START
-    while process.poll() is None and time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return process
-        except OSError:
-            time.sleep(0.1)
-    if process.poll() is not None:
-        raise AssertionError(f"boxmq serve exited ({process.returncode}) before it listened")
-    process.kill()
-    process.wait()
-    raise AssertionError(f"boxmq serve did not listen within {START:.0f} s")
+    imports, the root's recovery), unless the process ends first; started again, a second
+    apart, if it ended because the port was in use (IN_USE_TRIES in all), as a restart after
+    a SIGKILL finds it when another process's socket holds it for a moment (free_port's
+    check). `open_files`: its (soft, hard) limits of open files, set by prlimit(1) (a
+    preexec_fn is unsafe beside threads). `program`: what the interpreter runs, given the
+    command line (`-c` and a script that calls boxmq.cli.main, to stop the server at a chosen
+    point)."""
+    log_path = root.parent / "serve.log"
+    command = [sys.executable, *program, "--data", str(root), "serve"]
+    if open_files is not None:
+        command = ["prlimit", "--nofile={}:{}".format(*open_files), *command]
+    command += ["--mqtt", f"127.0.0.1:{port}", "--sweep-interval", "0.5", *flags]
+    for attempt in range(1, IN_USE_TRIES + 1):
+        with open(log_path, "ab") as log:  # the child keeps its own copy
+            said_from = log.tell()
+            process = subprocess.Popen(command, stderr=log)
+        deadline = time.monotonic() + START
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return process
+            except OSError:
+                time.sleep(0.1)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+            raise AssertionError(f"boxmq serve did not listen within {START:.0f} s")
+        with open(log_path, "rb") as log:
+            log.seek(said_from)
+            said = log.read().decode(errors="replace")
+        if "address already in use" not in said or attempt == IN_USE_TRIES:
+            break
+        time.sleep(1.0)
+    last = said.strip().rsplit("\n", 1)[-1]
+    raise AssertionError(
+        f"boxmq serve exited ({process.returncode}) before it listened, "
+        f"start {attempt} of {IN_USE_TRIES}: {last}"
+    )
 
 
 def recorded_away(root: Path, client_id: str) -> None:
