@@ -29,6 +29,7 @@ import contextlib
 import heapq
 import itertools
 import threading
+from collections import deque
 from collections.abc import Iterator
 
 __all__ = ["RetainedOrder"]
@@ -40,6 +41,11 @@ class RetainedOrder:
         self._newest: dict[str, int] = {}  # topic -> the number its retained message has
         self._locks: dict[str, tuple[threading.Lock, int]] = {}  # topic -> lock, its users
         self._pending: set[int] = set()  # numbers taken whose turn may still come
+        # The numbers taken, in order (so growing), each until it is the lowest and no longer
+        # pending: the first one pending is the lowest, found in O(1) amortised. min() of the
+        # set walked every number in flight at each write: a batch of 10,000 retained
+        # PUBLISHes cost 50 million steps.
+        self._taken: deque[int] = deque()
         self._written: list[tuple[int, str]] = []  # heap of (number, topic) in _newest
         self._guard = threading.Lock()
 
@@ -47,6 +53,7 @@ class RetainedOrder:
         with self._guard:
             number = next(self._numbers)
             self._pending.add(number)
+            self._taken.append(number)
             return number
 
     def release(self, number: int) -> None:
@@ -89,10 +96,11 @@ class RetainedOrder:
 
     def _forget_older(self) -> None:
         """Under the guard: drop the topics' numbers below every pending one."""
+        taken, pending = self._taken, self._pending
+        while taken and taken[0] not in pending:
+            taken.popleft()
         written = self._written
-        if not written:
-            return
-        low = min(self._pending) if self._pending else None  # None: nothing is to come
+        low = taken[0] if taken else None  # None: nothing is to come
         while written and (low is None or written[0][0] < low):
             number, topic = heapq.heappop(written)
             if self._newest.get(topic) == number:

@@ -3,6 +3,8 @@ replaces nothing, and what is kept for that goes once no older write can come.""
 
 from __future__ import annotations
 
+import time
+
 from boxmq.mqtt.retained_order import RetainedOrder
 
 
@@ -54,3 +56,16 @@ def test_a_failed_write_is_forgotten_too_and_does_not_count() -> None:
         pass
     assert order.held() == 0
     assert _write(order, "t", order.take())
+
+
+def test_a_big_batch_of_retained_writes_costs_in_proportion_to_it() -> None:
+    """A client's batch of retained PUBLISHes takes its numbers on the loop before their
+    writes run: each write looked for the lowest pending number among all of them (min() of
+    the set): 30,000 writes took 450 million steps, 20 s here; now 0.15 s."""
+    order = RetainedOrder()
+    numbers = [order.take() for _ in range(30_000)]
+    started = time.process_time()
+    for n, number in enumerate(numbers):
+        assert _write(order, f"dev/{n}/state", number)
+    assert time.process_time() - started < 1.5  # CPU time: the machine's load counts not
+    assert order.held() == 0
