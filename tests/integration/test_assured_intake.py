@@ -964,3 +964,49 @@ def test_a_retained_deliver_marked_by_an_older_boxmq_is_finished_by_the_times(
         found = box.topics.retained("ret/1")
         expected = b"marked" if since is None else since or None
         assert (found and found[1]) == expected
+
+
+def test_a_sweep_looks_at_the_markers_that_changed_or_are_due_not_at_every_one(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`expire`, which `boxmq serve` runs each second, listed `.exactly-once/` and stat'ed
+    every marker of the last done_ttl each time: a busy QoS 2 server's thousands. A folder
+    as it was, settled, is not listed again: the oldest marker is looked at, nothing else."""
+    clock = ManualClock(time.time())
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        for n in range(50):
+            assert box.assured("s", str(n), b"x", queue="counts")
+            assert box.deliver("s", str(n))
+        markers = str(root / ".exactly-once")
+        settled = time.time() - 10
+        os.utime(markers, (settled, settled))
+        box.intake.expire()  # learns them: one listing, one stat each
+        looked: list[str] = []
+        real_stat, real_scandir = os.stat, os.scandir
+
+        def stat(path: str, *args: object, **kwargs: object) -> os.stat_result:
+            if str(path).startswith(markers):
+                looked.append(str(path))
+            return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+        def scandir(path: str) -> object:
+            if str(path) == markers:
+                looked.append("listed")
+            return real_scandir(path)
+
+        monkeypatch.setattr(os, "stat", stat)
+        monkeypatch.setattr(os, "scandir", scandir)
+        for _ in range(3):
+            clock.advance(1.0)
+            box.intake.expire()
+        assert "listed" not in looked
+        assert len(looked) == 2 * 3  # the folder, and the oldest marker
+        oldest = box.intake.oldest_marker
+        assert oldest is not None
+        monkeypatch.undo()
+        assert box.assured("s", "new", b"y", queue="counts")
+        assert box.deliver("s", "new")  # the folder changed: listed again
+        clock.advance(box.intake.limits.done_ttl + 1)
+        box.intake.expire()
+        assert os.listdir(markers) == []  # each one due, looked at and deleted
+        assert box.intake.oldest_marker is None

@@ -25,6 +25,7 @@ which retained file was in place (a later one stays).
 from __future__ import annotations
 
 import contextlib
+import heapq
 import json
 import logging
 import os
@@ -62,7 +63,14 @@ from boxmq.model import (
 from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.fanout import finish_pending
-from boxmq.store.layout import State, dropbox_folders, queue_path
+from boxmq.store.layout import (
+    FolderSeen,
+    State,
+    dropbox_folders,
+    folder_seen,
+    queue_path,
+    settled_seen,
+)
 from boxmq.store.names import check_priority, decode_lenient, encode
 from boxmq.store.retained import Marked, Version
 from boxmq.store.side_files import SideFiles
@@ -134,6 +142,7 @@ class AssuredIntake:
         fan_out: _FanOut,
         side_files: SideFiles | None = None,
         retained_version: Callable[[str], Version | None] | None = None,
+        polling: bool = False,
     ) -> None:
         self._root = root
         self._side_files = side_files  # for properties too long for a name (client/spill.py)
@@ -150,6 +159,19 @@ class AssuredIntake:
         self._lock = threading.Lock()
         self._restored = False
         self._oldest_marker: float | None = None
+        # What `_forget_markers` knows of `.exactly-once/`, so that a sweep looks at what
+        # changed or is due, not at every marker (it stat'ed each one every second): the
+        # st_mtime each marker had when first listed, until done_ttl is past for it (a heap of
+        # them, an entry stale once its name's time differs); those past it whose message
+        # still waits; and the folder as it was at the last listing, if it had settled then
+        # (a folder whose mtime is the same was not changed since: not on a polled root,
+        # where NFS may cache it). A marker is only ever renamed into place, which changes
+        # the folder; one touched by hand is seen when due, or when it is the oldest.
+        self._polling = polling
+        self._marker_times: dict[str, float] = {}
+        self._marker_heap: list[tuple[float, str]] = []
+        self._stuck: dict[str, float] = {}
+        self._markers_seen: FolderSeen | None = None
 
     @property
     def limits(self) -> ExactlyOnceLimits:
@@ -643,34 +665,91 @@ class AssuredIntake:
         whose books were read before) left it, and only the marker tells its restart that
         the `deliver` came. Deleted, the message passed for one whose `deliver` never came:
         sent only if its sender sent its `deliver` again before pending_ttl from its
-        `assured`, else dropped, though its sender was done with it."""
+        `assured`, else dropped, though its sender was done with it. Costs what changed
+        (a listing when the folder did, a stat of each marker new in it) and what is due."""
         limit = self._clock.now() - self._books.limits.done_ttl
-        old: list[tuple[os.DirEntry[str], float]] = []
-        oldest: float | None = None
-        with contextlib.suppress(FileNotFoundError), os.scandir(self._markers) as entries:
-            for entry in entries:
-                with contextlib.suppress(FileNotFoundError):
-                    written = entry.stat().st_mtime
-                    if written < limit:
-                        old.append((entry, written))
-                    elif oldest is None or written < oldest:
-                        oldest = written
+        self._list_markers()
+        times, heap = self._marker_times, self._marker_heap
+        due = list(self._stuck)
+        while heap and heap[0][0] < limit:
+            written, name = heapq.heappop(heap)
+            if times.get(name) == written:
+                del times[name]
+                due.append(name)
+        stuck: dict[str, float] = {}
         scanned: set[str] | None = None  # the marker names of what waits, if listed
-        for entry, written in old:
-            if (waits := self._waits(entry.path)) is None:
+        for name in due:
+            path = os.path.join(self._markers, name)
+            try:
+                written = os.stat(path).st_mtime
+            except FileNotFoundError:
+                continue
+            if written >= limit:  # written again since it was listed
+                self._note_marker(name, written)
+                continue
+            if (waits := self._waits(path)) is None:
                 # A marker that names no file (a boxmq before 2026-11-30's, or damaged):
                 # one scan of working/ for them all, after the listing (a message that
                 # leaves it meanwhile was sent, and its marker may go).
                 if scanned is None:
                     scanned = {marker_name(*key) for _, _, _, key in self._waiting()}
-                waits = entry.name in scanned
+                waits = name in scanned
             if waits:
-                if oldest is None or written < oldest:
-                    oldest = written
+                stuck[name] = written
                 continue
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
+                os.unlink(path)
+        self._stuck = stuck
+        oldest = self._oldest_listed()
+        for written in stuck.values():
+            if oldest is None or written < oldest:
+                oldest = written
         self._oldest_marker = oldest
+
+    def _list_markers(self) -> None:
+        """Learn the markers new in the folder since the last listing (one stat each), and
+        forget those gone; nothing if the folder is as it was then, settled."""
+        if self._markers_seen is not None and folder_seen(self._markers) == self._markers_seen:
+            return
+        seen = None if self._polling else settled_seen(self._markers)  # before the listing
+        times, stuck = self._marker_times, self._stuck
+        names: set[str] = set()
+        with contextlib.suppress(FileNotFoundError), os.scandir(self._markers) as entries:
+            for entry in entries:
+                names.add(entry.name)
+                if entry.name not in times and entry.name not in stuck:
+                    with contextlib.suppress(FileNotFoundError):
+                        self._note_marker(entry.name, entry.stat().st_mtime)
+        for name in times.keys() - names:
+            del times[name]
+        for name in stuck.keys() - names:
+            del stuck[name]
+        self._markers_seen = seen
+
+    def _note_marker(self, name: str, written: float) -> None:
+        self._marker_times[name] = written
+        heapq.heappush(self._marker_heap, (written, name))
+
+    def _oldest_listed(self) -> float | None:
+        """The st_mtime of the oldest marker not past done_ttl, looked at again (a marker
+        touched by hand since it was listed takes its place by its new time)."""
+        times, heap = self._marker_times, self._marker_heap
+        while heap:
+            written, name = heap[0]
+            if times.get(name) != written:
+                heapq.heappop(heap)
+                continue
+            try:
+                now = os.stat(os.path.join(self._markers, name)).st_mtime
+            except FileNotFoundError:
+                heapq.heappop(heap)
+                del times[name]
+                continue
+            if now == written:
+                return written
+            heapq.heappop(heap)
+            self._note_marker(name, now)
+        return None
 
     def _waits(self, marker: str) -> bool | None:
         """Whether the message file `marker` names still waits in working/; None if it

@@ -357,6 +357,7 @@ class Box:
                     ),
                     side_files=self.side_files,
                     retained_version=lambda topic: self.topics.retained_version(topic),
+                    polling=self.options.polling,
                 )
             return self._intake
 
