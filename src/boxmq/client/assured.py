@@ -172,6 +172,7 @@ class AssuredIntake:
         self._marker_heap: list[tuple[float, str]] = []
         self._stuck: dict[str, float] = {}
         self._markers_seen: FolderSeen | None = None
+        self._pinned: dict[str, float] = {}
 
     @property
     def limits(self) -> ExactlyOnceLimits:
@@ -655,9 +656,19 @@ class AssuredIntake:
     @property
     def oldest_marker(self) -> float | None:
         """The st_mtime of the oldest "delivered" marker (or one being written) the last
-        `expire` left; None if none, or before the first `expire`. A retained tombstone
-        older than it tells no restart anything (`Marked`): it may go."""
+        `expire` left that is not yet past done_ttl; None if none, or before the first
+        `expire`. A retained tombstone older than it and than its topic's `pinned` time
+        tells no restart anything (`Marked`): it may go."""
         return self._oldest_marker
+
+    @property
+    def pinned(self) -> Mapping[str, float]:
+        """The topics whose retained message a restart may still replace, as it finishes a
+        `deliver` cut short past done_ttl (its marker kept while its message waits), each
+        with the st_mtime of its oldest such marker, as the last `expire` found them. Such a
+        marker keeps its topic's tombstone alone: one session whose PUBREL was cut short,
+        its process killed, and that never came back kept every tombstone of the root."""
+        return self._pinned
 
     def _forget_markers(self) -> None:
         """Delete the markers past done_ttl, but not one whose message still waits in
@@ -677,7 +688,8 @@ class AssuredIntake:
                 del times[name]
                 due.append(name)
         stuck: dict[str, float] = {}
-        scanned: set[str] | None = None  # the marker names of what waits, if listed
+        pinned: dict[str, float] = {}
+        scanned: dict[str, Envelope] | None = None  # what waits, by marker name, if listed
         for name in due:
             path = os.path.join(self._markers, name)
             try:
@@ -687,24 +699,25 @@ class AssuredIntake:
             if written >= limit:  # written again since it was listed
                 self._note_marker(name, written)
                 continue
-            if (waits := self._waits(path)) is None:
+            waits, topic = self._waits(path)
+            if waits is None:
                 # A marker that names no file (a boxmq before 2026-11-30's, or damaged):
                 # one scan of working/ for them all, after the listing (a message that
                 # leaves it meanwhile was sent, and its marker may go).
                 if scanned is None:
-                    scanned = {marker_name(*key) for _, _, _, key in self._waiting()}
-                waits = name in scanned
+                    scanned = {marker_name(*key): env for _, _, env, key in self._waiting()}
+                envelope = scanned.get(name)
+                waits = envelope is not None
+                topic = None if envelope is None else _replaced_topic(envelope, False)
             if waits:
                 stuck[name] = written
+                if topic is not None:
+                    pinned[topic] = min(written, pinned.get(topic, written))
                 continue
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-        self._stuck = stuck
-        oldest = self._oldest_listed()
-        for written in stuck.values():
-            if oldest is None or written < oldest:
-                oldest = written
-        self._oldest_marker = oldest
+        self._stuck, self._pinned = stuck, pinned
+        self._oldest_marker = self._oldest_listed()
 
     def _list_markers(self) -> None:
         """Learn the markers new in the folder since the last listing (one stat each), and
@@ -751,20 +764,24 @@ class AssuredIntake:
             self._note_marker(name, now)
         return None
 
-    def _waits(self, marker: str) -> bool | None:
-        """Whether the message file `marker` names still waits in working/; None if it
-        names none."""
+    def _waits(self, marker: str) -> tuple[bool | None, str | None]:
+        """Whether the message file `marker` names still waits in working/ (None if it names
+        none), and the topic whose retained message a restart that finishes it replaces."""
         try:
             with open(marker) as src:
                 record = json.load(src)
         except FileNotFoundError:
-            return False  # forgotten meanwhile (a reclaim)
+            return False, None  # forgotten meanwhile (a reclaim)
         except ValueError:
-            return None
+            return None, None
         file = record.get("file") if isinstance(record, dict) else None
         if not isinstance(file, str):
-            return None
-        return os.path.lexists(os.path.join(self._root, file))
+            return None, None
+        if not os.path.lexists(os.path.join(self._root, file)):
+            return False, None
+        envelope, reason = decode_lenient(os.path.basename(file))
+        superseded = record.get("superseded") is True
+        return True, None if reason is not None else _replaced_topic(envelope, superseded)
 
     # -- restart ---------------------------------------------------------------------------------
 
@@ -916,6 +933,14 @@ class AssuredIntake:
                 if remember is False:
                     unremembered.add(key)
         return found, unremembered, damaged
+
+
+def _replaced_topic(envelope: Envelope, superseded: bool) -> str | None:
+    """The topic whose retained message a restart that finishes the `deliver` of the message
+    named `envelope` replaces (`Topics.send_files`): None if none."""
+    if superseded or envelope.property_value(PUBLISHED_RETAINED) is not True:
+        return None
+    return envelope.topic
 
 
 def _as_marked(record: Mapping[str, object], at: float) -> Marked:

@@ -533,11 +533,15 @@ class Box:
             # A delete's tombstone tells a restart that finishes a retained publication
             # marked before it that a delete came since: kept while a marker may be older
             # (the expire above listed them), and for TOMBSTONE_AGE, for one whose deliver
-            # looked at the retained file before it and is still writing its marker.
+            # looked at the retained file before it and is still writing its marker. Past
+            # done_ttl, a marker whose message still waits keeps its own topic's alone.
             before = now - TOMBSTONE_AGE
             if (oldest := self.intake.oldest_marker) is not None:
                 before = min(before, oldest)
-            if expired := self.topics.remove_expired_retained(now, tombstones_before=before):
+            pinned = self.intake.pinned
+            if expired := self.topics.remove_expired_retained(
+                now, tombstones_before=before, pinned=pinned
+            ):
                 log.info("deleted %d expired retained message(s)", expired)
         if now >= self._next_collect:
             # It lists every file of the root, so not every sweep; a file's grace period

@@ -1120,13 +1120,20 @@ class Topics:
             routed = self._router.route(topic, qos=QoS.EXACTLY_ONCE, source=source)
         return any(destination.durable for destination in routed)
 
-    def remove_expired_retained(self, now: float, *, tombstones_before: float | None = None) -> int:
+    def remove_expired_retained(
+        self,
+        now: float,
+        *,
+        tombstones_before: float | None = None,
+        pinned: Mapping[str, float] | None = None,
+    ) -> int:
         """Delete the retained messages whose Message Expiry passed (never sent any more):
-        how many; and the deletes' tombstones written before `tombstones_before`, if given
-        (RetainedStore.remove_if)."""
+        how many; and the deletes' tombstones written before `tombstones_before`, if given,
+        and before its time in `pinned` for a topic there (RetainedStore.remove_if)."""
         return self._retained.remove_if(
             lambda found: decode_lenient(found.name)[0].expired(now),
             tombstones_before=tombstones_before,
+            pinned=pinned,
         )
 
     def retained_version(self, topic: str) -> Version | None:

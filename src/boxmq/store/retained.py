@@ -31,7 +31,7 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeVar
 
@@ -209,21 +209,31 @@ class RetainedStore:
         return (found for _, found in self._scan(wanted, _load))
 
     def remove_if(
-        self, stale: Callable[[RetainedHeader], bool], *, tombstones_before: float | None = None
+        self,
+        stale: Callable[[RetainedHeader], bool],
+        *,
+        tombstones_before: float | None = None,
+        pinned: Mapping[str, float] | None = None,
     ) -> int:
         """Delete each retained message `stale` says so of (an expired one): how many. One
         that a publisher, of this process or another, puts in place meanwhile stays. Only
         each file's header is read, never its body. Tombstones written before
-        `tombstones_before` (st_mtime) go too, uncounted: the caller knows that no
-        publication marked before them is still to be finished (`written_since`)."""
+        `tombstones_before` (st_mtime), and before its time in `pinned` for a topic there, go
+        too, uncounted: the caller knows that no publication marked before them is still to
+        be finished (`written_since`)."""
         removed = 0
+        # A tombstone holds no topic: known by its name.
+        pins = {_file_name(topic): at for topic, at in (pinned or {}).items()}
 
         def read(path: str) -> _Opened | None:
             return _open_header(path, headerless)
 
         def headerless(path: str, fd: int) -> None:
             if tombstones_before is not None:
-                self._remove_tombstone(path, fd, tombstones_before)
+                before = tombstones_before
+                if (pin := pins.get(os.path.basename(path))) is not None:
+                    before = min(before, pin)
+                self._remove_tombstone(path, fd, before)
 
         # Each topic read is learnt: a server's first wildcard SUBSCRIBE after its start-up
         # sweep reads only the files it sends.

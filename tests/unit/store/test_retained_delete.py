@@ -6,16 +6,19 @@ marked before it can see (`written_since`), swept once no marker is older.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from tests.crashes import Killed
 
 import boxmq
 from boxmq.client.box import RETAINED_EVERY
 from boxmq.clock import ManualClock
+from boxmq.model import PUBLISHED_RETAINED
 from boxmq.store import retained
 from boxmq.store.commit import Committer, FsyncPolicy, flush_directories
 from boxmq.store.retained import Marked, RetainedStore
@@ -156,3 +159,42 @@ def test_the_sweep_keeps_a_tombstone_while_a_marker_is_older(tmp_path: Path) -> 
         box.sweep()
         assert not tombstone.exists()
         assert box.topics.retained("t") is None
+
+
+def test_a_marker_left_waiting_past_done_ttl_keeps_its_own_topics_tombstone_alone(
+    tmp_path: Path,
+) -> None:
+    """A retained QoS 2 PUBREL cut short (its process killed between the marker and the
+    send) whose session never comes back keeps its marker while its message waits: that
+    marker kept every tombstone of the root, for good. Only its topic's may still matter to
+    the restart that finishes it; the others go once older than the markers of done_ttl."""
+    clock = ManualClock(time.time())
+    with boxmq.open(tmp_path, fsync="never", clock=clock) as box:
+        box.sweep()  # its books read before the message was stored
+        with boxmq.open(tmp_path, fsync="never", clock=clock) as dying:
+            assert dying.assured(
+                "mqtt:gone", "1", b"old", topic="mine", properties={PUBLISHED_RETAINED: True}
+            )
+
+            def killed(*args: object, **kwargs: object) -> list[OSError | None]:
+                raise Killed
+
+            dying.topics.send_files = killed  # type: ignore[method-assign]
+            with pytest.raises(Killed):
+                dying.intake.deliver_many([("mqtt:gone", "1")], remember=False)
+        box.publish("mine", b"", retain=True)
+        box.publish("other", b"", retain=True)
+        [marker] = (tmp_path / ".exactly-once").iterdir()
+        written = time.time() - 600
+        os.utime(marker, (written - 1, written - 1))
+        for tombstone in _folder(tmp_path).iterdir():
+            os.utime(tombstone, (written, written))
+        clock.advance(box.intake.limits.done_ttl + 1)
+        box.sweep()
+        assert marker.exists()  # its message waits: a restart finishes it
+        [kept] = _folder(tmp_path).iterdir()
+        assert kept.name == hashlib.sha256(b"mine").hexdigest()
+        assert box.intake.pinned == {"mine": written - 1}
+    with boxmq.open(tmp_path, fsync="never", clock=clock) as box:
+        box.sweep()  # the restart: the deliver is finished, the delete since kept
+        assert box.topics.retained("mine") is None
