@@ -15,10 +15,11 @@ import pytest
 
 import boxmq
 from boxmq.client import box as box_module
+from boxmq.client import sweeps
 from boxmq.client.box import FULL_SWEEP_EVERY
 from boxmq.client.live_queue import LiveQueue
 from boxmq.clock import ManualClock
-from boxmq.store import layout, temporaries
+from boxmq.store import layout, process, temporaries
 from boxmq.store.dropbox import Dropbox, Entry
 from boxmq.store.layout import State
 
@@ -443,3 +444,42 @@ def test_between_full_passes_a_sweep_lists_the_root_again_only_when_it_changed(
         clock.advance(FULL_SWEEP_EVERY)
         box.sweep(full=False)
         assert listings == 5
+
+
+def test_a_receiving_subscribers_sweep_lists_processing_once_and_knows_itself_alive(
+    root: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While it holds a lock, a subscriber's receive sweeps processing/ each second: a member
+    of many share groups, each with a message in flight, does so in each of them. The sweep
+    listed the folder twice (the other processes' locks, then its own) and read its own
+    /proc entry for its own lock: 37 µs a sweep, 14 µs after."""
+    reads: Counter[State] = Counter()
+    scan = Dropbox.scan
+
+    def counted(self: Dropbox, state: State, strays: list[str] | None = None) -> Iterator[Entry]:
+        reads[state] += 1
+        return scan(self, state, strays)
+
+    asked: list[str] = []
+    alive = process.process_alive
+
+    def asking(token: str) -> bool | None:
+        asked.append(token)
+        return alive(token)
+
+    monkeypatch.setattr(Dropbox, "scan", counted)
+    monkeypatch.setattr(sweeps, "process_alive", asking)
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        reader = box.subscribe("dev/1/cmd", "dev1", max_in_flight=2)
+        box.publish("dev/1/cmd", b"held")
+        [held] = reader.receive_ready()
+        for _ in range(3):
+            reads.clear()
+            clock.advance(1)
+            box.publish("dev/1/cmd", b"more")
+            [more] = reader.receive_ready()
+            assert reads[State.PROCESSING] == 1
+            more.ack()
+        assert asked == []
+        held.ack()
+        reader.detach()

@@ -1005,15 +1005,16 @@ class LiveQueue:
         inbox = self._inbox.get(lease.holder)
         return inbox is not None and message_id in inbox and message_id not in self._adopted
 
-    def _reconcile(self) -> None:
+    def _reconcile(self, listed: set[str] | None = None) -> None:
         """Our locks as processing/ shows them. One renamed there was extended by id from
         another process (`boxmq extend`): it now ends at the deadline its name says. One whose
         file left it was settled by id from another process (`boxmq ack`, `unlock`,
         `reject`), so its slot is free again (its holder, asking, is told its lock is gone),
-        and an unlocked one is offered again."""
+        and an unlocked one is offered again. `listed`: the names of processing/, listed
+        just before (none: listed here)."""
         if not self._locks:
             return
-        missing = self._missing()
+        missing = self._missing(listed=listed)
         if missing:
             missing = self._missing(missing)  # a rename while the folder was read: look again
         for message_id in missing:
@@ -1035,10 +1036,15 @@ class LiveQueue:
             self._behind.discard(message_id)
             self._next_scan = 0.0
 
-    def _missing(self, among: list[MessageId] | None = None) -> list[MessageId]:
+    def _missing(
+        self, among: list[MessageId] | None = None, listed: set[str] | None = None
+    ) -> list[MessageId]:
         """Our locks (or those `among` them) whose file is not in processing/ under the name
-        we know; those found under another name of ours are known by it from now on."""
-        present = {entry.name for entry in self._box.scan(_PROCESSING)}
+        we know, as a listing of it (or `listed`) shows; those found under another name of
+        ours are known by it from now on."""
+        present = (
+            {entry.name for entry in self._box.scan(_PROCESSING)} if listed is None else listed
+        )
         locks = self._locks
         missing = [m for m in (locks if among is None else among) if locks[m] not in present]
         if not missing:
@@ -1078,6 +1084,7 @@ class LiveQueue:
         none of ours, it is not read again while it stays so (`_still`)."""
         seen = self._settled(State.PROCESSING)
         later = Pending()
+        listed: set[str] = set()
         released, dead = release_stale_locks(
             self._box,
             now=now,
@@ -1086,12 +1093,14 @@ class LiveQueue:
             own_token=self._token,
             own_ids=self._locks,
             pending=later,
+            listed=listed,
         )
         # With none of ours, a file there is either released (the folder changes) or due
         # later (`later` learns when): neither, and the folder held none.
         empty = not (self._locks or released or dead or later.holders) and later.due == math.inf
         self._empty_processing = seen if empty else None
-        self._reconcile()
+        # Ours are among the names listed: the sweep moves none of them (`own_ids`).
+        self._reconcile(listed)
 
     def _settled(self, state: State) -> FolderSeen | None:
         """What a state folder is (layout.settled_seen), taken before a read of it, when

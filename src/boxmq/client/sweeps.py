@@ -101,15 +101,23 @@ def release_stale_locks(
     own_token: str = "",
     own_ids: Container[MessageId] = (),
     pending: Pending | None = None,
+    listed: set[str] | None = None,
 ) -> tuple[int, int]:
     """Release timed-out and orphaned locks; (released, dead-lettered). Skips our live leases.
-    `pending`, when given, learns when the locks left are due."""
+    `pending`, when given, learns when the locks left are due; `listed`, the names the one
+    listing of processing/ found (a live queue finds its own locks among them: one listing
+    a sweep, not two)."""
     released = dead = 0
     alive: dict[str, bool | None] = {}  # token -> its process lives: /proc read once per token
+    if own_token:
+        # This process: half of a live queue's sweep was the read of its own /proc entry.
+        alive[own_token] = True
     now_ms = now * 1000
     tell = _Teller()
     later = pending or Pending()
     for entry in box.scan(State.PROCESSING):
+        if listed is not None:
+            listed.add(entry.name)
         name, lock = split_lock(entry.name)
         if (
             lock is not None
