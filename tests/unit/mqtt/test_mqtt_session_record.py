@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import errno
-import io
 import json
 import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import IO, Any
 
 import pytest
 from hypothesis import given
@@ -278,17 +276,12 @@ def test_the_deadline_counts_from_the_disconnect() -> None:
 def test_a_write_the_disk_refuses_leaves_no_temporary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    class Full(io.StringIO):
-        def write(self, text: str) -> int:
-            super().write(text[:1])  # begun, then the disk is full
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-    def full(path: str, *args: Any, **kwargs: Any) -> IO[str]:
-        open(path, *args, **kwargs).close()  # the file is made
-        return Full()
+    def full(fd: int, data: bytes) -> None:
+        os.write(fd, data[:1])  # begun, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     write_record(str(tmp_path), SessionRecord("a", 60))
-    monkeypatch.setattr("boxmq.store.records.open", full, raising=False)
+    monkeypatch.setattr("boxmq.store.records._write_all", full)
     with pytest.raises(OSError, match="No space"):
         write_record(str(tmp_path), SessionRecord("b", 60))
     assert os.listdir(tmp_path / ".mqtt" / "sessions") == ["a"]

@@ -7,7 +7,6 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,14 +27,9 @@ def _full_disk(*_: object, **__: object) -> None:
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
-def _created_then_full(path: str, *args: Any, **kwargs: Any) -> Any:
-    """`open` on a full disk: the file is made, then its first write is refused."""
-    open(path, *args, **kwargs).close()
-    _full_disk()
-
-
 def _refused_write(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("boxmq.store.records.open", _created_then_full, raising=False)
+    """A full disk: the file is made, then its first write is refused."""
+    monkeypatch.setattr("boxmq.store.records._write_all", _full_disk)
 
 
 def _refused_rename(monkeypatch: pytest.MonkeyPatch) -> None:
