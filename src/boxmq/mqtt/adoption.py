@@ -33,6 +33,7 @@ from typing import Final
 
 from boxmq.mqtt.session_record import read_record_file, records_folder
 from boxmq.mqtt.succession import NONE, Chains
+from boxmq.store.layout import SETTLED
 from boxmq.store.process import process_alive
 
 __all__ = ["CONNECTED", "Orphans", "session_claim"]
@@ -46,13 +47,6 @@ _NO_FLOCKS: Final = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, er
 
 CONNECTED: Final = ""
 """`Orphans.look`'s key for the records of sessions connected to a broker that died."""
-
-
-# A records folder changed less than this before a look began may change again and keep its
-# mtime: the kernel stamps it from a clock that may lag time.time() by a tick (as
-# succession._MARGIN), and a coarser file system keeps it coarser. Such a look is not kept
-# as `_Quiet`: the next one looks at every record again.
-_SETTLED: Final = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +138,9 @@ class Orphans:
         young = _drop_unneeded_claims(hidden, seen, chains.started) or young
         # Found some, the next look finds them again: taking them on may fail and change
         # nothing (a failing disk, a claim another broker holds).
-        if not found and not young and listed.st_mtime < chains.started - _SETTLED:
+        # A records folder changed less than SETTLED before the look began may change again
+        # and keep its mtime: such a look is not kept, and the next looks at every record.
+        if not found and not young and listed.st_mtime < chains.started - SETTLED:
             self._quiet = _Quiet(seeing, chains.running())
         return found
 
@@ -220,7 +216,7 @@ def _drop_unneeded_claims(
         for name, (_, counter, _) in seen.items()
         if (counter or NONE) in tokens  # a hash for those only, not every record's
     }
-    before = started - _SETTLED  # as a succession file: its mtime from a lagging clock
+    before = started - SETTLED  # as a succession file: its mtime from a lagging clock
     young = False
     for entry in claims:
         if entry.name in needed:

@@ -30,6 +30,7 @@ from typing import Final
 
 from boxmq.errors import naming
 from boxmq.mqtt.session_record import records_folder
+from boxmq.store.layout import SETTLED
 from boxmq.store.process import process_alive
 
 __all__ = ["NONE", "Chains", "claim", "successor"]
@@ -40,11 +41,6 @@ NONE: Final = "none"
 """The counter of a record that names none (written by a boxmq before 2026-11-30)."""
 
 _PREFIX: Final = ".succeeded-"
-
-# A file made this long before a look began is deleted only if that look found no chain
-# reaching it: the margin covers a file's mtime, which the kernel takes from a clock that
-# may lag time.time() by a tick.
-_MARGIN: Final = 1.0
 
 
 def _path(root: str, token: str) -> str:
@@ -162,7 +158,9 @@ class Chains:
         return self._drop_unneeded(listed)
 
     def _drop_unneeded(self, listed: Iterable[os.DirEntry[str]]) -> bool:
-        before = self.started - _MARGIN
+        # A file made SETTLED before a look began is deleted only if that look found no chain
+        # reaching it: its mtime is from a clock that may lag time.time() by a tick.
+        before = self.started - SETTLED
         young = False
         for entry in listed:
             name = entry.name
