@@ -45,7 +45,7 @@ from boxmq.mqtt.properties import subscription_identifier
 from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.retained_window import Key, RetainedWindow, Written
 from boxmq.mqtt.routes import MemoryRoutes, Route
-from boxmq.mqtt.session import NO_IDS, Session, SubscriptionOptions, Token
+from boxmq.mqtt.session import NO_IDS, Looked, Session, SubscriptionOptions, Token
 from boxmq.mqtt.stored import NOT_FORWARDED, publish_of, unsendable_topic
 
 __all__ = ["Delivery"]
@@ -419,16 +419,19 @@ class Delivery:
         # A message in memory has no token (nor has a PUBCOMP): nothing to settle, no call.
         if token is not None:
             self._settle(session, token, refused=refused)
-            dry = session.dry
-            if dry and (found := dry.get(token.queue)) is not None and found[1].has_more():
+            looked = session.looked
+            if (
+                looked is not None
+                and (found := looked.dry.get(token.queue)) is not None
+                and found[1].has_more()
+            ):
                 # A slot of its consumer is free and its dropbox holds what it may fill it
                 # with (a message that waited while every member was full): the refill looks
                 # (`cut`). Not otherwise: what comes next comes with news, and a look at
                 # each PUBACK was a third of a share group's looks (docs/benchmarks.md,
                 # "Many share groups").
-                del dry[token.queue]
-                if session.cut is not None:
-                    session.cut[token.queue] = found
+                del looked.dry[token.queue]
+                looked.cut[token.queue] = found
         if session.leaving:
             self.close_drained(session)
         self.settled[session.client_id] = session  # its freed slots are filled after the read
@@ -461,9 +464,10 @@ class Delivery:
         outbox = session.outbox
         if session.sent_before and not session.sent_before_taken:
             self._send_before_again(session, subscribers)
-        dry, cut = session.dry, session.cut
-        if dry is None or cut is None:
-            dry, cut = session.dry, session.cut = {}, {}
+        looked = session.looked
+        if looked is None:
+            looked = session.looked = Looked()
+        dry, cut = looked.dry, looked.cut
         if news is None:
             dry.clear()
             cut.clear()

@@ -30,7 +30,16 @@ from boxmq.client.topics import Subscriber
 from boxmq.mqtt.outbox import Outbox
 from boxmq.mqtt.packets import Publish, RetainHandling, Will, held_size
 
-__all__ = ["NEVER", "NO_IDS", "HeldTotals", "Release", "Session", "SubscriptionOptions", "Token"]
+__all__ = [
+    "NEVER",
+    "NO_IDS",
+    "HeldTotals",
+    "Looked",
+    "Release",
+    "Session",
+    "SubscriptionOptions",
+    "Token",
+]
 
 _new_tuple = tuple.__new__
 NO_IDS: Final[frozenset[int]] = frozenset()  # one for all: CPython 3.11 makes each anew
@@ -76,6 +85,23 @@ class HeldTotals:
         self.held_bytes = 0
 
 
+class Looked:
+    """What a session's last look into each of its durable subscriptions found, by the
+    subscription's `queue` (its filter and Subscriber): a pump with news looks into those
+    whose look the window cut short (`cut`) and those news names alone, not those found with
+    no more than it took (`dry`) until news names them again, or an acknowledgement of one
+    of theirs frees a slot its dropbox has something for (delivery.py, `pump` and `acked`).
+    A subscription is in one of the two at most. Two dicts, not one with a mark each: a pump
+    goes through the `cut` ones alone, not through every subscription of a member of 100
+    share groups (docs/benchmarks.md, "Many share groups")."""
+
+    __slots__ = ("cut", "dry")
+
+    def __init__(self) -> None:
+        self.dry: dict[str, tuple[str, Subscriber]] = {}
+        self.cut: dict[str, tuple[str, Subscriber]] = {}
+
+
 class Session:
     # One per connection, for good, most of them idle devices': slots, and the sets only some
     # sessions use made at their first use (None until then: an empty set takes 216 bytes;
@@ -87,10 +113,9 @@ class Session:
         "awaiting_release",
         "client_id",
         "connected",
-        "cut",
-        "dry",
         "held_bytes",
         "leaving",
+        "looked",
         "orphans",
         "outbox",
         "persistent",
@@ -134,15 +159,9 @@ class Session:
         # its acknowledgements find no lock, as expected, even once the session subscribed
         # to the same filter again (a new dropbox on the same path; delivery.py, `_left`).
         self.orphans: set[Message] | None = None
-        # The durable subscriptions (their filters and subscribers, by their messages'
-        # `queue`) whose last look found no more than it took: a pump that news did not
-        # name skips them until news names them again, or an acknowledgement of one of
-        # theirs frees a slot that its dropbox has something for (delivery.py, `pump` and
-        # `acked`). `cut`: those whose last look the window cut short, which every pump
-        # looks into again; a pump with news looks into those and the ones news names
-        # alone. None until its first pump with a durable subscription.
-        self.dry: dict[str, tuple[str, Subscriber]] | None = None
-        self.cut: dict[str, tuple[str, Subscriber]] | None = None
+        # What its pumps' last looks found in its durable subscriptions (`Looked`); None
+        # until its first pump with a durable subscription.
+        self.looked: Looked | None = None
         # After a restart: the packet ids the process before sent its messages in flight
         # under, by subscription (a message's `queue`) and message id (the record's `sent`),
         # to send them again under (outbox.py). One message matching two of its filters is
