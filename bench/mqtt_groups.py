@@ -29,16 +29,12 @@ import asyncio
 import contextlib
 import os
 import random
-import shutil
-import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from mqtt_wire import connect5, packet, publish5, read_packet, read_varint, string, varint
-from processes import cpu_seconds, free_port, listening, start_broker, stop
+from processes import broker_running, cpu_seconds
 
 _SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
 _POOL = 20  # member clients at most; group j has members j % pool and (j + 1) % pool
@@ -232,20 +228,15 @@ def main() -> None:
             for sessions in args.sessions.split(","):
                 for broker in args.brokers.split(","):
                     figures = Figures(broker, g, filters, sessions == "clean")
-                    folder = Path(tempfile.mkdtemp(prefix="mqtt-groups-", dir=_SCRATCH))
-                    port = free_port()
-                    process = start_broker(
-                        broker, port, folder, args.fsync, mosquitto=_MOSQUITTO, boxmq=_BOXMQ
-                    )
-                    try:
-                        listening(process, broker, folder / f"{broker}.log", port)
-                        asyncio.run(_case(process.pid, port, figures, args.messages, args.budget))
-                    except Exception:
-                        print((folder / f"{broker}.log").read_text()[-3000:], file=sys.stderr)
-                        raise
-                    finally:
-                        stop(process)
-                        shutil.rmtree(folder, ignore_errors=True)
+                    with broker_running(
+                        broker,
+                        args.fsync,
+                        prefix="mqtt-groups-",
+                        scratch=_SCRATCH,
+                        mosquitto=_MOSQUITTO,
+                        boxmq=_BOXMQ,
+                    ) as (pid, port):
+                        asyncio.run(_case(pid, port, figures, args.messages, args.budget))
                     results.append(figures)
                     _print(figures)
     print()

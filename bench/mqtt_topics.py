@@ -23,15 +23,11 @@ import asyncio
 import contextlib
 import os
 import random
-import shutil
-import sys
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from mqtt_wire import connect5, packet, publish5, read_packet, string
-from processes import cpu_seconds, free_port, listening, start_broker, stop
+from processes import broker_running, cpu_seconds
 
 _SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
 _BATCH = 200  # connections opened at once
@@ -196,23 +192,16 @@ def main() -> None:
         for sessions in args.sessions.split(","):
             for broker in args.brokers.split(","):
                 figures = Figures(broker, n, sessions == "clean")
-                folder = Path(tempfile.mkdtemp(prefix="mqtt-topics-", dir=_SCRATCH))
-                port = free_port()
-                process = start_broker(
-                    broker, port, folder, args.fsync, mosquitto=_MOSQUITTO, boxmq=_BOXMQ
-                )
-                try:
-                    listening(process, broker, folder / f"{broker}.log", port)
-                    case = _case(
-                        process.pid, port, figures, args.messages, args.budget, args.beside
-                    )
+                with broker_running(
+                    broker,
+                    args.fsync,
+                    prefix="mqtt-topics-",
+                    scratch=_SCRATCH,
+                    mosquitto=_MOSQUITTO,
+                    boxmq=_BOXMQ,
+                ) as (pid, port):
+                    case = _case(pid, port, figures, args.messages, args.budget, args.beside)
                     asyncio.run(case)
-                except Exception:
-                    print((folder / f"{broker}.log").read_text()[-3000:], file=sys.stderr)
-                    raise
-                finally:
-                    stop(process)
-                    shutil.rmtree(folder, ignore_errors=True)
                 results.append(figures)
                 _print(figures)
     print()

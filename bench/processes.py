@@ -5,14 +5,19 @@ an MQTT broker's start, the wait until it listens, a process's CPU time and memo
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = [
+    "broker_running",
     "cpu_seconds",
     "free_port",
     "listening",
@@ -60,6 +65,28 @@ def start_broker(
         command += ["--fsync", fsync, "serve", "--config", str(config)]
         command += ["--mqtt", f"127.0.0.1:{port}", "--sys-interval", "0"]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log_file(folder, broker))
+
+
+@contextmanager
+def broker_running(
+    broker: str, fsync: str, *, prefix: str, scratch: str | None, mosquitto: str, boxmq: str
+) -> Iterator[tuple[int, int]]:
+    """`broker` started (`start_broker`) on a free port in a new folder `prefix`* under
+    `scratch`: (its pid, its port) once it listens. Stopped at the end, and its folder
+    deleted; the end of its log printed to stderr first if the run raised."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=scratch))
+    port = free_port()
+    process = start_broker(broker, port, folder, fsync, mosquitto=mosquitto, boxmq=boxmq)
+    log = folder / f"{broker}.log"
+    try:
+        listening(process, broker, log, port)
+        yield process.pid, port
+    except Exception:
+        print(log.read_text()[-3000:], file=sys.stderr)
+        raise
+    finally:
+        stop(process)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def listening(process: subprocess.Popen[bytes], name: str, log: Path, *ports: int) -> None:
