@@ -110,7 +110,7 @@ from boxmq.mqtt.properties import read_properties
 from boxmq.mqtt.session import NEVER
 from boxmq.mqtt.stored import consumer_name
 from boxmq.store.names import escape_segment, unescape_segment
-from boxmq.store.records import make_folders, replace_file
+from boxmq.store.records import make_folders, read_file, replace_file
 
 log = logging.getLogger(__name__)
 
@@ -454,7 +454,6 @@ def _read(path: str) -> SessionRecord | None:
 def _read_strictly(path: str) -> SessionRecord | None:
     """The record in `path`, None if it is gone; ValueError if it is none."""
     try:
-        with open(path) as source:
-            return _from_json(json.load(source))
+        return _from_json(json.loads(read_file(path)))
     except (FileNotFoundError, NotADirectoryError):
         return None  # removed right now: the session ended

@@ -39,7 +39,7 @@ from typing import Final
 
 from boxmq.store.layout import TOPIC_ROOT, State, open_folder, remove_folder
 from boxmq.store.names import escape_segment, folder_segment, unescape_segment
-from boxmq.store.records import make_folders, replace_file
+from boxmq.store.records import make_folders, read_file, replace_file
 from boxmq.store.temporaries import TEMPORARY_PREFIX
 
 __all__ = [
@@ -235,8 +235,7 @@ def _read(path: str) -> SubscriptionRecord | None:
 def _read_strictly(path: str) -> SubscriptionRecord | None:
     """The record in `path`, None if there is none; ValueError if the file is no record."""
     try:
-        with open(path) as source:
-            data = json.load(source)
+        data = json.loads(read_file(path))
     except (FileNotFoundError, NotADirectoryError):
         return None  # being created or removed right now: the next generation shows it
     if not isinstance(data, dict):
@@ -575,8 +574,7 @@ def bump_generation(root: str, *, flush: bool = False, path: str | None = None) 
             replace_file(file, "", flush=flush)
             return None
         try:
-            with open(file, encoding="utf-8") as source:
-                count, *named = source.read().split("\n")
+            count, *named = read_file(file).decode().split("\n")
         except FileNotFoundError:
             count, named = "", []
         if not count.isdigit():
