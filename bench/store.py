@@ -1,6 +1,6 @@
 """bench/store: put → get → ack through boxmq, beside the bare file-system floor and persist-queue.
 
-    python bench/store.py [--messages 100000] [--size 200] [--dir DIR] [--quick]
+    python bench/store.py [--messages 100000] [--size 200] [--dir DIR] [--quick] [--case TEXT]
 
 Every case puts messages of `--size` bytes, gets each one and acks it, in one OS process or in
 two processes sharing one queue, under one fsync policy. Messages/s = messages / (last ack -
@@ -11,6 +11,10 @@ first put), over every process of the case. Beside boxmq, in the same run:
   under `always` each message also gets fsync(file) and fsync(target dir): one flush per message;
 - persist-queue's SQLiteAckQueue doing the same puts, gets and acks, at the durability closest
   to the policy (the legend under the table says which PRAGMA).
+
+`--case TEXT` (repeatable) runs only the rows whose label holds one of the TEXTs, as the table
+prints it (`--case processed/`: the `ack→processed/` rows; `--case "1p never"`), each with
+its own floor and persist-queue measurement: a row's figures in minutes, not the whole run.
 
 Each measurement runs in fresh spawned processes on a fresh directory, deleted afterwards:
 ext4 directories never shrink, and a queue that follows a big one would pay for its empty
@@ -549,6 +553,13 @@ def _cases(plan: Plan) -> list[Case]:
     return cases
 
 
+def _chosen(cases: list[Case], texts: Sequence[str] | None) -> list[Case]:
+    """The cases whose label holds one of `texts`; all of them without any."""
+    if not texts:
+        return cases
+    return [case for case in cases if any(text in case.label() for text in texts)]
+
+
 def _run_case(run: Run, case: Case) -> Row:
     plan = run.plan
     # The floor depends only on the file operations and the flushes, so one measurement
@@ -773,6 +784,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="boxmq.open(spares=N), default 256; 0 deletes acked files at once, as "
         "boxmq did before spare files",
     )
+    parser.add_argument(
+        "--case",
+        action="append",
+        metavar="TEXT",
+        help="only the rows whose label holds TEXT (e.g. 'processed/', '1p never'); "
+        "repeatable: a row matching any of them",
+    )
     args = parser.parse_args(argv)
     messages: int = QUICK_MESSAGES if args.quick else args.messages
     if messages < 2 * ROUND:
@@ -781,6 +799,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--size must be at least {TAG}: the head of a body names the message")
     if importlib.util.find_spec("persistqueue") is None:
         parser.error("persist-queue, the reference, is missing: run `make bench` once")
+    cases = _chosen(_cases(Plan.of(messages)), args.case)
+    if not cases:
+        labels = "; ".join(case.label() for case in _cases(Plan.of(messages)))
+        parser.error(f"no row's label holds {' or '.join(map(repr, args.case))}: {labels}")
     base = os.path.join(
         os.path.abspath(args.dir), f"store-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     )
@@ -793,7 +815,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     rows = []
     try:
-        for case in _cases(run.plan):
+        for case in cases:
             rows.append(_run_case(run, case))
     finally:
         shutil.rmtree(base, ignore_errors=True)
