@@ -321,6 +321,11 @@ class _TlsHandshake(asyncio.Protocol):
                 # A socket still in its handshake is no client yet: it gets the time a CONNECT
                 # gets, not asyncio's minute, or silent sockets could hold descriptors.
                 ssl_handshake_timeout=timeout,
+                # A TLS socket the server closes (no CONNECT in time, a keep-alive over, a
+                # refused CONNECT) waits for its client's close_notify: asyncio's 30 s, its
+                # descriptor and max_connections slot held, for a client gone from the network
+                # or one that stalls on purpose. It gets what a plain one's last bytes get.
+                ssl_shutdown_timeout=_LINGER,
             )
         except OSError as error:  # ssl.SSLError, the timeout's ConnectionAbortedError, EOF
             self._server.handshake_failed(transport, peer, *_handshake_failure(error, timeout))

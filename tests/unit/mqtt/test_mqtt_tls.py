@@ -21,6 +21,7 @@ import pytest
 import boxmq
 from boxmq.clock import ManualClock
 from boxmq.errors import InvalidArgument
+from boxmq.mqtt import server as server_module
 from boxmq.mqtt import tls
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
@@ -331,6 +332,40 @@ def test_tls_handshakes_under_way_count_against_max_connections(
 
     with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
         asyncio.run(run())
+
+
+def test_a_tls_socket_the_server_closes_frees_its_slot_without_its_clients_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TLS socket closed for sending no CONNECT waited for its client's close_notify for
+    asyncio's 30 s: a client that never answered (gone from the network, or stalling on
+    purpose) kept its descriptor and its slot under max_connections 30 s past its
+    connect_timeout, and new clients were refused meanwhile. It waits `_LINGER` now."""
+    monkeypatch.setattr(server_module, "_LINGER", 0.2)
+    cert, key = _self_signed(tmp_path, "localhost")
+    listener = Listener("127.0.0.1", 0, ssl=server_context(cert, key))
+    limits = Limits(max_connections=1, connect_timeout=10)
+    clock = ManualClock()
+
+    def silent(port: int) -> ssl.SSLSocket:
+        """A client past its handshake that sends nothing and never reads (so never answers
+        the server's close_notify)."""
+        plain = socket.create_connection(("127.0.0.1", port), timeout=10)
+        return _client(cert).wrap_socket(plain, server_hostname="localhost")
+
+    async def run() -> None:
+        settings = MqttSettings(listeners=(listener,), limits=limits)
+        async with _serving(tmp_path, settings, clock) as (server, port):
+            stalling = await asyncio.to_thread(silent, port)
+            await _until(lambda: bool(server.broker._clients))
+            clock.advance(11)
+            server.broker.tick(clock.now())  # no CONNECT within 10 s: closed
+            await _until(lambda: not server.broker._clients)  # in 0.2 s, not 30
+            [client] = await asyncio.to_thread(_mqtt_over_tls, port, cert, 1)
+            for sock in (stalling, client):
+                sock.close()
+
+    asyncio.run(run())
 
 
 def test_tls_handshakes_under_way_share_the_read_buffer(tmp_path: Path) -> None:
