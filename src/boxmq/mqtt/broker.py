@@ -343,11 +343,13 @@ class Broker:
 
     # -- connections -------------------------------------------------------------------------------
 
-    def opened(self, link: Link) -> bool:
-        """A socket was accepted; False if over max_connections (close it)."""
+    def opened(self, link: Link, accepted: float | None = None) -> bool:
+        """A socket was accepted (`accepted`, when it was before its TLS handshake: the CONNECT
+        timeout counts from then); False if over max_connections (close it)."""
         if not self._room_for(link.peer):
             return False
-        client = self._clients[link] = Client(link, self._clock.now())
+        opened = self._clock.now() if accepted is None else accepted
+        client = self._clients[link] = Client(link, opened)
         self._timers.set(client, client.opened + self.limits.connect_timeout)
         return True
 

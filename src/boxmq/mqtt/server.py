@@ -100,6 +100,7 @@ class _Protocol(asyncio.BufferedProtocol):
         "_tcp",
         "_transport",
         "_unread",
+        "accepted",
         "congested",
         "connection",
         "gone",
@@ -108,10 +109,18 @@ class _Protocol(asyncio.BufferedProtocol):
     )
 
     def __init__(
-        self, broker: Broker, clock: Clock, buffer: memoryview, unread: set[_Protocol]
+        self,
+        broker: Broker,
+        clock: Clock,
+        buffer: memoryview,
+        unread: set[_Protocol],
+        accepted: float | None = None,
     ) -> None:
         self._broker = broker
         self._clock = clock
+        # When a TLS listener accepted the socket, before its handshake: the CONNECT timeout
+        # counts from there (None: from connection_made, as for a plain socket).
+        self.accepted = accepted
         self._buffer = buffer
         self._unread = unread  # the server's: its sockets not read now, this one among them
         limits = broker.limits
@@ -138,7 +147,7 @@ class _Protocol(asyncio.BufferedProtocol):
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         transport.set_write_buffer_limits(high=_WRITE_HIGH)
         self._tcp = transport.get_extra_info("socket")  # the listeners are all TCP
-        if not self._broker.opened(self):
+        if not self._broker.opened(self, self.accepted):
             self.gone = True
             transport.abort()
 
@@ -286,12 +295,14 @@ class _TlsHandshake(asyncio.Protocol):
         self._next: _Protocol | None = None
         self._task: asyncio.Task[None] | None = None
         self._counted = False  # its handshake counts against max_connections (`_uncount`)
+        self._accepted = 0.0  # when its socket was accepted (`_Protocol.accepted`)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)
         transport.pause_reading()  # the TLS transport reads from here: nothing may come first
         peer = transport.get_extra_info("peername")
         shown = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._accepted = self._server.now()
         if not self._server.broker.handshake_started(shown):
             transport.abort()
             return
@@ -335,7 +346,7 @@ class _TlsHandshake(asyncio.Protocol):
             self._uncount()  # before `_Protocol` counts itself as a connection (`opened`)
         if tls is None:  # closed meanwhile
             return
-        protocol = self._server.protocol()
+        protocol = self._server.protocol(self._accepted)
         if self._identity:
             protocol.identity = _common_name(tls.get_extra_info("peercert"))
             if protocol.identity is None:
@@ -610,9 +621,13 @@ class MqttServer:
         # with an expired certificate is told once, then counted (handshake_failed).
         self._failed_handshakes = DropLog()
 
-    def protocol(self) -> _Protocol:
-        """The protocol of a client's socket (after its TLS handshake, on a TLS listener)."""
-        return _Protocol(self.broker, self._clock, self._read_buffer, self._unread)
+    def protocol(self, accepted: float | None = None) -> _Protocol:
+        """The protocol of a client's socket (after its TLS handshake, on a TLS listener,
+        whose socket was `accepted` then)."""
+        return _Protocol(self.broker, self._clock, self._read_buffer, self._unread, accepted)
+
+    def now(self) -> float:
+        return self._clock.now()
 
     def handshake_failed(
         self, transport: asyncio.BaseTransport, peer: str, level: int, words: str

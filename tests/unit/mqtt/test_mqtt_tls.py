@@ -368,6 +368,34 @@ def test_a_tls_socket_the_server_closes_frees_its_slot_without_its_clients_answe
     asyncio.run(run())
 
 
+def test_the_connect_timeout_of_a_tls_socket_counts_from_its_accept(tmp_path: Path) -> None:
+    """The CONNECT timeout of a TLS socket counted from the end of its handshake, which
+    may itself take connect_timeout: a client could hold its slot twice as long as
+    [mqtt.limits] connect_timeout says, and a socket that opened 11 s ago without a
+    CONNECT was left open under connect_timeout = 10 s."""
+    cert, key = _self_signed(tmp_path, "localhost")
+    listener = Listener("127.0.0.1", 0, ssl=server_context(cert, key))
+    limits = Limits(connect_timeout=10)
+    clock = ManualClock()
+
+    async def run() -> None:
+        settings = MqttSettings(listeners=(listener,), limits=limits)
+        async with _serving(tmp_path, settings, clock) as (server, port):
+            plain = await asyncio.to_thread(socket.create_connection, ("127.0.0.1", port), 10)
+            await _until(lambda: server.broker.handshaking == 1)
+            clock.advance(6)  # a slow handshake
+            wrap = _client(cert).wrap_socket
+            client = await asyncio.to_thread(wrap, plain, server_hostname="localhost")
+            await _until(lambda: bool(server.broker._clients))
+            clock.advance(5)  # 11 s since its accept, 5 since its handshake
+            server.broker.tick(clock.now())
+            with contextlib.suppress(ConnectionError):
+                assert await asyncio.to_thread(client.recv, 1) == b""  # its close_notify
+            client.close()
+
+    asyncio.run(run())
+
+
 def test_tls_handshakes_under_way_share_the_read_buffer(tmp_path: Path) -> None:
     """Each socket in its handshake held 256 KiB of asyncio's own to read into (zeroed, so
     resident: 1,000 stalled ones held 308 MB) until it ended: it reads into the shared one
