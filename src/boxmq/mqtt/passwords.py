@@ -247,8 +247,8 @@ class PasswordFile:
     entries: tuple[PasswordEntry, ...]
     allow_anonymous: bool = False
     # The file as it was read (_identity), None when not read from a file: the file is read at
-    # start only, so a user added later by `boxmq passwd` is refused until a restart, and the
-    # log says why at the first refusal after each change.
+    # start only, so a user added later by `boxmq passwd` is refused until a restart (one
+    # deleted gets in), and the log says why at the first login after each change.
     read_as: tuple[int, int, int] | None = None
     _told: list[tuple[int, int, int] | None] = field(
         default_factory=list, init=False, repr=False, compare=False
@@ -281,6 +281,9 @@ class PasswordFile:
     def authenticate(self, username: str | None, password: bytes | None, client_id: str) -> bool:
         if username is None:
             return self.allow_anonymous
+        # Before the answer, right or wrong: a user deleted since the start still gets in,
+        # and the operator who deleted him must hear why.
+        self._tell_if_changed()
         entry = next((e for e in self.entries if e.username == username), None)
         if entry is None:
             self._decoy.matches(password or b"")  # timing must not reveal which names exist
@@ -288,7 +291,6 @@ class PasswordFile:
             entry.matches(b"")  # the same work as a wrong password, or timing tells the name
         elif entry.matches(password):
             return True
-        self._tell_if_changed()
         return False
 
     def _tell_if_changed(self) -> None:

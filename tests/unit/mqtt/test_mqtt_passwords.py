@@ -201,6 +201,23 @@ def test_delete_user(tmp_path: Path) -> None:
         delete_user(path, "alice")
 
 
+def test_a_user_deleted_while_serve_runs_still_gets_in_and_the_log_says_to_restart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The file is read at start only. Only a refusal told that it had changed since, so
+    the operator who deleted bob to shut him out saw him get in, and no word of why."""
+    path = _file(tmp_path, ("alice", b"a"), ("bob", b"b"))
+    served = PasswordFile.load(path)
+    delete_user(path, "bob")
+    assert served.authenticate("bob", b"b", "c1")  # as read at start
+    assert served.authenticate("bob", b"b", "c2")
+    told = [m for m in caplog.messages if "has changed since" in m]
+    assert told == [
+        f"the password file {path} has changed since boxmq serve read it at start: it is read "
+        "at start only, so its changes are not in force (restart boxmq serve)"
+    ]  # once per change
+
+
 def test_a_damaged_file_is_not_rewritten(tmp_path: Path) -> None:
     path = tmp_path / "passwd"
     path.write_text("garbage\n")
