@@ -602,7 +602,17 @@ class Broker:
             # another server's claim is answered within `_CLAIM_PATIENCE` (a second more
             # for a retry that failed, OSError, and left it waiting): looked at each tick.
             late = now - client.opened > self.limits.connect_timeout
-            if late and not _waits_for_claim(client, now):
+            if late and client.checking is not None:
+                log.info(
+                    "%s closed: no answer within %s: its password still waited for its "
+                    "check (%d check(s) under way or waiting, taking turns by address: many "
+                    "logins at once, or a host guessing passwords?)",
+                    _connecting(client, client.checking),
+                    spelled(self.limits.connect_timeout),
+                    self._checks_running + len(self._waiting_checks),
+                )
+                client.link.close()
+            elif late and not _waits_for_claim(client, now):
                 log.info(
                     "%s closed: no CONNECT within %s",
                     client.link.peer,
@@ -841,6 +851,7 @@ class Broker:
         # A password's hash takes tens of milliseconds (scrypt): on the loop, clients sending
         # wrong passwords would stall every other one. The packets behind the CONNECT wait.
         hold_the_rest(client)
+        client.checking = packet
         loop = asyncio.get_running_loop()
         clients = self._clients
 
@@ -869,6 +880,7 @@ class Broker:
         self._start_checks()
         if self._clients.get(client.link) is not client:
             return  # closed meanwhile
+        client.checking = None
         try:
             authenticated = future.result()
         except Exception:  # a bug of the authenticator: refused, with its traceback

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.disk import Job
-from boxmq.mqtt.packets import Incoming, Packet, Puback, Pubcomp, Pubrec, Pubrel
+from boxmq.mqtt.packets import Connect, Incoming, Packet, Puback, Pubcomp, Pubrec, Pubrel
 from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.session import Session
 
@@ -84,6 +84,9 @@ class Client:
     # Since when (the broker's clock) its CONNECT waits for another server's claim on its
     # session (broker._wait_for_claim); None: it does not.
     claim_waited_since: float | None = None
+    # Its CONNECT while its password waits for a check (broker._connect): one closed at
+    # connect_timeout meanwhile sent a CONNECT, and the log must not say it sent none.
+    checking: Connect | None = None
     told_sys: bool = False  # a PUBLISH of it to a $SYS topic was refused (logged once)
     # The ACL refused a PUBLISH or a SUBSCRIBE of it, or the store a PUBLISH (logged once
     # each, the others at debug level: a client refused in a loop wrote a line a message).

@@ -3468,6 +3468,41 @@ def test_password_checks_take_turns_by_address(tmp_path: Path) -> None:
     _run(tmp_path, test, settings=MqttSettings(authenticator=checks))
 
 
+def test_a_connect_closed_while_its_password_waits_is_said_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A CONNECT still waiting for its password check at connect_timeout (a burst of TLS
+    logins on a loaded machine: 141 of 150) was closed with "no CONNECT within 3s" in the
+    log: the operator looked for clients that sent none, when every one had."""
+    clock = ManualClock()
+    release = threading.Event()
+
+    class Stuck:
+        def authenticate(self, username: str | None, password: bytes | None, _: str) -> bool:
+            release.wait(10)
+            return True
+
+    limits = Limits(connect_timeout=3.0)
+
+    async def test(broker: Broker) -> None:
+        peer = Peer(broker)
+        peer.peer = "10.0.0.1:4000"
+        peer.send(Connect("c1", V5, username="carol", password=b"rose"))
+        clock.advance(4)
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            broker.tick(clock.now())
+        release.set()
+        assert peer.closed
+
+    _run(tmp_path, test, clock, settings=MqttSettings(authenticator=Stuck(), limits=limits))
+    assert "no CONNECT within" not in caplog.text
+    assert (
+        "client 'c1' (user 'carol', from 10.0.0.1:4000) closed: no answer within 3s: its "
+        "password still waited for its check (1 check(s) under way or waiting, taking turns "
+        "by address: many logins at once, or a host guessing passwords?)"
+    ) in caplog.messages
+
+
 def test_a_close_during_a_flood_of_password_checks_starts_no_more(tmp_path: Path) -> None:
     """Checks waiting their turn by address were not dropped at the close, so a check under
     way that ended after it gave the next one to the shut-down pool: a RuntimeError in a
