@@ -179,11 +179,16 @@ def security_warnings(mqtt: MqttSettings | None) -> list[str]:
         authorizer.users or any("%u" in rule.filter for rule in authorizer.patterns)
     )
     warnings = _literal_placeholders(authorizer) if isinstance(authorizer, Acl) else []
+    # A listener with identity_as_username takes the user name from the client certificate,
+    # checked by its CA, not from the password file: its clients are neither unchecked
+    # claims nor names the password file must hold.
+    by_certificate = any(listener.identity_as_username for listener in mqtt.listeners)
+    by_password = not all(listener.identity_as_username for listener in mqtt.listeners)
     if isinstance(authenticator, PasswordFile):
         warnings += _loose_mode(authenticator.path, "password file", stat.S_IROTH | _WRITABLE)
     if isinstance(authorizer, Acl):
         warnings += _loose_mode(authorizer.path, "ACL file", _WRITABLE)
-    if authenticator is None and by_name:
+    if authenticator is None and by_name and by_password:
         warnings.append(
             "the ACL gives rights by user name, and without a password_file nobody checks the "
             "user name a client claims: any client may take any user's rights (set "
@@ -191,7 +196,7 @@ def security_warnings(mqtt: MqttSettings | None) -> list[str]:
         )
     if not isinstance(authenticator, PasswordFile):
         return warnings
-    if not authenticator.entries and not authenticator.allow_anonymous:
+    if not authenticator.entries and not authenticator.allow_anonymous and not by_certificate:
         # As allow_anonymous = false without a password file, which is refused: nobody could
         # connect. Warned of only, since a broker may start before its users are provisioned.
         warnings.append(
@@ -208,9 +213,10 @@ def security_warnings(mqtt: MqttSettings | None) -> list[str]:
             "name, which are refused (allow_anonymous = false): no client gets them (for rules "
             "every client gets, write `pattern` instead of `topic`)"
         )
-    if isinstance(authorizer, Acl):
+    if isinstance(authorizer, Acl) and not by_certificate:
         # A section no client can log in as, a misspelt name most likely: its user is refused
-        # what it was meant to be allowed, and nothing would say why.
+        # what it was meant to be allowed, and nothing would say why. A certificate's name
+        # cannot be known at start: with such a listener, none is warned of.
         known = set(authenticator.users())
         for name, rules in authorizer.users.items():
             if name not in known:

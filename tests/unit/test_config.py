@@ -512,6 +512,35 @@ def test_an_acl_section_of_a_user_the_password_file_lacks_is_warned_of(tmp_path:
     assert security_warnings(load_config(path).mqtt) == []
 
 
+def test_user_names_from_client_certificates_are_not_warned_of_as_unknown(
+    tmp_path: Path,
+) -> None:
+    """With a listener that takes the user name from the client certificate's Common Name
+    (identity_as_username), the start-up log said of a device's ACL section that "no client
+    gets its rules" (its certificate's client did), of an empty password file that "no client
+    can connect" (every device could), and, without a password file, that "nobody checks the
+    user name a client claims" (the listener's CA does)."""
+    (tmp_path / "passwd").write_text("")
+    (tmp_path / "passwd").chmod(0o600)
+    (tmp_path / "acl").write_text("user sensor-7\ntopic sensors/7/#\n")
+    (tmp_path / "acl").chmod(0o600)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    by_certificate = Listener(port=8883, ssl=context, identity_as_username=True)
+
+    def warned(security: str, *listeners: Listener) -> list[str]:
+        mqtt = load_config(_write(tmp_path, f"[security]\n{security}")).mqtt
+        return security_warnings(dataclasses.replace(mqtt, listeners=listeners))
+
+    with_passwords = 'password_file = "passwd"\nacl_file = "acl"\n'
+    assert warned(with_passwords, by_certificate) == []
+    assert warned('acl_file = "acl"\n', by_certificate) == []
+    # A listener that asks for passwords: those clients are what the warnings are about.
+    plain = Listener(port=1883)
+    assert len(warned(with_passwords, plain)) == 2  # no user; a section of nobody
+    [claimed] = warned('acl_file = "acl"\n', plain, by_certificate)
+    assert "nobody checks the user name a client claims" in claimed
+
+
 def test_acl_rules_for_clients_without_a_user_name_that_none_may_be_are_warned_of(
     tmp_path: Path,
 ) -> None:
