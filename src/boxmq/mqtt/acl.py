@@ -22,6 +22,8 @@ Rules are checked when the file is read; an error names the file and the line.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -33,6 +35,7 @@ from typing import Final
 from boxmq.core.filter_relations import covers, overlaps
 from boxmq.core.topics import matches, parse_filter, validate_filter
 from boxmq.errors import InvalidArgument, InvalidTopic
+from boxmq.mqtt.passwords import file_version
 
 __all__ = ["Access", "Acl", "Rule", "substitute"]
 
@@ -43,6 +46,8 @@ _DECISIONS_KEPT: Final = 65_536
 # A decision whose topic, client id and user name are longer together is taken afresh each
 # time, not kept: 65,536 of 65,535-byte topics were 4.3 GB a client could fill (as routes.py).
 _LONGEST_KEPT: Final = 256
+
+log = logging.getLogger("boxmq.mqtt")
 
 
 class Access(Enum):
@@ -85,10 +90,18 @@ class Acl:
     _decisions: dict[tuple[bool, str | None, str, str], bool] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    # The file as it was read (file_version), None when not read from a file. It is read at
+    # start only: a rule added since still refuses, and the first refusal after each change
+    # says why (as the password file's first login does).
+    read_as: tuple[int, int, int] | None = None
+    _told: list[tuple[int, int, int] | None] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Acl:
         source = Path(path)
+        read_as = file_version(source)  # before the read: a change while it reads is told of
         try:
             # utf-8-sig: an editor's byte order mark is not part of the first keyword.
             text = source.read_text(encoding="utf-8-sig")
@@ -98,7 +111,7 @@ class Acl:
             raise InvalidArgument(f"ACL file {source} is not UTF-8 text") from None
         except OSError as error:
             raise InvalidArgument(f"cannot read ACL file {source}: {error.strerror}") from None
-        return cls.parse(text, source)
+        return dataclasses.replace(cls.parse(text, source), read_as=read_as)
 
     @classmethod
     def parse(cls, text: str, path: Path) -> Acl:
@@ -136,10 +149,30 @@ class Acl:
     # -- Authorizer ---------------------------------------------------------------------------
 
     def can_publish(self, username: str | None, client_id: str, topic: str) -> bool:
-        return self._decide((True, username, client_id, topic), self._may_publish)
+        allowed = self._decide((True, username, client_id, topic), self._may_publish)
+        if not allowed:
+            self._tell_if_changed()
+        return allowed
 
     def can_subscribe(self, username: str | None, client_id: str, topic_filter: str) -> bool:
-        return self._decide((False, username, client_id, topic_filter), self._may_subscribe)
+        allowed = self._decide((False, username, client_id, topic_filter), self._may_subscribe)
+        if not allowed:
+            self._tell_if_changed()
+        return allowed
+
+    def _tell_if_changed(self) -> None:
+        """A warning when the file on disk is no longer the one read, once per change."""
+        if self.read_as is None:
+            return
+        now = file_version(self.path)
+        if now == self.read_as or now in self._told:
+            return
+        self._told[:] = [now]  # the version last told of, so a flood of refusals warns once
+        log.warning(
+            "the ACL file %s has changed since boxmq serve read it at start: it is read at "
+            "start only, so its changes are not in force (restart boxmq serve)",
+            self.path,
+        )
 
     def _decide(
         self,

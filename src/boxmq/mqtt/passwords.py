@@ -246,7 +246,7 @@ class PasswordFile:
     path: Path
     entries: tuple[PasswordEntry, ...]
     allow_anonymous: bool = False
-    # The file as it was read (_identity), None when not read from a file: the file is read at
+    # The file as it was read (file_version), None when not read from a file: the file is read at
     # start only, so a user added later by `boxmq passwd` is refused until a restart (one
     # deleted gets in), and the log says why at the first login after each change.
     read_as: tuple[int, int, int] | None = None
@@ -271,7 +271,7 @@ class PasswordFile:
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, allow_anonymous: bool = False) -> PasswordFile:
         source = Path(path)
-        read_as = _identity(source)  # before the read: a change while it reads is told of
+        read_as = file_version(source)  # before the read: a change while it reads is told of
         entries = tuple(_parse_entries(source, _read_lines(source)))
         return cls(source, entries, allow_anonymous, read_as)
 
@@ -297,7 +297,7 @@ class PasswordFile:
         """A warning when the file on disk is no longer the one read, once per change."""
         if self.read_as is None:
             return
-        now = _identity(self.path)
+        now = file_version(self.path)
         if now == self.read_as or now in self._told:
             return
         self._told[:] = [now]  # the version last told of, so a flood of refusals warns once
@@ -311,9 +311,10 @@ class PasswordFile:
 # -- the file -------------------------------------------------------------------------------------
 
 
-def _identity(path: Path) -> tuple[int, int, int] | None:
-    """What tells one version of the file from another: `boxmq passwd` replaces it (a new
-    inode), an editor may rewrite it in place (a new mtime, often a new size)."""
+def file_version(path: Path) -> tuple[int, int, int] | None:
+    """What tells one version of a file from another (the password file, the ACL file):
+    `boxmq passwd` replaces it (a new inode), an editor may rewrite it in place (a new
+    mtime, often a new size)."""
     try:
         found = os.stat(path)
     except OSError:

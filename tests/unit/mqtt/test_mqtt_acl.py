@@ -257,3 +257,23 @@ def test_a_pattern_acts_as_its_literal_substitution_or_not_at_all(
     assert acl.can_publish(username, client_id, topic) == reference.can_publish(
         None, "other", topic
     )
+
+
+def test_a_refusal_after_the_file_changed_says_to_restart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The file is read at start only: a rule added since still refused alice, and the log
+    said only `may not subscribe`, nothing of the change the operator was waiting for."""
+    path = tmp_path / "acl"
+    path.write_text("user alice\ntopic alice/#\n")
+    served = Acl.load(path)
+    assert not served.can_subscribe("alice", "c1", "news/#")
+    assert caplog.messages == []  # the file is as it was read
+    path.write_text("user alice\ntopic alice/#\ntopic read news/#\n")
+    assert not served.can_subscribe("alice", "c1", "news/#")  # as read at start
+    assert not served.can_publish("alice", "c1", "news/x")
+    assert served.can_publish("alice", "c1", "alice/x")
+    assert caplog.messages == [
+        f"the ACL file {path} has changed since boxmq serve read it at start: it is read at "
+        "start only, so its changes are not in force (restart boxmq serve)"
+    ]  # once per change
