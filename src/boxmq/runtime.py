@@ -134,7 +134,15 @@ _STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def _stop_on(sig: signal.Signals, stop: asyncio.Event) -> None:
-    log.info("%s received: stopping", sig.name)
+    # A mosquitto user's `kill -HUP` (or a service's reload) to take in a new password or ACL
+    # file stops the broker: the line says so, or it reads as a crash of the reload.
+    why = (
+        " (boxmq reloads nothing on SIGHUP: its config, password, ACL and TLS files are read "
+        "at start, so start it again to take in their changes)"
+        if sig is signal.SIGHUP
+        else ""
+    )
+    log.info("%s received: stopping%s", sig.name, why)
     stop.set()
 
 
