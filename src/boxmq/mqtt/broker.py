@@ -611,6 +611,9 @@ class Broker:
                     spelled(self.limits.connect_timeout),
                     self._checks_running + len(self._waiting_checks),
                 )
+                # Its answer must not come: a TLS socket is in the broker's clients until its
+                # close is over (up to _LINGER), and the check's end would connect it there.
+                client.checking = None
                 client.link.close()
             elif late and not _waits_for_claim(client, now):
                 log.info(
@@ -856,8 +859,8 @@ class Broker:
         clients = self._clients
 
         def check() -> bool:  # in a checking thread
-            if clients.get(client.link) is not client:  # closed while it waited: no hash
-                return False
+            if clients.get(client.link) is not client or client.checking is None:
+                return False  # closed while it waited: no hash
             return authenticator.authenticate(packet.username, packet.password, packet.client_id)
 
         def checked(future: Future[bool]) -> None:
@@ -878,7 +881,7 @@ class Broker:
         """On the loop: the password of `client`'s CONNECT was checked."""
         self._checks_running -= 1
         self._start_checks()
-        if self._clients.get(client.link) is not client:
+        if self._clients.get(client.link) is not client or client.checking is None:
             return  # closed meanwhile
         client.checking = None
         try:

@@ -9,6 +9,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import threading
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
@@ -556,3 +557,52 @@ def test_a_client_certificate_names_its_user_for_the_acl(tmp_path: Path) -> None
     answers, nameless_answer = asyncio.run(run())
     assert answers == bytes.fromhex("9004 0001 00 80")  # alice's, not bob's
     assert nameless_answer == b""
+
+
+def test_a_tls_client_closed_while_its_password_waited_is_not_connected_after(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """connect_timeout closed a client whose password still waited for its check, but a TLS
+    socket stays among the broker's clients until its close is over (its client's
+    close_notify, or 5 s): the check that ended meanwhile connected it there, a session
+    (and a takeover of another connection of its client id) for a socket already closed."""
+    cert, key = _self_signed(tmp_path, "localhost")
+    listener = Listener("127.0.0.1", 0, ssl=server_context(cert, key))
+    release = threading.Event()
+
+    class Stuck:
+        def authenticate(self, username: str | None, password: bytes | None, _: str) -> bool:
+            release.wait(10)
+            return True
+
+    settings = MqttSettings(
+        listeners=(listener,), limits=Limits(connect_timeout=10), authenticator=Stuck()
+    )
+    clock = ManualClock()
+    connect = _packet(  # 3.1.1, clean, user name "carol" and a password
+        0x10, _utf8("MQTT") + bytes([4, 0xC2, 0, 60]) + _utf8("c1") + _utf8("carol") + _utf8("x")
+    )
+
+    def silent(port: int) -> ssl.SSLSocket:
+        """A client that sends its CONNECT and never reads (nor answers a close_notify)."""
+        plain = socket.create_connection(("127.0.0.1", port), timeout=10)
+        client = _client(cert).wrap_socket(plain, server_hostname="localhost")
+        client.sendall(connect)
+        return client
+
+    async def run() -> None:
+        async with _serving(tmp_path, settings, clock) as (server, port):
+            client = await asyncio.to_thread(silent, port)
+            broker = server.broker
+            await _until(lambda: any(c.checking for c in broker._clients.values()))
+            clock.advance(11)
+            with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+                broker.tick(clock.now())  # closed: its password still waits
+                release.set()
+                await _until(lambda: broker._checks_running == 0)
+                await asyncio.sleep(0.05)  # the check's answer, on the loop
+            assert broker._links == {}
+            client.close()
+
+    asyncio.run(run())
+    assert [m for m in caplog.messages if "connected" in m] == []
