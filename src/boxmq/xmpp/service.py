@@ -533,9 +533,8 @@ class QueueService:
         """The queue and every message in it go; its subscribers here are told (XEP-0060
         §8.4.2), then unsubscribed."""
         self._check_owner(iq, self._queue(request.node), "delete")
-        for subscription in self._subscriptions.of_node(request.node):
-            self._drop_deleted(subscription)
         self._queues.pop(request.node, None)
+        self._drop_queue_subscribers(request.node)
         self._box.delete_queue(request.node)
         return render.result(iq)
 
@@ -645,10 +644,17 @@ class QueueService:
         if node not in self._queues or is_dropbox(queue_path(self._box.root, node)):
             return False
         del self._queues[node]
-        for subscription in self._subscriptions.of_node(node):
-            if isinstance(subscription.consumer, Consumer):  # a topic's member stays
-                self._drop_deleted(subscription)
+        self._drop_queue_subscribers(node)
         return True
+
+    def _drop_queue_subscribers(self, node: str) -> None:
+        """The queue `node` was deleted (here or elsewhere): its subscribers are told (XEP-0060
+        §8.4.2) and unsubscribed. Subscribers of the topic of that name (they subscribed before
+        the queue was made elsewhere) stay: the delete ends the queue, not the topic, which
+        the node is again from now on (docs/xmpp.md)."""
+        for subscription in self._subscriptions.of_node(node):
+            if isinstance(subscription.consumer, Consumer):
+                self._drop_deleted(subscription)
 
     def _drop_deleted(self, subscription: Subscription) -> None:
         """Its node was deleted: the subscriber is told so (XEP-0060 §8.4.2), then that its

@@ -179,6 +179,22 @@ def test_delete_tells_the_subscribers_before_their_subscriptions_end(wire: Wire)
     )
 
 
+def test_a_delete_over_xmpp_keeps_the_subscribers_of_the_topic_of_that_name(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    # Bob subscribed to the topic `jobs`, then the API made a queue of that name, and alice
+    # subscribed to it. Deleting the queue over XMPP told bob his node was deleted and ended
+    # his subscription, where a delete by the API kept it: the topic was never deleted, and
+    # the node is that topic again (XEP-0060 §8.4.2 tells the deleted node's subscribers).
+    wire.subscribe(BOB, 1)  # the topic's: no queue of that name yet
+    box.queue("jobs")
+    wire.subscribe(ALICE, 1)  # the queue's
+    assert _delete(wire, ALICE).get("type") == "result"
+    assert _deletes(wire) == [ALICE]
+    item = wire.publish()  # to the topic `jobs` now
+    assert wire.events() == [(BOB, "item", item)]
+
+
 def _deletes(wire: Wire) -> list[str]:
     """To whom a <delete node='jobs'/> event went."""
     path = f"{{{ns.PUBSUB_EVENT}}}event/{{{ns.PUBSUB_EVENT}}}delete"
