@@ -21,7 +21,7 @@ from boxmq.client.lifecycle import dead_name, envelope_of, lock_gone, released_o
 from boxmq.core import QueuePolicy, check_holder
 from boxmq.core.durations import check_seconds
 from boxmq.errors import InvalidArgument, ItemNotFound
-from boxmq.model import ConsumerId, MessageId
+from boxmq.model import ConsumerId, Envelope, MessageId
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State, is_dropbox
 from boxmq.store.names import Lock, locked_name, split_lock
@@ -135,6 +135,7 @@ class DiskSettler:
                 known=True,
                 past_holders=_past(envelope.last_holder, lock, holder),
                 earlier_delivery=delivery is not None and name != delivery,
+                holders_unrecorded=_unrecorded(envelope),
             )
             assert lock is not None  # check_holder passed, so `consumer` holds the lock
             return name, processing, lock
@@ -147,6 +148,7 @@ class DiskSettler:
                     holder=None,
                     known=True,
                     past_holders=_past(envelope.last_holder, None, None),
+                    holders_unrecorded=_unrecorded(envelope),
                 )
         if not is_dropbox(self._box.path):
             if delivery is not None:  # a handle's: held, its lock gone with the queue
@@ -200,3 +202,10 @@ def _past(last: ConsumerId | None, lock: Lock | None, holder: ConsumerId | None)
     if lock is not None and holder is None:
         past.add(lock.owner)
     return past
+
+
+def _unrecorded(envelope: Envelope) -> bool:
+    """Delivered before, and its name keeps no holder: the lock of a holder that left (a
+    restart of its process, a disconnect) went back without one (effects.Release
+    .passed_over), so the requester may be the one that held it."""
+    return envelope.delivery_count > 0 and envelope.last_holder is None

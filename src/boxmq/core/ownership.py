@@ -31,13 +31,19 @@ def check_holder(
     known: bool,
     past_holders: Collection[ConsumerId],
     earlier_delivery: bool = False,
+    holders_unrecorded: bool = False,
 ) -> None:
     """Return if `requester` holds the lock; otherwise raise the XEP-0254 error, in this order.
 
     earlier_delivery: `holder` is the requester, but the request comes with its handle of a
     delivery before the one it holds now (that lock ended, and the message came back to it):
     its lock is gone as surely as if another consumer held the message, and the delivery it
-    holds now is left to the handle of that one."""
+    holds now is left to the handle of that one.
+    holders_unrecorded: the message was delivered before, and nothing says to whom (a release
+    when its holder left, by a restart or a disconnect, names nobody: effects.Release
+    .passed_over). Unlocked, it is then no proof that the requester never received it: it is
+    told that its lock is gone (what the one that held it must hear, XEP-0254 §2.3), not that
+    it never received it."""
     if holder == requester:
         if not earlier_delivery:
             return
@@ -50,6 +56,12 @@ def check_holder(
         raise UnexpectedRequest(message_id, f"{requester} no longer holds the lock")
     if holder is not None:
         raise Conflict(message_id, "locked by another consumer")
+    if known and holders_unrecorded:
+        raise UnexpectedRequest(
+            message_id,
+            f"{requester} holds no lock on it: its last lock ended when its holder left (a "
+            "restart, a disconnect), and who held it was not kept",
+        )
     if known:
         raise Forbidden(message_id, f"{requester} did not receive this message")
     raise ItemNotFound(message_id, "no such message")

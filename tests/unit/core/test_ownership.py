@@ -84,3 +84,18 @@ def test_a_handle_of_an_earlier_delivery_to_the_holder_is_told_its_lock_is_gone(
     with pytest.raises(Conflict):  # another holds it and `a` never did: as before
         check_holder(M, A, holder=B, known=True, past_holders=frozenset(), earlier_delivery=True)
     check_holder(M, A, holder=A, known=True, past_holders=frozenset({A}), earlier_delivery=False)
+
+
+def test_a_message_delivered_to_an_unrecorded_holder_is_no_proof_of_never_receiving_it() -> None:
+    """Released when its holder left (a restart), its file names no past holder: the one that
+    held it must hear that its lock is gone, so nobody is told it never received it."""
+    with pytest.raises(UnexpectedRequest):
+        check_holder(
+            M, A, holder=None, known=True, past_holders=frozenset(), holders_unrecorded=True
+        )
+    with pytest.raises(Conflict):  # held by another now: said as it is
+        check_holder(M, A, holder=B, known=True, past_holders=frozenset(), holders_unrecorded=True)
+    with pytest.raises(ItemNotFound):
+        check_holder(
+            M, A, holder=None, known=False, past_holders=frozenset(), holders_unrecorded=True
+        )

@@ -174,6 +174,28 @@ def test_the_errors_of_listings_8_to_15(wire: Wire) -> None:
         assert condition(act(holder, held)) == ("wait", "unexpected-request")
 
 
+def test_an_answer_after_a_restart_of_the_component_says_the_lock_is_gone(root: Path) -> None:
+    # The items a subscriber held go back to the queue when the component stops, with no
+    # record of who held them (a holder that left is passed over by nobody). Its retract or
+    # unlock after the restart was answered auth/forbidden, "did not receive this message",
+    # where XEP-0254 §2.3/§2.4 answer unexpected-request to the subscriber that received it.
+    with boxmq.open(root, fsync="never") as box:
+        wire = Wire(box)
+        wire.create()
+        wire.subscribe(ALICE, 1)
+        item = wire.publish()
+        assert wire.items_to(ALICE) == [item]
+        wire.service.close()
+    with boxmq.open(root, fsync="never") as box:
+        wire = Wire(box)
+        waiting = wire.publish()  # never delivered to anyone: forbidden, as before
+        for act in (wire.retract, wire.unlock):
+            assert condition(act(ALICE, item)) == ("wait", "unexpected-request")
+            assert condition(act(ALICE, waiting)) == ("auth", "forbidden")
+        assert box.queue("jobs").counts().ready == 2  # nothing settled
+        wire.service.close()
+
+
 def test_an_error_reply_echoes_the_request(wire: Wire) -> None:
     reply = wire.retract(ALICE, "nope")
     retract = reply.find(f"{{{PS}}}pubsub/{{{PS}}}retract")
