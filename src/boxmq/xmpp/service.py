@@ -39,7 +39,7 @@ from boxmq.errors import (
     StoreFailed,
     store_failure,
 )
-from boxmq.store.layout import is_dropbox, queue_path
+from boxmq.store.layout import is_dropbox, no_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
 from boxmq.xmpp.conditions import INTERNAL, Condition, condition_for
@@ -463,14 +463,22 @@ class QueueService:
         node = _node_of(iq.to)
         self._touched.add(node)
         body = _stamped(request.message, sender=iq.sender, to=iq.to)
-        self._deleted_elsewhere(node)  # else a put into a queue that is gone
-        queue = self._is_queue(node)
         if isinstance(request, QosAcknowledged):
-            if queue:
-                self._queue(node).put(body)
-            else:
-                self._box.publish(node, body, qos=1, source=iq.sender)
+            # As a publish does (flush): the queue known here is put to without a look at
+            # its folder first; the put finds it deleted elsewhere, and the node is a topic.
+            if self._is_queue(node):
+                try:
+                    self._queue(node).put(body)
+                    return render.result(iq)
+                except QueueNotFound:
+                    if not self._deleted_elsewhere(node):
+                        raise
+            self._box.publish(node, body, qos=1, source=iq.sender)
             return render.result(iq)
+        # The exactly-once intake makes a queue's folders that are missing: a queue deleted
+        # elsewhere is looked for first, or it would be made again.
+        self._deleted_elsewhere(node)
+        queue = self._is_queue(node)
         # reclaim: once `deliver` succeeded the sender may reuse the msgId (urn:xmpp:qos,
         # Message IDs), so an `assured` under a delivered id is a new message. A repeat of the
         # first `assured` cannot come after its `deliver`: the stream keeps their order.
@@ -567,10 +575,17 @@ class QueueService:
             raise StanzaError(_FORBIDDEN, f"only the owner of {queue.name!r} may {what} it")
 
     def _is_queue(self, node: str) -> bool:
-        """A node is a queue if one of that name exists; any other node is a topic."""
+        """A node is a queue if one of that name exists; any other node is a topic. A queue
+        is remembered (until it is found deleted elsewhere); a topic is looked for again at
+        each request, with one look at the folder, since a queue of its name may be made
+        at any time by the CLI or the API."""
         if node in self._queues:
             return True
         try:
+            # no_dropbox first, not box.queue(create=False) alone: its QueueNotFound looks at
+            # the folder a second time to word its advice, which nobody reads here
+            if no_dropbox(queue_path(self._box.root, node)):
+                return False
             self._queue(node)
         except (QueueNotFound, InvalidName):
             return False

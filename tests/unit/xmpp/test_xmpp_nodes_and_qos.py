@@ -260,6 +260,34 @@ def test_qos_to_a_queue_deleted_by_another_process_goes_to_the_topic(
     assert "jobs" not in box.queues()  # published to the topic (no subscriber: dropped)
 
 
+def test_acknowledged_to_a_known_queue_looks_at_no_folder_first(
+    wire: Wire, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each acknowledged message looked at the queue's folder (a stat) before its put, for a
+    # queue deleted elsewhere, which the put finds by itself (as a publish's does).
+    from boxmq.store.layout import is_dropbox
+    from boxmq.xmpp import service
+
+    looks: list[str] = []
+
+    def counted(path: str) -> bool:
+        looks.append(path)
+        return real(path)
+
+    wire.create()
+    real = is_dropbox
+    monkeypatch.setattr(service, "is_dropbox", counted)
+    for n in range(3):
+        reply = wire.iq(CAROL, _wrapped("acknowledged", None, str(n)), to=NODE_AT)
+        assert reply.get("type") == "result"
+    assert looks == []
+    with boxmq.open(root, fsync="never") as other:
+        other.delete_queue("jobs")
+        reply = wire.iq(CAROL, _wrapped("acknowledged", None, "3"), to=NODE_AT)
+        assert reply.get("type") == "result"
+        assert "jobs" not in other.queues()  # published to the topic: not made again
+
+
 def _wrapped(kind: str, msg_id: str | None, body: str) -> str:
     at = f" msgId='{msg_id}'" if msg_id else ""
     return (
