@@ -41,6 +41,7 @@ __all__ = [
     "PasswordEntry",
     "PasswordFile",
     "delete_user",
+    "file_version",
     "hash_password",
     "set_password",
     "validate_username",
