@@ -233,6 +233,30 @@ def test_a_listener_may_call_into_the_queue(manual_box: boxmq.Box, how: str) -> 
     assert got  # and what was told of is there for the other consumer
 
 
+def test_a_listener_forgotten_while_told_skips_no_other(manual_box: boxmq.Box) -> None:
+    """A broker that closes forgets its listener from its own thread (`forget_offered`)
+    while a disk thread may be telling the box's listeners: the others are told all the
+    same. Iterating the box's list itself, the removal shifted the next listener into
+    the place already passed, and that one missed the put (a lost wake-up)."""
+    queue = manual_box.queue("q")
+    queue.consumer("c1")
+    second = Told()
+
+    def first(consumers: list[ConsumerId], shown: str) -> None:
+        closing = threading.Thread(target=manual_box.forget_offered, args=(first,))
+        closing.start()
+        closing.join(5.0)
+
+    manual_box.listen_offered(first)
+    manual_box.listen_offered(second)
+    try:
+        queue.put(b"hi")
+    finally:
+        manual_box.forget_offered(first)
+        manual_box.forget_offered(second)
+    assert second == [["c1"]]
+
+
 def test_has_more_says_what_a_receive_finds_that_no_news_tells(
     manual_box: boxmq.Box, clock: ManualClock, told: Told
 ) -> None:

@@ -175,7 +175,10 @@ class LiveQueue:
         self.name = name  # what the logs and errors say: a subscription's folder
         # Told the consumers attached when this process's own puts are offered (`sent`): a
         # broker pumps those, not every one of its thousands of subscribers, after a batch.
-        # The box's list, shared: one added later is told too (Box.listen_offered).
+        # The box's list, shared: one added later is told too (Box.listen_offered). Told
+        # from a snapshot (a tuple, copied at once under the GIL): another thread may add
+        # or remove one meanwhile, and a removal during a walk of the list itself skipped
+        # the listener after it.
         # Always called with this queue's mutex free (`tell` after the `with`, never in
         # it): a listener may call back into the queue, from its thread or another it
         # waits for, and a slow one holds up no other thread's receive or ack.
@@ -503,7 +506,7 @@ class LiveQueue:
         with self._mutex:
             consumers = list(self._inbox)
         if consumers:
-            for listener in self._listeners:
+            for listener in tuple(self._listeners):
                 listener(consumers, self.queue)
 
     def _watcher_open(self) -> Watcher:
@@ -963,7 +966,7 @@ class LiveQueue:
             return
         with self._mutex:
             told, self._untold = list(dict.fromkeys(self._untold)), []
-        for listener in self._listeners:
+        for listener in tuple(self._listeners):
             listener(told, self.queue)
 
     def _remind_when_due(self, now: float) -> None:
