@@ -451,7 +451,10 @@ class Box:
                 taken = Dropbox(moved, self._committer, create=False, complete=False)
                 counted.append(counts_of(taken))
 
-        return remove_dropbox(self.root, path, taken=count)
+        removed = remove_dropbox(self.root, path, taken=count)
+        if removed and self._spares is not None:
+            self._spares.close_gone()  # its messages' files that puts here keep open
+        return removed
 
     def _published_expiring(self, paths: list[str]) -> None:
         """Topics committed copies with an expiry into these dropboxes: the next sweep

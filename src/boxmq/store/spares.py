@@ -182,6 +182,13 @@ class Spares:
         The caller writes again with check=True, which passes over the other spares gone."""
         if not path.startswith(self._own_prefix) or os.path.lexists(path):
             return False
+        self.close_gone()
+        return True
+
+    def close_gone(self) -> None:
+        """Close the descriptors kept for messages whose files are gone (a deleted queue's,
+        or .spare/ deleted): an open file's blocks are freed only once it is closed, which
+        else waited for newer puts to push it out, or the root's close."""
         with self._lock:  # as _close_oldest: a put or an ack may change _open meanwhile
             for inode, fd in list(self._open.items()):
                 try:
@@ -190,7 +197,6 @@ class Spares:
                     continue
                 if gone and self._open.pop(inode, _NO_FD) != _NO_FD:
                     os.close(fd)
-        return True
 
     def _close_oldest(self) -> None:
         """Close kept descriptors, oldest first, down to the bound (a message another process
