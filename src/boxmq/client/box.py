@@ -487,6 +487,17 @@ class Box:
         every FULL_SWEEP_EVERY seconds, for what other processes did meanwhile. Offline MQTT
         sessions, connected ones and idle queues with nothing due then cost next to nothing
         (docs/operations.md)."""
+        # Two skips between full passes, for two promises (`_visit`): they are not one
+        # mechanism twice. A queue is skipped while `_quiet` holds, which asks the disk
+        # whether anything changed since its last visit (two stats: a put, lock or release
+        # by any process changes them), so another process's lock or expiry is acted on
+        # within a sweep of its time. A subscription is skipped unless this process knows
+        # something is due in it (the `_due_times` heap, its own publications with an
+        # expiry, its consumers' wants, a holder dead): no call at all per idle one, so
+        # thousands of offline MQTT sessions cost nothing, and what another process does in
+        # one waits for the full pass (up to a minute). The heap alone for queues would make
+        # other processes' expiries and locks that late; `_quiet` for subscriptions would
+        # cost two stats per session per sweep.
         now = self._clock.now()
         limits = self.options.limits
         retention, purge = limits.processed_retention, False
