@@ -3,14 +3,51 @@
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
+
+# Where free_ports picks (free_port too, the MQTT tests'): below the ports the kernel gives a
+# connection as its own (ip_local_port_range, 32768-60999 by default). A port picked by
+# bind(("127.0.0.1", 0)) came from that range, and between a SIGKILL of `boxmq serve` and its
+# restart on the same port a connection of another test (or a paho client of the test itself,
+# reconnecting to that very port: TCP's self-connect) took it as its own: the restart failed,
+# "address already in use".
+_LOWEST_PORT = 10000
+_pick = random.SystemRandom()  # not `random`'s: pytest-randomly seeds it alike in each worker
+
+
+def _ephemeral_start() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+            return int(ranges.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports: each socket stays bound until all are known, where two
-    calls in a row could each be given the same port once the first socket was closed."""
+    """`count` distinct ports on 127.0.0.1 that nothing holds now, outside the kernel's range
+    for a connection's own port, so that only a server listening there can take one from a
+    test (bind(0) picks in that range, where another socket of the machine may be given it
+    between this check and the server's bind); from that range only where the range leaves
+    no room below it. Each socket stays bound until all are known, where two picks in a row
+    could each find the same port free once the first socket was closed."""
+    top = _ephemeral_start()
+    tries = 100 * count if top - _LOWEST_PORT >= 1000 else 0
     with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
+        ports: list[int] = []
+        while len(ports) < count:
+            sock = socket.socket()
+            try:
+                if tries > 0:
+                    tries -= 1
+                    sock.bind(("127.0.0.1", _pick.randrange(_LOWEST_PORT, top)))
+                else:
+                    sock.bind(("127.0.0.1", 0))
+            except OSError:  # held, or a TIME_WAIT of a server that was there: another one
+                sock.close()
+                if tries > 0:
+                    continue
+                raise
+            stack.enter_context(sock)
+            ports.append(int(sock.getsockname()[1]))
+        return ports

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import queue
-import random
 import shutil
 import signal
 import socket
@@ -23,6 +22,7 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
+from tests.ports import free_ports
 
 import boxmq
 from boxmq.client.box import Box
@@ -105,40 +105,12 @@ def start_server(
     return RunningServer(root, box, host, port, server, loop, stop, thread)
 
 
-# Where free_port() picks: below the ports the kernel gives a connection as its own
-# (ip_local_port_range, 32768-60999 by default). A port picked by bind(("127.0.0.1", 0)) came
-# from that range, and between a SIGKILL of `boxmq serve` and its restart on the same port a
-# connection of another test (or a paho client of the test itself, reconnecting to that very
-# port: TCP's self-connect) took it as its own: the restart failed, "address already in use".
-_LOWEST_PORT = 10000
-_pick = random.SystemRandom()  # not `random`'s: pytest-randomly seeds it alike in each worker
-
-
-def _ephemeral_start() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
-            return int(ranges.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default
-
-
 def free_port() -> int:
-    """A port on 127.0.0.1 that nothing holds now, outside the kernel's range for a
-    connection's own port, so that only a server listening there can take it from a test
-    that restarts `boxmq serve` on it (else, as bind(0) picks, where the range leaves none)."""
-    top = _ephemeral_start()
-    for _ in range(100 if top - _LOWEST_PORT >= 1000 else 0):
-        port = _pick.randrange(_LOWEST_PORT, top)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:  # held, or a TIME_WAIT of a server that was there: another one
-                continue
-            return port
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        found: int = sock.getsockname()[1]
-        return found
+    """A port on 127.0.0.1 that nothing holds now, below the kernel's range for a
+    connection's own port (tests.ports.free_ports), so that only a server listening there
+    can take it from a test that restarts `boxmq serve` on it."""
+    [port] = free_ports(1)
+    return port
 
 
 START = 60.0  # seconds a `boxmq serve` may take to listen: a loaded machine took over 20
