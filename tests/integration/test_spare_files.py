@@ -130,6 +130,22 @@ def test_a_deleted_queue_s_messages_free_their_blocks(root: Path) -> None:
         assert _deleted_files_open(root) == []
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
+def test_an_unsubscribed_subscription_s_messages_free_their_blocks(root: Path) -> None:
+    """The same for a subscription that ends (its unsubscribe, its share group's last
+    member leaving): a publication into it alone goes through an own spare too."""
+    with boxmq.open(root, fsync="never", keep_processed=False) as box:
+        with box.subscribe("t/x", "s", max_in_flight=8) as subscriber:
+            for n in range(8):
+                box.publish("t/x", b"x%d" % n)
+            for message in subscriber.receive_ready():
+                message.ack()  # own spares
+            for n in range(8):
+                box.publish("t/x", b"y%d" % n)  # written through them, kept open
+        assert box.unsubscribe("t/x", "s")
+        assert _deleted_files_open(root) == []
+
+
 # (what, a number): put one body, ack what was received, both, delete the spare folder, or
 # delete one of the files in it (a spare kept open, or not).
 _SPARE_STEPS = st.lists(

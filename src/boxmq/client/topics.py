@@ -920,6 +920,14 @@ class Topics:
             return f"the subscriber of {filter}"
         return None
 
+    def _remove(self, path: str) -> None:
+        """Delete the subscription at `path` (layout.remove_subscription), and close the files
+        of its messages that this process's puts keep open (Spares.close_gone): else their
+        blocks stayed held until newer puts pushed them out."""
+        layout.remove_subscription(self._root, path)
+        if self._spares is not None:
+            self._spares.close_gone()
+
     def unsubscribe(self, filter: str, subscriber: str) -> bool:
         """End a durable subscription: its dropbox and undelivered messages are deleted."""
         parsed = parse_filter(filter)
@@ -932,7 +940,7 @@ class Topics:
             # Its engine here goes with it (its locks, its view of the folder), so that the same
             # subscription made again is read afresh, its retained copies at once.
             self._forget(path)
-            layout.remove_subscription(self._root, path)
+            self._remove(path)
         self._changed(path)
         return True
 
@@ -1019,7 +1027,7 @@ class Topics:
             if ended or ((live := self._opened(path)) is not None and live.idle()):
                 self._forget(path)
             if ended:
-                layout.remove_subscription(self._root, path)
+                self._remove(path)
         self._changed(path)
         return was_member
 
@@ -1268,7 +1276,7 @@ class Topics:
                         named.add(token)
                 if not layout.members(path):
                     self._forget(path)
-                    layout.remove_subscription(self._root, path)
+                    self._remove(path)
                     ended += 1
                 elif kept is not None:
                     kept.append((record, path))
@@ -1290,7 +1298,7 @@ class Topics:
             except QueueNotFound:
                 return 0  # removed right now, by its unsubscribe
             self._forget(path)
-            layout.remove_subscription(self._root, path)
+            self._remove(path)
         log.warning(
             "subscription %s of %r ended: its process (%s) died without removing it; "
             "%d message(s) it held deleted",
