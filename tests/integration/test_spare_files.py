@@ -146,6 +146,28 @@ def test_an_unsubscribed_subscription_s_messages_free_their_blocks(root: Path) -
         assert _deleted_files_open(root) == []
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
+def test_a_queue_another_process_deleted_has_its_files_closed_at_the_full_pass(
+    root: Path,
+) -> None:
+    """`boxmq delete` beside a server: the server's own files of that queue's messages are
+    closed at its next full pass, not when newer puts push them out (a quiet root: never)."""
+    with (
+        boxmq.open(root, fsync="never", keep_processed=False) as box,
+        boxmq.open(root, fsync="never") as other,  # as another process would
+    ):
+        jobs = box.queue("jobs")
+        with jobs.consumer("w", max_in_flight=8) as consumer:
+            jobs.put_many([b"x%d" % n for n in range(8)])
+            for message in consumer.receive_ready():
+                message.ack()
+        jobs.put_many([b"y%d" % n for n in range(8)])
+        assert other.delete_queue("jobs")
+        assert len(_deleted_files_open(root)) == 8
+        box.sweep()
+        assert _deleted_files_open(root) == []
+
+
 # (what, a number): put one body, ack what was received, both, delete the spare folder, or
 # delete one of the files in it (a spare kept open, or not).
 _SPARE_STEPS = st.lists(

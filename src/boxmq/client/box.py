@@ -528,6 +528,11 @@ class Box:
         # What a process killed while deleting a queue or subscription left: one scandir
         # of a folder most roots lack. A delete under way there too is only helped along.
         clear_deleting(self.root)
+        if subscriptions is not None and self._spares is not None:
+            # Files this process's puts keep open whose messages another process deleted
+            # since (`boxmq delete` beside a server, a purge): their blocks are freed now,
+            # not when newer puts push them out (a root that went quiet: never).
+            self._spares.close_gone()
         # The subscriptions' folders only at a full pass: they take a listing of them all.
         if subscriptions is not None:
             # First: a stale temporary deleted would make its folder young again.
