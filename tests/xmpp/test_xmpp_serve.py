@@ -132,6 +132,47 @@ def test_a_wrong_secret_stops_serve_with_a_message_that_says_what_to_fix(
     assert "BOXMQ_XMPP_SECRET" in refused[-1]
 
 
+def test_a_subscriber_is_told_after_the_component_was_killed(
+    prosody: Prosody, tmp_path: Path
+) -> None:
+    # A clean stop tells each subscriber subscription='none'; a SIGKILL told nobody, and a
+    # client still connected waited for items for ever. The next start tells it now, from
+    # the subscriber records (docs/xmpp.md, After a crash).
+    data = tmp_path / "data"
+    boxmq.open(data, fsync="never").queue("jobs")
+    first = _serve(prosody, data)
+    second: subprocess.Popen[str] | None = None
+
+    async def scenario() -> None:
+        nonlocal second
+        async with clients(prosody, "alice") as [alice]:
+            await _wait_for_service(alice)
+            assert (await alice.subscribe(1)).get("type") == "result"
+            first.kill()
+            first.wait(10)
+            second = _serve(prosody, data)
+            event = await alice.next_event()
+            assert (event.what, event.item) == ("subscription", "none")
+            assert event.payload is not None
+            assert (event.payload.get("node"), event.payload.get("jid")) == (
+                "jobs",
+                "alice@localhost",
+            )
+            assert (await alice.subscribe(1)).get("type") == "result"  # what it does then
+
+    try:
+        run(scenario())
+    finally:
+        first.kill()
+        first.communicate(timeout=10)
+        if second is not None:
+            second.terminate()
+            output, _ = second.communicate(timeout=10)
+    assert second is not None
+    assert second.returncode == 0, output
+    assert "Traceback" not in output, output
+
+
 def test_serve_with_the_servers_raised_stanza_limit_sends_items_up_to_it(
     roomy_prosody: Prosody, tmp_path: Path
 ) -> None:

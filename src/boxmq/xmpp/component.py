@@ -62,6 +62,7 @@ class QueueComponent(ComponentXMPP):
         self.refused: str | None = None
         self.connected = asyncio.Event()
         self._stopping = False
+        self._told_left_over = False
         self._delay = 0.5
         self._poll_pending = False
         self._outgoing: list[str] = []  # stanzas of this loop iteration, written in one go
@@ -139,6 +140,9 @@ class QueueComponent(ComponentXMPP):
     def _started(self, _: object) -> None:
         self._delay = 0.5
         self.connected.set()
+        if not self._told_left_over:  # the first connection, before any stanza is served
+            self._told_left_over = True
+            self.service.tell_left_over()
         log.info(
             "XMPP component %s connected to %s:%d",
             self.settings.component,
@@ -213,8 +217,10 @@ class QueueComponent(ComponentXMPP):
         with contextlib.suppress(asyncio.CancelledError):
             await self._timer
         self.service.flush()  # publishes of the last batch are stored and answered
-        self.service.close()  # every subscriber's locks go back to target/
-        self._flush()  # and each is told its subscription ended, before the stream's end
+        # every subscriber's locks go back to target/, and each is told its subscription
+        # ended, before the stream's end; with no server to tell, the next start does
+        self.service.close(heard=self.connected.is_set())
+        self._flush()
         if self.transport is not None:
             await self.disconnect(wait=1.0)
 

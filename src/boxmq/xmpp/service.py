@@ -39,6 +39,7 @@ from boxmq.errors import (
     StoreFailed,
     store_failure,
 )
+from boxmq.store.commit import FsyncPolicy
 from boxmq.store.layout import is_dropbox, no_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
@@ -46,6 +47,7 @@ from boxmq.xmpp.conditions import INTERNAL, Condition, condition_for
 from boxmq.xmpp.errors import StanzaError
 from boxmq.xmpp.payloads import NOT_XML, payload_of
 from boxmq.xmpp.qos_out import Level, ReliableSender
+from boxmq.xmpp.records import SubscriberRecords
 from boxmq.xmpp.requests import (
     Configure,
     Create,
@@ -125,6 +127,10 @@ class QueueService:
         self._send = send
         self._lock_timeout = lock_timeout
         self._subscriptions = Subscriptions()
+        # On disk while they last, for the next start after a crash (records.py): flushed
+        # as the root's other records are, under fsync=always only.
+        self._records = SubscriberRecords(box.root, domain, flush=box.fsync is FsyncPolicy.ALWAYS)
+        self._forget = True  # whether an ended subscription's record goes (close)
         self._queues: dict[str, Queue] = {}
         self._ids = (f"bx{n}" for n in itertools.count(1))
         self._now = now
@@ -270,11 +276,23 @@ class QueueService:
             taken += len(messages)
         return taken
 
-    def close(self) -> None:
+    def close(self, *, heard: bool = True) -> None:
         """The component stops: subscriptions are not kept across a restart, so each
-        subscriber is told that its subscription ended (it subscribes again)."""
+        subscriber is told that its subscription ended (it subscribes again). Not `heard`
+        (no connection to the server now): their records stay, and the next start tells
+        them, as after a crash."""
+        self._forget = heard
         for subscription in self._subscriptions.all():
             self._drop(subscription)
+
+    def tell_left_over(self) -> None:
+        """Before serving: tell each subscriber that an earlier run recorded and never told
+        (it died: SIGKILL, a power cut) that its subscription is gone, as a clean stop
+        would have (XEP-0060 §8.8.4), so that it subscribes again; then forget them. Called
+        at the first connection, while nobody is subscribed here yet."""
+        for record in self._records.left_over():
+            self._send(self._subscription_none(record.jid, record.node))
+            self._records.remove(record.jid, record.node)
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -412,6 +430,7 @@ class QueueService:
             consumer = self._receiver(request.node, consumer_name(iq.sender), count)
             existing = Subscription(iq.sender, request.node, count, consumer, qos=level)
             self._subscriptions.add(existing)
+            self._records.add(iq.sender, request.node)
         elif request.options is not None:
             # Subscribing again with options changes them (XEP-0254 §2.1: queue_requests is
             # what the subscriber can take at once); without, the subscription is answered.
@@ -685,22 +704,19 @@ class QueueService:
         §8.8.4), else a client still connected would wait for items for ever. Not for one
         that left (unavailable presence, a bounce): nobody is there to hear it."""
         self._end(subscription)
-        self._send(
-            render.event_subscription(
-                next(self._ids),
-                self.domain,
-                subscription.jid,
-                subscription.node,
-                bare(subscription.jid),
-                consumer_name(subscription.jid),
-                "none",
-            )
+        self._send(self._subscription_none(subscription.jid, subscription.node))
+
+    def _subscription_none(self, jid: str, node: str) -> str:
+        return render.event_subscription(
+            next(self._ids), self.domain, jid, node, bare(jid), consumer_name(jid), "none"
         )
 
     def _end(self, subscription: Subscription) -> None:
         for item in subscription.held:
             self._reliable.cancel(subscription.jid, item)
         self._subscriptions.remove(subscription)
+        if self._forget:
+            self._records.remove(subscription.jid, subscription.node)
         subscription.held.clear()
         subscription.consumer.close()  # owner gone: its locks go to the other subscribers
 

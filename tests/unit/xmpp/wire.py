@@ -23,10 +23,12 @@ def in_stream(xml: str) -> ET.Element:
 
 
 class Wire:
-    def __init__(self, box: boxmq.Box, *, lock_timeout: float = 30.0) -> None:
+    def __init__(
+        self, box: boxmq.Box, *, lock_timeout: float = 30.0, domain: str = SERVICE
+    ) -> None:
         self.sent: list[str] = []
         self.service = QueueService(
-            box, domain=SERVICE, send=self.sent.append, lock_timeout=lock_timeout
+            box, domain=domain, send=self.sent.append, lock_timeout=lock_timeout
         )
         self._n = 0
         self._backlog: list[ET.Element] = []

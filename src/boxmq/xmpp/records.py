@@ -1,0 +1,133 @@
+"""Who is subscribed to the component, on disk: so that its next start after a crash tells
+each subscriber that its subscription is gone (docs/xmpp.md, After a crash).
+
+Subscriptions live in memory (a consumer each, holding locks). A clean stop tells every
+subscriber `subscription='none'`; a SIGKILL or a power cut told nobody, and a client still
+connected waited for items for ever. So each subscription leaves one small file while it
+lasts, `.xmpp/<component>/subscribers/<hash>` under the root (docs/file-format.md), written
+when it begins and deleted when it ends; what the next start finds there are the
+subscriptions a crash ended unheard. One file per subscription, not one list: a subscribe
+writes one small file whatever the number of others. Written as the store's other records
+are (store/records.py): replaced whole by a rename, flushed under fsync=always only.
+The component's name in the path keeps two components on one root apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+
+from boxmq.store.names import escape_segment
+from boxmq.store.records import make_folders, replace_file
+from boxmq.xmpp.payloads import NOT_XML
+
+__all__ = ["Recorded", "SubscriberRecords", "records_folder"]
+
+log = logging.getLogger("boxmq.xmpp")
+
+
+def records_folder(root: str, component: str) -> str:
+    return os.path.join(root, ".xmpp", escape_segment(component), "subscribers")
+
+
+def _file_name(jid: str, node: str) -> str:
+    """32 hex digits of the subscription's key: any JID and node fit in a file name."""
+    key = json.dumps([jid, node]).encode()
+    return hashlib.blake2b(key, digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    jid: str  # the subscriber's full JID
+    node: str
+
+
+class SubscriberRecords:
+    """The records of one component (its JID) under one root. A write the file system
+    refuses (a full disk) is logged and passed by: the subscription stands, only the notice
+    after a crash is lost with it."""
+
+    def __init__(self, root: str, component: str, *, flush: bool) -> None:
+        self._root = root
+        self._folder = records_folder(root, component)
+        self._flush = flush
+        self._made = False  # the folder, looked for once
+
+    def add(self, jid: str, node: str) -> None:
+        try:
+            if not self._made:
+                make_folders(self._folder, flush=self._flush, within=self._root)
+                self._made = True
+            text = json.dumps({"jid": jid, "node": node})
+            replace_file(self._path(jid, node), text, flush=self._flush)
+        except OSError as error:
+            log.warning(
+                "%s: the subscription of %s is not recorded (%s): if this process dies, "
+                "it is not told that the subscription is gone",
+                node,
+                jid,
+                error,
+            )
+
+    def remove(self, jid: str, node: str) -> None:
+        """Not flushed: a record a power cut brings back costs its subscriber one notice
+        that its subscription is gone, which it is."""
+        try:
+            os.unlink(self._path(jid, node))
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            log.warning("%s: the record of %s's subscription stays (%s)", node, jid, error)
+
+    def left_over(self) -> list[Recorded]:
+        """The subscriptions an earlier run of the component recorded and never ended (it
+        died): what its next start reads, before it serves. A file that is no record
+        (damaged, or a temporary a write left when the process died) is deleted, a damaged
+        one with a warning: its subscriber is not told."""
+        found: list[Recorded] = []
+        try:
+            entries = list(os.scandir(self._folder))
+        except FileNotFoundError:
+            return found  # nothing was ever recorded
+        except OSError as error:
+            log.warning("%s: not read (%s): no subscriber is told", self._folder, error)
+            return found
+        for entry in entries:
+            record = None if entry.name.startswith(".") else _read(entry.path)
+            if record is not None and _file_name(record.jid, record.node) == entry.name:
+                found.append(record)
+                continue
+            if not entry.name.startswith("."):
+                log.warning(
+                    "%s is no subscriber record (damaged?): deleted; its subscriber, if any, "
+                    "is not told that its subscription is gone",
+                    entry.path,
+                )
+            with contextlib.suppress(OSError):  # gone meanwhile, or a folder put there
+                os.unlink(entry.path)
+        return found
+
+    def _path(self, jid: str, node: str) -> str:
+        return os.path.join(self._folder, _file_name(jid, node))
+
+
+def _read(path: str) -> Recorded | None:
+    """The record in `path`, or None if it is none: each value a string XML can carry, as
+    the notice quotes it."""
+    try:
+        with open(path, encoding="utf-8") as source:
+            data = json.load(source)
+    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
+        return None
+    if not isinstance(data, dict):
+        return None
+    jid, node = data.get("jid"), data.get("node")
+    if not (isinstance(jid, str) and isinstance(node, str) and jid and node):
+        return None
+    if NOT_XML.search(jid) or NOT_XML.search(node):
+        return None
+    return Recorded(jid, node)

@@ -1,0 +1,209 @@
+"""The subscriber records: after a crash of the component, its next start tells each
+subscriber that its subscription is gone (records.py, docs/xmpp.md)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+from tests.unit.xmpp.wire import ALICE, BOB, PS, SERVICE, Wire
+
+import boxmq
+from boxmq.xmpp import ns
+from boxmq.xmpp.records import SubscriberRecords, _file_name, records_folder
+
+OTHER = "other.localhost"
+
+
+@pytest.fixture
+def wire(box: boxmq.Box) -> Iterator[Wire]:
+    wire = Wire(box)
+    assert wire.create().get("type") == "result"
+    yield wire
+    wire.service.close()
+
+
+def _recorded(box: boxmq.Box, component: str = SERVICE) -> list[str]:
+    folder = records_folder(box.root, component)
+    return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+
+def _told(wire: Wire) -> list[tuple[str, str, str]]:
+    """(to, node, state) of each subscription-state notification sent."""
+    found = []
+    for stanza in wire.take():
+        for state in stanza.iter(ns.tag(ns.PUBSUB_EVENT, "subscription")):
+            found.append(
+                (stanza.get("to", ""), state.get("node", ""), state.get("subscription", ""))
+            )
+    return found
+
+
+def test_a_crash_leaves_the_records_and_the_next_start_tells_each_subscriber(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    wire.subscribe(ALICE, 1)
+    wire.subscribe(BOB, 1)
+    wire.subscribe(ALICE, 1, node="other")
+    assert len(_recorded(box)) == 3
+    # the process dies: no close, nobody told
+    after = Wire(box)
+    after.service.tell_left_over()
+    assert sorted(_told(after)) == [
+        (ALICE, "jobs", "none"),
+        (ALICE, "other", "none"),
+        (BOB, "jobs", "none"),
+    ]
+    assert _recorded(box) == []
+    after.service.tell_left_over()  # told once
+    assert _told(after) == []
+
+
+def test_the_notice_after_a_crash_is_the_one_a_clean_stop_sends(wire: Wire, box: boxmq.Box) -> None:
+    wire.subscribe(ALICE, 1)
+    after = Wire(box)
+    after.service.tell_left_over()
+    [after_crash] = after.take()
+    wire.service.close()
+    [clean] = wire.take()
+    for stanza in (after_crash, clean):
+        stanza.set("id", "")  # the same stanza but its id
+    assert ET.tostring(after_crash) == ET.tostring(clean)
+    state = clean.find(f"{{{ns.PUBSUB_EVENT}}}event/{{{ns.PUBSUB_EVENT}}}subscription")
+    assert state is not None
+    assert (state.get("jid"), state.get("subscription")) == ("alice@localhost", "none")
+    assert state.get("subid")
+
+
+@pytest.mark.parametrize("how", ["unsubscribe", "gone", "delete", "close"])
+def test_a_subscription_that_ends_takes_its_record_with_it(
+    wire: Wire, box: boxmq.Box, how: str
+) -> None:
+    wire.subscribe(ALICE, 1)
+    wire.subscribe(BOB, 1)
+    assert len(_recorded(box)) == 2
+    if how == "unsubscribe":
+        reply = wire.iq(
+            ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
+        )
+        assert reply.get("type") == "result"
+        left = 1
+    elif how == "gone":  # unavailable presence
+        wire.service.gone(ALICE)
+        left = 1
+    elif how == "delete":
+        reply = wire.iq(ALICE, f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><delete node='jobs'/></pubsub>")
+        assert reply.get("type") == "result"
+        left = 0
+    else:
+        wire.service.close()
+        left = 0
+    assert len(_recorded(box)) == left
+    wire.take()
+    after = Wire(box)
+    after.service.tell_left_over()
+    assert _told(after) == ([(BOB, "jobs", "none")] if left else [])
+
+
+def test_subscribing_again_writes_no_second_record(wire: Wire, box: boxmq.Box) -> None:
+    wire.subscribe(ALICE, 1)
+    wire.subscribe(ALICE, 4)  # new options, the same subscription
+    assert len(_recorded(box)) == 1
+
+
+def test_a_stop_with_no_server_to_hear_it_leaves_the_records_for_the_next_start(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    wire.subscribe(ALICE, 1)
+    wire.service.close(heard=False)
+    assert len(_recorded(box)) == 1
+    after = Wire(box)
+    after.service.tell_left_over()
+    assert _told(after) == [(ALICE, "jobs", "none")]
+
+
+def test_two_components_on_one_root_keep_their_own_records(box: boxmq.Box) -> None:
+    box.queue("jobs")
+    ours = Wire(box)
+    theirs = Wire(box, domain=OTHER)
+    ours.subscribe(ALICE, 1)
+    theirs.subscribe(BOB, 1)
+    assert len(_recorded(box)) == 1
+    assert len(_recorded(box, OTHER)) == 1
+    # ours restarts after a crash: it tells its own subscriber, not the other's
+    again = Wire(box)
+    again.service.tell_left_over()
+    assert _told(again) == [(ALICE, "jobs", "none")]
+    assert len(_recorded(box, OTHER)) == 1
+    theirs.service.close()
+    assert _recorded(box, OTHER) == []
+
+
+def test_a_damaged_record_is_logged_and_deleted_and_the_others_are_told(
+    wire: Wire, box: boxmq.Box, caplog: pytest.LogCaptureFixture
+) -> None:
+    wire.subscribe(ALICE, 1)
+    wire.subscribe(BOB, 1)
+    folder = Path(records_folder(box.root, SERVICE))
+    [first, second] = sorted(folder.iterdir())
+    first.write_bytes(b'{"jid": "alice@localh')  # cut short by a power cut, say
+    (folder / "not-a-record").write_bytes(b"\xff\xfe")
+    # named as its subscription's, but a character no XML carries
+    (folder / _file_name("x\x01@y/r", "jobs")).write_text('{"jid": "x\\u0001@y/r", "node": "jobs"}')
+    (folder / ".tmp-0123").write_text("{}")  # a write the crash interrupted
+    after = Wire(box)
+    with caplog.at_level(logging.WARNING, "boxmq.xmpp"):
+        after.service.tell_left_over()
+    told = _told(after)
+    assert len(told) == 1
+    assert told[0] in ((ALICE, "jobs", "none"), (BOB, "jobs", "none"))
+    assert list(folder.iterdir()) == []
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 3
+    assert all("is no subscriber record" in w for w in warnings)
+    assert any(str(first) in w for w in warnings)
+    assert second.name not in " ".join(warnings)
+
+
+def test_a_record_that_cannot_be_written_is_logged_and_the_subscription_stands(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / ".xmpp").write_text("a file where the folder goes")
+    records = SubscriberRecords(str(root), SERVICE, flush=False)
+    with caplog.at_level(logging.WARNING, "boxmq.xmpp"):
+        records.add(ALICE, "jobs")
+    assert "is not recorded" in caplog.text
+    assert records.left_over() == []
+
+
+@pytest.mark.parametrize("policy", ["never", "always"])
+def test_a_record_is_flushed_under_fsync_always_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str
+) -> None:
+    with boxmq.open(tmp_path / "root", fsync=policy) as box:
+        wire = Wire(box)
+        wire.create()
+        wire.subscribe(ALICE, 1)  # the records' folder is made
+        flushed: list[str] = []
+        real_fsync = os.fsync
+
+        def fsync(fd: int) -> None:
+            flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
+            real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        wire.subscribe(BOB, 1)
+        monkeypatch.undo()
+        folder = records_folder(box.root, SERVICE)
+        if policy == "never":
+            assert flushed == []
+        else:  # the record, then its folder (the rename)
+            record, renamed = [p for p in flushed if p.startswith(folder)]
+            assert (os.path.dirname(record), renamed) == (folder, folder)
+        wire.service.close()
