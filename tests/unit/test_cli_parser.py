@@ -14,6 +14,7 @@ import io
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,6 +59,23 @@ def test_a_command_builds_its_own_parser_only() -> None:
     args = parser.parse_args(["--fsync", "never", "put", "jobs", "hi"])
     assert (args.name, args.queue, args.body, args.fsync) == ("put", "jobs", "hi", "never")
     assert list(_commands(parser)._name_parser_map) == ["put"]
+
+
+@pytest.mark.parametrize(
+    ("words", "given"),
+    [
+        ("put jobs --priority 7 hello", {"queue": "jobs", "body": "hello", "priority": 7}),
+        ("put jobs -p tenant=acme hello", {"queue": "jobs", "body": "hello"}),
+        ("publish t --qos 2 --retain hi", {"topic": "t", "body": "hi", "qos": 2}),
+        ("session end --force c1", {"action": "end", "client_id": "c1", "force": True}),
+        ("put jobs hello --priority 7", {"queue": "jobs", "body": "hello", "priority": 7}),
+        ("put jobs -- --priority", {"queue": "jobs", "body": "--priority"}),
+    ],
+)
+def test_options_may_come_between_a_commands_arguments(words: str, given: dict[str, Any]) -> None:
+    """`boxmq put jobs --priority 7 hello` was refused: "unrecognized arguments: hello"."""
+    args = cli._parser().parse_args(words.split())
+    assert {key: getattr(args, key) for key in given} == given
 
 
 def test_the_top_level_help_lists_every_command_by_its_summary() -> None:
