@@ -40,9 +40,9 @@ from boxmq.client.lifecycle import shown
 from boxmq.core.topics import utf8_size
 from boxmq.errors import BoxMQError, Conflict, Forbidden, InvalidArgument, QueueNotFound
 from boxmq.host_names import HOST_NAME_RULE, is_host_name
-from boxmq.model import Property
+from boxmq.model import RESERVED_PREFIX, Property, reserved_name
 from boxmq.store.layout import State
-from boxmq.store.names import GET_TOKEN
+from boxmq.store.names import GET_TOKEN, check_priority
 from boxmq.store.process import process_alive, token_pid
 
 __all__ = ["main"]
@@ -484,7 +484,7 @@ def _put_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("queue")
     p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
     p.add_argument("--file", help="read the body from this file")
-    p.add_argument("--priority", type=_integer, default=4, help="default 4; higher goes first")
+    p.add_argument("--priority", type=_priority, default=4, help="default 4; higher goes first")
     p.add_argument(
         "--property", "-p", action="append", type=_property, default=[], metavar="NAME[:TYPE]=VALUE"
     )
@@ -733,6 +733,17 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _priority(text: str) -> int:
+    """A priority a message's name can carry: `--priority 99999999999` was an error of the
+    run (exit 1), said once the root was made."""
+    try:
+        return check_priority(_integer(text))
+    except InvalidArgument:
+        raise argparse.ArgumentTypeError(
+            f"bad priority {text!r}: it must be from -2147483648 to 2147483647 (an int32)"
+        ) from None
+
+
 def _positive_int(text: str) -> int:
     number = _integer(text)
     if number < 1:
@@ -864,6 +875,8 @@ def _property(text: str) -> tuple[str, Property]:
     body is read or the root made, as a bad --priority is; it was an error of the run (1)."""
     try:
         name, value = parse_property(text)
+        if name.startswith(RESERVED_PREFIX):  # refused by the put too, once the root was made
+            raise InvalidArgument(reserved_name(name))
         mqtt_fields.check({name: value})  # an `mqtt.*` value MQTT v5 cannot carry
     except InvalidArgument as error:
         raise argparse.ArgumentTypeError(str(error)) from None

@@ -32,6 +32,7 @@ __all__ = [
     "cheap_init",
     "check_given",
     "property_text",
+    "reserved_name",
     "timestamp_of",
 ]
 
@@ -43,6 +44,15 @@ DEFAULT_PRIORITY = 4  # JMS Message.DEFAULT_PRIORITY, DropboxMQ's default
 RESERVED_PREFIX = (
     "bx_"  # properties boxmq writes for itself; '.' would clash with the field separator
 )
+
+
+def reserved_name(name: str) -> str:
+    """What a put says of a property `name` in boxmq's own `bx_*`: what to do, too."""
+    return (
+        f"property name {name!r} starts with {RESERVED_PREFIX}, which boxmq keeps for its own "
+        "properties: give it another name"
+    )
+
 
 # The message group of a message, set by its producer as an ordinary property (JMS's name for
 # it, as in ActiveMQ and Artemis): the key that `hash-by-key` dispatch keeps on one consumer.

@@ -174,6 +174,7 @@ def test_get_on_an_empty_queue_says_so_with_status_3(root: Path) -> None:
         (("ack", "jobs", "no-such-id"), 1, "no-such-id"),
         (("put", "jobs", "x", "-p", "a=1", "-p", "a=2"), 2, "property 'a' is given twice"),
         (("unlock", "jobs", "x", "--delay", "-1"), 2, "bad duration"),
+        (("put", "jobs", "x", "-p", "bx_x=1"), 2, "keeps for its own properties: give it another"),
     ],
 )
 def test_errors_are_one_clear_line_and_no_traceback(
@@ -192,8 +193,10 @@ def test_errors_are_one_clear_line_and_no_traceback(
         ("put", "jobs", "x", "-p", "n:int=x"),
         ("publish", "t", "x", "-p", "mqtt.payload-format=2"),
         ("put", "jobs", "x", "-p", "a=1", "-p", "a=2"),
+        ("publish", "t", "x", "-p", "bx_dc:int=1"),  # exit 1, "is in boxmq's bx_*", root made
+        ("put", "jobs", "x", "--priority", "2147483648"),  # exit 1, after the root was made
     ],
-    ids=["bad-int", "bad-mqtt-value", "twice"],
+    ids=["bad-int", "bad-mqtt-value", "twice", "boxmqs-own", "priority-over-int32"],
 )
 def test_a_bad_property_is_a_usage_error_before_anything_is_done(
     root: Path, args: tuple[str, ...]

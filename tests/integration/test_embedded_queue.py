@@ -1059,7 +1059,7 @@ def test_a_consumer_refuses_a_max_in_flight_that_is_not_an_int(
 
 
 def test_reserved_property_names_are_refused(box: boxmq.Box) -> None:
-    with pytest.raises(boxmq.InvalidName):
+    with pytest.raises(boxmq.InvalidName, match=r"'bx_dc' starts with bx_.*give it another name"):
         box.queue("jobs").put(b"x", properties={"bx_dc": 3})
 
 

@@ -44,6 +44,7 @@ from boxmq.model import (
     PropertyValue,
     check_given,
     properties_from,
+    reserved_name,
 )
 from boxmq.store.commit import Move, discard_unsent, discard_unsent_file
 from boxmq.store.dropbox import Dropbox, NotAFile
@@ -339,7 +340,7 @@ class Queue:
         given = properties_from(properties)  # names and types checked before anything else
         for prop in given:
             if prop.name.startswith(RESERVED_PREFIX):
-                raise InvalidName(f"property name {prop.name!r} is in boxmq's {RESERVED_PREFIX}*")
+                raise InvalidName(reserved_name(prop.name))
         mqtt_fields.check(properties)
         envelope = Envelope(
             message_id=message_id,
