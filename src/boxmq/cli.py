@@ -83,6 +83,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.usage_error("give the body either as BODY or with --file, not both")
     if args.name in ("put", "publish") and (twice := _given_twice(args.property)):
         args.usage_error(f"property {twice!r} is given twice: give each name once")
+    if args.name == "session" and (args.action == "end") != (args.client_id is not None):
+        # Said before the root is opened: `session end` on a mistyped --data told of the
+        # root (exit 1), not of the missing CLIENT_ID.
+        args.usage_error("`session end` takes a CLIENT_ID, `session ls` none")
+    if args.name == "session" and args.force and args.action == "ls":
+        args.usage_error("--force goes with `session end`")
     if args.name == "serve":
         # A usage error (exit 2, with serve's usage), said before the config is read and
         # the root recovered: not an error of the run (exit 1) after both.
@@ -1076,10 +1082,6 @@ _ack, _unlock, _reject, _extend = (_settle(v) for v in ("ack", "unlock", "reject
 
 
 def _session(args: argparse.Namespace, box: Box) -> int:
-    if (args.action == "end") != (args.client_id is not None):
-        args.usage_error("`session end` takes a CLIENT_ID, `session ls` none")
-    if args.force and args.action == "ls":
-        args.usage_error("--force goes with `session end`")
     from boxmq import cli_session  # here: the MQTT door's record, which `ls` need not load
 
     return cli_session.end(args, box) if args.action == "end" else cli_session.ls(args, box)

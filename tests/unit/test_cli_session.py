@@ -168,7 +168,9 @@ def test_end_of_no_session_names_the_root_and_what_lists_them(
 
 
 def test_end_takes_a_client_id_and_ls_none(tmp_path: Path) -> None:
-    for words in (["session", "end"], ["session", "ls", "c"], ["session", "ls", "--force"]):
-        with pytest.raises(SystemExit) as exit:
-            cli.main(["--data", str(tmp_path), *words])
-        assert exit.value.code == 2
+    # on a root that is not there too: it was told of the root (exit 1), not of the usage
+    for root in (tmp_path, tmp_path / "missing"):
+        for words in (["session", "end"], ["session", "ls", "c"], ["session", "ls", "--force"]):
+            with pytest.raises(SystemExit) as exit:
+                cli.main(["--data", str(root), *words])
+            assert exit.value.code == 2
