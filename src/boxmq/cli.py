@@ -183,10 +183,20 @@ def _check_root(path: str) -> None:
     instead of leaving an empty folder behind."""
     if not os.path.isdir(path):
         what = "it is a file, not a folder" if os.path.exists(path) else "it does not exist"
+        if (file := _file_above(path)) is not None:  # `--data file/sub` "did not exist"
+            what = f"{file} is a file, not a folder"
         raise QueueNotFound(
             f"no folder {path} ({what}): check --data or $BOXMQ_DATA (put, publish, subscribe "
             "and serve make it)"
         )
+
+
+def _file_above(path: str) -> str | None:
+    """The file that stands where a folder above `path` would be, if one does."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    return None if os.path.isdir(parent) else parent
 
 
 def _os_error(error: OSError, data: str, *, listener: str = "--mqtt HOST:PORT") -> str:

@@ -1550,6 +1550,16 @@ def test_commands_that_only_read_do_not_create_a_missing_root(
     assert not (tmp_path / "typo").exists()
 
 
+def test_a_missing_root_under_a_file_names_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--data file/data ls` said the root "does not exist", as if a folder were missing."""
+    (tmp_path / "file").write_text("")
+    assert cli.main(["--data", str(tmp_path / "file" / "data"), "ls"]) == 1
+    said = capsys.readouterr().err
+    assert f"({tmp_path / 'file'} is a file, not a folder): check --data" in said
+
+
 def test_put_creates_a_missing_root(tmp_path: Path) -> None:
     ok(tmp_path / "new", "put", "q", "x")
     assert (tmp_path / "new" / "q" / "target").is_dir()
