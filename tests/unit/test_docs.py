@@ -1,6 +1,6 @@
 """The user docs against the code: links between pages resolve, every command-line option
 and config-file key a user can give is written down where a user reads, and every `boxmq`
-command line of the docs gives options its command has.
+command line of the docs gives options its command has (and one of a shell block parses).
 
 A user should never need the code to use a feature; these are the checks that cost nothing
 to keep (whether the text is right is for a reader)."""
@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import re
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 import pytest
 
 from boxmq import cli, config_table
+from boxmq.cli_args import joined_negative_durations
 from boxmq.config import ServeConfig, load_config
 from boxmq.errors import InvalidArgument
 
@@ -208,3 +211,59 @@ def test_every_config_key_is_in_configuration_md(
     # a key is named in code: `key`, `[table.key]`, `mqtt.listener.key`
     missing = sorted(key for key in keys if not re.search(rf"[`\[.]{key}\b", text))
     assert missing == []
+
+
+_SHELL_BLOCK = re.compile(r"^```(?:sh|console)\n(.*?)^```", re.M | re.S)
+_OPERATOR = set("|&;()")  # of a word that ends a command or starts one: `|`, `&&`, `);`, `$(`
+
+
+def _boxmq_commands(line: str) -> Iterator[list[str]]:
+    """The words of each `boxmq` command a shell line runs (`$ ` prompt, pipes, `&&`, `$(`)."""
+    lexer = shlex.shlex(line.removeprefix("$ "), posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    command: list[str] | None = None
+    before = "("
+    for word in lexer:
+        if set(word) <= _OPERATOR or word == "then":
+            if command:
+                yield command
+            command, before = None, "("
+        elif command is not None:
+            command.append(word)
+        elif word == "boxmq" and before == "(":
+            command = []
+        else:
+            before = word
+    if command is not None:
+        yield command
+
+
+def _usage_error(words: list[str]) -> str | None:
+    """What `boxmq WORDS...` says of its usage, None if it takes them."""
+    with contextlib.redirect_stderr(io.StringIO()) as said:
+        try:
+            cli._parser().parse_args(joined_negative_durations(words))
+        except SystemExit:
+            return said.getvalue().splitlines()[-1]
+    return None
+
+
+def test_every_boxmq_line_of_a_shell_block_is_one_the_command_takes() -> None:
+    """What a user copies into a shell is parsed as `boxmq` parses it: a value its option
+    refuses (`--state done`), an argument missing or one too many is a usage error the
+    reader meets first. Only the parse: nothing runs."""
+    assert list(_boxmq_commands('if got=$(boxmq --json get jobs); then boxmq ack jobs "$id"')) == [
+        ["--json", "get", "jobs"],
+        ["ack", "jobs", "$id"],
+    ]
+    commands = [
+        (page.name, words)
+        for page in PAGES
+        for block in _SHELL_BLOCK.findall(page.read_text(encoding="utf-8"))
+        for line in block.replace("\\\n", " ").splitlines()  # a `\` goes on below
+        if "boxmq" in line
+        for words in _boxmq_commands(line)
+    ]
+    wrong = [f"{name}: {error}" for name, words in commands if (error := _usage_error(words))]
+    assert wrong == []
+    assert len(commands) > 30  # the blocks are read at all
