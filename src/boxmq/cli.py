@@ -944,6 +944,13 @@ def _body(args: argparse.Namespace) -> bytes:
             raise InvalidArgument(
                 "no body: the standard input is closed; give BODY, --file F, or pipe it in"
             )
+        if sys.stdin.isatty():  # a BODY forgotten left the command waiting, without a word
+            print(
+                f"{_said_by(args)}: reading the body from the terminal: type it, then Ctrl-D "
+                "on a line of its own (Ctrl-C: nothing is sent)",
+                file=sys.stderr,
+                flush=True,
+            )
         return _bounded(sys.stdin.buffer, "the standard input")
     return os.fsencode(args.body)  # the bytes given, UTF-8 or not (surrogate escapes)
 

@@ -2081,3 +2081,33 @@ def test_a_body_over_the_limit_is_refused_and_nothing_sent(
         assert message is not None
         assert message.body == b"y" * 10  # the one that fits, and only it
         assert box.queue("q").get("t") is None
+
+
+def test_put_reading_the_body_from_a_terminal_says_so(root: Path) -> None:
+    """`boxmq put jobs` with BODY forgotten waited on the terminal, saying nothing."""
+    terminal, its_end = os.openpty()
+    try:
+        put = subprocess.Popen(
+            [sys.executable, "-m", "boxmq.cli", "--data", str(root), "put", "jobs"],
+            stdin=its_end,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert put.stderr is not None
+        told = select.select([put.stderr], [], [], 30)[0]  # before anything is typed
+        said = put.stderr.readline() if told else "nothing"
+        os.write(terminal, b"hi\n\x04")  # a line, then Ctrl-D
+        out, _ = put.communicate(timeout=60)
+    finally:
+        put.kill()
+        os.close(terminal)
+        os.close(its_end)
+    assert said == (
+        "boxmq put: reading the body from the terminal: type it, then Ctrl-D on a line of its "
+        "own (Ctrl-C: nothing is sent)\n"
+    )
+    assert put.returncode == 0
+    [name] = os.listdir(root / "jobs" / "target")
+    assert decode(name).message_id == out.strip()
+    assert (root / "jobs" / "target" / name).read_bytes() == b"hi\n"
