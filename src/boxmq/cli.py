@@ -38,7 +38,14 @@ from boxmq.cli_args import (
 from boxmq.client import Box, Message, Peeked, Queue, QueueCounts, mqtt_fields
 from boxmq.client.lifecycle import shown
 from boxmq.core.topics import utf8_size
-from boxmq.errors import BoxMQError, Conflict, Forbidden, InvalidArgument, QueueNotFound
+from boxmq.errors import (
+    BoxMQError,
+    Conflict,
+    Forbidden,
+    InvalidArgument,
+    QueueNotFound,
+    UnexpectedRequest,
+)
 from boxmq.host_names import HOST_NAME_RULE, is_host_name
 from boxmq.model import RESERVED_PREFIX, Property, reserved_name
 from boxmq.store.layout import State
@@ -1074,6 +1081,18 @@ def _settle(verb: str) -> _Command:
                 f"locked by another consumer than {args.consumer!r} "
                 f"(`{shlex.join([*peek, '--state', 'processing'])}` "
                 "shows which; --consumer NAME settles as that one)",
+            ) from None
+        except UnexpectedRequest as error:
+            if not str(error).endswith(" no longer holds the lock"):
+                raise  # its queue was deleted, which says so
+            # It held the message once: "no longer holds the lock" said neither why nor what
+            # now (an `ack` after --lock ran out).
+            get = shlex.join(["boxmq", "get", args.queue, *_subscriber_words(args)])
+            raise UnexpectedRequest(
+                args.id,
+                f"{args.consumer!r} no longer holds the lock: it ended (--lock ran out, or an "
+                f"unlock) and the message went back to be delivered again; `{get}` takes it "
+                "anew (a longer --lock, or `extend` in time, keeps it)",
             ) from None
         except Forbidden:
             # Ready, or its lock ended: nobody holds it, and XEP-0254's "did not receive"

@@ -2111,3 +2111,21 @@ def test_put_reading_the_body_from_a_terminal_says_so(root: Path) -> None:
     [name] = os.listdir(root / "jobs" / "target")
     assert decode(name).message_id == out.strip()
     assert (root / "jobs" / "target" / name).read_bytes() == b"hi\n"
+
+
+def test_a_settle_after_the_lock_ended_says_why_and_what_now(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said "'cli' no longer holds the lock", and no more (an ack after --lock ran out)."""
+    data = ["--data", str(root), "--fsync", "never"]
+    assert cli.main([*data, "put", "jobs", "x"]) == 0
+    assert cli.main([*data, "--json", "get", "jobs"]) == 0
+    got = json.loads(capsys.readouterr().out.splitlines()[-1])["id"]
+    assert cli.main([*data, "unlock", "jobs", got]) == 0
+    capsys.readouterr()
+    assert cli.main([*data, "ack", "jobs", got]) == 1
+    assert capsys.readouterr().err == (
+        f"boxmq ack: {got}: 'cli' no longer holds the lock: it ended (--lock ran out, or an "
+        "unlock) and the message went back to be delivered again; `boxmq get jobs` takes it "
+        "anew (a longer --lock, or `extend` in time, keeps it)\n"
+    )
