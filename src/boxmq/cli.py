@@ -1010,7 +1010,11 @@ def _get(args: argparse.Namespace, box: Box) -> int:
     message = queue.get(args.consumer, lock_timeout=args.lock)
     if message is None:
         whose = "" if args.subscriber is None else f" for subscriber {args.subscriber!r}"
-        print(f"boxmq get: no message is ready in {args.queue!r}{whose}", file=sys.stderr)
+        # What is in target/ now is held back by an `unlock --delay` (get took any other):
+        # `ls` counted it READY, and "no message is ready" alone read as a contradiction.
+        waiting = queue.counts().ready
+        held = f" ({waiting} in target/ wait out an `unlock --delay`)" if waiting else ""
+        print(f"boxmq get: no message is ready in {args.queue!r}{whose}{held}", file=sys.stderr)
         return EMPTY
     if args.json:
         record = _message_record(message, args.subscriber) | output.json_body(message.body)

@@ -2129,3 +2129,20 @@ def test_a_settle_after_the_lock_ended_says_why_and_what_now(
         "unlock) and the message went back to be delivered again; `boxmq get jobs` takes it "
         "anew (a longer --lock, or `extend` in time, keeps it)\n"
     )
+
+
+def test_get_of_only_delayed_messages_says_they_wait(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ls` counts a message an `unlock --delay` holds back as READY; `get` said "no message
+    is ready", no more."""
+    data = ["--data", str(root), "--fsync", "never"]
+    assert cli.main([*data, "put", "jobs", "x"]) == 0
+    assert cli.main([*data, "--json", "get", "jobs"]) == 0
+    got = json.loads(capsys.readouterr().out.splitlines()[-1])["id"]
+    assert cli.main([*data, "unlock", "jobs", got, "--delay", "1h"]) == 0
+    capsys.readouterr()
+    assert cli.main([*data, "get", "jobs"]) == 3
+    assert capsys.readouterr().err == (
+        "boxmq get: no message is ready in 'jobs' (1 in target/ wait out an `unlock --delay`)\n"
+    )
