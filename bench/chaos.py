@@ -1,21 +1,21 @@
 """Chaos run: producers, consumers, `boxmq serve` and MQTT clients on one root, SIGKILLed at random.
 
 python bench/chaos.py run --seed 1 --fsync always [--seconds 75] [--dir DIR]
-    [--backlog N] [--threads] [--qos2]
+    [--backlog N] [--threads] [--qos2] [--share-qos2] [--kill-min S --kill-max S]
 
 Not a test (no CI runs it): about 90 s a run. On one root: 2-3 producers (put, put_many), 2-3
 consumers (max_in_flight 5, lock_timeout 2 s), `boxmq serve` with a QoS 1 publisher and a
-`$share/g/#` group of two persistent QoS 1 subscribers; every 0.5-3 s one of them, at random,
-is SIGKILLed and started again (same role, same MQTT client id). Every role is this script run
-again (`chaos.py role ...`) and logs with one os.write a line (in the kernel when it returns:
-a SIGKILL loses no line written) what returned: a put's id, a delivery, an ack, a PUBACK.
-Then everything is killed, a sweep runs once the locks ran out, the queue and the sessions are
-drained, and the invariants checked: every returned put and every PUBACKed publish delivered,
-nothing delivered after its ack returned, every stored file's name decodes and its body
-matches its checksum, nothing left in processing/ nor, past abandon_after, in working/. It
-prints the kills by role and the counts, and ends with `RESULT ... violations=N` (exit 1 if
-N > 0). A `boxmq serve` that does not listen at the start or at the drain stops the run
-with an error (exit 1), not as every client's failures.
+`$share/g/#` group of two persistent QoS 1 subscribers; every 0.5-3 s (`--kill-min`,
+`--kill-max`) one of them, at random, is SIGKILLed and started again (same role, same MQTT
+client id). Every role is this script run again (`chaos.py role ...`) and logs with one
+os.write a line (in the kernel when it returns: a SIGKILL loses no line written) what returned:
+a put's id, a delivery, an ack, a PUBACK. Then everything is killed, a sweep runs once the
+locks ran out, the queue and the sessions are drained, and the invariants checked: every
+returned put and every PUBACKed publish delivered, nothing delivered after its ack returned,
+every stored file's name decodes and its body matches its checksum, nothing left in processing/
+nor, past abandon_after, in working/. It prints the kills by role and the counts, and ends with
+`RESULT ... violations=N` (exit 1 if N > 0). A `boxmq serve` that does not listen at the start
+or at the drain stops the run with an error (exit 1), not as every client's failures.
 
 The options add what the default run does not reach:
 - `--backlog N`: the producers run ahead (put_many of up to 40) until the queue holds about N
@@ -32,6 +32,16 @@ The options add what the default run does not reach:
   (QoS 1 and 2 at random, one at a time, 8 topics; its QoS 2 ones go through the
   exactly-once intake, its session being persistent) whose topics must each retain, after
   the drain, their last acknowledged (PUBACK, PUBCOMP) message or one sent after it.
+- `--share-qos2`: an MQTT 5 share group `$share/g2/q2/#` of three QoS 2 members (raw MQTT 5:
+  see `role_member5`) fed by the QoS 2 publisher (started for it without --qos2), killed
+  like the others; each start takes a Session Expiry Interval of 0, 1 s or an hour (`g0`
+  always an hour, so the group never ends) and one in three waits up to 3 s before
+  connecting, so a session runs out while its client is away, or is resumed. Checked
+  (MQTT 5.0 §4.3.3, §4.8.2; docs/mqtt.md, "Shared subscriptions"): every PUBCOMPed publish
+  reaches a member that answers PUBREC (each holds half its PUBRECs 0-0.5 s, so kills find
+  messages delivered and unanswered), or the group's error/; none goes again after a member
+  got its PUBREL (its PUBREC settled it); none goes to a second member unless the first, or
+  the server, was killed in between; nothing is left in the group's target/ or processing/.
 
 Bounded: the chaos lasts --seconds (<= 120), the drain at most 40 s (more with a backlog),
 every loop is bounded in count and time, and every process started is killed at the end; the
@@ -65,7 +75,7 @@ from paho.mqtt.client import ConnectFlags
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
 
-from mqtt_wire import packet
+from mqtt_wire import packet, read_varint, string, varint
 from processes import free_port, listening
 
 if TYPE_CHECKING:
@@ -432,6 +442,118 @@ def role_subscriber(a: argparse.Namespace) -> None:
     c.loop_stop()
 
 
+def role_member5(a: argparse.Namespace) -> None:
+    """--share-qos2: a member (`g0`-`g2`) of `$share/g2/q2/#` at QoS 2 over a raw MQTT 5 socket
+    (paho delivers a QoS 2 message only at its PUBREL, keeping it in memory until then, so a
+    killed paho member would lose what boxmq rightly counted as the member's at its PUBREC).
+    Each start takes a Session Expiry Interval at random, 0 (the session ends with the
+    connection), 1 s, or an hour (`g0` always an hour: the group never empties, which would
+    end it and its messages), and one start in three waits 0-3 s before connecting, so a
+    session of 1 s runs out while its client is away, or not. It logs a PUBLISH at its
+    arrival (`M`, delivered then: method A of MQTT 5.0 §4.3.3, a repeat of a packet id still
+    awaiting its PUBREL is not delivered again, `D`), its PUBREC (`R`), half of them held
+    0-0.5 s (a kill then finds messages delivered and not yet acknowledged), then its
+    PUBREL (`L`)."""
+    log = Log(a.log)
+    rng = random.Random(f"{a.name}.{a.inc}")
+    expiry = 3600 if a.name == "g0" or a.drain else rng.choice((0, 1, 3600))
+    if not a.drain and a.inc > 1 and rng.random() < 1 / 3:
+        time.sleep(rng.uniform(0, 3))
+    client_id = f"chaos-{a.name}"
+    props = b"\x11" + expiry.to_bytes(4) + b"\x21" + (10).to_bytes(2)  # expiry, Receive Maximum
+    connect = string("MQTT") + bytes([5, 0x00]) + (60).to_bytes(2) + varint(len(props)) + props
+    connect += string(client_id)
+    subscribe = (1).to_bytes(2) + b"\x00" + string("$share/g2/q2/#") + b"\x02"
+    log.write("C", client_id, expiry, now())
+    awaiting: dict[int, str] = {}  # packet id: tag, PUBREC sent, PUBREL to come
+    sock: socket.socket | None = None
+    buffer = bytearray()
+    early: list[tuple[int, bytes]] = []
+    answers: list[tuple[float, int, str]] = []  # PUBRECs to send: when, packet id, tag
+    last = time.time()
+    for _ in range(10_000_000):
+        t = time.time()
+        if t > a.until or (a.drain and t - last > 3):
+            break
+        if sock is None:
+            try:
+                sock = socket.create_connection(("127.0.0.1", a.port), timeout=2)
+                sock.sendall(packet(0x10, connect))
+                buffer.clear()
+                while not (got := _packets(buffer)):
+                    data = sock.recv(4096)
+                    if not data:
+                        raise ConnectionError("closed before CONNACK")
+                    buffer += data
+                first, body = got[0]
+                if first != 0x20 or body[1] != 0:
+                    raise ConnectionError(f"CONNACK {got[0]!r}")
+                answers.clear()  # those the server still wants, it sends again (DUP)
+                if not body[0] & 1:
+                    awaiting.clear()  # a new session: no PUBREL of the old one comes
+                log.write("N", body[0] & 1, now())
+                early = got[1:]  # what a resumed session is sent again, read with the CONNACK
+                sock.sendall(packet(0x82, subscribe))
+                last = time.time()
+            except OSError:
+                if sock is not None:
+                    sock.close()
+                sock = None
+                time.sleep(0.1)
+                continue
+        try:
+            for when, pid, tag in sorted(answers):
+                if when > time.time():
+                    break
+                answers.remove((when, pid, tag))
+                sock.sendall(packet(0x50, pid.to_bytes(2)))
+                log.write("R", tag, pid, now())
+            if not early:
+                ready, _, _ = select.select([sock], [], [], 0.02)
+                if not ready:
+                    continue
+                data = sock.recv(65536)
+                if not data:
+                    raise ConnectionError("closed")
+                buffer += data
+            got, early = early + _packets(buffer), []
+            for first, body in got:
+                kind = first >> 4
+                if kind == 3:
+                    qos, at = (first >> 1) & 3, 2 + int.from_bytes(body[:2])
+                    topic = body[2:at].decode()
+                    pid = int.from_bytes(body[at : at + 2]) if qos else 0
+                    at += 2 if qos else 0
+                    size, at = read_varint(body, at)
+                    tag = check_body(body[at + size :]) or "BAD"
+                    last = time.time()
+                    if qos == 2 and pid in awaiting:  # delivered before: not again
+                        kind_of = "D" if awaiting[pid] == tag else "W"  # W: another message
+                        log.write(kind_of, tag, awaiting[pid], pid, now())
+                    else:
+                        log.write("M", tag, topic, (first >> 3) & 1, pid, now())
+                    if qos == 2:
+                        awaiting[pid] = tag
+                        slow = not a.drain and rng.random() < 0.5
+                        answers.append(
+                            (time.time() + (rng.uniform(0, 0.5) if slow else 0), pid, tag)
+                        )
+                    elif qos == 1:
+                        sock.sendall(packet(0x40, pid.to_bytes(2)))
+                elif kind == 6:
+                    pid = int.from_bytes(body[:2])
+                    log.write("L", awaiting.pop(pid, "?"), pid, now())
+                    sock.sendall(packet(0x70, body[:2]))
+                elif kind == 9:
+                    size, at = read_varint(body, 2)
+                    log.write("S", body[at + size], now())
+        except OSError:
+            sock.close()
+            sock = None
+    if sock is not None:
+        sock.close()
+
+
 ROLES = {
     "producer": role_producer,
     "consumer": role_consumer,
@@ -439,6 +561,7 @@ ROLES = {
     "publisher2": role_publisher2,
     "publisher": role_publisher,
     "subscriber": role_subscriber,
+    "member5": role_member5,
 }
 
 # ---------------------------------------------------------------- orchestration
@@ -488,6 +611,7 @@ class Run:
     def __init__(self, a: argparse.Namespace) -> None:
         self.seed, self.fsync = a.seed, a.fsync
         self.backlog, self.threads, self.qos2 = a.backlog, a.threads, a.qos2
+        self.share_qos2 = a.share_qos2
         where = a.dir or os.path.join(tempfile.gettempdir(), f"boxmq-chaos-{a.seed}-{a.fsync}")
         self.dir = os.path.abspath(where)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -511,20 +635,25 @@ def chaos(a: argparse.Namespace) -> int:
     procs += [Proc("sub1", "subscriber", run)]
     if run.qos2:
         procs += [Proc("pub2", "publisher2", run), Proc("ret", "publisher", run)]
+    if run.share_qos2:
+        procs += [Proc(f"g{i}", "member5", run) for i in range(3)]
+        if not run.qos2:
+            procs.append(Proc("pub2", "publisher2", run))
     sub2 = Proc("sub2", "subscriber", run) if run.qos2 else None  # never killed (role_subscriber)
     kills: collections.Counter[str] = collections.Counter()
     kill_log = Log(os.path.join(run.logs, "kills.log"))
     until = time.time() + run.seconds
     print(
         f"seed {a.seed} fsync {run.fsync} backlog {run.backlog} threads {run.threads} "
-        f"qos2 {run.qos2} dir {run.dir} roles {[p.name for p in procs]}",
+        f"qos2 {run.qos2} share-qos2 {run.share_qos2} dir {run.dir} "
+        f"roles {[p.name for p in procs]}",
         flush=True,
     )
     try:
         procs[0].start(until)
         procs[0].listening()
         # The share group first: a publish before it exists has nobody to go to.
-        subs = [p for p in procs if p.role == "subscriber"] + ([sub2] if sub2 else [])
+        subs = [p for p in procs if p.role in ("subscriber", "member5")] + ([sub2] if sub2 else [])
         for p in subs:
             if p is sub2:
                 p.start(until + 120, idle_after=until)  # on through the drain's serve
@@ -559,6 +688,7 @@ def chaos(a: argparse.Namespace) -> int:
     finally:
         for p in procs:
             p.kill()  # SIGKILL all at once, wherever they are
+        kill_log.write("X", "all", now())
     print("kills by role:", dict(kills), flush=True)
     try:
         return check(run, procs, kills, sub2)
@@ -666,6 +796,7 @@ def check(run: Run, procs: list[Proc], kills: collections.Counter[str], sub2: Pr
         drains.append(Proc("cdrainb", "consumer", run, QUEUE_B))
     serve = procs[0]
     subs = [Proc(f"sub{i}", "subscriber", run) for i in range(2)]
+    subs += [Proc(f"g{i}", "member5", run) for i in range(3 if run.share_qos2 else 0)]
     retcheck = Proc("retcheck", "subscriber", run)
     limit = 40 + (run.backlog / 50 if run.backlog else 0)  # a deep backlog takes its time
     try:
@@ -779,6 +910,8 @@ def check(run: Run, procs: list[Proc], kills: collections.Counter[str], sub2: Pr
     )
     if run.qos2:
         problems += check_qos2_retained(run)
+    if run.share_qos2:
+        problems += check_share_qos2(run)
     found, counts = scan(run)
     problems += found
     print("files after drain:", counts, flush=True)
@@ -850,6 +983,80 @@ def check_qos2_retained(run: Run) -> list[str]:
     return problems
 
 
+def check_share_qos2(run: Run) -> list[str]:
+    """--share-qos2: every PUBCOMPed publish of pub2 delivered to a member of the group and
+    answered by one with PUBREC, or in its error/; none delivered after a member got its
+    PUBREL (the server had its PUBREC: the message is the member's, MQTT 5.0 §4.3.3); none
+    delivered again unless its member, or the server, was killed in between; a packet id
+    repeated while awaiting its PUBREL only for the same message."""
+    problems: list[str] = []
+    completed = {line[1] for line in read_log(os.path.join(run.logs, "pub2.log")) if line[0] == "K"}
+    killed: collections.defaultdict[str, list[int]] = collections.defaultdict(list)
+    for line in read_log(os.path.join(run.logs, "kills.log")):
+        if line[0] == "X":
+            killed[line[1]].append(int(line[2]))
+    events: list[tuple[int, str, str, str]] = []  # time, kind, tag, member
+    answered: set[str] = set()  # PUBREC sent by a member
+    for name in ("g0", "g1", "g2"):
+        for line in read_log(os.path.join(run.logs, f"{name}.log")):
+            if line[0] == "W":
+                problems.append(f"{name} got {line[1]} under the packet id of {line[2]}")
+            elif line[0] == "R":
+                answered.add(line[1])
+            elif line[0] in "MDL":
+                events.append((int(line[-1]), line[0], line[1], name))
+    events.sort()
+    last: dict[str, tuple[int, str]] = {}  # tag: its last delivery
+    released: dict[str, str] = {}
+    redelivered = dup = 0
+    for t, kind, tag, who in events:
+        if kind == "L":
+            released.setdefault(tag, who)
+        elif kind == "D":
+            dup += 1
+        else:
+            if tag == "BAD":
+                problems.append(f"{who} got a damaged payload")
+                continue
+            if tag in released:
+                problems.append(f"{tag} delivered to {who} after {released[tag]} got its PUBREL")
+            if tag in last:
+                redelivered += 1
+                t1, who1 = last[tag]
+                cuts = killed[who1] + killed["serve"] + killed["all"]
+                if not any(t1 < k < t for k in cuts):
+                    problems.append(f"{tag} to {who1}, then to {who}, with no kill between")
+            last[tag] = (t, who)
+    dead: set[str] = set()
+    held: collections.Counter[str] = collections.Counter()
+    for folder, _dirs, files in os.walk(os.path.join(run.root, "topic-root")):
+        if os.path.basename(os.path.dirname(folder)) != "share.g2":
+            continue
+        for f in files:
+            held[os.path.basename(folder)] += 1
+            if os.path.basename(folder) == "error":
+                with open(os.path.join(folder, f), "rb") as fh:
+                    dead.add(check_body(fh.read()) or "BAD")
+    missing = sorted(completed - set(last) - dead)
+    if missing:
+        problems.append(f"{len(missing)} PUBCOMPed publishes never delivered to g2: {missing[:5]}")
+    unanswered = sorted(completed - answered - dead - set(missing))
+    if unanswered:
+        problems.append(
+            f"{len(unanswered)} PUBCOMPed publishes no member PUBRECed: {unanswered[:5]}"
+        )
+    for state in ("target", "processing"):
+        if held[state]:
+            problems.append(f"{held[state]} messages left in the group's {state}/ after the drain")
+    print(
+        f"share-qos2: {len(completed)} PUBCOMPed, {len(last)} distinct delivered to g2, "
+        f"{redelivered} again after a kill, {len(released)} released, {dup} repeats not "
+        f"delivered again, {len(dead)} in error/; group files: {dict(held)}",
+        flush=True,
+    )
+    return problems
+
+
 def ids_in(run: Run, state: str) -> set[str]:
     """The ids of the messages in one state folder of the queues."""
     from boxmq.store.names import decode, split_lock
@@ -875,6 +1082,7 @@ def main() -> int:
     c.add_argument("--backlog", type=int, default=0, help="keep the queue about N deep")
     c.add_argument("--threads", action="store_true", help="3 consumer threads in one process")
     c.add_argument("--qos2", action="store_true", help="QoS 2 and retained publishers")
+    c.add_argument("--share-qos2", action="store_true", help="an MQTT 5 QoS 2 share group")
     r = sub.add_parser("role")
     r.add_argument("role", choices=sorted(ROLES))
     for opt in ("--name", "--root", "--log", "--fsync"):
