@@ -1050,7 +1050,7 @@ def check_share_qos2(run: Run) -> list[str]:
             problems.append(f"{held[state]} messages left in the group's {state}/ after the drain")
     print(
         f"share-qos2: {len(completed)} PUBCOMPed, {len(last)} distinct delivered to g2, "
-        f"{redelivered} again after a kill, {len(released)} released, {dup} repeats not "
+        f"{redelivered} delivered again, {len(released)} released, {dup} repeats not "
         f"delivered again, {len(dead)} in error/; group files: {dict(held)}",
         flush=True,
     )
