@@ -138,6 +138,10 @@ class PasswordEntry:
             salt_bytes, digest_bytes = _unb64(salt), _unb64(digest)
         except ValueError:
             raise InvalidArgument("the salt or the digest is not valid base64") from None
+        if not salt_bytes:
+            # A hash without a salt is the same for every user with the same password, and
+            # open to precomputed tables; `boxmq passwd` never writes one (a random salt each).
+            raise InvalidArgument(f"the salt is empty, which is weak; {again}")
         if len(digest_bytes) != _DIGEST_BYTES:
             # Every digest is derived _DIGEST_BYTES long, so a shorter one (a line cut by four
             # base64 characters, which still decode) matches no password: the user could

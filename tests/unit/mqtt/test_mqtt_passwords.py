@@ -135,6 +135,11 @@ def test_a_known_name_without_a_password_costs_a_hash_like_any_other_refusal(
         # A digest cut short by whole base64 groups still decodes, and matches no password.
         ("alice:scrypt$n=16,r=1,p=1$AAAA$" + "A" * 40, "the digest is 30 bytes, not 32"),
         ("alice:pbkdf2-sha256$i=10$AAAA$", "the digest is 0 bytes, not 32: the entry is damaged"),
+        # Every entry `boxmq passwd` writes has a random salt of its own.
+        (
+            "alice:scrypt$n=16,r=1,p=1$$" + "A" * 43 + "=",
+            "the salt is empty, which is weak; set the password with boxmq passwd FILE alice",
+        ),
     ],
 )
 def test_errors_name_the_file_and_the_line(tmp_path: Path, line: str, message: str) -> None:
