@@ -1107,6 +1107,23 @@ def _settle(verb: str) -> _Command:
                 f"{args.consumer!r} did not receive this message, which no consumer holds "
                 f"(`{get}` locks the next ready message and prints its id)",
             ) from None
+        except UnexpectedRequest as error:
+            # Its lock is gone (it ended, or its holder left): XEP-0254's words alone said
+            # nothing of the message, which goes to a consumer again, nor what to do next.
+            try:
+                _dropbox(args, box)
+            except BoxMQError:
+                raise error from None  # its queue was deleted meanwhile, which `error` says
+            get = shlex.join(["boxmq", "get", args.queue, *_subscriber_words(args)])
+            held = shlex.join(
+                ["boxmq", "peek", args.queue, *_subscriber_words(args), "--state", "processing"]
+            )
+            detail = str(error).removeprefix(f"{error.message_id}: ")
+            raise UnexpectedRequest(
+                args.id,
+                f"{detail}; the message went back to be delivered again (`{get}` locks the "
+                f"next ready message and prints its id; `{held}` shows who holds it, if one does)",
+            ) from None
         done = {**_named(args), "id": args.id, "done": verb}
         if dead is not None:  # unlocked, but its next delivery would pass a limit
             line = f"{verb}: {args.id} went to error/ ({dead}), not back to target/"

@@ -397,6 +397,30 @@ def test_a_settle_of_a_message_nobody_holds_says_get_locks_it(
     assert json.loads(ok(root, "--json", "ls"))["queues"][0]["ready"] == 1  # left as it was
 
 
+def test_a_settle_after_the_lock_ended_says_the_message_goes_again_and_get_locks_it(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`no longer holds the lock` (UnexpectedRequest) alone did not say where the message
+    went nor what to do, as the message for one never received does (`boxmq get`)."""
+    data = ["--data", str(root), "--fsync", "never"]
+    assert cli.main([*data, "put", "night jobs", "x"]) == 0
+    message_id = capsys.readouterr().out.strip()
+    hint = (
+        "; the message went back to be delivered again (`boxmq get 'night jobs'` locks the "
+        "next ready message and prints its id; `boxmq peek 'night jobs' --state processing` "
+        "shows who holds it, if one does)\n"
+    )
+    for then_bob in (False, True):  # waiting in target/, then locked by another consumer
+        assert cli.main([*data, "get", "night jobs"]) == 0
+        assert cli.main([*data, "unlock", "night jobs", message_id]) == 0
+        if then_bob:
+            assert cli.main([*data, "get", "night jobs", "--consumer", "bob"]) == 0
+        capsys.readouterr()
+        assert cli.main([*data, "ack", "night jobs", message_id]) == 1
+        said = capsys.readouterr().err
+        assert said == f"boxmq ack: {message_id}: cli no longer holds the lock{hint}", then_bob
+
+
 def test_a_body_given_twice_is_a_usage_error_that_makes_no_root(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
