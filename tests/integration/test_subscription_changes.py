@@ -4,6 +4,8 @@ made 50 million record reads in a broker)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 import boxmq
 from boxmq.store import topics as layout
+from boxmq.store.layout import State
 
 
 class Reads:
@@ -123,7 +126,7 @@ def test_a_burst_of_a_boxs_own_subscribes_reads_no_other_record(root: Path, read
         reads.taken()
         for device in range(10, 110):  # over layout._KEPT
             box.topics.attach_dropbox(f"dev/{device}/#", f"d{device}")
-        assert reads.taken() == 200  # each record: a look before it is written, a read after
+        assert reads.taken() == 100  # each record: a look before it is written, none after
         assert all(box.topics.has_durable(f"dev/{device}/x") for device in range(110))
         assert reads.taken() == 0
         for device in range(0, 110, 2):
@@ -131,3 +134,27 @@ def test_a_burst_of_a_boxs_own_subscribes_reads_no_other_record(root: Path, read
         assert not box.topics.has_durable("dev/0/x")
         assert box.topics.has_durable("dev/1/x")
         assert reads.taken() == 55
+
+
+def test_a_new_subscription_s_state_folders_are_made_once_and_one_lost_made_again(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its record's write makes its seven state folders; its Dropbox looked at each again (a
+    stat each). A subscription found on disk is still looked at: a folder removed by hand is
+    made again when it is opened."""
+    looked: list[str] = []
+    isdir = os.path.isdir
+
+    def counting(path: str) -> bool:
+        looked.append(path)
+        return isdir(path)
+
+    with boxmq.open(root, fsync="never") as box:
+        monkeypatch.setattr(os.path, "isdir", counting)
+        path = box.topics.attach_dropbox("dev/#", "d")
+        states = {os.path.join(path, state.value) for state in State}
+        assert not states & set(looked)
+        shutil.rmtree(os.path.join(path, State.PROCESSED.value))
+        assert box.topics.attach_dropbox("dev/#", "d") == path  # its record as it was
+        assert states <= set(looked)
+        assert all(isdir(folder) for folder in states)

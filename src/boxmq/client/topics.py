@@ -714,12 +714,11 @@ class Topics:
         with self._joining(self._path_of(parsed, name)):
             if not parsed.shared and send_retained:
                 with self._retained_lock.exclusive():  # see its comment in __init__
-                    path = self._register(subscription, token=token, owner=owner)
-                    dropbox = Dropbox(path, self._committer, spares=self._spares)
+                    dropbox = self._registered(subscription, token=token, owner=owner)
                     self._send_retained(parsed, dropbox, subscription.qos)
             else:
-                path = self._register(subscription, token=token, owner=owner)
-                dropbox = Dropbox(path, self._committer, spares=self._spares)
+                dropbox = self._registered(subscription, token=token, owner=owner)
+            path = dropbox.path
             live = self._live_for(dropbox, parsed.share_group, str(parsed))
             if live.attached(name):  # said here: attach's own names a consumer and a folder
                 raise InvalidArgument(
@@ -757,7 +756,7 @@ class Topics:
         name = check_consumer_name(subscriber, _SUBSCRIBER)
         subscription = Subscription(name, parsed, _qos(qos), True, no_local)
         with self._joining(self._path_of(parsed, name)):
-            path = self._register(subscription, token=None if process_bound else "")
+            path, _ = self._register(subscription, token=None if process_bound else "")
         if parsed.shared:
             self._grants[path, name] = subscription.qos  # its Subscriber's cap from now on
 
@@ -778,9 +777,7 @@ class Topics:
             check_consumer_name(subscriber, _SUBSCRIBER), parsed, _qos(qos), True
         )
         with self._joining(self._path_of(parsed, subscription.subscriber)):
-            path = self._register(subscription, token="")
-            Dropbox(path, self._committer, spares=self._spares)
-        return path
+            return self._registered(subscription, token="").path
 
     def subscriptions(self) -> list[SubscriptionInfo]:
         """Every durable subscription and share group under the root, with its counts."""
@@ -944,12 +941,26 @@ class Topics:
         self._changed(path)
         return True
 
+    def _registered(
+        self, subscription: Subscription, token: str | None = None, owner: str = ""
+    ) -> Dropbox:
+        """`_register`, and the subscription's dropbox opened."""
+        path, written = self._register(subscription, token, owner)
+        if written:
+            # write_record has just made its state folders: a Dropbox making them looked at
+            # each again (seven stats a new subscription). One found on disk may lack one
+            # (removed by hand), which the Dropbox makes again.
+            return Dropbox(path, self._committer, create=False, complete=False, spares=self._spares)
+        return Dropbox(path, self._committer, spares=self._spares)
+
     def _register(
         self, subscription: Subscription, token: str | None = None, owner: str = ""
-    ) -> str:
+    ) -> tuple[str, bool]:
         """The subscription's record (and a share group's member, bound to `token`: this
-        process if None, none if ""), written unless already on disk; its dropbox's path.
-        `owner`: the process a plain subscription ends with (SubscriptionRecord.owner)."""
+        process if None, none if ""), written unless already on disk; its dropbox's path,
+        and whether the record was written (its dropbox's folders made with it).
+        `owner`: the process a plain subscription ends with (SubscriptionRecord.owner).
+        Called with the dropbox held (`_joining`): nobody else writes its record meanwhile."""
         parsed = subscription.filter
         group = parsed.share_group
         path = self._path_of(parsed, subscription.subscriber)
@@ -971,7 +982,7 @@ class Topics:
             # member is sent at most its own (mqtt.stored.publish_of): a member granted QoS 0
             # must not take QoS 1 from the others (MQTT 5.0 §3.8.4, MQTT-234).
             record = replace(record, qos=existing.qos)
-        changed = existing != record
+        written = changed = existing != record
         if changed:
             layout.write_record(path, record, flush=flush)
         if group is not None:
@@ -980,8 +991,8 @@ class Topics:
                 layout.add_member(path, member, bound, flush=flush)
                 changed = True
         if changed:
-            self._changed(path, flush=flush)
-        return path
+            self._changed(path, flush=flush, record=record)  # on disk now: not read back
+        return path, written
 
     def _joining(self, path: str) -> AbstractContextManager[None]:
         """Hold the dropbox at `path` for a join (its folder made first), against the threads
@@ -1172,18 +1183,21 @@ class Topics:
             self._generation.forget()
             raise
 
-    def _changed(self, path: str, *, flush: bool = False) -> None:
+    def _changed(
+        self, path: str, *, flush: bool = False, record: layout.SubscriptionRecord | None = None
+    ) -> None:
         """Tell every process that the subscription at `path` changed (the generation), and
         keep this one's router in step with it while it saw every change before: its folder
         read again here, not at the next look, where a burst of this process's own changes
-        (over `layout._KEPT`) between two looks read every record on the root again."""
+        (over `layout._KEPT`) between two looks read every record on the root again.
+        `record`: the one on disk now, which the caller has just written or read."""
         counted = layout.bump_generation(self._root, flush=flush, path=path)
         if counted is None:
             return
         with self._lock:
             if self._generation.caught_up(counted):
                 try:
-                    self._read_again(path)
+                    self._read_again(path, record)
                 except OSError:
                     self._generation.forget()  # the next look reads every record again
 
@@ -1199,16 +1213,19 @@ class Topics:
             router.subscribe(subscription)
         self._router, self._paths, self._routed = router, paths, routed
 
-    def _read_again(self, path: str) -> None:
+    def _read_again(self, path: str, record: layout.SubscriptionRecord | None = None) -> None:
         """The one subscription at `path` changed (made, ended, a member joined or left):
-        its routing entries are replaced by what its folder holds now."""
+        its routing entries are replaced by what its folder holds now (`record`, when the
+        caller has it, is its record)."""
         touched: list[Subscription] = []
         if (before := self._routed.pop(path, None)) is not None:
             key, touched = before
             del self._paths[key]
             for subscription in touched:
                 self._router.unsubscribe(subscription.subscriber, subscription.filter)
-        if (record := layout.read_record(path)) is not None:
+        if record is None:
+            record = layout.read_record(path)
+        if record is not None:
             touched = touched + self._add(self._router, self._paths, self._routed, record, path)
         for subscription in touched:
             # A memory subscription of this process under the same name and filter as a
