@@ -8,6 +8,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -158,3 +159,30 @@ def test_a_new_subscription_s_state_folders_are_made_once_and_one_lost_made_agai
         assert box.topics.attach_dropbox("dev/#", "d") == path  # its record as it was
         assert states <= set(looked)
         assert all(isdir(folder) for folder in states)
+
+
+def test_a_member_s_join_and_leave_read_no_other_member_s_file(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A join read every member's file (its process token) twice, to check its own and to
+    route the group, and a leave once: a group's N joins read N² files."""
+    opened: list[str] = []
+
+    def counting(file: str, *args: Any, **kwargs: Any) -> Any:
+        opened.append(file)
+        return open(file, *args, **kwargs)
+
+    with boxmq.open(root, fsync="never") as box:
+        box.topics.attach_dropbox("warm/#", "w")
+        assert box.topics.has_durable("warm/x")  # a look: its own changes are routed at once
+        members = [box.subscribe("$share/g/t/#", f"m{i}") for i in range(10)]
+        monkeypatch.setattr(layout, "open", counting, raising=False)
+        joined = box.subscribe("$share/g/t/#", "m10")
+        assert [os.path.basename(file) for file in opened if ".members" in file] == ["m10"]
+        opened.clear()
+        joined.close()
+        assert [file for file in opened if ".members" in file] == []
+        monkeypatch.undo()
+        assert box.topics.members_of("g", "t/#") == sorted(f"m{i}" for i in range(10))
+        for member in members:
+            member.close()

@@ -987,7 +987,7 @@ class Topics:
             layout.write_record(path, record, flush=flush)
         if group is not None:
             member, bound = subscription.subscriber, self._token if token is None else token
-            if layout.members(path).get(member) != bound:
+            if layout.member_token(path, member) != bound:
                 layout.add_member(path, member, bound, flush=flush)
                 changed = True
         if changed:
@@ -1030,10 +1030,10 @@ class Topics:
                 dropbox = Dropbox(path, self._committer, create=False)
             except QueueNotFound:
                 return False  # nothing to leave, nor to tell other processes of
-            was_member = member in layout.members(path)
+            was_member = layout.is_member(path, member)
             release_locks_of(dropbox, member)
             layout.remove_member(path, member)
-            ended = not layout.members(path)
+            ended = not layout.member_names(path)
             # Nobody joins meanwhile (the lock): idle stays idle until it is forgotten.
             if ended or ((live := self._opened(path)) is not None and live.idle()):
                 self._forget(path)
@@ -1243,7 +1243,7 @@ class Topics:
     ) -> list[Subscription]:
         """The subscription at `path` routed: its entries, one per member of a group."""
         parsed = TopicFilter(record.filter, record.group)
-        members = list(layout.members(path)) if record.group else [record.subscriber or ""]
+        members = layout.member_names(path) if record.group else [record.subscriber or ""]
         # A group whose members all left without a sweep yet still collects its messages.
         subscriptions = [
             Subscription(ConsumerId(member), parsed, QoS(record.qos), True, record.no_local)

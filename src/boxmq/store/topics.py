@@ -624,6 +624,24 @@ def is_member(path: str, member: str) -> bool:
     return os.path.isfile(os.path.join(members_path(path), escape_segment(member)))
 
 
+def member_token(path: str, member: str) -> str | None:
+    """The process token `member` of the share group at `path` is bound to; None if it is no
+    member (one file read, where `members` reads every member's)."""
+    try:
+        with open(os.path.join(members_path(path), escape_segment(member))) as source:
+            return source.read()
+    except FileNotFoundError:
+        return None
+
+
+def member_names(path: str) -> list[str]:
+    """The members of the share group at `path` (its folder listed, where `members` reads
+    every member's file too)."""
+    with contextlib.suppress(FileNotFoundError), os.scandir(members_path(path)) as entries:
+        return [unescape_segment(entry.name) for entry in entries]
+    return []
+
+
 def members(path: str) -> dict[str, str]:
     """member -> process token."""
     found = {}
