@@ -819,8 +819,8 @@ def test_a_deliver_finished_at_its_senders_arrival_is_remembered_as_at_a_restart
 ) -> None:
     """`pending` of a sender arriving from a process killed after its `deliver`'s marker sent
     the message but left its id unknown: a repeat of the `deliver` was told the message was
-    lost (ItemNotFound), where a restart answers it as done; and the marker of a `deliver`
-    that remembers nothing (MQTT's PUBREL) stayed behind, where a restart deletes it."""
+    lost (ItemNotFound), where a restart answers it as done. One that remembers nothing
+    (MQTT's PUBREL) keeps its marker, as a restart does: it answers the repeat as done."""
     with boxmq.open(root, fsync="never") as other:
         other.pending("s")  # read before the message was stored
         with boxmq.open(root, fsync="never") as box:
@@ -829,12 +829,13 @@ def test_a_deliver_finished_at_its_senders_arrival_is_remembered_as_at_a_restart
         [marker] = (root / ".exactly-once").glob("[!.]*")
         assert other.pending("s") == []
         assert delivered(other) == [b"x"]
-        if remember:
-            assert other.deliver("s", "1", must_exist=True) is False  # a repeat
-        else:
+        # a repeat, answered as done: remembered, or (MQTT's PUBREL again) by its marker,
+        # which stays, as at a restart, until a sweep or a new message under the id
+        assert other.deliver("s", "1", remember=remember, must_exist=True) is False
+        assert marker.exists()
+        if not remember:  # not remembered: the id names a new message at once
+            assert other.assured("s", "1", b"y", queue="counts")
             assert not marker.exists()
-            with pytest.raises(ItemNotFound):  # as after a restart: the id names nothing
-                other.deliver("s", "1", must_exist=True)
 
 
 @pytest.mark.parametrize("found_by", ["restart", "reread"])
@@ -1010,3 +1011,53 @@ def test_a_sweep_looks_at_the_markers_that_changed_or_are_due_not_at_every_one(
         box.intake.expire()
         assert os.listdir(markers) == []  # each one due, looked at and deleted
         assert box.intake.oldest_marker is None
+
+
+@pytest.mark.parametrize("by", ["deliver", "restart", "restart-unremembered"])
+def test_a_deliver_of_a_message_another_process_sent_first_is_answered_as_done(
+    root: Path, monkeypatch: pytest.MonkeyPatch, by: str
+) -> None:
+    """A process that listed a message as pending, whose `deliver` another process on the
+    root (or a restart's) sent first: its `deliver` again found the file gone, took it for
+    swept away and said the id names nothing (MQTT's PUBCOMP 0x92, though the message went
+    out once), deleting the other's marker with its own (a late repeat of `assured` was then
+    stored again)."""
+    remember = by != "restart-unremembered"
+    with boxmq.open(root, fsync="never") as other:
+        other.pending("s")  # read before the message was stored
+        with boxmq.open(root, fsync="never") as box:
+            assert box.assured("s", "1", b"x", queue="counts")
+            assert other.pending("s") == ["1"]
+            if by == "deliver":
+                assert box.deliver("s", "1")
+            else:
+                _killed_after_its_marker(box, monkeypatch, remember=remember)
+        if by != "deliver":
+            with boxmq.open(root, fsync="never") as restarted:
+                restarted.sweep()  # finishes the `deliver` cut short
+        assert other.deliver("s", "1", remember=remember, must_exist=True) is False
+        assert other.deliver("s", "1", remember=remember, must_exist=True) is False
+        # a repeat of step 1: answered if remembered, else a new message under the id
+        assert other.assured("s", "1", b"y", queue="counts") is not remember
+        if not remember:
+            assert other.deliver("s", "1", remember=False, must_exist=True)
+        assert delivered(other) == ([b"x"] if remember else [b"x", b"y"])
+
+
+@pytest.mark.parametrize("remember", [True, False], ids=["remembered", "forgotten"])
+def test_a_message_listed_as_pending_then_marked_delivered_elsewhere_is_sent_at_arrival(
+    root: Path, monkeypatch: pytest.MonkeyPatch, remember: bool
+) -> None:
+    """`pending` of a sender arriving at a process that already listed its message, marked
+    delivered since by another process killed before its send: the re-read skipped it as
+    known, so it was not sent, and the `deliver` was answered by stale books."""
+    with boxmq.open(root, fsync="never") as other:
+        other.pending("s")
+        with boxmq.open(root, fsync="never") as box:
+            assert box.assured("s", "1", b"x", queue="counts")
+            assert other.pending("s") == ["1"]
+            _killed_after_its_marker(box, monkeypatch, remember=remember)
+        assert other.pending("s") == []
+        assert delivered(other) == [b"x"]
+        assert other.deliver("s", "1", remember=remember, must_exist=True) is False  # done
+        assert delivered(other) == []

@@ -39,7 +39,8 @@ and compared with it:
   take that message for delivered and send it without its `deliver`);
 - each call, and each element of a batch, returns what the model says, or the documented
   error: ResourceConstraint past a per-source or total limit, MessageTooLarge, NotAllowed
-  for a source the Box does not trust, ItemNotFound for `must_exist`. A batch tells of each
+  for a source the Box does not trust, ItemNotFound for `must_exist` (not for an id whose
+  marker of the last done_ttl says it was sent, by either Box: that is done). A batch tells of each
   element what `assured` or `deliver` would, called for the elements one after the other.
 
 Where a Box reads a time off the files (a restart's books: a pending file's ctime, a
@@ -411,8 +412,17 @@ class AssuredModel(RuleBasedStateMachine):
         if state == "delivered":
             return False
         if state != "stored":
+            if self.marked_lately(key, now):  # delivered by the other Box: done
+                event("deliver: done as its marker says")
+                return False
             return ItemNotFound if must_exist else False
         pending = books.pending.pop(key)
+        if pending.message_id not in self.waiting and key in self.markers:
+            # sent by the other Box, whose marker says so: done, its marker kept
+            event("deliver: sent by the other Box")
+            if remember and self.done_ttl > 0:
+                books.done[key] = now + self.done_ttl
+            return False
         if pending.message_id not in self.waiting:
             # swept away by the other Box: neither pending nor delivered
             event("deliver: its file was gone")
@@ -439,6 +449,14 @@ class AssuredModel(RuleBasedStateMachine):
         else:
             self.markers.discard(key)
         return True
+
+    def marked_lately(self, key: Key, now: float) -> bool:
+        """Whether a marker of `key` of the last done_ttl is on disk (its message sent: no
+        marker outlives a new message under its id), which answers a `deliver` of it as done
+        in a Box whose books do not know it."""
+        if key not in self.markers or self.done_ttl <= 0:
+            return False
+        return now - self.markers_on_disk()[marker_name(key)] < self.done_ttl
 
     def send(self, side: int, keys: list[Key], remember: bool, must_exist: bool) -> None:
         """`deliver` (one key) or `deliver_many` (several) in Box `side`."""

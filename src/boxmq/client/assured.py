@@ -387,10 +387,16 @@ class AssuredIntake:
                 if action is Action.ANSWER:
                     outcomes.append(False)
                 elif action is not Action.DELIVER or pending is None:
-                    outcomes.append(_unknown(key[1], must_exist))
+                    # Sent by another process on the root, whose marker says so: done, as a
+                    # repeat (MQTT's PUBCOMP 0x92 told the client its packet id was unknown).
+                    sent = self._sent_elsewhere(key)
+                    outcomes.append(False if sent else _unknown(key[1], must_exist))
                 else:
                     due.append((len(outcomes), key, pending))
                     outcomes.append(True)
+            # Those another process marked before this one does (its marker is overwritten):
+            # a file gone from working/ then was sent by it, not swept away (`_not_delivered`).
+            premarked = {key for _, key, _ in due if os.path.lexists(self._marker(*key))}
             marking = [(key, pending) for _, key, pending in due]
             errors = self._mark_all(marking, remember=remember, superseded=superseded)
             marked = []
@@ -402,7 +408,11 @@ class AssuredIntake:
             errors = self._send_all([pending for _, _, pending in marked], superseded)
             forgotten = False
             for (index, key, pending), failure in zip(marked, errors, strict=True):
-                if failure is not None:
+                if failure is not None and key in premarked and _gone(failure, pending):
+                    # The other process sent it between its marker and this one's send: done
+                    # (its marker stays, as its `deliver` leaves it), never sent twice.
+                    outcomes[index] = False
+                elif failure is not None:
                     outcomes[index] = self._not_delivered(key, pending, failure, must_exist)
                 elif not remember:
                     with contextlib.suppress(FileNotFoundError):
@@ -439,7 +449,7 @@ class AssuredIntake:
         self, key: tuple[str, str], pending: _Pending, error: OSError, must_exist: bool
     ) -> Outcome:
         """What a `deliver` the file system failed tells its caller, the books set right."""
-        if isinstance(error, FileNotFoundError) and not os.path.lexists(pending.path):
+        if _gone(error, pending):
             # Swept away before `deliver`: neither pending nor delivered, or the sender's
             # resend would pass for a repeat of a message never sent.
             self._unmark(*key)
@@ -514,6 +524,23 @@ class AssuredIntake:
                 _delete_quietly([move.source for move in group])
                 errors[index] = failure
         return errors
+
+    def _sent_elsewhere(self, key: tuple[str, str]) -> bool:
+        """Whether a marker of the last done_ttl says `key` was delivered and its file no
+        longer waits: sent by another process on the root (or a restart's), which this
+        one's books did not see, and which remembers it as they would have."""
+        done_ttl = self._books.limits.done_ttl
+        if done_ttl <= 0:
+            return False  # nothing is remembered
+        marker = self._marker(*key)
+        try:
+            written = os.stat(marker).st_mtime
+        except FileNotFoundError:
+            return False
+        if self._clock.now() - written >= done_ttl:
+            return False
+        waits, _ = self._waits(marker)
+        return waits is False
 
     def _unmark(self, source: str, msg_id: str) -> None:
         self._books.forget(source, msg_id)
@@ -603,11 +630,13 @@ class AssuredIntake:
         message's."""
         mine = [(key, pending) for key, pending in self._pending.items() if key[0] == source]
         for key, pending in mine:
-            if not os.path.lexists(pending.path):
+            # One marked delivered since by another process (killed before its send) is
+            # finished below as one new here: skipped as known, its `deliver` again was
+            # answered by this one's books, not as the restart would.
+            if not os.path.lexists(pending.path) or os.path.lexists(self._marker(*key)):
                 self._books.forget(*key)
                 del self._pending[key]
         known = {pending.path for pending in self._pending.values()}
-        forgotten = False
         for entry, queue, envelope, key in self._waiting(queues=queues):
             if key[0] != source or entry.path in known or key in self._pending:
                 continue
@@ -615,16 +644,11 @@ class AssuredIntake:
             if self._restore_pending(entry, queue, envelope, key, marked=marked):
                 # What `_restore` does once it finished a `deliver`: its id remembered, a
                 # repeat of the `deliver` answered as done (not as an unknown id, which
-                # tells the sender its message is lost), or forgotten with its marker.
+                # tells the sender its message is lost); or, if it remembers nothing, not
+                # remembered, its marker answering that repeat (`_sent_elsewhere`).
                 assert marked is not None
                 if remember:
                     self._books.restore(*key, size=0, since=marked.at, delivered=True)
-                elif remember is False:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(self._marker(*key))
-                    forgotten = True
-        if forgotten:
-            self._flush_forgotten()
 
     def drop_pending(self, source: str) -> int:
         """Delete every message `source` stored (step 1) that waits for its `deliver`, and
@@ -803,15 +827,13 @@ class AssuredIntake:
         # pending then, some may be out (and taken) already; the rest go out, none again.
         finish_pending(self._root, EXACTLY_ONCE_PENDING)
         # A `deliver(remember=False)` the crash cut short after its marker (MQTT's PUBREL,
-        # killed before its PUBCOMP): its message is sent now, so its id is forgotten, as
-        # the deliver would have done. Remembered, the client's next message under the id
+        # killed before its PUBCOMP): its message is sent now, and its id is not remembered,
+        # as the deliver would have done. Remembered, the client's next message under the id
         # (it may reuse the packet id once it has the PUBCOMP of the PUBREL it sends again)
-        # would pass for a repeat: answered, never stored, lost.
-        for key in unremembered:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._marker(*key))
-        if unremembered:
-            self._flush_forgotten()
+        # would pass for a repeat: answered, never stored, lost. Its marker stays (a sweep
+        # deletes it past done_ttl; a new message under the id, at once): the PUBREL sent
+        # again, here or to another process on the root, is answered as done, where it was
+        # told its packet id was unknown (PUBCOMP 0x92).
 
     def _waiting(
         self, *, queues: bool = True
@@ -1003,6 +1025,11 @@ def _unknown(msg_id: str, must_exist: bool) -> Outcome:
     if must_exist:
         return ItemNotFound(msg_id, "no message is stored under this msgId (or it expired)")
     return False
+
+
+def _gone(error: OSError, pending: _Pending) -> bool:
+    """Whether a `deliver` failed because the file of `pending` left working/ before it."""
+    return isinstance(error, FileNotFoundError) and not os.path.lexists(pending.path)
 
 
 def _delete_quietly(paths: list[str]) -> None:
