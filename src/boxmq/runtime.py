@@ -15,7 +15,8 @@ import logging
 import os
 import resource
 import signal
-from collections.abc import Coroutine
+import socket
+from collections.abc import Coroutine, Sequence
 from typing import Any, Final
 
 from boxmq.client.box import Box
@@ -165,11 +166,12 @@ async def serve(
     sweep_interval: float,
     stop: asyncio.Event | None = None,
     mqtt: MqttSettings | None = None,
+    mqtt_sockets: Sequence[list[socket.socket]] | None = None,
     xmpp: XmppSettings | None = None,
 ) -> None:
     """Run housekeeping, the MQTT listeners of `mqtt` and the XMPP component of `xmpp`, until
     SIGTERM/SIGINT/SIGHUP (or `stop`); a door that fails (a refused component) ends it with
-    its error."""
+    its error. `mqtt_sockets`: the listeners' sockets, bound already (None: bound here)."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in _STOP_SIGNALS:
@@ -198,7 +200,7 @@ async def serve(
         from boxmq.mqtt.server import MqttServer
 
         server = MqttServer(box, mqtt)
-        await server.start()
+        await server.start(mqtt_sockets)
         doors.append(asyncio.create_task(server.run(stop), name="mqtt"))
     if xmpp is not None:
         from boxmq.xmpp import component_runner

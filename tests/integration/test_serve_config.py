@@ -327,6 +327,31 @@ def test_two_listeners_of_one_port_that_overlap_are_named_not_taken_for_another_
     done = _serve_refused(config, tmp_path)
     assert done.returncode == 1
     assert f"this server listens on 0.0.0.0:{port} and 127.0.0.1:{port}" in done.stderr
+    assert not (tmp_path / "data").exists()  # refused before the root was made
+
+
+def test_a_port_in_use_stops_serve_before_it_makes_or_recovers_the_root(tmp_path: Path) -> None:
+    """The listeners were bound after the root was opened and recovered: a port in use left
+    a root made where the file (or a mistyped --data) named it, for a server that never ran."""
+    free, taken = free_ports(2)
+    config = tmp_path / "boxmq.toml"
+    listener = '[[mqtt.listener]]\nhost = "127.0.0.1"\nport = {}\n'
+    config.write_text('data = "state"\n' + listener.format(free) + listener.format(taken))
+    with socket.socket() as other:  # another program on the second listener's port
+        other.bind(("127.0.0.1", taken))
+        other.listen()
+        done = _serve_refused(config, tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        f"boxmq serve: error while attempting to bind on address ('127.0.0.1', {taken}): "
+        "address already in use (another program listens there: stop it, or choose another "
+        f"mqtt.listener[2] in {config})"
+    )
+    assert "Traceback" not in done.stderr
+    assert "recovering" not in done.stderr
+    assert not (tmp_path / "state").exists()
+    with socket.socket() as again:  # the first listener's port was let go
+        again.bind(("127.0.0.1", free))
 
 
 def test_a_host_that_does_not_resolve_names_its_address_and_setting(tmp_path: Path) -> None:
@@ -336,6 +361,7 @@ def test_a_host_that_does_not_resolve_names_its_address_and_setting(tmp_path: Pa
     assert done.returncode == 1
     line = done.stderr.splitlines()[-1]  # after the start-up log
     assert "Traceback" not in done.stderr
+    assert not (tmp_path / "data").exists()  # refused before the root was made
     assert "('mqtt.example.invalid', 0)" in line
     assert f"choose another mqtt.listener[1] in {config}" in line
 

@@ -47,6 +47,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import ipaddress
 import logging
 import os
 import resource
@@ -54,7 +55,7 @@ import socket
 import ssl
 import sys
 import termios
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Final, cast
 
@@ -74,7 +75,7 @@ from boxmq.mqtt.settings import (
     open_warning,
 )
 
-__all__ = ["MqttServer"]
+__all__ = ["MqttServer", "bind_listeners", "close_sockets"]
 
 log = logging.getLogger("boxmq.mqtt")
 
@@ -521,6 +522,87 @@ class _Descriptors:
         return False
 
 
+async def _listen(listener: Listener) -> list[socket.socket]:
+    """The sockets bound for `listener` (a host name may give several addresses), by
+    asyncio, which also says what it could not bind; we accept from them (`_Listening`).
+    A host name that does not resolve is reported with the listener's address, as asyncio
+    reports an address it cannot bind: getaddrinfo's own message ("Name or service not
+    known") names nothing to fix."""
+    loop = asyncio.get_running_loop()
+    try:
+        server = await loop.create_server(
+            asyncio.Protocol,
+            listener.host,
+            listener.port,
+            reuse_address=True,
+            start_serving=False,
+        )
+    except socket.gaierror as error:
+        code, problem = error.errno, (error.strerror or str(error)).lower()
+    except UnicodeError:
+        # getaddrinfo encodes a host name by IDNA first, which fails, as no error of a
+        # bind, on a label (the text between two dots) empty or over 63 characters.
+        code = socket.EAI_NONAME
+        problem = f"not a host name ({HOST_NAME_RULE})"
+    else:
+        # Copies of its sockets, ours to listen on; closing the server closes its own.
+        sockets = [socket.socket(fileno=os.dup(sock.fileno())) for sock in server.sockets]
+        server.close()
+        return sockets
+    address = (listener.host, listener.port)
+    raise socket.gaierror(code, f"cannot resolve the host of address {address!r}: {problem}")
+
+
+async def bind_listeners(listeners: Sequence[Listener]) -> list[list[socket.socket]]:
+    """The sockets of each listener, bound, not listening yet (`MqttServer.start` listens,
+    after the recovery: a client is refused until then, not kept waiting). `boxmq serve`
+    binds them before it opens the root, so that an address in use or a host that does not
+    resolve stops it before it makes the root or recovers it. The sockets are plain ones, of
+    no loop: bound in one, they are served in another. On an error, those bound before it
+    are closed."""
+    bound: list[list[socket.socket]] = []
+    try:
+        for listener in listeners:
+            bound.append(await _listen(listener))
+        _refuse_overlaps([sock for socks in bound for sock in socks])
+    except BaseException:
+        close_sockets(bound)
+        raise
+    return bound
+
+
+def _refuse_overlaps(sockets: Sequence[socket.socket]) -> None:
+    """Two of our sockets on one port whose addresses overlap (0.0.0.0:1883 beside
+    127.0.0.1:1883, or localhost beside 127.0.0.1), refused as the kernel would refuse the
+    second: with SO_REUSEADDR it lets both bind while neither listens, and refuses one only
+    at listen(), which is after the root was opened. asyncio's sockets of IPv6 are IPv6 only
+    (IPV6_V6ONLY), so that only addresses of one family overlap."""
+    seen: list[tuple[int, str, int]] = []
+    for sock in sockets:
+        address = sock.getsockname()
+        host, port = address[0], address[1]
+        for family, other, other_port in seen:
+            same = host == other or _unspecified(host) or _unspecified(other)
+            if family == sock.family and port == other_port and same:
+                raise OSError(
+                    errno.EADDRINUSE,
+                    f"error while attempting to bind on address {address!r}: "
+                    "address already in use",
+                )
+        seen.append((sock.family, host, port))
+
+
+def _unspecified(host: str) -> bool:
+    """0.0.0.0 or ::, every address of the machine."""
+    return ipaddress.ip_address(host.partition("%")[0]).is_unspecified
+
+
+def close_sockets(sockets: Sequence[list[socket.socket]]) -> None:
+    for socks in sockets:
+        for sock in socks:
+            sock.close()
+
+
 class _Listening:
     """One listening socket, accepted from by us rather than by `asyncio.Server`: a socket
     the process has no descriptor for leaves accepting paused for `_ACCEPT_RETRY` seconds,
@@ -671,15 +753,20 @@ class MqttServer:
         ssl_protocol._ssl_buffer = self._tls_buffer
         ssl_protocol._ssl_buffer_view = memoryview(self._tls_buffer)
 
-    async def start(self) -> list[tuple[str, int]]:
-        """Listen on every listener; the addresses bound (a port of 0 gets a free one)."""
+    async def start(
+        self, sockets: Sequence[list[socket.socket]] | None = None
+    ) -> list[tuple[str, int]]:
+        """Listen on every listener; the addresses bound (a port of 0 gets a free one).
+        `sockets`: each listener's, bound already (`bind_listeners`); None: bound here."""
         self.broker.resume_expiries()  # before any client: one that returns cancels its own
+        if sockets is None:
+            sockets = await bind_listeners(self.settings.listeners)
         bound: list[tuple[str, int]] = []
         descriptors = _Descriptors()  # here: after serve raised the limit
         self._tell_room(descriptors)
         open_to_all: list[str] = []
-        for listener in self.settings.listeners:
-            for sock in await self._listen(listener):
+        for listener, socks in zip(self.settings.listeners, sockets, strict=True):
+            for sock in socks:
                 host, port = sock.getsockname()[:2]
                 url = listener_url(host, port, tls=listener.ssl is not None)
                 self._listening.append(_Listening(sock, url, self._factory(listener), descriptors))
@@ -713,36 +800,6 @@ class MqttServer:
         if context is None:
             return self.protocol
         return lambda: _TlsHandshake(self, context, listener.identity_as_username)
-
-    async def _listen(self, listener: Listener) -> list[socket.socket]:
-        """The sockets bound for `listener` (a host name may give several addresses), by
-        asyncio, which also says what it could not bind; we accept from them (`_Listening`).
-        A host name that does not resolve is reported with the listener's address, as asyncio
-        reports an address it cannot bind: getaddrinfo's own message ("Name or service not
-        known") names nothing to fix."""
-        loop = asyncio.get_running_loop()
-        try:
-            server = await loop.create_server(
-                asyncio.Protocol,
-                listener.host,
-                listener.port,
-                reuse_address=True,
-                start_serving=False,
-            )
-        except socket.gaierror as error:
-            code, problem = error.errno, (error.strerror or str(error)).lower()
-        except UnicodeError:
-            # getaddrinfo encodes a host name by IDNA first, which fails, as no error of a
-            # bind, on a label (the text between two dots) empty or over 63 characters.
-            code = socket.EAI_NONAME
-            problem = f"not a host name ({HOST_NAME_RULE})"
-        else:
-            # Copies of its sockets, ours to listen on; closing the server closes its own.
-            sockets = [socket.socket(fileno=os.dup(sock.fileno())) for sock in server.sockets]
-            server.close()
-            return sockets
-        address = (listener.host, listener.port)
-        raise socket.gaierror(code, f"cannot resolve the host of address {address!r}: {problem}")
 
     async def run(self, stop: asyncio.Event) -> None:
         """Tick until `stop` is set, then close (see `close`)."""
