@@ -266,7 +266,36 @@ def _read_toml(source: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        raise InvalidArgument(f"{source}: not valid TOML: {error}") from None
+        raise InvalidArgument(f"{source}: not valid TOML: {_toml_error(error, text)}") from None
+
+
+# tomllib's message and where it stopped: "Invalid value (at line 1, column 8)" (Python 3.11
+# and 3.12 give no attributes for them).
+_TOML_WHERE: Final = re.compile(r"(.*) \(at line (\d+), column \d+\)", re.DOTALL)
+# What to write instead, for the mistakes tomllib names only in its grammar's words: a key
+# given twice ("Cannot overwrite a value" named neither the key nor the first one), a table
+# declared twice, a string without its quotes ("Invalid value").
+_TOML_HINTS: Final = (
+    ("Cannot overwrite a value", "a key set twice in one table: keep one of them"),
+    ("Cannot declare", "a table declared twice: put all its keys under one [table] header"),
+    ("Invalid value", 'a string goes in double quotes: fsync = "never", sweep_interval = "30s"'),
+    ("Illegal character '\\n'", 'a string not closed on its line: end it with its quote (")'),
+    ("Expected newline or end of document", "one key = value a line"),
+)
+
+
+def _toml_error(error: tomllib.TOMLDecodeError, text: str) -> str:
+    """tomllib's message, with the line it stopped at as the file has it, and what to write
+    instead where tomllib's words do not say."""
+    message = str(error)
+    found = _TOML_WHERE.fullmatch(message)
+    if found is None:
+        return message
+    problem, number = found[1], int(found[2])
+    lines = text.splitlines()
+    shown = f": {lines[number - 1].strip()}" if number <= len(lines) else ""
+    hint = next((hint for start, hint in _TOML_HINTS if problem.startswith(start)), None)
+    return f"{message}{shown}" + (f" ({hint})" if hint else "")
 
 
 _BARE_KEY: Final = re.compile(r"[A-Za-z0-9_-]+")  # TOML writes other keys quoted

@@ -235,6 +235,42 @@ def test_errors_name_the_file_and_the_key(tmp_path: Path, text: str, message: st
     assert message in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # "Cannot overwrite a value" named neither the key nor what to do: the line names it.
+        (
+            'fsync = "never"\nfsync = "always"',
+            'Cannot overwrite a value (at line 2, column 17): fsync = "always" (a key set twice '
+            "in one table: keep one of them)",
+        ),
+        (
+            "[mqtt]\nsys_interval = 0\n[mqtt]",
+            "Cannot declare ('mqtt',) twice (at line 3, column 6): [mqtt] (a table declared "
+            "twice: put all its keys under one [table] header)",
+        ),
+        (
+            "fsync = never",
+            "Invalid value (at line 1, column 9): fsync = never (a string goes in double quotes: "
+            'fsync = "never", sweep_interval = "30s")',
+        ),
+        (
+            'data = "state',
+            "Illegal character '\\n' (at line 1, column 14): data = \"state (a string not closed "
+            'on its line: end it with its quote ("))',
+        ),
+        ("[mqtt", "Expected ']' at the end of a table declaration (at line 1, column 6): [mqtt"),
+    ],
+)
+def test_a_toml_mistake_names_its_line_and_what_to_write(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = _write(tmp_path, text + "\n")
+    with pytest.raises(InvalidArgument) as caught:
+        load_config(path)
+    assert str(caught.value) == f"{path}: not valid TOML: {message}"
+
+
 def test_a_missing_file(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match=r"config file .*none.toml does not exist"):
         load_config(tmp_path / "none.toml")
