@@ -180,12 +180,15 @@ def test_every_command_line_in_the_docs_gives_options_its_command_has() -> None:
 
 
 def _keys_read(folder: Path, texts: list[str], monkeypatch: pytest.MonkeyPatch) -> set[str]:
-    """Every key the config reader asks a table for, whether the file has it or not."""
+    """Every key the config reader asks a table for, whether the file has it or not, by its
+    full name as the docs write it: `mqtt.limits.max_connections`, `mqtt.listener.host`
+    (no `[1]`), `share_groups.<group>.dispatch`."""
     asked: set[str] = set()
     take = config_table.Table._take
 
     def spy(table: config_table.Table, key: str) -> Any:
-        asked.add(key)
+        name = re.sub(r"\[\d+\]", "", table._key(key))
+        asked.add(re.sub(r"^share_groups\.etl\b", "share_groups.<group>", name))
         return take(table, key)
 
     monkeypatch.setattr(config_table.Table, "_take", spy)
@@ -205,7 +208,8 @@ def test_every_config_key_is_in_configuration_md(
     # whose missing cert stops the reading there.
     group_and_listener = "[share_groups.etl]\n[[mqtt.listener]]\n"
     texts = [group_and_listener, group_and_listener + "tls = {}\n"]
-    keys = _keys_read(tmp_path, texts, monkeypatch) - {"etl"}  # a group's name, not a key
+    keys = {name.rpartition(".")[2] for name in _keys_read(tmp_path, texts, monkeypatch)}
+    keys -= {"<group>"}  # a group's name, not a key
     assert {"data", "max_connections", "max_message_size", "require_client_cert"} <= keys
     text = (DOCS / "configuration.md").read_text(encoding="utf-8")
     # a key is named in code: `key`, `[table.key]`, `mqtt.listener.key`
@@ -267,3 +271,33 @@ def test_every_boxmq_line_of_a_shell_block_is_one_the_command_takes() -> None:
     wrong = [f"{name}: {error}" for name, words in commands if (error := _usage_error(words))]
     assert wrong == []
     assert len(commands) > 30  # the blocks are read at all
+
+
+def _documented_keys() -> set[str]:
+    """The first column of configuration.md's tables of keys, by full name: a row of the
+    `### [mqtt.limits]` section's table is `mqtt.limits.<row>`; `[[mqtt.listener]]` is
+    `mqtt.listener`."""
+    keys: set[str] = set()
+    section = ""
+    for line in (DOCS / "configuration.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            heading = re.fullmatch(r"### `\[([\w.]+)\]`", line)
+            section = heading[1] + "." if heading else ""
+        elif row := re.match(r"\| `\[*([\w.<>]+)\]*` \|", line):
+            keys.add(section + row[1])
+    return keys
+
+
+def test_every_key_configuration_md_lists_is_read_where_it_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other way round: a key the page lists (a renamed one, or one in the wrong table)
+    that the reader does not ask for would be refused as an unknown key, a user's file that
+    followed the docs refused at start."""
+    documented = _documented_keys()
+    assert {"data", "mqtt.listener.host", "mqtt.limits.max_connections"} <= documented
+    assert "exactly_once.done_ttl" in documented
+    group_and_listener = "[share_groups.etl]\n[[mqtt.listener]]\n"
+    texts = [group_and_listener, group_and_listener + "tls = {}\n"]  # tls: asked if there
+    asked = _keys_read(tmp_path, texts, monkeypatch)
+    assert sorted(documented - asked) == []
