@@ -196,7 +196,7 @@ def load_config(
     source = Path(path)
     base = defaults or ServeConfig()
     document = _read_toml(source)
-    top = Table(document, source=source)
+    top = Table(document, source=source, homes=_homes())
     listed = isinstance(document.get("mqtt"), dict) and bool(document["mqtt"].get("listener"))
     data = top.path("data")
     fsync = top.choice("fsync", FSYNC_POLICIES)
@@ -296,6 +296,42 @@ def _toml_error(error: tomllib.TOMLDecodeError, text: str) -> str:
     shown = f": {lines[number - 1].strip()}" if number <= len(lines) else ""
     hint = next((hint for start, hint in _TOML_HINTS if problem.startswith(start)), None)
     return f"{message}{shown}" + (f" ({hint})" if hint else "")
+
+
+def _homes() -> dict[str, str]:
+    """Where each key goes, said of one found in another table (`Table.finish`): the usual
+    TOML slip is a top-level key written below a [table] header, which makes it that
+    table's. A name of two tables (dispatch) is said as the top-level one."""
+    tables: list[tuple[str, tuple[str, ...]]] = [
+        ("in [[mqtt.listener]]", ("host", "port", "tls")),
+        ("in a listener's tls table", ("cert", "key", "ca", "require_client_cert")),
+        ("in a listener's tls table", ("identity_as_username",)),
+        ("in [mqtt.limits]", tuple(limit.name for limit in dataclasses.fields(Limits))),
+        ("in [exactly_once]", _EXACTLY_ONCE_COUNTS + _EXACTLY_ONCE_SECONDS),
+        ("in [security]", ("password_file", "acl_file", "allow_anonymous")),
+        ("in [mqtt]", ("response_information", "sys_interval", "listener", "limits")),
+        ("at the top of the file, above the first [table] header", _TOP_KEYS),
+    ]
+    return {key: home for home, keys in tables for key in keys}
+
+
+# The keys of the file outside any table (load_config reads them).
+_TOP_KEYS: Final = (
+    "data",
+    "fsync",
+    "fsync_interval",
+    "sweep_interval",
+    "keep_processed",
+    "processed_retention",
+    "dispatch",
+    "max_deliveries",
+    "log_level",
+    "polling",
+    "share_groups",
+    "exactly_once",
+    "security",
+    "mqtt",
+)
 
 
 _BARE_KEY: Final = re.compile(r"[A-Za-z0-9_-]+")  # TOML writes other keys quoted

@@ -6,8 +6,9 @@ refuses whatever is left, so a misspelt key is an error rather than a silently i
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,20 @@ __all__ = ["Table"]
 
 
 class Table:
-    def __init__(self, values: dict[str, Any], *, source: Path, path: str = "") -> None:
+    def __init__(
+        self,
+        values: dict[str, Any],
+        *,
+        source: Path,
+        path: str = "",
+        homes: Mapping[str, str] | None = None,
+    ) -> None:
         self._values = values
         self._source = source
         self._path = path  # "mqtt.listener[2]": where this table sits, for messages
         self._used: set[str] = set()
+        # Where each key of the file goes ("in [mqtt.limits]"), said of one found elsewhere.
+        self._homes: Mapping[str, str] = homes or {}
 
     def error(self, key: str, problem: str) -> InvalidArgument:
         return InvalidArgument(f"{self._source}: {self._key(key)}: {problem}")
@@ -119,7 +129,7 @@ class Table:
             value = {}
         if not isinstance(value, dict):
             raise self.error(key, f"expected a table ([{self._key(key)}]), got {_kind(value)}")
-        return Table(value, source=self._source, path=self._key(key))
+        return Table(value, source=self._source, path=self._key(key), homes=self._homes)
 
     def tables(self, key: str, *, if_empty: str) -> Iterator[Table]:
         """An array of tables ([[key]]), numbered from 1 in messages. An empty one (`key = []`)
@@ -133,12 +143,26 @@ class Table:
         if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
             raise self.error(key, f"expected tables ([[{self._key(key)}]]), got {_kind(value)}")
         for index, item in enumerate(value, start=1):
-            yield Table(item, source=self._source, path=f"{self._key(key)}[{index}]")
+            path = f"{self._key(key)}[{index}]"
+            yield Table(item, source=self._source, path=path, homes=self._homes)
 
     def finish(self) -> None:
         unknown = sorted(set(self._values) - self._used)
-        if unknown:
-            raise self.error(unknown[0], "unknown key (check its spelling and its table)")
+        if not unknown:
+            return
+        home = self._homes.get(unknown[0])
+        if home is None:
+            # A misspelling of a key of the file: the key meant, and its table if another.
+            close = difflib.get_close_matches(unknown[0], self._homes, n=1, cutoff=0.75)
+            if not close:
+                raise self.error(unknown[0], "unknown key (check its spelling and its table)")
+            meant = close[0]
+            there = "" if meant in self._used else f" {self._homes[meant]}"  # asked here
+            raise self.error(unknown[0], f"unknown key: did you mean {meant}{there}?")
+        # A key of another table: TOML puts every key under the last [table] header above
+        # it, so a top-level key written below [mqtt] is mqtt's.
+        where = "this table" if self._path else "the top of the file"
+        raise self.error(unknown[0], f"not a key of {where}: it goes {home}")
 
 
 def _as_integer(value: object) -> str:

@@ -88,8 +88,8 @@ def test_a_bad_config_file_is_one_line_naming_file_and_key(tmp_path: Path) -> No
     done = _serve_refused(config, tmp_path)
     assert done.returncode == 1
     assert done.stderr == (
-        f"boxmq serve: {config}: mqtt.limits.max_conections: unknown key "
-        "(check its spelling and its table)\n"
+        f"boxmq serve: {config}: mqtt.limits.max_conections: unknown key: did you mean "
+        "max_connections?\n"
     )
     assert not (tmp_path / "data").exists()
 

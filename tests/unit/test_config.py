@@ -220,6 +220,22 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[security]\npassword_file = 'nope'", "security.password_file: password file "),
         ("[security]\npassword_file = 'boxmq.toml'", "security.password_file: "),
         ("data = ", "not valid TOML: Invalid value (at line 1, column 8)"),
+        # A top-level key below a [table] header is that table's in TOML: said where it goes.
+        ('[mqtt]\nfsync = "never"', "mqtt.fsync: not a key of this table: it goes at the top"),
+        (
+            "[[mqtt.listener]]\nmax_connections = 5",
+            "max_connections: not a key of this table: it goes in [mqtt.limits]",
+        ),
+        ("password_file = 'p'", "password_file: not a key of the top of the file: it goes in [s"),
+        (
+            "[[mqtt.listener]]\nkey = 'k'",
+            "listener[1].key: not a key of this table: it goes in a listener's tls table",
+        ),
+        # A misspelt key: the one meant, and its table when it is another.
+        ("fsyn = 'never'", "fsyn: unknown key: did you mean fsync?"),
+        ("[[mqtt.listener]]\nprot = 1883", "listener[1].prot: unknown key: did you mean port?"),
+        ("[mqtt]\nmax_conections = 5", "did you mean max_connections in [mqtt.limits]?"),
+        ("colour = 'blue'", "colour: unknown key (check its spelling and its table)"),
         # A group no $share/<group>/ can name: its strategy would never be used.
         ('[share_groups."etl/sensors/#"]\ndispatch = "sticky"', 'share_groups."etl/sensors/#": '),
         ('[share_groups."$share/etl"]\ndispatch = "sticky"', "the table is [share_groups.etl]"),

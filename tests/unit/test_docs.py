@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from boxmq import cli, config_table
+from boxmq import cli, config, config_table
 from boxmq.cli_args import joined_negative_durations
 from boxmq.config import ServeConfig, load_config
 from boxmq.errors import InvalidArgument
@@ -301,3 +301,22 @@ def test_every_key_configuration_md_lists_is_read_where_it_says(
     texts = [group_and_listener, group_and_listener + "tls = {}\n"]  # tls: asked if there
     asked = _keys_read(tmp_path, texts, monkeypatch)
     assert sorted(documented - asked) == []
+
+
+def test_a_key_in_the_wrong_table_is_told_the_table_it_reads_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """config._homes (where an error sends a key written in another table) against where
+    the reader asks for each key."""
+    group_and_listener = "[share_groups.etl]\n[[mqtt.listener]]\n"
+    texts = [group_and_listener, group_and_listener + "tls = {}\n"]
+    homes = config._homes()
+    wrong = []
+    for name in _keys_read(tmp_path, texts, monkeypatch):
+        table, _, key = name.rpartition(".")
+        if table.startswith("share_groups"):
+            continue  # a group's name, and its dispatch, which is the top's too
+        said = homes.get(key, "")
+        if not (table.rpartition(".")[2] in said if table else "top of the file" in said):
+            wrong.append(f"{name}: {said!r}")
+    assert wrong == []
