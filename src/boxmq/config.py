@@ -250,6 +250,10 @@ def _read_toml(source: Path) -> dict[str, Any]:
         raw = source.read_bytes()
     except FileNotFoundError:
         raise InvalidArgument(f"config file {source} does not exist") from None
+    except IsADirectoryError:
+        raise InvalidArgument(
+            f"config file {source} is a folder: give --config the TOML file itself"
+        ) from None
     except OSError as error:
         raise InvalidArgument(f"cannot read config file {source}: {error.strerror}") from None
     # An editor's byte order mark (Windows Notepad) is no TOML: tomllib would say only

@@ -61,7 +61,10 @@ class Table:
     def choice(self, key: str, choices: tuple[str, ...]) -> str | None:
         value = self.string(key)
         if value is not None and value not in choices:
-            raise self.error(key, f"{value!r} is not one of {', '.join(choices)}")
+            # "Always", "round_robin", "allways": the one meant, where one is close.
+            close = difflib.get_close_matches(value.lower(), choices, n=1, cutoff=0.7)
+            meant = f": did you mean {close[0]!r}?" if close else ""
+            raise self.error(key, f"{value!r} is not one of {', '.join(choices)}{meant}")
         return value
 
     def boolean(self, key: str) -> bool | None:

@@ -236,6 +236,11 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[[mqtt.listener]]\nprot = 1883", "listener[1].prot: unknown key: did you mean port?"),
         ("[mqtt]\nmax_conections = 5", "did you mean max_connections in [mqtt.limits]?"),
         ("colour = 'blue'", "colour: unknown key (check its spelling and its table)"),
+        # A choice mistyped: the one meant.
+        ("fsync = 'allways'", "'allways' is not one of always, interval, never: did you mean 'al"),
+        ("fsync = 'Always'", "fsync: 'Always' is not one of always, interval, never: did you m"),
+        ("log_level = 'warn'", "debug, info, warning, error: did you mean 'warning'?"),
+        ("dispatch = 'round_robin'", "hash-by-key, random: did you mean 'round-robin'?"),
         # A group no $share/<group>/ can name: its strategy would never be used.
         ('[share_groups."etl/sensors/#"]\ndispatch = "sticky"', 'share_groups."etl/sensors/#": '),
         ('[share_groups."$share/etl"]\ndispatch = "sticky"', "the table is [share_groups.etl]"),
@@ -290,6 +295,14 @@ def test_a_toml_mistake_names_its_line_and_what_to_write(
 def test_a_missing_file(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match=r"config file .*none.toml does not exist"):
         load_config(tmp_path / "none.toml")
+
+
+def test_a_folder_is_no_config_file(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        load_config(tmp_path)  # was "cannot read config file ...: Is a directory"
+    assert str(caught.value) == (
+        f"config file {tmp_path} is a folder: give --config the TOML file itself"
+    )
 
 
 def test_a_byte_order_mark_before_the_first_key_is_read_past(tmp_path: Path) -> None:
