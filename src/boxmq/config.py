@@ -85,6 +85,9 @@ LIMITS_LOWEST: Final = {
     "max_session_expiry": 0,
     "max_packet_size": 20,
 }
+# Integer limits that count seconds (MQTT's Keep Alive and Session Expiry Interval are whole
+# seconds): written as durations too, "1h", as the file's other times are.
+LIMITS_IN_SECONDS: Final = ("max_keepalive", "max_session_expiry")
 # Limits that v5 clients are told in CONNACK, or that they ask for, fit that field (MQTT 5.0
 # §3.2.2.3): two-byte integers, four-byte ones. Maximum Packet Size stops at the largest
 # Remaining Length (a few bytes under the largest packet): paho refuses a CONNACK above it.
@@ -517,7 +520,9 @@ def _limits(table: Table, base: Limits) -> Limits:
             value: int | float | None = table.seconds(limit.name)
         else:
             low = LIMITS_LOWEST.get(limit.name, 1)
-            value = table.integer(limit.name, low=low, high=LIMITS_HIGHEST.get(limit.name))
+            high = LIMITS_HIGHEST.get(limit.name)
+            seconds = limit.name in LIMITS_IN_SECONDS
+            value = table.integer(limit.name, low=low, high=high, seconds=seconds)
         if value is not None:
             values[limit.name] = value
     table.finish()

@@ -70,13 +70,28 @@ class Table:
     def boolean(self, key: str) -> bool | None:
         value = self._take(key)
         if value is not None and not isinstance(value, bool):
-            raise self.error(key, f"expected true or false, got {_kind(value)}")
+            # `keep_processed = "true"`: TOML's booleans are bare words.
+            bare = isinstance(value, str) and value.strip().lower() in ("true", "false")
+            fix = f" ({value!r}): write {value.strip().lower()}, without quotes" if bare else ""
+            raise self.error(key, f"expected true or false, got {_kind(value)}{fix}")
         return value
 
-    def integer(self, key: str, *, low: int, high: int | None = None) -> int | None:
+    def integer(
+        self, key: str, *, low: int, high: int | None = None, seconds: bool = False
+    ) -> int | None:
+        """An integer from `low` to `high`; `seconds`: a count of whole seconds, which may
+        also be written as a duration ("60s", "7d"), as the other times of the file are."""
         value = self._take(key)
         if value is None:
             return None
+        if seconds and isinstance(value, str):
+            try:
+                duration = parse_duration(value)
+            except InvalidArgument as error:
+                raise self.error(key, str(error)) from None
+            if not duration.is_integer():
+                raise self.error(key, f"{value!r} is not a whole number of seconds")
+            value = int(duration)
         if isinstance(value, bool) or not isinstance(value, int):  # bool is an int subclass
             raise self.error(key, f"expected an integer, got {_kind(value)}{_as_integer(value)}")
         if value < low or (high is not None and value > high):

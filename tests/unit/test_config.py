@@ -236,6 +236,14 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[[mqtt.listener]]\nprot = 1883", "listener[1].prot: unknown key: did you mean port?"),
         ("[mqtt]\nmax_conections = 5", "did you mean max_connections in [mqtt.limits]?"),
         ("colour = 'blue'", "colour: unknown key (check its spelling and its table)"),
+        # TOML's booleans are bare words.
+        ("keep_processed = 'true'", "got a string ('true'): write true, without quotes"),
+        ("polling = 'yes'", "polling: expected true or false, got a string"),
+        # Whole seconds, written as a duration too: not a fraction of one.
+        ("[mqtt.limits]\nmax_keepalive = '1500ms'", "'1500ms' is not a whole number of seconds"),
+        ("[mqtt.limits]\nmax_keepalive = '1d'", "max_keepalive: 86400 is out of range: use from"),
+        ("[mqtt.limits]\nmax_session_expiry = 'x'", "max_session_expiry: bad duration 'x'"),
+        ("[mqtt.limits]\nmax_connections = '10s'", "max_connections: expected an integer, got"),
         # A choice mistyped: the one meant.
         ("fsync = 'allways'", "'allways' is not one of always, interval, never: did you mean 'al"),
         ("fsync = 'Always'", "fsync: 'Always' is not one of always, interval, never: did you m"),
@@ -295,6 +303,13 @@ def test_a_toml_mistake_names_its_line_and_what_to_write(
 def test_a_missing_file(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match=r"config file .*none.toml does not exist"):
         load_config(tmp_path / "none.toml")
+
+
+def test_the_limits_in_whole_seconds_take_a_duration_too(tmp_path: Path) -> None:
+    text = '[mqtt.limits]\nmax_keepalive = "10m"\nmax_session_expiry = "30d"\n'
+    limits = load_config(_write(tmp_path, text)).mqtt.limits
+    assert (limits.max_keepalive, limits.max_session_expiry) == (600, 30 * 86400)
+    assert isinstance(limits.max_keepalive, int)  # told to v5 clients in CONNACK, as integers
 
 
 def test_a_folder_is_no_config_file(tmp_path: Path) -> None:
