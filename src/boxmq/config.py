@@ -50,6 +50,7 @@ import logging
 import math
 import os
 import re
+import shlex
 import ssl
 import tomllib
 from dataclasses import dataclass, field
@@ -221,11 +222,13 @@ def load_config(
         authenticator = security.authenticator()
     except InvalidArgument as error:
         key = "allow_anonymous" if security.password_file is None else "password_file"
-        raise InvalidArgument(f"{source}: security.{key}: {error}") from None
+        hint = _missing(document, "password_file", security.password_file, source)
+        raise InvalidArgument(f"{source}: security.{key}: {error}{hint}") from None
     try:
         authorizer = security.authorizer()
     except InvalidArgument as error:
-        raise InvalidArgument(f"{source}: security.acl_file: {error}") from None
+        hint = _missing(document, "acl_file", security.acl_file, source)
+        raise InvalidArgument(f"{source}: security.acl_file: {error}{hint}") from None
     mqtt = dataclasses.replace(mqtt, authenticator=authenticator, authorizer=authorizer)
     return ServeConfig(
         data=data if data is not None else base.data,
@@ -245,6 +248,28 @@ def load_config(
         source=source,
         listeners_from_file=listed,
     )
+
+
+def _missing(document: dict[str, Any], key: str, path: Path | None, source: Path) -> str:
+    """What to do about a [security] file that does not exist: a relative name is taken
+    from the config file's folder, not from where serve was started, which a user who wrote
+    "passwd" beside a `--config etc/boxmq.toml` may not expect; a password file is made by
+    `boxmq passwd`."""
+    if path is None or path.exists():
+        return ""
+    written = str(document.get("security", {}).get(key, ""))
+    relative = not Path(written).expanduser().is_absolute()
+    where = (
+        f"{json.dumps(written)} is taken from {source.parent}, the config file's folder; "
+        if relative
+        else ""
+    )
+    make = (
+        f"make it with `boxmq passwd {shlex.quote(str(path))} USER`"
+        if key == "password_file"
+        else "write it"
+    )
+    return f" ({where}{make}, or fix {key})"
 
 
 def _read_toml(source: Path) -> dict[str, Any]:

@@ -312,6 +312,24 @@ def test_the_limits_in_whole_seconds_take_a_duration_too(tmp_path: Path) -> None
     assert isinstance(limits.max_keepalive, int)  # told to v5 clients in CONNACK, as integers
 
 
+def test_a_security_file_that_does_not_exist_says_where_it_was_looked_for(tmp_path: Path) -> None:
+    """A relative name is taken from the config file's folder, not from where serve ran."""
+    (tmp_path / "etc").mkdir()
+    path = tmp_path / "etc" / "boxmq.toml"
+    path.write_text('[security]\npassword_file = "passwd"\n')
+    with pytest.raises(InvalidArgument) as caught:
+        load_config(path)
+    assert str(caught.value) == (
+        f"{path}: security.password_file: password file {tmp_path}/etc/passwd does not exist "
+        f'("passwd" is taken from {tmp_path}/etc, the config file\'s folder; make it with '
+        f"`boxmq passwd {tmp_path}/etc/passwd USER`, or fix password_file)"
+    )
+    path.write_text(f'[security]\nacl_file = "{tmp_path}/acl"\n')
+    with pytest.raises(InvalidArgument) as caught:
+        load_config(path)
+    assert str(caught.value).endswith(" does not exist (write it, or fix acl_file)")
+
+
 def test_a_folder_is_no_config_file(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument) as caught:
         load_config(tmp_path)  # was "cannot read config file ...: Is a directory"
