@@ -168,6 +168,22 @@ def test_a_queue_another_process_deleted_has_its_files_closed_at_the_full_pass(
         assert _deleted_files_open(root) == []
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
+def test_a_purge_through_the_process_frees_its_messages_blocks(root: Path) -> None:
+    """A purge of target/ through the queue deleted files its own puts kept open: their
+    blocks stayed held until newer puts pushed them out or the next full sweep, where a
+    delete of the queue closes them at once."""
+    with boxmq.open(root, fsync="never", keep_processed=False) as box:
+        jobs = box.queue("jobs")
+        with jobs.consumer("w", max_in_flight=8) as consumer:
+            jobs.put_many([b"x%d" % n for n in range(8)])
+            for message in consumer.receive_ready():
+                message.ack()  # eight own spares
+        jobs.put_many([b"y%d" % n for n in range(8)])  # written through them, kept open
+        assert jobs.purge() == 8
+        assert _deleted_files_open(root) == []
+
+
 # (what, a number): put one body, ack what was received, both, delete the spare folder, or
 # delete one of the files in it (a spare kept open, or not).
 _SPARE_STEPS = st.lists(

@@ -520,7 +520,12 @@ class Queue:
         state = state_of(state)
         if state in (State.PROCESSING, State.WORKING):
             raise InvalidArgument(f"{state.value}/ holds messages in use; purge another state")
-        return sum(self._box.remove(state, entry.name) for entry in list(self._box.scan(state)))
+        removed = sum(self._box.remove(state, entry.name) for entry in list(self._box.scan(state)))
+        if removed:
+            # Its messages' files that this process's puts keep open, blocks and all, for
+            # the spares their acks would give back: closed now, not at the next full sweep.
+            self._box.close_gone()
+        return removed
 
     def requeue(self, *, source: State | str = State.ERROR, left: list[str] | None = None) -> int:
         """Send dead (or expired, or processed) messages back to target/: a redrive. An

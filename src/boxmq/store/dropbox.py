@@ -358,6 +358,13 @@ class Dropbox:
     def remove(self, state: State, name: str) -> bool:
         return remove_file(self._prefixes[state] + name)
 
+    def close_gone(self) -> None:
+        """After deletes (a purge): close the files this process's puts keep open for
+        their spares whose messages are gone, so that their blocks are freed now
+        (Spares.close_gone)."""
+        if self._spares is not None:
+            self._spares.close_gone()
+
     def read(self, state: State, name: str) -> bytes | None:
         """The body of state/<name>, or None if it is gone; NotAFile if it is no file."""
         path = self._prefixes[state] + name
