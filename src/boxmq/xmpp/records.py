@@ -8,7 +8,8 @@ lasts, `.xmpp/<component>/subscribers/<hash>` under the root (docs/file-format.m
 when it begins and deleted when it ends; what the next start finds there are the
 subscriptions a crash ended unheard. One file per subscription, not one list: a subscribe
 writes one small file whatever the number of others. Written as the store's other records
-are (store/records.py): replaced whole by a rename, flushed under fsync=always only.
+are (store/records.py): replaced whole by a rename, flushed under fsync=always only, and
+read on a descriptor (records.read_file).
 The component's name in the path keeps two components on one root apart.
 """
 
@@ -22,7 +23,7 @@ import os
 from dataclasses import dataclass
 
 from boxmq.store.names import escape_segment
-from boxmq.store.records import make_folders, replace_file
+from boxmq.store.records import make_folders, read_file, replace_file
 from boxmq.xmpp.payloads import NOT_XML
 
 __all__ = ["Recorded", "SubscriberRecords", "records_folder"]
@@ -119,8 +120,7 @@ def _read(path: str) -> Recorded | None:
     """The record in `path`, or None if it is none: each value a string XML can carry, as
     the notice quotes it."""
     try:
-        with open(path, encoding="utf-8") as source:
-            data = json.load(source)
+        data = json.loads(read_file(path).decode())
     except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
         return None
     if not isinstance(data, dict):
