@@ -551,7 +551,7 @@ class Box:
             self._next_retained = now + RETAINED_EVERY
             # A delete's tombstone tells a restart that finishes a retained publication
             # marked before it that a delete came since: kept while a marker may be older
-            # (the expire above listed them), and for TOMBSTONE_AGE, for one whose deliver
+            # (as the expire above knows them), and for TOMBSTONE_AGE, for one whose deliver
             # looked at the retained file before it and is still writing its marker. Past
             # done_ttl, a marker whose message still waits keeps its own topic's alone.
             before = now - TOMBSTONE_AGE
