@@ -195,8 +195,11 @@ class Spares:
                     gone = not os.fstat(fd).st_nlink
                 except OSError:
                     continue
-                if gone and self._open.pop(inode, _NO_FD) != _NO_FD:
-                    os.close(fd)
+                if gone:
+                    # The descriptor taken out is the one to close, as _close_oldest does: an
+                    # ack and a put may have put another in place of the one judged (closed
+                    # meanwhile, its number anybody's now), and only what the pop took is ours.
+                    _close(self._open.pop(inode, _NO_FD))
 
     def _close_oldest(self) -> None:
         """Close kept descriptors, oldest first, down to the bound (a message another process

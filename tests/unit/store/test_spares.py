@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -432,3 +433,39 @@ def test_an_ack_while_the_spare_folder_is_being_deleted_deletes_its_file(
     assert spares.give(done)
     assert not os.path.exists(done)
     assert not (tmp_path / SPARE_DIR).exists()
+
+
+def test_closing_the_files_gone_closes_the_descriptor_it_takes_from_the_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`close_gone` judged a kept descriptor, then closed that one, though another thread
+    may have put another in its place meanwhile (an ack gave the file back once the bound had
+    closed the first, a put opened it again): it closed a number that was no longer the
+    pool's (a socket's by then, say) and leaked the new descriptor."""
+    spares = Spares(str(tmp_path), process_token())
+    (tmp_path / "gone").write_bytes(b"x")
+    judged = os.open(tmp_path / "gone", os.O_RDONLY)  # its number, reused by another file
+    os.unlink(tmp_path / "gone")
+    (tmp_path / "kept").write_bytes(b"y")
+    replaced = os.open(tmp_path / "kept", os.O_RDONLY)
+    inode = os.fstat(replaced).st_ino
+    spares._open[inode] = judged
+    fstat = os.fstat
+
+    def meanwhile(fd: int) -> os.stat_result:
+        if fd == judged:
+            spares._open[inode] = replaced  # the other threads' ack and put
+        return fstat(fd)
+
+    monkeypatch.setattr(os, "fstat", meanwhile)
+    try:
+        spares.close_gone()
+        monkeypatch.undo()
+        os.fstat(judged)  # not the pool's: left open
+        assert inode not in spares._open
+        with pytest.raises(OSError, match="Bad file descriptor"):  # the pool's: closed, not leaked
+            os.fstat(replaced)
+    finally:
+        for fd in (judged, replaced):
+            with contextlib.suppress(OSError):
+                os.close(fd)
