@@ -1541,7 +1541,7 @@ def test_an_argument_no_command_takes_is_refused_with_the_command_s_usage(
 
 
 @pytest.mark.parametrize("filter", ["a/b", "$share/g/a/b"])
-@pytest.mark.parametrize(("name", "says"), [("x/y", "contains NUL or '/'"), ("x" * 41, "40-byte")])
+@pytest.mark.parametrize(("name", "says"), [("x/y", "contains '/'"), ("x" * 41, "40-byte")])
 def test_a_bad_subscribe_name_is_called_a_subscriber_name_not_a_consumer_name(
     root: Path, filter: str, name: str, says: str
 ) -> None:
@@ -2170,3 +2170,27 @@ def test_get_of_only_delayed_messages_says_they_wait(
     assert capsys.readouterr().err == (
         "boxmq get: no message is ready in 'jobs' (1 in target/ wait out an `unlock --delay`)\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "wrong"),
+    [
+        (("get", "jobs"), "", "is empty"),
+        (("ack", "jobs", "some-id"), "a/b", "contains '/'"),
+    ],
+)
+def test_a_consumer_name_refused_says_what_a_name_may_be(
+    root: Path, capsys: pytest.CaptureFixture[str], command: tuple[str, ...], name: str, wrong: str
+) -> None:
+    """`--consumer ''` and `--consumer a/b` said the name "is empty or contains NUL or '/'":
+    what was wrong, not what to give."""
+    data = ["--data", str(root), "--fsync", "never"]
+    assert cli.main([*data, "put", "jobs", "x"]) == 0
+    capsys.readouterr()
+    assert cli.main([*data, *command, "--consumer", name]) == 1
+    assert capsys.readouterr().err == (
+        f"boxmq {command[0]}: consumer name {name!r} {wrong}: a name goes into the lock's file "
+        "name, so give 1 to 40 bytes once percent-encoded (A-Z a-z 0-9 - _ are 1 byte each, "
+        "any other character 3 per UTF-8 byte), without '/' or NUL, such as 'worker-1'\n"
+    )
+    assert json.loads(ok(root, "--json", "ls"))["queues"][0]["ready"] == 1  # left as it was

@@ -1043,7 +1043,7 @@ def test_record_of_reads_the_one_record_a_subscription_has(
 def test_a_subscriber_name_refused_is_called_a_subscriber_s_and_a_second_one_names_the_filter(
     box: boxmq.Box, filter: str
 ) -> None:
-    with pytest.raises(boxmq.InvalidName, match=r"^subscriber name 'x/y' is empty or contains"):
+    with pytest.raises(boxmq.InvalidName, match=r"^subscriber name 'x/y' contains '/'"):
         box.subscribe(filter, "x/y", durable=True)
     with pytest.raises(boxmq.InvalidName, match=r"^subscriber name 'xx+' encodes to 41 bytes"):
         box.topics.resubscribe(filter, "x" * 41)

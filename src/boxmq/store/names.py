@@ -465,18 +465,28 @@ def check_consumer_name(name: str, what: str = "consumer name") -> ConsumerId:
     if not isinstance(name, str):  # else a TypeError from `in`, or None called empty
         raise InvalidName(f"{what} {name!r} is not a str ({type(name).__name__})")
     if not name or "\0" in name or "/" in name:
-        raise InvalidName(f"{what} {name!r} is empty or contains NUL or '/'")
+        why = "is empty" if not name else "contains '/'" if "/" in name else "contains NUL"
+        raise InvalidName(f"{what} {name!r} {why}: {_OWNER_RULE}")
     try:
         size = len(_quote(name))
     except InvalidName:
         raise InvalidName(
-            f"{what} {name!r} is not valid Unicode (it has a lone surrogate)"
+            f"{what} {name!r} is not valid Unicode (it has a lone surrogate): {_OWNER_RULE}"
         ) from None
     if size > MAX_OWNER:
         raise InvalidName(
-            f"{what} {name!r} encodes to {size} bytes, over the {MAX_OWNER}-byte limit"
+            f"{what} {name!r} encodes to {size} bytes, over the {MAX_OWNER}-byte limit: "
+            + _OWNER_RULE
         )
     return ConsumerId(name)
+
+
+# What a refused consumer name is told it may be: it said what was wrong, not what to give.
+_OWNER_RULE = (
+    f"a name goes into the lock's file name, so give 1 to {MAX_OWNER} bytes once "
+    "percent-encoded (A-Z a-z 0-9 - _ are 1 byte each, any other character 3 per UTF-8 "
+    "byte), without '/' or NUL, such as 'worker-1'"
+)
 
 
 def locked_name(name: str, lock: Lock) -> str:

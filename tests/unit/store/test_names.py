@@ -547,6 +547,27 @@ def test_consumer_names() -> None:
             check_consumer_name(bad)
 
 
+@pytest.mark.parametrize(
+    ("name", "wrong"),
+    [
+        ("", "is empty"),
+        ("a/b", "contains '/'"),
+        ("a\0b", "contains NUL"),
+        ("\u00e9" * 7, "encodes to 42 bytes, over the 40-byte limit"),
+    ],
+)
+def test_a_refused_consumer_name_says_what_a_name_may_be(name: str, wrong: str) -> None:
+    """`boxmq get --consumer ''` said the name "is empty or contains NUL or '/'": what was
+    wrong, not what to give instead."""
+    with pytest.raises(InvalidName) as refused:
+        check_consumer_name(name)
+    assert str(refused.value) == (
+        f"consumer name {name!r} {wrong}: a name goes into the lock's file name, so give 1 to "
+        "40 bytes once percent-encoded (A-Z a-z 0-9 - _ are 1 byte each, any other character "
+        "3 per UTF-8 byte), without '/' or NUL, such as 'worker-1'"
+    )
+
+
 # --- directory segments --------------------------------------------------------------------
 
 
