@@ -1067,7 +1067,12 @@ def _get(args: argparse.Namespace, box: Box) -> int:
         # What is in target/ now is held back by an `unlock --delay` (get took any other):
         # `ls` counted it READY, and "no message is ready" alone read as a contradiction.
         waiting = queue.counts().ready
-        held = f" ({waiting} in target/ wait out an `unlock --delay`)" if waiting else ""
+        peek = shlex.join(["boxmq", "peek", args.queue, *_subscriber_words(args)])
+        held = (
+            f" ({waiting} in target/ wait out an `unlock --delay`: `{peek}` says until when)"
+            if waiting
+            else ""
+        )
         print(f"boxmq get: no message is ready in {args.queue!r}{whose}{held}", file=sys.stderr)
         return EMPTY
     if args.json:
@@ -1274,6 +1279,10 @@ def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
         row["reply-to"] = reply_to
     if envelope.expiration:  # as `get` shows it: when it goes to expired/ unless taken
         row["expires"] = output.expires(envelope.expiration)
+    if (ready_at := envelope.not_before) > time.time():
+        # Held back by an `unlock --delay`: `ls` counts it READY and `get` passes it by, so
+        # this is where a user sees when it becomes ready. Once past, it is ready as any.
+        row["delay-until"] = output.when(ready_at)
     if peeked.holder is not None:
         # A lock `get` took is held by hand (settled by id, or ended by --lock), not by a
         # running consumer of that name: the table says so, --json with "by-get".

@@ -2168,8 +2168,35 @@ def test_get_of_only_delayed_messages_says_they_wait(
     capsys.readouterr()
     assert cli.main([*data, "get", "jobs"]) == 3
     assert capsys.readouterr().err == (
-        "boxmq get: no message is ready in 'jobs' (1 in target/ wait out an `unlock --delay`)\n"
+        "boxmq get: no message is ready in 'jobs' (1 in target/ wait out an `unlock --delay`: "
+        "`boxmq peek jobs` says until when)\n"
     )
+
+
+def test_peek_shows_until_when_an_unlock_delay_holds_a_message_back(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ls` counts a message an `unlock --delay` holds back as READY and `get` passes it by,
+    but `peek` showed nothing of the delay: no one could tell when it would be ready."""
+    data = ["--data", str(root), "--fsync", "never"]
+    assert cli.main([*data, "put", "jobs", "held"]) == 0
+    assert cli.main([*data, "--json", "get", "jobs"]) == 0
+    held = json.loads(capsys.readouterr().out.splitlines()[-1])["id"]
+    before = time.time()
+    assert cli.main([*data, "unlock", "jobs", held, "--delay", "1h"]) == 0
+    assert cli.main([*data, "put", "jobs", "ready"]) == 0
+    capsys.readouterr()
+    rows = json.loads(_in_process(root, capsys, "--json", "peek", "jobs"))
+    assert [(row["id"] == held, "delay-until" in row) for row in rows] == [
+        (True, True),
+        (False, False),
+    ]
+    ready_at = datetime.datetime.fromisoformat(rows[0]["delay-until"]).timestamp()
+    assert int(before) + 3600 <= ready_at <= time.time() + 3600  # UTC, as LOCK-UNTIL
+    header, first, second = _in_process(root, capsys, "peek", "jobs").splitlines()
+    assert "DELAY-UNTIL" in header.split()
+    assert first.endswith(f"  {rows[0]['delay-until']}")
+    assert rows[0]["delay-until"] not in second
 
 
 @pytest.mark.parametrize(
