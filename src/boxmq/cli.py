@@ -520,7 +520,7 @@ def _put_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--expires-in", type=_positive_duration, metavar="DURATION")
     p.add_argument("--correlation-id")
-    p.add_argument("--reply-to")
+    p.add_argument("--reply-to", type=_reply_to, help="a queue or topic to answer on")
     p.add_argument("--type")
 
 
@@ -538,7 +538,9 @@ def _publish_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--correlation-id", help="MQTT v5 subscribers get it as Correlation Data (UTF-8)"
     )
-    p.add_argument("--reply-to", help="MQTT v5 subscribers get it as Response Topic")
+    p.add_argument(
+        "--reply-to", type=_reply_to, help="MQTT v5 subscribers get it as Response Topic"
+    )
 
 
 def _subscribe_arguments(p: argparse.ArgumentParser) -> None:
@@ -958,6 +960,19 @@ def _property(text: str) -> tuple[str, Property]:
     except InvalidArgument as error:
         raise argparse.ArgumentTypeError(str(error)) from None
     return name, value
+
+
+def _reply_to(text: str) -> str:
+    """A --reply-to: a queue or topic to answer on (docs/cli.md), so none with a wildcard,
+    which makes a filter, never a name to publish to; `-p mqtt.response-topic=a/+` was
+    refused while `--reply-to a/+` was stored, and then left out (logged) of what MQTT v5
+    subscribers get. "" is no value, as the API takes it (docs/python.md)."""
+    if "+" in text or "#" in text:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} holds a wildcard ('+' or '#'), which makes a topic filter: a reply "
+            "goes to one queue or topic, named without them (as for -p mqtt.response-topic)"
+        )
+    return text
 
 
 def _given_twice(properties: list[tuple[str, Property]]) -> str | None:

@@ -2221,3 +2221,29 @@ def test_a_consumer_name_refused_says_what_a_name_may_be(
         "any other character 3 per UTF-8 byte), without '/' or NUL, such as 'worker-1'\n"
     )
     assert json.loads(ok(root, "--json", "ls"))["queues"][0]["ready"] == 1  # left as it was
+
+
+@pytest.mark.parametrize("command", [("put", "jobs"), ("publish", "t")], ids=["put", "publish"])
+@pytest.mark.parametrize("reply_to", ["a/+", "replies/#", "c++"])
+def test_a_reply_to_with_a_wildcard_is_refused_as_a_response_topic_property_is(
+    root: Path, capsys: pytest.CaptureFixture[str], command: tuple[str, ...], reply_to: str
+) -> None:
+    """`-p mqtt.response-topic=a/+` was a usage error while `--reply-to a/+` was stored, and
+    then left out (logged) of what MQTT v5 subscribers get: a wildcard makes a filter, never a
+    queue or topic to answer on. Both are usage errors now, before the root is made."""
+    data = ["--data", str(root), "--fsync", "never"]
+    for given in (["--reply-to", reply_to], ["-p", f"mqtt.response-topic={reply_to}"]):
+        with pytest.raises(SystemExit) as usage:
+            cli.main([*data, *command, "x", *given])
+        assert usage.value.code == 2, given
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main([*data, *command, "x", "--reply-to", reply_to])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"boxmq {command[0]}: error: argument --reply-to: {reply_to!r} holds a wildcard ('+' or "
+        "'#'), which makes a topic filter: a reply goes to one queue or topic, named without "
+        "them (as for -p mqtt.response-topic)"
+    )
+    assert not root.exists()
+    assert cli.main([*data, *command, "x", "--reply-to", ""]) == 0  # no value, as before
+    assert cli.main([*data, *command, "x", "--reply-to", "replies/dev1"]) == 0
