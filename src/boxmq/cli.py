@@ -97,6 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.usage_error("give the body either as BODY or with --file, not both")
     if args.name in ("put", "publish") and (twice := _given_twice(args.property)):
         args.usage_error(f"property {twice!r} is given twice: give each name once")
+    if args.name in ("put", "publish"):
+        for name, _ in args.property:
+            if (known := _near_miss(name)) is not None:
+                print(output.said(_looks_like(args, name, known)), file=sys.stderr)
     if args.name == "session" and (args.action == "end") != (args.client_id is not None):
         # Said before the root is opened: `session end` on a mistyped --data told of the
         # root (exit 1), not of the missing CLIENT_ID.
@@ -973,6 +977,35 @@ def _reply_to(text: str) -> str:
             "goes to one queue or topic, named without them (as for -p mqtt.response-topic)"
         )
     return text
+
+
+def _near_miss(name: str) -> str | None:
+    """The `mqtt.*` name boxmq sends as an MQTT v5 property (mqtt_fields.FIELDS) that the
+    property name `name`, not one of them, looks like a typo of (`mqtt.content_type`,
+    `MQTT.Content-Type`, `mqtt.corelation-data`), or None. Such a name is stored as a
+    property of its own, a User Property over MQTT, as a v5 publisher may mean it, so it is
+    not refused; compared after `mqtt.`, which all share, a name chosen on purpose
+    (`mqtt.content-length` 0.69, `mqtt.payload-format-indicator` 0.74) stays under 0.8."""
+    lower = name.lower()
+    if name in mqtt_fields.FIELDS or not lower.startswith(_MQTT):
+        return None
+    import difflib  # here: only a `-p mqtt.*` pays for it
+
+    key = lower.removeprefix(_MQTT).replace("_", "-")
+    suffixes = [field.removeprefix(_MQTT) for field in mqtt_fields.FIELDS]
+    close = difflib.get_close_matches(key, suffixes, n=1, cutoff=0.8)
+    return _MQTT + close[0] if close else None
+
+
+_MQTT = "mqtt."
+
+
+def _looks_like(args: argparse.Namespace, name: str, known: str) -> str:
+    return (
+        f"{_said_by(args)}: warning: property {name!r} goes as a property of its own (a User "
+        f"Property to MQTT v5 subscribers), not as {known!r}, the v5 property it looks like; "
+        f"if you meant that one, write -p {known}=..."
+    )
 
 
 def _given_twice(properties: list[tuple[str, Property]]) -> str | None:

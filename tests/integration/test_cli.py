@@ -2247,3 +2247,40 @@ def test_a_reply_to_with_a_wildcard_is_refused_as_a_response_topic_property_is(
     assert not root.exists()
     assert cli.main([*data, *command, "x", "--reply-to", ""]) == 0  # no value, as before
     assert cli.main([*data, *command, "x", "--reply-to", "replies/dev1"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "known"),
+    [
+        ("mqtt.content_type", "mqtt.content-type"),
+        ("MQTT.Content-Type", "mqtt.content-type"),
+        ("mqtt.corelation-data", "mqtt.correlation-data"),
+        ("mqtt.responsetopic", "mqtt.response-topic"),
+        ("mqtt.payload_format", "mqtt.payload-format"),
+        ("mqtt.correlation-id", "mqtt.correlation-data"),
+        ("mqtt.content-length", None),  # a v5 publisher's own names: no warning
+        ("mqtt.payload-format-indicator", None),
+        ("mqtt.topic", None),
+        ("content_type", None),
+        ("mqtt.content-type", None),  # the v5 property itself
+    ],
+)
+def test_an_mqtt_name_close_to_a_v5_property_is_stored_with_a_warning(
+    root: Path, capsys: pytest.CaptureFixture[str], name: str, known: str | None
+) -> None:
+    """`-p mqtt.content_type=json` went as a User Property without a word, where the user
+    meant Content Type: a typo no one saw. A v5 publisher may use `mqtt.*` names of its own,
+    so it is still stored, as given; one that looks like one of the four gets a warning."""
+    data = ["--data", str(root), "--fsync", "never"]
+    assert cli.main([*data, "--json", "put", "q", "x", "-p", f"{name}=json"]) == 0
+    err = capsys.readouterr().err
+    if known is None:
+        assert err == ""
+    else:
+        assert err == (
+            f"boxmq put: warning: property {name!r} goes as a property of its own (a User "
+            f"Property to MQTT v5 subscribers), not as {known!r}, the v5 property it looks "
+            f"like; if you meant that one, write -p {known}=...\n"
+        )
+    [row] = json.loads(_in_process(root, capsys, "--json", "peek", "q"))
+    assert row["properties"] == {name: "json"}
