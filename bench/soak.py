@@ -43,7 +43,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from mqtt_wire import packet, string
-from processes import free_port, listening, log_file, rss_kib, stop
+from processes import free_ports, listening, log_file, rss_kib, stop
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 sys.path.insert(0, str(SRC))
@@ -148,7 +148,7 @@ def _certificates(folder: Path) -> tuple[Path, Path, Path, Path, Path] | None:
 class Server:
     def __init__(self, folder: Path, expiry: int, tls: bool) -> None:
         self.folder, self.root = folder, folder / "data"
-        self.port, self.tls_port = free_port(), free_port()
+        self.port, self.tls_port = free_ports(2)
         self.certs = _certificates(folder) if tls else None
         config = f'[[mqtt.listener]]\nhost = "127.0.0.1"\nport = {self.port}\n'
         if self.certs is not None:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from machine import Source, interpreter
-from processes import cpu_seconds, free_port, listening, log_file, rss_kib, stop
+from processes import cpu_seconds, free_ports, listening, log_file, rss_kib, stop
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 CHUNK = 50_000  # lines per mosquitto_pub run at QoS 1 (16-bit packet ids)
@@ -130,7 +130,7 @@ BROKERS: dict[str, Callable[[Ports, Certificates, Path], subprocess.Popen[bytes]
 @contextlib.contextmanager
 def _running(name: str, certs: Certificates, folder: Path) -> Iterator[tuple[Ports, int]]:
     """The broker on two free ports: yields (ports, pid) once both accept connections."""
-    ports = Ports(free_port(), free_port())
+    ports = Ports(*free_ports(2))
     process = BROKERS[name](ports, certs, folder)
     try:
         listening(process, name, folder, ports.plain, ports.tls)
