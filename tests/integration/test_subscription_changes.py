@@ -186,3 +186,40 @@ def test_a_member_s_join_and_leave_read_no_other_member_s_file(
         assert box.topics.members_of("g", "t/#") == sorted(f"m{i}" for i in range(10))
         for member in members:
             member.close()
+
+
+def test_what_needs_a_group_s_member_names_reads_no_member_s_file(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listing (`boxmq ls`), a member's subscriptions, the members of a group, whether one
+    is a member and the process it is bound to read the file of every member (its process
+    token) where only their names, or one's token, were needed: 100 members made each of
+    them 100 opens, a sweep 200 (its token each, then again to see whether any was left)."""
+    opened: list[str] = []
+
+    def counting(file: str, *args: Any, **kwargs: Any) -> Any:
+        opened.append(file)
+        return open(file, *args, **kwargs)
+
+    def member_files() -> list[str]:
+        found = [os.path.basename(file) for file in opened if ".members" in file]
+        opened.clear()
+        return found
+
+    names = [f"m{i}" for i in range(5)]
+    with boxmq.open(root, fsync="never") as box:
+        topics = box.topics
+        for name in names:
+            topics.attach_dropbox("$share/g/t/#", name)
+        monkeypatch.setattr(layout, "open", counting, raising=False)
+        [info] = topics.subscriptions()
+        assert info.members == tuple(names)
+        assert topics.members_of("g", "t/#") == names
+        assert [text for text, _ in topics.subscribed("m3")] == ["$share/g/t/#"]
+        assert topics.has_subscription("$share/g/t/#", "m3")
+        assert not topics.has_subscription("$share/g/t/#", "m9")
+        assert member_files() == []
+        assert topics.bound_to("$share/g/t/#", "m3") == ""  # bound to no process
+        assert member_files() == ["m3"]
+        assert topics.sweep_subscriptions() == 0
+        assert sorted(member_files()) == names  # each one's token, once

@@ -795,7 +795,7 @@ class Topics:
             except QueueNotFound:
                 continue  # deleted right now: the next listing does not show it either
             parsed = TopicFilter(record.filter, record.group)
-            members = tuple(sorted(layout.members(path))) if record.group else ()
+            members = tuple(sorted(layout.member_names(path))) if record.group else ()
             counts = counts_of(dropbox)
             found.append(SubscriptionInfo(str(parsed), record.subscriber, members, counts))
         return sorted(found, key=lambda info: (info.filter, info.subscriber or ""))
@@ -807,7 +807,7 @@ class Topics:
         found = []
         for record, path in layout.read_records(self._root):
             if record.subscriber == subscriber or (
-                record.group is not None and subscriber in layout.members(path)
+                record.group is not None and layout.is_member(path, subscriber)
             ):
                 found.append((str(TopicFilter(record.filter, record.group)), record))
         return found
@@ -864,7 +864,7 @@ class Topics:
         parsed = parse_filter(filter)
         path = self._path_of(parsed, subscriber)
         if parsed.shared:
-            return layout.members(path).get(subscriber, "")
+            return layout.member_token(path, subscriber) or ""
         record = layout.read_record(path)
         return "" if record is None else record.owner
 
@@ -894,7 +894,7 @@ class Topics:
     def members_of(self, group: str, filter: str) -> list[str]:
         """The members of a share group, as registered on disk (any process)."""
         path = self._path_of(TopicFilter(filter, group), None)
-        return sorted(layout.members(path))
+        return sorted(layout.member_names(path))
 
     def has_subscription(self, filter: str, subscriber: str) -> bool:
         """Whether a durable subscription of `subscriber` to `filter` exists on disk (any
@@ -902,7 +902,7 @@ class Topics:
         parsed = parse_filter(filter)
         path = self._path_of(parsed, subscriber)
         if parsed.shared:
-            return subscriber in layout.members(path)
+            return layout.is_member(path, subscriber)
         return os.path.isdir(path)
 
     def reader_named(self, filter: str, subscriber: str | None, consumer: str) -> str | None:
@@ -1291,7 +1291,7 @@ class Topics:
                         layout.remove_member(path, member)
                     elif token and named is not None:
                         named.add(token)
-                if not layout.members(path):
+                if not layout.member_names(path):
                     self._forget(path)
                     self._remove(path)
                     ended += 1
