@@ -1193,18 +1193,6 @@ def _settle(verb: str) -> _Command:
                 f"(`{shlex.join([*peek, '--state', 'processing'])}` "
                 "shows which; --consumer NAME settles as that one)",
             ) from None
-        except UnexpectedRequest as error:
-            if not str(error).endswith(" no longer holds the lock"):
-                raise  # its queue was deleted, which says so
-            # It held the message once: "no longer holds the lock" said neither why nor what
-            # now (an `ack` after --lock ran out).
-            get = shlex.join(["boxmq", "get", args.queue, *_subscriber_words(args)])
-            raise UnexpectedRequest(
-                args.id,
-                f"{args.consumer!r} no longer holds the lock: it ended (--lock ran out, or an "
-                f"unlock) and the message went back to be delivered again; `{get}` takes it "
-                "anew (a longer --lock, or `extend` in time, keeps it)",
-            ) from None
         except Forbidden:
             # Ready, or its lock ended: nobody holds it, and XEP-0254's "did not receive"
             # alone left a user wondering what to do (`ack` of an id `put` printed).
@@ -1221,16 +1209,7 @@ def _settle(verb: str) -> _Command:
                 _dropbox(args, box)
             except BoxMQError:
                 raise error from None  # its queue was deleted meanwhile, which `error` says
-            get = shlex.join(["boxmq", "get", args.queue, *_subscriber_words(args)])
-            held = shlex.join(
-                ["boxmq", "peek", args.queue, *_subscriber_words(args), "--state", "processing"]
-            )
-            detail = str(error).removeprefix(f"{error.message_id}: ")
-            raise UnexpectedRequest(
-                args.id,
-                f"{detail}; the message went back to be delivered again (`{get}` locks the "
-                f"next ready message and prints its id; `{held}` shows who holds it, if one does)",
-            ) from None
+            raise UnexpectedRequest(args.id, _lock_gone(args, error)) from None
         done = {**_named(args), "id": args.id, "done": verb}
         if dead is not None:  # unlocked, but its next delivery would pass a limit
             line = f"{verb}: {args.id} went to error/ ({dead}), not back to target/"
@@ -1240,6 +1219,25 @@ def _settle(verb: str) -> _Command:
         return 0
 
     return run
+
+
+def _lock_gone(args: argparse.Namespace, error: UnexpectedRequest) -> str:
+    """What a settle refused UnexpectedRequest says: why the lock is gone, as the consumer
+    named quoted as the CLI's other refusals name it, then where the message went and what to
+    do, once."""
+    detail = str(error).removeprefix(f"{error.message_id}: ")
+    if detail.startswith(f"{args.consumer} "):
+        detail = f"{args.consumer!r}{detail.removeprefix(args.consumer)}"
+    if detail.endswith(" no longer holds the lock"):  # held by it, not by one that left
+        detail += ": it ended (--lock ran out, or an unlock)"
+    get = shlex.join(["boxmq", "get", args.queue, *_subscriber_words(args)])
+    held = shlex.join(
+        ["boxmq", "peek", args.queue, *_subscriber_words(args), "--state", "processing"]
+    )
+    return (
+        f"{detail}; the message goes back to be delivered again (`{get}` locks the next ready "
+        f"message and prints its id; `{held}` shows who holds it, if one does)"
+    )
 
 
 _ack, _unlock, _reject, _extend = (_settle(v) for v in ("ack", "unlock", "reject", "extend"))
