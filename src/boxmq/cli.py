@@ -401,9 +401,20 @@ class _Commands(_SubParsers):
             vars(namespace).setdefault(argparse._UNRECOGNIZED_ARGS_ATTR, []).extend(unknown)
 
 
+# DESIGN.md §8: a dropbox is a public interface, and the command line says how to use it.
+_SCRIPTS = """\
+A script sends without boxmq: it writes the file in the queue's working/ folder,
+then moves it into target/ (one rename, so no consumer sees it half written):
+  echo hi > data/jobs/working/x && mv data/jobs/working/x data/jobs/target/4.x.T
+The name carries the metadata (docs/file-format.md, "Sending from a script")."""
+
+
 def _parser() -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = _Parser(
-        prog="boxmq", description="A message broker whose state is a directory of plain files."
+        prog="boxmq",
+        description="A message broker whose state is a directory of plain files.",
+        epilog=_SCRIPTS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the recipe on a line of its own
     )
     _add_common(parser, defaults=True)
     commands = parser.add_subparsers(required=True, metavar="COMMAND", action=_Commands)

@@ -89,3 +89,10 @@ def test_the_top_level_help_lists_every_command_by_its_summary() -> None:
 if __name__ == "__main__":
     os.environ.setdefault("COLUMNS", "80")
     sys.stdout.write(_helps())
+
+
+def test_the_help_says_how_a_script_sends_without_boxmq() -> None:
+    """DESIGN.md §8: a dropbox is a public interface, and the command line says so; `boxmq
+    --help` said nothing of it (only the README and file-format.md did)."""
+    recipe = "echo hi > data/jobs/working/x && mv data/jobs/working/x data/jobs/target/4.x.T"
+    assert f"\n  {recipe}\n" in _help()
