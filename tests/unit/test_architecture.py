@@ -89,3 +89,11 @@ def test_xmpp_is_a_door_nothing_below_imports_it() -> None:
     for module, names in pure.items():
         assert not {"asyncio", "socket", "threading"} & names, module
     assert len(_imports("xmpp")) >= 8
+
+
+def test_mqtt_is_a_door_nothing_below_imports_it() -> None:
+    # DESIGN.md §6: the core, the store and the client never know the MQTT door, nor do the
+    # other doors (the CLI and `serve` above it may); xmpp and spark had this guard, mqtt not.
+    for package in ("core", "store", "client", "spark", "xmpp"):
+        assert _offenders(package, ("boxmq.mqtt", "boxmq.runtime", "boxmq.cli")) == []
+    assert len(_imports("mqtt")) >= 8
