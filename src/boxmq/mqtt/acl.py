@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import os
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -46,6 +47,8 @@ _DECISIONS_KEPT: Final = 65_536
 # A decision whose topic, client id and user name are longer together is taken afresh each
 # time, not kept: 65,536 of 65,535-byte topics were 4.3 GB a client could fill (as routes.py).
 _LONGEST_KEPT: Final = 256
+# Seconds between two looks at the ACL file for a change, however many refusals come.
+_LOOK_EVERY: Final = 1.0
 
 log = logging.getLogger("boxmq.mqtt")
 
@@ -97,6 +100,11 @@ class Acl:
     _told: list[tuple[int, int, int] | None] = field(
         default_factory=list, init=False, repr=False, compare=False
     )
+    # When the file was last looked at (`clock`, seconds): a client refused in a tight loop
+    # would otherwise pay a stat on the event loop for each refusal; once a second is soon
+    # enough for an operator waiting on his change.
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False, compare=False)
+    _looked_at: list[float] = field(default_factory=list, init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Acl:
@@ -164,6 +172,10 @@ class Acl:
         """A warning when the file on disk is no longer the one read, once per change."""
         if self.read_as is None:
             return
+        looked_at = self.clock()
+        if self._looked_at and looked_at - self._looked_at[0] < _LOOK_EVERY:
+            return
+        self._looked_at[:] = [looked_at]
         now = file_version(self.path)
         if now == self.read_as or now in self._told:
             return

@@ -3,6 +3,7 @@ brute-force reading of the rules over every topic of a small universe."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -266,10 +267,12 @@ def test_a_refusal_after_the_file_changed_says_to_restart(
     said only `may not subscribe`, nothing of the change the operator was waiting for."""
     path = tmp_path / "acl"
     path.write_text("user alice\ntopic alice/#\n")
-    served = Acl.load(path)
+    clock = [0.0]
+    served = dataclasses.replace(Acl.load(path), clock=lambda: clock[0])
     assert not served.can_subscribe("alice", "c1", "news/#")
     assert caplog.messages == []  # the file is as it was read
     path.write_text("user alice\ntopic alice/#\ntopic read news/#\n")
+    clock[0] = 1.0
     assert not served.can_subscribe("alice", "c1", "news/#")  # as read at start
     assert not served.can_publish("alice", "c1", "news/x")
     assert served.can_publish("alice", "c1", "alice/x")
@@ -277,3 +280,25 @@ def test_a_refusal_after_the_file_changed_says_to_restart(
         f"the ACL file {path} has changed since boxmq serve read it at start: it is read at "
         "start only, so its changes are not in force (restart boxmq serve)"
     ]  # once per change
+
+
+def test_refusals_in_a_loop_look_at_the_file_once_a_second(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each refusal stat-ed the ACL file on the event loop, so a client refused in a tight
+    loop paid a system call per PUBLISH; a change is now looked for at most once a second,
+    and told at the first refusal that looks."""
+    path = tmp_path / "acl"
+    path.write_text("user alice\ntopic alice/#\n")
+    clock = [0.0]
+    served = dataclasses.replace(Acl.load(path), clock=lambda: clock[0])
+    assert not served.can_publish("alice", "c1", "news/x")  # looks: as it was read
+    path.write_text("user alice\ntopic alice/#\ntopic news/#\n")
+    clock[0] = 0.999
+    for _ in range(100):
+        assert not served.can_publish("alice", "c1", "news/x")
+    assert caplog.messages == []  # not looked at again within the second
+    clock[0] = 1.0
+    assert not served.can_publish("alice", "c1", "news/x")
+    assert len(caplog.messages) == 1
+    assert "has changed since boxmq serve read it" in caplog.messages[0]
