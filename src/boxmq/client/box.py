@@ -533,6 +533,8 @@ class Box:
             # since (`boxmq delete` beside a server, a purge): their blocks are freed now,
             # not when newer puts push them out (a root that went quiet: never).
             self._spares.close_gone()
+        elif self._spares is not None:
+            self._spares.close_gone_due()  # subscriptions that ended here since the last one
         # The subscriptions' folders only at a full pass: they take a listing of them all.
         if subscriptions is not None:
             # First: a stale temporary deleted would make its folder young again.

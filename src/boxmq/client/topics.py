@@ -919,11 +919,12 @@ class Topics:
 
     def _remove(self, path: str) -> None:
         """Delete the subscription at `path` (layout.remove_subscription), and close the files
-        of its messages that this process's puts keep open (Spares.close_gone): else their
-        blocks stayed held until newer puts pushed them out."""
+        of its messages that this process's puts keep open (Spares.close_gone_soon: at once,
+        or at the next sweep when many end together): else their blocks stayed held until
+        newer puts pushed them out."""
         layout.remove_subscription(self._root, path)
         if self._spares is not None:
-            self._spares.close_gone()
+            self._spares.close_gone_soon()
 
     def unsubscribe(self, filter: str, subscriber: str) -> bool:
         """End a durable subscription: its dropbox and undelivered messages are deleted."""

@@ -469,3 +469,31 @@ def test_closing_the_files_gone_closes_the_descriptor_it_takes_from_the_pool(
         for fd in (judged, replaced):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def test_deletes_within_a_second_of_a_look_leave_it_to_the_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every subscription's end fstat-ed each kept descriptor (128): many ending together
+    (sessions expiring) paid that for each. The first closes at once, the others within
+    the second are closed together by the sweep's close_gone_due."""
+    from boxmq.store import spares as module
+
+    monkeypatch.setattr(module, "_GONE_INTERVAL", 3600.0)  # however slow the machine
+    spares = Spares(str(tmp_path), process_token())
+    kept = {}
+    for name in ("a", "b"):
+        (tmp_path / name).write_bytes(b"x")
+        fd = os.open(tmp_path / name, os.O_RDONLY)
+        kept[name] = fd
+        spares._open[os.fstat(fd).st_ino] = fd
+    os.unlink(tmp_path / "a")
+    spares.close_gone_soon()
+    assert list(spares._open.values()) == [kept["b"]]  # at once
+    os.unlink(tmp_path / "b")
+    spares.close_gone_soon()
+    assert list(spares._open.values()) == [kept["b"]]  # within the second: left
+    spares.close_gone_due()
+    assert spares._open == {}
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        os.fstat(kept["b"])
