@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from xml.etree.ElementTree import Element
 
 from slixmpp import ComponentXMPP
@@ -66,6 +67,7 @@ class QueueComponent(ComponentXMPP):
         self._delay = 0.5
         self._poll_pending = False
         self._outgoing: list[str] = []  # stanzas of this loop iteration, written in one go
+        self._once_written: list[Callable[[], None]] = []  # run once those are written
         self.service = QueueService(
             box,
             domain=settings.component,
@@ -129,11 +131,19 @@ class QueueComponent(ComponentXMPP):
         """Write to the server; while disconnected the stanzas are dropped, and what they
         carried comes back through the lock timeout (nothing is lost, it is only late)."""
         data, self._outgoing = "".join(self._outgoing), []
+        written, self._once_written = self._once_written, []
         transport = self.transport
         if transport is None or transport.is_closing():
             log.debug("not connected; dropped %.80s", data)
             return
         transport.write(data.encode())
+        for then in written:
+            then()
+
+    def _after_written(self, then: Callable[[], None]) -> None:
+        """Run `then` once the stanzas sent so far are handed to the transport (the next
+        `_flush`); never if they are dropped, the connection lost meanwhile."""
+        self._once_written.append(then)
 
     # -- connection --------------------------------------------------------------------------
 
@@ -142,7 +152,7 @@ class QueueComponent(ComponentXMPP):
         self.connected.set()
         if not self._told_left_over:  # the first connection, before any stanza is served
             self._told_left_over = True
-            self.service.tell_left_over()
+            self.service.tell_left_over(self._after_written)
         log.info(
             "XMPP component %s connected to %s:%d",
             self.settings.component,

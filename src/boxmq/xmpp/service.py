@@ -17,6 +17,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Final
 from xml.etree.ElementTree import Element
 
@@ -285,14 +286,32 @@ class QueueService:
         for subscription in self._subscriptions.all():
             self._drop(subscription)
 
-    def tell_left_over(self) -> None:
+    def tell_left_over(
+        self, once_written: Callable[[Callable[[], None]], None] | None = None
+    ) -> None:
         """Before serving: tell each subscriber that an earlier run recorded and never told
         (it died: SIGKILL, a power cut) that its subscription is gone, as a clean stop
         would have (XEP-0060 §8.8.4), so that it subscribes again; then forget them. Called
-        at the first connection, while nobody is subscribed here yet."""
+        at the first connection, while nobody is subscribed here yet.
+
+        A record is deleted once its notice was handed to the transport: `once_written(then)`
+        runs `then` after what was sent so far is written, and never if the stream dropped
+        first (the component's flush), so that the next start tells that subscriber still;
+        deleted before, a drop at that moment left it never told. Without it (a `send` that
+        takes each stanza at once, as tests' lists do), at once."""
         for record in self._records.left_over():
             self._send(self._subscription_none(record.jid, record.node))
-            self._records.remove(record.jid, record.node)
+            told = partial(self._told_left_over, record.jid, record.node)
+            if once_written is None:
+                told()
+            else:
+                once_written(told)
+
+    def _told_left_over(self, jid: str, node: str) -> None:
+        """A left-over subscriber was told: its record goes, unless it subscribed again
+        meanwhile, which wrote the record anew under the same name, its own now."""
+        if self._subscriptions.get(jid, node) is None:
+            self._records.remove(jid, node)
 
     # -- requests ---------------------------------------------------------------------------------
 

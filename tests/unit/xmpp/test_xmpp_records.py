@@ -3,9 +3,10 @@ subscriber that its subscription is gone (records.py, docs/xmpp.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -14,7 +15,9 @@ from tests.unit.xmpp.wire import ALICE, BOB, PS, SERVICE, Wire
 
 import boxmq
 from boxmq.xmpp import ns
+from boxmq.xmpp.component import QueueComponent
 from boxmq.xmpp.records import SubscriberRecords, _file_name, records_folder
+from boxmq.xmpp.settings import XmppSettings
 
 OTHER = "other.localhost"
 
@@ -207,3 +210,72 @@ def test_a_record_is_flushed_under_fsync_always_only(
             record, renamed = [p for p in flushed if p.startswith(folder)]
             assert (os.path.dirname(record), renamed) == (folder, folder)
         wire.service.close()
+
+
+def test_a_record_is_deleted_only_once_its_notice_is_written(wire: Wire, box: boxmq.Box) -> None:
+    """The records were deleted as the notices were queued, before the component wrote them:
+    a connection dropped at that moment left those subscribers never told."""
+    wire.subscribe(ALICE, 1)
+    wire.subscribe(BOB, 1)
+    wire.service.close(heard=False)  # as a crash: records kept, nobody told
+    after = Wire(box)
+    written: list[Callable[[], None]] = []
+    after.service.tell_left_over(written.append)
+    assert len(_told(after)) == 2
+    assert len(_recorded(box)) == 2  # not written yet: kept
+    written[0]()
+    assert len(_recorded(box)) == 1
+    written[1]()
+    assert _recorded(box) == []
+
+
+def test_a_subscriber_back_before_its_notice_is_written_keeps_its_new_record(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    wire.subscribe(ALICE, 1)
+    wire.service.close(heard=False)  # as a crash: records kept, nobody told
+    after = Wire(box)
+    written: list[Callable[[], None]] = []
+    after.service.tell_left_over(written.append)
+    assert after.subscribe(ALICE, 1).get("type") == "result"  # its record, anew
+    [told] = written
+    told()
+    assert len(_recorded(box)) == 1  # the new subscription's, kept
+    after.service.close()
+    assert _recorded(box) == []
+
+
+class _Transport:
+    """What a QueueComponent writes to: `closing` as after the stream dropped."""
+
+    def __init__(self, *, closing: bool) -> None:
+        self.closing = closing
+        self.written = b""
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+
+def test_notices_dropped_with_the_stream_are_sent_at_the_next_start(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    """The component's flush drops what it cannot write: the records stay for the next
+    start, which tells them (the first connection of this run has told nobody)."""
+    wire.subscribe(ALICE, 1)
+    settings = XmppSettings(SERVICE, "127.0.0.1", 5347, "secret")
+
+    async def start(closing: bool) -> bytes:
+        component = QueueComponent(box, settings)
+        transport = _Transport(closing=closing)
+        component.transport = transport  # type: ignore[assignment]
+        component._started(None)  # the stream is up: the first thing done
+        await asyncio.sleep(0)  # the flush, at the next turn of the loop
+        return transport.written
+
+    assert asyncio.run(start(closing=True)) == b""  # dropped
+    assert len(_recorded(box)) == 1
+    assert b"alice@localhost" in asyncio.run(start(closing=False))
+    assert _recorded(box) == []
