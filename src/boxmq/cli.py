@@ -866,6 +866,8 @@ def _serve(args: argparse.Namespace) -> int:
         log.info("%s", line)
     for line in cli_serve.security_warnings(mqtt):
         log.warning("%s", line)
+    for line in config.unused_settings():
+        log.warning("%s", line)
     if replaced := cli_serve.replaced_listeners(args, config):
         log.log(*replaced)
     xmpp = settings_from(

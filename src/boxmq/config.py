@@ -147,6 +147,7 @@ class ServeConfig:
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     source: Path | None = None  # the file it was read from
     listeners_from_file: bool = False  # mqtt.listeners are the file's [[mqtt.listener]] tables
+    fsync_interval_from_file: bool = False  # the file gave fsync_interval (`unused_settings`)
 
     @property
     def processed_retention_or_none(self) -> float | None:
@@ -156,6 +157,17 @@ class ServeConfig:
     @property
     def logging_level(self) -> int:
         return logging.getLevelNamesMapping()[self.log_level.upper()]
+
+    def unused_settings(self) -> list[str]:
+        """What serve says at start of the file's settings that do nothing, once `--fsync`
+        is applied: each was silently ignored. Warnings, not errors: a user switching fsync
+        policies back and forth keeps the interval written for the next time."""
+        if self.fsync_interval_from_file and self.fsync != "interval":
+            return [
+                f'fsync_interval in {self.source} is ignored: only fsync = "interval" uses '
+                f'it, and fsync is "{self.fsync}"'
+            ]
+        return []
 
     def override(
         self,
@@ -247,6 +259,7 @@ def load_config(
         mqtt=mqtt,
         source=source,
         listeners_from_file=listed,
+        fsync_interval_from_file=fsync_interval is not None,
     )
 
 

@@ -485,7 +485,7 @@ def test_the_example_shows_every_key_of_the_settings() -> None:
     written = set(re.findall(r"^(?:# )?(\w+) *=", text, re.MULTILINE))
     not_keys = {
         "ServeConfig": {"source", "listeners_from_file", "group_dispatch", "exactly_once"}
-        | {"security", "mqtt"},
+        | {"security", "mqtt", "fsync_interval_from_file"},
         "MqttSettings": {"listeners", "limits", "authenticator", "authorizer"},
         "Listener": {"ssl", "identity_as_username"},  # written tls = {...}, with it
         "Security": set(),
@@ -701,3 +701,18 @@ def test_a_sys_interval_of_0_turns_the_sys_topics_off_from_the_file_or_the_flag(
     assert config.override(sys_interval=5.0).mqtt.sys_interval == 5.0  # the flag wins
     assert ServeConfig().mqtt.sys_interval == 10.0
     assert ServeConfig().override(sys_interval=0.0).mqtt.sys_interval == 0.0
+
+
+def test_an_fsync_interval_without_the_interval_policy_is_warned_of(tmp_path: Path) -> None:
+    """`fsync_interval = "5s"` with fsync left "always" (or "never") was silently ignored:
+    a user who meant to flush every 5 s flushed every write, and nothing said why."""
+    path = _write(tmp_path, 'fsync_interval = "5s"\n')
+    assert load_config(path).unused_settings() == [
+        f'fsync_interval in {path} is ignored: only fsync = "interval" uses it, and fsync '
+        'is "always"'
+    ]
+    assert load_config(path).override(fsync="interval").unused_settings() == []  # --fsync
+    path.write_text('fsync = "interval"\nfsync_interval = "5s"\n')
+    assert load_config(path).unused_settings() == []
+    path.write_text('fsync = "never"\n')
+    assert load_config(path).unused_settings() == []  # the interval not given
