@@ -1061,3 +1061,27 @@ def test_a_message_listed_as_pending_then_marked_delivered_elsewhere_is_sent_at_
         assert delivered(other) == [b"x"]
         assert other.deliver("s", "1", remember=remember, must_exist=True) is False  # done
         assert delivered(other) == []
+
+
+@pytest.mark.parametrize("remember", [True, False], ids=["remembered", "forgotten"])
+def test_a_message_marked_delivered_elsewhere_is_sent_not_dropped_past_pending_ttl(
+    root: Path, monkeypatch: pytest.MonkeyPatch, remember: bool
+) -> None:
+    """A process whose books held a message as pending dropped it past pending_ttl though
+    another process had marked it delivered since (killed before its send): never sent, and
+    the marker, which c13de61 reads as "sent elsewhere", then answered the sender's
+    `deliver` again (MQTT's PUBREL) as done, where it used to say the id was unknown."""
+    clock = ManualClock(time.time())
+    limits = ExactlyOnceLimits(pending_ttl=60.0)
+    with boxmq.open(root, fsync="never", clock=clock, exactly_once=limits) as other:
+        other.pending("s")  # read before the message was stored
+        with boxmq.open(root, fsync="never", clock=clock, exactly_once=limits) as box:
+            assert box.assured("s", "1", b"x", queue="counts")
+            assert other.pending("s") == ["1"]
+            clock.advance(50.0)  # its `deliver` just within pending_ttl
+            _killed_after_its_marker(box, monkeypatch, remember=remember)
+        clock.advance(20.0)
+        assert other.intake.expire() == 0  # sent, as the restart would: nothing dropped
+        assert delivered(other) == [b"x"]
+        assert other.deliver("s", "1", remember=remember, must_exist=True) is False  # done
+        assert delivered(other) == []

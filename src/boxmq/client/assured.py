@@ -669,13 +669,34 @@ class AssuredIntake:
         with self._lock:
             self._restore()
             dropped = self._books.expire(now=self._clock.now())
+            count = 0
             for key in dropped:
                 pending = self._pending.pop(key, None)
+                if pending is not None and self._finish_marked(key, pending):
+                    continue
+                count += 1
                 if pending is not None:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(pending.path)
             self._forget_markers()
-            return len(dropped)
+            return count
+
+    def _finish_marked(self, key: tuple[str, str], pending: _Pending) -> bool:
+        """Whether `expire` found `pending` marked delivered since by another process, killed
+        before its send: then it is sent now, as its restart or its sender's arrival would
+        (`_reread`), not dropped as a message whose `deliver` never came, which left the
+        marker to answer the sender's `deliver` again (MQTT's PUBREL) as done: lost, and
+        told delivered. One that cannot be sent stays in working/ for the restart."""
+        found = self._marked(key)
+        if found is None or not os.path.lexists(pending.path):
+            return False
+        marked, remember = found
+        [failure] = self._send_all([pending], marked.superseded, marked)
+        if failure is not None:
+            log.error("exactly once: %s stays in working/: %s", pending.path, failure)
+        elif remember:
+            self._books.restore(*key, size=0, since=marked.at, delivered=True)
+        return True
 
     @property
     def oldest_marker(self) -> float | None:
