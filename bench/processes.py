@@ -62,15 +62,16 @@ def free_ports(count: int) -> list[int]:
         ports: list[int] = []
         while len(ports) < count:
             sock = socket.socket()
+            picked = tries > 0  # else bind(0): the kernel's pick, which fails only for good
             try:
-                if tries > 0:
+                if picked:
                     tries -= 1
                     sock.bind(("127.0.0.1", _pick.randrange(_LOWEST_PORT, top)))
                 else:
                     sock.bind(("127.0.0.1", 0))
             except OSError:  # held, or a TIME_WAIT of a server that was there: another one
                 sock.close()
-                if tries > 0:
+                if picked:  # the last pick that failed falls back to bind(0) too (5efe5ac)
                     continue
                 raise
             stack.enter_context(sock)
