@@ -337,7 +337,7 @@ def _toml_error(error: tomllib.TOMLDecodeError, text: str) -> str:
     if found is None:
         return message
     problem, number = found[1], int(found[2])
-    lines = text.splitlines()
+    lines = text.split("\n")  # TOML's lines: splitlines() also ends one at U+2028 or \x85
     shown = f": {lines[number - 1].strip()}" if number <= len(lines) else ""
     hint = next((hint for start, hint in _TOML_HINTS if problem.startswith(start)), None)
     return f"{message}{shown}" + (f" ({hint})" if hint else "")

@@ -289,6 +289,12 @@ def test_errors_name_the_file_and_the_key(tmp_path: Path, text: str, message: st
             'on its line: end it with its quote ("))',
         ),
         ("[mqtt", "Expected ']' at the end of a table declaration (at line 1, column 6): [mqtt"),
+        (
+            # TOML ends a line at \n alone: a comment's U+2028 (or \x85) showed the line above
+            '# the data\u2028folder\ndata = "a"\ndata = "b"',
+            'Cannot overwrite a value (at line 3, column 11): data = "b" (a key set twice in '
+            "one table: keep one of them)",
+        ),
     ],
 )
 def test_a_toml_mistake_names_its_line_and_what_to_write(
