@@ -1085,3 +1085,26 @@ def test_a_message_marked_delivered_elsewhere_is_sent_not_dropped_past_pending_t
         assert delivered(other) == [b"x"]
         assert other.deliver("s", "1", remember=remember, must_exist=True) is False  # done
         assert delivered(other) == []
+
+
+def test_a_marker_deleted_while_it_is_read_answers_no_deliver_as_done(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `deliver` its books do not know looked at the marker's time, then at its record:
+    a marker deleted in between (its own `deliver` found the file swept away: never sent)
+    read as one whose file is gone, which was taken for a message sent elsewhere."""
+    with boxmq.open(root, fsync="never") as other:
+        other.pending("s")  # its books read before the message was stored
+        with boxmq.open(root, fsync="never") as box:
+            assert box.assured("s", "1", b"x", queue="counts")
+            assert box.deliver("s", "1")
+        [marker] = (root / ".exactly-once").glob("[!.]*")
+        waits = other.intake._waits
+
+        def unmarked_meanwhile(path: str) -> tuple[bool | None, str | None]:
+            marker.unlink(missing_ok=True)
+            return waits(path)
+
+        monkeypatch.setattr(other.intake, "_waits", unmarked_meanwhile)
+        with pytest.raises(ItemNotFound):
+            other.deliver("s", "1", must_exist=True)

@@ -533,14 +533,17 @@ class AssuredIntake:
         if done_ttl <= 0:
             return False  # nothing is remembered
         marker = self._marker(*key)
+        waits, _ = self._waits(marker)
+        if waits is not False:
+            return False
         try:
+            # After its record was read: `_waits` tells a marker deleted meanwhile (by the
+            # `deliver` that wrote it, finding its file swept away: never sent) as one whose
+            # file is gone, which alone would be taken for sent.
             written = os.stat(marker).st_mtime
         except FileNotFoundError:
             return False
-        if self._clock.now() - written >= done_ttl:
-            return False
-        waits, _ = self._waits(marker)
-        return waits is False
+        return self._clock.now() - written < done_ttl
 
     def _unmark(self, source: str, msg_id: str) -> None:
         self._books.forget(source, msg_id)
