@@ -1108,3 +1108,24 @@ def test_a_marker_deleted_while_it_is_read_answers_no_deliver_as_done(
         monkeypatch.setattr(other.intake, "_waits", unmarked_meanwhile)
         with pytest.raises(ItemNotFound):
             other.deliver("s", "1", must_exist=True)
+
+
+def test_a_message_another_process_sent_is_not_told_dropped_past_pending_ttl(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sweep of a process that listed a message another one then delivered finds its
+    marker: sent, nothing to drop or to log, and its repeat is answered as done."""
+    clock = ManualClock(time.time())
+    limits = ExactlyOnceLimits(pending_ttl=60.0)
+    with boxmq.open(root, fsync="never", clock=clock, exactly_once=limits) as other:
+        other.pending("s")
+        with boxmq.open(root, fsync="never", clock=clock, exactly_once=limits) as box:
+            assert box.assured("s", "1", b"x", queue="counts")
+            assert other.pending("s") == ["1"]
+            assert box.deliver("s", "1")
+        clock.advance(70.0)
+        with caplog.at_level(logging.ERROR, logger="boxmq.exactly_once"):
+            assert other.intake.expire() == 0
+        assert caplog.records == []
+        assert other.deliver("s", "1", must_exist=True) is False
+        assert delivered(other) == [b"x"]

@@ -691,11 +691,11 @@ class AssuredIntake:
         marker to answer the sender's `deliver` again (MQTT's PUBREL) as done: lost, and
         told delivered. One that cannot be sent stays in working/ for the restart."""
         found = self._marked(key)
-        if found is None or not os.path.lexists(pending.path):
+        if found is None:
             return False
         marked, remember = found
         [failure] = self._send_all([pending], marked.superseded, marked)
-        if failure is not None:
+        if failure is not None and not _gone(failure, pending):  # gone: its marker's sent it
             log.error("exactly once: %s stays in working/: %s", pending.path, failure)
         elif remember:
             self._books.restore(*key, size=0, since=marked.at, delivered=True)
