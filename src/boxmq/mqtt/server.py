@@ -759,21 +759,34 @@ class MqttServer:
         """Listen on every listener; the addresses bound (a port of 0 gets a free one).
         `sockets`: each listener's, bound already (`bind_listeners`); None: bound here."""
         self.broker.resume_expiries()  # before any client: one that returns cancels its own
+        own = sockets is None
         if sockets is None:
             sockets = await bind_listeners(self.settings.listeners)
         bound: list[tuple[str, int]] = []
         descriptors = _Descriptors()  # here: after serve raised the limit
         self._tell_room(descriptors)
         open_to_all: list[str] = []
-        for listener, socks in zip(self.settings.listeners, sockets, strict=True):
-            for sock in socks:
-                host, port = sock.getsockname()[:2]
-                url = listener_url(host, port, tls=listener.ssl is not None)
-                self._listening.append(_Listening(sock, url, self._factory(listener), descriptors))
-                bound.append((host, port))
-                log.info("MQTT listening on %s", url)
-                if open_to_anyone(self.settings, listener, host):
-                    open_to_all.append(url)
+        try:
+            for listener, socks in zip(self.settings.listeners, sockets, strict=True):
+                for sock in socks:
+                    host, port = sock.getsockname()[:2]
+                    url = listener_url(host, port, tls=listener.ssl is not None)
+                    accepting = _Listening(sock, url, self._factory(listener), descriptors)
+                    self._listening.append(accepting)
+                    bound.append((host, port))
+                    log.info("MQTT listening on %s", url)
+                    if open_to_anyone(self.settings, listener, host):
+                        open_to_all.append(url)
+        except BaseException:
+            # A listen() refused (another program listens there since the bind): those that
+            # listen already stop, and the sockets bound here are closed, where all of them
+            # stayed open (a caller's own sockets are its to close, as `boxmq serve` does).
+            for listening in self._listening:
+                listening.close()
+            self._listening = []
+            if own:
+                close_sockets(sockets)
+            raise
         # Once every listener is bound: before, a host that then did not resolve was called
         # open to the network, a line before the error that stopped serve.
         if open_to_all:

@@ -3,11 +3,13 @@ accepting for a while, says so once, serves the clients it has, and accepts agai
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,11 @@ from tests.integration.mqtt.raw import (
     string,
     subscribe,
 )
+
+import boxmq
+from boxmq.mqtt import server as server_module
+from boxmq.mqtt.server import MqttServer
+from boxmq.mqtt.settings import Listener, MqttSettings
 
 
 def _messages(caplog: pytest.LogCaptureFixture, words: str) -> list[str]:
@@ -205,3 +212,35 @@ def test_the_last_descriptors_are_kept_for_files_past_them_clients_are_refused_o
     [again] = re.findall(r"accepting connections again \((\d+) refused meanwhile\)", log)
     assert int(again) >= 4
     assert "EMFILE" not in log
+
+
+def test_a_listener_refused_at_start_leaves_no_socket_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listeners are bound before they listen (ea6aac5): a listen() then refused, by
+    another program that listens on one's port since the bind, left every socket open, the
+    first one listening, accepting clients for a server that never started."""
+    port = free_port()
+    other = socket.socket()  # binds beside ours (SO_REUSEADDR, neither listening yet)
+    other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    other.bind(("127.0.0.1", port))
+    made: list[list[socket.socket]] = []
+    bind = server_module.bind_listeners
+
+    async def then_the_other_listens(listeners: Sequence[Listener]) -> list[list[socket.socket]]:
+        made.extend(await bind(listeners))
+        other.listen()
+        return made
+
+    async def start(server: MqttServer) -> None:
+        try:
+            with pytest.raises(OSError, match="in use"):
+                await server.start()
+        finally:
+            await server.close()
+
+    monkeypatch.setattr(server_module, "bind_listeners", then_the_other_listens)
+    listeners = (Listener("127.0.0.1", 0), Listener("127.0.0.1", port))
+    with other, boxmq.open(tmp_path / "data", fsync="never") as box:
+        asyncio.run(start(MqttServer(box, MqttSettings(listeners=listeners))))
+    assert [sock.fileno() for socks in made for sock in socks] == [-1, -1]
