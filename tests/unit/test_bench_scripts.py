@@ -1,0 +1,59 @@
+"""Every script under bench/ still loads and parses its options: no test runs them (a run takes
+minutes and needs mosquitto, Prosody or Java), so a name one of them imports from src/ or from
+another bench module could vanish, or an option clash, unnoticed until the next measurement.
+
+One interpreter runs each script as `__main__` with `--help` (argparse prints and exits 0) and
+imports the modules the others share: cheaper than a process per script, which would import
+boxmq, paho, slixmpp and pyspark again each time.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+# What the scripts import from each other (`from processes import ...`), not scripts.
+SHARED = {"machine.py", "mqtt_wire.py", "processes.py"}
+
+# Run by the child: a script's SystemExit other than 0, or any exception, is a failure it
+# names; each script runs with bench/ first on sys.path, as `python bench/x.py` has it.
+_DRIVER = """
+import runpy, sys, traceback
+bench, shared, scripts = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split(",")
+sys.path.insert(0, bench)
+failed = []
+for name in shared + scripts:
+    sys.argv = [f"{bench}/{name}", "--help"]
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__" if name in scripts else name[:-3])
+        if name in scripts:
+            failed.append(f"{name}: --help did not exit")
+    except SystemExit as stop:
+        if stop.code not in (0, None):
+            failed.append(f"{name}: exit {stop.code}")
+    except BaseException:
+        failed.append(f"{name}: {traceback.format_exc()}")
+print("FAILED:", *failed, sep="\\n" if failed else " ")
+"""
+
+
+def test_every_bench_script_imports_and_answers_help() -> None:
+    names = sorted(path.name for path in BENCH.glob("*.py"))
+    scripts = [name for name in names if name not in SHARED]
+    assert {"store.py", "chaos.py", "spark.py", "xmpp.py"} <= set(scripts)  # the glob sees them
+    assert set(names) >= SHARED
+    done = subprocess.run(
+        [sys.executable, "-c", _DRIVER, str(BENCH), ",".join(sorted(SHARED)), ",".join(scripts)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ.copy(),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("FAILED:"), done.stdout[-4000:]
+    for script in scripts:  # each printed its usage line
+        assert f"usage: {script}" in done.stdout, script
