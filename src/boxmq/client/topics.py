@@ -954,6 +954,29 @@ class Topics:
             return Dropbox(path, self._committer, create=False, complete=False, spares=self._spares)
         return Dropbox(path, self._committer, spares=self._spares)
 
+    def remove_left_behind(self, filter: str, subscriber: str) -> bool:
+        """Delete the folder of `subscriber`'s plain subscription to `filter` if it has no
+        record: what an unsubscribe killed between its record's deletion and its folder's
+        move left (`layout.remove_subscription`), the messages it held still in it. No
+        look finds it (`subscribed` reads records), and the next subscribe of the filter
+        under that name took it over, those messages with it. A folder with a record is
+        left alone (a subscription made since, or a shortened name's other owner).
+        Whether there was one."""
+        try:
+            parsed = parse_filter(filter)
+            path = self._path_of(parsed, subscriber)
+        except InvalidArgument:
+            return False  # no folder holds it
+        if parsed.shared:
+            return False  # a group's folder is every member's: its last leave deletes it
+        with self._dropboxes.held(path):
+            if not os.path.isdir(path) or layout.has_record(path):
+                return False
+            self._forget(path)
+            self._remove(path)
+        self._changed(path)
+        return True
+
     def _register(
         self, subscription: Subscription, token: str | None = None, owner: str = ""
     ) -> tuple[str, bool]:

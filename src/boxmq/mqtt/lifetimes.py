@@ -199,11 +199,20 @@ class Lifetimes:
         if record is None and not topics.holds_any(name):
             self._discard_session_state(client_id)
             return
-        for text, _ in topics.subscribed(name):
+        found = dict(topics.subscribed(name))
+        for text in found:
             if not session_made(client_id, record, text):
                 continue
             with session_end_step(client_id, f"deleting its subscription to {text}"):
                 self._box.unsubscribe(text, name)
+        # An end killed while it deleted a subscription (its record gone, its folder not yet)
+        # left the folder with its messages, which `subscribed` does not see: the record,
+        # deleted last, still names the filter. Left there, the next client of this id to
+        # subscribe to it got the ended session's messages.
+        for text in record.options if record is not None else ():
+            if text not in found:
+                with session_end_step(client_id, f"deleting what is left of {text}"):
+                    topics.remove_left_behind(text, name)
         self._discard_session_state(client_id)
 
     def _discard_session_state(self, client_id: str) -> None:

@@ -11,6 +11,7 @@ import signal
 import socket
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,40 @@ def test_a_session_not_back_within_its_interval_after_a_restart_ends(tmp_path: P
         assert _message_files(root) == [
             os.path.join(_dropbox(root, "kept/#", "old"), ".subscription")
         ]
+    finally:
+        second.shutdown()
+
+
+def test_a_session_end_killed_between_a_subscriptions_record_and_folder_is_finished(
+    tmp_path: Path,
+) -> None:
+    """A SIGKILL while a session's end deleted a subscription, after its record and before
+    its folder (store/topics.remove_subscription), left that folder with its messages, and
+    the session's record, deleted last. The restart ended the session, but no look found
+    the folder: the next client of that id to subscribe to the filter got those messages."""
+    root = tmp_path / "root"
+    first = start_server(root)
+    try:
+        _away_with_identifier(first, "gone", "gone/#")
+        paho(first, "pub").publish("gone/x", b"for the ended session", 1)
+    finally:
+        first.shutdown()
+    dropbox = _dropbox(root, "gone/#", "gone")
+    os.unlink(os.path.join(dropbox, ".subscription"))  # where the end was killed
+    record = read_record(str(root), "gone")
+    assert record is not None
+    write_record(str(root), replace(record, disconnected_at=time.time() - 60))  # ran out
+    second = start_server(root)
+    try:
+        deadline = time.monotonic() + WAIT
+        while read_record(str(root), "gone") is not None:  # ended at start
+            assert time.monotonic() < deadline, "the session was not ended at start"
+            time.sleep(0.02)
+        again = paho(second, "gone", clean=False, expiry=EXPIRY)
+        assert not again.session_present
+        again.subscribe("gone/#", 1)
+        assert again.nothing(0.5)
+        assert _message_files(root) == [os.path.join(dropbox, ".subscription")]
     finally:
         second.shutdown()
 
