@@ -661,6 +661,20 @@ class Delivery:
         """A message the process before this one sent and the client did not acknowledge:
         under its packet id again, with DUP (outbox.push_again), or held past the window."""
         packet_id = _taken(session, before, qos2=publish.qos == 2)
+        if publish.qos == 1 and packet_id in session.sent_qos2_before:
+            # Sent at QoS 2, and its subscription granted QoS 1 since (a SUBSCRIBE again):
+            # the client holds it under this id as a QoS 2 message, which comes again as it
+            # went (MQTT-4.4.0-1, as outbox.resend does without a restart); a QoS 1 copy
+            # it delivered a second time.
+            publish = new_publish(
+                publish.topic,
+                publish.payload,
+                2,
+                publish.retain,
+                publish.dup,
+                publish.packet_id,
+                publish.properties,
+            )
         sent = session.outbox.push_again(publish, message, packet_id, now)
         client = self._links.get(session.client_id)
         if client is not None and sent is not None:  # None: past the window, held

@@ -339,6 +339,35 @@ def test_a_message_in_flight_from_two_overlapping_filters_goes_again_under_both_
         stop(server)
 
 
+def test_a_qos2_message_in_flight_goes_again_at_qos2_after_a_downgrade_and_a_kill(
+    tmp_path: Path,
+) -> None:
+    """The device was sent a QoS 2 message it did not answer, then subscribed again to the
+    filter at QoS 1. After a restart the message went again under its packet id at QoS 1,
+    the QoS granted now, where a reconnect sends it as it went (MQTT-4.4.0-1): a client
+    holding it as a QoS 2 message delivers a QoS 1 copy a second time."""
+    target, server = serve_fresh(tmp_path)
+    try:
+        device = _subscribed(target, "device", "jobs/#", 2)
+        publisher = paho(target, "publisher")
+        publisher.publish("jobs/1", b"held", 2)
+        publisher.stop()
+        kind, body = read(device)
+        assert kind == 0x34  # QoS 2, no DUP: not answered
+        held = publish_fields(body)
+        device.sendall(subscribe(2, "jobs/#", 1))
+        assert read(device)[0] == 0x90  # its record written, naming the message in flight
+        server = _restart(server, signal.SIGKILL, target)
+        device.close()
+        device, present = open_raw(target, "device", clean=False, expiry=300)
+        assert present
+        kind, body = read(device)
+        assert (kind, publish_fields(body)) == (0x3C, held)  # QoS 2 again, DUP
+        device.close()
+    finally:
+        stop(server)
+
+
 def test_a_qos2_message_settled_by_a_pubrec_the_record_missed_gets_its_pubrel_after_a_kill(
     tmp_path: Path,
 ) -> None:
