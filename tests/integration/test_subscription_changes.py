@@ -8,13 +8,13 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import boxmq
 from boxmq.store import topics as layout
 from boxmq.store.layout import State
+from boxmq.store.records import read_file
 
 
 class Reads:
@@ -168,15 +168,15 @@ def test_a_member_s_join_and_leave_read_no_other_member_s_file(
     route the group, and a leave once: a group's N joins read N² files."""
     opened: list[str] = []
 
-    def counting(file: str, *args: Any, **kwargs: Any) -> Any:
+    def counting(file: str) -> bytes:
         opened.append(file)
-        return open(file, *args, **kwargs)
+        return read_file(file)
 
     with boxmq.open(root, fsync="never") as box:
         box.topics.attach_dropbox("warm/#", "w")
         assert box.topics.has_durable("warm/x")  # a look: its own changes are routed at once
         members = [box.subscribe("$share/g/t/#", f"m{i}") for i in range(10)]
-        monkeypatch.setattr(layout, "open", counting, raising=False)
+        monkeypatch.setattr(layout, "read_file", counting)
         joined = box.subscribe("$share/g/t/#", "m10")
         assert [os.path.basename(file) for file in opened if ".members" in file] == ["m10"]
         opened.clear()
@@ -197,9 +197,9 @@ def test_what_needs_a_group_s_member_names_reads_no_member_s_file(
     them 100 opens, a sweep 200 (its token each, then again to see whether any was left)."""
     opened: list[str] = []
 
-    def counting(file: str, *args: Any, **kwargs: Any) -> Any:
+    def counting(file: str) -> bytes:
         opened.append(file)
-        return open(file, *args, **kwargs)
+        return read_file(file)
 
     def member_files() -> list[str]:
         found = [os.path.basename(file) for file in opened if ".members" in file]
@@ -211,7 +211,7 @@ def test_what_needs_a_group_s_member_names_reads_no_member_s_file(
         topics = box.topics
         for name in names:
             topics.attach_dropbox("$share/g/t/#", name)
-        monkeypatch.setattr(layout, "open", counting, raising=False)
+        monkeypatch.setattr(layout, "read_file", counting)
         [info] = topics.subscriptions()
         assert info.members == tuple(names)
         assert topics.members_of("g", "t/#") == names

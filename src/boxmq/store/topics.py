@@ -628,8 +628,7 @@ def member_token(path: str, member: str) -> str | None:
     """The process token `member` of the share group at `path` is bound to; None if it is no
     member (one file read, where `members` reads every member's)."""
     try:
-        with open(os.path.join(members_path(path), escape_segment(member))) as source:
-            return source.read()
+        return read_file(os.path.join(members_path(path), escape_segment(member))).decode()
     except FileNotFoundError:
         return None
 
@@ -647,6 +646,6 @@ def members(path: str) -> dict[str, str]:
     found = {}
     with contextlib.suppress(FileNotFoundError), os.scandir(members_path(path)) as entries:
         for entry in entries:
-            with contextlib.suppress(FileNotFoundError), open(entry.path) as source:
-                found[unescape_segment(entry.name)] = source.read()
+            with contextlib.suppress(FileNotFoundError):
+                found[unescape_segment(entry.name)] = read_file(entry.path).decode()
     return found
