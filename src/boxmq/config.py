@@ -360,7 +360,7 @@ def _homes() -> dict[str, str]:
     return {key: home for home, keys in tables for key in keys}
 
 
-# The keys of the file outside any table (load_config reads them).
+# The keys of the file outside any table, as load_config reads them (a test checks they agree).
 _TOP_KEYS: Final = (
     "data",
     "fsync",
