@@ -933,7 +933,8 @@ def _serve_root(
     with boxmq.open(
         config.data,
         fsync=config.fsync,
-        fsync_interval=config.fsync_interval,
+        # Refused with another policy; the file's is then warned of (unused_settings).
+        fsync_interval=config.fsync_interval if config.fsync == "interval" else None,
         keep_processed=config.keep_processed,
         processed_retention=config.processed_retention_or_none,
         polling=config.polling,

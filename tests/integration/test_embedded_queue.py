@@ -1506,6 +1506,15 @@ def test_open_refuses_a_duration_that_is_no_number_of_seconds(
     assert not (tmp_path / ".spare").exists()  # refused before anything was made
 
 
+@pytest.mark.parametrize("fsync", ["always", "never"])
+def test_open_refuses_an_fsync_interval_its_policy_never_uses(tmp_path: Path, fsync: str) -> None:
+    """fsync_interval=5 with fsync "always" (the default) or "never" was taken without a word
+    and never used, where serve's config file warns of it."""
+    with pytest.raises(boxmq.InvalidArgument, match='only used with fsync="interval"'):
+        boxmq.open(tmp_path, fsync=fsync, fsync_interval=5.0)
+    assert not (tmp_path / ".spare").exists()  # refused before anything was made
+
+
 def test_open_takes_zero_to_clean_at_once_and_none_to_keep_forever(tmp_path: Path) -> None:
     with boxmq.open(tmp_path, abandon_after=0, processed_retention=0, spares=0) as box:
         box.queue("jobs").put(b"x")
