@@ -270,6 +270,9 @@ def _box_round(box: boxmq.Box, round_: int) -> None:
         message = queue.get("api")
         if message is not None:
             queue.ack(message.id, "api")
+    # Each get takes the same message again (an unlocked one is the oldest ready): the unlock
+    # of its fifth delivery sends it to error/ (max_deliveries is 5), logged as a warning each
+    # round, and the queue's deletion below removes it there.
     for _ in range(5):
         message = queue.get("api")
         if message is not None:
@@ -279,7 +282,7 @@ def _box_round(box: boxmq.Box, round_: int) -> None:
         message = consumer.receive(1)
         if message is None:
             break
-        message.unlock() if n == 0 else message.ack()  # once: max_deliveries is 5
+        message.unlock() if n == 0 else message.ack()  # the next message, delivered once
     consumer.close()
     kept = box.queue("soak-kept")  # one queue lives through the run
     kept.put("k")
