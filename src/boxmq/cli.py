@@ -972,7 +972,7 @@ def _property(text: str) -> tuple[str, Property]:
     body is read or the root made, as a bad --priority is; it was an error of the run (1)."""
     try:
         name, value = parse_property(text)
-        if name.startswith(RESERVED_PREFIX):  # refused by the put too, once the root was made
+        if name.startswith(RESERVED_PREFIX):  # refused by put and publish too, root made
             raise InvalidArgument(reserved_name(name))
         mqtt_fields.check({name: value})  # an `mqtt.*` value MQTT v5 cannot carry
     except InvalidArgument as error:

@@ -32,6 +32,7 @@ __all__ = [
     "cheap_init",
     "check_given",
     "property_text",
+    "refuse_reserved",
     "reserved_name",
     "timestamp_of",
 ]
@@ -52,6 +53,20 @@ def reserved_name(name: str) -> str:
         f"property name {name!r} starts with {RESERVED_PREFIX}, which boxmq keeps for its own "
         "properties: give it another name"
     )
+
+
+def refuse_reserved(properties: object) -> None:
+    """InvalidName, saying what to do, for a producer's property named in boxmq's `bx_*`: a
+    `bx_nb` held every copy back until it says (epoch ms: the year 5138 for 99999999999999),
+    a `bx_dc` or `bx_why` was read as boxmq's delivery count or dead reason. Every public
+    put and publish calls it; a door passes boxmq's own (`bx_v5`, `bx_rp`) around it. A
+    `properties` that is no mapping is left to `check_given` and `properties_from`."""
+    if properties is None:  # most puts and publishes: no ABC check (check_given's reason)
+        return
+    if type(properties) is dict or isinstance(properties, Mapping):
+        for name in properties:
+            if isinstance(name, str) and name.startswith(RESERVED_PREFIX):
+                raise InvalidName(reserved_name(name))
 
 
 # The message group of a message, set by its producer as an ordinary property (JMS's name for

@@ -15,6 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import boxmq
+from boxmq.client.assured import AssuredMessage
+from boxmq.client.topics import Publication
 
 
 def test_a_receive_timeout_that_is_no_number_of_seconds_is_refused_not_waited_on_for_ever(
@@ -459,3 +461,58 @@ def test_an_empty_correlation_id_reply_to_or_type_is_stored_as_none_everywhere(
     names = [path.name for path in (root / "jobs" / "processed").iterdir()]
     assert len(names) == 2
     assert all(name.count(".") == 2 for name in names), names  # trailing empty fields left out
+
+
+def _sends_of(given: dict[str, Any]) -> dict[str, Callable[[boxmq.Box], object]]:
+    """Every public way to store a message with `given` properties."""
+
+    def never(_: object) -> None:
+        pytest.fail("a refused batch commits nothing")
+
+    def assured_many(box: boxmq.Box) -> object:
+        message = AssuredMessage("s", "3", b"x", topic="a/b", properties=given)
+        [outcome] = box.intake.assured_many([message])  # said per message, not raised
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    return {
+        "put": lambda box: box.queue("jobs").put(b"x", properties=given),
+        "put_many": lambda box: box.queue("jobs").put_many(
+            [boxmq.Outgoing(b"x", properties=given)]
+        ),
+        "publish": lambda box: box.publish("a/b", b"x", properties=given),
+        "publish_many": lambda box: box.topics.publish_many(
+            [Publication("a/b", b"x", properties=given)]
+        ),
+        "publish_many_then": lambda box: box.topics.publish_many_then(
+            [Publication("a/b", b"x", properties=given)], never
+        ),
+        "assured-queue": lambda box: box.assured("s", "1", b"x", queue="jobs", properties=given),
+        "assured-topic": lambda box: box.assured("s", "2", b"x", topic="a/b", properties=given),
+        "assured_many": assured_many,
+    }
+
+
+@pytest.mark.parametrize("name", ["bx_nb", "bx_v5"])
+@pytest.mark.parametrize("send", list(_sends_of({})))
+def test_a_property_named_in_boxmqs_own_bx_is_refused_by_every_put_and_publish(
+    box: boxmq.Box, root: Path, send: str, name: str
+) -> None:
+    """`bx_*` names what boxmq writes itself (docs/file-format.md): the CLI and `put` refused
+    them, but `publish` and `assured` stored them, so a `bx_nb` held every copy back until the
+    year 5138, a `bx_dc` or `bx_why` passed for boxmq's delivery count or dead reason. The
+    MQTT door's own (`bx_v5`) go around the check (`reserved=True`), not through it."""
+    given: dict[str, Any] = {"tenant": "acme", name: 99_999_999_999_999}
+    says = (
+        f"^property name '{name}' starts with bx_, which boxmq keeps for its own properties: "
+        "give it another name$"
+    )
+    jobs = box.queue("jobs")
+    with box.subscribe("a/b", "worker") as subscriber:
+        with pytest.raises(boxmq.InvalidName, match=says):
+            _sends_of(given)[send](box)
+        assert subscriber.receive_nowait() is None
+    assert jobs.counts() == boxmq.QueueCounts(0, 0, 0, 0, 0, 0)
+    assert box.pending("s") == []
+    assert not any((root / "jobs" / "working").iterdir())

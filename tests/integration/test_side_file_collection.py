@@ -17,7 +17,7 @@ def test_the_sweep_deletes_old_side_files_no_message_names(root: Path) -> None:
         named = box.side_files.put(b"named by a message")
         box.side_files.put(b"its message was acknowledged and deleted")
         subscriber = box.subscribe("t/#", "worker")
-        box.publish("t/1", b"body", properties={PROPERTIES_FILE: named})
+        box.topics.publish("t/1", b"body", properties={PROPERTIES_FILE: named}, reserved=True)
         clock.advance(GRACE + 1)
         box.sweep()
         assert sorted(os.listdir(box.side_files.path)) == [named]

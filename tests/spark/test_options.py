@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import boxmq
-from boxmq.errors import InvalidArgument, MetadataTooLong, QueueNotFound
+from boxmq.errors import InvalidArgument, InvalidName, MetadataTooLong, QueueNotFound
 from boxmq.ids import IdFactory
 from boxmq.model import MessageClass
 from boxmq.mqtt.stored import _properties_of
@@ -245,7 +245,13 @@ def test_the_topic_option_wins_over_the_topic_column() -> None:
 @pytest.mark.parametrize(
     ("row", "error", "says"),
     [
-        ({"body": b"x", "properties": {"bx_dc": "1"}}, InvalidArgument, "bx_"),
+        (
+            {"body": b"x", "properties": {"bx_dc": "1"}},
+            InvalidName,
+            "^boxmq sink: property name 'bx_dc' starts with bx_, which boxmq keeps for its own "
+            "properties: give it another name$",
+        ),
+        ({"body": b"x", "properties": {"": "1"}}, InvalidName, "'': a name is a non-empty"),
         ({"body": b"x", "priority": 2**40}, InvalidArgument, "priority"),
         ({"body": b"x", "class": "Q"}, InvalidArgument, "M, B, S, P, O, T"),
         ({"body": b"x", "topic": "a/+/b"}, InvalidArgument, "wildcards"),

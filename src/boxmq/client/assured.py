@@ -59,6 +59,7 @@ from boxmq.model import (
     PropertyValue,
     check_given,
     properties_from,
+    refuse_reserved,
 )
 from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
 from boxmq.store.dropbox import Dropbox
@@ -222,24 +223,29 @@ class AssuredIntake:
         )
         return self.assured_one(message)
 
-    def assured_one(self, message: AssuredMessage) -> bool:
-        """`assured` of a message already made one (a door's, whose body is bytes)."""
-        [outcome] = self.assured_many([message])
+    def assured_one(self, message: AssuredMessage, *, reserved: bool = False) -> bool:
+        """`assured` of a message already made one (a door's, whose body is bytes).
+        reserved: its `bx_*` properties are boxmq's own (`bx_v5`, `bx_rp`: a door's message);
+        a user's are refused."""
+        [outcome] = self.assured_many([message], reserved=reserved)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
-    def assured_many(self, messages: Sequence[AssuredMessage]) -> list[Outcome]:
+    def assured_many(
+        self, messages: Sequence[AssuredMessage], *, reserved: bool = False
+    ) -> list[Outcome]:
         """Step 1 for several messages, flushed together: each one's outcome in order, what
         `assured` would return for it or the error it would raise (nothing of that one
-        stored). One commit instead of one each: a publisher's window of QoS 2 messages."""
+        stored). One commit instead of one each: a publisher's window of QoS 2 messages.
+        reserved: as for `assured_one`, a door's messages."""
         outcomes: list[Outcome] = []
         with self._lock:
             self._restore()
             staged: list[tuple[int, _Staged]] = []
             for message in messages:
                 try:
-                    stage = self._stage(message)
+                    stage = self._stage(message, reserved)
                 except (BoxMQError, OSError) as error:
                     outcomes.append(error)
                     continue
@@ -266,7 +272,7 @@ class AssuredIntake:
                         outcomes[index] = failure
         return outcomes
 
-    def _stage(self, message: AssuredMessage) -> _Staged | None:
+    def _stage(self, message: AssuredMessage, reserved: bool) -> _Staged | None:
         """Reserve room for `message` in the books and write its file; None for a repeat."""
         _check_key(message.source, message.msg_id)  # a door's message, not checked by `assured`
         source, msg_id, expires_in = message.source, message.msg_id, message.expires_in
@@ -280,6 +286,8 @@ class AssuredIntake:
             # then failed at `deliver` after its marker, and every later start with it.
             validate_topic(message.topic)
         check_given(message.properties, None, None)
+        if not reserved:
+            refuse_reserved(message.properties)
         mqtt_fields.check(message.properties or {})
         now = self._clock.now()
         action = self._books.assured(

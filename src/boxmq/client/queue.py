@@ -31,11 +31,10 @@ from boxmq.client.spill import spilled
 from boxmq.client.sweeps import SweepLimits, release_stale_locks
 from boxmq.core import QueuePolicy
 from boxmq.core.durations import check_seconds
-from boxmq.errors import InvalidArgument, InvalidName, MetadataTooLong, QueueNotFound
+from boxmq.errors import InvalidArgument, MetadataTooLong, QueueNotFound
 from boxmq.ids import IdFactory
 from boxmq.model import (
     DEAD_REASON,
-    RESERVED_PREFIX,
     ConsumerId,
     Envelope,
     MessageClass,
@@ -44,7 +43,7 @@ from boxmq.model import (
     PropertyValue,
     check_given,
     properties_from,
-    reserved_name,
+    refuse_reserved,
 )
 from boxmq.store.commit import Move, discard_unsent, discard_unsent_file
 from boxmq.store.dropbox import Dropbox, NotAFile
@@ -338,9 +337,7 @@ class Queue:
             return Envelope(message_id, outgoing.priority, message_class, expiration), body
         properties = dict(outgoing.properties or {})
         given = properties_from(properties)  # names and types checked before anything else
-        for prop in given:
-            if prop.name.startswith(RESERVED_PREFIX):
-                raise InvalidName(reserved_name(prop.name))
+        refuse_reserved(properties)
         mqtt_fields.check(properties)
         envelope = Envelope(
             message_id=message_id,

@@ -68,6 +68,7 @@ from boxmq.model import (
     cheap_init,
     check_given,
     properties_from,
+    refuse_reserved,
 )
 from boxmq.store import topics as layout
 from boxmq.store.commit import Committer, FsyncPolicy, Move, discard_unsent
@@ -248,6 +249,7 @@ class Topics:
         source: str | None = None,
         superseded: bool = False,
         message_id: MessageId | None = None,
+        reserved: bool = False,
     ) -> MessageId:
         """Send to every subscription matching `topic`; returns the message id.
 
@@ -255,10 +257,13 @@ class Topics:
         that knows the order it received them in): it goes out as retained, and replaces
         nothing. message_id: the id to give it, from `new_id` (a door that takes a message
         in before it writes it: its place among its publisher's messages is where it was
-        taken in, since a subscription orders its messages by their ids)."""
+        taken in, since a subscription orders its messages by their ids). reserved: a door's
+        message, whose `bx_*` properties are boxmq's own (`bx_v5`): a user's are refused."""
         validate_topic(topic)
         level = _qos(qos)
         check_given(properties, correlation_id, reply_to)
+        if not reserved:
+            refuse_reserved(properties)
         # No Local compares the source with a subscriber's client id: a 5 went out unnoticed.
         if source is not None and not isinstance(source, str):
             raise InvalidArgument(f"source is a str or None, not {type(source).__name__}")
@@ -468,13 +473,15 @@ class Topics:
             properties=(Property(TOPIC, PropertyType.STRING, topic), *user),
         )
 
-    def publish_many(self, messages: Sequence[Publication]) -> list[MessageId]:
+    def publish_many(
+        self, messages: Sequence[Publication], *, reserved: bool = False
+    ) -> list[MessageId]:
         """Publish several messages, in order, with one commit: under fsync=always they share
         one flush instead of one each (a broker takes many PUBLISHes per socket read).
 
         Every message is checked before anything is written, so a bad one fails the batch
-        and leaves nothing behind."""
-        planned, staged = self._stage_many(messages)
+        and leaves nothing behind. reserved: as for `publish`, a door's messages."""
+        planned, staged = self._stage_many(messages, reserved)
         moves = [move for move in staged if move is not None]
         if moves:
             try:
@@ -490,6 +497,8 @@ class Topics:
         messages: Sequence[Publication],
         committed: PublishedEach,
         ready: Callable[[], None] | None = None,
+        *,
+        reserved: bool = False,
     ) -> list[MessageId]:
         """As `publish_many`, but return once the files are written, and call `committed`
         once they are as durable as the fsync policy promises (from the committing thread
@@ -503,7 +512,7 @@ class Topics:
         them in target/ from then on anyway). A consumer may thus have a message before its
         producer's acknowledgement; a crash of the machine in between may lose the rename,
         and the producer, never told, sends it again: at least once still holds."""
-        planned, staged = self._stage_many(messages)
+        planned, staged = self._stage_many(messages, reserved)
         moves = [move for move in staged if move is not None]
         handed_over = False
 
@@ -558,11 +567,11 @@ class Topics:
             live.sent(sent)
 
     def _stage_many(
-        self, messages: Sequence[Publication]
+        self, messages: Sequence[Publication], reserved: bool
     ) -> tuple[list[_Planned], list[Move | None]]:
         """Check every message, then write each body once; per message, the move that will
         send it (None: no durable copy). If a write fails, the files written before it are
-        deleted and its OSError raised."""
+        deleted and its OSError raised. reserved: `bx_*` properties are boxmq's own."""
         routes: dict[tuple[str, QoS, str | None], _Route] = {}  # a batch is mostly one topic
         planned = []
         for message in messages:
@@ -572,6 +581,8 @@ class Topics:
             if route is None:
                 validate_topic(message.topic)
                 route = routes[key] = self._destinations(*key)
+            if not reserved:
+                refuse_reserved(message.properties)
             envelope = self._envelope(
                 message.topic, message.properties, message.expires_in, None, None, False
             )

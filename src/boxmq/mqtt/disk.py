@@ -190,7 +190,8 @@ class _Run:
                 loop.call_soon_threadsafe(ready)
 
         try:
-            self._topics.publish_many_then(run, tell, None if ready is None else renamed)
+            then = None if ready is None else renamed
+            self._topics.publish_many_then(run, tell, then, reserved=True)  # bx_v5: boxmq's
         except BoxMQError:  # nothing was written: each alone, each with its own answer
             self._each_in_pool(start, end)
         except OSError as error:  # a write failed: nothing was kept

@@ -662,6 +662,7 @@ class Publishing:
                 source=consumer_name(client_id),
                 superseded=superseded,
                 message_id=None if message_id is None else MessageId(message_id),
+                reserved=True,  # its bx_v5 or bx_v5h, and bx_rp: boxmq's own
             )
 
         room = partial(self._box.topics.topic_room, expires_in=expiry, retain=packet.retain)
@@ -729,7 +730,8 @@ class Publishing:
                 continue
             batch.append(index)
             messages.append(_assured_message(client_id, packet, properties))
-        for index, outcome in zip(batch, self._box.intake.assured_many(messages), strict=True):
+        outcomes = self._box.intake.assured_many(messages, reserved=True)  # bx_v5, bx_rp
+        for index, outcome in zip(batch, outcomes, strict=True):
             results[index] = outcome
             if isinstance(outcome, MetadataTooLong):
                 results[index] = _attempt(partial(self._assure, *items[index]))
@@ -740,7 +742,8 @@ class Publishing:
         fit in its name (store_with_properties)."""
 
         def assured(properties: dict[str, str]) -> bool:
-            return self._box.intake.assured_one(_assured_message(client_id, packet, properties))
+            message = _assured_message(client_id, packet, properties)
+            return self._box.intake.assured_one(message, reserved=True)
 
         expiry = stored_expiry(packet)
         room = partial(self._box.topics.topic_room, expires_in=expiry, retain=packet.retain)

@@ -29,6 +29,7 @@ from boxmq.model import (
     MessageId,
     Property,
     PropertyType,
+    reserved_name,
 )
 from boxmq.store.names import encode
 from boxmq.store.side_files import SideFiles
@@ -242,10 +243,10 @@ def _properties(row: Sequence[object], index: int | None) -> tuple[Property, ...
         raise InvalidArgument(f"boxmq sink: properties {value!r} is not a map")
     found = []
     for key, item in value.items():
-        if not isinstance(key, str) or not key or key.startswith(RESERVED_PREFIX):
-            raise InvalidName(
-                f"boxmq sink: property name {key!r} is empty or in boxmq's {RESERVED_PREFIX}*"
-            )
+        if not isinstance(key, str) or not key:
+            raise InvalidName(f"boxmq sink: property name {key!r}: a name is a non-empty string")
+        if key.startswith(RESERVED_PREFIX):  # the words of every put and publish
+            raise InvalidName(f"boxmq sink: {reserved_name(key)}")
         if item is not None:
             found.append(Property(key, PropertyType.STRING, str(item)))
     try:

@@ -252,10 +252,12 @@ def test_a_pubrel_cut_short_is_finished_by_a_restart_after_done_ttl(tmp_path: Pa
 _KILLED_SUPERSEDED = """
 import os, signal, sys
 import boxmq
+from boxmq.client.assured import AssuredMessage
 from boxmq.client.topics import Topics
 from boxmq.model import PUBLISHED_RETAINED
 box = boxmq.open(sys.argv[1], fsync="never")
-assert box.assured("mqtt:pub", "1", b"old", topic="ret/1", properties={PUBLISHED_RETAINED: True})
+old = AssuredMessage("mqtt:pub", "1", b"old", topic="ret/1", properties={PUBLISHED_RETAINED: True})
+assert box.intake.assured_one(old, reserved=True)
 box.publish("ret/1", b"new", retain=True)
 def killed(self, *args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)

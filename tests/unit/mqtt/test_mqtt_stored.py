@@ -401,7 +401,7 @@ def test_the_group_s_warning_gives_the_longest_topic_that_keeps_it(
         box.subscribe("$share/g/#", "m", process_bound=False).detach()  # a group to copy to
 
         def publish(properties: dict[str, str]) -> MessageId:
-            return box.topics.publish(topic, b"paid", properties=properties)
+            return box.topics.publish(topic, b"paid", properties=properties, reserved=True)
 
         with caplog.at_level(logging.WARNING, "boxmq.mqtt"):
             store_with_properties(packet, box.side_files, publish, box.topics.topic_room)

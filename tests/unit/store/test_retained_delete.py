@@ -16,6 +16,7 @@ import pytest
 from tests.crashes import Killed
 
 import boxmq
+from boxmq.client.assured import AssuredMessage
 from boxmq.client.box import RETAINED_EVERY
 from boxmq.clock import ManualClock
 from boxmq.model import PUBLISHED_RETAINED
@@ -172,9 +173,9 @@ def test_a_marker_left_waiting_past_done_ttl_keeps_its_own_topics_tombstone_alon
     with boxmq.open(tmp_path, fsync="never", clock=clock) as box:
         box.sweep()  # its books read before the message was stored
         with boxmq.open(tmp_path, fsync="never", clock=clock) as dying:
-            assert dying.assured(
-                "mqtt:gone", "1", b"old", topic="mine", properties={PUBLISHED_RETAINED: True}
-            )
+            retained = {PUBLISHED_RETAINED: True}  # as the MQTT door's: boxmq's own bx_rp
+            old = AssuredMessage("mqtt:gone", "1", b"old", topic="mine", properties=retained)
+            assert dying.intake.assured_one(old, reserved=True)
 
             def killed(*args: object, **kwargs: object) -> list[OSError | None]:
                 raise Killed
