@@ -193,8 +193,8 @@ def test_errors_are_one_clear_line_and_no_traceback(
         ("put", "jobs", "x", "-p", "n:int=x"),
         ("publish", "t", "x", "-p", "mqtt.payload-format=2"),
         ("put", "jobs", "x", "-p", "a=1", "-p", "a=2"),
-        ("publish", "t", "x", "-p", "bx_dc:int=1"),  # exit 1, "is in boxmq's bx_*", root made
-        ("put", "jobs", "x", "--priority", "2147483648"),  # exit 1, after the root was made
+        ("publish", "t", "x", "-p", "bx_dc:int=1"),  # was exit 1, "is in boxmq's bx_*", root made
+        ("put", "jobs", "x", "--priority", "2147483648"),  # was exit 1, after the root was made
     ],
     ids=["bad-int", "bad-mqtt-value", "twice", "boxmqs-own", "priority-over-int32"],
 )
