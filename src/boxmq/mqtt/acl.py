@@ -36,7 +36,7 @@ from typing import Final
 from boxmq.core.filter_relations import covers, overlaps
 from boxmq.core.topics import matches, parse_filter, validate_filter
 from boxmq.errors import InvalidArgument, InvalidTopic
-from boxmq.mqtt.passwords import file_version
+from boxmq.mqtt.passwords import file_version, tell_if_changed
 
 __all__ = ["Access", "Acl", "Rule", "substitute"]
 
@@ -176,15 +176,7 @@ class Acl:
         if self._looked_at and looked_at - self._looked_at[0] < _LOOK_EVERY:
             return
         self._looked_at[:] = [looked_at]
-        now = file_version(self.path)
-        if now == self.read_as or now in self._told:
-            return
-        self._told[:] = [now]  # the version last told of, so a flood of refusals warns once
-        log.warning(
-            "the ACL file %s has changed since boxmq serve read it at start: it is read at "
-            "start only, so its changes are not in force (restart boxmq serve)",
-            self.path,
-        )
+        tell_if_changed("ACL file", self.path, self.read_as, self._told)
 
     def _decide(
         self,

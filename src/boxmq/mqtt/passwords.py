@@ -44,6 +44,7 @@ __all__ = [
     "file_version",
     "hash_password",
     "set_password",
+    "tell_if_changed",
     "validate_username",
 ]
 
@@ -300,17 +301,8 @@ class PasswordFile:
 
     def _tell_if_changed(self) -> None:
         """A warning when the file on disk is no longer the one read, once per change."""
-        if self.read_as is None:
-            return
-        now = file_version(self.path)
-        if now == self.read_as or now in self._told:
-            return
-        self._told[:] = [now]  # the version last told of, so a flood of refusals warns once
-        log.warning(
-            "the password file %s has changed since boxmq serve read it at start: it is read "
-            "at start only, so its changes are not in force (restart boxmq serve)",
-            self.path,
-        )
+        if self.read_as is not None:
+            tell_if_changed("password file", self.path, self.read_as, self._told)
 
 
 # -- the file -------------------------------------------------------------------------------------
@@ -325,6 +317,27 @@ def file_version(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None  # removed: a change too
     return (found.st_ino, found.st_mtime_ns, found.st_size)
+
+
+def tell_if_changed(
+    kind: str,
+    path: Path,
+    read_as: tuple[int, int, int],
+    told: list[tuple[int, int, int] | None],
+) -> None:
+    """Warn that the `kind` file at `path` is no longer the version read at start
+    (`file_version`), once per version: `told` keeps the one last told of, so that a flood
+    of refusals warns once."""
+    now = file_version(path)
+    if now == read_as or now in told:
+        return
+    told[:] = [now]
+    log.warning(
+        "the %s %s has changed since boxmq serve read it at start: it is read at start only, "
+        "so its changes are not in force (restart boxmq serve)",
+        kind,
+        path,
+    )
 
 
 def _read_lines(path: Path) -> list[str]:
