@@ -317,6 +317,21 @@ def _packets(buffer: bytearray) -> list[tuple[int, bytes]]:
     return out
 
 
+def _connacked(sock: socket.socket, connect: bytes, buffer: bytearray) -> list[tuple[int, bytes]]:
+    """Send CONNECT on a fresh `sock` and read up to its CONNACK, which must accept (0): the
+    packets read, the CONNACK first (a resumed session's are sent again with it)."""
+    sock.sendall(packet(0x10, connect))
+    buffer.clear()
+    while not (got := _packets(buffer)):
+        data = sock.recv(4096)
+        if not data:
+            raise ConnectionError("closed before CONNACK")
+        buffer += data
+    if got[0][0] != 0x20 or got[0][1][1] != 0:
+        raise ConnectionError(f"CONNACK {got[0]!r}")
+    return got
+
+
 def role_publisher2(a: argparse.Namespace) -> None:
     """QoS 2 on q2/t0-3 (`pub2`), 20 in flight, over a raw MQTT 3.1.1 socket: paho 2.2
     sends a PUBLISH again, as new, after its PUBREL when a reconnect takes more than one
@@ -341,15 +356,7 @@ def role_publisher2(a: argparse.Namespace) -> None:
         if sock is None:
             try:
                 sock = socket.create_connection(("127.0.0.1", a.port), timeout=2)
-                sock.sendall(packet(0x10, connect))
-                buffer.clear()
-                while not (got := _packets(buffer)):
-                    data = sock.recv(4096)
-                    if not data:
-                        raise ConnectionError("closed before CONNACK")
-                    buffer += data
-                if got[0][0] != 0x20 or got[0][1][1] != 0:
-                    raise ConnectionError(f"CONNACK {got[0]!r}")
+                _connacked(sock, connect, buffer)
                 for packet_id, (_tag, publish, released) in flight.items():  # in sent order
                     pid = packet_id.to_bytes(2)
                     sock.sendall(packet(0x62, pid) if released else packet(0x3C, publish))
@@ -478,16 +485,8 @@ def role_member5(a: argparse.Namespace) -> None:
         if sock is None:
             try:
                 sock = socket.create_connection(("127.0.0.1", a.port), timeout=2)
-                sock.sendall(packet(0x10, connect))
-                buffer.clear()
-                while not (got := _packets(buffer)):
-                    data = sock.recv(4096)
-                    if not data:
-                        raise ConnectionError("closed before CONNACK")
-                    buffer += data
-                first, body = got[0]
-                if first != 0x20 or body[1] != 0:
-                    raise ConnectionError(f"CONNACK {got[0]!r}")
+                got = _connacked(sock, connect, buffer)
+                body = got[0][1]
                 answers.clear()  # those the server still wants, it sends again (DUP)
                 if not body[0] & 1:
                     awaiting.clear()  # a new session: no PUBREL of the old one comes
