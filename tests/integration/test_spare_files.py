@@ -115,6 +115,16 @@ def _deleted_files_open(root: Path) -> list[str]:
     return held
 
 
+def _put_through_own_spares(jobs: boxmq.Queue) -> None:
+    """Eight messages put and acked (eight own spares), then eight more written through
+    those spares, whose files this process keeps open."""
+    with jobs.consumer("w", max_in_flight=8) as consumer:
+        jobs.put_many([b"x%d" % n for n in range(8)])
+        for message in consumer.receive_ready():
+            message.ack()
+    jobs.put_many([b"y%d" % n for n in range(8)])
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
 def test_a_deleted_queue_s_messages_free_their_blocks(root: Path) -> None:
     """A put through an own spare keeps its file open for the ack to give back; a queue
@@ -122,11 +132,7 @@ def test_a_deleted_queue_s_messages_free_their_blocks(root: Path) -> None:
     files per root, 64 KiB each), for as long as the process put nothing more."""
     with boxmq.open(root, fsync="never", keep_processed=False) as box:
         jobs = box.queue("jobs")
-        with jobs.consumer("w", max_in_flight=8) as consumer:
-            jobs.put_many([b"x%d" % n for n in range(8)])
-            for message in consumer.receive_ready():
-                message.ack()  # eight own spares
-        jobs.put_many([b"y%d" % n for n in range(8)])  # written through them, kept open
+        _put_through_own_spares(jobs)
         assert box.delete_queue("jobs")
         assert _deleted_files_open(root) == []
 
@@ -213,11 +219,7 @@ def test_a_purge_through_the_process_frees_its_messages_blocks(root: Path) -> No
     delete of the queue closes them at once."""
     with boxmq.open(root, fsync="never", keep_processed=False) as box:
         jobs = box.queue("jobs")
-        with jobs.consumer("w", max_in_flight=8) as consumer:
-            jobs.put_many([b"x%d" % n for n in range(8)])
-            for message in consumer.receive_ready():
-                message.ack()  # eight own spares
-        jobs.put_many([b"y%d" % n for n in range(8)])  # written through them, kept open
+        _put_through_own_spares(jobs)
         assert jobs.purge() == 8
         assert _deleted_files_open(root) == []
 
