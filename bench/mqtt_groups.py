@@ -33,7 +33,17 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from mqtt_wire import connect5, packet, publish5, read_packet, read_varint, string, varint
+from mqtt_wire import (
+    connect5,
+    packet,
+    puback_for,
+    publish5,
+    read_packet,
+    read_varint,
+    send_windowed,
+    string,
+    varint,
+)
 from processes import broker_running, cpu_seconds
 
 _SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -132,9 +142,7 @@ class Run:
                     continue
                 qos = (kind >> 1) & 3
                 if qos:
-                    topic_end = 2 + int.from_bytes(body[:2], "big")
-                    packet_id = body[topic_end : topic_end + 2]
-                    member.writer.write(packet(0x40, packet_id + b"\x00"))
+                    member.writer.write(puback_for(body))
                 identifiers, payload = _groups_of(body, qos)
                 for identifier in identifiers:
                     self.copies[identifier, payload] += 1
@@ -150,17 +158,10 @@ class Run:
         await read_packet(reader)
         self.received, self.wanted = 0, expected
         self.arrived.clear()
-        acked = 0
-        for n, topic in enumerate(topics):
-            writer.write(publish5(topic, f"{qos}:{n}".encode(), qos, n % 65535 + 1))
-            if qos and n + 1 - acked >= _WINDOW:
-                await writer.drain()
-                while n + 1 - acked >= _WINDOW:
-                    kind, _ = await asyncio.wait_for(read_packet(reader), self.budget)
-                    acked += kind >> 4 == 4
-            elif n % 500 == 499:
-                await writer.drain()
-        await writer.drain()
+        publishes = (
+            publish5(t, f"{qos}:{n}".encode(), qos, n % 65535 + 1) for n, t in enumerate(topics)
+        )
+        await send_windowed(reader, writer, publishes, qos, _WINDOW, self.budget)
         try:
             await asyncio.wait_for(self.arrived.wait(), self.budget)
             done = True

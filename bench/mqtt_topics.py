@@ -26,13 +26,13 @@ import random
 import time
 from dataclasses import dataclass
 
-from mqtt_wire import connect5, packet, publish5, read_packet, string
+from mqtt_wire import connect5, packet, puback_for, publish5, read_packet, send_windowed, string
 from processes import broker_running, cpu_seconds
 
 _SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
 _BATCH = 200  # connections opened at once
 _IDLE = 5.0  # seconds the broker's CPU is read with every client connected and quiet
-_WINDOW = 100  # Receive Maximum each client gives (boxmq's own)
+_WINDOW = 100  # Receive Maximum each client gives; QoS 1 PUBLISHes unanswered (boxmq's own)
 _MOSQUITTO = ""  # config lines beside start_broker's
 _BOXMQ = "[mqtt.limits]\nmax_connections = 30000\n"  # its config file
 
@@ -97,9 +97,7 @@ class Run:
                 if kind >> 4 != 3:
                     continue
                 if (kind >> 1) & 3:
-                    topic_end = 2 + int.from_bytes(body[:2], "big")
-                    packet_id = body[topic_end : topic_end + 2]
-                    device.writer.write(packet(0x40, packet_id + b"\x00"))
+                    device.writer.write(puback_for(body))
                 self.received += 1
                 if self.received >= self.wanted:
                     self.arrived.set()
@@ -111,18 +109,8 @@ class Run:
         await read_packet(reader)
         self.received, self.wanted = 0, len(topics)
         self.arrived.clear()
-        acked = 0
-        window = 100  # boxmq's Receive Maximum: more unanswered QoS 1 PUBLISHes close
-        for n, topic in enumerate(topics):
-            writer.write(publish5(topic, b"x" * 32, qos, n % 65535 + 1))
-            if qos and n + 1 - acked >= window:
-                await writer.drain()
-                while n + 1 - acked >= window:
-                    kind, _ = await asyncio.wait_for(read_packet(reader), self.budget)
-                    acked += kind >> 4 == 4
-            elif n % 500 == 499:
-                await writer.drain()
-        await writer.drain()
+        publishes = (publish5(t, b"x" * 32, qos, n % 65535 + 1) for n, t in enumerate(topics))
+        await send_windowed(reader, writer, publishes, qos, _WINDOW, self.budget)
         try:
             await asyncio.wait_for(self.arrived.wait(), self.budget)
             done = True

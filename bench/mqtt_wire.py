@@ -1,13 +1,25 @@
 """What the raw MQTT clients of the benchmarks share (chaos.py's QoS 2 publisher,
 mqtt_topics.py's devices, mqtt_groups.py's members, mqtt_idle.py's connections, soak.py): a packet's
-framing, a string field, a Variable Byte Integer, MQTT 5's CONNECT and PUBLISH, and reading
-one packet from a stream. Not a benchmark (bench/README.md)."""
+framing, a string field, a Variable Byte Integer, MQTT 5's CONNECT and PUBLISH, reading
+one packet from a stream, a received PUBLISH's PUBACK, and a publisher's send loop that keeps
+at most a window of QoS 1 PUBLISHes unanswered. Not a benchmark (bench/README.md)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
-__all__ = ["connect5", "packet", "publish5", "read_packet", "read_varint", "string", "varint"]
+__all__ = [
+    "connect5",
+    "packet",
+    "puback_for",
+    "publish5",
+    "read_packet",
+    "read_varint",
+    "send_windowed",
+    "string",
+    "varint",
+]
 
 
 def varint(n: int) -> bytes:
@@ -71,3 +83,34 @@ async def read_packet(reader: asyncio.StreamReader) -> tuple[int, bytes]:
         if not byte & 0x80:
             break
     return first, await reader.readexactly(size)
+
+
+def puback_for(body: bytes) -> bytes:
+    """The PUBACK (success) of a received QoS 1 PUBLISH, given its body: its packet id
+    follows the topic."""
+    topic_end = 2 + int.from_bytes(body[:2], "big")
+    return packet(0x40, body[topic_end : topic_end + 2] + b"\x00")
+
+
+async def send_windowed(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    publishes: Iterable[bytes],
+    qos: int,
+    window: int,
+    budget: float,
+) -> None:
+    """Each of `publishes` (PUBLISHes at `qos`) written to `writer`, drained every 500; at
+    QoS 1 no more than `window` (the broker's Receive Maximum: more unanswered ones close the
+    connection) wait for their PUBACK from `reader`, each read within `budget` seconds."""
+    acked = 0
+    for n, publish in enumerate(publishes):
+        writer.write(publish)
+        if qos and n + 1 - acked >= window:
+            await writer.drain()
+            while n + 1 - acked >= window:
+                kind, _ = await asyncio.wait_for(read_packet(reader), budget)
+                acked += kind >> 4 == 4
+        elif n % 500 == 499:
+            await writer.drain()
+    await writer.drain()
