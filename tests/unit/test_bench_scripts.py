@@ -9,6 +9,7 @@ boxmq, paho, slixmpp and pyspark again each time.
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -57,3 +58,30 @@ def test_every_bench_script_imports_and_answers_help() -> None:
     assert done.stdout.rstrip().endswith("FAILED:"), done.stdout[-4000:]
     for script in scripts:  # each printed its usage line
         assert f"usage: {script}" in done.stdout, script
+
+
+def _code_of(path: Path, names: set[str]) -> dict[str, str]:
+    """The code (docstrings and comments left out) of the functions and assignments `names`
+    of the module at `path`."""
+    found: dict[str, str] = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                node.body = body[1:]  # its docstring, which says where each copy is used
+            found[node.name] = ast.dump(node)
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id in names:
+                    found[target.id] = ast.dump(node.value)
+    return found
+
+
+def test_bench_free_ports_is_the_tests_one() -> None:
+    # bench/ runs without tests/ and the tests do not import bench/, so each keeps its own copy
+    # of the port picker; a fix made to one only (5efe5ac, copied later by abca5eb) fails here.
+    names = {"_LOWEST_PORT", "_ephemeral_start", "free_ports"}
+    tests_copy = _code_of(BENCH.parent / "tests" / "ports.py", names)
+    assert set(tests_copy) == names
+    assert _code_of(BENCH / "processes.py", names) == tests_copy
