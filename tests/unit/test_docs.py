@@ -179,6 +179,13 @@ def test_every_command_line_in_the_docs_gives_options_its_command_has() -> None:
     assert wrong == []
 
 
+# Config files that make the reader ask for every key: a share group (`etl`, which _keys_read
+# names `<group>`) and a listener, so that their keys are asked for too; then a tls table,
+# whose missing cert stops the reading there, once its keys were asked for.
+_GROUP_AND_LISTENER = "[share_groups.etl]\n[[mqtt.listener]]\n"
+_ALL_TABLES = [_GROUP_AND_LISTENER, _GROUP_AND_LISTENER + "tls = {}\n"]
+
+
 def _keys_read(folder: Path, texts: list[str], monkeypatch: pytest.MonkeyPatch) -> set[str]:
     """Every key the config reader asks a table for, whether the file has it or not, by its
     full name as the docs write it: `mqtt.limits.max_connections`, `mqtt.listener.host`
@@ -204,11 +211,7 @@ def _keys_read(folder: Path, texts: list[str], monkeypatch: pytest.MonkeyPatch) 
 def test_every_config_key_is_in_configuration_md(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A share group and a listener, so that their keys are asked for too; then a tls table,
-    # whose missing cert stops the reading there.
-    group_and_listener = "[share_groups.etl]\n[[mqtt.listener]]\n"
-    texts = [group_and_listener, group_and_listener + "tls = {}\n"]
-    keys = {name.rpartition(".")[2] for name in _keys_read(tmp_path, texts, monkeypatch)}
+    keys = {name.rpartition(".")[2] for name in _keys_read(tmp_path, _ALL_TABLES, monkeypatch)}
     keys -= {"<group>"}  # a group's name, not a key
     assert {"data", "max_connections", "max_message_size", "require_client_cert"} <= keys
     text = (DOCS / "configuration.md").read_text(encoding="utf-8")
@@ -297,9 +300,7 @@ def test_every_key_configuration_md_lists_is_read_where_it_says(
     documented = _documented_keys()
     assert {"data", "mqtt.listener.host", "mqtt.limits.max_connections"} <= documented
     assert "exactly_once.done_ttl" in documented
-    group_and_listener = "[share_groups.etl]\n[[mqtt.listener]]\n"
-    texts = [group_and_listener, group_and_listener + "tls = {}\n"]  # tls: asked if there
-    asked = _keys_read(tmp_path, texts, monkeypatch)
+    asked = _keys_read(tmp_path, _ALL_TABLES, monkeypatch)
     assert sorted(documented - asked) == []
 
 
@@ -308,11 +309,9 @@ def test_a_key_in_the_wrong_table_is_told_the_table_it_reads_from(
 ) -> None:
     """config._homes (where an error sends a key written in another table) against where
     the reader asks for each key."""
-    group_and_listener = "[share_groups.etl]\n[[mqtt.listener]]\n"
-    texts = [group_and_listener, group_and_listener + "tls = {}\n"]
     homes = config._homes()
     wrong = []
-    for name in _keys_read(tmp_path, texts, monkeypatch):
+    for name in _keys_read(tmp_path, _ALL_TABLES, monkeypatch):
         table, _, key = name.rpartition(".")
         if table.startswith("share_groups"):
             continue  # a group's name, and its dispatch, which is the top's too
