@@ -301,19 +301,14 @@ def _packets(buffer: bytearray) -> list[tuple[int, bytes]]:
     """The whole packets at the start of `buffer` (taken out of it): (first byte, body)."""
     out: list[tuple[int, bytes]] = []
     while len(buffer) >= 2:
-        length, shift, i = 0, 0, 1
-        while True:
-            if i >= len(buffer):
-                return out
-            length += (buffer[i] & 0x7F) << shift
-            shift += 7
-            i += 1
-            if not buffer[i - 1] & 0x80:
-                break
-        if len(buffer) < i + length:
+        try:
+            length, start = read_varint(buffer, 1)
+        except IndexError:  # its Remaining Length is not all here yet
             return out
-        out.append((buffer[0], bytes(buffer[i : i + length])))
-        del buffer[: i + length]
+        if len(buffer) < start + length:
+            return out
+        out.append((buffer[0], bytes(buffer[start : start + length])))
+        del buffer[: start + length]
     return out
 
 

@@ -32,7 +32,7 @@ def varint(n: int) -> bytes:
             return bytes(out)
 
 
-def read_varint(body: bytes, at: int) -> tuple[int, int]:
+def read_varint(body: bytes | bytearray, at: int) -> tuple[int, int]:
     """The Variable Byte Integer at `at` of `body`, and where what follows it starts."""
     value, shift = 0, 0
     while True:
