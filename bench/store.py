@@ -799,9 +799,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--size must be at least {TAG}: the head of a body names the message")
     if importlib.util.find_spec("persistqueue") is None:
         parser.error("persist-queue, the reference, is missing: run `make bench` once")
-    cases = _chosen(_cases(Plan.of(messages)), args.case)
+    plan = Plan.of(messages)
+    every = _cases(plan)
+    cases = _chosen(every, args.case)
     if not cases:
-        labels = "; ".join(case.label() for case in _cases(Plan.of(messages)))
+        labels = "; ".join(case.label() for case in every)
         parser.error(f"no row's label holds {' or '.join(map(repr, args.case))}: {labels}")
     base = os.path.join(
         os.path.abspath(args.dir), f"store-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -811,7 +813,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if " on tmpfs " in machine[0]:
         _say("warning: --dir is on tmpfs: these numbers are CPU costs, not disk costs")
     source = Source()
-    run = Run(base, args.size, Plan.of(messages), args.spares)
+    run = Run(base, args.size, plan, args.spares)
     started = time.monotonic()
     rows = []
     try:
