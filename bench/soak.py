@@ -134,11 +134,11 @@ def _certificates(folder: Path) -> tuple[Path, Path, Path, Path, Path] | None:
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
     ca, ca_key = folder / "ca.crt", folder / "ca.key"
     run("req", "-x509", *ec, "-days", "2", "-subj", "/CN=soak-ca", "-keyout", ca_key, "-out", ca)
+    (folder / "ext.cnf").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
     made: list[Path] = []
     for name in ("server", "client"):
         cert, key, request = folder / f"{name}.crt", folder / f"{name}.key", folder / "req.csr"
         run("req", *ec, "-subj", f"/CN={name}", "-keyout", key, "-out", request)
-        (folder / "ext.cnf").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
         run("x509", "-req", "-in", request, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
             "-days", "2", "-extfile", folder / "ext.cnf", "-out", cert)  # fmt: skip
         made += [cert, key]
@@ -202,11 +202,9 @@ def _client(
         ca, _, _, cert, key = server.certs
         client.tls_set(ca_certs=str(ca), certfile=str(cert), keyfile=str(key))
         port = server.tls_port
-    properties = None
     if v5:
         properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         properties.SessionExpiryInterval = 60 if persistent else 0  # the server cuts it down
-    if v5:
         client.connect("127.0.0.1", port, keepalive=keepalive, clean_start=not persistent,
                        properties=properties)  # fmt: skip
     else:
