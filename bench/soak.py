@@ -166,7 +166,11 @@ class Server:
             command, stdout=subprocess.DEVNULL, stderr=log_file(folder, "boxmq"), env=environment
         )
         ports = (self.port, self.tls_port) if self.certs else (self.port,)
-        listening(self.process, "boxmq", folder / "boxmq.log", *ports)
+        try:
+            listening(self.process, "boxmq", folder / "boxmq.log", *ports)
+        except BaseException:  # not listening in time, Ctrl-C: no server left behind
+            stop(self.process)
+            raise
 
     def objects(self) -> collections.Counter[str]:
         self.heap.unlink(missing_ok=True)
@@ -341,7 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(tempfile.mkdtemp(prefix="boxmq-soak-", dir=args.dir))
     tracemalloc.start()
     server = Server(folder, args.expiry, tls=not args.no_tls)
-    box = boxmq.open(server.root, fsync="never", keep_processed=False)
+    try:
+        box = boxmq.open(server.root, fsync="never", keep_processed=False)
+    except BaseException:
+        stop(server.process)
+        raise
     rows: list[dict[str, int]] = []
     objects: list[collections.Counter[str]] = []
     logs: list[collections.Counter[str]] = []
