@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -15,14 +14,6 @@ from boxmq.clock import ManualClock
 from boxmq.xmpp import ns
 
 EV = ns.PUBSUB_EVENT
-
-
-@pytest.fixture
-def wire(box: boxmq.Box) -> Iterator[Wire]:
-    wire = Wire(box)
-    assert wire.create().get("type") == "result"
-    yield wire
-    wire.service.close()
 
 
 def test_subscribe_without_options_is_configuration_required_with_the_form(wire: Wire) -> None:

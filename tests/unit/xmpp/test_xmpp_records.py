@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -20,14 +20,6 @@ from boxmq.xmpp.records import SubscriberRecords, _file_name, records_folder
 from boxmq.xmpp.settings import XmppSettings
 
 OTHER = "other.localhost"
-
-
-@pytest.fixture
-def wire(box: boxmq.Box) -> Iterator[Wire]:
-    wire = Wire(box)
-    assert wire.create().get("type") == "result"
-    yield wire
-    wire.service.close()
 
 
 def _recorded(box: boxmq.Box, component: str = SERVICE) -> list[str]:
