@@ -534,7 +534,6 @@ def test_an_item_over_the_servers_stanza_limit_goes_to_error_not_to_the_stream(
     # Prosody's 512 KiB for a component's stanzas: Prosody ended the component's stream
     # (not-well-formed) at each try, every lock timeout, taking every other subscriber's
     # notifications in flight with it, until the item reached its maximum of deliveries.
-    wire.create()
     jobs = box.queue("jobs")
     big = jobs.put(bytes(range(256)) * 1760)
     small = jobs.put(b"small")
