@@ -707,15 +707,10 @@ class QueueService:
         the node is again from now on (docs/xmpp.md)."""
         for subscription in self._subscriptions.of_node(node):
             if isinstance(subscription.consumer, Consumer):
-                self._drop_deleted(subscription)
-
-    def _drop_deleted(self, subscription: Subscription) -> None:
-        """Its node was deleted: the subscriber is told so (XEP-0060 §8.4.2), then that its
-        subscription ended."""
-        self._send(
-            render.event_delete(next(self._ids), self.domain, subscription.jid, subscription.node)
-        )
-        self._drop(subscription)
+                self._send(
+                    render.event_delete(next(self._ids), self.domain, subscription.jid, node)
+                )
+                self._drop(subscription)  # then told that its subscription ended
 
     def _drop(self, subscription: Subscription) -> None:
         """The service ends a subscription its subscriber did not end (three silences, its
