@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -14,6 +15,15 @@ from boxmq.clock import ManualClock
 from boxmq.xmpp import ns
 
 EV = ns.PUBSUB_EVENT
+
+
+@pytest.fixture
+def timed_wire(manual_box: boxmq.Box) -> Iterator[Wire]:
+    """A wire on the manual clock, its locks timing out after 10 s, the node jobs made."""
+    wire = Wire(manual_box, lock_timeout=10)
+    assert wire.create().get("type") == "result"
+    yield wire
+    wire.service.close()
 
 
 def test_subscribe_without_options_is_configuration_required_with_the_form(wire: Wire) -> None:
@@ -273,10 +283,9 @@ def test_an_item_with_two_payloads_is_invalid_payload(wire: Wire, box: boxmq.Box
 
 
 def test_a_lock_that_times_out_notifies_and_goes_to_the_next(
-    manual_box: boxmq.Box, clock: ManualClock
+    timed_wire: Wire, clock: ManualClock
 ) -> None:
-    wire = Wire(manual_box, lock_timeout=10)
-    wire.create()
+    wire = timed_wire
     wire.subscribe(ALICE, 1)
     item = wire.publish()
     assert wire.events() == [(ALICE, "item", item)]
@@ -292,7 +301,6 @@ def test_a_lock_that_times_out_notifies_and_goes_to_the_next(
     assert (BOB, "item", item) in events
     # alice answers late: her lock is gone
     assert condition(wire.retract(ALICE, item)) == ("wait", "unexpected-request")
-    wire.service.close()
 
 
 def test_a_topic_node_shares_among_xmpp_and_copies_to_other_subscribers(
@@ -465,10 +473,9 @@ def test_a_queue_deleted_behind_the_doors_back_ends_its_subscriptions(
 
 
 def test_a_subscriber_that_lets_three_locks_time_out_in_a_row_is_unsubscribed(
-    manual_box: boxmq.Box, clock: ManualClock
+    timed_wire: Wire, manual_box: boxmq.Box, clock: ManualClock
 ) -> None:
-    wire = Wire(manual_box, lock_timeout=10)
-    wire.create()
+    wire = timed_wire
     wire.subscribe(ALICE, 1)
     for _ in range(4):
         wire.publish()
@@ -495,18 +502,16 @@ def test_a_subscriber_that_lets_three_locks_time_out_in_a_row_is_unsubscribed(
     assert (to, state.get("node"), state.get("subscription")) == (ALICE, "jobs", "none")
     assert wire.items_to(ALICE) == []
     assert manual_box.queue("jobs").counts().ready == 3  # everything back, one done
-    wire.service.close()
 
 
 def test_the_locks_of_one_batch_that_time_out_together_count_as_one_silence(
-    manual_box: boxmq.Box, clock: ManualClock
+    timed_wire: Wire, manual_box: boxmq.Box, clock: ManualClock
 ) -> None:
     # XEP-0254 §4 asks only for the unlock notifications and the next subscriber. A worker
     # that subscribed with queue_requests 5 (as §2.1's Listing 2 does) and was slow on its
     # first five items was unsubscribed when they timed out together, five timeouts "in a
     # row", and never told: it waited for items that never came.
-    wire = Wire(manual_box, lock_timeout=10)
-    wire.create()
+    wire = timed_wire
     wire.subscribe(ALICE, 5)
     for _ in range(5):
         wire.publish()
@@ -524,7 +529,6 @@ def test_the_locks_of_one_batch_that_time_out_together_count_as_one_silence(
     time_out()  # the third round in a row: treated as gone
     assert wire.items_to(ALICE) == []
     assert manual_box.queue("jobs").counts().ready == 5
-    wire.service.close()
 
 
 def test_an_item_over_the_servers_stanza_limit_goes_to_error_not_to_the_stream(
