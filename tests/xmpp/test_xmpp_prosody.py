@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
@@ -26,10 +26,10 @@ def run(scenario: Coroutine[Any, Any, None]) -> None:
 
 
 @pytest.fixture
-def box(tmp_path: Path) -> boxmq.Box:
-    opened = boxmq.open(tmp_path / "data", fsync="never")
-    opened.queue("jobs")
-    return opened
+def box(tmp_path: Path) -> Iterator[boxmq.Box]:
+    with boxmq.open(tmp_path / "data", fsync="never") as opened:
+        opened.queue("jobs")
+        yield opened
 
 
 def test_disco_shows_the_queueing_and_qos_features(prosody: Prosody, box: boxmq.Box) -> None:
@@ -44,7 +44,6 @@ def test_disco_shows_the_queueing_and_qos_features(prosody: Prosody, box: boxmq.
             assert {PS, "urn:xmpp:pubsub:queueing:0", "urn:xmpp:qos"} <= features
 
     run(scenario())
-    box.close()
 
 
 def test_two_subscribers_share_a_thousand_items_each_exactly_once(
@@ -76,7 +75,6 @@ def test_two_subscribers_share_a_thousand_items_each_exactly_once(
 
     run(scenario())
     assert box.queue("jobs").counts().done == count
-    box.close()
 
 
 def test_unlock_hands_the_item_to_the_other_subscriber(prosody: Prosody, box: boxmq.Box) -> None:
@@ -104,7 +102,6 @@ def test_unlock_hands_the_item_to_the_other_subscriber(prosody: Prosody, box: bo
             assert (await other.next_event()).what == "retract"
 
     run(scenario())
-    box.close()
 
 
 def test_another_user_cannot_answer_a_subscribers_qos_notification(
@@ -135,7 +132,6 @@ def test_another_user_cannot_answer_a_subscribers_qos_notification(
             assert bob.events.empty()
 
     run(scenario())
-    box.close()
 
 
 def test_a_subscriber_whose_connection_drops_loses_its_items_to_the_other(
@@ -159,7 +155,6 @@ def test_a_subscriber_whose_connection_drops_loses_its_items_to_the_other(
             assert set(bob.received) == items
 
     run(scenario())
-    box.close()
 
 
 def test_a_lock_that_times_out_goes_to_the_next_subscriber(
@@ -182,7 +177,6 @@ def test_a_lock_that_times_out_goes_to_the_next_subscriber(
             assert late.find(f".//{UNEXPECTED}") is not None
 
     run(scenario())
-    box.close()
 
 
 def test_a_queue_deleted_by_the_api_of_this_process_tells_its_subscribers(
@@ -205,7 +199,6 @@ def test_a_queue_deleted_by_the_api_of_this_process_tells_its_subscribers(
             assert reply.find(f".//{ITEM_NOT_FOUND}") is not None
 
     run(scenario())
-    box.close()
 
 
 async def _subscription_ended(user: Client) -> ET.Element:
@@ -237,7 +230,6 @@ def test_a_subscriber_dropped_after_three_silences_is_told(
             assert (await alice.subscribe(1)).get("type") == "result"  # it may come back
 
     run(scenario())
-    box.close()
 
 
 def test_a_subscriber_still_connected_when_the_component_stops_is_told(
@@ -263,4 +255,3 @@ def test_a_subscriber_still_connected_when_the_component_stops_is_told(
                 assert (await alice.retract(item)).get("type") == "result"
 
     run(scenario())
-    box.close()
