@@ -92,21 +92,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.usage_error(f"unrecognized arguments: {' '.join(unknown)}")
     if empty := _empty_path(args):
         args.usage_error(empty)
-    if args.name in ("put", "publish") and args.file is not None and args.body is not None:
-        # A usage error (exit 2), as --mqtt with --no-mqtt, said before put makes the root.
-        args.usage_error("give the body either as BODY or with --file, not both")
-    if args.name in ("put", "publish") and (twice := _given_twice(args.property)):
-        args.usage_error(f"property {twice!r} is given twice: give each name once")
     if args.name in ("put", "publish"):
+        if args.file is not None and args.body is not None:
+            # A usage error (exit 2), as --mqtt with --no-mqtt, said before put makes the root.
+            args.usage_error("give the body either as BODY or with --file, not both")
+        if twice := _given_twice(args.property):
+            args.usage_error(f"property {twice!r} is given twice: give each name once")
         for name, _ in args.property:
             if (known := _near_miss(name)) is not None:
                 print(output.said(_looks_like(args, name, known)), file=sys.stderr)
-    if args.name == "session" and (args.action == "end") != (args.client_id is not None):
-        # Said before the root is opened: `session end` on a mistyped --data told of the
-        # root (exit 1), not of the missing CLIENT_ID.
-        args.usage_error("`session end` takes a CLIENT_ID, `session ls` none")
-    if args.name == "session" and args.force and args.action == "ls":
-        args.usage_error("--force goes with `session end`")
+    if args.name == "session":
+        if (args.action == "end") != (args.client_id is not None):
+            # Said before the root is opened: `session end` on a mistyped --data told of the
+            # root (exit 1), not of the missing CLIENT_ID.
+            args.usage_error("`session end` takes a CLIENT_ID, `session ls` none")
+        if args.force and args.action == "ls":
+            args.usage_error("--force goes with `session end`")
     if args.name == "serve":
         # A usage error (exit 2, with serve's usage), said before the config is read and
         # the root recovered: not an error of the run (exit 1) after both.
