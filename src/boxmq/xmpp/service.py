@@ -152,13 +152,20 @@ class QueueService:
     def iq(self, element: Element) -> None:
         """Answer one iq get/set (every one gets exactly one reply)."""
         iq = parse_iq(element)
-        try:
+
+        def answer() -> str | None:
             request = parse_request(iq)
             if isinstance(request, (Publish, Retract, Unlock, Subscribe, Unsubscribe)):
                 self._touched.add(request.node)
-            answer = self._answer(iq, request)
-            if answer is not None:
-                self._send(answer)
+            return self._answer(iq, request)
+
+        self._reply(iq, answer)
+
+    def _reply(self, iq: Iq, answer: Callable[[], str | None]) -> None:
+        """Send what `answer` returns for `iq` (None: answered later), or the error it raised."""
+        try:
+            if (reply := answer()) is not None:
+                self._send(reply)
         except StanzaError as error:
             self._send(render.error(iq, error.condition, text=str(error), inner=error.payload))
         except BoxMQError as error:
@@ -348,9 +355,12 @@ class QueueService:
         if self._is_queue(request.node):
             self._puts.setdefault(request.node, []).append((iq, body))
             return None  # answered by flush(), once the batch is on disk
-        # a topic: a copy for every matching subscription, MQTT's included
-        item_id = self._box.publish(request.node, body, qos=1, source=iq.sender)
-        return _published(iq, request.node, item_id)
+        return self._to_topic(iq, request.node, body)
+
+    def _to_topic(self, iq: Iq, node: str, body: bytes) -> str:
+        """A publish to a topic: a copy for every matching subscription, MQTT's included."""
+        item_id = self._box.publish(node, body, qos=1, source=iq.sender)
+        return _published(iq, node, item_id)
 
     def flush(self) -> None:
         """Put the publishes of this batch of stanzas, one commit per queue (one flush for all
@@ -363,7 +373,7 @@ class QueueService:
                 if isinstance(error, QueueNotFound) and self._deleted_elsewhere(node):
                     # the node is the topic of that name now (docs/xmpp.md): published there
                     for iq, body in pending:
-                        self._publish_to_topic(iq, node, body)
+                        self._reply(iq, partial(self._to_topic, iq, node, body))
                     continue
                 for iq, _ in pending:
                     self._send(render.error(iq, condition_for(error), text=str(error)))
@@ -379,16 +389,6 @@ class QueueService:
             for (iq, _), item_id in zip(pending, ids, strict=True):
                 self._send(_published(iq, node, item_id))
         self._log_store_failures()
-
-    def _publish_to_topic(self, iq: Iq, node: str, body: bytes) -> None:
-        try:
-            item_id = self._box.publish(node, body, qos=1, source=iq.sender)
-        except BoxMQError as error:
-            self._send(render.error(iq, condition_for(error), text=str(error)))
-        except OSError as error:
-            self._refuse_unstored([iq], store_failure(error))
-        else:
-            self._send(_published(iq, node, item_id))
 
     def _refuse_unstored(self, iqs: list[Iq], error: StoreFailed) -> None:
         """internal-server-error, or resource-constraint for a full disk, both of type wait:
