@@ -131,7 +131,6 @@ class QueueService:
         # On disk while they last, for the next start after a crash (records.py): flushed
         # as the root's other records are, under fsync=always only.
         self._records = SubscriberRecords(box.root, domain, flush=box.fsync is FsyncPolicy.ALWAYS)
-        self._forget = True  # whether an ended subscription's record goes (close)
         self._queues: dict[str, Queue] = {}
         self._ids = (f"bx{n}" for n in itertools.count(1))
         self._now = now
@@ -289,9 +288,8 @@ class QueueService:
         subscriber is told that its subscription ended (it subscribes again). Not `heard`
         (no connection to the server now): their records stay, and the next start tells
         them, as after a crash."""
-        self._forget = heard
         for subscription in self._subscriptions.all():
-            self._drop(subscription)
+            self._drop(subscription, forget=heard)
 
     def tell_left_over(
         self, once_written: Callable[[Callable[[], None]], None] | None = None
@@ -712,12 +710,12 @@ class QueueService:
                 )
                 self._drop(subscription)  # then told that its subscription ended
 
-    def _drop(self, subscription: Subscription) -> None:
+    def _drop(self, subscription: Subscription, *, forget: bool = True) -> None:
         """The service ends a subscription its subscriber did not end (three silences, its
         queue deleted, the component stopping): ended, and the subscriber is told (XEP-0060
         §8.8.4), else a client still connected would wait for items for ever. Not for one
         that left (unavailable presence, a bounce): nobody is there to hear it."""
-        self._end(subscription)
+        self._end(subscription, forget=forget)
         self._send(self._subscription_none(subscription.jid, subscription.node))
 
     def _subscription_none(self, jid: str, node: str) -> str:
@@ -725,11 +723,12 @@ class QueueService:
             next(self._ids), self.domain, jid, node, bare(jid), consumer_name(jid), "none"
         )
 
-    def _end(self, subscription: Subscription) -> None:
+    def _end(self, subscription: Subscription, *, forget: bool = True) -> None:
+        """`forget`: its record goes too (records.py); kept, the next start tells it."""
         for item in subscription.held:
             self._reliable.cancel(subscription.jid, item)
         self._subscriptions.remove(subscription)
-        if self._forget:
+        if forget:
             self._records.remove(subscription.jid, subscription.node)
         subscription.held.clear()
         subscription.consumer.close()  # owner gone: its locks go to the other subscribers
