@@ -78,7 +78,7 @@ def without_component(
     secret: str | None,
     secret_file: str | None,
     lock_timeout: float | None,
-    stanza_size_limit: int | None = None,
+    stanza_size_limit: int | None,
 ) -> str | None:
     """What to add when --xmpp-* flags are given without --xmpp-component, else None: they
     would be ignored without a word, and serve would run with no XMPP door."""
