@@ -1435,6 +1435,27 @@ def test_a_pubrel_read_just_before_the_session_ends_still_delivers_its_message(
     _run(tmp_path, test, fsync=fsync)
 
 
+def _before_writing(
+    monkeypatch: pytest.MonkeyPatch, topic: str, before: Callable[[], object]
+) -> None:
+    """`Publishing.write` of a message to `topic` calls `before` first (it may wait, or
+    raise); the writes to other topics go on as usual."""
+    write = Publishing.write
+
+    def patched(
+        self: Publishing,
+        client_id: str,
+        packet: Publish,
+        order: int | None = None,
+        message_id: str | None = None,
+    ) -> MessageId:
+        if packet.topic == topic:
+            before()
+        return write(self, client_id, packet, order, message_id)
+
+    monkeypatch.setattr(Publishing, "write", patched)
+
+
 def test_a_pubrel_on_a_new_connection_then_the_sessions_end_delivers_its_message(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1443,20 +1464,7 @@ def test_a_pubrel_on_a_new_connection_then_the_sessions_end_delivers_its_message
     (DISCONNECT, expiry 0). The PUBREL waits behind the first connection's work, and so must
     the end's discard of what awaits PUBREL: it ran before the PUBREL (PUBCOMP 0x92, lost)."""
     slow = threading.Event()
-    write = Publishing.write
-
-    def slow_write(
-        self: Publishing,
-        client_id: str,
-        packet: Publish,
-        order: int | None = None,
-        message_id: str | None = None,
-    ) -> MessageId:
-        if packet.topic == "slow":
-            slow.wait(20)
-        return write(self, client_id, packet, order, message_id)
-
-    monkeypatch.setattr(Publishing, "write", slow_write)
+    _before_writing(monkeypatch, "slow", lambda: slow.wait(20))
 
     async def test(broker: Broker) -> None:
         member = _connect(broker, "member")
@@ -1486,20 +1494,11 @@ def test_a_publish_whose_store_call_fails_unexpectedly_is_answered_as_not_stored
     its batch unanswered: the client waited for its PUBACK for ever. It is answered as a
     store failure: a v5 PUBACK 0x80, the others of the batch as they went; a 3.1.1 client,
     which has no negative PUBACK, is closed so that it sends the message again (§4.4)."""
-    write = Publishing.write
 
-    def broken_write(
-        self: Publishing,
-        client_id: str,
-        packet: Publish,
-        order: int | None = None,
-        message_id: str | None = None,
-    ) -> MessageId:
-        if packet.topic == "broken":
-            raise RuntimeError("a bug in a store call")
-        return write(self, client_id, packet, order, message_id)
+    def broken() -> None:
+        raise RuntimeError("a bug in a store call")
 
-    monkeypatch.setattr(Publishing, "write", broken_write)
+    _before_writing(monkeypatch, "broken", broken)
 
     async def test(broker: Broker) -> None:
         pub = Peer(broker)
