@@ -126,42 +126,29 @@ def test_a_retained_message_published_while_the_server_was_down_outlives_its_rec
         stop(server)
 
 
+@pytest.mark.parametrize("same_tick", [False, True], ids=["apart", "same-tick"])
 def test_a_retained_message_received_before_the_pubrel_is_replaced_by_its_recovery(
-    tmp_path: Path,
+    tmp_path: Path, same_tick: bool
 ) -> None:
     """A retained QoS 1 message comes while a retained QoS 2 one awaits its PUBREL, which a
     SIGKILL cuts short before its retained store: the restart that finishes it replaces the
     QoS 1 one, as its PUBREL would have (a QoS 2 message is received at its PUBREL), though
-    its id, made at its PUBLISH, is the older of the two."""
+    its id, made at its PUBLISH, is the older of the two.
+
+    `same_tick`: the PUBREL marked in the same tick of the file system's clock (its marker's
+    time set to the retained file's, as file systems of 1 s timestamps show two writes of one
+    second): the restart replaces it all the same. Told by the times, it was taken for
+    written after the marker, so kept, and the QoS 2 message, received last, lost its place."""
     script = _KILLED_AT_RETAINED.format(at=2, after=False)
     target, server = serve_fresh(tmp_path, program=("-c", script))
     try:
         _killed_at_pubrel(target, server, b"qos2", meanwhile=_retained_qos1)
-        server = serve_process(target.root, target.port)
-        late, _ = open_raw(target, "late", clean=True, expiry=0)
-        assert _retained(late, "ret/#") == [b"qos2"]
-        late.close()
-    finally:
-        stop(server)
-
-
-def test_a_retained_message_written_in_the_same_clock_tick_as_the_pubrel_is_replaced(
-    tmp_path: Path,
-) -> None:
-    """As above, the QoS 1 message retained while the QoS 2 one awaits its PUBREL, and then the
-    PUBREL marked in the same tick of the file system's clock (its marker's time set to the
-    retained file's, as file systems of 1 s timestamps show two writes of one second): the
-    restart replaces it all the same. Told by the times, it was taken for written after the
-    marker, so kept, and the QoS 2 message, received last, lost its place."""
-    script = _KILLED_AT_RETAINED.format(at=2, after=False)
-    target, server = serve_fresh(tmp_path, program=("-c", script))
-    try:
-        _killed_at_pubrel(target, server, b"qos2", meanwhile=_retained_qos1)
-        # Beside each, the QoS 2 message staged and a temporary: their names start with a dot.
-        [retained] = (Path(target.root) / "topic-root" / RETAINED_DIR).glob("[!.]*")
-        [marker] = (Path(target.root) / ".exactly-once").glob("[!.]*")
-        tick = retained.stat().st_mtime_ns
-        os.utime(marker, ns=(tick, tick))
+        if same_tick:
+            # Beside each, the QoS 2 message staged and a temporary: their names start with a dot.
+            [retained] = (Path(target.root) / "topic-root" / RETAINED_DIR).glob("[!.]*")
+            [marker] = (Path(target.root) / ".exactly-once").glob("[!.]*")
+            tick = retained.stat().st_mtime_ns
+            os.utime(marker, ns=(tick, tick))
         server = serve_process(target.root, target.port)
         late, _ = open_raw(target, "late", clean=True, expiry=0)
         assert _retained(late, "ret/#") == [b"qos2"]
