@@ -85,10 +85,7 @@ class Table:
         if value is None:
             return None
         if seconds and isinstance(value, str):
-            try:
-                duration = parse_duration(value)
-            except InvalidArgument as error:
-                raise self.error(key, str(error)) from None
+            duration = self._duration(key, value)
             if not duration.is_integer():
                 raise self.error(key, f"{value!r} is not a whole number of seconds")
             value = int(duration)
@@ -106,10 +103,7 @@ class Table:
         if value is None:
             return None
         if isinstance(value, str):
-            try:
-                value = parse_duration(value)
-            except InvalidArgument as error:
-                raise self.error(key, str(error)) from None
+            value = self._duration(key, value)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.error(key, f"expected seconds (a number or '30s'), got {_kind(value)}")
         if zero and (not math.isfinite(value) or value < 0):
@@ -119,6 +113,13 @@ class Table:
         if value > LONGEST:
             raise self.error(key, f"{value:g} seconds is too long: at most {LONGEST:g} (100 years)")
         return float(value)
+
+    def _duration(self, key: str, value: str) -> float:
+        """A duration string ("500ms", "30s", "10m") in seconds; an error names `key`."""
+        try:
+            return parse_duration(value)
+        except InvalidArgument as error:
+            raise self.error(key, str(error)) from None
 
     def seconds_or_forever(self, key: str) -> float | None:
         """`seconds`, or the string "forever", which gives math.inf (a time that never ends)."""
