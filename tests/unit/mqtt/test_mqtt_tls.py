@@ -241,15 +241,18 @@ async def _serving(
         box.close()
 
 
+def _tls_client(port: int, trust: Path, cert: tuple[Path, Path] | None = None) -> ssl.SSLSocket:
+    """A blocking client of localhost:`port`, past its TLS handshake (`_client`)."""
+    plain = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return _client(trust, cert).wrap_socket(plain, server_hostname="localhost")
+
+
 def _mqtt_over_tls(port: int, trust: Path, count: int) -> list[ssl.SSLSocket]:
     """`count` clients past their CONNACK: blocking sockets, whose buffers are OpenSSL's
     (asyncio's would be traced beside the server's)."""
-    context = _client(trust)
     clients = []
     for _ in range(count):
-        client = context.wrap_socket(
-            socket.create_connection(("127.0.0.1", port), timeout=10), server_hostname="localhost"
-        )
+        client = _tls_client(port, trust)
         client.sendall(_CONNECT)
         assert client.recv(4) == _CONNACK
         clients.append(client)
@@ -351,8 +354,7 @@ def test_a_tls_socket_the_server_closes_frees_its_slot_without_its_clients_answe
     def silent(port: int) -> ssl.SSLSocket:
         """A client past its handshake that sends nothing and never reads (so never answers
         the server's close_notify)."""
-        plain = socket.create_connection(("127.0.0.1", port), timeout=10)
-        return _client(cert).wrap_socket(plain, server_hostname="localhost")
+        return _tls_client(port, cert)
 
     async def run() -> None:
         settings = MqttSettings(listeners=(listener,), limits=limits)
@@ -467,10 +469,9 @@ def test_a_client_retrying_a_failing_handshake_is_told_once_then_counted(
 def _with_certificate(port: int, trust: Path, cert: tuple[Path, Path]) -> None:
     """A client with `cert`, read to its end: TLS 1.3 tells it of a refusal after its side
     of the handshake."""
-    plain = socket.create_connection(("127.0.0.1", port), timeout=10)
     with (
         contextlib.suppress(ssl.SSLError, ConnectionError),
-        _client(trust, cert).wrap_socket(plain, server_hostname="localhost") as client,
+        _tls_client(port, trust, cert) as client,
     ):
         client.sendall(_CONNECT)
         client.recv(4)
@@ -534,16 +535,14 @@ def test_a_client_certificate_names_its_user_for_the_acl(tmp_path: Path) -> None
     )
 
     def as_alice(port: int) -> bytes:
-        plain = socket.create_connection(("127.0.0.1", port), timeout=10)
-        with _client(cert, alice).wrap_socket(plain, server_hostname="localhost") as client:
+        with _tls_client(port, cert, alice) as client:
             client.sendall(connect)
             assert client.recv(4) == _CONNACK
             client.sendall(subscribe)
             return client.recv(6)
 
     def as_nameless(port: int) -> bytes:
-        plain = socket.create_connection(("127.0.0.1", port), timeout=10)
-        with _client(cert, nameless).wrap_socket(plain, server_hostname="localhost") as client:
+        with _tls_client(port, cert, nameless) as client:
             with contextlib.suppress(ssl.SSLError, ConnectionError):
                 client.sendall(connect)
                 return client.recv(4)  # closed after its handshake: no CONNACK
@@ -585,8 +584,7 @@ def test_a_tls_client_closed_while_its_password_waited_is_not_connected_after(
 
     def silent(port: int) -> ssl.SSLSocket:
         """A client that sends its CONNECT and never reads (nor answers a close_notify)."""
-        plain = socket.create_connection(("127.0.0.1", port), timeout=10)
-        client = _client(cert).wrap_socket(plain, server_hostname="localhost")
+        client = _tls_client(port, cert)
         client.sendall(connect)
         return client
 
