@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,19 @@ def _restart(
     server.send_signal(how)
     server.wait(timeout=20)
     return serve_process(target.root, target.port, *args)
+
+
+def _waited(condition: Callable[[], bool]) -> None:
+    """Until `condition` holds, 10 s at most (what the caller needs of it, it asserts)."""
+    deadline = time.monotonic() + 10
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _sent_in_record(target: RunningServer, client_id: str) -> int:
+    """The messages in flight that the session record of `client_id` names (0: no record)."""
+    record = read_record(str(target.root), client_id)
+    return 0 if record is None else len(record.sent)
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
@@ -262,12 +276,8 @@ def test_what_was_in_flight_goes_again_under_its_packet_ids_with_dup(
         assert publishes(device, within=0.5) == []
         assert [m.payload for m in held] == [b"held1", b"held2", b"held3"]
         device.close()  # its session's record names what was in flight, and under which ids
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:  # a SIGKILL must come after the close is written
-            record = read_record(str(target.root), "device")
-            if record is not None and record.sent:
-                break
-            time.sleep(0.05)
+        # A SIGKILL must come after the close is written.
+        _waited(lambda: _sent_in_record(target, "device") > 0)
         server = _restart(server, how, target)
         device, present = open_raw(target, "device", clean=False, expiry=300)
         assert present
@@ -443,12 +453,8 @@ def test_a_qos1_message_whose_expiry_ran_out_over_a_restart_is_sent_again_with_a
         held = [_expiring(device), _expiring(device)]
         assert [(m[0], m[2]) for m in held] == [(b"short", False), (b"long", False)]
         device.close()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:  # a SIGKILL must come after the close is written
-            record = read_record(str(target.root), "device")
-            if record is not None and len(record.sent) == 2:
-                break
-            time.sleep(0.05)
+        # A SIGKILL must come after the close is written.
+        _waited(lambda: _sent_in_record(target, "device") == 2)
         time.sleep(max(0.0, published + 1.5 - time.monotonic()))  # "short" is past its interval
         server = _restart(server, how, target)
         device, present = open_raw(target, "device", clean=False, expiry=300)
@@ -501,9 +507,7 @@ def test_a_share_group_left_holding_a_message_that_expires_over_a_restart_is_lef
         assert (payload, dup, left) == (b"short", True, 1)
         assert (members / "leaver").exists()  # it holds the message still
         leaver.sendall(puback(packet_id))
-        deadline = time.monotonic() + 10
-        while (members / "leaver").exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        _waited(lambda: not (members / "leaver").exists())
         assert not (members / "leaver").exists()  # the group's last member: it ended too
         leaver.close()
     finally:
