@@ -375,6 +375,19 @@ def test_persistent_session_messages_wait_in_its_dropbox(tmp_path: Path) -> None
     _run(tmp_path, test)
 
 
+def _pumped(broker: Broker) -> list[str]:
+    """The client ids of the sessions the broker pumps from now on, one per pump."""
+    pumped: list[str] = []
+    pump = broker._delivery.pump
+
+    def counted(session: Session, news: Iterable[str] | None = None) -> None:
+        pumped.append(session.client_id)
+        pump(session, news)
+
+    broker._delivery.pump = counted  # type: ignore[method-assign]
+    return pumped
+
+
 def test_a_message_to_one_of_many_persistent_sessions_pumps_that_one_alone(
     tmp_path: Path,
 ) -> None:
@@ -391,14 +404,7 @@ def test_a_message_to_one_of_many_persistent_sessions_pumps_that_one_alone(
             device.take()
             devices.append(device)
         pub = _connect(broker, "pub")
-        pumped: list[str] = []
-        pump = broker._delivery.pump
-
-        def counted(session: Session, news: Iterable[str] | None = None) -> None:
-            pumped.append(session.client_id)
-            pump(session, news)
-
-        broker._delivery.pump = counted  # type: ignore[method-assign]
+        pumped = _pumped(broker)
         for packet_id in (1, 2):
             pub.send(Publish("dev/7/cmd", b"go", 1, packet_id=packet_id))
             await _until(lambda i=packet_id: Puback(i) in pub.inbox)  # type: ignore[misc]
@@ -563,14 +569,7 @@ def test_an_idle_tick_looks_at_the_sessions_with_news_alone(
             devices.append(device)
         now = 1.0
         broker.tick(now)  # what the subscribes left to tell
-        pumped: list[str] = []
-        pump = broker._delivery.pump
-
-        def counted(session: Session, news: Iterable[str] | None = None) -> None:
-            pumped.append(session.client_id)
-            pump(session, news)
-
-        broker._delivery.pump = counted  # type: ignore[method-assign]
+        pumped = _pumped(broker)
         looks = 0
         wait = InotifyWatcher.wait
 
