@@ -778,7 +778,8 @@ def _chosen(
     share groups does not go through all 100 at each PUBACK and each put (21 us a pump on
     the machine of docs/benchmarks.md, "Many share groups"). A subscription news names
     that no look has sorted yet (new, or subscribed again since) has every one looked
-    through, as a pump without news does."""
+    through but those still `dry` (`pump` skips them: no news of them since their last
+    look), where a pump without news looks into those too."""
     chosen = {}
     for queue, (text, subscriber) in list(cut.items()):
         if subscribers.get(text) is subscriber:
