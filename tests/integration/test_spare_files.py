@@ -137,18 +137,23 @@ def test_a_deleted_queue_s_messages_free_their_blocks(root: Path) -> None:
         assert _deleted_files_open(root) == []
 
 
+def _ack_eight_publications(box: boxmq.Box, topic: str, subscriber: str) -> None:
+    """Eight publications into `topic` received and acked by `subscriber` (eight own spares)."""
+    with box.subscribe(topic, subscriber, max_in_flight=8) as subscription:
+        for n in range(8):
+            box.publish(topic, b"x%d" % n)
+        for message in subscription.receive_ready():
+            message.ack()
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
 def test_an_unsubscribed_subscription_s_messages_free_their_blocks(root: Path) -> None:
     """The same for a subscription that ends (its unsubscribe, its share group's last
     member leaving): a publication into it alone goes through an own spare too."""
     with boxmq.open(root, fsync="never", keep_processed=False) as box:
-        with box.subscribe("t/x", "s", max_in_flight=8) as subscriber:
-            for n in range(8):
-                box.publish("t/x", b"x%d" % n)
-            for message in subscriber.receive_ready():
-                message.ack()  # own spares
-            for n in range(8):
-                box.publish("t/x", b"y%d" % n)  # written through them, kept open
+        _ack_eight_publications(box, "t/x", "s")  # own spares
+        for n in range(8):
+            box.publish("t/x", b"y%d" % n)  # written through them, kept open
         assert box.unsubscribe("t/x", "s")
         assert _deleted_files_open(root) == []
 
@@ -164,11 +169,7 @@ def test_subscriptions_ending_together_free_their_blocks_at_the_next_sweep(
     with boxmq.open(root, fsync="never", keep_processed=False) as box:
         for name in ("s1", "s2"):
             box.subscribe("t/x", name).close()
-        with box.subscribe("t/y", "r", max_in_flight=8) as subscriber:
-            for n in range(8):
-                box.publish("t/y", b"x%d" % n)
-            for message in subscriber.receive_ready():
-                message.ack()  # own spares
+        _ack_eight_publications(box, "t/y", "r")  # own spares
         for n in range(8):
             box.publish("t/x", b"y%d" % n)  # into s1 and s2, through them, kept open
         assert box.unsubscribe("t/x", "s1")
