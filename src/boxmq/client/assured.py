@@ -477,13 +477,6 @@ class AssuredIntake:
         self._books.restore(source, msg_id, size=stat.st_size, since=stat.st_ctime, delivered=False)
         self._pending[source, msg_id] = pending
 
-    def _retained_topic(self, pending: _Pending) -> str | None:
-        """The topic whose retained message `pending` replaces at its `deliver`, if any."""
-        envelope = pending.envelope
-        if pending.queue is None and envelope.property_value(PUBLISHED_RETAINED) is True:
-            return envelope.topic
-        return None
-
     def _mark_all(
         self,
         keys: list[tuple[tuple[str, str], _Pending]],
@@ -514,7 +507,10 @@ class AssuredIntake:
                     if not remember:
                         record["remember"] = False
                     record["file"] = os.path.relpath(pending.path, self._root)
-                    topic = self._retained_topic(pending)
+                    # The topic whose retained message it replaces at its `deliver`, if any.
+                    topic = None
+                    if pending.queue is None:
+                        topic = _replaced_topic(pending.envelope, False)
                     if topic is not None and superseded:
                         record["superseded"] = True
                     elif topic is not None and self._retained_version is not None:
