@@ -8,8 +8,9 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -25,6 +26,8 @@ from boxmq.store.layout import State
 
 SESSIONS = 100
 
+K = TypeVar("K")
+
 
 def _name(i: int) -> str:
     """The name a sweep's report gives subscription `i` (its filter and folder)."""
@@ -35,6 +38,20 @@ def _offline(box: boxmq.Box, count: int) -> None:
     """`count` durable subscriptions whose subscribers left (as offline MQTT sessions)."""
     for i in range(count):
         box.subscribe(f"dev/{i}/cmd", f"dev{i}", lock_timeout=5).detach()
+
+
+def _count_scans(monkeypatch: pytest.MonkeyPatch, key: Callable[[Dropbox, State], K]) -> Counter[K]:
+    """Every listing of a state folder (Dropbox.scan) from now on, counted by `key` of its
+    dropbox and state."""
+    reads: Counter[K] = Counter()
+    scan = Dropbox.scan
+
+    def counted(self: Dropbox, state: State, strays: list[str] | None = None) -> Iterator[Entry]:
+        reads[key(self, state)] += 1
+        return scan(self, state, strays)
+
+    monkeypatch.setattr(Dropbox, "scan", counted)
+    return reads
 
 
 def test_between_full_passes_a_sweep_visits_only_the_subscriptions_where_something_is_due(
@@ -136,14 +153,7 @@ def test_an_idle_subscribers_periodic_looks_read_no_folder_that_stayed_as_it_was
     event tells: each pump read target/ (the rescan) and processing/ (the sweep), most of an
     idle server's CPU with 4,000 devices connected. A folder that did not change since its
     last read is not read again (one stat); one that changed is, though its event was lost."""
-    reads: Counter[State] = Counter()
-    scan = Dropbox.scan
-
-    def counted(self: Dropbox, state: State, strays: list[str] | None = None) -> Iterator[Entry]:
-        reads[state] += 1
-        return scan(self, state, strays)
-
-    monkeypatch.setattr(Dropbox, "scan", counted)
+    reads = _count_scans(monkeypatch, lambda dropbox, state: state)
     folder = root / "topic-root" / "dev%2F1%2Fcmd" / ".subscriptions" / "client.dev1"
     with boxmq.open(root, fsync="never", clock=clock) as box:
         reader = box.subscribe("dev/1/cmd", "dev1")
@@ -320,13 +330,7 @@ def test_between_full_passes_a_sweep_lists_no_queue_whose_folders_stayed_as_they
     queues and nothing happening took 4.6-5.8 % of a core (10,000: 26-30 %). A queue whose
     visit left nothing due before a time is passed by while its processing/ and target/ keep
     their inode and mtime; its working/ and folder wait for the full pass (files an hour old)."""
-    reads: Counter[str] = Counter()
-    scan = Dropbox.scan
-
-    def counted(self: Dropbox, state: State, strays: list[str] | None = None) -> Iterator[Entry]:
-        reads[os.path.basename(self.path)] += 1
-        return scan(self, state, strays)
-
+    reads = _count_scans(monkeypatch, lambda dropbox, state: os.path.basename(dropbox.path))
     listed: Counter[str] = Counter()
     remove = temporaries.remove_stale_temporaries
 
@@ -334,7 +338,6 @@ def test_between_full_passes_a_sweep_lists_no_queue_whose_folders_stayed_as_they
         listed.update(os.path.basename(folder) for folder in folders)
         return remove(folders, now=now, age=age)
 
-    monkeypatch.setattr(Dropbox, "scan", counted)
     monkeypatch.setattr(box_module, "remove_stale_temporaries", listing)
     names = [f"q{i}" for i in range(20)]
     with boxmq.open(root, fsync="never", clock=clock) as box:
@@ -453,13 +456,7 @@ def test_a_receiving_subscribers_sweep_lists_processing_once_and_knows_itself_al
     of many share groups, each with a message in flight, does so in each of them. The sweep
     listed the folder twice (the other processes' locks, then its own) and read its own
     /proc entry for its own lock: 37 µs a sweep, 14 µs after."""
-    reads: Counter[State] = Counter()
-    scan = Dropbox.scan
-
-    def counted(self: Dropbox, state: State, strays: list[str] | None = None) -> Iterator[Entry]:
-        reads[state] += 1
-        return scan(self, state, strays)
-
+    reads = _count_scans(monkeypatch, lambda dropbox, state: state)
     asked: list[str] = []
     alive = process.process_alive
 
@@ -467,7 +464,6 @@ def test_a_receiving_subscribers_sweep_lists_processing_once_and_knows_itself_al
         asked.append(token)
         return alive(token)
 
-    monkeypatch.setattr(Dropbox, "scan", counted)
     monkeypatch.setattr(sweeps, "process_alive", asking)
     with boxmq.open(root, fsync="never", clock=clock) as box:
         reader = box.subscribe("dev/1/cmd", "dev1", max_in_flight=2)
