@@ -505,13 +505,15 @@ class Box:
             # processed/ is the big folder (a day of traffic, by default): looked through at
             # most every hundredth of the retention (a minute at most), not every sweep.
             purge, self._next_purge = True, now + min(60.0, retention / 100)
+        # A full pass visits every subscription, with the root listed again for its queues.
+        every = full or purge or now >= self._next_full
         # By path: a folder made by hand may not be escaped.
-        queues = self._queue_folders(fresh=full or purge or now >= self._next_full)
+        queues = self._queue_folders(fresh=every)
         with self._lock:
             expiring, self._expiring = self._expiring, set()
         try:
             reports, subscriptions, recordless = self._visit(
-                now, queues, expiring, full=full, purge=purge
+                now, queues, expiring, every=every, purge=purge
             )
         except BaseException:
             # What it learnt of (copies with an expiry, subscribers gone) is lost with it:
@@ -597,16 +599,16 @@ class Box:
         queues: list[tuple[str, str]],
         expiring: set[str],
         *,
-        full: bool,
+        every: bool,
         purge: bool,
     ) -> tuple[dict[str, SweepReport], list[str] | None, list[str]]:
-        """Sweep the queues and the subscriptions due (all of them in a full pass); the
-        reports, and in a full pass every subscription's folder and those without a record
-        readable then."""
+        """Sweep the queues and the subscriptions due (all of them, `every`: a full pass);
+        the reports, and in a full pass every subscription's folder and those without a
+        record readable then."""
         subscriptions: list[str] | None
         recordless: list[str] = []
         queue_paths = {path for _, path in queues}
-        if full or purge or now >= self._next_full:
+        if every:
             boxes, subscriptions, recordless = self._every_subscription(now, queues)
             quiet: dict[str, _Quiet] = {}
         else:
