@@ -884,6 +884,23 @@ def test_a_queue_folder_made_by_hand_is_not_made_again_under_its_escaped_name(ro
         assert delivered(box) == [b"x"]
 
 
+def _killed_before_its_send(
+    box: boxmq.Box, monkeypatch: pytest.MonkeyPatch, *, superseded: bool = False
+) -> None:
+    """A door's `deliver` of ("mqtt:pub", "1") (MQTT's PUBREL), its process killed once the
+    marker is written, before the send."""
+
+    def killed(*args: object, **kwargs: object) -> None:
+        raise Killed
+
+    with monkeypatch.context() as dying:
+        dying.setattr(box.topics, "send_files", killed)
+        with pytest.raises(Killed):
+            box.intake.deliver_many(
+                [("mqtt:pub", "1")], remember=False, must_exist=True, superseded=superseded
+            )
+
+
 def test_a_superseded_retained_deliver_finished_by_a_restart_replaces_nothing(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -903,16 +920,7 @@ def test_a_superseded_retained_deliver_finished_by_a_restart_replaces_nothing(
         later = root / "topic-root" / RETAINED_DIR / hashlib.sha256(b"ret/1").hexdigest()
         written = later.stat().st_mtime - 10.0  # well before the marker, whatever the clock
         os.utime(later, (written, written))
-
-        def killed(*args: object, **kwargs: object) -> None:
-            raise Killed  # the process dies once the marker is written, before the send
-
-        monkeypatch.setattr(box.topics, "send_files", killed)
-        with pytest.raises(Killed):
-            box.intake.deliver_many(
-                [("mqtt:pub", "1")], remember=False, must_exist=True, superseded=True
-            )
-        monkeypatch.undo()
+        _killed_before_its_send(box, monkeypatch, superseded=True)
     with boxmq.open(root, fsync="never") as box:
         box.intake.expire()  # the restart: the marked deliver is finished
         found = box.topics.retained("ret/1")
@@ -943,14 +951,7 @@ def test_a_retained_deliver_marked_by_an_older_boxmq_is_finished_by_the_times(
             AssuredMessage("mqtt:pub", "1", b"marked", topic="ret/1", properties=retained),
             reserved=True,
         )
-
-        def killed(*args: object, **kwargs: object) -> None:
-            raise Killed
-
-        monkeypatch.setattr(box.topics, "send_files", killed)
-        with pytest.raises(Killed):
-            box.intake.deliver_many([("mqtt:pub", "1")], remember=False, must_exist=True)
-        monkeypatch.undo()
+        _killed_before_its_send(box, monkeypatch)
     [marker] = (root / ".exactly-once").glob("[!.]*")
     record = json.loads(marker.read_text())
     stat = marker.stat()
