@@ -38,6 +38,7 @@ from typing import NamedTuple, Protocol, TypeVar
 from boxmq.errors import naming
 from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
 from boxmq.store.layout import TOPIC_ROOT
+from boxmq.store.records import read_file
 from boxmq.store.temporaries import temporary_in
 from boxmq.store.topics import exactly_once_markers
 
@@ -356,7 +357,7 @@ def _file_name(topic: str) -> str:
 
 def _load(path: str) -> Retained | None:
     try:
-        data = _read(path)
+        data = read_file(path)
     except FileNotFoundError:
         return None
     header, newline, body = data.partition(b"\n")
@@ -406,28 +407,7 @@ def _fields(header: bytes) -> tuple[str, str] | None:
         return None
 
 
-def _read(path: str) -> bytes:
-    """The whole file: open, fstat, one read, close, where `open(path, "rb").read()` makes nine
-    system calls (a SUBSCRIBE to `#` reads each retained file)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        size = os.fstat(fd).st_size
-        chunks = []
-        if size < _ONE_READ:
-            chunk = os.read(fd, size + 1)  # a byte more than it holds, to see its end
-            if len(chunk) == size:
-                return chunk
-            chunks.append(chunk)  # it changed since the fstat (not done by boxmq): read on
-        while chunk := os.read(fd, _ONE_READ):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-
-_ONE_READ = 1 << 30  # Linux reads at most 2 GiB - 4 KiB at once
 
 
 def _read_header(fd: int) -> bytes | None:
