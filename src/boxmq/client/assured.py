@@ -73,6 +73,7 @@ from boxmq.store.layout import (
     settled_seen,
 )
 from boxmq.store.names import check_priority, decode_lenient, encode
+from boxmq.store.records import read_file
 from boxmq.store.retained import Marked, Version
 from boxmq.store.side_files import SideFiles
 from boxmq.store.temporaries import temporary_in
@@ -820,8 +821,7 @@ class AssuredIntake:
         """Whether the message file `marker` names still waits in working/ (None if it names
         none), and the topic whose retained message a restart that finishes it replaces."""
         try:
-            with open(marker) as src:
-                record = json.load(src)
+            record = json.loads(read_file(marker).decode())
         except FileNotFoundError:
             return False, None  # forgotten meanwhile (a reclaim)
         except ValueError:
@@ -932,8 +932,7 @@ class AssuredIntake:
         path = self._marker(*key)
         try:
             at = os.stat(path).st_mtime
-            with open(path) as src:
-                data = json.load(src)
+            data = json.loads(read_file(path).decode())
         except FileNotFoundError:
             return None
         except ValueError:
@@ -957,8 +956,7 @@ class AssuredIntake:
                 if entry.name.startswith("."):
                     continue
                 try:
-                    with open(entry.path) as src:
-                        data = json.load(src)
+                    data = json.loads(read_file(entry.path).decode())
                     key = str(data["source"]), str(data["msg_id"])
                     remember = data.get("remember", True)
                     found[key] = _as_marked(data, entry.stat().st_mtime)
