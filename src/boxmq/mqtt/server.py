@@ -779,8 +779,9 @@ class MqttServer:
                         open_to_all.append(url)
         except BaseException:
             # A listen() refused (another program listens there since the bind): those that
-            # listen already stop, and the sockets bound here are closed, where all of them
-            # stayed open (a caller's own sockets are its to close, as `boxmq serve` does).
+            # listen already stop, their sockets closed (a caller's too: closing twice is
+            # harmless), and the rest of the sockets bound here are closed; the rest of a
+            # caller's own are its to close, as `boxmq serve` does.
             for listening in self._listening:
                 listening.close()
             self._listening = []
