@@ -180,6 +180,38 @@ def test_subscriptions_ending_together_free_their_blocks_at_the_next_sweep(
         assert _unlinked_files_open(root) == 0
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
+def test_a_script_that_never_sweeps_frees_the_blocks_at_its_next_put(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same two ends in a script (boxmq.open, puts and unsubscribes, no sweep): the
+    second's files stayed open, their blocks held, until the root was closed. The first put
+    a second after the last look closes them."""
+
+    class Clock:
+        now = 1000.0
+
+        def monotonic(self) -> float:
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(spares_module, "time", clock)
+    with boxmq.open(root, fsync="never", keep_processed=False) as box:
+        for name in ("s1", "s2"):
+            box.subscribe("t/x", name).close()
+        _ack_eight_publications(box, "t/y", "r")  # own spares
+        for n in range(8):
+            box.publish("t/x", b"y%d" % n)  # into s1 and s2, through them, kept open
+        assert box.unsubscribe("t/x", "s1")
+        assert box.unsubscribe("t/x", "s2")
+        jobs = box.queue("jobs")
+        jobs.put(b"within the second")
+        assert _unlinked_files_open(root) == 8
+        clock.now += 1.0
+        jobs.put(b"a second later")
+        assert _unlinked_files_open(root) == 0
+
+
 def _unlinked_files_open(root: Path) -> int:
     """How many files under `root` this process holds open that no name is left to (a file
     of several hard links shows " (deleted)" as soon as the one it was opened by is gone)."""

@@ -125,7 +125,7 @@ class Spares:
         self._adopted = False
         self._next_look = 0.0  # time.monotonic() when an empty pool may look in the folder
         # close_gone_soon: when a delete may close at once (time.monotonic()), and whether
-        # one since waits for the sweep's close_gone_due.
+        # one since waits for a close (the sweep's close_gone_due, or a put's or an ack's).
         self._next_gone = 0.0
         self._gone_due = False
         self._lock = threading.Lock()
@@ -157,6 +157,8 @@ class Spares:
         deleted): for a caller that renames the path at once and, when that fails because
         the file is gone (`lost`), writes again with check=True. One system call less per
         put (~3,600 instructions, docs/benchmarks.md)."""
+        if self._gone_due:
+            self._close_gone_late()
         own = self._own
         while own:  # else none: every put into a root whose acks give no file back
             try:
@@ -192,9 +194,10 @@ class Spares:
 
     def close_gone_soon(self) -> None:
         """`close_gone` after a delete (a subscription ended): now, unless one ran less than
-        a second ago, and then at the next sweep (`close_gone_due`). Each close_gone fstats
-        every kept descriptor (128): 1,000 persistent sessions expiring together paid it
-        1,000 times, where the first and the sweep's one close what they all left."""
+        a second ago, and then at the next sweep (`close_gone_due`) or the first put or ack
+        a second after the last one, whichever comes first. Each close_gone fstats every
+        kept descriptor (128): 1,000 persistent sessions expiring together paid it 1,000
+        times, where the first and one later close what they all left."""
         if time.monotonic() >= self._next_gone:
             self.close_gone()
         else:
@@ -204,6 +207,14 @@ class Spares:
         """The `close_gone` that deletes since the last one left to the sweep, if any."""
         if self._gone_due:
             self.close_gone()
+
+    def _close_gone_late(self) -> None:
+        """A put's or an ack's `close_gone_due`, once its second is past: a script that
+        unsubscribes and never sweeps (boxmq.open, docs/python.md) held the blocks of the
+        files a delete left open until it closed the root. The caller looks at _gone_due
+        first (one attribute per put or ack); the clock only while a close waits."""
+        if time.monotonic() >= self._next_gone:
+            self.close_gone_due()
 
     def close_gone(self) -> None:
         """Close the descriptors kept for messages whose files are gone (a deleted queue's,
@@ -289,6 +300,8 @@ class Spares:
         gone already (somebody else moved it)."""
         if not self._adopted:
             self._adopt()
+        if self._gone_due:
+            self._close_gone_late()
         own = len(self._own) < self._own_limit and not self._closed
         if not own and len(self._own) + len(self._names) >= self.limit:
             return remove_file(path)
