@@ -1120,3 +1120,21 @@ def test_subscriptions_read_again_after_a_look_the_file_system_failed(tmp_path: 
         with no_descriptor_left(), pytest.raises(OSError, match="Too many open files"):
             broker.topics.has_durable("news")
         assert broker.topics.has_durable("news")
+
+
+@pytest.mark.parametrize("filter", ["a/#", "$share/g/a/#"])
+def test_a_subscribe_clears_what_an_end_killed_after_its_record_left_behind(
+    box: boxmq.Box, filter: str
+) -> None:
+    """An unsubscribe (a group's last leave) deletes its record, then moves its folder
+    away; killed in between, it left the folder and its messages, which the next subscribe
+    of that name took over (a session record that no longer names the filter has nothing
+    clear it). They are nobody's: that subscribe starts empty."""
+    path = box.topics.attach_dropbox(filter, "kept")
+    box.publish("a/1", "before")
+    if filter.startswith("$share"):
+        layout.remove_member(path, ConsumerId("kept"))  # the leave's first step
+    os.unlink(os.path.join(path, ".subscription"))  # as the kill leaves it
+    with box.subscribe(filter, "kept", process_bound=False) as again:
+        box.publish("a/2", "after")
+        assert bodies(again) == ["after"]

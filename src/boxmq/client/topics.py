@@ -1012,6 +1012,11 @@ class Topics:
         # (a session resumed after a restart registers every subscription it finds).
         flush = self._committer.policy is FsyncPolicy.ALWAYS
         existing = layout.read_record(path)
+        if existing is None and layout.clear_left_behind(self._root, path):
+            # An end killed after its record went (the session record may not name the
+            # filter any more, so nothing else clears it): the new subscription took over
+            # the old one's messages. This process's engine of the folder knew them too.
+            self._forget(path)
         if group is not None and existing is not None and existing.qos > record.qos:
             # A group's copies are stored at the highest QoS any member was granted, and each
             # member is sent at most its own (mqtt.stored.publish_of): a member granted QoS 0

@@ -48,6 +48,7 @@ __all__ = [
     "Counted",
     "SubscriptionRecord",
     "bump_generation",
+    "clear_left_behind",
     "exactly_once_markers",
     "generation",
     "has_record",
@@ -268,6 +269,45 @@ def unreadable_told(file: str, why: str) -> str:
         "under its name (boxmq subscribe F --name S --keep, or a share group's member) "
         "writes it again"
     )
+
+
+def clear_left_behind(root: str, path: str) -> bool:
+    """Delete the messages in the folder of a subscription that has no record: what an
+    unsubscribe (or a share group's last leave) killed between its record's deletion and
+    its folder's move left, the messages of a subscription that ended. Each state folder
+    that holds anything is renamed into `<root>/.deleting/` and deleted there
+    (`remove_folder`); the folder stays, for the caller, which holds its flock
+    (`locked_folder`) and writes the record next. Under that flock no other process is
+    making the subscription (a join writes the record before it lets go), so a folder
+    without a record is no subscription being made. An empty state folder is left: where
+    the file system keeps no flocks it may be one a subscribe is making right now.
+    A folder with a record, readable or not, is left alone. Whether anything was deleted."""
+    # write_record makes working/ first: a folder that never had a record (a new
+    # subscription's, which its subscribe has just made) has none, and costs one stat.
+    if not os.path.isdir(os.path.join(path, _FIRST_STATE)):
+        return False
+    try:
+        with os.scandir(path) as entries:
+            found = {e.name: e for e in entries}
+    except FileNotFoundError:
+        return False
+    if _RECORD in found:  # damaged: its messages are kept (`unreadable_record` tells)
+        return False
+    states = [e.path for name, e in found.items() if name in _STATES and e.is_dir()]
+    cleared = False
+    for folder in states:
+        try:
+            with os.scandir(folder) as entries:
+                if next(entries, None) is None:
+                    continue
+        except FileNotFoundError:
+            continue
+        cleared = remove_folder(root, folder) or cleared
+    return cleared
+
+
+_STATES = frozenset(state.value for state in State)
+_FIRST_STATE = next(iter(State)).value  # the first write_record makes
 
 
 def remove_if_abandoned(path: str, *, now: float, age: float) -> bool:

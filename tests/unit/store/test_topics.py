@@ -164,3 +164,18 @@ def test_a_record_that_is_none_is_skipped_and_says_why(tmp_path: Path, text: str
     assert told[0] == os.path.join(bad, ".subscription")
     assert told[1].startswith(why)
     assert topics.unreadable_record(os.path.join(root, "none")) is None  # no record (yet)
+
+
+def test_clearing_a_folder_left_behind_leaves_empty_state_folders(tmp_path: Path) -> None:
+    """Only a state folder that holds something goes: where the file system keeps no flocks,
+    a record-less folder may be one that another process's subscribe is making right now,
+    its state folders made, its record not yet written."""
+    path = topics.subscription_path(str(tmp_path), "a", topics.subscription_key(None, "s"))
+    for state in ("working", "target"):
+        os.makedirs(os.path.join(path, state))
+    assert not topics.clear_left_behind(str(tmp_path), path)
+    assert sorted(os.listdir(path)) == ["target", "working"]
+    Path(path, "target", "0.m1.M").write_bytes(b"old")
+    assert topics.clear_left_behind(str(tmp_path), path)
+    assert os.listdir(path) == ["working"]
+    assert not (tmp_path / ".deleting").exists()
