@@ -19,7 +19,7 @@ from boxmq.errors import naming
 from boxmq.store.layout import open_folder
 from boxmq.store.temporaries import removed_on_failure, temporary_in
 
-__all__ = ["flush_directories", "make_folders", "read_file", "replace_file"]
+__all__ = ["flush_directories", "make_folders", "read_file", "read_file_status", "replace_file"]
 
 
 def make_folders(path: str, *, flush: bool, within: str) -> None:
@@ -124,18 +124,33 @@ def read_file(path: str) -> bytes:
     subscribe and look; a SUBSCRIBE to `#` reads each retained file)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        size = os.fstat(fd).st_size
-        chunks = []
-        if size < _ONE_READ:
-            chunk = os.read(fd, size + 1)  # a byte more than it holds, to see its end
-            if len(chunk) == size:
-                return chunk
-            chunks.append(chunk)  # it changed since the fstat (not done by boxmq): read on
-        while chunk := os.read(fd, _ONE_READ):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return _read_all(fd, os.fstat(fd).st_size)
     finally:
         os.close(fd)
+
+
+def read_file_status(path: str) -> tuple[bytes, os.stat_result]:
+    """`read_file`, and the file's status as its fstat found it: the inode and time of the
+    very file read (a file replaced by a rename meanwhile is the next one)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        status = os.fstat(fd)
+        return _read_all(fd, status.st_size), status
+    finally:
+        os.close(fd)
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    """What `fd` holds, `size` bytes as its fstat said, in one read."""
+    chunks = []
+    if size < _ONE_READ:
+        chunk = os.read(fd, size + 1)  # a byte more than it holds, to see its end
+        if len(chunk) == size:
+            return chunk
+        chunks.append(chunk)  # it changed since the fstat (not done by boxmq): read on
+    while chunk := os.read(fd, _ONE_READ):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 _ONE_READ = 1 << 30  # Linux reads at most 2 GiB - 4 KiB at once
