@@ -229,7 +229,7 @@ class QueueComponent(ComponentXMPP):
         self.service.flush()  # publishes of the last batch are stored and answered
         # every subscriber's locks go back to target/, and each is told its subscription
         # ended, before the stream's end; with no server to tell, the next start does
-        self.service.close(heard=self.connected.is_set())
+        self.service.close(heard=self.connected.is_set(), once_written=self._after_written)
         self._flush()
         if self.transport is not None:
             await self.disconnect(wait=1.0)

@@ -283,13 +283,22 @@ class QueueService:
             taken += len(messages)
         return taken
 
-    def close(self, *, heard: bool = True) -> None:
+    def close(
+        self,
+        *,
+        heard: bool = True,
+        once_written: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None:
         """The component stops: subscriptions are not kept across a restart, so each
         subscriber is told that its subscription ended (it subscribes again). Not `heard`
         (no connection to the server now): their records stay, and the next start tells
-        them, as after a crash."""
+        them, as after a crash. `once_written` as for `tell_left_over`: a record goes once
+        its notice was written, so that a stream dropped while stopping leaves it for the
+        next start to tell; deleted at once, that subscriber was never told."""
         for subscription in self._subscriptions.all():
-            self._drop(subscription, forget=heard)
+            self._drop(subscription, forget=heard and once_written is None)
+            if heard and once_written is not None:
+                once_written(partial(self._told_gone, subscription.jid, subscription.node))
 
     def tell_left_over(
         self, once_written: Callable[[Callable[[], None]], None] | None = None
@@ -306,15 +315,16 @@ class QueueService:
         takes each stanza at once, as tests' lists do), at once."""
         for record in self._records.left_over():
             self._send(self._subscription_none(record.jid, record.node))
-            told = partial(self._told_left_over, record.jid, record.node)
+            told = partial(self._told_gone, record.jid, record.node)
             if once_written is None:
                 told()
             else:
                 once_written(told)
 
-    def _told_left_over(self, jid: str, node: str) -> None:
-        """A left-over subscriber was told: its record goes, unless it subscribed again
-        meanwhile, which wrote the record anew under the same name, its own now."""
+    def _told_gone(self, jid: str, node: str) -> None:
+        """A subscriber was told its subscription is gone (left over, or at a stop): its
+        record goes, unless it subscribed again meanwhile, which wrote the record anew
+        under the same name, its own now."""
         if self._subscriptions.get(jid, node) is None:
             self._records.remove(jid, node)
 

@@ -271,3 +271,57 @@ def test_notices_dropped_with_the_stream_are_sent_at_the_next_start(
     assert len(_recorded(box)) == 1
     assert b"alice@localhost" in asyncio.run(start(closing=False))
     assert _recorded(box) == []
+
+
+def test_at_a_clean_stop_a_record_is_deleted_only_once_its_notice_is_written(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    """The stop path had the fault the start path had: the records went as the notices
+    were queued, so a stream dropped while stopping left those subscribers never told."""
+    wire.subscribe(ALICE, 1)
+    wire.subscribe(BOB, 1)
+    written: list[Callable[[], None]] = []
+    wire.service.close(once_written=written.append)
+    assert len(_told(wire)) == 2
+    assert len(_recorded(box)) == 2  # not written yet: kept
+    written[0]()
+    assert len(_recorded(box)) == 1
+    written[1]()
+    assert _recorded(box) == []
+
+
+def test_notices_dropped_at_a_clean_stop_are_sent_at_the_next_start(
+    wire: Wire, box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The component stops while the stream is dropping (connected, its transport closing):
+    the notices are not written, so the records stay and the next start tells them."""
+    settings = XmppSettings(SERVICE, "127.0.0.1", 5347, "secret")
+
+    async def serve_then_stop() -> None:
+        component = QueueComponent(box, settings)
+        component.service.iq(
+            ET.fromstring(
+                f"<iq xmlns='{ns.COMPONENT}' type='set' id='s1' from='{ALICE}' to='{SERVICE}'>"
+                f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='{ALICE}'/><options>"
+                "<x xmlns='jabber:x:data' type='submit'><field var='FORM_TYPE' type='hidden'>"
+                "<value>http://jabber.org/protocol/pubsub#subscribe_options</value></field>"
+                "<field var='pubsub#queue_requests'><value>1</value></field></x>"
+                "</options></pubsub></iq>"
+            )
+        )
+        assert len(_recorded(box)) == 1
+        component.transport = _Transport(closing=True)  # type: ignore[assignment]
+        component.connected.set()  # the drop not yet seen
+
+        async def no_stream_end(**_: object) -> None:  # nobody would answer </stream>
+            pass
+
+        monkeypatch.setattr(component, "disconnect", no_stream_end)
+        await component.stop()
+
+    asyncio.run(serve_then_stop())
+    assert len(_recorded(box)) == 1  # kept: that notice was dropped
+    after = Wire(box)
+    after.service.tell_left_over()
+    assert _told(after) == [(ALICE, "jobs", "none")]
+    assert _recorded(box) == []
