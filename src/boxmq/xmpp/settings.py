@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from boxmq.core.topics import utf8_size
 from boxmq.errors import InvalidArgument
@@ -48,26 +50,75 @@ class XmppSettings:
     stanza_size_limit: int = STANZA_SIZE_LIMIT  # the server's, for what the component sends
 
     def __post_init__(self) -> None:
-        if not self.component or "@" in self.component or "/" in self.component:
-            raise InvalidArgument(f"--xmpp-component {self.component!r}: give a bare domain")
-        if utf8_size(self.component) is None:  # a byte of the argument that is not UTF-8
-            raise InvalidArgument(
-                f"--xmpp-component {self.component!r}: not valid Unicode: give a bare domain"
-            )
-        if utf8_size(self.host) is None:
-            raise InvalidArgument(f"xmpp server host {self.host!r}: not valid Unicode")
-        if not is_host_name(self.host):  # slixmpp logged a traceback every 3 s
-            raise InvalidArgument(
-                f"xmpp server host {self.host!r} is no host name: {HOST_NAME_RULE}"
-            )
-        if not 0 < self.port < 65536:
-            raise InvalidArgument(f"xmpp server port {self.port} is not a TCP port")
-        if not self.secret:
-            raise InvalidArgument("the component secret is empty")
-        if self.lock_timeout <= 0:
-            raise InvalidArgument("the lock timeout must be a positive number of seconds")
-        if (refused := stanza_size_refusal(self.stanza_size_limit)) is not None:
-            raise InvalidArgument(f"--xmpp-stanza-size-limit {refused}")
+        # Named as written in Python: a flag named here sent a caller looking for it.
+        # settings_from checks the same first, naming `boxmq serve`'s flags.
+        refused = _refusal(
+            _FIELDS,
+            self.component,
+            self.host,
+            self.port,
+            self.secret,
+            self.lock_timeout,
+            self.reconnect_max,
+            self.stanza_size_limit,
+        )
+        if refused is not None:
+            raise InvalidArgument(refused)
+
+
+_FIELDS: Final = {
+    field: f"XmppSettings {field}"
+    for field in (
+        "component",
+        "host",
+        "port",
+        "secret",
+        "lock_timeout",
+        "reconnect_max",
+        "stanza_size_limit",
+    )
+}
+_FLAGS: Final = {
+    "component": "--xmpp-component",
+    "host": "--xmpp-server host",
+    "port": "--xmpp-server port",
+    "secret": "the component secret",
+    "lock_timeout": "--xmpp-lock-timeout",
+    "reconnect_max": "the longest reconnect wait",
+    "stanza_size_limit": "--xmpp-stanza-size-limit",
+}
+
+
+def _refusal(
+    name: Mapping[str, str],
+    component: str,
+    host: str,
+    port: int,
+    secret: str,
+    lock_timeout: float,
+    reconnect_max: float,
+    stanza_size_limit: int,
+) -> str | None:
+    """Why these settings cannot be served, each called `name[field]`; else None."""
+    if not component or "@" in component or "/" in component:
+        return f"{name['component']} {component!r}: give a bare domain"
+    if utf8_size(component) is None:  # a byte of the argument that is not UTF-8
+        return f"{name['component']} {component!r}: not valid Unicode: give a bare domain"
+    if utf8_size(host) is None:
+        return f"{name['host']} {host!r}: not valid Unicode"
+    if not is_host_name(host):  # slixmpp logged a traceback every 3 s
+        return f"{name['host']} {host!r} is no host name: {HOST_NAME_RULE}"
+    if not 0 < port < 65536:
+        return f"{name['port']} {port} is not a TCP port"
+    if not secret:
+        return f"{name['secret']} is empty"
+    for field, seconds in (("lock_timeout", lock_timeout), ("reconnect_max", reconnect_max)):
+        # not NaN, which every comparison passed: a lock that never timed out
+        if not 0 < seconds < math.inf:
+            return f"{name[field]} {seconds!r}: give a positive number of seconds"
+    if (refused := stanza_size_refusal(stanza_size_limit)) is not None:
+        return f"{name['stanza_size_limit']} {refused}"
+    return None
 
 
 SECRET_ENV = "BOXMQ_XMPP_SECRET"
@@ -140,11 +191,8 @@ def settings_from(
             "or --xmpp-secret SECRET"
         )
     host, port = server if server is not None else ("127.0.0.1", 5347)
-    return XmppSettings(
-        component,
-        host,
-        port,
-        secret,
-        lock_timeout=lock_timeout if lock_timeout else 30.0,
-        stanza_size_limit=STANZA_SIZE_LIMIT if stanza_size_limit is None else stanza_size_limit,
-    )
+    values = (component, host, port, secret, lock_timeout if lock_timeout else 30.0, 30.0)
+    limit = STANZA_SIZE_LIMIT if stanza_size_limit is None else stanza_size_limit
+    if (refused := _refusal(_FLAGS, *values, limit)) is not None:
+        raise InvalidArgument(refused)
+    return XmppSettings(*values, limit)

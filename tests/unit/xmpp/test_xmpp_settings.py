@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,7 @@ def test_a_stanza_size_limit_that_is_none_says_what_to_give(limit: object) -> No
     with pytest.raises(InvalidArgument) as caught:
         XmppSettings("q.example.org", "127.0.0.1", 5347, "s", stanza_size_limit=limit)  # type: ignore[arg-type]
     assert str(caught.value) == (
-        f"--xmpp-stanza-size-limit {limit!r} is no stanza size limit: give the XMPP server's "
+        f"XmppSettings stanza_size_limit {limit!r} is no stanza size limit: give the XMPP server's "
         "limit for the component in bytes (Prosody's component_stanza_size_limit, 524288 by "
         "default), at least 16384"
     )
@@ -127,3 +128,41 @@ def test_the_stanza_size_limit_without_the_component_is_refused_by_name() -> Non
             None, None, secret=None, secret_file=None, environ={}, stanza_size_limit=2**20
         )
     assert str(caught.value) == "--xmpp-stanza-size-limit needs --xmpp-component NAME"
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"component": "a@b"}, "XmppSettings component 'a@b': give a bare domain"),
+        ({"host": "a..b"}, "XmppSettings host 'a..b' is no host name: each part"),
+        ({"port": 0}, "XmppSettings port 0 is not a TCP port"),
+        ({"secret": ""}, "XmppSettings secret is empty"),
+        ({"lock_timeout": 0.0}, "XmppSettings lock_timeout 0.0: give a positive number"),
+        # NaN passed `<= 0`, as every comparison does
+        ({"lock_timeout": math.nan}, "XmppSettings lock_timeout nan: give a positive number"),
+        ({"reconnect_max": -1.0}, "XmppSettings reconnect_max -1.0: give a positive number"),
+    ],
+)
+def test_from_python_an_error_names_the_setting_as_written(
+    given: dict[str, object], says: str
+) -> None:
+    """The errors named `boxmq serve`'s flags (--xmpp-component) to a Python caller, who
+    wrote no flag; the command line's still name the flags."""
+    settings: dict[str, object] = {
+        "component": "q.example.org",
+        "host": "127.0.0.1",
+        "port": 5347,
+        "secret": "s",
+    }
+    with pytest.raises(InvalidArgument) as caught:
+        XmppSettings(**(settings | given))  # type: ignore[arg-type]
+    assert str(caught.value).startswith(says)
+
+
+def test_from_the_command_line_an_error_names_the_flag() -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        settings_from("a@b", None, secret="s", secret_file=None, environ={})
+    assert str(caught.value) == "--xmpp-component 'a@b': give a bare domain"
+    with pytest.raises(InvalidArgument) as caught:
+        settings_from("q.x", ("127.0.0.1", 0), secret="s", secret_file=None, environ={})
+    assert str(caught.value) == "--xmpp-server port 0 is not a TCP port"
