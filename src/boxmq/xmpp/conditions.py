@@ -26,7 +26,7 @@ from boxmq.errors import (
     UnexpectedRequest,
 )
 
-__all__ = ["INTERNAL", "Condition", "condition_for"]
+__all__ = ["INTERNAL", "STOPPING", "Condition", "condition_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +54,9 @@ _CONDITIONS: Final[Mapping[type[BoxMQError], Condition]] = {
 }
 
 INTERNAL: Final = Condition("wait", "internal-server-error")
+# A request that reaches the component as it stops: what Prosody answers while no component
+# is connected, which docs/xmpp.md tells clients to retry.
+STOPPING: Final = Condition("wait", "remote-server-timeout")
 
 
 def condition_for(error: BoxMQError) -> Condition:

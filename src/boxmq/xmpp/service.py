@@ -44,7 +44,7 @@ from boxmq.store.commit import FsyncPolicy
 from boxmq.store.layout import is_dropbox, no_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
-from boxmq.xmpp.conditions import INTERNAL, Condition, condition_for
+from boxmq.xmpp.conditions import INTERNAL, STOPPING, Condition, condition_for
 from boxmq.xmpp.errors import StanzaError
 from boxmq.xmpp.payloads import NOT_XML, payload_of
 from boxmq.xmpp.qos_out import Level, ReliableSender
@@ -139,6 +139,7 @@ class QueueService:
         self._puts: dict[str, list[tuple[Iq, bytes]]] = {}  # publishes awaiting one commit
         self._store_failures: list[StoreFailed] = []  # logged once, at the batch's end
         self._next_deleted_check = 0.0
+        self._closed = False  # stopping: see iq
         # A bigger stanza from the component ends its stream (Prosody: not-well-formed). An
         # item leaves room for its event's envelope; with Prosody's default a body of up to
         # 256 KiB, what a client can publish, always fits.
@@ -151,6 +152,13 @@ class QueueService:
     def iq(self, element: Element) -> None:
         """Answer one iq get/set (every one gets exactly one reply)."""
         iq = parse_iq(element)
+        if self._closed:
+            # The stream lasts a moment after the close (until the server's </stream>): a
+            # subscribe served then (a client that subscribes again at its notice, as the
+            # docs say) was answered 'subscribed' by a component about to exit. Answered as
+            # the server answers while no component is connected: try again.
+            self._send(render.error(iq, STOPPING, text="the component is stopping"))
+            return
 
         def answer() -> str | None:
             request = parse_request(iq)
@@ -295,6 +303,7 @@ class QueueService:
         them, as after a crash. `once_written` as for `tell_left_over`: a record goes once
         its notice was written, so that a stream dropped while stopping leaves it for the
         next start to tell; deleted at once, that subscriber was never told."""
+        self._closed = True
         for subscription in self._subscriptions.all():
             self._drop(subscription, forget=heard and once_written is None)
             if heard and once_written is not None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
-from tests.unit.xmpp.wire import ALICE, BOB, PS, SERVICE, Wire
+from tests.unit.xmpp.wire import ALICE, BOB, PS, SERVICE, Wire, condition
 
 import boxmq
 from boxmq.xmpp import ns
@@ -325,3 +325,21 @@ def test_notices_dropped_at_a_clean_stop_are_sent_at_the_next_start(
     after.service.tell_left_over()
     assert _told(after) == [(ALICE, "jobs", "none")]
     assert _recorded(box) == []
+
+
+def test_a_request_that_reaches_the_component_as_it_stops_is_told_to_retry(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    """The stream lasts a moment after the close (until the server's </stream>): a subscribe
+    then was answered 'subscribed' by a component about to exit, and handed items."""
+    box.queue("jobs").put(b"waiting")
+    wire.service.close()
+    _told(wire)
+    reply = wire.subscribe(BOB, 1)
+    assert condition(reply) == ("wait", "remote-server-timeout")  # as Prosody's, then
+    assert _recorded(box) == []
+    assert wire.events() == []  # nothing handed out
+    item = "<item><x xmlns='u:x'/></item>"
+    publish = wire.iq(ALICE, f"<pubsub xmlns='{PS}'><publish node='jobs'>{item}</publish></pubsub>")
+    assert condition(publish) == ("wait", "remote-server-timeout")
+    assert box.queue("jobs").counts().ready == 1  # not stored: its sender was told to retry
