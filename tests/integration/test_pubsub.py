@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import queue
@@ -22,6 +23,7 @@ import boxmq
 from boxmq.client.topics import Publication, Subscriber
 from boxmq.model import ConsumerId
 from boxmq.store import topics as layout
+from boxmq.store.dropbox import Dropbox
 
 
 def drain(subscriber: Subscriber) -> list[boxmq.Message]:
@@ -967,6 +969,69 @@ def test_a_subscribe_refused_for_its_limits_leaves_no_subscription_behind(
         assert box.topics.subscriptions() == []
         box.publish("news/a", b"x")
         assert box.topics.subscriptions() == []
+
+
+def _full_disk(*_: object, **__: object) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize(
+    ("filter", "refused"),
+    [
+        ("news/#", "generation"),
+        ("news/#", "retained copy"),
+        ("$share/g/news/#", "generation"),
+    ],
+)
+def test_a_subscribe_the_disk_refuses_after_its_record_leaves_no_subscription_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, filter: str, refused: str
+) -> None:
+    """The record (and a member's file) written, then the disk refused what came after it:
+    the generation that tells every process, or a retained message's copy. The caller got
+    ENOSPC (MQTT: SUBACK 0x97), and the subscription stayed, collecting every publication
+    for a subscriber told it had none; a persistent MQTT session took it as its own at the
+    next start (found by a disk-full hunt)."""
+    with boxmq.open(tmp_path / "root") as box:
+        box.publish("news/a", b"retained", retain=True)
+        if refused == "generation":
+            monkeypatch.setattr(layout, "bump_generation", _full_disk)
+        else:
+            monkeypatch.setattr(Dropbox, "write_apart", _full_disk)
+        with pytest.raises(OSError, match="No space"):
+            box.subscribe(filter, "s")
+        monkeypatch.undo()
+        assert box.topics.subscriptions() == []
+        box.publish("news/a", b"x")
+        assert box.topics.subscriptions() == []
+    with boxmq.open(tmp_path / "root") as box:
+        assert box.topics.subscriptions() == []
+
+
+def test_a_join_the_disk_refuses_leaves_the_group_to_its_other_members(
+    box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with box.subscribe("$share/g/news/#", "first") as first:
+        monkeypatch.setattr(layout, "bump_generation", _full_disk)
+        with pytest.raises(OSError, match="No space"):
+            box.subscribe("$share/g/news/#", "second")
+        monkeypatch.undo()
+        assert box.topics.members_of("g", "news/#") == ["first"]
+        box.publish("news/a", b"x")
+        assert bodies(first) == ["x"]
+
+
+def test_a_subscribe_again_the_disk_refuses_keeps_the_subscription_and_its_messages(
+    box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    box.publish("news/b", b"retained", retain=True)
+    box.subscribe("news/#", "s", send_retained=False).close()
+    box.publish("news/a", b"waiting")
+    monkeypatch.setattr(Dropbox, "write_apart", _full_disk)
+    with pytest.raises(OSError, match="No space"):
+        box.subscribe("news/#", "s")
+    monkeypatch.undo()
+    with box.subscribe("news/#", "s", send_retained=False) as again:
+        assert bodies(again) == ["waiting"]
 
 
 def test_a_retained_copy_a_killed_subscribe_left_in_working_does_not_stop_the_next(

@@ -725,10 +725,15 @@ class Topics:
         with self._joining(self._path_of(parsed, name)):
             if not parsed.shared and send_retained:
                 with self._retained_lock.exclusive():  # see its comment in __init__
-                    dropbox = self._registered(subscription, token=token, owner=owner)
-                    self._send_retained(parsed, dropbox, subscription.qos)
+                    dropbox, made = self._registered(subscription, token=token, owner=owner)
+                    try:
+                        self._send_retained(parsed, dropbox, subscription.qos)
+                    except OSError:  # a full disk: refused, so not made (`_unregister`)
+                        if made:
+                            self._unregister(dropbox.path, None, made=True)
+                        raise
             else:
-                dropbox = self._registered(subscription, token=token, owner=owner)
+                dropbox, _ = self._registered(subscription, token=token, owner=owner)
             path = dropbox.path
             live = self._live_for(dropbox, parsed.share_group, str(parsed))
             if live.attached(name):  # said here: attach's own names a consumer and a folder
@@ -767,7 +772,7 @@ class Topics:
         name = check_consumer_name(subscriber, _SUBSCRIBER)
         subscription = Subscription(name, parsed, _qos(qos), True, no_local)
         with self._joining(self._path_of(parsed, name)):
-            path, _ = self._register(subscription, token=None if process_bound else "")
+            path, _, _ = self._register(subscription, token=None if process_bound else "")
         if parsed.shared:
             self._grants[path, name] = subscription.qos  # its Subscriber's cap from now on
 
@@ -788,7 +793,7 @@ class Topics:
             check_consumer_name(subscriber, _SUBSCRIBER), parsed, _qos(qos), True
         )
         with self._joining(self._path_of(parsed, subscription.subscriber)):
-            return self._registered(subscription, token="").path
+            return self._registered(subscription, token="")[0].path
 
     def subscriptions(self) -> list[SubscriptionInfo]:
         """Every durable subscription and share group under the root, with its counts."""
@@ -955,15 +960,18 @@ class Topics:
 
     def _registered(
         self, subscription: Subscription, token: str | None = None, owner: str = ""
-    ) -> Dropbox:
-        """`_register`, and the subscription's dropbox opened."""
-        path, written = self._register(subscription, token, owner)
+    ) -> tuple[Dropbox, bool]:
+        """`_register`, and the subscription's dropbox opened; whether it is new."""
+        path, written, made = self._register(subscription, token, owner)
         if written:
             # write_record has just made its state folders: a Dropbox making them looked at
             # each again (seven stats a new subscription). One found on disk may lack one
             # (removed by hand), which the Dropbox makes again.
-            return Dropbox(path, self._committer, create=False, complete=False, spares=self._spares)
-        return Dropbox(path, self._committer, spares=self._spares)
+            opened = Dropbox(
+                path, self._committer, create=False, complete=False, spares=self._spares
+            )
+            return opened, made
+        return Dropbox(path, self._committer, spares=self._spares), made
 
     def remove_left_behind(self, filter: str, subscriber: str) -> bool:
         """Delete the folder of `subscriber`'s plain subscription to `filter` if it has no
@@ -990,10 +998,12 @@ class Topics:
 
     def _register(
         self, subscription: Subscription, token: str | None = None, owner: str = ""
-    ) -> tuple[str, bool]:
+    ) -> tuple[str, bool, bool]:
         """The subscription's record (and a share group's member, bound to `token`: this
         process if None, none if ""), written unless already on disk; its dropbox's path,
-        and whether the record was written (its dropbox's folders made with it).
+        whether the record was written (its dropbox's folders made with it), and whether
+        the subscription is new (a plain one, or the member). What it made is taken back
+        if the disk refuses a step (`_unregister`).
         `owner`: the process a plain subscription ends with (SubscriptionRecord.owner).
         Called with the dropbox held (`_joining`): nobody else writes its record meanwhile."""
         parsed = subscription.filter
@@ -1023,16 +1033,43 @@ class Topics:
             # must not take QoS 1 from the others (MQTT 5.0 §3.8.4, MQTT-234).
             record = replace(record, qos=existing.qos)
         written = changed = existing != record
-        if changed:
-            layout.write_record(path, record, flush=flush)
-        if group is not None:
-            member, bound = subscription.subscriber, self._token if token is None else token
-            if layout.member_token(path, member) != bound:
-                layout.add_member(path, member, bound, flush=flush)
-                changed = True
-        if changed:
-            self._changed(path, flush=flush, record=record)  # on disk now: not read back
-        return path, written
+        joined = None  # the member this call adds to a share group
+        try:
+            if changed:
+                layout.write_record(path, record, flush=flush)
+            if group is not None:
+                member, bound = subscription.subscriber, self._token if token is None else token
+                was = layout.member_token(path, member)
+                if was != bound:
+                    joined = member if was is None else None
+                    layout.add_member(path, member, bound, flush=flush)
+                    changed = True
+            if changed:
+                self._changed(path, flush=flush, record=record)  # on disk now: not read back
+        except OSError:
+            self._unregister(path, joined, made=existing is None)
+            raise
+        return path, written, existing is None if group is None else joined is not None
+
+    def _unregister(self, path: str, member: str | None, *, made: bool) -> None:
+        """Take back what a subscribe the disk refused (ENOSPC at a step after the record)
+        registered at `path`: the share group's `member` it added, and the subscription if
+        it `made` it (a group: unless other members joined it). Its caller is told it was
+        refused (MQTT: SUBACK 0x97), and it stayed, collecting every publication for nobody,
+        which a persistent MQTT session took as its own at the next start (found by a
+        disk-full hunt). Deleting needs no space; a step that fails all the same leaves
+        the rest to the sweeps, and the caller raises the disk's first refusal."""
+        try:
+            if member is not None:
+                layout.remove_member(path, member)
+            if not made or layout.member_names(path):
+                return
+            self._forget(path)
+            self._remove(path)
+            self._changed(path)
+        except OSError:
+            with self._lock:
+                self._generation.forget()  # this process reads every record at its next look
 
     def _joining(self, path: str) -> AbstractContextManager[None]:
         """Hold the dropbox at `path` for a join (its folder made first), against the threads
