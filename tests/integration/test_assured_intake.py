@@ -4,12 +4,14 @@ limits."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import itertools
 import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -1132,3 +1134,42 @@ def test_a_message_another_process_sent_is_not_told_dropped_past_pending_ttl(
         assert caplog.records == []
         assert other.deliver("s", "1", must_exist=True) is False
         assert delivered(other) == [b"x"]
+
+
+def _refused(*_: object, **__: object) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _refused_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first deliver's `.exactly-once/` folder refused (ext4 gives a folder a block)."""
+
+    def refused(path: str, *_: object, **__: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    monkeypatch.setattr(os, "makedirs", refused)
+
+
+def _refused_marker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The marker's write refused at its close, as a full disk refuses it."""
+    monkeypatch.setattr(json, "dump", _refused)
+
+
+@pytest.mark.parametrize("refuse", [_refused_folder, _refused_marker], ids=["folder", "marker"])
+def test_a_deliver_the_disk_refuses_names_where_and_delivers_once_tried_again(
+    root: Path, monkeypatch: pytest.MonkeyPatch, refuse: Callable[[pytest.MonkeyPatch], None]
+) -> None:
+    """The disk refused the first deliver's folder of markers: its error left the deliver
+    half done, its id taken for delivered and its message forgotten in working/, so the
+    deliver tried again once space was back answered False (a repeat) and the message was
+    never sent (found by a disk-full hunt). A marker's write refused named no file."""
+    with boxmq.open(root, fsync="never") as box:
+        assert box.assured("meter-7", "42", b"+1", queue="counts")
+        with monkeypatch.context() as full:
+            refuse(full)
+            with pytest.raises(OSError, match="No space") as raised:
+                box.deliver("meter-7", "42")
+        assert raised.value.filename is not None
+        assert str(root / ".exactly-once") in raised.value.filename
+        assert box.deliver("meter-7", "42") is True
+        assert delivered(box) == [b"+1"]
+        assert box.deliver("meter-7", "42") is False

@@ -497,7 +497,13 @@ class AssuredIntake:
         file older than the marker) would let it replace that one."""
         if not keys:
             return []
-        os.makedirs(self._markers, exist_ok=True)
+        try:
+            os.makedirs(self._markers, exist_ok=True)
+        except OSError as error:
+            # Each key's failure, as a refused marker's: raised out of the deliver, it left
+            # the ids taken for delivered and their messages forgotten in working/, so the
+            # deliver tried again once space was back answered "done" and sent nothing.
+            return [error] * len(keys)
         errors: list[OSError | None] = [None] * len(keys)
         moves: list[list[Move]] = []
         for index, ((source, msg_id), pending) in enumerate(keys):
@@ -519,7 +525,8 @@ class AssuredIntake:
                     json.dump(record, out)
             except OSError as error:
                 _delete_quietly([temporary])
-                errors[index] = error
+                # A write refused at the file's close (a full disk) names no file.
+                errors[index] = error if error.filename else naming(error, temporary)
                 moves.append([])
                 continue
             moves.append([Move(temporary, self._marker(source, msg_id))])
