@@ -1034,6 +1034,25 @@ def test_a_subscribe_again_the_disk_refuses_keeps_the_subscription_and_its_messa
         assert bodies(again) == ["waiting"]
 
 
+@pytest.mark.parametrize("filter", ["news/#", "$share/g/news/#"])
+def test_an_unsubscribe_done_is_told_done_when_the_disk_refuses_to_tell_the_others(
+    box: boxmq.Box, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, filter: str
+) -> None:
+    """The subscription deleted (a member's file), then the generation's write refused: the
+    unsubscribe raised ENOSPC (MQTT: UNSUBACK 0x97, which says the subscription stays) with
+    the subscription gone (found by a disk-full hunt)."""
+    box.subscribe("news/#", "other").close()
+    with box.subscribe(filter, "s"):  # a share group's member leaves as it closes
+        monkeypatch.setattr(layout, "bump_generation", _full_disk)
+        with caplog.at_level(logging.WARNING, logger="boxmq"):
+            assert box.unsubscribe(filter, "s") is True
+        monkeypatch.undo()
+    assert "told only at the next change" in caplog.text
+    assert [(s.filter, s.subscriber) for s in box.topics.subscriptions()] == [("news/#", "other")]
+    box.publish("news/a", b"x")
+    assert box.unsubscribe(filter, "s") is False
+
+
 def test_a_retained_copy_a_killed_subscribe_left_in_working_does_not_stop_the_next(
     root: Path, box: boxmq.Box
 ) -> None:

@@ -51,6 +51,7 @@ from boxmq.errors import (
     MetadataTooLong,
     QueueNotFound,
     naming,
+    store_failure,
 )
 from boxmq.ids import IdFactory
 from boxmq.model import (
@@ -955,8 +956,27 @@ class Topics:
             # subscription made again is read afresh, its retained copies at once.
             self._forget(path)
             self._remove(path)
-        self._changed(path)
+        self._told_gone(path)
         return True
+
+    def _told_gone(self, path: str) -> None:
+        """`_changed` after a subscription (or a member of it) at `path` was deleted: done,
+        whatever the generation's write meets (ENOSPC, EMFILE). Raised, an unsubscribe the
+        disk had done was told failed (MQTT: UNSUBACK 0x97, 'the subscription stays'), and
+        this process routed to the folder gone until the next change (found by a disk-full
+        hunt). Other processes are told at the next change; meanwhile their copies into it
+        are passed by (store/fanout.py), as for any subscription deleted as they publish."""
+        try:
+            self._changed(path)
+        except OSError as error:
+            with self._lock:
+                self._generation.forget()  # this process reads every record at its next look
+            log.warning(
+                "%s ended, but the other processes on the root are told only at the next "
+                "change of the subscriptions: %s",
+                path,
+                store_failure(error),
+            )
 
     def _registered(
         self, subscription: Subscription, token: str | None = None, owner: str = ""
@@ -1116,7 +1136,7 @@ class Topics:
                 self._forget(path)
             if ended:
                 self._remove(path)
-        self._changed(path)
+        self._told_gone(path)
         return was_member
 
     def _subscribe_in_memory(self, subscription: Subscription) -> Subscriber:
