@@ -159,7 +159,8 @@ class SideFiles:
         something would go, and only what neither answer names goes: a message that moved
         from a folder not yet listed into one already listed is missed by one listing, not by
         two made apart. A file is renamed aside before it is deleted, and put back if a put
-        touched it meanwhile (its mtime is young again)."""
+        touched it meanwhile (its mtime is young again). One a killed collection left aside,
+        which its messages still read, is put back by the next (`_put_back`)."""
         old = self._older_than(now - grace)
         if not old:
             return 0
@@ -177,12 +178,31 @@ class SideFiles:
         old = set()
         with contextlib.suppress(FileNotFoundError), os.scandir(self.path) as entries:
             for entry in entries:
-                if not _KEY.fullmatch(entry.name):
+                key = entry.name.removeprefix(_DOOMED)
+                if not _KEY.fullmatch(key):
                     continue
                 with contextlib.suppress(FileNotFoundError):
-                    if entry.stat().st_mtime < horizon:
-                        old.add(entry.name)
+                    status = entry.stat()
+                    if key != entry.name and not self._put_back(key, status, horizon):
+                        continue
+                    if status.st_mtime < horizon:
+                        old.add(key)
         return old
+
+    def _put_back(self, key: str, aside: os.stat_result, horizon: float) -> bool:
+        """Finish the step of a collection killed between renaming `key` aside and deciding;
+        True if the file is `key` again, for this collection to judge as any other. It may be
+        one a put reused just before the kill, whose message came since: only the two looks
+        tell, so it is not deleted as it is."""
+        if aside.st_ctime >= horizon:  # renamed aside lately: a collection at work, not dead
+            return False
+        path = os.path.join(self.path, _DOOMED + key)
+        try:
+            rename_noreplace(path, os.path.join(self.path, key))
+        except FileExistsError:  # a put wrote `key` anew since: the same bytes, read first
+            os.unlink(path)
+            return False
+        return True
 
     def _delete_unless_renewed(self, key: str, *, horizon: float) -> int:
         path, aside = os.path.join(self.path, key), os.path.join(self.path, _DOOMED + key)

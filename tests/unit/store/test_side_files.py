@@ -155,3 +155,30 @@ def test_a_write_the_disk_refuses_leaves_no_temporary(
     with pytest.raises(OSError, match="No space"):
         side.put(b"second")
     assert [p.name for p in (tmp_path / SIDE_DIR).iterdir()] == [first]
+
+
+def test_a_collection_killed_between_its_renames_is_finished_by_the_next(tmp_path: Path) -> None:
+    """Killed after renaming a file aside, a collection leaves `.gc-<key>`, which its messages
+    still read under that name: the next one puts it back, or drops it beside a `<key>` a put
+    wrote since, and judges it as any other file."""
+    side = SideFiles(str(tmp_path))
+    named_key, unnamed_key, rewritten_key = (side.put(d) for d in (b"a", b"b", b"c"))
+    for key in (named_key, unnamed_key, rewritten_key):
+        _age(side, key, OLD)
+        os.rename(os.path.join(side.path, key), os.path.join(side.path, ".gc-" + key))
+    assert SideFiles(str(tmp_path)).put(b"c") == rewritten_key  # a put writes its own anew
+    later = time.time() + GRACE + 1  # an hour on: the renames aside are an hour old too
+    _age(side, rewritten_key, later - 60)  # and that put's message is not committed yet
+    assert side.collect(lambda: {named_key}, now=later) == 1
+    assert sorted(os.listdir(side.path)) == sorted([named_key, rewritten_key])
+    assert SideFiles(str(tmp_path)).get(named_key) == b"a"
+    assert SideFiles(str(tmp_path)).get(rewritten_key) == b"c"
+
+
+def test_a_file_another_collection_has_just_renamed_aside_is_left_to_it(tmp_path: Path) -> None:
+    side = SideFiles(str(tmp_path))
+    key = side.put(b"props")
+    _age(side, key, OLD)
+    os.rename(os.path.join(side.path, key), os.path.join(side.path, ".gc-" + key))
+    assert side.collect(set, now=NOW) == 0  # renamed a moment ago: that collection is alive
+    assert os.listdir(side.path) == [".gc-" + key]
