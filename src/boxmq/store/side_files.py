@@ -35,6 +35,7 @@ from typing import Final
 
 from boxmq.errors import InvalidArgument
 from boxmq.model import PROPERTIES_FILE, PropertyType
+from boxmq.store.records import read_file
 from boxmq.store.retained import RETAINED_DIR
 from boxmq.store.spares import rename_noreplace
 from boxmq.store.temporaries import temporary_in
@@ -92,8 +93,7 @@ class SideFiles:
         except FileExistsError:
             pass
         try:
-            with open(target, "rb") as existing:
-                same = existing.read() == data
+            same = read_file(target) == data
         except FileNotFoundError:
             return False
         if not same:
@@ -122,11 +122,8 @@ class SideFiles:
         """The file's bytes if they still match their key (a file changed by hand does not)."""
         # The second name: `collect` may be between renaming it aside and back (a put reused it).
         for name in (key, _DOOMED + key):
-            with (
-                contextlib.suppress(FileNotFoundError),
-                open(os.path.join(self.path, name), "rb") as source,
-            ):
-                data = source.read()
+            with contextlib.suppress(FileNotFoundError):
+                data = read_file(os.path.join(self.path, name))
                 return data if key_of(data) == key else None
         return None
 
@@ -237,11 +234,16 @@ def referenced(root: str) -> set[str]:
 
 
 def _first_line(path: str) -> str:
+    """The header line of a retained file: one read of its first 4 KiB, not the whole body."""
     try:
-        with open(path, "rb") as source:
-            return source.readline(4096).decode("utf-8", "replace")
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return ""
+    try:
+        head = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    return head.partition(b"\n")[0].decode("utf-8", "replace")
 
 
 def key_of(data: bytes) -> str:
