@@ -54,9 +54,11 @@ from boxmq.store.spares import Spares
 from boxmq.store.temporaries import remove_stale_temporaries
 from boxmq.store.topics import (
     SubscriptionRecord,
+    bump_generation,
     incoming_working,
     read_record,
     remove_if_abandoned,
+    remove_if_ended,
     remove_stale_staging,
     subscription_folders,
     unreadable_record,
@@ -812,14 +814,26 @@ class Box:
             )
 
     def _remove_abandoned(self, recordless: list[str], *, now: float, age: float) -> None:
-        """The folders of subscriptions whose first record never landed: nothing else
-        deletes them (no scan of subscriptions sees a folder without its record). One whose
-        record is there but unreadable is told of, once per reason. `recordless`: the
-        folders whose record this full pass did not read (each read once a pass, not again
-        here: remove_if_abandoned leaves a folder whose record landed since)."""
+        """The folders of subscriptions whose first record never landed, or whose end was
+        cut short (their messages left): nothing else deletes them (no scan of subscriptions
+        sees a folder without its record). One whose record is there but unreadable is told
+        of, once per reason. `recordless`: the folders whose record this full pass did not
+        read (each read once a pass, not again here: remove_if_abandoned and remove_if_ended
+        leave a folder whose record landed since)."""
         removed = 0
         for path in recordless:
-            removed += remove_if_abandoned(path, now=now, age=age)
+            if remove_if_abandoned(path, now=now, age=age):
+                removed += 1
+            elif files := remove_if_ended(path, now=now, age=age):
+                # What the killed end did not: the processes still routing to it read it again.
+                bump_generation(self.root, path=path)
+                log.warning(
+                    "deleted %s, a subscription folder without a record, and the %d file(s) "
+                    "in it, unchanged for %s (a process died while ending its subscription)",
+                    path,
+                    files,
+                    spelled(age),
+                )
             if (unreadable := unreadable_record(path)) and unreadable not in self._unreadable:
                 self._unreadable.add(unreadable)
                 log.warning("%s", unreadable_told(*unreadable))

@@ -59,6 +59,7 @@ __all__ = [
     "read_record",
     "read_records",
     "remove_if_abandoned",
+    "remove_if_ended",
     "remove_stale_staging",
     "remove_subscription",
     "staging_name",
@@ -472,6 +473,61 @@ def _remove_empty_filter(path: str) -> None:
             os.rmdir(folder)
         except OSError:  # another subscription is there (ENOTEMPTY), or it is gone already
             return
+
+
+def remove_if_ended(path: str, *, now: float, age: float) -> int:
+    """Delete the folder of a subscription whose end was cut short, with the messages in it:
+    `remove_subscription` deletes the record, then moves the folder away, and a process killed
+    in between (an unsubscribe, a session's or a share group's end) left the messages of a
+    subscription that ended, which nothing reads (no scan of subscriptions sees a folder
+    without its record) and nothing deleted unless a subscribe came under the same name.
+    Once nothing in it changed for `age` seconds (its folders' and files' times), and under
+    the folder's flock, which a subscribe making it holds until its record is written: not
+    where the file system keeps no flocks (no subscribe under way could be told apart), nor
+    in a folder boxmq gives no subscription (`client.*`, `share.*`: another program's).
+    How many files went with it (its messages and what else it held); 0 if it stayed."""
+    key = os.path.basename(path)
+    if not key.startswith(("client.", "share.")) or has_record(path):
+        return 0
+    try:
+        fd = _open_held(path)
+    except FileNotFoundError:
+        return 0
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: a join is under way
+            held = os.fstat(fd)
+            current = os.stat(path)
+        except OSError:  # held, or no flocks here, or gone
+            return 0
+        if (held.st_dev, held.st_ino) != (current.st_dev, current.st_ino) or has_record(path):
+            return 0  # made again since it was opened, or its record landed
+        files = _files_if_unchanged(path, now=now, age=age)
+        if not files:
+            return 0  # changed lately, or empty: `remove_if_abandoned`'s
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(path))))
+        if not remove_folder(root, path):
+            return 0
+    finally:
+        _close_held(fd)  # a join waiting for it finds the folder gone, and makes a new one
+    _remove_empty_filter(path)
+    return files
+
+
+def _files_if_unchanged(path: str, *, now: float, age: float) -> int:
+    """How many files are under `path`, 0 if a folder or file there changed within `age`."""
+    files = 0
+    try:
+        for folder, _, names in os.walk(path, onerror=_raise):
+            if now - os.stat(folder).st_mtime <= age:
+                return 0
+            for name in names:
+                if now - os.lstat(os.path.join(folder, name)).st_mtime <= age:
+                    return 0
+            files += len(names)
+    except OSError:
+        return 0
+    return files
 
 
 def generation(root: str) -> tuple[int, int] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -136,6 +137,33 @@ def test_changes_made_at_once_each_get_their_own_count(tmp_path: Path) -> None:
         thread.join()
     with open(os.path.join(topic_root(root), ".generation")) as counted:
         assert counted.read().partition("\n")[0] == "101"
+
+
+def test_a_folder_an_ended_subscription_left_goes_once_old_never_under_a_join(
+    tmp_path: Path,
+) -> None:
+    """An unsubscribe killed between deleting the record and moving the folder away left the
+    messages of a subscription that ended. A subscribe making that folder again holds its
+    flock until its record lands; a folder boxmq names no subscription by is another
+    program's."""
+    root = str(tmp_path)
+    path = subscription_path(root, "a/#", "client.s")
+    write_record(path, _RECORD)
+    Path(path, "target", "4.m1.T").write_bytes(b"m")
+    os.unlink(os.path.join(path, ".subscription"))  # the end, killed right after
+    foreign = os.path.join(os.path.dirname(path), "sub.conn")  # DropboxMQ's kind of name
+    os.makedirs(os.path.join(foreign, "target"))
+    Path(foreign, "target", "4.m2.T").write_bytes(b"m")
+    now = time.time()
+    assert topics.remove_if_ended(path, now=now, age=60) == 0  # changed within the minute
+    later = now + 61
+    with topics.locked_folder(path):  # a subscribe under that name, its record not written
+        assert topics.remove_if_ended(path, now=later, age=60) == 0
+    assert topics.remove_if_ended(foreign, now=later, age=60) == 0
+    assert topics.remove_if_ended(path, now=later, age=60) == 1
+    assert not os.path.exists(path)
+    assert os.listdir(foreign) == ["target"]
+    assert os.listdir(tmp_path) == ["topic-root"]  # nothing left in .deleting/ either
 
 
 @pytest.mark.parametrize(
