@@ -120,8 +120,9 @@ class SideFiles:
 
     def _read(self, key: str) -> bytes | None:
         """The file's bytes if they still match their key (a file changed by hand does not)."""
-        # The second name: `collect` may be between renaming it aside and back (a put reused it).
-        for name in (key, _DOOMED + key):
+        # The second name: `collect` may be between renaming it aside and back (a put reused
+        # it, or a kill left it aside: `_put_back`); the first again, renamed back meanwhile.
+        for name in (key, _DOOMED + key, key):
             with contextlib.suppress(FileNotFoundError):
                 data = read_file(os.path.join(self.path, name))
                 return data if key_of(data) == key else None

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from boxmq.errors import InvalidArgument
+from boxmq.store.records import read_file
 from boxmq.store.side_files import GRACE, SIDE_DIR, SideFiles, referenced
 
 NOW = time.time()  # a put stamps real mtimes; ages are set with os.utime, nobody sleeps
@@ -182,3 +183,26 @@ def test_a_file_another_collection_has_just_renamed_aside_is_left_to_it(tmp_path
     os.rename(os.path.join(side.path, key), os.path.join(side.path, ".gc-" + key))
     assert side.collect(set, now=NOW) == 0  # renamed a moment ago: that collection is alive
     assert os.listdir(side.path) == [".gc-" + key]
+
+
+def test_a_read_while_a_collection_puts_the_file_back_finds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that missed `<key>` (renamed aside) and then `.gc-<key>` (renamed back in
+    between, by a collection that found it reused or by the next after a kill) served its
+    message without the properties."""
+    side = SideFiles(str(tmp_path))
+    key = side.put(b"props")
+    path, aside = os.path.join(side.path, key), os.path.join(side.path, ".gc-" + key)
+    os.rename(path, aside)
+
+    def racing(name: str) -> bytes:
+        if name == path and os.path.exists(aside):
+            try:
+                return read_file(name)
+            finally:
+                os.rename(aside, path)  # right after the reader's miss
+        return read_file(name)
+
+    monkeypatch.setattr("boxmq.store.side_files.read_file", racing)
+    assert SideFiles(str(tmp_path)).get(key) == b"props"
