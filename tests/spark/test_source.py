@@ -20,6 +20,7 @@ from boxmq.clock import ManualClock
 from boxmq.model import PROPERTIES_FILE, V5_PROPERTIES, Envelope, MessageId, Property, PropertyType
 from boxmq.mqtt.properties import Properties
 from boxmq.spark import COLUMNS
+from boxmq.spark.session import _cores
 from boxmq.spark.source import STRUCT, BoxMQDataSource, FilesPartition, _split
 from boxmq.store.layout import queue_path
 from boxmq.store.names import encode
@@ -270,6 +271,17 @@ def test_register_finds_the_active_session(spark: SparkSession) -> None:
     # What `import boxmq.spark` does when a session is already running.
     assert boxmq.spark.register() is spark
     assert spark.read.format("BoxMQ") is not None  # the short name, in any case
+
+
+@pytest.mark.parametrize(
+    ("master", "cores"),
+    [("local[3]", 3), ("local[3,2]", 3), ("local", 1), ("local[*]", os.cpu_count())],
+)
+def test_a_local_session_shuffles_into_as_many_partitions_as_its_master_has_cores(
+    master: str, cores: int
+) -> None:
+    # Spark runs `local` in one thread and `local[*]` in one per core; both were taken as 2.
+    assert _cores(master) == cores
 
 
 def test_the_properties_of_an_mqtt_v5_message_are_read_decoded(

@@ -50,6 +50,19 @@ def register(spark: SparkSession | None = None) -> SparkSession | None:
     return session
 
 
+def _cores(master: str) -> int:
+    """The threads a local `master` runs tasks in, as Spark counts them: `local` is one,
+    `local[*]` (and `local[*,F]`) every core; 2 for any other master (cores unknown here)."""
+    match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master)
+    if match is None:
+        return 2
+    if match[1] is None:
+        return 1
+    if match[1] == "*":
+        return os.cpu_count() or 1
+    return int(match[1])
+
+
 def _log4j_file() -> str:
     path = os.path.join(tempfile.gettempdir(), f"boxmq-spark-log4j2-{os.getuid()}.properties")
     try:
@@ -77,8 +90,7 @@ def local_session(
     `master` (Spark's 200 is slow for the small shuffles of a streaming aggregate)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to a loopback" warning
-    match = re.fullmatch(r"local\[(\d+)(?:,\d+)?\]", master)
-    cores = match[1] if match else "2"
+    cores = str(_cores(master))
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
