@@ -248,8 +248,13 @@ def test_the_topic_option_wins_over_the_topic_column() -> None:
         (
             {"body": b"x", "properties": {"bx_dc": "1"}},
             InvalidName,
-            "^boxmq sink: property name 'bx_dc' starts with bx_, which boxmq keeps for its own "
-            "properties: give it another name$",
+            "^boxmq sink: column 'properties': property name 'bx_dc' starts with bx_, which "
+            "boxmq keeps for its own properties: give it another name$",
+        ),
+        (  # the row, when it has an id: one row of millions fails the query
+            {"body": b"x", "message_id": "m7", "properties": {"bx_nb": "1"}},
+            InvalidName,
+            "^boxmq sink: column 'properties' of message_id 'm7': property name 'bx_nb' ",
         ),
         ({"body": b"x", "properties": {"": "1"}}, InvalidName, "'': a name is a non-empty"),
         ({"body": b"x", "priority": 2**40}, InvalidArgument, "priority"),

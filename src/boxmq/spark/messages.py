@@ -155,12 +155,12 @@ def message_of(
             raise InvalidArgument(
                 f"boxmq sink: class {text!r}; use one of M, B, S, P, O, T"
             ) from None
-    properties = _properties(row, layout.properties)
+    message_id = _text(row, layout.message_id, "message_id")
+    properties = _properties(row, layout.properties, message_id)
     if topic is None and layout.topic is not None:
         topic = _text(row, layout.topic, "topic")
     if topic is not None:
         properties = (Property(TOPIC, PropertyType.STRING, check_topic(topic)), *properties)
-    message_id = _text(row, layout.message_id, "message_id")
     envelope = Envelope(
         message_id=MessageId(message_id) if message_id else ids.new(),
         priority=_priority(row, layout.priority),
@@ -235,24 +235,30 @@ def _expiration(row: Sequence[object], index: int | None) -> int:
     raise InvalidArgument(f"boxmq sink: expiration {value!r} is not a timestamp or epoch ms")
 
 
-def _properties(row: Sequence[object], index: int | None) -> tuple[Property, ...]:
+def _properties(
+    row: Sequence[object], index: int | None, message_id: str | None
+) -> tuple[Property, ...]:
     value = None if index is None else row[index]
     if value is None:
         return ()
+    # Which row and column: one row of millions fails the whole query.
+    where = "column 'properties'" + (f" of message_id {message_id!r}" if message_id else "")
     if not isinstance(value, Mapping):
-        raise InvalidArgument(f"boxmq sink: properties {value!r} is not a map")
+        raise InvalidArgument(f"boxmq sink: {where}: {value!r} is not a map")
     found = []
     for key, item in value.items():
         if not isinstance(key, str) or not key:
-            raise InvalidName(f"boxmq sink: property name {key!r}: a name is a non-empty string")
+            raise InvalidName(
+                f"boxmq sink: {where}: property name {key!r}: a name is a non-empty string"
+            )
         if key.startswith(RESERVED_PREFIX):  # the words of every put and publish
-            raise InvalidName(f"boxmq sink: {reserved_name(key)}")
+            raise InvalidName(f"boxmq sink: {where}: {reserved_name(key)}")
         if item is not None:
             found.append(Property(key, PropertyType.STRING, str(item)))
     try:
         mqtt_fields.check({prop.name: prop.value for prop in found})
     except InvalidArgument as error:
-        raise InvalidArgument(f"boxmq sink: {error}") from None
+        raise InvalidArgument(f"boxmq sink: {where}: {error}") from None
     return tuple(found)
 
 
