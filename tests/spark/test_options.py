@@ -71,6 +71,9 @@ R = "<the test's root>"
         # the option the user gave, and the name it gave: a subscriber is no consumer to them
         ({"root": R, "queue": "s", "subscriber": "a/b"}, InvalidArgument, "'subscriber': subs"),
         ({"root": R, "queue": "s", "consumer": "a", "subscriber": "b"}, InvalidArgument, "one"),
+        # refused at load(), not once the stream started and registered it
+        ({"root": R, "subscription": "a/#/b"}, InvalidArgument, "'subscription': topic filter"),
+        ({"root": R, "subscription": "$share/etl"}, InvalidArgument, "'subscription': '.share"),
     ],
 )
 def test_a_bad_stream_option_says_what_to_fix(
@@ -112,7 +115,7 @@ def test_a_missing_root_names_a_command_that_makes_it(tmp_path: Path) -> None:
     [
         ({"queue": "sensors", "state": "finished"}, "processed"),
         ({"queue": "sensors", "locktimeout": "1d"}, "'lockTimeout' is for a stream read"),
-        ({"subscription": "$share/etl"}, "'\\$share/<group>/<filter>'"),
+        ({"subscription": "$share/etl"}, "'subscription': '.share/etl': the share name must be"),
         ({"subscription": "$share/etl/sensors/#"}, "no subscription"),
     ],
 )

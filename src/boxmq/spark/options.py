@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from boxmq.core.durations import LONGEST, written_seconds
+from boxmq.core.topics import parse_filter
 from boxmq.errors import InvalidArgument, InvalidName, QueueNotFound
 from boxmq.store.commit import FsyncPolicy
 from boxmq.store.layout import State, no_dropbox, queue_path
@@ -220,6 +221,14 @@ class _Options:
                 "boxmq data source: give exactly one of the options 'queue' (a queue name) "
                 "and 'subscription' (a topic filter, e.g. '$share/etl/sensors/#')"
             )
+        if subscription is not None:
+            # At load(): a stream registers its filter only when it starts, and failed then.
+            try:
+                parse_filter(subscription)
+            except InvalidArgument as error:
+                raise InvalidArgument(
+                    f"boxmq data source: option 'subscription': {error}"
+                ) from None
         return queue, subscription
 
 
