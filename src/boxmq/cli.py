@@ -880,8 +880,9 @@ def _serve(args: argparse.Namespace) -> int:
         stanza_size_limit=args.xmpp_stanza_size_limit,
         environ=os.environ,
     )
-    # Bound before the root is opened: an address in use, or a host that does not resolve,
-    # had the root made (a mistyped --data) and recovered before the bind that stopped serve.
+    # Bound, and listening, before the root is opened: an address in use (another serve's
+    # too), or a host that does not resolve, had the root made (a mistyped --data) and
+    # recovered before the bind that stopped serve.
     sockets = None if mqtt is None else _bind_listeners(args, config, mqtt)
     try:
         _serve_root(args, config, mqtt, sockets, xmpp)
@@ -952,7 +953,7 @@ def _serve_root(
         )
         try:
             run(serving)
-        except OSError as error:  # listen() after the recovery: seldom, once bound
+        except OSError as error:  # an address refused in the run (the listeners listen already)
             if not _is_listener_error(error):
                 raise
             raise _listener_refusal(error, args, config, mqtt) from None

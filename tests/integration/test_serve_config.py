@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import re
@@ -20,6 +21,8 @@ from tests.processes import dead_token
 import boxmq
 from boxmq.model import DELIVERY_COUNT, ConsumerId, PropertyType
 from boxmq.mqtt.passwords import set_password
+from boxmq.mqtt.server import bind_listeners, close_sockets
+from boxmq.mqtt.settings import Listener
 from boxmq.store.names import Lock, decode, encode, locked_name
 
 
@@ -352,6 +355,22 @@ def test_a_port_in_use_stops_serve_before_it_makes_or_recovers_the_root(tmp_path
     assert not (tmp_path / "state").exists()
     with socket.socket() as again:  # the first listener's port was let go
         again.bind(("127.0.0.1", free))
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_a_second_serve_on_a_bound_port_is_refused_before_it_opens_its_root(host: str) -> None:
+    """Bound with SO_REUSEADDR and not yet listening (until its recovery was done), a serve's
+    listeners let Linux bind a second serve's beside them: both opened and recovered their
+    roots, and the second was refused only at its listen(), its error naming no address."""
+    if host == "::1" and not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    first = asyncio.run(bind_listeners([Listener(host, 0)]))
+    try:
+        port = first[0][0].getsockname()[1]
+        with pytest.raises(OSError, match=r"bind on address \(.*: address already in use"):
+            close_sockets(asyncio.run(bind_listeners([Listener(host, port)])))
+    finally:
+        close_sockets(first)
 
 
 def test_a_host_that_does_not_resolve_names_its_address_and_setting(tmp_path: Path) -> None:

@@ -548,18 +548,41 @@ async def _listen(listener: Listener) -> list[socket.socket]:
         # Copies of its sockets, ours to listen on; closing the server closes its own.
         sockets = [socket.socket(fileno=os.dup(sock.fileno())) for sock in server.sockets]
         server.close()
+        try:
+            _hold(sockets)
+        except BaseException:
+            close_sockets([sockets])
+            raise
         return sockets
     address = (listener.host, listener.port)
     raise socket.gaierror(code, f"cannot resolve the host of address {address!r}: {problem}")
 
 
+def _hold(sockets: Sequence[socket.socket]) -> None:
+    """Listen on `sockets` at once, which alone keeps their port from another program: with
+    SO_REUSEADDR (set so that a restart is not refused by the last run's connections in
+    TIME_WAIT) Linux lets two sockets bind one port while neither listens, so a second
+    `boxmq serve` on the port bound too, opened and recovered its root, and was refused only
+    at its listen() after that. A listen() refused here (two serves that bound at the same
+    moment) is told as a bind is, with the address."""
+    for sock in sockets:
+        try:
+            sock.listen(_BACKLOG)
+        except OSError as error:
+            address = sock.getsockname()
+            problem = (error.strerror or str(error)).lower()
+            raise OSError(
+                error.errno, f"error while attempting to bind on address {address!r}: {problem}"
+            ) from None
+
+
 async def bind_listeners(listeners: Sequence[Listener]) -> list[list[socket.socket]]:
-    """The sockets of each listener, bound, not listening yet (`MqttServer.start` listens,
-    after the recovery: a client is refused until then, not kept waiting). `boxmq serve`
-    binds them before it opens the root, so that an address in use or a host that does not
-    resolve stops it before it makes the root or recovers it. The sockets are plain ones, of
-    no loop: bound in one, they are served in another. On an error, those bound before it
-    are closed."""
+    """The sockets of each listener, bound and listening (`_hold`); `MqttServer.start`
+    accepts from them after the recovery: a client that connects meanwhile waits in the
+    kernel's queue. `boxmq serve` binds them before it opens the root, so that an address in
+    use (another serve's too) or a host that does not resolve stops it before it makes the
+    root or recovers it. The sockets are plain ones, of no loop: bound in one, they are
+    served in another. On an error, those bound before it are closed."""
     bound: list[list[socket.socket]] = []
     try:
         for listener in listeners:
@@ -574,9 +597,9 @@ async def bind_listeners(listeners: Sequence[Listener]) -> list[list[socket.sock
 def _refuse_overlaps(sockets: Sequence[socket.socket]) -> None:
     """Two of our sockets on one port whose addresses overlap (0.0.0.0:1883 beside
     127.0.0.1:1883, or localhost beside 127.0.0.1), refused as the kernel would refuse the
-    second: with SO_REUSEADDR it lets both bind while neither listens, and refuses one only
-    at listen(), which is after the root was opened. asyncio's sockets of IPv6 are IPv6 only
-    (IPV6_V6ONLY), so that only addresses of one family overlap."""
+    second. Each listens as it is bound (`_hold`), so the kernel refuses the second's bind
+    already; this says so whatever the order and the system. asyncio's sockets of IPv6 are
+    IPv6 only (IPV6_V6ONLY), so that only addresses of one family overlap."""
     seen: list[tuple[int, str, int]] = []
     for sock in sockets:
         address = sock.getsockname()
@@ -778,10 +801,11 @@ class MqttServer:
                     if open_to_anyone(self.settings, listener, host):
                         open_to_all.append(url)
         except BaseException:
-            # A listen() refused (another program listens there since the bind): those that
-            # listen already stop, their sockets closed (a caller's too: closing twice is
-            # harmless), and the rest of the sockets bound here are closed; the rest of a
-            # caller's own are its to close, as `boxmq serve` does.
+            # A listen() refused (a caller's socket bound, not listening, and another
+            # program listens there since): those that listen already stop, their sockets
+            # closed (a caller's too: closing twice is harmless), and the rest of the
+            # sockets bound here are closed; the rest of a caller's own are its to close, as
+            # `boxmq serve` does.
             for listening in self._listening:
                 listening.close()
             self._listening = []

@@ -9,7 +9,6 @@ import logging
 import re
 import socket
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -30,9 +29,9 @@ from tests.integration.mqtt.raw import (
     string,
     subscribe,
 )
+from tests.ports import free_ports
 
 import boxmq
-from boxmq.mqtt import server as server_module
 from boxmq.mqtt.server import MqttServer
 from boxmq.mqtt.settings import Listener, MqttSettings
 
@@ -214,23 +213,15 @@ def test_the_last_descriptors_are_kept_for_files_past_them_clients_are_refused_o
     assert "EMFILE" not in log
 
 
-def test_a_listener_refused_at_start_leaves_no_socket_open(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The listeners are bound before they listen (ea6aac5): a listen() then refused, by
-    another program that listens on one's port since the bind, left every socket open, the
-    first one listening, accepting clients for a server that never started."""
-    port = free_port()
-    other = socket.socket()  # binds beside ours (SO_REUSEADDR, neither listening yet)
-    other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    other.bind(("127.0.0.1", port))
-    made: list[list[socket.socket]] = []
-    bind = server_module.bind_listeners
-
-    async def then_the_other_listens(listeners: Sequence[Listener]) -> list[list[socket.socket]]:
-        made.extend(await bind(listeners))
-        other.listen()
-        return made
+def test_a_listener_refused_at_start_leaves_no_socket_open(tmp_path: Path) -> None:
+    """A listener whose port another program listens on stops the start, and the listeners
+    bound before it are closed: left open, the first one listened, taking clients for a
+    server that never started (each listens as it is bound, since a second serve could
+    bind beside one not listening yet)."""
+    free, taken = free_ports(2)
+    other = socket.socket()
+    other.bind(("127.0.0.1", taken))
+    other.listen()
 
     async def start(server: MqttServer) -> None:
         try:
@@ -239,8 +230,9 @@ def test_a_listener_refused_at_start_leaves_no_socket_open(
         finally:
             await server.close()
 
-    monkeypatch.setattr(server_module, "bind_listeners", then_the_other_listens)
-    listeners = (Listener("127.0.0.1", 0), Listener("127.0.0.1", port))
+    listeners = (Listener("127.0.0.1", free), Listener("127.0.0.1", taken))
     with other, boxmq.open(tmp_path / "data", fsync="never") as box:
         asyncio.run(start(MqttServer(box, MqttSettings(listeners=listeners))))
-    assert [sock.fileno() for socks in made for sock in socks] == [-1, -1]
+    with socket.socket() as again:  # the first listener's socket was closed: its port is free
+        again.bind(("127.0.0.1", free))
+        again.listen()
