@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from boxmq.cli_args import FOREVER, parse_duration
-from boxmq.core.durations import LONGEST
+from boxmq.core.durations import LONGEST, in_unit_of
 from boxmq.errors import InvalidArgument
 
 __all__ = ["Table"]
@@ -81,7 +81,7 @@ class Table:
     ) -> int | None:
         """An integer from `low` to `high`; `seconds`: a count of whole seconds, which may
         also be written as a duration ("60s", "7d"), as the other times of the file are."""
-        value = self._take(key)
+        value = written = self._take(key)
         if value is None:
             return None
         if seconds and isinstance(value, str):
@@ -93,6 +93,18 @@ class Table:
             raise self.error(key, f"expected an integer, got {_kind(value)}{_as_integer(value)}")
         if value < low or (high is not None and value > high):
             bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
+            if isinstance(written, str):  # a duration: its limits in seconds and in its unit
+                least = in_unit_of(low, written)
+                limits = (
+                    f"at least {least}"
+                    if high is None
+                    else f"{least} to {in_unit_of(high, written)}"
+                )
+                raise self.error(
+                    key,
+                    f"{written!r} ({value} seconds) is out of range: use {bounds} seconds "
+                    f"({limits})",
+                )
             raise self.error(key, f"{value} is out of range: use {bounds}")
         return value
 
@@ -102,14 +114,15 @@ class Table:
         value = self._take(key)
         if value is None:
             return None
+        shown = repr(value)  # as the user wrote it: "0ms", not 0.0
         if isinstance(value, str):
             value = self._duration(key, value)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.error(key, f"expected seconds (a number or '30s'), got {_kind(value)}")
         if zero and (not math.isfinite(value) or value < 0):
-            raise self.error(key, f"{value} is not 0 or more seconds")
+            raise self.error(key, f"{shown} is not 0 or more seconds")
         if not zero and (not math.isfinite(value) or value <= 0):
-            raise self.error(key, f"{value} is not a positive number of seconds")
+            raise self.error(key, f"{shown} is not a positive number of seconds")
         if value > LONGEST:
             raise self.error(key, f"{value:g} seconds is too long: at most {LONGEST:g} (100 years)")
         return float(value)

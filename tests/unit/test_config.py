@@ -241,7 +241,17 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("polling = 'yes'", "polling: expected true or false, got a string"),
         # Whole seconds, written as a duration too: not a fraction of one.
         ("[mqtt.limits]\nmax_keepalive = '1500ms'", "'1500ms' is not a whole number of seconds"),
-        ("[mqtt.limits]\nmax_keepalive = '1d'", "max_keepalive: 86400 is out of range: use from"),
+        # Out of range: the limit in seconds and in the unit the user wrote.
+        (
+            "[mqtt.limits]\nmax_keepalive = '1d'",
+            "max_keepalive: '1d' (86400 seconds) is out of range: use from 1 to 65535 seconds "
+            "(1s to about 18.2h)",
+        ),
+        (
+            "[mqtt.limits]\nmax_keepalive = '19h'",
+            "(68400 seconds) is out of range: use from 1 to 65535 seconds (1s to about 18.2h)",
+        ),
+        ("sweep_interval = '0ms'", "sweep_interval: '0ms' is not a positive number of seconds"),
         ("[mqtt.limits]\nmax_session_expiry = 'x'", "max_session_expiry: bad duration 'x'"),
         ("[mqtt.limits]\nmax_connections = '10s'", "max_connections: expected an integer, got"),
         # A choice mistyped: the one meant.

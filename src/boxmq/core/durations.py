@@ -16,7 +16,7 @@ import re
 
 from boxmq.errors import InvalidArgument
 
-__all__ = ["LONGEST", "check_seconds", "check_wait", "spelled", "written_seconds"]
+__all__ = ["LONGEST", "check_seconds", "check_wait", "in_unit_of", "spelled", "written_seconds"]
 
 LONGEST = 100 * 365 * 86_400.0  # seconds: a century, the longest boxmq waits for anything
 
@@ -84,3 +84,18 @@ def spelled(seconds: float) -> str:
             return f"{whole}{unit}"
     number, unit = (seconds, "s") if seconds >= 1 else (seconds * 1000, "ms")
     return f"{number:.3f}".rstrip("0").rstrip(".") + unit
+
+
+def in_unit_of(seconds: float, text: str) -> str:
+    """`seconds` in the unit the duration `text` was written in ("about 18.2h" for 65535 and
+    "19h"), or in the next smaller one it makes at least 1 of (65535 for "1d": hours), or
+    `spelled` if `text` has no unit: a limit told in seconds alone left a user who wrote
+    hours to do the sum."""
+    match = _WRITTEN.fullmatch(text.strip())
+    if match is None or match[2] is None:
+        return spelled(seconds)
+    units = list(_UNITS)[: list(_UNITS).index(match[2]) + 1]  # ms up to the one written
+    unit = next((u for u in reversed(units) if seconds >= _UNITS[u]), "ms")
+    count = seconds / _UNITS[unit]
+    number = f"{count:.1f}".rstrip("0").rstrip(".")
+    return f"{number}{unit}" if float(number) == count else f"about {number}{unit}"
