@@ -132,6 +132,10 @@ def describe_security(config: ServeConfig, mqtt: MqttSettings | None) -> list[st
     it when there is no door (None: `--no-mqtt`), where "any client may connect" told of
     clients that cannot."""
     source = f"config: {config.source}" if config.source else "config: none (defaults and flags)"
+    if config.source and config.file_sets_nothing:
+        # Named alone, an empty file (a 0-byte one a deployment wrote, or a copy of the
+        # example with every line still commented out) read as if its settings were in force.
+        source = f"config: no settings in {config.source}, using the defaults (and flags)"
     if mqtt is None:
         return [source]
     authenticator, authorizer = mqtt.authenticator, mqtt.authorizer

@@ -148,6 +148,8 @@ class ServeConfig:
     source: Path | None = None  # the file it was read from
     listeners_from_file: bool = False  # mqtt.listeners are the file's [[mqtt.listener]] tables
     fsync_interval_from_file: bool = False  # the file gave fsync_interval (`unused_settings`)
+    # The file set nothing: 0 bytes, comments or empty tables only (the start-up log says so).
+    file_sets_nothing: bool = False
 
     @property
     def processed_retention_or_none(self) -> float | None:
@@ -260,7 +262,14 @@ def load_config(
         source=source,
         listeners_from_file=listed,
         fsync_interval_from_file=fsync_interval is not None,
+        file_sets_nothing=_sets_nothing(document),
     )
+
+
+def _sets_nothing(document: dict[str, Any]) -> bool:
+    """No key of the file has a value but a table that sets nothing either: an empty file, one
+    of comments (the example's every line commented out), or `[mqtt]` alone."""
+    return all(isinstance(value, dict) and _sets_nothing(value) for value in document.values())
 
 
 def _missing(document: dict[str, Any], key: str, path: Path | None, source: Path) -> str:

@@ -42,8 +42,28 @@ def _served(config: ServeConfig) -> tuple[ServeConfig, MqttSettings]:
 def test_an_empty_file_keeps_the_defaults(tmp_path: Path) -> None:
     defaults = ServeConfig(data=Path("/srv/boxmq"), fsync="never", sweep_interval=5.0)
     config = load_config(_write(tmp_path, ""), defaults=defaults)
-    assert dataclasses.replace(config, source=None) == defaults
+    assert dataclasses.replace(config, source=None, file_sets_nothing=False) == defaults
     assert config.source == tmp_path / "boxmq.toml"
+
+
+@pytest.mark.parametrize(
+    ("text", "empty"),
+    [
+        ("", True),
+        ("# data = './data'\n\n   # fsync = 'never'\n", True),
+        ("[mqtt]\n[mqtt.limits]\n", True),
+        ("fsync = 'always'\n", False),  # a default, written: a setting all the same
+        ("[mqtt]\nsys_interval = '10s'\n", False),
+    ],
+)
+def test_the_start_up_line_says_when_the_file_sets_nothing(
+    tmp_path: Path, text: str, empty: bool
+) -> None:
+    """A file of 0 bytes or comments alone was named as the config, as if in force."""
+    path = _write(tmp_path, text)
+    [line, _, _] = describe_security(*_served(load_config(path)))
+    expected = f"config: no settings in {path}, using the defaults (and flags)"
+    assert line == (expected if empty else f"config: {path}")
 
 
 def test_every_setting(tmp_path: Path) -> None:
@@ -501,7 +521,7 @@ def test_the_example_shows_every_key_of_the_settings() -> None:
     written = set(re.findall(r"^(?:# )?(\w+) *=", text, re.MULTILINE))
     not_keys = {
         "ServeConfig": {"source", "listeners_from_file", "group_dispatch", "exactly_once"}
-        | {"security", "mqtt", "fsync_interval_from_file"},
+        | {"security", "mqtt", "fsync_interval_from_file", "file_sets_nothing"},
         "MqttSettings": {"listeners", "limits", "authenticator", "authorizer"},
         "Listener": {"ssl", "identity_as_username"},  # written tls = {...}, with it
         "Security": set(),
