@@ -36,7 +36,7 @@ from typing import Final
 from boxmq.core.filter_relations import covers, overlaps
 from boxmq.core.topics import matches, parse_filter, validate_filter
 from boxmq.errors import InvalidArgument, InvalidTopic
-from boxmq.mqtt.passwords import file_version, tell_if_changed
+from boxmq.mqtt.passwords import ReadAtStart
 
 __all__ = ["Access", "Acl", "Rule", "substitute"]
 
@@ -96,10 +96,7 @@ class Acl:
     # The file as it was read (file_version), None when not read from a file. It is read at
     # start only: a rule added since still refuses, and the first refusal after each change
     # says why (as the password file's first login does).
-    read_as: tuple[int, int, int] | None = None
-    _told: list[tuple[int, int, int] | None] = field(
-        default_factory=list, init=False, repr=False, compare=False
-    )
+    read_as: ReadAtStart | None = None
     # When the file was last looked at (`clock`, seconds): a client refused in a tight loop
     # would otherwise pay a stat on the event loop for each refusal; once a second is soon
     # enough for an operator waiting on his change.
@@ -109,7 +106,7 @@ class Acl:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Acl:
         source = Path(path)
-        read_as = file_version(source)  # before the read: a change while it reads is told of
+        read_as = ReadAtStart.before_reading("ACL file", source)
         try:
             # utf-8-sig: an editor's byte order mark is not part of the first keyword.
             text = source.read_text(encoding="utf-8-sig")
@@ -176,7 +173,7 @@ class Acl:
         if self._looked_at and looked_at - self._looked_at[0] < _LOOK_EVERY:
             return
         self._looked_at[:] = [looked_at]
-        tell_if_changed("ACL file", self.path, self.read_as, self._told)
+        self.read_as.tell_if_changed()
 
     def _decide(
         self,

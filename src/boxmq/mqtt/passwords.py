@@ -40,11 +40,11 @@ from boxmq.store.layout import open_folder
 __all__ = [
     "PasswordEntry",
     "PasswordFile",
+    "ReadAtStart",
     "delete_user",
     "file_version",
     "hash_password",
     "set_password",
-    "tell_if_changed",
     "validate_username",
 ]
 
@@ -255,10 +255,7 @@ class PasswordFile:
     # The file as it was read (file_version), None when not read from a file: the file is read at
     # start only, so a user added later by `boxmq passwd` is refused until a restart (one
     # deleted gets in), and the log says why at the first login after each change.
-    read_as: tuple[int, int, int] | None = None
-    _told: list[tuple[int, int, int] | None] = field(
-        default_factory=list, init=False, repr=False, compare=False
-    )
+    read_as: ReadAtStart | None = None
     # Checked for unknown users, so that they cost what a known one costs (same algorithm and
     # cost as the first entry); its salt and digest are random, so no password matches it.
     _decoy: PasswordEntry = field(init=False, repr=False, compare=False)
@@ -277,7 +274,7 @@ class PasswordFile:
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, allow_anonymous: bool = False) -> PasswordFile:
         source = Path(path)
-        read_as = file_version(source)  # before the read: a change while it reads is told of
+        read_as = ReadAtStart.before_reading("password file", source)
         entries = tuple(_parse_entries(source, _read_lines(source)))
         return cls(source, entries, allow_anonymous, read_as)
 
@@ -302,7 +299,7 @@ class PasswordFile:
     def _tell_if_changed(self) -> None:
         """A warning when the file on disk is no longer the one read, once per change."""
         if self.read_as is not None:
-            tell_if_changed("password file", self.path, self.read_as, self._told)
+            self.read_as.tell_if_changed()
 
 
 # -- the file -------------------------------------------------------------------------------------
@@ -319,25 +316,35 @@ def file_version(path: Path) -> tuple[int, int, int] | None:
     return (found.st_ino, found.st_mtime_ns, found.st_size)
 
 
-def tell_if_changed(
-    kind: str,
-    path: Path,
-    read_as: tuple[int, int, int],
-    told: list[tuple[int, int, int] | None],
-) -> None:
-    """Warn that the `kind` file at `path` is no longer the version read at start
-    (`file_version`), once per version: `told` keeps the one last told of, so that a flood
-    of refusals warns once."""
-    now = file_version(path)
-    if now == read_as or now in told:
-        return
-    told[:] = [now]
-    log.warning(
-        "the %s %s has changed since boxmq serve read it at start: it is read at start only, "
-        "so its changes are not in force (restart boxmq serve)",
-        kind,
-        path,
+@dataclass(frozen=True)
+class ReadAtStart:
+    """A file `boxmq serve` reads at start only (the password file, the ACL file) and the
+    version it read (`file_version`, taken before the read: a change while it reads is told
+    of), to warn that the file on disk is no longer that one, once per version: `_told` keeps
+    the one last told of, so that a flood of refusals warns once."""
+
+    kind: str
+    path: Path
+    version: tuple[int, int, int] | None = None  # None: gone before the read, nothing to tell
+    _told: list[tuple[int, int, int] | None] = field(
+        default_factory=list, init=False, repr=False, compare=False
     )
+
+    @classmethod
+    def before_reading(cls, kind: str, path: Path) -> ReadAtStart:
+        return cls(kind, path, file_version(path))
+
+    def tell_if_changed(self) -> None:
+        now = file_version(self.path)
+        if self.version is None or now == self.version or now in self._told:
+            return
+        self._told[:] = [now]
+        log.warning(
+            "the %s %s has changed since boxmq serve read it at start: it is read at start "
+            "only, so its changes are not in force (restart boxmq serve)",
+            self.kind,
+            self.path,
+        )
 
 
 def _read_lines(path: Path) -> list[str]:
