@@ -75,7 +75,7 @@ from paho.mqtt.client import ConnectFlags
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
 
-from mqtt_wire import packet, read_varint, string, varint
+from mqtt_wire import connect5, packet, read_varint, string
 from processes import free_port, listening
 
 if TYPE_CHECKING:
@@ -313,9 +313,10 @@ def _packets(buffer: bytearray) -> list[tuple[int, bytes]]:
 
 
 def _connacked(sock: socket.socket, connect: bytes, buffer: bytearray) -> list[tuple[int, bytes]]:
-    """Send CONNECT on a fresh `sock` and read up to its CONNACK, which must accept (0): the
-    packets read, the CONNACK first (a resumed session's are sent again with it)."""
-    sock.sendall(packet(0x10, connect))
+    """Send the CONNECT packet `connect` on a fresh `sock` and read up to its CONNACK, which
+    must accept (0): the packets read, the CONNACK first (a resumed session's are sent again
+    with it)."""
+    sock.sendall(connect)
     buffer.clear()
     while not (got := _packets(buffer)):
         data = sock.recv(4096)
@@ -340,7 +341,7 @@ def role_publisher2(a: argparse.Namespace) -> None:
     rng = random.Random(f"{a.name}.{a.inc}")
     client_id = f"chaos-{a.name}-{a.inc}".encode()
     # Protocol level 4 (3.1.1), flags 0 (clean session 0), keep alive 0 (none).
-    connect = b"\x00\x04MQTT\x04\x00\x00\x00" + len(client_id).to_bytes(2) + client_id
+    connect = packet(0x10, b"\x00\x04MQTT\x04\x00\x00\x00" + len(client_id).to_bytes(2) + client_id)
     flight: dict[int, tuple[str, bytes, bool]] = {}  # packet id: tag, PUBLISH, PUBREC'd
     seq, next_id = 0, 1
     sock: socket.socket | None = None
@@ -462,9 +463,8 @@ def role_member5(a: argparse.Namespace) -> None:
     if not a.drain and a.inc > 1 and rng.random() < 1 / 3:
         time.sleep(rng.uniform(0, 3))
     client_id = f"chaos-{a.name}"
-    props = b"\x11" + expiry.to_bytes(4) + b"\x21" + (10).to_bytes(2)  # expiry, Receive Maximum
-    connect = string("MQTT") + bytes([5, 0x00]) + (60).to_bytes(2) + varint(len(props)) + props
-    connect += string(client_id)
+    # Clean Start 0 whatever the expiry: a start may resume the session of the one before.
+    connect = connect5(client_id, False, 10, expiry=expiry)
     subscribe = (1).to_bytes(2) + b"\x00" + string("$share/g2/q2/#") + b"\x02"
     log.write("C", client_id, expiry, now())
     awaiting: dict[int, str] = {}  # packet id: tag, PUBREC sent, PUBREL to come

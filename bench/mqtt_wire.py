@@ -55,10 +55,13 @@ def string(text: str) -> bytes:
     return len(encoded).to_bytes(2, "big") + encoded
 
 
-def connect5(client_id: str, clean: bool, receive_maximum: int) -> bytes:
+def connect5(
+    client_id: str, clean: bool, receive_maximum: int, *, expiry: int | None = None
+) -> bytes:
     """An MQTT 5 CONNECT, keep alive 60 s: a clean start ending with the connection, or a
-    session kept an hour."""
-    expiry = 0 if clean else 3600
+    session kept an hour; `expiry`, another Session Expiry Interval (s)."""
+    if expiry is None:
+        expiry = 0 if clean else 3600
     properties = bytes([0x11]) + expiry.to_bytes(4, "big")  # Session Expiry Interval
     properties += bytes([0x21]) + receive_maximum.to_bytes(2, "big")  # Receive Maximum
     body = string("MQTT") + bytes([5, 0x02 if clean else 0x00]) + (60).to_bytes(2, "big")
