@@ -91,12 +91,19 @@ def log_file(folder: Path, name: str) -> int:
 
 
 def start_broker(
-    broker: str, port: int, folder: Path, fsync: str, *, mosquitto: str, boxmq: str
+    broker: str,
+    port: int,
+    folder: Path,
+    fsync: str,
+    *,
+    mosquitto: str,
+    boxmq: str,
+    sys_interval: str = "0",
 ) -> subprocess.Popen[bytes]:
     """`broker`, mosquitto or boxmq, on 127.0.0.1:`port`, logging to `folder`/<broker>.log:
     mosquitto in memory with no cap on queued messages and the config lines `mosquitto`
-    more; boxmq's `serve --mqtt` on `folder`/data under `fsync`, no $SYS, with `boxmq` as
-    its config file."""
+    more; boxmq's `serve --mqtt` on `folder`/data under `fsync`, with `boxmq` as its config
+    file and $SYS every `sys_interval` (0: none)."""
     if broker == "mosquitto":
         config = folder / "mosquitto.conf"
         config.write_text(
@@ -109,8 +116,12 @@ def start_broker(
         config.write_text(boxmq)
         command = [sys.executable, "-m", "boxmq.cli", "--data", str(folder / "data")]
         command += ["--fsync", fsync, "serve", "--config", str(config)]
-        command += ["--mqtt", f"127.0.0.1:{port}", "--sys-interval", "0"]
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log_file(folder, broker))
+        command += ["--mqtt", f"127.0.0.1:{port}", "--sys-interval", sys_interval]
+    log = log_file(folder, broker)
+    try:
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
+    finally:
+        os.close(log)  # the broker has its own copy
 
 
 @contextmanager
