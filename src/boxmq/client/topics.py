@@ -82,7 +82,14 @@ from boxmq.store.side_files import SideFiles
 from boxmq.store.spares import Spares, write_new
 from boxmq.store.v5_properties import V5Reader
 
-__all__ = ["Publication", "PublishedEach", "Subscriber", "SubscriptionInfo", "Topics"]
+__all__ = [
+    "Publication",
+    "PublishedEach",
+    "Subscriber",
+    "SubscriptionInfo",
+    "Topics",
+    "check_filter",
+]
 
 log = logging.getLogger("boxmq")
 
@@ -95,6 +102,12 @@ _Key = tuple[str | None, str | None, str]  # (share group, plain subscriber, fil
 def _key_of(destination: Destination) -> _Key:
     group = destination.filter.share_group
     return group, None if group else destination.subscriber, destination.filter.filter
+
+
+def check_filter(filter: str) -> None:
+    """Refuse (InvalidArgument, saying what is wrong) a filter a subscribe would refuse: for a
+    door that checks one before it subscribes (Spark's load(), which must not import the core)."""
+    parse_filter(filter)
 
 
 @cheap_init

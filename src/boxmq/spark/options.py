@@ -13,8 +13,8 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from boxmq.client.topics import check_filter
 from boxmq.core.durations import LONGEST, written_seconds
-from boxmq.core.topics import parse_filter
 from boxmq.errors import InvalidArgument, InvalidName, QueueNotFound
 from boxmq.store.commit import FsyncPolicy
 from boxmq.store.layout import State, no_dropbox, queue_path
@@ -224,7 +224,7 @@ class _Options:
         if subscription is not None:
             # At load(): a stream registers its filter only when it starts, and failed then.
             try:
-                parse_filter(subscription)
+                check_filter(subscription)
             except InvalidArgument as error:
                 raise InvalidArgument(
                     f"boxmq data source: option 'subscription': {error}"
