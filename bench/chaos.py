@@ -2,6 +2,7 @@
 
 python bench/chaos.py run --seed 1 --fsync always [--seconds 75] [--dir DIR]
     [--backlog N] [--threads] [--qos2] [--share-qos2] [--kill-min S --kill-max S]
+python bench/chaos.py run --mixed --seed 1 [--kills 10] [--kill-min 2 --kill-max 5]
 
 Not a test (no CI runs it): about 90 s a run. On one root: 2-3 producers (put, put_many), 2-3
 consumers (max_in_flight 5, lock_timeout 2 s), `boxmq serve` with a QoS 1 publisher and a
@@ -42,6 +43,15 @@ The options add what the default run does not reach:
   messages delivered and unanswered), or the group's error/; none goes again after a member
   got its PUBREL (its PUBREC settled it); none goes to a second member unless the first, or
   the server, was killed in between; nothing is left in the group's target/ or processing/.
+- `--mixed` (bench/chaos_mixed.py says all it runs and checks): every door on one root, on
+  one queue and one topic tree: `boxmq serve` with MQTT and the XMPP component of a Prosody
+  of its own (XMPP publish, urn:xmpp:qos assured, subscribers of the queue node and of a
+  topic node), the embedded producer and consumer, and the CLI (`put`, `publish`, `get` of
+  the queue and of the MQTT share group, `ack`); --kills times (10) `boxmq serve` or the
+  embedded consumer (now and then the producer) is SIGKILLed and started again, every
+  --kill-min to --kill-max s (2-5), then a drain and the checks, across the doors (a put
+  stored by one acked through another). Needs prosody; about a minute. The other options
+  but --seed, --fsync and --dir do not apply to it.
 
 Bounded: the chaos lasts --seconds (<= 120), the drain at most 40 s (more with a backlog),
 every loop is bounded in count and time, and every process started is killed at the end; the
@@ -1071,12 +1081,19 @@ def main() -> int:
     c.add_argument("--fsync", default="always")
     c.add_argument("--seconds", type=float, default=75)
     c.add_argument("--dir")
-    c.add_argument("--kill-min", type=float, default=0.5)
-    c.add_argument("--kill-max", type=float, default=3.0)
+    c.add_argument("--kill-min", type=float, help="0.5 s (--mixed: 2 s)")
+    c.add_argument("--kill-max", type=float, help="3 s (--mixed: 5 s)")
     c.add_argument("--backlog", type=int, default=0, help="keep the queue about N deep")
     c.add_argument("--threads", action="store_true", help="3 consumer threads in one process")
     c.add_argument("--qos2", action="store_true", help="QoS 2 and retained publishers")
     c.add_argument("--share-qos2", action="store_true", help="an MQTT 5 QoS 2 share group")
+    c.add_argument(
+        "--mixed",
+        action="store_true",
+        help="every door on one root: serve (MQTT, XMPP via Prosody), the API, the CLI; "
+        "kills serve and the embedded consumer (bench/chaos_mixed.py)",
+    )
+    c.add_argument("--kills", type=int, default=10, help="--mixed: how many kills")
     r = sub.add_parser("role")
     r.add_argument("role", choices=sorted(ROLES))
     for opt in ("--name", "--root", "--log", "--fsync"):
@@ -1097,6 +1114,15 @@ def main() -> int:
     # Every process of the run, and the checks, use this checkout's boxmq.
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))
     sys.path.insert(0, SRC)
+    # --mixed kills serve one time in two, and a restarted serve takes about a second.
+    least, most = (2.0, 5.0) if a.mixed else (0.5, 3.0)
+    a.kill_min = least if a.kill_min is None else a.kill_min
+    a.kill_max = most if a.kill_max is None else a.kill_max
+    if a.mixed:
+        sys.modules.setdefault("chaos", sys.modules[__name__])  # one copy of this module
+        import chaos_mixed
+
+        return chaos_mixed.run(a)
     return chaos(a)
 
 
