@@ -3,11 +3,16 @@ sweep that looks through processed/ at most every hundredth of the retention."""
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import time
 from pathlib import Path
 
+import pytest
+
 import boxmq
+from boxmq.store import topics as layout
 
 
 def ack_all(box: boxmq.Box, count: int) -> None:
@@ -23,6 +28,10 @@ def ack_all(box: boxmq.Box, count: int) -> None:
 
 def processed(root: Path) -> list[str]:
     return sorted(os.listdir(root / "jobs" / "processed"))
+
+
+def _full_disk(*_: object, **__: object) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
 
 
 def test_acknowledged_messages_go_once_older_than_the_retention(root: Path) -> None:
@@ -149,6 +158,56 @@ def test_a_subscription_folder_left_without_a_record_goes_once_old(root: Path) -
         assert not ready.parent.parent.exists()
         assert not pending.parent.parent.parent.parent.exists()
         assert [text for text, _ in box.topics.subscribed("s")] == ["t/#"]
+
+
+def test_a_folder_an_end_killed_before_telling_the_others_stops_being_routed_to(
+    root: Path,
+) -> None:
+    """An end killed after deleting the record, before the generation that tells the other
+    processes: they went on copying every publication into its folder until they restarted,
+    which kept the folder young, so the sweep never deleted it. The sweep's full pass tells
+    them when it first finds the folder, once."""
+    clock = boxmq.ManualClock(time.time())
+    generation = root / "topic-root" / ".generation"
+    with (
+        boxmq.open(root, fsync="never", abandon_after=60.0, clock=clock) as sweeper,
+        boxmq.open(root, fsync="never") as publisher,
+    ):
+        path = Path(sweeper.topics.attach_dropbox("t/#", "s"))
+        publisher.publish("t/1", b"before")  # the publisher routes to it from here on
+        (path / ".subscription").unlink()  # the unsubscribe, killed right after
+        (path.parent / "sub.conn" / "target").mkdir(parents=True)  # DropboxMQ's: no news
+        publisher.publish("t/2", b"routed still")
+        before = int(generation.read_text().partition("\n")[0])
+        sweeper.sweep()
+        told = generation.read_text().partition("\n")[0]
+        assert int(told) == before + 1
+        publisher.publish("t/3", b"after")
+        assert len(os.listdir(path / "target")) == 2
+        sweeper.sweep()
+        assert generation.read_text().partition("\n")[0] == told  # once, not at every pass
+        clock.advance(61)
+        sweeper.sweep()
+        assert not path.exists()
+
+
+def test_a_folder_without_a_record_the_disk_refuses_to_tell_of_is_told_at_the_next_pass(
+    root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with boxmq.open(root, fsync="never") as sweeper, boxmq.open(root, fsync="never") as publisher:
+        path = Path(sweeper.topics.attach_dropbox("t/#", "s"))
+        publisher.publish("t/1", b"before")
+        (path / ".subscription").unlink()  # the unsubscribe, killed right after
+        monkeypatch.setattr(layout, "bump_generation", _full_disk)
+        with caplog.at_level(logging.WARNING, logger="boxmq"):
+            sweeper.sweep()
+            sweeper.sweep()
+        monkeypatch.undo()
+        assert caplog.text.count("are not told it is none") == 1  # once, not at each pass
+        assert str(root / "topic-root" / ".generation") in caplog.text
+        sweeper.sweep()
+        publisher.publish("t/2", b"after")
+        assert len(os.listdir(path / "target")) == 1
 
 
 def test_a_sweep_deletes_the_retained_messages_that_expired(root: Path) -> None:

@@ -27,7 +27,7 @@ from boxmq.clock import Clock, SystemClock
 from boxmq.core import Dispatch, ExactlyOnceLimits, QueuePolicy, parse_filter
 from boxmq.core.durations import check_seconds, spelled
 from boxmq.core.topics import is_share_name
-from boxmq.errors import Closed, InvalidArgument, QueueNotFound
+from boxmq.errors import Closed, InvalidArgument, QueueNotFound, RecurringFailure, store_failure
 from boxmq.forks import renew_in_children
 from boxmq.ids import IdFactory
 from boxmq.model import ConsumerId, MessageId, Property, PropertyValue
@@ -54,8 +54,9 @@ from boxmq.store.spares import Spares
 from boxmq.store.temporaries import remove_stale_temporaries
 from boxmq.store.topics import (
     SubscriptionRecord,
-    bump_generation,
+    generation_file,
     incoming_working,
+    named_by_boxmq,
     read_record,
     remove_if_abandoned,
     remove_if_ended,
@@ -133,6 +134,10 @@ class Box:
         self.v5 = V5Reader(self.side_files)  # those properties, for readers that are not MQTT
         self._next_collect = 0.0  # when sweep() next looks for side files no message names
         self._unreadable: set[tuple[str, str]] = set()  # subscription records told of (sweep)
+        # The subscription folders without a record the other processes were told of, by
+        # the full pass that found them (`_remove_abandoned`), and its failure to tell them.
+        self._told_recordless: set[str] = set()
+        self._telling = RecurringFailure()
         self._next_retained = 0.0  # when sweep() next looks for expired retained messages
         self._door_folders: tuple[str, ...] = ()  # of the doors' own records (sweep_temporaries_in)
         self._new_door_folders: tuple[str, ...] = ()  # not looked through yet: at the next sweep
@@ -821,12 +826,17 @@ class Box:
         read (each read once a pass, not again here: remove_if_abandoned and remove_if_ended
         leave a folder whose record landed since)."""
         removed = 0
+        told = set()
         for path in recordless:
+            if named_by_boxmq(path) and (
+                path in self._told_recordless or self._tell_recordless(path)
+            ):
+                told.add(path)
             if remove_if_abandoned(path, now=now, age=age):
                 removed += 1
+                told.discard(path)
             elif files := remove_if_ended(path, now=now, age=age):
-                # What the killed end did not: the processes still routing to it read it again.
-                bump_generation(self.root, path=path)
+                told.discard(path)
                 log.warning(
                     "deleted %s, a subscription folder without a record, and the %d file(s) "
                     "in it, unchanged for %s (a process died while ending its subscription)",
@@ -844,6 +854,28 @@ class Box:
                 removed,
                 spelled(age),
             )
+        self._told_recordless = told  # one whose record landed since is forgotten
+
+    def _tell_recordless(self, path: str) -> bool:
+        """Tell the other processes that the subscription folder at `path`, found without a
+        record, is none: what an end killed after deleting the record and before the
+        generation's write left (an unsubscribe, a session's end, a group's last leave).
+        They went on routing copies into it until they restarted, and their copies kept it
+        young, so that `remove_if_ended` never took it. Whether they were told: if not, the
+        next full pass tries again (the failure logged once, not at each)."""
+        if (error := self.topics.tell_others(path)) is None:
+            self._telling.recovered()
+            return True
+        if self._telling.news(error):
+            log.warning(
+                "%s: the processes on the root that route to %s, a subscription folder "
+                "without a record, are not told it is none (tried again at each full "
+                "sweep): %s",
+                generation_file(self.root),
+                path,
+                store_failure(error),
+            )
+        return False
 
     def _live_queue(
         self, name: str, dropbox: Dropbox, group: str | None = None, shown: str | None = None

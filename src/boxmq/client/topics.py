@@ -1311,6 +1311,19 @@ class Topics:
                 except OSError:
                     self._generation.forget()  # the next look reads every record again
 
+    def tell_others(self, path: str | None) -> OSError | None:
+        """Tell every process that the subscription at `path` (several: None) changed, for
+        what a sweep ended or found ended, which no `_changed` told: the error the
+        generation's write met (ENOSPC, EMFILE), if it did, after which this process too
+        reads every record at its next look."""
+        try:
+            layout.bump_generation(self._root, path=path)
+        except OSError as error:
+            with self._lock:
+                self._generation.forget()
+            return error
+        return None
+
     def _read_all(self) -> None:
         """The router made anew from every subscription on disk (and this process's memory
         subscriptions)."""

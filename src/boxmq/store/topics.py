@@ -51,11 +51,13 @@ __all__ = [
     "clear_left_behind",
     "exactly_once_markers",
     "generation",
+    "generation_file",
     "has_record",
     "incoming_working",
     "locked_folder",
     "make_folder",
     "marker_name",
+    "named_by_boxmq",
     "read_record",
     "read_records",
     "remove_if_abandoned",
@@ -475,6 +477,12 @@ def _remove_empty_filter(path: str) -> None:
             return
 
 
+def named_by_boxmq(path: str) -> bool:
+    """Whether the subscription folder at `path` has a name boxmq gives one (`client.*`,
+    `share.*`): any other is another program's (DropboxMQ's `sub.conn`), never routed to."""
+    return os.path.basename(path).startswith(("client.", "share."))
+
+
 def remove_if_ended(path: str, *, now: float, age: float) -> int:
     """Delete the folder of a subscription whose end was cut short, with the messages in it:
     `remove_subscription` deletes the record, then moves the folder away, and a process killed
@@ -486,8 +494,7 @@ def remove_if_ended(path: str, *, now: float, age: float) -> int:
     where the file system keeps no flocks (no subscribe under way could be told apart), nor
     in a folder boxmq gives no subscription (`client.*`, `share.*`: another program's).
     How many files went with it (its messages and what else it held); 0 if it stayed."""
-    key = os.path.basename(path)
-    if not key.startswith(("client.", "share.")) or has_record(path):
+    if not named_by_boxmq(path) or has_record(path):
         return 0
     try:
         fd = _open_held(path)
@@ -533,7 +540,12 @@ def _files_if_unchanged(path: str, *, now: float, age: float) -> int:
 def generation(root: str) -> tuple[int, int] | None:
     """The subscriptions' generation on `root`: the generation file's inode and time (one
     stat), None while there is none."""
-    return _generation_at(os.path.join(topic_root(root), _GENERATION))
+    return _generation_at(generation_file(root))
+
+
+def generation_file(root: str) -> str:
+    """The path of the generation file of `root`, to name it in a message."""
+    return os.path.join(topic_root(root), _GENERATION)
 
 
 _UNSEEN: Final = (-1, -1)  # no generation file's (inode, time): `changed` says yes after it
