@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from tests.conftest import HeldFlush
 from tests.descriptors import no_descriptor_left
+from tests.processes import dead_token
 
 import boxmq
 from boxmq.client.topics import Publication, Subscriber
@@ -1051,6 +1052,25 @@ def test_an_unsubscribe_done_is_told_done_when_the_disk_refuses_to_tell_the_othe
     assert [(s.filter, s.subscriber) for s in box.topics.subscriptions()] == [("news/#", "other")]
     box.publish("news/a", b"x")
     assert box.unsubscribe(filter, "s") is False
+
+
+def test_a_sweep_ending_a_dead_group_says_when_the_disk_refuses_to_tell_the_others(
+    root: Path, box: boxmq.Box, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sweep deleted a share group whose members' process died, then the generation's
+    write refused (ENOSPC): the sweep raised it, and nothing said that the other processes
+    go on routing to the group ended until the next change of the subscriptions."""
+    path = box.topics.attach_dropbox("$share/g/news/#", "m")
+    layout.add_member(path, "m", dead_token())
+    assert box.topics.has_durable("news/a")
+    monkeypatch.setattr(layout, "bump_generation", _full_disk)
+    with caplog.at_level(logging.WARNING, logger="boxmq"):
+        box.sweep()
+    monkeypatch.undo()
+    [told] = [r.getMessage() for r in caplog.records if "until the next change" in r.message]
+    assert str(root / "topic-root" / ".generation") in told
+    assert not os.path.exists(path)
+    assert not box.topics.has_durable("news/a")  # this process reads the records again
 
 
 def test_a_retained_copy_a_killed_subscribe_left_in_working_does_not_stop_the_next(

@@ -1420,8 +1420,17 @@ class Topics:
                     ended += 1
                 elif kept is not None:
                     kept.append((record, path))
-        if ended:
-            layout.bump_generation(self._root)
+        if ended and (error := self.tell_others(None)) is not None:
+            # Raised, it failed the sweep with the subscriptions ended, and no later sweep
+            # finds them to tell of again: said once, here, with what it means.
+            log.warning(
+                "%s not replaced: the other processes on the root go on copying messages "
+                "to the %d subscription(s) this sweep ended until the next change of the "
+                "subscriptions: %s",
+                layout.generation_file(self._root),
+                ended,
+                store_failure(error),
+            )
         return ended
 
     def _end_if_owner_died(self, record: layout.SubscriptionRecord, path: str) -> int:
