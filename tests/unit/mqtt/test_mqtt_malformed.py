@@ -74,6 +74,7 @@ MALFORMED: list[tuple[str, ProtocolVersion, bytes, ReasonCode]] = [
     # -- the fixed header (MQTT 5.0 §2.1)
     ("remaining-length-5-bytes", V5, b"\x30\xff\xff\xff\xff\x7f", R.MALFORMED_PACKET),
     ("remaining-length-not-shortest", V5, b"\xc0\x80\x00", R.MALFORMED_PACKET),
+    ("remaining-length-not-shortest-311", V311, b"\xc0\x80\x00", R.MALFORMED_PACKET),
     ("packet-type-0", V5, b"\x00\x00", R.MALFORMED_PACKET),
     ("auth-in-311", V311, b"\xf0\x00", R.MALFORMED_PACKET),
     ("pubrel-flags-0", V5, b"\x60\x02\x00\x01", R.MALFORMED_PACKET),
