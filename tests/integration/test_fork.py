@@ -255,3 +255,32 @@ def test_a_child_refused_an_inotify_instance_polls_says_so_once_and_watches_once
 
     assert waited(in_child(child)) == 0
     kept.close()
+
+
+def test_a_child_forked_while_a_thread_holds_the_inotify_lock_starts_and_leaves_the_watches(
+    tmp_path: Path,
+) -> None:
+    """The child renewed what it inherited in no set order: a box renewed before the
+    process's inotify instance closed its queues' watchers through the parent's instance,
+    waiting for ever on its lock if a thread of the parent held it at the fork (the child
+    hung in os.fork()), else removing the parent's watches. Several boxes, so that one came
+    before the instance whatever the order."""
+    boxes = [boxmq.open(tmp_path / f"root{n}", fsync="never") for n in range(8)]
+    consumers = [box.queue("jobs").consumer("parent") for box in boxes]
+    try:
+        for consumer in consumers:
+            assert consumer.receive(timeout=0.01) is None  # its queue is watched
+        target = tmp_path / "root0" / "jobs" / "target"
+        kept = inotify_watcher(watch(str(target), poll_interval=60.0))
+        inotify = watch_module._process
+        assert inotify is not None
+        with inotify.lock:  # as a thread of the parent polling at the fork
+            pid = in_child(lambda: None)
+        assert waited(pid, timeout=10.0) == 0
+        (tmp_path / "m").write_bytes(b"m")
+        os.rename(tmp_path / "m", target / "4.m.T")
+        assert kept.wait(5.0).names == ["4.m.T"]  # the parent's watch of it stays
+        kept.close()
+    finally:
+        for box in boxes:
+            box.close()

@@ -170,7 +170,7 @@ class _Inotify:
         self._poll = select.poll()
         self._poll.register(fd, select.POLLIN)
         self._poll.register(self._kick, select.POLLIN)
-        renew_in_children(self)
+        renew_in_children(self, first=True)  # its watchers close through it as a box renews
 
     def renew_in_child(self) -> None:
         """In a forked child: reading the instance would take the parent's events, and
