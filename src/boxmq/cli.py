@@ -47,7 +47,7 @@ from boxmq.errors import (
     UnexpectedRequest,
 )
 from boxmq.host_names import HOST_NAME_RULE, is_host_name
-from boxmq.model import RESERVED_PREFIX, Property, reserved_name
+from boxmq.model import RESERVED_PREFIX, Property, check_reply_to, reserved_name
 from boxmq.store.layout import State
 from boxmq.store.names import GET_TOKEN, check_priority
 from boxmq.store.process import process_alive, token_pid
@@ -984,14 +984,12 @@ def _property(text: str) -> tuple[str, Property]:
 
 def _reply_to(text: str) -> str:
     """A --reply-to: a queue or topic to answer on (docs/cli.md), so none with a wildcard,
-    which makes a filter, never a name to publish to; `-p mqtt.response-topic=a/+` was
-    refused while `--reply-to a/+` was stored, and then left out (logged) of what MQTT v5
-    subscribers get. "" is no value, as the API takes it (docs/python.md)."""
-    if "+" in text or "#" in text:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} holds a wildcard ('+' or '#'), which makes a topic filter: a reply "
-            "goes to one queue or topic, named without them (as for -p mqtt.response-topic)"
-        )
+    which makes a filter, never a name to publish to (model.check_reply_to, which `put` and
+    `publish` of the API call too). "" is no value, as the API takes it (docs/python.md)."""
+    try:
+        check_reply_to(text)
+    except InvalidArgument as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     return text
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "PropertyValue",
     "cheap_init",
     "check_given",
+    "check_reply_to",
     "property_text",
     "refuse_reserved",
     "reserved_name",
@@ -390,7 +391,7 @@ def check_given(
     if (
         (properties is None or type(properties) is dict)
         and (correlation_id is None or type(correlation_id) is str)
-        and (reply_to is None or type(reply_to) is str)
+        and (reply_to is None or (type(reply_to) is str and not _wildcard(reply_to)))
         and (kind is None or type(kind) is str)
     ):
         return
@@ -405,3 +406,21 @@ def check_given(
             if what == "correlation_id" and isinstance(value, bytes | bytearray | memoryview):
                 hint = " (bytes go in properties={'mqtt.correlation-data': base64 text})"
             raise InvalidArgument(f"{what} is a str or None, not {type(value).__name__}{hint}")
+    if isinstance(reply_to, str):
+        check_reply_to(reply_to)
+
+
+def _wildcard(text: str) -> bool:
+    return "+" in text or "#" in text
+
+
+def check_reply_to(reply_to: str) -> None:
+    """InvalidArgument for a reply-to holding `+` or `#`: a wildcard makes a topic filter,
+    which no one publishes to (a publish to one is refused), so such a request could never
+    be answered, and MQTT v5 subscribers were sent it without its Response Topic (left out,
+    logged). `put`, `publish` and `boxmq put/publish --reply-to` all refuse it here."""
+    if _wildcard(reply_to):
+        raise InvalidArgument(
+            f"{reply_to!r} holds a wildcard ('+' or '#'), which makes a topic filter: a reply "
+            "goes to one queue or topic, named without them (as for -p mqtt.response-topic)"
+        )

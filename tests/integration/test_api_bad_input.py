@@ -173,6 +173,32 @@ def test_metadata_of_the_wrong_type_is_refused_saying_what_to_give(
     assert not any((root / "jobs" / "working").iterdir())
 
 
+@pytest.mark.parametrize("reply_to", ["a/+", "replies/#", "c++"])
+def test_a_reply_to_with_a_wildcard_is_refused_as_the_cli_refuses_it(
+    box: boxmq.Box, root: Path, reply_to: str
+) -> None:
+    # Stored, while `boxmq put --reply-to a/+` was a usage error: a request no one could
+    # answer (a publish to a filter is refused), sent to MQTT v5 subscribers without it.
+    jobs = box.queue("jobs")
+    with box.subscribe("a/b", "worker") as subscriber:
+        for send in (
+            lambda: jobs.put(b"x", reply_to=reply_to),
+            lambda: jobs.put_many([boxmq.Outgoing(b"x", reply_to=reply_to)]),
+            lambda: box.publish("a/b", b"x", reply_to=reply_to),
+        ):
+            with pytest.raises(boxmq.InvalidArgument, match=re.escape(f"{reply_to!r} holds a")):
+                send()
+        assert subscriber.receive_nowait() is None
+        assert jobs.counts() == boxmq.QueueCounts(0, 0, 0, 0, 0, 0)
+        assert not any((root / "jobs" / "working").iterdir())
+        jobs.put(b"x", reply_to="replies/dev1")  # a queue or topic to answer on
+        box.publish("a/b", b"x", reply_to="replies/dev1")
+        message = subscriber.receive(timeout=5)
+        assert message is not None
+        assert message.reply_to == "replies/dev1"
+    assert [peeked.reply_to for peeked in jobs.peek()] == ["replies/dev1"]
+
+
 @pytest.mark.parametrize("body", ["abc", b"abc", bytearray(b"abc"), memoryview(b"abc")])
 def test_put_many_of_one_body_is_refused_not_split_into_messages(box: boxmq.Box, body: Any) -> None:
     # A str is an iterable of one-character strs: put_many("abc") put "a", "b" and "c".
