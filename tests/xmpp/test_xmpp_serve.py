@@ -173,6 +173,50 @@ def test_a_subscriber_is_told_after_the_component_was_killed(
     assert "Traceback" not in output, output
 
 
+def test_a_topic_nodes_items_end_with_the_component_killed(
+    prosody: Prosody, tmp_path: Path
+) -> None:
+    # The XMPP subscribers of a topic node are the share group $share/xmpp/<node>, which
+    # lives while it has members; they live in the component's memory, bound to its process.
+    # After a SIGKILL the next start's recovery ends the group with what it holds (the item
+    # delivered and not retracted, the one waiting) before anyone can subscribe again: the
+    # subscriber gets neither again, nor twice, only what is published after (docs/xmpp.md).
+    data = tmp_path / "data"
+    boxmq.open(data, fsync="never")
+    first = _serve(prosody, data)
+    second: subprocess.Popen[str] | None = None
+    node = "sensors/1"
+
+    async def scenario() -> None:
+        nonlocal second
+        async with clients(prosody, "alice", "carol") as [alice, carol]:
+            await _wait_for_service(alice)
+            assert (await alice.subscribe(1, node)).get("type") == "result"
+            before = [await carol.publish(f"<n xmlns='urn:example'>{i}</n>", node) for i in (1, 2)]
+            assert (await alice.next_event()).item == before[0]  # held; the other waits
+            first.kill()
+            first.wait(10)
+            second = _serve(prosody, data)
+            assert (await alice.next_event()).what == "subscription"  # none: it ended
+            assert (await alice.subscribe(1, node)).get("type") == "result"
+            after = await carol.publish("<n xmlns='urn:example'>3</n>", node)
+            assert (await alice.next_event()).item == after
+            stored = [path.name for path in data.rglob("*")]
+            assert not [name for name in stored if any(item in name for item in before)]
+
+    try:
+        run(scenario())
+    finally:
+        first.kill()
+        first.communicate(timeout=10)
+        if second is not None:
+            second.terminate()
+            output, _ = second.communicate(timeout=10)
+    assert second is not None
+    assert second.returncode == 0, output
+    assert "Traceback" not in output, output
+
+
 def test_serve_with_the_servers_raised_stanza_limit_sends_items_up_to_it(
     roomy_prosody: Prosody, tmp_path: Path
 ) -> None:
