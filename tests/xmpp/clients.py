@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from xml.etree import ElementTree as ET
 
 from slixmpp import ClientXMPP
-from slixmpp.exceptions import IqError
+from slixmpp.exceptions import IqError, IqTimeout
 from slixmpp.xmlstream import StanzaBase
 from slixmpp.xmlstream.handler import Callback
 from slixmpp.xmlstream.matcher.base import MatcherBase
@@ -139,6 +139,11 @@ class Client(ClientXMPP):
             reply = await iq.send(timeout=TIMEOUT)  # type: ignore[no-untyped-call]
         except IqError as error:
             return error.iq.xml  # type: ignore[no-any-return]
+        except IqTimeout:
+            # slixmpp's own traceback names neither the request nor whom it waited for
+            raise AssertionError(
+                f"{self.boundjid} got no reply from {to} within {TIMEOUT:g} s to: {xml}"
+            ) from None
         return reply.xml  # type: ignore[no-any-return]
 
     async def subscribe(
