@@ -1059,7 +1059,7 @@ def test_a_sweep_ending_a_dead_group_says_when_the_disk_refuses_to_tell_the_othe
 ) -> None:
     """The sweep deleted a share group whose members' process died, then the generation's
     write refused (ENOSPC): the sweep raised it, and nothing said that the other processes
-    go on routing to the group ended until the next change of the subscriptions."""
+    go on routing to the group ended until the generation is written."""
     path = box.topics.attach_dropbox("$share/g/news/#", "m")
     layout.add_member(path, "m", dead_token())
     assert box.topics.has_durable("news/a")
@@ -1067,10 +1067,33 @@ def test_a_sweep_ending_a_dead_group_says_when_the_disk_refuses_to_tell_the_othe
     with caplog.at_level(logging.WARNING, logger="boxmq"):
         box.sweep()
     monkeypatch.undo()
-    [told] = [r.getMessage() for r in caplog.records if "until the next change" in r.message]
+    [told] = [r.getMessage() for r in caplog.records if "until it is written" in r.message]
     assert str(root / "topic-root" / ".generation") in told
     assert not os.path.exists(path)
     assert not box.topics.has_durable("news/a")  # this process reads the records again
+
+
+@pytest.mark.parametrize("retry", ["sweep", "subscribe"])
+def test_the_next_sweep_or_change_tells_the_others_what_a_full_disk_left_untold(
+    root: Path, box: boxmq.Box, monkeypatch: pytest.MonkeyPatch, retry: str
+) -> None:
+    """A sweep ended a dead group and could not write the generation (ENOSPC): once space
+    frees, the next sweep (which ends nothing) or change of another subscription tells the
+    other processes of any change, so they stop routing to the group ended, where nothing
+    retried and the next change named only its own folder."""
+    path = box.topics.attach_dropbox("$share/g/news/#", "m")
+    layout.add_member(path, "m", dead_token())
+    with boxmq.open(root, fsync="never") as other:
+        assert other.topics.has_durable("news/a")
+        monkeypatch.setattr(layout, "bump_generation", _full_disk)
+        box.sweep()
+        monkeypatch.undo()
+        assert other.topics.has_durable("news/a")  # not told yet
+        if retry == "sweep":
+            box.sweep()
+        else:
+            box.subscribe("weather/#", "w").close()
+        assert not other.topics.has_durable("news/a")
 
 
 def test_a_retained_copy_a_killed_subscribe_left_in_working_does_not_stop_the_next(

@@ -246,6 +246,9 @@ class Topics:
         self._memory: dict[tuple[str, str], tuple[Subscription, MemoryInbox]] = {}
         self._incoming = layout.incoming_working(root)
         self._generation = layout.GenerationWatch(root)  # looked at by every _refresh
+        # A change of the subscriptions the generation's write failed to tell (ENOSPC): the
+        # next write (`_bump`) tells of any change, so the other processes read every record.
+        self._untold = False
 
     # -- publishing ------------------------------------------------------------------------------
 
@@ -1301,9 +1304,12 @@ class Topics:
         read again here, not at the next look, where a burst of this process's own changes
         (over `layout._KEPT`) between two looks read every record on the root again.
         `record`: the one on disk now, which the caller has just written or read."""
-        counted = layout.bump_generation(self._root, flush=flush, path=path)
-        if counted is None:
+        told = self._bump(path, flush=flush)
+        if told is None:
             return
+        counted, path_told = told
+        if path_told is None:
+            return  # it told of any change: this process too reads every record at its look
         with self._lock:
             if self._generation.caught_up(counted):
                 try:
@@ -1317,12 +1323,29 @@ class Topics:
         generation's write met (ENOSPC, EMFILE), if it did, after which this process too
         reads every record at its next look."""
         try:
-            layout.bump_generation(self._root, path=path)
+            self._bump(path)
         except OSError as error:
             with self._lock:
                 self._generation.forget()
             return error
         return None
+
+    def _bump(
+        self, path: str | None, *, flush: bool = False
+    ) -> tuple[layout.Counted, str | None] | None:
+        """`layout.bump_generation` for `path`, or for any change (None) while a change before
+        was left untold by a failed write, which only a later write can tell: the other
+        processes read only the folders the generation names. The change as counted and the
+        path it named, None where no count can be trusted."""
+        with self._lock:
+            untold, self._untold = self._untold, False
+        told = None if untold else path
+        try:
+            counted = layout.bump_generation(self._root, flush=flush, path=told)
+        except OSError:
+            self._untold = True
+            raise
+        return None if counted is None else (counted, told)
 
     def _read_all(self) -> None:
         """The router made anew from every subscription on disk (and this process's memory
@@ -1420,13 +1443,14 @@ class Topics:
                     ended += 1
                 elif kept is not None:
                     kept.append((record, path))
-        if ended and (error := self.tell_others(None)) is not None:
-            # Raised, it failed the sweep with the subscriptions ended, and no later sweep
-            # finds them to tell of again: said once, here, with what it means.
+        untold = self._untold  # an earlier write failed: this sweep tells of it again
+        if (ended or untold) and (error := self.tell_others(None)) is not None and ended:
+            # Raised, it failed the sweep with the subscriptions ended; said once, here, with
+            # what it means (the next sweep, or change, tries again, and says nothing more).
             log.warning(
                 "%s not replaced: the other processes on the root go on copying messages "
-                "to the %d subscription(s) this sweep ended until the next change of the "
-                "subscriptions: %s",
+                "to the %d subscription(s) this sweep ended until it is written (tried "
+                "again at the next sweep or change of the subscriptions): %s",
                 layout.generation_file(self._root),
                 ended,
                 store_failure(error),
