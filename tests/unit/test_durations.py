@@ -111,3 +111,12 @@ def test_a_duration_is_read_in_one_place_in_two_spellings() -> None:
         None,
     ]
     assert written_seconds("9" * 400) == math.inf  # each caller says how long it takes
+
+
+@pytest.mark.parametrize("spaced", [False, True])
+@pytest.mark.parametrize(
+    "text", ["2\u00a0h", "2\u3000h", "\u30005s", "5s\u00a0", "\u00851s", "\uff15s"]
+)
+def test_a_duration_is_written_in_ascii_only(text: str, spaced: bool) -> None:
+    # A no-break or ideographic space (a pasted "2 h") is no blank, as "\u0663" is no digit.
+    assert written_seconds(text, spaced=spaced) is None

@@ -59,16 +59,19 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3_600.0, "d": 86_400.0}
 _UNIT = "|".join(_UNITS)
 # Digits 0-9 only: `\d` and float() also take other scripts' digits ("\u0663", "\uff13").
 _WRITTEN = re.compile(rf"([0-9]+(?:\.[0-9]+)?)({_UNIT})?", re.ASCII)
-# Spark's options have also taken "5." and a blank before the unit ("2 h") since they came.
-_SPACED = re.compile(rf"([0-9]+(?:\.[0-9]*)?)\s*({_UNIT})?")
+# Spark's options have also taken "5." and a blank before the unit ("2 h") since they came;
+# an ASCII blank: `\s` alone also takes a no-break or ideographic space ("2\u3000h").
+_SPACED = re.compile(rf"([0-9]+(?:\.[0-9]*)?)\s*({_UNIT})?", re.ASCII)
+# The blanks around a duration that are ignored: str.strip() alone also drops U+00A0, U+3000.
+_BLANKS = " \t\n\r\f\v"
 
 
 def written_seconds(text: str, *, spaced: bool = False) -> float | None:
     """The seconds `text` writes: a number of seconds, or one with a unit ("500ms", "30s",
-    "10m", "2h", "1d"), blanks around it ignored; None if it is no duration. `spaced` also
+    "10m", "2h", "1d"), ASCII blanks around it ignored; None if it is no duration. `spaced` also
     takes a blank before the unit and a number ending in its point, as the Spark options do.
     The number is not checked (400 digits make infinity): each caller says what it takes."""
-    match = (_SPACED if spaced else _WRITTEN).fullmatch(text.strip())
+    match = (_SPACED if spaced else _WRITTEN).fullmatch(text.strip(_BLANKS))
     return None if match is None else float(match[1]) * _UNITS[match[2] or "s"]
 
 
