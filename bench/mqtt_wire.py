@@ -65,7 +65,7 @@ def connect5(
     properties = bytes([0x11]) + expiry.to_bytes(4, "big")  # Session Expiry Interval
     properties += bytes([0x21]) + receive_maximum.to_bytes(2, "big")  # Receive Maximum
     body = string("MQTT") + bytes([5, 0x02 if clean else 0x00]) + (60).to_bytes(2, "big")
-    body += bytes([len(properties)]) + properties + string(client_id)
+    body += varint(len(properties)) + properties + string(client_id)
     return packet(0x10, body)
 
 

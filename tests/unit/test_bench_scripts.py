@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import ast
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
+
+from boxmq.mqtt.codec import decode
+from boxmq.mqtt.framing import FrameReader
+from boxmq.mqtt.packets import Connect, ProtocolVersion
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -85,3 +90,18 @@ def test_bench_free_ports_is_the_tests_one() -> None:
     tests_copy = _code_of(BENCH.parent / "tests" / "ports.py", names)
     assert set(tests_copy) == names
     assert _code_of(BENCH / "processes.py", names) == tests_copy
+
+
+def test_bench_mqtt_wire_connect_is_read_by_the_server_as_written() -> None:
+    # The raw clients' CONNECT wrote its property length as one byte, which a property added
+    # past 127 bytes would have made a malformed packet; a Variable Byte Integer as the others
+    # now, the server's codec reads back what it says.
+    wire = runpy.run_path(str(BENCH / "mqtt_wire.py"), run_name="mqtt_wire")
+    reader = FrameReader(max_packet_size=1 << 20)
+    reader.receive(wire["connect5"]("dev-1", False, 65_535, expiry=7_200))
+    [frame] = list(reader.frames())
+    connect = decode(frame, ProtocolVersion.V5)
+    assert isinstance(connect, Connect)
+    assert (connect.client_id, connect.clean_start) == ("dev-1", False)
+    assert connect.properties.receive_maximum == 65_535
+    assert connect.properties.session_expiry_interval == 7_200
