@@ -373,6 +373,37 @@ def test_a_second_serve_on_a_bound_port_is_refused_before_it_opens_its_root(host
         close_sockets(first)
 
 
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("0.0.0.0", "127.0.0.1"),
+        ("127.0.0.1", "0.0.0.0"),
+        ("localhost", "127.0.0.1"),
+        ("::", "::1"),
+        ("::1", "::"),
+    ],
+)
+def test_two_listeners_of_one_serve_that_overlap_are_refused_by_the_kernel_at_the_bind(
+    first: str, second: str
+) -> None:
+    """Each listener listens as it is bound, and Linux refuses a bind (SO_REUSEADDR or not)
+    beside a listening socket whose address overlaps, 0.0.0.0 beside 127.0.0.1 in either
+    order: the check boxmq made of its listeners' addresses after binding them all caught
+    nothing the kernel lets through, and is gone."""
+    if ":" in first and not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    with socket.socket() as probe:  # a port free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    shown = f"('{second}', {port}"
+    with pytest.raises(OSError, match=re.escape(shown) + r".*: address already in use"):
+        close_sockets(asyncio.run(bind_listeners([Listener(first, port), Listener(second, port)])))
+    if socket.has_ipv6:  # asyncio's IPv6 sockets are IPv6 only: 0.0.0.0 and :: do not overlap
+        both = asyncio.run(bind_listeners([Listener("0.0.0.0", port), Listener("::", port)]))
+        close_sockets(both)
+        assert len(both) == 2
+
+
 def test_a_host_that_does_not_resolve_names_its_address_and_setting(tmp_path: Path) -> None:
     config = tmp_path / "boxmq.toml"
     config.write_text('[[mqtt.listener]]\nhost = "mqtt.example.invalid"\nport = 0\n')

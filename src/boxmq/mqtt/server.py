@@ -47,7 +47,6 @@ import asyncio
 import contextlib
 import errno
 import fcntl
-import ipaddress
 import logging
 import os
 import resource
@@ -586,38 +585,14 @@ async def bind_listeners(listeners: Sequence[Listener]) -> list[list[socket.sock
     bound: list[list[socket.socket]] = []
     try:
         for listener in listeners:
+            # Two of them whose addresses overlap on one port (0.0.0.0 beside 127.0.0.1,
+            # localhost beside 127.0.0.1, in either order) are refused here by the kernel:
+            # the first listens already, and Linux binds no socket beside a listening one.
             bound.append(await _listen(listener))
-        _refuse_overlaps([sock for socks in bound for sock in socks])
     except BaseException:
         close_sockets(bound)
         raise
     return bound
-
-
-def _refuse_overlaps(sockets: Sequence[socket.socket]) -> None:
-    """Two of our sockets on one port whose addresses overlap (0.0.0.0:1883 beside
-    127.0.0.1:1883, or localhost beside 127.0.0.1), refused as the kernel would refuse the
-    second. Each listens as it is bound (`_hold`), so the kernel refuses the second's bind
-    already; this says so whatever the order and the system. asyncio's sockets of IPv6 are
-    IPv6 only (IPV6_V6ONLY), so that only addresses of one family overlap."""
-    seen: list[tuple[int, str, int]] = []
-    for sock in sockets:
-        address = sock.getsockname()
-        host, port = address[0], address[1]
-        for family, other, other_port in seen:
-            same = host == other or _unspecified(host) or _unspecified(other)
-            if family == sock.family and port == other_port and same:
-                raise OSError(
-                    errno.EADDRINUSE,
-                    f"error while attempting to bind on address {address!r}: "
-                    "address already in use",
-                )
-        seen.append((sock.family, host, port))
-
-
-def _unspecified(host: str) -> bool:
-    """0.0.0.0 or ::, every address of the machine."""
-    return ipaddress.ip_address(host.partition("%")[0]).is_unspecified
 
 
 def close_sockets(sockets: Sequence[list[socket.socket]]) -> None:
