@@ -19,12 +19,11 @@ from collections.abc import Callable
 from xml.etree.ElementTree import Element
 
 from slixmpp import ComponentXMPP
-from slixmpp.jid import InvalidJID
 from slixmpp.xmlstream import StanzaBase
 
 from boxmq.client.box import Box
 from boxmq.core.durations import spelled
-from boxmq.errors import BoxMQError, InvalidArgument
+from boxmq.errors import BoxMQError
 from boxmq.xmpp import ns
 from boxmq.xmpp.service import QueueService
 from boxmq.xmpp.settings import XmppSettings
@@ -50,15 +49,10 @@ class ComponentRefused(BoxMQError):
 
 class QueueComponent(ComponentXMPP):
     def __init__(self, box: Box, settings: XmppSettings) -> None:
-        try:
-            super().__init__(  # type: ignore[no-untyped-call]  # ComponentXMPP.__init__ is untyped
-                settings.component, settings.secret, settings.host, settings.port
-            )
-        except InvalidJID as error:  # 'a b': the flag's error, not a traceback
-            raise InvalidArgument(
-                f"--xmpp-component {settings.component!r}: not a domain name ({error}): "
-                "give a bare domain, such as queues.example.org"
-            ) from None
+        # XmppSettings refused a component name that is no JID ('a b'), naming it as written.
+        super().__init__(  # type: ignore[no-untyped-call]  # ComponentXMPP.__init__ is untyped
+            settings.component, settings.secret, settings.host, settings.port
+        )
         self.settings = settings
         self.refused: str | None = None
         self.connected = asyncio.Event()

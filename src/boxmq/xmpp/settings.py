@@ -104,6 +104,11 @@ def _refusal(
         return f"{name['component']} {component!r}: give a bare domain"
     if utf8_size(component) is None:  # a byte of the argument that is not UTF-8
         return f"{name['component']} {component!r}: not valid Unicode: give a bare domain"
+    if (invalid := _not_a_jid(component)) is not None:  # 'a b'
+        return (
+            f"{name['component']} {component!r}: not a domain name ({invalid}): "
+            "give a bare domain, such as queues.example.org"
+        )
     if utf8_size(host) is None:
         return f"{name['host']} {host!r}: not valid Unicode"
     if not is_host_name(host):  # slixmpp logged a traceback every 3 s
@@ -118,6 +123,21 @@ def _refusal(
             return f"{name[field]} {seconds!r}: give a positive number of seconds"
     if (refused := stanza_size_refusal(stanza_size_limit)) is not None:
         return f"{name['stanza_size_limit']} {refused}"
+    return None
+
+
+def _not_a_jid(domain: str) -> str | None:
+    """Why slixmpp takes `domain` for no JID, else None. Checked here, not where the
+    component is made, so that the error names the setting as the caller wrote it. None
+    without slixmpp: the door then refuses to start, naming the extra it needs."""
+    try:
+        from slixmpp.jid import JID, InvalidJID
+    except ImportError:
+        return None
+    try:
+        JID(domain)
+    except InvalidJID as error:
+        return str(error)
     return None
 
 

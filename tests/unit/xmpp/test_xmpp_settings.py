@@ -166,3 +166,15 @@ def test_from_the_command_line_an_error_names_the_flag() -> None:
     with pytest.raises(InvalidArgument) as caught:
         settings_from("q.x", ("127.0.0.1", 0), secret="s", secret_file=None, environ={})
     assert str(caught.value) == "--xmpp-server port 0 is not a TCP port"
+
+
+def test_a_component_name_that_is_no_jid_is_named_as_written() -> None:
+    # slixmpp refuses 'a b' when the component is made; that error named the flag
+    # (--xmpp-component) to a Python caller too.
+    pytest.importorskip("slixmpp")
+    with pytest.raises(InvalidArgument) as caught:
+        XmppSettings("a b", "127.0.0.1", 5347, "s")
+    assert str(caught.value).startswith("XmppSettings component 'a b': not a domain name (")
+    with pytest.raises(InvalidArgument) as caught:
+        settings_from("a b", None, secret="s", secret_file=None, environ={})
+    assert str(caught.value).startswith("--xmpp-component 'a b': not a domain name (")
