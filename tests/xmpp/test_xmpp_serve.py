@@ -21,6 +21,7 @@ from tests.xmpp.server import SECRET, SERVICE, Prosody
 import boxmq
 from boxmq.xmpp import ns
 from boxmq.xmpp.component import run_component
+from boxmq.xmpp.records import hold_component
 from boxmq.xmpp.settings import XmppSettings
 
 SCENARIO_SECONDS = 60
@@ -31,6 +32,10 @@ def run(scenario: Coroutine[Any, Any, None]) -> None:
 
 
 def _serve(prosody: Prosody, data: Path, secret: str = SECRET, *more: str) -> subprocess.Popen[str]:
+    return _serve_at(prosody.component_port, data, secret, *more)
+
+
+def _serve_at(port: int, data: Path, secret: str = SECRET, *more: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -45,7 +50,7 @@ def _serve(prosody: Prosody, data: Path, secret: str = SECRET, *more: str) -> su
             "--xmpp-component",
             SERVICE,
             "--xmpp-server",
-            f"127.0.0.1:{prosody.component_port}",
+            f"127.0.0.1:{port}",
             *more,
         ],
         env={**os.environ, "BOXMQ_XMPP_SECRET": secret},
@@ -111,6 +116,46 @@ def test_serve_runs_the_component_and_a_second_instance_is_refused(
     assert "another instance with this name is connected" in output
     assert "Traceback" not in output, output
     assert first.poll() is None  # the first one serves on
+
+
+def test_a_second_serve_of_the_component_on_the_same_root_is_refused_at_start(
+    tmp_path: Path,
+) -> None:
+    # Prosody refuses a second connection of one component name only while the first is
+    # connected. A second `boxmq serve` on the first's root that connected while the first
+    # was reconnecting (Prosody restarted) took the first's live subscriber records for a
+    # crash's and told those subscribers their subscriptions had ended; at its reconnect
+    # the first was refused (conflict) and exited. Now the second is refused by the root.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])  # nothing listens: the first is "reconnecting"
+    settings = XmppSettings(SERVICE, "127.0.0.1", port, SECRET)
+    data = tmp_path / "data"
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        with boxmq.open(data, fsync="never") as box:
+            first = asyncio.ensure_future(run_component(box, settings, stop))
+            await asyncio.sleep(0.05)  # it holds the root's lock from its first step
+            second = _serve_at(port, data)
+            try:
+                output, _ = await asyncio.to_thread(second.communicate, timeout=20)
+            finally:
+                second.kill()
+            assert second.returncode == 1, output
+            assert "Traceback" not in output, output
+            refused = [line for line in output.splitlines() if line.startswith("boxmq serve: ")]
+            assert refused, output
+            holder = f"process {os.getpid()}"
+            assert f"is served from {data} by another process ({holder})" in refused[-1]
+            assert not first.done()  # the first serves on
+            stop.set()
+            await first
+        held = hold_component(str(data), SERVICE)  # let go at its stop
+        assert held is not None
+        held.release()
+
+    run(scenario())
 
 
 def test_a_wrong_secret_stops_serve_with_a_message_that_says_what_to_fix(

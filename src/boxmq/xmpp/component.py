@@ -6,7 +6,8 @@ straight to the transport. Deliveries are taken on the loop (no thread per subsc
 after each batch of stanzas, and on the one timer task, which also runs lock timeouts and QoS
 retries. A lost connection is retried with back-off. A refusal by the server (a second
 instance with this name: conflict, or a wrong secret: not-authorized) is final:
-`run_component` raises ComponentRefused.
+`run_component` raises ComponentRefused, as it does at once for a second process serving
+this name from the same root (a flock: records.hold_component).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from boxmq.client.box import Box
 from boxmq.core.durations import spelled
 from boxmq.errors import BoxMQError
 from boxmq.xmpp import ns
+from boxmq.xmpp.records import ComponentHeld, hold_component
 from boxmq.xmpp.service import QueueService
 from boxmq.xmpp.settings import XmppSettings
 
@@ -44,7 +46,8 @@ _FINAL_STREAM_ERRORS = {"conflict", "not-authorized", "host-unknown", "invalid-n
 
 
 class ComponentRefused(BoxMQError):
-    """The XMPP server will not take this component (name taken, wrong secret)."""
+    """The XMPP server will not take this component (name taken, wrong secret), or another
+    process serves it from this root."""
 
 
 class QueueComponent(ComponentXMPP):
@@ -230,14 +233,29 @@ class QueueComponent(ComponentXMPP):
 
 
 async def run_component(box: Box, settings: XmppSettings, stop: asyncio.Event) -> None:
-    """Serve the component until `stop` is set; ComponentRefused if the server says no."""
-    component = QueueComponent(box, settings)
-    component.connect()
+    """Serve the component until `stop` is set; ComponentRefused if the server says no, or
+    if another process serves this component from this root (records.hold_component)."""
     try:
-        while not stop.is_set() and component.refused is None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=0.2)
+        held = hold_component(box.root, settings.component)
+    except ComponentHeld as error:
+        by = f" (process {error.holder})" if error.holder else ""
+        raise ComponentRefused(
+            f"XMPP component {settings.component} is served from {box.root} by another "
+            f"process{by}: one process per component and root, or each would take the "
+            "other's subscribers for a crashed one's and tell them their subscriptions "
+            "ended; stop the other, or give this one another component name"
+        ) from None
+    try:
+        component = QueueComponent(box, settings)
+        component.connect()
+        try:
+            while not stop.is_set() and component.refused is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=0.2)
+        finally:
+            await component.stop()
     finally:
-        await component.stop()
+        if held is not None:
+            held.release()  # the records are this process's no more: the next may read them
     if component.refused is not None:
         raise ComponentRefused(component.refused)

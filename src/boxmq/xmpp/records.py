@@ -10,29 +10,108 @@ subscriptions a crash ended unheard. One file per subscription, not one list: a 
 writes one small file whatever the number of others. Written as the store's other records
 are (store/records.py): replaced whole by a rename, flushed under fsync=always only, and
 read on a descriptor (records.read_file).
-The component's name in the path keeps two components on one root apart.
+The component's name in the path keeps two components on one root apart; two processes
+serving one component on one root are kept apart by `hold_component`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import os
 from dataclasses import dataclass
 
+from boxmq.forks import renew_in_children
 from boxmq.store.names import escape_segment
 from boxmq.store.records import make_folders, read_file, replace_file
 from boxmq.xmpp.payloads import NOT_XML
 
-__all__ = ["Recorded", "SubscriberRecords", "records_folder"]
+__all__ = [
+    "ComponentHeld",
+    "ComponentHold",
+    "Recorded",
+    "SubscriberRecords",
+    "hold_component",
+    "records_folder",
+]
 
 log = logging.getLogger("boxmq.xmpp")
 
 
+def _component_folder(root: str, component: str) -> str:
+    return os.path.join(root, ".xmpp", escape_segment(component))
+
+
 def records_folder(root: str, component: str) -> str:
-    return os.path.join(root, ".xmpp", escape_segment(component), "subscribers")
+    return os.path.join(_component_folder(root, component), "subscribers")
+
+
+class ComponentHeld(Exception):
+    """Another process on the root serves this component now (`holder`: its process id as
+    it wrote it, "" if unknown)."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(holder)
+        self.holder = holder
+
+
+class ComponentHold:
+    """The flock `hold_component` took, on `fd`, until `release`."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+        # An flock belongs to the open file, which a fork shares: a child that kept its copy
+        # (a multiprocessing worker) kept every later start of the component refused.
+        renew_in_children(self)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def renew_in_child(self) -> None:
+        self.release()  # the child's copy: the parent's flock stays
+
+
+_UNGUARDED = "nothing keeps a second process serving this component off this root"
+
+
+def hold_component(root: str, component: str) -> ComponentHold | None:
+    """The flock one process at a time holds on `.xmpp/<component>/lock` while it serves
+    that component from `root` (release it to let go), or None
+    where it cannot be had (a file system that keeps no flocks, some NFS; a folder that
+    cannot be made), logged: the component runs unguarded then. Raises ComponentHeld if
+    another holds it. The kernel lets go of the flock of a process that dies, so a crash
+    never blocks the next start. Why: a second process took the first's live records for
+    a crash's (the first only reconnecting) and told its subscribers that their
+    subscriptions ended (docs/xmpp.md, One instance per name)."""
+    folder = _component_folder(root, component)
+    path = os.path.join(folder, "lock")
+    try:
+        make_folders(folder, flush=False, within=root)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as error:
+        log.warning("%s: not made (%s): %s", path, error, _UNGUARDED)
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = ""
+        with contextlib.suppress(OSError, ValueError):
+            holder = os.pread(fd, 32, 0).decode().strip()
+        os.close(fd)
+        raise ComponentHeld(holder) from None
+    except OSError as error:
+        os.close(fd)
+        log.warning("%s: no flock (%s): %s", path, error, _UNGUARDED)
+        return None
+    with contextlib.suppress(OSError):  # the holder's pid, only for the message of one refused
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return ComponentHold(fd)
 
 
 def _file_name(jid: str, node: str) -> str:

@@ -16,7 +16,13 @@ from tests.unit.xmpp.wire import ALICE, BOB, PS, SERVICE, Wire, condition
 import boxmq
 from boxmq.xmpp import ns
 from boxmq.xmpp.component import QueueComponent
-from boxmq.xmpp.records import SubscriberRecords, _file_name, records_folder
+from boxmq.xmpp.records import (
+    ComponentHeld,
+    SubscriberRecords,
+    _file_name,
+    hold_component,
+    records_folder,
+)
 from boxmq.xmpp.settings import XmppSettings
 
 OTHER = "other.localhost"
@@ -343,3 +349,31 @@ def test_a_request_that_reaches_the_component_as_it_stops_is_told_to_retry(
     publish = wire.iq(ALICE, f"<pubsub xmlns='{PS}'><publish node='jobs'>{item}</publish></pubsub>")
     assert condition(publish) == ("wait", "remote-server-timeout")
     assert box.queue("jobs").counts().ready == 1  # not stored: its sender was told to retry
+
+
+def test_a_child_forked_while_the_component_is_held_does_not_keep_it(tmp_path: Path) -> None:
+    # An flock belongs to the open file, which a fork shares: a child that lived on (a
+    # multiprocessing worker) kept the next start of the component refused.
+    held = hold_component(str(tmp_path), SERVICE)
+    assert held is not None
+    with pytest.raises(ComponentHeld) as caught:
+        hold_component(str(tmp_path), SERVICE)
+    assert caught.value.holder == str(os.getpid())
+    go_on, told = os.pipe()
+    started, starts = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child: its fork hooks have run)
+        os.write(starts, b"x")
+        os.read(go_on, 1)
+        os._exit(0)
+    try:
+        os.read(started, 1)
+        held.release()
+        again = hold_component(str(tmp_path), SERVICE)  # the child lives on
+        assert again is not None
+        again.release()
+    finally:
+        os.write(told, b"x")
+        os.waitpid(child, 0)
+        for fd in (go_on, told, started, starts):
+            os.close(fd)
