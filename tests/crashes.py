@@ -8,9 +8,13 @@ from typing import Any
 
 import pytest
 
+from boxmq.client import assured
+
 __all__ = ["Killed", "kill_at", "take_everything"]
 
 _CHANGES = ("link", "unlink", "rename", "replace", "mkdir", "rmdir")
+# Changes made without `os`: the exactly-once marker's rename that replaces none (renameat2).
+_OTHER_CHANGES = ((assured, "rename_noreplace"),)
 
 
 class Killed(BaseException):
@@ -21,8 +25,8 @@ def kill_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
     """Make the `step`-th change to the file system (1 = the first) kill the process: every
     change before it is done; it and everything after it are not."""
     done = 0
-    for name in _CHANGES:
-        real = getattr(os, name)
+    for module, name in [*((os, each) for each in _CHANGES), *_OTHER_CHANGES]:
+        real = getattr(module, name)
 
         def change(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
             nonlocal done
@@ -31,7 +35,7 @@ def kill_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
                 raise Killed
             return _real(*args, **kwargs)
 
-        monkeypatch.setattr(os, name, change)
+        monkeypatch.setattr(module, name, change)
 
 
 def take_everything(dropboxes: list[str]) -> dict[str, list[str]]:

@@ -76,6 +76,7 @@ from boxmq.store.names import check_priority, decode_lenient, encode
 from boxmq.store.records import read_file
 from boxmq.store.retained import Marked, Version
 from boxmq.store.side_files import SideFiles
+from boxmq.store.spares import rename_noreplace
 from boxmq.store.temporaries import temporary_in
 from boxmq.store.topics import (
     EXACTLY_ONCE_PENDING,
@@ -130,6 +131,17 @@ class _Staged:
     key: tuple[str, str]  # (source, msg_id)
     move: Move
     pending: _Pending
+
+
+class _NewMarker(Move):
+    """A "delivered" marker's move into place: FileExistsError, nothing moved, if a marker
+    is there already (renameat2's RENAME_NOREPLACE, or a link where it is missing)."""
+
+    __slots__ = ()
+
+    def apply(self) -> None:
+        assert self.target is not None
+        rename_noreplace(self.source, self.target)
 
 
 class AssuredIntake:
@@ -403,11 +415,10 @@ class AssuredIntake:
                 else:
                     due.append((len(outcomes), key, pending))
                     outcomes.append(True)
-            # Those another process marked before this one does (its marker is overwritten):
-            # a file gone from working/ then was sent by it, not swept away (`_not_delivered`).
-            premarked = {key for _, key, _ in due if os.path.lexists(self._marker(*key))}
+            # `premarked`: those another process marked before this one (its marker is
+            # overwritten): a file gone from working/ then was sent by it, not swept away.
             marking = [(key, pending) for _, key, pending in due]
-            errors = self._mark_all(marking, remember=remember, superseded=superseded)
+            errors, premarked = self._mark_all(marking, remember=remember, superseded=superseded)
             marked = []
             for (index, key, pending), failure in zip(due, errors, strict=True):
                 if failure is None:
@@ -484,26 +495,27 @@ class AssuredIntake:
         *,
         remember: bool,
         superseded: bool,
-    ) -> list[OSError | None]:
+    ) -> tuple[list[OSError | None], set[tuple[str, str]]]:
         """Write and flush the "delivered" marker of each key, its message's file named in
         it (relative to the root: while that file waits in working/, the marker stays,
-        `_forget_markers`): each one's error, if any. remember=False is written in it: a
-        restart finishes that deliver and forgets the id, as the deliver would have once its
-        messages were sent (`_restore`). So is, for a retained message, the version of its
+        `_forget_markers`): each one's error, if any, and the keys whose marker another
+        process had written first (overwritten by this one's). remember=False is written in
+        it: a restart finishes that deliver and forgets the id, as the deliver would have once
+        its messages were sent (`_restore`). So is, for a retained message, the version of its
         topic's retained file (null: none), looked at before the marker is written: a
         restart that finishes the deliver replaces it only if it is still the one in place
         (`Marked`), whatever the clock's ticks; or, `superseded` (a later one is in place),
         that it replaces none: the restart sends its copies alone, where the times (the later
         file older than the marker) would let it replace that one."""
         if not keys:
-            return []
+            return [], set()
         try:
             os.makedirs(self._markers, exist_ok=True)
         except OSError as error:
             # Each key's failure, as a refused marker's: raised out of the deliver, it left
             # the ids taken for delivered and their messages forgotten in working/, so the
             # deliver tried again once space was back answered "done" and sent nothing.
-            return [error] * len(keys)
+            return [error] * len(keys), set()
         errors: list[OSError | None] = [None] * len(keys)
         moves: list[list[Move]] = []
         for index, ((source, msg_id), pending) in enumerate(keys):
@@ -529,13 +541,21 @@ class AssuredIntake:
                 errors[index] = error if error.filename else naming(error, temporary)
                 moves.append([])
                 continue
-            moves.append([Move(temporary, self._marker(source, msg_id))])
+            moves.append([_NewMarker(temporary, self._marker(source, msg_id))])
         committed = self._committer.commit_each(moves)
+        # A marker already there: another process's deliver (or a restart's) marked the key
+        # first. The rename that refuses to replace it says so, where a look before it cost
+        # every deliver a system call; this one's marker is then put in its place.
+        again = [i for i, failure in enumerate(committed) if isinstance(failure, FileExistsError)]
+        if again:
+            retried = [[Move(moves[i][0].source, moves[i][0].target)] for i in again]
+            for index, failure in zip(again, self._committer.commit_each(retried), strict=True):
+                committed[index] = failure
         for index, (failure, group) in enumerate(zip(committed, moves, strict=True)):
             if failure is not None:
                 _delete_quietly([move.source for move in group])
                 errors[index] = failure
-        return errors
+        return errors, {keys[i][0] for i in again}
 
     def _sent_elsewhere(self, key: tuple[str, str]) -> bool:
         """Whether a marker of the last done_ttl says `key` was delivered and its file no
