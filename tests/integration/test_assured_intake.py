@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.crashes import Killed, kill_at, take_everything
@@ -1173,3 +1174,27 @@ def test_a_deliver_the_disk_refuses_names_where_and_delivers_once_tried_again(
         assert box.deliver("meter-7", "42") is True
         assert delivered(box) == [b"+1"]
         assert box.deliver("meter-7", "42") is False
+
+def test_two_processes_finishing_one_marked_deliver_log_no_error(
+    root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two processes started on a root where a `deliver` was killed after its marker both
+    finish it: the one whose send found the file gone, sent by the other, logged an error
+    that the message "stays in" working/, which it had left, sent once."""
+    with boxmq.open(root, fsync="never") as box:
+        assert box.assured("s", "1", b"x", queue="counts")
+        _killed_after_its_marker(box, monkeypatch)
+    with boxmq.open(root, fsync="never") as first, boxmq.open(root, fsync="never") as second:
+        send_all = second.intake._send_all
+
+        def first_sends_it_meanwhile(*args: Any) -> list[OSError | None]:
+            first.pending("s")  # its start finishes the `deliver`
+            return send_all(*args)
+
+        monkeypatch.setattr(second.intake, "_send_all", first_sends_it_meanwhile)
+        with caplog.at_level(logging.DEBUG, logger="boxmq.exactly_once"):
+            assert second.pending("s") == []
+        assert [r.levelno for r in caplog.records] == [logging.DEBUG]
+        assert "sent by another process" in caplog.records[0].getMessage()
+        assert delivered(second) == [b"x"]
+        assert second.deliver("s", "1", must_exist=True) is False  # done

@@ -928,14 +928,14 @@ class AssuredIntake:
         its topic written (or deleted) since stays, as the `deliver` would have kept it
         (Topics.send_files). One that cannot be is logged and stays in working/: it
         must not keep the others from their books (their repeats would pass for new, their
-        deliver for done). True if it sent it."""
+        deliver for done). True if it sent it, or another process did meanwhile."""
+        pending = _Pending(entry.path, queue, envelope)
         try:
             if queue is None:
                 # A topic's: one that no publish could take, kept by a version before
                 # `assured` checked it ('a/+', NUL, or '' which was stored as no topic at
                 # all), is refused here, not at its send.
                 validate_topic(envelope.topic or "")
-            pending = _Pending(entry.path, queue, envelope)
             if marked is not None:
                 [failure] = self._send_all([pending], marked.superseded, marked)
                 if failure is not None:
@@ -946,7 +946,15 @@ class AssuredIntake:
             self._pending[key] = pending
         except (BoxMQError, OSError) as error:
             folder = os.path.dirname(entry.path)
-            log.error("exactly once: %s stays in %s: %s", entry.name, folder, error)
+            if not isinstance(error, OSError) or not _gone(error, pending):
+                log.error("exactly once: %s stays in %s: %s", entry.name, folder, error)
+                return False
+            # Gone since it was listed: sent by another process on the root that finished
+            # the same `deliver` from its marker (two starts at once, a start and a sender's
+            # arrival), or delivered or dropped there. A normal race: nothing stays.
+            done = "sent by another process" if marked is not None else "delivered or dropped"
+            log.debug("exactly once: %s left %s meanwhile, %s", entry.name, folder, done)
+            return marked is not None
         return False
 
     def _marked(self, key: tuple[str, str]) -> tuple[Marked, bool | None] | None:
