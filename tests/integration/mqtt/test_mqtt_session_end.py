@@ -8,13 +8,14 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.integration.mqtt.clients import RunningServer, paho, start_server
-from tests.integration.mqtt.raw import open_raw, publish_qos2, pubrel, read
+from tests.integration.mqtt.raw import open_raw, packet, publish_qos2, pubrel, read, string
 
 from boxmq.mqtt.session_record import read_record, records_folder
 from boxmq.mqtt.stored import consumer_name, exactly_once_source
@@ -65,6 +66,54 @@ def test_a_clean_start_discards_the_qos2_messages_awaiting_pubrel(server: Runnin
         assert member.nothing(within=0.5)
     finally:
         member.stop()
+
+
+@pytest.mark.parametrize("expiry", [300, 0], ids=["persistent", "not-persistent"])
+def test_a_pubrel_of_an_exchange_a_clean_start_ended_is_told_its_packet_id_is_unknown(
+    server: RunningServer, expiry: int
+) -> None:
+    """MQTT 5.0 §3.7.2.1: a PUBREL for an exchange the session no longer holds is answered
+    PUBCOMP 0x92, Packet Identifier not found; the message it would have released was
+    discarded with the old session and goes nowhere. A new session persistent or not."""
+    member = paho(server, "member")
+    member.subscribe("$share/g/t/#", qos=2)  # a durable route: QoS 2 goes through the intake
+    try:
+        _leave_unreleased(server, "pub")
+        sock, present = open_raw(server, "pub", clean=True, expiry=expiry)
+        with sock:
+            assert not present
+            sock.sendall(pubrel(7))
+            assert read(sock) == (0x70, b"\x00\x07\x92")  # PUBCOMP 0x92
+        assert member.nothing(within=0.5)
+    finally:
+        member.stop()
+
+
+def test_a_pubrel_of_an_exchange_a_clean_session_ended_is_answered_pubcomp_in_v311(
+    server: RunningServer,
+) -> None:
+    """MQTT 3.1.1 §4.3.3: PUBREL is answered PUBCOMP, which has no reason code, whether the
+    session knows the packet id or not; the message a clean session discarded goes nowhere."""
+    member = paho(server, "member")
+    member.subscribe("$share/g/t/#", qos=2)
+    try:
+        with _connect_v311(server, "pub311", clean=False) as sock:
+            sock.sendall(packet(0x34, string("t/q") + b"\x00\x07" + b"first"))  # QoS 2
+            assert read(sock) == PUBREC_7
+        with _connect_v311(server, "pub311", clean=True) as sock:
+            sock.sendall(pubrel(7))
+            assert read(sock) == (0x70, b"\x00\x07")  # PUBCOMP
+        assert member.nothing(within=0.5)
+    finally:
+        member.stop()
+
+
+def _connect_v311(server: RunningServer, client_id: str, *, clean: bool) -> socket.socket:
+    sock = socket.create_connection((server.host, server.port), timeout=5)
+    variable = string("MQTT") + bytes([4, 0x02 if clean else 0x00, 0, 30])
+    sock.sendall(packet(0x10, variable + string(client_id)))
+    assert read(sock) == (0x20, b"\x00\x00")  # CONNACK, no session present
+    return sock
 
 
 def test_a_session_that_expires_discards_its_qos2_messages_awaiting_pubrel(
