@@ -1198,3 +1198,44 @@ def test_two_processes_finishing_one_marked_deliver_log_no_error(
         assert "sent by another process" in caplog.records[0].getMessage()
         assert delivered(second) == [b"x"]
         assert second.deliver("s", "1", must_exist=True) is False  # done
+
+
+@pytest.mark.parametrize("found_by", ["restart", "arrival", "sweep"])
+def test_the_marker_of_an_earlier_message_under_the_id_marks_no_later_one(
+    root: Path, found_by: str
+) -> None:
+    """A new message under a delivered id (reclaimed) has its `assured` delete the id's
+    marker; a `deliver` of the earlier message still running in another process may write
+    it again after that. Keyed by (source, msg_id) alone, it marked the new message: a
+    restart or a sender's arrival sent it before its own `deliver` came, and a sweep past
+    pending_ttl sent it where it drops a message whose `deliver` never came."""
+    clock = ManualClock(time.time())
+    limits = ExactlyOnceLimits(pending_ttl=60.0)
+    with boxmq.open(root, fsync="never", clock=clock, exactly_once=limits) as other:
+        with boxmq.open(root, fsync="never", clock=clock, exactly_once=limits) as box:
+            if found_by != "sweep":
+                other.pending("s")  # its books read before anything was stored
+            assert box.assured("s", "1", b"x", queue="counts")
+            assert box.deliver("s", "1")
+            [marker] = (root / ".exactly-once").glob("[!.]*")
+            earlier = marker.read_bytes()
+            assert box.assured("s", "1", b"y", queue="counts", reclaim=True)
+            assert not marker.exists()
+            if found_by == "sweep":
+                assert other.pending("s") == ["1"]  # the later message, listed
+            marker.write_bytes(earlier)  # the earlier message's deliver, elsewhere, late
+        assert delivered(other) == [b"x"]
+        if found_by == "sweep":
+            clock.advance(70.0)
+            assert other.intake.expire() == 1  # its `deliver` never came: dropped
+            assert delivered(other) == []
+            return
+        with contextlib.ExitStack() as stack:
+            if found_by == "restart":
+                other = stack.enter_context(
+                    boxmq.open(root, fsync="never", clock=clock, exactly_once=limits)
+                )
+            assert other.pending("s") == ["1"]
+            assert delivered(other) == []  # the later message waits for its `deliver`
+            assert other.deliver("s", "1", must_exist=True)
+            assert delivered(other) == [b"y"]

@@ -675,7 +675,7 @@ class AssuredIntake:
         for entry, queue, envelope, key in self._waiting(queues=queues):
             if key[0] != source or entry.path in known or key in self._pending:
                 continue
-            marked, remember = self._marked(key) or (None, None)
+            marked, remember = self._marked(key, entry.path) or (None, None)
             if self._restore_pending(entry, queue, envelope, key, marked=marked):
                 # What `_restore` does once it finished a `deliver`: its id remembered, a
                 # repeat of the `deliver` answered as done (not as an unknown id, which
@@ -722,7 +722,7 @@ class AssuredIntake:
         (`_reread`), not dropped as a message whose `deliver` never came, which left the
         marker to answer the sender's `deliver` again (MQTT's PUBREL) as done: lost, and
         told delivered. One that cannot be sent stays in working/ for the restart."""
-        found = self._marked(key)
+        found = self._marked(key, pending.path)
         if found is None:
             return False
         marked, remember = found
@@ -869,13 +869,15 @@ class AssuredIntake:
         if self._restored:
             return
         self._restored = True
-        delivered, unremembered, damaged = self._read_markers()
+        delivered, unremembered, damaged, files = self._read_markers()
         for key, marked in delivered.items():
             if key not in unremembered:
                 self._books.restore(key[0], key[1], size=0, since=marked.at, delivered=True)
         for entry, queue, envelope, key in self._waiting():
             mark = delivered.get(key)
-            if mark is None and (at := damaged.get(marker_name(*key))) is not None:
+            if mark is not None and not self._marks(files.get(key), entry.path):
+                mark = None  # an earlier message's under the id (`_marked`)
+            elif mark is None and (at := damaged.get(marker_name(*key))) is not None:
                 mark = Marked(at, recorded=False)  # as `_marked` reads it (`_reread`)
             self._restore_pending(entry, queue, envelope, key, marked=mark)
         # Copies to topics whose file left .incoming/working/ before the crash: every copy was
@@ -957,13 +959,17 @@ class AssuredIntake:
             return marked is not None
         return False
 
-    def _marked(self, key: tuple[str, str]) -> tuple[Marked, bool | None] | None:
-        """The "delivered" marker of `key`, as `_read_markers` reads it, and whether its
-        `deliver` remembers the id; None if there is none. One that is no such record marks
-        it all the same, its times deciding, remembering nothing it can tell (None): only a
-        `deliver` writes a file under that name, and its message, still in working/, was
-        never sent (a damaged marker taken for none left it waiting for a `deliver` its
-        sender need not send again, dropped after pending_ttl)."""
+    def _marked(self, key: tuple[str, str], file: str) -> tuple[Marked, bool | None] | None:
+        """The "delivered" marker of `key` whose message `file` waits in working/, as
+        `_read_markers` reads it, and whether its `deliver` remembers the id; None if there
+        is none, or if it names another file: it is an earlier message's under the id, whose
+        `deliver` (still running in another process) wrote it after a new message's
+        `assured` deleted it (a reclaim), and it marked the new one, which a restart, a
+        sender's arrival or a sweep then sent before its own `deliver`. One that is no such
+        record marks it all the same, its times deciding, remembering nothing it can tell
+        (None): only a `deliver` writes a file under that name, and its message, still in
+        working/, was never sent (a damaged marker taken for none left it waiting for a
+        `deliver` its sender need not send again, dropped after pending_ttl)."""
         path = self._marker(*key)
         try:
             at = os.stat(path).st_mtime
@@ -974,18 +980,32 @@ class AssuredIntake:
             return Marked(at, recorded=False), None
         if not isinstance(data, dict) or "source" not in data or "msg_id" not in data:
             return Marked(at, recorded=False), None
+        if not self._marks(data.get("file"), file):
+            return None
         return _as_marked(data, at), data.get("remember", True) is not False
+
+    def _marks(self, named: object, file: str) -> bool:
+        """Whether a marker whose record names `named` (a file relative to the root, as
+        `_mark_all` writes it) marks the message `file`: one that names none (a boxmq before
+        2026-11-30's) marks whatever waits under its key."""
+        return not isinstance(named, str) or named == os.path.relpath(file, self._root)
 
     def _read_markers(
         self,
-    ) -> tuple[dict[tuple[str, str], Marked], set[tuple[str, str]], dict[str, float]]:
+    ) -> tuple[
+        dict[tuple[str, str], Marked],
+        set[tuple[str, str]],
+        dict[str, float],
+        dict[tuple[str, str], object],
+    ]:
         """Each marker's key, time and retained version; the keys of those written by a
-        deliver that remembers nothing (older markers say nothing of it: remembered); and
-        the name and time of each that is no such record, which still marks the key it is
-        named for (`_marked`)."""
+        deliver that remembers nothing (older markers say nothing of it: remembered); the
+        name and time of each that is no such record, which still marks the key it is named
+        for (`_marked`); and the file each record names (`_marks`)."""
         found = {}
         unremembered = set()
         damaged = {}
+        files: dict[tuple[str, str], object] = {}
         with contextlib.suppress(FileNotFoundError), os.scandir(self._markers) as entries:
             for entry in entries:
                 if entry.name.startswith("."):
@@ -995,6 +1015,7 @@ class AssuredIntake:
                     key = str(data["source"]), str(data["msg_id"])
                     remember = data.get("remember", True)
                     found[key] = _as_marked(data, entry.stat().st_mtime)
+                    files[key] = data.get("file")
                 except FileNotFoundError:
                     continue  # forgotten right now
                 except (ValueError, TypeError, KeyError, AttributeError) as error:
@@ -1015,7 +1036,7 @@ class AssuredIntake:
                 _rename_older(entry, marker_name(*key))
                 if remember is False:
                     unremembered.add(key)
-        return found, unremembered, damaged
+        return found, unremembered, damaged, files
 
 
 def _replaced_topic(envelope: Envelope, superseded: bool) -> str | None:
