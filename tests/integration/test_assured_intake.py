@@ -1239,3 +1239,28 @@ def test_the_marker_of_an_earlier_message_under_the_id_marks_no_later_one(
             assert delivered(other) == []  # the later message waits for its `deliver`
             assert other.deliver("s", "1", must_exist=True)
             assert delivered(other) == [b"y"]
+
+
+def test_a_deliver_whose_message_another_process_marked_later_and_sent_first_is_done(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes listing one message both `deliver` it: this one's marker first, the
+    other's in its place, the other's send first. This one's send found the file gone and,
+    no marker there before its own, took it for swept away: it told its sender the id names
+    nothing and deleted the other's marker, and forgot the id, so a late repeat of step 1
+    was stored and delivered again."""
+    with boxmq.open(root, fsync="never") as box, boxmq.open(root, fsync="never") as other:
+        assert box.assured("s", "1", b"x", queue="counts")
+        assert other.pending("s") == ["1"]
+        send_all = box.intake._send_all
+
+        def other_delivers_meanwhile(*args: Any) -> list[OSError | None]:
+            assert other.deliver("s", "1")  # marks after this one, sends first
+            return send_all(*args)
+
+        monkeypatch.setattr(box.intake, "_send_all", other_delivers_meanwhile)
+        assert box.deliver("s", "1", must_exist=True) is False  # done, by the other
+        monkeypatch.undo()
+        assert box.assured("s", "1", b"x", queue="counts") is False  # a late repeat
+        assert box.deliver("s", "1", must_exist=True) is False
+        assert delivered(box) == [b"x"]

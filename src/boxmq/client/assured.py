@@ -170,6 +170,9 @@ class AssuredIntake:
         self._books = ExactlyOnce(limits)
         self._pending: dict[tuple[str, str], _Pending] = {}
         self._markers = exactly_once_markers(root)
+        # Names this intake in the markers it writes (`_marked_since`): not the process,
+        # of which a test (or an embedding program) may open the root twice.
+        self._writer = os.urandom(8).hex()
         self._lock = threading.Lock()
         self._restored = False
         self._oldest_marker: float | None = None
@@ -428,11 +431,21 @@ class AssuredIntake:
             errors = self._send_all([pending for _, _, pending in marked], superseded)
             forgotten = False
             for (index, key, pending), failure in zip(marked, errors, strict=True):
-                if failure is not None and key in premarked and _gone(failure, pending):
-                    # The other process sent it between its marker and this one's send: done
+                if (
+                    failure is not None
+                    and _gone(failure, pending)
+                    and (key in premarked or self._marked_since(key))
+                ):
+                    # Another process that marked it, before this one or since (its marker
+                    # then in place of this one's), sent it before this one's send: done
                     # (its marker stays, as its `deliver` leaves it), never sent twice.
                     outcomes[index] = False
                 elif failure is not None:
+                    # Gone with this one's marker in place: swept away (dropped past
+                    # pending_ttl, or with its session), or, a race left open, sent by a start
+                    # or a sender's arrival in another process that finished this `deliver`
+                    # from that marker between it and this send, which leaves the same: taken
+                    # for swept, its id unknown here and its marker deleted, though sent once.
                     outcomes[index] = self._not_delivered(key, pending, failure, must_exist)
                 elif not remember:
                     with contextlib.suppress(FileNotFoundError):
@@ -523,6 +536,7 @@ class AssuredIntake:
             try:
                 with open(temporary, "w") as out:
                     record: dict[str, object] = {"source": source, "msg_id": msg_id}
+                    record["by"] = self._writer
                     if not remember:
                         record["remember"] = False
                     record["file"] = os.path.relpath(pending.path, self._root)
@@ -556,6 +570,16 @@ class AssuredIntake:
                 _delete_quietly([move.source for move in group])
                 errors[index] = failure
         return errors, {keys[i][0] for i in again}
+
+    def _marked_since(self, key: tuple[str, str]) -> bool:
+        """Whether the marker of `key` is now another intake's, written over this one's by
+        a `deliver` of the same message in another process."""
+        try:
+            record = json.loads(read_file(self._marker(*key)).decode())
+        except (OSError, ValueError):  # gone, damaged or unreadable: tells nothing
+            return False
+        writer = record.get("by") if isinstance(record, dict) else None
+        return isinstance(writer, str) and writer != self._writer
 
     def _sent_elsewhere(self, key: tuple[str, str]) -> bool:
         """Whether a marker of the last done_ttl says `key` was delivered and its file no
