@@ -19,6 +19,7 @@ import pytest
 from tests.crashes import Killed, kill_at, take_everything
 
 import boxmq
+from boxmq.client import assured
 from boxmq.client.assured import AssuredMessage
 from boxmq.clock import ManualClock
 from boxmq.core import ExactlyOnceLimits
@@ -1151,8 +1152,8 @@ def _refused_folder(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _refused_marker(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The marker's write refused at its close, as a full disk refuses it."""
-    monkeypatch.setattr(json, "dump", _refused)
+    """The marker's write refused, as a full disk refuses a write (an error naming no file)."""
+    monkeypatch.setattr(assured, "write_file", _refused)
 
 
 @pytest.mark.parametrize("refuse", [_refused_folder, _refused_marker], ids=["folder", "marker"])
@@ -1174,6 +1175,7 @@ def test_a_deliver_the_disk_refuses_names_where_and_delivers_once_tried_again(
         assert box.deliver("meter-7", "42") is True
         assert delivered(box) == [b"+1"]
         assert box.deliver("meter-7", "42") is False
+
 
 def test_two_processes_finishing_one_marked_deliver_log_no_error(
     root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture

@@ -73,7 +73,7 @@ from boxmq.store.layout import (
     settled_seen,
 )
 from boxmq.store.names import check_priority, decode_lenient, encode
-from boxmq.store.records import read_file
+from boxmq.store.records import read_file, write_file
 from boxmq.store.retained import Marked, Version
 from boxmq.store.side_files import SideFiles
 from boxmq.store.spares import rename_noreplace
@@ -522,33 +522,32 @@ class AssuredIntake:
         file older than the marker) would let it replace that one."""
         if not keys:
             return [], set()
-        try:
-            os.makedirs(self._markers, exist_ok=True)
-        except OSError as error:
-            # Each key's failure, as a refused marker's: raised out of the deliver, it left
-            # the ids taken for delivered and their messages forgotten in working/, so the
-            # deliver tried again once space was back answered "done" and sent nothing.
-            return [error] * len(keys), set()
         errors: list[OSError | None] = [None] * len(keys)
         moves: list[list[Move]] = []
         for index, ((source, msg_id), pending) in enumerate(keys):
             temporary = temporary_in(self._markers)
             try:
-                with open(temporary, "w") as out:
-                    record: dict[str, object] = {"source": source, "msg_id": msg_id}
-                    record["by"] = self._writer
-                    if not remember:
-                        record["remember"] = False
-                    record["file"] = os.path.relpath(pending.path, self._root)
-                    # The topic whose retained message it replaces at its `deliver`, if any.
-                    topic = None
-                    if pending.queue is None:
-                        topic = _replaced_topic(pending.envelope, False)
-                    if topic is not None and superseded:
-                        record["superseded"] = True
-                    elif topic is not None and self._retained_version is not None:
-                        record["retained"] = self._retained_version(topic)
-                    json.dump(record, out)
+                record: dict[str, object] = {"source": source, "msg_id": msg_id}
+                record["by"] = self._writer
+                if not remember:
+                    record["remember"] = False
+                record["file"] = os.path.relpath(pending.path, self._root)
+                # The topic whose retained message it replaces at its `deliver`, if any.
+                topic = None
+                if pending.queue is None:
+                    topic = _replaced_topic(pending.envelope, False)
+                if topic is not None and superseded:
+                    record["superseded"] = True
+                elif topic is not None and self._retained_version is not None:
+                    record["retained"] = self._retained_version(topic)
+                data = json.dumps(record).encode()
+                try:
+                    write_file(temporary, data)
+                except FileNotFoundError:
+                    # The folder, made at the first marker (not looked for at each: three
+                    # system calls a deliver), or again if it was deleted by hand.
+                    os.makedirs(self._markers, exist_ok=True)
+                    write_file(temporary, data)
             except OSError as error:
                 _delete_quietly([temporary])
                 # A write refused at the file's close (a full disk) names no file.

@@ -19,7 +19,14 @@ from boxmq.errors import naming
 from boxmq.store.layout import open_folder
 from boxmq.store.temporaries import removed_on_failure, temporary_in
 
-__all__ = ["flush_directories", "make_folders", "read_file", "read_file_status", "replace_file"]
+__all__ = [
+    "flush_directories",
+    "make_folders",
+    "read_file",
+    "read_file_status",
+    "replace_file",
+    "write_file",
+]
 
 
 def make_folders(path: str, *, flush: bool, within: str) -> None:
@@ -116,6 +123,17 @@ def replace_file(path: str, text: str, *, flush: bool, aside: str | None = None)
     if flush:
         flush_directories([folder])
     return written
+
+
+def write_file(path: str, data: bytes) -> None:
+    """Write a new file (or one to truncate) holding `data`: open, write, close, where
+    `open(path, "w")` makes four system calls more (fstat, ioctl, two lseeks). Not flushed."""
+    with _named(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
 
 
 def read_file(path: str) -> bytes:
