@@ -263,6 +263,16 @@ def test_the_topic_option_wins_over_the_topic_column() -> None:
         ({"body": b"x", "priority": 2**40}, InvalidArgument, "priority"),
         ({"body": b"x", "class": "Q"}, InvalidArgument, "M, B, S, P, O, T"),
         ({"body": b"x", "topic": "a/+/b"}, InvalidArgument, "wildcards"),
+        (  # stored, where the API and boxmq put refuse it: a request no one could answer
+            {"body": b"x", "reply_to": "r/#"},
+            InvalidArgument,
+            "^boxmq sink: column 'reply_to': 'r/#' holds a wildcard",
+        ),
+        (
+            {"body": b"x", "message_id": "m7", "reply_to": "a/+"},
+            InvalidArgument,
+            "^boxmq sink: column 'reply_to' of message_id 'm7': 'a/\\+' holds a wildcard",
+        ),
         ({"body": b"x", "correlation_id": "c" * 200}, MetadataTooLong, "correlation"),
     ],
 )

@@ -29,6 +29,7 @@ from boxmq.model import (
     MessageId,
     Property,
     PropertyType,
+    check_reply_to,
     reserved_name,
 )
 from boxmq.store.names import encode
@@ -167,7 +168,7 @@ def message_of(
         message_class=message_class,
         expiration=_expiration(row, layout.expiration),
         correlation_id=_text(row, layout.correlation_id, "correlation_id"),
-        reply_to=_text(row, layout.reply_to, "reply_to"),
+        reply_to=_reply_to(row, layout.reply_to, message_id),
         type=_text(row, layout.type, "type"),
         properties=properties,
     )
@@ -233,6 +234,19 @@ def _expiration(row: Sequence[object], index: int | None) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return max(0, value)
     raise InvalidArgument(f"boxmq sink: expiration {value!r} is not a timestamp or epoch ms")
+
+
+def _reply_to(row: Sequence[object], index: int | None, message_id: str | None) -> str | None:
+    """The row's reply-to, refused with a wildcard as the API and `boxmq put` refuse it
+    (model.check_reply_to): it was stored, a request no one could answer."""
+    reply_to = _text(row, index, "reply_to")
+    if reply_to is not None:
+        try:
+            check_reply_to(reply_to)
+        except InvalidArgument as error:
+            where = "column 'reply_to'" + (f" of message_id {message_id!r}" if message_id else "")
+            raise InvalidArgument(f"boxmq sink: {where}: {error}") from None
+    return reply_to
 
 
 def _properties(
