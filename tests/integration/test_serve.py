@@ -69,7 +69,8 @@ def test_serve_recovers_dead_locks_sweeps_and_stops_on_sigterm(root: Path) -> No
     with _reaped(server):
         deadline = time.monotonic() + START  # its start, then a sweep
         while time.monotonic() < deadline:
-            counts = boxmq.open(root, fsync="never").queue("jobs").counts()
+            with boxmq.open(root, fsync="never") as box:
+                counts = box.queue("jobs").counts()
             if counts.locked == 0 and counts.expired == 1:
                 break
             time.sleep(0.1)

@@ -63,7 +63,8 @@ def _serve_at(port: int, data: Path, secret: str = SECRET, *more: str) -> subpro
 @pytest.fixture
 def served(prosody: Prosody, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
     data = tmp_path / "data"
-    boxmq.open(data, fsync="never").queue("jobs")
+    with boxmq.open(data, fsync="never") as box:
+        box.queue("jobs")
     process = _serve(prosody, data)
     try:
         yield process, data
@@ -184,7 +185,8 @@ def test_a_subscriber_is_told_after_the_component_was_killed(
     # client still connected waited for items for ever. The next start tells it now, from
     # the subscriber records (docs/xmpp.md, After a crash).
     data = tmp_path / "data"
-    boxmq.open(data, fsync="never").queue("jobs")
+    with boxmq.open(data, fsync="never") as box:
+        box.queue("jobs")
     first = _serve(prosody, data)
     second: subprocess.Popen[str] | None = None
 

@@ -13,7 +13,9 @@ import itertools
 import logging
 import math
 import os
+import sys
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -973,6 +975,27 @@ class Box:
             self._spares.close()  # its own files, for other processes to reuse
         if refused is not None:
             raise refused
+
+    def __del__(self) -> None:
+        # A box dropped without close(): said as an unclosed file is (ResourceWarning), then
+        # closed as close() would, in a thread of its own: the collector may run this in
+        # any thread, one that holds a lock close() takes (the committer's, the inotify
+        # instance's) among them.
+        if getattr(self, "_closed", True):  # closed, or never opened (__init__ raised)
+            return
+        if sys.is_finalizing():
+            return  # the process ends: a thread started now hung it (nothing to close it for)
+        try:
+            warnings.warn(f"unclosed box {self.root!r}", ResourceWarning, stacklevel=1, source=self)
+        finally:
+            with contextlib.suppress(RuntimeError):  # no new thread at interpreter shutdown
+                threading.Thread(target=self._close_dropped, name="boxmq-unclosed").start()
+
+    def _close_dropped(self) -> None:
+        try:
+            self.close()
+        except OSError as error:  # as close() raises it, with nobody to raise it to
+            log.warning("closing a box of %s dropped unclosed: %s", self.root, error)
 
     def __enter__(self) -> Box:
         return self

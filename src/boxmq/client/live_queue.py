@@ -17,6 +17,7 @@ import random
 import re
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -469,7 +470,16 @@ class LiveQueue:
             poll_interval=self._options.poll_interval,
             polling=self._options.polling,
         )
-        watcher.on_news = self._news  # what other processes dropped (watch.read_news)
+        # What other processes dropped (watch.read_news). Held weakly: the process's inotify
+        # instance holds its watchers until they close, and through this, held strongly, the
+        # queue and its box, which a box dropped without close() then never left.
+        news = weakref.WeakMethod(self._news)
+
+        def on_news() -> None:
+            if (told := news()) is not None:
+                told()
+
+        watcher.on_news = on_news
         return watcher
 
     def _news(self) -> None:
