@@ -623,6 +623,8 @@ class GenerationWatch:
         too, as a look at the file would. A process making subscriptions faster than it
         looks (a broker's burst of persistent devices, 200 at once) fell more than `_KEPT`
         changes behind its own, and read every record again at its next look."""
+        # None too after `forget` (a change refused or read into nothing), which stands
+        # until `change` says everything: a change of its own then is no catching up.
         if self._count is None or self._count != counted.count - 1:
             return False  # changes it never saw came before: its next look reads the file
         self._count, self._seen = counted.count, counted.seen

@@ -118,6 +118,33 @@ def test_a_generation_watch_names_the_subscriptions_changed_since_it_looked(
     assert watch.change() == topics.Change(None)
 
 
+def test_a_forgotten_change_is_read_whole_even_after_a_change_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change whose generation the disk refused (ENOSPC: the count did not move) is
+    forgotten; the process's next change of its own, written, must not count the reader
+    caught up: it would read only that change's folder, and keep routing to the
+    subscription the refused change ended."""
+    root = str(tmp_path)
+    one, two = (subscription_path(root, "a/#", f"client.{name}") for name in ("one", "two"))
+    watch = topics.GenerationWatch(root)
+    bump_generation(root, path=one)
+    assert watch.change() == topics.Change(None)
+    _refused_write(monkeypatch)
+    with pytest.raises(OSError, match="No space"):
+        bump_generation(root, path=one)  # `one` ended, and nobody was told
+    monkeypatch.undo()
+    watch.forget()  # as client.Topics does after that refusal
+    counted = bump_generation(root, path=two)
+    assert counted is not None
+    assert counted.count == 2  # the count after the last seen: the refused one took none
+    assert not watch.caught_up(counted)
+    assert watch.change() == topics.Change(None)  # every record read again
+    counted = bump_generation(root, path=two)
+    assert counted is not None
+    assert watch.caught_up(counted)  # seen every change since: its own is read alone
+
+
 def test_changes_made_at_once_each_get_their_own_count(tmp_path: Path) -> None:
     """Two changes with one count: a reader that saw the count before would read the
     subscription one names, never the other's."""
