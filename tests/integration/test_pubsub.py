@@ -1054,6 +1054,26 @@ def test_an_unsubscribe_done_is_told_done_when_the_disk_refuses_to_tell_the_othe
     assert box.unsubscribe(filter, "s") is False
 
 
+def test_a_sweep_ending_a_group_whose_members_died_says_so(
+    box: boxmq.Box, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A share group whose members' processes all died went with the messages it held and
+    no line in the log, where a plain subscription ending with its process gets one."""
+    path = box.topics.attach_dropbox("$share/g/news/#", "m")
+    layout.add_member(path, "m", dead_token())
+    box.publish("news/a", b"x")
+    live = box.subscribe("$share/k/news/#", "live")  # a live member keeps its group
+    with live, caplog.at_level(logging.WARNING, logger="boxmq"):
+        box.sweep()
+    assert not os.path.exists(path)
+    [said] = [r for r in caplog.records if "share group" in r.message]
+    assert said.levelno == logging.WARNING
+    assert said.getMessage() == (
+        "share group 'g' of news/# ended: the process(es) of its last 1 member(s) died "
+        "without leaving it; deleted with its messages"
+    )
+
+
 def test_a_sweep_ending_a_dead_group_says_when_the_disk_refuses_to_tell_the_others(
     root: Path, box: boxmq.Box, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

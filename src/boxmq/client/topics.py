@@ -1432,17 +1432,30 @@ class Topics:
                     kept.append((record, path))
                 continue
             with self._dropboxes.held(path):  # not while a member of this process joins
+                dead = 0
                 for member, token in layout.members(path).items():
                     if token and process_alive(token) is False:
                         layout.remove_member(path, member)
+                        dead += 1
                     elif token and named is not None:
                         named.add(token)
-                if not layout.member_names(path):
-                    self._forget(path)
-                    self._remove(path)
-                    ended += 1
-                elif kept is not None:
-                    kept.append((record, path))
+                if layout.member_names(path):
+                    if kept is not None:
+                        kept.append((record, path))
+                    continue
+                self._forget(path)
+                self._remove(path)
+            ended += 1
+            # Said as a plain subscription's end is (`_end_if_owner_died`), where it went
+            # unsaid with what it held; not counted, which would list its folders.
+            log.warning(
+                "share group %r of %s ended: %s; deleted with its messages",
+                record.group,
+                record.filter,
+                f"the process(es) of its last {dead} member(s) died without leaving it"
+                if dead
+                else "no member left in it",
+            )
         untold = self._untold  # an earlier write failed: this sweep tells of it again
         if (ended or untold) and (error := self.tell_others(None)) is not None and ended:
             # Raised, it failed the sweep with the subscriptions ended; said once, here, with
