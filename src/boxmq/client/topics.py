@@ -77,6 +77,7 @@ from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
 from boxmq.store.names import check_consumer_name, decode_lenient, encode
 from boxmq.store.process import process_alive
+from boxmq.store.records import read_file
 from boxmq.store.retained import Marked, Retained, RetainedStore, Version
 from boxmq.store.side_files import SideFiles
 from boxmq.store.spares import Spares, write_new
@@ -401,8 +402,9 @@ class Topics:
         moves: list[list[Move]] = []
         for index, (envelope, path, source) in enumerate(files):
             try:
-                with open(path, "rb") as source_file:
-                    data = source_file.read()
+                # On a descriptor (open, fstat, read, close): a file object's made nine system
+                # calls, five more each deliver (a second fstat, ioctl, two lseeks, a read).
+                data = read_file(path)
             except OSError as error:
                 errors[index] = error
                 continue
