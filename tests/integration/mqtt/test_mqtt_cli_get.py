@@ -72,9 +72,11 @@ def test_get_is_one_more_consumer_of_a_share_group_whose_members_are_live(
         assert held.payload == b"a"
         _ready(root, 3)
         unlocked = _got(root, GROUP, "--lock", "30s")
-        timed_out = _got(root, GROUP, "--lock", "1s")
         acked = _got(root, GROUP, "--lock", "30s")
-        assert [m["body"] for m in (unlocked, timed_out, acked)] == ["b", "c", "d"]
+        # The short lock last: a get after it, started more than a second later on a busy
+        # machine, took its message again.
+        timed_out = _got(root, GROUP, "--lock", "1s")
+        assert [m["body"] for m in (unlocked, acked, timed_out)] == ["b", "c", "d"]
         assert unlocked["topic"] == "jobs/1"
         assert _ok(root, "ack", GROUP, str(acked["id"])) == f"ack: {acked['id']}\n"
         assert _ok(root, "unlock", GROUP, str(unlocked["id"])) == f"unlock: {unlocked['id']}\n"
@@ -87,7 +89,7 @@ def test_get_is_one_more_consumer_of_a_share_group_whose_members_are_live(
             [each] = take_publishes(member, 1)
             came.append(each.payload)
             member.sendall(puback(each.packet_id))
-        assert sorted(came) == [b"b", b"c"]
+        assert sorted(came) == [b"b", b"d"]
         assert publishes(member, within=1.5) == []
         [row] = json.loads(_ok(root, "--json", "ls"))["subscriptions"]
         assert (row["ready"], row["locked"]) == (0, 0)
@@ -182,18 +184,24 @@ def test_a_get_killed_at_any_moment_leaves_its_message_to_the_live_member_once(
         rng = random.Random(5)
         command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "get", GROUP]
         finished = 0
-        for _ in range(6):
+        claimed = 1  # the held one's, in processing/
+        for attempt in range(12):
             get = subprocess.Popen(
                 [*command, "--lock", "1s"],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 env=os.environ.copy(),
             )
-            time.sleep(rng.uniform(0.1, 0.8))
+            # Six kills at random moments; on a machine so busy that none of them came after
+            # a claim, up to six more given longer to get there.
+            time.sleep(rng.uniform(0.1, 0.8) if attempt < 6 else rng.uniform(0.8, 2.0))
             get.send_signal(signal.SIGKILL)
             finished += get.wait(timeout=10) == 0
-        locked = json.loads(_ok(root, "--json", "peek", GROUP, "--state", "processing"))
-        assert finished + len(locked) > 1, "no get killed after its claim"  # the held one's
+            locked = json.loads(_ok(root, "--json", "peek", GROUP, "--state", "processing"))
+            claimed = max(claimed, len(locked))
+            if attempt >= 5 and finished + claimed > 1:
+                break
+        assert finished + claimed > 1, "no get killed after its claim"
         member.sendall(puback(held.packet_id))
         got: list[bytes] = []
         deadline = time.monotonic() + 15
