@@ -1185,6 +1185,58 @@ def test_get_releases_timed_out_locks_without_a_server(
     assert (again.id, again.delivery_count) == (message_id, 2)
 
 
+def test_get_expires_a_message_an_earlier_get_read(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    """A get keeps what it read of each name for the next (it decodes only new names): a
+    message read before its expiration is still expired once it passes."""
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"fresh")
+    jobs.put(b"stale", expires_in=60)
+    first = jobs.get()
+    assert first is not None
+    assert first.body == b"fresh"
+    first.ack()
+    clock.advance(61)
+    assert jobs.get() is None
+    assert (jobs.counts().expired, jobs.counts().ready) == (1, 0)
+
+
+def test_get_hands_out_a_delayed_message_an_earlier_get_read_once_due(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    jobs = manual_box.queue("jobs")
+    message_id = jobs.put(b"later")
+    first = jobs.get()
+    assert first is not None
+    assert first.unlock(delay=10) is None
+    assert jobs.get() is None  # read, and not yet due
+    clock.advance(11)
+    again = jobs.get()
+    assert again is not None
+    assert again.id == message_id
+
+
+def test_get_orders_a_script_s_name_by_the_file_under_it_now(box: boxmq.Box, root: Path) -> None:
+    """A name a script wrote (no time in its id) is ordered by its file's mtime, read at each
+    get: a file renamed over it since the last get may be older."""
+    jobs = box.queue("jobs")
+    target = root / "jobs" / "target"
+    put_file(target, "4.from-a-script.T", b"newest")
+    os.utime(target / "4.from-a-script.T", (1e10, 1e10))
+    jobs.put_many([b"first", b"second"])
+    first = jobs.get()
+    assert first is not None
+    assert first.body == b"first"
+    (target.parent / "working" / "older").write_bytes(b"oldest")
+    os.utime(target.parent / "working" / "older", (1, 1))
+    os.rename(target.parent / "working" / "older", target / "4.from-a-script.T")
+    order = []
+    while (message := jobs.get()) is not None:
+        order.append(message.body)
+    assert order == [b"oldest", b"second"]
+
+
 @pytest.mark.parametrize("operation", ["ack", "unlock", "reject", "extend"])
 def test_a_stale_message_from_get_cannot_settle_the_next_get_of_the_same_consumer(
     manual_box: boxmq.Box, root: Path, clock: ManualClock, operation: str

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -17,7 +18,6 @@ from boxmq.client.lifecycle import (
     NOT_A_FILE,
     PUT_NAME_LIMIT,
     envelope_of,
-    ready_of,
     redrive_name,
     set_aside,
     set_aside_claimed,
@@ -173,6 +173,10 @@ class Queue:
         self._policy = policy
         self._limits = limits or SweepLimits()
         self._disk = DiskSettler(box, policy, now, keep_processed)
+        # What `get` read of the names in target/ (`_Known`), by name: a name whose order
+        # comes from its id says the same whatever file it names, so each get decodes only
+        # the names that came since (threads may share the queue: one dict operation each).
+        self._known: dict[str, _Known] = {}
 
     # -- producing ---------------------------------------------------------------------------
 
@@ -397,18 +401,37 @@ class Queue:
         return None
 
     def _ready_in_order(self, now: float) -> Iterable[tuple[str, Envelope]]:
+        """The ready names of target/, best first. Each get reads the folder (another process
+        may have put or taken any name since), but decodes only the names it had not seen:
+        decoding every name at every get made a get cost ~20 us per message waiting, so four
+        processes draining 12,000 took ~45 ms a message."""
         ready = []
         strays: list[str] = []
-        for entry in self._box.scan(State.TARGET, strays):
-            if (why := unusable(entry.name)) is not None:
-                set_aside(self._box, self.name, entry.name, why)  # never lost, blocks nobody
-                continue
-            envelope = envelope_of(entry.name)
-            if envelope.expired(now):
-                self._box.move(State.TARGET, entry.name, State.EXPIRED)
-            elif envelope.not_before <= now:
-                item = ready_of(entry.name, envelope, _sequence(entry.path, envelope))
-                ready.append((-item.priority, item.sequence, entry.name, envelope))
+        expired = []
+        known = self._known
+        names = self._box.names(State.TARGET)
+        for name in names:
+            if (item := known.get(name)) is None:
+                # Looked at once per name: a file that a directory or a link replaces since
+                # is found at its claim (NotAFile, below), as one made so after a look.
+                if not (regular := self._box.kind(State.TARGET, name)):
+                    if regular is False:
+                        strays.append(name)
+                    continue
+                if (why := unusable(name)) is not None:
+                    set_aside(self._box, self.name, name, why)  # never lost, blocks nobody
+                    continue
+                item = _known_of(name, self._box.file(State.TARGET, name))
+                if item.lasting:
+                    known[name] = item
+            if item.ends <= now:
+                expired.append(name)
+            elif item.due <= now:
+                ready.append(item.order)
+        if len(known) > 2 * len(names) + 1000:  # the names gone since, dropped now and then
+            self._known = {name: known[name] for name in names if name in known}
+        for name in expired:
+            self._box.move(State.TARGET, name, State.EXPIRED)
         set_aside_strays(self._box, self.name, strays)
         heapq.heapify(ready)
         while ready:
@@ -587,6 +610,27 @@ def counts_of(box: Dropbox) -> QueueCounts:
         expired=box.count(State.EXPIRED),
         uncommitted=box.count(State.WORKING),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """What `get` reads of a name in target/: its order among the ready ones (priority, then
+    its sequence, then its name), when it expires (epoch s, infinity for never) and when it
+    may be handed out (epoch s). `lasting`: it may be kept for the next gets, its sequence
+    coming from its name, not from its file's mtime (another file may come under that name)."""
+
+    order: tuple[int, float, str, Envelope]
+    ends: float
+    due: float
+    lasting: bool
+
+
+def _known_of(name: str, path: str) -> _Known:
+    envelope = envelope_of(name)
+    order = (-envelope.priority, _sequence(path, envelope), name, envelope)
+    # Envelope.expired's test, as seconds: expired once ends <= now.
+    ends = envelope.expiration / 1000 if envelope.expiration > 0 else math.inf
+    return _Known(order, ends, envelope.not_before, envelope.timestamp is not None)
 
 
 def _sequence(path: str, envelope: Envelope) -> float:
