@@ -1,0 +1,108 @@
+"""bench/get_deep: `Queue.get` (or a consumer's receive) on a deep queue by several processes.
+
+    python bench/get_deep.py [--processes 1 2 4] [--each 1000 3000] [--limit 90] [--consumer]
+
+Each case runs P spawned processes, each with its own Box on one fresh root (fsync="never"),
+each putting N messages to one queue and then taking them with get + ack (`--consumer`: a
+consumer's receive + ack) until the queue is empty or `--limit` seconds pass. Beside each,
+one process alone with the same P x N messages. Prints msg/s (taken / the slowest process's
+seconds) and what was left; docs/benchmarks.md ("get on a deep queue") has a measured table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from multiprocessing import get_context
+from multiprocessing.queues import Queue as Results
+
+QUEUE = "jobs"
+
+
+def _worker(
+    root: str, each: int, limit: float, consumer: bool, out: Results[tuple[int, float]]
+) -> None:
+    import boxmq
+
+    box = boxmq.open(root, fsync="never")
+    try:
+        queue = box.queue(QUEUE)
+        for number in range(each):
+            queue.put(b"m%d" % number)
+        taken, start = 0, time.monotonic()
+        if consumer:
+            with queue.consumer(f"c{os.getpid()}") as reader:
+                while time.monotonic() - start < limit:
+                    message = reader.receive(timeout=0.5)
+                    if message is None:
+                        break
+                    message.ack()
+                    taken += 1
+        else:
+            while time.monotonic() - start < limit and (message := queue.get()) is not None:
+                queue.ack(message.id)
+                taken += 1
+        out.put((taken, time.monotonic() - start))
+    finally:
+        box.close()
+
+
+def _case(processes: int, each: int, limit: float, consumer: bool, base: str) -> str:
+    root = tempfile.mkdtemp(prefix="get-deep-", dir=base)
+    try:
+        context = get_context("spawn")
+        out: Results[tuple[int, float]] = context.Queue()
+        workers = [
+            context.Process(target=_worker, args=(root, each, limit, consumer, out))
+            for _ in range(processes)
+        ]
+        for worker in workers:
+            worker.start()
+        results = [out.get(timeout=limit + 600) for _ in workers]
+        for worker in workers:
+            worker.join()
+        taken = sum(r[0] for r in results)
+        slowest = max(r[1] for r in results)
+        left = len(os.listdir(os.path.join(root, QUEUE, "target")))
+        return (
+            f"{processes} x {each:>6,}  taken {taken:>7,} in {slowest:5.1f} s  "
+            f"{taken / slowest:7.0f} msg/s  left {left:,}"
+        )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--each", type=int, nargs="+", default=[1000, 3000])
+    parser.add_argument("--limit", type=float, default=90.0, help="seconds per process")
+    parser.add_argument("--consumer", action="store_true", help="receive, not get")
+    parser.add_argument("--dir", default=None, help="where the roots go (default: a tmp dir)")
+    args = parser.parse_args(argv)
+    way = "consumer receive + ack" if args.consumer else "get + ack"
+    print(f"{way}, fsync=never, at most {args.limit:g} s a process")
+    for each in args.each:
+        for processes in args.processes:
+            print(
+                _case(processes, each, args.limit, args.consumer, args.dir or tempfile.gettempdir())
+            )
+            print(
+                _case(
+                    1,
+                    processes * each,
+                    args.limit,
+                    args.consumer,
+                    args.dir or tempfile.gettempdir(),
+                )
+                + "  (alone)"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
