@@ -16,6 +16,15 @@ Known client quirks (docs/benchmarks.md, research/perf-baselines.md): mosquitto'
 `-D connect receive-maximum 65535` at QoS 2; amqtt speaks MQTT 3.1.1 only, so it has no
 shared subscriptions.
 
+`--max-inflight N` (1 to 65535) passes `-M N` to every publishing `mosquitto_pub` (its own
+default, 20 QoS 1/2 messages in flight, otherwise), and widens each broker's own windows to at
+least N, so that the publisher's is the one that binds on every broker alike: boxmq's
+`[mqtt.limits]` `receive_maximum` and `max_inflight` (100 by default; a 3.1.1 publisher over
+`receive_maximum` is disconnected) and mosquitto's `max_inflight_messages` (20 by default, its
+window towards the 3.1.1 subscriber); amqtt has no such limit. The v5 subscribers announce a
+Receive Maximum of 65535 whatever N is: the most there is, so never the narrower window. The
+run's header names the window used.
+
 Each case runs `--repeat` times (3 by default, 1 with --quick), the brokers taking turns in
 every round, so that a machine whose speed drifts during the run slows them all alike. The
 goals are judged on each broker's median run of a case (the run itself: its rate, CPU and
@@ -46,6 +55,7 @@ VENV_BIN = Path(sys.executable).parent
 CHUNK = 50_000  # lines per mosquitto_pub run at QoS 1/2 (16-bit packet ids)
 STALL = 15.0  # seconds without a new message: the case is INCOMPLETE
 V5_SUB = ["-V", "mqttv5", "-D", "connect", "receive-maximum", "65535"]
+BOXMQ_WINDOW = 100  # boxmq's default receive_maximum and max_inflight (mqtt/settings.py)
 
 
 @dataclass(frozen=True)
@@ -86,10 +96,16 @@ class Broker:
     mqtt5: bool  # shared subscriptions need MQTT 5 subscribers ($share on 3.1.1 is an extension)
 
 
-def _start_boxmq(fsync: str) -> Callable[[int, Path], subprocess.Popen[bytes]]:
+def _start_boxmq(fsync: str, window: int | None) -> Callable[[int, Path], subprocess.Popen[bytes]]:
     def start(port: int, folder: Path) -> subprocess.Popen[bytes]:
         command = [sys.executable, "-m", "boxmq.cli", "--data", str(folder / "data")]
         command += ["--fsync", fsync, "serve", "--mqtt", f"127.0.0.1:{port}"]
+        if window is not None and window > BOXMQ_WINDOW:  # else its own 100 is wide enough
+            config = folder / "boxmq.toml"
+            config.write_text(
+                f"[mqtt.limits]\nreceive_maximum = {window}\nmax_inflight = {window}\n"
+            )
+            command += ["--config", str(config)]
         return subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=log_file(folder, "boxmq")
         )
@@ -97,20 +113,26 @@ def _start_boxmq(fsync: str) -> Callable[[int, Path], subprocess.Popen[bytes]]:
     return start
 
 
-def _start_mosquitto(port: int, folder: Path) -> subprocess.Popen[bytes]:
-    config = folder / "mosquitto.conf"
-    config.write_text(
-        f"listener {port} 127.0.0.1\n"
-        "allow_anonymous true\n"
-        "persistence false\n"
-        "max_queued_messages 0\n"  # the default, 1000, silently drops QoS 1/2 under this load
-        "log_dest stderr\nlog_type error\nlog_type warning\n"
-    )
-    return subprocess.Popen(
-        ["/usr/sbin/mosquitto", "-c", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=log_file(folder, "mosquitto"),
-    )
+def _start_mosquitto(window: int | None) -> Callable[[int, Path], subprocess.Popen[bytes]]:
+    def start(port: int, folder: Path) -> subprocess.Popen[bytes]:
+        config = folder / "mosquitto.conf"
+        # Its window towards a 3.1.1 subscriber (20 by default) must not be the narrower one.
+        inflight = f"max_inflight_messages {window}\n" if window is not None else ""
+        config.write_text(
+            f"listener {port} 127.0.0.1\n"
+            "allow_anonymous true\n"
+            "persistence false\n"
+            "max_queued_messages 0\n"  # the default, 1000, silently drops QoS 1/2 under load
+            f"{inflight}"
+            "log_dest stderr\nlog_type error\nlog_type warning\n"
+        )
+        return subprocess.Popen(
+            ["/usr/sbin/mosquitto", "-c", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=log_file(folder, "mosquitto"),
+        )
+
+    return start
 
 
 def _start_amqtt(port: int, folder: Path) -> subprocess.Popen[bytes]:
@@ -146,10 +168,10 @@ def _unavailable(name: str, fsync: str) -> str | None:
     return None
 
 
-def _brokers(fsync: str) -> dict[str, Broker]:
+def _brokers(fsync: str, window: int | None) -> dict[str, Broker]:
     return {
-        "boxmq": Broker("boxmq", _start_boxmq(fsync), mqtt5=True),
-        "mosquitto": Broker("mosquitto", _start_mosquitto, mqtt5=True),
+        "boxmq": Broker("boxmq", _start_boxmq(fsync, window), mqtt5=True),
+        "mosquitto": Broker("mosquitto", _start_mosquitto(window), mqtt5=True),
         "amqtt": Broker("amqtt", _start_amqtt, mqtt5=False),
     }
 
@@ -210,9 +232,14 @@ def _client(*args: str, seconds: float = 600) -> list[str]:
 TIMED_OUT = 124  # coreutils timeout's exit status
 
 
-def _publish_lines(port: int, topic: str, qos: int, lines: bytes, seconds: float) -> bool:
-    """Publish `lines` as one mosquitto_pub run; False if it ran out of time."""
+def _publish_lines(
+    port: int, topic: str, qos: int, lines: bytes, seconds: float, window: int | None
+) -> bool:
+    """Publish `lines` as one mosquitto_pub run (`-M window` unless None); False if it ran out
+    of time."""
     command = ["mosquitto_pub", "-h", "127.0.0.1", "-p", str(port), "-t", topic, "-q", str(qos)]
+    if window is not None:
+        command += ["-M", str(window)]
     done = subprocess.run(
         _client(*command, "-l", seconds=seconds), input=lines, stdout=subprocess.DEVNULL
     )
@@ -221,7 +248,9 @@ def _publish_lines(port: int, topic: str, qos: int, lines: bytes, seconds: float
     return done.returncode == 0
 
 
-def run_case(broker: Broker, port: int, pid: int, case: Case, budget: float) -> Result:
+def run_case(
+    broker: Broker, port: int, pid: int, case: Case, budget: float, window: int | None = None
+) -> Result:
     """One case; stops after `budget` seconds of publishing and delivering (TIMEOUT: the rate
     is then over what was delivered by then)."""
     topic = f"bench/{case.name}"
@@ -254,7 +283,7 @@ def run_case(broker: Broker, port: int, pid: int, case: Case, budget: float) -> 
         start = time.monotonic()
         stop = start + budget
         for lines in runs:
-            if not _publish_lines(port, topic, case.qos, lines, stop - time.monotonic()):
+            if not _publish_lines(port, topic, case.qos, lines, stop - time.monotonic(), window):
                 break
         while not counter.finished.wait(0.2):
             now = time.monotonic()
@@ -383,6 +412,7 @@ def _round(
     cases: list[Case],
     unavailable: dict[str, str],
     budget: float,
+    window: int | None,
 ) -> list[Result]:
     """Every case once on every broker named, each broker started afresh; a case a broker
     cannot run is noted in `unavailable`."""
@@ -397,7 +427,7 @@ def _round(
                 if case.members and not broker.mqtt5:
                     unavailable.setdefault(name, "MQTT 3.1.1 only: no shared subscriptions")
                     continue
-                result = run_case(broker, port, pid, case, budget)
+                result = run_case(broker, port, pid, case, budget, window)
                 results.append(result)
                 print(f"  {name} {case.name}: {result.rate:,.0f} msg/s {result.note}", flush=True)
     return results
@@ -415,7 +445,17 @@ def main() -> int:
     parser.add_argument(
         "--repeat", type=int, default=None, help="rounds of every case (default 3, --quick 1)"
     )
+    parser.add_argument(
+        "--max-inflight",
+        type=int,
+        default=None,
+        metavar="N",
+        help="mosquitto_pub -M N: QoS 1/2 messages in flight (default: its own, 20); "
+        "each broker's windows widened to at least N",
+    )
     args = parser.parse_args()
+    if args.max_inflight is not None and not 1 <= args.max_inflight <= 65_535:
+        parser.error("--max-inflight must be 1 to 65535 (16-bit packet ids)")
     args.budget = args.budget or (30.0 if args.quick else 90.0)
     repeat = args.repeat if args.repeat is not None else (1 if args.quick else 3)
     if repeat < 1:
@@ -426,17 +466,26 @@ def main() -> int:
             return 1
     wanted = {c.strip() for c in args.cases.split(",")}
     cases = [c for c in _cases(args.quick) if c.name in wanted]
-    brokers = _brokers(args.fsync)
+    brokers = _brokers(args.fsync, args.max_inflight)
     names = [n.strip() for n in args.brokers.split(",")]
     unavailable = {n: why for n in names if (why := _unavailable(n, args.fsync))}
     source = Source()
     print(f"load average at start: {Path('/proc/loadavg').read_text().split()[:3]}")
     print(f"{source.describe()}; fsync={args.fsync}; {os.cpu_count()} CPUs; {interpreter()}")
+    window = args.max_inflight
+    print(
+        f"publisher window: mosquitto_pub -M {window}, brokers' windows at least {window}"
+        if window is not None
+        else "publisher window: mosquitto_pub's default (20 in flight), brokers' defaults"
+    )
     for name, why in unavailable.items():
         print(f"{name}: not available: {why}")
     RESULTS.mkdir(exist_ok=True)
     running = [n for n in names if n not in unavailable]  # before a round adds its notes
-    rounds = [_round(brokers, running, cases, unavailable, args.budget) for _ in range(repeat)]
+    rounds = [
+        _round(brokers, running, cases, unavailable, args.budget, args.max_inflight)
+        for _ in range(repeat)
+    ]
     print()
     for number, results in enumerate(rounds, 1):
         if repeat > 1:
