@@ -229,7 +229,7 @@ def test_a_topic_nodes_items_end_with_the_component_killed(
     # delivered and not retracted, the one waiting) before anyone can subscribe again: the
     # subscriber gets neither again, nor twice, only what is published after (docs/xmpp.md).
     data = tmp_path / "data"
-    boxmq.open(data, fsync="never")
+    boxmq.open(data, fsync="never").close()  # the root made before serve opens it
     first = _serve(prosody, data)
     second: subprocess.Popen[str] | None = None
     node = "sensors/1"
