@@ -158,6 +158,15 @@ def test_an_unsubscribed_subscription_s_messages_free_their_blocks(root: Path) -
         assert _deleted_files_open(root) == []
 
 
+def _two_subscriptions_holding_eight(box: boxmq.Box) -> None:
+    """s1 and s2 subscribed to t/x, eight publications in both, kept open through them."""
+    for name in ("s1", "s2"):
+        box.subscribe("t/x", name).close()
+    _ack_eight_publications(box, "t/y", "r")  # own spares
+    for n in range(8):
+        box.publish("t/x", b"y%d" % n)  # into s1 and s2, through them, kept open
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
 def test_subscriptions_ending_together_free_their_blocks_at_the_next_sweep(
     root: Path, monkeypatch: pytest.MonkeyPatch
@@ -167,11 +176,7 @@ def test_subscriptions_ending_together_free_their_blocks_at_the_next_sweep(
     second of the last look leaves it to the next sweep (serve's, every second)."""
     monkeypatch.setattr(spares_module, "_GONE_INTERVAL", 3600.0)  # however slow the machine
     with boxmq.open(root, fsync="never", keep_processed=False) as box:
-        for name in ("s1", "s2"):
-            box.subscribe("t/x", name).close()
-        _ack_eight_publications(box, "t/y", "r")  # own spares
-        for n in range(8):
-            box.publish("t/x", b"y%d" % n)  # into s1 and s2, through them, kept open
+        _two_subscriptions_holding_eight(box)
         assert box.unsubscribe("t/x", "s1")
         assert _unlinked_files_open(root) == 0  # s2 holds their copies (hard links) still
         assert box.unsubscribe("t/x", "s2")
@@ -197,11 +202,7 @@ def test_a_script_that_never_sweeps_frees_the_blocks_at_its_next_put(
     clock = Clock()
     monkeypatch.setattr(spares_module, "time", clock)
     with boxmq.open(root, fsync="never", keep_processed=False) as box:
-        for name in ("s1", "s2"):
-            box.subscribe("t/x", name).close()
-        _ack_eight_publications(box, "t/y", "r")  # own spares
-        for n in range(8):
-            box.publish("t/x", b"y%d" % n)  # into s1 and s2, through them, kept open
+        _two_subscriptions_holding_eight(box)
         assert box.unsubscribe("t/x", "s1")
         assert box.unsubscribe("t/x", "s2")
         jobs = box.queue("jobs")

@@ -481,12 +481,7 @@ def test_deletes_within_a_second_of_a_look_leave_it_to_the_sweep(
 
     monkeypatch.setattr(module, "_GONE_INTERVAL", 3600.0)  # however slow the machine
     spares = Spares(str(tmp_path), process_token())
-    kept = {}
-    for name in ("a", "b"):
-        (tmp_path / name).write_bytes(b"x")
-        fd = os.open(tmp_path / name, os.O_RDONLY)
-        kept[name] = fd
-        spares._open[os.fstat(fd).st_ino] = fd
+    kept = _two_kept(tmp_path, spares)
     os.unlink(tmp_path / "a")
     spares.close_gone_soon()
     assert list(spares._open.values()) == [kept["b"]]  # at once
@@ -497,6 +492,17 @@ def test_deletes_within_a_second_of_a_look_leave_it_to_the_sweep(
     assert spares._open == {}
     with pytest.raises(OSError, match="Bad file descriptor"):
         os.fstat(kept["b"])
+
+
+def _two_kept(folder: Path, spares: Spares) -> dict[str, int]:
+    """Files a and b made in `folder`, each kept open by `spares`: their descriptors."""
+    kept = {}
+    for name in ("a", "b"):
+        (folder / name).write_bytes(b"x")
+        fd = os.open(folder / name, os.O_RDONLY)
+        kept[name] = fd
+        spares._open[os.fstat(fd).st_ino] = fd
+    return kept
 
 
 class _Clock:
@@ -521,12 +527,7 @@ def test_a_close_left_for_the_sweep_is_done_by_a_put_or_an_ack_a_second_later(
     clock = _Clock()
     monkeypatch.setattr(module, "time", clock)
     spares = Spares(str(tmp_path), process_token())
-    kept = {}
-    for name in ("a", "b"):
-        (tmp_path / name).write_bytes(b"x")
-        fd = os.open(tmp_path / name, os.O_RDONLY)
-        kept[name] = fd
-        spares._open[os.fstat(fd).st_ino] = fd
+    kept = _two_kept(tmp_path, spares)
     os.unlink(tmp_path / "a")
     spares.close_gone_soon()  # at once
     os.unlink(tmp_path / "b")
