@@ -1035,6 +1035,26 @@ def test_a_subscribe_again_the_disk_refuses_keeps_the_subscription_and_its_messa
         assert bodies(again) == ["waiting"]
 
 
+def test_a_subscribe_the_disk_refuses_over_an_unreadable_record_keeps_its_messages(
+    box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subscription whose record no boxmq reads keeps its messages (the test above), but a
+    subscribe over it that the disk refused after writing the record took it for one it had
+    made, and deleted it with them (found by the second read)."""
+    box.subscribe("a/#", "kept", process_bound=False).close()
+    box.publish("a/1", "before")
+    record = Path(layout.subscription_path(str(box.root), "a/#", "client.kept"), ".subscription")
+    record.write_text("")  # renamed into place, its data lost to a power cut (fsync never)
+    monkeypatch.setattr(layout, "bump_generation", _full_disk)
+    with pytest.raises(OSError, match="No space"):
+        box.subscribe("a/#", "kept", process_bound=False)
+    monkeypatch.undo()
+    with box.subscribe("a/#", "kept", process_bound=False) as again:
+        message = again.receive(timeout=5)
+        assert message is not None
+        assert message.body == b"before"
+
+
 @pytest.mark.parametrize("filter", ["news/#", "$share/g/news/#"])
 def test_an_unsubscribe_done_is_told_done_when_the_disk_refuses_to_tell_the_others(
     box: boxmq.Box, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, filter: str

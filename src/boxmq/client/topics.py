@@ -1060,6 +1060,9 @@ class Topics:
         # (a session resumed after a restart registers every subscription it finds).
         flush = self._committer.policy is FsyncPolicy.ALWAYS
         existing = layout.read_record(path)
+        # Whether this subscribe makes the subscription, which a refusal then takes back: not
+        # over a record there that no boxmq reads (damaged), whose messages are kept.
+        made = existing is None and not layout.has_record(path)
         if existing is None and layout.clear_left_behind(self._root, path):
             # An end killed after its record went (the session record may not name the
             # filter any more, so nothing else clears it): the new subscription took over
@@ -1085,9 +1088,9 @@ class Topics:
             if changed:
                 self._changed(path, flush=flush, record=record)  # on disk now: not read back
         except OSError:
-            self._unregister(path, joined, made=existing is None)
+            self._unregister(path, joined, made=made)
             raise
-        return path, written, existing is None if group is None else joined is not None
+        return path, written, made if group is None else joined is not None
 
     def _unregister(self, path: str, member: str | None, *, made: bool) -> None:
         """Take back what a subscribe the disk refused (ENOSPC at a step after the record)
