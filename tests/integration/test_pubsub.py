@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import queue
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from tests.conftest import HeldFlush
+from tests.crashes import Killed, kill_at
 from tests.descriptors import no_descriptor_left
 from tests.processes import dead_token
 
@@ -25,6 +27,7 @@ from boxmq.client.topics import Publication, Subscriber
 from boxmq.model import ConsumerId
 from boxmq.store import topics as layout
 from boxmq.store.dropbox import Dropbox
+from boxmq.store.layout import State
 
 
 def drain(subscriber: Subscriber) -> list[boxmq.Message]:
@@ -1305,3 +1308,35 @@ def test_a_subscribe_clears_what_an_end_killed_after_its_record_left_behind(
     with box.subscribe(filter, "kept", process_bound=False) as again:
         box.publish("a/2", "after")
         assert bodies(again) == ["after"]
+
+
+def test_a_subscribe_killed_while_it_clears_what_an_end_left_behind_clears_it_next_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clearing moves each state folder that holds something away, one by one, and
+    knows a folder that had a record by its working/: killed after moving working/ (a fan-out
+    cut short left a file there) and before the others, the next subscribe took the folder
+    for a new one, and the ended subscription's messages left for its own (found by the
+    second read)."""
+    for step in itertools.count(1):
+        root = tmp_path / str(step)
+        with boxmq.open(root, fsync="never") as box:
+            path = box.topics.attach_dropbox("a/#", "kept")
+            for state in State:  # what an ended subscription held, in every state
+                Path(path, state.value, "ID:0:0:0:left").write_text("")
+            os.unlink(os.path.join(path, ".subscription"))  # an end killed after its record
+        box = boxmq.open(root, fsync="never")
+        kill_at(monkeypatch, step)
+        try:
+            box.subscribe("a/#", "kept", process_bound=False, send_retained=False).close()
+            killed = False
+        except Killed:
+            killed = True
+        monkeypatch.undo()
+        box.close()
+        with boxmq.open(root, fsync="never") as box:
+            box.subscribe("a/#", "kept", process_bound=False, send_retained=False).close()
+        left = {s.value: os.listdir(os.path.join(path, s.value)) for s in State}
+        assert left == {s.value: [] for s in State}, f"killed at change {step}"
+        if not killed:
+            break

@@ -296,7 +296,12 @@ def clear_left_behind(root: str, path: str) -> bool:
         return False
     if _RECORD in found:  # damaged: its messages are kept (`unreadable_record` tells)
         return False
-    states = [e.path for name, e in found.items() if name in _STATES and e.is_dir()]
+    # The first state last: it is how the next subscribe knows a folder that had a record,
+    # which one killed after moving it (and before the others) took for a new one.
+    states = sorted(
+        (e.path for name, e in found.items() if name in _STATES and e.is_dir()),
+        key=lambda folder: folder.endswith(_FIRST_STATE_END),
+    )
     cleared = False
     for folder in states:
         try:
@@ -311,6 +316,7 @@ def clear_left_behind(root: str, path: str) -> bool:
 
 _STATES = frozenset(state.value for state in State)
 _FIRST_STATE = next(iter(State)).value  # the first write_record makes
+_FIRST_STATE_END = os.sep + _FIRST_STATE
 
 
 def remove_if_abandoned(path: str, *, now: float, age: float) -> bool:
