@@ -15,6 +15,7 @@ from tests.integration.mqtt.clients import put_file
 
 import boxmq
 from boxmq import State
+from boxmq.client import queue as queue_module
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.topics import Publication
 from boxmq.clock import ManualClock
@@ -1215,6 +1216,35 @@ def test_get_hands_out_a_delayed_message_an_earlier_get_read_once_due(
     again = jobs.get()
     assert again is not None
     assert again.id == message_id
+
+
+def test_get_through_a_new_queue_each_time_decodes_each_name_once(
+    box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`box.queue(name).get()` in a loop (a new Queue each call) keeps what the earlier gets
+    decoded: it decoded every waiting name at each call (~20 us each), as before a Queue kept
+    them. A queue deleted and made again starts afresh."""
+    decoded: list[str] = []
+    real = queue_module._known_of
+
+    def spy(name: str, path: str) -> Any:
+        decoded.append(name)
+        return real(name, path)
+
+    monkeypatch.setattr(queue_module, "_known_of", spy)
+    box.queue("jobs").put_many([b"a", b"b", b"c"])
+    bodies = []
+    while (message := box.queue("jobs").get()) is not None:
+        bodies.append(message.body)
+        message.ack()
+    assert bodies == [b"a", b"b", b"c"]
+    assert len(decoded) == 3
+    assert box.delete_queue("jobs")
+    box.queue("jobs").put(b"d")
+    message = box.queue("jobs").get()
+    assert message is not None
+    assert message.body == b"d"
+    assert len(decoded) == 4
 
 
 def test_get_orders_a_script_s_name_by_the_file_under_it_now(box: boxmq.Box, root: Path) -> None:

@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from boxmq.client.live_queue import LiveOptions, LiveQueue
-from boxmq.client.queue import Queue, QueueCounts, counts_of
+from boxmq.client.queue import KnownNames, Queue, QueueCounts, counts_of
 from boxmq.client.sweeps import EXPIRY_NAMES_PER_SECOND, SweepLimits, SweepReport, sweep
 from boxmq.clock import Clock, SystemClock
 from boxmq.core import Dispatch, ExactlyOnceLimits, QueuePolicy, parse_filter
@@ -109,6 +109,9 @@ class Box:
         self._spares = Spares(self.root, self._token, limit=spares) if spares > 0 else None
         self._lock = threading.Lock()
         self._live: dict[str, LiveQueue] = {}  # by dropbox path
+        # What `get` decoded of each queue's target/ names, by dropbox path: kept here, not
+        # on a Queue, so that `box.queue(name).get()` in a loop decodes each name once too.
+        self._known_names: dict[str, KnownNames] = {}
         # Called with the consumers of a dropbox this process just put messages in, from the
         # thread that put them (LiveQueue.sent), and with those of a dropbox that may have
         # something new for them (`read_news`): an MQTT broker's `pump_all` takes those.
@@ -244,6 +247,7 @@ class Box:
             v5=self.v5,
             side_files=self.side_files,
             check_getter=check_getter,
+            known=self._known_names.setdefault(dropbox.path, {}),
         )
 
     def _missing(self, name: str, path: str) -> str:
@@ -479,6 +483,7 @@ class Box:
         process follows the path by itself: store/watch.py)."""
         with self._lock:
             live = self._live.pop(path, None)
+        self._known_names.pop(path, None)
         if live is not None:
             live.close()
 

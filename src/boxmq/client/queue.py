@@ -159,6 +159,7 @@ class Queue:
         v5: V5Reader | None = None,
         side_files: SideFiles | None = None,
         check_getter: Callable[[ConsumerId], None] | None = None,
+        known: KnownNames | None = None,
     ) -> None:
         self.name = name
         # A subscription's: refuses a `get` under the name of one of its readers.
@@ -175,8 +176,9 @@ class Queue:
         self._disk = DiskSettler(box, policy, now, keep_processed)
         # What `get` read of the names in target/ (`_Known`), by name: a name whose order
         # comes from its id says the same whatever file it names, so each get decodes only
-        # the names that came since (threads may share the queue: one dict operation each).
-        self._known: dict[str, _Known] = {}
+        # the names that came since (threads may share it: one dict operation each). The
+        # Box's for the queue's path, which every Queue it hands out for that path shares.
+        self._known: KnownNames = {} if known is None else known
 
     # -- producing ---------------------------------------------------------------------------
 
@@ -429,7 +431,8 @@ class Queue:
             elif item.due <= now:
                 ready.append(item.order)
         if len(known) > 2 * len(names) + 1000:  # the names gone since, dropped now and then
-            self._known = {name: known[name] for name in names if name in known}
+            for name in known.keys() - set(names):  # in place: other Queues share the dict
+                known.pop(name, None)
         for name in expired:
             self._box.move(State.TARGET, name, State.EXPIRED)
         set_aside_strays(self._box, self.name, strays)
@@ -623,6 +626,9 @@ class _Known:
     ends: float
     due: float
     lasting: bool
+
+
+KnownNames: TypeAlias = dict[str, _Known]
 
 
 def _known_of(name: str, path: str) -> _Known:
