@@ -1348,7 +1348,8 @@ class Topics:
         try:
             counted = layout.bump_generation(self._root, flush=flush, path=told)
         except OSError:
-            self._untold = True
+            with self._lock:  # as the read-and-clear above, which another thread may be in
+                self._untold = True
             raise
         return None if counted is None else (counted, told)
 
