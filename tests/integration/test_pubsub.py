@@ -1057,6 +1057,23 @@ def test_a_subscribe_the_disk_refuses_over_an_unreadable_record_keeps_its_messag
         assert message is not None
         assert message.body == b"before"
 
+def test_a_subscribe_again_the_disk_refuses_to_tell_leaves_no_stale_routing_here(
+    box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record of an existing subscription rewritten (No Local now), then the generation's
+    write refused: this process's router kept the old record's entry until the next change
+    of the subscriptions, and copied its own publications to the subscriber the record says
+    to skip (found by a review of `_unregister`)."""
+    box.subscribe("news/#", "s").close()
+    box.publish("elsewhere", b"x")  # this process's router looked: in step with the records
+    monkeypatch.setattr(layout, "bump_generation", _full_disk)
+    with pytest.raises(OSError, match="No space"):
+        box.subscribe("news/#", "s", no_local=True)
+    monkeypatch.undo()
+    box.publish("news/a", b"own", source="s")
+    with box.subscribe("news/#", "s", no_local=True, send_retained=False) as again:
+        assert bodies(again) == []
+
 
 @pytest.mark.parametrize("filter", ["news/#", "$share/g/news/#"])
 def test_an_unsubscribe_done_is_told_done_when_the_disk_refuses_to_tell_the_others(

@@ -1099,18 +1099,23 @@ class Topics:
         refused (MQTT: SUBACK 0x97), and it stayed, collecting every publication for nobody,
         which a persistent MQTT session took as its own at the next start (found by a
         disk-full hunt). Deleting needs no space; a step that fails all the same leaves
-        the rest to the sweeps, and the caller raises the disk's first refusal."""
+        the rest to the sweeps, and the caller raises the disk's first refusal.
+        What stays (a subscription that was there, its record maybe rewritten) is read
+        again at this process's next look: its router kept the entry of the record before,
+        the refused generation told nobody, and a new QoS or No Local went unrouted here
+        until the next change of the subscriptions."""
         try:
             if member is not None:
                 layout.remove_member(path, member)
-            if not made or layout.member_names(path):
+            if made and not layout.member_names(path):
+                self._forget(path)
+                self._remove(path)
+                self._changed(path)
                 return
-            self._forget(path)
-            self._remove(path)
-            self._changed(path)
         except OSError:
-            with self._lock:
-                self._generation.forget()  # this process reads every record at its next look
+            pass
+        with self._lock:
+            self._generation.forget()  # this process reads every record at its next look
 
     def _joining(self, path: str) -> AbstractContextManager[None]:
         """Hold the dropbox at `path` for a join (its folder made first), against the threads
