@@ -327,8 +327,9 @@ def remove_if_abandoned(path: str, *, now: float, age: float) -> bool:
 
     Its folders go one by one with rmdir, never with their contents: a subscribe or a file
     arriving meanwhile keeps what it needs (a subscribe whose folder went just before its
-    record fails, and says so)."""
-    if has_record(path):
+    record fails, and says so). A folder under a name boxmq gives none is another program's
+    (`named_by_boxmq`), left alone however empty."""
+    if not named_by_boxmq(path) or has_record(path):
         return False
     folders: list[str] = []
     temporaries: list[str] = []

@@ -193,6 +193,23 @@ def test_a_folder_an_ended_subscription_left_goes_once_old_never_under_a_join(
     assert os.listdir(tmp_path) == ["topic-root"]  # nothing left in .deleting/ either
 
 
+def test_an_empty_folder_without_a_record_goes_only_under_a_name_boxmq_gives(
+    tmp_path: Path,
+) -> None:
+    """A subscribe that died before its first record left its folder, which the sweep deletes
+    once old; it deleted DropboxMQ's empty subscription folders (`sub.conn`) beside it too,
+    which boxmq never made (found by a review against remove_if_ended)."""
+    path = subscription_path(str(tmp_path), "a/#", "client.s")
+    os.makedirs(os.path.join(path, "target"))
+    foreign = os.path.join(os.path.dirname(path), "sub.conn")
+    os.makedirs(os.path.join(foreign, "target"))
+    later = time.time() + 61
+    assert not topics.remove_if_abandoned(foreign, now=later, age=60)
+    assert os.listdir(foreign) == ["target"]
+    assert topics.remove_if_abandoned(path, now=later, age=60)
+    assert not os.path.exists(path)
+
+
 @pytest.mark.parametrize(
     ("text", "why"),
     [
