@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +178,35 @@ def test_a_wrong_secret_stops_serve_with_a_message_that_says_what_to_fix(
     assert "BOXMQ_XMPP_SECRET" in refused[-1]
 
 
+def _served_across_a_kill(
+    prosody: Prosody,
+    data: Path,
+    scenario: Callable[[Callable[[], None]], Coroutine[Any, Any, None]],
+) -> None:
+    """Run `scenario` beside a component serving `data`; the callable it is given SIGKILLs
+    that component and starts another, which then stops cleanly, with no traceback."""
+    first = _serve(prosody, data)
+    started: list[subprocess.Popen[str]] = []
+
+    def kill_and_start_again() -> None:
+        first.kill()
+        first.wait(10)
+        started.append(_serve(prosody, data))
+
+    outputs: list[str] = []
+    try:
+        run(scenario(kill_and_start_again))
+    finally:
+        first.kill()
+        first.communicate(timeout=10)
+        for second in started:
+            second.terminate()
+            outputs.append(second.communicate(timeout=10)[0])
+    [second], [output] = started, outputs
+    assert second.returncode == 0, output
+    assert "Traceback" not in output, output
+
+
 def test_a_subscriber_is_told_after_the_component_was_killed(
     prosody: Prosody, tmp_path: Path
 ) -> None:
@@ -187,17 +216,12 @@ def test_a_subscriber_is_told_after_the_component_was_killed(
     data = tmp_path / "data"
     with boxmq.open(data, fsync="never") as box:
         box.queue("jobs")
-    first = _serve(prosody, data)
-    second: subprocess.Popen[str] | None = None
 
-    async def scenario() -> None:
-        nonlocal second
+    async def scenario(kill_and_start_again: Callable[[], None]) -> None:
         async with clients(prosody, "alice") as [alice]:
             await _wait_for_service(alice)
             assert (await alice.subscribe(1)).get("type") == "result"
-            first.kill()
-            first.wait(10)
-            second = _serve(prosody, data)
+            kill_and_start_again()
             event = await alice.next_event()
             assert (event.what, event.item) == ("subscription", "none")
             assert event.payload is not None
@@ -207,17 +231,7 @@ def test_a_subscriber_is_told_after_the_component_was_killed(
             )
             assert (await alice.subscribe(1)).get("type") == "result"  # what it does then
 
-    try:
-        run(scenario())
-    finally:
-        first.kill()
-        first.communicate(timeout=10)
-        if second is not None:
-            second.terminate()
-            output, _ = second.communicate(timeout=10)
-    assert second is not None
-    assert second.returncode == 0, output
-    assert "Traceback" not in output, output
+    _served_across_a_kill(prosody, data, scenario)
 
 
 def test_a_topic_nodes_items_end_with_the_component_killed(
@@ -230,20 +244,15 @@ def test_a_topic_nodes_items_end_with_the_component_killed(
     # subscriber gets neither again, nor twice, only what is published after (docs/xmpp.md).
     data = tmp_path / "data"
     boxmq.open(data, fsync="never").close()  # the root made before serve opens it
-    first = _serve(prosody, data)
-    second: subprocess.Popen[str] | None = None
     node = "sensors/1"
 
-    async def scenario() -> None:
-        nonlocal second
+    async def scenario(kill_and_start_again: Callable[[], None]) -> None:
         async with clients(prosody, "alice", "carol") as [alice, carol]:
             await _wait_for_service(alice)
             assert (await alice.subscribe(1, node)).get("type") == "result"
             before = [await carol.publish(f"<n xmlns='urn:example'>{i}</n>", node) for i in (1, 2)]
             assert (await alice.next_event()).item == before[0]  # held; the other waits
-            first.kill()
-            first.wait(10)
-            second = _serve(prosody, data)
+            kill_and_start_again()
             assert (await alice.next_event()).what == "subscription"  # none: it ended
             assert (await alice.subscribe(1, node)).get("type") == "result"
             after = await carol.publish("<n xmlns='urn:example'>3</n>", node)
@@ -251,17 +260,7 @@ def test_a_topic_nodes_items_end_with_the_component_killed(
             stored = [path.name for path in data.rglob("*")]
             assert not [name for name in stored if any(item in name for item in before)]
 
-    try:
-        run(scenario())
-    finally:
-        first.kill()
-        first.communicate(timeout=10)
-        if second is not None:
-            second.terminate()
-            output, _ = second.communicate(timeout=10)
-    assert second is not None
-    assert second.returncode == 0, output
-    assert "Traceback" not in output, output
+    _served_across_a_kill(prosody, data, scenario)
 
 
 def test_serve_with_the_servers_raised_stanza_limit_sends_items_up_to_it(
