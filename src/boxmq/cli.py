@@ -111,7 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.name == "serve":
         # A usage error (exit 2, with serve's usage), said before the config is read and
         # the root recovered: not an error of the run (exit 1) after both.
-        from boxmq.xmpp.settings import without_component  # serve's: 1.3 % of a put
+        from boxmq.xmpp.settings import (  # serve's: 1.3 % of a put
+            component_refusal,
+            without_component,
+        )
 
         if args.json:  # taken before, and it changed nothing: its log lines are for people
             args.usage_error(
@@ -124,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         ):
             args.usage_error(missing)
+        if args.xmpp_component is not None and (refused := component_refusal(args.xmpp_component)):
+            args.usage_error(refused)  # it was an error of the run (exit 1), after the config
     log = logging.StreamHandler(sys.stderr)
     log.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[log])

@@ -1492,7 +1492,7 @@ _FF = os.fsdecode(b"\xff")  # an argument's byte that is not UTF-8, as Python re
         ),
         (
             ("serve", "--no-mqtt", "--xmpp-component", f"c{_FF}", "--xmpp-secret", "s"),
-            "boxmq serve: --xmpp-component 'c\\xff': not valid Unicode",
+            "boxmq serve: error: --xmpp-component 'c\\xff': not valid Unicode",
         ),
     ],
 )
@@ -1508,12 +1508,15 @@ def test_an_argument_s_bytes_that_are_not_utf_8_are_shown_as_xnn_in_its_error(
 
 
 def test_an_xmpp_component_name_that_is_no_domain_is_refused_not_a_traceback(root: Path) -> None:
+    """A usage error (exit 2) as the other flags' values, said before the config is read: it
+    was an error of the run (exit 1), where docs/xmpp.md says a usage error."""
     pytest.importorskip("slixmpp")
     done = boxmq_cli(root, "serve", "--no-mqtt", "--xmpp-component", "a b", "--xmpp-secret", "s")
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert done.stderr.splitlines()[-1].startswith(
-        "boxmq serve: --xmpp-component 'a b': not a domain name ("
+        "boxmq serve: error: --xmpp-component 'a b': not a domain name ("
     ), done.stderr
+    assert "config:" not in done.stderr
     assert "Traceback" not in done.stderr
 
 

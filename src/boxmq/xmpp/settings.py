@@ -16,6 +16,7 @@ __all__ = [
     "SECRET_ENV",
     "STANZA_SIZE_LIMIT",
     "XmppSettings",
+    "component_refusal",
     "settings_from",
     "stanza_size_refusal",
     "without_component",
@@ -100,15 +101,8 @@ def _refusal(
     stanza_size_limit: int,
 ) -> str | None:
     """Why these settings cannot be served, each called `name[field]`; else None."""
-    if not component or "@" in component or "/" in component:
-        return f"{name['component']} {component!r}: give a bare domain"
-    if utf8_size(component) is None:  # a byte of the argument that is not UTF-8
-        return f"{name['component']} {component!r}: not valid Unicode: give a bare domain"
-    if (invalid := _not_a_jid(component)) is not None:  # 'a b'
-        return (
-            f"{name['component']} {component!r}: not a domain name ({invalid}): "
-            "give a bare domain, such as queues.example.org"
-        )
+    if (refused := _component_refusal(name["component"], component)) is not None:
+        return refused
     if utf8_size(host) is None:
         return f"{name['host']} {host!r}: not valid Unicode"
     if not is_host_name(host):  # slixmpp logged a traceback every 3 s
@@ -123,6 +117,25 @@ def _refusal(
             return f"{name[field]} {seconds!r}: give a positive number of seconds"
     if (refused := stanza_size_refusal(stanza_size_limit)) is not None:
         return f"{name['stanza_size_limit']} {refused}"
+    return None
+
+
+def component_refusal(component: str) -> str | None:
+    """Why --xmpp-component `component` cannot be served, else None: `boxmq serve` says it
+    as a usage error (exit 2), as the other flags' values, before it reads its config."""
+    return _component_refusal(_FLAGS["component"], component)
+
+
+def _component_refusal(label: str, component: str) -> str | None:
+    if not component or "@" in component or "/" in component:
+        return f"{label} {component!r}: give a bare domain"
+    if utf8_size(component) is None:  # a byte of the argument that is not UTF-8
+        return f"{label} {component!r}: not valid Unicode: give a bare domain"
+    if (invalid := _not_a_jid(component)) is not None:  # 'a b'
+        return (
+            f"{label} {component!r}: not a domain name ({invalid}): "
+            "give a bare domain, such as queues.example.org"
+        )
     return None
 
 
