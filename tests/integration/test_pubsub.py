@@ -1057,6 +1057,7 @@ def test_a_subscribe_the_disk_refuses_over_an_unreadable_record_keeps_its_messag
         assert message is not None
         assert message.body == b"before"
 
+
 def test_a_subscribe_again_the_disk_refuses_to_tell_leaves_no_stale_routing_here(
     box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
 ) -> None:
