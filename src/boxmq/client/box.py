@@ -486,6 +486,10 @@ class Box:
         self._known_names.pop(path, None)
         if live is not None:
             live.close()
+            # Else held until the next sweep asks: a box that never sweeps (an application
+            # beside `boxmq serve`) kept each subscription and queue it ever ended this way.
+            with self._wanting_lock:
+                self._wanting.discard(live)
 
     def sweep(self, *, full: bool = True) -> dict[str, SweepReport]:
         """One round of housekeeping over every queue and subscription (what `boxmq serve`
