@@ -506,3 +506,24 @@ def test_a_box_that_never_sweeps_keeps_no_engine_of_what_it_ended(tmp_path: Path
         del subscriber, message, taken  # each holds its engine
         gc.collect()
         assert sum(isinstance(o, LiveQueue) for o in gc.get_objects()) == 0
+
+
+def test_a_box_that_never_sweeps_keeps_a_bounded_count_of_the_folders_sent_expiring_copies(
+    root: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each publication with an expiry named its subscriptions' folders for the next sweep to
+    visit, and a box that never sweeps (an application beside `boxmq serve`) kept them all:
+    1,000 subscriptions made, sent one and ended, 1,000 paths (found by a soak). Past a
+    bound the next sweep is a full pass instead, which visits them all: none expires late."""
+    monkeypatch.setattr(box_module, "EXPIRING_KEPT", 5)
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        _offline(box, 20)
+        assert len(box.sweep(full=False)) == 20  # the first is a full pass
+        clock.advance(1)
+        for i in range(20):
+            box.publish(f"dev/{i}/cmd", b"soon", expires_in=10)
+        assert len(box._expiring) <= 5
+        assert len(box.sweep(full=False)) == 20  # every subscription: a full pass
+        clock.advance(10)
+        reports = box.sweep(full=False)
+        assert sorted(report.expired for report in reports.values()) == [1] * 20

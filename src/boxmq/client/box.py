@@ -83,6 +83,10 @@ TOMBSTONE_AGE: Final = 300.0  # seconds a retained delete's tombstone stays at l
 # Seconds between the timer's sweeps that visit every subscription (Box.sweep): the others
 # visit only those where something is due, as far as this process can tell.
 FULL_SWEEP_EVERY: Final = 60.0
+# Dropboxes a sweep is told to visit for their copies with an expiry (`_published_expiring`),
+# past which the next sweep is a full pass instead: a box that never sweeps (an application
+# beside `boxmq serve`, whose sweeps visit them) kept one path per subscription ever sent one.
+EXPIRING_KEPT = 10_000
 
 
 class Box:
@@ -159,6 +163,7 @@ class Box:
         self._held_by_others: set[str] = set()
         self._named: set[str] = set()
         self._expiring: set[str] = set()
+        self._expiring_dropped = False  # past EXPIRING_KEPT: the next sweep is a full pass
         # The queues a visit left with nothing to do before a time, by path: what their
         # processing/ and target/ were then (inode, mtime), that time and the other processes
         # whose locks they hold. A sweep between full passes passes such a queue by while
@@ -474,6 +479,8 @@ class Box:
         visits them, and learns when those expire."""
         with self._lock:
             self._expiring.update(paths)
+            if len(self._expiring) > EXPIRING_KEPT:
+                self._expiring, self._expiring_dropped = set(), True  # a full pass instead
 
     def _forget_live(self, path: str) -> None:
         """A dropbox about to be deleted (a queue, a plain subscription, a share group its last
@@ -523,12 +530,13 @@ class Box:
             # processed/ is the big folder (a day of traffic, by default): looked through at
             # most every hundredth of the retention (a minute at most), not every sweep.
             purge, self._next_purge = True, now + min(60.0, retention / 100)
-        # A full pass visits every subscription, with the root listed again for its queues.
-        every = full or purge or now >= self._next_full
-        # By path: a folder made by hand may not be escaped.
-        queues = self._queue_folders(fresh=every)
         with self._lock:
             expiring, self._expiring = self._expiring, set()
+            dropped, self._expiring_dropped = self._expiring_dropped, False
+        # A full pass visits every subscription, with the root listed again for its queues.
+        every = full or purge or dropped or now >= self._next_full
+        # By path: a folder made by hand may not be escaped.
+        queues = self._queue_folders(fresh=every)
         try:
             reports, subscriptions, recordless = self._visit(
                 now, queues, expiring, every=every, purge=purge
