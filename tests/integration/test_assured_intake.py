@@ -1266,3 +1266,48 @@ def test_a_deliver_whose_message_another_process_marked_later_and_sent_first_is_
         assert box.assured("s", "1", b"x", queue="counts") is False  # a late repeat
         assert box.deliver("s", "1", must_exist=True) is False
         assert delivered(box) == [b"x"]
+
+
+@pytest.mark.parametrize("found_by", ["start", "arrival", "sweep"])
+@pytest.mark.parametrize("remember", [True, False], ids=["remembered", "forgotten"])
+def test_a_deliver_another_process_finished_from_its_marker_before_its_send_is_done(
+    root: Path, monkeypatch: pytest.MonkeyPatch, found_by: str, remember: bool
+) -> None:
+    """Another process finds the message in working/ marked by this one's `deliver` (its
+    start, its sender's arrival, its sweep past pending_ttl) and sends it before this one's
+    send: the marker still this one's, the file gone read as swept away, so the `deliver`
+    said the id names nothing (MQTT's PUBCOMP 0x92, the API's ItemNotFound) and deleted the
+    marker, though the message went once; remembering ids, a late repeat was then stored
+    and delivered again."""
+    clock = ManualClock(time.time())
+    limits = ExactlyOnceLimits(pending_ttl=60.0)
+    with contextlib.ExitStack() as stack:
+        box = stack.enter_context(boxmq.open(root, fsync="never", clock=clock, exactly_once=limits))
+        other = stack.enter_context(
+            boxmq.open(root, fsync="never", clock=clock, exactly_once=limits)
+        )
+        if found_by == "arrival":
+            other.pending("s")  # its books read before the message was stored
+        assert box.assured("s", "1", b"x", queue="counts")
+        if found_by == "sweep":
+            assert other.pending("s") == ["1"]
+        clock.advance(50.0)  # this `deliver` just within pending_ttl
+        send_all = box.intake._send_all
+
+        def other_finishes_it_meanwhile(*args: Any) -> list[OSError | None]:
+            if found_by == "sweep":
+                clock.advance(20.0)
+                assert other.intake.expire() == 0  # sent from the marker, not dropped
+            else:
+                assert other.pending("s") == []  # its start, or the sender's arrival
+            return send_all(*args)
+
+        with monkeypatch.context() as racing:
+            racing.setattr(box.intake, "_send_all", other_finishes_it_meanwhile)
+            assert box.deliver("s", "1", remember=remember, must_exist=True) is False  # done
+        [marker] = (root / ".exactly-once").glob("[!.]*")  # kept, as the finisher leaves it
+        assert delivered(box) == [b"x"]
+        assert box.deliver("s", "1", remember=remember, must_exist=True) is False
+        # a late repeat of step 1: answered if remembered, else a new message under the id
+        assert box.assured("s", "1", b"x", queue="counts") is not remember
+        assert marker.exists() is remember

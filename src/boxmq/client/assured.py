@@ -442,10 +442,10 @@ class AssuredIntake:
                     outcomes[index] = False
                 elif failure is not None:
                     # Gone with this one's marker in place: swept away (dropped past
-                    # pending_ttl, or with its session), or, a race left open, sent by a start
-                    # or a sender's arrival in another process that finished this `deliver`
-                    # from that marker between it and this send, which leaves the same: taken
-                    # for swept, its id unknown here and its marker deleted, though sent once.
+                    # pending_ttl, or with its session). Another process that finished this
+                    # `deliver` from that marker between it and this send (its start, the
+                    # sender's arrival, its sweep) put its own name in the marker first
+                    # (`_claim`), and is told by `_marked_since` above.
                     outcomes[index] = self._not_delivered(key, pending, failure, must_exist)
                 elif not remember:
                     with contextlib.suppress(FileNotFoundError):
@@ -579,6 +579,45 @@ class AssuredIntake:
             return False
         writer = record.get("by") if isinstance(record, dict) else None
         return isinstance(writer, str) and writer != self._writer
+
+    def _claim(self, key: tuple[str, str], file: str) -> None:
+        """Put this intake's name in the marker of `key` before it sends `file` from it (a
+        start, a sender's arrival or a sweep finishing a `deliver` cut short): the `deliver`
+        that wrote it may still be running in another process, between its marker and its
+        send, and, its file gone, it tells one sent from one swept away by the marker's
+        writer (`_marked_since`). The record and its time are kept (the time dates the
+        `deliver`: `Marked`, done_ttl). One that is no record (no `deliver` wrote it as it
+        stands) or that marks another file is left. Left open: the rename puts back a marker
+        deleted (or replaced) between its read and it. A message swept away while this one
+        sends it, its `deliver` deleting the marker meanwhile, then has a marker answering
+        a repeat of that `deliver` as done (`_sent_elsewhere`), as the failed send here
+        already takes it for sent (`_restore_pending`); and a new message under the id, its
+        `deliver` marked in that instant, a marker naming the earlier file, which marks it
+        not (`_marks`). Not claimed (a disk refusing it), the `deliver` still running takes
+        its message for swept away, as it did before."""
+        path = self._marker(*key)
+        try:
+            written = os.stat(path)
+            record = json.loads(read_file(path).decode())
+        except (OSError, ValueError):
+            return
+        if (
+            not isinstance(record, dict)
+            or record.get("by") == self._writer
+            or not self._marks(record.get("file"), file)
+        ):
+            return
+        record["by"] = self._writer
+        temporary = temporary_in(self._markers)
+        try:
+            write_file(temporary, json.dumps(record).encode())
+            os.utime(temporary, ns=(written.st_atime_ns, written.st_mtime_ns))
+            [failure] = self._committer.commit_each([[Move(temporary, path)]])
+        except OSError as error:
+            failure = error
+        if failure is not None:
+            _delete_quietly([temporary])
+            log.warning("exactly once: claiming %s to send its message: %s", path, failure)
 
     def _sent_elsewhere(self, key: tuple[str, str]) -> bool:
         """Whether a marker of the last done_ttl says `key` was delivered and its file no
@@ -749,6 +788,7 @@ class AssuredIntake:
         if found is None:
             return False
         marked, remember = found
+        self._claim(key, pending.path)
         [failure] = self._send_all([pending], marked.superseded, marked)
         if failure is not None and not _gone(failure, pending):  # gone: its marker's sent it
             log.error("exactly once: %s stays in working/: %s", pending.path, failure)
@@ -962,6 +1002,7 @@ class AssuredIntake:
                 # all), is refused here, not at its send.
                 validate_topic(envelope.topic or "")
             if marked is not None:
+                self._claim(key, entry.path)
                 [failure] = self._send_all([pending], marked.superseded, marked)
                 if failure is not None:
                     raise failure
