@@ -89,6 +89,8 @@ from mqtt_wire import connect5, packet, read_varint, string
 from processes import free_port, listening
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from boxmq import Consumer
 
 PY = sys.executable
@@ -1073,6 +1075,23 @@ def ids_in(run: Run, state: str) -> set[str]:
     return ids
 
 
+def role_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], roles: Iterable[str]
+) -> argparse.ArgumentParser:
+    """The `role` command of `sub` (a parser's subparsers) with the options every role of
+    `roles` takes, here and in chaos_mixed.py, as Proc.start passes them."""
+    r = sub.add_parser("role")
+    r.add_argument("role", choices=sorted(roles))
+    for opt in ("--name", "--root", "--log", "--fsync"):
+        r.add_argument(opt, required=True)
+    r.add_argument("--inc", type=int, default=0)
+    r.add_argument("--until", type=float, required=True)
+    r.add_argument("--port", type=int, default=0)
+    r.add_argument("--lock-timeout", type=float, default=LOCK_TIMEOUT)
+    r.add_argument("--drain", action="store_true")
+    return r
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -1094,15 +1113,7 @@ def main() -> int:
         "kills serve and the embedded consumer (bench/chaos_mixed.py)",
     )
     c.add_argument("--kills", type=int, default=10, help="--mixed: how many kills")
-    r = sub.add_parser("role")
-    r.add_argument("role", choices=sorted(ROLES))
-    for opt in ("--name", "--root", "--log", "--fsync"):
-        r.add_argument(opt, required=True)
-    r.add_argument("--inc", type=int, default=0)
-    r.add_argument("--until", type=float, required=True)
-    r.add_argument("--port", type=int, default=0)
-    r.add_argument("--lock-timeout", type=float, default=LOCK_TIMEOUT)
-    r.add_argument("--drain", action="store_true")
+    r = role_parser(sub, ROLES)
     r.add_argument("--queue", default=QUEUE)
     r.add_argument("--backlog", type=int, default=0)
     r.add_argument("--threads", action="store_true")

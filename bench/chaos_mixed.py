@@ -541,16 +541,8 @@ def check(r: Run) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description="the roles of chaos.py run --mixed")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("role")
-    r.add_argument("role", choices=sorted(ROLES))
-    for opt in ("--name", "--root", "--log", "--fsync"):
-        r.add_argument(opt, required=True)
-    r.add_argument("--inc", type=int, default=0)
-    r.add_argument("--until", type=float, required=True)
-    r.add_argument("--port", type=int, default=0)
+    r = chaos.role_parser(sub, ROLES)
     r.add_argument("--c2s", type=int, default=0)
-    r.add_argument("--lock-timeout", type=float, default=chaos.LOCK_TIMEOUT)
-    r.add_argument("--drain", action="store_true")
     a = ap.parse_args()
     # What chaos.py's roles read that the mixed run does not vary.
     a.queue, a.backlog, a.threads, a.idle_after = QUEUE, 0, False, 0.0
