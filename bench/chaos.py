@@ -580,26 +580,38 @@ class Proc:
         self.p: subprocess.Popen[bytes] | None = None
         self.err = os.path.join(run.logs, f"{name}.err")
 
+    script = HERE  # whose `role` command runs the roles
+
     def start(self, until: float, drain: bool = False, idle_after: float = 0.0) -> None:
-        r = self.run
         self.inc += 1
+        cmd = self.command(until, drain, idle_after)
+        # Appended to by each start of the role; closed here, the child keeps its own copy.
+        with open(self.err, "ab") as err:
+            self.p = subprocess.Popen(cmd, stdout=err, stderr=err, start_new_session=True)
+
+    def common_command(self, until: float, drain: bool) -> list[str]:
+        """`boxmq serve` with MQTT on the run's port, or `script role` with the options of
+        role_parser: what a start of chaos.py's and of chaos_mixed.py's have alike."""
+        r = self.run
         if self.role == "serve":
             cmd = [PY, "-m", "boxmq", "serve", "--data", r.root, "--fsync", r.fsync]
-            cmd += ["--mqtt", f"127.0.0.1:{r.port}"]
-        else:
-            cmd = [PY, HERE, "role", self.role, "--name", self.name, "--inc", str(self.inc)]
-            cmd += ["--root", r.root, "--log", os.path.join(r.logs, f"{self.name}.log")]
-            cmd += ["--fsync", r.fsync, "--until", str(until), "--port", str(r.port)]
-            cmd += ["--lock-timeout", str(30.0 if drain else LOCK_TIMEOUT)]
+            return [*cmd, "--mqtt", f"127.0.0.1:{r.port}"]
+        cmd = [PY, self.script, "role", self.role, "--name", self.name, "--inc", str(self.inc)]
+        cmd += ["--root", r.root, "--log", os.path.join(r.logs, f"{self.name}.log")]
+        cmd += ["--fsync", r.fsync, "--until", str(until), "--port", str(r.port)]
+        cmd += ["--lock-timeout", str(30.0 if drain else LOCK_TIMEOUT)]
+        return cmd + (["--drain"] if drain else [])
+
+    def command(self, until: float, drain: bool, idle_after: float) -> list[str]:
+        """A start's command line: common_command, and a role's options of this script."""
+        cmd = self.common_command(until, drain)
+        if self.role != "serve":
+            r = self.run
             cmd += ["--queue", self.queue, "--backlog", str(r.backlog)]
             cmd += ["--idle-after", str(idle_after)]
             if r.threads:
                 cmd.append("--threads")
-            if drain:
-                cmd.append("--drain")
-        # Appended to by each start of the role; closed here, the child keeps its own copy.
-        with open(self.err, "ab") as err:
-            self.p = subprocess.Popen(cmd, stdout=err, stderr=err, start_new_session=True)
+        return cmd
 
     def listening(self) -> None:
         """`boxmq serve` listens, or the run stops here saying so (not as every role's errors)."""

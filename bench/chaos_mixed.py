@@ -288,35 +288,26 @@ ROLES = {**chaos.ROLES, "cli": role_cli, "xmpp": role_xmpp}
 class Proc(chaos.Proc):
     """A role run by this script, or `boxmq serve` with MQTT and the XMPP component."""
 
+    script = HERE
+
     def start(self, until: float, drain: bool = False, idle_after: float = 0.0) -> None:
+        with open(self.err, "ab") as err:  # each start's output after a line saying so
+            err.write(f"--- start {self.inc + 1} at {now()}\n".encode())
+        super().start(until, drain, idle_after)
+
+    def command(self, until: float, drain: bool, idle_after: float) -> list[str]:
         r = self.run
         assert isinstance(r, Run)
-        self.inc += 1
+        command = self.common_command(until, drain)
         if self.role == "serve":
-            command = [PY, "-m", "boxmq", "serve", "--data", r.root, "--fsync", r.fsync]
-            command += ["--mqtt", f"127.0.0.1:{r.port}", "--xmpp-component", SERVICE]
+            command += ["--xmpp-component", SERVICE]
             command += ["--xmpp-server", f"127.0.0.1:{r.component_port}"]
-            command += ["--xmpp-lock-timeout", f"{LOCK:g}s"]
-        else:
-            command = [PY, HERE, "role", self.role, "--name", self.name, "--inc", str(self.inc)]
-            command += ["--root", r.root, "--log", os.path.join(r.logs, f"{self.name}.log")]
-            command += ["--fsync", r.fsync, "--until", str(until), "--port", str(r.port)]
-            command += ["--c2s", str(r.c2s_port)]
-            command += ["--lock-timeout", str(30.0 if drain else chaos.LOCK_TIMEOUT)]
-            if drain:
-                command.append("--drain")
-        env = {**os.environ, "BOXMQ_XMPP_SECRET": r.secret}
-        with open(self.err, "ab") as err:  # each start's output after a line saying so
-            err.write(f"--- start {self.inc} at {now()}\n".encode())
-            err.flush()
-            self.p = subprocess.Popen(
-                command, stdout=err, stderr=err, start_new_session=True, env=env
-            )
+            return [*command, "--xmpp-lock-timeout", f"{LOCK:g}s"]
+        return [*command, "--c2s", str(r.c2s_port)]
 
 
 class Run(chaos.Run):
     c2s_port = component_port = 0
-    secret = ""
 
 
 def run(a: argparse.Namespace) -> int:
@@ -330,7 +321,9 @@ def run(a: argparse.Namespace) -> int:
     r = Run(a)
     folder = Path(r.dir) / "prosody"
     with run_prosody(folder) as prosody:
-        r.c2s_port, r.component_port, r.secret = prosody.c2s_port, prosody.component_port, SECRET
+        r.c2s_port, r.component_port = prosody.c2s_port, prosody.component_port
+        # For serve's XMPP component: every process started from here on is given it.
+        os.environ["BOXMQ_XMPP_SECRET"] = SECRET
         try:
             return _rounds(a, r)
         finally:
