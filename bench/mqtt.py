@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from machine import Source, interpreter
-from processes import cpu_seconds, free_port, listening, log_file, stop
+from processes import cpu_seconds, free_port, listening, start_logged, stop
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"  # brokers' folders and logs while they run; removed afterwards
@@ -107,9 +107,7 @@ def _start_boxmq(fsync: str, window: int | None) -> Callable[[int, Path], subpro
                 f"[mqtt.limits]\nreceive_maximum = {window}\nmax_inflight = {window}\n"
             )
             command += ["--config", str(config)]
-        return subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=log_file(folder, "boxmq")
-        )
+        return start_logged(command, folder, "boxmq")
 
     return start
 
@@ -134,11 +132,7 @@ def _start_mosquitto(window: int | None) -> Callable[[int, Path], subprocess.Pop
     def start(port: int, folder: Path) -> subprocess.Popen[bytes]:
         config = folder / "mosquitto.conf"
         config.write_text(_mosquitto_conf(port, window))
-        return subprocess.Popen(
-            ["/usr/sbin/mosquitto", "-c", str(config)],
-            stdout=subprocess.DEVNULL,
-            stderr=log_file(folder, "mosquitto"),
-        )
+        return start_logged(["/usr/sbin/mosquitto", "-c", str(config)], folder, "mosquitto")
 
     return start
 
@@ -151,11 +145,7 @@ def _start_amqtt(port: int, folder: Path) -> subprocess.Popen[bytes]:
         "plugins:\n  amqtt.plugins.authentication.AnonymousAuthPlugin:\n"
         "    allow_anonymous: true\n"
     )
-    return subprocess.Popen(
-        [str(VENV_BIN / "amqtt"), "-c", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=log_file(folder, "amqtt"),
-    )
+    return start_logged([str(VENV_BIN / "amqtt"), "-c", str(config)], folder, "amqtt")
 
 
 def _unavailable(name: str, fsync: str) -> str | None:

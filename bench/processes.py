@@ -24,9 +24,9 @@ __all__ = [
     "free_port",
     "free_ports",
     "listening",
-    "log_file",
     "rss_kib",
     "start_broker",
+    "start_logged",
     "stop",
 ]
 
@@ -85,9 +85,16 @@ def free_port() -> int:
     return port
 
 
-def log_file(folder: Path, name: str) -> int:
-    """A descriptor of `folder`/`name`.log, emptied, for a broker's output (Popen's stderr)."""
-    return os.open(folder / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+def start_logged(
+    command: list[str], folder: Path, name: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """`command` started (a broker), its output discarded but stderr, which goes to
+    `folder`/`name`.log, emptied first; `env`, its environment if not ours."""
+    log = os.open(folder / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, env=env)
+    finally:
+        os.close(log)  # the process has its own copy
 
 
 def start_broker(
@@ -117,11 +124,7 @@ def start_broker(
         command = [sys.executable, "-m", "boxmq.cli", "--data", str(folder / "data")]
         command += ["--fsync", fsync, "serve", "--config", str(config)]
         command += ["--mqtt", f"127.0.0.1:{port}", "--sys-interval", sys_interval]
-    log = log_file(folder, broker)
-    try:
-        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
-    finally:
-        os.close(log)  # the broker has its own copy
+    return start_logged(command, folder, broker)
 
 
 @contextmanager

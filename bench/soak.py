@@ -43,7 +43,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from mqtt_wire import packet, string
-from processes import free_ports, listening, log_file, rss_kib, stop
+from processes import free_ports, listening, rss_kib, start_logged, stop
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 sys.path.insert(0, str(SRC))
@@ -162,9 +162,7 @@ class Server:
         command += ["--fsync", "never", "serve", "--sweep-interval", "0.2s"]
         command += ["--config", str(folder / "boxmq.toml")]
         environment = {**os.environ, "PYTHONPATH": str(SRC)}
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=log_file(folder, "boxmq"), env=environment
-        )
+        self.process = start_logged(command, folder, "boxmq", env=environment)
         ports = (self.port, self.tls_port) if self.certs else (self.port,)
         try:
             listening(self.process, "boxmq", folder / "boxmq.log", *ports)

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from machine import Source, interpreter
-from processes import cpu_seconds, free_ports, listening, log_file, rss_kib, stop
+from processes import cpu_seconds, free_ports, listening, rss_kib, start_logged, stop
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 CHUNK = 50_000  # lines per mosquitto_pub run at QoS 1 (16-bit packet ids)
@@ -98,9 +98,7 @@ def _start_boxmq(ports: Ports, certs: Certificates, folder: Path) -> subprocess.
     environment = {**os.environ, "PYTHONPATH": str(SRC)}
     command = [sys.executable, "-m", "boxmq.cli", "--data", str(folder / "data")]
     command += ["--fsync", "always", "serve", "--config", str(config)]
-    return subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=log_file(folder, "boxmq"), env=environment
-    )
+    return start_logged(command, folder, "boxmq", env=environment)
 
 
 def _start_mosquitto(ports: Ports, certs: Certificates, folder: Path) -> subprocess.Popen[bytes]:
@@ -114,11 +112,7 @@ def _start_mosquitto(ports: Ports, certs: Certificates, folder: Path) -> subproc
         f"listener {ports.tls} 127.0.0.1\n"
         f"cafile {certs.ca}\ncertfile {server}\nkeyfile {key}\nrequire_certificate true\n"
     )
-    return subprocess.Popen(
-        ["/usr/sbin/mosquitto", "-c", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=log_file(folder, "mosquitto"),
-    )
+    return start_logged(["/usr/sbin/mosquitto", "-c", str(config)], folder, "mosquitto")
 
 
 BROKERS: dict[str, Callable[[Ports, Certificates, Path], subprocess.Popen[bytes]]] = {
