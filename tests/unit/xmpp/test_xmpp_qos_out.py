@@ -42,10 +42,7 @@ def _answer(wire: Wire, iq: ET.Element, inner: str = "", type: str = "result") -
 
 @pytest.fixture
 def wire(manual_box: boxmq.Box, clock: ManualClock) -> Iterator[Wire]:
-    wire = Wire(manual_box, lock_timeout=300)
-    wire.service = type(wire.service)(
-        manual_box, domain=SERVICE, send=wire.sent.append, lock_timeout=300, now=clock.now
-    )
+    wire = Wire(manual_box, lock_timeout=300, now=clock.now)
     wire.create()
     yield wire
     wire.service.close()

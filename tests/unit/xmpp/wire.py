@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from xml.etree import ElementTree as ET
 
 import boxmq
@@ -24,11 +26,16 @@ def in_stream(xml: str) -> ET.Element:
 
 class Wire:
     def __init__(
-        self, box: boxmq.Box, *, lock_timeout: float = 30.0, domain: str = SERVICE
+        self,
+        box: boxmq.Box,
+        *,
+        lock_timeout: float = 30.0,
+        domain: str = SERVICE,
+        now: Callable[[], float] = time.time,
     ) -> None:
         self.sent: list[str] = []
         self.service = QueueService(
-            box, domain=domain, send=self.sent.append, lock_timeout=lock_timeout
+            box, domain=domain, send=self.sent.append, lock_timeout=lock_timeout, now=now
         )
         self._n = 0
         self._backlog: list[ET.Element] = []
