@@ -51,8 +51,8 @@ def _worker(
         box.close()
 
 
-def _case(processes: int, each: int, limit: float, consumer: bool, base: str) -> str:
-    root = tempfile.mkdtemp(prefix="get-deep-", dir=base)
+def _case(processes: int, each: int, limit: float, consumer: bool, base: str | None) -> str:
+    root = tempfile.mkdtemp(prefix="get-deep-", dir=base)  # None: the system's tmp dir
     try:
         context = get_context("spawn")
         out: Results[tuple[int, float]] = context.Queue()
@@ -88,19 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{way}, fsync=never, at most {args.limit:g} s a process")
     for each in args.each:
         for processes in args.processes:
-            print(
-                _case(processes, each, args.limit, args.consumer, args.dir or tempfile.gettempdir())
-            )
-            print(
-                _case(
-                    1,
-                    processes * each,
-                    args.limit,
-                    args.consumer,
-                    args.dir or tempfile.gettempdir(),
-                )
-                + "  (alone)"
-            )
+            print(_case(processes, each, args.limit, args.consumer, args.dir))
+            print(_case(1, processes * each, args.limit, args.consumer, args.dir) + "  (alone)")
     return 0
 
 
