@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import functools
 import hashlib
 import json
 import os
@@ -409,6 +410,7 @@ def refusal(name: str, f: list[str]) -> str:
 def check(r: Run) -> int:
     problems: list[str] = []
 
+    @functools.cache  # cli's and xmpp's logs are read by four of the checks below
     def log_of(name: str) -> list[list[str]]:
         return read_log(os.path.join(r.logs, f"{name}.log"))
 
