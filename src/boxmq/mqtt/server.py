@@ -622,8 +622,7 @@ class _Listening:
         self._failing = RecurringFailure()
         self._retry: asyncio.TimerHandle | None = None
         self._opening: set[asyncio.Task[object]] = set()  # accepted sockets being wrapped
-        sock.setblocking(False)
-        sock.listen(_BACKLOG)
+        sock.setblocking(False)  # listening already, since it was bound (`_hold`)
         self._loop.add_reader(sock.fileno(), self._accept)
 
     def _accept(self) -> None:
@@ -776,11 +775,11 @@ class MqttServer:
                     if open_to_anyone(self.settings, listener, host):
                         open_to_all.append(url)
         except BaseException:
-            # A listen() refused (a caller's socket bound, not listening, and another
-            # program listens there since): those that listen already stop, their sockets
-            # closed (a caller's too: closing twice is harmless), and the rest of the
-            # sockets bound here are closed; the rest of a caller's own are its to close, as
-            # `boxmq serve` does.
+            # Each socket listens since it was bound (`_hold`), so no listen() can be refused
+            # here; whatever else fails midway leaves nothing accepting: those set up stop,
+            # their sockets closed (a caller's too: closing twice is harmless), and the rest
+            # of the sockets bound here are closed; the rest of a caller's own are its to
+            # close, as `boxmq serve` does.
             for listening in self._listening:
                 listening.close()
             self._listening = []
