@@ -358,8 +358,10 @@ def _homes() -> dict[str, str]:
     table's. A name of two tables (dispatch) is said as the top-level one."""
     tables: list[tuple[str, tuple[str, ...]]] = [
         ("in [[mqtt.listener]]", ("host", "port", "tls")),
-        ("in a listener's tls table", ("cert", "key", "ca", "require_client_cert")),
-        ("in a listener's tls table", ("identity_as_username",)),
+        (
+            "in a listener's tls table",
+            ("cert", "key", "ca", "require_client_cert", "identity_as_username"),
+        ),
         ("in [mqtt.limits]", tuple(limit.name for limit in dataclasses.fields(Limits))),
         ("in [exactly_once]", _EXACTLY_ONCE_COUNTS + _EXACTLY_ONCE_SECONDS),
         ("in [security]", ("password_file", "acl_file", "allow_anonymous")),
