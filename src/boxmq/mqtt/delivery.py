@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Final
 
 from boxmq.client.box import Box
@@ -666,15 +667,7 @@ class Delivery:
             # the client holds it under this id as a QoS 2 message, which comes again as it
             # went (MQTT-4.4.0-1, as outbox.resend does without a restart); a QoS 1 copy
             # it delivered a second time.
-            publish = new_publish(
-                publish.topic,
-                publish.payload,
-                2,
-                publish.retain,
-                publish.dup,
-                publish.packet_id,
-                publish.properties,
-            )
+            publish = replace(publish, qos=2)  # once a message after a restart: no hot path
         sent = session.outbox.push_again(publish, message, packet_id, now)
         client = self._links.get(session.client_id)
         if client is not None and sent is not None:  # None: past the window, held
