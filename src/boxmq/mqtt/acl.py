@@ -154,16 +154,10 @@ class Acl:
     # -- Authorizer ---------------------------------------------------------------------------
 
     def can_publish(self, username: str | None, client_id: str, topic: str) -> bool:
-        allowed = self._decide((True, username, client_id, topic), self._may_publish)
-        if not allowed:
-            self._tell_if_changed()
-        return allowed
+        return self._decide((True, username, client_id, topic), self._may_publish)
 
     def can_subscribe(self, username: str | None, client_id: str, topic_filter: str) -> bool:
-        allowed = self._decide((False, username, client_id, topic_filter), self._may_subscribe)
-        if not allowed:
-            self._tell_if_changed()
-        return allowed
+        return self._decide((False, username, client_id, topic_filter), self._may_subscribe)
 
     def _tell_if_changed(self) -> None:
         """A warning when the file on disk is no longer the one read, once per change."""
@@ -187,6 +181,8 @@ class Acl:
                 if len(self._decisions) >= _DECISIONS_KEPT:
                     self._decisions.clear()
                 self._decisions[key] = decided
+        if not decided:  # a refusal, which a rule added to the file since may have lifted
+            self._tell_if_changed()
         return decided
 
     def _may_publish(self, username: str | None, client_id: str, topic: str) -> bool:
