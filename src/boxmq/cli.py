@@ -726,8 +726,11 @@ def _is_subscription(args: argparse.Namespace, box: Box) -> bool:
     return bool(args.queue.startswith("$share/") and args.queue not in box.queues())
 
 
-def _subscriber_words(args: argparse.Namespace) -> list[str]:
-    return [] if args.subscriber is None else ["--subscriber", args.subscriber]
+def _command_line(args: argparse.Namespace, command: str, *options: str) -> str:
+    """`boxmq COMMAND` on the queue (or subscription) `args` names, quoted for a shell: the
+    next step a refusal or an empty `get` suggests."""
+    subscriber = [] if args.subscriber is None else ["--subscriber", args.subscriber]
+    return shlex.join(["boxmq", command, args.queue, *subscriber, *options])
 
 
 def _dropbox(args: argparse.Namespace, box: Box) -> Queue:
@@ -1134,7 +1137,7 @@ def _get(args: argparse.Namespace, box: Box) -> int:
         # What is in target/ now is held back by an `unlock --delay` (get took any other):
         # `ls` counted it READY, and "no message is ready" alone read as a contradiction.
         waiting = queue.counts().ready
-        peek = shlex.join(["boxmq", "peek", args.queue, *_subscriber_words(args)])
+        peek = _command_line(args, "peek")
         held = (
             f" ({waiting} in target/ wait out an `unlock --delay`: `{peek}` says until when)"
             if waiting
@@ -1205,17 +1208,16 @@ def _settle(verb: str) -> _Command:
             else:
                 queue.extend(args.id, args.consumer, seconds=args.by)
         except Conflict:
-            peek = ["boxmq", "peek", args.queue, *_subscriber_words(args)]
+            peek = _command_line(args, "peek", "--state", "processing")
             raise Conflict(
                 args.id,
                 f"locked by another consumer than {args.consumer!r} "
-                f"(`{shlex.join([*peek, '--state', 'processing'])}` "
-                "shows which; --consumer NAME settles as that one)",
+                f"(`{peek}` shows which; --consumer NAME settles as that one)",
             ) from None
         except Forbidden:
             # Ready, or its lock ended: nobody holds it, and XEP-0254's "did not receive"
             # alone left a user wondering what to do (`ack` of an id `put` printed).
-            get = shlex.join(["boxmq", "get", args.queue, *_subscriber_words(args)])
+            get = _command_line(args, "get")
             raise Forbidden(
                 args.id,
                 f"{args.consumer!r} did not receive this message, which no consumer holds "
@@ -1249,10 +1251,8 @@ def _lock_gone(args: argparse.Namespace, error: UnexpectedRequest) -> str:
         detail = f"{args.consumer!r}{detail.removeprefix(args.consumer)}"
     if detail.endswith(" no longer holds the lock"):  # held by it, not by one that left
         detail += ": it ended (--lock ran out, or an unlock)"
-    get = shlex.join(["boxmq", "get", args.queue, *_subscriber_words(args)])
-    held = shlex.join(
-        ["boxmq", "peek", args.queue, *_subscriber_words(args), "--state", "processing"]
-    )
+    get = _command_line(args, "get")
+    held = _command_line(args, "peek", "--state", "processing")
     return (
         f"{detail}; the message goes back to be delivered again (`{get}` locks the next ready "
         f"message and prints its id; `{held}` shows who holds it, if one does)"
