@@ -244,9 +244,16 @@ def _reply_to(row: Sequence[object], index: int | None, message_id: str | None) 
         try:
             check_reply_to(reply_to)
         except InvalidArgument as error:
-            where = "column 'reply_to'" + (f" of message_id {message_id!r}" if message_id else "")
-            raise InvalidArgument(f"boxmq sink: {where}: {error}") from None
+            raise InvalidArgument(f"{_where('reply_to', message_id)}: {error}") from None
     return reply_to
+
+
+def _where(column: str, message_id: str | None) -> str:
+    """Which row and column a refusal is of: one row of millions fails the whole query.
+    Worded only for a refusal, not for each of those rows."""
+    return f"boxmq sink: column {column!r}" + (
+        f" of message_id {message_id!r}" if message_id else ""
+    )
 
 
 def _properties(
@@ -255,24 +262,21 @@ def _properties(
     value = None if index is None else row[index]
     if value is None:
         return ()
-    # Which row and column: one row of millions fails the whole query.
-    where = "column 'properties'" + (f" of message_id {message_id!r}" if message_id else "")
     if not isinstance(value, Mapping):
-        raise InvalidArgument(f"boxmq sink: {where}: {value!r} is not a map")
+        raise InvalidArgument(f"{_where('properties', message_id)}: {value!r} is not a map")
     found = []
     for key, item in value.items():
         if not isinstance(key, str) or not key:
-            raise InvalidName(
-                f"boxmq sink: {where}: property name {key!r}: a name is a non-empty string"
-            )
+            where = _where("properties", message_id)
+            raise InvalidName(f"{where}: property name {key!r}: a name is a non-empty string")
         if key.startswith(RESERVED_PREFIX):  # the words of every put and publish
-            raise InvalidName(f"boxmq sink: {where}: {reserved_name(key)}")
+            raise InvalidName(f"{_where('properties', message_id)}: {reserved_name(key)}")
         if item is not None:
             found.append(Property(key, PropertyType.STRING, str(item)))
     try:
         mqtt_fields.check({prop.name: prop.value for prop in found})
     except InvalidArgument as error:
-        raise InvalidArgument(f"boxmq sink: {where}: {error}") from None
+        raise InvalidArgument(f"{_where('properties', message_id)}: {error}") from None
     return tuple(found)
 
 
