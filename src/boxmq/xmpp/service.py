@@ -305,9 +305,9 @@ class QueueService:
         next start to tell; deleted at once, that subscriber was never told."""
         self._closed = True
         for subscription in self._subscriptions.all():
-            self._drop(subscription, forget=heard and once_written is None)
-            if heard and once_written is not None:
-                once_written(partial(self._told_gone, subscription.jid, subscription.node))
+            self._drop(subscription, forget=False)
+            if heard:
+                self._forget_once_told(subscription.jid, subscription.node, once_written)
 
     def tell_left_over(
         self, once_written: Callable[[Callable[[], None]], None] | None = None
@@ -324,11 +324,19 @@ class QueueService:
         takes each stanza at once, as tests' lists do), at once."""
         for record in self._records.left_over():
             self._send(self._subscription_none(record.jid, record.node))
-            told = partial(self._told_gone, record.jid, record.node)
-            if once_written is None:
-                told()
-            else:
-                once_written(told)
+            self._forget_once_told(record.jid, record.node, once_written)
+
+    def _forget_once_told(
+        self, jid: str, node: str, once_written: Callable[[Callable[[], None]], None] | None
+    ) -> None:
+        """The record of a subscriber just sent its notice (left over, or at a stop) goes
+        once that notice is written (`once_written`, as for `tell_left_over`; at once
+        without it)."""
+        told = partial(self._told_gone, jid, node)
+        if once_written is None:
+            told()
+        else:
+            once_written(told)
 
     def _told_gone(self, jid: str, node: str) -> None:
         """A subscriber was told its subscription is gone (left over, or at a stop): its
