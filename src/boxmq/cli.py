@@ -48,7 +48,7 @@ from boxmq.errors import (
 )
 from boxmq.host_names import HOST_NAME_RULE, is_host_name
 from boxmq.model import RESERVED_PREFIX, Property, check_reply_to, reserved_name
-from boxmq.store.layout import State
+from boxmq.store.layout import State, in_the_way
 from boxmq.store.names import GET_TOKEN, check_priority
 from boxmq.store.process import process_alive, token_pid
 
@@ -207,20 +207,13 @@ def _check_root(path: str) -> None:
     instead of leaving an empty folder behind."""
     if not os.path.isdir(path):
         what = "it is a file, not a folder" if os.path.exists(path) else "it does not exist"
-        if (file := _file_above(path)) is not None:  # `--data file/sub` "did not exist"
+        # `--data file/sub` "did not exist"
+        if (file := in_the_way(os.path.dirname(os.path.abspath(path)))) is not None:
             what = f"{file} is a file, not a folder"
         raise QueueNotFound(
             f"no folder {path} ({what}): check --data or $BOXMQ_DATA (put, publish, subscribe "
             "and serve make it)"
         )
-
-
-def _file_above(path: str) -> str | None:
-    """The file that stands where a folder above `path` would be, if one does."""
-    parent = os.path.dirname(os.path.abspath(path))
-    while not os.path.lexists(parent):
-        parent = os.path.dirname(parent)
-    return None if os.path.isdir(parent) else parent
 
 
 def _os_error(error: OSError, data: str, *, listener: str = "--mqtt HOST:PORT") -> str:

@@ -42,6 +42,7 @@ from boxmq.store.layout import (
     clear_deleting,
     dropbox_folders,
     folder_seen,
+    in_the_way,
     is_dropbox,
     list_dropboxes,
     no_dropbox,
@@ -1217,12 +1218,7 @@ def _make_root(root: str) -> None:
 
 def _in_the_way(root: str) -> str:
     """What stands where `root` (absolute) or one of its parents must be a folder."""
-    paths = [root]
-    while (parent := os.path.dirname(paths[-1])) != paths[-1]:
-        paths.append(parent)
-    blocker = next(
-        (p for p in reversed(paths) if os.path.lexists(p) and not os.path.isdir(p)), root
-    )
+    blocker = in_the_way(root) or root
     where = f"the root {root}" + ("" if blocker == root else f" cannot be made: {blocker}")
     if os.path.islink(blocker):
         return (

@@ -32,6 +32,7 @@ __all__ = [
     "clear_deleting",
     "dropbox_folders",
     "folder_seen",
+    "in_the_way",
     "is_dropbox",
     "list_dropboxes",
     "no_dropbox",
@@ -81,6 +82,15 @@ def no_dropbox(path: str) -> bool:
         return not stat.S_ISDIR(os.stat(os.path.join(path, State.TARGET.value)).st_mode)
     except (FileNotFoundError, NotADirectoryError):
         return True
+
+
+def in_the_way(path: str) -> str | None:
+    """What stands where `path` (absolute) or a folder above it must be a folder: the topmost
+    of them that exists and is none (a file, a link to no folder); None if none does."""
+    paths = [path]
+    while (parent := os.path.dirname(paths[-1])) != paths[-1]:
+        paths.append(parent)
+    return next((p for p in reversed(paths) if os.path.lexists(p) and not os.path.isdir(p)), None)
 
 
 def remove_dropbox(root: str, path: str, *, taken: Callable[[str], None] | None = None) -> bool:
