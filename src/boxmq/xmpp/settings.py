@@ -40,14 +40,19 @@ def stanza_size_refusal(limit: object) -> str | None:
     )
 
 
+# The defaults of XmppSettings, which settings_from gives too when serve's flags leave them.
+_LOCK_TIMEOUT: Final = 30.0  # XEP-0254 §4: unanswered deliveries go to the next subscriber
+_RECONNECT_MAX: Final = 30.0  # the longest wait between reconnect attempts
+
+
 @dataclass(frozen=True, slots=True)
 class XmppSettings:
     component: str  # the component's JID, e.g. queue.example.org
     host: str  # the XMPP server's component listener (XEP-0114)
     port: int
     secret: str
-    lock_timeout: float = 30.0  # XEP-0254 §4: unanswered deliveries go to the next subscriber
-    reconnect_max: float = 30.0  # the longest wait between reconnect attempts
+    lock_timeout: float = _LOCK_TIMEOUT
+    reconnect_max: float = _RECONNECT_MAX
     stanza_size_limit: int = STANZA_SIZE_LIMIT  # the server's, for what the component sends
 
     def __post_init__(self) -> None:
@@ -224,7 +229,8 @@ def settings_from(
             "or --xmpp-secret SECRET"
         )
     host, port = server if server is not None else ("127.0.0.1", 5347)
-    values = (component, host, port, secret, lock_timeout if lock_timeout else 30.0, 30.0)
+    lock_timeout = lock_timeout if lock_timeout else _LOCK_TIMEOUT
+    values = (component, host, port, secret, lock_timeout, _RECONNECT_MAX)
     limit = STANZA_SIZE_LIMIT if stanza_size_limit is None else stanza_size_limit
     if (refused := _refusal(_FLAGS, *values, limit)) is not None:
         raise InvalidArgument(refused)
