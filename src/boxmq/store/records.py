@@ -140,11 +140,7 @@ def read_file(path: str) -> bytes:
     """The whole file: open, fstat, one read, close, where `open(path, "rb").read()` makes nine
     system calls, and a text file's buffer more (a record is read whole at each connect,
     subscribe and look; a SUBSCRIBE to `#` reads each retained file)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return _read_all(fd, os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
+    return read_file_status(path)[0]
 
 
 def read_file_status(path: str) -> tuple[bytes, os.stat_result]:
