@@ -198,10 +198,8 @@ class Spares:
         a second after the last one, whichever comes first. Each close_gone fstats every
         kept descriptor (128): 1,000 persistent sessions expiring together paid it 1,000
         times, where the first and one later close what they all left."""
-        if time.monotonic() >= self._next_gone:
-            self.close_gone()
-        else:
-            self._gone_due = True
+        self._gone_due = True
+        self._close_gone_late()
 
     def close_gone_due(self) -> None:
         """The `close_gone` that deletes since the last one left to the sweep, if any."""
@@ -209,10 +207,11 @@ class Spares:
             self.close_gone()
 
     def _close_gone_late(self) -> None:
-        """A put's or an ack's `close_gone_due`, once its second is past: a script that
-        unsubscribes and never sweeps (boxmq.open, docs/python.md) held the blocks of the
-        files a delete left open until it closed the root. The caller looks at _gone_due
-        first (one attribute per put or ack); the clock only while a close waits."""
+        """`close_gone_due`, once its second is past: a delete's (`close_gone_soon`), and a
+        put's or an ack's, as a script that unsubscribes and never sweeps (boxmq.open,
+        docs/python.md) held the blocks of the files a delete left open until it closed the
+        root. A put or an ack looks at _gone_due first (one attribute each); the clock only
+        while a close waits."""
         if time.monotonic() >= self._next_gone:
             self.close_gone_due()
 
