@@ -953,10 +953,13 @@ class Topics:
         return None
 
     def _remove(self, path: str) -> None:
-        """Delete the subscription at `path` (layout.remove_subscription), and close the files
-        of its messages that this process's puts keep open (Spares.close_gone_soon: at once,
-        or at the next sweep when many end together): else their blocks stayed held until
-        newer puts pushed them out."""
+        """Delete the subscription at `path` (layout.remove_subscription), its engine here
+        first (its locks, its view of the folder), so that the same subscription made again
+        is read afresh, its retained copies at once; and close the files of its messages that
+        this process's puts keep open (Spares.close_gone_soon: at once, or at the next sweep
+        when many end together): else their blocks stayed held until newer puts pushed them
+        out. Called with the dropbox held (`self._dropboxes.held`)."""
+        self._forget(path)
         layout.remove_subscription(self._root, path)
         if self._spares is not None:
             self._spares.close_gone_soon()
@@ -970,10 +973,7 @@ class Topics:
         with self._dropboxes.held(path):
             if not os.path.isdir(path):
                 return False
-            # Its engine here goes with it (its locks, its view of the folder), so that the same
-            # subscription made again is read afresh, its retained copies at once.
-            self._forget(path)
-            self._remove(path)
+            self._remove(path)  # its engine here too (`_remove` says why)
         self._told_gone(path)
         return True
 
@@ -1029,7 +1029,6 @@ class Topics:
         with self._dropboxes.held(path):
             if not os.path.isdir(path) or layout.has_record(path):
                 return False
-            self._forget(path)
             self._remove(path)
         self._changed(path)
         return True
@@ -1108,7 +1107,6 @@ class Topics:
             if member is not None:
                 layout.remove_member(path, member)
             if made and not layout.member_names(path):
-                self._forget(path)
                 self._remove(path)
                 self._changed(path)
                 return
@@ -1157,11 +1155,11 @@ class Topics:
             release_locks_of(dropbox, member)
             layout.remove_member(path, member)
             ended = not layout.member_names(path)
-            # Nobody joins meanwhile (the lock): idle stays idle until it is forgotten.
-            if ended or ((live := self._opened(path)) is not None and live.idle()):
-                self._forget(path)
             if ended:
                 self._remove(path)
+            # Nobody joins meanwhile (the lock): idle stays idle until it is forgotten.
+            elif (live := self._opened(path)) is not None and live.idle():
+                self._forget(path)
         self._told_gone(path)
         return was_member
 
@@ -1454,7 +1452,6 @@ class Topics:
                     if kept is not None:
                         kept.append((record, path))
                     continue
-                self._forget(path)
                 self._remove(path)
             ended += 1
             # Said as a plain subscription's end is (`_end_if_owner_died`), where it went
@@ -1494,7 +1491,6 @@ class Topics:
                 dropped = counts_of(box)
             except QueueNotFound:
                 return 0  # removed right now, by its unsubscribe
-            self._forget(path)
             self._remove(path)
         log.warning(
             "subscription %s of %r ended: its process (%s) died without removing it; "
