@@ -108,17 +108,10 @@ def replace_file(path: str, text: str, *, flush: bool, aside: str | None = None)
     folder = os.path.dirname(path)
     temporary = temporary_in(aside or folder)
     with removed_on_failure(temporary):
-        with _named(temporary):
-            # A descriptor, not open(): a text file's buffer cost four system calls more
-            # (fstat, ioctl, two lseeks), a share group's first member three such records.
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-            try:
-                _write_all(fd, text.encode())
-                if flush:
-                    os.fsync(fd)
-                written = os.fstat(fd)
-            finally:
-                os.close(fd)
+        with _writing(temporary, text.encode()) as fd:
+            if flush:
+                os.fsync(fd)
+            written = os.fstat(fd)
         os.rename(temporary, path)
     if flush:
         flush_directories([folder])
@@ -128,12 +121,8 @@ def replace_file(path: str, text: str, *, flush: bool, aside: str | None = None)
 def write_file(path: str, data: bytes) -> None:
     """Write a new file (or one to truncate) holding `data`: open, write, close, where
     `open(path, "w")` makes four system calls more (fstat, ioctl, two lseeks). Not flushed."""
-    with _named(path):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-        try:
-            _write_all(fd, data)
-        finally:
-            os.close(fd)
+    with _writing(path, data):
+        pass
 
 
 def read_file(path: str) -> bytes:
@@ -178,12 +167,20 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 @contextlib.contextmanager
-def _named(path: str) -> Iterator[None]:
-    """An OSError of the block with `path` as its file: a write refused when the file is
-    closed (ENOSPC, EDQUOT, EIO) names none, and `boxmq subscribe` on a full disk said
-    "No space left on device" without where."""
+def _writing(path: str, data: bytes) -> Iterator[int]:
+    """The descriptor of a new (or truncated) file at `path` holding `data`, for the block,
+    closed after it. A descriptor, not open(): a text file's buffer cost four system calls
+    more (fstat, ioctl, two lseeks), a share group's first member three such records. An
+    OSError of the open, the write or the block has `path` as its file: a write refused
+    when the file is closed (ENOSPC, EDQUOT, EIO) names none, and `boxmq subscribe` on a
+    full disk said "No space left on device" without where."""
     try:
-        yield
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        try:
+            _write_all(fd, data)
+            yield fd
+        finally:
+            os.close(fd)
     except OSError as error:
         if error.filename is not None:
             raise
