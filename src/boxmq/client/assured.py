@@ -73,7 +73,7 @@ from boxmq.store.layout import (
     settled_seen,
 )
 from boxmq.store.names import check_priority, decode_lenient, encode
-from boxmq.store.records import read_file, write_file
+from boxmq.store.records import read_file, read_file_status, write_file
 from boxmq.store.retained import Marked, Version
 from boxmq.store.side_files import SideFiles
 from boxmq.store.spares import rename_noreplace
@@ -597,8 +597,8 @@ class AssuredIntake:
         its message for swept away, as it did before."""
         path = self._marker(*key)
         try:
-            written = os.stat(path)
-            record = json.loads(read_file(path).decode())
+            data, written = read_file_status(path)  # its time, as read: kept by the rewrite
+            record = json.loads(data.decode())
         except (OSError, ValueError):
             return
         if (
@@ -1036,10 +1036,12 @@ class AssuredIntake:
         `deliver` its sender need not send again, dropped after pending_ttl)."""
         path = self._marker(*key)
         try:
-            at = os.stat(path).st_mtime
-            data = json.loads(read_file(path).decode())
+            raw, status = read_file_status(path)
         except FileNotFoundError:
             return None
+        at = status.st_mtime
+        try:
+            data = json.loads(raw.decode())
         except ValueError:
             return Marked(at, recorded=False), None
         if not isinstance(data, dict) or "source" not in data or "msg_id" not in data:
@@ -1075,10 +1077,11 @@ class AssuredIntake:
                 if entry.name.startswith("."):
                     continue
                 try:
-                    data = json.loads(read_file(entry.path).decode())
+                    raw, status = read_file_status(entry.path)  # one open for both
+                    data = json.loads(raw.decode())
                     key = str(data["source"]), str(data["msg_id"])
                     remember = data.get("remember", True)
-                    found[key] = _as_marked(data, entry.stat().st_mtime)
+                    found[key] = _as_marked(data, status.st_mtime)
                     files[key] = data.get("file")
                 except FileNotFoundError:
                     continue  # forgotten right now
