@@ -50,6 +50,7 @@ __all__ = [
     "RetainedStore",
     "Staged",
     "Version",
+    "read_header",
 ]
 
 RETAINED_DIR = ".retained"  # under topic-root/
@@ -379,7 +380,7 @@ def _open_header(
     except FileNotFoundError:
         return None
     try:
-        header = _read_header(fd)
+        header = read_header(fd)
         fields = None if header is None else _fields(header)
     except BaseException:
         os.close(fd)
@@ -410,7 +411,7 @@ def _fields(header: bytes) -> tuple[str, str] | None:
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
 
-def _read_header(fd: int) -> bytes | None:
+def read_header(fd: int) -> bytes | None:
     """The file's first line, without its newline; None if the file holds no newline (cut
     short: damaged). A read of a page, which holds the line unless its topic is long (MQTT
     allows 65,535 bytes), and never the body beyond that page (the sweep looks at every

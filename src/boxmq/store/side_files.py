@@ -36,7 +36,7 @@ from typing import Final
 from boxmq.errors import InvalidArgument
 from boxmq.model import PROPERTIES_FILE, PropertyType
 from boxmq.store.records import read_file
-from boxmq.store.retained import RETAINED_DIR
+from boxmq.store.retained import RETAINED_DIR, read_header
 from boxmq.store.spares import rename_noreplace
 from boxmq.store.temporaries import temporary_in
 
@@ -235,16 +235,18 @@ def referenced(root: str) -> set[str]:
 
 
 def _first_line(path: str) -> str:
-    """The header line of a retained file: one read of its first 4 KiB, not the whole body."""
+    """The header line of a retained file, read as the retained store reads it: a page,
+    and more only for a long topic (a topic past the first page still names its
+    message's properties, which must then be kept)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return ""
     try:
-        head = os.read(fd, 4096)
+        header = read_header(fd)
     finally:
         os.close(fd)
-    return head.partition(b"\n")[0].decode("utf-8", "replace")
+    return (header or b"").decode("utf-8", "replace")
 
 
 def key_of(data: bytes) -> str:

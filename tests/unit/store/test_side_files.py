@@ -206,3 +206,14 @@ def test_a_read_while_a_collection_puts_the_file_back_finds_it(
 
     monkeypatch.setattr("boxmq.store.side_files.read_file", racing)
     assert SideFiles(str(tmp_path)).get(key) == b"props"
+
+
+def test_referenced_reads_a_retained_header_longer_than_a_page(tmp_path: Path) -> None:
+    # MQTT allows a topic of 65,535 bytes: a retained file whose header passes the first
+    # page still names its message's properties, which the collector must then keep.
+    key = f"{7:032x}"
+    retained = tmp_path / "topic-root" / ".retained"
+    retained.mkdir(parents=True)
+    header = json.dumps({"topic": "long/" + "x" * 5000, "name": _name_with(key)})
+    (retained / "cd34").write_bytes(header.encode() + b"\n" + b"body")
+    assert referenced(str(tmp_path)) == {key}
