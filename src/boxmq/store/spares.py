@@ -25,7 +25,8 @@ queue), in two parts:
   reuses the files of the processes that ack.
 
 Only a file that no other name links to becomes a spare (a fan-out links one body into
-several dropboxes), and only a small one.
+several dropboxes), and only a small one; so is only such a file adopted from the own folder
+of a process that died (a publish killed after its links leaves the body linked there).
 
 **Open own spares.** A put into an own spare leaves the file open, and when this pool's ack
 gives the same file back (known by its inode number: an open file's inode cannot be freed
@@ -420,6 +421,12 @@ class Spares:
                 continue  # another process adopted it first
             for path in found:
                 with contextlib.suppress(OSError):
+                    if os.lstat(path).st_nlink > 1:
+                        # A publish killed between linking its body into the subscriptions
+                        # and unlinking it here: their message now, never a spare to write
+                        # over (as `give` keeps no file another name links to).
+                        os.unlink(path)
+                        continue
                     rename_noreplace(path, self._prefix + str(next(self._numbers)))
             with contextlib.suppress(OSError):
                 os.rmdir(folder)

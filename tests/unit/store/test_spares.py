@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.crashes import Killed, kill_at
 from tests.processes import dead_token
 
-from boxmq.store.commit import Committer, FsyncPolicy
+from boxmq.store.commit import Committer, FsyncPolicy, Move
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
 from boxmq.store.process import process_alive, process_token
@@ -547,3 +548,29 @@ def test_a_close_left_for_the_sweep_is_done_by_a_put_or_an_ack_a_second_later(
     assert spares._open == {}
     with pytest.raises(OSError, match="Bad file descriptor"):
         os.fstat(kept["b"])
+
+
+def test_a_fan_out_killed_before_its_unlink_leaves_its_body_to_the_subscriptions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A publish writes its body into an own spare, links it into each subscription and
+    then unlinks it from the pool. Killed before that unlink, it left the file in its own
+    folder: the next pool adopted it as a spare and its next put wrote over the body the
+    subscriptions were to read, which then read another message's."""
+    crashed = Spares(str(tmp_path), dead_token())
+    crashed.give(finished(tmp_path, "m", b"an older body"))
+    staged = crashed.write(b"published")
+    assert staged is not None
+    copies = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        copies.append(str(tmp_path / name / "ID.B"))
+    with monkeypatch.context() as dying:
+        kill_at(dying, 3)  # both copies linked, the pool's name not yet unlinked
+        with pytest.raises(Killed):
+            Move(staged, None, tuple(copies)).apply()
+    after = Spares(str(tmp_path), "alive")
+    write_new(str(tmp_path / "next"), b"the next put", after)
+    assert [Path(copy).read_bytes() for copy in copies] == [b"published", b"published"]
+    assert pool(tmp_path) == []
+    assert os.listdir(tmp_path / SPARE_DIR) == []  # nothing left that nobody cleans
