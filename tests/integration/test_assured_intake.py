@@ -27,6 +27,7 @@ from boxmq.errors import InvalidArgument, ItemNotFound, MetadataTooLong
 from boxmq.model import GROUP_KEY as GROUP
 from boxmq.model import PUBLISHED_RETAINED, SOURCE, SOURCE_MESSAGE_ID
 from boxmq.store.retained import RETAINED_DIR
+from boxmq.store.side_files import SIDE_DIR, referenced
 
 ORDERS = sorted(set(itertools.permutations("AADD")))  # A: assured, D: deliver (each twice)
 
@@ -670,16 +671,19 @@ def test_a_lone_surrogate_in_a_batch_is_refused_alone_and_the_others_kept(
     assert box.queue("counts").counts().uncommitted == 0
 
 
+@pytest.mark.parametrize("spilled", [False, True], ids=["short", "side-file"])
 @pytest.mark.parametrize("reclaim", [False, True], ids=["new-id", "reclaimed-id"])
 @pytest.mark.parametrize("topic", [False, True], ids=["queue", "topic"])
 def test_an_assured_killed_anywhere_is_sent_once_after_the_senders_retry(
-    root: Path, monkeypatch: pytest.MonkeyPatch, topic: bool, reclaim: bool
+    root: Path, monkeypatch: pytest.MonkeyPatch, topic: bool, reclaim: bool, spilled: bool
 ) -> None:
     """Step 1 killed at each change it makes to the files (its `received` never sent): after
     a restart the sender sends it again and then its `deliver`, and the message goes out
     exactly once, whether the kill came before or after it was kept. With an id reclaimed
     after an earlier delivery, the record of that delivery must not make the new message
-    pass for delivered, nor for a repeat."""
+    pass for delivered, nor for a repeat. Properties too long for a name go to a side file
+    first, which every message sent must find."""
+    properties = {"note": "n" * 300} if spilled else None
     step = 0
     while True:
         step += 1
@@ -694,7 +698,15 @@ def test_an_assured_killed_anywhere_is_sent_once_after_the_senders_retry(
             with monkeypatch.context() as dying:
                 kill_at(dying, step)
                 try:
-                    box.assured("door", "7", b"new", queue=queue, topic=to, reclaim=reclaim)
+                    box.assured(
+                        "door",
+                        "7",
+                        b"new",
+                        queue=queue,
+                        topic=to,
+                        reclaim=reclaim,
+                        properties=properties,
+                    )
                     killed = False
                 except Killed:
                     killed = True
@@ -702,7 +714,15 @@ def test_an_assured_killed_anywhere_is_sent_once_after_the_senders_retry(
             box.close()
         with boxmq.open(data, fsync="never") as restarted:
             if killed:  # no `received`: the sender sends step 1 again
-                restarted.assured("door", "7", b"new", queue=queue, topic=to, reclaim=reclaim)
+                restarted.assured(
+                    "door",
+                    "7",
+                    b"new",
+                    queue=queue,
+                    topic=to,
+                    reclaim=reclaim,
+                    properties=properties,
+                )
             assert restarted.pending("door") == ["7"], f"killed at step {step}"
             assert restarted.deliver("door", "7", must_exist=True), f"killed at step {step}"
             assert restarted.deliver("door", "7") is False
@@ -713,6 +733,8 @@ def test_an_assured_killed_anywhere_is_sent_once_after_the_senders_retry(
         # A temporary the kill left behind is the sweep's, after abandon_after.
         left = [name for name in _files_in(folder / "working") if not name.startswith(".tmp-")]
         assert not left, f"killed at step {step}"
+        side_files = set(os.listdir(data / SIDE_DIR)) if spilled else set()
+        assert referenced(str(data)) <= side_files, f"killed at step {step}"
         if not killed:
             assert step > 1
             return

@@ -4,16 +4,20 @@ and no body is ever mixed up with another."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.crashes import Killed, kill_at
 
 import boxmq
+from boxmq.clock import ManualClock
 from boxmq.store import spares as spares_module
 from boxmq.store.spares import SPARE_DIR
 
@@ -311,3 +315,52 @@ def test_a_bare_put_after_spares_were_deleted_does_what_put_many_does(
     assert seen[0] == seen[1]
     puts = [b"%d" % i * (n + 1) for i, (s, n) in enumerate(steps) if s in ("put", "cycle")]
     assert sorted(seen[0][0]) == sorted(puts)
+
+
+def test_a_put_get_and_ack_killed_anywhere_lose_no_stored_message_and_leave_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed at each change of a put, a get and an ack on a root where another process left
+    spares (the put takes one by a rename that replaces none, the get claims by another):
+    after a restart past the lock's deadline and abandon_after, a message whose put returned
+    comes once more with its own body unless its ack was done, and nothing is left in
+    working/ or processing/."""
+    for step in itertools.count(1):
+        root = tmp_path / str(step)
+        # Another process leaves its two acked files, handed to the shared spares at its close.
+        with boxmq.open(root, fsync="never", keep_processed=False) as earlier:
+            jobs = earlier.queue("jobs")
+            for body in (b"an old body", b"another old body"):
+                jobs.put(body)
+                taken = jobs.get("w")
+                assert taken is not None
+                jobs.ack(taken.id, "w")
+        clock = ManualClock(time.time())
+        box = boxmq.open(root, fsync="never", keep_processed=False, clock=clock)
+        done = []
+        with monkeypatch.context() as dying:
+            kill_at(dying, step)
+            with contextlib.suppress(Killed):
+                jobs = box.queue("jobs")
+                jobs.put(b"new")
+                done.append("put")
+                taken = jobs.get("w", lock_timeout=30)
+                assert taken is not None
+                assert taken.body == b"new"
+                jobs.ack(taken.id, "w")
+                done.append("ack")
+        box.close()
+        clock.advance(7200.0)  # past the lock's deadline and abandon_after
+        with boxmq.open(root, fsync="never", keep_processed=False, clock=clock) as restarted:
+            restarted.sweep()
+            jobs = restarted.queue("jobs")
+            bodies = []
+            while (taken := jobs.get("w")) is not None:
+                bodies.append(taken.body)
+                jobs.ack(taken.id, "w")
+            left = {state: os.listdir(root / "jobs" / state) for state in ("working", "processing")}
+        assert bodies == ([b"new"] if done == ["put"] else []), f"killed at change {step}"
+        assert left == {"working": [], "processing": []}, f"killed at change {step}"
+        if done == ["put", "ack"]:
+            assert step > 3
+            return
