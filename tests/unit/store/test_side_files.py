@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import itertools
 import json
 import os
 import time
 from pathlib import Path
 
 import pytest
+from tests.crashes import Killed, kill_at
 
 from boxmq.errors import InvalidArgument
 from boxmq.store.records import read_file
@@ -217,3 +220,25 @@ def test_referenced_reads_a_retained_header_longer_than_a_page(tmp_path: Path) -
     header = json.dumps({"topic": "long/" + "x" * 5000, "name": _name_with(key)})
     (retained / "cd34").write_bytes(header.encode() + b"\n" + b"body")
     assert referenced(str(tmp_path)) == {key}
+
+
+def test_collections_killed_at_any_change_keep_what_is_named_and_end_by_deleting_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A collection killed at each of its changes (the rename aside, the delete), then the
+    next one, an hour on, killed at each of its own (putting back what the first left aside,
+    a rename that replaces none): a third one leaves the named file, readable, and nothing
+    else."""
+    for first, second in itertools.product(range(1, 4), range(1, 5)):
+        side = SideFiles(str(tmp_path / f"{first}-{second}"))
+        named, unnamed = side.put(b"named"), side.put(b"unnamed")
+        for key in (named, unnamed):
+            _age(side, key, OLD)
+        naming = {named}.copy  # what `referenced` finds: one message names `named`
+        for step, now in ((first, NOW), (second, NOW + GRACE + 1)):
+            with monkeypatch.context() as dying, contextlib.suppress(Killed):
+                kill_at(dying, step)
+                side.collect(naming, now=now)
+        side.collect(naming, now=NOW + 2 * GRACE + 2)
+        assert os.listdir(side.path) == [named], f"killed at {first}, then at {second}"
+        assert SideFiles(side.path.removesuffix(SIDE_DIR)).get(named) == b"named"
