@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from tests.conftest import HeldFlush
 from tests.crashes import Killed, kill_at
 from tests.descriptors import no_descriptor_left
+from tests.diskfull import small_disk
 from tests.processes import dead_token
 
 import boxmq
@@ -1326,6 +1327,33 @@ def test_a_subscribe_clears_what_an_end_killed_after_its_record_left_behind(
     with box.subscribe(filter, "kept", process_bound=False) as again:
         box.publish("a/2", "after")
         assert bodies(again) == ["after"]
+
+
+def test_what_an_end_left_behind_deleted_on_a_full_disk_is_told_deleted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`remove_left_behind` deleted the folder, then the generation's write met a full disk
+    (ENOSPC): it raised, so a session's end said the folder was left on disk, and this
+    process went on routing to the folder gone until the next change, where an unsubscribe
+    is told done and reads every record again (found by stop 45's second read)."""
+    with small_disk(tmp_path / "disk") as disk:
+        root = disk.path / "data"
+        with boxmq.open(root, fsync="never", spares=0) as box, boxmq.open(root) as other:
+            path = box.topics.attach_dropbox("a/#", "kept")
+            box.publish("a/1", b"")  # an empty body: its deletion frees no page
+            assert other.topics.has_durable("a/1")
+            os.unlink(os.path.join(path, ".subscription"))  # an end killed after its record
+            assert box.topics.has_durable("a/1")
+            disk.fill()
+            with caplog.at_level(logging.WARNING, logger="boxmq"):
+                assert box.topics.remove_left_behind("a/#", "kept") is True
+            assert not os.path.exists(path)
+            assert "told only at the next change" in caplog.text
+            assert not box.topics.has_durable("a/1")  # this process reads every record again
+            assert other.topics.has_durable("a/1")  # not told yet
+            disk.free()
+            box.subscribe("b", "w").close()  # the next change tells of any
+            assert not other.topics.has_durable("a/1")
 
 
 def test_a_subscribe_killed_while_it_clears_what_an_end_left_behind_clears_it_next_time(

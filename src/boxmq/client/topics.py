@@ -1030,7 +1030,7 @@ class Topics:
             if not os.path.isdir(path) or layout.has_record(path):
                 return False
             self._remove(path)
-        self._changed(path)
+        self._told_gone(path)  # deleted: done, whatever the generation's write meets
         return True
 
     def _register(
