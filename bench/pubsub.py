@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import boxmq
-from boxmq.client.topics import Subscriber
+from boxmq.client.subscriber import Subscriber
 from boxmq.core import QoS, Router, Subscription, parse_filter
 from boxmq.model import ConsumerId
 

@@ -33,7 +33,7 @@ from boxmq.model import Envelope, MessageClass, Property, PropertyType
 from boxmq.store.layout import State
 
 if TYPE_CHECKING:
-    from boxmq.client.topics import Subscriber
+    from boxmq.client.subscriber import Subscriber
 
 __version__ = "0.1.0"
 
@@ -78,7 +78,7 @@ def __getattr__(name: str) -> object:
     """`boxmq.Subscriber`, imported when first asked for: its module (publish/subscribe) is a
     twentieth of what `import boxmq` costs, and putting to a queue never needs it (PEP 562)."""
     if name == "Subscriber":
-        from boxmq.client.topics import Subscriber
+        from boxmq.client.subscriber import Subscriber
 
         return Subscriber
     raise AttributeError(f"module 'boxmq' has no attribute {name!r}")

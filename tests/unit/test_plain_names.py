@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmq.client.topics import _names, _Route
+from boxmq.client.copies import copy_names
+from boxmq.client.topics import _Route
 from boxmq.clock import ManualClock
 from boxmq.core import QoS
 from boxmq.core.router import Destination
@@ -35,7 +36,7 @@ def test_plain_names_are_the_encoded_names(topic: str, levels: set[QoS], count: 
             (Property(TOPIC, PropertyType.STRING, topic),),
         )  # fmt: skip
         try:
-            expected = _names(envelope, route.levels)
+            expected = copy_names(envelope, route.levels)
         except MetadataTooLong:
             with pytest.raises(MetadataTooLong):
                 route.plain_names(envelope)

@@ -73,7 +73,8 @@ from boxmq.store.watch import read_news
 
 if TYPE_CHECKING:  # imported where first used: see Box.topics
     from boxmq.client.assured import AssuredIntake
-    from boxmq.client.topics import Subscriber, Topics
+    from boxmq.client.subscriber import Subscriber
+    from boxmq.client.topics import Topics
 
 __all__ = ["Box", "open"]
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
@@ -21,15 +20,23 @@ from functools import partial
 from boxmq.client import mqtt_fields
 from boxmq.client.body import body_bytes
 from boxmq.client.consumer import Consumer
+from boxmq.client.copies import (
+    LEVELS,
+    at_qos,
+    copy_names,
+    published_retained,
+    qos_level,
+    retained_envelope,
+)
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.memory import MemoryDelivery, MemoryInbox
-from boxmq.client.message import Message, qos_of
+from boxmq.client.message import qos_of
 from boxmq.client.path_locks import PathLocks
 from boxmq.client.queue import QueueCounts, counts_of
-from boxmq.client.receiver import Receiver
 from boxmq.client.shared_lock import SharedLock
 from boxmq.client.spill import spilled
+from boxmq.client.subscriber import Subscriber
 from boxmq.client.sweeps import release_locks_of
 from boxmq.clock import Clock
 from boxmq.core import (
@@ -42,10 +49,9 @@ from boxmq.core import (
     parse_filter,
     validate_topic,
 )
-from boxmq.core.durations import check_seconds, check_wait
+from boxmq.core.durations import check_seconds
 from boxmq.core.queue import check_consumer_limits
 from boxmq.errors import (
-    Closed,
     InvalidArgument,
     InvalidName,
     MetadataTooLong,
@@ -86,7 +92,6 @@ from boxmq.store.v5_properties import V5Reader
 __all__ = [
     "Publication",
     "PublishedEach",
-    "Subscriber",
     "SubscriptionInfo",
     "Topics",
     "check_filter",
@@ -144,13 +149,13 @@ class _Route:
         self._first: tuple[MessageId, dict[QoS, str]] | None = None  # see plain_names
 
     def plain_names(self, envelope: Envelope) -> dict[QoS, str]:
-        """`_names(envelope, self.levels)` for a publication on this route with no properties
+        """`copy_names(envelope, self.levels)` for a publication on this route with no properties
         and no expiry. Such names differ in the id alone, which IdFactory makes with nothing
         to escape and of one length: the route's first one's names, with the id swapped (an
         encoding per batch, not per message)."""
         first = self._first
         if first is None or len(first[0]) != len(envelope.message_id):
-            names = _names(envelope, self.levels)
+            names = copy_names(envelope, self.levels)
             self._first = (envelope.message_id, names)
             return names
         first_id, names = first
@@ -278,7 +283,7 @@ class Topics:
         taken in, since a subscription orders its messages by their ids). reserved: a door's
         message, whose `bx_*` properties are boxmq's own (`bx_v5`): a user's are refused."""
         validate_topic(topic)
-        level = _qos(qos)
+        level = qos_level(qos)
         check_given(properties, correlation_id, reply_to)
         if not reserved:
             refuse_reserved(properties)
@@ -304,7 +309,7 @@ class Topics:
         try:
             self._send(envelope, data, level, source, as_retained=as_retained)
         except MetadataTooLong as error:  # raised by `_names`, before anything is written
-            at_level = partial(_names, levels=(level,))
+            at_level = partial(copy_names, levels=(level,))
             envelope, _ = spilled(envelope, self._side_files, at_level, error)
             self._send(envelope, data, level, source, as_retained=as_retained)
         return envelope.message_id
@@ -336,7 +341,7 @@ class Topics:
         envelope = self._envelope("", properties, expires_in, None, None, text=False)
         if retain:
             envelope = envelope.with_property(PUBLISHED_RETAINED, PropertyType.BOOLEAN, True)
-        return PUT_NAME_LIMIT - len(encode(_at(envelope, QoS.EXACTLY_ONCE)))
+        return PUT_NAME_LIMIT - len(encode(at_qos(envelope, QoS.EXACTLY_ONCE)))
 
     def _publish_retained(
         self, envelope: Envelope, data: bytes, level: QoS, source: str | None
@@ -351,7 +356,9 @@ class Topics:
         """
         assert envelope.topic is not None
         with self._retained_lock.shared():
-            staged = self._retained.stage(envelope.topic, _names(envelope, (level,))[level], data)
+            staged = self._retained.stage(
+                envelope.topic, copy_names(envelope, (level,))[level], data
+            )
             try:
                 self._route(envelope, data, level, source)
             except BaseException:
@@ -409,14 +416,14 @@ class Topics:
                 errors[index] = error
                 continue
             assert envelope.topic is not None
-            if retained and _published_retained(envelope):
+            if retained and published_retained(envelope):
                 try:
                     self._replace_retained(envelope, data, marked)
                 except OSError as error:
                     errors[index] = error
                     continue
             route = self._destinations(envelope.topic, QoS.EXACTLY_ONCE, source)
-            names = _names(envelope, route.levels)
+            names = copy_names(envelope, route.levels)
             move = self._staged(envelope, data, path, route.durable, names)
             planned.append((index, (envelope, data, route, names)))
             moves.append([] if move is None else [move])
@@ -441,7 +448,7 @@ class Topics:
                 envelope.topic,
             )
             return
-        name = _names(envelope, (QoS.EXACTLY_ONCE,))[QoS.EXACTLY_ONCE]
+        name = copy_names(envelope, (QoS.EXACTLY_ONCE,))[QoS.EXACTLY_ONCE]
         self._retained.replace(self._retained.stage(envelope.topic, name, data))
 
     def copies(self, envelope: Envelope) -> list[tuple[str, str]]:
@@ -451,13 +458,13 @@ class Topics:
         """
         assert envelope.topic is not None
         route = self._destinations(envelope.topic, QoS.EXACTLY_ONCE, None)
-        names = _names(envelope, route.levels)
+        names = copy_names(envelope, route.levels)
         return [(path, names[destination.qos]) for destination, path in route.durable]
 
     def _route(self, envelope: Envelope, data: bytes, level: QoS, source: str | None) -> None:
         assert envelope.topic is not None
         route = self._destinations(envelope.topic, level, source)
-        names = _names(envelope, route.levels)
+        names = copy_names(envelope, route.levels)
         move = self._staged(envelope, data, None, route.durable, names)
         if move is not None:
             try:
@@ -567,7 +574,7 @@ class Topics:
         decodes the name nor opens the file (live_queue.LiveQueue.sent)."""
         for envelope, body, route, _ in planned:
             for inbox, destination in route.memory:
-                inbox.push(MemoryDelivery(_at(envelope, destination.qos), body))
+                inbox.push(MemoryDelivery(at_qos(envelope, destination.qos), body))
         offers: dict[str, tuple[LiveQueue, list[tuple[str, Envelope, bytes]]]] = {}
         opened = self._opened
         for envelope, body, route, names in planned:
@@ -581,7 +588,7 @@ class Topics:
                         continue
                     entry = offers[path] = (live, [])
                 qos = destination.qos
-                entry[1].append((names[qos], _at(envelope, qos), body))
+                entry[1].append((names[qos], at_qos(envelope, qos), body))
         for live, sent in offers.values():
             live.sent(sent)
 
@@ -594,7 +601,7 @@ class Topics:
         routes: dict[tuple[str, QoS, str | None], _Route] = {}  # a batch is mostly one topic
         planned = []
         for message in messages:
-            level = _qos(message.qos)
+            level = qos_level(message.qos)
             key = (message.topic, level, message.source)
             route = routes.get(key)
             if route is None:
@@ -607,9 +614,9 @@ class Topics:
             )
             if message.properties or message.expires_in:
                 try:
-                    names = _names(envelope, route.levels)
+                    names = copy_names(envelope, route.levels)
                 except MetadataTooLong as error:
-                    levels = partial(_names, levels=route.levels)
+                    levels = partial(copy_names, levels=route.levels)
                     envelope, names = spilled(envelope, self._side_files, levels, error)
             else:
                 names = route.plain_names(envelope)
@@ -715,7 +722,9 @@ class Topics:
         subscription outlive its process again."""
         parsed = parse_filter(filter)
         name = check_consumer_name(subscriber, _SUBSCRIBER)
-        subscription = Subscription(name, parsed, _qos(qos), parsed.shared or durable, no_local)
+        subscription = Subscription(
+            name, parsed, qos_level(qos), parsed.shared or durable, no_local
+        )
         # One routing entry per subscriber and filter in this Box: a memory subscription
         # beside a durable one of the same name would take its place there, and the durable
         # one would miss this Box's publications (all of them, once the memory one closed).
@@ -789,7 +798,7 @@ class Topics:
         is not interrupted (MQTT 5.0 §3.8.4). Messages already waiting keep their QoS."""
         parsed = parse_filter(filter)
         name = check_consumer_name(subscriber, _SUBSCRIBER)
-        subscription = Subscription(name, parsed, _qos(qos), True, no_local)
+        subscription = Subscription(name, parsed, qos_level(qos), True, no_local)
         with self._joining(self._path_of(parsed, name)):
             path, _, _ = self._register(subscription, token=None if process_bound else "")
         if parsed.shared:
@@ -809,7 +818,7 @@ class Topics:
         """
         parsed = parse_filter(filter)
         subscription = Subscription(
-            check_consumer_name(subscriber, _SUBSCRIBER), parsed, _qos(qos), True
+            check_consumer_name(subscriber, _SUBSCRIBER), parsed, qos_level(qos), True
         )
         with self._joining(self._path_of(parsed, subscription.subscriber)):
             return self._registered(subscription, token="")[0].path
@@ -1171,12 +1180,12 @@ class Topics:
             self._memory[key] = (subscription, inbox)
         now = self._clock.now()
         for retained in self._matching_retained(subscription.filter):
-            envelope = _retained_envelope(retained)
+            envelope = retained_envelope(retained)
             if envelope.expired(now):
                 continue  # not sent (MQTT 5.0 §3.3.2.3.3), as a dropbox's copy expires there
             flagged = envelope.with_property(RETAINED, PropertyType.BOOLEAN, True)
             qos = min(qos_of(envelope.property_value(QOS)), subscription.qos)  # as _send_retained
-            inbox.push(MemoryDelivery(_at(flagged, _LEVELS[qos]), retained.body))
+            inbox.push(MemoryDelivery(at_qos(flagged, LEVELS[qos]), retained.body))
 
         def close() -> None:
             inbox.close()
@@ -1204,7 +1213,7 @@ class Topics:
         path = self._path_of(parsed, check_consumer_name(subscriber, _SUBSCRIBER))
         dropbox = Dropbox(path, self._committer, create=False, spares=self._spares)
         with self._retained_lock.exclusive():  # never an older retained message after a newer one
-            self._send_retained(parsed, dropbox, _qos(qos), apart=True)
+            self._send_retained(parsed, dropbox, qos_level(qos), apart=True)
 
     def _send_retained(
         self, parsed: TopicFilter, dropbox: Dropbox, granted: QoS, *, apart: bool = False
@@ -1220,12 +1229,12 @@ class Topics:
         now = self._clock.now()
         expiring = False
         for retained in self._matching_retained(parsed):
-            envelope = _retained_envelope(retained)
+            envelope = retained_envelope(retained)
             if envelope.expired(now):
                 continue  # never sent (MQTT 5.0 §3.3.2.3.3): a copy would only expire there
             envelope = envelope.with_property(RETAINED, PropertyType.BOOLEAN, True)
             qos = min(qos_of(envelope.property_value(QOS)), granted)
-            envelope = _at(envelope.without_property(QOS), QoS(qos))
+            envelope = at_qos(envelope.without_property(QOS), QoS(qos))
             if apart:
                 envelope = replace(envelope, message_id=self._ids.beside(envelope.message_id))
             moves.append(dropbox.write_apart(encode(envelope, as_read=True), retained.body))
@@ -1250,7 +1259,7 @@ class Topics:
         each file read when it is reached: a caller may take a few here and the rest in
         another thread (one thread at a time)."""
         for found in self._matching_retained(parse_filter(filter)):
-            yield _retained_envelope(found), found.body
+            yield retained_envelope(found), found.body
 
     def has_durable(self, topic: str, source: str | None = None) -> bool:
         """Whether a publish to `topic` by `source` would be written into any dropbox (a
@@ -1283,7 +1292,7 @@ class Topics:
 
     def retained(self, topic: str) -> tuple[Envelope, bytes] | None:
         found = self._retained.get(topic)
-        return None if found is None else (_retained_envelope(found), found.body)
+        return None if found is None else (retained_envelope(found), found.body)
 
     # -- keeping the router in step with the folders ---------------------------------------------
 
@@ -1503,235 +1512,7 @@ class Topics:
         return 1
 
 
-class Subscriber(Receiver):
-    """The messages of one subscription, for one subscriber: iterate it, or `receive`."""
-
-    def __init__(
-        self,
-        filter: TopicFilter,
-        name: ConsumerId,
-        *,
-        consumer: Consumer | None = None,
-        inbox: MemoryInbox | None = None,
-        on_close: Callable[[], object],  # what it returns is not used
-        v5: V5Reader | None = None,
-        granted: Callable[[], QoS | None] | None = None,
-        now: Callable[[], float] | None = None,
-    ) -> None:
-        self.filter = filter
-        self._now = now  # a memory subscription's clock: what expired waiting is dropped
-        self.name = name
-        # A share-group member's own QoS, as it stands now: the group's copies are stored at
-        # the highest any member was granted, and each member gets at most its own (MQTT-234,
-        # note 2).
-        self._granted = granted
-        self._v5 = v5
-        self._consumer = consumer
-        # What the `Message.queue` of the messages it hands out names: its filter
-        # ("$share/GROUP/FILTER" for a share group's member), as `box.subscription` takes it.
-        # An attribute: a broker's pump reads it for each of a session's subscriptions.
-        self.queue = consumer.queue if consumer is not None else str(filter)
-        self._inbox = inbox
-        self._on_close = on_close
-        self._closed = False
-
-    def receive(self, timeout: float | None = None) -> Message | None:
-        if self._consumer is not None:
-            try:
-                message = self._consumer.receive(timeout)
-            except Closed as error:
-                raise self._closed_error(error) from None
-            if message is None or self._granted is None:
-                return message
-            return self._capped(message, self._granted())
-        assert self._inbox is not None
-        timeout = check_wait(timeout)  # a NaN deadline is never reached
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            delivery = self._inbox.pop(timeout)
-            if delivery is None:
-                return None
-            if self._now is None or not delivery.envelope.expired(self._now()):
-                break
-            # MQTT 5.0 §3.3.2.3.3: expired before its delivery began, it goes to nobody, as
-            # a dropbox's copy goes to expired/ (at most once: nothing else to tell).
-            if deadline is not None:
-                timeout = max(0.0, deadline - time.monotonic())
-        return Message(
-            str(self.filter),
-            delivery.envelope,
-            delivery.body,
-            self.name,
-            0.0,
-            _AT_MOST_ONCE,
-            self._v5,
-        )
-
-    def receive_ready(self, *, most: int | None = None) -> list[Message]:
-        if self._consumer is not None:
-            try:
-                ready = self._consumer.receive_ready(most=most)
-            except Closed as error:
-                raise self._closed_error(error) from None
-            if self._granted is None:
-                return ready
-            granted = self._granted()
-            return [self._capped(m, granted) for m in ready]
-        return super().receive_ready(most=most)
-
-    @staticmethod
-    def _capped(message: Message, granted: QoS | None) -> Message:
-        if granted is None or message.qos <= granted:
-            return message
-        envelope = _at(message.envelope.without_property(QOS), granted)
-        return replace(message, envelope=envelope)
-
-    def set_limits(self, *, max_in_flight: int, lock_timeout: float) -> None:
-        if self._consumer is None:
-            super().set_limits(max_in_flight=max_in_flight, lock_timeout=lock_timeout)
-            return
-        try:
-            self._consumer.set_limits(max_in_flight=max_in_flight, lock_timeout=lock_timeout)
-        except Closed as error:
-            raise self._closed_error(error) from None
-
-    def _closed_error(self, error: Closed) -> Closed:
-        """`error`, its consumer's, in the words of a subscriber once it was closed: the
-        consumer's named a consumer and the subscription's folder. The Box's or a fork's
-        stays as it is: its own words say why."""
-        if not self._closed:
-            return error
-        return Closed(f"subscriber {self.name!r} of {str(self.filter)!r} is closed")
-
-    def pause(self, *, keep_claimed: bool = False) -> None:
-        """A durable subscription or share-group member takes nothing more until `resume`
-        (what it holds stays its own): a share group's messages go to its other members.
-        keep_claimed: what was claimed for it and not received yet stays its own too, such
-        as the messages a subscriber with process_bound=False took back at its subscribe."""
-        if self._consumer is not None:
-            self._consumer.pause(keep_claimed=keep_claimed)
-
-    def resume(self) -> None:
-        if self._consumer is not None:
-            self._consumer.resume()
-
-    def rest(self) -> None:
-        """It receives nothing for a while (its MQTT client is away, its session kept): its
-        dropbox's watcher is let go until the next receive, and the box's sweeps visit the
-        dropbox only when something in it is due (docs/operations.md)."""
-        if self._consumer is not None:
-            self._consumer.rest()
-
-    def take_back(self) -> int:
-        """For a subscriber with process_bound=False: the messages another process's
-        subscriber of its name and filter received since this one subscribed, and left
-        locked to it (`detach`), are its own again here, ahead of what it has not received
-        yet in their order; how many. One look at the dropbox's processing/."""
-        return 0 if self._consumer is None else self._consumer.take_back()
-
-    def holding(self) -> int:
-        """How many messages it holds locked (a memory subscription holds none)."""
-        return 0 if self._consumer is None else self._consumer.holding()
-
-    def has_more(self) -> bool:
-        """Whether a receive might get something no news told of (LiveQueue.has_more); a
-        memory subscription's inbox is looked at by every receive."""
-        return self._consumer is None or self._consumer.has_more()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._consumer is not None:
-            self._consumer.close()  # its locks go to the other members at once
-        self._on_close()
-
-    def detach(self) -> None:
-        """Stop receiving here but stay subscribed (an MQTT session that lives on elsewhere):
-        a share group keeps this member, and the locks held are released, unless it was
-        subscribed with process_bound=False: then what it received stays locked to it, what
-        its subscribe took back included, received here again or not. Only detach keeps
-        them: a close (this Subscriber's, or its Box's before a detach) releases them, each
-        delivery counted."""
-        if not self._closed:
-            self._closed = True
-            if self._consumer is not None:
-                self._consumer.close(keep_locks=True)
-            elif self._inbox is not None:
-                self._on_close()  # a memory subscription cannot outlive its inbox
-
-
-class _AtMostOnce:
-    """Settling a QoS 0 message in memory: there is nothing to settle."""
-
-    def ack(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None) -> None:
-        pass
-
-    def unlock(
-        self, message_id: MessageId, consumer: ConsumerId, delay: float, delivery: int | None
-    ) -> str | None:
-        return None
-
-    def reject(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None) -> None:
-        pass
-
-    def extend(
-        self,
-        message_id: MessageId,
-        consumer: ConsumerId,
-        seconds: float | None,
-        delivery: int | None,
-    ) -> None:
-        pass
-
-
-_AT_MOST_ONCE = _AtMostOnce()
-
-
-def _retained_envelope(retained: Retained) -> Envelope:
-    """A retained message's metadata, from its name, with the topic its file is named for:
-    one written by hand with no `bx_topicS` in its name (or another) went to subscribers
-    with none, and over MQTT as a PUBLISH to an empty topic."""
-    envelope, _ = decode_lenient(retained.name)
-    if envelope.topic == retained.topic:
-        return envelope
-    return envelope.with_property(TOPIC, PropertyType.STRING, retained.topic)
-
-
-def _qos(value: object) -> QoS:
-    if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1, 2):
-        raise InvalidArgument(f"qos {value!r}: use 0 (at most once), 1 (at least once) or 2")
-    return _LEVELS[value]  # not QoS(value): Enum's lookup by value is Python code
-
-
-_LEVELS = tuple(QoS)  # by value: 0, 1, 2
 _WILDCARDS = frozenset("+#")  # a filter without them is a topic name: one retained file
 _SUBSCRIBER = "subscriber name"  # what a refused one is called: a subscriber's, not a consumer's
 _SEP = os.sep
 _INTO_TARGET = os.sep + State.TARGET.value + os.sep  # <dropbox> + this + <name>
-
-
-def _at(envelope: Envelope, qos: QoS) -> Envelope:
-    return envelope.with_made_property(_QOS_PROPERTIES[qos])
-
-
-# A copy's QoS property, by level: made once, not per copy (a Property costs ~1.7 µs here).
-_QOS_PROPERTIES = tuple(Property(QOS, PropertyType.BYTE, int(level)) for level in _LEVELS)
-
-
-def _names(envelope: Envelope, levels: Iterable[QoS]) -> dict[QoS, str]:
-    """The file name of `envelope` at each of `levels`; MetadataTooLong if it leaves no room
-    for what a dropbox appends (every level has the same length: a QoS is one digit)."""
-    try:
-        return {level: encode(_at(envelope, level), limit=PUT_NAME_LIMIT) for level in levels}
-    except MetadataTooLong as error:
-        raise MetadataTooLong(f"{_TOO_LONG}: {error}") from None
-
-
-_TOO_LONG = "use a shorter topic or fewer properties"
-
-
-def _published_retained(envelope: Envelope) -> bool:
-    """Whether a message was published retained (an exactly-once file keeps the flag in
-    its name from its PUBLISH to its PUBREL)."""
-    return envelope.property_value(PUBLISHED_RETAINED) is True

@@ -52,7 +52,7 @@ from typing import Final
 
 import boxmq
 from boxmq.client.box import Box
-from boxmq.client.topics import Subscriber
+from boxmq.client.subscriber import Subscriber
 from boxmq.clock import Clock
 from boxmq.core import parse_filter
 from boxmq.core.deadlines import Deadlines

@@ -33,7 +33,7 @@ from typing import Final
 from boxmq.client.box import Box
 from boxmq.client.lifecycle import shown
 from boxmq.client.message import Message
-from boxmq.client.topics import Subscriber
+from boxmq.client.subscriber import Subscriber
 from boxmq.clock import Clock
 from boxmq.core.durations import spelled
 from boxmq.core.topics import parse_filter

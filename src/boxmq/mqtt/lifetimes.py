@@ -61,7 +61,7 @@ from functools import partial
 from typing import Final
 
 from boxmq.client.box import Box
-from boxmq.client.topics import Subscriber
+from boxmq.client.subscriber import Subscriber
 from boxmq.clock import Clock
 from boxmq.core import parse_filter
 from boxmq.errors import RecurringFailure, store_failure

@@ -26,7 +26,7 @@ from itertools import chain
 from typing import Final, NamedTuple
 
 from boxmq.client.message import Message
-from boxmq.client.topics import Subscriber
+from boxmq.client.subscriber import Subscriber
 from boxmq.mqtt.outbox import Outbox
 from boxmq.mqtt.packets import Publish, RetainHandling, Will, held_size
 

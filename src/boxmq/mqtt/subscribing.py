@@ -45,7 +45,7 @@ from functools import partial
 from typing import Final
 
 from boxmq.client.box import Box
-from boxmq.client.topics import Subscriber
+from boxmq.client.subscriber import Subscriber
 from boxmq.clock import Clock
 from boxmq.core import QoS, Subscription, parse_filter
 from boxmq.core.durations import LONGEST

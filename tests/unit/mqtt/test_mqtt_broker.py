@@ -28,7 +28,7 @@ import boxmq
 from boxmq.client import assured as assured_module
 from boxmq.client.assured import AssuredMessage
 from boxmq.client.message import Message
-from boxmq.client.topics import Subscriber
+from boxmq.client.subscriber import Subscriber
 from boxmq.clock import Clock, ManualClock, SystemClock
 from boxmq.model import PROPERTIES_FILE, MessageId
 from boxmq.mqtt import batches, recording

@@ -1,0 +1,206 @@
+"""The messages of one subscription, for one subscriber: a durable subscription's or share
+group member's through its dropbox's consumer, a memory subscription's from its inbox."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from boxmq.client.consumer import Consumer
+from boxmq.client.copies import at_qos
+from boxmq.client.memory import MemoryInbox
+from boxmq.client.message import Message
+from boxmq.client.receiver import Receiver
+from boxmq.core import QoS, TopicFilter
+from boxmq.core.durations import check_wait
+from boxmq.errors import Closed
+from boxmq.model import QOS, ConsumerId, MessageId
+from boxmq.store.v5_properties import V5Reader
+
+__all__ = ["Subscriber"]
+
+
+class Subscriber(Receiver):
+    """The messages of one subscription, for one subscriber: iterate it, or `receive`."""
+
+    def __init__(
+        self,
+        filter: TopicFilter,
+        name: ConsumerId,
+        *,
+        consumer: Consumer | None = None,
+        inbox: MemoryInbox | None = None,
+        on_close: Callable[[], object],  # what it returns is not used
+        v5: V5Reader | None = None,
+        granted: Callable[[], QoS | None] | None = None,
+        now: Callable[[], float] | None = None,
+    ) -> None:
+        self.filter = filter
+        self._now = now  # a memory subscription's clock: what expired waiting is dropped
+        self.name = name
+        # A share-group member's own QoS, as it stands now: the group's copies are stored at
+        # the highest any member was granted, and each member gets at most its own (MQTT-234,
+        # note 2).
+        self._granted = granted
+        self._v5 = v5
+        self._consumer = consumer
+        # What the `Message.queue` of the messages it hands out names: its filter
+        # ("$share/GROUP/FILTER" for a share group's member), as `box.subscription` takes it.
+        # An attribute: a broker's pump reads it for each of a session's subscriptions.
+        self.queue = consumer.queue if consumer is not None else str(filter)
+        self._inbox = inbox
+        self._on_close = on_close
+        self._closed = False
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        if self._consumer is not None:
+            try:
+                message = self._consumer.receive(timeout)
+            except Closed as error:
+                raise self._closed_error(error) from None
+            if message is None or self._granted is None:
+                return message
+            return self._capped(message, self._granted())
+        assert self._inbox is not None
+        timeout = check_wait(timeout)  # a NaN deadline is never reached
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            delivery = self._inbox.pop(timeout)
+            if delivery is None:
+                return None
+            if self._now is None or not delivery.envelope.expired(self._now()):
+                break
+            # MQTT 5.0 §3.3.2.3.3: expired before its delivery began, it goes to nobody, as
+            # a dropbox's copy goes to expired/ (at most once: nothing else to tell).
+            if deadline is not None:
+                timeout = max(0.0, deadline - time.monotonic())
+        return Message(
+            str(self.filter),
+            delivery.envelope,
+            delivery.body,
+            self.name,
+            0.0,
+            _AT_MOST_ONCE,
+            self._v5,
+        )
+
+    def receive_ready(self, *, most: int | None = None) -> list[Message]:
+        if self._consumer is not None:
+            try:
+                ready = self._consumer.receive_ready(most=most)
+            except Closed as error:
+                raise self._closed_error(error) from None
+            if self._granted is None:
+                return ready
+            granted = self._granted()
+            return [self._capped(m, granted) for m in ready]
+        return super().receive_ready(most=most)
+
+    @staticmethod
+    def _capped(message: Message, granted: QoS | None) -> Message:
+        if granted is None or message.qos <= granted:
+            return message
+        envelope = at_qos(message.envelope.without_property(QOS), granted)
+        return replace(message, envelope=envelope)
+
+    def set_limits(self, *, max_in_flight: int, lock_timeout: float) -> None:
+        if self._consumer is None:
+            super().set_limits(max_in_flight=max_in_flight, lock_timeout=lock_timeout)
+            return
+        try:
+            self._consumer.set_limits(max_in_flight=max_in_flight, lock_timeout=lock_timeout)
+        except Closed as error:
+            raise self._closed_error(error) from None
+
+    def _closed_error(self, error: Closed) -> Closed:
+        """`error`, its consumer's, in the words of a subscriber once it was closed: the
+        consumer's named a consumer and the subscription's folder. The Box's or a fork's
+        stays as it is: its own words say why."""
+        if not self._closed:
+            return error
+        return Closed(f"subscriber {self.name!r} of {str(self.filter)!r} is closed")
+
+    def pause(self, *, keep_claimed: bool = False) -> None:
+        """A durable subscription or share-group member takes nothing more until `resume`
+        (what it holds stays its own): a share group's messages go to its other members.
+        keep_claimed: what was claimed for it and not received yet stays its own too, such
+        as the messages a subscriber with process_bound=False took back at its subscribe."""
+        if self._consumer is not None:
+            self._consumer.pause(keep_claimed=keep_claimed)
+
+    def resume(self) -> None:
+        if self._consumer is not None:
+            self._consumer.resume()
+
+    def rest(self) -> None:
+        """It receives nothing for a while (its MQTT client is away, its session kept): its
+        dropbox's watcher is let go until the next receive, and the box's sweeps visit the
+        dropbox only when something in it is due (docs/operations.md)."""
+        if self._consumer is not None:
+            self._consumer.rest()
+
+    def take_back(self) -> int:
+        """For a subscriber with process_bound=False: the messages another process's
+        subscriber of its name and filter received since this one subscribed, and left
+        locked to it (`detach`), are its own again here, ahead of what it has not received
+        yet in their order; how many. One look at the dropbox's processing/."""
+        return 0 if self._consumer is None else self._consumer.take_back()
+
+    def holding(self) -> int:
+        """How many messages it holds locked (a memory subscription holds none)."""
+        return 0 if self._consumer is None else self._consumer.holding()
+
+    def has_more(self) -> bool:
+        """Whether a receive might get something no news told of (LiveQueue.has_more); a
+        memory subscription's inbox is looked at by every receive."""
+        return self._consumer is None or self._consumer.has_more()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._consumer is not None:
+            self._consumer.close()  # its locks go to the other members at once
+        self._on_close()
+
+    def detach(self) -> None:
+        """Stop receiving here but stay subscribed (an MQTT session that lives on elsewhere):
+        a share group keeps this member, and the locks held are released, unless it was
+        subscribed with process_bound=False: then what it received stays locked to it, what
+        its subscribe took back included, received here again or not. Only detach keeps
+        them: a close (this Subscriber's, or its Box's before a detach) releases them, each
+        delivery counted."""
+        if not self._closed:
+            self._closed = True
+            if self._consumer is not None:
+                self._consumer.close(keep_locks=True)
+            elif self._inbox is not None:
+                self._on_close()  # a memory subscription cannot outlive its inbox
+
+
+class _AtMostOnce:
+    """Settling a QoS 0 message in memory: there is nothing to settle."""
+
+    def ack(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None) -> None:
+        pass
+
+    def unlock(
+        self, message_id: MessageId, consumer: ConsumerId, delay: float, delivery: int | None
+    ) -> str | None:
+        return None
+
+    def reject(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None) -> None:
+        pass
+
+    def extend(
+        self,
+        message_id: MessageId,
+        consumer: ConsumerId,
+        seconds: float | None,
+        delivery: int | None,
+    ) -> None:
+        pass
+
+
+_AT_MOST_ONCE = _AtMostOnce()
