@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
@@ -34,6 +33,7 @@ from boxmq.client.memory import MemoryDelivery, MemoryInbox
 from boxmq.client.message import qos_of
 from boxmq.client.path_locks import PathLocks
 from boxmq.client.queue import QueueCounts, counts_of
+from boxmq.client.routes import Routes
 from boxmq.client.shared_lock import SharedLock
 from boxmq.client.spill import spilled
 from boxmq.client.subscriber import Subscriber
@@ -42,7 +42,6 @@ from boxmq.clock import Clock
 from boxmq.core import (
     Destination,
     QoS,
-    Router,
     Subscription,
     TopicFilter,
     matcher,
@@ -102,12 +101,6 @@ log = logging.getLogger("boxmq")
 _LiveFor = Callable[[Dropbox, str | None, str], LiveQueue]  # a dropbox, its group, its name
 _Opened = Callable[[str], LiveQueue | None]  # a dropbox's path: its live queue, if open here
 _Forget = Callable[[str], None]  # a dropbox's path: its live queue here closed and forgotten
-_Key = tuple[str | None, str | None, str]  # (share group, plain subscriber, filter)
-
-
-def _key_of(destination: Destination) -> _Key:
-    group = destination.filter.share_group
-    return group, None if group else destination.subscriber, destination.filter.filter
 
 
 def check_filter(filter: str) -> None:
@@ -225,7 +218,6 @@ class Topics:
         self._forget = forget
         self._spares = spares
         self._retained = RetainedStore(root, committer)
-        self._lock = threading.Lock()
         # A dropbox is made (a subscribe, a share group joined) and deleted (an unsubscribe,
         # the last member of a group leaving, a sweep) under its path's lock: a share group's
         # member may join on one thread (a broker's disk threads) while its last member leaves
@@ -244,17 +236,8 @@ class Topics:
         # A share-group member's own granted QoS, by (dropbox, member): the group's copies
         # are stored at the highest any member was granted (Subscriber caps at this one).
         self._grants: dict[tuple[str, ConsumerId], QoS] = {}
-        self._router = Router()
-        self._paths: dict[_Key, str] = {}  # durable subscription -> its dropbox
-        # Dropbox -> its subscription and the router's entries for it, replaced when a change
-        # names that dropbox (_refresh).
-        self._routed: dict[str, tuple[_Key, list[Subscription]]] = {}
-        self._memory: dict[tuple[str, str], tuple[Subscription, MemoryInbox]] = {}
+        self._routes = Routes(root)  # where a publication goes, in step with the folders
         self._incoming = layout.incoming_working(root)
-        self._generation = layout.GenerationWatch(root)  # looked at by every _refresh
-        # A change of the subscriptions the generation's write failed to tell (ENOSPC): the
-        # next write (`_bump`) tells of any change, so the other processes read every record.
-        self._untold = False
 
     # -- publishing ------------------------------------------------------------------------------
 
@@ -631,16 +614,7 @@ class Topics:
         return planned, moves
 
     def _destinations(self, topic: str, level: QoS, source: str | None) -> _Route:
-        with self._lock:
-            self._refresh()
-            destinations = self._router.route(topic, qos=level, source=source)
-            durable = [(d, self._paths[_key_of(d)]) for d in destinations if d.durable]
-            memory = [
-                (entry[1], d)
-                for d in destinations
-                if not d.durable
-                and (entry := self._memory.get((d.subscriber or "", str(d.filter)))) is not None
-            ]
+        durable, memory = self._routes.destinations(topic, level, source)
         return _Route(durable, memory, level)
 
     def _staged(
@@ -737,8 +711,7 @@ class Topics:
                 )
             return self._subscribe_in_memory(subscription)
         if not parsed.shared:
-            with self._lock:
-                open_in_memory = (name, str(parsed)) in self._memory
+            open_in_memory = self._routes.has_memory(name, str(parsed))
             if open_in_memory:
                 raise InvalidArgument(
                     f"{subscriber!r} has a memory subscription to {filter!r} open in this "
@@ -890,9 +863,7 @@ class Topics:
         root's subscriptions were at their last change read (one stat while none came since):
         False spares a caller `subscribed`'s read of every subscription's record, which every
         clean MQTT CONNECT made (a few names have some; most, a device's client id, none)."""
-        with self._lock:
-            self._refresh()
-            return any(s.durable for s in self._router.subscriptions_of(subscriber))
+        return self._routes.holds_any(subscriber)
 
     def record_of(self, filter: str, subscriber: str) -> layout.SubscriptionRecord | None:
         """The record of `subscriber`'s durable subscription to `filter` (for
@@ -987,17 +958,16 @@ class Topics:
         return True
 
     def _told_gone(self, path: str) -> None:
-        """`_changed` after a subscription (or a member of it) at `path` was deleted: done,
+        """`Routes.changed` after a subscription (or a member of it) at `path` was deleted: done,
         whatever the generation's write meets (ENOSPC, EMFILE). Raised, an unsubscribe the
         disk had done was told failed (MQTT: UNSUBACK 0x97, 'the subscription stays'), and
         this process routed to the folder gone until the next change (found by a disk-full
         hunt). Other processes are told at the next change; meanwhile their copies into it
         are passed by (store/fanout.py), as for any subscription deleted as they publish."""
         try:
-            self._changed(path)
+            self._routes.changed(path)
         except OSError as error:
-            with self._lock:
-                self._generation.forget()  # this process reads every record at its next look
+            self._routes.forget()  # this process reads every record at its next look
             log.warning(
                 "%s ended, but the other processes on the root are told only at the next "
                 "change of the subscriptions: %s",
@@ -1094,7 +1064,7 @@ class Topics:
                     layout.add_member(path, member, bound, flush=flush)
                     changed = True
             if changed:
-                self._changed(path, flush=flush, record=record)  # on disk now: not read back
+                self._routes.changed(path, flush=flush, record=record)  # on disk now: not read back
         except OSError:
             self._unregister(path, joined, made=made)
             raise
@@ -1117,12 +1087,11 @@ class Topics:
                 layout.remove_member(path, member)
             if made and not layout.member_names(path):
                 self._remove(path)
-                self._changed(path)
+                self._routes.changed(path)
                 return
         except OSError:
             pass
-        with self._lock:
-            self._generation.forget()  # this process reads every record at its next look
+        self._routes.forget()  # this process reads every record at its next look
 
     def _joining(self, path: str) -> AbstractContextManager[None]:
         """Hold the dropbox at `path` for a join (its folder made first), against the threads
@@ -1175,9 +1144,7 @@ class Topics:
     def _subscribe_in_memory(self, subscription: Subscription) -> Subscriber:
         inbox = MemoryInbox()
         key = (subscription.subscriber, str(subscription.filter))
-        with self._lock:
-            self._router.subscribe(subscription)
-            self._memory[key] = (subscription, inbox)
+        self._routes.add_memory(key, subscription, inbox)
         now = self._clock.now()
         for retained in self._matching_retained(subscription.filter):
             envelope = retained_envelope(retained)
@@ -1189,9 +1156,7 @@ class Topics:
 
         def close() -> None:
             inbox.close()
-            with self._lock:
-                self._memory.pop(key, None)
-                self._router.unsubscribe(subscription.subscriber, subscription.filter)
+            self._routes.remove_memory(key, subscription)
 
         return Subscriber(
             subscription.filter,
@@ -1264,10 +1229,7 @@ class Topics:
     def has_durable(self, topic: str, source: str | None = None) -> bool:
         """Whether a publish to `topic` by `source` would be written into any dropbox (a
         durable subscription or a share group), so a caller can keep the others in memory."""
-        with self._lock:
-            self._refresh()
-            routed = self._router.route(topic, qos=QoS.EXACTLY_ONCE, source=source)
-        return any(destination.durable for destination in routed)
+        return self._routes.has_durable(topic, source)
 
     def remove_expired_retained(
         self,
@@ -1294,138 +1256,15 @@ class Topics:
         found = self._retained.get(topic)
         return None if found is None else (retained_envelope(found), found.body)
 
-    # -- keeping the router in step with the folders ---------------------------------------------
-
-    def _refresh(self) -> None:
-        change = self._generation.change()
-        if change is None:
-            return
-        try:
-            if change.paths is None:
-                self._read_all()
-            else:
-                for path in change.paths:
-                    self._read_again(path)
-        except OSError:
-            # Read again at the next look: the change counted as seen, the router kept from
-            # before it routed nothing to a subscription made since, whose messages the
-            # publishers were told were stored (a QoS 1 PUBACK 0), until the next change.
-            self._generation.forget()
-            raise
-
-    def _changed(
-        self, path: str, *, flush: bool = False, record: layout.SubscriptionRecord | None = None
-    ) -> None:
-        """Tell every process that the subscription at `path` changed (the generation), and
-        keep this one's router in step with it while it saw every change before: its folder
-        read again here, not at the next look, where a burst of this process's own changes
-        (over `layout._KEPT`) between two looks read every record on the root again.
-        `record`: the one on disk now, which the caller has just written or read."""
-        told = self._bump(path, flush=flush)
-        if told is None:
-            return
-        counted, path_told = told
-        if path_told is None:
-            return  # it told of any change: this process too reads every record at its look
-        with self._lock:
-            if self._generation.caught_up(counted):
-                try:
-                    self._read_again(path, record)
-                except OSError:
-                    self._generation.forget()  # the next look reads every record again
-
     def tell_others(self, path: str | None) -> OSError | None:
-        """Tell every process that the subscription at `path` (several: None) changed, for
-        what a sweep ended or found ended, which no `_changed` told: the error the
-        generation's write met (ENOSPC, EMFILE), if it did, after which this process too
-        reads every record at its next look."""
-        try:
-            self._bump(path)
-        except OSError as error:
-            with self._lock:
-                self._generation.forget()
-            return error
-        return None
-
-    def _bump(
-        self, path: str | None, *, flush: bool = False
-    ) -> tuple[layout.Counted, str | None] | None:
-        """`layout.bump_generation` for `path`, or for any change (None) while a change before
-        was left untold by a failed write, which only a later write can tell: the other
-        processes read only the folders the generation names. The change as counted and the
-        path it named, None where no count can be trusted."""
-        with self._lock:
-            untold, self._untold = self._untold, False
-        told = None if untold else path
-        try:
-            counted = layout.bump_generation(self._root, flush=flush, path=told)
-        except OSError:
-            with self._lock:  # as the read-and-clear above, which another thread may be in
-                self._untold = True
-            raise
-        return None if counted is None else (counted, told)
-
-    def _read_all(self) -> None:
-        """The router made anew from every subscription on disk (and this process's memory
-        subscriptions)."""
-        router: Router = Router()
-        paths: dict[_Key, str] = {}
-        routed: dict[str, tuple[_Key, list[Subscription]]] = {}
-        for record, path in layout.read_records(self._root):
-            self._add(router, paths, routed, record, path)
-        for subscription, _ in self._memory.values():
-            router.subscribe(subscription)
-        self._router, self._paths, self._routed = router, paths, routed
-
-    def _read_again(self, path: str, record: layout.SubscriptionRecord | None = None) -> None:
-        """The one subscription at `path` changed (made, ended, a member joined or left):
-        its routing entries are replaced by what its folder holds now (`record`, when the
-        caller has it, is its record)."""
-        touched: list[Subscription] = []
-        if (before := self._routed.pop(path, None)) is not None:
-            key, touched = before
-            del self._paths[key]
-            for subscription in touched:
-                self._router.unsubscribe(subscription.subscriber, subscription.filter)
-        if record is None:
-            record = layout.read_record(path)
-        if record is not None:
-            touched = touched + self._add(self._router, self._paths, self._routed, record, path)
-        for subscription in touched:
-            # A memory subscription of this process under the same name and filter as a
-            # durable one (made by another process) keeps its place, as `_read_all` leaves it.
-            if memory := self._memory.get((subscription.subscriber, str(subscription.filter))):
-                self._router.subscribe(memory[0])
-
-    def _add(
-        self,
-        router: Router,
-        paths: dict[_Key, str],
-        routed: dict[str, tuple[_Key, list[Subscription]]],
-        record: layout.SubscriptionRecord,
-        path: str,
-    ) -> list[Subscription]:
-        """The subscription at `path` routed: its entries, one per member of a group."""
-        parsed = TopicFilter(record.filter, record.group)
-        members = layout.member_names(path) if record.group else [record.subscriber or ""]
-        # A group whose members all left without a sweep yet still collects its messages.
-        subscriptions = [
-            Subscription(ConsumerId(member), parsed, QoS(record.qos), True, record.no_local)
-            for member in members or ["(no member)"]
-        ]
-        for subscription in subscriptions:
-            router.subscribe(subscription)
-        key = (record.group, record.subscriber, record.filter)
-        paths[key] = path
-        routed[path] = key, subscriptions
-        return subscriptions
+        """Tell every process that the subscription at `path` (several: None) changed
+        (Routes.tell_others): the error the generation's write met, if it did."""
+        return self._routes.tell_others(path)
 
     def close_memory(self) -> None:
         """End every memory subscription's receive (the box closes): a thread waiting in
         one, which nothing else would wake, ends its iteration as at the Subscriber's close."""
-        with self._lock:
-            inboxes = [inbox for _, inbox in self._memory.values()]
-        for inbox in inboxes:
+        for inbox in self._routes.memory_inboxes():
             inbox.close()
 
     def sweep_subscriptions(
@@ -1473,7 +1312,7 @@ class Topics:
                 if dead
                 else "no member left in it",
             )
-        untold = self._untold  # an earlier write failed: this sweep tells of it again
+        untold = self._routes.untold  # an earlier write failed: this sweep tells of it again
         if (ended or untold) and (error := self.tell_others(None)) is not None and ended:
             # Raised, it failed the sweep with the subscriptions ended; said once, here, with
             # what it means (the next sweep, or change, tries again, and says nothing more).
