@@ -29,7 +29,7 @@ import tempfile
 import time
 
 import boxmq
-from boxmq.client.topics import Publication
+from boxmq.client.publishing import Publication
 from machine import interpreter
 
 BODY = b"x" * 200

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import boxmq
 from boxmq.client.assured import AssuredMessage
-from boxmq.client.topics import Publication
+from boxmq.client.publishing import Publication
 
 
 def test_a_receive_timeout_that_is_no_number_of_seconds_is_refused_not_waited_on_for_ever(

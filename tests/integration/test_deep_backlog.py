@@ -19,7 +19,7 @@ from boxmq.client import box as box_module
 from boxmq.client import live_queue, sweeps
 from boxmq.client import queue as queue_module
 from boxmq.client.lifecycle import envelope_of as decode
-from boxmq.client.topics import Publication
+from boxmq.client.publishing import Publication
 from boxmq.model import ConsumerId, Envelope
 from boxmq.store import names
 from boxmq.store.dropbox import Dropbox, Entry

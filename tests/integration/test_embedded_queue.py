@@ -17,7 +17,7 @@ import boxmq
 from boxmq import State
 from boxmq.client import queue as queue_module
 from boxmq.client.live_queue import LiveQueue
-from boxmq.client.topics import Publication
+from boxmq.client.publishing import Publication
 from boxmq.clock import ManualClock
 from boxmq.model import GROUP_KEY, PROPERTIES_FILE
 from boxmq.store.names import decode, split_lock

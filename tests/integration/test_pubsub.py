@@ -24,8 +24,8 @@ from tests.diskfull import small_disk
 from tests.processes import dead_token
 
 import boxmq
+from boxmq.client.publishing import Publication
 from boxmq.client.subscriber import Subscriber
-from boxmq.client.topics import Publication
 from boxmq.model import ConsumerId
 from boxmq.store import topics as layout
 from boxmq.store.dropbox import Dropbox

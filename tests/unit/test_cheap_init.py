@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from boxmq.client.topics import Publication
+from boxmq.client.publishing import Publication
 from boxmq.model import Envelope, MessageClass, MessageId, cheap_init
 
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boxmq.client.copies import copy_names
-from boxmq.client.topics import _Route
+from boxmq.client.publishing import _Route
 from boxmq.clock import ManualClock
 from boxmq.core import QoS
 from boxmq.core.router import Destination

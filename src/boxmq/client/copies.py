@@ -1,7 +1,7 @@
 """A published message's copy for one subscription: its envelope at the subscription's QoS,
 its file names at each QoS, the QoS a caller asks for, and a retained file's envelope. Shared
-by the publish path (client/topics.py) and the subscriber that caps what it hands out
-(client/subscriber.py)."""
+by the publish path (client/publishing.py), the subscriptions (client/topics.py) and the
+subscriber that caps what it hands out (client/subscriber.py)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Retained publishes of one process run together, each through its own commit (and flush), as
 before; a subscription that reads the retained store and writes its copies holds the lock
 alone, so that no retained message is routed and replaced half before it and half after
-(client/topics.py).
+(client/publishing.py and client/topics.py).
 
 Invariants: an exclusive holder waits until no shared one is left, and while it holds the
 lock nobody else enters. While an exclusive one waits, a thread that holds no share waits

@@ -5,96 +5,49 @@ subscription: a share group's dropbox (its members compete, the queue engine's l
 durable subscriber's dropbox, or the memory inbox of a non-durable subscriber in this process.
 The body is written once and hard-linked into every dropbox (DESIGN.md §2). The Router is
 rebuilt from the folders whenever another process changed the set of subscriptions.
+
+This module keeps the subscriptions: made, listed, looked up and ended, their retained copies,
+and the sweep of those a dead process left. Publishing is client/publishing.py (Topics is a
+Publisher), where a publication goes client/routes.py, a subscription's receiving end
+client/subscriber.py.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from functools import partial
 
-from boxmq.client import mqtt_fields
-from boxmq.client.body import body_bytes
 from boxmq.client.consumer import Consumer
-from boxmq.client.copies import (
-    LEVELS,
-    at_qos,
-    copy_names,
-    published_retained,
-    qos_level,
-    retained_envelope,
-)
-from boxmq.client.lifecycle import PUT_NAME_LIMIT
+from boxmq.client.copies import LEVELS, at_qos, qos_level, retained_envelope
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.memory import MemoryDelivery, MemoryInbox
 from boxmq.client.message import qos_of
 from boxmq.client.path_locks import PathLocks
+from boxmq.client.publishing import Publisher
 from boxmq.client.queue import QueueCounts, counts_of
 from boxmq.client.routes import Routes
-from boxmq.client.shared_lock import SharedLock
-from boxmq.client.spill import spilled
 from boxmq.client.subscriber import Subscriber
 from boxmq.client.sweeps import release_locks_of
 from boxmq.clock import Clock
-from boxmq.core import (
-    Destination,
-    QoS,
-    Subscription,
-    TopicFilter,
-    matcher,
-    parse_filter,
-    validate_topic,
-)
-from boxmq.core.durations import check_seconds
+from boxmq.core import QoS, Subscription, TopicFilter, matcher, parse_filter
 from boxmq.core.queue import check_consumer_limits
-from boxmq.errors import (
-    InvalidArgument,
-    InvalidName,
-    MetadataTooLong,
-    QueueNotFound,
-    naming,
-    store_failure,
-)
+from boxmq.errors import InvalidArgument, InvalidName, QueueNotFound, store_failure
 from boxmq.ids import IdFactory
-from boxmq.model import (
-    PUBLISHED_RETAINED,
-    QOS,
-    RETAINED,
-    TOPIC,
-    ConsumerId,
-    Envelope,
-    MessageClass,
-    MessageId,
-    Property,
-    PropertyType,
-    PropertyValue,
-    cheap_init,
-    check_given,
-    properties_from,
-    refuse_reserved,
-)
+from boxmq.model import QOS, RETAINED, ConsumerId, Envelope, PropertyType
 from boxmq.store import topics as layout
-from boxmq.store.commit import Committer, FsyncPolicy, Move, discard_unsent
+from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.dropbox import Dropbox
-from boxmq.store.layout import State
 from boxmq.store.names import check_consumer_name, decode_lenient, encode
 from boxmq.store.process import process_alive
-from boxmq.store.records import read_file
-from boxmq.store.retained import Marked, Retained, RetainedStore, Version
+from boxmq.store.retained import Retained, Version
 from boxmq.store.side_files import SideFiles
-from boxmq.store.spares import Spares, write_new
+from boxmq.store.spares import Spares
 from boxmq.store.v5_properties import V5Reader
 
-__all__ = [
-    "Publication",
-    "PublishedEach",
-    "SubscriptionInfo",
-    "Topics",
-    "check_filter",
-]
+__all__ = ["SubscriptionInfo", "Topics", "check_filter"]
 
 log = logging.getLogger("boxmq")
 
@@ -109,71 +62,6 @@ def check_filter(filter: str) -> None:
     parse_filter(filter)
 
 
-@cheap_init
-@dataclass(frozen=True, slots=True)
-class Publication:
-    """One message for `Topics.publish_many` (no retain: the retained store is apart). A
-    broker makes one per PUBLISH that goes to disk: cheap_init's `__init__`."""
-
-    topic: str
-    body: bytes
-    qos: int = 1
-    properties: Mapping[str, PropertyValue | Property] | None = None
-    expires_in: float | None = None
-    source: str | None = None
-
-
-class _Route:
-    """Where a message on one topic, at one QoS, from one source goes."""
-
-    __slots__ = ("_first", "durable", "levels", "memory")
-
-    def __init__(
-        self,
-        durable: list[tuple[Destination, str]],
-        memory: list[tuple[MemoryInbox, Destination]],
-        level: QoS,
-    ) -> None:
-        self.durable = durable  # a dropbox each, with its path
-        self.memory = memory  # in-memory subscribers of this process
-        # The QoS of each copy's file name; the published one when there is no copy, so the
-        # name's length is still checked.
-        self.levels = {d.qos for d, _ in durable} or {level}
-        self._first: tuple[MessageId, dict[QoS, str]] | None = None  # see plain_names
-
-    def plain_names(self, envelope: Envelope) -> dict[QoS, str]:
-        """`copy_names(envelope, self.levels)` for a publication on this route with no properties
-        and no expiry. Such names differ in the id alone, which IdFactory makes with nothing
-        to escape and of one length: the route's first one's names, with the id swapped (an
-        encoding per batch, not per message)."""
-        first = self._first
-        if first is None or len(first[0]) != len(envelope.message_id):
-            names = copy_names(envelope, self.levels)
-            self._first = (envelope.message_id, names)
-            return names
-        first_id, names = first
-        # The id is the name's first field that can hold it: the one before is a priority.
-        return {
-            level: name.replace(first_id, envelope.message_id, 1) for level, name in names.items()
-        }
-
-
-_Planned = tuple[Envelope, bytes, _Route, dict[QoS, str]]  # a message, its route, its names
-
-PublishedEach = Callable[[list[OSError | None]], None]
-"""Told once a batch is as durable as the policy promises: per message, None or its error."""
-
-
-def _failed_messages(staged: list[Move | None], unsent: list[int]) -> list[bool]:
-    """Which messages of a failed commit were not stored. A move whose file is still in
-    working/ was not made; if every move was made, the flush after them failed, and none of
-    them can be called durable (a copy may be delivered and its producer asked to resend it:
-    at least once, never acknowledged without being on disk)."""
-    indexes = [i for i, move in enumerate(staged) if move is not None]
-    failed = {indexes[i] for i in unsent} if unsent else set(indexes)
-    return [i in failed for i in range(len(staged))]
-
-
 @dataclass(frozen=True, slots=True)
 class SubscriptionInfo:
     """A durable subscription or share group as `boxmq ls` shows it."""
@@ -184,8 +72,9 @@ class SubscriptionInfo:
     counts: QueueCounts
 
 
-class Topics:
-    """The topics of one root, as one Box in one process sees and changes them."""
+class Topics(Publisher):
+    """The topics of one root, as one Box in one process sees and changes them: publishing
+    (Publisher, client/publishing.py) and the subscriptions (this module)."""
 
     def __init__(
         self,
@@ -203,21 +92,22 @@ class Topics:
         side_files: SideFiles | None = None,
         expiring: Callable[[list[str]], object] = lambda paths: None,
     ) -> None:
+        super().__init__(
+            root,
+            committer,
+            ids=ids,
+            clock=clock,
+            token=token,
+            routes=Routes(root),
+            opened=opened,
+            spares=spares,
+            side_files=side_files,
+            expiring=expiring,
+        )
         self._root = root
-        # Told of the dropboxes that get a copy with an expiry: the box's sweeps visit them
-        # then, where they would visit a dropbox nobody reads only when something is due.
-        self._expiring = expiring
         self._v5 = v5
-        self._side_files = side_files  # for properties too long for a name (client/spill.py)
-        self._committer = committer
-        self._ids = ids
-        self._clock = clock
-        self._token = token
         self._live_for = live_for
-        self._opened = opened
         self._forget = forget
-        self._spares = spares
-        self._retained = RetainedStore(root, committer)
         # A dropbox is made (a subscribe, a share group joined) and deleted (an unsubscribe,
         # the last member of a group leaving, a sweep) under its path's lock: a share group's
         # member may join on one thread (a broker's disk threads) while its last member leaves
@@ -226,444 +116,9 @@ class Topics:
         # read by a new engine, watching the new folder), never between its check that no
         # member is left and its deletion (path_locks.py).
         self._dropboxes = PathLocks()
-        # A retained publish of this process (stage, route, replace) and a subscription's
-        # retained copies (registration, reading the retained store, writing the copies) are
-        # one step each: a subscription made while a topic's retained message is replaced
-        # gets the old one then the new, or the new one once, never the old after the new.
-        # Publishes hold it shared (they run together, each with its own flush), the
-        # subscription alone (shared_lock.py).
-        self._retained_lock = SharedLock()
         # A share-group member's own granted QoS, by (dropbox, member): the group's copies
         # are stored at the highest any member was granted (Subscriber caps at this one).
         self._grants: dict[tuple[str, ConsumerId], QoS] = {}
-        self._routes = Routes(root)  # where a publication goes, in step with the folders
-        self._incoming = layout.incoming_working(root)
-
-    # -- publishing ------------------------------------------------------------------------------
-
-    def publish(
-        self,
-        topic: str,
-        body: bytes | str,
-        *,
-        qos: int = 1,
-        retain: bool = False,
-        properties: Mapping[str, PropertyValue | Property] | None = None,
-        expires_in: float | None = None,
-        correlation_id: str | None = None,
-        reply_to: str | None = None,
-        source: str | None = None,
-        superseded: bool = False,
-        message_id: MessageId | None = None,
-        reserved: bool = False,
-    ) -> MessageId:
-        """Send to every subscription matching `topic`; returns the message id.
-
-        superseded: a retained message that came before the topic's retained one (a door
-        that knows the order it received them in): it goes out as retained, and replaces
-        nothing. message_id: the id to give it, from `new_id` (a door that takes a message
-        in before it writes it: its place among its publisher's messages is where it was
-        taken in, since a subscription orders its messages by their ids). reserved: a door's
-        message, whose `bx_*` properties are boxmq's own (`bx_v5`): a user's are refused."""
-        validate_topic(topic)
-        level = qos_level(qos)
-        check_given(properties, correlation_id, reply_to)
-        if not reserved:
-            refuse_reserved(properties)
-        # No Local compares the source with a subscriber's client id: a 5 went out unnoticed.
-        if source is not None and not isinstance(source, str):
-            raise InvalidArgument(f"source is a str or None, not {type(source).__name__}")
-        mqtt_fields.check(properties or {})
-        data = body_bytes(body)
-        envelope = self._envelope(
-            topic,
-            properties,
-            expires_in,
-            correlation_id,
-            reply_to,
-            isinstance(body, str),
-            message_id,
-        )
-        if retain:
-            # MQTT 5.0 §3.3.1.3: kept even with no subscriber; an empty body deletes. Its copies
-            # say so, for the subscribers that ask (Retain As Published, MQTT 5.0 §3.8.3.1).
-            envelope = envelope.with_property(PUBLISHED_RETAINED, PropertyType.BOOLEAN, True)
-        as_retained = retain and not superseded
-        try:
-            self._send(envelope, data, level, source, as_retained=as_retained)
-        except MetadataTooLong as error:  # raised by `_names`, before anything is written
-            at_level = partial(copy_names, levels=(level,))
-            envelope, _ = spilled(envelope, self._side_files, at_level, error)
-            self._send(envelope, data, level, source, as_retained=as_retained)
-        return envelope.message_id
-
-    def new_id(self) -> MessageId:
-        """A message id made now, in the order of every id this box makes (the exactly-once
-        intake's too): for `publish(message_id=...)`."""
-        return self._ids.new()
-
-    def _send(
-        self, envelope: Envelope, data: bytes, level: QoS, source: str | None, *, as_retained: bool
-    ) -> None:
-        if as_retained:
-            self._publish_retained(envelope, data, level, source)
-        else:
-            self._route(envelope, data, level, source)
-
-    def topic_room(
-        self,
-        properties: Mapping[str, PropertyValue | Property] | None = None,
-        *,
-        expires_in: float | None = None,
-        retain: bool = False,
-    ) -> int:
-        """How many bytes of topic, escaped (a '/' takes 3), the file names of a publication
-        have room for beside `properties` and the rest of their metadata: the name of an
-        empty topic, as `publish` would make it, less the limit. For a publisher told why its
-        metadata did not fit; negative if even an empty topic leaves no room."""
-        envelope = self._envelope("", properties, expires_in, None, None, text=False)
-        if retain:
-            envelope = envelope.with_property(PUBLISHED_RETAINED, PropertyType.BOOLEAN, True)
-        return PUT_NAME_LIMIT - len(encode(at_qos(envelope, QoS.EXACTLY_ONCE)))
-
-    def _publish_retained(
-        self, envelope: Envelope, data: bytes, level: QoS, source: str | None
-    ) -> None:
-        """All or nothing, as the publisher is told: the retained message is written first
-        (a full disk refuses it before any copy went out) and put in place last, once the
-        copies are committed, so copies that fail leave the old one. A crash in between
-        leaves the copies out and the old retained message, for a publication that was not
-        acknowledged: its resend is delivered again (at least once) and then retained. Left:
-        a rename into .retained/ that fails after the copies went out (EIO); the publisher is
-        told of a failure for copies that were delivered, as when a commit's last flush fails.
-        """
-        assert envelope.topic is not None
-        with self._retained_lock.shared():
-            staged = self._retained.stage(
-                envelope.topic, copy_names(envelope, (level,))[level], data
-            )
-            try:
-                self._route(envelope, data, level, source)
-            except BaseException:
-                self._retained.discard(staged)
-                raise
-            self._retained.replace(staged)
-
-    def send_files(
-        self,
-        files: Sequence[tuple[Envelope, str, str | None]],
-        *,
-        superseded: bool = False,
-        marked: Marked | None = None,
-    ) -> list[OSError | None]:
-        """Publish files already written and flushed (exactly-once messages on `deliver`),
-        each `(envelope, path, source)`, in order, their copies flushed together: each one's
-        error (none of its copies sent), or None.
-
-        The copies pass through each subscription's `working/.exactly-once/` (store/fanout.py),
-        so that sending a file again after a crash never sends a copy twice (the copies a
-        crash left pending are finished by `store.fanout.finish_pending`).
-
-        A file published retained (its envelope says so) replaces its topic's retained
-        message before its copies go (unless `superseded`: a later one is in place): the
-        file stays in working/ until its copies are pending, so a crash in between leaves
-        it there, and the restart that sends it again replaces the retained message again
-        (the same message), never leaving copies out without it.
-
-        marked: for such a restart, when the files' `deliver` was marked and which retained
-        file was in place then: a retained message or a delete written since (the file
-        itself before the crash, or a later one another process published meanwhile) stays."""
-        if not superseded:
-            for envelope, _, _ in files:  # a loop, not any() of a generator: half its cost
-                if envelope.property_value(PUBLISHED_RETAINED) is True:
-                    with self._retained_lock.shared():  # see its comment in __init__
-                        return self._send_files(files, retained=True, marked=marked)
-        return self._send_files(files, retained=False)
-
-    def _send_files(
-        self,
-        files: Sequence[tuple[Envelope, str, str | None]],
-        *,
-        retained: bool,
-        marked: Marked | None = None,
-    ) -> list[OSError | None]:
-        errors: list[OSError | None] = [None] * len(files)
-        planned: list[tuple[int, _Planned]] = []
-        moves: list[list[Move]] = []
-        for index, (envelope, path, source) in enumerate(files):
-            try:
-                # On a descriptor (open, fstat, read, close): a file object's made nine system
-                # calls, five more each deliver (a second fstat, ioctl, two lseeks, a read).
-                data = read_file(path)
-            except OSError as error:
-                errors[index] = error
-                continue
-            assert envelope.topic is not None
-            if retained and published_retained(envelope):
-                try:
-                    self._replace_retained(envelope, data, marked)
-                except OSError as error:
-                    errors[index] = error
-                    continue
-            route = self._destinations(envelope.topic, QoS.EXACTLY_ONCE, source)
-            names = copy_names(envelope, route.levels)
-            move = self._staged(envelope, data, path, route.durable, names)
-            planned.append((index, (envelope, data, route, names)))
-            moves.append([] if move is None else [move])
-        sent = []
-        for (index, plan), failure in zip(planned, self._committer.commit_each(moves), strict=True):
-            errors[index] = failure
-            if failure is None:
-                sent.append(plan)
-        self._hand_over(sent)
-        return errors
-
-    def _replace_retained(self, envelope: Envelope, data: bytes, marked: Marked | None) -> None:
-        """An exactly-once file published retained becomes its topic's retained message,
-        unless a restart finishes its `deliver` `marked` before a crash and the topic's
-        retained message was written or deleted since: MQTT keeps the last one received
-        (MQTT-3.3.1-5), and this one was received (its PUBREL) before that write."""
-        assert envelope.topic is not None
-        if marked is not None and self._retained.written_since(envelope.topic, marked):
-            log.info(
-                "%s: a retained message (or a delete) written since this restart's delivery "
-                "of an older one was marked stays in place",
-                envelope.topic,
-            )
-            return
-        name = copy_names(envelope, (QoS.EXACTLY_ONCE,))[QoS.EXACTLY_ONCE]
-        self._retained.replace(self._retained.stage(envelope.topic, name, data))
-
-    def copies(self, envelope: Envelope) -> list[tuple[str, str]]:
-        """Where `send_files` would put the copies of `envelope` (published at QoS 2, from no
-        source): each matching durable subscription's dropbox and the copy's name there. For
-        a caller that moves its copies itself (the Spark sink); memory subscribers get none.
-        """
-        assert envelope.topic is not None
-        route = self._destinations(envelope.topic, QoS.EXACTLY_ONCE, None)
-        names = copy_names(envelope, route.levels)
-        return [(path, names[destination.qos]) for destination, path in route.durable]
-
-    def _route(self, envelope: Envelope, data: bytes, level: QoS, source: str | None) -> None:
-        assert envelope.topic is not None
-        route = self._destinations(envelope.topic, level, source)
-        names = copy_names(envelope, route.levels)
-        move = self._staged(envelope, data, None, route.durable, names)
-        if move is not None:
-            try:
-                self._committer.commit([move])
-            except OSError:
-                discard_unsent([move])  # written just now: it must never go out later
-                raise
-        self._hand_over([(envelope, data, route, names)])
-
-    def _envelope(
-        self,
-        topic: str,
-        properties: Mapping[str, PropertyValue | Property] | None,
-        expires_in: float | None,
-        correlation_id: str | None,
-        reply_to: str | None,
-        text: bool,
-        message_id: MessageId | None = None,
-    ) -> Envelope:
-        if expires_in is not None:
-            check_seconds("expires_in", expires_in)
-        expiration = int((self._clock.now() + expires_in) * 1000) if expires_in else 0
-        user = properties_from(dict(properties)) if properties else ()
-        return Envelope(
-            message_id=self._ids.new() if message_id is None else message_id,
-            message_class=MessageClass.TEXT if text else MessageClass.BYTES,
-            expiration=expiration,
-            # "" as None, as its name writes both (an empty field): a subscriber that got it
-            # from memory read "" where one that read the file read None.
-            correlation_id=correlation_id or None,
-            reply_to=reply_to or None,
-            properties=(Property(TOPIC, PropertyType.STRING, topic), *user),
-        )
-
-    def publish_many(
-        self, messages: Sequence[Publication], *, reserved: bool = False
-    ) -> list[MessageId]:
-        """Publish several messages, in order, with one commit: under fsync=always they share
-        one flush instead of one each (a broker takes many PUBLISHes per socket read).
-
-        Every message is checked before anything is written, so a bad one fails the batch
-        and leaves nothing behind. reserved: as for `publish`, a door's messages."""
-        planned, staged = self._stage_many(messages, reserved)
-        moves = [move for move in staged if move is not None]
-        if moves:
-            try:
-                self._committer.commit(moves)
-            except OSError:
-                discard_unsent(moves)
-                raise
-        self._hand_over(planned)
-        return [envelope.message_id for envelope, *_ in planned]
-
-    def publish_many_then(
-        self,
-        messages: Sequence[Publication],
-        committed: PublishedEach,
-        ready: Callable[[], None] | None = None,
-        *,
-        reserved: bool = False,
-    ) -> list[MessageId]:
-        """As `publish_many`, but return once the files are written, and call `committed`
-        once they are as durable as the fsync policy promises (from the committing thread
-        under `always`, before returning otherwise) with each message's outcome. A bad
-        message raises here (an OSError too), with nothing written; a message whose commit
-        failed is told its OSError, and none of its copies is sent, then or later.
-
-        Under `always`, `ready` (if given) is called from the committing thread once every
-        message is in its dropboxes and handed to this process's subscribers, before the
-        last flush: they may be taken while `committed` waits for it (other processes see
-        them in target/ from then on anyway). A consumer may thus have a message before its
-        producer's acknowledgement; a crash of the machine in between may lose the rename,
-        and the producer, never told, sends it again: at least once still holds."""
-        planned, staged = self._stage_many(messages, reserved)
-        moves = [move for move in staged if move is not None]
-        handed_over = False
-
-        def renamed() -> None:
-            nonlocal handed_over
-            handed_over = True
-            self._hand_over(planned)
-            assert ready is not None
-            ready()
-
-        def done(error: OSError | None) -> None:
-            if error is None:
-                if not handed_over:
-                    self._hand_over(planned)
-                committed([None] * len(planned))
-                return
-            failed = _failed_messages(staged, discard_unsent(moves))
-            if not handed_over:  # else every move was renamed: none failed
-                self._hand_over([p for p, bad in zip(planned, failed, strict=True) if not bad])
-            committed([error if bad else None for bad in failed])
-
-        if moves:
-            self._committer.commit_then(moves, done, None if ready is None else renamed)
-        else:
-            done(None)
-        return [envelope.message_id for envelope, *_ in planned]
-
-    def _hand_over(self, planned: list[_Planned]) -> None:
-        """Give stored messages to this process's subscribers: a copy to each in-memory
-        subscriber, and each committed copy to its dropbox's live queue if this process has
-        one open (a share group a broker's client is in), offered now with its body, as a
-        queue's own puts are, so the receive that takes it neither waits for the watcher nor
-        decodes the name nor opens the file (live_queue.LiveQueue.sent)."""
-        for envelope, body, route, _ in planned:
-            for inbox, destination in route.memory:
-                inbox.push(MemoryDelivery(at_qos(envelope, destination.qos), body))
-        offers: dict[str, tuple[LiveQueue, list[tuple[str, Envelope, bytes]]]] = {}
-        opened = self._opened
-        for envelope, body, route, names in planned:
-            if envelope.expiration and route.durable:  # committed: a sweep now finds them
-                self._expiring([path for _, path in route.durable])
-            for destination, path in route.durable:
-                entry = offers.get(path)
-                if entry is None:
-                    live = opened(path)
-                    if live is None:
-                        continue
-                    entry = offers[path] = (live, [])
-                qos = destination.qos
-                entry[1].append((names[qos], at_qos(envelope, qos), body))
-        for live, sent in offers.values():
-            live.sent(sent)
-
-    def _stage_many(
-        self, messages: Sequence[Publication], reserved: bool
-    ) -> tuple[list[_Planned], list[Move | None]]:
-        """Check every message, then write each body once; per message, the move that will
-        send it (None: no durable copy). If a write fails, the files written before it are
-        deleted and its OSError raised. reserved: `bx_*` properties are boxmq's own."""
-        routes: dict[tuple[str, QoS, str | None], _Route] = {}  # a batch is mostly one topic
-        planned = []
-        for message in messages:
-            level = qos_level(message.qos)
-            key = (message.topic, level, message.source)
-            route = routes.get(key)
-            if route is None:
-                validate_topic(message.topic)
-                route = routes[key] = self._destinations(*key)
-            if not reserved:
-                refuse_reserved(message.properties)
-            envelope = self._envelope(
-                message.topic, message.properties, message.expires_in, None, None, False
-            )
-            if message.properties or message.expires_in:
-                try:
-                    names = copy_names(envelope, route.levels)
-                except MetadataTooLong as error:
-                    levels = partial(copy_names, levels=route.levels)
-                    envelope, names = spilled(envelope, self._side_files, levels, error)
-            else:
-                names = route.plain_names(envelope)
-            planned.append((envelope, message.body, route, names))
-        moves: list[Move | None] = []
-        try:
-            for envelope, body, route, names in planned:
-                moves.append(self._staged(envelope, body, None, route.durable, names))
-        except OSError:
-            discard_unsent(move for move in moves if move is not None)
-            raise
-        return planned, moves
-
-    def _destinations(self, topic: str, level: QoS, source: str | None) -> _Route:
-        durable, memory = self._routes.destinations(topic, level, source)
-        return _Route(durable, memory, level)
-
-    def _staged(
-        self,
-        envelope: Envelope,
-        body: bytes,
-        staging: str | None,
-        destinations: list[tuple[Destination, str]],
-        names: dict[QoS, str],
-    ) -> Move | None:
-        """The body written once (unless `staging` holds it), and the move that links it into
-        every dropbox under its name at that dropbox's QoS; None when there is nothing to
-        write. A file given as `staging` is an exactly-once message: sent through pending
-        copies (store/fanout.py)."""
-        written = staging is None
-        if staging is None:
-            if not destinations:
-                return None
-            staging = self._write_staged(envelope, body)
-        copies = tuple(path + _INTO_TARGET + names[d.qos] for d, path in destinations)
-        if written:
-            return Move(staging, None, copies)
-        return Move(staging, None, copies, pending=layout.EXACTLY_ONCE_PENDING)
-
-    def _staging(self, envelope: Envelope) -> str:
-        """The path of a message's body in the root's incoming working/, where one not
-        written into a spare goes (`_write_staged` joins it itself: one call less a put)."""
-        return self._incoming + _SEP + layout.staging_name(envelope.message_id, self._token)
-
-    def _write_staged(self, envelope: Envelope, body: bytes) -> str:
-        """The body written once, in one of the spares' own files (store/spares.py) or else
-        in the root's incoming working/: its path."""
-        spares = self._spares
-        # The pool lives in this root, so its own files rename into the root's dropboxes.
-        if spares is not None:
-            try:
-                own = spares.write(body)
-            except OSError as error:
-                raise naming(error, self._staging(envelope)) from error
-            if own is not None:
-                return own
-        # Joined by hand (os.path.join is Python code): no name here holds a separator.
-        staging = self._incoming + _SEP + layout.staging_name(envelope.message_id, self._token)
-        try:
-            write_new(staging, body, spares)
-        except FileNotFoundError:  # the first publish on this root, or after a cleanup
-            os.makedirs(self._incoming, exist_ok=True)
-            write_new(staging, body, spares)
-        return staging
 
     # -- subscribing -----------------------------------------------------------------------------
 
@@ -725,7 +180,7 @@ class Topics:
         # Registered, opened and attached in one step of its dropbox (see __init__).
         with self._joining(self._path_of(parsed, name)):
             if not parsed.shared and send_retained:
-                with self._retained_lock.exclusive():  # see its comment in __init__
+                with self._retained_lock.exclusive():  # see its comment in Publisher.__init__
                     dropbox, made = self._registered(subscription, token=token, owner=owner)
                     try:
                         self._send_retained(parsed, dropbox, subscription.qos)
@@ -1353,5 +808,3 @@ class Topics:
 
 _WILDCARDS = frozenset("+#")  # a filter without them is a topic name: one retained file
 _SUBSCRIBER = "subscriber name"  # what a refused one is called: a subscriber's, not a consumer's
-_SEP = os.sep
-_INTO_TARGET = os.sep + State.TARGET.value + os.sep  # <dropbox> + this + <name>

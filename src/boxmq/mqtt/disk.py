@@ -38,7 +38,8 @@ from concurrent.futures import Executor, Future
 from functools import partial
 from typing import Any, NamedTuple
 
-from boxmq.client.topics import Publication, Topics
+from boxmq.client.publishing import Publication
+from boxmq.client.topics import Topics
 from boxmq.errors import BoxMQError, StoreFailed, store_failure
 
 __all__ = [

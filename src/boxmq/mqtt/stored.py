@@ -45,7 +45,7 @@ from typing import Final, TypeVar
 from boxmq.client import mqtt_fields
 from boxmq.client.lifecycle import shown
 from boxmq.client.message import Message, qos_of
-from boxmq.client.topics import Publication
+from boxmq.client.publishing import Publication
 from boxmq.core.durations import LONGEST
 from boxmq.core.topics import validate_topic
 from boxmq.errors import InvalidArgument, InvalidTopic, MalformedPacket, MetadataTooLong

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import boxmq
-from boxmq.client.topics import Publication
+from boxmq.client.publishing import Publication
 from boxmq.errors import MetadataTooLong
 from boxmq.model import (
     GROUP_KEY,
