@@ -155,8 +155,6 @@ class Routes:
         try:
             self._bump(path)
         except OSError as error:
-            with self._lock:
-                self._generation.forget()
             return error
         return None
 
@@ -166,7 +164,10 @@ class Routes:
         """`layout.bump_generation` for `path`, or for any change (None) while a change before
         was left untold by a failed write, which only a later write can tell: the other
         processes read only the folders the generation names. The change as counted and the
-        path it named, None where no count can be trusted."""
+        path it named, None where no count can be trusted. A write that fails leaves this
+        process to read every record at its next look too, whoever called: a caller that had
+        to say so itself, and one that did not (`remove_left_behind`), routed to a folder it
+        had deleted until the next change (found by stop 45's second read)."""
         with self._lock:
             untold, self._untold = self._untold, False
         told = None if untold else path
@@ -175,6 +176,7 @@ class Routes:
         except OSError:
             with self._lock:  # as the read-and-clear above, which another thread may be in
                 self._untold = True
+                self._generation.forget()
             raise
         return None if counted is None else (counted, told)
 

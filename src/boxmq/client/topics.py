@@ -421,8 +421,7 @@ class Topics(Publisher):
         are passed by (store/fanout.py), as for any subscription deleted as they publish."""
         try:
             self._routes.changed(path)
-        except OSError as error:
-            self._routes.forget()  # this process reads every record at its next look
+        except OSError as error:  # this process reads every record at its next look
             log.warning(
                 "%s ended, but the other processes on the root are told only at the next "
                 "change of the subscriptions: %s",
