@@ -22,7 +22,8 @@ from dataclasses import replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Final, NamedTuple
 
-from boxmq.client.live_queue import LiveOptions, LiveQueue
+from boxmq.client.live_queue import LiveQueue
+from boxmq.client.live_state import LiveOptions
 from boxmq.client.queue import KnownNames, Queue, QueueCounts, counts_of
 from boxmq.client.sweeps import EXPIRY_NAMES_PER_SECOND, SweepLimits, SweepReport, sweep
 from boxmq.clock import Clock, SystemClock
