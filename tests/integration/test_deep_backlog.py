@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import boxmq
 from boxmq.client import box as box_module
-from boxmq.client import live_queue, sweeps
+from boxmq.client import live_news, live_queue, sweeps
 from boxmq.client import queue as queue_module
 from boxmq.client.lifecycle import envelope_of as decode
 from boxmq.client.publishing import Publication
@@ -186,7 +186,7 @@ def test_a_watcher_asking_for_a_rescan_at_every_look_reads_a_big_target_in_propo
 ) -> None:
     # inotify's queue overflowing at every read (another process draining the same deep
     # queue), or a polling timer that is always due: the watcher says "rescan" each time.
-    monkeypatch.setattr(live_queue, "watch", lambda directory, **_: PollingWatcher(0.0))
+    monkeypatch.setattr(live_news, "watch", lambda directory, **_: PollingWatcher(0.0))
     # 3,000 names as 60,000 are at the real rate: read again after 3 s, not at every look.
     monkeypatch.setattr(live_queue, "RESCAN_NAMES_PER_SECOND", 1000)
     looked: list[str] = []
@@ -219,7 +219,7 @@ def test_claims_lost_to_another_process_on_stale_news_lead_to_a_read_of_target(
 ) -> None:
     # The news of what another process took is lost (inotify's queue overflowed), and the
     # next read is far off (3,000 names as 60,000 are at the real rate).
-    monkeypatch.setattr(live_queue, "watch", lambda directory, **_: PollingWatcher(0.0))
+    monkeypatch.setattr(live_news, "watch", lambda directory, **_: PollingWatcher(0.0))
     monkeypatch.setattr(live_queue, "RESCAN_NAMES_PER_SECOND", 1000)
     lost: list[str] = []
     real = Dropbox.claim
