@@ -20,7 +20,7 @@ or at the drain stops the run with an error (exit 1), not as every client's fail
 
 The options add what the default run does not reach:
 - `--backlog N`: the producers run ahead (put_many of up to 40) until the queue holds about N
-  ready messages, past the FRONT of 256 that a consumer decodes (client/live_queue.py): plain
+  ready messages, past the FRONT of 256 that a consumer decodes (client/target_names.py): plain
   names of priorities 0-9 kept cold, one put in five with an expiry (decoded, hot), one in
   twenty of those expiring after 3 s (they must then be in expired/, and only they); the
   consumers unlock half of what they give back with a delay of 0.2-1.5 s.

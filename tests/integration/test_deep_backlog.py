@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import boxmq
 from boxmq.client import box as box_module
-from boxmq.client import live_news, live_queue, sweeps
+from boxmq.client import live_news, sweeps, target_names
 from boxmq.client import queue as queue_module
 from boxmq.client.lifecycle import envelope_of as decode
 from boxmq.client.publishing import Publication
@@ -188,7 +188,7 @@ def test_a_watcher_asking_for_a_rescan_at_every_look_reads_a_big_target_in_propo
     # queue), or a polling timer that is always due: the watcher says "rescan" each time.
     monkeypatch.setattr(live_news, "watch", lambda directory, **_: PollingWatcher(0.0))
     # 3,000 names as 60,000 are at the real rate: read again after 3 s, not at every look.
-    monkeypatch.setattr(live_queue, "RESCAN_NAMES_PER_SECOND", 1000)
+    monkeypatch.setattr(target_names, "RESCAN_NAMES_PER_SECOND", 1000)
     looked: list[str] = []
     real = Dropbox.scan
 
@@ -220,7 +220,7 @@ def test_claims_lost_to_another_process_on_stale_news_lead_to_a_read_of_target(
     # The news of what another process took is lost (inotify's queue overflowed), and the
     # next read is far off (3,000 names as 60,000 are at the real rate).
     monkeypatch.setattr(live_news, "watch", lambda directory, **_: PollingWatcher(0.0))
-    monkeypatch.setattr(live_queue, "RESCAN_NAMES_PER_SECOND", 1000)
+    monkeypatch.setattr(target_names, "RESCAN_NAMES_PER_SECOND", 1000)
     lost: list[str] = []
     real = Dropbox.claim
 
@@ -257,7 +257,7 @@ def test_a_consumer_decodes_only_a_front_and_keeps_the_order_of_all(
     # A front of 5 over 40 names, as one of 256 over a deep queue: the rest wait as bare
     # names, while this process and another put urgent and late messages meanwhile, and some
     # that expire (decoded at once, wherever they rank: they wait behind the names kept).
-    monkeypatch.setattr(live_queue, "FRONT", 5)
+    monkeypatch.setattr(target_names, "FRONT", 5)
     clock = boxmq.ManualClock(time.time())
     waiting: dict[str, int] = {}  # message id: priority
 
@@ -325,7 +325,7 @@ _BACKLOG_NAME = st.one_of(
 
 def _drain_order(root: Path, front: int) -> list[str]:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(live_queue, "FRONT", front)
+        patch.setattr(target_names, "FRONT", front)
         clock = boxmq.ManualClock(_NOW_MS / 1000)
         with (
             boxmq.open(root, fsync="never", clock=clock) as box,
@@ -363,7 +363,7 @@ def test_a_share_groups_deep_backlog_stays_cold_and_goes_round(
 ) -> None:
     # Every copy a share group gets carries its topic: with a front of 5, the 60 waiting wait
     # as bare names, and the two members still take turns, each in the order published.
-    monkeypatch.setattr(live_queue, "FRONT", 5)
+    monkeypatch.setattr(target_names, "FRONT", 5)
     with boxmq.open(root, fsync="never") as box:
         members = [box.subscribe("$share/etl/sensors/#", name) for name in ("a", "b")]
         box.topics.publish_many([Publication(f"sensors/{i % 3}", b"%d" % i) for i in range(60)])

@@ -9,7 +9,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from boxmq.client.lifecycle import ready_of
-from boxmq.client.live_queue import ranked_priority
+from boxmq.client.ranked_names import ranked_priority
 from boxmq.model import DELIVERY_COUNT, LAST_HOLDER, NOT_BEFORE
 from boxmq.store.names import decode_lenient
 

@@ -9,11 +9,8 @@ waiting watches the folder for the others, and claims made for a consumer land i
 
 from __future__ import annotations
 
-import heapq
 import logging
 import math
-import os
-import re
 import threading
 import time
 from collections import deque
@@ -26,14 +23,12 @@ from boxmq.client.lifecycle import (
     lock_gone,
     ready_of,
     released_name,
-    set_aside,
     set_aside_claimed,
-    set_aside_strays,
     unusable,
 )
-from boxmq.client.live_news import LiveNews
 from boxmq.client.message import Message
 from boxmq.client.sweeps import Pending, release_stale_locks
+from boxmq.client.target_names import TargetNames
 from boxmq.core import (
     Claim,
     DeadLetter,
@@ -48,27 +43,18 @@ from boxmq.core import (
 )
 from boxmq.core.durations import LONGEST
 from boxmq.errors import Closed, InvalidArgument, UnexpectedRequest
-from boxmq.ids import stamp_of
 from boxmq.model import (
-    DELIVERY_COUNT,
-    LAST_HOLDER,
-    NOT_BEFORE,
     ConsumerId,
-    Envelope,
     MessageId,
 )
 from boxmq.store.dropbox import NotAFile
 from boxmq.store.layout import State
 from boxmq.store.names import Lock, lock_suffixed, locked_name, split_lock
-from boxmq.store.watch import Changes, Watcher
+from boxmq.store.watch import Watcher
 
-__all__ = ["LiveQueue", "ranked_priority"]
+__all__ = ["LiveQueue"]
 
 log = logging.getLogger("boxmq.queue")
-
-# The bodies of this process's own puts kept for their receive: at most this many (4 MiB).
-_CACHED_BODIES = 1024
-_CACHED_BODY_SIZE = 4096  # bytes: a larger body is read back from its file
 
 _Decision = Callable[[float], Effect]  # given `now`, what the engine says to do
 
@@ -78,54 +64,10 @@ _TARGET, _PROCESSING = State.TARGET, State.PROCESSING
 _Done = TypeVar("_Done", bool, str | None)  # what acting on a lock's file gives: falsy, failed
 
 
-# The names of target/ that one second between two reads of the whole folder pays for, when
-# the watcher asks for a rescan (inotify's queue overflowed, or the polling timer): at its
-# every look under 5,000 names, every 15 s for 300,000 (a name costs a few us to read, set
-# and compare).
-RESCAN_NAMES_PER_SECOND: Final = 20_000
-
 # A read of target/ is due once the claims lost since the last one pass 1/16 of the names
 # known (and 16): a lost claim (a rename that finds nothing, then the next dispatch) costs
 # Python about what reading 16 names does.
 _LOST_PER_READ: Final = 16
-
-# A deep backlog's names are kept undecoded (a string each, ~100 bytes, where a decoded one
-# costs ~650): only the best FRONT or so of target/ are offered to the engine, decoded, and
-# the rest wait as names (`_cold`), in the engine's order, until the front runs low.
-FRONT: Final = 256
-
-# The names ranked without their envelope: an id of IdFactory's, a priority spelt as str(int)
-# writes it, no expiration, correlation id, reply-to or type, and none of the properties a
-# release writes (a delay and a last holder decide when and to whom it goes; a delivery count
-# marks a rare name, decoded at once as before). So what a put without metadata writes
-# (`4.<id>.B`), and a publication's copy in a share group or a subscription
-# (`4.<id>.B.....bx_topicS=...&bx_qosY=1`, an MQTT v5 message's properties too). Within one
-# priority their order as strings is the engine's (the id's 16 digits start with its time in
-# ms, then ties by name). Each property must decode as it is written, or the whole name
-# would read as an id with default metadata: a name with no escape (with one it could be a
-# reserved name spelt otherwise, `bx%5Fnb`), and a value its type reads whatever its digits
-# (a float, or a number that may be out of its type's range, is decoded). The group key of
-# hash-by-key is not read here: under it nothing is kept cold.
-_VALUE = (
-    # A string's escapes as an unrolled loop: an alternative per character costs sre 4x.
-    r"(?:S=[A-Za-z0-9_-]*(?:%[0-9A-Fa-f]{2}[A-Za-z0-9_-]*)*|B=(?:true|false)|Y=-?[0-9]{1,2}"
-    r"|H=-?[0-9]{1,4}|I=-?[0-9]{1,9}|L=-?[0-9]{1,18})"
-)
-_RESERVED = "|".join(re.escape(name) for name in (NOT_BEFORE, DELIVERY_COUNT, LAST_HOLDER))
-_PAIR = rf"(?!(?:{_RESERVED})[BYHILFDS]=)[A-Za-z0-9_-]+{_VALUE}"
-_RANKED = re.compile(
-    rf"(0|-?[1-9][0-9]{{0,9}})\.[0-9]{{16}}-[0-9]+\.[MBSPOT](?:\.\.\.\.\.{_PAIR}(?:&{_PAIR})*)?"
-)
-_INT32 = (-(2**31), 2**31 - 1)
-
-
-def ranked_priority(name: str) -> int | None:
-    """The priority of a name that ranks from the name alone (_RANKED), else None."""
-    ranked = _RANKED.fullmatch(name)
-    if ranked is None or not _INT32[0] <= (priority := int(ranked[1])) <= _INT32[1]:
-        return None
-    return priority
-
 
 # How far ahead a queue asks its box for a reminder of its next deadline (`_remind_when_due`):
 # a persistent MQTT session's locks end in a century, and each reminder holds its place
@@ -136,7 +78,7 @@ _REMIND_WITHIN: Final = 3600.0
 _TOLD = frozenset({ReleaseReason.TIMED_OUT, ReleaseReason.OWNER_GONE})
 
 
-class LiveQueue(LiveNews):
+class LiveQueue(TargetNames):
     # -- consumers ---------------------------------------------------------------------------
 
     def attach(
@@ -824,13 +766,6 @@ class LiveQueue(LiveNews):
                 )
             self._next_scan = 0.0  # unlocked: back in target/, under a name to offer
 
-    def _let_go(self, message_id: MessageId) -> None:
-        """The engine no longer has `message_id`: a file of that id that waited in target/
-        is offered at the next look."""
-        if message_id in self._behind:
-            self._behind.discard(message_id)
-            self._next_scan = 0.0
-
     def _missing(
         self, among: list[MessageId] | None = None, listed: set[str] | None = None
     ) -> list[MessageId]:
@@ -896,216 +831,6 @@ class LiveQueue(LiveNews):
         self._empty_processing = seen if empty else None
         # Ours are among the names listed: the sweep moves none of them (`own_ids`).
         self._reconcile(listed)
-
-    def _scan(self, now: float) -> None:
-        self._sent.clear()
-        self._behind.clear()  # what still waits is put back by its offer below
-        strays: list[str] = []
-        self._target_seen = self._settled(State.TARGET)
-        present = {entry.name for entry in self._box.scan(State.TARGET, strays)}
-        # A folder of N names is read again no sooner than N / RESCAN_NAMES_PER_SECOND s
-        # after this read, whatever asks: another process draining 300,000 messages beside
-        # this one overflowed inotify's queue while this one read them (2.5 s), and the
-        # watcher's "rescan" then made each receive read them again (polling's timer did, on
-        # its own, every 0.25 s). Meanwhile names another process took are found gone at
-        # their claim (a rename that finds nothing), and new ones wait for the next read.
-        self._rescan_after = now + len(present) / RESCAN_NAMES_PER_SECOND
-        self._lost = 0
-        self._next_scan = max(now + self._options.rescan_interval, self._rescan_after)
-        self._scanned_next = self._next_scan
-        set_aside_strays(self._box, self.name, strays)
-        for name in self._known.keys() - present:
-            self._engine.withdraw(self._known.pop(name).message_id)
-        cold = self._cold
-        if cold:
-            cold &= present
-            self._cold_moved = True
-            if sum(map(len, self._cold_order.values())) > 2 * len(cold) + FRONT:
-                for heap in self._cold_order.values():  # names gone since: dropped at last
-                    heap[:] = [name for name in dict.fromkeys(heap) if name in cold]
-                    heapq.heapify(heap)
-        new = present - self._known.keys()
-        new -= cold
-        for name in new:
-            self._offer(name, now)
-
-    def _offer(self, name: str, now: float, *, cold: bool = True) -> None:
-        """Offer a name of target/ to the engine, or keep it cold (`_cold`) if `cold` allows
-        and its name ranks it (_RANKED), and the engine holds a front's worth, or others are
-        cold already."""
-        if name in self._known or name in self._cold:
-            return
-        if (why := unusable(name)) is not None:
-            # It can never be claimed (no id, or no room for a lock suffix): it goes where
-            # people look, rather than block the messages behind it.
-            set_aside(self._box, self.name, name, why)
-            return
-        if (
-            cold
-            and self._cold_kept
-            and (self._cold or len(self._known) >= FRONT)
-            and self._keep_cold(name)
-        ):
-            return
-        self._offer_decoded(name, now)
-
-    def _keep_cold(self, name: str) -> bool:
-        """Keep a name cold: True; False if its name does not rank it (it is decoded)."""
-        if (priority := ranked_priority(name)) is None:
-            return False
-        self._cold.add(name)
-        heap = self._cold_order.get(priority)
-        if heap is None:
-            heap = self._cold_order[priority] = []
-        heapq.heappush(heap, name)
-        self._cold_moved = True
-        return True
-
-    def _cold_top(self) -> tuple[int, list[str]] | None:
-        """The priority and heap of the best cold name (its heap's top), stale tops dropped."""
-        cold, best = self._cold, None
-        for priority, heap in self._cold_order.items():
-            while heap and heap[0] not in cold:
-                heapq.heappop(heap)
-            if heap and (best is None or priority > best[0]):
-                best = (priority, heap)
-        return best
-
-    def _promote(self, now: float, *, wanted: bool = False) -> None:
-        """Offer the best cold names to the engine, decoded, if it wants them or holds less
-        than half a front (a front's worth, at least a quarter of one); then move the horizon
-        to the best name left cold."""
-        engine = self._engine
-        if wanted or len(self._known) < FRONT // 2:
-            count = max(FRONT - len(self._known), FRONT // 4, 1)
-            cold = self._cold
-            while count > 0 and (top := self._cold_top()) is not None:
-                heap = top[1]  # the best priority's until it runs out
-                while count > 0 and heap:
-                    name = heapq.heappop(heap)
-                    if name in cold:
-                        cold.remove(name)
-                        self._offer_decoded(name, now)
-                        count -= 1
-        self._cold_moved = False
-        top = self._cold_top()
-        if top is None:
-            engine.hold_from(None)
-            return
-        priority, name = top[0], top[1][0]
-        at = name.index(".") + 1
-        engine.hold_from((-priority, int(name[at : at + 13]) / 1000, name))
-
-    def _offer_decoded(self, name: str, now: float) -> None:
-        self._found += 1
-        envelope = envelope_of(name)
-        message_id = envelope.message_id
-        if (lease := self._engine.lease(message_id)) is not None:
-            if lease.message.key != name:
-                # Back in target/ under another name while our lock holds it: another process
-                # unlocked it by id (look in processing/ at once; the rescan that follows
-                # offers it); or another message with its id (a producer that reused one),
-                # offered at the look after the lock.
-                self._next_sweep = 0.0
-                self._behind.add(message_id)
-            return  # else our own claim, which the watcher tells of late
-        if (ready := self._engine.ready_key(message_id)) is not None:
-            if ready != name:
-                # The engine knows messages by id: an offer would put this one in place of
-                # the other, which then nobody gets. One at a time, as behind a lock.
-                self._behind.add(message_id)
-            return
-        if (stamp := envelope.timestamp) is not None:
-            sequence = stamp / 1000
-        else:
-            try:
-                sequence = os.stat(self._box.file(State.TARGET, name)).st_mtime
-            except FileNotFoundError:
-                return
-        self._known[name] = envelope
-        self._engine.offer(ready_of(name, envelope, sequence), now=now)
-
-    def _absorb(self, changes: Changes) -> bool:
-        """Take in the watcher's news; True unless all of it was this process's own doing
-        (its puts, offered already, and names it knows no more: its claims), which gives a
-        receive nothing new (`_news`)."""
-        if (changes.names or changes.gone or changes.everything) and not self._stirred:
-            self._stir()
-        if changes.everything:
-            self._next_scan = min(self._next_scan, self._rescan_after)
-            self._sent.clear()
-            return True
-        news = False
-        known = self._known
-        # A name both gone and come left and came back since the last read (Changes): it is
-        # there, as known (a claim given back unchanged, ours or another process's). Taken
-        # away and offered again, it was a new offer: its last holder's hand-off began again.
-        back = set(changes.names) if changes.gone and changes.names else ()
-        for name in changes.gone:  # claimed by another process, or moved away: not ours
-            if name in back:
-                continue
-            if (envelope := known.pop(name, None)) is not None:
-                news = True
-                self._engine.withdraw(envelope.message_id)
-                if self._behind and self._engine.lease(envelope.message_id) is None:
-                    self._let_go(envelope.message_id)
-            elif self._cold:
-                self._cold.discard(name)  # its heap's entry is skipped when it comes up
-        now = None  # read once, and only for a name to offer (most are our own puts)
-        sent = self._sent
-        for name in changes.names:
-            if name in sent:
-                sent.discard(name)  # offered when it was put (it may be claimed, even done)
-            else:
-                news = True
-                if now is None:
-                    now = self._clock.now()
-                self._offer(name, now)
-        return news
-
-    def sent(self, messages: list[tuple[str, Envelope, bytes]]) -> None:
-        """Names this process just committed to target/, with their envelopes and ids that
-        IdFactory made (ordered by the time they carry, read without checking): offered now,
-        without the watcher's read and the decoding of each name. Their watcher news is
-        skipped when it comes; a rescan forgets what it never brought (polling can miss a
-        name that came and went between two looks), and the worst a stale entry costs is
-        one decoding.
-
-        Their bodies too, when small: a file never changes once in target/, so the receive
-        that takes one of them need not open and read it back (three system calls). Bodies
-        of messages another process took stay until the cache is full, then all go.
-
-        A name the watcher told of first (a consumer thread read it between the put's rename
-        and this call) is left as the watcher's offer made it: the engine may have it claimed
-        since, or released under another name, and offering it again would make `_known`
-        hold a name the engine does not (a claim given back under it was then never
-        offered again)."""
-        with self._mutex:
-            if not self._stirred:
-                self._stir()
-            now = self._clock.now()
-            bodies = self._bodies
-            engine = self._engine
-            if len(bodies) + len(messages) > _CACHED_BODIES:
-                bodies.clear()
-            known, cold = self._known, self._cold
-            for name, envelope, body in messages:
-                if name in known or name in cold:
-                    continue
-                if (cold or len(known) >= FRONT) and self._cold_kept and self._keep_cold(name):
-                    # Decoded again when it nears the front (its id decides then, as the
-                    # watcher's news would, whether the engine has it already).
-                    self._sent.add(name)
-                    continue
-                sequence = stamp_of(envelope.message_id) / 1000
-                if not engine.offer_new(ready_of(name, envelope, sequence), now=now):
-                    continue  # the watcher told of it first: claimed, or released, since
-                if len(body) <= _CACHED_BODY_SIZE:
-                    bodies[name] = body
-                self._known[name] = envelope
-                self._sent.add(name)
-        if messages:
-            self.tell()  # outside the mutex: a listener never waits for this queue's
 
     def _apply_all(self, effects: list[Effect]) -> bool:
         """Apply effects in order; True if a claim was lost (dispatch again)."""
