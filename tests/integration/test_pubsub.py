@@ -701,7 +701,7 @@ def test_a_member_given_another_process_s_message_by_another_member_s_look_is_to
 def test_a_member_told_by_another_member_s_look_may_receive_from_the_listener(
     root: Path, box: boxmq.Box
 ) -> None:
-    """Listeners are called with the queue's mutex free (live_queue.py): one that has another
+    """Listeners are called with the queue's mutex free (live_state.py): one that has another
     thread receive for the member told, and waits for it, does not wait for itself. The
     tell of another member's claims came from inside the look, under the mutex, where the
     thread waited until the listener gave up."""

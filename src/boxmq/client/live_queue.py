@@ -5,51 +5,36 @@ the files and tells it what the files say: new names in target/ (from the watche
 claims lost to other processes, locks other processes swept away. All consumers of one queue
 in one `Box` share one LiveQueue, one lock and one watcher; whichever consumer thread is
 waiting watches the folder for the others, and claims made for a consumer land in its inbox.
+
+This module holds the consumers (attach, pause, rest, detach), their receives and their
+answers (ack, unlock, reject, extend); the class is built on layers, one module each, each on
+the next: the locks of consumers that outlive their process (outliving), the engine's
+effects done to the files (live_effects), our locks as processing/ shows them (held_locks),
+the names of target/ known or kept cold (target_names), the watcher's news and who is told
+(live_news), and the state they all share (live_state).
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Final
 
-from boxmq.client.lifecycle import (
-    envelope_of,
-    lock_gone,
-    ready_of,
-    unusable,
-)
-from boxmq.client.live_effects import LiveEffects, why_dead
+from boxmq.client.lifecycle import envelope_of, lock_gone
+from boxmq.client.live_effects import why_dead
 from boxmq.client.message import Message
-from boxmq.core import (
-    Claim,
-    Effect,
-    Lease,
-    Release,
-)
-from boxmq.core.durations import LONGEST
-from boxmq.errors import Closed, InvalidArgument, UnexpectedRequest
-from boxmq.model import (
-    ConsumerId,
-    MessageId,
-)
+from boxmq.client.outliving import Outliving
+from boxmq.core import Claim, Effect, Lease, Release
+from boxmq.errors import Closed, InvalidArgument
+from boxmq.model import ConsumerId, MessageId
 from boxmq.store.layout import State
-from boxmq.store.names import split_lock
 from boxmq.store.watch import Watcher
 
 __all__ = ["LiveQueue"]
 
-log = logging.getLogger("boxmq.queue")
-
 _Decision = Callable[[float], Effect]  # given `now`, what the engine says to do
-
-# Read from module globals on the hot path: Enum's metaclass has a __getattr__, so each
-# `State.TARGET` is a slow attribute lookup (~800 instructions), a global one cached load.
-_PROCESSING = State.PROCESSING
-
 
 # How far ahead a queue asks its box for a reminder of its next deadline (`_remind_when_due`):
 # a persistent MQTT session's locks end in a century, and each reminder holds its place
@@ -57,7 +42,7 @@ _PROCESSING = State.PROCESSING
 _REMIND_WITHIN: Final = 3600.0
 
 
-class LiveQueue(LiveEffects):
+class LiveQueue(Outliving):
     # -- consumers ---------------------------------------------------------------------------
 
     def attach(
@@ -84,99 +69,6 @@ class LiveQueue(LiveEffects):
             if outlives_process:
                 self._outliving.add(consumer)
                 self._adopt(consumer)
-
-    def take_back(self, consumer: ConsumerId) -> int:
-        """For a consumer attached with outlives_process: the locks under its name that name
-        no process and that this process does not hold are its own again here, in its inbox
-        in their order (one look in processing/); how many. Another process's consumer of
-        that name took them since this one's attach, and closed keeping them: an MQTT
-        session whose client was connected to another server meanwhile. Those this process
-        holds, for this consumer or any other, are left as they are."""
-        with self._mutex:
-            if consumer not in self._outliving or consumer not in self._inbox:
-                return 0
-            inbox = self._inbox[consumer]
-            waiting = len(inbox)
-            found = self._adopt(consumer, "taken by another process meanwhile")
-            if found and waiting:  # behind what was claimed here since: put in order
-                ordered = sorted(inbox, key=self._dispatch_order)
-                inbox.clear()
-                inbox.extend(ordered)
-            return found
-
-    def _dispatch_order(self, message_id: MessageId) -> tuple[int, float, str]:
-        """Where a claimed message goes among others, as the engine dispatches them."""
-        lease = self._engine.lease(message_id)
-        if lease is None:
-            return (0, 0.0, "")  # its lock ended: `_take` skips it
-        message = lease.message
-        return (-message.priority, message.sequence, message.key)
-
-    def _adopt(self, consumer: ConsumerId, why: str = "held when its last process ended") -> int:
-        """The locks of `consumer` that name no process, left in processing/ by a process
-        before this one (or by this one's consumer of that name, closed keeping them); how
-        many."""
-        now_ms = self._clock.now() * 1000
-        found = []
-        for entry in self._box.scan(_PROCESSING):
-            name, lock = split_lock(entry.name)
-            if lock is None or lock.owner != consumer or lock.token or lock.deadline_ms <= now_ms:
-                continue
-            if unusable(name) is not None:
-                continue  # the sweeps set it aside once its lock ends
-            envelope = envelope_of(name)
-            message_id = envelope.message_id
-            if message_id in self._locks or self._engine.lease(message_id) is not None:
-                continue  # held here already, by another name
-            stamp = envelope.timestamp
-            sequence = stamp / 1000 if stamp is not None else 0.0
-            found.append((sequence, entry.name, name, envelope, lock.deadline_ms / 1000))
-        for sequence, processing, name, envelope, deadline in sorted(found):
-            ready = ready_of(name, envelope, sequence)
-            self._engine.adopt(ready, consumer, deadline=deadline)
-            # Seen in target/ before the other process claimed it, it is no longer a name
-            # to skip there: given back unchanged, it is offered again.
-            self._known.pop(name, None)
-            self._cold.discard(name)
-            self._locks[envelope.message_id] = processing
-            self._claimed[envelope.message_id] = envelope
-            self._adopted.add(envelope.message_id)
-            self._inbox[consumer].append(envelope.message_id)
-        if found and self._engine.lock_timeout(consumer) >= LONGEST:
-            # A lock its consumer's timeout makes last a century (an MQTT session's: only
-            # its end releases it) that ends within half of one was written by a boxmq
-            # before 2026-11-29, which gave such locks 7 days: a sweep would release it on
-            # day 8, and the session get its message again as new beside its DUP resend.
-            soon = now_ms / 1000 + LONGEST / 2
-            for _, _, _, envelope, deadline in found:
-                if deadline < soon:
-                    self._lengthen(consumer, envelope.message_id)
-        if found:
-            log.info(
-                "%s: %d message(s) %s %s are its own again",
-                self.name,
-                len(found),
-                consumer,
-                why,
-            )
-        return len(found)
-
-    def _lengthen(self, consumer: ConsumerId, message_id: MessageId) -> None:
-        """Renew a lock `_adopt` took back for its consumer's lock timeout from now, on disk
-        too (any process's sweep reads its deadline there). One the disk refuses to rename
-        keeps the deadline it had, said once here."""
-        effect = self._engine.extend(message_id, consumer, now=self._clock.now())
-        try:
-            self._apply(effect)
-        except OSError as error:
-            log.warning(
-                "%s: the lock of %s could not be renewed, it ends at its deadline: %s",
-                self.name,
-                message_id,
-                error,
-            )
-        except UnexpectedRequest:
-            pass  # another process settled it since the look: the next receive skips it
 
     def set_limits(self, consumer: ConsumerId, *, max_in_flight: int, lock_timeout: float) -> None:
         """New limits for an attached consumer: more room is used at its next receive."""

@@ -1,9 +1,10 @@
 """What one queue's engine in this process holds, and how it is made (LiveQueue's state).
 
-LiveQueue (live_queue) is one class built in layers on this one: the layers are classes, not
-objects that call each other, so every step of a message stays a method of the one instance,
-as cheap as when the class was one module (a Python call more per message is a cost that
-bench/hotpath.py measures).
+LiveQueue (live_queue) is one class built in layers on this one (live_news, target_names,
+held_locks, live_effects, outliving, live_queue, each a class on the one before). The
+layers are classes, not objects that call each other, so every step of a message stays a
+method of the one instance, as cheap as when the class was one module (a Python call more
+per message is a cost that bench/hotpath.py measures).
 """
 
 from __future__ import annotations
