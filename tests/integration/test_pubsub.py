@@ -1298,6 +1298,26 @@ def test_a_subscription_whose_record_is_unreadable_is_told_of_and_keeps_its_mess
         assert message.body == b"before"
 
 
+def test_a_record_damaged_again_after_its_repair_is_told_of_again(
+    box: boxmq.Box, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sweep told of each unreadable record once, and kept its name and reason for the
+    box's life: one repaired (or deleted) and damaged again went untold, and a long-lived box
+    that met many kept every one. What it keeps is what the last full pass found."""
+    with box.subscribe("a/#", "kept", process_bound=False):
+        pass
+    record = Path(layout.subscription_path(str(box.root), "a/#", "client.kept"), ".subscription")
+    with caplog.at_level(logging.WARNING, "boxmq"):
+        for _ in range(2):
+            record.write_text("")  # damaged
+            box.sweep()
+            box.sweep()  # told once while it stays so
+            box.subscribe("a/#", "kept", process_bound=False).close()  # written again
+            box.sweep()
+    told = [r.getMessage() for r in caplog.records if str(record) in r.getMessage()]
+    assert len(told) == 2
+
+
 def test_subscriptions_read_again_after_a_look_the_file_system_failed(tmp_path: Path) -> None:
     """The look that finds a new durable subscription fails (EMFILE): the next one reads it
     again. It had counted the change as seen and kept the routes from before, so a message

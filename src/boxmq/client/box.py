@@ -145,7 +145,9 @@ class Box:
         self.side_files = SideFiles(self.root)
         self.v5 = V5Reader(self.side_files)  # those properties, for readers that are not MQTT
         self._next_collect = 0.0  # when sweep() next looks for side files no message names
-        self._unreadable: set[tuple[str, str]] = set()  # subscription records told of (sweep)
+        # The unreadable subscription records the last full pass found and told of, with
+        # why: one repaired or gone since is forgotten, to be told of again if damaged again.
+        self._unreadable: set[tuple[str, str]] = set()
         # The subscription folders without a record the other processes were told of, by
         # the full pass that found them (`_remove_abandoned`), and its failure to tell them.
         self._told_recordless: set[str] = set()
@@ -848,7 +850,7 @@ class Box:
         read (each read once a pass, not again here: remove_if_abandoned and remove_if_ended
         leave a folder whose record landed since)."""
         removed = 0
-        told = set()
+        told, unreadables = set(), set()
         for path in recordless:
             if named_by_boxmq(path) and (
                 path in self._told_recordless or self._tell_recordless(path)
@@ -866,9 +868,10 @@ class Box:
                     files,
                     spelled(age),
                 )
-            if (unreadable := unreadable_record(path)) and unreadable not in self._unreadable:
-                self._unreadable.add(unreadable)
-                log.warning("%s", unreadable_told(*unreadable))
+            if unreadable := unreadable_record(path):
+                unreadables.add(unreadable)
+                if unreadable not in self._unreadable:
+                    log.warning("%s", unreadable_told(*unreadable))
         if removed:
             log.warning(
                 "deleted %d subscription folder(s) without a record nor a message, older than "
@@ -877,6 +880,7 @@ class Box:
                 spelled(age),
             )
         self._told_recordless = told  # one whose record landed since is forgotten
+        self._unreadable = unreadables
 
     def _tell_recordless(self, path: str) -> bool:
         """Tell the other processes that the subscription folder at `path`, found without a
