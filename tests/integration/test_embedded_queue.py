@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -1684,3 +1686,43 @@ def test_a_box_dropped_without_close_is_collected_warned_of_and_closed(tmp_path:
         assert again is not None
         assert again.body == b"held"
         again.ack()
+
+
+# A box dropped unclosed whose close() fails or hangs, in a process of its own that then ends.
+_DROPPED = """
+import logging, sys, threading, warnings
+import boxmq
+logging.basicConfig(stream=sys.stderr)
+warnings.simplefilter("ignore", ResourceWarning)
+box = boxmq.open(sys.argv[1], fsync="never")
+box.queue("jobs").put(b"x")
+if sys.argv[2] == "raises":
+    def close():
+        raise ValueError("a close that failed")
+    box.close = close
+else:
+    box.close = threading.Event().wait  # never returns
+del box  # collected: closed in a thread of its own
+"""
+
+
+@pytest.mark.parametrize("close", ["raises", "hangs"])
+def test_a_dropped_box_whose_close_fails_or_hangs_is_logged_and_lets_the_process_end(
+    tmp_path: Path, close: str
+) -> None:
+    """The thread that closes a dropped box caught OSError alone: any other error went to
+    the thread's hook (a traceback on stderr, not in the application's log); and it was no
+    daemon, so a close that hung (a lock never let go, a hung network disk) kept the
+    interpreter from exiting. A process that ends lets go of its locks for the others all
+    the same (its owner is gone)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _DROPPED, str(tmp_path), close],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Exception in thread" not in done.stderr
+    if close == "raises":
+        assert "closing a box of" in done.stderr
+        assert "ValueError: a close that failed" in done.stderr

@@ -1004,7 +1004,9 @@ class Box:
         # A box dropped without close(): said as an unclosed file is (ResourceWarning), then
         # closed as close() would, in a thread of its own: the collector may run this in
         # any thread, one that holds a lock close() takes (the committer's, the inotify
-        # instance's) among them.
+        # instance's) among them. A daemon, as the committer's: a close that hangs (a hung
+        # network disk) must not keep the process from ending, which lets go of its locks
+        # for the other processes all the same (their owner is gone).
         if getattr(self, "_closed", True):  # closed, or never opened (__init__ raised)
             return
         if sys.is_finalizing():
@@ -1013,13 +1015,20 @@ class Box:
             warnings.warn(f"unclosed box {self.root!r}", ResourceWarning, stacklevel=1, source=self)
         finally:
             with contextlib.suppress(RuntimeError):  # no new thread at interpreter shutdown
-                threading.Thread(target=self._close_dropped, name="boxmq-unclosed").start()
+                closing = threading.Thread(
+                    target=self._close_dropped, name="boxmq-unclosed", daemon=True
+                )
+                closing.start()
 
     def _close_dropped(self) -> None:
+        # Whatever it raises has nobody to be raised to: logged, not left to the thread's
+        # hook (a traceback on stderr, past the application's log).
         try:
             self.close()
-        except OSError as error:  # as close() raises it, with nobody to raise it to
+        except OSError as error:  # as close() raises it
             log.warning("closing a box of %s dropped unclosed: %s", self.root, error)
+        except Exception:
+            log.exception("closing a box of %s dropped unclosed", self.root)
 
     def __enter__(self) -> Box:
         return self
