@@ -190,6 +190,11 @@ class AssuredIntake:
         self._stuck: dict[str, float] = {}
         self._markers_seen: FolderSeen | None = None
         self._pinned: dict[str, float] = {}
+        # The markers not past done_ttl that `tombstones_kept` found will never have a
+        # restart replace a retained message (their file left working/, or their message
+        # replaces none), each with its inode and st_mtime_ns then: not read again while
+        # they stay (a marker written again under its name, a later message's, is).
+        self._replace_none: dict[str, tuple[int, int]] = {}
 
     @property
     def limits(self) -> ExactlyOnceLimits:
@@ -800,9 +805,49 @@ class AssuredIntake:
     def oldest_marker(self) -> float | None:
         """The st_mtime of the oldest "delivered" marker (or one being written) the last
         `expire` left that is not yet past done_ttl; None if none, or before the first
-        `expire`. A retained tombstone older than it and than its topic's `pinned` time
-        tells no restart anything (`Marked`): it may go."""
+        `expire`."""
         return self._oldest_marker
+
+    def tombstones_kept(self) -> tuple[float | None, dict[str, float]]:
+        """What keeps a retained delete's tombstone (RetainedStore.remove_if), as the last
+        `expire` listed the markers: the st_mtime of the oldest marker not past done_ttl
+        that tells nothing of the message it marks (one of a boxmq before 2026-11-30, which
+        names no file, a damaged one, one being written), which keeps every tombstone older
+        than it; and the topics whose retained message a restart may replace as it finishes
+        a `deliver` whose marker is there and whose file still waits in working/, each with
+        its oldest such marker's time (`pinned` too, past done_ttl), which keeps its own
+        topic's. A marker whose file left working/ tells no restart anything (its retained
+        message was replaced before it left, and nothing sends it again), nor does one of a
+        message that replaces none (to a queue, not retained): such markers kept every
+        tombstone of the root for done_ttl (an hour), one for each topic whose retained
+        message was cleared meanwhile. A call (once a minute, `Box.sweep`) stats each
+        marker, and reads those it has not read as they are, and those whose file waits (a
+        `deliver` sends it at once)."""
+        untold: float | None = None
+        pinned = dict(self._pinned)
+        none: dict[str, tuple[int, int]] = {}
+        with self._lock:
+            names = list(self._marker_times)
+        for name in names:
+            path = os.path.join(self._markers, name)
+            try:
+                status = os.stat(path)
+            except FileNotFoundError:
+                continue
+            seen = status.st_ino, status.st_mtime_ns
+            if self._replace_none.get(name) == seen:
+                none[name] = seen
+                continue
+            waits, topic = self._waits(path)
+            written = status.st_mtime
+            if waits is None:
+                untold = written if untold is None else min(untold, written)
+            elif waits and topic is not None:
+                pinned[topic] = min(written, pinned.get(topic, written))
+            else:  # (one written again between the stat and the read: read again next time)
+                none[name] = seen
+        self._replace_none = none
+        return untold, pinned
 
     @property
     def pinned(self) -> Mapping[str, float]:

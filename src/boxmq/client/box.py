@@ -585,14 +585,15 @@ class Box:
             # is never sent meanwhile; this only gives its room back.
             self._next_retained = now + RETAINED_EVERY
             # A delete's tombstone tells a restart that finishes a retained publication
-            # marked before it that a delete came since: kept while a marker may be older
-            # (as the expire above knows them), and for TOMBSTONE_AGE, for one whose deliver
-            # looked at the retained file before it and is still writing its marker. Past
-            # done_ttl, a marker whose message still waits keeps its own topic's alone.
+            # marked before it that a delete came since: kept while such a marker may be
+            # older (as the expire above listed them: one whose message still waits keeps
+            # its own topic's, one that tells nothing keeps all), and for TOMBSTONE_AGE, for
+            # one whose deliver looked at the retained file before it and is still writing
+            # its marker.
             before = now - TOMBSTONE_AGE
-            if (oldest := self.intake.oldest_marker) is not None:
-                before = min(before, oldest)
-            pinned = self.intake.pinned
+            untold, pinned = self.intake.tombstones_kept()
+            if untold is not None:
+                before = min(before, untold)
             if expired := self.topics.remove_expired_retained(
                 now, tombstones_before=before, pinned=pinned
             ):
