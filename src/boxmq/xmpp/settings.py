@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -58,32 +58,80 @@ class XmppSettings:
     def __post_init__(self) -> None:
         # Named as written in Python: a flag named here sent a caller looking for it.
         # settings_from checks the same first, naming `boxmq serve`'s flags.
-        refused = _refusal(
-            _FIELDS,
-            self.component,
-            self.host,
-            self.port,
-            self.secret,
-            self.lock_timeout,
-            self.reconnect_max,
-            self.stanza_size_limit,
-        )
+        refused = _refusal(_FIELDS, {field: getattr(self, field) for field in _RULES})
         if refused is not None:
             raise InvalidArgument(refused)
 
 
-_FIELDS: Final = {
-    field: f"XmppSettings {field}"
-    for field in (
-        "component",
-        "host",
-        "port",
-        "secret",
-        "lock_timeout",
-        "reconnect_max",
-        "stanza_size_limit",
+def _kind(value: object) -> str:
+    return {bool: "a bool", int: "an int", float: "a float", str: "a str"}.get(
+        type(value), f"a {type(value).__name__}"
     )
+
+
+def _component_rule(component: object) -> str | None:
+    if not isinstance(component, str):  # b'q.x' was a TypeError from `in`
+        return f"{component!r} is {_kind(component)}: give a bare domain as a str"
+    if not component or "@" in component or "/" in component:
+        return f"{component!r}: give a bare domain"
+    if utf8_size(component) is None:  # a byte of the argument that is not UTF-8
+        return f"{component!r}: not valid Unicode: give a bare domain"
+    if (invalid := _not_a_jid(component)) is not None:  # 'a b'
+        return (
+            f"{component!r}: not a domain name ({invalid}): "
+            "give a bare domain, such as queues.example.org"
+        )
+    return None
+
+
+def _host_rule(host: object) -> str | None:
+    if not isinstance(host, str):  # 5 was an AttributeError from inside the IDNA check
+        return f"{host!r} is {_kind(host)}: give a host name or address as a str"
+    if utf8_size(host) is None:
+        return f"{host!r}: not valid Unicode"
+    if not is_host_name(host):  # slixmpp logged a traceback every 3 s
+        return f"{host!r} is no host name: {HOST_NAME_RULE}"
+    return None
+
+
+def _port_rule(port: object) -> str | None:
+    # True passed as port 1, '5347' was a TypeError from a comparison
+    if isinstance(port, bool) or not isinstance(port, int):
+        return f"{port!r} is {_kind(port)}: give a TCP port, an int from 1 to 65535"
+    if not 0 < port < 65536:
+        return f"{port} is not a TCP port"
+    return None
+
+
+def _secret_rule(secret: object) -> str | None:
+    if not isinstance(secret, str):  # not shown: it is a secret
+        return f"is {_kind(secret)}: give the secret as a str"
+    if not secret:
+        return "is empty"
+    return None
+
+
+def _seconds_rule(seconds: object) -> str | None:
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):  # '30' a TypeError
+        return f"{seconds!r} is {_kind(seconds)}: give a positive number of seconds"
+    # not NaN, which every comparison passed: a lock that never timed out
+    if not 0 < seconds < math.inf:
+        return f"{seconds!r}: give a positive number of seconds"
+    return None
+
+
+# What each field must be, said after its name (_FIELDS for Python, _FLAGS for the command
+# line): one check of each, whoever asks.
+_RULES: Final[dict[str, Callable[[object], str | None]]] = {
+    "component": _component_rule,
+    "host": _host_rule,
+    "port": _port_rule,
+    "secret": _secret_rule,
+    "lock_timeout": _seconds_rule,
+    "reconnect_max": _seconds_rule,
+    "stanza_size_limit": stanza_size_refusal,
 }
+_FIELDS: Final = {field: f"XmppSettings {field}" for field in _RULES}
 _FLAGS: Final = {
     "component": "--xmpp-component",
     "host": "--xmpp-server host",
@@ -95,53 +143,20 @@ _FLAGS: Final = {
 }
 
 
-def _refusal(
-    name: Mapping[str, str],
-    component: str,
-    host: str,
-    port: int,
-    secret: str,
-    lock_timeout: float,
-    reconnect_max: float,
-    stanza_size_limit: int,
-) -> str | None:
-    """Why these settings cannot be served, each called `name[field]`; else None."""
-    if (refused := _component_refusal(name["component"], component)) is not None:
-        return refused
-    if utf8_size(host) is None:
-        return f"{name['host']} {host!r}: not valid Unicode"
-    if not is_host_name(host):  # slixmpp logged a traceback every 3 s
-        return f"{name['host']} {host!r} is no host name: {HOST_NAME_RULE}"
-    if not 0 < port < 65536:
-        return f"{name['port']} {port} is not a TCP port"
-    if not secret:
-        return f"{name['secret']} is empty"
-    for field, seconds in (("lock_timeout", lock_timeout), ("reconnect_max", reconnect_max)):
-        # not NaN, which every comparison passed: a lock that never timed out
-        if not 0 < seconds < math.inf:
-            return f"{name[field]} {seconds!r}: give a positive number of seconds"
-    if (refused := stanza_size_refusal(stanza_size_limit)) is not None:
-        return f"{name['stanza_size_limit']} {refused}"
+def _refusal(name: Mapping[str, str], values: Mapping[str, object]) -> str | None:
+    """Why these settings cannot be served, the first wrong one called `name[field]`; else
+    None."""
+    for field, rule in _RULES.items():
+        if (refused := rule(values[field])) is not None:
+            return f"{name[field]} {refused}"
     return None
 
 
 def component_refusal(component: str) -> str | None:
     """Why --xmpp-component `component` cannot be served, else None: `boxmq serve` says it
     as a usage error (exit 2), as the other flags' values, before it reads its config."""
-    return _component_refusal(_FLAGS["component"], component)
-
-
-def _component_refusal(label: str, component: str) -> str | None:
-    if not component or "@" in component or "/" in component:
-        return f"{label} {component!r}: give a bare domain"
-    if utf8_size(component) is None:  # a byte of the argument that is not UTF-8
-        return f"{label} {component!r}: not valid Unicode: give a bare domain"
-    if (invalid := _not_a_jid(component)) is not None:  # 'a b'
-        return (
-            f"{label} {component!r}: not a domain name ({invalid}): "
-            "give a bare domain, such as queues.example.org"
-        )
-    return None
+    refused = _component_rule(component)
+    return None if refused is None else f"{_FLAGS['component']} {refused}"
 
 
 def _not_a_jid(domain: str) -> str | None:
@@ -230,8 +245,8 @@ def settings_from(
         )
     host, port = server if server is not None else ("127.0.0.1", 5347)
     lock_timeout = lock_timeout if lock_timeout else _LOCK_TIMEOUT
-    values = (component, host, port, secret, lock_timeout, _RECONNECT_MAX)
     limit = STANZA_SIZE_LIMIT if stanza_size_limit is None else stanza_size_limit
-    if (refused := _refusal(_FLAGS, *values, limit)) is not None:
+    values = (component, host, port, secret, lock_timeout, _RECONNECT_MAX, limit)
+    if (refused := _refusal(_FLAGS, dict(zip(_RULES, values, strict=True)))) is not None:
         raise InvalidArgument(refused)
-    return XmppSettings(*values, limit)
+    return XmppSettings(*values)

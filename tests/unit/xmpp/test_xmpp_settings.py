@@ -178,3 +178,32 @@ def test_a_component_name_that_is_no_jid_is_named_as_written() -> None:
     with pytest.raises(InvalidArgument) as caught:
         settings_from("a b", None, secret="s", secret_file=None, environ={})
     assert str(caught.value).startswith("--xmpp-component 'a b': not a domain name (")
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        # each was a TypeError or AttributeError from inside a check, naming no setting
+        ({"component": b"q.x"}, "XmppSettings component b'q.x' is a bytes: give a bare domain"),
+        ({"host": 5}, "XmppSettings host 5 is an int: give a host name or address as a str"),
+        ({"port": "5347"}, "XmppSettings port '5347' is a str: give a TCP port, an int from 1"),
+        ({"lock_timeout": "30"}, "XmppSettings lock_timeout '30' is a str: give a positive"),
+        # and these passed, as port 1 and a one-second wait
+        ({"port": True}, "XmppSettings port True is a bool: give a TCP port"),
+        ({"port": 5347.0}, "XmppSettings port 5347.0 is a float: give a TCP port"),
+        ({"reconnect_max": True}, "XmppSettings reconnect_max True is a bool: give a positive"),
+        ({"secret": b"s"}, "XmppSettings secret is a bytes: give the secret as a str"),
+    ],
+)
+def test_from_python_a_value_of_the_wrong_type_is_refused_by_name(
+    given: dict[str, object], says: str
+) -> None:
+    settings: dict[str, object] = {
+        "component": "q.example.org",
+        "host": "127.0.0.1",
+        "port": 5347,
+        "secret": "s",
+    }
+    with pytest.raises(InvalidArgument) as caught:
+        XmppSettings(**(settings | given))  # type: ignore[arg-type]
+    assert str(caught.value).startswith(says)
