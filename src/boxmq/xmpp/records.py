@@ -24,10 +24,12 @@ import logging
 import os
 from dataclasses import dataclass
 
+from boxmq.errors import InvalidName
 from boxmq.forks import renew_in_children
 from boxmq.store.names import escape_segment
 from boxmq.store.records import make_folders, read_file, replace_file
 from boxmq.xmpp.payloads import NOT_XML
+from boxmq.xmpp.settings import component_domain
 
 __all__ = [
     "ComponentHeld",
@@ -42,7 +44,23 @@ log = logging.getLogger("boxmq.xmpp")
 
 
 def _component_folder(root: str, component: str) -> str:
-    return os.path.join(root, ".xmpp", escape_segment(component))
+    """The component's folder, named by its domain as the XMPP server compares it, so that
+    `Queue.Example` and `queue.example`, one component to the server, share one lock."""
+    return os.path.join(root, ".xmpp", escape_segment(component_domain(component)))
+
+
+def _spelled_folder(root: str, component: str) -> str | None:
+    """The folder a boxmq up to f4eb31da (2026-11-30) kept the component's lock and records
+    in, named by `component` as written, if there is one apart from `_component_folder`: its
+    lock is taken too, so that such a boxmq serving it in a rolling upgrade keeps this one off, and
+    its records are read, so that the subscribers a crash left there are told."""
+    try:
+        folder = os.path.join(root, ".xmpp", escape_segment(component))
+    except InvalidName:  # too long once escaped: never made
+        return None
+    if folder == _component_folder(root, component) or not os.path.isdir(folder):
+        return None
+    return folder
 
 
 def records_folder(root: str, component: str) -> str:
@@ -59,17 +77,17 @@ class ComponentHeld(Exception):
 
 
 class ComponentHold:
-    """The flock `hold_component` took, on `fd`, until `release`."""
+    """The flocks `hold_component` took, on `fds`, until `release`."""
 
-    def __init__(self, fd: int) -> None:
-        self._fd: int | None = fd
+    def __init__(self, fds: list[int]) -> None:
+        self._fds = fds
         # An flock belongs to the open file, which a fork shares: a child that kept its copy
         # (a multiprocessing worker) kept every later start of the component refused.
         renew_in_children(self)
 
     def release(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
+        fds, self._fds = self._fds, []
+        for fd in fds:
             os.close(fd)
 
     def renew_in_child(self) -> None:
@@ -88,7 +106,22 @@ def hold_component(root: str, component: str) -> ComponentHold | None:
     never blocks the next start. Why: a second process took the first's live records for
     a crash's (the first only reconnecting) and told its subscribers that their
     subscriptions ended (docs/xmpp.md, One instance per name)."""
-    folder = _component_folder(root, component)
+    fd = _flock(root, _component_folder(root, component))
+    fds = [] if fd is None else [fd]
+    if (spelled := _spelled_folder(root, component)) is not None:
+        try:
+            fd = _flock(root, spelled)
+        except ComponentHeld:
+            for taken in fds:
+                os.close(taken)
+            raise
+        fds += [] if fd is None else [fd]
+    return ComponentHold(fds) if fds else None
+
+
+def _flock(root: str, folder: str) -> int | None:
+    """The descriptor of `folder`'s lock, flocked, with our process id written in it; None
+    (logged) where it cannot be had; ComponentHeld if another process holds it."""
     path = os.path.join(folder, "lock")
     try:
         make_folders(folder, flush=False, within=root)
@@ -111,7 +144,7 @@ def hold_component(root: str, component: str) -> ComponentHold | None:
     with contextlib.suppress(OSError):  # the holder's pid, only for the message of one refused
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
-    return ComponentHold(fd)
+    return fd
 
 
 def _file_name(jid: str, node: str) -> str:
@@ -134,6 +167,8 @@ class SubscriberRecords:
     def __init__(self, root: str, component: str, *, flush: bool) -> None:
         self._root = root
         self._folder = records_folder(root, component)
+        spelled = _spelled_folder(root, component)
+        self._spelled = None if spelled is None else os.path.join(spelled, "subscribers")
         self._flush = flush
         self._made = False  # the folder, looked for once
 
@@ -169,6 +204,8 @@ class SubscriberRecords:
         (damaged, or a temporary a write left when the process died) is deleted, a damaged
         one with a warning: its subscriber is not told."""
         found: list[Recorded] = []
+        if self._spelled is not None:
+            self._take_spelled(self._spelled)
         try:
             entries = list(os.scandir(self._folder))
         except FileNotFoundError:
@@ -190,6 +227,23 @@ class SubscriberRecords:
             with contextlib.suppress(OSError):  # gone meanwhile, or a folder put there
                 os.unlink(entry.path)
         return found
+
+    def _take_spelled(self, spelled: str) -> None:
+        """Move the records an older boxmq left under the component's name as written into
+        the domain's folder, where `left_over` reads them (`_spelled_folder`)."""
+        try:
+            entries = list(os.scandir(spelled))
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            log.warning("%s: not read (%s): its subscribers are not told", spelled, error)
+            return
+        for entry in entries:
+            try:
+                make_folders(self._folder, flush=self._flush, within=self._root)
+                os.rename(entry.path, os.path.join(self._folder, entry.name))
+            except OSError as error:
+                log.warning("%s: not moved (%s): its subscriber is not told", entry.path, error)
 
     def _path(self, jid: str, node: str) -> str:
         return os.path.join(self._folder, _file_name(jid, node))

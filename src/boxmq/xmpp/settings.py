@@ -8,14 +8,16 @@ from dataclasses import dataclass
 from typing import Final
 
 from boxmq.core.topics import utf8_size
-from boxmq.errors import InvalidArgument
+from boxmq.errors import InvalidArgument, InvalidName
 from boxmq.host_names import HOST_NAME_RULE, is_host_name
+from boxmq.store.names import NAME_LIMIT, escape_segment
 
 __all__ = [
     "ENVELOPE",
     "SECRET_ENV",
     "STANZA_SIZE_LIMIT",
     "XmppSettings",
+    "component_domain",
     "component_refusal",
     "settings_from",
     "stanza_size_refusal",
@@ -81,6 +83,10 @@ def _component_rule(component: object) -> str | None:
             f"{component!r}: not a domain name ({invalid}): "
             "give a bare domain, such as queues.example.org"
         )
+    try:  # its records' folder (records.py), else refused at start as a "destination name"
+        escape_segment(component_domain(component))
+    except InvalidName:
+        return f"{component!r}: too long: its folder under the root passes {NAME_LIMIT} bytes"
     return None
 
 
@@ -157,6 +163,21 @@ def component_refusal(component: str) -> str | None:
     as a usage error (exit 2), as the other flags' values, before it reads its config."""
     refused = _component_rule(component)
     return None if refused is None else f"{_FLAGS['component']} {refused}"
+
+
+def component_domain(component: str) -> str:
+    """The component's domain as the XMPP server compares it (RFC 7622 §3.2: `Queue.Example`,
+    `queue.example.` and `queue.example` are one domain), as slixmpp sends it in the
+    handshake: the component's name on disk (records.py). `component` itself where slixmpp
+    is missing or takes it for no JID (the door then refuses to start)."""
+    try:
+        from slixmpp.jid import JID, InvalidJID
+    except ImportError:
+        return component
+    try:
+        return str(JID(component).domain)
+    except InvalidJID:
+        return component
 
 
 def _not_a_jid(domain: str) -> str | None:

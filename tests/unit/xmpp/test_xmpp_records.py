@@ -4,6 +4,8 @@ subscriber that its subscription is gone (records.py, docs/xmpp.md)."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import json
 import logging
 import os
 from collections.abc import Callable
@@ -377,3 +379,51 @@ def test_a_child_forked_while_the_component_is_held_does_not_keep_it(tmp_path: P
         os.waitpid(child, 0)
         for fd in (go_on, told, started, starts):
             os.close(fd)
+
+
+def test_names_that_differ_only_in_case_are_one_component_and_share_its_lock(
+    tmp_path: Path,
+) -> None:
+    # One component to the server (RFC 7622 §3.2, as slixmpp sends it): two serves of
+    # Queue.Localhost and queue.localhost. on one root each took a lock of its own, and
+    # each took the other's records for a crash's.
+    held = hold_component(str(tmp_path), "Queue.Localhost")
+    assert held is not None
+    try:
+        for spelled in (SERVICE, SERVICE + "."):
+            with pytest.raises(ComponentHeld):
+                hold_component(str(tmp_path), spelled)
+        assert records_folder(str(tmp_path), "QUEUE.localhost") == records_folder(
+            str(tmp_path), SERVICE
+        )
+    finally:
+        held.release()
+
+
+def test_a_root_of_an_older_boxmq_keeps_its_lock_and_its_records_are_told(
+    box: boxmq.Box,
+) -> None:
+    # An older boxmq named the folder as the flag was written: .xmpp/Queue.Localhost/.
+    older = os.path.join(box.root, ".xmpp", "Queue.Localhost")
+    os.makedirs(os.path.join(older, "subscribers"))
+    record = os.path.join(older, "subscribers", _file_name(ALICE, "jobs"))
+    Path(record).write_text(json.dumps({"jid": ALICE, "node": "jobs"}))
+    lock = os.open(os.path.join(older, "lock"), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # that boxmq still serves it
+        with pytest.raises(ComponentHeld):
+            hold_component(box.root, "Queue.Localhost")
+        mine = hold_component(box.root, SERVICE)  # refused, it let go of the domain's lock
+        assert mine is not None
+        mine.release()
+    finally:
+        os.close(lock)  # it stopped (or died)
+    held = hold_component(box.root, "Queue.Localhost")
+    assert held is not None
+    held.release()
+    # it had died: this start tells its subscriber, once
+    after = Wire(box, domain="Queue.Localhost")
+    after.service.tell_left_over()
+    assert _told(after) == [(ALICE, "jobs", "none")]
+    assert os.listdir(os.path.join(older, "subscribers")) == []
+    assert _recorded(box) == []

@@ -9,7 +9,7 @@ import pytest
 
 from boxmq import cli
 from boxmq.errors import InvalidArgument
-from boxmq.xmpp.settings import SECRET_ENV, XmppSettings, settings_from
+from boxmq.xmpp.settings import SECRET_ENV, XmppSettings, component_refusal, settings_from
 
 
 def test_no_component_no_xmpp() -> None:
@@ -207,3 +207,13 @@ def test_from_python_a_value_of_the_wrong_type_is_refused_by_name(
     with pytest.raises(InvalidArgument) as caught:
         XmppSettings(**(settings | given))  # type: ignore[arg-type]
     assert str(caught.value).startswith(says)
+
+
+def test_a_component_name_too_long_for_its_folder_is_a_usage_error() -> None:
+    # a JID (each label under 63), but 601 bytes once escaped: it passed, and serve stopped
+    # at the component's start on a "destination name ... over the 255-byte file-name limit"
+    pytest.importorskip("slixmpp")
+    name = ".".join(["\u00fc" * 50] * 2)
+    assert component_refusal(name) == (
+        f"--xmpp-component {name!r}: too long: its folder under the root passes 255 bytes"
+    )
