@@ -99,6 +99,31 @@ def test_publish_notifies_exactly_one_subscriber_with_the_payload(wire: Wire) ->
     assert events[0].get("to") in (ALICE, BOB)
 
 
+def test_a_payload_reaches_the_subscriber_and_the_queue_as_it_was_published(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    # A tab and a line feed in an attribute were stored as they were, which a parser reads
+    # as spaces, a carriage return in text as a line feed, and the attribute in urn:p was
+    # left out: the subscriber and the queue's readers got another payload.
+    wire.publish(
+        "<job xmlns='urn:example' xmlns:p='urn:p' a='x&#9;y&#10;z' p:b='1'>"
+        "l1&#13;<k xml:lang='en'>l2&#13;</k></job>"
+    )
+    jobs = box.queue("jobs")
+    stored = jobs.get()
+    assert stored is not None
+    jobs.unlock(stored.id)
+    wire.subscribe(ALICE, 1)
+    wire.service.poll()
+    [event] = [s for s in wire.take() if s.find(ns.tag(EV, "event")) is not None]
+    [delivered] = event.iter(ns.tag(EV, "item"))
+    for job in (ET.fromstring(stored.body), delivered[0]):
+        assert job.attrib == {"a": "x\ty\nz", "{urn:p}b": "1"}
+        assert job.text == "l1\r"
+        assert job[0].text == "l2\r"
+        assert job[0].attrib == {"{http://www.w3.org/XML/1998/namespace}lang": "en"}
+
+
 def test_queue_requests_bounds_what_each_subscriber_holds(wire: Wire) -> None:
     wire.subscribe(ALICE, 2)
     wire.subscribe(BOB, 3)

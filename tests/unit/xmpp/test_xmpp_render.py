@@ -35,8 +35,15 @@ def test_a_recurring_attribute_is_what_attr_writes_each_time(values: list[str]) 
         assert ET.fromstring(f"<x a={render.recurring_attr(value)}/>").get("a") == value
 
 
-_NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.-]{0,8}", fullmatch=True)
-_ODD_NAMESPACES = st.sampled_from(["", "a&b", "x'y", 'q"r', "s}t"])
+# What a parser can give: no attribute named xmlns (a declaration), no reserved namespace, no
+# "}" in a namespace (expat refuses its own separator)
+_NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.-]{0,8}", fullmatch=True).filter(
+    lambda name: not name.lower().startswith("xml")
+)
+_ELEMENT_NAMESPACES = _XML_TEXT.filter(
+    lambda name: "}" not in name and not name.startswith("http://www.w3.org/")
+)
+_ODD_NAMESPACES = st.sampled_from(["", "a&b", "x'y", 'q"r'])
 _ODD_KEYS = st.sampled_from(["{urn:x}k", "{http://www.w3.org/XML/1998/namespace}lang"])
 
 
@@ -44,7 +51,9 @@ _ODD_KEYS = st.sampled_from(["{urn:x}k", "{http://www.w3.org/XML/1998/namespace}
 def _elements(draw: st.DrawFn, *, odd: bool) -> ET.Element:
     """A payload element: with `odd`, also what the fast path leaves to slixmpp (children,
     no namespace, namespaced attributes, a namespace with characters to escape)."""
-    namespace = draw(_XML_TEXT | _ODD_NAMESPACES if odd else _XML_TEXT.filter(bool))
+    namespace = draw(
+        _ELEMENT_NAMESPACES | _ODD_NAMESPACES if odd else _ELEMENT_NAMESPACES.filter(bool)
+    )
     name = draw(_NAMES)
     tag = f"{{{namespace}}}{name}" if not odd or draw(st.booleans()) else name
     keys = _NAMES | _ODD_KEYS if odd else _NAMES
@@ -57,9 +66,33 @@ def _elements(draw: st.DrawFn, *, odd: bool) -> ET.Element:
 
 
 @given(_elements(odd=False) | _elements(odd=True))
-def test_xml_of_writes_what_slixmpp_writes(element: ET.Element) -> None:
-    # the fast path for a leaf element and slixmpp's writer give the same text, escapes included
-    assert render.xml_of(element) == tostring(element, top_level=True)
+def test_xml_of_parses_back_to_the_element(element: ET.Element) -> None:
+    # tostring wrote a tab, line feed or carriage return in an attribute as it was, which a
+    # parser reads as a space, a carriage return in text as a line feed, and it left out an
+    # attribute in a namespace (urn:x): a published item was stored and sent altered
+    parsed = ET.fromstring(f"<wrapper>{render.xml_of(element)}</wrapper>")
+    assert len(parsed) == 1
+    assert _shape(parsed[0]) == _shape(element)
+
+
+def _shape(element: ET.Element) -> object:
+    tag = element.tag.removeprefix("{}")  # no namespace, said either way
+    children = [_shape(child) for child in element]
+    return tag, element.attrib, element.text or "", element.tail or "", children
+
+
+@given(_elements(odd=False))
+def test_the_usual_payload_is_written_as_slixmpp_wrote_it(element: ET.Element) -> None:
+    # the text stored for a payload as it always was, where slixmpp's writer kept it whole
+    attributes = "".join(element.attrib.values())
+    texts = (element.text or "") + (element.tail or "")
+    namespace = element.tag  # written raw
+    if (
+        not set("\t\n\r") & set(attributes)
+        | set("\r") & set(texts)
+        | set("&<>'\"\t\n\r") & set(namespace)
+    ):
+        assert render.xml_of(element) == tostring(element, top_level=True)
 
 
 _BODY_TEXT = st.text(st.sampled_from("ab-_.:é ]>&<'\"\t\n\r\x01;#x"), max_size=12)
