@@ -80,6 +80,21 @@ def test_create_twice_is_conflict_and_a_bad_name_is_bad_request(wire: Wire) -> N
     assert condition(wire.create("topic-root")) == ("modify", "bad-request")
 
 
+def test_a_topic_node_too_long_for_a_file_name_is_bad_request_saying_so(wire: Wire) -> None:
+    # what docs/xmpp.md says of topic nodes: the topic is in each item's file name
+    def publish(node: str) -> ET.Element:
+        return wire.iq(
+            CAROL,
+            f"<pubsub xmlns='{PS}'><publish node='{node}'><item><j xmlns='u'/></item>"
+            "</publish></pubsub>",
+        )
+
+    assert publish("a" * 79).get("type") == "result"
+    refused = publish("a" * 80)
+    assert condition(refused) == ("modify", "bad-request")
+    assert "use a shorter topic" in ET.tostring(refused, encoding="unicode")
+
+
 def test_create_of_a_topic_node_that_has_subscribers_is_conflict(wire: Wire) -> None:
     # A topic node exists while it has subscribers here (docs/xmpp.md). Its create made a
     # queue of that name, which took every later publish to the node: its subscribers got
