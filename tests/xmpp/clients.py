@@ -204,10 +204,15 @@ async def clients(server: Prosody, *users: str) -> AsyncIterator[list[Client]]:
 
 @contextlib.asynccontextmanager
 async def component(
-    server: Prosody, box: boxmq.Box, *, lock_timeout: float = 30.0, **more: int
+    server: Prosody,
+    box: boxmq.Box,
+    *,
+    lock_timeout: float = 30.0,
+    name: str = SERVICE,
+    **more: int,
 ) -> AsyncIterator[QueueComponent]:
     settings = XmppSettings(
-        SERVICE, "127.0.0.1", server.component_port, SECRET, lock_timeout=lock_timeout, **more
+        name, "127.0.0.1", server.component_port, SECRET, lock_timeout=lock_timeout, **more
     )
     running = QueueComponent(box, settings)
     running.connect()

@@ -46,6 +46,26 @@ def test_disco_shows_the_queueing_and_qos_features(prosody: Prosody, box: boxmq.
     run(scenario())
 
 
+def test_the_component_named_in_capitals_and_with_a_final_dot_is_served(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # One domain (RFC 7622 §3.2), and the checks passed it, but slixmpp opened the stream to
+    # the name as written: Prosody refused it ("... does not match any configured external
+    # components"), and serve stopped.
+    async def scenario() -> None:
+        async with (
+            component(prosody, box, name=SERVICE.upper() + "."),
+            clients(prosody, "alice", "bob") as [alice, bob],
+        ):
+            assert (await alice.subscribe(1)).get("type") == "result"
+            item = await bob.publish("<job xmlns='urn:example'/>")
+            event = await alice.next_event()
+            assert (event.what, event.item) == ("item", item)
+            assert (await alice.retract(item)).get("type") == "result"
+
+    run(scenario())
+
+
 def test_two_subscribers_share_a_thousand_items_each_exactly_once(
     prosody: Prosody, box: boxmq.Box
 ) -> None:

@@ -28,7 +28,7 @@ from boxmq.errors import BoxMQError
 from boxmq.xmpp import ns
 from boxmq.xmpp.records import ComponentHeld, hold_component
 from boxmq.xmpp.service import QueueService
-from boxmq.xmpp.settings import XmppSettings
+from boxmq.xmpp.settings import XmppSettings, component_domain
 
 __all__ = ["ComponentRefused", "QueueComponent", "run_component"]
 
@@ -53,8 +53,11 @@ class ComponentRefused(BoxMQError):
 class QueueComponent(ComponentXMPP):
     def __init__(self, box: Box, settings: XmppSettings) -> None:
         # XmppSettings refused a component name that is no JID ('a b'), naming it as written.
+        # The domain as the server compares it: slixmpp opens the stream to the name as given,
+        # and Prosody refused `Queue.Example` for its `queue.example` (host-unknown).
+        domain = component_domain(settings.component)
         super().__init__(  # type: ignore[no-untyped-call]  # ComponentXMPP.__init__ is untyped
-            settings.component, settings.secret, settings.host, settings.port
+            domain, settings.secret, settings.host, settings.port
         )
         self.settings = settings
         self.refused: str | None = None
@@ -67,7 +70,7 @@ class QueueComponent(ComponentXMPP):
         self._once_written: list[Callable[[], None]] = []  # run once those are written
         self.service = QueueService(
             box,
-            domain=settings.component,
+            domain=domain,
             send=self._send,
             lock_timeout=settings.lock_timeout,
             stanza_size_limit=settings.stanza_size_limit,
