@@ -10,7 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boxmq.cli_args import parse_duration
-from boxmq.core.durations import LONGEST, check_seconds, check_wait, spelled, written_seconds
+from boxmq.core.durations import (
+    LONGEST,
+    check_seconds,
+    check_wait,
+    in_unit_of,
+    spelled,
+    written_seconds,
+)
 from boxmq.errors import InvalidArgument
 
 
@@ -120,3 +127,10 @@ def test_a_duration_is_read_in_one_place_in_two_spellings() -> None:
 def test_a_duration_is_written_in_ascii_only(text: str, spaced: bool) -> None:
     # A no-break or ideographic space (a pasted "2 h") is no blank, as "\u0663" is no digit.
     assert written_seconds(text, spaced=spaced) is None
+
+
+@pytest.mark.parametrize("text", ["19h\u3000", "\u00a019h", "\u008519h"])
+def test_a_limit_is_told_in_the_unit_of_an_ascii_duration_only(text: str) -> None:
+    # in_unit_of reads the unit as written_seconds does: no unit in what it does not read.
+    assert in_unit_of(65535, " 19h ") == "about 18.2h"
+    assert in_unit_of(65535, text) == spelled(65535)

@@ -16,7 +16,15 @@ import re
 
 from boxmq.errors import InvalidArgument
 
-__all__ = ["LONGEST", "check_seconds", "check_wait", "in_unit_of", "spelled", "written_seconds"]
+__all__ = [
+    "BLANKS",
+    "LONGEST",
+    "check_seconds",
+    "check_wait",
+    "in_unit_of",
+    "spelled",
+    "written_seconds",
+]
 
 LONGEST = 100 * 365 * 86_400.0  # seconds: a century, the longest boxmq waits for anything
 
@@ -62,8 +70,9 @@ _WRITTEN = re.compile(rf"([0-9]+(?:\.[0-9]+)?)({_UNIT})?", re.ASCII)
 # Spark's options have also taken "5." and a blank before the unit ("2 h") since they came;
 # an ASCII blank: `\s` alone also takes a no-break or ideographic space ("2\u3000h").
 _SPACED = re.compile(rf"([0-9]+(?:\.[0-9]*)?)\s*({_UNIT})?", re.ASCII)
-# The blanks around a duration that are ignored: str.strip() alone also drops U+00A0, U+3000.
-_BLANKS = " \t\n\r\f\v"
+# The blanks around a duration (or a Spark option's count) that are ignored: str.strip()
+# alone also drops U+00A0, U+3000.
+BLANKS = " \t\n\r\f\v"
 
 
 def written_seconds(text: str, *, spaced: bool = False) -> float | None:
@@ -71,7 +80,7 @@ def written_seconds(text: str, *, spaced: bool = False) -> float | None:
     "10m", "2h", "1d"), ASCII blanks around it ignored; None if it is no duration. `spaced` also
     takes a blank before the unit and a number ending in its point, as the Spark options do.
     The number is not checked (400 digits make infinity): each caller says what it takes."""
-    match = (_SPACED if spaced else _WRITTEN).fullmatch(text.strip(_BLANKS))
+    match = (_SPACED if spaced else _WRITTEN).fullmatch(text.strip(BLANKS))
     return None if match is None else float(match[1]) * _UNITS[match[2] or "s"]
 
 
@@ -94,7 +103,7 @@ def in_unit_of(seconds: float, text: str) -> str:
     "19h"), or in the next smaller one it makes at least 1 of (65535 for "1d": hours), or
     `spelled` if `text` has no unit: a limit told in seconds alone left a user who wrote
     hours to do the sum."""
-    match = _WRITTEN.fullmatch(text.strip())
+    match = _WRITTEN.fullmatch(text.strip(BLANKS))  # as written_seconds reads it
     if match is None or match[2] is None:
         return spelled(seconds)
     units = list(_UNITS)[: list(_UNITS).index(match[2]) + 1]  # ms up to the one written
