@@ -58,6 +58,9 @@ R = "<the test's root>"
         ({"root": R, "queue": "sensors", "numPartitions": "\u0663"}, InvalidArgument, "whole"),
         ({"root": R, "queue": "sensors", "maxRecordsPerTrigger": "\uff14"}, InvalidArgument, "wh"),
         ({"root": R, "queue": "sensors", "maxBytesPerTrigger": "1_000"}, InvalidArgument, "whole"),
+        # a no-break or ideographic space is no blank, as in a duration ("5\u00a0s" is refused)
+        ({"root": R, "queue": "s", "maxRecordsPerTrigger": "5\u00a0"}, InvalidArgument, "whole"),
+        ({"root": R, "queue": "s", "numPartitions": "\u30002"}, InvalidArgument, "whole"),
         # a positive whole number refused: the message says which bound it broke
         ({"root": R, "queue": "s", "maxBytesPerTrigger": "1" * 19}, InvalidArgument, "most 18"),
         ({"root": R, "queue": "sensors", "lockTimeout": "soon"}, InvalidArgument, "1d"),

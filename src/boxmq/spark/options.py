@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from boxmq.client.topics import check_filter
-from boxmq.core.durations import LONGEST, written_seconds
+from boxmq.core.durations import BLANKS, LONGEST, written_seconds
 from boxmq.errors import InvalidArgument, InvalidName, QueueNotFound
 from boxmq.store.commit import FsyncPolicy
 from boxmq.store.layout import State, no_dropbox, queue_path
@@ -141,7 +141,9 @@ class _Options:
         value = self.text(name)
         if value is None:
             return None
-        digits = value.strip()  # digits 0-9: int() also takes "1_000" and other scripts' digits
+        # Digits 0-9 between ASCII blanks, as a duration is written: int() also takes "1_000"
+        # and other scripts' digits, and str.strip() a no-break or ideographic space.
+        digits = value.strip(BLANKS)
         number = int(digits) if digits.isascii() and digits.isdigit() and len(digits) < 19 else 0
         if number <= 0:
             raise InvalidArgument(
