@@ -131,11 +131,14 @@ def describe_security(config: ServeConfig, mqtt: MqttSettings | None) -> list[st
     the file's (its identity_as_username ones were said of a door not opened). Nothing of
     it when there is no door (None: `--no-mqtt`), where "any client may connect" told of
     clients that cannot."""
-    source = f"config: {config.source}" if config.source else "config: none (defaults and flags)"
-    if config.source and config.file_sets_nothing:
+    if config.source is None:
+        source = "config: none (defaults and flags)"
+    elif config.file_sets_nothing:
         # Named alone, an empty file (a 0-byte one a deployment wrote, or a copy of the
         # example with every line still commented out) read as if its settings were in force.
         source = f"config: no settings in {config.source}, using the defaults (and flags)"
+    else:
+        source = f"config: {config.source}"
     if mqtt is None:
         return [source]
     authenticator, authorizer = mqtt.authenticator, mqtt.authorizer
