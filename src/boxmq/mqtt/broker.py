@@ -68,7 +68,7 @@ from boxmq.mqtt.disk import Job, no_answer
 from boxmq.mqtt.drops import Refusals
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.fair import FairQueue
-from boxmq.mqtt.lifetimes import CLAIMED, Lifetimes, session_made
+from boxmq.mqtt.lifetimes import CLAIMED, Lifetimes, session_made, subscribed_on_disk
 from boxmq.mqtt.outbox import Stage
 from boxmq.mqtt.packets import (
     Auth,
@@ -112,7 +112,6 @@ from boxmq.mqtt.sys_topics import Figures, SysTopics, about_sys, send_sys
 from boxmq.mqtt.wills import Wills, will_delay
 from boxmq.store.commit import FsyncPolicy
 from boxmq.store.process import process_alive, process_token
-from boxmq.store.topics import SubscriptionRecord
 
 __all__ = ["Broker", "Link"]
 
@@ -1319,7 +1318,7 @@ class Broker:
             return None  # a clean session most likely: spare it the scan of every subscription
         found = [
             (text, s)
-            for text, s in self._subscribed_on_disk(client_id, record)
+            for text, s in subscribed_on_disk(self.box.topics, client_id, record)
             if session_made(client_id, record, text)
         ]
         # Its QoS 2 messages are the topics' (never a queue's): their working/ alone is
@@ -1394,26 +1393,6 @@ class Broker:
                 cap,
             )
         return session
-
-    def _subscribed_on_disk(
-        self, client_id: str, record: SessionRecord | None
-    ) -> list[tuple[str, SubscriptionRecord]]:
-        """The subscriptions on disk under the client id's name that may be its session's:
-        after a restart each persistent device's return made this look, and a read of every
-        subscription's record on the root (10,000 devices: 10^8 reads in the storm of their
-        returns) where its record names the few that are its own (SessionRecord.made)."""
-        topics, name = self.box.topics, consumer_name(client_id)
-        if record is not None and record.leaving is not None:
-            return topics.subscribed_among(name, (*record.options, *record.leaving))
-        if record is None and not topics.holds_any(name):
-            return []  # its first CONNECT, most likely (or its record lost): nothing to say
-        # A record of an older boxmq, which did not list the share groups being left, owns
-        # every membership under its name (`made`): only the scan of them all finds them.
-        # With no record the session owns none, but the scan finds another door's under
-        # its name, which `session_made` tells of (its client would otherwise wonder why
-        # it is sent nothing of them), at one stat while the root's subscriptions did not
-        # change (`holds_any`, above) when there is none.
-        return topics.subscribed(name)
 
     def _may_keep(self, client_id: str, record: SessionRecord | None, text: str) -> bool:
         """Whether a subscription found on disk is still allowed by the ACL (which may have
