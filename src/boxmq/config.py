@@ -276,14 +276,14 @@ def _missing(document: dict[str, Any], key: str, path: Path | None, source: Path
     """What to do about a [security] file that does not exist: a relative name is taken
     from the config file's folder, not from where serve was started, which a user who wrote
     "passwd" beside a `--config etc/boxmq.toml` may not expect; a password file is made by
-    `boxmq passwd`."""
+    `boxmq passwd`. A file `load_config`'s defaults name, and this file does not, is not
+    the config file's to place (it was said as "" taken from its folder)."""
     if path is None or path.exists():
         return ""
-    written = str(document.get("security", {}).get(key, ""))
-    relative = not Path(written).expanduser().is_absolute()
+    written = document.get("security", {}).get(key)
     where = (
         f"{json.dumps(written)} is taken from {source.parent}, the config file's folder; "
-        if relative
+        if isinstance(written, str) and not Path(written).expanduser().is_absolute()
         else ""
     )
     make = (

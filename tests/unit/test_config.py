@@ -366,6 +366,20 @@ def test_a_security_file_that_does_not_exist_says_where_it_was_looked_for(tmp_pa
     assert str(caught.value).endswith(" does not exist (write it, or fix acl_file)")
 
 
+def test_a_missing_security_file_given_by_the_defaults_is_not_said_to_be_the_files(
+    tmp_path: Path,
+) -> None:
+    # load_config's defaults (docs/configuration.md) name a password file the config file
+    # does not: it is not "taken from the config file's folder", and the file wrote no "".
+    defaults = ServeConfig(security=Security(password_file=tmp_path / "passwd"))
+    with pytest.raises(InvalidArgument) as caught:
+        load_config(_write(tmp_path, ""), defaults=defaults)
+    assert str(caught.value).endswith(
+        f"password file {tmp_path}/passwd does not exist "
+        f"(make it with `boxmq passwd {tmp_path}/passwd USER`, or fix password_file)"
+    )
+
+
 def test_a_folder_is_no_config_file(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument) as caught:
         load_config(tmp_path)  # was "cannot read config file ...: Is a directory"
