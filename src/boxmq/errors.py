@@ -33,6 +33,7 @@ __all__ = [
     "StoreFailed",
     "StoreFull",
     "UnexpectedRequest",
+    "check_flag",
     "naming",
     "store_failure",
 ]
@@ -44,6 +45,15 @@ class BoxMQError(Exception):
 
 class InvalidArgument(BoxMQError, ValueError):
     """The caller passed something boxmq cannot use; the message says what to fix."""
+
+
+def check_flag(what: str, value: object) -> bool:
+    """`value` if it is True or False; else an InvalidArgument that names `what`. Anything
+    Python calls true or false was taken: durable="no" made a durable subscription, and
+    retain="no" a retained message."""
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{what} is True or False, not {value!r}")
+    return value
 
 
 class InvalidName(InvalidArgument):

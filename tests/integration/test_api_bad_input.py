@@ -542,3 +542,34 @@ def test_a_property_named_in_boxmqs_own_bx_is_refused_by_every_put_and_publish(
     assert jobs.counts() == boxmq.QueueCounts(0, 0, 0, 0, 0, 0)
     assert box.pending("s") == []
     assert not any((root / "jobs" / "working").iterdir())
+
+
+_FLAGS: list[tuple[str, Callable[[boxmq.Box, Any], object]]] = [
+    ("retain", lambda box, v: box.publish("a/b", b"x", retain=v)),
+    ("durable", lambda box, v: box.subscribe("a/b", "s", durable=v)),
+    ("no_local", lambda box, v: box.subscribe("a/b", "s", no_local=v)),
+    ("send_retained", lambda box, v: box.subscribe("a/b", "s", send_retained=v)),
+    ("process_bound", lambda box, v: box.subscribe("a/b", "s", process_bound=v)),
+    ("ends_with_process", lambda box, v: box.subscribe("a/b", "s", ends_with_process=v)),
+    ("create", lambda box, v: box.queue("jobs", create=v)),
+    ("full", lambda box, v: box.sweep(full=v)),
+    ("keep_claimed", lambda box, v: box.queue("q").consumer("c").pause(keep_claimed=v)),
+    ("keep_claimed", lambda box, v: box.subscribe("a/#", "c").pause(keep_claimed=v)),
+    ("keep_locks", lambda box, v: box.queue("q").consumer("c").close(keep_locks=v)),
+]
+
+
+@pytest.mark.parametrize("value", ["no", 0, None])
+@pytest.mark.parametrize(
+    ("what", "call"), _FLAGS, ids=[f"{i}-{f[0]}" for i, f in enumerate(_FLAGS)]
+)
+def test_a_flag_is_true_or_false_not_any_value_python_calls_true_or_false(
+    box: boxmq.Box, root: Path, what: str, call: Callable[[boxmq.Box, Any], object], value: Any
+) -> None:
+    # durable="no" made a durable subscription, retain="no" a retained message, create="no"
+    # a queue's folders, as boxmq.open refuses keep_processed="no" (taken as True).
+    with pytest.raises(boxmq.InvalidArgument, match=re.escape(f"{what} is True or False, not")):
+        call(box, value)
+    assert not (root / "jobs").exists()
+    assert not any(root.glob("topic-root/a%2Fb*"))  # no subscription recorded
+    assert box.topics.retained("a/b") is None

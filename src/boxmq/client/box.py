@@ -30,7 +30,14 @@ from boxmq.clock import Clock, SystemClock
 from boxmq.core import Dispatch, ExactlyOnceLimits, QueuePolicy, parse_filter
 from boxmq.core.durations import check_seconds, spelled
 from boxmq.core.topics import is_share_name
-from boxmq.errors import Closed, InvalidArgument, QueueNotFound, RecurringFailure, store_failure
+from boxmq.errors import (
+    Closed,
+    InvalidArgument,
+    QueueNotFound,
+    RecurringFailure,
+    check_flag,
+    store_failure,
+)
 from boxmq.forks import renew_in_children
 from boxmq.ids import IdFactory
 from boxmq.model import ConsumerId, MessageId, Property, PropertyValue
@@ -203,6 +210,7 @@ class Box:
 
     def queue(self, name: str, *, create: bool = True) -> Queue:
         """The queue `name`; created (its folders made) unless `create=False`."""
+        check_flag("create", create)
         path = queue_path(self.root, name)
         if not create and no_dropbox(path):
             raise QueueNotFound(self._missing(name, path))
@@ -528,6 +536,7 @@ class Box:
         # one waits for the full pass (up to a minute). The heap alone for queues would make
         # other processes' expiries and locks that late; `_quiet` for subscriptions would
         # cost two stats per session per sweep.
+        check_flag("full", full)
         now = self._clock.now()
         limits = self.options.limits
         retention, purge = limits.processed_retention, False
@@ -1147,9 +1156,8 @@ def open(
         )
     if clock is not None and not callable(getattr(clock, "now", None)):
         raise InvalidArgument(f"clock is a boxmq.Clock (it has now()) or None, not {clock!r}")
-    for what, flag in (("keep_processed", keep_processed), ("polling", polling)):
-        if not isinstance(flag, bool):
-            raise InvalidArgument(f"{what} is True or False, not {flag!r}")
+    check_flag("keep_processed", keep_processed)
+    check_flag("polling", polling)
     strategy = dispatch_named(dispatch)
     by_group = {group: dispatch_named(name) for group, name in (group_dispatch or {}).items()}
     for group in by_group:

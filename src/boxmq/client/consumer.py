@@ -6,6 +6,7 @@ from boxmq.client.live_queue import LiveQueue
 from boxmq.client.message import Message
 from boxmq.client.receiver import Receiver, check_most
 from boxmq.core.durations import check_wait
+from boxmq.errors import check_flag
 from boxmq.model import ConsumerId
 
 __all__ = ["Consumer"]
@@ -41,6 +42,7 @@ class Consumer(Receiver):
     def pause(self, *, keep_claimed: bool = False) -> None:
         """Take nothing more until `resume`; what was claimed for us and not received goes
         back to the other consumers (unless `keep_claimed`), what we received stays ours."""
+        check_flag("keep_claimed", keep_claimed)
         self._live.pause(self.name, keep_claimed=keep_claimed)
 
     def resume(self) -> None:
@@ -68,6 +70,7 @@ class Consumer(Receiver):
     def close(self, *, keep_locks: bool = False) -> None:
         """keep_locks: for a consumer that outlives its process (a subscriber with
         process_bound=False), what it received stays locked to it, on disk."""
+        check_flag("keep_locks", keep_locks)
         if not self._closed:
             self._closed = True
             self._live.detach(self.name, keep_locks=keep_locks)

@@ -25,7 +25,7 @@ from boxmq.client.spill import spilled
 from boxmq.clock import Clock
 from boxmq.core import Destination, QoS, validate_topic
 from boxmq.core.durations import check_seconds
-from boxmq.errors import InvalidArgument, MetadataTooLong, naming
+from boxmq.errors import InvalidArgument, MetadataTooLong, check_flag, naming
 from boxmq.ids import IdFactory
 from boxmq.model import (
     PUBLISHED_RETAINED,
@@ -187,6 +187,7 @@ class Publisher:
         message, whose `bx_*` properties are boxmq's own (`bx_v5`): a user's are refused."""
         validate_topic(topic)
         level = qos_level(qos)
+        check_flag("retain", retain)
         check_given(properties, correlation_id, reply_to)
         if not reserved:
             refuse_reserved(properties)

@@ -14,7 +14,7 @@ from boxmq.client.message import Message
 from boxmq.client.receiver import Receiver
 from boxmq.core import QoS, TopicFilter
 from boxmq.core.durations import check_wait
-from boxmq.errors import Closed
+from boxmq.errors import Closed, check_flag
 from boxmq.model import QOS, ConsumerId, MessageId
 from boxmq.store.v5_properties import V5Reader
 
@@ -126,6 +126,7 @@ class Subscriber(Receiver):
         (what it holds stays its own): a share group's messages go to its other members.
         keep_claimed: what was claimed for it and not received yet stays its own too, such
         as the messages a subscriber with process_bound=False took back at its subscribe."""
+        check_flag("keep_claimed", keep_claimed)
         if self._consumer is not None:
             self._consumer.pause(keep_claimed=keep_claimed)
 

@@ -34,7 +34,7 @@ from boxmq.client.sweeps import release_locks_of
 from boxmq.clock import Clock
 from boxmq.core import QoS, Subscription, TopicFilter, matcher, parse_filter
 from boxmq.core.queue import check_consumer_limits
-from boxmq.errors import InvalidArgument, InvalidName, QueueNotFound, store_failure
+from boxmq.errors import InvalidArgument, InvalidName, QueueNotFound, check_flag, store_failure
 from boxmq.ids import IdFactory
 from boxmq.model import QOS, RETAINED, ConsumerId, Envelope, PropertyType
 from boxmq.store import topics as layout
@@ -151,6 +151,14 @@ class Topics(Publisher):
         subscription outlive its process again."""
         parsed = parse_filter(filter)
         name = check_consumer_name(subscriber, _SUBSCRIBER)
+        for flag, value in (
+            ("durable", durable),
+            ("no_local", no_local),
+            ("send_retained", send_retained),
+            ("process_bound", process_bound),
+            ("ends_with_process", ends_with_process),
+        ):
+            check_flag(flag, value)
         subscription = Subscription(
             name, parsed, qos_level(qos), parsed.shared or durable, no_local
         )
