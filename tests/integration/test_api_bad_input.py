@@ -266,6 +266,9 @@ def test_a_bool_is_no_duration(box: boxmq.Box) -> None:
         ({"clock": 5}, "clock is a boxmq.Clock"),
         ({"keep_processed": "no"}, "keep_processed is True or False, not 'no'"),
         ({"polling": 1}, "polling is True or False, not 1"),
+        # bytes: "a bytes-like object is required, not 'str'" from inside the name's lookup
+        ({"dispatch": b"random"}, "dispatch b'random': choose one of round-robin"),
+        ({"group_dispatch": {"etl": b"random"}}, "dispatch b'random': choose one of"),
     ],
 )
 def test_open_refuses_options_of_the_wrong_type_before_it_makes_anything(
@@ -573,3 +576,13 @@ def test_a_flag_is_true_or_false_not_any_value_python_calls_true_or_false(
     assert not (root / "jobs").exists()
     assert not any(root.glob("topic-root/a%2Fb*"))  # no subscription recorded
     assert box.topics.retained("a/b") is None
+
+
+@pytest.mark.parametrize("owner", [5, b"alice@example.org", None, "", "\ud800"])
+def test_an_owner_that_is_no_text_is_refused_saying_so(box: boxmq.Box, owner: Any) -> None:
+    # 5 or bytes: "write() argument must be str, not int", and a lone surrogate a
+    # UnicodeEncodeError, from inside the file's write.
+    jobs = box.queue("jobs")
+    with pytest.raises(boxmq.InvalidArgument, match="an owner is a non-empty str"):
+        jobs.set_owner(owner)
+    assert jobs.owner is None

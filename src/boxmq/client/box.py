@@ -1256,6 +1256,6 @@ def dispatch_named(name: str) -> Dispatch:
     """The strategy called `name` ("round-robin", ...); InvalidArgument lists them."""
     try:
         return Dispatch(name.lower().replace("_", "-"))
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, TypeError):  # TypeError: bytes' replace of a str
         names = ", ".join(d.value for d in Dispatch)
         raise InvalidArgument(f"dispatch {name!r}: choose one of {names}") from None

@@ -486,8 +486,16 @@ class Queue:
 
     def set_owner(self, owner: str) -> None:
         """Record the queue's owner on disk (`<queue>/.owner`): it survives restarts."""
-        if not owner:
-            raise InvalidArgument("an owner is a non-empty name")
+        # 5 or bytes failed inside the file's write ("write() argument must be str"), and a
+        # lone surrogate with a UnicodeEncodeError.
+        try:
+            usable = isinstance(owner, str) and bool(owner.encode())
+        except UnicodeEncodeError:
+            usable = False
+        if not usable:
+            raise InvalidArgument(
+                f"an owner is a non-empty str that UTF-8 can encode (a JID), not {owner!r}"
+            )
         self._box.set_setting("owner", owner)
 
     def counts(self) -> QueueCounts:
