@@ -209,6 +209,15 @@ def test_put_many_of_one_body_is_refused_not_split_into_messages(box: boxmq.Box,
     assert len(jobs.put_many([body])) == 1
 
 
+@pytest.mark.parametrize("messages", [None, 5, {"a": b"x"}, {b"a": b"x"}])
+def test_put_many_of_no_list_is_refused_naming_what_it_takes(box: boxmq.Box, messages: Any) -> None:
+    # None and 5: "'NoneType' object is not iterable"; a dict put its keys, "a", as messages.
+    jobs = box.queue("jobs")
+    with pytest.raises(boxmq.InvalidArgument, match=r"put_many takes a list of messages, not"):
+        jobs.put_many(messages)
+    assert jobs.counts() == boxmq.QueueCounts(0, 0, 0, 0, 0, 0)
+
+
 @pytest.mark.parametrize("durable", [True, False])
 @pytest.mark.parametrize("most", [-1, 1.5, "3", True])
 def test_receive_ready_takes_none_or_a_count_of_zero_or_more(
@@ -559,6 +568,9 @@ _FLAGS: list[tuple[str, Callable[[boxmq.Box, Any], object]]] = [
     ("keep_claimed", lambda box, v: box.queue("q").consumer("c").pause(keep_claimed=v)),
     ("keep_claimed", lambda box, v: box.subscribe("a/#", "c").pause(keep_claimed=v)),
     ("keep_locks", lambda box, v: box.queue("q").consumer("c").close(keep_locks=v)),
+    ("reclaim", lambda box, v: box.assured("s", "1", b"x", queue="jobs", reclaim=v)),
+    ("remember", lambda box, v: box.deliver("s", "1", remember=v)),
+    ("must_exist", lambda box, v: box.deliver("s", "1", must_exist=v)),
 ]
 
 

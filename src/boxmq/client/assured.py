@@ -43,7 +43,14 @@ from boxmq.clock import Clock
 from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits
 from boxmq.core.durations import check_seconds
 from boxmq.core.topics import validate_topic
-from boxmq.errors import BoxMQError, InvalidArgument, ItemNotFound, MetadataTooLong, naming
+from boxmq.errors import (
+    BoxMQError,
+    InvalidArgument,
+    ItemNotFound,
+    MetadataTooLong,
+    check_flag,
+    naming,
+)
 from boxmq.ids import IdFactory
 from boxmq.model import (
     MQTT_SOURCE_PREFIX,
@@ -230,6 +237,7 @@ class AssuredIntake:
         # its temporary left in working/, and an int one from len().
         data = body_bytes(body)
         _check_key(source, msg_id)  # else named as boxmq's own property, bx_src
+        check_flag("reclaim", reclaim)
         message = AssuredMessage(
             source,
             msg_id,
@@ -380,6 +388,8 @@ class AssuredIntake:
         returning False, so the sender can be told that the message is lost; a repeat of a
         delivered id still returns False."""
         _check_key(source, msg_id)  # else False, as for an id never stored
+        check_flag("remember", remember)
+        check_flag("must_exist", must_exist)
         [outcome] = self.deliver_many([(source, msg_id)], remember=remember, must_exist=must_exist)
         if isinstance(outcome, BaseException):
             raise outcome

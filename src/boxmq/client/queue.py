@@ -259,6 +259,11 @@ class Queue:
                 f"put_many takes a list of messages, not one body ({type(messages).__name__}): "
                 "use put(body), or put_many([body])"
             )
+        if isinstance(messages, Mapping) or not isinstance(messages, Iterable):
+            # None or 5 failed as "not iterable", and a dict put its keys as messages.
+            raise InvalidArgument(
+                f"put_many takes a list of messages, not {type(messages).__name__}: {messages!r}"
+            )
         moves, sent, ids = [], [], []
         try:
             for item in messages:
