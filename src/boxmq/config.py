@@ -514,6 +514,8 @@ def _check_host(table: Table, host: str) -> None:
     """A host written as --mqtt takes it, with its port ("0.0.0.0:1883") or an IPv6 address in
     brackets ("[::1]"), would reach the resolver as a host name, and fail there as one that
     does not resolve: say what to write instead."""
+    if "\0" in host:  # a TOML "\u0000": serve's start failed with a ValueError's traceback
+        raise table.error("host", f"{host!r} holds a NUL character (\\u0000): no host name does")
     name, colon, port = host.rpartition(":")
     bracketed = name.startswith("[") and name.endswith("]")  # "[::1]:1883"
     if colon and (":" not in name or bracketed) and port.isascii() and port.isdigit():

@@ -177,6 +177,8 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("polling = 1", "polling: expected true or false, got an integer"),
         ("max_deliveries = -1", "max_deliveries: -1 is out of range: use at least 0"),
         ("[[mqtt.listener]]\nhost = ''", 'mqtt.listener[1].host: empty: write "127.0.0.1"'),
+        # serve's start failed with a traceback: ValueError "embedded null character"
+        ('[[mqtt.listener]]\nhost = "a\\u0000"', "listener[1].host: 'a\\x00' holds a NUL"),
         ("max_deliveries = '5'", "max_deliveries: expected an integer, got a string"),
         ("log_level = 'loud'", "log_level: 'loud' is not one of debug, info, warning, error"),
         ("dispatch = 'fair'", "dispatch: 'fair' is not one of round-robin, least-in-flight"),
