@@ -124,10 +124,13 @@ def test_a_name_or_topic_that_is_no_str_is_refused_saying_so(box: boxmq.Box, nam
         lambda: box.subscribe(bad, "worker"),
         lambda: box.subscribe("a/b", bad),
         lambda: box.unsubscribe(bad, "worker"),
+        lambda: box.unsubscribe("a/b", bad),  # was False: "no such subscription"
         lambda: box.subscription(bad),
         lambda: box.assured("source", "1", b"x", queue=bad),
         lambda: box.assured("source", "2", b"x", topic=bad),
     ]
+    if name is not None:  # None: a share group's way, refused as "no share group" already
+        calls.append(lambda: box.subscription("a/b", bad))  # was QueueNotFound, "no ... of 5"
     if name is None:  # no queue nor topic: the call names neither
         del calls[-2:]
     for call in calls:
@@ -598,3 +601,24 @@ def test_an_owner_that_is_no_text_is_refused_saying_so(box: boxmq.Box, owner: An
     with pytest.raises(boxmq.InvalidArgument, match="an owner is a non-empty str"):
         jobs.set_owner(owner)
     assert jobs.owner is None
+
+
+@pytest.mark.parametrize("message_id", [5, None, b"1-2", ["1-2"]])
+def test_a_message_id_that_is_no_str_is_refused_saying_so(box: boxmq.Box, message_id: Any) -> None:
+    # ItemNotFound "5: no such message", and lock_process(5) None, as for an id of no lock.
+    jobs = box.queue("jobs")
+    jobs.put(b"kept")
+    held = jobs.get("worker", lock_timeout=30)
+    assert held is not None
+    calls: list[Callable[[], object]] = [
+        lambda: jobs.ack(message_id, "worker"),
+        lambda: jobs.unlock(message_id, "worker"),
+        lambda: jobs.reject(message_id, "worker"),
+        lambda: jobs.extend(message_id, "worker", seconds=5),
+        lambda: jobs.lock_process(message_id, "worker"),
+    ]
+    for call in calls:
+        with pytest.raises(boxmq.InvalidArgument, match=r"message id .* is not a str"):
+            call()
+    assert jobs.counts().locked == 1
+    jobs.ack(held.id, "worker")

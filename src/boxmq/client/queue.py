@@ -447,19 +447,19 @@ class Queue:
             yield name, envelope
 
     def ack(self, message_id: str, consumer: str = "cli") -> None:
-        self._disk.ack(MessageId(message_id), check_consumer_name(consumer))
+        self._disk.ack(_message_id(message_id), check_consumer_name(consumer))
 
     def unlock(self, message_id: str, consumer: str = "cli", *, delay: float = 0.0) -> str | None:
         """Give the lock back: None, the message is in target/ again; or, when it went to
         error/ instead, why ("max-deliveries", or "metadata-full": its name cannot carry one
         more delivery)."""
-        return self._disk.unlock(MessageId(message_id), check_consumer_name(consumer), delay)
+        return self._disk.unlock(_message_id(message_id), check_consumer_name(consumer), delay)
 
     def reject(self, message_id: str, consumer: str = "cli") -> None:
-        self._disk.reject(MessageId(message_id), check_consumer_name(consumer))
+        self._disk.reject(_message_id(message_id), check_consumer_name(consumer))
 
     def extend(self, message_id: str, consumer: str = "cli", *, seconds: float) -> None:
-        self._disk.extend(MessageId(message_id), check_consumer_name(consumer), seconds)
+        self._disk.extend(_message_id(message_id), check_consumer_name(consumer), seconds)
 
     def lock_process(self, message_id: str, consumer: str = "cli") -> str | None:
         """The process the lock `consumer` holds on `message_id` is bound to, as its process
@@ -467,7 +467,7 @@ class Queue:
         another lock bound to no process (a persistent MQTT session's), None if `consumer`
         holds no lock on it. What
         tells `boxmq unlock` whether a running process counts the message as in flight."""
-        return self._disk.lock_process(MessageId(message_id), check_consumer_name(consumer))
+        return self._disk.lock_process(_message_id(message_id), check_consumer_name(consumer))
 
     def lock_processes(self) -> list[str | None]:
         """The process token of each file in processing/, as `lock_process` gives one
@@ -603,6 +603,14 @@ class Queue:
         )
         if left is not None:
             left.append(name)
+
+
+def _message_id(value: str) -> MessageId:
+    """`value` as a MessageId; InvalidArgument if it is no str: a 5 or bytes was ItemNotFound
+    ("no such message"), and `lock_process` said of it that no lock was held."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"message id {value!r} is not a str ({type(value).__name__})")
+    return MessageId(value)
 
 
 def state_of(value: State | str) -> State:

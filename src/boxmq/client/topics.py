@@ -360,6 +360,8 @@ class Topics(Publisher):
                 f"{filter!r} is no share group: a durable subscription is named by its filter "
                 "and its subscriber (see `boxmq ls`)"
             )
+        if subscriber is not None and not isinstance(subscriber, str):  # "no ... of 5 to"
+            raise InvalidName(_no_str(subscriber))
         path = self._path_of(parsed, None if parsed.shared else subscriber)
         try:
             return Dropbox(path, self._committer, create=False, spares=self._spares)
@@ -410,6 +412,8 @@ class Topics(Publisher):
     def unsubscribe(self, filter: str, subscriber: str) -> bool:
         """End a durable subscription: its dropbox and undelivered messages are deleted."""
         parsed = parse_filter(filter)
+        if not isinstance(subscriber, str):  # 5 or None: False, as for a name never subscribed
+            raise InvalidName(_no_str(subscriber))
         path = self._path_of(parsed, subscriber)
         if parsed.shared:
             return self._left(parsed, ConsumerId(subscriber), path)
@@ -815,3 +819,8 @@ class Topics(Publisher):
 
 _WILDCARDS = frozenset("+#")  # a filter without them is a topic name: one retained file
 _SUBSCRIBER = "subscriber name"  # what a refused one is called: a subscriber's, not a consumer's
+
+
+def _no_str(subscriber: object) -> str:
+    """What check_consumer_name says of a subscriber name that is no str."""
+    return f"{_SUBSCRIBER} {subscriber!r} is not a str ({type(subscriber).__name__})"
