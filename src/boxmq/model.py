@@ -8,6 +8,7 @@ properties whose names start with RESERVED_PREFIX, so DropboxMQ still reads the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import re
@@ -377,7 +378,17 @@ def _property(name: object, value: PropertyValue | Property) -> Property:
             f"property {name!r}: its type {value.type!r} is not a boxmq.PropertyType "
             "(a member such as PropertyType.STRING, not its letter)"
         )
-    return Property(name, value.type, value.value)
+    given = value.value
+    if value.type in _FLOATS and type(given) is int:
+        # Widened as the name writes it ("300.0", as Java does): kept an int, it reached a
+        # consumer of this process as 300 and one of another as 300.0. A bool is refused,
+        # and an int past any double too, by the encoder (store/names.py).
+        with contextlib.suppress(OverflowError):
+            given = float(given)
+    return Property(name, value.type, given)
+
+
+_FLOATS = frozenset({PropertyType.FLOAT, PropertyType.DOUBLE})
 
 
 def check_given(

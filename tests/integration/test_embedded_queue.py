@@ -1726,3 +1726,27 @@ def test_a_dropped_box_whose_close_fails_or_hangs_is_logged_and_lets_the_process
     if close == "raises":
         assert "closing a box of" in done.stderr
         assert "ValueError: a close that failed" in done.stderr
+
+
+def test_an_int_given_for_a_float_property_reads_back_as_a_float_on_every_path(
+    box: boxmq.Box,
+) -> None:
+    # The name holds "300.0" (Java widens an int), but a consumer of this process was handed
+    # the envelope as put, with the int 300: int here, float in another process, and the
+    # MQTT User Property "300" or "300.0" by the path the message took.
+    given = {
+        "f": boxmq.Property("f", boxmq.PropertyType.FLOAT, 300),
+        "d": boxmq.Property("d", boxmq.PropertyType.DOUBLE, -2),
+    }
+    jobs = box.queue("jobs")
+    with jobs.consumer("w") as consumer, box.subscribe("t", "s") as subscriber:
+        jobs.put(b"x", properties=given)
+        box.publish("t", b"x", properties=given)
+        for receiver in (consumer, subscriber):
+            message = receiver.receive(timeout=5)
+            assert message is not None
+            assert {k: (v, type(v)) for k, v in message.properties.items()} == {
+                "f": (300.0, float),
+                "d": (-2.0, float),
+            }
+            message.ack()
