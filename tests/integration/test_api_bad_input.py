@@ -622,3 +622,23 @@ def test_a_message_id_that_is_no_str_is_refused_saying_so(box: boxmq.Box, messag
             call()
     assert jobs.counts().locked == 1
     jobs.ack(held.id, "worker")
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"max_in_flight": 0}, "max_in_flight must be >= 1, not 0"),
+        ({"max_in_flight": "2"}, "max_in_flight must be an int >= 1, not '2'"),
+        ({"lock_timeout": -1}, "the lock timeout must be a finite number of seconds > 0"),
+        ({"lock_timeout": math.nan}, "the lock timeout must be a finite number of seconds > 0"),
+    ],
+)
+def test_a_memory_subscription_refuses_the_limits_a_durable_one_refuses(
+    box: boxmq.Box, given: dict[str, Any], says: str
+) -> None:
+    # Taken without a word (a memory subscription holds no locks): the same call with
+    # durable=True raised, so a script that turned durable on met the error only then.
+    for durable in (False, True):
+        with pytest.raises(boxmq.InvalidArgument, match=re.escape(says)):
+            box.subscribe("a/b", "worker", durable=durable, **given)
+    assert not box.topics.has_subscription("a/b", "worker")

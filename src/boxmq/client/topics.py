@@ -162,6 +162,10 @@ class Topics(Publisher):
         subscription = Subscription(
             name, parsed, qos_level(qos), parsed.shared or durable, no_local
         )
+        # Before the records are written: refused by `attach` after them, it left a durable
+        # subscription (or a membership) collecting for a subscriber that never came. A memory
+        # one holds no locks, but took what durable=True refuses without a word.
+        check_consumer_limits(max_in_flight, lock_timeout)
         # One routing entry per subscriber and filter in this Box: a memory subscription
         # beside a durable one of the same name would take its place there, and the durable
         # one would miss this Box's publications (all of them, once the memory one closed).
@@ -180,9 +184,6 @@ class Topics(Publisher):
                     f"{subscriber!r} has a memory subscription to {filter!r} open in this "
                     "Box: close it first, or subscribe durably under another name"
                 )
-        # Before the records are written: refused by `attach` after them, it left a durable
-        # subscription (or a membership) collecting for a subscriber that never came.
-        check_consumer_limits(max_in_flight, lock_timeout)
         owner = self._token if ends_with_process and not parsed.shared else ""
         token = None if process_bound else ""
         # Registered, opened and attached in one step of its dropbox (see __init__).
