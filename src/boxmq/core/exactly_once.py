@@ -25,8 +25,10 @@ Invariants:
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from boxmq.core.durations import check_seconds
 from boxmq.core.qos import Action, Incoming, Request, receive
 from boxmq.errors import (
     InvalidArgument,
@@ -39,15 +41,14 @@ from boxmq.errors import (
 __all__ = ["ExactlyOnce", "ExactlyOnceLimits", "ExactlyOnceStats", "SourceUsage"]
 
 _Key = tuple[str, str]  # (source, msg_id)
-_LIMIT_FIELDS = (
+_COUNT_FIELDS = (
     "max_pending_per_source",
     "max_pending_total",
     "max_bytes_per_source",
     "max_bytes_total",
     "max_message_size",
-    "pending_ttl",
-    "done_ttl",
 )
+_TTL_FIELDS = ("pending_ttl", "done_ttl")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +63,28 @@ class ExactlyOnceLimits:
     done_ttl: float = 3600.0  # how long a delivered id is remembered to answer late repeats
 
     def __post_init__(self) -> None:
-        for name in _LIMIT_FIELDS:
+        # Each was compared as it came: True as 1, a NaN count or ttl as no limit at all
+        # (every comparison with it false), "5" or None a TypeError from the first `<`.
+        for name in _COUNT_FIELDS:
             value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidArgument(f"{name} must be an int >= 0, not {value!r}")
             if value < 0:
                 raise InvalidArgument(f"{name} must not be negative, got {value}")
+        for name in _TTL_FIELDS:
+            check_seconds(name, getattr(self, name), zero=True)
+        trusted: object = self.trusted_sources
+        if trusted is not None:
+            refused = InvalidArgument(
+                f"trusted_sources is None or a set of str (client ids, JIDs), not {trusted!r}"
+            )
+            # A str is a collection of its characters: "client" was `in` "trusted-client".
+            if isinstance(trusted, str | bytes) or not isinstance(trusted, Iterable):
+                raise refused
+            sources = list(trusted)
+            if not all(isinstance(source, str) for source in sources):
+                raise refused
+            object.__setattr__(self, "trusted_sources", frozenset(sources))
 
 
 _DEFAULTS = ExactlyOnceLimits()

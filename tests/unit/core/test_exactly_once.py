@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import re
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -226,6 +230,43 @@ def test_limits_must_not_be_negative() -> None:
         ExactlyOnceLimits(pending_ttl=-1.0)
     with pytest.raises(InvalidArgument, match="max_pending_total"):
         ExactlyOnceLimits(max_pending_total=-1)
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        # A count was compared as it came: True as 1, NaN as no limit (every `<` false),
+        # 1.5 as a fraction of a message, and "5" or None a TypeError from the comparison.
+        ({"max_pending_total": True}, "max_pending_total must be an int >= 0, not True"),
+        ({"max_bytes_total": math.nan}, "max_bytes_total must be an int >= 0, not nan"),
+        ({"max_message_size": 1.5}, "max_message_size must be an int >= 0, not 1.5"),
+        ({"max_pending_per_source": "5"}, "max_pending_per_source must be an int >= 0, not '5'"),
+        ({"max_bytes_per_source": None}, "max_bytes_per_source must be an int >= 0, not None"),
+        # A ttl as every duration: NaN kept a message for ever, infinity too (OverflowError
+        # nowhere, but a deadline no heap reaches), True a second.
+        ({"pending_ttl": math.nan}, "pending_ttl must be a finite number of seconds >= 0"),
+        ({"done_ttl": math.inf}, "done_ttl must be a finite number of seconds >= 0"),
+        ({"done_ttl": True}, "done_ttl must be a finite number of seconds >= 0, not True"),
+        ({"pending_ttl": "1h"}, "pending_ttl must be a finite number of seconds >= 0"),
+        # A str is a collection of its characters: "client" was "in" "trusted-client".
+        ({"trusted_sources": "trusted-client"}, "trusted_sources is None or a set of str"),
+        ({"trusted_sources": {"a", 5}}, "trusted_sources is None or a set of str"),
+    ],
+)
+def test_limits_of_the_wrong_type_are_refused_naming_them(
+    given: dict[str, object], says: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=re.escape(says)):
+        ExactlyOnceLimits(**given)  # type: ignore[arg-type]
+
+
+def test_trusted_sources_may_be_any_collection_of_str() -> None:
+    assert ExactlyOnceLimits(trusted_sources=frozenset()).trusted_sources == frozenset()
+    single: Any = {"a"}
+    assert ExactlyOnceLimits(trusted_sources=single).trusted_sources == frozenset({"a"})
+    listed: Any = ["a", "b"]
+    assert ExactlyOnceLimits(trusted_sources=listed).trusted_sources == frozenset({"a", "b"})
+    assert ExactlyOnceLimits(trusted_sources=None).trusted_sources is None
 
 
 # -- property: counts always equal a recount of what the caller holds --------------------------
