@@ -372,6 +372,12 @@ def _property(name: object, value: PropertyValue | Property) -> Property:
     if not name:
         raise InvalidName("a property name is empty")
     if not isinstance(value, Property):
+        if not isinstance(value, str | int | float):  # bool is an int
+            # Typed STRING by `typed`, it was refused as "of type STRING: ... is not a str".
+            raise InvalidArgument(
+                f"property {name!r} = {value!r}: a value is a str, int, float, bool or "
+                f"boxmq.Property, not {type(value).__name__}"
+            )
         return Property(name, typed(value), value)
     if not isinstance(value.type, PropertyType):
         raise InvalidArgument(

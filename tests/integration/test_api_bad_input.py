@@ -151,6 +151,11 @@ def test_a_name_or_topic_that_is_no_str_is_refused_saying_so(box: boxmq.Box, nam
         ({"correlation_id": 5}, "correlation_id is a str or None, not int"),
         ({"correlation_id": b"\x01"}, "bytes go in properties={'mqtt.correlation-data'"),
         ({"reply_to": b"a/b"}, "reply_to is a str or None, not bytes"),
+        # A value of no property type was said to be "of type STRING", a type never given.
+        ({"properties": {"p": {"x": 1}}}, "property 'p' = {'x': 1}: a value is a str, int, f"),
+        ({"properties": {"p": [1, 2]}}, "property 'p' = [1, 2]: a value is a str, int, float"),
+        ({"properties": {"p": None}}, "property 'p' = None: a value is a str, int, float, bool"),
+        ({"properties": {"p": b"\x01"}}, "property 'p' = b'\\x01': a value is a str, int, f"),
     ],
 )
 def test_metadata_of_the_wrong_type_is_refused_saying_what_to_give(
