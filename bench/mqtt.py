@@ -47,7 +47,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from machine import Source, interpreter
-from processes import cpu_seconds, free_port, listening, start_logged, stop
+from processes import (
+    MOSQUITTO,
+    boxmq_command,
+    cpu_seconds,
+    free_port,
+    mosquitto_command,
+    running,
+    start_logged,
+)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"  # brokers' folders and logs while they run; removed afterwards
@@ -97,42 +105,37 @@ class Broker:
     mqtt5: bool  # shared subscriptions need MQTT 5 subscribers ($share on 3.1.1 is an extension)
 
 
+def _boxmq_conf(window: int | None) -> str:
+    """boxmq's configuration: with `window`, its windows widened to it where that is wider
+    than its own 100."""
+    if window is not None and window > BOXMQ_WINDOW:
+        return f"[mqtt.limits]\nreceive_maximum = {window}\nmax_inflight = {window}\n"
+    return ""
+
+
 def _start_boxmq(fsync: str, window: int | None) -> Callable[[int, Path], subprocess.Popen[bytes]]:
     def start(port: int, folder: Path) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-m", "boxmq.cli", "--data", str(folder / "data")]
-        command += ["--fsync", fsync, "serve", "--mqtt", f"127.0.0.1:{port}"]
-        if window is not None and window > BOXMQ_WINDOW:  # else its own 100 is wide enough
-            config = folder / "boxmq.toml"
-            config.write_text(
-                f"[mqtt.limits]\nreceive_maximum = {window}\nmax_inflight = {window}\n"
-            )
-            command += ["--config", str(config)]
-        return start_logged(command, folder, "boxmq")
+        serve = ("--mqtt", f"127.0.0.1:{port}")  # $SYS at serve's default, every 10 s
+        return start_logged(
+            boxmq_command(folder, fsync, _boxmq_conf(window), *serve), folder, "boxmq"
+        )
 
     return start
 
 
 def _mosquitto_conf(port: int, window: int | None) -> str:
-    """mosquitto's configuration; with `window`, its window towards a 3.1.1 subscriber
-    (max_inflight_messages) widened to it, so that it is not the narrower; never narrowed
-    below its default, 20, which -M 5 did, where boxmq's 100 is left as it is."""
+    """mosquitto's own lines (beside processes.mosquitto_command's, its queue unlimited among
+    them); with `window`, its window towards a 3.1.1 subscriber (max_inflight_messages)
+    widened to it, so that it is not the narrower; never narrowed below its default, 20,
+    which -M 5 did, where boxmq's 100 is left as it is."""
     wider = window is not None and window > MOSQUITTO_WINDOW
-    inflight = f"max_inflight_messages {window}\n" if wider else ""
-    return (
-        f"listener {port} 127.0.0.1\n"
-        "allow_anonymous true\n"
-        "persistence false\n"
-        "max_queued_messages 0\n"  # the default, 1000, silently drops QoS 1/2 under load
-        f"{inflight}"
-        "log_dest stderr\nlog_type error\nlog_type warning\n"
-    )
+    return f"listener {port} 127.0.0.1\n" + (f"max_inflight_messages {window}\n" if wider else "")
 
 
 def _start_mosquitto(window: int | None) -> Callable[[int, Path], subprocess.Popen[bytes]]:
     def start(port: int, folder: Path) -> subprocess.Popen[bytes]:
-        config = folder / "mosquitto.conf"
-        config.write_text(_mosquitto_conf(port, window))
-        return start_logged(["/usr/sbin/mosquitto", "-c", str(config)], folder, "mosquitto")
+        command = mosquitto_command(folder, _mosquitto_conf(port, window))
+        return start_logged(command, folder, "mosquitto")
 
     return start
 
@@ -159,8 +162,8 @@ def _unavailable(name: str, fsync: str) -> str | None:
         )
         if "--mqtt" not in done.stdout:
             return "`boxmq serve --mqtt` does not exist yet"
-    if name == "mosquitto" and not Path("/usr/sbin/mosquitto").exists():
-        return "/usr/sbin/mosquitto is missing (apt-get install mosquitto)"
+    if name == "mosquitto" and not Path(MOSQUITTO).exists():
+        return f"{MOSQUITTO} is missing (apt-get install mosquitto)"
     if name == "amqtt" and not (VENV_BIN / "amqtt").exists():
         return "amqtt is not installed (pip install --group bench; it needs Python >= 3.10)"
     return None
@@ -178,12 +181,8 @@ def _brokers(fsync: str, window: int | None) -> dict[str, Broker]:
 def _running(broker: Broker, folder: Path) -> Iterator[tuple[int, int]]:
     """The broker on a free port: yields (port, pid) once it accepts connections."""
     port = free_port()
-    process = broker.start(port, folder)
-    try:
-        listening(process, broker.name, folder, port)
-        yield port, process.pid
-    finally:
-        stop(process)
+    with running(broker.start(port, folder), broker.name, folder / f"{broker.name}.log", port) as p:
+        yield port, p.pid
 
 
 # -- measuring ------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from machine import Source, interpreter
 from mqtt_wire import packet, string
-from processes import cpu_seconds, free_port, listening, rss_kib, start_broker, stop
+from processes import cpu_seconds, free_port, rss_kib, running, start_broker
 
 BATCH = 200  # connections a client opens at once
 # Beside start_broker's lines: its log_type lines keep errors and warnings alone.
@@ -94,14 +94,12 @@ def _broker(name: str, folder: Path, subscriptions: int) -> Iterator[tuple[int, 
     process = start_broker(
         name, port, folder, "never", mosquitto=_MOSQUITTO, boxmq="", sys_interval="10s"
     )
-    try:
-        listening(process, name, folder, port)
+    log = folder / f"{name}.log"
+    with running(process, name, log, port):
         time.sleep(1)  # its start-up work done
         if process.poll() is not None:  # another process took the port: it answered above
-            raise RuntimeError(f"{name} exited at start; see {folder}")
+            raise RuntimeError(f"{name} exited at start; see {log}")
         yield port, process.pid
-    finally:
-        stop(process)
 
 
 def measure(

@@ -1,6 +1,6 @@
 """What the broker benchmarks share about the processes they start: a free port, a log file,
-an MQTT broker's start, the wait until it listens, a process's CPU time and memory from
-/proc, and its stop. Not a benchmark (bench/README.md)."""
+an MQTT broker's command line and start, the wait until it listens, a process's CPU time and
+memory from /proc, and its stop. Not a benchmark (bench/README.md)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = [
+    "MOSQUITTO",
+    "boxmq_command",
     "broker_running",
     "cpu_seconds",
     "free_port",
     "free_ports",
     "listening",
+    "mosquitto_command",
     "rss_kib",
+    "running",
     "start_broker",
     "start_logged",
     "stop",
@@ -97,6 +101,33 @@ def start_logged(
         os.close(log)  # the process has its own copy
 
 
+MOSQUITTO = "/usr/sbin/mosquitto"  # Debian's
+# What every bench's mosquitto has before its own lines: anonymous clients, in memory, errors
+# and warnings on stderr (its log), and no cap on the messages queued for a client (its
+# default, 1000, silently drops QoS 1/2 messages under load).
+_MOSQUITTO_BASE = (
+    "allow_anonymous true\npersistence false\nmax_queued_messages 0\n"
+    "log_dest stderr\nlog_type error\nlog_type warning\n"
+)
+
+
+def mosquitto_command(folder: Path, config: str) -> list[str]:
+    """mosquitto with `folder`/mosquitto.conf, written as the lines every bench gives it and
+    then `config` (its listeners and the bench's own lines)."""
+    path = folder / "mosquitto.conf"
+    path.write_text(_MOSQUITTO_BASE + config)
+    return [MOSQUITTO, "-c", str(path)]
+
+
+def boxmq_command(folder: Path, fsync: str, config: str, *serve: str) -> list[str]:
+    """`boxmq serve` on `folder`/data under `fsync`, with `folder`/boxmq.toml, written as
+    `config`, and `serve`, its other options."""
+    path = folder / "boxmq.toml"
+    path.write_text(config)
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(folder / "data")]
+    return [*command, "--fsync", fsync, "serve", "--config", str(path), *serve]
+
+
 def start_broker(
     broker: str,
     port: int,
@@ -108,22 +139,14 @@ def start_broker(
     sys_interval: str = "0",
 ) -> subprocess.Popen[bytes]:
     """`broker`, mosquitto or boxmq, on 127.0.0.1:`port`, logging to `folder`/<broker>.log:
-    mosquitto in memory with no cap on queued messages and the config lines `mosquitto`
-    more; boxmq's `serve --mqtt` on `folder`/data under `fsync`, with `boxmq` as its config
-    file and $SYS every `sys_interval` (0: none)."""
+    mosquitto (`mosquitto_command`) with the config lines `mosquitto` more; boxmq's `serve
+    --mqtt` (`boxmq_command`) under `fsync`, with `boxmq` as its config file and $SYS every
+    `sys_interval` (0: none)."""
     if broker == "mosquitto":
-        config = folder / "mosquitto.conf"
-        config.write_text(
-            f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
-            "max_queued_messages 0\nlog_dest stderr\nlog_type error\nlog_type warning\n" + mosquitto
-        )
-        command = ["/usr/sbin/mosquitto", "-c", str(config)]
+        command = mosquitto_command(folder, f"listener {port} 127.0.0.1\n" + mosquitto)
     else:
-        config = folder / "boxmq.toml"
-        config.write_text(boxmq)
-        command = [sys.executable, "-m", "boxmq.cli", "--data", str(folder / "data")]
-        command += ["--fsync", fsync, "serve", "--config", str(config)]
-        command += ["--mqtt", f"127.0.0.1:{port}", "--sys-interval", sys_interval]
+        serve = ("--mqtt", f"127.0.0.1:{port}", "--sys-interval", sys_interval)
+        command = boxmq_command(folder, fsync, boxmq, *serve)
     return start_logged(command, folder, broker)
 
 
@@ -132,21 +155,33 @@ def broker_running(
     broker: str, fsync: str, *, prefix: str, scratch: str | None, mosquitto: str, boxmq: str
 ) -> Iterator[tuple[int, int]]:
     """`broker` started (`start_broker`) on a free port in a new folder `prefix`* under
-    `scratch`: (its pid, its port) once it listens. Stopped at the end, and its folder
-    deleted; the end of its log printed to stderr first if the run raised."""
+    `scratch`: (its pid, its port) once it listens (`running`). Its folder deleted at the end."""
     folder = Path(tempfile.mkdtemp(prefix=prefix, dir=scratch))
-    port = free_port()
-    process = start_broker(broker, port, folder, fsync, mosquitto=mosquitto, boxmq=boxmq)
-    log = folder / f"{broker}.log"
     try:
-        listening(process, broker, log, port)
-        yield process.pid, port
+        port = free_port()
+        process = start_broker(broker, port, folder, fsync, mosquitto=mosquitto, boxmq=boxmq)
+        with running(process, broker, folder / f"{broker}.log", port):
+            yield process.pid, port
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def running(
+    process: subprocess.Popen[bytes], name: str, log: Path, *ports: int
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`process` (the broker `name`, logging in `log`) once it listens on each of `ports`
+    (`listening`), stopped at the end (`stop`), whether it started or not; the end of its log
+    printed to stderr first if the run raised."""
+    try:
+        listening(process, name, log, *ports)
+        yield process
     except Exception:
-        print(log.read_text()[-3000:], file=sys.stderr)
+        with contextlib.suppress(OSError):
+            print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
         raise
     finally:
         stop(process)
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def listening(process: subprocess.Popen[bytes], name: str, log: Path, *ports: int) -> None:

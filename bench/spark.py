@@ -36,23 +36,21 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
 import boxmq
 import boxmq.spark
 from boxmq.store.layout import queue_path
-from processes import free_port
+from processes import free_port, running, start_logged
 
 TEMPLATE = "template"
 QUICK_MESSAGES = 10_000
@@ -258,24 +256,12 @@ LATENCY_GROUP = "$share/latency/bench/#"
 
 @contextlib.contextmanager
 def _serve(root: str, port: int) -> Iterator[None]:
+    """`boxmq serve --mqtt` on `root`, logging beside it, until the block ends."""
     command = [sys.executable, "-m", "boxmq", "--data", root, "serve"]
-    child = subprocess.Popen(
-        [*command, "--mqtt", f"127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            if child.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("boxmq serve did not start")
-            time.sleep(0.1)
+    command += ["--mqtt", f"127.0.0.1:{port}"]
+    folder = Path(root).parent
+    with running(start_logged(command, folder, "serve"), "boxmq serve", folder / "serve.log", port):
         yield
-    finally:
-        child.send_signal(signal.SIGTERM)
-        child.wait(timeout=30)
 
 
 def _publish(port: int, rate: float, seconds: float) -> int:

@@ -40,7 +40,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from machine import Source, interpreter
-from processes import cpu_seconds, free_ports, listening, rss_kib, start_logged, stop
+from processes import (
+    MOSQUITTO,
+    boxmq_command,
+    cpu_seconds,
+    free_ports,
+    mosquitto_command,
+    rss_kib,
+    running,
+    start_logged,
+)
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 CHUNK = 50_000  # lines per mosquitto_pub run at QoS 1 (16-bit packet ids)
@@ -87,32 +96,27 @@ def _certificates(folder: Path) -> Certificates:
 
 
 def _start_boxmq(ports: Ports, certs: Certificates, folder: Path) -> subprocess.Popen[bytes]:
-    config = folder / "boxmq.toml"
     server, key = certs.server
-    config.write_text(
+    config = (
         f'[[mqtt.listener]]\nhost = "127.0.0.1"\nport = {ports.plain}\n'
         f'[[mqtt.listener]]\nhost = "127.0.0.1"\nport = {ports.tls}\n'
         f'tls = {{ cert = "{server}", key = "{key}", ca = "{certs.ca}" }}\n'
         "[mqtt.limits]\nmax_connections = 100000\n"
     )
     environment = {**os.environ, "PYTHONPATH": str(SRC)}
-    command = [sys.executable, "-m", "boxmq.cli", "--data", str(folder / "data")]
-    command += ["--fsync", "always", "serve", "--config", str(config)]
+    command = boxmq_command(folder, "always", config)
     return start_logged(command, folder, "boxmq", env=environment)
 
 
 def _start_mosquitto(ports: Ports, certs: Certificates, folder: Path) -> subprocess.Popen[bytes]:
-    config = folder / "mosquitto.conf"
     server, key = certs.server
-    config.write_text(
-        "per_listener_settings false\nallow_anonymous true\npersistence false\n"
-        "max_queued_messages 0\n"  # the default, 1000, silently drops QoS 1 under this load
-        "log_dest stderr\nlog_type error\nlog_type warning\n"
+    config = (
+        "per_listener_settings false\n"
         f"listener {ports.plain} 127.0.0.1\n"
         f"listener {ports.tls} 127.0.0.1\n"
         f"cafile {certs.ca}\ncertfile {server}\nkeyfile {key}\nrequire_certificate true\n"
     )
-    return start_logged(["/usr/sbin/mosquitto", "-c", str(config)], folder, "mosquitto")
+    return start_logged(mosquitto_command(folder, config), folder, "mosquitto")
 
 
 BROKERS: dict[str, Callable[[Ports, Certificates, Path], subprocess.Popen[bytes]]] = {
@@ -126,11 +130,8 @@ def _running(name: str, certs: Certificates, folder: Path) -> Iterator[tuple[Por
     """The broker on two free ports: yields (ports, pid) once both accept connections."""
     ports = Ports(*free_ports(2))
     process = BROKERS[name](ports, certs, folder)
-    try:
-        listening(process, name, folder, ports.plain, ports.tls)
+    with running(process, name, folder / f"{name}.log", ports.plain, ports.tls):
         yield ports, process.pid
-    finally:
-        stop(process)
 
 
 # -- connections ----------------------------------------------------------------------------------
@@ -295,7 +296,7 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=90.0, help="seconds per QoS 1 run")
     parser.add_argument("--brokers", default="boxmq,mosquitto")
     args = parser.parse_args()
-    for tool in ("openssl", "mosquitto_pub", "mosquitto_sub", "timeout", "/usr/sbin/mosquitto"):
+    for tool in ("openssl", "mosquitto_pub", "mosquitto_sub", "timeout", MOSQUITTO):
         if shutil.which(tool) is None:
             print(f"bench/tls: {tool} is missing (apt-get install openssl mosquitto-clients)")
             return 1

@@ -31,14 +31,7 @@ from tests.xmpp.clients import PS, Client, clients
 from tests.xmpp.server import PUBSUB, SECRET, SERVICE, Prosody, run_prosody
 
 import boxmq
-
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """user + system CPU time of a process (and its reaped children), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(v) for v in fields[11:15]) / _TICKS
+from processes import cpu_seconds  # neither prosody nor serve starts a child: its own time
 
 
 @dataclass(frozen=True)
