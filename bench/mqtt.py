@@ -12,7 +12,9 @@ clock starts, the publisher sends N lines of 32 bytes (`mosquitto_pub -l`, in ru
 50 000 lines: its 16-bit packet ids wrap otherwise), and the clock stops when the subscribers
 have printed all N. Broker CPU comes from /proc/<pid>/stat (utime + stime) before and after.
 Known client quirks (docs/benchmarks.md, research/perf-baselines.md): mosquitto's default
-`max_queued_messages 1000` drops QoS 1/2 messages (we set 0); v5 subscribers need
+`max_queued_messages 1000` drops QoS 1/2 messages (we set 0), and boxmq's `max_queued`
+(10,000) drops past it too (we set 1,000,000, and `max_queued_bytes` 0, as the header says:
+its queue has no "none"); v5 subscribers need
 `-D connect receive-maximum 65535` at QoS 2; amqtt speaks MQTT 3.1.1 only, so it has no
 shared subscriptions.
 
@@ -65,6 +67,10 @@ STALL = 15.0  # seconds without a new message: the case is INCOMPLETE
 V5_SUB = ["-V", "mqttv5", "-D", "connect", "receive-maximum", "65535"]
 BOXMQ_WINDOW = 100  # boxmq's default receive_maximum and max_inflight (mqtt/settings.py)
 MOSQUITTO_WINDOW = 20  # mosquitto's default max_inflight_messages
+# boxmq's max_queued (messages queued in memory per session; 10,000 by default) has no "none"
+# as mosquitto's max_queued_messages 0 has: this is five times the most a case sends, so that
+# a subscriber falling behind makes neither broker drop.
+BOXMQ_QUEUED = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -106,11 +112,13 @@ class Broker:
 
 
 def _boxmq_conf(window: int | None) -> str:
-    """boxmq's configuration: with `window`, its windows widened to it where that is wider
+    """boxmq's configuration: its queue per session as good as unlimited, as mosquitto's is
+    (`max_queued_messages 0`); with `window`, its windows widened to it where that is wider
     than its own 100."""
+    config = f"[mqtt.limits]\nmax_queued = {BOXMQ_QUEUED}\nmax_queued_bytes = 0\n"
     if window is not None and window > BOXMQ_WINDOW:
-        return f"[mqtt.limits]\nreceive_maximum = {window}\nmax_inflight = {window}\n"
-    return ""
+        config += f"receive_maximum = {window}\nmax_inflight = {window}\n"
+    return config
 
 
 def _start_boxmq(fsync: str, window: int | None) -> Callable[[int, Path], subprocess.Popen[bytes]]:
@@ -474,6 +482,10 @@ def main() -> int:
         f"publisher window: mosquitto_pub -M {window}, brokers' windows at least {window}"
         if window is not None
         else "publisher window: mosquitto_pub's default (20 in flight), brokers' defaults"
+    )
+    print(
+        f"queues per session: mosquitto max_queued_messages 0 (none), "
+        f"boxmq max_queued {BOXMQ_QUEUED:,} and max_queued_bytes 0 (none)"
     )
     for name, why in unavailable.items():
         print(f"{name}: not available: {why}")

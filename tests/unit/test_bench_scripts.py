@@ -132,3 +132,14 @@ def test_bench_mqtt_max_inflight_only_widens_mosquittos_window() -> None:
     assert conf(1883, 5) == default == conf(1883, 20)
     assert "max_inflight_messages 1000\n" in conf(1883, 1000)
     assert conf(1883, 21) == default + "max_inflight_messages 21\n"
+
+
+def test_bench_mqtt_lifts_boxmqs_queue_as_mosquittos(tmp_path: Path) -> None:
+    # mosquitto's max_queued_messages was lifted (0: none) and boxmq's max_queued left at its
+    # 10,000, so that a subscriber falling that far behind made boxmq alone drop (INCOMPLETE).
+    bench = _bench_mqtt()
+    bench["mosquitto_command"](tmp_path, bench["_mosquitto_conf"](1883, None))
+    assert "max_queued_messages 0\n" in (tmp_path / "mosquitto.conf").read_text()
+    lifted = f"max_queued = {bench['BOXMQ_QUEUED']}\nmax_queued_bytes = 0\n"
+    assert all(lifted in bench["_boxmq_conf"](window) for window in (None, 20, 1000))
+    assert bench["BOXMQ_QUEUED"] >= 5 * max(case.messages for case in bench["_cases"](False))
