@@ -97,6 +97,18 @@ def file_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return reads
 
 
+class StuckCheck:
+    """An MQTT password check that lets every client in, but only once the test sets
+    `release` (10 s at most): a client whose check is still under way while the test looks."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def authenticate(self, username: str | None, password: bytes | None, client_id: str) -> bool:
+        self.release.wait(10)
+        return True
+
+
 class HeldFlush:
     """The committer's flush of the renames (`commit.flush_directories`), held until the test
     releases it: `reached` is set once a commit is waiting there."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import HeldFlush
+from tests.conftest import HeldFlush, StuckCheck
 from tests.processes import dead_token
 
 import boxmq
@@ -3473,13 +3473,7 @@ def test_a_connect_closed_while_its_password_waits_is_said_so(
     logins on a loaded machine: 141 of 150) was closed with "no CONNECT within 3s" in the
     log: the operator looked for clients that sent none, when every one had."""
     clock = ManualClock()
-    release = threading.Event()
-
-    class Stuck:
-        def authenticate(self, username: str | None, password: bytes | None, _: str) -> bool:
-            release.wait(10)
-            return True
-
+    stuck = StuckCheck()
     limits = Limits(connect_timeout=3.0)
 
     async def test(broker: Broker) -> None:
@@ -3489,10 +3483,10 @@ def test_a_connect_closed_while_its_password_waits_is_said_so(
         clock.advance(4)
         with caplog.at_level(logging.INFO, "boxmq.mqtt"):
             broker.tick(clock.now())
-        release.set()
+        stuck.release.set()
         assert peer.closed
 
-    _run(tmp_path, test, clock, settings=MqttSettings(authenticator=Stuck(), limits=limits))
+    _run(tmp_path, test, clock, settings=MqttSettings(authenticator=stuck, limits=limits))
     assert "no CONNECT within" not in caplog.text
     assert (
         "client 'c1' (user 'carol', from 10.0.0.1:4000) closed: no answer within 3s: its "

@@ -9,7 +9,6 @@ import shutil
 import socket
 import ssl
 import subprocess
-import threading
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Final
 
 import pytest
+from tests.conftest import StuckCheck
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -567,15 +567,9 @@ def test_a_tls_client_closed_while_its_password_waited_is_not_connected_after(
     (and a takeover of another connection of its client id) for a socket already closed."""
     cert, key = _self_signed(tmp_path, "localhost")
     listener = Listener("127.0.0.1", 0, ssl=server_context(cert, key))
-    release = threading.Event()
-
-    class Stuck:
-        def authenticate(self, username: str | None, password: bytes | None, _: str) -> bool:
-            release.wait(10)
-            return True
-
+    stuck = StuckCheck()
     settings = MqttSettings(
-        listeners=(listener,), limits=Limits(connect_timeout=10), authenticator=Stuck()
+        listeners=(listener,), limits=Limits(connect_timeout=10), authenticator=stuck
     )
     clock = ManualClock()
     connect = _packet(  # 3.1.1, clean, user name "carol" and a password
@@ -596,7 +590,7 @@ def test_a_tls_client_closed_while_its_password_waited_is_not_connected_after(
             clock.advance(11)
             with caplog.at_level(logging.INFO, "boxmq.mqtt"):
                 broker.tick(clock.now())  # closed: its password still waits
-                release.set()
+                stuck.release.set()
                 await _until(lambda: broker._checks_running == 0)
                 await asyncio.sleep(0.05)  # the check's answer, on the loop
             assert broker._links == {}
