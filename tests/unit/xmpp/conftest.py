@@ -6,14 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from tests.unit.xmpp.wire import Wire
+from tests.unit.xmpp.wire import Wire, wired
 
 import boxmq
 
 
 @pytest.fixture
 def wire(box: boxmq.Box) -> Iterator[Wire]:
-    wire = Wire(box)
-    assert wire.create().get("type") == "result"
-    yield wire
-    wire.service.close()
+    with wired(box) as wire:
+        yield wire

@@ -8,7 +8,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
-from tests.unit.xmpp.wire import ALICE, BOB, CAROL, PS, SERVICE, Wire, condition
+from tests.unit.xmpp.wire import ALICE, BOB, CAROL, PS, SERVICE, Wire, condition, wired
 
 import boxmq
 from boxmq.core import ExactlyOnceLimits
@@ -20,9 +20,8 @@ NODE_AT = f"jobs@{SERVICE}"
 
 @pytest.fixture
 def wire(box: boxmq.Box) -> Iterator[Wire]:
-    wire = Wire(box)
-    yield wire
-    wire.service.close()
+    with wired(box, node=None) as wire:  # these tests make their nodes
+        yield wire
 
 
 def _features(reply: ET.Element) -> set[str]:

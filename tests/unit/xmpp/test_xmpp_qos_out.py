@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from xml.etree import ElementTree as ET
 
 import pytest
-from tests.unit.xmpp.wire import ALICE, BOB, PS, SERVICE, Wire, condition
+from tests.unit.xmpp.wire import ALICE, BOB, PS, SERVICE, Wire, condition, wired
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -42,10 +42,8 @@ def _answer(wire: Wire, iq: ET.Element, inner: str = "", type: str = "result") -
 
 @pytest.fixture
 def wire(manual_box: boxmq.Box, clock: ManualClock) -> Iterator[Wire]:
-    wire = Wire(manual_box, lock_timeout=300, now=clock.now)
-    wire.create()
-    yield wire
-    wire.service.close()
+    with wired(manual_box, lock_timeout=300, now=clock.now) as wire:
+        yield wire
 
 
 def test_acknowledged_wraps_the_event_and_retries_with_back_off(

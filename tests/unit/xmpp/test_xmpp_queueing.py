@@ -8,7 +8,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
-from tests.unit.xmpp.wire import ALICE, BOB, PS, Wire, condition, in_stream
+from tests.unit.xmpp.wire import ALICE, BOB, PS, Wire, condition, in_stream, wired
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -20,10 +20,8 @@ EV = ns.PUBSUB_EVENT
 @pytest.fixture
 def timed_wire(manual_box: boxmq.Box) -> Iterator[Wire]:
     """A wire on the manual clock, its locks timing out after 10 s, the node jobs made."""
-    wire = Wire(manual_box, lock_timeout=10)
-    assert wire.create().get("type") == "result"
-    yield wire
-    wire.service.close()
+    with wired(manual_box, lock_timeout=10) as wire:
+        yield wire
 
 
 def test_subscribe_without_options_is_configuration_required_with_the_form(wire: Wire) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from xml.etree import ElementTree as ET
 
 import boxmq
@@ -141,3 +142,20 @@ def condition(reply: ET.Element) -> tuple[str, str]:
     assert error is not None
     names = [c.tag.rsplit("}", 1)[-1] for c in error if c.tag.startswith("{" + STANZA_NS)]
     return error.get("type", ""), names[0]
+
+
+@contextlib.contextmanager
+def wired(
+    box: boxmq.Box,
+    *,
+    node: str | None = "jobs",
+    lock_timeout: float = 30.0,
+    now: Callable[[], float] = time.time,
+) -> Iterator[Wire]:
+    """What each `wire` fixture yields: a Wire on `box` (`lock_timeout`, `now`: its own), the
+    node `node` made (None: none), its service closed after the test."""
+    wire = Wire(box, lock_timeout=lock_timeout, now=now)
+    if node is not None:
+        assert wire.create(node).get("type") == "result"
+    yield wire
+    wire.service.close()
