@@ -67,8 +67,8 @@ demo: $(VENV)/.demo-installed
 	$(BIN)/python examples/demo.py --dir $(DEMO_DIR)
 
 lint: $(VENV)/.dev-installed
-	$(BIN)/ruff check src tests bench examples
-	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check src tests bench harness examples
+	$(BIN)/ruff format --check src tests bench harness examples
 
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/mypy

@@ -6,7 +6,7 @@ SIGKILLed at random (run through chaos.py; this script is its roles: `chaos_mixe
 One root, one queue (`chaos`) and one topic tree (`chaos/t0-3`), as docs/concepts.md and
 docs/xmpp.md say the doors share them:
 - `boxmq serve` with MQTT and the XMPP component `queue.localhost` of a Prosody of our own
-  (tests/xmpp/server.py, on free ports), its XMPP lock timeout 3 s;
+  (harness/prosody.py, on free ports), its XMPP lock timeout 3 s;
 - chaos.py's embedded producer (`p0`: put, put_many) and consumer (`c0`: lock 2 s);
 - the CLI (`cli`): `boxmq put` and `boxmq publish chaos/t3`, `boxmq get` of the queue or of the
   share group `$share/g/#` with a 3 s lock, then `boxmq ack`, or (one in ten) not;
@@ -54,16 +54,19 @@ import time
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.xmpp.*
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for harness.*
 
 import chaos
 from chaos import Log, body_for, now, read_log
+from processes import free_ports
 
 PY = sys.executable
 HERE = os.path.abspath(__file__)
 QUEUE = chaos.QUEUE  # chaos.role_producer's and role_consumer's queue: the XMPP node of that name
 GROUP = "$share/g/#"  # chaos.role_subscriber's group; role_publisher publishes to chaos/t0-3
-SERVICE = "queue.localhost"  # tests/xmpp/prosody/prosody.cfg.lua's component
+# harness/prosody.cfg.lua's component, as harness.prosody.SERVICE (not imported here: it
+# loads slixmpp, which only the XMPP role and the run's start need)
+SERVICE = "queue.localhost"
 LOCK = 3.0  # the CLI's `get --lock` and the XMPP component's lock timeout
 _TAGGED = re.compile(rb"([\w.]+)\|([0-9a-f]*)\|([0-9a-f]{16})")
 _STANZAS = "{urn:ietf:params:xml:ns:xmpp-stanzas}"
@@ -165,18 +168,16 @@ def role_xmpp(a: argparse.Namespace) -> None:
 
 
 async def _xmpp(a: argparse.Namespace) -> None:
-    import tests.xmpp.clients
-    from tests.xmpp.clients import Client
-    from tests.xmpp.server import Prosody
+    from harness.prosody import Client, Prosody
 
     from boxmq.xmpp import ns
 
-    # An iq the killed serve had read is never answered: ask again (or go on) after 4 s.
-    tests.xmpp.clients.TIMEOUT = 4.0
     log = Log(a.log)
     rng = random.Random(f"{a.name}.{a.inc}")
     server = Prosody(a.c2s, 0, Path(a.root))
     alice, bob, carol = (Client(server, user, f"r{a.inc}") for user in ("alice", "bob", "carol"))
+    for user in (alice, bob, carol):
+        user.timeout = 4.0  # an iq the killed serve had read is never answered: ask again
     await asyncio.gather(alice.start(), bob.start(), carol.start())
     settling: set[asyncio.Future[None]] = set()
     last_item = [time.time()]
@@ -330,7 +331,7 @@ class Run(chaos.Run):
 
 def run(a: argparse.Namespace) -> int:
     """The mixed run (chaos.py run --mixed): a Prosody of our own for its length."""
-    from tests.xmpp.server import SECRET, prosody_or_reason, run_prosody
+    from harness.prosody import SECRET, prosody_or_reason, run_prosody
 
     reason = prosody_or_reason()
     if reason is not None:
@@ -338,7 +339,7 @@ def run(a: argparse.Namespace) -> int:
         return 1
     r = Run(a)
     folder = Path(r.dir) / "prosody"
-    with run_prosody(folder) as prosody:
+    with run_prosody(folder, free_ports(2)) as prosody:
         r.c2s_port, r.component_port = prosody.c2s_port, prosody.component_port
         # For serve's XMPP component: every process started from here on is given it.
         os.environ["BOXMQ_XMPP_SECRET"] = SECRET

@@ -25,13 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.xmpp.*
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for harness.*
 
-from tests.xmpp.clients import PS, Client, clients
-from tests.xmpp.server import PUBSUB, SECRET, SERVICE, Prosody, run_prosody
+from harness.prosody import PS, PUBSUB, SECRET, SERVICE, Client, Prosody, clients, run_prosody
 
 import boxmq
-from processes import cpu_seconds  # neither prosody nor serve starts a child: its own time
+from processes import (  # neither prosody nor serve starts a child: its own time
+    cpu_seconds,
+    free_ports,
+)
 
 
 @dataclass(frozen=True)
@@ -179,7 +181,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-xmpp-", dir=args.dir) as folder:
         root = Path(folder)
-        with run_prosody(root / "prosody") as server:
+        with run_prosody(root / "prosody", free_ports(2)) as server:
             data = root / "data"
             with boxmq.open(data, fsync="never") as box:
                 box.queue("jobs")

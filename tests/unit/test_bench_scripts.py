@@ -143,3 +143,18 @@ def test_bench_mqtt_lifts_boxmqs_queue_as_mosquittos(tmp_path: Path) -> None:
     lifted = f"max_queued = {bench['BOXMQ_QUEUED']}\nmax_queued_bytes = 0\n"
     assert all(lifted in bench["_boxmq_conf"](window) for window in (None, 20, 1000))
     assert bench["BOXMQ_QUEUED"] >= 5 * max(case.messages for case in bench["_cases"](False))
+
+
+def test_no_bench_script_imports_the_tests() -> None:
+    # chaos_mixed.py and xmpp.py imported tests.xmpp's Prosody and clients, so that bench/ ran
+    # only beside tests/ and a change made for a test changed a benchmark; what both run is
+    # harness/'s.
+    for path in BENCH.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            assert not [n for n in names if n.split(".")[0] == "tests"], (path.name, names)

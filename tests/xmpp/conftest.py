@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.xmpp.server import Prosody, prosody_or_reason, run_prosody
+from harness.prosody import Prosody, prosody_or_reason, run_prosody
+from tests.ports import free_ports
 
 HERE = Path(__file__).parent
 _CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -30,7 +31,7 @@ def prosody(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prosody]:
         if _CI:
             pytest.fail(f"CI must run the XMPP tests, but {reason}")
         pytest.skip(reason)
-    with run_prosody(tmp_path_factory.mktemp("prosody")) as server:
+    with run_prosody(tmp_path_factory.mktemp("prosody"), free_ports(2)) as server:
         yield server
 
 
@@ -38,5 +39,6 @@ def prosody(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prosody]:
 def roomy_prosody(prosody: Prosody, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prosody]:
     """A second Prosody, its component_stanza_size_limit raised to 1 MiB (`prosody` first:
     its skip rules)."""
-    with run_prosody(tmp_path_factory.mktemp("roomy"), component_stanza_size_limit=2**20) as server:
+    roomy = tmp_path_factory.mktemp("roomy")
+    with run_prosody(roomy, free_ports(2), component_stanza_size_limit=2**20) as server:
         yield server

@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.xmpp.clients import TIMEOUT, clients, component
-from tests.xmpp.server import Prosody
+from harness.prosody import TIMEOUT, Prosody, clients
+from tests.xmpp.clients import component
 
 import boxmq
 from boxmq.mqtt.server import MqttServer

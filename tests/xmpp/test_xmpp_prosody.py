@@ -9,9 +9,9 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 import pytest
+from harness.prosody import PS, SERVICE, Client, Prosody, QosRequests, clients, first_to_hear
 from slixmpp.xmlstream.handler import Callback
-from tests.xmpp.clients import PS, Client, _QosRequests, clients, component, first_to_hear
-from tests.xmpp.server import SERVICE, Prosody
+from tests.xmpp.clients import component
 
 import boxmq
 from boxmq.xmpp import ns
@@ -133,7 +133,7 @@ def test_another_user_cannot_answer_a_subscribers_qos_notification(
             ids: list[str] = []
             alice.remove_handler("qos")  # alice is slow: she never answers the notification
             alice.register_handler(
-                Callback("slow", _QosRequests(), lambda s: ids.append(s.xml.get("id", "")))
+                Callback("slow", QosRequests(), lambda s: ids.append(s.xml.get("id", "")))
             )
             await alice.subscribe(1, qos="acknowledged")
             item = await carol.publish("<job xmlns='urn:example'>x</job>")

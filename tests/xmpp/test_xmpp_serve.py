@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.xmpp.clients import TIMEOUT, clients, component, first_to_hear
-from tests.xmpp.server import SECRET, SERVICE, Prosody
+from harness.prosody import SECRET, SERVICE, TIMEOUT, Prosody, clients, first_to_hear
+from tests.xmpp.clients import component
 
 import boxmq
 from boxmq.xmpp import ns

@@ -1,6 +1,7 @@
--- Prosody for boxmq's XMPP tests (docs/xmpp.md). Everything comes from the environment the
--- test fixture sets (Prosody's config parser reads ENV_* names), and all state lives under
--- $BOXMQ_PROSODY_DIR, so each test session gets its own server on free ports.
+-- Prosody for boxmq's XMPP tests and benchmarks (docs/xmpp.md). Everything comes from the
+-- environment harness/prosody.py sets (Prosody's config parser reads ENV_* names), and all
+-- state lives under $BOXMQ_PROSODY_DIR, so each test session or bench run gets its own server
+-- on free ports.
 local base = ENV_BOXMQ_PROSODY_DIR or "."
 
 admins = { }
