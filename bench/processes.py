@@ -216,11 +216,11 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM (a broker's graceful stop), then SIGKILL if it is not over within 20 s."""
+def stop(process: subprocess.Popen[bytes], seconds: float = 20) -> None:
+    """SIGTERM (a broker's graceful stop), then SIGKILL if it is not over within `seconds`."""
     process.send_signal(signal.SIGTERM)
     try:
-        process.wait(timeout=20)
+        process.wait(timeout=seconds)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()

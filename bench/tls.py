@@ -49,6 +49,7 @@ from processes import (
     rss_kib,
     running,
     start_logged,
+    stop,
 )
 
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -258,26 +259,21 @@ def run_qos1(
             for first in range(0, messages, CHUNK)
         ]
         cpu, start = cpu_seconds(pid), time.monotonic()
-        stop = start + budget
+        until = start + budget
         for lines in runs:
-            left = max(0.1, stop - time.monotonic())
+            left = max(0.1, until - time.monotonic())
             subprocess.run(
                 ["timeout", "-k", "5", f"{left:.1f}", "mosquitto_pub", *options, "-q", "1",
                  "-t", topic, "-l"],
                 input=lines,
                 stdout=subprocess.DEVNULL,
             )  # fmt: skip
-        while not done.wait(0.2) and time.monotonic() < stop and time.monotonic() - last[0] < 15:
+        while not done.wait(0.2) and time.monotonic() < until and time.monotonic() - last[0] < 15:
             pass
-        end = last[0] if done.is_set() else min(time.monotonic(), stop)
+        end = last[0] if done.is_set() else min(time.monotonic(), until)
         return Rate(name, listener, counted[0], messages, end - start, cpu_seconds(pid) - cpu)
     finally:
-        subscriber.terminate()
-        try:
-            subscriber.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            subscriber.kill()
-            subscriber.wait()
+        stop(subscriber, 10)
 
 
 # -- the run --------------------------------------------------------------------------------------

@@ -30,10 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for harness.*
 from harness.prosody import PS, PUBSUB, SECRET, SERVICE, Client, Prosody, clients, run_prosody
 
 import boxmq
-from processes import (  # neither prosody nor serve starts a child: its own time
-    cpu_seconds,
-    free_ports,
-)
+
+# cpu_seconds: a process's own time, not its children's: neither prosody nor serve starts one
+from processes import boxmq_command, cpu_seconds, free_ports, start_logged, stop
 
 
 @dataclass(frozen=True)
@@ -133,27 +132,11 @@ async def mod_pubsub(server: Prosody, args: argparse.Namespace) -> Run:
         )
 
 
-def serve(server: Prosody, data: Path, fsync: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "boxmq.cli",
-            "--data",
-            str(data),
-            "--fsync",
-            fsync,
-            "serve",
-            "--no-mqtt",
-            "--xmpp-component",
-            SERVICE,
-            "--xmpp-server",
-            f"127.0.0.1:{server.component_port}",
-        ],
-        env={**os.environ, "BOXMQ_XMPP_SECRET": SECRET},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def serve(server: Prosody, folder: Path, fsync: str) -> subprocess.Popen[bytes]:
+    """`boxmq serve`, the component alone, on `folder`/data, logging to `folder`/serve.log."""
+    component = ("--xmpp-component", SERVICE, "--xmpp-server", f"127.0.0.1:{server.component_port}")
+    command = boxmq_command(folder, fsync, "", "--no-mqtt", *component)
+    return start_logged(command, folder, "serve", env={**os.environ, "BOXMQ_XMPP_SECRET": SECRET})
 
 
 async def wait_for_component(server: Prosody) -> None:
@@ -185,14 +168,13 @@ def main() -> None:
             data = root / "data"
             with boxmq.open(data, fsync="never") as box:
                 box.queue("jobs")
-            component = serve(server, data, args.fsync)
+            component = serve(server, root, args.fsync)
             try:
                 asyncio.run(wait_for_component(server))
                 runs = [asyncio.run(queueing(server, component.pid, args))]
                 runs.append(asyncio.run(mod_pubsub(server, args)))
             finally:
-                component.terminate()
-                component.wait(10)
+                stop(component)
     print(
         f"{args.items} items, window {args.window}, queue_requests {args.queue_requests}, "
         f"fsync={args.fsync}, root in {args.dir or tempfile.gettempdir()}"
