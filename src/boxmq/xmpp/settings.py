@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from boxmq.core.durations import LONGEST
 from boxmq.core.topics import utf8_size
 from boxmq.errors import InvalidArgument, InvalidName
 from boxmq.host_names import HOST_NAME_RULE, is_host_name
@@ -123,6 +124,8 @@ def _seconds_rule(seconds: object) -> str | None:
     # not NaN, which every comparison passed: a lock that never timed out
     if not 0 < seconds < math.inf:
         return f"{seconds!r}: give a positive number of seconds"
+    if seconds > LONGEST:  # a lock's deadline past a century: refused at the first subscribe
+        return f"{seconds!r}: at most {LONGEST:g} seconds (100 years)"
     return None
 
 

@@ -141,6 +141,8 @@ def test_the_stanza_size_limit_without_the_component_is_refused_by_name() -> Non
         # NaN passed `<= 0`, as every comparison does
         ({"lock_timeout": math.nan}, "XmppSettings lock_timeout nan: give a positive number"),
         ({"reconnect_max": -1.0}, "XmppSettings reconnect_max -1.0: give a positive number"),
+        # past a century: taken here, then refused by the consumer at the first subscribe
+        ({"lock_timeout": 2.0**63}, "XmppSettings lock_timeout 9.223372036854776e+18: at most"),
     ],
 )
 def test_from_python_an_error_names_the_setting_as_written(
