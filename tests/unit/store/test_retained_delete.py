@@ -205,24 +205,7 @@ def test_a_marker_whose_retained_message_waits_keeps_its_own_topics_tombstone_al
     clock = ManualClock(time.time())
     with boxmq.open(tmp_path, fsync="never", clock=clock) as box:
         box.sweep()  # its books read before the message was stored
-        with boxmq.open(tmp_path, fsync="never", clock=clock) as dying:
-            retained = {PUBLISHED_RETAINED: True}
-            old = AssuredMessage("mqtt:gone", "1", b"old", topic="mine", properties=retained)
-            assert dying.intake.assured_one(old, reserved=True)
-
-            def killed(*args: object, **kwargs: object) -> list[OSError | None]:
-                raise Killed
-
-            dying.topics.send_files = killed  # type: ignore[method-assign]
-            with pytest.raises(Killed):
-                dying.intake.deliver_many([("mqtt:gone", "1")], remember=False)
-        box.publish("mine", b"", retain=True)
-        box.publish("other", b"", retain=True)
-        [marker] = (tmp_path / ".exactly-once").iterdir()
-        written = time.time() - 600
-        os.utime(marker, (written - 1, written - 1))
-        for tombstone in _folder(tmp_path).iterdir():
-            os.utime(tombstone, (written, written))
+        _a_pubrel_cut_short(tmp_path, clock, box)
         clock.advance(RETAINED_EVERY)
         box.sweep()
         [kept] = _folder(tmp_path).iterdir()
@@ -242,30 +225,38 @@ def test_a_marker_left_waiting_past_done_ttl_keeps_its_own_topics_tombstone_alon
     clock = ManualClock(time.time())
     with boxmq.open(tmp_path, fsync="never", clock=clock) as box:
         box.sweep()  # its books read before the message was stored
-        with boxmq.open(tmp_path, fsync="never", clock=clock) as dying:
-            retained = {PUBLISHED_RETAINED: True}  # as the MQTT door's: boxmq's own bx_rp
-            old = AssuredMessage("mqtt:gone", "1", b"old", topic="mine", properties=retained)
-            assert dying.intake.assured_one(old, reserved=True)
-
-            def killed(*args: object, **kwargs: object) -> list[OSError | None]:
-                raise Killed
-
-            dying.topics.send_files = killed  # type: ignore[method-assign]
-            with pytest.raises(Killed):
-                dying.intake.deliver_many([("mqtt:gone", "1")], remember=False)
-        box.publish("mine", b"", retain=True)
-        box.publish("other", b"", retain=True)
-        [marker] = (tmp_path / ".exactly-once").iterdir()
-        written = time.time() - 600
-        os.utime(marker, (written - 1, written - 1))
-        for tombstone in _folder(tmp_path).iterdir():
-            os.utime(tombstone, (written, written))
+        marker = _a_pubrel_cut_short(tmp_path, clock, box)
         clock.advance(box.intake.limits.done_ttl + 1)
         box.sweep()
         assert marker.exists()  # its message waits: a restart finishes it
         [kept] = _folder(tmp_path).iterdir()
         assert kept.name == hashlib.sha256(b"mine").hexdigest()
-        assert box.intake.pinned == {"mine": written - 1}
+        assert box.intake.pinned == {"mine": marker.stat().st_mtime}
     with boxmq.open(tmp_path, fsync="never", clock=clock) as box:
         box.sweep()  # the restart: the deliver is finished, the delete since kept
         assert box.topics.retained("mine") is None
+
+
+def _a_pubrel_cut_short(tmp_path: Path, clock: ManualClock, box: boxmq.Box) -> Path:
+    """A retained QoS 2 message on "mine" whose PUBREL was cut short (its process killed
+    between the marker and the send), then retained deletes of "mine" and "other": the
+    marker, written before both tombstones, all ten minutes old."""
+    with boxmq.open(tmp_path, fsync="never", clock=clock) as dying:
+        retained = {PUBLISHED_RETAINED: True}  # as the MQTT door's: boxmq's own bx_rp
+        old = AssuredMessage("mqtt:gone", "1", b"old", topic="mine", properties=retained)
+        assert dying.intake.assured_one(old, reserved=True)
+
+        def killed(*args: object, **kwargs: object) -> list[OSError | None]:
+            raise Killed
+
+        dying.topics.send_files = killed  # type: ignore[method-assign]
+        with pytest.raises(Killed):
+            dying.intake.deliver_many([("mqtt:gone", "1")], remember=False)
+    box.publish("mine", b"", retain=True)
+    box.publish("other", b"", retain=True)
+    [marker] = (tmp_path / ".exactly-once").iterdir()
+    written = time.time() - 600
+    os.utime(marker, (written - 1, written - 1))
+    for tombstone in _folder(tmp_path).iterdir():
+        os.utime(tombstone, (written, written))
+    return marker
