@@ -684,12 +684,18 @@ def test_an_assured_killed_anywhere_is_sent_once_after_the_senders_retry(
     pass for delivered, nor for a repeat. Properties too long for a name go to a side file
     first, which every message sent must find."""
     properties = {"note": "n" * 300} if spilled else None
+    queue, to = (None, "counts/door") if topic else ("counts", None)
+
+    def send(into: boxmq.Box) -> None:  # the sender's step 1 of the message
+        into.assured(
+            "door", "7", b"new", queue=queue, topic=to, reclaim=reclaim, properties=properties
+        )
+
     step = 0
     while True:
         step += 1
         data = root / f"killed-at-{step}"
         box = boxmq.open(data, fsync="never")
-        queue, to = (None, "counts/door") if topic else ("counts", None)
         try:
             dropbox = box.topics.attach_dropbox("counts/#", "keeper") if topic else None
             if reclaim:
@@ -698,15 +704,7 @@ def test_an_assured_killed_anywhere_is_sent_once_after_the_senders_retry(
             with monkeypatch.context() as dying:
                 kill_at(dying, step)
                 try:
-                    box.assured(
-                        "door",
-                        "7",
-                        b"new",
-                        queue=queue,
-                        topic=to,
-                        reclaim=reclaim,
-                        properties=properties,
-                    )
+                    send(box)
                     killed = False
                 except Killed:
                     killed = True
@@ -714,15 +712,7 @@ def test_an_assured_killed_anywhere_is_sent_once_after_the_senders_retry(
             box.close()
         with boxmq.open(data, fsync="never") as restarted:
             if killed:  # no `received`: the sender sends step 1 again
-                restarted.assured(
-                    "door",
-                    "7",
-                    b"new",
-                    queue=queue,
-                    topic=to,
-                    reclaim=reclaim,
-                    properties=properties,
-                )
+                send(restarted)
             assert restarted.pending("door") == ["7"], f"killed at step {step}"
             assert restarted.deliver("door", "7", must_exist=True), f"killed at step {step}"
             assert restarted.deliver("door", "7") is False
