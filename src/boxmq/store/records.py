@@ -14,6 +14,7 @@ import contextlib
 import errno
 import os
 from collections.abc import Iterable, Iterator
+from typing import Final
 
 from boxmq.errors import naming
 from boxmq.store.layout import open_folder
@@ -98,24 +99,50 @@ def _parents(folders: Iterable[str]) -> list[str]:
     return [os.path.dirname(folder) for folder in folders]
 
 
-def replace_file(path: str, text: str, *, flush: bool, aside: str | None = None) -> os.stat_result:
+def replace_file(
+    path: str,
+    text: str,
+    *,
+    flush: bool,
+    aside: str | None = None,
+    later_than: int | None = None,
+) -> os.stat_result:
     """Replace `path` with `text`: written aside (a temporary, deleted if this fails), then
     renamed over it; with `flush`, fsynced before the rename and its folder after. Returns
     the new file's status as written (a rename keeps its inode and mtime): a later stat of
     `path` that differs says another writer replaced it since. `aside`: the folder of the
     temporary (on the same file system), where `path`'s own folder must hold no other file
-    for its readers."""
+    for its readers. `later_than`: an mtime (ns) the new file's must be after, set so where
+    the clock gave it no later one (`_made_later`)."""
     folder = os.path.dirname(path)
     temporary = temporary_in(aside or folder)
     with removed_on_failure(temporary):
         with _writing(temporary, text.encode()) as fd:
+            written = os.fstat(fd)
+            if later_than is not None and written.st_mtime_ns <= later_than:
+                written = _made_later(fd, written, later_than)
             if flush:
                 os.fsync(fd)
-            written = os.fstat(fd)
         os.rename(temporary, path)
     if flush:
         flush_directories([folder])
     return written
+
+
+def _made_later(fd: int, status: os.stat_result, than: int) -> os.stat_result:
+    """The file at `fd` given an mtime just after `than`, its status then. A file's time is
+    the kernel's coarse clock (a tick, 1 to 4 ms, on Linux before 6.13 or NFS), which a burst
+    of writes shares: each step is tried until the file system keeps one (nanoseconds on
+    ext4, whole seconds on ext4 with 128-byte inodes, two on FAT)."""
+    for step in _STEPS:
+        os.utime(fd, ns=(status.st_atime_ns, than + step))
+        status = os.fstat(fd)
+        if status.st_mtime_ns > than:
+            break
+    return status
+
+
+_STEPS: Final = (1, 1_000, 1_000_000, 1_000_000_000, 2_000_000_000)
 
 
 def write_file(path: str, data: bytes) -> None:

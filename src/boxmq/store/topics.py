@@ -16,12 +16,13 @@
 `<filter>` is the topic filter escaped as one folder name; `<key>` is `share.<group>` for a
 share group and `client.<subscriber>` for a plain durable subscription, escaped the same way.
 Publishers in any process see that the subscriptions changed when `.generation` does (a
-rename gives it a new inode, which one stat sees). It holds a count of the changes and the
-subscriptions the last `_KEPT` of them touched, the latest first ("<count>\n<filter
-folder>/.subscriptions/<key>\n..."; an empty line for a change of several, a sweep's), written
-under an flock of the topic root so that no two changes get one count: a reader that saw one
-of those counts reads again the subscriptions changed since; one further behind, or that finds
-an empty line among them or no count (a version before counts), scans the whole tree again.
+rename gives it another inode, and each write a later mtime than the file it replaces, which
+one stat sees). It holds a count of the changes and the subscriptions the last `_KEPT` of
+them touched, the latest first ("<count>\n<filter folder>/.subscriptions/<key>\n..."; an
+empty line for a change of several, a sweep's), written under an flock of the topic root so
+that no two changes get one count: a reader that saw one of those counts reads again the
+subscriptions changed since; one further behind, or that finds an empty line among them or
+no count (a version before counts), scans the whole tree again.
 """
 
 from __future__ import annotations
@@ -689,17 +690,25 @@ def bump_generation(root: str, *, flush: bool = False, path: str | None = None) 
     file = os.path.join(base, _GENERATION)
     with _counting(base) as counted:
         if not counted:  # two changes could get one count: no reader may trust a count
-            replace_file(file, "", flush=flush)
+            before = _generation_at(file)
+            replace_file(file, "", flush=flush, later_than=None if before is None else before[1])
             return None
         try:
-            count, *named = read_file(file).decode().split("\n")
+            data, status = read_file_status(file)
+            count, *named = data.decode().split("\n")
+            later_than: int | None = status.st_mtime_ns
         except FileNotFoundError:
-            count, named = "", []
+            count, named, later_than = "", [], None
         if not count.isdigit():
             count, named = "0", []  # a version before counts wrote it
         changed = "" if path is None else os.path.relpath(path, base)
         kept = "\n".join([changed, *named[: _KEPT - 1]])
-        written = replace_file(file, f"{int(count) + 1}\n{kept}", flush=flush)
+        # Later than the file it replaces: a rename's file takes the inode number of the one
+        # before the last (A, B, A), and a burst of changes shares one tick of the clock, so
+        # a reader that saw A could find it again after two changes, and route by records
+        # from before them until the next (found by a second read).
+        text = f"{int(count) + 1}\n{kept}"
+        written = replace_file(file, text, flush=flush, later_than=later_than)
         return Counted(int(count) + 1, (written.st_ino, written.st_mtime_ns))
 
 
