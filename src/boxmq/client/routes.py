@@ -43,6 +43,10 @@ class Routes:
         # A change of the subscriptions the generation's write failed to tell (ENOSPC): the
         # next write (`_bump`) tells of any change, so the other processes read every record.
         self._untold = False
+        # Held by one `_bump` at a time, from its look at `_untold` until a failure set it
+        # again: cleared before the write, a thread's failed write set it back only after
+        # another thread's write had told of its own change alone.
+        self._telling = threading.Lock()
 
     def destinations(
         self, topic: str, level: QoS, source: str | None
@@ -168,16 +172,17 @@ class Routes:
         process to read every record at its next look too, whoever called: a caller that had
         to say so itself, and one that did not (`remove_left_behind`), routed to a folder it
         had deleted until the next change (found by stop 45's second read)."""
-        with self._lock:
-            untold, self._untold = self._untold, False
-        told = None if untold else path
-        try:
-            counted = layout.bump_generation(self._root, flush=flush, path=told)
-        except OSError:
-            with self._lock:  # as the read-and-clear above, which another thread may be in
-                self._untold = True
-                self._generation.forget()
-            raise
+        with self._telling:  # the writes take the topic root's flock one at a time anyway
+            with self._lock:
+                untold, self._untold = self._untold, False
+            told = None if untold else path
+            try:
+                counted = layout.bump_generation(self._root, flush=flush, path=told)
+            except OSError:
+                with self._lock:  # `untold` is read by any thread
+                    self._untold = True
+                    self._generation.forget()
+                raise
         return None if counted is None else (counted, told)
 
     def _read_all(self) -> None:

@@ -277,3 +277,39 @@ def test_clearing_a_folder_left_behind_leaves_empty_state_folders(tmp_path: Path
     assert topics.clear_left_behind(str(tmp_path), path)
     assert os.listdir(path) == ["working"]
     assert not (tmp_path / ".deleting").exists()
+
+
+def test_a_change_left_untold_by_one_thread_is_told_by_the_next_write_of_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One thread's write (telling of a change left untold before) fails on a full disk while
+    # another thread writes: that other one must tell of any change, not of its own alone.
+    from boxmq.client.routes import Routes
+
+    root = str(tmp_path)
+    routes = Routes(root)
+    bump_generation(root)
+    monkeypatch.setattr(topics, "bump_generation", _full_disk)
+    assert routes.tell_others(None) is not None  # a sweep's change left untold
+    entered, fail = threading.Event(), threading.Event()
+    told: list[str | None] = []
+
+    def bump(root: str, *, flush: bool = False, path: str | None = None) -> topics.Counted | None:
+        if not entered.is_set():
+            entered.set()
+            fail.wait(5)
+            _full_disk()
+        told.append(path)
+        return bump_generation(root, flush=flush, path=path)
+
+    monkeypatch.setattr(topics, "bump_generation", bump)
+    first = threading.Thread(target=routes.tell_others, args=(None,))
+    first.start()
+    assert entered.wait(5)
+    second = threading.Thread(target=routes.changed, args=(os.path.join(root, "x"),))
+    second.start()
+    second.join(0.1)  # its write, unless it waits for the first's
+    fail.set()
+    first.join(5)
+    second.join(5)
+    assert told == [None]  # any change: the untold one too
