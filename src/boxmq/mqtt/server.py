@@ -25,6 +25,11 @@ what a read brought out of the buffer before the next read (framing.FrameReader.
 one buffer serves every socket of the loop (docs/benchmarks.md, "Reads into one buffer":
 less broker CPU per message at QoS 2, by 7 to 17 % in alternated runs).
 
+A TCP socket the server closes is half-closed and read out, for a second at most, before it
+is closed (`_Linger`): closed at once, its client's next bytes drew a RST, and a client that
+writes before it reads lost the DISCONNECT or CONNACK that said why. A TLS socket's close
+does the like by itself (`_Protocol.close`).
+
 A TLS listener accepts plain TCP and starts TLS itself on each socket (`_TlsHandshake`), so that
 a failed handshake is logged with the peer and ssl's reason: under `create_server(ssl=...)`
 asyncio drops one without a word outside its debug mode, and an operator could not tell why a
@@ -82,6 +87,9 @@ _TICK: Final = 0.25  # seconds: keep-alives, CONNECT timeouts, files others drop
 _READ_SIZE: Final = 256 << 10  # bytes a read may bring: what asyncio's own reads ask for
 _WRITE_HIGH: Final = 4 << 20  # bytes buffered for a client before it counts as congested
 _LINGER: Final = 5.0  # seconds a closed connection's last bytes get to be read (`close`)
+# What a socket the server closed is read for, discarded, after its half-close (`_Linger`).
+_DISCARD_TIME: Final = 1.0  # seconds
+_DISCARD_BYTES: Final = 64 << 10
 _QUICKACK: Final = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 # Linux: the bytes of a TCP socket's send queue the peer has not acknowledged (SIOCOUTQ).
 _OUTQ: Final = getattr(termios, "TIOCOUTQ", None) if sys.platform == "linux" else None
@@ -97,6 +105,7 @@ class _Protocol(asyncio.BufferedProtocol):
         "_buffered",
         "_clock",
         "_held",
+        "_lingering",
         "_tcp",
         "_transport",
         "_unread",
@@ -114,6 +123,7 @@ class _Protocol(asyncio.BufferedProtocol):
         clock: Clock,
         buffer: memoryview,
         unread: set[_Protocol],
+        lingering: set[_Linger],
         accepted: float | None = None,
     ) -> None:
         self._broker = broker
@@ -123,6 +133,7 @@ class _Protocol(asyncio.BufferedProtocol):
         self.accepted = accepted
         self._buffer = buffer
         self._unread = unread  # the server's: its sockets not read now, this one among them
+        self._lingering = lingering  # the server's: sockets closed, read until they end
         limits = broker.limits
         self.connection = Connection(
             max_packet_size=limits.max_packet_size,
@@ -190,13 +201,26 @@ class _Protocol(asyncio.BufferedProtocol):
             transport.write(out)
 
     def close(self) -> None:
-        """Close once what is buffered for the client is written, or `_LINGER` seconds
-        later at the latest: a client that does not read would otherwise keep its socket and
-        up to the high-water mark of our memory for good (the peer acknowledges TCP's window
-        probes, so the kernel never gives up), out of the broker's count of connections."""
+        """Close once what is buffered for the client is written, and the client had the
+        time to read it (`_Linger`), or `_LINGER` seconds later at the latest: a client that
+        does not read would otherwise keep its socket and up to the high-water mark of our
+        memory for good (the peer acknowledges TCP's window probes, so the kernel never gives
+        up), out of the broker's count of connections. This protocol is done with the socket:
+        what the broker asks of it from now on (flush, pause_reading) does nothing."""
         transport = self._transport
         if transport is None or transport.is_closing():
             return
+        if transport.can_write_eof():  # TCP
+            self._transport = self._tcp = None
+            self._unread.discard(self)
+            self._lingering.add(_Linger(self, transport, self._buffer, self._lingering))
+            return
+        # TLS: a half-close of the TCP socket under it would cut its close_notify off, and
+        # asyncio's SSL transport has none of its own (can_write_eof is False). Its close
+        # sends close_notify once the buffer is written and reads until the client's, for up
+        # to ssl_shutdown_timeout (`_LINGER`, `_TlsHandshake`): the client's last bytes are
+        # read meanwhile, as `_Linger` reads them, and only what comes after the client's
+        # close_notify or that timeout can still draw a RST.
         transport.close()
         if transport.get_write_buffer_size():
             asyncio.get_running_loop().call_later(_LINGER, transport.abort)
@@ -272,6 +296,71 @@ class _Protocol(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._unread.discard(self)
         self._broker.closed(self, "connection lost" if exc is None else f"connection lost: {exc}")
+
+
+class _Linger(asyncio.BufferedProtocol):
+    """A TCP socket the server closed (`_Protocol.close`), until it ends: its write side is
+    shut once what was buffered for the client is written (FIN after the last packet), and
+    what the client still sends is read and dropped, for `_DISCARD_TIME` seconds and
+    `_DISCARD_BYTES` bytes at most (`_LINGER` seconds if the buffer was not written yet),
+    then it is closed; at once if the client closes its side first.
+
+    Closed at once, a socket with bytes of the client unread in the kernel, or that gets more
+    from it, is answered with a RST (Linux, RFC 2525 §2.17), which also drops what the kernel
+    had not sent yet: a client that writes before it reads (a PUBREL after the PUBLISH that
+    drew DISCONNECT 0x93, a PINGREQ after a refused CONNECT; paho's loops) failed its write
+    with ECONNRESET or EPIPE and never read why it was disconnected. Reading the socket out
+    keeps its receive queue empty, so the close that ends it sends nothing more.
+
+    The connection stops counting for max_connections when the broker forgets it, as
+    before: at once for a DISCONNECT, a kick or a protocol error (`Broker.closed` comes before
+    `close`), at the end of the linger for a refused CONNECT or a CONNECT timeout (at
+    `connection_lost`), so that those, which need no more than a socket, cannot pile up past
+    the limit. Reads go into the server's one buffer, as a client's (`_Protocol.get_buffer`)."""
+
+    __slots__ = ("_buffer", "_left", "_lingering", "_protocol", "_timer", "_transport")
+
+    def __init__(
+        self,
+        protocol: _Protocol,
+        transport: asyncio.Transport,
+        buffer: memoryview,
+        lingering: set[_Linger],
+    ) -> None:
+        self._protocol = protocol  # told connection_lost, as if it had been its own
+        self._transport = transport
+        self._buffer = buffer
+        self._lingering = lingering
+        self._left = _DISCARD_BYTES
+        wait = _LINGER if transport.get_write_buffer_size() else _DISCARD_TIME
+        self._timer = asyncio.get_running_loop().call_later(wait, transport.abort)
+        transport.set_protocol(self)
+        try:
+            transport.write_eof()  # once the buffer is written, if it is not yet
+        except OSError:  # ENOTCONN: reset by the client, not yet read: nothing to shut
+            transport.abort()
+            return
+        transport.resume_reading()  # if the broker or a congestion had paused it
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._left -= nbytes
+        if self._left < 0:
+            self._transport.abort()  # no more reads for one that would not stop
+
+    def eof_received(self) -> bool | None:
+        return None  # the client closed too: asyncio closes the socket
+
+    def abort(self) -> None:
+        """Shutting down: end it now (its FIN was sent, or it is not written anyway)."""
+        self._transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._timer.cancel()
+        self._lingering.discard(self)
+        self._protocol.connection_lost(exc)
 
 
 class _TlsHandshake(asyncio.Protocol):
@@ -694,6 +783,7 @@ class MqttServer:
         self._listening: list[_Listening] = []
         self._read_buffer = memoryview(bytearray(_READ_SIZE))  # one loop: reads never overlap
         self._unread: set[_Protocol] = set()  # sockets not read now (_Protocol._read_or_not)
+        self._lingering: set[_Linger] = set()  # sockets closed, read until they end (_Linger)
         self.handshakes: set[asyncio.Task[None]] = set()  # TLS handshakes under way
         self._tls_buffer: bytearray | None = None  # the TLS sockets' reads (share_tls_buffer)
         # Failed handshakes by client address and reason: a client that retries every second
@@ -703,7 +793,9 @@ class MqttServer:
     def protocol(self, accepted: float | None = None) -> _Protocol:
         """The protocol of a client's socket (after its TLS handshake, on a TLS listener,
         whose socket was `accepted` then)."""
-        return _Protocol(self.broker, self._clock, self._read_buffer, self._unread, accepted)
+        return _Protocol(
+            self.broker, self._clock, self._read_buffer, self._unread, self._lingering, accepted
+        )
 
     def now(self) -> float:
         return self._clock.now()
@@ -842,4 +934,8 @@ class MqttServer:
             handshake.cancel()  # start_tls closes its socket
         self.tell_failed_handshakes()
         await self.broker.close()
+        # The sockets the broker closed now (a v5 client is sent DISCONNECT 0x8B) or before
+        # do not linger past the loop's end, which they would outlive: as before the linger.
+        for linger in list(self._lingering):
+            linger.abort()
         log.info("MQTT listeners closed")

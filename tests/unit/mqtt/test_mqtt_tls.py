@@ -9,6 +9,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import threading
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
@@ -598,3 +599,50 @@ def test_a_tls_client_closed_while_its_password_waited_is_not_connected_after(
 
     asyncio.run(run())
     assert [m for m in caplog.messages if "connected" in m] == []
+
+
+class _Nobody:
+    def authenticate(self, username: str | None, password: bytes | None, client_id: str) -> bool:
+        return False
+
+
+def test_a_tls_client_refused_that_writes_first_still_reads_its_connack(tmp_path: Path) -> None:
+    """The TLS twin of tests/integration/mqtt/test_mqtt_close_linger.py: a TLS socket cannot
+    be half-closed under its TLS (server.py `_Protocol.close`), but asyncio's TLS close sends
+    close_notify after the CONNACK and reads on, dropping what the client sends, until the
+    client's own close_notify or `_LINGER`: a client that writes twice after the refusal
+    came, before it reads, meets no RST and reads the refusal."""
+    cert, key = _self_signed(tmp_path, "localhost")
+    listener = Listener("127.0.0.1", 0, ssl=server_context(cert, key))
+    settings = MqttSettings(listeners=(listener,), authenticator=_Nobody())
+    closing = threading.Event()
+    connect = _packet(  # 3.1.1, clean, user name and password
+        0x10, _utf8("MQTT") + bytes([4, 0xC2, 0, 60]) + _utf8("id") + _utf8("al") + _utf8("x")
+    )
+
+    def eager(port: int) -> bytes:
+        with _tls_client(port, cert) as client:
+            client.sendall(connect)
+            assert closing.wait(10)
+            client.sendall(b"\xc0\x00")  # PINGREQ
+            time.sleep(0.05)  # a RST, if one came, is back by now (the loopback answers at once)
+            client.sendall(b"\xc0\x00")
+            got = b""
+            while chunk := client.recv(16):
+                got += chunk
+            return got
+
+    async def run() -> bytes:
+        async with _serving(tmp_path, settings) as (server, port):
+            answer = asyncio.create_task(asyncio.to_thread(eager, port))
+            clients = server.broker._clients  # the refused one is there until its close ends
+            await _until(lambda: not clients or any(map(_closing, clients)))
+            closing.set()
+            return await answer
+
+    assert asyncio.run(run()) == bytes.fromhex("20020004")  # bad user name or password
+
+
+def _closing(link: object) -> bool:
+    transport = getattr(link, "_transport", None)
+    return transport is not None and bool(transport.is_closing())
