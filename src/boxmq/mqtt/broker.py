@@ -18,7 +18,7 @@ them to the parts that do the work, each in its own module: `clients` (what is w
 client), `batches` (its disk work), `publishing` (PUBLISH, PUBREL, Wills published),
 `delivery` (to subscribers, acks), `subscribing` (SUBSCRIBE, UNSUBSCRIBE, durable
 subscriptions), `recording` (session records), `lifetimes` (sessions' ends), `wills` (delayed
-Wills).
+Wills), `connect_terms` (what a CONNECT is granted or refused).
 
 Invariants:
 - File work for a client's PUBLISHes runs as one batch per read (`disk.run_all`: a flush never
@@ -57,12 +57,19 @@ from boxmq.clock import Clock
 from boxmq.core import parse_filter
 from boxmq.core.deadlines import Deadlines
 from boxmq.core.durations import spelled
-from boxmq.core.topics import matches, validate_topic
-from boxmq.errors import InvalidTopic, ProtocolViolation, store_failure
+from boxmq.core.topics import matches
+from boxmq.errors import ProtocolViolation, store_failure
 from boxmq.model import ConsumerId
-from boxmq.mqtt.acl import substitute
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client, Link, Outgoing
+from boxmq.mqtt.connect_terms import (
+    connecting,
+    expiry_of,
+    granted_keep_alive,
+    reason_text,
+    refusal_of,
+    response_information,
+)
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job, no_answer
 from boxmq.mqtt.drops import Refusals
@@ -90,7 +97,7 @@ from boxmq.mqtt.packets import (
 )
 from boxmq.mqtt.properties import EMPTY, Properties
 from boxmq.mqtt.publishing import Publishing
-from boxmq.mqtt.reasons import ReasonCode, connect_return_code, reason_for
+from boxmq.mqtt.reasons import ReasonCode, reason_for
 from boxmq.mqtt.recording import Recorder
 from boxmq.mqtt.routes import DurableRoutes, MemoryRoutes
 from boxmq.mqtt.session import Session, SubscriptionOptions
@@ -105,7 +112,6 @@ from boxmq.mqtt.settings import MqttSettings
 from boxmq.mqtt.stored import (
     consumer_name,
     exactly_once_source,
-    storable,
 )
 from boxmq.mqtt.subscribing import Subscribing, hold_the_rest
 from boxmq.mqtt.sys_topics import Figures, SysTopics, about_sys, send_sys
@@ -133,7 +139,6 @@ _STAGE_OF: Final[Mapping[type[Puback | Pubrec | Pubrel | Pubcomp], Stage]] = {  
 }
 
 _ACKS: Final = (tuple, Puback, Pubrec, Pubrel, Pubcomp)  # what `_handle` takes as an answer
-_LONGEST_KEEP_ALIVE: Final = 0xFFFF  # seconds: the most a CONNECT can ask (two bytes)
 # Seconds between the sweeps for sessions held by servers of this host that died
 # (Lifetimes.adopt_the_dead): a stat of the records folder while nothing changed there and
 # no server of this host died, else a stat per record, read only if written since.
@@ -183,35 +188,6 @@ def _stop_reading(client: Client) -> None:
     if client.reading is not None:
         for _ in client.reading:  # ends at once for a read: its connection has no more
             pass
-
-
-def _granted_keep_alive(asked: int, cap: int, *, v5: bool) -> int:
-    """The keep-alive period a client gets for the one it `asked` (0: none). A v5 client
-    asking for more than `cap` is told `cap` in Server Keep Alive (MQTT 5.0 §3.2.2.3.14), and
-    asking for none is asking for more than any cap; a cap of 65535 (the default) caps
-    nothing, 0 included. A 3.1.1 client cannot be told, so it keeps what it asked."""
-    if not v5:
-        return asked
-    if asked == 0:
-        return cap if cap < _LONGEST_KEEP_ALIVE else 0
-    return min(asked, cap)
-
-
-def _connecting(client: Client, packet: Connect) -> str:
-    """Who a CONNECT came from, for the log: client id, user (or none), address."""
-    user = "no user name" if packet.username is None else f"user {packet.username!r}"
-    return f"client {packet.client_id!r} ({user}, from {client.link.peer})"
-
-
-def _reason_text(reason: ReasonCode, version: ProtocolVersion) -> str:
-    """A CONNACK's refusal as the log reads it, with the code the client was sent: `bad user
-    name or password (0x86)` for a v5 client, `(return code 4)` for a 3.1.1 one."""
-    if version is ProtocolVersion.V5:
-        name, told = reason.name, f"0x{reason.value:02x}"
-    else:
-        code = connect_return_code(reason)
-        name, told = code.name, f"return code {code.value}"
-    return f"{name.lower().replace('_', ' ')} ({told})"
 
 
 def _nothing_told() -> None:
@@ -606,7 +582,7 @@ class Broker:
                     "%s closed: no answer within %s: its password still waited for its "
                     "check (%d check(s) under way or waiting, taking turns by address: many "
                     "logins at once, or a host guessing passwords?)",
-                    _connecting(client, client.checking),
+                    connecting(client, client.checking),
                     spelled(self.limits.connect_timeout),
                     self._checks_running + len(self._waiting_checks),
                 )
@@ -909,10 +885,10 @@ class Broker:
         connection = client.link.connection
         v5 = packet.version is ProtocolVersion.V5
         props = packet.properties
-        refusal = self._refusal(packet, authenticated=authenticated)
+        refusal = refusal_of(packet, authenticated=authenticated)
         if refusal is not None:
             log.info(
-                "%s refused: %s", _connecting(client, packet), _reason_text(refusal, packet.version)
+                "%s refused: %s", connecting(client, packet), reason_text(refusal, packet.version)
             )
             self._refuse(client, refusal)
             return
@@ -930,11 +906,11 @@ class Broker:
                 return
         if assigned is None and self._belongs_to_another(client_id, packet.username, record):
             log.warning(
-                "%s refused: its session belongs to another user", _connecting(client, packet)
+                "%s refused: its session belongs to another user", connecting(client, packet)
             )
             self._refuse(client, _R.CLIENT_IDENTIFIER_NOT_VALID)
             return
-        expiry = self._expiry_of(packet)
+        expiry = expiry_of(packet, self.limits)
         try:
             taken = self._lifetimes.left_by_the_dead(record)
         except OSError as error:
@@ -947,7 +923,7 @@ class Broker:
             self._wait_for_claim(client, packet, authenticated=authenticated, waited=waited)
             return
         record = taken
-        keep_alive = _granted_keep_alive(packet.keep_alive, self.limits.max_keepalive, v5=v5)
+        keep_alive = granted_keep_alive(packet.keep_alive, self.limits.max_keepalive, v5=v5)
         present, session = self._take_session(client_id, packet.clean_start, expiry, record)
         session.expiry = expiry
         client.asked_expiry = props.session_expiry_interval or 0
@@ -1047,7 +1023,7 @@ class Broker:
                     wildcard_subscription_available=1,
                     subscription_identifier_available=1,
                     shared_subscription_available=1,
-                    response_information=self._response_information(packet, client_id),
+                    response_information=response_information(self.settings, packet, client_id),
                 )
                 if v5
                 else EMPTY,
@@ -1076,7 +1052,7 @@ class Broker:
         log.warning(
             "client %s refused: its session's record was not written (%s): %s",
             session.client_id,
-            _reason_text(reason, connection.version or ProtocolVersion.V5),
+            reason_text(reason, connection.version or ProtocolVersion.V5),
             failure,
         )
         connection.refuse(reason)
@@ -1132,7 +1108,7 @@ class Broker:
                 "%s refused: its session is being taken on by another server of this host "
                 "from one that died, and its claim was still held after this CONNECT waited "
                 "%s (that server stopped?)",
-                _connecting(client, packet),
+                connecting(client, packet),
                 spelled(_CLAIM_PATIENCE),
             )
             self._refuse(client, _R.SERVER_BUSY)
@@ -1144,28 +1120,6 @@ class Broker:
         )
         asyncio.get_running_loop().call_later(_CLAIM_RETRY, again)
 
-    def _response_information(self, packet: Connect, client_id: str) -> str | None:
-        """What a client that asked for Response Information is told (MQTT 5.0 §3.1.2.11.7):
-        the configured one filled in for it, or nothing (the server may always say nothing),
-        as when it needs a user name the client has not or a value that would widen it."""
-        template = self.settings.response_information
-        if template is None or not packet.properties.request_response_information:
-            return None
-        text = substitute(template, packet.username, client_id)
-        try:
-            return None if text is None else validate_topic(text)
-        except InvalidTopic:
-            return None  # a client id too long for it
-
-    def _refusal(self, packet: Connect, *, authenticated: bool) -> ReasonCode | None:
-        if packet.properties.authentication_method is not None:
-            return _R.BAD_AUTHENTICATION_METHOD  # no enhanced authentication (§4.12)
-        if not authenticated:
-            return _R.NOT_AUTHORIZED if packet.username is None else _R.BAD_USER_NAME_OR_PASSWORD
-        if packet.client_id and not storable(packet.client_id):
-            return _R.CLIENT_IDENTIFIER_NOT_VALID
-        return None
-
     def _refuse_failed(self, client: Client, packet: Connect, why: str, error: OSError) -> None:
         """Refuse a CONNECT the file system failed (`why`), with the reason code its errno
         gives, in one ERROR line."""
@@ -1173,9 +1127,9 @@ class Broker:
         reason = reason_for(failure)
         log.error(
             "%s refused: %s (%s): %s",
-            _connecting(client, packet),
+            connecting(client, packet),
             why,
-            _reason_text(reason, packet.version),
+            reason_text(reason, packet.version),
             failure,
         )
         self._refuse(client, reason)
@@ -1215,16 +1169,6 @@ class Broker:
         if session is not None:
             return session.username != username
         return record is not None and record.username != username
-
-    def _expiry_of(self, packet: Connect) -> int:
-        if packet.version is ProtocolVersion.V5:
-            # Capped, "never" too (told in CONNACK): an operator's limit is a limit.
-            return min(
-                packet.properties.session_expiry_interval or 0, self.limits.max_session_expiry
-            )
-        # 3.1.1: CleanSession 0 asks for no end, as "never" does, and gets the same limit
-        # (mosquitto's persistent_client_expiration); it cannot be told in CONNACK.
-        return 0 if packet.clean_start else self.limits.max_session_expiry
 
     def _take_session(
         self, client_id: str, clean: bool, expiry: int, record: SessionRecord | None

@@ -32,10 +32,10 @@ from boxmq.client.subscriber import Subscriber
 from boxmq.clock import Clock, ManualClock, SystemClock
 from boxmq.model import PROPERTIES_FILE, MessageId
 from boxmq.mqtt import batches, recording
-from boxmq.mqtt import broker as broker_module
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.codec import decode, encode
+from boxmq.mqtt.connect_terms import reason_text
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.framing import FrameReader
@@ -985,7 +985,7 @@ def test_a_refusal_is_logged_with_the_code_its_clients_version_was_sent(
 ) -> None:
     """A 3.1.1 client is sent a CONNACK return code, not the v5 reason: the log names the one
     it got (found by a review: `(0x86)` for a device that was told 4)."""
-    assert broker_module._reason_text(reason, version) == logged
+    assert reason_text(reason, version) == logged
 
 
 @pytest.mark.parametrize(
