@@ -18,7 +18,8 @@ them to the parts that do the work, each in its own module: `clients` (what is w
 client), `batches` (its disk work), `publishing` (PUBLISH, PUBREL, Wills published),
 `delivery` (to subscribers, acks), `subscribing` (SUBSCRIBE, UNSUBSCRIBE, durable
 subscriptions), `recording` (session records), `lifetimes` (sessions' ends), `wills` (delayed
-Wills), `connect_terms` (what a CONNECT is granted or refused).
+Wills), `connect_terms` (what a CONNECT is granted or refused), `sys_figures` (what
+$SYS counts).
 
 Invariants:
 - File work for a client's PUBLISHes runs as one batch per read (`disk.run_all`: a flush never
@@ -57,7 +58,6 @@ from boxmq.clock import Clock
 from boxmq.core import parse_filter
 from boxmq.core.deadlines import Deadlines
 from boxmq.core.durations import spelled
-from boxmq.core.topics import matches
 from boxmq.errors import ProtocolViolation, store_failure
 from boxmq.model import ConsumerId
 from boxmq.mqtt.batches import Batches
@@ -114,7 +114,8 @@ from boxmq.mqtt.stored import (
     exactly_once_source,
 )
 from boxmq.mqtt.subscribing import Subscribing, hold_the_rest
-from boxmq.mqtt.sys_topics import Figures, SysTopics, about_sys, send_sys
+from boxmq.mqtt.sys_figures import Traffic, send_changed
+from boxmq.mqtt.sys_topics import Figures, SysTopics
 from boxmq.mqtt.wills import Wills, will_delay
 from boxmq.store.commit import FsyncPolicy
 from boxmq.store.process import process_alive, process_token
@@ -160,21 +161,6 @@ def _waits_for_claim(client: Client, now: float) -> bool:
     `Broker._wait_for_claim`), which answers it in time."""
     since = client.claim_waited_since
     return since is not None and now - since <= _CLAIM_PATIENCE + 1.0
-
-
-_Counts = tuple[int, int, int, int]  # packets received, sent; bytes received, sent
-
-
-def _counted(totals: _Counts, link: Link) -> _Counts:
-    """`totals` with what the connection of `link` counted added (for $SYS)."""
-    connection = link.connection
-    received, sent, read, written = totals
-    return (
-        received + connection.packets_received,
-        sent + connection.packets_sent,
-        read + connection.bytes_received,
-        written + connection.bytes_sent,
-    )
 
 
 def _stop_reading(client: Client) -> None:
@@ -310,9 +296,7 @@ class Broker:
         self._over_max = Refusals()  # sockets refused at max_connections
         self.handshaking = 0  # TLS handshakes under way: connections for max_connections
         self._sys = sys_topics
-        # What the connections closed so far counted (Connection's counters), for $SYS: the
-        # open ones are added when the figures are taken.
-        self._retired: _Counts = (0, 0, 0, 0)
+        self._traffic = Traffic()  # what the connections counted, for $SYS
         # A record's write that its process did not live to rename leaves a temporary there.
         box.sweep_temporaries_in(records_folder(box.root))
 
@@ -459,7 +443,7 @@ class Broker:
         if client is None:
             return
         self._timers.discard(client)
-        self._retire(link)
+        self._traffic.retire(link)
         _stop_reading(client)
         session = client.session
         if session is None or self._links.get(session.client_id) is not client:
@@ -608,43 +592,16 @@ class Broker:
         else:
             self._timers.set(client, deadline)
 
-    def _retire(self, link: Link) -> None:
-        """A connection closed: what it counted goes to the totals of the closed ones."""
-        self._retired = _counted(self._retired, link)
-
     def figures(self) -> Figures:
-        """This server's figures now, for $SYS: the closed connections' counts and the open
-        ones' (a sum over the connections and sessions, once an interval)."""
-        totals = self._retired
-        for link in self._clients:
-            totals = _counted(totals, link)
-        received, sent, read, written = totals
-        return Figures(
-            connected=len(self._links),
-            subscriptions=sum(len(s.subscriptions) for s in self._sessions.values()),
-            messages_received=received,
-            messages_sent=sent,
-            bytes_received=read,
-            bytes_sent=written,
-        )
+        """This server's figures now, for $SYS (sys_figures.py)."""
+        return self._traffic.figures(self._clients, len(self._links), self._sessions.values())
 
     def _publish_sys(self, now: float) -> None:
         """The $SYS values that changed since the last interval, to the connected clients
-        whose subscriptions match them (sys_topics.py). A share group gets none: it is a
-        queue on disk, and these are never written."""
+        whose subscriptions match them (sys_topics.py)."""
         changed = self._sys.update(now, self.figures())
-        if not changed:
-            return
-        for client in self._links.values():
-            session = client.session
-            if session is None:
-                continue
-            for text, options in session.subscriptions.items():
-                if not about_sys(text):  # also every $share/...: never a $SYS filter
-                    continue
-                for topic, payload in changed:
-                    if matches(text, topic):
-                        send_sys(self._out, client, options, topic, payload, retained=False)
+        if changed:
+            send_changed(self._out, self._links.values(), changed)
 
     def resume_expiries(self) -> None:
         """At start: the persistent sessions on disk end when their records say (lifetimes.py)."""
