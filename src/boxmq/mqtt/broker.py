@@ -19,7 +19,7 @@ client), `batches` (its disk work), `publishing` (PUBLISH, PUBREL, Wills publish
 `delivery` (to subscribers, acks), `subscribing` (SUBSCRIBE, UNSUBSCRIBE, durable
 subscriptions), `recording` (session records), `lifetimes` (sessions' ends), `wills` (delayed
 Wills), `connect_terms` (what a CONNECT is granted or refused), `sys_figures` (what
-$SYS counts).
+$SYS counts), `admission` (max_connections).
 
 Invariants:
 - File work for a client's PUBLISHes runs as one batch per read (`disk.run_all`: a flush never
@@ -60,6 +60,7 @@ from boxmq.core.deadlines import Deadlines
 from boxmq.core.durations import spelled
 from boxmq.errors import ProtocolViolation, store_failure
 from boxmq.model import ConsumerId
+from boxmq.mqtt.admission import Admission
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client, Link, Outgoing
 from boxmq.mqtt.connect_terms import (
@@ -72,7 +73,6 @@ from boxmq.mqtt.connect_terms import (
 )
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job, no_answer
-from boxmq.mqtt.drops import Refusals
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.fair import FairQueue
 from boxmq.mqtt.lifetimes import CLAIMED, Lifetimes, session_made, subscribed_on_disk
@@ -293,8 +293,7 @@ class Broker:
         # keep-alive. A tick looks at those due, not at every connection (`_look_at`).
         self._timers: Deadlines[Client] = Deadlines()
         self._next_adoption = 0.0  # the next sweep for sessions of dead servers (tick)
-        self._over_max = Refusals()  # sockets refused at max_connections
-        self.handshaking = 0  # TLS handshakes under way: connections for max_connections
+        self._admission = Admission(self.limits.max_connections)
         self._sys = sys_topics
         self._traffic = Traffic()  # what the connections counted, for $SYS
         # A record's write that its process did not live to rename leaves a temporary there.
@@ -305,7 +304,7 @@ class Broker:
     def opened(self, link: Link, accepted: float | None = None) -> bool:
         """A socket was accepted (`accepted`, when it was before its TLS handshake: the CONNECT
         timeout counts from then); False if over max_connections (close it)."""
-        if not self._room_for(link.peer):
+        if not self._admission.room_for(link.peer, len(self._clients)):
             return False
         opened = self._clock.now() if accepted is None else accepted
         client = self._clients[link] = Client(link, opened)
@@ -316,39 +315,20 @@ class Broker:
         """A socket of a TLS listener was accepted; False if over max_connections (close it).
         Its handshake counts as a connection until `handshake_ended`: each holds memory and a
         descriptor for up to connect_timeout, so stalled ones must not go past the limit."""
-        if not self._room_for(peer):
+        if not self._admission.room_for(peer, len(self._clients)):
             return False
-        self.handshaking += 1
+        self._admission.handshaking += 1
         return True
+
+    @property
+    def handshaking(self) -> int:
+        """TLS handshakes under way, counted as connections for max_connections."""
+        return self._admission.handshaking
 
     def handshake_ended(self) -> None:
         """A handshake counted by `handshake_started` is over (its connection, if it made
         one, is counted by `opened` from now on)."""
-        self.handshaking -= 1
-
-    def _room_for(self, peer: str) -> bool:
-        """Whether one more connection fits under max_connections; told once while not."""
-        most = self.limits.max_connections
-        taken = len(self._clients) + self.handshaking
-        if taken >= most:
-            if self._over_max.refused():
-                log.warning(
-                    "%s refused: %d connection(s) already%s, [mqtt.limits] max_connections = %d "
-                    "(told once, and again when connections are accepted again)",
-                    peer,
-                    taken,
-                    f" ({self.handshaking} in their TLS handshake)" if self.handshaking else "",
-                    most,
-                )
-            return False
-        if refused := self._over_max.accepted():
-            log.info(
-                "connections accepted again under [mqtt.limits] max_connections = %d "
-                "(%d refused meanwhile)",
-                most,
-                refused,
-            )
-        return True
+        self._admission.handshaking -= 1
 
     def received(self, link: Link, packets: Iterable[Incoming]) -> None:
         """Act on what a read brought. ProtocolViolation goes back to the caller (close)."""
