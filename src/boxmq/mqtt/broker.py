@@ -19,7 +19,8 @@ client), `batches` (its disk work), `publishing` (PUBLISH, PUBREL, Wills publish
 `delivery` (to subscribers, acks), `subscribing` (SUBSCRIBE, UNSUBSCRIBE, durable
 subscriptions), `recording` (session records), `lifetimes` (sessions' ends), `wills` (delayed
 Wills), `connect_terms` (what a CONNECT is granted or refused), `sys_figures` (what
-$SYS counts), `admission` (max_connections).
+$SYS counts), `admission` (max_connections), `password_checks` (CONNECTs' passwords, in
+threads).
 
 Invariants:
 - File work for a client's PUBLISHes runs as one batch per read (`disk.run_all`: a flush never
@@ -74,7 +75,6 @@ from boxmq.mqtt.connect_terms import (
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job, no_answer
 from boxmq.mqtt.errors import ProtocolError
-from boxmq.mqtt.fair import FairQueue
 from boxmq.mqtt.lifetimes import CLAIMED, Lifetimes, session_made, subscribed_on_disk
 from boxmq.mqtt.outbox import Stage
 from boxmq.mqtt.packets import (
@@ -95,6 +95,7 @@ from boxmq.mqtt.packets import (
     Unsubscribe,
     Will,
 )
+from boxmq.mqtt.password_checks import PasswordChecks
 from boxmq.mqtt.properties import EMPTY, Properties
 from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.reasons import ReasonCode, reason_for
@@ -148,8 +149,6 @@ _ADOPT_EVERY: Final = 1.0
 # two tries, and how long it waits before it is refused as server busy.
 _CLAIM_RETRY: Final = 0.05
 _CLAIM_PATIENCE: Final = 5.0
-_CHECKERS: Final = 2  # password checks at once, each in a thread of its own
-_Check = tuple[Callable[[], bool], Callable[[Future[bool]], None]]  # a check, and its answer
 # Seconds in which the ticks pump each connected persistent session in turn, news or not
 # (`_walk_on`): for what no news tells, a live queue's rescan of target/ (each 5 s) and
 # sweep of processing/ (each 1 s while pumped) among them.
@@ -216,15 +215,7 @@ class Broker:
         self._walk_at = 0
         self._walked = clock.now()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
-        # Password checks: two at a time at most, beside the loop and the disk work.
-        self._checks = ThreadPoolExecutor(
-            max_workers=_CHECKERS, thread_name_prefix="boxmq-mqtt-auth"
-        )
-        # Password checks waiting for a thread, taken in turn by the client's address: a host
-        # sending CONNECTs with guessed passwords as fast as they are answered kept every other
-        # client's login waiting behind its own (100 of them: 6.5-9.3 s, near connect_timeout).
-        self._waiting_checks: FairQueue[str, _Check] = FairQueue()
-        self._checks_running = 0
+        self._checks = PasswordChecks()  # in threads, in turn by address
         self._out = Outgoing()  # the clients to be written at the end of this iteration
         self._out.before_writes = self._record_unrecorded
         self._delivery = Delivery(
@@ -548,7 +539,7 @@ class Broker:
                     "logins at once, or a host guessing passwords?)",
                     connecting(client, client.checking),
                     spelled(self.limits.connect_timeout),
-                    self._checks_running + len(self._waiting_checks),
+                    len(self._checks),
                 )
                 # Its answer must not come: a TLS socket is in the broker's clients until its
                 # close is over (up to _LINGER), and the check's end would connect it there.
@@ -680,10 +671,7 @@ class Broker:
             for subscriber in self._durable.pop(session.client_id, {}).values():
                 subscriber.detach()  # dropboxes, groups, a persistent session's locks stay
         self._pool.shutdown(wait=True)
-        # What waits its turn is dropped, as cancel_futures drops what waits in the pool: a
-        # check under way that ends now would give the next one to the shut-down pool.
-        self._waiting_checks = FairQueue()
-        self._checks.shutdown(wait=False, cancel_futures=True)
+        self._checks.shutdown()
         self.box.forget_offered(self._listener)
 
     # -- dispatch ----------------------------------------------------------------------------------
@@ -779,20 +767,11 @@ class Broker:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to answer
                 loop.call_soon_threadsafe(self._checked, client, packet, future)
 
-        self._waiting_checks.put(_host(client.link.peer), (check, checked))
-        self._start_checks()
-
-    def _start_checks(self) -> None:
-        """Password checks given their threads, in turn by address, while one is free."""
-        while self._checks_running < _CHECKERS and (job := self._waiting_checks.take()):
-            check, checked = job
-            self._checks_running += 1
-            self._checks.submit(check).add_done_callback(checked)
+        self._checks.put(client.link.peer, check, checked)
 
     def _checked(self, client: Client, packet: Connect, future: Future[bool]) -> None:
         """On the loop: the password of `client`'s CONNECT was checked."""
-        self._checks_running -= 1
-        self._start_checks()
+        self._checks.ended()
         if self._clients.get(client.link) is not client or client.checking is None:
             return  # closed meanwhile
         client.checking = None
@@ -1365,10 +1344,3 @@ class Broker:
         except ProtocolViolation as error:  # as the server does for a read (server.py)
             log.info("%s: closing: %s", client.link.peer, error)
             self._kick(client, reason_for(error), f"protocol error: {error}")
-
-
-def _host(peer: str) -> str:
-    """The address of a client's `host:port` (an IPv6 one holds colons too), whose password
-    checks take their turn together."""
-    host, colon, _ = peer.rpartition(":")
-    return host if colon else peer

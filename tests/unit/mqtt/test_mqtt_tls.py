@@ -592,7 +592,7 @@ def test_a_tls_client_closed_while_its_password_waited_is_not_connected_after(
             with caplog.at_level(logging.INFO, "boxmq.mqtt"):
                 broker.tick(clock.now())  # closed: its password still waits
                 stuck.release.set()
-                await _until(lambda: broker._checks_running == 0)
+                await _until(lambda: broker._checks.running == 0)
                 await asyncio.sleep(0.05)  # the check's answer, on the loop
             assert broker._links == {}
             client.close()
