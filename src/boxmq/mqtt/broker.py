@@ -20,7 +20,7 @@ client), `batches` (its disk work), `publishing` (PUBLISH, PUBREL, Wills publish
 subscriptions), `recording` (session records), `lifetimes` (sessions' ends), `wills` (delayed
 Wills), `connect_terms` (what a CONNECT is granted or refused), `sys_figures` (what
 $SYS counts), `admission` (max_connections), `password_checks` (CONNECTs' passwords, in
-threads).
+threads), `resuming` (a CONNECT's session taken over, resumed, or read from the disk).
 
 Invariants:
 - File work for a client's PUBLISHes runs as one batch per read (`disk.run_all`: a flush never
@@ -75,7 +75,7 @@ from boxmq.mqtt.connect_terms import (
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job, no_answer
 from boxmq.mqtt.errors import ProtocolError
-from boxmq.mqtt.lifetimes import CLAIMED, Lifetimes, session_made, subscribed_on_disk
+from boxmq.mqtt.lifetimes import CLAIMED, Lifetimes
 from boxmq.mqtt.outbox import Stage
 from boxmq.mqtt.packets import (
     Auth,
@@ -100,26 +100,23 @@ from boxmq.mqtt.properties import EMPTY, Properties
 from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.reasons import ReasonCode, reason_for
 from boxmq.mqtt.recording import Recorder
+from boxmq.mqtt.resuming import Resuming
 from boxmq.mqtt.routes import DurableRoutes, MemoryRoutes
-from boxmq.mqtt.session import Session, SubscriptionOptions
+from boxmq.mqtt.session import Session
 from boxmq.mqtt.session_record import (
-    AwayAtStart,
-    DeliveryOptions,
-    SessionRecord,
     read_record,
     records_folder,
 )
 from boxmq.mqtt.settings import MqttSettings
 from boxmq.mqtt.stored import (
     consumer_name,
-    exactly_once_source,
 )
 from boxmq.mqtt.subscribing import Subscribing, hold_the_rest
 from boxmq.mqtt.sys_figures import Traffic, send_changed
 from boxmq.mqtt.sys_topics import Figures, SysTopics
 from boxmq.mqtt.wills import Wills, will_delay
 from boxmq.store.commit import FsyncPolicy
-from boxmq.store.process import process_alive, process_token
+from boxmq.store.process import process_token
 
 __all__ = ["Broker", "Link"]
 
@@ -280,6 +277,21 @@ class Broker:
             resume=self._resume,
             sys_topics=sys_topics,
         )
+        self._resuming = Resuming(
+            box,
+            settings,
+            clock,
+            self._token,
+            self._wills,
+            self._lifetimes,
+            self._subscribing,
+            self._delivery,
+            sessions=self._sessions,
+            links=self._links,
+            durable=self._durable,
+            held_totals=self._publishing.held_totals,
+            kick=self._kick,
+        )
         # When each connection is next looked at by the timer: its CONNECT timeout, then its
         # keep-alive. A tick looks at those due, not at every connection (`_look_at`).
         self._timers: Deadlines[Client] = Deadlines()
@@ -367,7 +379,7 @@ class Broker:
             # What it was about to be sent is dropped unsent: its record, which would name
             # those packet ids, is not written, and the messages stay locked to the session
             # for its next resumption (from the disk, or by the server that took it:
-            # `_take_back`), never sent on a connection its client may have left.
+            # `Resuming._take_back`), never sent on a connection its client may have left.
             client.link.connection.data_to_send()
             self._taken_over_elsewhere(client)
 
@@ -814,13 +826,15 @@ class Broker:
             client_id = assigned = f"auto-{uuid.uuid4().hex}"
         else:
             try:
-                record = self._record_of(client_id)
+                record = self._resuming.record_of(client_id)
             except OSError as error:
                 # EMFILE, EIO, EACCES: raised out of the read, it closed the socket without
                 # a CONNACK nor a word (asyncio logs an OSError of a read in debug mode only).
                 self._refuse_failed(client, packet, "its session's record could not be read", error)
                 return
-        if assigned is None and self._belongs_to_another(client_id, packet.username, record):
+        if assigned is None and self._resuming.belongs_to_another(
+            client_id, packet.username, record
+        ):
             log.warning(
                 "%s refused: its session belongs to another user", connecting(client, packet)
             )
@@ -840,7 +854,7 @@ class Broker:
             return
         record = taken
         keep_alive = granted_keep_alive(packet.keep_alive, self.limits.max_keepalive, v5=v5)
-        present, session = self._take_session(client_id, packet.clean_start, expiry, record)
+        present, session = self._resuming.take(client_id, packet.clean_start, expiry, record)
         session.expiry = expiry
         client.asked_expiry = props.session_expiry_interval or 0
         session.will = packet.will
@@ -1056,222 +1070,6 @@ class Broker:
         self.flush()
         _stop_reading(client)
         client.link.close()
-
-    def _record_of(self, client_id: str) -> SessionRecord | None:
-        """The record on disk of a session this process does not hold (one it holds is
-        newer): read once per CONNECT, for its owner and then for resuming it. A session
-        held here whose client is away may have been resumed since by another broker on
-        this root (DESIGN.md §7): if its record says so, the copy here is stale (what it
-        was sent and has since acknowledged there would go out again), and is let go, to
-        be resumed from the disk like any other."""
-        session = self._sessions.get(client_id)
-        if session is None:
-            return read_record(self.box.root, client_id)
-        if session.connected:
-            return None
-        record = read_record(self.box.root, client_id)
-        if not self._lifetimes.moved_on(record):
-            return None
-        self._lifetimes.let_go(session)
-        return record
-
-    def _belongs_to_another(
-        self, client_id: str, username: str | None, record: SessionRecord | None
-    ) -> bool:
-        """Whether `client_id` names a session (connected, or persistent in memory or on disk,
-        `record`) of a user other than `username`: a client must not take over, resume or
-        end what another user's client holds (its messages, its subscriptions, its Will)."""
-        session = self._sessions.get(client_id)
-        if session is not None:
-            return session.username != username
-        return record is not None and record.username != username
-
-    def _take_session(
-        self, client_id: str, clean: bool, expiry: int, record: SessionRecord | None
-    ) -> tuple[bool, Session]:
-        """Session takeover and resumption (MQTT 5.0 §3.1.4): (session present, session).
-        `record`: the session's record on disk (`_record_of`), for one not in memory."""
-        old_client = self._links.get(client_id)
-        if old_client is not None:
-            log.info("client %s: taken over by a new connection", client_id)
-            # §3.1.2.5: the old connection closes without DISCONNECT, so its Will goes out
-            # as at any such close (`closed`: written down in a persistent session's record
-            # until its write ended), unless it has a delay that the new connection now
-            # cancels below (its session lives on). A clean start ends the session, which
-            # sends it early; a session with expiry 0 ends with the old connection, whatever
-            # the new one asks: nothing resumes it, so nothing cancels its Will (§3.1.4).
-            self._kick(old_client, _R.SESSION_TAKEN_OVER, "session taken over")
-        if clean:  # §3.1.3.2.2: the old session ends now, so its delayed Will goes out
-            now = self._clock.now()
-            if (
-                client_id not in self._sessions
-                and record is not None
-                and record.will_due is not None
-                and record.will_due > now
-            ):
-                # Left waiting out its delay by another server on this root (whose timer
-                # finds the record changed or gone, and lets it be): sent from the record.
-                # One due already is that server's to send (sent at the close, if it had no
-                # delay): sent here too, it could go out twice.
-                self._wills.resume(AwayAtStart(record, record), now)
-            self._wills.send_early(client_id)
-        self._wills.forget_timer(client_id)
-        self._lifetimes.cancel_expiry(client_id)
-        session = self._sessions.get(client_id)
-        if clean:
-            if session is not None:
-                self._lifetimes.end(session)
-            # `record`, read once for this CONNECT: None for a session held here, whose
-            # record `end` has just removed.
-            self._lifetimes.forget_on_disk(client_id, record)
-            session = None
-        elif session is None:
-            session = self._session_from_disk(client_id, expiry, record)
-        elif session.taken_from is not None:
-            self._take_back(session)
-        if session is not None:
-            return True, session
-        session = self._new_session(client_id)
-        self._sessions[client_id] = session
-        return False, session
-
-    def _take_back(self, session: Session) -> None:
-        """A session resumed from memory that this broker took from the disk while its
-        client's connection to another server was open (`Session.taken_from`): that server
-        may have claimed messages for the session since, and left them locked to it when it
-        let go (`_taken_over_elsewhere`, `_taken_elsewhere`), for a resumption from the
-        disk that a session held here never makes. They are taken back now, in their order
-        among what the session has to send, as that resumption takes them
-        (subscribing.attach); what this broker holds
-        for the session is left as it is (sent again by `Delivery.resend`). One look in
-        each subscription's processing/, for such sessions only; once that server is dead,
-        nothing more can come from it, and the looks stop."""
-        taken_from = session.taken_from
-        assert taken_from is not None
-        done = process_alive(taken_from) is False  # asked first: it claims nothing after
-        self._subscribing.take_back(session)  # each dropbox logs what it took back
-        if done:
-            session.taken_from = None
-
-    def _new_session(self, client_id: str) -> Session:
-        limits = self.limits
-        return Session(
-            client_id,
-            window=limits.max_inflight,
-            queue_limit=limits.max_queued,
-            queue_bytes=limits.max_queued_bytes,
-            totals=self._publishing.held_totals,
-        )
-
-    def _session_from_disk(
-        self, client_id: str, expiry: int, record: SessionRecord | None
-    ) -> Session | None:
-        """A persistent session this process does not know (boxmq was restarted): its
-        durable subscriptions are on disk, their options read back from their records, and
-        so are the QoS 2 messages it got PUBREC for and has not released yet, and the packet
-        ids its own record says it was sent PUBREL for (outbox.expect_release). Resumed with
-        an expiry of 0 too (MQTT 5.0 §3.1.2.4): it then ends with this connection, its
-        subscriptions on disk with it, where a new session would leave them behind. Only the
-        subscriptions its record names are its own (`session_made`): another door may have
-        made one under a name that is its client id."""
-        if record is None and not expiry:
-            return None  # a clean session most likely: spare it the scan of every subscription
-        found = [
-            (text, s)
-            for text, s in subscribed_on_disk(self.box.topics, client_id, record)
-            if session_made(client_id, record, text)
-        ]
-        # Its QoS 2 messages are the topics' (never a queue's): their working/ alone is
-        # listed, not each queue's too, on the loop at each such CONNECT.
-        unreleased = self.box.intake.pending(exactly_once_source(client_id), queues=False)
-        if not found and not unreleased and record is None:
-            return None
-        saved = {} if record is None else record.options
-        session = self._new_session(client_id)
-        session.expiry = expiry  # before attaching: persistent memberships are not process-bound
-        if record is not None and record.holder not in (None, self._token):
-            # Its client is connected there still (a server that died is not named any
-            # more: `left_by_the_dead`), and may be sent messages there until it notices.
-            session.taken_from = record.holder
-        if record is not None:
-            session.outbox.expect_release(record.releasing)
-            # Before the subscriptions take back their locks: those messages go out first.
-            for message_id, packet_id, queue in record.sent:
-                if (queue, message_id) in session.sent_before:  # an older record's copy
-                    session.sent_before_repeated.setdefault(message_id, []).append(packet_id)
-                else:
-                    session.sent_before[queue, message_id] = packet_id
-            session.sent_qos2_before = frozenset(record.sent_qos2)
-            session.outbox.reserve(packet_id for _, packet_id, _ in record.sent)
-            # New ids go on where the process before left off: the client may still hold one
-            # it used, in flight or not (its record written at a clean close names none).
-            # A record without it (an older boxmq's): past every id it names.
-            if record.next_packet_id is not None:
-                session.outbox.start_at(record.next_packet_id)
-            else:
-                session.outbox.start_after(
-                    (*record.releasing, *(packet_id for _, packet_id, _ in record.sent))
-                )
-        self._sessions[client_id] = session
-        for text, subscription in found:
-            if not self._may_keep(client_id, record, text):
-                continue
-            # A membership its record does not name was unsubscribed while it held messages
-            # of the group: it is left once those are settled, and takes no new ones
-            # (MQTT-3.10.4-2, -3), as before the restart.
-            leaving = record is not None and text not in saved and parse_filter(text).shared
-            delivery = saved.get(text, DeliveryOptions())
-            # A share group's record holds the highest QoS any member was granted; the
-            # session's record, this member's own (MQTT-3.8.4-8).
-            granted = subscription.qos if delivery.qos is None else delivery.qos
-            options = SubscriptionOptions(
-                qos=min(subscription.qos, granted),
-                durable=True,
-                no_local=subscription.no_local,
-                retain_as_published=delivery.retain_as_published,
-                identifier=delivery.identifier,
-            )
-            (session.leaving if leaving else session.subscriptions)[text] = options
-            self._subscribing.attach(session, text, options, found=True)
-            if leaving:
-                self._durable[client_id][text].pause(keep_claimed=True)  # it holds those
-        if session.leaving:
-            self._delivery.close_drained(session)  # those that hold nothing any more
-        log.info(
-            "client %s: session found on disk (%d subscription(s), %d QoS 2 awaiting PUBREL)",
-            client_id,
-            len(found),
-            len(unreleased),
-        )
-        cap = self.limits.max_subscriptions
-        if cap and session.held_count() > cap:  # a cap lowered since: kept, never dropped
-            log.warning(
-                "client %s: its session holds %d subscription(s), over [mqtt.limits] "
-                "max_subscriptions = %d: it keeps them, and may subscribe to no new filter",
-                client_id,
-                session.held_count(),
-                cap,
-            )
-        return session
-
-    def _may_keep(self, client_id: str, record: SessionRecord | None, text: str) -> bool:
-        """Whether a subscription found on disk is still allowed by the ACL (which may have
-        changed since the restart): one it refuses now is removed, as a new SUBSCRIBE to it
-        would be refused."""
-        authorizer = self.settings.authorizer
-        username = None if record is None else record.username
-        if authorizer is None or authorizer.can_subscribe(username, client_id, text):
-            return True
-        log.warning(
-            "client %s: its subscription to %s is no longer allowed by the ACL: removed",
-            client_id,
-            text,
-        )
-        try:
-            self.box.unsubscribe(text, consumer_name(client_id))
-        except OSError as error:  # still on disk: checked again when the session resumes
-            log.error("client %s: removing %s failed: %s", client_id, text, store_failure(error))
-        return False
 
     def _share_turns(self, session: Session, *, take: bool) -> None:
         """A persistent session's share-group memberships take their turns only while its

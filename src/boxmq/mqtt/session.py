@@ -177,7 +177,7 @@ class Session:
         self.sent_before_taken = False
         # The server (its process token) whose connection of this client was open when this
         # one took the session from the disk: it may claim messages for the session until it
-        # notices, and leave them locked to it (broker.py, `_take_back`). None for most.
+        # notices, and leave them locked to it (resuming.py, `_take_back`). None for most.
         self.taken_from: str | None = None
         self.will: Will | None = None
         self.username: str | None = None
