@@ -20,7 +20,8 @@ client), `batches` (its disk work), `publishing` (PUBLISH, PUBREL, Wills publish
 subscriptions), `recording` (session records), `lifetimes` (sessions' ends), `wills` (delayed
 Wills), `connect_terms` (what a CONNECT is granted or refused), `sys_figures` (what
 $SYS counts), `admission` (max_connections), `password_checks` (CONNECTs' passwords, in
-threads), `resuming` (a CONNECT's session taken over, resumed, or read from the disk).
+threads), `resuming` (a CONNECT's session taken over, resumed, or read from the disk),
+`claim_wait` (a CONNECT waiting for another server's claim on its session).
 
 Invariants:
 - File work for a client's PUBLISHes runs as one batch per read (`disk.run_all`: a flush never
@@ -63,6 +64,7 @@ from boxmq.errors import ProtocolViolation, store_failure
 from boxmq.model import ConsumerId
 from boxmq.mqtt.admission import Admission
 from boxmq.mqtt.batches import Batches
+from boxmq.mqtt.claim_wait import wait_for_claim, waits_for_claim
 from boxmq.mqtt.clients import Client, Link, Outgoing
 from boxmq.mqtt.connect_terms import (
     connecting,
@@ -142,21 +144,10 @@ _ACKS: Final = (tuple, Puback, Pubrec, Pubrel, Pubcomp)  # what `_handle` takes 
 # (Lifetimes.adopt_the_dead): a stat of the records folder while nothing changed there and
 # no server of this host died, else a stat per record, read only if written since.
 _ADOPT_EVERY: Final = 1.0
-# A CONNECT whose session another server is taking on (`_wait_for_claim`): seconds between
-# two tries, and how long it waits before it is refused as server busy.
-_CLAIM_RETRY: Final = 0.05
-_CLAIM_PATIENCE: Final = 5.0
 # Seconds in which the ticks pump each connected persistent session in turn, news or not
 # (`_walk_on`): for what no news tells, a live queue's rescan of target/ (each 5 s) and
 # sweep of processing/ (each 1 s while pumped) among them.
 _WALK_EVERY: Final = 5.0
-
-
-def _waits_for_claim(client: Client, now: float) -> bool:
-    """Whether `client`'s CONNECT waits for another server's claim on its session (see
-    `Broker._wait_for_claim`), which answers it in time."""
-    since = client.claim_waited_since
-    return since is not None and now - since <= _CLAIM_PATIENCE + 1.0
 
 
 def _stop_reading(client: Client) -> None:
@@ -541,7 +532,7 @@ class Broker:
         if client.session is None:
             # From the opening, not the last byte: a socket that trickles a byte at a
             # time must not hold its slot forever. One whose CONNECT came and waits for
-            # another server's claim is answered within `_CLAIM_PATIENCE` (a second more
+            # another server's claim is answered within `CLAIM_PATIENCE` (a second more
             # for a retry that failed, OSError, and left it waiting): looked at each tick.
             late = now - client.opened > self.limits.connect_timeout
             if late and client.checking is not None:
@@ -557,7 +548,7 @@ class Broker:
                 # close is over (up to _LINGER), and the check's end would connect it there.
                 client.checking = None
                 client.link.close()
-            elif late and not _waits_for_claim(client, now):
+            elif late and not waits_for_claim(client, now):
                 log.info(
                     "%s closed: no CONNECT within %s",
                     client.link.peer,
@@ -850,7 +841,12 @@ class Broker:
             self._refuse_failed(client, packet, why, error)
             return
         if taken is CLAIMED:
-            self._wait_for_claim(client, packet, authenticated=authenticated, waited=waited)
+            # Another server of this host takes it on from one that died: answered again.
+            again = partial(
+                self._answer_held, client, packet, authenticated=authenticated, waited=waited
+            )
+            busy = partial(self._refuse, client, _R.SERVER_BUSY)
+            wait_for_claim(client, packet, self._clock.now(), again, busy)
             return
         record = taken
         keep_alive = granted_keep_alive(packet.keep_alive, self.limits.max_keepalive, v5=v5)
@@ -1017,38 +1013,6 @@ class Broker:
 
         self._after_disk_work(client_id, lambda: None, answer)
         return True
-
-    def _wait_for_claim(
-        self, client: Client, packet: Connect, *, authenticated: bool, waited: bool
-    ) -> None:
-        """A CONNECT whose session another server of this host is taking on from one that
-        died (it holds the claim: Lifetimes.left_by_the_dead) is answered once it is done
-        (a read and a write of one record), its packets behind it held: tried again every
-        `_CLAIM_RETRY` seconds, the record read again. Never waited for on the loop: a
-        claimer stopped (SIGSTOP) or stuck on a slow NFS would freeze every client. Still
-        claimed after `_CLAIM_PATIENCE` seconds, it is refused as server busy (v5 0x89,
-        3.1.1 return code 3), for the client to try again. The patience is timed on the
-        broker's clock, as `tick` and connect_timeout are (a test's ManualClock drives it);
-        the tries are spaced on the loop's."""
-        now = self._clock.now()
-        if client.claim_waited_since is None:
-            client.claim_waited_since = now
-        elif now - client.claim_waited_since >= _CLAIM_PATIENCE:
-            log.warning(
-                "%s refused: its session is being taken on by another server of this host "
-                "from one that died, and its claim was still held after this CONNECT waited "
-                "%s (that server stopped?)",
-                connecting(client, packet),
-                spelled(_CLAIM_PATIENCE),
-            )
-            self._refuse(client, _R.SERVER_BUSY)
-            return
-        if client.held is None:  # held already while its password was checked
-            hold_the_rest(client)
-        again = partial(
-            self._answer_held, client, packet, authenticated=authenticated, waited=waited
-        )
-        asyncio.get_running_loop().call_later(_CLAIM_RETRY, again)
 
     def _refuse_failed(self, client: Client, packet: Connect, why: str, error: OSError) -> None:
         """Refuse a CONNECT the file system failed (`why`), with the reason code its errno

@@ -82,7 +82,7 @@ class Client:
     over_subscriptions: bool = False  # a SUBSCRIBE of it passed max_subscriptions (logged)
     too_deep: bool = False  # a SUBSCRIBE of it passed max_topic_levels (logged)
     # Since when (the broker's clock) its CONNECT waits for another server's claim on its
-    # session (broker._wait_for_claim); None: it does not.
+    # session (claim_wait.wait_for_claim); None: it does not.
     claim_waited_since: float | None = None
     # Its CONNECT while its password waits for a check (broker._connect): one closed at
     # connect_timeout meanwhile sent a CONNECT, and the log must not say it sent none.

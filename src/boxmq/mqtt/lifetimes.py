@@ -33,7 +33,7 @@ Invariants:
   host died, or none named) takes it on as a restart would (`left_by_the_dead`): away since
   now if its client was connected to the dead one, its Will sent when due; under the same
   claim as a sweep (below), never waited for on the loop: held by another, the CONNECT is
-  tried again (broker._wait_for_claim).
+  tried again (claim_wait.wait_for_claim).
 - So does a running broker's sweep for a session connected to a broker that died, whose
   client never comes back (`adopt_the_dead`, which adoption.Orphans finds), under a claim
   (an flock) that one broker of this host holds at a time; the claimer reads the record

@@ -46,7 +46,7 @@ from tests.integration.mqtt.raw import (
 from tests.processes import dead_token
 
 from boxmq.clock import ManualClock
-from boxmq.mqtt import broker
+from boxmq.mqtt import claim_wait
 from boxmq.mqtt.session_record import (
     SessionRecord,
     read_record,
@@ -580,7 +580,7 @@ def test_a_claim_held_by_a_stopped_server_keeps_a_connect_waiting_but_not_the_ot
             time.sleep(0.2)  # its CONNECT read, and waiting for the claim
             other = paho(running, "other")  # served meanwhile
             other.stop()
-            clock.advance(broker._CLAIM_PATIENCE)
+            clock.advance(claim_wait.CLAIM_PATIENCE)
             kind, body = read(waiting)
         assert (kind, body[1]) == (0x20, 0x89)  # CONNACK, server busy
         [line] = [r.getMessage() for r in caplog.records if "taken on by another" in r.getMessage()]

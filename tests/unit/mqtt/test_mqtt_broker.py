@@ -2891,7 +2891,7 @@ def test_a_connect_waiting_for_a_claim_is_not_closed_as_one_that_sent_none(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """connect_timeout closes a socket that sent no whole CONNECT. One whose CONNECT waits
-    for another server's claim on its session (broker._wait_for_claim, up to 5 s) sent it:
+    for another server's claim on its session (claim_wait.wait_for_claim, up to 5 s) sent it:
     the tick past connect_timeout closed it all the same, logged "no CONNECT within", its
     client told nothing, where it was to get its session once the claim was let go (or
     server busy)."""
