@@ -21,7 +21,8 @@ subscriptions), `recording` (session records), `lifetimes` (sessions' ends), `wi
 Wills), `connect_terms` (what a CONNECT is granted or refused), `sys_figures` (what
 $SYS counts), `admission` (max_connections), `password_checks` (CONNECTs' passwords, in
 threads), `resuming` (a CONNECT's session taken over, resumed, or read from the disk),
-`claim_wait` (a CONNECT waiting for another server's claim on its session).
+`claim_wait` (a CONNECT waiting for another server's claim on its session), `disconnects`
+(what a DISCONNECT says, and the end of a connection's reading).
 
 Invariants:
 - File work for a client's PUBLISHes runs as one batch per read (`disk.run_all`: a flush never
@@ -75,6 +76,7 @@ from boxmq.mqtt.connect_terms import (
     response_information,
 )
 from boxmq.mqtt.delivery import Delivery
+from boxmq.mqtt.disconnects import stop_reading, take_disconnect
 from boxmq.mqtt.disk import Job, no_answer
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.lifetimes import CLAIMED, Lifetimes
@@ -148,19 +150,6 @@ _ADOPT_EVERY: Final = 1.0
 # (`_walk_on`): for what no news tells, a live queue's rescan of target/ (each 5 s) and
 # sweep of processing/ (each 1 s while pumped) among them.
 _WALK_EVERY: Final = 5.0
-
-
-def _stop_reading(client: Client) -> None:
-    """Nothing more that `client` sent is acted on: its connection ends (a DISCONNECT, a
-    refused CONNECT, a close by the server), and a client may send nothing after its
-    DISCONNECT (MQTT-3.14.4-2), nor be served after a CONNECT refused (MQTT-3.1.4-5). The
-    rest of the read being handled (or of the packets a SUBSCRIBE held back) is dropped,
-    undecoded: a SUBSCRIBE after a DISCONNECT would otherwise subscribe a session that has
-    just ended, and a packet after a refused CONNECT would be handled with no session."""
-    client.link.connection.stop_reading()
-    if client.reading is not None:
-        for _ in client.reading:  # ends at once for a read: its connection has no more
-            pass
 
 
 def _nothing_told() -> None:
@@ -418,7 +407,7 @@ class Broker:
             return
         self._timers.discard(client)
         self._traffic.retire(link)
-        _stop_reading(client)
+        stop_reading(client)
         session = client.session
         if session is None or self._links.get(session.client_id) is not client:
             return  # never connected, or taken over by a newer connection
@@ -1032,7 +1021,7 @@ class Broker:
         """Answer a CONNECT with a refusal and close: nothing more it sent is acted on."""
         self._out.send(client, Connack(reason=reason))
         self.flush()
-        _stop_reading(client)
+        stop_reading(client)
         client.link.close()
 
     def _share_turns(self, session: Session, *, take: bool) -> None:
@@ -1056,23 +1045,9 @@ class Broker:
         client.link.close()
 
     def _disconnected(self, client: Client, session: Session, packet: Disconnect) -> None:
-        self._take_disconnect(client, session, packet)
+        take_disconnect(client, session, packet, self.limits.max_session_expiry)
         self.closed(client.link, f"DISCONNECT, reason {packet.reason:#04x}")
         client.link.close()
-
-    def _take_disconnect(self, client: Client, session: Session, packet: Disconnect) -> None:
-        """What a DISCONNECT says of the session's end: its expiry, and whether its Will goes."""
-        asked = packet.properties.session_expiry_interval
-        if asked is not None:
-            if client.asked_expiry == 0 and asked:
-                # Not a valid DISCONNECT: it deletes no Will (§3.14.2.2.2, MQTT-3.1.2-8).
-                raise ProtocolError(
-                    "DISCONNECT sets a Session Expiry Interval after 0 (§3.14.2.2.2)"
-                )
-            session.expiry = min(asked, self.limits.max_session_expiry)
-        # Only a normal disconnection deletes the Will (MQTT-3.1.2-8, MQTT-3.1.2-10): 0x04 asks
-        # for it, and a client that ends with an error (0x80, 0x81, ...) ends abnormally.
-        client.clean_exit = packet.reason == _R.NORMAL_DISCONNECTION
 
     def _held_at_close(self, client: Client, session: Session) -> None:
         """The connection ends while packets wait behind a SUBSCRIBE (fsync=always,
@@ -1086,7 +1061,7 @@ class Broker:
             try:
                 if kind is Disconnect:
                     assert isinstance(packet, Disconnect)
-                    self._take_disconnect(client, session, packet)
+                    take_disconnect(client, session, packet, self.limits.max_session_expiry)
                     return  # nothing may follow a DISCONNECT
                 if kind in _ACKS:
                     self._handle(client, packet)
