@@ -22,7 +22,8 @@ Wills), `connect_terms` (what a CONNECT is granted or refused), `sys_figures` (w
 $SYS counts), `admission` (max_connections), `password_checks` (CONNECTs' passwords, in
 threads), `resuming` (a CONNECT's session taken over, resumed, or read from the disk),
 `claim_wait` (a CONNECT waiting for another server's claim on its session), `disconnects`
-(what a DISCONNECT says, and the end of a connection's reading).
+(what a DISCONNECT says, and the end of a connection's reading), `idle_walk` (the ticks'
+walk through the sessions with durable subscriptions).
 
 Invariants:
 - File work for a client's PUBLISHes runs as one batch per read (`disk.run_all`: a flush never
@@ -46,7 +47,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import math
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -79,6 +79,7 @@ from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disconnects import stop_reading, take_disconnect
 from boxmq.mqtt.disk import Job, no_answer
 from boxmq.mqtt.errors import ProtocolError
+from boxmq.mqtt.idle_walk import IdleWalk
 from boxmq.mqtt.lifetimes import CLAIMED, Lifetimes
 from boxmq.mqtt.outbox import Stage
 from boxmq.mqtt.packets import (
@@ -146,10 +147,6 @@ _ACKS: Final = (tuple, Puback, Pubrec, Pubrel, Pubcomp)  # what `_handle` takes 
 # (Lifetimes.adopt_the_dead): a stat of the records folder while nothing changed there and
 # no server of this host died, else a stat per record, read only if written since.
 _ADOPT_EVERY: Final = 1.0
-# Seconds in which the ticks pump each connected persistent session in turn, news or not
-# (`_walk_on`): for what no news tells, a live queue's rescan of target/ (each 5 s) and
-# sweep of processing/ (each 1 s while pumped) among them.
-_WALK_EVERY: Final = 5.0
 
 
 def _nothing_told() -> None:
@@ -186,11 +183,8 @@ class Broker:
         self._offered: deque[tuple[str, str]] = deque()
         self._named: dict[str, str] = {}
         box.listen_offered(self._listener)
-        # The ticks' walk through the connected sessions with durable subscriptions
-        # (`_walk_on`): the client ids of this round, how far it went, and when.
-        self._walk: list[str] = []
-        self._walk_at = 0
-        self._walked = clock.now()
+        # The ticks' walk through the connected sessions with durable subscriptions.
+        self._walk = IdleWalk(clock.now())
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="boxmq-mqtt-disk")
         self._checks = PasswordChecks()  # in threads, in turn by address
         self._out = Outgoing()  # the clients to be written at the end of this iteration
@@ -611,21 +605,9 @@ class Broker:
 
     def _walk_on(self, now: float) -> None:
         """Pump the next connected sessions with durable subscriptions, news or not: each
-        once per `_WALK_EVERY` seconds, a share of them at each tick (all at once, 4,000
-        looks of 30-120 us would hold the loop a tenth of a second or more). For what no
-        news tells: the rescans and sweeps a live queue makes as it is pumped."""
-        walk = self._walk
-        if self._walk_at >= len(walk):  # a new round, through those there are now
-            durable, links = self._durable, self._links
-            # Through the fewer of the sessions with subscriptions on disk (every offline one
-            # among them) and the connected clients (every clean one among them).
-            self._walk = walk = list(durable if len(durable) < len(links) else links)
-            self._walk_at = 0
-        share = min(1.0, max(0.0, now - self._walked) / _WALK_EVERY)
-        self._walked = now
-        start = self._walk_at
-        self._walk_at = end = start + max(1, math.ceil(len(walk) * share))
-        for client_id in walk[start:end]:
+        once per `WALK_EVERY` seconds, a share of them at each tick (idle_walk.py). For what
+        no news tells: the rescans and sweeps a live queue makes as it is pumped."""
+        for client_id in self._walk.next(now, self._durable, self._links):
             self._pump_connected(client_id)
 
     def _batch_ready(self) -> None:
