@@ -14,7 +14,6 @@ import faulthandler
 import functools
 import io
 import logging
-import math
 import os
 import re
 import shlex
@@ -27,17 +26,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import boxmq
 from boxmq import cli_output as output
+from boxmq import cli_types as types
 from boxmq.cli_args import (
-    FOREVER,
     Default,
     joined_negative_durations,
-    parse_duration,
-    parse_integer,
-    parse_property,
 )
 from boxmq.client import Box, Message, Peeked, Queue, QueueCounts, mqtt_fields
 from boxmq.client.lifecycle import shown
-from boxmq.core.topics import utf8_size
 from boxmq.errors import (
     BoxMQError,
     Conflict,
@@ -46,10 +41,9 @@ from boxmq.errors import (
     QueueNotFound,
     UnexpectedRequest,
 )
-from boxmq.host_names import HOST_NAME_RULE, is_host_name
-from boxmq.model import RESERVED_PREFIX, Property, check_reply_to, reserved_name
+from boxmq.model import Property
 from boxmq.store.layout import State, in_the_way
-from boxmq.store.names import GET_TOKEN, check_priority
+from boxmq.store.names import GET_TOKEN
 from boxmq.store.process import process_alive, token_pid
 
 if TYPE_CHECKING:  # serve's alone, imported when it runs
@@ -458,11 +452,11 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(standalone=_serve)  # it opens the root the config names
     p.add_argument("--config", metavar="FILE", help="a TOML file (see boxmq.example.toml)")
     p.add_argument(
-        "--sweep-interval", type=_positive_duration, metavar="DURATION", help="default 1s"
+        "--sweep-interval", type=types.positive_duration, metavar="DURATION", help="default 1s"
     )
     p.add_argument(
         "--sys-interval",
-        type=_duration_or_zero,
+        type=types.duration_or_zero,
         metavar="DURATION",
         help="how often the MQTT $SYS topics are published (default 10s); 0: never",
     )
@@ -474,7 +468,7 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--processed-retention",
-        type=_retention,
+        type=types.retention,
         metavar="DURATION",
         help="how long processed/ files are kept, in every queue of the root (default 1d); "
         "'forever' keeps them",
@@ -491,7 +485,7 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     mqtt.add_argument(
         "--mqtt",
         action="append",
-        type=_address,
+        type=types.address,
         metavar="HOST:PORT",
         help="an MQTT listener, repeatable (default 127.0.0.1:1883)",
     )
@@ -503,7 +497,7 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--xmpp-server",
-        type=_address,
+        type=types.address,
         metavar="HOST:PORT",
         help="its XEP-0114 port (default 127.0.0.1:5347)",
     )
@@ -511,13 +505,13 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--xmpp-secret-file", metavar="FILE", help="read the component secret here")
     p.add_argument(
         "--xmpp-lock-timeout",
-        type=_positive_duration,
+        type=types.positive_duration,
         metavar="DURATION",
         help="unanswered XMPP deliveries go to the next subscriber after this (default 30s)",
     )
     p.add_argument(
         "--xmpp-stanza-size-limit",
-        type=_stanza_size_limit,
+        type=types.stanza_size_limit,
         metavar="BYTES",
         help="the server's component_stanza_size_limit, if raised (default 524288)",
     )
@@ -528,13 +522,20 @@ def _put_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("queue")
     p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
     p.add_argument("--file", help="read the body from this file")
-    p.add_argument("--priority", type=_priority, default=4, help="default 4; higher goes first")
     p.add_argument(
-        "--property", "-p", action="append", type=_property, default=[], metavar="NAME[:TYPE]=VALUE"
+        "--priority", type=types.priority, default=4, help="default 4; higher goes first"
     )
-    p.add_argument("--expires-in", type=_positive_duration, metavar="DURATION")
+    p.add_argument(
+        "--property",
+        "-p",
+        action="append",
+        type=types.named_property,
+        default=[],
+        metavar="NAME[:TYPE]=VALUE",
+    )
+    p.add_argument("--expires-in", type=types.positive_duration, metavar="DURATION")
     p.add_argument("--correlation-id")
-    p.add_argument("--reply-to", type=_reply_to, help="a queue or topic to answer on")
+    p.add_argument("--reply-to", type=types.reply_to, help="a queue or topic to answer on")
     p.add_argument("--type")
 
 
@@ -543,17 +544,22 @@ def _publish_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("topic")
     p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
     p.add_argument("--file", help="read the body from this file")
-    p.add_argument("--qos", type=_integer, default=1, choices=[0, 1, 2], help="default 1")
+    p.add_argument("--qos", type=types.integer, default=1, choices=[0, 1, 2], help="default 1")
     p.add_argument("--retain", action="store_true", help="keep it as the topic's last value")
     p.add_argument(
-        "--property", "-p", action="append", type=_property, default=[], metavar="NAME[:TYPE]=VALUE"
+        "--property",
+        "-p",
+        action="append",
+        type=types.named_property,
+        default=[],
+        metavar="NAME[:TYPE]=VALUE",
     )
-    p.add_argument("--expires-in", type=_positive_duration, metavar="DURATION")
+    p.add_argument("--expires-in", type=types.positive_duration, metavar="DURATION")
     p.add_argument(
         "--correlation-id", help="MQTT v5 subscribers get it as Correlation Data (UTF-8)"
     )
     p.add_argument(
-        "--reply-to", type=_reply_to, help="MQTT v5 subscribers get it as Response Topic"
+        "--reply-to", type=types.reply_to, help="MQTT v5 subscribers get it as Response Topic"
     )
 
 
@@ -568,13 +574,16 @@ def _subscribe_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--qos",
-        type=_integer,
+        type=types.integer,
         choices=[0, 1, 2],
         help="default 1, or a kept subscription's own",
     )
-    p.add_argument("--count", type=_positive_int, help="stop after this many messages")
+    p.add_argument("--count", type=types.positive_int, help="stop after this many messages")
     p.add_argument(
-        "--idle", type=_duration, metavar="DURATION", help="stop after this long without a message"
+        "--idle",
+        type=types.duration,
+        metavar="DURATION",
+        help="stop after this long without a message",
     )
     p.add_argument(
         "--keep",
@@ -595,7 +604,7 @@ def _get_arguments(p: argparse.ArgumentParser) -> None:
     _dropbox_arguments(p)
     p.add_argument(
         "--lock",
-        type=_positive_duration,
+        type=types.positive_duration,
         default=30.0,
         metavar="DURATION",
         help="lock timeout (default 30s)",
@@ -634,9 +643,9 @@ def _settle_arguments(verb: str, p: argparse.ArgumentParser) -> None:
         "on another machine, which cannot be told alive from here",
     )
     if verb == "unlock":
-        p.add_argument("--delay", type=_duration, default=0.0, metavar="DURATION")
+        p.add_argument("--delay", type=types.duration, default=0.0, metavar="DURATION")
     if verb == "extend":
-        p.add_argument("--by", type=_positive_duration, default=30.0, metavar="DURATION")
+        p.add_argument("--by", type=types.positive_duration, default=30.0, metavar="DURATION")
 
 
 def _passwd_arguments(p: argparse.ArgumentParser) -> None:
@@ -667,7 +676,7 @@ def _peek_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(command=_peek)
     _dropbox_arguments(p)
     p.add_argument("--state", default="target", choices=[s.value for s in State])
-    p.add_argument("--limit", type=_positive_int, default=20)
+    p.add_argument("--limit", type=types.positive_int, default=20)
 
 
 def _requeue_arguments(p: argparse.ArgumentParser) -> None:
@@ -742,109 +751,6 @@ def _dropbox(args: argparse.Namespace, box: Box) -> Queue:
             f"{error}; {name!r} is the filter of the durable subscription(s) of {names}: "
             "add --subscriber NAME"
         ) from None
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except InvalidArgument as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def _positive_duration(text: str) -> float:
-    seconds = _duration(text)
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"bad duration {text!r}: it must be more than zero")
-    return seconds
-
-
-def _duration_or_zero(text: str) -> float:
-    seconds = _duration(text)
-    if seconds < 0:
-        raise argparse.ArgumentTypeError(f"bad duration {text!r}: it must be 0 or more")
-    return seconds
-
-
-def _retention(text: str) -> float:
-    """A positive duration, or "forever" (math.inf: a time that never ends)."""
-    if text == FOREVER:
-        return math.inf
-    try:
-        return _positive_duration(text)
-    except argparse.ArgumentTypeError as error:
-        raise argparse.ArgumentTypeError(f"{error} (or {FOREVER!r})") from None
-
-
-def _integer(text: str) -> int:
-    try:
-        return parse_integer(text)
-    except InvalidArgument as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def _priority(text: str) -> int:
-    """A priority a message's name can carry: `--priority 99999999999` was an error of the
-    run (exit 1), said once the root was made."""
-    try:
-        return check_priority(_integer(text))
-    except InvalidArgument:
-        raise argparse.ArgumentTypeError(
-            f"bad priority {text!r}: it must be from -2147483648 to 2147483647 (an int32)"
-        ) from None
-
-
-def _positive_int(text: str) -> int:
-    number = _integer(text)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"bad number {text!r}: it must be at least 1")
-    return number
-
-
-def _stanza_size_limit(text: str) -> int:
-    from boxmq.xmpp.settings import stanza_size_refusal  # serve's alone, as settings_from
-
-    limit = _integer(text)
-    if (refused := stanza_size_refusal(limit)) is not None:
-        raise argparse.ArgumentTypeError(refused)
-    return limit
-
-
-def _address(text: str) -> tuple[str, int]:
-    host, colon, port = text.rpartition(":")
-    unbracketed = ":" in host and not (host.startswith("[") and host.endswith("]"))
-    if unbracketed and (error := _unbracketed(text, host)):
-        # `::1` was read as host ':' and port 1, which then did not resolve.
-        raise argparse.ArgumentTypeError(error)
-    # isascii: isdigit() also takes other scripts' digits, and superscripts int() refuses
-    if not colon or not (port.isascii() and port.isdigit()):
-        raise argparse.ArgumentTypeError(f"{text!r}: use HOST:PORT, e.g. 127.0.0.1:1883")
-    if int(port) > 65535:  # as the file's port says, rather than a format that was right
-        raise argparse.ArgumentTypeError(f"{text!r}: port {port} is out of range: use 0 to 65535")
-    if utf8_size(host) is None:  # a lone surrogate, which asyncio's resolver raised on
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: the host is not valid Unicode: use HOST:PORT, e.g. 127.0.0.1:1883"
-        )
-    if not is_host_name(host.strip("[]")):  # the XMPP component logged a traceback per retry
-        raise argparse.ArgumentTypeError(f"{text!r}: the host is no host name: {HOST_NAME_RULE}")
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
-def _unbracketed(text: str, host: str) -> str:
-    """The error for an IPv6 address without brackets whose part before the last colon is
-    no address (`::1` is host ':' and port 1; `::1:1883` is [::1]:1883, as it always was),
-    with what to write instead, "" when there is none."""
-    import ipaddress  # here, on an unbracketed IPv6 address, not on every command's start
-
-    def ipv6(text: str) -> bool:
-        try:
-            return isinstance(ipaddress.ip_address(text), ipaddress.IPv6Address)
-        except ValueError:
-            return False
-
-    if ipv6(host):
-        return ""
-    instead = f"[{text}]:PORT, e.g. [{text}]:1883" if ipv6(text) else "[IPV6]:PORT, e.g. [::1]:1883"
-    return f"{text!r}: an IPv6 address goes in brackets before the port: write {instead}"
 
 
 # -- commands -------------------------------------------------------------------------------------
@@ -967,31 +873,6 @@ def _is_listener_error(error: OSError) -> bool:
     unknown_host = _is_unknown_host(error)
     refused = error.errno in (errno.EACCES, errno.EINVAL) and _is_bind(error)
     return unknown_host or refused or error.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL)
-
-
-def _property(text: str) -> tuple[str, Property]:
-    """One -p option, read as argparse reads the others: a value the user typed that is no
-    property (`n:int=x`, `mqtt.payload-format=2`) is a usage error (exit 2), said before the
-    body is read or the root made, as a bad --priority is; it was an error of the run (1)."""
-    try:
-        name, value = parse_property(text)
-        if name.startswith(RESERVED_PREFIX):  # refused by put and publish too, root made
-            raise InvalidArgument(reserved_name(name))
-        mqtt_fields.check({name: value})  # an `mqtt.*` value MQTT v5 cannot carry
-    except InvalidArgument as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return name, value
-
-
-def _reply_to(text: str) -> str:
-    """A --reply-to: a queue or topic to answer on (docs/cli.md), so none with a wildcard,
-    which makes a filter, never a name to publish to (model.check_reply_to, which `put` and
-    `publish` of the API call too). "" is no value, as the API takes it (docs/python.md)."""
-    try:
-        check_reply_to(text)
-    except InvalidArgument as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return text
 
 
 def _near_miss(name: str) -> str | None:

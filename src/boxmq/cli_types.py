@@ -1,0 +1,143 @@
+"""The types of the command line's arguments: each turns what was typed into a value, or into
+argparse's usage error (exit 2) saying what to fix, before any root is opened."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from boxmq.cli_args import FOREVER, parse_duration, parse_integer, parse_property
+from boxmq.client import mqtt_fields
+from boxmq.core.topics import utf8_size
+from boxmq.errors import InvalidArgument
+from boxmq.host_names import HOST_NAME_RULE, is_host_name
+from boxmq.model import RESERVED_PREFIX, Property, check_reply_to, reserved_name
+from boxmq.store.names import check_priority
+
+
+def duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except InvalidArgument as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def positive_duration(text: str) -> float:
+    seconds = duration(text)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"bad duration {text!r}: it must be more than zero")
+    return seconds
+
+
+def duration_or_zero(text: str) -> float:
+    seconds = duration(text)
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"bad duration {text!r}: it must be 0 or more")
+    return seconds
+
+
+def retention(text: str) -> float:
+    """A positive duration, or "forever" (math.inf: a time that never ends)."""
+    if text == FOREVER:
+        return math.inf
+    try:
+        return positive_duration(text)
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"{error} (or {FOREVER!r})") from None
+
+
+def integer(text: str) -> int:
+    try:
+        return parse_integer(text)
+    except InvalidArgument as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def priority(text: str) -> int:
+    """A priority a message's name can carry: `--priority 99999999999` was an error of the
+    run (exit 1), said once the root was made."""
+    try:
+        return check_priority(integer(text))
+    except InvalidArgument:
+        raise argparse.ArgumentTypeError(
+            f"bad priority {text!r}: it must be from -2147483648 to 2147483647 (an int32)"
+        ) from None
+
+
+def positive_int(text: str) -> int:
+    number = integer(text)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"bad number {text!r}: it must be at least 1")
+    return number
+
+
+def stanza_size_limit(text: str) -> int:
+    from boxmq.xmpp.settings import stanza_size_refusal  # serve's alone, as settings_from
+
+    limit = integer(text)
+    if (refused := stanza_size_refusal(limit)) is not None:
+        raise argparse.ArgumentTypeError(refused)
+    return limit
+
+
+def address(text: str) -> tuple[str, int]:
+    host, colon, port = text.rpartition(":")
+    unbracketed = ":" in host and not (host.startswith("[") and host.endswith("]"))
+    if unbracketed and (error := _unbracketed(text, host)):
+        # `::1` was read as host ':' and port 1, which then did not resolve.
+        raise argparse.ArgumentTypeError(error)
+    # isascii: isdigit() also takes other scripts' digits, and superscripts int() refuses
+    if not colon or not (port.isascii() and port.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r}: use HOST:PORT, e.g. 127.0.0.1:1883")
+    if int(port) > 65535:  # as the file's port says, rather than a format that was right
+        raise argparse.ArgumentTypeError(f"{text!r}: port {port} is out of range: use 0 to 65535")
+    if utf8_size(host) is None:  # a lone surrogate, which asyncio's resolver raised on
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the host is not valid Unicode: use HOST:PORT, e.g. 127.0.0.1:1883"
+        )
+    if not is_host_name(host.strip("[]")):  # the XMPP component logged a traceback per retry
+        raise argparse.ArgumentTypeError(f"{text!r}: the host is no host name: {HOST_NAME_RULE}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _unbracketed(text: str, host: str) -> str:
+    """The error for an IPv6 address without brackets whose part before the last colon is
+    no address (`::1` is host ':' and port 1; `::1:1883` is [::1]:1883, as it always was),
+    with what to write instead, "" when there is none."""
+    import ipaddress  # here, on an unbracketed IPv6 address, not on every command's start
+
+    def ipv6(text: str) -> bool:
+        try:
+            return isinstance(ipaddress.ip_address(text), ipaddress.IPv6Address)
+        except ValueError:
+            return False
+
+    if ipv6(host):
+        return ""
+    instead = f"[{text}]:PORT, e.g. [{text}]:1883" if ipv6(text) else "[IPV6]:PORT, e.g. [::1]:1883"
+    return f"{text!r}: an IPv6 address goes in brackets before the port: write {instead}"
+
+
+def named_property(text: str) -> tuple[str, Property]:
+    """One -p option, read as argparse reads the others: a value the user typed that is no
+    property (`n:int=x`, `mqtt.payload-format=2`) is a usage error (exit 2), said before the
+    body is read or the root made, as a bad --priority is; it was an error of the run (1)."""
+    try:
+        name, value = parse_property(text)
+        if name.startswith(RESERVED_PREFIX):  # refused by put and publish too, root made
+            raise InvalidArgument(reserved_name(name))
+        mqtt_fields.check({name: value})  # an `mqtt.*` value MQTT v5 cannot carry
+    except InvalidArgument as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return name, value
+
+
+def reply_to(text: str) -> str:
+    """A --reply-to: a queue or topic to answer on (docs/cli.md), so none with a wildcard,
+    which makes a filter, never a name to publish to (model.check_reply_to, which `put` and
+    `publish` of the API call too). "" is no value, as the API takes it (docs/python.md)."""
+    try:
+        check_reply_to(text)
+    except InvalidArgument as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
