@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import errno
-import faulthandler
 import functools
 import io
 import logging
 import os
 import re
 import shlex
-import signal
 import sys
 import time
 from collections import Counter
@@ -46,13 +43,6 @@ from boxmq.model import Property
 from boxmq.store.layout import State, in_the_way
 from boxmq.store.names import GET_TOKEN
 from boxmq.store.process import process_alive, token_pid
-
-if TYPE_CHECKING:  # serve's alone, imported when it runs
-    import socket
-
-    from boxmq.config import ServeConfig
-    from boxmq.mqtt.settings import MqttSettings
-    from boxmq.xmpp.settings import XmppSettings
 
 __all__ = ["main"]
 
@@ -693,110 +683,8 @@ def _serve(args: argparse.Namespace) -> int:
     # The broker's modules (the config file's reader, TLS, the MQTT settings) are loaded by
     # serve alone: imported at the top, they were 9 % of every `boxmq put`'s instructions.
     from boxmq import cli_serve
-    from boxmq.runtime import open_files_limit
-    from boxmq.xmpp.settings import settings_from
 
-    config = cli_serve.serve_config(args)
-    log = logging.getLogger("boxmq.serve")
-    if not args.verbose:
-        logging.getLogger().setLevel(config.logging_level)
-    # Before the root is opened: its spare files keep a share of the limit open (spares.py).
-    log.log(*open_files_limit())
-    mqtt = cli_serve.mqtt_settings(args, config.mqtt)
-    for line in cli_serve.describe_security(config, mqtt):
-        log.info("%s", line)
-    for line in cli_serve.security_warnings(mqtt):
-        log.warning("%s", line)
-    for line in config.unused_settings():
-        log.warning("%s", line)
-    if replaced := cli_serve.replaced_listeners(args, config):
-        log.log(*replaced)
-    xmpp = settings_from(
-        args.xmpp_component,
-        args.xmpp_server,
-        secret=args.xmpp_secret,
-        secret_file=args.xmpp_secret_file,
-        lock_timeout=args.xmpp_lock_timeout,
-        stanza_size_limit=args.xmpp_stanza_size_limit,
-        environ=os.environ,
-    )
-    # Bound, and listening, before the root is opened: an address in use (another serve's
-    # too), or a host that does not resolve, had the root made (a mistyped --data) and
-    # recovered before the bind that stopped serve.
-    sockets = None if mqtt is None else _bind_listeners(args, config, mqtt)
-    try:
-        _serve_root(args, config, mqtt, sockets, xmpp)
-    finally:
-        if sockets is not None:
-            from boxmq.mqtt.server import close_sockets
-
-            close_sockets(sockets)  # closed already when served; not when the root failed
-    return 0
-
-
-def _bind_listeners(
-    args: argparse.Namespace, config: ServeConfig, mqtt: MqttSettings
-) -> list[list[socket.socket]]:
-    import asyncio
-
-    from boxmq.mqtt.server import bind_listeners
-
-    try:
-        return asyncio.run(bind_listeners(mqtt.listeners))
-    except OSError as error:
-        if not cli_errors.is_listener_error(error):
-            raise
-        raise _listener_refusal(error, args, config, mqtt) from None
-
-
-def _listener_refusal(
-    error: OSError, args: argparse.Namespace, config: ServeConfig, mqtt: MqttSettings | None
-) -> InvalidArgument:
-    """The same line `main` prints, with the setting the listener came from."""
-    from boxmq import cli_serve
-
-    problem = error.strerror or ""
-    setting = cli_serve.listener_setting(args, config, problem)
-    own = "" if mqtt is None else cli_serve.own_listeners_in_use(mqtt.listeners, problem)
-    if error.errno == errno.EADDRINUSE and own:
-        return InvalidArgument(f"{problem}{own}")
-    return InvalidArgument(cli_errors.os_error(error, str(config.data), listener=setting))
-
-
-def _serve_root(
-    args: argparse.Namespace,
-    config: ServeConfig,
-    mqtt: MqttSettings | None,
-    sockets: list[list[socket.socket]] | None,
-    xmpp: XmppSettings | None,
-) -> None:
-    from boxmq.runtime import run, serve
-
-    with boxmq.open(
-        config.data,
-        fsync=config.fsync,
-        # Refused with another policy; the file's is then warned of (unused_settings).
-        fsync_interval=config.fsync_interval if config.fsync == "interval" else None,
-        keep_processed=config.keep_processed,
-        processed_retention=config.processed_retention_or_none,
-        polling=config.polling,
-        exactly_once=config.exactly_once,
-        dispatch=config.dispatch,
-        group_dispatch=dict(config.group_dispatch),
-        max_deliveries=config.max_deliveries,
-    ) as box:
-        # A broker that seems stuck shows where each thread waits, and goes on serving:
-        # `kill -USR1 <pid>` writes every thread's Python stack to the log (stderr).
-        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
-        serving = serve(
-            box, sweep_interval=config.sweep_interval, mqtt=mqtt, mqtt_sockets=sockets, xmpp=xmpp
-        )
-        try:
-            run(serving)
-        except OSError as error:  # an address refused in the run (the listeners listen already)
-            if not cli_errors.is_listener_error(error):
-                raise
-            raise _listener_refusal(error, args, config, mqtt) from None
+    return cli_serve.serve(args)
 
 
 def _near_miss(name: str) -> str | None:

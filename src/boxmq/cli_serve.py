@@ -1,4 +1,5 @@
-"""`boxmq serve`'s configuration: the `--config` file first, then the flags the user typed.
+"""`boxmq serve`: its configuration (the `--config` file first, then the flags the user typed),
+its listeners bound before its root is opened, and the run. Loaded by serve alone (cli._serve).
 
 A flag's default must not override the file, so `cli` gives `--data` and `--fsync` defaults
 of type `Default`: text the user did not type. Values the file leaves out keep those defaults.
@@ -8,13 +9,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
+import faulthandler
 import logging
 import os
 import re
+import signal
 import stat
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import boxmq
+from boxmq import cli_errors
 from boxmq.cli_args import Default
 from boxmq.config import ServeConfig, load_config
 from boxmq.errors import InvalidArgument
@@ -22,11 +30,17 @@ from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
 from boxmq.mqtt.settings import Listener, MqttSettings, host_port
 
+if TYPE_CHECKING:  # imported when they are used: the XMPP door's only with a component
+    import socket
+
+    from boxmq.xmpp.settings import XmppSettings
+
 __all__ = [
     "describe_security",
     "listener_setting",
     "mqtt_settings",
     "security_warnings",
+    "serve",
     "serve_config",
 ]
 
@@ -273,3 +287,110 @@ def _literal_placeholders(acl: Acl) -> list[str]:
         for rule in sorted(rules, key=lambda rule: rule.line)
         if "%u" in rule.filter or "%c" in rule.filter
     ]
+
+
+def serve(args: argparse.Namespace) -> int:
+    """`boxmq serve`: its settings said and checked, its listeners bound, then its root served
+    until a signal stops it."""
+    from boxmq.runtime import open_files_limit
+    from boxmq.xmpp.settings import settings_from
+
+    config = serve_config(args)
+    log = logging.getLogger("boxmq.serve")
+    if not args.verbose:
+        logging.getLogger().setLevel(config.logging_level)
+    # Before the root is opened: its spare files keep a share of the limit open (spares.py).
+    log.log(*open_files_limit())
+    mqtt = mqtt_settings(args, config.mqtt)
+    for line in describe_security(config, mqtt):
+        log.info("%s", line)
+    for line in security_warnings(mqtt):
+        log.warning("%s", line)
+    for line in config.unused_settings():
+        log.warning("%s", line)
+    if replaced := replaced_listeners(args, config):
+        log.log(*replaced)
+    xmpp = settings_from(
+        args.xmpp_component,
+        args.xmpp_server,
+        secret=args.xmpp_secret,
+        secret_file=args.xmpp_secret_file,
+        lock_timeout=args.xmpp_lock_timeout,
+        stanza_size_limit=args.xmpp_stanza_size_limit,
+        environ=os.environ,
+    )
+    # Bound, and listening, before the root is opened: an address in use (another serve's
+    # too), or a host that does not resolve, had the root made (a mistyped --data) and
+    # recovered before the bind that stopped serve.
+    sockets = None if mqtt is None else _bind_listeners(args, config, mqtt)
+    try:
+        _serve_root(args, config, mqtt, sockets, xmpp)
+    finally:
+        if sockets is not None:
+            from boxmq.mqtt.server import close_sockets
+
+            close_sockets(sockets)  # closed already when served; not when the root failed
+    return 0
+
+
+def _bind_listeners(
+    args: argparse.Namespace, config: ServeConfig, mqtt: MqttSettings
+) -> list[list[socket.socket]]:
+    import asyncio
+
+    from boxmq.mqtt.server import bind_listeners
+
+    try:
+        return asyncio.run(bind_listeners(mqtt.listeners))
+    except OSError as error:
+        if not cli_errors.is_listener_error(error):
+            raise
+        raise _listener_refusal(error, args, config, mqtt) from None
+
+
+def _listener_refusal(
+    error: OSError, args: argparse.Namespace, config: ServeConfig, mqtt: MqttSettings | None
+) -> InvalidArgument:
+    """The same line `main` prints, with the setting the listener came from."""
+    problem = error.strerror or ""
+    setting = listener_setting(args, config, problem)
+    own = "" if mqtt is None else own_listeners_in_use(mqtt.listeners, problem)
+    if error.errno == errno.EADDRINUSE and own:
+        return InvalidArgument(f"{problem}{own}")
+    return InvalidArgument(cli_errors.os_error(error, str(config.data), listener=setting))
+
+
+def _serve_root(
+    args: argparse.Namespace,
+    config: ServeConfig,
+    mqtt: MqttSettings | None,
+    sockets: list[list[socket.socket]] | None,
+    xmpp: XmppSettings | None,
+) -> None:
+    from boxmq import runtime
+
+    with boxmq.open(
+        config.data,
+        fsync=config.fsync,
+        # Refused with another policy; the file's is then warned of (unused_settings).
+        fsync_interval=config.fsync_interval if config.fsync == "interval" else None,
+        keep_processed=config.keep_processed,
+        processed_retention=config.processed_retention_or_none,
+        polling=config.polling,
+        exactly_once=config.exactly_once,
+        dispatch=config.dispatch,
+        group_dispatch=dict(config.group_dispatch),
+        max_deliveries=config.max_deliveries,
+    ) as box:
+        # A broker that seems stuck shows where each thread waits, and goes on serving:
+        # `kill -USR1 <pid>` writes every thread's Python stack to the log (stderr).
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+        serving = runtime.serve(
+            box, sweep_interval=config.sweep_interval, mqtt=mqtt, mqtt_sockets=sockets, xmpp=xmpp
+        )
+        try:
+            runtime.run(serving)
+        except OSError as error:  # an address refused in the run (the listeners listen already)
+            if not cli_errors.is_listener_error(error):
+                raise
+            raise _listener_refusal(error, args, config, mqtt) from None
