@@ -14,22 +14,21 @@ import io
 import logging
 import os
 import re
-import shlex
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import boxmq
-from boxmq import cli_errors
+from boxmq import cli_dropbox, cli_errors
 from boxmq import cli_output as output
 from boxmq import cli_types as types
 from boxmq.cli_args import (
     Default,
     joined_negative_durations,
 )
-from boxmq.client import Box, Message, Peeked, Queue, QueueCounts, mqtt_fields
+from boxmq.client import Box, Message, Peeked, QueueCounts, mqtt_fields
 from boxmq.client.lifecycle import shown
 from boxmq.errors import (
     BoxMQError,
@@ -121,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Refused before anything is done: `subscribe` would ack each message it never
         # printed, `get` lock one nobody sees, `put` send one whose id nobody learns.
         print(
-            f"{_said_by(args)}: the standard output is closed, so nothing it prints could be "
+            f"{output.said_by(args)}: the standard output is closed, so nothing it prints could be "
             "read: give it one (>/dev/null to discard what it prints)",
             file=sys.stderr,
         )
@@ -137,10 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             output.flush()  # here, where a closed pipe is caught, not at exit
         return status
     except BoxMQError as error:
-        print(output.said(f"{_said_by(args)}: {error}"), file=sys.stderr)
+        print(output.said(f"{output.said_by(args)}: {error}"), file=sys.stderr)
         return 1
     except output.OutputError as error:
-        print(f"{_said_by(args)}: {error}{_OUTPUT_LOST.get(args.name, '')}", file=sys.stderr)
+        print(f"{output.said_by(args)}: {error}{_OUTPUT_LOST.get(args.name, '')}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         # The reader left (`boxmq get q | head -1`): quiet, as a Unix tool killed by SIGPIPE.
@@ -150,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return SIGPIPE_STATUS
     except OSError as error:
         print(
-            output.said(f"{_said_by(args)}: {cli_errors.os_error(error, str(args.data))}"),
+            output.said(f"{output.said_by(args)}: {cli_errors.os_error(error, str(args.data))}"),
             file=sys.stderr,
         )
         return 1
@@ -169,14 +168,6 @@ def _empty_path(args: argparse.Namespace) -> str:
     if isinstance(args.data, Default):
         return "$BOXMQ_DATA is empty: give it the root folder, or unset it for ./data"
     return "--data is empty: give the root folder, e.g. --data ./data"
-
-
-def _said_by(args: argparse.Namespace) -> str:
-    """What an error line starts with: the command as typed, `boxmq put`, and with its action
-    for `session` (`boxmq session end`), whose actions do different things."""
-    if args.name == "session":
-        return f"boxmq session {args.action}"
-    return f"boxmq {args.name}"
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -524,7 +515,7 @@ def _unsubscribe_arguments(p: argparse.ArgumentParser) -> None:
 
 def _get_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(command=_get)
-    _dropbox_arguments(p)
+    cli_dropbox.add_arguments(p)
     p.add_argument(
         "--lock",
         type=types.positive_duration,
@@ -556,7 +547,7 @@ _SETTLES = {
 
 def _settle_arguments(verb: str, p: argparse.ArgumentParser) -> None:
     p.set_defaults(command=_settle(verb))
-    _dropbox_arguments(p)
+    cli_dropbox.add_arguments(p)
     p.add_argument("id", help="the message id `get` (or `peek`) printed")
     p.add_argument("--consumer", default="cli", help="the lock's holder (peek: LOCKED-BY)")
     p.add_argument(
@@ -597,14 +588,14 @@ def _session_arguments(p: argparse.ArgumentParser) -> None:
 
 def _peek_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(command=_peek)
-    _dropbox_arguments(p)
+    cli_dropbox.add_arguments(p)
     p.add_argument("--state", default="target", choices=[s.value for s in State])
     p.add_argument("--limit", type=types.positive_int, default=20)
 
 
 def _requeue_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(command=_requeue)
-    _dropbox_arguments(p)
+    cli_dropbox.add_arguments(p)
     p.add_argument(
         "--from", dest="source", default="error", choices=["error", "expired", "processed"]
     )
@@ -612,7 +603,7 @@ def _requeue_arguments(p: argparse.ArgumentParser) -> None:
 
 def _purge_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(command=_purge)
-    _dropbox_arguments(p)
+    cli_dropbox.add_arguments(p)
     p.add_argument("--state", default="target", choices=["target", "processed", "error", "expired"])
 
 
@@ -622,58 +613,6 @@ def _delete_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--force", action="store_true", help="delete it though consumers hold messages locked"
     )
-
-
-def _dropbox_arguments(p: argparse.ArgumentParser) -> None:
-    """QUEUE, or a subscription as `boxmq ls` lists it (`get`, `peek`, `requeue`, `purge`,
-    and the settles: `ack`, `unlock`, `reject`, `extend`)."""
-    p.add_argument("queue", help="a queue; or a share group, $share/GROUP/FILTER")
-    p.add_argument(
-        "--subscriber",
-        metavar="NAME",
-        help="QUEUE is the filter of NAME's durable subscription (ls: SUBSCRIBER)",
-    )
-
-
-def _named(args: argparse.Namespace) -> dict[str, str]:
-    """How `--json` names what `_dropbox` found: the queue, and the subscriber if given."""
-    named = {"queue": args.queue}
-    if args.subscriber is not None:
-        named["subscriber"] = args.subscriber
-    return named
-
-
-def _is_subscription(args: argparse.Namespace, box: Box) -> bool:
-    """Whether `args` names a share group or a durable subscription, not a queue: a name that
-    is both a queue and a share group's ("$share/..." made a queue) is the queue."""
-    if args.subscriber is not None:
-        return True
-    return bool(args.queue.startswith("$share/") and args.queue not in box.queues())
-
-
-def _command_line(args: argparse.Namespace, command: str, *options: str) -> str:
-    """`boxmq COMMAND` on the queue (or subscription) `args` names, quoted for a shell: the
-    next step a refusal or an empty `get` suggests."""
-    subscriber = [] if args.subscriber is None else ["--subscriber", args.subscriber]
-    return shlex.join(["boxmq", command, args.queue, *subscriber, *options])
-
-
-def _dropbox(args: argparse.Namespace, box: Box) -> Queue:
-    """The queue, share group or durable subscription `args` names (`_is_subscription`)."""
-    name, subscriber = args.queue, args.subscriber
-    if _is_subscription(args, box):
-        return box.subscription(name, subscriber)
-    try:
-        return box.queue(name, create=False)
-    except QueueNotFound as error:
-        subscribers = [i.subscriber for i in box.topics.subscriptions() if i.filter == name]
-        if not subscribers:
-            raise
-        names = ", ".join(str(s) for s in subscribers)
-        raise QueueNotFound(
-            f"{error}; {name!r} is the filter of the durable subscription(s) of {names}: "
-            "add --subscriber NAME"
-        ) from None
 
 
 # -- commands -------------------------------------------------------------------------------------
@@ -710,7 +649,7 @@ _MQTT = "mqtt."
 
 def _looks_like(args: argparse.Namespace, name: str, known: str) -> str:
     return (
-        f"{_said_by(args)}: warning: property {name!r} goes as a property of its own (a User "
+        f"{output.said_by(args)}: warning: property {name!r} goes as a property of its own (a User "
         f"Property to MQTT v5 subscribers), not as {known!r}, the v5 property it looks like; "
         f"if you meant that one, write -p {known}=..."
     )
@@ -739,7 +678,7 @@ def _put(args: argparse.Namespace, box: Box) -> int:
         reply_to=args.reply_to,
         type=args.type,
     )
-    _emit(args, {"queue": args.queue, "id": message_id}, message_id)
+    output.emit(args, {"queue": args.queue, "id": message_id}, message_id)
     return 0
 
 
@@ -763,7 +702,7 @@ def _body(args: argparse.Namespace) -> bytes:
             )
         if sys.stdin.isatty():  # a BODY forgotten left the command waiting, without a word
             print(
-                f"{_said_by(args)}: reading the body from the terminal: type it, then Ctrl-D "
+                f"{output.said_by(args)}: reading the body from the terminal: type it, then Ctrl-D "
                 "on a line of its own (Ctrl-C: nothing is sent)",
                 file=sys.stderr,
                 flush=True,
@@ -795,7 +734,7 @@ def _publish(args: argparse.Namespace, box: Box) -> int:
         correlation_id=args.correlation_id,
         reply_to=args.reply_to,
     )
-    _emit(args, {"topic": args.topic, "id": message_id}, message_id)
+    output.emit(args, {"topic": args.topic, "id": message_id}, message_id)
     return 0
 
 
@@ -812,8 +751,8 @@ def _unsubscribe(args: argparse.Namespace, box: Box) -> int:
 
 
 def _get(args: argparse.Namespace, box: Box) -> int:
-    queue = _dropbox(args, box)
-    if _is_subscription(args, box):
+    queue = cli_dropbox.dropbox(args, box)
+    if cli_dropbox.is_subscription(args, box):
         from boxmq import cli_settle  # here: a queue's get loads no MQTT module
 
         cli_settle.check_may_get(args, box)
@@ -823,7 +762,7 @@ def _get(args: argparse.Namespace, box: Box) -> int:
         # What is in target/ now is held back by an `unlock --delay` (get took any other):
         # `ls` counted it READY, and "no message is ready" alone read as a contradiction.
         waiting = queue.counts().ready
-        peek = _command_line(args, "peek")
+        peek = cli_dropbox.command_line(args, "peek")
         held = (
             f" ({waiting} in target/ wait out an `unlock --delay`: `{peek}` says until when)"
             if waiting
@@ -837,7 +776,7 @@ def _get(args: argparse.Namespace, box: Box) -> int:
         return 0
     record = _message_record(message, args.subscriber)
     record["id"] = shown(message.id)  # a name that is not UTF-8: its bytes as \xNN, as peek
-    record["properties"] = _listed(message.properties)
+    record["properties"] = output.listed(message.properties)
     width = max(len(k) for k in record)
     for key, value in record.items():
         if value not in (None, ""):  # unset (no reply-to, no type): no line, not "None"
@@ -878,8 +817,8 @@ def _message_record(message: Message, subscriber: str | None) -> dict[str, Any]:
 
 def _settle(verb: str) -> _Command:
     def run(args: argparse.Namespace, box: Box) -> int:
-        queue = _dropbox(args, box)
-        if _is_subscription(args, box):
+        queue = cli_dropbox.dropbox(args, box)
+        if cli_dropbox.is_subscription(args, box):
             from boxmq import cli_settle  # here: a queue's ack loads no MQTT module
 
             cli_settle.check_no_live_holder(args, box, queue)
@@ -894,7 +833,7 @@ def _settle(verb: str) -> _Command:
             else:
                 queue.extend(args.id, args.consumer, seconds=args.by)
         except Conflict:
-            peek = _command_line(args, "peek", "--state", "processing")
+            peek = cli_dropbox.command_line(args, "peek", "--state", "processing")
             raise Conflict(
                 args.id,
                 f"locked by another consumer than {args.consumer!r} "
@@ -903,7 +842,7 @@ def _settle(verb: str) -> _Command:
         except Forbidden:
             # Ready, or its lock ended: nobody holds it, and XEP-0254's "did not receive"
             # alone left a user wondering what to do (`ack` of an id `put` printed).
-            get = _command_line(args, "get")
+            get = cli_dropbox.command_line(args, "get")
             raise Forbidden(
                 args.id,
                 f"{args.consumer!r} did not receive this message, which no consumer holds "
@@ -913,16 +852,16 @@ def _settle(verb: str) -> _Command:
             # Its lock is gone (it ended, or its holder left): XEP-0254's words alone said
             # nothing of the message, which goes to a consumer again, nor what to do next.
             try:
-                _dropbox(args, box)
+                cli_dropbox.dropbox(args, box)
             except BoxMQError:
                 raise error from None  # its queue was deleted meanwhile, which `error` says
             raise UnexpectedRequest(args.id, _lock_gone(args, error)) from None
-        done = {**_named(args), "id": args.id, "done": verb}
+        done = {**cli_dropbox.named(args), "id": args.id, "done": verb}
         if dead is not None:  # unlocked, but its next delivery would pass a limit
             line = f"{verb}: {args.id} went to error/ ({dead}), not back to target/"
-            _emit(args, {**done, "dead": dead}, line)
+            output.emit(args, {**done, "dead": dead}, line)
             return 0
-        _emit(args, done, f"{verb}: {args.id}")
+        output.emit(args, done, f"{verb}: {args.id}")
         return 0
 
     return run
@@ -937,8 +876,8 @@ def _lock_gone(args: argparse.Namespace, error: UnexpectedRequest) -> str:
         detail = f"{args.consumer!r}{detail.removeprefix(args.consumer)}"
     if detail.endswith(" no longer holds the lock"):  # held by it, not by one that left
         detail += ": it ended (--lock ran out, or an unlock)"
-    get = _command_line(args, "get")
-    held = _command_line(args, "peek", "--state", "processing")
+    get = cli_dropbox.command_line(args, "get")
+    held = cli_dropbox.command_line(args, "peek", "--state", "processing")
     return (
         f"{detail}; the message goes back to be delivered again (`{get}` locks the next ready "
         f"message and prints its id; `{held}` shows who holds it, if one does)"
@@ -988,7 +927,7 @@ def _counts(counts: QueueCounts) -> dict[str, int]:
 
 
 def _peek(args: argparse.Namespace, box: Box) -> int:
-    peeked = _dropbox(args, box).peek(state=State(args.state), limit=args.limit)
+    peeked = cli_dropbox.dropbox(args, box).peek(state=State(args.state), limit=args.limit)
     rows = [_peek_row(p, as_json=args.json) for p in peeked]
     if args.json:
         output.out(output.to_json(rows))
@@ -997,11 +936,6 @@ def _peek(args: argparse.Namespace, box: Box) -> int:
     else:
         output.table(rows)
     return 0
-
-
-def _listed(properties: Mapping[str, object]) -> str:
-    """Properties as NAME=VALUE,... for a person to read; bytes that are not UTF-8 as \\xNN."""
-    return shown(",".join(f"{name}={value}" for name, value in properties.items()))
 
 
 def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
@@ -1022,7 +956,7 @@ def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
     }
     if (dead := peeked.dead) is not None:  # error/: rejected, or why else (as `unlock` says)
         row["dead"] = dead
-    row["properties"] = visible if as_json else _listed(visible)
+    row["properties"] = visible if as_json else output.listed(visible)
     # As `get` shows them (an MQTT v5 request's too); only when set, as `subscribe --json`.
     if (correlation_id := peeked.correlation_id) is not None:
         row["correlation-id"] = correlation_id
@@ -1052,19 +986,19 @@ def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
 
 def _requeue(args: argparse.Namespace, box: Box) -> int:
     left: list[str] = []  # never deliverable: left where they are, each logged
-    moved = _dropbox(args, box).requeue(source=State(args.source), left=left)
+    moved = cli_dropbox.dropbox(args, box).requeue(source=State(args.source), left=left)
     text = f"{args.queue}: {moved} message(s) from {args.source}/ back to target/"
     if left:
         text += f"; {len(left)} left in {args.source}/ that can never be delivered (logged)"
-    _emit(args, {**_named(args), "requeued": moved, "left": len(left)}, text)
+    output.emit(args, {**cli_dropbox.named(args), "requeued": moved, "left": len(left)}, text)
     return 0
 
 
 def _purge(args: argparse.Namespace, box: Box) -> int:
-    removed = _dropbox(args, box).purge(state=State(args.state))
-    _emit(
+    removed = cli_dropbox.dropbox(args, box).purge(state=State(args.state))
+    output.emit(
         args,
-        {**_named(args), "purged": removed},
+        {**cli_dropbox.named(args), "purged": removed},
         f"{args.queue}: {removed} message(s) deleted from {args.state}/",
     )
     return 0
@@ -1088,7 +1022,7 @@ def _delete(args: argparse.Namespace, box: Box) -> int:
     if not box.delete_queue(args.queue, counted=deleted):  # another process deleted it first
         raise QueueNotFound(f"no queue {args.queue!r}: another process deleted it meanwhile")
     messages = sum(dataclasses.astuple(deleted[0]))
-    _emit(
+    output.emit(
         args,
         {"queue": args.queue, "deleted": messages},
         f"{args.queue}: deleted, with its {messages} message(s){_by_state(deleted[0])}",
@@ -1161,10 +1095,6 @@ _OUTPUT_LOST = {
     "get": " (the message it locked comes back when --lock ends)",
     "subscribe": " (the message it could not write is not acked)",
 }
-
-
-def _emit(args: argparse.Namespace, record: dict[str, Any], text: str) -> None:
-    output.out(output.to_json(record) if args.json else text)
 
 
 if __name__ == "__main__":

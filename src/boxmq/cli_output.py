@@ -10,19 +10,26 @@ import json
 import math
 import re
 import sys
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from boxmq.client.lifecycle import shown
+
+if TYPE_CHECKING:
+    import argparse
 
 __all__ = [
     "OutputError",
     "cell",
+    "emit",
     "expires",
     "flush",
     "json_body",
+    "listed",
     "out",
     "out_bytes",
     "said",
+    "said_by",
     "table",
     "to_json",
     "when",
@@ -153,3 +160,21 @@ def json_body(body: bytes) -> dict[str, str]:
     except UnicodeDecodeError:
         shown = body.decode("utf-8", "backslashreplace")
         return {"body": shown, "body_base64": base64.b64encode(body).decode("ascii")}
+
+
+def said_by(args: argparse.Namespace) -> str:
+    """What an error line starts with: the command as typed, `boxmq put`, and with its action
+    for `session` (`boxmq session end`), whose actions do different things."""
+    if args.name == "session":
+        return f"boxmq session {args.action}"
+    return f"boxmq {args.name}"
+
+
+def listed(properties: Mapping[str, object]) -> str:
+    """Properties as NAME=VALUE,... for a person to read; bytes that are not UTF-8 as \\xNN."""
+    return shown(",".join(f"{name}={value}" for name, value in properties.items()))
+
+
+def emit(args: argparse.Namespace, record: dict[str, Any], text: str) -> None:
+    """`record` as JSON with --json, else `text`: what a command that did one thing says."""
+    out(to_json(record) if args.json else text)

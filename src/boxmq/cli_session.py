@@ -174,5 +174,5 @@ def end(args: argparse.Namespace, box: Box) -> int:
         text += f"; {discarded} QoS 2 message(s) awaiting PUBREL discarded"
     if will is not None:
         text += f"; its Will to {will} discarded, not sent"
-    output.out(output.to_json(done) if args.json else text)
+    output.emit(args, done, text)
     return 0

@@ -238,7 +238,7 @@ def unsubscribe(args: argparse.Namespace, box: Box) -> int:
     box.unsubscribe(args.filter, args.subscriber)
     record = {"subscription": args.filter, "subscriber": args.subscriber}
     text = f"unsubscribed: {args.filter} {args.subscriber}"
-    output.out(output.to_json(record) if args.json else text)
+    output.emit(args, record, text)
     return 0
 
 

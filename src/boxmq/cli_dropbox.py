@@ -1,0 +1,63 @@
+"""What a command on one queue names: QUEUE, or a subscription as `boxmq ls` lists it (a share
+group, $share/GROUP/FILTER, or a durable subscription's filter with --subscriber NAME), found
+in the root, and the command line that a refusal suggests next for it."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from boxmq.client import Box, Queue
+from boxmq.errors import QueueNotFound
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """QUEUE, or a subscription as `boxmq ls` lists it (`get`, `peek`, `requeue`, `purge`,
+    and the settles: `ack`, `unlock`, `reject`, `extend`)."""
+    p.add_argument("queue", help="a queue; or a share group, $share/GROUP/FILTER")
+    p.add_argument(
+        "--subscriber",
+        metavar="NAME",
+        help="QUEUE is the filter of NAME's durable subscription (ls: SUBSCRIBER)",
+    )
+
+
+def named(args: argparse.Namespace) -> dict[str, str]:
+    """How `--json` names what `dropbox` found: the queue, and the subscriber if given."""
+    named = {"queue": args.queue}
+    if args.subscriber is not None:
+        named["subscriber"] = args.subscriber
+    return named
+
+
+def is_subscription(args: argparse.Namespace, box: Box) -> bool:
+    """Whether `args` names a share group or a durable subscription, not a queue: a name that
+    is both a queue and a share group's ("$share/..." made a queue) is the queue."""
+    if args.subscriber is not None:
+        return True
+    return bool(args.queue.startswith("$share/") and args.queue not in box.queues())
+
+
+def command_line(args: argparse.Namespace, command: str, *options: str) -> str:
+    """`boxmq COMMAND` on the queue (or subscription) `args` names, quoted for a shell: the
+    next step a refusal or an empty `get` suggests."""
+    subscriber = [] if args.subscriber is None else ["--subscriber", args.subscriber]
+    return shlex.join(["boxmq", command, args.queue, *subscriber, *options])
+
+
+def dropbox(args: argparse.Namespace, box: Box) -> Queue:
+    """The queue, share group or durable subscription `args` names (`is_subscription`)."""
+    name, subscriber = args.queue, args.subscriber
+    if is_subscription(args, box):
+        return box.subscription(name, subscriber)
+    try:
+        return box.queue(name, create=False)
+    except QueueNotFound as error:
+        subscribers = [i.subscriber for i in box.topics.subscriptions() if i.filter == name]
+        if not subscribers:
+            raise
+        names = ", ".join(str(s) for s in subscribers)
+        raise QueueNotFound(
+            f"{error}; {name!r} is the filter of the durable subscription(s) of {names}: "
+            "add --subscriber NAME"
+        ) from None
