@@ -1,0 +1,211 @@
+"""The commands that look after queues rather than pass messages: `ls` and its counts, `peek`
+and its rows, `requeue`, `purge`, and `delete` with its refusal while consumers hold locks."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from collections import Counter
+from typing import Any
+
+from boxmq import cli_dropbox
+from boxmq import cli_output as output
+from boxmq.client import Box, Peeked, QueueCounts
+from boxmq.client.lifecycle import shown
+from boxmq.errors import Conflict, QueueNotFound
+from boxmq.store.layout import State
+from boxmq.store.names import GET_TOKEN
+from boxmq.store.process import process_alive, token_pid
+
+
+def ls(args: argparse.Namespace, box: Box) -> int:
+    queues = [{"queue": name, **_counts(counts)} for name, counts in box.counts().items()]
+    subscriptions = [
+        {
+            "subscription": info.filter,
+            "subscriber": info.subscriber or ",".join(info.members) or "-",
+            **_counts(info.counts),
+        }
+        for info in box.topics.subscriptions()
+    ]
+    if args.json:
+        output.out(output.to_json({"queues": queues, "subscriptions": subscriptions}))
+        return 0
+    if not queues and not subscriptions:
+        output.out(f"no queues or subscriptions under {box.root}")
+    for rows in (queues, subscriptions):
+        if rows:
+            output.table(rows)
+            if rows is queues and subscriptions:
+                output.out()
+    return 0
+
+
+def _counts(counts: QueueCounts) -> dict[str, int]:
+    return {
+        "ready": counts.ready,
+        "locked": counts.locked,
+        "done": counts.done,
+        "dead": counts.dead,
+        "expired": counts.expired,
+    }
+
+
+def peek(args: argparse.Namespace, box: Box) -> int:
+    peeked = cli_dropbox.dropbox(args, box).peek(state=State(args.state), limit=args.limit)
+    rows = [_peek_row(p, as_json=args.json) for p in peeked]
+    if args.json:
+        output.out(output.to_json(rows))
+    elif not rows:
+        output.out(f"{args.queue}: no messages in {args.state}/")
+    else:
+        output.table(rows)
+    return 0
+
+
+def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
+    """One message of `peek`; its properties as an object for --json (as `get` gives them),
+    as NAME=VALUE,... in a table."""
+    envelope = peeked.envelope
+    visible = peeked.properties  # an MQTT v5 message's decoded too (store/v5_properties.py)
+    row: dict[str, Any] = {"id": shown(envelope.message_id)}  # not UTF-8: its bytes as \xNN
+    if (topic := peeked.topic) is not None:  # a subscription's message, as `get` names it
+        row["topic"] = topic
+    # A locked message counts the delivery under way, as `get` numbers it (`delivery 1` for
+    # the first): the name counts only those that ended without an ack, so peek said 0 there.
+    under_way = 1 if peeked.state is State.PROCESSING else 0
+    row |= {
+        "priority": envelope.priority,
+        "bytes": peeked.size,
+        "deliveries": envelope.delivery_count + under_way,
+    }
+    if (dead := peeked.dead) is not None:  # error/: rejected, or why else (as `unlock` says)
+        row["dead"] = dead
+    row["properties"] = visible if as_json else output.listed(visible)
+    # As `get` shows them (an MQTT v5 request's too); only when set, as `subscribe --json`.
+    if (correlation_id := peeked.correlation_id) is not None:
+        row["correlation-id"] = correlation_id
+    if (reply_to := peeked.reply_to) is not None:
+        row["reply-to"] = reply_to
+    if envelope.expiration:  # as `get` shows it: when it goes to expired/ unless taken
+        row["expires"] = output.expires(envelope.expiration)
+    if (ready_at := envelope.not_before) > time.time():
+        # Held back by an `unlock --delay`: `ls` counts it READY and `get` passes it by, so
+        # this is where a user sees when it becomes ready. Once past, it is ready as any.
+        row["delay-until"] = output.when(ready_at)
+    if peeked.holder is not None:
+        # A lock `get` took is held by hand (settled by id, or ended by --lock), not by a
+        # running consumer of that name: the table says so, --json with "by-get".
+        row["locked-by"] = peeked.holder
+        if peeked.by_get and as_json:
+            row["by-get"] = True
+        elif peeked.by_get:
+            row["locked-by"] += " (get)"
+    if (deadline := peeked.lock_deadline) is not None:
+        # A lock past its deadline still names its holder until a sweep sends the message
+        # back: the table says it ended, so nobody takes it for held (--json gives the time).
+        ended = not as_json and deadline <= time.time()
+        row["lock-until"] = output.when(deadline) + (" (ended)" if ended else "")
+    return row
+
+
+def requeue(args: argparse.Namespace, box: Box) -> int:
+    left: list[str] = []  # never deliverable: left where they are, each logged
+    moved = cli_dropbox.dropbox(args, box).requeue(source=State(args.source), left=left)
+    text = f"{args.queue}: {moved} message(s) from {args.source}/ back to target/"
+    if left:
+        text += f"; {len(left)} left in {args.source}/ that can never be delivered (logged)"
+    output.emit(args, {**cli_dropbox.named(args), "requeued": moved, "left": len(left)}, text)
+    return 0
+
+
+def purge(args: argparse.Namespace, box: Box) -> int:
+    removed = cli_dropbox.dropbox(args, box).purge(state=State(args.state))
+    output.emit(
+        args,
+        {**cli_dropbox.named(args), "purged": removed},
+        f"{args.queue}: {removed} message(s) deleted from {args.state}/",
+    )
+    return 0
+
+
+def delete(args: argparse.Namespace, box: Box) -> int:
+    queue = box.queue(args.queue, create=False)  # none: `no queue`, and nothing deleted
+    # Looked at twice without --force, and both are needed: this look (processing/ alone,
+    # once: it counts the locks and says who holds them) comes before the rename, which
+    # cannot be undone (a put makes the queue again at its path at once); the count below
+    # says what went, counted where nothing more can come, so a message put or locked in
+    # between is in it, as it is in the delete. --force needs only the second.
+    if not args.force and (locks := queue.lock_processes()):
+        # Their consumers' acks would find no message, and a consumer still taking messages
+        # moves them under the delete: it should be stopped first (docs/cli.md).
+        raise Conflict(
+            f"{args.queue}: {len(locks)} message(s) locked{_held_by(locks)}; "
+            "or --force deletes those with the rest"
+        )
+    deleted: list[QueueCounts] = []
+    if not box.delete_queue(args.queue, counted=deleted):  # another process deleted it first
+        raise QueueNotFound(f"no queue {args.queue!r}: another process deleted it meanwhile")
+    messages = sum(dataclasses.astuple(deleted[0]))
+    output.emit(
+        args,
+        {"queue": args.queue, "deleted": messages},
+        f"{args.queue}: deleted, with its {messages} message(s){_by_state(deleted[0])}",
+    )
+    return 0
+
+
+def _held_by(tokens: list[str | None]) -> str:
+    """Who holds the locks of `tokens` (Queue.lock_processes, one at least) and what ends
+    them, for `delete`'s refusal: only a running consumer is to be stopped; the locks of a
+    process that died are for a sweep to release, and the others end when settled or timed
+    out; a claim with no lock, when whatever made it moves it on."""
+    running: Counter[str] = Counter()  # pid: its locks
+    dead: Counter[str] = Counter()
+    by_get = unbound = unnamed = 0
+    for token, locks in Counter(tokens).items():  # a process asked about once, not per lock
+        if token is None:
+            unnamed += locks
+        elif token == GET_TOKEN:
+            by_get += locks
+        elif not token or (alive := process_alive(token)) is None:
+            unbound += locks  # a persistent MQTT session's, a kept subscriber's, another host's
+        else:
+            (running if alive else dead)[token_pid(token)] += locks
+    said = []
+    if running:
+        said.append(
+            f"{running.total()} by running process(es) {_pids(running)}: stop them "
+            "(or settle the messages)"
+        )
+    if dead:
+        said.append(
+            f"{dead.total()} by process(es) {_pids(dead)} that ended: the next sweep of "
+            "`boxmq serve` sends them back (or wait for their lock to end)"
+        )
+    if by_get:
+        said.append(f"{by_get} by `boxmq get`: settle them by id (ack, unlock)")
+    if unbound:
+        said.append(
+            f"{unbound} bound to no process of this machine: settle them by id, or wait "
+            "for their lock to end"
+        )
+    if unnamed:
+        said.append(
+            f"{unnamed} claimed with no lock in their name (a script's or DropboxMQ's): "
+            "stop what claimed them"
+        )
+    return ": " + "; ".join(said)
+
+
+def _pids(pids: Counter[str]) -> str:
+    return ", ".join(sorted(pids, key=lambda pid: (len(pid), pid)))
+
+
+def _by_state(counts: QueueCounts) -> str:
+    """The states of the messages counted, as `ls` names them: the done ones (processed/)
+    were consumed already, the others never will be now."""
+    held = {**_counts(counts), "uncommitted": counts.uncommitted}
+    said = ", ".join(f"{number} {state}" for state, number in held.items() if number)
+    return f" ({said})" if said else ""
