@@ -22,7 +22,7 @@ import pytest
 from tests.diskfull import small_disk
 
 import boxmq
-from boxmq import cli
+from boxmq import cli, cli_message
 from boxmq.cli_args import DURATION_OPTIONS, joined_negative_durations
 from boxmq.model import ConsumerId
 from boxmq.store.names import Lock, decode, locked_name, split_lock
@@ -2107,7 +2107,7 @@ def test_a_body_over_the_limit_is_refused_and_nothing_sent(
 ) -> None:
     """`put --file /dev/zero` read until memory ran out: past MAX_BODY it is refused, having
     read one byte more. The limit made small here, so that the test reads little."""
-    monkeypatch.setattr(cli, "MAX_BODY", 10)
+    monkeypatch.setattr(cli_message, "MAX_BODY", 10)
     over = root.parent / "over"
     over.write_bytes(b"x" * 11)
     fits = root.parent / "fits"

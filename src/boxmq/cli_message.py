@@ -1,0 +1,225 @@
+"""The commands that pass messages: `put` and `publish` (with the body they read), `get` (with
+the record it prints before the body), and the settles of a locked message: `ack`, `unlock`,
+`reject` and `extend`, whose refusals say what to do next."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+from boxmq import cli_dropbox
+from boxmq import cli_output as output
+from boxmq.client import Box, Message
+from boxmq.client.lifecycle import shown
+from boxmq.errors import BoxMQError, Conflict, Forbidden, InvalidArgument, UnexpectedRequest
+
+EMPTY = 3  # the exit status of a `get` that found no message ready
+
+
+def put(args: argparse.Namespace, box: Box) -> int:
+    body = _body(args)
+    properties = dict(args.property)  # each name once: cli.main refused one given twice
+    message_id = box.queue(args.queue).put(
+        body,
+        priority=args.priority,
+        properties=properties,
+        expires_in=args.expires_in,
+        correlation_id=args.correlation_id,
+        reply_to=args.reply_to,
+        type=args.type,
+    )
+    output.emit(args, {"queue": args.queue, "id": message_id}, message_id)
+    return 0
+
+
+# The largest body `put` and `publish` read: the largest MQTT packet (MQTT 5.0 §1.5.5, the
+# highest max_packet_size), so no MQTT subscriber is sent what it could never receive, and the
+# limit mosquitto_pub sets on its --file. Without it, `--file /dev/zero` read until memory ran out.
+MAX_BODY = 268_435_455
+
+
+def _body(args: argparse.Namespace) -> bytes:
+    if args.file is not None:  # BODY is None: cli.main refused both
+        try:
+            with open(args.file, "rb") as source:
+                return _bounded(source, f"--file {args.file}")
+        except OSError as error:
+            raise InvalidArgument(f"cannot read {args.file}: {error.strerror}") from None
+    if args.body is None or args.body == "-":
+        if sys.stdin is None:  # `<&-`: Python has no stdin to read, and nothing is sent
+            raise InvalidArgument(
+                "no body: the standard input is closed; give BODY, --file F, or pipe it in"
+            )
+        if sys.stdin.isatty():  # a BODY forgotten left the command waiting, without a word
+            print(
+                f"{output.said_by(args)}: reading the body from the terminal: type it, then Ctrl-D "
+                "on a line of its own (Ctrl-C: nothing is sent)",
+                file=sys.stderr,
+                flush=True,
+            )
+        return _bounded(sys.stdin.buffer, "the standard input")
+    return os.fsencode(args.body)  # the bytes given, UTF-8 or not (surrogate escapes)
+
+
+def _bounded(source: BinaryIO, where: str) -> bytes:
+    """All of `source`, reading at most one byte past MAX_BODY: InvalidArgument past it."""
+    body = source.read(MAX_BODY + 1)
+    if len(body) > MAX_BODY:
+        raise InvalidArgument(
+            f"{where} holds more than {MAX_BODY} bytes (256 MiB), the largest body boxmq "
+            "sends (MQTT's largest packet): nothing is sent"
+        )
+    return body
+
+
+def publish(args: argparse.Namespace, box: Box) -> int:
+    properties = dict(args.property)  # each name once: cli.main refused one given twice
+    message_id = box.publish(
+        args.topic,
+        _body(args),
+        qos=args.qos,
+        retain=args.retain,
+        properties=properties,
+        expires_in=args.expires_in,
+        correlation_id=args.correlation_id,
+        reply_to=args.reply_to,
+    )
+    output.emit(args, {"topic": args.topic, "id": message_id}, message_id)
+    return 0
+
+
+def get(args: argparse.Namespace, box: Box) -> int:
+    queue = cli_dropbox.dropbox(args, box)
+    if cli_dropbox.is_subscription(args, box):
+        from boxmq import cli_settle  # here: a queue's get loads no MQTT module
+
+        cli_settle.check_may_get(args, box)
+    message = queue.get(args.consumer, lock_timeout=args.lock)
+    if message is None:
+        whose = "" if args.subscriber is None else f" for subscriber {args.subscriber!r}"
+        # What is in target/ now is held back by an `unlock --delay` (get took any other):
+        # `ls` counted it READY, and "no message is ready" alone read as a contradiction.
+        waiting = queue.counts().ready
+        peek = cli_dropbox.command_line(args, "peek")
+        held = (
+            f" ({waiting} in target/ wait out an `unlock --delay`: `{peek}` says until when)"
+            if waiting
+            else ""
+        )
+        print(f"boxmq get: no message is ready in {args.queue!r}{whose}{held}", file=sys.stderr)
+        return EMPTY
+    if args.json:
+        record = _message_record(message, args.subscriber) | output.json_body(message.body)
+        output.out(output.to_json(record))
+        return 0
+    record = _message_record(message, args.subscriber)
+    record["id"] = shown(message.id)  # a name that is not UTF-8: its bytes as \xNN, as peek
+    record["properties"] = output.listed(message.properties)
+    width = max(len(k) for k in record)
+    for key, value in record.items():
+        if value not in (None, ""):  # unset (no reply-to, no type): no line, not "None"
+            # Escaped as peek escapes them: a newline a producer put in a property, an id or
+            # a reply-to must not end the header, whose first blank line starts the body.
+            output.out(f"{key:<{width}}  {output.cell(value)}")
+    output.out()
+    output.flush()
+    # The body byte for byte: everything after the first blank line is exactly the payload, and
+    # it is never decoded (a big body costs its size once, not a text copy of it). Only on a
+    # terminal does a newline end a body that lacks one, for the prompt.
+    output.out_bytes(message.body)
+    if not message.body.endswith(b"\n") and sys.stdout.isatty():
+        output.out_bytes(b"\n")
+    return 0
+
+
+def _message_record(message: Message, subscriber: str | None) -> dict[str, Any]:
+    """What `get` prints before the body: a subscription's message names its subscriber
+    (`--subscriber`, as the settles' --json does) and the topic it was published to."""
+    named: dict[str, Any] = {"id": message.id, "queue": message.queue}
+    if subscriber is not None:
+        named["subscriber"] = subscriber
+    if message.topic is not None:
+        named["topic"] = message.topic
+    return named | {
+        "priority": message.priority,
+        "delivery": message.delivery_count,
+        "locked-by": message.consumer,
+        "lock-until": output.when(message.lock_deadline),
+        "properties": message.properties,
+        "correlation-id": message.correlation_id,
+        "reply-to": message.reply_to,
+        "type": message.type,
+        "expires": output.expires(message.envelope.expiration) if message.expiration else None,
+    }
+
+
+def settle(verb: str) -> Callable[[argparse.Namespace, Box], int]:
+    def run(args: argparse.Namespace, box: Box) -> int:
+        queue = cli_dropbox.dropbox(args, box)
+        if cli_dropbox.is_subscription(args, box):
+            from boxmq import cli_settle  # here: a queue's ack loads no MQTT module
+
+            cli_settle.check_no_live_holder(args, box, queue)
+        dead = None
+        try:
+            if verb == "ack":
+                queue.ack(args.id, args.consumer)
+            elif verb == "unlock":
+                dead = queue.unlock(args.id, args.consumer, delay=args.delay)
+            elif verb == "reject":
+                queue.reject(args.id, args.consumer)
+            else:
+                queue.extend(args.id, args.consumer, seconds=args.by)
+        except Conflict:
+            peek = cli_dropbox.command_line(args, "peek", "--state", "processing")
+            raise Conflict(
+                args.id,
+                f"locked by another consumer than {args.consumer!r} "
+                f"(`{peek}` shows which; --consumer NAME settles as that one)",
+            ) from None
+        except Forbidden:
+            # Ready, or its lock ended: nobody holds it, and XEP-0254's "did not receive"
+            # alone left a user wondering what to do (`ack` of an id `put` printed).
+            get = cli_dropbox.command_line(args, "get")
+            raise Forbidden(
+                args.id,
+                f"{args.consumer!r} did not receive this message, which no consumer holds "
+                f"(`{get}` locks the next ready message and prints its id)",
+            ) from None
+        except UnexpectedRequest as error:
+            # Its lock is gone (it ended, or its holder left): XEP-0254's words alone said
+            # nothing of the message, which goes to a consumer again, nor what to do next.
+            try:
+                cli_dropbox.dropbox(args, box)
+            except BoxMQError:
+                raise error from None  # its queue was deleted meanwhile, which `error` says
+            raise UnexpectedRequest(args.id, _lock_gone(args, error)) from None
+        done = {**cli_dropbox.named(args), "id": args.id, "done": verb}
+        if dead is not None:  # unlocked, but its next delivery would pass a limit
+            line = f"{verb}: {args.id} went to error/ ({dead}), not back to target/"
+            output.emit(args, {**done, "dead": dead}, line)
+            return 0
+        output.emit(args, done, f"{verb}: {args.id}")
+        return 0
+
+    return run
+
+
+def _lock_gone(args: argparse.Namespace, error: UnexpectedRequest) -> str:
+    """What a settle refused UnexpectedRequest says: why the lock is gone, as the consumer
+    named quoted as the CLI's other refusals name it, then where the message went and what to
+    do, once."""
+    detail = str(error).removeprefix(f"{error.message_id}: ")
+    if detail.startswith(f"{args.consumer} "):
+        detail = f"{args.consumer!r}{detail.removeprefix(args.consumer)}"
+    if detail.endswith(" no longer holds the lock"):  # held by it, not by one that left
+        detail += ": it ended (--lock ran out, or an unlock)"
+    get = cli_dropbox.command_line(args, "get")
+    held = cli_dropbox.command_line(args, "peek", "--state", "processing")
+    return (
+        f"{detail}; the message goes back to be delivered again (`{get}` locks the next ready "
+        f"message and prints its id; `{held}` shows who holds it, if one does)"
+    )
