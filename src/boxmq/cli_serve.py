@@ -1,7 +1,7 @@
 """`boxmq serve`: its configuration (the `--config` file first, then the flags the user typed),
-its listeners bound before its root is opened, and the run. Loaded by serve alone (cli._serve).
+its listeners bound before its root is opened, and the run; loaded by serve alone.
 
-A flag's default must not override the file, so `cli` gives `--data` and `--fsync` defaults
+A flag's default must not override the file, so `cli_parser` gives `--data` and `--fsync` defaults
 of type `Default`: text the user did not type. Values the file leaves out keep those defaults.
 """
 

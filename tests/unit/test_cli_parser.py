@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from boxmq import cli
+from boxmq import cli, cli_parser
 
 HELPS = Path(__file__).with_name("cli_help.txt")
 
 
-def _commands(parser: argparse.ArgumentParser) -> cli._Commands:
-    (commands,) = [a for a in parser._actions if isinstance(a, cli._Commands)]
+def _commands(parser: argparse.ArgumentParser) -> cli_parser.Commands:
+    (commands,) = [a for a in parser._actions if isinstance(a, cli_parser.Commands)]
     return commands
 
 
@@ -38,7 +38,7 @@ def _help(*words: str) -> str:
 
 
 def _helps() -> str:
-    names = _commands(cli._parser()).choices
+    names = _commands(cli_parser.parser()).choices
     assert names is not None
     return "".join(
         f"$ {' '.join(['boxmq', *w, '--help'])}\n{_help(*w)}" for w in [(), *[(n,) for n in names]]
@@ -55,7 +55,7 @@ def test_every_help_is_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_command_builds_its_own_parser_only() -> None:
-    parser = cli._parser()
+    parser = cli_parser.parser()
     args = parser.parse_args(["--fsync", "never", "put", "jobs", "hi"])
     assert (args.name, args.queue, args.body, args.fsync) == ("put", "jobs", "hi", "never")
     assert list(_commands(parser)._name_parser_map) == ["put"]
@@ -74,13 +74,13 @@ def test_a_command_builds_its_own_parser_only() -> None:
 )
 def test_options_may_come_between_a_commands_arguments(words: str, given: dict[str, Any]) -> None:
     """`boxmq put jobs --priority 7 hello` was refused: "unrecognized arguments: hello"."""
-    args = cli._parser().parse_args(words.split())
+    args = cli_parser.parser().parse_args(words.split())
     assert {key: getattr(args, key) for key in given} == given
 
 
 def test_the_top_level_help_lists_every_command_by_its_summary() -> None:
     # what each command's own --help says under its usage
-    commands = _commands(cli._parser())
+    commands = _commands(cli_parser.parser())
     listed = {a.dest: a.help for a in commands._get_subactions()}
     assert listed == {name: p.description for name, p in commands.parsers().items()}
     assert len(listed) == 17

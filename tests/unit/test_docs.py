@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from boxmq import cli, config, config_table
+from boxmq import cli_parser, config, config_table
 from boxmq.cli_args import joined_negative_durations
 from boxmq.config import ServeConfig, load_config
 from boxmq.errors import InvalidArgument
@@ -124,8 +124,8 @@ def test_every_module_and_package_of_boxmq_is_in_development_md_s_layout() -> No
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
-    parser = cli._parser()
-    (commands,) = [a for a in parser._actions if isinstance(a, cli._Commands)]
+    parser = cli_parser.parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, cli_parser.Commands)]
     return commands.parsers()
 
 
@@ -162,7 +162,7 @@ def test_every_command_line_in_the_docs_gives_options_its_command_has() -> None:
     """`boxmq get --subscriber` in a page, where only peek, requeue and purge have it, sends a
     user to a usage error."""
     commands = _commands()
-    first = _options(cli._parser())
+    first = _options(cli_parser.parser())
     wrong = []
     for page in PAGES:
         if page.name == "benchmarks.md":  # a record of runs, commands of their day included
@@ -249,7 +249,7 @@ def _usage_error(words: list[str]) -> str | None:
     """What `boxmq WORDS...` says of its usage, None if it takes them."""
     with contextlib.redirect_stderr(io.StringIO()) as said:
         try:
-            cli._parser().parse_args(joined_negative_durations(words))
+            cli_parser.parser().parse_args(joined_negative_durations(words))
         except SystemExit:
             return said.getvalue().splitlines()[-1]
     return None
