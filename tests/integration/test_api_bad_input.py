@@ -598,6 +598,28 @@ def test_a_flag_is_true_or_false_not_any_value_python_calls_true_or_false(
     assert box.topics.retained("a/b") is None
 
 
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_the_batch_twins_of_assured_and_deliver_check_their_flags_too(
+    box: boxmq.Box, root: Path, value: Any
+) -> None:
+    """`assured` and `deliver` refused reclaim="no" and must_exist=1, but the batches they
+    stand on took them as Python's truth: assured_many([AssuredMessage(..., reclaim=0)])
+    stored without reclaiming, deliver_many(keys, must_exist=1) raised ItemNotFound as True
+    would, and superseded="no" kept a retained message from replacing the topic's (found
+    by a second read)."""
+    says = re.escape(" is True or False, not")
+    [outcome] = box.intake.assured_many(
+        [AssuredMessage("s", "1", b"x", queue="jobs", reclaim=value)]
+    )
+    assert isinstance(outcome, boxmq.InvalidArgument)
+    assert re.search("^reclaim" + says, str(outcome))
+    assert box.pending("s") == []
+    assert not (root / "jobs").exists()
+    for flag in ("remember", "must_exist", "superseded"):
+        with pytest.raises(boxmq.InvalidArgument, match="^" + flag + says):
+            box.intake.deliver_many([("s", "1")], **{flag: value})
+
+
 @pytest.mark.parametrize("owner", [5, b"alice@example.org", None, "", "\ud800"])
 def test_an_owner_that_is_no_text_is_refused_saying_so(box: boxmq.Box, owner: Any) -> None:
     # 5 or bytes: "write() argument must be str, not int", and a lone surrogate a

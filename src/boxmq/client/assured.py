@@ -237,7 +237,6 @@ class AssuredIntake:
         # its temporary left in working/, and an int one from len().
         data = body_bytes(body)
         _check_key(source, msg_id)  # else named as boxmq's own property, bx_src
-        check_flag("reclaim", reclaim)
         message = AssuredMessage(
             source,
             msg_id,
@@ -304,6 +303,7 @@ class AssuredIntake:
     def _stage(self, message: AssuredMessage, reserved: bool) -> _Staged | None:
         """Reserve room for `message` in the books and write its file; None for a repeat."""
         _check_key(message.source, message.msg_id)  # a door's message, not checked by `assured`
+        check_flag("reclaim", message.reclaim)
         source, msg_id, expires_in = message.source, message.msg_id, message.expires_in
         if expires_in is not None:
             check_seconds("expires_in", expires_in)
@@ -388,8 +388,6 @@ class AssuredIntake:
         returning False, so the sender can be told that the message is lost; a repeat of a
         delivered id still returns False."""
         _check_key(source, msg_id)  # else False, as for an id never stored
-        check_flag("remember", remember)
-        check_flag("must_exist", must_exist)
         [outcome] = self.deliver_many([(source, msg_id)], remember=remember, must_exist=must_exist)
         if isinstance(outcome, BaseException):
             raise outcome
@@ -411,6 +409,9 @@ class AssuredIntake:
         retain flag) replaces the topic's retained message as it is sent, unless
         `superseded` (its sender knows a later one is in place); a crash after its marker
         does both at the restart (Topics.send_files)."""
+        check_flag("remember", remember)
+        check_flag("must_exist", must_exist)
+        check_flag("superseded", superseded)
         outcomes: list[Outcome] = []
         with self._lock:
             self._restore()
