@@ -620,6 +620,28 @@ def test_the_batch_twins_of_assured_and_deliver_check_their_flags_too(
             box.intake.deliver_many([("s", "1")], **{flag: value})
 
 
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_the_doors_flags_of_publish_are_true_or_false_too(
+    box: boxmq.Box, root: Path, value: Any
+) -> None:
+    """`box.topics.publish` refused retain="no" but took its twin flags as Python's truth:
+    superseded="no" kept a retained message from replacing the topic's, and reserved="no"
+    let a user's `bx_nb` through (found by a second read)."""
+    box.publish("a/b", b"old", retain=True)
+    says = re.escape(" is True or False, not")
+    with box.subscribe("a/b", "worker", send_retained=False) as subscriber:
+        with pytest.raises(boxmq.InvalidArgument, match="^superseded" + says):
+            box.topics.publish("a/b", b"new", retain=True, superseded=value)
+        with pytest.raises(boxmq.InvalidArgument, match="^reserved" + says):
+            box.topics.publish("a/b", b"new", reserved=value)
+        with pytest.raises(boxmq.InvalidArgument, match="^reserved" + says):
+            box.topics.publish_many([Publication("a/b", b"new")], reserved=value)
+        assert subscriber.receive_nowait() is None
+    retained = box.topics.retained("a/b")
+    assert retained is not None
+    assert retained[1] == b"old"
+
+
 @pytest.mark.parametrize("owner", [5, b"alice@example.org", None, "", "\ud800"])
 def test_an_owner_that_is_no_text_is_refused_saying_so(box: boxmq.Box, owner: Any) -> None:
     # 5 or bytes: "write() argument must be str, not int", and a lone surrogate a

@@ -188,6 +188,8 @@ class Publisher:
         validate_topic(topic)
         level = qos_level(qos)
         check_flag("retain", retain)
+        check_flag("superseded", superseded)  # "no" kept a retained one from replacing
+        check_flag("reserved", reserved)  # "no" let a user's bx_nb through
         check_given(properties, correlation_id, reply_to)
         if not reserved:
             refuse_reserved(properties)
@@ -502,6 +504,7 @@ class Publisher:
         """Check every message, then write each body once; per message, the move that will
         send it (None: no durable copy). If a write fails, the files written before it are
         deleted and its OSError raised. reserved: `bx_*` properties are boxmq's own."""
+        check_flag("reserved", reserved)
         routes: dict[tuple[str, QoS, str | None], _Route] = {}  # a batch is mostly one topic
         planned = []
         for message in messages:
