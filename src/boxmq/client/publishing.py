@@ -477,7 +477,7 @@ class Publisher:
         subscriber, and each committed copy to its dropbox's live queue if this process has
         one open (a share group a broker's client is in), offered now with its body, as a
         queue's own puts are, so the receive that takes it neither waits for the watcher nor
-        decodes the name nor opens the file (live_queue.LiveQueue.sent)."""
+        decodes the name nor opens the file (LiveQueue.sent, in client/target_names.py)."""
         for envelope, body, route, _ in planned:
             for inbox, destination in route.memory:
                 inbox.push(MemoryDelivery(at_qos(envelope, destination.qos), body))
