@@ -116,6 +116,24 @@ def test_a_memory_subscription_keeps_its_place_beside_a_durable_one_of_its_name_
     assert [m.body for m in got if m is not None] == [b"one", b"two"]
 
 
+def test_a_durable_subscription_a_memory_one_stood_in_for_is_routed_again_once_it_closes(
+    boxes: tuple[boxmq.Box, boxmq.Box],
+) -> None:
+    """The memory one's close took the durable one of its name and filter (another
+    process's) out of this process's router with it: its publications went to nobody until
+    the next change of the subscriptions, acknowledged all the same (found by a second
+    read)."""
+    changer, router = boxes
+    memory = router.subscribe("m/#", "s", durable=False)
+    with changer.subscribe("m/#", "s") as durable:  # made after it: refused before
+        router.publish("m/1", b"to the memory one")
+        memory.close()
+        router.publish("m/2", b"after its close")
+        got = durable.receive(timeout=1)
+    assert got is not None
+    assert got.body == b"after its close"
+
+
 def test_a_burst_of_a_boxs_own_subscribes_reads_no_other_record(root: Path, reads: Reads) -> None:
     """More of its own changes between two looks than the generation file names (a broker's
     200 devices subscribing at once): each record read as it is written, none again at the

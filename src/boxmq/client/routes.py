@@ -97,6 +97,13 @@ class Routes:
         with self._lock:
             self._memory.pop(key, None)
             self._router.unsubscribe(subscription.subscriber, subscription.filter)
+            # A durable one of the same subscriber and filter (another process's) that it
+            # stood in for here (`_read_again`) is routed again: it went with it, and this
+            # process's publications reached nobody until the next change.
+            path = self._paths.get((None, subscription.subscriber, subscription.filter.filter))
+            if path is not None:
+                for durable in self._routed[path][1]:
+                    self._router.subscribe(durable)
 
     def memory_inboxes(self) -> list[MemoryInbox]:
         with self._lock:
