@@ -642,6 +642,22 @@ def test_the_doors_flags_of_publish_are_true_or_false_too(
     assert retained[1] == b"old"
 
 
+@pytest.mark.parametrize("flag", ["no_local", "process_bound"])
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_resubscribe_checks_the_flags_subscribe_checks(
+    box: boxmq.Box, flag: str, value: Any
+) -> None:
+    """`subscribe` refused no_local="no", its twin `box.topics.resubscribe` wrote it into
+    the subscription's record as it came, `"no_local": "no"`, which every process then read
+    as No Local on (found by a second read)."""
+    with box.subscribe("a/b", "s"):
+        with pytest.raises(boxmq.InvalidArgument, match=f"^{flag} is True or False, not"):
+            box.topics.resubscribe("a/b", "s", **{flag: value})
+        record = box.topics.record_of("a/b", "s")
+        assert record is not None
+        assert record.no_local is False
+
+
 @pytest.mark.parametrize("owner", [5, b"alice@example.org", None, "", "\ud800"])
 def test_an_owner_that_is_no_text_is_refused_saying_so(box: boxmq.Box, owner: Any) -> None:
     # 5 or bytes: "write() argument must be str, not int", and a lone surrogate a

@@ -235,6 +235,8 @@ class Topics(Publisher):
         is not interrupted (MQTT 5.0 §3.8.4). Messages already waiting keep their QoS."""
         parsed = parse_filter(filter)
         name = check_consumer_name(subscriber, _SUBSCRIBER)
+        check_flag("no_local", no_local)  # else written into the record as it came
+        check_flag("process_bound", process_bound)
         subscription = Subscription(name, parsed, qos_level(qos), True, no_local)
         with self._joining(self._path_of(parsed, name)):
             path, _, _ = self._register(subscription, token=None if process_bound else "")
