@@ -1202,6 +1202,22 @@ def test_a_memory_and_a_durable_subscription_of_one_name_and_filter_are_refused_
         durable.close()
 
 
+def test_a_second_memory_subscription_of_one_name_and_filter_is_refused(tmp_path: Path) -> None:
+    # The second took the first's routing entry (the first got nothing more, and said
+    # nothing), and the first's close took it out: the second got nothing either, as a
+    # second durable one is refused ("open in this Box already") (found by a second read).
+    with boxmq.open(tmp_path, fsync="never") as box:
+        first = box.subscribe("a/#", "s", durable=False)
+        with pytest.raises(boxmq.InvalidArgument, match="open in this Box already"):
+            box.subscribe("a/#", "s", durable=False)
+        box.publish("a/1", b"one")
+        assert bodies(first) == ["one"]
+        first.close()
+        with box.subscribe("a/#", "s", durable=False) as again:
+            box.publish("a/2", b"two")
+            assert bodies(again) == ["two"]
+
+
 def test_record_of_reads_the_one_record_a_subscription_has(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

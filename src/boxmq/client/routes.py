@@ -87,11 +87,15 @@ class Routes:
 
     def add_memory(
         self, key: tuple[str, str], subscription: Subscription, inbox: MemoryInbox
-    ) -> None:
-        """A memory subscription (`key`: its subscriber and filter) routed from now on."""
+    ) -> bool:
+        """A memory subscription (`key`: its subscriber and filter) routed from now on; False,
+        nothing changed, if one of that key is open already."""
         with self._lock:
+            if key in self._memory:
+                return False
             self._router.subscribe(subscription)
             self._memory[key] = (subscription, inbox)
+            return True
 
     def remove_memory(self, key: tuple[str, str], subscription: Subscription) -> None:
         with self._lock:

@@ -613,7 +613,13 @@ class Topics(Publisher):
     def _subscribe_in_memory(self, subscription: Subscription) -> Subscriber:
         inbox = MemoryInbox()
         key = (subscription.subscriber, str(subscription.filter))
-        self._routes.add_memory(key, subscription, inbox)
+        if not self._routes.add_memory(key, subscription, inbox):
+            # As a durable one open twice: the second took the first's routing entry, and
+            # the first's close took it out, so that neither got anything, and nothing said.
+            raise InvalidArgument(
+                f"subscriber {subscription.subscriber!r} has {key[1]!r} open in this Box "
+                "already: close that Subscriber first, or subscribe under another name"
+            )
         now = self._clock.now()
         for retained in self._matching_retained(subscription.filter):
             envelope = retained_envelope(retained)
