@@ -2290,3 +2290,18 @@ def test_an_mqtt_name_close_to_a_v5_property_is_stored_with_a_warning(
         )
     [row] = json.loads(_in_process(root, capsys, "--json", "peek", "q"))
     assert row["properties"] == {name: "json"}
+
+
+def test_a_kept_subscription_whose_record_was_edited_to_no_local_0_is_written_again(
+    root: Path,
+) -> None:
+    """A record edited by hand to "no_local": 0 (or null) was read as it was, and subscribe
+    then refused "no_local is True or False, not 0", an option `boxmq subscribe` has not: the
+    record is told of as unreadable, and the subscribe writes it again (found by a second
+    read)."""
+    ok(root, "subscribe", "news/#", "--name", "reader", "--keep", "--idle", "0")
+    [record] = root.glob("topic-root/*/.subscriptions/client.reader/.subscription")
+    record.write_text(json.dumps({**json.loads(record.read_text()), "no_local": 0}))
+    done = boxmq_cli(root, "subscribe", "news/#", "--name", "reader", "--idle", "0")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(record.read_text())["no_local"] is False

@@ -246,9 +246,35 @@ def _read_strictly(path: str) -> SubscriptionRecord | None:
     if not isinstance(data, dict):
         raise ValueError(f"JSON that is no object: {type(data).__name__}")
     try:
-        return SubscriptionRecord(**data)
+        record = SubscriptionRecord(**data)
     except TypeError:  # a field missing, or one no boxmq writes
         raise ValueError(f"its fields are {', '.join(sorted(data)) or 'none'}") from None
+    if wrong := _wrong_field(record):
+        raise ValueError(wrong)
+    return record
+
+
+_FIELDS = ("filter", "group", "subscriber", "qos", "no_local", "owner")
+
+
+def _wrong_field(record: SubscriptionRecord) -> str:
+    """What is wrong with a field of `record` as boxmq writes none (edited by hand), or "":
+    the JSON gave it any type. A "no_local": 0 routed, but the subscribe of a resumed MQTT
+    session or `boxmq subscribe` that read it was refused with "no_local is True or False,
+    not 0", an argument its user never gave; a "qos": "1" made every publish fail."""
+    fields: dict[str, object] = {name: getattr(record, name) for name in _FIELDS}
+    if not isinstance(filter_ := fields["filter"], str):
+        return f"filter {filter_!r} is no string"
+    for name in ("group", "subscriber"):
+        if (value := fields[name]) is not None and not isinstance(value, str):
+            return f"{name} {value!r} is no string nor null"
+    if type(qos := fields["qos"]) is not int or not 0 <= qos <= 2:
+        return f"qos {qos!r} is not 0, 1 or 2"
+    if not isinstance(no_local := fields["no_local"], bool):
+        return f"no_local {no_local!r} is not true or false"
+    if not isinstance(owner := fields["owner"], str):
+        return f"owner {owner!r} is no string"
+    return ""
 
 
 def unreadable_record(path: str) -> tuple[str, str] | None:

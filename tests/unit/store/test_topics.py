@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
+import json
 import os
 import threading
 import time
@@ -22,6 +24,11 @@ from boxmq.store.topics import (
 )
 
 _RECORD = SubscriptionRecord(filter="a/#", group=None, subscriber="s", qos=1)
+
+
+def _fields_with(**changed: object) -> str:
+    """A record's JSON as boxmq writes it, with `changed` fields."""
+    return json.dumps({**dataclasses.asdict(_RECORD), **changed})
 
 
 def _full_disk(*_: object, **__: object) -> None:
@@ -242,6 +249,17 @@ def test_an_empty_folder_without_a_record_goes_only_under_a_name_boxmq_gives(
         ("", "Expecting value"),  # renamed into place, its data lost to a power cut (fsync never)
         ("[1]", "JSON that is no object: list"),
         ('{"filter": "a/#", "qos": 1}', "its fields are filter, qos"),
+        # Edited by hand: the subscribe of a resumed MQTT session or `boxmq subscribe` that
+        # read no_local 0 was refused for an argument nobody gave; qos "1" failed every publish
+        # (found by a second read).
+        (_fields_with(no_local=0), "no_local 0 is not true or false"),
+        (_fields_with(no_local=None), "no_local None is not true or false"),
+        (_fields_with(qos="1"), "qos '1' is not 0, 1 or 2"),
+        (_fields_with(qos=3), "qos 3 is not 0, 1 or 2"),
+        (_fields_with(qos=True), "qos True is not 0, 1 or 2"),
+        (_fields_with(filter=5), "filter 5 is no string"),
+        (_fields_with(subscriber=["s"]), "subscriber ['s'] is no string nor null"),
+        (_fields_with(owner=None), "owner None is no string"),
     ],
 )
 def test_a_record_that_is_none_is_skipped_and_says_why(tmp_path: Path, text: str, why: str) -> None:
