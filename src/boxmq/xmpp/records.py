@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from boxmq.errors import InvalidName
 from boxmq.forks import renew_in_children
-from boxmq.store.names import escape_segment
+from boxmq.store.names import escape_segment, unescape_segment
 from boxmq.store.records import make_folders, read_file, replace_file
 from boxmq.xmpp.payloads import NOT_XML
 from boxmq.xmpp.settings import component_domain
@@ -49,18 +49,29 @@ def _component_folder(root: str, component: str) -> str:
     return os.path.join(root, ".xmpp", escape_segment(component_domain(component)))
 
 
-def _spelled_folder(root: str, component: str) -> str | None:
-    """The folder a boxmq up to f4eb31da (2026-11-30) kept the component's lock and records
-    in, named by `component` as written, if there is one apart from `_component_folder`: its
-    lock is taken too, so that such a boxmq serving it in a rolling upgrade keeps this one off, and
-    its records are read, so that the subscribers a crash left there are told."""
+def _spelled_folders(root: str, component: str) -> list[str]:
+    """The folders a boxmq up to f4eb31da (2026-11-30) kept the component's lock and records
+    in, named by the component as written then (`Queue.Example`, `queue.example.`), apart
+    from `_component_folder`, whatever the spelling given now: their locks are taken too, so
+    that such a boxmq serving it in a rolling upgrade keeps this one off, and their records
+    are read, so that the subscribers a crash left there are told. Only the spelling given
+    now was looked for: started as `queue.example` over a root of `Queue.Example`, it ran
+    beside the older boxmq still serving that one, and never told its crash's subscribers."""
+    base, domain = os.path.join(root, ".xmpp"), component_domain(component)
+    mine = _component_folder(root, component)
     try:
-        folder = os.path.join(root, ".xmpp", escape_segment(component))
-    except InvalidName:  # too long once escaped: never made
-        return None
-    if folder == _component_folder(root, component) or not os.path.isdir(folder):
-        return None
-    return folder
+        entries = list(os.scandir(base))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found = []
+    for entry in entries:
+        try:
+            spelled = unescape_segment(entry.name)
+        except InvalidName:  # no name boxmq wrote
+            continue
+        if entry.path != mine and component_domain(spelled) == domain and entry.is_dir():
+            found.append(entry.path)
+    return found
 
 
 def records_folder(root: str, component: str) -> str:
@@ -108,7 +119,7 @@ def hold_component(root: str, component: str) -> ComponentHold | None:
     subscriptions ended (docs/xmpp.md, One instance per name)."""
     fd = _flock(root, _component_folder(root, component))
     fds = [] if fd is None else [fd]
-    if (spelled := _spelled_folder(root, component)) is not None:
+    for spelled in _spelled_folders(root, component):
         try:
             fd = _flock(root, spelled)
         except ComponentHeld:
@@ -167,8 +178,7 @@ class SubscriberRecords:
     def __init__(self, root: str, component: str, *, flush: bool) -> None:
         self._root = root
         self._folder = records_folder(root, component)
-        spelled = _spelled_folder(root, component)
-        self._spelled = None if spelled is None else os.path.join(spelled, "subscribers")
+        self._component = component
         self._flush = flush
         self._made = False  # the folder, looked for once
 
@@ -204,8 +214,8 @@ class SubscriberRecords:
         (damaged, or a temporary a write left when the process died) is deleted, a damaged
         one with a warning: its subscriber is not told."""
         found: list[Recorded] = []
-        if self._spelled is not None:
-            self._take_spelled(self._spelled)
+        for spelled in _spelled_folders(self._root, self._component):
+            self._take_spelled(os.path.join(spelled, "subscribers"))
         try:
             entries = list(os.scandir(self._folder))
         except FileNotFoundError:
@@ -230,7 +240,7 @@ class SubscriberRecords:
 
     def _take_spelled(self, spelled: str) -> None:
         """Move the records an older boxmq left under the component's name as written into
-        the domain's folder, where `left_over` reads them (`_spelled_folder`)."""
+        the domain's folder, where `left_over` reads them (`_spelled_folders`)."""
         try:
             entries = list(os.scandir(spelled))
         except FileNotFoundError:
