@@ -579,7 +579,20 @@ _FLAGS: list[tuple[str, Callable[[boxmq.Box, Any], object]]] = [
     ("reclaim", lambda box, v: box.assured("s", "1", b"x", queue="jobs", reclaim=v)),
     ("remember", lambda box, v: box.deliver("s", "1", remember=v)),
     ("must_exist", lambda box, v: box.deliver("s", "1", must_exist=v)),
+    # What the doors call, reached from box.topics and box.intake: refused as the calls above
+    # (found by a second read)
+    ("no_local", lambda box, v: box.topics.resubscribe("a/b", "s", no_local=v)),
+    ("process_bound", lambda box, v: box.topics.resubscribe("a/b", "s", process_bound=v)),
+    ("reclaim", lambda box, v: box.intake.assured_one(_assured(reclaim=v))),
+    ("text", lambda box, v: box.intake.assured_one(_assured(text=v))),
+    ("remember", lambda box, v: box.intake.deliver_many([("s", "1")], remember=v)),
+    ("must_exist", lambda box, v: box.intake.deliver_many([("s", "1")], must_exist=v)),
+    ("superseded", lambda box, v: box.intake.deliver_many([("s", "1")], superseded=v)),
 ]
+
+
+def _assured(**flag: Any) -> AssuredMessage:
+    return AssuredMessage("s", "1", b"x", queue="jobs", **flag)
 
 
 @pytest.mark.parametrize("value", ["no", 0, None])

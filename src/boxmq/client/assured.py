@@ -304,6 +304,7 @@ class AssuredIntake:
         """Reserve room for `message` in the books and write its file; None for a repeat."""
         _check_key(message.source, message.msg_id)  # a door's message, not checked by `assured`
         check_flag("reclaim", message.reclaim)
+        check_flag("text", message.text)
         source, msg_id, expires_in = message.source, message.msg_id, message.expires_in
         if expires_in is not None:
             check_seconds("expires_in", expires_in)
