@@ -74,6 +74,18 @@ def _spelled_folders(root: str, component: str) -> list[str]:
     return found
 
 
+def _written_folder(root: str, component: str) -> str | None:
+    """The folder a boxmq up to f4eb31da (2026-11-30) would keep the component's lock in,
+    named by `component` as written now, where that differs from `_component_folder`: its
+    lock is taken too, made if need be, so that such a boxmq started after this one (a
+    rollback, a rolling upgrade in that order) is kept off, not only one that ran before."""
+    try:
+        folder = os.path.join(root, ".xmpp", escape_segment(component))
+    except InvalidName:  # too long once escaped: no boxmq could make it
+        return None
+    return None if folder == _component_folder(root, component) else folder
+
+
 def records_folder(root: str, component: str) -> str:
     return os.path.join(_component_folder(root, component), "subscribers")
 
@@ -119,7 +131,11 @@ def hold_component(root: str, component: str) -> ComponentHold | None:
     subscriptions ended (docs/xmpp.md, One instance per name)."""
     fd = _flock(root, _component_folder(root, component))
     fds = [] if fd is None else [fd]
-    for spelled in _spelled_folders(root, component):
+    written = _written_folder(root, component)
+    spelled_folders = _spelled_folders(root, component)
+    if written is not None and written not in spelled_folders:
+        spelled_folders.append(written)
+    for spelled in spelled_folders:
         try:
             fd = _flock(root, spelled)
         except ComponentHeld:

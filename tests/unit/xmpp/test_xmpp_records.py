@@ -427,3 +427,23 @@ def test_a_root_of_an_older_boxmq_keeps_its_lock_and_its_records_are_told(
     assert _told(after) == [(ALICE, "jobs", "none")]
     assert os.listdir(os.path.join(older, "subscribers")) == []
     assert _recorded(box) == []
+
+
+def test_an_older_boxmq_started_after_this_one_on_a_new_root_is_kept_off(
+    tmp_path: Path,
+) -> None:
+    # Going back while this one serves Queue.Localhost: the older boxmq flocks
+    # .xmpp/Queue.Localhost/lock, which this one took only where the folder was there
+    # already, so on a root the older one never served both served the component.
+    held = hold_component(str(tmp_path), "Queue.Localhost")
+    assert held is not None
+    folder = os.path.join(tmp_path, ".xmpp", "Queue.Localhost")
+    os.makedirs(folder, exist_ok=True)  # as that boxmq's hold_component makes it
+    older = os.open(os.path.join(folder, "lock"), os.O_RDWR | os.O_CREAT)
+    try:
+        with pytest.raises(BlockingIOError):  # that boxmq is refused
+            fcntl.flock(older, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.release()
+        fcntl.flock(older, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(older)
