@@ -15,7 +15,8 @@ log = logging.getLogger("boxmq.mqtt")
 
 
 class Admission:
-    """max_connections, for the broker's `opened` and `handshake_started`."""
+    """max_connections, for the broker's `opened` and `handshake_started`, and the count of
+    the TLS handshakes under way (`handshaking`), which only this class changes."""
 
     def __init__(self, most: int) -> None:
         self._most = most
@@ -46,3 +47,15 @@ class Admission:
                 refused,
             )
         return True
+
+    def handshake_started(self, peer: str, connected: int) -> bool:
+        """A TLS handshake begins, counted as a connection until `handshake_ended`, if one
+        more fits beside the `connected` ones (`room_for`)."""
+        if not self.room_for(peer, connected):
+            return False
+        self.handshaking += 1
+        return True
+
+    def handshake_ended(self) -> None:
+        """A handshake counted by `handshake_started` is over."""
+        self.handshaking -= 1

@@ -292,10 +292,7 @@ class Broker:
         """A socket of a TLS listener was accepted; False if over max_connections (close it).
         Its handshake counts as a connection until `handshake_ended`: each holds memory and a
         descriptor for up to connect_timeout, so stalled ones must not go past the limit."""
-        if not self._admission.room_for(peer, len(self._clients)):
-            return False
-        self._admission.handshaking += 1
-        return True
+        return self._admission.handshake_started(peer, len(self._clients))
 
     @property
     def handshaking(self) -> int:
@@ -305,7 +302,7 @@ class Broker:
     def handshake_ended(self) -> None:
         """A handshake counted by `handshake_started` is over (its connection, if it made
         one, is counted by `opened` from now on)."""
-        self._admission.handshaking -= 1
+        self._admission.handshake_ended()
 
     def received(self, link: Link, packets: Iterable[Incoming]) -> None:
         """Act on what a read brought. ProtocolViolation goes back to the caller (close)."""
