@@ -43,8 +43,6 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import logging
 import uuid
@@ -726,7 +724,6 @@ class Broker:
         # wrong passwords would stall every other one. The packets behind the CONNECT wait.
         hold_the_rest(client)
         client.checking = packet
-        loop = asyncio.get_running_loop()
         clients = self._clients
 
         def check() -> bool:  # in a checking thread
@@ -734,15 +731,10 @@ class Broker:
                 return False  # closed while it waited: no hash
             return authenticator.authenticate(packet.username, packet.password, packet.client_id)
 
-        def checked(future: Future[bool]) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to answer
-                loop.call_soon_threadsafe(self._checked, client, packet, future)
-
-        self._checks.put(client.link.peer, check, checked)
+        self._checks.put(client.link.peer, check, partial(self._checked, client, packet))
 
     def _checked(self, client: Client, packet: Connect, future: Future[bool]) -> None:
         """On the loop: the password of `client`'s CONNECT was checked."""
-        self._checks.ended()
         if self._clients.get(client.link) is not client or client.checking is None:
             return  # closed meanwhile
         client.checking = None
