@@ -88,9 +88,8 @@ __all__ = [
     "CLAIMED",
     "Claimed",
     "Lifetimes",
+    "owned_on_disk",
     "session_end_step",
-    "session_made",
-    "subscribed_on_disk",
 ]
 
 log = logging.getLogger("boxmq.mqtt")
@@ -121,7 +120,7 @@ def session_end_step(client_id: str, what: str) -> Iterator[None]:
         )
 
 
-def session_made(client_id: str, record: SessionRecord | None, text: str) -> bool:
+def _session_made(client_id: str, record: SessionRecord | None, text: str) -> bool:
     """Whether the subscription `text` found on disk under the client id's name is its
     session's own (SessionRecord.made); a session with no record (one an older boxmq left)
     owns none. Another is said, and left alone: taken by the session, its client would get
@@ -138,14 +137,26 @@ def session_made(client_id: str, record: SessionRecord | None, text: str) -> boo
     return False
 
 
-def subscribed_on_disk(
+def owned_on_disk(
     topics: Topics, client_id: str, record: SessionRecord | None
 ) -> list[tuple[str, SubscriptionRecord]]:
-    """The subscriptions on disk under the client id's name that may be its session's, for
-    its return (which keeps them) or its end (which deletes them): after a restart each
-    persistent device's return made this look, and a read of every subscription's record on
-    the root (10,000 devices: 10^8 reads in the storm of their returns) where its record
-    names the few that are its own (SessionRecord.made)."""
+    """The subscriptions on disk under the client id's name that are its session's own
+    (`_session_made`: another door's is said, and left alone), for its return (which keeps
+    them) or its end (which deletes them)."""
+    return [
+        (text, subscription)
+        for text, subscription in _under_its_name(topics, client_id, record)
+        if _session_made(client_id, record, text)
+    ]
+
+
+def _under_its_name(
+    topics: Topics, client_id: str, record: SessionRecord | None
+) -> list[tuple[str, SubscriptionRecord]]:
+    """The subscriptions on disk under the client id's name that may be its session's: after
+    a restart each persistent device's return made this look, and a read of every
+    subscription's record on the root (10,000 devices: 10^8 reads in the storm of their
+    returns) where its record names the few that are its own (SessionRecord.made)."""
     name = consumer_name(client_id)
     if record is not None and record.leaving is not None:
         return topics.subscribed_among(name, (*record.options, *record.leaving))
@@ -154,7 +165,7 @@ def subscribed_on_disk(
     # A record of an older boxmq, which did not list the share groups being left, owns
     # every membership under its name (`made`): only the scan of them all finds them.
     # With no record the session owns none, but the scan finds another door's under
-    # its name, which `session_made` tells of (its client would otherwise wonder why
+    # its name, which `_session_made` tells of (its client would otherwise wonder why
     # it is sent nothing of them), at one stat while the root's subscriptions did not
     # change (`holds_any`, above) when there is none.
     return topics.subscribed(name)
@@ -221,16 +232,14 @@ class Lifetimes:
     def forget_on_disk(self, client_id: str, record: SessionRecord | None) -> None:
         """A session this process holds nothing of ended (a clean start, or one found on disk
         at start whose time ran out): what it left on disk is deleted, its durable
-        subscriptions (those its `record` names, as the caller just read it: `session_made`),
+        subscriptions (those its `record` names, as the caller just read it: `owned_on_disk`),
         its QoS 2 messages awaiting PUBREL and its record."""
         name = consumer_name(client_id)
         topics = self._box.topics
         # The filters its record names, each read from its own folder; the records of every
-        # subscription on the root only for a record of an older boxmq (`subscribed_on_disk`).
-        found = {text for text, _ in subscribed_on_disk(topics, client_id, record)}
+        # subscription on the root only for a record of an older boxmq (`owned_on_disk`).
+        found = {text for text, _ in owned_on_disk(topics, client_id, record)}
         for text in found:
-            if not session_made(client_id, record, text):
-                continue
             with session_end_step(client_id, f"deleting its subscription to {text}"):
                 self._box.unsubscribe(text, name)
         # An end killed while it deleted a subscription (its record gone, its folder not yet)

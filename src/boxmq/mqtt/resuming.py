@@ -17,7 +17,7 @@ from boxmq.core import parse_filter
 from boxmq.errors import store_failure
 from boxmq.mqtt.clients import Client, Kick
 from boxmq.mqtt.delivery import Delivery
-from boxmq.mqtt.lifetimes import Lifetimes, session_made, subscribed_on_disk
+from boxmq.mqtt.lifetimes import Lifetimes, owned_on_disk
 from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.session import HeldTotals, Session, SubscriptionOptions
 from boxmq.mqtt.session_record import AwayAtStart, DeliveryOptions, SessionRecord, read_record
@@ -184,15 +184,11 @@ class Resuming:
         ids its own record says it was sent PUBREL for (outbox.expect_release). Resumed with
         an expiry of 0 too (MQTT 5.0 §3.1.2.4): it then ends with this connection, its
         subscriptions on disk with it, where a new session would leave them behind. Only the
-        subscriptions its record names are its own (`session_made`): another door may have
+        subscriptions its record names are its own (`owned_on_disk`): another door may have
         made one under a name that is its client id."""
         if record is None and not expiry:
             return None  # a clean session most likely: spare it the scan of every subscription
-        found = [
-            (text, s)
-            for text, s in subscribed_on_disk(self._box.topics, client_id, record)
-            if session_made(client_id, record, text)
-        ]
+        found = owned_on_disk(self._box.topics, client_id, record)
         # Its QoS 2 messages are the topics' (never a queue's): their working/ alone is
         # listed, not each queue's too, on the loop at each such CONNECT.
         unreleased = self._box.intake.pending(exactly_once_source(client_id), queues=False)
