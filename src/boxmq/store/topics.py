@@ -164,11 +164,15 @@ def subscription_path(root: str, filter: str, key: str) -> str:
     )
 
 
+def _root_of(path: str) -> str:
+    """The root of the subscription folder at `path` (`subscription_path`'s inverse)."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(path))))
+
+
 def make_folder(path: str, *, flush: bool = False) -> None:
     """The folder of the subscription at `path`, and those above it, made if need be; with
     `flush`, on disk when this returns (store/records.py)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(path))))
-    make_folders(path, flush=flush, within=root)
+    make_folders(path, flush=flush, within=_root_of(path))
 
 
 def write_record(path: str, record: SubscriptionRecord, *, flush: bool = False) -> None:
@@ -546,8 +550,7 @@ def remove_if_ended(path: str, *, now: float, age: float) -> int:
         files = _files_if_unchanged(path, now=now, age=age)
         if not files:
             return 0  # changed lately, or empty: `remove_if_abandoned`'s
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(path))))
-        if not remove_folder(root, path):
+        if not remove_folder(_root_of(path), path):
             return 0
     finally:
         _close_held(fd)  # a join waiting for it finds the folder gone, and makes a new one
