@@ -37,10 +37,11 @@ from typing import NamedTuple
 
 from boxmq.client import mqtt_fields
 from boxmq.client.body import body_bytes
+from boxmq.client.copies import at_qos, published_retained
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.client.spill import spilled
 from boxmq.clock import Clock
-from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits
+from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits, QoS
 from boxmq.core.durations import check_seconds
 from boxmq.core.topics import validate_topic
 from boxmq.errors import (
@@ -54,8 +55,6 @@ from boxmq.errors import (
 from boxmq.ids import IdFactory
 from boxmq.model import (
     MQTT_SOURCE_PREFIX,
-    PUBLISHED_RETAINED,
-    QOS,
     SOURCE,
     SOURCE_MESSAGE_ID,
     TOPIC,
@@ -1166,7 +1165,7 @@ class AssuredIntake:
 def _replaced_topic(envelope: Envelope, superseded: bool) -> str | None:
     """The topic whose retained message a restart that finishes the `deliver` of the message
     named `envelope` replaces (`Topics.send_files`): None if none."""
-    if superseded or envelope.property_value(PUBLISHED_RETAINED) is not True:
+    if superseded or not published_retained(envelope):
         return None
     return envelope.topic
 
@@ -1277,7 +1276,7 @@ def _checked_name(envelope: Envelope, *, to_topic: bool) -> str:
         return encode(envelope, limit=PUT_NAME_LIMIT)
     # The copies first, against a put's limit. The working/ name also carries the sender's
     # source and id, which the copies leave out: only a name's own limit holds it.
-    copy = _as_copied(envelope).with_property(QOS, PropertyType.BYTE, 2)
+    copy = at_qos(_as_copied(envelope), QoS.EXACTLY_ONCE)
     try:
         encode(copy, limit=PUT_NAME_LIMIT)
     except MetadataTooLong as error:

@@ -16,6 +16,7 @@ from boxmq.store.retained import Retained
 
 __all__ = [
     "LEVELS",
+    "as_published_retained",
     "at_qos",
     "copy_names",
     "published_retained",
@@ -67,3 +68,11 @@ def published_retained(envelope: Envelope) -> bool:
     """Whether a message was published retained (an exactly-once file keeps the flag in
     its name from its PUBLISH to its PUBREL)."""
     return envelope.property_value(PUBLISHED_RETAINED) is True
+
+
+def as_published_retained(envelope: Envelope) -> Envelope:
+    """`envelope` flagged as published retained, as `published_retained` reads it."""
+    return envelope.with_made_property(_PUBLISHED_RETAINED)
+
+
+_PUBLISHED_RETAINED = Property(PUBLISHED_RETAINED, PropertyType.BOOLEAN, True)

@@ -15,7 +15,13 @@ from functools import partial
 
 from boxmq.client import mqtt_fields
 from boxmq.client.body import body_bytes
-from boxmq.client.copies import at_qos, copy_names, published_retained, qos_level
+from boxmq.client.copies import (
+    as_published_retained,
+    at_qos,
+    copy_names,
+    published_retained,
+    qos_level,
+)
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.memory import MemoryDelivery, MemoryInbox
@@ -28,7 +34,6 @@ from boxmq.core.durations import check_seconds
 from boxmq.errors import InvalidArgument, MetadataTooLong, check_flag, naming
 from boxmq.ids import IdFactory
 from boxmq.model import (
-    PUBLISHED_RETAINED,
     TOPIC,
     Envelope,
     MessageClass,
@@ -210,7 +215,7 @@ class Publisher:
         if retain:
             # MQTT 5.0 §3.3.1.3: kept even with no subscriber; an empty body deletes. Its copies
             # say so, for the subscribers that ask (Retain As Published, MQTT 5.0 §3.8.3.1).
-            envelope = envelope.with_property(PUBLISHED_RETAINED, PropertyType.BOOLEAN, True)
+            envelope = as_published_retained(envelope)
         as_retained = retain and not superseded
         try:
             self._send(envelope, data, level, source, as_retained=as_retained)
@@ -246,7 +251,7 @@ class Publisher:
         metadata did not fit; negative if even an empty topic leaves no room."""
         envelope = self._envelope("", properties, expires_in, None, None, text=False)
         if retain:
-            envelope = envelope.with_property(PUBLISHED_RETAINED, PropertyType.BOOLEAN, True)
+            envelope = as_published_retained(envelope)
         return PUT_NAME_LIMIT - len(encode(at_qos(envelope, QoS.EXACTLY_ONCE)))
 
     def _publish_retained(
@@ -298,7 +303,7 @@ class Publisher:
         itself before the crash, or a later one another process published meanwhile) stays."""
         if not superseded:
             for envelope, _, _ in files:  # a loop, not any() of a generator: half its cost
-                if envelope.property_value(PUBLISHED_RETAINED) is True:
+                if published_retained(envelope):
                     with self._retained_lock.shared():  # see its comment in __init__
                         return self._send_files(files, retained=True, marked=marked)
         return self._send_files(files, retained=False)
