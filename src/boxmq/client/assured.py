@@ -589,11 +589,9 @@ class AssuredIntake:
     def _marked_since(self, key: tuple[str, str]) -> bool:
         """Whether the marker of `key` is now another intake's, written over this one's by
         a `deliver` of the same message in another process."""
-        try:
-            record = json.loads(read_file(self._marker(*key)).decode())
-        except (OSError, ValueError):  # gone, damaged or unreadable: tells nothing
+        if (found := _marker_record(self._marker(*key))) is None:
             return False
-        writer = record.get("by") if isinstance(record, dict) else None
+        writer = found[0].get("by")
         return isinstance(writer, str) and writer != self._writer
 
     def _claim(self, key: tuple[str, str], file: str) -> None:
@@ -612,16 +610,10 @@ class AssuredIntake:
         not (`_marks`). Not claimed (a disk refusing it), the `deliver` still running takes
         its message for swept away, as it did before."""
         path = self._marker(*key)
-        try:
-            data, written = read_file_status(path)  # its time, as read: kept by the rewrite
-            record = json.loads(data.decode())
-        except (OSError, ValueError):
+        if (found := _marker_record(path)) is None:
             return
-        if (
-            not isinstance(record, dict)
-            or record.get("by") == self._writer
-            or not self._marks(record.get("file"), file)
-        ):
+        record, written = found  # its time, as read: kept by the rewrite
+        if record.get("by") == self._writer or not self._marks(record.get("file"), file):
             return
         record["by"] = self._writer
         temporary = temporary_in(self._markers)
@@ -1160,6 +1152,18 @@ class AssuredIntake:
                 if remember is False:
                     unremembered.add(key)
         return found, unremembered, damaged, files
+
+
+def _marker_record(path: str) -> tuple[dict[str, object], os.stat_result] | None:
+    """The record of the marker at `path` and the status of the file read (`_claim` keeps
+    its time); None if it is gone, unreadable or damaged, or no JSON object: it tells of no
+    writer (`_marked_since`), and is no record to claim."""
+    try:
+        data, status = read_file_status(path)
+        record = json.loads(data.decode())
+    except (OSError, ValueError):
+        return None
+    return (record, status) if isinstance(record, dict) else None
 
 
 def _replaced_topic(envelope: Envelope, superseded: bool) -> str | None:
