@@ -130,9 +130,7 @@ class LiveEffects(HeldLocks):
                 # A reject, or the delivery that reached max deliveries, ends here: counted.
                 count = message.delivery_count + 1
                 dead = dead_name(message.key, why, delivery_count=count)
-                if self._move_lock(held, State.ERROR, dead) is None:
-                    return True
-                log.warning("%s: %s to error/ (%s)", self.name, message.message_id, why)
+                return self._to_error(message.message_id, held, dead, why)
             case Expire():
                 self._known.pop(message.key, None)
                 self._box.move(State.TARGET, message.key, State.EXPIRED)
@@ -200,11 +198,7 @@ class LiveEffects(HeldLocks):
         processing = self._locks.pop(message.message_id)
         if new is None:  # the name cannot carry a delivery count: never loop forever on it
             dead = dead_name(message.key, "metadata-full")
-            if self._move_lock(processing, State.ERROR, dead) is None:
-                return True
-            # Said as an unlock's is: a long name keeps no bx_why, so the log is all there is.
-            log.warning("%s: %s to error/ (metadata-full)", self.name, message.message_id)
-            return False
+            return self._to_error(message.message_id, processing, dead, "metadata-full")
         placed = self._move_lock(processing, _TARGET, new)
         if placed is None:
             return True
@@ -217,6 +211,14 @@ class LiveEffects(HeldLocks):
                 effect.holder,
             )
         self._offer(placed, self._clock.now(), cold=False)
+        return False
+
+    def _to_error(self, message_id: MessageId, processing: str, dead: str, why: str) -> bool:
+        """Move a lock's file to error/ as `dead`, said in the log with `why` (a long name
+        keeps no bx_why, so the log is all there is); True if it was gone (`_apply`)."""
+        if self._move_lock(processing, State.ERROR, dead) is None:
+            return True
+        log.warning("%s: %s to error/ (%s)", self.name, message_id, why)
         return False
 
 
