@@ -8,6 +8,7 @@ of type `Default`: text the user did not type. Values the file leaves out keep t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import errno
 import faulthandler
@@ -17,7 +18,7 @@ import re
 import signal
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -340,24 +341,30 @@ def _bind_listeners(
 
     from boxmq.mqtt.server import bind_listeners
 
-    try:
+    with _listener_refused(args, config, mqtt):
         return asyncio.run(bind_listeners(mqtt.listeners))
+
+
+@contextlib.contextmanager
+def _listener_refused(
+    args: argparse.Namespace, config: ServeConfig, mqtt: MqttSettings | None
+) -> Iterator[None]:
+    """An address a listener cannot have, refused in the block (at the bind, or in the run),
+    as InvalidArgument: the same line `main` prints, with the setting the listener came
+    from. Any other OSError goes on as it is."""
+    try:
+        yield
     except OSError as error:
         if not cli_errors.is_listener_error(error):
             raise
-        raise _listener_refusal(error, args, config, mqtt) from None
-
-
-def _listener_refusal(
-    error: OSError, args: argparse.Namespace, config: ServeConfig, mqtt: MqttSettings | None
-) -> InvalidArgument:
-    """The same line `main` prints, with the setting the listener came from."""
-    problem = error.strerror or ""
-    setting = listener_setting(args, config, problem)
-    own = "" if mqtt is None else own_listeners_in_use(mqtt.listeners, problem)
-    if error.errno == errno.EADDRINUSE and own:
-        return InvalidArgument(f"{problem}{own}")
-    return InvalidArgument(cli_errors.os_error(error, str(config.data), listener=setting))
+        problem = error.strerror or ""
+        setting = listener_setting(args, config, problem)
+        own = "" if mqtt is None else own_listeners_in_use(mqtt.listeners, problem)
+        if error.errno == errno.EADDRINUSE and own:
+            raise InvalidArgument(f"{problem}{own}") from None
+        raise InvalidArgument(
+            cli_errors.os_error(error, str(config.data), listener=setting)
+        ) from None
 
 
 def _serve_root(
@@ -388,9 +395,5 @@ def _serve_root(
         serving = runtime.serve(
             box, sweep_interval=config.sweep_interval, mqtt=mqtt, mqtt_sockets=sockets, xmpp=xmpp
         )
-        try:
+        with _listener_refused(args, config, mqtt):  # the listeners listen already
             runtime.run(serving)
-        except OSError as error:  # an address refused in the run (the listeners listen already)
-            if not cli_errors.is_listener_error(error):
-                raise
-            raise _listener_refusal(error, args, config, mqtt) from None
