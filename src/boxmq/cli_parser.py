@@ -261,20 +261,11 @@ def _put_arguments(p: argparse.ArgumentParser) -> None:
 
     p.set_defaults(command=cli_message.put, creates_root=True)
     p.add_argument("queue")
-    p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
-    p.add_argument("--file", help="read the body from this file")
+    _body_arguments(p)
     p.add_argument(
         "--priority", type=types.priority, default=4, help="default 4; higher goes first"
     )
-    p.add_argument(
-        "--property",
-        "-p",
-        action="append",
-        type=types.named_property,
-        default=[],
-        metavar="NAME[:TYPE]=VALUE",
-    )
-    p.add_argument("--expires-in", type=types.positive_duration, metavar="DURATION")
+    _property_arguments(p)
     p.add_argument("--correlation-id")
     p.add_argument("--reply-to", type=types.reply_to, help="a queue or topic to answer on")
     p.add_argument("--type")
@@ -285,10 +276,26 @@ def _publish_arguments(p: argparse.ArgumentParser) -> None:
 
     p.set_defaults(command=cli_message.publish, creates_root=True)
     p.add_argument("topic")
-    p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
-    p.add_argument("--file", help="read the body from this file")
+    _body_arguments(p)
     p.add_argument("--qos", type=types.integer, default=1, choices=[0, 1, 2], help="default 1")
     p.add_argument("--retain", action="store_true", help="keep it as the topic's last value")
+    _property_arguments(p)
+    p.add_argument(
+        "--correlation-id", help="MQTT v5 subscribers get it as Correlation Data (UTF-8)"
+    )
+    p.add_argument(
+        "--reply-to", type=types.reply_to, help="MQTT v5 subscribers get it as Response Topic"
+    )
+
+
+def _body_arguments(p: argparse.ArgumentParser) -> None:
+    """put's and publish's BODY, or --file (cli.main refuses both)."""
+    p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
+    p.add_argument("--file", help="read the body from this file")
+
+
+def _property_arguments(p: argparse.ArgumentParser) -> None:
+    """put's and publish's -p options and --expires-in, read alike."""
     p.add_argument(
         "--property",
         "-p",
@@ -298,12 +305,6 @@ def _publish_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NAME[:TYPE]=VALUE",
     )
     p.add_argument("--expires-in", type=types.positive_duration, metavar="DURATION")
-    p.add_argument(
-        "--correlation-id", help="MQTT v5 subscribers get it as Correlation Data (UTF-8)"
-    )
-    p.add_argument(
-        "--reply-to", type=types.reply_to, help="MQTT v5 subscribers get it as Response Topic"
-    )
 
 
 def _subscribe_arguments(p: argparse.ArgumentParser) -> None:
