@@ -47,11 +47,17 @@ def command_line(args: argparse.Namespace, command: str, *options: str) -> str:
 
 def dropbox(args: argparse.Namespace, box: Box) -> Queue:
     """The queue, share group or durable subscription `args` names (`is_subscription`)."""
+    return found(args, box)[0]
+
+
+def found(args: argparse.Namespace, box: Box) -> tuple[Queue, bool]:
+    """`dropbox`, and whether it is a subscription (`is_subscription`), asked once: for a
+    $share/ name that lists every queue of the root."""
     name, subscriber = args.queue, args.subscriber
     if is_subscription(args, box):
-        return box.subscription(name, subscriber)
+        return box.subscription(name, subscriber), True
     try:
-        return box.queue(name, create=False)
+        return box.queue(name, create=False), False
     except QueueNotFound as error:
         subscribers = [i.subscriber for i in box.topics.subscriptions() if i.filter == name]
         if not subscribers:

@@ -92,8 +92,8 @@ def publish(args: argparse.Namespace, box: Box) -> int:
 
 
 def get(args: argparse.Namespace, box: Box) -> int:
-    queue = cli_dropbox.dropbox(args, box)
-    if cli_dropbox.is_subscription(args, box):
+    queue, subscription = cli_dropbox.found(args, box)
+    if subscription:
         from boxmq import cli_settle  # here: a queue's get loads no MQTT module
 
         cli_settle.check_may_get(args, box)
@@ -158,8 +158,8 @@ def _message_record(message: Message, subscriber: str | None) -> dict[str, Any]:
 
 def settle(verb: str) -> Callable[[argparse.Namespace, Box], int]:
     def run(args: argparse.Namespace, box: Box) -> int:
-        queue = cli_dropbox.dropbox(args, box)
-        if cli_dropbox.is_subscription(args, box):
+        queue, subscription = cli_dropbox.found(args, box)
+        if subscription:
             from boxmq import cli_settle  # here: a queue's ack loads no MQTT module
 
             cli_settle.check_no_live_holder(args, box, queue)
