@@ -56,43 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.usage_error(f"unrecognized arguments: {' '.join(unknown)}")
     if empty := _empty_path(args):
         args.usage_error(empty)
-    if args.name in ("put", "publish"):
-        if args.file is not None and args.body is not None:
-            # A usage error (exit 2), as --mqtt with --no-mqtt, said before put makes the root.
-            args.usage_error("give the body either as BODY or with --file, not both")
-        if twice := _given_twice(args.property):
-            args.usage_error(f"property {twice!r} is given twice: give each name once")
-        for name, _ in args.property:
-            if (known := _near_miss(name)) is not None:
-                print(output.said(_looks_like(args, name, known)), file=sys.stderr)
-    if args.name == "session":
-        if (args.action == "end") != (args.client_id is not None):
-            # Said before the root is opened: `session end` on a mistyped --data told of the
-            # root (exit 1), not of the missing CLIENT_ID.
-            args.usage_error("`session end` takes a CLIENT_ID, `session ls` none")
-        if args.force and args.action == "ls":
-            args.usage_error("--force goes with `session end`")
-    if args.name == "serve":
-        # A usage error (exit 2, with serve's usage), said before the config is read and
-        # the root recovered: not an error of the run (exit 1) after both.
-        from boxmq.xmpp.settings import (  # serve's: 1.3 % of a put
-            component_refusal,
-            without_component,
-        )
-
-        if args.json:  # taken before, and it changed nothing: its log lines are for people
-            args.usage_error(
-                "--json: serve prints no output, only its log on stderr, as text; leave --json out"
-            )
-        flags = (args.xmpp_server, args.xmpp_secret, args.xmpp_secret_file)
-        if args.xmpp_component is None and (
-            missing := without_component(
-                *flags, args.xmpp_lock_timeout, args.xmpp_stanza_size_limit
-            )
-        ):
-            args.usage_error(missing)
-        if args.xmpp_component is not None and (refused := component_refusal(args.xmpp_component)):
-            args.usage_error(refused)  # it was an error of the run (exit 1), after the config
+    if (check := _USAGE_CHECKS.get(args.name)) is not None:
+        check(args)  # a usage error exits (2) here, before anything is opened
     log = logging.StreamHandler(sys.stderr)
     log.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[log])
@@ -135,6 +100,54 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _check_message(args: argparse.Namespace) -> None:
+    """put's and publish's usage errors, and the warning of a `-p mqtt.*` name mistyped."""
+    if args.file is not None and args.body is not None:
+        # A usage error (exit 2), as --mqtt with --no-mqtt, said before put makes the root.
+        args.usage_error("give the body either as BODY or with --file, not both")
+    if twice := _given_twice(args.property):
+        args.usage_error(f"property {twice!r} is given twice: give each name once")
+    for name, _ in args.property:
+        if (known := _near_miss(name)) is not None:
+            print(output.said(_looks_like(args, name, known)), file=sys.stderr)
+
+
+def _check_session(args: argparse.Namespace) -> None:
+    if (args.action == "end") != (args.client_id is not None):
+        # Said before the root is opened: `session end` on a mistyped --data told of the
+        # root (exit 1), not of the missing CLIENT_ID.
+        args.usage_error("`session end` takes a CLIENT_ID, `session ls` none")
+    if args.force and args.action == "ls":
+        args.usage_error("--force goes with `session end`")
+
+
+def _check_serve(args: argparse.Namespace) -> None:
+    """A usage error (exit 2, with serve's usage), said before the config is read and the
+    root recovered: not an error of the run (exit 1) after both."""
+    from boxmq.xmpp.settings import component_refusal, without_component  # 1.3 % of a put
+
+    if args.json:  # taken before, and it changed nothing: its log lines are for people
+        args.usage_error(
+            "--json: serve prints no output, only its log on stderr, as text; leave --json out"
+        )
+    flags = (args.xmpp_server, args.xmpp_secret, args.xmpp_secret_file)
+    if args.xmpp_component is None and (
+        missing := without_component(*flags, args.xmpp_lock_timeout, args.xmpp_stanza_size_limit)
+    ):
+        args.usage_error(missing)
+    if args.xmpp_component is not None and (refused := component_refusal(args.xmpp_component)):
+        args.usage_error(refused)  # it was an error of the run (exit 1), after the config
+
+
+# Each command's checks of its arguments that argparse cannot make, before it runs.
+_USAGE_CHECKS: dict[str, Callable[[argparse.Namespace], None]] = {
+    "put": _check_message,
+    "publish": _check_message,
+    "session": _check_session,
+    "serve": _check_serve,
+}
 
 
 def _empty_path(args: argparse.Namespace) -> str:
