@@ -79,13 +79,14 @@ def _component_rule(component: object) -> str | None:
         return f"{component!r}: give a bare domain"
     if utf8_size(component) is None:  # a byte of the argument that is not UTF-8
         return f"{component!r}: not valid Unicode: give a bare domain"
-    if (invalid := _not_a_jid(component)) is not None:  # 'a b'
+    domain, invalid = _jid_domain(component)
+    if invalid is not None:  # 'a b'
         return (
             f"{component!r}: not a domain name ({invalid}): "
             "give a bare domain, such as queues.example.org"
         )
     try:  # its records' folder (records.py), else refused at start as a "destination name"
-        escape_segment(component_domain(component))
+        escape_segment(domain)
     except InvalidName:
         return f"{component!r}: too long: its folder under the root passes {NAME_LIMIT} bytes"
     return None
@@ -173,29 +174,22 @@ def component_domain(component: str) -> str:
     `queue.example.` and `queue.example` are one domain), as slixmpp sends it in the
     handshake: the component's name on disk (records.py). `component` itself where slixmpp
     is missing or takes it for no JID (the door then refuses to start)."""
+    return _jid_domain(component)[0]
+
+
+def _jid_domain(component: str) -> tuple[str, str | None]:
+    """`component_domain`, and why slixmpp takes `component` for no JID, else None: checked
+    with the settings, not where the component is made, so that the error names the setting
+    as the caller wrote it. None without slixmpp: the door then refuses to start, naming the
+    extra it needs."""
     try:
         from slixmpp.jid import JID, InvalidJID
     except ImportError:
-        return component
+        return component, None
     try:
-        return str(JID(component).domain)
-    except InvalidJID:
-        return component
-
-
-def _not_a_jid(domain: str) -> str | None:
-    """Why slixmpp takes `domain` for no JID, else None. Checked here, not where the
-    component is made, so that the error names the setting as the caller wrote it. None
-    without slixmpp: the door then refuses to start, naming the extra it needs."""
-    try:
-        from slixmpp.jid import JID, InvalidJID
-    except ImportError:
-        return None
-    try:
-        JID(domain)
+        return str(JID(component).domain), None
     except InvalidJID as error:
-        return str(error)
-    return None
+        return component, str(error)
 
 
 SECRET_ENV = "BOXMQ_XMPP_SECRET"
