@@ -200,9 +200,7 @@ class SubscriberRecords:
 
     def add(self, jid: str, node: str) -> None:
         try:
-            if not self._made:
-                make_folders(self._folder, flush=self._flush, within=self._root)
-                self._made = True
+            self._make_folder()
             text = json.dumps({"jid": jid, "node": node})
             replace_file(self._path(jid, node), text, flush=self._flush)
         except OSError as error:
@@ -266,10 +264,17 @@ class SubscriberRecords:
             return
         for entry in entries:
             try:
-                make_folders(self._folder, flush=self._flush, within=self._root)
+                self._make_folder()
                 os.rename(entry.path, os.path.join(self._folder, entry.name))
             except OSError as error:
                 log.warning("%s: not moved (%s): its subscriber is not told", entry.path, error)
+
+    def _make_folder(self) -> None:
+        """The records' folder, made if need be, and looked for once it was there (OSError if
+        it cannot be made: the next call tries again)."""
+        if not self._made:
+            make_folders(self._folder, flush=self._flush, within=self._root)
+            self._made = True
 
     def _path(self, jid: str, node: str) -> str:
         return os.path.join(self._folder, _file_name(jid, node))
