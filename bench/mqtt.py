@@ -57,6 +57,7 @@ from processes import (
     mosquitto_command,
     running,
     start_logged,
+    stop,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -286,32 +287,25 @@ def run_case(
         ]
         cpu_before, (busy_before, total_before) = cpu_seconds(pid), _machine_busy_ticks()
         start = time.monotonic()
-        stop = start + budget
+        until = start + budget
         for lines in runs:
-            if not _publish_lines(port, topic, case.qos, lines, stop - time.monotonic(), window):
+            if not _publish_lines(port, topic, case.qos, lines, until - time.monotonic(), window):
                 break
         while not counter.finished.wait(0.2):
             now = time.monotonic()
-            if now - counter.last > STALL or now > stop:
+            if now - counter.last > STALL or now > until:
                 break
-        end = counter.done_at or min(time.monotonic(), stop)
+        end = counter.done_at or min(time.monotonic(), until)
         cpu = cpu_seconds(pid) - cpu_before
         busy_after, total_after = _machine_busy_ticks()
         cores = os.cpu_count() or 1
         busy = cores * (busy_after - busy_before) / max(1, total_after - total_before)
         note = ""
         if counter.count < case.messages:
-            note = "TIMEOUT" if time.monotonic() >= stop else "INCOMPLETE"
+            note = "TIMEOUT" if time.monotonic() >= until else "INCOMPLETE"
         return Result(case, broker.name, counter.count, end - start, cpu, busy, note)
     finally:
-        for subscriber in subscribers:
-            subscriber.terminate()
-        for subscriber in subscribers:
-            try:
-                subscriber.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                subscriber.kill()  # mosquitto_sub can hang in its signal handler (pitfall 3)
-                subscriber.wait()
+        stop(*subscribers, seconds=10)  # mosquitto_sub can hang in its signal handler (pitfall 3)
 
 
 def _publish_retained(port: int, topic: str, payload: bytes | None) -> None:

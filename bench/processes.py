@@ -216,11 +216,14 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def stop(process: subprocess.Popen[bytes], seconds: float = 20) -> None:
-    """SIGTERM (a broker's graceful stop), then SIGKILL if it is not over within `seconds`."""
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+def stop(*processes: subprocess.Popen[bytes], seconds: float = 20) -> None:
+    """SIGTERM (a broker's graceful stop) to each of `processes` at once, then SIGKILL to one
+    not over within `seconds` of its turn to be waited for."""
+    for process in processes:
+        process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

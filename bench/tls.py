@@ -273,7 +273,7 @@ def run_qos1(
         end = last[0] if done.is_set() else min(time.monotonic(), until)
         return Rate(name, listener, counted[0], messages, end - start, cpu_seconds(pid) - cpu)
     finally:
-        stop(subscriber, 10)
+        stop(subscriber, seconds=10)
 
 
 # -- the run --------------------------------------------------------------------------------------
