@@ -152,10 +152,7 @@ def test_the_sweep_keeps_a_tombstone_while_a_marker_that_tells_nothing_is_older(
         box.intake.expire()  # read: renamed as the key it holds names it
         box.publish("t", b"", retain=True)
         [tombstone] = _folder(tmp_path).iterdir()
-        [marker] = (tmp_path / ".exactly-once").iterdir()
-        written = time.time() - 600
-        os.utime(tombstone, (written, written))
-        os.utime(marker, (written - 1, written - 1))
+        marker = _ten_minutes_old(tmp_path)
         box.sweep()
         assert tombstone.exists()
         os.utime(marker)  # written now: after the tombstone
@@ -184,11 +181,7 @@ def test_a_marker_of_a_message_sent_or_to_a_queue_keeps_no_tombstone(
             assert box.intake.assured_one(sent, reserved=True)
         assert box.deliver(*(("door", "1") if to == "queue" else ("mqtt:here", "1")))
         box.publish("t", b"", retain=True)
-        [marker] = (tmp_path / ".exactly-once").iterdir()
-        written = time.time() - 600
-        os.utime(marker, (written - 1, written - 1))
-        for tombstone in _folder(tmp_path).iterdir():
-            os.utime(tombstone, (written, written))
+        marker = _ten_minutes_old(tmp_path)
         box.sweep()
         assert marker.exists()  # remembered for done_ttl
         assert [path.name for path in _folder(tmp_path).iterdir()] == (
@@ -254,6 +247,12 @@ def _a_pubrel_cut_short(tmp_path: Path, clock: ManualClock, box: boxmq.Box) -> P
             dying.intake.deliver_many([("mqtt:gone", "1")], remember=False)
     box.publish("mine", b"", retain=True)
     box.publish("other", b"", retain=True)
+    return _ten_minutes_old(tmp_path)
+
+
+def _ten_minutes_old(tmp_path: Path) -> Path:
+    """The root's one exactly-once marker, aged to a second before its tombstones, each
+    aged to ten minutes: past the sweep's five minutes, the marker older than every one."""
     [marker] = (tmp_path / ".exactly-once").iterdir()
     written = time.time() - 600
     os.utime(marker, (written - 1, written - 1))
