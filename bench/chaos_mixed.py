@@ -462,10 +462,11 @@ def check(r: Run, stuck: list[str]) -> int:
     events.sort()
     acked: dict[str, str] = {}
     holder: dict[str, str] = {}
-    deliveries: collections.Counter[str] = collections.Counter()
-    for _t, kind, mid, who in events:
+    # Each message's deliveries, in time order (events is sorted).
+    delivered_at: collections.defaultdict[str, list[int]] = collections.defaultdict(list)
+    for t, kind, mid, who in events:
         if kind == "R":
-            deliveries[mid] += 1
+            delivered_at[mid].append(t)
             holder[mid] = who
             if mid in acked:
                 problems.append(f"{mid} delivered to {who} after its ack by {acked[mid]}")
@@ -494,16 +495,12 @@ def check(r: Run, stuck: list[str]) -> int:
             f"{len(lost_assured)} assured and delivered, never acked: {lost_assured[:5]}"
         )
     # Left locked: delivered again (after LOCK, or sooner when serve was killed meanwhile).
-    # Each message's deliveries, in time order (events is sorted): the next after a time is
-    # a bisect, where a scan of every event for each one left locked grew as their product.
-    delivered_at: collections.defaultdict[str, list[int]] = collections.defaultdict(list)
-    for t, kind, mid, _who in events:
-        if kind == "R":
-            delivered_at[mid].append(t)
+    # The next delivery after a time is a bisect of the message's, where a scan of every
+    # event for each one left locked grew as their product.
     again: list[float] = []
     for t, kind, mid, _who in events:
         if kind == "L":
-            times = delivered_at[mid]
+            times = delivered_at.get(mid, [])
             later = bisect.bisect_right(times, t)
             if later == len(times):
                 problems.append(f"{mid}, left locked, never delivered again")
@@ -547,8 +544,9 @@ def check(r: Run, stuck: list[str]) -> int:
     doors = collections.Counter(tag.split(".")[0] for tag in stored.values())
     print(
         f"queue: {len(stored)} stored {dict(doors)} + {len(assured)} assured, {len(acked)} acked, "
-        f"{sum(deliveries.values())} deliveries, {sum(1 for n in deliveries.values() if n > 1)} "
-        f"delivered more than once; {len(again)} left locked, again after "
+        f"{sum(map(len, delivered_at.values()))} deliveries, "
+        f"{sum(1 for times in delivered_at.values() if len(times) > 1)} delivered more than "
+        f"once; {len(again)} left locked, again after "
         f"{min(again, default=0):.1f}-{max(again, default=0):.1f} s",
         flush=True,
     )
