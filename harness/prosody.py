@@ -116,10 +116,10 @@ def run_prosody(
             capture_output=True,
             timeout=30,
         )
-    console = (folder / "console.log").open("w")
-    process = subprocess.Popen(
-        ["prosody", "-F", "--config", str(config)], env=env, stdout=console, stderr=console
-    )
+    with (folder / "console.log").open("w") as console:  # the process keeps its own copy
+        process = subprocess.Popen(
+            ["prosody", "-F", "--config", str(config)], env=env, stdout=console, stderr=console
+        )
     server.pid = process.pid
     try:
         deadline = time.monotonic() + 15
@@ -137,7 +137,6 @@ def run_prosody(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(5)
-        console.close()
 
 
 PS = ns.PUBSUB
