@@ -8,7 +8,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -124,7 +123,7 @@ def serve_process(
     open_files: tuple[int, int] | None = None,
     program: tuple[str, ...] = ("-m", "boxmq.cli"),
 ) -> subprocess.Popen[bytes]:
-    """`boxmq serve` on `root`, its MQTT door on `port`, once it listens (log: ../serve.log).
+    """`boxmq serve` on `root`, its MQTT door on `port`, once it is ready (log: ../serve.log).
     Its start is waited for as long as a loaded machine takes (START: the interpreter, the
     imports, the root's recovery), unless the process ends first; started again, a second
     apart, if it ended because the port was in use (IN_USE_TRIES in all), as a restart after
@@ -144,15 +143,15 @@ def serve_process(
             process = subprocess.Popen(command, stderr=log)
         deadline = time.monotonic() + START
         while process.poll() is None and time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            # It listens as soon as it is bound, before the root's recovery (clients wait in
+            # the backlog): served is when it says it is ready, the sessions on disk counted.
+            if _ready(log_path, said_from):
                 return process
-            except OSError:
-                time.sleep(0.1)
+            time.sleep(0.05)
         if process.poll() is None:
             process.kill()
             process.wait()
-            raise AssertionError(f"boxmq serve did not listen within {START:.0f} s")
+            raise AssertionError(f"boxmq serve was not ready within {START:.0f} s")
         with open(log_path, "rb") as log:
             log.seek(said_from)
             said = log.read().decode(errors="replace")
@@ -164,6 +163,14 @@ def serve_process(
         f"boxmq serve exited ({process.returncode}) before it listened, "
         f"start {attempt} of {IN_USE_TRIES}: {last}"
     )
+
+
+def _ready(log_path: Path, said_from: int) -> bool:
+    """Whether the server started at `said_from` of its log has said it is ready (runtime.py:
+    after its recovery and its doors' start)."""
+    with open(log_path, "rb") as log:
+        log.seek(said_from)
+        return b" ready; sweeping every " in log.read()
 
 
 def recorded_away(root: Path, client_id: str) -> None:
