@@ -25,7 +25,6 @@ which retained file was in place (a later one stays).
 from __future__ import annotations
 
 import contextlib
-import heapq
 import json
 import logging
 import os
@@ -37,8 +36,9 @@ from typing import NamedTuple
 
 from boxmq.client import mqtt_fields
 from boxmq.client.body import body_bytes
-from boxmq.client.copies import at_qos, published_retained
+from boxmq.client.copies import at_qos, replaced_topic
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
+from boxmq.client.marker_sweep import MarkerSweep
 from boxmq.client.spill import spilled
 from boxmq.clock import Clock
 from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits, QoS
@@ -70,14 +70,7 @@ from boxmq.model import (
 from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.fanout import finish_pending
-from boxmq.store.layout import (
-    FolderSeen,
-    State,
-    dropbox_folders,
-    folder_seen,
-    queue_path,
-    settled_seen,
-)
+from boxmq.store.layout import State, dropbox_folders, queue_path
 from boxmq.store.names import check_priority, decode_lenient, encode
 from boxmq.store.records import read_file, read_file_status, write_file
 from boxmq.store.retained import Marked, Version
@@ -181,26 +174,14 @@ class AssuredIntake:
         self._writer = os.urandom(8).hex()
         self._lock = threading.Lock()
         self._restored = False
-        self._oldest_marker: float | None = None
-        # What `_forget_markers` knows of `.exactly-once/`, so that a sweep looks at what
-        # changed or is due, not at every marker (it stat'ed each one every second): the
-        # st_mtime each marker had when first listed, until done_ttl is past for it (a heap of
-        # them, an entry stale once its name's time differs); those past it whose message
-        # still waits; and the folder as it was at the last listing, if it had settled then
-        # (a folder whose mtime is the same was not changed since: not on a polled root,
-        # where NFS may cache it). A marker is only ever renamed into place, which changes
-        # the folder; one touched by hand is seen when due, or when it is the oldest.
-        self._polling = polling
-        self._marker_times: dict[str, float] = {}
-        self._marker_heap: list[tuple[float, str]] = []
-        self._stuck: dict[str, float] = {}
-        self._markers_seen: FolderSeen | None = None
-        self._pinned: dict[str, float] = {}
-        # The markers not past done_ttl that `tombstones_kept` found will never have a
-        # restart replace a retained message (their file left working/, or their message
-        # replaces none), each with its inode and st_mtime_ns then: not read again while
-        # they stay (a marker written again under its name, a later message's, is).
-        self._replace_none: dict[str, tuple[int, int]] = {}
+        # The markers' sweep past done_ttl, and what they tell of retained tombstones.
+        self._sweep = MarkerSweep(
+            self._markers,
+            clock,
+            polling=polling,
+            waits=self._waits,
+            waiting=self._waiting_by_marker,
+        )
 
     @property
     def limits(self) -> ExactlyOnceLimits:
@@ -527,7 +508,7 @@ class AssuredIntake:
     ) -> tuple[list[OSError | None], set[tuple[str, str]]]:
         """Write and flush the "delivered" marker of each key, its message's file named in
         it (relative to the root: while that file waits in working/, the marker stays,
-        `_forget_markers`): each one's error, if any, and the keys whose marker another
+        `MarkerSweep.forget`): each one's error, if any, and the keys whose marker another
         process had written first (overwritten by this one's). remember=False is written in
         it: a restart finishes that deliver and forgets the id, as the deliver would have once
         its messages were sent (`_restore`). So is, for a retained message, the version of its
@@ -551,7 +532,7 @@ class AssuredIntake:
                 # The topic whose retained message it replaces at its `deliver`, if any.
                 topic = None
                 if pending.queue is None:
-                    topic = _replaced_topic(pending.envelope, False)
+                    topic = replaced_topic(pending.envelope, False)
                 if topic is not None and superseded:
                     record["superseded"] = True
                 elif topic is not None and self._retained_version is not None:
@@ -783,7 +764,7 @@ class AssuredIntake:
                 if pending is not None:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(pending.path)
-            self._forget_markers()
+            self._sweep.forget(self._books.limits.done_ttl)
             return count
 
     def _finish_marked(self, key: tuple[str, str], pending: _Pending) -> bool:
@@ -809,7 +790,7 @@ class AssuredIntake:
         """The st_mtime of the oldest "delivered" marker (or one being written) the last
         `expire` left that is not yet past done_ttl; None if none, or before the first
         `expire`."""
-        return self._oldest_marker
+        return self._sweep.oldest_marker
 
     def tombstones_kept(self) -> tuple[float | None, dict[str, float]]:
         """What keeps a retained delete's tombstone (RetainedStore.remove_if), as the last
@@ -826,31 +807,9 @@ class AssuredIntake:
         message was cleared meanwhile. A call (once a minute, `Box.sweep`) stats each
         marker, and reads those it has not read as they are, and those whose file waits (a
         `deliver` sends it at once)."""
-        untold: float | None = None
-        pinned = dict(self._pinned)
-        none: dict[str, tuple[int, int]] = {}
         with self._lock:
-            names = list(self._marker_times)
-        for name in names:
-            path = os.path.join(self._markers, name)
-            try:
-                status = os.stat(path)
-            except FileNotFoundError:
-                continue
-            seen = status.st_ino, status.st_mtime_ns
-            if self._replace_none.get(name) == seen:
-                none[name] = seen
-                continue
-            waits, topic = self._waits(path)
-            written = status.st_mtime
-            if waits is None:
-                untold = written if untold is None else min(untold, written)
-            elif waits and topic is not None:
-                pinned[topic] = min(written, pinned.get(topic, written))
-            else:  # (one written again between the stat and the read: read again next time)
-                none[name] = seen
-        self._replace_none = none
-        return untold, pinned
+            names = self._sweep.listed()
+        return self._sweep.tombstones_kept(names)
 
     @property
     def pinned(self) -> Mapping[str, float]:
@@ -859,101 +818,12 @@ class AssuredIntake:
         with the st_mtime of its oldest such marker, as the last `expire` found them. Such a
         marker keeps its topic's tombstone alone: one session whose PUBREL was cut short,
         its process killed, and that never came back kept every tombstone of the root."""
-        return self._pinned
+        return self._sweep.pinned
 
-    def _forget_markers(self) -> None:
-        """Delete the markers past done_ttl, but not one whose message still waits in
-        working/: a process killed between the marker and the send (another than this one,
-        whose books were read before) left it, and only the marker tells its restart that
-        the `deliver` came. Deleted, the message passed for one whose `deliver` never came:
-        sent only if its sender sent its `deliver` again before pending_ttl from its
-        `assured`, else dropped, though its sender was done with it. Costs what changed
-        (a listing when the folder did, a stat of each marker new in it) and what is due."""
-        limit = self._clock.now() - self._books.limits.done_ttl
-        self._list_markers()
-        times, heap = self._marker_times, self._marker_heap
-        due = list(self._stuck)
-        while heap and heap[0][0] < limit:
-            written, name = heapq.heappop(heap)
-            if times.get(name) == written:
-                del times[name]
-                due.append(name)
-        stuck: dict[str, float] = {}
-        pinned: dict[str, float] = {}
-        scanned: dict[str, Envelope] | None = None  # what waits, by marker name, if listed
-        for name in due:
-            path = os.path.join(self._markers, name)
-            try:
-                written = os.stat(path).st_mtime
-            except FileNotFoundError:
-                continue
-            if written >= limit:  # written again since it was listed
-                self._note_marker(name, written)
-                continue
-            waits, topic = self._waits(path)
-            if waits is None:
-                # A marker that names no file (a boxmq before 2026-11-30's, or damaged):
-                # one scan of working/ for them all, after the listing (a message that
-                # leaves it meanwhile was sent, and its marker may go).
-                if scanned is None:
-                    scanned = {marker_name(*key): env for _, _, env, key in self._waiting()}
-                envelope = scanned.get(name)
-                waits = envelope is not None
-                topic = None if envelope is None else _replaced_topic(envelope, False)
-            if waits:
-                stuck[name] = written
-                if topic is not None:
-                    pinned[topic] = min(written, pinned.get(topic, written))
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        self._stuck, self._pinned = stuck, pinned
-        self._oldest_marker = self._oldest_listed()
-
-    def _list_markers(self) -> None:
-        """Learn the markers new in the folder since the last listing (one stat each), and
-        forget those gone; nothing if the folder is as it was then, settled."""
-        if self._markers_seen is not None and folder_seen(self._markers) == self._markers_seen:
-            return
-        seen = None if self._polling else settled_seen(self._markers)  # before the listing
-        times, stuck = self._marker_times, self._stuck
-        names: set[str] = set()
-        with contextlib.suppress(FileNotFoundError), os.scandir(self._markers) as entries:
-            for entry in entries:
-                names.add(entry.name)
-                if entry.name not in times and entry.name not in stuck:
-                    with contextlib.suppress(FileNotFoundError):
-                        self._note_marker(entry.name, entry.stat().st_mtime)
-        for name in times.keys() - names:
-            del times[name]
-        for name in stuck.keys() - names:
-            del stuck[name]
-        self._markers_seen = seen
-
-    def _note_marker(self, name: str, written: float) -> None:
-        self._marker_times[name] = written
-        heapq.heappush(self._marker_heap, (written, name))
-
-    def _oldest_listed(self) -> float | None:
-        """The st_mtime of the oldest marker not past done_ttl, looked at again (a marker
-        touched by hand since it was listed takes its place by its new time)."""
-        times, heap = self._marker_times, self._marker_heap
-        while heap:
-            written, name = heap[0]
-            if times.get(name) != written:
-                heapq.heappop(heap)
-                continue
-            try:
-                now = os.stat(os.path.join(self._markers, name)).st_mtime
-            except FileNotFoundError:
-                heapq.heappop(heap)
-                del times[name]
-                continue
-            if now == written:
-                return written
-            heapq.heappop(heap)
-            self._note_marker(name, now)
-        return None
+    def _waiting_by_marker(self) -> dict[str, Envelope]:
+        """The envelope of each exactly-once message in working/, by its marker's name: for
+        the sweep's markers that name no file."""
+        return {marker_name(*key): envelope for _, _, envelope, key in self._waiting()}
 
     def _waits(self, marker: str) -> tuple[bool | None, str | None]:
         """Whether the message file `marker` names still waits in working/ (None if it names
@@ -971,7 +841,7 @@ class AssuredIntake:
             return False, None
         envelope, reason = decode_lenient(os.path.basename(file))
         superseded = record.get("superseded") is True
-        return True, None if reason is not None else _replaced_topic(envelope, superseded)
+        return True, None if reason is not None else replaced_topic(envelope, superseded)
 
     # -- restart ---------------------------------------------------------------------------------
 
@@ -1164,14 +1034,6 @@ def _marker_record(path: str) -> tuple[dict[str, object], os.stat_result] | None
     except (OSError, ValueError):
         return None
     return (record, status) if isinstance(record, dict) else None
-
-
-def _replaced_topic(envelope: Envelope, superseded: bool) -> str | None:
-    """The topic whose retained message a restart that finishes the `deliver` of the message
-    named `envelope` replaces (`Topics.send_files`): None if none."""
-    if superseded or not published_retained(envelope):
-        return None
-    return envelope.topic
 
 
 def _as_marked(record: Mapping[str, object], at: float) -> Marked:

@@ -21,6 +21,7 @@ __all__ = [
     "copy_names",
     "published_retained",
     "qos_level",
+    "replaced_topic",
     "retained_envelope",
 ]
 
@@ -68,6 +69,14 @@ def published_retained(envelope: Envelope) -> bool:
     """Whether a message was published retained (an exactly-once file keeps the flag in
     its name from its PUBLISH to its PUBREL)."""
     return envelope.property_value(PUBLISHED_RETAINED) is True
+
+
+def replaced_topic(envelope: Envelope, superseded: bool) -> str | None:
+    """The topic whose retained message a restart that finishes the exactly-once `deliver`
+    of the message named `envelope` replaces (`Topics.send_files`): None if none."""
+    if superseded or not published_retained(envelope):
+        return None
+    return envelope.topic
 
 
 def as_published_retained(envelope: Envelope) -> Envelope:
