@@ -19,7 +19,6 @@ import pytest
 from tests.crashes import Killed, kill_at, take_everything
 
 import boxmq
-from boxmq.client import assured
 from boxmq.client.assured import AssuredMessage
 from boxmq.clock import ManualClock
 from boxmq.core import ExactlyOnceLimits
@@ -559,7 +558,7 @@ def test_deliver_many_tells_a_repeat_of_a_message_it_failed_to_deliver_the_failu
     assert box.assured("door", "1", b"+1", queue="counts")
     with monkeypatch.context() as failing:
         failing.setattr(
-            "boxmq.client.assured.temporary_in", lambda folder: os.path.join(folder, "no", "tmp")
+            "boxmq.client.markers.temporary_in", lambda folder: os.path.join(folder, "no", "tmp")
         )
         outcomes = box.intake.deliver_many(
             [("door", "1"), ("door", "1")], remember=False, must_exist=True
@@ -1118,13 +1117,13 @@ def test_a_marker_deleted_while_it_is_read_answers_no_deliver_as_done(
             assert box.assured("s", "1", b"x", queue="counts")
             assert box.deliver("s", "1")
         [marker] = (root / ".exactly-once").glob("[!.]*")
-        waits = other.intake._waits
+        waits = other.intake._markers.waits
 
         def unmarked_meanwhile(path: str) -> tuple[bool | None, str | None]:
             marker.unlink(missing_ok=True)
             return waits(path)
 
-        monkeypatch.setattr(other.intake, "_waits", unmarked_meanwhile)
+        monkeypatch.setattr(other.intake._markers, "waits", unmarked_meanwhile)
         with pytest.raises(ItemNotFound):
             other.deliver("s", "1", must_exist=True)
 
@@ -1165,7 +1164,7 @@ def _refused_folder(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _refused_marker(monkeypatch: pytest.MonkeyPatch) -> None:
     """The marker's write refused, as a full disk refuses a write (an error naming no file)."""
-    monkeypatch.setattr(assured, "write_file", _refused)
+    monkeypatch.setattr("boxmq.client.markers.write_file", _refused)
 
 
 @pytest.mark.parametrize("refuse", [_refused_folder, _refused_marker], ids=["folder", "marker"])

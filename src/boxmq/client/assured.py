@@ -25,7 +25,6 @@ which retained file was in place (a later one stays).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -39,6 +38,7 @@ from boxmq.client.body import body_bytes
 from boxmq.client.copies import at_qos, replaced_topic
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.client.marker_sweep import MarkerSweep
+from boxmq.client.markers import Markers, delete_quietly
 from boxmq.client.spill import spilled
 from boxmq.clock import Clock
 from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits, QoS
@@ -72,14 +72,11 @@ from boxmq.store.dropbox import Dropbox
 from boxmq.store.fanout import finish_pending
 from boxmq.store.layout import State, dropbox_folders, queue_path
 from boxmq.store.names import check_priority, decode_lenient, encode
-from boxmq.store.records import read_file, read_file_status, write_file
 from boxmq.store.retained import Marked, Version
 from boxmq.store.side_files import SideFiles
-from boxmq.store.spares import rename_noreplace
 from boxmq.store.temporaries import temporary_in
 from boxmq.store.topics import (
     EXACTLY_ONCE_PENDING,
-    exactly_once_markers,
     incoming_working,
     marker_name,
 )
@@ -132,17 +129,6 @@ class _Staged:
     pending: _Pending
 
 
-class _NewMarker(Move):
-    """A "delivered" marker's move into place: FileExistsError, nothing moved, if a marker
-    is there already (renameat2's RENAME_NOREPLACE, or a link where it is missing)."""
-
-    __slots__ = ()
-
-    def apply(self) -> None:
-        assert self.target is not None
-        rename_noreplace(self.source, self.target)
-
-
 class AssuredIntake:
     def __init__(
         self,
@@ -163,23 +149,18 @@ class AssuredIntake:
         self._ids = ids
         self._clock = clock
         self._fan_out = fan_out
-        # Which retained file a topic has (Topics.retained_version): written in the marker of
-        # a retained message's `deliver`, for a restart that finishes it (`_restore_pending`).
-        self._retained_version = retained_version
         self._books = ExactlyOnce(limits)
         self._pending: dict[tuple[str, str], _Pending] = {}
-        self._markers = exactly_once_markers(root)
-        # Names this intake in the markers it writes (`_marked_since`): not the process,
-        # of which a test (or an embedding program) may open the root twice.
-        self._writer = os.urandom(8).hex()
+        # The "delivered" markers on disk (their records, claims and reads), and their sweep
+        # past done_ttl, with what they tell of retained tombstones.
+        self._markers = Markers(root, committer, retained_version=retained_version)
         self._lock = threading.Lock()
         self._restored = False
-        # The markers' sweep past done_ttl, and what they tell of retained tombstones.
         self._sweep = MarkerSweep(
-            self._markers,
+            self._markers.folder,
             clock,
             polling=polling,
-            waits=self._waits,
+            waits=self._markers.waits,
             waiting=self._waiting_by_marker,
         )
 
@@ -190,7 +171,7 @@ class AssuredIntake:
     @property
     def markers(self) -> str:
         """The folder of the "delivered" markers."""
-        return self._markers
+        return self._markers.folder
 
     def assured(
         self,
@@ -271,7 +252,7 @@ class AssuredIntake:
                 # Not `received`: the sender will send it again, so nothing of it may stay (a
                 # renamed file whose directory flush failed would otherwise be restored later).
                 self._books.forget(*key)
-                _delete_quietly([stage.move.source, stage.pending.path])
+                delete_quietly([stage.move.source, stage.pending.path])
                 outcomes[index] = failed[key] = failure
             if failed:  # a repeat within the batch of one that failed was not stored either
                 for index, message in enumerate(messages):
@@ -310,7 +291,7 @@ class AssuredIntake:
             # longer remembered: past done_ttl, or done_ttl 0), or a restart would take the
             # new file for one delivered but not yet moved, and send it without its deliver.
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._marker(source, msg_id))
+                os.unlink(self._markers.path(source, msg_id))
             expiration = int((now + expires_in) * 1000) if expires_in else 0
             return self._write(message, expiration)
         except BaseException:
@@ -346,7 +327,7 @@ class AssuredIntake:
             with open(temporary, "wb") as out:
                 out.write(message.body)
         except OSError as error:
-            _delete_quietly([temporary])
+            delete_quietly([temporary])
             if error.filename is None:  # refused at the close's flush: say where, not just ENOSPC
                 raise naming(error, temporary) from error
             raise
@@ -417,8 +398,10 @@ class AssuredIntake:
                     outcomes.append(True)
             # `premarked`: those another process marked before this one (its marker is
             # overwritten): a file gone from working/ then was sent by it, not swept away.
-            marking = [(key, pending) for _, key, pending in due]
-            errors, premarked = self._mark_all(marking, remember=remember, superseded=superseded)
+            marking = [(key, pending.path, _replaces(pending)) for _, key, pending in due]
+            errors, premarked = self._markers.mark_all(
+                marking, remember=remember, superseded=superseded
+            )
             marked = []
             for (index, key, pending), failure in zip(due, errors, strict=True):
                 if failure is None:
@@ -431,7 +414,7 @@ class AssuredIntake:
                 if (
                     failure is not None
                     and _gone(failure, pending)
-                    and (key in premarked or self._marked_since(key))
+                    and (key in premarked or self._markers.marked_since(key))
                 ):
                     # Another process that marked it, before this one or since (its marker
                     # then in place of this one's), sent it before this one's send: done
@@ -442,11 +425,11 @@ class AssuredIntake:
                     # pending_ttl, or with its session). Another process that finished this
                     # `deliver` from that marker between it and this send (its start, the
                     # sender's arrival, its sweep) put its own name in the marker first
-                    # (`_claim`), and is told by `_marked_since` above.
+                    # (`Markers.claim`), and is told by `Markers.marked_since` above.
                     outcomes[index] = self._not_delivered(key, pending, failure, must_exist)
                 elif not remember:
                     with contextlib.suppress(FileNotFoundError):
-                        os.unlink(self._marker(*key))
+                        os.unlink(self._markers.path(*key))
                     forgotten = True
             if forgotten:
                 self._flush_forgotten()
@@ -470,10 +453,11 @@ class AssuredIntake:
         none: the commit of the new file flushes the file system before its rename.)"""
         if self._committer.policy is not FsyncPolicy.ALWAYS:
             return
+        folder = self._markers.folder
         try:
-            flush_directories([self._markers])
+            flush_directories([folder])
         except OSError as error:  # delivered all the same: the disk fails the next commit too
-            log.warning("exactly once: flushing %s after forgetting ids: %s", self._markers, error)
+            log.warning("exactly once: flushing %s after forgetting ids: %s", folder, error)
 
     def _not_delivered(
         self, key: tuple[str, str], pending: _Pending, error: OSError, must_exist: bool
@@ -491,122 +475,13 @@ class AssuredIntake:
         """`deliver` failed in the file system: if the message is still in working/, it waits
         there for a `deliver` again (the sender is told of the failure and repeats it)."""
         with contextlib.suppress(OSError):
-            os.unlink(self._marker(source, msg_id))
+            os.unlink(self._markers.path(source, msg_id))
         try:
             stat = os.stat(pending.path)
         except OSError:
             return  # it left working/: its copies are out, or pending (finished on restart)
         self._books.restore(source, msg_id, size=stat.st_size, since=stat.st_ctime, delivered=False)
         self._pending[source, msg_id] = pending
-
-    def _mark_all(
-        self,
-        keys: list[tuple[tuple[str, str], _Pending]],
-        *,
-        remember: bool,
-        superseded: bool,
-    ) -> tuple[list[OSError | None], set[tuple[str, str]]]:
-        """Write and flush the "delivered" marker of each key, its message's file named in
-        it (relative to the root: while that file waits in working/, the marker stays,
-        `MarkerSweep.forget`): each one's error, if any, and the keys whose marker another
-        process had written first (overwritten by this one's). remember=False is written in
-        it: a restart finishes that deliver and forgets the id, as the deliver would have once
-        its messages were sent (`_restore`). So is, for a retained message, the version of its
-        topic's retained file (null: none), looked at before the marker is written: a
-        restart that finishes the deliver replaces it only if it is still the one in place
-        (`Marked`), whatever the clock's ticks; or, `superseded` (a later one is in place),
-        that it replaces none: the restart sends its copies alone, where the times (the later
-        file older than the marker) would let it replace that one."""
-        if not keys:
-            return [], set()
-        errors: list[OSError | None] = [None] * len(keys)
-        moves: list[list[Move]] = []
-        for index, ((source, msg_id), pending) in enumerate(keys):
-            temporary = temporary_in(self._markers)
-            try:
-                record: dict[str, object] = {"source": source, "msg_id": msg_id}
-                record["by"] = self._writer
-                if not remember:
-                    record["remember"] = False
-                record["file"] = os.path.relpath(pending.path, self._root)
-                # The topic whose retained message it replaces at its `deliver`, if any.
-                topic = None
-                if pending.queue is None:
-                    topic = replaced_topic(pending.envelope, False)
-                if topic is not None and superseded:
-                    record["superseded"] = True
-                elif topic is not None and self._retained_version is not None:
-                    record["retained"] = self._retained_version(topic)
-                data = json.dumps(record).encode()
-                try:
-                    write_file(temporary, data)
-                except FileNotFoundError:
-                    # The folder, made at the first marker (not looked for at each: three
-                    # system calls a deliver), or again if it was deleted by hand.
-                    os.makedirs(self._markers, exist_ok=True)
-                    write_file(temporary, data)
-            except OSError as error:
-                _delete_quietly([temporary])
-                # A write refused at the file's close (a full disk) names no file.
-                errors[index] = error if error.filename else naming(error, temporary)
-                moves.append([])
-                continue
-            moves.append([_NewMarker(temporary, self._marker(source, msg_id))])
-        committed = self._committer.commit_each(moves)
-        # A marker already there: another process's deliver (or a restart's) marked the key
-        # first. The rename that refuses to replace it says so, where a look before it cost
-        # every deliver a system call; this one's marker is then put in its place.
-        again = [i for i, failure in enumerate(committed) if isinstance(failure, FileExistsError)]
-        if again:
-            retried = [[Move(moves[i][0].source, moves[i][0].target)] for i in again]
-            for index, failure in zip(again, self._committer.commit_each(retried), strict=True):
-                committed[index] = failure
-        for index, (failure, group) in enumerate(zip(committed, moves, strict=True)):
-            if failure is not None:
-                _delete_quietly([move.source for move in group])
-                errors[index] = failure
-        return errors, {keys[i][0] for i in again}
-
-    def _marked_since(self, key: tuple[str, str]) -> bool:
-        """Whether the marker of `key` is now another intake's, written over this one's by
-        a `deliver` of the same message in another process."""
-        if (found := _marker_record(self._marker(*key))) is None:
-            return False
-        writer = found[0].get("by")
-        return isinstance(writer, str) and writer != self._writer
-
-    def _claim(self, key: tuple[str, str], file: str) -> None:
-        """Put this intake's name in the marker of `key` before it sends `file` from it (a
-        start, a sender's arrival or a sweep finishing a `deliver` cut short): the `deliver`
-        that wrote it may still be running in another process, between its marker and its
-        send, and, its file gone, it tells one sent from one swept away by the marker's
-        writer (`_marked_since`). The record and its time are kept (the time dates the
-        `deliver`: `Marked`, done_ttl). One that is no record (no `deliver` wrote it as it
-        stands) or that marks another file is left. Left open: the rename puts back a marker
-        deleted (or replaced) between its read and it. A message swept away while this one
-        sends it, its `deliver` deleting the marker meanwhile, then has a marker answering
-        a repeat of that `deliver` as done (`_sent_elsewhere`), as the failed send here
-        already takes it for sent (`_restore_pending`); and a new message under the id, its
-        `deliver` marked in that instant, a marker naming the earlier file, which marks it
-        not (`_marks`). Not claimed (a disk refusing it), the `deliver` still running takes
-        its message for swept away, as it did before."""
-        path = self._marker(*key)
-        if (found := _marker_record(path)) is None:
-            return
-        record, written = found  # its time, as read: kept by the rewrite
-        if record.get("by") == self._writer or not self._marks(record.get("file"), file):
-            return
-        record["by"] = self._writer
-        temporary = temporary_in(self._markers)
-        try:
-            write_file(temporary, json.dumps(record).encode())
-            os.utime(temporary, ns=(written.st_atime_ns, written.st_mtime_ns))
-            [failure] = self._committer.commit_each([[Move(temporary, path)]])
-        except OSError as error:
-            failure = error
-        if failure is not None:
-            _delete_quietly([temporary])
-            log.warning("exactly once: claiming %s to send its message: %s", path, failure)
 
     def _sent_elsewhere(self, key: tuple[str, str]) -> bool:
         """Whether a marker of the last done_ttl says `key` was delivered and its file no
@@ -615,12 +490,12 @@ class AssuredIntake:
         done_ttl = self._books.limits.done_ttl
         if done_ttl <= 0:
             return False  # nothing is remembered
-        marker = self._marker(*key)
-        waits, _ = self._waits(marker)
+        marker = self._markers.path(*key)
+        waits, _ = self._markers.waits(marker)
         if waits is not False:
             return False
         try:
-            # After its record was read: `_waits` tells a marker deleted meanwhile (by the
+            # After its record was read: `Markers.waits` tells a marker deleted meanwhile (by the
             # `deliver` that wrote it, finding its file swept away: never sent) as one whose
             # file is gone, which alone would be taken for sent.
             written = os.stat(marker).st_mtime
@@ -631,10 +506,7 @@ class AssuredIntake:
     def _unmark(self, source: str, msg_id: str) -> None:
         self._books.forget(source, msg_id)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._marker(source, msg_id))
-
-    def _marker(self, source: str, msg_id: str) -> str:
-        return os.path.join(self._markers, marker_name(source, msg_id))
+            os.unlink(self._markers.path(source, msg_id))
 
     def _send_all(
         self, pendings: list[_Pending], superseded: bool = False, marked: Marked | None = None
@@ -719,14 +591,14 @@ class AssuredIntake:
             # One marked delivered since by another process (killed before its send) is
             # finished below as one new here: skipped as known, its `deliver` again was
             # answered by this one's books, not as the restart would.
-            if not os.path.lexists(pending.path) or os.path.lexists(self._marker(*key)):
+            if not os.path.lexists(pending.path) or os.path.lexists(self._markers.path(*key)):
                 self._books.forget(*key)
                 del self._pending[key]
         known = {pending.path for pending in self._pending.values()}
         for entry, queue, envelope, key in self._waiting(queues=queues):
             if key[0] != source or entry.path in known or key in self._pending:
                 continue
-            marked, remember = self._marked(key, entry.path) or (None, None)
+            marked, remember = self._markers.marked(key, entry.path) or (None, None)
             if self._restore_pending(entry, queue, envelope, key, marked=marked):
                 # What `_restore` does once it finished a `deliver`: its id remembered, a
                 # repeat of the `deliver` answered as done (not as an unknown id, which
@@ -773,11 +645,11 @@ class AssuredIntake:
         (`_reread`), not dropped as a message whose `deliver` never came, which left the
         marker to answer the sender's `deliver` again (MQTT's PUBREL) as done: lost, and
         told delivered. One that cannot be sent stays in working/ for the restart."""
-        found = self._marked(key, pending.path)
+        found = self._markers.marked(key, pending.path)
         if found is None:
             return False
         marked, remember = found
-        self._claim(key, pending.path)
+        self._markers.claim(key, pending.path)
         [failure] = self._send_all([pending], marked.superseded, marked)
         if failure is not None and not _gone(failure, pending):  # gone: its marker's sent it
             log.error("exactly once: %s stays in working/: %s", pending.path, failure)
@@ -825,24 +697,6 @@ class AssuredIntake:
         the sweep's markers that name no file."""
         return {marker_name(*key): envelope for _, _, envelope, key in self._waiting()}
 
-    def _waits(self, marker: str) -> tuple[bool | None, str | None]:
-        """Whether the message file `marker` names still waits in working/ (None if it names
-        none), and the topic whose retained message a restart that finishes it replaces."""
-        try:
-            record = json.loads(read_file(marker).decode())
-        except FileNotFoundError:
-            return False, None  # forgotten meanwhile (a reclaim)
-        except ValueError:
-            return None, None
-        file = record.get("file") if isinstance(record, dict) else None
-        if not isinstance(file, str):
-            return None, None
-        if not os.path.lexists(os.path.join(self._root, file)):
-            return False, None
-        envelope, reason = decode_lenient(os.path.basename(file))
-        superseded = record.get("superseded") is True
-        return True, None if reason is not None else replaced_topic(envelope, superseded)
-
     # -- restart ---------------------------------------------------------------------------------
 
     def _restore(self) -> None:
@@ -850,16 +704,16 @@ class AssuredIntake:
         if self._restored:
             return
         self._restored = True
-        delivered, unremembered, damaged, files = self._read_markers()
+        delivered, unremembered, damaged, files = self._markers.read_all()
         for key, marked in delivered.items():
             if key not in unremembered:
                 self._books.restore(key[0], key[1], size=0, since=marked.at, delivered=True)
         for entry, queue, envelope, key in self._waiting():
             mark = delivered.get(key)
-            if mark is not None and not self._marks(files.get(key), entry.path):
-                mark = None  # an earlier message's under the id (`_marked`)
+            if mark is not None and not self._markers.marks(files.get(key), entry.path):
+                mark = None  # an earlier message's under the id (`Markers.marked`)
             elif mark is None and (at := damaged.get(marker_name(*key))) is not None:
-                mark = Marked(at, recorded=False)  # as `_marked` reads it (`_reread`)
+                mark = Marked(at, recorded=False)  # as `Markers.marked` reads it (`_reread`)
             self._restore_pending(entry, queue, envelope, key, marked=mark)
         # Copies to topics whose file left .incoming/working/ before the crash: every copy was
         # pending then, some may be out (and taken) already; the rest go out, none again.
@@ -920,7 +774,7 @@ class AssuredIntake:
                 # all), is refused here, not at its send.
                 validate_topic(envelope.topic or "")
             if marked is not None:
-                self._claim(key, entry.path)
+                self._markers.claim(key, entry.path)
                 [failure] = self._send_all([pending], marked.superseded, marked)
                 if failure is not None:
                     raise failure
@@ -941,115 +795,6 @@ class AssuredIntake:
             return marked is not None
         return False
 
-    def _marked(self, key: tuple[str, str], file: str) -> tuple[Marked, bool | None] | None:
-        """The "delivered" marker of `key` whose message `file` waits in working/, as
-        `_read_markers` reads it, and whether its `deliver` remembers the id; None if there
-        is none, or if it names another file: it is an earlier message's under the id, whose
-        `deliver` (still running in another process) wrote it after a new message's
-        `assured` deleted it (a reclaim), and it marked the new one, which a restart, a
-        sender's arrival or a sweep then sent before its own `deliver`. One that is no such
-        record marks it all the same, its times deciding, remembering nothing it can tell
-        (None): only a `deliver` writes a file under that name, and its message, still in
-        working/, was never sent (a damaged marker taken for none left it waiting for a
-        `deliver` its sender need not send again, dropped after pending_ttl)."""
-        path = self._marker(*key)
-        try:
-            raw, status = read_file_status(path)
-        except FileNotFoundError:
-            return None
-        at = status.st_mtime
-        try:
-            data = json.loads(raw.decode())
-        except ValueError:
-            return Marked(at, recorded=False), None
-        if not isinstance(data, dict) or "source" not in data or "msg_id" not in data:
-            return Marked(at, recorded=False), None
-        if not self._marks(data.get("file"), file):
-            return None
-        return _as_marked(data, at), data.get("remember", True) is not False
-
-    def _marks(self, named: object, file: str) -> bool:
-        """Whether a marker whose record names `named` (a file relative to the root, as
-        `_mark_all` writes it) marks the message `file`: one that names none (a boxmq before
-        2026-11-30's) marks whatever waits under its key."""
-        return not isinstance(named, str) or named == os.path.relpath(file, self._root)
-
-    def _read_markers(
-        self,
-    ) -> tuple[
-        dict[tuple[str, str], Marked],
-        set[tuple[str, str]],
-        dict[str, float],
-        dict[tuple[str, str], object],
-    ]:
-        """Each marker's key, time and retained version; the keys of those written by a
-        deliver that remembers nothing (older markers say nothing of it: remembered); the
-        name and time of each that is no such record, which still marks the key it is named
-        for (`_marked`); and the file each record names (`_marks`)."""
-        found = {}
-        unremembered = set()
-        damaged = {}
-        files: dict[tuple[str, str], object] = {}
-        with contextlib.suppress(FileNotFoundError), os.scandir(self._markers) as entries:
-            for entry in entries:
-                if entry.name.startswith("."):
-                    continue
-                try:
-                    raw, status = read_file_status(entry.path)  # one open for both
-                    data = json.loads(raw.decode())
-                    key = str(data["source"]), str(data["msg_id"])
-                    remember = data.get("remember", True)
-                    found[key] = _as_marked(data, status.st_mtime)
-                    files[key] = data.get("file")
-                except FileNotFoundError:
-                    continue  # forgotten right now
-                except (ValueError, TypeError, KeyError, AttributeError) as error:
-                    # Skipped in silence, a damaged record let a late repeat of its id be
-                    # stored again without a word; one holding JSON that is no object (a
-                    # list) failed every exactly-once call with a TypeError.
-                    log.warning(
-                        "exactly once: %s is no delivery record (%r): a message waiting in "
-                        "working/ under the id it is named for is sent as delivered, but a "
-                        "late repeat of that id is taken for a new message; a sweep deletes "
-                        "it once done_ttl is past, or delete it",
-                        entry.path,
-                        error,
-                    )
-                    with contextlib.suppress(FileNotFoundError):
-                        damaged[entry.name] = entry.stat().st_mtime
-                    continue
-                _rename_older(entry, marker_name(*key))
-                if remember is False:
-                    unremembered.add(key)
-        return found, unremembered, damaged, files
-
-
-def _marker_record(path: str) -> tuple[dict[str, object], os.stat_result] | None:
-    """The record of the marker at `path` and the status of the file read (`_claim` keeps
-    its time); None if it is gone, unreadable or damaged, or no JSON object: it tells of no
-    writer (`_marked_since`), and is no record to claim."""
-    try:
-        data, status = read_file_status(path)
-        record = json.loads(data.decode())
-    except (OSError, ValueError):
-        return None
-    return (record, status) if isinstance(record, dict) else None
-
-
-def _as_marked(record: Mapping[str, object], at: float) -> Marked:
-    """A marker's record, written at `at`, and the retained version it holds: a list of
-    three ints, or null for no retained file. A boxmq before 2026-11-30 wrote none, and one
-    edited into something else is taken as none written: the times decide. `superseded`
-    true: the deliver replaced no retained message (a later one was in place)."""
-    if record.get("superseded") is True:
-        return Marked(at, recorded=True, superseded=True)
-    version = record.get("retained", ())
-    if version is None:
-        return Marked(at, recorded=True)
-    if isinstance(version, list) and len(version) == 3 and all(type(n) is int for n in version):
-        return Marked(at, recorded=True, version=(version[0], version[1], version[2]))
-    return Marked(at, recorded=False)
-
 
 def _check_key(source: object, msg_id: object = "") -> None:
     """InvalidArgument for a source or msg_id that is not a str: a tuple of the two is the
@@ -1067,21 +812,9 @@ def _check_key(source: object, msg_id: object = "") -> None:
                 raise InvalidArgument(f"{what} has a lone surrogate: {given!r}") from None
 
 
-def _rename_older(entry: os.DirEntry[str], name: str) -> None:
-    """Give a delivery record the name this boxmq looks for. One written before fd6c436
-    for a source holding a NUL has the name every other source's record has: read back by
-    its content, it was never removed by name (a reclaim, a deliver that remembers
-    nothing), and at the next restart it passed a new message under its id for one
-    delivered, sent without its deliver. Not flushed: a crash undoes it, the next restart
-    does it again."""
-    if entry.name == name:
-        return
-    target = os.path.join(os.path.dirname(entry.path), name)
-    with contextlib.suppress(FileNotFoundError):
-        if os.path.lexists(target):  # written since by this boxmq: the newer of the two
-            os.unlink(entry.path)
-        else:
-            os.rename(entry.path, target)
+def _replaces(pending: _Pending) -> str | None:
+    """The topic whose retained message `pending` replaces at its `deliver`, if any."""
+    return replaced_topic(pending.envelope, False) if pending.queue is None else None
 
 
 def _publisher(source: str) -> str:
@@ -1101,14 +834,6 @@ def _unknown(msg_id: str, must_exist: bool) -> Outcome:
 def _gone(error: OSError, pending: _Pending) -> bool:
     """Whether a `deliver` failed because the file of `pending` left working/ before it."""
     return isinstance(error, FileNotFoundError) and not os.path.lexists(pending.path)
-
-
-def _delete_quietly(paths: list[str]) -> None:
-    """Best effort: a file system failing now may refuse this too (working/'s sweep removes
-    a temporary left behind; a message file left there is dropped by `expire`)."""
-    for path in paths:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
 
 
 def _delete_all(paths: list[str]) -> None:

@@ -2,8 +2,9 @@
 are past done_ttl and may go, which must stay because their message still waits in working/
 (a `deliver` cut short), and what they tell of the retained deletes' tombstones
 (RetainedStore.remove_if). It knows `.exactly-once/` as it last listed it, so that a sweep
-looks at what changed or is due, not at every marker. What a marker's record says, and what
-waits in working/, the intake reads for it (its `waits` and `waiting`)."""
+looks at what changed or is due, not at every marker. What a marker's record says
+(client/markers.py's `waits`) and what waits in working/ (the intake's `waiting`) are read
+for it."""
 
 from __future__ import annotations
 
