@@ -104,7 +104,7 @@ def incoming_working(root: str) -> str:
 
 
 def exactly_once_markers(root: str) -> str:
-    """The folder of the exactly-once "delivered" markers (client/assured.py)."""
+    """The folder of the exactly-once "delivered" markers (client/markers.py)."""
     return os.path.join(root, ".exactly-once")
 
 
