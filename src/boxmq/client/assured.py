@@ -20,6 +20,10 @@ in its name) replaces the topic's retained message before its copies go, while i
 still staged: a crash in between sends it again at restart, its retained message with it,
 unless the topic's retained message was written or deleted since the marker, which records
 which retained file was in place (a later one stays).
+
+Here: the books, staging and delivery, and the restart that rebuilds them. The markers on
+disk, their records and claims, are client/markers.py's; their sweep past done_ttl, and what
+they tell of retained tombstones, client/marker_sweep.py's.
 """
 
 from __future__ import annotations
