@@ -8,7 +8,6 @@ import contextlib
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -17,6 +16,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for harness.*
+
+from harness import stopping
 
 __all__ = [
     "MOSQUITTO",
@@ -217,13 +220,6 @@ def rss_kib(pid: int) -> int:
 
 
 def stop(*processes: subprocess.Popen[bytes], seconds: float = 20) -> None:
-    """SIGTERM (a broker's graceful stop) to each of `processes` at once, then SIGKILL to one
-    not over within `seconds` of its turn to be waited for."""
-    for process in processes:
-        process.send_signal(signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(timeout=seconds)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    """harness.stopping.stop (SIGTERM to each of `processes` at once, SIGKILL to those not
+    over within `seconds`, each reaped), with the benchmarks' 20 s for a broker's stop."""
+    stopping.stop(*processes, seconds=seconds)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
+from harness.stopping import stop
 from slixmpp import ClientXMPP
 from slixmpp.exceptions import IqError, IqTimeout
 from slixmpp.xmlstream import StanzaBase
@@ -131,12 +132,7 @@ def run_prosody(
             time.sleep(0.02)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop(process, seconds=5)
 
 
 PS = ns.PUBSUB

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from harness.prosody import SECRET, SERVICE, TIMEOUT, Prosody, clients, first_to_hear
+from harness.stopping import kill, stop
 from tests.xmpp.clients import component
 
 import boxmq
@@ -69,12 +70,7 @@ def served(prosody: Prosody, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[
     try:
         yield process, data
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop(process, seconds=10)
         assert process.stdout is not None
         output = process.stdout.read()
         process.stdout.close()
@@ -112,7 +108,7 @@ def test_serve_runs_the_component_and_a_second_instance_is_refused(
     try:
         output, _ = second.communicate(timeout=30)
     finally:
-        second.kill()
+        kill(second)  # still running only if it did not end within the 30 s
     assert second.returncode != 0
     assert "another instance with this name is connected" in output
     assert "Traceback" not in output, output
@@ -142,7 +138,7 @@ def test_a_second_serve_of_the_component_on_the_same_root_is_refused_at_start(
             try:
                 output, _ = await asyncio.to_thread(second.communicate, timeout=20)
             finally:
-                second.kill()
+                kill(second)
             assert second.returncode == 1, output
             assert "Traceback" not in output, output
             refused = [line for line in output.splitlines() if line.startswith("boxmq serve: ")]
@@ -168,7 +164,7 @@ def test_a_wrong_secret_stops_serve_with_a_message_that_says_what_to_fix(
     try:
         output, _ = process.communicate(timeout=30)
     finally:
-        process.kill()
+        kill(process)
     assert process.returncode == 1, output
     assert "Traceback" not in output, output
     refused = [line for line in output.splitlines() if line.startswith("boxmq serve: ")]
@@ -189,8 +185,7 @@ def _served_across_a_kill(
     started: list[subprocess.Popen[str]] = []
 
     def kill_and_start_again() -> None:
-        first.kill()
-        first.wait(10)
+        kill(first)
         started.append(_serve(prosody, data))
 
     outputs: list[str] = []
@@ -200,8 +195,8 @@ def _served_across_a_kill(
         first.kill()
         first.communicate(timeout=10)
         for second in started:
-            second.terminate()
-            outputs.append(second.communicate(timeout=10)[0])
+            stop(second, seconds=10)
+            outputs.append(second.communicate()[0])  # the rest of its output, to its end
     [second], [output] = started, outputs
     assert second.returncode == 0, output
     assert "Traceback" not in output, output
@@ -286,8 +281,8 @@ def test_serve_with_the_servers_raised_stanza_limit_sends_items_up_to_it(
     try:
         run(scenario())
     finally:
-        process.terminate()
-        output, _ = process.communicate(timeout=10)
+        stop(process, seconds=10)
+        output, _ = process.communicate()
     assert process.returncode == 0, output
     assert "error/" not in output, output
 

@@ -7,7 +7,6 @@ import asyncio
 import os
 import queue
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from typing import Any, Generic, TypeVar
 
 import paho.mqtt.client as mqtt
 import pytest
+from harness.stopping import kill, stop
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from tests.ports import free_ports
@@ -149,8 +149,7 @@ def serve_process(
                 return process
             time.sleep(0.05)
         if process.poll() is None:
-            process.kill()
-            process.wait()
+            kill(process)
             raise AssertionError(f"boxmq serve was not ready within {START:.0f} s")
         with open(log_path, "rb") as log:
             log.seek(said_from)
@@ -194,11 +193,8 @@ def serve_fresh(
 
 
 def stop_process(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    """`boxmq serve` stopped as a user stops it (SIGTERM), killed past 20 s; reaped either way."""
+    stop(process, seconds=20)
 
 
 @pytest.fixture

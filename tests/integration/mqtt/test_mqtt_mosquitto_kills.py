@@ -24,6 +24,7 @@ from typing import IO, Any
 
 import paho.mqtt.client as mqtt
 import pytest
+from harness.stopping import stop
 from paho.mqtt.enums import CallbackAPIVersion
 from tests.integration.mqtt.clients import (
     mosquitto_tools,
@@ -161,9 +162,7 @@ def _through_kills(tmp_path: Path, qos: int) -> tuple[set[str], Counter[str], Co
             return acked, plain.copy(), group.copy()
     finally:
         publisher.stop.set()
-        for process in subscribers:
-            process.terminate()
-            process.wait(timeout=10)
+        stop(*subscribers, seconds=10)
         for reader in readers:
             reader.join(timeout=5)
         for process in subscribers:
@@ -326,8 +325,7 @@ def test_mosquitto_subs_stale_qos2_copy_does_not_take_the_next_message_after_a_r
         _publish_qos2(target.port, "B")
         assert _lines_until(got, lock, 2, 10) == ["A", "B"]
     finally:
-        subscriber.terminate()
-        subscriber.wait(timeout=10)
+        stop(subscriber, seconds=10)
         reader.join(timeout=5)
         subscriber.stdout.close()  # type: ignore[union-attr]
         gate.listener.close()

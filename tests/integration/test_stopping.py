@@ -1,0 +1,70 @@
+"""harness.stopping, the one stop of the child processes the tests, the benchmarks and the
+Prosody harness start: real processes, one that ends at SIGTERM (`sleep`) and one that
+ignores it, as a broker stuck in its stop would."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from harness.stopping import kill, stop
+
+# A child that ignores SIGTERM, and says so once it does (only then is the test's signal sent).
+_DEAF = """
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("deaf", flush=True)
+time.sleep(60)
+"""
+
+
+@contextmanager
+def _deaf() -> Iterator[subprocess.Popen[str]]:
+    with subprocess.Popen(
+        [sys.executable, "-c", _DEAF], stdout=subprocess.PIPE, text=True
+    ) as child:
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline() == "deaf\n"
+            yield child
+        finally:
+            if child.poll() is None:  # left by a failed check: Popen's exit then waits for it
+                child.kill()
+
+
+def test_a_process_that_ends_at_sigterm_is_stopped_by_it_and_reaped() -> None:
+    sleeper = subprocess.Popen(["sleep", "60"])
+    assert stop(sleeper, seconds=30) == []
+    assert sleeper.returncode == -signal.SIGTERM  # reaped: its status taken
+
+
+def test_a_process_that_ignores_sigterm_is_killed_past_the_time_reaped_and_returned() -> None:
+    with _deaf() as deaf:
+        assert stop(deaf, seconds=0.5) == [deaf]
+        assert deaf.returncode == -signal.SIGKILL  # not left a zombie for Popen's collection
+
+
+def test_several_are_signalled_at_once_and_only_the_stuck_ones_are_killed() -> None:
+    first, last = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sleep", "60"])
+    with _deaf() as deaf, _deaf() as other:
+        assert stop(first, deaf, other, last, seconds=0.5) == [deaf, other]
+        codes = [p.returncode for p in (first, deaf, other, last)]
+        assert codes == [-signal.SIGTERM, -signal.SIGKILL, -signal.SIGKILL, -signal.SIGTERM]
+
+
+def test_a_process_already_ended_is_left_as_it_ended() -> None:
+    done = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    done.wait()
+    assert stop(done, seconds=0.5) == []
+    kill(done)
+    assert done.returncode == 3
+
+
+def test_kill_reaps_what_it_kills() -> None:
+    sleeper = subprocess.Popen(["sleep", "60"])
+    with _deaf() as deaf:
+        kill(deaf, sleeper)
+        assert (deaf.returncode, sleeper.returncode) == (-signal.SIGKILL, -signal.SIGKILL)
