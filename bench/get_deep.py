@@ -12,12 +12,15 @@ seconds) and what was left; docs/benchmarks.md ("get on a deep queue") has a mea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import queue
 import shutil
 import tempfile
 import time
 from collections.abc import Sequence
 from multiprocessing import get_context
+from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue as Results
 
 QUEUE = "jobs"
@@ -51,6 +54,28 @@ def _worker(
         box.close()
 
 
+def _results(
+    out: Results[tuple[int, float]], workers: Sequence[BaseProcess], seconds: float
+) -> list[tuple[int, float]]:
+    """One result from each of `workers`, within `seconds`. A worker puts its result and
+    then exits 0: one that exits otherwise (an exception, a signal) never will, so the wait
+    ends at once rather than at its time."""
+    results: list[tuple[int, float]] = []
+    deadline = time.monotonic() + seconds
+    while len(results) < len(workers):
+        for worker in workers:
+            if worker.exitcode not in (None, 0):
+                raise RuntimeError(
+                    f"worker process {worker.pid} ended with exit code {worker.exitcode} "
+                    "before it gave its result (its traceback, if any, is above)"
+                )
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the workers gave no result within {seconds:.0f} s")
+        with contextlib.suppress(queue.Empty):
+            results.append(out.get(timeout=0.5))
+    return results
+
+
 def _case(processes: int, each: int, limit: float, consumer: bool, base: str | None) -> str:
     root = tempfile.mkdtemp(prefix="get-deep-", dir=base)  # None: the system's tmp dir
     try:
@@ -62,7 +87,12 @@ def _case(processes: int, each: int, limit: float, consumer: bool, base: str | N
         ]
         for worker in workers:
             worker.start()
-        results = [out.get(timeout=limit + 600) for _ in workers]
+        try:
+            results = _results(out, workers, limit + 600)
+        except BaseException:
+            for worker in workers:  # not left to run on (and be waited for at exit)
+                worker.terminate()
+            raise
         for worker in workers:
             worker.join()
         taken = sum(r[0] for r in results)
