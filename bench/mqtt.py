@@ -269,11 +269,11 @@ def run_case(
         commands = [_client(*base, "-t", topic, "-t", ready_topic)]
     _publish_retained(port, ready_topic, b"ready")
     counter = _Counter(case.messages)
-    subscribers = [subprocess.Popen(c, stdout=subprocess.PIPE) for c in commands]
-    readers = [threading.Thread(target=counter.follow, args=(s,), daemon=True) for s in subscribers]
-    for reader in readers:
-        reader.start()
-    try:
+    subscribers: list[subprocess.Popen[bytes]] = []
+    try:  # from the first start: those started before one that fails are stopped too
+        for command in commands:
+            subscribers.append(subprocess.Popen(command, stdout=subprocess.PIPE))
+            threading.Thread(target=counter.follow, args=(subscribers[-1],), daemon=True).start()
         deadline = time.monotonic() + 20
         while counter.ready < len(subscribers) and time.monotonic() < deadline:
             time.sleep(0.02)
