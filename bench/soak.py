@@ -384,8 +384,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"boxmq KiB {row['box boxmq KiB']}; files {row.get('disk files', 0)}",
                   flush=True)  # fmt: skip
     finally:
-        box.close()
-        stop(server.process)
+        try:
+            box.close()
+        finally:  # the server stopped even when the box's close raises
+            stop(server.process)
     second, last = rows[1], rows[-1]
     print(f"\n| figure | round 2 | round {len(rows)} | per round |\n|---|--:|--:|--:|")
     for key in sorted(set(second) | set(last)):
