@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.stopping import stop
 from tests.integration.mqtt.clients import START, serve_fresh
 from tests.integration.mqtt.raw import open_raw, read
 from tests.processes import dead_token
@@ -114,8 +115,7 @@ def test_serve_sweeps_the_temporaries_of_mqtt_session_records(root: Path) -> Non
             time.sleep(0.1)
         assert not left.exists()
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=10)
+        stop(server, seconds=10)
 
 
 def test_a_sweep_the_file_system_fails_is_told_and_serving_goes_on(

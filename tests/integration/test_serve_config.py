@@ -7,7 +7,6 @@ import errno
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from harness.stopping import stop
 from tests.ports import free_ports
 from tests.processes import dead_token
 
@@ -62,8 +62,8 @@ def _serve_until_ready(*args: str, cwd: Path) -> str:
             if "ready" in line:
                 break
     finally:
-        server.send_signal(signal.SIGTERM)
-        rest = server.communicate(timeout=30)[1]
+        stop(server, seconds=30)
+        rest = server.communicate()[1]  # the rest of its log, to its end
     return "".join(lines) + rest
 
 

@@ -17,6 +17,7 @@ from tests.integration.mqtt.clients import (
     recorded_away,
     serve_process,
     start_server,
+    stop_process,
 )
 from tests.integration.mqtt.raw import (
     open_raw,
@@ -144,8 +145,7 @@ def test_a_pubrel_is_sent_again_after_the_broker_was_killed(tmp_path: Path) -> N
         _released_again(back, taken[b"once"])
     finally:
         back.close()
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=20)
+        stop_process(server)
 
 
 @pytest.mark.parametrize("end", [b"\xe0\x00", b""], ids=["disconnect", "socket-closed"])

@@ -75,8 +75,7 @@ def test_messages_left_unacknowledged_come_back_first_after_a_restart(
         assert _taken(back, 10, ack=True) == sent
     finally:
         back.close()
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=20)
+        stop_process(server)
 
 
 # (topic, QoS) of each message, one at a time: the copies in flight of two subscriptions

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import queue
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -20,6 +19,7 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
+from harness.stopping import stop
 from paho.mqtt.enums import CallbackAPIVersion
 from tests.ports import free_ports
 
@@ -98,8 +98,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             _wait_for_ports(server, folder, plain, tls, mutual)
             yield Served(plain, tls, folder / "server.crt", folder / "serve.log", mutual)
         finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=30)
+            stop(server, seconds=30)
 
 
 def _wait_for_ports(server: subprocess.Popen[bytes], folder: Path, *ports: int) -> None:
@@ -421,8 +420,7 @@ def test_a_user_added_while_serve_runs_is_refused_and_the_log_says_to_restart(
                 carol.close()
                 assert carol.connack in CONNACK_REFUSED
         finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=30)
+            stop(server, seconds=30)
     told = [line for line in served.log.read_text().splitlines() if "has changed" in line]
     assert len(told) == 1, told  # once per change, not once per refusal
     assert told[0].endswith(
