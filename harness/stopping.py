@@ -17,7 +17,7 @@ def stop(*processes: subprocess.Popen[Any], seconds: float) -> list[subprocess.P
     """SIGTERM (a broker's graceful stop) to each of `processes` still running,
     all at once so their stops overlap, then wait for each until `seconds` after that
     signal; SIGKILL those not over by then, and wait for them too. Returns the processes it
-    had to kill, oldest first, for the caller to say so in its own words."""
+    had to kill, in the order given, for the caller to say so in its own words."""
     for process in processes:
         process.send_signal(signal.SIGTERM)  # Popen's own: nothing for a process already reaped
     deadline = time.monotonic() + seconds
