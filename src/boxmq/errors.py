@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, Literal, overload
 
 __all__ = [
     "BoxMQError",
@@ -33,6 +33,7 @@ __all__ = [
     "StoreFailed",
     "StoreFull",
     "UnexpectedRequest",
+    "check_count",
     "check_flag",
     "naming",
     "store_failure",
@@ -53,6 +54,31 @@ def check_flag(what: str, value: object) -> bool:
     retain="no" a retained message."""
     if not isinstance(value, bool):
         raise InvalidArgument(f"{what} is True or False, not {value!r}")
+    return value
+
+
+@overload
+def check_count(what: str, value: object, *, least: int, none: Literal[False] = False) -> int: ...
+
+
+@overload
+def check_count(what: str, value: object, *, least: int, none: bool) -> int | None: ...
+
+
+def check_count(what: str, value: object, *, least: int, none: bool = False) -> int | None:
+    """`value` if it is an int of at least `least` (or None, if `none`); else an
+    InvalidArgument that names `what` and what it may be. A bool is refused, though Python
+    counts True as 1: max_in_flight=True was one slot. A float too, though 2.0 compares as 2:
+    1.5 slots made "how many are free" a fraction, and a NaN limit was no limit at all (every
+    comparison with it false). An int under `least` is told the bound alone, unless None is
+    allowed too, which the message then names."""
+    if value is None and none:
+        return None
+    allowed = f"{'None or ' if none else ''}an int >= {least}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{what} must be {allowed}, not {value!r}")
+    if value < least:
+        raise InvalidArgument(f"{what} must be {allowed if none else f'>= {least}'}, not {value}")
     return value
 
 

@@ -35,6 +35,7 @@ from boxmq.errors import (
     InvalidArgument,
     QueueNotFound,
     RecurringFailure,
+    check_count,
     check_flag,
     store_failure,
 )
@@ -1184,8 +1185,7 @@ def open(
     if processed_retention is not None:
         check_seconds("processed_retention (None: forever)", processed_retention, zero=True)
     check_seconds("abandon_after", abandon_after, zero=True)
-    if type(spares) is not int or spares < 0:
-        raise InvalidArgument(f"spares must be an int >= 0, not {spares!r}")
+    check_count("spares", spares, least=0)
     options = LiveOptions(
         policy=QueuePolicy(max_deliveries=max_deliveries, dispatch=strategy),
         limits=SweepLimits(

@@ -31,7 +31,7 @@ from boxmq.client.spill import spilled
 from boxmq.client.sweeps import SweepLimits, release_stale_locks
 from boxmq.core import QueuePolicy
 from boxmq.core.durations import check_seconds
-from boxmq.errors import InvalidArgument, MetadataTooLong, QueueNotFound
+from boxmq.errors import InvalidArgument, MetadataTooLong, QueueNotFound, check_count
 from boxmq.ids import IdFactory
 from boxmq.model import (
     DEAD_REASON,
@@ -509,11 +509,8 @@ class Queue:
     def peek(self, *, state: State | str = State.TARGET, limit: int | None = None) -> list[Peeked]:
         """Messages in one state folder without locking them, in delivery order for target/;
         at most `limit` (an int >= 1) of them, or all with None."""
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
-        ):
-            # Sliced with it, -1 would drop the last message and 0 show none: say so instead.
-            raise InvalidArgument(f"limit must be None or an int >= 1, not {limit!r}")
+        # Sliced with it, -1 would drop the last message and 0 show none: say so instead.
+        check_count("limit", limit, least=1, none=True)
         state = state_of(state)
 
         def rows() -> Iterator[_PeekRow]:

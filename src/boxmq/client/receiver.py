@@ -8,7 +8,7 @@ from types import TracebackType
 from typing import Self
 
 from boxmq.client.message import Message
-from boxmq.errors import Closed, InvalidArgument
+from boxmq.errors import Closed, InvalidArgument, check_count
 
 __all__ = ["Receiver", "check_most"]
 
@@ -66,5 +66,4 @@ class Receiver(ABC):
 def check_most(most: int | None) -> None:
     """InvalidArgument unless `most` is None or an int >= 0: -1 gave nothing (where "all"
     may have been meant), 1.5 as many as 2, "3" a TypeError from a comparison."""
-    if most is not None and (isinstance(most, bool) or not isinstance(most, int) or most < 0):
-        raise InvalidArgument(f"most must be None or an int >= 0, not {most!r}")
+    check_count("most", most, least=0, none=True)

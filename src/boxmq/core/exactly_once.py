@@ -36,6 +36,7 @@ from boxmq.errors import (
     NotAllowed,
     ProtocolViolation,
     ResourceConstraint,
+    check_count,
 )
 
 __all__ = ["ExactlyOnce", "ExactlyOnceLimits", "ExactlyOnceStats", "SourceUsage"]
@@ -66,11 +67,7 @@ class ExactlyOnceLimits:
         # Each was compared as it came: True as 1, a NaN count or ttl as no limit at all
         # (every comparison with it false), "5" or None a TypeError from the first `<`.
         for name in _COUNT_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidArgument(f"{name} must be an int >= 0, not {value!r}")
-            if value < 0:
-                raise InvalidArgument(f"{name} must not be negative, got {value}")
+            check_count(name, getattr(self, name), least=0)
         for name in _TTL_FIELDS:
             check_seconds(name, getattr(self, name), zero=True)
         trusted: object = self.trusted_sources

@@ -45,7 +45,7 @@ from boxmq.core.effects import (
 from boxmq.core.leases import Lease, LeaseTable
 from boxmq.core.ownership import PastHolders, check_holder
 from boxmq.core.ready import Lane, Rank, Ready, ReadySet
-from boxmq.errors import InvalidArgument
+from boxmq.errors import InvalidArgument, check_count
 from boxmq.model import ConsumerId, MessageId
 
 __all__ = ["QueueEngine", "QueuePolicy", "QueueStats", "check_consumer_limits"]
@@ -58,13 +58,9 @@ class QueuePolicy:
     handoff: float = 1.0  # seconds a released message waits for *another* consumer
 
     def __post_init__(self) -> None:
-        limit = self.max_deliveries
         # A bool or a float is refused, not used: 2.5 dead-lettered at the third delivery and
         # True at the first, where a reader of the setting would expect neither.
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-            raise InvalidArgument(f"max_deliveries must be an int or None, not {limit!r}")
-        if limit is not None and limit < 1:
-            raise InvalidArgument(f"max_deliveries must be >= 1 or None, not {limit}")
+        check_count("max_deliveries", self.max_deliveries, least=1, none=True)
         if not (math.isfinite(self.handoff) and self.handoff >= 0):
             raise InvalidArgument(f"handoff must be a finite number >= 0, not {self.handoff}")
 
@@ -540,10 +536,7 @@ def check_consumer_limits(max_in_flight: int, lock_timeout: float) -> None:
     them before it does anything else (a subscription's records are written before its
     consumer is added)."""
     # An int only: 1.5 would pass `>= 1` and make "how many slots are free" a fraction.
-    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
-        raise InvalidArgument(f"max_in_flight must be an int >= 1, not {max_in_flight!r}")
-    if max_in_flight < 1:
-        raise InvalidArgument(f"max_in_flight must be >= 1, not {max_in_flight}")
+    check_count("max_in_flight", max_in_flight, least=1)
     check_seconds("the lock timeout", lock_timeout)
 
 
