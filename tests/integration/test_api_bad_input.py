@@ -4,6 +4,7 @@ with a boxmq error that says what to give, and nothing stored is lost or changed
 from __future__ import annotations
 
 import math
+import os
 import re
 import threading
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 import boxmq
 from boxmq.client.assured import AssuredMessage
 from boxmq.client.publishing import Publication
+from boxmq.store.topics import incoming_working
 
 
 def test_a_receive_timeout_that_is_no_number_of_seconds_is_refused_not_waited_on_for_ever(
@@ -720,3 +722,43 @@ def test_a_memory_subscription_refuses_the_limits_a_durable_one_refuses(
         with pytest.raises(boxmq.InvalidArgument, match=re.escape(says)):
             box.subscribe("a/b", "worker", durable=durable, **given)
     assert not box.topics.has_subscription("a/b", "worker")
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"properties": {"mqtt.response-topic": "replies/+"}}, "property 'mqtt.response-topic'"),
+        ({"properties": {"mqtt.payload-format": 2}}, "property 'mqtt.payload-format'"),
+        ({"source": 5}, "source is a str or None, not int"),
+        ({"body": 5}, "a message body is bytes or str, not int"),
+    ],
+)
+def test_publish_many_refuses_what_publish_refuses_and_stores_none_of_its_batch(
+    box: boxmq.Box, root: Path, given: dict[str, Any], says: str
+) -> None:
+    """publish_many skipped two of publish's checks: an `mqtt.*` property with no MQTT
+    meaning was stored (and left out, logged, when it went out over MQTT) and a source of 5
+    was compared with the subscribers' client ids (found by a second read)."""
+    fields: dict[str, Any] = {"body": b"x", **given}
+    body = fields.pop("body")
+    refused = f"^{re.escape(says)}"
+    with (
+        box.subscribe("a/b", "worker", durable=True) as durable,
+        box.subscribe("a/b", "listener") as memory,
+    ):
+        with pytest.raises(boxmq.InvalidArgument, match=refused):
+            box.topics.publish("a/b", body, **fields)
+        batch = [Publication("a/b", b"fine"), Publication("a/b", body, **fields)]
+        with pytest.raises(boxmq.InvalidArgument, match=refused):
+            box.topics.publish_many(batch)
+        with pytest.raises(boxmq.InvalidArgument, match=refused):
+            box.topics.publish_many_then(batch, lambda errors: None)
+        box.publish("a/b", b"after")
+        for subscriber in (durable, memory):
+            got = subscriber.receive(timeout=5)
+            assert got is not None
+            assert got.body == b"after"
+            got.ack()
+            assert subscriber.receive_nowait() is None
+    staged = incoming_working(str(root))
+    assert not os.path.isdir(staged) or os.listdir(staged) == []

@@ -69,7 +69,7 @@ class Publication:
     broker makes one per PUBLISH that goes to disk: cheap_init's `__init__`."""
 
     topic: str
-    body: bytes
+    body: bytes | str  # a str is text, as for publish
     qos: int = 1
     properties: Mapping[str, PropertyValue | Property] | None = None
     expires_in: float | None = None
@@ -115,6 +115,13 @@ _Planned = tuple[Envelope, bytes, _Route, dict[QoS, str]]  # a message, its rout
 
 PublishedEach = Callable[[list[OSError | None]], None]
 """Told once a batch is as durable as the policy promises: per message, None or its error."""
+
+
+def _check_source(source: object) -> None:
+    """InvalidArgument unless `source` is a publisher's client id (a str) or None: No Local
+    compares it with a subscriber's client id, and a 5 went out unnoticed."""
+    if source is not None and not isinstance(source, str):
+        raise InvalidArgument(f"source is a str or None, not {type(source).__name__}")
 
 
 def _failed_messages(staged: list[Move | None], unsent: list[int]) -> list[bool]:
@@ -198,9 +205,7 @@ class Publisher:
         check_given(properties, correlation_id, reply_to)
         if not reserved:
             refuse_reserved(properties)
-        # No Local compares the source with a subscriber's client id: a 5 went out unnoticed.
-        if source is not None and not isinstance(source, str):
-            raise InvalidArgument(f"source is a str or None, not {type(source).__name__}")
+        _check_source(source)
         mqtt_fields.check(properties or {})
         data = body_bytes(body)
         envelope = self._envelope(
@@ -513,6 +518,13 @@ class Publisher:
         routes: dict[tuple[str, QoS, str | None], _Route] = {}  # a batch is mostly one topic
         planned = []
         for message in messages:
+            # publish's checks, each of which a batch skipped: its `mqtt.*` properties were
+            # stored unchecked, a source of 5 went out, a body of 5 raised a TypeError once
+            # the bodies before it were written, leaving them behind.
+            _check_source(message.source)
+            if message.properties:
+                mqtt_fields.check(message.properties)
+            body = body_bytes(message.body)
             level = qos_level(message.qos)
             key = (message.topic, level, message.source)
             route = routes.get(key)
@@ -522,7 +534,12 @@ class Publisher:
             if not reserved:
                 refuse_reserved(message.properties)
             envelope = self._envelope(
-                message.topic, message.properties, message.expires_in, None, None, False
+                message.topic,
+                message.properties,
+                message.expires_in,
+                None,
+                None,
+                isinstance(message.body, str),
             )
             if message.properties or message.expires_in:
                 try:
@@ -532,7 +549,7 @@ class Publisher:
                     envelope, names = spilled(envelope, self._side_files, levels, error)
             else:
                 names = route.plain_names(envelope)
-            planned.append((envelope, message.body, route, names))
+            planned.append((envelope, body, route, names))
         moves: list[Move | None] = []
         try:
             for envelope, body, route, names in planned:
