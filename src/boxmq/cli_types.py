@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from boxmq.cli_args import FOREVER, parse_duration, parse_integer, parse_property
 from boxmq.client import mqtt_fields
@@ -15,11 +17,18 @@ from boxmq.model import RESERVED_PREFIX, Property, check_reply_to, reserved_name
 from boxmq.store.names import check_priority
 
 
-def duration(text: str) -> float:
+@contextmanager
+def _usage_error() -> Iterator[None]:
+    """An InvalidArgument raised inside turned into argparse's usage error, in its words."""
     try:
-        return parse_duration(text)
+        yield
     except InvalidArgument as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def duration(text: str) -> float:
+    with _usage_error():
+        return parse_duration(text)
 
 
 def positive_duration(text: str) -> float:
@@ -47,10 +56,8 @@ def retention(text: str) -> float:
 
 
 def integer(text: str) -> int:
-    try:
+    with _usage_error():
         return parse_integer(text)
-    except InvalidArgument as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def priority(text: str) -> int:
@@ -122,13 +129,11 @@ def named_property(text: str) -> tuple[str, Property]:
     """One -p option, read as argparse reads the others: a value the user typed that is no
     property (`n:int=x`, `mqtt.payload-format=2`) is a usage error (exit 2), said before the
     body is read or the root made, as a bad --priority is; it was an error of the run (1)."""
-    try:
+    with _usage_error():
         name, value = parse_property(text)
         if name.startswith(RESERVED_PREFIX):  # refused by put and publish too, root made
             raise InvalidArgument(reserved_name(name))
         mqtt_fields.check({name: value})  # an `mqtt.*` value MQTT v5 cannot carry
-    except InvalidArgument as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
     return name, value
 
 
@@ -136,8 +141,6 @@ def reply_to(text: str) -> str:
     """A --reply-to: a queue or topic to answer on (docs/cli.md), so none with a wildcard,
     which makes a filter, never a name to publish to (model.check_reply_to, which `put` and
     `publish` of the API call too). "" is no value, as the API takes it (docs/python.md)."""
-    try:
+    with _usage_error():
         check_reply_to(text)
-    except InvalidArgument as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
     return text
