@@ -12,13 +12,14 @@ Where messages live (DESIGN.md §2, "persistence follows the subscriber"):
   durable subscriber); otherwise the packet id is remembered in the session until PUBREL.
 
 This module is the coordinator: connections (accepted, read, closed), the dispatch of a
-client's packets, CONNECT (session takeover and resumption) and DISCONNECT, and the timer. It
+client's packets (a CONNECT handed to `connect_answers`) and DISCONNECT, and the timer. It
 owns the registries (sessions, connected clients, memory and durable subscriptions) and hands
 them to the parts that do the work, each in its own module: `clients` (what is written to a
 client), `batches` (its disk work), `publishing` (PUBLISH, PUBREL, Wills published),
 `delivery` (to subscribers, acks), `subscribing` (SUBSCRIBE, UNSUBSCRIBE, durable
 subscriptions), `recording` (session records), `lifetimes` (sessions' ends), `wills` (delayed
-Wills), `connect_terms` (what a CONNECT is granted or refused), `sys_figures` (what
+Wills), `connect_answers` (a CONNECT answered: its password, its session, CONNACK or a
+refusal), `connect_terms` (what a CONNECT is granted or refused), `sys_figures` (what
 $SYS counts), `admission` (max_connections), `password_checks` (CONNECTs' passwords, in
 threads), `resuming` (a CONNECT's session taken over, resumed, or read from the disk),
 `claim_wait` (a CONNECT waiting for another server's claim on its session), `disconnects`
@@ -43,12 +44,10 @@ Invariants:
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Final
 
@@ -63,26 +62,19 @@ from boxmq.errors import ProtocolViolation, store_failure
 from boxmq.model import ConsumerId
 from boxmq.mqtt.admission import Admission
 from boxmq.mqtt.batches import Batches
-from boxmq.mqtt.claim_wait import wait_for_claim, waits_for_claim
+from boxmq.mqtt.claim_wait import waits_for_claim
 from boxmq.mqtt.clients import Client, Link, Outgoing
-from boxmq.mqtt.connect_terms import (
-    connecting,
-    expiry_of,
-    granted_keep_alive,
-    reason_text,
-    refusal_of,
-    response_information,
-)
+from boxmq.mqtt.connect_answers import ConnectAnswers
+from boxmq.mqtt.connect_terms import connecting
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disconnects import stop_reading, take_disconnect
-from boxmq.mqtt.disk import Job, no_answer
+from boxmq.mqtt.disk import Job
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.idle_walk import IdleWalk
-from boxmq.mqtt.lifetimes import CLAIMED, Lifetimes
+from boxmq.mqtt.lifetimes import Lifetimes
 from boxmq.mqtt.outbox import Stage
 from boxmq.mqtt.packets import (
     Auth,
-    Connack,
     Connect,
     Disconnect,
     Incoming,
@@ -99,7 +91,6 @@ from boxmq.mqtt.packets import (
     Will,
 )
 from boxmq.mqtt.password_checks import PasswordChecks
-from boxmq.mqtt.properties import EMPTY, Properties
 from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.reasons import ReasonCode, reason_for
 from boxmq.mqtt.recording import Recorder
@@ -114,7 +105,7 @@ from boxmq.mqtt.settings import MqttSettings
 from boxmq.mqtt.stored import (
     consumer_name,
 )
-from boxmq.mqtt.subscribing import Subscribing, hold_the_rest
+from boxmq.mqtt.subscribing import Subscribing
 from boxmq.mqtt.sys_figures import Traffic, send_changed
 from boxmq.mqtt.sys_topics import Figures, SysTopics
 from boxmq.mqtt.wills import Wills, will_delay
@@ -147,10 +138,6 @@ _ACKS: Final = (tuple, Puback, Pubrec, Pubrel, Pubcomp)  # what `_handle` takes 
 _ADOPT_EVERY: Final = 1.0
 
 
-def _nothing_told() -> None:
-    """What a CONNECT's record job tells: nothing, CONNACK is in the connection already."""
-
-
 class Broker:
     """What server.py drives: `opened`, `received`, `closed`, `flush`, `tick`, `pump_all`,
     `resume_expiries` (at start) and `close` (at shutdown)."""
@@ -168,9 +155,6 @@ class Broker:
         )
         self._sessions: dict[str, Session] = {}
         self._links: dict[str, Client] = {}  # client id -> its connected client
-        # Connections whose CONNECT's record waits for the Will of the one they took over
-        # to be written (Wills.when_written), their packets held until then.
-        self._after_will: set[Client] = set()
         self._memory = MemoryRoutes()  # non-persistent sessions' plain subscriptions
         self._durable_routes = DurableRoutes(box)
         self._durable: dict[str, dict[str, Subscriber]] = {}  # client id -> filter -> dropbox
@@ -267,6 +251,28 @@ class Broker:
         # When each connection is next looked at by the timer: its CONNECT timeout, then its
         # keep-alive. A tick looks at those due, not at every connection (`_look_at`).
         self._timers: Deadlines[Client] = Deadlines()
+        self._connects = ConnectAnswers(
+            settings,
+            clock,
+            self._checks,
+            self._resuming,
+            self._lifetimes,
+            self._wills,
+            self._records,
+            self._batches,
+            self._out,
+            self._delivery,
+            self._subscribing,
+            clients=self._clients,
+            sessions=self._sessions,
+            links=self._links,
+            named=self._named,
+            timers=self._timers,
+            take_turns=partial(self._share_turns, take=True),
+            resume=self._resume,
+            closed=self.closed,
+            after_disk_work=self._after_disk_work,
+        )
         self._next_adoption = 0.0  # the next sweep for sessions of dead servers (tick)
         self._admission = Admission(self.limits.max_connections)
         self._sys = sys_topics
@@ -649,7 +655,7 @@ class Broker:
         session = client.session
         if session is None:
             assert isinstance(packet, Connect)  # Connection lets nothing else through first
-            self._connect(client, packet)
+            self._connects.answer(client, packet)
             return
         # The packets of every message first, each told by one test that also narrows its
         # type for mypy: a PUBLISH (Publish has no subclass), then a positive acknowledgement
@@ -705,295 +711,6 @@ class Broker:
             raise ProtocolError("AUTH without an Authentication Method in CONNECT (§4.12)")
         else:
             raise ProtocolError(f"a client may not send {kind.__name__.upper()}")
-
-    # -- CONNECT -----------------------------------------------------------------------------------
-
-    def _connect(self, client: Client, packet: Connect) -> None:
-        identity = client.link.identity
-        if identity is not None:
-            # Its certificate, which the listener's CA signed, says who it is: the user name
-            # and password it sent are not asked (a password file has no entry to check).
-            packet = dataclasses.replace(packet, username=identity, password=None)
-            self._answer_connect(client, packet, authenticated=True)
-            return
-        authenticator = self.settings.authenticator
-        if authenticator is None or packet.properties.authentication_method is not None:
-            self._answer_connect(client, packet, authenticated=authenticator is None)
-            return
-        # A password's hash takes tens of milliseconds (scrypt): on the loop, clients sending
-        # wrong passwords would stall every other one. The packets behind the CONNECT wait.
-        hold_the_rest(client)
-        client.checking = packet
-        clients = self._clients
-
-        def check() -> bool:  # in a checking thread
-            if clients.get(client.link) is not client or client.checking is None:
-                return False  # closed while it waited: no hash
-            return authenticator.authenticate(packet.username, packet.password, packet.client_id)
-
-        self._checks.put(client.link.peer, check, partial(self._checked, client, packet))
-
-    def _checked(self, client: Client, packet: Connect, future: Future[bool]) -> None:
-        """On the loop: the password of `client`'s CONNECT was checked."""
-        if self._clients.get(client.link) is not client or client.checking is None:
-            return  # closed meanwhile
-        client.checking = None
-        try:
-            authenticated = future.result()
-        except Exception:  # a bug of the authenticator: refused, with its traceback
-            log.exception("checking the password of client %r failed", packet.client_id)
-            authenticated = False
-        self._answer_held(client, packet, authenticated=authenticated)
-
-    def _answer_held(
-        self, client: Client, packet: Connect, *, authenticated: bool, waited: bool = False
-    ) -> None:
-        """On the loop: answer a CONNECT whose packets were held behind it (a password being
-        checked, an earlier connection's disk work), unless its client closed meanwhile."""
-        if self._clients.get(client.link) is not client:
-            return  # closed meanwhile
-        self._answer_connect(client, packet, authenticated=authenticated, waited=waited)
-        if client.session is not None and client not in self._after_will:
-            self._resume(client)  # the packets held behind the CONNECT, and the CONNACK out
-
-    def _answer_connect(
-        self, client: Client, packet: Connect, *, authenticated: bool, waited: bool = False
-    ) -> None:
-        if not waited and self._wait_for_earlier(client, packet, authenticated=authenticated):
-            return
-        connection = client.link.connection
-        v5 = packet.version is ProtocolVersion.V5
-        props = packet.properties
-        refusal = refusal_of(packet, authenticated=authenticated)
-        if refusal is not None:
-            log.info(
-                "%s refused: %s", connecting(client, packet), reason_text(refusal, packet.version)
-            )
-            self._refuse(client, refusal)
-            return
-        client_id = packet.client_id
-        assigned = record = None
-        if not client_id:
-            client_id = assigned = f"auto-{uuid.uuid4().hex}"
-        else:
-            try:
-                record = self._resuming.record_of(client_id)
-            except OSError as error:
-                # EMFILE, EIO, EACCES: raised out of the read, it closed the socket without
-                # a CONNACK nor a word (asyncio logs an OSError of a read in debug mode only).
-                self._refuse_failed(client, packet, "its session's record could not be read", error)
-                return
-        if assigned is None and self._resuming.belongs_to_another(
-            client_id, packet.username, record
-        ):
-            log.warning(
-                "%s refused: its session belongs to another user", connecting(client, packet)
-            )
-            self._refuse(client, _R.CLIENT_IDENTIFIER_NOT_VALID)
-            return
-        expiry = expiry_of(packet, self.limits)
-        try:
-            taken = self._lifetimes.left_by_the_dead(record)
-        except OSError as error:
-            # Its claim or its record under it (EMFILE, EIO): raised out of a claim's retry
-            # or a password's check, it went to the loop as a traceback, no CONNACK sent.
-            why = "its session, held by a server of this host that died, could not be taken on"
-            self._refuse_failed(client, packet, why, error)
-            return
-        if taken is CLAIMED:
-            # Another server of this host takes it on from one that died: answered again.
-            again = partial(
-                self._answer_held, client, packet, authenticated=authenticated, waited=waited
-            )
-            busy = partial(self._refuse, client, _R.SERVER_BUSY)
-            wait_for_claim(client, packet, self._clock.now(), again, busy)
-            return
-        record = taken
-        keep_alive = granted_keep_alive(packet.keep_alive, self.limits.max_keepalive, v5=v5)
-        present, session = self._resuming.take(client_id, packet.clean_start, expiry, record)
-        session.expiry = expiry
-        client.asked_expiry = props.session_expiry_interval or 0
-        session.will = packet.will
-        session.username = packet.username
-        session.connected = True
-        self._share_turns(session, take=True)
-        window = min(props.receive_maximum or 65_535, self.limits.max_inflight)
-        if window != session.outbox.window:
-            session.outbox.window = window
-            self._subscribing.fit_window(session)
-        client.session = session
-        self._links[client_id] = client
-        self._named[consumer_name(client_id)] = client_id
-        earlier = self._batches.last(client_id)
-        if earlier is not None and earlier is not client:
-            # A connection of this client id before this one still has disk work: an empty
-            # job queues this one's behind it (batches.py), and keeps its PUBLISHes, PUBRELs
-            # and Will off the paths that skip the disk (they look for jobs), so that none
-            # overtakes what the client sent before (MQTT 5.0 §4.6).
-            client.jobs.append(Job(None, no_answer))
-            self._batches.start(client)
-
-        def said_connected() -> None:
-            if self._links.get(client_id) is client:  # not refused nor closed meanwhile
-                log.info(
-                    "client %s connected from %s (MQTT %s, %s%s session%s)",
-                    client_id,
-                    client.link.peer,
-                    "5.0" if v5 else "3.1.1",
-                    "" if packet.username is None else f"user {packet.username!r}, ",
-                    "persistent" if session.persistent else "clean",
-                    ", resumed" if present else "",
-                )
-
-        # The first record of a new persistent session, which the disk may refuse, and the
-        # CONNECT with it (`_record_refused`): its client is said connected once it is written.
-        new_record = session.persistent and not present
-        if session.persistent or present:
-            # Present but expiry 0: a persistent session resumed to end with this connection;
-            # its subscriptions are still on disk, so a crash must end it at the restart.
-            # Its CONNACK waits for the record (flushed under fsync=always).
-            # After the Will of a connection taken over is written (Wills.when_written): this
-            # record, without it, would lose it to a SIGKILL before. Its CONNACK waits.
-            client.holding += 1
-            reading = True  # the read that took this CONNECT begins its batch, if run at once
-            self._after_will.add(client)
-
-            def record_it() -> None:
-                client.holding -= 1
-                self._after_will.discard(client)
-                self._out.dirty.add(client)
-                record = self._records.record(session)
-                # A session resumed has a record on disk already (a restart finds it).
-                refused = None if present else partial(self._record_refused, client, session)
-                told = said_connected if new_record else _nothing_told
-                self._records.write(client, record, told, hold=True, refused=refused)
-                if not reading:  # later, on the Will's write: nothing else begins or sends
-                    if client.jobs:
-                        self._batches.start(client)
-                    self._resume(client)  # the packets held behind the CONNECT (below)
-                    self.flush()
-
-            self._wills.when_written(client_id, record_it)
-            reading = False
-            if client.refused:  # its record, written at once, was refused: so is the CONNECT
-                return
-            if client in self._after_will and client.held is None:
-                # The record being written holds the Will of the connection taken over: the
-                # packets behind this CONNECT wait for its record, which comes after that
-                # Will's write (a SUBSCRIBE's record, written first, dropped the Will from
-                # the disk while it was being written, and a SIGKILL then lost it).
-                hold_the_rest(client)
-        connection.keep_alive = keep_alive
-        # Its CONNECT timeout is over; its keep-alive, if any, is looked at when it can end.
-        deadline = connection.deadline()
-        if deadline is None:
-            self._timers.discard(client)
-        else:
-            self._timers.set(client, deadline)
-        connection.accepted = True
-        requested = props.session_expiry_interval or 0
-        self._out.send(
-            client,
-            Connack(
-                session_present=present,
-                properties=Properties.build(
-                    assigned_client_identifier=assigned,
-                    session_expiry_interval=expiry if v5 and expiry != requested else None,
-                    server_keep_alive=keep_alive
-                    if v5 and keep_alive != packet.keep_alive
-                    else None,
-                    receive_maximum=self.limits.receive_maximum,
-                    maximum_packet_size=self.limits.max_packet_size,
-                    topic_alias_maximum=self.limits.topic_alias_maximum,
-                    retain_available=1,
-                    wildcard_subscription_available=1,
-                    subscription_identifier_available=1,
-                    shared_subscription_available=1,
-                    response_information=response_information(self.settings, packet, client_id),
-                )
-                if v5
-                else EMPTY,
-            ),
-        )
-        if not new_record:
-            said_connected()
-        self._delivery.resend(client, session)
-        self._delivery.pump(session)
-
-    def _record_refused(self, client: Client, session: Session, error: OSError) -> None:
-        """The disk refused the first record of the persistent session a CONNECT made (full,
-        read-only): its CONNACK, still unsent, becomes a refusal (v5 0x97 for a full disk,
-        0x80 otherwise; 3.1.1 0x03), rather than tell the client a session is kept that the
-        next restart would not know. The session ends at once, as a clean one would, and the
-        CONNECT's Will goes nowhere (its connection was never accepted). A resumed session
-        is not refused: its last record stays on disk, and a restart finds it."""
-        failure = store_failure(error)
-        if self._links.get(session.client_id) is not client:
-            # Closed meanwhile (or taken over, the session another connection's now): its
-            # close dealt with the session, as with any whose record the disk refuses.
-            log.warning("client %s: session record not written: %s", session.client_id, failure)
-            return
-        reason = reason_for(failure)
-        connection = client.link.connection
-        log.warning(
-            "client %s refused: its session's record was not written (%s): %s",
-            session.client_id,
-            reason_text(reason, connection.version or ProtocolVersion.V5),
-            failure,
-        )
-        connection.refuse(reason)
-        client.clean_exit = True  # the Will of a connection never accepted goes nowhere
-        client.refused = True
-        session.expiry = 0  # ends at the close, as a clean session
-        self.flush()
-        self.closed(client.link, "its CONNECT refused")
-        client.link.close()
-
-    def _wait_for_earlier(self, client: Client, packet: Connect, *, authenticated: bool) -> bool:
-        """A CONNECT that resumes a session from the disk (none in memory, clean start 0)
-        while an earlier connection of its client id still has disk work is answered after
-        that work, its packets behind it held (True). That work may be making a subscription
-        of the session that just ended: its dropbox opened by a worker, and closed and
-        deleted on the loop once done (subscribing.py `_drop_late`); found on disk in
-        between, it was opened a second time, which raised out of the read (InvalidArgument:
-        the consumer is already open), and the CONNECT got no CONNACK."""
-        client_id = packet.client_id
-        if (
-            not client_id
-            or packet.clean_start
-            or client_id in self._sessions
-            or self._batches.last(client_id) is None
-        ):
-            return False
-        if client.held is None:  # held already while its password was checked
-            hold_the_rest(client)
-
-        def answer(_: object) -> None:
-            self._answer_held(client, packet, authenticated=authenticated, waited=True)
-
-        self._after_disk_work(client_id, lambda: None, answer)
-        return True
-
-    def _refuse_failed(self, client: Client, packet: Connect, why: str, error: OSError) -> None:
-        """Refuse a CONNECT the file system failed (`why`), with the reason code its errno
-        gives, in one ERROR line."""
-        failure = store_failure(error)
-        reason = reason_for(failure)
-        log.error(
-            "%s refused: %s (%s): %s",
-            connecting(client, packet),
-            why,
-            reason_text(reason, packet.version),
-            failure,
-        )
-        self._refuse(client, reason)
-
-    def _refuse(self, client: Client, reason: ReasonCode) -> None:
-        """Answer a CONNECT with a refusal and close: nothing more it sent is acted on."""
-        self._out.send(client, Connack(reason=reason))
-        self.flush()
-        stop_reading(client)
-        client.link.close()
 
     def _share_turns(self, session: Session, *, take: bool) -> None:
         """A persistent session's share-group memberships take their turns only while its

@@ -65,7 +65,7 @@ class Client:
     # The Session Expiry Interval its CONNECT asked for (v5), before max_session_expiry: a
     # DISCONNECT may set one only if this was not 0 (§3.14.2.2.2), though ours may be 0.
     asked_expiry: int = 0
-    refused: bool = False  # its CONNECT refused, its new session's record refused (broker.py)
+    refused: bool = False  # its CONNECT refused, or its new session's record (connect_answers.py)
     jobs: list[Job] = field(default_factory=list)  # disk work waiting for the next batch
     tail: asyncio.Future[None] | None = None  # the batch running now (one at a time, in order)
     paused: bool = False
@@ -84,7 +84,7 @@ class Client:
     # Since when (the broker's clock) its CONNECT waits for another server's claim on its
     # session (claim_wait.wait_for_claim); None: it does not.
     claim_waited_since: float | None = None
-    # Its CONNECT while its password waits for a check (broker._connect): one closed at
+    # Its CONNECT while its password waits for a check (ConnectAnswers.answer): one closed at
     # connect_timeout meanwhile sent a CONNECT, and the log must not say it sent none.
     checking: Connect | None = None
     told_sys: bool = False  # a PUBLISH of it to a $SYS topic was refused (logged once)

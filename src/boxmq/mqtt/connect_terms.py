@@ -1,6 +1,6 @@
 """What a CONNECT is granted or refused, read off the packet and the settings alone: whether
 it is refused before any session is looked at, its session's expiry, its keep-alive, its
-Response Information, and how the log names it and its refusal. broker.py answers it."""
+Response Information, and how the log names it and its refusal. connect_answers.py answers it."""
 
 from __future__ import annotations
 

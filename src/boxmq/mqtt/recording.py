@@ -16,7 +16,7 @@ Invariants:
   work still writes, so that the last one says the last.
 - A record the disk refuses is logged: it costs only what the record is for. The first one of
   a new persistent session, at its CONNECT, is for the session itself: that CONNECT is
-  refused instead (`write`'s `refused`, broker.py), its CONNACK still unsent.
+  refused instead (`write`'s `refused`, connect_answers.py), its CONNACK still unsent.
 - A session's record is removed after the record writes still queued for its client id
   (`remove`): one of them would write it back, and a restart would find the session (and
   send its Will).

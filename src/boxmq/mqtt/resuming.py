@@ -4,7 +4,7 @@ was restarted, or another server on this root held it), or new. The record on di
 once per CONNECT (`record_of`), for its owner (`belongs_to_another`) and then for resuming
 it (`take`). The registries are the broker's, shared: `sessions` (client id -> session),
 `links` (client id -> its connected client), `durable` (client id -> filter -> its dropbox);
-`token` names this broker in the records. broker.py answers the CONNECT."""
+`token` names this broker in the records. connect_answers.py answers the CONNECT."""
 
 from __future__ import annotations
 
