@@ -22,7 +22,8 @@ Wills), `connect_answers` (a CONNECT answered: its password, its session, CONNAC
 refusal), `connect_terms` (what a CONNECT is granted or refused), `sys_figures` (what
 $SYS counts), `admission` (max_connections), `password_checks` (CONNECTs' passwords, in
 threads), `resuming` (a CONNECT's session taken over, resumed, or read from the disk),
-`claim_wait` (a CONNECT waiting for another server's claim on its session), `disconnects`
+`claim_wait` (a CONNECT waiting for another server's claim on its session), `taken_elsewhere`
+(a connected session another server on this root took meanwhile), `disconnects`
 (what a DISCONNECT says, and the end of a connection's reading), `idle_walk` (the ticks'
 walk through the sessions with durable subscriptions).
 
@@ -58,7 +59,7 @@ from boxmq.clock import Clock
 from boxmq.core import parse_filter
 from boxmq.core.deadlines import Deadlines
 from boxmq.core.durations import spelled
-from boxmq.errors import ProtocolViolation, store_failure
+from boxmq.errors import ProtocolViolation
 from boxmq.model import ConsumerId
 from boxmq.mqtt.admission import Admission
 from boxmq.mqtt.batches import Batches
@@ -88,7 +89,6 @@ from boxmq.mqtt.packets import (
     Pubrel,
     Subscribe,
     Unsubscribe,
-    Will,
 )
 from boxmq.mqtt.password_checks import PasswordChecks
 from boxmq.mqtt.publishing import Publishing
@@ -98,7 +98,6 @@ from boxmq.mqtt.resuming import Resuming
 from boxmq.mqtt.routes import DurableRoutes, MemoryRoutes
 from boxmq.mqtt.session import Session
 from boxmq.mqtt.session_record import (
-    read_record,
     records_folder,
 )
 from boxmq.mqtt.settings import MqttSettings
@@ -108,6 +107,7 @@ from boxmq.mqtt.stored import (
 from boxmq.mqtt.subscribing import Subscribing
 from boxmq.mqtt.sys_figures import Traffic, send_changed
 from boxmq.mqtt.sys_topics import Figures, SysTopics
+from boxmq.mqtt.taken_elsewhere import TakenElsewhere
 from boxmq.mqtt.wills import Wills, will_delay
 from boxmq.store.commit import FsyncPolicy
 from boxmq.store.process import process_token
@@ -218,6 +218,10 @@ class Broker:
             durable=self._durable,
             after_disk_work=self._after_disk_work,
             remove_record=self._records.remove,
+        )
+        # A connected session another broker on this root took meanwhile.
+        self._taken = TakenElsewhere(
+            box.root, self._records, self._lifetimes, self._wills, self._batches, self._kick
         )
         self._subscribing = Subscribing(
             box,
@@ -346,7 +350,7 @@ class Broker:
             client = self._links.get(client_id)
             if client is None or client.session is not session:
                 continue
-            if self._taken_since(session):
+            if self._taken.since(session):
                 taken.append(client)  # after the others' records: the kick writes them all
                 continue
             self._records.ahead(client, self._records.record(session))
@@ -356,32 +360,7 @@ class Broker:
             # for its next resumption (from the disk, or by the server that took it:
             # `Resuming._take_back`), never sent on a connection its client may have left.
             client.link.connection.data_to_send()
-            self._taken_over_elsewhere(client)
-
-    def _taken_since(self, session: Session) -> bool:
-        """Whether the client of this connected persistent session connected to another
-        broker on this root since, which took the session (its record names it, this
-        connection still open: one process cannot close another's). Asked before this broker
-        writes the record while connected (a QoS 2 PUBLISH, a PUBREL, a SUBSCRIBE): written
-        over the other's, it named this broker again, which kept the session when this
-        connection closed and ended it at its expiry under the client connected there. One
-        stat, the record read only if another write replaced it."""
-        client_id = session.client_id
-        return self._records.replaced(client_id) and self._lifetimes.held_elsewhere(
-            read_record(self.box.root, client_id)
-        )
-
-    def _taken_over_elsewhere(self, client: Client) -> None:
-        """`_taken_since`: the connection is closed as at a takeover here (MQTT-3.1.4-3,
-        0x8E to a v5 client) and the session let go, its record left alone (`closed`)."""
-        session = client.session
-        assert session is not None
-        log.info(
-            "client %s: connected to another server on this root meanwhile: this connection "
-            "is closed",
-            session.client_id,
-        )
-        self._kick(client, _R.SESSION_TAKEN_OVER, "session taken over by another server")
+            self._taken.disconnect(client)
 
     def _after_disk_work(
         self, client_id: str, work: Callable[[], object], then: Callable[[object], None]
@@ -417,8 +396,8 @@ class Broker:
         session.will = None
         now = self._clock.now()
         due = None if will is None else now + will_delay(will, session.expiry)
-        if session.persistent and self._taken_meanwhile(session):
-            self._taken_elsewhere(client, session, will)
+        if session.persistent and self._taken.at_close(session):
+            self._taken.let_go(client, session, will)
         elif session.persistent:
             # The Will is written down, and stays until it went out and was written (Wills):
             # a restart sends it (resume_expiries), at once if due. Dropped here, one sent at
@@ -437,50 +416,6 @@ class Broker:
                 self._batches.start(client)
             self._lifetimes.end(session)
         self.flush()
-
-    def _taken_meanwhile(self, session: Session) -> bool:
-        """Whether another broker on this root took the session of a connection closing here
-        (its record names that broker): `_taken_since`, one stat, the record read and parsed
-        only if another write replaced the one this broker wrote last (at every close of a
-        persistent session, before). A record the file system cannot stat or read now
-        (EMFILE, EIO) counts as this broker's: the close goes on as any other (record, Will,
-        expiry), where the error raised out of `closed` left it half done."""
-        client_id = session.client_id
-        try:
-            # A record write of this broker still queued (fsync=always: a SUBSCRIBE's, one
-            # before a QoS 2 PUBLISH) makes `replaced` say no without a look, and the session
-            # stays this broker's. Rightly: this close's record goes after that write
-            # (`save`), so the disk's last word names this broker whatever another wrote
-            # meanwhile, and the other lets go of the session at its next write or close
-            # (`_taken_since`, here), its client told to connect again. Had this close read
-            # the other's record and let go, the queued write, not yet done, then put back a
-            # record naming this broker as holding a connection since closed: no broker
-            # counted the session (its end, its Will) while this one ran.
-            return self._taken_since(session)
-        except OSError as error:
-            log.warning(
-                "client %s: its session's record could not be read at its close (the session "
-                "stays this server's): %s",
-                client_id,
-                store_failure(error),
-            )
-            return False
-
-    def _taken_elsewhere(self, client: Client, session: Session, will: Will | None) -> None:
-        """The connection closed after its client connected to another broker on this root,
-        which took the session (a process cannot close another's connection, so both were
-        open meanwhile): its record is that broker's now, and is not written over (this one
-        would count the session's expiry, and end it under the client connected there). The
-        session is let go, not ended; the Will of this connection goes out as at a takeover
-        here (§3.1.2.5), unless it has a delay, which the session living on cancels."""
-        log.info(
-            "client %s: its session was taken by another server on this root", session.client_id
-        )
-        if will is not None and not will.properties.will_delay_interval:
-            self._wills.schedule(session, will, client, None)
-        if client.jobs:  # its last read's disk work goes on, ahead of the Will's
-            self._batches.start(client)
-        self._lifetimes.let_go(session)
 
     def flush(self) -> None:
         self._out.flush()
@@ -686,8 +621,8 @@ class Broker:
             self._publishing.released(client, session, packet.packet_id)
         elif kind is Subscribe:
             assert isinstance(packet, Subscribe)
-            if session.persistent and self._taken_since(session):
-                self._taken_over_elsewhere(client)  # its record, written, named this broker
+            if session.persistent and self._taken.since(session):
+                self._taken.disconnect(client)  # its record, written, named this broker
                 return
             self._delivery.route_deferred_so_far()  # the PUBLISHes before it miss it
             self._subscribing.subscribe(client, session, packet)
@@ -697,8 +632,8 @@ class Broker:
             self._durable_routes.recheck()
         elif kind is Unsubscribe:
             assert isinstance(packet, Unsubscribe)
-            if session.persistent and self._taken_since(session):
-                self._taken_over_elsewhere(client)
+            if session.persistent and self._taken.since(session):
+                self._taken.disconnect(client)
                 return
             self._delivery.route_deferred_so_far()  # the PUBLISHes before it still meet it
             self._subscribing.unsubscribe(client, session, packet)

@@ -156,7 +156,7 @@ class Recorder:
         another broker on this root (or this one's Wills, its restart) wrote it since, or it
         is gone. One stat: a caller reads the record only then. No while one of this
         broker's writes is on its way: that one replaces whatever is there now, and has the
-        last word (broker._taken_meanwhile says why a close may go by it)."""
+        last word (TakenElsewhere.at_close says why a close may go by it)."""
         if client_id in self._queued:
             return False
         written = self._written.get(client_id)

@@ -151,7 +151,7 @@ class Resuming:
         """A session resumed from memory that this broker took from the disk while its
         client's connection to another server was open (`Session.taken_from`): that server
         may have claimed messages for the session since, and left them locked to it when it
-        let go (broker `_taken_over_elsewhere`, `_taken_elsewhere`), for a resumption from the
+        let go (TakenElsewhere `disconnect`, `let_go`), for a resumption from the
         disk that a session held here never makes. They are taken back now, in their order
         among what the session has to send, as that resumption takes them
         (subscribing.attach); what this broker holds

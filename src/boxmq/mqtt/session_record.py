@@ -28,9 +28,9 @@ Invariants:
   another named lets go of its copy without ending the session (Lifetimes.let_go): at its
   expiry timer and at its client's return (there also when it finds none named: one took
   the session on and counts it, Lifetimes.moved_on), at the close of a connection whose
-  client connected there meanwhile (broker._taken_meanwhile), and before writing the record
+  client connected there meanwhile (TakenElsewhere.at_close), and before writing the record
   on such a connection (a QoS 2 PUBLISH, a PUBREL, a SUBSCRIBE), which it closes
-  (broker._taken_since): both one stat of the record, read only if another write replaced
+  (TakenElsewhere.since): both one stat of the record, read only if another write replaced
   it. None when no broker holds it (a record
   rewritten at a restart, or by a running broker that took it on from one of its host that
   died: Lifetimes.adopt_the_dead, or written by a boxmq before 2026-11-29), or naming a

@@ -121,7 +121,7 @@ def test_a_publish_the_disk_cannot_route_closes_its_connection_told_and_the_clos
     [told] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert ": closing: the store failed at" in told
     assert "EMFILE" in told
-    # The close's look at its record is one stat now (broker._taken_meanwhile), which needs
+    # The close's look at its record is one stat now (TakenElsewhere.at_close), which needs
     # no descriptor: no read for EMFILE to fail, so no line says the session stays; that it
     # stayed is `present` above.
     # The close raised out of connection_lost, half done, and asyncio logged a traceback.

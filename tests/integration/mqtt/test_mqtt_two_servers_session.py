@@ -519,7 +519,7 @@ def _settled(sock: socket.socket, within: float) -> list[tuple[bytes, bool]]:
 def test_a_server_killed_after_closing_a_connection_whose_session_moved_loses_nothing(
     two_servers: tuple[RunningServer, RunningServer, Served],
 ) -> None:
-    """A checks the session's record before a QoS 2 write, finds B named (`_taken_since`),
+    """A checks the session's record before a QoS 2 write, finds B named (`TakenElsewhere.since`),
     closes its connection (0x8E) with what it had claimed for it left locked to the session,
     and is SIGKILLed right then: the client, on B, takes each message published (PUBACKed to
     its sender) exactly once, before and after it leaves B and comes back, and a later one."""

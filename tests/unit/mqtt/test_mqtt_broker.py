@@ -2842,7 +2842,7 @@ def test_a_session_resumed_from_memory_takes_back_what_another_server_left_locke
 ) -> None:
     """Taken from the disk while its client's connection to another server A was open (a
     Box of its own on the root here, as A's): A claims a message for the session after that
-    and lets go of it unsent (0x8E, broker._taken_since), locked to the session, A left
+    and lets go of it unsent (0x8E, TakenElsewhere.since), locked to the session, A left
     running. The client leaves this broker and comes back: its session, resumed from
     memory, takes it back and sends it, before a later one; what this broker has in flight
     itself is sent again once (DUP), not taken a second time. Before, that message waited
