@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from boxmq.mqtt.drops import Refusals
+from boxmq.mqtt.peer_address import PeerAddress
 
 __all__ = ["Admission"]
 
@@ -23,7 +24,7 @@ class Admission:
         self._over_max = Refusals()  # sockets refused at max_connections
         self.handshaking = 0  # TLS handshakes under way: connections for max_connections
 
-    def room_for(self, peer: str, connected: int) -> bool:
+    def room_for(self, peer: PeerAddress, connected: int) -> bool:
         """Whether one more connection fits beside the `connected` ones (and the handshakes
         under way); told once while not."""
         most = self._most
@@ -48,7 +49,7 @@ class Admission:
             )
         return True
 
-    def handshake_started(self, peer: str, connected: int) -> bool:
+    def handshake_started(self, peer: PeerAddress, connected: int) -> bool:
         """A TLS handshake begins, counted as a connection until `handshake_ended`, if one
         more fits beside the `connected` ones (`room_for`)."""
         if not self.room_for(peer, connected):

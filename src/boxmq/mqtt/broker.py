@@ -91,6 +91,7 @@ from boxmq.mqtt.packets import (
     Unsubscribe,
 )
 from boxmq.mqtt.password_checks import PasswordChecks
+from boxmq.mqtt.peer_address import PeerAddress
 from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.reasons import ReasonCode, reason_for
 from boxmq.mqtt.recording import Recorder
@@ -296,7 +297,7 @@ class Broker:
         self._timers.set(client, client.opened + self.limits.connect_timeout)
         return True
 
-    def handshake_started(self, peer: str) -> bool:
+    def handshake_started(self, peer: PeerAddress) -> bool:
         """A socket of a TLS listener was accepted; False if over max_connections (close it).
         Its handshake counts as a connection until `handshake_ended`: each holds memory and a
         descriptor for up to connect_timeout, so stalled ones must not go past the limit."""

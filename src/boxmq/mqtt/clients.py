@@ -25,6 +25,7 @@ from typing import Protocol
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.disk import Job
 from boxmq.mqtt.packets import Connect, Incoming, Packet, Puback, Pubcomp, Pubrec, Pubrel
+from boxmq.mqtt.peer_address import PeerAddress
 from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.session import Session
 
@@ -35,7 +36,7 @@ class Link(Protocol):
     """What the broker knows of a client's socket (server.py implements it)."""
 
     connection: Connection
-    peer: str
+    peer: PeerAddress
     identity: str | None  # the user name its TLS certificate gives (identity_as_username)
     congested: bool  # its write buffer is over the high-water mark
 
@@ -108,7 +109,7 @@ def disk_work_ahead(client: Client) -> bool:
 
 def name_of(client: Client) -> str:
     session = client.session
-    return client.link.peer if session is None else f"client {session.client_id}"
+    return str(client.link.peer) if session is None else f"client {session.client_id}"
 
 
 def _nothing_to_do() -> None:

@@ -15,6 +15,7 @@ from functools import partial
 from typing import Final
 
 from boxmq.mqtt.fair import FairQueue
+from boxmq.mqtt.peer_address import PeerAddress
 
 __all__ = ["PasswordChecks"]
 
@@ -38,10 +39,10 @@ class PasswordChecks:
         """The checks under way or waiting."""
         return self.running + len(self._waiting)
 
-    def put(self, peer: str, check: Callable[[], bool], answer: _Answer) -> None:
-        """On the loop: `check` the password of a CONNECT from `peer` (`host:port`) in its
-        turn, in a thread, and `answer` with its future on the loop."""
-        self._waiting.put(_host(peer), (check, answer))
+    def put(self, peer: PeerAddress, check: Callable[[], bool], answer: _Answer) -> None:
+        """On the loop: `check` the password of a CONNECT from `peer` in its turn (its host's),
+        in a thread, and `answer` with its future on the loop."""
+        self._waiting.put(peer.host, (check, answer))
         self._start()
 
     def _start(self) -> None:
@@ -74,10 +75,3 @@ def _back_to(
     """In the check's thread: its end goes to the loop."""
     with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to answer
         loop.call_soon_threadsafe(ended, answer, future)
-
-
-def _host(peer: str) -> str:
-    """The address of a client's `host:port` (an IPv6 one holds colons too), whose password
-    checks take their turn together."""
-    host, colon, _ = peer.rpartition(":")
-    return host if colon else peer

@@ -71,6 +71,7 @@ from boxmq.host_names import HOST_NAME_RULE
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.drops import DropLog, Refusals
+from boxmq.mqtt.peer_address import PeerAddress, peer_address
 from boxmq.mqtt.settings import (
     Listener,
     MqttSettings,
@@ -141,7 +142,7 @@ class _Protocol(asyncio.BufferedProtocol):
             topic_alias_maximum=limits.topic_alias_maximum,
             now=clock.now(),
         )
-        self.peer = "?"
+        self.peer = PeerAddress("?")
         self.identity: str | None = None  # the user name its certificate gives (Link)
         self.gone = False  # refused at connection_made, or closed for a protocol error
         self.congested = False
@@ -154,8 +155,7 @@ class _Protocol(asyncio.BufferedProtocol):
         # A stream transport; uvloop's does not subclass asyncio.Transport, so no isinstance.
         transport = cast(asyncio.Transport, transport)
         self._transport = transport
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.peer = peer_address(transport)
         transport.set_write_buffer_limits(high=_WRITE_HIGH)
         self._tcp = transport.get_extra_info("socket")  # the listeners are all TCP
         if not self._broker.opened(self, self.accepted):
@@ -393,8 +393,7 @@ class _TlsHandshake(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)
         transport.pause_reading()  # the TLS transport reads from here: nothing may come first
-        peer = transport.get_extra_info("peername")
-        shown = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        shown = peer_address(transport)
         self._accepted = self._server.now()
         if not self._server.broker.handshake_started(shown):
             transport.abort()
@@ -410,7 +409,7 @@ class _TlsHandshake(asyncio.Protocol):
             self._counted = False
             self._server.broker.handshake_ended()
 
-    async def _handshake(self, transport: asyncio.Transport, peer: str) -> None:
+    async def _handshake(self, transport: asyncio.Transport, peer: PeerAddress) -> None:
         timeout = self._server.settings.limits.connect_timeout
         loop = asyncio.get_running_loop()
         # start_tls puts its SSL protocol on the socket at once and queues the socket's first
@@ -432,7 +431,7 @@ class _TlsHandshake(asyncio.Protocol):
                 ssl_shutdown_timeout=_LINGER,
             )
         except OSError as error:  # ssl.SSLError, the timeout's ConnectionAbortedError, EOF
-            self._server.handshake_failed(transport, peer, *_handshake_failure(error, timeout))
+            self._server.handshake_failed(peer, *_handshake_failure(error, timeout))
             transport.abort()  # start_tls closed it: nothing is left to write
             return
         finally:
@@ -804,18 +803,14 @@ class MqttServer:
     def now(self) -> float:
         return self._clock.now()
 
-    def handshake_failed(
-        self, transport: asyncio.BaseTransport, peer: str, level: int, words: str
-    ) -> None:
+    def handshake_failed(self, peer: PeerAddress, level: int, words: str) -> None:
         """Log a failed TLS handshake: the first from a client address for a reason at once,
         with its port; those after it from there for that reason counted, and told as one
         line per `DropLog.interval` while they go on (`tell_failed_handshakes`)."""
         if level < logging.INFO:  # a closed socket, a port check: not counted, rarely shown
             log.log(level, "%s: TLS handshake failed: %s", peer, words)
             return
-        address = transport.get_extra_info("peername")
-        host = address[0] if isinstance(address, tuple) else peer
-        if self._failed_handshakes.dropped(f"{host}: {words}", now=self._clock.now()):
+        if self._failed_handshakes.dropped(f"{peer.host}: {words}", now=self._clock.now()):
             log.log(level, "%s: TLS handshake failed: %s", peer, words)
 
     def tell_failed_handshakes(self, *, now: float | None = None) -> None:

@@ -17,6 +17,7 @@ from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.disk import Job, WorkFailed
+from boxmq.mqtt.peer_address import PeerAddress
 from boxmq.mqtt.reasons import ReasonCode, reason_for
 
 GATHER = 0.05  # long enough that a test's own steps all happen within it
@@ -29,7 +30,7 @@ class _Link:
         self.connection = Connection(
             max_packet_size=1 << 20, receive_maximum=10, topic_alias_maximum=0, now=0.0
         )
-        self.peer = "test"
+        self.peer = PeerAddress("test")
         self.congested = False
         self.identity: str | None = None
         self.quick_acks = 0

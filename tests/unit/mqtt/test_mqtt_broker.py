@@ -60,6 +60,7 @@ from boxmq.mqtt.packets import (
     Unsubscribe,
     Will,
 )
+from boxmq.mqtt.peer_address import PeerAddress
 from boxmq.mqtt.properties import Properties
 from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.reasons import ReasonCode
@@ -94,7 +95,7 @@ class Peer:
         self.connection = Connection(
             max_packet_size=1 << 20, receive_maximum=100, topic_alias_maximum=10, now=0
         )
-        self.peer = "memory"
+        self.peer = PeerAddress("memory")
         self.congested = False
         self.identity: str | None = None
         self.closed = False
@@ -3449,11 +3450,11 @@ def test_password_checks_take_turns_by_address(tmp_path: Path) -> None:
         guesses = []
         for n in range(12):
             guess = Peer(broker)
-            guess.peer = f"10.0.0.1:{4000 + n}"
+            guess.peer = PeerAddress("10.0.0.1", 4000 + n)
             guess.send(Connect(f"guess{n}", V5, username="alice", password=b"guess"))
             guesses.append(guess)
         right = Peer(broker)
-        right.peer = "10.0.0.2:5000"
+        right.peer = PeerAddress("10.0.0.2", 5000)
         right.send(Connect("right", V5, username="alice", password=b"secret"))
         await _until(lambda: all(peer.inbox for peer in (*guesses, right)))
         [connack] = right.take()
@@ -3478,7 +3479,7 @@ def test_a_connect_closed_while_its_password_waits_is_said_so(
 
     async def test(broker: Broker) -> None:
         peer = Peer(broker)
-        peer.peer = "10.0.0.1:4000"
+        peer.peer = PeerAddress("10.0.0.1", 4000)
         peer.send(Connect("c1", V5, username="carol", password=b"rose"))
         clock.advance(4)
         with caplog.at_level(logging.INFO, "boxmq.mqtt"):
@@ -3509,7 +3510,7 @@ def test_a_close_during_a_flood_of_password_checks_starts_no_more(tmp_path: Path
             broker = Broker(box, MqttSettings(authenticator=_TimedChecks()), SystemClock())
             for n in range(6):
                 guess = Peer(broker)
-                guess.peer = f"10.0.0.1:{4000 + n}"
+                guess.peer = PeerAddress("10.0.0.1", 4000 + n)
                 guess.send(Connect(f"guess{n}", V5, username="alice", password=b"guess"))
             await broker.close()
             await asyncio.sleep(0.1)  # the checks under way end, their answers come
