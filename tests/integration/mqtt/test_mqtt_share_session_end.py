@@ -14,9 +14,12 @@ from tests.integration.mqtt.clients import (
     boxmq_cli,
     paho,
     publish_each,
+    recorded_away,
     serve_fresh,
+    serve_process,
     stop_process,
 )
+from tests.integration.mqtt.raw import open_raw, read, subscribe, take_publishes
 
 from boxmq.mqtt.session_record import read_record
 
@@ -46,12 +49,65 @@ def test_a_v5_member_whose_session_expires_leaves_its_share_group(tmp_path: Path
         remaining.subscribe(GROUP, 1)
         assert _members_listed(served.root) == {"gone-member", "remaining-member"}
         gone.stop()
-        deadline = time.monotonic() + WAIT  # its second, and the tick that ends it
-        while read_record(str(served.root), "gone-member") is not None:
-            assert time.monotonic() < deadline, "the session did not end"
-            time.sleep(0.1)
+        _ended(served.root, "gone-member")
         _the_remaining_member_gets_all(served, remaining)
         assert _members_listed(served.root) == {"remaining-member"}
+        remaining.stop()
+    finally:
+        stop_process(process)
+
+
+def _ended(root: Path, client_id: str) -> None:
+    deadline = time.monotonic() + WAIT  # its interval, and the tick that ends it
+    while read_record(str(root), client_id) is not None:
+        assert time.monotonic() < deadline, f"the session of {client_id} did not end"
+        time.sleep(0.1)
+
+
+def test_what_an_expired_member_was_sent_and_never_acknowledged_goes_to_the_others(
+    tmp_path: Path,
+) -> None:
+    """MQTT-234: the messages in flight to a member whose session ends go to the others."""
+    served, process = serve_fresh(tmp_path)
+    try:
+        gone, _ = open_raw(served, "gone-member", expiry=1)
+        gone.sendall(subscribe(1, GROUP, 1))
+        assert read(gone)[0] == 0x90
+        publish_each(served, "t", [b"held"])  # the only member: sent to it
+        [held] = take_publishes(gone, 1)  # and never acknowledged
+        assert held.payload == b"held"
+        remaining = paho(served, "remaining-member")
+        remaining.subscribe(GROUP, 1)
+        gone.close()
+        _ended(served.root, "gone-member")
+        assert remaining.next().payload == b"held"
+        _the_remaining_member_gets_all(served, remaining)
+        assert _members_listed(served.root) == {"remaining-member"}
+        remaining.stop()
+    finally:
+        stop_process(process)
+
+
+def test_a_311_member_back_clean_after_a_restart_leaves_its_share_group(tmp_path: Path) -> None:
+    """The session outlived the server that held it: the clean start ends it from what the
+    restart found on disk (`Lifetimes.forget_on_disk`), not from memory."""
+    served, process = serve_fresh(tmp_path)
+    try:
+        member = paho(served, "member311", v5=False, clean=False)
+        member.subscribe(GROUP, 1)
+        member.stop()
+        recorded_away(served.root, "member311")
+        stop_process(process)
+        process = serve_process(served.root, served.port)
+        remaining = paho(served, "remaining-member")
+        remaining.subscribe(GROUP, 1)
+        assert _members_listed(served.root) == {"member311", "remaining-member"}
+        back = paho(served, "member311", v5=False, clean=True)
+        _the_remaining_member_gets_all(served, remaining)
+        assert back.nothing(within=0.5)
+        assert _members_listed(served.root) == {"remaining-member"}
+        assert read_record(str(served.root), "member311") is None
+        back.stop()
         remaining.stop()
     finally:
         stop_process(process)
