@@ -26,7 +26,8 @@ queue), in two parts:
 
 Only a file that no other name links to becomes a spare (a fan-out links one body into
 several dropboxes), and only a small one; so is only such a file adopted from the own folder
-of a process that died (a publish killed after its links leaves the body linked there).
+of a process that died (a publish killed after its links leaves the body linked there, a put
+killed before its rename a body of any size).
 
 **Open own spares.** A put into an own spare leaves the file open, and when this pool's ack
 gives the same file back (known by its inode number: an open file's inode cannot be freed
@@ -421,10 +422,14 @@ class Spares:
                 continue  # another process adopted it first
             for path in found:
                 with contextlib.suppress(OSError):
-                    if os.lstat(path).st_nlink > 1:
+                    status = os.lstat(path)
+                    if status.st_nlink > 1 or status.st_size > _LARGEST:
                         # A publish killed between linking its body into the subscriptions
                         # and unlinking it here: their message now, never a spare to write
-                        # over (as `give` keeps no file another name links to).
+                        # over (as `give` keeps no file another name links to). Or a put
+                        # killed between writing a large body here and its rename: the
+                        # shared pool takes every spare for at most _LARGEST bytes long
+                        # (`_look`), so a larger one would not be cut to a later body's length.
                         os.unlink(path)
                         continue
                     rename_noreplace(path, self._prefix + str(next(self._numbers)))

@@ -574,3 +574,21 @@ def test_a_fan_out_killed_before_its_unlink_leaves_its_body_to_the_subscriptions
     assert [Path(copy).read_bytes() for copy in copies] == [b"published", b"published"]
     assert pool(tmp_path) == []
     assert os.listdir(tmp_path / SPARE_DIR) == []  # nothing left that nobody cleans
+
+
+def test_a_large_body_a_dead_process_wrote_into_its_own_spare_is_deleted_not_adopted(
+    tmp_path: Path,
+) -> None:
+    """A put writes its body into an own spare in place, whatever its size, and renames it
+    into target/. Killed between the two, it left a large file in its own folder, which the
+    next pool adopted as a spare (the link count checked, the size not, unlike `give`), taken
+    as _LARGEST bytes long: a put of a body between that and the file's size was not cut to
+    its length, and its message ended with the dead put's bytes."""
+    crashed = Spares(str(tmp_path), dead_token())
+    crashed.give(finished(tmp_path, "m", b"an older body"))
+    assert crashed.write(b"x" * 300_000) is not None  # killed before its rename
+    after = Spares(str(tmp_path), "alive")
+    body = b"y" * 100_000
+    write_new(str(tmp_path / "next"), body, after)
+    assert (tmp_path / "next").read_bytes() == body
+    assert pool(tmp_path) == []
