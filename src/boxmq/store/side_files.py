@@ -38,7 +38,7 @@ from boxmq.model import PROPERTIES_FILE, PropertyType
 from boxmq.store.records import read_file
 from boxmq.store.retained import RETAINED_DIR, read_header
 from boxmq.store.spares import rename_noreplace
-from boxmq.store.temporaries import temporary_in
+from boxmq.store.temporaries import removed_on_failure, temporary_in
 
 __all__ = ["COLLECT_EVERY", "GRACE", "SIDE_DIR", "SideFiles", "key_of", "referenced"]
 
@@ -72,7 +72,9 @@ class SideFiles:
         key = key_of(data)
         target = os.path.join(self.path, key)
         temporary = temporary_in(self.path)
-        try:
+        # A write the disk refused half-way (ENOSPC), or other bytes under the key: the
+        # temporary is never left behind. Placed, it is renamed already: nothing to unlink.
+        with removed_on_failure(temporary):
             try:
                 _write(temporary, data)
             except FileNotFoundError:  # the first side file of this root
@@ -80,9 +82,6 @@ class SideFiles:
                 _write(temporary, data)
             while not self._placed(temporary, target, data):
                 pass  # `collect` took the old file away meanwhile: place ours
-        finally:  # placed, or a write the disk refused half-way (ENOSPC): never left behind
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
         self._remember(key, data)
         return key
 

@@ -161,6 +161,25 @@ def test_a_write_the_disk_refuses_leaves_no_temporary(
     assert [p.name for p in (tmp_path / SIDE_DIR).iterdir()] == [first]
 
 
+def test_a_put_placed_unlinks_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """put's cleanup unlinked its temporary after every put, placed or not: on success the
+    name was renamed already, so one system call each that could only fail."""
+    side = SideFiles(str(tmp_path))
+    side.put(b"first")  # the folder exists
+    unlinked: list[str] = []
+    real = os.unlink
+
+    def counted(path: str, *args: object, **kwargs: object) -> None:
+        unlinked.append(path)
+        real(path)
+
+    monkeypatch.setattr(os, "unlink", counted)
+    side.put(b"second")  # a new file
+    SideFiles(str(tmp_path)).put(b"first")  # the same bytes, replacing the file
+    assert unlinked == []
+    assert sorted(p.name.startswith(".") for p in (tmp_path / SIDE_DIR).iterdir()) == [False] * 2
+
+
 def test_a_collection_killed_between_its_renames_is_finished_by_the_next(tmp_path: Path) -> None:
     """Killed after renaming a file aside, a collection leaves `.gc-<key>`, which its messages
     still read under that name: the next one puts it back, or drops it beside a `<key>` a put
