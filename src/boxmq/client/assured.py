@@ -661,13 +661,6 @@ class AssuredIntake:
             self._books.restore(*key, size=0, since=marked.at, delivered=True)
         return True
 
-    @property
-    def oldest_marker(self) -> float | None:
-        """The st_mtime of the oldest "delivered" marker (or one being written) the last
-        `expire` left that is not yet past done_ttl; None if none, or before the first
-        `expire`."""
-        return self._sweep.oldest_marker
-
     def tombstones_kept(self) -> tuple[float | None, dict[str, float]]:
         """What keeps a retained delete's tombstone (RetainedStore.remove_if), as the last
         `expire` listed the markers: the st_mtime of the oldest marker not past done_ttl

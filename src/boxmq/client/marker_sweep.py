@@ -40,7 +40,6 @@ class MarkerSweep:
         self._waits = waits
         # The envelope of each exactly-once message in working/, by its marker's name.
         self._waiting = waiting
-        self._oldest_marker: float | None = None
         # What `forget` knows of `.exactly-once/`, so that a sweep looks at what
         # changed or is due, not at every marker (it stat'ed each one every second): the
         # st_mtime each marker had when first listed, until done_ttl is past for it (a heap of
@@ -48,7 +47,7 @@ class MarkerSweep:
         # still waits; and the folder as it was at the last listing, if it had settled then
         # (a folder whose mtime is the same was not changed since: not on a polled root,
         # where NFS may cache it). A marker is only ever renamed into place, which changes
-        # the folder; one touched by hand is seen when due, or when it is the oldest.
+        # the folder; one touched by hand is seen when due.
         self._polling = polling
         self._marker_times: dict[str, float] = {}
         self._marker_heap: list[tuple[float, str]] = []
@@ -60,12 +59,6 @@ class MarkerSweep:
         # replaces none), each with its inode and st_mtime_ns then: not read again while
         # they stay (a marker written again under its name, a later message's, is).
         self._replace_none: dict[str, tuple[int, int]] = {}
-
-    @property
-    def oldest_marker(self) -> float | None:
-        """The st_mtime of the oldest "delivered" marker (or one being written) the last
-        `forget` left that is not yet past done_ttl; None if none, or before the first."""
-        return self._oldest_marker
 
     def listed(self) -> list[str]:
         """The markers not past done_ttl, as the last `forget` listed them (taken under the
@@ -150,7 +143,6 @@ class MarkerSweep:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
         self._stuck, self._pinned = stuck, pinned
-        self._oldest_marker = self._oldest_listed()
 
     def _list_markers(self) -> None:
         """Learn the markers new in the folder since the last listing (one stat each), and
@@ -175,24 +167,3 @@ class MarkerSweep:
     def _note_marker(self, name: str, written: float) -> None:
         self._marker_times[name] = written
         heapq.heappush(self._marker_heap, (written, name))
-
-    def _oldest_listed(self) -> float | None:
-        """The st_mtime of the oldest marker not past done_ttl, looked at again (a marker
-        touched by hand since it was listed takes its place by its new time)."""
-        times, heap = self._marker_times, self._marker_heap
-        while heap:
-            written, name = heap[0]
-            if times.get(name) != written:
-                heapq.heappop(heap)
-                continue
-            try:
-                now = os.stat(os.path.join(self._markers, name)).st_mtime
-            except FileNotFoundError:
-                heapq.heappop(heap)
-                del times[name]
-                continue
-            if now == written:
-                return written
-            heapq.heappop(heap)
-            self._note_marker(name, now)
-        return None
