@@ -774,7 +774,7 @@ def _killed_after_its_marker(
 ) -> None:
     """`deliver` of ("s", "1"), killed once its marker is in place, before the move."""
     with monkeypatch.context() as dying:
-        kill_at(dying, 3)  # the markers' folder made, the marker renamed into it
+        kill_at(dying, 4)  # the markers' folder made, the marker written and renamed into it
         with pytest.raises(Killed):
             box.deliver("s", "1", remember=remember)
 
