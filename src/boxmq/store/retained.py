@@ -10,7 +10,8 @@ one with one rename; an empty body deletes it (MQTT 5.0 §3.3.1.3). While an exa
 delete puts an empty file, a tombstone, in its place the same way: no retained message to
 every reader (an older boxmq takes it for a file cut short, passed by as well), but a file
 whose `version` tells that restart that a delete came since its marker (`written_since`);
-otherwise it unlinks the file. The expiry sweep deletes tombstones older than the caller
+otherwise (no marker, or no marked message waiting in the incoming working/) it unlinks
+the file. The expiry sweep deletes tombstones older than the caller
 says (`remove_if`). Writes go through the committer, so they are as durable as the fsync
 policy says.
 
@@ -40,7 +41,7 @@ from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
 from boxmq.store.layout import TOPIC_ROOT
 from boxmq.store.records import read_file
 from boxmq.store.temporaries import temporary_in
-from boxmq.store.topics import exactly_once_markers
+from boxmq.store.topics import exactly_once_markers, incoming_working
 
 __all__ = [
     "RETAINED_DIR",
@@ -106,6 +107,7 @@ class RetainedStore:
     def __init__(self, root: str, committer: Committer) -> None:
         self._dir = os.path.join(root, TOPIC_ROOT, RETAINED_DIR)
         self._markers = exactly_once_markers(root)
+        self._incoming = incoming_working(root)
         self._committer = committer
         # The topic of each file name read so far (and listed at the last look), so that a
         # wildcard subscription reads only the files of the topics it matches. Never stale:
@@ -125,12 +127,17 @@ class RetainedStore:
         (or `discard`); an empty `body` is a delete, a tombstone while a marker is on the
         root (see the module's docstring). Raises the OSError of a failed write, leaving
         nothing behind."""
-        if not body and not _holds_any(self._markers):
+        if not body and not (_holds_any(self._markers) and _holds_any(self._incoming)):
             # No publication marked delivered is to be finished, or one whose deliver
             # looked at the retained file before now is under way: whether its restart
             # finds this delete or the file it saw gone, it puts its message in place, as
             # its deliver does after it (the delete came first). A file's creation costs
-            # 10 times an unlink (here: 300 us, 30).
+            # 10 times an unlink (here: 300 us, 30). Markers stay for done_ttl (an hour)
+            # after their message is sent, but only one whose message still waits in the
+            # incoming working/ (where every exactly-once message to a topic is written
+            # before its marker, and which it leaves after its retained replacement) can
+            # have a restart replace a retained message: a marker there at the first look
+            # whose message is gone at the second was finished before this delete.
             return Staged(self._path(topic), None)
         os.makedirs(self._dir, exist_ok=True)
         temporary = temporary_in(self._dir)
