@@ -62,6 +62,10 @@ SPARE_DIR = ".spare"
 _LOOK_INTERVAL = 1.0  # seconds between looks in the folder by a process that has no spare
 _GONE_INTERVAL = 1.0  # seconds between two close_gone for deletes (close_gone_soon)
 _LARGEST = 1 << 16  # bytes: a bigger file is deleted, not kept (its blocks are worth freeing)
+# The length taken for a spare found in the shared folder (`_look`, no stat): longer than any
+# body, so that the rewrite always cuts the file to its body's. `give` keeps none over
+# _LARGEST, but a file put there by hand, or by an older boxmq, may be of any length.
+_UNKNOWN_SIZE = sys.maxsize
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _REWRITE = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
 _AT_FDCWD = -100
@@ -254,8 +258,8 @@ class Spares:
         return os.stat(folder).st_dev == self._device
 
     def take(self, path: str) -> int | None:
-        """Move a spare to `path` (which must not exist) and return its size; None when there
-        is no spare."""
+        """Move a spare to `path` (which must not exist) and return its size (_UNKNOWN_SIZE
+        for one found in the shared folder); None when there is no spare."""
         if not self._adopted:
             self._adopt()
         own = self._own  # first: nobody else takes those
@@ -427,9 +431,8 @@ class Spares:
                         # A publish killed between linking its body into the subscriptions
                         # and unlinking it here: their message now, never a spare to write
                         # over (as `give` keeps no file another name links to). Or a put
-                        # killed between writing a large body here and its rename: the
-                        # shared pool takes every spare for at most _LARGEST bytes long
-                        # (`_look`), so a larger one would not be cut to a later body's length.
+                        # killed between writing a large body here and its rename: its
+                        # blocks are worth freeing, as `give` frees those of a large file.
                         os.unlink(path)
                         continue
                     rename_noreplace(path, self._prefix + str(next(self._numbers)))
@@ -445,8 +448,7 @@ class Spares:
                 found = [entry.path for entry in entries if entry.is_file()]
         except FileNotFoundError:
             return []
-        # The size is a bound, not a promise: the spare is truncated if it was larger.
-        self._names.extend((path, _LARGEST) for path in found[: self.limit])
+        self._names.extend((path, _UNKNOWN_SIZE) for path in found[: self.limit])
         return found
 
 

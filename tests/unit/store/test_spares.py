@@ -592,3 +592,19 @@ def test_a_large_body_a_dead_process_wrote_into_its_own_spare_is_deleted_not_ado
     write_new(str(tmp_path / "next"), body, after)
     assert (tmp_path / "next").read_bytes() == body
     assert pool(tmp_path) == []
+
+
+def test_a_large_file_found_in_the_shared_pool_is_cut_to_the_body_written_into_it(
+    tmp_path: Path,
+) -> None:
+    """The shared pool's files are taken without a stat (`_look`), for any length: `give`
+    keeps none over _LARGEST, but a file put into .spare/ by hand, or left there by an older
+    boxmq, may be longer. Taken as _LARGEST bytes long, a put of a body between that and the
+    file's size was not cut to its length, and its message ended with the old file's bytes."""
+    (tmp_path / SPARE_DIR).mkdir()
+    (tmp_path / SPARE_DIR / "older.0").write_bytes(b"x" * 300_000)
+    spares = Spares(str(tmp_path), "alive")
+    body = b"y" * 100_000
+    write_new(str(tmp_path / "next"), body, spares)
+    assert (tmp_path / "next").read_bytes() == body
+    assert pool(tmp_path) == []
