@@ -259,6 +259,18 @@ class Publisher:
             envelope = as_published_retained(envelope)
         return PUT_NAME_LIMIT - len(encode(at_qos(envelope, QoS.EXACTLY_ONCE)))
 
+    def check_room(
+        self, topic: str, *, expires_in: float | None = None, retain: bool = False
+    ) -> None:
+        """MetadataTooLong, as `publish` would raise it, if the file names of a publication to
+        `topic` have no room for it even without properties (which `publish` may leave out
+        or put in a side file): for a door that acknowledges a message before it writes it,
+        and must refuse one it could never write before it says it received it."""
+        envelope = self._envelope(topic, None, expires_in, None, None, text=False)
+        if retain:
+            envelope = as_published_retained(envelope)
+        copy_names(envelope, (QoS.EXACTLY_ONCE,))
+
     def _publish_retained(
         self, envelope: Envelope, data: bytes, level: QoS, source: str | None
     ) -> None:

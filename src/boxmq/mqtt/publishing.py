@@ -286,7 +286,10 @@ class Publishing:
             # are for the QoS 2 PUBLISHes around it: a subscription orders by id, and one
             # made at PUBREL would put it behind those sent after it (MQTT-4.6.0-6).
             client.jobs.append(
-                Job(self._box.topics.new_id, partial(self._hold_retained, client, session, packet))
+                Job(
+                    partial(self._retained_id, packet),
+                    partial(self._hold_retained, client, session, packet),
+                )
             )
             return
 
@@ -310,11 +313,24 @@ class Publishing:
         work = partial(self.write, client_id, packet, order)
         client.jobs.append(Job(work, written, batched, answered=packet_id is not None))
 
+    def _retained_id(self, packet: Publish) -> MessageId:
+        """The id of a non-persistent session's retained QoS 2 PUBLISH, written at its PUBREL;
+        MetadataTooLong if its topic leaves no room in a stored message's name, found now,
+        before its PUBREC: at its PUBREL it was too late to tell its publisher, who had been
+        told it was received, and it was kept nowhere on disk (and PUBCOMP said success)."""
+        self._box.topics.check_room(packet.topic, expires_in=stored_expiry(packet), retain=True)
+        return self._box.topics.new_id()
+
     def _hold_retained(
         self, client: Client, session: Session, packet: Publish, message_id: object
     ) -> None:
         """A retained QoS 2 PUBLISH of a non-persistent session, held for its PUBREL with the
-        id made in its turn (`message_id`): PUBREC."""
+        id made in its turn (`message_id`): PUBREC; or PUBREC with the reason it cannot be
+        stored (3.1.1: the close)."""
+        assert packet.packet_id is not None
+        if isinstance(message_id, BoxMQError):
+            self._send_error(client, Pubrec(packet.packet_id), message_id)
+            return
         assert isinstance(message_id, str)
         self._hold(client, session, packet, message_id)
 
