@@ -527,3 +527,20 @@ def test_a_box_that_never_sweeps_keeps_a_bounded_count_of_the_folders_sent_expir
         clock.advance(10)
         reports = box.sweep(full=False)
         assert sorted(report.expired for report in reports.values()) == [1] * 20
+
+
+def test_a_subscription_that_ended_leaves_nothing_due_behind_it(
+    root: Path, clock: ManualClock
+) -> None:
+    """What a visit found due in a subscription was kept until the next full pass, ended or
+    not: an MQTT broker whose clients come and go (a clean session each) kept one entry per
+    subscription of the minute, each visited once for a copy with an expiry."""
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        box.sweep(full=False)  # the first is a full pass
+        for i in range(50):
+            box.subscribe(f"brief/{i}", f"brief{i}", lock_timeout=5).detach()
+            box.publish(f"brief/{i}", b"soon", expires_in=10)
+            assert list(box.sweep(full=False)) == [f"brief/{i} (client.brief{i})"]
+            assert box.unsubscribe(f"brief/{i}", f"brief{i}")
+            clock.advance(0.5)
+        assert len(box._due) == 0

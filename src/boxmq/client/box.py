@@ -302,6 +302,7 @@ class Box:
                     ),
                     opened=self._live.get,
                     forget=self._forget_live,
+                    ended=self._subscription_ended,
                     spares=self._spares,
                     v5=self.v5,
                     side_files=self.side_files,
@@ -511,6 +512,15 @@ class Box:
             # beside `boxmq serve`) kept each subscription and queue it ever ended this way.
             with self._wanting_lock:
                 self._wanting.discard(live)
+
+    def _subscription_ended(self, path: str) -> None:
+        """The subscription at `path` ended here: what its visits found due is dropped. It
+        was kept until the next full pass or its due time, whose visit found no folder: a
+        broker whose clients come and go kept one entry per subscription of the minute.
+        (One a sweep of another thread was visiting meanwhile may come back: that visit's
+        find, dropped as before.)"""
+        self._due.pop(path, None)
+        self._held_by_others.discard(path)
 
     def sweep(self, *, full: bool = True) -> dict[str, SweepReport]:
         """One round of housekeeping over every queue and subscription (what `boxmq serve`

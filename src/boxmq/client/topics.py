@@ -87,6 +87,7 @@ class Topics(Publisher):
         live_for: _LiveFor,
         opened: _Opened = lambda path: None,
         forget: _Forget = lambda path: None,
+        ended: _Forget = lambda path: None,
         spares: Spares | None = None,
         v5: V5Reader | None = None,
         side_files: SideFiles | None = None,
@@ -108,6 +109,7 @@ class Topics(Publisher):
         self._v5 = v5
         self._live_for = live_for
         self._forget = forget
+        self._ended = ended  # a subscription's folder deleted: told after (`_remove`)
         # A dropbox is made (a subscribe, a share group joined) and deleted (an unsubscribe,
         # the last member of a group leaving, a sweep) under its path's lock: a share group's
         # member may join on one thread (a broker's disk threads) while its last member leaves
@@ -409,6 +411,7 @@ class Topics(Publisher):
         out. Called with the dropbox held (`self._dropboxes.held`)."""
         self._forget(path)
         layout.remove_subscription(self._root, path)
+        self._ended(path)
         if self._spares is not None:
             self._spares.close_gone_soon()
 
