@@ -15,8 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import boxmq
-from boxmq.client import box as box_module
-from boxmq.client import live_news, sweeps, target_names
+from boxmq.client import housekeeping, live_news, sweeps, target_names
 from boxmq.client import queue as queue_module
 from boxmq.client.lifecycle import envelope_of as decode
 from boxmq.client.publishing import Publication
@@ -71,7 +70,7 @@ def test_a_big_target_is_looked_through_for_expirations_in_proportion_to_its_siz
 
     monkeypatch.setattr(Dropbox, "scan", scan)
     # 3,000 names as 300,000 are at the real rate: looked through every 3 s, not every sweep.
-    monkeypatch.setattr(box_module, "EXPIRY_NAMES_PER_SECOND", 1000)
+    monkeypatch.setattr(housekeeping, "EXPIRY_NAMES_PER_SECOND", 1000)
     clock = boxmq.ManualClock(time.time())
     with boxmq.open(root, fsync="never", clock=clock) as box:
         box.queue("jobs").put_many([b"x"] * 2999)

@@ -15,9 +15,8 @@ from typing import TypeVar
 import pytest
 
 import boxmq
-from boxmq.client import box as box_module
-from boxmq.client import sweeps
-from boxmq.client.box import FULL_SWEEP_EVERY
+from boxmq.client import housekeeping, sweeps
+from boxmq.client.housekeeping import FULL_SWEEP_EVERY
 from boxmq.client.live_queue import LiveQueue
 from boxmq.clock import ManualClock
 from boxmq.store import layout, process, temporaries
@@ -236,7 +235,7 @@ def test_the_doors_records_and_the_topic_root_are_looked_through_at_full_passes(
         listed.update(folders)
         return remove(folders, now=now, age=age)
 
-    monkeypatch.setattr(box_module, "remove_stale_temporaries", counted)
+    monkeypatch.setattr(housekeeping, "remove_stale_temporaries", counted)
     sessions = root / "records"
     sessions.mkdir(parents=True)
     with boxmq.open(root, fsync="never", clock=clock, abandon_after=10) as box:
@@ -338,7 +337,7 @@ def test_between_full_passes_a_sweep_lists_no_queue_whose_folders_stayed_as_they
         listed.update(os.path.basename(folder) for folder in folders)
         return remove(folders, now=now, age=age)
 
-    monkeypatch.setattr(box_module, "remove_stale_temporaries", listing)
+    monkeypatch.setattr(housekeeping, "remove_stale_temporaries", listing)
     names = [f"q{i}" for i in range(20)]
     with boxmq.open(root, fsync="never", clock=clock) as box:
         queues = [box.queue(name) for name in names]
@@ -421,7 +420,7 @@ def test_between_full_passes_a_sweep_lists_the_root_again_only_when_it_changed(
         listings += 1
         return folders(at, *others)
 
-    monkeypatch.setattr(box_module, "dropbox_folders", counted)
+    monkeypatch.setattr(housekeeping, "dropbox_folders", counted)
     with boxmq.open(root, fsync="never", clock=clock) as box:
         for i in range(5):
             box.queue(f"q{i}")
@@ -515,14 +514,14 @@ def test_a_box_that_never_sweeps_keeps_a_bounded_count_of_the_folders_sent_expir
     visit, and a box that never sweeps (an application beside `boxmq serve`) kept them all:
     1,000 subscriptions made, sent one and ended, 1,000 paths (found by a soak). Past a
     bound the next sweep is a full pass instead, which visits them all: none expires late."""
-    monkeypatch.setattr(box_module, "EXPIRING_KEPT", 5)
+    monkeypatch.setattr(housekeeping, "EXPIRING_KEPT", 5)
     with boxmq.open(root, fsync="never", clock=clock) as box:
         _offline(box, 20)
         assert len(box.sweep(full=False)) == 20  # the first is a full pass
         clock.advance(1)
         for i in range(20):
             box.publish(f"dev/{i}/cmd", b"soon", expires_in=10)
-        assert len(box._expiring) <= 5
+        assert len(box._housekeeping._expiring) <= 5
         assert len(box.sweep(full=False)) == 20  # every subscription: a full pass
         clock.advance(10)
         reports = box.sweep(full=False)
@@ -543,4 +542,4 @@ def test_a_subscription_that_ended_leaves_nothing_due_behind_it(
             assert list(box.sweep(full=False)) == [f"brief/{i} (client.brief{i})"]
             assert box.unsubscribe(f"brief/{i}", f"brief{i}")
             clock.advance(0.5)
-        assert len(box._due) == 0
+        assert len(box._housekeeping._due) == 0

@@ -17,7 +17,7 @@ from tests.crashes import Killed
 
 import boxmq
 from boxmq.client.assured import AssuredMessage
-from boxmq.client.box import RETAINED_EVERY
+from boxmq.client.housekeeping import RETAINED_EVERY
 from boxmq.clock import ManualClock
 from boxmq.model import PUBLISHED_RETAINED
 from boxmq.store import retained
