@@ -122,7 +122,7 @@ def test_a_resting_subscriber_lets_its_watcher_go_and_finds_what_came_meanwhile(
     with boxmq.open(root, fsync="never", clock=clock) as box:
         # Fewer: closing an inotify instance waits for the kernel (milliseconds each).
         readers = [box.subscribe(f"dev/{i}/cmd", f"dev{i}") for i in range(50)]
-        lives = list(box._live.values())
+        lives = list(box._engines._live.values())
         assert len(lives) == 50
         assert all(live.watching() for live in lives)
         for reader in readers:

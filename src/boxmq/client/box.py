@@ -3,24 +3,28 @@
 Any number of processes (and threads) may open the same root: every change is a rename, and
 two claims of one file cannot both win. Within one process, each opened Box keeps one engine
 per queue for its consumers; `close()` releases whatever they still hold.
+
+Box is the root object of the embedded API (docs/api.md): it opens the root, makes its queues
+and subscriptions' Queue views, deletes queues and closes, and leaves the rest to what it keeps:
+- the engines of this process, their reminders and listeners (Engines, client/engines.py);
+- the housekeeping sweeps and what they keep between them (Housekeeping, client/housekeeping.py);
+- publish/subscribe (Topics, client/topics.py) and exactly once (AssuredIntake,
+  client/assured.py), made on first use.
 """
 
 from __future__ import annotations
 
 import contextlib
-import heapq
-import itertools
 import logging
 import os
 import sys
 import threading
 import warnings
-import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from boxmq.client.engines import Engines, Listener, closed_box
 from boxmq.client.housekeeping import Housekeeping
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.live_state import LiveOptions
@@ -55,7 +59,6 @@ from boxmq.store.process import process_token
 from boxmq.store.side_files import SideFiles
 from boxmq.store.spares import Spares
 from boxmq.store.v5_properties import V5Reader
-from boxmq.store.watch import read_news
 
 if TYPE_CHECKING:  # imported where first used: see Box.topics
     from boxmq.client.assured import AssuredIntake
@@ -83,33 +86,15 @@ class Box:
         self.root = os.path.abspath(root)
         _make_root(self.root)
         self.options = options
-        self._group_dispatch = dict(group_dispatch or {})  # share group -> its strategy
         self._clock = clock
         self._committer = Committer(self.root, fsync, interval=fsync_interval)
         self._ids = IdFactory(clock)
         self._token = process_token()
         self._spares = Spares(self.root, self._token, limit=spares) if spares > 0 else None
         self._lock = threading.Lock()
-        self._live: dict[str, LiveQueue] = {}  # by dropbox path
         # What `get` decoded of each queue's target/ names, by dropbox path: kept here, not
         # on a Queue, so that `box.queue(name).get()` in a loop decodes each name once too.
         self._known_names: dict[str, KnownNames] = {}
-        # Called with the consumers of a dropbox this process just put messages in, from the
-        # thread that put them (LiveQueue.sent), and with those of a dropbox that may have
-        # something new for them (`read_news`): an MQTT broker's `pump_all` takes those.
-        self._listeners: list[Callable[[list[ConsumerId], str], object]] = []
-        # The live queues' reminders (LiveQueue._remind_when_due), asked for from any thread,
-        # by time (a count breaks ties). A queue is held weakly: one closed and forgotten is
-        # no reason to keep it.
-        self._reminders: list[tuple[float, int, weakref.ref[LiveQueue]]] = []
-        self._reminder_numbers = itertools.count()
-        self._reading = threading.Lock()  # the reminders' heap
-        # The live queues that may want the sweep's visit (LiveQueue.wants_sweep): each adds
-        # itself when something makes it want one, so the sweep asks those, not each of the
-        # thousands an MQTT broker's connected sessions keep (4,000 asks a second cost as
-        # much as the rest of their idle walk). Its lock is taken under a queue's mutex.
-        self._wanting: set[LiveQueue] = set()
-        self._wanting_lock = threading.Lock()
         self._topics: Topics | None = None
         self._intake: AssuredIntake | None = None
         self._exactly_once = exactly_once
@@ -117,6 +102,15 @@ class Box:
         # Metadata too long for a file name (MQTT v5 properties), named by its messages.
         self.side_files = SideFiles(self.root)
         self.v5 = V5Reader(self.side_files)  # those properties, for readers that are not MQTT
+        self._engines = Engines(
+            self.root,
+            options=options,
+            clock=clock,
+            token=self._token,
+            v5=self.v5,
+            group_dispatch=group_dispatch or {},
+            owner=self,
+        )
         self._housekeeping = Housekeeping(
             self.root,
             self._committer,
@@ -135,14 +129,7 @@ class Box:
         parent's: in the child it raises Closed (docs/python.md, "Processes")."""
         self._lock = threading.Lock()
         self._token = process_token()
-        for live in self._live.values():
-            live.abandon_in_child()
-        self._live = {}
-        self._listeners = []  # the parent's broker, which a child's puts are no news to
-        self._reminders = []  # the parent's queues'
-        self._reading = threading.Lock()
-        self._wanting = set()
-        self._wanting_lock = threading.Lock()
+        self._engines.renew_in_child(self._token)
         self._topics = None
         self._intake = None
         self._housekeeping.renew_in_child(self._token)
@@ -158,7 +145,7 @@ class Box:
         if not create and no_dropbox(path):
             raise QueueNotFound(self._missing(name, path))
         dropbox = Dropbox(path, self._committer, create=create, spares=self._spares)
-        return self._queue_of(name, dropbox, lambda: self._live_queue(name, dropbox))
+        return self._queue_of(name, dropbox, lambda: self._engines.live(name, dropbox))
 
     def subscription(self, filter: str, subscriber: str | None = None) -> Queue:
         """A share group ("$share/<group>/<filter>"), or `subscriber`'s durable subscription to
@@ -182,7 +169,7 @@ class Box:
         return self._queue_of(
             filter,
             dropbox,
-            lambda: self._live_queue(dropbox.path, dropbox, parsed.share_group, str(parsed)),
+            lambda: self._engines.live(dropbox.path, dropbox, parsed.share_group, str(parsed)),
             check_getter,
         )
 
@@ -203,7 +190,7 @@ class Box:
             policy=self.options.policy,
             keep_processed=self.options.keep_processed,
             live=live,
-            opened=lambda: self._live.get(dropbox.path),
+            opened=lambda: self._engines.opened(dropbox.path),
             limits=self.options.limits,
             v5=self.v5,
             side_files=self.side_files,
@@ -239,10 +226,10 @@ class Box:
                     ids=self._ids,
                     clock=self._clock,
                     token=self._token,
-                    live_for=lambda dropbox, group, shown: self._live_queue(
+                    live_for=lambda dropbox, group, shown: self._engines.live(
                         dropbox.path, dropbox, group, shown
                     ),
-                    opened=self._live.get,
+                    opened=self._engines.opened,
                     forget=self._forget_live,
                     ended=self._housekeeping.ended,
                     spares=self._spares,
@@ -437,15 +424,8 @@ class Box:
         forgotten, so that one made again at its path starts afresh: no lock, delivery count
         or name of the old folder's messages is taken for the new one's (a watcher of another
         process follows the path by itself: store/watch.py)."""
-        with self._lock:
-            live = self._live.pop(path, None)
+        self._engines.forget(path)
         self._known_names.pop(path, None)
-        if live is not None:
-            live.close()
-            # Else held until the next sweep asks: a box that never sweeps (an application
-            # beside `boxmq serve`) kept each subscription and queue it ever ended this way.
-            with self._wanting_lock:
-                self._wanting.discard(live)
 
     def sweep(self, *, full: bool = True) -> dict[str, SweepReport]:
         """One round of housekeeping over every queue and subscription (what `boxmq serve`
@@ -462,21 +442,8 @@ class Box:
         sessions, connected ones and idle queues with nothing due then cost next to nothing
         (docs/operations.md; how: client/housekeeping.py)."""
         return self._housekeeping.sweep(
-            full=full, topics=self.topics, intake=self.intake, wanting=self._wanting_visits
+            full=full, topics=self.topics, intake=self.intake, wanting=self._engines.wanting_visits
         )
-
-    def _wanting_visits(self) -> set[str]:
-        """The folders of the live queues that want a visit (LiveQueue.wants_sweep), asked
-        only of those that said they may since the last ask: the others would say no."""
-        with self._wanting_lock:
-            wanting, self._wanting = self._wanting, set()
-        with self._lock:  # one forgotten since (its queue deleted) is not asked
-            asked = [live for live in wanting if self._live.get(live.path) is live]
-        return {live.path for live in asked if live.wants_sweep()}
-
-    def _may_want_visit(self, live: LiveQueue) -> None:
-        with self._wanting_lock:
-            self._wanting.add(live)
 
     def sweep_temporaries_in(self, folder: str | os.PathLike[str]) -> None:
         """Have the next sweep and every full one (a minute apart in serve) also delete the
@@ -495,49 +462,18 @@ class Box:
             )
         self._housekeeping.sweep_temporaries_in(folder)
 
-    def _live_queue(
-        self, name: str, dropbox: Dropbox, group: str | None = None, shown: str | None = None
-    ) -> LiveQueue:
-        """The engine of `dropbox` in this process; `shown`: a subscription's name for its
-        messages' `queue` (one dropbox is one filter and subscriber: whoever makes it first
-        gives the same)."""
-        with self._lock:
-            if self._closed:
-                raise self._refused()
-            live = self._live.get(dropbox.path)
-            if live is None:
-                options = self.options
-                if group is not None and group in self._group_dispatch:
-                    policy = replace(options.policy, dispatch=self._group_dispatch[group])
-                    options = replace(options, policy=policy)
-                live = LiveQueue(
-                    name,
-                    dropbox,
-                    options=options,
-                    clock=self._clock,
-                    token=self._token,
-                    v5=self.v5,
-                    shown=shown,
-                    listeners=self._listeners,
-                    remind=self._remind,
-                    stirred=self._may_want_visit,
-                )
-                self._live[dropbox.path] = live
-            return live
-
-    def listen_offered(self, listener: Callable[[list[ConsumerId], str], object]) -> None:
+    def listen_offered(self, listener: Listener) -> None:
         """Have `listener` told the consumers attached in this process to a queue or
         subscription that this process just put messages in, and the `queue` that its
         messages name (from the putting thread: it must be quick and thread-safe). Other
         processes' messages are not told: a receive reads them from the watcher. It is
         called with no lock of the box or the queue held, so it may call back into them (a
         receive, from its thread or another)."""
-        self._listeners.append(listener)
+        self._engines.listen(listener)
 
-    def forget_offered(self, listener: Callable[[list[ConsumerId], str], object]) -> None:
+    def forget_offered(self, listener: Listener) -> None:
         """`listener` is told no more (`listen_offered`)."""
-        with contextlib.suppress(ValueError):
-            self._listeners.remove(listener)
+        self._engines.unlisten(listener)
 
     def read_news(self) -> None:
         """For a process that never waits in a receive but receives with `receive_ready`
@@ -551,23 +487,10 @@ class Box:
         inotify: told at each call). What they got back from another consumer (a detach, an
         unlock) was told as it came. A look at each of its receivers now and then is still
         their caller's, for what a watch misses (the receive's own rescans and sweeps)."""
-        read_news()
-        now = self._clock.now()
-        due: list[LiveQueue] = []
-        with self._reading:
-            reminders = self._reminders
-            while reminders and reminders[0][0] <= now:
-                if (live := heapq.heappop(reminders)[2]()) is not None:
-                    due.append(live)
-        for live in due:  # out of the lock: each takes its own
-            live.tell()
-
-    def _remind(self, when: float, live: LiveQueue) -> None:
-        with self._reading:
-            heapq.heappush(self._reminders, (when, next(self._reminder_numbers), weakref.ref(live)))
+        self._engines.read_news()
 
     def _refused(self) -> Closed:
-        return Closed(f"this box of {self.root} is closed: open the root again")
+        return closed_box(self.root)
 
     def close(self) -> None:
         """Release every lock this box's consumers hold, then stop the committer: from then
@@ -576,8 +499,8 @@ class Box:
         other queues' receives waiting forever, and the committer running."""
         with self._lock:
             self._closed = True
-            live, self._live = list(self._live.values()), {}
             topics = self._topics
+        live = self._engines.close()
         refused: OSError | None = None
         for queue in live:
             try:

@@ -169,7 +169,7 @@ class Housekeeping:
         `boxmq serve` runs on a timer); share groups whose members all died, and
         subscriptions that were to end with a process that died, are ended. `topics` and
         `intake`, the box's; `wanting`, the folders of its live queues that want a visit
-        (Box._wanting_visits), asked at each pass.
+        (Engines.wanting_visits), asked at each pass.
 
         full=False (serve's timer): every queue but those whose folders stayed as their
         last visit saw them, with nothing due yet (`_unchanged`: two stats each); of the

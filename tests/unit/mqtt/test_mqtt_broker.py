@@ -3650,7 +3650,7 @@ def test_offline_persistent_sessions_hold_no_watcher_and_are_not_swept(tmp_path:
             peer.send(Subscribe(1, (Subscription(f"dev/{i}/cmd", 1),)))
             peer.take()
             peer.send(Disconnect())
-        lives = list(broker.box._live.values())
+        lives = list(broker.box._engines._live.values())
         assert len(lives) == 100
         broker.box.sweep(full=False)  # the first, a full pass: it closes their watchers
         assert not any(live.watching() for live in lives)
