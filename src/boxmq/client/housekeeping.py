@@ -4,7 +4,7 @@ subscriptions, and what it keeps between them to visit only those where somethin
 Three things are kept between sweeps, each for one promise (`Housekeeping.sweep`):
 - the quiet queues (`_Quiet`, `_unchanged`): a queue whose visit found nothing to do before a
   time is passed by while its processing/ and target/ stay as they were (two stats);
-- the due subscriptions (`_due`, `_due_times`, `_held_by_others`): when each subscription a
+- the due subscriptions (`_due`, client/due_subscriptions.py): when each subscription a
   visit saw is due next, so that a sweep between full passes visits those alone;
 - the root's listing (`_listed`, `_seen`, `_settled`) and the timings of the slower looks
   (processed/ folders, retained messages, side files, a big target/'s expirations).
@@ -14,14 +14,13 @@ exactly-once intake are the box's, given to each sweep.
 
 from __future__ import annotations
 
-import heapq
 import logging
-import math
 import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, NamedTuple
 
+from boxmq.client.due_subscriptions import DueSubscriptions
 from boxmq.client.live_state import LiveOptions
 from boxmq.client.sweeps import EXPIRY_NAMES_PER_SECOND, SweepReport, sweep
 from boxmq.clock import Clock
@@ -96,8 +95,7 @@ class Housekeeping:
         self._token = token  # this process's: its own locks are no other process's
         self._spares = spares
         self._side_files = side_files
-        # Of what publishing threads and the doors tell (`_expiring`, the doors' folders)
-        # and the due times' heap, which sweeps of two threads pop.
+        # Of what publishing threads and the doors tell (`_expiring`, the doors' folders).
         self._lock = threading.Lock()
         self._next_purge = 0.0  # when sweep() next looks through processed/ folders
         self._next_expiry: dict[str, float] = {}  # when it next looks through a target/, by path
@@ -113,16 +111,10 @@ class Housekeeping:
         self._door_folders: tuple[str, ...] = ()  # of the doors' own records (sweep_temporaries_in)
         self._new_door_folders: tuple[str, ...] = ()  # not looked through yet: at the next sweep
         # The sweeps between full passes (sweep(full=False)): when each subscription is due
-        # next, by path, with its name and the other processes whose locks it holds; the
-        # processes the subscriptions end with; the dropboxes this process published a copy
-        # with an expiry into since the last sweep.
+        # next; the processes the subscriptions end with; the dropboxes this process
+        # published a copy with an expiry into since the last sweep.
         self._next_full = 0.0
-        self._due: dict[str, tuple[str, float, frozenset[str]]] = {}
-        # Of `_due`, for a sweep to find what is due without looking at every subscription
-        # (thousands of MQTT sessions'): the times (a heap; one replaced since is passed
-        # over), and those where other processes hold locks (whose deaths make them due).
-        self._due_times: list[tuple[float, str]] = []
-        self._held_by_others: set[str] = set()
+        self._due = DueSubscriptions()
         self._named: set[str] = set()
         self._expiring: set[str] = set()
         self._expiring_dropped = False  # past EXPIRING_KEPT: the next sweep is a full pass
@@ -139,6 +131,7 @@ class Housekeeping:
         """In a forked child (Box.renew_in_child): its own lock, and its own process's token."""
         self._lock = threading.Lock()
         self._token = token
+        self._due.renew_in_child()
 
     def published_expiring(self, paths: list[str]) -> None:
         """Topics committed copies with an expiry into these dropboxes: the next sweep
@@ -154,8 +147,7 @@ class Housekeeping:
         broker whose clients come and go kept one entry per subscription of the minute.
         (One a sweep of another thread was visiting meanwhile may come back: that visit's
         find, dropped as before.)"""
-        self._due.pop(path, None)
-        self._held_by_others.discard(path)
+        self._due.drop(path)
 
     def sweep(
         self,
@@ -185,10 +177,10 @@ class Housekeeping:
         # whether anything changed since its last visit (two stats: a put, lock or release
         # by any process changes them), so another process's lock or expiry is acted on
         # within a sweep of its time. A subscription is skipped unless this process knows
-        # something is due in it (the `_due_times` heap, its own publications with an
-        # expiry, its consumers' wants, a holder dead): no call at all per idle one, so
-        # thousands of offline MQTT sessions cost nothing, and what another process does in
-        # one waits for the full pass (up to a minute). The heap alone for queues would make
+        # something is due in it (the times in `_due`, its own publications with an expiry,
+        # its consumers' wants, a holder dead): no call at all per idle one, so thousands of
+        # offline MQTT sessions cost nothing, and what another process does in one waits for
+        # the full pass (up to a minute). The due times alone for queues would make
         # other processes' expiries and locks that late; `_quiet` for subscriptions would
         # cost two stats per session per sweep.
         check_flag("full", full)
@@ -343,8 +335,7 @@ class Housekeeping:
                     path, self._committer, create=False, spares=self._spares, complete=False
                 )
             except QueueNotFound:
-                self._due.pop(path, None)
-                self._held_by_others.discard(path)
+                self._due.drop(path)
                 self._next_expiry.pop(path, None)
                 continue  # a queue or subscription being created or deleted right now
             expire = now >= (expiry := self._next_expiry.get(path, 0.0))
@@ -370,7 +361,7 @@ class Housekeeping:
             if seen is not None and not report:  # (what it did changed its folders)
                 quiet[path] = _Quiet(folders, seen, due, report.holders - {self._token})
             if path not in queue_paths:
-                self._keep_due(path, name, due, report.holders - {self._token})
+                self._due.keep(path, name, due, report.holders - {self._token})
         if subscriptions is not None:  # done: a pass the disk failed is made again next time
             self._next_full = now + FULL_SWEEP_EVERY
             # Those of folders deleted since are forgotten (every folder was visited).
@@ -392,7 +383,7 @@ class Housekeeping:
         # Each record read once a pass: those sweep_subscriptions read and left are taken
         # from it (a record's filter is its folder's, never changed by a rewrite).
         recorded = {path: record for record, path in kept}
-        self._due, self._due_times, self._held_by_others = {}, [], set()  # made again
+        self._due.restart()  # made again
         wanting()  # a rest before this pass is no news for the next one
         boxes = list(queues)
         recordless = []
@@ -429,12 +420,7 @@ class Housekeeping:
             topics.sweep_subscriptions(named)
             self._named = named - {self._token}
         receiving = wanting()
-        maybe = expiring | receiving
-        times = self._due_times
-        with self._lock:  # (a sweep of another thread pops too)
-            while times and times[0][0] <= now:
-                maybe.add(heapq.heappop(times)[1])
-        maybe.update(self._held_by_others)
+        maybe = expiring | receiving | self._due.maybe_due(now)
         visits = []
         for path in maybe:
             if (entry := self._due.get(path)) is None:
@@ -444,20 +430,10 @@ class Housekeeping:
                 visits.append((name, path))
         # Made since the last full pass. Not a queue: it has no record to read, and its
         # consumer receiving put it here at every sweep (a failed open a second).
-        for path in (expiring | receiving) - self._due.keys() - queue_paths:
+        for path in (expiring | receiving) - self._due.known() - queue_paths:
             if (record := read_record(path)) is not None:
                 visits.append((_swept_as(record, path), path))
         return visits
-
-    def _keep_due(self, path: str, name: str, due: float, holders: frozenset[str]) -> None:
-        """What a visit of the subscription at `path` found due (`_due`)."""
-        self._due[path] = (name, due, holders)
-        if due < math.inf:
-            heapq.heappush(self._due_times, (due, path))
-        if holders:
-            self._held_by_others.add(path)
-        else:
-            self._held_by_others.discard(path)
 
     def sweep_temporaries_in(self, folder: str) -> None:
         """Box.sweep_temporaries_in, `folder` checked: the next sweep looks through it, and
