@@ -8,6 +8,7 @@ under its CPU budget (docs/xmpp.md, Performance). Lenient where XEP-0254's own e
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 from xml.etree.ElementTree import Element
@@ -222,9 +223,7 @@ def _request(iq: Iq, child: Element) -> Request:
 
 
 def _pubsub(iq: Iq, pubsub: Element) -> Request:
-    verb = pubsub[0] if len(pubsub) else None
-    if verb is None:
-        raise StanzaError(BAD_REQUEST, "an empty <pubsub/>")
+    verb = _verb(pubsub)
     # The two requests of every queued item first, by their whole tag: one comparison each,
     # before the name is split off and matched (docs/benchmarks.md, XMPP, 2026-11-24).
     tag = verb.tag
@@ -245,11 +244,22 @@ def _pubsub(iq: Iq, pubsub: Element) -> Request:
         return Unsubscribe(_node(node), verb.get("jid") or bare(iq.sender))
     if name == "create" and setter:
         return Create(_node(node))
-    if name in _FEATURES:
-        raise StanzaError(
-            not_implemented(_FEATURES[name]), f"pubsub {name} ({iq.type}) is not served here"
-        )
-    raise StanzaError(BAD_REQUEST, f"pubsub {name} ({iq.type}) is no pubsub request")
+    raise _not_served(_FEATURES, f"pubsub {name} ({iq.type})", name)
+
+
+def _verb(pubsub: Element) -> Element:
+    """The one request a <pubsub/> (its owner's too) carries."""
+    if not len(pubsub):
+        raise StanzaError(BAD_REQUEST, "an empty <pubsub/>")
+    return pubsub[0]
+
+
+def _not_served(features: Mapping[str, str], what: str, name: str) -> StanzaError:
+    """A pubsub request boxmq does not serve: feature-not-implemented naming its XEP-0060
+    feature if it is one, else bad-request (no such request)."""
+    if name in features:
+        return StanzaError(not_implemented(features[name]), f"{what} is not served here")
+    return StanzaError(BAD_REQUEST, f"{what} is no pubsub request")
 
 
 def _publish(verb: Element) -> Publish:
@@ -262,20 +272,13 @@ def _publish(verb: Element) -> Publish:
 
 
 def _owner(iq: Iq, pubsub: Element) -> Request:
-    verb = pubsub[0] if len(pubsub) else None
-    if verb is None:
-        raise StanzaError(BAD_REQUEST, "an empty <pubsub/>")
+    verb = _verb(pubsub)
     name = verb.tag.rsplit("}", 1)[-1]
     if name == "delete" and iq.type == "set":
         return Delete(_node(verb.get("node")))
     if name == "configure":
         return Configure(_node(verb.get("node")), submit=iq.type == "set")
-    if name in _OWNER_FEATURES:
-        raise StanzaError(
-            not_implemented(_OWNER_FEATURES[name]),
-            f"pubsub#owner {name} ({iq.type}) is not served here",
-        )
-    raise StanzaError(BAD_REQUEST, f"pubsub#owner {name} ({iq.type}) is no pubsub request")
+    raise _not_served(_OWNER_FEATURES, f"pubsub#owner {name} ({iq.type})", name)
 
 
 def _qos(child: Element) -> Request:

@@ -431,37 +431,41 @@ class QueueService:
 
     def _retract(self, iq: Iq, request: Retract) -> str:
         """XEP-0254 §2.3: the receiver deletes the item; only it hears of the deletion."""
-        subscription = self._subscriptions.get(iq.sender, request.node)
-        held = subscription.held.pop(request.item_id, None) if subscription else None
-        self._reliable.cancel(iq.sender, request.item_id)
-        if subscription is not None:
-            subscription.timeouts = 0
-        if held is not None:
-            held.ack()
-        elif self._is_queue(request.node):
-            self._queue(request.node).ack(request.item_id, self._consumer_of(iq.sender))
-        else:
-            raise self._not_held_on_topic(request.node, request.item_id)
+        self._release(iq, request, Message.ack, Queue.ack)
         notice = f"<retract id={_attr(request.item_id)}/>"
         self._send(render.event(next(self._ids), self.domain, iq.sender, request.node, notice))
         return render.result(iq)
 
     def _unlock(self, iq: Iq, request: Unlock) -> str:
         """XEP-0254 §2.4: the receiver gives the item back; the next subscriber gets it."""
+        subscription = self._release(iq, request, Message.unlock, Queue.unlock)
+        if subscription is not None:  # a late unlock by one no longer subscribed: no event
+            self._notify_unlock(subscription, request.item_id)
+        return render.result(iq)
+
+    def _release(
+        self,
+        iq: Iq,
+        request: Retract | Unlock,
+        held_done: Callable[[Message], object],
+        queue_done: Callable[[Queue, str, str], object],
+    ) -> Subscription | None:
+        """What a retract and an unlock share: the item leaves the requester's hands
+        (`held_done` on the message it holds; else `queue_done` asks the queue, whose
+        check_holder says why not: XEP-0254 §2.3/§2.4's errors), its reliable send stops,
+        and the subscriber answered, so its silences start again. Its subscription, if any."""
         subscription = self._subscriptions.get(iq.sender, request.node)
         held = subscription.held.pop(request.item_id, None) if subscription else None
         self._reliable.cancel(iq.sender, request.item_id)
         if subscription is not None:
             subscription.timeouts = 0
         if held is not None:
-            held.unlock()
+            held_done(held)
         elif self._is_queue(request.node):
-            self._queue(request.node).unlock(request.item_id, self._consumer_of(iq.sender))
+            queue_done(self._queue(request.node), request.item_id, self._consumer_of(iq.sender))
         else:
             raise self._not_held_on_topic(request.node, request.item_id)
-        if subscription is not None:
-            self._notify_unlock(subscription, request.item_id)
-        return render.result(iq)
+        return subscription
 
     def _subscribe(self, iq: Iq, request: Subscribe) -> str:
         if bare(request.jid) != bare(iq.sender):
