@@ -20,7 +20,7 @@ from boxmq import cli_errors, cli_parser
 from boxmq import cli_output as output
 from boxmq.cli_args import Default, joined_negative_durations
 from boxmq.client import Box, mqtt_fields
-from boxmq.errors import BoxMQError, QueueNotFound
+from boxmq.errors import BoxMQError, InvalidArgument, QueueNotFound
 from boxmq.model import Property
 from boxmq.store.layout import in_the_way
 
@@ -126,19 +126,26 @@ def _check_session(args: argparse.Namespace) -> None:
 def _check_serve(args: argparse.Namespace) -> None:
     """A usage error (exit 2, with serve's usage), said before the config is read and the
     root recovered: not an error of the run (exit 1) after both."""
-    from boxmq.xmpp.settings import component_refusal, without_component  # 1.3 % of a put
+    from boxmq.xmpp.settings import settings_from  # 1.3 % of a put
 
     if args.json:  # taken before, and it changed nothing: its log lines are for people
         args.usage_error(
             "--json: serve prints no output, only its log on stderr, as text; leave --json out"
         )
-    flags = (args.xmpp_server, args.xmpp_secret, args.xmpp_secret_file)
-    if args.xmpp_component is None and (
-        missing := without_component(*flags, args.xmpp_lock_timeout, args.xmpp_stanza_size_limit)
-    ):
-        args.usage_error(missing)
-    if args.xmpp_component is not None and (refused := component_refusal(args.xmpp_component)):
-        args.usage_error(refused)  # it was an error of the run (exit 1), after the config
+    # Made here, each rule of the settings run once (they were run three times): a refused
+    # --xmpp-* value, a missing secret, a flag without --xmpp-component are usage errors.
+    try:
+        args.xmpp_settings = settings_from(
+            args.xmpp_component,
+            args.xmpp_server,
+            secret=args.xmpp_secret,
+            secret_file=args.xmpp_secret_file,
+            lock_timeout=args.xmpp_lock_timeout,
+            stanza_size_limit=args.xmpp_stanza_size_limit,
+            environ=os.environ,
+        )
+    except InvalidArgument as refused:
+        args.usage_error(str(refused))
 
 
 # Each command's checks of its arguments that argparse cannot make, before it runs.

@@ -294,7 +294,6 @@ def serve(args: argparse.Namespace) -> int:
     """`boxmq serve`: its settings said and checked, its listeners bound, then its root served
     until a signal stops it."""
     from boxmq.runtime import open_files_limit
-    from boxmq.xmpp.settings import settings_from
 
     config = serve_config(args)
     log = logging.getLogger("boxmq.serve")
@@ -311,15 +310,7 @@ def serve(args: argparse.Namespace) -> int:
         log.warning("%s", line)
     if replaced := replaced_listeners(args, config):
         log.log(*replaced)
-    xmpp = settings_from(
-        args.xmpp_component,
-        args.xmpp_server,
-        secret=args.xmpp_secret,
-        secret_file=args.xmpp_secret_file,
-        lock_timeout=args.xmpp_lock_timeout,
-        stanza_size_limit=args.xmpp_stanza_size_limit,
-        environ=os.environ,
-    )
+    xmpp: XmppSettings | None = args.xmpp_settings  # made and checked with the arguments
     # Bound, and listening, before the root is opened: an address in use (another serve's
     # too), or a host that does not resolve, had the root made (a mistyped --data) and
     # recovered before the bind that stopped serve.

@@ -19,7 +19,6 @@ __all__ = [
     "STANZA_SIZE_LIMIT",
     "XmppSettings",
     "component_domain",
-    "component_refusal",
     "settings_from",
     "stanza_size_refusal",
     "without_component",
@@ -59,11 +58,20 @@ class XmppSettings:
     stanza_size_limit: int = STANZA_SIZE_LIMIT  # the server's, for what the component sends
 
     def __post_init__(self) -> None:
-        # Named as written in Python: a flag named here sent a caller looking for it.
-        # settings_from checks the same first, naming `boxmq serve`'s flags.
-        refused = _refusal(_FIELDS, {field: getattr(self, field) for field in _RULES})
-        if refused is not None:
-            raise InvalidArgument(refused)
+        # The one run of the rules, whoever makes the settings. Named as written in Python
+        # (a flag named here sent a caller looking for it); settings_from names the flag.
+        for field, rule in _RULES.items():
+            if (refused := rule(getattr(self, field))) is not None:
+                raise _Refused(field, refused)
+
+
+class _Refused(InvalidArgument):
+    """A value XmppSettings refuses, said with its field's Python name; `field` and `why`
+    for settings_from, which says it with `boxmq serve`'s flag instead."""
+
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(f"XmppSettings {field} {why}")
+        self.field, self.why = field, why
 
 
 def _kind(value: object) -> str:
@@ -130,8 +138,8 @@ def _seconds_rule(seconds: object) -> str | None:
     return None
 
 
-# What each field must be, said after its name (_FIELDS for Python, _FLAGS for the command
-# line): one check of each, whoever asks.
+# What each field must be, said after its name (XmppSettings's field for Python, _FLAGS for
+# the command line): run once, by XmppSettings, whoever asks.
 _RULES: Final[dict[str, Callable[[object], str | None]]] = {
     "component": _component_rule,
     "host": _host_rule,
@@ -141,7 +149,6 @@ _RULES: Final[dict[str, Callable[[object], str | None]]] = {
     "reconnect_max": _seconds_rule,
     "stanza_size_limit": stanza_size_refusal,
 }
-_FIELDS: Final = {field: f"XmppSettings {field}" for field in _RULES}
 _FLAGS: Final = {
     "component": "--xmpp-component",
     "host": "--xmpp-server host",
@@ -151,22 +158,6 @@ _FLAGS: Final = {
     "reconnect_max": "the longest reconnect wait",
     "stanza_size_limit": "--xmpp-stanza-size-limit",
 }
-
-
-def _refusal(name: Mapping[str, str], values: Mapping[str, object]) -> str | None:
-    """Why these settings cannot be served, the first wrong one called `name[field]`; else
-    None."""
-    for field, rule in _RULES.items():
-        if (refused := rule(values[field])) is not None:
-            return f"{name[field]} {refused}"
-    return None
-
-
-def component_refusal(component: str) -> str | None:
-    """Why --xmpp-component `component` cannot be served, else None: `boxmq serve` says it
-    as a usage error (exit 2), as the other flags' values, before it reads its config."""
-    refused = _component_rule(component)
-    return None if refused is None else f"{_FLAGS['component']} {refused}"
 
 
 def component_domain(component: str) -> str:
@@ -232,6 +223,8 @@ def settings_from(
     stanza_size_limit: int | None = None,
 ) -> XmppSettings | None:
     """`boxmq serve`'s --xmpp-* flags as settings; None when no component is asked for.
+    Each refusal names the flag; `boxmq serve` says it as a usage error (exit 2), before it
+    reads its config.
 
     The secret comes from --xmpp-secret-file, then $BOXMQ_XMPP_SECRET, then --xmpp-secret
     (the last one shows on the process list: the others are for production).
@@ -264,7 +257,7 @@ def settings_from(
     host, port = server if server is not None else ("127.0.0.1", 5347)
     lock_timeout = lock_timeout if lock_timeout else _LOCK_TIMEOUT
     limit = STANZA_SIZE_LIMIT if stanza_size_limit is None else stanza_size_limit
-    values = (component, host, port, secret, lock_timeout, _RECONNECT_MAX, limit)
-    if (refused := _refusal(_FLAGS, dict(zip(_RULES, values, strict=True)))) is not None:
-        raise InvalidArgument(refused)
-    return XmppSettings(*values)
+    try:
+        return XmppSettings(component, host, port, secret, lock_timeout, _RECONNECT_MAX, limit)
+    except _Refused as refused:
+        raise InvalidArgument(f"{_FLAGS[refused.field]} {refused.why}") from None

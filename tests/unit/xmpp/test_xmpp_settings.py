@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from boxmq import cli
 from boxmq.errors import InvalidArgument
-from boxmq.xmpp.settings import SECRET_ENV, XmppSettings, component_refusal, settings_from
+from boxmq.xmpp.settings import SECRET_ENV, XmppSettings, settings_from
+
+Rule = Callable[[object], str | None]
 
 
 def test_no_component_no_xmpp() -> None:
@@ -197,6 +200,49 @@ def test_a_component_name_too_long_for_its_folder_is_a_usage_error() -> None:
     # at the component's start on a "destination name ... over the 255-byte file-name limit"
     pytest.importorskip("slixmpp")
     name = ".".join(["\u00fc" * 50] * 2)
-    assert component_refusal(name) == (
+    with pytest.raises(InvalidArgument) as caught:
+        settings_from(name, None, secret="s", secret_file=None, environ={})
+    assert str(caught.value) == (
         f"--xmpp-component {name!r}: too long: its folder under the root passes 255 bytes"
     )
+
+
+def test_serve_runs_each_rule_of_the_settings_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The command line checked the component's name, settings_from the whole table, then
+    # XmppSettings the whole table again: each rule (slixmpp's JID parse among them) three
+    # times at every start.
+    from boxmq import cli_parser
+    from boxmq.xmpp import settings
+
+    runs: dict[str, int] = {}
+    for field, rule in settings._RULES.items():
+
+        def counted(value: object, field: str = field, rule: Rule = rule) -> str | None:
+            runs[field] = runs.get(field, 0) + 1
+            return rule(value)
+
+        monkeypatch.setitem(settings._RULES, field, counted)
+    args = cli_parser.parser().parse_args(
+        ["serve", "--xmpp-component", "Q.Example.", "--xmpp-secret", "s"]
+    )
+    cli._USAGE_CHECKS["serve"](args)
+    assert runs == dict.fromkeys(settings._RULES, 1)
+    assert args.xmpp_settings == XmppSettings("Q.Example.", "127.0.0.1", 5347, "s")
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--xmpp-component", "a@b", "--xmpp-secret", "s"], "--xmpp-component 'a@b': give a"),
+        (["--xmpp-component", "q.x"], "the component needs its secret: --xmpp-secret-file"),
+        (["--xmpp-secret", "s"], "--xmpp-secret needs --xmpp-component NAME"),
+    ],
+)
+def test_serve_says_a_refused_setting_as_a_usage_error_before_the_config(
+    flags: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nowhere.toml"  # read after: its error would be the one said
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["serve", "--no-mqtt", "--config", str(missing), *flags])
+    assert exit.value.code == 2
+    assert says in capsys.readouterr().err
