@@ -21,7 +21,7 @@ from tests.xmpp.clients import component
 
 import boxmq
 from boxmq.xmpp import ns
-from boxmq.xmpp.component import run_component
+from boxmq.xmpp.component import ComponentRefused, run_component
 from boxmq.xmpp.records import hold_component
 from boxmq.xmpp.settings import XmppSettings
 
@@ -432,3 +432,36 @@ def test_an_unreachable_server_is_logged_and_retried_within_reconnect_max(
     assert len(failures) >= 4, failures  # about one a second (before: 2, at 0 s and 3 s)
     assert f"127.0.0.1:{port}" in failures[0]
     assert "--xmpp-server" in failures[0]
+
+
+def test_the_component_is_logged_by_its_domain_and_the_typed_name_said_once(
+    prosody: Prosody, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # --xmpp-component Queue.Example. serves queue.example (records, the handshake), but its
+    # log lines named it as typed: an operator grepping the logs for the name the server
+    # shows found neither its connection nor its refusal.
+    typed = SERVICE.upper() + "."
+    settings = XmppSettings(typed, "127.0.0.1", prosody.component_port, SECRET)
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        with boxmq.open(tmp_path / "a", fsync="never") as box:
+            first = asyncio.ensure_future(run_component(box, settings, stop))
+            while f"XMPP component {SERVICE} connected" not in caplog.text:
+                assert not first.done(), caplog.text
+                await asyncio.sleep(0.05)
+            other = boxmq.open(tmp_path / "b", fsync="never")
+            with other, pytest.raises(ComponentRefused) as refused:
+                await run_component(other, settings, asyncio.Event())
+            assert str(refused.value).startswith(
+                f"the XMPP server refused component {SERVICE}: "
+            ), refused.value
+            stop.set()
+            await first
+
+    with caplog.at_level(logging.INFO, logger="boxmq.xmpp"):
+        run(scenario())
+    typed_lines = [r.getMessage() for r in caplog.records if typed in r.getMessage()]
+    # once per start, each saying which domain it serves
+    assert len(typed_lines) == 2, typed_lines
+    assert all(f"as {SERVICE}" in line for line in typed_lines), typed_lines

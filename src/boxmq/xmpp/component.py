@@ -55,7 +55,7 @@ class QueueComponent(ComponentXMPP):
         # XmppSettings refused a component name that is no JID ('a b'), naming it as written.
         # The domain as the server compares it: slixmpp opens the stream to the name as given,
         # and Prosody refused `Queue.Example` for its `queue.example` (host-unknown).
-        domain = component_domain(settings.component)
+        self.domain = domain = component_domain(settings.component)
         super().__init__(  # type: ignore[no-untyped-call]  # ComponentXMPP.__init__ is untyped
             domain, settings.secret, settings.host, settings.port
         )
@@ -155,7 +155,7 @@ class QueueComponent(ComponentXMPP):
             self.service.tell_left_over(self._after_written)
         log.info(
             "XMPP component %s connected to %s:%d",
-            self.settings.component,
+            self.domain,
             self.settings.host,
             self.settings.port,
         )
@@ -164,7 +164,7 @@ class QueueComponent(ComponentXMPP):
         condition = error["condition"]
         if condition in _FINAL_STREAM_ERRORS:
             text = error["text"] or condition
-            self.refused = f"the XMPP server refused component {self.settings.component}: {text}"
+            self.refused = f"the XMPP server refused component {self.domain}: {text}"
             if condition == "conflict":
                 self.refused += " (another instance with this name is connected)"
             elif condition == "not-authorized":
@@ -237,13 +237,18 @@ class QueueComponent(ComponentXMPP):
 
 async def run_component(box: Box, settings: XmppSettings, stop: asyncio.Event) -> None:
     """Serve the component until `stop` is set; ComponentRefused if the server says no, or
-    if another process serves this component from this root (records.hold_component)."""
+    if another process serves this component from this root (records.hold_component).
+    Its log lines and errors name it by its domain, as the server and its records do (a
+    final dot and capitals gone); the name as typed is said once, at start."""
+    domain = component_domain(settings.component)
+    if domain != settings.component:
+        log.info("XMPP component %r is served as %s (RFC 7622)", settings.component, domain)
     try:
         held = hold_component(box.root, settings.component)
     except ComponentHeld as error:
         by = f" (process {error.holder})" if error.holder else ""
         raise ComponentRefused(
-            f"XMPP component {settings.component} is served from {box.root} by another "
+            f"XMPP component {domain} is served from {box.root} by another "
             f"process{by}: one process per component and root, or each would take the "
             "other's subscribers for a crashed one's and tell them their subscriptions "
             "ended; stop the other, or give this one another component name"
