@@ -124,6 +124,35 @@ def test_unlock_hands_the_item_to_the_other_subscriber(prosody: Prosody, box: bo
     run(scenario())
 
 
+def test_a_subscriber_that_unsubscribes_then_unlocks_its_items_is_answered_result(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # XEP-0254 §4: a subscriber that cannot process its items "SHOULD unsubscribe and then
+    # unlock all of its outstanding queue items". The unsubscribe gives them back already
+    # (docs/xmpp.md), and each unlock after it was answered wait/unexpected-request, an
+    # error that tells the client to try again later, for an unlock that was done.
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "bob", "carol") as users:
+            alice, bob, carol = users
+            await alice.subscribe(2)
+            items = [await carol.publish(f"<job xmlns='urn:example'>{n}</job>") for n in (1, 2)]
+            assert sorted([(await alice.next_event()).item for _ in items]) == sorted(items)
+            jid = alice.boundjid.bare
+            unsubscribe = f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='{jid}'/></pubsub>"
+            assert (await alice.request(unsubscribe)).get("type") == "result"
+            for item in items:
+                reply = await alice.unlock(item)
+                assert reply.get("type") == "result", ET.tostring(reply)
+            # answered once: the items are no longer hers, a second unlock is the usual error
+            assert (await alice.unlock(items[0])).find(f".//{UNEXPECTED}") is not None
+            await bob.subscribe(2)
+            assert sorted([(await bob.next_event()).item for _ in items]) == sorted(items)
+            # no unlock notification: she is no longer subscribed (XEP-0060 §6.2)
+            assert alice.events.empty()
+
+    run(scenario())
+
+
 def test_another_user_cannot_answer_a_subscribers_qos_notification(
     prosody: Prosody, box: boxmq.Box
 ) -> None:

@@ -136,6 +136,9 @@ class QueueService:
         self._now = now
         self._reliable = ReliableSender(sender=domain, send=send)
         self._touched: set[str] = set()  # nodes whose deliveries may have changed
+        # (full JID, node) -> item id -> its lock deadline: what an unsubscribe gave back,
+        # for the unlocks XEP-0254 §4 sends after it (see _unlock); kept until that deadline
+        self._given_back: dict[tuple[str, str], dict[str, float]] = {}
         self._puts: dict[str, list[tuple[Iq, bytes]]] = {}  # publishes awaiting one commit
         self._store_failures: list[StoreFailed] = []  # logged once, at the batch's end
         self._next_deleted_check = 0.0
@@ -185,6 +188,8 @@ class QueueService:
 
     def gone(self, jid: str) -> None:
         """XEP-0254 §4: unavailable presence (or a bounce): unlock all it held, unsubscribe."""
+        for key in [key for key in self._given_back if key[0] == jid]:
+            del self._given_back[key]
         for subscription in self._subscriptions.of_jid(jid):
             self._touched.add(subscription.node)
             self._end(subscription)
@@ -237,6 +242,9 @@ class QueueService:
             self._next_deleted_check = now + DELETED_CHECK
             for node in {s.node for s in self._subscriptions.all()} & self._queues.keys():
                 self._deleted_elsewhere(node)
+            for key, items in list(self._given_back.items()):
+                if all(deadline <= now for deadline in items.values()):
+                    del self._given_back[key]
         for subscription, message in self._subscriptions.timed_out(now):
             self._reliable.cancel(subscription.jid, message.id)
             _quietly(message.unlock)  # the engine may have released it already
@@ -438,6 +446,8 @@ class QueueService:
 
     def _unlock(self, iq: Iq, request: Unlock) -> str:
         """XEP-0254 §2.4: the receiver gives the item back; the next subscriber gets it."""
+        if self._given_back_at_unsubscribe(iq.sender, request):
+            return render.result(iq)
         subscription = self._release(iq, request, Message.unlock, Queue.unlock)
         if subscription is not None:  # a late unlock by one no longer subscribed: no event
             self._notify_unlock(subscription, request.item_id)
@@ -466,6 +476,18 @@ class QueueService:
         else:
             raise self._not_held_on_topic(request.node, request.item_id)
         return subscription
+
+    def _given_back_at_unsubscribe(self, jid: str, request: Unlock) -> bool:
+        """Whether `jid` held the item when it unsubscribed from the node, before its lock
+        deadline: XEP-0254 §4 has a subscriber that cannot go on "unsubscribe and then unlock
+        all of its outstanding queue items", and the unsubscribe gave them back already. Its
+        unlock is answered as done (once; no notification, it is no longer subscribed), not
+        with wait/unexpected-request, which tells it to try again later."""
+        given_back = self._given_back.get((jid, request.node))
+        deadline = given_back.pop(request.item_id, None) if given_back else None
+        if given_back is not None and not given_back:
+            del self._given_back[jid, request.node]
+        return deadline is not None and self._now() < deadline
 
     def _subscribe(self, iq: Iq, request: Subscribe) -> str:
         if bare(request.jid) != bare(iq.sender):
@@ -514,6 +536,10 @@ class QueueService:
             if not self._is_queue(request.node) and not self._subscriptions.of_node(request.node):
                 raise QueueNotFound(f"no node {request.node!r}")
             raise StanzaError(_NOT_SUBSCRIBED, f"{iq.sender} is not subscribed to {request.node}")
+        if subscription.held:  # given back now: its unlocks may follow (XEP-0254 §4)
+            self._given_back[iq.sender, request.node] = {
+                item: message.lock_deadline for item, message in subscription.held.items()
+            }
         self._end(subscription)
         return render.result(iq)
 

@@ -272,6 +272,29 @@ def test_unsubscribe_releases_the_locks_to_the_others(wire: Wire) -> None:
     assert condition(again) == ("cancel", "unexpected-request")
 
 
+def test_the_unlocks_after_an_unsubscribe_are_answered_until_the_locks_would_end(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    # XEP-0254 §4: "unsubscribe and then unlock all of its outstanding queue items". The
+    # unsubscribe gave them back; each unlock is answered result, once, until the lock it
+    # asks to end would have timed out anyway; after that, the usual unexpected-request.
+    with wired(manual_box, lock_timeout=10, now=clock.now) as wire:
+        wire.subscribe(ALICE, 2)
+        first, second = wire.publish(), wire.publish()
+        assert {item for _, _, item in wire.events()} == {first, second}
+        unsubscribe = (
+            f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
+        )
+        assert wire.iq(ALICE, unsubscribe).get("type") == "result"
+        assert wire.unlock(ALICE, first).get("type") == "result"
+        assert condition(wire.unlock(ALICE, first)) == ("wait", "unexpected-request")
+        assert wire.events() == []  # no notification: she is not subscribed
+        clock.advance(10)
+        wire.service.expire(clock.now())
+        assert condition(wire.unlock(ALICE, second)) == ("wait", "unexpected-request")
+        assert manual_box.queue("jobs").counts().ready == 2
+
+
 def _pubsub_error(reply: ET.Element) -> str | None:
     error = reply.find(f"{{{ns.COMPONENT}}}error")
     assert error is not None
