@@ -124,6 +124,47 @@ def test_unlock_hands_the_item_to_the_other_subscriber(prosody: Prosody, box: bo
     run(scenario())
 
 
+def test_the_retract_and_unlock_errors_of_xep_0254_through_the_server(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # §2.3 and §2.4's error flows as a client gets them through a real server (the unit
+    # tests feed them to the service alone): the type and condition of each, the request
+    # echoed.
+    def said(reply: ET.Element) -> tuple[str, str]:
+        assert reply.get("type") == "error", ET.tostring(reply)
+        error = reply.find("{jabber:client}error")
+        assert error is not None, ET.tostring(reply)
+        names = [c.tag.rsplit("}", 1)[-1] for c in error if c.tag.startswith("{" + ns.STANZAS)]
+        [condition] = [name for name in names if name != "text"]
+        assert reply.find(f"{{{PS}}}pubsub") is not None, ET.tostring(reply)  # echoed
+        return error.get("type", ""), condition
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "bob", "carol") as users:
+            alice, bob, carol = users
+            await alice.subscribe(1)
+            await bob.subscribe(1)
+            held = await carol.publish("<job xmlns='urn:example'>1</job>")
+            first = await asyncio.wait_for(first_to_hear(alice, bob), 20)
+            other = bob if first is alice else alice
+            assert (await first.next_event()).item == held
+            second = await carol.publish("<job xmlns='urn:example'>2</job>")
+            assert (await other.next_event()).item == second
+            waiting = await carol.publish("<job xmlns='urn:example'>3</job>")
+            for act in (Client.retract, Client.unlock):
+                assert said(await act(other, held)) == ("cancel", "conflict")
+                assert said(await act(other, waiting)) == ("auth", "forbidden")
+                assert said(await act(carol, waiting)) == ("auth", "forbidden")  # no subscriber
+                assert said(await act(first, "no-such-item")) == ("cancel", "item-not-found")
+                assert said(await act(first, held, "no-such-node")) == ("cancel", "item-not-found")
+            assert (await first.unlock(held)).get("type") == "result"
+            assert (await first.next_event()).what == "unlock"
+            for act in (Client.retract, Client.unlock):
+                assert said(await act(first, held)) == ("wait", "unexpected-request")
+
+    run(scenario())
+
+
 def test_a_subscriber_that_unsubscribes_then_unlocks_its_items_is_answered_result(
     prosody: Prosody, box: boxmq.Box
 ) -> None:
