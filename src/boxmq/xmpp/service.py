@@ -504,8 +504,13 @@ class QueueService:
         elif request.options is not None:
             # Subscribing again with options changes them (XEP-0254 §2.1: queue_requests is
             # what the subscriber can take at once); without, the subscription is answered.
-            count = _queue_requests(iq, request)
-            level = Level.parse(request.options.get(QOS_LEVEL, existing.qos.value))
+            # An option left out stays as it is: configuration-required is §2.1's answer to
+            # a first subscribe, not to one changing its QoS level alone.
+            given = request.options
+            count = existing.queue_requests
+            if QUEUE_REQUESTS in given:
+                count = _queue_requests(iq, request)
+            level = Level.parse(given.get(QOS_LEVEL, existing.qos.value))
             existing.consumer.set_limits(max_in_flight=count, lock_timeout=self._lock_timeout)
             existing.queue_requests, existing.qos = count, level
         return render.result(iq, self._subscription_xml(existing, "subscribed"))

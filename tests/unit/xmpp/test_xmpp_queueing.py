@@ -504,6 +504,47 @@ def test_subscribing_again_with_other_options_takes_them(wire: Wire) -> None:
     assert [e[2] for e in wire.events()] == [second, third]  # and it holds up to three
 
 
+def test_subscribing_again_with_one_option_keeps_the_other(wire: Wire) -> None:
+    # A subscriber that changes its QoS level alone was refused configuration-required,
+    # XEP-0254 §2.1's answer to a first subscribe without options, though its
+    # queue_requests was in force already; and one that gives queue_requests alone keeps
+    # its level.
+    wire.subscribe(ALICE, 3)
+    form_type = (
+        f"<field var='FORM_TYPE' type='hidden'><value>{ns.SUBSCRIBE_OPTIONS}</value></field>"
+    )
+
+    def options(*fields: tuple[str, str]) -> dict[str | None, str | None]:
+        given = "".join(
+            f"<field var='{var}'><value>{value}</value></field>" for var, value in fields
+        )
+        reply = wire.iq(
+            ALICE,
+            f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='alice@localhost'/><options>"
+            f"<x xmlns='jabber:x:data' type='submit'>{form_type}{given}</x></options></pubsub>",
+        )
+        assert reply.get("type") == "result", ET.tostring(reply)
+        return {
+            f.get("var"): f.findtext(ns.tag(ns.DATA, "value"))
+            for f in reply.iter(ns.tag(ns.DATA, "field"))
+        }
+
+    in_force = options(("boxmq#qos", "acknowledged"))
+    assert in_force["pubsub#queue_requests"] == "3"
+    assert in_force["boxmq#qos"] == "acknowledged"
+    in_force = options(("pubsub#queue_requests", "2"))
+    assert in_force["pubsub#queue_requests"] == "2"
+    assert in_force["boxmq#qos"] == "acknowledged"
+    # a first subscribe still needs it
+    reply = wire.iq(
+        BOB,
+        f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='bob@localhost'/><options>"
+        f"<x xmlns='jabber:x:data' type='submit'>{form_type}"
+        "<field var='boxmq#qos'><value>acknowledged</value></field></x></options></pubsub>",
+    )
+    assert condition(reply) == ("modify", "not-acceptable")
+
+
 def test_a_queue_deleted_behind_the_doors_back_ends_its_subscriptions(
     wire: Wire, box: boxmq.Box
 ) -> None:
