@@ -478,11 +478,12 @@ class QueueService:
         return subscription
 
     def _given_back_at_unsubscribe(self, jid: str, request: Unlock) -> bool:
-        """Whether `jid` held the item when it unsubscribed from the node, before its lock
-        deadline: XEP-0254 §4 has a subscriber that cannot go on "unsubscribe and then unlock
-        all of its outstanding queue items", and the unsubscribe gave them back already. Its
-        unlock is answered as done (once; no notification, it is no longer subscribed), not
-        with wait/unexpected-request, which tells it to try again later."""
+        """Whether `jid` held the item when it unsubscribed from the node, not subscribed
+        again since, before its lock deadline: XEP-0254 §4 has a subscriber that cannot go
+        on "unsubscribe and then unlock all of its outstanding queue items", and the
+        unsubscribe gave them back already. Its unlock is answered as done (once; no
+        notification, it is no longer subscribed), not with wait/unexpected-request, which
+        tells it to try again later."""
         given_back = self._given_back.get((jid, request.node))
         deadline = given_back.pop(request.item_id, None) if given_back else None
         if given_back is not None and not given_back:
@@ -501,6 +502,8 @@ class QueueService:
             existing = Subscription(iq.sender, request.node, count, consumer, qos=level)
             self._subscriptions.add(existing)
             self._records.add(iq.sender, request.node)
+            # what it gave back is its own again to lock and unlock, the usual way
+            self._given_back.pop((iq.sender, request.node), None)
         elif request.options is not None:
             # Subscribing again with options changes them (XEP-0254 §2.1: queue_requests is
             # what the subscriber can take at once); without, the subscription is answered.

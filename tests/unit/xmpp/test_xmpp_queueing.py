@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from xml.etree import ElementTree as ET
@@ -293,6 +294,26 @@ def test_the_unlocks_after_an_unsubscribe_are_answered_until_the_locks_would_end
         wire.service.expire(clock.now())
         assert condition(wire.unlock(ALICE, second)) == ("wait", "unexpected-request")
         assert manual_box.queue("jobs").counts().ready == 2
+
+
+def test_an_unlock_after_subscribing_again_unlocks_the_item_held_again(wire: Wire) -> None:
+    # What an unsubscribe gave back is answered as unlocked only while the subscriber is not
+    # subscribed again: subscribed again and given the same item, its unlock must unlock it.
+    wire.subscribe(ALICE, 1)
+    item = wire.publish()
+    assert wire.events() == [(ALICE, "item", item)]
+    unsubscribe = f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
+    assert wire.iq(ALICE, unsubscribe).get("type") == "result"
+    wire.subscribe(ALICE, 1)
+    wire.subscribe(BOB, 1)
+    deadline = time.monotonic() + 5
+    while not (holders := [to for to, what, sent in wire.events() if sent == item]):
+        assert time.monotonic() < deadline
+        wire.service.poll()
+        time.sleep(0.05)
+    [holder] = holders
+    assert wire.unlock(holder, item).get("type") == "result"
+    assert (holder, "unlock", item) in wire.events()
 
 
 def _pubsub_error(reply: ET.Element) -> str | None:
