@@ -131,9 +131,11 @@ def replace_file(
 
 def _made_later(fd: int, status: os.stat_result, than: int) -> os.stat_result:
     """The file at `fd` given an mtime just after `than`, its status then. A file's time is
-    the kernel's coarse clock (a tick, 1 to 4 ms, on Linux before 6.13 or NFS), which a burst
-    of writes shares: each step is tried until the file system keeps one (nanoseconds on
-    ext4, whole seconds on ext4 with 128-byte inodes, two on FAT)."""
+    the kernel's coarse clock (a tick, 1 to 4 ms), which a burst of writes shares: Linux
+    6.13's multigrain timestamps give a finer one only to a file whose times were read since
+    its last change (ext4, XFS, btrfs, tmpfs; not NFS). Each step is tried until the file
+    system keeps one (nanoseconds on ext4, whole seconds on ext4 with 128-byte inodes, two
+    on FAT)."""
     for step in _STEPS:
         os.utime(fd, ns=(status.st_atime_ns, than + step))
         status = os.fstat(fd)
