@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import re
 import shlex
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -302,6 +304,64 @@ def test_every_key_configuration_md_lists_is_read_where_it_says(
     assert "exactly_once.done_ttl" in documented
     asked = _keys_read(tmp_path, _ALL_TABLES, monkeypatch)
     assert sorted(documented - asked) == []
+
+
+def _documented_defaults() -> dict[str, str]:
+    """The default column of configuration.md's tables, by full key name as in
+    `_documented_keys`, each as the TOML value a file would write: its first backquoted
+    value or leading number (`1883, or 8883 with tls` is 1883). Rows whose default is no
+    value (`none`, `see below`) are left out."""
+    defaults: dict[str, str] = {}
+    section, column = "", 0
+    for line in (DOCS / "configuration.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            heading = re.fullmatch(r"### `\[([\w.]+)\]`", line)
+            section = heading[1] + "." if heading else ""
+        elif line.startswith("| key |"):
+            column = [cell.strip() for cell in line.split("|")].index("default")
+        elif row := re.match(r"\| `([\w.]+)` \|", line):
+            cell = line.split("|")[column].strip()
+            if value := re.match(r"`([^`]+)`|(\d+)\b", cell):
+                defaults[section + row[1]] = value[1] or value[2]
+    return defaults
+
+
+def _setting(key: str, value: str) -> str:
+    """A config file that writes `key` (a full name) = `value`, in its table."""
+    try:
+        tomllib.loads(f"v = {value}")
+    except tomllib.TOMLDecodeError:
+        value = f'"{value}"'  # a duration written bare in the table (`10s`)
+    table, _, name = key.rpartition(".")
+    header = "[[mqtt.listener]]" if table == "mqtt.listener" else f"[{table}]" if table else ""
+    return f"{header}\n{name} = {value}\n"
+
+
+def test_every_default_configuration_md_gives_is_the_one_the_code_keeps(tmp_path: Path) -> None:
+    """A file that writes each key at the default the page gives loads as a file that writes
+    nothing: a default changed in the code (or the page) is caught here, where the key lists
+    above check only the names."""
+    defaults = _documented_defaults()
+    assert {"fsync_interval", "mqtt.listener.port", "mqtt.limits.connect_timeout"} <= set(defaults)
+    assert defaults["exactly_once.done_ttl"] == '"1h"'
+    del defaults["data"]  # a path, taken from the config file's folder: `./data` is the cwd's
+
+    def loaded(text: str) -> ServeConfig:
+        config_file = tmp_path / "boxmq.toml"
+        config_file.write_text(text)
+        read = load_config(config_file)
+        # what the file was, not what it sets
+        return dataclasses.replace(
+            read,
+            source=None,
+            file_sets_nothing=False,
+            listeners_from_file=False,
+            fsync_interval_from_file=False,
+        )
+
+    nothing = loaded("")
+    differ = [key for key, value in defaults.items() if loaded(_setting(key, value)) != nothing]
+    assert differ == []
 
 
 def test_a_key_in_the_wrong_table_is_told_the_table_it_reads_from(
