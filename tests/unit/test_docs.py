@@ -1,5 +1,6 @@
 """The user docs against the code: links between pages resolve, every command-line option
-and config-file key a user can give is written down where a user reads, and every `boxmq`
+and config-file key a user can give is written down where a user reads (a key with the
+default the code keeps), every signature python.md gives is the code's, and every `boxmq`
 command line of the docs gives options its command has (and one of a shell block parses).
 
 A user should never need the code to use a feature; these are the checks that cost nothing
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import inspect
 import io
 import re
 import shlex
@@ -20,8 +22,10 @@ from typing import Any
 
 import pytest
 
+import boxmq
 from boxmq import cli_parser, config, config_table
 from boxmq.cli_args import joined_negative_durations
+from boxmq.client.subscriber import Subscriber  # not at the top of the package
 from boxmq.config import ServeConfig, load_config
 from boxmq.errors import InvalidArgument
 
@@ -389,3 +393,79 @@ def test_the_top_level_keys_are_those_the_reader_asks_for_outside_any_table(
     there but no longer read would send a user's key to a place that refuses it too."""
     asked = _keys_read(tmp_path, [""], monkeypatch)
     assert sorted(config._TOP_KEYS) == sorted(name for name in asked if "." not in name)
+
+
+# python.md's sections, each the class whose methods it writes without their owner
+# (`put(...)` under "## Queue"), and the owners the page writes them with (`box.queue(...)`).
+_API_SECTIONS = {"Box": "Box", "Queue": "Queue", "Consumer": "Consumer", "Message": "Message"}
+_API_OWNERS = {"boxmq": "boxmq", "box": "Box", "Subscriber": "Subscriber", "Queue": "Queue"}
+_API_CALL = re.compile(r"`(?:(\w+)\.)?(\w+)\(([^`()]*)\)( -> [^`]+)?`")
+
+
+def _documented_parameters(parameters: str) -> list[tuple[str, bool, str | None]]:
+    """(name, keyword only, default as written) of each parameter of `parameters`."""
+    listed, keyword = [], False
+    for word in (w.strip() for w in parameters.split(",") if w.strip()):
+        if word == "*":
+            keyword = True
+        else:
+            name, _, default = word.partition("=")
+            listed.append((name.strip(), keyword, default.strip() or None))
+    return listed
+
+
+def _api_calls() -> list[tuple[str, str, str, bool]]:
+    """(owner, name, parameters, signature) of each call python.md writes with parameters
+    named, outside its code blocks: `signature` when it gives its result (`-> Queue`) or a
+    `*`, so that it lists every parameter, where a call such as `queue(name, create=False)`
+    names some, with the values of an example."""
+    found = []
+    parts = re.split(r"^## (\w+)$", _prose(DOCS / "python.md"), flags=re.M)
+    for at, part in enumerate(parts):
+        section = _API_SECTIONS.get(parts[at - 1], "") if at % 2 == 0 and at else ""
+        if at % 2:
+            continue  # a heading
+        for call in _API_CALL.finditer(part.replace("\n", " ")):
+            owner, name, parameters, result = call.groups()
+            signature = bool(result) or "*" in parameters
+            if "..." in parameters or not (signature or "=" in parameters):
+                continue
+            written = _documented_parameters(parameters)
+            if not all(name.isidentifier() for name, _, _ in written):
+                continue  # an example's arguments: `box.publish(topic, m.body, ...)`
+            owner = _API_OWNERS.get(owner, "") if owner else section
+            if owner:
+                found.append((owner, name, " ".join(parameters.split()), signature))
+    return found
+
+
+def test_every_signature_python_md_gives_is_the_codes() -> None:
+    """Each `name(parameters) -> result` of python.md against `inspect.signature` of what it
+    names: its parameters, in order, keyword-only where the page puts them after `*`, with
+    the defaults it writes; a call it shows (`extend(seconds=None)`) names parameters there
+    are. `Queue.ack(id, ...)` was written so, the parameter being `message_id`."""
+    namespace = {name: getattr(boxmq, name) for name in dir(boxmq)}
+    calls = _api_calls()
+    assert ("boxmq", "open", True) in {(owner, name, sig) for owner, name, _, sig in calls}
+    assert len({(owner, name) for owner, name, _, sig in calls if sig}) > 25  # the page is read
+    wrong = []
+    for owner, name, parameters, signature in calls:
+        home = boxmq if owner == "boxmq" else getattr(boxmq, owner, Subscriber)
+        function = getattr(home, name, None)
+        if function is None:
+            wrong.append(f"{owner}.{name}: no such name")
+            continue
+        actual = inspect.signature(function).parameters
+        actual_names = [p for p in actual if p != "self"]
+        written = _documented_parameters(parameters)
+        if signature and [n for n, _, _ in written] != actual_names:
+            wrong.append(f"{owner}.{name}({parameters}): the code's are {actual_names}")
+        for parameter, keyword, default in written:
+            real = actual.get(parameter)
+            if real is None:
+                wrong.append(f"{owner}.{name}: no parameter {parameter}")
+            elif signature and keyword != (real.kind is inspect.Parameter.KEYWORD_ONLY):
+                wrong.append(f"{owner}.{name}: {parameter} is {real.kind.description}")
+            elif signature and default is not None and eval(default, namespace) != real.default:
+                wrong.append(f"{owner}.{name}: {parameter}={real.default!r}, not {default}")
+    assert wrong == []
