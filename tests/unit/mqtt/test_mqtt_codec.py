@@ -1,7 +1,7 @@
 """The codec against bytes built by hand (never by our encoder), and round trips of every packet.
 
-The byte builders below follow the spec's layouts directly (MQTT 5.0 §2-§3, 3.1.1 §2-§3), in the
-manner of mosquitto's broker tests, so the codec is not only checked against itself.
+The byte builders (packet_bytes.py) follow the spec's layouts directly (MQTT 5.0 §2-§3, 3.1.1
+§2-§3), in the manner of mosquitto's broker tests, so the codec is not only checked against itself.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.unit.mqtt.packet_bytes import b, ours, packet, props, s, u16, u32, vbi
 
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt import (
@@ -16,7 +17,6 @@ from boxmq.mqtt import (
     Connack,
     Connect,
     Disconnect,
-    FrameReader,
     Packet,
     Pingreq,
     Pingresp,
@@ -38,60 +38,12 @@ from boxmq.mqtt import (
     Will,
     codec,
     connect_version,
-    decode,
     encode,
 )
 from boxmq.mqtt.packets import new_publish
 
 V311 = ProtocolVersion.V311
 V5 = ProtocolVersion.V5
-
-
-# --- independent byte builders ----------------------------------------------------------------
-
-
-def vbi(n: int) -> bytes:
-    """Variable Byte Integer, the spec's algorithm (MQTT 5.0 §1.5.5)."""
-    out = bytearray()
-    while True:
-        n, digit = divmod(n, 128)
-        out.append(digit | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def s(text: str) -> bytes:
-    data = text.encode()
-    return len(data).to_bytes(2, "big") + data
-
-
-def b(data: bytes) -> bytes:
-    return len(data).to_bytes(2, "big") + data
-
-
-def u16(n: int) -> bytes:
-    return n.to_bytes(2, "big")
-
-
-def u32(n: int) -> bytes:
-    return n.to_bytes(4, "big")
-
-
-def props(*parts: bytes) -> bytes:
-    body = b"".join(parts)
-    return vbi(len(body)) + body
-
-
-def packet(first: int, *parts: bytes) -> bytes:
-    body = b"".join(parts)
-    return bytes((first,)) + vbi(len(body)) + body
-
-
-def decode_bytes(data: bytes, version: ProtocolVersion) -> Packet:
-    reader = FrameReader(max_packet_size=1 << 20)
-    reader.receive(data)
-    [frame] = reader.frames()
-    return decode(frame, version)
 
 
 # --- byte-exact expectations -------------------------------------------------------------------
@@ -338,16 +290,16 @@ def test_encode_gives_the_bytes_built_by_hand(
 def test_decode_of_the_bytes_built_by_hand_gives_the_value(
     version: ProtocolVersion, value: Packet, data: bytes
 ) -> None:
-    assert decode_bytes(data, version) == value
+    assert ours(data, version) == value
 
 
 def test_long_forms_decode_as_well_as_the_short_ones() -> None:
     # MQTT 5.0 §3.4.2.1, §3.14.2.1: reason code and property length may be there or not.
-    assert decode_bytes(b"\x40\x04\x00\x07\x00\x00", V5) == Puback(7)
-    assert decode_bytes(b"\x40\x03\x00\x07\x00", V5) == Puback(7)
-    assert decode_bytes(b"\xe0\x02\x00\x00", V5) == Disconnect()
-    assert decode_bytes(b"\xf0\x02\x00\x00", V5) == Auth()
-    assert decode_bytes(b"\xf0\x02\x19\x00", V5) == Auth(ReasonCode.RE_AUTHENTICATE)
+    assert ours(b"\x40\x04\x00\x07\x00\x00", V5) == Puback(7)
+    assert ours(b"\x40\x03\x00\x07\x00", V5) == Puback(7)
+    assert ours(b"\xe0\x02\x00\x00", V5) == Disconnect()
+    assert ours(b"\xf0\x02\x00\x00", V5) == Auth()
+    assert ours(b"\xf0\x02\x19\x00", V5) == Auth(ReasonCode.RE_AUTHENTICATE)
     assert encode(Auth(ReasonCode.RE_AUTHENTICATE), V5) == b"\xf0\x02\x19\x00"
 
 
@@ -382,7 +334,7 @@ def test_311_connack_return_codes(reason: ReasonCode, code: int) -> None:
 
 def test_connect_decides_the_version_whatever_the_caller_guessed() -> None:
     data = packet(0x10, s("MQTT"), b"\x05\x02", u16(10), props(), s("c"))
-    decoded = decode_bytes(data, V311)
+    decoded = ours(data, V311)
     assert isinstance(decoded, Connect)
     assert decoded.version is V5
 
@@ -540,7 +492,7 @@ ROUND_TRIP_5: list[Packet] = [
     + [f"5-{type(p).__name__}" for p in ROUND_TRIP_5],
 )
 def test_every_packet_type_round_trips(version: ProtocolVersion, value: Packet) -> None:
-    assert decode_bytes(encode(value, version), version) == value
+    assert ours(encode(value, version), version) == value
 
 
 def test_the_round_trips_cover_every_packet_type_in_both_versions() -> None:
@@ -601,7 +553,7 @@ def subscribes(draw: st.DrawFn, version: ProtocolVersion) -> Subscribe:
 )
 def test_generated_packets_round_trip(case: tuple[ProtocolVersion, Packet]) -> None:
     version, value = case
-    assert decode_bytes(encode(value, version), version) == value
+    assert ours(encode(value, version), version) == value
 
 
 def test_the_hot_path_publish_builder_makes_the_same_value() -> None:
@@ -621,7 +573,7 @@ def test_a_publish_encodes_the_same_with_its_topic_remembered_or_not(
     codec._TOPIC_HEADS.clear()
     first = encode(value, version)  # the topic encoded and remembered
     assert encode(value, version) == first  # the topic remembered
-    assert decode_bytes(first, version) == value
+    assert ours(first, version) == value
     # Another message on the topic: only the topic is remembered, not its packet id.
     other = new_publish(
         value.topic,
@@ -632,7 +584,7 @@ def test_a_publish_encodes_the_same_with_its_topic_remembered_or_not(
         value.packet_id % 0xFFFF + 1 if value.packet_id else None,
         value.properties,
     )
-    assert decode_bytes(encode(other, version), version) == other
+    assert ours(encode(other, version), version) == other
 
 
 def test_a_topic_that_cannot_be_encoded_is_refused_every_time() -> None:

@@ -13,6 +13,7 @@ import itertools
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from tests.unit.mqtt.packet_bytes import packet, props, s, vbi
 
 from boxmq.errors import MalformedPacket, ProtocolViolation
 from boxmq.mqtt import (
@@ -32,30 +33,6 @@ from boxmq.mqtt.codec import connect_version
 V311 = ProtocolVersion.V311
 V5 = ProtocolVersion.V5
 R = ReasonCode
-
-
-def vbi(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        n, digit = divmod(n, 128)
-        out.append(digit | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def s(text: str) -> bytes:
-    data = text.encode("utf-8", "surrogatepass")
-    return len(data).to_bytes(2, "big") + data
-
-
-def props(*parts: bytes) -> bytes:
-    body = b"".join(parts)
-    return vbi(len(body)) + body
-
-
-def packet(first: int, *parts: bytes) -> bytes:
-    body = b"".join(parts)
-    return bytes((first,)) + vbi(len(body)) + body
 
 
 def connect(level: int, flags: int, *payload: bytes, name: str = "MQTT") -> bytes:

@@ -2,20 +2,20 @@
 
 Its packets decode with our codec to the same values, and ours decode in it, so the codec is
 never only tested against itself. mqtt5 panics on some invalid UTF-8 with a `BaseException`, so
-every call into it on untrusted bytes goes through `_mqtt5_read`.
+every call into it on untrusted bytes goes through `mqtt5_read`.
 """
 
 from __future__ import annotations
 
 import mqtt5
 import pytest
+from tests.unit.mqtt.packet_bytes import mqtt5_read, ours, theirs
 
 from boxmq.mqtt import (
     Auth,
     Connack,
     Connect,
     Disconnect,
-    FrameReader,
     Packet,
     Pingreq,
     Pingresp,
@@ -35,36 +35,11 @@ from boxmq.mqtt import (
     Unsuback,
     Unsubscribe,
     Will,
-    decode,
     encode,
 )
 
 V311 = ProtocolVersion.V311
 V5 = ProtocolVersion.V5
-
-
-def ours(data: bytes, version: ProtocolVersion = V5) -> Packet:
-    reader = FrameReader(max_packet_size=1 << 20)
-    reader.receive(data)
-    [frame] = reader.frames()
-    return decode(frame, version)
-
-
-def _mqtt5_read(data: bytes) -> mqtt5.Packet | None:
-    """mqtt5.read, or None if it refuses the bytes (ValueError, IndexError or a Rust panic)."""
-    try:
-        packet, size = mqtt5.read(memoryview(data))
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException:  # pyo3's PanicException derives from BaseException
-        return None
-    return packet if size == len(data) else None
-
-
-def theirs(data: bytes) -> mqtt5.Packet:
-    packet = _mqtt5_read(data)
-    assert packet is not None, data
-    return packet
 
 
 # --- mqtt5 writes, we read ---------------------------------------------------------------------
@@ -505,5 +480,5 @@ def test_an_empty_auth_is_our_spec_reading_not_mqtt5s() -> None:
     # is 0x00 (Success) and there are no Properties." mqtt5 0.8 refuses that form (and writes
     # b"\xf0\x02\x00\x00"); we read both and write the short one.
     assert encode(Auth(), V5) == b"\xf0\x00"
-    assert _mqtt5_read(b"\xf0\x00") is None
+    assert mqtt5_read(b"\xf0\x00") is None
     assert ours(mqtt5.AuthPacket().write()) == Auth()

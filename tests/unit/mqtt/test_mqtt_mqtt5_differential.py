@@ -9,12 +9,12 @@ from __future__ import annotations
 import mqtt5
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.unit.mqtt.packet_bytes import mqtt5_read, ours, theirs
 
 from boxmq.errors import ProtocolViolation
 from boxmq.mqtt import (
     Connect,
     FrameReader,
-    Packet,
     Properties,
     ProtocolVersion,
     Publish,
@@ -24,30 +24,6 @@ from boxmq.mqtt import (
 )
 
 V5 = ProtocolVersion.V5
-
-
-def ours(data: bytes, version: ProtocolVersion = V5) -> Packet:
-    reader = FrameReader(max_packet_size=1 << 20)
-    reader.receive(data)
-    [frame] = reader.frames()
-    return decode(frame, version)
-
-
-def _mqtt5_read(data: bytes) -> mqtt5.Packet | None:
-    """mqtt5.read, or None if it refuses the bytes (ValueError, IndexError or a Rust panic)."""
-    try:
-        packet, size = mqtt5.read(memoryview(data))
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException:  # pyo3's PanicException derives from BaseException
-        return None
-    return packet if size == len(data) else None
-
-
-def theirs(data: bytes) -> mqtt5.Packet:
-    packet = _mqtt5_read(data)
-    assert packet is not None, data
-    return packet
 
 
 TEXT = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=12)
@@ -140,7 +116,7 @@ def test_what_we_accept_mqtt5_reads_the_same_way(seed: bytes, flips: list[tuple[
         mine = decode(frame, V5)
     except (ProtocolViolation, StopIteration):  # StopIteration: the flips made it incomplete
         return
-    other = _mqtt5_read(bytes(data[: len(data) - reader.buffered()]))  # just that one packet
+    other = mqtt5_read(bytes(data[: len(data) - reader.buffered()]))  # just that one packet
     assert other is not None, f"we accept {bytes(data)!r}, mqtt5 does not: {mine!r}"
     if isinstance(mine, Publish):
         assert isinstance(other, mqtt5.PublishPacket)

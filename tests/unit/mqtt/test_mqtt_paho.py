@@ -16,11 +16,11 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersi
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
 from paho.mqtt.subscribeoptions import SubscribeOptions
+from tests.unit.mqtt.packet_bytes import ours
 
 from boxmq.mqtt import (
     Connect,
     Disconnect,
-    FrameReader,
     Packet,
     Pingreq,
     Properties,
@@ -31,20 +31,12 @@ from boxmq.mqtt import (
     Subscribe,
     Subscription,
     Unsubscribe,
-    decode,
 )
 from boxmq.mqtt.framing import PacketType
 from boxmq.mqtt.properties import ALLOWED, TYPES, WILL_ALLOWED, DataType, read_properties
 
 V311 = ProtocolVersion.V311
 V5 = ProtocolVersion.V5
-
-
-def ours(data: bytes, version: ProtocolVersion = V5) -> Packet:
-    reader = FrameReader(max_packet_size=1 << 20)
-    reader.receive(data)
-    [frame] = reader.frames()
-    return decode(frame, version)
 
 
 # --- paho-mqtt: the bytes its client sends, and its property table -----------------------------
