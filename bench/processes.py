@@ -1,12 +1,11 @@
-"""What the broker benchmarks share about the processes they start: a free port, a log file,
-an MQTT broker's command line and start, the wait until it listens, a process's CPU time and
-memory from /proc, and its stop. Not a benchmark (bench/README.md)."""
+"""What the broker benchmarks share about the processes they start: a free port (harness/
+ports.py's), a log file, an MQTT broker's command line and start, the wait until it listens, a
+process's CPU time and memory from /proc, and its stop. Not a benchmark (bench/README.md)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import random
 import shutil
 import socket
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for harness.*
 
 from harness import stopping
+from harness.ports import free_port, free_ports
 
 __all__ = [
     "MOSQUITTO",
@@ -38,58 +38,6 @@ __all__ = [
 ]
 
 _TICK = os.sysconf("SC_CLK_TCK")
-
-
-# Where free_ports picks: below the ports the kernel gives a connection as its own
-# (ip_local_port_range, 32768-60999 by default), as tests/ports.py does (not imported: bench/
-# runs without tests/). A port of that range, which bind(("127.0.0.1", 0)) returns, can be
-# taken between a SIGKILL of `boxmq serve` and its restart on it (chaos.py restarts it there
-# while its clients reconnect) by any socket that connects, a client's own reconnect included
-# (TCP's self-connect): the restart then fails, "address already in use".
-_LOWEST_PORT = 10000
-_pick = random.SystemRandom()  # not `random`'s, which a benchmark may seed
-
-
-def _ephemeral_start() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
-            return int(ranges.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct ports of 127.0.0.1 nothing holds now, below the kernel's range for a
-    connection's own port (from that range only where it leaves no room below it). Another
-    process may still bind one before the broker does: a start checks that its own process
-    answered. Each socket stays bound until all are known, so two picks differ."""
-    top = _ephemeral_start()
-    tries = 100 * count if top - _LOWEST_PORT >= 1000 else 0
-    with contextlib.ExitStack() as stack:
-        ports: list[int] = []
-        while len(ports) < count:
-            sock = socket.socket()
-            picked = tries > 0  # else bind(0): the kernel's pick, which fails only for good
-            try:
-                if picked:
-                    tries -= 1
-                    sock.bind(("127.0.0.1", _pick.randrange(_LOWEST_PORT, top)))
-                else:
-                    sock.bind(("127.0.0.1", 0))
-            except OSError:  # held, or a TIME_WAIT of a server that was there: another one
-                sock.close()
-                if picked:  # the last pick that failed falls back to bind(0) too (5efe5ac)
-                    continue
-                raise
-            stack.enter_context(sock)
-            ports.append(int(sock.getsockname()[1]))
-        return ports
-
-
-def free_port() -> int:
-    """One port of `free_ports`."""
-    [port] = free_ports(1)
-    return port
 
 
 def start_logged(

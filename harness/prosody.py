@@ -83,9 +83,9 @@ def _accepts(port: int) -> bool:
 def run_prosody(
     folder: Path, ports: list[int], *, component_stanza_size_limit: int = 512 * 1024
 ) -> Iterator[Prosody]:
-    """Prosody in `folder` on `ports`, two free ones (its clients' and its components'), each
-    caller's own pick (tests/ports.py, bench/processes.py); `component_stanza_size_limit`:
-    Prosody's default unless a test raises it."""
+    """Prosody in `folder` on `ports`, two free ones (its clients' and its components') the
+    caller picked (harness/ports.py); `component_stanza_size_limit`: Prosody's default unless a
+    test raises it."""
     c2s_port, component_port = ports
     server = Prosody(c2s_port, component_port, folder)
     (folder / "certs").mkdir(parents=True, exist_ok=True)

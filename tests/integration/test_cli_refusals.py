@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from harness.ports import free_port
 from tests.diskfull import as_nobody, shared_folder, small_disk
-from tests.integration.mqtt.clients import free_port, serve_process, stop_process
+from tests.integration.mqtt.clients import serve_process, stop_process
 from tests.integration.test_cli import ok
 
 

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from harness.ports import free_ports
 from harness.stopping import stop
-from tests.ports import free_ports
 from tests.processes import dead_token
 
 import boxmq

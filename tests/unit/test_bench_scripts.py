@@ -66,31 +66,14 @@ def test_every_bench_script_imports_and_answers_help() -> None:
         assert f"usage: {script}" in done.stdout, script
 
 
-def _code_of(path: Path, names: set[str]) -> dict[str, str]:
-    """The code (docstrings and comments left out) of the functions and assignments `names`
-    of the module at `path`."""
-    found: dict[str, str] = {}
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.FunctionDef) and node.name in names:
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                node.body = body[1:]  # its docstring, which says where each copy is used
-            found[node.name] = ast.dump(node)
-        elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in targets:
-                if isinstance(target, ast.Name) and target.id in names:
-                    found[target.id] = ast.dump(node.value)
-    return found
+def test_bench_picks_its_ports_with_the_tests_own_picker() -> None:
+    # bench/ and the tests each kept a copy of the port picker, and a fix made to one only
+    # (5efe5ac, copied later by abca5eb) was a bug of the other; both use harness/ports.py now.
+    from harness import ports
 
-
-def test_bench_free_ports_is_the_tests_one() -> None:
-    # bench/ runs without tests/ and the tests do not import bench/, so each keeps its own copy
-    # of the port picker; a fix made to one only (5efe5ac, copied later by abca5eb) fails here.
-    names = {"_LOWEST_PORT", "_ephemeral_start", "free_ports"}
-    tests_copy = _code_of(BENCH.parent / "tests" / "ports.py", names)
-    assert set(tests_copy) == names
-    assert _code_of(BENCH / "processes.py", names) == tests_copy
+    processes = runpy.run_path(str(BENCH / "processes.py"), run_name="bench_processes")
+    assert processes["free_ports"] is ports.free_ports
+    assert processes["free_port"] is ports.free_port
 
 
 def test_bench_mqtt_wire_connect_is_read_by_the_server_as_written() -> None:

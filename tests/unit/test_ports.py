@@ -1,11 +1,11 @@
-"""tests/ports.py: the free ports the servers of the tests listen on."""
+"""harness/ports.py: the free ports the servers of the tests and benchmarks listen on."""
 
 from __future__ import annotations
 
 import socket
 
 import pytest
-from tests import ports
+from harness import ports
 
 
 def test_free_ports_falls_back_to_the_kernels_pick_when_every_pick_is_held(

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from harness.ports import free_ports
 from harness.prosody import Prosody, prosody_or_reason, run_prosody
-from tests.ports import free_ports
 
 HERE = Path(__file__).parent
 _CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

@@ -18,10 +18,10 @@ from typing import Any, Generic, TypeVar
 
 import paho.mqtt.client as mqtt
 import pytest
+from harness.ports import free_port
 from harness.stopping import kill, stop
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
-from tests.ports import free_ports
 
 import boxmq
 from boxmq.client.box import Box
@@ -102,14 +102,6 @@ def start_server(
         raise got
     loop, stop, host, port = got
     return RunningServer(root, box, host, port, server, loop, stop, thread)
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that nothing holds now, below the kernel's range for a
-    connection's own port (tests.ports.free_ports), so that only a server listening there
-    can take it from a test that restarts `boxmq serve` on it."""
-    [port] = free_ports(1)
-    return port
 
 
 START = 60.0  # seconds a `boxmq serve` may take to listen: a loaded machine took over 20

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from harness.ports import free_port, free_ports
 from tests.descriptors import no_descriptor_left
 from tests.integration.mqtt.clients import (
     WAIT,
     RunningServer,
-    free_port,
     serve_process,
     start_server,
     stop_process,
@@ -29,7 +29,6 @@ from tests.integration.mqtt.raw import (
     string,
     subscribe,
 )
-from tests.ports import free_ports
 
 import boxmq
 from boxmq.mqtt.server import MqttServer

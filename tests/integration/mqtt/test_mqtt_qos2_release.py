@@ -9,10 +9,10 @@ import socket
 from pathlib import Path
 
 import pytest
+from harness.ports import free_port
 from tests.integration.mqtt.clients import (
     WAIT,
     RunningServer,
-    free_port,
     paho,
     recorded_away,
     serve_process,

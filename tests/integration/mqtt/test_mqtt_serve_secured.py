@@ -19,9 +19,9 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
+from harness.ports import free_ports
 from harness.stopping import stop
 from paho.mqtt.enums import CallbackAPIVersion
-from tests.ports import free_ports
 
 from boxmq.mqtt.passwords import set_password
 

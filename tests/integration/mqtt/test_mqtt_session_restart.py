@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.ports import free_port
 from paho.mqtt.packettypes import PacketTypes
 from tests.integration.mqtt.clients import (
     WAIT,
     Paho,
     RunningServer,
     drop,
-    free_port,
     paho,
     paho_properties,
     serve_process,

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.ports import free_port
 from paho.mqtt.subscribeoptions import SubscribeOptions
 from tests.integration.mqtt.clients import (
     WAIT,
     Paho,
     RunningServer,
-    free_port,
     paho,
     serve_process,
     stop_process,

@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from harness.ports import free_port
 from tests.integration.mqtt.clients import (
     WAIT,
     RunningServer,
     Served,
     drop,
-    free_port,
     paho,
     recorded_away,
     serve_fresh,

@@ -1,4 +1,5 @@
-"""Free TCP ports on 127.0.0.1 for servers the tests start."""
+"""Free TCP ports on 127.0.0.1 for the servers the tests and the benchmarks start, kept here
+since bench/ runs without tests/ (bench/processes.py puts this folder's parent on sys.path)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,15 @@ import contextlib
 import random
 import socket
 
-# Where free_ports picks (free_port too, the MQTT tests'): below the ports the kernel gives a
-# connection as its own (ip_local_port_range, 32768-60999 by default). A port picked by
-# bind(("127.0.0.1", 0)) came from that range, and between a SIGKILL of `boxmq serve` and its
-# restart on the same port a connection of another test (or a paho client of the test itself,
-# reconnecting to that very port: TCP's self-connect) took it as its own: the restart failed,
-# "address already in use".
+# Where free_ports picks: below the ports the kernel gives a connection as its own
+# (ip_local_port_range, 32768-60999 by default). A port picked by bind(("127.0.0.1", 0)) came
+# from that range, and between a SIGKILL of `boxmq serve` and its restart on the same port (a
+# test's, or bench/chaos.py's while its clients reconnect) a connection of another test or
+# client (or a paho client reconnecting to that very port: TCP's self-connect) took it as its
+# own: the restart failed, "address already in use".
 _LOWEST_PORT = 10000
-_pick = random.SystemRandom()  # not `random`'s: pytest-randomly seeds it alike in each worker
+# Not `random`'s: pytest-randomly seeds it alike in each worker, and a benchmark may seed it.
+_pick = random.SystemRandom()
 
 
 def _ephemeral_start() -> int:
@@ -46,9 +48,16 @@ def free_ports(count: int) -> list[int]:
                     sock.bind(("127.0.0.1", 0))
             except OSError:  # held, or a TIME_WAIT of a server that was there: another one
                 sock.close()
-                if picked:  # the last pick that failed falls back to bind(0) too
+                if picked:  # the last pick that failed falls back to bind(0) too (5efe5ac)
                     continue
                 raise
             stack.enter_context(sock)
             ports.append(int(sock.getsockname()[1]))
         return ports
+
+
+def free_port() -> int:
+    """One port of `free_ports`: nothing holds it now, and only a server listening there can
+    take it from a test or a benchmark that restarts `boxmq serve` on it."""
+    [port] = free_ports(1)
+    return port
