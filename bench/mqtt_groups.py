@@ -38,9 +38,9 @@ from mqtt_wire import (
     packet,
     puback_for,
     publish5,
+    publish_until,
     read_packet,
     read_varint,
-    send_windowed,
     string,
     varint,
 )
@@ -153,22 +153,16 @@ class Run:
     async def publish(self, topics: list[str], qos: int, expected: int) -> bool:
         """Every topic published once (payload: its qos and number); True when `expected`
         copies arrived within the budget."""
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        writer.write(connect5(f"pub{qos}-{random.random()}", True, _WINDOW))
-        await read_packet(reader)
         self.received, self.wanted = 0, expected
         self.arrived.clear()
         publishes = (
             publish5(t, f"{qos}:{n}".encode(), qos, n % 65535 + 1) for n, t in enumerate(topics)
         )
-        await send_windowed(reader, writer, publishes, qos, _WINDOW, self.budget)
-        try:
-            await asyncio.wait_for(self.arrived.wait(), self.budget)
-            done = True
-        except TimeoutError:
-            done = False
+        client_id = f"pub{qos}-{random.random()}"
+        done = await publish_until(
+            self.port, client_id, publishes, qos, _WINDOW, self.budget, self.arrived
+        )
         await asyncio.sleep(0.5)  # a copy sent twice would come now
-        writer.close()
         return done
 
 

@@ -26,7 +26,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from mqtt_wire import connect5, packet, puback_for, publish5, read_packet, send_windowed, string
+from mqtt_wire import connect5, packet, puback_for, publish5, publish_until, read_packet, string
 from processes import broker_running, cpu_seconds
 
 _SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -104,20 +104,13 @@ class Run:
 
     async def publish(self, topics: list[str], qos: int) -> bool:
         """Every topic published once; True when every copy arrived within the budget."""
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        writer.write(connect5(f"pub{qos}-{random.random()}", True, _WINDOW))
-        await read_packet(reader)
         self.received, self.wanted = 0, len(topics)
         self.arrived.clear()
         publishes = (publish5(t, b"x" * 32, qos, n % 65535 + 1) for n, t in enumerate(topics))
-        await send_windowed(reader, writer, publishes, qos, _WINDOW, self.budget)
-        try:
-            await asyncio.wait_for(self.arrived.wait(), self.budget)
-            done = True
-        except TimeoutError:
-            done = False
-        writer.close()
-        return done
+        client_id = f"pub{qos}-{random.random()}"
+        return await publish_until(
+            self.port, client_id, publishes, qos, _WINDOW, self.budget, self.arrived
+        )
 
 
 @dataclass

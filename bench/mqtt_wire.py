@@ -2,7 +2,8 @@
 mqtt_topics.py's devices, mqtt_groups.py's members, mqtt_idle.py's connections, soak.py): a packet's
 framing, a string field, a Variable Byte Integer, MQTT 5's CONNECT and PUBLISH, reading
 one packet from a stream, a received PUBLISH's PUBACK, and a publisher's send loop that keeps
-at most a window of QoS 1 PUBLISHes unanswered. Not a benchmark (bench/README.md)."""
+at most a window of QoS 1 PUBLISHes unanswered, and a publisher of its own that waits until
+its messages arrived. Not a benchmark (bench/README.md)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ __all__ = [
     "packet",
     "puback_for",
     "publish5",
+    "publish_until",
     "read_packet",
     "read_varint",
     "send_windowed",
@@ -117,3 +119,28 @@ async def send_windowed(
         elif n % 500 == 499:
             await writer.drain()
     await writer.drain()
+
+
+async def publish_until(
+    port: int,
+    client_id: str,
+    publishes: Iterable[bytes],
+    qos: int,
+    window: int,
+    budget: float,
+    arrived: asyncio.Event,
+) -> bool:
+    """`publishes` sent by a clean session `client_id` of its own on 127.0.0.1:`port`, as
+    send_windowed does; True when `arrived` (set by the receivers, cleared by the caller
+    before) is set within `budget` seconds after the last one."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(connect5(client_id, True, window))
+    await read_packet(reader)
+    await send_windowed(reader, writer, publishes, qos, window, budget)
+    try:
+        await asyncio.wait_for(arrived.wait(), budget)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        writer.close()
