@@ -41,6 +41,13 @@ _started: list[mqtt.Client] = []
 _stopping: list[mqtt.Client] = []  # told to stop after the last test, to be joined
 
 
+class OnlyAlice:
+    """An authenticator that lets in the user alice with the password "secret", and no one else."""
+
+    def authenticate(self, username: str | None, password: bytes | None, client_id: str) -> bool:
+        return username == "alice" and password == b"secret"
+
+
 @dataclass
 class RunningServer:
     root: Path

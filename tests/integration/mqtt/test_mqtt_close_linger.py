@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.integration.mqtt.clients import RunningServer, start_server
+from tests.integration.mqtt.clients import OnlyAlice, RunningServer, start_server
 from tests.integration.mqtt.raw import open_raw, packet, publish_qos2, pubrel, read
 
 from boxmq.mqtt import server as server_module
@@ -29,11 +29,6 @@ _WRONG_PASSWORD = packet(
 )
 
 
-class _OnlyAlice:
-    def authenticate(self, username: str | None, password: bytes | None, client_id: str) -> bool:
-        return username == "alice" and password == b"secret"
-
-
 @pytest.fixture
 def strict(tmp_path: Path) -> Iterator[RunningServer]:
     limits = Limits(receive_maximum=2)
@@ -46,7 +41,7 @@ def strict(tmp_path: Path) -> Iterator[RunningServer]:
 
 @pytest.fixture
 def guarded(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(tmp_path / "root", MqttSettings(authenticator=_OnlyAlice()))
+    running = start_server(tmp_path / "root", MqttSettings(authenticator=OnlyAlice()))
     try:
         yield running
     finally:

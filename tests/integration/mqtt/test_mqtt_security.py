@@ -14,16 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.mqtt.clients import WAIT, RunningServer, drop, paho, start_server
+from tests.integration.mqtt.clients import WAIT, OnlyAlice, RunningServer, drop, paho, start_server
 
 from boxmq.mqtt.settings import Limits, MqttSettings
 
 VERSIONS = [pytest.param(True, id="v5"), pytest.param(False, id="v311")]
-
-
-class OnlyAlice:
-    def authenticate(self, username: str | None, password: bytes | None, client_id: str) -> bool:
-        return username == "alice" and password == b"secret"
 
 
 class ReadOnlyPublic:
