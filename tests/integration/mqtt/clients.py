@@ -50,6 +50,10 @@ class OnlyAlice:
 
 @dataclass
 class RunningServer:
+    """A server start_server started in a thread; `with start_server(...) as running:` shuts it
+    down at the block's end. (serve_fresh's address of a `boxmq serve` process is one too, only
+    its root, host and port set: stop_process stops that process.)"""
+
     root: Path
     box: Box
     host: str
@@ -63,6 +67,12 @@ class RunningServer:
         self.loop.call_soon_threadsafe(self.stop.set)
         self.thread.join(timeout=20)
         self.box.close()
+
+    def __enter__(self) -> RunningServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
 
 
 def start_server(
@@ -198,11 +208,8 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(tmp_path / "root")
-    try:
+    with start_server(tmp_path / "root") as running:
         yield running
-    finally:
-        running.shutdown()
 
 
 # -- a paho client that hands what it gets to the test thread -------------------------------------

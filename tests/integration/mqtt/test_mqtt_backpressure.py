@@ -30,11 +30,8 @@ _PINGREQS = b"\xc0\x00" * (32 << 10)  # 64 KiB of PINGREQ: as many PINGRESP byte
 def small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningServer]:
     monkeypatch.setattr(server_module, "_WRITE_HIGH", _HIGH)
     monkeypatch.setattr(server_module, "_LINGER", 1.0)
-    running = start_server(tmp_path / "root")
-    try:
+    with start_server(tmp_path / "root") as running:
         yield running
-    finally:
-        running.shutdown()
 
 
 @pytest.fixture
@@ -45,11 +42,8 @@ def clocked(
     monkeypatch.setattr(server_module, "_WRITE_HIGH", _HIGH)
     monkeypatch.setattr(server_module, "_LINGER", 1.0)
     clock = ManualClock()
-    running = start_server(tmp_path / "root", clock=clock)
-    try:
+    with start_server(tmp_path / "root", clock=clock) as running:
         yield running, clock
-    finally:
-        running.shutdown()
 
 
 def on_loop(running: RunningServer, call: Callable[[], T]) -> T:
