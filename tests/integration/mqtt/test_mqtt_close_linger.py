@@ -32,11 +32,8 @@ _WRONG_PASSWORD = packet(
 @pytest.fixture
 def strict(tmp_path: Path) -> Iterator[RunningServer]:
     limits = Limits(receive_maximum=2)
-    running = start_server(tmp_path / "root", MqttSettings(limits=limits))
-    try:
+    with start_server(tmp_path / "root", MqttSettings(limits=limits)) as running:
         yield running
-    finally:
-        running.shutdown()
 
 
 @pytest.fixture
