@@ -299,8 +299,7 @@ def test_a_will_the_disk_refuses_stays_in_its_session_record_and_a_restart_sends
         disk.free()
         first.shutdown()
     monkeypatch.undo()
-    second = start_server(root)
-    try:
+    with start_server(root) as second:
         keeper = paho(second, "keeper", clean=False, expiry=300)
         will = keeper.next(timeout=WAIT)
         assert (will.topic, will.payload) == ("will/dying", payload)
@@ -309,8 +308,6 @@ def test_a_will_the_disk_refuses_stays_in_its_session_record_and_a_restart_sends
             assert time.monotonic() < deadline, "the record still holds the Will sent"
             time.sleep(0.05)
         keeper.stop()
-    finally:
-        second.shutdown()
 
 
 @pytest.mark.parametrize("fsync", ["always", "never"])
@@ -353,13 +350,10 @@ def test_a_persistent_session_whose_record_the_disk_refuses_is_refused_at_connac
     finally:
         disk.free()
         running.shutdown()
-    running = start_server(disk.path / "root", fsync=fsync)
-    try:
+    with start_server(disk.path / "root", fsync=fsync) as running:
         kept = paho(running, "kept", v5=v5, clean=False, expiry=3600)
         assert kept.session_present
         kept.stop()
-    finally:
-        running.shutdown()
 
 
 @pytest.mark.parametrize("fsync", ["always", "never"])
