@@ -69,11 +69,8 @@ def _written_then_renamed(flushed: list[str], folder: str) -> bool:
 
 @pytest.fixture
 def always(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(tmp_path / "root", fsync="always")
-    try:
+    with start_server(tmp_path / "root", fsync="always") as running:
         yield running
-    finally:
-        running.shutdown()
 
 
 def _client(running: RunningServer, told: list[list[str]], flushes: Flushes) -> Paho:
