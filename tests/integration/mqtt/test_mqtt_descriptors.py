@@ -43,24 +43,20 @@ def test_out_of_descriptors_accepting_waits_is_told_once_and_resumes(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    running = start_server(tmp_path / "root")
-    try:
-        with socket.socket() as client:
-            client.settimeout(WAIT)
-            with no_descriptor_left():
-                # The kernel takes the connection into the listener's queue: no descriptor
-                # of the server's yet; its accept finds none left.
-                client.connect((running.host, running.port))
-                client.sendall(connect_packet("late", clean=True))
-                deadline = time.monotonic() + WAIT
-                while not _messages(caplog, "cannot accept"):
-                    assert time.monotonic() < deadline, "the failed accept was not told"
-                    time.sleep(0.01)
-                time.sleep(0.6)  # tries again meanwhile: each 0.25 s
-            # Descriptors free: the client waiting is accepted and served.
-            assert read(client)[0] == 0x20
-    finally:
-        running.shutdown()
+    with start_server(tmp_path / "root") as running, socket.socket() as client:
+        client.settimeout(WAIT)
+        with no_descriptor_left():
+            # The kernel takes the connection into the listener's queue: no descriptor
+            # of the server's yet; its accept finds none left.
+            client.connect((running.host, running.port))
+            client.sendall(connect_packet("late", clean=True))
+            deadline = time.monotonic() + WAIT
+            while not _messages(caplog, "cannot accept"):
+                assert time.monotonic() < deadline, "the failed accept was not told"
+                time.sleep(0.01)
+            time.sleep(0.6)  # tries again meanwhile: each 0.25 s
+        # Descriptors free: the client waiting is accepted and served.
+        assert read(client)[0] == 0x20
     [told] = _messages(caplog, "cannot accept")
     assert "too many open files" in told
     assert "ulimit -n" in told
@@ -73,17 +69,13 @@ def test_a_connect_whose_session_record_cannot_be_read_is_refused_and_told(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    running = start_server(tmp_path / "root")
-    try:
-        with socket.socket() as client:
-            client.settimeout(WAIT)
-            with no_descriptor_left(free=1):  # the socket's: none for the session's record
-                client.connect((running.host, running.port))
-                client.sendall(connect_packet("short"))  # a persistent session: its record
-                kind, body = read(client)
-            assert (kind, body[:2]) == (0x20, b"\x00\x80")  # CONNACK: unspecified error
-    finally:
-        running.shutdown()
+    with start_server(tmp_path / "root") as running, socket.socket() as client:
+        client.settimeout(WAIT)
+        with no_descriptor_left(free=1):  # the socket's: none for the session's record
+            client.connect((running.host, running.port))
+            client.sendall(connect_packet("short"))  # a persistent session: its record
+            kind, body = read(client)
+        assert (kind, body[:2]) == (0x20, b"\x00\x80")  # CONNACK: unspecified error
     [told] = _messages(caplog, "refused: its session's record could not be read")
     assert "EMFILE" in told
     assert "unspecified error (0x80)" in told
@@ -97,8 +89,7 @@ def test_a_publish_the_disk_cannot_route_closes_its_connection_told_and_the_clos
     its persistent session goes on whole with no descriptor left (the session is kept, and
     resumed at the next CONNECT)."""
     caplog.set_level(logging.INFO)
-    running = start_server(tmp_path / "root")
-    try:
+    with start_server(tmp_path / "root") as running:
         sock, _ = open_raw(running, "p")
         sock.sendall(subscribe(1, "a", 1))
         assert read(sock)[0] == 0x90
@@ -115,8 +106,6 @@ def test_a_publish_the_disk_cannot_route_closes_its_connection_told_and_the_clos
             assert got[0][0] == 0x32  # the PUBLISH to its subscription
             assert got[0][1].endswith(b"y")
             assert got[1] == (0x40, b"\x00\x03")
-    finally:
-        running.shutdown()
     [told] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert ": closing: the store failed at" in told
     assert "EMFILE" in told
