@@ -29,8 +29,7 @@ def test_limits_at_the_highest_values_the_file_accepts(tmp_path: Path, v5: bool)
     path = tmp_path / "boxmq.toml"
     path.write_text("[mqtt.limits]\n" + "".join(f"{k} = {v}\n" for k, v in LIMITS_HIGHEST.items()))
     config = load_config(path)
-    running = start_server(tmp_path / "root", config.mqtt)
-    try:
+    with start_server(tmp_path / "root", config.mqtt) as running:
         sub = paho(running, "sub", v5=v5)
         pub = paho(running, "pub", v5=v5)
         sub.subscribe("limits/#", 1)
@@ -38,8 +37,6 @@ def test_limits_at_the_highest_values_the_file_accepts(tmp_path: Path, v5: bool)
         assert sub.next().payload == b"at the maximum"
         sub.stop()
         pub.stop()
-    finally:
-        running.shutdown()
 
 
 def test_exactly_once_limits_from_the_file_reach_the_qos2_intake(tmp_path: Path) -> None:
