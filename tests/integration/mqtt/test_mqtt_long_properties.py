@@ -59,21 +59,15 @@ def test_a_share_group_member_gets_long_properties_intact(server: RunningServer)
 
 def test_long_properties_survive_a_restart_between_publish_and_delivery(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    first = start_server(root)
-    try:
+    with start_server(root) as first:
         away = paho(first, "keeper", clean=False, expiry=3600)
         away.subscribe("rpc/#", 1)
         away.stop()
         paho(first, "pub").publish("rpc/call", b"kept", 1, properties=_long_properties())
-    finally:
-        first.shutdown()
-    second = start_server(root)
-    try:
+    with start_server(root) as second:
         message = paho(second, "keeper", clean=False, expiry=3600).next()
         assert message.payload == b"kept"
         _assert_intact(message.properties)
-    finally:
-        second.shutdown()
 
 
 def test_long_properties_of_a_qos_2_message_go_through_the_exactly_once_intake(
