@@ -194,8 +194,7 @@ def test_a_share_group_ended_and_made_again_gets_what_another_process_publishes_
     fsync=always, as `boxmq serve` runs: the SUBSCRIBE is done by a disk thread."""
     import boxmq
 
-    running = start_server(tmp_path / "root", fsync="always")
-    try:
+    with start_server(tmp_path / "root", fsync="always") as running:
         # Only the watch tells of what another process publishes: no rescan within the test.
         running.box.options = replace(running.box.options, rescan_interval=3600.0)
         with boxmq.open(running.root, fsync="never") as other:  # as another process would
@@ -211,16 +210,13 @@ def test_a_share_group_ended_and_made_again_gets_what_another_process_publishes_
                 while any(running.root.glob("topic-root/*/.subscriptions/share.g")):
                     assert time.monotonic() < deadline, "the group outlived its last member"
                     time.sleep(0.02)
-    finally:
-        running.shutdown()
 
 
 def test_a_subscription_folder_made_again_by_hand_is_watched_again(tmp_path: Path) -> None:
     """docs/operations.md: a folder grown large is made again (`mv`, `mkdir`) with the server
     running. Its watch stayed on the folder moved aside: what another process published
     (`boxmq publish`) reached the client only at each full rescan (5 s), until a restart."""
-    running = start_server(tmp_path / "root", fsync="always")
-    try:
+    with start_server(tmp_path / "root", fsync="always") as running:
         # Only the watch tells of what another process publishes: no rescan within the test.
         running.box.options = replace(running.box.options, rescan_interval=3600.0)
         keeper = paho(running, "keeper", clean=False, expiry=300)
@@ -234,8 +230,6 @@ def test_a_subscription_folder_made_again_by_hand_is_watched_again(tmp_path: Pat
             _publish_elsewhere(running.root, f"jobs/{number}", f"after {number}")
             assert keeper.next().payload == f"after {number}".encode()
         keeper.stop()
-    finally:
-        running.shutdown()
 
 
 def _publish_elsewhere(root: Path, topic: str, body: str) -> None:
@@ -397,20 +391,14 @@ def test_unsubscribe_stops_delivery(server: RunningServer) -> None:
 
 def test_server_restart_keeps_a_persistent_session(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    first = start_server(root)
-    try:
+    with start_server(root) as first:
         away = paho(first, "keeper", clean=False, expiry=3600)
         away.subscribe("k/#", 1)
         away.stop()
         paho(first, "pub").publish("k/1", b"kept", 1)
-    finally:
-        first.shutdown()
-    second = start_server(root)
-    try:
+    with start_server(root) as second:
         back = paho(second, "keeper", clean=False, expiry=3600)
         assert back.next().payload == b"kept"
-    finally:
-        second.shutdown()
 
 
 def test_message_expiry_counts_the_time_spent_waiting(server: RunningServer) -> None:
