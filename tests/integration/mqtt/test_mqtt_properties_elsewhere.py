@@ -179,8 +179,7 @@ def test_a_jmsxgroupid_user_property_keeps_its_group_on_one_share_group_member(
     tmp_path: Path,
 ) -> None:
     mosquitto_tools()
-    running = start_server(tmp_path / "root", group_dispatch={"billing": "hash-by-key"})
-    try:
+    with start_server(tmp_path / "root", group_dispatch={"billing": "hash-by-key"}) as running:
         members = {name: paho(running, name) for name in ("member-a", "member-b")}
         for client in members.values():
             client.subscribe("$share/billing/orders/#", 1)
@@ -195,8 +194,6 @@ def test_a_jmsxgroupid_user_property_keeps_its_group_on_one_share_group_member(
         assert sorted(r.topic for r in received) == topics
         for message in received:  # the User Property once, as it was published
             assert message.properties.UserProperty == [("JMSXGroupID", "o-17")]
-    finally:
-        running.shutdown()
 
 
 def _gather(members: dict[str, Paho], count: int) -> dict[str, list[Any]]:
