@@ -34,8 +34,7 @@ def test_a_durable_subscription_made_between_publish_and_pubrel_keeps_the_order(
     (ordered by id) gave them after the nine sent later; alone, they went to memory only.
     Now the durable subscriptions that get a QoS 2 message are those its PUBLISH found, as
     for one without disk work before its PUBREL: the subscriber gets the nine, in order."""
-    running = start_server(tmp_path / "root", fsync=fsync)
-    try:
+    with start_server(tmp_path / "root", fsync=fsync) as running:
         publisher, _ = open_raw(running, "pub", clean=True, expiry=0)
         publisher.sendall(b"".join(publish_qos2("line/1", n + 1, b"%d" % n) for n in range(3)))
         assert [read(publisher)[0] for _ in range(3)] == [PUBREC] * 3
@@ -55,5 +54,3 @@ def test_a_durable_subscription_made_between_publish_and_pubrel_keeps_the_order(
         got = [r.payload for r in publishes(subscriber, within=1.0)]
         assert [p for p in got if p != b"x"] == [b"%d" % n for n in range(3, 12)]
         subscriber.close()
-    finally:
-        running.shutdown()
