@@ -22,11 +22,8 @@ def disk(tmp_path: Path) -> Iterator[SmallDisk]:
 
 @pytest.fixture
 def running(disk: SmallDisk) -> Iterator[RunningServer]:
-    running = start_server(disk.path / "root", spares=0)
-    try:
+    with start_server(disk.path / "root", spares=0) as running:
         yield running
-    finally:
-        running.shutdown()
 
 
 def test_a_session_whose_messages_cannot_be_claimed_stays_connected_and_gets_them_later(
