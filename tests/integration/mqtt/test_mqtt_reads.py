@@ -149,15 +149,12 @@ def test_a_persistent_sessions_subscribe_between_two_publishes_gets_the_second_m
     a durable subscription wanted the topic, and the answer, kept for the rest of the read,
     did not know of the dropbox the SUBSCRIBE then made at once (found by walking
     docs/mqtt.md's SUBSCRIBE and UNSUBSCRIBE under each policy)."""
-    running = start_server(tmp_path / "root", fsync=fsync)
-    try:
+    with start_server(tmp_path / "root", fsync=fsync) as running:
         sock, _ = open_raw(running, "own", clean=True)  # expiry 300: a persistent session
         answers = _publish_subscribe_publish(sock)
         kinds = sorted(kind & 0xF0 for kind, _ in answers)
         assert kinds == [0x30, 0x40, 0x40, 0x90]  # PUBLISH, PUBACK x2, SUBACK
         sock.close()
-    finally:
-        running.shutdown()
 
 
 def _subscribed_then_publish_and_unsubscribe(
@@ -183,8 +180,7 @@ def test_a_persistent_sessions_unsubscribe_read_behind_a_publish_still_gets_that
     the dropbox at once on the loop, before the message was written into it (found by a
     differential run against mosquitto, which sends it). The UNSUBSCRIBE now waits for
     the disk work read before it; the UNSUBACK comes after the message."""
-    running = start_server(tmp_path / "root", fsync=fsync)
-    try:
+    with start_server(tmp_path / "root", fsync=fsync) as running:
         sock, _ = open_raw(running, "own", clean=True)  # expiry 300: a persistent session
         answers = _subscribed_then_publish_and_unsubscribe(sock, "reads/kept")
         kinds = [kind & 0xF0 for kind, _ in answers]
@@ -194,8 +190,6 @@ def test_a_persistent_sessions_unsubscribe_read_behind_a_publish_still_gets_that
         sock.sendall(publish("reads/kept", b"after", qos=1, packet_id=4))
         assert _payloads(_answers(sock)) == []  # unsubscribed now
         sock.close()
-    finally:
-        running.shutdown()
 
 
 def test_an_unsubscribe_read_behind_a_publish_waiting_for_the_disk_still_gets_that_message(
@@ -224,8 +218,7 @@ def test_a_subscribe_in_memory_read_behind_a_publish_waiting_for_the_disk_does_n
     routed to the subscriptions in memory once written, and the SUBSCRIBE, in memory, was
     made at once on the loop, before that (found by a SIGKILL torture of `boxmq serve`
     with a 3.1.1 clean session pipelining its subscription changes). The one after it is."""
-    running = start_server(tmp_path / "root", fsync=fsync)
-    try:
+    with start_server(tmp_path / "root", fsync=fsync) as running:
         keeper, _ = open_raw(running, "keeper", clean=True)  # expiry 300: a persistent session
         keeper.sendall(subscribe(1, "reads/late", 1))
         assert read(keeper)[0] == 0x90
@@ -235,5 +228,3 @@ def test_a_subscribe_in_memory_read_behind_a_publish_waiting_for_the_disk_does_n
         assert acks == [0x40, 0x90, 0x40]  # PUBACK, SUBACK, PUBACK
         sock.close()
         keeper.close()
-    finally:
-        running.shutdown()
