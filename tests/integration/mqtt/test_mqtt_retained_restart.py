@@ -164,14 +164,11 @@ def test_a_subscriber_that_comes_while_a_pubrel_after_a_restart_is_written_gets_
     retained store replaced by a worker, then the subscribers in memory. A SUBSCRIBE the loop
     handles in between is sent it as retained, and was sent it live again: twice."""
     root = tmp_path / "root"
-    running = start_server(root)
-    try:
+    with start_server(root) as running:
         publisher, _ = open_raw(running, "pub", clean=False)
         publisher.sendall(publish("ret/1", b"v", qos=2, packet_id=1, retain=True))
         assert read(publisher) == (0x50, b"\x00\x01")  # PUBREC: in the intake
         publisher.close()
-    finally:
-        running.shutdown()
     replaced, go = threading.Event(), threading.Event()
     deliver_many = AssuredIntake.deliver_many
 
