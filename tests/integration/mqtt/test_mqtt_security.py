@@ -34,11 +34,8 @@ class ReadOnlyPublic:
 @pytest.fixture
 def guarded(tmp_path: Path) -> Iterator[RunningServer]:
     settings = MqttSettings(authenticator=OnlyAlice(), authorizer=ReadOnlyPublic())
-    running = start_server(tmp_path / "root", settings)
-    try:
+    with start_server(tmp_path / "root", settings) as running:
         yield running
-    finally:
-        running.shutdown()
 
 
 def test_v5_connect_refused_with_0x86_or_0x87(guarded: RunningServer) -> None:
@@ -109,8 +106,7 @@ def test_a_retained_will_the_acl_refuses_replaces_nothing(
     refused is sent to nobody, and, retained, does not replace the topic's retained message
     (an intruder's "offline" would stand for the device's status for good)."""
     settings = MqttSettings(authenticator=OnlyAlice(), authorizer=NotIntruder())
-    running = start_server(tmp_path / "root", settings)
-    try:
+    with start_server(tmp_path / "root", settings) as running:
         device = paho(running, "device", username="alice", password="secret")
         device.publish("public/status", b"online", qos=1, retain=True)
         reader = paho(running, "reader", username="alice", password="secret")
@@ -127,8 +123,6 @@ def test_a_retained_will_the_acl_refuses_replaces_nothing(
             late.subscribe("public/#", 1)
             assert late.next().payload == b"online"  # the topic's retained message, still
         assert "client intruder may not publish its will to public/status" in caplog.messages
-    finally:
-        running.shutdown()
 
 
 def test_max_connections(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -174,8 +168,7 @@ def test_password_checks_do_not_stall_the_clients_already_in(tmp_path: Path) -> 
     round trip must be made while wrong passwords' checks are still under way, however long
     a loaded machine takes: a check on the loop would hold it until they end."""
     checks = HeldHash()
-    running = start_server(tmp_path / "root", MqttSettings(authenticator=checks))
-    try:
+    with start_server(tmp_path / "root", MqttSettings(authenticator=checks)) as running:
         inside = paho(running, "inside", username="alice", password="secret")
         inside.subscribe("t", 1)
         with ThreadPoolExecutor(4) as pool:
@@ -193,5 +186,3 @@ def test_password_checks_do_not_stall_the_clients_already_in(tmp_path: Path) -> 
                 checks.release.set()
             for future in refused:
                 future.result(timeout=WAIT)
-    finally:
-        running.shutdown()
