@@ -131,11 +131,8 @@ def test_a_session_expired_during_a_restart_discards_its_qos2_messages(tmp_path:
     finally:
         first.shutdown()  # before the expiry: the first server's timer dies with it
     time.sleep(1.2)
-    second = start_server(tmp_path / "root")
-    try:
+    with start_server(tmp_path / "root") as second:
         assert _unreleased_within(second, 5.0) == []
-    finally:
-        second.shutdown()
 
 
 def _refuse_unlink(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
