@@ -160,8 +160,7 @@ def test_under_hash_by_key_an_away_members_topics_go_to_the_members_there(
 ) -> None:
     """The away member's keys (here topics) waited for it, for as long as its client was away:
     hash-by-key routed over every member, the paused one included."""
-    running = start_server(tmp_path / "root", group_dispatch={"workers": "hash-by-key"})
-    try:
+    with start_server(tmp_path / "root", group_dispatch={"workers": "hash-by-key"}) as running:
         away = paho(running, "away-member", clean=False, expiry=300)
         away.subscribe(GROUP, 1)
         there = paho(running, "member-there", v5=False)
@@ -178,15 +177,12 @@ def test_under_hash_by_key_an_away_members_topics_go_to_the_members_there(
         assert back.session_present
         assert back.nothing(within=0.5)  # all taken by the member there
         back.stop()
-    finally:
-        running.shutdown()
 
 
 def test_under_hash_by_key_a_group_whose_member_leaves_goes_on_in_order_at_another(
     tmp_path: Path,
 ) -> None:
-    running = start_server(tmp_path / "root", group_dispatch={"workers": "hash-by-key"})
-    try:
+    with start_server(tmp_path / "root", group_dispatch={"workers": "hash-by-key"}) as running:
         members = {"a": paho(running, "member-a"), "b": paho(running, "member-b", v5=False)}
         for member in members.values():
             member.subscribe(GROUP, 1)
@@ -210,8 +206,6 @@ def test_under_hash_by_key_a_group_whose_member_leaves_goes_on_in_order_at_anoth
         assert [other.next().payload for _ in range(5)] == [f"m{n}".encode() for n in range(5, 10)]
         other.stop()
         publisher.stop()
-    finally:
-        running.shutdown()
 
 
 @pytest.mark.parametrize("qos", [1, 2])
