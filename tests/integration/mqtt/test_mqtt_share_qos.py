@@ -58,26 +58,20 @@ def test_a_member_granted_qos_0_keeps_it_across_a_restart(tmp_path: Path) -> Non
     at the group's (the highest any member was granted, which its dropbox's record holds):
     the session's record keeps its own (MQTT 5.0 §3.8.4, MQTT-3.8.4-8)."""
     root = tmp_path / "root"
-    first = start_server(root)
-    try:
+    with start_server(root) as first:
         high = paho(first, "granted-1", clean=False, expiry=300)
         assert [r.value for r in high.subscribe(GROUP, 1)] == [1]
         low = paho(first, "granted-0", clean=False, expiry=300)
         assert [r.value for r in low.subscribe(GROUP, 0)] == [0]
         high.stop()
         low.stop()
-    finally:
-        first.shutdown()
-    second = start_server(root)
-    try:
+    with start_server(root) as second:
         low = paho(second, "granted-0", clean=False, expiry=300)
         assert low.session_present
         publisher = paho(second, "publisher")
         for n in range(2):
             publisher.publish("jobs/x", f"after{n}", 1)
         assert _levels({"low": low}, 2) == {"low": {0}}
-    finally:
-        second.shutdown()
 
 
 def test_a_message_sent_again_to_a_member_granted_qos_0_has_no_dup(tmp_path: Path) -> None:
