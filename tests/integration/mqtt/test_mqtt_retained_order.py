@@ -75,8 +75,7 @@ def test_a_will_goes_out_after_the_retained_message_its_client_sent_before(
     reaches a live subscriber after "online", and is the retained message left (MQTT 5.0
     §3.1.2.5, §4.6). The retained message goes to subscribers once written; the Will went
     out at once, before it, and the subscriber took a dead device for online."""
-    running = start_server(tmp_path / "root", fsync=fsync)
-    try:
+    with start_server(tmp_path / "root", fsync=fsync) as running:
         watcher = paho(running, "watcher")
         watcher.subscribe("status/#", 0)
         topics = [f"status/dev{n}" for n in range(10)]
@@ -96,8 +95,6 @@ def test_a_will_goes_out_after_the_retained_message_its_client_sent_before(
         assert kept == dict.fromkeys(topics, b"offline")
         watcher.stop()
         late.stop()
-    finally:
-        running.shutdown()
 
 
 def test_a_subscriber_that_comes_while_a_retained_will_is_written_is_sent_the_will(
@@ -168,8 +165,7 @@ def test_a_retained_qos2_message_keeps_its_place_among_its_publishers_others(
     made then, later than those the others got at their PUBLISH, and came last (found by a
     review). A persistent publisher's waits in the exactly-once intake with the others, under
     the id made at its PUBLISH (see the next test for a subscriber connected meanwhile)."""
-    running = start_server(tmp_path / "root", fsync=fsync)
-    try:
+    with start_server(tmp_path / "root", fsync=fsync) as running:
         subscriber, _ = open_raw(running, "sub")
         subscriber.sendall(subscribe(1, "line/#", 2))
         assert read(subscriber)[0] == 0x90  # SUBACK
@@ -182,8 +178,6 @@ def test_a_retained_qos2_message_keeps_its_place_among_its_publishers_others(
         got = [received.payload for received in take_publishes(subscriber, WINDOW)]
         assert got == [b"%d" % n for n in range(WINDOW)]
         subscriber.close()
-    finally:
-        running.shutdown()
 
 
 @pytest.mark.parametrize("subscriber_expiry", [0, 300], ids=["clean-subscriber", "persistent"])
@@ -194,8 +188,7 @@ def test_a_persistent_publishers_retained_qos2_message_keeps_its_place_for_a_con
     publisher's retained QoS 2 message was written and routed at its PUBLISH, while those
     sent before it waited in the intake for their PUBREL, and arrived as 3, 0, 1, 2, 4, ...
     (a known gap, docs/mqtt.md); it waits in the intake with them now, for its own PUBREL."""
-    running = start_server(tmp_path / "root", fsync="never")
-    try:
+    with start_server(tmp_path / "root", fsync="never") as running:
         clean = subscriber_expiry == 0
         subscriber, _ = open_raw(running, "sub", clean=clean, expiry=subscriber_expiry)
         subscriber.sendall(subscribe(1, "line/#", 2))
@@ -206,8 +199,6 @@ def test_a_persistent_publishers_retained_qos2_message_keeps_its_place_for_a_con
         got = [received.payload for received in take_publishes(subscriber, WINDOW)]
         assert got == [b"%d" % n for n in range(WINDOW)]
         subscriber.close()
-    finally:
-        running.shutdown()
 
 
 @pytest.mark.parametrize(
