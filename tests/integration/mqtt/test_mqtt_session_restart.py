@@ -69,14 +69,10 @@ def test_a_session_back_within_its_interval_after_a_restart_gets_its_identifier(
     tmp_path: Path,
 ) -> None:
     root = tmp_path / "root"
-    first = start_server(root)
-    try:
+    with start_server(root) as first:
         _away_with_identifier(first, "back", "sid/#")
         paho(first, "pub").publish("sid/away", b"while away", 1, retain=True)
-    finally:
-        first.shutdown()
-    second = start_server(root)
-    try:
+    with start_server(root) as second:
         back = paho(second, "back", clean=False, expiry=EXPIRY)
         assert back.session_present
         waited = back.next()
@@ -87,8 +83,6 @@ def test_a_session_back_within_its_interval_after_a_restart_gets_its_identifier(
         assert (after.payload, after.properties.SubscriptionIdentifier) == (b"after", [7])
         time.sleep(EXPIRY + 0.5)  # past the interval counted from the first disconnect
         assert os.path.isdir(_dropbox(root, "sid/#", "back"))  # its client came back in time
-    finally:
-        second.shutdown()
 
 
 def test_a_session_not_back_within_its_interval_after_a_restart_ends(tmp_path: Path) -> None:
@@ -100,8 +94,7 @@ def test_a_session_not_back_within_its_interval_after_a_restart_ends(tmp_path: P
         paho(first, "old", v5=False, clean=False).subscribe("kept/#", 1)
     finally:
         first.shutdown()  # before the interval: the first server's timer dies with it
-    second = start_server(root)
-    try:
+    with start_server(root) as second:
         dropbox = _dropbox(root, "gone/#", "gone")
         deadline = time.monotonic() + EXPIRY + 3
         while os.path.isdir(dropbox) and time.monotonic() < deadline:
@@ -111,8 +104,6 @@ def test_a_session_not_back_within_its_interval_after_a_restart_ends(tmp_path: P
         assert _message_files(root) == [
             os.path.join(_dropbox(root, "kept/#", "old"), ".subscription")
         ]
-    finally:
-        second.shutdown()
 
 
 def test_a_session_end_killed_between_a_subscriptions_record_and_folder_is_finished(
@@ -123,19 +114,15 @@ def test_a_session_end_killed_between_a_subscriptions_record_and_folder_is_finis
     the session's record, deleted last. The restart ended the session, but no look found
     the folder: the next client of that id to subscribe to the filter got those messages."""
     root = tmp_path / "root"
-    first = start_server(root)
-    try:
+    with start_server(root) as first:
         _away_with_identifier(first, "gone", "gone/#")
         paho(first, "pub").publish("gone/x", b"for the ended session", 1)
-    finally:
-        first.shutdown()
     dropbox = _dropbox(root, "gone/#", "gone")
     os.unlink(os.path.join(dropbox, ".subscription"))  # where the end was killed
     record = read_record(str(root), "gone")
     assert record is not None
     write_record(str(root), replace(record, disconnected_at=time.time() - 60))  # ran out
-    second = start_server(root)
-    try:
+    with start_server(root) as second:
         deadline = time.monotonic() + WAIT
         while read_record(str(root), "gone") is not None:  # ended at start
             assert time.monotonic() < deadline, "the session was not ended at start"
@@ -145,8 +132,6 @@ def test_a_session_end_killed_between_a_subscriptions_record_and_folder_is_finis
         again.subscribe("gone/#", 1)
         assert again.nothing(0.5)
         assert _message_files(root) == [os.path.join(dropbox, ".subscription")]
-    finally:
-        second.shutdown()
 
 
 WILL_DELAY = 2  # seconds: the Will Delay Interval of the Wills here
@@ -199,8 +184,7 @@ def test_a_delayed_will_is_sent_after_a_restart(tmp_path: Path) -> None:
         drop(dying)  # no DISCONNECT: its Will waits out its delay
     finally:
         first.shutdown()  # at once: the first server's timer dies with it
-    second = start_server(root)
-    try:
+    with start_server(root) as second:
         watcher = _watcher(second)
         will = watcher.next(timeout=WAIT)
         waited = time.monotonic() - dropped
@@ -208,8 +192,6 @@ def test_a_delayed_will_is_sent_after_a_restart(tmp_path: Path) -> None:
         assert will.properties.UserProperty == [("k", "v")]
         assert WILL_DELAY - 0.5 < waited < WAIT
         assert watcher.nothing(WILL_DELAY + 0.5)  # once only
-    finally:
-        second.shutdown()
     third = start_server(root)  # sent: its record no longer holds it
     try:
         assert _watcher(third).nothing(WILL_DELAY + 0.5)
@@ -226,13 +208,9 @@ def test_a_client_back_within_the_will_delay_after_a_restart_cancels_its_will(
     # start and two connects: 4 s for that, with both connections closed at the same moment.
     delay = 4
     root = tmp_path / "root"
-    first = start_server(root)
-    try:
+    with start_server(root) as first:
         _drop_together(_dying(first, "back", delay), _dying(first, "gone", delay))
-    finally:
-        first.shutdown()
-    second = start_server(root)
-    try:
+    with start_server(root) as second:
         watcher = _watcher(second)
         back = paho(second, "back", clean=False, expiry=60)
         assert back.session_present
@@ -240,8 +218,6 @@ def test_a_client_back_within_the_will_delay_after_a_restart_cancels_its_will(
         # Had "back"'s Will not been cancelled it would have been due with "gone"'s (both
         # closed together): 3 s of silence past that still covers it.
         assert watcher.nothing(3)
-    finally:
-        second.shutdown()
 
 
 def test_a_will_of_a_client_connected_when_the_server_was_killed_is_sent_at_the_restart(
@@ -282,8 +258,7 @@ def test_a_will_whose_sent_record_the_disk_refused_is_not_sent_again_by_a_restar
         rename(source, target)
 
     monkeypatch.setattr(os, "rename", refused)
-    second = start_server(root)
-    try:
+    with start_server(root) as second:
         watcher = _watcher(second)
         with caplog.at_level(logging.ERROR, logger="boxmq.mqtt"):
             assert watcher.next(timeout=WAIT).payload == b"gone"
@@ -297,13 +272,8 @@ def test_a_will_whose_sent_record_the_disk_refused_is_not_sent_again_by_a_restar
         while (record := read_record(str(root), "killed")) is not None and record.will:
             assert time.monotonic() < deadline, "the record still holds the Will"
             time.sleep(0.1)
-    finally:
-        second.shutdown()
-    third = start_server(root)
-    try:
+    with start_server(root) as third:
         assert _watcher(third).nothing(2.5)
-    finally:
-        third.shutdown()
 
 
 def _slow_will_writes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -346,8 +316,7 @@ def _will_leaves_its_record_only_once_written(
     the Will's file is not yet in a persistent subscriber's dropbox, or the restart sends it
     to nobody. The Will's write is slowed here (a slow disk) to hold that moment open."""
     _slow_will_writes(monkeypatch)
-    server = start_server(tmp_path / "root", fsync="always")
-    try:
+    with start_server(tmp_path / "root", fsync="always") as server:
         target = _keeper_away(server)
         drop(_dying(server, "dying", delay))
         _record_keeps_the_will_until_it_reaches(server, target)
@@ -355,8 +324,6 @@ def _will_leaves_its_record_only_once_written(
         while (record := read_record(str(server.root), "dying")) is not None and record.will:
             assert time.monotonic() < deadline, "the record still holds the Will sent"
             time.sleep(0.01)
-    finally:
-        server.shutdown()
 
 
 def test_a_delayed_will_leaves_its_record_only_once_its_durable_copy_is_written(
@@ -382,8 +349,7 @@ def test_a_will_sent_at_a_takeover_leaves_the_record_only_once_its_durable_copy_
     nothing of it while its write ran (slowed, as above): a SIGKILL then lost it for every
     persistent subscriber."""
     _slow_will_writes(monkeypatch)
-    server = start_server(tmp_path / "root", fsync="always")
-    try:
+    with start_server(tmp_path / "root", fsync="always") as server:
         target = _keeper_away(server)
         _dying(server, "dying", 0).client.loop_stop()  # no reconnect of its own
         taking: list[Paho] = []
@@ -400,8 +366,6 @@ def test_a_will_sent_at_a_takeover_leaves_the_record_only_once_its_durable_copy_
         assert record is not None
         assert record.will is None  # the new connection's: it has none
         assert record.holder is not None
-    finally:
-        server.shutdown()
 
 
 @pytest.mark.parametrize("fsync", ["always", "never"])
