@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -204,6 +205,19 @@ def serve_fresh(
 def stop_process(process: subprocess.Popen[bytes]) -> None:
     """`boxmq serve` stopped as a user stops it (SIGTERM), killed past 20 s; reaped either way."""
     stop(process, seconds=20)
+
+
+@contextmanager
+def serving_fresh(
+    folder: Path, *flags: str, program: tuple[str, ...] = ("-m", "boxmq.cli")
+) -> Iterator[RunningServer]:
+    """`serve_fresh` for a with block: the address of its `boxmq serve` process, which the
+    block's end stops. A test that kills or restarts the process keeps serve_fresh's own."""
+    address, process = serve_fresh(folder, *flags, program=program)
+    try:
+        yield address
+    finally:
+        stop_process(process)
 
 
 @pytest.fixture

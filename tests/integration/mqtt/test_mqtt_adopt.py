@@ -24,8 +24,7 @@ from tests.integration.mqtt.clients import (
     persistent_paho,
     publish_each,
     recorded_away,
-    serve_fresh,
-    stop_process,
+    serving_fresh,
     subscriptions_on_disk,
 )
 
@@ -35,11 +34,8 @@ import boxmq
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[RunningServer, Path]]:
     """A real `boxmq serve` process on a new root, and the file its log goes to."""
-    address, process = serve_fresh(tmp_path)
-    try:
+    with serving_fresh(tmp_path) as address:
         yield address, tmp_path / "serve.log"  # serve_process's
-    finally:
-        stop_process(process)
 
 
 def _keep(root: Path, filter: str, name: str) -> None:

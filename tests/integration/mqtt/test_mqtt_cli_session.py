@@ -24,7 +24,7 @@ from tests.integration.mqtt.clients import (
     publish_each,
     recorded_away,
     serve_fresh,
-    stop_process,
+    serving_fresh,
     subscriptions_on_disk,
 )
 
@@ -36,11 +36,8 @@ SESSION = "is the client id of an MQTT session"
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[RunningServer]:
     """A real `boxmq serve` process on a new root (its address, as paho() takes it)."""
-    address, process = serve_fresh(tmp_path)
-    try:
+    with serving_fresh(tmp_path) as address:
         yield address
-    finally:
-        stop_process(process)
 
 
 def _refused(done: subprocess.CompletedProcess[str], *said: str) -> None:
