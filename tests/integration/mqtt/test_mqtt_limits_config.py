@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.integration.mqtt.clients import paho, serve_fresh, start_server, stop_process
+from tests.integration.mqtt.clients import paho, serving_fresh, start_server
 from tests.integration.mqtt.raw import (
     open_raw,
     puback,
@@ -44,8 +44,7 @@ def test_exactly_once_limits_from_the_file_reach_the_qos2_intake(tmp_path: Path)
     refused with PUBREC 0x95 (Packet too large), a smaller one is stored (PUBREC 0x00)."""
     config = tmp_path / "boxmq.toml"
     config.write_text("[exactly_once]\nmax_message_size = 10\n")
-    address, process = serve_fresh(tmp_path, "--config", str(config))
-    try:
+    with serving_fresh(tmp_path, "--config", str(config)) as address:
         sock, _ = open_raw(address, "raw-pub")
         with sock:
             sock.sendall(publish_qos2("eo/big", 1, b"eleven byte"))
@@ -56,8 +55,6 @@ def test_exactly_once_limits_from_the_file_reach_the_qos2_intake(tmp_path: Path)
             kind, body = read(sock)
             assert (kind, body[:2]) == (0x50, b"\x00\x02")
             assert body[2:3] in (b"", b"\x00")  # success
-    finally:
-        stop_process(process)
 
 
 def test_exactly_once_limits_bound_the_qos2_messages_a_client_holds_in_memory(
@@ -69,8 +66,7 @@ def test_exactly_once_limits_bound_the_qos2_messages_a_client_holds_in_memory(
     has no Receive Maximum and no negative PUBREC, is disconnected: it could hold 65,535."""
     config = tmp_path / "boxmq.toml"
     config.write_text("[exactly_once]\nmax_pending_per_source = 3\nmax_bytes_per_source = 100\n")
-    address, process = serve_fresh(tmp_path, "--config", str(config))
-    try:
+    with serving_fresh(tmp_path, "--config", str(config)) as address:
         sock, _ = open_raw(address, "v5", clean=True, expiry=0)
         with sock:
             for packet_id in (1, 2, 3, 4):
@@ -98,8 +94,6 @@ def test_exactly_once_limits_bound_the_qos2_messages_a_client_holds_in_memory(
                 old.sendall(bytes([0x34, len(body)]) + body)
             assert [read(old)[0] for _ in range(3)] == [0x50] * 3
             assert read(old) == (0, b"")  # closed: nothing to say no with
-    finally:
-        stop_process(process)
 
 
 def test_exactly_once_totals_bound_the_qos2_messages_all_clients_hold_in_memory(
@@ -111,8 +105,7 @@ def test_exactly_once_totals_bound_the_qos2_messages_all_clients_hold_in_memory(
     its holds out of the totals."""
     config = tmp_path / "boxmq.toml"
     config.write_text("[exactly_once]\nmax_pending_total = 4\nmax_bytes_total = 100\n")
-    address, process = serve_fresh(tmp_path, "--config", str(config))
-    try:
+    with serving_fresh(tmp_path, "--config", str(config)) as address:
         first, _ = open_raw(address, "first", clean=True, expiry=0)
         with first, open_raw(address, "second", clean=True, expiry=0)[0] as second:
             for packet_id in (1, 2, 3):
@@ -136,8 +129,6 @@ def test_exactly_once_totals_bound_the_qos2_messages_all_clients_hold_in_memory(
             kind, body = read(second)
             assert (kind, body[:3]) == (0x50, b"\x00\x03\x97")
             assert b"max_bytes_total (100), all clients together" in body
-    finally:
-        stop_process(process)
 
 
 def test_a_sessions_queue_is_capped_in_bytes(tmp_path: Path) -> None:
