@@ -7,12 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.integration.mqtt.clients import (
-    WAIT,
-    paho,
-    serve_fresh,
-    stop_process,
-)
+from tests.integration.mqtt.clients import WAIT, paho, serving_fresh
 
 import boxmq
 from boxmq.client.queue import QueueCounts
@@ -31,8 +26,7 @@ def _group_counts(root: Path) -> QueueCounts:
 def test_acknowledged_share_group_messages_are_deleted_unless_kept(
     tmp_path: Path, flags: tuple[str, ...], kept: int, said: str
 ) -> None:
-    target, server = serve_fresh(tmp_path, *flags)
-    try:
+    with serving_fresh(tmp_path, *flags) as target:
         worker = paho(target, "worker")
         worker.subscribe("$share/g/jobs/#", 1)
         publisher = paho(target, "pub")
@@ -46,5 +40,3 @@ def test_acknowledged_share_group_messages_are_deleted_unless_kept(
         assert f"acknowledged messages {said}" in (tmp_path / "serve.log").read_text()
         publisher.stop()
         worker.stop()
-    finally:
-        stop_process(server)
