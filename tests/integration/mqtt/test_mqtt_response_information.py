@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.integration.mqtt.clients import paho, paho_properties, serve_fresh, stop_process
+from tests.integration.mqtt.clients import paho, paho_properties, serving_fresh
 
 
 def test_a_client_that_asks_learns_its_response_topic_and_gets_its_answer(
@@ -16,8 +16,7 @@ def test_a_client_that_asks_learns_its_response_topic_and_gets_its_answer(
 
     config = tmp_path / "boxmq.toml"
     config.write_text('[mqtt]\nresponse_information = "reply/%c/"\n')
-    running, process = serve_fresh(tmp_path, "--config", str(config))
-    try:
+    with serving_fresh(tmp_path, "--config", str(config)) as running:
         asker = paho(running, "asker", connect_properties={"RequestResponseInformation": 1})
         basis = asker.connack_properties.ResponseInformation
         assert basis == "reply/asker/"
@@ -40,5 +39,3 @@ def test_a_client_that_asks_learns_its_response_topic_and_gets_its_answer(
         assert reply.properties.CorrelationData == b"req-1"
         for client in (asker, quiet, responder):
             client.stop()
-    finally:
-        stop_process(process)
