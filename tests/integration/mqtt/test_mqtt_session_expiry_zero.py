@@ -12,25 +12,15 @@ from pathlib import Path
 
 import pytest
 from paho.mqtt.packettypes import PacketTypes
-from tests.integration.mqtt.clients import (
-    RunningServer,
-    drop,
-    paho,
-    paho_properties,
-    serve_fresh,
-    stop_process,
-)
+from tests.integration.mqtt.clients import RunningServer, drop, paho, paho_properties, serving_fresh
 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[RunningServer]:
     config = tmp_path / "boxmq.toml"
     config.write_text("[mqtt.limits]\nmax_session_expiry = 0\n")
-    address, process = serve_fresh(tmp_path, "--config", str(config))
-    try:
+    with serving_fresh(tmp_path, "--config", str(config)) as address:
         yield address
-    finally:
-        stop_process(process)
 
 
 def test_a_v5_session_ends_with_its_connection_and_its_will_goes_at_once(
