@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.integration.mqtt.clients import WAIT, Paho, Received, paho, serve_fresh, stop_process
+from tests.integration.mqtt.clients import WAIT, Paho, Received, paho, serving_fresh
 
 
 def _until(watcher: Paho, topic: str, test: Callable[[Received], bool]) -> Received:
@@ -26,8 +26,7 @@ def _until(watcher: Paho, topic: str, test: Callable[[Received], bool]) -> Recei
 def test_a_subscriber_sees_the_sys_topics_and_a_client_may_not_publish_to_them(
     tmp_path: Path,
 ) -> None:
-    running, process = serve_fresh(tmp_path, "--sys-interval", "500ms")
-    try:
+    with serving_fresh(tmp_path, "--sys-interval", "500ms") as running:
         watcher = paho(running, "watcher")
         watcher.subscribe("$SYS/#")
         _until(watcher, "$SYS/broker/version", lambda m: True)  # the server's first interval
@@ -64,5 +63,3 @@ def test_a_subscriber_sees_the_sys_topics_and_a_client_may_not_publish_to_them(
         # Kept in memory alone: nothing of them on disk.
         on_disk = [name for _, _, names in os.walk(running.root) for name in names]
         assert not [name for name in on_disk if "SYS" in name]
-    finally:
-        stop_process(process)
