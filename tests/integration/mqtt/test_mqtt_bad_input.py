@@ -192,30 +192,29 @@ def test_a_socket_without_connect_is_closed_after_the_connect_timeout(
     said nothing or sent a CONNECT's first bytes meanwhile. (On the system clock, the close had
     to come within 3 s, and a loaded machine took longer.)"""
     clock = ManualClock()
-    running = start_server(
-        tmp_path / "root", MqttSettings(limits=Limits(connect_timeout=0.5)), clock=clock
-    )
-    try:
-        with socket.create_connection((running.host, running.port), timeout=WAIT) as sock:
-            deadline = time.monotonic() + WAIT  # accepted: the timeout counts from here
-            while not running.server.broker._clients:
-                assert time.monotonic() < deadline, "not accepted"
-                time.sleep(0.01)
-            [client] = running.server.broker._clients.values()
-            if trickle:  # a CONNECT that never completes, a byte every 0.1 s of its clock
-                for sent, byte in enumerate(V5_CONNECT[:4], 1):
-                    sock.sendall(bytes([byte]))
-                    while client.link.connection._reader.buffered() < sent:  # read at this time
-                        assert time.monotonic() < deadline, f"byte {sent} not read"
-                        time.sleep(0.01)
-                    clock.advance(0.1)
-                clock.advance(0.2)  # 0.6 s since the accept, 0.2 since the last byte
-            else:
-                clock.advance(0.6)
-            with contextlib.suppress(ConnectionResetError):  # closed with a byte of ours unread
-                assert sock.recv(10) == b""  # closed by the server, at its next tick
-    finally:
-        running.shutdown()
+    with (
+        start_server(
+            tmp_path / "root", MqttSettings(limits=Limits(connect_timeout=0.5)), clock=clock
+        ) as running,
+        socket.create_connection((running.host, running.port), timeout=WAIT) as sock,
+    ):
+        deadline = time.monotonic() + WAIT  # accepted: the timeout counts from here
+        while not running.server.broker._clients:
+            assert time.monotonic() < deadline, "not accepted"
+            time.sleep(0.01)
+        [client] = running.server.broker._clients.values()
+        if trickle:  # a CONNECT that never completes, a byte every 0.1 s of its clock
+            for sent, byte in enumerate(V5_CONNECT[:4], 1):
+                sock.sendall(bytes([byte]))
+                while client.link.connection._reader.buffered() < sent:  # read at this time
+                    assert time.monotonic() < deadline, f"byte {sent} not read"
+                    time.sleep(0.01)
+                clock.advance(0.1)
+            clock.advance(0.2)  # 0.6 s since the accept, 0.2 since the last byte
+        else:
+            clock.advance(0.6)
+        with contextlib.suppress(ConnectionResetError):  # closed with a byte of ours unread
+            assert sock.recv(10) == b""  # closed by the server, at its next tick
 
 
 def test_keep_alive_timeout_closes_a_quiet_client(server: RunningServer) -> None:
