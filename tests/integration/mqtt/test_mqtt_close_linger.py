@@ -38,11 +38,8 @@ def strict(tmp_path: Path) -> Iterator[RunningServer]:
 
 @pytest.fixture
 def guarded(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(tmp_path / "root", MqttSettings(authenticator=OnlyAlice()))
-    try:
+    with start_server(tmp_path / "root", MqttSettings(authenticator=OnlyAlice())) as running:
         yield running
-    finally:
-        running.shutdown()
 
 
 def _state(sock: socket.socket) -> int:
