@@ -134,10 +134,9 @@ def test_exactly_once_totals_bound_the_qos2_messages_all_clients_hold_in_memory(
 def test_a_sessions_queue_is_capped_in_bytes(tmp_path: Path) -> None:
     """Behind a window of one, a queue of at most 10 bytes: the second message of 8 bytes
     waits, the third is dropped (a slow subscriber holds no more than that in memory)."""
-    running = start_server(
+    with start_server(
         tmp_path / "root", MqttSettings(limits=Limits(max_inflight=1, max_queued_bytes=10))
-    )
-    try:
+    ) as running:
         slow, _ = open_raw(running, "slow", clean=True, expiry=0)  # its queue in memory
         slow.sendall(subscribe(1, "t", 1))
         assert read(slow)[0] == 0x90
@@ -154,5 +153,3 @@ def test_a_sessions_queue_is_capped_in_bytes(tmp_path: Path) -> None:
                 slow.sendall(puback(packet_id))
         assert got == [b"message0", b"message1"]
         slow.close()
-    finally:
-        running.shutdown()
