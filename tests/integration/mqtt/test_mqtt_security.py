@@ -127,8 +127,7 @@ def test_a_retained_will_the_acl_refuses_replaces_nothing(
 
 def test_max_connections(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="boxmq.mqtt")
-    running = start_server(tmp_path / "root", MqttSettings(limits=Limits(max_connections=1)))
-    try:
+    with start_server(tmp_path / "root", MqttSettings(limits=Limits(max_connections=1))) as running:
         first = paho(running, "one")
         for _ in range(3):  # a client that tries again and again is told of once
             second = socket.create_connection((running.host, running.port), timeout=5)
@@ -137,8 +136,6 @@ def test_max_connections(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> No
         first.publish("still/works", b"x", 1)
         first.stop()
         paho(running, "next").stop()  # its place free: accepted again, and that is told
-    finally:
-        running.shutdown()
     [refused] = [r.getMessage() for r in caplog.records if "refused:" in r.getMessage()]
     # The operator reads which setting to raise, as the config file spells it.
     assert "refused: 1 connection(s) already, [mqtt.limits] max_connections = 1 (told once" in (
