@@ -33,10 +33,9 @@ class OwnTopics:
 
 @pytest.mark.parametrize("v5", [True, False], ids=["v5", "v311"])
 def test_another_user_cannot_resume_a_persistent_session(tmp_path: Path, v5: bool) -> None:
-    running = start_server(
+    with start_server(
         tmp_path / "root", MqttSettings(authenticator=Passwords(), authorizer=OwnTopics())
-    )
-    try:
+    ) as running:
 
         def persistent(user: str, expect: int = 0) -> Paho:
             password = USERS[user].decode()
@@ -55,30 +54,24 @@ def test_another_user_cannot_resume_a_persistent_session(tmp_path: Path, v5: boo
         back = persistent("alice")
         assert back.session_present  # neither resumed nor ended by bob
         assert back.next().payload == b"private"
-    finally:
-        running.shutdown()
 
 
 def test_a_subscription_the_acl_no_longer_allows_is_removed_at_resumption(
     tmp_path: Path,
 ) -> None:
-    running = start_server(
+    with start_server(
         tmp_path / "root", MqttSettings(authenticator=Passwords(), authorizer=OwnTopics())
-    )
-    try:
+    ) as running:
         alice = paho(
             running, "laptop", username="alice", password="wonderland", clean=False, expiry=3600
         )
         alice.subscribe("alice/salaries", 1)
         alice.subscribe("alice/news", 1)
         alice.stop()
-    finally:
-        running.shutdown()
     revoked = OwnTopics(revoked=frozenset({"alice/salaries"}))
-    running = start_server(
+    with start_server(
         tmp_path / "root", MqttSettings(authenticator=Passwords(), authorizer=revoked)
-    )
-    try:
+    ) as running:
         back = paho(
             running, "laptop", username="alice", password="wonderland", clean=False, expiry=3600
         )
@@ -88,5 +81,3 @@ def test_a_subscription_the_acl_no_longer_allows_is_removed_at_resumption(
         sender.publish("alice/news", b"public", 1)
         assert back.next().payload == b"public"
         assert back.nothing(within=0.5)
-    finally:
-        running.shutdown()
