@@ -24,11 +24,8 @@ GROUP = "$share/etl/sensors/#"
 
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[RunningServer]:
-    server = start_server(tmp_path / "root")
-    try:
+    with start_server(tmp_path / "root") as server:
         yield server
-    finally:
-        server.shutdown()
 
 
 def test_mqtt_publishes_reach_spark_once_and_spark_alerts_reach_mqtt(
