@@ -112,14 +112,11 @@ def test_a_persistent_subscription_is_on_disk_before_its_suback(
 def test_under_fsync_never_no_record_is_flushed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    running = start_server(tmp_path / "root", fsync="never")
-    flushes, told = Flushes(monkeypatch), list[list[str]]()
-    try:
+    with start_server(tmp_path / "root", fsync="never") as running:
+        flushes, told = Flushes(monkeypatch), list[list[str]]()
         client = _client(running, told, flushes)
         assert client.subscribe("sensors/#", qos=1)[0].value == 1
         client.stop()
-    finally:
-        running.shutdown()
     assert flushes.seen == []
 
 
