@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from boxmq.mqtt.codec import decode
-from boxmq.mqtt.framing import FrameReader
-from boxmq.mqtt.packets import Connect, ProtocolVersion
+from tests.unit.mqtt.packet_bytes import ours
+
+from boxmq.mqtt.packets import Connect
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -81,10 +81,7 @@ def test_bench_mqtt_wire_connect_is_read_by_the_server_as_written() -> None:
     # past 127 bytes would have made a malformed packet; a Variable Byte Integer as the others
     # now, the server's codec reads back what it says.
     wire = runpy.run_path(str(BENCH / "mqtt_wire.py"), run_name="mqtt_wire")
-    reader = FrameReader(max_packet_size=1 << 20)
-    reader.receive(wire["connect5"]("dev-1", False, 65_535, expiry=7_200))
-    [frame] = list(reader.frames())
-    connect = decode(frame, ProtocolVersion.V5)
+    connect = ours(wire["connect5"]("dev-1", False, 65_535, expiry=7_200))
     assert isinstance(connect, Connect)
     assert (connect.client_id, connect.clean_start) == ("dev-1", False)
     assert connect.properties.receive_maximum == 65_535
