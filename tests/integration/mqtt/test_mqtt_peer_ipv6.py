@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.integration.mqtt.clients import WAIT, free_port, serve_process, stop_process
+from harness.ports import free_port
+from tests.integration.mqtt.clients import WAIT, serve_process, stop_process
 
 
 def _loopback_v6() -> bool:

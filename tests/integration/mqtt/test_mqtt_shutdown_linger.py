@@ -7,7 +7,8 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from tests.integration.mqtt.clients import WAIT, RunningServer, free_port, paho, serve_process
+from harness.ports import free_port
+from tests.integration.mqtt.clients import WAIT, RunningServer, paho, serve_process
 
 RUNS = 20
 FLOOD = 2000  # QoS 0 messages of 4 KiB published to the subscriber before each SIGTERM
