@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -1750,3 +1751,19 @@ def test_an_int_given_for_a_float_property_reads_back_as_a_float_on_every_path(
                 "d": (-2.0, float),
             }
             message.ack()
+
+
+def test_options_set_on_an_open_box_rule_the_engines_made_after(root: Path) -> None:
+    """Box.options is read when an engine is made, as it was before the engines had their own
+    class (client/engines.py): tests set it on an open box (rescan_interval, to see what the
+    watch alone tells), and one that kept the options of the open went on rescanning."""
+    with boxmq.open(root, fsync="never") as box:  # max_deliveries 5
+        box.options = replace(box.options, policy=replace(box.options.policy, max_deliveries=1))
+        jobs = box.queue("jobs")
+        jobs.put(b"poison")
+        with jobs.consumer("a") as consumer:
+            message = consumer.receive_nowait()
+            assert message is not None
+            message.unlock()
+            assert consumer.receive_nowait() is None  # dead at its first delivery
+    assert len(files(root, "jobs", "error")) == 1

@@ -7,6 +7,7 @@ import errno
 import logging
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -225,3 +226,16 @@ def test_a_sweep_deletes_the_retained_messages_that_expired(root: Path) -> None:
         assert len(os.listdir(root / "topic-root" / ".retained")) == 2
         kept = {envelope.topic for envelope, _ in box.topics.retained_reading("status/#")}
         assert kept == {"status/b", "status/c"}
+
+
+def test_a_retention_set_on_an_open_box_rules_its_next_sweeps(root: Path) -> None:
+    """Box.options is read at each sweep, as it was before the housekeeping had its own class
+    (client/housekeeping.py): one that kept the options of the open kept everything here."""
+    clock = boxmq.ManualClock(time.time())
+    with boxmq.open(root, fsync="never", processed_retention=None, clock=clock) as box:
+        limits = replace(box.options.limits, processed_retention=100.0)
+        box.options = replace(box.options, limits=limits)
+        ack_all(box, 2)
+        clock.advance(105)
+        assert box.sweep()["jobs"].purged == 2
+    assert processed(root) == []

@@ -85,7 +85,7 @@ class Box:
     ) -> None:
         self.root = os.path.abspath(root)
         _make_root(self.root)
-        self.options = options
+        self._options = options
         self._clock = clock
         self._committer = Committer(self.root, fsync, interval=fsync_interval)
         self._ids = IdFactory(clock)
@@ -133,6 +133,20 @@ class Box:
         self._topics = None
         self._intake = None
         self._housekeeping.renew_in_child(self._token)
+
+    @property
+    def options(self) -> LiveOptions:
+        """The settings of its engines and sweeps."""
+        return self._options
+
+    @options.setter
+    def options(self, options: LiveOptions) -> None:
+        """Settings set on an open box rule the engines made and the sweeps run from then on
+        (a test sets a long rescan_interval so), as when the box read its own each time: its
+        engines and housekeeping, which keep their own reference, are given them."""
+        self._options = options
+        self._engines.options = options
+        self._housekeeping.options = options
 
     @property
     def fsync(self) -> FsyncPolicy:

@@ -57,7 +57,7 @@ class Engines:
         # no engine is collected as soon as it is dropped, one with engines as before the
         # engines were its own, once they are unused too (Box.__del__ closes it).
         self._owner = weakref.ref(owner)
-        self._options = options
+        self.options = options  # the box's: replaced with it (Box.options)
         self._group_dispatch = dict(group_dispatch)  # share group -> its strategy
         self._clock = clock
         self._token = token
@@ -107,7 +107,7 @@ class Engines:
                 raise closed_box(self._root)
             live = self._live.get(dropbox.path)
             if live is None:
-                options = self._options
+                options = self.options
                 if group is not None and group in self._group_dispatch:
                     policy = replace(options.policy, dispatch=self._group_dispatch[group])
                     options = replace(options, policy=policy)

@@ -90,7 +90,7 @@ class Housekeeping:
     ) -> None:
         self._root = root
         self._committer = committer
-        self._options = options
+        self.options = options  # the box's: replaced with it (Box.options)
         self._clock = clock
         self._token = token  # this process's: its own locks are no other process's
         self._spares = spares
@@ -185,7 +185,7 @@ class Housekeeping:
         # cost two stats per session per sweep.
         check_flag("full", full)
         now = self._clock.now()
-        limits = self._options.limits
+        limits = self.options.limits
         retention, purge = limits.processed_retention, False
         if retention is not None and now >= self._next_purge:
             # processed/ is the big folder (a day of traffic, by default): looked through at
@@ -278,7 +278,7 @@ class Housekeeping:
         `_settled`), of which no other entry became a queue since (a folder made by hand,
         then its target/), has the same queues: a queue deleted, made or renamed changes
         the root. One whose target/ went (by hand) is visited still, and found no queue."""
-        listed, polled = self._listed, self._options.polling
+        listed, polled = self._listed, self.options.polling
         if not fresh and not polled and listed is not None:
             seen, queues, others = listed
             if _seen([self._root]) == seen and not any(map(is_dropbox, others)):
@@ -319,8 +319,8 @@ class Housekeeping:
             subscriptions = None
         # What the visits below find is kept, for the queues (a full pass makes it again).
         self._quiet = quiet
-        settle = not self._options.polling
-        limits = self._options.limits
+        settle = not self.options.polling
+        limits = self.options.limits
         reports = {}
         for name, path in boxes:
             quiet.pop(path, None)
@@ -342,7 +342,7 @@ class Housekeeping:
             reports[name] = report = sweep(
                 dropbox,
                 now=now,
-                policy=self._options.policy,
+                policy=self.options.policy,
                 limits=limits,
                 name=name,
                 purge=purge,
