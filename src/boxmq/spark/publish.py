@@ -74,7 +74,7 @@ def stage_dir(destination: Destination, job: str, batch: int | None, task: str) 
     attempt used, since a driver restarted after a crash numbers its tasks from 0 again, and a
     folder that an unfinished commit's `.intent` names must not gain the replay's new rows.
     `batch` None for a one-off batch write."""
-    batch_dir = os.path.join(destination.staging(job), "once" if batch is None else str(batch))
+    batch_dir = os.path.join(destination.staging(job), _batch_name(batch))
     os.makedirs(batch_dir, exist_ok=True)
     while True:
         path = os.path.join(batch_dir, f"{task}-{uuid.uuid4().hex[:12]}")
@@ -137,12 +137,24 @@ class Publisher:
         return self._finish(job, batch, folders, replay=intent is not None)
 
     def abort(self, job: str, batch: int | None, folders: Sequence[str]) -> None:
-        """Drop the staged folders of a failed batch, unless a commit already started on them."""
+        """Drop the staged folders of a failed batch, unless a commit already started on them.
+
+        `folders` are those of the tasks that succeeded; a task that failed on a bad row
+        staged the rows before it too, and Spark sends no message of it: every attempt's
+        folder of the batch goes. A batch write's job never runs again to clean them up."""
         intent = self._intent(job) if batch is not None else None
         keep = set(intent[1]) if intent is not None and intent[0] == batch else set()
-        for folder in folders:
+        base = self._destination.staging(job)
+        batch_dir = os.path.join(base, _batch_name(batch))
+        attempts: list[str] = []
+        with contextlib.suppress(FileNotFoundError), os.scandir(batch_dir) as entries:
+            attempts = [entry.path for entry in entries]
+        for folder in {*folders, *attempts}:
             if folder not in keep:
                 shutil.rmtree(folder, ignore_errors=True)
+        for folder in (batch_dir, base, os.path.dirname(base)):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)  # only once empty, as _cleanup leaves them
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -252,7 +264,12 @@ class Publisher:
 
 def _pending(job: str, batch: int | None) -> str:
     """Where a batch's copies wait in a subscription, relative to its working/ folder."""
-    return os.path.join(".spark", job, "once" if batch is None else str(batch))
+    return os.path.join(".spark", job, _batch_name(batch))
+
+
+def _batch_name(batch: int | None) -> str:
+    """The folder of a batch's staged rows and pending copies; "once" for a batch write."""
+    return "once" if batch is None else str(batch)
 
 
 def _remove_empty(folder: str) -> None:
