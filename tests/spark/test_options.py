@@ -205,7 +205,7 @@ def test_a_sink_schema_without_a_usable_body_is_refused(
 def _message(
     row: dict[str, object], topic: str | None = None, side_files: SideFiles | None = None
 ) -> tuple[boxmq.Envelope, bytes]:
-    kinds = {str: "string", bytes: "binary", int: "integer", dict: "map"}
+    kinds = {str: "string", bytes: "binary", int: "integer", dict: messages.STRING_MAP}
     kinds |= {datetime.datetime: "timestamp"}
     columns = [(name, kinds[type(value)]) for name, value in row.items()]
     layout = messages.layout_of(columns)
@@ -340,3 +340,47 @@ def test_a_row_read_from_an_mqtt_v5_request_is_written_back_with_its_exact_corre
     assert (sent.correlation_data, sent.response_topic) == (data, "replies/x")
     reader = V5Reader(sides)  # and what the columns show, read again
     assert (reader.correlation_id(envelope), reader.reply_to(envelope)) == (text, "replies/x")
+
+
+@pytest.mark.parametrize(
+    ("values", "accepted"),
+    [
+        ("string", True),
+        ("int", True),  # str() of a whole number is its text, as Spark's cast to string
+        ("bigint", True),
+        ("boolean", False),  # written as 'True', where a read shows 'true'
+        ("binary", False),  # written as "b'hi'"
+        ("double", False),  # 1e20 written as '1e+20', Spark's cast says '1.0E20'
+        ("timestamp", False),
+        ("array<string>", False),
+    ],
+)
+def test_a_properties_map_takes_string_or_whole_number_values(values: str, accepted: bool) -> None:
+    """The sink wrote each value as Python's str(): a map<string,binary> column stored the text
+    "b'hi'", a boolean 'True' (found by a Spark hunt); other values need a cast to string."""
+    from pyspark.sql import types
+
+    from boxmq.spark.sink import columns_of
+
+    value_type = {
+        "string": types.StringType(),
+        "int": types.IntegerType(),
+        "bigint": types.LongType(),
+        "boolean": types.BooleanType(),
+        "binary": types.BinaryType(),
+        "double": types.DoubleType(),
+        "timestamp": types.TimestampType(),
+        "array<string>": types.ArrayType(types.StringType()),
+    }[values]
+    properties = types.MapType(types.StringType(), value_type)
+    schema = types.StructType(
+        [types.StructField("body", types.BinaryType()), types.StructField("properties", properties)]
+    )
+    if accepted:
+        messages.layout_of(columns_of(schema))
+    else:
+        with pytest.raises(
+            InvalidArgument,
+            match=rf"column 'properties' is map<string,{values}>; .*cast\('map<string,string>'\)",
+        ):
+            messages.layout_of(columns_of(schema))

@@ -49,7 +49,7 @@ BINARY, STRING, INTEGER, TIMESTAMP, STRING_MAP, OTHER = (
     "string",
     "integer",
     "timestamp",
-    "map",
+    "map<string,string>",  # also a map of whole numbers, written as their text
     "other",
 )
 _WANTED = {

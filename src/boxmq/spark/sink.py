@@ -62,7 +62,13 @@ def _kind(data_type: DataType) -> str:
         return messages.INTEGER
     if isinstance(data_type, TimestampType | TimestampNTZType):
         return messages.TIMESTAMP
-    if isinstance(data_type, MapType) and isinstance(data_type.keyType, StringType):
+    # Map values are written as their str(): the text Spark's cast gives for strings and whole
+    # numbers only ("b'hi'" for binary, 'True' for a boolean): the others must be cast.
+    if (
+        isinstance(data_type, MapType)
+        and isinstance(data_type.keyType, StringType)
+        and _kind(data_type.valueType) in (messages.STRING, messages.INTEGER)
+    ):
         return messages.STRING_MAP
     return data_type.simpleString()
 
