@@ -28,6 +28,7 @@ from boxmq.spark.options import (
     subscription_dropbox,
 )
 from boxmq.store.layout import State
+from boxmq.store.names import decode_lenient, encode
 from boxmq.store.side_files import SideFiles
 from boxmq.store.v5_properties import V5Reader
 
@@ -384,3 +385,16 @@ def test_a_properties_map_takes_string_or_whole_number_values(values: str, accep
             match=rf"column 'properties' is map<string,{values}>; .*cast\('map<string,string>'\)",
         ):
             messages.layout_of(columns_of(schema))
+
+
+@pytest.mark.parametrize(
+    "expiration", [-5000, 0, datetime.datetime(1960, 1, 1), datetime.datetime(1970, 1, 1)]
+)
+def test_an_expiration_at_or_before_1970_has_passed(expiration: object) -> None:
+    """A time before the epoch was clamped to 0, which a name reads as 'never expires': a
+    row that had long expired was stored for ever (found by a Spark hunt)."""
+    if isinstance(expiration, datetime.datetime):  # PySpark hands timestamps over as local time
+        expiration = expiration.replace(tzinfo=datetime.UTC).astimezone().replace(tzinfo=None)
+    envelope, _ = _message({"body": b"x", "expiration": expiration})
+    assert envelope.expiration == 1  # the first millisecond: expired at once
+    assert decode_lenient(encode(envelope))[0].expiration == 1  # as the name says it

@@ -224,15 +224,18 @@ def _priority(row: Sequence[object], index: int | None) -> int:
 
 
 def _expiration(row: Sequence[object], index: int | None) -> int:
-    """Epoch ms, 0 for never: from a timestamp, or from a number of epoch milliseconds."""
+    """Epoch ms, 0 for never: from a timestamp, or from a number of epoch milliseconds.
+
+    A time at or before the epoch has passed as any other: it is the first millisecond
+    (expired at once), since 0, which it was clamped to, is what a name says for never."""
     value = None if index is None else row[index]
     if value is None:
         return 0
     if isinstance(value, datetime.datetime):
         # PySpark hands timestamps over as naive local time; .timestamp() reads them so.
-        return max(0, int(value.timestamp() * 1000))
+        return max(1, int(value.timestamp() * 1000))
     if isinstance(value, int) and not isinstance(value, bool):
-        return max(0, value)
+        return max(1, value)
     raise InvalidArgument(f"boxmq sink: expiration {value!r} is not a timestamp or epoch ms")
 
 
