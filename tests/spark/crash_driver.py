@@ -7,6 +7,10 @@ of batch KILL_AT, after its messages are published and before Spark writes its c
 MODE "midpublish": as "publish", but the kill comes in the middle of the sink's commit of
 batch KILL_AT: at the sixth unlink or rename it makes, so some messages are out and others
 still staged (with the old link-then-unlink publishing: just after a link, before its unlink).
+MODE "midack": as "publish", but the kill comes in the middle of the source's acknowledgement
+of batch KILL_AT, which Spark has committed (sink and commit log): at its KILL_AT_ACK-th move
+processing/ → processed/ of the run, so some of the batch's messages are acknowledged and
+the others still claimed.
 MODE "midbatch": queue "in" → Parquet files in OUTPUT; the kill comes inside the source's
 read() of batch KILL_AT, once some rows of it are out.
 
@@ -38,6 +42,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 from pyspark.sql.types import StructType
 
 import boxmq.spark
+from boxmq.spark import claims
 from boxmq.spark.options import sink_options
 from boxmq.spark.sink import BoxMQStreamWriter, columns_of
 from boxmq.spark.source import BoxMQDataSource
@@ -70,6 +75,10 @@ class LoggingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+        if MODE == "midack":  # this runs in the Python process that plans and acknowledges
+            # The name claims.py looks up at each ack (imported there, not one of its exports).
+            names = vars(claims)
+            names["move_apart"] = _dying_at_ack(names["move_apart"], [0])
 
     def initialOffset(self) -> dict[str, int]:
         return dict(self.inner.initialOffset())
@@ -103,6 +112,19 @@ class LoggingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield records
             if MODE == "midbatch" and batch == KILL_AT:
                 _die_once("read")
+
+
+KILL_AT_ACK = 25  # "midack": the 20 messages of batch 0, then 5 of batch KILL_AT
+
+
+def _dying_at_ack(real: Any, counter: list[int]) -> Any:
+    def move(*args: Any, **kwargs: Any) -> Any:
+        counter[0] += 1
+        if counter[0] == KILL_AT_ACK:
+            _die_once("ack")
+        return real(*args, **kwargs)
+
+    return move
 
 
 KILL_AT_CHANGE = 6  # "midpublish": the unlink or rename of the sink's commit that never happens
@@ -160,7 +182,7 @@ def main() -> None:
         .option("numPartitions", 2)
         .load()
     )
-    if MODE in ("publish", "midpublish"):
+    if MODE in ("publish", "midpublish", "midack"):
         # New ids for the copies, the original id in a property: a message published twice
         # would show as two messages, not hide behind one file name.
         copies = stream.select(col("body"), create_map(lit("source_id"), col("message_id")))

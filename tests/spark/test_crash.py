@@ -33,6 +33,7 @@ pytestmark = pytest.mark.timeout(600)
 
 DRIVER = Path(__file__).with_name("crash_driver.py")
 MESSAGES = 60  # 3 batches of 20; the driver dies in the second
+KILLED_AT_ACK = 25  # crash_driver.KILL_AT_ACK: "midack" dies at the 25th acknowledgement
 RUN_SECONDS = 240
 
 
@@ -133,6 +134,39 @@ def test_exactly_once_when_killed_in_the_middle_of_the_sinks_publish(
     assert sorted(sources) == sorted(ids)  # every message once...
     twice = sorted(source for source, count in sources.items() if count > 1)
     assert not twice, f"published twice: {twice}; taken {sorted(taken)}; rest {sorted(rest)}"
+
+
+def test_exactly_once_and_nothing_left_claimed_when_killed_in_the_middle_of_the_acks(
+    tmp_path: Path, spark_missing: str | None
+) -> None:
+    """Killed between a batch's commit (sink and commit log) and the end of its acks: the
+    restart does not replay the batch, so it must acknowledge the claims the killed run left
+    in processing/, which would otherwise stay locked until lockTimeout (a day) and then be
+    delivered again."""
+    if spark_missing is not None:
+        pytest.skip(spark_missing)
+    with boxmq.open(tmp_path / "data", fsync="never") as box:
+        ids = box.queue("in").put_many([f"reading {i}".encode() for i in range(MESSAGES)])
+    first = _run("midack", tmp_path)
+    log = (tmp_path / "driver.log").read_text(errors="replace")[-3000:]
+    assert first == -signal.SIGKILL, f"the first run was to be killed; it ended {first}:\n{log}"
+    assert (tmp_path / "killed").read_text() == "ack"
+    folder = Path(queue_path(str(tmp_path / "data"), "in"))
+    assert len(os.listdir(folder / "processed")) == KILLED_AT_ACK - 1  # killed half-way
+    second = _run("midack", tmp_path)
+    log = (tmp_path / "driver.log").read_text(errors="replace")[-3000:]
+    assert second == 0, f"the restart failed:\n{log}"
+
+    reads = collections.Counter(message_id for _, message_id in _reads(tmp_path))
+    assert sorted(reads) == sorted(ids)
+    assert set(reads.values()) == {1}  # the committed batch was not read again
+    assert sorted(os.listdir(folder / "processing")) == []  # nothing left locked
+    assert len(os.listdir(folder / "processed")) == MESSAGES
+    with boxmq.open(tmp_path / "data") as box:
+        copies = box.queue("out").peek()
+    sources = collections.Counter(str(p.envelope.user_properties()["source_id"]) for p in copies)
+    assert sorted(sources) == sorted(ids)  # every message once...
+    assert set(sources.values()) == {1}  # ...and not one twice
 
 
 def test_exactly_once_in_parquet_when_killed_mid_batch(tmp_path: Path, spark: SparkSession) -> None:
