@@ -88,6 +88,27 @@ def test_a_bad_stream_option_says_what_to_fix(
         stream_read_options(given)
 
 
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"maxRecordsPerTrigger": "abc"}, "'maxRecordsPerTrigger' is 'abc'; give a positive"),
+        ({"maxBytesPerTrigger": "0"}, "'maxBytesPerTrigger' is '0'"),
+        ({"numPartitions": "-2"}, "'numPartitions' is '-2'"),
+        ({"lockTimeout": "0"}, "'lockTimeout' is '0'; give a positive duration"),
+        ({"lockTimeout": "36501d"}, "at most 36500d"),
+        ({"state": "finished"}, "'state' is 'finished'; choose one of"),
+    ],
+)
+def test_a_bad_option_value_is_refused_at_load(
+    root: str, options: dict[str, str], says: str
+) -> None:
+    """load() checks what it can before Spark says whether it reads a stream or a batch; a
+    bad value fails either, but it passed load() and failed a stream's start in the query's
+    thread, as a StreamingQueryException out of awaitTermination (found by a Spark hunt)."""
+    with pytest.raises(InvalidArgument, match=says):
+        check_read({"root": root, "queue": "sensors", **options})
+
+
 def test_a_missing_queue_names_a_command_that_lists_the_queues(root: str) -> None:
     # It said `boxmq ls ROOT`, which boxmq refuses (ls takes no folder: --data gives it).
     with pytest.raises(QueueNotFound) as raised:

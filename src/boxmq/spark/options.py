@@ -201,6 +201,16 @@ class _Options:
                 f"boxmq data source: option 'fsync' is {value!r}; choose one of {choices}"
             ) from None
 
+    def state(self) -> State:
+        text = self.text("state") or State.TARGET.value
+        try:
+            return State(text.lower())
+        except ValueError:
+            choices = ", ".join(s.value for s in State)
+            raise InvalidArgument(
+                f"boxmq data source: option 'state' is {text!r}; choose one of {choices}"
+            ) from None
+
     def consumer(self) -> str:
         consumer, subscriber = self.text("consumer"), self.text("subscriber")
         if consumer is not None and subscriber is not None and consumer != subscriber:
@@ -283,6 +293,12 @@ def check_read(given: Mapping[str, str]) -> None:
     queue, _ = options.destination()
     options.consumer()
     options.fsync()
+    # The values a stream or a batch read refuses alike: here rather than at a stream's
+    # start, whose errors come out of awaitTermination, in a StreamingQueryException.
+    for count in ("numPartitions", "maxRecordsPerTrigger", "maxBytesPerTrigger"):
+        options.positive_int(count)
+    options.seconds("lockTimeout", DEFAULT_LOCK_TIMEOUT)
+    options.state()
     if queue is not None:
         _existing_queue(root, queue)
 
@@ -291,14 +307,7 @@ def batch_read_options(given: Mapping[str, str]) -> BatchReadOptions:
     options = _Options(given, "batch read")
     root = options.root()
     queue, subscription = options.destination()
-    state_text = options.text("state") or State.TARGET.value
-    try:
-        state = State(state_text.lower())
-    except ValueError:
-        choices = ", ".join(s.value for s in State)
-        raise InvalidArgument(
-            f"boxmq data source: option 'state' is {state_text!r}; choose one of {choices}"
-        ) from None
+    state = options.state()
     if queue is not None:
         dropbox, destination = _existing_queue(root, queue), queue
     else:
