@@ -184,6 +184,15 @@ def test_a_sink_needs_a_body_column_and_appends_only(
     with pytest.raises(Exception, match="mode\\('overwrite'\\) would not replace"):
         overwrite.option("root", root).option("queue", "out").mode("overwrite").save()
     assert not os.path.isdir(queue_path(root, "out"))
+    # A map of booleans was written as Python's 'True': refused at save(), with the cast.
+    flags = spark.createDataFrame([("y",)], "body string").selectExpr(
+        "body", "map('ok', true) AS properties"
+    )
+    with pytest.raises(Exception, match="is map<string,boolean>; it must be map<string,string>"):
+        flags.write.format("boxmq").option("root", root).option("queue", "out").mode(
+            "append"
+        ).save()
+    assert not os.path.isdir(queue_path(root, "out"))
 
 
 def _staged_files(root: str, queue: str) -> list[str]:
