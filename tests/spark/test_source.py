@@ -247,6 +247,9 @@ def test_a_missing_root_or_queue_fails_at_load_with_what_to_fix(
         _stream(spark, root, queue="nope")
     with pytest.raises(Exception, match="unknown option"):
         _read(spark, root, queue="nope", maxRecordPerTrigger="5")
+    # A value a stream refuses: at load() too, not once the query runs (found by a Spark hunt)
+    with pytest.raises(Exception, match="option 'lockTimeout' is '0'; give a positive"):
+        _stream(spark, root, queue="nope", lockTimeout="0")
 
 
 def test_a_bad_stream_option_fails_the_query_with_what_to_fix(
