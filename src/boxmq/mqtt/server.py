@@ -938,13 +938,14 @@ class MqttServer:
 
     async def _lingered(self) -> None:
         """The sockets the broker closed now (a v5 client is sent DISCONNECT 0x8B) or before
-        linger as any closed socket does, up to `_DISCARD_TIME` in all: aborted at once, a
-        client that still had much to read lost the DISCONNECT behind it (the abort's RST
-        drops what the kernel had not sent, and what the client had not read), as the first
-        of test_mqtt_shutdown_linger's 20 SIGTERMs did. Those left then are aborted: they
-        would outlive the loop, and a client that does not read must not hold the shutdown
-        up for `_LINGER`."""
+        linger as any closed socket does, each ended by its own limit (`_Linger`: 1 second
+        once its buffer is written, 5 from the close while it is not), so no more than
+        `_LINGER` in all: aborted at once, a client that still had much to read lost the
+        DISCONNECT behind it (the abort's RST drops what the kernel had not sent, and what
+        the client had not read), as the first of test_mqtt_shutdown_linger's SIGTERMs did;
+        with 1 second in all, two of its twenty on a loaded machine. Those left then are
+        aborted: they would outlive the loop."""
         if self._lingering:
-            await asyncio.wait([linger.ended for linger in self._lingering], timeout=_DISCARD_TIME)
+            await asyncio.wait([linger.ended for linger in self._lingering], timeout=_LINGER)
         for linger in list(self._lingering):
             linger.abort()
