@@ -3,9 +3,10 @@
 test_mqtt_crash.py kills the server once, with its publishers stopped at the kill. Here the
 clients live through three SIGKILLs, or three SIGTERMs (a graceful stop, which answers what it
 stored before it disconnects): two persistent publishers (QoS 1 and QoS 2) go on after each
-restart, and a persistent subscriber and a persistent share group of two members receive
-throughout, so a kill can land in any step of an exchange in either direction (a PUBREC on its
-way, a PUBREL read and not yet answered, a member's message sent and not yet acknowledged).
+restart, and a persistent subscriber and a persistent share group of two members (or of
+three, the third slow to answer PUBREC, under SIGKILLs) receive throughout, so a kill can land
+in any step of an exchange in either direction (a PUBREC on its way, a PUBREL read and not yet
+answered, a member's message sent and not yet acknowledged).
 Every message a publisher got PUBACK or PUBCOMP for must reach the subscriber and the group,
 and no QoS 2 message may reach either twice.
 
@@ -156,22 +157,52 @@ def _drain(client: Any, got: Counter[str]) -> None:
             return
 
 
+def _slow_pubrec(listener: Any, seconds: float) -> None:
+    """`listener` answers each QoS 2 PUBLISH `seconds` late (its network thread waits), so a
+    kill finds one of its messages between PUBLISH and PUBREC more often than not."""
+    send = listener.client._send_pubrec
+
+    def slow(mid: int) -> Any:
+        time.sleep(seconds)
+        return send(mid)
+
+    listener.client._send_pubrec = slow
+
+
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
 def test_acknowledged_messages_survive_repeated_stops_with_live_clients(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop: signal.Signals
 ) -> None:
     _keep_pubrel(monkeypatch)
+    _through_stops(tmp_path, stop, members=2)
+
+
+def test_a_share_group_of_three_with_a_slow_pubrec_loses_and_doubles_nothing_through_sigkills(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three members, the third answering each QoS 2 PUBLISH 50 ms late: the kills land while
+    it holds a message it has not answered PUBREC yet, which stays its own across the restart
+    (sent again with DUP) and must not also go to another member (MQTT-4.8.2-4)."""
+    _keep_pubrel(monkeypatch)
+    _through_stops(tmp_path, signal.SIGKILL, members=3, slow=0.05)
+
+
+def _through_stops(
+    tmp_path: Path, stop: signal.Signals, *, members: int, slow: float = 0.0
+) -> None:
+    """KILLS stops of `boxmq serve --fsync always` by `stop`, with a plain subscriber and a
+    share group of `members` (the last one's PUBRECs `slow`) receiving throughout."""
     target, server = serve_fresh(tmp_path, "--fsync", "always")
     root, port = target.root, target.port
     shuffle = random.Random(254)
     listeners: list[Any] = []
     publishers: list[_Publisher] = []
     try:
-        listeners = [
-            _listener(target, "plain", "kills/#"),
-            _listener(target, "member1", "$share/g/kills/#"),
-            _listener(target, "member2", "$share/g/kills/#"),
-        ]
+        listeners = [_listener(target, "plain", "kills/#")]
+        for number in range(1, members + 1):
+            listeners.append(_listener(target, f"member{number}", "$share/g/kills/#"))
+        if slow:
+            _slow_pubrec(listeners[-1], slow)
         publishers = [_Publisher(port, 1), _Publisher(port, 2)]
         for publisher in publishers:
             publisher.start()
