@@ -12,9 +12,17 @@ from typing import Any, BinaryIO
 
 from boxmq import cli_dropbox
 from boxmq import cli_output as output
-from boxmq.client import Box, Message
+from boxmq.client import Box, Message, Queue
 from boxmq.client.lifecycle import shown
-from boxmq.errors import BoxMQError, Conflict, Forbidden, InvalidArgument, UnexpectedRequest
+from boxmq.errors import (
+    BoxMQError,
+    Conflict,
+    Forbidden,
+    InvalidArgument,
+    ItemNotFound,
+    UnexpectedRequest,
+)
+from boxmq.store.layout import State
 
 EMPTY = 3  # the exit status of a `get` that found no message ready
 
@@ -197,6 +205,10 @@ def settle(verb: str) -> Callable[[argparse.Namespace, Box], int]:
             except BoxMQError:
                 raise error from None  # its queue was deleted meanwhile, which `error` says
             raise UnexpectedRequest(args.id, _lock_gone(args, error)) from None
+        except ItemNotFound as error:
+            if (settled := _settled_already(args, queue)) is None:
+                raise
+            raise ItemNotFound(args.id, settled) from error
         done = {**cli_dropbox.named(args), "id": args.id, "done": verb}
         if dead is not None:  # unlocked, but its next delivery would pass a limit
             line = f"{verb}: {args.id} went to error/ ({dead}), not back to target/"
@@ -206,6 +218,37 @@ def settle(verb: str) -> Callable[[argparse.Namespace, Box], int]:
         return 0
 
     return run
+
+
+# Where a settled message may be, and what a refusal says of it there: "no such message"
+# sent a user who acked twice (a script run again, two terminals racing on one id) looking for
+# a message that is right there.
+_SETTLED = {
+    State.PROCESSED: "settled already: it was acked, and is in processed/ (nothing to do)",
+    State.ERROR: "settled already: it is dead{why}, in error/ (`{requeue}` sends it back to be "
+    "delivered again)",
+    State.EXPIRED: "it expired before it was settled, and is in expired/ (`{requeue}` sends it "
+    "back to be delivered again)",
+}
+
+
+def _settled_already(args: argparse.Namespace, queue: Queue) -> str | None:
+    """What a settle refused ItemNotFound says when `args.id` is a message of the queue
+    that was settled already (in processed/, error/ or expired/); None when it is in none.
+    Looked for only once refused, so a settle that succeeds reads no folder more."""
+    for state, said in _SETTLED.items():
+        try:
+            peeked = queue.peek(state=state)
+        except BoxMQError:
+            return None  # its queue was deleted meanwhile: the refusal says so as it is
+        for message in peeked:
+            if message.envelope.message_id != args.id:
+                continue
+            options = ("--from", state.value) if state is not State.ERROR else ()
+            requeue = cli_dropbox.command_line(args, "requeue", *options)
+            why = f" ({message.dead})" if message.dead else ""
+            return said.format(why=why, requeue=requeue)
+    return None
 
 
 def _lock_gone(args: argparse.Namespace, error: UnexpectedRequest) -> str:

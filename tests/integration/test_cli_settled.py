@@ -1,0 +1,62 @@
+"""The settles (`ack`, `unlock`, `reject`, `extend`) of a message that was settled already, as
+a user meets it: a second `ack` in a script run twice, two terminals racing on one id, an id
+copied from `peek --state error`. The message is there, in processed/, error/ or expired/, and
+the refusal says so, with what to do next, instead of "no such message"."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from tests.integration.test_cli import boxmq_cli, ok
+
+
+def refused(root: Path, *args: str) -> str:
+    done = boxmq_cli(root, *args)
+    assert done.returncode == 1, done
+    assert "Traceback" not in done.stderr, done.stderr
+    [line] = done.stderr.splitlines()
+    return line
+
+
+@pytest.mark.parametrize("verb", ["ack", "unlock", "reject", "extend"])
+def test_a_settle_of_an_acked_message_says_it_is_in_processed(root: Path, verb: str) -> None:
+    message_id = ok(root, "put", "jobs", "work").strip()
+    ok(root, "get", "jobs")
+    ok(root, "ack", "jobs", message_id)
+    line = refused(root, verb, "jobs", message_id)
+    assert line == (
+        f"boxmq {verb}: {message_id}: settled already: it was acked, and is in processed/ "
+        "(nothing to do)"
+    )
+    processed = json.loads(ok(root, "--json", "peek", "jobs", "--state", "processed"))
+    assert [p["id"] for p in processed] == [message_id]  # the refusal moved nothing
+
+
+def test_a_settle_of_a_dead_message_says_why_and_how_to_send_it_back(root: Path) -> None:
+    message_id = ok(root, "put", "jobs", "work").strip()
+    ok(root, "get", "jobs")
+    ok(root, "reject", "jobs", message_id)
+    line = refused(root, "ack", "jobs", message_id)
+    assert line == (
+        f"boxmq ack: {message_id}: settled already: it is dead (rejected), in error/ "
+        "(`boxmq requeue jobs` sends it back to be delivered again)"
+    )
+
+
+def test_a_settle_of_an_expired_message_says_so(root: Path) -> None:
+    message_id = ok(root, "put", "jobs", "work", "--expires-in", "1ms").strip()
+    subprocess.run(["sleep", "0.05"], check=True)
+    assert boxmq_cli(root, "get", "jobs").returncode == 3  # it moves the expired one away
+    line = refused(root, "ack", "jobs", message_id)
+    assert line == (
+        f"boxmq ack: {message_id}: it expired before it was settled, and is in expired/ "
+        "(`boxmq requeue jobs --from expired` sends it back to be delivered again)"
+    )
+
+
+def test_a_settle_of_an_id_never_in_the_queue_is_still_no_such_message(root: Path) -> None:
+    ok(root, "put", "jobs", "work")
+    assert refused(root, "ack", "jobs", "1-2") == "boxmq ack: 1-2: no such message"
