@@ -474,10 +474,15 @@ class Queue:
         (GET_TOKEN for `get`'s, "" for one bound to no process), None for a file whose name
         has no lock (a script's claim, or DropboxMQ's): what tells `boxmq delete`, in one
         look at the folder, how many messages are locked and whether a running process
-        holds them."""
+        holds them. A lock whose deadline passed is left out: it holds the message for nobody
+        (its holder's settle is refused, and the next sweep or `get` sends it back), so it
+        refused a delete that no settle could then let through."""
         tokens: list[str | None] = []
+        now_ms = self._now() * 1000
         for entry in self._box.scan(State.PROCESSING):
             _, lock = split_lock(entry.name)
+            if lock is not None and lock.deadline_ms <= now_ms:
+                continue
             tokens.append(None if lock is None else lock.token)
         return tokens
 
