@@ -175,6 +175,9 @@ def _run(args: argparse.Namespace) -> int:
     if standalone is not None:  # e.g. passwd: it has no root folder to open
         return standalone(args)
     command: _Command = args.command
+    before_root: Callable[[argparse.Namespace], None] | None = getattr(args, "before_root", None)
+    if before_root is not None:  # put, publish, subscribe: refused before the root is made
+        before_root(args)
     if not getattr(args, "creates_root", False):
         _check_root(str(args.data))
     with boxmq.open(args.data, fsync=args.fsync) as box:

@@ -1,6 +1,7 @@
-"""The commands that pass messages: `put` and `publish` (with the body they read), `get` (with
-the record it prints before the body), and the settles of a locked message: `ack`, `unlock`,
-`reject` and `extend`, whose refusals say what to do next."""
+"""The commands that pass messages: `put` and `publish` (with the body they read, and what they
+check before the root is made), `get` (with the record it prints before the body), and the
+settles of a locked message: `ack`, `unlock`, `reject` and `extend`, whose refusals say what to
+do next."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from boxmq import cli_dropbox
 from boxmq import cli_output as output
 from boxmq.client import Box, Message, Queue
 from boxmq.client.lifecycle import shown
+from boxmq.core.topics import validate_topic
 from boxmq.errors import (
     BoxMQError,
     Conflict,
@@ -22,13 +24,27 @@ from boxmq.errors import (
     ItemNotFound,
     UnexpectedRequest,
 )
-from boxmq.store.layout import State
+from boxmq.store.layout import State, queue_path
 
 EMPTY = 3  # the exit status of a `get` that found no message ready
 
 
+def before_put(args: argparse.Namespace) -> None:
+    """What refuses a `put` for its own arguments, said before the root is made (cli._run):
+    a queue name no folder can carry, or a body that cannot be read, made an empty root at a
+    mistyped --data first. The body is read here, as `args.payload`."""
+    queue_path(str(args.data), args.queue)  # InvalidName, in the words the put would say
+    args.payload = _body(args)
+
+
+def before_publish(args: argparse.Namespace) -> None:
+    """As `before_put`: a topic name that is none, or a body that cannot be read."""
+    validate_topic(args.topic)
+    args.payload = _body(args)
+
+
 def put(args: argparse.Namespace, box: Box) -> int:
-    body = _body(args)
+    body: bytes = args.payload  # before_put read it
     properties = dict(args.property)  # each name once: cli.main refused one given twice
     message_id = box.queue(args.queue).put(
         body,
@@ -87,7 +103,7 @@ def publish(args: argparse.Namespace, box: Box) -> int:
     properties = dict(args.property)  # each name once: cli.main refused one given twice
     message_id = box.publish(
         args.topic,
-        _body(args),
+        args.payload,  # before_publish read it
         qos=args.qos,
         retain=args.retain,
         properties=properties,

@@ -259,7 +259,7 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
 def _put_arguments(p: argparse.ArgumentParser) -> None:
     from boxmq import cli_message
 
-    p.set_defaults(command=cli_message.put, creates_root=True)
+    p.set_defaults(command=cli_message.put, creates_root=True, before_root=cli_message.before_put)
     p.add_argument("queue")
     _body_arguments(p)
     p.add_argument(
@@ -274,7 +274,9 @@ def _put_arguments(p: argparse.ArgumentParser) -> None:
 def _publish_arguments(p: argparse.ArgumentParser) -> None:
     from boxmq import cli_message
 
-    p.set_defaults(command=cli_message.publish, creates_root=True)
+    p.set_defaults(
+        command=cli_message.publish, creates_root=True, before_root=cli_message.before_publish
+    )
     p.add_argument("topic")
     _body_arguments(p)
     p.add_argument("--qos", type=types.integer, default=1, choices=[0, 1, 2], help="default 1")
@@ -308,7 +310,7 @@ def _property_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _subscribe_arguments(p: argparse.ArgumentParser) -> None:
-    p.set_defaults(command=_subscribe, creates_root=True)
+    p.set_defaults(command=_subscribe, creates_root=True, before_root=_before_subscribe)
     p.add_argument("filter", help="a topic filter (+ and # wildcards), or $share/GROUP/FILTER")
     p.add_argument(
         "--name",
@@ -468,6 +470,16 @@ def _serve(args: argparse.Namespace) -> int:
     from boxmq import cli_serve
 
     return cli_serve.serve(args)
+
+
+def _before_subscribe(args: argparse.Namespace) -> None:
+    """A filter or a --name that is none, said before the root is made (cli._run), as
+    cli_message.before_put does for put: it made an empty root at a mistyped --data first."""
+    from boxmq.core.topics import parse_filter
+    from boxmq.store.names import check_consumer_name
+
+    parse_filter(args.filter)
+    check_consumer_name(args.subscriber, "subscriber name")
 
 
 def _subscribe(args: argparse.Namespace, box: Box) -> int:
