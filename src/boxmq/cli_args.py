@@ -145,9 +145,15 @@ def _real(ptype: PropertyType, value: str, text: str) -> float:
     except ValueError:
         raise InvalidArgument(f"bad {ptype.name.lower()} value in property {text!r}") from None
     written = value.strip().lstrip("+-").lower()
-    if math.isinf(number) and written not in ("inf", "infinity"):
-        raise InvalidArgument(f"{value} does not fit a double in property {text!r}")
+    too_big = math.isinf(number) and written not in ("inf", "infinity")
+    # A float is a Java float (32 bits): past its largest, the put refused it, but only once
+    # the root was made and as an error of the run (exit 1), not a usage error as for a double.
+    if too_big or (ptype is PropertyType.FLOAT and _FLOAT_MAX < abs(number) < math.inf):
+        raise InvalidArgument(f"{value} does not fit a {ptype.name.lower()} in property {text!r}")
     return number
+
+
+_FLOAT_MAX: Final = 3.4028234663852886e38  # Java's Float.MAX_VALUE, as store/names.py takes it
 
 
 def _typed_value(ptype: PropertyType, value: str, text: str) -> bool | int | float | str:
