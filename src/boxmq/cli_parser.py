@@ -43,7 +43,13 @@ def _add_common(
         default=default(False),
         help="machine-readable output" if json_shown else argparse.SUPPRESS,
     )
-    parser.add_argument("-v", "--verbose", action="store_true", default=default(False))
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default(False),
+        help="also log debug lines (serve: overrides the config's log_level)",
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -266,9 +272,9 @@ def _put_arguments(p: argparse.ArgumentParser) -> None:
         "--priority", type=types.priority, default=4, help="default 4; higher goes first"
     )
     _property_arguments(p)
-    p.add_argument("--correlation-id")
+    p.add_argument("--correlation-id", help="for its answer to name, to be matched with it")
     p.add_argument("--reply-to", type=types.reply_to, help="a queue or topic to answer on")
-    p.add_argument("--type")
+    p.add_argument("--type", help="what the body is, e.g. application/pdf (get shows it)")
 
 
 def _publish_arguments(p: argparse.ArgumentParser) -> None:
@@ -305,8 +311,15 @@ def _property_arguments(p: argparse.ArgumentParser) -> None:
         type=types.named_property,
         default=[],
         metavar="NAME[:TYPE]=VALUE",
+        help="a property, once per name; TYPE: string (default), int, long, short, byte, "
+        "double, float, bool",
     )
-    p.add_argument("--expires-in", type=types.positive_duration, metavar="DURATION")
+    p.add_argument(
+        "--expires-in",
+        type=types.positive_duration,
+        metavar="DURATION",
+        help="not taken by then, it goes to expired/ (default: never)",
+    )
 
 
 def _subscribe_arguments(p: argparse.ArgumentParser) -> None:
@@ -393,9 +406,21 @@ def _settle_arguments(verb: str, p: argparse.ArgumentParser) -> None:
         "on another machine, which cannot be told alive from here",
     )
     if verb == "unlock":
-        p.add_argument("--delay", type=types.duration, default=0.0, metavar="DURATION")
+        p.add_argument(
+            "--delay",
+            type=types.duration,
+            default=0.0,
+            metavar="DURATION",
+            help="ready again only after this (default 0)",
+        )
     if verb == "extend":
-        p.add_argument("--by", type=types.positive_duration, default=30.0, metavar="DURATION")
+        p.add_argument(
+            "--by",
+            type=types.positive_duration,
+            default=30.0,
+            metavar="DURATION",
+            help="the lock's new deadline is now + this (default 30s)",
+        )
 
 
 def _passwd_arguments(p: argparse.ArgumentParser) -> None:
@@ -429,8 +454,15 @@ def _peek_arguments(p: argparse.ArgumentParser) -> None:
 
     p.set_defaults(command=cli_queues.peek)
     cli_dropbox.add_arguments(p)
-    p.add_argument("--state", default="target", choices=[s.value for s in State])
-    p.add_argument("--limit", type=types.positive_int, default=20)
+    p.add_argument(
+        "--state",
+        default="target",
+        choices=[s.value for s in State],
+        help="the folder shown (default target: the ready messages)",
+    )
+    p.add_argument(
+        "--limit", type=types.positive_int, default=20, help="at most this many (default 20)"
+    )
 
 
 def _requeue_arguments(p: argparse.ArgumentParser) -> None:
@@ -439,7 +471,11 @@ def _requeue_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(command=cli_queues.requeue)
     cli_dropbox.add_arguments(p)
     p.add_argument(
-        "--from", dest="source", default="error", choices=["error", "expired", "processed"]
+        "--from",
+        dest="source",
+        default="error",
+        choices=["error", "expired", "processed"],
+        help="the folder sent back to target/ (default error: the dead messages)",
     )
 
 
@@ -448,7 +484,12 @@ def _purge_arguments(p: argparse.ArgumentParser) -> None:
 
     p.set_defaults(command=cli_queues.purge)
     cli_dropbox.add_arguments(p)
-    p.add_argument("--state", default="target", choices=["target", "processed", "error", "expired"])
+    p.add_argument(
+        "--state",
+        default="target",
+        choices=["target", "processed", "error", "expired"],
+        help="the folder emptied (default target: every ready message)",
+    )
 
 
 def _delete_arguments(p: argparse.ArgumentParser) -> None:

@@ -96,3 +96,18 @@ def test_the_help_says_how_a_script_sends_without_boxmq() -> None:
     --help` said nothing of it (only the README and file-format.md did)."""
     recipe = "echo hi > data/jobs/working/x && mv data/jobs/working/x data/jobs/target/4.x.T"
     assert f"\n  {recipe}\n" in _help()
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    """`boxmq purge --help` listed `--state {target,processed,error,expired}` with no word,
+    so nothing said that `boxmq purge jobs` empties target/, every ready message; `requeue
+    --from`, `peek --state` and `--limit`, `-v` and others were as bare."""
+    top = cli_parser.parser()
+    parsers = {"boxmq": top, **_commands(top).parsers()}
+    bare = [
+        f"{name} {'/'.join(action.option_strings)}"
+        for name, parser in parsers.items()
+        for action in parser._actions
+        if action.option_strings and action.help is None
+    ]
+    assert bare == []
