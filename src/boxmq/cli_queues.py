@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shlex
 import time
 from collections import Counter
 from typing import Any
@@ -131,7 +132,14 @@ def purge(args: argparse.Namespace, box: Box) -> int:
 
 
 def delete(args: argparse.Namespace, box: Box) -> int:
-    queue = box.queue(args.queue, create=False)  # none: `no queue`, and nothing deleted
+    try:
+        queue = box.queue(args.queue, create=False)  # none: `no queue`, and nothing deleted
+    except QueueNotFound as error:
+        if (ends := _unsubscribe_line(box, args.queue)) is None:
+            raise
+        raise QueueNotFound(
+            f"{error}; {args.queue!r} is a subscription, not a queue: {ends}"
+        ) from None
     # Looked at twice without --force, and both are needed: this look (processing/ alone,
     # once: it counts the locks and says who holds them) comes before the rename, which
     # cannot be undone (a put makes the queue again at its path at once); the count below
@@ -154,6 +162,23 @@ def delete(args: argparse.Namespace, box: Box) -> int:
         f"{args.queue}: deleted, with its {messages} message(s){_by_state(deleted[0])}",
     )
     return 0
+
+
+def _unsubscribe_line(box: Box, name: str) -> str | None:
+    """The `boxmq unsubscribe` that ends the subscriptions (or share group) `name` is the
+    filter of, for delete's refusal, which said `no queue` alone; None if `name` is none."""
+    readers = [
+        reader
+        for info in box.topics.subscriptions()
+        if info.filter == name
+        for reader in ([info.subscriber] if info.subscriber else info.members)
+    ]
+    if not readers:
+        return None
+    if len(readers) == 1:
+        return f"`{shlex.join(['boxmq', 'unsubscribe', name, '--name', readers[0]])}` ends it"
+    line = shlex.join(["boxmq", "unsubscribe", name])
+    return f"`{line} --name N` ends each (N: {', '.join(readers)})"
 
 
 def _held_by(tokens: list[str | None]) -> str:

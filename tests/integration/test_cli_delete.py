@@ -1,6 +1,7 @@
-"""`boxmq delete` of a queue whose messages were locked once: a lock whose deadline passed
-holds the message for nobody (a settle by its holder is refused: "it ended"), so it does not
-stop the delete, which the user could otherwise not get past but with --force."""
+"""`boxmq delete` refused, as a user meets it: not for a lock whose deadline passed, which
+holds the message for nobody (a settle by its holder is refused: "it ended"), which the user
+could otherwise not get past but with --force; and for a subscription, which is no queue,
+with the `boxmq unsubscribe` that ends it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from tests.integration.test_cli import boxmq_cli, ok
 
 
@@ -34,3 +36,31 @@ def test_delete_is_still_refused_for_a_lock_in_time_beside_one_that_ended(root: 
     assert refused.returncode == 1, refused
     assert "jobs: 2 message(s) locked: 2 by `boxmq get`" in refused.stderr
     assert len(os.listdir(root / "jobs" / "processing")) == 2  # nothing moved or deleted
+
+
+@pytest.mark.parametrize(
+    ("name", "ends"),
+    [
+        ("s/#", "`boxmq unsubscribe 's/#' --name kk` ends it"),
+        ("$share/g/x", "`boxmq unsubscribe '$share/g/x' --name m1` ends it"),
+    ],
+)
+def test_delete_of_a_subscription_says_how_to_end_it(root: Path, name: str, ends: str) -> None:
+    """It said `no queue 's/#'` alone, where get, peek and the settles name the subscription
+    and what to add: delete takes queues only, and a subscription ends with unsubscribe."""
+    ok(
+        root,
+        "subscribe",
+        name,
+        "--name",
+        "kk" if name == "s/#" else "m1",
+        "--keep",
+        "--idle",
+        "10ms",
+    )
+    refused = boxmq_cli(root, "delete", name)
+    assert refused.returncode == 1, refused
+    [line] = refused.stderr.splitlines()
+    assert line.startswith(f"boxmq delete: no queue {name!r} under {root}"), line
+    assert line.endswith(f"; {name!r} is a subscription, not a queue: {ends}"), line
+    assert name in json.loads(ok(root, "--json", "ls"))["subscriptions"][0]["subscription"]
