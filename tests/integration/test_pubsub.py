@@ -1423,3 +1423,70 @@ def test_a_subscribe_killed_while_it_clears_what_an_end_left_behind_clears_it_ne
         assert left == {s.value: [] for s in State}, f"killed at change {step}"
         if not killed:
             break
+
+
+def test_an_unsubscribe_of_many_writes_the_generation_once_and_others_stop_routing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`unsubscribe_many` tells every filter it ended in one write of the generation (a
+    write per filter made 1,000 of them for an MQTT UNSUBSCRIBE of 1,000 filters); another
+    process routes to none of them after it, and still to the one kept."""
+    filters = [f"m/{n}" for n in range(100)]  # over what the file names: told as any change
+    with boxmq.open(tmp_path, fsync="never") as box, boxmq.open(tmp_path) as other:
+        for text in [*filters, "kept"]:
+            box.subscribe(text, "s").close()
+        assert all(other.topics.has_durable(text) for text in filters)
+        writes = []
+        real = layout.bump_generation
+
+        def counted(root: str, **kwargs: object) -> layout.Counted | None:
+            writes.append(kwargs)
+            return real(root, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(layout, "bump_generation", counted)
+        assert box.unsubscribe_many([*filters, "never"], "s") == [True] * 100 + [False]
+        assert len(writes) == 1
+        assert not any(other.topics.has_durable(text) for text in filters)
+        assert other.topics.has_durable("kept")
+        assert [info.filter for info in box.topics.subscriptions()] == ["kept"]
+        assert not os.path.exists(os.path.join(tmp_path, ".deleting"))
+
+
+def test_an_unsubscribe_of_many_killed_at_any_step_leaves_no_route_to_a_folder_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed at any change of `unsubscribe_many`, another process routes to no filter whose
+    folder is gone, and to every one whose record stands; what it still routes to without
+    a record (a folder the kill left) it stops routing to at the next sweep of a live
+    process, which deletes the folder once abandoned."""
+    filters = ["k/1", "k/2", "k/3"]
+    for step in itertools.count(1):
+        root = tmp_path / str(step)
+        with boxmq.open(root, fsync="never") as box:
+            paths = {text: box.topics.attach_dropbox(text, "s") for text in filters}
+            box.publish("k/1", "held")
+        other = boxmq.open(root, fsync="never")
+        assert all(other.topics.has_durable(text) for text in filters)
+        box = boxmq.open(root, fsync="never")
+        kill_at(monkeypatch, step)
+        try:
+            box.unsubscribe_many(filters, "s")
+            killed = False
+        except Killed:
+            killed = True
+        monkeypatch.undo()
+        box.close()
+        for text, path in paths.items():
+            routed = other.topics.has_durable(text)
+            if not os.path.isdir(path):
+                assert not routed, f"killed at change {step}: {text} routed, its folder gone"
+            if layout.has_record(path):
+                assert routed, f"killed at change {step}: {text} stands, unrouted"
+        with boxmq.open(root, fsync="never") as live:
+            live.sweep(full=True)  # tells of the folders left without records
+        for text, path in paths.items():
+            assert other.topics.has_durable(text) == layout.has_record(path), f"step {step}"
+        other.close()
+        if not killed:
+            assert not any(os.path.isdir(path) for path in paths.values())
+            break

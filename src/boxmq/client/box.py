@@ -20,7 +20,7 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -313,6 +313,9 @@ class Box:
 
     def unsubscribe(self, filter: str, subscriber: str) -> bool:
         return self.topics.unsubscribe(filter, subscriber)
+
+    def unsubscribe_many(self, filters: Iterable[str], subscriber: str) -> list[bool]:
+        return self.topics.unsubscribe_many(filters, subscriber)
 
     # -- exactly once (urn:xmpp:qos assured, MQTT QoS 2) ------------------------------------------
 

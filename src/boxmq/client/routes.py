@@ -149,16 +149,29 @@ class Routes:
         read again here, not at the next look, where a burst of this process's own changes
         (over `layout._KEPT`) between two looks read every record on the root again.
         `record`: the one on disk now, which the caller has just written or read."""
-        told = self._bump(path, flush=flush)
+        self.changed_together((path,), flush=flush, record=record)
+
+    def changed_together(
+        self,
+        paths: tuple[str, ...],
+        *,
+        flush: bool = False,
+        record: layout.SubscriptionRecord | None = None,
+    ) -> None:
+        """`changed` for the subscriptions at `paths`, told in one write of the generation
+        (`layout.bump_generation`'s `paths`): what one request changed (an UNSUBSCRIBE of
+        many filters, a session's end). `record`: that of the one path, as for `changed`."""
+        told = self._bump(paths, flush=flush)
         if told is None:
             return
-        counted, path_told = told
-        if path_told is None:
+        counted, paths_told = told
+        if paths_told is None:
             return  # it told of any change: this process too reads every record at its look
         with self._lock:
             if self._generation.caught_up(counted):
                 try:
-                    self._read_again(path, record)
+                    for path in paths_told:
+                        self._read_again(path, record if len(paths_told) == 1 else None)
                 except OSError:
                     self._generation.forget()  # the next look reads every record again
 
@@ -168,27 +181,34 @@ class Routes:
         generation's write met (ENOSPC, EMFILE), if it did, after which this process too
         reads every record at its next look."""
         try:
-            self._bump(path)
+            self._bump(None if path is None else (path,))
         except OSError as error:
             return error
         return None
 
     def _bump(
-        self, path: str | None, *, flush: bool = False
-    ) -> tuple[layout.Counted, str | None] | None:
-        """`layout.bump_generation` for `path`, or for any change (None) while a change before
-        was left untold by a failed write, which only a later write can tell: the other
+        self, paths: tuple[str, ...] | None, *, flush: bool = False
+    ) -> tuple[layout.Counted, tuple[str, ...] | None] | None:
+        """`layout.bump_generation` for `paths`, or for any change (None) while a change
+        before was left untold by a failed write, which only a later write can tell: the other
         processes read only the folders the generation names. The change as counted and the
-        path it named, None where no count can be trusted. A write that fails leaves this
-        process to read every record at its next look too, whoever called: a caller that had
-        to say so itself, and one that did not (`remove_left_behind`), routed to a folder it
-        had deleted until the next change (found by stop 45's second read)."""
+        paths it named (None: any change), None where no count can be trusted. A write that
+        fails leaves this process to read every record at its next look too, whoever called:
+        a caller that had to say so itself, and one that did not (`remove_left_behind`),
+        routed to a folder it had deleted until the next change (found by stop 45's second
+        read)."""
         with self._telling:  # the writes take the topic root's flock one at a time anyway
             with self._lock:
                 untold, self._untold = self._untold, False
-            told = None if untold else path
+            told = None if untold or paths is None else tuple(dict.fromkeys(paths))
+            if told is not None and len(told) > layout.KEPT_CHANGES:
+                told = None  # written as any change (`bump_generation`)
             try:
-                counted = layout.bump_generation(self._root, flush=flush, path=told)
+                if told is None or len(told) == 1:  # any change, or one: as it always was
+                    one = None if told is None else told[0]
+                    counted = layout.bump_generation(self._root, flush=flush, path=one)
+                else:
+                    counted = layout.bump_generation(self._root, flush=flush, paths=told)
             except OSError:
                 with self._lock:  # `untold` is read by any thread
                     self._untold = True

@@ -14,11 +14,13 @@ client/subscriber.py.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from boxmq.client.consumer import Consumer
 from boxmq.client.copies import LEVELS, at_qos, qos_level, retained_envelope
@@ -121,6 +123,8 @@ class Topics(Publisher):
         # A share-group member's own granted QoS, by (dropbox, member): the group's copies
         # are stored at the highest any member was granted (Subscriber caps at this one).
         self._grants: dict[tuple[str, ConsumerId], QoS] = {}
+        # A thread's `ending_together`: what it ended, told and deleted when it is over.
+        self._together = threading.local()
 
     # -- subscribing -----------------------------------------------------------------------------
 
@@ -410,9 +414,65 @@ class Topics(Publisher):
         when many end together): else their blocks stayed held until newer puts pushed them
         out. Called with the dropbox held (`self._dropboxes.held`)."""
         self._forget(path)
+        if (together := self._ending()) is not None:
+            layout.remove_record(path)  # its folder after the generation's write (`_end`)
+            together.removing[path] = None
+            return
         layout.remove_subscription(self._root, path)
         self._ended(path)
         if self._spares is not None:
+            self._spares.close_gone_soon()
+
+    @contextlib.contextmanager
+    def ending_together(self) -> Iterator[None]:
+        """Within it, the subscriptions this thread ends (`unsubscribe`, a share group's
+        member leaving) are told to the processes on the root in one write of the generation,
+        when it is over: an MQTT UNSUBSCRIBE of 1,000 filters wrote it 1,000 times, each a
+        flock, a read and a rename (`layout.bump_generation`'s `paths`). Each is ended at
+        once by its record's deletion; its folder, with its messages, is deleted after that
+        write, so that a process killed in between leaves folders without records, which the
+        sweep tells of and deletes, never a deleted folder that the other processes still
+        route to, untold. Nested, the outermost one tells."""
+        if self._ending() is not None:
+            yield
+            return
+        together = self._together.ending = _EndingTogether()
+        try:
+            yield
+        finally:
+            self._together.ending = None
+            self._end(together)
+
+    def unsubscribe_many(self, filters: Iterable[str], subscriber: str) -> list[bool]:
+        """`unsubscribe` of each of `filters`, told to the other processes together
+        (`ending_together`): whether each was a subscription. The first failure is raised,
+        the filters before it unsubscribed."""
+        with self.ending_together():
+            return [self.unsubscribe(filter, subscriber) for filter in filters]
+
+    def _ending(self) -> _EndingTogether | None:
+        ending: _EndingTogether | None = getattr(self._together, "ending", None)
+        return ending
+
+    def _end(self, together: _EndingTogether) -> None:
+        """What an `ending_together` ended: told in one write, then the folders of the
+        subscriptions it deleted the records of deleted, each unless subscribed again since
+        (`layout.remove_ended`). A folder the disk keeps (EIO) is the sweep's, as a folder
+        an end killed left (`remove_if_ended`): the subscription has ended all the same."""
+        if together.told:
+            self._told_gone(*together.told)
+        for path in together.removing:
+            try:
+                with self._dropboxes.held(path):
+                    layout.remove_ended(self._root, path)
+            except OSError as error:
+                log.warning(
+                    "%s ended, but its folder stays, with its messages, until the sweep "
+                    "of `boxmq serve` deletes it: %s",
+                    path,
+                    store_failure(error),
+                )
+        if together.removing and self._spares is not None:
             self._spares.close_gone_soon()
 
     def unsubscribe(self, filter: str, subscriber: str) -> bool:
@@ -430,20 +490,24 @@ class Topics(Publisher):
         self._told_gone(path)
         return True
 
-    def _told_gone(self, path: str) -> None:
-        """`Routes.changed` after a subscription (or a member of it) at `path` was deleted: done,
-        whatever the generation's write meets (ENOSPC, EMFILE). Raised, an unsubscribe the
-        disk had done was told failed (MQTT: UNSUBACK 0x97, 'the subscription stays'), and
-        this process routed to the folder gone until the next change (found by a disk-full
-        hunt). Other processes are told at the next change; meanwhile their copies into it
-        are passed by (store/fanout.py), as for any subscription deleted as they publish."""
+    def _told_gone(self, *paths: str) -> None:
+        """`Routes.changed` after a subscription (or a member of it) at `paths` was deleted:
+        done, whatever the generation's write meets (ENOSPC, EMFILE). Raised, an unsubscribe
+        the disk had done was told failed (MQTT: UNSUBACK 0x97, 'the subscription stays'),
+        and this process routed to the folder gone until the next change (found by a
+        disk-full hunt). Other processes are told at the next change; meanwhile their copies
+        into it are passed by (store/fanout.py), as for any subscription deleted as they
+        publish. Within `ending_together`, told when it is over, with the others."""
+        if (together := self._ending()) is not None:
+            together.told.update(dict.fromkeys(paths))
+            return
         try:
-            self._routes.changed(path)
+            self._routes.changed_together(paths)
         except OSError as error:  # this process reads every record at its next look
             log.warning(
                 "%s ended, but the other processes on the root are told only at the next "
                 "change of the subscriptions: %s",
-                path,
+                ", ".join(paths) if len(paths) <= 3 else f"{paths[0]} and {len(paths) - 1} more",
                 store_failure(error),
             )
 
@@ -827,6 +891,15 @@ class Topics(Publisher):
             dropped.ready + dropped.locked,
         )
         return 1
+
+
+@dataclass(slots=True)
+class _EndingTogether:
+    """What one `Topics.ending_together` ended, in order (dicts as ordered sets): the
+    subscription folders to tell of, and those whose records it deleted (`Topics._remove`)."""
+
+    told: dict[str, None] = field(default_factory=dict)
+    removing: dict[str, None] = field(default_factory=dict)
 
 
 _WILDCARDS = frozenset("+#")  # a filter without them is a topic name: one retained file

@@ -239,17 +239,18 @@ class Lifetimes:
         # The filters its record names, each read from its own folder; the records of every
         # subscription on the root only for a record of an older boxmq (`owned_on_disk`).
         found = {text for text, _ in owned_on_disk(topics, client_id, record)}
-        for text in found:
-            with session_end_step(client_id, f"deleting its subscription to {text}"):
-                self._box.unsubscribe(text, name)
-        # An end killed while it deleted a subscription (its record gone, its folder not yet)
-        # left the folder with its messages, which `subscribed` does not see: the record,
-        # deleted last, still names the filter. Left there, the next client of this id to
-        # subscribe to it got the ended session's messages.
-        for text in record.options if record is not None else ():
-            if text not in found:
-                with session_end_step(client_id, f"deleting what is left of {text}"):
-                    topics.remove_left_behind(text, name)
+        with topics.ending_together():  # told to the other processes once, not per filter
+            for text in found:
+                with session_end_step(client_id, f"deleting its subscription to {text}"):
+                    self._box.unsubscribe(text, name)
+            # An end killed while it deleted a subscription (its record gone, its folder not
+            # yet) left the folder with its messages, which `subscribed` does not see: the
+            # record, deleted last, still names the filter. Left there, the next client of
+            # this id to subscribe to it got the ended session's messages.
+            for text in record.options if record is not None else ():
+                if text not in found:
+                    with session_end_step(client_id, f"deleting what is left of {text}"):
+                        topics.remove_left_behind(text, name)
         self._discard_session_state(client_id)
 
     def _discard_session_state(self, client_id: str) -> None:
@@ -294,14 +295,15 @@ class Lifetimes:
         client_id = session.client_id
         self._drop_from_memory(session)
         name = consumer_name(client_id)
-        for text, subscriber in self._durable.pop(client_id, {}).items():
-            shared = parse_filter(text).shared
-            leaving = f"leaving the share group of {text}" if shared else f"closing {text}"
-            with session_end_step(client_id, leaving):
-                subscriber.close()
-            if not shared:
-                with session_end_step(client_id, f"deleting its subscription to {text}"):
-                    self._box.unsubscribe(text, name)
+        with self._box.topics.ending_together():  # told to the other processes once
+            for text, subscriber in self._durable.pop(client_id, {}).items():
+                shared = parse_filter(text).shared
+                leaving = f"leaving the share group of {text}" if shared else f"closing {text}"
+                with session_end_step(client_id, leaving):
+                    subscriber.close()
+                if not shared:
+                    with session_end_step(client_id, f"deleting its subscription to {text}"):
+                        self._box.unsubscribe(text, name)
         self._discard_session_state(client_id)
 
     def _drop_from_memory(self, session: Session) -> None:

@@ -768,25 +768,28 @@ class Subscribing:
         until its own answer, which this one's, coming first, must not cut short."""
         v5 = client.link.connection.version is ProtocolVersion.V5
         reasons = []
-        for text in packet.topic_filters:
-            try:
-                removed = self._remove_subscription(session, text)
-            except InvalidArgument:
-                removed = False
-            except OSError as error:
-                failure = store_failure(error)
-                log.error(
-                    "client %s: unsubscribing from %s failed, the subscription stays: %s",
-                    session.client_id,
-                    text,
-                    failure,
-                )
-                if not v5:
-                    self._kick(client, _R.UNSPECIFIED_ERROR, f"an UNSUBSCRIBE failed: {failure}")
-                    return
-                reasons.append(reason_for(failure))
-                continue
-            reasons.append(_R.SUCCESS if removed else _R.NO_SUBSCRIPTION_EXISTED)
+        # Told to the other processes once, not once per filter (Topics.ending_together).
+        with self._box.topics.ending_together():
+            for text in packet.topic_filters:
+                try:
+                    removed = self._remove_subscription(session, text)
+                except InvalidArgument:
+                    removed = False
+                except OSError as error:
+                    failure = store_failure(error)
+                    log.error(
+                        "client %s: unsubscribing from %s failed, the subscription stays: %s",
+                        session.client_id,
+                        text,
+                        failure,
+                    )
+                    if not v5:
+                        why = f"an UNSUBSCRIBE failed: {failure}"
+                        self._kick(client, _R.UNSPECIFIED_ERROR, why)
+                        return
+                    reasons.append(reason_for(failure))
+                    continue
+                reasons.append(_R.SUCCESS if removed else _R.NO_SUBSCRIPTION_EXISTED)
         unsuback = Unsuback(packet.packet_id, tuple(reasons) if v5 else ())
         answer = partial(
             self._answer_held_unsubscribe if held else self._out.send, client, unsuback

@@ -34,7 +34,7 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Final
 
@@ -45,6 +45,7 @@ from boxmq.store.temporaries import TEMPORARY_PREFIX
 
 __all__ = [
     "EXACTLY_ONCE_PENDING",
+    "KEPT_CHANGES",
     "Change",
     "Counted",
     "SubscriptionRecord",
@@ -61,8 +62,10 @@ __all__ = [
     "named_by_boxmq",
     "read_record",
     "read_records",
+    "remove_ended",
     "remove_if_abandoned",
     "remove_if_ended",
+    "remove_record",
     "remove_stale_staging",
     "remove_subscription",
     "staging_name",
@@ -494,8 +497,29 @@ def remove_subscription(root: str, path: str) -> None:
     behind, a message in them, with no record. The flock a share group's join or leave holds
     is the folder's: it goes with it, and a join waiting for it finds the path gone and makes
     a new folder (`locked_folder`)."""
+    remove_record(path)
+    remove_folder(root, path)
+    _remove_empty_filter(path)
+
+
+def remove_record(path: str) -> None:
+    """`remove_subscription`'s first step alone: the record of the subscription at `path`
+    deleted, which ends it for every look that reads it; its folder, with its messages,
+    stays for `remove_ended`. For several subscriptions ended together, told to the other
+    processes in one write of the generation between the two steps: killed before that
+    write, the folders left without records are what the sweep of `boxmq serve` tells of
+    and deletes (Box._tell_recordless, `remove_if_ended`), as after one end killed there."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(path, _RECORD))
+
+
+def remove_ended(root: str, path: str) -> None:
+    """`remove_subscription`'s second step: the folder at `path` deleted with its messages,
+    unless it has a record (a subscribe made it again since `remove_record`, and took over
+    the folder, its old messages cleared: `clear_left_behind`). Called under the folder's
+    lock, as a subscribe writes its record."""
+    if has_record(path):
+        return
     remove_folder(root, path)
     _remove_empty_filter(path)
 
@@ -587,6 +611,7 @@ def generation_file(root: str) -> str:
 
 _UNSEEN: Final = (-1, -1)  # no generation file's (inode, time): `changed` says yes after it
 _KEPT: Final = 64  # changes the generation file names: a reader this far behind reads them
+KEPT_CHANGES: Final = _KEPT  # how many changes one write may name (`bump_generation`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -662,7 +687,7 @@ class GenerationWatch:
         changes behind its own, and read every record again at its next look."""
         # None too after `forget` (a change refused or read into nothing), which stands
         # until `change` says everything: a change of its own then is no catching up.
-        if self._count is None or self._count != counted.count - 1:
+        if self._count is None or self._count != counted.count - counted.changes:
             return False  # changes it never saw came before: its next look reads the file
         self._count, self._seen = counted.count, counted.seen
         return True
@@ -707,13 +732,24 @@ class Counted:
 
     count: int
     seen: tuple[int, int]
+    changes: int = 1  # how many changes the write counted (`bump_generation`'s `paths`)
 
 
-def bump_generation(root: str, *, flush: bool = False, path: str | None = None) -> Counted | None:
+def bump_generation(
+    root: str, *, flush: bool = False, path: str | None = None, paths: Sequence[str] = ()
+) -> Counted | None:
     """Tell every process that the subscriptions changed: the one at `path` (its folder),
-    or any (None). With `flush`, the topic root's folder is fsynced after: a new filter's
-    folder is one of its entries. The change as counted, None where no count can be
-    trusted (a file system without flocks)."""
+    or those at `paths`, or any (neither). With `flush`, the topic root's folder is fsynced
+    after: a new filter's folder is one of its entries. The change as counted, None where no
+    count can be trusted (a file system without flocks).
+    `paths`: several subscriptions that changed together (an MQTT UNSUBSCRIBE of many
+    filters, a session's end), told in one write as that many changes, each named, as that
+    many writes would have named them: one write per filter made an UNSUBSCRIBE of 1,000
+    filters write the file 1,000 times. More than the file names (`_KEPT`) are told as any
+    change, which a reader that far behind would read as that all the same."""
+    named_paths = [path] if path is not None else list(dict.fromkeys(paths))
+    if len(named_paths) > _KEPT:
+        named_paths = []  # any change: every reader reads every record
     base = topic_root(root)
     make_folders(base, flush=flush, within=root)
     file = os.path.join(base, _GENERATION)
@@ -730,15 +766,17 @@ def bump_generation(root: str, *, flush: bool = False, path: str | None = None) 
             count, named, later_than = "", [], None
         if not count.isdigit():
             count, named = "0", []  # a version before counts wrote it
-        changed = "" if path is None else os.path.relpath(path, base)
-        kept = "\n".join([changed, *named[: _KEPT - 1]])
+        # The last named first, as so many writes one after the other would have left them.
+        changed = [os.path.relpath(told, base) for told in reversed(named_paths)] or [""]
+        kept = "\n".join([*changed, *named[: _KEPT - len(changed)]])
         # Later than the file it replaces: a rename's file takes the inode number of the one
         # before the last (A, B, A), and a burst of changes shares one tick of the clock, so
         # a reader that saw A could find it again after two changes, and route by records
         # from before them until the next (found by a second read).
-        text = f"{int(count) + 1}\n{kept}"
+        text = f"{int(count) + len(changed)}\n{kept}"
         written = replace_file(file, text, flush=flush, later_than=later_than)
-        return Counted(int(count) + 1, (written.st_ino, written.st_mtime_ns))
+        seen = (written.st_ino, written.st_mtime_ns)
+        return Counted(int(count) + len(changed), seen, len(changed))
 
 
 @contextlib.contextmanager

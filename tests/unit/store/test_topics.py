@@ -331,3 +331,43 @@ def test_a_change_left_untold_by_one_thread_is_told_by_the_next_write_of_another
     first.join(5)
     second.join(5)
     assert told == [None]  # any change: the untold one too
+
+
+def test_several_changes_told_in_one_write_are_each_named_to_a_reader_behind(
+    tmp_path: Path,
+) -> None:
+    # An UNSUBSCRIBE of many filters tells them in one write (`paths`): a reader that had
+    # seen every change before reads those folders alone, as after one write each.
+    root = str(tmp_path)
+    base = topic_root(root)
+    bump_generation(root, path=os.path.join(base, "x"))
+    watch = topics.GenerationWatch(root)
+    assert watch.change() == topics.Change(None)  # the first look reads everything
+    ended = [os.path.join(base, name) for name in ("a", "b", "c")]
+    counted = bump_generation(root, paths=ended)
+    assert counted is not None
+    assert counted.changes == 3
+    change = watch.change()
+    assert change is not None
+    assert sorted(change.paths or ()) == ended
+    # A process that made them catches up with the three as with one.
+    own = topics.GenerationWatch(root)
+    own.change()
+    again = bump_generation(root, paths=ended[:2])
+    assert again is not None
+    assert own.caught_up(again)
+    assert own.change() is None
+
+
+def test_more_changes_at_once_than_the_generation_names_are_told_as_any(
+    tmp_path: Path,
+) -> None:
+    root = str(tmp_path)
+    bump_generation(root)
+    watch = topics.GenerationWatch(root)
+    watch.change()
+    many = [os.path.join(topic_root(root), f"f{n}") for n in range(topics.KEPT_CHANGES + 1)]
+    counted = bump_generation(root, paths=many)
+    assert counted is not None
+    assert counted.changes == 1
+    assert watch.change() == topics.Change(None)
