@@ -19,6 +19,7 @@ from typing import Final
 from boxmq.errors import (
     MalformedPacket,
     MessageTooLarge,
+    MetadataTooLong,
     NotAllowed,
     PacketTooLarge,
     ProtocolViolation,
@@ -264,6 +265,11 @@ _REASONS: Final[Mapping[type[BaseException], ReasonCode]] = {
     PacketTooLarge: _R.PACKET_TOO_LARGE,
     ProtocolViolation: _R.PROTOCOL_ERROR,
     MessageTooLarge: _R.PACKET_TOO_LARGE,
+    # A topic too long for a stored message's name (its properties go to a side file, or are
+    # left out, before this is raised: stored.store_with_properties; a client id is hashed
+    # to a short name): well-formed, not accepted by this server, MQTT 5.0 §3.4.2.1's 0x90,
+    # not 0x80 Unspecified error, which told a publisher nothing it could change.
+    MetadataTooLong: _R.TOPIC_NAME_INVALID,
     NotAllowed: _R.NOT_AUTHORIZED,
     ResourceConstraint: _R.QUOTA_EXCEEDED,
     StoreFull: _R.QUOTA_EXCEEDED,  # ENOSPC, EDQUOT: no room now, perhaps later

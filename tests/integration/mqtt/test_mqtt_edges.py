@@ -59,7 +59,8 @@ def test_a_retained_qos_2_message_too_long_to_store_is_refused_before_its_pubrec
     too long for a stored message's name, was found only then, after a PUBREC and before a
     PUBCOMP that both said success, and the message was kept by no one on disk (no retained
     message, no persistent session) though its publisher was told it was received. It is
-    refused at its PUBLISH now, as a QoS 1 one is: PUBREC 0x80 (3.1.1: the close)."""
+    refused at its PUBLISH now, as a QoS 1 one is: PUBREC 0x90 Topic Name invalid (3.1.1:
+    the close)."""
     listener = paho(server)
     listener.subscribe("w/#", 2)
     with _connect(server, v5) as sock:
@@ -67,7 +68,7 @@ def test_a_retained_qos_2_message_too_long_to_store_is_refused_before_its_pubrec
         kind, body = read(sock)
         if v5:
             assert kind == 0x50, hex(kind)  # PUBREC
-            assert body[:3] == b"\x00\x07\x80", body.hex()  # Unspecified error, as a PUBACK's
+            assert body[:3] == b"\x00\x07\x90", body.hex()  # Topic Name invalid, as a PUBACK's
             sock.sendall(pubrel(7))
             kind, body = read(sock)
             assert (kind, body[:3]) == (0x70, b"\x00\x07\x92"), body.hex()  # nothing stored
@@ -77,13 +78,27 @@ def test_a_retained_qos_2_message_too_long_to_store_is_refused_before_its_pubrec
     listener.stop()
 
 
+def test_a_qos_1_message_too_long_for_a_persistent_session_gets_puback_topic_name_invalid(
+    server: RunningServer,
+) -> None:
+    """MQTT 5.0 §3.4.2.1: 0x90 Topic Name invalid, "not malformed, but not accepted by this
+    Server", not 0x80 Unspecified error, which told the publisher nothing it could change;
+    a topic that fits still gets 0x00."""
+    persistent_paho(server, "keeps", v5=True).subscribe("w/#", 1)
+    with _connect(server, v5=True) as sock:
+        for packet_id, topic, reason in ((1, "w/short", 0), (2, UNSTORABLE, 0x90)):
+            sock.sendall(packet(0x32, _utf8(topic) + packet_id.to_bytes(2, "big") + b"\x00b"))
+            kind, body = read(sock)
+            assert (kind, body[2:3] or b"\x00") == (0x40, bytes([reason])), body.hex()  # PUBACK
+
+
 def test_the_longest_retained_topic_that_fits_is_kept_and_one_byte_more_is_refused(
     server: RunningServer,
 ) -> None:
     """The check at PUBLISH and the write at PUBREL agree on the limit, to the byte."""
     room = server.box.topics.topic_room(retain=True)
     with _connect(server, v5=True) as sock:
-        for packet_id, topic, reason in ((1, "l" * room, 0), (2, "l" * (room + 1), 0x80)):
+        for packet_id, topic, reason in ((1, "l" * room, 0), (2, "l" * (room + 1), 0x90)):
             sock.sendall(_publish_qos2_retained(topic, packet_id, v5=True))
             kind, body = read(sock)
             assert (kind, body[2:3] or b"\x00") == (0x50, bytes([reason])), body.hex()  # PUBREC

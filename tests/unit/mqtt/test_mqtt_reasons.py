@@ -16,6 +16,7 @@ from boxmq.errors import (
     BoxMQError,
     InvalidTopic,
     MalformedPacket,
+    MetadataTooLong,
     NotAllowed,
     PacketTooLarge,
     ProtocolViolation,
@@ -58,6 +59,7 @@ R = ReasonCode
         (ResourceConstraint("x"), R.QUOTA_EXCEEDED),
         (BoxMQError("x"), R.UNSPECIFIED_ERROR),
         (InvalidTopic("x"), R.UNSPECIFIED_ERROR),
+        (MetadataTooLong("x"), R.TOPIC_NAME_INVALID),  # a topic too long to store
         (RuntimeError("x"), R.UNSPECIFIED_ERROR),
     ],
     ids=lambda v: type(v).__name__,
