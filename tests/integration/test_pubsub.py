@@ -1451,6 +1451,20 @@ def test_an_unsubscribe_of_many_writes_the_generation_once_and_others_stop_routi
         assert [info.filter for info in box.topics.subscriptions()] == ["kept"]
         assert not os.path.exists(os.path.join(tmp_path, ".deleting"))
 
+        def read_all(root: str) -> object:
+            raise AssertionError("every record read again")
+
+        # Told to the others as any change (over what the file names), but this process
+        # knows which ended: it reads no other record again.
+        more = [f"n/{n}" for n in range(layout.KEPT_CHANGES + 1)]
+        for text in more:
+            box.subscribe(text, "s").close()
+        assert box.topics.has_durable("n/0")
+        box.unsubscribe_many(more, "s")
+        monkeypatch.setattr(layout, "read_records", read_all)
+        assert box.topics.has_durable("kept")
+        assert not box.topics.has_durable("n/0")
+
 
 def test_an_unsubscribe_of_many_killed_at_any_step_leaves_no_route_to_a_folder_gone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -192,7 +192,8 @@ class Routes:
         """`layout.bump_generation` for `paths`, or for any change (None) while a change
         before was left untold by a failed write, which only a later write can tell: the other
         processes read only the folders the generation names. The change as counted and the
-        paths it named (None: any change), None where no count can be trusted. A write that
+        paths this process reads again itself (None: every record), None where no count can
+        be trusted. A write that
         fails leaves this process to read every record at its next look too, whoever called:
         a caller that had to say so itself, and one that did not (`remove_left_behind`),
         routed to a folder it had deleted until the next change (found by stop 45's second
@@ -201,14 +202,17 @@ class Routes:
             with self._lock:
                 untold, self._untold = self._untold, False
             told = None if untold or paths is None else tuple(dict.fromkeys(paths))
-            if told is not None and len(told) > layout.KEPT_CHANGES:
-                told = None  # written as any change (`bump_generation`)
+            # More than the file names are written as any change (`bump_generation`), which
+            # the other processes read as every record; this one, knowing which changed,
+            # reads those alone if it saw every change before (`changed_together`): a full
+            # read here was O(subscriptions on the root) for one UNSUBSCRIBE.
+            written = told if told is not None and len(told) <= layout.KEPT_CHANGES else None
             try:
-                if told is None or len(told) == 1:  # any change, or one: as it always was
-                    one = None if told is None else told[0]
+                if written is None or len(written) == 1:  # any change, or one: as always
+                    one = None if written is None else written[0]
                     counted = layout.bump_generation(self._root, flush=flush, path=one)
                 else:
-                    counted = layout.bump_generation(self._root, flush=flush, paths=told)
+                    counted = layout.bump_generation(self._root, flush=flush, paths=written)
             except OSError:
                 with self._lock:  # `untold` is read by any thread
                     self._untold = True
