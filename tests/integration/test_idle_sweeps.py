@@ -543,3 +543,20 @@ def test_a_subscription_that_ended_leaves_nothing_due_behind_it(
             assert box.unsubscribe(f"brief/{i}", f"brief{i}")
             clock.advance(0.5)
         assert len(box._housekeeping._due) == 0
+
+
+def test_subscriptions_ended_together_leave_nothing_due_behind_them(
+    root: Path, clock: ManualClock
+) -> None:
+    """The same for an MQTT UNSUBSCRIBE of many filters (`unsubscribe_many`, told to the
+    other processes in one write): its folders are deleted after the write, and each is
+    forgotten by the sweep there, as `unsubscribe` forgets it."""
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        box.sweep(full=False)  # the first is a full pass
+        filters = [f"brief/{i}" for i in range(20)]
+        for topic in filters:
+            box.subscribe(topic, "brief", lock_timeout=5).detach()
+            box.publish(topic, b"soon", expires_in=10)
+        assert len(box.sweep(full=False)) == 20
+        assert box.unsubscribe_many(filters, "brief") == [True] * 20
+        assert len(box._housekeeping._due) == 0

@@ -472,6 +472,7 @@ class Topics(Publisher):
                     path,
                     store_failure(error),
                 )
+            self._ended(path)  # as `_remove` tells it (the box's sweep forgets its due time)
         if together.removing and self._spares is not None:
             self._spares.close_gone_soon()
 
