@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -808,6 +809,7 @@ def _published(iq: Iq, node: str, item_id: str) -> str:
 
 
 _BLANKS = " \t\r\n"  # XML's white space, which may surround a form's value
+_XS_INTEGER = re.compile(r"(?P<sign>[+-]?)(?P<digits>[0-9]+)")  # XML Schema 1.0, 3.3.13
 
 
 def _queue_requests(iq: Iq, request: Subscribe) -> int:
@@ -824,9 +826,11 @@ def _queue_requests(iq: Iq, request: Subscribe) -> int:
             payload=f"<pubsub xmlns='{ns.PUBSUB}'><subscribe {at}/><options {at}>{form}</options>"
             "</pubsub>",
         )
-    # Digits 0-9 (xs:integer's): int() also takes "1_0" and other scripts' digits.
-    digits = value.strip(_BLANKS)
-    count = int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 5 else 0
+    # xs:integer's lexical form, blanks around it collapsed: a client may write 10000 as
+    # "010000" or "+10000". Not int(), which also takes "1_0" and other scripts' digits.
+    written = _XS_INTEGER.fullmatch(value.strip(_BLANKS))
+    digits = written["digits"].lstrip("0") if written and written["sign"] != "-" else ""
+    count = int(digits) if 1 <= len(digits) <= 5 else 0  # 0: refused below, as is 10001..99999
     if not 1 <= count <= 10_000:
         raise StanzaError(_INVALID_OPTIONS, f"{QUEUE_REQUESTS} must be 1..10000, not {value!r}")
     return count

@@ -52,8 +52,15 @@ def test_subscribe_with_queue_requests_answers_the_options_in_force(wire: Wire) 
     assert values == [ns.SUBSCRIBE_OPTIONS, "5", "unacknowledged"]
 
 
-# int() would also take "1_0" and other scripts' digits: Arabic-Indic 3, fullwidth 5.
-@pytest.mark.parametrize("value", ["0", "-1", "many", "1_0", "\u0663", "\uff15", "9" * 5000])
+# int() would also take "1_0" and other scripts' digits: Arabic-Indic 3, fullwidth 5. A sign
+# alone, two signs, a blank inside, or 10000 and one written with leading zeros are no count.
+@pytest.mark.parametrize(
+    "value",
+    [
+        *("0", "-1", "-0", "many", "1_0", "\u0663", "\uff15", "9" * 5000, "", "+", "++1"),
+        *("+-1", "- 1", "1 0", "10001", "0010001", "1.0", "1e3", "0x10"),
+    ],
+)
 def test_a_bad_queue_requests_is_refused(wire: Wire, value: str) -> None:
     reply = wire.iq(
         ALICE,
@@ -74,6 +81,26 @@ def test_queue_requests_may_have_blanks_around_its_digits(wire: Wire) -> None:
     assert reply.get("type") == "result"
     values = [v.text for v in reply.iter(ns.tag(ns.DATA, "value"))]
     assert values == [ns.SUBSCRIBE_OPTIONS, "3", "unacknowledged"]
+
+
+# xs:integer's lexical forms, as a client filling in the text-single field may write them:
+# leading zeros (six digits for 10000) and a leading plus sign (XML Schema 1.0, 3.3.13).
+@pytest.mark.parametrize(
+    ("value", "count"),
+    [("010000", "10000"), ("+5", "5"), ("+0010000", "10000"), ("0" * 5000 + "7", "7")],
+)
+def test_queue_requests_may_be_written_as_any_xs_integer(
+    wire: Wire, value: str, count: str
+) -> None:
+    reply = wire.iq(
+        ALICE,
+        f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='alice@localhost'/><options>"
+        f"<x xmlns='jabber:x:data' type='submit'><field var='pubsub#queue_requests'>"
+        f"<value>{value}</value></field></x></options></pubsub>",
+    )
+    assert reply.get("type") == "result"
+    values = [v.text for v in reply.iter(ns.tag(ns.DATA, "value"))]
+    assert values == [ns.SUBSCRIBE_OPTIONS, count, "unacknowledged"]
 
 
 def test_subscribing_someone_else_is_invalid_jid(wire: Wire) -> None:
