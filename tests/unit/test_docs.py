@@ -469,3 +469,28 @@ def test_every_signature_python_md_gives_is_the_codes() -> None:
             elif signature and default is not None and eval(default, namespace) != real.default:
                 wrong.append(f"{owner}.{name}: {parameter}={real.default!r}, not {default}")
     assert wrong == []
+
+
+def test_every_page_names_the_parameters_of_the_calls_it_writes_by_owner() -> None:
+    """A call written on its owner with names for arguments anywhere in docs/ or README.md
+    (`Queue.ack(id, consumer)`, `box.pending(source)`) names parameters the code has: a reader
+    takes them for the keywords. concepts.md and python.md wrote `Queue.ack(id, ...)`, the
+    parameter being `message_id`."""
+    owners = {**_API_OWNERS, **{name: name for name in _API_SECTIONS}}
+    call = re.compile(r"`(\w+)\.(\w+)\(([^`()]*)\)")
+    checked, wrong = 0, []
+    for page in [*sorted(DOCS.glob("*.md")), REPO / "README.md"]:
+        for owner, name, parameters in call.findall(_prose(page).replace("\n", " ")):
+            written = [p for p, _, _ in _documented_parameters(parameters)]
+            if owner not in owners or not written or "..." in parameters:
+                continue
+            if not all(p.isidentifier() for p in written):
+                continue  # an example's arguments: `box.publish(topic, m.body, ...)`
+            home = boxmq if owner == "boxmq" else getattr(boxmq, owners[owner], Subscriber)
+            actual = inspect.signature(getattr(home, name)).parameters
+            checked += 1
+            wrong += [
+                f"{page.name}: {owner}.{name}({parameters})" for p in written if p not in actual
+            ]
+    assert checked > 10
+    assert wrong == []
