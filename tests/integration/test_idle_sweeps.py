@@ -560,3 +560,34 @@ def test_subscriptions_ended_together_leave_nothing_due_behind_them(
         assert len(box.sweep(full=False)) == 20
         assert box.unsubscribe_many(filters, "brief") == [True] * 20
         assert len(box._housekeeping._due) == 0
+
+
+def test_the_due_times_kept_between_full_passes_stay_within_twice_the_subscriptions(
+    root: Path, clock: ManualClock
+) -> None:
+    """Each visit of a subscription pushed its due time on the heap again, the same time or
+    not, and only a time that came or the next full pass took one off: 20 subscribers that
+    receive each second, their copies expiring in an hour, left 420 times for 20
+    subscriptions 20 sweeps after a full pass (up to a minute's sweeps per busy subscription),
+    and each subscription ended here left its time behind too (found measuring the sweeps)."""
+    kept = 20
+    with boxmq.open(root, fsync="never", clock=clock, processed_retention=None) as box:
+        due = box._housekeeping._due
+        readers = [box.subscribe(f"busy/{i}", f"busy{i}", lock_timeout=30) for i in range(kept)]
+        box.sweep(full=False)  # the first is a full pass
+        largest = 0
+        for second in range(int(FULL_SWEEP_EVERY) - 2):
+            for i, reader in enumerate(readers):
+                box.publish(f"busy/{i}", b"x", expires_in=3600)
+                if (message := reader.receive(0)) is not None and second % 2:
+                    message.ack()
+            box.subscribe(f"brief/{second}", "brief", lock_timeout=5).detach()
+            box.publish(f"brief/{second}", b"x", expires_in=3600)
+            assert box.sweep(full=False)  # not a full pass: those are visited each second
+            assert box.unsubscribe(f"brief/{second}", "brief")
+            largest = max(largest, len(due._times))
+            clock.advance(1)
+        assert len(due) == kept
+        assert largest <= 2 * (kept + 1) + 64  # the brief one kept until its end
+        for reader in readers:
+            reader.detach()

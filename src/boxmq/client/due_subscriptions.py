@@ -20,6 +20,9 @@ __all__ = ["DueSubscriptions"]
 # locks in it.
 _Due = tuple[str, float, frozenset[str]]
 
+# Times on the heap past twice the subscriptions kept, before it is made again (`_compact`).
+_STALE_SLACK = 64
+
 
 class DueSubscriptions:
     def __init__(self) -> None:
@@ -29,7 +32,8 @@ class DueSubscriptions:
         # processes hold locks (whose deaths make them due).
         self._times: list[tuple[float, str]] = []
         self._held_by_others: set[str] = set()
-        self._lock = threading.Lock()  # the heap: a sweep of another thread pops too
+        # All three: a sweep of another thread pops the heap, an end drops its subscription.
+        self._lock = threading.Lock()
 
     def renew_in_child(self) -> None:
         """In a forked child (Housekeeping.renew_in_child): its own lock."""
@@ -40,22 +44,36 @@ class DueSubscriptions:
 
     def restart(self) -> None:
         """A full pass visits every subscription: what it finds is all there is."""
-        self._due, self._times, self._held_by_others = {}, [], set()
+        with self._lock:
+            self._due, self._times, self._held_by_others = {}, [], set()
 
     def keep(self, path: str, name: str, due: float, holders: frozenset[str]) -> None:
         """What a visit of the subscription at `path` found due."""
-        self._due[path] = (name, due, holders)
-        if due < math.inf:
-            heapq.heappush(self._times, (due, path))
-        if holders:
-            self._held_by_others.add(path)
-        else:
-            self._held_by_others.discard(path)
+        with self._lock:
+            self._due[path] = (name, due, holders)
+            if due < math.inf:
+                heapq.heappush(self._times, (due, path))
+                if len(self._times) > 2 * len(self._due) + _STALE_SLACK:
+                    self._compact()
+            if holders:
+                self._held_by_others.add(path)
+            else:
+                self._held_by_others.discard(path)
+
+    def _compact(self) -> None:
+        """The heap made again of the times kept: each visit pushes its subscription's time
+        (the same as before, often), and a time replaced since, or of a subscription that
+        ended, stays until it comes or the next full pass. A busy subscription visited each
+        second left a minute's sweeps of times; now the heap holds at most twice the
+        subscriptions' (and a slack), for a rebuild after as many pushes as it keeps."""
+        self._times = [(due, path) for path, (_, due, _) in self._due.items() if due < math.inf]
+        heapq.heapify(self._times)
 
     def drop(self, path: str) -> None:
         """The subscription at `path` is gone (ended here, or found missing by a visit)."""
-        self._due.pop(path, None)
-        self._held_by_others.discard(path)
+        with self._lock:
+            self._due.pop(path, None)
+            self._held_by_others.discard(path)
 
     def get(self, path: str) -> _Due | None:
         return self._due.get(path)
@@ -68,9 +86,9 @@ class DueSubscriptions:
         """Those whose time came by `now` (taken off the heap), and those where other
         processes hold locks: the caller asks whether their holders died."""
         maybe = set()
-        times = self._times
         with self._lock:
+            times = self._times  # in the lock: a keep may make it again
             while times and times[0][0] <= now:
                 maybe.add(heapq.heappop(times)[1])
-        maybe.update(self._held_by_others)
+            maybe.update(self._held_by_others)
         return maybe
