@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -591,3 +591,51 @@ def test_the_due_times_kept_between_full_passes_stay_within_twice_the_subscripti
         assert largest <= 2 * (kept + 1) + 64  # the brief one kept until its end
         for reader in readers:
             reader.detach()
+
+
+def test_what_sweeps_keep_of_ended_subscriptions_and_deleted_queues_lasts_a_full_pass(
+    root: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between full passes a sweep keeps, by path, when a target/ is next looked through for
+    expirations (`_next_expiry`), the quiet queues (`_quiet`) and the due subscriptions
+    (`_due`), and an end or delete meanwhile leaves its entry (`_due`'s too, when the end
+    came during its subscription's visit on a sweep's thread). None grows past a full pass,
+    which makes each of them again of what it visited: a subscription and a queue made,
+    visited and gone each second keep a full pass's worth at most (two entries a second)."""
+    monkeypatch.setattr(layout, "SETTLED", -1.0)  # folders are quiet at once: `_quiet` fills
+
+    def ending_meanwhile(dropbox: Dropbox, **options: Any) -> sweeps.SweepReport:
+        report = sweeps.sweep(dropbox, **options)
+        if os.path.basename(dropbox.path) == "client.ending":  # ends as its visit finishes
+            assert box.unsubscribe("ending/1", "ending")
+        return report
+
+    monkeypatch.setattr(housekeeping, "sweep", ending_meanwhile)
+    with boxmq.open(root, fsync="never", clock=clock, processed_retention=None) as box:
+        kept = box._housekeeping
+        box.sweep(full=False)  # the first is a full pass
+        box.subscribe("ending/1", "ending", lock_timeout=5).detach()
+        box.publish("ending/1", b"x")
+        clock.advance(FULL_SWEEP_EVERY)
+        box.sweep(full=False)  # a full pass, which visits it as it ends
+        assert len(kept._due) == 1  # back, after the end dropped it
+        largest = [0, 0, 0]
+        for second in range(3 * int(FULL_SWEEP_EVERY)):
+            box.subscribe(f"brief/{second}", "brief", lock_timeout=5).detach()
+            box.publish(f"brief/{second}", b"x", expires_in=3600)
+            queue = box.queue(f"q{second}")
+            queue.put(b"m", expires_in=3600)
+            box.sweep(full=False)
+            assert box.unsubscribe(f"brief/{second}", "brief")
+            box.delete_queue(f"q{second}")
+            box.sweep(full=False)
+            expiries, quiet, due = len(kept._next_expiry), len(kept._quiet), len(kept._due)
+            largest = [max(pair) for pair in zip(largest, (expiries, quiet, due), strict=True)]
+            clock.advance(1)
+            if second and second % int(FULL_SWEEP_EVERY) == 0:  # its first sweep: a full pass
+                assert expiries <= 2  # this second's queue and subscription
+                assert quiet <= 1
+                assert due == 0  # the one back after its end too
+        assert 0 < largest[0] <= 2 * (FULL_SWEEP_EVERY + 1)  # a queue and a subscription a second
+        assert 0 < largest[1] <= FULL_SWEEP_EVERY + 1  # the queues
+        assert largest[2] == 1  # the one back after its end, until the full pass
