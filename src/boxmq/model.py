@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from enum import Enum
 from typing import Any, NewType, TypeVar, cast
 
 from boxmq.errors import InvalidArgument, InvalidName
+from boxmq.java_floats import double_text, fits_float32, float_text
 
 __all__ = [
     "DEFAULT_PRIORITY",
@@ -333,17 +333,13 @@ def timestamp_of(message_id: str) -> int | None:
 
 
 def property_text(value: PropertyValue) -> str:
-    """A property value as text, in Java's spelling (`true`, `3`, `0.5`, `NaN`, `Infinity`):
+    """A property value as text, in Java's spelling (`true`, `3`, `0.5`, `1.0E20`, `NaN`):
     the Spark source's `properties` map, and the User Property value an MQTT v5 subscriber
     gets for a property of a message that was not published over MQTT v5."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return repr(value)
+        return double_text(value)
     return str(value)
 
 
@@ -391,6 +387,11 @@ def _property(name: object, value: PropertyValue | Property) -> Property:
         # and an int past any double too, by the encoder (store/names.py).
         with contextlib.suppress(OverflowError):
             given = float(given)
+    if value.type is PropertyType.FLOAT and type(given) is float and fits_float32(given):
+        # The value the name holds, Float.toString's as Java writes it (0.123456789 is
+        # 0.12345679, 68268928.0 is 6.826893E7): a consumer of this process is handed what
+        # one of another process reads. One past a Java float is refused by the encoder.
+        given = float(float_text(given))
     return Property(name, value.type, given)
 
 

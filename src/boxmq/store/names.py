@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 from boxmq.errors import InvalidArgument, InvalidName, MalformedName, MetadataTooLong
+from boxmq.java_floats import double_text, fits_float32, float_text
 from boxmq.model import (
     DEFAULT_PRIORITY,
     ConsumerId,
@@ -92,7 +93,6 @@ _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,5})
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _SPECIAL_FLOATS |= {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # Python's spelling
 _BITS = {PropertyType.BYTE: 8, PropertyType.SHORT: 16, PropertyType.INT: 32, PropertyType.LONG: 64}
-_FLOAT32_MAX = 3.4028234663852886e38  # Java Float.MAX_VALUE
 _INT32 = (-(2**31), 2**31 - 1)
 _LONG_MAX = 2**63 - 1
 
@@ -155,14 +155,6 @@ def _int_bounds(kind: PropertyType) -> tuple[int, int]:
     return -half, half - 1
 
 
-def _float_text(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"  # Java's spelling, for DropboxMQ
-    return repr(value)  # the shortest text that reads back as the same double
-
-
 def _value_text(prop: Property) -> str:
     value, kind = prop.value, prop.type
     bad = f"property {prop.name!r} of type {kind.name}: {value!r}"
@@ -181,7 +173,9 @@ def _value_text(prop: Property) -> str:
         if not isinstance(value, int) or not low <= value <= high:
             raise InvalidArgument(f"{bad} is not an int in [{low}, {high}]")
         return str(value)
-    return _float_text(_as_float(value, kind, bad))
+    # Java's spelling (`1.0E20`, not `1e+20`), so that DropboxMQ reads the value back.
+    number = _as_float(value, kind, bad)
+    return float_text(number) if kind is PropertyType.FLOAT else double_text(number)
 
 
 def _as_float(value: int | float, kind: PropertyType, bad: str) -> float:
@@ -190,7 +184,7 @@ def _as_float(value: int | float, kind: PropertyType, bad: str) -> float:
         number = float(value)
     except OverflowError:
         raise InvalidArgument(f"{bad} does not fit a double") from None
-    if kind is PropertyType.FLOAT and math.isfinite(number) and abs(number) > _FLOAT32_MAX:
+    if kind is PropertyType.FLOAT and math.isfinite(number) and not fits_float32(number):
         raise InvalidArgument(f"{bad} does not fit a Java float")
     return number
 
