@@ -9,6 +9,7 @@ from typing import Final
 
 from boxmq.core.durations import LONGEST, written_seconds
 from boxmq.errors import InvalidArgument
+from boxmq.java_floats import fits_float32
 from boxmq.model import Property, PropertyType
 
 __all__ = [
@@ -148,12 +149,13 @@ def _real(ptype: PropertyType, value: str, text: str) -> float:
     too_big = math.isinf(number) and written not in ("inf", "infinity")
     # A float is a Java float (32 bits): past its largest, the put refused it, but only once
     # the root was made and as an error of the run (exit 1), not a usage error as for a double.
-    if too_big or (ptype is PropertyType.FLOAT and _FLOAT_MAX < abs(number) < math.inf):
+    # Float.MAX_VALUE's own text, 3.4028235e38, is a little over it as a double: fits_float32
+    # rounds as Java does, as the put's encoder (store/names.py) takes it.
+    if too_big or (
+        ptype is PropertyType.FLOAT and math.isfinite(number) and not fits_float32(number)
+    ):
         raise InvalidArgument(f"{value} does not fit a {ptype.name.lower()} in property {text!r}")
     return number
-
-
-_FLOAT_MAX: Final = 3.4028234663852886e38  # Java's Float.MAX_VALUE, as store/names.py takes it
 
 
 def _typed_value(ptype: PropertyType, value: str, text: str) -> bool | int | float | str:

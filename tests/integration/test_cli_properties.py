@@ -49,7 +49,9 @@ def test_a_value_too_big_for_its_type_is_a_usage_error(
     assert not root.exists()
 
 
-@pytest.mark.parametrize("written", ["f:float=3.4028234e38", "f:float=-3.4e38", "f:float=inf"])
+@pytest.mark.parametrize(
+    "written", ["f:float=3.4028234e38", "f:float=3.4028235e38", "f:float=-3.4e38", "f:float=inf"]
+)
 def test_a_float_within_its_range_is_sent(tmp_path: Path, written: str) -> None:
     done = subprocess.run(
         [
