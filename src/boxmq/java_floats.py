@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import math
 import struct
-from fractions import Fraction
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 __all__ = ["double_text", "fits_float32", "float_text", "to_float32"]
 
@@ -130,6 +133,8 @@ def _reads_as32(digits: int, scale: int, value: float) -> bool:
         bits = _bits32(near)
         other = _float32(bits + 1 if number > near else bits - 1)
         if (near + other) / 2 == number:  # exact: two floats' sum has room in a double
+            from fractions import Fraction  # here alone: 2 ms of every boxmq import
+
             low, high, even = _interval32(value)
             decimal = Fraction(digits) * Fraction(10) ** scale
             return low < decimal < high or (even and decimal in (low, high))
@@ -145,6 +150,8 @@ def _normal(digits: str, scale: int) -> tuple[str, int]:
 def _interval32(value: float) -> tuple[Fraction, Fraction, bool]:
     """The numbers that round to the positive float32 `value`: between the midpoints to
     its neighbours, the midpoints included when its significand is even (ties to even)."""
+    from fractions import Fraction
+
     bits = _bits32(value)
     below, above = _float32(bits - 1), _float32(bits + 1)  # 0.0 below the least
     exact = Fraction(value)
