@@ -5,6 +5,7 @@ every text Java or an older boxmq wrote reads back as its value."""
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import struct
 import subprocess
@@ -142,8 +143,11 @@ public class Spell {
 """
 
 
-@pytest.mark.skipif(shutil.which("javac") is None, reason="no javac on PATH")
 def test_java_reads_what_boxmq_writes_and_writes_what_boxmq_does(tmp_path: Path) -> None:
+    if shutil.which("javac") is None:  # the JDK Spark runs on brings it
+        if os.environ.get("CI"):
+            pytest.fail("no javac on PATH (CI has the JDK the Spark tests run on)")
+        pytest.skip("no javac on PATH")
     values = [value for value, _ in DOUBLES + FLOATS]
     values += [1.5e300, 3.0e-310, 7.0e-4, 1.0e-3, 9999999.5, 1e7 + 1, 0.3, 2.0 / 3, math.pi]
     (tmp_path / "Spell.java").write_text(_JAVA)
