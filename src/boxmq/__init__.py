@@ -7,33 +7,35 @@ box.queue("jobs").put(b"payload")
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
 
-from boxmq.client import Box, Consumer, Message, Outgoing, Peeked, Queue, QueueCounts, open
-from boxmq.clock import Clock, ManualClock, SystemClock
-from boxmq.errors import (
-    BoxMQError,
-    Closed,
-    Conflict,
-    Forbidden,
-    InvalidArgument,
-    InvalidName,
-    InvalidTopic,
-    ItemNotFound,
-    LockError,
-    MalformedName,
-    MessageTooLarge,
-    MetadataTooLong,
-    NotAllowed,
-    QueueNotFound,
-    ResourceConstraint,
-    UnexpectedRequest,
-)
-from boxmq.model import Envelope, MessageClass, Property, PropertyType
-from boxmq.store.layout import State
-
+# typing.TYPE_CHECKING without typing, which loads re and enum: a Ctrl-C in the ~10 ms those
+# take was a traceback too (mypy knows the name and takes it as true).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from boxmq.client import Box, Consumer, Message, Outgoing, Peeked, Queue, QueueCounts, open
     from boxmq.client.subscriber import Subscriber
+    from boxmq.clock import Clock, ManualClock, SystemClock
+    from boxmq.errors import (
+        BoxMQError,
+        Closed,
+        Conflict,
+        Forbidden,
+        InvalidArgument,
+        InvalidName,
+        InvalidTopic,
+        ItemNotFound,
+        LockError,
+        MalformedName,
+        MessageTooLarge,
+        MetadataTooLong,
+        NotAllowed,
+        QueueNotFound,
+        ResourceConstraint,
+        UnexpectedRequest,
+    )
+    from boxmq.model import Envelope, MessageClass, Property, PropertyType
+    from boxmq.store.layout import State
 
 __version__ = "0.1.0"
 
@@ -74,11 +76,49 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """`boxmq.Subscriber`, imported when first asked for: its module (publish/subscribe) is a
-    twentieth of what `import boxmq` costs, and putting to a queue never needs it (PEP 562)."""
-    if name == "Subscriber":
-        from boxmq.client.subscriber import Subscriber
+# Where each name of the API lives, imported when first asked for (PEP 562). `import boxmq`
+# itself loads nothing: the `boxmq` command's entry point (boxmq/__main__.py) is inside this
+# package, and a Ctrl-C while the client loaded here, before that entry point's try began, was
+# a KeyboardInterrupt traceback. Publish/subscribe's Subscriber is a twentieth of what the
+# client costs, and putting to a queue never needs it.
+_HOMES = {
+    **dict.fromkeys(
+        ("Box", "Consumer", "Message", "Outgoing", "Peeked", "Queue", "QueueCounts", "open"),
+        "boxmq.client",
+    ),
+    "Subscriber": "boxmq.client.subscriber",
+    **dict.fromkeys(("Clock", "ManualClock", "SystemClock"), "boxmq.clock"),
+    **dict.fromkeys(
+        (
+            "BoxMQError",
+            "Closed",
+            "Conflict",
+            "Forbidden",
+            "InvalidArgument",
+            "InvalidName",
+            "InvalidTopic",
+            "ItemNotFound",
+            "LockError",
+            "MalformedName",
+            "MessageTooLarge",
+            "MetadataTooLong",
+            "NotAllowed",
+            "QueueNotFound",
+            "ResourceConstraint",
+            "UnexpectedRequest",
+        ),
+        "boxmq.errors",
+    ),
+    **dict.fromkeys(("Envelope", "MessageClass", "Property", "PropertyType"), "boxmq.model"),
+    "State": "boxmq.store.layout",
+}
 
-        return Subscriber
-    raise AttributeError(f"module 'boxmq' has no attribute {name!r}")
+
+def __getattr__(name: str) -> object:
+    """`boxmq.Box`, `from boxmq import Queue`: the name's module, imported when first asked for."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'boxmq' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # asked once: the next look-up finds it without this call
+    return value
