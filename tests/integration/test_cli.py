@@ -2305,3 +2305,19 @@ def test_a_kept_subscription_whose_record_was_edited_to_no_local_0_is_written_ag
     done = boxmq_cli(root, "subscribe", "news/#", "--name", "reader", "--idle", "0")
     assert done.returncode == 0, done.stderr
     assert json.loads(record.read_text())["no_local"] is False
+
+
+def test_ls_counts_a_lock_whose_deadline_passed_as_ready_as_peek_says_it_ended(root: Path) -> None:
+    """Nobody holds it (a get takes it next, a delete does not count it): LOCKED said a
+    consumer still did, until a get or a sweep moved it back to target/."""
+    with boxmq.open(root) as box:
+        box.queue("jobs").put_many([b"held", b"ended"])
+    now_ms = int(time.time() * 1000)
+    deadlines = [now_ms + 600_000, now_ms - 1000]
+    for name, deadline in zip(sorted(os.listdir(root / "jobs" / "target")), deadlines, strict=True):
+        locked = locked_name(name, Lock(ConsumerId("worker"), deadline, ""))
+        os.rename(root / "jobs" / "target" / name, root / "jobs" / "processing" / locked)
+    listed = json.loads(ok(root, "ls", "--json"))["queues"]
+    assert [(q["queue"], q["ready"], q["locked"]) for q in listed] == [("jobs", 1, 1)]
+    assert sorted(os.listdir(root / "jobs" / "processing")) != []  # ls only reads
+    assert ok(root, "peek", "jobs", "--state", "processing").count("(ended)") == 1

@@ -408,7 +408,7 @@ class Box:
                 dropbox = Dropbox(path, self._committer, create=False, complete=False)
             except QueueNotFound:
                 continue  # deleted right now
-            counts[name] = counts_of(dropbox)
+            counts[name] = counts_of(dropbox, self._clock.now())
         return counts
 
     def delete_queue(self, name: str, *, counted: list[QueueCounts] | None = None) -> bool:

@@ -626,11 +626,19 @@ def state_of(value: State | str) -> State:
         raise InvalidArgument(f"no state {value!r}: use one of {names}") from None
 
 
-def counts_of(box: Dropbox) -> QueueCounts:
-    """How many files each state folder of a queue or subscription holds."""
+def counts_of(box: Dropbox, now: float | None = None) -> QueueCounts:
+    """How many files each state folder of a queue or subscription holds. Given `now` (epoch
+    s), a lock whose deadline passed counts as ready, not locked: nobody holds it, the next get
+    takes it (moving it back to target/ first), and peek shows it "(ended)"."""
+    now_ms = -math.inf if now is None else now * 1000
+    locked = ended = 0
+    for entry in box.scan(State.PROCESSING):  # one scan: a get meanwhile moves a file of it
+        locked += 1
+        lock = split_lock(entry.name)[1]
+        ended += lock is not None and lock.deadline_ms <= now_ms
     return QueueCounts(
-        ready=box.count(State.TARGET),
-        locked=box.count(State.PROCESSING),
+        ready=box.count(State.TARGET) + ended,
+        locked=locked - ended,
         done=box.count(State.PROCESSED),
         dead=box.count(State.ERROR, strays=True),
         expired=box.count(State.EXPIRED),
