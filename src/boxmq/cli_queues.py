@@ -15,7 +15,7 @@ from boxmq import cli_output as output
 from boxmq.client import Box, Peeked, QueueCounts
 from boxmq.client.lifecycle import shown
 from boxmq.errors import Conflict, QueueNotFound
-from boxmq.store.layout import State
+from boxmq.store.layout import State, broken_target, queue_path
 from boxmq.store.names import GET_TOKEN
 from boxmq.store.process import process_alive, token_pid
 
@@ -135,6 +135,8 @@ def delete(args: argparse.Namespace, box: Box) -> int:
     try:
         queue = box.queue(args.queue, create=False)  # none: `no queue`, and nothing deleted
     except QueueNotFound as error:
+        if broken_target(queue_path(box.root, args.queue)) is not None:
+            return _delete(args, box)  # its locks cannot be read: target/ is not a folder
         if (ends := _unsubscribe_line(box, args.queue)) is None:
             raise
         raise QueueNotFound(
@@ -152,6 +154,10 @@ def delete(args: argparse.Namespace, box: Box) -> int:
             f"{args.queue}: {len(locks)} message(s) locked{_held_by(locks)}; "
             "or --force deletes those with the rest"
         )
+    return _delete(args, box)
+
+
+def _delete(args: argparse.Namespace, box: Box) -> int:
     deleted: list[QueueCounts] = []
     if not box.delete_queue(args.queue, counted=deleted):  # another process deleted it first
         raise QueueNotFound(f"no queue {args.queue!r}: another process deleted it meanwhile")

@@ -64,3 +64,25 @@ def test_delete_of_a_subscription_says_how_to_end_it(root: Path, name: str, ends
     assert line.startswith(f"boxmq delete: no queue {name!r} under {root}"), line
     assert line.endswith(f"; {name!r} is a subscription, not a queue: {ends}"), line
     assert name in json.loads(ok(root, "--json", "ls"))["subscriptions"][0]["subscription"]
+
+
+def test_a_queue_whose_target_is_a_file_is_said_broken_and_delete_removes_it(root: Path) -> None:
+    """get, peek and delete said `no queue 'q1'` of a queue whose target/ was a file (an
+    editor's save, a script's `>`), and delete could not remove it: the user is told which
+    path is wrong and what it must be, and delete removes that queue alone."""
+    ok(root, "put", "q1", "hi")
+    target = root / "q1" / "target"
+    for name in os.listdir(target):
+        os.remove(target / name)
+    target.rmdir()
+    target.write_text("not a folder")
+    ok(root, "put", "q2", "kept")
+    for command in (["get", "q1"], ["peek", "q1"]):
+        done = boxmq_cli(root, *command)
+        assert done.returncode == 1, command
+        assert f"{target} is a file, not a folder" in done.stderr, command
+        assert "`boxmq delete q1` deletes the queue" in done.stderr, command
+    assert target.read_text() == "not a folder"  # told, never touched
+    assert ok(root, "delete", "q1").startswith("q1: deleted")
+    assert not (root / "q1").exists()
+    assert ok(root, "get", "q2").endswith("kept")  # another queue's files are left alone

@@ -47,6 +47,8 @@ from boxmq.model import ConsumerId, MessageId, Property, PropertyValue
 from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import (
+    State,
+    broken_target,
     dropbox_folders,
     in_the_way,
     is_dropbox,
@@ -215,6 +217,14 @@ class Box:
     def _missing(self, name: str, path: str) -> str:
         """Why `name` is no queue; for a folder made by hand under the name unescaped (listed
         by `boxmq ls`), how to reach it."""
+        if (target := broken_target(path)) is not None:
+            # Its folder is there, target/ replaced by a file (a script's `>`, an editor's
+            # save): "no queue" sent the user looking for a queue that is there.
+            return (
+                f"queue {name!r} is broken: {target} is a file, not a folder (every queue "
+                "has one, for its ready messages); move that file away and make the folder "
+                f"(docs/file-format.md), or `boxmq delete {name}` deletes the queue"
+            )
         unescaped = os.path.join(self.root, name)
         if os.sep not in name and name not in (".", "..") and is_dropbox(unescaped):
             return (
@@ -426,9 +436,14 @@ class Box:
         self._forget_live(path)
 
         def count(moved: str) -> None:
-            if counted is not None:
+            if counted is None:
+                return
+            try:
                 taken = Dropbox(moved, self._committer, create=False, complete=False)
-                counted.append(counts_of(taken))
+            except QueueNotFound:  # a broken one (target/ a file): what its other folders held
+                counted.append(_counts_by_hand(moved))
+                return
+            counted.append(counts_of(taken))
 
         removed = remove_dropbox(self.root, path, taken=count)
         if removed and self._spares is not None:
@@ -727,3 +742,23 @@ def dispatch_named(name: str) -> Dispatch:
     except (ValueError, AttributeError, TypeError):  # TypeError: bytes' replace of a str
         names = ", ".join(d.value for d in Dispatch)
         raise InvalidArgument(f"dispatch {name!r}: choose one of {names}") from None
+
+
+def _counts_by_hand(path: str) -> QueueCounts:
+    """The files in each folder of a dropbox whose target/ is no folder (Dropbox refuses it),
+    for the count of its delete: none ready, since target/ held none."""
+
+    def files(state: State) -> int:
+        try:
+            return len(os.listdir(os.path.join(path, state.value)))
+        except (FileNotFoundError, NotADirectoryError):
+            return 0
+
+    return QueueCounts(
+        ready=0,
+        locked=files(State.PROCESSING),
+        done=files(State.PROCESSED),
+        dead=files(State.ERROR),
+        expired=files(State.EXPIRED),
+        uncommitted=files(State.WORKING),
+    )

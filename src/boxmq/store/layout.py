@@ -84,6 +84,15 @@ def no_dropbox(path: str) -> bool:
         return True
 
 
+def broken_target(path: str) -> str | None:
+    """The path of the target/ of the dropbox at `path` when it is there but no folder (a
+    script's `>`, an editor's save): the queue is there, broken; None otherwise."""
+    target = os.path.join(path, State.TARGET.value)
+    if os.path.isdir(path) and os.path.lexists(target) and not os.path.isdir(target):
+        return target
+    return None
+
+
 def in_the_way(path: str) -> str | None:
     """What stands where `path` (absolute) or a folder above it must be a folder: the topmost
     of them that exists and is none (a file, a link to no folder); None if none does."""
@@ -106,7 +115,7 @@ def remove_dropbox(root: str, path: str, *, taken: Callable[[str], None] | None 
     or the next sweep (`clear_deleting`). `taken`, when given, is called with the folder's
     path in `.deleting/` before it is deleted there: what it holds then is what is deleted
     (no process can move a message into it once it has left its path)."""
-    if no_dropbox(path):
+    if no_dropbox(path) and broken_target(path) is None:  # a broken one is deleted too
         return False
     return remove_folder(root, path, taken=taken)
 
