@@ -89,6 +89,19 @@ def test_import_boxmq_loads_none_of_the_brokers_modules() -> None:
     assert _heavy(_imported("-c", "import boxmq")) == []
 
 
+def test_dir_of_boxmq_lists_every_name_of_the_api_before_any_is_loaded() -> None:
+    """`import boxmq` loads its names when first asked for (PEP 562); dir() listed only those
+    asked for so far, so python.md's signature check, run alone, found no `State`."""
+    listed = subprocess.run(
+        [sys.executable, "-c", "import boxmq; print(sorted(set(boxmq.__all__) - set(dir(boxmq))))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert listed.stdout.strip() == "[]"
+
+
 def test_serve_and_publish_load_them_which_the_check_would_see(cli: list[str]) -> None:
     # Guard against a check that passes because it could never see these modules.
     modules = _imported("-c", "import boxmq.cli_serve, boxmq.runtime")
