@@ -191,9 +191,11 @@ class QueueService:
         """XEP-0254 §4: unavailable presence (or a bounce): unlock all it held, unsubscribe."""
         for key in [key for key in self._given_back if key[0] == jid]:
             del self._given_back[key]
-        for subscription in self._subscriptions.of_jid(jid):
-            self._touched.add(subscription.node)
-            self._end(subscription)
+        # Its topic nodes' ends told to the other processes once, not once per node.
+        with self._box.topics.ending_together():
+            for subscription in self._subscriptions.of_jid(jid):
+                self._touched.add(subscription.node)
+                self._end(subscription)
 
     def _delivered(self, subscription: Subscription, message: Message) -> None:
         """A message the subscription's consumer locked for it: notify (XEP-0254 §2.2)."""
@@ -313,10 +315,11 @@ class QueueService:
         its notice was written, so that a stream dropped while stopping leaves it for the
         next start to tell; deleted at once, that subscriber was never told."""
         self._closed = True
-        for subscription in self._subscriptions.all():
-            self._drop(subscription, forget=False)
-            if heard:
-                self._forget_once_told(subscription.jid, subscription.node, once_written)
+        with self._box.topics.ending_together():  # told to the other processes once
+            for subscription in self._subscriptions.all():
+                self._drop(subscription, forget=False)
+                if heard:
+                    self._forget_once_told(subscription.jid, subscription.node, once_written)
 
     def tell_left_over(
         self, once_written: Callable[[Callable[[], None]], None] | None = None

@@ -1,0 +1,64 @@
+"""A subscriber of many topic nodes that goes unavailable, and the component's stop, tell
+the other processes on the root once (one write of the subscriptions' generation), not once
+per node, as the MQTT door's UNSUBSCRIBE of many filters does (Topics.ending_together). The
+other processes still stop routing to every node ended."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.unit.xmpp.wire import ALICE, BOB, Wire
+
+import boxmq
+from boxmq.store import topics as layout
+
+NODES = [f"sensors/{n}" for n in range(12)]
+
+
+@pytest.fixture
+def writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The generation's writes from now on, each as the number of changes it told."""
+    told: list[int] = []
+    real = layout.bump_generation
+
+    def counted(root: str, **kwargs: object) -> layout.Counted | None:
+        result = real(root, **kwargs)  # type: ignore[arg-type]
+        told.append(getattr(result, "changes", 1))  # None: a change told as any
+        return result
+
+    monkeypatch.setattr(layout, "bump_generation", counted)
+    return told
+
+
+def _subscribed(wire: Wire, jid: str) -> None:
+    for node in NODES:
+        assert wire.subscribe(jid, 5, node=node).get("type") == "result"
+
+
+def test_an_unavailable_subscriber_of_many_topic_nodes_writes_the_generation_once(
+    box: boxmq.Box, root: Path, writes: list[int]
+) -> None:
+    wire = Wire(box)
+    _subscribed(wire, ALICE)
+    assert wire.subscribe(BOB, 5, node="kept").get("type") == "result"
+    with boxmq.open(root, fsync="never") as other:  # another process on the root
+        assert all(other.topics.has_durable(node) for node in NODES)
+        writes.clear()
+        wire.service.gone(ALICE)
+        assert writes == [len(NODES)]  # one write, naming each node's share group
+        assert not any(other.topics.has_durable(node) for node in NODES)
+        assert other.topics.has_durable("kept")
+    wire.service.close()
+
+
+def test_the_stop_of_the_component_writes_the_generation_once(
+    box: boxmq.Box, root: Path, writes: list[int]
+) -> None:
+    wire = Wire(box)
+    _subscribed(wire, ALICE)
+    with boxmq.open(root, fsync="never") as other:
+        writes.clear()
+        wire.service.close()
+        assert writes == [len(NODES)]
+        assert not any(other.topics.has_durable(node) for node in NODES)
