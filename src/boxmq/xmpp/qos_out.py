@@ -27,6 +27,7 @@ from xml.etree.ElementTree import Element
 
 from boxmq.errors import InvalidArgument
 from boxmq.xmpp import ns, render
+from boxmq.xmpp.requests import without_blanks
 
 __all__ = ["Level", "ReliableSender"]
 
@@ -39,7 +40,7 @@ class Level(Enum):
     @classmethod
     def parse(cls, text: str) -> Level:
         try:
-            return cls(text.strip().lower())
+            return cls(without_blanks(text).lower())  # XML's blanks, as queue_requests
         except ValueError:
             names = ", ".join(level.value for level in cls)
             raise InvalidArgument(f"QoS level {text!r}: choose one of {names}") from None

@@ -36,6 +36,7 @@ __all__ = [
     "bare",
     "parse_iq",
     "parse_request",
+    "without_blanks",
 ]
 
 
@@ -181,6 +182,16 @@ _QUEUE_UNLOCK = ns.tag(ns.QUEUEING, "unlock")
 _QUEUE_UNLOCK_TYPO = ns.tag(ns.QUEUEING_TYPO, "unlock")
 
 
+_XML_BLANKS: Final = " \t\r\n"  # XML's white space (XML 1.0, production 3: S)
+
+
+def without_blanks(value: str) -> str:
+    """A form field's value without the XML blanks around it, as XML Schema's whiteSpace
+    collapse takes them: not `str.strip()`, which also takes a no-break space, an em space or
+    NEL (U+0085), none of which a field's integer or word may be written with."""
+    return value.strip(_XML_BLANKS)
+
+
 def bare(jid: str) -> str:
     """`user@host/resource` -> `user@host`."""
     return jid.split("/", 1)[0]
@@ -307,7 +318,7 @@ def _options(pubsub: Element) -> dict[str, str] | None:
         var = field.get("var")
         value = field.find(ns.tag(ns.DATA, "value"))
         if var and value is not None:
-            values[var] = (value.text or "").strip()
+            values[var] = without_blanks(value.text or "")
     return values
 
 

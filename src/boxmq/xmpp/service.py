@@ -69,6 +69,7 @@ from boxmq.xmpp.requests import (
     bare,
     parse_iq,
     parse_request,
+    without_blanks,
 )
 from boxmq.xmpp.settings import ENVELOPE, STANZA_SIZE_LIMIT, stanza_size_refusal
 from boxmq.xmpp.subscriptions import Subscription, Subscriptions, consumer_name
@@ -811,7 +812,6 @@ def _published(iq: Iq, node: str, item_id: str) -> str:
     )
 
 
-_BLANKS = " \t\r\n"  # XML's white space, which may surround a form's value
 _XS_INTEGER = re.compile(r"(?P<sign>[+-]?)(?P<digits>[0-9]+)")  # XML Schema 1.0, 3.3.13
 
 
@@ -831,7 +831,7 @@ def _queue_requests(iq: Iq, request: Subscribe) -> int:
         )
     # xs:integer's lexical form, blanks around it collapsed: a client may write 10000 as
     # "010000" or "+10000". Not int(), which also takes "1_0" and other scripts' digits.
-    written = _XS_INTEGER.fullmatch(value.strip(_BLANKS))
+    written = _XS_INTEGER.fullmatch(without_blanks(value))
     digits = written["digits"].lstrip("0") if written and written["sign"] != "-" else ""
     count = int(digits) if 1 <= len(digits) <= 5 else 0  # 0: refused below, as is 10001..99999
     if not 1 <= count <= 10_000:

@@ -115,6 +115,22 @@ def test_an_unknown_level_is_bad_request(wire: Wire) -> None:
     assert condition(_subscribe(wire, ALICE, "twice")) == ("modify", "bad-request")
 
 
+# A form's value may be surrounded by XML's blanks (space, tab, CR, LF), as pubsub#queue_requests
+# may: no other white space, so that the two fields of one form are read by one rule.
+@pytest.mark.parametrize("written", [" assured", "assured\n", "\t\r\nAssured  "])
+def test_a_level_may_be_surrounded_by_xml_blanks(written: str) -> None:
+    assert Level.parse(written) is Level.ASSURED
+
+
+@pytest.mark.parametrize(
+    "written", ["\u00a0assured", "assured\u2003", "\u3000assured", "\x85assured"]
+)
+def test_a_level_surrounded_by_other_white_space_is_refused(wire: Wire, written: str) -> None:
+    with pytest.raises(boxmq.InvalidArgument, match="QoS level"):
+        Level.parse(written)
+    assert condition(_subscribe(wire, ALICE, written)) == ("modify", "bad-request")
+
+
 def test_unacknowledged_sends_the_message_itself() -> None:
     sent: list[str] = []
     sender = ReliableSender(sender=SERVICE, send=sent.append)

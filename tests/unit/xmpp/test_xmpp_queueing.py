@@ -103,6 +103,27 @@ def test_queue_requests_may_be_written_as_any_xs_integer(
     assert values == [ns.SUBSCRIBE_OPTIONS, count, "unacknowledged"]
 
 
+# XML's blanks (space, tab, CR, LF) around the value are taken, as for the boxmq#qos field;
+# no other white space (a no-break space, an em space), which xs:integer does not allow.
+@pytest.mark.parametrize(
+    ("value", "taken"),
+    [(" 7", True), ("7\t\r\n", True), ("\u00a07", False), ("7\u2003", False), ("\x857", False)],
+)
+def test_queue_requests_may_be_surrounded_by_xml_blanks_only(
+    wire: Wire, value: str, taken: bool
+) -> None:
+    reply = wire.iq(
+        ALICE,
+        f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='alice@localhost'/><options>"
+        f"<x xmlns='jabber:x:data' type='submit'><field var='pubsub#queue_requests'>"
+        f"<value>{value}</value></field></x></options></pubsub>",
+    )
+    if taken:
+        assert reply.get("type") == "result"
+    else:
+        assert condition(reply) == ("modify", "bad-request")
+
+
 def test_subscribing_someone_else_is_invalid_jid(wire: Wire) -> None:
     reply = wire.iq(
         ALICE, f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='bob@localhost'/></pubsub>"
