@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from boxmq.client.lifecycle import shown
+from boxmq.model import PropertyValue, property_text
 
 if TYPE_CHECKING:
     import argparse
@@ -170,9 +171,11 @@ def said_by(args: argparse.Namespace) -> str:
     return f"boxmq {args.name}"
 
 
-def listed(properties: Mapping[str, object]) -> str:
-    """Properties as NAME=VALUE,... for a person to read; bytes that are not UTF-8 as \\xNN."""
-    return shown(",".join(f"{name}={value}" for name, value in properties.items()))
+def listed(properties: Mapping[str, PropertyValue]) -> str:
+    """Properties as NAME=VALUE,... for a person to read; bytes that are not UTF-8 as \\xNN.
+    Values in Java's spelling (`1.0E20`, `true`, `NaN`), as the file name, the Spark source
+    and an MQTT v5 User Property give them: Python's (`1e+20`, `True`) read as another value."""
+    return shown(",".join(f"{name}={property_text(value)}" for name, value in properties.items()))
 
 
 def emit(args: argparse.Namespace, record: dict[str, Any], text: str) -> None:

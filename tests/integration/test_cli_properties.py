@@ -71,3 +71,26 @@ def test_a_float_within_its_range_is_sent(tmp_path: Path, written: str) -> None:
         timeout=60,
     )
     assert done.returncode == 0, done
+
+
+def _cli(root: Path, *argv: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", "--data", str(root), *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done
+    return done.stdout
+
+
+def test_get_and_peek_spell_values_as_the_file_name_does(tmp_path: Path) -> None:
+    # They printed Python's spelling (d=1e+20,b=True,n=nan) while the file name, the Spark
+    # source and MQTT v5 User Properties say Java's: one value read two ways.
+    typed = ["d:double=1e20", "b:bool=true", "n:double=nan", "x:double=-inf", "i:int=3"]
+    _cli(tmp_path, "put", "jobs", "x", *(arg for value in typed for arg in ("-p", value)))
+    java = "d=1.0E20,b=true,n=NaN,x=-Infinity,i=3"
+    peeked = _cli(tmp_path, "peek", "jobs").splitlines()
+    assert peeked[1].split()[-1] == java, peeked
+    got = _cli(tmp_path, "get", "jobs").splitlines()
+    assert f"properties      {java}" in got, got
