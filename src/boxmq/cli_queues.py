@@ -28,7 +28,8 @@ def ls(args: argparse.Namespace, box: Box) -> int:
             "subscriber": info.subscriber or ",".join(info.members) or "-",
             **_counts(info.counts),
         }
-        for info in box.topics.subscriptions()
+        # A lock whose deadline passed counts as ready, as box.counts() counts a queue's.
+        for info in box.topics.subscriptions(now=time.time())
     ]
     if args.json:
         output.out(output.to_json({"queues": queues, "subscriptions": subscriptions}))

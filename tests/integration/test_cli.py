@@ -2321,3 +2321,25 @@ def test_ls_counts_a_lock_whose_deadline_passed_as_ready_as_peek_says_it_ended(r
     assert [(q["queue"], q["ready"], q["locked"]) for q in listed] == [("jobs", 1, 1)]
     assert sorted(os.listdir(root / "jobs" / "processing")) != []  # ls only reads
     assert ok(root, "peek", "jobs", "--state", "processing").count("(ended)") == 1
+
+
+def test_ls_counts_a_subscriptions_lock_whose_deadline_passed_as_ready_as_its_queues(
+    root: Path,
+) -> None:
+    """The queue rows counted such a lock READY (nobody holds it), the subscription rows still
+    LOCKED: one `ls`, two answers. The API's listing counts the files as they lie."""
+    with boxmq.open(root) as box:
+        folder = Path(box.topics.attach_dropbox("news/#", "reader"))
+        box.publish("news/a", b"held")
+        box.publish("news/b", b"ended")
+    now_ms = int(time.time() * 1000)
+    deadlines = [now_ms + 600_000, now_ms - 1000]
+    for name, deadline in zip(sorted(os.listdir(folder / "target")), deadlines, strict=True):
+        locked = locked_name(name, Lock(ConsumerId("worker"), deadline, ""))
+        os.rename(folder / "target" / name, folder / "processing" / locked)
+    listed = json.loads(ok(root, "ls", "--json"))["subscriptions"]
+    assert [(s["subscription"], s["ready"], s["locked"]) for s in listed] == [("news/#", 1, 1)]
+    assert len(os.listdir(folder / "processing")) == 2  # ls only reads
+    with boxmq.open(root) as box:
+        (info,) = box.topics.subscriptions()
+        assert (info.counts.ready, info.counts.locked) == (0, 2)

@@ -268,8 +268,10 @@ class Topics(Publisher):
         with self._joining(self._path_of(parsed, subscription.subscriber)):
             return self._registered(subscription, token="")[0].path
 
-    def subscriptions(self) -> list[SubscriptionInfo]:
-        """Every durable subscription and share group under the root, with its counts."""
+    def subscriptions(self, *, now: float | None = None) -> list[SubscriptionInfo]:
+        """Every durable subscription and share group under the root, with its counts: the
+        files as they lie, or, given `now` (epoch s), a lock whose deadline passed as ready, as
+        `counts_of` says (the subscription rows of `boxmq ls`, as its queue rows count)."""
         found = []
         for path in layout.subscription_folders(self._root):
             if (record := layout.read_record(path)) is None:
@@ -285,7 +287,7 @@ class Topics(Publisher):
                 continue  # deleted right now: the next listing does not show it either
             parsed = TopicFilter(record.filter, record.group)
             members = tuple(sorted(layout.member_names(path))) if record.group else ()
-            counts = counts_of(dropbox)
+            counts = counts_of(dropbox, now)
             found.append(SubscriptionInfo(str(parsed), record.subscriber, members, counts))
         return sorted(found, key=lambda info: (info.filter, info.subscriber or ""))
 
