@@ -44,11 +44,12 @@ from boxmq.store.v5_properties import (
 __all__ = ["Layout", "check_topic", "layout_of", "message_of"]
 
 # The kinds the sink tells apart; anything else is "other".
-BINARY, STRING, INTEGER, TIMESTAMP, STRING_MAP, OTHER = (
+BINARY, STRING, INTEGER, TIMESTAMP, TIMESTAMP_NTZ, STRING_MAP, OTHER = (
     "binary",
     "string",
     "integer",
     "timestamp",
+    "timestamp_ntz",
     "map<string,string>",  # also a map of whole numbers, written as their text
     "other",
 )
@@ -57,7 +58,7 @@ _WANTED = {
     "message_id": (STRING,),
     "priority": (INTEGER,),
     "class": (STRING,),
-    "expiration": (TIMESTAMP, INTEGER),
+    "expiration": (TIMESTAMP, TIMESTAMP_NTZ, INTEGER),
     "correlation_id": (STRING,),
     "reply_to": (STRING,),
     "type": (STRING,),
@@ -79,6 +80,7 @@ class Layout:
     priority: int | None = None
     message_class: int | None = None
     expiration: int | None = None
+    expiration_wall_clock: bool = False  # a TIMESTAMP_NTZ: read in the session's time zone
     correlation_id: int | None = None
     reply_to: int | None = None
     type: int | None = None
@@ -115,6 +117,7 @@ def layout_of(columns: Sequence[tuple[str, str]]) -> Layout:
         priority=index.get("priority"),
         message_class=index.get("class"),
         expiration=index.get("expiration"),
+        expiration_wall_clock=kinds.get("expiration") == TIMESTAMP_NTZ,
         correlation_id=index.get("correlation_id"),
         reply_to=index.get("reply_to"),
         type=index.get("type"),
@@ -141,10 +144,12 @@ def message_of(
     ids: IdFactory,
     topic: str | None,
     side_files: SideFiles | None = None,
+    session_zone: datetime.tzinfo | None = None,
 ) -> tuple[Envelope, bytes]:
     """The envelope and body of one row; `topic` (the sink's option) wins over the column.
     Properties too long for the name go to a file in `side_files` (written now); with None,
-    such a row is refused.
+    such a row is refused. A TIMESTAMP_NTZ expiration is read in `session_zone` (Spark's
+    session time zone), or in this process's local zone with None.
 
     InvalidArgument (naming the column) for a value that cannot be a message."""
     body = _body(row[layout.body])
@@ -166,7 +171,9 @@ def message_of(
         message_id=MessageId(message_id) if message_id else ids.new(),
         priority=_priority(row, layout.priority),
         message_class=message_class,
-        expiration=_expiration(row, layout.expiration),
+        expiration=_expiration(
+            row, layout.expiration, session_zone if layout.expiration_wall_clock else None
+        ),
         correlation_id=_text(row, layout.correlation_id, "correlation_id"),
         reply_to=_reply_to(row, layout.reply_to, message_id),
         type=_text(row, layout.type, "type"),
@@ -223,8 +230,11 @@ def _priority(row: Sequence[object], index: int | None) -> int:
     return value
 
 
-def _expiration(row: Sequence[object], index: int | None) -> int:
+def _expiration(
+    row: Sequence[object], index: int | None, wall_clock_zone: datetime.tzinfo | None
+) -> int:
     """Epoch ms, 0 for never: from a timestamp, or from a number of epoch milliseconds.
+    A naive timestamp is read in `wall_clock_zone`, else in this process's local zone.
 
     A time at or before the epoch has passed as any other: it is the first millisecond
     (expired at once), since 0, which it was clamped to, is what a name says for never."""
@@ -232,7 +242,10 @@ def _expiration(row: Sequence[object], index: int | None) -> int:
     if value is None:
         return 0
     if isinstance(value, datetime.datetime):
-        # PySpark hands timestamps over as naive local time; .timestamp() reads them so.
+        # PySpark hands a TIMESTAMP over as naive local time, which .timestamp() reads so, and
+        # a TIMESTAMP_NTZ as its wall-clock time, which Spark reads in the session's zone.
+        if wall_clock_zone is not None:
+            value = value.replace(tzinfo=wall_clock_zone)
         return max(1, int(value.timestamp() * 1000))
     if isinstance(value, int) and not isinstance(value, bool):
         return max(1, value)

@@ -38,6 +38,7 @@ from boxmq.spark import messages
 from boxmq.spark.messages import Layout, check_topic, layout_of, message_of
 from boxmq.spark.options import SinkOptions
 from boxmq.spark.publish import Destination, Publisher, ensure_queue, stage_dir, write_staged
+from boxmq.spark.zones import SESSION_TIME_ZONE, session_zone
 from boxmq.store.names import encode
 from boxmq.store.side_files import SideFiles
 
@@ -60,8 +61,10 @@ def _kind(data_type: DataType) -> str:
         return messages.STRING
     if isinstance(data_type, ByteType | ShortType | IntegerType | LongType):
         return messages.INTEGER
-    if isinstance(data_type, TimestampType | TimestampNTZType):
+    if isinstance(data_type, TimestampType):
         return messages.TIMESTAMP
+    if isinstance(data_type, TimestampNTZType):
+        return messages.TIMESTAMP_NTZ
     # Map values are written as their str(): the text Spark's cast gives for strings and whole
     # numbers only ("b'hi'" for binary, 'True' for a boolean): the others must be cast.
     if (
@@ -93,9 +96,12 @@ class _Writer:
         folder = stage_dir(self._destination, job, batch, task)
         ids = IdFactory(SystemClock())
         side_files = SideFiles(self._destination.root)  # for properties too long for a name
+        zone = None
+        if self._layout.expiration_wall_clock and context is not None:
+            zone = session_zone(context.getLocalProperty(SESSION_TIME_ZONE))
         count = 0
         for row in rows:
-            envelope, body = message_of(row, self._layout, ids, self._topic, side_files)
+            envelope, body = message_of(row, self._layout, ids, self._topic, side_files, zone)
             if self._destination.queue is None and envelope.property_value(TOPIC) is None:
                 raise InvalidArgument("boxmq sink: a row has a null topic; it cannot be sent")
             # A generated id taken in this folder: draw another. A given id taken: it is the

@@ -1,0 +1,87 @@
+"""The sink's expiration column in a real SparkSession: a TIMESTAMP_NTZ is a wall-clock time
+read in the session's time zone, as Spark reads it."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+import boxmq
+from boxmq.errors import InvalidArgument
+from boxmq.spark import zones
+
+# A zone whose offset (+05:45) no worker's local zone shares unless it is Kathmandu's own.
+SESSION_ZONE = "Asia/Kathmandu"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[str]:
+    with boxmq.open(tmp_path / "data", fsync="never") as box:
+        yield box.root
+
+
+@pytest.fixture
+def in_kathmandu(spark: SparkSession) -> Iterator[str]:
+    """The session's time zone set to one the worker's local zone (the test's) is not."""
+    local = datetime.datetime(2031, 1, 2).astimezone().utcoffset()
+    assert local != datetime.timedelta(hours=5, minutes=45), "run this test in another TZ"
+    before = spark.conf.get("spark.sql.session.timeZone")
+    assert before is not None
+    spark.conf.set("spark.sql.session.timeZone", SESSION_ZONE)
+    yield SESSION_ZONE
+    spark.conf.set("spark.sql.session.timeZone", before)
+
+
+def _expirations(root: str, queue: str) -> dict[str, int]:
+    with boxmq.open(root) as box:
+        return {
+            peeked.envelope.type or "": peeked.envelope.expiration
+            for peeked in box.queue(queue).peek()
+        }
+
+
+def test_a_timestamp_ntz_expiration_is_read_in_the_session_time_zone(
+    spark: SparkSession, root: str, in_kathmandu: str
+) -> None:
+    """The worker read a TIMESTAMP_NTZ in its own local time zone, where Spark's own cast to
+    TIMESTAMP (and every other conversion) reads it in spark.sql.session.timeZone."""
+    ntz = "TIMESTAMP_NTZ'2031-01-02 03:04:05'"
+    for kind, expiration in (("ntz", ntz), ("ltz", f"CAST({ntz} AS TIMESTAMP)")):
+        # One frame each: a union of the two would widen both to TIMESTAMP.
+        frame = spark.sql(f"SELECT 'x' AS body, '{kind}' AS type, {expiration} AS expiration")
+        frame.write.format("boxmq").option("root", root).option("queue", "out").mode(
+            "append"
+        ).save()
+
+    cast = spark.sql(f"SELECT unix_millis(CAST({ntz} AS TIMESTAMP)) AS ms").first()
+    assert cast is not None
+    spark_ms = cast.ms
+    wall_clock = datetime.datetime(2031, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    assert spark_ms == int(wall_clock.timestamp() * 1000) - (5 * 60 + 45) * 60_000
+    assert _expirations(root, "out") == {"ntz": spark_ms, "ltz": spark_ms}
+
+
+@pytest.mark.parametrize(
+    ("name", "offset_hours"),
+    [
+        *[("UTC", 0), ("+08:00", 8), ("-5", -5), ("GMT-08", -8), ("UTC+01:30", 1.5)],
+        *[("Europe/Paris", 1), ("PST", -8), ("EST", -5)],  # PST as java's ZoneId.SHORT_IDS has it
+    ],
+)
+def test_the_session_zone_is_read_as_spark_reads_it(name: str, offset_hours: float) -> None:
+    zone = zones.session_zone(name)
+    assert zone is not None
+    offset = datetime.datetime(2031, 1, 2, tzinfo=zone).utcoffset()
+    assert offset == datetime.timedelta(hours=offset_hours)
+
+
+def test_a_session_zone_python_does_not_know_fails_saying_what_to_set() -> None:
+    assert (
+        zones.session_zone(None) is None
+    )  # never set: Spark uses the JVM's zone, as local runs do
+    with pytest.raises(InvalidArgument, match=r"timeZone is 'Mars/Base'.*region id.*offset"):
+        zones.session_zone("Mars/Base")
