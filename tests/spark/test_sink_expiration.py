@@ -1,5 +1,5 @@
 """The sink's expiration column in a real SparkSession: a TIMESTAMP_NTZ is a wall-clock time
-read in the session's time zone, as Spark reads it."""
+read in the session's time zone, as Spark reads it; an epoch that can only be seconds fails."""
 
 from __future__ import annotations
 
@@ -63,6 +63,31 @@ def test_a_timestamp_ntz_expiration_is_read_in_the_session_time_zone(
     wall_clock = datetime.datetime(2031, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
     assert spark_ms == int(wall_clock.timestamp() * 1000) - (5 * 60 + 45) * 60_000
     assert _expirations(root, "out") == {"ntz": spark_ms, "ltz": spark_ms}
+
+
+@pytest.mark.parametrize("seconds", [1, 1_790_000_000, 99_999_999_999])
+def test_an_expiration_in_epoch_seconds_fails_the_write_naming_the_unit(
+    spark: SparkSession, root: str, seconds: int
+) -> None:
+    """Taken as milliseconds, 1_790_000_000 (2026-09-21 in seconds) was 1970-01-21: the
+    message expired at once and nobody was told."""
+    frame = spark.createDataFrame([("x", seconds)], "body string, expiration long")
+    with pytest.raises(Exception, match=r"column 'expiration'.*epoch milliseconds.*seconds"):
+        frame.write.format("boxmq").option("root", root).option("queue", "out").mode(
+            "append"
+        ).save()
+    assert _expirations(root, "out") == {}
+
+
+def test_an_expiration_from_1973_on_is_taken_as_epoch_milliseconds(
+    spark: SparkSession, root: str
+) -> None:
+    frame = spark.createDataFrame(
+        [("x", "at", 100_000_000_000), ("x", "past", 0), ("x", "long-past", -5)],
+        "body string, type string, expiration long",
+    )
+    frame.write.format("boxmq").option("root", root).option("queue", "out").mode("append").save()
+    assert _expirations(root, "out") == {"at": 100_000_000_000, "past": 1, "long-past": 1}
 
 
 @pytest.mark.parametrize(

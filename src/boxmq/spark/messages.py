@@ -68,6 +68,9 @@ _WANTED = {
 _IGNORED = frozenset({"destination", "timestamp", "delivery_count"})
 _QOS_ROOM = len("&bx_qosY=2")  # what a topic's fan-out adds to each copy's name
 _INT32 = 2**31
+# An epoch in ms under this is before 1973-03-03, while an epoch in s is up to year 5138:
+# a positive expiration under it was meant as seconds (taken as ms, it had passed long ago).
+_SECONDS_BELOW = 10**11
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +240,8 @@ def _expiration(
     A naive timestamp is read in `wall_clock_zone`, else in this process's local zone.
 
     A time at or before the epoch has passed as any other: it is the first millisecond
-    (expired at once), since 0, which it was clamped to, is what a name says for never."""
+    (expired at once), since 0, which it was clamped to, is what a name says for never.
+    A number that can only be epoch seconds is refused: taken as ms, it expired at once."""
     value = None if index is None else row[index]
     if value is None:
         return 0
@@ -248,6 +252,13 @@ def _expiration(
             value = value.replace(tzinfo=wall_clock_zone)
         return max(1, int(value.timestamp() * 1000))
     if isinstance(value, int) and not isinstance(value, bool):
+        if 0 < value < _SECONDS_BELOW:
+            raise InvalidArgument(
+                f"boxmq sink: column 'expiration' holds {value}, which as epoch milliseconds "
+                "(its unit) is before 1973 and would expire at once; it looks like epoch "
+                "seconds: multiply it by 1000, or make it a timestamp "
+                "(timestamp_seconds(expiration))"
+            )
         return max(1, value)
     raise InvalidArgument(f"boxmq sink: expiration {value!r} is not a timestamp or epoch ms")
 
