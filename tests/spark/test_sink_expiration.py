@@ -4,15 +4,18 @@ read in the session's time zone, as Spark reads it; an epoch that can only be se
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 import boxmq
 from boxmq.errors import InvalidArgument
 from boxmq.spark import zones
+
+Finish = Callable[[StreamingQuery], StreamingQuery]
 
 # A zone whose offset (+05:45) no worker's local zone shares unless it is Kathmandu's own.
 SESSION_ZONE = "Asia/Kathmandu"
@@ -63,6 +66,31 @@ def test_a_timestamp_ntz_expiration_is_read_in_the_session_time_zone(
     wall_clock = datetime.datetime(2031, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
     assert spark_ms == int(wall_clock.timestamp() * 1000) - (5 * 60 + 45) * 60_000
     assert _expirations(root, "out") == {"ntz": spark_ms, "ltz": spark_ms}
+
+
+def test_a_stream_reads_a_timestamp_ntz_expiration_in_the_session_time_zone_too(
+    spark: SparkSession, root: str, in_kathmandu: str, tmp_path: Path, finish: Finish
+) -> None:
+    """A micro-batch's tasks learn the session's settings as a batch write's do."""
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "a.json").write_text('{"body": "x"}\n')
+    ntz = "TIMESTAMP_NTZ'2031-01-02 03:04:05'"
+    query = (
+        spark.readStream.schema("body string")
+        .json(str(source))
+        .selectExpr("body", "'ntz' AS type", f"{ntz} AS expiration")
+        .writeStream.format("boxmq")
+        .option("root", root)
+        .option("queue", "out")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    finish(query)
+    cast = spark.sql(f"SELECT unix_millis(CAST({ntz} AS TIMESTAMP)) AS ms").first()
+    assert cast is not None
+    assert _expirations(root, "out") == {"ntz": cast.ms}
 
 
 @pytest.mark.parametrize("seconds", [1, 1_790_000_000, 99_999_999_999])
