@@ -39,6 +39,7 @@ from boxmq.errors import InvalidArgument, InvalidName, MalformedName, MetadataTo
 from boxmq.java_floats import double_text, fits_float32, float_text
 from boxmq.model import (
     DEFAULT_PRIORITY,
+    TOPIC,
     ConsumerId,
     Envelope,
     MessageClass,
@@ -299,17 +300,42 @@ def _fields(envelope: Envelope, errors: str) -> list[str]:
     ]
 
 
-def _too_long(fields: list[str], size: int, limit: int) -> MetadataTooLong:
+def _too_long(
+    fields: list[str], size: int, limit: int, envelope: Envelope, errors: str
+) -> MetadataTooLong:
     longest = max(range(len(fields)), key=lambda i: len(fields[i]))
     kept = f"{NAME_LIMIT} less {LOCK_RESERVE} kept for a lock suffix"
     if limit < MAX_NAME:
         kept += f" and {MAX_NAME - limit} for what a redelivery adds"
+    if _FIELDS[longest] == "properties" and (topic := _topic_over(fields, limit, envelope, errors)):
+        escaped, room = topic
+        return MetadataTooLong(
+            "the topic is too long for a stored message's file name: escaped, it takes "
+            f"{escaped} bytes, and at most {room} fit in the {limit}-byte limit ({kept}) "
+            "beside the message's other fields and properties; shorten the topic (a "
+            "non-ASCII character takes 6 to 12 bytes once percent-encoded)"
+        )
     return MetadataTooLong(
         f"the metadata encodes to a {size}-byte file name, over the {limit}-byte limit "
         f"({kept}); shorten the "
         f"{_FIELDS[longest]} ({len(fields[longest])} bytes encoded) or the other text fields "
         "(a non-ASCII character takes 6 to 12 bytes once percent-encoded)"
     )
+
+
+def _topic_over(
+    fields: list[str], limit: int, envelope: Envelope, errors: str
+) -> tuple[int, int] | None:
+    """(its escaped length, the most that fits beside the rest of the name as it is) of the
+    topic of `envelope` when it is the longest of its properties, so what to shorten; None
+    if it has none, or another property is longer, or the topic would not fit at any length
+    beside the others (they are what to shorten then)."""
+    texts = {p.name: _property_text(p, errors) for p in envelope.properties}
+    if TOPIC not in texts or max(texts.values(), key=len) is not texts[TOPIC]:
+        return None
+    escaped = len(texts[TOPIC]) - len(texts[TOPIC].partition("=")[0]) - 1
+    room = limit - (len(".".join(fields)) - escaped)
+    return (escaped, room) if room > 0 else None
 
 
 def encode(envelope: Envelope, *, as_read: bool = False, limit: int = MAX_NAME) -> str:
@@ -319,12 +345,13 @@ def encode(envelope: Envelope, *, as_read: bool = False, limit: int = MAX_NAME) 
     and a property's bytes that were not UTF-8 are written back as they were. `limit`: the
     longest name the caller may write (a producer leaves room for what a redelivery adds),
     at most MAX_NAME; the error names it, so a producer is told its own limit at once."""
-    fields = _fields(envelope, _AS_READ if as_read else "strict")
+    errors = _AS_READ if as_read else "strict"
+    fields = _fields(envelope, errors)
     while len(fields) > _REQUIRED and not fields[-1]:
         fields.pop()
     name = ".".join(fields)
     if len(name) > limit:  # the name is ASCII: characters are bytes
-        raise _too_long(fields, len(name), limit)
+        raise _too_long(fields, len(name), limit, envelope, errors)
     return name
 
 

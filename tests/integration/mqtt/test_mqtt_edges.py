@@ -83,13 +83,19 @@ def test_a_qos_1_message_too_long_for_a_persistent_session_gets_puback_topic_nam
 ) -> None:
     """MQTT 5.0 §3.4.2.1: 0x90 Topic Name invalid, "not malformed, but not accepted by this
     Server", not 0x80 Unspecified error, which told the publisher nothing it could change;
-    a topic that fits still gets 0x00."""
+    a topic that fits still gets 0x00. Its reason string names the topic, its escaped length
+    and the room there is (it said "shorten the properties" of a PUBLISH that had none)."""
     persistent_paho(server, "keeps", v5=True).subscribe("w/#", 1)
     with _connect(server, v5=True) as sock:
         for packet_id, topic, reason in ((1, "w/short", 0), (2, UNSTORABLE, 0x90)):
             sock.sendall(packet(0x32, _utf8(topic) + packet_id.to_bytes(2, "big") + b"\x00b"))
             kind, body = read(sock)
             assert (kind, body[2:3] or b"\x00") == (0x40, bytes([reason])), body.hex()  # PUBACK
+    said = body[3:].decode(errors="replace")  # its properties: a reason string (0x1F)
+    assert "the topic is too long" in said, said
+    room = server.box.topics.topic_room()
+    assert f"it takes 304 bytes, and at most {room} fit" in said, said  # 'w' '%2F' 300 'x'
+    assert "shorten the properties" not in said, said
 
 
 def test_the_longest_retained_topic_that_fits_is_kept_and_one_byte_more_is_refused(

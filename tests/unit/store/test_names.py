@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from boxmq.errors import InvalidArgument, InvalidName, MalformedName, MetadataTooLong
 from boxmq.java_floats import to_float32
 from boxmq.model import (
+    TOPIC,
     ConsumerId,
     Envelope,
     MessageClass,
@@ -286,6 +287,32 @@ def test_too_long_metadata_says_how_long_the_limit_and_what_to_shorten() -> None
     assert f"{MAX_NAME}-byte limit" in message
     assert "a 248-byte file name" in message
     assert "shorten the correlation id (240 bytes encoded)" in message
+
+
+def test_a_topic_too_long_is_named_with_its_escaped_length_and_the_room_left() -> None:
+    """A topic too long for the name (the longest of its properties): the message said
+    "shorten the properties (N bytes encoded)", which reached an MQTT PUBACK's reason string
+    and the CLI as it was, of a topic alone."""
+
+    def on(topic: str, *others: Property) -> Envelope:
+        return envelope(properties=(Property(TOPIC, PropertyType.STRING, topic), *others))
+
+    qos = Property("q", PropertyType.INT, 1)  # what a copy always has (its QoS)
+    room = MAX_NAME - len(encode(on("", qos)))
+    with pytest.raises(MetadataTooLong) as caught:
+        encode(on("é" * 40, qos))
+    message = str(caught.value)
+    assert "the topic is too long" in message
+    assert f"it takes 240 bytes, and at most {room} fit" in message
+    assert f"{MAX_NAME}-byte limit" in message
+    assert "shorten the properties" not in message
+    assert len(encode(on("t" * room, qos))) == MAX_NAME  # the room it names is all there is
+    with pytest.raises(MetadataTooLong, match=f"it takes {room + 1} bytes, and at most {room}"):
+        encode(on("t" * (room + 1), qos))
+    # A short topic, with other properties that make the name too long: those are named.
+    with pytest.raises(MetadataTooLong, match=r"shorten the properties \(") as caught:
+        encode(on("t", *(Property(f"p{n}", PropertyType.STRING, "v" * 20) for n in range(8))))
+    assert "the topic" not in str(caught.value)
 
 
 def test_the_longest_allowed_name_is_accepted() -> None:
