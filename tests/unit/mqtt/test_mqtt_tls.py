@@ -400,10 +400,16 @@ def test_the_connect_timeout_of_a_tls_socket_counts_from_its_accept(tmp_path: Pa
     asyncio.run(run())
 
 
+_MEASURED = 32  # handshakes stalled while their memory is traced
+
+
 def test_tls_handshakes_under_way_share_the_read_buffer(tmp_path: Path) -> None:
     """Each socket in its handshake held 256 KiB of asyncio's own to read into (zeroed, so
     resident: 1,000 stalled ones held 308 MB) until it ended: it reads into the shared one
-    from the start now."""
+    from the start now. What each costs besides (its transport, its SSL object, the test's
+    socket) traces at 8 to 17 KiB with 32 of them; with 8, the rest of the process's
+    allocations in the window weighed more, and a clean CI run measured 40 KiB each against
+    the bound of 32 then. 64 KiB is still a quarter of the 256 KiB this looks for."""
     cert, key = _self_signed(tmp_path, "localhost")
     listener = Listener("127.0.0.1", 0, ssl=server_context(cert, key))
 
@@ -413,17 +419,17 @@ def test_tls_handshakes_under_way_share_the_read_buffer(tmp_path: Path) -> None:
             await _until(lambda: server.broker.handshaking == 1)
             tracemalloc.start()
             try:
-                stalled += await asyncio.to_thread(_stall, port, 8)
-                await _until(lambda: server.broker.handshaking == 9)
+                stalled += await asyncio.to_thread(_stall, port, _MEASURED)
+                await _until(lambda: server.broker.handshaking == _MEASURED + 1)
                 await asyncio.sleep(0.05)  # their ClientHello's first bytes read
                 grown = tracemalloc.get_traced_memory()[0]
             finally:
                 tracemalloc.stop()
             for sock in stalled:
                 sock.close()
-            return grown / 8
+            return grown / _MEASURED
 
-    assert asyncio.run(grown_per_handshake()) < 32 << 10
+    assert asyncio.run(grown_per_handshake()) < 64 << 10
 
 
 def _not_tls(port: int, count: int) -> None:
