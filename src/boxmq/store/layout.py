@@ -115,7 +115,9 @@ def remove_dropbox(root: str, path: str, *, taken: Callable[[str], None] | None 
     or the next sweep (`clear_deleting`). `taken`, when given, is called with the folder's
     path in `.deleting/` before it is deleted there: what it holds then is what is deleted
     (no process can move a message into it once it has left its path)."""
-    if no_dropbox(path) and broken_target(path) is None:  # a broken one is deleted too
+    try:  # anything at target/: a dropbox, or a broken one (`broken_target`), deleted too
+        os.lstat(os.path.join(path, State.TARGET.value))
+    except (FileNotFoundError, NotADirectoryError):  # as `no_dropbox`: EACCES is raised
         return False
     return remove_folder(root, path, taken=taken)
 

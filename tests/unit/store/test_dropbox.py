@@ -13,7 +13,7 @@ import pytest
 from boxmq.errors import QueueNotFound
 from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.dropbox import Dropbox, NotAFile
-from boxmq.store.layout import State
+from boxmq.store.layout import State, remove_dropbox
 from boxmq.store.names import decode
 
 
@@ -207,3 +207,20 @@ def test_read_refuses_what_is_not_a_regular_file(tmp_path: Path, committer: Comm
     strays: list[str] = []
     assert [entry.name for entry in box.scan(State.TARGET, strays)] == ["empty"]
     assert sorted(strays) == ["dir", "link", "pipe"]
+
+
+@pytest.mark.parametrize("made", ["folder", "file", "link to nothing", "nothing"])
+def test_remove_dropbox_deletes_whatever_stands_at_target(tmp_path: Path, made: str) -> None:
+    """A dropbox, or a broken one (target/ a file, a link to nothing) is deleted; a folder
+    with no target/ at all is no dropbox and is left alone."""
+    path = tmp_path / "q"
+    path.mkdir()
+    target = path / State.TARGET.value
+    if made == "folder":
+        target.mkdir()
+    elif made == "file":
+        target.write_text("not a folder")
+    elif made == "link to nothing":
+        target.symlink_to(tmp_path / "gone")
+    assert remove_dropbox(str(tmp_path), str(path)) is (made != "nothing")
+    assert path.exists() is (made == "nothing")
