@@ -12,6 +12,7 @@ import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from boxmq.client.topics import check_filter
 from boxmq.core.durations import BLANKS, LONGEST, written_seconds
@@ -37,6 +38,7 @@ __all__ = [
 DEFAULT_CONSUMER = "spark"
 DEFAULT_LOCK_TIMEOUT = 86_400.0  # a day: a stopped query may come back within it (docs/spark.md)
 _SHARE = "$share/"
+_Choice = TypeVar("_Choice", FsyncPolicy, State)  # the options whose value is one of a few words
 
 # Options Spark itself puts in the map; accepted and ignored (the sink reads no path).
 _FROM_SPARK = frozenset({"path", "checkpointlocation", "queryname"})
@@ -192,23 +194,21 @@ class _Options:
         return chosen
 
     def fsync(self) -> FsyncPolicy:
-        value = self.text("fsync") or FsyncPolicy.ALWAYS.value
-        try:
-            return FsyncPolicy(value.lower())
-        except ValueError:
-            choices = ", ".join(p.value for p in FsyncPolicy)
-            raise InvalidArgument(
-                f"boxmq data source: option 'fsync' is {value!r}; choose one of {choices}"
-            ) from None
+        return self._choice("fsync", FsyncPolicy.ALWAYS)
 
     def state(self) -> State:
-        text = self.text("state") or State.TARGET.value
+        return self._choice("state", State.TARGET)
+
+    def _choice(self, name: str, default: _Choice) -> _Choice:
+        """One of an enumeration's values, in any case, named by the option `name`."""
+        kind = type(default)
+        value = self.text(name) or default.value
         try:
-            return State(text.lower())
+            return kind(value.lower())
         except ValueError:
-            choices = ", ".join(s.value for s in State)
+            choices = ", ".join(member.value for member in kind)
             raise InvalidArgument(
-                f"boxmq data source: option 'state' is {text!r}; choose one of {choices}"
+                f"boxmq data source: option {name!r} is {value!r}; choose one of {choices}"
             ) from None
 
     def consumer(self) -> str:
