@@ -69,7 +69,6 @@ from boxmq.xmpp.requests import (
     bare,
     parse_iq,
     parse_request,
-    without_blanks,
 )
 from boxmq.xmpp.settings import ENVELOPE, STANZA_SIZE_LIMIT, stanza_size_refusal
 from boxmq.xmpp.subscriptions import Subscription, Subscriptions, consumer_name
@@ -829,9 +828,10 @@ def _queue_requests(iq: Iq, request: Subscribe) -> int:
             payload=f"<pubsub xmlns='{ns.PUBSUB}'><subscribe {at}/><options {at}>{form}</options>"
             "</pubsub>",
         )
-    # xs:integer's lexical form, blanks around it collapsed: a client may write 10000 as
-    # "010000" or "+10000". Not int(), which also takes "1_0" and other scripts' digits.
-    written = _XS_INTEGER.fullmatch(without_blanks(value))
+    # xs:integer's lexical form, whose blanks around it the form's reader took off
+    # (requests._options): a client may write 10000 as "010000" or "+10000". Not int(),
+    # which also takes "1_0" and other scripts' digits.
+    written = _XS_INTEGER.fullmatch(value)
     digits = written["digits"].lstrip("0") if written and written["sign"] != "-" else ""
     count = int(digits) if 1 <= len(digits) <= 5 else 0  # 0: refused below, as is 10001..99999
     if not 1 <= count <= 10_000:
