@@ -10,6 +10,16 @@ from pathlib import Path
 import pytest
 
 
+def _run(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """`boxmq --data root ARGV...` run to its end, its output kept."""
+    return subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", "--data", str(root), *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 @pytest.mark.parametrize(
     ("command", "written", "says"),
     [
@@ -27,23 +37,7 @@ def test_a_value_too_big_for_its_type_is_a_usage_error(
 ) -> None:
     root = tmp_path / "data"
     where = "jobs" if command == "put" else "t"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "boxmq.cli",
-            "--data",
-            str(root),
-            command,
-            where,
-            "x",
-            "-p",
-            written,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _run(root, command, where, "x", "-p", written)
     assert done.returncode == 2, done
     assert done.stderr.splitlines()[-1] == f"boxmq {command}: error: argument --property/-p: {says}"
     assert not root.exists()
@@ -53,33 +47,12 @@ def test_a_value_too_big_for_its_type_is_a_usage_error(
     "written", ["f:float=3.4028234e38", "f:float=3.4028235e38", "f:float=-3.4e38", "f:float=inf"]
 )
 def test_a_float_within_its_range_is_sent(tmp_path: Path, written: str) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "boxmq.cli",
-            "--data",
-            str(tmp_path),
-            "put",
-            "jobs",
-            "x",
-            "-p",
-            written,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _run(tmp_path, "put", "jobs", "x", "-p", written)
     assert done.returncode == 0, done
 
 
 def _cli(root: Path, *argv: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "boxmq.cli", "--data", str(root), *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _run(root, *argv)
     assert done.returncode == 0, done
     return done.stdout
 
