@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 from paho.mqtt.subscribeoptions import SubscribeOptions
+from tests.generations import count_generation_writes
 from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, paho, persistent_paho
 
 import boxmq
-from boxmq.store import topics as layout
 
 FILTERS = [f"u/{n}" for n in range(40)]
 
@@ -18,16 +18,7 @@ FILTERS = [f"u/{n}" for n in range(40)]
 @pytest.fixture
 def writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The generation's writes from now on, each as the number of changes it told."""
-    told: list[int] = []
-    real = layout.bump_generation
-
-    def counted(root: str, **kwargs: object) -> layout.Counted | None:
-        result = real(root, **kwargs)  # type: ignore[arg-type]
-        told.append(getattr(result, "changes", 1))  # None: a change told as any
-        return result
-
-    monkeypatch.setattr(layout, "bump_generation", counted)
-    return told
+    return count_generation_writes(monkeypatch)
 
 
 def _subscribed(server: RunningServer, client_id: str, v5: bool) -> Paho:

@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.generations import count_generation_writes
 from tests.unit.xmpp.wire import ALICE, BOB, Wire
 
 import boxmq
-from boxmq.store import topics as layout
 
 NODES = [f"sensors/{n}" for n in range(12)]
 
@@ -19,16 +19,7 @@ NODES = [f"sensors/{n}" for n in range(12)]
 @pytest.fixture
 def writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The generation's writes from now on, each as the number of changes it told."""
-    told: list[int] = []
-    real = layout.bump_generation
-
-    def counted(root: str, **kwargs: object) -> layout.Counted | None:
-        result = real(root, **kwargs)  # type: ignore[arg-type]
-        told.append(getattr(result, "changes", 1))  # None: a change told as any
-        return result
-
-    monkeypatch.setattr(layout, "bump_generation", counted)
-    return told
+    return count_generation_writes(monkeypatch)
 
 
 def _subscribed(wire: Wire, jid: str) -> None:
