@@ -52,6 +52,17 @@ def test_subscribe_with_queue_requests_answers_the_options_in_force(wire: Wire) 
     assert values == [ns.SUBSCRIBE_OPTIONS, "5", "unacknowledged"]
 
 
+def _subscribe_with_queue_requests(wire: Wire, value: str) -> ET.Element:
+    """Alice's subscribe to jobs with a form of pubsub#queue_requests alone, `value` written
+    as it comes (no FORM_TYPE, unlike Wire.subscribe's form)."""
+    return wire.iq(
+        ALICE,
+        f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='alice@localhost'/><options>"
+        f"<x xmlns='jabber:x:data' type='submit'><field var='pubsub#queue_requests'>"
+        f"<value>{value}</value></field></x></options></pubsub>",
+    )
+
+
 # int() would also take "1_0" and other scripts' digits: Arabic-Indic 3, fullwidth 5. A sign
 # alone, two signs, a blank inside, or 10000 and one written with leading zeros are no count.
 @pytest.mark.parametrize(
@@ -62,22 +73,12 @@ def test_subscribe_with_queue_requests_answers_the_options_in_force(wire: Wire) 
     ],
 )
 def test_a_bad_queue_requests_is_refused(wire: Wire, value: str) -> None:
-    reply = wire.iq(
-        ALICE,
-        f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='alice@localhost'/><options>"
-        f"<x xmlns='jabber:x:data' type='submit'><field var='pubsub#queue_requests'>"
-        f"<value>{value}</value></field></x></options></pubsub>",
-    )
+    reply = _subscribe_with_queue_requests(wire, value)
     assert condition(reply) == ("modify", "bad-request")
 
 
 def test_queue_requests_may_have_blanks_around_its_digits(wire: Wire) -> None:
-    reply = wire.iq(
-        ALICE,
-        f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='alice@localhost'/><options>"
-        f"<x xmlns='jabber:x:data' type='submit'><field var='pubsub#queue_requests'>"
-        f"<value> 3\n</value></field></x></options></pubsub>",
-    )
+    reply = _subscribe_with_queue_requests(wire, " 3\n")
     assert reply.get("type") == "result"
     values = [v.text for v in reply.iter(ns.tag(ns.DATA, "value"))]
     assert values == [ns.SUBSCRIBE_OPTIONS, "3", "unacknowledged"]
@@ -92,12 +93,7 @@ def test_queue_requests_may_have_blanks_around_its_digits(wire: Wire) -> None:
 def test_queue_requests_may_be_written_as_any_xs_integer(
     wire: Wire, value: str, count: str
 ) -> None:
-    reply = wire.iq(
-        ALICE,
-        f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='alice@localhost'/><options>"
-        f"<x xmlns='jabber:x:data' type='submit'><field var='pubsub#queue_requests'>"
-        f"<value>{value}</value></field></x></options></pubsub>",
-    )
+    reply = _subscribe_with_queue_requests(wire, value)
     assert reply.get("type") == "result"
     values = [v.text for v in reply.iter(ns.tag(ns.DATA, "value"))]
     assert values == [ns.SUBSCRIBE_OPTIONS, count, "unacknowledged"]
@@ -112,12 +108,7 @@ def test_queue_requests_may_be_written_as_any_xs_integer(
 def test_queue_requests_may_be_surrounded_by_xml_blanks_only(
     wire: Wire, value: str, taken: bool
 ) -> None:
-    reply = wire.iq(
-        ALICE,
-        f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='alice@localhost'/><options>"
-        f"<x xmlns='jabber:x:data' type='submit'><field var='pubsub#queue_requests'>"
-        f"<value>{value}</value></field></x></options></pubsub>",
-    )
+    reply = _subscribe_with_queue_requests(wire, value)
     if taken:
         assert reply.get("type") == "result"
     else:
