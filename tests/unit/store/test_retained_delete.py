@@ -166,6 +166,18 @@ def test_the_sweep_keeps_a_tombstone_while_a_marker_that_tells_nothing_is_older(
         assert box.topics.retained("t") is None
 
 
+def _a_marked_message_delivered(box: boxmq.Box, to: str) -> None:
+    """An exactly-once message to a queue, or a retained publication to the topic "mine",
+    taken in and delivered: its marker stays in `.exactly-once/` for done_ttl."""
+    if to == "queue":
+        assert box.assured("door", "1", b"+1", queue="counts")
+    else:  # a retained publication, sent
+        retained = {PUBLISHED_RETAINED: True}
+        sent = AssuredMessage("mqtt:here", "1", b"on", topic="mine", properties=retained)
+        assert box.intake.assured_one(sent, reserved=True)
+    assert box.deliver(*(("door", "1") if to == "queue" else ("mqtt:here", "1")))
+
+
 @pytest.mark.parametrize("to", ["queue", "topic"])
 def test_a_marker_of_a_message_sent_or_to_a_queue_keeps_no_tombstone(
     tmp_path: Path, to: str
@@ -176,14 +188,8 @@ def test_a_marker_of_a_message_sent_or_to_a_queue_keeps_no_tombstone(
     retained message was cleared meanwhile (11 files a round of bench/soak.py, 132 at its round
     12; found by a soak)."""
     clock = ManualClock(time.time())
-    retained = {PUBLISHED_RETAINED: True}
     with boxmq.open(tmp_path, fsync="never", clock=clock) as box:
-        if to == "queue":
-            assert box.assured("door", "1", b"+1", queue="counts")
-        else:  # a retained publication, sent
-            sent = AssuredMessage("mqtt:here", "1", b"on", topic="mine", properties=retained)
-            assert box.intake.assured_one(sent, reserved=True)
-        assert box.deliver(*(("door", "1") if to == "queue" else ("mqtt:here", "1")))
+        _a_marked_message_delivered(box, to)
         # Another message to a topic waits for its deliver in the incoming working/: the
         # delete cannot tell its marker will not come, and leaves a tombstone.
         assert box.assured("door", "2", b"waits", topic="elsewhere")
@@ -207,15 +213,9 @@ def test_a_delete_while_no_marked_message_waits_writes_no_tombstone(
     (12 system calls a delete and a file's creation, against 7 to 10 now: strace). Only a
     marked message still waiting in the incoming working/ can have a restart replace a
     retained message: with none there, a delete unlinks."""
-    retained = {PUBLISHED_RETAINED: True}
     with boxmq.open(tmp_path, fsync="never") as box:
         box.publish("t", b"on", retain=True)
-        if to == "queue":
-            assert box.assured("door", "1", b"+1", queue="counts")
-        else:  # a retained publication, sent
-            sent = AssuredMessage("mqtt:here", "1", b"on", topic="mine", properties=retained)
-            assert box.intake.assured_one(sent, reserved=True)
-        assert box.deliver(*(("door", "1") if to == "queue" else ("mqtt:here", "1")))
+        _a_marked_message_delivered(box, to)
         assert os.listdir(tmp_path / ".exactly-once")  # remembered for done_ttl
         box.publish("t", b"", retain=True)
         box.publish("never/retained", b"", retain=True)
