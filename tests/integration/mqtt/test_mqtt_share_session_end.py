@@ -88,6 +88,18 @@ def test_what_an_expired_member_was_sent_and_never_acknowledged_goes_to_the_othe
         stop_process(process)
 
 
+def _back_clean_leaves_the_group(served: RunningServer, remaining: Paho) -> None:
+    """member311 connects again with a clean start: the remaining member gets every message
+    of the group, member311 none, and neither `boxmq ls` nor a session record names it."""
+    back = paho(served, "member311", v5=False, clean=True)
+    _the_remaining_member_gets_all(served, remaining)
+    assert back.nothing(within=0.5)
+    assert _members_listed(served.root) == {"remaining-member"}
+    assert read_record(str(served.root), "member311") is None
+    back.stop()
+    remaining.stop()
+
+
 def test_a_311_member_back_clean_after_a_restart_leaves_its_share_group(tmp_path: Path) -> None:
     """The session outlived the server that held it: the clean start ends it from what the
     restart found on disk (`Lifetimes.forget_on_disk`), not from memory."""
@@ -102,13 +114,7 @@ def test_a_311_member_back_clean_after_a_restart_leaves_its_share_group(tmp_path
         remaining = paho(served, "remaining-member")
         remaining.subscribe(GROUP, 1)
         assert _members_listed(served.root) == {"member311", "remaining-member"}
-        back = paho(served, "member311", v5=False, clean=True)
-        _the_remaining_member_gets_all(served, remaining)
-        assert back.nothing(within=0.5)
-        assert _members_listed(served.root) == {"remaining-member"}
-        assert read_record(str(served.root), "member311") is None
-        back.stop()
-        remaining.stop()
+        _back_clean_leaves_the_group(served, remaining)
     finally:
         stop_process(process)
 
@@ -122,12 +128,6 @@ def test_a_311_member_that_comes_back_clean_leaves_its_share_group(tmp_path: Pat
         remaining.subscribe(GROUP, 1)
         member.stop()
         assert _members_listed(served.root) == {"member311", "remaining-member"}
-        back = paho(served, "member311", v5=False, clean=True)
-        _the_remaining_member_gets_all(served, remaining)
-        assert back.nothing(within=0.5)
-        assert _members_listed(served.root) == {"remaining-member"}
-        assert read_record(str(served.root), "member311") is None
-        back.stop()
-        remaining.stop()
+        _back_clean_leaves_the_group(served, remaining)
     finally:
         stop_process(process)
