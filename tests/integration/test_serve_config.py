@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness.ports import free_ports
+from harness.ports import free_port, free_ports
 from harness.stopping import stop
 from tests.processes import dead_token
 
@@ -132,7 +132,7 @@ def test_listeners_of_the_file_that_a_flag_replaces_are_named_in_the_log(tmp_pat
     """`--mqtt` (or `--no-mqtt`) typed to try something took away every listener of the
     file, a TLS one too, and the log showed only the new one."""
     config = tmp_path / "boxmq.toml"
-    [port] = free_ports(1)
+    port = free_port()
     config.write_text(f'data = "data"\n[[mqtt.listener]]\nport = {port}\n')
     log = _serve_until_ready(
         "serve", "--config", str(config), "--mqtt", "127.0.0.1:0", cwd=tmp_path
@@ -276,9 +276,7 @@ def test_a_port_in_use_names_the_setting_it_came_from(tmp_path: Path) -> None:
 def test_an_address_given_twice_to_mqtt_is_named_not_taken_for_another_program(
     tmp_path: Path,
 ) -> None:
-    with socket.socket() as probe:  # a port free a moment ago, for both flags
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # a port free a moment ago, for both flags
     for first, second, named in (
         (f"127.0.0.1:{port}", f"127.0.0.1:{port}", f"127.0.0.1:{port}"),
         (f":{port}", f"0.0.0.0:{port}", f"0.0.0.0:{port}"),
@@ -302,9 +300,7 @@ def test_two_listeners_of_one_port_that_overlap_are_named_not_taken_for_another_
 ) -> None:
     """`--mqtt :PORT --mqtt 127.0.0.1:PORT` (and localhost beside 127.0.0.1) pass the check
     for an address given twice, and the second bind fails: the error named another program."""
-    with socket.socket() as probe:  # a port free a moment ago, for both flags
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # a port free a moment ago, for both flags
     for first in (f":{port}", f"localhost:{port}"):
         flags = ["serve", "--data", str(tmp_path / "data"), "--mqtt", first]
         done = _boxmq(*flags, "--mqtt", f"127.0.0.1:{port}")
@@ -392,9 +388,7 @@ def test_two_listeners_of_one_serve_that_overlap_are_refused_by_the_kernel_at_th
     nothing the kernel lets through, and is gone."""
     if ":" in first and not socket.has_ipv6:
         pytest.skip("no IPv6")
-    with socket.socket() as probe:  # a port free a moment ago
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # a port free a moment ago
     shown = f"('{second}', {port}"
     with pytest.raises(OSError, match=re.escape(shown) + r".*: address already in use"):
         close_sockets(asyncio.run(bind_listeners([Listener(first, port), Listener(second, port)])))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.ports import free_port
 from harness.prosody import SECRET, SERVICE, TIMEOUT, Prosody, clients, first_to_hear
 from harness.stopping import kill, stop
 from tests.xmpp.clients import component
@@ -123,9 +123,7 @@ def test_a_second_serve_of_the_component_on_the_same_root_is_refused_at_start(
     # was reconnecting (Prosody restarted) took the first's live subscriber records for a
     # crash's and told those subscribers their subscriptions had ended; at its reconnect
     # the first was refused (conflict) and exited. Now the second is refused by the root.
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])  # nothing listens: the first is "reconnecting"
+    port = free_port()  # nothing listens: the first is "reconnecting"
     settings = XmppSettings(SERVICE, "127.0.0.1", port, SECRET)
     data = tmp_path / "data"
 
@@ -413,9 +411,7 @@ def test_an_unreachable_server_is_logged_and_retried_within_reconnect_max(
     # docs/xmpp.md: retried with a doubling back-off up to 30 s. With nothing listening at
     # the address, slixmpp's own back-off (3, 9, 21 ... 300 s) applied, and nothing was logged:
     # a mistyped --xmpp-server left the operator with a silent broker.
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])  # closed again: nothing listens there
+    port = free_port()  # closed again: nothing listens there
     settings = XmppSettings("queue.localhost", "127.0.0.1", port, SECRET, reconnect_max=0.5)
 
     async def scenario() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
-from harness.ports import free_ports
+from harness.ports import free_port, free_ports
 from harness.stopping import stop
 from paho.mqtt.enums import CallbackAPIVersion
 
@@ -393,7 +393,7 @@ def test_a_user_added_while_serve_runs_is_refused_and_the_log_says_to_restart(
     """The password file is read at start only: carol, added by `boxmq passwd` meanwhile, was
     refused as any wrong password is, and nothing told the operator why."""
     set_password(tmp_path / "passwd", "alice", b"wonderland")
-    [port] = free_ports(1)
+    port = free_port()
     config = tmp_path / "boxmq.toml"
     config.write_text(
         f'data = "data"\n[[mqtt.listener]]\nport = {port}\n[security]\npassword_file = "passwd"\n'
