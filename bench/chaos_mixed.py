@@ -58,7 +58,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for harness.*
 
 import chaos
 from chaos import Log, body_for, now, read_log
-from processes import free_ports
 
 PY = sys.executable
 HERE = os.path.abspath(__file__)
@@ -339,7 +338,7 @@ def run(a: argparse.Namespace) -> int:
         return 1
     r = Run(a)
     folder = Path(r.dir) / "prosody"
-    with run_prosody(folder, free_ports(2)) as prosody:
+    with run_prosody(folder) as prosody:
         r.c2s_port, r.component_port = prosody.c2s_port, prosody.component_port
         # For serve's XMPP component: every process started from here on is given it.
         os.environ["BOXMQ_XMPP_SECRET"] = SECRET

@@ -32,7 +32,7 @@ from harness.prosody import PS, PUBSUB, SECRET, SERVICE, Client, Prosody, client
 import boxmq
 
 # cpu_seconds: a process's own time, not its children's: neither prosody nor serve starts one
-from processes import boxmq_command, cpu_seconds, free_ports, start_logged, stop
+from processes import boxmq_command, cpu_seconds, start_logged, stop
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-xmpp-", dir=args.dir) as folder:
         root = Path(folder)
-        with run_prosody(root / "prosody", free_ports(2)) as server:
+        with run_prosody(root / "prosody") as server:
             data = root / "data"
             with boxmq.open(data, fsync="never") as box:
                 box.queue("jobs")

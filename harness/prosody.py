@@ -1,6 +1,6 @@
 """A Prosody of our own, and real slixmpp clients of it: what the XMPP tests (tests/xmpp/)
 and the benchmarks (bench/xmpp.py, bench/chaos_mixed.py) both run, kept here since bench/ runs
-without tests/. The server: config from harness/prosody.cfg.lua, ports the caller picked,
+without tests/. The server: config from harness/prosody.cfg.lua, on free ports (ports.py),
 state in a folder of its own, users registered with prosodyctl (research/xmpp.md §1). The
 clients: workers that subscribe, receive and settle."""
 
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
+from harness.ports import free_ports
 from harness.stopping import stop
 from slixmpp import ClientXMPP
 from slixmpp.exceptions import IqError, IqTimeout
@@ -81,12 +82,11 @@ def _accepts(port: int) -> bool:
 
 @contextlib.contextmanager
 def run_prosody(
-    folder: Path, ports: list[int], *, component_stanza_size_limit: int = 512 * 1024
+    folder: Path, *, component_stanza_size_limit: int = 512 * 1024
 ) -> Iterator[Prosody]:
-    """Prosody in `folder` on `ports`, two free ones (its clients' and its components') the
-    caller picked (harness/ports.py); `component_stanza_size_limit`: Prosody's default unless a
-    test raises it."""
-    c2s_port, component_port = ports
+    """Prosody in `folder` on two free ports (its clients' and its components', free_ports);
+    `component_stanza_size_limit`: Prosody's default unless a test raises it."""
+    c2s_port, component_port = free_ports(2)
     server = Prosody(c2s_port, component_port, folder)
     (folder / "certs").mkdir(parents=True, exist_ok=True)
     config = folder / "prosody.cfg.lua"

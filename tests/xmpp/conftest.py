@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness.ports import free_ports
 from harness.prosody import Prosody, prosody_or_reason, run_prosody
 
 HERE = Path(__file__).parent
@@ -31,7 +30,7 @@ def prosody(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prosody]:
         if _CI:
             pytest.fail(f"CI must run the XMPP tests, but {reason}")
         pytest.skip(reason)
-    with run_prosody(tmp_path_factory.mktemp("prosody"), free_ports(2)) as server:
+    with run_prosody(tmp_path_factory.mktemp("prosody")) as server:
         yield server
 
 
@@ -40,5 +39,5 @@ def roomy_prosody(prosody: Prosody, tmp_path_factory: pytest.TempPathFactory) ->
     """A second Prosody, its component_stanza_size_limit raised to 1 MiB (`prosody` first:
     its skip rules)."""
     roomy = tmp_path_factory.mktemp("roomy")
-    with run_prosody(roomy, free_ports(2), component_stanza_size_limit=2**20) as server:
+    with run_prosody(roomy, component_stanza_size_limit=2**20) as server:
         yield server
