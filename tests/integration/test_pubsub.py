@@ -21,6 +21,7 @@ from tests.conftest import HeldFlush
 from tests.crashes import Killed, kill_at
 from tests.descriptors import no_descriptor_left
 from tests.diskfull import small_disk
+from tests.generations import count_generation_writes
 from tests.processes import dead_token
 
 import boxmq
@@ -1436,14 +1437,7 @@ def test_an_unsubscribe_of_many_writes_the_generation_once_and_others_stop_routi
         for text in [*filters, "kept"]:
             box.subscribe(text, "s").close()
         assert all(other.topics.has_durable(text) for text in filters)
-        writes = []
-        real = layout.bump_generation
-
-        def counted(root: str, **kwargs: object) -> layout.Counted | None:
-            writes.append(kwargs)
-            return real(root, **kwargs)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(layout, "bump_generation", counted)
+        writes = count_generation_writes(monkeypatch)
         assert box.unsubscribe_many([*filters, "never"], "s") == [True] * 100 + [False]
         assert len(writes) == 1
         assert not any(other.topics.has_durable(text) for text in filters)
