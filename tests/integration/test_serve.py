@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.stopping import stop
+from harness.stopping import kill, stop
 from tests.integration.mqtt.clients import START, serve_fresh
 from tests.integration.mqtt.raw import open_raw, read
 from tests.processes import dead_token
@@ -34,9 +34,7 @@ def _reaped(server: subprocess.Popen[Any]) -> Iterator[None]:
     try:
         yield
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+        kill(server)
 
 
 def test_serve_recovers_dead_locks_sweeps_and_stops_on_sigterm(root: Path) -> None:
