@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from harness.ports import free_port
+from harness.stopping import kill
 from tests.integration.mqtt.clients import (
     WAIT,
     RunningServer,
@@ -294,8 +295,7 @@ def test_a_client_back_on_the_surviving_server_gets_its_session_and_the_dead_one
         sender = paho(b, "sender")
         sender.publish("news/1", b"m0", 2)
         [first] = take_publishes(on_a, 1)  # never answered
-        killed.kill()
-        killed.wait()
+        kill(killed)
         sender.publish("news/1", b"m1", 2)
         sender.stop()
         on_b, present = open_raw(b, "roamer", expiry=30)
@@ -324,8 +324,7 @@ def test_a_session_whose_server_died_ends_on_time_while_another_server_runs(
     try:
         on_a.sendall(subscribe(1, "news/#", 1))
         assert read(on_a)[0] == 0x90
-        killed.kill()
-        killed.wait()
+        kill(killed)
     finally:
         on_a.close()
     assert watcher.next(timeout=EXPIRY + 3.0).payload == b"gone"
@@ -395,12 +394,10 @@ def test_two_survivors_send_the_will_of_a_session_whose_server_died_once(
         )
         assert claimer.stdout is not None
         assert claimer.stdout.readline() == b"held\n"
-        killed.kill()
-        killed.wait()
+        kill(killed)
         on_a.close()
         assert watcher.nothing(within=3.0)  # B and C sweep, and find the session claimed
-        claimer.kill()
-        claimer.wait()
+        kill(claimer)
         assert watcher.next(timeout=EXPIRY + 5.0).payload == b"gone"
         assert watcher.nothing(within=3.0)  # once
         assert not claim.exists()
@@ -410,8 +407,7 @@ def test_two_survivors_send_the_will_of_a_session_whose_server_died_once(
     finally:
         if claimer is not None:
             if claimer.poll() is None:
-                claimer.kill()
-                claimer.wait()
+                kill(claimer)
             assert claimer.stdout is not None
             claimer.stdout.close()
         stop_process(third)
@@ -434,8 +430,7 @@ def test_a_share_groups_messages_held_by_a_session_whose_server_died_go_to_a_mem
         assert sorted(p.payload for p in taken) == [b"job 0", b"job 1"]
         worker = paho(b, "worker", clean=False, expiry=60)
         worker.subscribe("$share/g/jobs/#", 1)
-        killed.kill()
-        killed.wait()
+        kill(killed)
     finally:
         on_a.close()
     got = [worker.next(timeout=EXPIRY + 5.0).payload for _ in range(2)]
@@ -468,8 +463,7 @@ def test_a_client_coming_back_while_its_dead_servers_session_is_claimed_keeps_it
         try:
             assert claimer.stdout is not None
             assert claimer.stdout.readline() == b"held\n"
-            killed.kill()
-            killed.wait()
+            kill(killed)
             on_a.close()
             back: list[tuple[socket.socket, bool]] = []
             connecting = threading.Thread(
@@ -586,8 +580,7 @@ def test_a_claim_held_by_a_stopped_server_keeps_a_connect_waiting_but_not_the_ot
         [line] = [r.getMessage() for r in caplog.records if "taken on by another" in r.getMessage()]
         assert line.startswith("client 'roamer' (no user name, from 127.0.0.1:"), line
     finally:
-        claimer.kill()
-        claimer.wait()
+        kill(claimer)
         assert claimer.stdout is not None
         claimer.stdout.close()
     try:
@@ -653,8 +646,7 @@ def _a_process_and_b_sweep_held(
         yield a, process, b
     finally:
         if process.poll() is None:
-            process.kill()
-            process.wait()
+            kill(process)
         b.shutdown()
 
 
@@ -667,8 +659,7 @@ def _restart_killed(a: RunningServer) -> None:
     """A restarted, which counts the sessions it finds from its start, then killed, before
     a Will it counts is due, most likely."""
     restarted = serve_process(a.root, a.port)
-    restarted.kill()
-    restarted.wait()
+    kill(restarted)
 
 
 def test_a_session_taken_on_by_a_restart_is_taken_on_again_when_that_server_dies(
@@ -686,8 +677,7 @@ def test_a_session_taken_on_by_a_restart_is_taken_on_again_when_that_server_dies
         on_a, _ = open_raw(a, "roamer", expiry=EXPIRY, will=("wills/roamer", b"gone"), will_delay=1)
         on_a.sendall(subscribe(1, "news/#", 1))
         assert read(on_a)[0] == 0x90
-        process.kill()
-        process.wait()
+        kill(process)
         on_a.close()
         _restart_killed(a)
         record = read_record(str(a.root), "roamer")
@@ -716,8 +706,7 @@ def test_a_session_away_a_restart_took_on_goes_to_a_survivor_when_that_restart_d
         on_a, _ = open_raw(a, "roamer", expiry=EXPIRY, will=("wills/roamer", b"gone"), will_delay=2)
         on_a.close()
         recorded_away(a.root, "roamer")
-        process.kill()
-        process.wait()
+        kill(process)
         found = read_record(str(a.root), "roamer")
         assert found is not None
         assert found.server is not None
