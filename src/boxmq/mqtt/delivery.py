@@ -96,7 +96,7 @@ class Delivery:
         # what the routing brings them meanwhile waits here, with the id of a retained one,
         # and goes out after those, as when they were read at once.
         self.holding: dict[Key, list[tuple[Publish, str | None]]] = {}
-        self._drops = DropLog()  # messages dropped on full queues, logged sparingly
+        self._drops: DropLog[str] = DropLog()  # messages dropped on full queues, logged sparingly
         # (client id, filter) whose dropbox the file system refused to take from: told once.
         self._refused: set[tuple[str, str]] = set()
 

@@ -6,7 +6,7 @@ at once, and the drops after it are counted and told as one line per client per 
 ("N more dropped in the last 10 s"), for as long as they go on. An interval without a drop
 ends the run: the next drop is a first again.
 
-The same counts serve failed TLS handshakes (server.py), by client address and reason in
+The same counts serve failed TLS handshakes (server.py), keyed by client host and reason in
 place of a client id: a device that retries every second with an expired certificate.
 Connections refused at a limit (`Refusals`) are told once while the limit holds, and counted
 till one is accepted again.
@@ -18,12 +18,17 @@ still counted (at shutdown).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Generic, TypeVar
 
 __all__ = ["DropLog", "Refusals", "Summary"]
 
 INTERVAL: Final = 10.0  # seconds between two summary lines for one client
+
+# What a run is counted by: a client id (str), or a (host, reason) pair for handshakes, told
+# back as it was given, never a string to be parsed back.
+Key = TypeVar("Key", bound=Hashable)
 
 
 class Refusals:
@@ -57,19 +62,19 @@ class _Run:
 
 
 @dataclass(frozen=True, slots=True)
-class Summary:
-    client_id: str
+class Summary(Generic[Key]):
+    client_id: Key
     dropped: int  # messages dropped in the interval, after those already told
 
 
-class DropLog:
+class DropLog(Generic[Key]):
     """Per client: whether a drop is told now, and the counts that are due."""
 
     def __init__(self, *, interval: float = INTERVAL) -> None:
         self.interval = interval
-        self._runs: dict[str, _Run] = {}  # only clients dropping lately: checked every tick
+        self._runs: dict[Key, _Run] = {}  # only clients dropping lately: checked every tick
 
-    def dropped(self, client_id: str, *, now: float) -> bool:
+    def dropped(self, client_id: Key, *, now: float) -> bool:
         """Count one drop for `client_id`; True when it is the first of a run and is to be
         told at once."""
         run = self._runs.get(client_id)
@@ -79,10 +84,10 @@ class DropLog:
         run.counted += 1
         return False
 
-    def due(self, *, now: float) -> list[Summary]:
+    def due(self, *, now: float) -> list[Summary[Key]]:
         """The counts of the intervals over by `now`; a run whose interval counted nothing
         is over."""
-        summaries = []
+        summaries: list[Summary[Key]] = []
         for client_id, run in list(self._runs.items()):
             if now < run.ends:
                 continue
@@ -93,7 +98,7 @@ class DropLog:
                 del self._runs[client_id]
         return summaries
 
-    def flush(self) -> list[Summary]:
+    def flush(self) -> list[Summary[Key]]:
         """Every count not told yet, whatever the time (the broker is closing)."""
         summaries = [Summary(c, run.counted) for c, run in self._runs.items() if run.counted]
         self._runs.clear()

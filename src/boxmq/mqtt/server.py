@@ -789,9 +789,9 @@ class MqttServer:
         self._lingering: set[_Linger] = set()  # sockets closed, read until they end (_Linger)
         self.handshakes: set[asyncio.Task[None]] = set()  # TLS handshakes under way
         self._tls_buffer: bytearray | None = None  # the TLS sockets' reads (share_tls_buffer)
-        # Failed handshakes by client address and reason: a client that retries every second
+        # Failed handshakes by client host and reason: a client that retries every second
         # with an expired certificate is told once, then counted (handshake_failed).
-        self._failed_handshakes = DropLog()
+        self._failed_handshakes: DropLog[tuple[str, str]] = DropLog()
 
     def protocol(self, accepted: float | None = None) -> _Protocol:
         """The protocol of a client's socket (after its TLS handshake, on a TLS listener,
@@ -810,14 +810,14 @@ class MqttServer:
         if level < logging.INFO:  # a closed socket, a port check: not counted, rarely shown
             log.log(level, "%s: TLS handshake failed: %s", peer, words)
             return
-        if self._failed_handshakes.dropped(f"{peer.host}: {words}", now=self._clock.now()):
+        if self._failed_handshakes.dropped((peer.host, words), now=self._clock.now()):
             log.log(level, "%s: TLS handshake failed: %s", peer, words)
 
     def tell_failed_handshakes(self, *, now: float | None = None) -> None:
         """Log the failed handshakes counted in the intervals over by `now` (None: all)."""
         counts = self._failed_handshakes
         for summary in counts.flush() if now is None else counts.due(now=now):
-            host, _, words = summary.client_id.partition(": ")
+            host, words = summary.client_id
             log.info(
                 "%s: %d more TLS handshake(s) failed in the last %s: %s",
                 host,

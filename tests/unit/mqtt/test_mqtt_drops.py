@@ -9,7 +9,7 @@ from boxmq.mqtt.drops import DropLog, Summary
 
 
 def test_the_first_drop_is_told_and_the_next_are_counted_per_interval() -> None:
-    drops = DropLog(interval=10)
+    drops: DropLog[str] = DropLog(interval=10)
     assert drops.dropped("slow", now=0)
     assert [drops.dropped("slow", now=t) for t in (1, 2, 3)] == [False, False, False]
     assert drops.dropped("other", now=5)  # each client has its own run
@@ -27,7 +27,7 @@ def test_the_first_drop_is_told_and_the_next_are_counted_per_interval() -> None:
 
 @given(st.lists(st.tuples(st.sampled_from("ab"), st.floats(0, 5)), max_size=60))
 def test_every_drop_is_told_once_as_a_first_or_in_a_count(steps: list[tuple[str, float]]) -> None:
-    drops = DropLog(interval=10)
+    drops: DropLog[str] = DropLog(interval=10)
     now, told = 0.0, 0
     for client_id, elapsed in steps:
         now += elapsed
@@ -35,3 +35,13 @@ def test_every_drop_is_told_once_as_a_first_or_in_a_count(steps: list[tuple[str,
         told += drops.dropped(client_id, now=now)
     told += sum(s.dropped for s in drops.flush())
     assert told == len(steps)
+
+
+def test_a_key_is_told_back_as_it_was_given() -> None:
+    """Failed handshakes count by (host, reason): an IPv6 host and a reason with ": " in it
+    come back whole, with nothing to parse."""
+    drops: DropLog[tuple[str, str]] = DropLog(interval=10)
+    key = ("::1", "certificate verify failed: certificate has expired")
+    assert drops.dropped(key, now=0)
+    assert not drops.dropped(key, now=1)
+    assert drops.flush() == [Summary(key, 1)]
