@@ -622,8 +622,7 @@ class Broker:
             self._publishing.released(client, session, packet.packet_id)
         elif kind is Subscribe:
             assert isinstance(packet, Subscribe)
-            if session.persistent and self._taken.since(session):
-                self._taken.disconnect(client)  # its record, written, named this broker
+            if self._closed_if_taken(client, session):
                 return
             self._delivery.route_deferred_so_far()  # the PUBLISHes before it miss it
             self._subscribing.subscribe(client, session, packet)
@@ -633,8 +632,7 @@ class Broker:
             self._durable_routes.recheck()
         elif kind is Unsubscribe:
             assert isinstance(packet, Unsubscribe)
-            if session.persistent and self._taken.since(session):
-                self._taken.disconnect(client)
+            if self._closed_if_taken(client, session):
                 return
             self._delivery.route_deferred_so_far()  # the PUBLISHes before it still meet it
             self._subscribing.unsubscribe(client, session, packet)
@@ -647,6 +645,15 @@ class Broker:
             raise ProtocolError("AUTH without an Authentication Method in CONNECT (§4.12)")
         else:
             raise ProtocolError(f"a client may not send {kind.__name__.upper()}")
+
+    def _closed_if_taken(self, client: Client, session: Session) -> bool:
+        """Before a SUBSCRIBE or an UNSUBSCRIBE writes the record of a persistent session:
+        whether another broker on this root took the session (`TakenElsewhere.since`), its
+        connection then closed (written, its record named this broker again)."""
+        if session.persistent and self._taken.since(session):
+            self._taken.disconnect(client)
+            return True
+        return False
 
     def _share_turns(self, session: Session, *, take: bool) -> None:
         """A persistent session's share-group memberships take their turns only while its
