@@ -35,12 +35,14 @@ from tests.integration.mqtt.clients import (
 from tests.integration.mqtt.raw import (
     connect_packet,
     open_raw,
+    packet,
     puback,
     pubcomp,
     publish_fields,
     publishes,
     pubrec,
     read,
+    string,
     subscribe,
     take_publishes,
 )
@@ -349,6 +351,27 @@ def test_a_subscribe_on_a_connection_whose_session_moved_closes_it(
         assert (kind, body[:1]) == (0xE0, b"\x8e"), (hex(kind), body.hex())  # no SUBACK
         assert read_record(str(root), "roamer") == taken
         assert ("other/#", None, "roamer") not in subscriptions_on_disk(root)
+    finally:
+        on_a.close()
+        on_b.close()
+
+
+def test_an_unsubscribe_on_a_connection_whose_session_moved_closes_it(
+    two_servers: tuple[RunningServer, RunningServer, Served],
+) -> None:
+    """As above, with an UNSUBSCRIBE, which writes the record too: A closes that connection
+    rather than write its name back over B's, and the subscription stays the session's."""
+    a, b, _ = two_servers
+    root = a.root
+    on_a, on_b = _on_both(a, b, qos=1, expiry=EXPIRY)
+    try:
+        taken = read_record(str(root), "roamer")
+        assert taken is not None
+        on_a.sendall(packet(0xA2, (3).to_bytes(2, "big") + b"\x00" + string("news/#")))
+        kind, body = read(on_a)
+        assert (kind, body[:1]) == (0xE0, b"\x8e"), (hex(kind), body.hex())  # no UNSUBACK
+        assert read_record(str(root), "roamer") == taken
+        assert ("news/#", None, "roamer") in subscriptions_on_disk(root)
     finally:
         on_a.close()
         on_b.close()
