@@ -248,6 +248,9 @@ class QueueService:
             for key, items in list(self._given_back.items()):
                 if all(deadline <= now for deadline in items.values()):
                     del self._given_back[key]
+        # The subscribers gone silent, ended after every unlock notification, in one pass:
+        # their topic nodes' ends told to the other processes once, not once per node.
+        silent: dict[Subscription, None] = {}
         for subscription, message in self._subscriptions.timed_out(now):
             self._reliable.cancel(subscription.jid, message.id)
             _quietly(message.unlock)  # the engine may have released it already
@@ -259,6 +262,9 @@ class QueueService:
                 subscription.timeouts += 1
                 subscription.silent_at = now
             if subscription.timeouts >= SILENT_TIMEOUTS and not subscription.closed:
+                silent[subscription] = None
+        with self._box.topics.ending_together():
+            for subscription in silent:
                 # Its unavailable presence was lost (the component was away when it left, or
                 # it never sent directed presence): stop feeding it items that only time out,
                 # each one a delivery closer to error/.
