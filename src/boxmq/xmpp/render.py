@@ -169,11 +169,17 @@ def event(
     message_id: str, sender: str, to: str, node: str, inner: str, *, wrapped: bool = False
 ) -> str:
     """A pubsub#event message: `inner` is the <item/>, <retract/> or <unlock/> in <items/>.
-    `wrapped`: it goes inside a urn:xmpp:qos element, so it names its own namespace."""
-    xmlns = " xmlns='jabber:client'" if wrapped else ""
+    `wrapped`: it goes inside a urn:xmpp:qos element, so it names its own namespace, and has
+    no `to` and `from`: the QoS document's sender leaves them out, the iq's say who (its
+    receiver overwrites them from the iq's)."""
+    if wrapped:
+        head = f"<message xmlns='jabber:client' id={attr(message_id)}>"
+    else:
+        head = (
+            f"<message id={attr(message_id)} to={recurring_attr(to)} from={recurring_attr(sender)}>"
+        )
     return (
-        f"<message{xmlns} id={attr(message_id)} to={recurring_attr(to)} "
-        f"from={recurring_attr(sender)}><event xmlns='{ns.PUBSUB_EVENT}'>"
+        f"{head}<event xmlns='{ns.PUBSUB_EVENT}'>"
         f"<items node={recurring_attr(node)}>{inner}</items>"
         "</event></message>"
     )

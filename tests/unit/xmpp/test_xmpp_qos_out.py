@@ -195,3 +195,18 @@ def test_a_give_up_tells_the_holder_its_item_was_unlocked(wire: Wire, clock: Man
         seen += wire.events()
     # XEP-0254 §4, as for a lock timeout: the holder hears that the item went back
     assert seen == [(ALICE, "unlock", item), (BOB, "item", item)]
+
+
+@pytest.mark.parametrize("level", ["acknowledged", "assured"])
+def test_the_wrapped_message_leaves_its_to_and_from_to_the_iq(wire: Wire, level: str) -> None:
+    # urn:xmpp:qos, To and from attributes: those of an embedded message "should be ignored
+    # and left out by the sender" (the receiver overwrites them from the iq's). They were
+    # written, a copy of the iq's, on every notification sent acknowledged or assured.
+    _subscribe(wire, ALICE, level)
+    wire.publish()
+    [sent] = _qos_iqs(wire)
+    assert (sent.get("from"), sent.get("to")) == (SERVICE, ALICE)
+    message = sent.find(f"{{{QOS}}}{level}/{{jabber:client}}message")
+    assert message is not None
+    assert (message.get("from"), message.get("to")) == (None, None)
+    assert message.find(f"{{{ns.PUBSUB_EVENT}}}event") is not None
