@@ -345,3 +345,27 @@ def test_a_subscriber_still_connected_when_the_component_stops_is_told(
                 assert (await alice.retract(item)).get("type") == "result"
 
     run(scenario())
+
+
+def test_a_qos_subscriber_whose_client_refuses_each_notification_is_unsubscribed(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # A client that does not serve urn:xmpp:qos answers each notification iq with an error
+    # (slixmpp: feature-not-implemented), as the server does for a subscriber gone unheard
+    # (service-unavailable). The item came back to it a second later, five times, then went
+    # to error/, and every item after it the same: the queue drained into error/.
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "carol") as users:
+            alice, carol = users
+            alice.remove_handler("qos")  # her client knows nothing of urn:xmpp:qos
+            assert (await alice.subscribe(1, qos="acknowledged")).get("type") == "result"
+            item = await carol.publish("<job xmlns='urn:example'>1</job>")
+            unlocks = [(await alice.next_event()) for _ in range(3)]
+            assert [(e.what, e.item) for e in unlocks] == [("unlock", item)] * 3
+            ended = await alice.next_event()  # after three refusals in a row: gone
+            assert (ended.what, ended.item) == ("subscription", "none")
+            await asyncio.sleep(1.5)  # the handoff, and a round of deliveries after it
+            counts = box.queue("jobs").counts()
+            assert (counts.ready, counts.locked, counts.dead) == (1, 0, 0)
+
+    run(scenario())

@@ -255,24 +255,34 @@ class QueueService:
             self._reliable.cancel(subscription.jid, message.id)
             _quietly(message.unlock)  # the engine may have released it already
             self._notify_unlock(subscription, message.id)
-            # Locks given before the last timeout that counted end with it, or just after:
-            # one silence, not several, or a subscriber slow on one batch of queue_requests
-            # >= 3 items would be taken for gone at its first timeout.
-            if message.lock_deadline - self._lock_timeout >= subscription.silent_at:
-                subscription.timeouts += 1
-                subscription.silent_at = now
-            if subscription.timeouts >= SILENT_TIMEOUTS and not subscription.closed:
+            if self._silent(subscription, message, now):
                 silent[subscription] = None
         with self._box.topics.ending_together():
             for subscription in silent:
-                # Its unavailable presence was lost (the component was away when it left, or
-                # it never sent directed presence): stop feeding it items that only time out,
-                # each one a delivery closer to error/.
-                log.info(
-                    "%s: %s answered nothing: unsubscribed", subscription.node, subscription.jid
-                )
-                self._drop(subscription)
-        self._reliable.retry(now)
+                self._drop_silent(subscription)
+            self._reliable.retry(now)  # its give-ups count as silences too (_undeliverable)
+
+    def _silent(self, subscription: Subscription, message: Message, now: float) -> bool:
+        """One more silence of `subscription`, whose `message` was given back unanswered at
+        `now`; whether it has been silent SILENT_TIMEOUTS times in a row, and is taken for
+        gone. Locks given before the last silence that counted end with it, or just after:
+        one silence, not several, or a subscriber slow on one batch of queue_requests >= 3
+        items would be taken for gone at its first timeout."""
+        if message.lock_deadline - self._lock_timeout >= subscription.silent_at:
+            subscription.timeouts += 1
+            subscription.silent_at = now
+        return subscription.timeouts >= SILENT_TIMEOUTS and not subscription.closed
+
+    def _drop_silent(self, subscription: Subscription) -> None:
+        """Its unavailable presence was lost (the component was away when it left, or it never
+        sent directed presence): stop feeding it items that only time out or bounce, each one
+        a delivery closer to error/."""
+        log.info(
+            "%s: %s answered nothing, or refused each item: unsubscribed",
+            subscription.node,
+            subscription.jid,
+        )
+        self._drop(subscription)
 
     def next_deadline(self) -> float | None:
         deadlines = (self._subscriptions.next_deadline(), self._reliable.next_deadline())
@@ -752,13 +762,18 @@ class QueueService:
 
     def _undeliverable(self, subscription: Subscription, message: Message) -> None:
         """The subscriber never acknowledged (or refused) the item: it is told, as for a lock
-        timeout (XEP-0254 §4), and the next one gets it."""
+        timeout (XEP-0254 §4), and the next one gets it. A silence, as a lock timeout is: a
+        client that does not serve urn:xmpp:qos refuses each iq at once, and the server does
+        for a full JID gone unheard (service-unavailable, RFC 6120 §10.5.3.1); no lock of it
+        ever timed out, and each item came back to it until it went to error/."""
         if subscription.held.pop(message.id, None) is not None:
             _quietly(message.unlock)
             self._notify_unlock(subscription, message.id)
             log.info(
                 "%s: %s not acknowledged by %s", subscription.node, message.id, subscription.jid
             )
+            if self._silent(subscription, message, self._now()):
+                self._drop_silent(subscription)
 
     def _deleted_elsewhere(self, node: str) -> bool:
         """Whether another process (`boxmq delete`), or this one's API (box.delete_queue),

@@ -210,3 +210,41 @@ def test_the_wrapped_message_leaves_its_to_and_from_to_the_iq(wire: Wire, level:
     assert message is not None
     assert (message.get("from"), message.get("to")) == (None, None)
     assert message.find(f"{{{ns.PUBSUB_EVENT}}}event") is not None
+
+
+_BOUNCE = (
+    "<error type='cancel'><service-unavailable xmlns='urn:ietf:params:xml:ns:xmpp-stanzas'/>"
+    "</error>"
+)
+
+
+def test_a_subscriber_whose_notifications_bounce_three_times_in_a_row_is_unsubscribed(
+    wire: Wire, manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    # A subscriber at a QoS level that left unheard (no directed presence, or it left while
+    # the component was away): the server answers each notification iq service-unavailable
+    # (RFC 6120 §10.5.3.1) at once. Each answer unlocked the item and gave it back to it a
+    # second later, no lock ever timed out, and in five seconds the item was in error/,
+    # then the next one, the subscriber never unsubscribed: the queue drained into error/.
+    _subscribe(wire, ALICE, "acknowledged", queue_requests=2)
+    wire.publish()
+    wire.publish()
+    bounced, stanzas = 0, []
+    for _ in range(6):
+        wire.service.poll()
+        stanzas += wire.take()
+        clock.advance(0.01)  # the way to the server and back
+        for iq in [s for s in stanzas if s.get("type") == "set"]:
+            _answer(wire, iq, _BOUNCE, type="error")
+            bounced += 1
+        stanzas = [s for s in stanzas if s.get("type") != "set"]
+        clock.advance(1.1)  # past the handoff: what it let go waits a second for another
+        wire.service.expire(clock.now())
+    assert bounced == 6  # both items, three times, each time together: three silences
+    ended = f"{{{ns.PUBSUB_EVENT}}}event/{{{ns.PUBSUB_EVENT}}}subscription"
+    told = [s.find(ended) for s in stanzas + wire.take() if s.find(ended) is not None]
+    assert [(e.get("node"), e.get("subscription")) for e in told if e is not None] == [
+        ("jobs", "none")
+    ]
+    counts = manual_box.queue("jobs").counts()
+    assert (counts.ready, counts.dead) == (2, 0)  # waiting for the next subscriber
