@@ -248,3 +248,30 @@ def test_a_subscriber_whose_notifications_bounce_three_times_in_a_row_is_unsubsc
     ]
     counts = manual_box.queue("jobs").counts()
     assert (counts.ready, counts.dead) == (2, 0)  # waiting for the next subscriber
+
+
+def test_a_subscriber_that_never_answers_its_notifications_is_unsubscribed_after_three_give_ups(
+    wire: Wire, manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    # The lock (300 s here) outlasts the retries (a give-up 62 s in): no lock timed out, so
+    # only the give-ups can tell that the subscriber is gone.
+    _subscribe(wire, ALICE, "acknowledged")
+    wire.publish()
+    assert len(_qos_iqs(wire)) == 1
+    ended = f"{{{ns.PUBSUB_EVENT}}}event/{{{ns.PUBSUB_EVENT}}}subscription"
+    unlock = f".//{{{ns.QUEUEING}}}unlock"
+    told: list[ET.Element] = []
+    gave_up, until = 0, clock.now() + 1000
+    while not told and clock.now() < until:
+        deadline = wire.service.next_deadline()
+        # to the next retry, or past the handoff after a give-up
+        clock.advance(1.1 if deadline is None else max(deadline - clock.now(), 0.0))
+        wire.service.expire(clock.now())
+        wire.service.poll()
+        for stanza in wire.take():
+            gave_up += stanza.find(unlock) is not None
+            told += [e for e in [stanza.find(ended)] if e is not None]
+    assert [(e.get("node"), e.get("subscription")) for e in told] == [("jobs", "none")]
+    assert gave_up == 3
+    counts = manual_box.queue("jobs").counts()
+    assert (counts.ready, counts.dead) == (1, 0)
