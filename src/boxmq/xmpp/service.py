@@ -36,6 +36,7 @@ from boxmq.errors import (
     ItemNotFound,
     LockError,
     MessageTooLarge,
+    NotAllowed,
     QueueNotFound,
     ResourceConstraint,
     StoreFailed,
@@ -50,6 +51,7 @@ from boxmq.xmpp.errors import StanzaError
 from boxmq.xmpp.payloads import NOT_XML, payload_of
 from boxmq.xmpp.qos_out import Level, ReliableSender
 from boxmq.xmpp.records import SubscriberRecords
+from boxmq.xmpp.refusals import RefusalLog
 from boxmq.xmpp.requests import (
     Configure,
     Create,
@@ -136,6 +138,7 @@ class QueueService:
         self._ids = (f"bx{n}" for n in itertools.count(1))
         self._now = now
         self._reliable = ReliableSender(sender=domain, send=send)
+        self._refusals = RefusalLog()  # exactly-once messages refused, for who runs it
         self._touched: set[str] = set()  # nodes whose deliveries may have changed
         # (full JID, node) -> item id -> its lock deadline: what an unsubscribe gave back,
         # for the unlocks XEP-0254 §4 sends after it (see _unlock); kept until that deadline
@@ -614,7 +617,12 @@ class QueueService:
             )
         except MessageTooLarge as error:
             # urn:xmpp:qos, Memory attacks: what the receiver cannot hold is resource-constraint
+            self._refusals.refused(iq.sender, "resource-constraint", str(error), now=self._now())
             raise ResourceConstraint(str(error)) from error
+        except (NotAllowed, ResourceConstraint) as error:
+            name = condition_for(error).name
+            self._refusals.refused(iq.sender, name, str(error), now=self._now())
+            raise
         return render.result(iq, f"<received xmlns='{ns.QOS}' msgId={_attr(request.msg_id)}/>")
 
     def _disco_info(self, iq: Iq, request: DiscoInfo) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -403,6 +404,39 @@ def test_limits_answer_resource_constraint_and_untrusted_not_allowed(tmp_path: P
         untrusted = wire.iq(ALICE, _wrapped("assured", "c", "3"), to=NODE_AT)
         assert condition(untrusted) == ("cancel", "not-allowed")
         wire.service.close()
+
+
+def test_refused_exactly_once_messages_are_logged_naming_their_sender(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # urn:xmpp:qos, Memory attacks: "Whenever invalid use of the assured messaging service is
+    # detected ... an event should be logged ... so that the source of the error can be
+    # found". Each was answered, and nothing was logged. One line per sender a minute, the
+    # others counted in the next, so that a flood of them does not flood the log.
+    clock = [1000.0]
+    limits = ExactlyOnceLimits(max_pending_per_source=1, trusted_sources=frozenset({CAROL}))
+    with (
+        boxmq.open(tmp_path / "d", fsync="never", exactly_once=limits) as box,
+        caplog.at_level(logging.WARNING, logger="boxmq.xmpp"),
+    ):
+        wire = Wire(box, now=lambda: clock[0])
+        wire.create()
+        assert wire.iq(CAROL, _wrapped("assured", "a", "1"), to=NODE_AT).get("type") == "result"
+        for n in range(3):
+            wire.iq(ALICE, _wrapped("assured", f"u{n}", "x"), to=NODE_AT)
+        wire.iq(CAROL, _wrapped("assured", "b", "2"), to=NODE_AT)
+        clock[0] += 61
+        wire.iq(ALICE, _wrapped("assured", "u3", "x"), to=NODE_AT)
+        wire.service.close()
+    lines = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(lines) == 3, lines
+    said = [(line.split(" refused, ")[0].rsplit(" ", 1)[-1], line.split(", ")[1]) for line in lines]
+    assert [(who, condition.split(":")[0]) for who, condition in said] == [
+        (ALICE, "not-allowed"),
+        (CAROL, "resource-constraint"),
+        (ALICE, "not-allowed"),
+    ]
+    assert lines[2].endswith("(2 more since the last line)")
 
 
 def test_an_oversized_assured_message_is_resource_constraint(tmp_path: Path) -> None:
