@@ -40,10 +40,12 @@ from boxmq.errors import naming
 from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
 from boxmq.store.layout import TOPIC_ROOT
 from boxmq.store.records import read_file
+from boxmq.store.spares import rename_noreplace
 from boxmq.store.temporaries import temporary_in
 from boxmq.store.topics import exactly_once_markers, incoming_working
 
 __all__ = [
+    "ASIDE_PREFIX",
     "RETAINED_DIR",
     "Marked",
     "Retained",
@@ -55,6 +57,10 @@ __all__ = [
 ]
 
 RETAINED_DIR = ".retained"  # under topic-root/
+# A file the expiry sweep moved aside to delete it (`_remove_judged`): not a `.tmp-`, which
+# the temporaries' sweep deletes unread, since one a sweep killed there left may be a
+# publisher's new message, to be put back (`_put_back`).
+ASIDE_PREFIX = ".aside-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,31 +250,39 @@ class RetainedStore:
                     before = min(before, pin)
                 self._remove_tombstone(path, fd, before)
 
+        asides: list[str] = []  # what sweeps killed in `_remove_judged` left, for below
         # Each topic read is learnt: a server's first wildcard SUBSCRIBE after its start-up
         # sweep reads only the files it sends.
         # Every topic wanted: each file opened is yielded, so each descriptor is closed here.
-        for path, opened in self._scan(_every, read):
+        for path, opened in self._scan(_every, read, asides):
             try:
                 if stale(opened.header):
                     removed += self._remove_judged(path, os.fstat(opened.fd))
             finally:
                 os.close(opened.fd)
+        self._put_back(asides)
         # No flush, even under `always`: one that a power cut brings back is stale still,
         # never sent, and deleted again.
         return removed
 
     def _scan(
-        self, wanted: Callable[[str], bool], read: Callable[[str], _Read | None]
+        self,
+        wanted: Callable[[str], bool],
+        read: Callable[[str], _Read | None],
+        asides: list[str] | None = None,
     ) -> Iterator[tuple[str, _Read]]:
         """The path of each file of the folder, and what `read` found there, whose topic
         `wanted` takes, or is not known yet: one listing, the topic of each name learnt from
         its first read, and the names gone since the last listing forgotten (once the listing
-        is read to its end)."""
+        is read to its end). `asides`, when given, gets the path of each file ASIDE_PREFIX
+        names."""
         known = self._topics
         listed: dict[str, str] = {}
         with contextlib.suppress(FileNotFoundError), os.scandir(self._dir) as entries:
             for entry in entries:
                 if entry.name.startswith("."):
+                    if asides is not None and entry.name.startswith(ASIDE_PREFIX):
+                        asides.append(entry.path)
                     continue
                 topic = known.get(entry.name)
                 if topic is not None:
@@ -302,13 +316,17 @@ class RetainedStore:
         alone, untouched. If one lands in the two system calls between that look and the
         move aside, the move takes it: it goes back, unless a newer one is in place already;
         until then its topic has none to a subscriber that looks, and a delete acknowledged
-        in between is undone. Not deleted in place: no unlink says "only this inode"."""
+        in between is undone. Not deleted in place: no unlink says "only this inode".
+        A process killed between the move aside and the link back (or the unlink) leaves
+        the file aside, under ASIDE_PREFIX: the next sweep of any process puts it back
+        (`_put_back`), and may put it back under this one's feet, which then has
+        nothing left to do."""
         try:
             if not os.path.samestat(os.lstat(path), judged):
                 return 0  # replaced since it was read: the new one stays
         except FileNotFoundError:
             return 0  # deleted by its publisher meanwhile
-        aside = temporary_in(self._dir)
+        aside = os.path.join(self._dir, f"{ASIDE_PREFIX}{os.urandom(16).hex()}")
         try:
             os.rename(path, aside)
         except FileNotFoundError:
@@ -316,12 +334,38 @@ class RetainedStore:
         removed = 0
         try:
             removed = int(os.path.samestat(os.lstat(aside), judged))
+        except FileNotFoundError:
+            return 0  # put back by another process's sweep meanwhile (`_put_back`)
         finally:
             if not removed:  # put back: a fresh one, or one not known to be the one judged
-                with contextlib.suppress(FileExistsError):
+                # FileNotFoundError: another sweep put it back already.
+                with contextlib.suppress(FileExistsError, FileNotFoundError):
                     os.link(aside, path)
             _unlink_quietly(aside)
         return removed
+
+    def _put_back(self, asides: list[str]) -> None:
+        """Put each file a sweep killed in `_remove_judged` left aside (`asides`, their
+        paths) back under its topic's name, unless the topic has another file since (a
+        newer message or a tombstone), which stays and the aside goes. Left aside, a
+        message a publisher put in place just before the move aside was lost once its
+        publisher had been told it was retained (a PUBACK), and nothing ever read or
+        deleted the file. The one judged stale goes back too, and goes at the next sweep
+        (no reader sends an expired one meanwhile); an aside without a header is a
+        tombstone judged old, deleted. As for a file put back by a live sweep, a delete
+        that came in between is undone."""
+        for aside in asides:
+            opened = _open_header(aside)
+            if opened is None:  # a tombstone (or a damaged file), or put back already
+                _unlink_quietly(aside)
+                continue
+            os.close(opened.fd)
+            try:
+                rename_noreplace(aside, self._path(opened.topic))
+            except FileExistsError:  # the topic has a newer file: it stays
+                _unlink_quietly(aside)
+            except FileNotFoundError:
+                pass  # put back by another sweep meanwhile
 
 
 class _Opened(NamedTuple):
