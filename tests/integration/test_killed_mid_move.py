@@ -130,25 +130,27 @@ def test_a_requeue_killed_at_any_change_sends_each_message_back_once(
             return
 
 
+@pytest.mark.parametrize("ending_filter", ["a/#", "$share/g/a/#"])
 def test_an_unsubscribe_killed_at_any_change_loses_nothing_of_a_living_subscription(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending_filter: str
 ) -> None:
     """An unsubscribe deletes the subscription's record, then renames its folder into
     .deleting/ and deletes it there. Killed at any change of it: the other subscription to
     the filter keeps its message; one whose record stands keeps its own; and a subscribe
     of the same name after a restart gets the next publication once, none of the ended
-    subscription's messages, wherever its folders were left."""
+    subscription's messages, wherever its folders were left. The same for a share group's
+    last member leaving (the group ends with it)."""
     for step in itertools.count(1):
         root = tmp_path / str(step)
         with boxmq.open(root, fsync="never") as box:
-            ending = box.topics.attach_dropbox("a/#", "ending")
+            ending = box.topics.attach_dropbox(ending_filter, "ending")
             kept = box.topics.attach_dropbox("a/#", "kept")
             box.publish("a/1", b"old")
         box = boxmq.open(root, fsync="never")
         with monkeypatch.context() as dying:
             kill_at(dying, step)
             try:
-                assert box.unsubscribe("a/#", "ending") is True
+                assert box.unsubscribe(ending_filter, "ending") is True
                 killed = False
             except Killed:
                 killed = True
@@ -158,7 +160,7 @@ def test_an_unsubscribe_killed_at_any_change_loses_nothing_of_a_living_subscript
         if stands:
             assert _where(ending) == {("target", b"old"): 1}, f"killed at change {step}"
         with boxmq.open(root, fsync="never") as restarted:
-            again = restarted.topics.attach_dropbox("a/#", "ending")
+            again = restarted.topics.attach_dropbox(ending_filter, "ending")
             assert again == ending
             restarted.publish("a/1", b"new")
             restarted.sweep(full=True)
