@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from harness.stopping import kill
 from tests.crashes import Killed, kill_at
 
 import boxmq
@@ -30,11 +33,17 @@ def _where(dropbox: str) -> Counter[tuple[str, bytes]]:
     return found
 
 
-def _once_each(dropbox: str, bodies: list[bytes], step: int) -> dict[bytes, str]:
-    """The state of each of `bodies`, each found in exactly one file of the dropbox."""
+def _holds_any(folder: Path) -> bool:
+    with os.scandir(folder) as entries:
+        return any(entries)
+
+
+def _once_each(dropbox: str, bodies: list[bytes], when: str) -> dict[bytes, str]:
+    """The state of each of `bodies`, each found in exactly one file of the dropbox; `when`
+    the kill came, for the failure's message."""
     found = _where(dropbox)
     copies = Counter(body for _, body in found.elements())
-    assert copies == Counter(bodies), f"killed at change {step}: {sorted(found.items())}"
+    assert copies == Counter(bodies), f"killed at {when}: {sorted(found.items())[:20]}"
     return {body: state for state, body in found}
 
 
@@ -73,14 +82,14 @@ def test_a_sweep_killed_at_any_change_moves_each_message_once_and_a_restart_fini
             except Killed:
                 killed = True
         box.close()
-        states = _once_each(dropbox, bodies, step)
+        states = _once_each(dropbox, bodies, f"change {step}")
         assert states[b"ready"] == "target", f"killed at change {step}"
         assert states[b"dead"] in ("processing", "error"), f"killed at change {step}"
         assert states[b"released"] in ("processing", "target"), f"killed at change {step}"
         assert states[b"expiring"] in ("target", "expired"), f"killed at change {step}"
         with boxmq.open(root, fsync="never", max_deliveries=2, clock=clock) as restarted:
             restarted.sweep(full=True)
-        assert _once_each(dropbox, bodies, step) == {
+        assert _once_each(dropbox, bodies, f"change {step}") == {
             b"dead": "error",
             b"released": "target",
             b"expiring": "expired",
@@ -109,7 +118,7 @@ def test_a_requeue_killed_at_any_change_sends_each_message_back_once(
                 assert taken is not None
                 jobs.reject(taken.id, "w")
             dropbox = layout.queue_path(str(root), "jobs")
-        assert set(_once_each(dropbox, bodies, step).values()) == {"error"}
+        assert set(_once_each(dropbox, bodies, f"change {step}").values()) == {"error"}
         box = boxmq.open(root, fsync="never")
         with monkeypatch.context() as dying:
             kill_at(dying, step)
@@ -119,12 +128,12 @@ def test_a_requeue_killed_at_any_change_sends_each_message_back_once(
             except Killed:
                 killed = True
         box.close()
-        states = _once_each(dropbox, bodies, step)
+        states = _once_each(dropbox, bodies, f"change {step}")
         assert set(states.values()) <= {"error", "target"}, f"killed at change {step}"
         with boxmq.open(root, fsync="never") as restarted:
             again = restarted.queue("jobs").requeue()
         assert again == list(states.values()).count("error"), f"killed at change {step}"
-        assert set(_once_each(dropbox, bodies, step).values()) == {"target"}
+        assert set(_once_each(dropbox, bodies, f"change {step}").values()) == {"target"}
         if not killed:
             assert moved == len(bodies)
             return
@@ -173,3 +182,35 @@ def test_an_unsubscribe_killed_at_any_change_loses_nothing_of_a_living_subscript
         if not killed:
             assert not stands
             return
+
+
+@pytest.mark.slow
+def test_boxmq_requeue_sigkilled_midway_loses_and_copies_no_message(tmp_path: Path) -> None:
+    """The same in a real process: `boxmq requeue` of 5,000 dead messages, SIGKILLed as
+    soon as the first is back in target/. Each message is in error/ or target/, once, and
+    `boxmq requeue` run again sends back the rest (three rounds: at least one is killed
+    midway, not after its last move)."""
+    root = tmp_path / "data"
+    count = 5000
+    bodies = [str(n).encode() for n in range(count)]
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("jobs").put_many(bodies)
+    dropbox = layout.queue_path(str(root), "jobs")
+    target, error = Path(dropbox, "target"), Path(dropbox, "error")
+    command = [sys.executable, "-m", "boxmq", "--data", str(root), "--fsync", "never"]
+    midway = 0
+    for round_ in range(3):
+        for path in list(target.iterdir()):  # dead letters, as consumers left them
+            path.rename(error / path.name)
+        requeue = subprocess.Popen([*command, "requeue", "jobs"], stdout=subprocess.DEVNULL)
+        try:
+            while requeue.poll() is None and not _holds_any(target):
+                time.sleep(0.0005)
+        finally:
+            kill(requeue)
+        states = _once_each(dropbox, bodies, f"round {round_}")
+        assert set(states.values()) <= {"error", "target"}
+        midway += "error" in states.values()
+        subprocess.run([*command, "requeue", "jobs"], check=True, stdout=subprocess.DEVNULL)
+        assert set(_once_each(dropbox, bodies, f"round {round_}").values()) == {"target"}
+    assert midway, "every requeue ended before its kill"
