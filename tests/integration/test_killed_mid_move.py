@@ -19,8 +19,10 @@ from harness.stopping import kill
 from tests.crashes import Killed, kill_at
 
 import boxmq
+from boxmq.client.housekeeping import RETAINED_EVERY
 from boxmq.store import layout, topics
 from boxmq.store.layout import State
+from boxmq.store.retained import RETAINED_DIR
 
 
 def _where(dropbox: str) -> Counter[tuple[str, bytes]]:
@@ -51,9 +53,10 @@ def test_a_sweep_killed_at_any_change_moves_each_message_once_and_a_restart_fini
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A sweep sends an expired message to expired/, a timed-out lock back to target/ and
-    one at its last delivery to error/, each by one rename: killed at any of them, each
-    message is where it was or where it goes, never in both and never nowhere, and the
-    next sweep of a restart moves the rest."""
+    one at its last delivery to error/, each by one rename, and deletes an expired retained
+    message (moved aside, then unlinked): killed at any of them, each message is where it
+    was or where it goes, never in both and never nowhere, the topic that kept its
+    retained message keeps it, and the sweeps of a restart finish the rest."""
     bodies = [b"dead", b"released", b"expiring", b"ready"]
     for step in itertools.count(1):
         root = tmp_path / str(step)
@@ -72,7 +75,9 @@ def test_a_sweep_killed_at_any_change_moves_each_message_once_and_a_restart_fini
                 assert taken is not None
                 assert taken.body == expected
             dropbox = layout.queue_path(str(root), "jobs")
-        clock.advance(60.0)  # both locks timed out, the expiration passed
+            box.publish("r/stale", b"old", retain=True, expires_in=10.0)
+            box.publish("r/kept", b"kept", retain=True)
+        clock.advance(60.0)  # both locks timed out, the expirations passed
         box = boxmq.open(root, fsync="never", max_deliveries=2, clock=clock)
         with monkeypatch.context() as dying:
             kill_at(dying, step)
@@ -88,7 +93,18 @@ def test_a_sweep_killed_at_any_change_moves_each_message_once_and_a_restart_fini
         assert states[b"released"] in ("processing", "target"), f"killed at change {step}"
         assert states[b"expiring"] in ("target", "expired"), f"killed at change {step}"
         with boxmq.open(root, fsync="never", max_deliveries=2, clock=clock) as restarted:
+            kept = restarted.topics.retained("r/kept")
+            assert kept is not None, f"killed at change {step}"
+            assert kept[1] == b"kept"
             restarted.sweep(full=True)
+            clock.advance(RETAINED_EVERY)  # a retained message put back goes at the next look
+            restarted.sweep(full=True)
+            assert restarted.topics.retained("r/stale") is None, f"killed at change {step}"
+            kept = restarted.topics.retained("r/kept")
+            assert kept is not None, f"killed at change {step}"
+            assert kept[1] == b"kept"
+        retained = os.listdir(os.path.join(root, layout.TOPIC_ROOT, RETAINED_DIR))
+        assert len(retained) == 1, f"killed at change {step}: {retained}"  # r/kept's alone
         assert _once_each(dropbox, bodies, f"change {step}") == {
             b"dead": "error",
             b"released": "target",
@@ -96,7 +112,7 @@ def test_a_sweep_killed_at_any_change_moves_each_message_once_and_a_restart_fini
             b"ready": "target",
         }, f"killed at change {step}"
         if not killed:
-            assert step > 3, "the sweep made fewer changes than the three moves"
+            assert step > 5, "the sweep made fewer changes than its three moves and a delete"
             return
 
 
