@@ -78,6 +78,34 @@ def test_the_lazy_homes_name_exactly_the_public_names() -> None:
     assert sorted(boxmq._HOMES) == boxmq.__all__
 
 
+def _type_checking_imports() -> dict[str, str]:
+    """Each name the `if TYPE_CHECKING:` block of boxmq/__init__.py imports, and its module."""
+    tree = ast.parse((SRC / "__init__.py").read_text())
+    blocks = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If)
+        and isinstance(node.test, ast.Name)
+        and node.test.id == "TYPE_CHECKING"
+    ]
+    assert len(blocks) == 1
+    return {
+        alias.asname or alias.name: node.module or ""
+        for node in blocks[0].body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
+def test_the_type_checking_imports_name_each_public_name_from_its_lazy_home() -> None:
+    # The third list: mypy and an editor see the API only through these imports, and neither
+    # reads a computed form of them (or of __all__), so the three lists stay written out and
+    # this test holds the imports to the table the runtime uses. A name imported from another
+    # module than its home would type-check against a class the user never gets; one missing
+    # would be an attribute mypy says boxmq does not have.
+    assert _type_checking_imports() == boxmq._HOMES
+
+
 def test_spark_is_an_edge_nothing_below_imports_and_it_never_imports_the_core() -> None:
     # DESIGN.md §6: spark uses the client and the store; the core and the store never know it.
     # Save core.durations, values only: how a duration is written, read alike by every door.
