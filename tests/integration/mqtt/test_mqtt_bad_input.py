@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.mqtt.clients import WAIT, RunningServer, paho, start_server
+from tests.integration.mqtt.raw import packet
 
 from boxmq.clock import ManualClock
 from boxmq.mqtt.settings import Limits, MqttSettings
@@ -253,16 +254,7 @@ def test_the_packets_before_a_bad_one_in_the_same_read_are_acted_on(
 def _v311_connect(client_id: str, *, clean: bool) -> bytes:
     body = b"\x00\x04MQTT\x04" + bytes([0x02 if clean else 0x00]) + b"\x00\x1e"
     body += len(client_id).to_bytes(2, "big") + client_id.encode()
-    return bytes([0x10]) + _length(len(body)) + body
-
-
-def _length(size: int) -> bytes:
-    out = b""
-    while True:
-        byte, size = size & 0x7F, size >> 7
-        out += bytes([byte | (0x80 if size else 0)])
-        if not size:
-            return out
+    return packet(0x10, body)
 
 
 def _subscribe(packet_id: int, topic_filter: bytes, qos: int) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.unit.mqtt.packet_bytes import vbi
 
 from boxmq.errors import InvalidArgument, MalformedPacket
 from boxmq.mqtt.errors import ProtocolError, TopicAliasInvalid
@@ -250,21 +251,11 @@ PUBLISH_VALUES = st.fixed_dictionaries(
 def test_what_build_writes_a_publish_reads_back(values: dict[str, object]) -> None:
     props = Properties.build(**values)  # type: ignore[arg-type]
     properties, _ = read_properties(
-        b"\x00" + encode_length(props.raw) + props.raw, 1, PacketType.PUBLISH
+        b"\x00" + vbi(len(props.raw)) + props.raw, 1, PacketType.PUBLISH
     )
     assert properties == props
     for name, value in values.items():
         assert getattr(props, name) == (tuple(value) if isinstance(value, list) else value)
-
-
-def encode_length(raw: bytes) -> bytes:
-    """A Variable Byte Integer, written the long way (MQTT 5.0 §1.5.5), not with our encoder."""
-    out, n = bytearray(), len(raw)
-    while True:
-        n, digit = divmod(n, 128)
-        out.append(digit | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def test_the_mask_answers_absent_properties_without_a_walk() -> None:
