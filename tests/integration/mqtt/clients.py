@@ -152,12 +152,14 @@ def serve_process(
             said_from = log.tell()
             process = subprocess.Popen(command, stderr=log)
         deadline = time.monotonic() + START
-        while process.poll() is None and time.monotonic() < deadline:
-            # It listens as soon as it is bound, before the root's recovery (clients wait in
-            # the backlog): served is when it says it is ready, the sessions on disk counted.
-            if _ready(log_path, said_from):
-                return process
-            time.sleep(0.05)
+        with ready_watch(log_path, said_from) as said_ready:
+            while process.poll() is None and time.monotonic() < deadline:
+                # It listens as soon as it is bound, before the root's recovery (clients
+                # wait in the backlog): served is when it says it is ready, the sessions on
+                # disk counted.
+                if said_ready():
+                    return process
+                time.sleep(0.05)
         if process.poll() is None:
             kill(process)
             raise AssertionError(f"boxmq serve was not ready within {START:.0f} s")
@@ -174,12 +176,25 @@ def serve_process(
     )
 
 
-def _ready(log_path: Path, said_from: int) -> bool:
-    """Whether the server started at `said_from` of its log has said it is ready (runtime.py:
-    after its recovery and its doors' start)."""
+_READY = b" ready; sweeping every "  # runtime.py's, after its recovery and its doors' start
+
+
+@contextmanager
+def ready_watch(log_path: Path, said_from: int) -> Iterator[Callable[[], bool]]:
+    """A question: has the server started at `said_from` of its log said it is ready? Each
+    asking reads only what the log gained since the last, keeping the end of what it saw in
+    case the line was cut there: the whole log since the start was read again every 50 ms,
+    quadratic in a long start's lines."""
     with open(log_path, "rb") as log:
         log.seek(said_from)
-        return b" ready; sweeping every " in log.read()
+        seen = b""
+
+        def said() -> bool:
+            nonlocal seen
+            seen = seen[1 - len(_READY) :] + log.read()
+            return _READY in seen
+
+        yield said
 
 
 def recorded_away(root: Path, client_id: str) -> None:
