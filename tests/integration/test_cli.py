@@ -1253,6 +1253,7 @@ def test_a_second_subscribe_under_a_running_one_s_name_is_refused(root: Path, ke
             assert first.stdout.readline() == "news/a one\n"  # it goes on, alone
         finally:
             first.kill()  # killed: its subscription is left for the sweep
+            first.wait(timeout=30)
     # a run that died without removing its subscription: read (and kept) as before
     done = boxmq_cli(root, "subscribe", "news/#", "--name", "reader", "--idle", "0")
     assert done.returncode == 0, done.stderr
@@ -1305,6 +1306,7 @@ def test_a_second_subscribe_under_a_running_member_s_name_is_refused(root: Path)
             assert other.returncode == 0, other.stderr  # another member: welcome
         finally:
             first.kill()
+            first.wait(timeout=30)
 
 
 def test_subscribe_without_keep_leaves_a_kept_subscription_in_place(root: Path) -> None:
@@ -1459,6 +1461,7 @@ def test_a_subscribe_whose_subscription_is_ended_elsewhere_stops_and_says_so(
         finally:
             if sub.poll() is None:
                 sub.kill()
+                sub.wait(timeout=30)
         assert sub.stderr is not None
         assert sub.stderr.read() == (
             f"boxmq subscribe: {subscription} of live was ended while this run read it "
@@ -2148,7 +2151,8 @@ def test_put_reading_the_body_from_a_terminal_says_so(root: Path) -> None:
         os.write(terminal, b"hi\n\x04")  # a line, then Ctrl-D
         out, _ = put.communicate(timeout=60)
     finally:
-        put.kill()
+        put.kill()  # reaped by communicate already, unless that timed out: then waited for here
+        put.wait(timeout=30)
         os.close(terminal)
         os.close(its_end)
     assert said == (
