@@ -56,6 +56,8 @@ from xml.etree import ElementTree as ET
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for harness.*
 
+from harness.stopping import stop
+
 import chaos
 from chaos import Log, body_for, now, read_log
 
@@ -403,10 +405,7 @@ def _rounds(a: argparse.Namespace, r: Run) -> int:
             except subprocess.TimeoutExpired:  # its own bound is 60 s
                 stuck.append(f"{p.name}: its drain did not end in 70 s")
         assert serve.p is not None
-        serve.p.terminate()
-        try:
-            serve.p.wait(15)
-        except subprocess.TimeoutExpired:
+        if stop(serve.p, seconds=15):  # killed past them, and reaped
             stuck.append("serve did not stop on SIGTERM in 15 s")
     finally:
         for p in [*drains, sub0, serve]:
