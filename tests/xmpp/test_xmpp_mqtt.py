@@ -63,6 +63,7 @@ def test_mqtt_to_xmpp_and_back(prosody: Prosody, tmp_path: Path) -> None:
                 finally:
                     if listen.returncode is None:
                         listen.kill()
+                        await asyncio.wait_for(listen.wait(), TIMEOUT)
                 assert listen.returncode == 0
                 assert output.decode().strip() == '<r xmlns="urn:example">7</r>'
         finally:
