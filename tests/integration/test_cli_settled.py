@@ -6,11 +6,16 @@ the refusal says so, with what to do next, instead of "no such message"."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.integration.test_cli import boxmq_cli, ok
+
+import boxmq
+from boxmq import cli
 
 
 def refused(root: Path, *args: str) -> str:
@@ -60,3 +65,31 @@ def test_a_settle_of_an_expired_message_says_so(root: Path) -> None:
 def test_a_settle_of_an_id_never_in_the_queue_is_still_no_such_message(root: Path) -> None:
     ok(root, "put", "jobs", "work")
     assert refused(root, "ack", "jobs", "1-2") == "boxmq ack: 1-2: no such message"
+
+
+def test_a_refused_settle_looks_the_message_up_by_id_not_by_reading_every_settled_one(
+    root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It peeked processed/, error/ and expired/ whole to find the one id, stat'ing each
+    file: seconds for the 300,000 messages a long-lived queue keeps in processed/. It stats
+    only what it finds now, whatever the folders hold."""
+    with boxmq.open(root, fsync="never") as box:
+        jobs = box.queue("jobs")
+        ids = jobs.put_many([b"work"] * 300)
+        for _ in ids:
+            got = jobs.get()
+            assert got is not None
+            got.ack()
+    stats: list[str] = []
+    real_stat = os.stat
+
+    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        stats.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    assert cli.main(["--data", str(root), "--fsync", "never", "ack", "jobs", ids[7]]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"boxmq ack: {ids[7]}: settled already: it was acked, and is in processed/ (nothing to do)"
+    )
+    assert len([path for path in stats if "/processed/" in path]) == 1, stats

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -18,12 +19,13 @@ from tests.integration.mqtt.clients import put_file
 
 import boxmq
 from boxmq import State
+from boxmq.client import lifecycle
 from boxmq.client import queue as queue_module
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.publishing import Publication
 from boxmq.clock import ManualClock
-from boxmq.model import GROUP_KEY, PROPERTIES_FILE
-from boxmq.store.names import decode, split_lock
+from boxmq.model import GROUP_KEY, PROPERTIES_FILE, ConsumerId
+from boxmq.store.names import Lock, decode, locked_name, split_lock
 
 
 def drain(consumer: boxmq.Consumer) -> list[boxmq.Message]:
@@ -170,6 +172,65 @@ def test_a_state_may_be_named_by_its_folder(box: boxmq.Box) -> None:
         jobs.peek(state="ready")
     assert jobs.requeue(source="error") == 0
     assert jobs.purge(state="target") == 1
+
+
+def test_find_tells_where_a_message_is_by_its_id(box: boxmq.Box, root: Path) -> None:
+    """As peek shows it, from whichever folder holds it; None for an id no folder holds.
+    An id with what a name escapes ('.', '~', a space) is found too, and `states` limits
+    where it is looked for."""
+    jobs = box.queue("jobs")
+    ready, held, done = jobs.put_many([b"ready", b"held", b"done"])
+    deadline = int((time.time() + 60) * 1000)
+    for message_id, to in ((held, "processing"), (done, "processed")):
+        [name] = [n for n in files(root, "jobs", "target") if decode(n).message_id == message_id]
+        moved = (
+            locked_name(name, Lock(ConsumerId("worker"), deadline, ""))
+            if to == "processing"
+            else name
+        )
+        os.rename(root / "jobs" / "target" / name, root / "jobs" / to / moved)
+    put_file(root / "jobs" / "target", "4.odd%2Eid%7E%20x.B", b"odd")
+    found = {m: jobs.find(m) for m in (ready, held, done, "odd.id~ x")}
+    assert {m: (f.state, f.size) for m, f in found.items() if f} == {
+        ready: (State.TARGET, 5),
+        held: (State.PROCESSING, 4),
+        done: (State.PROCESSED, 4),
+        "odd.id~ x": (State.TARGET, 3),
+    }
+    assert (held_found := found[held]) is not None
+    assert held_found.holder == "worker"
+    assert jobs.find("1-2") is None
+    assert jobs.find(done, states=["target", State.ERROR]) is None
+    with pytest.raises(boxmq.InvalidArgument, match="is not a str"):
+        jobs.find(5)  # type: ignore[arg-type]
+
+
+def test_find_reads_only_the_names_that_may_be_its_message_s(
+    box: boxmq.Box, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A look-up by id among many messages stats only its own file and decodes only the
+    names that may carry its id: a peek of the folder read every one of them (seconds for
+    300,000, what a refused `boxmq ack` did to say a message was settled already)."""
+    jobs = box.queue("jobs")
+    ids = jobs.put_many([b"x"] * 200)
+    stats: list[str] = []
+    decodes: list[str] = []
+    real_stat, real_decode = os.stat, lifecycle.envelope_of
+
+    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        stats.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    def envelope_of(name: str) -> Any:
+        decodes.append(name)
+        return real_decode(name)
+
+    monkeypatch.setattr(os, "stat", stat)
+    monkeypatch.setattr(queue_module, "envelope_of", envelope_of)
+    found = jobs.find(ids[150])
+    assert found is not None
+    assert found.envelope.message_id == ids[150]
+    assert (len(stats), len(decodes)) == (1, 1)
 
 
 def test_lock_process_tells_get_s_lock_from_a_consumer_s(box: boxmq.Box) -> None:

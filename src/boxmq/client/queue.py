@@ -55,6 +55,7 @@ from boxmq.store.names import (
     check_priority,
     encode,
     locked_name,
+    may_carry_id,
     plain_name,
     split_lock,
 )
@@ -73,6 +74,15 @@ log = logging.getLogger("boxmq")
 # Read from module globals by a put: Enum's metaclass has a __getattr__, so each
 # `MessageClass.BYTES` is a slow attribute lookup (~800 instructions), a global one cached load.
 _TEXT, _BYTES = MessageClass.TEXT, MessageClass.BYTES
+# The folders `find` looks in by default: where a message is once put (working/ holds
+# only what is not put yet), those it is most likely in first.
+_WHERE_A_MESSAGE_IS = (
+    State.TARGET,
+    State.PROCESSING,
+    State.PROCESSED,
+    State.ERROR,
+    State.EXPIRED,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -546,12 +556,37 @@ class Queue:
         for _, path, envelope, lock, status in chosen:
             if status is None and (status := _status(path)) is None:
                 continue  # gone since the listing
-            holder, deadline = (lock.owner, lock.deadline_ms / 1000) if lock else (None, None)
-            by_get = lock is not None and lock.token == GET_TOKEN
-            peeked.append(
-                Peeked(envelope, status.st_size, state, holder, self._v5, deadline, by_get)
-            )
+            peeked.append(self._peeked(envelope, status, state, lock))
         return peeked
+
+    def find(
+        self, message_id: str, *, states: Iterable[State | str] = _WHERE_A_MESSAGE_IS
+    ) -> Peeked | None:
+        """The message `message_id` as `peek` shows it, from the first of `states` that
+        holds it (every folder a message lies in, by default); None if none does. Looked up
+        by the id its file's name carries: only the names that may carry it are decoded,
+        and only its file stat'ed, where a peek of a folder of 300,000 messages read them
+        all (seconds)."""
+        wanted = _message_id(message_id)
+        for state in [state_of(state) for state in states]:
+            for entry in self._box.scan(state):
+                if not may_carry_id(entry.name, wanted):
+                    continue
+                name, lock = (
+                    split_lock(entry.name) if state is State.PROCESSING else (entry.name, None)
+                )
+                envelope = envelope_of(name)
+                if envelope.message_id != wanted or (status := _status(entry.path)) is None:
+                    continue  # another message's, or gone since the listing
+                return self._peeked(envelope, status, state, lock)
+        return None
+
+    def _peeked(
+        self, envelope: Envelope, status: os.stat_result, state: State, lock: Lock | None
+    ) -> Peeked:
+        holder, deadline = (lock.owner, lock.deadline_ms / 1000) if lock else (None, None)
+        by_get = lock is not None and lock.token == GET_TOKEN
+        return Peeked(envelope, status.st_size, state, holder, self._v5, deadline, by_get)
 
     def purge(self, *, state: State | str = State.TARGET) -> int:
         """Delete every message in one state folder; how many were deleted."""

@@ -67,6 +67,7 @@ __all__ = [
     "folder_segment",
     "lock_suffixed",
     "locked_name",
+    "may_carry_id",
     "plain_name",
     "split_lock",
     "unescape_segment",
@@ -456,6 +457,19 @@ def decode_lenient(name: str) -> tuple[Envelope, str | None]:
         return _decode(name), None
     except MalformedName as error:
         return Envelope(MessageId(name)), str(error)
+
+
+def may_carry_id(name: str, message_id: str) -> bool:
+    """False if the file `name` is surely no name of the message `message_id`, told without
+    decoding it (a look-up by id among 300,000 names decoded them all for seconds); True:
+    decode it to know. Its id is in it as it is (a plain id, or a name decode_lenient takes
+    whole), or escaped in its id field, which then holds a '%'."""
+    if message_id in name:
+        return True
+    if "%" not in name:
+        return False
+    fields = name.split(".", 2)
+    return len(fields) > 1 and "%" in fields[1]
 
 
 def distinct_name(name: str, number: int) -> str:

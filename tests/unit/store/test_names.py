@@ -39,6 +39,7 @@ from boxmq.store.names import (
     escape_segment,
     folder_segment,
     locked_name,
+    may_carry_id,
     plain_name,
     split_lock,
     unescape_segment,
@@ -486,6 +487,27 @@ PUBLISHED = st.builds(
 @given(st.one_of(ENVELOPES.map(_encoded), PUBLISHED, NAMEISH).filter(bool))
 def test_the_fast_paths_decode_as_the_general_one_does(name: str) -> None:
     assert _decoded_or_error(_decode, name) == _decoded_or_error(_decode_fields, name)
+
+
+@given(
+    st.one_of(ENVELOPES.map(_encoded), PUBLISHED, NAMEISH, st.text()).filter(
+        lambda s: s and "/" not in s and "\0" not in s
+    ),
+    st.text(min_size=1),
+)
+def test_may_carry_id_never_passes_by_a_name_of_the_message(name: str, other: str) -> None:
+    """What lets a look-up by id (Queue.find) decode only a few names of a folder: it may
+    say yes to another message's name, never no to its own, whatever the name holds."""
+    value, _ = decode_lenient(name)
+    assert may_carry_id(name, value.message_id)
+    if may_carry_id(name, other) is False:
+        assert value.message_id != other
+
+
+def test_may_carry_id_says_no_to_the_names_of_other_plain_ids() -> None:
+    assert not may_carry_id("4.1796068827039000-2945524166.B", "1796068827039000-2945524167")
+    assert not may_carry_id("4.id.B.0....topic=news%2Fa", "other")  # '%' in a property only
+    assert may_carry_id("4.odd%2Eid.B", "other")  # escaped: decode it to know
 
 
 # --- locks ---------------------------------------------------------------------------------
