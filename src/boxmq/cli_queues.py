@@ -28,8 +28,7 @@ def ls(args: argparse.Namespace, box: Box) -> int:
             "subscriber": info.subscriber or ",".join(info.members) or "-",
             **_counts(info.counts),
         }
-        # A lock whose deadline passed counts as ready, as box.counts() counts a queue's.
-        for info in box.topics.subscriptions(now=time.time())
+        for info in box.topics.subscriptions()
     ]
     if args.json:
         output.out(output.to_json({"queues": queues, "subscriptions": subscriptions}))

@@ -233,6 +233,28 @@ def test_find_reads_only_the_names_that_may_be_its_message_s(
     assert (len(stats), len(decodes)) == (1, 1)
 
 
+def test_counts_take_a_lock_whose_deadline_passed_for_ready_as_ls_does(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    """Nobody holds it: the next get takes it. `queue.counts()` counted the files as they
+    lie, such a lock `locked`, where `boxmq ls` and `box.counts()` said `ready`; a
+    subscription's counts, and `box.topics.subscriptions()`, did the same."""
+    jobs = manual_box.queue("jobs")
+    jobs.put_many([b"ends", b"held"])
+    folder = manual_box.topics.attach_dropbox("news/#", "reader")
+    manual_box.publish("news/a", b"ends")
+    manual_box.publish("news/b", b"held")
+    news = manual_box.subscription("news/#", "reader")
+    for queue in (jobs, news):
+        assert queue.get(lock_timeout=10) is not None
+        assert queue.get(lock_timeout=100) is not None
+    clock.advance(10)
+    (info,) = manual_box.topics.subscriptions()
+    for counts in (jobs.counts(), manual_box.counts()["jobs"], news.counts(), info.counts):
+        assert (counts.ready, counts.locked) == (1, 1)
+    assert len(os.listdir(os.path.join(folder, "processing"))) == 2  # counting moves nothing
+
+
 def test_lock_process_tells_get_s_lock_from_a_consumer_s(box: boxmq.Box) -> None:
     """As docs/python.md says: "get" for a lock `get` took (what `boxmq unlock` reads to let
     it be settled whoever joined under its name), a consumer's own process token, None for

@@ -519,7 +519,10 @@ class Queue:
         self._box.set_setting("owner", owner)
 
     def counts(self) -> QueueCounts:
-        return counts_of(self._box)
+        """How many messages each state holds; a lock whose deadline passed is ready, as
+        `boxmq ls` and `Box.counts()` count it (nobody holds it: the next get takes it). The
+        files as they lie said `locked` until a sweep moved it, and `ls` said `ready`."""
+        return counts_of(self._box, self._now())
 
     def peek(self, *, state: State | str = State.TARGET, limit: int | None = None) -> list[Peeked]:
         """Messages in one state folder without locking them, in delivery order for target/;

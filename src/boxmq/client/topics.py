@@ -269,9 +269,12 @@ class Topics(Publisher):
             return self._registered(subscription, token="")[0].path
 
     def subscriptions(self, *, now: float | None = None) -> list[SubscriptionInfo]:
-        """Every durable subscription and share group under the root, with its counts: the
-        files as they lie, or, given `now` (epoch s), a lock whose deadline passed as ready, as
-        `counts_of` says (the subscription rows of `boxmq ls`, as its queue rows count)."""
+        """Every durable subscription and share group under the root, with its counts as
+        `Queue.counts()` gives them: a lock whose deadline passed (at `now`, epoch s; the
+        box's clock's now when None) is ready (the subscription rows of `boxmq ls`, as its
+        queue rows count). The files as they lie counted it locked, `ls` ready."""
+        if now is None:
+            now = self._clock.now()
         found = []
         for path in layout.subscription_folders(self._root):
             if (record := layout.read_record(path)) is None:
