@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from boxmq.core.durations import LONGEST, written_seconds
+from boxmq.core.durations import BLANKS, LONGEST, written_seconds
 from boxmq.errors import InvalidArgument
 from boxmq.java_floats import fits_float32
 from boxmq.model import Property, PropertyType
@@ -85,6 +85,10 @@ def joined_negative_durations(argv: Sequence[str]) -> list[str]:
 def parse_duration(text: str) -> float:
     """'30s', '500ms', '10m', '2h', '1d' or a plain number of seconds."""
     seconds = written_seconds(text)
+    bare = text.strip(BLANKS)
+    if seconds is None and bare.startswith("-") and written_seconds(bare[1:]) is not None:
+        # "use a number of seconds in digits 0-9" left '-5s' looking like one.
+        raise InvalidArgument(f"bad duration {text!r}: it is negative (drop the '-')")
     if seconds is None:
         raise InvalidArgument(
             f"bad duration {text!r}: use a number of seconds in digits 0-9, or one with a "

@@ -342,7 +342,7 @@ def _subscribe_arguments(p: argparse.ArgumentParser) -> None:
         "--idle",
         type=types.duration,
         metavar="DURATION",
-        help="stop after this long without a message",
+        help="stop after this long without a message (0: take what is ready, then stop)",
     )
     p.add_argument(
         "--keep",

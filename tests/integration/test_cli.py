@@ -254,7 +254,22 @@ def test_a_negative_duration_after_a_space_says_what_is_wrong_with_it(
     ok(root, "put", "jobs", "seed")
     done = boxmq_cli(root, *args, "-5s")
     assert done.returncode == 2
-    assert f"argument {args[-1]}: bad duration '-5s'" in done.stderr
+    # It said "use a number of seconds in digits 0-9", which '-5s' is but for its sign.
+    assert f"argument {args[-1]}: bad duration '-5s': it is negative (drop the '-')" in (
+        done.stderr
+    )
+
+
+def test_subscribe_idle_0_takes_what_is_there_and_stops(root: Path) -> None:
+    """As docs/cli.md says: every message the subscription holds ready is printed and acked,
+    then the run ends at once, exit 0, where a longer --idle waits that long for more."""
+    ok(root, "subscribe", "news/#", "--name", "reader", "--keep", "--idle", "0")
+    for number in range(30):
+        ok(root, "publish", f"news/{number}", f"body {number}")
+    # Run to its end: one that waited for more would never end (ok's timeout fails it).
+    printed = ok(root, "subscribe", "news/#", "--name", "reader", "--keep", "--idle", "0")
+    assert sorted(printed.splitlines()) == sorted(f"news/{n} body {n}" for n in range(30))
+    assert ok(root, "subscribe", "news/#", "--name", "reader", "--idle", "0") == ""
 
 
 def test_every_duration_option_is_read_whole_when_negative() -> None:
