@@ -397,7 +397,7 @@ def _settle_arguments(verb: str, p: argparse.ArgumentParser) -> None:
 
     p.set_defaults(command=cli_message.settle(verb))
     cli_dropbox.add_arguments(p)
-    p.add_argument("id", help="the message id `get` (or `peek`) printed")
+    p.add_argument("id", type=types.message_id, help="the message id `get` (or `peek`) printed")
     p.add_argument("--consumer", default="cli", help="the lock's holder (peek: LOCKED-BY)")
     p.add_argument(
         "--force",

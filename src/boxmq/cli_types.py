@@ -55,6 +55,17 @@ def retention(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{error} (or {FOREVER!r})") from None
 
 
+def message_id(text: str) -> str:
+    """A settle's id: an empty one (a script's `boxmq ack q "$ID"` after a `get` that found
+    nothing) was looked for, then "boxmq ack: : no such message"."""
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "the message id is empty: give the id `get` printed (a script's variable that a "
+            "`get` finding nothing left empty?)"
+        )
+    return text
+
+
 def integer(text: str) -> int:
     with _usage_error():
         return parse_integer(text)

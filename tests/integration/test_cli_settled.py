@@ -93,3 +93,17 @@ def test_a_refused_settle_looks_the_message_up_by_id_not_by_reading_every_settle
         f"boxmq ack: {ids[7]}: settled already: it was acked, and is in processed/ (nothing to do)"
     )
     assert len([path for path in stats if "/processed/" in path]) == 1, stats
+
+
+@pytest.mark.parametrize("verb", ["ack", "unlock", "reject", "extend"])
+def test_a_settle_of_an_empty_id_is_a_usage_error_that_says_so(root: Path, verb: str) -> None:
+    """`boxmq ack jobs "$ID"` after a `get` that found nothing: it said "boxmq ack: : no such
+    message", exit 1, as if an id were there and not found."""
+    ok(root, "put", "jobs", "work")
+    done = boxmq_cli(root, verb, "jobs", "")
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines()[-1] == (
+        f"boxmq {verb}: error: argument id: the message id is empty: give the id `get` "
+        "printed (a script's variable that a `get` finding nothing left empty?)"
+    )
+    assert len(os.listdir(root / "jobs" / "target")) == 1
