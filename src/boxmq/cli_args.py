@@ -140,6 +140,18 @@ _REAL: Final = re.compile(
 )
 
 
+_WHOLE = "use a whole number in digits 0-9, with an optional sign"
+_WRITTEN_AS: Final = {
+    PropertyType.BOOLEAN: "use true or false",
+    PropertyType.DOUBLE: "use a number in digits 0-9 (such as -2.5 or 1e-3), inf or nan",
+    PropertyType.FLOAT: "use a number in digits 0-9 (such as -2.5 or 1e-3), inf or nan",
+    PropertyType.BYTE: _WHOLE,
+    PropertyType.SHORT: _WHOLE,
+    PropertyType.INT: _WHOLE,
+    PropertyType.LONG: _WHOLE,
+}
+
+
 def _real(ptype: PropertyType, value: str, text: str) -> float:
     """A double or a float: infinity when written so ("inf", "-Infinity"), never when too
     large, which float() turns into infinity without a word (1e309)."""
@@ -148,7 +160,9 @@ def _real(ptype: PropertyType, value: str, text: str) -> float:
             raise ValueError(value)
         number = float(value)
     except ValueError:
-        raise InvalidArgument(f"bad {ptype.name.lower()} value in property {text!r}") from None
+        raise InvalidArgument(
+            f"bad {ptype.name.lower()} value in property {text!r}: {_WRITTEN_AS[ptype]}"
+        ) from None
     written = value.strip().lstrip("+-").lower()
     too_big = math.isinf(number) and written not in ("inf", "infinity")
     # A float is a Java float (32 bits): past its largest, the put refused it, but only once
@@ -176,7 +190,10 @@ def _typed_value(ptype: PropertyType, value: str, text: str) -> bool | int | flo
             raise ValueError(value)
         number = int(value)
     except ValueError:
-        raise InvalidArgument(f"bad {ptype.name.lower()} value in property {text!r}") from None
+        # What to write instead: "bad boolean value" left a user trying yes, 1 and on.
+        raise InvalidArgument(
+            f"bad {ptype.name.lower()} value in property {text!r}: {_WRITTEN_AS[ptype]}"
+        ) from None
     bits = _RANGES[ptype]
     if not -(2 ** (bits - 1)) <= number < 2 ** (bits - 1):
         raise InvalidArgument(f"{number} does not fit a {ptype.name.lower()} in property {text!r}")

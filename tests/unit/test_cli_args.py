@@ -73,3 +73,18 @@ def test_durations_in_ascii_digits_read_as_before() -> None:
         120.0,
         86400.0,
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("a:bool=yes", "bad boolean value in property 'a:bool=yes': use true or false"),
+        ("n:int=5x", "bad int value in property 'n:int=5x': use a whole number in digits 0-9"),
+        ("d:double=two", "bad double value in property 'd:double=two': use a number in digits"),
+    ],
+)
+def test_a_property_value_not_of_its_type_is_told_how_to_write_it(text: str, said: str) -> None:
+    """ "bad boolean value in property 'a:bool=yes'" alone left a user trying yes, 1 and on."""
+    with pytest.raises(InvalidArgument) as refused:
+        parse_property(text)
+    assert str(refused.value).startswith(said)
