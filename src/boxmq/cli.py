@@ -119,6 +119,13 @@ def _check_session(args: argparse.Namespace) -> None:
         # Said before the root is opened: `session end` on a mistyped --data told of the
         # root (exit 1), not of the missing CLIENT_ID.
         args.usage_error("`session end` takes a CLIENT_ID, `session ls` none")
+    if args.client_id == "":
+        # A persistent session's client id is never empty (MQTT gives an empty one a clean
+        # session only): it said "destination name '' is empty or contains NUL", exit 1.
+        args.usage_error(
+            "CLIENT_ID is empty: give the client id `boxmq session ls` lists (a persistent "
+            "session's is never empty)"
+        )
     if args.force and args.action == "ls":
         args.usage_error("--force goes with `session end`")
 

@@ -174,3 +174,17 @@ def test_end_takes_a_client_id_and_ls_none(tmp_path: Path) -> None:
             with pytest.raises(SystemExit) as exit:
                 cli.main(["--data", str(root), *words])
             assert exit.value.code == 2
+
+
+def test_end_of_an_empty_client_id_is_a_usage_error_that_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said "destination name '' is empty or contains NUL", exit 1: no destination was
+    given, and a persistent session's client id is never empty."""
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["--data", str(tmp_path), "session", "end", ""])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "boxmq session: error: CLIENT_ID is empty: give the client id `boxmq session ls` "
+        "lists (a persistent session's is never empty)"
+    )
