@@ -232,8 +232,11 @@ def _session_state(record: SessionRecord) -> str:
 def unsubscribe(args: argparse.Namespace, box: Box) -> int:
     _refuse_an_mqtt_session(box, args.filter, args.subscriber, unsubscribe=True)
     if not box.topics.has_subscription(args.filter, args.subscriber):
+        # Quoted, as peek and get of one that is not there say it: `--name ''` (a script's
+        # empty variable) said "no subscription x for  (...)", the name nowhere to be seen.
         raise QueueNotFound(
-            f"no subscription {args.filter} for {args.subscriber} (`boxmq ls` lists them)"
+            f"no subscription of {args.subscriber!r} to {args.filter!r} under {box.root} "
+            "(`boxmq ls` lists them)"
         )
     box.unsubscribe(args.filter, args.subscriber)
     record = {"subscription": args.filter, "subscriber": args.subscriber}

@@ -215,7 +215,7 @@ def test_a_bad_property_is_a_usage_error_before_anything_is_done(
         (("ack", "jobs", "a\nb"), "boxmq ack: a\\nb: no such message"),
         (
             ("unsubscribe", "t/#", "--name", "k\n"),
-            "boxmq unsubscribe: no subscription t/# for k\\n",
+            "boxmq unsubscribe: no subscription of 'k\\n' to 't/#' under ",
         ),
         (("put", "jobs", "--file", "x\ny"), "boxmq put: cannot read x\\ny: No such file"),
     ],
@@ -1452,7 +1452,12 @@ def test_unsubscribe_ends_a_kept_subscription(root: Path) -> None:
     assert json.loads(ok(root, "--json", "ls"))["subscriptions"] == []
     done = boxmq_cli(root, "unsubscribe", "news/#", "--name", "reader")
     assert done.returncode == 1
-    assert "no subscription news/# for reader" in done.stderr
+    assert done.stderr == (
+        f"boxmq unsubscribe: no subscription of 'reader' to 'news/#' under {root} "
+        "(`boxmq ls` lists them)\n"
+    )
+    done = boxmq_cli(root, "unsubscribe", "news/#", "--name", "")  # a script's empty $NAME
+    assert done.stderr.startswith("boxmq unsubscribe: no subscription of '' to 'news/#' under")
 
 
 @pytest.mark.parametrize("subscription", ["news/#", "$share/g/news/#"])
