@@ -242,7 +242,7 @@ class Publishing:
             f"client {session.client_id}: a QoS 2 message held until its PUBREL would pass "
             f"{over}; try again later"
         )
-        self._send_error(client, Pubrec(packet.packet_id), refusal)
+        self._send_error(client, session, Pubrec(packet.packet_id), refusal)
 
     def _publish_later(self, client: Client, session: Session, packet: Publish, disk: bool) -> None:
         client_id = session.client_id
@@ -259,7 +259,7 @@ class Publishing:
 
             def stored(result: object) -> None:
                 if isinstance(result, BoxMQError):
-                    self._send_error(client, Pubrec(packet_id), result)
+                    self._send_error(client, session, Pubrec(packet_id), result)
                     return
                 if result is False:
                     # A repeat of one working/ keeps since before a restart: the PUBREL sends
@@ -297,7 +297,7 @@ class Publishing:
             self._written_in_order(order)
             if isinstance(result, BoxMQError) and packet_id is not None:
                 self._not_routed(packet, order)
-                self._send_error(client, Puback(packet_id), result)
+                self._send_error(client, session, Puback(packet_id), result)
                 return
             # QoS 0 whose copies the disk refused: its sender is told nothing and sends it
             # never again, so it goes to the subscribers served from memory all the same, as
@@ -326,33 +326,48 @@ class Publishing:
     ) -> None:
         """A retained QoS 2 PUBLISH of a non-persistent session, held for its PUBREL with the
         id made in its turn (`message_id`): PUBREC; or PUBREC with the reason it cannot be
-        stored (3.1.1: the close)."""
+        stored (3.1.1: acknowledged and dropped, `_send_error`)."""
         assert packet.packet_id is not None
         if isinstance(message_id, BoxMQError):
-            self._send_error(client, Pubrec(packet.packet_id), message_id)
+            self._send_error(client, session, Pubrec(packet.packet_id), message_id)
             return
         assert isinstance(message_id, str)
         self._hold(client, session, packet, message_id)
 
-    def _send_error(self, client: Client, ack: Puback | Pubrec, error: BoxMQError) -> None:
+    def _send_error(
+        self, client: Client, session: Session, ack: Puback | Pubrec, error: BoxMQError
+    ) -> None:
         """A negative PUBACK/PUBREC (MQTT 5.0 §3.4.2.1, §3.5.2.1). 3.1.1 has none, and a
         server must not acknowledge what it did not store: the connection closes, and the
-        client sends the message again once it reconnects (3.1.1 §4.4)."""
+        client sends the message again once it reconnects (3.1.1 §4.4). Unless it can never
+        be stored (its topic too long for a stored message's name): a server that will not
+        take a PUBLISH may acknowledge it instead of closing (MQTT-3.3.5-2), and a close made
+        its client send it again on every reconnect, forever. It is acknowledged and
+        dropped, as a PUBLISH the ACL refuses is (`_refuse_publish`)."""
+        v5 = client.link.connection.version is ProtocolVersion.V5
+        dropped = not v5 and isinstance(error, MetadataTooLong)
         stored_failed = isinstance(error, StoreFailed)  # those are logged once per batch
+        what = (
+            "PUBLISH acknowledged and dropped (MQTT 3.1.1 cannot refuse one)"
+            if dropped
+            else "PUBLISH refused"
+        )
         if not stored_failed and client.told_not_stored:
-            log.debug("PUBLISH refused: %s", error)
+            log.debug("%s: %s", what, error)
         elif not stored_failed:
             client.told_not_stored = True
             log.warning(
-                "PUBLISH refused: %s; further such refusals on this connection are logged at "
-                "debug level",
+                "%s: %s; further such refusals on this connection are logged at debug level",
+                what,
                 error,
             )
-        connection = client.link.connection
-        if connection.version is ProtocolVersion.V5:
+        if v5:
             # §3.1.2.11.7: no Reason String for a client that asked for no problem information
+            connection = client.link.connection
             why = Properties.build(reason_string=str(error)) if connection.problems else EMPTY
             self._out.send(client, type(ack)(ack.packet_id, reason_for(error), why))
+        elif dropped:
+            self._acknowledge_dropped(client, session, ack)
         else:
             self._kick(client, _R.UNSPECIFIED_ERROR, f"a PUBLISH was not stored: {error}")
 
@@ -374,14 +389,18 @@ class Publishing:
         packet_id = packet.packet_id
         if packet_id is None:
             return
-        v5 = client.link.connection.version is ProtocolVersion.V5
-        reason = _R.NOT_AUTHORIZED if v5 else _R.SUCCESS
-        if packet.qos == 1:
-            self._out.send(client, Puback(packet_id, reason))
+        ack = Puback if packet.qos == 1 else Pubrec
+        if client.link.connection.version is ProtocolVersion.V5:
+            self._out.send(client, ack(packet_id, _R.NOT_AUTHORIZED))
         else:
-            if not v5:
-                session.hold_for_release(packet_id, None, refused=True)
-            self._out.send(client, Pubrec(packet_id, reason))
+            self._acknowledge_dropped(client, session, ack(packet_id))
+
+    def _acknowledge_dropped(self, client: Client, session: Session, ack: Puback | Pubrec) -> None:
+        """3.1.1's answer to a PUBLISH it will not take: success, as if it were stored; a
+        QoS 2 one's PUBREL then gets its PUBCOMP, and nothing goes on."""
+        if isinstance(ack, Pubrec):
+            session.hold_for_release(ack.packet_id, None, refused=True)
+        self._out.send(client, ack)
 
     def _received(self, packet: Publish) -> float:
         """When a QoS 2 PUBLISH came, kept until its PUBREL if it has an expiry (else 0)."""

@@ -59,8 +59,9 @@ def test_a_retained_qos_2_message_too_long_to_store_is_refused_before_its_pubrec
     too long for a stored message's name, was found only then, after a PUBREC and before a
     PUBCOMP that both said success, and the message was kept by no one on disk (no retained
     message, no persistent session) though its publisher was told it was received. It is
-    refused at its PUBLISH now, as a QoS 1 one is: PUBREC 0x90 Topic Name invalid (3.1.1:
-    the close)."""
+    refused at its PUBLISH now, as a QoS 1 one is: PUBREC 0x90 Topic Name invalid. 3.1.1
+    has no negative PUBREC: acknowledged and dropped, as the ACL's refusals are (the close it
+    got made its client send it again on every reconnect, forever)."""
     listener = paho(server)
     listener.subscribe("w/#", 2)
     with _connect(server, v5) as sock:
@@ -73,7 +74,9 @@ def test_a_retained_qos_2_message_too_long_to_store_is_refused_before_its_pubrec
             kind, body = read(sock)
             assert (kind, body[:3]) == (0x70, b"\x00\x07\x92"), body.hex()  # nothing stored
         else:
-            assert kind == 0, f"{kind:#x}: the connection should have been closed"
+            assert (kind, body) == (0x50, b"\x00\x07"), f"{kind:#x} {body.hex()}"  # PUBREC
+            sock.sendall(pubrel(7))
+            assert read(sock) == (0x70, b"\x00\x07")  # PUBCOMP: done with, on both sides
     assert listener.nothing()  # refused as a whole, as a QoS 1 one is
     listener.stop()
 
@@ -96,6 +99,32 @@ def test_a_qos_1_message_too_long_for_a_persistent_session_gets_puback_topic_nam
     room = server.box.topics.topic_room()
     assert f"it takes 304 bytes, and at most {room} fit" in said, said  # 'w' '%2F' 300 'x'
     assert "shorten the properties" not in said, said
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_a_311_publication_too_long_to_store_is_acknowledged_and_dropped_not_resent_forever(
+    server: RunningServer, qos: int
+) -> None:
+    """MQTT 3.1.1 has no negative PUBACK or PUBREC, and a server that will not take a PUBLISH
+    "MUST either make a positive acknowledgement ... or close the Network Connection"
+    (MQTT-3.3.5-2). It closed, and paho, as a persistent 3.1.1 session must (MQTT-4.4.0-1),
+    sent the same PUBLISH again on every reconnect, to be refused again, forever: a topic
+    too long for a stored message's name never fits. It is acknowledged and dropped now,
+    with a warning, as a PUBLISH the ACL refuses is; the connection stays up, the client
+    has nothing left to resend, and what it publishes next is delivered."""
+    persistent_paho(server, "keeps", v5=True).subscribe("w/#", 1)  # a copy on disk is wanted
+    listener = paho(server)
+    listener.subscribe("w/#", 1)
+    publisher = persistent_paho(server, "old", v5=False)
+    publisher.publish(UNSTORABLE, b"never fits", qos)  # asserts it was acknowledged
+    publisher.publish("w/short", b"fits", qos)
+    assert publisher.disconnects.empty()  # the connection was not closed
+    assert not publisher.client._out_messages  # nothing in flight to send again on reconnect
+    got = listener.next()
+    assert (got.topic, got.payload) == ("w/short", b"fits")  # the long one went nowhere
+    assert listener.nothing()
+    publisher.stop()
+    listener.stop()
 
 
 def test_the_longest_retained_topic_that_fits_is_kept_and_one_byte_more_is_refused(
