@@ -4,6 +4,8 @@ or node ended."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from boxmq.store import topics as layout
@@ -16,8 +18,10 @@ def count_generation_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     told: list[int] = []
     real = layout.bump_generation
 
-    def counted(root: str, **kwargs: object) -> layout.Counted | None:
-        result = real(root, **kwargs)  # type: ignore[arg-type]
+    def counted(
+        root: str, *, flush: bool = False, paths: Sequence[str] = ()
+    ) -> layout.Counted | None:
+        result = real(root, flush=flush, paths=paths)
         told.append(getattr(result, "changes", 1))  # None: a change told as any
         return result
 

@@ -208,11 +208,7 @@ class Routes:
             # read here was O(subscriptions on the root) for one UNSUBSCRIBE.
             written = told if told is not None and len(told) <= layout.KEPT_CHANGES else None
             try:
-                if written is None or len(written) == 1:  # any change, or one: as always
-                    one = None if written is None else written[0]
-                    counted = layout.bump_generation(self._root, flush=flush, path=one)
-                else:
-                    counted = layout.bump_generation(self._root, flush=flush, paths=written)
+                counted = layout.bump_generation(self._root, flush=flush, paths=written or ())
             except OSError:
                 with self._lock:  # `untold` is read by any thread
                     self._untold = True

@@ -735,19 +735,17 @@ class Counted:
     changes: int = 1  # how many changes the write counted (`bump_generation`'s `paths`)
 
 
-def bump_generation(
-    root: str, *, flush: bool = False, path: str | None = None, paths: Sequence[str] = ()
-) -> Counted | None:
-    """Tell every process that the subscriptions changed: the one at `path` (its folder),
-    or those at `paths`, or any (neither). With `flush`, the topic root's folder is fsynced
-    after: a new filter's folder is one of its entries. The change as counted, None where no
-    count can be trusted (a file system without flocks).
-    `paths`: several subscriptions that changed together (an MQTT UNSUBSCRIBE of many
-    filters, a session's end), told in one write as that many changes, each named, as that
-    many writes would have named them: one write per filter made an UNSUBSCRIBE of 1,000
-    filters write the file 1,000 times. More than the file names (`_KEPT`) are told as any
-    change, which a reader that far behind would read as that all the same."""
-    named_paths = [path] if path is not None else list(dict.fromkeys(paths))
+def bump_generation(root: str, *, flush: bool = False, paths: Sequence[str] = ()) -> Counted | None:
+    """Tell every process that the subscriptions at `paths` (their folders) changed, or any
+    (none given: a sweep's, or one a failed write left untold). With `flush`, the topic
+    root's folder is fsynced after: a new filter's folder is one of its entries. The change
+    as counted, None where no count can be trusted (a file system without flocks).
+    Several `paths` changed together (an MQTT UNSUBSCRIBE of many filters, a session's end)
+    are told in one write as that many changes, each named, as that many writes would have
+    named them: one write per filter made an UNSUBSCRIBE of 1,000 filters write the file
+    1,000 times. More than the file names (`_KEPT`) are told as any change, which a reader
+    that far behind would read as that all the same."""
+    named_paths = list(dict.fromkeys(paths))
     if len(named_paths) > _KEPT:
         named_paths = []  # any change: every reader reads every record
     base = topic_root(root)

@@ -8,7 +8,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -106,7 +106,7 @@ def test_each_generation_is_later_than_the_one_it_replaced_within_one_tick(
     assert watch.change() == topics.Change(None)
     seen = [os.stat(file).st_mtime_ns]
     for name in ("a", "b"):
-        counted = bump_generation(root, path=os.path.join(topic_root(root), name))
+        counted = bump_generation(root, paths=(os.path.join(topic_root(root), name),))
         assert counted is not None
         seen.append(os.stat(file).st_mtime_ns)
         assert counted.seen == (os.stat(file).st_ino, seen[-1])
@@ -122,30 +122,30 @@ def test_a_generation_watch_names_the_subscriptions_changed_since_it_looked(
     one, two = (subscription_path(root, "a/#", f"client.{name}") for name in ("one", "two"))
     watch = topics.GenerationWatch(root)
     assert watch.change() is None  # no subscription was ever made
-    bump_generation(root, path=one)
+    bump_generation(root, paths=(one,))
     assert watch.change() == topics.Change(None)  # the first look reads everything
     assert watch.change() is None
-    bump_generation(root, path=two)
+    bump_generation(root, paths=(two,))
     assert watch.change() == topics.Change((two,))
-    bump_generation(root, path=one)
-    bump_generation(root, path=two)
-    bump_generation(root, path=one)
+    bump_generation(root, paths=(one,))
+    bump_generation(root, paths=(two,))
+    bump_generation(root, paths=(one,))
     assert watch.change() == topics.Change((one, two))  # the latest first, each once
-    bump_generation(root, path=two)
+    bump_generation(root, paths=(two,))
     bump_generation(root)  # several (a sweep)
     assert watch.change() == topics.Change(None)
     for _ in range(topics._KEPT + 1):
-        bump_generation(root, path=one)
+        bump_generation(root, paths=(one,))
     assert watch.change() == topics.Change(None)  # further behind than the file tells
-    bump_generation(root, path=one)
+    bump_generation(root, paths=(one,))
     assert watch.change() == topics.Change((one,))
     older = tmp_path / "older"
     older.write_text("")  # as a version before counts replaces it
     os.replace(older, os.path.join(topic_root(root), ".generation"))
     assert watch.change() == topics.Change(None)
-    bump_generation(root, path=two)  # counted from 1 again
+    bump_generation(root, paths=(two,))  # counted from 1 again
     assert watch.change() == topics.Change(None)
-    bump_generation(root, path=one)
+    bump_generation(root, paths=(one,))
     assert watch.change() == topics.Change((one,))
     watch.forget()  # what it was read into failed
     assert watch.change() == topics.Change(None)
@@ -161,19 +161,19 @@ def test_a_forgotten_change_is_read_whole_even_after_a_change_of_its_own(
     root = str(tmp_path)
     one, two = (subscription_path(root, "a/#", f"client.{name}") for name in ("one", "two"))
     watch = topics.GenerationWatch(root)
-    bump_generation(root, path=one)
+    bump_generation(root, paths=(one,))
     assert watch.change() == topics.Change(None)
     _refused_write(monkeypatch)
     with pytest.raises(OSError, match="No space"):
-        bump_generation(root, path=one)  # `one` ended, and nobody was told
+        bump_generation(root, paths=(one,))  # `one` ended, and nobody was told
     monkeypatch.undo()
     watch.forget()  # as client.Topics does after that refusal
-    counted = bump_generation(root, path=two)
+    counted = bump_generation(root, paths=(two,))
     assert counted is not None
     assert counted.count == 2  # the count after the last seen: the refused one took none
     assert not watch.caught_up(counted)
     assert watch.change() == topics.Change(None)  # every record read again
-    counted = bump_generation(root, path=two)
+    counted = bump_generation(root, paths=(two,))
     assert counted is not None
     assert watch.caught_up(counted)  # seen every change since: its own is read alone
 
@@ -188,7 +188,7 @@ def test_changes_made_at_once_each_get_their_own_count(tmp_path: Path) -> None:
     def bumps(name: str) -> None:
         ready.wait()
         for _ in range(25):
-            bump_generation(root, path=subscription_path(root, "a/#", f"client.{name}"))
+            bump_generation(root, paths=(subscription_path(root, "a/#", f"client.{name}"),))
 
     threads = [threading.Thread(target=bumps, args=(str(n),)) for n in range(4)]
     for thread in threads:
@@ -310,15 +310,15 @@ def test_a_change_left_untold_by_one_thread_is_told_by_the_next_write_of_another
     monkeypatch.setattr(topics, "bump_generation", _full_disk)
     assert routes.tell_others(None) is not None  # a sweep's change left untold
     entered, fail = threading.Event(), threading.Event()
-    told: list[str | None] = []
+    told: list[tuple[str, ...]] = []
 
-    def bump(root: str, *, flush: bool = False, path: str | None = None) -> topics.Counted | None:
+    def bump(root: str, *, flush: bool = False, paths: Sequence[str] = ()) -> topics.Counted | None:
         if not entered.is_set():
             entered.set()
             fail.wait(5)
             _full_disk()
-        told.append(path)
-        return bump_generation(root, flush=flush, path=path)
+        told.append(tuple(paths))
+        return bump_generation(root, flush=flush, paths=paths)
 
     monkeypatch.setattr(topics, "bump_generation", bump)
     first = threading.Thread(target=routes.tell_others, args=(None,))
@@ -330,7 +330,7 @@ def test_a_change_left_untold_by_one_thread_is_told_by_the_next_write_of_another
     fail.set()
     first.join(5)
     second.join(5)
-    assert told == [None]  # any change: the untold one too
+    assert told == [()]  # any change: the untold one too
 
 
 def test_several_changes_told_in_one_write_are_each_named_to_a_reader_behind(
@@ -340,7 +340,7 @@ def test_several_changes_told_in_one_write_are_each_named_to_a_reader_behind(
     # seen every change before reads those folders alone, as after one write each.
     root = str(tmp_path)
     base = topic_root(root)
-    bump_generation(root, path=os.path.join(base, "x"))
+    bump_generation(root, paths=(os.path.join(base, "x"),))
     watch = topics.GenerationWatch(root)
     assert watch.change() == topics.Change(None)  # the first look reads everything
     ended = [os.path.join(base, name) for name in ("a", "b", "c")]
