@@ -239,6 +239,15 @@ _RESPONSE_TOPIC: Final = int(_P.RESPONSE_TOPIC)
 _INT_RANGES: Final = {int(pid): bounds for pid, bounds in _RANGES.items()}
 
 
+def _check_response_topic(text: str, where: str) -> None:
+    """A Response Topic is the Topic Name of the response (§3.3.2.3.5): no wildcard, and not
+    empty (MQTT-4.7.3-1), or no response could ever be published to it."""
+    if "+" in text or "#" in text:
+        raise ProtocolError(f"{where}: a Response Topic has a wildcard (§3.3.2.3.5)")
+    if not text:
+        raise ProtocolError(f"{where}: a Response Topic is empty (§3.3.2.3.5, MQTT-4.7.3-1)")
+
+
 def read_properties(
     buf: bytes, pos: int, kind: int, *, will: bool = False
 ) -> tuple[Properties, int]:
@@ -313,8 +322,8 @@ def _validate(raw: bytes, allowed: int, repeatable: int, where: str) -> int:
                 raise IndexError
             if "\x00" in text:
                 raise MalformedPacket(f"{where}: a string contains U+0000 (§1.5.4)")
-            if pid == _RESPONSE_TOPIC and ("+" in text or "#" in text):
-                raise ProtocolError(f"{where}: a Response Topic has a wildcard (§3.3.2.3.5)")
+            if pid == _RESPONSE_TOPIC:
+                _check_response_topic(text, where)
             pos = end
             continue
         if kind == _VARINT:

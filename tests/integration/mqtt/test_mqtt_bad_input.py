@@ -75,6 +75,7 @@ V5_CASES = [
         0x82,
     ),
     ("AUTH without a method", bytes.fromhex("f000"), 0x82),
+    ("an empty Response Topic", _v5_publish(bytes.fromhex("080000")), 0x82),  # MQTT-4.7.3-1
     # A Protocol Error in MQTT 5.0 (§3.8.3.1), as Retain Handling 3: mosquitto 2.0.11 says 0x81.
     ("SUBSCRIBE Maximum QoS 3", bytes.fromhex("8207 0001 00 0001 61 03".replace(" ", "")), 0x82),
 ]

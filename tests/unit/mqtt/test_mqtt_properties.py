@@ -205,6 +205,8 @@ def test_will_properties_have_their_own_table() -> None:
         (b"\x26\x00\x01a\x00\x01\xc3", PacketType.PUBLISH, MalformedPacket, "not UTF-8"),
         (b"\x03\x00\x01\x00", PacketType.PUBLISH, MalformedPacket, "U\\+0000"),
         (b"\x08" + s("a/+"), PacketType.PUBLISH, ProtocolError, "Response Topic has a wildcard"),
+        # a Topic Name for the response, and none is empty (MQTT-4.7.3-1): none could be sent
+        (b"\x08" + s(""), PacketType.PUBLISH, ProtocolError, "Response Topic is empty"),
         (b"\x01\x02", PacketType.PUBLISH, ProtocolError, "PAYLOAD_FORMAT_INDICATOR may not be 2"),
         (b"\x17\x02", PacketType.CONNECT, ProtocolError, "REQUEST_PROBLEM_INFORMATION"),
         (b"\x21\x00\x00", PacketType.CONNECT, ProtocolError, "RECEIVE_MAXIMUM may not be 0"),
@@ -219,6 +221,11 @@ def test_bad_property_lists_are_refused(
 ) -> None:
     with pytest.raises(error, match=message):
         read(raw, kind)
+
+
+def test_a_will_with_an_empty_response_topic_is_refused() -> None:
+    with pytest.raises(ProtocolError, match="CONNECT will properties: a Response Topic is empty"):
+        read(b"\x08" + s(""), PacketType.CONNECT, will=True)
 
 
 def test_a_property_length_past_the_packet_is_malformed() -> None:
