@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import boxmq
+from boxmq.clock import ManualClock
 from boxmq.errors import Closed, ItemNotFound, UnexpectedRequest
 
 
@@ -164,6 +165,23 @@ def test_delete_queue_counts_what_it_deleted_in_each_state(box: boxmq.Box) -> No
     assert [(c.ready, c.locked, c.done) for c in counted] == [(1, 1, 1)]
     assert box.delete_queue("jobs", counted=counted) is False
     assert len(counted) == 1  # nothing deleted, nothing counted
+
+
+def test_delete_queue_counts_a_lock_whose_deadline_passed_as_ready_as_ls_does(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    """Nobody holds it: the next get takes it, and `ls`, `box.counts()` and `queue.counts()`
+    count it ready. The count of what was deleted counted the files as they lay, `locked`, so
+    `boxmq delete` said `1 locked` of a queue `ls` had just listed with none."""
+    jobs = manual_box.queue("jobs")
+    jobs.put_many([b"ends", b"held"])
+    assert jobs.get("w", lock_timeout=10) is not None
+    assert jobs.get("w", lock_timeout=100) is not None
+    clock.advance(10)
+    listed = manual_box.counts()["jobs"]
+    counted: list[boxmq.QueueCounts] = []
+    assert manual_box.delete_queue("jobs", counted=counted) is True
+    assert [(c.ready, c.locked) for c in counted] == [(listed.ready, listed.locked)] == [(1, 1)]
 
 
 def test_the_cli_delete_says_which_states_its_messages_were_in(

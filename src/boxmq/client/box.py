@@ -443,7 +443,8 @@ class Box:
             except QueueNotFound:  # a broken one (target/ a file): what its other folders held
                 counted.append(_counts_by_hand(moved))
                 return
-            counted.append(counts_of(taken))
+            # At the box's clock, as counts() and `ls` count: an ended lock is ready, not locked.
+            counted.append(counts_of(taken, self._clock.now()))
 
         removed = remove_dropbox(self.root, path, taken=count)
         if removed and self._spares is not None:
