@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import shlex
-import time
 from collections import Counter
 from typing import Any
 
@@ -55,7 +54,9 @@ def _counts(counts: QueueCounts) -> dict[str, int]:
 
 def peek(args: argparse.Namespace, box: Box) -> int:
     peeked = cli_dropbox.dropbox(args, box).peek(state=State(args.state), limit=args.limit)
-    rows = [_peek_row(p, as_json=args.json) for p in peeked]
+    # The box's clock, as `ls` counts: a lock `ls` counts ready is one peek says ended.
+    now = box.now()
+    rows = [_peek_row(p, now=now, as_json=args.json) for p in peeked]
     if args.json:
         output.out(output.to_json(rows))
     elif not rows:
@@ -65,9 +66,9 @@ def peek(args: argparse.Namespace, box: Box) -> int:
     return 0
 
 
-def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
-    """One message of `peek`; its properties as an object for --json (as `get` gives them),
-    as NAME=VALUE,... in a table."""
+def _peek_row(peeked: Peeked, *, now: float, as_json: bool) -> dict[str, Any]:
+    """One message of `peek` at `now` (the box's clock, epoch s); its properties as an object
+    for --json (as `get` gives them), as NAME=VALUE,... in a table."""
     envelope = peeked.envelope
     visible = peeked.properties  # an MQTT v5 message's decoded too (store/v5_properties.py)
     row: dict[str, Any] = {"id": shown(envelope.message_id)}  # not UTF-8: its bytes as \xNN
@@ -91,7 +92,7 @@ def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
         row["reply-to"] = reply_to
     if envelope.expiration:  # as `get` shows it: when it goes to expired/ unless taken
         row["expires"] = output.expires(envelope.expiration)
-    if (ready_at := envelope.not_before) > time.time():
+    if (ready_at := envelope.not_before) > now:
         # Held back by an `unlock --delay`: `ls` counts it READY and `get` passes it by, so
         # this is where a user sees when it becomes ready. Once past, it is ready as any.
         row["delay-until"] = output.when(ready_at)
@@ -106,7 +107,7 @@ def _peek_row(peeked: Peeked, *, as_json: bool) -> dict[str, Any]:
     if (deadline := peeked.lock_deadline) is not None:
         # A lock past its deadline still names its holder until a sweep sends the message
         # back: the table says it ended, so nobody takes it for held (--json gives the time).
-        ended = not as_json and deadline <= time.time()
+        ended = not as_json and deadline <= now
         row["lock-until"] = output.when(deadline) + (" (ended)" if ended else "")
     return row
 

@@ -6,6 +6,7 @@ import base64
 import datetime
 import errno
 import faulthandler
+import functools
 import io
 import json
 import os
@@ -24,6 +25,7 @@ from tests.diskfull import small_disk
 import boxmq
 from boxmq import cli, cli_message
 from boxmq.cli_args import DURATION_OPTIONS, joined_negative_durations
+from boxmq.clock import ManualClock
 from boxmq.model import ConsumerId
 from boxmq.store.names import Lock, decode, locked_name, split_lock
 from boxmq.store.process import process_token
@@ -2348,6 +2350,29 @@ def test_ls_counts_a_lock_whose_deadline_passed_as_ready_as_peek_says_it_ended(r
         counts = box.queue("jobs").counts()
         assert (counts.ready, counts.locked) == (1, 1)
     assert ok(root, "peek", "jobs", "--state", "processing").count("(ended)") == 1
+
+
+def test_peek_says_a_lock_ended_and_a_delay_at_the_boxs_clock_as_ls_counts(
+    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ls` counts at the box's clock, `peek` read time.time() for "(ended)" and DELAY-UNTIL:
+    on a clock of its own (a ManualClock, three years behind the wall) both locks had ended
+    and the delay had passed, though `ls` counted one lock held. It reads the box's now."""
+    clock = ManualClock()
+    monkeypatch.setattr(boxmq, "open", functools.partial(boxmq.open, clock=clock))
+    with boxmq.open(root, fsync="never") as box:
+        jobs = box.queue("jobs")
+        jobs.put_many([b"ends", b"held", b"later"])
+        taken = [jobs.get("w", lock_timeout=timeout) for timeout in (10, 100, 100)]
+        later = taken[2]
+        assert later is not None
+        jobs.unlock(later.id, "w", delay=50)
+    clock.advance(10)
+    [listed] = json.loads(_in_process(root, capsys, "ls", "--json"))["queues"]
+    assert (listed["ready"], listed["locked"]) == (2, 1)
+    assert _in_process(root, capsys, "peek", "jobs", "--state", "processing").count("(ended)") == 1
+    [delayed] = json.loads(_in_process(root, capsys, "--json", "peek", "jobs"))
+    assert delayed["delay-until"]
 
 
 def test_ls_counts_a_subscriptions_lock_whose_deadline_passed_as_ready_as_its_queues(

@@ -154,6 +154,12 @@ class Box:
     def fsync(self) -> FsyncPolicy:
         return self._committer.policy
 
+    def now(self) -> float:
+        """Now, epoch seconds, as this box's clock says (the `clock` given to `open`): the time
+        its lock deadlines, expirations and delays are read against, so a reader that says
+        whether a lock ended or a delay passed (`boxmq peek`) agrees with `counts()`."""
+        return self._clock.now()
+
     def queue(self, name: str, *, create: bool = True) -> Queue:
         """The queue `name`; created (its folders made) unless `create=False`."""
         check_flag("create", create)
