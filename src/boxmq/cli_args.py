@@ -86,7 +86,9 @@ def parse_duration(text: str) -> float:
     """'30s', '500ms', '10m', '2h', '1d' or a plain number of seconds."""
     seconds = written_seconds(text)
     bare = text.strip(BLANKS)
-    if seconds is None and bare.startswith("-") and written_seconds(bare[1:]) is not None:
+    if seconds is None and bare.startswith("-") and (size := written_seconds(bare[1:])) is not None:
+        if size == 0:  # '-0', '-0s': zero whatever its sign, nothing negative to refuse
+            return 0.0
         # "use a number of seconds in digits 0-9" left '-5s' looking like one.
         raise InvalidArgument(f"bad duration {text!r}: it is negative (drop the '-')")
     if seconds is None:

@@ -274,6 +274,32 @@ def test_subscribe_idle_0_takes_what_is_there_and_stops(root: Path) -> None:
     assert ok(root, "subscribe", "news/#", "--name", "reader", "--idle", "0") == ""
 
 
+def test_subscribe_idle_0_of_a_share_group_member_drains_what_it_can_take_and_stops(
+    root: Path,
+) -> None:
+    """A member's `--idle 0` prints and acks what the group holds ready, then ends, exit 0:
+    what another member holds locked is not for it, and the run does not wait for that lock
+    to end. `--idle=-0`, zero, was refused as negative; it reads as `--idle 0`."""
+    group = "$share/g/jobs/#"
+    ok(root, "subscribe", group, "--name", "w1", "--keep", "--idle", "0")
+    sent = {f"jobs/{n} body {n}" for n in range(10)}
+    with boxmq.open(root, fsync="never") as box, box.subscribe(group, "w2") as member:
+        for n in range(10):
+            box.publish(f"jobs/{n}", f"body {n}".encode())
+        held = member.receive(timeout=5)
+        assert held is not None
+        started = time.monotonic()
+        printed = ok(root, "subscribe", group, "--name", "w1", "--keep", "--idle=-0")
+        assert time.monotonic() - started < 10  # not held up by w2's lock (30 s)
+        locked = json.loads(ok(root, "--json", "peek", group, "--state", "processing"))
+        assert {row["locked-by"] for row in locked} == {"w2"}  # only w2's, none of w1's
+        kept = {f"{row['topic']} body {row['topic'][5:]}" for row in locked}
+        assert f"{held.topic} {held.body.decode()}" in kept
+        assert sorted(printed.splitlines()) == sorted(sent - kept)  # each once, the rest all
+        assert ok(root, "subscribe", group, "--name", "w1", "--keep", "--idle", "0") == ""
+        held.ack()
+
+
 def test_every_duration_option_is_read_whole_when_negative() -> None:
     assert {args[-1] for args in _NEGATIVE_DURATIONS} == DURATION_OPTIONS
 

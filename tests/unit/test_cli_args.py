@@ -75,6 +75,17 @@ def test_durations_in_ascii_digits_read_as_before() -> None:
     ]
 
 
+@pytest.mark.parametrize("text", ["-0", "-0s", " -0.0 ", "-0ms", "-00d"])
+def test_a_zero_duration_with_a_minus_sign_is_zero_not_negative(text: str) -> None:
+    """`--idle=-0` was refused as "it is negative (drop the '-')", though it is zero."""
+    assert parse_duration(text) == 0.0
+
+
+def test_a_duration_below_zero_is_still_refused_as_negative() -> None:
+    with pytest.raises(InvalidArgument, match=r"it is negative \(drop the '-'\)"):
+        parse_duration("-0.001s")
+
+
 @pytest.mark.parametrize(
     ("text", "said"),
     [
