@@ -86,7 +86,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.reasoncodes import ReasonCode
 
 from mqtt_wire import connect5, packet, read_varint, string
-from processes import free_port, listening
+from processes import free_port, listening, reap_killed
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -622,7 +622,7 @@ class Proc:
         if self.p is not None and self.p.poll() is None:
             os.killpg(self.p.pid, signal.SIGKILL)
         if self.p is not None:
-            self.p.wait()
+            reap_killed(self.p)  # bounded: one stuck past SIGKILL is named, not waited for ever
 
 
 class Run:

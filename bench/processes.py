@@ -30,6 +30,7 @@ __all__ = [
     "free_ports",
     "listening",
     "mosquitto_command",
+    "reap_killed",
     "rss_kib",
     "running",
     "start_broker",
@@ -171,3 +172,9 @@ def stop(*processes: subprocess.Popen[bytes], seconds: float = 20) -> None:
     """harness.stopping.stop (SIGTERM to each of `processes` at once, SIGKILL to those not
     over within `seconds`, each reaped), with the benchmarks' 20 s for a broker's stop."""
     stopping.stop(*processes, seconds=seconds)
+
+
+def reap_killed(*processes: subprocess.Popen[bytes]) -> None:
+    """harness.stopping.reap_killed: wait for `processes` SIGKILLed already (to their process
+    group, say) at most KILLED_WITHIN, RuntimeError naming those still running then."""
+    stopping.reap_killed(*processes)

@@ -10,14 +10,21 @@ import subprocess
 import time
 from typing import Any
 
-__all__ = ["kill", "stop"]
+__all__ = ["KILLED_WITHIN", "kill", "reap_killed", "stop"]
+
+# How long a process SIGKILLed may take to be gone. SIGKILL cannot be caught, so it takes
+# milliseconds; one still there after this is stuck in the kernel (an uninterruptible wait on
+# a hung disk or mount) and a wait without end would hang the test run or the benchmark in
+# silence: it is an error, naming the process.
+KILLED_WITHIN = 10.0
 
 
 def stop(*processes: subprocess.Popen[Any], seconds: float) -> list[subprocess.Popen[Any]]:
     """SIGTERM (a broker's graceful stop) to each of `processes` still running,
     all at once so their stops overlap, then wait for each until `seconds` after that
-    signal; SIGKILL those not over by then, and wait for them too. Returns the processes it
-    had to kill, in the order given, for the caller to say so in its own words."""
+    signal; SIGKILL those not over by then, and wait for them too (kill: RuntimeError for one
+    still there KILLED_WITHIN after). Returns the processes it had to kill, in the order
+    given, for the caller to say so in its own words."""
     for process in processes:
         process.send_signal(signal.SIGTERM)  # Popen's own: nothing for a process already reaped
     deadline = time.monotonic() + seconds
@@ -31,10 +38,30 @@ def stop(*processes: subprocess.Popen[Any], seconds: float) -> list[subprocess.P
     return overdue
 
 
-def kill(*processes: subprocess.Popen[Any]) -> None:
+def kill(*processes: subprocess.Popen[Any], seconds: float = KILLED_WITHIN) -> None:
     """SIGKILL each of `processes` still running, and wait for each: a killed process not
-    waited for stays a zombie, its pipes open, until its Popen is collected."""
+    waited for stays a zombie, its pipes open, until its Popen is collected. RuntimeError,
+    naming them, for those not gone within `seconds` (reap_killed)."""
     for process in processes:
         process.kill()
+    reap_killed(*processes, seconds=seconds)
+
+
+def reap_killed(*processes: subprocess.Popen[Any], seconds: float = KILLED_WITHIN) -> None:
+    """Wait for each of `processes`, SIGKILLed already (by kill, or to their process group by
+    the caller), until `seconds` after the call; RuntimeError naming by pid those not gone by
+    then, once the others are reaped. The wait was without end: a process stuck in the kernel
+    hung its caller for ever, saying nothing."""
+    deadline = time.monotonic() + seconds
+    stuck: list[int] = []
     for process in processes:
-        process.wait()  # SIGKILL cannot be caught: the wait is short
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            stuck.append(process.pid)
+    if stuck:
+        pids = ", ".join(map(str, stuck))
+        raise RuntimeError(
+            f"pid {pids} still running {seconds:g} s after SIGKILL (stuck in the kernel? "
+            "its State in /proc/PID/status says)"
+        )

@@ -7,9 +7,11 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 from harness.stopping import kill, stop
 
 # A child that ignores SIGTERM, and says so once it does (only then is the test's signal sent).
@@ -68,3 +70,26 @@ def test_kill_reaps_what_it_kills() -> None:
     with _deaf() as deaf:
         kill(deaf, sleeper)
         assert (deaf.returncode, sleeper.returncode) == (-signal.SIGKILL, -signal.SIGKILL)
+
+
+class _KillLost(subprocess.Popen[bytes]):
+    """A real process whose SIGKILL goes astray, as it seems to of one stuck in the kernel (an
+    uninterruptible wait on a hung disk): nothing a test makes survives a real SIGKILL."""
+
+    def kill(self) -> None:
+        pass
+
+
+def test_a_process_not_gone_after_its_sigkill_is_an_error_naming_it_the_others_reaped() -> None:
+    """kill waited for it without end: the test run or benchmark hung, saying nothing."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    with _KillLost(["sleep", "60"]) as lost:
+        try:
+            started = time.monotonic()
+            with pytest.raises(RuntimeError, match=rf"^pid {lost.pid} still running 0.3 s after"):
+                kill(lost, sleeper, seconds=0.3)
+            assert time.monotonic() - started < 10
+            assert sleeper.returncode == -signal.SIGKILL  # reaped all the same
+            assert lost.poll() is None
+        finally:
+            subprocess.Popen.kill(lost)  # its own SIGKILL, for the Popen's exit to reap it
