@@ -144,9 +144,7 @@ class Publishing:
         if packet.topic < "%" and self._refused_topic(client, session, packet):
             return
         qos, packet_id = packet.qos, packet.packet_id
-        if qos == 2 and packet_id in session.awaiting_release:
-            # A repeat: answered again, never routed twice.
-            self._out.send(client, Pubrec(packet_id))
+        if packet_id in session.awaiting_release and self._in_use(client, session, packet):
             return
         if self._settings.authorizer is not None and not self._may_publish(
             session.username, session.client_id, packet.topic
@@ -163,6 +161,37 @@ class Publishing:
             self._publish_later(client, session, packet, disk)
         else:
             self._publish_now(client, session, packet)
+
+    def _in_use(self, client: Client, session: Session, packet: Publish) -> bool:
+        """Whether a PUBLISH whose packet id a QoS 2 message awaiting its PUBREL holds is
+        answered here. At QoS 2 it is that message's repeat: PUBREC again, never routed
+        twice. At QoS 1 the client reused an id it may not reuse before its PUBCOMP
+        (MQTT-2.2.1-3), its session state out of step with ours: v5 is told so, PUBACK 0x91
+        Packet Identifier in use, and the message is not taken (taken, a client that lost
+        track of its QoS 2 message would not learn of it until its PUBREL went astray); 3.1.1
+        cannot refuse a PUBLISH, and it goes on as any QoS 1 one. The QoS 2 message waits
+        for its PUBREL either way (mosquitto forgets it)."""
+        packet_id = packet.packet_id
+        assert packet_id is not None
+        if packet.qos == 2:
+            self._out.send(client, Pubrec(packet_id))
+            return True
+        if client.link.connection.version is not ProtocolVersion.V5:
+            return False
+        log.info(
+            "client %s: a QoS 1 PUBLISH to %s reuses packet id %d, which a QoS 2 message "
+            "awaiting its PUBREL holds: refused (0x91)",
+            session.client_id,
+            packet.topic,
+            packet_id,
+        )
+        why = EMPTY
+        if client.link.connection.problems:  # §3.1.2.11.7: else no Reason String
+            why = Properties.build(
+                reason_string=f"packet id {packet_id} is a QoS 2 message's that awaits its PUBREL"
+            )
+        self._out.send(client, Puback(packet_id, _R.PACKET_IDENTIFIER_IN_USE, why))
+        return True
 
     def _refused_topic(self, client: Client, session: Session, packet: Publish) -> bool:
         """Whether a PUBLISH to a topic that sorts before "%" is refused: one without a topic

@@ -20,6 +20,7 @@ from tests.integration.mqtt.raw import (
     puback,
     pubcomp,
     pubrec,
+    pubrel,
     read,
     string,
     take_publishes,
@@ -129,3 +130,43 @@ def test_the_wrong_answer_for_a_message_in_flight_is_still_a_protocol_error(
     finally:
         sock.close()
         publisher.stop()
+
+
+@pytest.mark.parametrize("v5", [True, False], ids=["v5", "v311"])
+def test_a_qos_1_publish_reusing_the_id_of_a_qos_2_one_awaiting_pubrel_leaves_it_intact(
+    server: RunningServer, v5: bool
+) -> None:
+    """The id of a QoS 2 PUBLISH is in use until its PUBCOMP (MQTT-2.2.1-3): a QoS 1 PUBLISH
+    that takes it meanwhile is the client's mistake, a session state out of step. v5 is told
+    so, PUBACK 0x91 Packet Identifier in use, and the QoS 1 message is not taken (mosquitto
+    2.0 answers 0x10 and forgets the QoS 2 message, whose PUBREL then sends nothing); 3.1.1
+    has no negative PUBACK, and it is taken. Either way the QoS 2 message still waits for its
+    PUBREL, which sends it on."""
+    subscriber = _open(server, "in-use-sub", v5=True)
+    publisher = _open(server, "in-use-pub", v5)
+    properties = b"\x00" if v5 else b""
+
+    def publish(qos: int, packet_id: int, payload: bytes) -> bytes:
+        variable = string("in-use/a") + packet_id.to_bytes(2, "big") + properties
+        return packet(0x30 | qos << 1, variable + payload)
+
+    try:
+        _subscribe(subscriber, True, "in-use/#")
+        publisher.sendall(publish(2, 7, b"two"))
+        assert read(publisher) == (0x50, b"\x00\x07")  # PUBREC
+        publisher.sendall(publish(1, 7, b"one"))
+        kind, body = read(publisher)
+        if v5:
+            assert (kind, body[:3]) == (0x40, b"\x00\x07\x91")
+            assert b"awaits its PUBREL" in body  # the Reason String says which
+        else:
+            assert (kind, body) == (0x40, b"\x00\x07")
+        publisher.sendall(pubrel(7))
+        assert read(publisher) == (0x70, b"\x00\x07")  # PUBCOMP, success: it was still held
+        publisher.sendall(publish(1, 8, b"last"))
+        assert read(publisher) == (0x40, b"\x00\x08")
+        got = [received.payload for received in take_publishes(subscriber, 3 - v5)]
+        assert got == ([b"two", b"last"] if v5 else [b"one", b"two", b"last"])
+    finally:
+        subscriber.close()
+        publisher.close()
