@@ -215,6 +215,14 @@ class ConnectAnswers:
             return
         record = taken
         keep_alive = granted_keep_alive(packet.keep_alive, self._limits.max_keepalive, v5=v5)
+        connack_told: Properties = EMPTY
+        if v5:
+            connack_told = self._connack_properties(packet, client_id, assigned, expiry, keep_alive)
+            limit = connection.client_max_packet_size
+            if limit and (size := connection.sent_size(Connack(properties=connack_told))) > limit:
+                # Before its session is taken over or made: one of its client id stays as is.
+                self._refuse_too_small(client, packet, size)
+                return
         present, session = self._resuming.take(client_id, packet.clean_start, expiry, record)
         session.expiry = expiry
         client.asked_expiry = props.session_expiry_interval or 0
@@ -296,34 +304,54 @@ class ConnectAnswers:
         else:
             self._timers.set(client, deadline)
         connection.accepted = True
-        requested = props.session_expiry_interval or 0
-        self._out.send(
-            client,
-            Connack(
-                session_present=present,
-                properties=Properties.build(
-                    assigned_client_identifier=assigned,
-                    session_expiry_interval=expiry if v5 and expiry != requested else None,
-                    server_keep_alive=keep_alive
-                    if v5 and keep_alive != packet.keep_alive
-                    else None,
-                    receive_maximum=self._limits.receive_maximum,
-                    maximum_packet_size=self._limits.max_packet_size,
-                    topic_alias_maximum=self._limits.topic_alias_maximum,
-                    retain_available=1,
-                    wildcard_subscription_available=1,
-                    subscription_identifier_available=1,
-                    shared_subscription_available=1,
-                    response_information=response_information(self._settings, packet, client_id),
-                )
-                if v5
-                else EMPTY,
-            ),
-        )
+        self._out.send(client, Connack(session_present=present, properties=connack_told))
         if not new_record:
             said_connected()
         self._delivery.resend(client, session)
         self._delivery.pump(session)
+
+    def _connack_properties(
+        self, packet: Connect, client_id: str, assigned: str | None, expiry: int, keep_alive: int
+    ) -> Properties:
+        """What a v5 CONNACK that accepts `packet` tells its client."""
+        requested = packet.properties.session_expiry_interval or 0
+        return Properties.build(
+            assigned_client_identifier=assigned,
+            session_expiry_interval=expiry if expiry != requested else None,
+            server_keep_alive=keep_alive if keep_alive != packet.keep_alive else None,
+            receive_maximum=self._limits.receive_maximum,
+            maximum_packet_size=self._limits.max_packet_size,
+            topic_alias_maximum=self._limits.topic_alias_maximum,
+            retain_available=1,
+            wildcard_subscription_available=1,
+            subscription_identifier_available=1,
+            shared_subscription_available=1,
+            response_information=response_information(self._settings, packet, client_id),
+        )
+
+    def _refuse_too_small(self, client: Client, packet: Connect, size: int) -> None:
+        """A v5 CONNECT whose Maximum Packet Size is under its CONNACK's `size`, without all
+        it may go without (connection.py `_shortened`): the server must not send it
+        (MQTT-3.1.2-24), and no client can do without the rest (its assigned client id, the
+        server's Receive Maximum and limits). Refused with a bare CONNACK 0x95 Packet too
+        large, which says what to change, if that fits; else closed without a word, as
+        mosquitto closes in both cases."""
+        limit = packet.properties.maximum_packet_size or 0
+        refusal = Connack(reason=_R.PACKET_TOO_LARGE)
+        told = client.link.connection.sent_size(refusal) <= limit
+        log.warning(
+            "%s refused: its Maximum Packet Size of %d bytes is under the %d bytes of its "
+            "CONNACK (MQTT-3.1.2-24): %s",
+            connecting(client, packet),
+            limit,
+            size,
+            "CONNACK 0x95 (packet too large)" if told else "closed, nothing fits",
+        )
+        if told:
+            self._refuse(client, _R.PACKET_TOO_LARGE)
+            return
+        stop_reading(client)
+        client.link.close()
 
     def _record_refused(self, client: Client, session: Session, error: OSError) -> None:
         """The disk refused the first record of the persistent session a CONNECT made (full,

@@ -352,6 +352,17 @@ class Connection:
         if type(packet) is Disconnect:
             self.ended = True
 
+    def sent_size(self, packet: Packet) -> int:
+        """The bytes `packet` (not a PUBLISH) goes out in: over the client's Maximum Packet
+        Size, without the properties it may go without (`_send_other`)."""
+        version = self.version
+        assert version is not None, "nothing is sent before CONNECT"
+        size = len(encode(packet, version))
+        limit = self.client_max_packet_size
+        if limit and size > limit:
+            size = len(encode(_shortened(packet), version))
+        return size
+
     def acknowledge(self, kind: type[Puback | Pubrec | Pubrel | Pubcomp], packet_id: int) -> None:
         """`send(kind(packet_id))`, a success, for the path every QoS 1 and 2 message takes:
         the same bytes without the packet object."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.mqtt.clients import WAIT, RunningServer, paho, start_server
-from tests.integration.mqtt.raw import packet
+from tests.integration.mqtt.raw import packet, read, string
 
 from boxmq.clock import ManualClock
 from boxmq.mqtt.settings import Limits, MqttSettings
@@ -314,3 +314,58 @@ def test_a_reserved_packet_type_before_connect_is_closed_without_a_traceback(
     assert _exchange(server, V5_CONNECT + b"\xe0\x00")[:1] == b"\x20"  # a CONNACK: serving on
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == []
+
+
+def _connect_limited(client_id: str, limit: int, expiry: int = 0) -> bytes:
+    """A v5 CONNECT (clean start, Keep Alive 30) with a Maximum Packet Size of `limit`."""
+    properties = b"\x11" + expiry.to_bytes(4, "big") + b"\x27" + limit.to_bytes(4, "big")
+    variable = string("MQTT") + bytes([5, 0x02, 0, 30, len(properties)]) + properties
+    return packet(0x10, variable + string(client_id))
+
+
+@pytest.mark.parametrize(
+    ("client_id", "limit", "answer"),
+    [
+        # Its CONNACK without what may be dropped: 16 bytes (Receive Maximum, Maximum Packet
+        # Size, Topic Alias Maximum); an assigned client id adds 40.
+        ("small", 16, "fits"),
+        ("small", 15, "20030095 00"),
+        ("", 55, "20030095 00"),
+        ("small", 5, "20030095 00"),
+        ("small", 4, ""),  # not even the refusal fits: closed without a word
+        ("small", 1, ""),
+    ],
+)
+def test_a_connack_over_the_clients_maximum_packet_size_is_never_sent(
+    server: RunningServer, client_id: str, limit: int, answer: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """MQTT-3.1.2-24: the server must not send a packet over the Maximum Packet Size the
+    client set. A CONNACK goes without what it may (Reason String, User Properties, Response
+    Information, the availabilities); one that still cannot fit refuses the CONNECT with a
+    bare CONNACK 0x95 Packet too large, or, if even that is too large, closes without a
+    word (as mosquitto 2.0 does in both cases). It was sent over the limit before."""
+    if answer == "fits":
+        with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
+            sock.sendall(_connect_limited(client_id, limit))
+            kind, body = read(sock)
+            assert (kind, body[:2]) == (0x20, b"\x00\x00"), body.hex()  # CONNACK, success
+            assert 2 + len(body) == limit
+        return
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+        got = _exchange(server, _connect_limited(client_id, limit))
+    assert got.hex() == answer.replace(" ", "")
+    [line] = [r.getMessage() for r in caplog.records if "Maximum Packet Size" in r.getMessage()]
+    assert f"Maximum Packet Size of {limit} bytes" in line, line
+
+
+def test_a_connect_refused_for_its_maximum_packet_size_leaves_the_session_alone(
+    server: RunningServer,
+) -> None:
+    """Refused before its session is looked at: the connection of the same client id stays
+    up, its session not taken over."""
+    with socket.create_connection((server.host, server.port), timeout=WAIT) as first:
+        first.sendall(_connect_limited("kept", 1000, expiry=300))
+        assert read(first)[1][:2] == b"\x00\x00"
+        assert _exchange(server, _connect_limited("kept", 10, expiry=300)).hex() == "2003009500"
+        first.sendall(bytes([0xC0, 0]))  # PINGREQ
+        assert read(first) == (0xD0, b"")  # PINGRESP: not taken over
