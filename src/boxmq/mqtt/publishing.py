@@ -35,10 +35,13 @@ from functools import partial
 from boxmq.client.assured import AssuredMessage
 from boxmq.client.box import Box
 from boxmq.clock import Clock
+from boxmq.core.refusal_lines import RefusalLines
 from boxmq.errors import (
     BoxMQError,
     ItemNotFound,
+    MessageTooLarge,
     MetadataTooLong,
+    NotAllowed,
     ResourceConstraint,
     StoreFailed,
     store_failure,
@@ -81,6 +84,10 @@ __all__ = ["Publishing"]
 log = logging.getLogger("boxmq.mqtt")
 
 _R = ReasonCode
+
+# What the QoS document calls memory attacks, refused to a QoS 2 PUBLISH as the exactly-once
+# intake refuses them to any sender: a limit reached, a message too large, an untrusted one.
+_MEMORY_ATTACKS = (ResourceConstraint, MessageTooLarge, NotAllowed)
 
 WillWritten = Callable[[BaseException | None], None]
 """What runs once a Will's disk work ended: with None if it was stored (or needed no disk),
@@ -137,6 +144,7 @@ class Publishing:
         self._held_total_limit = limits.max_pending_total
         self._held_total_bytes_limit = limits.max_bytes_total
         self.held_totals = HeldTotals()  # every session's holds together (broker.py gives it)
+        self._refusal_lines: RefusalLines[str] = RefusalLines()  # QoS 2 refusals told per client
 
     def publish(self, client: Client, session: Session, packet: Publish) -> None:
         # One comparison for two rare cases, as cheap as the test for an empty topic alone:
@@ -381,7 +389,9 @@ class Publishing:
             if dropped
             else "PUBLISH refused"
         )
-        if not stored_failed and client.told_not_stored:
+        if isinstance(ack, Pubrec) and isinstance(error, _MEMORY_ATTACKS):
+            self._tell_refused(session.client_id, error, v5)
+        elif not stored_failed and client.told_not_stored:
             log.debug("%s: %s", what, error)
         elif not stored_failed:
             client.told_not_stored = True
@@ -399,6 +409,28 @@ class Publishing:
             self._acknowledge_dropped(client, session, ack)
         else:
             self._kick(client, _R.UNSPECIFIED_ERROR, f"a PUBLISH was not stored: {error}")
+
+    def _tell_refused(self, client_id: str, error: BoxMQError, v5: bool) -> None:
+        """A QoS 2 PUBLISH refused by the exactly-once limits or trust (the QoS document's
+        memory attacks) is logged naming its client, which an operator would otherwise not
+        find: its first at once, then at most one line a minute per client, across its
+        connections, that counts those passed over (core/refusal_lines.py, as XMPP's)."""
+        passed_over = self._refusal_lines.refused(client_id, now=self._clock.now())
+        if passed_over is None:
+            return
+        reason = reason_for(error)
+        told = (
+            f"PUBREC {reason:#04x} {reason.name.lower().replace('_', ' ')}"
+            if v5
+            else "connection closed, MQTT 3.1.1 has no refusal"
+        )
+        log.warning(
+            "client %s: a QoS 2 message refused (%s): %s%s",
+            client_id,
+            told,
+            error,
+            f" ({passed_over} more since the last line)" if passed_over else "",
+        )
 
     def _refuse_publish(
         self, client: Client, session: Session, packet: Publish, *, logged: bool = False

@@ -30,6 +30,7 @@ from boxmq.client.assured import AssuredMessage
 from boxmq.client.message import Message
 from boxmq.client.subscriber import Subscriber
 from boxmq.clock import Clock, ManualClock, SystemClock
+from boxmq.core import ExactlyOnceLimits
 from boxmq.model import PROPERTIES_FILE, MessageId
 from boxmq.mqtt import batches, recording
 from boxmq.mqtt.acl import Acl
@@ -934,6 +935,51 @@ def test_a_will_the_acl_refuses_is_logged_as_refused_not_as_sent(
     assert "client dev-17 may not publish its will to alarm/dev-17" in lines
     assert not [line for line in lines if "sending its will" in line]
     assert "(MQTT 5.0, user 'bob', clean session)" in lines[0]  # the connected line
+
+
+def test_qos_2_messages_refused_by_the_exactly_once_limits_are_logged_per_client_a_minute(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The QoS document's memory attacks (here max_pending_per_source) as XMPP logs them: a
+    warning naming the client, at most one a minute per client, across its connections, the
+    next counting those passed over. Only the first on each connection was told, at warning
+    level with the others at debug, so a client refused all day showed one line per
+    reconnect and an operator could not see how many."""
+    clock = ManualClock()
+    quota = ReasonCode.QUOTA_EXCEEDED
+
+    def held_then_refused(peer: Peer, first: int, count: int) -> list[ReasonCode]:
+        for packet_id in range(first, first + count):
+            peer.send(Publish("eo/a", b"x", 2, packet_id=packet_id))
+        return [p.reason for p in peer.take() if isinstance(p, Pubrec)]
+
+    async def test(broker: Broker) -> None:
+        flood = _connect(broker, "flood")
+        assert held_then_refused(flood, 1, 3) == [ReasonCode.SUCCESS, quota, quota]
+        again = _connect(broker, "flood")  # a new connection, its clean session: one is held
+        assert held_then_refused(again, 1, 2) == [ReasonCode.SUCCESS, quota]
+        other = _connect(broker, "other")
+        assert held_then_refused(other, 1, 2) == [ReasonCode.SUCCESS, quota]
+        clock.advance(61)
+        assert held_then_refused(again, 3, 1) == [quota]
+
+    async def main() -> None:
+        limits = ExactlyOnceLimits(max_pending_per_source=1)
+        with boxmq.open(tmp_path / "root", fsync="never", exactly_once=limits) as box:
+            broker = Broker(box, MqttSettings(), clock)
+            try:
+                await test(broker)
+            finally:
+                await broker.close()
+
+    with caplog.at_level(logging.DEBUG, "boxmq.mqtt"):
+        asyncio.run(main())
+    told = [r.getMessage() for r in caplog.records if "QoS 2 message refused" in r.getMessage()]
+    assert [r.levelno for r in caplog.records if r.getMessage() in told] == [logging.WARNING] * 3
+    assert [line.split(":")[0] for line in told] == ["client flood", "client other", "client flood"]
+    assert all("(PUBREC 0x97 quota exceeded): " in line for line in told), told
+    assert "max_pending_per_source (1)" in told[0]
+    assert told[2].endswith(" (2 more since the last line)"), told[2]
 
 
 def test_a_refused_connect_is_logged_with_its_user_address_and_reason_code(
