@@ -4,12 +4,17 @@ read in the session's time zone, as Spark reads it; an epoch that can only be se
 from __future__ import annotations
 
 import datetime
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
+from tests.spark.jvm import JVM_OPTIONS
 
 import boxmq
 from boxmq.errors import InvalidArgument
@@ -91,6 +96,34 @@ def test_a_stream_reads_a_timestamp_ntz_expiration_in_the_session_time_zone_too(
     cast = spark.sql(f"SELECT unix_millis(CAST({ntz} AS TIMESTAMP)) AS ms").first()
     assert cast is not None
     assert _expirations(root, "out") == {"ntz": cast.ms}
+
+
+def test_expirations_in_a_repeated_or_skipped_hour_are_the_instants_spark_gives(
+    spark_missing: str | None, tmp_path: Path
+) -> None:
+    """A worker in Paris, where 02:30 of 2026-10-25 happens twice: PySpark handed the sink a
+    TIMESTAMP as naive local time, which cannot say which 02:30 it was, so a message due at
+    the second one (01:30 UTC) expired an hour early, at the first. Wall-clock times
+    (TIMESTAMP_NTZ) in the repeated and in the skipped hour are read as Spark's cast reads them.
+    A driver of its own: the session's workers live in the test's zone."""
+    if spark_missing is not None:
+        pytest.skip(spark_missing)
+    with boxmq.open(tmp_path / "data", fsync="never") as box:
+        root = box.root
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("zone_driver.py")), root, JVM_OPTIONS],
+        env={**os.environ, "TZ": "Europe/Paris"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["second-0230"][1] - found["first-0230"][1] == 3_600_000
+    assert {kind: stored for kind, (stored, _) in found.items()} == {
+        kind: spark_ms for kind, (_, spark_ms) in found.items()
+    }
 
 
 @pytest.mark.parametrize("seconds", [1, 1_790_000_000, 99_999_999_999])

@@ -246,8 +246,8 @@ def _expiration(
     if value is None:
         return 0
     if isinstance(value, datetime.datetime):
-        # PySpark hands a TIMESTAMP over as naive local time, which .timestamp() reads so, and
-        # a TIMESTAMP_NTZ as its wall-clock time, which Spark reads in the session's zone.
+        # The sink hands a TIMESTAMP over as an aware datetime, and a TIMESTAMP_NTZ as its
+        # wall-clock time, which Spark reads in the session's zone.
         if wall_clock_zone is not None:
             value = value.replace(tzinfo=wall_clock_zone)
         return max(1, int(value.timestamp() * 1000))

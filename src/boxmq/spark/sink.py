@@ -1,7 +1,9 @@
 """The "boxmq" sink: tasks stage rows as message files, the driver publishes them per batch.
 
 `write` runs in executor workers: it learns its batch and query from the task's local
-properties (Spark passes no batch id to it) and stages one file per row (publish.py). `commit`
+properties (Spark passes no batch id to it) and stages one file per row (publish.py). It takes
+the rows as Arrow batches, not as PySpark's Rows: a Row's TIMESTAMP is naive local time, which
+in the repeated hour of a zone with daylight saving cannot say which of the two it was. `commit`
 runs on the driver, in a writer Spark makes afresh for every commit, so everything it needs
 travels in the commit messages: the job (the query id, stable across restarts) and the folders.
 """
@@ -11,9 +13,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import (
     BinaryType,
     ByteType,
@@ -41,6 +48,9 @@ from boxmq.spark.publish import Destination, Publisher, ensure_queue, stage_dir,
 from boxmq.spark.zones import SESSION_TIME_ZONE, session_zone
 from boxmq.store.names import encode
 from boxmq.store.side_files import SideFiles
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["BoxMQBatchWriter", "BoxMQStreamWriter", "Staged", "columns_of"]
 
@@ -117,21 +127,31 @@ class _Writer:
         return Publisher(self._destination, self._fsync)
 
 
+def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[Sequence[object]]:
+    """The rows of `batches`, each its values in column order. A TIMESTAMP is an aware
+    datetime (fold set in a repeated hour), where PySpark's Rows give it as naive local time
+    (astimezone().replace(tzinfo=None)): a message due at the second 02:30 of a night the
+    clocks go back expired at the first, an hour early. A map is a dict, as in a Row."""
+    for batch in batches:
+        columns = [column.to_pylist(maps_as_pydicts="strict") for column in batch.columns]
+        yield from zip(*columns, strict=True)
+
+
 def _staged(messages: Sequence[WriterCommitMessage | None]) -> list[Staged]:
     return [message for message in messages if isinstance(message, Staged)]
 
 
-class BoxMQStreamWriter(_Writer, DataSourceStreamWriter):
+class BoxMQStreamWriter(_Writer, DataSourceStreamArrowWriter):
     """Exactly once per batch id: a replayed batch publishes nothing twice (publish.py)."""
 
-    def write(self, iterator: Iterator[Sequence[object]]) -> WriterCommitMessage:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         context = TaskContext.get()
         assert context is not None, "write() runs in a Spark task"
         job = context.getLocalProperty("sql.streaming.queryId")
         batch = context.getLocalProperty("streaming.sql.batchId")
         if not job or batch is None:
             raise RuntimeError("boxmq sink: Spark gave this task no query id or batch id")
-        return self._stage(iterator, job, int(batch))
+        return self._stage(_rows(iterator), job, int(batch))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         staged = _staged(messages)
@@ -144,15 +164,15 @@ class BoxMQStreamWriter(_Writer, DataSourceStreamWriter):
             self._publisher().abort(staged[0].job, batchId, [m.folder for m in staged])
 
 
-class BoxMQBatchWriter(_Writer, DataSourceWriter):
+class BoxMQBatchWriter(_Writer, DataSourceArrowWriter):
     """`df.write.format("boxmq")`: one job, published at its commit."""
 
     def __init__(self, options: SinkOptions, columns: Sequence[tuple[str, str]]) -> None:
         super().__init__(options, columns)
         self._job = f"batch-{uuid.uuid4().hex}"  # made on the driver, pickled to the tasks
 
-    def write(self, iterator: Iterator[Sequence[object]]) -> WriterCommitMessage:
-        return self._stage(iterator, self._job, None)
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return self._stage(_rows(iterator), self._job, None)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         self._publisher().commit(self._job, None, [m.folder for m in _staged(messages)])
