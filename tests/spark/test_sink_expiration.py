@@ -98,6 +98,27 @@ def test_a_stream_reads_a_timestamp_ntz_expiration_in_the_session_time_zone_too(
     assert _expirations(root, "out") == {"ntz": cast.ms}
 
 
+@pytest.mark.parametrize("zone", ["PST", "GMT-08", "UTC+01:30", "-5", "Z"])
+def test_a_timestamp_expiration_is_written_in_a_session_zone_only_java_knows(
+    spark: SparkSession, root: str, zone: str
+) -> None:
+    """Spark takes these for spark.sql.session.timeZone and names the zone of the timestamps it
+    hands the Python workers by them; Python's tz databases know none of them, so the write of
+    any TIMESTAMP column failed in the worker with pytz's UnknownTimeZoneError."""
+    before = spark.conf.get(zones.SESSION_TIME_ZONE)
+    assert before is not None
+    spark.conf.set(zones.SESSION_TIME_ZONE, zone)
+    try:
+        instant = "timestamp_millis(1792891800000)"
+        frame = spark.sql(f"SELECT 'x' AS body, 'ltz' AS type, {instant} AS expiration")
+        frame.write.format("boxmq").option("root", root).option("queue", "out").mode(
+            "append"
+        ).save()
+    finally:
+        spark.conf.set(zones.SESSION_TIME_ZONE, before)
+    assert _expirations(root, "out") == {"ltz": 1792891800000}
+
+
 def test_expirations_in_a_repeated_or_skipped_hour_are_the_instants_spark_gives(
     spark_missing: str | None, tmp_path: Path
 ) -> None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
+import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -48,9 +48,6 @@ from boxmq.spark.publish import Destination, Publisher, ensure_queue, stage_dir,
 from boxmq.spark.zones import SESSION_TIME_ZONE, session_zone
 from boxmq.store.names import encode
 from boxmq.store.side_files import SideFiles
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 __all__ = ["BoxMQBatchWriter", "BoxMQStreamWriter", "Staged", "columns_of"]
 
@@ -133,8 +130,18 @@ def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[Sequence[object]]:
     (astimezone().replace(tzinfo=None)): a message due at the second 02:30 of a night the
     clocks go back expired at the first, an hour early. A map is a dict, as in a Row."""
     for batch in batches:
-        columns = [column.to_pylist(maps_as_pydicts="strict") for column in batch.columns]
-        yield from zip(*columns, strict=True)
+        yield from zip(*(_values(column) for column in batch.columns), strict=True)
+
+
+def _values(column: pa.Array) -> list[object]:
+    if pa.types.is_timestamp(column.type) and column.type.tz is not None:
+        # Spark names the zone of a TIMESTAMP's values as spark.sql.session.timeZone is set,
+        # and it takes Java's names ("PST", "GMT-08", "Z") that Python's tz databases do not
+        # know: the write failed on UnknownTimeZoneError. The values are UTC instants whatever
+        # the name, so they are read as such (a view: no copy, no lookup of the name).
+        column = column.view(pa.timestamp(column.type.unit, tz="UTC"))
+    values: list[object] = column.to_pylist(maps_as_pydicts="strict")
+    return values
 
 
 def _staged(messages: Sequence[WriterCommitMessage | None]) -> list[Staged]:
