@@ -229,3 +229,24 @@ def test_a_failed_write_leaves_no_staged_rows_behind(
     finish(run("IF(body = CAST('bad' AS BINARY), CAST('fixed' AS BINARY), body) AS body"))
     assert _bodies(root, "streamed") == ["a", "b", "fixed"]
     assert _staged_files(root, "streamed") == []
+
+
+@pytest.mark.parametrize(
+    ("column", "selected"),
+    [
+        ("body", "CAST(X'FF41' AS STRING) AS body"),
+        ("type", "'x' AS body, CAST(X'FF41' AS STRING) AS type"),
+        ("properties", "'x' AS body, map('k', CAST(X'FF41' AS STRING)) AS properties"),
+    ],
+)
+def test_a_string_column_that_is_not_utf8_fails_the_write_naming_it(
+    spark: SparkSession, root: str, column: str, selected: str
+) -> None:
+    """Spark keeps a cast of bytes to string as it is; the write failed in the worker on a bare
+    UnicodeDecodeError that named neither the column nor what to do."""
+    frame = spark.sql(f"SELECT {selected}")
+    with pytest.raises(Exception, match=rf"column '{column}' holds text that is not UTF-8"):
+        frame.write.format("boxmq").option("root", root).option("queue", "out").mode(
+            "append"
+        ).save()
+    assert _ready(root, "out") == []

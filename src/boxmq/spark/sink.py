@@ -130,17 +130,26 @@ def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[Sequence[object]]:
     (astimezone().replace(tzinfo=None)): a message due at the second 02:30 of a night the
     clocks go back expired at the first, an hour early. A map is a dict, as in a Row."""
     for batch in batches:
-        yield from zip(*(_values(column) for column in batch.columns), strict=True)
+        columns = zip(batch.schema.names, batch.columns, strict=True)
+        yield from zip(*(_values(name, column) for name, column in columns), strict=True)
 
 
-def _values(column: pa.Array) -> list[object]:
+def _values(name: str, column: pa.Array) -> list[object]:
     if pa.types.is_timestamp(column.type) and column.type.tz is not None:
         # Spark names the zone of a TIMESTAMP's values as spark.sql.session.timeZone is set,
         # and it takes Java's names ("PST", "GMT-08", "Z") that Python's tz databases do not
         # know: the write failed on UnknownTimeZoneError. The values are UTC instants whatever
         # the name, so they are read as such (a view: no copy, no lookup of the name).
         column = column.view(pa.timestamp(column.type.unit, tz="UTC"))
-    values: list[object] = column.to_pylist(maps_as_pydicts="strict")
+    try:
+        values: list[object] = column.to_pylist(maps_as_pydicts="strict")
+    except UnicodeDecodeError:
+        # Spark keeps the bytes of a cast from binary to string as they are.
+        fix = "keep it binary (no cast to string)" if name == "body" else "fix or drop them"
+        raise InvalidArgument(
+            f"boxmq sink: column {name!r} holds text that is not UTF-8, which a message "
+            f"cannot carry as text: {fix}"
+        ) from None
     return values
 
 
