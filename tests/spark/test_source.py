@@ -150,6 +150,34 @@ def test_a_file_dropped_by_a_script_is_a_message_with_default_metadata(
     assert row.timestamp is not None  # the file's mtime
 
 
+def test_an_expiration_past_what_a_spark_timestamp_holds_reads_as_never(
+    spark: SparkSession, root: str
+) -> None:
+    """A name may carry any expiration up to Java's Long.MAX_VALUE ms; in microseconds, a
+    Spark timestamp's unit, one past year 294247 overflowed, and the read failed on
+    OverflowError: a batch read, and every retry of a stream's batch, so it never got past."""
+    with boxmq.open(root) as box:
+        box.queue("q")
+    target = Path(queue_path(root, "q"), "target")
+    for expiration, body in (
+        (2**63 - 1, b"max"),
+        (10**17, b"far"),
+        (9_223_372_036_854_775, b"top"),
+    ):
+        name = encode(
+            Envelope(MessageId(f"1795335668836000-{len(body)}{body[0]}"), expiration=expiration)
+        )
+        (target / name).write_bytes(body)
+
+    rows = _read(spark, root, queue="q").selectExpr("body", "unix_millis(expiration) AS ms")
+
+    assert {bytes(row.body): row.ms for row in rows.collect()} == {
+        b"max": None,
+        b"far": None,
+        b"top": 9_223_372_036_854_775,  # the last millisecond a timestamp holds: kept
+    }
+
+
 def test_tasks_share_a_batch_in_contiguous_chunks() -> None:
     names = [f"n{i}" for i in range(7)]
     assert [list(chunk) for chunk in _split(names, 3)] == [names[:3], names[3:5], names[5:]]

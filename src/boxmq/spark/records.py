@@ -71,6 +71,7 @@ _DELIVERED = frozenset({State.PROCESSING, State.PROCESSED})
 # The columns every message with the same name apart from its id has in common, in SCHEMA's
 # positions; message_id, destination, timestamp, body and delivery_count are the row's own.
 _SHARED_COLUMNS = (2, 3, 4, 6, 7, 8, 9, 10)
+_TIMESTAMP_MAX = 2**63 - 1  # a Spark (and Arrow) timestamp: epoch microseconds in an int64
 _ID_STANDIN = "x"  # any plain id: what a name decodes to does not depend on which
 
 
@@ -104,12 +105,21 @@ def _shared(template: str) -> tuple[tuple[object, ...], int, Envelope | None] | 
     return None if error is not None else _full(envelope)[1:]
 
 
+def _timestamp(expiration: int) -> int | None:
+    """An expiration (epoch ms, 0 for never) as a Spark timestamp (epoch µs, an int64); None
+    for never, and for one past year 294247, which no timestamp holds (a name may carry up to
+    Java's Long.MAX_VALUE ms): such a message does not expire in any time a reader knows."""
+    if not 0 < expiration <= _TIMESTAMP_MAX // 1000:
+        return None
+    return expiration * 1000
+
+
 def _full(envelope: Envelope) -> _Decoded:
     shared = (
         envelope.topic,
         envelope.priority,
         envelope.message_class.value,
-        envelope.expiration * 1000 if envelope.expiration else None,
+        _timestamp(envelope.expiration),
         envelope.correlation_id,
         envelope.reply_to,
         envelope.type,
