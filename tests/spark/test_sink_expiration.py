@@ -98,6 +98,24 @@ def test_a_stream_reads_a_timestamp_ntz_expiration_in_the_session_time_zone_too(
     assert _expirations(root, "out") == {"ntz": cast.ms}
 
 
+def test_a_timestamp_expiration_after_year_9999_is_written_as_it_is(
+    spark: SparkSession, root: str
+) -> None:
+    """Spark's timestamps go on past year 9999 (the source reads such an expiration as one),
+    Python's datetime does not: the write failed on OverflowError, 'date value out of range'."""
+    for kind, ms in (("10000", 253_402_300_800_000), ("last", 9_223_372_036_854_775)):
+        frame = spark.sql(
+            f"SELECT 'x' AS body, '{kind}' AS type, timestamp_millis({ms}) AS expiration"
+        )
+        frame.write.format("boxmq").option("root", root).option("queue", "out").mode(
+            "append"
+        ).save()
+    assert _expirations(root, "out") == {
+        "10000": 253_402_300_800_000,
+        "last": 9_223_372_036_854_775,
+    }
+
+
 @pytest.mark.parametrize("zone", ["PST", "GMT-08", "UTC+01:30", "-5", "Z"])
 def test_a_timestamp_expiration_is_written_in_a_session_zone_only_java_knows(
     spark: SparkSession, root: str, zone: str

@@ -15,6 +15,7 @@ import contextlib
 import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from boxmq.client import mqtt_fields
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
@@ -41,7 +42,7 @@ from boxmq.store.v5_properties import (
     correlation_text,
 )
 
-__all__ = ["Layout", "check_topic", "layout_of", "message_of"]
+__all__ = ["Instant", "Layout", "check_topic", "layout_of", "message_of"]
 
 # The kinds the sink tells apart; anything else is "other".
 BINARY, STRING, INTEGER, TIMESTAMP, TIMESTAMP_NTZ, STRING_MAP, OTHER = (
@@ -71,6 +72,13 @@ _INT32 = 2**31
 # An epoch in ms under this is before 1973-03-03, while an epoch in s is up to year 5138:
 # a positive expiration under it was meant as seconds (taken as ms, it had passed long ago).
 _SECONDS_BELOW = 10**11
+
+
+class Instant(NamedTuple):
+    """A TIMESTAMP as the sink takes it: epoch microseconds, Spark's own value. A datetime
+    would end at year 9999, where Spark's timestamps go on (and boxmq's expirations too)."""
+
+    micros: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +244,7 @@ def _priority(row: Sequence[object], index: int | None) -> int:
 def _expiration(
     row: Sequence[object], index: int | None, wall_clock_zone: datetime.tzinfo | None
 ) -> int:
-    """Epoch ms, 0 for never: from a timestamp, or from a number of epoch milliseconds.
+    """Epoch ms, 0 for never: from an Instant or a datetime, or from epoch milliseconds.
     A naive timestamp is read in `wall_clock_zone`, else in this process's local zone.
 
     A time at or before the epoch has passed as any other: it is the first millisecond
@@ -245,9 +253,11 @@ def _expiration(
     value = None if index is None else row[index]
     if value is None:
         return 0
+    if isinstance(value, Instant):
+        return max(1, value.micros // 1000)
     if isinstance(value, datetime.datetime):
-        # The sink hands a TIMESTAMP over as an aware datetime, and a TIMESTAMP_NTZ as its
-        # wall-clock time, which Spark reads in the session's zone.
+        # The sink hands a TIMESTAMP_NTZ over as its wall-clock time, which Spark reads in the
+        # session's zone.
         if wall_clock_zone is not None:
             value = value.replace(tzinfo=wall_clock_zone)
         return max(1, int(value.timestamp() * 1000))

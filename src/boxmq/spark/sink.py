@@ -125,22 +125,32 @@ class _Writer:
 
 
 def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[Sequence[object]]:
-    """The rows of `batches`, each its values in column order. A TIMESTAMP is an aware
-    datetime (fold set in a repeated hour), where PySpark's Rows give it as naive local time
-    (astimezone().replace(tzinfo=None)): a message due at the second 02:30 of a night the
-    clocks go back expired at the first, an hour early. A map is a dict, as in a Row."""
+    """The rows of `batches`, each its values in column order; a TIMESTAMP is an Instant,
+    where PySpark's Rows give it as naive local time (astimezone().replace(tzinfo=None)):
+    that cannot tell the two passes of the hour the clocks go back apart (a message due at
+    the second 02:30 expired at the first, an hour early), ends at year 9999 (later ones
+    failed on OverflowError), and needs the zone Spark names the values by, which may be one
+    of Java's names Python does not know ("PST", "GMT-08", "Z": UnknownTimeZoneError).
+    A map is a dict, as in a Row."""
     for batch in batches:
         columns = zip(batch.schema.names, batch.columns, strict=True)
         yield from zip(*(_values(name, column) for name, column in columns), strict=True)
 
 
+_MICROS = {"s": 1_000_000, "ms": 1_000, "us": 1}  # Spark's are "us"
+
+
 def _values(name: str, column: pa.Array) -> list[object]:
     if pa.types.is_timestamp(column.type) and column.type.tz is not None:
-        # Spark names the zone of a TIMESTAMP's values as spark.sql.session.timeZone is set,
-        # and it takes Java's names ("PST", "GMT-08", "Z") that Python's tz databases do not
-        # know: the write failed on UnknownTimeZoneError. The values are UTC instants whatever
-        # the name, so they are read as such (a view: no copy, no lookup of the name).
-        column = column.view(pa.timestamp(column.type.unit, tz="UTC"))
+        # The values are UTC instants, whatever zone the type names.
+        unit = column.type.unit
+        counts = column.view(pa.int64()).to_pylist()
+        return [
+            None
+            if count is None
+            else messages.Instant(count * _MICROS[unit] if unit in _MICROS else count // 1000)
+            for count in counts
+        ]
     try:
         values: list[object] = column.to_pylist(maps_as_pydicts="strict")
     except UnicodeDecodeError:
