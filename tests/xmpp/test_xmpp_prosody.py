@@ -194,6 +194,35 @@ def test_a_subscriber_that_unsubscribes_then_unlocks_its_items_is_answered_resul
     run(scenario())
 
 
+def test_a_subscriber_may_write_its_jid_in_capitals(prosody: Prosody, box: boxmq.Box) -> None:
+    # RFC 7622 §3.2-§3.3: Alice@LOCALHOST is alice@localhost. Prosody stamps `from` in lower
+    # case and passes the subscribe's jid attribute on as written: the door refused it,
+    # bad-request/invalid-jid, comparing the two as strings.
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "carol") as users:
+            alice, carol = users
+            options = (
+                "<options><x xmlns='jabber:x:data' type='submit'>"
+                "<field var='pubsub#queue_requests'><value>1</value></field></x></options>"
+            )
+            subscribe = (
+                f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='Alice@LOCALHOST'/>"
+                f"{options}</pubsub>"
+            )
+            reply = await alice.request(subscribe)
+            assert reply.get("type") == "result", ET.tostring(reply)
+            item = await carol.publish("<job xmlns='urn:example'>1</job>")
+            assert (await alice.next_event()).item == item
+            unsubscribe = (
+                f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='ALICE@localhost'/></pubsub>"
+            )
+            reply = await alice.request(unsubscribe)
+            assert reply.get("type") == "result", ET.tostring(reply)
+            assert box.queue("jobs").counts().locked == 0  # given back at the unsubscribe
+
+    run(scenario())
+
+
 def test_another_user_cannot_answer_a_subscribers_qos_notification(
     prosody: Prosody, box: boxmq.Box
 ) -> None:

@@ -27,6 +27,7 @@ from xml.etree.ElementTree import Element
 
 from boxmq.errors import InvalidArgument
 from boxmq.xmpp import ns, render
+from boxmq.xmpp.jids import normal
 from boxmq.xmpp.requests import without_blanks
 
 __all__ = ["Level", "ReliableSender"]
@@ -152,5 +153,7 @@ class ReliableSender:
 
 def _answered_by(to: str, sender: str) -> bool:
     """Whether `sender` is the JID a notification was sent `to`: the same full JID, or any
-    resource of it if it went to a bare JID."""
+    resource of it if it went to a bare JID. `to` is a subscriber's JID, in the form the door
+    compares (jids.py); `sender` is brought to it."""
+    sender = normal(sender) or sender
     return sender == to or ("/" not in to and sender.split("/", 1)[0] == to)

@@ -16,6 +16,7 @@ from xml.etree.ElementTree import Element
 from boxmq.xmpp import ns
 from boxmq.xmpp.conditions import Condition
 from boxmq.xmpp.errors import StanzaError
+from boxmq.xmpp.jids import normal
 
 __all__ = [
     "Configure",
@@ -144,6 +145,7 @@ Request = (
 BAD_REQUEST: Final = Condition("modify", "bad-request")
 SERVICE_UNAVAILABLE: Final = Condition("cancel", "service-unavailable")
 _INVALID_PAYLOAD: Final = Condition("modify", "bad-request", "invalid-payload")
+_INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")  # XEP-0060 §6.1.3.1
 
 # XEP-0060's name for the feature each request not served here belongs to (§4.6's list).
 _FEATURES: Final = {
@@ -202,10 +204,16 @@ def parse_iq(element: Element) -> Iq:
     return Iq(
         id=element.get("id", ""),
         type=element.get("type", ""),
-        sender=element.get("from", ""),
+        sender=_sender(element.get("from", "")),
         to=element.get("to", ""),
         child=element[0] if len(element) else None,
     )
+
+
+def _sender(jid: str) -> str:
+    """The `from` in the form the door compares (jids.py); as it came if it is no JID, which
+    a server never stamps, so that the request is still answered."""
+    return normal(jid) or jid
 
 
 def parse_request(iq: Iq) -> Request:
@@ -250,12 +258,25 @@ def _pubsub(iq: Iq, pubsub: Element) -> Request:
     if tag != ns.tag(ns.PUBSUB, name):
         raise StanzaError(BAD_REQUEST, f"{tag} is no pubsub request")
     if name == "subscribe" and setter:
-        return Subscribe(_node(node), verb.get("jid") or bare(iq.sender), _options(pubsub))
+        return Subscribe(_node(node), _jid(verb, iq), _options(pubsub))
     if name == "unsubscribe" and setter:
-        return Unsubscribe(_node(node), verb.get("jid") or bare(iq.sender))
+        return Unsubscribe(_node(node), _jid(verb, iq))
     if name == "create" and setter:
         return Create(_node(node))
     raise _not_served(_FEATURES, f"pubsub {name} ({iq.type})", name)
+
+
+def _jid(verb: Element, iq: Iq) -> str:
+    """The JID a subscribe or unsubscribe names, in the form the door compares (jids.py):
+    the client writes it, and `Alice@localhost` is `alice@localhost`. The sender's bare JID
+    if it names none."""
+    written = verb.get("jid")
+    if not written:
+        return bare(iq.sender)
+    jid = normal(written)
+    if jid is None:
+        raise StanzaError(_INVALID_JID, f"{written!r} is no JID")
+    return jid
 
 
 def _verb(pubsub: Element) -> Element:

@@ -48,6 +48,7 @@ from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
 from boxmq.xmpp.conditions import INTERNAL, STOPPING, Condition, condition_for
 from boxmq.xmpp.errors import StanzaError
+from boxmq.xmpp.jids import normal
 from boxmq.xmpp.payloads import NOT_XML, payload_of
 from boxmq.xmpp.qos_out import Level, ReliableSender
 from boxmq.xmpp.records import SubscriberRecords
@@ -191,7 +192,9 @@ class QueueService:
             self._send(render.error(iq, INTERNAL))
 
     def gone(self, jid: str) -> None:
-        """XEP-0254 §4: unavailable presence (or a bounce): unlock all it held, unsubscribe."""
+        """XEP-0254 §4: unavailable presence (or a bounce): unlock all it held, unsubscribe.
+        `jid` as the stanza's `from` wrote it: compared in the form its requests were (jids.py)."""
+        jid = normal(jid) or jid
         for key in [key for key in self._given_back if key[0] == jid]:
             del self._given_back[key]
         # Its topic nodes' ends told to the other processes once, not once per node.
@@ -699,8 +702,8 @@ class QueueService:
     def _check_owner(self, iq: Iq, queue: Queue, what: str) -> None:
         """XEP-0060 §8: only the owner deletes or configures a node. A queue with no recorded
         owner (made by the API, the CLI or a script) is open to anyone, as it always was."""
-        owner = queue.owner
-        if owner is not None and owner != bare(iq.sender):
+        owner = queue.owner  # a person may have written it (docs/xmpp.md): `Alice@Example.org`
+        if owner is not None and (normal(owner) or owner) != bare(iq.sender):
             raise StanzaError(_FORBIDDEN, f"only the owner of {queue.name!r} may {what} it")
 
     def _is_queue(self, node: str) -> bool:

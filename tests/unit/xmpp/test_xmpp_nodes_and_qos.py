@@ -175,6 +175,16 @@ def test_a_queue_made_elsewhere_has_no_owner_and_anyone_may_delete_it(
     assert _delete(wire, BOB).get("type") == "result"
 
 
+def test_an_owner_written_in_capitals_into_the_owner_file_is_that_jid(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    # docs/xmpp.md has a person write the bare JID into .owner; RFC 7622 compares its
+    # localpart and domainpart without case, as the server's stamped `from` is lower case
+    box.queue("jobs").set_owner("Alice@LocalHost")
+    assert condition(_delete(wire, BOB)) == ("auth", "forbidden")
+    assert _delete(wire, ALICE).get("type") == "result"
+
+
 def test_delete_tells_the_subscribers_before_their_subscriptions_end(wire: Wire) -> None:
     wire.create()
     wire.subscribe(BOB, 1)

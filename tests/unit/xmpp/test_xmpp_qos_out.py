@@ -168,6 +168,23 @@ def test_only_the_subscriber_a_notification_went_to_can_answer_it(wire: Wire) ->
     assert wire.retract(ALICE, item).get("type") == "result"
 
 
+def test_an_answer_from_the_subscriber_written_in_other_case_is_its_own(wire: Wire) -> None:
+    """RFC 7622: the localpart and domainpart compare without case, the resource with it."""
+    _subscribe(wire, ALICE, "acknowledged")
+    item = wire.publish()
+    [sent] = _qos_iqs(wire)
+    _subscribe(wire, BOB, "unacknowledged")
+    for answerer in ("alice@localhost/A", "Alice@LocalHost/a"):
+        wire.service.answer(
+            ET.fromstring(
+                f"<iq xmlns='{ns.COMPONENT}' type='error' id='{sent.get('id')}' "
+                f"from='{answerer}' to='{SERVICE}'/>"
+            )
+        )
+    # the first is someone else, ignored; the second is alice saying no: bob has it now
+    assert sorted(wire.events()) == [(ALICE, "unlock", item), (BOB, "item", item)]
+
+
 def test_notification_ids_cannot_be_guessed_from_another_run() -> None:
     first: list[str] = []
     second: list[str] = []

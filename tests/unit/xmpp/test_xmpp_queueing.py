@@ -122,6 +122,42 @@ def test_subscribing_someone_else_is_invalid_jid(wire: Wire) -> None:
     assert condition(reply) == ("modify", "bad-request")
 
 
+def test_a_jid_that_differs_in_the_case_of_its_local_or_domain_part_is_ones_own(
+    wire: Wire,
+) -> None:
+    # RFC 7622 §3.2-§3.3: the localpart and domainpart compare without case; the server
+    # stamps the sender's in lower case, the client writes the attribute as it likes.
+    reply = wire.iq(
+        ALICE, f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='Alice@LocalHost'/></pubsub>"
+    )
+    assert condition(reply) == ("modify", "not-acceptable")  # configuration-required: served
+    wire.subscribe(ALICE, 1)
+    reply = wire.iq(
+        ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='ALICE@localhost'/></pubsub>"
+    )
+    assert reply.get("type") == "result"
+
+
+def test_a_subscribe_naming_no_jid_is_invalid_jid(wire: Wire) -> None:
+    reply = wire.iq(ALICE, f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='a@b/'/></pubsub>")
+    assert condition(reply) == ("modify", "bad-request")
+    assert "'a@b/' is no JID" in (reply.findtext(f".//{{{ns.STANZAS}}}text") or "")
+
+
+def test_a_sender_written_in_other_case_is_the_same_lock_holder(wire: Wire, box: boxmq.Box) -> None:
+    """A server that passes `from` on as the client wrote it: the unavailable presence of
+    alice@localhost/a still finds the locks Alice@LocalHost/a took, and its retract the item;
+    the resource stays case-sensitive (alice@localhost/A is someone else)."""
+    wire.subscribe("Alice@LocalHost/a", 2)
+    items = [wire.publish(), wire.publish()]
+    assert sorted(wire.items_to(ALICE)) == sorted(items)  # sent to the form it compares
+    assert wire.retract(ALICE, items[0]).get("type") == "result"
+    wire.service.gone("alice@localhost/A")
+    assert box.queue("jobs").counts().locked == 1
+    wire.service.gone(ALICE)
+    assert box.queue("jobs").counts().locked == 0
+
+
 def test_publish_notifies_exactly_one_subscriber_with_the_payload(wire: Wire) -> None:
     wire.subscribe(ALICE, 1)
     wire.subscribe(BOB, 1)
