@@ -109,6 +109,7 @@ class AssuredMessage(NamedTuple):
     reclaim: bool = False
     expires_in: float | None = None
     text: bool = False  # the body is a str's UTF-8: stored as class T, as a put of a str is
+    identities: tuple[str, ...] = ()  # other names of the source, for trusted_sources
 
 
 Outcome = bool | BoxMQError | OSError
@@ -189,14 +190,16 @@ class AssuredIntake:
         properties: Mapping[str, PropertyValue | Property] | None = None,
         reclaim: bool = False,
         expires_in: float | None = None,
+        identities: tuple[str, ...] = (),
     ) -> bool:
         """Step 1. True if stored now, False if it was a repeat (answer it again all the same).
 
         reclaim=True: an id already delivered names a new message (its marker goes, so a
         restart cannot take the new message for delivered). expires_in: seconds from now
         after which the message expires, kept in its name (the expiration field) from here
-        to its copies. Raises NotAllowed, MessageTooLarge or ResourceConstraint, storing
-        nothing.
+        to its copies. identities: other names of `source` that `trusted_sources` may list
+        (`ExactlyOnce.assured`). Raises NotAllowed, MessageTooLarge or ResourceConstraint,
+        storing nothing.
         """
         # Before anything is reserved or written: a str body raised TypeError from the write,
         # its temporary left in working/, and an int one from len().
@@ -213,6 +216,7 @@ class AssuredIntake:
             reclaim,
             expires_in,
             isinstance(body, str),
+            identities,
         )
         return self.assured_one(message)
 
@@ -286,7 +290,12 @@ class AssuredIntake:
         mqtt_fields.check(message.properties or {})
         now = self._clock.now()
         action = self._books.assured(
-            source, msg_id, size=len(message.body), now=now, reclaim=message.reclaim
+            source,
+            msg_id,
+            size=len(message.body),
+            now=now,
+            reclaim=message.reclaim,
+            identities=message.identities,
         )
         if action is not Action.STORE:
             return None

@@ -368,6 +368,7 @@ class Box:
         properties: Mapping[str, PropertyValue | Property] | None = None,
         reclaim: bool = False,
         expires_in: float | None = None,
+        identities: tuple[str, ...] = (),
     ) -> bool:
         """Exactly once, step 1: store it (flushed) for `source`'s `msg_id`. True if new; False
         for a repeat, which stores nothing and must be answered again all the same.
@@ -376,7 +377,10 @@ class Box:
         reclaim=True: an id whose message was delivered already names a new one (urn:xmpp:qos
         lets a sender reuse an id once `deliver` succeeded); repeats of `deliver` are still
         recognised. By default a delivered id is remembered for `done_ttl` and a new `assured`
-        under it is taken for a late repeat."""
+        under it is taken for a late repeat.
+
+        identities: other names `source` is known by, any of which `trusted_sources` may list
+        (the XMPP door gives a sender's bare JID, its full JID being the source)."""
         if self._closed:
             raise self._refused()
         return self.intake.assured(
@@ -389,6 +393,7 @@ class Box:
             properties=properties,
             reclaim=reclaim,
             expires_in=expires_in,
+            identities=identities,
         )
 
     def pending(self, source: str) -> list[str]:

@@ -135,15 +135,27 @@ class ExactlyOnce:
         return self._limits
 
     def assured(
-        self, source: str, msg_id: str, *, size: int, now: float, reclaim: bool = False
+        self,
+        source: str,
+        msg_id: str,
+        *,
+        size: int,
+        now: float,
+        reclaim: bool = False,
+        identities: tuple[str, ...] = (),
     ) -> Action:
         """Phase 1. STORE: new, room reserved (call `stored` or `forget` next). ANSWER: a
         repeat of a pending or remembered message; answer `received` again, store nothing.
 
         reclaim=True: a remembered (delivered) id names a new message, as urn:xmpp:qos allows
         ("Message IDs ... can be reclaimed after ... a successful delivery"); it stays
-        remembered only to answer repeats of `deliver`."""
-        self._check_trusted(source)
+        remembered only to answer repeats of `deliver`.
+
+        identities: other names the caller knows `source` by, any of which `trusted_sources`
+        may list (an XMPP door's sender is its full JID, and trusted as its bare one). Only
+        the caller's protocol knows them: a source is never taken apart here (an MQTT client
+        id may hold a '/')."""
+        self._check_trusted(source, identities)
         key = (source, msg_id)
         state = self._state(key, now)
         if reclaim and state is Incoming.DELIVERED:
@@ -258,9 +270,15 @@ class ExactlyOnce:
         until = self._done.get(key)
         return Incoming.DELIVERED if until is not None and until > now else Incoming.NEW
 
-    def _check_trusted(self, source: str) -> None:
+    def _check_trusted(self, source: str, identities: tuple[str, ...]) -> None:
+        # Checked trusted or not, so that a mistake shows at once: identities="alice" would
+        # have been searched letter by letter.
+        if not isinstance(identities, tuple) or not all(isinstance(i, str) for i in identities):
+            raise InvalidArgument(f"identities is a tuple of str, not {identities!r}")
         trusted = self._limits.trusted_sources
-        if trusted is not None and source not in trusted:
+        if trusted is None or source in trusted:
+            return
+        if not any(identity in trusted for identity in identities):
             # urn:xmpp:qos, Memory attacks 1: not-allowed for untrusted sources
             raise NotAllowed(f"{source!r} may not send messages exactly once")
 

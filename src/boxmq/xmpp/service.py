@@ -617,6 +617,8 @@ class QueueService:
                 queue=node if queue else None,
                 topic=None if queue else node,
                 reclaim=True,
+                # the QoS document trusts senders "in the roster": bare JIDs, any resource
+                identities=(bare(iq.sender),),
             )
         except MessageTooLarge as error:
             # urn:xmpp:qos, Memory attacks: what the receiver cannot hold is resource-constraint

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -102,6 +103,21 @@ def test_an_untrusted_source_is_not_allowed() -> None:
     with pytest.raises(NotAllowed, match="'x'"):
         box.assured("x", "m", size=1, now=0.0)
     assert box.statistics() == ExactlyOnceStats(0, 0, 0, ())
+
+
+def test_a_source_is_trusted_by_any_name_its_caller_gives_but_never_by_a_part_of_it() -> None:
+    box = ExactlyOnce(replace(SMALL, trusted_sources=frozenset({"alice@example.org"})))
+    # the XMPP door's full JID, listed by its bare JID: trusted as the door names it
+    full = "alice@example.org/phone"
+    assert box.assured(full, "m", size=1, now=0.0, identities=("alice@example.org",)) is (
+        Action.STORE
+    )
+    # not taken apart here: a source with a '/' (an MQTT client id may have one) is itself
+    with pytest.raises(NotAllowed, match="phone"):
+        box.assured(full, "n", size=1, now=0.0)
+    with pytest.raises(InvalidArgument, match="identities is a tuple of str"):
+        box.assured(full, "n", size=1, now=0.0, identities="alice@example.org")  # type: ignore[arg-type]
+    assert box.statistics().pending == 1
 
 
 def test_a_message_over_the_size_limit_is_too_large() -> None:

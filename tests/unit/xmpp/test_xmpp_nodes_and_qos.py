@@ -416,6 +416,20 @@ def test_limits_answer_resource_constraint_and_untrusted_not_allowed(tmp_path: P
         wire.service.close()
 
 
+def test_a_bare_jid_in_trusted_sources_trusts_each_of_its_resources(tmp_path: Path) -> None:
+    # urn:xmpp:qos, Memory attacks: untrusted are senders "not in the roster", whose entries
+    # are bare JIDs; the full JID of each request was looked up alone, so carol@localhost
+    # listed refused carol@localhost/c
+    limits = ExactlyOnceLimits(trusted_sources=frozenset({"carol@localhost"}))
+    with boxmq.open(tmp_path / "d", fsync="never", exactly_once=limits) as box:
+        wire = Wire(box)
+        wire.create()
+        assert wire.iq(CAROL, _wrapped("assured", "a", "1"), to=NODE_AT).get("type") == "result"
+        untrusted = wire.iq(ALICE, _wrapped("assured", "c", "3"), to=NODE_AT)
+        assert condition(untrusted) == ("cancel", "not-allowed")
+        wire.service.close()
+
+
 def test_refused_exactly_once_messages_are_logged_naming_their_sender(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
