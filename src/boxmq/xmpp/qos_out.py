@@ -5,8 +5,9 @@ re-sends what went unanswered with a doubling back-off, and gives up after `max_
 (then `on_failed` runs: the service unlocks the item for the next subscriber).
 
 - acknowledged: <iq set><acknowledged><message/></acknowledged></iq> -> an empty result.
-- assured: <assured msgId=..><message/></assured> -> a result with <received msgId=../>,
-  then <deliver msgId=../> -> a result. Each step is idempotent at the receiver, so a retry is
+- assured: <assured msgId=..><message/></assured> -> a result with <received msgId=../>
+  (a result that is no receipt of that msgId is not taken for one), then <deliver msgId=../>
+  -> a result. Each step is idempotent at the receiver, so a retry is
   always safe; the msgId is the item id, so a redelivery of one item is recognised as such.
 An error reply ends the transfer at once: the receiver said no.
 
@@ -102,8 +103,14 @@ class ReliableSender:
         transfer = self._pending.get(iq_id)
         if transfer is None or not _answered_by(transfer.to, iq.get("from", "")):
             return False
+        result = iq.get("type") == "result"
+        if result and transfer.step == "assured" and not _received(iq, transfer.msg_id):
+            # Not a receipt: `deliver` could reach a receiver that holds nothing under the
+            # msgId. Left unanswered, so its retry asks again (assured is idempotent), and
+            # the give-up hands the item on if no receipt ever comes.
+            return True
         del self._pending[iq_id]
-        if iq.get("type") != "result":
+        if not result:
             transfer.on_failed()
         elif transfer.step == "assured":
             transfer.step = "deliver"
@@ -149,6 +156,16 @@ class ReliableSender:
         else:
             inner = f"<acknowledged xmlns='{ns.QOS}'>{transfer.message}</acknowledged>"
         self._send(render.iq_set(transfer.iq_id, self._sender, transfer.to, inner))
+
+
+def _received(result: Element, msg_id: str) -> bool:
+    """Whether `result` is the receipt of `msg_id`: a <received/> echoing it (urn:xmpp:qos,
+    exactly once). Its namespace is not checked: the document's own example writes the
+    element without one, in the stream's."""
+    return any(
+        child.tag.rsplit("}", 1)[-1] == "received" and child.get("msgId") == msg_id
+        for child in result
+    )
 
 
 def _answered_by(to: str, sender: str) -> bool:

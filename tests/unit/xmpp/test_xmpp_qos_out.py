@@ -100,6 +100,42 @@ def test_assured_is_two_steps_and_a_give_up_goes_to_the_next(
     assert condition(wire.retract(ALICE, second)) == ("wait", "unexpected-request")
 
 
+@pytest.mark.parametrize(
+    "inner",
+    ["", f"<received xmlns='{QOS}' msgId='another'/>", f"<received xmlns='{QOS}'/>"],
+    ids=["empty", "another-msgId", "no-msgId"],
+)
+def test_a_result_to_assured_that_is_no_receipt_of_its_msgid_does_not_count(
+    wire: Wire, clock: ManualClock, inner: str
+) -> None:
+    # urn:xmpp:qos, exactly once: "a received response is returned ... [it] echoes the msgId".
+    # Any result was taken for it, and `deliver` sent for a message the receiver may not hold.
+    _subscribe(wire, ALICE, "assured")
+    item = wire.publish()
+    [assured] = _qos_iqs(wire)
+    _answer(wire, assured, inner)
+    assert _qos_iqs(wire) == []  # no deliver
+    deadline = wire.service.next_deadline()
+    assert deadline is not None
+    clock.advance(deadline - clock.now())
+    wire.service.expire(clock.now())
+    [again] = _qos_iqs(wire)  # still unanswered: asked again, the same msgId
+    assert again.find(f"{{{QOS}}}assured").get("msgId") == item  # type: ignore[union-attr]
+    _answer(wire, again, f"<received xmlns='{QOS}' msgId='{item}'/>")
+    [deliver] = _qos_iqs(wire)
+    assert deliver.find(f"{{{QOS}}}deliver").get("msgId") == item  # type: ignore[union-attr]
+
+
+def test_a_receipt_written_as_the_documents_example_writes_it_counts(wire: Wire) -> None:
+    # The example's <received msgId='984232334'/> carries no xmlns: in the stream's namespace
+    _subscribe(wire, ALICE, "assured")
+    item = wire.publish()
+    [assured] = _qos_iqs(wire)
+    _answer(wire, assured, f"<received msgId='{item}'/>")
+    [deliver] = _qos_iqs(wire)
+    assert deliver.find(f"{{{QOS}}}deliver").get("msgId") == item  # type: ignore[union-attr]
+
+
 def test_an_error_answer_gives_the_item_to_the_next_at_once(wire: Wire) -> None:
     _subscribe(wire, ALICE, "acknowledged")
     item = wire.publish()
