@@ -212,6 +212,56 @@ def test_ready_is_told_between_the_renames_and_their_flush(
     ]
 
 
+def test_a_group_that_follows_another_shares_its_flush_with_the_renames_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under `always` a busy committer flushes once per group: the flush of the next group's
+    data is the flush of the last group's renames, whose callers are told only after it;
+    the last group's renames, with no group after, get a flush of their folders."""
+    events: list[str] = []
+    flush_filesystem, flush_directories = commit.flush_filesystem, commit.flush_directories
+
+    def flushing_filesystem(root: str) -> None:
+        events.append("flush the file system")
+        flush_filesystem(root)
+
+    def flushing_directories(paths: set[str]) -> None:
+        events.append("flush the folders")
+        flush_directories(paths)
+
+    monkeypatch.setattr(commit, "flush_filesystem", flushing_filesystem)
+    monkeypatch.setattr(commit, "flush_directories", flushing_directories)
+    committer = Committer(str(tmp_path), FsyncPolicy.ALWAYS)
+    first, second = written(tmp_path, 1, "a"), written(tmp_path, 1, "b")
+    done = threading.Event()
+
+    def committed(name: str) -> Callable[[OSError | None], None]:
+        def told(error: OSError | None) -> None:
+            events.append(f"{name} committed: {type(error).__name__}")
+            if name == "b":
+                done.set()
+
+        return told
+
+    def first_ready() -> None:
+        events.append(f"a ready: {sorted(os.listdir(tmp_path / 'target'))}")
+        committer.commit_then(second, committed("b"), lambda: events.append("b ready"))
+
+    committer.commit_then(first, committed("a"), first_ready)  # b comes while a is renamed
+    assert done.wait(WAIT)
+    committer.close()
+    assert events == [
+        "flush the file system",
+        "a ready: ['a0']",
+        "flush the file system",  # b's data and a's rename
+        "a committed: NoneType",
+        "b ready",
+        "flush the folders",
+        "b committed: NoneType",
+    ]
+    assert committer.flushes == 3
+
+
 @pytest.mark.parametrize("policy", [FsyncPolicy.INTERVAL, FsyncPolicy.NEVER])
 def test_ready_is_never_told_when_the_renames_are_not_waited_for(
     tmp_path: Path, policy: FsyncPolicy
