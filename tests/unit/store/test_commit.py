@@ -262,6 +262,48 @@ def test_a_group_that_follows_another_shares_its_flush_with_the_renames_before(
     assert committer.flushes == 3
 
 
+def test_a_failed_flush_fails_the_group_renamed_before_it_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flush that would have made the last group's renames durable failed: its callers
+    hear that error, as do the next group's, which is not renamed."""
+    flush_filesystem = commit.flush_filesystem
+    flushes: list[str] = []
+
+    def failing_the_second(root: str) -> None:
+        flushes.append(root)
+        if len(flushes) == 2:
+            raise OSError(5, "Input/output error", root)
+        flush_filesystem(root)
+
+    monkeypatch.setattr(commit, "flush_filesystem", failing_the_second)
+    committer = Committer(str(tmp_path), FsyncPolicy.ALWAYS)
+    first, second = written(tmp_path, 1, "a"), written(tmp_path, 1, "b")
+    told: dict[str, OSError | None] = {}
+    done = threading.Event()
+
+    def committed(name: str) -> Callable[[OSError | None], None]:
+        def tell(error: OSError | None) -> None:
+            told[name] = error
+            if len(told) == 2:
+                done.set()
+
+        return tell
+
+    def first_ready() -> None:
+        committer.commit_then(second, committed("b"))
+
+    committer.commit_then(first, committed("a"), first_ready)
+    assert done.wait(WAIT)
+    committer.close()
+    assert {name: getattr(error, "errno", None) for name, error in told.items()} == {
+        "a": 5,
+        "b": 5,
+    }
+    assert os.listdir(tmp_path / "target") == ["a0"]  # renamed, not known to be durable
+    assert os.listdir(tmp_path / "working") == ["b0"]
+
+
 @pytest.mark.parametrize("policy", [FsyncPolicy.INTERVAL, FsyncPolicy.NEVER])
 def test_ready_is_never_told_when_the_renames_are_not_waited_for(
     tmp_path: Path, policy: FsyncPolicy
