@@ -172,6 +172,42 @@ def test_options_are_read_by_their_camel_case_names_in_any_case(root: str) -> No
     check_read({"root": root, "subscription": "a/#", "state": "error"})  # not created yet: fine
 
 
+def test_root_and_a_path_naming_the_same_folder_are_one_root(
+    root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`root` and the load()/save() path were compared as text, so
+    `.option("root", "./data").save("data")` was refused as two roots (found reading root())."""
+    monkeypatch.chdir(tmp_path)
+    os.symlink("data", tmp_path / "link")
+    for given, path in [
+        ("./data", "data"),
+        ("data", root),
+        (root + "/", "data/."),
+        ("other/../data", "data"),
+        ("link", root),  # a symlink to the root: the same folder
+    ]:
+        options = {"root": given, "path": path, "queue": "sensors"}
+        assert stream_read_options(options).root == os.path.abspath(given)
+        assert batch_read_options(options).root == os.path.abspath(given)
+        check_read(options)
+        assert sink_options(options, frozenset({"body"})).root == os.path.abspath(given)
+
+
+def test_root_and_a_path_naming_two_folders_are_refused_naming_both(
+    root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "other").mkdir()
+    for path in ["other", "missing", "data/.."]:
+        with pytest.raises(InvalidArgument) as raised:
+            sink_options({"root": "./data", "path": path, "queue": "q"}, frozenset({"body"}))
+        said = str(raised.value)
+        assert "'./data'" in said
+        assert repr(path) in said
+        assert root in said  # what each names, for a relative one
+        assert repr(os.path.abspath(path)) in said
+
+
 def test_a_subscription_is_found_without_subscribing(root: str) -> None:
     with boxmq.open(root) as box:
         path = box.topics.attach_dropbox("$share/etl/sensors/#", "spark")

@@ -178,10 +178,10 @@ class _Options:
                 'boxmq data source: option "root" is missing; give the boxmq root folder, '
                 'e.g. .option("root", "./data")'
             )
-        if root is not None and path is not None and root != path:
+        if root is not None and path is not None and not _same_folder(root, path):
             raise InvalidArgument(
-                f"boxmq data source: root {root!r} and load()/save() path {path!r} differ; "
-                "give the root once"
+                f"boxmq data source: root {_named(root)} and load()/save() path {_named(path)} "
+                "name different folders; give the root once"
             )
         chosen = os.path.abspath(root or str(path))
         if not os.path.isdir(chosen):
@@ -242,6 +242,21 @@ class _Options:
                     f"boxmq data source: option 'subscription': {error}"
                 ) from None
         return queue, subscription
+
+
+def _same_folder(root: str, path: str) -> bool:
+    """Whether `root` and the load()/save() path name one folder, however each is written
+    ("./data", "data/", an absolute path, a symlink): compared as text, the same root given
+    twice was refused."""
+    if os.path.exists(root) and os.path.exists(path):
+        return os.path.samefile(root, path)
+    return os.path.abspath(root) == os.path.abspath(path)
+
+
+def _named(path: str) -> str:
+    """A path as given, and what it names when that is not plain from the text."""
+    absolute = os.path.abspath(path)
+    return repr(path) if absolute == path else f"{path!r} ({absolute!r})"
 
 
 def _num_partitions(options: _Options) -> int:
