@@ -306,6 +306,19 @@ def test_the_topic_option_wins_over_the_topic_column() -> None:
     assert envelope.message_class is MessageClass.BYTES
 
 
+def test_a_row_to_a_queue_keeps_no_topic_from_the_topic_column() -> None:
+    """A queue's message has no topic (`put` gives none; docs/spark.md reads it as null): the
+    column's was stored as the topic of a subscription's copy, which hash-by-key grouped by."""
+    columns = [("body", "binary"), ("topic", "string")]
+    ids = IdFactory(boxmq.SystemClock())
+    to_queue = messages.layout_of(columns, to_queue=True)
+    envelope, _ = messages.message_of([b"x", "sensors/r1/temp"], to_queue, ids, None)
+    assert (envelope.topic, envelope.group_key, envelope.properties) == (None, None, ())
+    to_topics = messages.layout_of(columns)
+    envelope, _ = messages.message_of([b"x", "sensors/r1/temp"], to_topics, ids, None)
+    assert envelope.topic == "sensors/r1/temp"
+
+
 @pytest.mark.parametrize(
     ("row", "error", "says"),
     [

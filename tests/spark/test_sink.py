@@ -83,6 +83,46 @@ def test_properties_too_long_for_a_name_go_to_a_side_file_and_read_back_the_same
     assert len(os.listdir(Path(root, ".properties"))) == 1  # one side file, named by all
 
 
+def test_a_topic_column_written_to_a_queue_is_not_the_messages_topic(
+    spark: SparkSession, root: str
+) -> None:
+    """A subscription's rows piped into a queue: each row's topic was stored as the message's
+    topic (bx_topic, which boxmq writes into a subscription's copies alone), so the queue read
+    back with a topic where docs/spark.md says null, and hash-by-key dispatch grouped its
+    messages by it. A queue takes them as `put` does, which gives no topic (found by reading
+    messages.message_of against model.TOPIC)."""
+    frame = spark.createDataFrame(
+        [("a", "sensors/r1/temp", None), ("b", "sensors/r2/temp", {"JMSXGroupID": "r2"})],
+        "body string, topic string, properties map<string,string>",
+    )
+    frame.write.format("boxmq").option("root", root).option("queue", "out").mode("append").save()
+
+    ready = {
+        envelope.user_properties().get("JMSXGroupID"): envelope for envelope in _ready(root, "out")
+    }
+    assert [envelope.topic for envelope in ready.values()] == [None, None]
+    assert {key: envelope.group_key for key, envelope in ready.items()} == {None: None, "r2": "r2"}
+    read = spark.read.format("boxmq").option("root", root).option("queue", "out").load()
+    assert sorted((bytes(row.body), row.topic) for row in read.collect()) == [
+        (b"a", None),
+        (b"b", None),
+    ]
+    with boxmq.open(root) as box:
+        message = box.queue("out").get()
+        assert message is not None
+        assert message.topic is None
+
+    # What docs/spark.md says to write to keep it: a property of the row's own.
+    kept = frame.selectExpr(
+        "body", "map_concat(coalesce(properties, map()), map('topic', topic)) AS properties"
+    )
+    kept.write.format("boxmq").option("root", root).option("queue", "kept").mode("append").save()
+    assert sorted(envelope.user_properties()["topic"] for envelope in _ready(root, "kept")) == [
+        "sensors/r1/temp",
+        "sensors/r2/temp",
+    ]
+
+
 def test_a_stream_to_a_topic_reaches_every_matching_subscription(
     spark: SparkSession, root: str, tmp_path: Path, finish: Finish
 ) -> None:

@@ -2,11 +2,11 @@
 
 Only `body` is required (binary, or string for a text message); the metadata columns the
 source produces are optional and mean the same thing on the way out. Columns the source adds
-that a producer cannot set (destination, timestamp, delivery_count) are ignored, so a stream
-read from boxmq can be written back as it is; any other column is an error (a typo would
-otherwise drop data silently). Nothing here imports pyspark: the sink describes its schema as
-(name, kind) pairs. Properties too long for a file name go to a side file, as a put's do
-(client/spill.py): the one write here, done by the task that stages the row.
+that a producer cannot set (destination, timestamp, delivery_count; topic, written to a queue)
+are ignored, so a stream read from boxmq can be written back as it is; any other column is an
+error (a typo would otherwise drop data silently). Nothing here imports pyspark: the sink
+describes its schema as (name, kind) pairs. Properties too long for a file name go to a side
+file, as a put's do (client/spill.py): the one write here, done by the task that stages the row.
 """
 
 from __future__ import annotations
@@ -99,8 +99,13 @@ class Layout:
     topic: int | None = None
 
 
-def layout_of(columns: Sequence[tuple[str, str]]) -> Layout:
-    """Check a sink's input columns ((name, kind) pairs) and say where each one is."""
+def layout_of(columns: Sequence[tuple[str, str]], *, to_queue: bool = False) -> Layout:
+    """Check a sink's input columns ((name, kind) pairs) and say where each one is.
+
+    `to_queue`: the `topic` column is not read, as `destination` is not. A topic is where a
+    message was published, kept in a subscription's copies alone (model.TOPIC): a queue's
+    message has none, as `put` gives none. Stored, it read back as the message's topic and
+    was the group key of hash-by-key dispatch."""
     kinds = dict(columns)
     unknown = sorted(set(kinds) - set(_WANTED) - _IGNORED)
     if unknown:
@@ -133,7 +138,7 @@ def layout_of(columns: Sequence[tuple[str, str]]) -> Layout:
         reply_to=index.get("reply_to"),
         type=index.get("type"),
         properties=index.get("properties"),
-        topic=index.get("topic"),
+        topic=None if to_queue else index.get("topic"),
     )
 
 

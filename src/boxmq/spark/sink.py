@@ -91,7 +91,7 @@ class _Writer:
     """What the stream and the batch writer share: checks on the driver, staging in tasks."""
 
     def __init__(self, options: SinkOptions, columns: Sequence[tuple[str, str]]) -> None:
-        self._layout: Layout = layout_of(columns)
+        self._layout: Layout = layout_of(columns, to_queue=options.queue is not None)
         self._topic = check_topic(options.topic) if options.topic is not None else None
         self._destination = Destination(options.root, options.queue)
         self._fsync = options.fsync
