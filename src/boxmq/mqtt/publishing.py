@@ -145,6 +145,7 @@ class Publishing:
         self._held_total_bytes_limit = limits.max_bytes_total
         self.held_totals = HeldTotals()  # every session's holds together (broker.py gives it)
         self._refusal_lines: RefusalLines[str] = RefusalLines()  # QoS 2 refusals told per client
+        self._in_use_lines: RefusalLines[str] = RefusalLines()  # 0x91 refusals told per client
 
     def publish(self, client: Client, session: Session, packet: Publish) -> None:
         # One comparison for two rare cases, as cheap as the test for an empty topic alone:
@@ -186,13 +187,17 @@ class Publishing:
             return True
         if client.link.connection.version is not ProtocolVersion.V5:
             return False
-        log.info(
-            "client %s: a QoS 1 PUBLISH to %s reuses packet id %d, which a QoS 2 message "
-            "awaiting its PUBREL holds: refused (0x91)",
-            session.client_id,
-            packet.topic,
-            packet_id,
-        )
+        # A client stuck reusing an id would write a line a PUBLISH: one a minute at most.
+        passed_over = self._in_use_lines.refused(session.client_id, now=self._clock.now())
+        if passed_over is not None:
+            log.info(
+                "client %s: a QoS 1 PUBLISH to %s reuses packet id %d, which a QoS 2 message "
+                "awaiting its PUBREL holds: refused (0x91)%s",
+                session.client_id,
+                packet.topic,
+                packet_id,
+                f" ({passed_over} more since the last line)" if passed_over else "",
+            )
         why = EMPTY
         if client.link.connection.problems:  # §3.1.2.11.7: else no Reason String
             why = Properties.build(

@@ -982,6 +982,50 @@ def test_qos_2_messages_refused_by_the_exactly_once_limits_are_logged_per_client
     assert told[2].endswith(" (2 more since the last line)"), told[2]
 
 
+def test_qos_1_publishes_refused_for_an_id_in_use_are_logged_per_client_a_minute(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PUBACK 0x91 (a QoS 1 PUBLISH reusing the id of a QoS 2 one awaiting its PUBREL) was
+    logged at INFO once per PUBLISH: a client stuck reusing an id filled the log. Now as the
+    exactly-once refusals: a line naming the client, at most one a minute per client, across
+    its connections, the next counting those passed over."""
+    clock = ManualClock()
+    in_use = ReasonCode.PACKET_IDENTIFIER_IN_USE
+
+    def refused(peer: Peer, count: int) -> list[ReasonCode]:
+        for _ in range(count):
+            peer.send(Publish("iu/a", b"x", 1, packet_id=7))
+        return [p.reason for p in peer.take() if isinstance(p, Puback)]
+
+    async def test(broker: Broker) -> None:
+        stuck = _connect(broker, "stuck")
+        stuck.send(Publish("iu/a", b"two", 2, packet_id=7))
+        assert [type(p) for p in stuck.take()] == [Pubrec]
+        assert refused(stuck, 3) == [in_use] * 3
+        other = _connect(broker, "other")
+        other.send(Publish("iu/a", b"two", 2, packet_id=7))
+        other.take()
+        assert refused(other, 1) == [in_use]
+        clock.advance(61)
+        assert refused(stuck, 1) == [in_use]
+
+    async def main() -> None:
+        with boxmq.open(tmp_path / "root", fsync="never") as box:
+            broker = Broker(box, MqttSettings(), clock)
+            try:
+                await test(broker)
+            finally:
+                await broker.close()
+
+    with caplog.at_level(logging.DEBUG, "boxmq.mqtt"):
+        asyncio.run(main())
+    told = [r.getMessage() for r in caplog.records if "refused (0x91)" in r.getMessage()]
+    assert [line.split(":")[0] for line in told] == ["client stuck", "client other", "client stuck"]
+    assert "reuses packet id 7" in told[0]
+    assert told[0].endswith("refused (0x91)"), told[0]
+    assert told[2].endswith(" (2 more since the last line)"), told[2]
+
+
 def test_a_refused_connect_is_logged_with_its_user_address_and_reason_code(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
