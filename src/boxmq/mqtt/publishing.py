@@ -155,6 +155,14 @@ class Publishing:
         qos, packet_id = packet.qos, packet.packet_id
         if packet_id in session.awaiting_release and self._in_use(client, session, packet):
             return
+        entering = session.entering_release  # QoS 2 PUBLISHes read but not yet held
+        if (
+            entering
+            and qos == 1
+            and packet_id in entering
+            and self._in_use_ahead(client, session, packet)
+        ):
+            return
         if self._settings.authorizer is not None and not self._may_publish(
             session.username, session.client_id, packet.topic
         ):  # the call only when there is someone to ask: this runs once per message
@@ -187,6 +195,24 @@ class Publishing:
             return True
         if client.link.connection.version is not ProtocolVersion.V5:
             return False
+        self._refuse_in_use(client, session, packet)
+        return True
+
+    def _in_use_ahead(self, client: Client, session: Session, packet: Publish) -> bool:
+        """Whether a QoS 1 PUBLISH whose packet id a QoS 2 PUBLISH read before it and not yet
+        held takes (`Session.entering_release`: a persistent session's waits for the intake,
+        or any behind disk work) is refused, as `_in_use` refuses one when that is held: the
+        id was in use when the client sent it, whatever becomes of the QoS 2 one. Its PUBACK
+        0x91 comes in its turn, after that one's PUBREC. 3.1.1: it goes on."""
+        if client.link.connection.version is not ProtocolVersion.V5:
+            return False
+        client.jobs.append(Job(None, lambda _: self._refuse_in_use(client, session, packet)))
+        return True
+
+    def _refuse_in_use(self, client: Client, session: Session, packet: Publish) -> None:
+        """PUBACK 0x91 Packet Identifier in use for a v5 QoS 1 PUBLISH (`_in_use`)."""
+        packet_id = packet.packet_id
+        assert packet_id is not None
         # A client stuck reusing an id would write a line a PUBLISH: one a minute at most.
         passed_over = self._in_use_lines.refused(session.client_id, now=self._clock.now())
         if passed_over is not None:
@@ -204,7 +230,6 @@ class Publishing:
                 reason_string=f"packet id {packet_id} is a QoS 2 message's that awaits its PUBREL"
             )
         self._out.send(client, Puback(packet_id, _R.PACKET_IDENTIFIER_IN_USE, why))
-        return True
 
     def _refused_topic(self, client: Client, session: Session, packet: Publish) -> bool:
         """Whether a PUBLISH to a topic that sorts before "%" is refused: one without a topic
@@ -238,6 +263,13 @@ class Publishing:
         if qos == 1:
             assert packet.packet_id is not None
             self._out.acknowledge(client, Puback, packet.packet_id)
+
+    def _publish_in_turn(self, client: Client, session: Session, packet: Publish) -> None:
+        """`_publish_now`, for a PUBLISH that waited for the disk work ahead of it."""
+        if packet.qos == 2:
+            assert packet.packet_id is not None
+            session.entered_release(packet.packet_id)
+        self._publish_now(client, session, packet)
 
     def _hold(
         self, client: Client, session: Session, packet: Publish, message_id: str | None = None
@@ -289,8 +321,11 @@ class Publishing:
     def _publish_later(self, client: Client, session: Session, packet: Publish, disk: bool) -> None:
         client_id = session.client_id
         packet_id = packet.packet_id
+        if packet.qos == 2:
+            assert packet_id is not None
+            session.enter_release(packet_id)  # its id in use before it is held (`publish`)
         if not disk:
-            client.jobs.append(Job(None, lambda _: self._publish_now(client, session, packet)))
+            client.jobs.append(Job(None, lambda _: self._publish_in_turn(client, session, packet)))
             return
         if packet.qos == 2 and (not packet.retain or session.persistent):
             # Into the exactly-once intake, a persistent publisher's retained one too (its
@@ -300,6 +335,7 @@ class Publishing:
             assert packet_id is not None
 
             def stored(result: object) -> None:
+                session.entered_release(packet_id)
                 if isinstance(result, BoxMQError):
                     self._send_error(client, session, Pubrec(packet_id), result)
                     return
@@ -370,6 +406,7 @@ class Publishing:
         id made in its turn (`message_id`): PUBREC; or PUBREC with the reason it cannot be
         stored (3.1.1: acknowledged and dropped, `_send_error`)."""
         assert packet.packet_id is not None
+        session.entered_release(packet.packet_id)
         if isinstance(message_id, BoxMQError):
             self._send_error(client, session, Pubrec(packet.packet_id), message_id)
             return

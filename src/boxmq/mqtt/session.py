@@ -13,6 +13,8 @@ Invariants:
   filter is in one of the three at most), counted by `held_count()` with three len()s.
 - `awaiting_release` holds the packet ids of QoS 2 PUBLISHes answered with PUBREC and not yet
   released (MQTT 5.0 §4.3.3); a repeat of one is answered again and never routed twice.
+  `entering_release` counts, by packet id, the QoS 2 PUBLISHes read and not yet held there
+  (the disk work they need, or that ahead of them, not done): their ids are in use too.
   `held_bytes` is the payload bytes of the PUBLISHes it keeps. `HeldTotals`, shared by every
   session of a broker, sums both over the sessions that have not ended (`stop_counting`).
 - The outbox holds what is on its way to the client (outbox.py); its tokens are locked
@@ -113,6 +115,7 @@ class Session:
         "awaiting_release",
         "client_id",
         "connected",
+        "entering_release",
         "held_bytes",
         "leaving",
         "looked",
@@ -148,6 +151,9 @@ class Session:
         self.awaiting_release: dict[int, Release] = {}
         self.held_bytes = 0  # payload bytes of the PUBLISHes `awaiting_release` keeps
         self._totals = totals  # where both count too, until the session ends
+        # The QoS 2 PUBLISHes read and not yet held (publishing.py, `_publish_later`), by
+        # packet id: a QoS 1 one reusing an id meanwhile is refused as if it were held.
+        self.entering_release: dict[int, int] | None = None
         # Share groups unsubscribed while the session held some of their messages: paused
         # (they take nothing more) until those are settled, then closed (delivery.py); with
         # the options those go out with.
@@ -218,6 +224,22 @@ class Session:
         self.awaiting_release[packet_id] = _new_tuple(
             Release, (publish, stored, refused, received, message_id)
         )
+
+    def enter_release(self, packet_id: int) -> None:
+        """A QoS 2 PUBLISH read, to be held once the disk work it waits for is done; a
+        count, as a repeat of it may be read before it is held."""
+        entering = self.entering_release
+        if entering is None:
+            self.entering_release = entering = {}
+        entering[packet_id] = entering.get(packet_id, 0) + 1
+
+    def entered_release(self, packet_id: int) -> None:
+        """That disk work is done: the PUBLISH is held (`hold_for_release`), or refused."""
+        entering = self.entering_release
+        assert entering is not None
+        left = entering.pop(packet_id) - 1
+        if left:
+            entering[packet_id] = left
 
     def release(self, packet_id: int) -> Release | None:
         """The PUBREL for `packet_id`: what to deliver (None: not known in this process)."""

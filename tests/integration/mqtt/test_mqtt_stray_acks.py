@@ -16,6 +16,7 @@ import pytest
 from tests.integration.mqtt.clients import WAIT, RunningServer, paho
 from tests.integration.mqtt.raw import (
     connect_packet,
+    open_raw,
     packet,
     puback,
     pubcomp,
@@ -167,6 +168,43 @@ def test_a_qos_1_publish_reusing_the_id_of_a_qos_2_one_awaiting_pubrel_leaves_it
         assert read(publisher) == (0x40, b"\x00\x08")
         got = [received.payload for received in take_publishes(subscriber, 3 - v5)]
         assert got == ([b"two", b"last"] if v5 else [b"one", b"two", b"last"])
+    finally:
+        subscriber.close()
+        publisher.close()
+
+
+@pytest.mark.parametrize("expiry", [300, 0], ids=["persistent", "behind-disk-work"])
+def test_a_qos_1_publish_reusing_the_id_of_a_qos_2_one_in_the_same_read_is_refused(
+    server: RunningServer, expiry: int
+) -> None:
+    """The id of a QoS 2 PUBLISH is in use from the moment it is sent: a QoS 1 PUBLISH
+    behind it in the same TCP segment, the QoS 2 one not yet held (a persistent session's
+    is written to the intake first; a clean one's waits behind the disk work of a retained
+    PUBLISH before it), got PUBACK 0x00 and went on, where one read later got 0x91. It gets
+    0x91 in its turn now, after the PUBREC, and the QoS 2 message still waits for its
+    PUBREL."""
+    subscriber = _open(server, "same-read-sub", v5=True)
+    publisher, _ = open_raw(server, "same-read-pub", clean=True, expiry=expiry)
+
+    def publish(qos: int, packet_id: int, payload: bytes, retain: bool = False) -> bytes:
+        variable = string("same-read/a") + packet_id.to_bytes(2, "big") + b"\x00"
+        return packet(0x30 | qos << 1 | retain, variable + payload)
+
+    try:
+        _subscribe(subscriber, True, "same-read/#")
+        ahead = b"" if expiry else publish(1, 6, b"retained", retain=True)
+        publisher.sendall(ahead + publish(2, 7, b"two") + publish(1, 7, b"one"))
+        if not expiry:
+            assert read(publisher) == (0x40, b"\x00\x06")
+        assert read(publisher) == (0x50, b"\x00\x07")  # PUBREC
+        kind, body = read(publisher)
+        assert (kind, body[:3]) == (0x40, b"\x00\x07\x91"), (kind, body)
+        publisher.sendall(pubrel(7))
+        assert read(publisher) == (0x70, b"\x00\x07")  # PUBCOMP, success: it was held
+        publisher.sendall(publish(1, 8, b"last"))
+        assert read(publisher) == (0x40, b"\x00\x08")
+        got = [received.payload for received in take_publishes(subscriber, 3 - bool(expiry))]
+        assert got == ([b"two", b"last"] if expiry else [b"retained", b"two", b"last"])
     finally:
         subscriber.close()
         publisher.close()
