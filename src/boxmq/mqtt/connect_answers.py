@@ -197,6 +197,16 @@ class ConnectAnswers:
             self._refuse(client, _R.CLIENT_IDENTIFIER_NOT_VALID)
             return
         expiry = expiry_of(packet, self._limits)
+        keep_alive = granted_keep_alive(packet.keep_alive, self._limits.max_keepalive, v5=v5)
+        connack_told: Properties = EMPTY
+        if v5:
+            connack_told = self._connack_properties(packet, client_id, assigned, expiry, keep_alive)
+            limit = connection.client_max_packet_size
+            if limit and (size := connection.sent_size(Connack(properties=connack_told))) > limit:
+                # Before anything changes: a connected session of its client id stays as is,
+                # and one a dead server left is not taken on (its claim, its Will sent).
+                self._refuse_too_small(client, packet, size)
+                return
         try:
             taken = self._lifetimes.left_by_the_dead(record)
         except OSError as error:
@@ -214,15 +224,6 @@ class ConnectAnswers:
             wait_for_claim(client, packet, self._clock.now(), again, busy)
             return
         record = taken
-        keep_alive = granted_keep_alive(packet.keep_alive, self._limits.max_keepalive, v5=v5)
-        connack_told: Properties = EMPTY
-        if v5:
-            connack_told = self._connack_properties(packet, client_id, assigned, expiry, keep_alive)
-            limit = connection.client_max_packet_size
-            if limit and (size := connection.sent_size(Connack(properties=connack_told))) > limit:
-                # Before its session is taken over or made: one of its client id stays as is.
-                self._refuse_too_small(client, packet, size)
-                return
         present, session = self._resuming.take(client_id, packet.clean_start, expiry, record)
         session.expiry = expiry
         client.asked_expiry = props.session_expiry_interval or 0

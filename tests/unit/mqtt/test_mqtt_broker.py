@@ -2672,6 +2672,33 @@ def test_a_server_that_stopped_is_not_said_to_have_died(
     ]
 
 
+def test_a_connect_refused_for_its_maximum_packet_size_leaves_a_dead_servers_session_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A v5 CONNECT whose Maximum Packet Size cannot hold its CONNACK is refused (0x95)
+    before anything changes: the session of a server of this host that died is not taken on
+    by it (its record rewritten under a claim, the Will of the connection that died sent),
+    but by the client's next CONNECT. The refusal came after that, which took it on."""
+    root = str(tmp_path / "root")
+    dead = SessionRecord("b", 3600, server=dead_token(), will=Will("wills/b", b"gone"))
+
+    async def test(broker: Broker) -> None:  # its start took none on: "b" comes after it
+        write_record(root, dead)
+        peer = Peer(broker)
+        too_small = Properties.build(session_expiry_interval=3600, maximum_packet_size=10)
+        peer.send(Connect("b", V5, clean_start=False, properties=too_small))
+        assert [(type(p), getattr(p, "reason", None)) for p in peer.take()] == [
+            (Connack, ReasonCode.PACKET_TOO_LARGE)
+        ]
+        assert read_record(root, "b") == dead  # as the dead server left it
+        _connect(broker, "b", expiry=3600, clean=False)  # takes it on now
+
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+        _run(tmp_path, test)
+    lines = [r.getMessage() for r in caplog.records if "taken over" in r.getMessage()]
+    assert len(lines) == 1, lines
+
+
 # (path, whether the files below it are meant, what was seen) while `_audit` records
 _audited: tuple[str, bool, list[str]] | None = None
 _auditing = False
