@@ -1026,6 +1026,33 @@ def test_qos_1_publishes_refused_for_an_id_in_use_are_logged_per_client_a_minute
     assert told[2].endswith(" (2 more since the last line)"), told[2]
 
 
+def test_a_qos_2_repeat_and_a_qos_1_reuse_in_one_read_are_answered_in_turn(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A persistent session's QoS 2 PUBLISH, its repeat and a QoS 1 PUBLISH under the same
+    packet id in one read: the two QoS 2 ones go through the intake (one message), the QoS 1
+    one is refused (0x91) as its id is in use, each answered in its turn, and the count of
+    those not yet held (`Session.entering_release`) comes back to none."""
+
+    async def test(broker: Broker) -> None:
+        peer = _connect(broker, "again", expiry=60)
+        two = Publish("ag/a", b"two", 2, packet_id=7)
+        peer.send(two, replace(two, dup=True), Publish("ag/a", b"one", 1, packet_id=7))
+        await _until(lambda: len(peer.inbox) == 3)
+        assert [(type(p), getattr(p, "reason", None)) for p in peer.take()] == [
+            (Pubrec, ReasonCode.SUCCESS),
+            (Pubrec, ReasonCode.SUCCESS),
+            (Puback, ReasonCode.PACKET_IDENTIFIER_IN_USE),
+        ]
+        session = broker._sessions["again"]
+        assert session.entering_release == {}
+        assert list(session.awaiting_release) == [7]
+
+    with caplog.at_level(logging.WARNING, logger="boxmq"):
+        _run(tmp_path, test)
+    assert [r.getMessage() for r in caplog.records] == []
+
+
 def test_a_refused_connect_is_logged_with_its_user_address_and_reason_code(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
