@@ -191,7 +191,7 @@ class Publishing:
         packet_id = packet.packet_id
         assert packet_id is not None
         if packet.qos == 2:
-            self._out.send(client, Pubrec(packet_id))
+            self._answer(client, Pubrec(packet_id))
             return True
         if client.link.connection.version is not ProtocolVersion.V5:
             return False
@@ -203,10 +203,10 @@ class Publishing:
         held takes (`Session.entering_release`: a persistent session's waits for the intake,
         or any behind disk work) is refused, as `_in_use` refuses one when that is held: the
         id was in use when the client sent it, whatever becomes of the QoS 2 one. Its PUBACK
-        0x91 comes in its turn, after that one's PUBREC. 3.1.1: it goes on."""
+        0x91 comes in its turn, after that one's PUBREC (`_answer`). 3.1.1: it goes on."""
         if client.link.connection.version is not ProtocolVersion.V5:
             return False
-        client.jobs.append(Job(None, lambda _: self._refuse_in_use(client, session, packet)))
+        self._refuse_in_use(client, session, packet)
         return True
 
     def _refuse_in_use(self, client: Client, session: Session, packet: Publish) -> None:
@@ -229,7 +229,18 @@ class Publishing:
             why = Properties.build(
                 reason_string=f"packet id {packet_id} is a QoS 2 message's that awaits its PUBREL"
             )
-        self._out.send(client, Puback(packet_id, _R.PACKET_IDENTIFIER_IN_USE, why))
+        self._answer(client, Puback(packet_id, _R.PACKET_IDENTIFIER_IN_USE, why))
+
+    def _answer(self, client: Client, ack: Puback | Pubrec) -> None:
+        """Send the answer to a PUBLISH just read that needs no disk work (a refusal, a QoS 2
+        repeat's PUBREC): at once, or in its turn when disk work is ahead, behind the answers
+        of the PUBLISHes read before it, which wait for it (MQTT-4.6.0-2, -3: PUBACKs in the
+        order of their QoS 1 PUBLISHes, PUBRECs in that of their QoS 2 ones). For a PUBLISH
+        just read only: a job's answer, already in its turn, sends its own."""
+        if client.tail is not None or client.jobs:  # disk_work_ahead, inline, as `publish`
+            client.jobs.append(Job(None, lambda _: self._out.send(client, ack)))
+        else:
+            self._out.send(client, ack)
 
     def _refused_topic(self, client: Client, session: Session, packet: Publish) -> bool:
         """Whether a PUBLISH to a topic that sorts before "%" is refused: one without a topic
@@ -448,7 +459,7 @@ class Publishing:
             why = Properties.build(reason_string=str(error)) if connection.problems else EMPTY
             self._out.send(client, type(ack)(ack.packet_id, reason_for(error), why))
         elif dropped:
-            self._acknowledge_dropped(client, session, ack)
+            self._out.send(client, self._dropped(session, ack))
         else:
             self._kick(client, _R.UNSPECIFIED_ERROR, f"a PUBLISH was not stored: {error}")
 
@@ -494,16 +505,17 @@ class Publishing:
             return
         ack = Puback if packet.qos == 1 else Pubrec
         if client.link.connection.version is ProtocolVersion.V5:
-            self._out.send(client, ack(packet_id, _R.NOT_AUTHORIZED))
+            self._answer(client, ack(packet_id, _R.NOT_AUTHORIZED))
         else:
-            self._acknowledge_dropped(client, session, ack(packet_id))
+            self._answer(client, self._dropped(session, ack(packet_id)))
 
-    def _acknowledge_dropped(self, client: Client, session: Session, ack: Puback | Pubrec) -> None:
+    def _dropped(self, session: Session, ack: Puback | Pubrec) -> Puback | Pubrec:
         """3.1.1's answer to a PUBLISH it will not take: success, as if it were stored; a
-        QoS 2 one's PUBREL then gets its PUBCOMP, and nothing goes on."""
+        QoS 2 one's PUBREL then gets its PUBCOMP, and nothing goes on (held at once: its
+        repeat is answered as a repeat, though its PUBREC may wait its turn)."""
         if isinstance(ack, Pubrec):
             session.hold_for_release(ack.packet_id, None, refused=True)
-        self._out.send(client, ack)
+        return ack
 
     def _received(self, packet: Publish) -> float:
         """When a QoS 2 PUBLISH came, kept until its PUBREL if it has an expiry (else 0)."""

@@ -11,9 +11,10 @@ mosquitto.
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
-from tests.integration.mqtt.clients import WAIT, RunningServer, paho
+from tests.integration.mqtt.clients import WAIT, RunningServer, paho, start_server
 from tests.integration.mqtt.raw import (
     connect_packet,
     open_raw,
@@ -208,3 +209,67 @@ def test_a_qos_1_publish_reusing_the_id_of_a_qos_2_one_in_the_same_read_is_refus
     finally:
         subscriber.close()
         publisher.close()
+
+
+@pytest.mark.parametrize(
+    ("answer", "v5"),
+    [("refused", True), ("refused", False), ("in-use", True), ("repeat", True), ("repeat", False)],
+    ids=["refused-v5", "refused-v311", "in-use-v5", "repeat-v5", "repeat-v311"],
+)
+def test_an_answer_without_disk_work_waits_for_the_acks_of_the_publishes_read_before_it(
+    server: RunningServer, answer: str, v5: bool
+) -> None:
+    """PUBACKs go in the order their QoS 1 PUBLISHes came, PUBRECs in that of their QoS 2 ones
+    (MQTT-4.6.0-2, -3). A PUBLISH answered without disk work (one to a $SYS topic, refused:
+    0x87, 3.1.1 acknowledged and dropped; a v5 QoS 1 one reusing the id of a held QoS 2 one,
+    0x91; a held QoS 2 one's repeat, PUBREC again) was answered at once, ahead of a retained
+    PUBLISH read just before it (the same TCP segment), whose ack waits for its write. Its
+    answer now waits its turn behind that one's."""
+    publisher = _open(server, f"ack-order-{answer}", v5)
+    properties = b"\x00" if v5 else b""
+
+    def publish(qos: int, packet_id: int, topic: str, flags: int = 0) -> bytes:
+        variable = string(topic) + packet_id.to_bytes(2, "big") + properties
+        return packet(0x30 | qos << 1 | flags, variable + b"x")
+
+    try:
+        publisher.sendall(publish(2, 7, "ack-order/held"))
+        assert read(publisher) == (0x50, b"\x00\x07")  # PUBREC: held until its PUBREL
+        qos = 2 if answer == "repeat" else 1
+        ahead = publish(qos, 6, "ack-order/retained", flags=0x01)  # RETAIN: written first
+        behind = {
+            "refused": publish(qos, 8, "$SYS/ack-order"),
+            "in-use": publish(1, 7, "ack-order/in-use"),
+            "repeat": publish(2, 7, "ack-order/held", flags=0x08),  # DUP
+        }[answer]
+        publisher.sendall(ahead + behind)
+        ack = 0x50 if qos == 2 else 0x40
+        assert read(publisher) == (ack, b"\x00\x06")
+        kind, body = read(publisher)
+        expected = {"refused": b"\x00\x08", "in-use": b"\x00\x07", "repeat": b"\x00\x07"}[answer]
+        reason = {"refused": b"\x87", "in-use": b"\x91", "repeat": b""}[answer] if v5 else b""
+        assert (kind, body[:3]) == (ack, expected + reason)
+        assert _alive(publisher) == []
+    finally:
+        publisher.close()
+
+
+def test_a_refusal_waits_for_the_pubrec_of_a_persistent_sessions_qos_2_publish_before_it(
+    tmp_path: Path,
+) -> None:
+    """The same behind a persistent session's QoS 2 PUBLISH, written to the intake (and
+    flushed, under fsync=always) before its PUBREC: the PUBREC 0x87 of a QoS 2 PUBLISH to a
+    $SYS topic read right after it came first."""
+    with start_server(tmp_path / "root", fsync="always") as server:
+        publisher, _ = open_raw(server, "ack-order-persistent", expiry=300)
+
+        def publish(packet_id: int, topic: str) -> bytes:
+            return packet(0x34, string(topic) + packet_id.to_bytes(2, "big") + b"\x00x")
+
+        try:
+            publisher.sendall(publish(5, "ack-order/kept") + publish(8, "$SYS/ack-order"))
+            assert read(publisher) == (0x50, b"\x00\x05")
+            assert read(publisher)[1][:3] == b"\x00\x08\x87"
+            assert _alive(publisher) == []
+        finally:
+            publisher.close()
