@@ -14,7 +14,8 @@ consumer under another name is a later delivery's, and the old handle is told it
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
+from contextlib import closing
 from dataclasses import dataclass
 
 from boxmq.client.lifecycle import dead_name, envelope_of, lock_gone, released_or_dead
@@ -103,11 +104,12 @@ class DiskSettler:
     def lock_process(self, message_id: MessageId, consumer: ConsumerId) -> str | None:
         """The process token of the lock `consumer` holds on the message ("": bound to no
         process; GET_TOKEN: `get`'s, bound to none either), None if it holds none."""
-        for _, name, lock in self._locked():
-            if lock is None or lock.owner != consumer:
-                continue
-            if envelope_of(name).message_id == message_id:
-                return lock.token
+        with closing(self._locked()) as locked:
+            for _, name, lock in locked:
+                if lock is None or lock.owner != consumer:
+                    continue
+                if envelope_of(name).message_id == message_id:
+                    return lock.token
         return None
 
     def _to_error(self, processing: str, name: str, why: str, count: int | None) -> None:
@@ -121,35 +123,37 @@ class DiskSettler:
     ) -> tuple[str, str, Lock]:
         """(name, processing name, lock) of a message `consumer` holds (as `delivery`, if
         named), or the XEP-0254 error."""
-        for processing, name, lock in self._locked():
-            envelope = envelope_of(name)
-            if envelope.message_id != message_id:
-                continue
-            holder = lock.owner if lock is not None else None
-            if lock is not None and lock.deadline_ms <= self._now() * 1000:
-                holder = None  # timed out: a sweep will move it; it is nobody's any more
-            check_holder(
-                message_id,
-                consumer,
-                holder=holder,
-                known=True,
-                past_holders=_past(envelope.last_holder, lock, holder),
-                earlier_delivery=delivery is not None and name != delivery,
-                holders_unrecorded=_unrecorded(envelope),
-            )
-            assert lock is not None  # check_holder passed, so `consumer` holds the lock
-            return name, processing, lock
-        for entry in self._box.scan(State.TARGET):
-            envelope = envelope_of(entry.name)
-            if envelope.message_id == message_id:
+        with closing(self._locked()) as locked:
+            for processing, name, lock in locked:
+                envelope = envelope_of(name)
+                if envelope.message_id != message_id:
+                    continue
+                holder = lock.owner if lock is not None else None
+                if lock is not None and lock.deadline_ms <= self._now() * 1000:
+                    holder = None  # timed out: a sweep will move it; it is nobody's any more
                 check_holder(
                     message_id,
                     consumer,
-                    holder=None,
+                    holder=holder,
                     known=True,
-                    past_holders=_past(envelope.last_holder, None, None),
+                    past_holders=_past(envelope.last_holder, lock, holder),
+                    earlier_delivery=delivery is not None and name != delivery,
                     holders_unrecorded=_unrecorded(envelope),
                 )
+                assert lock is not None  # check_holder passed, so `consumer` holds the lock
+                return name, processing, lock
+        with closing(self._box.scan(State.TARGET)) as ready:
+            for entry in ready:
+                envelope = envelope_of(entry.name)
+                if envelope.message_id == message_id:
+                    check_holder(
+                        message_id,
+                        consumer,
+                        holder=None,
+                        known=True,
+                        past_holders=_past(envelope.last_holder, None, None),
+                        holders_unrecorded=_unrecorded(envelope),
+                    )
         if not is_dropbox(self._box.path):
             if delivery is not None:  # a handle's: held, its lock gone with the queue
                 raise lock_gone(message_id, self._box.path)
@@ -158,10 +162,12 @@ class DiskSettler:
         check_holder(message_id, consumer, holder=None, known=False, past_holders=())
         raise AssertionError("check_holder accepts no unknown message")  # pragma: no cover
 
-    def _locked(self) -> Iterator[tuple[str, str, Lock | None]]:
-        for entry in self._box.scan(State.PROCESSING):
-            name, lock = split_lock(entry.name)
-            yield entry.name, name, lock
+    def _locked(self) -> Generator[tuple[str, str, Lock | None], None, None]:
+        # Its readers stop at the lock they look for, closing this: the listing closes too.
+        with closing(self._box.scan(State.PROCESSING)) as entries:
+            for entry in entries:
+                name, lock = split_lock(entry.name)
+                yield entry.name, name, lock
 
 
 @dataclass(frozen=True, slots=True)

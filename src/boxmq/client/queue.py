@@ -7,6 +7,7 @@ import logging
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import closing
 from dataclasses import dataclass, field, replace
 from typing import TypeAlias
 
@@ -572,16 +573,19 @@ class Queue:
         all (seconds)."""
         wanted = _message_id(message_id)
         for state in [state_of(state) for state in states]:
-            for entry in self._box.scan(state):
-                if not may_carry_id(entry.name, wanted):
-                    continue
-                name, lock = (
-                    split_lock(entry.name) if state is State.PROCESSING else (entry.name, None)
-                )
-                envelope = envelope_of(name)
-                if envelope.message_id != wanted or (status := _status(entry.path)) is None:
-                    continue  # another message's, or gone since the listing
-                return self._peeked(envelope, status, state, lock)
+            # Closed as it returns mid-listing: CPython closed the folder only as its last
+            # reference went, and a build without reference counting kept it open.
+            with closing(self._box.scan(state)) as entries:
+                for entry in entries:
+                    if not may_carry_id(entry.name, wanted):
+                        continue
+                    name, lock = (
+                        split_lock(entry.name) if state is State.PROCESSING else (entry.name, None)
+                    )
+                    envelope = envelope_of(name)
+                    if envelope.message_id != wanted or (status := _status(entry.path)) is None:
+                        continue  # another message's, or gone since the listing
+                    return self._peeked(envelope, status, state, lock)
         return None
 
     def _peeked(

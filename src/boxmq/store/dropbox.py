@@ -17,7 +17,7 @@ import io
 import itertools
 import os
 import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 from boxmq.errors import QueueNotFound, naming
@@ -281,10 +281,13 @@ class Dropbox:
 
     # -- consuming ---------------------------------------------------------------------------
 
-    def scan(self, state: State, strays: list[str] | None = None) -> Iterator[Entry]:
+    def scan(self, state: State, strays: list[str] | None = None) -> Generator[Entry, None, None]:
         """The files in one state folder, in no particular order; none if it is missing.
         The names of what is there but not a regular file (a directory, a symbolic link, a
-        named pipe) are added to `strays`, when given, as the scan goes."""
+        named pipe) are added to `strays`, when given, as the scan goes. The folder stays
+        open until the listing ends or is closed: a reader that may stop early reads it
+        `with contextlib.closing(box.scan(...))`, or a runtime without reference counting
+        keeps one descriptor open per early stop."""
         try:
             entries = os.scandir(self._dirs[state])
         except FileNotFoundError:
