@@ -13,6 +13,8 @@ from functools import cache
 
 __all__ = ["process_alive", "process_token", "token_pid"]
 
+_PID_LIMIT = 4_194_304  # Linux's PID_MAX_LIMIT: pids stay below it on any system
+
 
 @cache
 def _host_id() -> str:
@@ -48,11 +50,15 @@ def token_pid(token: str) -> str:
 def process_alive(token: str) -> bool | None:
     """True or False for a token of this host; None when it cannot be told (other host)."""
     parts = token.split("-")
-    if len(parts) != 3 or not parts[1].isdigit():
+    if len(parts) != 3 or not (parts[1].isascii() and parts[1].isdigit()):
         return None
     host, pid, start = parts[0], int(parts[1]), parts[2]
     if host != _host_id():
         return None
+    if not 0 < pid < _PID_LIMIT:
+        # No process has it (a lock suffix a script wrote): os.kill raised OverflowError out
+        # of the sweep past a C long, and signalled this process's group for a pid of 0.
+        return False
     ticks = _start_ticks(pid)
     if ticks is None:
         try:

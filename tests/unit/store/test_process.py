@@ -27,3 +27,14 @@ def test_another_host_cannot_be_judged() -> None:
     _, pid, start = process_token().split("-")
     assert process_alive(f"ffffffff-{pid}-{start}") is None
     assert process_alive("garbage") is None
+
+
+def test_a_pid_no_process_can_have_is_dead() -> None:
+    """A lock suffix a script wrote may name this host with any digits for a pid: the sweep
+    and every `get` judged it, and a pid past a C long raised OverflowError out of them (os.kill),
+    one of 0 signalled this process's group and was taken for alive with a start of 0."""
+    host = process_token().split("-")[0]
+    for pid in ("0", "00", "4194305", "9999999999999999999", "9" * 40):
+        for start in ("0", "1"):
+            assert process_alive(f"{host}-{pid}-{start}") is False, (pid, start)
+    assert process_alive(f"{host}-\u0663-1") is None  # no pid: a digit, but not 0-9
