@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Generator
+from pathlib import Path
 
 import pytest
+from tests.diskfull import small_disk
 
 import boxmq
+from boxmq.clock import ManualClock
 from boxmq.errors import Forbidden
 from boxmq.store.dropbox import Dropbox, Entry
 from boxmq.store.layout import State
@@ -63,4 +66,30 @@ def test_a_reader_that_stops_early_closes_its_listing(
     second.ack()
 
     assert listings, "no folder was listed"
+    assert open_listings(listings) == 0
+
+
+def test_a_sweep_the_disk_refuses_mid_listing_closes_its_listing(
+    tmp_path: Path, clock: ManualClock, listings: list[Generator[Entry, None, None]]
+) -> None:
+    """A move refused mid-listing (EROFS here; EIO, EMFILE alike) ends the sweep by an
+    exception: `boxmq serve` logs it and sweeps again at the next tick, each failed sweep's
+    listing left open until finalised."""
+    # spares=0: a spare's file kept open for writing makes the remount ro EBUSY
+    with (
+        small_disk(tmp_path / "disk") as disk,
+        boxmq.open(disk.path / "data", fsync="never", spares=0, clock=clock) as box,
+    ):
+        jobs = box.queue("jobs")
+        jobs.put_many([b"a", b"b", b"c"])
+        for _ in range(3):
+            assert jobs.get(lock_timeout=1) is not None
+        clock.advance(2)  # every lock ended: the sweep moves each back to target/
+        with disk.read_only(), pytest.raises(OSError, match="Read-only"):
+            jobs.get()  # which sweeps processing/ first
+        assert open_listings(listings) == 0
+        with disk.read_only(), pytest.raises(OSError, match="Read-only"):
+            box.sweep()
+        assert open_listings(listings) == 0
+        assert len(jobs.peek(state="processing")) == 3  # nothing lost meanwhile
     assert open_listings(listings) == 0

@@ -533,20 +533,21 @@ class Queue:
         state = state_of(state)
 
         def rows() -> Iterator[_PeekRow]:
-            for entry in self._box.scan(state):
-                name, lock = (
-                    split_lock(entry.name) if state is State.PROCESSING else (entry.name, None)
-                )
-                envelope = envelope_of(name)
-                status = None
-                if (stamp := envelope.timestamp) is not None:
-                    sequence = stamp / 1000
-                elif (status := _status(entry.path)) is not None:
-                    sequence = status.st_mtime
-                else:
-                    continue  # gone since the listing
-                # Within a priority as a consumer takes them (_ready_in_order).
-                yield (-envelope.priority, sequence, name), entry.path, envelope, lock, status
+            with closing(self._box.scan(state)) as entries:
+                for entry in entries:
+                    name, lock = (
+                        split_lock(entry.name) if state is State.PROCESSING else (entry.name, None)
+                    )
+                    envelope = envelope_of(name)
+                    status = None
+                    if (stamp := envelope.timestamp) is not None:
+                        sequence = stamp / 1000
+                    elif (status := _status(entry.path)) is not None:
+                        sequence = status.st_mtime
+                    else:
+                        continue  # gone since the listing
+                    # Within a priority as a consumer takes them (_ready_in_order).
+                    yield (-envelope.priority, sequence, name), entry.path, envelope, lock, status
 
         # With a limit, only that many rows are kept as the folder is read, and only the
         # files shown are stat'ed for their size: `boxmq peek --limit 10` on 300,000 ready

@@ -20,6 +20,7 @@ import logging
 import math
 import os
 from collections.abc import Container
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -115,79 +116,82 @@ def release_stale_locks(
     now_ms = now * 1000
     tell = _Teller()
     later = pending or Pending()
-    for entry in box.scan(State.PROCESSING):
-        if listed is not None:
-            listed.add(entry.name)
-        name, lock = split_lock(entry.name)
-        if (
-            lock is not None
-            and lock.deadline_ms > now_ms
-            and (not lock.token or _alive(alive, lock.token) is not False)
-        ):
-            # Held, in time, by a live process (or by none): most locks, left at every sweep
-            # without decoding their names (100,000 locks of a consumer took a second there).
-            later.at(lock.deadline_ms / 1000)
-            if lock.token and lock.token != own_token:
-                later.holders.add(lock.token)  # due at its death, as at its deadline
-            continue
-        envelope = envelope_of(name)
-        if lock is not None and lock.token == own_token and envelope.message_id in own_ids:
-            continue  # ours, and our engine's timer watches it
-        if lock is None:
-            age = box.age(State.PROCESSING, entry.name, now)
-            if age is None:
-                continue
-            if age < limits.foreign_lock_timeout:
-                later.at(now + limits.foreign_lock_timeout - age)
-                continue
-            why, holder = "lock without owner timed out", None
-        elif lock.deadline_ms <= now_ms:
-            why, holder = f"lock of {lock.owner!r} timed out", lock.owner
-        else:  # its process died (skipped above otherwise)
-            # Gone, not declining it: nobody is passed over (effects.Release.passed_over).
-            why, holder = f"process of {lock.owner!r} is gone", None
-        if (unfit := unusable(name)) is not None:
-            # Not UTF-8 (or too long to lock again): no name can carry its delivery count, and
-            # no consumer could take it. Kept as it is, where people look.
-            if box.move(State.PROCESSING, entry.name, State.ERROR, name):
-                dead += 1
-                tell(logging.ERROR, "%s: %s; its name is %s: to error/", shown(name), why, unfit)
-            continue
-        count = envelope.delivery_count + 1
-        new, lost = released_or_dead(
-            name,
-            delivery_count=count,
-            max_deliveries=policy.max_deliveries,
-            holder=holder,
-            not_before=0.0,
-        )
-        if lost is not None:
-            if box.move(
-                State.PROCESSING,
-                entry.name,
-                State.ERROR,
-                dead_name(name, lost, delivery_count=count),
+    with closing(box.scan(State.PROCESSING)) as entries:
+        for entry in entries:
+            if listed is not None:
+                listed.add(entry.name)
+            name, lock = split_lock(entry.name)
+            if (
+                lock is not None
+                and lock.deadline_ms > now_ms
+                and (not lock.token or _alive(alive, lock.token) is not False)
             ):
-                dead += 1
-                # As an unlock says it: a name too long for one more count (a script wrote
-                # it, or the count passed an INT's) is no max_deliveries reached.
-                said = (
-                    f"delivered {count} times"
-                    if lost == "max-deliveries"
-                    else "its name cannot carry one more delivery"
-                )
-                tell(logging.WARNING, "%s: %s; %s: to error/", envelope.message_id, why, said)
-            continue
-        assert new is not None  # released_or_dead gives the one or the other
-        if box.move(State.PROCESSING, entry.name, State.TARGET, new):
-            released += 1
-            tell(
-                logging.INFO,
-                "%s: %s; redelivering (delivery %d)",
-                envelope.message_id,
-                why,
-                count + 1,
+                # Held, in time, by a live process (or by none): most locks, left at every sweep
+                # without decoding their names (100,000 locks of a consumer took a second there).
+                later.at(lock.deadline_ms / 1000)
+                if lock.token and lock.token != own_token:
+                    later.holders.add(lock.token)  # due at its death, as at its deadline
+                continue
+            envelope = envelope_of(name)
+            if lock is not None and lock.token == own_token and envelope.message_id in own_ids:
+                continue  # ours, and our engine's timer watches it
+            if lock is None:
+                age = box.age(State.PROCESSING, entry.name, now)
+                if age is None:
+                    continue
+                if age < limits.foreign_lock_timeout:
+                    later.at(now + limits.foreign_lock_timeout - age)
+                    continue
+                why, holder = "lock without owner timed out", None
+            elif lock.deadline_ms <= now_ms:
+                why, holder = f"lock of {lock.owner!r} timed out", lock.owner
+            else:  # its process died (skipped above otherwise)
+                # Gone, not declining it: nobody is passed over (effects.Release.passed_over).
+                why, holder = f"process of {lock.owner!r} is gone", None
+            if (unfit := unusable(name)) is not None:
+                # Not UTF-8 (or too long to lock again): no name can carry its delivery count, and
+                # no consumer could take it. Kept as it is, where people look.
+                if box.move(State.PROCESSING, entry.name, State.ERROR, name):
+                    dead += 1
+                    tell(
+                        logging.ERROR, "%s: %s; its name is %s: to error/", shown(name), why, unfit
+                    )
+                continue
+            count = envelope.delivery_count + 1
+            new, lost = released_or_dead(
+                name,
+                delivery_count=count,
+                max_deliveries=policy.max_deliveries,
+                holder=holder,
+                not_before=0.0,
             )
+            if lost is not None:
+                if box.move(
+                    State.PROCESSING,
+                    entry.name,
+                    State.ERROR,
+                    dead_name(name, lost, delivery_count=count),
+                ):
+                    dead += 1
+                    # As an unlock says it: a name too long for one more count (a script wrote
+                    # it, or the count passed an INT's) is no max_deliveries reached.
+                    said = (
+                        f"delivered {count} times"
+                        if lost == "max-deliveries"
+                        else "its name cannot carry one more delivery"
+                    )
+                    tell(logging.WARNING, "%s: %s; %s: to error/", envelope.message_id, why, said)
+                continue
+            assert new is not None  # released_or_dead gives the one or the other
+            if box.move(State.PROCESSING, entry.name, State.TARGET, new):
+                released += 1
+                tell(
+                    logging.INFO,
+                    "%s: %s; redelivering (delivery %d)",
+                    envelope.message_id,
+                    why,
+                    count + 1,
+                )
     tell.summary(box.path)
     return released, dead
 
@@ -225,21 +229,22 @@ def release_locks_of(box: Dropbox, holder: ConsumerId) -> int:
     no process go back to target/, each a delivery ended without an ack, for the others
     (those of a live process are that process's to settle). How many went back."""
     released = 0
-    for entry in box.scan(State.PROCESSING):
-        name, lock = split_lock(entry.name)
-        if lock is None or lock.owner != holder or lock.token or unusable(name) is not None:
-            continue
-        envelope = envelope_of(name)
-        count = envelope.delivery_count + 1
-        new, lost = released_or_dead(
-            name, delivery_count=count, max_deliveries=None, holder=holder, not_before=0.0
-        )
-        if lost is not None:  # no room for its count: as a release by the engine does, and says
-            if box.move(State.PROCESSING, entry.name, State.ERROR, dead_name(name, lost)):
-                log.warning("%s: %s to error/ (%s)", box.path, envelope.message_id, lost)
-            continue
-        assert new is not None
-        released += box.move(State.PROCESSING, entry.name, State.TARGET, new)
+    with closing(box.scan(State.PROCESSING)) as entries:
+        for entry in entries:
+            name, lock = split_lock(entry.name)
+            if lock is None or lock.owner != holder or lock.token or unusable(name) is not None:
+                continue
+            envelope = envelope_of(name)
+            count = envelope.delivery_count + 1
+            new, lost = released_or_dead(
+                name, delivery_count=count, max_deliveries=None, holder=holder, not_before=0.0
+            )
+            if lost is not None:  # no room for its count: as a release by the engine does, and says
+                if box.move(State.PROCESSING, entry.name, State.ERROR, dead_name(name, lost)):
+                    log.warning("%s: %s to error/ (%s)", box.path, envelope.message_id, lost)
+                continue
+            assert new is not None
+            released += box.move(State.PROCESSING, entry.name, State.TARGET, new)
     if released:
         log.info("%s: %d message(s) %s held went back to the others", box.path, released, holder)
     return released
@@ -256,20 +261,21 @@ def expire_ready(box: Dropbox, *, now: float, pending: Pending) -> tuple[int, in
     names target/ held). `pending` learns when the first of those left expires."""
     expired = looked = 0
     now_ms = now * 1000
-    for entry in box.scan(State.TARGET):
-        looked += 1
-        ahead = _ahead_ms(entry.name, now_ms)
-        if ahead is not None:  # most names: no expiration, or one to come, seen undecoded
-            if ahead != math.inf:
-                pending.at(ahead / 1000)
-            continue
-        envelope = envelope_of(entry.name)
-        if not envelope.expired(now):
-            if envelope.expiration:
-                pending.at(envelope.expiration / 1000)
-            continue
-        if box.move(State.TARGET, entry.name, State.EXPIRED):
-            expired += 1
+    with closing(box.scan(State.TARGET)) as entries:
+        for entry in entries:
+            looked += 1
+            ahead = _ahead_ms(entry.name, now_ms)
+            if ahead is not None:  # most names: no expiration, or one to come, seen undecoded
+                if ahead != math.inf:
+                    pending.at(ahead / 1000)
+                continue
+            envelope = envelope_of(entry.name)
+            if not envelope.expired(now):
+                if envelope.expiration:
+                    pending.at(envelope.expiration / 1000)
+                continue
+            if box.move(State.TARGET, entry.name, State.EXPIRED):
+                expired += 1
     return expired, looked
 
 
@@ -306,28 +312,29 @@ def _remove_older(
     removed = 0
     shortest = min(age, age if assured_age is None else assured_age)
     horizon_ms = (now - shortest) * 1000
-    for entry in box.scan(state):
-        made = _made_ms(entry.name)
-        if made is not None and made > horizon_ms:
-            # Made within `age`, so it cannot have changed state before (a producer whose
-            # clock runs ahead only delays its purge): no stat.
-            if pending is not None:
-                pending.at(made / 1000 + shortest)
-            continue
-        limit = age
-        assured = _assured(entry.name) if assured_age is not None else None
-        if assured is not None and assured_age is not None:
-            limit = assured_age
-        seen = box.age(state, entry.name, now)
-        if seen is not None and seen > limit and _marked(markers, assured):
-            # Its `deliver` was marked by a process killed before the move: a restart (or its
-            # sender's arrival in another process) sends it. Deleted, it was lost, and the
-            # marker answered its sender's repeated `deliver` as done.
-            continue
-        if seen is not None and seen > limit and box.remove(state, entry.name):
-            removed += 1
-        elif seen is not None and pending is not None:
-            pending.at(now + limit - seen)
+    with closing(box.scan(state)) as entries:
+        for entry in entries:
+            made = _made_ms(entry.name)
+            if made is not None and made > horizon_ms:
+                # Made within `age`, so it cannot have changed state before (a producer whose
+                # clock runs ahead only delays its purge): no stat.
+                if pending is not None:
+                    pending.at(made / 1000 + shortest)
+                continue
+            limit = age
+            assured = _assured(entry.name) if assured_age is not None else None
+            if assured is not None and assured_age is not None:
+                limit = assured_age
+            seen = box.age(state, entry.name, now)
+            if seen is not None and seen > limit and _marked(markers, assured):
+                # Its `deliver` was marked by a process killed before the move: a restart (or its
+                # sender's arrival in another process) sends it. Deleted, it was lost, and the
+                # marker answered its sender's repeated `deliver` as done.
+                continue
+            if seen is not None and seen > limit and box.remove(state, entry.name):
+                removed += 1
+            elif seen is not None and pending is not None:
+                pending.at(now + limit - seen)
     return removed
 
 
