@@ -154,6 +154,11 @@ class Box:
     def fsync(self) -> FsyncPolicy:
         return self._committer.policy
 
+    @property
+    def exactly_once(self) -> ExactlyOnceLimits:
+        """The limits of the exactly-once intake (the XMPP door reads its trusted_sources)."""
+        return self._exactly_once
+
     def now(self) -> float:
         """Now, epoch seconds, as this box's clock says (the `clock` given to `open`): the time
         its lock deadlines, expirations and delays are read against, so a reader that says

@@ -75,6 +75,7 @@ from boxmq.xmpp.requests import (
 )
 from boxmq.xmpp.settings import ENVELOPE, STANZA_SIZE_LIMIT, stanza_size_refusal
 from boxmq.xmpp.subscriptions import Subscription, Subscriptions, consumer_name
+from boxmq.xmpp.trusted import TrustedJids
 
 __all__ = ["FEATURES", "QueueService"]
 
@@ -140,6 +141,8 @@ class QueueService:
         self._now = now
         self._reliable = ReliableSender(sender=domain, send=send)
         self._refusals = RefusalLog()  # exactly-once messages refused, for who runs it
+        trusted = box.exactly_once.trusted_sources
+        self._trusted = None if trusted is None else TrustedJids(trusted)  # a bad entry: here
         self._touched: set[str] = set()  # nodes whose deliveries may have changed
         # (full JID, node) -> item id -> its lock deadline: what an unsubscribe gave back,
         # for the unlocks XEP-0254 §4 sends after it (see _unlock); kept until that deadline
@@ -617,8 +620,7 @@ class QueueService:
                 queue=node if queue else None,
                 topic=None if queue else node,
                 reclaim=True,
-                # the QoS document trusts senders "in the roster": bare JIDs, any resource
-                identities=(bare(iq.sender),),
+                identities=self._identities(iq.sender),
             )
         except MessageTooLarge as error:
             # urn:xmpp:qos, Memory attacks: what the receiver cannot hold is resource-constraint
@@ -629,6 +631,15 @@ class QueueService:
             self._refusals.refused(iq.sender, name, str(error), now=self._now())
             raise
         return render.result(iq, f"<received xmlns='{ns.QOS}' msgId={_attr(request.msg_id)}/>")
+
+    def _identities(self, sender: str) -> tuple[str, ...]:
+        """The names trusted_sources may list `sender` by: the QoS document trusts senders "in
+        the roster", bare JIDs, any resource; and the entries written in another case
+        (`Alice@Example.org`) that name it or its bare JID in RFC 7622's form."""
+        own = bare(sender)
+        if self._trusted is None:
+            return (own,)
+        return (own, *self._trusted.entries_of(sender, own))
 
     def _disco_info(self, iq: Iq, request: DiscoInfo) -> str:
         if request.node is None:

@@ -13,6 +13,7 @@ from tests.unit.xmpp.wire import ALICE, BOB, CAROL, PS, SERVICE, Wire, condition
 
 import boxmq
 from boxmq.core import ExactlyOnceLimits
+from boxmq.errors import InvalidArgument
 from boxmq.xmpp import ns
 
 OWNER = ns.PUBSUB_OWNER
@@ -428,6 +429,30 @@ def test_a_bare_jid_in_trusted_sources_trusts_each_of_its_resources(tmp_path: Pa
         untrusted = wire.iq(ALICE, _wrapped("assured", "c", "3"), to=NODE_AT)
         assert condition(untrusted) == ("cancel", "not-allowed")
         wire.service.close()
+
+
+def test_trusted_sources_match_jids_written_in_any_case(tmp_path: Path) -> None:
+    # RFC 7622 compares a JID's localpart and domainpart without case, and the server stamps
+    # them in lower case: Carol@LocalHost listed refused carol@localhost/c, whom it names.
+    # The MQTT door shares the set and compares its client ids exactly: mqtt:Alice trusts no
+    # JID, and the set itself is left as it was given.
+    sources = frozenset({"Carol@LocalHost", "mqtt:Alice@LocalHost"})
+    limits = ExactlyOnceLimits(trusted_sources=sources)
+    with boxmq.open(tmp_path / "d", fsync="never", exactly_once=limits) as box:
+        wire = Wire(box)
+        wire.create()
+        assert wire.iq(CAROL, _wrapped("assured", "a", "1"), to=NODE_AT).get("type") == "result"
+        untrusted = wire.iq(ALICE, _wrapped("assured", "c", "3"), to=NODE_AT)
+        assert condition(untrusted) == ("cancel", "not-allowed")
+        assert box.exactly_once.trusted_sources == sources
+        wire.service.close()
+
+
+def test_a_trusted_source_that_is_no_jid_stops_the_door_naming_it(tmp_path: Path) -> None:
+    limits = ExactlyOnceLimits(trusted_sources=frozenset({"carol@localhost", "carol@"}))
+    no_jid = pytest.raises(InvalidArgument, match="trusted_sources: 'carol@' is no JID")
+    with boxmq.open(tmp_path / "d", fsync="never", exactly_once=limits) as box, no_jid:
+        Wire(box)
 
 
 def test_refused_exactly_once_messages_are_logged_naming_their_sender(
