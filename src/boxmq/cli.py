@@ -34,15 +34,19 @@ _Command = Callable[[argparse.Namespace, Box], int]
 # is written into log lines; a line break there began a line of its own, one that read as the
 # broker's (`client x<LF>... INFO boxmq.mqtt: client admin connected from ...`), and an escape
 # sequence could rewrite a terminal's screen. They are written escaped as repr() does: \n,
-# \x1b, \u2028. Tracebacks, added after the message, keep their lines.
+# \x1b, \u2028. Tracebacks, added after the message, keep their lines. A file name's bytes
+# that are not UTF-8 (\udcff in a str, or 'x\\udcff' where %r wrote it) are written \xff, as
+# peek and ls show them: a log file opened for UTF-8 refused the record ("--- Logging error
+# ---", the line lost), and standard error wrote a \udcff no one could match to the file.
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class OneLineFormatter(logging.Formatter):
-    """A log record's message on one line, however it was made."""
+    """A log record's message on one line in bytes any log can hold, however it was made."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = _CONTROL.sub(lambda m: repr(m[0])[1:-1], record.message)
+        message = output.bytes_shown(record.message)
+        record.message = _CONTROL.sub(lambda m: repr(m[0])[1:-1], message)
         return super().formatMessage(record)
 
 

@@ -130,12 +130,20 @@ def said(message: str) -> str:
     \\xNN, as `peek` and `ls` show them, whether the message holds them as they are or as
     repr() writes them ('q\\udcff', a Python escape no shell user can read or type); and its
     control characters (a newline in an id or a file name given) escaped, as `cell` does."""
+    return bytes_shown(message).translate(_CONTROLS)
+
+
+def bytes_shown(message: str) -> str:
+    """`message` with what the user gave in bytes that are not UTF-8 as \\xNN, whether it
+    holds them as they are or as repr() writes them: what `said` and the log's formatter
+    (cli.OneLineFormatter) write, each then escaping control characters its own way."""
+    if message.isascii() and "\\udc" not in message:
+        return message  # the common case: nothing to look for
     message = _REPR_ESCAPE.sub(r"\1\\x\2", message)
     try:
-        message = shown(message)
+        return shown(message)
     except UnicodeEncodeError:  # a lone surrogate no byte escapes to (not from the system)
-        message = message.encode("utf-8", "backslashreplace").decode()
-    return message.translate(_CONTROLS)
+        return message.encode("utf-8", "backslashreplace").decode()
 
 
 def when(epoch: float) -> str:
