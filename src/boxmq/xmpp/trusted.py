@@ -2,13 +2,14 @@
 with the MQTT door, which compares its `mqtt:<client id>` entries exactly (an MQTT client id is
 case-sensitive), so it is never rewritten: the door keeps its own index of the entries by
 their RFC 7622 form (jids.py), and names a sender by the entries it matches, so that
-`Alice@Example.org` listed trusts `alice@example.org/phone`, whom the server stamps so."""
+`Alice@Example.org` listed trusts `alice@example.org/phone`, whom the server stamps so. An
+entry that is no JID (`billing job`, a source of the embedded API's `box.assured`) names no
+XMPP sender: the door leaves it to the others, as it leaves the `mqtt:` ones."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from boxmq.errors import InvalidArgument
 from boxmq.model import MQTT_SOURCE_PREFIX
 from boxmq.xmpp.jids import normal
 
@@ -23,13 +24,8 @@ class TrustedJids:
         for entry in sorted(sources):
             if entry.startswith(MQTT_SOURCE_PREFIX):
                 continue  # the MQTT door's
-            form = normal(entry)
-            if form is None:
-                raise InvalidArgument(
-                    f"trusted_sources: {entry!r} is no JID (RFC 7622), so no XMPP sender can "
-                    f"match it: write a JID (alice@example.org) or an MQTT client's "
-                    f"{MQTT_SOURCE_PREFIX}<client id>"
-                )
+            if (form := normal(entry)) is None:
+                continue  # no JID: another sender's (the embedded API names its own)
             self._spellings[form] = (*self._spellings.get(form, ()), entry)
 
     def entries_of(self, *jids: str) -> tuple[str, ...]:
