@@ -1,0 +1,57 @@
+"""MQTT 5.0's numbered server rules that no other test checked, each over a raw socket and
+named by its id, so a grep for the id finds the test that holds the server to it.
+
+The bytes are built here and in raw.py, not by boxmq's codec, so the codec is not tested
+against itself.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from tests.integration.mqtt.clients import WAIT, RunningServer
+from tests.integration.mqtt.raw import connect_packet, packet, read, string
+
+PINGREQ = bytes([0xC0, 0])
+
+
+def _connected(server: RunningServer, client_id: str = "n") -> socket.socket:
+    sock = socket.create_connection((server.host, server.port), timeout=WAIT)
+    sock.sendall(connect_packet(client_id, clean=True))
+    kind, body = read(sock)
+    assert (kind, body[:2]) == (0x20, b"\x00\x00"), body.hex()
+    return sock
+
+
+def _until_closed(sock: socket.socket) -> list[tuple[int, bytes]]:
+    """Every packet the server sent before it closed the connection."""
+    got: list[tuple[int, bytes]] = []
+    while (answer := read(sock))[0]:
+        got.append(answer)
+    return got
+
+
+# A fixed header's flag bits other than PUBLISH's are reserved and must be as §2.1.3's
+# table lists them (MQTT-2.1.3-1); anything else is a Malformed Packet, answered with
+# DISCONNECT 0x81 and a close (MQTT-4.13.1-1). Each packet's own rule is named beside it.
+BAD_FLAGS = [
+    ("PUBACK 0x41", bytes([0x41, 2, 0, 1])),  # §3.4.1
+    ("PUBREC 0x51", bytes([0x51, 2, 0, 1])),  # §3.5.1
+    ("PUBREL 0x60", bytes([0x60, 2, 0, 1])),  # MQTT-3.6.1-1
+    ("PUBCOMP 0x71", bytes([0x71, 2, 0, 1])),  # §3.7.1
+    ("UNSUBSCRIBE 0xA0", packet(0xA0, b"\x00\x01\x00" + string("a"))),  # MQTT-3.10.1-1
+    ("PINGREQ 0xC1", bytes([0xC1, 0])),  # §3.12.1
+    ("DISCONNECT 0xE1", bytes([0xE1, 0])),  # MQTT-3.14.1-1
+    ("AUTH 0xF1", bytes([0xF1, 0])),  # MQTT-3.15.1-1
+]
+
+
+@pytest.mark.parametrize("bad", [c[1] for c in BAD_FLAGS], ids=[c[0] for c in BAD_FLAGS])
+def test_reserved_flag_bits_not_as_listed_are_a_malformed_packet(
+    server: RunningServer, bad: bytes
+) -> None:
+    """MQTT-2.1.3-1, MQTT-4.13.1-1: DISCONNECT 0x81 Malformed Packet, then closed."""
+    with _connected(server) as sock:
+        sock.sendall(bad)
+        assert _until_closed(sock) == [(0xE0, b"\x81")]
