@@ -55,3 +55,34 @@ def test_reserved_flag_bits_not_as_listed_are_a_malformed_packet(
     with _connected(server) as sock:
         sock.sendall(bad)
         assert _until_closed(sock) == [(0xE0, b"\x81")]
+
+
+def _connect(flags: int, payload: bytes) -> bytes:
+    """An MQTT 5 CONNECT with these Connect Flags (§3.1.2.3), Keep Alive 30 s, no properties."""
+    return packet(0x10, string("MQTT") + bytes([5, flags, 0, 30, 0]) + payload)
+
+
+WILL = b"\x00" + string("w") + b"\x00\x01x"  # no Will Properties, topic "w", payload "x"
+
+# Connect Flags that contradict each other or the payload: a Malformed Packet (§3.1.2.3).
+BAD_CONNECTS = [
+    ("reserved flag set", _connect(0x03, string("a"))),  # MQTT-3.1.2-3
+    ("Will QoS without a Will", _connect(0x02 | 0x08, string("a"))),  # MQTT-3.1.2-11
+    ("Will QoS 3", _connect(0x02 | 0x04 | 0x18, string("a") + WILL)),  # MQTT-3.1.2-12
+    ("Will Retain without a Will", _connect(0x02 | 0x20, string("a"))),  # MQTT-3.1.2-13
+    ("Will Flag without a Will", _connect(0x02 | 0x04, string("a"))),  # MQTT-3.1.2-9
+    ("User Name Flag without one", _connect(0x02 | 0x80, string("a"))),  # MQTT-3.1.2-17
+    ("Password Flag without one", _connect(0x02 | 0x40, string("a"))),  # MQTT-3.1.2-19
+]
+
+
+@pytest.mark.parametrize("bad", [c[1] for c in BAD_CONNECTS], ids=[c[0] for c in BAD_CONNECTS])
+def test_a_malformed_connect_gets_a_refusing_connack_and_no_disconnect(
+    server: RunningServer, bad: bytes
+) -> None:
+    """MQTT-3.1.4-1: checked and closed; CONNACK 0x81 with Session Present 0 (MQTT-3.2.2-6),
+    closed after it (MQTT-3.2.2-7, MQTT-4.13.2-1), and never a DISCONNECT, which may only
+    follow a CONNACK that accepted (MQTT-3.14.0-1)."""
+    with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
+        sock.sendall(bad)
+        assert _until_closed(sock) == [(0x20, b"\x00\x81\x00")]
