@@ -11,7 +11,7 @@ import socket
 
 import pytest
 from tests.integration.mqtt.clients import WAIT, RunningServer
-from tests.integration.mqtt.raw import connect_packet, packet, read, string
+from tests.integration.mqtt.raw import connect_packet, open_raw, packet, read, string
 
 PINGREQ = bytes([0xC0, 0])
 
@@ -86,3 +86,34 @@ def test_a_malformed_connect_gets_a_refusing_connack_and_no_disconnect(
     with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
         sock.sendall(bad)
         assert _until_closed(sock) == [(0x20, b"\x00\x81\x00")]
+
+
+def test_the_first_answer_is_one_connack_then_pingresp(server: RunningServer) -> None:
+    """MQTT-3.1.3-5: a client id of 23 of the listed characters is allowed; MQTT-3.2.0-1: the
+    CONNACK comes first, with its Connect Acknowledge Flags' reserved bits 0 (MQTT-3.2.2-1)
+    and Session Present 0 for Clean Start (MQTT-3.2.2-2); MQTT-3.2.0-2: no second CONNACK,
+    however many packets follow; MQTT-3.12.4-1: each PINGREQ gets a PINGRESP."""
+    client_id = "0123456789abcdefghijXYZ"
+    assert len(client_id) == 23
+    with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
+        sock.sendall(connect_packet(client_id, clean=True) + PINGREQ * 3)
+        kind, body = read(sock)
+        assert (kind, body[:2]) == (0x20, b"\x00\x00"), body.hex()
+        assert [read(sock) for _ in range(3)] == [(0xD0, b"")] * 3
+        sock.sendall(PINGREQ)
+        assert read(sock) == (0xD0, b"")
+
+
+def test_session_present_says_whether_a_session_was_resumed(server: RunningServer) -> None:
+    """MQTT-3.2.2-3: Clean Start 0 gets Session Present 1 when the server holds the client's
+    session (resumed, MQTT-3.1.2-5), else 0 (a new one, MQTT-3.1.2-6); MQTT-3.2.2-2: Clean
+    Start 1 gets 0 even when there was one, which it discarded (MQTT-3.1.2-4)."""
+    first, present = open_raw(server, "kept")
+    first.close()
+    assert not present
+    again, present = open_raw(server, "kept")
+    again.close()
+    assert present
+    clean, present = open_raw(server, "kept", clean=True)
+    clean.close()
+    assert not present
