@@ -117,3 +117,88 @@ def test_session_present_says_whether_a_session_was_resumed(server: RunningServe
     clean, present = open_raw(server, "kept", clean=True)
     clean.close()
     assert not present
+
+
+def _utf8(text: str) -> bytes:
+    """A UTF-8 Encoded String (§1.5.4): its length counts bytes, not characters."""
+    encoded = text.encode()
+    return len(encoded).to_bytes(2, "big") + encoded
+
+
+def _subscribe(packet_id: int, *filters: tuple[str, int]) -> bytes:
+    """SUBSCRIBE of these (filter, options) pairs, without properties."""
+    pairs = b"".join(_utf8(f) + bytes([options]) for f, options in filters)
+    return packet(0x82, packet_id.to_bytes(2, "big") + b"\x00" + pairs)
+
+
+def _unsubscribe(packet_id: int, *filters: str) -> bytes:
+    return packet(0xA2, packet_id.to_bytes(2, "big") + b"\x00" + b"".join(map(_utf8, filters)))
+
+
+def _publish(topic: str, payload: bytes) -> bytes:
+    """A QoS 0 PUBLISH without properties."""
+    return packet(0x30, _utf8(topic) + b"\x00" + payload)
+
+
+def _payload(sock: socket.socket) -> bytes:
+    """The payload of the next PUBLISH, a QoS 0 one without properties."""
+    kind, body = read(sock)
+    assert kind == 0x30, (hex(kind), body.hex())
+    return body[2 + int.from_bytes(body[:2], "big") + 1 :]
+
+
+def _nothing(sock: socket.socket, within: float = 0.3) -> bool:
+    """Whether no packet comes in the next `within` seconds."""
+    sock.settimeout(within)
+    try:
+        return not sock.recv(1)  # the server closing says nothing more will come either
+    except TimeoutError:
+        return True
+    finally:
+        sock.settimeout(WAIT)
+
+
+BAD_SUBSCRIPTIONS = [
+    ("SUBSCRIBE without a filter", packet(0x82, b"\x00\x01\x00"), 0x82),  # MQTT-3.8.3-2
+    ("UNSUBSCRIBE without a filter", packet(0xA2, b"\x00\x01\x00"), 0x82),  # MQTT-3.10.3-2
+    ("options' reserved bits set", _subscribe(1, ("a", 0xC1)), 0x81),  # MQTT-3.8.3-5
+]
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [c[1:] for c in BAD_SUBSCRIPTIONS],
+    ids=[c[0] for c in BAD_SUBSCRIPTIONS],
+)
+def test_a_subscribe_or_unsubscribe_breaking_its_payload_rules_is_refused(
+    server: RunningServer, bad: bytes, reason: int
+) -> None:
+    """MQTT-4.13.1-1: DISCONNECT with the reason the spec gives, then closed."""
+    with _connected(server) as sock:
+        sock.sendall(bad)
+        assert _until_closed(sock) == [(0xE0, bytes([reason]))]
+
+
+def test_unsubscribe_deletes_only_the_filter_it_names_character_for_character(
+    server: RunningServer,
+) -> None:
+    """MQTT-3.10.4-1: a filter that only matches the same topics ("a/#", "a/+/" for "a/+")
+    deletes nothing; MQTT-3.10.4-4, -5: an UNSUBACK with the UNSUBSCRIBE's packet id even
+    so; MQTT-3.10.4-6, MQTT-3.11.3-1: one UNSUBACK for several filters, a reason code each,
+    in their order (0x11 No subscription existed). The SUBACK likewise (MQTT-3.8.4-1, -2,
+    -5, -6, MQTT-3.9.3-1)."""
+    with _connected(server, "unsubscriber") as sock, _connected(server, "sender") as sender:
+        sock.sendall(_subscribe(7, ("a/+", 0), ("b", 1), ("c/#", 2)))
+        assert read(sock) == (0x90, b"\x00\x07\x00\x00\x01\x02")
+        sock.sendall(_unsubscribe(0x0102, "a/#", "a/+/", "A/+", "a/+ "))
+        assert read(sock) == (0xB0, b"\x01\x02\x00\x11\x11\x11\x11")
+        sender.sendall(_publish("a/b", b"kept"))
+        assert _payload(sock) == b"kept"
+        sock.sendall(_unsubscribe(9, "b", "a/+", "nothing"))
+        assert read(sock) == (0xB0, b"\x00\x09\x00\x00\x00\x11")
+        with _connected(server, "witness") as witness:
+            witness.sendall(_subscribe(1, ("a/+", 0)))
+            assert read(witness)[0] == 0x90
+            sender.sendall(_publish("a/b", b"gone"))
+            assert _payload(witness) == b"gone"  # the server has routed it
+        assert _nothing(sock)
