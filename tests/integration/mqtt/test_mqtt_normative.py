@@ -202,3 +202,18 @@ def test_unsubscribe_deletes_only_the_filter_it_names_character_for_character(
             sender.sendall(_publish("a/b", b"gone"))
             assert _payload(witness) == b"gone"  # the server has routed it
         assert _nothing(sock)
+
+
+def test_topic_matching_neither_normalizes_nor_folds_case(server: RunningServer) -> None:
+    """MQTT-4.7.3-4: "é" composed (NFC, U+00E9) and decomposed (NFD, e + U+0301) are two
+    topics, as are "A" and "a"; each subscriber gets only the one it named."""
+    composed, decomposed = "\u00e9", "e\u0301"
+    with _connected(server, "s") as sock, _connected(server, "p") as sender:
+        sock.sendall(_subscribe(1, (composed, 0), ("A", 0), ("z", 0)))
+        assert read(sock) == (0x90, b"\x00\x01\x00\x00\x00\x00")
+        topics = [decomposed, "a", composed, "A", "z"]
+        sender.sendall(b"".join(_publish(topic, topic.encode()) for topic in topics))
+        # Order across topics is not MQTT's to keep (MQTT-4.6.0-5 keeps it per topic).
+        got = sorted(_payload(sock) for _ in range(3))
+        assert got == sorted([composed.encode(), b"A", b"z"])
+        assert _nothing(sock)
