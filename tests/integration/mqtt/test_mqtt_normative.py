@@ -217,3 +217,65 @@ def test_topic_matching_neither_normalizes_nor_folds_case(server: RunningServer)
         got = sorted(_payload(sock) for _ in range(3))
         assert got == sorted([composed.encode(), b"A", b"z"])
         assert _nothing(sock)
+
+
+def _connect_v5(
+    server: RunningServer, client_id: str, properties: bytes, *, clean: bool = True
+) -> socket.socket:
+    """A connected socket whose CONNECT (Keep Alive 30 s) carried these properties."""
+    sock = socket.create_connection((server.host, server.port), timeout=WAIT)
+    head = bytes([5, 0x02 if clean else 0x00, 0, 30, len(properties)])
+    sock.sendall(packet(0x10, _utf8("MQTT") + head + properties + _utf8(client_id)))
+    kind, body = read(sock)
+    assert (kind, body[1]) == (0x20, 0), body.hex()
+    return sock
+
+
+def _user_property(name: str, value: str) -> bytes:
+    return b"\x26" + _utf8(name) + _utf8(value)
+
+
+# Properties a subscriber must get as they were sent (§3.3.2.3): User Properties with a
+# repeated name, in an order no sorting gives back (MQTT-3.3.2-17, -18), a Payload Format
+# Indicator (MQTT-3.3.2-4), a Content Type (MQTT-3.3.2-20), a Response Topic
+# (MQTT-3.3.2-15) and Correlation Data with a zero byte (MQTT-3.3.2-16).
+FORWARDED = (
+    _user_property("k", "2")
+    + _user_property("k", "1")
+    + _user_property("a", "x")
+    + _user_property("k", "2")
+    + b"\x01\x01"
+    + b"\x03"
+    + _utf8("text/x")
+    + b"\x08"
+    + _utf8("r/t")
+    + b"\x09\x00\x02\xff\x00"
+)
+
+
+@pytest.mark.parametrize("away", [False, True], ids=["connected", "from-disk"])
+def test_a_publishs_properties_reach_a_subscriber_unaltered_and_in_order(
+    server: RunningServer, away: bool
+) -> None:
+    """MQTT-3.3.2-4, -15, -16, -17, -18, -20, to a subscriber connected (sent from memory)
+    and to one whose persistent session was away (sent from its copy on disk)."""
+    expiry = b"\x11" + (300).to_bytes(4, "big")
+    subscriber = _connect_v5(server, "subscriber", expiry, clean=not away)
+    subscriber.sendall(_subscribe(1, ("u", 1)))
+    assert read(subscriber)[0] == 0x90
+    if away:
+        subscriber.close()
+    with _connected(server, "publisher") as publisher:
+        body = _utf8("u") + b"\x00\x05" + bytes([len(FORWARDED)]) + FORWARDED + b"body"
+        publisher.sendall(packet(0x32, body))
+        assert read(publisher) == (0x40, b"\x00\x05")  # PUBACK: stored
+    if away:
+        subscriber = _connect_v5(server, "subscriber", expiry, clean=False)
+    with subscriber:
+        kind, body = read(subscriber)
+        assert kind & 0xF6 == 0x32, hex(kind)  # QoS 1
+        packet_id, length = body[3:5], body[5]
+        assert body[:3] == _utf8("u")
+        assert body[6 : 6 + length] == FORWARDED
+        assert body[6 + length :] == b"body"
+        subscriber.sendall(packet(0x40, packet_id))
