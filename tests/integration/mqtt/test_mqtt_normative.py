@@ -279,3 +279,22 @@ def test_a_publishs_properties_reach_a_subscriber_unaltered_and_in_order(
         assert body[6 : 6 + length] == FORWARDED
         assert body[6 + length :] == b"body"
         subscriber.sendall(packet(0x40, packet_id))
+
+
+@pytest.mark.parametrize("problems", [0, 1], ids=["no-problem-information", "problem-information"])
+def test_a_reason_string_only_for_a_client_that_wants_one(
+    server: RunningServer, problems: int
+) -> None:
+    """MQTT-3.1.2-29: with Request Problem Information 0, no Reason String on a PUBACK; here
+    the PUBACK 0x91 of a QoS 1 PUBLISH reusing the packet id of a QoS 2 one awaiting its
+    PUBREL, which has one for a client that asked (the default, 1)."""
+    with _connect_v5(server, "asker", bytes([0x17, problems])) as sock:
+        sock.sendall(packet(0x34, _utf8("q") + b"\x00\x05\x00" + b"m"))  # QoS 2, id 5
+        assert read(sock) == (0x50, b"\x00\x05")
+        sock.sendall(packet(0x32, _utf8("q") + b"\x00\x05\x00" + b"m"))  # QoS 1, id 5
+        kind, body = read(sock)
+        assert (kind, body[:3]) == (0x40, b"\x00\x05\x91")
+        if problems:
+            assert body[4] == 0x1F, body.hex()  # Reason String
+        else:
+            assert body[3:] in (b"", b"\x00"), body.hex()
