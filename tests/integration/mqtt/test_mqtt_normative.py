@@ -298,3 +298,33 @@ def test_a_reason_string_only_for_a_client_that_wants_one(
             assert body[4] == 0x1F, body.hex()  # Reason String
         else:
             assert body[3:] in (b"", b"\x00"), body.hex()
+
+
+def _topic_alias(body: bytes) -> int | None:
+    """The Topic Alias of a QoS 0 PUBLISH's body, if it has one (properties under 128
+    bytes, Topic Alias first or alone, as any server puts it in this test)."""
+    properties = body[2 + int.from_bytes(body[:2], "big") :]
+    assert properties[0] < 0x80, body.hex()
+    if properties[0] and properties[1] == 0x23:
+        return int.from_bytes(properties[2:4], "big")
+    assert b"\x23" not in properties[1 : 1 + properties[0]], body.hex()
+    return None
+
+
+def test_topic_aliases_to_a_client_stay_within_its_maximum(server: RunningServer) -> None:
+    """MQTT-3.1.2-27: none to a client that announced no Topic Alias Maximum;
+    MQTT-3.1.2-26, MQTT-3.3.2-11: none above the maximum a client announced (1 here)."""
+    topics = ["t/1", "t/2", "t/1", "t/2", "t/1"]
+    with (
+        _connect_v5(server, "none", b"") as none,
+        _connect_v5(server, "one", b"\x22\x00\x01") as one,
+        _connected(server, "sender") as sender,
+    ):
+        for sock in (none, one):
+            sock.sendall(_subscribe(1, ("t/+", 0)))
+            assert read(sock)[0] == 0x90
+        sender.sendall(b"".join(_publish(topic, b"m") for topic in topics))
+        assert [_topic_alias(read(none)[1]) for _ in topics] == [None] * len(topics)
+        aliases = {_topic_alias(read(one)[1]) for _ in topics}
+        assert aliases <= {None, 1}
+        assert 1 in aliases  # it did use one
