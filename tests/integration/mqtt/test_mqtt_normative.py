@@ -328,3 +328,25 @@ def test_topic_aliases_to_a_client_stay_within_its_maximum(server: RunningServer
         aliases = {_topic_alias(read(one)[1]) for _ in topics}
         assert aliases <= {None, 1}
         assert 1 in aliases  # it did use one
+
+
+def test_retain_handling_and_retain_as_published(server: RunningServer) -> None:
+    """MQTT-3.3.1-10: Retain Handling 1 sends the retained message for a new subscription
+    only; MQTT-3.3.1-11: Retain Handling 2 never; MQTT-3.3.1-12: Retain As Published 0
+    forwards a retained PUBLISH with RETAIN 0, MQTT-3.3.1-13: 1 with the RETAIN it came
+    with (a retained message sent for a subscription has RETAIN 1 either way, §3.3.1.3)."""
+    with _connected(server, "publisher") as publisher, _connected(server, "s") as sock:
+        publisher.sendall(packet(0x33, _utf8("r/1") + b"\x00\x01\x00" + b"kept"))
+        assert read(publisher) == (0x40, b"\x00\x01")  # stored as the retained message
+        retained = (0x31, _utf8("r/1") + b"\x00kept")
+        sock.sendall(_subscribe(1, ("r/+", 0x10)))  # Retain Handling 1, new
+        assert [read(sock), read(sock)] == [(0x90, b"\x00\x01\x00\x00"), retained]
+        sock.sendall(_subscribe(2, ("r/+", 0x10)))  # Retain Handling 1, existing
+        assert read(sock) == (0x90, b"\x00\x02\x00\x00")
+        sock.sendall(_subscribe(3, ("r/#", 0x20)))  # Retain Handling 2
+        assert read(sock) == (0x90, b"\x00\x03\x00\x00")
+        sock.sendall(_subscribe(4, ("r/1", 0x08)))  # Retain As Published, Retain Handling 0
+        assert [read(sock), read(sock)] == [(0x90, b"\x00\x04\x00\x00"), retained]
+        publisher.sendall(packet(0x31, _utf8("r/1") + b"\x00" + b"live"))
+        flags = sorted(read(sock)[0] for _ in range(3))  # one copy per subscription
+        assert flags == [0x30, 0x30, 0x31]
