@@ -350,3 +350,45 @@ def test_retain_handling_and_retain_as_published(server: RunningServer) -> None:
         publisher.sendall(packet(0x31, _utf8("r/1") + b"\x00" + b"live"))
         flags = sorted(read(sock)[0] for _ in range(3))  # one copy per subscription
         assert flags == [0x30, 0x30, 0x31]
+
+
+def _publish_qos(
+    topic: str, qos: int, packet_id: int, payload: bytes, *, dup: bool = False
+) -> bytes:
+    """A QoS 1 or 2 PUBLISH without properties."""
+    first = 0x30 | qos << 1 | (0x08 if dup else 0)
+    return packet(first, _utf8(topic) + packet_id.to_bytes(2, "big") + b"\x00" + payload)
+
+
+def _delivered(sock: socket.socket) -> tuple[int, bytes]:
+    """(first byte, payload) of the next PUBLISH, without properties, acknowledged."""
+    kind, body = read(sock)
+    assert kind & 0xF0 == 0x30, (hex(kind), body.hex())
+    end = 2 + int.from_bytes(body[:2], "big")
+    packet_id = body[end : end + 2]
+    sock.sendall(packet(0x40 if kind & 0x06 == 0x02 else 0x50, packet_id))
+    return kind, body[end + 3 :]
+
+
+def test_a_packet_id_is_free_again_once_its_exchange_ended(server: RunningServer) -> None:
+    """A PUBLISH reusing the packet id of an exchange that ended is a new message: after
+    the PUBACK (MQTT-4.3.2-5, even with DUP set), after a PUBREC of 0x80 or more
+    (MQTT-4.3.3-9; here 0x87 for a PUBLISH to $SYS/) and after the PUBCOMP (MQTT-4.3.3-12).
+    The DUP a subscriber gets says only whether the server is sending it again
+    (MQTT-3.3.1-3): each copy here has DUP 0."""
+    with _connected(server, "receiver") as receiver, _connected(server, "sender") as sender:
+        receiver.sendall(_subscribe(1, ("ok", 1)))
+        assert read(receiver)[0] == 0x90
+        sender.sendall(_publish_qos("ok", 1, 9, b"one"))
+        assert read(sender) == (0x40, b"\x00\x09")
+        sender.sendall(_publish_qos("ok", 1, 9, b"two", dup=True))
+        assert read(sender) == (0x40, b"\x00\x09")
+        assert [_delivered(receiver) for _ in range(2)] == [(0x32, b"one"), (0x32, b"two")]
+        sender.sendall(_publish_qos("$SYS/x", 2, 7, b"refused"))
+        assert read(sender) == (0x50, b"\x00\x07\x87")
+        for payload in (b"three", b"four"):
+            sender.sendall(_publish_qos("ok", 2, 7, payload))
+            assert read(sender) == (0x50, b"\x00\x07")
+            sender.sendall(packet(0x62, b"\x00\x07"))
+            assert read(sender) == (0x70, b"\x00\x07")
+            assert _delivered(receiver) == (0x32, payload)
