@@ -392,3 +392,24 @@ def test_a_packet_id_is_free_again_once_its_exchange_ended(server: RunningServer
             sender.sendall(packet(0x62, b"\x00\x07"))
             assert read(sender) == (0x70, b"\x00\x07")
             assert _delivered(receiver) == (0x32, payload)
+
+
+def test_a_message_goes_at_the_lower_of_its_qos_and_the_granted_one(
+    server: RunningServer,
+) -> None:
+    """MQTT-3.8.4-8: QoS 2 published to a QoS 1 subscription arrives at QoS 1, QoS 0
+    published to a QoS 2 one at QoS 0, QoS 1 to QoS 2 at QoS 1 (MQTT-4.8.2-3 says the same
+    for a shared subscription's granted QoS)."""
+    with _connected(server, "receiver") as receiver, _connected(server, "sender") as sender:
+        receiver.sendall(_subscribe(1, ("one", 1), ("two", 2)))
+        assert read(receiver) == (0x90, b"\x00\x01\x00\x01\x02")
+        sender.sendall(_publish_qos("one", 2, 1, b"2 to 1"))
+        assert read(sender) == (0x50, b"\x00\x01")
+        sender.sendall(packet(0x62, b"\x00\x01"))
+        assert read(sender) == (0x70, b"\x00\x01")
+        assert _delivered(receiver) == (0x32, b"2 to 1")
+        sender.sendall(_publish("two", b"0 to 2"))
+        assert _payload(receiver) == b"0 to 2"  # QoS 0: _payload takes only a 0x30
+        sender.sendall(_publish_qos("two", 1, 2, b"1 to 2"))
+        assert read(sender) == (0x40, b"\x00\x02")
+        assert _delivered(receiver) == (0x32, b"1 to 2")
