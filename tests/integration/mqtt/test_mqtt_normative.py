@@ -413,3 +413,23 @@ def test_a_message_goes_at_the_lower_of_its_qos_and_the_granted_one(
         sender.sendall(_publish_qos("two", 1, 2, b"1 to 2"))
         assert read(sender) == (0x40, b"\x00\x02")
         assert _delivered(receiver) == (0x32, b"1 to 2")
+
+
+def test_a_full_send_quota_holds_back_only_publishes(server: RunningServer) -> None:
+    """MQTT-3.3.4-10, MQTT-4.9.0-3: with the client's Receive Maximum (1) taken by a QoS 1
+    PUBLISH it has not acknowledged, the server still answers a PINGREQ and a SUBSCRIBE,
+    and the second QoS 1 message waits for the PUBACK (MQTT-3.3.4-9)."""
+    with (
+        _connect_v5(server, "slow", b"\x21\x00\x01") as slow,
+        _connected(server, "sender") as sender,
+    ):
+        slow.sendall(_subscribe(1, ("q", 1)))
+        assert read(slow)[0] == 0x90
+        sender.sendall(_publish_qos("q", 1, 1, b"first") + _publish_qos("q", 1, 2, b"second"))
+        assert [read(sender), read(sender)] == [(0x40, b"\x00\x01"), (0x40, b"\x00\x02")]
+        kind, body = read(slow)
+        assert kind == 0x32, hex(kind)
+        slow.sendall(PINGREQ + _subscribe(2, ("other", 0)))
+        assert [read(slow), read(slow)] == [(0xD0, b""), (0x90, b"\x00\x02\x00\x00")]
+        slow.sendall(packet(0x40, body[3:5]))  # PUBACK of "first"
+        assert _delivered(slow) == (0x32, b"second")
