@@ -433,3 +433,47 @@ def test_a_full_send_quota_holds_back_only_publishes(server: RunningServer) -> N
         assert [read(slow), read(slow)] == [(0xD0, b""), (0x90, b"\x00\x02\x00\x00")]
         slow.sendall(packet(0x40, body[3:5]))  # PUBACK of "first"
         assert _delivered(slow) == (0x32, b"second")
+
+
+_FIXED_SIZES = {0x01: 1, 0x02: 4, 0x11: 4, 0x13: 2, 0x21: 2, 0x22: 2, 0x24: 1, 0x25: 1, 0x27: 4}
+_FIXED_SIZES |= {0x28: 1, 0x29: 1, 0x2A: 1}
+_STRINGS = {0x03, 0x08, 0x09, 0x12, 0x15, 0x16, 0x1A, 0x1C, 0x1F}
+
+
+def _properties(data: bytes) -> list[tuple[int, bytes]]:
+    """(identifier, raw value) of each property in `data` (§2.2.2.2; lengths under 128)."""
+    assert data[0] < 0x80, data.hex()
+    rest, found = data[1 : 1 + data[0]], []
+    while rest:
+        ident = rest[0]
+        if ident == 0x26:  # User Property: a string pair
+            first = 2 + int.from_bytes(rest[1:3], "big")
+            size = first + 2 + int.from_bytes(rest[1 + first : 3 + first], "big")
+        elif ident in _STRINGS:
+            size = 2 + int.from_bytes(rest[1:3], "big")
+        else:
+            size = _FIXED_SIZES[ident]
+        found.append((ident, rest[1 : 1 + size]))
+        rest = rest[1 + size :]
+    return found
+
+
+def test_an_empty_client_id_gets_an_assigned_one_of_its_own(server: RunningServer) -> None:
+    """MQTT-3.1.3-6, -7, MQTT-3.2.2-16: two clients connecting with an empty client id at
+    once each get an Assigned Client Identifier in the CONNACK, not the same one, and keep
+    their connections."""
+    assigned = []
+    for _ in range(2):
+        sock = socket.create_connection((server.host, server.port), timeout=WAIT)
+        sock.sendall(connect_packet("", clean=True))
+        kind, body = read(sock)
+        assert (kind, body[:2]) == (0x20, b"\x00\x00"), body.hex()
+        [identifier] = [value for ident, value in _properties(body[2:]) if ident == 0x12]
+        assert len(identifier) > 2, identifier
+        assigned.append((sock, identifier))
+    (first, one), (second, other) = assigned
+    with first, second:
+        assert one != other
+        for sock in (first, second):  # neither took the other's session over
+            sock.sendall(PINGREQ)
+            assert read(sock) == (0xD0, b"")
