@@ -477,3 +477,18 @@ def test_an_empty_client_id_gets_an_assigned_one_of_its_own(server: RunningServe
         for sock in (first, second):  # neither took the other's session over
             sock.sendall(PINGREQ)
             assert read(sock) == (0xD0, b"")
+
+
+def test_the_servers_disconnect_carries_no_session_expiry_interval(
+    server: RunningServer,
+) -> None:
+    """MQTT-3.14.2-2: the DISCONNECT 0x8E Session taken over (MQTT-3.1.4-3) sent to the
+    connection of a persistent session has no Session Expiry Interval."""
+    first, _ = open_raw(server, "taken")
+    with first:
+        second, present = open_raw(server, "taken")
+        second.close()
+        assert present
+        [(kind, body)] = _until_closed(first)
+        assert (kind, body[:1]) == (0xE0, b"\x8e"), body.hex()
+        assert len(body) == 1 or 0x11 not in dict(_properties(body[1:])), body.hex()
