@@ -492,3 +492,31 @@ def test_the_servers_disconnect_carries_no_session_expiry_interval(
         [(kind, body)] = _until_closed(first)
         assert (kind, body[:1]) == (0xE0, b"\x8e"), body.hex()
         assert len(body) == 1 or 0x11 not in dict(_properties(body[1:])), body.hex()
+
+
+def test_retain_flag_replaces_and_an_empty_retained_message_deletes(
+    server: RunningServer,
+) -> None:
+    """MQTT-3.3.1-5: RETAIN 1 replaces the retained message; MQTT-3.3.1-8: RETAIN 0 leaves
+    it; MQTT-3.3.1-6, -7: an empty retained message is sent on as usual but removes the
+    retained one and is not kept itself."""
+    with _connected(server, "publisher") as publisher, _connected(server, "live") as live:
+        live.sendall(_subscribe(1, ("r", 0)))
+        assert read(live)[0] == 0x90
+        for retain, payload in ((1, b"old"), (1, b"new"), (0, b"passing")):
+            publisher.sendall(packet(0x32 | retain, _utf8("r") + b"\x00\x01\x00" + payload))
+            assert read(publisher) == (0x40, b"\x00\x01")
+        assert [_payload(live) for _ in range(3)] == [b"old", b"new", b"passing"]
+        with _connected(server, "late") as late:
+            late.sendall(_subscribe(1, ("r", 0)))
+            assert [read(late), read(late)] == [
+                (0x90, b"\x00\x01\x00\x00"),
+                (0x31, b"\x00\x01r\x00new"),
+            ]
+        publisher.sendall(packet(0x33, _utf8("r") + b"\x00\x02\x00"))
+        assert read(publisher) == (0x40, b"\x00\x02")
+        assert _payload(live) == b""
+        with _connected(server, "later") as later:
+            later.sendall(_subscribe(1, ("r", 0)))
+            assert read(later) == (0x90, b"\x00\x01\x00\x00")
+            assert _nothing(later)
