@@ -520,3 +520,14 @@ def test_retain_flag_replaces_and_an_empty_retained_message_deletes(
             later.sendall(_subscribe(1, ("r", 0)))
             assert read(later) == (0x90, b"\x00\x01\x00\x00")
             assert _nothing(later)
+
+
+def test_wildcards_must_take_whole_levels_and_hash_the_last(server: RunningServer) -> None:
+    """MQTT-4.7.1-1: "#" alone or after a "/", and last; MQTT-4.7.1-2: "+" a whole level.
+    A filter that breaks them gets 0x8F Topic Filter invalid in its SUBACK and the others
+    of the packet are granted."""
+    filters = ["a/#/b", "a#", "a/b#", "a+", "+a/b", "a/+b", "#", "+/+/#", "a/+", "+"]
+    granted = bytes([0x8F] * 6 + [0x00] * 4)
+    with _connected(server) as sock:
+        sock.sendall(_subscribe(5, *((f, 0) for f in filters)))
+        assert read(sock) == (0x90, b"\x00\x05\x00" + granted)
