@@ -531,3 +531,23 @@ def test_wildcards_must_take_whole_levels_and_hash_the_last(server: RunningServe
     with _connected(server) as sock:
         sock.sendall(_subscribe(5, *((f, 0) for f in filters)))
         assert read(sock) == (0x90, b"\x00\x05\x00" + granted)
+
+
+def test_every_topic_alias_up_to_the_announced_maximum_is_taken(server: RunningServer) -> None:
+    """MQTT-3.3.2-12: the Topic Alias Maximum a CONNACK announces is a promise: aliases 1
+    and that maximum both set a topic and then stand for it."""
+    sock = socket.create_connection((server.host, server.port), timeout=WAIT)
+    sock.sendall(connect_packet("aliaser", clean=True))
+    kind, connack = read(sock)
+    assert kind == 0x20, hex(kind)
+    [maximum] = [int.from_bytes(v, "big") for i, v in _properties(connack[2:]) if i == 0x22]
+    assert maximum > 1
+    with sock, _connected(server, "receiver") as receiver:
+        receiver.sendall(_subscribe(1, ("t/+", 0)))
+        assert read(receiver)[0] == 0x90
+        for alias, topic in ((1, "t/1"), (maximum, "t/max")):
+            alias_property = b"\x03\x23" + alias.to_bytes(2, "big")
+            sets = packet(0x30, _utf8(topic) + alias_property + b"set")
+            uses = packet(0x30, _utf8("") + alias_property + b"used")
+            sock.sendall(sets + uses)
+            assert [_payload(receiver), _payload(receiver)] == [b"set", b"used"]
