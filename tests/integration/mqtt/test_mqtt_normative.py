@@ -551,3 +551,19 @@ def test_every_topic_alias_up_to_the_announced_maximum_is_taken(server: RunningS
             uses = packet(0x30, _utf8("") + alias_property + b"used")
             sock.sendall(sets + uses)
             assert [_payload(receiver), _payload(receiver)] == [b"set", b"used"]
+
+
+def test_a_reason_string_is_left_out_rather_than_exceed_the_clients_maximum(
+    server: RunningServer,
+) -> None:
+    """MQTT-3.4.2-2: no Reason String on a PUBACK it would take over the client's Maximum
+    Packet Size (20 bytes here; the PUBACK 0x91 of test_a_reason_string_only_for_a_client_
+    that_wants_one has one of some 60): the PUBACK goes, with its reason code only."""
+    small = b"\x27" + (20).to_bytes(4, "big")  # Maximum Packet Size
+    with _connect_v5(server, "small", small) as sock:
+        sock.sendall(packet(0x34, _utf8("q") + b"\x00\x05\x00" + b"m"))  # QoS 2, id 5
+        assert read(sock) == (0x50, b"\x00\x05")
+        sock.sendall(packet(0x32, _utf8("q") + b"\x00\x05\x00" + b"m"))  # QoS 1, id 5
+        kind, body = read(sock)
+        assert (kind, body[:3]) == (0x40, b"\x00\x05\x91")
+        assert body[3:] in (b"", b"\x00"), body.hex()
