@@ -567,3 +567,31 @@ def test_a_reason_string_is_left_out_rather_than_exceed_the_clients_maximum(
         kind, body = read(sock)
         assert (kind, body[:3]) == (0x40, b"\x00\x05\x91")
         assert body[3:] in (b"", b"\x00"), body.hex()
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_a_refusing_ack_settles_the_message_for_good(server: RunningServer, qos: int) -> None:
+    """MQTT-4.4.0-2: a PUBACK or PUBREC of 0x80 or more from the subscriber acknowledges
+    the PUBLISH, so the resumed session does not send it again (boxmq moves it to the
+    subscription's error/)."""
+    subscriber, _ = open_raw(server, "refuser")
+    with _connected(server, "sender") as sender:
+        subscriber.sendall(_subscribe(1, ("r", qos)))
+        assert read(subscriber)[0] == 0x90
+        sender.sendall(_publish_qos("r", qos, 1, b"refused"))
+        if qos == 2:
+            assert read(sender) == (0x50, b"\x00\x01")
+            sender.sendall(packet(0x62, b"\x00\x01"))
+            assert read(sender) == (0x70, b"\x00\x01")
+        else:
+            assert read(sender) == (0x40, b"\x00\x01")
+    kind, body = read(subscriber)
+    assert kind & 0xF6 == 0x30 | qos << 1, hex(kind)
+    subscriber.sendall(packet(0x40 if qos == 1 else 0x50, body[3:5] + b"\x80"))
+    subscriber.sendall(PINGREQ)  # answered after the ack was read
+    assert read(subscriber) == (0xD0, b"")
+    subscriber.close()
+    again, present = open_raw(server, "refuser")
+    with again:
+        assert present
+        assert _nothing(again)
