@@ -7,6 +7,7 @@ against itself.
 
 from __future__ import annotations
 
+import select
 import socket
 
 import pytest
@@ -595,3 +596,24 @@ def test_a_refusing_ack_settles_the_message_for_good(server: RunningServer, qos:
     with again:
         assert present
         assert _nothing(again)
+
+
+def test_a_share_members_refusal_is_not_sent_to_another_member(server: RunningServer) -> None:
+    """MQTT-4.8.2-6: the member that answers PUBACK 0x80 ends the message's delivery: the
+    other member of the group does not get it."""
+    with (
+        _connected(server, "member-a") as a,
+        _connected(server, "member-b") as b,
+        _connected(server, "sender") as sender,
+    ):
+        for member in (a, b):
+            member.sendall(_subscribe(1, ("$share/g/s", 1)))
+            assert read(member)[0] == 0x90
+        sender.sendall(_publish_qos("s", 1, 1, b"once"))
+        assert read(sender) == (0x40, b"\x00\x01")
+        [chosen], _, _ = select.select([a, b], [], [], WAIT)
+        other = b if chosen is a else a
+        kind, body = read(chosen)
+        assert kind == 0x32, hex(kind)
+        chosen.sendall(packet(0x40, body[3:5] + b"\x80"))
+        assert _nothing(other, within=0.5)
