@@ -289,7 +289,7 @@ def test_nothing_sent_after_a_disconnect_in_the_same_read_is_acted_on(
 def test_nothing_sent_after_a_refused_connect_in_the_same_read_is_handled(
     server: RunningServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """MQTT-3.1.4-5: the server acts on nothing a client sent after a CONNECT it refused.
+    """MQTT-3.1.4-6: the server acts on nothing a client sent after a CONNECT it refused.
     The packets behind one the broker refuses (here a client id too long to be stored) in
     the same read went on to be handled without a session, an assertion failing in the
     loop (asyncio's "Fatal error: protocol.buffer_updated() call failed", a traceback)."""

@@ -90,10 +90,11 @@ def test_a_malformed_connect_gets_a_refusing_connack_and_no_disconnect(
 
 
 def test_the_first_answer_is_one_connack_then_pingresp(server: RunningServer) -> None:
-    """MQTT-3.1.3-5: a client id of 23 of the listed characters is allowed; MQTT-3.2.0-1: the
-    CONNACK comes first, with its Connect Acknowledge Flags' reserved bits 0 (MQTT-3.2.2-1)
-    and Session Present 0 for Clean Start (MQTT-3.2.2-2); MQTT-3.2.0-2: no second CONNACK,
-    however many packets follow; MQTT-3.12.4-1: each PINGREQ gets a PINGRESP."""
+    """MQTT-3.1.3-5: a client id of 23 of the listed characters is allowed, with CONNACK 0x00
+    (MQTT-3.1.4-5); MQTT-3.2.0-1: the CONNACK comes first, with its Connect Acknowledge
+    Flags' reserved bits 0 (MQTT-3.2.2-1) and Session Present 0 for Clean Start
+    (MQTT-3.2.2-2); MQTT-3.2.0-2: no second CONNACK, however many packets follow;
+    MQTT-3.12.4-1: each PINGREQ gets a PINGRESP."""
     client_id = "0123456789abcdefghijXYZ"
     assert len(client_id) == 23
     with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
