@@ -618,3 +618,51 @@ def test_a_share_members_refusal_is_not_sent_to_another_member(server: RunningSe
         assert kind == 0x32, hex(kind)
         chosen.sendall(packet(0x40, body[3:5] + b"\x80"))
         assert _nothing(other, within=0.5)
+
+
+NOT_UTF8 = b"\x00\x02\xc3\x28"  # a UTF-8 Encoded String whose second byte ends it early
+
+
+def _publish_with(properties: bytes) -> bytes:
+    return packet(0x30, _utf8("a") + bytes([len(properties)]) + properties + b"x")
+
+
+# Each field MQTT 5.0 makes a UTF-8 Encoded String, not UTF-8 (§1.5.4): a Malformed Packet.
+NOT_UTF8_AFTER_CONNECT = [
+    ("User Property name", _publish_with(b"\x26" + NOT_UTF8 + _utf8("v"))),  # MQTT-1.5.7-1
+    ("User Property value", _publish_with(b"\x26" + _utf8("k") + NOT_UTF8)),  # MQTT-1.5.7-1
+    ("Content Type", _publish_with(b"\x03" + NOT_UTF8)),  # MQTT-3.3.2-19
+    ("Response Topic", _publish_with(b"\x08" + NOT_UTF8)),  # MQTT-3.3.2-13
+    ("SUBSCRIBE filter", packet(0x82, b"\x00\x01\x00" + NOT_UTF8 + b"\x00")),  # MQTT-3.8.3-1
+    ("UNSUBSCRIBE filter", packet(0xA2, b"\x00\x01\x00" + NOT_UTF8)),  # MQTT-3.10.3-1
+    ("U+0000 in a filter", packet(0x82, b"\x00\x01\x00\x00\x03a\x00b\x00")),  # MQTT-4.7.3-2
+]
+
+
+@pytest.mark.parametrize(
+    "bad", [c[1] for c in NOT_UTF8_AFTER_CONNECT], ids=[c[0] for c in NOT_UTF8_AFTER_CONNECT]
+)
+def test_a_string_field_that_is_not_utf8_is_a_malformed_packet(
+    server: RunningServer, bad: bytes
+) -> None:
+    """DISCONNECT 0x81 Malformed Packet, then closed (MQTT-4.13.1-1)."""
+    with _connected(server) as sock:
+        sock.sendall(bad)
+        assert _until_closed(sock) == [(0xE0, b"\x81")]
+
+
+NOT_UTF8_IN_CONNECT = [
+    ("Will Topic", _connect(0x02 | 0x04, string("c") + b"\x00" + NOT_UTF8 + b"\x00\x01x")),
+    ("User Name", _connect(0x02 | 0x80, string("c") + NOT_UTF8)),
+]
+
+
+@pytest.mark.parametrize(
+    "bad", [c[1] for c in NOT_UTF8_IN_CONNECT], ids=[c[0] for c in NOT_UTF8_IN_CONNECT]
+)
+def test_a_connect_string_that_is_not_utf8_is_refused(server: RunningServer, bad: bytes) -> None:
+    """MQTT-3.1.3-11 (the Will Topic), MQTT-3.1.3-12 (the User Name): CONNACK 0x81, then
+    closed."""
+    with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
+        sock.sendall(bad)
+        assert _until_closed(sock) == [(0x20, b"\x00\x81\x00")]
