@@ -666,3 +666,51 @@ def test_a_connect_string_that_is_not_utf8_is_refused(server: RunningServer, bad
     with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
         sock.sendall(bad)
         assert _until_closed(sock) == [(0x20, b"\x00\x81\x00")]
+
+
+def test_the_server_gives_each_message_in_flight_its_own_packet_id(
+    server: RunningServer,
+) -> None:
+    """MQTT-2.2.1-4, MQTT-4.3.2-1, MQTT-4.3.3-1: every QoS 1 and 2 PUBLISH the server sends
+    has a non-zero packet id no exchange in flight holds, sent first with DUP 0
+    (MQTT-4.3.2-2, MQTT-4.3.3-2); after a resume too, where the unacknowledged ones come
+    again under their ids (MQTT-4.4.0-1) and those published while it was away take others."""
+    subscriber, _ = open_raw(server, "many")
+    held: dict[int, bytes] = {}
+    with _connected(server, "sender") as sender:
+        subscriber.sendall(_subscribe(1, ("one", 1), ("two", 2)))
+        assert read(subscriber)[0] == 0x90
+        for n, (topic, qos) in enumerate([("one", 1), ("two", 2), ("one", 1), ("two", 2)]):
+            sender.sendall(_publish_qos(topic, qos, n + 1, b"%d" % n))
+            if qos == 2:
+                assert read(sender)[0] == 0x50
+                sender.sendall(packet(0x62, (n + 1).to_bytes(2, "big")))
+            assert read(sender)[0] in (0x40, 0x70)
+        for _ in range(4):
+            kind, body = read(subscriber)
+            assert kind & 0xF9 == 0x30, hex(kind)  # DUP 0, RETAIN 0
+            packet_id = int.from_bytes(body[5:7], "big")
+            assert packet_id != 0
+            assert packet_id not in held
+            held[packet_id] = body[8:]
+        subscriber.close()
+        for n in range(4, 7):
+            sender.sendall(_publish_qos("one", 1, n + 1, b"%d" % n))
+            assert read(sender)[0] == 0x40
+    again, present = open_raw(server, "many")
+    with again:
+        assert present
+        resent, fresh = {}, {}
+        for _ in range(7):
+            kind, body = read(again)
+            packet_id, payload = int.from_bytes(body[5:7], "big"), body[8:]
+            if payload in held.values():
+                assert kind & 0xF8 == 0x38, hex(kind)  # DUP 1
+                resent[packet_id] = payload
+            else:  # sent before the server saw the first connection go, or after
+                assert packet_id != 0
+                assert packet_id not in held
+                assert packet_id not in fresh
+                fresh[packet_id] = payload
+        assert resent == held
+        assert sorted(fresh.values()) == [b"4", b"5", b"6"]
