@@ -714,3 +714,31 @@ def test_the_server_gives_each_message_in_flight_its_own_packet_id(
                 fresh[packet_id] = payload
         assert resent == held
         assert sorted(fresh.values()) == [b"4", b"5", b"6"]
+
+
+@pytest.mark.parametrize("retain", [False, True], ids=["will-retain-0", "will-retain-1"])
+def test_a_will_is_published_retained_as_its_will_retain_says(
+    server: RunningServer, retain: bool
+) -> None:
+    """MQTT-3.1.2-7: a Will is kept with the session and published when the connection
+    breaks; MQTT-3.1.2-14: with Will Retain 0 as a message not retained, MQTT-3.1.2-15:
+    with 1 as a retained one. A subscriber with Retain As Published sees the flag live, and
+    one that subscribes after finds the retained Will, or nothing."""
+    flags = 0x02 | 0x04 | (0x20 if retain else 0)
+    with _connected(server, "watcher") as watcher:
+        watcher.sendall(_subscribe(1, ("will/t", 0x08)))  # Retain As Published
+        assert read(watcher)[0] == 0x90
+        will = b"\x00" + _utf8("will/t") + b"\x00\x01x"  # no properties, payload "x"
+        with socket.create_connection((server.host, server.port), timeout=WAIT) as leaving:
+            leaving.sendall(_connect(flags, _utf8("leaver") + will))
+            assert read(leaving)[0] == 0x20
+        # closed without DISCONNECT: the Will goes out
+        kind, body = read(watcher)
+        assert (kind, body) == (0x31 if retain else 0x30, _utf8("will/t") + b"\x00x")
+    with _connected(server, "late") as late:
+        late.sendall(_subscribe(1, ("will/t", 0)))
+        assert read(late)[0] == 0x90
+        if retain:
+            assert read(late) == (0x31, _utf8("will/t") + b"\x00x")
+        else:
+            assert _nothing(late)
