@@ -742,3 +742,41 @@ def test_a_will_is_published_retained_as_its_will_retain_says(
             assert read(late) == (0x31, _utf8("will/t") + b"\x00x")
         else:
             assert _nothing(late)
+
+
+def test_overlapping_subscriptions_get_the_highest_qos_and_their_identifiers(
+    server: RunningServer,
+) -> None:
+    """MQTT-3.3.4-2: a message matching two of a client's subscriptions reaches it at the
+    highest of their QoS; MQTT-3.3.4-3: with the Subscription Identifier of each. boxmq
+    sends one copy per subscription, each with its own identifier (MQTT-3.3.4-5)."""
+    with _connected(server, "overlap") as sock, _connected(server, "sender") as sender:
+        for packet_id, (topic_filter, qos) in ((2, ("o/#", 0)), (3, ("o/x", 2))):
+            identifier = b"\x02\x0b" + bytes([packet_id])  # Subscription Identifier
+            body = packet_id.to_bytes(2, "big") + identifier + _utf8(topic_filter) + bytes([qos])
+            sock.sendall(packet(0x82, body))
+            assert read(sock) == (0x90, packet_id.to_bytes(2, "big") + b"\x00" + bytes([qos]))
+        sender.sendall(_publish_qos("o/x", 2, 1, b"m"))
+        assert read(sender) == (0x50, b"\x00\x01")
+        sender.sendall(packet(0x62, b"\x00\x01"))
+        assert read(sender) == (0x70, b"\x00\x01")
+        copies = []
+        for _ in range(2):
+            kind, body = read(sock)
+            qos = kind >> 1 & 0x03
+            rest = body[2 + int.from_bytes(body[:2], "big") + (2 if qos else 0) :]
+            copies.append((qos, dict(_sub_ids(rest))))
+            if qos:
+                sock.sendall(packet(0x50, body[5:7]))
+        assert sorted(copies) == [(0, {0x0B: 2}), (2, {0x0B: 3})]
+
+
+def _sub_ids(properties: bytes) -> list[tuple[int, int]]:
+    """The Subscription Identifiers (each under 128) among a PUBLISH's properties."""
+    assert properties[0] < 0x80, properties.hex()
+    data, found = properties[1 : 1 + properties[0]], []
+    while data:
+        assert data[0] == 0x0B, data.hex()  # nothing else was published with it
+        found.append((0x0B, data[1]))
+        data = data[2:]
+    return found
