@@ -780,3 +780,18 @@ def _sub_ids(properties: bytes) -> list[tuple[int, int]]:
         found.append((0x0B, data[1]))
         data = data[2:]
     return found
+
+
+def test_a_topic_alias_does_not_outlive_its_connection(server: RunningServer) -> None:
+    """MQTT-3.3.2-7: an alias a client set on one connection means nothing on the next, even
+    of the same session: a PUBLISH using it there is a Protocol Error (DISCONNECT 0x82)."""
+    alias = b"\x03\x23\x00\x01"  # properties: Topic Alias 1
+    first, _ = open_raw(server, "aliases")
+    with first:
+        first.sendall(packet(0x30, _utf8("t") + alias + b"set") + PINGREQ)
+        assert read(first) == (0xD0, b"")
+    second, present = open_raw(server, "aliases")
+    with second:
+        assert present
+        second.sendall(packet(0x30, _utf8("") + alias + b"carried"))
+        assert _until_closed(second) == [(0xE0, b"\x82")]
