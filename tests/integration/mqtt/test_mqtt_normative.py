@@ -795,3 +795,22 @@ def test_a_topic_alias_does_not_outlive_its_connection(server: RunningServer) ->
         assert present
         second.sendall(packet(0x30, _utf8("") + alias + b"carried"))
         assert _until_closed(second) == [(0xE0, b"\x82")]
+
+
+@pytest.mark.parametrize(
+    "connect",
+    [
+        packet(0x10, string("MQTX") + bytes([5, 2, 0, 30, 0]) + string("a")),  # MQTT-3.1.2-1
+        packet(0x10, string("MQTT") + bytes([6, 2, 0, 30, 0]) + string("a")),  # MQTT-3.1.2-2
+    ],
+    ids=["protocol-name-MQTX", "protocol-version-6"],
+)
+def test_a_connect_of_another_protocol_is_closed(server: RunningServer, connect: bytes) -> None:
+    """MQTT-3.1.2-1, -2: a CONNECT whose Protocol Name is not "MQTT", or whose version the
+    server does not take, is closed, after at most a CONNACK refusing it (boxmq sends
+    3.1.1's 0x01 for a version it does not know, which a client of any version reads), and
+    never a DISCONNECT (MQTT-3.14.0-1)."""
+    with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
+        sock.sendall(connect)
+        answers = _until_closed(sock)
+        assert answers in ([], [(0x20, b"\x00\x01")], [(0x20, b"\x00\x84\x00")]), answers
