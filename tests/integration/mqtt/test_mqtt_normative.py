@@ -814,3 +814,15 @@ def test_a_connect_of_another_protocol_is_closed(server: RunningServer, connect:
         sock.sendall(connect)
         answers = _until_closed(sock)
         assert answers in ([], [(0x20, b"\x00\x01")], [(0x20, b"\x00\x84\x00")]), answers
+
+
+def test_an_authentication_method_it_does_not_support_is_refused(server: RunningServer) -> None:
+    """MQTT-4.12.0-1: boxmq has no enhanced authentication (docs/mqtt.md): a CONNECT with an
+    Authentication Method gets CONNACK 0x8C Bad authentication method, then the close, and
+    no AUTH."""
+    method = b"\x15" + _utf8("SCRAM-SHA-1")
+    connect = packet(0x10, _utf8("MQTT") + bytes([5, 2, 0, 30, len(method)]) + method + _utf8("a"))
+    with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
+        sock.sendall(connect)
+        [(kind, body)] = _until_closed(sock)
+        assert (kind, body[:2]) == (0x20, b"\x00\x8c"), body.hex()
