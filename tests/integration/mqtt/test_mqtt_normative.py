@@ -108,8 +108,10 @@ def test_the_first_answer_is_one_connack_then_pingresp(server: RunningServer) ->
 
 def test_session_present_says_whether_a_session_was_resumed(server: RunningServer) -> None:
     """MQTT-3.2.2-3: Clean Start 0 gets Session Present 1 when the server holds the client's
-    session (resumed, MQTT-3.1.2-5), else 0 (a new one, MQTT-3.1.2-6); MQTT-3.2.2-2: Clean
-    Start 1 gets 0 even when there was one, which it discarded (MQTT-3.1.2-4)."""
+    session (kept after its connection closed, its Session Expiry Interval being over 0,
+    MQTT-3.1.2-23, and resumed, MQTT-3.1.2-5), else 0 (a new one, MQTT-3.1.2-6);
+    MQTT-3.2.2-2: Clean Start 1 gets 0 even when there was one, which it discarded
+    (MQTT-3.1.2-4, MQTT-3.1.4-4)."""
     first, present = open_raw(server, "kept")
     first.close()
     assert not present
