@@ -187,10 +187,10 @@ def test_unsubscribe_deletes_only_the_filter_it_names_character_for_character(
     server: RunningServer,
 ) -> None:
     """MQTT-3.10.4-1: a filter that only matches the same topics ("a/#", "a/+/" for "a/+")
-    deletes nothing; MQTT-3.10.4-4, -5: an UNSUBACK with the UNSUBSCRIBE's packet id even
-    so; MQTT-3.10.4-6, MQTT-3.11.3-1: one UNSUBACK for several filters, a reason code each,
-    in their order (0x11 No subscription existed). The SUBACK likewise (MQTT-3.8.4-1, -2,
-    -5, -6, MQTT-3.9.3-1)."""
+    deletes nothing; MQTT-3.10.4-4, MQTT-3.10.4-5: an UNSUBACK with the UNSUBSCRIBE's
+    packet id even so; MQTT-3.10.4-6, MQTT-3.11.3-1: one UNSUBACK for several filters, a
+    reason code each, in their order (0x11 No subscription existed). The SUBACK likewise
+    (MQTT-3.8.4-1, MQTT-3.8.4-2, MQTT-3.8.4-5, MQTT-3.8.4-6, MQTT-3.9.3-1)."""
     with _connected(server, "unsubscriber") as sock, _connected(server, "sender") as sender:
         sock.sendall(_subscribe(7, ("a/+", 0), ("b", 1), ("c/#", 2)))
         assert read(sock) == (0x90, b"\x00\x07\x00\x00\x01\x02")
@@ -240,9 +240,9 @@ def _user_property(name: str, value: str) -> bytes:
 
 
 # Properties a subscriber must get as they were sent (§3.3.2.3): User Properties with a
-# repeated name, in an order no sorting gives back (MQTT-3.3.2-17, -18), a Payload Format
-# Indicator (MQTT-3.3.2-4), a Content Type (MQTT-3.3.2-20), a Response Topic
-# (MQTT-3.3.2-15) and Correlation Data with a zero byte (MQTT-3.3.2-16).
+# repeated name, in an order no sorting gives back (MQTT-3.3.2-17, MQTT-3.3.2-18), a
+# Payload Format Indicator (MQTT-3.3.2-4), a Content Type (MQTT-3.3.2-20), a Response
+# Topic (MQTT-3.3.2-15) and Correlation Data with a zero byte (MQTT-3.3.2-16).
 FORWARDED = (
     _user_property("k", "2")
     + _user_property("k", "1")
@@ -261,8 +261,9 @@ FORWARDED = (
 def test_a_publishs_properties_reach_a_subscriber_unaltered_and_in_order(
     server: RunningServer, away: bool
 ) -> None:
-    """MQTT-3.3.2-4, -15, -16, -17, -18, -20, to a subscriber connected (sent from memory)
-    and to one whose persistent session was away (sent from its copy on disk)."""
+    """MQTT-3.3.2-4, MQTT-3.3.2-15, MQTT-3.3.2-16, MQTT-3.3.2-17, MQTT-3.3.2-18,
+    MQTT-3.3.2-20, to a subscriber connected (sent from memory) and to one whose persistent
+    session was away (sent from its copy on disk)."""
     expiry = b"\x11" + (300).to_bytes(4, "big")
     subscriber = _connect_v5(server, "subscriber", expiry, clean=not away)
     subscriber.sendall(_subscribe(1, ("u", 1)))
@@ -463,9 +464,9 @@ def _properties(data: bytes) -> list[tuple[int, bytes]]:
 
 
 def test_an_empty_client_id_gets_an_assigned_one_of_its_own(server: RunningServer) -> None:
-    """MQTT-3.1.3-6, -7, MQTT-3.2.2-16: two clients connecting with an empty client id at
-    once each get an Assigned Client Identifier in the CONNACK, not the same one, and keep
-    their connections."""
+    """MQTT-3.1.3-6, MQTT-3.1.3-7, MQTT-3.2.2-16: two clients connecting with an empty
+    client id at once each get an Assigned Client Identifier in the CONNACK, not the same
+    one, and keep their connections."""
     assigned = []
     for _ in range(2):
         sock = socket.create_connection((server.host, server.port), timeout=WAIT)
@@ -502,8 +503,8 @@ def test_retain_flag_replaces_and_an_empty_retained_message_deletes(
     server: RunningServer,
 ) -> None:
     """MQTT-3.3.1-5: RETAIN 1 replaces the retained message; MQTT-3.3.1-8: RETAIN 0 leaves
-    it; MQTT-3.3.1-6, -7: an empty retained message is sent on as usual but removes the
-    retained one and is not kept itself."""
+    it; MQTT-3.3.1-6, MQTT-3.3.1-7: an empty retained message is sent on as usual but
+    removes the retained one and is not kept itself."""
     with _connected(server, "publisher") as publisher, _connected(server, "live") as live:
         live.sendall(_subscribe(1, ("r", 0)))
         assert read(live)[0] == 0x90
@@ -808,10 +809,10 @@ def test_a_topic_alias_does_not_outlive_its_connection(server: RunningServer) ->
     ids=["protocol-name-MQTX", "protocol-version-6"],
 )
 def test_a_connect_of_another_protocol_is_closed(server: RunningServer, connect: bytes) -> None:
-    """MQTT-3.1.2-1, -2: a CONNECT whose Protocol Name is not "MQTT", or whose version the
-    server does not take, is closed, after at most a CONNACK refusing it (boxmq sends
-    3.1.1's 0x01 for a version it does not know, which a client of any version reads), and
-    never a DISCONNECT (MQTT-3.14.0-1)."""
+    """MQTT-3.1.2-1, MQTT-3.1.2-2: a CONNECT whose Protocol Name is not "MQTT", or whose
+    version the server does not take, is closed, after at most a CONNACK refusing it (boxmq
+    sends 3.1.1's 0x01 for a version it does not know, which a client of any version reads),
+    and never a DISCONNECT (MQTT-3.14.0-1)."""
     with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
         sock.sendall(connect)
         answers = _until_closed(sock)
