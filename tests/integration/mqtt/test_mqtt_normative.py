@@ -41,6 +41,7 @@ BAD_FLAGS = [
     ("PUBREC 0x51", bytes([0x51, 2, 0, 1])),  # §3.5.1
     ("PUBREL 0x60", bytes([0x60, 2, 0, 1])),  # MQTT-3.6.1-1
     ("PUBCOMP 0x71", bytes([0x71, 2, 0, 1])),  # §3.7.1
+    ("SUBSCRIBE 0x80", packet(0x80, b"\x00\x01\x00" + string("a") + b"\x00")),  # MQTT-3.8.1-1
     ("UNSUBSCRIBE 0xA0", packet(0xA0, b"\x00\x01\x00" + string("a"))),  # MQTT-3.10.1-1
     ("PINGREQ 0xC1", bytes([0xC1, 0])),  # §3.12.1
     ("DISCONNECT 0xE1", bytes([0xE1, 0])),  # MQTT-3.14.1-1
