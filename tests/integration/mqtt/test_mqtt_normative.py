@@ -830,3 +830,25 @@ def test_an_authentication_method_it_does_not_support_is_refused(server: Running
         sock.sendall(connect)
         [(kind, body)] = _until_closed(sock)
         assert (kind, body[:2]) == (0x20, b"\x00\x8c"), body.hex()
+
+
+BAD_PUBLISHES = [
+    ("QoS 3", bytes([0x36, 5]) + _utf8("a") + b"\x00\x01\x00", 0x81),  # MQTT-3.3.1-4
+    ("'+' in the topic", _publish("a/+", b"x"), 0x90),  # MQTT-3.3.2-2, MQTT-4.7.0-1
+    ("'#' in the topic", _publish("#", b"x"), 0x90),  # MQTT-3.3.2-2, MQTT-4.7.0-1
+    ("a topic not UTF-8", packet(0x30, NOT_UTF8 + b"\x00x"), 0x81),  # MQTT-3.3.2-1
+]
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"), [c[1:] for c in BAD_PUBLISHES], ids=[c[0] for c in BAD_PUBLISHES]
+)
+def test_a_publish_breaking_its_header_rules_is_refused(
+    server: RunningServer, bad: bytes, reason: int
+) -> None:
+    """A PUBLISH with both QoS bits set is malformed (MQTT-3.3.1-4); its Topic Name is a
+    UTF-8 string (MQTT-3.3.2-1) without wildcards (MQTT-3.3.2-2, MQTT-4.7.0-1, 0x90 Topic
+    Name invalid): DISCONNECT, then closed (MQTT-4.13.1-1)."""
+    with _connected(server) as sock:
+        sock.sendall(bad)
+        assert _until_closed(sock) == [(0xE0, bytes([reason]))]
