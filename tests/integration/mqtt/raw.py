@@ -39,7 +39,9 @@ def packet(kind: int, body: bytes) -> bytes:
 
 
 def string(text: str) -> bytes:
-    return len(text).to_bytes(2, "big") + text.encode()
+    """A UTF-8 Encoded String (§1.5.4): its length counts bytes, not characters."""
+    encoded = text.encode()
+    return len(encoded).to_bytes(2, "big") + encoded
 
 
 def connect_packet(

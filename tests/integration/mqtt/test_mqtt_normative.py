@@ -124,25 +124,19 @@ def test_session_present_says_whether_a_session_was_resumed(server: RunningServe
     assert not present
 
 
-def _utf8(text: str) -> bytes:
-    """A UTF-8 Encoded String (§1.5.4): its length counts bytes, not characters."""
-    encoded = text.encode()
-    return len(encoded).to_bytes(2, "big") + encoded
-
-
 def _subscribe(packet_id: int, *filters: tuple[str, int]) -> bytes:
     """SUBSCRIBE of these (filter, options) pairs, without properties."""
-    pairs = b"".join(_utf8(f) + bytes([options]) for f, options in filters)
+    pairs = b"".join(string(f) + bytes([options]) for f, options in filters)
     return packet(0x82, packet_id.to_bytes(2, "big") + b"\x00" + pairs)
 
 
 def _unsubscribe(packet_id: int, *filters: str) -> bytes:
-    return packet(0xA2, packet_id.to_bytes(2, "big") + b"\x00" + b"".join(map(_utf8, filters)))
+    return packet(0xA2, packet_id.to_bytes(2, "big") + b"\x00" + b"".join(map(string, filters)))
 
 
 def _publish(topic: str, payload: bytes) -> bytes:
     """A QoS 0 PUBLISH without properties."""
-    return packet(0x30, _utf8(topic) + b"\x00" + payload)
+    return packet(0x30, string(topic) + b"\x00" + payload)
 
 
 def _payload(sock: socket.socket) -> bytes:
@@ -230,14 +224,14 @@ def _connect_v5(
     """A connected socket whose CONNECT (Keep Alive 30 s) carried these properties."""
     sock = socket.create_connection((server.host, server.port), timeout=WAIT)
     head = bytes([5, 0x02 if clean else 0x00, 0, 30, len(properties)])
-    sock.sendall(packet(0x10, _utf8("MQTT") + head + properties + _utf8(client_id)))
+    sock.sendall(packet(0x10, string("MQTT") + head + properties + string(client_id)))
     kind, body = read(sock)
     assert (kind, body[1]) == (0x20, 0), body.hex()
     return sock
 
 
 def _user_property(name: str, value: str) -> bytes:
-    return b"\x26" + _utf8(name) + _utf8(value)
+    return b"\x26" + string(name) + string(value)
 
 
 # Properties a subscriber must get as they were sent (§3.3.2.3): User Properties with a
@@ -251,9 +245,9 @@ FORWARDED = (
     + _user_property("k", "2")
     + b"\x01\x01"
     + b"\x03"
-    + _utf8("text/x")
+    + string("text/x")
     + b"\x08"
-    + _utf8("r/t")
+    + string("r/t")
     + b"\x09\x00\x02\xff\x00"
 )
 
@@ -272,7 +266,7 @@ def test_a_publishs_properties_reach_a_subscriber_unaltered_and_in_order(
     if away:
         subscriber.close()
     with _connected(server, "publisher") as publisher:
-        body = _utf8("u") + b"\x00\x05" + bytes([len(FORWARDED)]) + FORWARDED + b"body"
+        body = string("u") + b"\x00\x05" + bytes([len(FORWARDED)]) + FORWARDED + b"body"
         publisher.sendall(packet(0x32, body))
         assert read(publisher) == (0x40, b"\x00\x05")  # PUBACK: stored
     if away:
@@ -281,7 +275,7 @@ def test_a_publishs_properties_reach_a_subscriber_unaltered_and_in_order(
         kind, body = read(subscriber)
         assert kind & 0xF6 == 0x32, hex(kind)  # QoS 1
         packet_id, length = body[3:5], body[5]
-        assert body[:3] == _utf8("u")
+        assert body[:3] == string("u")
         assert body[6 : 6 + length] == FORWARDED
         assert body[6 + length :] == b"body"
         subscriber.sendall(packet(0x40, packet_id))
@@ -295,9 +289,9 @@ def test_a_reason_string_only_for_a_client_that_wants_one(
     the PUBACK 0x91 of a QoS 1 PUBLISH reusing the packet id of a QoS 2 one awaiting its
     PUBREL, which has one for a client that asked (the default, 1)."""
     with _connect_v5(server, "asker", bytes([0x17, problems])) as sock:
-        sock.sendall(packet(0x34, _utf8("q") + b"\x00\x05\x00" + b"m"))  # QoS 2, id 5
+        sock.sendall(packet(0x34, string("q") + b"\x00\x05\x00" + b"m"))  # QoS 2, id 5
         assert read(sock) == (0x50, b"\x00\x05")
-        sock.sendall(packet(0x32, _utf8("q") + b"\x00\x05\x00" + b"m"))  # QoS 1, id 5
+        sock.sendall(packet(0x32, string("q") + b"\x00\x05\x00" + b"m"))  # QoS 1, id 5
         kind, body = read(sock)
         assert (kind, body[:3]) == (0x40, b"\x00\x05\x91")
         if problems:
@@ -342,9 +336,9 @@ def test_retain_handling_and_retain_as_published(server: RunningServer) -> None:
     forwards a retained PUBLISH with RETAIN 0, MQTT-3.3.1-13: 1 with the RETAIN it came
     with (a retained message sent for a subscription has RETAIN 1 either way, §3.3.1.3)."""
     with _connected(server, "publisher") as publisher, _connected(server, "s") as sock:
-        publisher.sendall(packet(0x33, _utf8("r/1") + b"\x00\x01\x00" + b"kept"))
+        publisher.sendall(packet(0x33, string("r/1") + b"\x00\x01\x00" + b"kept"))
         assert read(publisher) == (0x40, b"\x00\x01")  # stored as the retained message
-        retained = (0x31, _utf8("r/1") + b"\x00kept")
+        retained = (0x31, string("r/1") + b"\x00kept")
         sock.sendall(_subscribe(1, ("r/+", 0x10)))  # Retain Handling 1, new
         assert [read(sock), read(sock)] == [(0x90, b"\x00\x01\x00\x00"), retained]
         sock.sendall(_subscribe(2, ("r/+", 0x10)))  # Retain Handling 1, existing
@@ -353,7 +347,7 @@ def test_retain_handling_and_retain_as_published(server: RunningServer) -> None:
         assert read(sock) == (0x90, b"\x00\x03\x00\x00")
         sock.sendall(_subscribe(4, ("r/1", 0x08)))  # Retain As Published, Retain Handling 0
         assert [read(sock), read(sock)] == [(0x90, b"\x00\x04\x00\x00"), retained]
-        publisher.sendall(packet(0x31, _utf8("r/1") + b"\x00" + b"live"))
+        publisher.sendall(packet(0x31, string("r/1") + b"\x00" + b"live"))
         flags = sorted(read(sock)[0] for _ in range(3))  # one copy per subscription
         assert flags == [0x30, 0x30, 0x31]
 
@@ -363,7 +357,7 @@ def _publish_qos(
 ) -> bytes:
     """A QoS 1 or 2 PUBLISH without properties."""
     first = 0x30 | qos << 1 | (0x08 if dup else 0)
-    return packet(first, _utf8(topic) + packet_id.to_bytes(2, "big") + b"\x00" + payload)
+    return packet(first, string(topic) + packet_id.to_bytes(2, "big") + b"\x00" + payload)
 
 
 def _delivered(sock: socket.socket) -> tuple[int, bytes]:
@@ -510,7 +504,7 @@ def test_retain_flag_replaces_and_an_empty_retained_message_deletes(
         live.sendall(_subscribe(1, ("r", 0)))
         assert read(live)[0] == 0x90
         for retain, payload in ((1, b"old"), (1, b"new"), (0, b"passing")):
-            publisher.sendall(packet(0x32 | retain, _utf8("r") + b"\x00\x01\x00" + payload))
+            publisher.sendall(packet(0x32 | retain, string("r") + b"\x00\x01\x00" + payload))
             assert read(publisher) == (0x40, b"\x00\x01")
         assert [_payload(live) for _ in range(3)] == [b"old", b"new", b"passing"]
         with _connected(server, "late") as late:
@@ -519,7 +513,7 @@ def test_retain_flag_replaces_and_an_empty_retained_message_deletes(
                 (0x90, b"\x00\x01\x00\x00"),
                 (0x31, b"\x00\x01r\x00new"),
             ]
-        publisher.sendall(packet(0x33, _utf8("r") + b"\x00\x02\x00"))
+        publisher.sendall(packet(0x33, string("r") + b"\x00\x02\x00"))
         assert read(publisher) == (0x40, b"\x00\x02")
         assert _payload(live) == b""
         with _connected(server, "later") as later:
@@ -553,8 +547,8 @@ def test_every_topic_alias_up_to_the_announced_maximum_is_taken(server: RunningS
         assert read(receiver)[0] == 0x90
         for alias, topic in ((1, "t/1"), (maximum, "t/max")):
             alias_property = b"\x03\x23" + alias.to_bytes(2, "big")
-            sets = packet(0x30, _utf8(topic) + alias_property + b"set")
-            uses = packet(0x30, _utf8("") + alias_property + b"used")
+            sets = packet(0x30, string(topic) + alias_property + b"set")
+            uses = packet(0x30, string("") + alias_property + b"used")
             sock.sendall(sets + uses)
             assert [_payload(receiver), _payload(receiver)] == [b"set", b"used"]
 
@@ -567,9 +561,9 @@ def test_a_reason_string_is_left_out_rather_than_exceed_the_clients_maximum(
     that_wants_one has one of some 60): the PUBACK goes, with its reason code only."""
     small = b"\x27" + (20).to_bytes(4, "big")  # Maximum Packet Size
     with _connect_v5(server, "small", small) as sock:
-        sock.sendall(packet(0x34, _utf8("q") + b"\x00\x05\x00" + b"m"))  # QoS 2, id 5
+        sock.sendall(packet(0x34, string("q") + b"\x00\x05\x00" + b"m"))  # QoS 2, id 5
         assert read(sock) == (0x50, b"\x00\x05")
-        sock.sendall(packet(0x32, _utf8("q") + b"\x00\x05\x00" + b"m"))  # QoS 1, id 5
+        sock.sendall(packet(0x32, string("q") + b"\x00\x05\x00" + b"m"))  # QoS 1, id 5
         kind, body = read(sock)
         assert (kind, body[:3]) == (0x40, b"\x00\x05\x91")
         assert body[3:] in (b"", b"\x00"), body.hex()
@@ -628,13 +622,13 @@ NOT_UTF8 = b"\x00\x02\xc3\x28"  # a UTF-8 Encoded String whose second byte ends 
 
 
 def _publish_with(properties: bytes) -> bytes:
-    return packet(0x30, _utf8("a") + bytes([len(properties)]) + properties + b"x")
+    return packet(0x30, string("a") + bytes([len(properties)]) + properties + b"x")
 
 
 # Each field MQTT 5.0 makes a UTF-8 Encoded String, not UTF-8 (§1.5.4): a Malformed Packet.
 NOT_UTF8_AFTER_CONNECT = [
-    ("User Property name", _publish_with(b"\x26" + NOT_UTF8 + _utf8("v"))),  # MQTT-1.5.7-1
-    ("User Property value", _publish_with(b"\x26" + _utf8("k") + NOT_UTF8)),  # MQTT-1.5.7-1
+    ("User Property name", _publish_with(b"\x26" + NOT_UTF8 + string("v"))),  # MQTT-1.5.7-1
+    ("User Property value", _publish_with(b"\x26" + string("k") + NOT_UTF8)),  # MQTT-1.5.7-1
     ("Content Type", _publish_with(b"\x03" + NOT_UTF8)),  # MQTT-3.3.2-19
     ("Response Topic", _publish_with(b"\x08" + NOT_UTF8)),  # MQTT-3.3.2-13
     ("SUBSCRIBE filter", packet(0x82, b"\x00\x01\x00" + NOT_UTF8 + b"\x00")),  # MQTT-3.8.3-1
@@ -732,18 +726,18 @@ def test_a_will_is_published_retained_as_its_will_retain_says(
     with _connected(server, "watcher") as watcher:
         watcher.sendall(_subscribe(1, ("will/t", 0x08)))  # Retain As Published
         assert read(watcher)[0] == 0x90
-        will = b"\x00" + _utf8("will/t") + b"\x00\x01x"  # no properties, payload "x"
+        will = b"\x00" + string("will/t") + b"\x00\x01x"  # no properties, payload "x"
         with socket.create_connection((server.host, server.port), timeout=WAIT) as leaving:
-            leaving.sendall(_connect(flags, _utf8("leaver") + will))
+            leaving.sendall(_connect(flags, string("leaver") + will))
             assert read(leaving)[0] == 0x20
         # closed without DISCONNECT: the Will goes out
         kind, body = read(watcher)
-        assert (kind, body) == (0x31 if retain else 0x30, _utf8("will/t") + b"\x00x")
+        assert (kind, body) == (0x31 if retain else 0x30, string("will/t") + b"\x00x")
     with _connected(server, "late") as late:
         late.sendall(_subscribe(1, ("will/t", 0)))
         assert read(late)[0] == 0x90
         if retain:
-            assert read(late) == (0x31, _utf8("will/t") + b"\x00x")
+            assert read(late) == (0x31, string("will/t") + b"\x00x")
         else:
             assert _nothing(late)
 
@@ -757,7 +751,7 @@ def test_overlapping_subscriptions_get_the_highest_qos_and_their_identifiers(
     with _connected(server, "overlap") as sock, _connected(server, "sender") as sender:
         for packet_id, (topic_filter, qos) in ((2, ("o/#", 0)), (3, ("o/x", 2))):
             identifier = b"\x02\x0b" + bytes([packet_id])  # Subscription Identifier
-            body = packet_id.to_bytes(2, "big") + identifier + _utf8(topic_filter) + bytes([qos])
+            body = packet_id.to_bytes(2, "big") + identifier + string(topic_filter) + bytes([qos])
             sock.sendall(packet(0x82, body))
             assert read(sock) == (0x90, packet_id.to_bytes(2, "big") + b"\x00" + bytes([qos]))
         sender.sendall(_publish_qos("o/x", 2, 1, b"m"))
@@ -792,12 +786,12 @@ def test_a_topic_alias_does_not_outlive_its_connection(server: RunningServer) ->
     alias = b"\x03\x23\x00\x01"  # properties: Topic Alias 1
     first, _ = open_raw(server, "aliases")
     with first:
-        first.sendall(packet(0x30, _utf8("t") + alias + b"set") + PINGREQ)
+        first.sendall(packet(0x30, string("t") + alias + b"set") + PINGREQ)
         assert read(first) == (0xD0, b"")
     second, present = open_raw(server, "aliases")
     with second:
         assert present
-        second.sendall(packet(0x30, _utf8("") + alias + b"carried"))
+        second.sendall(packet(0x30, string("") + alias + b"carried"))
         assert _until_closed(second) == [(0xE0, b"\x82")]
 
 
@@ -824,8 +818,10 @@ def test_an_authentication_method_it_does_not_support_is_refused(server: Running
     """MQTT-4.12.0-1: boxmq has no enhanced authentication (docs/mqtt.md): a CONNECT with an
     Authentication Method gets CONNACK 0x8C Bad authentication method, then the close, and
     no AUTH."""
-    method = b"\x15" + _utf8("SCRAM-SHA-1")
-    connect = packet(0x10, _utf8("MQTT") + bytes([5, 2, 0, 30, len(method)]) + method + _utf8("a"))
+    method = b"\x15" + string("SCRAM-SHA-1")
+    connect = packet(
+        0x10, string("MQTT") + bytes([5, 2, 0, 30, len(method)]) + method + string("a")
+    )
     with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
         sock.sendall(connect)
         [(kind, body)] = _until_closed(sock)
@@ -833,7 +829,7 @@ def test_an_authentication_method_it_does_not_support_is_refused(server: Running
 
 
 BAD_PUBLISHES = [
-    ("QoS 3", bytes([0x36, 5]) + _utf8("a") + b"\x00\x01\x00", 0x81),  # MQTT-3.3.1-4
+    ("QoS 3", bytes([0x36, 5]) + string("a") + b"\x00\x01\x00", 0x81),  # MQTT-3.3.1-4
     ("'+' in the topic", _publish("a/+", b"x"), 0x90),  # MQTT-3.3.2-2, MQTT-4.7.0-1
     ("'#' in the topic", _publish("#", b"x"), 0x90),  # MQTT-3.3.2-2, MQTT-4.7.0-1
     ("a topic not UTF-8", packet(0x30, NOT_UTF8 + b"\x00x"), 0x81),  # MQTT-3.3.2-1
