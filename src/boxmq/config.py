@@ -338,10 +338,24 @@ _TOML_HINTS: Final = (
 )
 
 
+# What was left open when tomllib says only that the file ended ("at end of document"): a
+# value spread over lines, never closed (a blank line or comment after an array's last comma
+# gives "Invalid value").
+_TOML_AT_END: Final = " (at end of document)"
+_TOML_UNCLOSED_HINTS: Final = (
+    ("Unterminated string", "a string not closed: end it with the quotes it began with"),
+    ("Expected \"'", "a string not closed: end it with the quotes it began with"),
+    ("Unclosed array", "an array not closed: end it with ]"),
+    ("Invalid value", "an array not closed: end it with ]"),
+)
+
+
 def _toml_error(error: tomllib.TOMLDecodeError, text: str) -> str:
     """tomllib's message, with the line it stopped at as the file has it, and what to write
     instead where tomllib's words do not say."""
     message = str(error)
+    if message.endswith(_TOML_AT_END):
+        return _toml_error_at_end(message, text)
     found = _TOML_WHERE.fullmatch(message)
     if found is None:
         return message
@@ -350,6 +364,36 @@ def _toml_error(error: tomllib.TOMLDecodeError, text: str) -> str:
     shown = f": {lines[number - 1].strip()}" if number <= len(lines) else ""
     hint = next((hint for start, hint in _TOML_HINTS if problem.startswith(start)), None)
     return f"{message}{shown}" + (f" ({hint})" if hint else "")
+
+
+def _toml_error_at_end(message: str, text: str) -> str:
+    """A mistake tomllib found only at the file's end, which named no line. On a last line
+    without its newline (`a = 2` set twice, `data = "state`), it is the mistake the same file
+    with one has, said as for that file. Otherwise a value was opened and never closed (an
+    array, a triple-quoted string), and the line it begins on is the one after the longest
+    run of lines from the top that is still TOML: every run holding that line fails."""
+    if not text.endswith("\n"):
+        try:
+            tomllib.loads(text + "\n")
+        except tomllib.TOMLDecodeError as error:
+            return _toml_error(error, text + "\n")  # at its end again: left open above
+        return message  # TOML ends a statement at the file's end as at a newline: not reached
+    lines = text.split("\n")
+    complete = next(k for k in range(len(lines) - 1, -1, -1) if _is_toml(lines[:k]))
+    problem = message.removesuffix(_TOML_AT_END)
+    hint = next((hint for start, hint in _TOML_UNCLOSED_HINTS if problem.startswith(start)), None)
+    return (
+        f"{message}: the file ends inside what line {complete + 1} begins: "
+        f"{lines[complete].strip()}" + (f" ({hint})" if hint else "")
+    )
+
+
+def _is_toml(lines: list[str]) -> bool:
+    try:
+        tomllib.loads("\n".join(lines))
+    except tomllib.TOMLDecodeError:
+        return False
+    return True
 
 
 def _homes() -> dict[str, str]:

@@ -338,6 +338,75 @@ def test_a_toml_mistake_names_its_line_and_what_to_write(
     assert str(caught.value) == f"{path}: not valid TOML: {message}"
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # A last line without its newline (an editor or a script that writes none): tomllib
+        # says "at end of document", which named no line, and so no hint was given either.
+        (
+            'fsync = "never"\nfsync = "always"',
+            'Cannot overwrite a value (at line 2, column 17): fsync = "always" (a key set twice '
+            "in one table: keep one of them)",
+        ),
+        (
+            'data = "state',
+            "Illegal character '\\n' (at line 1, column 14): data = \"state (a string not closed "
+            'on its line: end it with its quote ("))',
+        ),
+        (
+            "fsync = never",
+            "Invalid value (at line 1, column 9): fsync = never (a string goes in double quotes: "
+            'fsync = "never", sweep_interval = "30s")',
+        ),
+        ("[mqtt", "Expected ']' at the end of a table declaration (at line 1, column 6): [mqtt"),
+        (
+            "x = [\n  5,",
+            "Invalid value (at end of document): the file ends inside what line 1 begins: "
+            "x = [ (an array not closed: end it with ])",
+        ),
+    ],
+)
+def test_a_toml_mistake_on_a_last_line_without_its_newline_is_named_as_with_one(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(InvalidArgument) as caught:
+        load_config(path)
+    assert str(caught.value) == f"{path}: not valid TOML: {message}"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # Something opened and never closed: the file ends inside it, and the line that opened
+        # it is named, not the end (which may be far below it).
+        (
+            'data = """state\nfsync = "never"\nsweep_interval = 2',
+            "Unterminated string (at end of document): the file ends inside what line 1 "
+            'begins: data = """state (a string not closed: end it with the quotes it began '
+            "with)",
+        ),
+        (
+            "fsync = 'never'\n[mqtt.limits]\nmax_connections = [\n  5,\n",
+            "Invalid value (at end of document): the file ends inside what line 3 begins: "
+            "max_connections = [ (an array not closed: end it with ])",
+        ),
+        (
+            "fsync = 'never'\nx = [\n  5\n# end",
+            "Unclosed array (at end of document): the file ends inside what line 2 begins: "
+            "x = [ (an array not closed: end it with ])",
+        ),
+    ],
+)
+def test_a_toml_value_never_closed_names_the_line_it_begins_on(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = _write(tmp_path, text + "\n")
+    with pytest.raises(InvalidArgument) as caught:
+        load_config(path)
+    assert str(caught.value) == f"{path}: not valid TOML: {message}"
+
+
 def test_a_missing_file(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match=r"config file .*none.toml does not exist"):
         load_config(tmp_path / "none.toml")
