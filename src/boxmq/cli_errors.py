@@ -7,9 +7,16 @@ import errno
 import os
 
 
-def os_error(error: OSError, data: str, *, listener: str = "--mqtt HOST:PORT") -> str:
+def os_error(
+    error: OSError,
+    data: str,
+    *,
+    listener: str = "--mqtt HOST:PORT",
+    root: str = "--data folder",
+) -> str:
     """One line for an error of the system: what failed, where, and what to change.
-    `listener`: the setting a listener that cannot bind came from."""
+    `listener`: the setting a listener that cannot bind came from; `root`: the one the root
+    folder `data` came from."""
     what = error.strerror or str(error)
     hint = _hint(error).format(listener=listener)
     if error.filename is None:  # e.g. a listener: asyncio names the address in strerror
@@ -19,7 +26,7 @@ def os_error(error: OSError, data: str, *, listener: str = "--mqtt HOST:PORT") -
         # makedirs on a link to nothing (or to itself): no file stands there to move away
         hint = f": a symbolic link to {os.readlink(where)}, which is no folder; make that folder"
     if hint and _within(where, data):
-        hint += " (or choose another --data folder)"
+        hint += f" (or choose another {root})"
     if error.filename2 is not None:
         where += f" -> {os.fsdecode(error.filename2)}"
     return f"{where}: {what}{hint}"

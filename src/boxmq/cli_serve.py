@@ -317,6 +317,13 @@ def serve(args: argparse.Namespace) -> int:
     sockets = None if mqtt is None else _bind_listeners(args, config, mqtt)
     try:
         _serve_root(args, config, mqtt, sockets, xmpp)
+    except OSError as error:
+        if not config.data_from_file or isinstance(error, BrokenPipeError):
+            raise  # said by `main`, which names --data
+        # A root the file named (read-only, not this user's, a full disk): the key to change,
+        # as a listener's address in use names its table.
+        root = f"data in {config.source}"
+        raise InvalidArgument(cli_errors.os_error(error, str(config.data), root=root)) from None
     finally:
         if sockets is not None:
             from boxmq.mqtt.server import close_sockets

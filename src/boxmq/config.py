@@ -147,6 +147,7 @@ class ServeConfig:
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     source: Path | None = None  # the file it was read from
     listeners_from_file: bool = False  # mqtt.listeners are the file's [[mqtt.listener]] tables
+    data_from_file: bool = False  # `data` is the file's (an error of the root names that key)
     fsync_interval_from_file: bool = False  # the file gave fsync_interval (`unused_settings`)
     # The file set nothing: 0 bytes, comments or empty tables only (the start-up log says so).
     file_sets_nothing: bool = False
@@ -188,7 +189,7 @@ class ServeConfig:
         were not opened (cli_serve.replaced_listeners)."""
         changed = self
         if data is not None:
-            changed = dataclasses.replace(changed, data=Path(data))
+            changed = dataclasses.replace(changed, data=Path(data), data_from_file=False)
         if fsync is not None:
             if fsync not in FSYNC_POLICIES:
                 raise InvalidArgument(f"fsync {fsync!r}: choose one of {', '.join(FSYNC_POLICIES)}")
@@ -261,6 +262,7 @@ def load_config(
         mqtt=mqtt,
         source=source,
         listeners_from_file=listed,
+        data_from_file=data is not None,
         fsync_interval_from_file=fsync_interval is not None,
         file_sets_nothing=_sets_nothing(document),
     )

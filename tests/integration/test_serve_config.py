@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from harness.ports import free_port, free_ports
 from harness.stopping import stop
+from tests.diskfull import small_disk
 from tests.processes import dead_token
 
 import boxmq
@@ -256,6 +257,29 @@ def test_polling_from_the_file_and_a_typed_flag_over_it(tmp_path: Path) -> None:
     assert "new files found by inotify" in log
     log = _serve_until_ready("serve", "--mqtt", "127.0.0.1:0", "--polling", cwd=tmp_path)
     assert "new files found by polling" in log
+
+
+def test_a_root_of_the_file_that_cannot_be_made_names_the_key_it_came_from(
+    tmp_path: Path,
+) -> None:
+    """As a listener's address in use names its table: the line said neither `data` nor the
+    file, and the hint that --data gets (`or choose another --data folder`) was lost, the
+    error checked against the default ./data rather than the file's folder."""
+    config = tmp_path / "etc" / "boxmq.toml"
+    config.parent.mkdir()
+    config.write_text('data = "../disk/data"\n')
+    with small_disk(tmp_path / "disk") as disk, disk.read_only():
+        done = _boxmq("serve", "--config", str(config), "--no-mqtt", cwd=tmp_path)
+        typed = _boxmq("--data", str(disk.path / "data"), "serve", "--no-mqtt", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().endswith(
+        "Read-only file system: the file system is read-only; mount it writable "
+        f"(or choose another data in {config})"
+    ), done.stderr
+    # A --data typed over the file is the one to change: said as before.
+    assert typed.returncode == 1, typed.stderr
+    assert typed.stderr.strip().endswith("(or choose another --data folder)"), typed.stderr
+    assert "Traceback" not in done.stderr + typed.stderr
 
 
 def test_a_port_in_use_names_the_setting_it_came_from(tmp_path: Path) -> None:

@@ -585,7 +585,11 @@ def test_the_example_in_the_repository_loads() -> None:
     assert config.exactly_once == ExactlyOnceLimits()  # and so does it here
     defaults = ServeConfig(data=REPO / "data")  # "./data", from the file's folder
     assert config.listeners_from_file  # it lists one: a bind error names mqtt.listener[1]
-    unlisted = dataclasses.replace(config, mqtt=ServeConfig().mqtt, listeners_from_file=False)
+    assert config.data_from_file  # it sets data: an error of the root names that key
+    assert not config.override(data="elsewhere").data_from_file  # --data typed: that flag
+    unlisted = dataclasses.replace(
+        config, mqtt=ServeConfig().mqtt, listeners_from_file=False, data_from_file=False
+    )
     assert dataclasses.replace(unlisted, source=None) == defaults
 
 
@@ -606,7 +610,8 @@ def test_the_example_shows_every_key_of_the_settings() -> None:
     written = set(re.findall(r"^(?:# )?(\w+) *=", text, re.MULTILINE))
     not_keys = {
         "ServeConfig": {"source", "listeners_from_file", "group_dispatch", "exactly_once"}
-        | {"security", "mqtt", "fsync_interval_from_file", "file_sets_nothing"},
+        | {"security", "mqtt", "fsync_interval_from_file", "file_sets_nothing"}
+        | {"data_from_file"},
         "MqttSettings": {"listeners", "limits", "authenticator", "authorizer"},
         "Listener": {"ssl", "identity_as_username"},  # written tls = {...}, with it
         "Security": set(),
