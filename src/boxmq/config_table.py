@@ -153,7 +153,19 @@ class Table:
             raise self.error(key, "expected a file name, got an empty string")
         if "\0" in value:  # a TOML "\u0000": no file name holds one (open() raised ValueError)
             raise self.error(key, "a file name cannot hold a NUL character (\\u0000)")
-        return self._source.parent / Path(value).expanduser()
+        try:
+            named = Path(value).expanduser()
+        except RuntimeError:
+            # "~ada/state" of a user this machine does not have (or "~" with neither $HOME
+            # nor a user entry): pathlib raised RuntimeError, which serve showed as a traceback.
+            user = value[1:].partition("/")[0]
+            missing = (
+                f"this machine has no user {user}, whose home folder ~{user} names"
+                if user
+                else "this user has no home folder for ~ to name ($HOME is not set)"
+            )
+            raise self.error(key, f"{value!r}: {missing}: write its full path") from None
+        return self._source.parent / named
 
     def table(self, key: str) -> Table:
         value = self._take(key)

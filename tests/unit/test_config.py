@@ -236,6 +236,13 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ('[security]\npassword_file = "pw\\u0000"', "password_file: a file name cannot hold a"),
         ('[security]\nacl_file = "acl\\u0000"', "security.acl_file: a file name cannot hold a"),
         ('data = "state\\u0000"', "data: a file name cannot hold a NUL character (\\u0000)"),
+        # The home of a user this machine does not have: expanduser's RuntimeError, a traceback.
+        (
+            'data = "~no-such-boxmq-user/state"',
+            "data: '~no-such-boxmq-user/state': this machine has no user no-such-boxmq-user, "
+            "whose home folder ~no-such-boxmq-user names: write its full path",
+        ),
+        ("[security]\nacl_file = '~no-such-boxmq-user/acl'", "security.acl_file: '~no-such-"),
         # The key whose file is wrong, as for TLS files, not only its table.
         ("[security]\nallow_anonymous = false", "security.allow_anonymous: false needs a passw"),
         ("[security]\nacl_file = 'nope'", "security.acl_file: ACL file "),
