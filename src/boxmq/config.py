@@ -89,6 +89,15 @@ LIMITS_LOWEST: Final = {
 # Integer limits that count seconds (MQTT's Keep Alive and Session Expiry Interval are whole
 # seconds): written as durations too, "1h", as the file's other times are.
 LIMITS_IN_SECONDS: Final = ("max_keepalive", "max_session_expiry")
+# The limits of [mqtt.limits] and [exactly_once] that count bytes: one written with a unit
+# ("1MB", as other brokers' files take it) is told its bytes.
+IN_BYTES: Final = (
+    "max_packet_size",
+    "max_queued_bytes",
+    "max_bytes_per_source",
+    "max_bytes_total",
+    "max_message_size",
+)
 # Limits that v5 clients are told in CONNACK, or that they ask for, fit that field (MQTT 5.0
 # §3.2.2.3): two-byte integers, four-byte ones. Maximum Packet Size stops at the largest
 # Remaining Length (a few bytes under the largest packet): paho refuses a CONNACK above it.
@@ -475,7 +484,7 @@ _EXACTLY_ONCE_SECONDS: Final = ("pending_ttl", "done_ttl")
 def _exactly_once(table: Table, base: ExactlyOnceLimits) -> ExactlyOnceLimits:
     values: dict[str, Any] = {}  # ints for counts, floats for seconds
     for name in _EXACTLY_ONCE_COUNTS:
-        count = table.integer(name, low=0)
+        count = table.integer(name, low=0, in_bytes=name in IN_BYTES)
         if count is not None:
             values[name] = count
     for name in _EXACTLY_ONCE_SECONDS:
@@ -619,7 +628,10 @@ def _limits(table: Table, base: Limits) -> Limits:
             low = LIMITS_LOWEST.get(limit.name, 1)
             high = LIMITS_HIGHEST.get(limit.name)
             seconds = limit.name in LIMITS_IN_SECONDS
-            value = table.integer(limit.name, low=low, high=high, seconds=seconds)
+            in_bytes = limit.name in IN_BYTES
+            value = table.integer(
+                limit.name, low=low, high=high, seconds=seconds, in_bytes=in_bytes
+            )
         if value is not None:
             values[limit.name] = value
     table.finish()

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Iterator, Mapping
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -77,10 +79,17 @@ class Table:
         return value
 
     def integer(
-        self, key: str, *, low: int, high: int | None = None, seconds: bool = False
+        self,
+        key: str,
+        *,
+        low: int,
+        high: int | None = None,
+        seconds: bool = False,
+        in_bytes: bool = False,
     ) -> int | None:
         """An integer from `low` to `high`; `seconds`: a count of whole seconds, which may
-        also be written as a duration ("60s", "7d"), as the other times of the file are."""
+        also be written as a duration ("60s", "7d"), as the other times of the file are;
+        `in_bytes`: a size, whose error says the bytes of one written with a unit ("1MB")."""
         value = written = self._take(key)
         if value is None:
             return None
@@ -90,7 +99,8 @@ class Table:
                 raise self.error(key, f"{value!r} is not a whole number of seconds")
             value = int(duration)
         if isinstance(value, bool) or not isinstance(value, int):  # bool is an int subclass
-            raise self.error(key, f"expected an integer, got {_kind(value)}{_as_integer(value)}")
+            hint = (_as_bytes(value) if in_bytes else "") or _as_integer(value)
+            raise self.error(key, f"expected an integer, got {_kind(value)}{hint}")
         if value < low or (high is not None and value > high):
             bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
             if isinstance(written, str):  # a duration: its limits in seconds and in its unit
@@ -219,6 +229,30 @@ def _as_integer(value: object) -> str:
     if isinstance(value, float):
         return f" ({value!r})"
     return ""
+
+
+# A size with a unit, as other brokers' files take it ("1MB", "64MiB", "256 kb").
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt])(i?)b?\s*", re.IGNORECASE)
+
+
+def _as_bytes(value: object) -> str:
+    """The bytes of a size written with a unit, "" for anything else. "MiB" is 1024 * 1024;
+    "MB" (or "M") may be meant either way, so both are said."""
+    found = _SIZE.fullmatch(value) if isinstance(value, str) else None
+    if found is None:
+        return ""
+    number, power = Fraction(found[1]), "kmgt".index(found[2].lower()) + 1
+    binary, decimal = number * 1024**power, number * 1000**power
+    unit = "kMGT"[power - 1]
+    if found[3]:  # "MiB"
+        if binary.denominator != 1:
+            return ""
+        return f" ({value!r}): write {binary}, a number of bytes without a unit"
+    if decimal.denominator != 1 or binary.denominator != 1:
+        return ""
+    names = ((decimal, f"{unit}B"), (binary, f"{unit.upper()}iB"))
+    said = [f"{n} ({found[1]} {name})" for n, name in names]
+    return f" ({value!r}): write {said[0]}, or {said[1]}, a number of bytes without a unit"
 
 
 def _kind(value: object) -> str:

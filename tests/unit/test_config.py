@@ -265,6 +265,23 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[[mqtt.listener]]\nprot = 1883", "listener[1].prot: unknown key: did you mean port?"),
         ("[mqtt]\nmax_conections = 5", "did you mean max_connections in [mqtt.limits]?"),
         ("colour = 'blue'", "colour: unknown key (check its spelling and its table)"),
+        # A size with a unit, as other brokers take it: the bytes to write instead.
+        (
+            "[mqtt.limits]\nmax_queued_bytes = '64MiB'",
+            "max_queued_bytes: expected an integer, got a string ('64MiB'): write 67108864, "
+            "a number of bytes without a unit",
+        ),
+        (
+            "[exactly_once]\nmax_message_size = '1MB'",
+            "max_message_size: expected an integer, got a string ('1MB'): write 1000000 "
+            "(1 MB), or 1048576 (1 MiB), a number of bytes without a unit",
+        ),
+        (
+            "[mqtt.limits]\nmax_packet_size = '256 kb'",
+            "got a string ('256 kb'): write 256000 (256 kB), or 262144 (256 KiB), a number",
+        ),
+        # Not a size: no bytes are said of it.
+        ("[mqtt.limits]\nmax_connections = '10k'", "max_connections: expected an integer, got a"),
         # TOML's booleans are bare words.
         ("keep_processed = 'true'", "got a string ('true'): write true, without quotes"),
         ("polling = 'yes'", "polling: expected true or false, got a string"),
