@@ -423,7 +423,25 @@ def _homes() -> dict[str, str]:
         ("in [mqtt]", ("response_information", "sys_interval", "listener", "limits")),
         ("at the top of the file, above the first [table] header", _TOP_KEYS),
     ]
-    return {key: home for home, keys in tables for key in keys}
+    homes = {key: home for home, keys in tables for key in keys}
+    # A table's name is no key written above a header: `[mqtt.security]` is [security] under
+    # the wrong header, and "above the first [table] header" would send it where it cannot go.
+    for table, header in _TABLE_HEADERS.items():
+        kind = "" if header.endswith(" tables") else "the table "
+        where = homes[table].removesuffix(", above the first [table] header")
+        homes[table] = f"{where}, as {kind}{header}"
+    return homes
+
+
+# The keys of the file that are tables, and the header each is written with.
+_TABLE_HEADERS: Final = {
+    "share_groups": "[share_groups.<group>] tables",
+    "exactly_once": "[exactly_once]",
+    "security": "[security]",
+    "mqtt": "[mqtt]",
+    "listener": "[[mqtt.listener]] tables",
+    "limits": "[mqtt.limits]",
+}
 
 
 # The keys of the file outside any table, as load_config reads them (a test checks they agree).

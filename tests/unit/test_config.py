@@ -260,6 +260,16 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
             "[[mqtt.listener]]\nkey = 'k'",
             "listener[1].key: not a key of this table: it goes in a listener's tls table",
         ),
+        # A table under the wrong header: its own header, not "above the first [table] header".
+        (
+            "[mqtt.security]\nacl_file = 'acl'",
+            "mqtt.security: not a key of this table: it goes at the top of the file, as the "
+            "table [security]",
+        ),
+        ("[[listener]]\nport = 1", "listener: not a key of the top of the file: it goes in [mq"),
+        ("[[listener]]\nport = 1", "it goes in [mqtt], as [[mqtt.listener]] tables"),
+        ("[limits]\nmax_queued = 5", "limits: not a key of the top of the file: it goes in [mq"),
+        ("[limits]\nmax_queued = 5", "it goes in [mqtt], as the table [mqtt.limits]"),
         # A misspelt key: the one meant, and its table when it is another.
         ("fsyn = 'never'", "fsyn: unknown key: did you mean fsync?"),
         ("[[mqtt.listener]]\nprot = 1883", "listener[1].prot: unknown key: did you mean port?"),
