@@ -240,6 +240,15 @@ def load_config(
     exactly_once = _exactly_once(top.table("exactly_once"), base.exactly_once)
     security = _security(top.table("security"), base.security)
     mqtt = _mqtt(top.table("mqtt"), base.mqtt)
+    if top.has("xmpp"):
+        # Set with flags only: "unknown key (check its spelling ...)" sent a user looking for
+        # a typo in a table that has no right spelling.
+        raise top.error(
+            "xmpp",
+            "the XMPP component has no keys in the file: give serve its flags "
+            "(--xmpp-component NAME, --xmpp-server HOST:PORT, --xmpp-secret-file FILE; "
+            "docs/xmpp.md)",
+        )
     top.finish()
     # Each error names its key, as a TLS file's does: the file at fault, or allow_anonymous.
     try:

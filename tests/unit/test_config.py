@@ -270,6 +270,13 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[[listener]]\nport = 1", "it goes in [mqtt], as [[mqtt.listener]] tables"),
         ("[limits]\nmax_queued = 5", "limits: not a key of the top of the file: it goes in [mq"),
         ("[limits]\nmax_queued = 5", "it goes in [mqtt], as the table [mqtt.limits]"),
+        # No typo to look for: the XMPP component is set with flags (docs/configuration.md).
+        (
+            "[xmpp]\ncomponent = 'pubsub.example.org'",
+            "xmpp: the XMPP component has no keys in the file: give serve its flags "
+            "(--xmpp-component NAME, --xmpp-server HOST:PORT, --xmpp-secret-file FILE; "
+            "docs/xmpp.md)",
+        ),
         # A misspelt key: the one meant, and its table when it is another.
         ("fsyn = 'never'", "fsyn: unknown key: did you mean fsync?"),
         ("[[mqtt.listener]]\nprot = 1883", "listener[1].prot: unknown key: did you mean port?"),
