@@ -355,6 +355,10 @@ _TOML_HINTS: Final = (
     ("Invalid value", 'a string goes in double quotes: fsync = "never", sweep_interval = "30s"'),
     ("Illegal character '\\n'", 'a string not closed on its line: end it with its quote (")'),
     ("Expected newline or end of document", "one key = value a line"),
+    (
+        "Expected '=' after a key",
+        'one key = value a line, the key one word: fsync = "never", max_connections = 5',
+    ),
 )
 
 
@@ -381,9 +385,36 @@ def _toml_error(error: tomllib.TOMLDecodeError, text: str) -> str:
         return message
     problem, number = found[1], int(found[2])
     lines = text.split("\n")  # TOML's lines: splitlines() also ends one at U+2028 or \x85
-    shown = f": {lines[number - 1].strip()}" if number <= len(lines) else ""
-    hint = next((hint for start, hint in _TOML_HINTS if problem.startswith(start)), None)
+    line = lines[number - 1].strip() if number <= len(lines) else ""
+    shown = f": {line}" if line else ""
+    hint = _toml_hint(problem, line)
     return f"{message}{shown}" + (f" ({hint})" if hint else "")
+
+
+# Booleans as Python, YAML or an INI file write them, which TOML reads as no value at all.
+_BOOLEAN_WORDS: Final = ("true", "false", "yes", "no", "on", "off")
+# A number with its unit and no quotes (sweep_interval = 30s): TOML reads the number, then
+# finds more on the line.
+_UNQUOTED_UNIT: Final = re.compile(r"[0-9][0-9_.]*\s*[A-Za-z]+")
+
+
+def _toml_hint(problem: str, line: str) -> str | None:
+    """What to write instead of `line`, where tomllib stopped with `problem`; the value's
+    mistakes first, which tomllib's words name least."""
+    key, equals, value = line.partition("=")
+    key, value = key.strip(), value.partition("#")[0].strip()
+    if equals and problem.startswith("Invalid value") and value.lower() in _BOOLEAN_WORDS:
+        return "a boolean is true or false, in lower case and without quotes"
+    if equals and problem.startswith("Expected newline") and _UNQUOTED_UNIT.fullmatch(value):
+        written = value.replace(" ", "")
+        return f'a value with a unit is a string, in double quotes: {key} = "{written}"'
+    if equals and problem.startswith("Unescaped '\\'") and value.startswith('"'):
+        plain = value.strip('"')
+        return (
+            'a backslash begins an escape in a "..." string: write it in single quotes, where '
+            f"it is plain, '{plain}'"
+        )
+    return next((hint for start, hint in _TOML_HINTS if problem.startswith(start)), None)
 
 
 def _toml_error_at_end(message: str, text: str) -> str:

@@ -362,6 +362,37 @@ def test_errors_name_the_file_and_the_key(tmp_path: Path, text: str, message: st
             'on its line: end it with its quote ("))',
         ),
         ("[mqtt", "Expected ']' at the end of a table declaration (at line 1, column 6): [mqtt"),
+        # Python's and YAML's booleans: not strings to quote.
+        (
+            "keep_processed = True",
+            "Invalid value (at line 1, column 18): keep_processed = True (a boolean is true or "
+            "false, in lower case and without quotes)",
+        ),
+        (
+            "polling = yes  # NFS",
+            "Invalid value (at line 1, column 11): polling = yes  # NFS (a boolean is true or "
+            "false, in lower case and without quotes)",
+        ),
+        # A duration without its quotes was told "one key = value a line".
+        (
+            "sweep_interval = 30s  # every half minute",
+            "Expected newline or end of document after a statement (at line 1, column 20): "
+            "sweep_interval = 30s  # every half minute (a value with a unit is a string, in "
+            'double quotes: sweep_interval = "30s")',
+        ),
+        # YAML's colon, or a key of two words.
+        (
+            'fsync: "never"',
+            "Expected '=' after a key in a key/value pair (at line 1, column 6): fsync: \"never\" "
+            '(one key = value a line, the key one word: fsync = "never", max_connections = 5)',
+        ),
+        # A Windows path: a backslash begins an escape in a "..." string.
+        (
+            'data = "D:\\srv"',
+            "Unescaped '\\' in a string (at line 1, column 13): data = \"D:\\srv\" (a "
+            'backslash begins an escape in a "..." string: write it in single quotes, where it '
+            "is plain, 'D:\\srv')",
+        ),
         (
             # TOML ends a line at \n alone: a comment's U+2028 (or \x85) showed the line above
             '# the data\u2028folder\ndata = "a"\ndata = "b"',
