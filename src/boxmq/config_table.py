@@ -94,7 +94,15 @@ class Table:
         if value is None:
             return None
         if seconds and isinstance(value, str):
-            duration = self._duration(key, value)
+            try:
+                duration = self._duration(key, value)
+            except InvalidArgument as error:
+                if high is None or high <= LONGEST or "(100 years)" not in str(error):
+                    raise  # a duration mistyped, or a limit a duration can say
+                # max_session_expiry's largest (0xFFFFFFFF: never, to MQTT) is no duration.
+                raise InvalidArgument(
+                    f"{error}; or write {high}, the most it takes, as an integer"
+                ) from None
             if not duration.is_integer():
                 raise self.error(key, f"{value!r} is not a whole number of seconds")
             value = int(duration)

@@ -316,6 +316,13 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ),
         ("sweep_interval = '0ms'", "sweep_interval: '0ms' is not a positive number of seconds"),
         ("[mqtt.limits]\nmax_session_expiry = 'x'", "max_session_expiry: bad duration 'x'"),
+        ("[mqtt.limits]\nmax_session_expiry = '1x'", "use a number of seconds in digits 0-9, or o"),
+        # Its largest, "never" to MQTT (0xFFFFFFFF, 136 years), is past what a duration says.
+        (
+            "[mqtt.limits]\nmax_session_expiry = '49711d'",
+            "max_session_expiry: bad duration '49711d': at most 36500d (100 years); or write "
+            "4294967295, the most it takes, as an integer",
+        ),
         ("[mqtt.limits]\nmax_connections = '10s'", "max_connections: expected an integer, got"),
         # A choice mistyped: the one meant.
         ("fsync = 'allways'", "'allways' is not one of always, interval, never: did you mean 'al"),
