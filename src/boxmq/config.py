@@ -53,6 +53,7 @@ import re
 import shlex
 import ssl
 import tomllib
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -629,6 +630,10 @@ def _check_host(table: Table, host: str) -> None:
     does not resolve: say what to write instead."""
     if "\0" in host:  # a TOML "\u0000": serve's start failed with a ValueError's traceback
         raise table.error("host", f"{host!r} holds a NUL character (\\u0000): no host name does")
+    if host != host.strip():  # " 127.0.0.1": the resolver's "name or service not known"
+        raise table.error("host", f"{host!r} has spaces around it: write host = {host.strip()!r}")
+    if "://" in host:  # "mqtt://0.0.0.0:1883", as a client's broker address is written
+        _check_url(table, host)
     name, colon, port = host.rpartition(":")
     bracketed = name.startswith("[") and name.endswith("]")  # "[::1]:1883"
     if colon and (":" not in name or bracketed) and port.isascii() and port.isdigit():
@@ -640,6 +645,18 @@ def _check_host(table: Table, host: str) -> None:
         raise table.error(
             "host", f"{host!r}: write the IPv6 address without brackets, host = {host[1:-1]!r}"
         )
+
+
+def _check_url(table: Table, host: str) -> None:
+    """A listener's address written as a URL: the host and port to write instead."""
+    url = urllib.parse.urlsplit(host)
+    try:
+        port = url.port
+    except ValueError:  # a port that is no number, or past 65535: the host alone is said
+        port = None
+    name = url.hostname or ""
+    write = f"host = {name!r}" + (f" and port = {port}" if port is not None else "")
+    raise table.error("host", f"{host!r} is a URL: write {write}" if name else f"{host!r} is a URL")
 
 
 def _tls(table: Table) -> tuple[ssl.SSLContext, bool]:

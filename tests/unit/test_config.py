@@ -220,6 +220,16 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[[mqtt.listener]]\nhost = '0.0.0.0:1883'", "[1].host: '0.0.0.0:1883' holds a port: wr"),
         ("[[mqtt.listener]]\nhost = '[::1]'", "host: '[::1]': write the IPv6 address without"),
         ("[[mqtt.listener]]\nhost = '[::1]:1883'", "holds a port: write host = '::1' and port"),
+        # A URL, or spaces around the address: no host name, refused at the resolver.
+        (
+            "[[mqtt.listener]]\nhost = 'mqtt://0.0.0.0:1883'",
+            "[1].host: 'mqtt://0.0.0.0:1883' is a URL: write host = '0.0.0.0' and port = 1883",
+        ),
+        ("[[mqtt.listener]]\nhost = 'tcp://[::1]'", "'tcp://[::1]' is a URL: write host = '::1'"),
+        (
+            "[[mqtt.listener]]\nhost = ' 127.0.0.1'",
+            "[1].host: ' 127.0.0.1' has spaces around it: write host = '127.0.0.1'",
+        ),
         # No CONNECT fits in less: every client would be refused by a broker that started.
         ("[mqtt.limits]\nmax_packet_size = 1", "max_packet_size: 1 is out of range: use from 20"),
         ("[mqtt.limits]\nmax_packet_size = 19", "max_packet_size: 19 is out of range"),
