@@ -72,9 +72,10 @@ class Table:
     def boolean(self, key: str) -> bool | None:
         value = self._take(key)
         if value is not None and not isinstance(value, bool):
-            # `keep_processed = "true"`: TOML's booleans are bare words.
-            bare = isinstance(value, str) and value.strip().lower() in ("true", "false")
-            fix = f" ({value!r}): write {value.strip().lower()}, without quotes" if bare else ""
+            # `keep_processed = "true"`: TOML's booleans are bare words; "yes" and "off" are
+            # YAML's and INI files'.
+            word = _BOOLEANS.get(value.strip().lower()) if isinstance(value, str) else None
+            fix = f" ({value!r}): write {word}, without quotes" if word else ""
             raise self.error(key, f"expected true or false, got {_kind(value)}{fix}")
         return value
 
@@ -225,6 +226,11 @@ class Table:
         # it, so a top-level key written below [mqtt] is mqtt's.
         where = "this table" if self._path else "the top of the file"
         raise self.error(unknown[0], f"not a key of {where}: it goes {home}")
+
+
+# What a boolean written as a string means: TOML's own words quoted, and other formats'.
+_BOOLEANS = {"true": "true", "false": "false", "yes": "true", "no": "false"}
+_BOOLEANS |= {"on": "true", "off": "false"}
 
 
 def _as_integer(value: object) -> str:

@@ -311,7 +311,9 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[mqtt.limits]\nmax_connections = '10k'", "max_connections: expected an integer, got a"),
         # TOML's booleans are bare words.
         ("keep_processed = 'true'", "got a string ('true'): write true, without quotes"),
-        ("polling = 'yes'", "polling: expected true or false, got a string"),
+        ("polling = 'yes'", "polling: expected true or false, got a string ('yes'): write true"),
+        ("keep_processed = 'Off'", "got a string ('Off'): write false, without quotes"),
+        ("polling = 'maybe'", "polling: expected true or false, got a string"),
         # Whole seconds, written as a duration too: not a fraction of one.
         ("[mqtt.limits]\nmax_keepalive = '1500ms'", "'1500ms' is not a whole number of seconds"),
         # Out of range: the limit in seconds and in the unit the user wrote.
