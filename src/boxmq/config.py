@@ -402,6 +402,8 @@ _UNQUOTED_UNIT: Final = re.compile(r"[0-9][0-9_.]*\s*[A-Za-z]+")
 def _toml_hint(problem: str, line: str) -> str | None:
     """What to write instead of `line`, where tomllib stopped with `problem`; the value's
     mistakes first, which tomllib's words name least."""
+    if problem.startswith("Invalid statement") and line.startswith((";", "//")):
+        return f"a comment begins with #: # {line.lstrip(';/').strip()}"  # an INI file's, C's
     key, equals, value = line.partition("=")
     key, value = key.strip(), value.partition("#")[0].strip()
     if equals and problem.startswith("Invalid value") and value.lower() in _BOOLEAN_WORDS:

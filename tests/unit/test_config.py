@@ -399,6 +399,17 @@ def test_errors_name_the_file_and_the_key(tmp_path: Path, text: str, message: st
             "sweep_interval = 30s  # every half minute (a value with a unit is a string, in "
             'double quotes: sweep_interval = "30s")',
         ),
+        # An INI file's comment, or C's: TOML's begin with #.
+        (
+            "; the root\ndata = 'd'",
+            "Invalid statement (at line 1, column 1): ; the root (a comment begins with #: "
+            "# the root)",
+        ),
+        (
+            "// the root\ndata = 'd'",
+            "Invalid statement (at line 1, column 1): // the root (a comment begins with #: "
+            "# the root)",
+        ),
         # YAML's colon, or a key of two words.
         (
             'fsync: "never"',
