@@ -424,8 +424,8 @@ def _toml_error_at_end(message: str, text: str) -> str:
     """A mistake tomllib found only at the file's end, which named no line. On a last line
     without its newline (`a = 2` set twice, `data = "state`), it is the mistake the same file
     with one has, said as for that file. Otherwise a value was opened and never closed (an
-    array, a triple-quoted string), and the line it begins on is the one after the longest
-    run of lines from the top that is still TOML: every run holding that line fails."""
+    array, a triple-quoted string), and the line it begins on is the last `key = ` line whose
+    lines above are TOML: every run of lines from the top holding it fails."""
     if not text.endswith("\n"):
         try:
             tomllib.loads(text + "\n")
@@ -433,13 +433,22 @@ def _toml_error_at_end(message: str, text: str) -> str:
             return _toml_error(error, text + "\n")  # at its end again: left open above
         return message  # TOML ends a statement at the file's end as at a newline: not reached
     lines = text.split("\n")
-    complete = next(k for k in range(len(lines) - 1, -1, -1) if _is_toml(lines[:k]))
+    # A value begins on a `key = ` line: only those are tried (a long array's items are not),
+    # and no more than _TOML_TRIES of them, each a parse of the lines above it: a file given
+    # to --config by mistake (thousands of lines) is not parsed thousands of times.
+    begins = [k for k in range(len(lines) - 1, -1, -1) if "=" in lines[k]][:_TOML_TRIES]
+    complete = next((k for k in begins if _is_toml(lines[:k])), None)
+    if complete is None:
+        return message
     problem = message.removesuffix(_TOML_AT_END)
     hint = next((hint for start, hint in _TOML_UNCLOSED_HINTS if problem.startswith(start)), None)
     return (
         f"{message}: the file ends inside what line {complete + 1} begins: "
         f"{lines[complete].strip()}" + (f" ({hint})" if hint else "")
     )
+
+
+_TOML_TRIES: Final = 100
 
 
 def _is_toml(lines: list[str]) -> bool:

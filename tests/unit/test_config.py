@@ -494,6 +494,12 @@ def test_a_toml_mistake_on_a_last_line_without_its_newline_is_named_as_with_one(
             "max_connections = [ (an array not closed: end it with ])",
         ),
         (
+            # Its items are not tried as beginnings: a parse of the lines above each of 3,000.
+            "x = [\n" + "  5,\n" * 3000,
+            "Invalid value (at end of document): the file ends inside what line 1 begins: "
+            "x = [ (an array not closed: end it with ])",
+        ),
+        (
             "fsync = 'never'\nx = [\n  5\n# end",
             "Unclosed array (at end of document): the file ends inside what line 2 begins: "
             "x = [ (an array not closed: end it with ])",
