@@ -90,6 +90,8 @@ def _peek_row(peeked: Peeked, *, now: float, as_json: bool) -> dict[str, Any]:
         row["correlation-id"] = correlation_id
     if (reply_to := peeked.reply_to) is not None:
         row["reply-to"] = reply_to
+    if (kind := envelope.type) is not None:  # `put --type`, which `get` shows as `type`
+        row["type"] = kind
     if envelope.expiration:  # as `get` shows it: when it goes to expired/ unless taken
         row["expires"] = output.expires(envelope.expiration)
     if (ready_at := envelope.not_before) > now:
