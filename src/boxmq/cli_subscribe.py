@@ -261,6 +261,8 @@ def _print_message(args: argparse.Namespace, message: Message) -> None:
             record["correlation-id"] = correlation_id
         if (reply_to := message.reply_to) is not None:
             record["reply-to"] = reply_to
+        if message.expiration:  # a publish --expires-in (an MQTT Message Expiry), as get shows it
+            record["expires"] = output.expires(message.envelope.expiration)
         output.out(output.to_json(record), flush=True)
     else:
         # The topic escaped, as get's header and the tables are (MQTT lets it hold a newline,
