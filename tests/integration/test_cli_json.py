@@ -1,12 +1,55 @@
-"""What `--json` prints, parsed as a script parses it."""
+"""What `--json` prints, parsed as a script parses it: every command's document holds the
+keys docs/cli.md's "JSON output" table names for it, and its times are in the one format."""
 
 from __future__ import annotations
 
 import datetime
 import json
+import re
 from pathlib import Path
+from typing import Any
 
-from tests.integration.test_cli import ok
+from tests.integration.test_cli import boxmq_cli, ok
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+
+# The keys whose values are times (UTC, to the second), in every command that has them.
+TIMES = {"lock-until", "expires", "delay-until", "away_since", "ends"}
+
+
+def documented() -> dict[str, tuple[set[str], set[str]]]:
+    """The JSON table of docs/cli.md: command -> (every key it names, those not in brackets,
+    i.e. always there)."""
+    text = DOCS.read_text().split("## JSON output", 1)[1].split("\n## ", 1)[0]
+    table: dict[str, tuple[set[str], set[str]]] = {}
+    for line in text.splitlines():
+        cells = line.split(" | ")
+        if not line.startswith("| `") or len(cells) < 2:
+            continue
+        keys = set(re.findall(r'"([\w-]+)"', cells[1]))
+        optional = set(re.findall(r'\["([\w-]+)"\]', cells[1]))
+        for command in re.findall(r"`([^`]+)`", cells[0]):
+            table[command] = (keys, keys - optional)
+    return table
+
+
+def keys_of(document: Any) -> set[str]:
+    """Every key of a document, its nested records' too (`ls`'s rows), not a property's."""
+    if isinstance(document, list):
+        return set().union(*(keys_of(item) for item in document))
+    if not isinstance(document, dict):
+        return set()
+    nested = (keys_of(v) for k, v in document.items() if k != "properties")
+    return set(document).union(*nested)
+
+
+def times_in(document: Any) -> list[str]:
+    if isinstance(document, list):
+        return [t for item in document for t in times_in(item)]
+    if not isinstance(document, dict):
+        return []
+    found = [v for k, v in document.items() if k in TIMES and v is not None]
+    return found + [t for v in document.values() for t in times_in(v)]
 
 
 def test_peek_shows_the_type_get_shows(root: Path) -> None:
@@ -39,3 +82,91 @@ def test_subscribe_shows_when_a_message_expires_as_get_does(root: Path) -> None:
     assert abs(apart.total_seconds()) < 10
     assert soon["expires"].endswith("+00:00")
     assert "expires" not in never  # only when set, as its correlation-id and reply-to
+
+
+def test_every_document_is_the_documented_one(root: Path, tmp_path: Path) -> None:
+    """Each command run on a real root (a ready, a locked, a delayed, a dead, an expired
+    message, a subscription and a share group): what it prints is valid JSON with the keys
+    docs/cli.md names for it, and no other, and each time is an ISO 8601 UTC one."""
+    table = documented()
+    printed: dict[str, list[Any]] = {}
+
+    def run(command: str, *args: str) -> Any:
+        document = json.loads(ok(root, "--json", *args))
+        printed.setdefault(command, []).append(document)
+        return document
+
+    def lines(command: str, *args: str) -> None:
+        for line in ok(root, "--json", *args).splitlines():  # one document a line
+            printed.setdefault(command, []).append(json.loads(line))
+
+    run("put", "put", "q", "one", "-p", "n:int=3", "--correlation-id", "c", "--reply-to", "r")
+    run("put", "put", "q", "two", "--type", "text/plain", "--expires-in", "1h")
+    run("put", "put", "q", "three")
+    run("put", "put", "gone", "x", "--expires-in", "1ms")
+    lines("subscribe", "subscribe", "t/#", "--name", "s", "--keep", "--idle", "0")
+    lines("subscribe", "subscribe", "$share/g/t/#", "--name", "m", "--keep", "--idle", "0")
+    run("publish", "publish", "t/a", "hi", "--correlation-id", "c", "--expires-in", "1h")
+    run("publish", "publish", "t/b", "\udcff")  # a body that is not UTF-8
+    first = run("get", "get", "q", "--lock", "1h")["id"]
+    second = run("get", "get", "q")["id"]
+    run("get", "get", "t/#", "--subscriber", "s")
+    run("get", "get", "$share/g/t/#")
+    run("extend", "extend", "q", first, "--by", "2h")
+    run("unlock", "unlock", "q", first, "--delay", "1h")
+    run("reject", "reject", "q", second)
+    run("ls", "ls")
+    for state in ("target", "processing", "error", "expired"):
+        run("peek", "peek", "q", "--state", state)
+    run("peek", "peek", "gone", "--state", "expired")
+    run("peek", "peek", "t/#", "--subscriber", "s", "--state", "processing")
+    lines("subscribe", "subscribe", "t/#", "--name", "s", "--keep", "--idle", "0")
+    third = run("get", "get", "q")["id"]
+    run("ack", "ack", "q", third)
+    run("requeue", "requeue", "q", "--from", "error")
+    run("purge", "purge", "q", "--state", "processed")
+    run("unsubscribe", "unsubscribe", "t/#", "--name", "s")
+    run("session ls", "session", "ls")
+    run("delete", "delete", "q", "--force")
+    printed["passwd"] = [
+        json.loads(ok(root, "--json", "passwd", str(tmp_path / "pw"), "u", "--password", "p"))
+    ]
+
+    assert set(printed) <= set(table)
+    for command, documents in printed.items():
+        keys, always = table[command]
+        for document in documents:
+            rows = document if isinstance(document, list) else [document]
+            for row in rows:
+                assert keys_of(row) <= keys, (command, keys_of(row) - keys)
+                assert always <= keys_of(row) or command in ("ls",), (
+                    command,
+                    always - keys_of(row),
+                )
+    # Each optional key was seen once at least, so the run covers what the table names.
+    seen = set().union(*(keys_of(d) for ds in printed.values() for d in ds))
+    assert {"body_base64", "delay-until", "dead", "by-get", "topic", "subscriber", "type"} <= seen
+    stamps = [t for ds in printed.values() for d in ds for t in times_in(d)]
+    assert len(stamps) > 5
+    for stamp in stamps:
+        parsed = datetime.datetime.fromisoformat(stamp)
+        assert stamp.endswith("+00:00"), stamp
+        assert parsed.microsecond == 0, stamp
+
+
+def test_an_error_under_json_is_a_line_on_stderr_and_no_document(root: Path) -> None:
+    """As docs/cli.md says: a script tells an error by the exit status, and reads no half
+    document on the standard output."""
+    ok(root, "put", "q", "one")
+    ok(root, "get", "q")
+    for args, status in (
+        (["get", "nosuch"], 1),
+        (["ack", "q", "nosuchid"], 1),
+        (["get", "q"], 3),  # nothing ready: the one left is locked
+        (["peek", "q", "--limit", "0"], 2),
+    ):
+        done = boxmq_cli(root, "--json", *args)
+        assert (done.returncode, done.stdout) == (status, ""), args
+        assert done.stderr.strip(), args
+        if status != 2:  # a usage error prints the usage first, as argparse does
+            assert len(done.stderr.splitlines()) == 1, done.stderr
