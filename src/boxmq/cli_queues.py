@@ -165,9 +165,12 @@ def _delete(args: argparse.Namespace, box: Box) -> int:
     if not box.delete_queue(args.queue, counted=deleted):  # another process deleted it first
         raise QueueNotFound(f"no queue {args.queue!r}: another process deleted it meanwhile")
     messages = sum(dataclasses.astuple(deleted[0]))
+    # By state as the line says it, under `ls --json`'s keys: a script can tell whether only
+    # done messages went (consumed already) or some that never will be now.
+    by_state = _counts(deleted[0]) | {"uncommitted": deleted[0].uncommitted}
     output.emit(
         args,
-        {"queue": args.queue, "deleted": messages},
+        {"queue": args.queue, "deleted": messages, **by_state},
         f"{args.queue}: deleted, with its {messages} message(s){_by_state(deleted[0])}",
     )
     return 0

@@ -98,6 +98,9 @@ def test_delete_deletes_a_queue_and_refuses_one_whose_messages_are_locked(root: 
     assert json.loads(ok(root, "--json", "delete", "jobs", "--force")) == {
         "queue": "jobs",
         "deleted": 2,
+        "ready": 1,
+        "locked": 1,
+        **dict.fromkeys(("done", "dead", "expired", "uncommitted"), 0),
     }
     assert not (root / "jobs").exists()
     missing = boxmq_cli(root, "delete", "jobs")

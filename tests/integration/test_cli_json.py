@@ -170,3 +170,15 @@ def test_an_error_under_json_is_a_line_on_stderr_and_no_document(root: Path) -> 
         assert done.stderr.strip(), args
         if status != 2:  # a usage error prints the usage first, as argparse does
             assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_delete_counts_by_state_as_its_line_and_ls_do(root: Path) -> None:
+    for body in ("a", "b", "c", "d"):
+        ok(root, "put", "q", body)
+    ok(root, "ack", "q", json.loads(ok(root, "--json", "get", "q"))["id"])
+    ok(root, "reject", "q", json.loads(ok(root, "--json", "get", "q"))["id"])
+    ok(root, "get", "q")
+    [listed] = json.loads(ok(root, "--json", "ls"))["queues"]
+    deleted = json.loads(ok(root, "--json", "delete", "q", "--force"))
+    assert deleted == {**listed, "deleted": 4, "uncommitted": 0}
+    assert (deleted["ready"], deleted["locked"], deleted["done"], deleted["dead"]) == (1, 1, 1, 1)
