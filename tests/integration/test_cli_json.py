@@ -6,10 +6,14 @@ from __future__ import annotations
 import datetime
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 from tests.integration.test_cli import boxmq_cli, ok
+
+from boxmq.mqtt.session_record import DeliveryOptions, SessionRecord, write_record
+from boxmq.store.process import process_token
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
@@ -126,7 +130,15 @@ def test_every_document_is_the_documented_one(root: Path, tmp_path: Path) -> Non
     run("requeue", "requeue", "q", "--from", "error")
     run("purge", "purge", "q", "--state", "processed")
     run("unsubscribe", "unsubscribe", "t/#", "--name", "s")
+    # A session a killed server left (its record, as that server wrote it): listed, ended.
+    dead_server = f"{process_token().rsplit('-', 1)[0]}-1"  # this pid, a start long gone
+    options = {"t/#": DeliveryOptions()}
+    away = SessionRecord(
+        "c", 3600, server=dead_server, disconnected_at=time.time(), options=options
+    )
+    write_record(str(root), away)
     run("session ls", "session", "ls")
+    run("session end", "session", "end", "c")
     run("delete", "delete", "q", "--force")
     printed["passwd"] = [
         json.loads(ok(root, "--json", "passwd", str(tmp_path / "pw"), "u", "--password", "p"))
@@ -146,6 +158,7 @@ def test_every_document_is_the_documented_one(root: Path, tmp_path: Path) -> Non
     # Each optional key was seen once at least, so the run covers what the table names.
     seen = set().union(*(keys_of(d) for ds in printed.values() for d in ds))
     assert {"body_base64", "delay-until", "dead", "by-get", "topic", "subscriber", "type"} <= seen
+    assert {"away_since", "ends", "qos2_discarded"} <= seen  # the session's, listed and ended
     stamps = [t for ds in printed.values() for d in ds for t in times_in(d)]
     assert len(stamps) > 5
     for stamp in stamps:
