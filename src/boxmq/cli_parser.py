@@ -41,7 +41,11 @@ def _add_common(
         "--json",
         action="store_true",
         default=default(False),
-        help="machine-readable output" if json_shown else argparse.SUPPRESS,
+        # Where the keys are: a script's author reads the help first, not the code.
+        help="print JSON for scripts (subscribe: a line per message; errors stay a line on "
+        'stderr), its keys in docs/cli.md, "JSON output"'
+        if json_shown
+        else argparse.SUPPRESS,
     )
     parser.add_argument(
         "-v",
