@@ -25,6 +25,9 @@ def ls(args: argparse.Namespace, box: Box) -> int:
         {
             "subscription": info.filter,
             "subscriber": info.subscriber or ",".join(info.members) or "-",
+            # A share group's members as a list too: a name may hold a comma, so the joined
+            # text alone cannot tell `a,b` and `c` from `a`, `b` and `c`.
+            **({"members": list(info.members)} if args.json and info.subscriber is None else {}),
             **_counts(info.counts),
         }
         for info in box.topics.subscriptions()

@@ -195,3 +195,14 @@ def test_delete_counts_by_state_as_its_line_and_ls_do(root: Path) -> None:
     deleted = json.loads(ok(root, "--json", "delete", "q", "--force"))
     assert deleted == {**listed, "deleted": 4, "uncommitted": 0}
     assert (deleted["ready"], deleted["locked"], deleted["done"], deleted["dead"]) == (1, 1, 1, 1)
+
+
+def test_ls_lists_a_share_group_s_members_so_a_comma_in_a_name_is_no_second_member(
+    root: Path,
+) -> None:
+    ok(root, "subscribe", "$share/g/t", "--name", "a,b", "--keep", "--idle", "0")
+    ok(root, "subscribe", "$share/g/t", "--name", "c", "--keep", "--idle", "0")
+    ok(root, "subscribe", "t", "--name", "d,e", "--keep", "--idle", "0")
+    group, durable = json.loads(ok(root, "--json", "ls"))["subscriptions"]
+    assert (group["subscriber"], group["members"]) == ("a,b,c", ["a,b", "c"])  # as it was, and
+    assert (durable["subscriber"], "members" in durable) == ("d,e", False)  # one subscriber
