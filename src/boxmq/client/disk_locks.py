@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from boxmq.client.lifecycle import dead_name, envelope_of, lock_gone, released_or_dead
 from boxmq.core import QueuePolicy, check_holder
 from boxmq.core.durations import check_seconds
-from boxmq.errors import InvalidArgument, ItemNotFound
+from boxmq.errors import InvalidArgument, ItemNotFound, LockError
 from boxmq.model import ConsumerId, Envelope, MessageId
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State, is_dropbox
@@ -49,7 +49,7 @@ class DiskSettler:
     def ack(self, message_id: MessageId, consumer: ConsumerId, delivery: str | None = None) -> None:
         name, processing, _ = self._held(message_id, consumer, delivery)
         if not self._box.finish(processing, name, keep=self._keep_processed):
-            raise lock_gone(message_id, self._box.path)
+            raise self._lost(message_id, consumer, delivery)
 
     def unlock(
         self,
@@ -72,19 +72,23 @@ class DiskSettler:
         )
         if dead is not None:
             # At max deliveries, this one counted; a name that cannot grow keeps its count.
-            self._to_error(processing, name, dead, count if dead == "max-deliveries" else None)
+            if not self._to_error(
+                processing, name, dead, count if dead == "max-deliveries" else None
+            ):
+                raise self._lost(message_id, consumer, delivery)
             log.warning("%s: %s to error/ (%s)", self._box.path, message_id, dead)
             return dead
         assert new is not None
         if not self._box.move(State.PROCESSING, processing, State.TARGET, new):
-            raise lock_gone(message_id, self._box.path)
+            raise self._lost(message_id, consumer, delivery)
         return None
 
     def reject(
         self, message_id: MessageId, consumer: ConsumerId, delivery: str | None = None
     ) -> None:
         name, processing, _ = self._held(message_id, consumer, delivery)
-        self._to_error(processing, name, "rejected", envelope_of(name).delivery_count + 1)
+        if not self._to_error(processing, name, "rejected", envelope_of(name).delivery_count + 1):
+            raise self._lost(message_id, consumer, delivery)
 
     def extend(
         self,
@@ -99,7 +103,7 @@ class DiskSettler:
         name, processing, lock = self._held(message_id, consumer, delivery)
         new = locked_name(name, Lock(lock.owner, int((self._now() + seconds) * 1000), lock.token))
         if not self._box.move(State.PROCESSING, processing, State.PROCESSING, new):
-            raise lock_gone(message_id, self._box.path)
+            raise self._lost(message_id, consumer, delivery)
 
     def lock_process(self, message_id: MessageId, consumer: ConsumerId) -> str | None:
         """The process token of the lock `consumer` holds on the message ("": bound to no
@@ -112,11 +116,24 @@ class DiskSettler:
                     return lock.token
         return None
 
-    def _to_error(self, processing: str, name: str, why: str, count: int | None) -> None:
-        """To error/, with `count` deliveries ended without an ack (None: as the name says)."""
+    def _to_error(self, processing: str, name: str, why: str, count: int | None) -> bool:
+        """To error/, with `count` deliveries ended without an ack (None: as the name says);
+        False if the file was gone from processing/ (`_lost` says why)."""
         dead = dead_name(name, why, delivery_count=count)
-        if not self._box.move(State.PROCESSING, processing, State.ERROR, dead):
-            raise lock_gone(envelope_of(name).message_id, self._box.path)
+        return self._box.move(State.PROCESSING, processing, State.ERROR, dead)
+
+    def _lost(self, message_id: MessageId, consumer: ConsumerId, delivery: str | None) -> LockError:
+        """The error of a settle whose file left processing/ between its look and its move:
+        another thread or process settled it meanwhile (an ack: it is gone, ItemNotFound, as
+        for an ack after the ack; an unlock: back in target/), or a sweep took its lock.
+        Looked for again, it says which; "the lock was taken away" said so for an ack that
+        lost to another ack, where docs/python.md promises ItemNotFound. Still held (another
+        process's extend renamed it meanwhile): told as before, its lock not where it was."""
+        try:
+            self._held(message_id, consumer, delivery)
+        except LockError as error:
+            return error
+        return lock_gone(message_id, self._box.path)
 
     def _held(
         self, message_id: MessageId, consumer: ConsumerId, delivery: str | None
