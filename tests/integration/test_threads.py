@@ -6,14 +6,26 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import boxmq
 
 # How long a thread may take to see what another thread did: far more than any of it takes
 # (milliseconds), so only a hang fails.
 _PROMPT = 5.0
+
+
+def _open(root: Path, **options: Any) -> boxmq.Box:
+    """A box whose receives look at the folders on no timer of their own within a test (a
+    rescan, a sweep of processing/): a waiting receive that returns did so because another
+    thread's call woke it, not because its nap ended."""
+    box = boxmq.open(root, **options)
+    box.options = replace(box.options, rescan_interval=3600.0, sweep_interval=3600.0)
+    return box
 
 
 def _both_at_once(first: Callable[[], Any], second: Callable[[], Any]) -> list[str]:
@@ -55,3 +67,221 @@ def test_two_threads_settling_one_got_message_at_once_one_wins_the_other_is_told
             outcomes = _both_at_once(message.ack, message.ack)
             assert sorted(outcomes) == ["ItemNotFound", "ok"]
         assert jobs.counts().done == 200
+
+
+class _Waiting:
+    """A call run in a thread of its own (a blocked receive): what it returned or raised."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self.returned: Any = None
+        self.raised: BaseException | None = None
+        self._call = call
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.returned = self._call()
+        except BaseException as error:
+            self.raised = error
+
+    def join(self) -> None:
+        self._thread.join(_PROMPT)
+        assert not self._thread.is_alive(), "still waiting after the other thread's call"
+
+
+def _blocked(call: Callable[[], Any]) -> _Waiting:
+    """`call` in a thread, once it has had the time to block (a receive of an empty queue)."""
+    waiting = _Waiting(call)
+    waiting._thread.join(0.3)
+    assert waiting._thread.is_alive(), "it returned before anything was done to it"
+    return waiting
+
+
+def test_closing_a_consumer_ends_the_receive_another_thread_waits_in_with_closed(
+    tmp_path: Path,
+) -> None:
+    with _open(tmp_path) as box:
+        jobs = box.queue("jobs")
+        consumer = jobs.consumer("worker", max_in_flight=1)
+        jobs.put("held")
+        held = consumer.receive(timeout=_PROMPT)
+        assert held is not None
+        waiting = _blocked(lambda: consumer.receive(timeout=30))  # full: it waits
+        consumer.close()
+        waiting.join()
+        assert isinstance(waiting.raised, boxmq.Closed)
+        # What it held goes to the next consumer, its delivery counted.
+        with jobs.consumer("next") as other:
+            again = other.receive(timeout=_PROMPT)
+            assert again is not None
+            assert again.id == held.id
+            assert again.delivery_count == 2
+            again.ack()
+        assert jobs.counts().done == 1
+
+
+def test_closing_the_box_ends_every_receive_and_iteration_waiting_in_other_threads(
+    tmp_path: Path,
+) -> None:
+    box = _open(tmp_path)
+    jobs = box.queue("jobs")
+    receiving = jobs.consumer("receiving")
+    iterating = jobs.consumer("iterating")
+    durable = box.subscribe("sensors/#", "durable")
+    memory = box.subscribe("sensors/#", "memory", durable=False)
+    waiting = [
+        _blocked(lambda: receiving.receive(timeout=None)),
+        _blocked(lambda: list(iterating)),
+        _blocked(lambda: durable.receive(timeout=30)),
+        _blocked(lambda: memory.receive(timeout=30)),
+    ]
+    box.close()
+    for each in waiting:
+        each.join()
+    assert [type(each.raised) for each in waiting] == [
+        boxmq.Closed,
+        type(None),
+        boxmq.Closed,
+        boxmq.Closed,
+    ]
+    assert waiting[1].returned == []  # the iteration ended
+
+
+def test_an_ack_in_one_thread_lets_the_receive_waiting_for_room_in_another_take_the_next(
+    tmp_path: Path,
+) -> None:
+    with _open(tmp_path) as box:
+        jobs = box.queue("jobs")
+        jobs.put_many(["first", "second"])
+        with jobs.consumer("worker", max_in_flight=1) as consumer:
+            first = consumer.receive(timeout=_PROMPT)
+            assert first is not None
+            assert first.text() == "first"
+            waiting = _blocked(lambda: consumer.receive(timeout=30))
+            first.ack()
+            waiting.join()
+            assert waiting.raised is None
+            assert waiting.returned.text() == "second"
+            waiting.returned.ack()
+        assert jobs.counts().done == 2
+
+
+def test_threads_sharing_one_consumer_get_each_message_once(tmp_path: Path) -> None:
+    with boxmq.open(tmp_path) as box:
+        jobs = box.queue("jobs")
+        jobs.put_many([str(n) for n in range(400)])
+        received: list[str] = []
+        failed: list[BaseException] = []
+        with jobs.consumer("shared", max_in_flight=5) as consumer:
+
+            def work() -> None:
+                try:
+                    while (message := consumer.receive(timeout=0.5)) is not None:
+                        message.ack()
+                        received.append(message.text())  # list.append: atomic
+                except BaseException as error:
+                    failed.append(error)
+
+            threads = [threading.Thread(target=work, daemon=True) for _ in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+                assert not thread.is_alive()
+        assert failed == []
+        assert sorted(received, key=int) == [str(n) for n in range(400)]
+        assert jobs.counts().done == 400
+
+
+def test_one_message_acked_from_two_threads_at_once_is_acked_once(tmp_path: Path) -> None:
+    with boxmq.open(tmp_path) as box:
+        jobs = box.queue("jobs")
+        with jobs.consumer("worker") as consumer:
+            for _ in range(50):
+                jobs.put("job")
+                message = consumer.receive(timeout=_PROMPT)
+                assert message is not None
+                assert sorted(_both_at_once(message.ack, message.ack)) == ["ItemNotFound", "ok"]
+        assert jobs.counts().done == 50
+
+
+def test_an_ack_after_its_consumer_closed_is_refused_and_the_message_goes_to_the_next(
+    tmp_path: Path,
+) -> None:
+    with boxmq.open(tmp_path) as box:
+        jobs = box.queue("jobs")
+        jobs.put("job")
+        consumer = jobs.consumer("gone")
+        message = consumer.receive(timeout=_PROMPT)
+        assert message is not None
+        consumer.close()
+        with pytest.raises(boxmq.UnexpectedRequest, match="no longer holds the lock"):
+            message.ack()
+        assert jobs.counts().ready == 1
+        with jobs.consumer("next") as other:
+            again = other.receive(timeout=_PROMPT)
+            assert again is not None
+            assert again.id == message.id
+
+
+def test_a_close_during_group_commits_loses_no_put_many_nor_half_of_one(tmp_path: Path) -> None:
+    # Under fsync="always" a put_many waits for the committing thread, which close() stops:
+    # each put_many either returns its ids (all in target/) or raises Closed (none kept).
+    box = boxmq.open(tmp_path, fsync="always")
+    jobs = box.queue("jobs")
+    sent: list[str] = []
+    ended: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            while True:
+                sent.extend(jobs.put_many([b"x" * 100] * 500))
+        except BaseException as error:
+            ended.append(error)
+
+    producers = [threading.Thread(target=produce, daemon=True) for _ in range(2)]
+    for producer in producers:
+        producer.start()
+    while len(sent) < 1000:  # group commits under way
+        producers[0].join(0.01)
+    box.close()
+    for producer in producers:
+        producer.join(_PROMPT)
+        assert not producer.is_alive()
+    assert [type(error) for error in ended] == [boxmq.Closed, boxmq.Closed]
+    with boxmq.open(tmp_path) as again:
+        found = again.queue("jobs")
+        assert sorted(m.envelope.message_id for m in found.peek()) == sorted(sent)
+        assert found.counts().uncommitted == 0
+
+
+class _WorkFailed(Exception):
+    """What a `with` body raises, carrying what it was given (to look at after)."""
+
+
+def test_with_forms_whose_body_raises_close_and_give_the_message_back(tmp_path: Path) -> None:
+    def work(jobs: boxmq.Queue) -> boxmq.Consumer:
+        with jobs.consumer("worker") as consumer:
+            assert consumer.receive(timeout=_PROMPT) is not None
+            raise _WorkFailed(consumer)
+
+    def run() -> boxmq.Queue:
+        with boxmq.open(tmp_path) as box:
+            jobs = box.queue("jobs")
+            jobs.put("job")
+            with pytest.raises(_WorkFailed) as raised:
+                work(jobs)
+            consumer = raised.value.args[0]
+            # The consumer's `with` closed it, the box still open: the message is ready again.
+            with pytest.raises(boxmq.Closed, match="consumer 'worker' of 'jobs' is closed"):
+                consumer.receive(timeout=0)
+            assert jobs.counts().ready == 1
+            raise _WorkFailed(jobs)
+
+    with pytest.raises(_WorkFailed) as raised:
+        run()
+    with pytest.raises(boxmq.Closed, match="is closed: open the root again"):
+        raised.value.args[0].put("more")
+    with boxmq.open(tmp_path) as box:
+        assert box.queue("jobs").counts().ready == 1
