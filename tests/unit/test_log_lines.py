@@ -24,9 +24,10 @@ def log_file(tmp_path: Path) -> Iterator[tuple[logging.Logger, Path]]:
     path = tmp_path / "boxmq.log"
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
-    logger = logging.getLogger("boxmq.test_log_lines")
+    # A logger of its own, outside logging's tree: pytest's capture of the records (on the
+    # root logger) would carry the surrogates into a report that pytest-xdist cannot encode.
+    logger = logging.Logger("boxmq.test_log_lines")
     logger.addHandler(handler)
-    logger.propagate = False
     try:
         yield logger, path
     finally:
