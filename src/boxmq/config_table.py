@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from boxmq.cli_args import FOREVER, parse_duration
-from boxmq.core.durations import LONGEST, in_unit_of
+from boxmq.core.durations import LONGEST, in_unit_of, written_seconds
 from boxmq.errors import InvalidArgument
 
 __all__ = ["Table"]
@@ -98,7 +98,8 @@ class Table:
             try:
                 duration = self._duration(key, value)
             except InvalidArgument as error:
-                if high is None or high <= LONGEST or "(100 years)" not in str(error):
+                too_long = (written_seconds(value) or 0) > LONGEST  # not mistyped: past 100 years
+                if high is None or high <= LONGEST or not too_long:
                     raise  # a duration mistyped, or a limit a duration can say
                 # max_session_expiry's largest (0xFFFFFFFF: never, to MQTT) is no duration.
                 raise InvalidArgument(

@@ -356,6 +356,18 @@ def test_errors_name_the_file_and_the_key(tmp_path: Path, text: str, message: st
     assert message in str(caught.value)
 
 
+@pytest.mark.parametrize("written", ["x", "1x", "-49711d", "1.5s"])
+def test_only_a_duration_past_100_years_is_told_the_integer_to_write(
+    tmp_path: Path, written: str
+) -> None:
+    """max_session_expiry's largest is no duration: its integer is said to one too long to
+    be a duration, and to no other mistake (a mistyped, negative or fractional one)."""
+    path = _write(tmp_path, f"[mqtt.limits]\nmax_session_expiry = '{written}'\n")
+    with pytest.raises(InvalidArgument) as caught:
+        load_config(path)
+    assert "the most it takes" not in str(caught.value)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
