@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from boxmq.config_table import Table
+from boxmq.config_table import BOOLEAN_WORDS, Table
 from boxmq.core import Dispatch, ExactlyOnceLimits
 from boxmq.core.topics import is_share_name, validate_topic
 from boxmq.errors import InvalidArgument, InvalidTopic
@@ -392,8 +392,6 @@ def _toml_error(error: tomllib.TOMLDecodeError, text: str) -> str:
     return f"{message}{shown}" + (f" ({hint})" if hint else "")
 
 
-# Booleans as Python, YAML or an INI file write them, which TOML reads as no value at all.
-_BOOLEAN_WORDS: Final = ("true", "false", "yes", "no", "on", "off")
 # A number with its unit and no quotes (sweep_interval = 30s): TOML reads the number, then
 # finds more on the line.
 _UNQUOTED_UNIT: Final = re.compile(r"[0-9][0-9_.]*\s*[A-Za-z]+")
@@ -406,7 +404,8 @@ def _toml_hint(problem: str, line: str) -> str | None:
         return f"a comment begins with #: # {line.lstrip(';/').strip()}"  # an INI file's, C's
     key, equals, value = line.partition("=")
     key, value = key.strip(), value.partition("#")[0].strip()
-    if equals and problem.startswith("Invalid value") and value.lower() in _BOOLEAN_WORDS:
+    # Booleans as Python, YAML or an INI file write them, which TOML reads as no value at all.
+    if equals and problem.startswith("Invalid value") and value.lower() in BOOLEAN_WORDS:
         return "a boolean is true or false, in lower case and without quotes"
     if equals and problem.startswith("Expected newline") and _UNQUOTED_UNIT.fullmatch(value):
         written = value.replace(" ", "")

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator, Mapping
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from boxmq.cli_args import FOREVER, parse_duration
 from boxmq.core.durations import LONGEST, in_unit_of, written_seconds
@@ -74,7 +74,7 @@ class Table:
         if value is not None and not isinstance(value, bool):
             # `keep_processed = "true"`: TOML's booleans are bare words; "yes" and "off" are
             # YAML's and INI files'.
-            word = _BOOLEANS.get(value.strip().lower()) if isinstance(value, str) else None
+            word = BOOLEAN_WORDS.get(value.strip().lower()) if isinstance(value, str) else None
             fix = f" ({value!r}): write {word}, without quotes" if word else ""
             raise self.error(key, f"expected true or false, got {_kind(value)}{fix}")
         return value
@@ -229,9 +229,16 @@ class Table:
         raise self.error(unknown[0], f"not a key of {where}: it goes {home}")
 
 
-# What a boolean written as a string means: TOML's own words quoted, and other formats'.
-_BOOLEANS = {"true": "true", "false": "false", "yes": "true", "no": "false"}
-_BOOLEANS |= {"on": "true", "off": "false"}
+# What a boolean written as a string means: TOML's own words quoted, and other formats'
+# (config._toml_hint names them when they are written bare).
+BOOLEAN_WORDS: Final = {
+    "true": "true",
+    "false": "false",
+    "yes": "true",
+    "no": "false",
+    "on": "true",
+    "off": "false",
+}
 
 
 def _as_integer(value: object) -> str:
