@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from boxmq.core.refusal_lines import INTERVAL, RefusalLines
+from boxmq.core.refusal_lines import RefusalLines
 
 __all__ = ["RefusalLog"]
 
@@ -21,8 +21,8 @@ log = logging.getLogger("boxmq.xmpp")
 
 
 class RefusalLog:
-    def __init__(self, *, interval: float = INTERVAL) -> None:
-        self._lines: RefusalLines[str] = RefusalLines(interval=interval)
+    def __init__(self) -> None:
+        self._lines: RefusalLines[str] = RefusalLines()  # at most a line a minute a sender
 
     def refused(self, source: str, condition: str, why: str, *, now: float) -> None:
         """`source`'s exactly-once message was answered `condition` because `why`."""
