@@ -198,7 +198,7 @@ def test_root_and_a_path_naming_two_folders_are_refused_naming_both(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "other").mkdir()
-    for path in ["other", "missing", "data/.."]:
+    for path in ["other", "missing", "data/..", "da\x00ta"]:  # a NUL: no folder at all
         with pytest.raises(InvalidArgument) as raised:
             sink_options({"root": "./data", "path": path, "queue": "q"}, frozenset({"body"}))
         said = str(raised.value)

@@ -247,10 +247,13 @@ class _Options:
 def _same_folder(root: str, path: str) -> bool:
     """Whether `root` and the load()/save() path name one folder, however each is written
     ("./data", "data/", an absolute path, a symlink): compared as text, the same root given
-    twice was refused."""
-    if os.path.exists(root) and os.path.exists(path):
+    twice was refused. One stat of each (os.path.exists before samefile made it two); one
+    that cannot be looked at (missing, a NUL, no permission) is compared as text, as exists()
+    answering False had it."""
+    try:
         return os.path.samefile(root, path)
-    return os.path.abspath(root) == os.path.abspath(path)
+    except (OSError, ValueError):
+        return os.path.abspath(root) == os.path.abspath(path)
 
 
 def _named(path: str) -> str:
