@@ -387,12 +387,10 @@ class Housekeeping:
         """A full pass: the dropboxes to visit (every queue and subscription), every
         subscription's folder, its record written or not, and those whose record was not
         read (none yet, or unreadable: `_remove_abandoned`)."""
-        named: set[str] = set()
         kept: list[tuple[SubscriptionRecord, str]] = []
         self._changes.change()  # before the read: a change made during it is read again
         self._named_behind = False
-        topics.sweep_subscriptions(named, kept)
-        self._named = named - {self._token}
+        self._end_dead_and_learn(topics, kept)
         subscriptions = list(subscription_folders(self._root))  # with a record or not (yet)
         # Each record read once a pass: those sweep_subscriptions read and left are taken
         # from it (a record's filter is its folder's, never changed by a rewrite).
@@ -431,9 +429,7 @@ class Housekeeping:
 
         self._learn_named(now, topics)
         if self._named and dead(self._named):
-            named: set[str] = set()
-            topics.sweep_subscriptions(named)
-            self._named = named - {self._token}
+            self._end_dead_and_learn(topics)
         receiving = wanting()
         maybe = expiring | receiving | self._due.maybe_due(now)
         visits = []
@@ -472,9 +468,17 @@ class Housekeeping:
             self._named.discard(self._token)
         if self._named_behind and now >= self._next_named_read:
             self._named_behind, self._next_named_read = False, now + NAMED_READ_EVERY
-            named: set[str] = set()
-            topics.sweep_subscriptions(named)
-            self._named = named - {self._token}
+            self._end_dead_and_learn(topics)
+
+    def _end_dead_and_learn(
+        self, topics: Topics, kept: list[tuple[SubscriptionRecord, str]] | None = None
+    ) -> None:
+        """Read every subscription record: end what dead processes left, and learn anew the
+        other processes the subscriptions left end with (`kept`, when given, gets the records
+        read and left)."""
+        named: set[str] = set()
+        topics.sweep_subscriptions(named, kept)
+        self._named = named - {self._token}
 
     def sweep_temporaries_in(self, folder: str) -> None:
         """Box.sweep_temporaries_in, `folder` checked: the next sweep looks through it, and
