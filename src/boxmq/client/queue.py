@@ -535,9 +535,7 @@ class Queue:
         def rows() -> Iterator[_PeekRow]:
             with closing(self._box.scan(state)) as entries:
                 for entry in entries:
-                    name, lock = (
-                        split_lock(entry.name) if state is State.PROCESSING else (entry.name, None)
-                    )
+                    name, lock = _name_and_lock(entry.name, state)
                     envelope = envelope_of(name)
                     status = None
                     if (stamp := envelope.timestamp) is not None:
@@ -580,9 +578,7 @@ class Queue:
                 for entry in entries:
                     if not may_carry_id(entry.name, wanted):
                         continue
-                    name, lock = (
-                        split_lock(entry.name) if state is State.PROCESSING else (entry.name, None)
-                    )
+                    name, lock = _name_and_lock(entry.name, state)
                     envelope = envelope_of(name)
                     if envelope.message_id != wanted or (status := _status(entry.path)) is None:
                         continue  # another message's, or gone since the listing
@@ -656,6 +652,12 @@ def _message_id(value: str) -> MessageId:
     if not isinstance(value, str):
         raise InvalidArgument(f"message id {value!r} is not a str ({type(value).__name__})")
     return MessageId(value)
+
+
+def _name_and_lock(name: str, state: State) -> tuple[str, Lock | None]:
+    """The message's name and lock of file `name` in `state`'s folder, as peek and find read
+    it: only processing/ holds locked names, a name elsewhere is taken whole."""
+    return split_lock(name) if state is State.PROCESSING else (name, None)
 
 
 def state_of(value: State | str) -> State:
