@@ -193,11 +193,10 @@ class Routes:
         before was left untold by a failed write, which only a later write can tell: the other
         processes read only the folders the generation names. The change as counted and the
         paths this process reads again itself (None: every record), None where no count can
-        be trusted. A write that
-        fails leaves this process to read every record at its next look too, whoever called:
-        a caller that had to say so itself, and one that did not (`remove_left_behind`),
-        routed to a folder it had deleted until the next change (found by stop 45's second
-        read)."""
+        be trusted. A write that fails leaves this process to read every record at its next
+        look too, whoever called: a caller that had to say so itself, and one that did not
+        (`remove_left_behind`), routed to a folder it had deleted until the next change
+        (found by stop 45's second read)."""
         with self._telling:  # the writes take the topic root's flock one at a time anyway
             with self._lock:
                 untold, self._untold = self._untold, False
