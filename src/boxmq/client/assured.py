@@ -303,8 +303,7 @@ class AssuredIntake:
             # A new message under the id: a marker of the last one goes (reclaimed, or no
             # longer remembered: past done_ttl, or done_ttl 0), or a restart would take the
             # new file for one delivered but not yet moved, and send it without its deliver.
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._markers.path(source, msg_id))
+            self._markers.remove(source, msg_id)
             expiration = int((now + expires_in) * 1000) if expires_in else 0
             return self._write(message, expiration)
         except BaseException:
@@ -441,8 +440,7 @@ class AssuredIntake:
                     # (`Markers.claim`), and is told by `Markers.marked_since` above.
                     outcomes[index] = self._not_delivered(key, pending, failure, must_exist)
                 elif not remember:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(self._markers.path(*key))
+                    self._markers.remove(*key)
                     forgotten = True
             if forgotten:
                 self._flush_forgotten()
@@ -518,8 +516,7 @@ class AssuredIntake:
 
     def _unmark(self, source: str, msg_id: str) -> None:
         self._books.forget(source, msg_id)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._markers.path(source, msg_id))
+        self._markers.remove(source, msg_id)
 
     def _send_all(
         self, pendings: list[_Pending], superseded: bool = False, marked: Marked | None = None

@@ -66,6 +66,11 @@ class Markers:
     def path(self, source: str, msg_id: str) -> str:
         return os.path.join(self._markers, marker_name(source, msg_id))
 
+    def remove(self, source: str, msg_id: str) -> None:
+        """Delete the marker of (source, msg_id), if there is one."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path(source, msg_id))
+
     def mark_all(
         self,
         keys: list[tuple[tuple[str, str], str, str | None]],
