@@ -155,12 +155,16 @@ class Publishing:
         qos, packet_id = packet.qos, packet.packet_id
         if packet_id in session.awaiting_release and self._in_use(client, session, packet):
             return
-        entering = session.entering_release  # QoS 2 PUBLISHes read but not yet held
+        # A QoS 1 PUBLISH whose packet id a QoS 2 PUBLISH read before it and not yet held
+        # takes (a persistent session's waits for the intake, or any behind disk work) is
+        # refused as if that were held: the id was in use when the client sent it, whatever
+        # becomes of the QoS 2 one. Its PUBACK 0x91 comes in its turn, after that one's PUBREC.
+        entering = session.entering_release
         if (
             entering
             and qos == 1
             and packet_id in entering
-            and self._in_use_ahead(client, session, packet)
+            and self._refuse_in_use(client, session, packet)
         ):
             return
         if self._settings.authorizer is not None and not self._may_publish(
@@ -193,24 +197,14 @@ class Publishing:
         if packet.qos == 2:
             self._answer(client, Pubrec(packet_id))
             return True
+        return self._refuse_in_use(client, session, packet)
+
+    def _refuse_in_use(self, client: Client, session: Session, packet: Publish) -> bool:
+        """Whether a QoS 1 PUBLISH reusing the packet id of a QoS 2 one (held, `_in_use`, or
+        read and not yet held, `publish`) is refused: PUBACK 0x91 Packet Identifier in use,
+        in its turn (`_answer`), to a v5 client; 3.1.1 cannot refuse one, and it goes on."""
         if client.link.connection.version is not ProtocolVersion.V5:
             return False
-        self._refuse_in_use(client, session, packet)
-        return True
-
-    def _in_use_ahead(self, client: Client, session: Session, packet: Publish) -> bool:
-        """Whether a QoS 1 PUBLISH whose packet id a QoS 2 PUBLISH read before it and not yet
-        held takes (`Session.entering_release`: a persistent session's waits for the intake,
-        or any behind disk work) is refused, as `_in_use` refuses one when that is held: the
-        id was in use when the client sent it, whatever becomes of the QoS 2 one. Its PUBACK
-        0x91 comes in its turn, after that one's PUBREC (`_answer`). 3.1.1: it goes on."""
-        if client.link.connection.version is not ProtocolVersion.V5:
-            return False
-        self._refuse_in_use(client, session, packet)
-        return True
-
-    def _refuse_in_use(self, client: Client, session: Session, packet: Publish) -> None:
-        """PUBACK 0x91 Packet Identifier in use for a v5 QoS 1 PUBLISH (`_in_use`)."""
         packet_id = packet.packet_id
         assert packet_id is not None
         # A client stuck reusing an id would write a line a PUBLISH: one a minute at most.
@@ -230,6 +224,7 @@ class Publishing:
                 reason_string=f"packet id {packet_id} is a QoS 2 message's that awaits its PUBREL"
             )
         self._answer(client, Puback(packet_id, _R.PACKET_IDENTIFIER_IN_USE, why))
+        return True
 
     def _answer(self, client: Client, ack: Puback | Pubrec) -> None:
         """Send the answer to a PUBLISH just read that needs no disk work (a refusal, a QoS 2
