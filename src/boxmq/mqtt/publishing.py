@@ -232,7 +232,7 @@ class Publishing:
         of the PUBLISHes read before it, which wait for it (MQTT-4.6.0-2, -3: PUBACKs in the
         order of their QoS 1 PUBLISHes, PUBRECs in that of their QoS 2 ones). For a PUBLISH
         just read only: a job's answer, already in its turn, sends its own."""
-        if client.tail is not None or client.jobs:  # disk_work_ahead, inline, as `publish`
+        if disk_work_ahead(client):  # a refusal, a repeat: not the path of every message
             client.jobs.append(Job(None, lambda _: self._out.send(client, ack)))
         else:
             self._out.send(client, ack)
