@@ -205,7 +205,7 @@ class ConnectAnswers:
             if limit and (size := connection.sent_size(Connack(properties=connack_told))) > limit:
                 # Before anything changes: a connected session of its client id stays as is,
                 # and one a dead server left is not taken on (its claim, its Will sent).
-                self._refuse_too_small(client, packet, size)
+                self._refuse_too_small(client, packet, size, limit)
                 return
         try:
             taken = self._lifetimes.left_by_the_dead(record)
@@ -330,14 +330,13 @@ class ConnectAnswers:
             response_information=response_information(self._settings, packet, client_id),
         )
 
-    def _refuse_too_small(self, client: Client, packet: Connect, size: int) -> None:
-        """A v5 CONNECT whose Maximum Packet Size is under its CONNACK's `size`, without all
-        it may go without (connection.py `_shortened`): the server must not send it
+    def _refuse_too_small(self, client: Client, packet: Connect, size: int, limit: int) -> None:
+        """A v5 CONNECT whose Maximum Packet Size (`limit`) is under its CONNACK's `size`,
+        without all it may go without (connection.py `_shortened`): the server must not send it
         (MQTT-3.1.2-24), and no client can do without the rest (its assigned client id, the
         server's Receive Maximum and limits). Refused with a bare CONNACK 0x95 Packet too
         large, which says what to change, if that fits; else closed without a word, as
         mosquitto closes in both cases."""
-        limit = packet.properties.maximum_packet_size or 0
         refusal = Connack(reason=_R.PACKET_TOO_LARGE)
         told = client.link.connection.sent_size(refusal) <= limit
         log.warning(
