@@ -344,24 +344,24 @@ class Connection:
             isinstance(packet, Pubrec) and packet.reason >= ReasonCode.UNSPECIFIED_ERROR
         ):
             self._finished(packet.packet_id, qos2=True)
-        data = encode(packet, version)
-        limit = self.client_max_packet_size
-        if limit and len(data) > limit:
-            data = encode(_shortened(packet), version)
-        self._out.append(data)
+        self._out.append(self._encoded(packet, version))
         if type(packet) is Disconnect:
             self.ended = True
 
     def sent_size(self, packet: Packet) -> int:
-        """The bytes `packet` (not a PUBLISH) goes out in: over the client's Maximum Packet
-        Size, without the properties it may go without (`_send_other`)."""
+        """The bytes `packet` (not a PUBLISH) goes out in (`_send_other`)."""
         version = self.version
         assert version is not None, "nothing is sent before CONNECT"
-        size = len(encode(packet, version))
+        return len(self._encoded(packet, version))
+
+    def _encoded(self, packet: Packet, version: ProtocolVersion) -> bytes:
+        """`packet` (not a PUBLISH) as it goes out: over the client's Maximum Packet Size,
+        without the properties it may go without."""
+        data = encode(packet, version)
         limit = self.client_max_packet_size
-        if limit and size > limit:
-            size = len(encode(_shortened(packet), version))
-        return size
+        if limit and len(data) > limit:
+            data = encode(_shortened(packet), version)
+        return data
 
     def acknowledge(self, kind: type[Puback | Pubrec | Pubrel | Pubcomp], packet_id: int) -> None:
         """`send(kind(packet_id))`, a success, for the path every QoS 1 and 2 message takes:
