@@ -18,7 +18,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
-__all__ = ["INTERVAL", "RefusalLines"]
+__all__ = ["INTERVAL", "RefusalLines", "passed_over_said"]
 
 INTERVAL: Final = 60.0  # seconds between two lines about one sender
 _KEPT: Final = 1000  # senders remembered before the quiet ones are forgotten
@@ -50,3 +50,8 @@ class RefusalLines(Generic[Sender]):
             self._quiet = {s: q for s, q in self._quiet.items() if now < q.until}
         self._quiet[sender] = _Quiet(now + self.interval)
         return 0 if quiet is None else quiet.passed_over
+
+
+def passed_over_said(passed_over: int) -> str:
+    """What a line adds of the refusals passed over since the last one (nothing for none)."""
+    return f" ({passed_over} more since the last line)" if passed_over else ""

@@ -35,7 +35,7 @@ from functools import partial
 from boxmq.client.assured import AssuredMessage
 from boxmq.client.box import Box
 from boxmq.clock import Clock
-from boxmq.core.refusal_lines import RefusalLines
+from boxmq.core.refusal_lines import RefusalLines, passed_over_said
 from boxmq.errors import (
     BoxMQError,
     ItemNotFound,
@@ -216,7 +216,7 @@ class Publishing:
                 session.client_id,
                 packet.topic,
                 packet_id,
-                f" ({passed_over} more since the last line)" if passed_over else "",
+                passed_over_said(passed_over),
             )
         why = EMPTY
         if client.link.connection.problems:  # §3.1.2.11.7: else no Reason String
@@ -477,7 +477,7 @@ class Publishing:
             client_id,
             told,
             error,
-            f" ({passed_over} more since the last line)" if passed_over else "",
+            passed_over_said(passed_over),
         )
 
     def _refuse_publish(

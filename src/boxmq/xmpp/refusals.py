@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from boxmq.core.refusal_lines import RefusalLines
+from boxmq.core.refusal_lines import RefusalLines, passed_over_said
 
 __all__ = ["RefusalLog"]
 
@@ -29,7 +29,7 @@ class RefusalLog:
         passed_over = self._lines.refused(source, now=now)
         if passed_over is None:
             return
-        more = f" ({passed_over} more since the last line)" if passed_over else ""
+        more = passed_over_said(passed_over)
         log.warning(
             "urn:xmpp:qos: an exactly-once message from %s refused, %s: %s%s",
             source,
