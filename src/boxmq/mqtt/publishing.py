@@ -297,7 +297,7 @@ class Publishing:
             or totals.count >= self._held_total_limit
             or totals.held_bytes + size > self._held_total_bytes_limit
         ):
-            self._refuse_holding(client, session, packet)
+            self._refuse_holding(client, session, packet, size)
             return
         # When it came is kept for an expiry alone (`_received`): without properties (every
         # 3.1.1 PUBLISH) there is none, and no call.
@@ -305,11 +305,11 @@ class Publishing:
         session.hold_for_release(packet_id, packet, received=received, message_id=message_id)
         self._out.acknowledge(client, Pubrec, packet_id)
 
-    def _refuse_holding(self, client: Client, session: Session, packet: Publish) -> None:
+    def _refuse_holding(self, client: Client, session: Session, packet: Publish, size: int) -> None:
         """PUBREC 0x97 (3.1.1: the close) for a QoS 2 PUBLISH that holding until its PUBREL
-        would take past the exactly-once caps, per producer or all together (`_hold`)."""
+        would take past the exactly-once caps, per producer or all together (`_hold`, which
+        weighed it: `size`, its `held_size`, topic and properties with the payload)."""
         assert packet.packet_id is not None
-        size = len(packet.payload)
         if len(session.awaiting_release) >= self._held_limit:
             over = f"max_pending_per_source ({self._held_limit})"
         elif session.held_bytes + size > self._held_bytes_limit:

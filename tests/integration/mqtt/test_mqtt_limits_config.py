@@ -86,6 +86,12 @@ def test_exactly_once_limits_bound_the_qos2_messages_a_client_holds_in_memory(
             kind, body = read(sock)
             assert (kind, body[:3]) == (0x50, b"\x00\x02\x97")
             assert b"max_bytes_per_source (100)" in body
+        sock, _ = open_raw(address, "v5-topic", clean=True, expiry=0)
+        with sock:  # over by its topic, not its payload: the limit it passes is named
+            sock.sendall(publish_qos2("eo/" + "t" * 90, 1, bytes(20)))
+            kind, body = read(sock)
+            assert (kind, body[:3]) == (0x50, b"\x00\x01\x97")
+            assert b"max_bytes_per_source (100)" in body
         with socket.create_connection((address.host, address.port), timeout=10) as old:
             old.sendall(bytes.fromhex("100f 00044d515454 04 02 001e 0003 763331"))  # 3.1.1
             assert read(old) == (0x20, b"\x00\x00")
