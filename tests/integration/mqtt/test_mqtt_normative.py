@@ -12,7 +12,7 @@ import socket
 
 import pytest
 from tests.integration.mqtt.clients import WAIT, RunningServer
-from tests.integration.mqtt.raw import connect_packet, open_raw, packet, read, string
+from tests.integration.mqtt.raw import connect_packet, open_raw, packet, publish, read, string
 
 PINGREQ = bytes([0xC0, 0])
 
@@ -134,11 +134,6 @@ def _unsubscribe(packet_id: int, *filters: str) -> bytes:
     return packet(0xA2, packet_id.to_bytes(2, "big") + b"\x00" + b"".join(map(string, filters)))
 
 
-def _publish(topic: str, payload: bytes) -> bytes:
-    """A QoS 0 PUBLISH without properties."""
-    return packet(0x30, string(topic) + b"\x00" + payload)
-
-
 def _payload(sock: socket.socket) -> bytes:
     """The payload of the next PUBLISH, a QoS 0 one without properties."""
     kind, body = read(sock)
@@ -191,14 +186,14 @@ def test_unsubscribe_deletes_only_the_filter_it_names_character_for_character(
         assert read(sock) == (0x90, b"\x00\x07\x00\x00\x01\x02")
         sock.sendall(_unsubscribe(0x0102, "a/#", "a/+/", "A/+", "a/+ "))
         assert read(sock) == (0xB0, b"\x01\x02\x00\x11\x11\x11\x11")
-        sender.sendall(_publish("a/b", b"kept"))
+        sender.sendall(publish("a/b", b"kept"))
         assert _payload(sock) == b"kept"
         sock.sendall(_unsubscribe(9, "b", "a/+", "nothing"))
         assert read(sock) == (0xB0, b"\x00\x09\x00\x00\x00\x11")
         with _connected(server, "witness") as witness:
             witness.sendall(_subscribe(1, ("a/+", 0)))
             assert read(witness)[0] == 0x90
-            sender.sendall(_publish("a/b", b"gone"))
+            sender.sendall(publish("a/b", b"gone"))
             assert _payload(witness) == b"gone"  # the server has routed it
         assert _nothing(sock)
 
@@ -211,7 +206,7 @@ def test_topic_matching_neither_normalizes_nor_folds_case(server: RunningServer)
         sock.sendall(_subscribe(1, (composed, 0), ("A", 0), ("z", 0)))
         assert read(sock) == (0x90, b"\x00\x01\x00\x00\x00\x00")
         topics = [decomposed, "a", composed, "A", "z"]
-        sender.sendall(b"".join(_publish(topic, topic.encode()) for topic in topics))
+        sender.sendall(b"".join(publish(topic, topic.encode()) for topic in topics))
         # Order across topics is not MQTT's to keep (MQTT-4.6.0-5 keeps it per topic).
         got = sorted(_payload(sock) for _ in range(3))
         assert got == sorted([composed.encode(), b"A", b"z"])
@@ -323,7 +318,7 @@ def test_topic_aliases_to_a_client_stay_within_its_maximum(server: RunningServer
         for sock in (none, one):
             sock.sendall(_subscribe(1, ("t/+", 0)))
             assert read(sock)[0] == 0x90
-        sender.sendall(b"".join(_publish(topic, b"m") for topic in topics))
+        sender.sendall(b"".join(publish(topic, b"m") for topic in topics))
         assert [_topic_alias(read(none)[1]) for _ in topics] == [None] * len(topics)
         aliases = {_topic_alias(read(one)[1]) for _ in topics}
         assert aliases <= {None, 1}
@@ -352,14 +347,6 @@ def test_retain_handling_and_retain_as_published(server: RunningServer) -> None:
         assert flags == [0x30, 0x30, 0x31]
 
 
-def _publish_qos(
-    topic: str, qos: int, packet_id: int, payload: bytes, *, dup: bool = False
-) -> bytes:
-    """A QoS 1 or 2 PUBLISH without properties."""
-    first = 0x30 | qos << 1 | (0x08 if dup else 0)
-    return packet(first, string(topic) + packet_id.to_bytes(2, "big") + b"\x00" + payload)
-
-
 def _delivered(sock: socket.socket) -> tuple[int, bytes]:
     """(first byte, payload) of the next PUBLISH, without properties, acknowledged."""
     kind, body = read(sock)
@@ -379,15 +366,15 @@ def test_a_packet_id_is_free_again_once_its_exchange_ended(server: RunningServer
     with _connected(server, "receiver") as receiver, _connected(server, "sender") as sender:
         receiver.sendall(_subscribe(1, ("ok", 1)))
         assert read(receiver)[0] == 0x90
-        sender.sendall(_publish_qos("ok", 1, 9, b"one"))
+        sender.sendall(publish("ok", b"one", qos=1, packet_id=9))
         assert read(sender) == (0x40, b"\x00\x09")
-        sender.sendall(_publish_qos("ok", 1, 9, b"two", dup=True))
+        sender.sendall(publish("ok", b"two", qos=1, packet_id=9, dup=True))
         assert read(sender) == (0x40, b"\x00\x09")
         assert [_delivered(receiver) for _ in range(2)] == [(0x32, b"one"), (0x32, b"two")]
-        sender.sendall(_publish_qos("$SYS/x", 2, 7, b"refused"))
+        sender.sendall(publish("$SYS/x", b"refused", qos=2, packet_id=7))
         assert read(sender) == (0x50, b"\x00\x07\x87")
         for payload in (b"three", b"four"):
-            sender.sendall(_publish_qos("ok", 2, 7, payload))
+            sender.sendall(publish("ok", payload, qos=2, packet_id=7))
             assert read(sender) == (0x50, b"\x00\x07")
             sender.sendall(packet(0x62, b"\x00\x07"))
             assert read(sender) == (0x70, b"\x00\x07")
@@ -403,14 +390,14 @@ def test_a_message_goes_at_the_lower_of_its_qos_and_the_granted_one(
     with _connected(server, "receiver") as receiver, _connected(server, "sender") as sender:
         receiver.sendall(_subscribe(1, ("one", 1), ("two", 2)))
         assert read(receiver) == (0x90, b"\x00\x01\x00\x01\x02")
-        sender.sendall(_publish_qos("one", 2, 1, b"2 to 1"))
+        sender.sendall(publish("one", b"2 to 1", qos=2, packet_id=1))
         assert read(sender) == (0x50, b"\x00\x01")
         sender.sendall(packet(0x62, b"\x00\x01"))
         assert read(sender) == (0x70, b"\x00\x01")
         assert _delivered(receiver) == (0x32, b"2 to 1")
-        sender.sendall(_publish("two", b"0 to 2"))
+        sender.sendall(publish("two", b"0 to 2"))
         assert _payload(receiver) == b"0 to 2"  # QoS 0: _payload takes only a 0x30
-        sender.sendall(_publish_qos("two", 1, 2, b"1 to 2"))
+        sender.sendall(publish("two", b"1 to 2", qos=1, packet_id=2))
         assert read(sender) == (0x40, b"\x00\x02")
         assert _delivered(receiver) == (0x32, b"1 to 2")
 
@@ -425,7 +412,9 @@ def test_a_full_send_quota_holds_back_only_publishes(server: RunningServer) -> N
     ):
         slow.sendall(_subscribe(1, ("q", 1)))
         assert read(slow)[0] == 0x90
-        sender.sendall(_publish_qos("q", 1, 1, b"first") + _publish_qos("q", 1, 2, b"second"))
+        sender.sendall(
+            publish("q", b"first", qos=1, packet_id=1) + publish("q", b"second", qos=1, packet_id=2)
+        )
         assert [read(sender), read(sender)] == [(0x40, b"\x00\x01"), (0x40, b"\x00\x02")]
         kind, body = read(slow)
         assert kind == 0x32, hex(kind)
@@ -578,7 +567,7 @@ def test_a_refusing_ack_settles_the_message_for_good(server: RunningServer, qos:
     with _connected(server, "sender") as sender:
         subscriber.sendall(_subscribe(1, ("r", qos)))
         assert read(subscriber)[0] == 0x90
-        sender.sendall(_publish_qos("r", qos, 1, b"refused"))
+        sender.sendall(publish("r", b"refused", qos=qos, packet_id=1))
         if qos == 2:
             assert read(sender) == (0x50, b"\x00\x01")
             sender.sendall(packet(0x62, b"\x00\x01"))
@@ -608,7 +597,7 @@ def test_a_share_members_refusal_is_not_sent_to_another_member(server: RunningSe
         for member in (a, b):
             member.sendall(_subscribe(1, ("$share/g/s", 1)))
             assert read(member)[0] == 0x90
-        sender.sendall(_publish_qos("s", 1, 1, b"once"))
+        sender.sendall(publish("s", b"once", qos=1, packet_id=1))
         assert read(sender) == (0x40, b"\x00\x01")
         [chosen], _, _ = select.select([a, b], [], [], WAIT)
         other = b if chosen is a else a
@@ -679,7 +668,7 @@ def test_the_server_gives_each_message_in_flight_its_own_packet_id(
         subscriber.sendall(_subscribe(1, ("one", 1), ("two", 2)))
         assert read(subscriber)[0] == 0x90
         for n, (topic, qos) in enumerate([("one", 1), ("two", 2), ("one", 1), ("two", 2)]):
-            sender.sendall(_publish_qos(topic, qos, n + 1, b"%d" % n))
+            sender.sendall(publish(topic, b"%d" % n, qos=qos, packet_id=n + 1))
             if qos == 2:
                 assert read(sender)[0] == 0x50
                 sender.sendall(packet(0x62, (n + 1).to_bytes(2, "big")))
@@ -693,7 +682,7 @@ def test_the_server_gives_each_message_in_flight_its_own_packet_id(
             held[packet_id] = body[8:]
         subscriber.close()
         for n in range(4, 7):
-            sender.sendall(_publish_qos("one", 1, n + 1, b"%d" % n))
+            sender.sendall(publish("one", b"%d" % n, qos=1, packet_id=n + 1))
             assert read(sender)[0] == 0x40
     again, present = open_raw(server, "many")
     with again:
@@ -754,7 +743,7 @@ def test_overlapping_subscriptions_get_the_highest_qos_and_their_identifiers(
             body = packet_id.to_bytes(2, "big") + identifier + string(topic_filter) + bytes([qos])
             sock.sendall(packet(0x82, body))
             assert read(sock) == (0x90, packet_id.to_bytes(2, "big") + b"\x00" + bytes([qos]))
-        sender.sendall(_publish_qos("o/x", 2, 1, b"m"))
+        sender.sendall(publish("o/x", b"m", qos=2, packet_id=1))
         assert read(sender) == (0x50, b"\x00\x01")
         sender.sendall(packet(0x62, b"\x00\x01"))
         assert read(sender) == (0x70, b"\x00\x01")
@@ -830,8 +819,8 @@ def test_an_authentication_method_it_does_not_support_is_refused(server: Running
 
 BAD_PUBLISHES = [
     ("QoS 3", bytes([0x36, 5]) + string("a") + b"\x00\x01\x00", 0x81),  # MQTT-3.3.1-4
-    ("'+' in the topic", _publish("a/+", b"x"), 0x90),  # MQTT-3.3.2-2, MQTT-4.7.0-1
-    ("'#' in the topic", _publish("#", b"x"), 0x90),  # MQTT-3.3.2-2, MQTT-4.7.0-1
+    ("'+' in the topic", publish("a/+", b"x"), 0x90),  # MQTT-3.3.2-2, MQTT-4.7.0-1
+    ("'#' in the topic", publish("#", b"x"), 0x90),  # MQTT-3.3.2-2, MQTT-4.7.0-1
     ("a topic not UTF-8", packet(0x30, NOT_UTF8 + b"\x00x"), 0x81),  # MQTT-3.3.2-1
 ]
 
