@@ -27,13 +27,7 @@ def stop(*processes: subprocess.Popen[Any], seconds: float) -> list[subprocess.P
     given, for the caller to say so in its own words."""
     for process in processes:
         process.send_signal(signal.SIGTERM)  # Popen's own: nothing for a process already reaped
-    deadline = time.monotonic() + seconds
-    overdue: list[subprocess.Popen[Any]] = []
-    for process in processes:
-        try:
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            overdue.append(process)
+    overdue = _not_over_within(processes, seconds)
     kill(*overdue)
     return overdue
 
@@ -52,16 +46,25 @@ def reap_killed(*processes: subprocess.Popen[Any], seconds: float = KILLED_WITHI
     the caller), until `seconds` after the call; RuntimeError naming by pid those not gone by
     then, once the others are reaped. The wait was without end: a process stuck in the kernel
     hung its caller for ever, saying nothing."""
-    deadline = time.monotonic() + seconds
-    stuck: list[int] = []
-    for process in processes:
-        try:
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            stuck.append(process.pid)
-    if stuck:
-        pids = ", ".join(map(str, stuck))
+    if stuck := _not_over_within(processes, seconds):
+        pids = ", ".join(str(process.pid) for process in stuck)
         raise RuntimeError(
             f"pid {pids} still running {seconds:g} s after SIGKILL (stuck in the kernel? "
             "its State in /proc/PID/status says)"
         )
+
+
+def _not_over_within(
+    processes: tuple[subprocess.Popen[Any], ...], seconds: float
+) -> list[subprocess.Popen[Any]]:
+    """Wait for each of `processes` (reaping it) until `seconds` after the call, one deadline
+    for all, so a slow one does not give the next more time; those still running then, in
+    the order given."""
+    deadline = time.monotonic() + seconds
+    running: list[subprocess.Popen[Any]] = []
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            running.append(process)
+    return running
