@@ -1,6 +1,7 @@
 """What the broker benchmarks share about the processes they start: a free port (harness/
 ports.py's), a log file, an MQTT broker's command line and start, the wait until it listens, a
-process's CPU time and memory from /proc, and its stop. Not a benchmark (bench/README.md)."""
+process's CPU time and memory from /proc, and its stop (harness/stopping.py's; reap_killed
+as it is there). Not a benchmark (bench/README.md)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for harness.*
 
 from harness import stopping
 from harness.ports import free_port, free_ports
+from harness.stopping import reap_killed
 
 __all__ = [
     "MOSQUITTO",
@@ -172,9 +174,3 @@ def stop(*processes: subprocess.Popen[bytes], seconds: float = 20) -> None:
     """harness.stopping.stop (SIGTERM to each of `processes` at once, SIGKILL to those not
     over within `seconds`, each reaped), with the benchmarks' 20 s for a broker's stop."""
     stopping.stop(*processes, seconds=seconds)
-
-
-def reap_killed(*processes: subprocess.Popen[bytes]) -> None:
-    """harness.stopping.reap_killed: wait for `processes` SIGKILLed already (to their process
-    group, say) at most KILLED_WITHIN, RuntimeError naming those still running then."""
-    stopping.reap_killed(*processes)
