@@ -416,6 +416,13 @@ def test_limits_answer_resource_constraint_and_untrusted_not_allowed(tmp_path: P
         wire.service.close()
 
 
+def _carol_trusted_and_alice_not(wire: Wire) -> None:
+    """Carol's assured request is taken; Alice's is refused as from an untrusted sender."""
+    assert wire.iq(CAROL, _wrapped("assured", "a", "1"), to=NODE_AT).get("type") == "result"
+    untrusted = wire.iq(ALICE, _wrapped("assured", "c", "3"), to=NODE_AT)
+    assert condition(untrusted) == ("cancel", "not-allowed")
+
+
 def test_a_bare_jid_in_trusted_sources_trusts_each_of_its_resources(tmp_path: Path) -> None:
     # urn:xmpp:qos, Memory attacks: untrusted are senders "not in the roster", whose entries
     # are bare JIDs; the full JID of each request was looked up alone, so carol@localhost
@@ -424,9 +431,7 @@ def test_a_bare_jid_in_trusted_sources_trusts_each_of_its_resources(tmp_path: Pa
     with boxmq.open(tmp_path / "d", fsync="never", exactly_once=limits) as box:
         wire = Wire(box)
         wire.create()
-        assert wire.iq(CAROL, _wrapped("assured", "a", "1"), to=NODE_AT).get("type") == "result"
-        untrusted = wire.iq(ALICE, _wrapped("assured", "c", "3"), to=NODE_AT)
-        assert condition(untrusted) == ("cancel", "not-allowed")
+        _carol_trusted_and_alice_not(wire)
         wire.service.close()
 
 
@@ -440,9 +445,7 @@ def test_trusted_sources_match_jids_written_in_any_case(tmp_path: Path) -> None:
     with boxmq.open(tmp_path / "d", fsync="never", exactly_once=limits) as box:
         wire = Wire(box)
         wire.create()
-        assert wire.iq(CAROL, _wrapped("assured", "a", "1"), to=NODE_AT).get("type") == "result"
-        untrusted = wire.iq(ALICE, _wrapped("assured", "c", "3"), to=NODE_AT)
-        assert condition(untrusted) == ("cancel", "not-allowed")
+        _carol_trusted_and_alice_not(wire)
         assert box.exactly_once.trusted_sources == sources
         wire.service.close()
 
@@ -456,9 +459,7 @@ def test_a_trusted_source_that_is_no_jid_is_left_to_the_other_senders(tmp_path: 
     with boxmq.open(tmp_path / "d", fsync="never", exactly_once=limits) as box:
         wire = Wire(box)
         wire.create()
-        assert wire.iq(CAROL, _wrapped("assured", "a", "1"), to=NODE_AT).get("type") == "result"
-        untrusted = wire.iq(ALICE, _wrapped("assured", "c", "3"), to=NODE_AT)
-        assert condition(untrusted) == ("cancel", "not-allowed")
+        _carol_trusted_and_alice_not(wire)
         assert box.assured("billing job", "m1", b"x", queue="jobs") is True
         wire.service.close()
 
