@@ -78,7 +78,7 @@ class LoggingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if MODE == "midack":  # this runs in the Python process that plans and acknowledges
             # The name claims.py looks up at each ack (imported there, not one of its exports).
             names = vars(claims)
-            names["move_apart"] = _dying_at_ack(names["move_apart"], [0])
+            names["move_apart"] = _dying_at(names["move_apart"], [0], KILL_AT_ACK, "ack")
 
     def initialOffset(self) -> dict[str, int]:
         return dict(self.inner.initialOffset())
@@ -115,29 +115,20 @@ class LoggingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 KILL_AT_ACK = 25  # "midack": the 20 messages of batch 0, then 5 of batch KILL_AT
-
-
-def _dying_at_ack(real: Any, counter: list[int]) -> Any:
-    def move(*args: Any, **kwargs: Any) -> Any:
-        counter[0] += 1
-        if counter[0] == KILL_AT_ACK:
-            _die_once("ack")
-        return real(*args, **kwargs)
-
-    return move
-
-
 KILL_AT_CHANGE = 6  # "midpublish": the unlink or rename of the sink's commit that never happens
 
 
-def _dying_at_change(real: Any, counter: list[int]) -> Any:
-    def change(*args: Any, **kwargs: Any) -> Any:
+def _dying_at(real: Any, counter: list[int], at: int, where: str) -> Any:
+    """`real`, counting its calls in `counter` (shared by the functions it is given to):
+    the `at`-th call dies (_die_once(where)) before it is made."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
         counter[0] += 1
-        if counter[0] == KILL_AT_CHANGE:
-            _die_once("publish")
+        if counter[0] == at:
+            _die_once(where)
         return real(*args, **kwargs)
 
-    return change
+    return call
 
 
 class CrashingWriter(BoxMQStreamWriter):
@@ -145,8 +136,8 @@ class CrashingWriter(BoxMQStreamWriter):
         if MODE == "midpublish" and batchId == KILL_AT:
             counter = [0]
             unlink, rename = os.unlink, os.rename
-            os.unlink = _dying_at_change(unlink, counter)
-            os.rename = _dying_at_change(rename, counter)
+            os.unlink = _dying_at(unlink, counter, KILL_AT_CHANGE, "publish")
+            os.rename = _dying_at(rename, counter, KILL_AT_CHANGE, "publish")
             try:
                 super().commit(messages, batchId)
             finally:
