@@ -142,12 +142,18 @@ def _run(
     fsync: str = "never",
     settings: MqttSettings | None = None,
     box_clock: bool = False,
+    exactly_once: ExactlyOnceLimits | None = None,
 ) -> None:
     """`test` run on a broker over the root in `tmp_path`; `box_clock`: the Box reads `clock`
-    too (its locks' deadlines), not the system's."""
+    too (its locks' deadlines), not the system's; `exactly_once`: the Box's limits."""
 
     async def main() -> None:
-        with boxmq.open(tmp_path / "root", fsync=fsync, clock=clock if box_clock else None) as box:
+        with boxmq.open(
+            tmp_path / "root",
+            fsync=fsync,
+            clock=clock if box_clock else None,
+            exactly_once=exactly_once,
+        ) as box:
             broker = Broker(box, settings or MqttSettings(), clock or SystemClock())
             broker.resume_expiries()  # as MqttServer.start does
             try:
@@ -963,17 +969,9 @@ def test_qos_2_messages_refused_by_the_exactly_once_limits_are_logged_per_client
         clock.advance(61)
         assert held_then_refused(again, 3, 1) == [quota]
 
-    async def main() -> None:
-        limits = ExactlyOnceLimits(max_pending_per_source=1)
-        with boxmq.open(tmp_path / "root", fsync="never", exactly_once=limits) as box:
-            broker = Broker(box, MqttSettings(), clock)
-            try:
-                await test(broker)
-            finally:
-                await broker.close()
-
+    limits = ExactlyOnceLimits(max_pending_per_source=1)
     with caplog.at_level(logging.DEBUG, "boxmq.mqtt"):
-        asyncio.run(main())
+        _run(tmp_path, test, clock, exactly_once=limits)
     told = [r.getMessage() for r in caplog.records if "QoS 2 message refused" in r.getMessage()]
     assert [r.levelno for r in caplog.records if r.getMessage() in told] == [logging.WARNING] * 3
     assert [line.split(":")[0] for line in told] == ["client flood", "client other", "client flood"]
@@ -1009,16 +1007,8 @@ def test_qos_1_publishes_refused_for_an_id_in_use_are_logged_per_client_a_minute
         clock.advance(61)
         assert refused(stuck, 1) == [in_use]
 
-    async def main() -> None:
-        with boxmq.open(tmp_path / "root", fsync="never") as box:
-            broker = Broker(box, MqttSettings(), clock)
-            try:
-                await test(broker)
-            finally:
-                await broker.close()
-
     with caplog.at_level(logging.DEBUG, "boxmq.mqtt"):
-        asyncio.run(main())
+        _run(tmp_path, test, clock)
     told = [r.getMessage() for r in caplog.records if "refused (0x91)" in r.getMessage()]
     assert [line.split(":")[0] for line in told] == ["client stuck", "client other", "client stuck"]
     assert "reuses packet id 7" in told[0]
