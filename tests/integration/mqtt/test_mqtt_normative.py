@@ -33,6 +33,20 @@ def _until_closed(sock: socket.socket) -> list[tuple[int, bytes]]:
     return got
 
 
+def _answers_to(
+    server: RunningServer, sent: bytes, *, first: bool = False
+) -> list[tuple[int, bytes]]:
+    """Every packet the server sent for `sent` before it closed a new connection: `sent`
+    after a CONNECT it accepted, or as the connection's first packet (`first`)."""
+    if first:
+        sock = socket.create_connection((server.host, server.port), timeout=WAIT)
+    else:
+        sock = _connected(server)
+    with sock:
+        sock.sendall(sent)
+        return _until_closed(sock)
+
+
 # A fixed header's flag bits other than PUBLISH's are reserved and must be as §2.1.3's
 # table lists them (MQTT-2.1.3-1); anything else is a Malformed Packet, answered with
 # DISCONNECT 0x81 and a close (MQTT-4.13.1-1). Each packet's own rule is named beside it.
@@ -54,9 +68,7 @@ def test_reserved_flag_bits_not_as_listed_are_a_malformed_packet(
     server: RunningServer, bad: bytes
 ) -> None:
     """MQTT-2.1.3-1, MQTT-4.13.1-1: DISCONNECT 0x81 Malformed Packet, then closed."""
-    with _connected(server) as sock:
-        sock.sendall(bad)
-        assert _until_closed(sock) == [(0xE0, b"\x81")]
+    assert _answers_to(server, bad) == [(0xE0, b"\x81")]
 
 
 def _connect(flags: int, payload: bytes) -> bytes:
@@ -85,9 +97,7 @@ def test_a_malformed_connect_gets_a_refusing_connack_and_no_disconnect(
     """MQTT-3.1.4-1: checked and closed; CONNACK 0x81 with Session Present 0 (MQTT-3.2.2-6),
     closed after it (MQTT-3.2.2-7, MQTT-4.13.2-1), and never a DISCONNECT, which may only
     follow a CONNACK that accepted (MQTT-3.14.0-1)."""
-    with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
-        sock.sendall(bad)
-        assert _until_closed(sock) == [(0x20, b"\x00\x81\x00")]
+    assert _answers_to(server, bad, first=True) == [(0x20, b"\x00\x81\x00")]
 
 
 def test_the_first_answer_is_one_connack_then_pingresp(server: RunningServer) -> None:
@@ -168,9 +178,7 @@ def test_a_subscribe_or_unsubscribe_breaking_its_payload_rules_is_refused(
     server: RunningServer, bad: bytes, reason: int
 ) -> None:
     """MQTT-4.13.1-1: DISCONNECT with the reason the spec gives, then closed."""
-    with _connected(server) as sock:
-        sock.sendall(bad)
-        assert _until_closed(sock) == [(0xE0, bytes([reason]))]
+    assert _answers_to(server, bad) == [(0xE0, bytes([reason]))]
 
 
 def test_unsubscribe_deletes_only_the_filter_it_names_character_for_character(
@@ -633,9 +641,7 @@ def test_a_string_field_that_is_not_utf8_is_a_malformed_packet(
     server: RunningServer, bad: bytes
 ) -> None:
     """DISCONNECT 0x81 Malformed Packet, then closed (MQTT-4.13.1-1)."""
-    with _connected(server) as sock:
-        sock.sendall(bad)
-        assert _until_closed(sock) == [(0xE0, b"\x81")]
+    assert _answers_to(server, bad) == [(0xE0, b"\x81")]
 
 
 NOT_UTF8_IN_CONNECT = [
@@ -650,9 +656,7 @@ NOT_UTF8_IN_CONNECT = [
 def test_a_connect_string_that_is_not_utf8_is_refused(server: RunningServer, bad: bytes) -> None:
     """MQTT-3.1.3-11 (the Will Topic), MQTT-3.1.3-12 (the User Name): CONNACK 0x81, then
     closed."""
-    with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
-        sock.sendall(bad)
-        assert _until_closed(sock) == [(0x20, b"\x00\x81\x00")]
+    assert _answers_to(server, bad, first=True) == [(0x20, b"\x00\x81\x00")]
 
 
 def test_the_server_gives_each_message_in_flight_its_own_packet_id(
@@ -797,10 +801,8 @@ def test_a_connect_of_another_protocol_is_closed(server: RunningServer, connect:
     version the server does not take, is closed, after at most a CONNACK refusing it (boxmq
     sends 3.1.1's 0x01 for a version it does not know, which a client of any version reads),
     and never a DISCONNECT (MQTT-3.14.0-1)."""
-    with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
-        sock.sendall(connect)
-        answers = _until_closed(sock)
-        assert answers in ([], [(0x20, b"\x00\x01")], [(0x20, b"\x00\x84\x00")]), answers
+    answers = _answers_to(server, connect, first=True)
+    assert answers in ([], [(0x20, b"\x00\x01")], [(0x20, b"\x00\x84\x00")]), answers
 
 
 def test_an_authentication_method_it_does_not_support_is_refused(server: RunningServer) -> None:
@@ -834,6 +836,4 @@ def test_a_publish_breaking_its_header_rules_is_refused(
     """A PUBLISH with both QoS bits set is malformed (MQTT-3.3.1-4); its Topic Name is a
     UTF-8 string (MQTT-3.3.2-1) without wildcards (MQTT-3.3.2-2, MQTT-4.7.0-1, 0x90 Topic
     Name invalid): DISCONNECT, then closed (MQTT-4.13.1-1)."""
-    with _connected(server) as sock:
-        sock.sendall(bad)
-        assert _until_closed(sock) == [(0xE0, bytes([reason]))]
+    assert _answers_to(server, bad) == [(0xE0, bytes([reason]))]
