@@ -3,21 +3,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-
-def _run(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    """`boxmq --data root ARGV...` run to its end, its output kept."""
-    return subprocess.run(
-        [sys.executable, "-m", "boxmq.cli", "--data", str(root), *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+from tests.integration.test_cli import boxmq_cli, ok
 
 
 @pytest.mark.parametrize(
@@ -37,7 +26,7 @@ def test_a_value_too_big_for_its_type_is_a_usage_error(
 ) -> None:
     root = tmp_path / "data"
     where = "jobs" if command == "put" else "t"
-    done = _run(root, command, where, "x", "-p", written)
+    done = boxmq_cli(root, command, where, "x", "-p", written)
     assert done.returncode == 2, done
     assert done.stderr.splitlines()[-1] == f"boxmq {command}: error: argument --property/-p: {says}"
     assert not root.exists()
@@ -47,23 +36,17 @@ def test_a_value_too_big_for_its_type_is_a_usage_error(
     "written", ["f:float=3.4028234e38", "f:float=3.4028235e38", "f:float=-3.4e38", "f:float=inf"]
 )
 def test_a_float_within_its_range_is_sent(tmp_path: Path, written: str) -> None:
-    done = _run(tmp_path, "put", "jobs", "x", "-p", written)
+    done = boxmq_cli(tmp_path, "put", "jobs", "x", "-p", written)
     assert done.returncode == 0, done
-
-
-def _cli(root: Path, *argv: str) -> str:
-    done = _run(root, *argv)
-    assert done.returncode == 0, done
-    return done.stdout
 
 
 def test_get_and_peek_spell_values_as_the_file_name_does(tmp_path: Path) -> None:
     # They printed Python's spelling (d=1e+20,b=True,n=nan) while the file name, the Spark
     # source and MQTT v5 User Properties say Java's: one value read two ways.
     typed = ["d:double=1e20", "b:bool=true", "n:double=nan", "x:double=-inf", "i:int=3"]
-    _cli(tmp_path, "put", "jobs", "x", *(arg for value in typed for arg in ("-p", value)))
+    ok(tmp_path, "put", "jobs", "x", *(arg for value in typed for arg in ("-p", value)))
     java = "d=1.0E20,b=true,n=NaN,x=-Infinity,i=3"
-    peeked = _cli(tmp_path, "peek", "jobs").splitlines()
+    peeked = ok(tmp_path, "peek", "jobs").splitlines()
     assert peeked[1].split()[-1] == java, peeked
-    got = _cli(tmp_path, "get", "jobs").splitlines()
+    got = ok(tmp_path, "get", "jobs").splitlines()
     assert f"properties      {java}" in got, got
