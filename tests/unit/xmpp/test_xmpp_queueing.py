@@ -52,6 +52,38 @@ def test_subscribe_with_queue_requests_answers_the_options_in_force(wire: Wire) 
     assert values == [ns.SUBSCRIBE_OPTIONS, "5", "unacknowledged"]
 
 
+def test_configuration_required_echoes_the_subscribe_and_names_the_options_it_asks_for(
+    wire: Wire,
+) -> None:
+    # XEP-0254 §2.1, Listing 1: the error carries the <subscribe/> it answers and an
+    # <options/> naming the same jid and node, its queue_requests field a text-single, so a
+    # client can fill in the form and send it back as Listing 2 does.
+    reply = wire.subscribe(ALICE, None)
+    subscribe = reply.find(f"{{{PS}}}pubsub/{{{PS}}}subscribe")
+    options = reply.find(f"{{{PS}}}pubsub/{{{PS}}}options")
+    assert subscribe is not None
+    assert options is not None
+    assert (subscribe.get("jid"), subscribe.get("node")) == ("alice@localhost", "jobs")
+    assert (options.get("jid"), options.get("node")) == ("alice@localhost", "jobs")
+    [field] = [
+        f for f in options.iter(ns.tag(ns.DATA, "field")) if f.get("var") == "pubsub#queue_requests"
+    ]
+    assert field.get("type") == "text-single"
+
+
+def test_the_subscription_result_names_its_node_and_returns_a_result_form(wire: Wire) -> None:
+    # XEP-0254 §2.1, Listing 3: the <subscription/> names the node subscribed to, and the
+    # options established come back as a form of type 'result' inside <options/>.
+    wire.create("mail")
+    reply = wire.subscribe(ALICE, 5, node="mail")
+    subscription = reply.find(f"{{{PS}}}pubsub/{{{PS}}}subscription")
+    assert subscription is not None
+    assert subscription.get("node") == "mail"
+    form = reply.find(f"{{{PS}}}pubsub/{{{PS}}}options/{{{ns.DATA}}}x")
+    assert form is not None
+    assert form.get("type") == "result"
+
+
 def _subscribe_with_queue_requests(wire: Wire, value: str) -> ET.Element:
     """Alice's subscribe to jobs with a form of pubsub#queue_requests alone, `value` written
     as it comes (no FORM_TYPE, unlike Wire.subscribe's form)."""
