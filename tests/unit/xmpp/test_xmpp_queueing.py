@@ -265,6 +265,36 @@ def test_unlock_notifies_the_holder_and_hands_the_item_to_the_next(wire: Wire) -
     assert len(events) == 2
 
 
+def test_each_notification_names_the_node_of_its_item(wire: Wire) -> None:
+    # XEP-0254 Listings 5, 7 and 11: the publish, delete and unlock notifications each carry
+    # <items node=.../>, which is how a subscriber of several nodes tells whose item it is.
+    wire.create("mail")
+    wire.subscribe(ALICE, 1)
+    wire.subscribe(ALICE, 2, node="mail")
+    job = wire.publish()
+    first, second = wire.publish(node="mail"), wire.publish(node="mail")
+    wire.service.poll()
+    wire.retract(ALICE, first, node="mail")
+    wire.unlock(ALICE, second, node="mail")
+    wire.service.poll()
+    found = []
+    for stanza in wire.take():
+        for items in stanza.iterfind(f"{{{EV}}}event/{{{EV}}}items"):
+            found += [
+                (child.tag.rsplit("}", 1)[-1], child.get("id"), items.get("node"))
+                for child in items
+            ]
+    assert sorted(found) == sorted(
+        [
+            ("item", job, "jobs"),
+            ("item", first, "mail"),
+            ("item", second, "mail"),
+            ("retract", first, "mail"),
+            ("unlock", second, "mail"),
+        ]
+    )
+
+
 def test_the_unlock_notification_is_written_in_the_feature_namespace(wire: Wire) -> None:
     wire.subscribe(ALICE, 1)
     item = wire.publish()
