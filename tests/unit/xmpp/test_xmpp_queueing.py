@@ -252,6 +252,34 @@ def test_retract_by_the_receiver_deletes_and_notifies_only_it(wire: Wire, box: b
     assert condition(wire.retract(to, item)) == ("cancel", "item-not-found")
 
 
+def test_the_delete_notification_comes_before_the_result_of_the_retract(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    # XEP-0254 §2.3: the subscriber "SHOULD NOT commit any pending transactions until it
+    # receives the delete notification", so the notification goes out first: a client that
+    # commits on the result has had the notification already.
+    wire.subscribe(ALICE, 1)
+    item = wire.publish()
+    assert wire.items_to(ALICE) == [item]
+    wire.service.iq(
+        in_stream(
+            f"<iq type='set' id='r1' from='{ALICE}' to='queue.localhost'><pubsub xmlns='{PS}'>"
+            f"<retract node='jobs'><item id='{item}'/></retract></pubsub></iq>"
+        )
+    )
+    wire.service.flush()
+    sent = [in_stream(x) for x in wire.sent]
+    retracted = f"{{{EV}}}event/{{{EV}}}items/{{{EV}}}retract"
+    assert [
+        (s.tag.rsplit("}", 1)[-1], s.get("id") if s.find(retracted) is None else "notice")
+        for s in sent
+    ] == [
+        ("message", "notice"),
+        ("iq", "r1"),
+    ]
+    assert box.queue("jobs").counts().done == 1
+
+
 def test_unlock_notifies_the_holder_and_hands_the_item_to_the_next(wire: Wire) -> None:
     wire.subscribe(ALICE, 1)
     wire.subscribe(BOB, 1)
