@@ -393,6 +393,36 @@ def test_an_error_reply_echoes_the_request(wire: Wire) -> None:
     assert retract.get("node") == "jobs"
 
 
+def test_an_unlock_error_echoes_the_unlock_as_listings_12_to_15(wire: Wire) -> None:
+    # XEP-0254 §2.4, Listings 12-15: each error to an unlock carries the <unlock/> it
+    # answers, in the queueing namespace, with its node and item, so that a client with
+    # several unlocks in flight knows which one failed.
+    wire.subscribe(ALICE, 1)
+    wire.subscribe(BOB, 1)
+    held = wire.publish()
+    [(holder, _, _)] = wire.events()
+    other = BOB if holder == ALICE else ALICE
+    wire.publish()
+    assert [to for to, _, _ in wire.events()] == [other]
+    waiting = wire.publish()  # nobody has room: never delivered to anyone
+    assert wire.events() == []
+
+    def assert_refused_echoing(jid: str, item: str, error: str) -> None:
+        reply = wire.unlock(jid, item)
+        assert condition(reply)[1] == error
+        unlock = reply.find(f"{{{PS}}}pubsub/{{{ns.QUEUEING}}}unlock")
+        assert unlock is not None, ET.tostring(reply)
+        assert unlock.get("node") == "jobs"
+        assert [i.get("id") for i in unlock.iter(ns.tag(ns.QUEUEING, "item"))] == [item]
+
+    assert_refused_echoing(holder, "no-such-id", "item-not-found")  # Listing 12
+    assert_refused_echoing(other, waiting, "forbidden")  # Listing 13
+    assert_refused_echoing(other, held, "conflict")  # Listing 14
+    assert wire.unlock(holder, held).get("type") == "result"
+    wire.events()
+    assert_refused_echoing(holder, held, "unexpected-request")  # Listing 15
+
+
 def test_unavailable_presence_unlocks_and_unsubscribes(wire: Wire, box: boxmq.Box) -> None:
     wire.subscribe(ALICE, 2)
     wire.subscribe(BOB, 1)
