@@ -452,6 +452,28 @@ def test_unavailable_presence_unlocks_and_unsubscribes(wire: Wire, box: boxmq.Bo
     assert condition(reply) == ("cancel", "unexpected-request")
 
 
+def test_unavailable_presence_unlocks_what_it_held_on_every_node(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    # XEP-0254 §4: "unlock all outstanding queue items associated with the subscriber and
+    # unsubscribe the subscriber": all of them, on each queue node it subscribed to, and
+    # another resource of the same user keeps its own.
+    wire.create("mail")
+    other_resource = "alice@localhost/other"
+    wire.subscribe(ALICE, 2)
+    wire.subscribe(ALICE, 2, node="mail")
+    wire.subscribe(other_resource, 1, node="mail")
+    for node in ("jobs", "jobs", "mail", "mail", "mail"):
+        wire.publish(node=node)
+    assert len(wire.items_to(ALICE)) == 4
+    wire.service.gone(ALICE)
+    assert box.queue("jobs").counts().locked == 0
+    assert box.queue("mail").counts().locked == 1  # the other resource's
+    for node in ("jobs", "mail"):
+        wire.publish(node=node)
+    assert wire.items_to(ALICE) == []
+
+
 def test_unsubscribe_releases_the_locks_to_the_others(wire: Wire) -> None:
     wire.subscribe(ALICE, 1)
     item = wire.publish()
