@@ -742,6 +742,29 @@ def test_subscribing_again_with_other_options_takes_them(wire: Wire) -> None:
     assert [e[2] for e in wire.events()] == [second, third]  # and it holds up to three
 
 
+def test_subscribing_again_without_options_answers_the_subscription_as_it_is(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    # XEP-0254 §2.1's configuration-required answers a subscribe that would make a
+    # subscription without its queue_requests; one that exists has it. A client that
+    # subscribes again to make sure it is subscribed (docs/xmpp.md) is answered the
+    # subscription and the options in force, and keeps the items it holds.
+    wire.subscribe(ALICE, 2)
+    held = sorted([wire.publish(), wire.publish()])
+    wire.publish()
+    assert sorted(wire.items_to(ALICE)) == held
+    reply = wire.subscribe(ALICE, None)
+    assert reply.get("type") == "result", ET.tostring(reply)
+    subscription = reply.find(f"{{{PS}}}pubsub/{{{PS}}}subscription")
+    assert subscription is not None
+    assert (subscription.get("node"), subscription.get("subscription")) == ("jobs", "subscribed")
+    values = [v.text for v in reply.iter(ns.tag(ns.DATA, "value"))]
+    assert values == [ns.SUBSCRIBE_OPTIONS, "2", "unacknowledged"]
+    assert wire.events() == []  # nothing unlocked, nothing more sent
+    assert box.queue("jobs").counts().locked == 2
+    assert wire.retract(ALICE, held[0]).get("type") == "result"  # still its lock
+
+
 def test_subscribing_again_with_one_option_keeps_the_other(wire: Wire) -> None:
     # A subscriber that changes its QoS level alone was refused configuration-required,
     # XEP-0254 §2.1's answer to a first subscribe without options, though its
