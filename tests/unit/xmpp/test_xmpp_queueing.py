@@ -583,8 +583,11 @@ def test_a_lock_that_times_out_notifies_and_goes_to_the_next(
     events = wire.events()
     assert (ALICE, "unlock", item) in events
     assert (BOB, "item", item) in events
-    # alice answers late: her lock is gone
+    # alice answers late: her lock is gone, for an unlock as for a retract (XEP-0254 §2.4,
+    # Listing 15: the unlock path has a way of its own, for what an unsubscribe gave back)
+    assert condition(wire.unlock(ALICE, item)) == ("wait", "unexpected-request")
     assert condition(wire.retract(ALICE, item)) == ("wait", "unexpected-request")
+    assert (BOB, "unlock", item) not in wire.events()  # bob's lock untouched by either
 
 
 def test_a_topic_node_shares_among_xmpp_and_copies_to_other_subscribers(
