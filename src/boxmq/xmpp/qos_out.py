@@ -8,7 +8,8 @@ re-sends what went unanswered with a doubling back-off, and gives up after `max_
 - assured: <assured msgId=..><message/></assured> -> a result with <received msgId=../>
   (a result that is no receipt of that msgId is not taken for one), then <deliver msgId=../>
   -> a result. Each step is idempotent at the receiver, so a retry is
-  always safe; the msgId is the item id, so a redelivery of one item is recognised as such.
+  always safe; the msgId is the node and the item id (`msg_id_of`), so a redelivery of one
+  item is recognised as such.
 An error reply ends the transfer at once: the receiver said no.
 
 Only the JID a notification went to may answer it: an answer whose `from` is anyone else is
@@ -31,7 +32,7 @@ from boxmq.xmpp import ns, render
 from boxmq.xmpp.jids import normal
 from boxmq.xmpp.requests import without_blanks
 
-__all__ = ["Level", "ReliableSender"]
+__all__ = ["Level", "ReliableSender", "msg_id_of"]
 
 
 class Level(Enum):
@@ -46,6 +47,15 @@ class Level(Enum):
         except ValueError:
             names = ", ".join(level.value for level in cls)
             raise InvalidArgument(f"QoS level {text!r}: choose one of {names}") from None
+
+
+def msg_id_of(node: str, item_id: str) -> str:
+    """The msgId an item of `node` is sent under: `NODE/ITEM-ID`. The document has outstanding
+    msgIds "unique for the sender" (Message IDs), and the service is one sender to every
+    subscriber: one publish reaches a JID subscribed to sensors/+ and sensors/# once per
+    subscription under one item id, and a file a script dropped may have its name in two
+    queues. Unambiguous: an item id is a file name's, which holds no '/'."""
+    return f"{node}/{item_id}"
 
 
 @dataclass(eq=False)

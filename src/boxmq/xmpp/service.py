@@ -50,7 +50,7 @@ from boxmq.xmpp.conditions import INTERNAL, STOPPING, Condition, condition_for
 from boxmq.xmpp.errors import StanzaError
 from boxmq.xmpp.jids import normal
 from boxmq.xmpp.payloads import NOT_XML, payload_of
-from boxmq.xmpp.qos_out import Level, ReliableSender
+from boxmq.xmpp.qos_out import Level, ReliableSender, msg_id_of
 from boxmq.xmpp.records import SubscriberRecords
 from boxmq.xmpp.refusals import RefusalLog
 from boxmq.xmpp.requests import (
@@ -238,7 +238,7 @@ class QueueService:
             jid,
             event,
             level,
-            msg_id=item_id,
+            msg_id=msg_id_of(node, item_id),
             now=self._now(),
             on_failed=lambda: self._undeliverable(subscription, message),
         )
@@ -261,7 +261,7 @@ class QueueService:
         # their topic nodes' ends told to the other processes once, not once per node.
         silent: dict[Subscription, None] = {}
         for subscription, message in self._subscriptions.timed_out(now):
-            self._reliable.cancel(subscription.jid, message.id)
+            self._reliable.cancel(subscription.jid, msg_id_of(subscription.node, message.id))
             _quietly(message.unlock)  # the engine may have released it already
             self._notify_unlock(subscription, message.id)
             if self._silent(subscription, message, now):
@@ -495,7 +495,7 @@ class QueueService:
         and the subscriber answered, so its silences start again. Its subscription, if any."""
         subscription = self._subscriptions.get(iq.sender, request.node)
         held = subscription.held.pop(request.item_id, None) if subscription else None
-        self._reliable.cancel(iq.sender, request.item_id)
+        self._reliable.cancel(iq.sender, msg_id_of(request.node, request.item_id))
         if subscription is not None:
             subscription.timeouts = 0
         if held is not None:
@@ -840,7 +840,7 @@ class QueueService:
     def _end(self, subscription: Subscription, *, forget: bool = True) -> None:
         """`forget`: its record goes too (records.py); kept, the next start tells it."""
         for item in subscription.held:
-            self._reliable.cancel(subscription.jid, item)
+            self._reliable.cancel(subscription.jid, msg_id_of(subscription.node, item))
         self._subscriptions.remove(subscription)
         if forget:
             self._records.remove(subscription.jid, subscription.node)

@@ -16,10 +16,12 @@ from boxmq.xmpp.qos_out import Level, ReliableSender
 QOS = ns.QOS
 
 
-def _subscribe(wire: Wire, jid: str, level: str, queue_requests: int = 1) -> ET.Element:
+def _subscribe(
+    wire: Wire, jid: str, level: str, queue_requests: int = 1, node: str = "jobs"
+) -> ET.Element:
     return wire.iq(
         jid,
-        f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='{jid.split('/')[0]}'/><options>"
+        f"<pubsub xmlns='{PS}'><subscribe node='{node}' jid='{jid.split('/')[0]}'/><options>"
         "<x xmlns='jabber:x:data' type='submit'>"
         f"<field var='pubsub#queue_requests'><value>{queue_requests}</value></field>"
         f"<field var='boxmq#qos'><value>{level}</value></field></x></options></pubsub>",
@@ -81,10 +83,10 @@ def test_assured_is_two_steps_and_a_give_up_goes_to_the_next(
     [assured] = _qos_iqs(wire)
     element = assured.find(f"{{{QOS}}}assured")
     assert element is not None
-    assert element.get("msgId") == item
-    _answer(wire, assured, f"<received xmlns='{QOS}' msgId='{item}'/>")
+    assert element.get("msgId") == f"jobs/{item}"  # the node and the item: msg_id_of
+    _answer(wire, assured, f"<received xmlns='{QOS}' msgId='jobs/{item}'/>")
     [deliver] = _qos_iqs(wire)
-    assert deliver.find(f"{{{QOS}}}deliver").get("msgId") == item  # type: ignore[union-attr]
+    assert deliver.find(f"{{{QOS}}}deliver").get("msgId") == f"jobs/{item}"  # type: ignore[union-attr]
     _answer(wire, deliver)
     assert wire.retract(ALICE, item).get("type") == "result"
     # the next item is never answered: after the last retry it goes to bob
@@ -120,10 +122,10 @@ def test_a_result_to_assured_that_is_no_receipt_of_its_msgid_does_not_count(
     clock.advance(deadline - clock.now())
     wire.service.expire(clock.now())
     [again] = _qos_iqs(wire)  # still unanswered: asked again, the same msgId
-    assert again.find(f"{{{QOS}}}assured").get("msgId") == item  # type: ignore[union-attr]
-    _answer(wire, again, f"<received xmlns='{QOS}' msgId='{item}'/>")
+    assert again.find(f"{{{QOS}}}assured").get("msgId") == f"jobs/{item}"  # type: ignore[union-attr]
+    _answer(wire, again, f"<received xmlns='{QOS}' msgId='jobs/{item}'/>")
     [deliver] = _qos_iqs(wire)
-    assert deliver.find(f"{{{QOS}}}deliver").get("msgId") == item  # type: ignore[union-attr]
+    assert deliver.find(f"{{{QOS}}}deliver").get("msgId") == f"jobs/{item}"  # type: ignore[union-attr]
 
 
 def test_a_receipt_written_as_the_documents_example_writes_it_counts(wire: Wire) -> None:
@@ -131,9 +133,32 @@ def test_a_receipt_written_as_the_documents_example_writes_it_counts(wire: Wire)
     _subscribe(wire, ALICE, "assured")
     item = wire.publish()
     [assured] = _qos_iqs(wire)
-    _answer(wire, assured, f"<received msgId='{item}'/>")
+    _answer(wire, assured, f"<received msgId='jobs/{item}'/>")
     [deliver] = _qos_iqs(wire)
-    assert deliver.find(f"{{{QOS}}}deliver").get("msgId") == item  # type: ignore[union-attr]
+    assert deliver.find(f"{{{QOS}}}deliver").get("msgId") == f"jobs/{item}"  # type: ignore[union-attr]
+
+
+def test_one_item_of_two_subscriptions_goes_under_two_msgids(
+    wire: Wire, clock: ManualClock
+) -> None:
+    # urn:xmpp:qos, Message IDs: "Outstanding message IDs used in assured delivery, must be
+    # unique for the sender", and a receiver ignores a second message under a msgId it holds
+    # (Assured service). A subscriber of sensors/+ and sensors/# was sent one publish twice
+    # under the item id alone: the second copy was taken for a repeat of the first, and the
+    # retract of one stopped the other's retries.
+    for node in ("sensors/+", "sensors/#"):
+        assert _subscribe(wire, ALICE, "assured", node=node).get("type") == "result"
+    item = wire.publish(node="sensors/1")
+    sent = _qos_iqs(wire)
+    msg_ids = {iq.find(f"{{{QOS}}}assured").get("msgId") for iq in sent}  # type: ignore[union-attr]
+    assert len(sent) == len(msg_ids) == 2
+    assert wire.retract(ALICE, item, node="sensors/+").get("type") == "result"
+    deadline = wire.service.next_deadline()
+    assert deadline is not None
+    clock.advance(deadline - clock.now())
+    wire.service.expire(clock.now())
+    [again] = _qos_iqs(wire)  # the other subscription's copy is still being sent
+    assert again.find(f".//{{{ns.PUBSUB_EVENT}}}items").get("node") == "sensors/#"  # type: ignore[union-attr]
 
 
 def test_an_error_answer_gives_the_item_to_the_next_at_once(wire: Wire) -> None:
