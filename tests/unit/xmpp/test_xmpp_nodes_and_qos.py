@@ -321,6 +321,41 @@ def _wrapped(kind: str, msg_id: str | None, body: str) -> str:
     )
 
 
+@pytest.mark.parametrize(
+    "inner",
+    [
+        _wrapped("assured", None, "x"),
+        f"<deliver xmlns='{ns.QOS}'/>",
+        f"<assured xmlns='{ns.QOS}' msgId='m'/>",
+        f"<acknowledged xmlns='{ns.QOS}'/>",
+        f"<received xmlns='{ns.QOS}' msgId='m'/>",
+    ],
+    ids=[
+        "assured-no-msgId",
+        "deliver-no-msgId",
+        "assured-no-message",
+        "ack-no-message",
+        "received",
+    ],
+)
+def test_a_qos_request_the_schema_refuses_is_bad_request(
+    wire: Wire, box: boxmq.Box, inner: str
+) -> None:
+    # urn:xmpp:qos, XML Schema: msgId is required on <assured/> and <deliver/>, and
+    # <acknowledged/> and <assured/> carry one <message/>; <received/> is an answer, no request
+    wire.create()
+    assert condition(wire.iq(CAROL, inner, to=NODE_AT)) == ("modify", "bad-request")
+    assert box.queue("jobs").counts().ready == 0
+
+
+def test_a_qos_request_in_an_iq_get_is_bad_request(wire: Wire, box: boxmq.Box) -> None:
+    # urn:xmpp:qos, Use Cases: each step is "an iq stanza of type set"
+    wire.create()
+    reply = wire.iq(CAROL, _wrapped("acknowledged", None, "x"), to=NODE_AT, type="get")
+    assert condition(reply) == ("modify", "bad-request")
+    assert box.queue("jobs").counts().ready == 0
+
+
 def test_acknowledged_stores_the_message_with_the_iqs_addresses(wire: Wire) -> None:
     wire.create()
     wire.subscribe(BOB, 5)
