@@ -395,6 +395,22 @@ def test_assured_then_deliver_delivers_once_however_often_repeated(
     assert box.queue("jobs").counts().ready == 2
 
 
+def test_the_same_msgid_from_two_resources_of_one_user_is_two_messages(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    # urn:xmpp:qos, Message IDs: msgIds are "unique for the sender (counting the Full JID as
+    # the sender)": two resources of Carol may hold the same one at once
+    wire.create()
+    senders = (CAROL, "carol@localhost/d")
+    for sender in senders:
+        reply = wire.iq(sender, _wrapped("assured", "m1", sender[-1]), to=NODE_AT)
+        assert reply.find(ns.tag(ns.QOS, "received")) is not None
+    for sender in senders:
+        reply = wire.iq(sender, f"<deliver xmlns='{ns.QOS}' msgId='m1'/>", to=NODE_AT)
+        assert reply.get("type") == "result"
+    assert sorted(_body_text(message) for message in _ready_bodies(box)) == [b"c", b"d"]
+
+
 def _body_text(message: boxmq.Message) -> bytes:
     """The <body/> text of a stored wrapped message."""
     return message.body.split(b"<body>")[1].split(b"</body>")[0]
