@@ -356,12 +356,20 @@ def test_a_qos_request_in_an_iq_get_is_bad_request(wire: Wire, box: boxmq.Box) -
     assert box.queue("jobs").counts().ready == 0
 
 
-def test_acknowledged_stores_the_message_with_the_iqs_addresses(wire: Wire) -> None:
+@pytest.mark.parametrize("kind", ["acknowledged", "assured"])
+def test_a_qos_message_is_stored_with_the_iqs_addresses(wire: Wire, kind: str) -> None:
+    # urn:xmpp:qos, To and from attributes: "In the case of acknowledged and assured quality
+    # of service levels, the message element MUST have its to and from attributes
+    # overwritten by the corresponding attributes of the iq stanza"
     wire.create()
     wire.subscribe(BOB, 5)
-    reply = wire.iq(CAROL, _wrapped("acknowledged", None, "hello"), to=NODE_AT)
+    if kind == "acknowledged":
+        reply = wire.iq(CAROL, _wrapped("acknowledged", None, "hello"), to=NODE_AT)
+        assert len(reply) == 0  # an empty result (seed 003, Acknowledged service)
+    else:
+        wire.iq(CAROL, _wrapped("assured", "m1", "hello"), to=NODE_AT)
+        reply = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='m1'/>", to=NODE_AT)
     assert reply.get("type") == "result"
-    assert len(reply) == 0  # an empty result (seed 003, Acknowledged service)
     wire.service.poll()
     [event] = [s for s in wire.take() if s.find(f".//{{{ns.PUBSUB_EVENT}}}item") is not None]
     message = event.find(f".//{{{ns.PUBSUB_EVENT}}}item/{{jabber:client}}message")
