@@ -484,11 +484,43 @@ def test_limits_answer_resource_constraint_and_untrusted_not_allowed(tmp_path: P
         wire.service.close()
 
 
+@pytest.mark.parametrize(
+    ("limits", "refused"),
+    [
+        (ExactlyOnceLimits(max_pending_per_source=1), CAROL),
+        (ExactlyOnceLimits(max_bytes_per_source=250), CAROL),
+        (ExactlyOnceLimits(max_pending_total=1), ALICE),
+        (ExactlyOnceLimits(max_bytes_total=250), ALICE),
+    ],
+    ids=["number-per-source", "size-per-source", "number-in-total", "size-in-total"],
+)
+def test_a_message_over_a_limit_is_refused_and_not_held(
+    tmp_path: Path, limits: ExactlyOnceLimits, refused: str
+) -> None:
+    # urn:xmpp:qos, Memory attacks: "a limit on the number and size of assured messages that
+    # can be simultaneously received from a single source", and "a total limit ... from all
+    # sources": over either, "the resource-constraint error should be returned instead of
+    # accepting the message". Carol holds one of about 150 bytes; then one of about 210 comes,
+    # from Carol (over her limit) or from Alice (over the total), whose deliver finds nothing.
+    with boxmq.open(tmp_path / "d", fsync="never", exactly_once=limits) as box:
+        wire = Wire(box)
+        wire.create()
+        assert wire.iq(CAROL, _wrapped("assured", "a", "1"), to=NODE_AT).get("type") == "result"
+        reply = wire.iq(refused, _wrapped("assured", "c", "3" * 60), to=NODE_AT)
+        assert condition(reply) == ("wait", "resource-constraint")
+        deliver = wire.iq(refused, f"<deliver xmlns='{ns.QOS}' msgId='c'/>", to=NODE_AT)
+        assert condition(deliver) == ("cancel", "item-not-found")
+        wire.service.close()
+
+
 def _carol_trusted_and_alice_not(wire: Wire) -> None:
     """Carol's assured request is taken; Alice's is refused as from an untrusted sender."""
     assert wire.iq(CAROL, _wrapped("assured", "a", "1"), to=NODE_AT).get("type") == "result"
     untrusted = wire.iq(ALICE, _wrapped("assured", "c", "3"), to=NODE_AT)
     assert condition(untrusted) == ("cancel", "not-allowed")
+    # refused, not held (urn:xmpp:qos, Memory attacks 1): its deliver finds nothing
+    deliver = wire.iq(ALICE, f"<deliver xmlns='{ns.QOS}' msgId='c'/>", to=NODE_AT)
+    assert condition(deliver) == ("cancel", "item-not-found")
 
 
 def test_a_bare_jid_in_trusted_sources_trusts_each_of_its_resources(tmp_path: Path) -> None:
