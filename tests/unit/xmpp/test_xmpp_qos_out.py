@@ -128,6 +128,29 @@ def test_a_result_to_assured_that_is_no_receipt_of_its_msgid_does_not_count(
     assert deliver.find(f"{{{QOS}}}deliver").get("msgId") == f"jobs/{item}"  # type: ignore[union-attr]
 
 
+def test_an_unanswered_deliver_is_sent_again_and_an_error_to_it_hands_the_item_on(
+    wire: Wire, clock: ManualClock
+) -> None:
+    # urn:xmpp:qos, Assured service: "For both the assured and deliver messages, a retry
+    # mechanism similar to the one used for acknowledged service is to be used"
+    _subscribe(wire, ALICE, "assured")
+    item = wire.publish()
+    [assured] = _qos_iqs(wire)
+    _answer(wire, assured, f"<received xmlns='{QOS}' msgId='jobs/{item}'/>")
+    [deliver] = _qos_iqs(wire)
+    deadline = wire.service.next_deadline()
+    assert deadline == clock.now() + 2
+    clock.advance(2)
+    wire.service.expire(clock.now())
+    [again] = _qos_iqs(wire)  # the deliver, not the assured, under the same msgId
+    assert [child.tag for child in again] == [f"{{{QOS}}}deliver"]
+    assert again.find(f"{{{QOS}}}deliver").get("msgId") == f"jobs/{item}"  # type: ignore[union-attr]
+    assert again.get("id") != deliver.get("id")
+    _subscribe(wire, BOB, "unacknowledged")
+    _answer(wire, again, _BOUNCE, type="error")
+    assert (BOB, "item", item) in wire.events()
+
+
 def test_a_receipt_written_as_the_documents_example_writes_it_counts(wire: Wire) -> None:
     # The example's <received msgId='984232334'/> carries no xmlns: in the stream's namespace
     _subscribe(wire, ALICE, "assured")
