@@ -424,6 +424,32 @@ def _body_text(message: boxmq.Message) -> bytes:
     return message.body.split(b"<body>")[1].split(b"</body>")[0]
 
 
+def test_an_assured_message_outlives_a_restart_of_the_receiver(tmp_path: Path) -> None:
+    # urn:xmpp:qos, Persistence: "Will delivery be guaranteed, even beyond a system reset at
+    # the receiving end?" boxmq's answer is yes (docs/xmpp.md: "also after a restart"): the
+    # message held between <received/> and <deliver/> is on disk, and its repeats after the
+    # restart store and deliver nothing more.
+    with boxmq.open(tmp_path / "d", fsync="never") as box:
+        wire = Wire(box)
+        wire.create()
+        assert wire.iq(CAROL, _wrapped("assured", "m1", "held"), to=NODE_AT).get("type") == "result"
+        wire.service.close()
+    with boxmq.open(tmp_path / "d", fsync="never") as box:
+        wire = Wire(box)
+        again = wire.iq(CAROL, _wrapped("assured", "m1", "held again"), to=NODE_AT)
+        assert again.find(ns.tag(ns.QOS, "received")) is not None
+        for _ in range(2):
+            deliver = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='m1'/>", to=NODE_AT)
+            assert deliver.get("type") == "result"
+        wire.service.close()
+    with boxmq.open(tmp_path / "d", fsync="never") as box:
+        wire = Wire(box)
+        deliver = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='m1'/>", to=NODE_AT)
+        assert deliver.get("type") == "result"  # remembered as delivered, past a restart
+        assert [_body_text(message) for message in _ready_bodies(box)] == [b"held"]
+        wire.service.close()
+
+
 def test_deliver_of_an_unknown_or_expired_msgid_is_item_not_found(
     manual_box: boxmq.Box, clock: boxmq.ManualClock
 ) -> None:
