@@ -37,6 +37,15 @@ def test_disco_info_of_the_service_names_the_features(wire: Wire) -> None:
     assert {ns.PUBSUB, ns.QUEUEING, ns.QOS} <= _features(reply)
 
 
+@pytest.mark.parametrize("node", ["jobs", "sensors"], ids=["queue", "topic"])
+def test_disco_info_of_the_jid_qos_requests_go_to_names_urn_xmpp_qos(wire: Wire, node: str) -> None:
+    # urn:xmpp:qos, Determining Support: an entity that supports it "MUST advertise that
+    # fact by returning a feature of 'urn:xmpp:qos'"; its requests go to NODE@service
+    wire.create()
+    reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}'/>", type="get", to=f"{node}@{SERVICE}")
+    assert ns.QOS in _features(reply)
+
+
 def test_disco_info_of_a_queue_node_and_of_a_topic_node(wire: Wire) -> None:
     wire.create()
     reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}' node='jobs'/>", type="get")
