@@ -545,6 +545,10 @@ def test_a_message_over_a_limit_is_refused_and_not_held(
         assert condition(reply) == ("wait", "resource-constraint")
         deliver = wire.iq(refused, f"<deliver xmlns='{ns.QOS}' msgId='c'/>", to=NODE_AT)
         assert condition(deliver) == ("cancel", "item-not-found")
+        # a repeat of the one held takes no room: "the received response is returned as
+        # normal" (Assured service), however full the receiver is
+        repeat = wire.iq(CAROL, _wrapped("assured", "a", "1"), to=NODE_AT)
+        assert repeat.find(ns.tag(ns.QOS, "received")) is not None
         wire.service.close()
 
 
