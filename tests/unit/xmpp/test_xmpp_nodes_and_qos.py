@@ -478,6 +478,29 @@ def test_deliver_of_an_unknown_or_expired_msgid_is_item_not_found(
     wire.service.close()
 
 
+def test_a_delivered_msgid_is_remembered_for_done_ttl(tmp_path: Path) -> None:
+    # urn:xmpp:qos, Assured service: each repeat of <deliver/> is acknowledged, for as long
+    # as docs/xmpp.md says the id is remembered (done_ttl), then item-not-found. The clock
+    # starts now: the delivery records are files, and their age is the clock's less their
+    # time of change.
+    clock = boxmq.ManualClock(time.time())
+    limits = ExactlyOnceLimits(done_ttl=600)
+    with boxmq.open(tmp_path / "d", fsync="never", clock=clock, exactly_once=limits) as box:
+        wire = Wire(box, now=clock.now)
+        wire.create()
+        wire.iq(CAROL, _wrapped("assured", "m1", "x"), to=NODE_AT)
+        deliver = f"<deliver xmlns='{ns.QOS}' msgId='m1'/>"
+        assert wire.iq(CAROL, deliver, to=NODE_AT).get("type") == "result"
+        clock.advance(590)
+        box.sweep()
+        assert wire.iq(CAROL, deliver, to=NODE_AT).get("type") == "result"
+        clock.advance(20)
+        box.sweep()
+        assert condition(wire.iq(CAROL, deliver, to=NODE_AT)) == ("cancel", "item-not-found")
+        assert box.queue("jobs").counts().ready == 1
+        wire.service.close()
+
+
 def test_a_msgid_reused_after_a_completed_delivery_is_a_new_message(
     wire: Wire, box: boxmq.Box
 ) -> None:
