@@ -412,6 +412,22 @@ def test_assured_then_deliver_delivers_once_however_often_repeated(
     assert box.queue("jobs").counts().ready == 2
 
 
+def test_received_echoes_a_msgid_that_needs_escaping_as_it_was_sent(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    # urn:xmpp:qos, Assured service: "This received response echoes the msgId attribute"; a
+    # msgId is any string (XML Schema), so quotes, & and < and a tab come back as they went
+    wire.create()
+    written = "a&apos;b&amp;c&lt;d&quot;e&#9;f"
+    reply = wire.iq(CAROL, _wrapped("assured", written, "x"), to=NODE_AT)
+    received = reply.find(ns.tag(ns.QOS, "received"))
+    assert received is not None
+    assert received.get("msgId") == "a'b&c<d\"e\tf"
+    deliver = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='{written}'/>", to=NODE_AT)
+    assert deliver.get("type") == "result"
+    assert box.queue("jobs").counts().ready == 1
+
+
 def test_the_same_msgid_from_two_resources_of_one_user_is_two_messages(
     wire: Wire, box: boxmq.Box
 ) -> None:
