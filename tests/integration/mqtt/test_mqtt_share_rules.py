@@ -388,3 +388,21 @@ def test_a_member_is_sent_at_the_lower_of_its_granted_and_the_published_qos(
         pub.publish(f"lvl/{qos}", b"x", qos)
     got = {m.topic: m.qos for m in (member.next(), member.next(), member.next())}
     assert got == {f"lvl/{qos}": min(qos, granted) for qos in (0, 1, 2)}
+
+
+@pytest.mark.parametrize("name", [".", "..", "$g", "a b", "é", "G"])
+def test_a_share_name_may_hold_any_character_but_slash_plus_and_hash(
+    server: RunningServer, name: str
+) -> None:
+    """MQTT-234 §4.9.2: a ShareName is "a character string that does not include '/', '+' or
+    '#'": any other makes a group (a dot, two dots, a '$', a space, a letter beyond ASCII;
+    "..", kept in the folder "share..", names no parent folder), distinct from "g", even "G"."""
+    member = paho(server, "m")
+    assert _codes(member.subscribe(f"$share/{name}/n/#", 1)) == [1]
+    other = paho(server, "o")
+    other.subscribe("$share/g/n/#", 1)
+    pub = paho(server, "pub")
+    for i in range(2):
+        pub.publish("n/x", f"{i}".encode(), 1)
+    assert _drain(member) == [b"0", b"1"]
+    assert _drain(other) == [b"0", b"1"]
