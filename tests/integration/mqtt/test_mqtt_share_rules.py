@@ -406,3 +406,26 @@ def test_a_share_name_may_hold_any_character_but_slash_plus_and_hash(
         pub.publish("n/x", f"{i}".encode(), 1)
     assert _drain(member) == [b"0", b"1"]
     assert _drain(other) == [b"0", b"1"]
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_a_groups_filter_is_matched_without_its_share_prefix(
+    server: RunningServer, v5: bool
+) -> None:
+    """MQTT-234 §4.9.2 (i): "The $share and {ShareName} portions of the Topic Filter are not
+    taken into account when matching against publications": "$share/g/x" takes what is
+    published to "x", not to the topic "$share/g/x", which "$share/h/#" does not take either
+    (a '#' first does not match a topic starting with '$'). "$share" is a literal: "$SHARE/g/x"
+    is a plain filter, matching that topic alone."""
+    member = paho(server, "m", v5=v5)
+    member.subscribe("$share/g/x", 1)
+    everything = paho(server, "e", v5=v5)
+    everything.subscribe("$share/h/#", 1)
+    upper = paho(server, "u", v5=v5)
+    assert _codes(upper.subscribe("$SHARE/g/x", 1)) == [1]
+    pub = paho(server, "pub")
+    for topic in ("$share/g/x", "$SHARE/g/x", "x"):
+        pub.publish(topic, topic.encode(), 1)
+    assert _drain(member) == [b"x"]
+    assert _drain(everything) == [b"x"]
+    assert _drain(upper) == [b"$SHARE/g/x"]
