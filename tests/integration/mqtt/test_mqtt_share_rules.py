@@ -429,3 +429,22 @@ def test_a_groups_filter_is_matched_without_its_share_prefix(
     assert _drain(member) == [b"x"]
     assert _drain(everything) == [b"x"]
     assert _drain(upper) == [b"$SHARE/g/x"]
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_subscribing_again_to_a_group_sends_no_retained_messages(
+    server: RunningServer, v5: bool
+) -> None:
+    """MQTT-234 (3.8.4) and note 6: a SUBSCRIBE to a group the session is already in (to change
+    its QoS) is no new non-shared subscription: no retained message is sent, as it is for the
+    same filter subscribed plain again (MQTT-3.8.4-3: re-sent)."""
+    pub = paho(server, "pub")
+    pub.publish("cfg", b"retained", 1, retain=True)
+    member = paho(server, "m", v5=v5)
+    member.subscribe("$share/g/cfg", 1)
+    assert _codes(member.subscribe("$share/g/cfg", 2)) == [2]
+    assert member.nothing()
+    plain = paho(server, "p", v5=v5)
+    for qos in (1, 2):
+        plain.subscribe("cfg", qos)
+        assert (plain.next().payload, plain.nothing()) == (b"retained", True)
