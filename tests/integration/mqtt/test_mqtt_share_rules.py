@@ -448,3 +448,25 @@ def test_subscribing_again_to_a_group_sends_no_retained_messages(
     for qos in (1, 2):
         plain.subscribe("cfg", qos)
         assert (plain.next().payload, plain.nothing()) == (b"retained", True)
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_a_retained_publication_reaches_a_member_with_retain_0(
+    server: RunningServer, v5: bool
+) -> None:
+    """MQTT-234 (3.3.1.3): RETAIN 1 goes only with what a new non-shared subscription is sent; a
+    retained PUBLISH reaches a group as any other, RETAIN 0 (3.1.1's MQTT-3.3.1-9; 5.0's
+    MQTT-3.3.1-12 without Retain As Published), whether its member is there or away (then from
+    the group's copy on disk, sent when it comes back)."""
+    expiry = 3600 if v5 else None
+    member = paho(server, "m", v5=v5, clean=False, expiry=expiry)
+    member.subscribe("$share/g/state", 1)
+    pub = paho(server, "pub")
+    pub.publish("state", b"there", 1, retain=True)
+    got = member.next()
+    assert (got.payload, got.retain) == (b"there", False)
+    member.stop()
+    pub.publish("state", b"away", 1, retain=True)
+    back = paho(server, "m", v5=v5, clean=False, expiry=expiry)
+    got = back.next()
+    assert (got.payload, got.retain) == (b"away", False)
