@@ -470,3 +470,25 @@ def test_a_retained_publication_reaches_a_member_with_retain_0(
     back = paho(server, "m", v5=v5, clean=False, expiry=expiry)
     got = back.next()
     assert (got.payload, got.retain) == (b"away", False)
+
+
+def test_a_qos2_message_a_member_acknowledged_with_pubrec_is_not_sent_again_when_it_ends(
+    server: RunningServer,
+) -> None:
+    """MQTT-234 note 3: a member's session ending MAY send the QoS 2 message it was being sent
+    to another member; once it answered PUBREC the message is its own (MQTT 5.0 §4.3.3), so
+    its session ending before the PUBCOMP sends it to no other member: that would make two."""
+    gone, _ = open_raw(server, "gone", clean=True, expiry=0)
+    gone.sendall(subscribe(1, "$share/g/exact/#", 2))
+    assert read(gone)[0] == 0x90
+    other = paho(server, "other")
+    other.subscribe("$share/g/exact/#", 2)
+    pub = paho(server, "pub")
+    for i in range(2):  # one each, in turn
+        pub.publish("exact/x", f"{i}".encode(), 2)
+    [received] = take_publishes(gone, 1)
+    gone.sendall(pubrec(received.packet_id))
+    assert read(gone) == (0x62, received.packet_id.to_bytes(2, "big"))  # PUBREL, no PUBCOMP
+    gone.close()  # Session Expiry 0: the session ends with the connection
+    got = _drain(other, within=1.0)
+    assert sorted([*got, received.payload]) == [b"0", b"1"]
