@@ -492,3 +492,22 @@ def test_a_qos2_message_a_member_acknowledged_with_pubrec_is_not_sent_again_when
     gone.close()  # Session Expiry 0: the session ends with the connection
     got = _drain(other, within=1.0)
     assert sorted([*got, received.payload]) == [b"0", b"1"]
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_a_group_whose_only_member_is_away_keeps_what_comes_for_it(
+    server: RunningServer, v5: bool
+) -> None:
+    """MQTT-234: a Shared Subscription lasts for as long as it is associated with at least one
+    Session, and a persistent session away is one: the group keeps what is published while its
+    only member is away, and the member, back with its session, is sent all of it."""
+    expiry = 3600 if v5 else None
+    member = paho(server, "m", v5=v5, clean=False, expiry=expiry)
+    member.subscribe("$share/g/w", 1)
+    member.stop()
+    pub = paho(server, "pub")
+    for i in range(3):
+        pub.publish("w", f"{i}".encode(), 1)
+    back = paho(server, "m", v5=v5, clean=False, expiry=expiry)
+    assert back.session_present
+    assert _drain(back) == [b"0", b"1", b"2"]
