@@ -511,3 +511,28 @@ def test_a_group_whose_only_member_is_away_keeps_what_comes_for_it(
     back = paho(server, "m", v5=v5, clean=False, expiry=expiry)
     assert back.session_present
     assert _drain(back) == [b"0", b"1", b"2"]
+
+
+@pytest.mark.parametrize("v5", VERSIONS)
+def test_only_the_full_share_filter_unsubscribes_from_a_group(
+    server: RunningServer, v5: bool
+) -> None:
+    """MQTT-234 §4.9.2: a Session detaches from a Shared Subscription with an UNSUBSCRIBE that
+    contains the full Shared Subscription Topic Filter: the filter alone, or another share
+    name, leaves it in the group (v5: UNSUBACK 0x11 No subscription existed); and the group and
+    a plain subscription on the same filter are left each by its own filter."""
+    member = paho(server, "m", v5=v5)
+    member.subscribe("$share/g/u", 1)
+    pub = paho(server, "pub")
+    for wrong in ("u", "$share/h/u"):
+        assert _codes(member.unsubscribe(wrong)) == ([0x11] if v5 else [])
+    pub.publish("u", b"still a member", 1)
+    assert _drain(member) == [b"still a member"]
+    member.subscribe("u", 1)
+    member.unsubscribe("$share/g/u")
+    pub.publish("u", b"the plain copy", 1)
+    assert _drain(member) == [b"the plain copy"]
+    member.subscribe("$share/g/u", 1)
+    member.unsubscribe("u")
+    pub.publish("u", b"the group's copy", 1)
+    assert _drain(member) == [b"the group's copy"]
