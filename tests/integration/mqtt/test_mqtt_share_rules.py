@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from tests.integration.mqtt.clients import Paho, RunningServer, drop, paho
+from tests.integration.mqtt.clients import Paho, Received, RunningServer, drop, paho
 from tests.integration.mqtt.raw import (
     open_raw,
     packet,
@@ -26,17 +26,22 @@ def _codes(reasons: list[Any]) -> list[int]:
     return [int(getattr(r, "value", r)) for r in reasons]
 
 
-def _drain(client: Paho, within: float = 0.5) -> list[bytes]:
+def _drain_received(client: Paho, within: float = 0.5) -> list[Received]:
     """Every message the client received until none came for `within` seconds."""
-    got: list[bytes] = []
+    got: list[Received] = []
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
-            got.append(client.messages.get(timeout=0.05).payload)
+            got.append(client.messages.get(timeout=0.05))
             deadline = time.monotonic() + within
         except queue.Empty:
             pass
     return got
+
+
+def _drain(client: Paho, within: float = 0.5) -> list[bytes]:
+    """The payloads of `_drain_received`."""
+    return [message.payload for message in _drain_received(client, within)]
 
 
 @pytest.mark.parametrize("v5", VERSIONS)
@@ -536,3 +541,21 @@ def test_only_the_full_share_filter_unsubscribes_from_a_group(
     member.unsubscribe("u")
     pub.publish("u", b"the group's copy", 1)
     assert _drain(member) == [b"the group's copy"]
+
+
+def test_a_311_and_a_v5_member_share_one_group(server: RunningServer) -> None:
+    """MQTT-234 is MQTT 5.0's, and boxmq takes "$share/" from 3.1.1 clients too (docs/mqtt.md):
+    a 3.1.1 client joining a v5 client's group is one more member of that group, each message
+    going to one of the two, at QoS 2 to both."""
+    old = paho(server, "old", v5=False)
+    assert _codes(old.subscribe("$share/g/mixed", 2)) == [2]
+    new = paho(server, "new")
+    assert _codes(new.subscribe("$share/g/mixed", 2)) == [2]
+    pub = paho(server, "pub")
+    sent = [f"{i}".encode() for i in range(6)]
+    for payload in sent:
+        pub.publish("mixed", payload, 2)
+    got = {name: _drain_received(client) for name, client in (("old", old), ("new", new))}
+    assert all(got.values()), got  # both take turns
+    assert sorted(m.payload for ms in got.values() for m in ms) == sent
+    assert {m.qos for ms in got.values() for m in ms} == {2}
