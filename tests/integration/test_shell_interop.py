@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -626,3 +628,65 @@ def test_a_dropboxmq_consumer_s_claim_is_respected_for_five_minutes_then_redeliv
         with jobs.consumer("w") as consumer:
             (message,) = acked(consumer, 1)
         assert (message.id, message.body, message.delivery_count) == ("claimed", b"held", 2)
+
+
+_PRODUCER = """
+import sys, boxmq
+with boxmq.open(sys.argv[1], fsync="never", keep_processed=False) as box:
+    jobs = box.queue("jobs")
+    jobs.put(b"first")
+    with jobs.consumer("w") as consumer:
+        consumer.receive(timeout=5).ack()  # deleted: its file is a spare for the next put
+    jobs.put(b"second")
+    jobs.put_many([b"third", b"fourth"])
+"""
+
+
+def test_boxmq_as_a_producer_writes_in_working_and_only_moves_files_into_target(
+    root: Path, tmp_path: Path
+) -> None:
+    """'The producer must move (not copy) the file to assure that a consumer doesn't attempt
+    to read a message before it is completely written': every system call of a real boxmq
+    process that puts (a new file, a spare, a batch) is watched with strace, and none opens a
+    file in target/; each message arrives there by one rename of a file written elsewhere."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    trace = tmp_path / "trace"
+    done = subprocess.run(
+        [
+            "strace",
+            "-qq",
+            "-e",
+            "trace=open,openat,creat,rename,renameat,renameat2,link,linkat",
+            "-o",
+            str(trace),
+            sys.executable,
+            "-c",
+            _PRODUCER,
+            str(root),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode != 0 and "ptrace" in done.stderr:
+        pytest.skip(f"strace cannot trace here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    target = f"{root}/jobs/target/"
+    calls = trace.read_text().splitlines()
+    opened = [c for c in calls if re.match(rf'(open|openat|creat)\((AT_FDCWD, )?"{target}', c)]
+    assert opened == []
+    moved = [
+        m.groups()
+        for c in calls
+        if (m := re.match(r'\w+\((?:AT_FDCWD, )?"([^"]+)", (?:AT_FDCWD, )?"([^"]+)".*= 0$', c))
+        and m[2].startswith(target)
+    ]
+    assert len(moved) == 4
+    for source, _ in moved:
+        assert source.startswith((f"{root}/jobs/working/", f"{root}/.spare/")), source
+    assert sorted(p.read_bytes() for p in (root / "jobs" / "target").iterdir()) == [
+        b"fourth",
+        b"second",
+        b"third",
+    ]
