@@ -690,3 +690,42 @@ def test_boxmq_as_a_producer_writes_in_working_and_only_moves_files_into_target(
         b"second",
         b"third",
     ]
+
+
+DROPBOXMQ_CONSUMER = """
+for f in $(ls jobs/target); do
+    mv "jobs/target/$f" "jobs/processing/$f" 2>/dev/null || continue  # another took it
+    if [ "$(cat "jobs/processing/$f")" = good ]; then
+        mv "jobs/processing/$f" "jobs/processed/$f"
+    else
+        mv "jobs/processing/$f" "jobs/error/$f"
+    fi
+done
+"""
+
+
+def test_a_dropboxmq_consumer_s_processed_and_error_moves_are_final_to_boxmq(root: Path) -> None:
+    """'If the message is consumed and acknowledged, the consumer moves the message file to the
+    processed directory ... not successfully consumed ... to the error directory': boxmq's
+    messages, taken and settled so by a script, count as done and dead, never come back by
+    a sweep, and the dead one goes again, with its metadata, when requeued."""
+    clock = ManualClock(start=time.time())
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        jobs = box.queue("jobs")
+        jobs.put(b"good", priority=7, properties={"k": "v"})
+        jobs.put(b"bad", priority=6, properties={"k": "w"}, correlation_id="c1")
+        sh(DROPBOXMQ_CONSUMER, root)
+        counts = box.counts()["jobs"]
+        assert (counts.ready, counts.locked, counts.done, counts.dead) == (0, 0, 1, 1)
+        (done,) = os.listdir(root / "jobs" / "processed")
+        assert decode(done).user_properties() == {"k": "v"}
+        clock.advance(3600)
+        box.sweep()
+        with jobs.consumer("w") as consumer:
+            assert consumer.receive_nowait() is None
+            assert jobs.requeue() == 1
+            message = consumer.receive(timeout=5)
+            assert message is not None
+            assert (message.body, message.priority, message.properties) == (b"bad", 6, {"k": "w"})
+            assert message.correlation_id == "c1"
+            message.ack()
