@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from fractions import Fraction
 
-__all__ = ["double_text", "fits_float32", "float_text", "to_float32"]
+__all__ = ["double_text", "fits_float32", "float_text", "parse_float32", "to_float32"]
 
 
 def double_text(value: float) -> str:
@@ -59,6 +59,32 @@ def to_float32(value: float) -> float:
         return float(struct.unpack("<f", struct.pack("<f", value))[0])
     except OverflowError:
         return math.copysign(math.inf, value)
+
+
+def parse_float32(text: str) -> float:
+    """The Java float Float.parseFloat reads from the decimal `text` (digits, a point, an
+    exponent; not Java's `f` suffix nor its hex form): the nearest to the exact decimal, an
+    infinity from half an ulp past Float.MAX_VALUE on."""
+    number = float(text)
+    near = to_float32(number)
+    if near == number or math.isinf(number):
+        return near
+    # Through a double, the text is rounded twice: the second rounding goes wrong only when
+    # the first lands on a midpoint between two floats (or between MAX_VALUE and the
+    # infinity past it), where the exact decimal decides (3.4028235677973366E38 is below
+    # that last midpoint and reads as MAX_VALUE, its double on it and rounded up).
+    down = to_float32(math.nextafter(number, -math.inf))
+    up = to_float32(math.nextafter(number, math.inf))
+    if down == up:
+        return near
+    from fractions import Fraction  # here alone: 2 ms of every boxmq import
+
+    def exact(value: float) -> Fraction:
+        return Fraction(value) if math.isfinite(value) else Fraction(math.copysign(2**128, value))
+
+    midpoint = (exact(down) + exact(up)) / 2
+    decimal = Fraction(text)
+    return up if decimal > midpoint else down if decimal < midpoint else near
 
 
 def fits_float32(value: float) -> bool:

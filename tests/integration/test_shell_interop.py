@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -729,3 +730,25 @@ def test_a_dropboxmq_consumer_s_processed_and_error_moves_are_final_to_boxmq(roo
             assert (message.body, message.priority, message.properties) == (b"bad", 6, {"k": "w"})
             assert message.correlation_id == "c1"
             message.ack()
+
+
+def test_a_float_a_script_wrote_is_read_as_java_reads_it_and_survives_an_unlock(
+    box: boxmq.Box, root: Path
+) -> None:
+    """Field 8's `F` is a Java float, read with Float.parseFloat: past the largest float is
+    Infinity, 0.123456789 is 0.12345679. Read as a double, the first went to error/ as
+    "metadata-full" at its unlock (no float could hold it when the name was written again),
+    and the second changed value between its deliveries."""
+    jobs = box.queue("jobs")
+    send(root, "4.f.T.....hugeF=3.5E38&fineF=0.123456789", "floats")
+    with jobs.consumer("w") as consumer:
+        first = consumer.receive(timeout=5)
+        assert first is not None
+        assert first.properties == {"huge": math.inf, "fine": 0.12345679}
+        first.unlock()
+        again = consumer.receive(timeout=5)
+        assert again is not None
+        assert (again.id, again.delivery_count) == ("f", 2)
+        assert again.properties == first.properties
+        again.ack()
+    assert os.listdir(root / "jobs" / "error") == []

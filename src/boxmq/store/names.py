@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 from boxmq.errors import InvalidArgument, InvalidName, MalformedName, MetadataTooLong
-from boxmq.java_floats import double_text, fits_float32, float_text
+from boxmq.java_floats import double_text, fits_float32, float_text, parse_float32
 from boxmq.model import (
     DEFAULT_PRIORITY,
     TOPIC,
@@ -204,6 +204,11 @@ def _parse_value(text: str, kind: PropertyType, what: str) -> PropertyValue:
         return _SPECIAL_FLOATS[text]
     if not _DECIMAL.fullmatch(text):
         raise MalformedName(f"{what} {text!r} is not a number")
+    if kind is PropertyType.FLOAT:
+        # What DropboxMQ's Float.parseFloat reads, as boxmq hands out the floats it writes:
+        # the nearest Java float (an infinity past the largest), so that a script's
+        # `0.123456789` or `3.5E38` keeps its value when a redelivery writes the name again.
+        return float(float_text(parse_float32(text)))
     return float(text)
 
 

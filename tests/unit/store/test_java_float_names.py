@@ -9,7 +9,7 @@ import os
 import shutil
 import struct
 import subprocess
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from fractions import Fraction
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -113,6 +113,32 @@ def test_texts_an_older_boxmq_wrote_still_read_as_their_value(text: str, value: 
     assert _read(T.DOUBLE, text) == value
 
 
+# What OpenJDK 17's Float.parseFloat makes of texts a script may write, as Float.toString
+# prints the float it reads: the nearest Java float, an infinity past the largest one.
+SCRIPT_FLOATS = [
+    ("0.123456789", "0.12345679"),
+    ("1.0000001192092896", "1.0000001"),
+    ("3.4028235677973366E38", "3.4028235E38"),
+    ("3.5E38", "Infinity"),
+    ("-3.5E38", "-Infinity"),
+    ("1e-50", "0.0"),
+    ("-1e-46", "-0.0"),
+    ("0.1", "0.1"),
+]
+
+
+@pytest.mark.parametrize(("text", "java"), SCRIPT_FLOATS)
+def test_a_float_a_script_wrote_reads_as_the_java_float_parsefloat_makes_of_it(
+    text: str, java: str
+) -> None:
+    """DropboxMQ reads an F value with Float.parseFloat: boxmq reads the same float, as it
+    hands out the floats it writes (Float.toString's value), so that a redelivery, which
+    writes the name again, changes nothing and never finds a value no float can hold."""
+    value = _read(T.FLOAT, text)
+    assert _bits(value) == _bits(float(java))
+    assert _read(T.FLOAT, _written(T.FLOAT, value)) == value
+
+
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_every_finite_double_reads_back_unchanged(value: float) -> None:
     assert _bits(_read(T.DOUBLE, _written(T.DOUBLE, value))) == _bits(value)
@@ -173,6 +199,64 @@ def test_java_reads_what_boxmq_writes_and_writes_what_boxmq_does(tmp_path: Path)
             # Java up to 18 wrote a longer text for some values, or one as long but farther
             # from the value (JDK-4511638); Java 19's is never shorter, nor closer.
             assert _no_worse(exact, ours, theirs), (value, ours, theirs)
+
+
+_PARSE_JAVA = """
+public class Parse {
+    public static void main(String[] args) {
+        for (String text : args) {
+            System.out.println(Integer.toHexString(Float.floatToRawIntBits(Float.parseFloat(text))));
+        }
+    }
+}
+"""
+
+
+def _midpoint_texts() -> list[str]:
+    """Decimals on, just under and just over the midpoint between a float and the next (the
+    infinity past MAX_VALUE counted as 2^128): read through a double, they round twice."""
+    texts = []
+    for bits in (1, 2, 0x7FFFFF, 0x800000, 0x3DCCCCCD, 0x3F800000, 0x4B000000, 0x5C00303A):
+        texts += _around(bits)
+    texts += _around(0x7F7FFFFE) + _around(0x7F7FFFFF)
+    return texts + [f"-{text}" for text in texts]
+
+
+def _around(bits: int) -> list[str]:
+    low = Fraction(struct.unpack("<f", struct.pack("<I", bits))[0])
+    high = (
+        2**128
+        if bits == 0x7F7FFFFF
+        else Fraction(struct.unpack("<f", struct.pack("<I", bits + 1))[0])
+    )
+    midpoint = (low + high) / 2
+    with localcontext(prec=200):  # enough for every midpoint's exact decimal
+        exact = Decimal(midpoint.numerator) / Decimal(midpoint.denominator)
+        return [str(exact), str(exact.next_plus()), str(exact.next_minus())]
+
+
+def test_java_reads_a_script_s_float_text_as_boxmq_does(tmp_path: Path) -> None:
+    """Float.parseFloat rounds the exact decimal once; boxmq reads through a double and must
+    not round twice where that double lands on a midpoint between two floats."""
+    if shutil.which("javac") is None:
+        if os.environ.get("CI"):
+            pytest.fail("no javac on PATH (CI has the JDK the Spark tests run on)")
+        pytest.skip("no javac on PATH")
+    texts = _midpoint_texts()
+    (tmp_path / "Parse.java").write_text(_PARSE_JAVA)
+    subprocess.run(["javac", "Parse.java"], cwd=tmp_path, check=True, timeout=120)
+    out = subprocess.run(
+        ["java", "-cp", ".", "Parse", *texts],
+        cwd=tmp_path,
+        check=True,
+        timeout=120,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert len(out) == len(texts)
+    for text, java in zip(texts, out, strict=True):
+        ours = struct.unpack("<I", struct.pack("<f", to_float32(_read(T.FLOAT, text))))[0]
+        assert ours == int(java, 16), (text, java)
 
 
 def _no_worse(value: float, ours: str, theirs: str) -> bool:
