@@ -752,3 +752,36 @@ def test_a_float_a_script_wrote_is_read_as_java_reads_it_and_survives_an_unlock(
         assert again.properties == first.properties
         again.ack()
     assert os.listdir(root / "jobs" / "error") == []
+
+
+def test_a_put_with_example_1_s_metadata_at_its_time_writes_example_1_s_name(root: Path) -> None:
+    """What a DropboxMQ-style reader splits at the dots: the eight fields in their order
+    (example 1's, but for the id's 10 random digits), the id carrying the put's time."""
+    with boxmq.open(root, fsync="never", clock=ManualClock(start=1140429201.295)) as box:
+        message_id = box.queue("jobs").put(
+            "a text",
+            expires_in=10,
+            correlation_id="corr1283",
+            reply_to="TestQueue1",
+            type="XYZType",
+            properties={"prop1": "hello"},
+        )
+    fields = subprocess.run(
+        ["sh", "-ec", 'for f in jobs/target/*; do basename "$f" | tr . "\\n"; cat "$f"; done'],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split("\n")
+    assert message_id.startswith("1140429201295000-")
+    assert fields == [
+        "4",
+        message_id,
+        "T",
+        "1140429211295",
+        "corr1283",
+        "TestQueue1",
+        "XYZType",
+        "prop1S=hello",
+        "a text",
+    ]
