@@ -640,16 +640,20 @@ with boxmq.open(sys.argv[1], fsync="never", keep_processed=False) as box:
         consumer.receive(timeout=5).ack()  # deleted: its file is a spare for the next put
     jobs.put(b"second")
     jobs.put_many([b"third", b"fourth"])
+    box.subscribe("news/+", "a").close()
+    box.subscribe("news/#", "b").close()
+    box.publish("news/x", b"fanned out")
 """
 
 
-def test_boxmq_as_a_producer_writes_in_working_and_only_moves_files_into_target(
+def test_boxmq_as_a_producer_writes_elsewhere_and_only_moves_files_into_target(
     root: Path, tmp_path: Path
 ) -> None:
     """'The producer must move (not copy) the file to assure that a consumer doesn't attempt
     to read a message before it is completely written': every system call of a real boxmq
-    process that puts (a new file, a spare, a batch) is watched with strace, and none opens a
-    file in target/; each message arrives there by one rename of a file written elsewhere."""
+    process that puts (a new file, a spare, a batch) and publishes to two subscriptions is
+    watched with strace, and none opens a file in a target/; each message arrives there by
+    one rename (a publication: one link per subscription) of a file written elsewhere."""
     if shutil.which("strace") is None:
         pytest.skip("strace is not installed")
     trace = tmp_path / "trace"
@@ -673,24 +677,32 @@ def test_boxmq_as_a_producer_writes_in_working_and_only_moves_files_into_target(
     if done.returncode != 0 and "ptrace" in done.stderr:
         pytest.skip(f"strace cannot trace here: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr
-    target = f"{root}/jobs/target/"
+    in_target = re.compile(rf"{re.escape(str(root))}/(?:[^/]+/)+target/")
     calls = trace.read_text().splitlines()
-    opened = [c for c in calls if re.match(rf'(open|openat|creat)\((AT_FDCWD, )?"{target}', c)]
+    opened = [
+        c
+        for c in calls
+        if (m := re.match(r'(?:open|openat|creat)\((?:AT_FDCWD, )?"([^"]+)"', c))
+        and in_target.match(m[1])
+    ]
     assert opened == []
     moved = [
-        m.groups()
+        (m[1], m[2])
         for c in calls
-        if (m := re.match(r'\w+\((?:AT_FDCWD, )?"([^"]+)", (?:AT_FDCWD, )?"([^"]+)".*= 0$', c))
-        and m[2].startswith(target)
+        if (m := re.match(r'(\w+)\((?:AT_FDCWD, )?"([^"]+)", (?:AT_FDCWD, )?"([^"]+)".*= 0$', c))
+        and in_target.match(m[3])
     ]
-    assert len(moved) == 4
-    for source, _ in moved:
-        assert source.startswith((f"{root}/jobs/working/", f"{root}/.spare/")), source
+    assert len(moved) == 6
+    for call, source in moved:
+        assert "/working/" in source or source.startswith(f"{root}/.spare/"), source
+        assert call.startswith("rename") or ".fanout-" in source, (call, source)
     assert sorted(p.read_bytes() for p in (root / "jobs" / "target").iterdir()) == [
         b"fourth",
         b"second",
         b"third",
     ]
+    copies = (root / "topic-root").glob("*/.subscriptions/*/target/*")
+    assert [p.read_bytes() for p in copies] == [b"fanned out"] * 2
 
 
 DROPBOXMQ_CONSUMER = """
