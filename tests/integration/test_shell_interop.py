@@ -797,3 +797,31 @@ def test_a_put_with_example_1_s_metadata_at_its_time_writes_example_1_s_name(roo
         "prop1S=hello",
         "a text",
     ]
+
+
+def test_a_boxmq_consumer_that_loses_a_claim_to_a_script_quietly_takes_the_next(
+    box: boxmq.Box, root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """'The consumers that fail to move the message file ... quietly go back to scanning':
+    a sh consumer claims with mv while a boxmq consumer receives from the same target/;
+    each message is taken once, by one of them, and boxmq logs nothing about the ones lost."""
+    jobs = box.queue("jobs")
+    for n in range(200):
+        jobs.put(str(n))
+    script = subprocess.Popen(
+        ["sh", "-c", 'for f in jobs/target/*; do mv "$f" jobs/processing/ 2>/dev/null || :; done'],
+        cwd=root,
+    )
+    got = []
+    with caplog.at_level(logging.DEBUG, "boxmq"), jobs.consumer("w") as consumer:
+        while (message := consumer.receive(timeout=0.5)) is not None:
+            got.append(message.text())
+            message.ack()
+            time.sleep(0.002)  # as slow as the script's mv, so that both take some
+    assert script.wait(timeout=60) == 0
+    taken = [
+        (root / "jobs" / "processing" / n).read_text()
+        for n in os.listdir(root / "jobs" / "processing")
+    ]
+    assert sorted(got + taken, key=int) == [str(n) for n in range(200)]
+    assert [r for r in caplog.records if r.levelno >= logging.INFO] == []
