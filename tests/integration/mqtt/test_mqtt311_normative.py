@@ -1,0 +1,184 @@
+"""MQTT 3.1.1's numbered server rules that no other test checked on a 3.1.1 connection,
+each over a raw socket at protocol level 4 and cited as "3.1.1 MQTT-x.y.z-n": 3.1.1 numbers
+its statements apart from 5.0 (test_mqtt_normative.py), often the same rule under another
+id, so the version goes with each id. Where 5.0 answers with a reason code, 3.1.1 closes
+the connection without a word (§4.8).
+
+The bytes are built here and in raw.py, not by boxmq's codec, so the codec is not tested
+against itself.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from tests.integration.mqtt.clients import WAIT, RunningServer
+from tests.integration.mqtt.raw import packet, read, string
+from tests.integration.mqtt.test_mqtt_normative import PINGREQ, _nothing, _until_closed
+
+
+def _connect(client_id: str = "c", *, flags: int = 0x02, rest: bytes = b"") -> bytes:
+    """A 3.1.1 CONNECT (protocol level 4, Keep Alive 30 s) with these Connect Flags
+    (§3.1.2.3; 0x02 CleanSession), `rest` after the client id (Will, User Name, Password)."""
+    return packet(0x10, string("MQTT") + bytes([4, flags, 0, 30]) + string(client_id) + rest)
+
+
+def _connack(server: RunningServer, connect: bytes) -> tuple[socket.socket, bytes]:
+    """A socket that sent `connect`, and the body of the CONNACK it got."""
+    sock = socket.create_connection((server.host, server.port), timeout=WAIT)
+    sock.sendall(connect)
+    kind, body = read(sock)
+    assert kind == 0x20, (hex(kind), body.hex())
+    return sock, body
+
+
+def _connected(server: RunningServer, client_id: str = "c", *, clean: bool = True) -> socket.socket:
+    sock, body = _connack(server, _connect(client_id, flags=0x02 if clean else 0x00))
+    assert body[1] == 0, body.hex()
+    return sock
+
+
+def _answers_to(
+    server: RunningServer, sent: bytes, *, first: bool = False
+) -> list[tuple[int, bytes]]:
+    """Every packet the server sent for `sent` before it closed the connection: `sent` after
+    a 3.1.1 CONNECT it accepted, or as the connection's first packet (`first`)."""
+    if first:
+        sock = socket.create_connection((server.host, server.port), timeout=WAIT)
+    else:
+        sock = _connected(server)
+    with sock:
+        sock.sendall(sent)
+        return _until_closed(sock)
+
+
+def _publish(
+    topic: str, payload: bytes, *, qos: int = 0, packet_id: int = 0, retain: bool = False
+) -> bytes:
+    """A 3.1.1 PUBLISH (no properties), with a packet id at QoS 1 and 2."""
+    ident = packet_id.to_bytes(2, "big") if qos else b""
+    return packet(0x30 | qos << 1 | int(retain), string(topic) + ident + payload)
+
+
+def _subscribe(packet_id: int, *filters: tuple[str, int]) -> bytes:
+    """A 3.1.1 SUBSCRIBE of these (filter, Requested QoS byte) pairs: no properties, and
+    no subscription options but the QoS (§3.8.3.1)."""
+    pairs = b"".join(string(f) + bytes([qos]) for f, qos in filters)
+    return packet(0x82, packet_id.to_bytes(2, "big") + pairs)
+
+
+def _received(sock: socket.socket) -> tuple[int, str, bytes]:
+    """(first byte, topic, payload) of the next PUBLISH, a QoS 0 one."""
+    kind, body = read(sock)
+    assert kind & 0xF0 == 0x30, (hex(kind), body.hex())
+    end = 2 + int.from_bytes(body[:2], "big")
+    return kind, body[2:end].decode(), body[end:]
+
+
+def _subscribed(server: RunningServer, client_id: str, filter: str) -> socket.socket:
+    """A clean 3.1.1 connection subscribed to `filter` at QoS 0."""
+    sock = _connected(server, client_id)
+    sock.sendall(_subscribe(1, (filter, 0)))
+    assert read(sock) == (0x90, b"\x00\x01\x00")
+    return sock
+
+
+def _will(message: str) -> bytes:
+    """A 3.1.1 CONNECT payload's Will (no properties): topic "w", this message."""
+    return string("w") + string(message)
+
+
+# A CONNECT the spec calls malformed; 3.1.1 has no return code that says so (a CONNACK's
+# codes are 0x01 to 0x05, none of them "malformed"), so it gets none.
+BAD_CONNECTS = [
+    ("reserved flag set", _connect(flags=0x03)),  # 3.1.1 MQTT-3.1.2-3
+    ("Will QoS without a Will", _connect(flags=0x02 | 0x08)),  # 3.1.1 MQTT-3.1.2-13
+    ("Will QoS 3", _connect(flags=0x02 | 0x04 | 0x18, rest=_will("x"))),  # 3.1.1 MQTT-3.1.2-14
+    ("Will Retain without a Will", _connect(flags=0x02 | 0x20)),  # 3.1.1 MQTT-3.1.2-15
+    ("User Name Flag without one", _connect(flags=0x02 | 0x80)),  # 3.1.1 MQTT-3.1.2-19
+    ("Password without User Name", _connect(flags=0x02 | 0x40, rest=string("p"))),  # -22
+    ("Will Topic not UTF-8", _connect(flags=0x06, rest=b"\x00\x01\xff" + string("x"))),
+]
+
+
+@pytest.mark.parametrize("bad", [c[1] for c in BAD_CONNECTS], ids=[c[0] for c in BAD_CONNECTS])
+def test_a_malformed_connect_is_closed_without_a_connack(server: RunningServer, bad: bytes) -> None:
+    """3.1.1 MQTT-3.1.4-1: the server checks the CONNECT and closes a connection whose
+    CONNECT breaks the spec; 3.1.1 MQTT-3.2.2-6: with no CONNACK, none of its return codes
+    fitting (the Will Topic is a UTF-8 string, 3.1.1 MQTT-3.1.3-10, MQTT-1.5.3-1)."""
+    assert _answers_to(server, bad, first=True) == []
+
+
+def test_a_will_is_published_retained_as_its_will_retain_says(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.1.2-8: the Will goes out when the connection closes without DISCONNECT
+    (here for a second CONNECT, 3.1.1 MQTT-3.1.0-2); 3.1.1 MQTT-3.1.2-17: Will Retain 1
+    publishes it as a retained message, which a later subscriber gets with RETAIN 1 (3.1.1
+    MQTT-3.3.1-8), one already subscribed with 0 (3.1.1 MQTT-3.3.1-9); 3.1.1 MQTT-3.1.2-16:
+    Will Retain 0 publishes it not retained, the retained one left as it was."""
+    with _subscribed(server, "watcher", "w") as watcher:
+        for client_id, retain, message in (("a", 0x20, "kept"), ("b", 0x00, "passing")):
+            sock, body = _connack(
+                server, _connect(client_id, flags=0x06 | retain, rest=_will(message))
+            )
+            assert body == b"\x00\x00"
+            sock.sendall(_connect(client_id))
+            assert _until_closed(sock) == []
+            sock.close()
+            assert _received(watcher) == (0x30, "w", message.encode())
+    with _subscribed(server, "late", "w") as late:
+        assert _received(late) == (0x31, "w", b"kept")
+        assert _nothing(late)
+
+
+def test_an_empty_client_id_needs_a_clean_session(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.1.3-8: an empty client id with CleanSession 0 gets CONNACK 0x02
+    (Identifier rejected) with Session Present 0 (3.1.1 MQTT-3.2.2-4), then the close (3.1.1
+    MQTT-3.2.2-5); 3.1.1 MQTT-3.1.3-6: with CleanSession 1 it is accepted, and the server
+    names the session itself: two such clients at once keep their connections."""
+    assert _answers_to(server, _connect("", flags=0x00), first=True) == [(0x20, b"\x00\x02")]
+    with _connected(server, "") as one, _connected(server, "") as two:
+        for sock in (one, two):
+            sock.sendall(PINGREQ)
+            assert read(sock) == (0xD0, b"")
+
+
+def test_a_client_id_of_23_listed_characters_is_accepted(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.1.3-5: 1 to 23 bytes of 0-9, a-z, A-Z are always allowed, and answered
+    with return code 0x00 (3.1.1 MQTT-3.1.4-4)."""
+    client_id = "0123456789abcdefghijXYZ"
+    assert len(client_id) == 23
+    sock, body = _connack(server, _connect(client_id))
+    sock.close()
+    assert body == b"\x00\x00"
+
+
+def test_nothing_after_a_refused_connect_is_acted_on(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.1.4-5: a PUBLISH in the same write as a CONNECT refused (0x02) is not
+    processed: a subscriber to its topic gets nothing."""
+    with _subscribed(server, "watcher", "after/refusal") as watcher:
+        refused = _connect("", flags=0x00) + _publish("after/refusal", b"no")
+        assert _answers_to(server, refused, first=True) == [(0x20, b"\x00\x02")]
+        assert _nothing(watcher)
+
+
+def test_session_present_says_whether_a_session_was_resumed(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.2.2-3: CleanSession 0 without a stored session gets Session Present 0;
+    3.1.1 MQTT-3.2.2-2: with one (kept after its connection closed, 3.1.1 MQTT-3.1.2-4), 1;
+    3.1.1 MQTT-3.2.2-1: CleanSession 1 gets 0, and discards the session (3.1.1
+    MQTT-3.1.2-6), so CleanSession 0 after it gets 0 again."""
+    answers = []
+    for flags in (0x00, 0x00, 0x02, 0x00):
+        sock, body = _connack(server, _connect("kept", flags=flags))
+        sock.close()
+        answers.append(body)
+    assert answers == [b"\x00\x00", b"\x01\x00", b"\x00\x00", b"\x00\x00"]
+
+
+def test_the_same_client_id_again_closes_the_older_connection(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.1.4-2: the server disconnects the client already connected with that
+    client id (3.1.1 has no DISCONNECT from the server: a close), and the new one is served."""
+    with _connected(server, "twin") as old, _connected(server, "twin") as new:
+        assert _until_closed(old) == []
+        new.sendall(PINGREQ)
+        assert read(new) == (0xD0, b"")
