@@ -182,3 +182,91 @@ def test_the_same_client_id_again_closes_the_older_connection(server: RunningSer
         assert _until_closed(old) == []
         new.sendall(PINGREQ)
         assert read(new) == (0xD0, b"")
+
+
+def _published(sock: socket.socket, topic: str, payload: bytes, *, retain: bool = False) -> None:
+    """Publish at QoS 1 and wait for the PUBACK, which comes once a retained message is stored."""
+    sock.sendall(_publish(topic, payload, qos=1, packet_id=1, retain=retain))
+    assert read(sock) == (0x40, b"\x00\x01")
+
+
+def test_retain_replaces_empty_deletes_and_retain_0_leaves_it(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.3.1-5: RETAIN 1 stores the message, replacing the topic's; 3.1.1
+    MQTT-3.3.1-10, MQTT-3.3.1-11: an empty one deletes it and is not stored; 3.1.1
+    MQTT-3.3.1-12: RETAIN 0 neither stores nor deletes. A subscriber already there gets each
+    with RETAIN 0 (3.1.1 MQTT-3.3.1-9), the empty one too; a new one gets what is stored
+    with RETAIN 1 (3.1.1 MQTT-3.3.1-8)."""
+    with _connected(server, "p") as pub, _subscribed(server, "live", "r/+") as live:
+        _published(pub, "r/a", b"old", retain=True)
+        _published(pub, "r/a", b"new", retain=True)
+        _published(pub, "r/a", b"not kept")
+        _published(pub, "r/b", b"gone", retain=True)
+        _published(pub, "r/b", b"", retain=True)
+        got = [_received(live) for _ in range(5)]
+        assert got == [
+            (0x30, "r/a", b"old"),
+            (0x30, "r/a", b"new"),
+            (0x30, "r/a", b"not kept"),
+            (0x30, "r/b", b"gone"),
+            (0x30, "r/b", b""),
+        ]
+        with _subscribed(server, "late", "r/+") as late:
+            assert _received(late) == (0x31, "r/a", b"new")
+            assert _nothing(late)
+
+
+# A Topic Name is a UTF-8 string without U+0000 (3.1.1 MQTT-1.5.3-2) of at least one
+# character (3.1.1 MQTT-4.7.3-1); anything else closes the connection.
+BAD_TOPICS = [
+    ("U+0000", packet(0x30, b"\x00\x03a\x00b" + b"x")),
+    ("empty", _publish("", b"x")),
+]
+
+
+@pytest.mark.parametrize("bad", [c[1] for c in BAD_TOPICS], ids=[c[0] for c in BAD_TOPICS])
+def test_a_publish_to_a_topic_name_that_cannot_be_is_closed(
+    server: RunningServer, bad: bytes
+) -> None:
+    """3.1.1 MQTT-1.5.3-2, MQTT-4.7.3-1: closed, nothing sent (3.1.1 MQTT-4.8.0-1), and a
+    subscriber to every topic gets nothing."""
+    with _subscribed(server, "watcher", "#") as watcher:
+        assert _answers_to(server, bad) == []
+        assert _nothing(watcher)
+
+
+def _publish_fields(sock: socket.socket) -> tuple[int, str, int, bytes]:
+    """(first byte, topic, packet id, payload) of the next PUBLISH, a QoS 1 one."""
+    kind, body = read(sock)
+    assert kind & 0xF6 == 0x32, (hex(kind), body.hex())
+    end = 2 + int.from_bytes(body[:2], "big")
+    return kind, body[2:end].decode(), int.from_bytes(body[end : end + 2], "big"), body[end + 2 :]
+
+
+def test_a_persistent_session_gets_again_what_it_did_not_acknowledge(
+    server: RunningServer,
+) -> None:
+    """3.1.1 MQTT-4.4.0-1: CleanSession 0 resumes the session, and the server sends again
+    each PUBLISH not acknowledged, under its packet id, with DUP 1 (3.1.1 MQTT-3.3.1-1);
+    sent first, DUP is 0, whatever DUP the publisher set (3.1.1 MQTT-3.3.1-3); and one kept
+    for the session while it was away matched an established subscription, so it comes with
+    RETAIN 0 though it was published retained (3.1.1 MQTT-3.3.1-9)."""
+    with _connected(server, "away", clean=False) as away:
+        away.sendall(_subscribe(1, ("jobs/#", 1)))
+        assert read(away) == (0x90, b"\x00\x01\x01")
+    with _connected(server, "p") as pub:
+        _published(pub, "jobs/1", b"kept", retain=True)
+        pub.sendall(packet(0x3A, string("jobs/2") + b"\x00\x07" + b"dup"))  # DUP 1, QoS 1
+        assert read(pub) == (0x40, b"\x00\x07")
+    with _connected(server, "away", clean=False) as back:
+        # Order across topics is not MQTT's to keep (3.1.1 §4.6 keeps it per topic).
+        first = sorted((_publish_fields(back) for _ in range(2)), key=lambda got: got[1])
+    assert [(kind, topic, payload) for kind, topic, _, payload in first] == [
+        (0x32, "jobs/1", b"kept"),
+        (0x32, "jobs/2", b"dup"),
+    ]
+    with _connected(server, "away", clean=False) as again:
+        resent = sorted((_publish_fields(again) for _ in range(2)), key=lambda got: got[1])
+        assert resent == [(0x3A, topic, ident, payload) for _, topic, ident, payload in first]
+        for _, _, ident, _ in resent:
+            again.sendall(packet(0x40, ident.to_bytes(2, "big")))
+        assert _nothing(again)
