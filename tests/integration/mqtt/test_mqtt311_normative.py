@@ -270,3 +270,95 @@ def test_a_persistent_session_gets_again_what_it_did_not_acknowledge(
         for _, _, ident, _ in resent:
             again.sendall(packet(0x40, ident.to_bytes(2, "big")))
         assert _nothing(again)
+
+
+def _unsubscribe(packet_id: int, *filters: str) -> bytes:
+    return packet(0xA2, packet_id.to_bytes(2, "big") + b"".join(map(string, filters)))
+
+
+# A SUBSCRIBE or UNSUBSCRIBE that breaks its payload's rules closes the connection: 3.1.1
+# has neither properties nor subscription options, so a byte that 5.0 reads as No Local,
+# Retain As Published or Retain Handling is a reserved bit set.
+BAD_SUBSCRIPTIONS = [
+    ("SUBSCRIBE without a filter", packet(0x82, b"\x00\x01")),  # 3.1.1 MQTT-3.8.3-3
+    ("UNSUBSCRIBE without a filter", packet(0xA2, b"\x00\x01")),  # 3.1.1 MQTT-3.10.3-2
+    ("Requested QoS 3", _subscribe(1, ("a", 3))),  # 3.1.1 MQTT-3.8.3-4
+    ("v5's No Local bit", _subscribe(1, ("a", 0x04))),  # 3.1.1 MQTT-3.8.3-4
+    ("v5's Retain As Published bit", _subscribe(1, ("a", 0x08))),  # 3.1.1 MQTT-3.8.3-4
+    ("v5's Retain Handling 1", _subscribe(1, ("a", 0x10))),  # 3.1.1 MQTT-3.8.3-4
+    ("the top reserved bit", _subscribe(1, ("a", 0x80))),  # 3.1.1 MQTT-3.8.3-4
+]
+
+
+@pytest.mark.parametrize(
+    "bad", [c[1] for c in BAD_SUBSCRIPTIONS], ids=[c[0] for c in BAD_SUBSCRIPTIONS]
+)
+def test_a_subscribe_or_unsubscribe_breaking_its_payload_rules_is_closed(
+    server: RunningServer, bad: bytes
+) -> None:
+    """3.1.1 MQTT-3.8.3-3, MQTT-3.10.3-2, MQTT-3.8.3-4: closed without a SUBACK or UNSUBACK
+    (3.1.1 MQTT-4.8.0-1)."""
+    assert _answers_to(server, bad) == []
+
+
+def test_suback_and_unsuback_answer_each_filter_in_order(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.8.4-1, MQTT-3.8.4-2: a SUBACK with the SUBSCRIBE's packet id; 3.1.1
+    MQTT-3.8.4-4, MQTT-3.8.4-5, MQTT-3.9.3-1: one for several filters, a return code each in
+    their order, the QoS granted (3.1.1 MQTT-3.8.4-6) or 0x80 Failure for a filter whose
+    wildcards do not take whole levels or whose '#' is not last (3.1.1 MQTT-4.7.1-2,
+    MQTT-4.7.1-3), and no other code (3.1.1 MQTT-3.9.3-2); 3.1.1 MQTT-3.10.4-4,
+    MQTT-3.10.4-5: an UNSUBACK with the UNSUBSCRIBE's packet id, even for filters never
+    subscribed."""
+    with _connected(server, "s") as sock:
+        filters = [("a", 2), ("a/#/b", 1), ("b+", 0), ("c/+", 1), ("#", 0)]
+        sock.sendall(_subscribe(0x0203, *filters))
+        assert read(sock) == (0x90, b"\x02\x03\x02\x80\x80\x01\x00")
+        sock.sendall(_unsubscribe(0x0405, "never", "a", "b+"))
+        assert read(sock) == (0xB0, b"\x04\x05")
+
+
+def test_unsubscribe_deletes_only_the_filter_it_names_character_for_character(
+    server: RunningServer,
+) -> None:
+    """3.1.1 MQTT-3.10.4-1: a filter that only matches the same topics ("a/#" for "a/+")
+    deletes nothing; the one it names stops the messages (3.1.1 MQTT-3.10.4-2)."""
+    with _subscribed(server, "s", "a/+") as sock, _connected(server, "p") as pub:
+        sock.sendall(_unsubscribe(2, "a/#", "A/+"))
+        assert read(sock) == (0xB0, b"\x00\x02")
+        _published(pub, "a/b", b"kept")
+        assert _received(sock) == (0x30, "a/b", b"kept")
+        sock.sendall(_unsubscribe(3, "a/+"))
+        assert read(sock) == (0xB0, b"\x00\x03")
+        _published(pub, "a/b", b"gone")
+        assert _nothing(sock)
+
+
+def test_subscribing_again_replaces_and_sends_the_retained_message_again(
+    server: RunningServer,
+) -> None:
+    """3.1.1 MQTT-3.8.4-3: a SUBSCRIBE of a filter already subscribed replaces the
+    subscription (one copy of each message after it) and sends its retained messages again."""
+    with _connected(server, "p") as pub, _connected(server, "s") as sub:
+        _published(pub, "r/t", b"kept", retain=True)
+        for qos in (0, 1):
+            sub.sendall(_subscribe(1, ("r/t", qos)))
+            assert read(sub) == (0x90, bytes([0, 1, qos]))
+            kind, body = read(sub)
+            assert (kind & 0xF1, body[:5]) == (0x31, string("r/t")), body.hex()
+            if qos:
+                sub.sendall(packet(0x40, body[5:7]))
+        _published(pub, "r/t", b"once")
+        assert read(sub)[0] == 0x32  # at the QoS of the last SUBSCRIBE
+        assert _nothing(sub)
+
+
+def test_a_wildcard_first_does_not_match_a_topic_starting_with_dollar(
+    server: RunningServer,
+) -> None:
+    """3.1.1 MQTT-4.7.2-1: "#" and "+/x" do not match "$app/x"; "$app/x" itself does."""
+    with _connected(server, "p") as pub, _connected(server, "s") as sub:
+        sub.sendall(_subscribe(1, ("#", 0), ("+/x", 0), ("$app/x", 0)))
+        assert read(sub) == (0x90, b"\x00\x01\x00\x00\x00")
+        _published(pub, "$app/x", b"d")
+        assert _received(sub) == (0x30, "$app/x", b"d")
+        assert _nothing(sub)
