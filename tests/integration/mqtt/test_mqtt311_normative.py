@@ -362,3 +362,41 @@ def test_a_wildcard_first_does_not_match_a_topic_starting_with_dollar(
         _published(pub, "$app/x", b"d")
         assert _received(sub) == (0x30, "$app/x", b"d")
         assert _nothing(sub)
+
+
+# A fixed header's flag bits other than PUBLISH's are reserved, as §2.2.2's table lists them
+# (3.1.1 MQTT-2.2.2-1); a receiver closes the connection for any other (3.1.1
+# MQTT-2.2.2-2). Each packet's own rule is named beside it.
+BAD_FLAGS = [
+    ("PUBACK 0x41", bytes([0x41, 2, 0, 1])),  # §3.4.1
+    ("PUBREC 0x51", bytes([0x51, 2, 0, 1])),  # §3.5.1
+    ("PUBREL 0x60", bytes([0x60, 2, 0, 1])),  # 3.1.1 MQTT-3.6.1-1
+    ("PUBCOMP 0x71", bytes([0x71, 2, 0, 1])),  # §3.7.1
+    ("UNSUBSCRIBE 0xA0", packet(0xA0, b"\x00\x01" + string("a"))),  # 3.1.1 MQTT-3.10.1-1
+    ("PINGREQ 0xC1", bytes([0xC1, 0])),  # §3.12.1
+    ("DISCONNECT 0xE1", bytes([0xE1, 0])),  # 3.1.1 MQTT-3.14.1-1
+]
+
+
+@pytest.mark.parametrize("bad", [c[1] for c in BAD_FLAGS], ids=[c[0] for c in BAD_FLAGS])
+def test_reserved_flag_bits_not_as_listed_close_the_connection(
+    server: RunningServer, bad: bytes
+) -> None:
+    """3.1.1 MQTT-2.2.2-2: closed, nothing sent (3.1.1 MQTT-4.8.0-1)."""
+    assert _answers_to(server, bad) == []
+
+
+def test_disconnect_discards_the_will(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.14.4-3, MQTT-3.1.2-10: a DISCONNECT deletes the Will unpublished; the
+    same client closing without one has its Will published (3.1.1 MQTT-3.1.2-8), so the
+    first is not merely late."""
+    with _subscribed(server, "watcher", "w") as watcher:
+        for message, goodbye in (("discarded", bytes([0xE0, 0])), ("published", b"")):
+            sock, body = _connack(server, _connect("willed", flags=0x06, rest=_will(message)))
+            assert body == b"\x00\x00"
+            with sock:
+                sock.sendall(goodbye)
+                if goodbye:
+                    assert _until_closed(sock) == []
+        assert _received(watcher) == (0x30, "w", b"published")
+        assert _nothing(watcher)
