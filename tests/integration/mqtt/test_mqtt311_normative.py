@@ -11,11 +11,14 @@ against itself.
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
-from tests.integration.mqtt.clients import WAIT, RunningServer
+from tests.integration.mqtt.clients import WAIT, RunningServer, start_server
 from tests.integration.mqtt.raw import packet, read, string
 from tests.integration.mqtt.test_mqtt_normative import PINGREQ, _nothing, _until_closed
+
+from boxmq.clock import ManualClock
 
 
 def _connect(client_id: str = "c", *, flags: int = 0x02, rest: bytes = b"") -> bytes:
@@ -182,6 +185,27 @@ def test_the_same_client_id_again_closes_the_older_connection(server: RunningSer
         assert _until_closed(old) == []
         new.sendall(PINGREQ)
         assert read(new) == (0xD0, b"")
+
+
+def test_a_client_silent_for_one_and_a_half_keep_alives_is_closed(tmp_path: Path) -> None:
+    """3.1.1 MQTT-3.1.2-24: a client that sends nothing for one and a half times its Keep
+    Alive (10 s here: 15 s) is closed as if it had failed (no DISCONNECT in 3.1.1); its last
+    packet, a PINGREQ, starts the count again, and 14.9 s after it the connection stands. The
+    broker's clock moves when the test says, so no test waits 15 s."""
+    clock = ManualClock()
+    with (
+        start_server(tmp_path / "root", clock=clock) as running,
+        socket.create_connection((running.host, running.port), timeout=WAIT) as sock,
+    ):
+        sock.sendall(packet(0x10, string("MQTT") + bytes([4, 0x02, 0, 10]) + string("k")))
+        assert read(sock) == (0x20, b"\x00\x00")
+        clock.advance(14)
+        sock.sendall(PINGREQ)
+        assert read(sock) == (0xD0, b"")
+        clock.advance(14.9)
+        assert _nothing(sock)  # the broker looks every 0.25 s
+        clock.advance(0.2)
+        assert _until_closed(sock) == []
 
 
 def _published(sock: socket.socket, topic: str, payload: bytes, *, retain: bool = False) -> None:
