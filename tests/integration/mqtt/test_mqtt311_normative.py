@@ -424,3 +424,58 @@ def test_disconnect_discards_the_will(server: RunningServer) -> None:
                     assert _until_closed(sock) == []
         assert _received(watcher) == (0x30, "w", b"published")
         assert _nothing(watcher)
+
+
+def _connect_with_id(encoded: bytes) -> bytes:
+    """A 3.1.1 CONNECT whose client id field is these bytes, their length before them."""
+    client_id = len(encoded).to_bytes(2, "big") + encoded
+    return packet(0x10, string("MQTT") + bytes([4, 0x02, 0, 30]) + client_id)
+
+
+# Each string of a 3.1.1 packet is well-formed UTF-8 (3.1.1 MQTT-1.5.3-1: no surrogate
+# either) without U+0000 (3.1.1 MQTT-1.5.3-2); a receiver closes the connection for one
+# that is not. In a CONNECT there is no return code for it: no CONNACK (3.1.1 MQTT-3.2.2-6).
+BAD_STRINGS_IN_CONNECT = [
+    ("client id not UTF-8", _connect_with_id(b"\xff\xfe")),  # 3.1.1 MQTT-3.1.3-4
+    ("client id with U+0000", _connect_with_id(b"a\x00b")),  # 3.1.1 MQTT-3.1.3-4
+    ("client id with a surrogate", _connect_with_id(b"\xed\xa0\x80")),  # MQTT-3.1.3-4
+    ("Will Topic with U+0000", _connect(flags=0x06, rest=b"\x00\x01\x00" + string("x"))),
+    ("User Name not UTF-8", _connect(flags=0x82, rest=b"\x00\x01\xff")),  # MQTT-3.1.3-11
+    ("User Name with U+0000", _connect(flags=0x82, rest=b"\x00\x01\x00")),  # MQTT-3.1.3-11
+]
+
+
+@pytest.mark.parametrize(
+    "bad", [c[1] for c in BAD_STRINGS_IN_CONNECT], ids=[c[0] for c in BAD_STRINGS_IN_CONNECT]
+)
+def test_a_connect_string_that_cannot_be_is_closed_without_a_connack(
+    server: RunningServer, bad: bytes
+) -> None:
+    """3.1.1 MQTT-1.5.3-1, MQTT-1.5.3-2, MQTT-3.1.4-1: closed, nothing sent."""
+    assert _answers_to(server, bad, first=True) == []
+
+
+BAD_STRINGS_AFTER_CONNECT = [
+    ("SUBSCRIBE filter not UTF-8", packet(0x82, b"\x00\x01\x00\x01\xff\x00")),  # MQTT-3.8.3-1
+    ("UNSUBSCRIBE filter not UTF-8", packet(0xA2, b"\x00\x01\x00\x01\xff")),  # MQTT-3.10.3-1
+    ("SUBSCRIBE filter with U+0000", packet(0x82, b"\x00\x01\x00\x03a\x00b\x00")),
+    ("empty SUBSCRIBE filter", _subscribe(1, ("", 0))),  # 3.1.1 MQTT-4.7.3-1
+    ("empty UNSUBSCRIBE filter", _unsubscribe(1, "")),  # 3.1.1 MQTT-4.7.3-1
+    ("a surrogate in a Topic Name", packet(0x30, b"\x00\x03\xed\xa0\x80x")),  # MQTT-1.5.3-1
+    ("SUBSCRIBE packet id 0", _subscribe(0, ("a", 0))),  # 3.1.1 MQTT-2.3.1-1
+    ("UNSUBSCRIBE packet id 0", _unsubscribe(0, "a")),  # 3.1.1 MQTT-2.3.1-1
+]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [c[1] for c in BAD_STRINGS_AFTER_CONNECT],
+    ids=[c[0] for c in BAD_STRINGS_AFTER_CONNECT],
+)
+def test_a_string_or_packet_id_that_cannot_be_closes_the_connection(
+    server: RunningServer, bad: bytes
+) -> None:
+    """3.1.1 MQTT-1.5.3-1, MQTT-1.5.3-2, MQTT-4.7.3-1 (a filter is at least one character
+    long), MQTT-2.3.1-1 (a SUBSCRIBE's or UNSUBSCRIBE's packet id is not 0): closed without a
+    SUBACK or UNSUBACK (3.1.1 MQTT-4.8.0-1)."""
+    assert _answers_to(server, bad) == []
