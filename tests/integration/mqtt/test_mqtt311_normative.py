@@ -479,3 +479,35 @@ def test_a_string_or_packet_id_that_cannot_be_closes_the_connection(
     long), MQTT-2.3.1-1 (a SUBSCRIBE's or UNSUBSCRIBE's packet id is not 0): closed without a
     SUBACK or UNSUBACK (3.1.1 MQTT-4.8.0-1)."""
     assert _answers_to(server, bad) == []
+
+
+def test_qos_2_both_ways_survives_a_reconnect_once_and_only_once(server: RunningServer) -> None:
+    """3.1.1 MQTT-4.3.3-2: the server, receiving a QoS 2 PUBLISH, answers PUBREC, and the
+    same packet id sent again before the PUBREL, here with DUP on a resumed session, gets
+    PUBREC again and is not delivered a second time; the PUBREL gets PUBCOMP. Sending one,
+    the server answers the PUBREC with PUBREL (3.1.1 MQTT-4.3.3-1), and a resumed session
+    gets that PUBREL again, not the PUBLISH (3.1.1 MQTT-4.4.0-1)."""
+    with _connected(server, "device", clean=False) as device:
+        device.sendall(_subscribe(1, ("q/#", 2)))
+        assert read(device) == (0x90, b"\x00\x01\x02")
+    with _subscribed(server, "watcher", "q/#") as watcher:
+        with _connected(server, "sender", clean=False) as sender:
+            sender.sendall(_publish("q/1", b"two", qos=2, packet_id=4))
+            assert read(sender) == (0x50, b"\x00\x04")
+        with _connected(server, "sender", clean=False) as sender:
+            sender.sendall(packet(0x3C, string("q/1") + b"\x00\x04" + b"two"))  # DUP 1
+            assert read(sender) == (0x50, b"\x00\x04")
+            sender.sendall(packet(0x62, b"\x00\x04"))
+            assert read(sender) == (0x70, b"\x00\x04")
+        assert _received(watcher) == (0x30, "q/1", b"two")
+        assert _nothing(watcher)
+    with _connected(server, "device", clean=False) as device:
+        kind, body = read(device)
+        assert (kind, body[:5], body[7:]) == (0x34, string("q/1"), b"two"), body.hex()
+        packet_id = body[5:7]
+        device.sendall(packet(0x50, packet_id))
+        assert read(device) == (0x62, packet_id)
+    with _connected(server, "device", clean=False) as device:
+        assert read(device) == (0x62, packet_id)
+        device.sendall(packet(0x70, packet_id))
+        assert _nothing(device)
