@@ -511,3 +511,25 @@ def test_qos_2_both_ways_survives_a_reconnect_once_and_only_once(server: Running
         assert read(device) == (0x62, packet_id)
         device.sendall(packet(0x70, packet_id))
         assert _nothing(device)
+
+
+def test_overlapping_subscriptions_get_a_copy_at_the_highest_qos(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.3.5-1: a message matching several of a client's filters is delivered at
+    the highest QoS they were granted; boxmq also sends a copy for each other filter at its
+    own QoS, which 3.1.1 §3.3.5 allows. Each copy goes by itself: its own packet id at QoS 1
+    and 2, its DUP 0 (3.1.1 MQTT-2.3.1-4, MQTT-3.3.1-3)."""
+    with _connected(server, "s") as sub, _connected(server, "p") as pub:
+        sub.sendall(_subscribe(1, ("a/#", 0), ("a/b", 2), ("+/b", 1)))
+        assert read(sub) == (0x90, b"\x00\x01\x00\x02\x01")
+        pub.sendall(_publish("a/b", b"x", qos=2, packet_id=1))
+        assert read(pub) == (0x50, b"\x00\x01")
+        pub.sendall(packet(0x62, b"\x00\x01"))
+        assert read(pub) == (0x70, b"\x00\x01")
+        copies = sorted(read(sub) for _ in range(3))
+        assert [kind for kind, _ in copies] == [0x30, 0x32, 0x34]
+        assert copies[0][1] == string("a/b") + b"x"
+        ids = [body[5:7] for _, body in copies[1:]]
+        assert [body[:5] + body[7:] for _, body in copies[1:]] == [string("a/b") + b"x"] * 2
+        assert b"\x00\x00" not in ids, ids
+        assert ids[0] != ids[1], ids
+        assert _nothing(sub)
