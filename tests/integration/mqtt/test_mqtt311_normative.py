@@ -533,3 +533,34 @@ def test_overlapping_subscriptions_get_a_copy_at_the_highest_qos(server: Running
         assert b"\x00\x00" not in ids, ids
         assert ids[0] != ids[1], ids
         assert _nothing(sub)
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_what_an_unsubscribe_caught_in_flight_is_still_delivered(
+    server: RunningServer, qos: int
+) -> None:
+    """3.1.1 MQTT-3.10.4-3: a server that deletes a subscription completes the delivery of
+    the QoS 1 and 2 messages it began to send on it: a PUBREC after the UNSUBACK gets its
+    PUBREL, and a persistent session that comes back without having acknowledged gets the
+    PUBLISH (with DUP 1), or the PUBREL, again (3.1.1 MQTT-4.4.0-1)."""
+    with _connected(server, "p") as pub, _connected(server, "s", clean=False) as sub:
+        sub.sendall(_subscribe(1, ("u/#", qos)))
+        assert read(sub) == (0x90, bytes([0, 1, qos]))
+        pub.sendall(_publish("u/1", b"x", qos=qos, packet_id=1))
+        if qos == 2:
+            assert read(pub) == (0x50, b"\x00\x01")
+            pub.sendall(packet(0x62, b"\x00\x01"))
+        assert read(pub) == (0x40 if qos == 1 else 0x70, b"\x00\x01")
+        kind, body = read(sub)
+        assert (kind, body[:5], body[7:]) == (qos << 1 | 0x30, string("u/1"), b"x"), body.hex()
+        packet_id = body[5:7]
+        sub.sendall(_unsubscribe(2, "u/#"))
+        assert read(sub) == (0xB0, b"\x00\x02")
+        if qos == 2:
+            sub.sendall(packet(0x50, packet_id))
+            assert read(sub) == (0x62, packet_id)
+    expected = (0x3A, body) if qos == 1 else (0x62, packet_id)
+    with _connected(server, "s", clean=False) as back:
+        assert read(back) == expected
+        back.sendall(packet(0x40 if qos == 1 else 0x70, packet_id))
+        assert _nothing(back)
