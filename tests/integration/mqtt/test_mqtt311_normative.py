@@ -564,3 +564,39 @@ def test_what_an_unsubscribe_caught_in_flight_is_still_delivered(
         assert read(back) == expected
         back.sendall(packet(0x40 if qos == 1 else 0x70, packet_id))
         assert _nothing(back)
+
+
+def test_acknowledgements_and_deliveries_keep_the_order_messages_came_in(
+    server: RunningServer,
+) -> None:
+    """3.1.1 MQTT-4.6.0-2, MQTT-4.6.0-3: PUBACKs and PUBRECs go in the order their PUBLISHes
+    came, here ten QoS 1 and ten QoS 2 ones interleaved in one write; 3.1.1 MQTT-4.6.0-5,
+    MQTT-4.6.0-6: each topic is ordered, and its subscribers get its messages of one QoS
+    in the order they came from the publisher."""
+    with _subscribed(server, "s", "o/#") as sub, _connected(server, "p") as pub:
+        sub.sendall(_subscribe(2, ("o/#", 2)))
+        assert read(sub) == (0x90, b"\x00\x02\x02")
+        sent = b""
+        for n in range(1, 21):
+            qos = 1 + n % 2
+            sent += _publish(f"o/{qos}", str(n).encode(), qos=qos, packet_id=n)
+        pub.sendall(sent)
+        answers = [read(pub) for _ in range(20)]
+        assert answers == [(0x50 if n % 2 else 0x40, n.to_bytes(2, "big")) for n in range(1, 21)]
+        pub.sendall(b"".join(packet(0x62, n.to_bytes(2, "big")) for n in range(1, 21, 2)))
+        assert [read(pub) for _ in range(10)] == [
+            (0x70, n.to_bytes(2, "big")) for n in range(1, 21, 2)
+        ]
+        got: dict[str, list[bytes]] = {"o/1": [], "o/2": []}
+        while sum(map(len, got.values())) < 20:
+            kind, body = read(sub)
+            if kind == 0x62:  # the PUBREL of a QoS 2 one
+                sub.sendall(packet(0x70, body))
+                continue
+            end = 2 + int.from_bytes(body[:2], "big")
+            got[body[2:end].decode()].append(body[end + 2 :])
+            sub.sendall(packet(0x40 if kind & 0x06 == 0x02 else 0x50, body[end : end + 2]))
+        assert got == {
+            "o/1": [str(n).encode() for n in range(2, 21, 2)],
+            "o/2": [str(n).encode() for n in range(1, 21, 2)],
+        }
