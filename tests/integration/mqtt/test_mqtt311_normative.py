@@ -134,6 +134,29 @@ def test_a_will_is_published_retained_as_its_will_retain_says(server: RunningSer
         assert _nothing(late)
 
 
+def test_an_end_without_a_will_publishes_nothing_and_leaves_the_retained_message(
+    server: RunningServer,
+) -> None:
+    """3.1.1 MQTT-3.1.2-12: a connection whose Will Flag was 0 publishes nothing when it
+    breaks; 3.1.1 MQTT-3.1.2-7: the retained message it published is no part of its session,
+    and stays when the session ends with the connection (CleanSession 1)."""
+    with _subscribed(server, "watcher", "w/#") as watcher:
+        with _connected(server, "gone") as gone:
+            _published(gone, "w/state", b"kept", retain=True)
+        assert _received(watcher) == (0x30, "w/state", b"kept")
+        assert _nothing(watcher)
+    with _subscribed(server, "late", "w/#") as late:
+        assert _received(late) == (0x31, "w/state", b"kept")
+
+
+def test_a_connect_of_another_protocol_name_is_refused(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.1.2-1: a Protocol Name other than "MQTT" may be closed, or handled by
+    another protocol's rules, never by 3.1.1's: boxmq closes it, after at most a CONNACK
+    refusing its version (0x01)."""
+    connect = packet(0x10, string("MQTX") + bytes([4, 0x02, 0, 30]) + string("c"))
+    assert _answers_to(server, connect, first=True) in ([], [(0x20, b"\x00\x01")])
+
+
 def test_an_empty_client_id_needs_a_clean_session(server: RunningServer) -> None:
     """3.1.1 MQTT-3.1.3-8: an empty client id with CleanSession 0 gets CONNACK 0x02
     (Identifier rejected) with Session Present 0 (3.1.1 MQTT-3.2.2-4), then the close (3.1.1
