@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from tests.integration.mqtt.clients import WAIT, RunningServer, paho
-from tests.integration.mqtt.raw import open_raw
+from tests.integration.mqtt.raw import open_raw, packet, read
 
 
 def test_a_will_delay_longer_than_the_session_sends_the_will_when_the_session_ends(
@@ -27,3 +27,27 @@ def test_a_will_delay_longer_than_the_session_sends_the_will_when_the_session_en
     assert 0.9 < waited < 10, f"the Will came {waited:.2f} s after the close"
     assert not paho(server, "short", clean=False, expiry=60).session_present
     assert watcher.nothing(0.3)  # once
+
+
+def _disconnect(reason: int, expiry: int) -> bytes:
+    """A v5 DISCONNECT with `reason` and a Session Expiry Interval of `expiry` seconds."""
+    properties = b"\x11" + expiry.to_bytes(4, "big")
+    return packet(0xE0, bytes([reason, len(properties)]) + properties)
+
+
+def test_a_disconnect_that_raises_session_expiry_from_0_is_a_protocol_error_and_sends_the_will(
+    server: RunningServer,
+) -> None:
+    """CONNECT with Session Expiry 0, then DISCONNECT 0x00 asking for 60 s: "a Protocol
+    Error" (§3.14.2.2.2), so the server answers DISCONNECT 0x82 and closes, and since the
+    client's DISCONNECT was no normal one, its Will goes out (§3.1.2.5), once."""
+    watcher = paho(server, "watcher")
+    watcher.subscribe("wills/#", 1)
+    sock, _ = open_raw(server, "raiser", expiry=0, will=("wills/raiser", b"gone"))
+    with sock:
+        sock.sendall(_disconnect(0x00, 60))
+        assert read(sock) == (0xE0, b"\x82")  # Protocol Error
+        assert read(sock) == (0, b"")  # closed
+    will = watcher.next(timeout=WAIT)
+    assert (will.topic, will.payload) == ("wills/raiser", b"gone")
+    assert watcher.nothing(0.3)
