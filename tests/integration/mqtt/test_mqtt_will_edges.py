@@ -51,3 +51,23 @@ def test_a_disconnect_that_raises_session_expiry_from_0_is_a_protocol_error_and_
     will = watcher.next(timeout=WAIT)
     assert (will.topic, will.payload) == ("wills/raiser", b"gone")
     assert watcher.nothing(0.3)
+
+
+def test_a_disconnect_with_will_that_shortens_the_session_sends_the_will_at_its_new_end(
+    server: RunningServer,
+) -> None:
+    """CONNECT with Session Expiry 60 s and Will Delay 30 s, then DISCONNECT 0x04 (Disconnect
+    with Will Message) setting the expiry to 1 s: the Will goes out when the session, as the
+    DISCONNECT left it, ends, a second after the close (§3.14.2.2.2, §3.1.3.2.2)."""
+    watcher = paho(server, "watcher")
+    watcher.subscribe("wills/#", 1)
+    sock, _ = open_raw(server, "leaving", expiry=60, will=("wills/leaving", b"gone"), will_delay=30)
+    with sock:
+        sock.sendall(_disconnect(0x04, 1))
+        closed = time.monotonic()
+        assert read(sock) == (0, b"")  # closed, with no answer
+    will = watcher.next(timeout=WAIT)
+    waited = time.monotonic() - closed
+    assert (will.topic, will.payload) == ("wills/leaving", b"gone")
+    assert 0.9 < waited < 10, f"the Will came {waited:.2f} s after the DISCONNECT"
+    assert not paho(server, "leaving", clean=False, expiry=60).session_present
