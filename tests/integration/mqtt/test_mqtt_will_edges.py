@@ -4,8 +4,11 @@ than the session, over real sockets and paho clients, each case under a few seco
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
-from tests.integration.mqtt.clients import WAIT, RunningServer, paho
+import paho.mqtt.client as mqtt
+from paho.mqtt.packettypes import PacketTypes
+from tests.integration.mqtt.clients import WAIT, RunningServer, drop, paho, paho_properties
 from tests.integration.mqtt.raw import open_raw, packet, read
 
 
@@ -71,3 +74,45 @@ def test_a_disconnect_with_will_that_shortens_the_session_sends_the_will_at_its_
     assert (will.topic, will.payload) == ("wills/leaving", b"gone")
     assert 0.9 < waited < 10, f"the Will came {waited:.2f} s after the DISCONNECT"
     assert not paho(server, "leaving", clean=False, expiry=60).session_present
+
+
+def _will(topic: str, payload: bytes, **properties: object) -> Callable[[mqtt.Client], None]:
+    """A paho `configure` that sets a QoS 1 Will with these Will Properties."""
+
+    def configure(client: mqtt.Client) -> None:
+        will_properties = paho_properties(PacketTypes.WILLMESSAGE, **properties)
+        client.will_set(topic, payload, 1, properties=will_properties)
+
+    return configure
+
+
+def test_a_will_carries_its_will_properties_to_its_subscribers(server: RunningServer) -> None:
+    """Payload Format Indicator, Message Expiry Interval, Content Type, Response Topic,
+    Correlation Data and User Properties of a Will go out with it (MQTT 5.0 §3.1.3.2.3 to
+    §3.1.3.2.8), the User Properties in their order (MQTT-3.1.3-10)."""
+    watcher = paho(server, "watcher")
+    watcher.subscribe("wills/#", 1)
+    pairs = [("z", "1"), ("a", "2"), ("z", "3")]
+    dying = paho(
+        server,
+        "rich",
+        configure=_will(
+            "wills/rich",
+            b"gone",
+            PayloadFormatIndicator=1,
+            MessageExpiryInterval=100,
+            ContentType="text/plain",
+            ResponseTopic="replies/rich",
+            CorrelationData=b"\x00\x01",
+            UserProperty=pairs,
+        ),
+    )
+    drop(dying)
+    will = watcher.next(timeout=WAIT)
+    assert (will.topic, will.payload) == ("wills/rich", b"gone")
+    told = will.properties
+    assert told.PayloadFormatIndicator == 1
+    assert 90 <= told.MessageExpiryInterval <= 100
+    assert (told.ContentType, told.ResponseTopic) == ("text/plain", "replies/rich")
+    assert told.CorrelationData == b"\x00\x01"
+    assert told.UserProperty == pairs
