@@ -116,3 +116,27 @@ def test_a_will_carries_its_will_properties_to_its_subscribers(server: RunningSe
     assert (told.ContentType, told.ResponseTopic) == ("text/plain", "replies/rich")
     assert told.CorrelationData == b"\x00\x01"
     assert told.UserProperty == pairs
+
+
+def test_a_wills_message_expiry_counts_while_its_subscriber_is_away(
+    server: RunningServer,
+) -> None:
+    """A Will's Message Expiry Interval is its Publication Expiry Interval (§3.1.3.2.4): a
+    persistent subscriber away for 2 s is not sent the Will that lived 1 s, and is sent the one
+    that lives 60 s with what is left of it (MQTT-3.3.2-5, MQTT-3.3.2-6)."""
+    away = paho(server, "away", clean=False, expiry=60)
+    away.subscribe("wills/#", 1)
+    away.stop()
+    brief = paho(server, "brief", configure=_will("wills/brief", b"b", MessageExpiryInterval=1))
+    lasting = paho(
+        server, "lasting", configure=_will("wills/lasting", b"l", MessageExpiryInterval=60)
+    )
+    drop(brief)
+    drop(lasting)
+    time.sleep(2)
+    back = paho(server, "away", clean=False, expiry=60)
+    assert back.session_present
+    will = back.next(timeout=WAIT)
+    assert (will.topic, will.payload) == ("wills/lasting", b"l")
+    assert will.properties.MessageExpiryInterval <= 58
+    assert back.nothing(0.5)  # not the brief one
