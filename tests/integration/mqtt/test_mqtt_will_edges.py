@@ -3,13 +3,14 @@ than the session, over real sockets and paho clients, each case under a few seco
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.packettypes import PacketTypes
 from tests.integration.mqtt.clients import WAIT, RunningServer, drop, paho, paho_properties
-from tests.integration.mqtt.raw import open_raw, packet, read
+from tests.integration.mqtt.raw import open_raw, packet, read, string
 
 
 def test_a_will_delay_longer_than_the_session_sends_the_will_when_the_session_ends(
@@ -140,3 +141,23 @@ def test_a_wills_message_expiry_counts_while_its_subscriber_is_away(
     assert (will.topic, will.payload) == ("wills/lasting", b"l")
     assert will.properties.MessageExpiryInterval <= 58
     assert back.nothing(0.5)  # not the brief one
+
+
+def test_a_311_clients_will_goes_out_when_its_keep_alive_runs_out(server: RunningServer) -> None:
+    """A 3.1.1 client with Keep Alive 1 s falls silent, its socket left open: after 1.5 s the
+    server closes the connection "as if the network had failed" (3.1.1 MQTT-3.1.2-24), and
+    that sends its Will (3.1.1 MQTT-3.1.2-8, §3.1.2.5), which a paho 3.1.1 watcher gets."""
+    watcher = paho(server, "watcher", v5=False)
+    watcher.subscribe("wills/#", 1)
+    flags = 0x02 | 0x04 | 0x08  # Clean Session, Will Flag, Will QoS 1
+    payload = string("quiet") + string("wills/quiet") + string("gone")
+    connect = packet(0x10, string("MQTT") + bytes([4, flags, 0, 1]) + payload)
+    with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
+        sock.sendall(connect)
+        assert read(sock) == (0x20, b"\x00\x00")  # CONNACK, accepted
+        connected = time.monotonic()
+        will = watcher.next(timeout=WAIT)
+        waited = time.monotonic() - connected
+        assert read(sock) == (0, b"")  # closed, with no DISCONNECT in 3.1.1
+    assert (will.topic, will.payload, will.qos) == ("wills/quiet", b"gone", 1)
+    assert waited >= 1.5, f"the Will came {waited:.2f} s into a 1 s Keep Alive"
