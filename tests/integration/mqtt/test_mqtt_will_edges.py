@@ -6,11 +6,23 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.packettypes import PacketTypes
-from tests.integration.mqtt.clients import WAIT, RunningServer, drop, paho, paho_properties
+from tests.integration.mqtt.clients import (
+    WAIT,
+    RunningServer,
+    drop,
+    paho,
+    paho_properties,
+    serve_fresh,
+    serve_process,
+    stop_process,
+)
 from tests.integration.mqtt.raw import open_raw, packet, read, string
+
+from boxmq.mqtt.session_record import read_record
 
 
 def test_a_will_delay_longer_than_the_session_sends_the_will_when_the_session_ends(
@@ -161,3 +173,52 @@ def test_a_311_clients_will_goes_out_when_its_keep_alive_runs_out(server: Runnin
         assert read(sock) == (0, b"")  # closed, with no DISCONNECT in 3.1.1
     assert (will.topic, will.payload, will.qos) == ("wills/quiet", b"gone", 1)
     assert waited >= 1.5, f"the Will came {waited:.2f} s into a 1 s Keep Alive"
+
+
+# -- a `boxmq serve` stopped or killed while a Will waits ------------------------------------------
+
+
+def _until_sent(root: Path, client_id: str) -> None:
+    """Wait until the session record of `client_id` no longer holds a Will: the server drops
+    it once the Will was sent and written, so a next start does not send it again."""
+    deadline = time.monotonic() + WAIT
+    while (record := read_record(str(root), client_id)) is not None and record.will is not None:
+        assert time.monotonic() < deadline, f"{client_id}: its record still holds its Will"
+        time.sleep(0.02)
+
+
+def test_a_sigterm_closes_a_connected_clients_session_and_its_delayed_will_goes_after_it(
+    tmp_path: Path,
+) -> None:
+    """`boxmq serve` stopped (SIGTERM) while a persistent client with a Will Delay of 2 s is
+    connected: the stop closes its connection without a DISCONNECT of the client's, so its
+    record keeps the Will, due 2 s after the stop (§3.1.3.2.2), and the next start sends it,
+    once, to a durable subscriber. A non-persistent client's Will, which cannot outlast its
+    session, went out at the stop: that subscriber is sent it first."""
+    address, process = serve_fresh(tmp_path)
+    try:
+        watcher = paho(address, "watcher", clean=False, expiry=60)
+        watcher.subscribe("wills/#", 1)
+        watcher.client.loop_stop()  # away at the restart: its durable subscription keeps it
+        paho(address, "held", clean=False, expiry=60, will=("wills/held", b"gone", 1),
+             will_delay=2).client.loop_stop()  # fmt: skip
+        paho(address, "brief", will=("wills/brief", b"bye", 1)).client.loop_stop()
+        stopped = time.time()
+        stop_process(process)
+        record = read_record(str(address.root), "held")
+        assert record is not None
+        assert record.will is not None
+        assert record.disconnected_at is not None
+        assert stopped - 1 < record.disconnected_at < time.time()  # the close is the stop
+        assert record.will_due == record.disconnected_at + 2
+        process = serve_process(address.root, address.port)
+        back = paho(address, "watcher", clean=False, expiry=60)
+        at_the_stop = back.next(timeout=WAIT)
+        assert (at_the_stop.topic, at_the_stop.payload) == ("wills/brief", b"bye")
+        will = back.next(timeout=WAIT)
+        assert (will.topic, will.payload) == ("wills/held", b"gone")
+        assert time.time() >= record.will_due - 0.1  # not before its delay
+        assert back.nothing(0.5)  # once
+        _until_sent(address.root, "held")  # a next start sends nothing
+    finally:
+        stop_process(process)
