@@ -3,6 +3,7 @@ than the session, over real sockets and paho clients, each case under a few seco
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from tests.integration.mqtt.clients import (
     drop,
     paho,
     paho_properties,
+    recorded_away,
     serve_fresh,
     serve_process,
     stop_process,
@@ -220,5 +222,38 @@ def test_a_sigterm_closes_a_connected_clients_session_and_its_delayed_will_goes_
         assert time.time() >= record.will_due - 0.1  # not before its delay
         assert back.nothing(0.5)  # once
         _until_sent(address.root, "held")  # a next start sends nothing
+    finally:
+        stop_process(process)
+
+
+def test_a_will_delay_longer_than_the_session_still_ends_with_it_across_a_sigkill(
+    tmp_path: Path,
+) -> None:
+    """A client left (no DISCONNECT) with Session Expiry 2 s and Will Delay 30 s; `boxmq
+    serve` is killed (SIGKILL) and started again: the time it was down counts, and the Will
+    goes out when the session ends, 2 s after the close, not 30 s (§3.1.3.2.2), the session
+    gone with it."""
+    address, process = serve_fresh(tmp_path)
+    try:
+        watcher = paho(address, "watcher", clean=False, expiry=60)
+        watcher.subscribe("wills/#", 1)
+        watcher.client.loop_stop()
+        sock, _ = open_raw(address, "short", expiry=2, will=("wills/short", b"gone"), will_delay=30)
+        sock.close()
+        recorded_away(address.root, "short")
+        record = read_record(str(address.root), "short")
+        assert record is not None
+        assert record.disconnected_at is not None
+        assert record.will_due == record.disconnected_at + 2  # the session's end, not 30 s
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=WAIT)
+        process = serve_process(address.root, address.port)
+        due = max(time.time(), record.will_due)  # at once if it fell due while it was down
+        back = paho(address, "watcher", clean=False, expiry=60)
+        will = back.next(timeout=WAIT)
+        assert (will.topic, will.payload) == ("wills/short", b"gone")
+        assert record.will_due - 0.1 <= time.time() < due + 10
+        assert back.nothing(0.3)
+        assert not paho(address, "short", clean=False, expiry=60).session_present
     finally:
         stop_process(process)
