@@ -20,11 +20,14 @@ from tests.integration.mqtt.clients import (
     recorded_away,
     serve_fresh,
     serve_process,
+    start_server,
     stop_process,
 )
 from tests.integration.mqtt.raw import open_raw, packet, read, string
 
+from boxmq.mqtt.session import NEVER
 from boxmq.mqtt.session_record import read_record
+from boxmq.mqtt.settings import Limits, MqttSettings
 
 
 def test_a_will_delay_longer_than_the_session_sends_the_will_when_the_session_ends(
@@ -257,3 +260,25 @@ def test_a_will_delay_longer_than_the_session_still_ends_with_it_across_a_sigkil
         assert not paho(address, "short", clean=False, expiry=60).session_present
     finally:
         stop_process(process)
+
+
+def test_a_session_asked_for_never_ends_at_the_servers_limit_and_sends_its_delayed_will(
+    tmp_path: Path,
+) -> None:
+    """Session Expiry 0xFFFFFFFF ("never") under `max_session_expiry = 1`: the session the
+    client is told of (CONNACK 1 s, §3.2.2.3.2) is the one that ends, so its Will Delay of 30
+    s gives way and the Will goes out a second after the close (§3.1.3.2.2)."""
+    limits = MqttSettings(limits=Limits(max_session_expiry=1))
+    with start_server(tmp_path / "root", limits) as server:
+        watcher = paho(server, "watcher")
+        watcher.subscribe("wills/#", 1)
+        forever = paho(server, "forever", clean=False, expiry=NEVER,
+                       will=("wills/forever", b"gone", 1), will_delay=30)  # fmt: skip
+        assert forever.connack_properties.SessionExpiryInterval == 1
+        closed = time.monotonic()
+        drop(forever)
+        will = watcher.next(timeout=WAIT)
+        waited = time.monotonic() - closed
+        assert (will.topic, will.payload) == ("wills/forever", b"gone")
+        assert waited < 10, f"the Will came {waited:.2f} s after the close"
+        assert not paho(server, "forever", clean=False, expiry=NEVER).session_present
