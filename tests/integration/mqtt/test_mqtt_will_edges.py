@@ -282,3 +282,27 @@ def test_a_session_asked_for_never_ends_at_the_servers_limit_and_sends_its_delay
         assert (will.topic, will.payload) == ("wills/forever", b"gone")
         assert waited < 10, f"the Will came {waited:.2f} s after the close"
         assert not paho(server, "forever", clean=False, expiry=NEVER).session_present
+
+
+def test_a_delayed_wills_message_expiry_counts_from_its_publication_not_the_close(
+    server: RunningServer,
+) -> None:
+    """Will Delay 2 s, Message Expiry 3 s, a persistent subscriber away: the Will is published
+    2 s after the close and lives 3 s from then (§3.1.3.2.4: its Publication Expiry Interval),
+    so the subscriber back 3.5 s after the close is sent it, with what is left of it; counted
+    from the close, it would have expired half a second before."""
+    away = paho(server, "away", clean=False, expiry=60)
+    away.subscribe("wills/#", 1)
+    away.stop()
+    will_properties = {"WillDelayInterval": 2, "MessageExpiryInterval": 3}
+    dying = paho(server, "late", clean=False, expiry=60,
+                 configure=_will("wills/late", b"gone", **will_properties))  # fmt: skip
+    sock = dying.client.socket()
+    assert sock is not None
+    dying.client.loop_stop()
+    sock.close()  # no DISCONNECT: the Will waits its delay
+    time.sleep(3.5)
+    back = paho(server, "away", clean=False, expiry=60)
+    will = back.next(timeout=WAIT)
+    assert (will.topic, will.payload) == ("wills/late", b"gone")
+    assert 0 < will.properties.MessageExpiryInterval <= 2
