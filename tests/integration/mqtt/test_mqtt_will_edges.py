@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
+import pytest
 from paho.mqtt.packettypes import PacketTypes
 from tests.integration.mqtt.clients import (
     WAIT,
@@ -306,3 +307,25 @@ def test_a_delayed_wills_message_expiry_counts_from_its_publication_not_the_clos
     will = back.next(timeout=WAIT)
     assert (will.topic, will.payload) == ("wills/late", b"gone")
     assert 0 < will.properties.MessageExpiryInterval <= 2
+
+
+@pytest.mark.parametrize("delay", [None, 1])
+def test_a_takeover_sends_the_old_connections_will_unless_its_delay_lets_the_resume_cancel_it(
+    server: RunningServer, delay: int | None
+) -> None:
+    """The same client id connects again, Clean Start 0, over a raw socket: the old connection
+    is told DISCONNECT 0x8E and closed (MQTT-3.1.4-3) without a DISCONNECT of its own, so its
+    Will goes out at once when it has no delay (§3.1.2.5); with a delay of 1 s the resumed
+    session cancels it (MQTT-3.1.3-9), and it is still not sent once that second is past."""
+    watcher = paho(server, "watcher")
+    watcher.subscribe("wills/#", 1)
+    old, _ = open_raw(server, "twice", expiry=60, will=("wills/twice", b"gone"), will_delay=delay)
+    new, present = open_raw(server, "twice", expiry=60)
+    with old, new:
+        assert present
+        assert read(old) == (0xE0, b"\x8e")  # Session taken over
+        assert read(old) == (0, b"")
+        if delay is None:
+            will = watcher.next(timeout=WAIT)
+            assert (will.topic, will.payload) == ("wills/twice", b"gone")
+        assert watcher.nothing(delay + 1.0 if delay else 0.5)
