@@ -24,7 +24,7 @@ from tests.integration.mqtt.clients import (
     start_server,
     stop_process,
 )
-from tests.integration.mqtt.raw import open_raw, packet, read, string
+from tests.integration.mqtt.raw import open_raw, packet, publish, read, string
 
 from boxmq.mqtt.session import NEVER
 from boxmq.mqtt.session_record import read_record
@@ -329,3 +329,28 @@ def test_a_takeover_sends_the_old_connections_will_unless_its_delay_lets_the_res
             will = watcher.next(timeout=WAIT)
             assert (will.topic, will.payload) == ("wills/twice", b"gone")
         assert watcher.nothing(delay + 1.0 if delay else 0.5)
+
+
+@pytest.mark.parametrize("last_word", [b"offline", b""])
+def test_a_retained_will_replaces_its_topics_retained_message_or_clears_it_when_empty(
+    server: RunningServer, last_word: bytes
+) -> None:
+    """A device publishes "online" retained, and its Will (raw CONNECTs set Will Retain) is
+    "offline" or empty: once its connection breaks, a late subscriber finds the Will instead
+    of "online" (MQTT-3.1.2-15, MQTT-3.3.1-5), or, for an empty one, nothing: a retained
+    message of zero bytes removes the one its topic had (MQTT-3.3.1-6)."""
+    watcher = paho(server, "watcher")
+    watcher.subscribe("status/#", 1)
+    device, _ = open_raw(server, "device", expiry=0, will=("status/device", last_word))
+    with device:
+        device.sendall(publish("status/device", b"online", qos=1, packet_id=1, retain=True))
+        assert read(device)[0] == 0x40  # PUBACK: "online" is stored
+    assert watcher.next(timeout=WAIT).payload == b"online"
+    assert watcher.next(timeout=WAIT).payload == last_word  # the Will went out
+    late = paho(server, "late")
+    late.subscribe("status/#", 1)
+    if last_word:
+        message = late.next(timeout=WAIT)
+        assert (message.topic, message.payload) == ("status/device", last_word)
+        assert message.retain
+    assert late.nothing(0.5)
