@@ -354,3 +354,31 @@ def test_a_retained_will_replaces_its_topics_retained_message_or_clears_it_when_
         assert (message.topic, message.payload) == ("status/device", last_word)
         assert message.retain
     assert late.nothing(0.5)
+
+
+def test_a_delayed_will_the_acl_refuses_after_a_restart_is_not_sent(tmp_path: Path) -> None:
+    """A Will is checked against the ACL when it is due, not at its CONNECT (docs/mqtt.md):
+    a client's delayed Will, accepted under an ACL that let it write `wills/#`, waits out its
+    delay across a SIGTERM; the ACL file loses that right before the restart, so the Will
+    goes to nobody and the log says why."""
+    acl = tmp_path / "acl"
+    acl.write_text("pattern readwrite #\n")
+    config = tmp_path / "boxmq.toml"
+    config.write_text('[security]\nacl_file = "acl"\n')
+    address, process = serve_fresh(tmp_path, "--config", str(config))
+    try:
+        watcher = paho(address, "watcher", clean=False, expiry=60)
+        watcher.subscribe("wills/#", 1)
+        watcher.client.loop_stop()
+        sock, _ = open_raw(address, "dev", expiry=60, will=("wills/dev", b"gone"), will_delay=1)
+        sock.close()
+        recorded_away(address.root, "dev")
+        stop_process(process)
+        acl.write_text("pattern read #\n")  # dev may no longer write its Will's topic
+        process = serve_process(address.root, address.port, "--config", str(config))
+        back = paho(address, "watcher", clean=False, expiry=60)
+        assert back.nothing(2.0)  # past the Will's due time
+        log = (tmp_path / "serve.log").read_text()
+        assert "client dev may not publish its will to wills/dev" in log
+    finally:
+        stop_process(process)
