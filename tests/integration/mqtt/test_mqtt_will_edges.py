@@ -384,3 +384,24 @@ def test_a_delayed_will_the_acl_refuses_after_a_restart_is_not_sent(tmp_path: Pa
         assert "client dev may not publish its will to wills/dev" in log
     finally:
         stop_process(process)
+
+
+def test_a_clean_start_after_a_restart_sends_the_delayed_will_the_restart_took_on(
+    tmp_path: Path,
+) -> None:
+    """A client left with a Will Delay of 30 s and the server was restarted: the restart
+    counts that delay from the record, and the client's return with Clean Start 1 ends the
+    session, so the Will goes out at once (§3.1.3.2.2), and once, not 30 s later."""
+    root = tmp_path / "root"
+    with start_server(root) as first:
+        sock, _ = open_raw(first, "back", expiry=60, will=("wills/back", b"gone"), will_delay=30)
+        sock.close()
+        recorded_away(root, "back")
+    with start_server(root) as second:
+        watcher = paho(second, "watcher")
+        watcher.subscribe("wills/#", 1)
+        assert watcher.nothing(0.3)  # its delay runs
+        assert not paho(second, "back", clean=True, expiry=0).session_present
+        will = watcher.next(timeout=WAIT)
+        assert (will.topic, will.payload) == ("wills/back", b"gone")
+        assert watcher.nothing(0.5)
