@@ -227,6 +227,10 @@ def test_a_subscription_is_found_without_subscribing(root: str) -> None:
         ({"queue": "q", "state": "target"}, {"body"}, "is for a batch read, not a write$"),
         ({"queue": "q", "subscription": "a/#"}, {"body"}, "is for a read, not a write"),
         ({"queue": "q", "maxrecordspertrigger": "5"}, {"body"}, "'maxRecordsPerTrigger' is for"),
+        # at save(), naming the option: a topic no row can go to failed every row in the tasks
+        ({"topic": "alerts/+"}, {"body"}, "^boxmq data source: option 'topic': .*wildcards"),
+        ({"topic": "alerts/\ud800"}, {"body"}, "option 'topic': .*no lone surrogates"),
+        ({"topic": "a" * 80}, {"body"}, "option 'topic': the topic is too long .* at most 79"),
     ],
 )
 def test_a_bad_sink_option_says_what_to_fix(
@@ -234,6 +238,10 @@ def test_a_bad_sink_option_says_what_to_fix(
 ) -> None:
     with pytest.raises(InvalidArgument, match=says):
         sink_options({"root": root, **options}, frozenset(columns))
+
+
+def test_a_topic_option_as_long_as_a_name_holds_is_taken(root: str) -> None:
+    assert sink_options({"root": root, "topic": "a" * 79}, frozenset({"body"})).topic == "a" * 79
 
 
 def test_a_topic_column_can_say_where_each_row_goes(root: str) -> None:

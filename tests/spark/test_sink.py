@@ -233,6 +233,10 @@ def test_a_sink_needs_a_body_column_and_appends_only(
             "append"
         ).save()
     assert not os.path.isdir(queue_path(root, "out"))
+    # A topic option no message's name holds failed every row in the tasks: now save() names it
+    too_long = spark.createDataFrame([("y",)], "body string").write.format("boxmq")
+    with pytest.raises(Exception, match="option 'topic': the topic is too long"):
+        too_long.option("root", root).option("topic", "a" * 80).mode("append").save()
 
 
 def _staged_files(root: str, queue: str) -> list[str]:

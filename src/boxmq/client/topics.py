@@ -34,7 +34,7 @@ from boxmq.client.routes import Routes
 from boxmq.client.subscriber import Subscriber
 from boxmq.client.sweeps import release_locks_of
 from boxmq.clock import Clock
-from boxmq.core import QoS, Subscription, TopicFilter, matcher, parse_filter
+from boxmq.core import QoS, Subscription, TopicFilter, matcher, parse_filter, validate_topic
 from boxmq.core.queue import check_consumer_limits
 from boxmq.errors import InvalidArgument, InvalidName, QueueNotFound, check_flag, store_failure
 from boxmq.ids import IdFactory
@@ -49,7 +49,7 @@ from boxmq.store.side_files import SideFiles
 from boxmq.store.spares import Spares
 from boxmq.store.v5_properties import V5Reader
 
-__all__ = ["SubscriptionInfo", "Topics", "check_filter"]
+__all__ = ["SubscriptionInfo", "Topics", "check_filter", "check_topic_name"]
 
 log = logging.getLogger("boxmq")
 
@@ -62,6 +62,12 @@ def check_filter(filter: str) -> None:
     """Refuse (InvalidArgument, saying what is wrong) a filter a subscribe would refuse: for a
     door that checks one before it subscribes (Spark's load(), which must not import the core)."""
     parse_filter(filter)
+
+
+def check_topic_name(topic: str) -> None:
+    """Refuse (InvalidArgument, saying what is wrong) a topic name a publish would refuse: for
+    a door that checks one before it publishes (Spark's sink, which must not import the core)."""
+    validate_topic(topic)
 
 
 @dataclass(frozen=True, slots=True)

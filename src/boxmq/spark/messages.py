@@ -20,6 +20,8 @@ from typing import NamedTuple
 from boxmq.client import mqtt_fields
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.client.spill import spilled
+from boxmq.client.topics import check_topic_name
+from boxmq.clock import SystemClock
 from boxmq.errors import InvalidArgument, InvalidName, MetadataTooLong
 from boxmq.ids import IdFactory
 from boxmq.model import (
@@ -42,7 +44,7 @@ from boxmq.store.v5_properties import (
     correlation_text,
 )
 
-__all__ = ["Instant", "Layout", "check_topic", "layout_of", "message_of"]
+__all__ = ["Instant", "Layout", "check_topic", "layout_of", "message_of", "topic_for_every_row"]
 
 # The kinds the sink tells apart; anything else is "other".
 BINARY, STRING, INTEGER, TIMESTAMP, TIMESTAMP_NTZ, STRING_MAP, OTHER = (
@@ -151,6 +153,23 @@ def check_topic(topic: str) -> str:
         )
     if len(topic.encode()) > 65535:
         raise InvalidArgument("boxmq sink: a topic name is at most 65535 bytes of UTF-8")
+    return topic
+
+
+def topic_for_every_row(topic: str) -> str:
+    """The sink's `topic` option, checked once when the writer is made: a topic name that the
+    name of a message with nothing else (a new id, no metadata, no properties) holds beside
+    its copies' QoS. Checked row by row, one that could never be sent failed every row, in
+    the tasks, under a Java stack trace; its properties may go to a side file, not the topic.
+
+    InvalidTopic or MetadataTooLong saying what to shorten or remove."""
+    check_topic_name(topic)
+    alone = Envelope(
+        message_id=IdFactory(SystemClock()).new(),
+        message_class=MessageClass.TEXT,
+        properties=(Property(TOPIC, PropertyType.STRING, topic),),
+    )
+    encode(alone, limit=PUT_NAME_LIMIT - _QOS_ROOM)
     return topic
 
 

@@ -17,6 +17,7 @@ from typing import TypeVar
 from boxmq.client.topics import check_filter
 from boxmq.core.durations import BLANKS, LONGEST, written_seconds
 from boxmq.errors import InvalidArgument, InvalidName, QueueNotFound
+from boxmq.spark.messages import topic_for_every_row
 from boxmq.store.commit import FsyncPolicy
 from boxmq.store.layout import State, no_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
@@ -374,4 +375,9 @@ def sink_options(given: Mapping[str, str], columns: frozenset[str]) -> SinkOptio
             queue_path(root, queue)
         except InvalidName as error:
             raise InvalidArgument(f"boxmq data source: option 'queue': {error}") from None
+    if topic is not None:
+        try:
+            topic_for_every_row(topic)
+        except InvalidArgument as error:
+            raise InvalidArgument(f"boxmq data source: option 'topic': {error}") from None
     return SinkOptions(root, queue, topic, options.fsync())

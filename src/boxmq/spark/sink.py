@@ -42,7 +42,7 @@ from boxmq.errors import InvalidArgument
 from boxmq.ids import IdFactory
 from boxmq.model import TOPIC
 from boxmq.spark import messages
-from boxmq.spark.messages import Layout, check_topic, layout_of, message_of
+from boxmq.spark.messages import Layout, layout_of, message_of
 from boxmq.spark.options import SinkOptions
 from boxmq.spark.publish import Destination, Publisher, ensure_queue, stage_dir, write_staged
 from boxmq.spark.zones import SESSION_TIME_ZONE, session_zone
@@ -92,7 +92,7 @@ class _Writer:
 
     def __init__(self, options: SinkOptions, columns: Sequence[tuple[str, str]]) -> None:
         self._layout: Layout = layout_of(columns, to_queue=options.queue is not None)
-        self._topic = check_topic(options.topic) if options.topic is not None else None
+        self._topic = options.topic  # checked by sink_options: a topic name every row fits
         self._destination = Destination(options.root, options.queue)
         self._fsync = options.fsync
         ensure_queue(self._destination)
