@@ -8,7 +8,7 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -238,6 +238,35 @@ def test_a_bad_sink_option_says_what_to_fix(
 ) -> None:
     with pytest.raises(InvalidArgument, match=says):
         sink_options({"root": root, **options}, frozenset(columns))
+
+
+@pytest.mark.parametrize(
+    ("read", "options", "says"),
+    [
+        (check_read, {"queue": "s", "topic": "a"}, "'topic' is for a write, not a read .*'subs"),
+        (stream_read_options, {"TOPIC": "a/b"}, "for a write, not a stream read .*'subscription'"),
+        (batch_read_options, {"topic": "a/b"}, "for a write, not a batch read .*'subscription'"),
+    ],
+)
+def test_a_write_option_given_to_a_read_says_what_a_read_takes(
+    root: str, read: Callable[[dict[str, str]], object], options: dict[str, str], says: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=says):
+        read({"root": root, **options})
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"subscription": "a/#"}, "'subscription' is for a read, not a write .*'topic'"),
+        ({"queue": "q", "consumer": "etl"}, "'consumer' is for a read, not a write$"),
+    ],
+)
+def test_a_read_option_given_to_a_write_says_what_a_write_takes(
+    root: str, options: dict[str, str], says: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=says):
+        sink_options({"root": root, **options}, frozenset({"body"}))
 
 
 def test_a_topic_option_as_long_as_a_name_holds_is_taken(root: str) -> None:

@@ -52,7 +52,13 @@ _KNOWN = {
     "read": (*_COMMON, *_READ, "state", *_STREAM),  # load(), before Spark says which
     "write": (*_COMMON, "queue", "topic"),
 }
-_WHY = {"state": " (a stream reads what is ready: target/)"}
+# What the user meant, when an option of the other side says it: keyed by (option, the side
+# given it), "read" standing for every read.
+_WHY = {
+    ("state", "stream read"): " (a stream reads what is ready: target/)",
+    ("topic", "read"): " (a read of topics takes 'subscription', a topic filter: 'alerts/#')",
+    ("subscription", "write"): " (a write to topics takes 'topic', a topic name)",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +129,7 @@ class _Options:
                 other = "read" if roles == ["batch read", "stream read"] else roles[0]
                 raise InvalidArgument(
                     f"boxmq data source: option {name!r} is for a {other}, not a {role}"
-                    + (_WHY.get(key, "") if role == "stream read" else "")
+                    + _WHY.get((key, role), _WHY.get((key, role.split()[-1]), ""))
                 )
         if unknown:
             raise InvalidArgument(
