@@ -269,6 +269,26 @@ def test_a_read_option_given_to_a_write_says_what_a_write_takes(
         sink_options({"root": root, **options}, frozenset({"body"}))
 
 
+@pytest.mark.parametrize(
+    ("read", "options", "says"),
+    [
+        (check_read, {"maxRecordPerTrigger": "5"}, "'maxrecordpertrigger' \\(did you mean 'maxR"),
+        (stream_read_options, {"lock_timeout": "1h"}, "\\(did you mean 'lockTimeout'\\?\\) for"),
+        (batch_read_options, {"numPartition": "2"}, "did you mean 'numPartitions'"),
+        # nothing near: the list of the options alone
+        (check_read, {"colour": "red"}, "^[^(]*unknown option 'colour' for a read; the options"),
+        (check_read, {"a": "1", "bb": "2"}, "unknown options 'a', 'bb' for a read; the options"),
+    ],
+)
+def test_a_misspelt_option_names_the_one_meant(
+    root: str, read: Callable[[dict[str, str]], object], options: dict[str, str], says: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=says):
+        read({"root": root, "queue": "sensors", **options})
+    with pytest.raises(InvalidArgument, match="did you mean 'topic'"):
+        sink_options({"root": root, "topics": "a/b"}, frozenset({"body"}))
+
+
 def test_a_topic_option_as_long_as_a_name_holds_is_taken(root: str) -> None:
     assert sink_options({"root": root, "topic": "a" * 79}, frozenset({"body"})).topic == "a" * 79
 

@@ -8,6 +8,7 @@ imports pyspark, so the checks are tested without a JVM.
 
 from __future__ import annotations
 
+import difflib
 import os
 import shlex
 from collections.abc import Mapping
@@ -132,9 +133,10 @@ class _Options:
                     + _WHY.get((key, role), _WHY.get((key, role.split()[-1]), ""))
                 )
         if unknown:
+            named = ", ".join(_with_the_one_meant(key, known) for key in unknown)
             raise InvalidArgument(
-                f"boxmq data source: unknown option(s) {', '.join(unknown)} for a {role}; "
-                f"the options are: {', '.join(_KNOWN[role])}"
+                f"boxmq data source: unknown option{'s' if len(unknown) > 1 else ''} {named} "
+                f"for a {role}; the options are: {', '.join(_KNOWN[role])}"
             )
         self._given = given
 
@@ -249,6 +251,13 @@ class _Options:
                     f"boxmq data source: option 'subscription': {error}"
                 ) from None
         return queue, subscription
+
+
+def _with_the_one_meant(key: str, known: Mapping[str, str]) -> str:
+    """An unknown option as Spark handed it over (lower case), and the known one it is a
+    misspelling of, if one is near: the list of every option left the user to find it."""
+    near = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+    return f"{key!r} (did you mean {known[near[0]]!r}?)" if near else repr(key)
 
 
 def _same_folder(root: str, path: str) -> bool:
