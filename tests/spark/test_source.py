@@ -280,6 +280,17 @@ def test_a_missing_root_or_queue_fails_at_load_with_what_to_fix(
         _stream(spark, root, queue="nope", lockTimeout="0")
 
 
+def test_an_option_given_twice_in_any_case_counts_as_given_last(
+    spark: SparkSession, root: str
+) -> None:
+    # Spark keeps one value per name, whatever its case: the source never sees the first one.
+    with boxmq.open(root) as box:
+        box.queue("q").put("x")
+    reader = spark.read.format("boxmq").option("root", root).option("queue", "nope")
+    rows = reader.option("QUEUE", "q").option("state", "error").option("State", "target").load()
+    assert [bytes(row.body) for row in rows.collect()] == [b"x"]
+
+
 def test_a_bad_stream_option_fails_the_query_with_what_to_fix(
     spark: SparkSession, root: str, tmp_path: Path, finish: Finish
 ) -> None:
