@@ -260,6 +260,8 @@ def test_a_write_option_given_to_a_read_says_what_a_read_takes(
     [
         ({"subscription": "a/#"}, "'subscription' is for a read, not a write .*'topic'"),
         ({"queue": "q", "consumer": "etl"}, "'consumer' is for a read, not a write$"),
+        # JDBC's numPartitions bounds a write's tasks; here the DataFrame's partitions are them
+        ({"queue": "q", "numpartitions": "4"}, "'numPartitions' is for a read, .*repartition"),
     ],
 )
 def test_a_read_option_given_to_a_write_says_what_a_write_takes(

@@ -59,6 +59,10 @@ _WHY = {
     ("state", "stream read"): " (a stream reads what is ready: target/)",
     ("topic", "read"): " (a read of topics takes 'subscription', a topic filter: 'alerts/#')",
     ("subscription", "write"): " (a write to topics takes 'topic', a topic name)",
+    # JDBC's numPartitions bounds a write's connections; here each partition is a task already
+    ("numpartitions", "write"): (
+        " (a write runs one task per partition of the DataFrame: df.repartition(n) sets them)"
+    ),
 }
 
 
