@@ -228,15 +228,19 @@ def test_the_stream_reads_by_priority_in_batches_and_acknowledges_everything(
     assert _count(root, "q", "processed") == 25
 
 
-def test_a_byte_budget_bounds_each_batch(
+def test_a_byte_budget_bounds_each_batch_and_with_a_row_budget_the_first_reached_does(
     spark: SparkSession, root: str, tmp_path: Path, finish: Finish
 ) -> None:
+    cases = {"bytes": None, "rows-first": "1", "bytes-first": "5"}  # maxRecordsPerTrigger
     with boxmq.open(root, fsync="never") as box:
-        box.queue("q").put_many([b"x" * 100] * 6)
-    frame = _stream(spark, root, queue="q", maxBytesPerTrigger="250")
-    query, _ = _to_memory(frame, tmp_path / "chk")
-    finish(query)
-    assert [p.numInputRows for p in query.recentProgress if p.numInputRows] == [2, 2, 2]
+        for queue in cases:
+            box.queue(queue).put_many([b"x" * 100] * 6)
+    for queue, rows in cases.items():
+        limits = {"maxBytesPerTrigger": "250"} | ({"maxRecordsPerTrigger": rows} if rows else {})
+        query, _ = _to_memory(_stream(spark, root, queue=queue, **limits), tmp_path / queue)
+        finish(query)
+        batches = [p.numInputRows for p in query.recentProgress if p.numInputRows]
+        assert batches == ([1] * 6 if queue == "rows-first" else [2, 2, 2]), queue
 
 
 def test_a_stream_on_a_share_group_registers_its_member_and_reads_the_topics(
