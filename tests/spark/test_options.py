@@ -69,6 +69,8 @@ R = "<the test's root>"
         ({"root": R, "queue": "sensors", "lockTimeout": "36501d"}, InvalidArgument, "100 y"),
         ({"root": R, "queue": "sensors", "lockTimeout": "9" * 400}, InvalidArgument, "100 y"),
         ({"root": R, "queue": "sensors", "fsync": "sometimes"}, InvalidArgument, "interval"),
+        ({"root": R, "queue": "topic-root"}, InvalidArgument, "'queue': 'topic-root' is where"),
+        ({"root": "", "queue": "sensors"}, InvalidArgument, "option 'root' is empty"),
         ({"root": R, "queue": "sensors", "state": "done"}, InvalidArgument, "for a batch read"),
         ({"root": R, "queue": "sensors", "maxRecords": "5"}, InvalidArgument, "unknown option"),
         ({"root": R, "queue": "sensors", "consumer": "x" * 41}, InvalidArgument, "40-byte"),
@@ -227,6 +229,8 @@ def test_a_subscription_is_found_without_subscribing(root: str) -> None:
         ({"queue": "q", "state": "target"}, {"body"}, "is for a batch read, not a write$"),
         ({"queue": "q", "subscription": "a/#"}, {"body"}, "is for a read, not a write"),
         ({"queue": "q", "maxrecordspertrigger": "5"}, {"body"}, "'maxRecordsPerTrigger' is for"),
+        ({"queue": "q", "FSYNC": "sometimes"}, {"body"}, "'fsync' is 'sometimes'; choose one of"),
+        ({"queue": "topic-root"}, {"body"}, "option 'queue': 'topic-root' is where topics live"),
         # at save(), naming the option: a topic no row can go to failed every row in the tasks
         ({"topic": "alerts/+"}, {"body"}, "^boxmq data source: option 'topic': .*wildcards"),
         ({"topic": "alerts/\ud800"}, {"body"}, "option 'topic': .*no lone surrogates"),
@@ -289,6 +293,11 @@ def test_a_misspelt_option_names_the_one_meant(
         read({"root": root, "queue": "sensors", **options})
     with pytest.raises(InvalidArgument, match="did you mean 'topic'"):
         sink_options({"root": root, "topics": "a/b"}, frozenset({"body"}))
+
+
+def test_a_sink_root_that_is_no_folder_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="is not a folder; check the path"):
+        sink_options({"root": str(tmp_path / "typo"), "queue": "q"}, frozenset({"body"}))
 
 
 def test_a_topic_option_as_long_as_a_name_holds_is_taken(root: str) -> None:
