@@ -32,10 +32,10 @@ $(VENV)/.bench-installed: pyproject.toml $(VENV)/.dev-installed
 	touch $@
 
 # The real peers the tests talk to: mosquitto_pub/sub and the mosquitto broker (MQTT tests and
-# bench), Prosody (the XMPP component's server). Installed from Debian when missing; as root
-# only, so a developer without root gets a clear message and the tests that need them skip
-# locally (under CI=true they fail instead).
-SYSTEM_TOOLS := mosquitto_pub:mosquitto-clients mosquitto:mosquitto prosody:prosody
+# bench), Prosody (the XMPP component's server), strace (a test that watches boxmq's system
+# calls). Installed from Debian when missing; as root only, so a developer without root gets a
+# clear message and the tests that need them skip locally (under CI=true they fail instead).
+SYSTEM_TOOLS := mosquitto_pub:mosquitto-clients mosquitto:mosquitto prosody:prosody strace:strace
 system-deps:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do \
 	  tool=$${pair%%:*}; pkg=$${pair##*:}; \
