@@ -34,6 +34,7 @@ leave a half-written file where consumers look.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -169,6 +170,19 @@ class _Batch:
         """The error of a caller's first failed move (its moves are first..first+count)."""
         errors = self.errors
         return next((errors[i] for i in range(first, first + count) if i in errors), None)
+
+    def fail_unfinished(self, interruption: BaseException) -> None:
+        """Something not an OSError (a MemoryError, a KeyboardInterrupt in a thread handling
+        signals) stopped the flush or the renames: no move without an error of its own is
+        known to be durable, so each gets one its caller sees, never a None that would
+        acknowledge a put never flushed, before the interruption goes on."""
+        error = OSError(
+            errno.EIO,
+            f"the commit was interrupted by {type(interruption).__name__}"
+            f" ({interruption}): not known to be on disk",
+        )
+        for index in range(len(self.moves)):
+            self.errors.setdefault(index, error)
 
     def tell_ready(self) -> None:
         """Tell the callers whose moves were all renamed (in the committing thread)."""
@@ -360,7 +374,9 @@ class Committer:
                 failed.errors = dict.fromkeys(range(len(failed.moves)), error)
             _tell_all(told)
             return None
-        except BaseException:
+        except BaseException as interruption:
+            for failed in told:
+                failed.fail_unfinished(interruption)
             _tell_all(told)
             raise
         self.flushes += 1
@@ -369,7 +385,8 @@ class Committer:
         try:
             batch.errors = _rename_each(batch.moves)
             batch.tell_ready()
-        except BaseException:
+        except BaseException as interruption:
+            batch.fail_unfinished(interruption)
             batch.tell()
             raise
         return batch
@@ -382,6 +399,9 @@ class Committer:
             self.flushes += 1
         except OSError as error:
             batch.errors = dict.fromkeys(range(len(batch.moves)), error)
+        except BaseException as interruption:
+            batch.fail_unfinished(interruption)
+            raise
         finally:
             batch.tell()
 

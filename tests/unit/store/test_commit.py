@@ -372,3 +372,36 @@ def test_discard_unsent_file_deletes_what_was_not_sent(tmp_path: Path) -> None:
     assert commit.discard_unsent_file(move.source)
     assert not os.path.lexists(move.source)
     assert not commit.discard_unsent_file(move.source)  # gone: nothing to discard
+
+
+@pytest.mark.parametrize("failing", ["flush_filesystem", "flush_directories"])
+def test_a_flush_interrupted_by_no_os_error_tells_its_callers_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """A flush that raises something other than an OSError (a MemoryError, a KeyboardInterrupt
+    in a thread that handles signals) never flushed: the callers waiting on it hear an error,
+    not None (a put that would return as durable), and the exception still goes on."""
+
+    def interrupted(_: object) -> None:
+        raise MemoryError("no memory to flush")
+
+    monkeypatch.setattr(commit, failing, interrupted)
+    uncaught: list[type[BaseException]] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: uncaught.append(args.exc_type))
+    committer = Committer(str(tmp_path), FsyncPolicy.ALWAYS)
+    told: list[OSError | None] = []
+    done = threading.Event()
+
+    def committed(error: OSError | None) -> None:
+        told.append(error)
+        done.set()
+
+    committer.commit_then(written(tmp_path, 2), committed)
+    assert done.wait(WAIT)
+    thread = committer._thread
+    assert thread is not None
+    thread.join(WAIT)
+    assert len(told) == 1
+    assert isinstance(told[0], OSError)
+    assert "MemoryError" in str(told[0])
+    assert uncaught == [MemoryError]
