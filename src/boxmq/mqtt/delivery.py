@@ -256,7 +256,7 @@ class Delivery:
         for summary in summaries:
             log.warning(
                 "client %s: queue full, %d more message(s) dropped in the last %s",
-                summary.client_id,
+                summary.key,
                 summary.dropped,
                 spelled(self._drops.interval),
             )

@@ -63,7 +63,7 @@ class _Run:
 
 @dataclass(frozen=True, slots=True)
 class Summary(Generic[Key]):
-    client_id: Key
+    key: Key  # what the run is counted by: a client id, or a handshake's (host, reason)
     dropped: int  # messages dropped in the interval, after those already told
 
 
@@ -72,14 +72,14 @@ class DropLog(Generic[Key]):
 
     def __init__(self, *, interval: float = INTERVAL) -> None:
         self.interval = interval
-        self._runs: dict[Key, _Run] = {}  # only clients dropping lately: checked every tick
+        self._runs: dict[Key, _Run] = {}  # only keys dropping lately: checked every tick
 
-    def dropped(self, client_id: Key, *, now: float) -> bool:
-        """Count one drop for `client_id`; True when it is the first of a run and is to be
-        told at once."""
-        run = self._runs.get(client_id)
+    def dropped(self, key: Key, *, now: float) -> bool:
+        """Count one drop for `key` (a client id, a handshake's host and reason); True when it
+        is the first of a run and is to be told at once."""
+        run = self._runs.get(key)
         if run is None:
-            self._runs[client_id] = _Run(ends=now + self.interval)
+            self._runs[key] = _Run(ends=now + self.interval)
             return True
         run.counted += 1
         return False
@@ -88,18 +88,18 @@ class DropLog(Generic[Key]):
         """The counts of the intervals over by `now`; a run whose interval counted nothing
         is over."""
         summaries: list[Summary[Key]] = []
-        for client_id, run in list(self._runs.items()):
+        for key, run in list(self._runs.items()):
             if now < run.ends:
                 continue
             if run.counted:
-                summaries.append(Summary(client_id, run.counted))
+                summaries.append(Summary(key, run.counted))
                 run.counted, run.ends = 0, now + self.interval
             else:
-                del self._runs[client_id]
+                del self._runs[key]
         return summaries
 
     def flush(self) -> list[Summary[Key]]:
         """Every count not told yet, whatever the time (the broker is closing)."""
-        summaries = [Summary(c, run.counted) for c, run in self._runs.items() if run.counted]
+        summaries = [Summary(k, run.counted) for k, run in self._runs.items() if run.counted]
         self._runs.clear()
         return summaries

@@ -817,7 +817,7 @@ class MqttServer:
         """Log the failed handshakes counted in the intervals over by `now` (None: all)."""
         counts = self._failed_handshakes
         for summary in counts.flush() if now is None else counts.due(now=now):
-            host, words = summary.client_id
+            host, words = summary.key
             log.info(
                 "%s: %d more TLS handshake(s) failed in the last %s: %s",
                 host,
