@@ -3,6 +3,7 @@ is due (Box.sweep(full=False)): the dropboxes a sweep visits are the keys of its
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -18,10 +19,12 @@ import boxmq
 from boxmq.client import housekeeping, sweeps
 from boxmq.client.housekeeping import FULL_SWEEP_EVERY
 from boxmq.client.live_queue import LiveQueue
+from boxmq.client.topics import Topics
 from boxmq.clock import ManualClock
 from boxmq.store import layout, process, temporaries
 from boxmq.store.dropbox import Dropbox, Entry
 from boxmq.store.layout import State
+from boxmq.store.topics import bump_generation
 
 SESSIONS = 100
 
@@ -639,3 +642,33 @@ def test_what_sweeps_keep_of_ended_subscriptions_and_deleted_queues_lasts_a_full
         assert 0 < largest[0] <= 2 * (FULL_SWEEP_EVERY + 1)  # a queue and a subscription a second
         assert 0 < largest[1] <= FULL_SWEEP_EVERY + 1  # the queues
         assert largest[2] == 1  # the one back after its end, until the full pass
+
+
+def test_changes_the_generation_no_longer_names_read_every_record_once_per_named_read_every(
+    root: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep that finds the generation naming no longer every change since its last look (a
+    burst of subscribes, a write that failed) reads every subscription record, as a full pass
+    does; while such changes go on, once per NAMED_READ_EVERY seconds at most, not at every
+    sweep (a broker's burst of thousands of sessions subscribing read them all each second)."""
+    reads: list[float] = []
+    sweep_subscriptions = Topics.sweep_subscriptions
+
+    def counted(self: Topics, *args: Any, **kwargs: Any) -> int:
+        reads.append(clock.now())
+        return sweep_subscriptions(self, *args, **kwargs)
+
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        _offline(box, 3)
+        box.sweep(full=False)  # the first is a full pass
+        monkeypatch.setattr(Topics, "sweep_subscriptions", counted)
+        start = clock.now()
+        seconds = int(FULL_SWEEP_EVERY) - 1  # no full pass among them
+        for _ in range(seconds):
+            clock.advance(1)
+            bump_generation(str(root))  # any change: every record is to be read
+            box.sweep(full=False)
+    assert reads, "the changes were never read"
+    assert reads[0] - start <= 1  # the first at the next sweep
+    assert len(reads) <= seconds / housekeeping.NAMED_READ_EVERY + 1, reads
+    assert all(b - a >= housekeeping.NAMED_READ_EVERY for a, b in itertools.pairwise(reads))
