@@ -50,8 +50,11 @@ import logging
 import math
 import os
 import re
+import select
 import shlex
 import ssl
+import stat
+import time
 import tomllib
 import urllib.parse
 from dataclasses import dataclass, field
@@ -72,6 +75,9 @@ __all__ = ["Security", "ServeConfig", "load_config"]
 FSYNC_POLICIES: Final = ("always", "interval", "never")
 DISPATCH_STRATEGIES: Final = tuple(d.value for d in Dispatch)
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+# The shortest interval of a loop the file sets (fsync_interval, sweep_interval, sys_interval):
+# sweep_interval = 1e-9 swept without a pause, a core kept busy for nothing.
+SHORTEST_INTERVAL: Final = 0.01
 # The least each integer limit may be; 1 for those not named. 0: no aliases (MQTT 5.0
 # §3.2.2.3.8); no byte limit on a session's queue; no cap on the subscriptions of a session, nor
 # on the levels of their filters; no session outlives its connection (a v5 client told in
@@ -229,8 +235,8 @@ def load_config(
     listed = isinstance(document.get("mqtt"), dict) and bool(document["mqtt"].get("listener"))
     data = top.path("data")
     fsync = top.choice("fsync", FSYNC_POLICIES)
-    fsync_interval = top.seconds("fsync_interval")
-    sweep_interval = top.seconds("sweep_interval")
+    fsync_interval = top.seconds("fsync_interval", shortest=SHORTEST_INTERVAL)
+    sweep_interval = top.seconds("sweep_interval", shortest=SHORTEST_INTERVAL)
     keep_processed = top.boolean("keep_processed")
     processed_retention = top.seconds_or_forever("processed_retention")
     dispatch = top.choice("dispatch", DISPATCH_STRATEGIES)
@@ -315,16 +321,70 @@ def _missing(document: dict[str, Any], key: str, path: Path | None, source: Path
     return f" ({where}{make}, or fix {key})"
 
 
+# The longest config file read (a few KB in practice): --config /dev/zero, or a pipe that
+# never ends, read until memory ran out.
+CONFIG_LONGEST: Final = 16 * 1024 * 1024
+# Seconds a FIFO, a pipe or a device given as --config has to come to its end: a named FIFO
+# nothing writes to kept serve waiting for ever.
+CONFIG_PIPE_WAIT: Final = 5.0
+
+
+def _config_bytes(source: Path) -> bytes:
+    """The bytes of the config file; an InvalidArgument that says what to give instead for
+    what is no file (a folder, a device, a FIFO nothing writes to, one with no end)."""
+    # Not blocking: opening a FIFO waits for a writer, which may never come.
+    fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise InvalidArgument(
+                f"config file {source} is a folder: give --config the TOML file itself"
+            )
+        # A pipe (`--config <(envsubst < tpl.toml)`) or a character device (/dev/null: no
+        # settings) is read as it comes, for CONFIG_PIPE_WAIT seconds at most.
+        streamed = "a FIFO (a pipe)" if stat.S_ISFIFO(mode) else "a device"
+        if not stat.S_ISREG(mode) and not stat.S_ISFIFO(mode) and not stat.S_ISCHR(mode):
+            raise InvalidArgument(
+                f"config file {source} is no file (a socket or a block device): give --config "
+                "the TOML file itself"
+            )
+        chunks: list[bytes] = []
+        size = 0
+        deadline = time.monotonic() + CONFIG_PIPE_WAIT
+        while True:
+            if not stat.S_ISREG(mode) and not _readable(fd, deadline - time.monotonic()):
+                raise InvalidArgument(
+                    f"config file {source} is {streamed} that did not come to its end within "
+                    f"{CONFIG_PIPE_WAIT:g} s: give --config the TOML file itself"
+                )
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > CONFIG_LONGEST:
+                raise InvalidArgument(
+                    f"config file {source} is longer than {CONFIG_LONGEST // 1024 // 1024} MiB: "
+                    "no config file is; give --config the TOML file itself"
+                )
+    finally:
+        os.close(fd)
+
+
+def _readable(fd: int, wait: float) -> bool:
+    """Whether a read of `fd` (a pipe, a device) returns at once (bytes or its end) within
+    `wait` seconds."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0, math.ceil(wait * 1000))))
+
+
 def _read_toml(source: Path) -> dict[str, Any]:
     """The file's TOML document, or an error of one line that names the file."""
     try:
-        raw = source.read_bytes()
+        raw = _config_bytes(source)
     except FileNotFoundError:
         raise InvalidArgument(f"config file {source} does not exist") from None
-    except IsADirectoryError:
-        raise InvalidArgument(
-            f"config file {source} is a folder: give --config the TOML file itself"
-        ) from None
     except OSError as error:
         raise InvalidArgument(f"cannot read config file {source}: {error.strerror}") from None
     # An editor's byte order mark (Windows Notepad) is no TOML: tomllib would say only
@@ -592,7 +652,7 @@ def _mqtt(table: Table, base: MqttSettings) -> MqttSettings:
         listeners.append(listener)
     limits = _limits(table.table("limits"), base.limits)
     response_information = _response_information(table)
-    sys_interval = table.seconds("sys_interval", zero=True)
+    sys_interval = table.seconds("sys_interval", zero=True, shortest=SHORTEST_INTERVAL)
     table.finish()
     return dataclasses.replace(
         base,

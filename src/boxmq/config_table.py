@@ -20,6 +20,9 @@ from boxmq.errors import InvalidArgument
 
 __all__ = ["Table"]
 
+# A character no file name should hold: C0 (NUL apart: refused with its own reason), DEL, C1.
+_CONTROL: Final = re.compile("[\x01-\x1f\x7f-\x9f]")
+
 
 class Table:
     def __init__(
@@ -128,9 +131,9 @@ class Table:
             raise self.error(key, f"{value} is out of range: use {bounds}")
         return value
 
-    def seconds(self, key: str, *, zero: bool = False) -> float | None:
+    def seconds(self, key: str, *, zero: bool = False, shortest: float = 0.0) -> float | None:
         """A positive number of seconds (`zero`: or 0), or a duration string ("500ms", "30s",
-        "10m")."""
+        "10m"); if not 0, at least `shortest`."""
         value = self._take(key)
         if value is None:
             return None
@@ -143,6 +146,12 @@ class Table:
             raise self.error(key, f"{shown} is not 0 or more seconds")
         if not zero and (not math.isfinite(value) or value <= 0):
             raise self.error(key, f"{shown} is not a positive number of seconds")
+        if 0 < value < shortest:
+            raise self.error(
+                key,
+                f"{shown} is too short: at least {shortest:g} seconds "
+                f"({in_unit_of(shortest, 'ms')}); a loop that often keeps a core busy",
+            )
         if value > LONGEST:
             raise self.error(key, f"{value:g} seconds is too long: at most {LONGEST:g} (100 years)")
         return float(value)
@@ -173,6 +182,15 @@ class Table:
             raise self.error(key, "expected a file name, got an empty string")
         if "\0" in value:  # a TOML "\u0000": no file name holds one (open() raised ValueError)
             raise self.error(key, "a file name cannot hold a NUL character (\\u0000)")
+        if control := _CONTROL.search(value):
+            # "state\n" (an escape in a basic string meant for a Windows path, a pasted line)
+            # made a folder whose name no log line nor `ls` shows as typed.
+            raise self.error(
+                key,
+                f"{value!r} holds a control character ({control[0]!r}): no file name should; "
+                "write the name without it (in double quotes a backslash starts an escape: "
+                "use single quotes or / for a path)",
+            )
         try:
             named = Path(value).expanduser()
         except RuntimeError:

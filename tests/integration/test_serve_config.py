@@ -6,6 +6,7 @@ import asyncio
 import errno
 import os
 import re
+import resource
 import shutil
 import socket
 import subprocess
@@ -244,6 +245,105 @@ def test_a_nul_character_in_a_file_name_is_one_line_naming_file_and_key(tmp_path
     assert done.returncode == 1
     assert done.stderr == (
         f"boxmq serve: {config}: data: a file name cannot hold a NUL character (\\u0000)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("written", "shown", "control"),
+    [("state\\n", r"'state\n'", r"'\n'"), ("\\u001b[2Jstate", r"'\x1b[2Jstate'", r"'\x1b'")],
+)
+def test_a_control_character_in_a_file_name_is_one_line_naming_file_and_key(
+    tmp_path: Path, written: str, shown: str, control: str
+) -> None:
+    """A newline ("C:\\new" in double quotes) or an escape in `data`: serve made a folder no
+    log line nor `ls` showed as typed, and served it."""
+    config = tmp_path / "boxmq.toml"
+    config.write_text(f'data = "{written}"\n')
+    done = _boxmq("serve", "--config", str(config), "--no-mqtt", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"boxmq serve: {config}: data: {shown} holds a control character ({control}): no file "
+        "name should; write the name without it (in double quotes a backslash starts an "
+        "escape: use single quotes or / for a path)\n"
+    )
+    assert sorted(os.listdir(tmp_path)) == ["boxmq.toml"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "shown"),
+    [
+        ("sweep_interval = 1e-9", "sweep_interval: 1e-09"),
+        ('fsync = "interval"\nfsync_interval = "1ms"', "fsync_interval: '1ms'"),
+        ("[mqtt]\nsys_interval = 0.001", "mqtt.sys_interval: 0.001"),
+    ],
+)
+def test_an_interval_too_short_to_be_more_than_a_busy_loop_is_refused(
+    tmp_path: Path, setting: str, shown: str
+) -> None:
+    """sweep_interval = 1e-9 was served: a sweep after another without a pause, a core busy."""
+    config = tmp_path / "boxmq.toml"
+    config.write_text(f"{setting}\n")
+    done = _serve_refused(config, tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"boxmq serve: {config}: {shown} is too short: at least 0.01 seconds (10ms); a loop "
+        "that often keeps a core busy\n"
+    )
+    assert not (tmp_path / "data").exists()
+
+
+def _no_more_memory_than(size: int) -> None:
+    """In a child: a `boxmq serve` that reads without end fails, not the machine."""
+    resource.setrlimit(resource.RLIMIT_AS, (size, size))
+
+
+def test_a_config_of_no_end_is_refused_not_read_until_memory_runs_out(tmp_path: Path) -> None:
+    """`--config /dev/zero` read until memory ran out (a MemoryError traceback at best)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", "serve", "--config", "/dev/zero"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        preexec_fn=lambda: _no_more_memory_than(2**30),
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        "boxmq serve: config file /dev/zero is longer than 16 MiB: no config file is; give "
+        "--config the TOML file itself\n"
+    )
+
+
+def test_a_fifo_nothing_writes_to_is_refused_not_waited_for_for_ever(tmp_path: Path) -> None:
+    """serve opened it and waited for a writer that never came; a pipe that is written still
+    works (`--config <(envsubst < boxmq.toml.in)`)."""
+    fifo = tmp_path / "boxmq.toml"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    done = _serve_refused(fifo, tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"boxmq serve: config file {fifo} is a FIFO (a pipe) that did not come to its end within "
+        "5 s: give --config the TOML file itself\n"
+    )
+    assert time.monotonic() - started < 30
+    written = subprocess.run(
+        ["bash", "-c", f'{sys.executable} -m boxmq.cli serve --config <(echo "fsync = 1")'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert written.returncode == 1, written.stderr
+    assert "fsync: " in written.stderr  # read: its value is what is wrong
+    assert sorted(os.listdir(tmp_path)) == ["boxmq.toml"]
+
+
+def test_a_folder_given_as_the_config_file_is_named_so(tmp_path: Path) -> None:
+    done = _serve_refused(tmp_path, tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"boxmq serve: config file {tmp_path} is a folder: give --config the TOML file itself\n"
     )
 
 
