@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from boxmq import log_lines
 from boxmq.cli import OneLineFormatter
 
 FORGED = "2026-01-01 00:00:00,000 INFO boxmq.serve: ready; sweeping every 1s"
@@ -72,3 +74,57 @@ def test_a_stray_named_with_a_line_break_is_logged_on_one_line(tmp_path: Path) -
     assert f"q: x\\n{FORGED}\\x1b[2J is not a regular file: moved to error/" in got.stderr
     assert not any(line.startswith(FORGED) for line in got.stderr.splitlines())
     assert (tmp_path / "d" / "q" / "error" / stray.name).is_dir()
+
+
+@pytest.fixture
+def plain_handler(tmp_path: Path) -> Iterator[Path]:
+    """What an application embedding boxmq may write its log with: a plain handler and
+    formatter on the root logger, none of boxmq's."""
+    path = tmp_path / "app.log"
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield path
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+
+
+def test_an_application_s_own_handler_writes_boxmq_s_records_of_names_on_one_line(
+    tmp_path: Path, plain_handler: Path
+) -> None:
+    """Through the API, with the application's formatter: a stray named with a line break
+    in target/ (logged when `get` sets it aside), and a traceback of a library user's
+    callback whose exception names a client id holding one (an authenticator that failed):
+    each line of them one of the record's, none that reads as another record."""
+    import boxmq
+
+    with boxmq.open(tmp_path / "d", fsync="never") as box:
+        box.queue("q").put(b"hi")
+        (tmp_path / "d" / "q" / "target" / f"x\n{FORGED}\x1b[2J").mkdir()
+        got = box.queue("q").get()
+        assert got is not None
+        got.ack()
+    try:
+        raise ValueError(f"no user for client dev\n{FORGED}\x1b[2J")
+    except ValueError:
+        logging.getLogger("boxmq.mqtt").exception("checking the password of %r failed", "dev")
+    lines = plain_handler.read_text(encoding="utf-8").splitlines()
+    assert f"ERROR boxmq: q: x\\n{FORGED}\\x1b[2J is not a regular file: moved to error/" in lines
+    assert f"ValueError: no user for client dev\\n{FORGED}\\x1b[2J" in lines
+    assert not any(line.startswith(FORGED) or "\x1b" in line for line in lines)
+
+
+def test_every_logger_of_boxmq_writes_its_records_on_one_line() -> None:
+    """A logger a module adds (`logging.getLogger("boxmq.new")`) must be in LOGGERS, or its
+    records go out with their line breaks."""
+    source = Path(__file__).parents[2] / "src" / "boxmq"
+    named = set()
+    for module in source.rglob("*.py"):
+        text = module.read_text(encoding="utf-8")
+        named.update(re.findall(r'getLogger\("(boxmq[\w.]*)"\)', text))
+        if "getLogger(__name__)" in text:
+            named.add(".".join(module.relative_to(source.parent).with_suffix("").parts))
+    assert named == set(log_lines.LOGGERS)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from boxmq import log_lines
 from boxmq.client.engines import Engines, Listener, closed_box
 from boxmq.client.housekeeping import Housekeeping
 from boxmq.client.live_queue import LiveQueue
@@ -70,6 +71,9 @@ if TYPE_CHECKING:  # imported where first used: see Box.topics
 __all__ = ["Box", "open"]
 
 log = logging.getLogger("boxmq")
+# Each record of boxmq on one line, whatever handler the application writes it with: a
+# newline in a queue's name, a client id or a topic began a line of its own.
+log_lines.install()
 
 
 class Box:
