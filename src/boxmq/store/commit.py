@@ -338,6 +338,20 @@ class Committer:
             self._thread.start()
 
     def _run_groups(self) -> None:
+        try:
+            self._commit_groups()
+        except BaseException as interruption:
+            # The thread ends (the interrupted group's callers were told a failure): the
+            # commits queued behind it hear one too, and the next commit starts a thread of
+            # its own, where they would otherwise wait for ever for this one.
+            with self._lock:
+                self._thread = None
+                stranded, self._pending = self._pending, _Batch()
+            stranded.fail_unfinished(interruption)
+            stranded.tell()
+            raise
+
+    def _commit_groups(self) -> None:
         # A pipeline: one flush of the file system carries both the data of the group about to
         # be renamed and the renames of the group before it (syncfs writes the metadata too),
         # so a busy committer flushes once per group, not twice. The last group's renames, when

@@ -11,7 +11,7 @@ import pytest
 
 from boxmq.errors import Closed
 from boxmq.store import commit
-from boxmq.store.commit import Committer, FsyncPolicy, Move
+from boxmq.store.commit import Committed, Committer, FsyncPolicy, Move
 
 # Seconds a commit may take to call back: an fsync on a disk a loaded machine shares can take
 # seconds; an event that never comes still fails the test.
@@ -382,7 +382,10 @@ def test_a_flush_interrupted_by_no_os_error_tells_its_callers_a_failure(
     in a thread that handles signals) never flushed: the callers waiting on it hear an error,
     not None (a put that would return as durable), and the exception still goes on."""
 
+    flushing: list[threading.Thread] = []
+
     def interrupted(_: object) -> None:
+        flushing.append(threading.current_thread())
         raise MemoryError("no memory to flush")
 
     monkeypatch.setattr(commit, failing, interrupted)
@@ -398,10 +401,59 @@ def test_a_flush_interrupted_by_no_os_error_tells_its_callers_a_failure(
 
     committer.commit_then(written(tmp_path, 2), committed)
     assert done.wait(WAIT)
-    thread = committer._thread
-    assert thread is not None
+    [thread] = flushing  # the committer forgets its thread once it ends: see the next test
     thread.join(WAIT)
     assert len(told) == 1
     assert isinstance(told[0], OSError)
     assert "MemoryError" in str(told[0])
     assert uncaught == [MemoryError]
+
+
+def test_a_committer_whose_thread_an_interruption_ended_commits_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interruption above ends the committing thread; a commit after it, and a commit
+    that was waiting behind the interrupted one, must not wait for ever for a thread that is
+    gone: a new one takes them, and they are flushed."""
+    flushes = 0
+    real_flush = commit.flush_filesystem
+    entered = threading.Event()
+    release = threading.Event()
+
+    def interrupted_once(root: str) -> None:
+        nonlocal flushes
+        flushes += 1
+        if flushes == 1:
+            entered.set()
+            release.wait(WAIT)  # a second commit arrives meanwhile, and waits behind this one
+            raise MemoryError("no memory to flush")
+        real_flush(root)
+
+    monkeypatch.setattr(commit, "flush_filesystem", interrupted_once)
+    monkeypatch.setattr(threading, "excepthook", lambda args: None)
+    committer = Committer(str(tmp_path), FsyncPolicy.ALWAYS)
+    first, waiting, later = written(tmp_path, 3)
+    told: dict[str, OSError | None] = {}
+    done = {name: threading.Event() for name in ("first", "waiting", "later")}
+
+    def committed_as(name: str) -> Committed:
+        def committed(error: OSError | None) -> None:
+            told[name] = error
+            done[name].set()
+
+        return committed
+
+    committer.commit_then([first], committed_as("first"))
+    assert entered.wait(WAIT)
+    committer.commit_then([waiting], committed_as("waiting"))
+    release.set()
+    assert done["first"].wait(WAIT)
+    assert isinstance(told["first"], OSError)
+    assert done["waiting"].wait(WAIT), "a commit waiting behind the interruption was stranded"
+    assert isinstance(told["waiting"], OSError)  # never flushed: not acknowledged
+    committer.commit_then([later], committed_as("later"))
+    assert done["later"].wait(WAIT), "a commit after the interruption waited for a dead thread"
+    assert told["later"] is None
+    assert later.target is not None
+    assert os.path.exists(later.target)
+    committer.close()
