@@ -39,6 +39,10 @@ DURATION_OPTIONS = frozenset(
 # What a duration setting that may never end takes instead (here, not in config_table: the
 # command line reads it too, and config_table's pathlib was 1.5 % of a `boxmq put`).
 FOREVER = "forever"
+# The shortest interval of a loop `boxmq serve` runs (fsync_interval, sweep_interval,
+# sys_interval), from the config file or a flag: 1e-9 swept without a pause, a core kept busy
+# for nothing.
+SHORTEST_INTERVAL: Final = 0.01
 
 
 class Default(str):

@@ -201,11 +201,11 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(standalone=_serve)  # it opens the root the config names
     p.add_argument("--config", metavar="FILE", help="a TOML file (see boxmq.example.toml)")
     p.add_argument(
-        "--sweep-interval", type=types.positive_duration, metavar="DURATION", help="default 1s"
+        "--sweep-interval", type=types.loop_interval, metavar="DURATION", help="default 1s"
     )
     p.add_argument(
         "--sys-interval",
-        type=types.duration_or_zero,
+        type=types.loop_interval_or_zero,
         metavar="DURATION",
         help="how often the MQTT $SYS topics are published (default 10s); 0: never",
     )

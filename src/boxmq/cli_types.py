@@ -8,8 +8,15 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from boxmq.cli_args import FOREVER, parse_duration, parse_integer, parse_property
+from boxmq.cli_args import (
+    FOREVER,
+    SHORTEST_INTERVAL,
+    parse_duration,
+    parse_integer,
+    parse_property,
+)
 from boxmq.client import mqtt_fields
+from boxmq.core.durations import in_unit_of
 from boxmq.core.topics import utf8_size
 from boxmq.errors import InvalidArgument
 from boxmq.host_names import HOST_NAME_RULE, is_host_name
@@ -42,6 +49,26 @@ def duration_or_zero(text: str) -> float:
     seconds = duration(text)
     if seconds < 0:
         raise argparse.ArgumentTypeError(f"bad duration {text!r}: it must be 0 or more")
+    return seconds
+
+
+def loop_interval(text: str) -> float:
+    """How often a loop of `serve` runs: positive, and no shorter than the config file allows."""
+    return _not_too_short(text, positive_duration(text))
+
+
+def loop_interval_or_zero(text: str) -> float:
+    """As `loop_interval`, or 0 for a loop that never runs."""
+    seconds = duration_or_zero(text)
+    return _not_too_short(text, seconds) if seconds else seconds
+
+
+def _not_too_short(text: str, seconds: float) -> float:
+    if seconds < SHORTEST_INTERVAL:
+        raise argparse.ArgumentTypeError(
+            f"bad duration {text!r}: at least {in_unit_of(SHORTEST_INTERVAL, 'ms')};"
+            " a loop that often keeps a core busy"
+        )
     return seconds
 
 

@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from boxmq.cli_args import SHORTEST_INTERVAL
 from boxmq.config_table import BOOLEAN_WORDS, Table
 from boxmq.core import Dispatch, ExactlyOnceLimits
 from boxmq.core.topics import is_share_name, validate_topic
@@ -75,9 +76,6 @@ __all__ = ["Security", "ServeConfig", "load_config"]
 FSYNC_POLICIES: Final = ("always", "interval", "never")
 DISPATCH_STRATEGIES: Final = tuple(d.value for d in Dispatch)
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
-# The shortest interval of a loop the file sets (fsync_interval, sweep_interval, sys_interval):
-# sweep_interval = 1e-9 swept without a pause, a core kept busy for nothing.
-SHORTEST_INTERVAL: Final = 0.01
 # The least each integer limit may be; 1 for those not named. 0: no aliases (MQTT 5.0
 # §3.2.2.3.8); no byte limit on a session's queue; no cap on the subscriptions of a session, nor
 # on the levels of their filters; no session outlives its connection (a v5 client told in
