@@ -195,8 +195,8 @@ def _parse_value(text: str, kind: PropertyType, what: str) -> PropertyValue:
     if kind is PropertyType.STRING:
         return text
     if kind is PropertyType.BOOLEAN:
-        if text.lower() not in ("true", "false"):
-            raise MalformedName(f"{what} {text!r} is not true or false")
+        # As DropboxMQ's Boolean.valueOf reads it: any text but "true" (in any case) is false.
+        # Refused, it cost the message its priority and every property (its topic).
         return text.lower() == "true"
     if kind in _BITS:
         return _parse_int(text, _int_bounds(kind), what)

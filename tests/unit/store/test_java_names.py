@@ -103,7 +103,6 @@ DIFFERENCES = {
     **{(kind, "+0"): _UNDECIDED for kind in "PEYHIL"},
     **{(kind, "0" * 25 + "1"): _UNDECIDED for kind in "PEYHIL"},
     **{(kind, text): _UNDECIDED for kind in "PEYHIL" for text in ("٣", "١٢", "\uff10", "४२")},
-    **{("B", text): _UNDECIDED for text in BOOLEANS if text.lower() not in ("true", "false")},
     **{("D", text): _UNDECIDED for text in (" 1.5", "1.5 ", "\t1.5", "+NaN", "-NaN", "+Infinity")},
     **{("D", text): _UNDECIDED for text in ("1.5f", "1.5d", "1.5F", "1.5D", "0x1p3", "0X1.8P1")},
     **{("D", text): _UNDECIDED for text in ("nan", "inf", "-inf")},

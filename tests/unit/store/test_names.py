@@ -198,8 +198,17 @@ def test_booleans_are_java_words() -> None:
     props = (Property("t", T.BOOLEAN, True), Property("f", T.BOOLEAN, False))
     assert encode(envelope(properties=props)).endswith("tB=true&fB=false")
     assert decode("4.id.B.....xB=TRUE").properties == (Property("x", T.BOOLEAN, True),)
-    with pytest.raises(MalformedName, match="not true or false"):
-        decode("4.id.B.....xB=yes")
+
+
+@pytest.mark.parametrize("text", ["yes", "1", "", "on", "true%20", "t"])
+def test_a_boolean_other_than_true_is_false_as_java_reads_it(text: str) -> None:
+    # Boolean.valueOf: "true" in any case is true, any other text false; the name keeps its
+    # priority and its other properties (a topic), as DropboxMQ keeps them.
+    name = f"7.id.B.....xB={text}&topicS=a%2Fb"
+    assert decode(name) == envelope(
+        priority=7,
+        properties=(Property("x", T.BOOLEAN, False), Property("topic", T.STRING, "a/b")),
+    )
 
 
 def test_floats_and_doubles_keep_their_exact_value() -> None:
