@@ -90,7 +90,8 @@ _PLAIN = re.compile(r"[A-Za-z0-9_-]*")  # what quote() keeps as it is, less '.' 
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _SURROGATE = re.compile("[\ud800-\udfff]")  # PEP 383
 # Digit counts are capped so int() never meets Python's 4300-digit limit on hostile names.
-_INTEGER = re.compile(r"-?[0-9]{1,20}")
+# A '+' is read as DropboxMQ's Integer.parseInt and Long.parseLong read it (`+4` is 4).
+_INTEGER = re.compile(r"[+-]?[0-9]{1,20}")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,5})?")
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _SPECIAL_FLOATS |= {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # Python's spelling

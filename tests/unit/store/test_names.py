@@ -285,6 +285,17 @@ def test_invalid_envelopes_are_refused(value: Envelope) -> None:
         encode(value)
 
 
+def test_a_plus_sign_reads_as_java_parses_it() -> None:
+    # Integer.parseInt("+4") is 4; in a property value a '+' is a space, so a sign is %2B.
+    assert decode("+7.id.B.+1700000000000....yY=%2B1&iI=%2B0&lL=%2B9") == envelope(
+        priority=7,
+        expiration=1_700_000_000_000,
+        properties=(Property("y", T.BYTE, 1), Property("i", T.INT, 0), Property("l", T.LONG, 9)),
+    )
+    with pytest.raises(MalformedName, match="not an integer"):
+        decode("+-7.id.B")
+
+
 def test_priority_limits_round_trip() -> None:
     for priority in (-(2**31), 0, 9, 2**31 - 1):
         assert decode(encode(envelope(priority=priority))) == envelope(priority=priority)
