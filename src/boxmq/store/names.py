@@ -145,9 +145,24 @@ def _unquote(text: str, what: str, errors: str = "strict") -> str:
 
 
 def _parse_int(text: str, bounds: tuple[int, int], what: str) -> int:
-    if not _INTEGER.fullmatch(text) or not bounds[0] <= int(text) <= bounds[1]:
+    value = int(text) if _INTEGER.fullmatch(text) else _java_integer(text)
+    if value is None or not bounds[0] <= value <= bounds[1]:
         raise MalformedName(f"{what} {text!r} is not an integer in [{bounds[0]}, {bounds[1]}]")
-    return int(text)
+    return value
+
+
+def _java_integer(text: str) -> int | None:
+    """`text` as DropboxMQ's Long.parseLong reads it, unbounded; None if it reads none. Its
+    Character.digit takes any script's decimal digits (Unicode's Nd, as str.isdecimal), and
+    any number of leading zeros, but reads UTF-16: a digit outside the BMP is no digit."""
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not digits.isdecimal() or max(digits) > "\uffff":
+        return None
+    try:
+        value = int(digits)  # Python's int() reads the same digits
+    except ValueError:  # past Python's 4300-digit limit: no file name is that long
+        return None
+    return -value if text[0] == "-" else value
 
 
 # --- property values -----------------------------------------------------------------------

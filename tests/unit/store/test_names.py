@@ -296,6 +296,21 @@ def test_a_plus_sign_reads_as_java_parses_it() -> None:
         decode("+-7.id.B")
 
 
+def test_digits_of_any_script_and_any_leading_zeros_read_as_java_parses_them() -> None:
+    # Character.digit, which parseInt and parseLong use, reads every script's decimal digits
+    # (Unicode's Nd) in UTF-16: one outside the BMP is two chars, neither a digit.
+    arabic_indic_3, fullwidth_2 = "\u0663", "\uff12"
+    name = f"{arabic_indic_3}.id.B.{'0' * 30}9....iI=%D9%A3{fullwidth_2}&lL=-{'0' * 40}1"
+    assert decode(name) == envelope(
+        priority=3,
+        expiration=9,
+        properties=(Property("i", T.INT, 32), Property("l", T.LONG, -1)),
+    )
+    for bad in ("\U0001d7d1", "\u00b2", "\u2163", "3\u00a0", "1_000"):  # 3 outside, ², IV
+        with pytest.raises(MalformedName, match="not an integer"):
+            decode(f"{bad}.id.B")
+
+
 def test_priority_limits_round_trip() -> None:
     for priority in (-(2**31), 0, 9, 2**31 - 1):
         assert decode(encode(envelope(priority=priority))) == envelope(priority=priority)
