@@ -95,6 +95,7 @@ _INTEGER = re.compile(r"[+-]?[0-9]{1,20}")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,5})?")
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _SPECIAL_FLOATS |= {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # Python's spelling
+_JAVA_BLANKS = "".join(map(chr, range(33)))  # what Double.parseDouble trims (String.trim)
 _BITS = {PropertyType.BYTE: 8, PropertyType.SHORT: 16, PropertyType.INT: 32, PropertyType.LONG: 64}
 _INT32 = (-(2**31), 2**31 - 1)
 _LONG_MAX = 2**63 - 1
@@ -218,14 +219,24 @@ def _parse_value(text: str, kind: PropertyType, what: str) -> PropertyValue:
         return _parse_int(text, _int_bounds(kind), what)
     if text in _SPECIAL_FLOATS:
         return _SPECIAL_FLOATS[text]
-    if not _DECIMAL.fullmatch(text):
-        raise MalformedName(f"{what} {text!r} is not a number")
-    if kind is PropertyType.FLOAT:
-        # What DropboxMQ's Float.parseFloat reads, as boxmq hands out the floats it writes:
-        # the nearest Java float (an infinity past the largest), so that a script's
-        # `0.123456789` or `3.5E38` keeps its value when a redelivery writes the name again.
-        return float(float_text(parse_float32(text)))
-    return float(text)
+    if _DECIMAL.fullmatch(text):
+        if kind is PropertyType.FLOAT:
+            # What DropboxMQ's Float.parseFloat reads, as boxmq hands out the floats it
+            # writes: the nearest Java float (an infinity past the largest), so that a
+            # script's `0.123456789` or `3.5E38` keeps its value when a redelivery writes the
+            # name again.
+            return float(float_text(parse_float32(text)))
+        return float(text)
+    if kind is PropertyType.DOUBLE and (number := _java_double(text)) is not None:
+        return number
+    raise MalformedName(f"{what} {text!r} is not a number")
+
+
+def _java_double(text: str) -> float | None:
+    """`text` as DropboxMQ's Double.parseDouble reads it where _DECIMAL does not; None if
+    Java reads no number either."""
+    text = text.strip(_JAVA_BLANKS)
+    return float(text) if _DECIMAL.fullmatch(text) else None
 
 
 # --- properties field ----------------------------------------------------------------------

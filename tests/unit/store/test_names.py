@@ -236,6 +236,14 @@ def test_python_float_spelling_is_accepted(text: str, value: float) -> None:
     assert _same_value(prop.value, value)
 
 
+def test_a_double_between_blanks_reads_as_java_parses_it() -> None:
+    # Double.parseDouble trims every char up to ' ' first; `+1.5` unescaped is ` 1.5`.
+    name = "4.id.B.....aD=+1.5&bD=%091.5%20%1F&cD=-2.5+"
+    assert [p.value for p in decode(name).properties] == [1.5, 1.5, -2.5]
+    with pytest.raises(MalformedName, match="not a number"):
+        decode("4.id.B.....aD=%C2%A01.5")  # a no-break space is no blank to Java
+
+
 @pytest.mark.parametrize("pair", ["dD=abc", "dD=1.0f", "xQ=1", "S=x", "noequals", "aS=1&"])
 def test_malformed_properties_are_refused(pair: str) -> None:
     with pytest.raises(MalformedName):
