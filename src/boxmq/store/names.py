@@ -95,6 +95,7 @@ _INTEGER = re.compile(r"[+-]?[0-9]{1,20}")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,5})?")
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _SPECIAL_FLOATS |= {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # Python's spelling
+_JAVA_SPECIAL = re.compile(r"([+-]?)(NaN|Infinity)")
 _JAVA_BLANKS = "".join(map(chr, range(33)))  # what Double.parseDouble trims (String.trim)
 _BITS = {PropertyType.BYTE: 8, PropertyType.SHORT: 16, PropertyType.INT: 32, PropertyType.LONG: 64}
 _INT32 = (-(2**31), 2**31 - 1)
@@ -236,6 +237,8 @@ def _java_double(text: str) -> float | None:
     """`text` as DropboxMQ's Double.parseDouble reads it where _DECIMAL does not; None if
     Java reads no number either."""
     text = text.strip(_JAVA_BLANKS)
+    if special := _JAVA_SPECIAL.fullmatch(text):  # a sign before NaN is read and dropped
+        return math.nan if special[2] == "NaN" else float(f"{special[1]}inf")
     return float(text) if _DECIMAL.fullmatch(text) else None
 
 

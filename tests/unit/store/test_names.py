@@ -244,6 +244,14 @@ def test_a_double_between_blanks_reads_as_java_parses_it() -> None:
         decode("4.id.B.....aD=%C2%A01.5")  # a no-break space is no blank to Java
 
 
+def test_a_signed_nan_or_infinity_reads_as_java_parses_it() -> None:
+    name = "4.id.B.....aD=%2BNaN&bD=-NaN&cD=%2BInfinity&dD=%20-Infinity%0A"
+    a, b, c, d = (p.value for p in decode(name).properties)
+    assert (math.isnan(a), math.isnan(b), c, d) == (True, True, math.inf, -math.inf)  # type: ignore[arg-type]
+    with pytest.raises(MalformedName, match="not a number"):
+        decode("4.id.B.....aD=%2Binf")  # Python's spelling is read as boxmq wrote it, unsigned
+
+
 @pytest.mark.parametrize("pair", ["dD=abc", "dD=1.0f", "xQ=1", "S=x", "noequals", "aS=1&"])
 def test_malformed_properties_are_refused(pair: str) -> None:
     with pytest.raises(MalformedName):
