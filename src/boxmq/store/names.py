@@ -96,6 +96,7 @@ _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,5})
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _SPECIAL_FLOATS |= {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # Python's spelling
 _JAVA_SPECIAL = re.compile(r"([+-]?)(NaN|Infinity)")
+_JAVA_SUFFIXES = ("f", "F", "d", "D")
 _JAVA_BLANKS = "".join(map(chr, range(33)))  # what Double.parseDouble trims (String.trim)
 _BITS = {PropertyType.BYTE: 8, PropertyType.SHORT: 16, PropertyType.INT: 32, PropertyType.LONG: 64}
 _INT32 = (-(2**31), 2**31 - 1)
@@ -239,6 +240,8 @@ def _java_double(text: str) -> float | None:
     text = text.strip(_JAVA_BLANKS)
     if special := _JAVA_SPECIAL.fullmatch(text):  # a sign before NaN is read and dropped
         return math.nan if special[2] == "NaN" else float(f"{special[1]}inf")
+    if text[-1:] in _JAVA_SUFFIXES:  # a Java literal's type: 1.5f, 2d
+        text = text[:-1]
     return float(text) if _DECIMAL.fullmatch(text) else None
 
 

@@ -99,7 +99,7 @@ DIFFERENCES = {
     **{("E", text): _NEGATIVE_EXPIRATION for text in ("-4", "-007", "-128", "-129", "-32768")},
     **{("E", text): _NEGATIVE_EXPIRATION for text in ("-32769", "-2147483648", "-2147483649")},
     ("E", "-9223372036854775808"): _NEGATIVE_EXPIRATION,
-    **{("D", text): _UNDECIDED for text in ("1.5f", "1.5d", "1.5F", "1.5D", "0x1p3", "0X1.8P1")},
+    **{("D", text): _UNDECIDED for text in ("0x1p3", "0X1.8P1")},
     **{("D", text): _UNDECIDED for text in ("nan", "inf", "-inf")},
 }
 

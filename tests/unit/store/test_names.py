@@ -252,7 +252,15 @@ def test_a_signed_nan_or_infinity_reads_as_java_parses_it() -> None:
         decode("4.id.B.....aD=%2Binf")  # Python's spelling is read as boxmq wrote it, unsigned
 
 
-@pytest.mark.parametrize("pair", ["dD=abc", "dD=1.0f", "xQ=1", "S=x", "noequals", "aS=1&"])
+def test_a_double_with_javas_type_suffix_reads_as_java_parses_it() -> None:
+    name = "4.id.B.....aD=1.5f&bD=-2D&cD=.5d&dD=1e3F%20"
+    assert [p.value for p in decode(name).properties] == [1.5, -2.0, 0.5, 1000.0]
+    for text in ("NaNd", "Infinityf", "1.5%20f", "1.5ff", "f"):  # as Java refuses them
+        with pytest.raises(MalformedName, match="not a number"):
+            decode(f"4.id.B.....aD={text}")
+
+
+@pytest.mark.parametrize("pair", ["dD=abc", "dD=1.0x", "xQ=1", "S=x", "noequals", "aS=1&"])
 def test_malformed_properties_are_refused(pair: str) -> None:
     with pytest.raises(MalformedName):
         decode(f"4.id.B.....{pair}")
