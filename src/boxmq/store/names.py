@@ -96,6 +96,8 @@ _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,5})
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _SPECIAL_FLOATS |= {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # Python's spelling
 _JAVA_SPECIAL = re.compile(r"([+-]?)(NaN|Infinity)")
+# Java's hexadecimal floating-point literal: 0x1.8p1 is 3.0; the binary exponent is required.
+_JAVA_HEX = re.compile(r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+")
 _JAVA_SUFFIXES = ("f", "F", "d", "D")
 _JAVA_BLANKS = "".join(map(chr, range(33)))  # what Double.parseDouble trims (String.trim)
 _BITS = {PropertyType.BYTE: 8, PropertyType.SHORT: 16, PropertyType.INT: 32, PropertyType.LONG: 64}
@@ -242,7 +244,14 @@ def _java_double(text: str) -> float | None:
         return math.nan if special[2] == "NaN" else float(f"{special[1]}inf")
     if text[-1:] in _JAVA_SUFFIXES:  # a Java literal's type: 1.5f, 2d
         text = text[:-1]
-    return float(text) if _DECIMAL.fullmatch(text) else None
+    if _DECIMAL.fullmatch(text):
+        return float(text)
+    if not _JAVA_HEX.fullmatch(text):
+        return None
+    try:
+        return float.fromhex(text)  # rounded to nearest, ties to even, as Java rounds it
+    except OverflowError:  # Java reads infinity
+        return -math.inf if text[0] == "-" else math.inf
 
 
 # --- properties field ----------------------------------------------------------------------

@@ -80,6 +80,10 @@ DOUBLES = [
     *("1e-3", "1.5f", "1.5d", "1.5F", "1.5D", "0x1p3", "0X1.8P1", "0x10", "NaN", "+NaN", "-NaN"),
     *("nan", "Infinity", "+Infinity", "-Infinity", "inf", "-inf", "infinity", "INFINITY", ""),
     *("1e400", "1e-400", "٣", "1_0", "00012", "1e", "e3", "+", "-0", "1e99999"),
+    *("-0x0p0", "0x.8p1", "0x1.p1", "0xp1", "0x1p", "0x1P3D", "0x1f", " 0x1p3f ", "0x1.8p"),
+    *("0x1p-1074", "0x1p-1075", "0x1.8p-1075", "0x1.fffffffffffff8p1023", "-0x1p1024"),
+    *("0x1.00000000000008p0", "0x1.000000000000081p0", "0x1p99999999999", "0x1p-99999999999"),
+    *("0x1p+3", "0x-1p3", "0x1_0p0", "x1p3", "1p3"),
 ]
 CORPUS = [
     *((where, text) for where in "PE" for text in [*INTEGERS, ""]),
@@ -99,7 +103,6 @@ DIFFERENCES = {
     **{("E", text): _NEGATIVE_EXPIRATION for text in ("-4", "-007", "-128", "-129", "-32768")},
     **{("E", text): _NEGATIVE_EXPIRATION for text in ("-32769", "-2147483648", "-2147483649")},
     ("E", "-9223372036854775808"): _NEGATIVE_EXPIRATION,
-    **{("D", text): _UNDECIDED for text in ("0x1p3", "0X1.8P1")},
     **{("D", text): _UNDECIDED for text in ("nan", "inf", "-inf")},
 }
 

@@ -260,6 +260,14 @@ def test_a_double_with_javas_type_suffix_reads_as_java_parses_it() -> None:
             decode(f"4.id.B.....aD={text}")
 
 
+def test_a_double_in_javas_hexadecimal_form_reads_as_java_parses_it() -> None:
+    name = "4.id.B.....aD=0x1.8p1&bD=-0X1P-1074&cD=0x1p3f&dD=0x1.fffffffffffff8p1023"
+    assert [p.value for p in decode(name).properties] == [3.0, -5e-324, 8.0, math.inf]
+    for text in ("0x10", "0x1p", "0xp1", "1p3"):  # Java needs the digits and the exponent
+        with pytest.raises(MalformedName, match="not a number"):
+            decode(f"4.id.B.....aD={text}")
+
+
 @pytest.mark.parametrize("pair", ["dD=abc", "dD=1.0x", "xQ=1", "S=x", "noequals", "aS=1&"])
 def test_malformed_properties_are_refused(pair: str) -> None:
     with pytest.raises(MalformedName):
