@@ -95,15 +95,18 @@ CORPUS = [
 # Every text boxmq reads otherwise than Java, and why. The test fails on a difference not
 # listed here, and on one listed that is no longer one.
 _EMPTY_FIELD = "an empty field is the default (DropboxMQ's document), not a number"
-_NEGATIVE_EXPIRATION = "an expiration is a time, never before 1970"
-_UNDECIDED = "not yet weighed against what a user of both systems needs"
+_NEGATIVE_EXPIRATION = (
+    "an expiration is a time since 1970: one before it could not be written back (a release, "
+    "a dead letter), and the message is delivered, not dropped as long expired"
+)
+_PYTHON_SPELLING = "an older boxmq wrote Python's spelling: names on disk read as they did"
 DIFFERENCES = {
     ("P", ""): _EMPTY_FIELD,
     ("E", ""): _EMPTY_FIELD,
     **{("E", text): _NEGATIVE_EXPIRATION for text in ("-4", "-007", "-128", "-129", "-32768")},
     **{("E", text): _NEGATIVE_EXPIRATION for text in ("-32769", "-2147483648", "-2147483649")},
     ("E", "-9223372036854775808"): _NEGATIVE_EXPIRATION,
-    **{("D", text): _UNDECIDED for text in ("nan", "inf", "-inf")},
+    **{("D", text): _PYTHON_SPELLING for text in ("nan", "inf", "-inf")},
 }
 
 
