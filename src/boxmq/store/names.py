@@ -96,6 +96,8 @@ _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,5})
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _SPECIAL_FLOATS |= {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # Python's spelling
 _JAVA_SPECIAL = re.compile(r"([+-]?)(NaN|Infinity)")
+# _DECIMAL with an exponent of any number of digits (1e999999, 1e0000003), as Java reads it.
+_JAVA_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 # Java's hexadecimal floating-point literal: 0x1.8p1 is 3.0; the binary exponent is required.
 _JAVA_HEX = re.compile(r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+")
 _JAVA_SUFFIXES = ("f", "F", "d", "D")
@@ -244,8 +246,8 @@ def _java_double(text: str) -> float | None:
         return math.nan if special[2] == "NaN" else float(f"{special[1]}inf")
     if text[-1:] in _JAVA_SUFFIXES:  # a Java literal's type: 1.5f, 2d
         text = text[:-1]
-    if _DECIMAL.fullmatch(text):
-        return float(text)
+    if _JAVA_DECIMAL.fullmatch(text):
+        return float(text)  # which, as Java, reads a huge exponent as infinity or zero
     if not _JAVA_HEX.fullmatch(text):
         return None
     try:

@@ -260,6 +260,12 @@ def test_a_double_with_javas_type_suffix_reads_as_java_parses_it() -> None:
             decode(f"4.id.B.....aD={text}")
 
 
+def test_a_double_with_a_long_exponent_reads_as_java_parses_it() -> None:
+    name = "4.id.B.....aD=1e999999&bD=-1e-999999&cD=1.5e0000003"
+    a, b, c = (p.value for p in decode(name).properties)
+    assert (a, math.copysign(1, b), b, c) == (math.inf, -1, 0.0, 1500.0)  # type: ignore[arg-type]
+
+
 def test_a_double_in_javas_hexadecimal_form_reads_as_java_parses_it() -> None:
     name = "4.id.B.....aD=0x1.8p1&bD=-0X1P-1074&cD=0x1p3f&dD=0x1.fffffffffffff8p1023"
     assert [p.value for p in decode(name).properties] == [3.0, -5e-324, 8.0, math.inf]
