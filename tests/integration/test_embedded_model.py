@@ -386,11 +386,12 @@ class EmbeddedModel(RuleBasedStateMachine):
             return UnexpectedRequest if token is not None and token != model.token else None
         if requester in past:
             return UnexpectedRequest
-        if holder is not None:
-            return Conflict
         # delivered before to a holder that left (a closed consumer): nothing says it was
-        # not the requester, so it is told its lock is gone (check_holder's holders_unrecorded)
-        return UnexpectedRequest if model.count > 0 and model.last_holder is None else Forbidden
+        # not the requester, so it is told its lock is gone (check_holder's holders_unrecorded),
+        # whether the message waits or another consumer took it since
+        if model.count > 0 and model.last_holder is None:
+            return UnexpectedRequest
+        return Conflict if holder is not None else Forbidden
 
     def settled_from_files(self, message_id: str, verb: str, requester: str, delay: float) -> None:
         """The other Box settled a lock: the model follows at once; this Box's engine may

@@ -599,6 +599,29 @@ def test_lock_timeout_redelivers_and_the_late_ack_is_refused(
         again.ack()
 
 
+def test_an_answer_by_id_of_a_consumer_closed_after_another_took_its_message_says_its_lock_is_gone(
+    box: boxmq.Box,
+) -> None:
+    # Its owner gone, "a"'s lock went back, and "b" holds the message now. "a"'s answer by id
+    # (an XMPP subscriber back after unavailable presence) is told its lock is gone, as after a
+    # timeout (XEP-0254 §2.3/§2.4), not Conflict: the release recorded no holder to tell by.
+    jobs = box.queue("jobs")
+    jobs.put(b"x")
+    a = jobs.consumer("a")
+    first = a.receive_nowait()
+    assert first is not None
+    a.close()
+    with jobs.consumer("b") as b:
+        again = b.receive(timeout=5)
+        assert again is not None
+        assert again.id == first.id
+        for answer in (jobs.ack, jobs.unlock):
+            with pytest.raises(boxmq.UnexpectedRequest):
+                answer(first.id, "a")
+        again.ack()
+    assert jobs.counts().done == 1
+
+
 @pytest.mark.timeout(20)
 @pytest.mark.parametrize("durable", [False, True], ids=["consumer", "durable subscriber"])
 def test_a_receive_timeout_is_wall_time_on_a_manual_clock(

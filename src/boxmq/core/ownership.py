@@ -41,9 +41,10 @@ def check_holder(
     holds now is left to the handle of that one.
     holders_unrecorded: the message was delivered before, and nothing says to whom (a release
     when its holder left, by a restart or a disconnect, names nobody: effects.Release
-    .passed_over). Unlocked, it is then no proof that the requester never received it: it is
-    told that its lock is gone (what the one that held it must hear, XEP-0254 §2.3), not that
-    it never received it."""
+    .passed_over). Unlocked, or locked by another since, it is then no proof that the
+    requester never received it: it is told that its lock is gone (what the one that held it
+    MUST hear, XEP-0254 §2.3/§2.4, as after a timeout), not that it never received it nor
+    that another holds it."""
     if holder == requester:
         if not earlier_delivery:
             return
@@ -54,14 +55,15 @@ def check_holder(
     if requester in past_holders:
         # It received the item but no longer holds the lock (race, lost notification, timeout).
         raise UnexpectedRequest(message_id, f"{requester} no longer holds the lock")
-    if holder is not None:
-        raise Conflict(message_id, "locked by another consumer")
     if known and holders_unrecorded:
+        # Before the conflict: the one that left and came back (XEP-0254 §4) may be asking.
         raise UnexpectedRequest(
             message_id,
             f"{requester} holds no lock on it: its last lock ended when its holder left (a "
             "restart, a disconnect), and who held it was not kept",
         )
+    if holder is not None:
+        raise Conflict(message_id, "locked by another consumer")
     if known:
         raise Forbidden(message_id, f"{requester} did not receive this message")
     raise ItemNotFound(message_id, "no such message")

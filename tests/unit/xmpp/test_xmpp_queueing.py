@@ -474,6 +474,24 @@ def test_unavailable_presence_unlocks_what_it_held_on_every_node(
     assert wire.items_to(ALICE) == []
 
 
+def test_a_subscriber_back_after_leaving_is_told_its_lock_is_gone_not_conflict(
+    wire: Wire,
+) -> None:
+    # XEP-0254 §4: unavailable, everything alice held is unlocked, and bob is given it. Back
+    # and answering late, she no longer holds the lock: unexpected-request (§2.3/§2.4), as
+    # after a lock timeout, not the conflict of a subscriber that never had it.
+    wire.subscribe(ALICE, 1)
+    item = wire.publish()
+    assert wire.events() == [(ALICE, "item", item)]
+    wire.subscribe(BOB, 1)
+    wire.service.gone(ALICE)
+    assert (BOB, "item", item) in wire.events()
+    wire.subscribe(ALICE, 1)
+    for act in (wire.retract, wire.unlock):
+        assert condition(act(ALICE, item)) == ("wait", "unexpected-request")
+    assert wire.retract(BOB, item).get("type") == "result"
+
+
 def test_unsubscribe_releases_the_locks_to_the_others(wire: Wire) -> None:
     wire.subscribe(ALICE, 1)
     item = wire.publish()
