@@ -350,10 +350,16 @@ def _node(node: str | None) -> str:
 
 
 def _item_id(verb: Element) -> str:
-    for item in verb:
-        if item.tag.rsplit("}", 1)[-1] == "item" and item.get("id"):
-            return item.get("id", "")
-    raise StanzaError(Condition("modify", "bad-request", "item-required"), "no item id")
+    """The id of the one <item/> a retract or unlock names. Two were one acted on and one
+    left without a word; XEP-0060 §7.2.1 retracts one item per request, so they are refused
+    before either is touched."""
+    items = [child for child in verb if child.tag.rsplit("}", 1)[-1] == "item"]
+    if len(items) > 1:
+        raise StanzaError(BAD_REQUEST, f"{len(items)} items: one item per request")
+    item_id = items[0].get("id") if items else None
+    if not item_id:
+        raise StanzaError(Condition("modify", "bad-request", "item-required"), "no item id")
+    return item_id
 
 
 def _required(value: str | None, what: str) -> str:

@@ -386,6 +386,30 @@ def test_an_answer_after_a_restart_of_the_component_says_the_lock_is_gone(root: 
         wire.service.close()
 
 
+@pytest.mark.parametrize("verb", ["retract", "unlock"])
+def test_a_retract_or_unlock_of_two_items_is_bad_request_and_touches_neither(
+    wire: Wire, box: boxmq.Box, verb: str
+) -> None:
+    # XEP-0060 §7.2.1 retracts one item per request: the first was acted on and the second
+    # silently left, so a client could not tell which of its two it had settled.
+    wire.subscribe(ALICE, 2)
+    first, second = wire.publish(), wire.publish()
+    assert {item for _, _, item in wire.events()} == {first, second}
+    namespace = f" xmlns='{ns.QUEUEING}'" if verb == "unlock" else ""
+    reply = wire.iq(
+        ALICE,
+        f"<pubsub xmlns='{PS}'><{verb}{namespace} node='jobs'><item id='{first}'/>"
+        f"<item id='{second}'/></{verb}></pubsub>",
+        type="get" if verb == "unlock" else "set",
+    )
+    assert condition(reply) == ("modify", "bad-request")
+    assert "one item per request" in (reply.findtext(f".//{{{ns.STANZAS}}}text") or "")
+    assert wire.events() == []
+    assert box.queue("jobs").counts().locked == 2  # both still hers, as they were
+    for item in (first, second):
+        assert wire.retract(ALICE, item).get("type") == "result"
+
+
 def test_an_error_reply_echoes_the_request(wire: Wire) -> None:
     reply = wire.retract(ALICE, "nope")
     retract = reply.find(f"{{{PS}}}pubsub/{{{PS}}}retract")
