@@ -154,6 +154,21 @@ def test_must_exist_tells_an_unknown_id_from_a_repeat(box: boxmq.Box) -> None:
     assert box.deliver("s", "1", must_exist=True) is False  # a repeat is no error
 
 
+def test_the_destination_of_a_stored_message_is_known_until_its_deliver(root: Path) -> None:
+    # What an XMPP <deliver/> wakes: the queue or topic its <assured/> went to, also after a
+    # restart between the two steps; nothing once it is delivered, or for an id never stored.
+    with boxmq.open(root, fsync="never") as box:
+        box.assured("s", "q", b"x", queue="counts")
+        box.assured("s", "t", b"x", topic="news")
+    with boxmq.open(root, fsync="never") as box:
+        intake = box.intake
+        assert intake.destination("s", "q") == "counts"
+        assert intake.destination("s", "t") == "news"
+        assert intake.destination("s", "never") is None
+        assert box.deliver("s", "q") is True
+        assert intake.destination("s", "q") is None
+
+
 def test_a_message_swept_away_before_its_deliver_can_be_sent_again(root: Path) -> None:
     """Another process's sweeper (or an operator) removed the stored file: the id is not
     kept as delivered, or the sender's resend would be taken for a repeat and lost."""

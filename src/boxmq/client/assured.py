@@ -575,6 +575,17 @@ class AssuredIntake:
             pending = self._pending.get((source, msg_id))
         return None if pending is None else pending.envelope.message_id
 
+    def destination(self, source: str, msg_id: str) -> str | None:
+        """The queue or topic of the message `source` stored under `msg_id` that waits for
+        its `deliver`, or None: for a sender that must wake that destination's consumers as
+        it delivers, whatever the deliver itself was addressed to (an XMPP <deliver/>)."""
+        with self._lock:
+            self._restore()
+            pending = self._pending.get((source, msg_id))
+        if pending is None:
+            return None
+        return pending.queue if pending.queue is not None else pending.envelope.topic
+
     def pending(self, source: str, *, queues: bool = True) -> list[str]:
         """The msg ids `source` stored (step 1) that wait for their `deliver`, as the files
         say now: a sender that moved here from a process that stopped finds what it stored

@@ -583,12 +583,15 @@ class QueueService:
     def _qos(self, iq: Iq, request: QosAcknowledged | QosAssured | QosDeliver) -> str:
         """urn:xmpp:qos, received: at least once and exactly once (docs/xmpp.md, QoS)."""
         if isinstance(request, QosDeliver):
+            # The node its <assured/> went to, asked before the deliver forgets it: the
+            # deliver's own `to` may name another node, or the service, and the node it
+            # names would be polled in its stead, the item waiting for the next round.
+            node_of_assured = self._box.intake.destination(iq.sender, request.msg_id)
             # a repeat is answered all the same; an unknown id is item-not-found: the sender
             # must learn that the message cannot be delivered (urn:xmpp:qos, exactly once)
             self._box.deliver(iq.sender, request.msg_id, must_exist=True)
-            local, at, _ = iq.to.partition("@")
-            if at and local:
-                self._touched.add(local)
+            if node_of_assured is not None:
+                self._touched.add(node_of_assured)
             return render.result(iq)
         node = _node_of(iq.to)
         self._touched.add(node)

@@ -9,7 +9,17 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
-from tests.unit.xmpp.wire import ALICE, BOB, CAROL, PS, SERVICE, Wire, condition, wired
+from tests.unit.xmpp.wire import (
+    ALICE,
+    BOB,
+    CAROL,
+    EVENT,
+    PS,
+    SERVICE,
+    Wire,
+    condition,
+    wired,
+)
 
 import boxmq
 from boxmq.core import ExactlyOnceLimits
@@ -473,6 +483,28 @@ def test_an_assured_message_outlives_a_restart_of_the_receiver(tmp_path: Path) -
         assert deliver.get("type") == "result"  # remembered as delivered, past a restart
         assert [_body_text(message) for message in _ready_bodies(box)] == [b"held"]
         wire.service.close()
+
+
+@pytest.mark.parametrize("deliver_to", ["node", SERVICE, f"other@{SERVICE}"])
+@pytest.mark.parametrize("node", ["jobs", "news"], ids=["queue", "topic"])
+def test_a_deliver_wakes_the_node_its_assured_went_to_wherever_it_is_addressed(
+    wire: Wire, deliver_to: str, node: str
+) -> None:
+    # A <deliver/> woke the node its own `to` named, so one addressed to the service or to
+    # another node delivered the item at the next round of polling (~50 ms), not in the
+    # batch that delivered it: the poll of the touched nodes alone now hands it out.
+    wire.create()  # "jobs" is a queue; "news", naming none, a topic
+    wire.subscribe(ALICE, 1, node=node)
+    node_at = f"{node}@{SERVICE}"
+    deliver_to = node_at if deliver_to == "node" else deliver_to
+    wire.iq(CAROL, _wrapped("assured", "m1", "x"), to=node_at)
+    wire.service.poll_touched()
+    assert wire.take() == []
+    deliver = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='m1'/>", to=deliver_to)
+    assert deliver.get("type") == "result"
+    wire.service.poll_touched()  # what the component does after the batch, and no more
+    sent = [stanza.get("to") for stanza in wire.take() if stanza.find(EVENT) is not None]
+    assert sent == [ALICE]
 
 
 def test_deliver_of_an_unknown_or_expired_msgid_is_item_not_found(
