@@ -13,6 +13,7 @@ import argparse
 import ast
 import contextlib
 import dataclasses
+import enum
 import importlib.util
 import inspect
 import io
@@ -535,3 +536,55 @@ def test_every_python_block_parses_and_names_what_boxmq_has() -> None:
         ]
     assert wrong == []
     assert len(blocks) > 5  # the blocks are read at all
+
+
+def _api_members() -> dict[str, dict[str, Any]]:
+    """What a user of `import boxmq` can call or read, from the package: each class of
+    `boxmq.__all__` (exceptions aside, whose one member is their text, and enums, whose
+    members are values) by name, with the public methods, properties and fields boxmq's own
+    classes give it (not `object`'s, nor a `NamedTuple`'s `count`); the functions under
+    `boxmq`."""
+    found: dict[str, dict[str, Any]] = {"boxmq": {}}
+    for name in boxmq.__all__:
+        value = getattr(boxmq, name)
+        if not isinstance(value, type):
+            found["boxmq"][name] = value
+        elif not issubclass(value, (BaseException, enum.Enum)):
+            found[name] = {
+                member: getattr(value, member)
+                for home in reversed(value.__mro__)
+                if home.__module__.startswith("boxmq")
+                for member in vars(home)
+                if not member.startswith("_")
+            }
+    return found
+
+
+def _call_arguments(text: str, name: str) -> set[str]:
+    """Every word written between the parentheses of a `name(...)` of `text` (one level of
+    parentheses inside them, `states=(target, ...)`, allowed)."""
+    calls = re.findall(rf"\b{name}\(((?:[^`()]|\([^`()]*\))*)\)", text)
+    return {word for call in calls for word in re.findall(r"\w+", call)}
+
+
+def test_every_public_name_of_the_python_api_and_its_parameters_are_in_the_docs() -> None:
+    """Each method, property and field of the API's classes is named in code somewhere in
+    docs/ or the README, and a method that takes parameters is written once as a call giving
+    every one of them (`find(message_id, *, states=...)`): a new keyword, a new method or a
+    new field of Message fails here until the docs say it. Box.lock_processes,
+    Box.listen_offered and the Envelope's methods were in no page."""
+    text = " ".join(" ".join(_prose(page).split()) for page in PAGES)
+    named = {word for span in re.findall(r"`([^`]*)`", text) for word in re.findall(r"\w+", span)}
+    members = _api_members()
+    assert {"Box", "Queue", "Consumer", "Subscriber", "Message", "Envelope"} <= set(members)
+    assert {"put", "subscribe", "ack"} <= set(members["Queue"]) | set(members["Box"])
+    missing = []
+    for owner, found in members.items():
+        for name, value in found.items():
+            if name not in named:
+                missing.append(f"{owner}.{name}")
+            elif inspect.isfunction(value):
+                parameters = [p for p in inspect.signature(value).parameters if p != "self"]
+                given = _call_arguments(text, name)
+                missing += [f"{owner}.{name}({p})" for p in parameters if p not in given]
+    assert missing == []
