@@ -588,3 +588,75 @@ def test_every_public_name_of_the_python_api_and_its_parameters_are_in_the_docs(
                 given = _call_arguments(text, name)
                 missing += [f"{owner}.{name}({p})" for p in parameters if p not in given]
     assert missing == []
+
+
+def _spark_tables() -> dict[str, dict[str, str]]:
+    """The tables of spark.md's Options section, by the first word of the line that brings
+    each in (`Everywhere`, `Reading`, `Writing`): each option the first cell names (`consumer`
+    (or `subscriber`) names two) with its default cell, "" in a table without one."""
+    section = _prose(DOCS / "spark.md").partition("\n## Options\n")[2].partition("\n## ")[0]
+    tables: dict[str, dict[str, str]] = {}
+    title, column = "", 0
+    for line in section.splitlines():
+        if line and not line.startswith("|"):
+            title = re.findall(r"\w+", line)[0]
+        elif line.startswith("| option |"):
+            cells = [cell.strip() for cell in line.split("|")]
+            column = cells.index("default") if "default" in cells else 0
+        elif line.startswith("| `"):
+            cells = line.split("|")
+            for name in re.findall(r"`(\w+)`", cells[1]):
+                tables.setdefault(title, {})[name] = cells[column].strip() if column else ""
+    return tables
+
+
+def _spark_options() -> Any:
+    pytest.importorskip("pyspark")  # boxmq.spark's package needs it; options.py itself not
+    from boxmq.spark import options
+
+    return options
+
+
+def test_every_spark_option_is_in_spark_md_s_table_for_it() -> None:
+    """The data source's options, from the names it checks a map against (options._KNOWN,
+    _COMMON): those of every role in the "Everywhere" table, a read's in "Reading", a
+    write's in "Writing" (`queue`, in both, means a read's or a write's there); and the other
+    way round, an option a table gives that the data source does not take would be refused
+    as unknown."""
+    options = _spark_options()
+    known, everywhere = options._KNOWN, set(options._COMMON)
+    wanted = {
+        "Everywhere": everywhere,
+        "Reading": {*known["read"], *known["batch read"], *known["stream read"]} - everywhere,
+        "Writing": set(known["write"]) - everywhere,
+    }
+    tables = _spark_tables()
+    assert {"root", "fsync"} <= everywhere
+    assert "lockTimeout" in wanted["Reading"]
+    assert {table: set(tables.get(table, {})) for table in wanted} == wanted
+
+
+def test_every_default_spark_md_gives_is_the_one_the_data_source_keeps(tmp_path: Path) -> None:
+    """A read or write that gives an option at the default spark.md writes for it (`1d`,
+    `spark`) is read as one that gives none: a default changed in the code or the page is
+    caught here."""
+    options = _spark_options()
+    with boxmq.open(tmp_path, fsync="never") as box:
+        box.queue("q")
+    readers = [options.stream_read_options, options.batch_read_options]
+    writers = [lambda given: options.sink_options(given, frozenset())]
+    plain = {"root": str(tmp_path), "queue": "q"}
+    defaults = {
+        name: written[1]
+        for table in ("Everywhere", "Reading")
+        for name, cell in _spark_tables()[table].items()
+        if (written := re.match(r"`([^`]+)`", cell))
+    }
+    assert {"fsync", "consumer", "state", "lockTimeout"} <= set(defaults)
+    differ = []
+    for name, value in defaults.items():
+        for read in readers + writers:
+            with contextlib.suppress(InvalidArgument):  # an option this role does not take
+                if read({**plain, name: value}) != read(plain):
+                    differ.append(f"{name}={value}")
+    assert differ == []
