@@ -32,6 +32,8 @@ from boxmq.cli_args import joined_negative_durations
 from boxmq.client.subscriber import Subscriber  # not at the top of the package
 from boxmq.config import ServeConfig, load_config
 from boxmq.errors import InvalidArgument
+from boxmq.mqtt.settings import Authenticator, Authorizer, Limits, Listener, MqttSettings
+from boxmq.xmpp.settings import XmppSettings
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -538,25 +540,34 @@ def test_every_python_block_parses_and_names_what_boxmq_has() -> None:
     assert len(blocks) > 5  # the blocks are read at all
 
 
+def _public(cls: type) -> dict[str, Any]:
+    """The public methods, properties and fields boxmq's own classes give `cls` (not
+    `object`'s, nor a `NamedTuple`'s `count`), a dataclass's fields without a default
+    included."""
+    found: dict[str, Any] = {
+        member: getattr(cls, member)
+        for home in reversed(cls.__mro__)
+        if home.__module__.startswith("boxmq")
+        for member in vars(home)
+        if not member.startswith("_")
+    }
+    if dataclasses.is_dataclass(cls):
+        fields = [field.name for field in dataclasses.fields(cls)]
+        found |= {name: None for name in fields if not name.startswith("_") and name not in found}
+    return found
+
+
 def _api_members() -> dict[str, dict[str, Any]]:
     """What a user of `import boxmq` can call or read, from the package: each class of
     `boxmq.__all__` (exceptions aside, whose one member is their text, and enums, whose
-    members are values) by name, with the public methods, properties and fields boxmq's own
-    classes give it (not `object`'s, nor a `NamedTuple`'s `count`); the functions under
-    `boxmq`."""
+    members are values) by name, with its `_public` members; the functions under `boxmq`."""
     found: dict[str, dict[str, Any]] = {"boxmq": {}}
     for name in boxmq.__all__:
         value = getattr(boxmq, name)
         if not isinstance(value, type):
             found["boxmq"][name] = value
         elif not issubclass(value, (BaseException, enum.Enum)):
-            found[name] = {
-                member: getattr(value, member)
-                for home in reversed(value.__mro__)
-                if home.__module__.startswith("boxmq")
-                for member in vars(home)
-                if not member.startswith("_")
-            }
+            found[name] = _public(value)
     return found
 
 
@@ -567,17 +578,11 @@ def _call_arguments(text: str, name: str) -> set[str]:
     return {word for call in calls for word in re.findall(r"\w+", call)}
 
 
-def test_every_public_name_of_the_python_api_and_its_parameters_are_in_the_docs() -> None:
-    """Each method, property and field of the API's classes is named in code somewhere in
-    docs/ or the README, and a method that takes parameters is written once as a call giving
-    every one of them (`find(message_id, *, states=...)`): a new keyword, a new method or a
-    new field of Message fails here until the docs say it. Box.lock_processes,
-    Box.listen_offered and the Envelope's methods were in no page."""
-    text = " ".join(" ".join(_prose(page).split()) for page in PAGES)
+def _undocumented(members: dict[str, dict[str, Any]], pages: list[Path]) -> list[str]:
+    """Of `members` (by owner), those `pages` do not name in code, and the parameters of a
+    method they never write as a call giving all of them (`find(message_id, *, states=...)`)."""
+    text = " ".join(" ".join(_prose(page).split()) for page in pages)
     named = {word for span in re.findall(r"`([^`]*)`", text) for word in re.findall(r"\w+", span)}
-    members = _api_members()
-    assert {"Box", "Queue", "Consumer", "Subscriber", "Message", "Envelope"} <= set(members)
-    assert {"put", "subscribe", "ack"} <= set(members["Queue"]) | set(members["Box"])
     missing = []
     for owner, found in members.items():
         for name, value in found.items():
@@ -587,6 +592,42 @@ def test_every_public_name_of_the_python_api_and_its_parameters_are_in_the_docs(
                 parameters = [p for p in inspect.signature(value).parameters if p != "self"]
                 given = _call_arguments(text, name)
                 missing += [f"{owner}.{name}({p})" for p in parameters if p not in given]
+    return missing
+
+
+def test_every_public_name_of_the_python_api_and_its_parameters_are_in_the_docs() -> None:
+    """Each method, property and field of the API's classes is named in code somewhere in
+    docs/ or the README, and a method that takes parameters is written once as a call giving
+    every one of them: a new keyword, a new method or a new field of Message fails here until
+    the docs say it. Box.lock_processes, Box.listen_offered and the Envelope's methods were
+    in no page."""
+    members = _api_members()
+    assert {"Box", "Queue", "Consumer", "Subscriber", "Message", "Envelope"} <= set(members)
+    assert {"put", "subscribe", "ack"} <= set(members["Queue"]) | set(members["Box"])
+    assert _undocumented(members, PAGES) == []
+
+
+def test_every_setting_of_serve_config_and_the_doors_is_named_where_it_is_set() -> None:
+    """What a program that embeds the parts of `boxmq serve` sets, from the classes
+    (`_public`: their fields, methods and the parameters of each): ServeConfig in
+    configuration.md; the MQTT door's MqttSettings, Listener, Limits, and the Authenticator
+    and Authorizer it calls, in configuration.md, mqtt.md or security.md; XmppSettings in
+    xmpp.md. Listener.ssl, the authenticator's and authorizer's methods and ServeConfig's
+    `*_from_file` fields were in no page."""
+    mqtt = [Limits, Listener, MqttSettings, Authenticator, Authorizer]
+    wanted = [
+        ({"ServeConfig": _public(ServeConfig)}, ["configuration.md"]),
+        ({c.__name__: _public(c) for c in mqtt}, ["configuration.md", "mqtt.md", "security.md"]),
+        ({"XmppSettings": _public(XmppSettings)}, ["xmpp.md"]),
+    ]
+    assert {"max_connections", "identity_as_username"} <= set(_public(Limits)) | set(
+        _public(Listener)
+    )
+    missing = [
+        name
+        for members, pages in wanted
+        for name in _undocumented(members, [DOCS / page for page in pages])
+    ]
     assert missing == []
 
 
