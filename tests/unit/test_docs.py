@@ -17,6 +17,7 @@ import enum
 import importlib.util
 import inspect
 import io
+import os
 import re
 import shlex
 import tomllib
@@ -157,6 +158,74 @@ def test_every_command_and_option_is_in_cli_md() -> None:
                 for option in action.option_strings
                 if option not in ("-h", "--help") and not re.search(rf"{option}\b", text)
             ]
+    assert missing == []
+
+
+def _command_rows() -> dict[str, str]:
+    """cli.md's text about each command: the rows of its table that start with it (serve
+    has two, the second `serve … --xmpp-component NAME ...`), and for the options before
+    any command ("") the text above the table."""
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    rows = {"": text.partition("\n| command |")[0]}
+    for row in re.findall(r"^\| `([a-z]+)\b(.*)$", text, re.M):
+        rows[row[0]] = rows.get(row[0], "") + row[1] + "\n"
+    return rows
+
+
+def _default_said(action: argparse.Action, text: str) -> bool:
+    """Whether `text` gives the default of `action`'s option: a word of it that the option
+    reads as its default (`30s` for 30.0, `cli-PID` for `cli-<this pid>`) written after the
+    option (`--lock 30s`), before "by default" or "unless given", or after "defaults to"."""
+    read = action.type if callable(action.type) else str
+    default = str(action.default).replace(str(os.getpid()), "PID")
+    for word in set(re.findall(r"[\w./$-]+", text)):
+        with contextlib.suppress(Exception):  # a word the option refuses
+            if word == default or read(word) == action.default:
+                said = re.escape(word)
+                options = "|".join(re.escape(option) for option in action.option_strings)
+                if re.search(
+                    # not the first of the choices a usage lists: `--from error\|expired`
+                    rf"(?:{options})`?(?: |=|`? defaults to [^.;]*?)`?{said}\b(?!\\?\|)"
+                    rf"|`?{said}`? (?:by default|unless given)",
+                    text,
+                ):
+                    return True
+    return False
+
+
+def test_every_option_s_default_and_choices_are_in_its_command_s_row_of_cli_md() -> None:
+    """The options whose value has a default (those left out, None, `[]`, are given or not:
+    serve's defaults are the config file's, held by configuration.md's), from the parsers:
+    the command's row of cli.md (for the options before the command, the text above the
+    table) says the default (`--lock 30s`, `4 unless given`) and every value of a choice
+    (`--from error|expired|processed`). unlock's `--delay 0`, requeue's `error`, purge's
+    `target` and `--fsync`'s `always` were said by `--help` alone."""
+    rows = _command_rows()
+    parsers = {"": cli_parser.parser(), **_commands()}
+    missing, checked = [], 0
+    for name, parser in parsers.items():
+        for action in parser._actions:
+            option = f"{name} {action.option_strings[0]}" if action.option_strings else ""
+            if (
+                not option
+                or action.option_strings[0] == "-h"
+                or (name and option[len(name) + 1 :] in _options(parsers[""]))
+            ):
+                continue  # the global options repeated after a command (their default SUPPRESS)
+            missing += [
+                f"{option}: {choice}"
+                for choice in action.choices or ()
+                if not re.search(
+                    rf"(?<![\w-]){re.escape(str(choice))}(?![\w-])", rows.get(name, "")
+                )
+            ]
+            if all(action.default is not no for no in (None, False, argparse.SUPPRESS)) and (
+                action.default != []  # a -p given no time; `is` for False: 0.0 == False
+            ):
+                checked += 1
+                if not _default_said(action, rows.get(name, "")):
+                    missing.append(f"{option}: default {action.default!r}")
+    assert checked > 10
     assert missing == []
 
 
