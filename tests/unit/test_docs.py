@@ -770,3 +770,58 @@ def test_every_default_spark_md_gives_is_the_one_the_data_source_keeps(tmp_path:
                 if read({**plain, name: value}) != read(plain):
                     differ.append(f"{name}={value}")
     assert differ == []
+
+
+# Words of a log line that tell its reader what to do: `(renew it)`, `restart boxmq serve`,
+# `raise the limit`, `check --xmpp-server`, `give ... another name`, `delete the file`.
+_TELLS_WHAT_TO_DO = re.compile(
+    r"\b(?:renew|restart|raise|lower|check|give|delete the|remove|stop|run|free|set|fix|is this)\b"
+)
+
+
+def _warnings_and_errors() -> Iterator[tuple[str, str]]:
+    """(where, text) of each `log.warning`, `log.error`, `log.exception` and `log.critical`
+    of boxmq's modules, from their source, its literal text: an f-string's or a %-format's
+    parts between the values as `%s`; lines whose text is all a value (`log.warning("%s",
+    said)`) are left out, their words being made elsewhere."""
+    for module in sorted((REPO / "src" / "boxmq").rglob("*.py")):
+        for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("warning", "error", "exception", "critical")
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "log"  # every module's logging.getLogger
+                and node.args
+            ):
+                continue
+            text = node.args[0]
+            if isinstance(text, ast.JoinedStr):
+                written = "".join(
+                    str(part.value) if isinstance(part, ast.Constant) else "%s"
+                    for part in text.values
+                )
+            elif isinstance(text, ast.Constant) and isinstance(text.value, str):
+                written = text.value
+            else:
+                continue
+            yield f"{module.relative_to(REPO)}:{node.lineno}", written
+
+
+def test_every_warning_that_tells_what_to_do_is_quoted_in_the_docs() -> None:
+    """A warning or error of the log that asks its reader to act (renew a certificate,
+    restart the server, delete a file) is one a user searches the docs for: one of its
+    literal parts of 15 characters or more is written in a page, where the page says what it
+    means. The TLS certificate's dates, a session record boxmq cannot read and a Will the disk
+    refused were said in other words, no search finding them."""
+    docs = " ".join(" ".join(page.read_text(encoding="utf-8").split()) for page in PAGES)
+    lines = [
+        (where, text) for where, text in _warnings_and_errors() if _TELLS_WHAT_TO_DO.search(text)
+    ]
+    assert len(lines) > 5  # the source is read at all
+    missing = []
+    for where, text in lines:
+        parts = [part.strip(" :;,.()") for part in re.split(r"%[-\d.]*[sdrif]", text)]
+        if not any(part in docs for part in parts if len(part) >= 15):
+            missing.append(f"{where}: {text[:80]}")
+    assert missing == []
