@@ -727,6 +727,22 @@ def _spark_options() -> Any:
     return options
 
 
+def test_every_name_of_boxmq_spark_is_in_spark_md() -> None:
+    """boxmq.spark's `__all__` (register, local_session, StreamBusy...) and the public
+    methods of its classes, with their parameters, as the API's are held to the pages:
+    BoxMQDataSource's (what Spark calls) were named nowhere."""
+    _spark_options()  # pyspark there
+    import boxmq.spark as spark
+
+    members: dict[str, dict[str, Any]] = {"boxmq.spark": {}}
+    for name in spark.__all__:
+        value = members["boxmq.spark"][name] = getattr(spark, name)
+        if isinstance(value, type) and not issubclass(value, BaseException):
+            members[name] = _public(value)
+    assert {"register", "local_session"} <= set(members["boxmq.spark"])
+    assert _undocumented(members, [DOCS / "spark.md"]) == []
+
+
 def test_every_spark_option_is_in_spark_md_s_table_for_it() -> None:
     """The data source's options, from the names it checks a map against (options._KNOWN,
     _COMMON): those of every role in the "Everywhere" table, a read's in "Reading", a
