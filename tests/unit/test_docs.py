@@ -31,7 +31,8 @@ import boxmq
 from boxmq import cli_parser, config, config_table
 from boxmq.cli_args import joined_negative_durations
 from boxmq.client.subscriber import Subscriber  # not at the top of the package
-from boxmq.config import ServeConfig, load_config
+from boxmq.config import Security, ServeConfig, load_config
+from boxmq.core import ExactlyOnceLimits
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.settings import Authenticator, Authorizer, Limits, Listener, MqttSettings
 from boxmq.xmpp.settings import XmppSettings
@@ -679,13 +680,19 @@ def test_every_public_name_of_the_python_api_and_its_parameters_are_in_the_docs(
 def test_every_setting_of_serve_config_and_the_doors_is_named_where_it_is_set() -> None:
     """What a program that embeds the parts of `boxmq serve` sets, from the classes
     (`_public`: their fields, methods and the parameters of each): ServeConfig in
-    configuration.md; the MQTT door's MqttSettings, Listener, Limits, and the Authenticator
-    and Authorizer it calls, in configuration.md, mqtt.md or security.md; XmppSettings in
-    xmpp.md. Listener.ssl, the authenticator's and authorizer's methods and ServeConfig's
-    `*_from_file` fields were in no page."""
+    configuration.md, with its Security (security.md too) and the ExactlyOnceLimits that
+    `boxmq.open` takes as well (python.md, pubsub.md too); the MQTT door's MqttSettings,
+    Listener, Limits, and the Authenticator and Authorizer it calls, in configuration.md,
+    mqtt.md or security.md; XmppSettings in xmpp.md. Listener.ssl, the authenticator's and
+    authorizer's methods and ServeConfig's `*_from_file` fields were in no page."""
     mqtt = [Limits, Listener, MqttSettings, Authenticator, Authorizer]
+    serve = [Security, ExactlyOnceLimits]
     wanted = [
         ({"ServeConfig": _public(ServeConfig)}, ["configuration.md"]),
+        (
+            {c.__name__: _public(c) for c in serve},
+            ["configuration.md", "security.md", "python.md", "pubsub.md"],
+        ),
         ({c.__name__: _public(c) for c in mqtt}, ["configuration.md", "mqtt.md", "security.md"]),
         ({"XmppSettings": _public(XmppSettings)}, ["xmpp.md"]),
     ]
