@@ -1,8 +1,12 @@
 """The user docs against the code: links between pages resolve, every command-line option
-and config-file key a user can give is written down where a user reads (a key with the
-default the code keeps), every signature python.md gives is the code's, and every `boxmq`
-command line of the docs gives options its command has (and one of a shell block parses),
-as every Python block does, naming only what `boxmq` has.
+(with its default and choices) and config-file key a user can give is written down where a
+user reads (a key with the default the code keeps), every public name of the Python API, of
+boxmq.spark and of the settings of serve's parts is named with its parameters, every Spark
+option is in its table with its default, every warning that tells its reader what to do is
+quoted, every signature python.md gives is the code's, and every `boxmq` command line of the
+docs gives options its command has (and one of a shell block parses), as every Python block
+does, naming only what `boxmq` has. Each list is taken from the code (the parsers, the config
+reader, `inspect`, the log calls' source), so that a new name fails here until it is written.
 
 A user should never need the code to use a feature; these are the checks that cost nothing
 to keep (whether the text is right is for a reader)."""
