@@ -1,7 +1,8 @@
 """Every answer of the XMPP door that promises something is stored (a publish's result, an
 <acknowledged/>'s result, an <assured/>'s <received/>, a <deliver/>'s result, a retract's
-result) holds across a SIGKILL of `boxmq serve --fsync always` right after it: the next start
-has each message, and the item retracted stays done (docs/xmpp.md)."""
+result, a node's create and delete) holds across a SIGKILL of `boxmq serve --fsync always`
+right after it: the next start has each message and node, the item retracted stays done,
+the node deleted gone (docs/xmpp.md)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ def test_what_the_component_answered_survives_a_sigkill_right_after(
     data = tmp_path / "data"
     with boxmq.open(data, fsync="always") as box:
         box.queue("jobs")
+        box.queue("old").put(b"with the node")
     node = f"jobs@{SERVICE}"
     published: list[str] = []
     retracted: list[str] = []
@@ -85,6 +87,14 @@ def test_what_the_component_answered_survives_a_sigkill_right_after(
                 reply = await carol.request(_assured("assured", msg_id, msg_id), to=node)
                 assert reply.find("{urn:xmpp:qos}received") is not None
             reply = await carol.request(_assured("deliver", "m1"), to=node)
+            assert reply.get("type") == "result"
+            reply = await carol.request(
+                f"<pubsub xmlns='{ns.PUBSUB}'><create node='new'/></pubsub>"
+            )
+            assert reply.get("type") == "result"
+            reply = await carol.request(
+                f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><delete node='old'/></pubsub>"
+            )
             assert reply.get("type") == "result"
             kill(first)  # at once: the last answer is the one just read
 
@@ -111,6 +121,8 @@ def test_what_the_component_answered_survives_a_sigkill_right_after(
     assert "Traceback" not in output, output
 
     with boxmq.open(data, fsync="never") as box:
+        assert box.queues() == ["jobs", "new"]  # the node created is there, the deleted gone
+        assert box.queue("new").owner == "carol@localhost"  # XEP-0060 §8.1: its creator's
         [done] = retracted
         found = box.queue("jobs").find(done)  # deleted, or in processed/: never again ready
         assert found is None or found.state is boxmq.State.PROCESSED, found
