@@ -1,8 +1,12 @@
-"""New message ids, in DropboxMQ's shape: `<epoch ms * 1000 + counter>-<random>`.
+"""New message ids, in DropboxMQ's shape: `<epoch ms * 1000 + n>-<random>`.
 
 DropboxMQ encodes the JMS timestamp in the id; so do we, which gives consumers a FIFO order
-within a priority without reading any clock of the producer's. The random part keeps ids of
-different processes apart; a collision in working/ is detected (O_EXCL) and retried.
+within a priority without reading any clock of the producer's. Our n is the microsecond (bumped
+past the last id's when the clock has not moved on), not a counter of the process's own: a
+counter restarting at 0 each millisecond in every process ordered the puts of two processes
+within one millisecond by their random parts, a put after another's often first. The random
+part keeps ids of different processes apart; a collision in working/ is detected (O_EXCL) and
+retried.
 It comes from a generator seeded once from the OS (a system call per id cost 1.7 getrandom
 calls per message) and seeded again in a forked child, so parent and child never share a
 sequence.
@@ -38,7 +42,7 @@ class IdFactory:
         with self._lock:
             # Never go backwards within this process, even if the wall clock does. (Not
             # max(): a builtin that parses its arguments as keywords, ~800 instructions.)
-            stamp = int(self._clock.now() * 1000) * 1000
+            stamp = int(self._clock.now() * 1_000_000)
             if stamp <= self._last:
                 stamp = self._last + 1
             self._last = stamp

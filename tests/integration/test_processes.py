@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import random
 import signal
@@ -750,3 +751,53 @@ def test_a_process_killed_holding_a_share_group_s_flock_keeps_no_one_waiting(
             assert "b" in box.topics.members_of("g", "t/#")
             member.close()  # the last live member, with "a" killed: or "a" is still a member
     assert not (root / ".deleting").exists() or os.listdir(root / ".deleting") == []
+
+
+_PUT_EACH_LINE = """
+import sys, boxmq
+with boxmq.open(sys.argv[1], fsync="never") as box:
+    jobs = box.queue("jobs")
+    for line in sys.stdin:
+        jobs.put(line.strip().encode())
+        print("put", flush=True)
+"""
+
+
+def test_puts_of_two_processes_taking_turns_go_out_in_the_order_they_were_put(
+    root: Path,
+) -> None:
+    # FIFO within a priority across processes: each put starts after the other process's
+    # returned, most pairs within one millisecond, so the ids' stamps alone must order them.
+    other = subprocess.Popen(
+        [sys.executable, "-c", _PUT_EACH_LINE, str(root)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
+    )
+    assert other.stdin is not None
+    assert other.stdout is not None
+    try:
+        with boxmq.open(root, fsync="never") as box:
+            jobs = box.queue("jobs")
+            for turn in range(300):
+                jobs.put(str(2 * turn).encode())
+                other.stdin.write(f"{2 * turn + 1}\n")
+                other.stdin.flush()
+                assert other.stdout.readline() == "put\n"
+            other.stdin.close()
+            assert other.wait(timeout=30) == 0
+            with jobs.consumer("reader", max_in_flight=1) as consumer:
+                bodies = []
+                for _ in range(600):
+                    message = consumer.receive(timeout=5)
+                    assert message is not None
+                    bodies.append(int(message.body))
+                    message.ack()
+    finally:
+        if other.poll() is None:
+            other.kill()
+        other.wait(timeout=10)
+        other.stdout.close()
+    out_of_order = [(a, b) for a, b in itertools.pairwise(bodies) if a > b]
+    assert not out_of_order, f"{len(out_of_order)} out of FIFO order, e.g. {out_of_order[:5]}"

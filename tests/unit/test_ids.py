@@ -73,7 +73,7 @@ def test_an_id_carries_the_clock_s_time_unless_that_would_go_backwards(
     last = 0
     for now in times:
         stamp = int(ids.new().split("-")[0])
-        assert stamp == max(int(now * 1000) * 1000, last + 1)
+        assert stamp == max(int(now * 1_000_000), last + 1)
         last = stamp
 
 
