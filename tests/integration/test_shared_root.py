@@ -302,3 +302,34 @@ def test_a_message_another_box_took_and_gave_back_before_a_look_is_not_left_for_
             assert again is not None
             assert (again.id, again.delivery_count) == (first.id, 3)
             again.ack()
+
+
+def test_a_message_another_box_took_from_an_unlock_and_gave_back_goes_to_the_first_at_once(
+    root: Path, clock: ManualClock
+) -> None:
+    """A unlocks a message, B takes it and unlocks it in turn, all before A's watcher read
+    the unlock's rename into target/ (a name that came and left between two reads is no
+    news): A's consumer, no longer its last holder, must get it at once. A's engine kept
+    the name of its own unlock, gone, with A's hand-off on it, so the name B gave back
+    waited behind it: A's receive found nothing until the hand-off ended (1 s; never, the
+    clock standing still)."""
+    require_inotify(root.parent)
+    with (
+        boxmq.open(root, fsync="never", clock=clock) as a,
+        boxmq.open(root, fsync="never", clock=clock) as b,
+    ):
+        a.queue("jobs").put(b"m")
+        with (
+            a.queue("jobs").consumer("a", lock_timeout=30) as a_consumer,
+            b.queue("jobs").consumer("b", lock_timeout=30) as b_consumer,
+        ):
+            first = a_consumer.receive(timeout=5)
+            assert first is not None
+            first.unlock()
+            second = b_consumer.receive(timeout=5)
+            assert second is not None  # at once: A is its last holder
+            second.unlock()
+            third = a_consumer.receive(timeout=2)
+            assert third is not None, "A waited out a hand-off that was no longer its own"
+            assert third.delivery_count == 3
+            third.ack()

@@ -159,11 +159,20 @@ class TargetNames(LiveNews):
                 self._behind.add(message_id)
             return  # else our own claim, which the watcher tells of late
         if (ready := self._engine.ready_key(message_id)) is not None:
-            if ready != name:
+            if ready == name:
+                return
+            if os.path.lexists(self._box.file(State.TARGET, ready)):
                 # The engine knows messages by id: an offer would put this one in place of
                 # the other, which then nobody gets. One at a time, as behind a lock.
                 self._behind.add(message_id)
-            return
+                return
+            # The engine's name left target/ unseen: our own unlock's (or put's), which
+            # another process took before our watcher read its coming, so that its leaving
+            # is no news either, and gave back under this one. Kept, it held this name
+            # back until a claim of it failed, after the hand-off of our consumer that
+            # unlocked it, though another held the message since.
+            self._known.pop(ready, None)
+            self._engine.withdraw(message_id)
         if (stamp := envelope.timestamp) is not None:
             sequence = stamp / 1000
         else:
