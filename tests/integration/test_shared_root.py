@@ -333,3 +333,33 @@ def test_a_message_another_box_took_from_an_unlock_and_gave_back_goes_to_the_fir
             assert third is not None, "A waited out a hand-off that was no longer its own"
             assert third.delivery_count == 3
             third.ack()
+
+
+def test_an_unlock_s_delay_and_delivery_count_hold_in_another_box(
+    root: Path, clock: ManualClock
+) -> None:
+    """What concepts.md says holds across processes: a delayed unlock is not delivered by
+    another box before its delay, and deliveries counted in two boxes add up to one
+    max_deliveries (both open the root with the same)."""
+    with (
+        boxmq.open(root, fsync="never", clock=clock, max_deliveries=2) as a,
+        boxmq.open(root, fsync="never", clock=clock, max_deliveries=2) as b,
+    ):
+        a.queue("jobs").put(b"m")
+        with (
+            a.queue("jobs").consumer("a", lock_timeout=30) as a_consumer,
+            b.queue("jobs").consumer("b", lock_timeout=30) as b_consumer,
+        ):
+            first = a_consumer.receive(timeout=5)
+            assert first is not None
+            assert first.unlock(delay=5) is None
+            assert b_consumer.receive(timeout=0.5) is None  # the clock stands still
+            clock.advance(5)
+            second = b_consumer.receive(timeout=5)
+            assert second is not None
+            assert second.delivery_count == 2
+            assert second.unlock() == "max-deliveries"
+            assert a_consumer.receive(timeout=0.5) is None
+    assert files(root, "jobs", "target") == []
+    [dead] = files(root, "jobs", "error")
+    assert "bx_dcI=2" in dead
