@@ -6,7 +6,8 @@ drops its memory subscriptions, deletes its durable ones, leaves its share group
 messages in flight go to the other members, MQTT-234), and discards its QoS 2 messages
 awaiting PUBREL and its record. At start, the sessions on disk whose clients are away are
 timed again from their records (`resume_expiries`): the timers of the process before died
-with it.
+with it. Those granted more than this broker's `max_session_expiry` (lowered while none ran)
+end by it (`_capped`).
 
 Invariants:
 - A session away is counted (its end and its Will's delay timed) by one broker of its host
@@ -198,7 +199,8 @@ and `then` with its result (or the error it raised) on the loop; False if none h
 class Lifetimes:
     """Ends sessions, and times their ends. The registries are the broker's, shared:
     `sessions` (client id -> session), `memory` (the in-memory subscriptions), `durable`
-    (client id -> filter -> its dropbox); `token` names this broker in the records."""
+    (client id -> filter -> its dropbox); `token` names this broker in the records;
+    `max_expiry` is its `max_session_expiry`, which caps the sessions it takes from the disk."""
 
     def __init__(
         self,
@@ -212,8 +214,10 @@ class Lifetimes:
         durable: dict[str, dict[str, Subscriber]],
         after_disk_work: AfterDiskWork,
         remove_record: Callable[[str], None],
+        max_expiry: int,
     ) -> None:
         self._box = box
+        self._max_expiry = max_expiry
         self._after_disk_work = after_disk_work
         self._remove_record = remove_record  # recording.Recorder.remove
         self._clock = clock
@@ -450,7 +454,7 @@ class Lifetimes:
         client there, a sweep) or took it on since. Such a record names its dead holder
         till then, which a sweep finds again: it is not followed through the successions
         (`Chains.resolve`)."""
-        away = AwayAtStart(found, found) if found.holder is None else None
+        away = AwayAtStart(self._capped(found), found) if found.holder is None else None
         if away is None:
             away = self._claim_and_take(found, now, sweep=sweep)
         if away is not None:
@@ -593,16 +597,30 @@ class Lifetimes:
     def _taken_on(self, record: SessionRecord, now: float) -> SessionRecord:
         """`record`, which no broker that runs counts, as this one counts it (`counted_by`),
         held by none in memory (a client's return takes it from the disk). Away already,
-        its times stand. Connected to a broker that died, no disconnect was recorded: the
-        network connection closed with it, and now is the first moment known after that
-        (MQTT 5.0 §3.1.2.11), its Will due after its delay."""
-        away = replace(record, holder=None, server=None, counted_by=self._token)
+        its times stand (under this broker's limit: `_capped`). Connected to a broker that
+        died, no disconnect was recorded: the network connection closed with it, and now is
+        the first moment known after that (MQTT 5.0 §3.1.2.11), its Will due after its delay."""
+        away = replace(self._capped(record), holder=None, server=None, counted_by=self._token)
         if record.holder is None:
             return away
         away = replace(away, disconnected_at=now)
         if record.will is not None:  # the connection closed without DISCONNECT: a Will to send
-            away = replace(away, will_due=now + will_delay(record.will, record.expiry))
+            away = replace(away, will_due=now + will_delay(record.will, away.expiry))
         return away
+
+    def _capped(self, record: SessionRecord) -> SessionRecord:
+        """`record`, read from the disk, under this broker's `max_session_expiry`: a session
+        granted longer (never, or a limit lowered while no broker ran) ends by this one,
+        counted from its client's leaving, and its Will no later (MQTT 5.0 §3.1.3.2.2), as
+        if its CONNECT had come under this limit (mosquitto caps the sessions it restores
+        too). Kept, it outlived the limit the operator set by days, collecting messages."""
+        if record.expiry <= self._max_expiry:
+            return record
+        capped = replace(record, expiry=self._max_expiry)
+        if record.will_due is not None and record.disconnected_at is not None:
+            end = record.disconnected_at + self._max_expiry
+            capped = replace(capped, will_due=min(record.will_due, end))
+        return capped
 
     def _end_if_still_away(self, away: AwayAtStart) -> None:
         """The end of a session found on disk at start, unless its client came back (here, or

@@ -36,6 +36,7 @@ from boxmq.mqtt.packets import Will
 from boxmq.mqtt.properties import Properties
 from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.session_record import SessionRecord, read_record, records_folder, write_record
+from boxmq.mqtt.settings import Limits, MqttSettings
 from boxmq.store.process import process_token
 from boxmq.store.topics import subscription_key, subscription_path
 
@@ -104,6 +105,36 @@ def test_a_session_not_back_within_its_interval_after_a_restart_ends(tmp_path: P
         assert _message_files(root) == [
             os.path.join(_dropbox(root, "kept/#", "old"), ".subscription")
         ]
+
+
+def test_a_restart_under_a_lower_max_session_expiry_ends_a_session_away_by_it(
+    tmp_path: Path,
+) -> None:
+    """A session granted an hour, its Will a 10-minute delay, left under the default limit;
+    the server restarted with `max_session_expiry = 3`: the session ends 3 s after its
+    client left, its Will with it (no later than the session's end, MQTT 5.0 §3.1.3.2.2),
+    as it would have had it connected under that limit. It kept the hour it was granted."""
+    root, capped = tmp_path / "root", 3
+    first = start_server(root)
+    try:
+        gone = paho(
+            first, "gone", clean=False, expiry=3600, will=("wills/gone", b"gone", 1), will_delay=600
+        )
+        gone.subscribe("gone/#", 1)
+        left = time.monotonic()
+        drop(gone)  # no DISCONNECT: its Will waits out its delay
+    finally:
+        first.shutdown()
+    with start_server(root, MqttSettings(limits=Limits(max_session_expiry=capped))) as second:
+        watcher = paho(second, "watcher")
+        watcher.subscribe("wills/#", 1)
+        assert watcher.next(timeout=capped + WAIT).payload == b"gone"
+        assert capped - 0.5 < time.monotonic() - left < capped + WAIT
+        deadline = time.monotonic() + WAIT
+        while read_record(str(root), "gone") is not None:
+            assert time.monotonic() < deadline, "the session outlived the lower limit"
+            time.sleep(0.05)
+        assert not os.path.exists(_dropbox(root, "gone/#", "gone"))
 
 
 def test_a_session_end_killed_between_a_subscriptions_record_and_folder_is_finished(
