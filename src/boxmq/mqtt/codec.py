@@ -296,7 +296,7 @@ def _subscription(topic_filter: str, options: int, version: ProtocolVersion) -> 
     """The subscription options byte (MQTT 5.0 §3.8.3.1, 3.1.1 §3.8.3.1)."""
     qos = options & 3
     if qos == 3:
-        # 3.1.1 calls it malformed (MQTT-3-8.3-4); MQTT 5.0 a Protocol Error (§3.8.3.1),
+        # 3.1.1 calls it malformed (its MQTT-3.8.3-4); MQTT 5.0 a Protocol Error (§3.8.3.1),
         # as it does Retain Handling 3 below: DISCONNECT 0x82, not 0x81.
         error = MalformedPacket if version is _V311 else ProtocolError
         raise error(f"SUBSCRIBE: QoS 3 for {topic_filter!r} (§3.8.3.1)")

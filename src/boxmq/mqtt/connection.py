@@ -172,7 +172,7 @@ class Connection:
 
     def stop_reading(self) -> None:
         """The connection ends: the packets of this read not taken yet are not decoded, and
-        `packets` gives no more of them (nothing after a DISCONNECT, MQTT-3.14.4-2, or
+        `packets` gives no more of them (nothing after a DISCONNECT, MQTT-3.14.4-1, or
         after a CONNECT the server refused, MQTT-3.1.4-6)."""
         self._reader.clear()
 

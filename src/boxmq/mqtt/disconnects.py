@@ -17,7 +17,7 @@ _R = ReasonCode
 def stop_reading(client: Client) -> None:
     """Nothing more that `client` sent is acted on: its connection ends (a DISCONNECT, a
     refused CONNECT, a close by the server), and a client may send nothing after its
-    DISCONNECT (MQTT-3.14.4-2), nor be served after a CONNECT refused (MQTT-3.1.4-6). The
+    DISCONNECT (MQTT-3.14.4-1), nor be served after a CONNECT refused (MQTT-3.1.4-6). The
     rest of the read being handled (or of the packets a SUBSCRIBE held back) is dropped,
     undecoded: a SUBSCRIBE after a DISCONNECT would otherwise subscribe a session that has
     just ended, and a packet after a refused CONNECT would be handled with no session."""

@@ -368,7 +368,7 @@ class Publishing:
             # disk until then: its session, and so its PUBREL, does not outlive a restart.
             # Its id is made now, in its turn among its client's disk work, as the intake's
             # are for the QoS 2 PUBLISHes around it: a subscription orders by id, and one
-            # made at PUBREL would put it behind those sent after it (MQTT-4.6.0-6).
+            # made at PUBREL would put it behind those sent after it (MQTT-4.6.0-5).
             client.jobs.append(
                 Job(
                     partial(self._retained_id, packet),
@@ -426,7 +426,7 @@ class Publishing:
         server must not acknowledge what it did not store: the connection closes, and the
         client sends the message again once it reconnects (3.1.1 §4.4). Unless it can never
         be stored (its topic too long for a stored message's name): a server that will not
-        take a PUBLISH may acknowledge it instead of closing (MQTT-3.3.5-2), and a close made
+        take a PUBLISH may acknowledge it instead of closing (3.1.1 MQTT-3.3.5-2), and a close made
         its client send it again on every reconnect, forever. It is acknowledged and
         dropped, as a PUBLISH the ACL refuses is (`_refuse_publish`)."""
         v5 = client.link.connection.version is ProtocolVersion.V5
@@ -582,7 +582,7 @@ class Publishing:
         # Written now only if retained: one not stored at its PUBLISH goes to the memory
         # subscribers alone, as on the fast path of `released`. Written for a durable subscription
         # made since, it got an id made now, later than those of the QoS 2 messages its
-        # client sent after it, and came after them (MQTT-4.6.0-6).
+        # client sent after it, and came after them (MQTT-4.6.0-5).
         write = publish is not None and not on_disk and publish.retain
         order = None if publish is None else self._order_of(publish)  # received at PUBREL
         # After a restart the server holds nothing of the message in memory (or only the

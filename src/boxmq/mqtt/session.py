@@ -72,7 +72,7 @@ class Release(NamedTuple):
     refused: bool = False
     received: float = 0.0  # when its PUBLISH came, if it has a Message Expiry Interval
     # A retained one written at PUBREL: the id made in its PUBLISH's turn (its place among its
-    # publisher's messages in a subscription, which orders them by id; MQTT-4.6.0-6).
+    # publisher's messages in a subscription, which orders them by id; MQTT-4.6.0-5).
     message_id: str | None = None
 
 
