@@ -266,7 +266,7 @@ def _subscribe(packet_id: int, topic_filter: bytes, qos: int) -> bytes:
 def test_nothing_sent_after_a_disconnect_in_the_same_read_is_acted_on(
     server: RunningServer,
 ) -> None:
-    """MQTT-3.14.4-2: a client sends nothing after its DISCONNECT, and what it sends anyway
+    """MQTT-3.14.4-1: a client sends nothing after its DISCONNECT, and what it sends anyway
     (here in the same TCP segment) is not acted on: a PUBLISH is not delivered, and a
     SUBSCRIBE does not subscribe the session that the DISCONNECT left (persistent, so a
     subscription made would show when it comes back)."""

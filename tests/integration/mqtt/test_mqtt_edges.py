@@ -107,7 +107,7 @@ def test_a_311_publication_too_long_to_store_is_acknowledged_and_dropped_not_res
 ) -> None:
     """MQTT 3.1.1 has no negative PUBACK or PUBREC, and a server that will not take a PUBLISH
     "MUST either make a positive acknowledgement ... or close the Network Connection"
-    (MQTT-3.3.5-2). It closed, and paho, as a persistent 3.1.1 session must (MQTT-4.4.0-1),
+    (3.1.1 MQTT-3.3.5-2). It closed, and paho, as a persistent 3.1.1 session must (MQTT-4.4.0-1),
     sent the same PUBLISH again on every reconnect, to be refused again, forever: a topic
     too long for a stored message's name never fits. It is acknowledged and dropped now,
     with a warning, as a PUBLISH the ACL refuses is; the connection stays up, the client

@@ -1,5 +1,5 @@
 """One client's QoS 2 messages on a topic reach each subscriber in the order they were sent
-(MQTT-4.6.0-6), however many are in flight, whether each went through the exactly-once intake
+(MQTT-4.6.0-5), however many are in flight, whether each went through the exactly-once intake
 (a durable subscriber when it came) or waited in the session for its PUBREL (none then)."""
 
 from __future__ import annotations

@@ -159,7 +159,7 @@ def send_window(publisher: socket.socket, topic: str) -> None:
 def test_a_retained_qos2_message_keeps_its_place_among_its_publishers_others(
     tmp_path: Path, fsync: str, expiry: int
 ) -> None:
-    """MQTT-4.6.0-6: a persistent session's subscription (a dropbox, ordered by the ids in its
+    """MQTT-4.6.0-5: a persistent session's subscription (a dropbox, ordered by the ids in its
     file names) gets one publisher's QoS 2 messages on a topic in the order they were sent,
     the retained one among them too. A clean publisher's was written at its PUBREL with an id
     made then, later than those the others got at their PUBLISH, and came last (found by a
@@ -184,7 +184,7 @@ def test_a_retained_qos2_message_keeps_its_place_among_its_publishers_others(
 def test_a_persistent_publishers_retained_qos2_message_keeps_its_place_for_a_connected_one(
     tmp_path: Path, subscriber_expiry: int
 ) -> None:
-    """MQTT-4.6.0-6 for a subscriber connected while the window goes: a persistent
+    """MQTT-4.6.0-5 for a subscriber connected while the window goes: a persistent
     publisher's retained QoS 2 message was written and routed at its PUBLISH, while those
     sent before it waited in the intake for their PUBREL, and arrived as 3, 0, 1, 2, 4, ...
     (a known gap, docs/mqtt.md); it waits in the intake with them now, for its own PUBREL."""
