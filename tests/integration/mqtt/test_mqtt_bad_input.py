@@ -110,11 +110,22 @@ def test_a_second_connect_sends_the_will(server: RunningServer, v5: bool) -> Non
     watcher.stop()
 
 
+def _v311_subscribe(options: int) -> bytes:
+    """A 3.1.1 SUBSCRIBE of filter "a" (no properties) whose options byte is `options`."""
+    return bytes([0x82, 6, 0, 1, 0, 1, ord("a"), options])
+
+
 V311_CASES = [
     *V5_CASES[:8],
     ("a second CONNECT", V311_CONNECT, 0),
     ("AUTH, which 3.1.1 does not have", bytes.fromhex("f000"), 0),
-    ("a SUBSCRIBE shaped for v5", V5_CASES[12][1], 0),
+    # 5.0's option bits are reserved in 3.1.1, which must be 0 (3.1.1 MQTT-3.8.3-4).
+    ("v5's No Local in a 3.1.1 SUBSCRIBE", _v311_subscribe(0x04), 0),
+    ("v5's Retain As Published in a 3.1.1 SUBSCRIBE", _v311_subscribe(0x08), 0),
+    ("v5's Retain Handling 1 in a 3.1.1 SUBSCRIBE", _v311_subscribe(0x11), 0),
+    # A v5 SUBSCRIBE whole: its Properties Length (0) and its filter length's first byte are
+    # read as 3.1.1's filter length, of an empty filter: malformed before any options.
+    ("a v5 SUBSCRIBE, its filter length wrong to 3.1.1", V5_CASES[12][1], 0),
 ]
 
 
