@@ -66,6 +66,7 @@ from boxmq.client.subscriber import Subscriber
 from boxmq.client.topics import Topics
 from boxmq.clock import Clock
 from boxmq.core import parse_filter
+from boxmq.core.deadlines import Deadlines
 from boxmq.errors import RecurringFailure, store_failure
 from boxmq.mqtt.adoption import CONNECTED, Orphans, session_claim
 from boxmq.mqtt.routes import MemoryRoutes
@@ -226,7 +227,11 @@ class Lifetimes:
         self._sessions = sessions
         self._memory = memory
         self._durable = durable
-        self.expiries: dict[str, asyncio.TimerHandle] = {}  # client id -> its session's end
+        # Client id -> when its session ends, on the broker's clock (`end_due`, at each of
+        # its ticks, as its keep-alives are): the loop's timer ran on real time, so a clock
+        # moved on (a test's) ended no session. And what ends it then.
+        self.expiries: Deadlines[str] = Deadlines()
+        self._ends: dict[str, Callable[[], None]] = {}
         # The sweep for sessions of dead brokers (`adopt_the_dead`), and what its looks saw.
         self._orphans = Orphans(box.root, token)
         self._sweep_failing = RecurringFailure()
@@ -512,9 +517,7 @@ class Lifetimes:
         if deadline <= now:
             self._end_if_still_away(away)
         else:
-            self.expiries[client_id] = asyncio.get_running_loop().call_later(
-                deadline - now, self._end_if_still_away, away
-            )
+            self._end_at(client_id, deadline, partial(self._end_if_still_away, away))
 
     def adopt_the_dead(self) -> None:
         """The sweep of a running broker: the sessions whose counters (followed through the
@@ -626,7 +629,6 @@ class Lifetimes:
         """The end of a session found on disk at start, unless its client came back (here, or
         to another broker on this root: its record changed)."""
         client_id = away.counted.client_id
-        self.expiries.pop(client_id, None)
         if client_id in self._sessions:
             return
         record = read_record(self._box.root, client_id)
@@ -641,7 +643,6 @@ class Lifetimes:
         client_id = session.client_id
 
         def expire() -> None:
-            self.expiries.pop(client_id, None)
             current = self._sessions.get(client_id)
             if current is not session or session.connected:
                 return
@@ -654,9 +655,24 @@ class Lifetimes:
             log.info("client %s: session expired", client_id)
             self.end(session)
 
-        self.expiries[client_id] = asyncio.get_running_loop().call_later(session.expiry, expire)
+        self._end_at(client_id, self._clock.now() + session.expiry, expire)
+
+    def _end_at(self, client_id: str, when: float, end: Callable[[], None]) -> None:
+        """The session of `client_id` ends at `when` (the broker's clock) by `end`, which
+        replaces any end it had."""
+        self.expiries.set(client_id, when)
+        self._ends[client_id] = end
+
+    def end_due(self, now: float) -> None:
+        """On the broker's timer: the sessions whose time came at `now` end (or are let go,
+        those another broker holds or counts now)."""
+        for client_id in self.expiries.due(now):
+            if client_id in self.expiries:
+                continue  # timed again by an end run before it here
+            end = self._ends.pop(client_id, None)
+            if end is not None:  # not cancelled by an end run before it
+                end()
 
     def cancel_expiry(self, client_id: str) -> None:
-        handle = self.expiries.pop(client_id, None)
-        if handle is not None:
-            handle.cancel()
+        self.expiries.discard(client_id)
+        self._ends.pop(client_id, None)

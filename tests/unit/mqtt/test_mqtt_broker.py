@@ -1296,6 +1296,29 @@ def test_a_311_persistent_session_ends_max_session_expiry_after_its_client_left(
     _run(tmp_path, test, settings=settings)
 
 
+def test_a_session_away_ends_when_the_brokers_clock_passes_its_expiry(tmp_path: Path) -> None:
+    """MQTT-4.1.0-2: the session state is discarded once its Session Expiry Interval has
+    passed since its client left, timed on the broker's clock (its keep-alives' too), so
+    that a test need not wait a minute of real time (it ran on the loop's timer)."""
+    clock = ManualClock(time.time())
+
+    async def test(broker: Broker) -> None:
+        away = _connect(broker, "away", expiry=60)
+        away.send(Subscribe(1, (Subscription("news/#", 1),)))
+        away.take()
+        away.close()
+        clock.advance(59)
+        broker.tick(clock.now())
+        assert "away" in broker._sessions  # 1 s left
+        clock.advance(2)
+        broker.tick(clock.now())
+        assert "away" not in broker._sessions
+        assert read_record(str(tmp_path / "root"), "away") is None
+        assert _subscribed(broker, consumer_name("away")) == []
+
+    _run(tmp_path, test, clock)
+
+
 def _taken_on_elsewhere(root: Path, client_id: str) -> None:
     """The session's record as another server writes it when it takes the session on from
     one of its host that died (Lifetimes._take_on), or as that one's restart does: away
@@ -1315,6 +1338,7 @@ def test_a_session_kept_here_and_taken_on_by_another_server_is_let_go_at_its_exp
     copy is stale, but its expiry timer, counted from the client's leaving here, ended the
     session before the time its record says (its subscriptions and record deleted): it
     read a record naming no server as one no other holds. It lets go of its copy now."""
+    clock = ManualClock(time.time())
 
     async def test(broker: Broker) -> None:
         roamer = _connect(broker, "roamer", expiry=1)
@@ -1322,11 +1346,13 @@ def test_a_session_kept_here_and_taken_on_by_another_server_is_let_go_at_its_exp
         roamer.take()
         roamer.close()
         _taken_on_elsewhere(tmp_path / "root", "roamer")
-        await _until(lambda: "roamer" not in broker._sessions)
+        clock.advance(2)
+        broker.tick(clock.now())  # past its expiry here
+        assert "roamer" not in broker._sessions
         assert read_record(str(tmp_path / "root"), "roamer") is not None
         assert _subscribed(broker, consumer_name("roamer")) == ["news/#"]
 
-    _run(tmp_path, test)
+    _run(tmp_path, test, clock)
 
 
 def test_a_session_kept_here_and_taken_on_by_another_server_is_resumed_from_the_disk(
@@ -2929,15 +2955,19 @@ def test_a_record_the_restart_cannot_rewrite_does_not_postpone_the_sessions_end(
     async def first(broker: Broker) -> None:
         _connect(broker, "killed", expiry=60).send(Subscribe(1, (Subscription("k/#", 1),)))
 
+    clock = ManualClock(time.time())
+
     async def then(broker: Broker) -> None:
         assert read_record(root, "killed") == killed  # not rewritten
-        await _until(lambda: _subscribed(broker, "killed") == [])  # one second on
+        clock.advance(1.5)  # past its expiry (1 s), counted from the restart
+        broker.tick(clock.now())
+        await _until(lambda: _subscribed(broker, "killed") == [])
         assert read_record(root, "killed") is None
 
     _run(tmp_path, first)
     write_record(root, killed)
     _refuse_session_records(monkeypatch, root)
-    _run(tmp_path, then)
+    _run(tmp_path, then, clock)
 
 
 def test_a_record_the_restart_cannot_rewrite_does_not_hold_back_a_delayed_will(
