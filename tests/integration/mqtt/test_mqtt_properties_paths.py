@@ -12,10 +12,20 @@ test_mqtt_long_properties properties too long for a file name; here the other pa
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from paho.mqtt.packettypes import PacketTypes
-from tests.integration.mqtt.clients import Received, RunningServer, drop, paho, paho_properties
+from tests.integration.mqtt.clients import (
+    Received,
+    RunningServer,
+    drop,
+    paho,
+    paho_properties,
+    serve_fresh,
+    serve_process,
+    stop_process,
+)
 
 INTERVAL = 60  # seconds: the Message Expiry Interval published
 USER = [("tenant", "acme"), ("trace", "a1"), ("tenant", "other")]  # a name twice, in order
@@ -72,3 +82,41 @@ def test_a_share_members_message_given_to_another_when_it_dies_keeps_its_metadat
     assert (message.topic, message.payload) == ("jobs/1", b"{}")
     _assert_as_sent(message, 4, published)
     assert second.nothing()
+
+
+def test_a_persistent_sessions_messages_keep_their_metadata_across_a_sigterm_restart(
+    tmp_path: Path,
+) -> None:
+    """`boxmq serve` stopped as a user stops it and started again: the messages a persistent
+    session collected while away (QoS 1, QoS 2 through the exactly-once intake, a retained
+    one) and the retained store's copy, for a subscriber that comes after the restart."""
+    served, process = serve_fresh(tmp_path)
+    try:
+        away = paho(served, "away", clean=False, expiry=300)
+        away.subscribe("jobs/#", 2, properties=_identified(5))
+        away.stop()
+        publisher = paho(served, "publisher")
+        for topic, qos, retain in (("jobs/1", 1, False), ("jobs/2", 2, False), ("jobs/r", 1, True)):
+            publisher.publish(topic, topic, qos, retain=retain, properties=_published())
+        published = time.monotonic()
+        publisher.stop()
+        time.sleep(1.2)  # so that what is left of the interval is less than was sent
+    finally:
+        stop_process(process)
+    process = serve_process(served.root, served.port)
+    try:
+        back = paho(served, "away", clean=False, expiry=300)
+        assert back.session_present
+        got = {message.payload: message for message in (back.next() for _ in range(3))}
+        assert sorted(got) == [b"jobs/1", b"jobs/2", b"jobs/r"]
+        assert [got[b"jobs/1"].qos, got[b"jobs/2"].qos] == [1, 2]
+        for message in got.values():
+            _assert_as_sent(message, 5, published)
+        assert back.nothing()
+        late = paho(served, "late")
+        late.subscribe("jobs/r", 1, properties=_identified(6))
+        retained = late.next()
+        assert (retained.payload, retained.retain) == (b"jobs/r", True)
+        _assert_as_sent(retained, 6, published)
+    finally:
+        stop_process(process)
