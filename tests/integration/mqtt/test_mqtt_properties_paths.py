@@ -11,14 +11,18 @@ test_mqtt_long_properties properties too long for a file name; here the other pa
 
 from __future__ import annotations
 
+import json
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from paho.mqtt.packettypes import PacketTypes
 from tests.integration.mqtt.clients import (
+    WAIT,
     Received,
     RunningServer,
+    boxmq_cli,
     drop,
     paho,
     paho_properties,
@@ -120,3 +124,29 @@ def test_a_persistent_sessions_messages_keep_their_metadata_across_a_sigterm_res
         _assert_as_sent(retained, 6, published)
     finally:
         stop_process(process)
+
+
+def test_the_cli_and_the_python_api_show_an_mqtt_messages_expiry_as_its_expiration(
+    server: RunningServer,
+) -> None:
+    """The Message Expiry Interval is the message's expiration on disk: `boxmq get`'s and
+    `subscribe --json`'s `expires` and `Message.expiration` say when it ends, beside the
+    properties that test_mqtt_properties_elsewhere checks."""
+    server.box.subscribe("orders/#", "audit").close()  # kept: they collect while away
+    server.box.subscribe("orders/#", "worker").close()
+    before = time.time()
+    paho(server, "publisher").publish("orders/1", b"{}", 1, properties=_published())
+    after = time.time()
+    line = boxmq_cli(
+        server.root, "--json", "subscribe", "orders/#", "--name", "audit", "--count", "1"
+    ).stdout
+    shown = json.loads(line)
+    assert (shown["body"], shown["reply-to"]) == ("{}", SENT["ResponseTopic"])
+    expires = datetime.fromisoformat(shown["expires"]).timestamp()  # to the second
+    assert int(before) + INTERVAL <= expires <= after + INTERVAL
+    with server.box.subscribe("orders/#", "worker") as worker:
+        message = worker.receive(timeout=WAIT)
+        assert message is not None
+        assert message.expiration is not None
+        assert before + INTERVAL - 0.01 <= message.expiration <= after + INTERVAL
+        message.ack()
