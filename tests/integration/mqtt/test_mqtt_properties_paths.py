@@ -150,3 +150,43 @@ def test_the_cli_and_the_python_api_show_an_mqtt_messages_expiry_as_its_expirati
         assert message.expiration is not None
         assert before + INTERVAL - 0.01 <= message.expiration <= after + INTERVAL
         message.ack()
+
+
+def test_a_message_the_cli_retained_reaches_a_later_v5_subscriber_with_its_metadata(
+    server: RunningServer,
+) -> None:
+    """docs/mqtt.md, "What the others set is what an MQTT v5 subscriber gets", through the
+    retained store: `boxmq publish --retain` while the server runs, then a subscriber that
+    comes after it (a non-persistent session, which gets it from the retained store). The
+    request's Response Topic and Correlation Data are given by their `mqtt.*` names, which go
+    to a side file: `--reply-to` and `--correlation-id` stay in the file name, and with the
+    rest there they leave the name too long (docs/file-format.md, "The 255-byte limit")."""
+    done = boxmq_cli(
+        server.root,
+        *("publish", "cfg/line-4", '{"speed": 3}', "--qos", "1", "--retain"),
+        *("-p", "tenant=acme", "-p", "n:int=3", "-p", "mqtt.content-type=application/json"),
+        *("-p", "mqtt.response-topic=cfg/answers", "-p", "mqtt.correlation-data=cmVxLTc="),
+        *("--expires-in", "60s"),
+    )
+    assert done.returncode == 0, done.stderr
+    published = time.monotonic()
+    time.sleep(1.2)  # so that what is left of the interval is less than was sent
+    late = paho(server, "late")
+    late.subscribe("cfg/#", 1, properties=_identified(9))
+    message = late.next()
+    assert (message.topic, message.payload, message.retain) == (
+        "cfg/line-4",
+        b'{"speed": 3}',
+        True,
+    )
+    got = message.properties
+    assert got.UserProperty == [("tenant", "acme"), ("n", "3")]
+    assert (got.ContentType, got.ResponseTopic, got.CorrelationData) == (
+        "application/json",
+        "cfg/answers",
+        b"req-7",
+    )
+    assert got.SubscriptionIdentifier == [9]
+    since = time.monotonic() - published
+    assert INTERVAL - since - 1 <= got.MessageExpiryInterval <= INTERVAL - 1, since
+    assert late.nothing()
