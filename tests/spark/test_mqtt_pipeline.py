@@ -13,9 +13,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from paho.mqtt.packettypes import PacketTypes
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
-from tests.integration.mqtt.clients import Received, RunningServer, paho, start_server
+from tests.integration.mqtt.clients import (
+    Received,
+    RunningServer,
+    paho,
+    paho_properties,
+    start_server,
+)
 
 import boxmq
 
@@ -83,4 +90,55 @@ def test_mqtt_publishes_reach_spark_once_and_spark_alerts_reach_mqtt(
         pytest.fail(f"the operator got {len(got)} of {expected} alerts over MQTT")
     assert {message.topic for message in got} == {f"alerts/r{room}" for room in range(4)}
     assert operator.nothing(within=1.0)  # and nothing twice
+    operator.stop()
+
+
+def test_an_mqtt_v5_messages_metadata_reaches_spark_and_goes_back_to_mqtt_as_it_came(
+    spark: SparkSession, running: RunningServer
+) -> None:
+    """docs/spark.md's columns for a message an MQTT v5 client published (its properties,
+    `reply_to`, `correlation_id`, `expiration`), and docs/mqtt.md's "a message read and
+    published again with its properties goes out as it came in", through Spark's sink."""
+    root = str(running.root)
+    with boxmq.open(root) as box:
+        box.topics.attach_dropbox("$share/etl/requests/#", "spark")
+    operator = paho(running, "operator", clean=False, expiry=600)
+    operator.subscribe("answers/#", qos=1)
+    sent: dict[str, object] = {
+        "UserProperty": [("tenant", "acme"), ("trace", "a1")],
+        "ContentType": "application/json",
+        "ResponseTopic": "answers/dev-7",
+        "CorrelationData": b"req-7",
+        "PayloadFormatIndicator": 1,
+    }
+    properties = paho_properties(PacketTypes.PUBLISH, MessageExpiryInterval=3600, **sent)
+    paho(running, "device").publish("requests/1", b"{}", 1, properties=properties)
+
+    frame = (
+        spark.read.format("boxmq")
+        .option("root", root)
+        .option("subscription", "$share/etl/requests/#")
+        .option("consumer", "spark")
+        .load()
+    )
+    [row] = frame.collect()
+    assert (row.topic, bytes(row.body)) == ("requests/1", b"{}")
+    assert row.properties == {
+        "tenant": "acme",
+        "trace": "a1",
+        "mqtt.content-type": "application/json",
+        "mqtt.response-topic": "answers/dev-7",
+        "mqtt.correlation-data": "cmVxLTc=",  # base64 of req-7
+        "mqtt.payload-format": "utf-8",
+    }
+    assert (row.reply_to, row.correlation_id) == ("answers/dev-7", "req-7")
+    assert 3599 <= (row.expiration - row.timestamp).total_seconds() <= 3601
+
+    frame.selectExpr("body", "reply_to AS topic", "properties").write.format("boxmq").option(
+        "root", root
+    ).mode("append").save()
+    answer = operator.next(timeout=20)
+    assert (answer.topic, answer.payload) == ("answers/dev-7", b"{}")
+    for name, value in sent.items():
+        assert getattr(answer.properties, name) == value, name
     operator.stop()
