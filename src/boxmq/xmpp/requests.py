@@ -146,6 +146,8 @@ BAD_REQUEST: Final = Condition("modify", "bad-request")
 SERVICE_UNAVAILABLE: Final = Condition("cancel", "service-unavailable")
 _INVALID_PAYLOAD: Final = Condition("modify", "bad-request", "invalid-payload")
 _INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")  # XEP-0060 §6.1.3.1
+# XEP-0060 §8.1.2: a create without a node asks for an instant node, which is not served
+_INSTANT_NODE: Final = Condition("modify", "not-acceptable", "nodeid-required")
 
 # XEP-0060's name for the feature each request not served here belongs to (§4.6's list).
 _FEATURES: Final = {
@@ -262,7 +264,9 @@ def _pubsub(iq: Iq, pubsub: Element) -> Request:
     if name == "unsubscribe" and setter:
         return Unsubscribe(_node(node), _jid(verb, iq))
     if name == "create" and setter:
-        return Create(_node(node))
+        if not node:
+            raise StanzaError(_INSTANT_NODE, "name the node: instant nodes are not served here")
+        return Create(node)
     raise _not_served(_FEATURES, f"pubsub {name} ({iq.type})", name)
 
 

@@ -99,6 +99,17 @@ def test_create_twice_is_conflict_and_a_bad_name_is_bad_request(wire: Wire) -> N
     assert condition(wire.create("topic-root")) == ("modify", "bad-request")
 
 
+def test_a_create_without_a_node_is_not_acceptable_nodeid_required(wire: Wire) -> None:
+    # slixmpp's create_node(jid, None) asks for an instant node, which boxmq does not make:
+    # XEP-0060 §8.1.2 answers that with not-acceptable (before 2026-11-30: bad-request)
+    reply = wire.iq(ALICE, f"<pubsub xmlns='{PS}'><create/></pubsub>")
+    assert condition(reply) == ("modify", "not-acceptable")
+    error = reply.find(ns.tag(ns.COMPONENT, "error"))
+    assert error is not None
+    assert error.find(ns.tag(ns.PUBSUB_ERRORS, "nodeid-required")) is not None
+    assert wire.create("made").get("type") == "result"  # a named one is made as ever
+
+
 def test_a_topic_node_too_long_for_a_file_name_is_bad_request_saying_so(wire: Wire) -> None:
     # what docs/xmpp.md says of topic nodes: the topic is in each item's file name
     def publish(node: str) -> ET.Element:
