@@ -89,6 +89,7 @@ class Subscribe:
 class Unsubscribe:
     node: str
     jid: str
+    subid: str | None  # the subscription it names (XEP-0060 §6.2.1); None if it names none
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +263,7 @@ def _pubsub(iq: Iq, pubsub: Element) -> Request:
     if name == "subscribe" and setter:
         return Subscribe(_node(node), _jid(verb, iq), _options(pubsub))
     if name == "unsubscribe" and setter:
-        return Unsubscribe(_node(node), _jid(verb, iq))
+        return Unsubscribe(_node(node), _jid(verb, iq), verb.get("subid") or None)
     if name == "create" and setter:
         if not node:
             raise StanzaError(_INSTANT_NODE, "name the node: instant nodes are not served here")

@@ -106,6 +106,7 @@ _CONFIGURATION_REQUIRED: Final = Condition("modify", "not-acceptable", "configur
 _INVALID_OPTIONS: Final = Condition("modify", "bad-request", "invalid-options")
 _INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")
 _NOT_SUBSCRIBED: Final = Condition("cancel", "unexpected-request", "not-subscribed")
+_INVALID_SUBID: Final = Condition("modify", "not-acceptable", "invalid-subid")
 _NODE_EXISTS: Final = Condition("cancel", "conflict")
 _FORBIDDEN: Final = Condition("auth", "forbidden")
 _PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required")
@@ -573,6 +574,12 @@ class QueueService:
             if not self._is_queue(request.node) and not self._subscriptions.of_node(request.node):
                 raise QueueNotFound(f"no node {request.node!r}")
             raise StanzaError(_NOT_SUBSCRIBED, f"{iq.sender} is not subscribed to {request.node}")
+        if request.subid is not None and request.subid != consumer_name(iq.sender):
+            # XEP-0060 §6.2.3.5: a subid not current for the subscriber ends nothing
+            raise StanzaError(
+                _INVALID_SUBID,
+                f"subid {request.subid!r} is not {iq.sender}'s subscription to {request.node}",
+            )
         if subscription.held:  # given back now: its unlocks may follow (XEP-0254 §4)
             self._given_back[iq.sender, request.node] = {
                 item: message.lock_deadline for item, message in subscription.held.items()

@@ -597,6 +597,36 @@ def test_unsubscribing_from_a_node_that_does_not_exist_is_item_not_found(wire: W
     assert condition(reply) == ("cancel", "item-not-found")  # XEP-0060 §6.2.3.4
 
 
+def test_unsubscribing_with_a_subid_not_its_own_is_invalid_subid_and_unsubscribes_nothing(
+    wire: Wire,
+) -> None:
+    # slixmpp's unsubscribe(..., subid=...) names the subscription; one that is not current
+    # is XEP-0060 §6.2.3.5's not-acceptable + invalid-subid (before 2026-11-30 the
+    # subscription ended all the same)
+    subid = _subid(wire.subscribe(ALICE, 1))
+    item = wire.publish()
+    assert wire.items_to(ALICE) == [item]
+
+    def unsubscribe(with_subid: str) -> ET.Element:
+        return wire.iq(
+            ALICE,
+            f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost' "
+            f"subid='{with_subid}'/></pubsub>",
+        )
+
+    reply = unsubscribe("not-" + subid)
+    assert condition(reply) == ("modify", "not-acceptable")
+    assert _pubsub_error(reply) == "invalid-subid"
+    assert wire.retract(ALICE, item).get("type") == "result"  # still subscribed, still holding
+    assert unsubscribe(subid).get("type") == "result"  # its own subid unsubscribes
+
+
+def _subid(reply: ET.Element) -> str:
+    subscription = reply.find(f"{{{PS}}}pubsub/{{{PS}}}subscription")
+    assert subscription is not None
+    return subscription.get("subid", "")
+
+
 def test_an_item_with_two_payloads_is_invalid_payload(wire: Wire, box: boxmq.Box) -> None:
     reply = wire.iq(
         ALICE,
